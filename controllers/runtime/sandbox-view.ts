@@ -1,0 +1,60 @@
+// The seam between agent-runtime and whatever hosts the sandbox.
+//
+// One runtime process can serve many sandboxes (the local driver routes requests by the
+// `E2b-Sandbox-Id` header) or exactly one (a Kubernetes pod, or the runtime started on its own,
+// where the view is the host itself). Everything the runtime does that depends on *where* the
+// sandbox lives goes through a SandboxView: how a sandbox path maps to a host path for file
+// operations, which users exist, and how to start a process inside the sandbox. The runtime
+// never builds host paths or argv for a sandbox by itself.
+
+/** A user as the sandbox sees it (its own /etc/passwd, not the host's). */
+export interface SandboxUser {
+  name: string;
+  uid: number;
+  gid: number;
+  home: string;
+  /** Login shell; `/bin/bash` for the `base` template. */
+  shell: string;
+}
+
+/** A process the runtime wants started inside the sandbox. Paths are sandbox paths. */
+export interface SpawnRequest {
+  cmd: string;
+  args: string[];
+  cwd: string;
+  env: Record<string, string>;
+  user: SandboxUser;
+}
+
+/** What the runtime actually executes on the host to satisfy a SpawnRequest (pipes or PTY). */
+export interface HostCommand {
+  file: string;
+  args: string[];
+  cwd: string;
+  env: Record<string, string>;
+  /** Set when the host process itself must switch user (the host view); wrappers such as
+   * bwrap or nsenter switch user inside the sandbox instead and leave these unset. */
+  uid?: number;
+  gid?: number;
+}
+
+/** Raised when a sandbox path cannot be mapped (outside the sandbox, or through a symlink that
+ * escapes it). The runtime answers it as Connect `permission_denied` / HTTP 403. */
+export class PathOutsideSandboxError extends Error {
+  constructor(readonly path: string) {
+    super(`path ${path} is outside the sandbox`);
+    this.name = "PathOutsideSandboxError";
+  }
+}
+
+export interface SandboxView {
+  /** Maps an absolute sandbox path to the host path to operate on. Symlinks are resolved the way
+   * the sandbox would see them; a result that leaves the sandbox throws PathOutsideSandboxError.
+   * `followFinal` false keeps a final symlink itself (stat of a link, remove of a link). */
+  toHost(sandboxPath: string, opts?: { followFinal?: boolean }): string;
+  /** The inverse of toHost, for paths the runtime reports (ListDir, watch events, Move). */
+  toSandbox(hostPath: string): string;
+  lookupUser(name: string): SandboxUser | undefined;
+  /** Builds the host command that runs `req` inside the sandbox. */
+  command(req: SpawnRequest): HostCommand;
+}

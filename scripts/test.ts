@@ -1,0 +1,32 @@
+// `npm test`: the one test command (README, .ci/run). Starts a real sqld on loopback, runs every
+// vitest project against it, then the Python SDK compatibility suite when its venv exists
+// (.ci/run and scripts/setup-python.sh create it). Extra arguments go to vitest, e.g.
+// `npm test -- --project unit`.
+import { spawnSync } from "node:child_process";
+import { existsSync, mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+import { startSqld } from "./lib/sqld.ts";
+
+const root = resolve(import.meta.dirname, "..");
+const dir = mkdtempSync(join(tmpdir(), "sbx-test-"));
+const sqld = await startSqld({ dir });
+const env = { ...process.env, LIBSQL_URL: sqld.url, CLOUDFLARE_CF_FETCH_ENABLED: "false", WRANGLER_SEND_METRICS: "false" };
+
+let status = 0;
+try {
+  const args = process.argv.slice(2);
+  const vitest = spawnSync(join(root, "node_modules/.bin/vitest"), ["run", ...args], { stdio: "inherit", env, cwd: root });
+  status = vitest.status ?? 1;
+
+  const pytest = join(root, ".cache/venv/bin/pytest");
+  const onlyVitest = args.some((a) => a.startsWith("--project"));
+  if (status === 0 && !onlyVitest && existsSync(pytest) && existsSync(join(root, "test/python"))) {
+    const py = spawnSync(pytest, ["-q", "test/python"], { stdio: "inherit", env, cwd: root });
+    status = py.status ?? 1;
+  }
+} finally {
+  await sqld.stop();
+  rmSync(dir, { recursive: true, force: true });
+}
+process.exit(status);

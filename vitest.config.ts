@@ -1,0 +1,64 @@
+// Test tiers, one vitest project each (see test/README.md):
+//   unit     pure modules (state machines, schemas, framing) in Node, milliseconds
+//   workerd  routes and Durable Objects inside the real Workers runtime, against a real sqld
+//   runtime  agent-runtime driven by the real e2b SDK
+//   local    the agent and the local driver (real processes, cgroups, bubblewrap)
+//   e2e      the whole system started as `npm start` does, driven by the real e2b SDK
+// `npm test` (scripts/test.ts) starts sqld and exports LIBSQL_URL before running them.
+import { cloudflareTest } from "@cloudflare/vitest-plugin";
+import { defineConfig } from "vitest/config";
+
+const LIBSQL_URL = process.env.LIBSQL_URL ?? "http://127.0.0.1:8080";
+
+export default defineConfig({
+  test: {
+    projects: [
+      { test: { name: "unit", include: ["test/unit/**/*.test.ts"], environment: "node" } },
+      {
+        plugins: [
+          cloudflareTest({
+            wrangler: { configPath: "./wrangler.toml" },
+            remoteBindings: false,
+            miniflare: {
+              bindings: {
+                LIBSQL_URL,
+                KEY_PEPPER: "test-pepper",
+                ADMIN_API_KEY: "e2b_00000000000000000000000000000000000000ad",
+                CLUSTER_TOKEN: "test-cluster-token",
+              },
+            },
+          }),
+        ],
+        test: { name: "workerd", include: ["test/workerd/**/*.test.ts"] },
+      },
+      {
+        test: {
+          name: "runtime",
+          include: ["test/runtime/**/*.test.ts"],
+          environment: "node",
+          testTimeout: 30_000,
+          hookTimeout: 60_000,
+        },
+      },
+      {
+        test: {
+          name: "local",
+          include: ["test/controllers/**/*.test.ts"],
+          environment: "node",
+          testTimeout: 30_000,
+          hookTimeout: 60_000,
+        },
+      },
+      {
+        test: {
+          name: "e2e",
+          include: ["test/e2e/**/*.test.ts"],
+          environment: "node",
+          testTimeout: 60_000,
+          hookTimeout: 120_000,
+          fileParallelism: false,
+        },
+      },
+    ],
+  },
+});
