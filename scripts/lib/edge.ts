@@ -1,0 +1,141 @@
+// Runs the edge bundle on plain workerd (the open-source Workers runtime), the way `npm start`
+// and the benchmarks serve it. wrangler dev adds two hops and an inspector (~8x per request, see
+// shared reference gateway.md), so it stays the hot-reload loop only.
+//
+// The bundle is what `wrangler deploy` would upload (`--dry-run --outdir`); the workerd config is
+// generated from wrangler.toml's Durable Object bindings plus the vars given here.
+import { spawn, spawnSync } from "node:child_process";
+import { mkdirSync, openSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { join, resolve } from "node:path";
+import { freePort } from "./sqld.ts";
+
+const ROOT = resolve(import.meta.dirname, "../..");
+const BIN = join(ROOT, "node_modules/.bin");
+
+export interface Edge {
+  url: string;
+  port: number;
+  pid: number;
+  stop(): Promise<void>;
+}
+
+export interface EdgeOptions {
+  /** Folder for the bundle, the generated config, Durable Object storage and the log. */
+  dir: string;
+  port?: number;
+  /** Text bindings (vars and secrets): LIBSQL_URL, KEY_PEPPER, ADMIN_API_KEY, CLUSTER_TOKEN, ... */
+  vars: Record<string, string>;
+  /** Reuse an existing bundle in `dir/bundle` instead of building (the launcher builds once). */
+  skipBuild?: boolean;
+}
+
+/** Builds the Worker bundle exactly as `wrangler deploy` would, into `outDir`. */
+export function buildEdge(outDir: string): void {
+  const res = spawnSync(join(BIN, "wrangler"), ["deploy", "--dry-run", "--outdir", outDir], {
+    cwd: ROOT,
+    env: { ...process.env, PATH: `${BIN}:${process.env.PATH}`, WRANGLER_SEND_METRICS: "false", WRANGLER_LOG: "warn" },
+    encoding: "utf8",
+  });
+  if (res.status !== 0) throw new Error(`edge build failed:\n${res.stdout}\n${res.stderr}`);
+}
+
+interface WranglerFacts {
+  compatibilityDate: string;
+  compatibilityFlags: string[];
+  durableObjects: { binding: string; className: string }[];
+}
+
+/** Reads the few wrangler.toml facts the workerd config needs (flat keys; no TOML library). */
+function readWranglerToml(): WranglerFacts {
+  const text = readFileSync(join(ROOT, "wrangler.toml"), "utf8");
+  const str = (key: string) => text.match(new RegExp(`^${key}\\s*=\\s*"([^"]+)"`, "m"))?.[1];
+  const flags = text.match(/^compatibility_flags\s*=\s*\[([^\]]*)\]/m)?.[1] ?? "";
+  const durableObjects = [...text.matchAll(/\[\[durable_objects\.bindings\]\]\s*name\s*=\s*"([^"]+)"\s*class_name\s*=\s*"([^"]+)"/g)].map(
+    (m) => ({ binding: m[1]!, className: m[2]! }),
+  );
+  return {
+    compatibilityDate: str("compatibility_date") ?? "2026-11-01",
+    compatibilityFlags: [...flags.matchAll(/"([^"]+)"/g)].map((m) => m[1]!),
+    durableObjects,
+  };
+}
+
+const capnpString = (s: string) => JSON.stringify(s);
+
+// Embeds are relative to the config file, which sits in `dir` beside `bundle/`.
+function workerdConfig(dir: string, port: number, vars: Record<string, string>): string {
+  const bundleDir = join(dir, "bundle");
+  const w = readWranglerToml();
+  const modules = readdirSync(bundleDir)
+    .filter((f) => f.endsWith(".js") || f.endsWith(".mjs"))
+    .sort((a, b) => (a === "index.js" ? -1 : b === "index.js" ? 1 : a.localeCompare(b)))
+    .map((f) => `(name = ${capnpString(f)}, esModule = embed ${capnpString(`bundle/${f}`)})`);
+  const bindings = [
+    ...w.durableObjects.map((d) => `(name = ${capnpString(d.binding)}, durableObjectNamespace = ${capnpString(d.className)})`),
+    ...Object.entries(vars).map(([k, v]) => `(name = ${capnpString(k)}, text = ${capnpString(v)})`),
+  ];
+  const namespaces = w.durableObjects.map(
+    (d) => `(className = ${capnpString(d.className)}, uniqueKey = ${capnpString(`sandbox-edge-${d.className}`)}, enableSql = true)`,
+  );
+  return `using Workerd = import "/workerd/workerd.capnp";
+
+const config :Workerd.Config = (
+  services = [
+    (name = "edge", worker = .edge),
+    (name = "do-storage", disk = (path = ${capnpString(join(dir, "do-storage"))}, writable = true)),
+    # sqld and the agent's ingress listen on loopback; the default outbound allows public only.
+    (name = "internet", network = (allow = ["public", "private", "local"])),
+  ],
+  sockets = [(name = "http", address = ${capnpString(`127.0.0.1:${port}`)}, http = (), service = "edge")],
+);
+
+const edge :Workerd.Worker = (
+  compatibilityDate = ${capnpString(w.compatibilityDate)},
+  compatibilityFlags = [${w.compatibilityFlags.map(capnpString).join(", ")}],
+  modules = [${modules.join(",\n    ")}],
+  bindings = [${bindings.join(",\n    ")}],
+  durableObjectNamespaces = [${namespaces.join(",\n    ")}],
+  durableObjectStorage = (localDisk = "do-storage"),
+  globalOutbound = "internet",
+);
+`;
+}
+
+/** Builds (unless told not to) and serves the edge on workerd; resolves once it answers /health. */
+export async function startEdge(opts: EdgeOptions): Promise<Edge> {
+  const bundleDir = join(opts.dir, "bundle");
+  mkdirSync(join(opts.dir, "do-storage"), { recursive: true });
+  if (!opts.skipBuild) buildEdge(bundleDir);
+  const port = opts.port || (await freePort());
+  const configPath = join(opts.dir, "config.capnp");
+  writeFileSync(configPath, workerdConfig(opts.dir, port, opts.vars));
+  const log = openSync(join(opts.dir, "workerd.log"), "a");
+  const child = spawn(join(BIN, "workerd"), ["serve", configPath], { stdio: ["ignore", log, log] });
+  const exited = new Promise<void>((ok) => child.once("exit", () => ok()));
+  const url = `http://127.0.0.1:${port}`;
+  const deadline = Date.now() + 20_000;
+  for (;;) {
+    if (child.exitCode !== null) throw new Error(`workerd exited with ${child.exitCode}; see ${opts.dir}/workerd.log`);
+    try {
+      if ((await fetch(`${url}/health`)).ok) break;
+    } catch {
+      // not listening yet
+    }
+    if (Date.now() > deadline) {
+      child.kill("SIGKILL");
+      throw new Error(`workerd did not answer within 20 s; see ${opts.dir}/workerd.log`);
+    }
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  return {
+    url,
+    port,
+    pid: child.pid!,
+    async stop() {
+      if (child.exitCode === null) child.kill("SIGTERM");
+      const timer = setTimeout(() => child.kill("SIGKILL"), 5_000);
+      await exited;
+      clearTimeout(timer);
+    },
+  };
+}
