@@ -1,0 +1,56 @@
+// Edge → cluster ingress request signing, shared by the gateway (workerd) and the agent (Node).
+//
+// The ingress accepts only requests the edge signed: an HMAC-SHA256 over the sandbox, the port,
+// the method, the path with its query and a short expiry, keyed by a key derived from the
+// cluster's token. The body is not covered (it streams); the expiry bounds replay.
+
+export const SIGNATURE_HEADER = "x-sbx-edge-signature";
+export const SIGNATURE_TTL_S = 60;
+
+export interface SignedTarget {
+  sandboxId: string;
+  port: number;
+  method: string;
+  /** Path plus query, exactly as forwarded. */
+  pathAndQuery: string;
+}
+
+const encoder = new TextEncoder();
+
+function canonical(t: SignedTarget, expires: number): Uint8Array {
+  return encoder.encode(`v1\n${t.sandboxId}\n${t.port}\n${t.method.toUpperCase()}\n${t.pathAndQuery}\n${expires}`);
+}
+
+function base64url(bytes: ArrayBuffer): string {
+  let s = "";
+  for (const b of new Uint8Array(bytes)) s += String.fromCharCode(b);
+  return btoa(s).replaceAll("+", "-").replaceAll("/", "_").replace(/=+$/, "");
+}
+
+/** Derives the signing key once per cluster token; callers cache the CryptoKey. */
+export async function ingressKey(clusterToken: string): Promise<CryptoKey> {
+  const root = await crypto.subtle.importKey("raw", encoder.encode(clusterToken), { name: "HMAC", hash: "SHA-256" }, false, ["sign"]);
+  const derived = await crypto.subtle.sign("HMAC", root, encoder.encode("sandbox-edge ingress v1"));
+  return crypto.subtle.importKey("raw", derived, { name: "HMAC", hash: "SHA-256" }, false, ["sign", "verify"]);
+}
+
+export async function signIngress(key: CryptoKey, target: SignedTarget, nowMs: number): Promise<string> {
+  const expires = Math.floor(nowMs / 1000) + SIGNATURE_TTL_S;
+  const mac = await crypto.subtle.sign("HMAC", key, canonical(target, expires));
+  return `v1.${expires}.${base64url(mac)}`;
+}
+
+export type VerifyResult = { ok: true } | { ok: false; reason: "missing" | "malformed" | "expired" | "mismatch" };
+
+/** Verifies a signature header value; `crypto.subtle.verify` compares in constant time. */
+export async function verifyIngress(key: CryptoKey, header: string | null | undefined, target: SignedTarget, nowMs: number): Promise<VerifyResult> {
+  if (!header) return { ok: false, reason: "missing" };
+  const m = /^v1\.(\d{1,12})\.([A-Za-z0-9_-]{43})$/.exec(header);
+  if (!m) return { ok: false, reason: "malformed" };
+  const expires = Number(m[1]);
+  if (expires < Math.floor(nowMs / 1000) || expires > Math.floor(nowMs / 1000) + SIGNATURE_TTL_S + 5) return { ok: false, reason: "expired" };
+  const b64 = m[2]!.replaceAll("-", "+").replaceAll("_", "/") + "=";
+  const mac = Uint8Array.from(atob(b64), (c) => c.charCodeAt(0));
+  const ok = await crypto.subtle.verify("HMAC", key, mac, canonical(target, expires));
+  return ok ? { ok: true } : { ok: false, reason: "mismatch" };
+}
