@@ -1,0 +1,41 @@
+// The ClusterDO's RPC surface (what PoolDO and SandboxDO call). Every method resolves to a typed
+// result; none throws across the RPC boundary.
+import type { Refusal } from "../../schema/errors.ts";
+import type { AckItem } from "../../schema/protocol/index.ts";
+
+export interface EnqueueOptions {
+  /**
+   * Wait up to this long for the agent's acks of these intents (the create route's bounded wait
+   * for a claimed member's runtime re-init). 0 or absent: return once durably queued.
+   */
+  awaitAckMs?: number;
+}
+
+export type EnqueueResult =
+  | {
+      ok: true;
+      /** Outbox sequence number per intent, in order; 0 for an intent dropped as stale/duplicate. */
+      seqs: number[];
+      /** Whether an agent session is open right now (intents wait in the outbox otherwise). */
+      connected: boolean;
+      /** With `awaitAckMs`: the acks that arrived in time (all of them unless `timedOut`). */
+      acks: AckItem[];
+      timedOut: boolean;
+    }
+  | { ok: false; error: Refusal };
+
+export interface ClusterStatus {
+  cluster: string | null;
+  connected: boolean;
+  agentId: string | null;
+  driver: string | null;
+  isolation: string | null;
+  /** Base URL of the agent's ingress, where the gateway sends data-plane requests. */
+  ingressUrl: string | null;
+  sessionId: string | null;
+  /** ms since the epoch of the last frame or ping from the agent. */
+  lastSeenAt: number | null;
+  /** Intents not yet acked, and sandboxes with a desired state on this cluster. */
+  pending: number;
+  sandboxes: number;
+}

@@ -1,0 +1,51 @@
+// The PoolDO's RPC surface (what the create route, the admin API and ClusterDO call). Every
+// method resolves to a typed result; none throws across the RPC boundary.
+import type { Refusal } from "../../schema/errors.ts";
+import type { PoolSpec } from "../../schema/pool/spec.ts";
+import type { Endpoint, SandboxId, TemplateSpec } from "../../schema/protocol/index.ts";
+
+/**
+ * A claimed sandbox, now the caller's: it must hand it to `SandboxDO(sandboxId).create(...)`,
+ * which sends an intent with owner `{kind:"sandbox"}` and a generation above `generation`.
+ * - `state: "available"`: a warm member, running and ready at `endpoint`;
+ * - `state: "creating"`: a warm member still starting (its Running observation goes to the
+ *   SandboxDO once it owns the id);
+ * - `state: "new"` (`warm: false`): no stock, a freshly minted id nobody has created yet; the
+ *   SandboxDO's intent creates it (generation 0 here, so the first intent may use 1).
+ */
+export interface Claimed {
+  ok: true;
+  sandboxId: SandboxId;
+  cluster: string;
+  revision: string;
+  warm: boolean;
+  state: "available" | "creating" | "new";
+  /** Generation of the last intent the pool sent for this member. */
+  generation: number;
+  endpoint: Endpoint | null;
+  /** The spec to create from (template, pause strategy, network, env of the SandboxSet). */
+  template: TemplateSpec;
+  pauseStrategy: PoolSpec["pauseStrategy"];
+  allowInternetAccess: boolean;
+  envVars: Record<string, string>;
+  labels: Record<string, string>;
+}
+export type ClaimResult = Claimed | { ok: false; error: Refusal };
+
+export interface PoolStatus {
+  configured: boolean;
+  name: string | null;
+  replicas: number;
+  revision: string | null;
+  /** Unclaimed members by state, and how many of them run the current revision. */
+  available: number;
+  creating: number;
+  updatedAvailable: number;
+  updated: number;
+  /** Lifetime counters of this pool object. */
+  claimed: number;
+  createdOnDemand: number;
+}
+
+export type ConfigureResult = { ok: true; status: PoolStatus } | { ok: false; error: Refusal };
+export type ObserveResult = { ok: true; applied: number } | { ok: false; error: Refusal };

@@ -1,0 +1,6 @@
+// The edge↔agent protocol in one import; see messages.ts for the session.
+export * from "./ids.ts";
+export * from "./intent.ts";
+export * from "./messages.ts";
+export * from "./observation.ts";
+export * from "./version.ts";

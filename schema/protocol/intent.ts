@@ -1,0 +1,71 @@
+import { z } from "zod";
+import { SandboxIdSchema } from "./ids.ts";
+
+/**
+ * Who owns a sandbox on the edge, i.e. which Durable Object receives its observations: the pool
+ * while it is an unclaimed warm member, the SandboxDO once claimed or created on demand, the
+ * cluster itself for orphans it is cleaning up.
+ */
+export const OwnerSchema = z.discriminatedUnion("kind", [
+  z.object({ kind: z.literal("pool"), id: z.string().min(1) }),
+  z.object({ kind: z.literal("sandbox") }),
+  z.object({ kind: z.literal("cluster") }),
+]);
+export type Owner = z.infer<typeof OwnerSchema>;
+
+export const PauseStrategySchema = z.enum(["Freeze", "Stop"]);
+export type PauseStrategy = z.infer<typeof PauseStrategySchema>;
+
+export const DesiredStateSchema = z.enum(["running", "paused", "deleted"]);
+export type DesiredState = z.infer<typeof DesiredStateSchema>;
+
+/** What the sandbox should run: the template at one revision (part of a SandboxSet spec). */
+export const TemplateSpecSchema = z.object({
+  id: z.string().min(1),
+  /** Opaque revision (hash of the spec); a pool prefers members of its current revision. */
+  revision: z.string().min(1),
+  user: z.string().min(1).default("user"),
+  workdir: z.string().min(1).default("/home/user"),
+  resources: z
+    .object({
+      cpuCount: z.number().positive().default(1),
+      memoryMB: z.number().int().positive().default(512),
+      diskSizeMB: z.number().int().positive().optional(),
+    })
+    .prefault({}),
+});
+export type TemplateSpec = z.infer<typeof TemplateSpecSchema>;
+
+/**
+ * Desired state for one sandbox at one generation. The agent is level-based: it keeps only the
+ * newest generation per sandbox, ignores an intent whose generation is not newer than the one it
+ * applied, and converges the sandbox to `desired`. So a redelivered or duplicated intent is harmless.
+ */
+export const IntentSchema = z
+  .object({
+    sandboxId: SandboxIdSchema,
+    /** Strictly increasing per sandbox across owners (pool members start at 1; a claim bumps it). */
+    generation: z.number().int().nonnegative(),
+    owner: OwnerSchema,
+    desired: z.object({
+      state: DesiredStateSchema,
+      pauseStrategy: PauseStrategySchema.default("Freeze"),
+    }),
+    /** Required unless `desired.state` is `deleted` (orphan clean-up does not know it). */
+    template: TemplateSpecSchema.nullable().default(null),
+    envVars: z.record(z.string(), z.string()).default({}),
+    /** The runtime's `X-Access-Token`; null for warm members until claimed (runtime re-init). */
+    envdAccessToken: z.string().nullable().default(null),
+    allowInternetAccess: z.boolean().default(true),
+    labels: z.record(z.string(), z.string()).default({}),
+    /** Edge clock, ms since the epoch, when the owner issued it (diagnostics only). */
+    issuedAt: z.number().int().nonnegative(),
+  })
+  .refine((i) => i.desired.state === "deleted" || i.template !== null, {
+    message: "template is required unless desired.state is deleted",
+    path: ["template"],
+  });
+/** An intent as it travels (defaults applied). */
+export type Intent = z.infer<typeof IntentSchema>;
+/** An intent as an owner may write it (defaults optional). */
+export type IntentInput = z.input<typeof IntentSchema>;

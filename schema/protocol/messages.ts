@@ -1,0 +1,143 @@
+import { z } from "zod";
+import { SandboxIdSchema } from "./ids.ts";
+import { IntentSchema, PauseStrategySchema } from "./intent.ts";
+import { ObservationSchema } from "./observation.ts";
+
+/*
+ * The session, over one WebSocket (`GET /agent/v1/connect?cluster=<id>`,
+ * `Authorization: Bearer <CLUSTER_TOKEN>`), JSON text frames:
+ *
+ *   agent → edge  hello          first frame: protocol version, who it is, its FULL inventory
+ *   edge  → agent welcome        after the edge diffed the inventory: orphans get delete intents,
+ *                                missing or outdated sandboxes get their latest intent again,
+ *                                and every unacked intent is redelivered (in seq order)
+ *   edge  → agent intents        batches of {seq, intent}; seq increases per cluster
+ *   agent → edge  ack            per seq, once the intent is accepted (see AckResult); unacked
+ *                                intents are redelivered on reconnect and after a timeout
+ *   agent → edge  observations   whenever a sandbox's phase/readiness/endpoint changes, and after
+ *                                applying each intent (with the intent's generation)
+ *   agent → edge  heartbeat      every `heartbeatIntervalMs` with counts (wakes the edge)
+ *   agent → edge  `{"type":"ping"}` exact text, answered `{"type":"pong"}` by the runtime without
+ *                                waking the edge object (hibernation auto-response): liveness only
+ *   edge  → agent error          before the edge closes the socket for a protocol error
+ *
+ * Delivery is at-least-once and the agent is level-based, so duplicates are harmless.
+ */
+
+export const HelloSchema = z.object({
+  type: z.literal("hello"),
+  protocol: z.number().int(),
+  /** Stable per agent installation (survives restarts); used in logs and status. */
+  agentId: z.string().min(1),
+  agentVersion: z.string().default("0.0.0"),
+  /** Which driver applies intents (`local`, `kubernetes`) and the isolation it achieved. */
+  driver: z.string().min(1),
+  isolation: z.string().default("unknown"),
+  /** Where the edge sends data-plane requests for this cluster's sandboxes (the agent's ingress). */
+  ingress: z.object({ url: z.string().min(1) }),
+  capabilities: z
+    .object({ pauseStrategies: z.array(PauseStrategySchema).default(["Freeze"]) })
+    .prefault({}),
+  /** Every sandbox the agent manages right now, as observations. Full, not incremental. */
+  inventory: z.array(ObservationSchema),
+});
+export type Hello = z.infer<typeof HelloSchema>;
+export type HelloInput = z.input<typeof HelloSchema>;
+
+/**
+ * `applied`: desired state reached or its immediate step done (e.g. a running member re-initialised
+ * with the new token and env vars); `accepted`: recorded and converging (e.g. still creating);
+ * `stale`: the agent already has this or a newer generation; `rejected`: permanently invalid here
+ * (message says why) — the owner sees it as a failure instead of waiting for a timeout.
+ */
+export const AckResultSchema = z.enum(["applied", "accepted", "stale", "rejected"]);
+export type AckResult = z.infer<typeof AckResultSchema>;
+
+export const AckItemSchema = z.object({
+  seq: z.number().int().nonnegative(),
+  sandboxId: SandboxIdSchema,
+  generation: z.number().int().nonnegative(),
+  result: AckResultSchema,
+  message: z.string().optional(),
+});
+export type AckItem = z.infer<typeof AckItemSchema>;
+
+export const AckSchema = z.object({ type: z.literal("ack"), items: z.array(AckItemSchema).min(1) });
+
+export const ObservationsSchema = z.object({
+  type: z.literal("observations"),
+  items: z.array(ObservationSchema).min(1),
+});
+
+export const HeartbeatSchema = z.object({
+  type: z.literal("heartbeat"),
+  /** Agent clock, ms since the epoch. */
+  at: z.number().int().nonnegative(),
+  sandboxes: z.number().int().nonnegative(),
+  /** Intents received but not yet converged (a backlog the edge can show). */
+  pending: z.number().int().nonnegative().default(0),
+});
+
+/** Every frame the agent may send (except the raw ping, which the edge runtime answers itself). */
+export const AgentMessageSchema = z.discriminatedUnion("type", [
+  HelloSchema,
+  AckSchema,
+  ObservationsSchema,
+  HeartbeatSchema,
+]);
+export type AgentMessage = z.infer<typeof AgentMessageSchema>;
+export type AgentMessageInput = z.input<typeof AgentMessageSchema>;
+
+export const WelcomeSchema = z.object({
+  type: z.literal("welcome"),
+  protocol: z.number().int(),
+  cluster: z.string(),
+  /** Changes on every accepted hello; an agent seeing a new one knows the edge resynced it. */
+  sessionId: z.string(),
+  heartbeatIntervalMs: z.number().int().positive(),
+  resync: z.object({
+    orphans: z.number().int().nonnegative(),
+    recreated: z.number().int().nonnegative(),
+    redelivered: z.number().int().nonnegative(),
+  }),
+});
+export type Welcome = z.infer<typeof WelcomeSchema>;
+
+export const IntentsSchema = z.object({
+  type: z.literal("intents"),
+  items: z.array(z.object({ seq: z.number().int().nonnegative(), intent: IntentSchema })).min(1),
+});
+export type Intents = z.infer<typeof IntentsSchema>;
+
+export const ProtocolErrorSchema = z.object({
+  type: z.literal("error"),
+  code: z.enum(["protocol_version", "bad_frame", "hello_required", "replaced"]),
+  message: z.string(),
+});
+
+/** Every frame the edge may send (except the raw pong). */
+export const EdgeMessageSchema = z.discriminatedUnion("type", [
+  WelcomeSchema,
+  IntentsSchema,
+  ProtocolErrorSchema,
+]);
+export type EdgeMessage = z.infer<typeof EdgeMessageSchema>;
+
+/** Liveness frames, compared byte for byte by the hibernation auto-response. */
+export const PING_FRAME = '{"type":"ping"}';
+export const PONG_FRAME = '{"type":"pong"}';
+
+/** Parses one text frame; never throws. */
+export function parseFrame<T extends z.ZodType>(
+  schema: T,
+  text: string,
+): { ok: true; value: z.infer<T> } | { ok: false; error: string } {
+  let json: unknown;
+  try {
+    json = JSON.parse(text);
+  } catch {
+    return { ok: false, error: "frame is not JSON" };
+  }
+  const parsed = schema.safeParse(json);
+  return parsed.success ? { ok: true, value: parsed.data } : { ok: false, error: z.prettifyError(parsed.error) };
+}

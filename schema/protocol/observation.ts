@@ -1,0 +1,50 @@
+import { z } from "zod";
+import { SandboxIdSchema } from "./ids.ts";
+
+/**
+ * What the agent sees of one sandbox. `Deleted` means gone (destroyed, or never existed on this
+ * cluster); `Failed` is terminal until a newer intent arrives.
+ */
+export const ObservedPhaseSchema = z.enum([
+  "Pending",
+  "Running",
+  "Pausing",
+  "Paused",
+  "Resuming",
+  "Terminating",
+  "Deleted",
+  "Failed",
+]);
+export type ObservedPhase = z.infer<typeof ObservedPhaseSchema>;
+
+/**
+ * How the cluster ingress (the agent) reaches the sandbox's runtime (envd port 49983 and user
+ * ports). The edge never dials it directly: it hands it back to the ingress in signed requests.
+ */
+export const EndpointSchema = z.object({
+  /** Base URL of the runtime as the ingress sees it, e.g. `http://10.0.0.7:49983` or `unix:/run/sbx/x.sock`. */
+  runtime: z.string().min(1),
+  /** Host the ingress uses for user ports (`{port}-{id}` routing); omitted when same as runtime's. */
+  host: z.string().min(1).optional(),
+});
+export type Endpoint = z.infer<typeof EndpointSchema>;
+
+export const ObservationSchema = z.object({
+  sandboxId: SandboxIdSchema,
+  /** The generation of the intent the agent last applied for this sandbox (observedGeneration). */
+  generation: z.number().int().nonnegative(),
+  phase: ObservedPhaseSchema,
+  /** Runtime answers its health check and has been (re-)initialised for this generation. */
+  ready: z.boolean(),
+  endpoint: EndpointSchema.nullable().default(null),
+  /** Machine-readable CamelCase reason (e.g. `ImagePullFailed`, `OOMKilled`), and a message. */
+  reason: z.string().optional(),
+  message: z.string().optional(),
+  /** Template revision the sandbox actually runs (lets the pool count updated members). */
+  revision: z.string().optional(),
+  /** Agent clock, ms since the epoch. */
+  observedAt: z.number().int().nonnegative(),
+  startedAt: z.number().int().nonnegative().optional(),
+});
+export type Observation = z.infer<typeof ObservationSchema>;
+export type ObservationInput = z.input<typeof ObservationSchema>;
