@@ -41,8 +41,10 @@ export interface HostCommand {
 /** Raised when a sandbox path cannot be mapped (outside the sandbox, or through a symlink that
  * escapes it). The runtime answers it as Connect `permission_denied` / HTTP 403. */
 export class PathOutsideSandboxError extends Error {
-  constructor(readonly path: string) {
+  readonly path: string;
+  constructor(path: string) {
     super(`path ${path} is outside the sandbox`);
+    this.path = path;
     this.name = "PathOutsideSandboxError";
   }
 }
@@ -55,6 +57,14 @@ export interface SandboxView {
   /** The inverse of toHost, for paths the runtime reports (ListDir, watch events, Move). */
   toSandbox(hostPath: string): string;
   lookupUser(name: string): SandboxUser | undefined;
+  /** Names for the owner and group columns of EntryInfo; absent or undefined means "show the
+   * number" (envd does the same for ids missing from the sandbox's user database). */
+  userName?(uid: number): string | undefined;
+  groupName?(gid: number): string | undefined;
   /** Builds the host command that runs `req` inside the sandbox. */
   command(req: SpawnRequest): HostCommand;
+  /** Stops / resumes every process of the sandbox (a cgroup freezer where the view has one).
+   * Absent means the runtime falls back to SIGSTOP/SIGCONT of the process groups it started. */
+  freeze?(): Promise<void>;
+  thaw?(): Promise<void>;
 }

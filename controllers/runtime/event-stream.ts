@@ -1,0 +1,51 @@
+// Turns a push source (process output, directory events) into the pull stream a Connect
+// server-streaming handler returns, adding keepalive messages while the source is quiet.
+import type { HandlerContext } from "@connectrpc/connect";
+
+/** envd's default when the client sends no Keepalive-Ping-Interval. */
+const DEFAULT_KEEPALIVE_S = 90;
+
+export function keepaliveMs(ctx: HandlerContext): number {
+  const s = Number(ctx.requestHeader.get("keepalive-ping-interval"));
+  return (Number.isFinite(s) && s > 0 ? s : DEFAULT_KEEPALIVE_S) * 1000;
+}
+
+export interface Source<T> {
+  /** Starts delivery; returns the detach function. `end` marks the last item. */
+  subscribe(push: (item: T, end?: boolean) => void): () => void;
+}
+
+/** Yields items as they arrive and `keepalive()` after each quiet interval (the ticker restarts
+ * whenever something is sent, as envd's does). Ends after the item pushed with `end`, or when
+ * the request is cancelled or its deadline passes. */
+export async function* withKeepalive<T>(ctx: HandlerContext, source: Source<T>, keepalive: () => T): AsyncGenerator<T> {
+  const interval = keepaliveMs(ctx);
+  const queue: T[] = [];
+  let ended = false;
+  let wake: (() => void) | undefined;
+  const detach = source.subscribe((item, end) => {
+    queue.push(item);
+    if (end) ended = true;
+    wake?.();
+  });
+  const onAbort = () => wake?.();
+  ctx.signal.addEventListener("abort", onAbort);
+  try {
+    for (;;) {
+      while (queue.length) yield queue.shift()!;
+      if (ended) return;
+      if (ctx.signal.aborted) throw ctx.signal.reason;
+      let timer: NodeJS.Timeout | undefined;
+      const timedOut = await new Promise<boolean>((resolve) => {
+        wake = () => resolve(false);
+        timer = setTimeout(() => resolve(true), interval);
+      });
+      clearTimeout(timer);
+      wake = undefined;
+      if (timedOut && !queue.length && !ctx.signal.aborted) yield keepalive();
+    }
+  } finally {
+    detach();
+    ctx.signal.removeEventListener("abort", onAbort);
+  }
+}

@@ -1,0 +1,25 @@
+// Request path → (sandbox path, host path) for the acting user: `~` and relative paths resolve
+// under the user's home, as envd's ExpandAndResolve.
+import type { HandlerContext } from "@connectrpc/connect";
+import { sandboxOf, userOf } from "../request-context.ts";
+import type { RuntimeSandbox } from "../sandbox.ts";
+import type { SandboxUser } from "../sandbox-view.ts";
+import { fsError } from "../fs-errors.ts";
+
+export interface Resolved {
+  sbx: RuntimeSandbox;
+  user: SandboxUser;
+  path: string;
+  host: string;
+}
+
+export function resolveRequestPath(ctx: HandlerContext, path: string, opts: { followFinal?: boolean } = {}): Resolved {
+  const sbx = sandboxOf(ctx);
+  const user = userOf(ctx, sbx);
+  const p = sbx.resolvePath(path, user);
+  try {
+    return { sbx, user, path: p, host: sbx.view.toHost(p, opts) };
+  } catch (err) {
+    throw fsError(err, p);
+  }
+}

@@ -1,0 +1,5 @@
+import type { IncomingMessage, ServerResponse } from "node:http";
+
+export function getHealth(_req: IncomingMessage, res: ServerResponse): void {
+  res.writeHead(204).end();
+}

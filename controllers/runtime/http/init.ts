@@ -1,0 +1,22 @@
+// POST /init: the orchestrator sets the access token, sandbox env, default user and workdir.
+// Idempotent by timestamp: an older request than the last applied one changes nothing.
+import type { IncomingMessage, ServerResponse } from "node:http";
+import { InitRequest } from "../../../schema/envd/http.ts";
+import type { RuntimeSandbox } from "../sandbox.ts";
+import { readJson } from "./read-json.ts";
+import { HttpError } from "./respond.ts";
+
+export async function postInit(req: IncomingMessage, res: ServerResponse, sbx: RuntimeSandbox): Promise<void> {
+  // Once a token is set, only its holder may re-initialise (e.g. rotate it on resume).
+  const header = req.headers["x-access-token"];
+  if (sbx.accessToken && !sbx.checkToken(Array.isArray(header) ? header[0] : header)) {
+    throw new HttpError(401, "unauthorized access, please provide a valid access token or method signing if supported");
+  }
+  const parsed = InitRequest.safeParse(await readJson(req));
+  if (!parsed.success) throw new HttpError(400, `invalid init request: ${parsed.error.issues.map((i) => `${i.path.join(".")}: ${i.message}`).join("; ")}`);
+  if (parsed.data.defaultUser && !sbx.view.lookupUser(parsed.data.defaultUser)) {
+    throw new HttpError(400, `default user '${parsed.data.defaultUser}' does not exist`);
+  }
+  sbx.init(parsed.data);
+  res.writeHead(204).end();
+}

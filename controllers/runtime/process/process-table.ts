@@ -1,0 +1,43 @@
+// The processes of one sandbox, by pid and tag. Exited processes stay reachable for Connect for
+// 30 s (as envd), so a client that reconnects just after the exit still gets the end event.
+import { Code, ConnectError } from "@connectrpc/connect";
+import type { ProcessHandle } from "./process-handle.ts";
+
+const RETAIN_EXITED_MS = 30_000;
+
+export type Selector = { case: "pid"; value: number } | { case: "tag"; value: string } | { case: undefined; value?: undefined };
+
+export class ProcessTable {
+  #byPid = new Map<number, ProcessHandle>();
+
+  add(h: ProcessHandle): void {
+    this.#byPid.set(h.pid, h);
+    void h.exited().then(() => {
+      const t = setTimeout(() => {
+        if (this.#byPid.get(h.pid) === h) this.#byPid.delete(h.pid);
+      }, RETAIN_EXITED_MS);
+      t.unref();
+    });
+  }
+
+  /** Looks up by selector; `live` excludes retained exited processes. */
+  get(sel: Selector | undefined, opts: { live?: boolean } = {}): ProcessHandle {
+    let h: ProcessHandle | undefined;
+    if (sel?.case === "pid") h = this.#byPid.get(sel.value);
+    else if (sel?.case === "tag") h = [...this.#byPid.values()].find((p) => p.tag === sel.value && !p.end);
+    else throw new ConnectError("process selector is required", Code.InvalidArgument);
+    if (!h || (opts.live && h.end)) {
+      const what = sel.case === "pid" ? `pid ${sel.value}` : `tag ${sel.value}`;
+      throw new ConnectError(`process with ${what} not found`, Code.NotFound);
+    }
+    return h;
+  }
+
+  live(): ProcessHandle[] {
+    return [...this.#byPid.values()].filter((p) => !p.end);
+  }
+
+  killAll(): void {
+    for (const p of this.live()) p.signalGroup("SIGKILL");
+  }
+}

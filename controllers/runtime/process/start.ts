@@ -1,0 +1,41 @@
+import { stat } from "node:fs/promises";
+import { Code, ConnectError, type HandlerContext } from "@connectrpc/connect";
+import type { StartRequest } from "../../../schema/envd/gen/process/process_pb.js";
+import { sandboxOf, userOf } from "../request-context.ts";
+import { processEvents } from "./event-stream.ts";
+import { ProcessHandle, ProcessStartError } from "./process-handle.ts";
+
+const DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/** Starts a process and streams its events. The request deadline (Connect-Timeout-Ms) is the
+ * process's lifetime, as in envd; a client that merely disconnects leaves it running. */
+export async function* start(req: StartRequest, ctx: HandlerContext) {
+  const sbx = sandboxOf(ctx);
+  const user = userOf(ctx, sbx);
+  const cfg = req.process;
+  if (!cfg?.cmd) throw new ConnectError("process.cmd is required", Code.InvalidArgument);
+  const cwd = cfg.cwd ? sbx.resolvePath(cfg.cwd, user) : (sbx.defaultWorkdir ?? user.home);
+  const isDir = await stat(sbx.view.toHost(cwd)).then((s) => s.isDirectory(), () => false);
+  if (!isDir) throw new ConnectError(`cwd '${cwd}' does not exist or is not a directory`, Code.InvalidArgument);
+
+  const env = { PATH: DEFAULT_PATH, HOME: user.home, USER: user.name, LOGNAME: user.name, ...sbx.envVars, ...cfg.envs };
+  const host = sbx.view.command({ cmd: cfg.cmd, args: cfg.args, cwd, env, user });
+  const config = { cmd: cfg.cmd, args: cfg.args, envs: cfg.envs, cwd: cfg.cwd };
+  let handle: ProcessHandle;
+  try {
+    handle = req.pty
+      ? ProcessHandle.spawnPty(host, config, req.tag, { cols: req.pty.size?.cols ?? 80, rows: req.pty.size?.rows ?? 24 })
+      : await ProcessHandle.spawnPipes(host, config, req.tag, req.stdin ?? true);
+  } catch (err) {
+    if (err instanceof ProcessStartError) throw new ConnectError(err.message, Code.InvalidArgument);
+    throw err;
+  }
+  sbx.processes.add(handle);
+
+  const deadline = ctx.timeoutMs();
+  if (deadline !== undefined) {
+    const timer = setTimeout(() => handle.signal("SIGKILL"), deadline);
+    void handle.exited().then(() => clearTimeout(timer));
+  }
+  yield* processEvents(ctx, handle);
+}

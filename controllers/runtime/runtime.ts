@@ -1,0 +1,184 @@
+// The agent-runtime: one HTTP server (or request handler) serving envd's Connect RPC and plain
+// HTTP API for one sandbox (standalone, pod sidecar) or many (the local driver registers them
+// and requests are routed by the E2b-Sandbox-Id header).
+import { createContextValues } from "@connectrpc/connect";
+import { connectNodeAdapter } from "@connectrpc/connect-node";
+import { rmSync } from "node:fs";
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
+import { filesystemService } from "./filesystem/service.ts";
+import { getEnvs } from "./http/envs.ts";
+import { getFiles } from "./http/files-get.ts";
+import { postFiles } from "./http/files-post.ts";
+import { freezeSandbox, postFreeze, postUnfreeze, thawSandbox } from "./http/freeze.ts";
+import { getHealth } from "./http/health.ts";
+import { postInit } from "./http/init.ts";
+import { getMetrics } from "./http/metrics.ts";
+import { HttpError, sendError, sendJson, type HttpHandler } from "./http/respond.ts";
+import { checkFileAccess } from "./http/signature.ts";
+import { processService } from "./process/service.ts";
+import { sandboxKey } from "./request-context.ts";
+import { RuntimeSandbox, type SandboxOptions } from "./sandbox.ts";
+import type { SandboxView } from "./sandbox-view.ts";
+
+export interface RuntimeOptions {
+  /** Serve this sandbox for every request (standalone or pod mode): requests naming no sandbox,
+   * or one the runtime does not know, go to it. Without it, unknown sandboxes get 502. */
+  single?: { id?: string; view: SandboxView; options?: SandboxOptions };
+  /** Called for unexpected errors (they become 500s). Defaults to console.error. */
+  onError?: (err: unknown) => void;
+}
+
+export type ListenTarget = { port: number; host?: string } | { socket: string };
+
+export interface Runtime {
+  /** An http.RequestListener; mount it in your own server or use listen(). */
+  readonly handler: (req: IncomingMessage, res: ServerResponse) => void;
+  addSandbox(id: string, view: SandboxView, opts?: SandboxOptions): RuntimeSandbox;
+  /** Kills the sandbox's processes, closes its watchers and cuts its open streams. */
+  removeSandbox(id: string): boolean;
+  getSandbox(id: string): RuntimeSandbox | undefined;
+  /** Stops / resumes the sandbox's user processes (see http/freeze.ts). */
+  freeze(id: string): Promise<void>;
+  thaw(id: string): Promise<void>;
+  listen(target: ListenTarget): Promise<Server>;
+  close(): Promise<void>;
+}
+
+const RPC_PREFIXES = ["/process.Process/", "/filesystem.Filesystem/"];
+const UNAUTHORIZED = "unauthorized access, please provide a valid access token or method signing if supported";
+const CORS = {
+  "access-control-allow-origin": "*",
+  "access-control-allow-methods": "*",
+  "access-control-allow-headers": "*",
+  "access-control-expose-headers": "*",
+};
+
+/** Endpoints that check credentials themselves (/files accepts signatures, /init its own rule). */
+const ROUTES: Record<string, { handler: HttpHandler; selfAuth?: boolean }> = {
+  "GET /health": { handler: getHealth, selfAuth: true },
+  "GET /files": { handler: getFiles, selfAuth: true },
+  "HEAD /files": { handler: getFiles, selfAuth: true },
+  "POST /files": { handler: postFiles, selfAuth: true },
+  "POST /init": { handler: postInit, selfAuth: true },
+  "GET /envs": { handler: getEnvs },
+  "GET /metrics": { handler: getMetrics },
+  "POST /freeze": { handler: postFreeze },
+  "POST /unfreeze": { handler: postUnfreeze },
+};
+
+export function createRuntime(opts: RuntimeOptions = {}): Runtime {
+  const sandboxes = new Map<string, RuntimeSandbox>();
+  const servers = new Set<Server>();
+  const onError = opts.onError ?? ((err: unknown) => console.error("runtime:", err));
+  const single = opts.single ? new RuntimeSandbox(opts.single.id ?? "default", opts.single.view, opts.single.options) : undefined;
+  const bySocket = new WeakMap<IncomingMessage, RuntimeSandbox>();
+
+  const rpc = connectNodeAdapter({
+    routes: (router) => {
+      processService(router);
+      filesystemService(router);
+    },
+    contextValues: (req) => createContextValues().set(sandboxKey, bySocket.get(req as IncomingMessage)),
+    jsonOptions: { ignoreUnknownFields: true },
+  });
+
+  /** A signed /files URL carries no sandbox id: find the sandbox whose token signed it. */
+  function bySignature(req: IncomingMessage, url: URL): RuntimeSandbox | undefined {
+    const q = url.searchParams;
+    if (url.pathname !== "/files" || !q.get("signature")) return undefined;
+    for (const sbx of sandboxes.values()) {
+      const denied = checkFileAccess({
+        token: sbx.accessToken, headerToken: undefined, checkHeaderToken: () => false,
+        path: q.get("path") ?? "", op: req.method === "POST" ? "write" : "read", username: q.get("username"),
+        signature: q.get("signature"), expiration: null,
+      });
+      if (sbx.accessToken && !denied) return sbx;
+    }
+    return undefined;
+  }
+
+  function route(req: IncomingMessage, url: URL): RuntimeSandbox | undefined {
+    const id = req.headers["e2b-sandbox-id"];
+    const named = typeof id === "string" ? sandboxes.get(id) : undefined;
+    return named ?? single ?? bySignature(req, url);
+  }
+
+  async function serve(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const url = new URL(req.url ?? "/", "http://runtime");
+    for (const [k, v] of Object.entries(CORS)) res.setHeader(k, v);
+    if (req.method === "OPTIONS") return void res.writeHead(204).end();
+    const sbx = route(req, url);
+    if (!sbx) {
+      const id = req.headers["e2b-sandbox-id"];
+      return sendJson(res, 502, { sandboxId: typeof id === "string" ? id : "", message: "The sandbox was not found", code: 502 });
+    }
+    sbx.requests.add(req);
+    res.once("close", () => sbx.requests.delete(req));
+
+    const isRpc = RPC_PREFIXES.some((p) => url.pathname.startsWith(p));
+    const endpoint = isRpc ? undefined : ROUTES[`${req.method} ${url.pathname}`];
+    if (!isRpc && !endpoint) return sendError(res, 404, `no route for ${req.method} ${url.pathname}`);
+    if (!endpoint?.selfAuth) {
+      const token = req.headers["x-access-token"];
+      if (!sbx.checkToken(Array.isArray(token) ? token[0] : token)) return sendError(res, 401, UNAUTHORIZED);
+    }
+    if (isRpc) {
+      bySocket.set(req, sbx);
+      return rpc(req, res);
+    }
+    await endpoint!.handler(req, res, sbx, url);
+  }
+
+  const handler = (req: IncomingMessage, res: ServerResponse) => {
+    serve(req, res).catch((err: unknown) => {
+      if (err instanceof HttpError) return sendError(res, err.status, err.message);
+      onError(err);
+      sendError(res, 500, (err as Error)?.message ?? String(err));
+    });
+  };
+
+  function mustGet(id: string): RuntimeSandbox {
+    const sbx = sandboxes.get(id) ?? (single && (id === single.id) ? single : undefined);
+    if (!sbx) throw new Error(`sandbox ${id} is not registered`);
+    return sbx;
+  }
+
+  return {
+    handler,
+    addSandbox(id, view, sandboxOpts) {
+      if (sandboxes.has(id)) throw new Error(`sandbox ${id} is already registered`);
+      const sbx = new RuntimeSandbox(id, view, sandboxOpts);
+      sandboxes.set(id, sbx);
+      return sbx;
+    },
+    removeSandbox(id) {
+      const sbx = sandboxes.get(id);
+      if (!sbx) return false;
+      sandboxes.delete(id);
+      sbx.close();
+      return true;
+    },
+    getSandbox: (id) => sandboxes.get(id) ?? (single?.id === id ? single : undefined),
+    freeze: (id) => freezeSandbox(mustGet(id)),
+    thaw: (id) => thawSandbox(mustGet(id)),
+    async listen(target) {
+      const server = createServer({ keepAliveTimeout: 65_000 }, handler);
+      servers.add(server);
+      await new Promise<void>((resolve, reject) => {
+        server.once("error", reject);
+        if ("socket" in target) {
+          rmSync(target.socket, { force: true });
+          server.listen(target.socket, resolve);
+        } else server.listen(target.port, target.host, resolve);
+      });
+      return server;
+    },
+    async close() {
+      for (const sbx of sandboxes.values()) sbx.close();
+      sandboxes.clear();
+      single?.close();
+      await Promise.all([...servers].map((s) => new Promise<void>((r) => { s.closeAllConnections(); s.close(() => r()); })));
+      servers.clear();
+    },
+  };
+}
