@@ -1,4 +1,213 @@
+// SandboxDO: one per sandbox (`idFromName(sandboxId)`). A thin shell around machine.ts: it keeps
+// the state in memory and in DO storage, applies events, performs the effects (intents to the
+// ClusterDO, index rows to libSQL) and keeps one alarm at `dueAt(state)`. Every RPC resolves to a
+// typed result; none throws (a throwing RPC leaks unhandled rejections under the vitest plugin).
 import { DurableObject } from "cloudflare:workers";
+import type { Env } from "../../functions/env.ts";
+import { getDb } from "../../functions/store/db.ts";
+import { writeIndexRow } from "../../functions/store/sandbox-index.ts";
+import { ErrorCode, sandboxNotFoundMessage } from "../../schema/errors.ts";
+import type { Endpoint, Observation, PauseStrategy } from "../../schema/protocol/index.ts";
+import type { SandboxEvent } from "./events.ts";
+import { indexRow, routeInfo, sandboxInfo, type RouteInfo, type SandboxInfo } from "./info.ts";
+import { dueAt, transition, visibleTo } from "./machine.ts";
+import type { Access, Result, SandboxSpec, SandboxState } from "./state.ts";
 
-// Placeholder so the Worker binds; the real shell lands with issue 2.
-export class SandboxDO extends DurableObject {}
+export interface CreateInput {
+  spec: SandboxSpec;
+  timeoutS: number;
+  /** Generation of the pool's last intent for this member; ours start above it. */
+  claimedGeneration: number;
+  endpoint: Endpoint | null;
+  /** Bound on waiting for the agent to acknowledge the claim. */
+  waitMs: number;
+}
+
+/** Default bound on waiting for the agent (create, resume, wake). */
+export const DEFAULT_WAIT_MS = 10_000;
+
+const STATE_KEY = "state";
+
+export class SandboxDO extends DurableObject<Env> {
+  private state: SandboxState | null = null;
+  private alarmAt: number | null = null;
+  private indexChain: Promise<void> = Promise.resolve();
+  private waiters = new Set<() => void>();
+
+  constructor(ctx: DurableObjectState, env: Env) {
+    super(ctx, env);
+    void ctx.blockConcurrencyWhile(async () => {
+      this.state = (await ctx.storage.get<SandboxState>(STATE_KEY)) ?? null;
+      this.alarmAt = await ctx.storage.getAlarm();
+    });
+  }
+
+  /** Takes over a claimed member: records it, sends the owner's first intent, waits for the ack. */
+  async create(input: CreateInput): Promise<Result<{ sandbox: SandboxInfo }>> {
+    const t = await this.apply({
+      type: "create",
+      spec: input.spec,
+      timeoutS: input.timeoutS,
+      generation: input.claimedGeneration + 1,
+      endpoint: input.endpoint,
+    }, input.waitMs);
+    if (!t.ok) return t;
+    if (!t.acked) {
+      await this.apply({ type: "kill" }, 0);
+      return { ok: false, error: { code: ErrorCode.placementTimeout, message: `The cluster did not take sandbox "${input.spec.id}" within ${input.waitMs} ms` } };
+    }
+    if (this.state?.phase === "Failed") return { ok: false, error: { code: ErrorCode.createFailed, message: this.failureMessage() } };
+    return { ok: true, sandbox: sandboxInfo(this.state!) };
+  }
+
+  async info(access: Access): Promise<Result<{ sandbox: SandboxInfo }>> {
+    if (!visibleTo(this.state, access) || this.state.phase === "Failed") return this.notFound();
+    return { ok: true, sandbox: sandboxInfo(this.state) };
+  }
+
+  async kill(access: Access): Promise<Result> {
+    if (!visibleTo(this.state, access)) return this.notFound();
+    return this.apply({ type: "kill" }, 0);
+  }
+
+  async setTimeout(access: Access, timeoutS: number): Promise<Result> {
+    if (!visibleTo(this.state, access)) return this.notFound();
+    return this.apply({ type: "setTimeout", timeoutS }, 0);
+  }
+
+  async refresh(access: Access, durationS: number): Promise<Result> {
+    if (!visibleTo(this.state, access)) return this.notFound();
+    return this.apply({ type: "refresh", durationS }, 0);
+  }
+
+  async pause(access: Access, strategy?: PauseStrategy): Promise<Result> {
+    if (!visibleTo(this.state, access)) return this.notFound();
+    return this.apply({ type: "pause", strategy }, 0);
+  }
+
+  /** E2B connect (and the deprecated resume): `resumed` tells 201 from 200. */
+  async connectSandbox(access: Access, opts: { timeoutS: number; memory?: boolean; waitMs?: number }): Promise<Result<{ sandbox: SandboxInfo; resumed: boolean }>> {
+    if (!visibleTo(this.state, access)) return this.notFound();
+    const t = await this.apply({ type: "connect", timeoutS: opts.timeoutS, memory: opts.memory }, opts.waitMs ?? DEFAULT_WAIT_MS);
+    if (!t.ok) return t;
+    const ready = await this.waitRunning(opts.waitMs ?? DEFAULT_WAIT_MS);
+    if (!ready.ok) return ready;
+    return { ok: true, sandbox: sandboxInfo(this.state!), resumed: t.resumed === true };
+  }
+
+  /** Gateway: where the sandbox lives and its tokens, in whatever state it is. */
+  async route(): Promise<Result<{ route: RouteInfo }>> {
+    if (!this.state || this.state.phase === "Terminating") return this.notFound();
+    return { ok: true, route: routeInfo(this.state) };
+  }
+
+  /**
+   * Gateway: traffic arrived. Resumes a paused sandbox when its lifecycle allows auto-resume and
+   * waits (bounded) until it is Running; refusals are typed (not found, conflict: paused without
+   * auto-resume, timeout, failed).
+   */
+  async wake(waitMs: number = DEFAULT_WAIT_MS): Promise<Result<{ route: RouteInfo; resumed: boolean }>> {
+    if (!this.state || this.state.phase === "Terminating") return this.notFound();
+    const t = await this.apply({ type: "wake" }, waitMs);
+    if (!t.ok) return t;
+    const ready = await this.waitRunning(waitMs);
+    if (!ready.ok) return ready;
+    return { ok: true, route: routeInfo(this.state!), resumed: t.resumed === true };
+  }
+
+  /** ClusterDO: an agent observation for this sandbox. */
+  async observe(obs: Observation): Promise<{ ok: true }> {
+    await this.apply({ type: "observe", obs }, 0);
+    return { ok: true };
+  }
+
+  /** Operators and tests: the full state (phase, conditions, generations, timers). */
+  async inspect(): Promise<SandboxState | null> {
+    return this.state;
+  }
+
+  override async alarm(): Promise<void> {
+    this.alarmAt = null;
+    await this.apply({ type: "alarm" }, 0);
+  }
+
+  private async apply(ev: SandboxEvent, awaitAckMs: number): Promise<Result<{ resumed?: boolean; acked?: boolean }>> {
+    const t = transition(this.state, ev, Date.now());
+    if (!t.result.ok) return t.result;
+    this.state = t.state;
+    if (this.state) void this.ctx.storage.put(STATE_KEY, this.state);
+    const intents = [];
+    const writes: Promise<void>[] = [];
+    for (const e of t.effects) {
+      if (e.kind === "intent") intents.push(e.intent);
+      else if (e.kind === "index" && this.state) writes.push(this.writeIndex(this.state));
+      else if (e.kind === "purge") await this.ctx.storage.deleteAll();
+    }
+    await this.syncAlarm();
+    this.notify();
+    let acked = true;
+    if (intents.length > 0 && this.state) {
+      const cluster = this.env.CLUSTER.get(this.env.CLUSTER.idFromName(this.state.spec.cluster));
+      const sent = cluster.enqueue(intents, { awaitAckMs });
+      // The first index write (create) is awaited beside the enqueue so list sees the sandbox.
+      const [res] = await Promise.all([sent, ...(ev.type === "create" ? writes : [])]);
+      if (!res.ok) return res;
+      acked = awaitAckMs === 0 || !res.timedOut;
+      for (const a of res.acks) {
+        if (a.sandboxId === this.state?.spec.id) await this.apply({ type: "ack", generation: a.generation, result: a.result, message: a.message }, 0);
+      }
+    }
+    return { ...t.result, acked };
+  }
+
+  /** Index writes are chained so they reach libSQL in order; `rev` guards against reordering anyway. */
+  private writeIndex(s: SandboxState): Promise<void> {
+    const row = indexRow(s);
+    const write = this.indexChain.then(() => writeIndexRow(getDb(this.env), row)).catch((err) => console.error("index write failed", row.id, err));
+    this.indexChain = write;
+    this.ctx.waitUntil(write);
+    return write;
+  }
+
+  private async syncAlarm(): Promise<void> {
+    const due = dueAt(this.state);
+    if (due === this.alarmAt) return;
+    this.alarmAt = due;
+    if (due === null) await this.ctx.storage.deleteAlarm();
+    else await this.ctx.storage.setAlarm(due);
+  }
+
+  private async waitRunning(ms: number): Promise<Result> {
+    const deadline = Date.now() + ms;
+    for (;;) {
+      const s = this.state;
+      if (!s || s.phase === "Terminating") return this.notFound();
+      if (s.phase === "Running") return { ok: true };
+      if (s.phase === "Failed") return { ok: false, error: { code: ErrorCode.createFailed, message: this.failureMessage() } };
+      const left = deadline - Date.now();
+      if (left <= 0) return { ok: false, error: { code: ErrorCode.placementTimeout, message: `Sandbox "${s.spec.id}" did not become ready within ${ms} ms` } };
+      await new Promise<void>((resolve) => {
+        const done = () => {
+          clearTimeout(timer);
+          this.waiters.delete(done);
+          resolve();
+        };
+        const timer = setTimeout(done, left);
+        this.waiters.add(done);
+      });
+    }
+  }
+
+  private notify(): void {
+    for (const w of [...this.waiters]) w();
+  }
+
+  private failureMessage(): string {
+    const ready = this.state?.conditions.find((c) => c.type === "Ready");
+    return `Sandbox failed: ${ready?.reason ?? "unknown"}${ready?.message ? ` (${ready.message})` : ""}`;
+  }
+
+  private notFound(): { ok: false; error: { code: typeof ErrorCode.sandboxNotFound; message: string } } {
+    return { ok: false, error: { code: ErrorCode.sandboxNotFound, message: sandboxNotFoundMessage(this.ctx.id.name ?? "") } };
+  }
+}

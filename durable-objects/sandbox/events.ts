@@ -1,0 +1,19 @@
+// Inputs of the sandbox machine: client commands (already authorised by the shell), agent
+// observations and acks, and the alarm.
+import type { AckResult, Endpoint, Observation, PauseStrategy } from "../../schema/protocol/index.ts";
+import type { SandboxSpec } from "./state.ts";
+
+export type SandboxEvent =
+  | { type: "create"; spec: SandboxSpec; timeoutS: number; generation: number; endpoint: Endpoint | null }
+  | { type: "kill" }
+  | { type: "setTimeout"; timeoutS: number }
+  /** `strategy` undefined: the template's default. */
+  | { type: "pause"; strategy?: PauseStrategy }
+  /** E2B connect (= resume): extend-only on a running sandbox, resume with a floor if paused. */
+  | { type: "connect"; timeoutS: number; memory?: boolean }
+  /** Traffic for a paused sandbox (gateway): resumes only if lifecycle.autoResume allows it. */
+  | { type: "wake" }
+  | { type: "refresh"; durationS: number }
+  | { type: "observe"; obs: Observation }
+  | { type: "ack"; generation: number; result: AckResult; message?: string }
+  | { type: "alarm" };

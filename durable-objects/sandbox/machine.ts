@@ -1,0 +1,318 @@
+// The sandbox lifecycle as a pure function: `transition(state, event, now)` returns the next
+// state, the effects for the shell (sandbox-do.ts) and the reply. Expected refusals come back in
+// `result`, never as throws.
+//
+// Phases: Pending → Running → Pausing → Paused → Resuming → Running; any → Terminating → gone;
+// Failed when the agent reports it or rejects an intent. Condition reasons:
+//   Ready              Pending (not yet observed), RuntimeReady (runtime answers and is
+//                      initialised for this generation), RuntimeNotReady, Paused, Terminating,
+//                      IntentRejected, or the agent's own reason (e.g. ImagePullFailed)
+//   RuntimeInitialized Pending (re-init with this claim's token and env vars sent), Succeeded
+//   SandboxPaused      Pending (pause sent), FreezePauseSucceed (cgroup-frozen, memory kept),
+//                      StopPauseSucceed (released, filesystem kept)
+//   SandboxResumed     ResumePod (resume sent: False; observed running: True)
+import { MIN_RESUME_TIMEOUT_S } from "../../schema/api/limits.ts";
+import { ErrorCode, sandboxNotFoundMessage, type Refusal } from "../../schema/errors.ts";
+import type { IntentInput, Observation, PauseStrategy } from "../../schema/protocol/index.ts";
+import type { SandboxEffect } from "./effects.ts";
+import type { SandboxEvent } from "./events.ts";
+import {
+  assertNever,
+  visibleState,
+  type Access,
+  type Condition,
+  type ConditionType,
+  type Phase,
+  type Result,
+  type SandboxState,
+} from "./state.ts";
+
+/** How long a killed sandbox is remembered without the agent confirming its deletion. */
+export const PURGE_GRACE_MS = 10 * 60_000;
+
+export interface Transition {
+  state: SandboxState | null;
+  effects: SandboxEffect[];
+  /** `resumed`: connect/wake started a resume (E2B answers 201 instead of 200). */
+  result: Result<{ resumed?: boolean }>;
+}
+
+export function transition(current: SandboxState | null, ev: SandboxEvent, now: number): Transition {
+  const s = current && structuredClone(current);
+  switch (ev.type) {
+    case "create":
+      return s ? refuse(s, ErrorCode.conflict, `Sandbox "${ev.spec.id}" already exists`) : create(ev, now);
+    case "observe":
+      return s ? observe(s, ev.obs, now) : ok(null, []);
+    case "ack":
+      return s ? ack(s, ev, now) : ok(null, []);
+    case "alarm":
+      return s ? alarm(s, now) : ok(null, []);
+    default:
+      break;
+  }
+  if (!s || s.phase === "Terminating") return refuse(s, ErrorCode.sandboxNotFound, sandboxNotFoundMessage(current?.spec.id ?? ""));
+  if (ev.type === "kill") return kill(s, now);
+  if (s.phase === "Failed") return refuse(s, ErrorCode.sandboxNotFound, sandboxNotFoundMessage(s.spec.id));
+  switch (ev.type) {
+    case "setTimeout":
+      return setEndAt(s, now + ev.timeoutS * 1000, "overwrite");
+    case "refresh":
+      return setEndAt(s, now + ev.durationS * 1000, "extend");
+    case "pause":
+      if (s.phase === "Pausing" || s.phase === "Paused") return refuse(s, ErrorCode.alreadyPaused, `Sandbox "${s.spec.id}" is already paused`);
+      if (s.phase === "Resuming") return refuse(s, ErrorCode.conflict, `Sandbox "${s.spec.id}" is resuming`);
+      return startPause(s, ev.strategy ?? s.spec.pauseStrategy, now);
+    case "connect":
+      return connect(s, ev.timeoutS, ev.memory, now);
+    case "wake":
+      return wake(s, now);
+    default:
+      return assertNever(ev);
+  }
+}
+
+/** Whether `access` may see the sandbox at all; anything else is answered as not found. */
+export function visibleTo(s: SandboxState | null, access: Access): s is SandboxState {
+  return s !== null && s.phase !== "Terminating" && (access.admin || access.keyId === s.spec.keyId);
+}
+
+/** The earliest time the alarm must fire, or null for none. */
+export function dueAt(s: SandboxState | null): number | null {
+  if (!s) return null;
+  switch (s.phase) {
+    case "Terminating":
+      return s.purgeAt;
+    case "Pausing":
+    case "Paused":
+      return s.retainUntil;
+    case "Pending":
+    case "Running":
+    case "Resuming":
+    case "Failed":
+      return s.endAt;
+    default:
+      return assertNever(s.phase);
+  }
+}
+
+function create(ev: Extract<SandboxEvent, { type: "create" }>, now: number): Transition {
+  const s: SandboxState = {
+    spec: ev.spec,
+    phase: "Pending",
+    conditions: [],
+    generation: ev.generation,
+    observedGeneration: 0,
+    desired: "running",
+    pauseStrategy: ev.spec.pauseStrategy,
+    startedAt: now,
+    endAt: ev.spec.neverTimeout ? null : now + ev.timeoutS * 1000,
+    retainUntil: null,
+    purgeAt: null,
+    endpoint: ev.endpoint,
+    rev: 0,
+  };
+  setCondition(s, "Ready", "False", "Pending", now);
+  setCondition(s, "RuntimeInitialized", "False", "Pending", now);
+  return ok(s, [sendIntent(s, now), index(s)]);
+}
+
+function kill(s: SandboxState, now: number): Transition {
+  s.phase = "Terminating";
+  s.desired = "deleted";
+  s.generation++;
+  s.purgeAt = now + PURGE_GRACE_MS;
+  setCondition(s, "Ready", "False", "Terminating", now);
+  return ok(s, [sendIntent(s, now), index(s)]);
+}
+
+function setEndAt(s: SandboxState, endAt: number, mode: "overwrite" | "extend"): Transition {
+  if (s.phase === "Pausing" || s.phase === "Paused") return refuse(s, ErrorCode.conflict, `Sandbox "${s.spec.id}" is paused`);
+  if (s.spec.neverTimeout || s.endAt === null) return ok(s, []);
+  const next = mode === "extend" ? Math.max(s.endAt, endAt) : endAt;
+  if (next === s.endAt) return ok(s, []);
+  s.endAt = next;
+  return ok(s, [index(s)]);
+}
+
+function startPause(s: SandboxState, strategy: PauseStrategy, now: number): Transition {
+  s.phase = "Pausing";
+  s.desired = "paused";
+  s.pauseStrategy = strategy;
+  s.generation++;
+  s.retainUntil = s.spec.pausedRetentionMs === null ? null : now + s.spec.pausedRetentionMs;
+  setCondition(s, "SandboxPaused", "False", "Pending", now);
+  setCondition(s, "Ready", "False", "Paused", now);
+  removeCondition(s, "SandboxResumed");
+  return ok(s, [sendIntent(s, now), index(s)]);
+}
+
+function connect(s: SandboxState, timeoutS: number, memory: boolean | undefined, now: number): Transition {
+  switch (s.phase) {
+    case "Pending":
+    case "Running":
+      return setEndAt(s, now + timeoutS * 1000, "extend");
+    case "Resuming": {
+      const t = setEndAt(s, now + timeoutS * 1000, "extend");
+      return { ...t, result: { ok: true, resumed: true } };
+    }
+    case "Pausing":
+    case "Paused":
+      if (memory === false && s.pauseStrategy === "Freeze") {
+        return refuse(s, ErrorCode.badRequest, "Resuming without memory (reboot) is not supported for a sandbox paused with its memory kept");
+      }
+      return resume(s, Math.max(timeoutS, MIN_RESUME_TIMEOUT_S), now);
+    case "Terminating":
+    case "Failed":
+      return refuse(s, ErrorCode.sandboxNotFound, sandboxNotFoundMessage(s.spec.id));
+    default:
+      return assertNever(s.phase);
+  }
+}
+
+function wake(s: SandboxState, now: number): Transition {
+  if (s.phase !== "Pausing" && s.phase !== "Paused") return ok(s, [], { resumed: s.phase === "Resuming" });
+  if (!s.spec.lifecycle.autoResume) return refuse(s, ErrorCode.conflict, `Sandbox "${s.spec.id}" is paused and auto-resume is off`);
+  if (s.pauseStrategy === "Stop") return refuse(s, ErrorCode.conflict, `Sandbox "${s.spec.id}" was paused without memory; resume it with connect`);
+  return resume(s, MIN_RESUME_TIMEOUT_S, now);
+}
+
+function resume(s: SandboxState, timeoutS: number, now: number): Transition {
+  s.phase = "Resuming";
+  s.desired = "running";
+  s.generation++;
+  s.retainUntil = null;
+  if (!s.spec.neverTimeout) s.endAt = Math.max(s.endAt ?? 0, now + timeoutS * 1000);
+  setCondition(s, "SandboxResumed", "False", "ResumePod", now);
+  setCondition(s, "RuntimeInitialized", "False", "Pending", now);
+  return ok(s, [sendIntent(s, now), index(s)], { resumed: true });
+}
+
+function observe(s: SandboxState, obs: Observation, now: number): Transition {
+  if (obs.generation < s.generation) return ok(s, []);
+  s.observedGeneration = Math.max(s.observedGeneration, obs.generation);
+  if (obs.endpoint) s.endpoint = obs.endpoint;
+  const before = { phase: s.phase, endAt: s.endAt };
+  switch (obs.phase) {
+    case "Deleted":
+      if (s.desired === "deleted") return ok(null, [{ kind: "purge" }]);
+      fail(s, obs.reason ?? "SandboxGone", obs.message ?? "the sandbox disappeared from its cluster", now);
+      break;
+    case "Failed":
+      if (s.desired !== "deleted") fail(s, obs.reason ?? "Failed", obs.message, now);
+      break;
+    case "Running":
+      if (s.desired !== "running") break;
+      if (obs.ready) becomeRunning(s, now);
+      else setCondition(s, "Ready", "False", obs.reason ?? "RuntimeNotReady", now, obs.message);
+      break;
+    case "Paused":
+      if (s.desired === "paused") becomePaused(s, now);
+      break;
+    case "Pending":
+    case "Pausing":
+    case "Resuming":
+    case "Terminating":
+      break;
+    default:
+      return assertNever(obs.phase);
+  }
+  return ok(s, changed(s, before) ? [index(s)] : []);
+}
+
+function ack(s: SandboxState, ev: Extract<SandboxEvent, { type: "ack" }>, now: number): Transition {
+  if (ev.generation !== s.generation) return ok(s, []);
+  const before = { phase: s.phase, endAt: s.endAt };
+  if (ev.result === "rejected") {
+    if (s.desired === "deleted") return ok(null, [{ kind: "purge" }]);
+    fail(s, "IntentRejected", ev.message, now);
+  } else if (ev.result === "applied") {
+    if (s.desired === "running") becomeRunning(s, now);
+    else if (s.desired === "paused") becomePaused(s, now);
+    else return ok(null, [{ kind: "purge" }]);
+  }
+  return ok(s, changed(s, before) ? [index(s)] : []);
+}
+
+function alarm(s: SandboxState, now: number): Transition {
+  const due = dueAt(s);
+  if (due === null || due > now) return ok(s, []);
+  switch (s.phase) {
+    case "Terminating":
+      return ok(null, [{ kind: "purge" }]);
+    case "Pausing":
+    case "Paused":
+    case "Failed":
+      return kill(s, now);
+    case "Pending":
+    case "Running":
+    case "Resuming":
+      return s.spec.lifecycle.onTimeout === "pause" ? startPause(s, s.spec.lifecycle.timeoutPauseStrategy, now) : kill(s, now);
+    default:
+      return assertNever(s.phase);
+  }
+}
+
+function becomeRunning(s: SandboxState, now: number): void {
+  if (s.phase === "Resuming") {
+    setCondition(s, "SandboxResumed", "True", "ResumePod", now);
+    removeCondition(s, "SandboxPaused");
+  }
+  if (s.phase === "Pending" || s.phase === "Resuming") s.phase = "Running";
+  setCondition(s, "Ready", "True", "RuntimeReady", now);
+  setCondition(s, "RuntimeInitialized", "True", "Succeeded", now);
+}
+
+function becomePaused(s: SandboxState, now: number): void {
+  s.phase = "Paused";
+  setCondition(s, "SandboxPaused", "True", s.pauseStrategy === "Stop" ? "StopPauseSucceed" : "FreezePauseSucceed", now);
+}
+
+function fail(s: SandboxState, reason: string, message: string | undefined, now: number): void {
+  s.phase = "Failed";
+  setCondition(s, "Ready", "False", reason, now, message);
+}
+
+function changed(s: SandboxState, before: { phase: Phase; endAt: number | null }): boolean {
+  return s.phase !== before.phase || s.endAt !== before.endAt;
+}
+
+function sendIntent(s: SandboxState, now: number): SandboxEffect {
+  const intent: IntentInput = {
+    sandboxId: s.spec.id,
+    generation: s.generation,
+    owner: { kind: "sandbox" },
+    desired: { state: s.desired, pauseStrategy: s.pauseStrategy },
+    template: s.spec.template,
+    envVars: s.spec.envVars,
+    envdAccessToken: s.spec.envdAccessToken,
+    allowInternetAccess: s.spec.allowInternetAccess ?? true,
+    labels: s.spec.labels,
+    issuedAt: now,
+  };
+  return { kind: "intent", intent };
+}
+
+function index(s: SandboxState): SandboxEffect {
+  s.rev++;
+  return { kind: "index" };
+}
+
+function setCondition(s: SandboxState, type: ConditionType, status: Condition["status"], reason: string, now: number, message?: string): void {
+  const prev = s.conditions.find((c) => c.type === type);
+  const next: Condition = { type, status, reason, lastTransitionTime: prev && prev.status === status ? prev.lastTransitionTime : now };
+  if (message !== undefined) next.message = message;
+  s.conditions = [...s.conditions.filter((c) => c.type !== type), next];
+}
+
+function removeCondition(s: SandboxState, type: ConditionType): void {
+  s.conditions = s.conditions.filter((c) => c.type !== type);
+}
+
+function ok(state: SandboxState | null, effects: SandboxEffect[], extra: { resumed?: boolean } = {}): Transition {
+  return { state, effects, result: { ok: true, ...extra } };
+}
+
+function refuse(state: SandboxState | null, code: Refusal["code"], message: string): Transition {
+  return { state, effects: [], result: { ok: false, error: { code, message } } };
+}

@@ -1,0 +1,104 @@
+// SandboxDO state: what one sandbox is (spec, fixed at create) and where it is (phase,
+// conditions, timers). Phases and condition vocabulary follow OpenKruise's Sandbox
+// (openkruise-agents.md §1.1, §2.1), plus `Pausing` (E2B pause is asynchronous here).
+import type { Endpoint, PauseStrategy, TemplateSpec } from "../../schema/protocol/index.ts";
+import type { Refusal } from "../../schema/errors.ts";
+import type { SandboxNetworkConfig } from "../../schema/api/sandbox.ts";
+
+export type Phase = "Pending" | "Running" | "Pausing" | "Paused" | "Resuming" | "Terminating" | "Failed";
+
+export type ConditionType = "Ready" | "SandboxPaused" | "SandboxResumed" | "RuntimeInitialized";
+
+export interface Condition {
+  type: ConditionType;
+  status: "True" | "False" | "Unknown";
+  /** CamelCase; see machine.ts for each reason's meaning. */
+  reason: string;
+  message?: string;
+  lastTransitionTime: number;
+}
+
+/** Fixed at create. */
+export interface SandboxSpec {
+  id: string;
+  teamId: string;
+  keyId: string;
+  templateId: string;
+  cluster: string;
+  template: TemplateSpec;
+  envdVersion: string;
+  cpuCount: number;
+  memoryMB: number;
+  diskSizeMB: number;
+  envVars: Record<string, string>;
+  metadata: Record<string, string>;
+  labels: Record<string, string>;
+  /** As the client set it; null when not set (reported as such, enforced as true). */
+  allowInternetAccess: boolean | null;
+  network: SandboxNetworkConfig | null;
+  volumeMounts: { name: string; path: string }[];
+  lifecycle: { onTimeout: "kill" | "pause"; autoResume: boolean; timeoutPauseStrategy: PauseStrategy };
+  /** Default strategy of a manual pause without `memory` (the template's). */
+  pauseStrategy: PauseStrategy;
+  /** How long a paused sandbox is kept before deletion; null keeps it forever. */
+  pausedRetentionMs: number | null;
+  /** `e2b.agents.kruise.io/never-timeout`: no end of life at all. */
+  neverTimeout: boolean;
+  envdAccessToken: string | null;
+  trafficAccessToken: string | null;
+}
+
+export interface SandboxState {
+  spec: SandboxSpec;
+  phase: Phase;
+  conditions: Condition[];
+  /** Generation of the newest intent sent; observations of older ones are dropped. */
+  generation: number;
+  observedGeneration: number;
+  desired: "running" | "paused" | "deleted";
+  /** Strategy of the current (or last) pause. */
+  pauseStrategy: PauseStrategy;
+  startedAt: number;
+  /** End of life while running (ms); null when never-timeout. */
+  endAt: number | null;
+  /** While paused: deletion time; null keeps it. */
+  retainUntil: number | null;
+  /** While terminating: forget the sandbox at this time even without the agent's confirmation. */
+  purgeAt: number | null;
+  endpoint: Endpoint | null;
+  /** Revision of the index row; bumped on every index write. */
+  rev: number;
+}
+
+export interface Access {
+  keyId: string;
+  admin: boolean;
+}
+
+/** E2B's view of a phase: what `state` lists and getInfo report; killed/failed are never shown. */
+export type VisibleState = "running" | "paused" | "killed" | "failed";
+
+export function visibleState(phase: Phase): VisibleState {
+  switch (phase) {
+    case "Pending":
+    case "Running":
+      return "running";
+    case "Pausing":
+    case "Paused":
+    case "Resuming":
+      return "paused";
+    case "Terminating":
+      return "killed";
+    case "Failed":
+      return "failed";
+    default:
+      return assertNever(phase);
+  }
+}
+
+export type Ok<T> = { ok: true } & T;
+export type Result<T = object> = Ok<T> | { ok: false; error: Refusal };
+
+export function assertNever(x: never): never {
+  throw new Error(`unexpected ${JSON.stringify(x)}`);
+}

@@ -1,0 +1,35 @@
+// One error type for every route and one renderer: E2B's `{code, message}` body with the HTTP
+// status from schema/errors.ts. Anything that is not an ApiError is a bug: logged, plain 500.
+import type { Context } from "hono";
+import { errorStatus, semanticErrorCodes, type ErrorCode, type Refusal } from "../schema/errors.ts";
+
+export class ApiError extends Error {
+  readonly code: ErrorCode;
+  constructor(code: ErrorCode, message: string) {
+    super(message);
+    this.name = "ApiError";
+    this.code = code;
+  }
+
+  /** A typed refusal from a Durable Object, raised at the route. */
+  static from(refusal: Refusal): ApiError {
+    return new ApiError(refusal.code, refusal.message);
+  }
+}
+
+export function errorResponse(code: ErrorCode, message: string): Response {
+  const status = errorStatus[code];
+  const body: { code: number; message: string; error_code?: string } = { code: status, message };
+  if (semanticErrorCodes.has(code)) body.error_code = code;
+  return Response.json(body, { status });
+}
+
+export function onError(err: Error, _c: Context): Response {
+  if (err instanceof ApiError) return errorResponse(err.code, err.message);
+  console.error("unhandled error", err);
+  return errorResponse("internal_server_error", "Internal server error");
+}
+
+export function notFound(c: Context): Response {
+  return errorResponse("not_found", `Route ${c.req.method} ${new URL(c.req.url).pathname} not found`);
+}

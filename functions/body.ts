@@ -1,0 +1,56 @@
+// Reads and validates a JSON request body: bounded (413 past the limit, counted while streaming,
+// since SDK bodies arrive chunked without Content-Length), malformed JSON and schema failures 400.
+import type { Context } from "hono";
+import { z } from "zod";
+import { MAX_BODY_BYTES } from "../schema/api/limits.ts";
+import { ApiError } from "./api-error.ts";
+
+export async function readJson<T extends z.ZodType>(c: Context, schema: T, opts: { emptyAs?: unknown } = {}): Promise<z.infer<T>> {
+  const text = await readText(c.req.raw, MAX_BODY_BYTES);
+  let json: unknown;
+  if (text.trim() === "" && "emptyAs" in opts) json = opts.emptyAs;
+  else {
+    try {
+      json = JSON.parse(text);
+    } catch {
+      throw new ApiError("bad_request", "Request body is not valid JSON");
+    }
+  }
+  return parseOr400(schema, json, "body");
+}
+
+export function parseOr400<T extends z.ZodType>(schema: T, value: unknown, what: string): z.infer<T> {
+  const parsed = schema.safeParse(value);
+  if (!parsed.success) throw new ApiError("bad_request", `Invalid ${what}: ${z.prettifyError(parsed.error).replaceAll("\n", "; ")}`);
+  return parsed.data;
+}
+
+async function readText(req: Request, limit: number): Promise<string> {
+  const declared = Number(req.headers.get("content-length") ?? "0");
+  if (declared > limit) throw tooLarge(limit);
+  if (!req.body) return "";
+  const reader = req.body.getReader();
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    size += value.byteLength;
+    if (size > limit) {
+      await reader.cancel();
+      throw tooLarge(limit);
+    }
+    chunks.push(value);
+  }
+  const all = new Uint8Array(size);
+  let off = 0;
+  for (const ch of chunks) {
+    all.set(ch, off);
+    off += ch.byteLength;
+  }
+  return new TextDecoder().decode(all);
+}
+
+function tooLarge(limit: number): ApiError {
+  return new ApiError("payload_too_large", `Request body exceeds ${limit} bytes`);
+}

@@ -1,0 +1,34 @@
+// The Worker's bindings and the Hono context every sub-app shares.
+import type { ClusterDO } from "../durable-objects/cluster/cluster-do.ts";
+import type { PoolDO } from "../durable-objects/pool/pool-do.ts";
+import type { SandboxDO } from "../durable-objects/sandbox/sandbox-do.ts";
+
+export interface Env {
+  SANDBOX: DurableObjectNamespace<SandboxDO>;
+  POOL: DurableObjectNamespace<PoolDO>;
+  CLUSTER: DurableObjectNamespace<ClusterDO>;
+  /** libSQL (sqld locally, Turso in production). */
+  LIBSQL_URL: string;
+  LIBSQL_AUTH_TOKEN?: string;
+  /** Secret pepper of the API-key HMAC. */
+  KEY_PEPPER: string;
+  /** The seeded admin key (`e2b_<hex>`): sees every team, may create keys for any team. */
+  ADMIN_API_KEY: string;
+  /** Shared secret the agent presents on its WebSocket. */
+  CLUSTER_TOKEN: string;
+  /** Domain returned to SDKs as `domain` (null when unset: the SDK falls back to E2B_DOMAIN). */
+  SANDBOX_DOMAIN?: string;
+}
+
+/** Who is calling, as the auth middleware resolved the X-API-KEY. */
+export interface Caller {
+  keyId: string;
+  teamId: string;
+  teamName: string;
+  admin: boolean;
+}
+
+export interface AppEnv {
+  Bindings: Env;
+  Variables: { caller: Caller };
+}

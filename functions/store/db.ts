@@ -1,0 +1,19 @@
+// The libSQL connection the Worker uses: `@libsql/client/web` over HTTP (sqld locally, Turso in
+// production), one client per isolate and URL so connections are reused across requests.
+import { createClient } from "@libsql/client/web";
+import type { LibSQLDatabase } from "drizzle-orm/libsql";
+import { drizzle } from "drizzle-orm/libsql/web";
+
+export type Db = LibSQLDatabase;
+
+const clients = new Map<string, Db>();
+
+export function getDb(env: { LIBSQL_URL: string; LIBSQL_AUTH_TOKEN?: string }): Db {
+  const key = `${env.LIBSQL_URL}\n${env.LIBSQL_AUTH_TOKEN ?? ""}`;
+  let db = clients.get(key);
+  if (!db) {
+    db = drizzle({ client: createClient({ url: env.LIBSQL_URL, authToken: env.LIBSQL_AUTH_TOKEN }) });
+    clients.set(key, db);
+  }
+  return db;
+}

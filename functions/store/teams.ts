@@ -1,0 +1,28 @@
+// Teams (team name = Kubernetes namespace).
+import { asc, eq } from "drizzle-orm";
+import { teams } from "../../schema/db/tables.ts";
+import type { Db } from "./db.ts";
+
+export interface TeamRow {
+  id: string;
+  name: string;
+  createdAt: number;
+}
+
+export async function findTeamByName(db: Db, name: string): Promise<TeamRow | undefined> {
+  const rows = await db.select().from(teams).where(eq(teams.name, name)).limit(1);
+  return rows[0];
+}
+
+/** Creates the team unless it exists (races settle on the unique name) and returns it. */
+export async function ensureTeam(db: Db, name: string, id: string = crypto.randomUUID(), now = Date.now()): Promise<TeamRow> {
+  await db.insert(teams).values({ id, name, createdAt: now }).onConflictDoNothing();
+  const team = await findTeamByName(db, name);
+  if (!team) throw new Error(`team ${name} vanished after insert`);
+  return team;
+}
+
+export async function listTeams(db: Db, teamId: string | null): Promise<TeamRow[]> {
+  const q = db.select().from(teams);
+  return teamId === null ? q.orderBy(asc(teams.name)) : q.where(eq(teams.id, teamId));
+}

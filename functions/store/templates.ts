@@ -1,0 +1,68 @@
+// Templates: SandboxSet specs per team. Shared with PoolDO (edge-B), which reads them here.
+import { and, asc, eq, or } from "drizzle-orm";
+import { TemplateSpec, templateRevision, type TemplateRecord } from "../../schema/api/template.ts";
+import { templates } from "../../schema/db/tables.ts";
+import type { Db } from "./db.ts";
+
+function toRecord(row: typeof templates.$inferSelect): TemplateRecord {
+  return { ...row, spec: TemplateSpec.parse(row.spec) };
+}
+
+/** The team's own template of that id, else a public one (the seeded `base`). */
+export async function resolveTemplate(db: Db, teamId: string, templateId: string): Promise<TemplateRecord | undefined> {
+  const rows = await db
+    .select()
+    .from(templates)
+    .where(and(eq(templates.templateId, templateId), or(eq(templates.teamId, teamId), eq(templates.public, true))));
+  const own = rows.find((r) => r.teamId === teamId) ?? rows[0];
+  return own && toRecord(own);
+}
+
+export async function getTemplate(db: Db, teamId: string, templateId: string): Promise<TemplateRecord | undefined> {
+  const rows = await db.select().from(templates).where(and(eq(templates.teamId, teamId), eq(templates.templateId, templateId))).limit(1);
+  return rows[0] && toRecord(rows[0]);
+}
+
+/** Templates a team can use (its own and public ones); `null` lists every team's. */
+export async function listTemplates(db: Db, teamId: string | null): Promise<TemplateRecord[]> {
+  const q = db.select().from(templates);
+  const rows = await (teamId === null ? q : q.where(or(eq(templates.teamId, teamId), eq(templates.public, true)))).orderBy(
+    asc(templates.templateId),
+    asc(templates.teamId),
+  );
+  return rows.map(toRecord);
+}
+
+export async function upsertTemplate(
+  db: Db,
+  opts: { teamId: string; templateId: string; public: boolean; spec: TemplateSpec; now?: number },
+): Promise<TemplateRecord> {
+  const now = opts.now ?? Date.now();
+  const revision = templateRevision(opts.spec);
+  const rows = await db
+    .insert(templates)
+    .values({ teamId: opts.teamId, templateId: opts.templateId, public: opts.public, spec: opts.spec, revision, createdAt: now, updatedAt: now })
+    .onConflictDoUpdate({ target: [templates.teamId, templates.templateId], set: { public: opts.public, spec: opts.spec, revision, updatedAt: now } })
+    .returning();
+  return toRecord(rows[0]!);
+}
+
+export async function scaleTemplate(db: Db, teamId: string, templateId: string, replicas: number, now = Date.now()): Promise<TemplateRecord | undefined> {
+  const current = await getTemplate(db, teamId, templateId);
+  if (!current) return undefined;
+  const spec = { ...current.spec, replicas };
+  const rows = await db
+    .update(templates)
+    .set({ spec, updatedAt: now })
+    .where(and(eq(templates.teamId, teamId), eq(templates.templateId, templateId)))
+    .returning();
+  return rows[0] && toRecord(rows[0]);
+}
+
+export async function deleteTemplate(db: Db, teamId: string, templateId: string): Promise<boolean> {
+  const rows = await db
+    .delete(templates)
+    .where(and(eq(templates.teamId, teamId), eq(templates.templateId, templateId)))
+    .returning({ id: templates.templateId });
+  return rows.length > 0;
+}

@@ -1,0 +1,126 @@
+// E2B REST shapes for sandboxes (upstream openapi.yml `NewSandbox`, `Sandbox`, `SandboxDetail`,
+// `ListedSandbox`, ...; the v2 create/connect shapes from the e2b 2.51 SDK types).
+import { z } from "zod";
+import {
+  MAX_ENV_VARS,
+  MAX_METADATA_ENTRIES,
+  MAX_METADATA_KEY_BYTES,
+  MAX_METADATA_VALUE_BYTES,
+  MAX_TIMEOUT_S,
+} from "./limits.ts";
+
+const timeoutSeconds = z.int().min(0).max(MAX_TIMEOUT_S);
+
+export const SandboxMetadata = z
+  .record(z.string().min(1).max(MAX_METADATA_KEY_BYTES), z.string().max(MAX_METADATA_VALUE_BYTES))
+  .refine((m) => Object.keys(m).length <= MAX_METADATA_ENTRIES, `at most ${MAX_METADATA_ENTRIES} metadata entries`);
+export type SandboxMetadata = z.infer<typeof SandboxMetadata>;
+
+export const EnvVars = z
+  .record(z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, "env var names are [A-Za-z_][A-Za-z0-9_]*"), z.string())
+  .refine((m) => Object.keys(m).length <= MAX_ENV_VARS, `at most ${MAX_ENV_VARS} env vars`);
+
+export const SandboxVolumeMount = z.object({
+  name: z.string().min(1),
+  path: z.string().regex(/^\/(?!.*\/\/)(?!.*\/\.\.?(\/|$)).*[^/]$|^\/$/, "path must be absolute and clean"),
+});
+
+export const SandboxNetworkConfig = z.object({
+  allowPublicTraffic: z.boolean().optional(),
+  allowOut: z.array(z.string().min(1)).max(100).optional(),
+  denyOut: z.array(z.string().min(1)).max(100).optional(),
+  maskRequestHost: z.string().optional(),
+  httpsPorts: z.array(z.int().min(1).max(65535)).optional(),
+  egressProxy: z
+    .object({ address: z.string().min(1), username: z.string().max(255).optional(), password: z.string().max(255).optional() })
+    .nullable()
+    .optional(),
+  rules: z.record(z.string(), z.array(z.object({ transform: z.object({ headers: z.record(z.string(), z.string()).optional() }).optional() }))).optional(),
+});
+export type SandboxNetworkConfig = z.infer<typeof SandboxNetworkConfig>;
+
+const newSandboxFields = {
+  templateID: z.string().min(1).max(256),
+  metadata: SandboxMetadata.optional(),
+  envVars: EnvVars.optional(),
+  mcp: z.record(z.string(), z.unknown()).nullable().optional(),
+  network: SandboxNetworkConfig.optional(),
+  iam: z.unknown().optional(),
+  allow_internet_access: z.boolean().optional(),
+  autoPause: z.boolean().optional(),
+  autoPauseMemory: z.boolean().optional(),
+  autoResume: z.object({ enabled: z.boolean() }).optional(),
+  volumeMounts: z.array(SandboxVolumeMount).optional(),
+};
+
+/** `POST /v2/sandboxes` (e2b ≥ 2.46). Omitted timeout means 300 s. */
+export const NewSandboxV2 = z.object({ ...newSandboxFields, timeout: timeoutSeconds.optional() });
+/** `POST /sandboxes` (v1, Python SDK and JS ≤ 2.45): adds `secure`. */
+export const NewSandbox = z.object({ ...newSandboxFields, timeout: timeoutSeconds.optional(), secure: z.boolean().optional() });
+export type NewSandbox = z.infer<typeof NewSandbox>;
+
+/** `POST /v2/sandboxes/{id}/connect`; v1 requires `timeout` (the route applies that). */
+export const ConnectSandbox = z.object({ timeout: timeoutSeconds.optional(), memory: z.boolean().optional() });
+export const SandboxTimeoutRequest = z.object({ timeout: timeoutSeconds });
+export const SandboxPauseRequest = z.object({ memory: z.boolean().optional() });
+export const ResumedSandbox = z.object({ timeout: timeoutSeconds.optional(), autoPause: z.boolean().optional(), memory: z.boolean().optional() });
+export const SandboxRefreshRequest = z.object({ duration: z.int().min(0).max(3600).optional() });
+
+export const SandboxState = z.enum(["running", "paused"]);
+export type SandboxState = z.infer<typeof SandboxState>;
+
+/** Create / connect / resume response. */
+export const Sandbox = z.object({
+  templateID: z.string(),
+  sandboxID: z.string(),
+  alias: z.string().optional(),
+  clientID: z.string(),
+  envdVersion: z.string(),
+  envdAccessToken: z.string().optional(),
+  trafficAccessToken: z.string().nullable().optional(),
+  domain: z.string().nullable().optional(),
+});
+export type Sandbox = z.infer<typeof Sandbox>;
+
+export const SandboxLifecycle = z.object({ autoResume: z.boolean(), onTimeout: z.enum(["kill", "pause"]) });
+
+const listedFields = {
+  templateID: z.string(),
+  alias: z.string().optional(),
+  sandboxID: z.string(),
+  clientID: z.string(),
+  startedAt: z.string(),
+  endAt: z.string(),
+  cpuCount: z.int(),
+  memoryMB: z.int(),
+  diskSizeMB: z.int(),
+  metadata: z.record(z.string(), z.string()).optional(),
+  state: SandboxState,
+  envdVersion: z.string(),
+  volumeMounts: z.array(SandboxVolumeMount).optional(),
+};
+
+/** `GET /v2/sandboxes` and `GET /sandboxes` items. */
+export const ListedSandbox = z.object(listedFields);
+export type ListedSandbox = z.infer<typeof ListedSandbox>;
+
+/** `GET /sandboxes/{id}`. */
+export const SandboxDetail = z.object({
+  ...listedFields,
+  envdAccessToken: z.string().optional(),
+  domain: z.string().nullable().optional(),
+  allowInternetAccess: z.boolean().nullable().optional(),
+  network: SandboxNetworkConfig.optional(),
+  lifecycle: SandboxLifecycle.optional(),
+});
+export type SandboxDetail = z.infer<typeof SandboxDetail>;
+
+/** `GET /v2/sandboxes` query after parsing (metadata decoded by functions/api/list-query.ts). */
+export const ListSandboxesQuery = z.object({
+  state: z.array(SandboxState).optional(),
+  order: z.enum(["asc", "desc"]).default("desc"),
+  startedAfter: z.iso.datetime({ offset: true }).optional(),
+  template: z.string().min(1).optional(),
+  limit: z.coerce.number().pipe(z.int().min(1).max(100)).default(100),
+  nextToken: z.string().min(1).optional(),
+});

@@ -1,0 +1,116 @@
+// Templates: a SandboxSet spec per team (OpenKruise §1.2), as the admin API accepts it and
+// PoolDO / SandboxDO read it; plus the E2B `Template` / `TemplateWithBuilds` responses.
+import { z } from "zod";
+import { DEFAULT_ENVD_VERSION } from "./limits.ts";
+
+/** Absolute count or a percentage of replicas, as Kubernetes IntOrString. */
+export const IntOrPercent = z.union([z.int().min(0), z.string().regex(/^\d{1,3}%$/, "a percentage like 20%")]);
+
+export const TemplateId = z.string().regex(/^[a-z0-9]([-a-z0-9_.]{0,62}[a-z0-9])?$/, "template ids are [a-z0-9][-a-z0-9_.]*");
+
+/** SandboxSet spec. Defaults make `{}` a valid 1-CPU, 512 MiB template with no warm pool. */
+export const TemplateSpec = z.strictObject({
+  /** Unclaimed members to keep warm. */
+  replicas: z.int().min(0).max(100_000).default(0),
+  /** Container image (kubernetes driver) or root filesystem name (local driver). */
+  image: z.string().min(1).default("base"),
+  cpuCount: z.int().min(1).max(256).default(1),
+  memoryMB: z.int().min(128).max(1_048_576).default(512),
+  diskSizeMB: z.int().min(1).default(1024),
+  user: z.string().min(1).default("user"),
+  workdir: z.string().startsWith("/").default("/home/user"),
+  envdVersion: z.string().regex(/^\d+\.\d+\.\d+$/).default(DEFAULT_ENVD_VERSION),
+  /** Environment every process of every member gets (create-time envVars override it). */
+  env: z.record(z.string(), z.string()).default({}),
+  /** How `pause` releases a sandbox unless the request says otherwise (E2B keepMemory true = Freeze). */
+  pauseStrategy: z.enum(["Freeze", "Stop"]).default("Freeze"),
+  scaleStrategy: z.strictObject({ maxUnavailable: IntOrPercent.optional() }).default({}),
+  updateStrategy: z.strictObject({ maxUnavailable: IntOrPercent.default("20%") }).default({ maxUnavailable: "20%" }),
+});
+export type TemplateSpec = z.infer<typeof TemplateSpec>;
+
+/** Admin `PUT /admin/teams/{team}/templates/{id}` body. */
+export const TemplateUpsert = z.strictObject({ public: z.boolean().default(false), spec: TemplateSpec.default(TemplateSpec.parse({})) });
+/** Admin `POST /admin/teams/{team}/templates/{id}/scale` body. */
+export const TemplateScale = z.strictObject({ replicas: z.int().min(0).max(100_000) });
+
+/** A stored template as the store hands it to routes and DOs. */
+export interface TemplateRecord {
+  teamId: string;
+  templateId: string;
+  public: boolean;
+  spec: TemplateSpec;
+  revision: string;
+  createdAt: number;
+  updatedAt: number;
+}
+
+/** E2B `Template` (GET /templates). */
+export const Template = z.object({
+  templateID: z.string(),
+  buildID: z.string(),
+  cpuCount: z.int(),
+  memoryMB: z.int(),
+  diskSizeMB: z.int(),
+  public: z.boolean(),
+  aliases: z.array(z.string()),
+  names: z.array(z.string()),
+  createdAt: z.string(),
+  updatedAt: z.string(),
+  createdBy: z.null(),
+  lastSpawnedAt: z.string().nullable(),
+  spawnCount: z.int(),
+  buildCount: z.int(),
+  envdVersion: z.string(),
+  buildStatus: z.enum(["building", "waiting", "ready", "error"]),
+});
+
+/** E2B `TemplateWithBuilds` (GET /templates/{id}). */
+export const TemplateWithBuilds = z.object({
+  templateID: z.string(),
+  public: z.boolean(),
+  aliases: z.array(z.string()),
+  names: z.array(z.string()),
+  createdAt: z.string(),
+  updatedAt: z.string(),
+  lastSpawnedAt: z.string().nullable(),
+  spawnCount: z.int(),
+  builds: z.array(
+    z.object({
+      buildID: z.string(),
+      status: z.enum(["building", "waiting", "ready", "error"]),
+      createdAt: z.string(),
+      updatedAt: z.string(),
+      finishedAt: z.string().optional(),
+      cpuCount: z.int(),
+      memoryMB: z.int(),
+      diskSizeMB: z.int(),
+      envdVersion: z.string(),
+    }),
+  ),
+});
+
+/** Fields of the spec that change what a member is; replicas and strategies do not. */
+export function templateRevision(spec: TemplateSpec): string {
+  const { replicas: _r, scaleStrategy: _s, updateStrategy: _u, ...shape } = spec;
+  return fnv32(canonicalJson(shape));
+}
+
+function canonicalJson(v: unknown): string {
+  if (Array.isArray(v)) return `[${v.map(canonicalJson).join(",")}]`;
+  if (v && typeof v === "object") {
+    const entries = Object.entries(v).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+    return `{${entries.map(([k, x]) => `${JSON.stringify(k)}:${canonicalJson(x)}`).join(",")}}`;
+  }
+  return JSON.stringify(v);
+}
+
+/** FNV-1a 32-bit, hex; OpenKruise hashes SandboxSet revisions with FNV-32 too. */
+function fnv32(s: string): string {
+  let h = 0x811c9dc5;
+  for (let i = 0; i < s.length; i++) {
+    h ^= s.charCodeAt(i);
+    h = Math.imul(h, 0x01000193) >>> 0;
+  }
+  return h.toString(16).padStart(8, "0");
+}

@@ -1,0 +1,106 @@
+// The libSQL state store: what must be queried across Durable Objects. The DOs own sandbox and
+// pool truth; these tables are written through from them and can be rebuilt from them.
+// Times are integer milliseconds since the epoch; JSON columns hold zod-validated shapes from
+// schema/api.
+import { index, integer, primaryKey, sqliteTable, text } from "drizzle-orm/sqlite-core";
+
+/** A team; its name is the Kubernetes namespace its sandboxes live in. */
+export const teams = sqliteTable("teams", {
+  id: text("id").primaryKey(),
+  name: text("name").notNull().unique(),
+  createdAt: integer("created_at").notNull(),
+});
+
+/** API keys, stored only as hex HMAC-SHA256(pepper, key); the plaintext is returned once. */
+export const apiKeys = sqliteTable(
+  "api_keys",
+  {
+    id: text("id").primaryKey(),
+    teamId: text("team_id").notNull(),
+    name: text("name").notNull(),
+    keyHash: text("key_hash").notNull().unique(),
+    /** The visible ends of the key for masked listings (`e2b_ab…cdef`). */
+    maskPrefix: text("mask_prefix").notNull(),
+    maskSuffix: text("mask_suffix").notNull(),
+    valueLength: integer("value_length").notNull(),
+    createdBy: text("created_by"),
+    createdAt: integer("created_at").notNull(),
+    lastUsed: integer("last_used"),
+  },
+  (t) => [index("api_keys_team").on(t.teamId)],
+);
+
+/** Templates: a SandboxSet spec per team (schema/api/template.ts `TemplateSpec`). */
+export const templates = sqliteTable(
+  "templates",
+  {
+    teamId: text("team_id").notNull(),
+    templateId: text("template_id").notNull(),
+    /** Public templates can be claimed by every team (the seeded `base`). */
+    public: integer("public", { mode: "boolean" }).notNull().default(false),
+    spec: text("spec", { mode: "json" }).notNull(),
+    /** Hash of the spec minus replicas: members of an older revision are replaced. */
+    revision: text("revision").notNull(),
+    createdAt: integer("created_at").notNull(),
+    updatedAt: integer("updated_at").notNull(),
+  },
+  (t) => [primaryKey({ columns: [t.teamId, t.templateId] }), index("templates_id").on(t.templateId)],
+);
+
+/** The sandbox index `list` pages through; SandboxDO writes it through on visible changes. */
+export const sandboxes = sqliteTable(
+  "sandboxes",
+  {
+    id: text("id").primaryKey(),
+    teamId: text("team_id").notNull(),
+    keyId: text("key_id").notNull(),
+    templateId: text("template_id").notNull(),
+    alias: text("alias"),
+    /** E2B state: running | paused | killed (killed rows are tombstones, never listed). */
+    state: text("state").notNull(),
+    /** SandboxDO phase (Pending, Running, Paused, ...), for operators. */
+    phase: text("phase").notNull(),
+    metadata: text("metadata", { mode: "json" }).$type<Record<string, string>>().notNull(),
+    startedAt: integer("started_at").notNull(),
+    endAt: integer("end_at").notNull(),
+    cpuCount: integer("cpu_count").notNull(),
+    memoryMB: integer("memory_mb").notNull(),
+    diskSizeMB: integer("disk_size_mb").notNull(),
+    envdVersion: text("envd_version").notNull(),
+    /** Monotonic per sandbox: a write only lands if it is newer than the row. */
+    rev: integer("rev").notNull(),
+  },
+  (t) => [
+    index("sandboxes_team_started").on(t.teamId, t.startedAt, t.id),
+    index("sandboxes_key_started").on(t.keyId, t.startedAt, t.id),
+  ],
+);
+
+/** Snapshots taken from sandboxes (filled by the snapshot routes of a later issue). */
+export const snapshots = sqliteTable(
+  "snapshots",
+  {
+    id: text("id").primaryKey(),
+    teamId: text("team_id").notNull(),
+    keyId: text("key_id").notNull(),
+    sandboxId: text("sandbox_id").notNull(),
+    names: text("names", { mode: "json" }).$type<string[]>().notNull(),
+    createdAt: integer("created_at").notNull(),
+  },
+  (t) => [index("snapshots_team").on(t.teamId, t.createdAt)],
+);
+
+/** Audit trail of control-plane actions (key created/deleted, template changed, ...). */
+export const auditEvents = sqliteTable(
+  "audit_events",
+  {
+    id: integer("id").primaryKey({ autoIncrement: true }),
+    at: integer("at").notNull(),
+    teamId: text("team_id"),
+    keyId: text("key_id"),
+    action: text("action").notNull(),
+    target: text("target"),
+    detail: text("detail", { mode: "json" }).$type<Record<string, unknown>>(),
+  },
+  (t) => [index("audit_team_at").on(t.teamId, t.at)],
+);

@@ -1,0 +1,60 @@
+// Error codes of the control plane. Every route error is an `ApiError(code, message)`; the one
+// onError renders E2B's body `{code: <http status>, message}` with the status from this map.
+// Durable Objects return these codes in typed refusals (`{ok:false, error}`) instead of throwing.
+
+export const ErrorCode = {
+  badRequest: "bad_request",
+  unauthorized: "unauthorized",
+  forbidden: "forbidden",
+  notFound: "not_found",
+  sandboxNotFound: "sandbox_not_found",
+  templateNotFound: "template_not_found",
+  conflict: "conflict",
+  alreadyPaused: "already_paused",
+  notPaused: "not_paused",
+  payloadTooLarge: "payload_too_large",
+  unsupportedMediaType: "unsupported_media_type",
+  capacityUnavailable: "sandbox_capacity_unavailable",
+  placementTimeout: "sandbox_placement_timeout",
+  createFailed: "sandbox_create_failed",
+  internal: "internal_server_error",
+} as const;
+
+export type ErrorCode = (typeof ErrorCode)[keyof typeof ErrorCode];
+
+/** HTTP status per code; `satisfies` keeps the map exhaustive when a code is added. */
+export const errorStatus = {
+  bad_request: 400,
+  unauthorized: 401,
+  forbidden: 403,
+  not_found: 404,
+  sandbox_not_found: 404,
+  template_not_found: 404,
+  conflict: 409,
+  already_paused: 409,
+  not_paused: 409,
+  payload_too_large: 413,
+  unsupported_media_type: 415,
+  sandbox_capacity_unavailable: 503,
+  sandbox_placement_timeout: 504,
+  sandbox_create_failed: 500,
+  internal_server_error: 500,
+} as const satisfies Record<ErrorCode, number>;
+
+/** Codes E2B also sends as the machine-readable `error_code` field. */
+export const semanticErrorCodes: ReadonlySet<ErrorCode> = new Set<ErrorCode>([
+  ErrorCode.capacityUnavailable,
+  ErrorCode.placementTimeout,
+  ErrorCode.createFailed,
+]);
+
+/** A refusal carried across a DO RPC boundary (never thrown there). */
+export interface Refusal {
+  code: ErrorCode;
+  message: string;
+}
+
+/** E2B's not-found message; the same for a missing sandbox and another key's sandbox. */
+export function sandboxNotFoundMessage(id: string): string {
+  return `Sandbox "${id}" doesn't exist or you don't have access to it`;
+}

@@ -1,0 +1,69 @@
+// Seeds the admin team, the admin key (from ADMIN_API_KEY) and the public `base` template,
+// idempotently. The launcher calls `seed()` after migrating; with `edgeUrl` the template goes
+// through the edge's admin API so its PoolDO is configured and starts warming at once.
+//   node scripts/seed.ts <libsql-url>     (reads ADMIN_API_KEY, KEY_PEPPER, EDGE_URL)
+import { eq } from "drizzle-orm";
+import { ADMIN_KEY_ID, ADMIN_TEAM_ID, ADMIN_TEAM_NAME, hashApiKey, looksLikeApiKey, maskApiKey } from "../functions/auth/api-key.ts";
+import { getDb } from "../functions/store/db.ts";
+import { ensureTeam } from "../functions/store/teams.ts";
+import { upsertTemplate } from "../functions/store/templates.ts";
+import { TemplateSpec } from "../schema/api/template.ts";
+import { apiKeys } from "../schema/db/tables.ts";
+
+export interface SeedOptions {
+  libsqlUrl: string;
+  libsqlAuthToken?: string;
+  adminApiKey: string;
+  pepper: string;
+  /** Warm members of `base` (its SandboxSet replicas). */
+  baseReplicas?: number;
+  /** A running edge: the template is written through its admin API (configures the pool). */
+  edgeUrl?: string;
+}
+
+export async function seed(opts: SeedOptions): Promise<void> {
+  if (!looksLikeApiKey(opts.adminApiKey)) throw new Error("ADMIN_API_KEY must be e2b_ followed by 40 hex digits");
+  const db = getDb({ LIBSQL_URL: opts.libsqlUrl, LIBSQL_AUTH_TOKEN: opts.libsqlAuthToken });
+  const team = await ensureTeam(db, ADMIN_TEAM_NAME, ADMIN_TEAM_ID);
+  const keyHash = await hashApiKey(opts.adminApiKey, opts.pepper);
+  const mask = maskApiKey(opts.adminApiKey);
+  const row = {
+    id: ADMIN_KEY_ID,
+    teamId: team.id,
+    name: "admin",
+    keyHash,
+    maskPrefix: mask.maskedValuePrefix,
+    maskSuffix: mask.maskedValueSuffix,
+    valueLength: mask.valueLength,
+    createdBy: null,
+    createdAt: Date.now(),
+    lastUsed: null,
+  };
+  // A rotated ADMIN_API_KEY replaces the stored hash.
+  await db.insert(apiKeys).values(row).onConflictDoUpdate({ target: apiKeys.id, set: { keyHash, maskPrefix: row.maskPrefix, maskSuffix: row.maskSuffix } });
+  const spec = TemplateSpec.parse({ replicas: opts.baseReplicas ?? 2 });
+  if (opts.edgeUrl) {
+    const res = await fetch(new URL(`/admin/teams/${ADMIN_TEAM_NAME}/templates/base`, opts.edgeUrl), {
+      method: "PUT",
+      headers: { "content-type": "application/json", "x-api-key": opts.adminApiKey },
+      body: JSON.stringify({ public: true, spec }),
+    });
+    if (!res.ok) throw new Error(`seeding template base through ${opts.edgeUrl}: ${res.status} ${await res.text()}`);
+  } else {
+    await upsertTemplate(db, { teamId: team.id, templateId: "base", public: true, spec });
+  }
+  const stored = await db.select({ id: apiKeys.id }).from(apiKeys).where(eq(apiKeys.id, ADMIN_KEY_ID));
+  if (stored.length !== 1) throw new Error("admin key was not stored");
+}
+
+if (import.meta.main) {
+  const libsqlUrl = process.argv[2] ?? process.env.LIBSQL_URL;
+  const adminApiKey = process.env.ADMIN_API_KEY;
+  const pepper = process.env.KEY_PEPPER;
+  if (!libsqlUrl || !adminApiKey || !pepper) {
+    console.error("usage: ADMIN_API_KEY=e2b_… KEY_PEPPER=… [EDGE_URL=…] node scripts/seed.ts <libsql-url>");
+    process.exit(2);
+  }
+  await seed({ libsqlUrl, adminApiKey, pepper, edgeUrl: process.env.EDGE_URL, libsqlAuthToken: process.env.LIBSQL_AUTH_TOKEN });
+  console.log("seeded admin team, admin key and template base");
+}
