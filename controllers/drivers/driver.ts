@@ -1,0 +1,136 @@
+// The one interface every sandbox driver implements (`local` today, `kubernetes` next). The agent's
+// reconciler only talks to this: it hands a driver the desired state of one sandbox and reads back
+// what is actually there. Every method is idempotent, so a repeated intent or an agent restart is
+// harmless. A driver that cannot do something says so with UnsupportedError; it never returns a
+// success that did nothing.
+import type { SandboxView, SpawnRequest } from "../runtime/sandbox-view.ts";
+
+/** How strongly a driver separates sandboxes from the host and from each other, strongest first. */
+export type IsolationLevel = "kubernetes" | "bwrap+cgroup" | "bwrap" | "process";
+
+/** What a sandbox should be. `generation` increases with every change of intent; observations
+ * carry the generation they were made for, so the caller can drop stale ones. */
+export interface DesiredSandbox {
+  id: string;
+  generation: number;
+  /** Template name; the local driver knows `base` (users `root` and `user`). */
+  template: string;
+  state: "Running" | "Paused";
+  /** Used when `state` is Paused. Freeze keeps memory and releases CPU; Stop keeps the writable
+   * layer (`/home/user`, `/tmp`, `/root`), ends every process, and the next Running starts fresh
+   * processes on the same files. */
+  pauseStrategy: "Freeze" | "Stop";
+  resources: { cpuCount: number; memoryMB: number; pidsMax?: number };
+  /** False: the sandbox gets no network at all (not even the host's loopback). */
+  allowInternetAccess: boolean;
+  /** Fill the writable layer from this snapshot when the sandbox is first created. */
+  restoreFrom?: SnapshotRef;
+}
+
+export type SandboxPhase = "Pending" | "Running" | "Paused" | "Stopped" | "Failed";
+
+/** What a driver found for one sandbox. */
+export interface SandboxObservation {
+  id: string;
+  /** The generation of the last `ensure` that reached this sandbox (from the driver's records). */
+  generation: number;
+  phase: SandboxPhase;
+  /** Set for Paused/Stopped: which strategy produced it. */
+  pauseStrategy?: "Freeze" | "Stop";
+  level: IsolationLevel;
+  createdAt: string;
+  /** Which parts of `resources`/`allowInternetAccess` are actually enforced for this sandbox. */
+  enforced: { cpu: boolean; memory: boolean; pids: boolean; network: boolean };
+  /** Why the phase is what it is, for Failed in particular. */
+  message?: string;
+}
+
+/** A saved writable layer. Opaque to callers except for `id`. */
+export interface SnapshotRef {
+  id: string;
+  sandboxId: string;
+  /** Driver-specific location (a tar file for `local`). */
+  location: string;
+  bytes: number;
+  createdAt: string;
+}
+
+export interface ExecResult {
+  exitCode: number | null;
+  signal: string | null;
+  stdout: string;
+  stderr: string;
+}
+
+/** What a driver can and cannot do on this host, probed once at start. */
+export interface DriverCapabilities {
+  level: IsolationLevel;
+  /** Sandboxes see their own root (read-only base, writable layer, synthetic /etc). */
+  rootView: boolean;
+  /** `allowInternetAccess: false` is enforceable. */
+  networkIsolation: boolean;
+  limits: { cpu: boolean; memory: boolean; pids: boolean };
+  /** `cgroup`: atomic freeze of the whole tree. `signal`: SIGSTOP/SIGCONT to every process the
+   * driver can find, which a process forking at that moment may outrun. */
+  freeze: "cgroup" | "signal";
+  /** `cgroup`: cgroup.kill. `namespace`: SIGKILL to the pid namespace's init.
+   * `signal`: SIGKILL to every process the driver can find. */
+  kill: "cgroup" | "namespace" | "signal";
+  /** Writable layer save/restore (snapshotFs, restoreFs, Stop pause). */
+  snapshotFs: boolean;
+  /** Process memory checkpoint (CRIU). False everywhere today: CRIU 3.17 fails on kernels ≥ 6.13. */
+  memorySnapshot: boolean;
+  /** Sandboxes keep running when the agent process exits and are adopted by the next one. */
+  survivesAgentRestart: boolean;
+  /** `view()` gives a SandboxView for a runtime on this host (a shared agent-runtime). */
+  hostView: boolean;
+  /** One line per missing capability, saying why. */
+  notes: string[];
+}
+
+export interface Driver {
+  readonly name: string;
+  readonly capabilities: DriverCapabilities;
+  /** Converges the sandbox to `desired` (create, freeze, thaw, stop, restart) and returns what is
+   * there afterwards. */
+  ensure(desired: DesiredSandbox): Promise<SandboxObservation>;
+  /** The sandbox as it is now, or undefined when the driver has no trace of it. */
+  observe(id: string): Promise<SandboxObservation | undefined>;
+  /** Every sandbox the driver has a trace of (records and live processes), including broken ones
+   * (phase Failed), so a restarted agent can adopt the live ones and destroy the rest. */
+  list(): Promise<SandboxObservation[]>;
+  /** Location-dependent operations for a runtime on this host. Throws UnsupportedError when
+   * `capabilities.hostView` is false, SandboxNotFoundError for an unknown or non-running id. */
+  view(id: string): SandboxView;
+  /** Runs a command inside a running sandbox to completion (tests, hooks, probes). */
+  exec(id: string, req: SpawnRequest, opts?: { timeoutMs?: number; stdin?: string }): Promise<ExecResult>;
+  freeze(id: string): Promise<void>;
+  thaw(id: string): Promise<void>;
+  /** Saves the writable layer; the sandbox keeps its state (a running one is frozen while saved
+   * when the driver can freeze atomically). */
+  snapshotFs(id: string): Promise<SnapshotRef>;
+  /** Replaces the writable layer's contents with a snapshot's. */
+  restoreFs(id: string, snapshot: SnapshotRef): Promise<void>;
+  deleteSnapshot(snapshot: SnapshotRef): Promise<void>;
+  /** Ends every process, removes cgroups and the writable layer. Unknown ids are fine. */
+  destroy(id: string): Promise<void>;
+}
+
+/** A capability this driver lacks on this host. */
+export class UnsupportedError extends Error {
+  readonly capability: string;
+  constructor(capability: string, reason: string) {
+    super(`${capability} is not supported: ${reason}`);
+    this.name = "UnsupportedError";
+    this.capability = capability;
+  }
+}
+
+export class SandboxNotFoundError extends Error {
+  readonly sandboxId: string;
+  constructor(sandboxId: string, detail = "not found") {
+    super(`sandbox ${sandboxId}: ${detail}`);
+    this.name = "SandboxNotFoundError";
+    this.sandboxId = sandboxId;
+  }
+}

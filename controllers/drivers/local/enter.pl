@@ -1,0 +1,84 @@
+#!/usr/bin/perl
+# Runs one command inside a local sandbox: joins the sandbox's cgroups, enters the namespaces and
+# root of its holder process, switches user, and execs. Usage (built by sandbox-view.ts):
+#   enter.pl <holder-pid|0> <uid> <gid> <cwd> <cgroup.procs files, ':'-joined|-> <setns nr> -- cmd args...
+# The caller's environment becomes the command's environment.
+#
+# Entering a pid namespace only applies to children, so this script forks: the parent stays on
+# the host side as the process the runtime spawned (its pid, exit status and signals), forwards
+# catchable signals to the child, and the child gets SIGKILL when the parent dies (pdeathsig),
+# which covers the one signal that cannot be forwarded.
+use strict;
+use warnings;
+use POSIX ();
+
+my ($target, $uid, $gid, $cwd, $cgroups, $setns_nr, $sep, @cmd) = @ARGV;
+die "enter.pl: bad arguments\n" unless defined $sep && $sep eq '--' && @cmd;
+
+sub fail { print STDERR "enter.pl: $_[0]\n"; POSIX::_exit(127); }
+
+# Join cgroups first so that nothing started below can run outside the sandbox's limits.
+if ($cgroups ne '-') {
+  for my $f (split /:/, $cgroups) {
+    open(my $fh, '>', $f) or fail("open $f: $!");
+    print $fh "$$\n";
+    close($fh) or fail("join $f: $!");
+  }
+}
+
+my $rootfh;
+if ($target) {
+  opendir($rootfh, "/proc/$target/root") or fail("holder $target: $!");
+  my @fds;
+  # mnt last: after it, /proc/$target is no longer the host's view.
+  for my $ns (qw(cgroup ipc uts net pid mnt)) {
+    my $path = "/proc/$target/ns/$ns";
+    next unless -e $path;
+    open(my $fh, '<', $path) or fail("open $path: $!");
+    push @fds, [$ns, $fh];
+  }
+  for my $e (@fds) {
+    syscall($setns_nr, fileno($e->[1]), 0) == 0 or fail("setns $e->[0]: $!");
+  }
+}
+
+my $parent = $$;
+my $child = fork();
+fail("fork: $!") unless defined $child;
+
+if ($child == 0) {
+  if ($rootfh) {
+    chdir($rootfh) or fail("fchdir root: $!");
+    chroot('.') or fail("chroot: $!");
+  }
+  chdir($cwd) or fail("chdir $cwd: $!");
+  if ($< == 0) {
+    # Sandbox root is uid 0 without capabilities (PR_CAPBSET_DROP for each one), and no process can
+    # gain any back through a setuid binary of the shared base (PR_SET_NO_NEW_PRIVS).
+    for my $cap (0 .. 63) { last if syscall(157, 24, $cap, 0, 0, 0) != 0; }
+    syscall(157, 38, 1, 0, 0, 0) == 0 or fail("no_new_privs: $!");
+    $) = "$gid $gid";
+    POSIX::setgid($gid) or fail("setgid: $!");
+    POSIX::setuid($uid) or fail("setuid: $!");
+  }
+  syscall(157, 1, 9, 0, 0, 0);  # PR_SET_PDEATHSIG SIGKILL, after setuid (which clears it)
+  POSIX::_exit(137) if getppid() != $parent && !$target;
+  { no warnings 'exec'; exec { $cmd[0] } @cmd; }
+  fail("exec $cmd[0]: $!");
+}
+
+my $tty = -t STDIN;
+for my $sig (qw(TERM HUP USR1 USR2 ALRM CONT), $tty ? () : qw(INT QUIT)) {
+  $SIG{$sig} = sub { kill $sig, $child; };
+}
+$SIG{$_} = 'IGNORE' for ($tty ? qw(INT QUIT) : ());
+my $r;
+do { $r = waitpid($child, 0); } while ($r == -1 && $!{EINTR});
+my $st = $?;
+if ($st & 127) {
+  my $sig = $st & 127;
+  $SIG{$_} = 'DEFAULT' for keys %SIG;
+  kill $sig, $$;
+  POSIX::_exit(128 + $sig);
+}
+POSIX::_exit($st >> 8);

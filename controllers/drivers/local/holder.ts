@@ -1,0 +1,222 @@
+// The holder: one small long-lived process per sandbox that owns its namespaces (bubblewrap's
+// pid 1 plus `sleep infinity`), or at `process` level just marks that the sandbox exists.
+// Holders are started in their own session and are not tied to the agent's lifetime
+// (no --die-with-parent), so an agent restart keeps sandboxes running; the next agent finds them
+// through the records and /proc.
+import { spawn } from "node:child_process";
+import { closeSync, openSync, readFileSync, readdirSync, readlinkSync } from "node:fs";
+import { setTimeout as sleep } from "node:timers/promises";
+import { MARKER_ENV } from "./local-view.ts";
+import type { ProcRef } from "./records.ts";
+
+const SLEEP = "/usr/bin/sleep";
+/** Joins the cgroups listed in $KRUISE_CGROUPS before exec, so no process of the sandbox ever
+ * runs outside them. */
+const JOIN_SHIM = 'IFS=:; for f in $KRUISE_CGROUPS; do echo $$ > "$f" || exit 125; done; unset KRUISE_CGROUPS; exec "$@"';
+
+export function procStart(pid: number): string | undefined {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    // Fields after the parenthesised command name; start time is field 22 overall.
+    return stat.slice(stat.lastIndexOf(")") + 2).split(" ")[19];
+  } catch {
+    return undefined;
+  }
+}
+
+export function procRef(pid: number): ProcRef | undefined {
+  const start = procStart(pid);
+  return start === undefined ? undefined : { pid, start };
+}
+
+export function alive(ref: ProcRef | undefined): boolean {
+  if (!ref) return false;
+  const start = procStart(ref.pid);
+  if (start !== ref.start) return false;
+  try {
+    return !/^State:\s+Z/m.test(readFileSync(`/proc/${ref.pid}/status`, "utf8"));
+  } catch {
+    return false;
+  }
+}
+
+export interface StartedHolder {
+  holder: ProcRef;
+  nsInit: ProcRef;
+}
+
+export interface HolderSpec {
+  id: string;
+  /** bwrap arguments (namespaces and mounts) before `--`; undefined at `process` level. */
+  bwrapArgs?: string[];
+  cgroupProcs: string[];
+  cwd: string;
+  log: string;
+}
+
+/** Starts the holder and waits until the sandbox is ready for processes to join. */
+export async function startHolder(spec: HolderSpec): Promise<StartedHolder> {
+  const log = openSync(spec.log, "a");
+  const env = { PATH: "/usr/bin:/bin", [MARKER_ENV]: spec.id, KRUISE_CGROUPS: spec.cgroupProcs.join(":") };
+  const argv = spec.bwrapArgs ? ["bwrap", ...spec.bwrapArgs, "--info-fd", "3", "--", SLEEP, "infinity"] : [SLEEP, "infinity"];
+  try {
+    const child = spawn("/bin/sh", ["-c", JOIN_SHIM, "sh", ...argv], {
+      cwd: spec.cwd,
+      env,
+      detached: true,
+      stdio: ["ignore", "ignore", log, spec.bwrapArgs ? "pipe" : "ignore"],
+    });
+    const exited = new Promise<never>((_, reject) => {
+      child.once("error", reject);
+      child.once("exit", (code, signal) => reject(new Error(`holder exited early (${signal ?? code}); see ${spec.log}`)));
+    });
+    exited.catch(() => {});
+    child.unref();
+    const pid = child.pid;
+    if (pid === undefined) return await exited;
+    if (!spec.bwrapArgs) {
+      const holder = procRef(pid);
+      if (!holder) return await exited;
+      await Promise.race([waitExec(pid, SLEEP), exited]);
+      return { holder, nsInit: holder };
+    }
+    const info = child.stdio[3] as NodeJS.ReadableStream;
+    const initPid = await Promise.race([readChildPid(info), exited]);
+    (info as unknown as { destroy(): void }).destroy();
+    const holder = procRef(pid);
+    const nsInit = procRef(initPid);
+    if (!holder || !nsInit) return await exited;
+    // bwrap reports its pid 1 before the mounts are done; `sleep` running means they are.
+    await Promise.race([waitChildExec(initPid, SLEEP), exited]);
+    return { holder, nsInit };
+  } finally {
+    closeSync(log);
+  }
+}
+
+async function readChildPid(stream: NodeJS.ReadableStream): Promise<number> {
+  let text = "";
+  for await (const chunk of stream) {
+    text += String(chunk);
+    const m = /"child-pid":\s*(\d+)/.exec(text);
+    if (m) return Number(m[1]);
+  }
+  throw new Error("bwrap closed its info fd without a child pid");
+}
+
+async function waitExec(pid: number, exe: string, timeoutMs = 5000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (exeOf(pid) !== exe) {
+    if (Date.now() > deadline) throw new Error(`process ${pid} did not exec ${exe}`);
+    await sleep(1);
+  }
+}
+
+async function waitChildExec(pid: number, exe: string, timeoutMs = 5000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    for (const c of childrenOf(pid)) if (exeOf(c) === exe) return;
+    if (Date.now() > deadline) throw new Error(`sandbox init ${pid} did not start ${exe}`);
+    await sleep(1);
+  }
+}
+
+function exeOf(pid: number): string | undefined {
+  try {
+    return readlinkSync(`/proc/${pid}/exe`);
+  } catch {
+    return undefined;
+  }
+}
+
+function childrenOf(pid: number): number[] {
+  try {
+    return readFileSync(`/proc/${pid}/task/${pid}/children`, "utf8").split(" ").filter(Boolean).map(Number);
+  } catch {
+    return [];
+  }
+}
+
+function allPids(): number[] {
+  return readdirSync("/proc").filter((n) => /^\d+$/.test(n)).map(Number);
+}
+
+function nsInode(pid: number, ns: string): string | undefined {
+  try {
+    return readlinkSync(`/proc/${pid}/ns/${ns}`);
+  } catch {
+    return undefined;
+  }
+}
+
+/** Processes of a sandbox found without a cgroup: every process carrying the sandbox's marker in
+ * its environment, plus (with namespaces) every process in its pid namespace. */
+export function sandboxPids(id: string, nsInit?: ProcRef): number[] {
+  const needle = `${MARKER_ENV}=${id}\0`;
+  const pidns = nsInit && alive(nsInit) ? nsInode(nsInit.pid, "pid") : undefined;
+  const out: number[] = [];
+  for (const pid of allPids()) {
+    if (pid === process.pid) continue;
+    if (pidns && nsInode(pid, "pid") === pidns) {
+      out.push(pid);
+      continue;
+    }
+    try {
+      if (readFileSync(`/proc/${pid}/environ`, "latin1").includes(needle)) out.push(pid);
+    } catch {
+      // exited, or not ours to read
+    }
+  }
+  return out;
+}
+
+/** The holder (and its pid 1) of a sandbox whose record lost them: an agent killed between
+ * spawning the holder and writing the record. */
+export function discoverHolder(id: string, layoutDir: string): StartedHolder | undefined {
+  for (const pid of sandboxPids(id)) {
+    let cmd: string;
+    try {
+      cmd = readFileSync(`/proc/${pid}/cmdline`, "utf8");
+    } catch {
+      continue;
+    }
+    const holder = procRef(pid);
+    if (!holder) continue;
+    if (cmd.startsWith("bwrap\0") && cmd.includes(`${layoutDir}/`)) {
+      const init = childrenOf(pid).map(procRef).find((r) => r !== undefined);
+      if (init) return { holder, nsInit: init };
+    }
+    if (cmd === `${SLEEP}\0infinity\0` && readParentCmd(pid) !== "bwrap") return { holder, nsInit: holder };
+  }
+  return undefined;
+}
+
+function readParentCmd(pid: number): string | undefined {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    const ppid = Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]);
+    return readFileSync(`/proc/${ppid}/cmdline`, "utf8").split("\0")[0];
+  } catch {
+    return undefined;
+  }
+}
+
+/** Sends `signal` to every process of the sandbox until a pass finds none new (processes may fork
+ * while being signalled). Returns how many processes were signalled. */
+export async function signalSandbox(id: string, nsInit: ProcRef | undefined, signal: NodeJS.Signals): Promise<number> {
+  const seen = new Set<number>();
+  for (let pass = 0; pass < 50; pass++) {
+    const fresh = sandboxPids(id, nsInit).filter((p) => signal === "SIGKILL" || !seen.has(p));
+    if (fresh.length === 0) return seen.size;
+    for (const pid of fresh) {
+      seen.add(pid);
+      try {
+        process.kill(pid, signal);
+      } catch {
+        // gone already
+      }
+    }
+    await sleep(signal === "SIGKILL" ? 5 : 1);
+  }
+  throw new Error(`sandbox ${id}: processes keep appearing while sending ${signal}`);
+}

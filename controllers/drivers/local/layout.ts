@@ -1,0 +1,163 @@
+// The on-disk shape of one local sandbox and the root view it is given:
+//   <dataDir>/sandboxes/<id>/record.json     what the driver knows (see records.ts)
+//   <dataDir>/sandboxes/<id>/etc/            synthetic /etc (users of the `base` template)
+//   <dataDir>/sandboxes/<id>/rootfs/         skeleton of `/` (mount points, /bin -> usr/bin links)
+//   <dataDir>/sandboxes/<id>/layer/{home/user,root,tmp}   the writable layer
+// The same mount list drives bubblewrap's arguments and the SandboxView's path mapping, so the
+// runtime and the sandbox's processes always agree on what a path means.
+import { chownSync, copyFileSync, existsSync, lstatSync, mkdirSync, readFileSync, readlinkSync, symlinkSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import type { SandboxUser } from "../../runtime/sandbox-view.ts";
+
+export const USERS: SandboxUser[] = [
+  { name: "root", uid: 0, gid: 0, home: "/root", shell: "/bin/bash" },
+  { name: "user", uid: 1000, gid: 1000, home: "/home/user", shell: "/bin/bash" },
+];
+
+/** One entry of the sandbox's mount table: sandbox path -> host path. */
+export interface Mount {
+  at: string;
+  host: string;
+  writable: boolean;
+}
+
+/** Host directories of the read-only base system; top-level links such as /bin -> usr/bin on a
+ * merged-/usr host are reproduced as links instead. */
+const BASE_DIRS = ["usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32"];
+/** Host /etc entries that are shared system data, not host identity or secrets: without
+ * alternatives, Debian's /usr/bin/awk and friends dangle; without ssl, HTTPS fails. */
+const SHARED_ETC_DIRS = ["alternatives", "ssl", "ca-certificates"];
+const COPIED_ETC_FILES = ["ld.so.cache", "profile", "bash.bashrc", "inputrc", "os-release", "localtime"];
+/** Sandbox paths that exist only inside (kernel file systems); never mapped to the host. */
+export const VIRTUAL_DIRS = ["/proc", "/dev", "/run", "/sys"];
+
+export interface SandboxLayout {
+  dir: string;
+  record: string;
+  etc: string;
+  rootfs: string;
+  layer: string;
+  log: string;
+}
+
+export function layoutFor(dataDir: string, id: string): SandboxLayout {
+  const dir = join(dataDir, "sandboxes", id);
+  return {
+    dir,
+    record: join(dir, "record.json"),
+    etc: join(dir, "etc"),
+    rootfs: join(dir, "rootfs"),
+    layer: join(dir, "layer"),
+    log: join(dir, "holder.log"),
+  };
+}
+
+interface BaseEntry {
+  name: string;
+  link?: string;
+}
+
+function baseEntries(): BaseEntry[] {
+  const out: BaseEntry[] = [];
+  for (const name of BASE_DIRS) {
+    const host = `/${name}`;
+    if (!existsSync(host)) continue;
+    const st = lstatSync(host);
+    if (st.isSymbolicLink()) out.push({ name, link: readlinkSync(host) });
+    else if (st.isDirectory()) out.push({ name });
+  }
+  return out;
+}
+
+/** The mount table, most specific last (the resolver picks the longest match). */
+export function mountsFor(layout: SandboxLayout): Mount[] {
+  const mounts: Mount[] = [{ at: "/", host: layout.rootfs, writable: false }];
+  for (const e of baseEntries()) if (!e.link) mounts.push({ at: `/${e.name}`, host: `/${e.name}`, writable: false });
+  mounts.push({ at: "/etc", host: layout.etc, writable: false });
+  for (const d of SHARED_ETC_DIRS) if (existsSync(`/etc/${d}`)) mounts.push({ at: `/etc/${d}`, host: `/etc/${d}`, writable: false });
+  mounts.push(
+    { at: "/home/user", host: join(layout.layer, "home/user"), writable: true },
+    { at: "/root", host: join(layout.layer, "root"), writable: true },
+    { at: "/tmp", host: join(layout.layer, "tmp"), writable: true },
+  );
+  return mounts;
+}
+
+/** Creates the writable layer (unless it exists: a Stop-paused sandbox keeps it), the synthetic
+ * /etc and the root skeleton. Idempotent. */
+export function prepareLayout(layout: SandboxLayout, hostname: string): void {
+  const home = join(layout.layer, "home/user");
+  if (!existsSync(home)) {
+    mkdirSync(home, { recursive: true, mode: 0o755 });
+    chownSync(home, 1000, 1000);
+  }
+  mkdirSync(join(layout.layer, "root"), { recursive: true, mode: 0o700 });
+  mkdirSync(join(layout.layer, "tmp"), { recursive: true, mode: 0o1777 });
+  writeEtc(layout.etc, hostname);
+  writeSkeleton(layout.rootfs);
+}
+
+function writeEtc(etc: string, hostname: string): void {
+  mkdirSync(etc, { recursive: true });
+  const passwd = USERS.map((u) => `${u.name}:x:${u.uid}:${u.gid}:${u.name}:${u.home}:${u.shell}`).join("\n");
+  const files: Record<string, string> = {
+    passwd: `${passwd}\n`,
+    group: USERS.map((u) => `${u.name}:x:${u.gid}:`).join("\n") + "\nsudo:x:27:user\n",
+    hostname: `${hostname}\n`,
+    hosts: `127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t${hostname}\n`,
+    "nsswitch.conf": "passwd: files\ngroup: files\nshadow: files\nhosts: files dns\nnetworks: files\n",
+    "resolv.conf": existsSync("/etc/resolv.conf") ? readFileSync("/etc/resolv.conf", "utf8") : "nameserver 1.1.1.1\n",
+  };
+  for (const [name, text] of Object.entries(files)) writeFileSync(join(etc, name), text);
+  for (const name of COPIED_ETC_FILES) {
+    try {
+      copyFileSync(`/etc/${name}`, join(etc, name));
+    } catch {
+      // optional on this host
+    }
+  }
+  for (const d of SHARED_ETC_DIRS) if (existsSync(`/etc/${d}`)) mkdirSync(join(etc, d), { recursive: true });
+}
+
+function writeSkeleton(rootfs: string): void {
+  for (const d of ["home/user", "root", "tmp", "etc", "proc", "dev", "run", "sys"]) {
+    mkdirSync(join(rootfs, d), { recursive: true });
+  }
+  for (const e of baseEntries()) {
+    const p = join(rootfs, e.name);
+    if (existsSync(p) || isLink(p)) continue;
+    if (e.link) symlinkSync(e.link, p);
+    else mkdirSync(p);
+  }
+}
+
+function isLink(p: string): boolean {
+  try {
+    return lstatSync(p).isSymbolicLink();
+  } catch {
+    return false;
+  }
+}
+
+/** bubblewrap arguments that build the sandbox's root view from the layout. */
+export function bwrapMountArgs(layout: SandboxLayout): string[] {
+  const args: string[] = [];
+  for (const e of baseEntries()) {
+    if (e.link) args.push("--symlink", e.link, `/${e.name}`);
+    else args.push("--ro-bind", `/${e.name}`, `/${e.name}`);
+  }
+  args.push("--ro-bind", layout.etc, "/etc");
+  for (const d of SHARED_ETC_DIRS) if (existsSync(`/etc/${d}`)) args.push("--ro-bind", `/etc/${d}`, `/etc/${d}`);
+  args.push(
+    // bwrap creates missing parents 0700; /home must be traversable by `user`.
+    "--perms", "0755", "--dir", "/home",
+    "--bind", join(layout.layer, "home/user"), "/home/user",
+    "--bind", join(layout.layer, "root"), "/root",
+    "--bind", join(layout.layer, "tmp"), "/tmp",
+    "--proc", "/proc",
+    "--dev", "/dev",
+    // Needed before anything is bound below /run (toolchain.md §10.21).
+    "--tmpfs", "/run",
+  );
+  return args;
+}

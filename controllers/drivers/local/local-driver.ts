@@ -1,0 +1,294 @@
+// The `local` driver: sandboxes as isolated process trees on this machine. See ../README.md for
+// the levels, the on-disk layout and what survives an agent restart.
+import { spawn } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import { existsSync, mkdirSync, rmSync } from "node:fs";
+import { join } from "node:path";
+import type { SandboxView, SpawnRequest } from "../../runtime/sandbox-view.ts";
+import {
+  SandboxNotFoundError,
+  UnsupportedError,
+  type DesiredSandbox,
+  type Driver,
+  type DriverCapabilities,
+  type ExecResult,
+  type IsolationLevel,
+  type SandboxObservation,
+  type SnapshotRef,
+} from "../driver.ts";
+import { cgroupSetFor, createCgroups, isFrozen, killAndRemove, listCgroupIds, procsFiles, removeParents, setFrozen, type CgroupLayout } from "./cgroups.ts";
+import { alive, discoverHolder, signalSandbox, startHolder } from "./holder.ts";
+import { restoreLayer, saveLayer } from "./layer-archive.ts";
+import { bwrapMountArgs, layoutFor, mountsFor, prepareLayout } from "./layout.ts";
+import { LocalSandboxView } from "./local-view.ts";
+import { probeHost } from "./probe.ts";
+import { readRecord, recordedIds, writeRecord, type SandboxRecord } from "./records.ts";
+
+export interface LocalDriverOptions {
+  /** Where sandboxes (records, layers) and snapshots live. */
+  dataDir: string;
+  /** Use at most this isolation level (tests run the suite at `process` too). A level above what
+   * the host offers is refused with UnsupportedError. */
+  level?: IsolationLevel;
+  /** Cgroup path (e.g. `/kruise-sandboxes`) under which sandbox cgroups go, the same in every
+   * hierarchy. Default: `<the agent's own cgroup>/<cgroupName>`. */
+  cgroupParent?: string;
+  /** Default `kruise-sandboxes`; tests use their own so they never touch a running agent's. */
+  cgroupName?: string;
+  /** pids.max when the desired sandbox does not say. */
+  defaultPidsMax?: number;
+}
+
+const LEVEL_ORDER: IsolationLevel[] = ["kubernetes", "bwrap+cgroup", "bwrap", "process"];
+const ID_PATTERN = /^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$/;
+
+export class LocalDriver implements Driver {
+  readonly name = "local";
+  readonly capabilities: DriverCapabilities;
+  readonly #dataDir: string;
+  readonly #cgroups: CgroupLayout | undefined;
+  readonly #pidsMax: number;
+  readonly #locks = new Map<string, Promise<unknown>>();
+
+  constructor(opts: LocalDriverOptions) {
+    this.#dataDir = opts.dataDir;
+    this.#pidsMax = opts.defaultPidsMax ?? 4096;
+    const probe = probeHost({ cgroupName: opts.cgroupName ?? "kruise-sandboxes", cgroupParent: opts.cgroupParent, want: opts.level });
+    if (opts.level && LEVEL_ORDER.indexOf(opts.level) < LEVEL_ORDER.indexOf(probe.capabilities.level)) {
+      throw new UnsupportedError(`isolation level ${opts.level}`, `this host offers ${probe.capabilities.level}: ${probe.capabilities.notes.join("; ")}`);
+    }
+    this.capabilities = probe.capabilities;
+    this.#cgroups = probe.cgroups;
+    mkdirSync(join(this.#dataDir, "sandboxes"), { recursive: true });
+  }
+
+  /** Removes the driver's (empty) parent cgroups; sandboxes themselves are left alone. */
+  dispose(): void {
+    if (this.#cgroups) removeParents(this.#cgroups);
+  }
+
+  /** Serialises operations on one sandbox; different sandboxes proceed in parallel. */
+  async #locked<T>(id: string, fn: () => Promise<T>): Promise<T> {
+    const prev = this.#locks.get(id) ?? Promise.resolve();
+    const next = prev.catch(() => {}).then(fn);
+    this.#locks.set(id, next);
+    try {
+      return await next;
+    } finally {
+      if (this.#locks.get(id) === next) this.#locks.delete(id);
+    }
+  }
+
+  ensure(desired: DesiredSandbox): Promise<SandboxObservation> {
+    if (!ID_PATTERN.test(desired.id)) return Promise.reject(new Error(`invalid sandbox id ${JSON.stringify(desired.id)}`));
+    if (desired.template !== "base") {
+      return Promise.reject(new UnsupportedError(`template ${desired.template}`, "the local driver has only the base template"));
+    }
+    if (!desired.allowInternetAccess && !this.capabilities.networkIsolation) {
+      return Promise.reject(new UnsupportedError("allowInternetAccess=false", `no network namespace at level ${this.capabilities.level}`));
+    }
+    return this.#locked(desired.id, () => this.#converge(desired));
+  }
+
+  async #converge(d: DesiredSandbox): Promise<SandboxObservation> {
+    const layout = layoutFor(this.#dataDir, d.id);
+    let rec = readRecord(layout.record);
+    if (!rec) {
+      mkdirSync(layout.dir, { recursive: true });
+      rec = { id: d.id, generation: d.generation, level: this.capabilities.level, desired: d, createdAt: new Date().toISOString(), phase: "Pending" };
+      writeRecord(layout.record, rec);
+      prepareLayout(layout, d.id);
+      if (d.restoreFrom) await restoreLayer(layout.layer, d.restoreFrom.location);
+    }
+    rec = { ...rec, generation: d.generation, desired: d };
+    writeRecord(layout.record, rec);
+    let obs = this.#observeRecord(rec);
+    const wantProcesses = d.state === "Running" || d.pauseStrategy === "Freeze";
+    if (wantProcesses && (obs.phase === "Stopped" || obs.phase === "Failed" || obs.phase === "Pending")) {
+      if (obs.phase === "Failed") await this.#endProcesses(rec);
+      rec = await this.#start(readRecord(layout.record) ?? rec);
+      obs = this.#observeRecord(rec);
+    }
+    if (d.state === "Running" && obs.phase === "Paused") await this.#thaw(rec);
+    if (d.state === "Paused" && d.pauseStrategy === "Freeze" && obs.phase === "Running") await this.#freeze(rec);
+    if (d.state === "Paused" && d.pauseStrategy === "Stop" && obs.phase !== "Stopped") {
+      await this.#endProcesses(rec);
+      rec = { ...rec, phase: "Stopped", holder: undefined, nsInit: undefined };
+      writeRecord(layout.record, rec);
+    }
+    return this.#observeRecord(readRecord(layout.record) ?? rec);
+  }
+
+  async #start(rec: SandboxRecord): Promise<SandboxRecord> {
+    const layout = layoutFor(this.#dataDir, rec.id);
+    prepareLayout(layout, rec.id);
+    const cgroups = this.#cgroups ? cgroupSetFor(this.#cgroups, rec.id) : undefined;
+    if (this.#cgroups && cgroups) {
+      const r = rec.desired.resources;
+      createCgroups(this.#cgroups, cgroups, { cpuCount: r.cpuCount, memoryMB: r.memoryMB, pidsMax: r.pidsMax ?? this.#pidsMax });
+    }
+    let next: SandboxRecord = { ...rec, phase: "Pending", cgroups, holder: undefined, nsInit: undefined };
+    writeRecord(layout.record, next);
+    const ns = this.capabilities.level !== "process";
+    const bwrapArgs = ns
+      ? ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", rec.desired.allowInternetAccess ? "--share-net" : "--unshare-net",
+         "--hostname", rec.id, "--cap-drop", "ALL", "--chdir", "/", ...bwrapMountArgs(layout)]
+      : undefined;
+    const started = await startHolder({ id: rec.id, bwrapArgs, cgroupProcs: cgroups ? procsFiles(cgroups) : [], cwd: layout.dir, log: layout.log });
+    next = { ...next, phase: "Running", holder: started.holder, nsInit: started.nsInit };
+    writeRecord(layout.record, next);
+    return next;
+  }
+
+  /** Ends every process of the sandbox and removes its cgroups; the layer stays. */
+  async #endProcesses(rec: Pick<SandboxRecord, "id" | "cgroups" | "nsInit">): Promise<void> {
+    const cgroups = rec.cgroups ?? (this.#cgroups ? cgroupSetFor(this.#cgroups, rec.id) : undefined);
+    if (cgroups) await killAndRemove(cgroups);
+    if (rec.nsInit && alive(rec.nsInit)) process.kill(rec.nsInit.pid, "SIGKILL");
+    await signalSandbox(rec.id, rec.nsInit, "SIGKILL");
+  }
+
+  async #freeze(rec: SandboxRecord): Promise<void> {
+    if (rec.cgroups) return setFrozen(rec.cgroups, true);
+    await signalSandbox(rec.id, rec.nsInit, "SIGSTOP");
+    writeRecord(layoutFor(this.#dataDir, rec.id).record, { ...rec, phase: "Frozen" });
+  }
+
+  async #thaw(rec: SandboxRecord): Promise<void> {
+    if (rec.cgroups) return setFrozen(rec.cgroups, false);
+    await signalSandbox(rec.id, rec.nsInit, "SIGCONT");
+    writeRecord(layoutFor(this.#dataDir, rec.id).record, { ...rec, phase: "Running" });
+  }
+
+  /** Reads the world for one record; adopts a holder the record lost (agent killed mid-create). */
+  #observeRecord(rec: SandboxRecord): SandboxObservation {
+    const base = {
+      id: rec.id,
+      generation: rec.generation,
+      level: rec.level,
+      createdAt: rec.createdAt,
+      enforced: this.#enforced(rec),
+    };
+    if (rec.phase === "Stopped") return { ...base, phase: "Stopped", pauseStrategy: "Stop" };
+    if (!alive(rec.nsInit)) {
+      const found = discoverHolder(rec.id, layoutFor(this.#dataDir, rec.id).dir);
+      if (!found) {
+        const message = rec.nsInit ? "the sandbox's holder process is gone" : "creation was interrupted before the holder started";
+        return { ...base, phase: rec.phase === "Pending" ? "Pending" : "Failed", message };
+      }
+      rec = { ...rec, ...found, phase: rec.phase === "Frozen" ? "Frozen" : "Running" };
+      writeRecord(layoutFor(this.#dataDir, rec.id).record, rec);
+    }
+    const frozen = rec.cgroups ? isFrozen(rec.cgroups) : rec.phase === "Frozen";
+    return frozen ? { ...base, phase: "Paused", pauseStrategy: "Freeze" } : { ...base, phase: "Running" };
+  }
+
+  #enforced(rec: SandboxRecord): SandboxObservation["enforced"] {
+    const limits = rec.cgroups ? this.capabilities.limits : { cpu: false, memory: false, pids: false };
+    return { ...limits, network: rec.level !== "process" || rec.desired.allowInternetAccess };
+  }
+
+  async observe(id: string): Promise<SandboxObservation | undefined> {
+    const rec = readRecord(layoutFor(this.#dataDir, id).record);
+    return rec && this.#observeRecord(rec);
+  }
+
+  async list(): Promise<SandboxObservation[]> {
+    const out: SandboxObservation[] = [];
+    const ids = new Set(recordedIds(this.#dataDir));
+    for (const id of ids) {
+      const obs = await this.observe(id);
+      out.push(obs ?? { id, generation: 0, phase: "Failed", level: this.capabilities.level, createdAt: "", enforced: { cpu: false, memory: false, pids: false, network: false }, message: "directory without a record" });
+    }
+    for (const id of this.#cgroups ? listCgroupIds(this.#cgroups) : []) {
+      if (ids.has(id)) continue;
+      out.push({ id, generation: 0, phase: "Failed", level: this.capabilities.level, createdAt: "", enforced: { cpu: false, memory: false, pids: false, network: false }, message: "cgroup without a record" });
+    }
+    return out;
+  }
+
+  #running(id: string): SandboxRecord {
+    const rec = readRecord(layoutFor(this.#dataDir, id).record);
+    if (!rec) throw new SandboxNotFoundError(id);
+    if (rec.phase === "Stopped" || !alive(rec.nsInit)) throw new SandboxNotFoundError(id, "not running");
+    return rec;
+  }
+
+  view(id: string): SandboxView {
+    const rec = this.#running(id);
+    const layout = layoutFor(this.#dataDir, id);
+    return new LocalSandboxView({
+      id,
+      mounts: mountsFor(layout),
+      nsPid: rec.level === "process" ? undefined : rec.nsInit!.pid,
+      cgroupProcs: rec.cgroups ? procsFiles(rec.cgroups) : [],
+    });
+  }
+
+  exec(id: string, req: SpawnRequest, opts: { timeoutMs?: number; stdin?: string } = {}): Promise<ExecResult> {
+    const cmd = this.view(id).command(req);
+    return new Promise((resolve, reject) => {
+      const child = spawn(cmd.file, cmd.args, { cwd: cmd.cwd, env: cmd.env, uid: cmd.uid, gid: cmd.gid, stdio: ["pipe", "pipe", "pipe"] });
+      let stdout = "";
+      let stderr = "";
+      child.stdout.on("data", (c) => (stdout += String(c)));
+      child.stderr.on("data", (c) => (stderr += String(c)));
+      const timer = opts.timeoutMs ? setTimeout(() => child.kill("SIGKILL"), opts.timeoutMs) : undefined;
+      child.once("error", reject);
+      child.once("close", (exitCode, signal) => {
+        clearTimeout(timer);
+        resolve({ exitCode, signal, stdout, stderr });
+      });
+      child.stdin.end(opts.stdin ?? "");
+    });
+  }
+
+  freeze(id: string): Promise<void> {
+    return this.#locked(id, async () => this.#freeze(this.#running(id)));
+  }
+
+  thaw(id: string): Promise<void> {
+    return this.#locked(id, async () => this.#thaw(this.#running(id)));
+  }
+
+  snapshotFs(id: string): Promise<SnapshotRef> {
+    return this.#locked(id, async () => {
+      const layout = layoutFor(this.#dataDir, id);
+      const rec = readRecord(layout.record);
+      if (!rec) throw new SandboxNotFoundError(id);
+      // An atomic freeze gives a consistent layer; signal-based freezing is not worth the risk.
+      const freeze = rec.cgroups && rec.phase !== "Stopped" && alive(rec.nsInit) && !isFrozen(rec.cgroups);
+      if (freeze) await setFrozen(rec.cgroups!, true);
+      try {
+        const snapId = `${id}-${Date.now().toString(36)}-${randomBytes(3).toString("hex")}`;
+        const location = join(this.#dataDir, "snapshots", `${snapId}.tar`);
+        const bytes = await saveLayer(layout.layer, location);
+        return { id: snapId, sandboxId: id, location, bytes, createdAt: new Date().toISOString() };
+      } finally {
+        if (freeze) await setFrozen(rec.cgroups!, false);
+      }
+    });
+  }
+
+  restoreFs(id: string, snapshot: SnapshotRef): Promise<void> {
+    return this.#locked(id, async () => {
+      const layout = layoutFor(this.#dataDir, id);
+      if (!readRecord(layout.record)) throw new SandboxNotFoundError(id);
+      if (!existsSync(snapshot.location)) throw new Error(`snapshot ${snapshot.id} is gone (${snapshot.location})`);
+      await restoreLayer(layout.layer, snapshot.location);
+    });
+  }
+
+  async deleteSnapshot(snapshot: SnapshotRef): Promise<void> {
+    rmSync(snapshot.location, { force: true });
+  }
+
+  destroy(id: string): Promise<void> {
+    return this.#locked(id, async () => {
+      const layout = layoutFor(this.#dataDir, id);
+      const rec = readRecord(layout.record);
+      await this.#endProcesses(rec ?? { id });
+      rmSync(layout.dir, { recursive: true, force: true });
+    });
+  }
+}

@@ -1,0 +1,70 @@
+// The SandboxView of one local sandbox: what the shared agent-runtime uses to reach its files and
+// start its processes.
+//
+// Paths: the writable layer maps to its host directories. Read-only parts map through
+// `/proc/<holder>/root/...` when the sandbox has its own mount namespace, so a write there fails
+// with EROFS exactly as it would inside, instead of landing in the host's /usr or /etc.
+//
+// Processes: `enter.pl` (perl-base is on every Debian-like host and starts in ~3 ms) joins the
+// sandbox's cgroups, setns()es into the holder's namespaces and root, switches user and execs.
+// It stays as the host-side parent so the runtime's pid, exit status and signals keep meaning
+// what they should (see enter.pl).
+import { arch } from "node:os";
+import { fileURLToPath } from "node:url";
+import type { HostCommand, SandboxUser, SandboxView, SpawnRequest } from "../../runtime/sandbox-view.ts";
+import { USERS, type Mount } from "./layout.ts";
+import { resolveSandboxPath, sandboxPathOf } from "./path-resolver.ts";
+
+export const ENTER_SCRIPT = fileURLToPath(new URL("./enter.pl", import.meta.url));
+const PERL = "/usr/bin/perl";
+/** setns(2) syscall number; perl has no wrapper for it. */
+const SETNS_NR: Record<string, number> = { x64: 308, arm64: 268 };
+/** Environment variable carried by every process of a sandbox; how sandboxes without a cgroup
+ * find their processes (a process that clears its environment escapes that search). */
+export const MARKER_ENV = "KRUISE_SANDBOX_ID";
+
+export interface LocalViewOptions {
+  id: string;
+  mounts: Mount[];
+  /** Host pid whose namespaces and root the sandbox's processes join; undefined at `process` level. */
+  nsPid?: number;
+  /** cgroup.procs files to join before exec. */
+  cgroupProcs: string[];
+}
+
+export class LocalSandboxView implements SandboxView {
+  readonly #o: LocalViewOptions;
+  readonly #rootPrefix: string | undefined;
+
+  constructor(opts: LocalViewOptions) {
+    this.#o = opts;
+    this.#rootPrefix = opts.nsPid ? `/proc/${opts.nsPid}/root` : undefined;
+  }
+
+  toHost(sandboxPath: string, opts?: { followFinal?: boolean }): string {
+    const r = resolveSandboxPath(this.#o.mounts, sandboxPath, opts?.followFinal ?? true);
+    if (r.mount.writable || !this.#rootPrefix) return r.hostPath;
+    return r.sandboxPath === "/" ? `${this.#rootPrefix}/` : `${this.#rootPrefix}${r.sandboxPath}`;
+  }
+
+  toSandbox(hostPath: string): string {
+    const p = this.#rootPrefix;
+    if (p && (hostPath === p || hostPath.startsWith(`${p}/`))) return hostPath.slice(p.length) || "/";
+    return sandboxPathOf(this.#o.mounts, hostPath);
+  }
+
+  lookupUser(name: string): SandboxUser | undefined {
+    return USERS.find((u) => u.name === name);
+  }
+
+  command(req: SpawnRequest): HostCommand {
+    const setns = SETNS_NR[arch()];
+    if (setns === undefined) throw new Error(`local driver: no setns syscall number for ${arch()}`);
+    const inside = this.#o.nsPid !== undefined;
+    // Without a root view the process sees host paths, so its cwd is the host side of the layer.
+    const cwd = inside ? req.cwd : this.toHost(req.cwd);
+    const joins = this.#o.cgroupProcs.length > 0 ? this.#o.cgroupProcs.join(":") : "-";
+    const args = [ENTER_SCRIPT, String(this.#o.nsPid ?? 0), String(req.user.uid), String(req.user.gid), cwd, joins, String(setns), "--", req.cmd, ...req.args];
+    return { file: PERL, args, cwd: "/", env: { ...req.env, [MARKER_ENV]: this.#o.id } };
+  }
+}

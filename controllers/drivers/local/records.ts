@@ -1,0 +1,53 @@
+// What the local driver remembers about one sandbox, in `<dataDir>/sandboxes/<id>/record.json`.
+// Written before anything is created and rewritten after each step, atomically (write + rename),
+// so an agent killed at any point leaves a record the next agent can act on.
+import { readFileSync, readdirSync, renameSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import type { DesiredSandbox, IsolationLevel } from "../driver.ts";
+import type { CgroupSet } from "./cgroups.ts";
+
+/** A live process, identified by pid and kernel start time (so a reused pid is not mistaken). */
+export interface ProcRef {
+  pid: number;
+  start: string;
+}
+
+export interface SandboxRecord {
+  id: string;
+  generation: number;
+  level: IsolationLevel;
+  desired: DesiredSandbox;
+  createdAt: string;
+  /** Pending: holder being started. Running: holder started. Frozen: paused by Freeze at a level
+   * whose freeze state cannot be read back from the kernel. Stopped: paused by Stop. */
+  phase: "Pending" | "Running" | "Frozen" | "Stopped";
+  cgroups?: CgroupSet;
+  /** The process the driver spawned (bwrap, or the plain holder at `process` level). */
+  holder?: ProcRef;
+  /** The process whose namespaces sandbox processes join (the sandbox's pid 1). */
+  nsInit?: ProcRef;
+}
+
+export function readRecord(file: string): SandboxRecord | undefined {
+  try {
+    return JSON.parse(readFileSync(file, "utf8")) as SandboxRecord;
+  } catch {
+    return undefined;
+  }
+}
+
+export function writeRecord(file: string, record: SandboxRecord): void {
+  const tmp = `${file}.${process.pid}.tmp`;
+  writeFileSync(tmp, JSON.stringify(record, null, 2));
+  renameSync(tmp, file);
+}
+
+export function recordedIds(dataDir: string): string[] {
+  try {
+    return readdirSync(join(dataDir, "sandboxes"), { withFileTypes: true })
+      .filter((d) => d.isDirectory())
+      .map((d) => d.name);
+  } catch {
+    return [];
+  }
+}
