@@ -29,7 +29,7 @@ export default defineConfig({
             },
           }),
         ],
-        test: { name: "workerd", include: ["test/workerd/**/*.test.ts"] },
+        test: { name: "workerd", include: ["test/workerd/**/*.test.ts"], globalSetup: ["test/workerd/global-setup.ts"] },
       },
       {
         test: {

@@ -1,8 +1,34 @@
+// The edge Worker: the E2B control plane (functions/api/, behind X-API-KEY), the admin API, and
+// the agent link. Every error is E2B's JSON `{code, message}` (api-error.ts); unknown routes are
+// a JSON 404 before any authentication.
 import { Hono } from "hono";
+import { agentLink } from "./agent-link.ts";
+import { notFound, onError } from "./api-error.ts";
+import { adminTemplates } from "./api/admin-templates.ts";
+import { apiKeys } from "./api/api-keys.ts";
+import { sandboxes } from "./api/sandboxes.ts";
+import { teams } from "./api/teams.ts";
+import { templates } from "./api/templates.ts";
+import { requireApiKey } from "./auth/middleware.ts";
+import type { AppEnv } from "./env.ts";
 export { SandboxDO } from "../durable-objects/sandbox/sandbox-do.ts";
 export { PoolDO } from "../durable-objects/pool/pool-do.ts";
 export { ClusterDO } from "../durable-objects/cluster/cluster-do.ts";
 
-const app = new Hono();
+const app = new Hono<AppEnv>();
+app.onError(onError);
+app.notFound(notFound);
+
 app.get("/health", (c) => c.json({ ok: true }));
+app.route("/", agentLink);
+
+// Authentication is attached to the control-plane paths only, so an unknown path is a 404.
+const authenticated = ["/sandboxes", "/sandboxes/*", "/v2/sandboxes", "/v2/sandboxes/*", "/api-keys", "/api-keys/*", "/teams", "/templates", "/templates/*", "/admin/*"];
+for (const path of authenticated) app.use(path, requireApiKey());
+app.route("/", sandboxes);
+app.route("/", apiKeys);
+app.route("/", teams);
+app.route("/", templates);
+app.route("/", adminTemplates);
+
 export default app;

@@ -1,4 +1,344 @@
+// ClusterDO: one cluster's agent session and intent outbox. A thin shell around machine.ts: the
+// agent's WebSocket uses the Hibernation API (the object may sleep between frames; raw pings are
+// answered without waking it), state loads once per object instance from ctx.storage.sql.
 import { DurableObject } from "cloudflare:workers";
+import type { Env } from "../../functions/env.ts";
+import { ErrorCode } from "../../schema/errors.ts";
+import {
+  AgentMessageSchema,
+  CloseCode,
+  IntentSchema,
+  parseFrame,
+  PING_FRAME,
+  PONG_FRAME,
+  PROTOCOL_VERSION,
+  type AckItem,
+  type EdgeMessage,
+  type Hello,
+  type Intent,
+  type IntentInput,
+  type Observation,
+  type Owner,
+} from "../../schema/protocol/index.ts";
+import { nextRedelivery, transition, type ClusterEffect, type ClusterEvent, type ClusterState } from "./machine.ts";
+import type { ClusterStatus, EnqueueOptions, EnqueueResult } from "./rpc.ts";
+import { openClusterStore, type ClusterStore } from "./store.ts";
 
-// Placeholder so the Worker binds; the real shell lands with issue 2.
-export class ClusterDO extends DurableObject {}
+/** Header the agent-link route uses to pass the cluster name (a DO does not know its own name). */
+export const CLUSTER_HEADER = "X-Cluster-Id";
+/** How often the agent should heartbeat, and when an unacked intent is sent again. */
+const HEARTBEAT_MS = 15_000;
+const REDELIVER_MS = 30_000;
+/** Intents per `intents` frame, so a resync of thousands stays well under frame limits. */
+const FRAME_BATCH = 256;
+/** The longest an `enqueue` may wait for acks. */
+const MAX_AWAIT_MS = 30_000;
+
+interface Attachment {
+  cluster: string;
+  helloAt: number | null;
+  agentId: string | null;
+}
+
+export class ClusterDO extends DurableObject<Env> {
+  private state: ClusterState | null = null;
+  private store: ClusterStore | null = null;
+  private waiters = new Map<number, (ack: AckItem) => void>();
+  /** Per-owner delivery chains, so one owner sees its observations in arrival order. */
+  private routes = new Map<string, Promise<void>>();
+  private sessionId = "";
+  /** The redelivery alarm this instance set (null: none, or unknown after a restart). */
+  private alarmAt: number | null = null;
+
+  constructor(ctx: DurableObjectState, env: Env) {
+    super(ctx, env);
+    ctx.setWebSocketAutoResponse(new WebSocketRequestResponsePair(PING_FRAME, PONG_FRAME));
+  }
+
+  /** The agent's WebSocket upgrade, forwarded by the agent-link route after authentication. */
+  override async fetch(request: Request): Promise<Response> {
+    if (request.headers.get("Upgrade")?.toLowerCase() !== "websocket") {
+      return Response.json({ code: 426, message: "expected a WebSocket upgrade" }, { status: 426 });
+    }
+    const cluster = request.headers.get(CLUSTER_HEADER) ?? "local";
+    this.load();
+    // One agent per cluster: a new connection replaces the old one (e.g. after a restart).
+    for (const old of this.ctx.getWebSockets()) {
+      const att = old.deserializeAttachment() as Attachment | null;
+      if (att) old.serializeAttachment({ ...att, helloAt: null } satisfies Attachment);
+      this.closeSocket(old, CloseCode.replaced, "replaced by a newer connection");
+    }
+    this.apply({ type: "disconnect" });
+    const pair = new WebSocketPair();
+    const attachment: Attachment = { cluster, helloAt: null, agentId: null };
+    this.ctx.acceptWebSocket(pair[1]);
+    pair[1].serializeAttachment(attachment);
+    this.store!.setMeta("cluster", cluster);
+    return new Response(null, { status: 101, webSocket: pair[0] });
+  }
+
+  /** Durably queues intents for the agent; optionally waits (bounded) for their acks. */
+  async enqueue(input: IntentInput[], opts: EnqueueOptions = {}): Promise<EnqueueResult> {
+    const intents: Intent[] = [];
+    for (const raw of input) {
+      const parsed = IntentSchema.safeParse(raw);
+      if (!parsed.success) return { ok: false, error: { code: ErrorCode.badRequest, message: `invalid intent: ${parsed.error.message}` } };
+      intents.push(parsed.data);
+    }
+    const { seqs = [] } = this.apply({ type: "enqueue", intents });
+    const connected = this.state!.connected;
+    const waitMs = Math.min(opts.awaitAckMs ?? 0, MAX_AWAIT_MS);
+    if (waitMs <= 0) return { ok: true, seqs, connected, acks: [], timedOut: false };
+    const { acks, timedOut } = await this.awaitAcks(seqs.filter((s) => s > 0), waitMs);
+    return { ok: true, seqs, connected, acks, timedOut };
+  }
+
+  async status(): Promise<ClusterStatus> {
+    const st = this.load();
+    const ws = this.agentSocket();
+    const att = ws ? (ws.deserializeAttachment() as Attachment) : null;
+    const store = this.store!;
+    const pinged = ws ? this.ctx.getWebSocketAutoResponseTimestamp(ws)?.getTime() ?? null : null;
+    const seen = Number(store.getMeta("lastSeenAt") ?? 0) || null;
+    return {
+      cluster: store.getMeta("cluster"),
+      connected: st.connected,
+      agentId: att?.agentId ?? store.getMeta("agentId"),
+      driver: store.getMeta("driver"),
+      isolation: store.getMeta("isolation"),
+      ingressUrl: store.getMeta("ingressUrl"),
+      sessionId: store.getMeta("sessionId"),
+      lastSeenAt: Math.max(pinged ?? 0, seen ?? 0) || null,
+      pending: st.outbox.size,
+      sandboxes: st.desired.size,
+    };
+  }
+
+  override async webSocketMessage(ws: WebSocket, message: string | ArrayBuffer): Promise<void> {
+    this.load();
+    if (typeof message !== "string") return this.protocolError(ws, "bad_frame", "frames are JSON text");
+    const parsed = parseFrame(AgentMessageSchema, message);
+    if (!parsed.ok) return this.protocolError(ws, "bad_frame", parsed.error);
+    const msg = parsed.value;
+    const att = ws.deserializeAttachment() as Attachment;
+    if (msg.type !== "hello" && att.helloAt === null) return this.protocolError(ws, "hello_required", "send hello first");
+    this.store!.setMeta("lastSeenAt", String(Date.now()));
+    switch (msg.type) {
+      case "hello":
+        return this.hello(ws, att, msg);
+      case "ack":
+        this.apply({ type: "ack", items: msg.items });
+        return;
+      case "observations":
+        this.apply({ type: "observations", items: msg.items });
+        return;
+      case "heartbeat":
+        return;
+      default:
+        msg satisfies never;
+    }
+  }
+
+  override async webSocketClose(ws: WebSocket, code: number, reason: string): Promise<void> {
+    this.closeSocket(ws, code === 1005 || code === 1006 ? 1000 : code, reason);
+    this.onSocketGone(ws);
+  }
+
+  override async webSocketError(ws: WebSocket): Promise<void> {
+    this.onSocketGone(ws);
+  }
+
+  override async alarm(): Promise<void> {
+    this.alarmAt = null;
+    this.load();
+    this.apply({ type: "redeliver", olderThan: Date.now() - REDELIVER_MS });
+  }
+
+  private hello(ws: WebSocket, att: Attachment, hello: Hello): void {
+    if (hello.protocol !== PROTOCOL_VERSION) {
+      return this.protocolError(ws, "protocol_version", `edge speaks protocol ${PROTOCOL_VERSION}, agent sent ${hello.protocol}`);
+    }
+    const sessionId = crypto.randomUUID();
+    ws.serializeAttachment({ ...att, helloAt: Date.now(), agentId: hello.agentId } satisfies Attachment);
+    const store = this.store!;
+    store.setMeta("agentId", hello.agentId);
+    store.setMeta("driver", hello.driver);
+    store.setMeta("isolation", hello.isolation);
+    store.setMeta("ingressUrl", hello.ingress.url);
+    store.setMeta("sessionId", sessionId);
+    this.sessionId = sessionId;
+    this.apply({ type: "hello", hello });
+  }
+
+  private onSocketGone(ws: WebSocket): void {
+    const att = ws.deserializeAttachment() as Attachment | null;
+    // A replaced socket closing later must not mark the newer session disconnected.
+    if (att?.helloAt != null && this.agentSocket() === null) this.apply({ type: "disconnect" });
+  }
+
+  private apply(event: ClusterEvent): { seqs?: number[] } {
+    const st = this.load();
+    const now = Date.now();
+    const { effects, seqs } = transition(st, event, now);
+    this.perform(effects);
+    const due = nextRedelivery(st, REDELIVER_MS);
+    if (due !== null && (this.alarmAt === null || this.alarmAt > due)) {
+      this.alarmAt = due;
+      void this.ctx.storage.setAlarm(due);
+    }
+    return { seqs };
+  }
+
+  private perform(effects: ClusterEffect[]): void {
+    const store = this.store!;
+    // Intents queued by this event, so sending them does not read them back from SQLite.
+    const fresh = new Map<number, Intent>();
+    for (const e of effects) {
+      switch (e.type) {
+        case "save-desired":
+          store.saveDesired(e.intent);
+          break;
+        case "drop-desired":
+          store.dropDesired(e.sandboxId);
+          break;
+        case "queue":
+          store.queue(e.seq, e.sandboxId, e.intent);
+          if (e.intent) fresh.set(e.seq, e.intent);
+          break;
+        case "unqueue":
+          store.unqueue(e.seqs);
+          break;
+        case "send":
+          this.sendIntents(e.seqs, fresh);
+          break;
+        case "welcome":
+          this.send({
+            type: "welcome",
+            protocol: PROTOCOL_VERSION,
+            cluster: store.getMeta("cluster") ?? "local",
+            sessionId: this.sessionId || (store.getMeta("sessionId") ?? ""),
+            heartbeatIntervalMs: HEARTBEAT_MS,
+            resync: e.resync,
+          });
+          break;
+        case "route":
+          this.route(e.owner, e.observations);
+          break;
+        case "acked":
+          for (const a of e.items) {
+            this.waiters.get(a.seq)?.(a);
+            this.waiters.delete(a.seq);
+          }
+          break;
+        default:
+          e satisfies never;
+      }
+    }
+  }
+
+  private sendIntents(seqs: number[], fresh: Map<number, Intent>): void {
+    const missing = seqs.filter((s) => !fresh.has(s));
+    const loaded = new Map(this.store!.outboxIntents(missing).map((r) => [r.seq, r.intent]));
+    const items: { seq: number; intent: Intent }[] = [];
+    for (const seq of seqs) {
+      const intent = fresh.get(seq) ?? loaded.get(seq);
+      if (intent) items.push({ seq, intent });
+    }
+    for (let i = 0; i < items.length; i += FRAME_BATCH) this.send({ type: "intents", items: items.slice(i, i + FRAME_BATCH) });
+  }
+
+  private send(msg: EdgeMessage): void {
+    const ws = this.agentSocket();
+    if (!ws) return;
+    try {
+      ws.send(JSON.stringify(msg));
+    } catch (err) {
+      // The socket died under us: webSocketClose follows and marks the session disconnected.
+      console.warn(`cluster: send failed: ${String(err)}`);
+    }
+  }
+
+  /** Delivers observations to their owner DO, in order per owner, without blocking the socket. */
+  private route(owner: Owner, observations: Observation[]): void {
+    const key = owner.kind === "pool" ? `pool:${owner.id}` : `sandbox:${observations[0]?.sandboxId}`;
+    const prev = this.routes.get(key) ?? Promise.resolve();
+    const next = prev.then(() => this.deliver(owner, observations));
+    this.routes.set(key, next);
+    void next.finally(() => {
+      if (this.routes.get(key) === next) this.routes.delete(key);
+    });
+  }
+
+  private async deliver(owner: Owner, observations: Observation[]): Promise<void> {
+    try {
+      if (owner.kind === "pool") {
+        await this.env.POOL.get(this.env.POOL.idFromName(owner.id)).observeBatch(observations);
+      } else if (owner.kind === "sandbox") {
+        for (const o of observations) await this.env.SANDBOX.get(this.env.SANDBOX.idFromName(o.sandboxId)).observe(o);
+      }
+    } catch (err) {
+      // The agent repeats state on change and in every hello, so a lost observation heals.
+      console.warn(`cluster: routing to ${owner.kind} failed: ${String(err)}`);
+    }
+  }
+
+  private awaitAcks(seqs: number[], ms: number): Promise<{ acks: AckItem[]; timedOut: boolean }> {
+    if (!seqs.length) return Promise.resolve({ acks: [], timedOut: false });
+    return new Promise((resolve) => {
+      const acks: AckItem[] = [];
+      const timer = setTimeout(() => {
+        for (const s of seqs) this.waiters.delete(s);
+        resolve({ acks, timedOut: true });
+      }, ms);
+      for (const s of seqs) {
+        this.waiters.set(s, (a) => {
+          acks.push(a);
+          if (acks.length === seqs.length) {
+            clearTimeout(timer);
+            resolve({ acks, timedOut: false });
+          }
+        });
+      }
+    });
+  }
+
+  /** The socket of the current agent session (hello done), if any. */
+  private agentSocket(): WebSocket | null {
+    for (const ws of this.ctx.getWebSockets()) {
+      const att = ws.deserializeAttachment() as Attachment | null;
+      if (att?.helloAt != null) return ws;
+    }
+    return null;
+  }
+
+  private protocolError(ws: WebSocket, code: "bad_frame" | "hello_required" | "protocol_version", message: string): void {
+    try {
+      ws.send(JSON.stringify({ type: "error", code, message } satisfies EdgeMessage));
+    } catch {
+      // already closed
+    }
+    this.closeSocket(ws, CloseCode.protocolError, message.slice(0, 120));
+    this.onSocketGone(ws);
+  }
+
+  private closeSocket(ws: WebSocket, code: number, reason: string): void {
+    try {
+      ws.close(code, reason);
+    } catch {
+      // already closed
+    }
+  }
+
+  private load(): ClusterState {
+    if (this.state) return this.state;
+    this.store = openClusterStore(this.ctx.storage.sql);
+    const st = this.store.load();
+    // After hibernation the socket survives while memory does not: recover the session from it.
+    st.connected = this.agentSocket() !== null;
+    // What an earlier instance sent is unknown: count it as sent now, so unacked intents are
+    // redelivered after the usual delay rather than never (or all at once).
+    if (st.connected) for (const e of st.outbox.values()) e.sentAt = Date.now();
+    this.state = st;
+    return st;
+  }
+}

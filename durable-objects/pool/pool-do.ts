@@ -1,4 +1,205 @@
+// PoolDO: one SandboxSet (team + template). A thin shell around machine.ts: it loads the
+// inventory from ctx.storage.sql once per object instance, applies events, writes only the rows
+// an event touched, and sends the pool's intents to ClusterDO in coalesced batches.
 import { DurableObject } from "cloudflare:workers";
+import type { Env } from "../../functions/env.ts";
+import { ErrorCode } from "../../schema/errors.ts";
+import { newSandboxId, type Intent, type Observation, type SandboxId } from "../../schema/protocol/index.ts";
+import { addMember, counts, initialState, nextCreateDeadline, transition, type Member, type PoolEffect, type PoolEvent, type PoolState } from "./machine.ts";
+import { memberIntent } from "./member-intent.ts";
+import type { ClaimResult, ConfigureResult, ObserveResult, PoolConfig, PoolStatus } from "./rpc.ts";
+import { openPoolStore, type PoolStore } from "./store.ts";
 
-// Placeholder so the Worker binds; the real shell lands with issue 2.
-export class PoolDO extends DurableObject {}
+/** Retry delay for intents ClusterDO did not accept, and the check interval for stuck creates. */
+const RETRY_MS = 2_000;
+
+export class PoolDO extends DurableObject<Env> {
+  private state: PoolState | null = null;
+  private store: PoolStore | null = null;
+  /** Intents persisted in `outgoing` and not yet accepted by ClusterDO. */
+  private outgoing = new Map<SandboxId, Intent>();
+  private flushing: Promise<void> | null = null;
+  /** The alarm time this instance set (null: none, or unknown after a restart). */
+  private alarmAt: number | null = null;
+
+  /** Sets (or replaces) the SandboxSet spec: scales, and rolls members of an older revision. */
+  async configure(config: PoolConfig): Promise<ConfigureResult> {
+    if (!Number.isInteger(config.spec.replicas) || config.spec.replicas < 0) {
+      return { ok: false, error: { code: ErrorCode.badRequest, message: "replicas must be a non-negative integer" } };
+    }
+    this.apply({ type: "configure", config });
+    return { ok: true, status: this.statusNow() };
+  }
+
+  /** Pops the best unclaimed member in O(1), or mints an id when there is no stock. */
+  async claim(): Promise<ClaimResult> {
+    const st = this.load();
+    const cfg = st.config;
+    const reply = this.apply({ type: "claim" });
+    if (reply && !reply.ok) return reply;
+    if (!reply || !cfg) return { ok: false, error: { code: ErrorCode.internal, message: "claim produced no reply" } };
+    const { member: m, state } = reply;
+    return {
+      ok: true,
+      sandboxId: m.id,
+      cluster: cfg.cluster,
+      revision: m.revision,
+      warm: state !== "new",
+      state,
+      generation: m.generation,
+      endpoint: m.endpoint,
+      template: memberIntent(cfg, m, "running", 0).template!,
+      pauseStrategy: cfg.spec.pauseStrategy,
+      envVars: cfg.spec.env,
+    };
+  }
+
+  /** An observation of an unclaimed member (routed by ClusterDO); others are ignored. */
+  async observe(observation: Observation): Promise<ObserveResult> {
+    return this.observeBatch([observation]);
+  }
+
+  /** Many observations in one call (ClusterDO groups them per owner). */
+  async observeBatch(observations: Observation[]): Promise<ObserveResult> {
+    let applied = 0;
+    for (const observation of observations) {
+      const before = this.load().members.get(observation.sandboxId);
+      this.apply({ type: "observe", observation });
+      if (before) applied++;
+    }
+    return { ok: true, applied };
+  }
+
+  /** Deletes every unclaimed member and forgets the spec (template deleted). */
+  async destroy(): Promise<ConfigureResult> {
+    this.apply({ type: "destroy" });
+    return { ok: true, status: this.statusNow() };
+  }
+
+  async status(): Promise<PoolStatus> {
+    return this.statusNow();
+  }
+
+  override async alarm(): Promise<void> {
+    this.alarmAt = null;
+    this.apply({ type: "tick" });
+    await this.flush();
+  }
+
+  private statusNow(): PoolStatus {
+    const st = this.load();
+    const c = counts(st);
+    return {
+      configured: st.config !== null,
+      name: st.config ? `${st.config.teamId}/${st.config.templateId}` : null,
+      replicas: st.config?.spec.replicas ?? 0,
+      revision: st.config?.revision ?? null,
+      ...c,
+      claimed: st.claimed,
+      createdOnDemand: st.createdOnDemand,
+    };
+  }
+
+  private apply(event: PoolEvent) {
+    const st = this.load();
+    const cfg = st.config; // effects of `destroy` still need the pool's name
+    const now = Date.now();
+    const { effects, claim } = transition(st, event, { now, newId: newSandboxId });
+    this.perform(effects, st.config ?? cfg, now);
+    if (event.type === "claim") this.store!.saveCounters(st.claimed, st.createdOnDemand);
+    return claim;
+  }
+
+  private perform(effects: PoolEffect[], cfg: PoolState["config"], now: number): void {
+    const store = this.store!;
+    for (const e of effects) {
+      switch (e.type) {
+        case "create":
+          store.insertMembers(e.members);
+          this.send(cfg, e.members, "running", now);
+          break;
+        case "delete":
+          store.deleteMembers(e.members.map((m) => m.id));
+          this.send(cfg, e.members, "deleted", now);
+          break;
+        case "forget":
+          store.deleteMembers(e.ids);
+          break;
+        case "update":
+          store.updateMember(e.member);
+          break;
+        case "save-config":
+          store.saveConfig(this.state!.config);
+          break;
+        default:
+          assertNever(e);
+      }
+    }
+    this.armAlarm(now);
+  }
+
+  private send(cfg: PoolState["config"], members: Member[], desired: "running" | "deleted", now: number): void {
+    if (!cfg || !members.length) return;
+    const intents = members.map((m) => memberIntent(cfg, m, desired, now));
+    this.store!.saveOutgoing(intents);
+    for (const i of intents) this.outgoing.set(i.sandboxId, i);
+    // Not awaited: the claim answers now; intents of concurrent claims join the next batch.
+    this.flushing ??= this.flush().finally(() => (this.flushing = null));
+  }
+
+  private async flush(): Promise<void> {
+    while (this.outgoing.size) {
+      const batch = [...this.outgoing.values()];
+      const cluster = this.state?.config?.cluster ?? "local";
+      const stub = this.env.CLUSTER.get(this.env.CLUSTER.idFromName(cluster));
+      let ok = false;
+      try {
+        const res = await stub.enqueue(batch);
+        ok = res.ok;
+        if (!res.ok) console.warn(`pool: cluster refused ${batch.length} intents: ${res.error.message}`);
+      } catch (err) {
+        console.warn(`pool: cluster unreachable: ${String(err)}`);
+      }
+      if (!ok) return this.armAlarm(Date.now(), true);
+      const sent: SandboxId[] = [];
+      for (const i of batch) {
+        // A newer intent for the same member may have replaced it while this batch was in flight.
+        if (this.outgoing.get(i.sandboxId) === i) {
+          this.outgoing.delete(i.sandboxId);
+          sent.push(i.sandboxId);
+        }
+      }
+      this.store!.deleteOutgoing(sent);
+    }
+  }
+
+  /** One alarm: retry unsent intents soon, else wake when the oldest create times out. */
+  private armAlarm(now: number, retry = false): void {
+    const st = this.state!;
+    const due = retry || this.outgoing.size ? now + RETRY_MS : nextCreateDeadline(st);
+    if (due === null || (this.alarmAt !== null && this.alarmAt <= due)) return;
+    this.alarmAt = due;
+    void this.ctx.storage.setAlarm(due);
+  }
+
+  /** Loads the inventory once per object instance; later calls return the in-memory state. */
+  private load(): PoolState {
+    if (this.state) return this.state;
+    const store = openPoolStore(this.ctx.storage.sql);
+    const st = initialState();
+    st.config = store.loadConfig();
+    const c = store.loadCounters();
+    st.claimed = c.claimed;
+    st.createdOnDemand = c.createdOnDemand;
+    for (const m of store.loadMembers()) addMember(st, m);
+    for (const i of store.loadOutgoing()) this.outgoing.set(i.sandboxId, i);
+    this.store = store;
+    this.state = st;
+    if (this.outgoing.size) this.flushing ??= this.flush().finally(() => (this.flushing = null));
+    return st;
+  }
+}
+
+function assertNever(x: never): never {
+  throw new Error(`unhandled effect ${JSON.stringify(x)}`);
+}

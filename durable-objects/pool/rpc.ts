@@ -1,7 +1,7 @@
 // The PoolDO's RPC surface (what the create route, the admin API and ClusterDO call). Every
 // method resolves to a typed result; none throws across the RPC boundary.
 import type { Refusal } from "../../schema/errors.ts";
-import type { PoolSpec } from "../../schema/pool/spec.ts";
+import type { TemplateRecord, TemplateSpec as SandboxSetSpec } from "../../schema/api/template.ts";
 import type { Endpoint, SandboxId, TemplateSpec } from "../../schema/protocol/index.ts";
 
 /**
@@ -13,6 +13,12 @@ import type { Endpoint, SandboxId, TemplateSpec } from "../../schema/protocol/in
  * - `state: "new"` (`warm: false`): no stock, a freshly minted id nobody has created yet; the
  *   SandboxDO's intent creates it (generation 0 here, so the first intent may use 1).
  */
+/**
+ * What `configure` takes: the stored template (SandboxSet spec + revision, as the store returns
+ * it), plus the cluster its members run on (default `local`).
+ */
+export type PoolConfig = Pick<TemplateRecord, "teamId" | "templateId" | "revision" | "spec"> & { cluster?: string };
+
 export interface Claimed {
   ok: true;
   sandboxId: SandboxId;
@@ -25,10 +31,9 @@ export interface Claimed {
   endpoint: Endpoint | null;
   /** The spec to create from (template, pause strategy, network, env of the SandboxSet). */
   template: TemplateSpec;
-  pauseStrategy: PoolSpec["pauseStrategy"];
-  allowInternetAccess: boolean;
+  pauseStrategy: SandboxSetSpec["pauseStrategy"];
+  /** The template's `env`, which create-time envVars override. */
   envVars: Record<string, string>;
-  labels: Record<string, string>;
 }
 export type ClaimResult = Claimed | { ok: false; error: Refusal };
 

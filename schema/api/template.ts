@@ -10,6 +10,8 @@ export const TemplateId = z.string().regex(/^[a-z0-9]([-a-z0-9_.]{0,62}[a-z0-9])
 
 /** SandboxSet spec. Defaults make `{}` a valid 1-CPU, 512 MiB template with no warm pool. */
 export const TemplateSpec = z.strictObject({
+  /** Cluster (ClusterDO name) whose agent runs the members. */
+  cluster: z.string().regex(/^[a-z0-9-]{1,63}$/).default("local"),
   /** Unclaimed members to keep warm. */
   replicas: z.int().min(0).max(100_000).default(0),
   /** Container image (kubernetes driver) or root filesystem name (local driver). */

@@ -24,6 +24,8 @@ export const TemplateSpecSchema = z.object({
   id: z.string().min(1),
   /** Opaque revision (hash of the spec); a pool prefers members of its current revision. */
   revision: z.string().min(1),
+  /** Container image (kubernetes driver) or root filesystem name (local driver). */
+  image: z.string().min(1).default("base"),
   user: z.string().min(1).default("user"),
   workdir: z.string().min(1).default("/home/user"),
   resources: z

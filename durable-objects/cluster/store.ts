@@ -1,0 +1,96 @@
+// The ClusterDO's own SQLite tables: each sandbox's newest intent, the outbox, session metadata.
+// Writes touch only the rows an event changed; the routing state loads once per object instance.
+import type { Intent, Owner, SandboxId } from "../../schema/protocol/index.ts";
+import { initialState, type ClusterState } from "./machine.ts";
+
+type Sql = Pick<SqlStorage, "exec">;
+
+const SCHEMA = `
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS desired (
+  sandbox_id TEXT PRIMARY KEY, generation INTEGER NOT NULL, owner TEXT NOT NULL, state TEXT NOT NULL,
+  intent TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS outbox (
+  seq INTEGER PRIMARY KEY AUTOINCREMENT, sandbox_id TEXT NOT NULL, generation INTEGER NOT NULL,
+  intent TEXT NOT NULL
+);
+`;
+
+export interface ClusterStore {
+  /** The routing state: desired entries and the outbox (seq order), plus the next seq. */
+  load(): ClusterState;
+  saveDesired(intent: Intent): void;
+  dropDesired(sandboxId: SandboxId): void;
+  /** Adds an outbox row; with `intent` null it copies the sandbox's desired intent. */
+  queue(seq: number, sandboxId: SandboxId, intent: Intent | null): void;
+  unqueue(seqs: readonly number[]): void;
+  /** Outbox intents by seq (rows gone in the meantime are skipped). */
+  outboxIntents(seqs: readonly number[]): { seq: number; intent: Intent }[];
+  getMeta(key: string): string | null;
+  setMeta(key: string, value: string): void;
+}
+
+export function openClusterStore(sql: Sql): ClusterStore {
+  sql.exec(SCHEMA);
+  return {
+    load() {
+      const last = sql.exec<{ seq: number }>("SELECT seq FROM sqlite_sequence WHERE name = 'outbox'").toArray()[0];
+      const st = initialState((last?.seq ?? 0) + 1);
+      for (const r of sql.exec<{ sandbox_id: string; generation: number; owner: string; state: string }>(
+        "SELECT sandbox_id, generation, owner, state FROM desired",
+      )) {
+        st.desired.set(r.sandbox_id as SandboxId, {
+          generation: r.generation,
+          owner: JSON.parse(r.owner) as Owner,
+          state: r.state === "deleted" ? "deleted" : r.state === "paused" ? "paused" : "running",
+        });
+      }
+      for (const r of sql.exec<{ seq: number; sandbox_id: string; generation: number }>(
+        "SELECT seq, sandbox_id, generation FROM outbox ORDER BY seq",
+      )) {
+        const id = r.sandbox_id as SandboxId;
+        st.outbox.set(r.seq, { sandboxId: id, generation: r.generation, sentAt: null });
+        st.pendingSeq.set(id, r.seq);
+      }
+      return st;
+    },
+    saveDesired(i) {
+      sql.exec(
+        "INSERT OR REPLACE INTO desired (sandbox_id, generation, owner, state, intent) VALUES (?, ?, ?, ?, ?)",
+        i.sandboxId, i.generation, JSON.stringify(i.owner), i.desired.state, JSON.stringify(i),
+      );
+    },
+    dropDesired(id) {
+      sql.exec("DELETE FROM desired WHERE sandbox_id = ?", id);
+    },
+    queue(seq, id, intent) {
+      if (intent) {
+        sql.exec("INSERT INTO outbox (seq, sandbox_id, generation, intent) VALUES (?, ?, ?, ?)", seq, id, intent.generation, JSON.stringify(intent));
+      } else {
+        sql.exec(
+          "INSERT INTO outbox (seq, sandbox_id, generation, intent) SELECT ?, sandbox_id, generation, intent FROM desired WHERE sandbox_id = ?",
+          seq, id,
+        );
+      }
+    },
+    unqueue(seqs) {
+      for (const s of seqs) sql.exec("DELETE FROM outbox WHERE seq = ?", s);
+    },
+    outboxIntents(seqs) {
+      const out: { seq: number; intent: Intent }[] = [];
+      for (const seq of seqs) {
+        const r = sql.exec<{ intent: string }>("SELECT intent FROM outbox WHERE seq = ?", seq).toArray()[0];
+        if (r) out.push({ seq, intent: JSON.parse(r.intent) as Intent });
+      }
+      return out;
+    },
+    getMeta(key) {
+      const r = sql.exec<{ value: string }>("SELECT value FROM meta WHERE key = ?", key).toArray()[0];
+      return r ? r.value : null;
+    },
+    setMeta(key, value) {
+      sql.exec("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value", key, value);
+    },
+  };
+}

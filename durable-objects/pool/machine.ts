@@ -1,0 +1,359 @@
+// The warm pool of one SandboxSet (team + template), as a deterministic state machine.
+//
+// The state is mutated in place and returned: copying a 10,000-member inventory on every claim
+// would make a claim O(n), and the claim path must cost the same with 100 or 10,000 members
+// (edge.claim_cost_ratio_10k_vs_100). The machine does no I/O; the shell persists and performs
+// the effects it returns.
+import type { ErrorCode, Refusal } from "../../schema/errors.ts";
+import type { Endpoint, Observation, SandboxId } from "../../schema/protocol/index.ts";
+import { Fifo } from "./fifo.ts";
+import type { PoolConfig } from "./rpc.ts";
+
+export type MemberState = "creating" | "available";
+
+/** An unclaimed member. Claimed members leave the pool entirely (the SandboxDO owns them). */
+export interface Member {
+  id: SandboxId;
+  state: MemberState;
+  revision: string;
+  /** Generation of the pool's last intent for it (1 = create). */
+  generation: number;
+  createdAt: number;
+  endpoint: Endpoint | null;
+  /** Ticket of its live queue entry (entries with another ticket are dead); -1 = not queued. */
+  slot: number;
+}
+
+interface Entry {
+  m: Member;
+  slot: number;
+}
+
+export interface PoolState {
+  config: (PoolConfig & { cluster: string }) | null;
+  members: Map<string, Member>;
+  /** FIFO queues per revision: the head is the member that has waited longest. */
+  available: Map<string, Fifo<Entry>>;
+  creating: Map<string, Fifo<Entry>>;
+  claimed: number;
+  createdOnDemand: number;
+  nextSlot: number;
+}
+
+export type PoolEvent =
+  | { type: "configure"; config: PoolConfig }
+  | { type: "claim" }
+  | { type: "observe"; observation: Observation }
+  | { type: "tick" }
+  | { type: "destroy" };
+
+export type PoolEffect =
+  /** Persist these new members and send their create intents (owner pool, generation 1). */
+  | { type: "create"; members: Member[] }
+  /** Drop these members and send delete intents at their (already bumped) generation. */
+  | { type: "delete"; members: Member[] }
+  /** Drop these members from storage only (claimed, or already gone on the cluster). */
+  | { type: "forget"; ids: SandboxId[] }
+  /** Persist a member's changed state or endpoint. */
+  | { type: "update"; member: Member }
+  | { type: "save-config" };
+
+export type ClaimReply =
+  | { ok: true; member: Member; state: MemberState | "new" }
+  | { ok: false; error: Refusal };
+
+export interface Context {
+  now: number;
+  newId: () => SandboxId;
+  /** A member still creating after this long is replaced (default 5 minutes). */
+  createTimeoutMs?: number;
+}
+
+export const DEFAULT_CREATE_TIMEOUT_MS = 5 * 60_000;
+
+export function initialState(): PoolState {
+  return { config: null, members: new Map(), available: new Map(), creating: new Map(), claimed: 0, createdOnDemand: 0, nextSlot: 0 };
+}
+
+/** Applies one event; returns the effects to perform and, for `claim`, the reply. */
+export function transition(
+  state: PoolState,
+  event: PoolEvent,
+  ctx: Context,
+): { state: PoolState; effects: PoolEffect[]; claim?: ClaimReply } {
+  const effects: PoolEffect[] = [];
+  switch (event.type) {
+    case "configure":
+      state.config = { ...event.config, cluster: event.config.cluster ?? "local" };
+      effects.push({ type: "save-config" });
+      reconcile(state, ctx, effects);
+      return { state, effects };
+    case "claim": {
+      const claim = claimOne(state, ctx, effects);
+      if (claim.ok) reconcile(state, ctx, effects);
+      return { state, effects, claim };
+    }
+    case "observe":
+      if (observe(state, event.observation, effects)) reconcile(state, ctx, effects);
+      return { state, effects };
+    case "tick":
+      expireCreating(state, ctx, effects);
+      reconcile(state, ctx, effects);
+      return { state, effects };
+    case "destroy": {
+      const victims = [...state.members.values()];
+      for (const m of victims) unpool(state, m);
+      if (victims.length) effects.push({ type: "delete", members: victims.map(bumped) });
+      state.config = null;
+      effects.push({ type: "save-config" });
+      return { state, effects };
+    }
+    default:
+      return assertNever(event);
+  }
+}
+
+/** Puts a member (restored from storage, or new) into the inventory. */
+export function addMember(state: PoolState, m: Member): void {
+  state.members.set(m.id, m);
+  enqueue(state, m);
+}
+
+export function counts(state: PoolState): { available: number; creating: number; updatedAvailable: number; updated: number } {
+  const rev = state.config?.revision;
+  const available = sumSizes(state.available);
+  const creating = sumSizes(state.creating);
+  const updatedAvailable = rev ? (state.available.get(rev)?.size ?? 0) : 0;
+  const updated = updatedAvailable + (rev ? (state.creating.get(rev)?.size ?? 0) : 0);
+  return { available, creating, updatedAvailable, updated };
+}
+
+/** When the oldest creating member times out (the shell's alarm), or null with none creating. */
+export function nextCreateDeadline(state: PoolState, timeoutMs = DEFAULT_CREATE_TIMEOUT_MS): number | null {
+  let oldest: number | null = null;
+  for (const q of state.creating.values()) {
+    const e = q.peek();
+    if (e && (oldest === null || e.m.createdAt < oldest)) oldest = e.m.createdAt;
+  }
+  return oldest === null ? null : oldest + timeoutMs;
+}
+
+/** `maxUnavailable` against `replicas`, percentages rounded up (as Kubernetes does for it). */
+export function scaled(value: number | string, total: number): number {
+  if (typeof value === "number") return value;
+  return Math.ceil((Number.parseInt(value, 10) * total) / 100);
+}
+
+function claimOne(state: PoolState, ctx: Context, effects: PoolEffect[]): ClaimReply {
+  if (!state.config) return refuse("template_not_found", "this template has no pool configured");
+  const rev = state.config.revision;
+  const m = popBest(state.available, rev) ?? popBest(state.creating, rev);
+  if (m) {
+    const from = m.state;
+    unpool(state, m);
+    state.claimed++;
+    effects.push({ type: "forget", ids: [m.id] });
+    return { ok: true, member: m, state: from };
+  }
+  state.createdOnDemand++;
+  const fresh: Member = { id: ctx.newId(), state: "creating", revision: rev, generation: 0, createdAt: ctx.now, endpoint: null, slot: -1 };
+  return { ok: true, member: fresh, state: "new" };
+}
+
+/** The oldest member of the current revision, else the oldest of any other revision. */
+function popBest(queues: Map<string, Fifo<Entry>>, rev: string): Member | undefined {
+  const current = queues.get(rev);
+  const m = current ? take(current) : undefined;
+  if (m) return m;
+  for (const q of queues.values()) {
+    const other = take(q);
+    if (other) return other;
+  }
+  return undefined;
+}
+
+/** Returns whether the inventory changed (so the pool may need to scale). */
+function observe(state: PoolState, obs: Observation, effects: PoolEffect[]): boolean {
+  const m = state.members.get(obs.sandboxId);
+  if (!m || obs.generation < m.generation) return false;
+  switch (obs.phase) {
+    case "Running": {
+      const want: MemberState = obs.ready ? "available" : "creating";
+      const endpointChanged = JSON.stringify(obs.endpoint) !== JSON.stringify(m.endpoint);
+      if (want === m.state && !endpointChanged) return false;
+      m.endpoint = obs.endpoint;
+      if (want !== m.state) {
+        dequeue(state, m);
+        m.state = want;
+        enqueue(state, m);
+      }
+      effects.push({ type: "update", member: m });
+      return true;
+    }
+    case "Failed":
+      unpool(state, m);
+      effects.push({ type: "delete", members: [bumped(m)] });
+      return true;
+    case "Deleted":
+      unpool(state, m);
+      effects.push({ type: "forget", ids: [m.id] });
+      return true;
+    case "Pending":
+    case "Pausing":
+    case "Paused":
+    case "Resuming":
+    case "Terminating":
+      // A warm member is never paused by the pool; a pending one is still creating.
+      return false;
+    default:
+      return assertNever(obs.phase);
+  }
+}
+
+function expireCreating(state: PoolState, ctx: Context, effects: PoolEffect[]): void {
+  const limit = ctx.now - (ctx.createTimeoutMs ?? DEFAULT_CREATE_TIMEOUT_MS);
+  const expired: Member[] = [];
+  for (const q of state.creating.values()) {
+    // Queues are in creation order, so the scan stops at the first member still in time.
+    for (let e = q.peek(); e && e.m.createdAt <= limit; e = q.peek()) {
+      const m = take(q) as Member;
+      unpool(state, m);
+      expired.push(bumped(m));
+    }
+  }
+  if (expired.length) effects.push({ type: "delete", members: expired });
+}
+
+/**
+ * Converges the unclaimed count on `replicas`, then rolls old-revision members
+ * (openkruise-agents.md §2.2 steps 3 and 5).
+ */
+function reconcile(state: PoolState, ctx: Context, effects: PoolEffect[]): void {
+  const cfg = state.config;
+  if (!cfg) return;
+  const { replicas } = cfg.spec;
+  const total = state.members.size;
+  if (total > replicas) {
+    const victims = scaleDownVictims(state, total - replicas);
+    for (const m of victims) unpool(state, m);
+    effects.push({ type: "delete", members: victims.map(bumped) });
+    return;
+  }
+  if (total === replicas) rollOldRevision(state, effects);
+  scaleUp(state, ctx, effects);
+}
+
+function scaleUp(state: PoolState, ctx: Context, effects: PoolEffect[]): void {
+  const cfg = state.config;
+  if (!cfg) return;
+  const delta = cfg.spec.replicas - state.members.size;
+  if (delta <= 0) return;
+  const cap = cfg.spec.scaleStrategy.maxUnavailable;
+  // Kruise: delta ≤ scaled(maxUnavailable) − (replicas − available), i.e. minus those creating.
+  const budget = cap === undefined || cap === null ? delta : scaled(cap, cfg.spec.replicas) - counts(state).creating;
+  const n = Math.min(delta, budget);
+  if (n <= 0) return;
+  const created: Member[] = [];
+  for (let i = 0; i < n; i++) {
+    const m: Member = { id: ctx.newId(), state: "creating", revision: cfg.revision, generation: 1, createdAt: ctx.now, endpoint: null, slot: -1 };
+    addMember(state, m);
+    created.push(m);
+  }
+  effects.push({ type: "create", members: created });
+}
+
+/** Deletes every old-revision creating member, and old available ones within the update budget. */
+function rollOldRevision(state: PoolState, effects: PoolEffect[]): void {
+  const cfg = state.config;
+  if (!cfg) return;
+  const victims: Member[] = [];
+  for (const [rev, q] of state.creating) {
+    if (rev === cfg.revision) continue;
+    for (let m = take(q); m; m = take(q)) victims.push(m);
+  }
+  const updatedCreating = state.creating.get(cfg.revision)?.size ?? 0;
+  let budget = scaled(cfg.spec.updateStrategy.maxUnavailable, cfg.spec.replicas) - updatedCreating;
+  for (const [rev, q] of state.available) {
+    if (rev === cfg.revision) continue;
+    for (; budget > 0; budget--) {
+      const m = take(q);
+      if (!m) break;
+      victims.push(m);
+    }
+  }
+  if (!victims.length) return;
+  for (const m of victims) unpool(state, m);
+  effects.push({ type: "delete", members: victims.map(bumped) });
+}
+
+/** Old revision first (creating, then available), then current creating, then current available; oldest first. */
+function scaleDownVictims(state: PoolState, n: number): Member[] {
+  const rev = state.config?.revision;
+  const order: Fifo<Entry>[] = [];
+  for (const [r, q] of state.creating) if (r !== rev) order.push(q);
+  for (const [r, q] of state.available) if (r !== rev) order.push(q);
+  for (const queues of [state.creating, state.available]) {
+    const q = rev ? queues.get(rev) : undefined;
+    if (q) order.push(q);
+  }
+  const victims: Member[] = [];
+  for (const q of order) {
+    while (victims.length < n) {
+      const m = take(q);
+      if (!m) break;
+      victims.push(m);
+    }
+  }
+  return victims;
+}
+
+function enqueue(state: PoolState, m: Member): void {
+  const queues = m.state === "available" ? state.available : state.creating;
+  let q = queues.get(m.revision);
+  if (!q) {
+    q = new Fifo<Entry>((e) => e.slot === e.m.slot);
+    queues.set(m.revision, q);
+  }
+  m.slot = state.nextSlot++;
+  q.push({ m, slot: m.slot });
+}
+
+/** Pops the oldest live member of a queue and marks it unqueued. */
+function take(q: Fifo<Entry>): Member | undefined {
+  const e = q.shift();
+  if (!e) return undefined;
+  e.m.slot = -1;
+  return e.m;
+}
+
+/** Takes a member out of its queue, if it is still queued (its entry dies lazily). */
+function dequeue(state: PoolState, m: Member): void {
+  if (m.slot < 0) return;
+  m.slot = -1;
+  (m.state === "available" ? state.available : state.creating).get(m.revision)?.remove();
+}
+
+/** Removes a member from the pool, queued or already taken out of its queue. */
+function unpool(state: PoolState, m: Member): void {
+  if (state.members.get(m.id) !== m) return;
+  state.members.delete(m.id);
+  dequeue(state, m);
+}
+
+function bumped(m: Member): Member {
+  return { ...m, generation: m.generation + 1 };
+}
+
+function sumSizes(queues: Map<string, Fifo<Entry>>): number {
+  let n = 0;
+  for (const q of queues.values()) n += q.size;
+  return n;
+}
+
+function refuse(code: ErrorCode, message: string): ClaimReply {
+  return { ok: false, error: { code, message } };
+}
+
+function assertNever(x: never): never {
+  throw new Error(`unhandled ${JSON.stringify(x)}`);
+}

@@ -1,0 +1,29 @@
+import type { Intent } from "../../schema/protocol/index.ts";
+import type { Member, PoolState } from "./machine.ts";
+
+type Config = NonNullable<PoolState["config"]>;
+
+/** The pool's intent for one of its unclaimed members: run it warm, or delete it. */
+export function memberIntent(cfg: Config, m: Member, state: "running" | "deleted", now: number): Intent {
+  const { spec } = cfg;
+  return {
+    sandboxId: m.id,
+    generation: m.generation,
+    owner: { kind: "pool", id: `${cfg.teamId}/${cfg.templateId}` },
+    desired: { state, pauseStrategy: spec.pauseStrategy },
+    template: {
+      id: cfg.templateId,
+      revision: m.revision,
+      image: spec.image,
+      user: spec.user,
+      workdir: spec.workdir,
+      resources: { cpuCount: spec.cpuCount, memoryMB: spec.memoryMB, diskSizeMB: spec.diskSizeMB },
+    },
+    envVars: spec.env,
+    // Warm members get their access token and network policy when claimed (runtime re-init).
+    envdAccessToken: null,
+    allowInternetAccess: true,
+    labels: { "agents.kruise.io/sandbox-pool": `${cfg.teamId}/${cfg.templateId}`, "agents.kruise.io/sandbox-claimed": "false" },
+    issuedAt: now,
+  };
+}

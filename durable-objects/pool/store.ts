@@ -1,0 +1,94 @@
+// The PoolDO's own SQLite tables. Every write touches only the rows one event changed, so a
+// claim costs the same with 100 or 10,000 members; reads happen once, when the object loads.
+import type { Endpoint, Intent, SandboxId } from "../../schema/protocol/index.ts";
+import type { Member, PoolState } from "./machine.ts";
+
+type Sql = Pick<SqlStorage, "exec">;
+type Config = PoolState["config"];
+
+const SCHEMA = `
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS members (
+  id TEXT PRIMARY KEY, state TEXT NOT NULL, revision TEXT NOT NULL, generation INTEGER NOT NULL,
+  created_at INTEGER NOT NULL, endpoint TEXT, ord INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS outgoing (sandbox_id TEXT PRIMARY KEY, intent TEXT NOT NULL);
+`;
+
+export interface PoolStore {
+  loadConfig(): Config;
+  saveConfig(config: Config): void;
+  loadCounters(): { claimed: number; createdOnDemand: number };
+  saveCounters(claimed: number, createdOnDemand: number): void;
+  /** Members in queue order (`ord` is the member's queue ticket when it was last written). */
+  loadMembers(): Member[];
+  insertMembers(members: Member[]): void;
+  updateMember(member: Member): void;
+  deleteMembers(ids: readonly string[]): void;
+  loadOutgoing(): Intent[];
+  saveOutgoing(intents: Intent[]): void;
+  deleteOutgoing(ids: readonly string[]): void;
+}
+
+export function openPoolStore(sql: Sql): PoolStore {
+  sql.exec(SCHEMA);
+  const meta = (key: string): string | null => {
+    const row = sql.exec<{ value: string }>("SELECT value FROM meta WHERE key = ?", key).toArray()[0];
+    return row ? row.value : null;
+  };
+  const setMeta = (key: string, value: string) =>
+    sql.exec("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value", key, value);
+  return {
+    loadConfig: () => {
+      const v = meta("config");
+      return v ? (JSON.parse(v) as Config) : null;
+    },
+    saveConfig: (config) => setMeta("config", JSON.stringify(config)),
+    loadCounters: () => {
+      const v = meta("counters");
+      return v ? (JSON.parse(v) as { claimed: number; createdOnDemand: number }) : { claimed: 0, createdOnDemand: 0 };
+    },
+    saveCounters: (claimed, createdOnDemand) => setMeta("counters", JSON.stringify({ claimed, createdOnDemand })),
+    loadMembers: () =>
+      sql
+        .exec<{ id: string; state: string; revision: string; generation: number; created_at: number; endpoint: string | null }>(
+          "SELECT id, state, revision, generation, created_at, endpoint FROM members ORDER BY ord",
+        )
+        .toArray()
+        .map((r) => ({
+          id: r.id as SandboxId,
+          state: r.state === "available" ? "available" : "creating",
+          revision: r.revision,
+          generation: r.generation,
+          createdAt: r.created_at,
+          endpoint: r.endpoint ? (JSON.parse(r.endpoint) as Endpoint) : null,
+          slot: -1,
+        })),
+    insertMembers: (members) => {
+      for (const m of members) {
+        sql.exec(
+          "INSERT OR REPLACE INTO members (id, state, revision, generation, created_at, endpoint, ord) VALUES (?, ?, ?, ?, ?, ?, ?)",
+          m.id, m.state, m.revision, m.generation, m.createdAt, m.endpoint ? JSON.stringify(m.endpoint) : null, m.slot,
+        );
+      }
+    },
+    updateMember: (m) =>
+      sql.exec(
+        "UPDATE members SET state = ?, endpoint = ?, ord = ? WHERE id = ?",
+        m.state, m.endpoint ? JSON.stringify(m.endpoint) : null, m.slot, m.id,
+      ),
+    deleteMembers: (ids) => {
+      for (const id of ids) sql.exec("DELETE FROM members WHERE id = ?", id);
+    },
+    loadOutgoing: () =>
+      sql.exec<{ intent: string }>("SELECT intent FROM outgoing").toArray().map((r) => JSON.parse(r.intent) as Intent),
+    saveOutgoing: (intents) => {
+      for (const i of intents) {
+        sql.exec("INSERT OR REPLACE INTO outgoing (sandbox_id, intent) VALUES (?, ?)", i.sandboxId, JSON.stringify(i));
+      }
+    },
+    deleteOutgoing: (ids) => {
+      for (const id of ids) sql.exec("DELETE FROM outgoing WHERE sandbox_id = ?", id);
+    },
+  };
+}

@@ -1,0 +1,34 @@
+// The agent link: `GET /agent/v1/connect?cluster=<id>` with `Authorization: Bearer <CLUSTER_TOKEN>`
+// upgrades to the WebSocket that ClusterDO(<id>) serves (protocol in schema/protocol/). The token
+// is checked here, before any Durable Object is touched.
+import { Hono } from "hono";
+import { CLUSTER_HEADER } from "../durable-objects/cluster/cluster-do.ts";
+import { errorResponse } from "./api-error.ts";
+import type { AppEnv } from "./env.ts";
+
+export const AGENT_LINK_PATH = "/agent/v1/connect";
+
+export const agentLink = new Hono<AppEnv>();
+
+agentLink.get(AGENT_LINK_PATH, async (c) => {
+  if (!c.env.CLUSTER_TOKEN) return errorResponse("unauthorized", "the edge has no CLUSTER_TOKEN configured");
+  const auth = c.req.header("Authorization") ?? "";
+  const token = auth.startsWith("Bearer ") ? auth.slice(7) : "";
+  if (!(await sameSecret(token, c.env.CLUSTER_TOKEN))) return errorResponse("unauthorized", "invalid cluster token");
+  if (c.req.header("Upgrade")?.toLowerCase() !== "websocket") {
+    return Response.json({ code: 426, message: "expected a WebSocket upgrade" }, { status: 426, headers: { Upgrade: "websocket" } });
+  }
+  const cluster = c.req.query("cluster") ?? "local";
+  if (!/^[a-z0-9-]{1,63}$/.test(cluster)) return errorResponse("bad_request", "cluster must be 1-63 characters of [a-z0-9-]");
+  const headers = new Headers(c.req.raw.headers);
+  headers.set(CLUSTER_HEADER, cluster);
+  const stub = c.env.CLUSTER.get(c.env.CLUSTER.idFromName(cluster));
+  return stub.fetch(new Request(c.req.raw, { headers }));
+});
+
+/** Constant-time comparison: both sides are hashed first, so length does not leak either. */
+async function sameSecret(a: string, b: string): Promise<boolean> {
+  const enc = new TextEncoder();
+  const [da, db] = await Promise.all([crypto.subtle.digest("SHA-256", enc.encode(a)), crypto.subtle.digest("SHA-256", enc.encode(b))]);
+  return crypto.subtle.timingSafeEqual(da, db);
+}

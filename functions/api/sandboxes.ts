@@ -1,0 +1,121 @@
+// The E2B sandbox routes (v1 and v2). Each handler validates, makes one SandboxDO call (or one
+// index query for lists) and shapes the reply; the DO answers another key's sandbox as not found.
+import { Hono, type Context } from "hono";
+import { DEFAULT_TIMEOUT_S, MAX_LIST_LIMIT, MIN_RESUME_TIMEOUT_S, V1_DEFAULT_TIMEOUT_S } from "../../schema/api/limits.ts";
+import { ConnectSandbox, ResumedSandbox, SandboxPauseRequest, SandboxRefreshRequest, SandboxTimeoutRequest } from "../../schema/api/sandbox.ts";
+import { sandboxNotFoundMessage, type Refusal } from "../../schema/errors.ts";
+import { ApiError } from "../api-error.ts";
+import { readJson } from "../body.ts";
+import type { AppEnv } from "../env.ts";
+import { getDb } from "../store/db.ts";
+import { listIndex } from "../store/sandbox-index.ts";
+import { encodeCursor, parseListQuery, parseMetadataQuery } from "./list-query.ts";
+import { renderDetail, renderListed, renderSandbox } from "./render.ts";
+import { createSandboxRoute } from "./sandbox-create.ts";
+import { sandboxStub } from "./stubs.ts";
+
+export const sandboxes = new Hono<AppEnv>();
+
+const SANDBOX_ID = /^[a-z0-9]{1,64}$/;
+
+/** The DO stub of `:id` plus the caller's access; a malformed id cannot exist, so it is a 404. */
+function target(c: Context<AppEnv>) {
+  const id = c.req.param("id") ?? "";
+  if (!SANDBOX_ID.test(id)) throw new ApiError("sandbox_not_found", sandboxNotFoundMessage(id));
+  const caller = c.get("caller");
+  return { id, stub: sandboxStub(c.env, id), access: { keyId: caller.keyId, admin: caller.admin } };
+}
+
+function fail(id: string, error: Refusal): never {
+  if (error.code === "sandbox_not_found") throw new ApiError("sandbox_not_found", sandboxNotFoundMessage(id));
+  throw ApiError.from(error);
+}
+
+sandboxes.post("/sandboxes", createSandboxRoute("v1"));
+sandboxes.post("/v2/sandboxes", createSandboxRoute("v2"));
+
+sandboxes.get("/v2/sandboxes", async (c) => {
+  const q = parseListQuery(c.req.query());
+  const caller = c.get("caller");
+  const page = await listIndex(getDb(c.env), { ...q, keyId: caller.admin ? null : caller.keyId });
+  if (page.next) c.header("X-Next-Token", encodeCursor(page.next));
+  return c.json(page.rows.map(renderListed));
+});
+
+/** v1 list: running sandboxes only, filtered by metadata, no paging (bounded). */
+sandboxes.get("/sandboxes", async (c) => {
+  const caller = c.get("caller");
+  const page = await listIndex(getDb(c.env), {
+    keyId: caller.admin ? null : caller.keyId,
+    states: ["running"],
+    metadata: parseMetadataQuery(c.req.query("metadata")),
+    order: "desc",
+    limit: MAX_LIST_LIMIT * 10,
+  });
+  return c.json(page.rows.map(renderListed));
+});
+
+sandboxes.get("/sandboxes/:id", async (c) => {
+  const { id, stub, access } = target(c);
+  const res = await stub.info(access);
+  if (!res.ok) fail(id, res.error);
+  return c.json(renderDetail(res.sandbox, c.env.SANDBOX_DOMAIN));
+});
+
+sandboxes.delete("/sandboxes/:id", async (c) => {
+  const { id, stub, access } = target(c);
+  const res = await stub.kill(access);
+  if (!res.ok) fail(id, res.error);
+  return c.body(null, 204);
+});
+
+sandboxes.post("/sandboxes/:id/timeout", async (c) => {
+  const { id, stub, access } = target(c);
+  const body = await readJson(c, SandboxTimeoutRequest);
+  const res = await stub.setTimeout(access, body.timeout);
+  if (!res.ok) fail(id, res.error);
+  return c.body(null, 204);
+});
+
+sandboxes.post("/sandboxes/:id/refreshes", async (c) => {
+  const { id, stub, access } = target(c);
+  const body = await readJson(c, SandboxRefreshRequest, { emptyAs: {} });
+  const res = await stub.refresh(access, body.duration ?? V1_DEFAULT_TIMEOUT_S);
+  if (!res.ok) fail(id, res.error);
+  return c.body(null, 204);
+});
+
+sandboxes.post("/sandboxes/:id/pause", async (c) => {
+  const { id, stub, access } = target(c);
+  const body = await readJson(c, SandboxPauseRequest, { emptyAs: {} });
+  const strategy = body.memory === undefined ? undefined : body.memory ? "Freeze" : "Stop";
+  const res = await stub.pause(access, strategy);
+  if (!res.ok) fail(id, res.error);
+  return c.body(null, 204);
+});
+
+function connectRoute(version: "v1" | "v2") {
+  return async (c: Context<AppEnv>) => {
+    const { id, stub, access } = target(c);
+    const body = await readJson(c, ConnectSandbox, { emptyAs: {} });
+    if (version === "v1" && body.timeout === undefined) throw new ApiError("bad_request", "Invalid body: timeout is required");
+    const res = await stub.connectSandbox(access, { timeoutS: body.timeout ?? DEFAULT_TIMEOUT_S, memory: body.memory });
+    if (!res.ok) fail(id, res.error);
+    return c.json(renderSandbox(res.sandbox, c.env.SANDBOX_DOMAIN), res.resumed ? 201 : 200);
+  };
+}
+sandboxes.post("/sandboxes/:id/connect", connectRoute("v1"));
+sandboxes.post("/v2/sandboxes/:id/connect", connectRoute("v2"));
+
+/** Deprecated resume: 201 when it resumed, 409 when the sandbox was running. */
+sandboxes.post("/sandboxes/:id/resume", async (c) => {
+  const { id, stub, access } = target(c);
+  const body = await readJson(c, ResumedSandbox, { emptyAs: {} });
+  const info = await stub.info(access);
+  if (!info.ok) fail(id, info.error);
+  if (info.sandbox.state !== "paused") throw new ApiError("conflict", `Sandbox "${id}" is already running`);
+  const timeoutS = Math.max(body.timeout ?? V1_DEFAULT_TIMEOUT_S, MIN_RESUME_TIMEOUT_S);
+  const res = await stub.connectSandbox(access, { timeoutS, memory: body.memory });
+  if (!res.ok) fail(id, res.error);
+  return c.json(renderSandbox(res.sandbox, c.env.SANDBOX_DOMAIN), 201);
+});

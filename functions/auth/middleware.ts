@@ -1,0 +1,55 @@
+// X-API-KEY authentication. The admin key is recognised by comparing HMACs in constant time
+// (no store lookup); other keys are looked up by HMAC in libSQL and cached per isolate for
+// KEY_CACHE_TTL_MS, so the create path costs no store round trip for a warm key. Knob: a deleted
+// key stays usable in other isolates for at most that TTL.
+import type { MiddlewareHandler } from "hono";
+import { ApiError } from "../api-error.ts";
+import type { AppEnv, Caller, Env } from "../env.ts";
+import { getDb } from "../store/db.ts";
+import { findKeyByHash, touchApiKey } from "../store/api-keys.ts";
+import { ADMIN_KEY_ID, ADMIN_TEAM_ID, ADMIN_TEAM_NAME, hashApiKey, looksLikeApiKey, timingSafeEqualHex } from "./api-key.ts";
+
+export const KEY_CACHE_TTL_MS = 30_000;
+
+const cache = new Map<string, { caller: Caller; until: number }>();
+
+/** Forgets a key (deleted in this isolate). */
+export function evictKey(keyHash: string): void {
+  cache.delete(keyHash);
+}
+
+export function requireApiKey(): MiddlewareHandler<AppEnv> {
+  return async function apiKeyAuth(c, next) {
+    const key = c.req.header("x-api-key");
+    if (!key || !looksLikeApiKey(key)) throw new ApiError("unauthorized", "Invalid API key");
+    c.set("caller", await resolveCaller(c.env, key, (p) => c.executionCtx.waitUntil(p)));
+    await next();
+  };
+}
+
+export function requireAdmin(): MiddlewareHandler<AppEnv> {
+  return async function adminOnly(c, next) {
+    if (!c.get("caller").admin) throw new ApiError("forbidden", "This route needs the admin API key");
+    await next();
+  };
+}
+
+async function resolveCaller(env: Env, key: string, background: (p: Promise<unknown>) => void): Promise<Caller> {
+  const hash = await hashApiKey(key, env.KEY_PEPPER);
+  if (timingSafeEqualHex(hash, await hashApiKey(env.ADMIN_API_KEY, env.KEY_PEPPER))) {
+    return { keyId: ADMIN_KEY_ID, teamId: ADMIN_TEAM_ID, teamName: ADMIN_TEAM_NAME, admin: true };
+  }
+  const now = Date.now();
+  const hit = cache.get(hash);
+  if (hit && hit.until > now) return hit.caller;
+  const db = getDb(env);
+  const owner = await findKeyByHash(db, hash);
+  if (!owner) {
+    cache.delete(hash);
+    throw new ApiError("unauthorized", "Invalid API key");
+  }
+  const caller: Caller = { ...owner, admin: false };
+  cache.set(hash, { caller, until: now + KEY_CACHE_TTL_MS });
+  background(touchApiKey(db, owner.keyId, now).catch((err) => console.error("lastUsed update failed", err)));
+  return caller;
+}

@@ -1,0 +1,280 @@
+// A scripted agent that speaks the real edge↔agent protocol (schema/protocol/) over a real
+// WebSocket: inside workerd tests through the Worker's agent-link route (`fetchTransport`), and
+// from Node over TCP against the edge running on workerd (`tcpTransport`). It pretends to run
+// sandboxes: it acks every intent and reports them Running + ready with an endpoint (after a
+// configurable delay), Paused, or Deleted, as the intent asks. No runtime is started.
+import {
+  EdgeMessageSchema,
+  parseFrame,
+  PROTOCOL_VERSION,
+  type AckItem,
+  type AgentMessageInput,
+  type Endpoint,
+  type Intent,
+  type ObservationInput,
+  type Welcome,
+} from "../../schema/protocol/index.ts";
+
+/** The part of a WebSocket the agent uses (the DOM/undici one in Node, workerd's in tests). */
+export interface SocketLike {
+  send(data: string): void;
+  close(code?: number, reason?: string): void;
+  addEventListener(type: "message", listener: (ev: { data: unknown }) => void): void;
+  addEventListener(type: "close", listener: (ev: { code: number }) => void): void;
+}
+export interface AcceptableSocket extends SocketLike {
+  accept(): void;
+}
+export type Transport = () => Promise<SocketLike>;
+
+export const AGENT_LINK_PATH = "/agent/v1/connect";
+
+/** Connects through a Worker's fetch (e.g. `exports.default.fetch` in a workerd test). */
+export function fetchTransport(
+  fetcher: (url: string, init: { headers: Record<string, string> }) => Promise<{ status: number; webSocket: AcceptableSocket | null }>,
+  token: string,
+  cluster = "local",
+): Transport {
+  return async () => {
+    const res = await fetcher(`http://edge.test${AGENT_LINK_PATH}?cluster=${cluster}`, {
+      headers: { Upgrade: "websocket", Authorization: `Bearer ${token}` },
+    });
+    if (res.status !== 101 || !res.webSocket) throw new Error(`agent link refused: HTTP ${res.status}`);
+    res.webSocket.accept();
+    return res.webSocket;
+  };
+}
+
+/** Connects over real TCP from Node 22 (its global WebSocket takes a `headers` option). */
+export function tcpTransport(baseUrl: string, token: string, cluster = "local"): Transport {
+  // Node's WebSocket (undici) accepts `{headers}`; the DOM typing only knows subprotocols.
+  type NodeSocket = SocketLike & { addEventListener(type: "open" | "error", listener: () => void): void };
+  type NodeWebSocket = new (url: string, init: { headers: Record<string, string> }) => NodeSocket;
+  const Ctor = (globalThis as unknown as { WebSocket: NodeWebSocket }).WebSocket;
+  return () =>
+    new Promise((resolve, reject) => {
+      const url = `${baseUrl.replace(/^http/, "ws")}${AGENT_LINK_PATH}?cluster=${cluster}`;
+      const ws = new Ctor(url, { headers: { Authorization: `Bearer ${token}` } });
+      ws.addEventListener("open", () => resolve(ws));
+      ws.addEventListener("error", () => reject(new Error(`agent link: cannot connect to ${url}`)));
+    });
+}
+
+export interface ScriptedAgentOptions {
+  agentId?: string;
+  ingressUrl?: string;
+  /** Sandboxes the agent claims to run in its next hello (default: what it runs now). */
+  inventory?: ObservationInput[];
+  /** Delay before acking an intent, and before reporting a created sandbox Running + ready. */
+  ackDelayMs?: number;
+  readyDelayMs?: number;
+  /** Report observations at all (off: the agent only acks). */
+  observe?: boolean;
+  protocol?: number;
+  endpoint?: (sandboxId: string) => Endpoint;
+}
+
+/** What the scripted agent pretends runs on its cluster. */
+export interface FakeSandbox {
+  generation: number;
+  phase: "Pending" | "Running" | "Paused" | "Deleted";
+  intent: Intent;
+}
+
+export class ScriptedAgent {
+  readonly sandboxes = new Map<string, FakeSandbox>();
+  /** Every intent received, in arrival order (including duplicates and stale ones). */
+  readonly received: { seq: number; intent: Intent }[] = [];
+  readonly errors: string[] = [];
+  welcome: Welcome | null = null;
+  closed: { code: number } | null = null;
+  private ws: SocketLike | null = null;
+  private readonly opts: Required<Omit<ScriptedAgentOptions, "inventory">>;
+  private inventory: ObservationInput[] | undefined;
+  private acks: AckItem[] = [];
+  private observations: ObservationInput[] = [];
+  private flushScheduled = false;
+  private waiters: (() => void)[] = [];
+
+  constructor(opts: ScriptedAgentOptions = {}) {
+    this.opts = {
+      agentId: opts.agentId ?? "scripted-agent",
+      ingressUrl: opts.ingressUrl ?? "http://127.0.0.1:0",
+      ackDelayMs: opts.ackDelayMs ?? 0,
+      readyDelayMs: opts.readyDelayMs ?? 0,
+      observe: opts.observe ?? true,
+      protocol: opts.protocol ?? PROTOCOL_VERSION,
+      endpoint: opts.endpoint ?? ((id) => ({ runtime: `http://${id}.scripted.invalid:49983` })),
+    };
+    this.inventory = opts.inventory;
+  }
+
+  /** Opens a session: hello with the full inventory, then waits for `welcome` (or a close). */
+  async connect(transport: Transport, timeoutMs = 5_000): Promise<Welcome> {
+    this.welcome = null;
+    this.closed = null;
+    const ws = await transport();
+    this.ws = ws;
+    ws.addEventListener("message", (ev) => this.onFrame(String(ev.data)));
+    ws.addEventListener("close", (ev) => {
+      if (this.ws === ws) this.closed = { code: ev.code };
+      this.notify();
+    });
+    const inventory = this.inventory ?? [...this.sandboxes].map(([id, s]) => this.observation(id, s));
+    this.inventory = undefined;
+    this.sendFrame({
+      type: "hello",
+      protocol: this.opts.protocol,
+      agentId: this.opts.agentId,
+      driver: "scripted",
+      isolation: "none",
+      ingress: { url: this.opts.ingressUrl },
+      inventory,
+    });
+    await this.waitUntil(() => this.welcome !== null || this.closed !== null, timeoutMs);
+    // Re-read through a method: the callbacks set these fields while this function awaited.
+    return this.welcomed();
+  }
+
+  private welcomed(): Welcome {
+    if (!this.welcome) throw new Error(`no welcome: socket closed with ${this.closed?.code}; ${this.errors.join("; ")}`);
+    return this.welcome;
+  }
+
+  /** Drops the connection as a crashed agent would (no goodbye frame). */
+  disconnect(): void {
+    const ws = this.ws;
+    this.ws = null;
+    ws?.close(1000, "bye");
+  }
+
+  /** Sends an observation (for scenarios the automatic behaviour does not cover). */
+  report(obs: ObservationInput): void {
+    this.observations.push(obs);
+    this.scheduleFlush();
+  }
+
+  /** Sends any text frame, e.g. a malformed one in protocol tests. */
+  sendRaw(text: string): void {
+    this.ws?.send(text);
+  }
+
+  /** Resolves once `predicate()` holds, re-checked after every frame; rejects after the timeout. */
+  waitUntil(predicate: () => boolean, timeoutMs = 5_000): Promise<void> {
+    if (predicate()) return Promise.resolve();
+    return new Promise((resolve, reject) => {
+      const check = () => {
+        if (!predicate()) return;
+        clearTimeout(timer);
+        this.waiters = this.waiters.filter((w) => w !== check);
+        resolve();
+      };
+      const timer = setTimeout(() => {
+        this.waiters = this.waiters.filter((w) => w !== check);
+        reject(new Error(`scripted agent: condition not met in ${timeoutMs} ms`));
+      }, timeoutMs);
+      this.waiters.push(check);
+    });
+  }
+
+  /** Ids of the sandboxes it currently runs (phase Running). */
+  running(): string[] {
+    return [...this.sandboxes].filter(([, s]) => s.phase === "Running").map(([id]) => id);
+  }
+
+  private onFrame(text: string): void {
+    const parsed = parseFrame(EdgeMessageSchema, text);
+    if (!parsed.ok) {
+      this.errors.push(parsed.error);
+      return this.notify();
+    }
+    const msg = parsed.value;
+    switch (msg.type) {
+      case "welcome":
+        this.welcome = msg;
+        break;
+      case "error":
+        this.errors.push(`${msg.code}: ${msg.message}`);
+        break;
+      case "intents":
+        for (const item of msg.items) this.apply(item.seq, item.intent);
+        break;
+      default:
+        msg satisfies never;
+    }
+    this.notify();
+  }
+
+  /** Level-based, like the real agent: only a newer generation changes anything. */
+  private apply(seq: number, intent: Intent): void {
+    this.received.push({ seq, intent });
+    const id = intent.sandboxId;
+    const current = this.sandboxes.get(id);
+    if (current && intent.generation <= current.generation) {
+      return this.ack({ seq, sandboxId: id, generation: intent.generation, result: "stale" });
+    }
+    const s: FakeSandbox = { generation: intent.generation, phase: current?.phase ?? "Pending", intent };
+    this.sandboxes.set(id, s);
+    const settle = () => {
+      if (this.sandboxes.get(id) !== s) return; // superseded meanwhile
+      const want = intent.desired.state;
+      s.phase = want === "running" ? "Running" : want === "paused" ? "Paused" : "Deleted";
+      if (s.phase === "Deleted") this.sandboxes.delete(id);
+      if (this.opts.observe) this.report(this.observation(id, s));
+      this.notify();
+    };
+    const creating = s.phase === "Pending" && intent.desired.state === "running";
+    // Re-init, pause and delete are done before the ack, as the real agent does; a create is
+    // acked as accepted and reported Running once "started".
+    if (!creating) settle();
+    this.after(this.opts.ackDelayMs, () =>
+      this.ack({ seq, sandboxId: id, generation: intent.generation, result: creating ? "accepted" : "applied" }),
+    );
+    if (creating) this.after(this.opts.readyDelayMs, settle);
+  }
+
+  private observation(id: string, s: FakeSandbox): ObservationInput {
+    return {
+      sandboxId: id,
+      generation: s.generation,
+      phase: s.phase,
+      ready: s.phase === "Running",
+      endpoint: s.phase === "Running" || s.phase === "Paused" ? this.opts.endpoint(id) : null,
+      revision: s.intent.template?.revision,
+      observedAt: Date.now(),
+    };
+  }
+
+  private ack(item: AckItem): void {
+    this.acks.push(item);
+    this.scheduleFlush();
+  }
+
+  private after(ms: number, fn: () => void): void {
+    if (ms <= 0) fn();
+    else setTimeout(fn, ms);
+  }
+
+  // Acks and observations of one burst of intents leave in one frame each.
+  private scheduleFlush(): void {
+    if (this.flushScheduled) return;
+    this.flushScheduled = true;
+    queueMicrotask(() => {
+      this.flushScheduled = false;
+      if (this.acks.length) this.sendFrame({ type: "ack", items: this.acks.splice(0) });
+      if (this.observations.length) this.sendFrame({ type: "observations", items: this.observations.splice(0) });
+    });
+  }
+
+  private sendFrame(msg: AgentMessageInput): void {
+    try {
+      this.ws?.send(JSON.stringify(msg));
+    } catch (err) {
+      this.errors.push(`send: ${String(err)}`);
+    }
+  }
+
+  private notify(): void {
+    for (const w of [...this.waiters]) w();
+  }
+}

@@ -1,0 +1,146 @@
+// The agent link end to end inside workerd: the Worker's route, ClusterDO's hibernatable
+// WebSocket session, the outbox (seq, ack, redelivery) and the inventory diff, driven by the
+// scripted agent over a real WebSocket.
+import { env, exports } from "cloudflare:workers";
+import { describe, expect, it } from "vitest";
+import type { IntentInput } from "../../schema/protocol/index.ts";
+import { fetchTransport, ScriptedAgent } from "../support/scripted-agent.ts";
+
+const TOKEN = "test-cluster-token";
+const link = (cluster: string, token = TOKEN) => fetchTransport((url, init) => exports.default.fetch(url, init), token, cluster);
+const cluster = (name: string) => env.CLUSTER.get(env.CLUSTER.idFromName(name));
+
+function intent(id: string, generation: number, state: "running" | "deleted" = "running"): IntentInput {
+  return {
+    sandboxId: id,
+    generation,
+    owner: { kind: "sandbox" },
+    desired: { state },
+    template: { id: "base", revision: "r1" },
+    issuedAt: Date.now(),
+  };
+}
+
+describe("agent link route", () => {
+  it("refuses a wrong cluster token with a 401 JSON error", async () => {
+    const res = await exports.default.fetch("http://edge.test/agent/v1/connect", {
+      headers: { Upgrade: "websocket", Authorization: "Bearer nope" },
+    });
+    expect(res.status).toBe(401);
+    expect(await res.json()).toMatchObject({ code: 401 });
+  });
+
+  it("refuses a missing token and a request that is not an upgrade", async () => {
+    const none = await exports.default.fetch("http://edge.test/agent/v1/connect", { headers: { Upgrade: "websocket" } });
+    expect(none.status).toBe(401);
+    const plain = await exports.default.fetch("http://edge.test/agent/v1/connect", { headers: { Authorization: `Bearer ${TOKEN}` } });
+    expect(plain.status).toBe(426);
+  });
+
+  it("rejects an agent speaking another protocol version", async () => {
+    const agent = new ScriptedAgent({ protocol: 99 });
+    await expect(agent.connect(link("c-version"))).rejects.toThrow(/4400|protocol_version/);
+    expect(agent.errors.join()).toMatch(/protocol_version/);
+  });
+
+  it("closes the session when a frame arrives before hello", async () => {
+    const ws = await link("c-order")();
+    const closed = new Promise<number | undefined>((r) => ws.addEventListener("close", (ev) => r(ev.code)));
+    ws.send(JSON.stringify({ type: "heartbeat", at: Date.now(), sandboxes: 0 }));
+    expect(await closed).toBe(4400);
+  });
+});
+
+describe("ClusterDO outbox", () => {
+  it("delivers an intent and reports the agent's ack to an awaiting enqueue", async () => {
+    const agent = new ScriptedAgent();
+    const welcome = await agent.connect(link("c-ack"));
+    expect(welcome).toMatchObject({ type: "welcome", protocol: 1, cluster: "c-ack" });
+    const res = await cluster("c-ack").enqueue([intent("sbxack1", 1)], { awaitAckMs: 2_000 });
+    expect(res).toMatchObject({ ok: true, connected: true, timedOut: false });
+    if (!res.ok) return;
+    expect(res.acks).toEqual([expect.objectContaining({ sandboxId: "sbxack1", generation: 1, seq: res.seqs[0] })]);
+    await agent.waitUntil(() => agent.running().includes("sbxack1"));
+    expect((await cluster("c-ack").status()).pending).toBe(0);
+  });
+
+  it("drops an intent that is not newer than the sandbox's current generation", async () => {
+    const agent = new ScriptedAgent();
+    await agent.connect(link("c-idem"));
+    const first = await cluster("c-idem").enqueue([intent("sbxidem", 2)], { awaitAckMs: 2_000 });
+    const again = await cluster("c-idem").enqueue([intent("sbxidem", 2), intent("sbxidem", 1)]);
+    expect(first.ok && first.seqs[0]).toBeGreaterThan(0);
+    expect(again.ok && again.seqs).toEqual([0, 0]);
+    expect(agent.received.filter((r) => r.intent.sandboxId === "sbxidem")).toHaveLength(1);
+  });
+
+  it("keeps intents while no agent is connected and redelivers them on hello, in seq order", async () => {
+    const c = cluster("c-redeliver");
+    const queued = await c.enqueue([intent("sbxred1", 1), intent("sbxred2", 1)]);
+    expect(queued).toMatchObject({ ok: true, connected: false });
+    const agent = new ScriptedAgent();
+    const welcome = await agent.connect(link("c-redeliver"));
+    expect(welcome.resync.redelivered).toBe(2);
+    await agent.waitUntil(() => agent.running().length === 2);
+    expect(agent.received.map((r) => r.intent.sandboxId)).toEqual(["sbxred1", "sbxred2"]);
+    await agent.waitUntil(() => agent.received.length === 2);
+    // Acked: a reconnect does not deliver them again.
+    await waitFor(async () => (await c.status()).pending === 0);
+    agent.disconnect();
+    const again = new ScriptedAgent({ inventory: [] });
+    await waitFor(async () => !(await c.status()).connected);
+    const w2 = await again.connect(link("c-redeliver"));
+    expect(w2.resync.redelivered).toBe(0);
+    // ...but the agent lost both sandboxes (empty inventory), so they are recreated.
+    expect(w2.resync.recreated).toBe(2);
+    await again.waitUntil(() => again.running().length === 2);
+  });
+
+  it("unacked intents survive a dropped connection and arrive after reconnect", async () => {
+    const c = cluster("c-unacked");
+    const agent = new ScriptedAgent({ ackDelayMs: 60_000, readyDelayMs: 60_000, observe: false });
+    await agent.connect(link("c-unacked"));
+    await c.enqueue([intent("sbxunack", 1)]);
+    await agent.waitUntil(() => agent.received.length === 1);
+    agent.disconnect();
+    await waitFor(async () => !(await c.status()).connected);
+    const next = new ScriptedAgent();
+    const welcome = await next.connect(link("c-unacked"));
+    expect(welcome.resync.redelivered).toBe(1);
+    await next.waitUntil(() => next.running().includes("sbxunack"));
+  });
+
+  it("deletes orphans the agent reports and forgets sandboxes that should be gone", async () => {
+    const c = cluster("c-diff");
+    const setup = new ScriptedAgent();
+    await setup.connect(link("c-diff"));
+    await c.enqueue([intent("sbxkeep", 1)], { awaitAckMs: 2_000 });
+    await c.enqueue([intent("sbxgone", 1)], { awaitAckMs: 2_000 });
+    setup.disconnect();
+    await waitFor(async () => !(await c.status()).connected);
+    await c.enqueue([intent("sbxgone", 2, "deleted")]);
+    const now = Date.now();
+    const agent = new ScriptedAgent({
+      inventory: [
+        { sandboxId: "sbxkeep", generation: 1, phase: "Running", ready: true, observedAt: now },
+        { sandboxId: "sbxorphan", generation: 3, phase: "Running", ready: true, observedAt: now },
+      ],
+    });
+    const welcome = await agent.connect(link("c-diff"));
+    expect(welcome.resync).toMatchObject({ orphans: 1 });
+    await agent.waitUntil(() => agent.received.some((r) => r.intent.sandboxId === "sbxorphan"));
+    const orphan = agent.received.find((r) => r.intent.sandboxId === "sbxorphan")!.intent;
+    expect(orphan).toMatchObject({ generation: 4, desired: { state: "deleted" }, owner: { kind: "cluster" } });
+    // sbxgone was to be deleted and is not in the inventory: done, nothing sent for it.
+    expect(agent.received.some((r) => r.intent.sandboxId === "sbxgone")).toBe(false);
+    await waitFor(async () => (await c.status()).sandboxes === 1);
+  });
+});
+
+async function waitFor(check: () => Promise<boolean>, timeoutMs = 5_000): Promise<void> {
+  const end = Date.now() + timeoutMs;
+  while (!(await check())) {
+    if (Date.now() > end) throw new Error("condition not met in time");
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
