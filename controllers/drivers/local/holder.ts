@@ -98,8 +98,13 @@ async function readChildPid(stream: NodeJS.ReadableStream): Promise<number> {
   let text = "";
   for await (const chunk of stream) {
     text += String(chunk);
-    const m = /"child-pid":\s*(\d+)/.exec(text);
-    if (m) return Number(m[1]);
+    // Stop reading only after the whole object: closing the pipe earlier SIGPIPEs bwrap.
+    try {
+      const info = JSON.parse(text) as { "child-pid"?: number };
+      if (typeof info["child-pid"] === "number") return info["child-pid"];
+    } catch {
+      // incomplete so far
+    }
   }
   throw new Error("bwrap closed its info fd without a child pid");
 }
@@ -153,7 +158,9 @@ function nsInode(pid: number, ns: string): string | undefined {
  * its environment, plus (with namespaces) every process in its pid namespace. */
 export function sandboxPids(id: string, nsInit?: ProcRef): number[] {
   const needle = `${MARKER_ENV}=${id}\0`;
-  const pidns = nsInit && alive(nsInit) ? nsInode(nsInit.pid, "pid") : undefined;
+  let pidns = nsInit && alive(nsInit) ? nsInode(nsInit.pid, "pid") : undefined;
+  // At `process` level the holder shares the agent's pid namespace, which must never match.
+  if (pidns === nsInode(process.pid, "pid")) pidns = undefined;
   const out: number[] = [];
   for (const pid of allPids()) {
     if (pid === process.pid) continue;

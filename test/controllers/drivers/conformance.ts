@@ -1,0 +1,240 @@
+// One behaviour suite for every sandbox driver. A driver is held to what its capabilities claim:
+// where it reports a capability missing, the case checks that it says so (UnsupportedError, or
+// `enforced: false`) instead of being skipped, and the test name states why.
+import { createServer, type Server } from "node:http";
+import type { AddressInfo } from "node:net";
+import { readFileSync, writeFileSync } from "node:fs";
+import { setTimeout as sleep } from "node:timers/promises";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { UnsupportedError, type DesiredSandbox, type Driver } from "../../../controllers/drivers/driver.ts";
+import { PathOutsideSandboxError, type SandboxUser } from "../../../controllers/runtime/sandbox-view.ts";
+
+export interface ConformanceOptions {
+  /** Creates the driver under test (called once, when the suite is collected). */
+  make: () => Driver;
+  /** A second driver over the same state, as a restarted agent would build it. */
+  restart: () => Driver;
+  /** Frees whatever `make` set up once every sandbox is destroyed. */
+  dispose?: (driver: Driver) => void | Promise<void>;
+}
+
+const USER: SandboxUser = { name: "user", uid: 1000, gid: 1000, home: "/home/user", shell: "/bin/bash" };
+let seq = 0;
+
+export function describeDriverConformance(title: string, opts: ConformanceOptions): void {
+  const driver = opts.make();
+  const caps = driver.capabilities;
+  const created = new Set<string>();
+
+  function desired(over: Partial<DesiredSandbox> = {}): DesiredSandbox {
+    const id = over.id ?? `cf${process.pid}x${seq++}`;
+    created.add(id);
+    return { id, generation: 1, template: "base", state: "Running", pauseStrategy: "Freeze", resources: { cpuCount: 1, memoryMB: 256 }, allowInternetAccess: true, ...over };
+  }
+
+  function sh(id: string, script: string, d: Driver = driver) {
+    return d.exec(id, { cmd: "/bin/bash", args: ["-c", script], cwd: "/home/user", env: { PATH: "/usr/bin:/bin", HOME: "/home/user" }, user: USER }, { timeoutMs: 20_000 });
+  }
+
+  /** Starts a busy counter in the background; its value is read from the host through toHost. */
+  async function startCounter(id: string): Promise<() => number> {
+    const r = await sh(id, "nohup bash -c 'i=0; while :; do i=$((i+1)); echo $i > counter.tmp; mv counter.tmp counter; done' >/dev/null 2>&1 &");
+    expect(r.exitCode).toBe(0);
+    const file = driver.view(id).toHost("/home/user/counter");
+    const read = () => {
+      try {
+        return Number(readFileSync(file, "utf8"));
+      } catch {
+        return 0;
+      }
+    };
+    for (let i = 0; i < 200 && read() === 0; i++) await sleep(10);
+    return read;
+  }
+
+  describe(`driver conformance: ${title} (level ${caps.level})`, () => {
+    let server: Server;
+    let port = 0;
+    beforeAll(async () => {
+      server = createServer((_, res) => res.end("host"));
+      await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+      port = (server.address() as AddressInfo).port;
+    });
+    afterAll(async () => {
+      server.close();
+      for (const id of created) await driver.destroy(id);
+      await opts.dispose?.(driver);
+    });
+
+    it("ensure creates a running sandbox, and ensuring again changes nothing", async () => {
+      const d = desired();
+      const first = await driver.ensure(d);
+      expect(first).toMatchObject({ id: d.id, phase: "Running", generation: 1, level: caps.level });
+      const again = await driver.ensure({ ...d, generation: 2 });
+      expect(again).toMatchObject({ phase: "Running", generation: 2, createdAt: first.createdAt });
+      expect((await driver.list()).map((s) => s.id)).toContain(d.id);
+    });
+
+    it(caps.rootView ? "a command runs as `user` in /home/user" : "a command runs as uid 1000 in the layer's /home/user (no root view: it sees the host path)", async () => {
+      const d = desired();
+      await driver.ensure(d);
+      const r = await sh(d.id, "id -u; pwd");
+      expect(r.exitCode).toBe(0);
+      const [uid, pwd] = r.stdout.trim().split("\n");
+      expect(uid).toBe("1000");
+      if (caps.rootView) {
+        expect(pwd).toBe("/home/user");
+        expect((await sh(d.id, "id -un; echo $HOME; ls /home")).stdout).toBe("user\n/home/user\nuser\n");
+      } else {
+        expect(driver.view(d.id).toSandbox(pwd!)).toBe("/home/user");
+      }
+    });
+
+    it("files written through toHost appear inside, and files written inside appear through toHost", async () => {
+      const d = desired();
+      await driver.ensure(d);
+      const view = driver.view(d.id);
+      writeFileSync(view.toHost("/home/user/from-host.txt"), "hello from the host\n");
+      expect((await sh(d.id, "cat from-host.txt; echo inside > from-inside.txt")).stdout).toBe("hello from the host\n");
+      expect(readFileSync(view.toHost("/home/user/from-inside.txt"), "utf8")).toBe("inside\n");
+      expect(view.toSandbox(view.toHost("/home/user/from-inside.txt"))).toBe("/home/user/from-inside.txt");
+    });
+
+    it(`freeze stops a busy loop and thaw resumes it (${caps.freeze} freeze)`, async () => {
+      const d = desired();
+      await driver.ensure(d);
+      const counter = await startCounter(d.id);
+      await driver.freeze(d.id);
+      expect((await driver.observe(d.id))?.phase).toBe("Paused");
+      const a = counter();
+      await sleep(300);
+      expect(counter()).toBe(a);
+      await driver.thaw(d.id);
+      expect((await driver.observe(d.id))?.phase).toBe("Running");
+      await sleep(300);
+      expect(counter()).toBeGreaterThan(a);
+    });
+
+    it("ensure with state Paused/Freeze and back to Running converges the same way", async () => {
+      const d = desired();
+      await driver.ensure(d);
+      const counter = await startCounter(d.id);
+      expect(await driver.ensure({ ...d, generation: 2, state: "Paused" })).toMatchObject({ phase: "Paused", pauseStrategy: "Freeze" });
+      const a = counter();
+      await sleep(200);
+      expect(counter()).toBe(a);
+      expect((await driver.ensure({ ...d, generation: 3 })).phase).toBe("Running");
+      await sleep(200);
+      expect(counter()).toBeGreaterThan(a);
+    });
+
+    it("Stop pause keeps the files and drops the processes; resume starts fresh on the same files", async () => {
+      const d = desired();
+      await driver.ensure(d);
+      const counter = await startCounter(d.id);
+      await sh(d.id, "echo kept > kept.txt");
+      expect(await driver.ensure({ ...d, generation: 2, state: "Paused", pauseStrategy: "Stop" })).toMatchObject({ phase: "Stopped", pauseStrategy: "Stop" });
+      const a = counter();
+      await sleep(200);
+      expect(counter()).toBe(a);
+      expect(() => driver.view(d.id)).toThrow(/not running/);
+      expect((await driver.ensure({ ...d, generation: 3, state: "Running" })).phase).toBe("Running");
+      expect((await sh(d.id, "cat kept.txt")).stdout).toBe("kept\n");
+      if (caps.rootView) expect((await sh(d.id, "pgrep -c -f [c]ounter.tmp || true")).stdout).toBe("0\n");
+      await sleep(100);
+      expect(counter()).toBe(a);
+    });
+
+    it("snapshotFs saves the layer and restoreFs brings it back, also into a new sandbox", async () => {
+      const d = desired();
+      await driver.ensure(d);
+      await sh(d.id, "mkdir -p dir && echo one > dir/a && ln -s dir/a link");
+      const snap = await driver.snapshotFs(d.id);
+      await sh(d.id, "echo two > dir/a; rm link; echo extra > extra");
+      await driver.restoreFs(d.id, snap);
+      expect((await sh(d.id, "cat link; ls; stat -c %u dir/a")).stdout).toBe("one\ndir\nlink\n1000\n");
+      const copy = desired({ restoreFrom: snap });
+      await driver.ensure(copy);
+      expect((await sh(copy.id, "cat dir/a")).stdout).toBe("one\n");
+      await driver.deleteSnapshot(snap);
+    });
+
+    it("destroy leaves nothing behind and is idempotent", async () => {
+      const d = desired();
+      await driver.ensure(d);
+      await startCounter(d.id);
+      await driver.destroy(d.id);
+      expect(await driver.observe(d.id)).toBeUndefined();
+      expect((await driver.list()).map((s) => s.id)).not.toContain(d.id);
+      await driver.destroy(d.id);
+    });
+
+    if (caps.networkIsolation) {
+      it("allowInternetAccess=false: no network, the host's loopback server is unreachable; true: reachable", async () => {
+        const probe = `exec 3<>/dev/tcp/127.0.0.1/${port} && echo open || echo closed`;
+        const closed = desired({ allowInternetAccess: false });
+        expect((await driver.ensure(closed)).enforced.network).toBe(true);
+        expect((await sh(closed.id, `${probe}; ls /sys/class/net 2>/dev/null | tr '\\n' ' '`)).stdout).toMatch(/^closed\n/);
+        const open = desired({ allowInternetAccess: true });
+        await driver.ensure(open);
+        expect((await sh(open.id, probe)).stdout).toBe("open\n");
+      });
+    } else {
+      it("allowInternetAccess=false is refused with UnsupportedError (no network namespace at this level)", async () => {
+        await expect(driver.ensure(desired({ allowInternetAccess: false }))).rejects.toBeInstanceOf(UnsupportedError);
+      });
+    }
+
+    if (caps.limits.memory) {
+      it("memory limit kills an allocator", async () => {
+        const d = desired({ resources: { cpuCount: 1, memoryMB: 64 } });
+        expect((await driver.ensure(d)).enforced.memory).toBe(true);
+        const r = await sh(d.id, "tail /dev/zero");
+        expect(String(r.signal ?? r.exitCode)).toMatch(/SIGKILL|137/);
+        expect((await sh(d.id, "echo alive")).stdout).toBe("alive\n");
+      });
+    } else {
+      it("memory limit is reported as not enforced (no memory cgroup at this level)", async () => {
+        expect((await driver.ensure(desired({ resources: { cpuCount: 1, memoryMB: 64 } }))).enforced.memory).toBe(false);
+      });
+    }
+
+    if (caps.limits.pids) {
+      it("pids limit stops a fork bomb", async () => {
+        const d = desired({ resources: { cpuCount: 1, memoryMB: 256, pidsMax: 32 } });
+        expect((await driver.ensure(d)).enforced.pids).toBe(true);
+        const bomb = "$| = 1; my $n = 0; for (1..200) { my $p = fork(); last unless defined $p; if (!$p) { sleep 30; exit 0 } $n++ } print \"$n\\n\"; kill 9, -$$";
+        const r = await sh(d.id, `setsid perl -e '${bomb}'; true`);
+        expect(Number(r.stdout)).toBeGreaterThan(5);
+        expect(Number(r.stdout)).toBeLessThan(32);
+      });
+    } else {
+      it("pids limit is reported as not enforced (no pids cgroup at this level)", async () => {
+        expect((await driver.ensure(desired({ resources: { cpuCount: 1, memoryMB: 256, pidsMax: 32 } }))).enforced.pids).toBe(false);
+      });
+    }
+
+    it("symlinks that point out of the sandbox resolve inside it or are refused", async () => {
+      const d = desired();
+      await driver.ensure(d);
+      await sh(d.id, "ln -s / rootlink; ln -s ../../../../../../etc/hostname up; ln -s /proc/1/root proclink; ln -s /work wk");
+      const view = driver.view(d.id);
+      expect(readFileSync(view.toHost("/home/user/up"), "utf8")).not.toBe(readFileSync("/etc/hostname", "utf8"));
+      expect(view.toSandbox(view.toHost("/home/user/up"))).toBe("/etc/hostname");
+      for (const p of ["/home/user/proclink/etc/passwd", "/home/user/wk/main/package.json", "/home/user/rootlink/work", "/proc/self/root/etc/passwd"]) {
+        expect(() => view.toHost(p), p).toThrow(PathOutsideSandboxError);
+      }
+      expect(view.toHost("/home/user/rootlink/home/user/up", { followFinal: false })).toBe(view.toHost("/home/user/up", { followFinal: false }));
+    });
+
+    it("list() on a restarted driver finds the running sandboxes, and they keep working", async () => {
+      const d = desired();
+      await driver.ensure(d);
+      await sh(d.id, "echo before > restart.txt");
+      const next = opts.restart();
+      const found = (await next.list()).find((s) => s.id === d.id);
+      expect(found).toMatchObject({ phase: "Running", generation: 1 });
+      expect((await sh(d.id, "cat restart.txt", next)).stdout).toBe("before\n");
+    });
+  });
+}

@@ -1,0 +1,21 @@
+// The driver conformance suite against the local driver at the best level this host offers and at
+// the degraded `process` level (what a host without bubblewrap or cgroups gets).
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import type { IsolationLevel } from "../../../../controllers/drivers/driver.ts";
+import { LocalDriver } from "../../../../controllers/drivers/local/local-driver.ts";
+import { describeDriverConformance } from "../conformance.ts";
+
+for (const level of [undefined, "process"] as (IsolationLevel | undefined)[]) {
+  const dataDir = mkdtempSync(join(tmpdir(), `local-driver-${level ?? "best"}-`));
+  const options = { dataDir, level, cgroupName: `kruise-test-${process.pid}-${level ?? "best"}` };
+  describeDriverConformance(`local, ${level ? `forced ${level}` : "best level"}`, {
+    make: () => new LocalDriver(options),
+    restart: () => new LocalDriver(options),
+    dispose: (driver) => {
+      (driver as LocalDriver).dispose();
+      rmSync(dataDir, { recursive: true, force: true });
+    },
+  });
+}
