@@ -145,18 +145,20 @@ export class SandboxDO extends DurableObject<Env> {
     }
     await this.syncAlarm();
     this.notify();
+    // A client's own change is in the index before its reply (list right after kill must not
+    // show the sandbox); the write runs beside the enqueue. Agent- and timer-driven writes do not
+    // hold anyone up.
+    const readYourWrites = ev.type !== "observe" && ev.type !== "ack" && ev.type !== "alarm" ? Promise.all(writes) : Promise.resolve();
     let acked = true;
     if (intents.length > 0 && this.state) {
       const cluster = this.env.CLUSTER.get(this.env.CLUSTER.idFromName(this.state.spec.cluster));
-      const sent = cluster.enqueue(intents, { awaitAckMs });
-      // The first index write (create) is awaited beside the enqueue so list sees the sandbox.
-      const [res] = await Promise.all([sent, ...(ev.type === "create" ? writes : [])]);
+      const [res] = await Promise.all([cluster.enqueue(intents, { awaitAckMs }), readYourWrites]);
       if (!res.ok) return res;
       acked = awaitAckMs === 0 || !res.timedOut;
       for (const a of res.acks) {
         if (a.sandboxId === this.state?.spec.id) await this.apply({ type: "ack", generation: a.generation, result: a.result, message: a.message }, 0);
       }
-    }
+    } else await readYourWrites;
     return { ...t.result, acked };
   }
 

@@ -1,0 +1,163 @@
+// create → claim → ready → kill end to end: routes, PoolDO, SandboxDO and ClusterDO inside workerd,
+// a scripted agent on the other end of the real WebSocket protocol, the index in a real sqld.
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { ScriptedAgent } from "../../support/scripted-agent.ts";
+import { call, createTeam, expectError, expectStatus, secondKey, startAgent, unique, type TestTeam } from "../helpers.ts";
+
+let team: TestTeam;
+let agent: ScriptedAgent;
+
+beforeAll(async () => {
+  team = await createTeam(unique("sbx"), { replicas: 2 });
+  agent = await startAgent(team.cluster);
+  await agent.waitUntil(() => agent.running().length >= 2);
+});
+afterAll(() => agent.disconnect());
+
+async function create(body: Record<string, unknown> = {}, key = team.key, path = "/v2/sandboxes") {
+  return expectStatus(call(path, { key, body: { templateID: team.template, ...body } }), 201);
+}
+
+describe("create", () => {
+  it("claims a warm member and answers the exact Sandbox shape", async () => {
+    const sbx = await create({ metadata: { app: "create-shape" }, envVars: { FOO: "bar" } });
+    expect(Object.keys(sbx).sort()).toEqual(["clientID", "domain", "envdAccessToken", "envdVersion", "sandboxID", "templateID", "trafficAccessToken"]);
+    expect(sbx).toMatchObject({ templateID: team.template, envdVersion: "0.6.4", trafficAccessToken: null, domain: null });
+    expect(sbx.sandboxID).toMatch(/^[a-z0-9]{20}$/);
+    expect(sbx.envdAccessToken).toMatch(/^[0-9a-f]{48}$/);
+    // The agent re-initialised the claimed member with this claim's token and env vars.
+    const intent = agent.sandboxes.get(sbx.sandboxID)!.intent;
+    expect(intent).toMatchObject({ owner: { kind: "sandbox" }, envdAccessToken: sbx.envdAccessToken, envVars: { FOO: "bar" }, desired: { state: "running" } });
+  });
+
+  it("creates on demand when the pool is empty, v1 route included", async () => {
+    const ids = new Set<string>();
+    for (let i = 0; i < 4; i++) ids.add((await create({ timeout: 60 }, team.key, "/sandboxes")).sandboxID);
+    expect(ids.size).toBe(4);
+  });
+
+  it("returns detail with state, timestamps, metadata and lifecycle", async () => {
+    const before = Date.now();
+    const sbx = await create({ timeout: 120, metadata: { who: "detail" }, autoPause: true, autoResume: { enabled: true } });
+    const info = await expectStatus(call(`/sandboxes/${sbx.sandboxID}`, { key: team.key }), 200);
+    expect(info).toMatchObject({
+      sandboxID: sbx.sandboxID,
+      templateID: team.template,
+      state: "running",
+      cpuCount: 1,
+      memoryMB: 512,
+      diskSizeMB: 1024,
+      envdVersion: "0.6.4",
+      envdAccessToken: sbx.envdAccessToken,
+      metadata: { who: "detail" },
+      lifecycle: { onTimeout: "pause", autoResume: true },
+      allowInternetAccess: null,
+    });
+    const endAt = Date.parse(info.endAt);
+    expect(endAt - Date.parse(info.startedAt)).toBeGreaterThanOrEqual(119_000);
+    expect(Date.parse(info.startedAt)).toBeGreaterThanOrEqual(before - 1000);
+  });
+
+  it("applies the openkruise extensions and strips them from metadata", async () => {
+    const sbx = await create({ metadata: { "e2b.agents.kruise.io/never-timeout": "true", "label:tier": "gold", plain: "x" } });
+    const info = await expectStatus(call(`/sandboxes/${sbx.sandboxID}`, { key: team.key }), 200);
+    expect(info.metadata).toEqual({ "label:tier": "gold", plain: "x" });
+    expect(info.endAt).toBe("0001-01-01T00:00:00Z");
+    expect(agent.sandboxes.get(sbx.sandboxID)!.intent.labels).toEqual({ tier: "gold" });
+  });
+
+  it("answers 404 for an unknown template and 400 for invalid bodies", async () => {
+    await expectError(call("/v2/sandboxes", { key: team.key, body: { templateID: "nope" } }), 404, /nope/);
+    await expectError(call("/v2/sandboxes", { key: team.key, raw: "{not json" }), 400, /JSON/);
+    await expectError(call("/v2/sandboxes", { key: team.key, body: { templateID: 5 } }), 400);
+    await expectError(call("/v2/sandboxes", { key: team.key, body: { templateID: team.template, timeout: -1 } }), 400);
+    await expectError(call("/v2/sandboxes", { key: team.key, body: { templateID: team.template, timeout: 10_000_000 } }), 400);
+    await expectError(call("/v2/sandboxes", { key: team.key, body: { templateID: team.template, timeout: 1.5 } }), 400);
+    await expectError(call("/v2/sandboxes", { key: team.key, body: { templateID: team.template, metadata: { "agents.kruise.io/owner": "me" } } }), 400, /reserved/);
+    await expectError(call("/v2/sandboxes", { key: team.key, body: { templateID: team.template, metadata: { "e2b.agents.kruise.io/image": "x" } } }), 400, /not supported/);
+    await expectError(call("/v2/sandboxes", { key: team.key, body: { templateID: team.template, autoResume: { enabled: true } } }), 400, /autoPause/);
+    await expectError(call("/v2/sandboxes", { key: team.key, body: [] }), 400);
+    await expectError(call("/v2/sandboxes", { key: team.key, raw: "" }), 400);
+  });
+
+  it("answers 413 for an oversized body", async () => {
+    await expectError(call("/v2/sandboxes", { key: team.key, raw: JSON.stringify({ templateID: team.template, metadata: { big: "x".repeat(400_000) } }) }), 413);
+  });
+});
+
+describe("ownership", () => {
+  it("hides another key's or team's sandbox as 404 with E2B's message, and lets the admin see it", async () => {
+    const sbx = await create();
+    const other = await secondKey(team);
+    const stranger = await createTeam(unique("stranger"));
+    const msg = `Sandbox "${sbx.sandboxID}" doesn't exist or you don't have access to it`;
+    for (const key of [other, stranger.key]) {
+      await expectError(call(`/sandboxes/${sbx.sandboxID}`, { key }), 404, msg);
+      await expectError(call(`/sandboxes/${sbx.sandboxID}`, { key, method: "DELETE" }), 404, msg);
+      await expectError(call(`/sandboxes/${sbx.sandboxID}/pause`, { key, body: {} }), 404, msg);
+      await expectError(call(`/v2/sandboxes/${sbx.sandboxID}/connect`, { key, body: {} }), 404, msg);
+      const listed = await expectStatus(call("/v2/sandboxes", { key }), 200);
+      expect(listed.map((s: { sandboxID: string }) => s.sandboxID)).not.toContain(sbx.sandboxID);
+    }
+    await expectStatus(call(`/sandboxes/${sbx.sandboxID}`), 200);
+    await expectError(call("/sandboxes/Not-An-Id", { key: team.key }), 404);
+  });
+});
+
+describe("lifecycle", () => {
+  it("pauses (204), refuses a second pause with 409, resumes on connect (201), then connects (200)", async () => {
+    const sbx = await create({ timeout: 60 });
+    await expectStatus(call(`/sandboxes/${sbx.sandboxID}/pause`, { key: team.key, body: {} }), 204);
+    await agent.waitUntil(() => agent.sandboxes.get(sbx.sandboxID)?.phase === "Paused");
+    const again = await expectStatus(call(`/sandboxes/${sbx.sandboxID}/pause`, { key: team.key, body: {} }), 409);
+    expect(again.code).toBe(409);
+    const info = await expectStatus(call(`/sandboxes/${sbx.sandboxID}`, { key: team.key }), 200);
+    expect(info.state).toBe("paused");
+    const paused = await expectStatus(call("/v2/sandboxes?state=paused", { key: team.key }), 200);
+    expect(paused.map((s: { sandboxID: string }) => s.sandboxID)).toContain(sbx.sandboxID);
+
+    const resumed = await expectStatus(call(`/v2/sandboxes/${sbx.sandboxID}/connect`, { key: team.key, body: { timeout: 10 } }), 201);
+    expect(resumed).toMatchObject({ sandboxID: sbx.sandboxID, envdAccessToken: sbx.envdAccessToken });
+    const after = await expectStatus(call(`/sandboxes/${sbx.sandboxID}`, { key: team.key }), 200);
+    expect(after.state).toBe("running");
+    // Resume floors the lifetime at 300 s even though 10 s was asked.
+    expect(Date.parse(after.endAt) - Date.now()).toBeGreaterThan(290_000);
+
+    await expectStatus(call(`/v2/sandboxes/${sbx.sandboxID}/connect`, { key: team.key, body: {} }), 200);
+  });
+
+  it("extends but never shortens on connect; setTimeout overwrites", async () => {
+    const sbx = await create({ timeout: 300 });
+    const endAt = async () => Date.parse((await expectStatus(call(`/sandboxes/${sbx.sandboxID}`, { key: team.key }), 200)).endAt);
+    const initial = await endAt();
+    await expectStatus(call(`/v2/sandboxes/${sbx.sandboxID}/connect`, { key: team.key, body: { timeout: 10 } }), 200);
+    expect(await endAt()).toBe(initial);
+    await expectStatus(call(`/sandboxes/${sbx.sandboxID}/connect`, { key: team.key, body: { timeout: 600 } }), 200);
+    expect(await endAt()).toBeGreaterThan(initial + 250_000);
+    await expectStatus(call(`/sandboxes/${sbx.sandboxID}/timeout`, { key: team.key, body: { timeout: 30 } }), 204);
+    expect(await endAt()).toBeLessThan(Date.now() + 31_000);
+    await expectStatus(call(`/sandboxes/${sbx.sandboxID}/refreshes`, { key: team.key, body: { duration: 120 } }), 204);
+    expect(await endAt()).toBeGreaterThan(Date.now() + 100_000);
+    await expectError(call(`/sandboxes/${sbx.sandboxID}/timeout`, { key: team.key, body: {} }), 400);
+    await expectError(call(`/sandboxes/${sbx.sandboxID}/connect`, { key: team.key, body: {} }), 400, /timeout/);
+  });
+
+  it("deprecated /resume: 409 while running, 201 after a pause", async () => {
+    const sbx = await create();
+    await expectError(call(`/sandboxes/${sbx.sandboxID}/resume`, { key: team.key, body: {} }), 409);
+    await expectStatus(call(`/sandboxes/${sbx.sandboxID}/pause`, { key: team.key, body: { memory: false } }), 204);
+    expect(agent.sandboxes.get(sbx.sandboxID)!.intent.desired).toEqual({ state: "paused", pauseStrategy: "Stop" });
+    await expectStatus(call(`/sandboxes/${sbx.sandboxID}/resume`, { key: team.key, body: { timeout: 60 } }), 201);
+  });
+
+  it("kills (204): the sandbox is gone for every route, and a second kill is 404", async () => {
+    const sbx = await create({ metadata: { kill: "me" } });
+    await expectStatus(call(`/sandboxes/${sbx.sandboxID}`, { key: team.key, method: "DELETE" }), 204);
+    await agent.waitUntil(() => !agent.sandboxes.has(sbx.sandboxID));
+    await expectError(call(`/sandboxes/${sbx.sandboxID}`, { key: team.key, method: "DELETE" }), 404);
+    await expectError(call(`/sandboxes/${sbx.sandboxID}`, { key: team.key }), 404);
+    await expectError(call(`/v2/sandboxes/${sbx.sandboxID}/connect`, { key: team.key, body: {} }), 404);
+    const listed = await expectStatus(call("/v2/sandboxes?metadata=kill%3Dme", { key: team.key }), 200);
+    expect(listed).toEqual([]);
+  });
+});
