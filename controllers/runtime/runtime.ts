@@ -14,7 +14,7 @@ import { getHealth } from "./http/health.ts";
 import { postInit } from "./http/init.ts";
 import { getMetrics } from "./http/metrics.ts";
 import { HttpError, sendError, sendJson, type HttpHandler } from "./http/respond.ts";
-import { checkFileAccess } from "./http/signature.ts";
+import { signatureMatches } from "./http/signature.ts";
 import { processService } from "./process/service.ts";
 import { sandboxKey } from "./request-context.ts";
 import { RuntimeSandbox, type SandboxOptions } from "./sandbox.ts";
@@ -85,14 +85,12 @@ export function createRuntime(opts: RuntimeOptions = {}): Runtime {
   /** A signed /files URL carries no sandbox id: find the sandbox whose token signed it. */
   function bySignature(req: IncomingMessage, url: URL): RuntimeSandbox | undefined {
     const q = url.searchParams;
-    if (url.pathname !== "/files" || !q.get("signature")) return undefined;
+    const signature = q.get("signature");
+    if (url.pathname !== "/files" || !signature) return undefined;
+    const exp = q.get("signature_expiration");
+    const op = req.method === "POST" ? "write" : "read";
     for (const sbx of sandboxes.values()) {
-      const denied = checkFileAccess({
-        token: sbx.accessToken, headerToken: undefined, checkHeaderToken: () => false,
-        path: q.get("path") ?? "", op: req.method === "POST" ? "write" : "read", username: q.get("username"),
-        signature: q.get("signature"), expiration: null,
-      });
-      if (sbx.accessToken && !denied) return sbx;
+      if (sbx.accessToken && signatureMatches(sbx.accessToken, signature, q.get("path") ?? "", op, q.get("username"), exp === null ? undefined : Number(exp))) return sbx;
     }
     return undefined;
   }
@@ -108,6 +106,9 @@ export function createRuntime(opts: RuntimeOptions = {}): Runtime {
     for (const [k, v] of Object.entries(CORS)) res.setHeader(k, v);
     if (req.method === "OPTIONS") return void res.writeHead(204).end();
     const sbx = route(req, url);
+    if (!sbx && url.pathname === "/files" && url.searchParams.has("signature") && !req.headers["e2b-sandbox-id"]) {
+      return sendError(res, 401, "invalid signature");
+    }
     if (!sbx) {
       const id = req.headers["e2b-sandbox-id"];
       return sendJson(res, 502, { sandboxId: typeof id === "string" ? id : "", message: "The sandbox was not found", code: 502 });

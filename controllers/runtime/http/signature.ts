@@ -9,6 +9,13 @@ export function fileSignature(path: string, op: FileOperation, username: string,
   return `v1_${createHash("sha256").update(raw).digest("base64").replace(/=+$/, "")}`;
 }
 
+/** Whether `signature` was made with `token` for this path, operation, user and expiration. */
+export function signatureMatches(token: string, signature: string, path: string, op: FileOperation, username: string | null, expiration: number | undefined): boolean {
+  const expected = Buffer.from(fileSignature(path, op, username ?? "", token, expiration));
+  const given = Buffer.from(signature);
+  return given.length === expected.length && timingSafeEqual(given, expected);
+}
+
 /** Returns an error message, or undefined when access is allowed. Mirrors envd's validateSigning:
  * no token means open; a token header must match; otherwise the signature must match and, when
  * it carries an expiration, not be past it. */
@@ -31,9 +38,7 @@ export function checkFileAccess(opts: {
     exp = Number(opts.expiration);
     if (!Number.isInteger(exp)) return "invalid signature expiration";
   }
-  const expected = Buffer.from(fileSignature(opts.path, opts.op, opts.username ?? "", opts.token, exp));
-  const given = Buffer.from(opts.signature);
-  if (given.length !== expected.length || !timingSafeEqual(given, expected)) return "invalid signature";
+  if (!signatureMatches(opts.token, opts.signature, opts.path, opts.op, opts.username, exp)) return "invalid signature";
   if (exp !== undefined && exp < (opts.nowS ?? Math.floor(Date.now() / 1000))) return "signature is already expired";
   return undefined;
 }
