@@ -239,7 +239,10 @@ export class LocalDriver implements Driver {
         clearTimeout(timer);
         resolve({ exitCode, signal, stdout, stderr });
       });
-      child.stdin.end(opts.stdin ?? "");
+      // A command that exits without reading its input closes the pipe first; that is fine.
+      child.stdin.on("error", () => {});
+      if (opts.stdin) child.stdin.end(opts.stdin);
+      else child.stdin.end();
     });
   }
 

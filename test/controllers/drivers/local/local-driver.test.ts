@@ -1,0 +1,137 @@
+// Local-driver behaviour beyond the shared conformance suite: what is left on the host after
+// teardown, surviving a kill -9 of the agent, the enter shim's signals, and the read-only base.
+import { spawn } from "node:child_process";
+import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { setTimeout as sleep } from "node:timers/promises";
+import { afterAll, describe, expect, it } from "vitest";
+import type { DesiredSandbox } from "../../../../controllers/drivers/driver.ts";
+import { LocalDriver } from "../../../../controllers/drivers/local/local-driver.ts";
+import { MARKER_ENV } from "../../../../controllers/drivers/local/local-view.ts";
+import type { SandboxUser } from "../../../../controllers/runtime/sandbox-view.ts";
+
+const dataDir = mkdtempSync(join(tmpdir(), "local-driver-specific-"));
+const cgroupName = `kruise-test-${process.pid}-specific`;
+const driver = new LocalDriver({ dataDir, cgroupName });
+const ROOT: SandboxUser = { name: "root", uid: 0, gid: 0, home: "/root", shell: "/bin/bash" };
+const USER: SandboxUser = { name: "user", uid: 1000, gid: 1000, home: "/home/user", shell: "/bin/bash" };
+let seq = 0;
+
+function desired(over: Partial<DesiredSandbox> = {}): DesiredSandbox {
+  return { id: `lt${process.pid}x${seq++}`, generation: 1, template: "base", state: "Running", pauseStrategy: "Freeze", resources: { cpuCount: 1, memoryMB: 256 }, allowInternetAccess: false, ...over };
+}
+
+function sh(id: string, script: string, user = USER, d = driver) {
+  return d.exec(id, { cmd: "/bin/bash", args: ["-c", script], cwd: user.home, env: { PATH: "/usr/bin:/bin" }, user }, { timeoutMs: 20_000 });
+}
+
+function markedPids(id: string): number[] {
+  return readdirSync("/proc")
+    .filter((n) => /^\d+$/.test(n))
+    .filter((pid) => {
+      try {
+        return readFileSync(`/proc/${pid}/environ`, "latin1").includes(`${MARKER_ENV}=${id}\0`);
+      } catch {
+        return false;
+      }
+    })
+    .map(Number);
+}
+
+function cgroupDirs(id: string): string[] {
+  const own = readFileSync("/proc/self/cgroup", "utf8");
+  const dirs: string[] = [];
+  for (const [ctrl, mount] of [["", "unified"], ["memory", "memory"], ["cpu", "cpu"], ["pids", "pids"]] as const) {
+    const m = new RegExp(`^\\d+:${ctrl ? `[^:]*\\b${ctrl}\\b[^:]*` : ""}:(.*)$`, "m").exec(own);
+    if (m) dirs.push(join("/sys/fs/cgroup", mount, m[1]!, cgroupName, id));
+  }
+  return dirs;
+}
+
+afterAll(async () => {
+  for (const s of await driver.list()) await driver.destroy(s.id);
+  driver.dispose();
+  rmSync(dataDir, { recursive: true, force: true });
+});
+
+describe(`local driver on this host (level ${driver.capabilities.level})`, () => {
+  it("reports bwrap+cgroup on this machine type, with every limit", () => {
+    expect(driver.capabilities).toMatchObject({ level: "bwrap+cgroup", freeze: "cgroup", kill: "cgroup", limits: { cpu: true, memory: true, pids: true }, memorySnapshot: false });
+  });
+
+  it("destroy leaves no process, no cgroup and no files", async () => {
+    const d = desired();
+    await driver.ensure(d);
+    await sh(d.id, "nohup sleep 1000 >/dev/null 2>&1 & nohup bash -c 'while :; do :; done' >/dev/null 2>&1 &");
+    expect(markedPids(d.id).length).toBeGreaterThanOrEqual(4);
+    expect(cgroupDirs(d.id).filter(existsSync)).toHaveLength(4);
+    await driver.destroy(d.id);
+    expect(markedPids(d.id)).toEqual([]);
+    expect(cgroupDirs(d.id).filter(existsSync)).toEqual([]);
+    expect(existsSync(join(dataDir, "sandboxes", d.id))).toBe(false);
+  });
+
+  it("root inside has uid 0 but no capabilities, and the base system is read-only from inside and through toHost", async () => {
+    const d = desired();
+    await driver.ensure(d);
+    const r = await sh(d.id, "id -u; grep -E '^Cap(Eff|Bnd)' /proc/self/status; grep NoNewPrivs /proc/self/status; touch /usr/x /etc/x 2>&1; mount -t tmpfs x /tmp 2>&1 | head -c 40", ROOT);
+    expect(r.stdout).toMatch(/^0\nCapEff:\t0000000000000000\nCapBnd:\t0000000000000000\nNoNewPrivs:\t1\n/);
+    expect(r.stdout).toContain("Read-only file system");
+    expect(() => writeFileSync(driver.view(d.id).toHost("/usr/kruise-test"), "x")).toThrow(/EROFS/);
+    expect(() => writeFileSync(driver.view(d.id).toHost("/etc/passwd"), "x")).toThrow(/EROFS/);
+    expect(readFileSync(driver.view(d.id).toHost("/etc/passwd"), "utf8")).toContain("user:x:1000:1000:user:/home/user:/bin/bash");
+  });
+
+  it("signals sent to the spawned host process reach the process inside; SIGKILL takes it down too", async () => {
+    const d = desired();
+    await driver.ensure(d);
+    for (const signal of ["SIGTERM", "SIGKILL"] as const) {
+      const cmd = driver.view(d.id).command({ cmd: "/bin/sleep", args: ["1000"], cwd: "/home/user", env: {}, user: USER });
+      const child = spawn(cmd.file, cmd.args, { cwd: cmd.cwd, env: cmd.env, stdio: "ignore" });
+      const exited = new Promise<string | null>((r) => child.once("exit", (_, s) => r(s)));
+      for (let i = 0; i < 100 && !(await sh(d.id, "pgrep -x sleep | wc -l")).stdout.startsWith("2"); i++) await sleep(10);
+      child.kill(signal);
+      expect(await exited).toBe(signal);
+      for (let i = 0; i < 100 && (await sh(d.id, "pgrep -x sleep | wc -l")).stdout !== "1\n"; i++) await sleep(10);
+      // Only the holder's own `sleep infinity` is left.
+      expect((await sh(d.id, "pgrep -a -x sleep")).stdout).toMatch(/^\d+ \/usr\/bin\/sleep infinity\n$/);
+    }
+  });
+
+  it("kill -9 of the agent during concurrent creates: every reported sandbox keeps working, the rest converge or go", async () => {
+    const prefix = `k${process.pid}x`;
+    const agent = spawn(process.execPath, [join(import.meta.dirname, "agent-fixture.ts"), dataDir, cgroupName, prefix, "12"], { stdio: ["ignore", "pipe", "inherit"] });
+    const reported: string[] = [];
+    await new Promise<void>((resolve) => {
+      agent.stdout.on("data", (chunk: Buffer) => {
+        for (const m of String(chunk).matchAll(/created (\S+)/g)) reported.push(m[1]!);
+        if (reported.length >= 3) resolve();
+      });
+      agent.once("exit", () => resolve());
+    });
+    agent.kill("SIGKILL");
+    await new Promise((r) => agent.once("exit", r));
+    expect(reported.length).toBeGreaterThanOrEqual(3);
+
+    const restarted = new LocalDriver({ dataDir, cgroupName });
+    const inventory = (await restarted.list()).filter((s) => s.id.startsWith(prefix));
+    for (const id of reported) {
+      expect(inventory.find((s) => s.id === id)?.phase).toBe("Running");
+      expect((await sh(id, "echo ok", USER, restarted)).stdout).toBe("ok\n");
+    }
+    // What the agent never reported is either adopted by converging it, or destroyed as an orphan.
+    const unreported = inventory.filter((s) => !reported.includes(s.id));
+    for (const [i, s] of unreported.entries()) {
+      if (i % 2 === 0) {
+        const obs = await restarted.ensure({ ...desired({ id: s.id }), resources: { cpuCount: 1, memoryMB: 128 } });
+        expect(obs.phase).toBe("Running");
+        expect((await sh(s.id, "echo ok", USER, restarted)).stdout).toBe("ok\n");
+      }
+      await restarted.destroy(s.id);
+      expect(markedPids(s.id)).toEqual([]);
+    }
+    for (const id of reported) await restarted.destroy(id);
+    expect((await restarted.list()).filter((s) => s.id.startsWith(prefix))).toEqual([]);
+  });
+});
