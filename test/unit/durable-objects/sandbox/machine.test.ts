@@ -1,0 +1,149 @@
+// Table-driven tests of the pure sandbox machine: (state, event, now) → (state, effects, result).
+import { describe, expect, it } from "vitest";
+import { dueAt, PURGE_GRACE_MS, transition, visibleTo } from "../../../../durable-objects/sandbox/machine.ts";
+import type { SandboxEvent } from "../../../../durable-objects/sandbox/events.ts";
+import type { SandboxSpec, SandboxState } from "../../../../durable-objects/sandbox/state.ts";
+import type { Observation } from "../../../../schema/protocol/index.ts";
+
+const T0 = 1_800_000_000_000;
+const S = 1000;
+
+function spec(over: Partial<SandboxSpec> = {}): SandboxSpec {
+  return {
+    id: "abc",
+    teamId: "team",
+    keyId: "key",
+    templateId: "base",
+    cluster: "local",
+    template: { id: "base", revision: "r1", image: "base", user: "user", workdir: "/home/user", resources: { cpuCount: 1, memoryMB: 512 } },
+    envdVersion: "0.6.4",
+    cpuCount: 1,
+    memoryMB: 512,
+    diskSizeMB: 1024,
+    envVars: { A: "1" },
+    metadata: {},
+    labels: {},
+    allowInternetAccess: null,
+    network: null,
+    volumeMounts: [],
+    lifecycle: { onTimeout: "kill", autoResume: false, timeoutPauseStrategy: "Freeze" },
+    pauseStrategy: "Freeze",
+    pausedRetentionMs: null,
+    neverTimeout: false,
+    envdAccessToken: "tok",
+    trafficAccessToken: null,
+    ...over,
+  };
+}
+
+/** A sandbox created at T0 with a 300 s lifetime, moved to `phase` with generation `gen`. */
+function at(phase: SandboxState["phase"], over: Partial<SandboxState> = {}, specOver: Partial<SandboxSpec> = {}): SandboxState {
+  const created = transition(null, { type: "create", spec: spec(specOver), timeoutS: 300, generation: 2, endpoint: null }, T0).state!;
+  return { ...created, phase, ...over };
+}
+
+function obs(phase: Observation["phase"], generation: number, ready = phase === "Running"): SandboxEvent {
+  return { type: "observe", obs: { sandboxId: "abc" as Observation["sandboxId"], generation, phase, ready, endpoint: { runtime: "http://10.0.0.1:49983" }, observedAt: T0 } };
+}
+
+interface Row {
+  name: string;
+  from: SandboxState | null;
+  ev: SandboxEvent;
+  now?: number;
+  /** Expected phase (null: the sandbox is forgotten). */
+  phase: SandboxState["phase"] | null;
+  state?: Partial<SandboxState>;
+  effects: string[];
+  result?: { ok: boolean; code?: string; resumed?: boolean };
+}
+
+const rows: Row[] = [
+  { name: "create starts Pending and sends the first owner intent", from: null, ev: { type: "create", spec: spec(), timeoutS: 60, generation: 5, endpoint: null }, phase: "Pending", state: { generation: 5, endAt: T0 + 60 * S, desired: "running" }, effects: ["intent:running:5", "index"] },
+  { name: "create with never-timeout has no end", from: null, ev: { type: "create", spec: spec({ neverTimeout: true }), timeoutS: 60, generation: 1, endpoint: null }, phase: "Pending", state: { endAt: null }, effects: ["intent:running:1", "index"] },
+  { name: "create over an existing sandbox is a conflict", from: at("Running"), ev: { type: "create", spec: spec(), timeoutS: 60, generation: 9, endpoint: null }, phase: "Running", effects: [], result: { ok: false, code: "conflict" } },
+  { name: "ack applied of the current generation makes it Running", from: at("Pending"), ev: { type: "ack", generation: 2, result: "applied" }, phase: "Running", effects: ["index"] },
+  { name: "ack accepted leaves it Pending", from: at("Pending"), ev: { type: "ack", generation: 2, result: "accepted" }, phase: "Pending", effects: [] },
+  { name: "ack of an older generation is ignored", from: at("Pending"), ev: { type: "ack", generation: 1, result: "applied" }, phase: "Pending", effects: [] },
+  { name: "ack rejected fails the sandbox", from: at("Pending"), ev: { type: "ack", generation: 2, result: "rejected", message: "no image" }, phase: "Failed", effects: ["index"] },
+  { name: "a Running+ready observation of this generation makes it Running", from: at("Pending"), ev: obs("Running", 2), phase: "Running", state: { endpoint: { runtime: "http://10.0.0.1:49983" }, observedGeneration: 2 }, effects: ["index"] },
+  { name: "an observation of the pool's older generation is dropped", from: at("Pending"), ev: obs("Running", 1), phase: "Pending", state: { endpoint: null }, effects: [] },
+  { name: "Running but not ready keeps it Pending", from: at("Pending"), ev: obs("Running", 2, false), phase: "Pending", effects: [] },
+  { name: "Deleted while wanted running is a failure", from: at("Running"), ev: obs("Deleted", 2), phase: "Failed", effects: ["index"] },
+  { name: "Failed observation fails it", from: at("Running"), ev: obs("Failed", 2), phase: "Failed", effects: ["index"] },
+  { name: "kill sends a delete intent and starts the purge grace", from: at("Running"), ev: { type: "kill" }, now: T0 + S, phase: "Terminating", state: { generation: 3, desired: "deleted", purgeAt: T0 + S + PURGE_GRACE_MS }, effects: ["intent:deleted:3", "index"] },
+  { name: "kill of a Failed sandbox is allowed", from: at("Failed"), ev: { type: "kill" }, phase: "Terminating", effects: ["intent:deleted:3", "index"] },
+  { name: "kill twice is not found", from: at("Terminating", { desired: "deleted" }), ev: { type: "kill" }, phase: "Terminating", effects: [], result: { ok: false, code: "sandbox_not_found" } },
+  { name: "Deleted observed after kill forgets the sandbox", from: at("Terminating", { desired: "deleted", generation: 3 }), ev: obs("Deleted", 3), phase: null, effects: ["purge"] },
+  { name: "setTimeout overwrites the end (may shorten)", from: at("Running"), ev: { type: "setTimeout", timeoutS: 5 }, now: T0 + 10 * S, phase: "Running", state: { endAt: T0 + 15 * S }, effects: ["index"] },
+  { name: "setTimeout on a paused sandbox is a conflict", from: at("Paused"), ev: { type: "setTimeout", timeoutS: 5 }, phase: "Paused", effects: [], result: { ok: false, code: "conflict" } },
+  { name: "setTimeout on a failed sandbox is not found", from: at("Failed"), ev: { type: "setTimeout", timeoutS: 5 }, phase: "Failed", effects: [], result: { ok: false, code: "sandbox_not_found" } },
+  { name: "refresh only extends", from: at("Running"), ev: { type: "refresh", durationS: 10 }, phase: "Running", state: { endAt: T0 + 300 * S }, effects: [] },
+  { name: "pause sends a paused intent with the template's strategy", from: at("Running"), ev: { type: "pause" }, phase: "Pausing", state: { desired: "paused", pauseStrategy: "Freeze", generation: 3, retainUntil: null }, effects: ["intent:paused:3", "index"] },
+  { name: "pause with memory:false uses Stop and the retention", from: at("Running", {}, { pausedRetentionMs: 3600 * S }), ev: { type: "pause", strategy: "Stop" }, now: T0 + S, phase: "Pausing", state: { pauseStrategy: "Stop", retainUntil: T0 + S + 3600 * S }, effects: ["intent:paused:3", "index"] },
+  { name: "pause twice is already_paused (409)", from: at("Paused"), ev: { type: "pause" }, phase: "Paused", effects: [], result: { ok: false, code: "already_paused" } },
+  { name: "pause while resuming is a conflict", from: at("Resuming"), ev: { type: "pause" }, phase: "Resuming", effects: [], result: { ok: false, code: "conflict" } },
+  { name: "Paused observed completes the pause", from: at("Pausing", { desired: "paused" }), ev: obs("Paused", 2), phase: "Paused", effects: ["index"] },
+  { name: "connect on a running sandbox extends only", from: at("Running"), ev: { type: "connect", timeoutS: 10 }, phase: "Running", state: { endAt: T0 + 300 * S, generation: 2 }, effects: [], result: { ok: true } },
+  { name: "connect with a longer timeout extends", from: at("Running"), ev: { type: "connect", timeoutS: 600 }, now: T0 + S, phase: "Running", state: { endAt: T0 + S + 600 * S }, effects: ["index"] },
+  { name: "connect on a paused sandbox resumes with a 300 s floor", from: at("Paused", { desired: "paused", endAt: T0 }), ev: { type: "connect", timeoutS: 10 }, now: T0 + 100 * S, phase: "Resuming", state: { desired: "running", generation: 3, endAt: T0 + 400 * S }, effects: ["intent:running:3", "index"], result: { ok: true, resumed: true } },
+  { name: "connect without memory on a frozen sandbox is refused", from: at("Paused", { desired: "paused" }), ev: { type: "connect", timeoutS: 10, memory: false }, phase: "Paused", effects: [], result: { ok: false, code: "bad_request" } },
+  { name: "resume completes on a ready observation", from: at("Resuming", { generation: 3 }), ev: obs("Running", 3), phase: "Running", effects: ["index"] },
+  { name: "wake on a running sandbox is a no-op", from: at("Running"), ev: { type: "wake" }, phase: "Running", effects: [], result: { ok: true, resumed: false } },
+  { name: "wake on a paused sandbox without autoResume is refused", from: at("Paused", { desired: "paused" }), ev: { type: "wake" }, phase: "Paused", effects: [], result: { ok: false, code: "conflict" } },
+  { name: "wake resumes a frozen sandbox with autoResume", from: at("Paused", { desired: "paused" }, { lifecycle: { onTimeout: "pause", autoResume: true, timeoutPauseStrategy: "Freeze" } }), ev: { type: "wake" }, phase: "Resuming", effects: ["intent:running:3", "index"], result: { ok: true, resumed: true } },
+  { name: "wake refuses a sandbox paused without memory", from: at("Paused", { desired: "paused", pauseStrategy: "Stop" }, { lifecycle: { onTimeout: "pause", autoResume: true, timeoutPauseStrategy: "Freeze" } }), ev: { type: "wake" }, phase: "Paused", effects: [], result: { ok: false, code: "conflict" } },
+  { name: "alarm at end of life kills (onTimeout kill)", from: at("Running"), ev: { type: "alarm" }, now: T0 + 300 * S, phase: "Terminating", effects: ["intent:deleted:3", "index"] },
+  { name: "alarm at end of life pauses (onTimeout pause) with the lifecycle strategy", from: at("Running", {}, { lifecycle: { onTimeout: "pause", autoResume: false, timeoutPauseStrategy: "Stop" } }), ev: { type: "alarm" }, now: T0 + 300 * S, phase: "Pausing", state: { pauseStrategy: "Stop" }, effects: ["intent:paused:3", "index"] },
+  { name: "an early alarm does nothing", from: at("Running"), ev: { type: "alarm" }, now: T0 + 299 * S, phase: "Running", effects: [] },
+  { name: "alarm at the end of paused retention kills", from: at("Paused", { desired: "paused", retainUntil: T0 + 10 * S }), ev: { type: "alarm" }, now: T0 + 10 * S, phase: "Terminating", effects: ["intent:deleted:3", "index"] },
+  { name: "alarm after the purge grace forgets a terminating sandbox", from: at("Terminating", { purgeAt: T0 + S }), ev: { type: "alarm" }, now: T0 + S, phase: null, effects: ["purge"] },
+];
+
+function describeEffects(effects: ReturnType<typeof transition>["effects"]): string[] {
+  return effects.map((e) => (e.kind === "intent" ? `intent:${e.intent.desired.state}:${e.intent.generation}` : e.kind));
+}
+
+describe("sandbox machine", () => {
+  it.each(rows)("$name", (row) => {
+    const before = row.from && structuredClone(row.from);
+    const t = transition(row.from, row.ev, row.now ?? T0);
+    expect(t.state?.phase ?? null).toBe(row.phase);
+    if (row.state) expect(t.state).toMatchObject(row.state);
+    expect(describeEffects(t.effects)).toEqual(row.effects);
+    if (row.result) {
+      expect(t.result.ok).toBe(row.result.ok);
+      if (!t.result.ok) expect(t.result.error.code).toBe(row.result.code);
+      else if (row.result.resumed !== undefined) expect(t.result.resumed ?? false).toBe(row.result.resumed);
+    } else expect(t.result.ok).toBe(true);
+    // Pure: the input state is never mutated.
+    expect(row.from).toEqual(before);
+  });
+
+  it("carries the claim's token, env vars and template in every intent", () => {
+    const t = transition(null, { type: "create", spec: spec({ labels: { tier: "gold" }, allowInternetAccess: false }), timeoutS: 60, generation: 2, endpoint: null }, T0);
+    const intent = t.effects.find((e) => e.kind === "intent");
+    expect(intent).toMatchObject({ intent: { sandboxId: "abc", owner: { kind: "sandbox" }, envdAccessToken: "tok", envVars: { A: "1" }, labels: { tier: "gold" }, allowInternetAccess: false, template: { id: "base", revision: "r1" } } });
+  });
+
+  it("bumps the index revision on every index write", () => {
+    const s = at("Running");
+    const paused = transition(s, { type: "pause" }, T0).state!;
+    expect(paused.rev).toBe(s.rev + 1);
+  });
+
+  it("dueAt picks the timer of the phase", () => {
+    expect(dueAt(at("Running"))).toBe(T0 + 300 * S);
+    expect(dueAt(at("Paused", { retainUntil: null }))).toBeNull();
+    expect(dueAt(at("Terminating", { purgeAt: 7 }))).toBe(7);
+    expect(dueAt(null)).toBeNull();
+  });
+
+  it("shows a sandbox to its key and the admin only, never while terminating", () => {
+    expect(visibleTo(at("Running"), { keyId: "key", admin: false })).toBe(true);
+    expect(visibleTo(at("Running"), { keyId: "other", admin: false })).toBe(false);
+    expect(visibleTo(at("Running"), { keyId: "other", admin: true })).toBe(true);
+    expect(visibleTo(at("Terminating"), { keyId: "key", admin: true })).toBe(false);
+    expect(visibleTo(null, { keyId: "key", admin: true })).toBe(false);
+  });
+});
