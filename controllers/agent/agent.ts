@@ -1,0 +1,129 @@
+// Wiring of the in-cluster agent: driver + embedded agent-runtime + ingress + link + reconciler.
+// `main.ts` is the CLI around it; tests and the launcher call startAgent directly or run main.ts.
+import { randomUUID } from "node:crypto";
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import type { AddressInfo } from "node:net";
+import { join } from "node:path";
+import type { Driver } from "../drivers/driver.ts";
+import { LocalDriver } from "../drivers/local/local-driver.ts";
+import { createRuntime } from "../runtime/runtime.ts";
+import { createIngress } from "./ingress.ts";
+import { IntentStore } from "./intent-store.ts";
+import { Link } from "./link.ts";
+import { Reconciler } from "./reconciler.ts";
+
+export interface AgentOptions {
+  edgeUrl: string;
+  clusterToken: string;
+  clusterId?: string;
+  dataDir: string;
+  /** Ingress listen address; port 0 picks a free one. */
+  ingressHost?: string;
+  ingressPort?: number;
+  /** The URL the edge should use for this ingress (defaults to http://host:port). */
+  ingressUrl?: string;
+  /** Cap the local driver's isolation level (tests use `process`). */
+  level?: "bwrap+cgroup" | "bwrap" | "process";
+  driver?: Driver;
+  log?: (msg: string) => void;
+}
+
+export interface Agent {
+  driver: Driver;
+  ingressUrl: string;
+  link: Link;
+  reconciler: Reconciler;
+  stop(): Promise<void>;
+}
+
+/** A stable id per installation, so the edge's logs and status name the same agent across restarts. */
+function agentId(dataDir: string): string {
+  const file = join(dataDir, "agent-id");
+  if (existsSync(file)) return readFileSync(file, "utf8").trim();
+  const id = `agent-${randomUUID()}`;
+  writeFileSync(file, id);
+  return id;
+}
+
+export async function startAgent(opts: AgentOptions): Promise<Agent> {
+  mkdirSync(opts.dataDir, { recursive: true });
+  const log = opts.log ?? ((m: string) => console.log(`[agent] ${m}`));
+  const driver = opts.driver ?? new LocalDriver({ dataDir: join(opts.dataDir, "local"), level: opts.level });
+  const runtime = createRuntime({ onError: (err) => log(`runtime error: ${(err as Error)?.stack ?? err}`) });
+  const store = new IntentStore(join(opts.dataDir, "intents"));
+
+  // Acks wait until the reconciler has acted on the generation they deliver.
+  const waitingAcks = new Map<string, { seq: number; generation: number }[]>();
+  let link: Link;
+  const reconciler = new Reconciler({
+    store,
+    driver,
+    runtime,
+    report: (obs) => link.observe(obs),
+    settled(id, generation, result, message) {
+      const waiting = waitingAcks.get(id);
+      if (!waiting) return;
+      const done = waiting.filter((w) => w.generation <= generation);
+      const rest = waiting.filter((w) => w.generation > generation);
+      if (rest.length) waitingAcks.set(id, rest);
+      else waitingAcks.delete(id);
+      for (const w of done) link.ack({ seq: w.seq, sandboxId: id, generation: w.generation, result, message });
+    },
+  });
+
+  const ingress = await createIngress({
+    clusterToken: opts.clusterToken,
+    runtime,
+    // A sandbox with internet access shares the host's network, so its user ports are on the
+    // host's loopback; one without has no network at all and no reachable ports.
+    userPortTarget: (id, port) => (store.get(id)?.allowInternetAccess ? { host: "127.0.0.1", port } : undefined),
+  });
+  await new Promise<void>((ok) => ingress.listen(opts.ingressPort ?? 0, opts.ingressHost ?? "127.0.0.1", ok));
+  const addr = ingress.address() as AddressInfo;
+  const ingressUrl = opts.ingressUrl ?? `http://${addr.address}:${addr.port}`;
+
+  const id = agentId(opts.dataDir);
+  link = new Link({
+    edgeUrl: opts.edgeUrl,
+    clusterId: opts.clusterId ?? "local",
+    token: opts.clusterToken,
+    log,
+    hello: async () => ({
+      agentId: id,
+      driver: driver.name,
+      isolation: driver.capabilities.level,
+      ingress: { url: ingressUrl },
+      capabilities: { pauseStrategies: driver.capabilities.snapshotFs ? ["Freeze", "Stop"] : ["Freeze"] },
+      inventory: await reconciler.inventory(),
+    }),
+    onIntent(seq, intent) {
+      if (reconciler.offer(intent) === "stale") {
+        // Already have it: ack at once, and re-report so an edge that lost our observation converges.
+        reconciler.queue.add(intent.sandboxId);
+        return "stale";
+      }
+      const list = waitingAcks.get(intent.sandboxId) ?? [];
+      list.push({ seq, generation: intent.generation });
+      waitingAcks.set(intent.sandboxId, list);
+      return "pending";
+    },
+  });
+  link.heartbeatStats = () => ({ sandboxes: store.ids().length, pending: reconciler.queue.depth });
+
+  await reconciler.resumeAll();
+  link.start();
+
+  return {
+    driver,
+    ingressUrl,
+    link,
+    reconciler,
+    async stop() {
+      link.close();
+      reconciler.queue.close();
+      await new Promise<void>((ok) => ingress.close(() => ok()));
+      ingress.closeAllConnections();
+      await runtime.close();
+    },
+  };
+}

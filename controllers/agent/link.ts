@@ -1,0 +1,199 @@
+// The agent's session with its ClusterDO: one outbound WebSocket (no inbound port needed), hello
+// with the full inventory on every connect, intents in, acks and observations out, heartbeats,
+// and reconnect with capped, jittered backoff. Frames are parsed with the shared protocol schemas.
+import type { z } from "zod";
+import {
+  AckItemSchema,
+  AgentMessageSchema,
+  EdgeMessageSchema,
+  PING_FRAME,
+  PROTOCOL_VERSION,
+  parseFrame,
+  type AgentMessageInput,
+  type HelloInput,
+  type Intent,
+  type ObservationInput,
+  type Welcome,
+} from "../../schema/protocol/index.ts";
+
+export interface LinkOptions {
+  /** Edge base URL, e.g. http://127.0.0.1:8787 (ws/wss is derived). */
+  edgeUrl: string;
+  clusterId: string;
+  token: string;
+  /** Builds the hello (its inventory must be current at the time of each connect). */
+  hello(): Promise<Omit<HelloInput, "type" | "protocol">>;
+  /** Called for each delivered intent; returns the ack result or null to ack later via ack(). */
+  onIntent(seq: number, intent: Intent): "stale" | "pending";
+  onWelcome?(w: Welcome): void;
+  log?: (msg: string) => void;
+}
+
+const MAX_BACKOFF_MS = 10_000;
+
+type AckInput = z.input<typeof AckItemSchema>;
+
+export class Link {
+  readonly #o: LinkOptions;
+  #ws: WebSocket | undefined;
+  #welcomed = false;
+  #closed = false;
+  #attempt = 0;
+  #heartbeat: NodeJS.Timeout | undefined;
+  #retry: NodeJS.Timeout | undefined;
+  /** Observations made while disconnected: only the newest per sandbox matters (level-based). */
+  readonly #pendingObs = new Map<string, ObservationInput>();
+  #pendingAcks: AckInput[] = [];
+  #flushScheduled = false;
+  #connectedWaiters: (() => void)[] = [];
+  heartbeatStats: () => { sandboxes: number; pending: number } = () => ({ sandboxes: 0, pending: 0 });
+
+  constructor(opts: LinkOptions) {
+    this.#o = opts;
+  }
+
+  get connected(): boolean {
+    return this.#welcomed;
+  }
+
+  start(): void {
+    this.#connect();
+  }
+
+  /** Resolves at the next welcome (or at once if connected). */
+  whenConnected(): Promise<void> {
+    if (this.#welcomed) return Promise.resolve();
+    return new Promise((ok) => this.#connectedWaiters.push(ok));
+  }
+
+  observe(obs: ObservationInput): void {
+    this.#pendingObs.set(obs.sandboxId, obs);
+    this.#scheduleFlush();
+  }
+
+  ack(item: AckInput): void {
+    this.#pendingAcks.push(item);
+    this.#scheduleFlush();
+  }
+
+  close(): void {
+    this.#closed = true;
+    clearInterval(this.#heartbeat);
+    clearTimeout(this.#retry);
+    this.#ws?.close(1000, "agent stopping");
+  }
+
+  #log(msg: string): void {
+    (this.#o.log ?? console.log)(msg);
+  }
+
+  #connect(): void {
+    if (this.#closed) return;
+    const url = new URL("/agent/v1/connect", this.#o.edgeUrl);
+    url.protocol = url.protocol === "https:" ? "wss:" : "ws:";
+    url.searchParams.set("cluster", this.#o.clusterId);
+    const ws = new WebSocket(url, { headers: { authorization: `Bearer ${this.#o.token}` } } as unknown as string[]);
+    this.#ws = ws;
+    ws.onopen = () => void this.#sendHello(ws);
+    ws.onmessage = (ev) => this.#onMessage(ws, typeof ev.data === "string" ? ev.data : String(ev.data));
+    ws.onerror = () => {}; // onclose follows and decides
+    ws.onclose = (ev) => {
+      if (this.#ws !== ws) return;
+      this.#welcomed = false;
+      clearInterval(this.#heartbeat);
+      if (this.#closed) return;
+      if (ev.code === 4400 || ev.code === 4401) this.#log(`edge closed the link: ${ev.code} ${ev.reason}`);
+      const delay = Math.min(MAX_BACKOFF_MS, 200 * 2 ** this.#attempt++) * (0.5 + Math.random() / 2);
+      this.#retry = setTimeout(() => this.#connect(), delay);
+    };
+  }
+
+  async #sendHello(ws: WebSocket): Promise<void> {
+    try {
+      const hello = await this.#o.hello();
+      // The inventory is the truth at this moment; buffered observations it covers are redundant.
+      this.#pendingObs.clear();
+      this.#send(ws, { type: "hello", protocol: PROTOCOL_VERSION, ...hello });
+    } catch (err) {
+      this.#log(`hello failed: ${(err as Error).message}`);
+      ws.close(1011, "hello failed");
+    }
+  }
+
+  #onMessage(ws: WebSocket, text: string): void {
+    if (text === '{"type":"pong"}') return;
+    const parsed = parseFrame(EdgeMessageSchema, text);
+    if (!parsed.ok) {
+      this.#log(`unparseable frame from edge: ${parsed.error}`);
+      return;
+    }
+    const msg = parsed.value;
+    switch (msg.type) {
+      case "welcome": {
+        this.#welcomed = true;
+        this.#attempt = 0;
+        clearInterval(this.#heartbeat);
+        this.#heartbeat = setInterval(() => this.#beat(ws), msg.heartbeatIntervalMs);
+        this.#heartbeat.unref();
+        this.#o.onWelcome?.(msg);
+        this.#flush();
+        for (const w of this.#connectedWaiters.splice(0)) w();
+        return;
+      }
+      case "intents": {
+        for (const { seq, intent } of msg.items) {
+          if (this.#o.onIntent(seq, intent) === "stale") {
+            this.ack({ seq, sandboxId: intent.sandboxId, generation: intent.generation, result: "stale" });
+          }
+        }
+        return;
+      }
+      case "error":
+        this.#log(`edge error: ${msg.code}: ${msg.message}`);
+        return;
+      default: {
+        const never: never = msg;
+        return never;
+      }
+    }
+  }
+
+  #beat(ws: WebSocket): void {
+    const stats = this.heartbeatStats();
+    this.#send(ws, PING_FRAME);
+    this.#send(ws, { type: "heartbeat", at: Date.now(), sandboxes: stats.sandboxes, pending: stats.pending });
+  }
+
+  /** Coalesces acks and observations produced in the same tick into one frame each. */
+  #scheduleFlush(): void {
+    if (this.#flushScheduled) return;
+    this.#flushScheduled = true;
+    queueMicrotask(() => {
+      this.#flushScheduled = false;
+      this.#flush();
+    });
+  }
+
+  #flush(): void {
+    const ws = this.#ws;
+    if (!ws || !this.#welcomed || ws.readyState !== WebSocket.OPEN) return;
+    if (this.#pendingAcks.length) {
+      this.#send(ws, { type: "ack", items: this.#pendingAcks });
+      this.#pendingAcks = [];
+    }
+    if (this.#pendingObs.size) {
+      this.#send(ws, { type: "observations", items: [...this.#pendingObs.values()] });
+      this.#pendingObs.clear();
+    }
+  }
+
+  #send(ws: WebSocket, msg: AgentMessageInput | string): void {
+    if (ws.readyState !== WebSocket.OPEN) return;
+    if (typeof msg !== "string") {
+      // Parse our own frames too: a malformed frame is a bug here, not something the edge should see.
+      const checked = AgentMessageSchema.safeParse(msg);
+      if (!checked.success) throw new Error(`agent frame invalid: ${checked.error.message}`);
+    }
+    ws.send(typeof msg === "string" ? msg : JSON.stringify(msg));
+  }
+}

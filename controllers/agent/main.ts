@@ -1,0 +1,41 @@
+// The in-cluster agent (local driver by default).
+//   node controllers/agent/main.ts --edge http://127.0.0.1:8787 --data-dir .data/agent
+//        [--cluster local] [--ingress-port 0] [--ingress-host 127.0.0.1] [--level bwrap+cgroup|bwrap|process]
+// Env: CLUSTER_TOKEN (required; the shared secret the edge's ClusterDO checks), EDGE_URL.
+import { parseArgs } from "node:util";
+import { startAgent } from "./agent.ts";
+
+const { values } = parseArgs({
+  options: {
+    edge: { type: "string", default: process.env.EDGE_URL },
+    cluster: { type: "string", default: "local" },
+    "data-dir": { type: "string", default: ".data/agent" },
+    "ingress-port": { type: "string", default: "0" },
+    "ingress-host": { type: "string", default: "127.0.0.1" },
+    level: { type: "string" },
+  },
+});
+
+const token = process.env.CLUSTER_TOKEN;
+if (!values.edge || !token) {
+  console.error("agent: --edge (or EDGE_URL) and CLUSTER_TOKEN are required");
+  process.exit(2);
+}
+const level = values.level as "bwrap+cgroup" | "bwrap" | "process" | undefined;
+const agent = await startAgent({
+  edgeUrl: values.edge,
+  clusterToken: token,
+  clusterId: values.cluster,
+  dataDir: values["data-dir"]!,
+  ingressHost: values["ingress-host"],
+  ingressPort: Number(values["ingress-port"]),
+  level,
+});
+const caps = agent.driver.capabilities;
+console.log(`[agent] driver ${agent.driver.name}, isolation ${caps.level}; ingress ${agent.ingressUrl}`);
+for (const note of caps.notes) console.log(`[agent]   ${note}`);
+agent.link.whenConnected().then(() => console.log("[agent] connected to the edge"));
+
+for (const sig of ["SIGINT", "SIGTERM"] as const) {
+  process.once(sig, () => void agent.stop().then(() => process.exit(0)));
+}

@@ -1,0 +1,158 @@
+// Level-based reconciliation of one sandbox at a time: read the newest accepted intent and what
+// the driver sees, act on the difference, register the sandbox with the embedded runtime, and
+// report what is there. Running it twice is harmless; it never acts on an event, only on state.
+import type { Driver, DesiredSandbox, SandboxObservation } from "../drivers/driver.ts";
+import type { Runtime } from "../runtime/runtime.ts";
+import type { Intent, ObservationInput, ObservedPhase } from "../../schema/protocol/index.ts";
+import type { IntentStore } from "./intent-store.ts";
+import { WorkQueue, type WorkResult } from "./work-queue.ts";
+
+export interface ReconcilerDeps {
+  store: IntentStore;
+  driver: Driver;
+  runtime: Runtime;
+  /** Sends an observation to the edge (buffered by the link while disconnected). */
+  report(obs: ObservationInput): void;
+  /** Called once a generation has been acted on: converged (`applied`) or still converging. */
+  settled(id: string, generation: number, result: "applied" | "accepted", message?: string): void;
+  now?: () => number;
+}
+
+/** The endpoint the ingress understands for sandboxes whose runtime lives in this process. */
+export const EMBEDDED_ENDPOINT = "embedded:";
+
+function phaseOf(obs: SandboxObservation | undefined): ObservedPhase {
+  if (!obs) return "Deleted";
+  if (obs.phase === "Stopped") return "Paused";
+  return obs.phase;
+}
+
+function desiredFor(intent: Intent): DesiredSandbox {
+  const t = intent.template!;
+  return {
+    id: intent.sandboxId,
+    generation: intent.generation,
+    template: t.id,
+    state: intent.desired.state === "paused" ? "Paused" : "Running",
+    pauseStrategy: intent.desired.pauseStrategy,
+    resources: { cpuCount: t.resources.cpuCount, memoryMB: t.resources.memoryMB },
+    allowInternetAccess: intent.allowInternetAccess,
+  };
+}
+
+export class Reconciler {
+  readonly queue: WorkQueue;
+  readonly #d: ReconcilerDeps;
+  readonly #now: () => number;
+  /** The generation whose token and env the runtime holds for each registered sandbox. */
+  readonly #configured = new Map<string, number>();
+
+  constructor(deps: ReconcilerDeps) {
+    this.#d = deps;
+    this.#now = deps.now ?? Date.now;
+    this.queue = new WorkQueue({ work: (id) => this.reconcile(id) });
+  }
+
+  /** Accepts an intent if it is newer than the stored one and schedules the sandbox. */
+  offer(intent: Intent): "stale" | "queued" {
+    if (!this.#d.store.offer(intent)) return "stale";
+    this.queue.add(intent.sandboxId);
+    return "queued";
+  }
+
+  /** One pass for one sandbox. */
+  async reconcile(id: string): Promise<WorkResult> {
+    const { store, driver, runtime } = this.#d;
+    const intent = store.get(id);
+
+    if (!intent || intent.desired.state === "deleted") {
+      this.#unregister(id);
+      await driver.destroy(id);
+      if (intent) {
+        store.forget(id);
+        this.#d.settled(id, intent.generation, "applied");
+      }
+      this.#d.report({ sandboxId: id, generation: intent?.generation ?? 0, phase: "Deleted", ready: false, observedAt: this.#now() });
+      return;
+    }
+
+    let obs: SandboxObservation;
+    try {
+      obs = await driver.ensure(desiredFor(intent));
+    } catch (err) {
+      const message = (err as Error).message;
+      this.#d.report({ sandboxId: id, generation: intent.generation, phase: "Failed", ready: false, reason: "EnsureFailed", message, observedAt: this.#now() });
+      this.#d.settled(id, intent.generation, "accepted", message);
+      throw err;
+    }
+
+    if (obs.phase === "Running") this.#register(intent);
+    else if (obs.phase !== "Paused") this.#unregister(id); // Stop-paused, failed: cut its streams
+    // A frozen sandbox stays registered: its processes and open streams resume on thaw.
+
+    const ready = obs.phase === "Running" && this.#configured.get(id) === intent.generation;
+    this.#d.report({
+      sandboxId: id,
+      generation: intent.generation,
+      phase: phaseOf(obs),
+      ready,
+      endpoint: { runtime: EMBEDDED_ENDPOINT },
+      revision: intent.template?.revision,
+      reason: obs.phase === "Failed" ? "SandboxFailed" : undefined,
+      message: obs.message,
+      observedAt: this.#now(),
+      startedAt: Date.parse(obs.createdAt) || undefined,
+    });
+    const converged = intent.desired.state === "running" ? ready : obs.phase === "Paused" || obs.phase === "Stopped";
+    this.#d.settled(id, intent.generation, converged ? "applied" : "accepted", obs.message);
+    // Pending sandboxes are looked at again soon; the rest wait for the next intent.
+    return converged || obs.phase === "Failed" ? undefined : { requeueAfterMs: 250 };
+  }
+
+  /** Observations for every sandbox the driver or the store knows (the hello inventory). */
+  async inventory(): Promise<ObservationInput[]> {
+    const seen = new Map<string, SandboxObservation>();
+    for (const o of await this.#d.driver.list()) seen.set(o.id, o);
+    const ids = new Set([...seen.keys(), ...this.#d.store.ids()]);
+    return [...ids].map((id) => {
+      const o = seen.get(id);
+      const intent = this.#d.store.get(id);
+      const generation = intent?.generation ?? o?.generation ?? 0;
+      return {
+        sandboxId: id,
+        generation: o ? generation : 0,
+        phase: phaseOf(o),
+        ready: o?.phase === "Running" && this.#configured.get(id) === generation,
+        endpoint: o ? { runtime: EMBEDDED_ENDPOINT } : null,
+        revision: intent?.template?.revision,
+        observedAt: this.#now(),
+      };
+    });
+  }
+
+  /** After a restart: reconcile everything the driver or the store knows, adopting live ones. */
+  async resumeAll(): Promise<void> {
+    const ids = new Set([...(await this.#d.driver.list()).map((o) => o.id), ...this.#d.store.ids()]);
+    for (const id of ids) this.queue.add(id);
+  }
+
+  #register(intent: Intent): void {
+    const { runtime, driver } = this.#d;
+    const id = intent.sandboxId;
+    const opts = {
+      accessToken: intent.envdAccessToken ?? "",
+      envVars: intent.envVars,
+      defaultUser: intent.template?.user,
+      defaultWorkdir: intent.template?.workdir,
+    };
+    const existing = runtime.getSandbox(id);
+    if (!existing) runtime.addSandbox(id, driver.view(id), opts);
+    else if (this.#configured.get(id) !== intent.generation) existing.configure(opts);
+    this.#configured.set(id, intent.generation);
+  }
+
+  #unregister(id: string): void {
+    this.#d.runtime.removeSandbox(id);
+    this.#configured.delete(id);
+  }
+}

@@ -1,0 +1,96 @@
+// A keyed work queue in the controller-runtime mould: a key is processed by at most one worker at a
+// time; adding a key that is being processed marks it dirty so it runs once more afterwards; many
+// adds of a waiting key collapse into one run. The reconciler therefore always acts on the newest
+// desired state, never on a backlog of events.
+
+export type WorkResult = { requeueAfterMs?: number } | void;
+
+export class WorkQueue {
+  readonly #work: (key: string) => Promise<WorkResult>;
+  readonly #concurrency: number;
+  readonly #onError: (key: string, err: unknown) => void;
+  readonly #queued = new Set<string>();
+  readonly #running = new Set<string>();
+  readonly #dirty = new Set<string>();
+  readonly #timers = new Map<string, NodeJS.Timeout>();
+  readonly #failures = new Map<string, number>();
+  #idleWaiters: (() => void)[] = [];
+  #closed = false;
+
+  constructor(opts: { work: (key: string) => Promise<WorkResult>; concurrency?: number; onError?: (key: string, err: unknown) => void }) {
+    this.#work = opts.work;
+    this.#concurrency = opts.concurrency ?? 8;
+    this.#onError = opts.onError ?? ((key, err) => console.error(`reconcile ${key}:`, err));
+  }
+
+  add(key: string): void {
+    if (this.#closed) return;
+    const timer = this.#timers.get(key);
+    if (timer) {
+      clearTimeout(timer);
+      this.#timers.delete(key);
+    }
+    if (this.#running.has(key)) this.#dirty.add(key);
+    else this.#queued.add(key);
+    this.#pump();
+  }
+
+  addAfter(key: string, ms: number): void {
+    if (this.#closed || this.#timers.has(key)) return;
+    const t = setTimeout(() => {
+      this.#timers.delete(key);
+      this.add(key);
+    }, ms);
+    t.unref();
+    this.#timers.set(key, t);
+  }
+
+  get depth(): number {
+    return this.#queued.size + this.#running.size;
+  }
+
+  /** Resolves when nothing is queued or running (timers aside). */
+  idle(): Promise<void> {
+    if (this.depth === 0) return Promise.resolve();
+    return new Promise((ok) => this.#idleWaiters.push(ok));
+  }
+
+  close(): void {
+    this.#closed = true;
+    for (const t of this.#timers.values()) clearTimeout(t);
+    this.#timers.clear();
+    this.#queued.clear();
+  }
+
+  #pump(): void {
+    for (const key of this.#queued) {
+      if (this.#running.size >= this.#concurrency) return;
+      this.#queued.delete(key);
+      this.#running.add(key);
+      void this.#run(key);
+    }
+    if (this.depth === 0) {
+      const waiters = this.#idleWaiters;
+      this.#idleWaiters = [];
+      for (const w of waiters) w();
+    }
+  }
+
+  async #run(key: string): Promise<void> {
+    try {
+      const result = await this.#work(key);
+      this.#failures.delete(key);
+      if (result?.requeueAfterMs !== undefined) this.addAfter(key, result.requeueAfterMs);
+    } catch (err) {
+      this.#onError(key, err);
+      // Exponential backoff per key: 100 ms doubling to 30 s.
+      const n = (this.#failures.get(key) ?? 0) + 1;
+      this.#failures.set(key, n);
+      this.addAfter(key, Math.min(30_000, 100 * 2 ** (n - 1)));
+    } finally {
+      this.#running.delete(key);
+      if (this.#dirty.delete(key)) this.#queued.add(key);
+      this.#pump();
+    }
+  }
+}
