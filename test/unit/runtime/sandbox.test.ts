@@ -1,0 +1,43 @@
+import { describe, expect, it } from "vitest";
+import { RuntimeSandbox, UnknownUserError } from "../../../controllers/runtime/sandbox.ts";
+import type { SandboxView } from "../../../controllers/runtime/sandbox-view.ts";
+
+const user = { name: "user", uid: 1000, gid: 1000, home: "/home/user", shell: "/bin/bash" };
+const view: SandboxView = {
+  toHost: (p) => p,
+  toSandbox: (p) => p,
+  lookupUser: (n) => (n === "user" ? user : undefined),
+  command: () => { throw new Error("unused"); },
+};
+
+describe("RuntimeSandbox", () => {
+  it("resolves ~ and relative paths under the user's home", () => {
+    const s = new RuntimeSandbox("s", view);
+    expect(s.resolvePath("a.txt", user)).toBe("/home/user/a.txt");
+    expect(s.resolvePath("~/x/../b", user)).toBe("/home/user/b");
+    expect(s.resolvePath("~", user)).toBe("/home/user");
+    expect(s.resolvePath("/etc//hosts", user)).toBe("/etc/hosts");
+  });
+
+  it("checks the token once one is set", () => {
+    const s = new RuntimeSandbox("s", view);
+    expect(s.checkToken(undefined)).toBe(true);
+    s.configure({ accessToken: "t0k" });
+    expect(s.checkToken("t0k")).toBe(true);
+    expect(s.checkToken("t0k ")).toBe(false);
+    expect(s.checkToken(undefined)).toBe(false);
+  });
+
+  it("init applies only requests newer than the last applied one", () => {
+    const s = new RuntimeSandbox("s", view);
+    expect(s.init({ envVars: { A: "2" }, timestamp: "2026-01-01T00:00:02Z" })).toBe(true);
+    expect(s.init({ envVars: { A: "1" }, timestamp: "2026-01-01T00:00:01Z" })).toBe(false);
+    expect(s.envVars).toEqual({ A: "2" });
+  });
+
+  it("unknown users are a typed error", () => {
+    const s = new RuntimeSandbox("s", view, { defaultUser: "user" });
+    expect(s.resolveUser(undefined)).toBe(user);
+    expect(() => s.resolveUser("ghost")).toThrow(UnknownUserError);
+  });
+});
