@@ -4,6 +4,7 @@
 import { Hono } from "hono";
 import { agentLink } from "./agent-link.ts";
 import { notFound, onError } from "./api-error.ts";
+import { gateway } from "./gateway/gateway.ts";
 import { adminTemplates } from "./api/admin-templates.ts";
 import { apiKeys } from "./api/api-keys.ts";
 import { sandboxes } from "./api/sandboxes.ts";
@@ -19,6 +20,9 @@ const app = new Hono<AppEnv>();
 app.onError(onError);
 app.notFound(notFound);
 
+// Data-plane requests (E2b-Sandbox-Id header or {port}-{id}.{domain} host) never reach the
+// control plane: the gateway answers them, including envd's own /health.
+app.use("*", gateway());
 app.get("/health", (c) => c.json({ ok: true }));
 app.route("/", agentLink);
 

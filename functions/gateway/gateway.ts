@@ -1,0 +1,99 @@
+// The data-plane gateway: every request for a sandbox (by header or by host) goes through here to
+// the sandbox's cluster ingress. It checks the caller's token against the SandboxDO, wakes a paused
+// sandbox whose lifecycle says so (authorised requests only), signs the request for the ingress,
+// and streams both ways without buffering.
+import type { MiddlewareHandler } from "hono";
+import { ErrorCode } from "../../schema/errors.ts";
+import { SIGNATURE_HEADER, signIngress } from "../../schema/ingress/signature.ts";
+import type { AppEnv, Env } from "../env.ts";
+import { guardConnectStream, isConnectStream } from "./connect-guard.ts";
+import { forgetIngress, ingressUrl, signingKey } from "./ingress-client.ts";
+import { ENVD_PORT, gatewayTarget, type GatewayTarget } from "./target.ts";
+
+/** Bound on holding a request while its sandbox wakes. */
+const WAKE_WAIT_MS = 15_000;
+
+const json = (status: number, body: unknown, headers: Record<string, string> = {}) =>
+  Response.json(body, { status, headers: { "access-control-allow-origin": "*", ...headers } });
+
+/** E2B's answer for a dead, unknown or paused sandbox; the SDK's isRunning() relies on it. */
+const notFound = (sandboxId: string) => json(502, { sandboxId, message: "The sandbox was not found", code: 502 });
+
+const encoder = new TextEncoder();
+
+/** Constant-time equality of two strings (through SHA-256, so lengths do not leak either). */
+async function tokensEqual(given: string | null, expected: string): Promise<boolean> {
+  if (given === null) return false;
+  const [a, b] = await Promise.all([crypto.subtle.digest("SHA-256", encoder.encode(given)), crypto.subtle.digest("SHA-256", encoder.encode(expected))]);
+  return crypto.subtle.timingSafeEqual(a, b);
+}
+
+/** Whether the request may reach the sandbox; also the condition for waking it. */
+async function authorised(req: Request, url: URL, t: GatewayTarget, route: { envdAccessToken: string | null; trafficAccessToken: string | null; allowPublicTraffic: boolean }): Promise<boolean> {
+  if (t.port === ENVD_PORT) {
+    if (route.envdAccessToken === null) return true;
+    // envd answers these itself: /health is public, signed /files URLs carry their own proof.
+    if (url.pathname === "/health") return true;
+    if (url.pathname === "/files" && url.searchParams.has("signature")) return true;
+    return tokensEqual(req.headers.get("x-access-token"), route.envdAccessToken);
+  }
+  if (route.allowPublicTraffic || route.trafficAccessToken === null) return true;
+  return tokensEqual(req.headers.get("e2b-traffic-access-token"), route.trafficAccessToken);
+}
+
+async function forward(env: Env, req: Request, url: URL, t: GatewayTarget, cluster: string): Promise<Response> {
+  const base = await ingressUrl(env, cluster, Date.now());
+  if (!base) return notFound(t.sandboxId);
+  const pathAndQuery = url.pathname + url.search;
+  const headers = new Headers(req.headers);
+  headers.set("e2b-sandbox-id", t.sandboxId);
+  headers.set("e2b-sandbox-port", String(t.port));
+  headers.set(SIGNATURE_HEADER, await signIngress(await signingKey(env), { sandboxId: t.sandboxId, port: t.port, method: req.method, pathAndQuery }, Date.now()));
+  headers.delete("host");
+  let upstream: Response;
+  try {
+    upstream = await fetch(new URL(pathAndQuery, base), {
+      method: req.method,
+      headers,
+      body: req.method === "GET" || req.method === "HEAD" ? null : req.body,
+      redirect: "manual",
+    });
+  } catch {
+    forgetIngress(cluster);
+    return notFound(t.sandboxId);
+  }
+  if (!upstream.body || !isConnectStream(upstream.headers.get("content-type"))) return upstream;
+  return new Response(guardConnectStream(upstream.body), upstream);
+}
+
+/** Hono middleware: handles data-plane requests, passes everything else on. */
+export function gateway(): MiddlewareHandler<AppEnv> {
+  return async function gateway(c, next) {
+    const req = c.req.raw;
+    const target = gatewayTarget(req.headers, req.headers.get("host"));
+    if (!target) return next();
+    if ("error" in target) return json(400, { code: 400, message: target.error });
+    if (req.method === "OPTIONS") {
+      return new Response(null, { status: 204, headers: { "access-control-allow-origin": "*", "access-control-allow-methods": "*", "access-control-allow-headers": "*" } });
+    }
+
+    const url = new URL(req.url);
+    const stub = c.env.SANDBOX.get(c.env.SANDBOX.idFromName(target.sandboxId));
+    const found = await stub.route();
+    if (!found.ok) return notFound(target.sandboxId);
+    let route = found.route;
+    if (!(await authorised(req, url, target, route))) {
+      return json(401, { code: 401, message: "unauthorized access, please provide a valid access token or method signing if supported" });
+    }
+    if (route.state === "paused" || route.phase !== "Running") {
+      if (route.state !== "paused" || !route.autoResume) return notFound(target.sandboxId);
+      const woken = await stub.wake(WAKE_WAIT_MS);
+      if (!woken.ok) {
+        if (woken.error.code === ErrorCode.sandboxNotFound || woken.error.code === ErrorCode.notFound) return notFound(target.sandboxId);
+        return json(503, { code: 503, message: `sandbox ${target.sandboxId} is waking up: ${woken.error.message}` }, { "retry-after": "1" });
+      }
+      route = woken.route;
+    }
+    return forward(c.env, req, url, target, route.cluster);
+  };
+}
