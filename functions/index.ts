@@ -5,6 +5,7 @@ import { Hono } from "hono";
 import { agentLink } from "./agent-link.ts";
 import { notFound, onError } from "./api-error.ts";
 import { gateway } from "./gateway/gateway.ts";
+import { adminClusters } from "./api/admin-clusters.ts";
 import { adminTemplates } from "./api/admin-templates.ts";
 import { apiKeys } from "./api/api-keys.ts";
 import { sandboxes } from "./api/sandboxes.ts";
@@ -34,5 +35,6 @@ app.route("/", apiKeys);
 app.route("/", teams);
 app.route("/", templates);
 app.route("/", adminTemplates);
+app.route("/", adminClusters);
 
 export default app;

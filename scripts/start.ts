@@ -1,0 +1,30 @@
+// `npm start`: the whole system on this machine. sqld (state store) + migrations, the edge bundle on
+// workerd, the agent with the local driver, a seeded admin key and a `base` template with a small
+// warm pool. Prints the three E2B_* variables to export. State lives in .data/ (override with
+// SBX_DATA_DIR), so a restart keeps keys, templates and sandboxes. Ctrl-C stops everything.
+import { resolve } from "node:path";
+import { startSystem } from "./lib/system.ts";
+
+const dataDir = resolve(process.env.SBX_DATA_DIR ?? ".data");
+const edgePort = Number(process.env.PORT ?? 8787);
+console.log(`starting: sqld, the edge on workerd (port ${edgePort}), the agent (local driver); state in ${dataDir}`);
+const sys = await startSystem({ dataDir, edgePort, baseReplicas: Number(process.env.BASE_POOL ?? 2), agentOutput: "inherit" });
+
+console.log(`
+Ready. Sandboxes run with isolation level: ${sys.isolation}
+
+  export E2B_API_URL=${sys.apiUrl}
+  export E2B_SANDBOX_URL=${sys.apiUrl}
+  export E2B_API_KEY=${sys.apiKey}
+
+Ctrl-C stops everything (sandboxes and state are kept in ${dataDir}).`);
+
+let stopping = false;
+for (const sig of ["SIGINT", "SIGTERM"] as const) {
+  process.on(sig, () => {
+    if (stopping) return;
+    stopping = true;
+    console.log("\nstopping…");
+    void sys.stop().then(() => process.exit(0));
+  });
+}
