@@ -1,0 +1,211 @@
+// Local driver figures: sandbox start, freeze/thaw, command() spawn overhead, memory per idle
+// sandbox over 50 (the holders only: e2e.idle_sandbox_overhead_mb's driver part), and what the
+// runtime costs per sandbox when shared versus one Node process per sandbox.
+//   node bench/local.ts            prints the figures as JSON
+// `run(ctx)` is what bench/run.ts calls.
+import { spawn, spawnSync } from "node:child_process";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { request } from "node:http";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+import { setTimeout as sleep } from "node:timers/promises";
+import type { DesiredSandbox } from "../controllers/drivers/driver.ts";
+import { cgroupPids } from "../controllers/drivers/local/cgroups.ts";
+import { LocalDriver } from "../controllers/drivers/local/local-driver.ts";
+import { layoutFor } from "../controllers/drivers/local/layout.ts";
+import { readRecord } from "../controllers/drivers/local/records.ts";
+import type { SandboxUser } from "../controllers/runtime/sandbox-view.ts";
+
+type Figures = Record<string, { value: number; unit: string }>;
+const ROOT_DIR = resolve(import.meta.dirname, "..");
+const USER: SandboxUser = { name: "user", uid: 1000, gid: 1000, home: "/home/user", shell: "/bin/bash" };
+const SANDBOXES = 50;
+const NODE_RUNTIMES = 5;
+
+function pct(xs: number[], p: number): number {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))]!;
+}
+
+const round = (x: number, digits = 2) => Number(x.toFixed(digits));
+
+function pssKB(pid: number): number {
+  try {
+    return Number(/^Pss:\s+(\d+)/m.exec(readFileSync(`/proc/${pid}/smaps_rollup`, "utf8"))?.[1] ?? 0);
+  } catch {
+    return 0;
+  }
+}
+
+function rssKB(pid: number): number {
+  try {
+    return Number(/^VmRSS:\s+(\d+)/m.exec(readFileSync(`/proc/${pid}/status`, "utf8"))?.[1] ?? 0);
+  } catch {
+    return 0;
+  }
+}
+
+function waitExit(file: string, args: string[], opts: Parameters<typeof spawn>[2]): Promise<number> {
+  const t = performance.now();
+  return new Promise((res, rej) => {
+    const c = spawn(file, args, opts);
+    c.once("error", rej);
+    c.once("exit", () => res(performance.now() - t));
+  });
+}
+
+function desired(id: string): DesiredSandbox {
+  return { id, generation: 1, template: "base", state: "Running", pauseStrategy: "Freeze", resources: { cpuCount: 1, memoryMB: 512 }, allowInternetAccess: false };
+}
+
+/** One Node agent-runtime per sandbox: start several standalone runtimes, serve one request
+ * each, and take their memory when idle. */
+async function perSandboxRuntimeKB(dir: string): Promise<{ pss: number; rss: number }> {
+  const procs = [];
+  for (let i = 0; i < NODE_RUNTIMES; i++) {
+    const socket = join(dir, `rt${i}.sock`);
+    const child = spawn(process.execPath, [join(ROOT_DIR, "controllers/runtime/main.ts"), "--socket", socket, "--workdir", dir], { stdio: ["ignore", "pipe", "inherit"] });
+    await new Promise<void>((res) => child.stdout!.once("data", () => res()));
+    await get(socket, "/health");
+    procs.push(child);
+  }
+  await sleep(1500);
+  const pss = procs.reduce((s, c) => s + pssKB(c.pid!), 0) / procs.length;
+  const rss = procs.reduce((s, c) => s + rssKB(c.pid!), 0) / procs.length;
+  for (const c of procs) c.kill("SIGKILL");
+  return { pss, rss };
+}
+
+function get(socketPath: string, path: string, headers: Record<string, string> = {}): Promise<number> {
+  return new Promise((res, rej) => {
+    const req = request({ socketPath, path, headers }, (r) => {
+      r.resume();
+      r.once("end", () => res(r.statusCode ?? 0));
+    });
+    req.once("error", rej);
+    req.end();
+  });
+}
+
+/** The shared runtime's cost per added sandbox, measured in a child process (see sharedRuntimeChild). */
+function sharedRuntimePerSandboxKB(dataDir: string, cgroupName: string, ids: string[]): number {
+  const r = spawnSync(process.execPath, ["--expose-gc", fileURLToPath(import.meta.url), "--shared-runtime", dataDir, cgroupName, ...ids], { encoding: "utf8" });
+  const m = /per-sandbox-kb (\S+)/.exec(r.stdout);
+  if (!m) throw new Error(`shared runtime probe failed: ${r.stderr}`);
+  return Number(m[1]);
+}
+
+async function sharedRuntimeChild(dataDir: string, cgroupName: string, ids: string[]): Promise<void> {
+  const { createRuntime } = await import("../controllers/runtime/runtime.ts");
+  const driver = new LocalDriver({ dataDir, cgroupName });
+  const runtime = createRuntime({});
+  const socket = join(dataDir, "shared.sock");
+  await runtime.listen({ socket });
+  const gc = (globalThis as { gc?: () => void }).gc ?? (() => {});
+  await get(socket, "/health");
+  gc();
+  await sleep(200);
+  const before = rssKB(process.pid);
+  for (const id of ids) {
+    runtime.addSandbox(id, driver.view(id));
+    await get(socket, "/health", { "E2b-Sandbox-Id": id });
+  }
+  gc();
+  await sleep(200);
+  process.stdout.write(`per-sandbox-kb ${(rssKB(process.pid) - before) / ids.length}\n`);
+  await runtime.close();
+}
+
+export async function run(_ctx: unknown = {}): Promise<Figures> {
+  const dataDir = mkdtempSync(join(tmpdir(), "bench-local-"));
+  const cgroupName = `kruise-bench-${process.pid}`;
+  const driver = new LocalDriver({ dataDir, cgroupName });
+  const ids = Array.from({ length: SANDBOXES }, (_, i) => `bench${process.pid}x${i}`);
+  const figures: Figures = {};
+  try {
+    const starts: number[] = [];
+    for (const id of ids) {
+      const t = performance.now();
+      await driver.ensure(desired(id));
+      starts.push(performance.now() - t);
+    }
+    await sleep(2000);
+    let pss = 0;
+    let charged = 0;
+    for (const id of ids) {
+      const cg = readRecord(layoutFor(dataDir, id).record)!.cgroups!;
+      for (const pid of cgroupPids(cg.core)) pss += pssKB(pid);
+      if (cg.v1.memory) charged += Number(readFileSync(join(cg.v1.memory, "memory.usage_in_bytes"), "utf8")) / 1024;
+      else charged += Number(readFileSync(join(cg.core, "memory.current"), "utf8")) / 1024;
+    }
+
+    const view = driver.view(ids[0]!);
+    const plain: number[] = [];
+    const inside: number[] = [];
+    for (let i = 0; i < 30; i++) {
+      plain.push(await waitExit("/bin/true", [], { stdio: "ignore" }));
+      const c = view.command({ cmd: "/bin/true", args: [], cwd: "/home/user", env: { PATH: "/usr/bin:/bin" }, user: USER });
+      inside.push(await waitExit(c.file, c.args, { cwd: c.cwd, env: c.env, stdio: "ignore" }));
+    }
+
+    await driver.exec(ids[1]!, { cmd: "/bin/bash", args: ["-c", "nohup bash -c 'while :; do :; done' >/dev/null 2>&1 &"], cwd: "/home/user", env: {}, user: USER });
+    const freezes: number[] = [];
+    const thaws: number[] = [];
+    for (let i = 0; i < 20; i++) {
+      let t = performance.now();
+      await driver.freeze(ids[1]!);
+      freezes.push(performance.now() - t);
+      t = performance.now();
+      await driver.thaw(ids[1]!);
+      thaws.push(performance.now() - t);
+      await sleep(20);
+    }
+
+    const sharedKB = sharedRuntimePerSandboxKB(dataDir, cgroupName, ids);
+    const node = await perSandboxRuntimeKB(dataDir);
+
+    const destroys: number[] = [];
+    for (const id of ids) {
+      const t = performance.now();
+      await driver.destroy(id);
+      destroys.push(performance.now() - t);
+    }
+
+    // PSS counts the holders' user memory; the memory cgroup's charge adds the kernel memory of
+    // their namespaces. System-wide MemAvailable deltas were tried and are too noisy on a shared
+    // machine to mean anything at this size.
+    const holderMB = Math.max(pss, charged) / 1024 / SANDBOXES;
+    Object.assign(figures, {
+      "local.isolation_level_bwrap_cgroup": { value: driver.capabilities.level === "bwrap+cgroup" ? 1 : 0, unit: "bool" },
+      "local.sandbox_start_p50_ms": { value: round(pct(starts, 50)), unit: "ms" },
+      "local.sandbox_start_p99_ms": { value: round(pct(starts, 99)), unit: "ms" },
+      "local.destroy_p50_ms": { value: round(pct(destroys, 50)), unit: "ms" },
+      "local.freeze_ms": { value: round(pct(freezes, 50), 3), unit: "ms" },
+      "local.thaw_ms": { value: round(pct(thaws, 50), 3), unit: "ms" },
+      "local.plain_spawn_ms": { value: round(pct(plain, 50)), unit: "ms" },
+      "local.command_spawn_ms": { value: round(pct(inside, 50)), unit: "ms" },
+      "local.command_overhead_ms": { value: round(pct(inside, 50) - pct(plain, 50)), unit: "ms" },
+      "local.idle_holder_pss_mb": { value: round(pss / 1024 / SANDBOXES, 3), unit: "MB" },
+      "local.idle_holder_cgroup_charged_mb": { value: round(charged / 1024 / SANDBOXES, 3), unit: "MB" },
+      "local.idle_holder_overhead_mb": { value: round(holderMB, 3), unit: "MB" },
+      "local.shared_runtime_per_sandbox_mb": { value: round(sharedKB / 1024, 3), unit: "MB" },
+      "local.per_sandbox_node_runtime_mb": { value: round(node.pss / 1024, 1), unit: "MB" },
+      "local.per_sandbox_node_runtime_rss_mb": { value: round(node.rss / 1024, 1), unit: "MB" },
+    });
+  } finally {
+    for (const id of ids) await driver.destroy(id).catch(() => {});
+    driver.dispose();
+    rmSync(dataDir, { recursive: true, force: true });
+  }
+  return figures;
+}
+
+if (process.argv[1] === fileURLToPath(import.meta.url)) {
+  if (process.argv[2] === "--shared-runtime") {
+    const [dataDir, cgroupName, ...ids] = process.argv.slice(3);
+    await sharedRuntimeChild(dataDir!, cgroupName!, ids);
+  } else {
+    console.log(JSON.stringify(await run(), null, 2));
+  }
+}
