@@ -130,6 +130,7 @@ export class PoolDO extends DurableObject<Env> {
           break;
         case "save-config":
           store.saveConfig(this.state!.config);
+          if (this.state!.config) store.saveCluster(this.state!.config.cluster);
           break;
         default:
           assertNever(e);
@@ -150,7 +151,8 @@ export class PoolDO extends DurableObject<Env> {
   private async flush(): Promise<void> {
     while (this.outgoing.size) {
       const batch = [...this.outgoing.values()];
-      const cluster = this.state?.config?.cluster ?? "local";
+      // The last configured cluster: after `destroy` the deletes still go where the members run.
+      const cluster = this.store!.loadCluster() ?? "local";
       const stub = this.env.CLUSTER.get(this.env.CLUSTER.idFromName(cluster));
       let ok = false;
       try {

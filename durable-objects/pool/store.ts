@@ -18,6 +18,9 @@ CREATE TABLE IF NOT EXISTS outgoing (sandbox_id TEXT PRIMARY KEY, intent TEXT NO
 export interface PoolStore {
   loadConfig(): Config;
   saveConfig(config: Config): void;
+  /** The cluster members were last sent to (kept after the config is destroyed). */
+  loadCluster(): string | null;
+  saveCluster(cluster: string): void;
   loadCounters(): { claimed: number; createdOnDemand: number };
   saveCounters(claimed: number, createdOnDemand: number): void;
   /** Members in queue order (`ord` is the member's queue ticket when it was last written). */
@@ -44,6 +47,8 @@ export function openPoolStore(sql: Sql): PoolStore {
       return v ? (JSON.parse(v) as Config) : null;
     },
     saveConfig: (config) => setMeta("config", JSON.stringify(config)),
+    loadCluster: () => meta("cluster"),
+    saveCluster: (cluster) => setMeta("cluster", cluster),
     loadCounters: () => {
       const v = meta("counters");
       return v ? (JSON.parse(v) as { claimed: number; createdOnDemand: number }) : { claimed: 0, createdOnDemand: 0 };
