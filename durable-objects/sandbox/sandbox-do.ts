@@ -5,7 +5,7 @@
 import { DurableObject } from "cloudflare:workers";
 import type { Env } from "../../functions/env.ts";
 import { getDb } from "../../functions/store/db.ts";
-import { writeIndexRow } from "../../functions/store/sandbox-index.ts";
+import { deleteIndexRow, writeIndexRow } from "../../functions/store/sandbox-index.ts";
 import { ErrorCode, sandboxNotFoundMessage } from "../../schema/errors.ts";
 import type { Endpoint, Observation, PauseStrategy } from "../../schema/protocol/index.ts";
 import type { SandboxEvent } from "./events.ts";
@@ -132,6 +132,7 @@ export class SandboxDO extends DurableObject<Env> {
   }
 
   private async apply(ev: SandboxEvent, awaitAckMs: number): Promise<Result<{ resumed?: boolean; acked?: boolean }>> {
+    const id = this.state?.spec.id;
     const t = transition(this.state, ev, Date.now());
     if (!t.result.ok) return t.result;
     this.state = t.state;
@@ -141,7 +142,7 @@ export class SandboxDO extends DurableObject<Env> {
     for (const e of t.effects) {
       if (e.kind === "intent") intents.push(e.intent);
       else if (e.kind === "index" && this.state) writes.push(this.writeIndex(this.state));
-      else if (e.kind === "purge") await this.ctx.storage.deleteAll();
+      else if (e.kind === "purge") await this.purge(id);
     }
     await this.syncAlarm();
     this.notify();
@@ -162,10 +163,19 @@ export class SandboxDO extends DurableObject<Env> {
     return { ...t.result, acked };
   }
 
+  private async purge(id: string | undefined): Promise<void> {
+    await this.ctx.storage.deleteAll();
+    if (id) this.chainIndex(() => deleteIndexRow(getDb(this.env), id), id);
+  }
+
   /** Index writes are chained so they reach libSQL in order; `rev` guards against reordering anyway. */
   private writeIndex(s: SandboxState): Promise<void> {
     const row = indexRow(s);
-    const write = this.indexChain.then(() => writeIndexRow(getDb(this.env), row)).catch((err) => console.error("index write failed", row.id, err));
+    return this.chainIndex(() => writeIndexRow(getDb(this.env), row), row.id);
+  }
+
+  private chainIndex(op: () => Promise<void>, id: string): Promise<void> {
+    const write = this.indexChain.then(op).catch((err) => console.error("index write failed", id, err));
     this.indexChain = write;
     this.ctx.waitUntil(write);
     return write;

@@ -34,9 +34,17 @@ export function requireAdmin(): MiddlewareHandler<AppEnv> {
   };
 }
 
+let admin: { of: string; hash: Promise<string> } | null = null;
+
+function adminHash(env: Env): Promise<string> {
+  const of = `${env.KEY_PEPPER}\n${env.ADMIN_API_KEY}`;
+  if (admin?.of !== of) admin = { of, hash: hashApiKey(env.ADMIN_API_KEY, env.KEY_PEPPER) };
+  return admin.hash;
+}
+
 async function resolveCaller(env: Env, key: string, background: (p: Promise<unknown>) => void): Promise<Caller> {
   const hash = await hashApiKey(key, env.KEY_PEPPER);
-  if (timingSafeEqualHex(hash, await hashApiKey(env.ADMIN_API_KEY, env.KEY_PEPPER))) {
+  if (timingSafeEqualHex(hash, await adminHash(env))) {
     return { keyId: ADMIN_KEY_ID, teamId: ADMIN_TEAM_ID, teamName: ADMIN_TEAM_NAME, admin: true };
   }
   const now = Date.now();

@@ -64,6 +64,11 @@ export async function listIndex(db: Db, f: ListFilter): Promise<{ rows: IndexRow
   return { rows: page, next: { startedAt: last.startedAt, id: last.id } };
 }
 
+/** Drops a purged sandbox's row (its tombstone is no longer needed: no write can follow). */
+export async function deleteIndexRow(db: Db, id: string): Promise<void> {
+  await db.delete(sandboxes).where(eq(sandboxes.id, id));
+}
+
 export async function getIndexRow(db: Db, id: string): Promise<IndexRow | undefined> {
   const rows = await db.select().from(sandboxes).where(eq(sandboxes.id, id)).limit(1);
   return rows[0];

@@ -1,6 +1,8 @@
 // SandboxDO timers (one alarm) and the gateway's RPCs (route, wake), with the scripted agent.
 import { env } from "cloudflare:workers";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { getDb } from "../../../functions/store/db.ts";
+import { getIndexRow } from "../../../functions/store/sandbox-index.ts";
 import type { ScriptedAgent } from "../../support/scripted-agent.ts";
 import { call, createTeam, expectError, expectStatus, startAgent, unique, type TestTeam } from "../helpers.ts";
 
@@ -42,7 +44,9 @@ describe("timers", () => {
     await expire(id);
     await expectError(call(`/sandboxes/${id}`, { key: team.key }), 404);
     await agent.waitUntil(() => !agent.sandboxes.has(id));
-    expect((await stub(id).inspect())?.phase ?? null).toBeNull();
+    // The agent confirmed the deletion: the DO forgets the sandbox and its index row goes.
+    await eventually(async () => (await stub(id).inspect()) === null);
+    await eventually(async () => (await getIndexRow(getDb(env), id)) === undefined);
   });
 
   it("pauses at the end of life with autoPause, keeping memory unless autoPauseMemory is false", async () => {
