@@ -13,7 +13,8 @@ export type IsolationLevel = "kubernetes" | "bwrap+cgroup" | "bwrap" | "process"
 export interface DesiredSandbox {
   id: string;
   generation: number;
-  /** Template name; the local driver knows `base` (users `root` and `user`). */
+  /** Root filesystem / image name (the protocol's `template.image`, not the template id); the
+   * local driver has `base` (users `root` and `user`). */
   template: string;
   state: "Running" | "Paused";
   /** Used when `state` is Paused. Freeze keeps memory and releases CPU; Stop keeps the writable

@@ -40,7 +40,8 @@ export interface LocalDriverOptions {
 }
 
 const LEVEL_ORDER: IsolationLevel[] = ["kubernetes", "bwrap+cgroup", "bwrap", "process"];
-const ID_PATTERN = /^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$/;
+/** The protocol's sandbox ids are [a-z0-9]{1,64}; ids also name directories, cgroups and the hostname. */
+const ID_PATTERN = /^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$/;
 
 export class LocalDriver implements Driver {
   readonly name = "local";

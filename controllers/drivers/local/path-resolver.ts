@@ -28,8 +28,10 @@ export function mountOf(mounts: Mount[], sandboxPath: string): Mount {
   let best: Mount | undefined;
   for (const m of mounts) if (under(sandboxPath, m.at) && (!best || m.at.length > best.at.length)) best = m;
   if (!best) throw new PathOutsideSandboxError(sandboxPath);
-  // Under the bare root only the skeleton exists (`/`, `/home`): nothing else is in the sandbox.
-  if (best.at === "/" && sandboxPath !== "/" && sandboxPath !== "/home") throw new PathOutsideSandboxError(sandboxPath);
+  // Under the bare root only the skeleton's top-level entries exist (`/home`, the `/bin` link...).
+  if (best.at === "/" && sandboxPath !== "/" && (sandboxPath.indexOf("/", 1) !== -1 || lstatLink(`${best.host}${sandboxPath}`) === undefined)) {
+    throw new PathOutsideSandboxError(sandboxPath);
+  }
   return best;
 }
 
