@@ -24,7 +24,7 @@ async function run(id: string, script: string, user = "user"): Promise<string> {
       "x-access-token": `tok-${id}`,
       authorization: `Basic ${Buffer.from(`${user}:`).toString("base64")}`,
     },
-    body: envelope({ process: { cmd: "/bin/bash", args: ["-c", script] }, stdin: false }),
+    body: new Uint8Array(envelope({ process: { cmd: "/bin/bash", args: ["-c", script] }, stdin: false })),
   });
   expect(res.status).toBe(200);
   let out = "";
