@@ -5,7 +5,7 @@
 //   <dataDir>/sandboxes/<id>/layer/{home/user,root,tmp}   the writable layer
 // The same mount list drives bubblewrap's arguments and the SandboxView's path mapping, so the
 // runtime and the sandbox's processes always agree on what a path means.
-import { chownSync, copyFileSync, existsSync, lstatSync, mkdirSync, readFileSync, readlinkSync, symlinkSync, writeFileSync } from "node:fs";
+import { chmodSync, chownSync, copyFileSync, existsSync, lstatSync, mkdirSync, readFileSync, readlinkSync, symlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { SandboxUser } from "../../runtime/sandbox-view.ts";
 
@@ -92,7 +92,9 @@ export function prepareLayout(layout: SandboxLayout, hostname: string): void {
     chownSync(home, 1000, 1000);
   }
   mkdirSync(join(layout.layer, "root"), { recursive: true, mode: 0o700 });
-  mkdirSync(join(layout.layer, "tmp"), { recursive: true, mode: 0o1777 });
+  mkdirSync(join(layout.layer, "tmp"), { recursive: true });
+  // mkdir's mode is masked by the umask; /tmp must be world-writable and sticky for `user`.
+  chmodSync(join(layout.layer, "tmp"), 0o1777);
   writeEtc(layout.etc, hostname);
   writeSkeleton(layout.rootfs);
 }
