@@ -4,7 +4,7 @@
 // (no --die-with-parent), so an agent restart keeps sandboxes running; the next agent finds them
 // through the records and /proc.
 import { spawn } from "node:child_process";
-import { closeSync, openSync, readFileSync, readdirSync, readlinkSync } from "node:fs";
+import { closeSync, openSync, readFileSync, readdirSync, readlinkSync, writeFileSync } from "node:fs";
 import { setTimeout as sleep } from "node:timers/promises";
 import { MARKER_ENV } from "./local-view.ts";
 import type { ProcRef } from "./records.ts";
@@ -78,6 +78,7 @@ export async function startHolder(spec: HolderSpec): Promise<StartedHolder> {
       const holder = procRef(pid);
       if (!holder) return await exited;
       await Promise.race([waitExec(pid, SLEEP), exited]);
+      protectFromOOM([pid]);
       return { holder, nsInit: holder };
     }
     const info = child.stdio[3] as NodeJS.ReadableStream;
@@ -88,9 +89,23 @@ export async function startHolder(spec: HolderSpec): Promise<StartedHolder> {
     if (!holder || !nsInit) return await exited;
     // bwrap reports its pid 1 before the mounts are done; `sleep` running means they are.
     await Promise.race([waitChildExec(initPid, SLEEP), exited]);
+    protectFromOOM([pid, initPid, ...childrenOf(initPid)]);
     return { holder, nsInit };
   } finally {
     closeSync(log);
+  }
+}
+
+/** The memory-limit OOM killer takes a sandbox's own processes, never its holder: losing the
+ * holder would end the whole sandbox. Processes that join later are not its children, so they
+ * do not inherit this. */
+function protectFromOOM(pids: number[]): void {
+  for (const pid of pids) {
+    try {
+      writeFileSync(`/proc/${pid}/oom_score_adj`, "-1000");
+    } catch {
+      // not root, or gone: the holder stays an ordinary candidate
+    }
   }
 }
 

@@ -199,6 +199,19 @@ export function describeDriverConformance(title: string, opts: ConformanceOption
       });
     }
 
+    if (caps.limits.cpu) {
+      it("cpu limit throttles a busy loop to its share", async () => {
+        const d = desired({ resources: { cpuCount: 0.25, memoryMB: 256 } });
+        expect((await driver.ensure(d)).enforced.cpu).toBe(true);
+        const r = await sh(d.id, "TIMEFORMAT=%U; time timeout 1 bash -c 'while :; do :; done'");
+        expect(Number(r.stderr.trim())).toBeLessThan(0.5);
+      });
+    } else {
+      it("cpu limit is reported as not enforced (no cpu cgroup at this level)", async () => {
+        expect((await driver.ensure(desired({ resources: { cpuCount: 0.25, memoryMB: 256 } }))).enforced.cpu).toBe(false);
+      });
+    }
+
     if (caps.limits.pids) {
       it("pids limit stops a fork bomb", async () => {
         const d = desired({ resources: { cpuCount: 1, memoryMB: 256, pidsMax: 32 } });

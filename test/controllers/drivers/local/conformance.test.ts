@@ -1,5 +1,5 @@
-// The driver conformance suite against the local driver at the best level this host offers and at
-// the degraded `process` level (what a host without bubblewrap or cgroups gets).
+// The driver conformance suite against the local driver at the best level this host offers, at
+// `bwrap` (what a host without usable cgroups gets) and at `process` (no bubblewrap either).
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -7,7 +7,7 @@ import type { IsolationLevel } from "../../../../controllers/drivers/driver.ts";
 import { LocalDriver } from "../../../../controllers/drivers/local/local-driver.ts";
 import { describeDriverConformance } from "../conformance.ts";
 
-for (const level of [undefined, "process"] as (IsolationLevel | undefined)[]) {
+for (const level of [undefined, "bwrap", "process"] as (IsolationLevel | undefined)[]) {
   const dataDir = mkdtempSync(join(tmpdir(), `local-driver-${level ?? "best"}-`));
   const options = { dataDir, level, cgroupName: `kruise-test-${process.pid}-${level ?? "best"}` };
   describeDriverConformance(`local, ${level ? `forced ${level}` : "best level"}`, {
