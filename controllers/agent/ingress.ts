@@ -16,6 +16,11 @@ export interface IngressOptions {
   now?: () => number;
 }
 
+function isSignedFileUrl(req: IncomingMessage): boolean {
+  const url = new URL(req.url ?? "/", "http://ingress");
+  return url.pathname === "/files" && url.searchParams.has("signature") && (req.method === "GET" || req.method === "POST");
+}
+
 function deny(res: ServerResponse, status: number, message: string): void {
   const body = JSON.stringify({ code: status, message });
   res.writeHead(status, { "content-type": "application/json", "content-length": Buffer.byteLength(body) }).end(body);
@@ -33,9 +38,11 @@ export async function createIngress(opts: IngressOptions): Promise<Server> {
   });
 
   async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    const sandboxId = req.headers["e2b-sandbox-id"];
+    const named = req.headers["e2b-sandbox-id"];
     const port = Number(req.headers["e2b-sandbox-port"] ?? ENVD_PORT);
-    if (typeof sandboxId !== "string" || !/^[a-z0-9]{1,64}$/.test(sandboxId) || !Number.isInteger(port) || port < 1 || port > 65535) {
+    // Unnamed requests are the SDK's signed file URLs: the runtime finds the sandbox by signature.
+    const sandboxId = named === undefined && isSignedFileUrl(req) ? "" : named;
+    if (typeof sandboxId !== "string" || (sandboxId !== "" && !/^[a-z0-9]{1,64}$/.test(sandboxId)) || !Number.isInteger(port) || port < 1 || port > 65535) {
       return deny(res, 400, "missing or invalid E2b-Sandbox-Id / E2b-Sandbox-Port");
     }
     const signature = req.headers[SIGNATURE_HEADER];

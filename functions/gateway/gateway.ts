@@ -41,12 +41,26 @@ async function authorised(req: Request, url: URL, t: GatewayTarget, route: { env
   return tokensEqual(req.headers.get("e2b-traffic-access-token"), route.trafficAccessToken);
 }
 
+/**
+ * `sandbox.downloadUrl()`/`uploadUrl()` build `E2B_SANDBOX_URL/files?…&signature=…` with no sandbox
+ * id at all, for clients that send no headers. Only the runtime holding the token that made the
+ * signature can tell which sandbox it is for, so the request goes to the cluster's ingress
+ * unnamed (still edge-signed) and the runtime matches the signature against its sandboxes.
+ */
+function isSignedFileUrl(req: Request, url: URL): boolean {
+  return url.pathname === "/files" && url.searchParams.has("signature") && (req.method === "GET" || req.method === "POST");
+}
+
+/** The clusters an unnamed signed URL may belong to; one today (see docs/ARCHITECTURE.md). */
+const SIGNED_URL_CLUSTERS = ["local"];
+
 async function forward(env: Env, req: Request, url: URL, t: GatewayTarget, cluster: string): Promise<Response> {
   const base = await ingressUrl(env, cluster, Date.now());
   if (!base) return notFound(t.sandboxId);
   const pathAndQuery = url.pathname + url.search;
   const headers = new Headers(req.headers);
-  headers.set("e2b-sandbox-id", t.sandboxId);
+  if (t.sandboxId) headers.set("e2b-sandbox-id", t.sandboxId);
+  else headers.delete("e2b-sandbox-id");
   headers.set("e2b-sandbox-port", String(t.port));
   headers.set(SIGNATURE_HEADER, await signIngress(await signingKey(env), { sandboxId: t.sandboxId, port: t.port, method: req.method, pathAndQuery }, Date.now()));
   headers.delete("host");
@@ -71,7 +85,11 @@ export function gateway(): MiddlewareHandler<AppEnv> {
   return async function gateway(c, next) {
     const req = c.req.raw;
     const target = gatewayTarget(req.headers, req.headers.get("host"));
-    if (!target) return next();
+    if (!target) {
+      const url = new URL(req.url);
+      if (!isSignedFileUrl(req, url)) return next();
+      return forward(c.env, req, url, { sandboxId: "", port: ENVD_PORT }, SIGNED_URL_CLUSTERS[0]!);
+    }
     if ("error" in target) return json(400, { code: 400, message: target.error });
     if (req.method === "OPTIONS") {
       return new Response(null, { status: 204, headers: { "access-control-allow-origin": "*", "access-control-allow-methods": "*", "access-control-allow-headers": "*" } });
