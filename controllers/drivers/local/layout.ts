@@ -158,6 +158,8 @@ export function bwrapMountArgs(layout: SandboxLayout): string[] {
     "--bind", join(layout.layer, "tmp"), "/tmp",
     "--proc", "/proc",
     "--dev", "/dev",
+    // Shared memory (Python multiprocessing, Chromium) must be writable by `user`.
+    "--perms", "1777", "--tmpfs", "/dev/shm",
     // Needed before anything is bound below /run (toolchain.md §10.21).
     "--tmpfs", "/run",
   );

@@ -83,6 +83,13 @@ describe(`local driver on this host (level ${driver.capabilities.level})`, () =>
     expect(readFileSync(driver.view(d.id).toHost("/etc/passwd"), "utf8")).toContain("user:x:1000:1000:user:/home/user:/bin/bash");
   });
 
+  it("the base system works for `user`: python3, awk through /etc/alternatives, writable /dev/shm and /tmp", async () => {
+    const d = desired();
+    await driver.ensure(d);
+    const r = await sh(d.id, "python3 -c 'print(6*7)'; echo x | awk '{print \"awk\"}'; touch /dev/shm/s /tmp/t && echo writable; ls /etc/ssl/certs | grep -c pem | awk '$1>0{print \"certs\"}'");
+    expect(r.stdout).toBe("42\nawk\nwritable\ncerts\n");
+  });
+
   it("signals sent to the spawned host process reach the process inside; SIGKILL takes it down too", async () => {
     const d = desired();
     await driver.ensure(d);
