@@ -50,6 +50,8 @@ export class LocalDriver implements Driver {
   readonly #cgroups: CgroupLayout | undefined;
   readonly #pidsMax: number;
   readonly #locks = new Map<string, Promise<unknown>>();
+  /** The last record written or read per sandbox: what views ask on every call. */
+  readonly #records = new Map<string, SandboxRecord>();
 
   constructor(opts: LocalDriverOptions) {
     this.#dataDir = opts.dataDir;
@@ -66,6 +68,15 @@ export class LocalDriver implements Driver {
   /** Removes the driver's (empty) parent cgroups; sandboxes themselves are left alone. */
   dispose(): void {
     if (this.#cgroups) removeParents(this.#cgroups);
+  }
+
+  #save(rec: SandboxRecord): void {
+    writeRecord(layoutFor(this.#dataDir, rec.id).record, rec);
+    this.#records.set(rec.id, rec);
+  }
+
+  #record(id: string): SandboxRecord | undefined {
+    return this.#records.get(id) ?? readRecord(layoutFor(this.#dataDir, id).record);
   }
 
   /** Serialises operations on one sandbox; different sandboxes proceed in parallel. */
@@ -97,12 +108,12 @@ export class LocalDriver implements Driver {
     if (!rec) {
       mkdirSync(layout.dir, { recursive: true });
       rec = { id: d.id, generation: d.generation, level: this.capabilities.level, desired: d, createdAt: new Date().toISOString(), phase: "Pending" };
-      writeRecord(layout.record, rec);
+      this.#save(rec);
       prepareLayout(layout, d.id);
       if (d.restoreFrom) await restoreLayer(layout.layer, d.restoreFrom.location);
     }
     rec = { ...rec, generation: d.generation, desired: d };
-    writeRecord(layout.record, rec);
+    this.#save(rec);
     let obs = this.#observeRecord(rec);
     const wantProcesses = d.state === "Running" || d.pauseStrategy === "Freeze";
     if (wantProcesses && (obs.phase === "Stopped" || obs.phase === "Failed" || obs.phase === "Pending")) {
@@ -115,7 +126,7 @@ export class LocalDriver implements Driver {
     if (d.state === "Paused" && d.pauseStrategy === "Stop" && obs.phase !== "Stopped") {
       await this.#endProcesses(rec);
       rec = { ...rec, phase: "Stopped", holder: undefined, nsInit: undefined };
-      writeRecord(layout.record, rec);
+      this.#save(rec);
     }
     return this.#observeRecord(readRecord(layout.record) ?? rec);
   }
@@ -129,7 +140,7 @@ export class LocalDriver implements Driver {
       createCgroups(this.#cgroups, cgroups, { cpuCount: r.cpuCount, memoryMB: r.memoryMB, pidsMax: r.pidsMax ?? this.#pidsMax });
     }
     let next: SandboxRecord = { ...rec, phase: "Pending", cgroups, holder: undefined, nsInit: undefined };
-    writeRecord(layout.record, next);
+    this.#save(next);
     const ns = this.capabilities.level !== "process";
     const bwrapArgs = ns
       ? ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", rec.desired.allowInternetAccess ? "--share-net" : "--unshare-net",
@@ -137,7 +148,7 @@ export class LocalDriver implements Driver {
       : undefined;
     const started = await startHolder({ id: rec.id, bwrapArgs, cgroupProcs: cgroups ? procsFiles(cgroups) : [], cwd: layout.dir, log: layout.log });
     next = { ...next, phase: "Running", holder: started.holder, nsInit: started.nsInit };
-    writeRecord(layout.record, next);
+    this.#save(next);
     return next;
   }
 
@@ -152,13 +163,13 @@ export class LocalDriver implements Driver {
   async #freeze(rec: SandboxRecord): Promise<void> {
     if (rec.cgroups) return setFrozen(rec.cgroups, true);
     await signalSandbox(rec.id, rec.nsInit, "SIGSTOP");
-    writeRecord(layoutFor(this.#dataDir, rec.id).record, { ...rec, phase: "Frozen" });
+    this.#save({ ...rec, phase: "Frozen" });
   }
 
   async #thaw(rec: SandboxRecord): Promise<void> {
     if (rec.cgroups) return setFrozen(rec.cgroups, false);
     await signalSandbox(rec.id, rec.nsInit, "SIGCONT");
-    writeRecord(layoutFor(this.#dataDir, rec.id).record, { ...rec, phase: "Running" });
+    this.#save({ ...rec, phase: "Running" });
   }
 
   /** Reads the world for one record; adopts a holder the record lost (agent killed mid-create). */
@@ -178,7 +189,7 @@ export class LocalDriver implements Driver {
         return { ...base, phase: rec.phase === "Pending" ? "Pending" : "Failed", message };
       }
       rec = { ...rec, ...found, phase: rec.phase === "Frozen" ? "Frozen" : "Running" };
-      writeRecord(layoutFor(this.#dataDir, rec.id).record, rec);
+      this.#save(rec);
     }
     const frozen = rec.cgroups ? isFrozen(rec.cgroups) : rec.phase === "Frozen";
     return frozen ? { ...base, phase: "Paused", pauseStrategy: "Freeze" } : { ...base, phase: "Running" };
@@ -217,12 +228,15 @@ export class LocalDriver implements Driver {
 
   view(id: string): SandboxView {
     const rec = this.#running(id);
-    const layout = layoutFor(this.#dataDir, id);
     return new LocalSandboxView({
       id,
-      mounts: mountsFor(layout),
-      nsPid: rec.level === "process" ? undefined : rec.nsInit!.pid,
-      cgroupProcs: rec.cgroups ? procsFiles(rec.cgroups) : [],
+      mounts: mountsFor(layoutFor(this.#dataDir, id)),
+      namespaces: rec.level !== "process",
+      target: () => {
+        const now = this.#record(id);
+        if (!now || now.phase === "Stopped" || !now.nsInit) return undefined;
+        return { nsPid: now.level === "process" ? undefined : now.nsInit.pid, cgroupProcs: now.cgroups ? procsFiles(now.cgroups) : [] };
+      },
     });
   }
 
@@ -293,6 +307,7 @@ export class LocalDriver implements Driver {
       const rec = readRecord(layout.record);
       await this.#endProcesses(rec ?? { id });
       rmSync(layout.dir, { recursive: true, force: true });
+      this.#records.delete(id);
     });
   }
 }

@@ -12,6 +12,7 @@
 import { arch } from "node:os";
 import { fileURLToPath } from "node:url";
 import type { HostCommand, SandboxUser, SandboxView, SpawnRequest } from "../../runtime/sandbox-view.ts";
+import { SandboxNotFoundError } from "../driver.ts";
 import { USERS, type Mount } from "./layout.ts";
 import { resolveSandboxPath, sandboxPathOf } from "./path-resolver.ts";
 
@@ -23,33 +24,47 @@ const SETNS_NR: Record<string, number> = { x64: 308, arm64: 268 };
  * find their processes (a process that clears its environment escapes that search). */
 export const MARKER_ENV = "KRUISE_SANDBOX_ID";
 
-export interface LocalViewOptions {
-  id: string;
-  mounts: Mount[];
+/** Where the sandbox's processes live right now (the holder changes when a sandbox restarts). */
+export interface ViewTarget {
   /** Host pid whose namespaces and root the sandbox's processes join; undefined at `process` level. */
   nsPid?: number;
   /** cgroup.procs files to join before exec. */
   cgroupProcs: string[];
 }
 
+export interface LocalViewOptions {
+  id: string;
+  mounts: Mount[];
+  /** False at `process` level: no namespaces, the sandbox sees host paths. */
+  namespaces: boolean;
+  /** The current target, or undefined while the sandbox has no processes (Stop-paused). Asked on
+   * every call, so a view handed to the runtime stays valid across restarts of the sandbox. */
+  target: () => ViewTarget | undefined;
+}
+
 export class LocalSandboxView implements SandboxView {
   readonly #o: LocalViewOptions;
-  readonly #rootPrefix: string | undefined;
 
   constructor(opts: LocalViewOptions) {
     this.#o = opts;
-    this.#rootPrefix = opts.nsPid ? `/proc/${opts.nsPid}/root` : undefined;
+  }
+
+  #current(): ViewTarget {
+    const t = this.#o.target();
+    if (!t) throw new SandboxNotFoundError(this.#o.id, "not running");
+    return t;
   }
 
   toHost(sandboxPath: string, opts?: { followFinal?: boolean }): string {
     const r = resolveSandboxPath(this.#o.mounts, sandboxPath, opts?.followFinal ?? true);
-    if (r.mount.writable || !this.#rootPrefix) return r.hostPath;
-    return r.sandboxPath === "/" ? `${this.#rootPrefix}/` : `${this.#rootPrefix}${r.sandboxPath}`;
+    if (r.mount.writable || !this.#o.namespaces) return r.hostPath;
+    const prefix = `/proc/${this.#current().nsPid}/root`;
+    return r.sandboxPath === "/" ? `${prefix}/` : `${prefix}${r.sandboxPath}`;
   }
 
   toSandbox(hostPath: string): string {
-    const p = this.#rootPrefix;
-    if (p && (hostPath === p || hostPath.startsWith(`${p}/`))) return hostPath.slice(p.length) || "/";
+    const m = /^\/proc\/\d+\/root(?=\/|$)/.exec(hostPath);
+    if (m && this.#o.namespaces) return hostPath.slice(m[0].length) || "/";
     return sandboxPathOf(this.#o.mounts, hostPath);
   }
 
@@ -60,11 +75,11 @@ export class LocalSandboxView implements SandboxView {
   command(req: SpawnRequest): HostCommand {
     const setns = SETNS_NR[arch()];
     if (setns === undefined) throw new Error(`local driver: no setns syscall number for ${arch()}`);
-    const inside = this.#o.nsPid !== undefined;
+    const t = this.#current();
     // Without a root view the process sees host paths, so its cwd is the host side of the layer.
-    const cwd = inside ? req.cwd : this.toHost(req.cwd);
-    const joins = this.#o.cgroupProcs.length > 0 ? this.#o.cgroupProcs.join(":") : "-";
-    const args = [ENTER_SCRIPT, String(this.#o.nsPid ?? 0), String(req.user.uid), String(req.user.gid), cwd, joins, String(setns), "--", req.cmd, ...req.args];
+    const cwd = this.#o.namespaces ? req.cwd : this.toHost(req.cwd);
+    const joins = t.cgroupProcs.length > 0 ? t.cgroupProcs.join(":") : "-";
+    const args = [ENTER_SCRIPT, String(t.nsPid ?? 0), String(req.user.uid), String(req.user.gid), cwd, joins, String(setns), "--", req.cmd, ...req.args];
     return { file: PERL, args, cwd: "/", env: { ...req.env, [MARKER_ENV]: this.#o.id } };
   }
 }

@@ -90,6 +90,31 @@ describe(`local driver on this host (level ${driver.capabilities.level})`, () =>
     expect(r.stdout).toBe("42\nawk\nwritable\ncerts\n");
   });
 
+  it("a view handed out earlier follows the sandbox through Stop/resume and a holder crash", async () => {
+    const d = desired();
+    await driver.ensure(d);
+    const view = driver.view(d.id);
+    const run = (script: string) =>
+      new Promise<string>((resolve) => {
+        const c = view.command({ cmd: "/bin/bash", args: ["-c", script], cwd: "/home/user", env: {}, user: USER });
+        const child = spawn(c.file, c.args, { cwd: c.cwd, env: c.env, stdio: ["ignore", "pipe", "inherit"] });
+        let out = "";
+        child.stdout.on("data", (b) => (out += String(b)));
+        child.once("close", () => resolve(out));
+      });
+    expect(await run("echo $$")).toBe("3\n");
+    await driver.ensure({ ...d, generation: 2, state: "Paused", pauseStrategy: "Stop" });
+    expect(() => view.command({ cmd: "/bin/true", args: [], cwd: "/", env: {}, user: USER })).toThrow(/not running/);
+    await driver.ensure({ ...d, generation: 3 });
+    expect(await run("cat /etc/hostname")).toBe(`${d.id}\n`);
+    const before = view.toHost("/usr/bin/env");
+    process.kill(Number(/^\/proc\/(\d+)\//.exec(before)![1]), "SIGKILL");
+    for (let i = 0; i < 100 && (await driver.observe(d.id))?.phase !== "Failed"; i++) await sleep(10);
+    expect((await driver.ensure({ ...d, generation: 4 })).phase).toBe("Running");
+    expect(view.toHost("/usr/bin/env")).not.toBe(before);
+    expect(await run("echo alive")).toBe("alive\n");
+  });
+
   it("signals sent to the spawned host process reach the process inside; SIGKILL takes it down too", async () => {
     const d = desired();
     await driver.ensure(d);

@@ -13,7 +13,8 @@ const layout = layoutFor(dataDir, "p1");
 mkdirSync(layout.dir, { recursive: true });
 prepareLayout(layout, "p1");
 const home = join(layout.layer, "home/user");
-const view = new LocalSandboxView({ id: "p1", mounts: mountsFor(layout), cgroupProcs: [] });
+// Without namespaces every path maps to its host directory, which is what these cases check.
+const view = new LocalSandboxView({ id: "p1", mounts: mountsFor(layout), namespaces: false, target: () => ({ cgroupProcs: [] }) });
 
 mkdirSync(join(home, "dir"));
 writeFileSync(join(home, "dir/file"), "x");
