@@ -44,6 +44,7 @@ export function probeHost(opts: { cgroupName: string; cgroupParent?: string; wan
   const level: IsolationLevel = bwrapError ? "process" : cgroups ? "bwrap+cgroup" : "bwrap";
   if (level === "process") {
     notes.push("process level: sandboxes see the host's file system and network; no limits; freeze/kill by signals to processes carrying the sandbox's marker");
+    if (process.getuid?.() !== 0) notes.push("not root: commands run as the agent's own user, whatever user is asked for");
   }
   const limits = cgroups ? { ...cgroups.limits } : { cpu: false, memory: false, pids: false };
   if (level !== "bwrap+cgroup") notes.push("no cpu/memory/pids limits without cgroups");
