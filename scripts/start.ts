@@ -8,7 +8,7 @@ import { startSystem } from "./lib/system.ts";
 const dataDir = resolve(process.env.SBX_DATA_DIR ?? ".data");
 const edgePort = Number(process.env.PORT ?? 8787);
 console.log(`starting: sqld, the edge on workerd (port ${edgePort}), the agent (local driver); state in ${dataDir}`);
-const sys = await startSystem({ dataDir, edgePort, baseReplicas: Number(process.env.BASE_POOL ?? 2), agentOutput: "inherit" });
+const sys = await startSystem({ dataDir, edgePort, baseReplicas: Number(process.env.BASE_POOL ?? 2), agentOutput: "inherit", onExit: "stop" });
 
 console.log(`
 Ready. Sandboxes run with isolation level: ${sys.isolation}

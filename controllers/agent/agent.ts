@@ -10,7 +10,7 @@ import { createRuntime } from "../runtime/runtime.ts";
 import { createIngress } from "./ingress.ts";
 import { IntentStore } from "./intent-store.ts";
 import { Link } from "./link.ts";
-import { Reconciler } from "./reconciler.ts";
+import { Reconciler, desiredFor } from "./reconciler.ts";
 
 export interface AgentOptions {
   edgeUrl: string;
@@ -28,12 +28,20 @@ export interface AgentOptions {
   log?: (msg: string) => void;
 }
 
+/**
+ * What happens to the sandboxes when the agent stops. `keep` (the default, like a kubelet restart):
+ * they keep running and the next agent adopts them. `stop`: their processes end and their files
+ * stay, so the next agent starts them again on the same files (`npm start`'s Ctrl-C). `destroy`:
+ * nothing is left (test teardown).
+ */
+export type OnExit = "keep" | "stop" | "destroy";
+
 export interface Agent {
   driver: Driver;
   ingressUrl: string;
   link: Link;
   reconciler: Reconciler;
-  stop(): Promise<void>;
+  stop(onExit?: OnExit): Promise<void>;
 }
 
 /** A stable id per installation, so the edge's logs and status name the same agent across restarts. */
@@ -118,12 +126,22 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
     ingressUrl,
     link,
     reconciler,
-    async stop() {
+    async stop(onExit: OnExit = "keep") {
       link.close();
       reconciler.queue.close();
-      await new Promise<void>((ok) => ingress.close(() => ok()));
+      await reconciler.queue.idle();
+      const closed = new Promise<void>((ok) => ingress.close(() => ok()));
       ingress.closeAllConnections();
+      await closed;
       await runtime.close();
+      if (onExit === "keep") return;
+      for (const o of await driver.list()) {
+        if (onExit === "destroy") await driver.destroy(o.id);
+        else if (o.phase === "Running" || o.phase === "Paused") {
+          const intent = store.get(o.id);
+          if (intent?.template) await driver.ensure({ ...desiredFor(intent), state: "Paused", pauseStrategy: "Stop" });
+        }
+      }
     },
   };
 }

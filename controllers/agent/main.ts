@@ -1,9 +1,10 @@
 // The in-cluster agent (local driver by default).
 //   node controllers/agent/main.ts --edge http://127.0.0.1:8787 --data-dir .data/agent
 //        [--cluster local] [--ingress-port 0] [--ingress-host 127.0.0.1] [--level bwrap+cgroup|bwrap|process]
+//        [--on-exit keep|stop|destroy]
 // Env: CLUSTER_TOKEN (required; the shared secret the edge's ClusterDO checks), EDGE_URL.
 import { parseArgs } from "node:util";
-import { startAgent } from "./agent.ts";
+import { startAgent, type OnExit } from "./agent.ts";
 
 const { values } = parseArgs({
   options: {
@@ -13,12 +14,20 @@ const { values } = parseArgs({
     "ingress-port": { type: "string", default: "0" },
     "ingress-host": { type: "string", default: "127.0.0.1" },
     level: { type: "string" },
+    // keep: sandboxes outlive the agent (default); stop: end their processes, keep their files;
+    // destroy: remove them.
+    "on-exit": { type: "string", default: "keep" },
   },
 });
 
 const token = process.env.CLUSTER_TOKEN;
 if (!values.edge || !token) {
   console.error("agent: --edge (or EDGE_URL) and CLUSTER_TOKEN are required");
+  process.exit(2);
+}
+const onExit = values["on-exit"] as OnExit;
+if (!["keep", "stop", "destroy"].includes(onExit)) {
+  console.error("agent: --on-exit must be keep, stop or destroy");
   process.exit(2);
 }
 const level = values.level as "bwrap+cgroup" | "bwrap" | "process" | undefined;
@@ -37,5 +46,5 @@ for (const note of caps.notes) console.log(`[agent]   ${note}`);
 agent.link.whenConnected().then(() => console.log("[agent] connected to the edge"));
 
 for (const sig of ["SIGINT", "SIGTERM"] as const) {
-  process.once(sig, () => void agent.stop().then(() => process.exit(0)));
+  process.once(sig, () => void agent.stop(onExit).then(() => process.exit(0)));
 }

@@ -27,7 +27,7 @@ function phaseOf(obs: SandboxObservation | undefined): ObservedPhase {
   return obs.phase;
 }
 
-function desiredFor(intent: Intent): DesiredSandbox {
+export function desiredFor(intent: Intent): DesiredSandbox {
   const t = intent.template!;
   return {
     id: intent.sandboxId,

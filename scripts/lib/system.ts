@@ -27,6 +27,8 @@ export interface SystemOptions {
   agentOutput?: string;
   /** Reuse a previously built bundle (faster restarts in tests). */
   skipBuild?: boolean;
+  /** What the agent does with the sandboxes when the system stops (see controllers/agent/agent.ts). */
+  onExit?: "keep" | "stop" | "destroy";
 }
 
 interface Secrets {
@@ -83,6 +85,7 @@ export async function startSystem(opts: SystemOptions): Promise<System> {
     const out = opts.agentOutput === "inherit" ? "inherit" : openSync(opts.agentOutput ?? join(dataDir, "agent.log"), "a");
     const args = ["controllers/agent/main.ts", "--edge", edge.url, "--data-dir", join(dataDir, "agent"), "--ingress-port", String(secrets.ingressPort)];
     if (opts.level) args.push("--level", opts.level);
+    args.push("--on-exit", opts.onExit ?? "destroy");
     agent = spawn(NODE, args, { cwd: ROOT, env: { ...process.env, CLUSTER_TOKEN: secrets.clusterToken }, stdio: ["ignore", out, out] });
     await waitForAgent();
   };
