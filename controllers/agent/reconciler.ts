@@ -32,7 +32,7 @@ export function desiredFor(intent: Intent): DesiredSandbox {
   return {
     id: intent.sandboxId,
     generation: intent.generation,
-    template: t.id,
+    template: t.image,
     state: intent.desired.state === "paused" ? "Paused" : "Running",
     pauseStrategy: intent.desired.pauseStrategy,
     resources: { cpuCount: t.resources.cpuCount, memoryMB: t.resources.memoryMB },
