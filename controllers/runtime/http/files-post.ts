@@ -1,17 +1,18 @@
-// POST /files: multipart (every part named "file", its filename the target path) or a raw
-// octet-stream body (the `path` query names the target), optionally gzip-encoded. Parent
-// directories are created; files are truncated and belong to the acting user.
+// POST /files: multipart (parts named "file"; the target is the `path` query or the part's
+// filename) or a raw octet-stream body (the `path` query names the target), optionally
+// gzip-encoded. Parent directories are created; files are truncated and belong to the user.
 import { createWriteStream, type BigIntStats } from "node:fs";
 import { chown, lstat, stat } from "node:fs/promises";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { posix } from "node:path";
-import { Readable } from "node:stream";
+import type { Readable } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import { createGunzip } from "node:zlib";
 import { mkdirsAs } from "../filesystem/mkdirs.ts";
 import type { RuntimeSandbox } from "../sandbox.ts";
 import type { SandboxUser } from "../sandbox-view.ts";
 import { authorizeFiles, hostPathFor } from "./file-access.ts";
+import { boundaryOf, MultipartError, readMultipart } from "./multipart.ts";
 import { HttpError, sendJson } from "./respond.ts";
 import { parseMetadataHeaders } from "./upload-metadata.ts";
 
@@ -61,25 +62,24 @@ export async function postFiles(req: IncomingMessage, res: ServerResponse, sbx: 
     return;
   }
 
-  const form = await new Request("http://runtime/files", {
-    method: "POST",
-    headers: { "content-type": req.headers["content-type"]! },
-    body: Readable.toWeb(decoded(req, req)) as ReadableStream,
-    duplex: "half",
-  } as RequestInit & { duplex: "half" })
-    .formData()
-    .catch(() => {
-      throw new HttpError(400, "invalid multipart body");
-    });
-  const parts = form.getAll("file").filter((p): p is File => typeof p !== "string");
-  if (!parts.length) throw new HttpError(400, "no file part in the multipart body");
-  const targets = parts.map((p) => (parts.length === 1 && rawPath ? rawPath : p.name || rawPath));
-  if (targets.some((t) => !t)) throw new HttpError(400, "a file part has no filename and no path query was given");
-  const resolved = targets.map((t) => sbx.resolvePath(t, user));
-  if (new Set(resolved).size !== resolved.length) throw new HttpError(400, "the same path appears more than once");
+  const boundary = boundaryOf(type);
+  if (!boundary) throw new HttpError(400, "multipart body without a boundary");
+  // envd: the `path` query, when given, names the target of every part (so several parts with
+  // it collide); otherwise each part's filename does.
+  const seen = new Set<string>();
   const written: Written[] = [];
-  for (const [i, part] of parts.entries()) {
-    written.push(await writeOne(sbx, user, targets[i]!, Readable.fromWeb(part.stream() as import("node:stream/web").ReadableStream), meta.metadata));
-  }
+  await readMultipart(decoded(req, req), boundary, async (info, data) => {
+    if (info.name !== "file") return void data.resume();
+    const target = rawPath || info.filename;
+    if (!target) throw new HttpError(400, "a file part has no filename and no path query was given");
+    const resolved = sbx.resolvePath(target, user);
+    if (seen.has(resolved)) throw new HttpError(400, `the same path '${resolved}' appears more than once`);
+    seen.add(resolved);
+    written.push(await writeOne(sbx, user, target, data, meta.metadata));
+  }).catch((err: unknown) => {
+    if (err instanceof MultipartError) throw new HttpError(400, `invalid multipart body: ${err.message}`);
+    throw err;
+  });
+  if (!written.length) throw new HttpError(400, "no file part in the multipart body");
   sendJson(res, 200, written);
 }

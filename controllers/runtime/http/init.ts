@@ -1,7 +1,7 @@
 // POST /init: the orchestrator sets the access token, sandbox env, default user and workdir.
 // Idempotent by timestamp: an older request than the last applied one changes nothing.
 import type { IncomingMessage, ServerResponse } from "node:http";
-import { InitRequest } from "../../../schema/envd/http.ts";
+import { parseInitRequest } from "../../../schema/envd/http.ts";
 import type { RuntimeSandbox } from "../sandbox.ts";
 import { readJson } from "./read-json.ts";
 import { HttpError } from "./respond.ts";
@@ -12,11 +12,11 @@ export async function postInit(req: IncomingMessage, res: ServerResponse, sbx: R
   if (sbx.accessToken && !sbx.checkToken(Array.isArray(header) ? header[0] : header)) {
     throw new HttpError(401, "unauthorized access, please provide a valid access token or method signing if supported");
   }
-  const parsed = InitRequest.safeParse(await readJson(req));
-  if (!parsed.success) throw new HttpError(400, `invalid init request: ${parsed.error.issues.map((i) => `${i.path.join(".")}: ${i.message}`).join("; ")}`);
-  if (parsed.data.defaultUser && !sbx.view.lookupUser(parsed.data.defaultUser)) {
-    throw new HttpError(400, `default user '${parsed.data.defaultUser}' does not exist`);
+  const parsed = parseInitRequest(await readJson(req));
+  if (!parsed.ok) throw new HttpError(400, `invalid init request: ${parsed.error}`);
+  if (parsed.value.defaultUser && !sbx.view.lookupUser(parsed.value.defaultUser)) {
+    throw new HttpError(400, `default user '${parsed.value.defaultUser}' does not exist`);
   }
-  sbx.init(parsed.data);
+  sbx.init(parsed.value);
   res.writeHead(204).end();
 }

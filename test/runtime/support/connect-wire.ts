@@ -31,7 +31,7 @@ export async function streamCall(base: string, method: string, message: unknown,
   const res = await fetch(`${base}/${method}`, {
     method: "POST",
     headers: { "content-type": "application/connect+json", "connect-protocol-version": "1", ...headers },
-    body: envelope(message),
+    body: new Uint8Array(envelope(message)),
   });
   return { status: res.status, contentType: res.headers.get("content-type"), envelopes: parseEnvelopes(Buffer.from(await res.arrayBuffer())) };
 }
