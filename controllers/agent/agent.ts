@@ -25,6 +25,9 @@ export interface AgentOptions {
   /** Cap the local driver's isolation level (tests use `process`). */
   level?: "bwrap+cgroup" | "bwrap" | "process";
   driver?: Driver;
+  /** Also serve the embedded runtime directly on this loopback port (token auth only, no edge
+   * signature): what a pod sidecar exposes. The benchmarks use it as the no-gateway baseline. */
+  runtimePort?: number;
   log?: (msg: string) => void;
 }
 
@@ -117,6 +120,8 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
     },
   });
   link.heartbeatStats = () => ({ sandboxes: store.ids().length, pending: reconciler.queue.depth });
+
+  if (opts.runtimePort !== undefined) await runtime.listen({ port: opts.runtimePort, host: "127.0.0.1" });
 
   await reconciler.resumeAll();
   link.start();

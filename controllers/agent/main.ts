@@ -17,6 +17,8 @@ const { values } = parseArgs({
     // keep: sandboxes outlive the agent (default); stop: end their processes, keep their files;
     // destroy: remove them.
     "on-exit": { type: "string", default: "keep" },
+    // Serve the embedded runtime directly on 127.0.0.1:PORT as well (benchmarks, debugging).
+    "runtime-port": { type: "string" },
   },
 });
 
@@ -39,6 +41,7 @@ const agent = await startAgent({
   ingressHost: values["ingress-host"],
   ingressPort: Number(values["ingress-port"]),
   level,
+  runtimePort: values["runtime-port"] === undefined ? undefined : Number(values["runtime-port"]),
 });
 const caps = agent.driver.capabilities;
 console.log(`[agent] driver ${agent.driver.name}, isolation ${caps.level}; ingress ${agent.ingressUrl}`);

@@ -29,6 +29,8 @@ export interface SystemOptions {
   skipBuild?: boolean;
   /** What the agent does with the sandboxes when the system stops (see controllers/agent/agent.ts). */
   onExit?: "keep" | "stop" | "destroy";
+  /** Serve the agent's embedded runtime directly on this loopback port too (benchmarks). */
+  runtimePort?: number;
 }
 
 interface Secrets {
@@ -86,6 +88,7 @@ export async function startSystem(opts: SystemOptions): Promise<System> {
     const args = ["controllers/agent/main.ts", "--edge", edge.url, "--data-dir", join(dataDir, "agent"), "--ingress-port", String(secrets.ingressPort)];
     if (opts.level) args.push("--level", opts.level);
     args.push("--on-exit", opts.onExit ?? "destroy");
+    if (opts.runtimePort) args.push("--runtime-port", String(opts.runtimePort));
     agent = spawn(NODE, args, { cwd: ROOT, env: { ...process.env, CLUSTER_TOKEN: secrets.clusterToken }, stdio: ["ignore", out, out] });
     await waitForAgent();
   };

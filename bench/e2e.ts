@@ -1,0 +1,131 @@
+// Whole-system figures with the real e2b SDK against the system `npm start` runs:
+//   e2e.create_first_cmd_p50_ms / _p99_ms  Sandbox.create + first commands.run('echo'), warm pool,
+//                                          20 concurrent clients
+//   e2e.gateway_ratio                      median commands.run('true') through the edge's gateway
+//                                          over the same call straight to the agent's runtime
+//   e2e.resume_freeze_p50_ms               after a Freeze pause: connect until a command succeeds
+//   e2e.idle_sandbox_overhead_mb           extra memory per idle sandbox over 50 (agent + holders)
+//   node bench/e2e.ts   prints the figures as JSON
+import { Sandbox } from "e2b";
+import { execFileSync } from "node:child_process";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { startSystem } from "../scripts/lib/system.ts";
+import { freePort } from "../scripts/lib/sqld.ts";
+import type { Figures } from "./run.ts";
+import { median, percentile, round, timedConcurrently } from "./stats.ts";
+
+const CLIENTS = 20;
+const CREATES = 100;
+const WARM = 40;
+
+function pssMB(pid: number): number {
+  try {
+    return Number(/^Pss:\s+(\d+)/m.exec(readFileSync(`/proc/${pid}/smaps_rollup`, "utf8"))?.[1] ?? 0) / 1024;
+  } catch {
+    return 0;
+  }
+}
+
+/** Every process whose command line names this system's sandboxes folder (bwrap holders and
+ * what runs inside them). */
+function sandboxPids(dataDir: string): number[] {
+  try {
+    return execFileSync("pgrep", ["-f", join(dataDir, "agent/local/sandboxes")], { encoding: "utf8" }).trim().split("\n").filter(Boolean).map(Number);
+  } catch {
+    return [];
+  }
+}
+function holderChildren(pids: number[]): number[] {
+  const all = new Set(pids);
+  for (const pid of pids) {
+    try {
+      for (const c of execFileSync("pgrep", ["-P", String(pid)], { encoding: "utf8" }).trim().split("\n").filter(Boolean)) all.add(Number(c));
+    } catch {
+      // no children
+    }
+  }
+  return [...all];
+}
+
+async function waitPoolWarm(apiUrl: string, apiKey: string, want: number): Promise<void> {
+  const deadline = Date.now() + 120_000;
+  while (Date.now() < deadline) {
+    const res = await fetch(`${apiUrl}/admin/teams/admin/templates/base`, { headers: { "x-api-key": apiKey } });
+    if (res.ok) {
+      const body = (await res.json()) as { pool?: { available?: number } };
+      if ((body.pool?.available ?? 0) >= want) return;
+    }
+    await new Promise((r) => setTimeout(r, 250));
+  }
+  throw new Error(`pool did not reach ${want} available members`);
+}
+
+export async function run(): Promise<Figures> {
+  const dataDir = mkdtempSync(join(tmpdir(), "sbx-bench-e2e-"));
+  const runtimePort = await freePort();
+  const sys = await startSystem({ dataDir, baseReplicas: WARM, runtimePort });
+  const opts = { apiKey: sys.apiKey, apiUrl: sys.apiUrl, sandboxUrl: sys.apiUrl };
+  const figures: Figures = {};
+  try {
+    await waitPoolWarm(sys.apiUrl, sys.apiKey, WARM);
+
+    // Create + first command, 20 clients; kills happen off the clock.
+    const kills: Promise<unknown>[] = [];
+    const createFirst = await timedConcurrently(CREATES, CLIENTS, async () => {
+      const sbx = await Sandbox.create(opts);
+      await sbx.commands.run("echo hi");
+      kills.push(sbx.kill());
+    });
+    await Promise.all(kills);
+    figures["e2e.create_first_cmd_p50_ms"] = { value: round(median(createFirst)), unit: "ms", target: "≤ 50" };
+    figures["e2e.create_first_cmd_p99_ms"] = { value: round(percentile(createFirst, 99)), unit: "ms", target: "≤ 150" };
+
+    // The same sandbox, the same call, through the gateway and straight to the runtime, interleaved.
+    const sbx = await Sandbox.create(opts);
+    const direct = await Sandbox.connect(sbx.sandboxId, { ...opts, sandboxUrl: `http://127.0.0.1:${runtimePort}` });
+    for (let i = 0; i < 20; i++) await Promise.all([sbx.commands.run("true"), direct.commands.run("true")]);
+    const viaGateway: number[] = [];
+    const viaRuntime: number[] = [];
+    for (let i = 0; i < 200; i++) {
+      let t = performance.now();
+      await sbx.commands.run("true");
+      viaGateway.push(performance.now() - t);
+      t = performance.now();
+      await direct.commands.run("true");
+      viaRuntime.push(performance.now() - t);
+    }
+    figures["e2e.gateway_run_true_p50_ms"] = { value: round(median(viaGateway)), unit: "ms" };
+    figures["e2e.runtime_run_true_p50_ms"] = { value: round(median(viaRuntime)), unit: "ms" };
+    figures["e2e.gateway_ratio"] = { value: round(median(viaGateway) / median(viaRuntime)), unit: "ratio", target: "≤ 1.5" };
+
+    // Freeze pause, then connect until the first command succeeds.
+    const resumes: number[] = [];
+    for (let i = 0; i < 20; i++) {
+      await sbx.pause();
+      const t = performance.now();
+      const back = await Sandbox.connect(sbx.sandboxId, opts);
+      await back.commands.run("true");
+      resumes.push(performance.now() - t);
+    }
+    figures["e2e.resume_freeze_p50_ms"] = { value: round(median(resumes)), unit: "ms", target: "≤ 50" };
+    await sbx.kill();
+
+    // Memory per idle sandbox: the agent's growth plus the sandboxes' own processes, over 50.
+    const agentPid = sys.agent.pid!;
+    const before = pssMB(agentPid) + holderChildren(sandboxPids(dataDir)).reduce((a, p) => a + pssMB(p), 0);
+    const idle: Sandbox[] = [];
+    for (let i = 0; i < 50; i++) idle.push(await Sandbox.create(opts));
+    await new Promise((r) => setTimeout(r, 2_000));
+    const after = pssMB(agentPid) + holderChildren(sandboxPids(dataDir)).reduce((a, p) => a + pssMB(p), 0);
+    figures["e2e.idle_sandbox_overhead_mb"] = { value: round((after - before) / 50), unit: "MB", target: "≤ 20" };
+    await Promise.all(idle.map((s) => s.kill()));
+  } finally {
+    await sys.stop();
+    rmSync(dataDir, { recursive: true, force: true });
+  }
+  return figures;
+}
+
+if (import.meta.main) console.log(JSON.stringify(await run(), null, 2));

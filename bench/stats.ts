@@ -1,0 +1,29 @@
+// Small statistics helpers shared by the benchmark suites.
+
+/** The p-th percentile (nearest rank) of `xs`. */
+export function percentile(xs: number[], p: number): number {
+  if (xs.length === 0) return NaN;
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.min(s.length - 1, Math.max(0, Math.ceil((p / 100) * s.length) - 1))]!;
+}
+
+export const median = (xs: number[]) => percentile(xs, 50);
+
+export const round = (x: number, digits = 2) => Number(x.toFixed(digits));
+
+/** Runs `task` `total` times with at most `concurrency` in flight; returns each duration in ms. */
+export async function timedConcurrently(total: number, concurrency: number, task: (i: number) => Promise<void>): Promise<number[]> {
+  const durations: number[] = [];
+  let next = 0;
+  await Promise.all(
+    Array.from({ length: concurrency }, async () => {
+      while (next < total) {
+        const i = next++;
+        const t = performance.now();
+        await task(i);
+        durations.push(performance.now() - t);
+      }
+    }),
+  );
+  return durations;
+}

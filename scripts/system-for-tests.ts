@@ -1,0 +1,24 @@
+// Starts a throwaway system (as `npm start` does, in a temp dir) for test runners in other
+// languages: prints one JSON line {apiUrl, apiKey, dataDir} when ready, stops everything and
+// removes the dir on SIGTERM/SIGINT or when stdin closes. Used by test/python/system.
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { startSystem } from "./lib/system.ts";
+
+const dataDir = mkdtempSync(join(tmpdir(), "sbx-sys-"));
+const sys = await startSystem({ dataDir, baseReplicas: Number(process.env.BASE_POOL ?? 2) });
+console.log(JSON.stringify({ apiUrl: sys.apiUrl, apiKey: sys.apiKey, dataDir }));
+
+let stopping = false;
+async function stop() {
+  if (stopping) return;
+  stopping = true;
+  await sys.stop();
+  rmSync(dataDir, { recursive: true, force: true });
+  process.exit(0);
+}
+process.on("SIGTERM", () => void stop());
+process.on("SIGINT", () => void stop());
+process.stdin.on("end", () => void stop());
+process.stdin.resume();
