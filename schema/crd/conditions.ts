@@ -1,0 +1,91 @@
+// Condition types, reasons and phases of the CRDs (OpenKruise Agents §1.1.2, §1.4). Each reason
+// says exactly when it is set; the driver writes only these, so `kubectl get -o yaml` readers and
+// tests can rely on the spelling.
+import { z } from "zod";
+
+/** Sandbox phases. There is no Pausing phase: pause is observed as Paused once the pod is gone
+ * (Stop) or frozen (Freeze). */
+export const SandboxPhase = z.enum(["Pending", "Running", "Paused", "Resuming", "Upgrading", "Succeeded", "Failed", "Recycling", "Terminating"]);
+export type SandboxPhase = z.infer<typeof SandboxPhase>;
+
+export const ConditionStatus = z.enum(["True", "False", "Unknown"]);
+
+export const Condition = z.object({
+  type: z.string().min(1),
+  status: ConditionStatus,
+  reason: z.string().min(1),
+  message: z.string().default(""),
+  lastTransitionTime: z.string(),
+  observedGeneration: z.int().min(0).optional(),
+});
+export type Condition = z.infer<typeof Condition>;
+
+export const SandboxConditionType = {
+  /** The pod is Ready and the runtime answers. */
+  Ready: "Ready",
+  /** The sandbox is paused; reason says how far the pause got. */
+  SandboxPaused: "SandboxPaused",
+  /** Set while and after a Stop-paused sandbox gets a new pod. */
+  SandboxResumed: "SandboxResumed",
+} as const;
+
+export const ReadyReason = {
+  /** Every container of the pod is ready. */
+  PodReady: "PodReady",
+  /** The pod exists but no node accepted it yet (no kubelet, insufficient resources, taints). */
+  Unschedulable: "Unschedulable",
+  /** A container is Waiting with ErrImagePull / ImagePullBackOff / InvalidImageName. */
+  ImagePullFailed: "ImagePullFailed",
+  /** A container is Waiting for a reason other than pulling or creating (CrashLoopBackOff, ...). */
+  StartContainerFailed: "StartContainerFailed",
+  /** The API server refused the pod (quota, admission, invalid template). */
+  PodCreateFailed: "PodCreateFailed",
+  /** The pod is created and starting (ContainerCreating, PodInitializing, not yet ready). */
+  PodStarting: "PodStarting",
+  /** The sandbox is paused: no pod runs (Stop) or its processes are frozen (Freeze). */
+  Paused: "Paused",
+} as const;
+export type ReadyReason = (typeof ReadyReason)[keyof typeof ReadyReason];
+
+export const PausedReason = {
+  /** Pause requested; the pod is still terminating. */
+  Pending: "Pending",
+  /** Stop pause: the pod is gone, PVCs are kept. */
+  StopPauseSucceed: "StopPauseSucceed",
+  /** Freeze pause: the runtime froze every process; the pod keeps its memory. */
+  FreezePauseSucceed: "FreezePauseSucceed",
+} as const;
+
+export const ResumedReason = {
+  /** A Stop-paused sandbox got a fresh pod. */
+  CreatePod: "CreatePod",
+  /** A frozen sandbox was thawed. */
+  ResumePod: "ResumePod",
+} as const;
+
+/** SandboxClaim (§1.4). */
+export const ClaimPhase = z.enum(["Claiming", "Completed"]);
+export const ClaimCompletedReason = {
+  AllReplicasClaimed: "AllReplicasClaimed",
+  TimeoutReached: "TimeoutReached",
+  SandboxSetNotFound: "SandboxSetNotFound",
+} as const;
+
+/** Kubernetes Event reasons the driver emits on a Sandbox. */
+export const EventReason = {
+  PodCreated: "PodCreated",
+  PodDeleted: "PodDeleted",
+  FailedScheduling: "FailedScheduling",
+  ImagePullFailed: "ImagePullFailed",
+  Claimed: "Claimed",
+  Paused: "Paused",
+  Resumed: "Resumed",
+} as const;
+
+/** Returns `conditions` with `next` set, keeping lastTransitionTime when the status did not change. */
+export function setCondition(conditions: Condition[] | undefined, next: Omit<Condition, "lastTransitionTime">, now: string): Condition[] {
+  const list = conditions ?? [];
+  const old = list.find((c) => c.type === next.type);
+  const lastTransitionTime = old && old.status === next.status ? old.lastTransitionTime : now;
+  return [...list.filter((c) => c.type !== next.type), { ...next, lastTransitionTime }];
+}

@@ -1,0 +1,48 @@
+// Label and annotation keys on Sandboxes, Pods and PVCs (OpenKruise Agents §1.1.4). Manifests
+// written for OpenKruise Agents select on these, so the spelling is the interface.
+
+export const GROUP = "agents.kruise.io";
+export const VERSION = "v1alpha1";
+export const API_VERSION = `${GROUP}/${VERSION}`;
+
+export const LABEL = {
+  /** Owning SandboxSet name (unclaimed and claimed members). */
+  pool: "agents.kruise.io/sandbox-pool",
+  /** SandboxSet name or templateRef name the sandbox was built from. */
+  template: "agents.kruise.io/sandbox-template",
+  /** `"false"` while in the warm pool, `"true"` once claimed. */
+  claimed: "agents.kruise.io/sandbox-claimed",
+  /** Pool revision (`SandboxSet.status.updateRevision`) at creation. */
+  templateHash: "agents.kruise.io/template-hash",
+  /** The sandbox id. Objects are found by this label, never by name, so names may exceed 63 characters. */
+  sandboxId: "agents.kruise.io/sandbox-id",
+  /** Claim name (SandboxClaim). */
+  claimName: "agents.kruise.io/claim-name",
+  /** `sandbox` on every pod this driver created; the pod informer selects on it. */
+  createdBy: "agents.kruise.io/created-by",
+  /** Name of the Sandbox a pod or PVC belongs to (TrafficPolicy selectors target it). */
+  sandboxName: "agents.kruise.io/sandbox-name",
+  allowInternetAccess: "agents.kruise.io/allow-internet-access",
+} as const;
+
+export const ANNOTATION = {
+  /** The edge generation the object was last written for (the agent's observedGeneration). */
+  generation: "agents.kruise.io/edge-generation",
+  /** RFC3339 claim time (E2B `startedAt`). */
+  claimTimestamp: "agents.kruise.io/claim-timestamp",
+  /** Overrides `http://<podIP>:49983` as the runtime's address. */
+  runtimeUrl: "agents.kruise.io/runtime-url",
+  /** How the sandbox pauses (`Freeze` keeps the pod, `Stop` deletes it and keeps its PVCs). */
+  pauseStrategy: "agents.kruise.io/pause-strategy",
+} as const;
+
+/** Finalizer that keeps a Sandbox until its pod is gone (added by this agent on create). */
+export const SANDBOX_FINALIZER = "agents.kruise.io/sandbox";
+
+/** Prefixes reserved for the system; user labels and annotations may not use them. */
+export const RESERVED_PREFIXES = ["agents.kruise.io/", "e2b.agents.kruise.io/"] as const;
+
+/** The agent-runtime's port in every sandbox pod (envd's). */
+export const RUNTIME_PORT = 49983;
+/** Name of the injected agent-runtime container. */
+export const RUNTIME_CONTAINER = "agent-runtime";

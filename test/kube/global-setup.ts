@@ -1,0 +1,27 @@
+// Starts one real control plane (etcd + kube-apiserver) for the kube tier, installs everything in
+// k8s/ with the machine's kubectl (`kubectl apply -k k8s/`), waits for the CRDs to be Established,
+// and binds the agent's ClusterRole to the test's agent identity. Tests make a namespace each.
+import type { TestProject } from "vitest/node";
+import { AGENT_USER, startCluster } from "./support/cluster.ts";
+
+declare module "vitest" {
+  export interface ProvidedContext {
+    kube: { server: string; version: string; adminKubeconfig: string; agentKubeconfig: string };
+  }
+}
+
+export default async function setup(project: TestProject) {
+  const started = Date.now();
+  const cluster = await startCluster();
+  try {
+    cluster.kubectl(["apply", "-k", "k8s/"]);
+    cluster.kubectl(["wait", "--for=condition=Established", "--timeout=60s", "crd", "--all"]);
+    cluster.kubectl(["create", "clusterrolebinding", "sandbox-agent-test", "--clusterrole=sandbox-agent", `--user=${AGENT_USER}`]);
+  } catch (err) {
+    await cluster.stop();
+    throw err;
+  }
+  console.log(`kube tier: kube-apiserver ${cluster.version} at ${cluster.server} (ready and CRDs installed in ${Date.now() - started} ms)`);
+  project.provide("kube", { server: cluster.server, version: cluster.version, adminKubeconfig: cluster.adminKubeconfig, agentKubeconfig: cluster.agentKubeconfig });
+  return () => cluster.stop();
+}
