@@ -1,12 +1,15 @@
 // The Worker's bindings and the Hono context every sub-app shares.
 import type { ClusterDO } from "../durable-objects/cluster/cluster-do.ts";
 import type { PoolDO } from "../durable-objects/pool/pool-do.ts";
+import type { SandboxIndexDO } from "../durable-objects/sandbox/index-writer-do.ts";
 import type { SandboxDO } from "../durable-objects/sandbox/sandbox-do.ts";
 
 export interface Env {
   SANDBOX: DurableObjectNamespace<SandboxDO>;
   POOL: DurableObjectNamespace<PoolDO>;
   CLUSTER: DurableObjectNamespace<ClusterDO>;
+  /** The one writer of the libSQL sandbox index (group commit). */
+  SANDBOX_INDEX: DurableObjectNamespace<SandboxIndexDO>;
   /** libSQL (sqld locally, Turso in production). */
   LIBSQL_URL: string;
   LIBSQL_AUTH_TOKEN?: string;

@@ -273,8 +273,9 @@ function fail(s: SandboxState, reason: string, message: string | undefined, now:
   setCondition(s, "Ready", "False", reason, now, message);
 }
 
+/** Index rows carry what list shows; a phase change E2B cannot see (Pending → Running) is not written. */
 function changed(s: SandboxState, before: { phase: Phase; endAt: number | null }): boolean {
-  return s.phase !== before.phase || s.endAt !== before.endAt;
+  return visibleState(s.phase) !== visibleState(before.phase) || s.endAt !== before.endAt;
 }
 
 function sendIntent(s: SandboxState, now: number): SandboxEffect {

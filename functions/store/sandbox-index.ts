@@ -1,18 +1,36 @@
-// The sandbox index `list` pages through. SandboxDO writes rows through; a write lands only if
-// its `rev` is newer than the stored one, so writes may race or arrive out of order safely.
+// The sandbox index `list` pages through. SandboxDOs write rows through SandboxIndexDO, which
+// batches them (applyIndexBatch); routes read pages here.
 import { and, asc, desc, eq, gte, inArray, lt, gt, or, sql, type SQL } from "drizzle-orm";
 import { sandboxes } from "../../schema/db/tables.ts";
 import type { Db } from "./db.ts";
 
 export type IndexRow = typeof sandboxes.$inferSelect;
 
-export async function writeIndexRow(db: Db, row: IndexRow): Promise<void> {
-  const { id: _id, ...rest } = row;
+/** A change to the index; SandboxIndexDO applies many in one request. */
+export type IndexOp = { kind: "upsert"; row: IndexRow } | { kind: "delete"; id: string };
+
+/**
+ * Applies ops in one libSQL request: one multi-row upsert (a row lands only if its `rev` is newer
+ * than the stored one, so writes may race or arrive out of order safely), then the deletes.
+ */
+export async function applyIndexBatch(db: Db, ops: readonly IndexOp[]): Promise<void> {
+  const newest = new Map<string, IndexRow>();
+  const deleted: string[] = [];
+  for (const op of ops) {
+    if (op.kind === "delete") deleted.push(op.id);
+    else if ((newest.get(op.row.id)?.rev ?? -1) < op.row.rev) newest.set(op.row.id, op.row);
+  }
+  const statements = [];
+  if (newest.size > 0) statements.push(upsert(db, [...newest.values()]));
+  if (deleted.length > 0) statements.push(db.delete(sandboxes).where(inArray(sandboxes.id, deleted)));
+  const [first, ...rest] = statements;
+  if (first) await db.batch([first, ...rest]);
+}
+
+function upsert(db: Db, rows: IndexRow[]) {
+  const { id: _id, ...rest } = rows[0]!;
   const set = Object.fromEntries(Object.keys(rest).map((k) => [k, sql.raw(`excluded.${colName(k)}`)]));
-  await db
-    .insert(sandboxes)
-    .values(row)
-    .onConflictDoUpdate({ target: sandboxes.id, set, setWhere: sql`${sandboxes.rev} < excluded.rev` });
+  return db.insert(sandboxes).values(rows).onConflictDoUpdate({ target: sandboxes.id, set, setWhere: sql`${sandboxes.rev} < excluded.rev` });
 }
 
 function colName(field: string): string {
@@ -62,11 +80,6 @@ export async function listIndex(db: Db, f: ListFilter): Promise<{ rows: IndexRow
   const page = rows.slice(0, f.limit);
   const last = page[page.length - 1]!;
   return { rows: page, next: { startedAt: last.startedAt, id: last.id } };
-}
-
-/** Drops a purged sandbox's row (its tombstone is no longer needed: no write can follow). */
-export async function deleteIndexRow(db: Db, id: string): Promise<void> {
-  await db.delete(sandboxes).where(eq(sandboxes.id, id));
 }
 
 export async function getIndexRow(db: Db, id: string): Promise<IndexRow | undefined> {

@@ -58,7 +58,7 @@ export const sandboxes = sqliteTable(
     alias: text("alias"),
     /** E2B state: running | paused | killed (killed rows are tombstones, never listed). */
     state: text("state").notNull(),
-    /** SandboxDO phase (Pending, Running, Paused, ...), for operators. */
+    /** SandboxDO phase at the last visible change (Pending, Running, Paused, ...), for operators. */
     phase: text("phase").notNull(),
     metadata: text("metadata", { mode: "json" }).$type<Record<string, string>>().notNull(),
     startedAt: integer("started_at").notNull(),

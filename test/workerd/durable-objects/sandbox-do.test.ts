@@ -69,6 +69,16 @@ describe("timers", () => {
   });
 });
 
+describe("prepare", () => {
+  it("prepares an object ahead of its claim without making it visible", async () => {
+    const id = "preparedbutunused01";
+    expect(await stub(id).prepare()).toEqual({ ok: true });
+    expect(await stub(id).inspect()).toBeNull();
+    expect(await stub(id).route()).toMatchObject({ ok: false, error: { code: "sandbox_not_found" } });
+    await expectError(call(`/sandboxes/${id}`), 404);
+  });
+});
+
 describe("gateway RPCs", () => {
   it("route() reports where a sandbox lives and its tokens; not found once killed", async () => {
     const sbx = await expectStatus(call("/v2/sandboxes", { key: team.key, body: { templateID: team.template, network: { allowPublicTraffic: false } } }), 201);
