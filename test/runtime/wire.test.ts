@@ -111,3 +111,56 @@ describe("polling watcher", () => {
     expect((await unaryCall(base, "filesystem.Filesystem/GetWatcherEvents", { watcherId }, H)).status).toBe(404);
   });
 });
+
+describe("client streaming and plain /files details", () => {
+  it("StreamInput delivers ordered input to a process started with stdin", async () => {
+    const { envelope } = await import("./support/connect-wire.ts");
+    const started = fetch(`${base}/process.Process/Start`, {
+      method: "POST",
+      headers: { "content-type": "application/connect+json", "connect-protocol-version": "1", ...H },
+      body: new Uint8Array(envelope({ process: { cmd: "/bin/cat" }, stdin: true })),
+    });
+    let pid: number | undefined;
+    await expect.poll(async () => {
+      pid = (await unaryCall(base, "process.Process/List", {}, H)).json.processes?.find((p: any) => p.config.cmd === "/bin/cat")?.pid;
+      return pid;
+    }).toBeDefined();
+    const chunks = ["one ", "two ", "three"].map((t) => envelope({ data: { input: { stdin: Buffer.from(t).toString("base64") } } }));
+    const body = Buffer.concat([envelope({ start: { process: { pid } } }), ...chunks]);
+    const res = await fetch(`${base}/process.Process/StreamInput`, {
+      method: "POST",
+      headers: { "content-type": "application/connect+json", "connect-protocol-version": "1", ...H },
+      body: new Uint8Array(body),
+    });
+    expect(res.status).toBe(200);
+    await unaryCall(base, "process.Process/CloseStdin", { process: { pid } }, H);
+    const { parseEnvelopes } = await import("./support/connect-wire.ts");
+    const events = parseEnvelopes(Buffer.from(await (await started).arrayBuffer())).map((e) => e.json.event?.data?.stdout).filter(Boolean);
+    expect(Buffer.concat(events.map((b: string) => Buffer.from(b, "base64"))).toString()).toBe("one two three");
+  });
+
+  it("GET /files serves a Range as 206 and HEAD without a body", async () => {
+    const fs = await import("node:fs");
+    const dir = fs.mkdtempSync("/tmp/rt-range-");
+    fs.writeFileSync(`${dir}/r.txt`, "0123456789");
+    const q = `path=${encodeURIComponent(`${dir}/r.txt`)}`;
+    const part = await fetch(`${base}/files?${q}`, { headers: { ...H, range: "bytes=2-5" } });
+    expect(part.status).toBe(206);
+    expect(part.headers.get("content-range")).toBe("bytes 2-5/10");
+    expect(await part.text()).toBe("2345");
+    const head = await fetch(`${base}/files?${q}`, { method: "HEAD", headers: H });
+    expect(head.status).toBe(200);
+    expect(head.headers.get("content-length")).toBe("10");
+    expect((await fetch(`${base}/files?${q}`, { headers: { ...H, range: "bytes=20-" } })).status).toBe(416);
+    fs.rmSync(dir, { recursive: true });
+  });
+
+  it("multipart with a path query and two parts is refused as a duplicate", async () => {
+    const form = new FormData();
+    form.append("file", new Blob(["a"]), "a.txt");
+    form.append("file", new Blob(["b"]), "b.txt");
+    const res = await fetch(`${base}/files?path=/tmp/rt-dup.txt`, { method: "POST", headers: H, body: form });
+    expect(res.status).toBe(400);
+    expect((await res.json()).message).toMatch(/more than once/);
+  });
+});

@@ -2,7 +2,7 @@
 // its end once it exited. Output is not replayed: a stream sees what arrives after it attached.
 import { spawn, type ChildProcess } from "node:child_process";
 import type { Readable } from "node:stream";
-import pty from "@lydell/node-pty";
+import type { IPty } from "@lydell/node-pty";
 import type { HostCommand } from "../sandbox-view.ts";
 import { exitInfo, type EndInfo } from "./exit-status.ts";
 
@@ -34,9 +34,9 @@ export class ProcessHandle {
   #listeners = new Set<(ev: ProcessOutput) => void>();
   #exitWaiters: Array<() => void> = [];
   #child: ChildProcess | undefined;
-  #pty: pty.IPty | undefined;
+  #pty: IPty | undefined;
 
-  private constructor(pid: number, config: ProcessConfig, tag: string | undefined, kind: { child?: ChildProcess; pty?: pty.IPty; stdin: boolean }) {
+  private constructor(pid: number, config: ProcessConfig, tag: string | undefined, kind: { child?: ChildProcess; pty?: IPty; stdin: boolean }) {
     this.pid = pid;
     this.config = config;
     this.tag = tag;
@@ -82,8 +82,10 @@ export class ProcessHandle {
     return h;
   }
 
-  static spawnPty(host: HostCommand, config: ProcessConfig, tag: string | undefined, size: { cols: number; rows: number }): ProcessHandle {
-    let term: pty.IPty;
+  static async spawnPty(host: HostCommand, config: ProcessConfig, tag: string | undefined, size: { cols: number; rows: number }): Promise<ProcessHandle> {
+    // Loaded on first use: most sandboxes never open a terminal.
+    const pty = (await import("@lydell/node-pty")).default;
+    let term: IPty;
     try {
       term = pty.spawn(host.file, host.args, {
         name: host.env.TERM ?? "xterm-256color",
@@ -123,6 +125,9 @@ export class ProcessHandle {
     const ev: ProcessOutput = { type: "end", end: info };
     for (const l of this.#listeners) l(ev);
     this.#listeners.clear();
+    // Exited handles are retained 30 s for Connect; keep only the end, not the process objects.
+    this.#child = undefined;
+    this.#pty = undefined;
     for (const w of this.#exitWaiters) w();
     this.#exitWaiters = [];
   }

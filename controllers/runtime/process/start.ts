@@ -24,7 +24,7 @@ export async function* start(req: StartRequest, ctx: HandlerContext) {
   let handle: ProcessHandle;
   try {
     handle = req.pty
-      ? ProcessHandle.spawnPty(host, config, req.tag, { cols: req.pty.size?.cols ?? 80, rows: req.pty.size?.rows ?? 24 })
+      ? await ProcessHandle.spawnPty(host, config, req.tag, { cols: req.pty.size?.cols ?? 80, rows: req.pty.size?.rows ?? 24 })
       : await ProcessHandle.spawnPipes(host, config, req.tag, req.stdin ?? true);
   } catch (err) {
     if (err instanceof ProcessStartError) throw new ConnectError(err.message, Code.InvalidArgument);

@@ -1,0 +1,157 @@
+// agent-runtime benchmark: SDK command overhead against a direct spawn, idle memory, memory
+// growth over 1000 commands, and 100 MB file throughput. The runtime runs as its own process,
+// standalone and bundled as sandboxes run it (controllers/runtime/bundle.ts), so its RSS is its
+// own; the SDK talks to it over loopback. Idle RSS is also taken for the .ts sources.
+//   node bench/runtime.ts            prints the figures
+//   npm run bench -- runtime         as part of bench/results.json
+import { spawn, type ChildProcess } from "node:child_process";
+import { readFileSync } from "node:fs";
+import { createServer } from "node:http";
+import type { AddressInfo } from "node:net";
+import { resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+import { Sandbox } from "e2b";
+import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
+import { join } from "node:path";
+import { bundleRuntime } from "../controllers/runtime/bundle.ts";
+import { ENVD_VERSION } from "../controllers/runtime/version.ts";
+
+type Figures = Record<string, { value: number; unit: string; target?: string }>;
+
+const ROOT = resolve(import.meta.dirname, "..");
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+const median = (xs: number[]) => {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.floor(s.length / 2)]!;
+};
+
+/** VmRSS, or RssAnon (private memory: what each extra process really costs, since the node
+ * binary's file pages are shared). */
+function rssMB(pid: number, field = "VmRSS"): number {
+  const m = new RegExp(`${field}:\\s+(\\d+) kB`).exec(readFileSync(`/proc/${pid}/status`, "utf8"));
+  return Number(m![1]) / 1024;
+}
+
+async function startRuntime(entry: string): Promise<{ child: ChildProcess; url: string }> {
+  const child = spawn(process.execPath, [entry, "--port", "0", "--host", "127.0.0.1"], { cwd: ROOT, stdio: ["ignore", "pipe", "inherit"] });
+  const url = await new Promise<string>((res, rej) => {
+    child.stdout!.on("data", (d) => {
+      const m = /listening on (http:\/\/\S+)/.exec(String(d));
+      if (m) res(m[1]!);
+    });
+    child.once("exit", (code) => rej(new Error(`runtime exited ${code}`)));
+  });
+  return { child, url };
+}
+
+/** Just enough control plane for Sandbox.create to hand back a Sandbox bound to the runtime. */
+async function fakeControlPlane(): Promise<{ url: string; close(): void }> {
+  const server = createServer((req, res) => {
+    req.resume();
+    req.on("end", () => {
+      if (req.method === "POST" && req.url === "/v2/sandboxes") {
+        res.writeHead(201, { "content-type": "application/json" }).end(JSON.stringify({ sandboxID: "bench", templateID: "base", clientID: "bench", envdVersion: ENVD_VERSION }));
+      } else res.writeHead(204).end();
+    });
+  });
+  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, close: () => server.close() };
+}
+
+/** The floor: the same command with the environment the runtime gives it. */
+const BASH_ENV = { PATH: "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", HOME: "/root", USER: "root", LOGNAME: "root" };
+function spawnBash(): Promise<void> {
+  return new Promise((res, rej) => {
+    const c = spawn("/bin/bash", ["-l", "-c", "true"], { stdio: "ignore", env: BASH_ENV, cwd: "/root" });
+    c.once("exit", () => res());
+    c.once("error", rej);
+  });
+}
+
+async function timed(fn: () => Promise<unknown>): Promise<number> {
+  const t = performance.now();
+  await fn();
+  return performance.now() - t;
+}
+
+async function idleRss(entry: string, apiUrl: string): Promise<{ rss: number; anon: number }> {
+  const { child, url } = await startRuntime(entry);
+  try {
+    const sbx = await Sandbox.create("base", { apiKey: `e2b_${"0".repeat(40)}`, apiUrl, sandboxUrl: url });
+    await sbx.commands.run("true");
+    await sleep(1500);
+    return { rss: rssMB(child.pid!), anon: rssMB(child.pid!, "RssAnon") };
+  } finally {
+    child.kill("SIGTERM");
+  }
+}
+
+export async function run(_ctx?: unknown): Promise<Figures> {
+  mkdirSync(join(ROOT, "dist"), { recursive: true });
+  // Inside the repository, so the bundle resolves its one external (@lydell/node-pty).
+  const dir = mkdtempSync(join(ROOT, "dist", "runtime-bench-"));
+  const bundle = await bundleRuntime(join(dir, "main.mjs"));
+  const api = await fakeControlPlane();
+  const fromSource = await idleRss("controllers/runtime/main.ts", api.url);
+  const idle = await idleRss(bundle, api.url);
+  const { child, url } = await startRuntime(bundle);
+  try {
+    const sbx = await Sandbox.create("base", { apiKey: `e2b_${"0".repeat(40)}`, apiUrl: api.url, sandboxUrl: url });
+
+    // Interleaved so drift on a shared machine hits both sides alike.
+    const viaSdk: number[] = [];
+    const direct: number[] = [];
+    for (let i = 0; i < 20; i++) {
+      await sbx.commands.run("true");
+      await spawnBash();
+    }
+    for (let i = 0; i < 200; i++) {
+      viaSdk.push(await timed(() => sbx.commands.run("true")));
+      direct.push(await timed(spawnBash));
+    }
+
+    // Exited processes stay connectable for 30 s; measure after that window so retained ones
+    // do not count as growth.
+    await sleep(31_000);
+    const before = rssMB(child.pid!);
+    for (let i = 0; i < 1000; i++) await sbx.commands.run("true");
+    await sleep(31_000);
+    const after = rssMB(child.pid!);
+
+    const size = 100 * 1024 * 1024;
+    const data = new Uint8Array(size);
+    for (let i = 0; i < size; i += 4096) data[i] = i & 0xff;
+    const path = `/tmp/runtime-bench-${process.pid}.bin`;
+    const writeMs = await timed(() => sbx.files.write(path, data.buffer));
+    const writeStreamMs = await timed(() => sbx.files.write(path, new Blob([data]).stream()));
+    let readBytes = 0;
+    const readMs = await timed(async () => {
+      readBytes = (await sbx.files.read(path, { format: "bytes" })).byteLength;
+    });
+    if (readBytes !== size) throw new Error(`read ${readBytes} bytes, expected ${size}`);
+    await sbx.files.remove(path);
+    const peak = rssMB(child.pid!);
+
+    return {
+      "runtime.run_overhead_ratio": { value: median(viaSdk) / median(direct), unit: "x", target: "<= 1.5" },
+      "runtime.run_median_ms": { value: median(viaSdk), unit: "ms" },
+      "runtime.direct_spawn_median_ms": { value: median(direct), unit: "ms" },
+      "runtime.idle_rss_mb": { value: idle.rss, unit: "MB", target: "<= 60" },
+      "runtime.idle_private_mb": { value: idle.anon, unit: "MB" },
+      "runtime.idle_rss_mb_from_source": { value: fromSource.rss, unit: "MB" },
+      "runtime.rss_growth_mb_after_1000_runs": { value: after - before, unit: "MB", target: "<= 10" },
+      "runtime.write_100mb_multipart_mb_s": { value: 100 / (writeMs / 1000), unit: "MB/s" },
+      "runtime.write_100mb_octet_stream_mb_s": { value: 100 / (writeStreamMs / 1000), unit: "MB/s" },
+      "runtime.read_100mb_mb_s": { value: 100 / (readMs / 1000), unit: "MB/s" },
+      "runtime.rss_after_100mb_transfers_mb": { value: peak, unit: "MB" },
+    };
+  } finally {
+    api.close();
+    child.kill("SIGTERM");
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+if (process.argv[1] && resolve(process.argv[1]) === fileURLToPath(import.meta.url)) {
+  for (const [name, f] of Object.entries(await run())) console.log(`${name.padEnd(42)} ${f.value.toFixed(2).padStart(10)} ${f.unit}`);
+}
