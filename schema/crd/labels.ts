@@ -26,12 +26,16 @@ export const LABEL = {
 } as const;
 
 export const ANNOTATION = {
+  /** The full sandbox id (the label holds a hash when the id is longer than 63 characters). */
+  sandboxId: "agents.kruise.io/sandbox-id",
   /** The edge generation the object was last written for (the agent's observedGeneration). */
   generation: "agents.kruise.io/edge-generation",
   /** RFC3339 claim time (E2B `startedAt`). */
   claimTimestamp: "agents.kruise.io/claim-timestamp",
   /** Overrides `http://<podIP>:49983` as the runtime's address. */
   runtimeUrl: "agents.kruise.io/runtime-url",
+  /** UID of the pod whose processes the runtime froze (Freeze pause); absent when not frozen. */
+  frozenPod: "agents.kruise.io/frozen-pod",
   /** How the sandbox pauses (`Freeze` keeps the pod, `Stop` deletes it and keeps its PVCs). */
   pauseStrategy: "agents.kruise.io/pause-strategy",
 } as const;

@@ -1,0 +1,556 @@
+// The kubernetes driver: each sandbox is a Sandbox object (agents.kruise.io) in one namespace,
+// owning a Pod built from its SandboxSet's template (agent-runtime injected) and PVCs from the
+// volumeClaimTemplates. Reads come from informers; writes go to the API server and are remembered
+// until the watch catches up. Objects are found by the sandbox-id label, never by name.
+//
+//   Running        Sandbox + PVCs + Pod; status mirrors the pod (Ready, IP, scheduling, pulls)
+//   Paused, Stop   the Pod is deleted, the PVCs and the Sandbox stay; Running recreates the Pod
+//   Paused, Freeze the Pod stays; the runtime freezes every process (POST /freeze)
+//   destroy        Pod, PVCs, then the Sandbox (its finalizer is ours)
+import {
+  CoreV1Api,
+  CustomObjectsApi,
+  KubeConfig,
+  PatchStrategy,
+  setHeaderOptions,
+  type KubernetesObject,
+  type V1OwnerReference,
+  type V1PersistentVolumeClaim,
+  type V1Pod,
+  type V1PodTemplateSpec,
+} from "@kubernetes/client-node";
+import { createHash } from "node:crypto";
+import { EventReason } from "../../../schema/crd/conditions.ts";
+import { ANNOTATION, API_VERSION, GROUP, LABEL, RUNTIME_PORT, SANDBOX_FINALIZER, VERSION } from "../../../schema/crd/labels.ts";
+import type { SpawnRequest } from "../../runtime/sandbox-view.ts";
+import {
+  SandboxNotFoundError,
+  UnsupportedError,
+  type DesiredSandbox,
+  type Driver,
+  type DriverCapabilities,
+  type ExecResult,
+  type SandboxObservation,
+  type SnapshotRef,
+} from "../driver.ts";
+import { ObjectCache } from "./object-cache.ts";
+import { buildPod, buildPvc, imageTemplate, templateHash, type VolumeClaimTemplate } from "./pod-spec.ts";
+import { sandboxState, sandboxStatus, type SandboxFacts, type SandboxStatus } from "./pod-state.ts";
+import { PoolStatus, poolRevision } from "./pool-status.ts";
+
+/** A Sandbox object as the driver reads it. */
+export interface SandboxObject extends KubernetesObject {
+  spec: {
+    paused?: boolean;
+    template?: V1PodTemplateSpec;
+    volumeClaimTemplates?: VolumeClaimTemplate[];
+    pauseStrategy?: { type?: string };
+  };
+  status?: SandboxStatus;
+}
+
+/** A SandboxSet as the driver reads it. */
+export interface SandboxSetObject extends KubernetesObject {
+  spec: { replicas?: number; template?: V1PodTemplateSpec; volumeClaimTemplates?: VolumeClaimTemplate[] };
+  status?: { updateRevision?: string };
+}
+
+/**
+ * The desired state plus where the sandbox belongs. `pool` names the SandboxSet (its template is
+ * used, and it owns the sandbox while unclaimed); without it `template` is a SandboxSet name in
+ * the namespace, or else an image.
+ */
+export interface KubeDesiredSandbox extends DesiredSandbox {
+  pool?: string;
+  /** False while a warm pool member; true once claimed or when created on demand. */
+  claimed?: boolean;
+  /** The runtime's access token, sent with freeze/thaw once the sandbox has one. */
+  accessToken?: string | null;
+}
+
+/** A driver observation plus what only a remote runtime has: where it is and whether it is ready. */
+export interface KubeSandboxObservation extends SandboxObservation {
+  ready: boolean;
+  /** `http://<podIP>:49983` (or the runtime-url annotation) once the pod has an IP. */
+  endpoint?: string;
+  reason?: string;
+}
+
+export interface KubernetesDriverOptions {
+  kubeConfig: KubeConfig;
+  namespace: string;
+  /** Image of the injected agent-runtime sidecar. */
+  runtimeImage: string;
+  /** Told whenever a sandbox's objects change (pod ready, IP assigned, pod lost). */
+  onChange?: (id: string) => void;
+  now?: () => number;
+  log?: (msg: string) => void;
+}
+
+const mergePatch = setHeaderOptions("Content-Type", PatchStrategy.MergePatch);
+const PLURAL = { sandbox: "sandboxes", sandboxSet: "sandboxsets" } as const;
+
+function statusCode(err: unknown): number | undefined {
+  const e = err as { code?: number; statusCode?: number };
+  return e?.code ?? e?.statusCode;
+}
+
+/** Ignores 404 (already gone) and 409 AlreadyExists where a retry is harmless. */
+async function tolerate<T>(p: Promise<T>, codes: number[]): Promise<T | undefined> {
+  try {
+    return await p;
+  } catch (err) {
+    if (codes.includes(statusCode(err) ?? 0)) return undefined;
+    throw err;
+  }
+}
+
+/** The sandbox-id label value: the id itself, or (ids over 63 characters, which no label value
+ * may hold) a hash of it; the id is then kept in the sandbox-id annotation. */
+export function idLabel(id: string): string {
+  return id.length <= 63 ? id : `h${createHash("sha256").update(id).digest("hex").slice(0, 40)}`;
+}
+
+/** The Sandbox/Pod name for an id: `{pool}-{id}` or `sbx-{id}`. Names may exceed 63 characters. */
+export function sandboxName(id: string, pool?: string): string {
+  return `${pool ?? "sbx"}-${id}`.slice(0, 253);
+}
+
+export class KubernetesDriver implements Driver {
+  readonly name = "kubernetes";
+  readonly capabilities: DriverCapabilities = {
+    level: "kubernetes",
+    rootView: true,
+    networkIsolation: false,
+    limits: { cpu: true, memory: true, pids: false },
+    freeze: "signal",
+    kill: "namespace",
+    snapshotFs: false,
+    memorySnapshot: false,
+    survivesAgentRestart: true,
+    hostView: false,
+    notes: [
+      "the runtime runs in each pod; the agent reaches it at <podIP>:49983 (no host view)",
+      "Stop pause deletes the pod and keeps its PVCs; only PVC data survives",
+      "filesystem snapshots and exec through the driver are not implemented (use the runtime's envd API)",
+      "allowInternetAccess=false is not enforced yet (TrafficPolicy data plane not implemented)",
+    ],
+  };
+
+  readonly namespace: string;
+  readonly pods: ObjectCache<V1Pod>;
+  readonly pvcs: ObjectCache<V1PersistentVolumeClaim>;
+  readonly sandboxes: ObjectCache<SandboxObject>;
+  readonly sandboxSets: ObjectCache<SandboxSetObject>;
+  /** Counts API requests this driver sent (writes and status patches; informer traffic excluded). */
+  requests = 0;
+
+  readonly #core: CoreV1Api;
+  readonly #custom: CustomObjectsApi;
+  readonly #opts: KubernetesDriverOptions;
+  readonly #now: () => number;
+  readonly #tokens = new Map<string, string>();
+  /** Last Ready reason an Event was emitted for, per sandbox, so each transition is reported once. */
+  readonly #eventReason = new Map<string, string>();
+  readonly #pools: PoolStatus;
+  readonly #statusTimers = new Map<string, NodeJS.Timeout>();
+
+  constructor(opts: KubernetesDriverOptions) {
+    this.#opts = opts;
+    this.namespace = opts.namespace;
+    this.#now = opts.now ?? Date.now;
+    const kc = opts.kubeConfig;
+    const ns = opts.namespace;
+    this.#core = kc.makeApiClient(CoreV1Api);
+    this.#custom = kc.makeApiClient(CustomObjectsApi);
+    const crList = (plural: string) => () =>
+      this.#custom.listNamespacedCustomObject({ group: GROUP, version: VERSION, namespace: ns, plural }) as Promise<{ items: never[]; metadata?: { resourceVersion?: string } }>;
+    this.pods = new ObjectCache(kc, `/api/v1/namespaces/${ns}/pods`, () => this.#core.listNamespacedPod({ namespace: ns, labelSelector: `${LABEL.createdBy}=sandbox` }), `${LABEL.createdBy}=sandbox`);
+    this.pvcs = new ObjectCache(kc, `/api/v1/namespaces/${ns}/persistentvolumeclaims`, () => this.#core.listNamespacedPersistentVolumeClaim({ namespace: ns, labelSelector: LABEL.sandboxId }), LABEL.sandboxId);
+    this.sandboxes = new ObjectCache<SandboxObject>(kc, `/apis/${GROUP}/${VERSION}/namespaces/${ns}/${PLURAL.sandbox}`, crList(PLURAL.sandbox) as never);
+    this.sandboxSets = new ObjectCache<SandboxSetObject>(kc, `/apis/${GROUP}/${VERSION}/namespaces/${ns}/${PLURAL.sandboxSet}`, crList(PLURAL.sandboxSet) as never);
+    this.#pools = new PoolStatus({ custom: this.#custom, namespace: ns, sandboxes: this.sandboxes, sandboxSets: this.sandboxSets, count: () => this.requests++ });
+
+    const changed = (o: KubernetesObject) => {
+      const id = this.#idOf(o);
+      if (!id) return;
+      this.#scheduleStatus(id);
+      opts.onChange?.(id);
+    };
+    this.pods.onChange(changed);
+    this.sandboxes.onChange((o) => this.#pools.touch(o.metadata?.labels?.[LABEL.pool]));
+    this.sandboxSets.onChange((o) => this.#pools.touch(o.metadata?.name));
+  }
+
+  /** The sandbox id of a Sandbox or of a pod/PVC (through its Sandbox when the label is a hash). */
+  #idOf(o: KubernetesObject): string | undefined {
+    const label = o.metadata?.labels?.[LABEL.sandboxId];
+    if (!label) return undefined;
+    const own = o.metadata?.annotations?.[ANNOTATION.sandboxId];
+    if (own) return own;
+    return this.sandboxes.forSandbox(label)[0]?.metadata?.annotations?.[ANNOTATION.sandboxId] ?? label;
+  }
+
+  /** Starts the informers and waits for their first list. */
+  async start(): Promise<void> {
+    await Promise.all([this.pods.start(), this.pvcs.start(), this.sandboxes.start(), this.sandboxSets.start()]);
+  }
+
+  async stop(): Promise<void> {
+    for (const t of this.#statusTimers.values()) clearTimeout(t);
+    this.#pools.stop();
+    await Promise.all([this.pods.stop(), this.pvcs.stop(), this.sandboxes.stop(), this.sandboxSets.stop()]);
+  }
+
+  #sandbox(id: string): SandboxObject | undefined {
+    return this.sandboxes.forSandbox(idLabel(id))[0];
+  }
+
+  #pod(id: string): V1Pod | undefined {
+    const pods = this.pods.forSandbox(idLabel(id));
+    return pods.find((p) => !p.metadata?.deletionTimestamp) ?? pods[0];
+  }
+
+  #ownerRef(sbx: SandboxObject): V1OwnerReference {
+    return { apiVersion: API_VERSION, kind: "Sandbox", name: sbx.metadata!.name!, uid: sbx.metadata!.uid!, controller: true, blockOwnerDeletion: true };
+  }
+
+  /** The template a new sandbox is built from: its pool's, a SandboxSet named like its template, or the image. */
+  #resolveTemplate(d: KubeDesiredSandbox): { set?: SandboxSetObject; template: V1PodTemplateSpec; vcts: VolumeClaimTemplate[] } {
+    const set = this.sandboxSets.get(d.pool ?? d.template);
+    if (set?.spec.template) return { set, template: set.spec.template, vcts: set.spec.volumeClaimTemplates ?? [] };
+    return { template: imageTemplate(d.template), vcts: [] };
+  }
+
+  async #createSandbox(d: KubeDesiredSandbox): Promise<SandboxObject> {
+    const { set, template, vcts } = this.#resolveTemplate(d);
+    const pool = set?.metadata?.name;
+    const claimed = d.claimed ?? pool === undefined;
+    const labels: Record<string, string> = {
+      [LABEL.sandboxId]: idLabel(d.id),
+      [LABEL.claimed]: String(claimed),
+      [LABEL.templateHash]: set ? poolRevision(set) : templateHash(template),
+    };
+    if (pool) Object.assign(labels, { [LABEL.pool]: pool, [LABEL.template]: pool });
+    const ownerReferences =
+      set && !claimed ? [{ apiVersion: API_VERSION, kind: "SandboxSet", name: pool!, uid: set.metadata!.uid!, controller: true, blockOwnerDeletion: true }] : [];
+    const body: SandboxObject = {
+      apiVersion: API_VERSION,
+      kind: "Sandbox",
+      metadata: {
+        name: sandboxName(d.id, pool),
+        namespace: this.namespace,
+        labels,
+        annotations: { [ANNOTATION.sandboxId]: d.id, [ANNOTATION.generation]: String(d.generation), [ANNOTATION.pauseStrategy]: d.pauseStrategy },
+        finalizers: [SANDBOX_FINALIZER],
+        ownerReferences,
+      },
+      spec: { template, volumeClaimTemplates: vcts, paused: d.state === "Paused", pauseStrategy: { type: "Stop" } },
+    };
+    this.requests++;
+    const created = (await this.#custom.createNamespacedCustomObject({ group: GROUP, version: VERSION, namespace: this.namespace, plural: PLURAL.sandbox, body })) as SandboxObject;
+    return this.sandboxes.remember(created);
+  }
+
+  /** Brings labels, owner, pause and generation of an existing Sandbox in line with `d`. */
+  async #updateSandbox(sbx: SandboxObject, d: KubeDesiredSandbox): Promise<SandboxObject> {
+    const meta = sbx.metadata!;
+    const claimedNow = meta.labels?.[LABEL.claimed] === "true";
+    const claimed = d.claimed ?? true;
+    const patch: { metadata: Record<string, unknown>; spec?: Record<string, unknown> } = { metadata: {} };
+    if (claimed !== claimedNow) {
+      patch.metadata.labels = { [LABEL.claimed]: String(claimed) };
+      if (claimed) {
+        // Leaving the pool: the SandboxSet no longer owns it and counts one fewer warm member.
+        patch.metadata.ownerReferences = (meta.ownerReferences ?? []).filter((r) => r.kind !== "SandboxSet");
+        patch.metadata.annotations = { [ANNOTATION.claimTimestamp]: new Date(this.#now()).toISOString() };
+      }
+    }
+    const annotations = { ...(patch.metadata.annotations as Record<string, string> | undefined) };
+    if (meta.annotations?.[ANNOTATION.generation] !== String(d.generation)) annotations[ANNOTATION.generation] = String(d.generation);
+    if (meta.annotations?.[ANNOTATION.pauseStrategy] !== d.pauseStrategy) annotations[ANNOTATION.pauseStrategy] = d.pauseStrategy;
+    if (Object.keys(annotations).length) patch.metadata.annotations = annotations;
+    const paused = d.state === "Paused";
+    if (Boolean(sbx.spec.paused) !== paused) patch.spec = { paused };
+    if (!Object.keys(patch.metadata).length && !patch.spec) return sbx;
+    this.requests++;
+    const updated = (await this.#custom.patchNamespacedCustomObject(
+      { group: GROUP, version: VERSION, namespace: this.namespace, plural: PLURAL.sandbox, name: meta.name!, body: patch },
+      mergePatch,
+    )) as SandboxObject;
+    if (claimed && !claimedNow) {
+      await this.#event(updated, "Normal", EventReason.Claimed, "claimed from the warm pool");
+      const pod = this.#pod(d.id);
+      if (pod) await this.#patchPod(pod, { metadata: { labels: { [LABEL.claimed]: "true" } } });
+    }
+    return this.sandboxes.remember(updated);
+  }
+
+  async #patchPod(pod: V1Pod, body: object): Promise<void> {
+    this.requests++;
+    const updated = await tolerate(this.#core.patchNamespacedPod({ name: pod.metadata!.name!, namespace: this.namespace, body }, mergePatch), [404]);
+    if (updated) this.pods.remember(updated);
+  }
+
+  async #ensurePvcs(sbx: SandboxObject): Promise<void> {
+    const labels = { [LABEL.sandboxId]: sbx.metadata!.labels![LABEL.sandboxId]! };
+    for (const vct of sbx.spec.volumeClaimTemplates ?? []) {
+      const body = buildPvc(vct, { name: sbx.metadata!.name!, namespace: this.namespace, labels, owner: this.#ownerRef(sbx) });
+      if (this.pvcs.get(body.metadata!.name!)) continue;
+      this.requests++;
+      const created = await tolerate(this.#core.createNamespacedPersistentVolumeClaim({ namespace: this.namespace, body }), [409]);
+      if (created) this.pvcs.remember(created);
+    }
+  }
+
+  async #createPod(sbx: SandboxObject, d: KubeDesiredSandbox): Promise<void> {
+    const labels = Object.fromEntries(
+      [LABEL.sandboxId, LABEL.pool, LABEL.template, LABEL.claimed, LABEL.templateHash].flatMap((k) => (sbx.metadata?.labels?.[k] ? [[k, sbx.metadata.labels[k]]] : [])),
+    );
+    const body = buildPod({
+      name: sbx.metadata!.name!,
+      namespace: this.namespace,
+      template: sbx.spec.template ?? imageTemplate(d.template),
+      volumeClaimTemplates: sbx.spec.volumeClaimTemplates ?? [],
+      labels,
+      owner: this.#ownerRef(sbx),
+      runtimeImage: this.#opts.runtimeImage,
+      resources: d.resources,
+    });
+    this.requests++;
+    try {
+      const created = await this.#core.createNamespacedPod({ namespace: this.namespace, body });
+      this.pods.remember(created);
+      await this.#event(sbx, "Normal", EventReason.PodCreated, `created pod ${body.metadata!.name}`);
+    } catch (err) {
+      if (statusCode(err) === 409) return; // the old pod of a Stop pause is still terminating
+      throw err;
+    }
+  }
+
+  async #deletePod(pod: V1Pod, graceSeconds: number): Promise<void> {
+    if (pod.metadata?.deletionTimestamp) return;
+    this.requests++;
+    await tolerate(this.#core.deleteNamespacedPod({ name: pod.metadata!.name!, namespace: this.namespace, gracePeriodSeconds: graceSeconds }), [404]);
+    this.pods.forget(pod.metadata!.name!);
+  }
+
+  #runtimeUrl(pod: V1Pod | undefined): string | undefined {
+    if (!pod) return undefined;
+    return pod.metadata?.annotations?.[ANNOTATION.runtimeUrl] ?? (pod.status?.podIP ? `http://${pod.status.podIP}:${RUNTIME_PORT}` : undefined);
+  }
+
+  async #runtimeCall(id: string, path: "/freeze" | "/unfreeze"): Promise<void> {
+    const url = this.#runtimeUrl(this.#pod(id));
+    if (!url) throw new SandboxNotFoundError(id, "no running pod with an IP");
+    const token = this.#tokens.get(id);
+    const res = await fetch(`${url}${path}`, { method: "POST", headers: token ? { "X-Access-Token": token } : {}, signal: AbortSignal.timeout(10_000) });
+    if (!res.ok) throw new Error(`runtime ${path} for ${id}: HTTP ${res.status} ${await res.text()}`);
+  }
+
+  #facts(sbx: SandboxObject | undefined, id: string): SandboxFacts {
+    const pod = this.#pod(id);
+    return {
+      paused: Boolean(sbx?.spec.paused),
+      pauseStrategy: sbx?.metadata?.annotations?.[ANNOTATION.pauseStrategy] === "Freeze" ? "Freeze" : "Stop",
+      frozen: Boolean(pod) && sbx?.metadata?.annotations?.[ANNOTATION.frozenPod] === pod?.metadata?.uid,
+      pod,
+    };
+  }
+
+  async ensure(desired: DesiredSandbox): Promise<KubeSandboxObservation> {
+    const d = desired as KubeDesiredSandbox;
+    if (d.accessToken) this.#tokens.set(d.id, d.accessToken);
+    let sbx = this.#sandbox(d.id);
+    sbx = sbx ? await this.#updateSandbox(sbx, d) : await this.#createSandbox(d);
+    if (sbx.metadata?.deletionTimestamp) throw new Error(`sandbox ${d.id} is being deleted`);
+    const pod = this.#pod(d.id);
+    if (d.state === "Running") {
+      await this.#ensurePvcs(sbx);
+      if (!pod) await this.#createPod(sbx, d);
+      else if (this.#facts(sbx, d.id).frozen) {
+        await this.thaw(d.id);
+        await this.#event(sbx, "Normal", EventReason.Resumed, "thawed");
+      }
+    } else if (d.pauseStrategy === "Stop") {
+      if (pod) {
+        await this.#deletePod(pod, 5);
+        await this.#event(sbx, "Normal", EventReason.Paused, "pod deleted, PVCs kept");
+      }
+    } else if (pod && !this.#facts(sbx, d.id).frozen) {
+      if (this.#runtimeUrl(pod)) {
+        await this.freeze(d.id);
+        await this.#event(sbx, "Normal", EventReason.Paused, "processes frozen");
+      }
+    }
+    await this.#writeStatus(d.id);
+    return this.#observe(d.id)!;
+  }
+
+  #observe(id: string): KubeSandboxObservation | undefined {
+    const sbx = this.#sandbox(id);
+    const pod = this.#pod(id);
+    if (!sbx && !pod) return undefined;
+    if (!sbx) {
+      return { id, generation: 0, phase: "Failed", level: "kubernetes", createdAt: pod!.metadata?.creationTimestamp?.toString() ?? "", enforced: this.#enforced(), ready: false, message: "pod without a Sandbox (orphan)" };
+    }
+    const facts = this.#facts(sbx, id);
+    const state = sandboxState(facts);
+    return {
+      id,
+      generation: Number(sbx.metadata?.annotations?.[ANNOTATION.generation] ?? 0),
+      phase: state.driverPhase,
+      pauseStrategy: facts.paused ? facts.pauseStrategy : undefined,
+      level: "kubernetes",
+      createdAt: new Date(String(sbx.metadata?.creationTimestamp ?? this.#now())).toISOString(),
+      enforced: this.#enforced(),
+      ready: state.ready,
+      endpoint: state.driverPhase === "Running" ? this.#runtimeUrl(pod) : undefined,
+      reason: state.reason,
+      message: state.message || undefined,
+    };
+  }
+
+  #enforced() {
+    return { cpu: true, memory: true, pids: false, network: false };
+  }
+
+  async observe(id: string): Promise<KubeSandboxObservation | undefined> {
+    return this.#observe(id);
+  }
+
+  async list(): Promise<KubeSandboxObservation[]> {
+    const ids = new Set<string>();
+    for (const o of [...this.sandboxes.list(), ...this.pods.list()]) {
+      const id = o.metadata?.annotations?.[ANNOTATION.sandboxId] ?? o.metadata?.labels?.[LABEL.sandboxId];
+      if (id) ids.add(id);
+    }
+    return [...ids].map((id) => this.#observe(id)!).filter(Boolean);
+  }
+
+  /** Refreshes a Sandbox's status from its pod soon (coalesces bursts of pod events). */
+  #scheduleStatus(id: string): void {
+    if (this.#statusTimers.has(id)) return;
+    this.#statusTimers.set(
+      id,
+      setTimeout(() => {
+        this.#statusTimers.delete(id);
+        void this.#writeStatus(id).catch((err) => this.#opts.log?.(`status of ${id}: ${(err as Error).message}`));
+      }, 20),
+    );
+  }
+
+  /** Writes the Sandbox status when it differs from what is stored, and an Event per new failure reason. */
+  async #writeStatus(id: string): Promise<void> {
+    const sbx = this.#sandbox(id);
+    if (!sbx || sbx.metadata?.deletionTimestamp) return;
+    const facts = this.#facts(sbx, id);
+    const state = sandboxState(facts);
+    const now = new Date(this.#now()).toISOString();
+    const status = sandboxStatus(sbx.status, state, facts, sbx.metadata?.generation, now);
+    const comparable = (s: SandboxStatus | undefined) => JSON.stringify({ ...s, conditions: s?.conditions?.map((c) => ({ ...c, lastTransitionTime: "" })) });
+    if (comparable(sbx.status) !== comparable(status)) {
+      this.requests++;
+      const updated = await tolerate(
+        this.#custom.patchNamespacedCustomObjectStatus(
+          { group: GROUP, version: VERSION, namespace: this.namespace, plural: PLURAL.sandbox, name: sbx.metadata!.name!, body: { status } },
+          mergePatch,
+        ) as Promise<SandboxObject>,
+        [404],
+      );
+      if (updated) this.sandboxes.remember(updated);
+    }
+    if (this.#eventReason.get(id) !== state.reason) {
+      this.#eventReason.set(id, state.reason);
+      if (state.reason === "Unschedulable") await this.#event(sbx, "Warning", EventReason.FailedScheduling, state.message);
+      if (state.reason === "ImagePullFailed") await this.#event(sbx, "Warning", EventReason.ImagePullFailed, state.message);
+    }
+  }
+
+  async #event(sbx: SandboxObject, type: "Normal" | "Warning", reason: string, message: string): Promise<void> {
+    const now = new Date(this.#now());
+    this.requests++;
+    await tolerate(
+      this.#core.createNamespacedEvent({
+        namespace: this.namespace,
+        body: {
+          metadata: { generateName: `${sbx.metadata!.name!.slice(0, 200)}.`, namespace: this.namespace },
+          involvedObject: { apiVersion: API_VERSION, kind: "Sandbox", name: sbx.metadata!.name!, namespace: this.namespace, uid: sbx.metadata!.uid },
+          type,
+          reason,
+          message,
+          source: { component: "sandbox-agent" },
+          firstTimestamp: now,
+          lastTimestamp: now,
+          count: 1,
+        },
+      }),
+      [403, 404, 409],
+    ).catch((err) => this.#opts.log?.(`event ${reason} for ${sbx.metadata!.name}: ${(err as Error).message}`));
+  }
+
+  view(_id: string): never {
+    throw new UnsupportedError("view", "the runtime runs inside each pod; reach it at the observation's endpoint");
+  }
+
+  async exec(_id: string, _req: SpawnRequest, _opts?: { timeoutMs?: number; stdin?: string }): Promise<ExecResult> {
+    throw new UnsupportedError("exec", "the kubernetes driver runs commands through the pod's agent-runtime (envd process API), not the driver");
+  }
+
+  async freeze(id: string): Promise<void> {
+    await this.#runtimeCall(id, "/freeze");
+    await this.#markFrozen(id, this.#pod(id)?.metadata?.uid ?? null);
+  }
+
+  async thaw(id: string): Promise<void> {
+    await this.#runtimeCall(id, "/unfreeze");
+    await this.#markFrozen(id, null);
+  }
+
+  /** Records which pod the runtime froze (an annotation, so a concurrent status write cannot lose it). */
+  async #markFrozen(id: string, podUid: string | null): Promise<void> {
+    const sbx = this.#sandbox(id);
+    if (!sbx) throw new SandboxNotFoundError(id);
+    this.requests++;
+    const updated = (await this.#custom.patchNamespacedCustomObject(
+      { group: GROUP, version: VERSION, namespace: this.namespace, plural: PLURAL.sandbox, name: sbx.metadata!.name!, body: { metadata: { annotations: { [ANNOTATION.frozenPod]: podUid } } } },
+      mergePatch,
+    )) as SandboxObject;
+    this.sandboxes.remember(updated);
+    await this.#writeStatus(id);
+  }
+
+  async snapshotFs(_id: string): Promise<SnapshotRef> {
+    throw new UnsupportedError("snapshotFs", "no checkpoint controller in this cluster; Stop pause keeps PVC data only");
+  }
+
+  async restoreFs(_id: string, _snapshot: SnapshotRef): Promise<void> {
+    throw new UnsupportedError("restoreFs", "no checkpoint controller in this cluster");
+  }
+
+  async deleteSnapshot(_snapshot: SnapshotRef): Promise<void> {
+    throw new UnsupportedError("deleteSnapshot", "no checkpoint controller in this cluster");
+  }
+
+  async destroy(id: string): Promise<void> {
+    const label = idLabel(id);
+    for (const pod of this.pods.forSandbox(label)) await this.#deletePod(pod, 0);
+    for (const pvc of this.pvcs.forSandbox(label)) {
+      this.requests++;
+      await tolerate(this.#core.deleteNamespacedPersistentVolumeClaim({ name: pvc.metadata!.name!, namespace: this.namespace }), [404]);
+      this.pvcs.forget(pvc.metadata!.name!);
+    }
+    for (const sbx of this.sandboxes.forSandbox(label)) {
+      const name = sbx.metadata!.name!;
+      this.requests += 2;
+      await tolerate(
+        this.#custom.patchNamespacedCustomObject({ group: GROUP, version: VERSION, namespace: this.namespace, plural: PLURAL.sandbox, name, body: { metadata: { finalizers: null } } }, mergePatch),
+        [404],
+      );
+      await tolerate(this.#custom.deleteNamespacedCustomObject({ group: GROUP, version: VERSION, namespace: this.namespace, plural: PLURAL.sandbox, name }), [404]);
+      this.sandboxes.forget(name);
+    }
+    this.#tokens.delete(id);
+    this.#eventReason.delete(id);
+  }
+}

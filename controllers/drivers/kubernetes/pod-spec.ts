@@ -1,0 +1,94 @@
+// Pure construction of a sandbox's Pod and PVCs from its template (a SandboxSet's, or a plain
+// image). The agent-runtime is injected as a sidecar sharing the pod's network and process
+// namespace, so the edge reaches envd at <podIP>:49983 whatever image the sandbox runs.
+import { createHash } from "node:crypto";
+import type { V1Container, V1OwnerReference, V1PersistentVolumeClaim, V1Pod, V1PodTemplateSpec, V1Volume } from "@kubernetes/client-node";
+import { LABEL, RUNTIME_CONTAINER, RUNTIME_PORT } from "../../../schema/crd/labels.ts";
+
+export interface VolumeClaimTemplate {
+  metadata: { name: string; labels?: Record<string, string>; annotations?: Record<string, string> };
+  spec?: Record<string, unknown>;
+}
+
+export interface PodInput {
+  name: string;
+  namespace: string;
+  template: V1PodTemplateSpec;
+  volumeClaimTemplates: VolumeClaimTemplate[];
+  /** Labels every object of the sandbox carries (id, pool, claimed, hash). */
+  labels: Record<string, string>;
+  owner: V1OwnerReference;
+  runtimeImage: string;
+  resources: { cpuCount: number; memoryMB: number };
+}
+
+/** Stable short hash of a template (FNV-1a would do; sha256 is at hand). */
+export function templateHash(value: unknown): string {
+  return createHash("sha256").update(JSON.stringify(value)).digest("hex").slice(0, 10);
+}
+
+/** The default template when a sandbox names an image rather than a SandboxSet. */
+export function imageTemplate(image: string): V1PodTemplateSpec {
+  return { metadata: {}, spec: { containers: [{ name: "sandbox", image }] } };
+}
+
+export function pvcName(vct: VolumeClaimTemplate, sandboxName: string): string {
+  return `${vct.metadata.name}-${sandboxName}`.slice(0, 253);
+}
+
+export function buildPvc(vct: VolumeClaimTemplate, input: Pick<PodInput, "name" | "namespace" | "labels" | "owner">): V1PersistentVolumeClaim {
+  const spec = { accessModes: ["ReadWriteOnce"], volumeMode: "Filesystem", ...(vct.spec ?? {}) } as V1PersistentVolumeClaim["spec"];
+  return {
+    apiVersion: "v1",
+    kind: "PersistentVolumeClaim",
+    metadata: {
+      name: pvcName(vct, input.name),
+      namespace: input.namespace,
+      labels: { ...vct.metadata.labels, ...input.labels },
+      annotations: vct.metadata.annotations,
+      ownerReferences: [input.owner],
+    },
+    spec,
+  };
+}
+
+function runtimeSidecar(image: string): V1Container {
+  return {
+    name: RUNTIME_CONTAINER,
+    image,
+    args: ["--port", String(RUNTIME_PORT)],
+    ports: [{ name: "envd", containerPort: RUNTIME_PORT }],
+    readinessProbe: { httpGet: { path: "/health", port: RUNTIME_PORT }, periodSeconds: 1 },
+  };
+}
+
+export function buildPod(input: PodInput): V1Pod {
+  const spec = structuredClone(input.template.spec ?? { containers: [] });
+  const [main] = spec.containers;
+  if (main && !main.resources?.limits && !main.resources?.requests) {
+    const cpu = String(input.resources.cpuCount);
+    const memory = `${input.resources.memoryMB}Mi`;
+    main.resources = { requests: { cpu, memory }, limits: { cpu, memory } };
+  }
+  if (!spec.containers.some((c) => c.name === RUNTIME_CONTAINER)) spec.containers.push(runtimeSidecar(input.runtimeImage));
+  spec.shareProcessNamespace ??= true;
+  spec.automountServiceAccountToken ??= false;
+  const claimVolumes: V1Volume[] = input.volumeClaimTemplates.map((vct) => ({
+    name: vct.metadata.name,
+    persistentVolumeClaim: { claimName: pvcName(vct, input.name) },
+  }));
+  const named = new Set(claimVolumes.map((v) => v.name));
+  spec.volumes = [...(spec.volumes ?? []).filter((v) => !named.has(v.name)), ...claimVolumes];
+  return {
+    apiVersion: "v1",
+    kind: "Pod",
+    metadata: {
+      name: input.name,
+      namespace: input.namespace,
+      labels: { ...input.template.metadata?.labels, ...input.labels, [LABEL.createdBy]: "sandbox" },
+      annotations: input.template.metadata?.annotations,
+      ownerReferences: [input.owner],
+    },
+    spec,
+  };
+}

@@ -1,0 +1,97 @@
+// Pure reading of what a pod (and its Sandbox) says: the driver's phase, readiness with a reason,
+// and the Sandbox status the agent writes back. Kept free of I/O so the mapping is table-testable.
+import type { V1Pod } from "@kubernetes/client-node";
+import { PausedReason, ReadyReason, SandboxConditionType, setCondition, type Condition, type SandboxPhase } from "../../../schema/crd/conditions.ts";
+import type { SandboxPhase as DriverPhase } from "../driver.ts";
+
+const PULL_ERRORS = new Set(["ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull", "RegistryUnavailable"]);
+const STARTING = new Set(["ContainerCreating", "PodInitializing"]);
+
+export interface PodReadiness {
+  ready: boolean;
+  reason: ReadyReason;
+  message: string;
+}
+
+/** Why a pod is or is not Ready, in the Ready condition's vocabulary. */
+export function podReadiness(pod: V1Pod): PodReadiness {
+  const conds = pod.status?.conditions ?? [];
+  const ready = conds.find((c) => c.type === "Ready");
+  if (pod.status?.phase === "Running" && ready?.status === "True") return { ready: true, reason: ReadyReason.PodReady, message: "" };
+  const scheduled = conds.find((c) => c.type === "PodScheduled");
+  if (scheduled?.status === "False") return { ready: false, reason: ReadyReason.Unschedulable, message: scheduled.message ?? scheduled.reason ?? "unschedulable" };
+  for (const cs of [...(pod.status?.initContainerStatuses ?? []), ...(pod.status?.containerStatuses ?? [])]) {
+    const waiting = cs.state?.waiting;
+    if (!waiting?.reason || STARTING.has(waiting.reason)) continue;
+    const message = `${cs.name}: ${waiting.reason}${waiting.message ? `: ${waiting.message}` : ""}`;
+    return { ready: false, reason: PULL_ERRORS.has(waiting.reason) ? ReadyReason.ImagePullFailed : ReadyReason.StartContainerFailed, message };
+  }
+  return { ready: false, reason: ReadyReason.PodStarting, message: pod.status?.phase ?? "Pending" };
+}
+
+export interface SandboxFacts {
+  paused: boolean;
+  pauseStrategy: "Freeze" | "Stop";
+  /** The runtime acknowledged a freeze for the current pod. */
+  frozen: boolean;
+  pod: V1Pod | undefined;
+}
+
+export interface SandboxState {
+  driverPhase: DriverPhase;
+  crPhase: SandboxPhase;
+  ready: boolean;
+  reason: ReadyReason;
+  message: string;
+}
+
+/** The sandbox's state from its desired pause and its pod (absent, terminating, or live). */
+export function sandboxState(f: SandboxFacts): SandboxState {
+  const pod = f.pod;
+  const terminating = Boolean(pod?.metadata?.deletionTimestamp);
+  if (f.paused && f.pauseStrategy === "Stop") {
+    if (!pod) return { driverPhase: "Stopped", crPhase: "Paused", ready: false, reason: ReadyReason.Paused, message: "" };
+    return { driverPhase: "Running", crPhase: "Running", ready: false, reason: ReadyReason.Paused, message: "pod terminating for pause" };
+  }
+  if (f.paused && f.frozen && pod && !terminating) return { driverPhase: "Paused", crPhase: "Paused", ready: false, reason: ReadyReason.Paused, message: "" };
+  if (!pod || terminating) {
+    return { driverPhase: "Pending", crPhase: f.paused ? "Paused" : "Resuming", ready: false, reason: ReadyReason.PodStarting, message: terminating ? "old pod terminating" : "creating pod" };
+  }
+  if (pod.status?.phase === "Failed" || pod.status?.phase === "Succeeded") {
+    return { driverPhase: "Failed", crPhase: "Failed", ready: false, reason: ReadyReason.StartContainerFailed, message: pod.status.message ?? `pod ${pod.status.phase}` };
+  }
+  const r = podReadiness(pod);
+  if (r.ready) return { driverPhase: "Running", crPhase: "Running", ...r };
+  return { driverPhase: "Pending", crPhase: "Pending", ...r };
+}
+
+export interface SandboxStatus {
+  observedGeneration?: number;
+  phase: SandboxPhase;
+  message: string;
+  conditions: Condition[];
+  podInfo: { podIP?: string; nodeName?: string; podUID?: string };
+  sandboxIp?: string;
+  nodeName?: string;
+}
+
+/** The Sandbox `.status` for a state, carrying over lastTransitionTime of unchanged conditions. */
+export function sandboxStatus(prev: SandboxStatus | undefined, s: SandboxState, f: SandboxFacts, generation: number | undefined, now: string): SandboxStatus {
+  let conditions = setCondition(prev?.conditions, { type: SandboxConditionType.Ready, status: s.ready ? "True" : "False", reason: s.reason, message: s.message, observedGeneration: generation }, now);
+  if (f.paused) {
+    const reason = s.crPhase !== "Paused" ? PausedReason.Pending : f.pauseStrategy === "Stop" ? PausedReason.StopPauseSucceed : PausedReason.FreezePauseSucceed;
+    conditions = setCondition(conditions, { type: SandboxConditionType.SandboxPaused, status: s.crPhase === "Paused" ? "True" : "False", reason, message: "", observedGeneration: generation }, now);
+  } else {
+    conditions = conditions.filter((c) => c.type !== SandboxConditionType.SandboxPaused);
+  }
+  const pod = f.pod;
+  return {
+    observedGeneration: generation,
+    phase: s.crPhase,
+    message: s.message,
+    conditions,
+    podInfo: { podIP: pod?.status?.podIP, nodeName: pod?.spec?.nodeName, podUID: pod?.metadata?.uid },
+    sandboxIp: pod?.status?.podIP,
+    nodeName: pod?.spec?.nodeName,
+  };
+}

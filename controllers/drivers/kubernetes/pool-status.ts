@@ -1,0 +1,98 @@
+// SandboxSet `.status` from the Sandboxes the agent sees: how many warm (unclaimed) members exist,
+// how many are Ready, how many run the current revision. Written only when it changed, at most
+// once per pool per tick, so a burst of pod events costs one status patch.
+import { PatchStrategy, setHeaderOptions, type CustomObjectsApi } from "@kubernetes/client-node";
+import { GROUP, LABEL, VERSION } from "../../../schema/crd/labels.ts";
+import type { ObjectCache } from "./object-cache.ts";
+import { templateHash } from "./pod-spec.ts";
+import type { SandboxObject, SandboxSetObject } from "./kubernetes-driver.ts";
+
+const mergePatch = setHeaderOptions("Content-Type", PatchStrategy.MergePatch);
+
+/** The pool's revision: a hash of what its members are built from. */
+export function poolRevision(set: SandboxSetObject): string {
+  return templateHash({ template: set.spec.template, volumeClaimTemplates: set.spec.volumeClaimTemplates ?? [] });
+}
+
+export interface PoolCounts {
+  observedGeneration?: number;
+  replicas: number;
+  availableReplicas: number;
+  updatedReplicas: number;
+  updatedAvailableReplicas: number;
+  updateRevision: string;
+  currentRevision: string;
+  selector: string;
+}
+
+export function poolCounts(set: SandboxSetObject, sandboxes: SandboxObject[]): PoolCounts {
+  const name = set.metadata!.name!;
+  const revision = poolRevision(set);
+  const members = sandboxes.filter(
+    (s) => s.metadata?.labels?.[LABEL.pool] === name && s.metadata.labels[LABEL.claimed] === "false" && !s.metadata.deletionTimestamp,
+  );
+  const ready = (s: SandboxObject) => s.status?.conditions?.some((c) => c.type === "Ready" && c.status === "True") ?? false;
+  const updated = members.filter((s) => s.metadata?.labels?.[LABEL.templateHash] === revision);
+  return {
+    observedGeneration: set.metadata?.generation,
+    replicas: members.length,
+    availableReplicas: members.filter(ready).length,
+    updatedReplicas: updated.length,
+    updatedAvailableReplicas: updated.filter(ready).length,
+    updateRevision: revision,
+    currentRevision: `${name}-${revision}`,
+    selector: `${LABEL.pool}=${name},${LABEL.claimed}=false`,
+  };
+}
+
+export class PoolStatus {
+  readonly #d: {
+    custom: CustomObjectsApi;
+    namespace: string;
+    sandboxes: ObjectCache<SandboxObject>;
+    sandboxSets: ObjectCache<SandboxSetObject>;
+    count: () => void;
+  };
+  readonly #dirty = new Set<string>();
+  #timer?: NodeJS.Timeout;
+
+  constructor(deps: { custom: CustomObjectsApi; namespace: string; sandboxes: ObjectCache<SandboxObject>; sandboxSets: ObjectCache<SandboxSetObject>; count: () => void }) {
+    this.#d = deps;
+  }
+
+  touch(pool: string | undefined): void {
+    if (!pool) return;
+    this.#dirty.add(pool);
+    this.#timer ??= setTimeout(() => {
+      this.#timer = undefined;
+      void this.flush();
+    }, 50);
+  }
+
+  async flush(): Promise<void> {
+    const pools = [...this.#dirty];
+    this.#dirty.clear();
+    const all = this.#d.sandboxes.list();
+    for (const name of pools) {
+      const set = this.#d.sandboxSets.get(name);
+      if (!set || set.metadata?.deletionTimestamp) continue;
+      const status = poolCounts(set, all);
+      const old = (set as { status?: Partial<PoolCounts> }).status ?? {};
+      if (Object.entries(status).every(([k, v]) => old[k as keyof PoolCounts] === v)) continue;
+      this.#d.count();
+      try {
+        const updated = (await this.#d.custom.patchNamespacedCustomObjectStatus(
+          { group: GROUP, version: VERSION, namespace: this.#d.namespace, plural: "sandboxsets", name, body: { status } },
+          mergePatch,
+        )) as SandboxSetObject;
+        this.#d.sandboxSets.remember(updated);
+      } catch {
+        this.touch(name); // deleted meanwhile or a conflict: the next tick re-reads
+      }
+    }
+  }
+
+  stop(): void {
+    clearTimeout(this.#timer);
+  }
+}
