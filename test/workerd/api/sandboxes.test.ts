@@ -161,3 +161,16 @@ describe("lifecycle", () => {
     expect(listed).toEqual([]);
   });
 });
+
+describe("no agent", () => {
+  it("answers 504 sandbox_placement_timeout when no cluster takes the sandbox in time, and forgets it", async () => {
+    const lonely = await createTeam(unique("noagent"));
+    const res = await call("/v2/sandboxes", {
+      key: lonely.key,
+      body: { templateID: lonely.template, metadata: { "e2b.agents.kruise.io/wait-ready-timeout-seconds": "1" } },
+    });
+    const body = await expectStatus(res, 504);
+    expect(body).toMatchObject({ code: 504, error_code: "sandbox_placement_timeout" });
+    expect(await expectStatus(call("/v2/sandboxes", { key: lonely.key }), 200)).toEqual([]);
+  });
+});
