@@ -2,9 +2,11 @@
 //   node controllers/agent/main.ts --edge http://127.0.0.1:8787 --data-dir .data/agent
 //        [--cluster local] [--ingress-port 0] [--ingress-host 127.0.0.1] [--level bwrap+cgroup|bwrap|process]
 //        [--on-exit keep|stop|destroy]
+//        [--driver local|kubernetes [--kubeconfig PATH] [--namespace NS] [--runtime-image IMAGE]]
 // Env: CLUSTER_TOKEN (required; the shared secret the edge's ClusterDO checks), EDGE_URL.
 import { parseArgs } from "node:util";
 import { startAgent, type OnExit } from "./agent.ts";
+import { KUBERNETES_FLAGS, kubernetesDriverFromFlags } from "../drivers/kubernetes/from-flags.ts";
 
 const { values } = parseArgs({
   options: {
@@ -19,6 +21,8 @@ const { values } = parseArgs({
     "on-exit": { type: "string", default: "keep" },
     // Serve the embedded runtime directly on 127.0.0.1:PORT as well (benchmarks, debugging).
     "runtime-port": { type: "string" },
+    driver: { type: "string", default: "local" },
+    ...KUBERNETES_FLAGS,
   },
 });
 
@@ -33,7 +37,15 @@ if (!["keep", "stop", "destroy"].includes(onExit)) {
   process.exit(2);
 }
 const level = values.level as "bwrap+cgroup" | "bwrap" | "process" | undefined;
+if (values.driver !== "local" && values.driver !== "kubernetes") {
+  console.error("agent: --driver must be local or kubernetes");
+  process.exit(2);
+}
+// The kubernetes driver tells the reconciler when a pod changes (ready, IP, lost) instead of polling.
+let requeue: (id: string) => void = () => {};
+const driver = values.driver === "kubernetes" ? await kubernetesDriverFromFlags(values, (id) => requeue(id)) : undefined;
 const agent = await startAgent({
+  driver,
   edgeUrl: values.edge,
   clusterToken: token,
   clusterId: values.cluster,
@@ -43,6 +55,7 @@ const agent = await startAgent({
   level,
   runtimePort: values["runtime-port"] === undefined ? undefined : Number(values["runtime-port"]),
 });
+requeue = (id) => agent.reconciler.queue.add(id);
 const caps = agent.driver.capabilities;
 console.log(`[agent] driver ${agent.driver.name}, isolation ${caps.level}; ingress ${agent.ingressUrl}`);
 for (const note of caps.notes) console.log(`[agent]   ${note}`);

@@ -1,0 +1,27 @@
+// Builds and starts the kubernetes driver from the agent's command-line flags:
+//   --driver kubernetes [--kubeconfig PATH] [--namespace NS] [--runtime-image IMAGE]
+// Without --kubeconfig the usual lookup applies (KUBECONFIG, ~/.kube/config, or the in-cluster
+// service account when running as the Deployment in k8s/).
+import { KubeConfig } from "@kubernetes/client-node";
+import { KubernetesDriver } from "./kubernetes-driver.ts";
+
+export const KUBERNETES_FLAGS = {
+  kubeconfig: { type: "string" },
+  namespace: { type: "string", default: "default" },
+  "runtime-image": { type: "string", default: "ghcr.io/kruise-edge/sandbox-agent:0.1.0" },
+} as const;
+
+export async function kubernetesDriverFromFlags(flags: { kubeconfig?: string; namespace?: string; "runtime-image"?: string }, onChange?: (id: string) => void): Promise<KubernetesDriver> {
+  const kc = new KubeConfig();
+  if (flags.kubeconfig) kc.loadFromFile(flags.kubeconfig);
+  else kc.loadFromDefault();
+  const driver = new KubernetesDriver({
+    kubeConfig: kc,
+    namespace: flags.namespace ?? "default",
+    runtimeImage: flags["runtime-image"] ?? KUBERNETES_FLAGS["runtime-image"].default,
+    onChange,
+    log: (m) => console.log(`[kubernetes] ${m}`),
+  });
+  await driver.start();
+  return driver;
+}
