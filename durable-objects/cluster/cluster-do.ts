@@ -47,6 +47,7 @@ export class ClusterDO extends DurableObject<Env> {
   /** Per-owner delivery chains, so one owner sees its observations in arrival order. */
   private routes = new Map<string, Promise<void>>();
   private sessionId = "";
+  private lastSeenWrite = 0;
   /** The redelivery alarm this instance set (null: none, or unknown after a restart). */
   private alarmAt: number | null = null;
 
@@ -122,7 +123,7 @@ export class ClusterDO extends DurableObject<Env> {
     const msg = parsed.value;
     const att = ws.deserializeAttachment() as Attachment;
     if (msg.type !== "hello" && att.helloAt === null) return this.protocolError(ws, "hello_required", "send hello first");
-    this.store!.setMeta("lastSeenAt", String(Date.now()));
+    this.touch();
     switch (msg.type) {
       case "hello":
         return this.hello(ws, att, msg);
@@ -170,6 +171,14 @@ export class ClusterDO extends DurableObject<Env> {
     this.apply({ type: "hello", hello });
   }
 
+  /** Records when the agent was last heard from, at most once a second (acks arrive in bursts). */
+  private touch(): void {
+    const now = Date.now();
+    if (now - this.lastSeenWrite < 1_000) return;
+    this.lastSeenWrite = now;
+    this.store!.setMeta("lastSeenAt", String(now));
+  }
+
   private onSocketGone(ws: WebSocket): void {
     const att = ws.deserializeAttachment() as Attachment | null;
     // A replaced socket closing later must not mark the newer session disconnected.
@@ -202,7 +211,7 @@ export class ClusterDO extends DurableObject<Env> {
           store.dropDesired(e.sandboxId);
           break;
         case "queue":
-          store.queue(e.seq, e.sandboxId, e.intent);
+          store.queue(e.seq, e.sandboxId, e.generation);
           if (e.intent) fresh.set(e.seq, e.intent);
           break;
         case "unqueue":

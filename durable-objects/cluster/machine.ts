@@ -42,8 +42,8 @@ export type ClusterEvent =
 export type ClusterEffect =
   | { type: "save-desired"; intent: Intent }
   | { type: "drop-desired"; sandboxId: SandboxId }
-  /** Persist an outbox row; `intent: null` copies the sandbox's saved desired intent. */
-  | { type: "queue"; seq: number; sandboxId: SandboxId; intent: Intent | null }
+  /** Persist an outbox row for the sandbox's desired intent; `intent` is it when at hand (null: load it). */
+  | { type: "queue"; seq: number; sandboxId: SandboxId; generation: number; intent: Intent | null }
   | { type: "unqueue"; seqs: number[] }
   /** Write these outbox rows to the agent, in this order. */
   | { type: "send"; seqs: number[] }
@@ -120,7 +120,7 @@ function queue(state: ClusterState, sandboxId: SandboxId, generation: number, in
   const seq = state.nextSeq++;
   state.outbox.set(seq, { sandboxId, generation, sentAt: null });
   state.pendingSeq.set(sandboxId, seq);
-  effects.push({ type: "queue", seq, sandboxId, intent });
+  effects.push({ type: "queue", seq, sandboxId, generation, intent });
   return seq;
 }
 

@@ -11,9 +11,10 @@ CREATE TABLE IF NOT EXISTS desired (
   sandbox_id TEXT PRIMARY KEY, generation INTEGER NOT NULL, owner TEXT NOT NULL, state TEXT NOT NULL,
   intent TEXT NOT NULL
 );
+-- A pending intent is always its sandbox's desired one (newer intents supersede), so the outbox
+-- names the row in "desired" instead of copying the intent.
 CREATE TABLE IF NOT EXISTS outbox (
-  seq INTEGER PRIMARY KEY AUTOINCREMENT, sandbox_id TEXT NOT NULL, generation INTEGER NOT NULL,
-  intent TEXT NOT NULL
+  seq INTEGER PRIMARY KEY AUTOINCREMENT, sandbox_id TEXT NOT NULL, generation INTEGER NOT NULL
 );
 `;
 
@@ -22,8 +23,8 @@ export interface ClusterStore {
   load(): ClusterState;
   saveDesired(intent: Intent): void;
   dropDesired(sandboxId: SandboxId): void;
-  /** Adds an outbox row; with `intent` null it copies the sandbox's desired intent. */
-  queue(seq: number, sandboxId: SandboxId, intent: Intent | null): void;
+  /** Adds an outbox row for the sandbox's desired intent (saved before, at `generation`). */
+  queue(seq: number, sandboxId: SandboxId, generation: number): void;
   unqueue(seqs: readonly number[]): void;
   /** Outbox intents by seq (rows gone in the meantime are skipped). */
   outboxIntents(seqs: readonly number[]): { seq: number; intent: Intent }[];
@@ -64,15 +65,8 @@ export function openClusterStore(sql: Sql): ClusterStore {
     dropDesired(id) {
       sql.exec("DELETE FROM desired WHERE sandbox_id = ?", id);
     },
-    queue(seq, id, intent) {
-      if (intent) {
-        sql.exec("INSERT INTO outbox (seq, sandbox_id, generation, intent) VALUES (?, ?, ?, ?)", seq, id, intent.generation, JSON.stringify(intent));
-      } else {
-        sql.exec(
-          "INSERT INTO outbox (seq, sandbox_id, generation, intent) SELECT ?, sandbox_id, generation, intent FROM desired WHERE sandbox_id = ?",
-          seq, id,
-        );
-      }
+    queue(seq, id, generation) {
+      sql.exec("INSERT INTO outbox (seq, sandbox_id, generation) VALUES (?, ?, ?)", seq, id, generation);
     },
     unqueue(seqs) {
       for (const s of seqs) sql.exec("DELETE FROM outbox WHERE seq = ?", s);
@@ -80,7 +74,9 @@ export function openClusterStore(sql: Sql): ClusterStore {
     outboxIntents(seqs) {
       const out: { seq: number; intent: Intent }[] = [];
       for (const seq of seqs) {
-        const r = sql.exec<{ intent: string }>("SELECT intent FROM outbox WHERE seq = ?", seq).toArray()[0];
+        const r = sql
+          .exec<{ intent: string }>("SELECT d.intent FROM outbox o JOIN desired d ON d.sandbox_id = o.sandbox_id WHERE o.seq = ?", seq)
+          .toArray()[0];
         if (r) out.push({ seq, intent: JSON.parse(r.intent) as Intent });
       }
       return out;

@@ -21,6 +21,8 @@ export class PoolDO extends DurableObject<Env> {
   private flushing: Promise<void> | null = null;
   /** The alarm time this instance set (null: none, or unknown after a restart). */
   private alarmAt: number | null = null;
+  /** Claim counters are saved with the next flush (one write per batch, not per claim). */
+  private countersDirty = false;
 
   /** Sets (or replaces) the SandboxSet spec: scales, and rolls members of an older revision. */
   async configure(config: PoolConfig): Promise<ConfigureResult> {
@@ -106,7 +108,7 @@ export class PoolDO extends DurableObject<Env> {
     const now = Date.now();
     const { effects, claim } = transition(st, event, { now, newId: newSandboxId });
     this.perform(effects, st.config ?? cfg, now);
-    if (event.type === "claim") this.store!.saveCounters(st.claimed, st.createdOnDemand);
+    if (event.type === "claim") this.countersDirty = true;
     return claim;
   }
 
@@ -172,7 +174,15 @@ export class PoolDO extends DurableObject<Env> {
         }
       }
       this.store!.deleteOutgoing(sent);
+      this.saveCounters();
     }
+    this.saveCounters();
+  }
+
+  private saveCounters(): void {
+    if (!this.countersDirty || !this.state) return;
+    this.countersDirty = false;
+    this.store!.saveCounters(this.state.claimed, this.state.createdOnDemand);
   }
 
   /** One alarm: retry unsent intents soon, else wake when the oldest create times out. */

@@ -80,9 +80,9 @@ describe("PoolDO", () => {
     await waitFor(async () => (await pool.status()).available === 100);
     const warm = new Set(agent.running());
     const results = await Promise.all(Array.from({ length: 200 }, () => pool.claim()));
-    const ok = results.filter((r): r is Claimed => r.ok);
+    const ok = results.flatMap((r) => (r.ok ? [r] : []));
     expect(ok).toHaveLength(200);
-    const ids = new Set(ok.map((r) => r.sandboxId));
+    const ids = new Set<string>(ok.map((r) => r.sandboxId));
     expect(ids.size).toBe(200);
     // Every warm member was handed out exactly once; the other 100 were replenishments still
     // creating or freshly minted ids, none of them a warm member again.

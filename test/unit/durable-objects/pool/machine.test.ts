@@ -3,10 +3,11 @@ import { describe, expect, it } from "vitest";
 import { addMember, counts, initialState, transition, type Member, type PoolEffect, type PoolEvent, type PoolState } from "../../../../durable-objects/pool/machine.ts";
 import type { PoolConfig } from "../../../../durable-objects/pool/rpc.ts";
 import { TemplateSpec } from "../../../../schema/api/template.ts";
-import type { IntOrPercent } from "../../../../schema/api/template.ts";
 import type { Observation, SandboxId } from "../../../../schema/protocol/index.ts";
 
 const NOW = 1_000_000;
+
+type IntOrPercent = number | `${number}%`;
 
 interface Setup {
   replicas?: number;

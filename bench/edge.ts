@@ -1,0 +1,122 @@
+// Edge benchmark: the create (claim) path of the E2B API on the edge bundle served by plain
+// workerd, with the scripted agent acking intents over a real TCP WebSocket.
+//   edge.claim_p50_ms / edge.claim_p99_ms  POST /sandboxes with a warm pool, 50 concurrent clients
+//   edge.claims_per_s                      completed creates per second in that run
+//   edge.claim_cost_ratio_10k_vs_100       median sequential create latency from a pool holding
+//                                          10,000 unclaimed members over one holding 100
+import { migrate } from "../scripts/migrate.ts";
+import { seed } from "../scripts/seed.ts";
+import { ScriptedAgent, tcpTransport } from "../test/support/scripted-agent.ts";
+import type { BenchContext, Figures } from "./run.ts";
+
+const ADMIN_KEY = `e2b_${"0".repeat(38)}be`;
+const CLUSTER_TOKEN = "bench-cluster-token";
+const CONCURRENCY = 50;
+const LOAD_CREATES = 3_000;
+const WARM_REPLICAS = 600;
+const RATIO_ROUNDS = 6;
+const RATIO_PER_ROUND = 40;
+
+export async function run(ctx: BenchContext): Promise<Figures> {
+  await migrate(ctx.libsqlUrl);
+  await seed({ libsqlUrl: ctx.libsqlUrl, adminApiKey: ADMIN_KEY, pepper: "bench-pepper", baseReplicas: 0 });
+  const edge = await ctx.startEdge({
+    vars: { LIBSQL_URL: ctx.libsqlUrl, KEY_PEPPER: "bench-pepper", ADMIN_API_KEY: ADMIN_KEY, CLUSTER_TOKEN },
+  });
+  const agent = new ScriptedAgent({ agentId: "bench-agent" });
+  await agent.connect(tcpTransport(edge.url, CLUSTER_TOKEN, "local"));
+  const api = client(edge.url);
+  try {
+    await api.template("bench-warm", WARM_REPLICAS);
+    await api.waitAvailable("bench-warm", WARM_REPLICAS);
+    await api.createMany("bench-warm", 200, CONCURRENCY); // JIT, DO instances, template cache
+    await api.waitAvailable("bench-warm", WARM_REPLICAS);
+
+    const started = performance.now();
+    const latencies = await api.createMany("bench-warm", LOAD_CREATES, CONCURRENCY);
+    const seconds = (performance.now() - started) / 1000;
+    const warm = await api.pool("bench-warm");
+
+    await api.template("bench-100", 100);
+    await api.template("bench-10k", 10_000);
+    await api.waitAvailable("bench-100", 100);
+    await api.waitAvailable("bench-10k", 10_000, 300_000);
+    const small: number[] = [];
+    const large: number[] = [];
+    // Interleaved rounds, so drift on the shared machine hits both sides alike.
+    for (let round = 0; round < RATIO_ROUNDS; round++) {
+      small.push(...(await api.createMany("bench-100", RATIO_PER_ROUND, 1)));
+      large.push(...(await api.createMany("bench-10k", RATIO_PER_ROUND, 1)));
+    }
+    console.error(
+      `bench edge: ${LOAD_CREATES} creates in ${seconds.toFixed(2)} s, pool claimed ${warm.claimed}, on demand ${warm.createdOnDemand}; ` +
+        `sequential median 100 ${median(small).toFixed(2)} ms, 10k ${median(large).toFixed(2)} ms`,
+    );
+    return {
+      "edge.claim_p50_ms": { value: percentile(latencies, 50), unit: "ms", target: "<= 10" },
+      "edge.claim_p99_ms": { value: percentile(latencies, 99), unit: "ms", target: "<= 50" },
+      "edge.claims_per_s": { value: LOAD_CREATES / seconds, unit: "1/s", target: ">= 1000" },
+      "edge.claim_cost_ratio_10k_vs_100": { value: median(large) / median(small), unit: "ratio", target: "<= 1.2" },
+    };
+  } finally {
+    agent.disconnect();
+    await edge.stop();
+  }
+}
+
+interface PoolStatusView {
+  available: number;
+  claimed: number;
+  createdOnDemand: number;
+}
+
+function client(base: string) {
+  const headers = { "x-api-key": ADMIN_KEY, "content-type": "application/json" };
+  async function json(path: string, init: RequestInit, want: number[]): Promise<any> {
+    const res = await fetch(`${base}${path}`, { ...init, headers });
+    const text = await res.text();
+    if (!want.includes(res.status)) throw new Error(`${init.method ?? "GET"} ${path}: HTTP ${res.status} ${text.slice(0, 300)}`);
+    return text ? JSON.parse(text) : null;
+  }
+  const api = {
+    template: (id: string, replicas: number) =>
+      json(`/admin/teams/admin/templates/${id}`, { method: "PUT", body: JSON.stringify({ spec: { replicas } }) }, [200, 201]),
+    pool: async (id: string): Promise<PoolStatusView> => (await json(`/admin/teams/admin/templates/${id}`, {}, [200])).pool,
+    async waitAvailable(id: string, n: number, timeoutMs = 60_000): Promise<void> {
+      const end = Date.now() + timeoutMs;
+      for (;;) {
+        const p = await api.pool(id);
+        if (p.available >= n) return;
+        if (Date.now() > end) throw new Error(`pool ${id}: ${p.available}/${n} available after ${timeoutMs} ms`);
+        await new Promise((r) => setTimeout(r, 100));
+      }
+    },
+    /** `total` creates from `workers` concurrent clients; returns each one's latency in ms. */
+    async createMany(templateID: string, total: number, workers: number): Promise<number[]> {
+      const latencies: number[] = [];
+      let next = 0;
+      const body = JSON.stringify({ templateID, timeout: 3600 });
+      await Promise.all(
+        Array.from({ length: workers }, async () => {
+          while (next < total) {
+            next++;
+            const t0 = performance.now();
+            await json("/sandboxes", { method: "POST", body }, [201]);
+            latencies.push(performance.now() - t0);
+          }
+        }),
+      );
+      return latencies;
+    },
+  };
+  return api;
+}
+
+function percentile(values: number[], p: number): number {
+  const sorted = [...values].sort((a, b) => a - b);
+  return sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)] ?? NaN;
+}
+
+function median(values: number[]): number {
+  return percentile(values, 50);
+}
