@@ -60,6 +60,7 @@ export class SandboxDO extends DurableObject<Env> {
 
   /** Takes over a claimed member: records it, sends the owner's first intent, waits for the ack. */
   async create(input: CreateInput): Promise<Result<{ sandbox: SandboxInfo }>> {
+    const existed = this.state !== null;
     const t = await this.apply({
       type: "create",
       spec: input.spec,
@@ -67,12 +68,24 @@ export class SandboxDO extends DurableObject<Env> {
       generation: input.claimedGeneration + 1,
       endpoint: input.endpoint,
     }, input.waitMs);
-    if (!t.ok) return t;
+    if (!t.ok) {
+      // The intent never reached the outbox: nobody else knows this sandbox, so forget it.
+      if (!existed && this.state) {
+        this.state = null;
+        await this.purge(input.spec.id);
+        await this.syncAlarm();
+      }
+      return t;
+    }
     if (!t.acked) {
       await this.apply({ type: "kill" }, 0);
       return { ok: false, error: { code: ErrorCode.placementTimeout, message: `The cluster did not take sandbox "${input.spec.id}" within ${input.waitMs} ms` } };
     }
-    if (this.state?.phase === "Failed") return { ok: false, error: { code: ErrorCode.createFailed, message: this.failureMessage() } };
+    if (this.state?.phase === "Failed") {
+      const error = { code: ErrorCode.createFailed, message: this.failureMessage() };
+      await this.apply({ type: "kill" }, 0);
+      return { ok: false, error };
+    }
     return { ok: true, sandbox: sandboxInfo(this.state!) };
   }
 
