@@ -86,7 +86,9 @@ export class SandboxDO extends DurableObject<Env> {
       await this.apply({ type: "kill" }, 0);
       return { ok: false, error };
     }
-    return { ok: true, sandbox: sandboxInfo(this.state!) };
+    // A kill may have landed while the ack was awaited.
+    if (!this.state || this.state.phase === "Terminating") return this.notFound();
+    return { ok: true, sandbox: sandboxInfo(this.state) };
   }
 
   async info(access: Access): Promise<Result<{ sandbox: SandboxInfo }>> {
