@@ -3,7 +3,7 @@
 // scripted agent over a real WebSocket.
 import { env, exports } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
-import type { IntentInput } from "../../schema/protocol/index.ts";
+import { PING_FRAME, PONG_FRAME, type IntentInput } from "../../schema/protocol/index.ts";
 import { fetchTransport, ScriptedAgent } from "../support/scripted-agent.ts";
 
 const TOKEN = "test-cluster-token";
@@ -48,6 +48,41 @@ describe("agent link route", () => {
     const closed = new Promise<number | undefined>((r) => ws.addEventListener("close", (ev) => r(ev.code)));
     ws.send(JSON.stringify({ type: "heartbeat", at: Date.now(), sandboxes: 0 }));
     expect(await closed).toBe(4400);
+  });
+});
+
+describe("ClusterDO session", () => {
+  it("answers the raw ping with pong and shows the agent in status", async () => {
+    const ws = await link("c-ping")();
+    const frames: string[] = [];
+    ws.addEventListener("message", (ev) => frames.push(String(ev.data)));
+    ws.send(JSON.stringify({ type: "hello", protocol: 1, agentId: "pinger", driver: "local", isolation: "bwrap+cgroup", ingress: { url: "http://127.0.0.1:7777" }, inventory: [] }));
+    ws.send(PING_FRAME);
+    const end = Date.now() + 2_000;
+    while (!frames.includes(PONG_FRAME) && Date.now() < end) await new Promise((r) => setTimeout(r, 5));
+    expect(frames).toContain(PONG_FRAME);
+    expect(JSON.parse(frames.find((f) => f.includes("welcome"))!)).toMatchObject({ type: "welcome", heartbeatIntervalMs: expect.any(Number) });
+    expect(await cluster("c-ping").status()).toMatchObject({
+      cluster: "c-ping",
+      connected: true,
+      agentId: "pinger",
+      driver: "local",
+      isolation: "bwrap+cgroup",
+      ingressUrl: "http://127.0.0.1:7777",
+    });
+    ws.close(1000, "done");
+  });
+
+  it("a second connection replaces the first, which is closed", async () => {
+    const first = new ScriptedAgent({ agentId: "first" });
+    await first.connect(link("c-replace"));
+    const second = new ScriptedAgent({ agentId: "second" });
+    await second.connect(link("c-replace"));
+    await first.waitUntil(() => first.closed !== null);
+    expect(first.closed?.code).toBe(4000);
+    await cluster("c-replace").enqueue([intent("sbxrepl", 1)], { awaitAckMs: 2_000 });
+    await second.waitUntil(() => second.running().includes("sbxrepl"));
+    expect(first.received).toEqual([]);
   });
 });
 
