@@ -6,7 +6,7 @@ import { DurableObject } from "cloudflare:workers";
 import type { Env } from "../../functions/env.ts";
 import type { IndexOp } from "../../functions/store/sandbox-index.ts";
 import { ErrorCode, sandboxNotFoundMessage } from "../../schema/errors.ts";
-import type { Endpoint, Observation, PauseStrategy } from "../../schema/protocol/index.ts";
+import type { Endpoint, IntentInput, Observation, PauseStrategy } from "../../schema/protocol/index.ts";
 import type { SandboxEvent } from "./events.ts";
 import { indexRow, routeInfo, sandboxInfo, type RouteInfo, type SandboxInfo } from "./info.ts";
 import { INDEX_WRITER_NAME, type IndexWriteResult } from "./index-writer-do.ts";
@@ -29,10 +29,14 @@ export const DEFAULT_WAIT_MS = 10_000;
 const STATE_KEY = "state";
 const PREPARED_KEY = "prepared";
 const PREPARED_TTL_MS = 7 * 24 * 3600_000;
+/** An intent ClusterDO did not take is retried after this long (level-based: only the newest). */
+const RETRY_MS = 2_000;
+const UNDELIVERED_KEY = "undelivered";
 
 export class SandboxDO extends DurableObject<Env> {
   private state: SandboxState | null = null;
   private alarmAt: number | null = null;
+  private undelivered: { intent: IntentInput; retryAt: number } | null = null;
   private indexChain: Promise<void> = Promise.resolve();
   private waiters = new Set<() => void>();
 
@@ -41,6 +45,7 @@ export class SandboxDO extends DurableObject<Env> {
     void ctx.blockConcurrencyWhile(async () => {
       this.state = (await ctx.storage.get<SandboxState>(STATE_KEY)) ?? null;
       this.alarmAt = await ctx.storage.getAlarm();
+      this.undelivered = (await ctx.storage.get<{ intent: IntentInput; retryAt: number }>(UNDELIVERED_KEY)) ?? null;
     });
   }
 
@@ -160,6 +165,7 @@ export class SandboxDO extends DurableObject<Env> {
   override async alarm(): Promise<void> {
     this.alarmAt = null;
     if (!this.state) return this.ctx.storage.deleteAll();
+    if (this.undelivered && this.undelivered.retryAt <= Date.now()) await this.redeliver(this.undelivered.intent);
     await this.apply({ type: "alarm" }, 0);
   }
 
@@ -185,8 +191,14 @@ export class SandboxDO extends DurableObject<Env> {
     let acked = true;
     if (intents.length > 0 && this.state) {
       const cluster = this.env.CLUSTER.get(this.env.CLUSTER.idFromName(this.state.spec.cluster));
-      const [res] = await Promise.all([cluster.enqueue(intents, { awaitAckMs }), readYourWrites]);
-      if (!res.ok) return res;
+      const sent = cluster.enqueue(intents, { awaitAckMs }).catch((err) => ({ ok: false as const, error: { code: ErrorCode.internal, message: `cluster ${this.state?.spec.cluster}: ${err}` } }));
+      const [res] = await Promise.all([sent, readYourWrites]);
+      if (!res.ok) {
+        if (ev.type === "create") return res;
+        await this.setUndelivered({ intent: intents[intents.length - 1]!, retryAt: Date.now() + RETRY_MS });
+        return { ...t.result, acked: false };
+      }
+      if (this.undelivered) await this.setUndelivered(null);
       acked = awaitAckMs === 0 || !res.timedOut;
       for (const a of res.acks) {
         if (a.sandboxId === this.state?.spec.id) await this.apply({ type: "ack", generation: a.generation, result: a.result, message: a.message }, 0);
@@ -196,6 +208,7 @@ export class SandboxDO extends DurableObject<Env> {
   }
 
   private async purge(id: string | undefined): Promise<void> {
+    this.undelivered = null;
     await this.ctx.storage.deleteAll();
     if (id) void this.index({ kind: "delete", id });
   }
@@ -219,8 +232,23 @@ export class SandboxDO extends DurableObject<Env> {
     return write;
   }
 
+  private async redeliver(intent: IntentInput): Promise<void> {
+    const cluster = this.env.CLUSTER.get(this.env.CLUSTER.idFromName(this.state!.spec.cluster));
+    const res = await cluster.enqueue([intent]).catch((err) => ({ ok: false as const, error: String(err) }));
+    await this.setUndelivered(res.ok ? null : { intent, retryAt: Date.now() + RETRY_MS });
+  }
+
+  private async setUndelivered(u: { intent: IntentInput; retryAt: number } | null): Promise<void> {
+    this.undelivered = u;
+    if (u) await this.ctx.storage.put(UNDELIVERED_KEY, u);
+    else await this.ctx.storage.delete(UNDELIVERED_KEY);
+    await this.syncAlarm();
+  }
+
   private async syncAlarm(): Promise<void> {
-    const due = dueAt(this.state);
+    const timer = dueAt(this.state);
+    const retry = this.undelivered?.retryAt ?? null;
+    const due = timer === null ? retry : retry === null ? timer : Math.min(timer, retry);
     if (due === this.alarmAt) return;
     this.alarmAt = due;
     if (due === null) await this.ctx.storage.deleteAlarm();
