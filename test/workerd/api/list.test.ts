@@ -73,7 +73,7 @@ describe("GET /v2/sandboxes", () => {
   });
 
   it("rejects bad query parameters with 400", async () => {
-    for (const q of ["?state=sleeping", "?limit=0", "?limit=101", "?limit=x", "?order=up", "?nextToken=%%%", "?nextToken=bm9wZQ", "?startedAfter=yesterday", "?metadata=agents.kruise.io%252Fowner%3Dx", "?metadata=%E0%A4%A"]) {
+    for (const q of ["?state=sleeping", "?limit=0", "?limit=101", "?limit=x", "?order=up", "?nextToken=%%%", "?nextToken=bm9wZQ", "?startedAfter=yesterday", "?metadata=agents.kruise.io%252Fowner%3Dx", "?metadata=%E0%A4%A", "?limit=%", "?state=%ZZ"]) {
       await expectError(call(`/v2/sandboxes${q}`, { key: team.key }), 400);
     }
   });
@@ -87,5 +87,25 @@ describe("GET /sandboxes (v1)", () => {
     const listed = body.map((s: { sandboxID: string }) => s.sandboxID);
     expect(listed).toEqual([...ids].reverse());
     expect((await list("?state=paused")).ids).toEqual([extra.sandboxID]);
+  });
+});
+
+describe("odd requests", () => {
+  it("never answers a client mistake with a 500", async () => {
+    for (const [path, opts] of [
+      ["/sandboxes/%E0%A4%A", {}],
+      ["/sandboxes/%ZZ/pause", { body: {} }],
+      ["/v2/sandboxes", { raw: "null" }],
+      ["/v2/sandboxes", { raw: '{"templateID":"x","metadata":{"a":1}}' }],
+      ["/api-keys", { raw: "[]" }],
+      ["/sandboxes/abc/timeout", { raw: '{"timeout":"10"}' }],
+      ["/sandboxes/abc/connect", { raw: "{" }],
+    ] as const) {
+      const res = await call(path, { key: team.key, ...opts });
+      expect({ path, status: res.status }).toMatchObject({ status: expect.any(Number) });
+      expect(res.status, `${path} ${JSON.stringify(opts)}`).toBeGreaterThanOrEqual(400);
+      expect(res.status, `${path} ${JSON.stringify(opts)}`).toBeLessThan(500);
+      expect((await res.json()).code).toBe(res.status);
+    }
   });
 });
