@@ -31,6 +31,8 @@ const HEARTBEAT_MS = 15_000;
 const REDELIVER_MS = 30_000;
 /** Intents per `intents` frame, so a resync of thousands stays well under frame limits. */
 const FRAME_BATCH = 256;
+/** Delay for deleting acked outbox rows in one batch. */
+const ACK_FLUSH_MS = 50;
 /** The longest an `enqueue` may wait for acks. */
 const MAX_AWAIT_MS = 30_000;
 
@@ -48,6 +50,8 @@ export class ClusterDO extends DurableObject<Env> {
   private routes = new Map<string, Promise<void>>();
   private sessionId = "";
   private lastSeenWrite = 0;
+  private acked: number[] = [];
+  private ackFlush: ReturnType<typeof setTimeout> | null = null;
   /** The redelivery alarm this instance set (null: none, or unknown after a restart). */
   private alarmAt: number | null = null;
 
@@ -171,6 +175,20 @@ export class ClusterDO extends DurableObject<Env> {
     this.apply({ type: "hello", hello });
   }
 
+  /**
+   * Acked rows are deleted a little later, in batches: a write in the ack handler would hold the
+   * awaiting enqueue's reply behind its commit (output gate). If the object dies first, the rows
+   * are redelivered on reconnect and the agent acks them as stale: at-least-once, harmless.
+   */
+  private deferUnqueue(seqs: number[]): void {
+    this.acked.push(...seqs);
+    if (this.ackFlush) return;
+    this.ackFlush = setTimeout(() => {
+      this.ackFlush = null;
+      this.store!.unqueue(this.acked.splice(0));
+    }, ACK_FLUSH_MS);
+  }
+
   /** Records when the agent was last heard from, at most once a second (acks arrive in bursts). */
   private touch(): void {
     const now = Date.now();
@@ -189,7 +207,7 @@ export class ClusterDO extends DurableObject<Env> {
     const st = this.load();
     const now = Date.now();
     const { effects, seqs } = transition(st, event, now);
-    this.perform(effects);
+    this.perform(effects, event.type === "ack");
     const due = nextRedelivery(st, REDELIVER_MS);
     if (due !== null && (this.alarmAt === null || this.alarmAt > due)) {
       this.alarmAt = due;
@@ -198,7 +216,7 @@ export class ClusterDO extends DurableObject<Env> {
     return { seqs };
   }
 
-  private perform(effects: ClusterEffect[]): void {
+  private perform(effects: ClusterEffect[], fromAck = false): void {
     const store = this.store!;
     // Intents queued by this event, so sending them does not read them back from SQLite.
     const fresh = new Map<number, Intent>();
@@ -215,7 +233,8 @@ export class ClusterDO extends DurableObject<Env> {
           if (e.intent) fresh.set(e.seq, e.intent);
           break;
         case "unqueue":
-          store.unqueue(e.seqs);
+          if (fromAck) this.deferUnqueue(e.seqs);
+          else store.unqueue(e.seqs);
           break;
         case "send":
           this.sendIntents(e.seqs, fresh);
