@@ -12,6 +12,8 @@ import { openPoolStore, type PoolStore } from "./store.ts";
 
 /** Retry delay for intents ClusterDO did not accept, and the check interval for stuck creates. */
 const RETRY_MS = 2_000;
+/** SandboxDO.prepare calls in flight at once while warming many members. */
+const PREPARE_PARALLEL = 32;
 
 export class PoolDO extends DurableObject<Env> {
   private state: PoolState | null = null;
@@ -156,6 +158,7 @@ export class PoolDO extends DurableObject<Env> {
       // The last configured cluster: after `destroy` the deletes still go where the members run.
       const cluster = this.store!.loadCluster() ?? "local";
       const stub = this.env.CLUSTER.get(this.env.CLUSTER.idFromName(cluster));
+      await this.prepare(batch.filter((i) => i.desired.state === "running"));
       let ok = false;
       try {
         const res = await stub.enqueue(batch);
@@ -177,6 +180,23 @@ export class PoolDO extends DurableObject<Env> {
       this.saveCounters();
     }
     this.saveCounters();
+  }
+
+  /**
+   * Makes each new member's SandboxDO storage exist before the member can be claimed, so the
+   * first-write cost of a new Durable Object stays off the create request (SandboxDO.prepare).
+   * Best effort: a failure only moves that cost back onto the claim.
+   */
+  private async prepare(creates: Intent[]): Promise<void> {
+    for (let i = 0; i < creates.length; i += PREPARE_PARALLEL) {
+      await Promise.all(
+        creates.slice(i, i + PREPARE_PARALLEL).map((c) =>
+          this.env.SANDBOX.get(this.env.SANDBOX.idFromName(c.sandboxId))
+            .prepare()
+            .catch((err: unknown) => console.warn(`pool: prepare ${c.sandboxId} failed: ${String(err)}`)),
+        ),
+      );
+    }
   }
 
   private saveCounters(): void {
