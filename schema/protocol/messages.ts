@@ -24,6 +24,12 @@ import { ObservationSchema } from "./observation.ts";
  * Delivery is at-least-once and the agent is level-based, so duplicates are harmless.
  */
 
+export const CapacitySchema = z.object({
+  sandboxes: z.number().int().nonnegative().optional(),
+  cpuCount: z.number().nonnegative().optional(),
+  memoryMB: z.number().int().nonnegative().optional(),
+});
+
 export const HelloSchema = z.object({
   type: z.literal("hello"),
   protocol: z.number().int(),
@@ -38,6 +44,8 @@ export const HelloSchema = z.object({
   capabilities: z
     .object({ pauseStrategies: z.array(PauseStrategySchema).default(["Freeze"]) })
     .prefault({}),
+    /** What the cluster can still take (for placement across clusters); omitted = unknown. */
+  capacity: CapacitySchema.optional(),
   /** Every sandbox the agent manages right now, as observations. Full, not incremental. */
   inventory: z.array(ObservationSchema),
 });
@@ -76,6 +84,7 @@ export const HeartbeatSchema = z.object({
   sandboxes: z.number().int().nonnegative(),
   /** Intents received but not yet converged (a backlog the edge can show). */
   pending: z.number().int().nonnegative().default(0),
+  capacity: CapacitySchema.optional(),
 });
 
 /** Every frame the agent may send (except the raw ping, which the edge runtime answers itself). */

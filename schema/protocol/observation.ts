@@ -29,6 +29,20 @@ export const EndpointSchema = z.object({
 });
 export type Endpoint = z.infer<typeof EndpointSchema>;
 
+/**
+ * A Kubernetes-style condition the agent computed for the sandbox: lifecycle hook and probe
+ * results (e.g. `PostStartHook`, `ReadinessProbe`, `RuntimeInit`), with CamelCase reasons.
+ */
+export const ObservedConditionSchema = z.object({
+  type: z.string().min(1),
+  status: z.enum(["True", "False", "Unknown"]),
+  reason: z.string().optional(),
+  message: z.string().optional(),
+  /** Agent clock, ms since the epoch. */
+  lastTransitionTime: z.number().int().nonnegative().optional(),
+});
+export type ObservedCondition = z.infer<typeof ObservedConditionSchema>;
+
 export const ObservationSchema = z.object({
   sandboxId: SandboxIdSchema,
   /** The generation of the intent the agent last applied for this sandbox (observedGeneration). */
@@ -45,6 +59,7 @@ export const ObservationSchema = z.object({
   /** Agent clock, ms since the epoch. */
   observedAt: z.number().int().nonnegative(),
   startedAt: z.number().int().nonnegative().optional(),
+  conditions: z.array(ObservedConditionSchema).optional(),
 });
 export type Observation = z.infer<typeof ObservationSchema>;
 export type ObservationInput = z.input<typeof ObservationSchema>;
