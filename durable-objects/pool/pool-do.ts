@@ -8,7 +8,7 @@ import { newSandboxId, type Intent, type Observation, type SandboxId } from "../
 import { addMember, counts, initialState, nextCreateDeadline, transition, type Member, type PoolEffect, type PoolEvent, type PoolState } from "./machine.ts";
 import { memberIntent } from "./member-intent.ts";
 import type { ClaimResult, ConfigureResult, ObserveResult, PoolConfig, PoolStatus } from "./rpc.ts";
-import { openPoolStore, type PoolStore } from "./store.ts";
+import { openPoolStore, type Outgoing, type PoolStore } from "./store.ts";
 
 /** Retry delay for intents ClusterDO did not accept, and the check interval for stuck creates. */
 const RETRY_MS = 2_000;
@@ -18,8 +18,8 @@ const PREPARE_PARALLEL = 32;
 export class PoolDO extends DurableObject<Env> {
   private state: PoolState | null = null;
   private store: PoolStore | null = null;
-  /** Intents persisted in `outgoing` and not yet accepted by ClusterDO. */
-  private outgoing = new Map<SandboxId, Intent>();
+  /** Intents persisted in `pending_intents` and not yet accepted by their ClusterDO. */
+  private outgoing = new Map<SandboxId, Outgoing>();
   private flushing: Promise<void> | null = null;
   /** The alarm time this instance set (null: none, or unknown after a restart). */
   private alarmAt: number | null = null;
@@ -31,6 +31,10 @@ export class PoolDO extends DurableObject<Env> {
     if (!Number.isInteger(config.spec.replicas) || config.spec.replicas < 0) {
       return { ok: false, error: { code: ErrorCode.badRequest, message: "replicas must be a non-negative integer" } };
     }
+    const current = this.load().config;
+    // Members cannot move between clusters: the old cluster's are deleted there, and the pool
+    // warms up again on the new one.
+    if (current && current.cluster !== (config.cluster ?? "local")) this.apply({ type: "destroy" });
     this.apply({ type: "configure", config });
     return { ok: true, status: this.statusNow() };
   }
@@ -134,7 +138,6 @@ export class PoolDO extends DurableObject<Env> {
           break;
         case "save-config":
           store.saveConfig(this.state!.config);
-          if (this.state!.config) store.saveCluster(this.state!.config.cluster);
           break;
         default:
           assertNever(e);
@@ -145,41 +148,45 @@ export class PoolDO extends DurableObject<Env> {
 
   private send(cfg: PoolState["config"], members: Member[], desired: "running" | "deleted", now: number): void {
     if (!cfg || !members.length) return;
-    const intents = members.map((m) => memberIntent(cfg, m, desired, now));
-    this.store!.saveOutgoing(intents);
-    for (const i of intents) this.outgoing.set(i.sandboxId, i);
+    const items = members.map((m) => ({ cluster: cfg.cluster, intent: memberIntent(cfg, m, desired, now) }));
+    this.store!.saveOutgoing(items);
+    for (const o of items) this.outgoing.set(o.intent.sandboxId, o);
     // Not awaited: the claim answers now; intents of concurrent claims join the next batch.
     this.flushing ??= this.flush().finally(() => (this.flushing = null));
   }
 
+  /** Sends pending intents, one batch per cluster, until none are left or a cluster refuses. */
   private async flush(): Promise<void> {
     while (this.outgoing.size) {
-      const batch = [...this.outgoing.values()];
-      // The last configured cluster: after `destroy` the deletes still go where the members run.
-      const cluster = this.store!.loadCluster() ?? "local";
-      const stub = this.env.CLUSTER.get(this.env.CLUSTER.idFromName(cluster));
-      await this.prepare(batch.filter((i) => i.desired.state === "running"));
-      let ok = false;
-      try {
-        const res = await stub.enqueue(batch);
-        ok = res.ok;
-        if (!res.ok) console.warn(`pool: cluster refused ${batch.length} intents: ${res.error.message}`);
-      } catch (err) {
-        console.warn(`pool: cluster unreachable: ${String(err)}`);
-      }
-      if (!ok) return this.armAlarm(Date.now(), true);
-      const sent: SandboxId[] = [];
-      for (const i of batch) {
-        // A newer intent for the same member may have replaced it while this batch was in flight.
-        if (this.outgoing.get(i.sandboxId) === i) {
-          this.outgoing.delete(i.sandboxId);
-          sent.push(i.sandboxId);
+      const byCluster = new Map<string, Outgoing[]>();
+      for (const o of this.outgoing.values()) byCluster.set(o.cluster, [...(byCluster.get(o.cluster) ?? []), o]);
+      for (const [cluster, batch] of byCluster) {
+        await this.prepare(batch.map((o) => o.intent).filter((i) => i.desired.state === "running"));
+        if (!(await this.enqueue(cluster, batch.map((o) => o.intent)))) return this.armAlarm(Date.now(), true);
+        const sent: SandboxId[] = [];
+        for (const o of batch) {
+          // A newer intent for the same member may have replaced it while this batch was in flight.
+          if (this.outgoing.get(o.intent.sandboxId) === o) {
+            this.outgoing.delete(o.intent.sandboxId);
+            sent.push(o.intent.sandboxId);
+          }
         }
+        this.store!.deleteOutgoing(sent);
+        this.saveCounters();
       }
-      this.store!.deleteOutgoing(sent);
-      this.saveCounters();
     }
     this.saveCounters();
+  }
+
+  private async enqueue(cluster: string, intents: Intent[]): Promise<boolean> {
+    try {
+      const res = await this.env.CLUSTER.get(this.env.CLUSTER.idFromName(cluster)).enqueue(intents);
+      if (!res.ok) console.warn(`pool: cluster ${cluster} refused ${intents.length} intents: ${res.error.message}`);
+      return res.ok;
+    } catch (err) {
+      console.warn(`pool: cluster ${cluster} unreachable: ${String(err)}`);
+      return false;
+    }
   }
 
   /**
@@ -224,7 +231,7 @@ export class PoolDO extends DurableObject<Env> {
     st.claimed = c.claimed;
     st.createdOnDemand = c.createdOnDemand;
     for (const m of store.loadMembers()) addMember(st, m);
-    for (const i of store.loadOutgoing()) this.outgoing.set(i.sandboxId, i);
+    for (const o of store.loadOutgoing()) this.outgoing.set(o.intent.sandboxId, o);
     this.store = store;
     this.state = st;
     if (this.outgoing.size) this.flushing ??= this.flush().finally(() => (this.flushing = null));

@@ -6,21 +6,23 @@ import type { Member, PoolState } from "./machine.ts";
 type Sql = Pick<SqlStorage, "exec">;
 type Config = PoolState["config"];
 
+export interface Outgoing {
+  cluster: string;
+  intent: Intent;
+}
+
 const SCHEMA = `
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS members (
   id TEXT PRIMARY KEY, state TEXT NOT NULL, revision TEXT NOT NULL, generation INTEGER NOT NULL,
   created_at INTEGER NOT NULL, endpoint TEXT, ord INTEGER NOT NULL
 );
-CREATE TABLE IF NOT EXISTS outgoing (sandbox_id TEXT PRIMARY KEY, intent TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS pending_intents (sandbox_id TEXT PRIMARY KEY, cluster TEXT NOT NULL, intent TEXT NOT NULL);
 `;
 
 export interface PoolStore {
   loadConfig(): Config;
   saveConfig(config: Config): void;
-  /** The cluster members were last sent to (kept after the config is destroyed). */
-  loadCluster(): string | null;
-  saveCluster(cluster: string): void;
   loadCounters(): { claimed: number; createdOnDemand: number };
   saveCounters(claimed: number, createdOnDemand: number): void;
   /** Members in queue order (`ord` is the member's queue ticket when it was last written). */
@@ -28,8 +30,9 @@ export interface PoolStore {
   insertMembers(members: Member[]): void;
   updateMember(member: Member): void;
   deleteMembers(ids: readonly string[]): void;
-  loadOutgoing(): Intent[];
-  saveOutgoing(intents: Intent[]): void;
+  /** Intents not yet accepted by their cluster's ClusterDO, with that cluster. */
+  loadOutgoing(): Outgoing[];
+  saveOutgoing(items: Outgoing[]): void;
   deleteOutgoing(ids: readonly string[]): void;
 }
 
@@ -47,8 +50,6 @@ export function openPoolStore(sql: Sql): PoolStore {
       return v ? (JSON.parse(v) as Config) : null;
     },
     saveConfig: (config) => setMeta("config", JSON.stringify(config)),
-    loadCluster: () => meta("cluster"),
-    saveCluster: (cluster) => setMeta("cluster", cluster),
     loadCounters: () => {
       const v = meta("counters");
       return v ? (JSON.parse(v) as { claimed: number; createdOnDemand: number }) : { claimed: 0, createdOnDemand: 0 };
@@ -86,14 +87,17 @@ export function openPoolStore(sql: Sql): PoolStore {
       for (const id of ids) sql.exec("DELETE FROM members WHERE id = ?", id);
     },
     loadOutgoing: () =>
-      sql.exec<{ intent: string }>("SELECT intent FROM outgoing").toArray().map((r) => JSON.parse(r.intent) as Intent),
-    saveOutgoing: (intents) => {
-      for (const i of intents) {
-        sql.exec("INSERT OR REPLACE INTO outgoing (sandbox_id, intent) VALUES (?, ?)", i.sandboxId, JSON.stringify(i));
+      sql
+        .exec<{ cluster: string; intent: string }>("SELECT cluster, intent FROM pending_intents")
+        .toArray()
+        .map((r) => ({ cluster: r.cluster, intent: JSON.parse(r.intent) as Intent })),
+    saveOutgoing: (items) => {
+      for (const o of items) {
+        sql.exec("INSERT OR REPLACE INTO pending_intents (sandbox_id, cluster, intent) VALUES (?, ?, ?)", o.intent.sandboxId, o.cluster, JSON.stringify(o.intent));
       }
     },
     deleteOutgoing: (ids) => {
-      for (const id of ids) sql.exec("DELETE FROM outgoing WHERE sandbox_id = ?", id);
+      for (const id of ids) sql.exec("DELETE FROM pending_intents WHERE sandbox_id = ?", id);
     },
   };
 }

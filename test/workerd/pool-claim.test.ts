@@ -122,4 +122,19 @@ describe("PoolDO", () => {
     await agent.waitUntil(() => agent.running().length === 0);
     expect(await pool.status()).toMatchObject({ configured: false, available: 0, creating: 0 });
   });
+
+  it("moving the template to another cluster deletes the members there and warms up on the new one", async () => {
+    const name = unique("p-move");
+    const other = `${name}-b`;
+    const oldAgent = await startAgent(name);
+    const newAgent = await startAgent(other);
+    const pool = poolOf(name);
+    await pool.configure(config(name, 2));
+    await oldAgent.waitUntil(() => oldAgent.running().length === 2);
+    await pool.configure({ ...config(name, 2), cluster: other });
+    await oldAgent.waitUntil(() => oldAgent.running().length === 0);
+    await newAgent.waitUntil(() => newAgent.running().length === 2);
+    await waitFor(async () => (await pool.status()).available === 2);
+    expect(newAgent.received.every((r) => r.intent.desired.state === "running")).toBe(true);
+  });
 });
