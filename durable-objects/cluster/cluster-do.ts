@@ -29,6 +29,8 @@ export const CLUSTER_HEADER = "X-Cluster-Id";
 /** How often the agent should heartbeat, and when an unacked intent is sent again. */
 const HEARTBEAT_MS = 15_000;
 const REDELIVER_MS = 30_000;
+/** Silence after which the session is considered dead (three missed heartbeats). */
+const LIVENESS_MS = 3 * HEARTBEAT_MS;
 /** Intents per `intents` frame, so a resync of thousands stays well under frame limits. */
 const FRAME_BATCH = 256;
 /** Delay for deleting acked outbox rows in one batch. */
@@ -155,8 +157,22 @@ export class ClusterDO extends DurableObject<Env> {
 
   override async alarm(): Promise<void> {
     this.alarmAt = null;
+    await this.sweep();
+  }
+
+  /**
+   * The alarm's work: redeliver unacked intents that are due, and drop a session that has been
+   * silent for three heartbeat intervals. `now` lets tests look into the future.
+   */
+  async sweep(now: number = Date.now()): Promise<{ ok: true; closed: boolean }> {
     this.load();
-    this.apply({ type: "redeliver", olderThan: Date.now() - REDELIVER_MS });
+    const ws = this.agentSocket();
+    if (ws && now - this.lastHeard(ws) > LIVENESS_MS) {
+      this.protocolError(ws, "heartbeat_timeout", `no frame or ping for ${LIVENESS_MS} ms`, CloseCode.heartbeatTimeout);
+      return { ok: true, closed: true };
+    }
+    this.apply({ type: "redeliver", olderThan: now - REDELIVER_MS });
+    return { ok: true, closed: false };
   }
 
   private hello(ws: WebSocket, att: Attachment, hello: Hello): void {
@@ -197,6 +213,14 @@ export class ClusterDO extends DurableObject<Env> {
     this.store!.setMeta("lastSeenAt", String(now));
   }
 
+  /** Last sign of life: a frame, a ping (answered without waking us), or the hello. */
+  private lastHeard(ws: WebSocket): number {
+    const att = ws.deserializeAttachment() as Attachment | null;
+    const pinged = this.ctx.getWebSocketAutoResponseTimestamp(ws)?.getTime() ?? 0;
+    const framed = Math.max(this.lastSeenWrite, Number(this.store!.getMeta("lastSeenAt") ?? 0));
+    return Math.max(pinged, framed, att?.helloAt ?? 0);
+  }
+
   private onSocketGone(ws: WebSocket): void {
     const att = ws.deserializeAttachment() as Attachment | null;
     // A replaced socket closing later must not mark the newer session disconnected.
@@ -208,12 +232,19 @@ export class ClusterDO extends DurableObject<Env> {
     const now = Date.now();
     const { effects, seqs } = transition(st, event, now);
     this.perform(effects, event.type === "ack");
-    const due = nextRedelivery(st, REDELIVER_MS);
-    if (due !== null && (this.alarmAt === null || this.alarmAt > due)) {
-      this.alarmAt = due;
-      void this.ctx.storage.setAlarm(due);
-    }
+    this.armAlarm(now);
     return { seqs };
+  }
+
+  /** One alarm for the earliest of: the next redelivery, the next liveness check. */
+  private armAlarm(now: number): void {
+    const st = this.state!;
+    const redeliver = nextRedelivery(st, REDELIVER_MS);
+    const live = st.connected ? now + LIVENESS_MS : null;
+    const due = Math.min(redeliver ?? Infinity, live ?? Infinity);
+    if (due === Infinity || (this.alarmAt !== null && this.alarmAt <= due)) return;
+    this.alarmAt = due;
+    void this.ctx.storage.setAlarm(due);
   }
 
   private perform(effects: ClusterEffect[], fromAck = false): void {
@@ -339,14 +370,23 @@ export class ClusterDO extends DurableObject<Env> {
     return null;
   }
 
-  private protocolError(ws: WebSocket, code: "bad_frame" | "hello_required" | "protocol_version", message: string): void {
+  private protocolError(
+    ws: WebSocket,
+    code: "bad_frame" | "hello_required" | "protocol_version" | "heartbeat_timeout",
+    message: string,
+    closeCode: number = CloseCode.protocolError,
+  ): void {
     try {
       ws.send(JSON.stringify({ type: "error", code, message } satisfies EdgeMessage));
     } catch {
       // already closed
     }
-    this.closeSocket(ws, CloseCode.protocolError, message.slice(0, 120));
-    this.onSocketGone(ws);
+    const att = ws.deserializeAttachment() as Attachment | null;
+    if (att?.helloAt != null) {
+      ws.serializeAttachment({ ...att, helloAt: null } satisfies Attachment);
+      this.apply({ type: "disconnect" });
+    }
+    this.closeSocket(ws, closeCode, message.slice(0, 120));
   }
 
   private closeSocket(ws: WebSocket, code: number, reason: string): void {

@@ -16,9 +16,11 @@ import { ObservationSchema } from "./observation.ts";
  *                                intents are redelivered on reconnect and after a timeout
  *   agent → edge  observations   whenever a sandbox's phase/readiness/endpoint changes, and after
  *                                applying each intent (with the intent's generation)
- *   agent → edge  heartbeat      every `heartbeatIntervalMs` with counts (wakes the edge)
- *   agent → edge  `{"type":"ping"}` exact text, answered `{"type":"pong"}` by the runtime without
- *                                waking the edge object (hibernation auto-response): liveness only
+ *   agent → edge  heartbeat      now and then with counts (wakes the edge object)
+ *   agent → edge  `{"type":"ping"}` exact text, every `heartbeatIntervalMs`; answered
+ *                                `{"type":"pong"}` by the runtime without waking the edge object
+ *                                (hibernation auto-response). Silence (no frame, no ping) for 3
+ *                                intervals: the edge closes the socket (4408) and the agent redials
  *   edge  → agent error          before the edge closes the socket for a protocol error
  *
  * Delivery is at-least-once and the agent is level-based, so duplicates are harmless.
@@ -120,7 +122,7 @@ export type Intents = z.infer<typeof IntentsSchema>;
 
 export const ProtocolErrorSchema = z.object({
   type: z.literal("error"),
-  code: z.enum(["protocol_version", "bad_frame", "hello_required", "replaced"]),
+  code: z.enum(["protocol_version", "bad_frame", "hello_required", "replaced", "heartbeat_timeout"]),
   message: z.string(),
 });
 

@@ -11,6 +11,8 @@ export const CloseCode = {
   replaced: 4000,
   /** Frame did not parse or violated the session order (e.g. intent ack before hello). */
   protocolError: 4400,
+  /** Nothing (frame or ping) heard for three heartbeat intervals: the agent should reconnect. */
+  heartbeatTimeout: 4408,
   /** Bad or missing CLUSTER_TOKEN (never sent: the upgrade is refused with 401 instead). */
   unauthorized: 4401,
 } as const;

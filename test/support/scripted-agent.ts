@@ -6,6 +6,7 @@
 import {
   EdgeMessageSchema,
   parseFrame,
+  PING_FRAME,
   PROTOCOL_VERSION,
   type AckItem,
   type AgentMessageInput,
@@ -72,6 +73,8 @@ export interface ScriptedAgentOptions {
   observe?: boolean;
   protocol?: number;
   endpoint?: (sandboxId: string) => Endpoint;
+  /** Send the raw ping every `heartbeatIntervalMs` the edge asks for (default on). */
+  ping?: boolean;
 }
 
 /** What the scripted agent pretends runs on its cluster. */
@@ -95,6 +98,7 @@ export class ScriptedAgent {
   private observations: ObservationInput[] = [];
   private flushScheduled = false;
   private waiters: (() => void)[] = [];
+  private pinger: ReturnType<typeof setInterval> | null = null;
 
   constructor(opts: ScriptedAgentOptions = {}) {
     this.opts = {
@@ -105,6 +109,7 @@ export class ScriptedAgent {
       observe: opts.observe ?? true,
       protocol: opts.protocol ?? PROTOCOL_VERSION,
       endpoint: opts.endpoint ?? ((id) => ({ runtime: `http://${id}.scripted.invalid:49983` })),
+      ping: opts.ping ?? true,
     };
     this.inventory = opts.inventory;
   }
@@ -117,7 +122,10 @@ export class ScriptedAgent {
     this.ws = ws;
     ws.addEventListener("message", (ev) => this.onFrame(String(ev.data)));
     ws.addEventListener("close", (ev) => {
-      if (this.ws === ws) this.closed = { code: ev.code };
+      if (this.ws === ws) {
+        this.closed = { code: ev.code };
+        this.stopPinging();
+      }
       this.notify();
     });
     const inventory = this.inventory ?? [...this.sandboxes].map(([id, s]) => this.observation(id, s));
@@ -133,7 +141,18 @@ export class ScriptedAgent {
     });
     await this.waitUntil(() => this.welcome !== null || this.closed !== null, timeoutMs);
     // Re-read through a method: the callbacks set these fields while this function awaited.
-    return this.welcomed();
+    const welcome = this.welcomed();
+    if (this.opts.ping) {
+      // Liveness as the real agent does it: the raw ping the edge answers without waking up.
+      this.pinger = setInterval(() => this.sendRaw(PING_FRAME), welcome.heartbeatIntervalMs);
+      (this.pinger as { unref?: () => void }).unref?.();
+    }
+    return welcome;
+  }
+
+  private stopPinging(): void {
+    if (this.pinger) clearInterval(this.pinger);
+    this.pinger = null;
   }
 
   private welcomed(): Welcome {
@@ -145,6 +164,7 @@ export class ScriptedAgent {
   disconnect(): void {
     const ws = this.ws;
     this.ws = null;
+    this.stopPinging();
     ws?.close(1000, "bye");
   }
 
@@ -156,7 +176,11 @@ export class ScriptedAgent {
 
   /** Sends any text frame, e.g. a malformed one in protocol tests. */
   sendRaw(text: string): void {
-    this.ws?.send(text);
+    try {
+      this.ws?.send(text);
+    } catch (err) {
+      this.errors.push(`send: ${String(err)}`);
+    }
   }
 
   /** Resolves once `predicate()` holds, re-checked after every frame; rejects after the timeout. */

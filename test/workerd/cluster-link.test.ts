@@ -86,6 +86,23 @@ describe("ClusterDO session", () => {
   });
 });
 
+describe("ClusterDO liveness", () => {
+  it("closes a session silent for three heartbeat intervals (4408), not a recent one", async () => {
+    const agent = new ScriptedAgent({ ping: false });
+    const welcome = await agent.connect(link("c-silent"));
+    const c = cluster("c-silent");
+    expect(await c.sweep(Date.now() + welcome.heartbeatIntervalMs)).toEqual({ ok: true, closed: false });
+    expect(await c.sweep(Date.now() + 4 * welcome.heartbeatIntervalMs)).toEqual({ ok: true, closed: true });
+    await agent.waitUntil(() => agent.closed !== null);
+    expect(agent.closed?.code).toBe(4408);
+    expect(agent.errors.join()).toMatch(/heartbeat_timeout/);
+    expect((await c.status()).connected).toBe(false);
+    // The agent redials and gets its session back.
+    await agent.connect(link("c-silent"));
+    expect((await c.status()).connected).toBe(true);
+  });
+});
+
 describe("ClusterDO outbox", () => {
   it("delivers an intent and reports the agent's ack to an awaiting enqueue", async () => {
     const agent = new ScriptedAgent();

@@ -93,7 +93,7 @@ describe("PoolDO", () => {
     const stillPooled = agent.running().filter((id) => !ids.has(id));
     expect(stillPooled.length).toBeGreaterThanOrEqual(100);
     expect(await pool.status()).toMatchObject({ claimed: 200 - (await pool.status()).createdOnDemand });
-  });
+  }, 60_000);
 
   it("rolls unclaimed members to a new revision within updateStrategy.maxUnavailable", async () => {
     const name = unique("p-roll");

@@ -4,7 +4,7 @@ import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
 import { call, createTeam, expectStatus, startAgent, unique } from "./helpers.ts";
 
-async function waitFor(check: () => Promise<boolean>, timeoutMs = 10_000): Promise<void> {
+async function waitFor(check: () => Promise<boolean>, timeoutMs = 30_000): Promise<void> {
   const end = Date.now() + timeoutMs;
   while (!(await check())) {
     if (Date.now() > end) throw new Error("condition not met in time");
@@ -27,8 +27,8 @@ describe("create route with a warm pool", () => {
     expect(new Set(ids).size).toBe(200);
     expect(ids.filter((id) => warm.has(id))).toHaveLength(100);
     // None lost: the agent runs every one of them (the on-demand ones once created).
-    await agent.waitUntil(() => ids.every((id) => agent.sandboxes.get(id)?.phase === "Running"), 10_000);
+    await agent.waitUntil(() => ids.every((id) => agent.sandboxes.get(id)?.phase === "Running"), 30_000);
     const list = await expectStatus(call("/v2/sandboxes?limit=100", { key: team.key }), 200);
     expect(list.length).toBe(100);
-  });
+  }, 60_000);
 });
