@@ -27,7 +27,8 @@ ENVD_VERSION = re.search(r'ENVD_VERSION = "([^"]+)"', (ROOT / "controllers/runti
 
 def ensure_test_user():
     if subprocess.run(["id", "user"], capture_output=True).returncode != 0:
-        subprocess.run(["useradd", "--create-home", "--home-dir", "/home/user", "--shell", "/bin/bash", "user"], check=True)
+        subprocess.run(["useradd", "--create-home", "--home-dir", "/home/user", "--shell", "/bin/bash", "user"])
+        subprocess.run(["id", "user"], check=True, capture_output=True)
 
 
 class ControlPlane:

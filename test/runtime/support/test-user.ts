@@ -2,10 +2,21 @@
 // assert those paths and owners. The tests run as root and create that Linux user if missing.
 import { execFileSync } from "node:child_process";
 
-export function ensureTestUser(): void {
+function exists(): boolean {
   try {
     execFileSync("id", ["user"], { stdio: "ignore" });
+    return true;
   } catch {
+    return false;
+  }
+}
+
+export function ensureTestUser(): void {
+  if (exists()) return;
+  try {
     execFileSync("useradd", ["--create-home", "--home-dir", "/home/user", "--shell", "/bin/bash", "user"], { stdio: "ignore" });
+  } catch (err) {
+    // Test files run in parallel workers; another one may have just created it.
+    if (!exists()) throw err;
   }
 }
