@@ -91,7 +91,13 @@ export class PoolDO extends DurableObject<Env> {
   override async alarm(): Promise<void> {
     this.alarmAt = null;
     this.apply({ type: "tick" });
-    await this.flush();
+    await this.kick();
+  }
+
+  /** Starts a flush unless one runs; the running one picks up intents queued meanwhile. */
+  private kick(): Promise<void> {
+    this.flushing ??= this.flush().finally(() => (this.flushing = null));
+    return this.flushing;
   }
 
   private statusNow(): PoolStatus {
@@ -152,7 +158,7 @@ export class PoolDO extends DurableObject<Env> {
     this.store!.saveOutgoing(items);
     for (const o of items) this.outgoing.set(o.intent.sandboxId, o);
     // Not awaited: the claim answers now; intents of concurrent claims join the next batch.
-    this.flushing ??= this.flush().finally(() => (this.flushing = null));
+    void this.kick();
   }
 
   /** Sends pending intents, one batch per cluster, until none are left or a cluster refuses. */
@@ -234,7 +240,7 @@ export class PoolDO extends DurableObject<Env> {
     for (const o of store.loadOutgoing()) this.outgoing.set(o.intent.sandboxId, o);
     this.store = store;
     this.state = st;
-    if (this.outgoing.size) this.flushing ??= this.flush().finally(() => (this.flushing = null));
+    if (this.outgoing.size) void this.kick();
     return st;
   }
 }

@@ -7,6 +7,7 @@ import {
   EdgeMessageSchema,
   parseFrame,
   PING_FRAME,
+  PONG_FRAME,
   PROTOCOL_VERSION,
   type AckItem,
   type AgentMessageInput,
@@ -207,6 +208,7 @@ export class ScriptedAgent {
   }
 
   private onFrame(text: string): void {
+    if (text === PONG_FRAME) return;
     const parsed = parseFrame(EdgeMessageSchema, text);
     if (!parsed.ok) {
       this.errors.push(parsed.error);
