@@ -76,6 +76,8 @@ export interface ScriptedAgentOptions {
   endpoint?: (sandboxId: string) => Endpoint;
   /** Send the raw ping every `heartbeatIntervalMs` the edge asks for (default on). */
   ping?: boolean;
+  /** Return a message to refuse an intent (acked `rejected`, nothing applied). */
+  reject?: (intent: Intent) => string | undefined;
 }
 
 /** What the scripted agent pretends runs on its cluster. */
@@ -111,6 +113,7 @@ export class ScriptedAgent {
       protocol: opts.protocol ?? PROTOCOL_VERSION,
       endpoint: opts.endpoint ?? ((id) => ({ runtime: `http://${id}.scripted.invalid:49983` })),
       ping: opts.ping ?? true,
+      reject: opts.reject ?? (() => undefined),
     };
     this.inventory = opts.inventory;
   }
@@ -239,6 +242,8 @@ export class ScriptedAgent {
     if (current && intent.generation <= current.generation) {
       return this.ack({ seq, sandboxId: id, generation: intent.generation, result: "stale" });
     }
+    const refusal = this.opts.reject(intent);
+    if (refusal) return this.ack({ seq, sandboxId: id, generation: intent.generation, result: "rejected", message: refusal });
     const s: FakeSandbox = { generation: intent.generation, phase: current?.phase ?? "Pending", intent };
     this.sandboxes.set(id, s);
     const settle = () => {

@@ -137,4 +137,27 @@ describe("PoolDO", () => {
     await waitFor(async () => (await pool.status()).available === 2);
     expect(newAgent.received.every((r) => r.intent.desired.state === "running")).toBe(true);
   });
+
+  it("replaces a member the agent reports Failed, and one whose create it rejects", async () => {
+    const name = unique("p-fail");
+    let rejectOnce = true;
+    const agent = await startAgent(name, {
+      reject: (i) => {
+        if (!rejectOnce || i.desired.state !== "running") return undefined;
+        rejectOnce = false;
+        return "image not found";
+      },
+    });
+    const pool = poolOf(name);
+    await pool.configure(config(name, 2));
+    // One create was rejected: the pool learns it as Failed and sends a replacement.
+    await waitFor(async () => (await pool.status()).available === 2);
+    const creates = agent.received.filter((r) => r.intent.desired.state === "running");
+    expect(creates).toHaveLength(3);
+    const [victim] = agent.running();
+    agent.report({ sandboxId: victim!, generation: 1, phase: "Failed", ready: false, reason: "OOMKilled", observedAt: Date.now() });
+    await agent.waitUntil(() => agent.received.some((r) => r.intent.sandboxId === victim && r.intent.desired.state === "deleted"));
+    await waitFor(async () => (await pool.status()).available === 2);
+    expect(agent.running()).not.toContain(victim);
+  });
 });
