@@ -6,7 +6,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { startSystem } from "./lib/system.ts";
 
-const dataDir = mkdtempSync(join(tmpdir(), "sbx-sys-"));
+const dataDir = mkdtempSync(join(process.env.SBX_TMP ?? tmpdir(), "sbx-sys-"));
 const sys = await startSystem({ dataDir, baseReplicas: Number(process.env.BASE_POOL ?? 2) });
 console.log(JSON.stringify({ apiUrl: sys.apiUrl, apiKey: sys.apiKey, dataDir }));
 
