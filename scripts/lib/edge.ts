@@ -4,19 +4,17 @@
 //
 // The bundle is what `wrangler deploy` would upload (`--dry-run --outdir`); the workerd config is
 // generated from wrangler.toml's Durable Object bindings plus the vars given here.
-import { spawn, spawnSync } from "node:child_process";
-import { mkdirSync, openSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { spawnSync } from "node:child_process";
+import { mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
+import { startService, type Service } from "./service.ts";
 import { freePort } from "./sqld.ts";
 
 const ROOT = resolve(import.meta.dirname, "../..");
 const BIN = join(ROOT, "node_modules/.bin");
 
-export interface Edge {
-  url: string;
+export interface Edge extends Service {
   port: number;
-  pid: number;
-  stop(): Promise<void>;
 }
 
 export interface EdgeOptions {
@@ -109,33 +107,13 @@ export async function startEdge(opts: EdgeOptions): Promise<Edge> {
   const port = opts.port || (await freePort());
   const configPath = join(opts.dir, "config.capnp");
   writeFileSync(configPath, workerdConfig(opts.dir, port, opts.vars));
-  const log = openSync(join(opts.dir, "workerd.log"), "a");
-  const child = spawn(join(BIN, "workerd"), ["serve", configPath], { stdio: ["ignore", log, log] });
-  const exited = new Promise<void>((ok) => child.once("exit", () => ok()));
-  const url = `http://127.0.0.1:${port}`;
-  const deadline = Date.now() + 20_000;
-  for (;;) {
-    if (child.exitCode !== null) throw new Error(`workerd exited with ${child.exitCode}; see ${opts.dir}/workerd.log`);
-    try {
-      if ((await fetch(`${url}/health`)).ok) break;
-    } catch {
-      // not listening yet
-    }
-    if (Date.now() > deadline) {
-      child.kill("SIGKILL");
-      throw new Error(`workerd did not answer within 20 s; see ${opts.dir}/workerd.log`);
-    }
-    await new Promise((r) => setTimeout(r, 50));
-  }
-  return {
-    url,
-    port,
-    pid: child.pid!,
-    async stop() {
-      if (child.exitCode === null) child.kill("SIGTERM");
-      const timer = setTimeout(() => child.kill("SIGKILL"), 5_000);
-      await exited;
-      clearTimeout(timer);
-    },
-  };
+  const service = await startService({
+    name: "workerd",
+    bin: join(BIN, "workerd"),
+    args: ["serve", configPath],
+    url: `http://127.0.0.1:${port}`,
+    logFile: join(opts.dir, "workerd.log"),
+    readyWithinMs: 20_000,
+  });
+  return { ...service, port };
 }
