@@ -6,12 +6,13 @@ import type { MiddlewareHandler } from "hono";
 import { ApiError } from "../api-error.ts";
 import type { AppEnv, Caller, Env } from "../env.ts";
 import { getDb } from "../store/db.ts";
+import { TtlCache } from "../store/ttl-cache.ts";
 import { findKeyByHash, touchApiKey } from "../store/api-keys.ts";
 import { ADMIN_KEY_ID, ADMIN_TEAM_ID, ADMIN_TEAM_NAME, hashApiKey, looksLikeApiKey, timingSafeEqualHex } from "./api-key.ts";
 
 export const KEY_CACHE_TTL_MS = 30_000;
 
-const cache = new Map<string, { caller: Caller; until: number }>();
+const cache = new TtlCache<Caller>(KEY_CACHE_TTL_MS);
 
 /** Forgets a key (deleted in this isolate). */
 export function evictKey(keyHash: string): void {
@@ -47,17 +48,12 @@ async function resolveCaller(env: Env, key: string, background: (p: Promise<unkn
   if (timingSafeEqualHex(hash, await adminHash(env))) {
     return { keyId: ADMIN_KEY_ID, teamId: ADMIN_TEAM_ID, teamName: ADMIN_TEAM_NAME, admin: true };
   }
-  const now = Date.now();
-  const hit = cache.get(hash);
-  if (hit && hit.until > now) return hit.caller;
-  const db = getDb(env);
-  const owner = await findKeyByHash(db, hash);
-  if (!owner) {
-    cache.delete(hash);
-    throw new ApiError("unauthorized", "Invalid API key");
-  }
-  const caller: Caller = { ...owner, admin: false };
-  cache.set(hash, { caller, until: now + KEY_CACHE_TTL_MS });
-  background(touchApiKey(db, owner.keyId, now).catch((err) => console.error("lastUsed update failed", err)));
+  const caller = await cache.get(hash, async () => {
+    const db = getDb(env);
+    const owner = await findKeyByHash(db, hash);
+    if (!owner) throw new ApiError("unauthorized", "Invalid API key");
+    background(touchApiKey(db, owner.keyId, Date.now()).catch((err) => console.error("lastUsed update failed", err)));
+    return { ...owner, admin: false };
+  });
   return caller;
 }

@@ -4,18 +4,14 @@
 import type { TemplateRecord } from "../../schema/api/template.ts";
 import type { Db } from "./db.ts";
 import { resolveTemplate } from "./templates.ts";
+import { TtlCache } from "./ttl-cache.ts";
 
 export const TEMPLATE_CACHE_TTL_MS = 10_000;
 
-const cache = new Map<string, { record: TemplateRecord | undefined; until: number }>();
+const cache = new TtlCache<TemplateRecord | undefined>(TEMPLATE_CACHE_TTL_MS);
 
-export async function resolveTemplateCached(db: Db, teamId: string, templateId: string, now = Date.now()): Promise<TemplateRecord | undefined> {
-  const key = `${teamId}/${templateId}`;
-  const hit = cache.get(key);
-  if (hit && hit.until > now) return hit.record;
-  const record = await resolveTemplate(db, teamId, templateId);
-  cache.set(key, { record, until: now + TEMPLATE_CACHE_TTL_MS });
-  return record;
+export function resolveTemplateCached(db: Db, teamId: string, templateId: string, now = Date.now()): Promise<TemplateRecord | undefined> {
+  return cache.get(`${teamId}/${templateId}`, () => resolveTemplate(db, teamId, templateId), now);
 }
 
 export function evictTemplates(): void {

@@ -105,7 +105,7 @@ describe("odd requests", () => {
       expect({ path, status: res.status }).toMatchObject({ status: expect.any(Number) });
       expect(res.status, `${path} ${JSON.stringify(opts)}`).toBeGreaterThanOrEqual(400);
       expect(res.status, `${path} ${JSON.stringify(opts)}`).toBeLessThan(500);
-      expect((await res.json()).code).toBe(res.status);
+      expect(((await res.json()) as { code: number }).code).toBe(res.status);
     }
   });
 });
