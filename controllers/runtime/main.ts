@@ -1,44 +1,11 @@
-// agent-runtime standalone: serves the host itself as one sandbox (a Kubernetes pod sidecar, or
-// a machine you want to drive with the e2b SDK).
-//   node controllers/runtime/main.ts [--port 49983] [--host 0.0.0.0] [--socket /path.sock]
-//        [--user root] [--workdir DIR] [--access-token TOKEN]
-// Env: RUNTIME_ACCESS_TOKEN (same as --access-token; /init may set or rotate it later).
-import { parseArgs } from "node:util";
-import { HostView } from "./host-view.ts";
-import { createRuntime } from "./runtime.ts";
-import { ENVD_VERSION } from "./version.ts";
-
-const { values } = parseArgs({
-  options: {
-    port: { type: "string", default: "49983" },
-    host: { type: "string", default: "0.0.0.0" },
-    socket: { type: "string" },
-    user: { type: "string" },
-    workdir: { type: "string" },
-    "access-token": { type: "string" },
-  },
-});
-
-const port = Number(values.port);
-if (!values.socket && !(Number.isInteger(port) && port >= 0 && port < 65536)) {
-  console.error(`invalid --port ${values.port}`);
-  process.exit(2);
+// Entry point of the standalone runtime; flags are parsed in cli.ts.
+//
+// glibc gives busy threads their own malloc arenas and keeps what they freed: a runtime serving
+// commands grows ~15 MB of RSS that way within a few hundred runs (bench/runtime.ts). Two arenas
+// keep it flat, so unless the launcher chose a value the process re-executes itself with it
+// (execve replaces the process; no wrapper is left behind). Set MALLOC_ARENA_MAX to opt out.
+if (!process.env.MALLOC_ARENA_MAX && process.execve) {
+  process.execve(process.execPath, [process.execPath, ...process.execArgv, ...process.argv.slice(1)], { ...process.env, MALLOC_ARENA_MAX: "2" });
 }
-const runtime = createRuntime({
-  single: {
-    view: new HostView(),
-    options: {
-      defaultUser: values.user,
-      defaultWorkdir: values.workdir,
-      accessToken: values["access-token"] ?? process.env.RUNTIME_ACCESS_TOKEN,
-    },
-  },
-});
-const server = await runtime.listen(values.socket ? { socket: values.socket } : { port, host: values.host });
-const addr = server.address();
-const where = typeof addr === "string" ? addr : `http://${addr?.address}:${addr?.port}`;
-console.log(`agent-runtime (envd ${ENVD_VERSION}) listening on ${where}`);
-
-for (const sig of ["SIGINT", "SIGTERM"] as const) {
-  process.once(sig, () => void runtime.close().then(() => process.exit(0)));
-}
+await import("./cli.ts");
+export {};

@@ -1,0 +1,44 @@
+// agent-runtime standalone (entry: main.ts): serves the host itself as one sandbox (a Kubernetes
+// pod sidecar, or a machine you want to drive with the e2b SDK).
+//   node controllers/runtime/main.ts [--port 49983] [--host 0.0.0.0] [--socket /path.sock]
+//        [--user root] [--workdir DIR] [--access-token TOKEN]
+// Env: RUNTIME_ACCESS_TOKEN (same as --access-token; /init may set or rotate it later).
+import { parseArgs } from "node:util";
+import { HostView } from "./host-view.ts";
+import { createRuntime } from "./runtime.ts";
+import { ENVD_VERSION } from "./version.ts";
+
+const { values } = parseArgs({
+  options: {
+    port: { type: "string", default: "49983" },
+    host: { type: "string", default: "0.0.0.0" },
+    socket: { type: "string" },
+    user: { type: "string" },
+    workdir: { type: "string" },
+    "access-token": { type: "string" },
+  },
+});
+
+const port = Number(values.port);
+if (!values.socket && !(Number.isInteger(port) && port >= 0 && port < 65536)) {
+  console.error(`invalid --port ${values.port}`);
+  process.exit(2);
+}
+const runtime = createRuntime({
+  single: {
+    view: new HostView(),
+    options: {
+      defaultUser: values.user,
+      defaultWorkdir: values.workdir,
+      accessToken: values["access-token"] ?? process.env.RUNTIME_ACCESS_TOKEN,
+    },
+  },
+});
+const server = await runtime.listen(values.socket ? { socket: values.socket } : { port, host: values.host });
+const addr = server.address();
+const where = typeof addr === "string" ? addr : `http://${addr?.address}:${addr?.port}`;
+console.log(`agent-runtime (envd ${ENVD_VERSION}) listening on ${where}`);
+
+for (const sig of ["SIGINT", "SIGTERM"] as const) {
+  process.once(sig, () => void runtime.close().then(() => process.exit(0)));
+}
