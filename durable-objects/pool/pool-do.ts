@@ -12,7 +12,7 @@ import { openPoolStore, type Outgoing, type PoolStore } from "./store.ts";
 
 /** Retry delay for intents ClusterDO did not accept, and the check interval for stuck creates. */
 const RETRY_MS = 2_000;
-/** SandboxDO.prepare calls in flight at once while warming many members. */
+/** SandboxDO.prepare/discard calls in flight at once while warming or deleting many members. */
 const PREPARE_PARALLEL = 32;
 
 export class PoolDO extends DurableObject<Env> {
@@ -167,8 +167,9 @@ export class PoolDO extends DurableObject<Env> {
       const byCluster = new Map<string, Outgoing[]>();
       for (const o of this.outgoing.values()) byCluster.set(o.cluster, [...(byCluster.get(o.cluster) ?? []), o]);
       for (const [cluster, batch] of byCluster) {
-        await this.prepare(batch.map((o) => o.intent).filter((i) => i.desired.state === "running"));
+        await this.eachSandbox(batch.filter((o) => o.intent.desired.state === "running"), "prepare");
         if (!(await this.enqueue(cluster, batch.map((o) => o.intent)))) return this.armAlarm(Date.now(), true);
+        await this.eachSandbox(batch.filter((o) => o.intent.desired.state === "deleted"), "discard");
         const sent: SandboxId[] = [];
         for (const o of batch) {
           // A newer intent for the same member may have replaced it while this batch was in flight.
@@ -196,17 +197,19 @@ export class PoolDO extends DurableObject<Env> {
   }
 
   /**
-   * Makes each new member's SandboxDO storage exist before the member can be claimed, so the
-   * first-write cost of a new Durable Object stays off the create request (SandboxDO.prepare).
-   * Best effort: a failure only moves that cost back onto the claim.
+   * `prepare`: makes each new member's SandboxDO storage exist before the member can be claimed,
+   * so the first-write cost of a new Durable Object stays off the create request.
+   * `discard`: drops that storage again for members deleted unclaimed (SandboxDO.discard).
+   * Best effort: a failed prepare only moves that cost back onto the claim; a failed discard
+   * leaves an empty marker behind.
    */
-  private async prepare(creates: Intent[]): Promise<void> {
-    for (let i = 0; i < creates.length; i += PREPARE_PARALLEL) {
+  private async eachSandbox(items: Outgoing[], method: "prepare" | "discard"): Promise<void> {
+    for (let i = 0; i < items.length; i += PREPARE_PARALLEL) {
       await Promise.all(
-        creates.slice(i, i + PREPARE_PARALLEL).map((c) =>
-          this.env.SANDBOX.get(this.env.SANDBOX.idFromName(c.sandboxId))
-            .prepare()
-            .catch((err: unknown) => console.warn(`pool: prepare ${c.sandboxId} failed: ${String(err)}`)),
+        items.slice(i, i + PREPARE_PARALLEL).map(({ intent: { sandboxId } }) =>
+          this.env.SANDBOX.get(this.env.SANDBOX.idFromName(sandboxId))
+            [method]()
+            .catch((err: unknown) => console.warn(`pool: ${method} ${sandboxId} failed: ${String(err)}`)),
         ),
       );
     }

@@ -38,16 +38,16 @@ export interface Transition {
 }
 
 export function transition(current: SandboxState | null, ev: SandboxEvent, now: number): Transition {
-  const s = current && structuredClone(current);
+  const s = current && copy(current);
   switch (ev.type) {
     case "create":
       return s ? refuse(s, ErrorCode.conflict, `Sandbox "${ev.spec.id}" already exists`) : create(ev, now);
     case "observe":
-      return s ? observe(s, ev.obs, now) : ok(null, []);
+      return s ? unlessUnchanged(current, observe(s, ev.obs, now)) : ok(null, []);
     case "ack":
-      return s ? ack(s, ev, now) : ok(null, []);
+      return s ? unlessUnchanged(current, ack(s, ev, now)) : ok(null, []);
     case "alarm":
-      return s ? alarm(s, now) : ok(null, []);
+      return s ? unlessUnchanged(current, alarm(s, now)) : ok(null, []);
     default:
       break;
   }
@@ -70,6 +70,25 @@ export function transition(current: SandboxState | null, ev: SandboxEvent, now: 
     default:
       return assertNever(ev);
   }
+}
+
+/**
+ * Agent- and timer-driven events often change nothing (the observation of a re-init its ack
+ * already reported, an early alarm): the reply then carries `current` itself, so the shell can
+ * tell by identity that there is nothing to persist.
+ */
+function unlessUnchanged(current: SandboxState | null, t: Transition): Transition {
+  if (!current || !t.state || t.effects.length > 0) return t;
+  return sameState(current, t.state) ? { ...t, state: current } : t;
+}
+
+function sameState(a: SandboxState, b: SandboxState): boolean {
+  return a.spec === b.spec && JSON.stringify({ ...a, spec: null }) === JSON.stringify({ ...b, spec: null });
+}
+
+/** A copy to change; the spec is fixed at create and never written, so it is shared. */
+function copy(current: SandboxState): SandboxState {
+  return { ...structuredClone({ ...current, spec: null }), spec: current.spec };
 }
 
 /** Whether `access` may see the sandbox at all; anything else is answered as not found. */
@@ -227,6 +246,8 @@ function ack(s: SandboxState, ev: Extract<SandboxEvent, { type: "ack" }>, now: n
     if (s.desired === "deleted") return ok(null, [{ kind: "purge" }]);
     fail(s, "IntentRejected", ev.message, now);
   } else if (ev.result === "applied") {
+    // Applied means the agent holds this generation: its observation of it adds nothing new.
+    s.observedGeneration = Math.max(s.observedGeneration, ev.generation);
     if (s.desired === "running") becomeRunning(s, now);
     else if (s.desired === "paused") becomePaused(s, now);
     else return ok(null, [{ kind: "purge" }]);

@@ -28,7 +28,6 @@ export const DEFAULT_WAIT_MS = 10_000;
 
 const STATE_KEY = "state";
 const PREPARED_KEY = "prepared";
-const PREPARED_TTL_MS = 7 * 24 * 3600_000;
 /** An intent ClusterDO did not take is retried after this long (level-based: only the newest). */
 const RETRY_MS = 2_000;
 const UNDELIVERED_KEY = "undelivered";
@@ -52,13 +51,20 @@ export class SandboxDO extends DurableObject<Env> {
   /**
    * PoolDO calls this when it creates a warm member: it makes this object's storage exist before
    * the claim. On local workerd the first write of a new Durable Object (creating its SQLite
-   * database) costs ~4 ms of CPU, which otherwise lands on the create request.
+   * database) costs ~4 ms of CPU, which otherwise lands on the create request. No alarm: an alarm
+   * write costs ~0.5 ms of CPU per member (bench/edge.ts), so the pool calls discard() instead
+   * for a member it deletes unclaimed.
    */
   async prepare(): Promise<{ ok: true }> {
-    if (!this.state && this.alarmAt === null) {
-      // A member the pool deletes unclaimed never gets a state; the alarm then drops the marker.
-      this.alarmAt = Date.now() + PREPARED_TTL_MS;
-      await Promise.all([this.ctx.storage.put(PREPARED_KEY, true), this.ctx.storage.setAlarm(this.alarmAt)]);
+    if (!this.state) await this.ctx.storage.put(PREPARED_KEY, true);
+    return { ok: true };
+  }
+
+  /** PoolDO: a member it prepared is deleted unclaimed; forget the marker prepare() wrote. */
+  async discard(): Promise<{ ok: true }> {
+    if (!this.state) {
+      this.alarmAt = null;
+      await this.ctx.storage.deleteAll();
     }
     return { ok: true };
   }
@@ -162,6 +168,11 @@ export class SandboxDO extends DurableObject<Env> {
     return this.state;
   }
 
+  /** Operators and tests: the keys this object keeps in storage (none once discarded or purged). */
+  async storedKeys(): Promise<string[]> {
+    return [...(await this.ctx.storage.list()).keys()];
+  }
+
   override async alarm(): Promise<void> {
     this.alarmAt = null;
     if (!this.state) return this.ctx.storage.deleteAll();
@@ -173,8 +184,11 @@ export class SandboxDO extends DurableObject<Env> {
     const id = this.state?.spec.id;
     const t = transition(this.state, ev, Date.now());
     if (!t.result.ok) return t.result;
+    // The machine hands back the very same object when nothing changed (e.g. the agent's
+    // observation of a re-init its ack already reported): no storage write then.
+    const changed = t.state !== this.state;
     this.state = t.state;
-    if (this.state) void this.ctx.storage.put(STATE_KEY, this.state);
+    if (this.state && changed) void this.ctx.storage.put(STATE_KEY, this.state);
     const intents = [];
     const writes: Promise<void>[] = [];
     for (const e of t.effects) {

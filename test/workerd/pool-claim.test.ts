@@ -123,6 +123,24 @@ describe("PoolDO", () => {
     expect(await pool.status()).toMatchObject({ configured: false, available: 0, creating: 0 });
   });
 
+  it("prepares each member's SandboxDO before it is claimed, and drops that storage when the member is deleted unclaimed", async () => {
+    const name = unique("p-discard");
+    const agent = await startAgent(name);
+    const pool = poolOf(name);
+    await pool.configure(config(name, 3));
+    await agent.waitUntil(() => agent.running().length === 3);
+    const members = agent.running();
+    const sandbox = (id: string) => env.SANDBOX.get(env.SANDBOX.idFromName(id));
+    for (const id of members) expect(await sandbox(id).storedKeys()).toEqual(["prepared"]);
+    await pool.configure(config(name, 1));
+    await agent.waitUntil(() => agent.running().length === 1);
+    const deleted = members.filter((id) => !agent.running().includes(id));
+    expect(deleted).toHaveLength(2);
+    await waitFor(async () => (await Promise.all(deleted.map((id) => sandbox(id).storedKeys()))).every((keys) => keys.length === 0));
+    expect(await sandbox(agent.running()[0]!).storedKeys()).toEqual(["prepared"]);
+    await pool.destroy();
+  });
+
   it("moving the template to another cluster deletes the members there and warms up on the new one", async () => {
     const name = unique("p-move");
     const other = `${name}-b`;

@@ -126,6 +126,17 @@ describe("sandbox machine", () => {
     expect(intent).toMatchObject({ intent: { sandboxId: "abc", owner: { kind: "sandbox" }, envdAccessToken: "tok", envVars: { A: "1" }, labels: { tier: "gold" }, allowInternetAccess: false, template: { id: "base", revision: "r1" } } });
   });
 
+  it("hands back the very same state when an agent or timer event changes nothing (the shell then skips its write)", () => {
+    const pending = at("Pending", { endpoint: { runtime: "http://10.0.0.1:49983" } });
+    const acked = transition(pending, { type: "ack", generation: 2, result: "applied" }, T0 + S).state!;
+    expect(acked).toMatchObject({ phase: "Running", observedGeneration: 2 });
+    expect(transition(acked, obs("Running", 2), T0 + 2 * S).state).toBe(acked);
+    expect(transition(acked, { type: "ack", generation: 2, result: "applied" }, T0 + 2 * S).state).toBe(acked);
+    expect(transition(acked, { type: "alarm" }, T0 + 2 * S).state).toBe(acked);
+    expect(transition(acked, obs("Running", 2, false), T0 + 2 * S).state).toMatchObject({ phase: "Running", conditions: expect.arrayContaining([expect.objectContaining({ type: "Ready", status: "False" })]) });
+    expect(transition(acked, { ...obs("Running", 2), obs: { ...(obs("Running", 2) as { obs: Observation }).obs, endpoint: { runtime: "http://10.0.0.2:49983" } } } as SandboxEvent, T0 + 2 * S).state).not.toBe(acked);
+  });
+
   it("bumps the index revision on every index write", () => {
     const s = at("Running");
     const paused = transition(s, { type: "pause" }, T0).state!;
