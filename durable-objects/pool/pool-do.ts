@@ -155,7 +155,10 @@ export class PoolDO extends DurableObject<Env> {
   private send(cfg: PoolState["config"], members: Member[], desired: "running" | "deleted", now: number): void {
     if (!cfg || !members.length) return;
     const items = members.map((m) => ({ cluster: cfg.cluster, intent: memberIntent(cfg, m, desired, now) }));
-    this.store!.saveOutgoing(items);
+    // Only delete intents are stored: their members are gone from the table. A create intent is
+    // derived again from its member (still creating) when the object loads, and ClusterDO drops
+    // the ones it already holds (same generation), so storing it would only cost a write per member.
+    if (desired === "deleted") this.store!.saveOutgoing(items);
     for (const o of items) this.outgoing.set(o.intent.sandboxId, o);
     // Not awaited: the claim answers now; intents of concurrent claims join the next batch.
     void this.kick();
@@ -165,7 +168,11 @@ export class PoolDO extends DurableObject<Env> {
   private async flush(): Promise<void> {
     while (this.outgoing.size) {
       const byCluster = new Map<string, Outgoing[]>();
-      for (const o of this.outgoing.values()) byCluster.set(o.cluster, [...(byCluster.get(o.cluster) ?? []), o]);
+      for (const o of this.outgoing.values()) {
+        const list = byCluster.get(o.cluster);
+        if (list) list.push(o);
+        else byCluster.set(o.cluster, [o]);
+      }
       for (const [cluster, batch] of byCluster) {
         await this.eachSandbox(batch.filter((o) => o.intent.desired.state === "running"), "prepare");
         if (!(await this.enqueue(cluster, batch.map((o) => o.intent)))) return this.armAlarm(Date.now(), true);
@@ -175,7 +182,7 @@ export class PoolDO extends DurableObject<Env> {
           // A newer intent for the same member may have replaced it while this batch was in flight.
           if (this.outgoing.get(o.intent.sandboxId) === o) {
             this.outgoing.delete(o.intent.sandboxId);
-            sent.push(o.intent.sandboxId);
+            if (o.intent.desired.state === "deleted") sent.push(o.intent.sandboxId);
           }
         }
         this.store!.deleteOutgoing(sent);
@@ -240,7 +247,18 @@ export class PoolDO extends DurableObject<Env> {
     st.claimed = c.claimed;
     st.createdOnDemand = c.createdOnDemand;
     for (const m of store.loadMembers()) addMember(st, m);
-    for (const o of store.loadOutgoing()) this.outgoing.set(o.intent.sandboxId, o);
+    for (const o of store.loadOutgoing()) {
+      // Create intents stored by an older version: they are derived from their members below.
+      if (o.intent.desired.state !== "deleted") store.deleteOutgoing([o.intent.sandboxId]);
+      else this.outgoing.set(o.intent.sandboxId, o);
+    }
+    const cfg = st.config;
+    if (cfg) {
+      const now = Date.now();
+      for (const m of st.members.values()) {
+        if (m.state === "creating") this.outgoing.set(m.id, { cluster: cfg.cluster, intent: memberIntent(cfg, m, "running", now) });
+      }
+    }
     this.store = store;
     this.state = st;
     if (this.outgoing.size) void this.kick();
