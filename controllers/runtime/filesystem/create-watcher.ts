@@ -7,6 +7,8 @@ import { openWatcher } from "./open-watcher.ts";
 export async function createWatcher(req: CreateWatcherRequest, ctx: HandlerContext) {
   const { r, watcher } = await openWatcher(ctx, req);
   const watcherId = randomUUID();
-  r.sbx.watchers.set(watcherId, Object.assign(watcher, { resolved: r, includeEntry: req.includeEntry }));
+  watcher.resolved = r;
+  watcher.includeEntry = req.includeEntry;
+  r.sbx.watchers.set(watcherId, watcher);
   return { watcherId };
 }

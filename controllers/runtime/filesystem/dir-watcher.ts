@@ -4,6 +4,7 @@
 import { watch, type BigIntStats, type FSWatcher } from "node:fs";
 import { lstat, readdir } from "node:fs/promises";
 import { EventType } from "../../../schema/envd/gen/filesystem/filesystem_pb.js";
+import type { Resolved } from "./resolve.ts";
 
 export interface DirEvent {
   /** Relative to the watched directory ("sub/f.txt"). */
@@ -26,7 +27,7 @@ export class DirWatcher {
   /** Buffered events for the polling API (GetWatcherEvents drains it). */
   readonly pending: DirEvent[] = [];
   /** Set for polling watchers: where the watch is and whether events carry entries. */
-  resolved?: import("./resolve.ts").Resolved;
+  resolved?: Resolved;
   includeEntry?: boolean;
   #watchers = new Map<string, FSWatcher>();
   #onEvent: (ev: DirEvent) => void;

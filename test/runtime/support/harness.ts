@@ -6,6 +6,7 @@ import { randomBytes } from "node:crypto";
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { Sandbox, type SandboxOpts } from "e2b";
+import { afterAll, beforeAll } from "vitest";
 import { HostView } from "../../../controllers/runtime/host-view.ts";
 import { createRuntime, type Runtime } from "../../../controllers/runtime/runtime.ts";
 import { ENVD_VERSION } from "../../../controllers/runtime/version.ts";
@@ -77,4 +78,28 @@ export async function startHarness(): Promise<Harness> {
       await runtime.close();
     },
   };
+}
+
+export interface SandboxFixture {
+  h: Harness;
+  sbx: Sandbox;
+  /** A fresh directory under /home/user, removed afterwards, so parallel runs do not collide. */
+  dir: string;
+}
+
+/** Registers beforeAll/afterAll for one harness, one sandbox and a scratch directory; the
+ * returned object is filled in before the first test runs. */
+export function useSandboxWithDir(prefix: string): SandboxFixture {
+  const f = {} as SandboxFixture;
+  beforeAll(async () => {
+    f.h = await startHarness();
+    f.sbx = await f.h.create();
+    f.dir = `/home/user/${prefix}-${randomBytes(4).toString("hex")}`;
+    await f.sbx.files.makeDir(f.dir);
+  });
+  afterAll(async () => {
+    await f.sbx?.files.remove(f.dir);
+    await f.h?.close();
+  });
+  return f;
 }
