@@ -146,8 +146,13 @@ describe("kubernetes driver", () => {
   });
 
   it("claim marks the sandbox and pod claimed, leaves the pool, and the pool counts one fewer", async () => {
-    await driver.ensure(desired("poola", { claimed: true }));
-    const sbx = JSON.parse(kubectlOk(["-n", ns, "get", "sbx", "python-poola", "-o", "json"]));
+    const claimed = await driver.ensure(desired("poola", { claimed: true }));
+    // The claim does not wait for the API server: the sandbox is ready at once, the labels follow.
+    expect(claimed).toMatchObject({ phase: "Running", ready: true });
+    const sbx = await until("sandbox relabelled", () => {
+      const s = JSON.parse(kubectlOk(["-n", ns, "get", "sbx", "python-poola", "-o", "json"]));
+      return s.metadata.labels[LABEL.claimed] === "true" ? s : undefined;
+    });
     expect(sbx.metadata.labels[LABEL.claimed]).toBe("true");
     expect(sbx.metadata.ownerReferences ?? []).toEqual([]);
     expect(sbx.metadata.annotations["agents.kruise.io/claim-timestamp"]).toMatch(/^\d{4}-/);

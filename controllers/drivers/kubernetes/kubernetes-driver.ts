@@ -34,6 +34,7 @@ import {
   type SnapshotRef,
 } from "../driver.ts";
 import { ObjectCache } from "./object-cache.ts";
+import { slimCustom, slimPod, slimPvc } from "./slim.ts";
 import { buildPod, buildPvc, imageTemplate, templateHash, type VolumeClaimTemplate } from "./pod-spec.ts";
 import { sandboxState, sandboxStatus, type SandboxFacts, type SandboxStatus } from "./pod-state.ts";
 import { PoolStatus, poolRevision } from "./pool-status.ts";
@@ -89,6 +90,13 @@ export interface KubernetesDriverOptions {
 
 const mergePatch = setHeaderOptions("Content-Type", PatchStrategy.MergePatch);
 const PLURAL = { sandbox: "sandboxes", sandboxSet: "sandboxsets" } as const;
+
+/** JSON with object keys sorted, so an object compares equal to the API server's copy of it. */
+function stableJson(v: unknown): string {
+  return JSON.stringify(v, (_k, val: unknown) =>
+    val && typeof val === "object" && !Array.isArray(val) ? Object.fromEntries(Object.entries(val).sort(([a], [b]) => (a < b ? -1 : 1))) : val,
+  );
+}
 
 function statusCode(err: unknown): number | undefined {
   const e = err as { code?: number; statusCode?: number };
@@ -154,6 +162,9 @@ export class KubernetesDriver implements Driver {
   readonly #eventReason = new Map<string, string>();
   readonly #pools: PoolStatus;
   readonly #statusTimers = new Map<string, NodeJS.Timeout>();
+  /** Metadata-only changes (a claim, a new generation) not yet written: the claim's critical path
+   * is the runtime's re-init, so the Sandbox and pod relabel trail it by a few milliseconds. */
+  readonly #deferred = new Map<string, KubeDesiredSandbox>();
 
   constructor(opts: KubernetesDriverOptions) {
     this.#opts = opts;
@@ -163,12 +174,26 @@ export class KubernetesDriver implements Driver {
     const ns = opts.namespace;
     this.#core = kc.makeApiClient(CoreV1Api);
     this.#custom = kc.makeApiClient(CustomObjectsApi);
-    const crList = (plural: string) => () =>
-      this.#custom.listNamespacedCustomObject({ group: GROUP, version: VERSION, namespace: ns, plural }) as Promise<{ items: never[]; metadata?: { resourceVersion?: string } }>;
-    this.pods = new ObjectCache(kc, `/api/v1/namespaces/${ns}/pods`, () => this.#core.listNamespacedPod({ namespace: ns, labelSelector: `${LABEL.createdBy}=sandbox` }), `${LABEL.createdBy}=sandbox`);
-    this.pvcs = new ObjectCache(kc, `/api/v1/namespaces/${ns}/persistentvolumeclaims`, () => this.#core.listNamespacedPersistentVolumeClaim({ namespace: ns, labelSelector: LABEL.sandboxId }), LABEL.sandboxId);
-    this.sandboxes = new ObjectCache<SandboxObject>(kc, `/apis/${GROUP}/${VERSION}/namespaces/${ns}/${PLURAL.sandbox}`, crList(PLURAL.sandbox) as never);
-    this.sandboxSets = new ObjectCache<SandboxSetObject>(kc, `/apis/${GROUP}/${VERSION}/namespaces/${ns}/${PLURAL.sandboxSet}`, crList(PLURAL.sandboxSet) as never);
+    const crList = (plural: string) => () => this.#custom.listNamespacedCustomObject({ group: GROUP, version: VERSION, namespace: ns, plural });
+    const crPath = (plural: string) => `/apis/${GROUP}/${VERSION}/namespaces/${ns}/${plural}`;
+    const onError = (err: unknown) => opts.log?.(`watch: ${(err as Error)?.message ?? err}`);
+    const podSelector = `${LABEL.createdBy}=sandbox`;
+    this.pods = new ObjectCache<V1Pod>(kc, {
+      path: `/api/v1/namespaces/${ns}/pods`,
+      list: () => this.#core.listNamespacedPod({ namespace: ns, labelSelector: podSelector }),
+      labelSelector: podSelector,
+      slim: slimPod,
+      onError,
+    });
+    this.pvcs = new ObjectCache<V1PersistentVolumeClaim>(kc, {
+      path: `/api/v1/namespaces/${ns}/persistentvolumeclaims`,
+      list: () => this.#core.listNamespacedPersistentVolumeClaim({ namespace: ns, labelSelector: LABEL.sandboxId }),
+      labelSelector: LABEL.sandboxId,
+      slim: slimPvc,
+      onError,
+    });
+    this.sandboxes = new ObjectCache<SandboxObject>(kc, { path: crPath(PLURAL.sandbox), list: crList(PLURAL.sandbox), slim: slimCustom, onError });
+    this.sandboxSets = new ObjectCache<SandboxSetObject>(kc, { path: crPath(PLURAL.sandboxSet), list: crList(PLURAL.sandboxSet), slim: slimCustom, onError });
     this.#pools = new PoolStatus({ custom: this.#custom, namespace: ns, sandboxes: this.sandboxes, sandboxSets: this.sandboxSets, count: () => this.requests++ });
 
     const changed = (o: KubernetesObject) => {
@@ -256,7 +281,8 @@ export class KubernetesDriver implements Driver {
   async #updateSandbox(sbx: SandboxObject, d: KubeDesiredSandbox): Promise<SandboxObject> {
     const meta = sbx.metadata!;
     const claimedNow = meta.labels?.[LABEL.claimed] === "true";
-    const claimed = d.claimed ?? true;
+    // Without a word on ownership (a caller that does not know pools) the current label stands.
+    const claimed = d.claimed ?? claimedNow;
     const patch: { metadata: Record<string, unknown>; spec?: Record<string, unknown> } = { metadata: {} };
     if (claimed !== claimedNow) {
       patch.metadata.labels = { [LABEL.claimed]: String(claimed) };
@@ -274,15 +300,15 @@ export class KubernetesDriver implements Driver {
     if (Boolean(sbx.spec.paused) !== paused) patch.spec = { paused };
     if (!Object.keys(patch.metadata).length && !patch.spec) return sbx;
     this.requests++;
-    const updated = (await this.#custom.patchNamespacedCustomObject(
-      { group: GROUP, version: VERSION, namespace: this.namespace, plural: PLURAL.sandbox, name: meta.name!, body: patch },
-      mergePatch,
-    )) as SandboxObject;
-    if (claimed && !claimedNow) {
-      await this.#event(updated, "Normal", EventReason.Claimed, "claimed from the warm pool");
-      const pod = this.#pod(d.id);
-      if (pod) await this.#patchPod(pod, { metadata: { labels: { [LABEL.claimed]: "true" } } });
-    }
+    const pod = this.#pod(d.id);
+    // A claim relabels the pod too (selectors over pods see it leave the pool); both in parallel.
+    const [updated] = await Promise.all([
+      this.#custom.patchNamespacedCustomObject(
+        { group: GROUP, version: VERSION, namespace: this.namespace, plural: PLURAL.sandbox, name: meta.name!, body: patch },
+        mergePatch,
+      ) as Promise<SandboxObject>,
+      claimed && !claimedNow && pod ? this.#patchPod(pod, { metadata: { labels: { [LABEL.claimed]: "true" } } }) : undefined,
+    ]);
     return this.sandboxes.remember(updated);
   }
 
@@ -362,6 +388,14 @@ export class KubernetesDriver implements Driver {
     const d = desired as KubeDesiredSandbox;
     if (d.accessToken) this.#tokens.set(d.id, d.accessToken);
     let sbx = this.#sandbox(d.id);
+    const live = sbx && this.#pod(d.id);
+    if (sbx && live && d.state === "Running" && !sbx.spec.paused && !live.metadata?.deletionTimestamp && !this.#facts(sbx, d.id).frozen) {
+      // Running and staying so: only labels, owner and annotations can differ; write them behind.
+      this.#deferred.set(d.id, d);
+      this.#scheduleStatus(d.id);
+      return this.#observe(d.id)!;
+    }
+    this.#deferred.delete(d.id);
     sbx = sbx ? await this.#updateSandbox(sbx, d) : await this.#createSandbox(d);
     if (sbx.metadata?.deletionTimestamp) throw new Error(`sandbox ${d.id} is being deleted`);
     const pod = this.#pod(d.id);
@@ -398,7 +432,7 @@ export class KubernetesDriver implements Driver {
     const state = sandboxState(facts);
     return {
       id,
-      generation: Number(sbx.metadata?.annotations?.[ANNOTATION.generation] ?? 0),
+      generation: Math.max(Number(sbx.metadata?.annotations?.[ANNOTATION.generation] ?? 0), this.#deferred.get(id)?.generation ?? 0),
       phase: state.driverPhase,
       pauseStrategy: facts.paused ? facts.pauseStrategy : undefined,
       level: "kubernetes",
@@ -429,15 +463,29 @@ export class KubernetesDriver implements Driver {
   }
 
   /** Refreshes a Sandbox's status from its pod soon (coalesces bursts of pod events). */
-  #scheduleStatus(id: string): void {
+  #scheduleStatus(id: string, delayMs = 20): void {
     if (this.#statusTimers.has(id)) return;
     this.#statusTimers.set(
       id,
       setTimeout(() => {
         this.#statusTimers.delete(id);
-        void this.#writeStatus(id).catch((err) => this.#opts.log?.(`status of ${id}: ${(err as Error).message}`));
-      }, 20),
+        void this.#sync(id).catch((err) => {
+          this.#opts.log?.(`sync of ${id}: ${(err as Error).message}`);
+          this.#scheduleStatus(id, 500);
+        });
+      }, delayMs),
     );
+  }
+
+  /** Writes deferred metadata (claim labels, owner, generation), then the status. */
+  async #sync(id: string): Promise<void> {
+    const pending = this.#deferred.get(id);
+    const sbx = this.#sandbox(id);
+    if (pending && sbx) {
+      await this.#updateSandbox(sbx, pending);
+      if (this.#deferred.get(id) === pending) this.#deferred.delete(id);
+    }
+    await this.#writeStatus(id);
   }
 
   /** Writes the Sandbox status when it differs from what is stored, and an Event per new failure reason. */
@@ -448,7 +496,7 @@ export class KubernetesDriver implements Driver {
     const state = sandboxState(facts);
     const now = new Date(this.#now()).toISOString();
     const status = sandboxStatus(sbx.status, state, facts, sbx.metadata?.generation, now);
-    const comparable = (s: SandboxStatus | undefined) => JSON.stringify({ ...s, conditions: s?.conditions?.map((c) => ({ ...c, lastTransitionTime: "" })) });
+    const comparable = (s: SandboxStatus | undefined) => stableJson({ ...s, conditions: s?.conditions?.map((c) => ({ ...c, lastTransitionTime: "" })) });
     if (comparable(sbx.status) !== comparable(status)) {
       this.requests++;
       const updated = await tolerate(
@@ -552,5 +600,6 @@ export class KubernetesDriver implements Driver {
     }
     this.#tokens.delete(id);
     this.#eventReason.delete(id);
+    this.#deferred.delete(id);
   }
 }

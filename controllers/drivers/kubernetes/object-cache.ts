@@ -1,8 +1,10 @@
-// A namespace-scoped view of one resource kind, fed by a client-node informer (list, then watch
-// from the list's resourceVersion; on 410 Gone it re-lists and emits the difference). Our own
-// writes are remembered until the watch catches up, so a read right after a create or delete
-// never sees the older state and the driver never creates twice.
-import { makeInformer, type Informer, type KubeConfig, type KubernetesListObject, type KubernetesObject } from "@kubernetes/client-node";
+// A namespace-scoped informer for one resource kind: list, then watch from the list's
+// resourceVersion (with bookmarks); when the watch ends it resumes from the last version seen, and
+// on 410 Gone it re-lists and emits the difference. Objects are stored as slim projections (no
+// managedFields, only the fields the driver reads), which is most of the agent's memory per sandbox.
+// Our own writes are remembered until the watch catches up, so a read right after a create or
+// delete never sees the older state and the driver never creates twice.
+import { Watch, type KubeConfig, type KubernetesObject } from "@kubernetes/client-node";
 import { LABEL } from "../../../schema/crd/labels.ts";
 
 interface Written<T> {
@@ -10,53 +12,149 @@ interface Written<T> {
   rv: number;
 }
 
+type Verb = "add" | "update" | "delete";
+
+export interface ObjectCacheOptions<T> {
+  path: string;
+  list: () => Promise<{ items: unknown[]; metadata?: { resourceVersion?: string } }>;
+  labelSelector?: string;
+  /** Projection kept in memory (must keep metadata.name, resourceVersion and labels). */
+  slim: (raw: any) => T;
+  onError?: (err: unknown) => void;
+}
+
 const rvOf = (o: KubernetesObject | undefined | null): number => Number(o?.metadata?.resourceVersion ?? 0);
+const RECONNECT_MS = 500;
 
 export class ObjectCache<T extends KubernetesObject> {
   readonly #objects = new Map<string, T>();
   readonly #written = new Map<string, Written<T>>();
-  readonly #informer: Informer<T>;
-  readonly #listeners: ((obj: T, verb: "add" | "update" | "delete") => void)[] = [];
+  /** sandbox-id label → object name (almost always one; a Set while a pod is being replaced). */
+  readonly #byId = new Map<string, string | Set<string>>();
+  readonly #listeners: ((obj: T, verb: Verb) => void)[] = [];
+  readonly #watch: Watch;
+  readonly #o: ObjectCacheOptions<T>;
+  #rv = "";
+  #abort?: AbortController;
+  #stopped = false;
   #started?: Promise<void>;
+  /** Lists done (the first plus every re-list after 410). */
+  lists = 0;
 
-  constructor(kc: KubeConfig, path: string, list: () => Promise<KubernetesListObject<T>>, labelSelector?: string) {
-    this.#informer = makeInformer(kc, path, list, labelSelector);
-    const put = (verb: "add" | "update") => (obj: T) => {
-      const name = obj.metadata!.name!;
-      this.#objects.set(name, obj);
-      const w = this.#written.get(name);
-      if (w && rvOf(obj) >= w.rv) this.#written.delete(name);
-      this.#emit(obj, verb);
-    };
-    this.#informer.on("add", put("add"));
-    this.#informer.on("update", put("update"));
-    this.#informer.on("delete", (obj) => {
-      const name = obj.metadata!.name!;
-      this.#objects.delete(name);
-      const w = this.#written.get(name);
-      if (w && (w.obj === null || w.rv <= rvOf(obj))) this.#written.delete(name);
-      this.#emit(obj, "delete");
-    });
-    // Errors end the watch; the informer reconnects by itself, only a stop() ends it for good.
-    this.#informer.on("error", () => {
-      setTimeout(() => void this.#informer.start().catch(() => {}), 1000);
-    });
+  constructor(kc: KubeConfig, opts: ObjectCacheOptions<T>) {
+    this.#watch = new Watch(kc);
+    this.#o = opts;
   }
 
   start(): Promise<void> {
-    this.#started ??= this.#informer.start();
+    this.#started ??= this.#relist().then(() => this.#watchFrom());
     return this.#started;
   }
 
   async stop(): Promise<void> {
-    await this.#informer.stop();
+    this.#stopped = true;
+    this.#abort?.abort();
   }
 
-  onChange(cb: (obj: T, verb: "add" | "update" | "delete") => void): void {
+  onChange(cb: (obj: T, verb: Verb) => void): void {
     this.#listeners.push(cb);
   }
 
-  #emit(obj: T, verb: "add" | "update" | "delete"): void {
+  /** Lists, retrying what a fresh API server answers while its storage initialises (429, 5xx). */
+  async #listWithRetry(): ReturnType<ObjectCacheOptions<T>["list"]> {
+    for (let attempt = 0; ; attempt++) {
+      try {
+        return await this.#o.list();
+      } catch (err) {
+        const code = (err as { code?: number }).code ?? 0;
+        if (this.#stopped || attempt >= 30 || (code !== 429 && code < 500 && code !== 0)) throw err;
+        await new Promise((r) => setTimeout(r, Math.min(1000, 100 * 2 ** attempt)));
+      }
+    }
+  }
+
+  async #relist(): Promise<void> {
+    const list = await this.#listWithRetry();
+    this.lists++;
+    const fresh = new Map<string, T>();
+    for (const raw of list.items) {
+      const obj = this.#o.slim(raw);
+      fresh.set(obj.metadata!.name!, obj);
+    }
+    for (const [name, old] of this.#objects) if (!fresh.has(name)) this.#remove(old);
+    for (const obj of fresh.values()) this.#put(obj);
+    this.#rv = list.metadata?.resourceVersion ?? "";
+  }
+
+  async #watchFrom(): Promise<void> {
+    if (this.#stopped) return;
+    let expired = false;
+    const done = (err: unknown) => {
+      if (this.#stopped) return;
+      const code = (err as { statusCode?: number; code?: number } | null)?.statusCode ?? (err as { code?: number } | null)?.code;
+      if (err && code !== 410) this.#o.onError?.(err);
+      const again = expired || code === 410 ? this.#relist().then(() => this.#watchFrom()) : this.#watchFrom();
+      setTimeout(() => void again.catch((e) => this.#o.onError?.(e)), err ? RECONNECT_MS : 0);
+    };
+    try {
+      this.#abort = await this.#watch.watch(
+        this.#o.path,
+        { resourceVersion: this.#rv, allowWatchBookmarks: true, labelSelector: this.#o.labelSelector },
+        (phase: string, raw: any) => {
+          if (phase === "ERROR") {
+            if (raw?.code === 410) expired = true;
+            return;
+          }
+          if (raw?.metadata?.resourceVersion) this.#rv = raw.metadata.resourceVersion;
+          if (phase === "BOOKMARK") return;
+          const obj = this.#o.slim(raw);
+          if (phase === "DELETED") this.#remove(obj);
+          else this.#put(obj);
+        },
+        done,
+      );
+    } catch (err) {
+      done(err);
+    }
+  }
+
+  #index(obj: T, add: boolean): void {
+    const id = obj.metadata?.labels?.[LABEL.sandboxId];
+    if (!id) return;
+    const name = obj.metadata!.name!;
+    const cur = this.#byId.get(id);
+    const names = new Set(cur === undefined ? [] : typeof cur === "string" ? [cur] : cur);
+    if (add) names.add(name);
+    else names.delete(name);
+    if (names.size === 0) this.#byId.delete(id);
+    else this.#byId.set(id, names.size === 1 ? [...names][0]! : names);
+  }
+
+  #put(obj: T): void {
+    const name = obj.metadata!.name!;
+    const old = this.#objects.get(name);
+    if (old && rvOf(old) > rvOf(obj)) return; // a re-list raced a newer watch event
+    this.#objects.set(name, obj);
+    this.#index(obj, true);
+    const w = this.#written.get(name);
+    if (w && rvOf(obj) >= w.rv) this.#written.delete(name);
+    this.#emit(obj, old ? "update" : "add");
+  }
+
+  #remove(obj: T): void {
+    const name = obj.metadata!.name!;
+    const old = this.#objects.get(name);
+    this.#objects.delete(name);
+    if (old) this.#index(old, false);
+    const w = this.#written.get(name);
+    if (w && (w.obj === null || w.rv <= rvOf(obj))) {
+      this.#written.delete(name);
+      if (w.obj) this.#index(w.obj, false);
+    }
+    this.#emit(obj, "delete");
+  }
+
+  #emit(obj: T, verb: Verb): void {
     for (const cb of this.#listeners) cb(obj, verb);
   }
 
@@ -68,8 +166,10 @@ export class ObjectCache<T extends KubernetesObject> {
   }
 
   /** Records the server's answer to our own create/update/patch. */
-  remember(obj: T): T {
+  remember(raw: unknown): T {
+    const obj = this.#o.slim(raw);
     this.#written.set(obj.metadata!.name!, { obj, rv: rvOf(obj) });
+    this.#index(obj, true);
     return obj;
   }
 
@@ -83,8 +183,15 @@ export class ObjectCache<T extends KubernetesObject> {
     return [...names].map((n) => this.get(n)).filter((o): o is T => o !== undefined);
   }
 
-  /** Objects carrying the sandbox-id label `id`. */
-  forSandbox(id: string): T[] {
-    return this.list().filter((o) => o.metadata?.labels?.[LABEL.sandboxId] === id);
+  /** Objects carrying the sandbox-id label value `label`. */
+  forSandbox(label: string): T[] {
+    const cur = this.#byId.get(label);
+    const names = cur === undefined ? [] : typeof cur === "string" ? [cur] : [...cur];
+    return names.map((n) => this.get(n)).filter((o): o is T => o !== undefined && o.metadata?.labels?.[LABEL.sandboxId] === label);
+  }
+
+  /** Number of objects held. */
+  get size(): number {
+    return this.#objects.size;
   }
 }

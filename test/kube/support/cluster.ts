@@ -165,6 +165,6 @@ export async function startCluster(opts: { dir?: string } = {}): Promise<Cluster
 
 function spawnKubectl(kubeconfig: string, args: string[], input?: string): { status: number; stdout: string; stderr: string } {
   const { spawnSync } = process.getBuiltinModule("node:child_process") as typeof import("node:child_process");
-  const r = spawnSync("kubectl", ["--kubeconfig", kubeconfig, ...args], { encoding: "utf8", input, timeout: 60_000 });
+  const r = spawnSync("kubectl", ["--kubeconfig", kubeconfig, ...args], { encoding: "utf8", input, timeout: 60_000, maxBuffer: 256 * 1024 * 1024 });
   return { status: r.status ?? 1, stdout: r.stdout ?? "", stderr: r.stderr ?? "" };
 }

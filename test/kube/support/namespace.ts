@@ -18,7 +18,7 @@ export async function freshNamespace(prefix: string): Promise<string> {
 
 /** The machine's kubectl as cluster admin. */
 export function kubectl(args: string[], input?: string): { status: number; stdout: string; stderr: string } {
-  const r = spawnSync("kubectl", ["--kubeconfig", inject("kube").adminKubeconfig, ...args], { encoding: "utf8", input, timeout: 60_000 });
+  const r = spawnSync("kubectl", ["--kubeconfig", inject("kube").adminKubeconfig, ...args], { encoding: "utf8", input, timeout: 60_000, maxBuffer: 256 * 1024 * 1024 });
   return { status: r.status ?? 1, stdout: r.stdout ?? "", stderr: r.stderr ?? "" };
 }
 
