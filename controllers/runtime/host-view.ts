@@ -24,6 +24,13 @@ function cachedFile<T>(path: string, parse: (text: string) => T, empty: T): () =
   };
 }
 
+export class UserSwitchError extends Error {
+  constructor(user: string) {
+    super(`cannot run as '${user}': the runtime is not root`);
+    this.name = "UserSwitchError";
+  }
+}
+
 export class HostView implements SandboxView {
   #passwd: () => PasswdEntry[];
   #groups: () => Map<number, string>;
@@ -59,6 +66,9 @@ export class HostView implements SandboxView {
     if (this.#asRoot) {
       cmd.uid = req.user.uid;
       cmd.gid = req.user.gid;
+    } else if (req.user.uid !== process.getuid?.()) {
+      // Not root: the runtime cannot switch user, and running as itself would lie about it.
+      throw new UserSwitchError(req.user.name);
     }
     return cmd;
   }

@@ -19,7 +19,12 @@ export async function* start(req: StartRequest, ctx: HandlerContext) {
   if (!isDir) throw new ConnectError(`cwd '${cwd}' does not exist or is not a directory`, Code.InvalidArgument);
 
   const env = { PATH: DEFAULT_PATH, HOME: user.home, USER: user.name, LOGNAME: user.name, ...sbx.envVars, ...cfg.envs };
-  const host = sbx.view.command({ cmd: cfg.cmd, args: cfg.args, cwd, env, user });
+  let host;
+  try {
+    host = sbx.view.command({ cmd: cfg.cmd, args: cfg.args, cwd, env, user });
+  } catch (err) {
+    throw new ConnectError((err as Error).message, Code.PermissionDenied);
+  }
   const config = { cmd: cfg.cmd, args: cfg.args, envs: cfg.envs, cwd: cfg.cwd };
   let handle: ProcessHandle;
   try {
