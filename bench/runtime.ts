@@ -13,7 +13,11 @@ import { fileURLToPath } from "node:url";
 import { Sandbox } from "e2b";
 import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { join } from "node:path";
+import { setFlagsFromString } from "node:v8";
+import { runInNewContext } from "node:vm";
 import { bundleRuntime } from "../controllers/runtime/bundle.ts";
+import { HostView } from "../controllers/runtime/host-view.ts";
+import { createRuntime } from "../controllers/runtime/runtime.ts";
 import { ENVD_VERSION } from "../controllers/runtime/version.ts";
 
 type Figures = Record<string, { value: number; unit: string; target?: string }>;
@@ -86,7 +90,23 @@ async function idleRss(entry: string, apiUrl: string): Promise<{ rss: number; an
   }
 }
 
+/** Heap cost of one registered idle sandbox in an embedded runtime (the local driver's mode). */
+function perSandboxKB(): number {
+  setFlagsFromString("--expose-gc");
+  const gc = runInNewContext("gc") as () => void;
+  const runtime = createRuntime();
+  const view = new HostView();
+  gc();
+  const before = process.memoryUsage().heapUsed;
+  for (let i = 0; i < 1000; i++) runtime.addSandbox(`s${i}`, view, { accessToken: `token-${i}`, envVars: { A: "1" }, defaultUser: "root" });
+  gc();
+  const after = process.memoryUsage().heapUsed;
+  void runtime.close();
+  return (after - before) / 1000 / 1024;
+}
+
 export async function run(_ctx?: unknown): Promise<Figures> {
+  const perSandbox = perSandboxKB();
   mkdirSync(join(ROOT, "dist"), { recursive: true });
   // Inside the repository, so the bundle resolves its one external (@lydell/node-pty).
   const dir = mkdtempSync(join(ROOT, "dist", "runtime-bench-"));
@@ -140,6 +160,7 @@ export async function run(_ctx?: unknown): Promise<Figures> {
       "runtime.idle_rss_mb": { value: idle.rss, unit: "MB", target: "<= 60" },
       "runtime.idle_private_mb": { value: idle.anon, unit: "MB" },
       "runtime.idle_rss_mb_from_source": { value: fromSource.rss, unit: "MB" },
+      "runtime.embedded_heap_per_idle_sandbox_kb": { value: perSandbox, unit: "KB" },
       "runtime.rss_growth_mb_after_1000_runs": { value: after - before, unit: "MB", target: "<= 10" },
       "runtime.write_100mb_multipart_mb_s": { value: 100 / (writeMs / 1000), unit: "MB/s" },
       "runtime.write_100mb_octet_stream_mb_s": { value: 100 / (writeStreamMs / 1000), unit: "MB/s" },
