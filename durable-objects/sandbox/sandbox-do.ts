@@ -51,9 +51,9 @@ export class SandboxDO extends DurableObject<Env> {
   /**
    * PoolDO calls this when it creates a warm member: it makes this object's storage exist before
    * the claim. On local workerd the first write of a new Durable Object (creating its SQLite
-   * database) costs ~4 ms of CPU, which otherwise lands on the create request. No alarm: an alarm
-   * write costs ~0.5 ms of CPU per member (bench/edge.ts), so the pool calls discard() instead
-   * for a member it deletes unclaimed.
+   * database) costs ~4 ms of CPU, which otherwise lands on the create request. No alarm: a
+   * setAlarm is ~5 % of workerd's CPU samples in the edge bench (~0.2 ms), and a claim sets its
+   * own anyway, so the pool calls discard() instead for a member it deletes unclaimed.
    */
   async prepare(): Promise<{ ok: true }> {
     if (!this.state) await this.ctx.storage.put(PREPARED_KEY, true);
