@@ -1,0 +1,162 @@
+// CRD sync, cluster → edge: every SandboxSet in the namespace becomes the edge's template of the
+// same name in the team named like the namespace, so the edge's PoolDO keeps its warm pool
+// (replicas, image, CPU, memory, env, pause strategy, scale and update budgets). The edge stays
+// the authority for sandboxes; this only hands it the platform team's spec. Level-based: on start
+// every SandboxSet is pushed again, and a failed push is retried until it lands.
+//
+// The sink is an interface: today's implementation calls the edge's admin template API; the
+// proposed protocol message (`sandboxsets`, see the kubernetes driver README) would carry the same
+// spec over the agent's own session instead of an admin key.
+import type { ObjectCache } from "./object-cache.ts";
+import type { SandboxSetObject } from "./kubernetes-driver.ts";
+import { RUNTIME_CONTAINER } from "../../../schema/crd/labels.ts";
+
+/** The edge's template spec (schema/api/template.ts `TemplateSpec` input) a SandboxSet maps to. */
+export interface PoolSpec {
+  cluster: string;
+  replicas: number;
+  image: string;
+  cpuCount: number;
+  memoryMB: number;
+  env: Record<string, string>;
+  pauseStrategy: "Freeze" | "Stop";
+  scaleStrategy: { maxUnavailable?: number | string };
+  updateStrategy: { maxUnavailable: number | string };
+}
+
+export interface PoolSink {
+  upsert(team: string, templateId: string, spec: PoolSpec): Promise<void>;
+  remove(team: string, templateId: string): Promise<void>;
+}
+
+const BINARY: Record<string, number> = { Ki: 2 ** 10, Mi: 2 ** 20, Gi: 2 ** 30, Ti: 2 ** 40 };
+const DECIMAL: Record<string, number> = { k: 1e3, M: 1e6, G: 1e9, T: 1e12 };
+
+/** A Kubernetes quantity ("500m", "2", "1Gi", "512M") as a number of base units. */
+export function parseQuantity(q: string | number | undefined): number | undefined {
+  if (q === undefined) return undefined;
+  if (typeof q === "number") return q;
+  const m = /^([0-9.]+)(m|Ki|Mi|Gi|Ti|k|M|G|T)?$/.exec(q.trim());
+  if (!m) return undefined;
+  const n = Number(m[1]);
+  const unit = m[2];
+  if (!unit) return n;
+  if (unit === "m") return n / 1000;
+  return n * (BINARY[unit] ?? DECIMAL[unit] ?? 1);
+}
+
+type Container = { name?: string; image?: string; env?: { name: string; value?: string }[]; resources?: { limits?: Record<string, string>; requests?: Record<string, string> } };
+
+/** The edge spec for a SandboxSet (pure). */
+export function poolSpecOf(set: SandboxSetObject & { spec: { pauseStrategy?: { type?: string }; scaleStrategy?: { maxUnavailable?: number | string }; updateStrategy?: { maxUnavailable?: number | string } } }, cluster: string): PoolSpec {
+  const containers = ((set.spec.template?.spec?.containers ?? []) as Container[]).filter((c) => c.name !== RUNTIME_CONTAINER);
+  const main = containers[0] ?? {};
+  const res = (key: "cpu" | "memory") => parseQuantity(main.resources?.limits?.[key] ?? main.resources?.requests?.[key]);
+  const cpu = res("cpu");
+  const memory = res("memory");
+  const env = Object.fromEntries((main.env ?? []).filter((e) => e.value !== undefined).map((e) => [e.name, e.value!]));
+  return {
+    cluster,
+    replicas: set.spec.replicas ?? 0,
+    image: main.image ?? "base",
+    cpuCount: Math.max(1, Math.ceil(cpu ?? 1)),
+    memoryMB: Math.max(128, Math.ceil((memory ?? 512 * 2 ** 20) / 2 ** 20)),
+    env,
+    pauseStrategy: set.spec.pauseStrategy?.type === "Freeze" ? "Freeze" : "Stop",
+    scaleStrategy: set.spec.scaleStrategy?.maxUnavailable === undefined ? {} : { maxUnavailable: set.spec.scaleStrategy.maxUnavailable },
+    updateStrategy: { maxUnavailable: set.spec.updateStrategy?.maxUnavailable ?? "20%" },
+  };
+}
+
+/** Pushes specs through the edge's admin template API (`PUT/DELETE /admin/teams/{team}/templates/{id}`). */
+export class AdminApiPoolSink implements PoolSink {
+  readonly #url: string;
+  readonly #key: string;
+  constructor(edgeUrl: string, adminApiKey: string) {
+    this.#url = edgeUrl.replace(/\/$/, "");
+    this.#key = adminApiKey;
+  }
+
+  async upsert(team: string, templateId: string, spec: PoolSpec): Promise<void> {
+    const res = await fetch(`${this.#url}/admin/teams/${encodeURIComponent(team)}/templates/${encodeURIComponent(templateId)}`, {
+      method: "PUT",
+      headers: { "x-api-key": this.#key, "content-type": "application/json" },
+      body: JSON.stringify({ spec }),
+    });
+    if (!res.ok) throw new Error(`edge rejected template ${team}/${templateId}: HTTP ${res.status} ${await res.text()}`);
+  }
+
+  async remove(team: string, templateId: string): Promise<void> {
+    const res = await fetch(`${this.#url}/admin/teams/${encodeURIComponent(team)}/templates/${encodeURIComponent(templateId)}`, {
+      method: "DELETE",
+      headers: { "x-api-key": this.#key },
+    });
+    if (!res.ok && res.status !== 404) throw new Error(`edge refused to delete template ${team}/${templateId}: HTTP ${res.status} ${await res.text()}`);
+  }
+}
+
+export interface SandboxSetSyncOptions {
+  sandboxSets: ObjectCache<SandboxSetObject>;
+  namespace: string;
+  /** The cluster id the edge knows this agent by (the pool's members are placed here). */
+  cluster: string;
+  sink: PoolSink;
+  log?: (msg: string) => void;
+  retryMs?: number;
+}
+
+export class SandboxSetSync {
+  readonly #o: SandboxSetSyncOptions;
+  /** name → generation last accepted by the edge (−1: removal pending). */
+  readonly #synced = new Map<string, number>();
+  readonly #timers = new Map<string, NodeJS.Timeout>();
+  #stopped = false;
+
+  constructor(opts: SandboxSetSyncOptions) {
+    this.#o = opts;
+    opts.sandboxSets.onChange((obj, verb) => this.#schedule(obj.metadata!.name!, verb === "delete" ? "remove" : "upsert", 0));
+  }
+
+  /** Pushes every SandboxSet the cache holds (the cache must be started). */
+  start(): void {
+    for (const set of this.#o.sandboxSets.list()) this.#schedule(set.metadata!.name!, "upsert", 0);
+  }
+
+  stop(): void {
+    this.#stopped = true;
+    for (const t of this.#timers.values()) clearTimeout(t);
+  }
+
+  /** True when every SandboxSet's current generation has reached the edge. */
+  get settled(): boolean {
+    return this.#timers.size === 0 && this.#o.sandboxSets.list().every((s) => this.#synced.get(s.metadata!.name!) === s.metadata?.generation);
+  }
+
+  #schedule(name: string, op: "upsert" | "remove", delayMs: number): void {
+    if (this.#stopped) return;
+    clearTimeout(this.#timers.get(name));
+    this.#timers.set(
+      name,
+      setTimeout(() => {
+        this.#timers.delete(name);
+        void this.#push(name, op).catch((err) => {
+          this.#o.log?.(`sandboxset ${name}: ${(err as Error).message}`);
+          this.#schedule(name, op, this.#o.retryMs ?? 1000);
+        });
+      }, delayMs),
+    );
+  }
+
+  async #push(name: string, op: "upsert" | "remove"): Promise<void> {
+    const set = this.#o.sandboxSets.get(name);
+    if (op === "remove" || !set || set.metadata?.deletionTimestamp) {
+      await this.#o.sink.remove(this.#o.namespace, name);
+      this.#synced.delete(name);
+      return;
+    }
+    const generation = set.metadata?.generation ?? 0;
+    if (this.#synced.get(name) === generation) return;
+    await this.#o.sink.upsert(this.#o.namespace, name, poolSpecOf(set as never, this.#o.cluster));
+    this.#synced.set(name, generation);
+  }
+}
