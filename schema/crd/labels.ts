@@ -36,6 +36,9 @@ export const ANNOTATION = {
   runtimeUrl: "agents.kruise.io/runtime-url",
   /** UID of the pod whose processes the runtime froze (Freeze pause); absent when not frozen. */
   frozenPod: "agents.kruise.io/frozen-pod",
+  /** `"true"`/`"false"`: the pause the edge last asked for. A spec.paused that differs was set by a
+   * user (kubectl patch) and is reported to the edge as a request. */
+  desiredPaused: "agents.kruise.io/desired-paused",
   /** How the sandbox pauses (`Freeze` keeps the pod, `Stop` deletes it and keeps its PVCs). */
   pauseStrategy: "agents.kruise.io/pause-strategy",
 } as const;

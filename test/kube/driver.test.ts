@@ -6,9 +6,9 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { LABEL } from "../../schema/crd/labels.ts";
 import { createRuntime } from "../../controllers/runtime/runtime.ts";
 import { HostView } from "../../controllers/runtime/host-view.ts";
-import { KubernetesDriver, idLabel, type KubeDesiredSandbox } from "../../controllers/drivers/kubernetes/kubernetes-driver.ts";
+import { KubernetesDriver, idLabel, type KubeDesiredSandbox, type SandboxRequest } from "../../controllers/drivers/kubernetes/kubernetes-driver.ts";
 import { TestKubelet } from "./support/kubelet.ts";
-import { freshNamespace, kubeConfig, kubectlOk, table, until } from "./support/namespace.ts";
+import { freshNamespace, kubeConfig, kubectl, kubectlOk, table, until } from "./support/namespace.ts";
 
 let ns: string;
 let driver: KubernetesDriver;
@@ -18,8 +18,11 @@ let generation = 1;
 
 const RUNTIME_IMAGE = "ghcr.io/kruise-edge/sandbox-agent:test";
 
+/** What the driver would send the edge (the proposed `requests` message). */
+const requests: SandboxRequest[] = [];
+
 function newDriver(): KubernetesDriver {
-  return new KubernetesDriver({ kubeConfig: kubeConfig("agent"), namespace: ns, runtimeImage: RUNTIME_IMAGE });
+  return new KubernetesDriver({ kubeConfig: kubeConfig("agent"), namespace: ns, runtimeImage: RUNTIME_IMAGE, onRequest: (r) => requests.push(r) });
 }
 
 function desired(id: string, over: Partial<KubeDesiredSandbox> = {}): KubeDesiredSandbox {
@@ -293,6 +296,31 @@ describe("kubernetes driver", () => {
     await until("orphan gone", async () => podOf(await pods(), "orphan").length === 0);
     const after = await pods();
     expect(after.map((p) => p.metadata!.uid).sort()).toEqual(before.map((p) => p.metadata!.uid).sort());
+  });
+
+  it("kubectl patch of spec.paused becomes a request for the edge, and the edge's answer pauses it", async () => {
+    requests.length = 0;
+    kubectlOk(["-n", ns, "patch", "sbx", "python-poolb", "--type", "merge", "-p", '{"spec":{"paused":true}}']);
+    const req = await until("pause request", () => requests.find((r) => r.sandboxId === "poolb"));
+    expect(req).toMatchObject({ action: "pause", generation: expect.any(Number) });
+    // The agent does not act alone: the pod runs until the edge sends the pause intent.
+    expect(podOf(await pods(), "poolb")).toHaveLength(1);
+    await driver.ensure(desired("poolb", { state: "Paused", pauseStrategy: "Stop" }));
+    expect(podOf(await pods(), "poolb")).toHaveLength(0);
+    // Once the edge agrees, nothing more is asked.
+    await new Promise((r) => setTimeout(r, 200));
+    expect(requests.filter((r) => r.sandboxId === "poolb")).toHaveLength(1);
+  });
+
+  it("kubectl delete sbx becomes a kill request; the finalizer keeps the sandbox until the edge deletes it", async () => {
+    requests.length = 0;
+    const del = kubectl(["-n", ns, "delete", "sbx", "python-poold", "--wait=false"]);
+    expect(del.status).toBe(0);
+    await until("kill request", () => requests.find((r) => r.sandboxId === "poold" && r.action === "kill"));
+    expect(podOf(await pods(), "poold")).toHaveLength(1);
+    await driver.destroy("poold");
+    await until("sbx gone", () => !kubectlOk(["-n", ns, "get", "sbx", "-o", "name"]).includes("python-poold"));
+    expect(podOf(await pods(), "poold")).toHaveLength(0);
   });
 
   it("destroy removes the pod, the PVCs and the Sandbox (finalizer released)", async () => {

@@ -77,6 +77,14 @@ export interface KubeSandboxObservation extends SandboxObservation {
   reason?: string;
 }
 
+/** A change a user made to a Sandbox object, for the edge to apply (proposal: agent → edge `requests`). */
+export interface SandboxRequest {
+  sandboxId: string;
+  action: "pause" | "resume" | "kill";
+  /** The Sandbox's metadata.generation the request was made at. */
+  generation: number;
+}
+
 export interface KubernetesDriverOptions {
   kubeConfig: KubeConfig;
   namespace: string;
@@ -84,6 +92,9 @@ export interface KubernetesDriverOptions {
   runtimeImage: string;
   /** Told whenever a sandbox's objects change (pod ready, IP assigned, pod lost). */
   onChange?: (id: string) => void;
+  /** A user changed a Sandbox with kubectl (patched spec.paused, or deleted it). The edge decides:
+   * the driver does not act on it until an intent with a newer generation arrives. */
+  onRequest?: (req: SandboxRequest) => void;
   now?: () => number;
   log?: (msg: string) => void;
 }
@@ -165,6 +176,9 @@ export class KubernetesDriver implements Driver {
   /** Metadata-only changes (a claim, a new generation) not yet written: the claim's critical path
    * is the runtime's re-init, so the Sandbox and pod relabel trail it by a few milliseconds. */
   readonly #deferred = new Map<string, KubeDesiredSandbox>();
+  /** Last user request reported per sandbox (`action@generation`), so each is reported once. */
+  readonly #requested = new Map<string, string>();
+  readonly #destroying = new Set<string>();
 
   constructor(opts: KubernetesDriverOptions) {
     this.#opts = opts;
@@ -203,7 +217,10 @@ export class KubernetesDriver implements Driver {
       opts.onChange?.(id);
     };
     this.pods.onChange(changed);
-    this.sandboxes.onChange((o) => this.#pools.touch(o.metadata?.labels?.[LABEL.pool]));
+    this.sandboxes.onChange((o, verb) => {
+      this.#pools.touch(o.metadata?.labels?.[LABEL.pool]);
+      if (verb !== "delete") this.#userRequest(o);
+    });
     this.sandboxSets.onChange((o) => this.#pools.touch(o.metadata?.name));
   }
 
@@ -214,6 +231,25 @@ export class KubernetesDriver implements Driver {
     const own = o.metadata?.annotations?.[ANNOTATION.sandboxId];
     if (own) return own;
     return this.sandboxes.forSandbox(label)[0]?.metadata?.annotations?.[ANNOTATION.sandboxId] ?? label;
+  }
+
+  /** Spots kubectl edits: spec.paused differing from what the edge last asked for, or a delete the
+   * agent did not make (its finalizer holds the object until the edge confirms). */
+  #userRequest(o: SandboxObject): void {
+    const id = o.metadata?.annotations?.[ANNOTATION.sandboxId];
+    if (!id || !this.#opts.onRequest || this.#destroying.has(id)) return;
+    const generation = o.metadata?.generation ?? 0;
+    let action: SandboxRequest["action"] | undefined;
+    if (o.metadata?.deletionTimestamp) action = "kill";
+    else {
+      const wanted = o.metadata?.annotations?.[ANNOTATION.desiredPaused];
+      if (wanted !== undefined && String(Boolean(o.spec.paused)) !== wanted) action = o.spec.paused ? "pause" : "resume";
+    }
+    if (!action) return;
+    const key = `${action}@${generation}`;
+    if (this.#requested.get(id) === key) return;
+    this.#requested.set(id, key);
+    this.#opts.onRequest({ sandboxId: id, action, generation });
   }
 
   /** Starts the informers and waits for their first list. */
@@ -266,7 +302,12 @@ export class KubernetesDriver implements Driver {
         name: sandboxName(d.id, pool),
         namespace: this.namespace,
         labels,
-        annotations: { [ANNOTATION.sandboxId]: d.id, [ANNOTATION.generation]: String(d.generation), [ANNOTATION.pauseStrategy]: d.pauseStrategy },
+        annotations: {
+          [ANNOTATION.sandboxId]: d.id,
+          [ANNOTATION.generation]: String(d.generation),
+          [ANNOTATION.pauseStrategy]: d.pauseStrategy,
+          [ANNOTATION.desiredPaused]: String(d.state === "Paused"),
+        },
         finalizers: [SANDBOX_FINALIZER],
         ownerReferences,
       },
@@ -295,8 +336,9 @@ export class KubernetesDriver implements Driver {
     const annotations = { ...(patch.metadata.annotations as Record<string, string> | undefined) };
     if (meta.annotations?.[ANNOTATION.generation] !== String(d.generation)) annotations[ANNOTATION.generation] = String(d.generation);
     if (meta.annotations?.[ANNOTATION.pauseStrategy] !== d.pauseStrategy) annotations[ANNOTATION.pauseStrategy] = d.pauseStrategy;
-    if (Object.keys(annotations).length) patch.metadata.annotations = annotations;
     const paused = d.state === "Paused";
+    if (meta.annotations?.[ANNOTATION.desiredPaused] !== String(paused)) annotations[ANNOTATION.desiredPaused] = String(paused);
+    if (Object.keys(annotations).length) patch.metadata.annotations = annotations;
     if (Boolean(sbx.spec.paused) !== paused) patch.spec = { paused };
     if (!Object.keys(patch.metadata).length && !patch.spec) return sbx;
     this.requests++;
@@ -582,6 +624,7 @@ export class KubernetesDriver implements Driver {
 
   async destroy(id: string): Promise<void> {
     const label = idLabel(id);
+    this.#destroying.add(id);
     for (const pod of this.pods.forSandbox(label)) await this.#deletePod(pod, 0);
     for (const pvc of this.pvcs.forSandbox(label)) {
       this.requests++;
@@ -601,5 +644,7 @@ export class KubernetesDriver implements Driver {
     this.#tokens.delete(id);
     this.#eventReason.delete(id);
     this.#deferred.delete(id);
+    this.#requested.delete(id);
+    this.#destroying.delete(id);
   }
 }
