@@ -1,0 +1,95 @@
+// The kubernetes driver's pure pieces: what a pod's status means, what a SandboxSet asks of the
+// edge, and how quantities read. Table rows, no API server.
+import type { V1Pod } from "@kubernetes/client-node";
+import { describe, expect, it } from "vitest";
+import { sandboxState } from "../../controllers/drivers/kubernetes/pod-state.ts";
+import { parseQuantity, poolSpecOf } from "../../controllers/drivers/kubernetes/sandboxset-sync.ts";
+import { buildPod } from "../../controllers/drivers/kubernetes/pod-spec.ts";
+
+const pod = (status: V1Pod["status"], meta: V1Pod["metadata"] = {}): V1Pod => ({ metadata: { name: "p", uid: "u1", ...meta }, status });
+const ready = { phase: "Running", podIP: "10.0.0.1", conditions: [{ type: "Ready", status: "True" }] };
+const waiting = (reason: string) => ({ phase: "Pending", containerStatuses: [{ name: "sandbox", image: "x", imageID: "", ready: false, restartCount: 0, state: { waiting: { reason } } }] });
+
+describe("sandboxState", () => {
+  const rows: [string, Parameters<typeof sandboxState>[0], { driverPhase: string; reason: string; ready: boolean }][] = [
+    ["ready pod", { paused: false, pauseStrategy: "Stop", frozen: false, pod: pod(ready) }, { driverPhase: "Running", reason: "PodReady", ready: true }],
+    ["no pod yet", { paused: false, pauseStrategy: "Stop", frozen: false, pod: undefined }, { driverPhase: "Pending", reason: "PodStarting", ready: false }],
+    ["image pull", { paused: false, pauseStrategy: "Stop", frozen: false, pod: pod(waiting("ImagePullBackOff")) }, { driverPhase: "Pending", reason: "ImagePullFailed", ready: false }],
+    ["crash loop", { paused: false, pauseStrategy: "Stop", frozen: false, pod: pod(waiting("CrashLoopBackOff")) }, { driverPhase: "Pending", reason: "StartContainerFailed", ready: false }],
+    ["creating", { paused: false, pauseStrategy: "Stop", frozen: false, pod: pod(waiting("ContainerCreating")) }, { driverPhase: "Pending", reason: "PodStarting", ready: false }],
+    [
+      "unschedulable",
+      { paused: false, pauseStrategy: "Stop", frozen: false, pod: pod({ phase: "Pending", conditions: [{ type: "PodScheduled", status: "False", reason: "Unschedulable" }] }) },
+      { driverPhase: "Pending", reason: "Unschedulable", ready: false },
+    ],
+    ["stop-paused, pod gone", { paused: true, pauseStrategy: "Stop", frozen: false, pod: undefined }, { driverPhase: "Stopped", reason: "Paused", ready: false }],
+    ["stop-pausing, pod still there", { paused: true, pauseStrategy: "Stop", frozen: false, pod: pod(ready) }, { driverPhase: "Running", reason: "Paused", ready: false }],
+    ["frozen", { paused: true, pauseStrategy: "Freeze", frozen: true, pod: pod(ready) }, { driverPhase: "Paused", reason: "Paused", ready: false }],
+    ["pod failed", { paused: false, pauseStrategy: "Stop", frozen: false, pod: pod({ phase: "Failed", message: "OOMKilled" }) }, { driverPhase: "Failed", reason: "StartContainerFailed", ready: false }],
+  ];
+  it.each(rows)("%s", (_name, facts, want) => {
+    expect(sandboxState(facts)).toMatchObject(want);
+  });
+});
+
+describe("poolSpecOf", () => {
+  it("maps the first non-runtime container's image, limits and env, and the strategies", () => {
+    const spec = poolSpecOf(
+      {
+        metadata: { name: "s", generation: 3 },
+        spec: {
+          replicas: 7,
+          pauseStrategy: { type: "Freeze" },
+          scaleStrategy: { maxUnavailable: "50%" },
+          template: {
+            spec: {
+              containers: [
+                { name: "agent-runtime", image: "rt" },
+                { name: "main", image: "python:3.12", env: [{ name: "A", value: "1" }, { name: "B" }], resources: { requests: { cpu: "1500m", memory: "768Mi" } } },
+              ],
+            },
+          },
+        },
+      } as never,
+      "c1",
+    );
+    expect(spec).toEqual({
+      cluster: "c1",
+      replicas: 7,
+      image: "python:3.12",
+      cpuCount: 2,
+      memoryMB: 768,
+      env: { A: "1" },
+      pauseStrategy: "Freeze",
+      scaleStrategy: { maxUnavailable: "50%" },
+      updateStrategy: { maxUnavailable: "20%" },
+    });
+  });
+
+  it.each([
+    ["500m", 0.5],
+    ["2", 2],
+    ["1Gi", 2 ** 30],
+    ["512M", 512e6],
+    ["bogus", undefined],
+  ])("parseQuantity(%s)", (q, want) => expect(parseQuantity(q)).toBe(want));
+});
+
+describe("buildPod", () => {
+  it("injects the runtime once, keeps the template's own containers and volumes, mounts claims by template name", () => {
+    const p = buildPod({
+      name: "pool-abc",
+      namespace: "ns",
+      template: { metadata: { labels: { app: "a" } }, spec: { containers: [{ name: "main", image: "img", resources: { limits: { cpu: "3" } } }], volumes: [{ name: "workspace", emptyDir: {} }, { name: "cache", emptyDir: {} }] } },
+      volumeClaimTemplates: [{ metadata: { name: "workspace" } }],
+      labels: { "agents.kruise.io/sandbox-id": "abc" },
+      owner: { apiVersion: "agents.kruise.io/v1alpha1", kind: "Sandbox", name: "pool-abc", uid: "u" },
+      runtimeImage: "rt:1",
+      resources: { cpuCount: 1, memoryMB: 512 },
+    });
+    expect(p.spec!.containers.map((c) => c.name)).toEqual(["main", "agent-runtime"]);
+    expect(p.spec!.containers[0]!.resources).toEqual({ limits: { cpu: "3" } }); // the template's own resources win
+    expect(p.spec!.volumes).toEqual([{ name: "cache", emptyDir: {} }, { name: "workspace", persistentVolumeClaim: { claimName: "workspace-pool-abc" } }]);
+    expect(p.metadata!.labels).toEqual({ app: "a", "agents.kruise.io/sandbox-id": "abc", "agents.kruise.io/created-by": "sandbox" });
+  });
+});
