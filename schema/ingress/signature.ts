@@ -17,8 +17,8 @@ export interface SignedTarget {
 
 const encoder = new TextEncoder();
 
-function canonical(t: SignedTarget, expires: number): Uint8Array {
-  return encoder.encode(`v1\n${t.sandboxId}\n${t.port}\n${t.method.toUpperCase()}\n${t.pathAndQuery}\n${expires}`);
+function canonical(t: SignedTarget, expires: number): Uint8Array<ArrayBuffer> {
+  return new Uint8Array(encoder.encode(`v1\n${t.sandboxId}\n${t.port}\n${t.method.toUpperCase()}\n${t.pathAndQuery}\n${expires}`));
 }
 
 function base64url(bytes: ArrayBuffer): string {
@@ -50,7 +50,7 @@ export async function verifyIngress(key: CryptoKey, header: string | null | unde
   const expires = Number(m[1]);
   if (expires < Math.floor(nowMs / 1000) || expires > Math.floor(nowMs / 1000) + SIGNATURE_TTL_S + 5) return { ok: false, reason: "expired" };
   const b64 = m[2]!.replaceAll("-", "+").replaceAll("_", "/") + "=";
-  const mac = Uint8Array.from(atob(b64), (c) => c.charCodeAt(0));
+  const mac: Uint8Array<ArrayBuffer> = Uint8Array.from(atob(b64), (c) => c.charCodeAt(0));
   const ok = await crypto.subtle.verify("HMAC", key, mac, canonical(target, expires));
   return ok ? { ok: true } : { ok: false, reason: "mismatch" };
 }

@@ -1,11 +1,11 @@
 // Sandbox lifecycle through the real e2b JS SDK against the whole local system
 // (shared reference e2b-protocol.md §5.4 items 19–24).
-import { Sandbox, SandboxNotFoundError } from "e2b";
+import { Sandbox, SandboxNotFoundError, type SandboxListOpts, type SandboxOpts, type SandboxPauseOpts } from "e2b";
 import { afterAll, describe, expect, it } from "vitest";
 import { e2b, sleep, uniqueTag } from "./sdk.ts";
 
 const created: Sandbox[] = [];
-async function create(opts: Parameters<typeof Sandbox.create>[0] = {}): Promise<Sandbox> {
+async function create(opts: SandboxOpts = {}): Promise<Sandbox> {
   const sbx = await Sandbox.create({ ...e2b(), ...opts });
   created.push(sbx);
   return sbx;
@@ -59,7 +59,7 @@ describe("lifecycle", () => {
     expect(page2.map((s) => s.sandboxId)).toEqual([older.sandboxId]);
     expect(pager.hasNext).toBe(false);
 
-    const asc = await Sandbox.list({ ...e2b(), query: { metadata: { tag } }, order: "asc" } as Parameters<typeof Sandbox.list>[0]).nextItems();
+    const asc = await Sandbox.list({ ...e2b(), query: { metadata: { tag } }, order: "asc" } satisfies SandboxListOpts).nextItems();
     expect(asc.map((s) => s.sandboxId)).toEqual([older.sandboxId, newer.sandboxId]);
   });
 
@@ -126,7 +126,7 @@ describe("pause and resume", () => {
     const sbx = await create();
     await sbx.files.write("/home/user/disk.txt", "on disk");
     const sleeper = await sbx.commands.run("sleep 3600", { background: true });
-    expect(await sbx.pause({ keepMemory: false } as Parameters<Sandbox["pause"]>[0])).toBe(true);
+    expect(await sbx.pause({ keepMemory: false } satisfies SandboxPauseOpts)).toBe(true);
     expect(await sbx.isRunning()).toBe(false);
 
     const resumed = await Sandbox.connect(sbx.sandboxId, e2b());
@@ -136,7 +136,7 @@ describe("pause and resume", () => {
   });
 
   it("a paused sandbox with auto-resume wakes on traffic", async () => {
-    const sbx = await create({ lifecycle: { onTimeout: "pause", autoResume: true } } as Parameters<typeof Sandbox.create>[0]);
+    const sbx = await create({ lifecycle: { onTimeout: "pause", autoResume: true } });
     await sbx.files.write("/home/user/wake.txt", "awake");
     expect(await sbx.pause()).toBe(true);
     expect((await Sandbox.getInfo(sbx.sandboxId, e2b())).state).toBe("paused");
