@@ -124,7 +124,8 @@ export async function run(): Promise<Figures> {
     await Promise.all(idle.map((s) => s.kill()));
   } finally {
     await sys.stop();
-    rmSync(dataDir, { recursive: true, force: true });
+    if (process.env.BENCH_KEEP) console.error(`kept ${dataDir}`);
+    else rmSync(dataDir, { recursive: true, force: true });
   }
   return figures;
 }

@@ -56,7 +56,9 @@ export class Reconciler {
   /** Accepts an intent if it is newer than the stored one and schedules the sandbox. */
   offer(intent: Intent): "stale" | "queued" {
     if (!this.#d.store.offer(intent)) return "stale";
-    this.queue.add(intent.sandboxId);
+    // A sandbox's own intents (claim, pause, resume, kill) have a client waiting on them; the
+    // pool's (warming members up, scaling down) do not, and must not hold them up.
+    this.queue.add(intent.sandboxId, { urgent: intent.owner.kind === "sandbox" });
     return "queued";
   }
 

@@ -2,6 +2,10 @@
 // time; adding a key that is being processed marks it dirty so it runs once more afterwards; many
 // adds of a waiting key collapse into one run. The reconciler therefore always acts on the newest
 // desired state, never on a backlog of events.
+//
+// Two lanes: urgent keys (a client is waiting: a claim, a pause, a resume) have their own
+// workers, so they never queue behind a backlog of slow work such as warming up a pool of new
+// sandboxes. Knob: `concurrency` workers per lane.
 
 export type WorkResult = { requeueAfterMs?: number } | void;
 
@@ -10,6 +14,8 @@ export class WorkQueue {
   readonly #concurrency: number;
   readonly #onError: (key: string, err: unknown) => void;
   readonly #queued = new Set<string>();
+  readonly #urgent = new Set<string>();
+  readonly #runningUrgent = new Set<string>();
   readonly #running = new Set<string>();
   readonly #dirty = new Set<string>();
   readonly #timers = new Map<string, NodeJS.Timeout>();
@@ -23,8 +29,9 @@ export class WorkQueue {
     this.#onError = opts.onError ?? ((key, err) => console.error(`reconcile ${key}:`, err));
   }
 
-  add(key: string): void {
+  add(key: string, opts: { urgent?: boolean } = {}): void {
     if (this.#closed) return;
+    if (opts.urgent) this.#urgent.add(key);
     const timer = this.#timers.get(key);
     if (timer) {
       clearTimeout(timer);
@@ -49,6 +56,11 @@ export class WorkQueue {
     return this.#queued.size + this.#running.size;
   }
 
+  /** Whether a key waits in (or, once dequeued, runs in) the urgent lane. */
+  #isUrgent(key: string): boolean {
+    return this.#urgent.has(key);
+  }
+
   /** Resolves when nothing is queued or running (timers aside). */
   idle(): Promise<void> {
     if (this.depth === 0) return Promise.resolve();
@@ -63,10 +75,20 @@ export class WorkQueue {
   }
 
   #pump(): void {
+    const normalRunning = this.#running.size - this.#runningUrgent.size;
+    let normalSlots = this.#concurrency - normalRunning;
+    let urgentSlots = this.#concurrency - this.#runningUrgent.size;
     for (const key of this.#queued) {
-      if (this.#running.size >= this.#concurrency) return;
+      const urgent = this.#isUrgent(key);
+      if (urgent ? urgentSlots <= 0 : normalSlots <= 0) continue;
+      if (urgent) urgentSlots--;
+      else normalSlots--;
       this.#queued.delete(key);
       this.#running.add(key);
+      if (urgent) {
+        this.#urgent.delete(key);
+        this.#runningUrgent.add(key);
+      }
       void this.#run(key);
     }
     if (this.depth === 0) {
@@ -89,6 +111,7 @@ export class WorkQueue {
       this.addAfter(key, Math.min(30_000, 100 * 2 ** (n - 1)));
     } finally {
       this.#running.delete(key);
+      this.#runningUrgent.delete(key);
       if (this.#dirty.delete(key)) this.#queued.add(key);
       this.#pump();
     }
