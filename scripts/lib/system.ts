@@ -89,7 +89,9 @@ export async function startSystem(opts: SystemOptions): Promise<System> {
     if (opts.level) args.push("--level", opts.level);
     args.push("--on-exit", opts.onExit ?? "destroy");
     if (opts.runtimePort) args.push("--runtime-port", String(opts.runtimePort));
-    agent = spawn(NODE, args, { cwd: ROOT, env: { ...process.env, CLUSTER_TOKEN: secrets.clusterToken }, stdio: ["ignore", out, out] });
+    // SBX_AGENT_NODE_ARGS passes flags to the agent's Node (e.g. --cpu-prof for profiling).
+    const nodeArgs = process.env.SBX_AGENT_NODE_ARGS?.split(" ").filter(Boolean) ?? [];
+    agent = spawn(NODE, [...nodeArgs, ...args], { cwd: ROOT, env: { ...process.env, CLUSTER_TOKEN: secrets.clusterToken }, stdio: ["ignore", out, out] });
     await waitForAgent();
   };
   // The agent is up when the edge's ClusterDO reports it connected.

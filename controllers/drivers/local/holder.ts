@@ -193,9 +193,10 @@ export function sandboxPids(id: string, nsInit?: ProcRef): number[] {
 }
 
 /** The holder (and its pid 1) of a sandbox whose record lost them: an agent killed between
- * spawning the holder and writing the record. */
-export function discoverHolder(id: string, layoutDir: string): StartedHolder | undefined {
-  for (const pid of sandboxPids(id)) {
+ * spawning the holder and writing the record. `candidates` are the sandbox's processes when its
+ * cgroup lists them (cheap); otherwise every process on the host is examined. */
+export function discoverHolder(id: string, layoutDir: string, candidates?: number[]): StartedHolder | undefined {
+  for (const pid of candidates ?? sandboxPids(id)) {
     let cmd: string;
     try {
       cmd = readFileSync(`/proc/${pid}/cmdline`, "utf8");

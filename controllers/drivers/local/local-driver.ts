@@ -16,7 +16,7 @@ import {
   type SandboxObservation,
   type SnapshotRef,
 } from "../driver.ts";
-import { cgroupSetFor, createCgroups, isFrozen, killAndRemove, listCgroupIds, procsFiles, removeParents, setFrozen, type CgroupLayout } from "./cgroups.ts";
+import { cgroupPids, cgroupSetFor, createCgroups, isFrozen, killAndRemove, listCgroupIds, procsFiles, removeParents, setFrozen, type CgroupLayout } from "./cgroups.ts";
 import { alive, discoverHolder, signalSandbox, startHolder } from "./holder.ts";
 import { restoreLayer, saveLayer } from "./layer-archive.ts";
 import { bwrapMountArgs, layoutFor, mountsFor, prepareLayout } from "./layout.ts";
@@ -157,7 +157,9 @@ export class LocalDriver implements Driver {
     const cgroups = rec.cgroups ?? (this.#cgroups ? cgroupSetFor(this.#cgroups, rec.id) : undefined);
     if (cgroups) await killAndRemove(cgroups);
     if (rec.nsInit && alive(rec.nsInit)) process.kill(rec.nsInit.pid, "SIGKILL");
-    await signalSandbox(rec.id, rec.nsInit, "SIGKILL");
+    // Every process of a sandbox with cgroups joined them before exec, so cgroup.kill reached all
+    // of them; the host-wide process scan (O(processes on the host)) is for sandboxes without.
+    if (!cgroups) await signalSandbox(rec.id, rec.nsInit, "SIGKILL");
   }
 
   async #freeze(rec: SandboxRecord): Promise<void> {
@@ -183,7 +185,8 @@ export class LocalDriver implements Driver {
     };
     if (rec.phase === "Stopped") return { ...base, phase: "Stopped", pauseStrategy: "Stop" };
     if (!alive(rec.nsInit)) {
-      const found = discoverHolder(rec.id, layoutFor(this.#dataDir, rec.id).dir);
+      const candidates = rec.cgroups ? cgroupPids(rec.cgroups.core) : undefined;
+      const found = discoverHolder(rec.id, layoutFor(this.#dataDir, rec.id).dir, candidates);
       if (!found) {
         const message = rec.nsInit ? "the sandbox's holder process is gone" : "creation was interrupted before the holder started";
         return { ...base, phase: rec.phase === "Pending" ? "Pending" : "Failed", message };
