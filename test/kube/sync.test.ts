@@ -1,22 +1,13 @@
 // CRD sync against the real edge (sqld + the Worker on workerd): SandboxSets applied with kubectl
 // become the edge's templates for the namespace's team, follow `kubectl scale`, and go away with
 // `kubectl delete`; a restarted agent pushes what changed while it was down.
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { KubernetesDriver } from "../../controllers/drivers/kubernetes/kubernetes-driver.ts";
 import { AdminApiPoolSink, SandboxSetSync } from "../../controllers/drivers/kubernetes/sandboxset-sync.ts";
-import { startEdge, type Edge } from "../../scripts/lib/edge.ts";
-import { startSqld, type Sqld } from "../../scripts/lib/sqld.ts";
-import { migrate } from "../../scripts/migrate.ts";
-import { seed } from "../../scripts/seed.ts";
+import { startTestEdge, type TestEdge } from "./support/edge.ts";
 import { freshNamespace, kubeConfig, kubectlOk, until } from "./support/namespace.ts";
 
-const ADMIN_KEY = `e2b_${"ab".repeat(20)}`;
-let dir: string;
-let sqld: Sqld;
-let edge: Edge;
+let edge: TestEdge;
 let ns: string;
 let driver: KubernetesDriver;
 let sync: SandboxSetSync;
@@ -24,7 +15,7 @@ let sync: SandboxSetSync;
 async function startSync(): Promise<void> {
   driver = new KubernetesDriver({ kubeConfig: kubeConfig("agent"), namespace: ns, runtimeImage: "ghcr.io/kruise-edge/sandbox-agent:test" });
   await driver.start();
-  sync = new SandboxSetSync({ sandboxSets: driver.sandboxSets, namespace: ns, cluster: "kube-test", sink: new AdminApiPoolSink(edge.url, ADMIN_KEY), retryMs: 200 });
+  sync = new SandboxSetSync({ sandboxSets: driver.sandboxSets, namespace: ns, cluster: "kube-test", sink: new AdminApiPoolSink(edge.url, edge.adminKey), retryMs: 200 });
   sync.start();
 }
 
@@ -35,19 +26,14 @@ async function stopSync(): Promise<void> {
 
 /** The edge's view of a template (404 → undefined). */
 async function edgeTemplate(id: string): Promise<{ spec: Record<string, unknown> } | undefined> {
-  const res = await fetch(`${edge.url}/admin/teams/${ns}/templates/${id}`, { headers: { "x-api-key": ADMIN_KEY } });
+  const res = await fetch(`${edge.url}/admin/teams/${ns}/templates/${id}`, { headers: { "x-api-key": edge.adminKey } });
   if (res.status === 404) return undefined;
   if (!res.ok) throw new Error(`edge: ${res.status} ${await res.text()}`);
   return (await res.json()) as { spec: Record<string, unknown> };
 }
 
 beforeAll(async () => {
-  dir = mkdtempSync(join(tmpdir(), "sbx-kube-sync-"));
-  sqld = await startSqld({ dir: join(dir, "sqld") });
-  await migrate(sqld.url);
-  const pepper = "kube-sync-pepper";
-  await seed({ libsqlUrl: sqld.url, adminApiKey: ADMIN_KEY, pepper, baseReplicas: 0 });
-  edge = await startEdge({ dir: join(dir, "edge"), vars: { LIBSQL_URL: sqld.url, KEY_PEPPER: pepper, ADMIN_API_KEY: ADMIN_KEY, CLUSTER_TOKEN: "kube-sync-token" } });
+  edge = await startTestEdge("sync");
   ns = await freshNamespace("sync");
   await startSync();
 });
@@ -55,8 +41,6 @@ beforeAll(async () => {
 afterAll(async () => {
   await stopSync().catch(() => {});
   await edge?.stop();
-  await sqld?.stop();
-  rmSync(dir, { recursive: true, force: true });
 });
 
 describe("SandboxSet → edge template sync", () => {

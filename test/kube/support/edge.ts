@@ -1,0 +1,44 @@
+// The real edge for kube-tier tests: sqld (migrated, admin key seeded) and the Worker on workerd.
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { startEdge } from "../../../scripts/lib/edge.ts";
+import { startSqld } from "../../../scripts/lib/sqld.ts";
+import { migrate } from "../../../scripts/migrate.ts";
+import { seed } from "../../../scripts/seed.ts";
+
+export interface TestEdge {
+  url: string;
+  adminKey: string;
+  clusterToken: string;
+  /** Scratch folder removed by stop() (agents may keep their data dir here). */
+  dir: string;
+  stop(): Promise<void>;
+}
+
+export async function startTestEdge(name: string): Promise<TestEdge> {
+  const dir = mkdtempSync(join(tmpdir(), `sbx-kube-${name}-`));
+  const adminKey = `e2b_${Buffer.from(name.padEnd(20, "x").slice(0, 20)).toString("hex")}`;
+  const clusterToken = `${name}-cluster-token`;
+  const pepper = `${name}-pepper`;
+  const sqld = await startSqld({ dir: join(dir, "sqld") });
+  try {
+    await migrate(sqld.url);
+    await seed({ libsqlUrl: sqld.url, adminApiKey: adminKey, pepper, baseReplicas: 0 });
+    const edge = await startEdge({ dir: join(dir, "edge"), vars: { LIBSQL_URL: sqld.url, KEY_PEPPER: pepper, ADMIN_API_KEY: adminKey, CLUSTER_TOKEN: clusterToken } });
+    return {
+      url: edge.url,
+      adminKey,
+      clusterToken,
+      dir,
+      async stop() {
+        await edge.stop();
+        await sqld.stop();
+        rmSync(dir, { recursive: true, force: true });
+      },
+    };
+  } catch (err) {
+    await sqld.stop();
+    throw err;
+  }
+}
