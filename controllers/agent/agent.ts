@@ -59,7 +59,10 @@ function agentId(dataDir: string): string {
 export async function startAgent(opts: AgentOptions): Promise<Agent> {
   mkdirSync(opts.dataDir, { recursive: true });
   const log = opts.log ?? ((m: string) => console.log(`[agent] ${m}`));
-  const driver = opts.driver ?? new LocalDriver({ dataDir: join(opts.dataDir, "local"), level: opts.level });
+  const id = agentId(opts.dataDir);
+  // Each installation gets its own cgroup subtree: the driver treats cgroups without a record as
+  // its own leftovers, so two agents on one host must never share one.
+  const driver = opts.driver ?? new LocalDriver({ dataDir: join(opts.dataDir, "local"), level: opts.level, cgroupName: `kruise-${id.slice(-12)}` });
   const runtime = createRuntime({ onError: (err) => log(`runtime error: ${(err as Error)?.stack ?? err}`) });
   const store = new IntentStore(join(opts.dataDir, "intents"));
 
@@ -93,7 +96,6 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
   const addr = ingress.address() as AddressInfo;
   const ingressUrl = opts.ingressUrl ?? `http://${addr.address}:${addr.port}`;
 
-  const id = agentId(opts.dataDir);
   link = new Link({
     edgeUrl: opts.edgeUrl,
     clusterId: opts.clusterId ?? "local",
@@ -147,6 +149,8 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
           if (intent?.template) await driver.ensure({ ...desiredFor(intent), state: "Paused", pauseStrategy: "Stop" });
         }
       }
+      // Nothing of this installation is left in the cgroup tree after a destroy.
+      if (onExit === "destroy" && driver instanceof LocalDriver) driver.dispose();
     },
   };
 }
