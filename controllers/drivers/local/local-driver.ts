@@ -185,7 +185,10 @@ export class LocalDriver implements Driver {
     };
     if (rec.phase === "Stopped") return { ...base, phase: "Stopped", pauseStrategy: "Stop" };
     if (!alive(rec.nsInit)) {
-      const candidates = rec.cgroups ? cgroupPids(rec.cgroups.core) : undefined;
+      // With cgroups, a holder that was started joined the sandbox's cgroup before exec, so its
+      // process list is the whole search (a record may predate writing `cgroups` down).
+      const set = rec.cgroups ?? (this.#cgroups ? cgroupSetFor(this.#cgroups, rec.id) : undefined);
+      const candidates = set ? cgroupPids(set.core) : undefined;
       const found = discoverHolder(rec.id, layoutFor(this.#dataDir, rec.id).dir, candidates);
       if (!found) {
         const message = rec.nsInit ? "the sandbox's holder process is gone" : "creation was interrupted before the holder started";
