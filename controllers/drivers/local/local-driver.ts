@@ -112,8 +112,17 @@ export class LocalDriver implements Driver {
       prepareLayout(layout, d.id);
       if (d.restoreFrom) await restoreLayer(layout.layer, d.restoreFrom.location);
     }
+    // A holder's network namespace is fixed when it starts: a sandbox whose network setting
+    // changed (a warm member claimed with allowInternetAccess: false) gets a new holder, and its
+    // processes with it.
+    const networkChanged = rec.desired.allowInternetAccess !== d.allowInternetAccess && rec.phase !== "Stopped" && rec.level !== "process";
     rec = { ...rec, generation: d.generation, desired: d };
     this.#save(rec);
+    if (networkChanged) {
+      await this.#endProcesses(rec);
+      rec = { ...rec, phase: "Stopped", holder: undefined, nsInit: undefined };
+      this.#save(rec);
+    }
     let obs = this.#observeRecord(rec);
     const wantProcesses = d.state === "Running" || d.pauseStrategy === "Freeze";
     if (wantProcesses && (obs.phase === "Stopped" || obs.phase === "Failed" || obs.phase === "Pending")) {
