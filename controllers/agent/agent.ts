@@ -90,7 +90,12 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
     runtime,
     // A sandbox with internet access shares the host's network, so its user ports are on the
     // host's loopback; one without has no network at all and no reachable ports.
-    userPortTarget: (id, port) => (store.get(id)?.allowInternetAccess ? { host: "127.0.0.1", port } : undefined),
+    userPortTarget: (id, port) => {
+      const remote = reconciler.endpoint(id);
+      if (remote) return { host: new URL(remote).hostname, port };
+      return store.get(id)?.allowInternetAccess ? { host: "127.0.0.1", port } : undefined;
+    },
+    remoteRuntime: (id) => reconciler.endpoint(id),
   });
   await new Promise<void>((ok) => ingress.listen(opts.ingressPort ?? 0, opts.ingressHost ?? "127.0.0.1", ok));
   const addr = ingress.address() as AddressInfo;

@@ -13,6 +13,8 @@ export interface IngressOptions {
   runtime: Runtime;
   /** Where a user port of a sandbox is reachable from this host, or undefined when it is not. */
   userPortTarget(sandboxId: string, port: number): { host: string; port: number } | undefined;
+  /** The runtime URL of a sandbox whose runtime runs elsewhere (a pod); undefined: embedded. */
+  remoteRuntime?(sandboxId: string): string | undefined;
   now?: () => number;
 }
 
@@ -50,9 +52,10 @@ export async function createIngress(opts: IngressOptions): Promise<Server> {
     if (!verdict.ok) return deny(res, 401, `request not signed by the edge (${verdict.reason})`);
     delete req.headers[SIGNATURE_HEADER];
 
-    if (port === ENVD_PORT) return opts.runtime.handler(req, res);
+    const remote = sandboxId ? opts.remoteRuntime?.(sandboxId) : undefined;
+    if (port === ENVD_PORT && !remote) return opts.runtime.handler(req, res);
 
-    const target = opts.userPortTarget(sandboxId, port);
+    const target = port === ENVD_PORT && remote ? { host: new URL(remote).hostname, port: Number(new URL(remote).port || ENVD_PORT) } : opts.userPortTarget(sandboxId, port);
     if (!target) return deny(res, 502, `port ${port} of sandbox ${sandboxId} is not reachable`);
     const upstream = httpRequest({ host: target.host, port: target.port, method: req.method, path: req.url, headers: req.headers });
     upstream.on("response", (up) => {

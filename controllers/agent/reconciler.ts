@@ -37,7 +37,24 @@ export function desiredFor(intent: Intent): DesiredSandbox {
     pauseStrategy: intent.desired.pauseStrategy,
     resources: { cpuCount: t.resources.cpuCount, memoryMB: t.resources.memoryMB },
     allowInternetAccess: intent.allowInternetAccess,
+    pool: t.id,
+    claimed: intent.owner.kind !== "pool",
   };
+}
+
+/** POST /init on a runtime that lives elsewhere (a pod): token, env, default user and workdir. */
+async function initRemote(endpoint: string, intent: Intent): Promise<void> {
+  const body = {
+    accessToken: intent.envdAccessToken ?? undefined,
+    envVars: intent.envVars,
+    defaultUser: intent.template?.user,
+    defaultWorkdir: intent.template?.workdir,
+    timestamp: new Date(intent.issuedAt).toISOString(),
+  };
+  const headers: Record<string, string> = { "content-type": "application/json" };
+  if (intent.envdAccessToken) headers["x-access-token"] = intent.envdAccessToken;
+  const res = await fetch(`${endpoint}/init`, { method: "POST", headers, body: JSON.stringify(body), signal: AbortSignal.timeout(5000) });
+  if (!res.ok) throw new Error(`runtime /init at ${endpoint}: HTTP ${res.status} ${await res.text()}`);
 }
 
 export class Reconciler {
@@ -46,6 +63,13 @@ export class Reconciler {
   readonly #now: () => number;
   /** The generation whose token and env the runtime holds for each registered sandbox. */
   readonly #configured = new Map<string, number>();
+  /** Where the runtime of each sandbox lives, for drivers without a host view. */
+  readonly #endpoints = new Map<string, string>();
+
+  /** The remote runtime URL of a sandbox (undefined: the embedded runtime serves it). */
+  endpoint(id: string): string | undefined {
+    return this.#endpoints.get(id);
+  }
 
   constructor(deps: ReconcilerDeps) {
     this.#d = deps;
@@ -80,13 +104,18 @@ export class Reconciler {
 
     let obs: SandboxObservation;
     try {
-      obs = await driver.ensure(desiredFor(intent));
+      // A runtime in a pod is reached by the driver too (freeze/thaw): it needs the token. Drivers
+      // with a host view never get it, so it is not written into their records.
+      const desired = driver.capabilities.hostView ? desiredFor(intent) : { ...desiredFor(intent), accessToken: intent.envdAccessToken };
+      obs = await driver.ensure(desired);
     } catch (err) {
       const message = (err as Error).message;
       this.#d.report({ sandboxId: id, generation: intent.generation, phase: "Failed", ready: false, reason: "EnsureFailed", message, observedAt: this.#now() });
       this.#d.settled(id, intent.generation, "accepted", message);
       throw err;
     }
+
+    if (!driver.capabilities.hostView) return this.#reconcileRemote(intent, obs);
 
     if (obs.phase === "Running") this.#register(intent);
     else if (obs.phase !== "Paused") this.#unregister(id); // Stop-paused, failed: cut its streams
@@ -111,6 +140,46 @@ export class Reconciler {
     return converged || obs.phase === "Failed" ? undefined : { requeueAfterMs: 250 };
   }
 
+  /** The remote-runtime half of reconcile: re-init the pod's runtime once per generation. */
+  async #reconcileRemote(intent: Intent, obs: SandboxObservation): Promise<WorkResult> {
+    const id = intent.sandboxId;
+    let ready = false;
+    let reason = obs.reason;
+    let message = obs.message;
+    if (obs.phase === "Running" && obs.ready && obs.endpoint) {
+      this.#endpoints.set(id, obs.endpoint);
+      try {
+        if (this.#configured.get(id) !== intent.generation) {
+          await initRemote(obs.endpoint, intent);
+          this.#configured.set(id, intent.generation);
+        }
+        ready = true;
+      } catch (err) {
+        // The pod is Ready but its runtime does not answer yet: not ready, look again soon.
+        reason = "RuntimeNotReady";
+        message = (err as Error).message;
+      }
+    } else if (obs.phase !== "Paused") {
+      this.#endpoints.delete(id);
+      this.#configured.delete(id);
+    }
+    this.#d.report({
+      sandboxId: id,
+      generation: intent.generation,
+      phase: phaseOf(obs),
+      ready,
+      endpoint: obs.endpoint ? { runtime: obs.endpoint } : null,
+      revision: intent.template?.revision,
+      reason,
+      message,
+      observedAt: this.#now(),
+      startedAt: Date.parse(obs.createdAt) || undefined,
+    });
+    const converged = intent.desired.state === "running" ? ready : obs.phase === "Paused" || obs.phase === "Stopped";
+    this.#d.settled(id, intent.generation, converged ? "applied" : "accepted", message);
+    return converged || obs.phase === "Failed" ? undefined : { requeueAfterMs: 250 };
+  }
+
   /** Observations for every sandbox the driver or the store knows (the hello inventory). */
   async inventory(): Promise<ObservationInput[]> {
     const seen = new Map<string, SandboxObservation>();
@@ -125,7 +194,7 @@ export class Reconciler {
         generation: o ? generation : 0,
         phase: phaseOf(o),
         ready: o?.phase === "Running" && this.#configured.get(id) === generation,
-        endpoint: o ? { runtime: EMBEDDED_ENDPOINT } : null,
+        endpoint: o ? { runtime: o.endpoint ?? EMBEDDED_ENDPOINT } : null,
         revision: intent?.template?.revision,
         observedAt: this.#now(),
       };

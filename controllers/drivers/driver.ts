@@ -26,6 +26,14 @@ export interface DesiredSandbox {
   allowInternetAccess: boolean;
   /** Fill the writable layer from this snapshot when the sandbox is first created. */
   restoreFrom?: SnapshotRef;
+  /** The pool (template id = SandboxSet name) the sandbox is built from, for drivers that build
+   * sandboxes from a pool's own spec (kubernetes: the SandboxSet's pod template). */
+  pool?: string;
+  /** False while an unclaimed warm-pool member, true once claimed or created on demand. */
+  claimed?: boolean;
+  /** The runtime's access token; given only to drivers without a host view (their runtime is
+   * elsewhere and the driver calls it, e.g. to freeze). */
+  accessToken?: string | null;
 }
 
 export type SandboxPhase = "Pending" | "Running" | "Paused" | "Stopped" | "Failed";
@@ -44,6 +52,11 @@ export interface SandboxObservation {
   enforced: { cpu: boolean; memory: boolean; pids: boolean; network: boolean };
   /** Why the phase is what it is, for Failed in particular. */
   message?: string;
+  /** Drivers without a host view (capabilities.hostView false): the runtime's own address, and
+   * whether the sandbox is ready for it, with a CamelCase reason when not. */
+  endpoint?: string;
+  ready?: boolean;
+  reason?: string;
 }
 
 /** A saved writable layer. Opaque to callers except for `id`. */
