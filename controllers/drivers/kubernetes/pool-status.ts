@@ -55,6 +55,9 @@ export class PoolStatus {
   };
   readonly #dirty = new Set<string>();
   #timer?: NodeJS.Timeout;
+  /** Flushes run one after another: two in flight could land out of order and leave an older
+   * count as the SandboxSet's status with no event left to correct it. */
+  #chain: Promise<void> = Promise.resolve();
 
   constructor(deps: { custom: CustomObjectsApi; namespace: string; sandboxes: ObjectCache<SandboxObject>; sandboxSets: ObjectCache<SandboxSetObject>; count: () => void }) {
     this.#d = deps;
@@ -65,7 +68,7 @@ export class PoolStatus {
     this.#dirty.add(pool);
     this.#timer ??= setTimeout(() => {
       this.#timer = undefined;
-      void this.flush();
+      this.#chain = this.#chain.then(() => this.flush()).catch(() => {});
     }, 50);
   }
 
