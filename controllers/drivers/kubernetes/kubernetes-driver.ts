@@ -173,6 +173,7 @@ export class KubernetesDriver implements Driver {
   readonly #eventReason = new Map<string, string>();
   readonly #pools: PoolStatus;
   readonly #statusTimers = new Map<string, NodeJS.Timeout>();
+  readonly #syncs = new Map<string, Promise<void>>();
   /** Metadata-only changes (a claim, a new generation) not yet written: the claim's critical path
    * is the runtime's re-init, so the Sandbox and pod relabel trail it by a few milliseconds. */
   readonly #deferred = new Map<string, KubeDesiredSandbox>();
@@ -511,10 +512,18 @@ export class KubernetesDriver implements Driver {
       id,
       setTimeout(() => {
         this.#statusTimers.delete(id);
-        void this.#sync(id).catch((err) => {
-          this.#opts.log?.(`sync of ${id}: ${(err as Error).message}`);
-          this.#scheduleStatus(id, 500);
-        });
+        // One sync per sandbox at a time: two in flight could land out of order and leave an
+        // older status on the Sandbox with no event left to correct it.
+        const next = (this.#syncs.get(id) ?? Promise.resolve())
+          .then(() => this.#sync(id))
+          .catch((err: unknown) => {
+            this.#opts.log?.(`sync of ${id}: ${(err as Error).message}`);
+            this.#scheduleStatus(id, 500);
+          })
+          .finally(() => {
+            if (this.#syncs.get(id) === next) this.#syncs.delete(id);
+          });
+        this.#syncs.set(id, next);
       }, delayMs),
     );
   }
