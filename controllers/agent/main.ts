@@ -6,7 +6,7 @@
 // Env: CLUSTER_TOKEN (required; the shared secret the edge's ClusterDO checks), EDGE_URL.
 import { parseArgs } from "node:util";
 import { startAgent, type OnExit } from "./agent.ts";
-import { KUBERNETES_FLAGS, kubernetesDriverFromFlags } from "../drivers/kubernetes/from-flags.ts";
+import { KUBERNETES_FLAGS } from "../drivers/kubernetes/flags.ts";
 
 const { values } = parseArgs({
   options: {
@@ -43,7 +43,9 @@ if (values.driver !== "local" && values.driver !== "kubernetes") {
 }
 // The kubernetes driver tells the reconciler when a pod changes (ready, IP, lost) instead of polling.
 let requeue: (id: string) => void = () => {};
-const driver = values.driver === "kubernetes" ? await kubernetesDriverFromFlags(values, (id) => requeue(id)) : undefined;
+// Loaded only when chosen: the Kubernetes client would otherwise sit in every local agent's memory
+// (and every fork from it costs more the larger the agent is).
+const driver = values.driver === "kubernetes" ? await (await import("../drivers/kubernetes/from-flags.ts")).kubernetesDriverFromFlags(values, (id) => requeue(id)) : undefined;
 const agent = await startAgent({
   driver,
   edgeUrl: values.edge,

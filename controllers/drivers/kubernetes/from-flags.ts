@@ -3,13 +3,8 @@
 // Without --kubeconfig the usual lookup applies (KUBECONFIG, ~/.kube/config, or the in-cluster
 // service account when running as the Deployment in k8s/).
 import { KubeConfig } from "@kubernetes/client-node";
+import { KUBERNETES_FLAGS } from "./flags.ts";
 import { KubernetesDriver } from "./kubernetes-driver.ts";
-
-export const KUBERNETES_FLAGS = {
-  kubeconfig: { type: "string" },
-  namespace: { type: "string", default: "default" },
-  "runtime-image": { type: "string", default: "ghcr.io/kruise-edge/sandbox-agent:0.1.0" },
-} as const;
 
 export async function kubernetesDriverFromFlags(flags: { kubeconfig?: string; namespace?: string; "runtime-image"?: string }, onChange?: (id: string) => void): Promise<KubernetesDriver> {
   const kc = new KubeConfig();
