@@ -12,7 +12,7 @@ afterAll(async () => {
 /** Exit code of a TCP connect from inside the sandbox to the edge's own port on the host. */
 async function reachHost(sbx: Sandbox): Promise<number> {
   const port = new URL(e2b().apiUrl).port;
-  const probe = `python3 -c 'import socket,sys; s=socket.socket(); s.settimeout(2); sys.exit(s.connect_ex(("127.0.0.1", ${port})) and 1)'`;
+  const probe = `python3 -c 'import socket; s=socket.socket(); s.settimeout(2); raise SystemExit(s.connect_ex(("127.0.0.1", ${port})) and 1)'`;
   const r = await sbx.commands.run(probe).catch((e: { exitCode?: number }) => ({ exitCode: e.exitCode ?? -1 }));
   return r.exitCode;
 }
