@@ -8,26 +8,20 @@
 //   node bench/e2e.ts   prints the figures as JSON
 import { Sandbox } from "e2b";
 import { execFileSync } from "node:child_process";
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { startSystem } from "../scripts/lib/system.ts";
 import { freePort } from "../scripts/lib/sqld.ts";
 import type { Figures } from "./run.ts";
-import { median, percentile, round, timedConcurrently } from "./stats.ts";
+import { median, percentile, pssKB, round, timedConcurrently } from "./stats.ts";
 
 const CLIENTS = 20;
 const CREATES = 100;
 // More warm members than creates, so every measured create is a claim (the figure is "with a warm pool").
 const WARM = 120;
 
-function pssMB(pid: number): number {
-  try {
-    return Number(/^Pss:\s+(\d+)/m.exec(readFileSync(`/proc/${pid}/smaps_rollup`, "utf8"))?.[1] ?? 0) / 1024;
-  } catch {
-    return 0;
-  }
-}
+const pssMB = (pid: number) => pssKB(pid) / 1024;
 
 /** Every process whose command line names this system's sandboxes folder (bwrap holders and
  * what runs inside them). */

@@ -17,6 +17,7 @@ import { KubernetesDriver, type KubeDesiredSandbox } from "../controllers/driver
 import { AGENT_USER, startCluster, type Cluster } from "../test/kube/support/cluster.ts";
 import { TestKubelet } from "../test/kube/support/kubelet.ts";
 import type { BenchContext, Figures } from "./run.ts";
+import { percentile as pct, round, timedConcurrently } from "./stats.ts";
 
 const POOL = Number(process.env.KUBE_BENCH_POOL ?? 500);
 const CLIENTS = Number(process.env.KUBE_BENCH_CLIENTS ?? 50);
@@ -26,32 +27,13 @@ const RUNTIME_IMAGE = "ghcr.io/kruise-edge/sandbox-agent:bench";
 setFlagsFromString("--expose-gc");
 const gc = runInNewContext("gc") as () => void;
 
-function pct(xs: number[], p: number): number {
-  const s = [...xs].sort((a, b) => a - b);
-  return s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))]!;
-}
-
-const round = (x: number, digits = 2) => Number(x.toFixed(digits));
-
 function desired(id: string, over: Partial<KubeDesiredSandbox>): KubeDesiredSandbox {
   return { id, generation: 1, template: "pool", state: "Running", pauseStrategy: "Stop", resources: { cpuCount: 1, memoryMB: 512 }, allowInternetAccess: true, ...over };
 }
 
 /** Runs `work` over `items` with `n` concurrent workers; returns each item's latency in ms. */
-async function concurrently<T>(items: T[], n: number, work: (item: T) => Promise<unknown>): Promise<number[]> {
-  const latencies: number[] = [];
-  let next = 0;
-  await Promise.all(
-    Array.from({ length: n }, async () => {
-      while (next < items.length) {
-        const item = items[next++]!;
-        const t = performance.now();
-        await work(item);
-        latencies.push(performance.now() - t);
-      }
-    }),
-  );
-  return latencies;
+function concurrently<T>(items: T[], n: number, work: (item: T) => Promise<unknown>): Promise<number[]> {
+  return timedConcurrently(items.length, n, (i) => work(items[i]!));
 }
 
 async function until(what: string, check: () => Promise<boolean> | boolean, timeoutMs: number): Promise<void> {

@@ -17,26 +17,13 @@ import { layoutFor } from "../controllers/drivers/local/layout.ts";
 import { readRecord } from "../controllers/drivers/local/records.ts";
 import type { SandboxUser } from "../controllers/runtime/sandbox-view.ts";
 import type { BenchContext, Figures } from "./run.ts";
+import { percentile as pct, pssKB, round } from "./stats.ts";
 
 const ROOT_DIR = resolve(import.meta.dirname, "..");
 const USER: SandboxUser = { name: "user", uid: 1000, gid: 1000, home: "/home/user", shell: "/bin/bash" };
 const SANDBOXES = 50;
 const NODE_RUNTIMES = 5;
 
-function pct(xs: number[], p: number): number {
-  const s = [...xs].sort((a, b) => a - b);
-  return s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))]!;
-}
-
-const round = (x: number, digits = 2) => Number(x.toFixed(digits));
-
-function pssKB(pid: number): number {
-  try {
-    return Number(/^Pss:\s+(\d+)/m.exec(readFileSync(`/proc/${pid}/smaps_rollup`, "utf8"))?.[1] ?? 0);
-  } catch {
-    return 0;
-  }
-}
 
 function rssKB(pid: number): number {
   try {

@@ -1,4 +1,5 @@
-// Small statistics helpers shared by the benchmark suites.
+// Small statistics and measurement helpers shared by the benchmark suites.
+import { readFileSync } from "node:fs";
 
 /** The p-th percentile (nearest rank) of `xs`. */
 export function percentile(xs: number[], p: number): number {
@@ -11,8 +12,17 @@ export const median = (xs: number[]) => percentile(xs, 50);
 
 export const round = (x: number, digits = 2) => Number(x.toFixed(digits));
 
+/** Proportional set size of a process in KB (shared pages split among their users); 0 when gone. */
+export function pssKB(pid: number): number {
+  try {
+    return Number(/^Pss:\s+(\d+)/m.exec(readFileSync(`/proc/${pid}/smaps_rollup`, "utf8"))?.[1] ?? 0);
+  } catch {
+    return 0;
+  }
+}
+
 /** Runs `task` `total` times with at most `concurrency` in flight; returns each duration in ms. */
-export async function timedConcurrently(total: number, concurrency: number, task: (i: number) => Promise<void>): Promise<number[]> {
+export async function timedConcurrently(total: number, concurrency: number, task: (i: number) => Promise<unknown>): Promise<number[]> {
   const durations: number[] = [];
   let next = 0;
   await Promise.all(

@@ -2,10 +2,8 @@
 // tools/kube/build.sh, checks k8s/crd matches schema/crd/definitions.ts, then runs the `kube`
 // vitest project (vitest.kube.config.ts). Extra arguments go to vitest.
 import { spawnSync } from "node:child_process";
-import { mkdtempSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
-import { summaryLine, vitestCounts } from "./lib/test-summary.ts";
+import { reportSummary, runVitest } from "./lib/test-summary.ts";
 
 const root = resolve(import.meta.dirname, "..");
 const build = spawnSync("bash", [join(root, "tools/kube/build.sh")], { stdio: ["ignore", "pipe", "inherit"], encoding: "utf8" });
@@ -18,11 +16,6 @@ if (check.status !== 0) {
   console.error("k8s/crd is stale: run `node scripts/gen-crds.ts`");
   process.exit(1);
 }
-const report = join(mkdtempSync(join(tmpdir(), "sbx-kube-")), "vitest.json");
-const reporters = ["--reporter=default", "--reporter=json", `--outputFile.json=${report}`];
-const vitest = spawnSync(join(root, "node_modules/.bin/vitest"), ["run", "--config", "vitest.kube.config.ts", ...reporters, ...process.argv.slice(2)], { stdio: "inherit", cwd: root });
-const counts = vitestCounts(report);
-if (vitest.status !== 0 && counts.failed === 0) counts.failed = 1;
-console.log(summaryLine(counts));
-if (process.env.TEST_SUMMARY_FILE) writeFileSync(process.env.TEST_SUMMARY_FILE, JSON.stringify(counts));
-process.exit(vitest.status ?? 1);
+const vitest = runVitest(["--config", "vitest.kube.config.ts", ...process.argv.slice(2)], { cwd: root });
+reportSummary(vitest.status, vitest.counts);
+process.exit(vitest.status);

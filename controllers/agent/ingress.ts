@@ -3,7 +3,8 @@
 // embedded agent-runtime (envd port) or to a user port inside the sandbox. Streams pass through
 // unbuffered in both directions.
 import { createServer, request as httpRequest, type IncomingMessage, type Server, type ServerResponse } from "node:http";
-import { SIGNATURE_HEADER, ingressKey, verifyIngress } from "../../schema/ingress/signature.ts";
+import { SIGNATURE_HEADER, ingressKey, isUnnamedSignedFileRequest, verifyIngress } from "../../schema/ingress/signature.ts";
+import { SANDBOX_ID_PATTERN } from "../../schema/protocol/ids.ts";
 import type { Runtime } from "../runtime/runtime.ts";
 
 export const ENVD_PORT = 49983;
@@ -16,11 +17,6 @@ export interface IngressOptions {
   /** The runtime URL of a sandbox whose runtime runs elsewhere (a pod); undefined: embedded. */
   remoteRuntime?(sandboxId: string): string | undefined;
   now?: () => number;
-}
-
-function isSignedFileUrl(req: IncomingMessage): boolean {
-  const url = new URL(req.url ?? "/", "http://ingress");
-  return url.pathname === "/files" && url.searchParams.has("signature") && (req.method === "GET" || req.method === "POST");
 }
 
 function deny(res: ServerResponse, status: number, message: string): void {
@@ -43,8 +39,9 @@ export async function createIngress(opts: IngressOptions): Promise<Server> {
     const named = req.headers["e2b-sandbox-id"];
     const port = Number(req.headers["e2b-sandbox-port"] ?? ENVD_PORT);
     // Unnamed requests are the SDK's signed file URLs: the runtime finds the sandbox by signature.
-    const sandboxId = named === undefined && isSignedFileUrl(req) ? "" : named;
-    if (typeof sandboxId !== "string" || (sandboxId !== "" && !/^[a-z0-9]{1,64}$/.test(sandboxId)) || !Number.isInteger(port) || port < 1 || port > 65535) {
+    const unnamed = named === undefined && isUnnamedSignedFileRequest(req.method ?? "GET", new URL(req.url ?? "/", "http://ingress"));
+    const sandboxId = unnamed ? "" : named;
+    if (typeof sandboxId !== "string" || (sandboxId !== "" && !SANDBOX_ID_PATTERN.test(sandboxId)) || !Number.isInteger(port) || port < 1 || port > 65535) {
       return deny(res, 400, "missing or invalid E2b-Sandbox-Id / E2b-Sandbox-Port");
     }
     const signature = req.headers[SIGNATURE_HEADER];
@@ -55,7 +52,8 @@ export async function createIngress(opts: IngressOptions): Promise<Server> {
     const remote = sandboxId ? opts.remoteRuntime?.(sandboxId) : undefined;
     if (port === ENVD_PORT && !remote) return opts.runtime.handler(req, res);
 
-    const target = port === ENVD_PORT && remote ? { host: new URL(remote).hostname, port: Number(new URL(remote).port || ENVD_PORT) } : opts.userPortTarget(sandboxId, port);
+    const remoteUrl = port === ENVD_PORT && remote ? new URL(remote) : undefined;
+    const target = remoteUrl ? { host: remoteUrl.hostname, port: Number(remoteUrl.port || ENVD_PORT) } : opts.userPortTarget(sandboxId, port);
     if (!target) return deny(res, 502, `port ${port} of sandbox ${sandboxId} is not reachable`);
     const upstream = httpRequest({ host: target.host, port: target.port, method: req.method, path: req.url, headers: req.headers });
     upstream.on("response", (up) => {

@@ -4,6 +4,7 @@ import { Hono, type Context } from "hono";
 import { DEFAULT_TIMEOUT_S, MAX_LIST_LIMIT, MIN_RESUME_TIMEOUT_S, V1_DEFAULT_TIMEOUT_S } from "../../schema/api/limits.ts";
 import { ConnectSandbox, ResumedSandbox, SandboxPauseRequest, SandboxRefreshRequest, SandboxTimeoutRequest } from "../../schema/api/sandbox.ts";
 import { sandboxNotFoundMessage, type Refusal } from "../../schema/errors.ts";
+import { SANDBOX_ID_PATTERN } from "../../schema/protocol/ids.ts";
 import { ApiError } from "../api-error.ts";
 import { readJson } from "../body.ts";
 import type { AppEnv } from "../env.ts";
@@ -16,12 +17,11 @@ import { sandboxStub } from "./stubs.ts";
 
 export const sandboxes = new Hono<AppEnv>();
 
-const SANDBOX_ID = /^[a-z0-9]{1,64}$/;
 
 /** The DO stub of `:id` plus the caller's access; a malformed id cannot exist, so it is a 404. */
 function target(c: Context<AppEnv>) {
   const id = c.req.param("id") ?? "";
-  if (!SANDBOX_ID.test(id)) throw new ApiError("sandbox_not_found", sandboxNotFoundMessage(id));
+  if (!SANDBOX_ID_PATTERN.test(id)) throw new ApiError("sandbox_not_found", sandboxNotFoundMessage(id));
   const caller = c.get("caller");
   return { id, stub: sandboxStub(c.env, id), access: { keyId: caller.keyId, admin: caller.admin } };
 }

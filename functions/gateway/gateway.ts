@@ -4,7 +4,7 @@
 // and streams both ways without buffering.
 import type { MiddlewareHandler } from "hono";
 import { ErrorCode } from "../../schema/errors.ts";
-import { SIGNATURE_HEADER, signIngress } from "../../schema/ingress/signature.ts";
+import { isUnnamedSignedFileRequest, SIGNATURE_HEADER, signIngress } from "../../schema/ingress/signature.ts";
 import type { AppEnv, Env } from "../env.ts";
 import { guardConnectStream, isConnectStream } from "./connect-guard.ts";
 import { forgetIngress, ingressUrl, signingKey } from "./ingress-client.ts";
@@ -39,16 +39,6 @@ async function authorised(req: Request, url: URL, t: GatewayTarget, route: { env
   }
   if (route.allowPublicTraffic || route.trafficAccessToken === null) return true;
   return tokensEqual(req.headers.get("e2b-traffic-access-token"), route.trafficAccessToken);
-}
-
-/**
- * `sandbox.downloadUrl()`/`uploadUrl()` build `E2B_SANDBOX_URL/files?…&signature=…` with no sandbox
- * id at all, for clients that send no headers. Only the runtime holding the token that made the
- * signature can tell which sandbox it is for, so the request goes to the cluster's ingress
- * unnamed (still edge-signed) and the runtime matches the signature against its sandboxes.
- */
-function isSignedFileUrl(req: Request, url: URL): boolean {
-  return url.pathname === "/files" && url.searchParams.has("signature") && (req.method === "GET" || req.method === "POST");
 }
 
 /** The clusters an unnamed signed URL may belong to; one today (see docs/ARCHITECTURE.md). */
@@ -87,7 +77,7 @@ export function gateway(): MiddlewareHandler<AppEnv> {
     const target = gatewayTarget(req.headers, req.headers.get("host"));
     if (!target) {
       const url = new URL(req.url);
-      if (!isSignedFileUrl(req, url)) return next();
+      if (!isUnnamedSignedFileRequest(req.method, url)) return next();
       return forward(c.env, req, url, { sandboxId: "", port: ENVD_PORT }, SIGNED_URL_CLUSTERS[0]!);
     }
     if ("error" in target) return json(400, { code: 400, message: target.error });

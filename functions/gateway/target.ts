@@ -1,6 +1,7 @@
 // Which sandbox and port a data-plane request is for, as E2B's proxy decides it: the
 // `E2b-Sandbox-Id` / `E2b-Sandbox-Port` headers (what the SDK sends when E2B_SANDBOX_URL is set),
 // else a host of the form `{port}-{sandboxId}.{domain}`. Neither: a control-plane request.
+import { SANDBOX_ID_PATTERN } from "../../schema/protocol/ids.ts";
 
 export const ENVD_PORT = 49983;
 
@@ -9,7 +10,6 @@ export interface GatewayTarget {
   port: number;
 }
 
-const ID = /^[a-z0-9]{1,64}$/;
 
 function validPort(n: number): boolean {
   return Number.isInteger(n) && n >= 1 && n <= 65535;
@@ -21,7 +21,7 @@ export function gatewayTarget(headers: Headers, host: string | null): GatewayTar
   if (id !== null) {
     const portHeader = headers.get("e2b-sandbox-port");
     const port = portHeader === null ? ENVD_PORT : Number(portHeader);
-    if (!ID.test(id)) return { error: "E2b-Sandbox-Id must be [a-z0-9]+" };
+    if (!SANDBOX_ID_PATTERN.test(id)) return { error: "E2b-Sandbox-Id must be [a-z0-9]+" };
     if (!validPort(port)) return { error: "E2b-Sandbox-Port must be a port number" };
     return { sandboxId: id, port };
   }

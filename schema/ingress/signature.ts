@@ -7,6 +7,16 @@
 export const SIGNATURE_HEADER = "x-sbx-edge-signature";
 export const SIGNATURE_TTL_S = 60;
 
+/**
+ * `sandbox.downloadUrl()`/`uploadUrl()` build `<sandbox URL>/files?…&signature=…` with no sandbox
+ * id, for clients that send no headers. Only the runtime holding the token that made the signature
+ * can tell which sandbox it is for, so such a request travels unnamed (still edge-signed, with an
+ * empty sandbox id) and the runtime matches the signature against its sandboxes.
+ */
+export function isUnnamedSignedFileRequest(method: string, url: URL): boolean {
+  return url.pathname === "/files" && url.searchParams.has("signature") && (method === "GET" || method === "POST");
+}
+
 export interface SignedTarget {
   sandboxId: string;
   port: number;

@@ -1,9 +1,12 @@
 import { z } from "zod";
 
-/** Sandbox ids are `[a-z0-9]+` (E2B's alphabet); the edge mints 20 characters. */
+/** Sandbox ids are `[a-z0-9]+` (E2B's alphabet); the edge mints 20 characters. E2B's proxy parses
+ * hosts as `{port}-{id}.{domain}`, so an id never holds `-` or `.`. */
+export const SANDBOX_ID_PATTERN = /^[a-z0-9]{1,64}$/;
+
 export const SandboxIdSchema = z
   .string()
-  .regex(/^[a-z0-9]{1,64}$/, "sandbox ids are 1-64 characters of [a-z0-9]")
+  .regex(SANDBOX_ID_PATTERN, "sandbox ids are 1-64 characters of [a-z0-9]")
   .brand<"SandboxId">();
 export type SandboxId = z.infer<typeof SandboxIdSchema>;
 
