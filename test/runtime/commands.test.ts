@@ -86,6 +86,8 @@ describe("background commands", () => {
     expect(list.find((p) => p.pid === b.pid)).toMatchObject({ cmd: "/bin/bash", args: ["-l", "-c", "sleep 10"], envs: { TAGGED: "1" } });
     await a.kill();
     await b.kill();
+    // A kill is a signal: the process leaves the list once its exit has been handled.
+    await Promise.all([a.wait().catch(() => {}), b.wait().catch(() => {})]);
     expect((await sbx.commands.list()).map((p) => p.pid)).not.toContain(a.pid);
   });
 
