@@ -251,6 +251,7 @@ function orphanDelete(state: ClusterState, obs: Observation, now: number, effect
     envdAccessToken: null,
     allowInternetAccess: false,
     labels: {},
+    team: null,
     issuedAt: now,
   };
   accept(state, intent, effects);

@@ -23,6 +23,7 @@ export function memberIntent(cfg: Config, m: Member, state: "running" | "deleted
     // Warm members get their access token and network policy when claimed (runtime re-init).
     envdAccessToken: null,
     allowInternetAccess: true,
+    team: cfg.teamName ?? null,
     labels: { "agents.kruise.io/sandbox-pool": `${cfg.teamId}/${cfg.templateId}`, "agents.kruise.io/sandbox-claimed": "false" },
     issuedAt: now,
   };

@@ -17,7 +17,7 @@ import type { Endpoint, SandboxId, TemplateSpec } from "../../schema/protocol/in
  * What `configure` takes: the stored template (SandboxSet spec + revision, as the store returns
  * it), plus the cluster its members run on (default `local`).
  */
-export type PoolConfig = Pick<TemplateRecord, "teamId" | "templateId" | "revision" | "spec"> & { cluster?: string };
+export type PoolConfig = Pick<TemplateRecord, "teamId" | "templateId" | "revision" | "spec"> & { cluster?: string; teamName?: string };
 
 export interface Claimed {
   ok: true;

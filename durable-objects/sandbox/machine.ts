@@ -310,6 +310,7 @@ function sendIntent(s: SandboxState, now: number): SandboxEffect {
     envdAccessToken: s.spec.envdAccessToken,
     allowInternetAccess: s.spec.allowInternetAccess ?? true,
     labels: s.spec.labels,
+    team: s.spec.teamName ?? null,
     issuedAt: now,
   };
   return { kind: "intent", intent };

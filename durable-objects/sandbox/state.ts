@@ -22,6 +22,8 @@ export interface Condition {
 export interface SandboxSpec {
   id: string;
   teamId: string;
+  /** The team's name (= Kubernetes namespace); absent in sandboxes created before it was kept. */
+  teamName?: string;
   keyId: string;
   templateId: string;
   cluster: string;

@@ -71,6 +71,7 @@ function buildSpec(
   return {
     id: claimed.sandboxId,
     teamId: caller.teamId,
+    teamName: caller.teamName,
     keyId: caller.keyId,
     templateId: body.templateID,
     cluster: claimed.cluster,

@@ -60,6 +60,9 @@ export const IntentSchema = z
     envdAccessToken: z.string().nullable().default(null),
     allowInternetAccess: z.boolean().default(true),
     labels: z.record(z.string(), z.string()).default({}),
+    /** The owning team's name, which is the Kubernetes namespace the sandbox's objects live in
+     * (null: the driver's own namespace). */
+    team: z.string().min(1).nullable().default(null),
     /** Edge clock, ms since the epoch, when the owner issued it (diagnostics only). */
     issuedAt: z.number().int().nonnegative(),
   })
