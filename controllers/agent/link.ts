@@ -10,9 +10,14 @@ import {
   PROTOCOL_VERSION,
   parseFrame,
   type AgentMessageInput,
+  type ClaimItemInput,
+  type CrdSyncFeature,
   type HelloInput,
   type Intent,
   type ObservationInput,
+  type ReplyItem,
+  type SandboxRequestItem,
+  type SandboxSetItemInput,
   type Welcome,
 } from "../../schema/protocol/index.ts";
 
@@ -30,6 +35,21 @@ export interface LinkOptions {
 }
 
 const MAX_BACKOFF_MS = 10_000;
+/** An item the edge has not answered in this long is failed (the caller retries, level-based). */
+const REPLY_TIMEOUT_MS = 60_000;
+
+/** What the agent may ask of the edge (crd-sync.ts), without the `id` the link assigns. */
+export type EdgeCall =
+  | { type: "sandboxsets"; item: DistributiveOmit<SandboxSetItemInput, "id"> }
+  | { type: "requests"; item: Omit<SandboxRequestItem, "id"> }
+  | { type: "claims"; item: Omit<ClaimItemInput, "id"> };
+type DistributiveOmit<T, K extends keyof T> = T extends unknown ? Omit<T, K> : never;
+
+interface Waiting {
+  resolve(reply: ReplyItem): void;
+  reject(err: Error): void;
+  timer: NodeJS.Timeout;
+}
 
 type AckInput = z.input<typeof AckItemSchema>;
 
@@ -46,6 +66,9 @@ export class Link {
   #pendingAcks: AckInput[] = [];
   #flushScheduled = false;
   #connectedWaiters: (() => void)[] = [];
+  #features = new Set<string>();
+  #nextItem = 0;
+  readonly #replies = new Map<string, Waiting>();
   heartbeatStats: () => { sandboxes: number; pending: number } = () => ({ sandboxes: 0, pending: 0 });
 
   constructor(opts: LinkOptions) {
@@ -66,6 +89,40 @@ export class Link {
     return new Promise((ok) => this.#connectedWaiters.push(ok));
   }
 
+  /** Whether the connected edge understands this optional message type (welcome.features). */
+  supports(feature: CrdSyncFeature): boolean {
+    return this.#welcomed && this.#features.has(feature);
+  }
+
+  /**
+   * Sends one item and resolves with the edge's reply. Rejects when not connected, when the edge
+   * does not support the message type, when the session drops before the reply, or after a
+   * timeout: the callers are level-based and simply try again.
+   */
+  call(c: EdgeCall): Promise<ReplyItem> {
+    const ws = this.#ws;
+    if (!ws || !this.#welcomed) return Promise.reject(new Error("not connected to the edge"));
+    if (!this.#features.has(c.type)) return Promise.reject(new Error(`the edge does not support ${c.type}`));
+    const id = `${c.type[0]}${(this.#nextItem++).toString(36)}`;
+    return new Promise<ReplyItem>((resolve, reject) => {
+      const timer = setTimeout(() => {
+        this.#replies.delete(id);
+        reject(new Error(`no reply from the edge to ${c.type} ${id} in ${REPLY_TIMEOUT_MS} ms`));
+      }, REPLY_TIMEOUT_MS);
+      timer.unref();
+      this.#replies.set(id, { resolve, reject, timer });
+      this.#send(ws, { type: c.type, items: [{ ...c.item, id }] } as AgentMessageInput);
+    });
+  }
+
+  #failReplies(reason: string): void {
+    for (const [id, w] of this.#replies) {
+      clearTimeout(w.timer);
+      w.reject(new Error(`${reason} before the edge answered ${id}`));
+    }
+    this.#replies.clear();
+  }
+
   observe(obs: ObservationInput): void {
     this.#pendingObs.set(obs.sandboxId, obs);
     this.#scheduleFlush();
@@ -81,6 +138,7 @@ export class Link {
     clearInterval(this.#heartbeat);
     clearTimeout(this.#retry);
     this.#ws?.close(1000, "agent stopping");
+    this.#failReplies("agent stopping");
   }
 
   #log(msg: string): void {
@@ -101,6 +159,7 @@ export class Link {
       if (this.#ws !== ws) return;
       this.#welcomed = false;
       clearInterval(this.#heartbeat);
+      this.#failReplies("session closed");
       if (this.#closed) return;
       if (ev.code === 4400 || ev.code === 4401) this.#log(`edge closed the link: ${ev.code} ${ev.reason}`);
       const delay = Math.min(MAX_BACKOFF_MS, 200 * 2 ** this.#attempt++) * (0.5 + Math.random() / 2);
@@ -132,6 +191,7 @@ export class Link {
       case "welcome": {
         this.#welcomed = true;
         this.#attempt = 0;
+        this.#features = new Set(msg.features);
         clearInterval(this.#heartbeat);
         this.#heartbeat = setInterval(() => this.#beat(ws), msg.heartbeatIntervalMs);
         this.#heartbeat.unref();
@@ -145,6 +205,16 @@ export class Link {
           if (this.#o.onIntent(seq, intent) === "stale") {
             this.ack({ seq, sandboxId: intent.sandboxId, generation: intent.generation, result: "stale" });
           }
+        }
+        return;
+      }
+      case "replies": {
+        for (const r of msg.items) {
+          const w = this.#replies.get(r.id);
+          if (!w) continue; // timed out meanwhile
+          this.#replies.delete(r.id);
+          clearTimeout(w.timer);
+          w.resolve(r);
         }
         return;
       }

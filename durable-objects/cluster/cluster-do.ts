@@ -7,6 +7,7 @@ import { ErrorCode } from "../../schema/errors.ts";
 import {
   AgentMessageSchema,
   CloseCode,
+  CRD_SYNC_FEATURES,
   IntentSchema,
   parseFrame,
   PING_FRAME,
@@ -20,6 +21,7 @@ import {
   type Observation,
   type Owner,
 } from "../../schema/protocol/index.ts";
+import { CrdSync } from "./crd-sync.ts";
 import { nextRedelivery, transition, type ClusterEffect, type ClusterEvent, type ClusterState } from "./machine.ts";
 import type { ClusterStatus, EnqueueOptions, EnqueueResult } from "./rpc.ts";
 import { openClusterStore, type ClusterStore } from "./store.ts";
@@ -56,6 +58,7 @@ export class ClusterDO extends DurableObject<Env> {
   private ackFlush: ReturnType<typeof setTimeout> | null = null;
   /** The redelivery alarm this instance set (null: none, or unknown after a restart). */
   private alarmAt: number | null = null;
+  private crd: CrdSync | null = null;
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
@@ -140,6 +143,18 @@ export class ClusterDO extends DurableObject<Env> {
         this.apply({ type: "observations", items: msg.items });
         return;
       case "heartbeat":
+        return;
+      case "sandboxsets":
+      case "requests":
+      case "claims":
+        this.crd ??= new CrdSync({
+          env: this.env,
+          sql: this.ctx.storage.sql,
+          cluster: () => this.store!.getMeta("cluster") ?? "local",
+          reply: (items) => this.send({ type: "replies", items }),
+          log: (m) => console.warn(m),
+        });
+        this.crd.handle(msg);
         return;
       default:
         msg satisfies never;
@@ -278,6 +293,7 @@ export class ClusterDO extends DurableObject<Env> {
             sessionId: this.sessionId || (store.getMeta("sessionId") ?? ""),
             heartbeatIntervalMs: HEARTBEAT_MS,
             resync: e.resync,
+            features: [...CRD_SYNC_FEATURES],
           });
           break;
         case "route":

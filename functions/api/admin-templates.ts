@@ -1,12 +1,13 @@
-// Admin HTTP API for templates (SandboxSet specs per team) until the CRD sync arrives. Every
-// change is written to the store, then pushed to the template's PoolDO.
+// Admin HTTP API for templates (SandboxSet specs per team). Every change is written to the store,
+// then pushed to the template's PoolDO; `putTemplate`/`removeTemplate` are that path, shared with
+// the CRD sync (ClusterDO applies a cluster's SandboxSets through them).
 //   GET    /admin/teams/{team}/templates                 list with pool status
 //   GET    /admin/teams/{team}/templates/{id}            one, with pool status
 //   PUT    /admin/teams/{team}/templates/{id}            create or replace {public?, spec}
 //   POST   /admin/teams/{team}/templates/{id}/scale      {replicas}
 //   DELETE /admin/teams/{team}/templates/{id}            delete (drains the warm pool)
 import { Hono, type Context } from "hono";
-import { TemplateId, TemplateScale, TemplateUpsert, type TemplateRecord } from "../../schema/api/template.ts";
+import { TemplateId, TemplateScale, TemplateUpsert, type TemplateRecord, type TemplateSpec } from "../../schema/api/template.ts";
 import { TeamName } from "../../schema/api/team.ts";
 import { ApiError } from "../api-error.ts";
 import { requireAdmin } from "../auth/middleware.ts";
@@ -35,10 +36,30 @@ async function teamOr404(c: Context<AppEnv>, name: string) {
   return team;
 }
 
-async function configurePool(env: Env, t: TemplateRecord) {
-  const res = await poolStub(env, t.teamId, t.templateId).configure({ teamId: t.teamId, templateId: t.templateId, revision: t.revision, spec: t.spec, cluster: t.spec.cluster });
+async function configurePool(env: Env, t: TemplateRecord, teamName: string) {
+  const res = await poolStub(env, t.teamId, t.templateId).configure({ teamId: t.teamId, teamName, templateId: t.templateId, revision: t.revision, spec: t.spec, cluster: t.spec.cluster });
   if (!res.ok) throw ApiError.from(res.error);
   return res.status;
+}
+
+/** Creates or replaces a team's template (the team is created when missing) and configures its pool. */
+export async function putTemplate(env: Env, teamName: string, templateId: string, body: { public: boolean; spec: TemplateSpec }) {
+  const db = getDb(env);
+  const team = await ensureTeam(db, teamName);
+  const existed = (await getTemplate(db, team.id, templateId)) !== undefined;
+  const t = await upsertTemplate(db, { teamId: team.id, templateId, public: body.public, spec: body.spec });
+  evictTemplates();
+  return { template: t, pool: await configurePool(env, t, teamName), existed };
+}
+
+/** Deletes a team's template and drains its warm pool; false when there was none. */
+export async function removeTemplate(env: Env, teamId: string, templateId: string): Promise<boolean> {
+  const found = await deleteTemplate(getDb(env), teamId, templateId);
+  evictTemplates();
+  // Drained even when the row was already gone: a pool may outlive a lost delete.
+  const res = await poolStub(env, teamId, templateId).destroy();
+  if (!res.ok) throw ApiError.from(res.error);
+  return found;
 }
 
 function render(t: TemplateRecord, pool: unknown) {
@@ -64,12 +85,8 @@ adminTemplates.put("/admin/teams/:team/templates/:id", async (c) => {
   const { team: name, templateId } = names(c);
   const body = await readJson(c, TemplateUpsert);
   const db = getDb(c.env);
-  const team = await ensureTeam(db, name);
-  const existed = await getTemplate(db, team.id, templateId!);
-  const t = await upsertTemplate(db, { teamId: team.id, templateId: templateId!, public: body.public, spec: body.spec });
-  evictTemplates();
-  const pool = await configurePool(c.env, t);
-  c.executionCtx.waitUntil(audit(db, { teamId: team.id, keyId: c.get("caller").keyId, action: "template.put", target: t.templateId, detail: { revision: t.revision } }).catch(() => {}));
+  const { template: t, pool, existed } = await putTemplate(c.env, name, templateId!, body);
+  c.executionCtx.waitUntil(audit(db, { teamId: t.teamId, keyId: c.get("caller").keyId, action: "template.put", target: t.templateId, detail: { revision: t.revision } }).catch(() => {}));
   return c.json(render(t, pool), existed ? 200 : 201);
 });
 
@@ -80,17 +97,14 @@ adminTemplates.post("/admin/teams/:team/templates/:id/scale", async (c) => {
   const t = await scaleTemplate(getDb(c.env), team.id, templateId!, body.replicas);
   if (!t) throw new ApiError("template_not_found", `Template "${templateId}" not found in team "${name}"`);
   evictTemplates();
-  return c.json(render(t, await configurePool(c.env, t)));
+  return c.json(render(t, await configurePool(c.env, t, name)));
 });
 
 adminTemplates.delete("/admin/teams/:team/templates/:id", async (c) => {
   const { team: name, templateId } = names(c);
   const team = await teamOr404(c, name);
   const db = getDb(c.env);
-  if (!(await deleteTemplate(db, team.id, templateId!))) throw new ApiError("template_not_found", `Template "${templateId}" not found in team "${name}"`);
-  evictTemplates();
-  const res = await poolStub(c.env, team.id, templateId!).destroy();
-  if (!res.ok) throw ApiError.from(res.error);
+  if (!(await removeTemplate(c.env, team.id, templateId!))) throw new ApiError("template_not_found", `Template "${templateId}" not found in team "${name}"`);
   c.executionCtx.waitUntil(audit(db, { teamId: team.id, keyId: c.get("caller").keyId, action: "template.delete", target: templateId }).catch(() => {}));
   return c.body(null, 204);
 });

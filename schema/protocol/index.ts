@@ -1,4 +1,5 @@
 // The edge↔agent protocol in one import; see messages.ts for the session.
+export * from "./crd-sync.ts";
 export * from "./ids.ts";
 export * from "./intent.ts";
 export * from "./messages.ts";

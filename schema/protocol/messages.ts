@@ -2,6 +2,7 @@ import { z } from "zod";
 import { SandboxIdSchema } from "./ids.ts";
 import { IntentSchema, PauseStrategySchema } from "./intent.ts";
 import { ObservationSchema } from "./observation.ts";
+import { ClaimsSchema, RepliesSchema, RequestsSchema, SandboxSetsSchema } from "./crd-sync.ts";
 
 /*
  * The session, over one WebSocket (`GET /agent/v1/connect?cluster=<id>`,
@@ -22,6 +23,8 @@ import { ObservationSchema } from "./observation.ts";
  *                                (hibernation auto-response). Silence (no frame, no ping) for 3
  *                                intervals: the edge closes the socket (4408) and the agent redials
  *   edge  → agent error          before the edge closes the socket for a protocol error
+ *   agent → edge  sandboxsets, requests, claims; edge → agent replies: the cluster's custom
+ *                                resources (kubernetes driver), see crd-sync.ts
  *
  * Delivery is at-least-once and the agent is level-based, so duplicates are harmless.
  */
@@ -95,6 +98,9 @@ export const AgentMessageSchema = z.discriminatedUnion("type", [
   AckSchema,
   ObservationsSchema,
   HeartbeatSchema,
+  SandboxSetsSchema,
+  RequestsSchema,
+  ClaimsSchema,
 ]);
 export type AgentMessage = z.infer<typeof AgentMessageSchema>;
 export type AgentMessageInput = z.input<typeof AgentMessageSchema>;
@@ -111,6 +117,9 @@ export const WelcomeSchema = z.object({
     recreated: z.number().int().nonnegative(),
     redelivered: z.number().int().nonnegative(),
   }),
+  /** Optional message types this edge understands beyond the core session (crd-sync.ts);
+   * an older edge omits it, so the agent sends none of them. */
+  features: z.array(z.string()).default([]),
 });
 export type Welcome = z.infer<typeof WelcomeSchema>;
 
@@ -131,6 +140,7 @@ export const EdgeMessageSchema = z.discriminatedUnion("type", [
   WelcomeSchema,
   IntentsSchema,
   ProtocolErrorSchema,
+  RepliesSchema,
 ]);
 export type EdgeMessage = z.infer<typeof EdgeMessageSchema>;
 

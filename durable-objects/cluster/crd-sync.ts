@@ -1,0 +1,204 @@
+// The cluster's custom resources, applied on the edge (schema/protocol/crd-sync.ts): SandboxSets
+// become templates and warm pools of team = namespace (the admin API's path), kubectl requests
+// become the SandboxDO's pause/resume/kill as the sandbox's owner (the E2B API's rules), claims
+// become E2B creates from the team's pool (the E2B create route itself). The edge stays the
+// authority: a SandboxSet's older generation never overwrites a newer one, and a request made
+// against an older sandbox generation than the edge's is answered `stale`.
+import { Hono } from "hono";
+import type { TemplateSpec } from "../../schema/api/template.ts";
+import { DEFAULT_TIMEOUT_S } from "../../schema/api/limits.ts";
+import { ErrorCode, type Refusal } from "../../schema/errors.ts";
+import {
+  CLAIM_METADATA_KEY,
+  type ClaimItem,
+  type ReplyItem,
+  type SandboxId,
+  type SandboxRequestItem,
+  type SandboxSetItem,
+} from "../../schema/protocol/index.ts";
+import { ApiError, onError } from "../../functions/api-error.ts";
+import { putTemplate, removeTemplate } from "../../functions/api/admin-templates.ts";
+import { createSandboxRoute } from "../../functions/api/sandbox-create.ts";
+import { sandboxStub } from "../../functions/api/stubs.ts";
+import type { AppEnv, Caller, Env } from "../../functions/env.ts";
+import { getDb } from "../../functions/store/db.ts";
+import { listIndex } from "../../functions/store/sandbox-index.ts";
+import { findTeamByName } from "../../functions/store/teams.ts";
+
+type Sql = Pick<SqlStorage, "exec">;
+
+/** Claims per item handled at once (upstream's SandboxClaim controller batches at most 50). */
+const CLAIM_BATCH = 50;
+
+const SCHEMA = `
+CREATE TABLE IF NOT EXISTS crd_sandboxsets (
+  namespace TEXT NOT NULL, name TEXT NOT NULL, uid TEXT NOT NULL, generation INTEGER NOT NULL,
+  deleted INTEGER NOT NULL, PRIMARY KEY (namespace, name)
+);
+`;
+
+interface SetRecord {
+  uid: string;
+  generation: number;
+  deleted: boolean;
+}
+
+export interface CrdSyncOptions {
+  env: Env;
+  sql: Sql;
+  /** This ClusterDO's cluster name (members of synced SandboxSets run there). */
+  cluster: () => string;
+  reply: (items: ReplyItem[]) => void;
+  log?: (msg: string) => void;
+}
+
+export class CrdSync {
+  readonly #o: CrdSyncOptions;
+  /** Items about one object run one after another, in arrival order. */
+  readonly #chains = new Map<string, Promise<void>>();
+
+  constructor(opts: CrdSyncOptions) {
+    this.#o = opts;
+    opts.sql.exec(SCHEMA);
+  }
+
+  /** Starts every item; each is answered when done (the socket is never held up). */
+  handle(msg: { type: "sandboxsets"; items: SandboxSetItem[] } | { type: "requests"; items: SandboxRequestItem[] } | { type: "claims"; items: ClaimItem[] }): void {
+    for (const item of msg.items) {
+      switch (msg.type) {
+        case "sandboxsets": {
+          const set = item as SandboxSetItem;
+          this.#run(`set:${set.namespace}/${set.name}`, set.id, () => this.#sandboxSet(set));
+          break;
+        }
+        case "requests": {
+          const req = item as SandboxRequestItem;
+          this.#run(`sbx:${req.sandboxId}`, req.id, () => this.#request(req));
+          break;
+        }
+        case "claims": {
+          const claim = item as ClaimItem;
+          this.#run(`claim:${claim.claim.uid}`, claim.id, () => this.#claim(claim));
+          break;
+        }
+      }
+    }
+  }
+
+  #run(key: string, id: string, work: () => Promise<Omit<ReplyItem, "id">>): void {
+    const prev = this.#chains.get(key) ?? Promise.resolve();
+    const next = prev.then(async () => {
+      let reply: Omit<ReplyItem, "id">;
+      try {
+        reply = await work();
+      } catch (err) {
+        const known = err instanceof ApiError;
+        if (!known) this.#o.log?.(`cluster: crd sync ${key}: ${String(err)}`);
+        reply = { result: "rejected", code: known ? err.code : "internal_server_error", message: known ? err.message : String(err) };
+      }
+      this.#o.reply([{ id, ...reply }]);
+    });
+    this.#chains.set(key, next);
+    void next.finally(() => {
+      if (this.#chains.get(key) === next) this.#chains.delete(key);
+    });
+  }
+
+  #record(namespace: string, name: string): SetRecord | undefined {
+    const row = this.#o.sql
+      .exec<{ uid: string; generation: number; deleted: number }>("SELECT uid, generation, deleted FROM crd_sandboxsets WHERE namespace = ? AND name = ?", namespace, name)
+      .toArray()[0];
+    return row && { uid: row.uid, generation: row.generation, deleted: row.deleted === 1 };
+  }
+
+  #remember(namespace: string, name: string, r: SetRecord): void {
+    this.#o.sql.exec(
+      "INSERT OR REPLACE INTO crd_sandboxsets (namespace, name, uid, generation, deleted) VALUES (?, ?, ?, ?, ?)",
+      namespace,
+      name,
+      r.uid,
+      r.generation,
+      r.deleted ? 1 : 0,
+    );
+  }
+
+  async #sandboxSet(item: SandboxSetItem): Promise<Omit<ReplyItem, "id">> {
+    const prev = this.#record(item.namespace, item.name);
+    if ("deleted" in item) {
+      // A delete of an object the edge already replaced by a newer one (same name, new uid).
+      if (prev && prev.uid !== item.uid && !prev.deleted) return { result: "stale", message: `SandboxSet ${item.namespace}/${item.name} was re-created` };
+      const team = await findTeamByName(getDb(this.#o.env), item.namespace);
+      if (team) await removeTemplate(this.#o.env, team.id, item.name);
+      this.#remember(item.namespace, item.name, { uid: item.uid, generation: prev?.generation ?? 0, deleted: true });
+      return { result: "applied" };
+    }
+    if (prev && prev.uid === item.uid && (prev.deleted || item.generation < prev.generation)) {
+      return { result: "stale", message: prev.deleted ? "SandboxSet was deleted" : `generation ${item.generation} is older than ${prev.generation}` };
+    }
+    const spec: TemplateSpec = { ...item.spec, cluster: this.#o.cluster() };
+    await putTemplate(this.#o.env, item.namespace, item.name, { public: false, spec });
+    this.#remember(item.namespace, item.name, { uid: item.uid, generation: item.generation, deleted: false });
+    return { result: "applied" };
+  }
+
+  async #request(item: SandboxRequestItem): Promise<Omit<ReplyItem, "id">> {
+    const stub = sandboxStub(this.#o.env, item.sandboxId);
+    const st = await stub.inspect();
+    if (!st || st.phase === "Terminating") return refused({ code: "sandbox_not_found", message: `sandbox ${item.sandboxId} not found` });
+    if (st.spec.cluster !== this.#o.cluster()) return refused({ code: "forbidden", message: `sandbox ${item.sandboxId} runs on cluster ${st.spec.cluster}` });
+    if (item.generation < st.generation) return { result: "stale", message: `made at generation ${item.generation}, the edge is at ${st.generation}` };
+    // As the sandbox's owner, so the E2B API's rules (and refusals) apply unchanged.
+    const access = { keyId: st.spec.keyId, admin: false };
+    const res =
+      item.action === "pause"
+        ? await stub.pause(access)
+        : item.action === "kill"
+          ? await stub.kill(access)
+          : await stub.connectSandbox(access, { timeoutS: DEFAULT_TIMEOUT_S });
+    return res.ok ? { result: "applied" } : refused(res.error);
+  }
+
+  async #claim(item: ClaimItem): Promise<Omit<ReplyItem, "id">> {
+    const env = this.#o.env;
+    const db = getDb(env);
+    const team = await findTeamByName(db, item.namespace);
+    if (!team) return refused({ code: "template_not_found", message: `Template "${item.templateName}" not found (no team ${item.namespace})` });
+    const caller: Caller = { keyId: `sandboxclaim:${item.claim.uid}`, teamId: team.id, teamName: team.name, admin: false };
+    const held = await listIndex(db, { keyId: caller.keyId, states: ["running", "paused"], metadata: [[CLAIM_METADATA_KEY, item.claim.uid]], order: "asc", limit: 1000 });
+    const ids = held.rows.map((r) => r.id as SandboxId);
+    const missing = Math.min(CLAIM_BATCH, item.replicas - ids.length);
+    const metadata: Record<string, string> = { ...item.annotations, [CLAIM_METADATA_KEY]: item.claim.uid, "e2b.agents.kruise.io/create-on-no-stock": String(item.createOnNoStock) };
+    for (const [k, v] of Object.entries(item.labels)) metadata[`label:${k}`] = v;
+    if (item.waitReadyMs !== undefined) metadata["e2b.agents.kruise.io/wait-ready-timeout-seconds"] = String(Math.min(600, Math.max(1, Math.ceil(item.waitReadyMs / 1000))));
+    const body = { templateID: item.templateName, envVars: item.envVars, metadata, timeout: item.timeoutS };
+    const results = await Promise.all(Array.from({ length: Math.max(0, missing) }, () => createAs(env, caller, body)));
+    let failure: Refusal | undefined;
+    for (const r of results) {
+      if (r.ok) ids.push(r.sandboxId as SandboxId);
+      else if (!failure || r.error.code === "template_not_found") failure = r.error;
+    }
+    if (ids.length >= item.replicas) return { result: "applied", sandboxIds: ids };
+    return { ...refused(failure ?? { code: "sandbox_capacity_unavailable", message: `${ids.length} of ${item.replicas} claimed` }), sandboxIds: ids };
+  }
+}
+
+function refused(e: { code: string; message: string }): Omit<ReplyItem, "id"> {
+  return { result: "rejected", code: e.code, message: e.message };
+}
+
+/** An E2B create through the route itself (validation, extensions, pool claim, SandboxDO). */
+async function createAs(env: Env, caller: Caller, body: unknown): Promise<{ ok: true; sandboxId: string } | { ok: false; error: Refusal }> {
+  const app = new Hono<AppEnv>();
+  app.onError(onError);
+  const create = createSandboxRoute("v2");
+  app.post("/v2/sandboxes", (c) => {
+    c.set("caller", caller);
+    return create(c);
+  });
+  const res = await app.request("/v2/sandboxes", { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) }, env);
+  const json = (await res.json()) as { sandboxID?: string; error_code?: ErrorCode; message?: string };
+  if (res.ok && json.sandboxID) return { ok: true, sandboxId: json.sandboxID };
+  // The create route's only 404 is a missing template; semantic codes come with the body.
+  const code = json.error_code ?? (res.status === 404 ? ErrorCode.templateNotFound : res.status === 400 ? ErrorCode.badRequest : ErrorCode.internal);
+  return { ok: false, error: { code, message: json.message ?? `HTTP ${res.status}` } };
+}

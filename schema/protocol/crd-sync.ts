@@ -1,0 +1,108 @@
+import { z } from "zod";
+import { TemplateSpec, TemplateId } from "../api/template.ts";
+import { TeamName } from "../api/team.ts";
+import { SandboxIdSchema } from "./ids.ts";
+
+/*
+ * The cluster's custom resources over the agent's session (kubernetes driver): the platform team
+ * edits SandboxSets, SandboxClaims and Sandboxes with kubectl, the agent forwards them, the edge
+ * (the authority) applies them and answers each item with a `replies` entry carrying its `id`.
+ *
+ *   agent → edge  sandboxsets   SandboxSet upserts `{namespace, name, uid, generation, spec}` and
+ *                               deletions: the template (and warm pool) `name` of team = namespace
+ *   agent → edge  requests      kubectl edits of a Sandbox (spec.paused, delete): pause, resume, kill
+ *   agent → edge  claims        a SandboxClaim: take `replicas` sandboxes from the team's pool
+ *   edge  → agent replies       one per item, by `id`
+ *
+ * The edge advertises these in `welcome.features`; an agent sends them only to an edge that does,
+ * so either side may be older without breaking the session.
+ */
+
+/** Features an edge may list in `welcome.features`. */
+export const CRD_SYNC_FEATURES = ["sandboxsets", "requests", "claims"] as const;
+export type CrdSyncFeature = (typeof CRD_SYNC_FEATURES)[number];
+
+/** E2B metadata key marking the sandboxes a SandboxClaim took (value: the claim's uid). Metadata
+ * may not use the reserved `agents.kruise.io/` prefixes, hence the plain name. */
+export const CLAIM_METADATA_KEY = "kruise-claim-uid";
+
+/** Correlates an item with its reply; unique per agent session (the agent mints them). */
+export const ItemIdSchema = z.string().min(1).max(64);
+
+/** Object identity in the cluster: the namespace is the team's name. */
+const ObjectRef = {
+  id: ItemIdSchema,
+  namespace: TeamName,
+  name: TemplateId,
+  /** metadata.uid: a SandboxSet deleted and re-created under the same name is a new object. */
+  uid: z.string().min(1),
+};
+
+export const SandboxSetUpsertSchema = z.object({
+  ...ObjectRef,
+  /** metadata.generation: for one uid, an older generation never overwrites a newer one. */
+  generation: z.int().nonnegative(),
+  /** The template spec; its `cluster` is ignored (members run on the sending agent's cluster). */
+  spec: TemplateSpec,
+});
+export const SandboxSetDeletionSchema = z.object({ ...ObjectRef, deleted: z.literal(true) });
+export const SandboxSetItemSchema = z.union([SandboxSetDeletionSchema, SandboxSetUpsertSchema]);
+export type SandboxSetItem = z.infer<typeof SandboxSetItemSchema>;
+export type SandboxSetItemInput = z.input<typeof SandboxSetItemSchema>;
+
+export const SandboxSetsSchema = z.object({ type: z.literal("sandboxsets"), items: z.array(SandboxSetItemSchema).min(1) });
+
+export const SandboxRequestItemSchema = z.object({
+  id: ItemIdSchema,
+  sandboxId: SandboxIdSchema,
+  action: z.enum(["pause", "resume", "kill"]),
+  /** The edge generation the Sandbox object showed when the user edited it: a request made
+   * against an older generation than the edge's current one is answered `stale`. */
+  generation: z.int().nonnegative(),
+});
+export type SandboxRequestItem = z.infer<typeof SandboxRequestItemSchema>;
+
+export const RequestsSchema = z.object({ type: z.literal("requests"), items: z.array(SandboxRequestItemSchema).min(1) });
+
+const StringMap = z.record(z.string(), z.string());
+
+export const ClaimItemSchema = z.object({
+  id: ItemIdSchema,
+  namespace: TeamName,
+  claim: z.object({ name: z.string().min(1), uid: z.string().min(1) }),
+  /** The SandboxSet (template) of the namespace's team to claim from. */
+  templateName: TemplateId,
+  /** Sandboxes the claim wants in all; the edge counts those it already has for `claim.uid`, so a
+   * repeated item never claims twice. */
+  replicas: z.int().min(1).max(1000),
+  envVars: StringMap.default({}),
+  labels: StringMap.default({}),
+  annotations: StringMap.default({}),
+  /** E2B timeout of each claimed sandbox, seconds (absent: the edge's default). */
+  timeoutS: z.int().positive().optional(),
+  /** Create a member when the pool has none available (OpenKruise default true). */
+  createOnNoStock: z.boolean().default(true),
+  /** Bound on waiting for the cluster to take each sandbox. */
+  waitReadyMs: z.int().positive().optional(),
+});
+export type ClaimItem = z.infer<typeof ClaimItemSchema>;
+export type ClaimItemInput = z.input<typeof ClaimItemSchema>;
+
+export const ClaimsSchema = z.object({ type: z.literal("claims"), items: z.array(ClaimItemSchema).min(1) });
+
+/**
+ * `applied`: done (for claims: all `replicas` are claimed); `stale`: superseded by what the edge
+ * already has (older generation, request against an older sandbox generation); `rejected`: not
+ * done, `code` (the edge's error code, e.g. `template_not_found`) and `message` say why.
+ */
+export const ReplyItemSchema = z.object({
+  id: ItemIdSchema,
+  result: z.enum(["applied", "stale", "rejected"]),
+  code: z.string().optional(),
+  message: z.string().optional(),
+  /** Claims: every sandbox the claim holds (earlier ones included). */
+  sandboxIds: z.array(SandboxIdSchema).optional(),
+});
+export type ReplyItem = z.infer<typeof ReplyItemSchema>;
+
+export const RepliesSchema = z.object({ type: z.literal("replies"), items: z.array(ReplyItemSchema).min(1) });
