@@ -15,9 +15,6 @@ export default defineConfig({
           testTimeout: 60_000,
           hookTimeout: 120_000,
           fileParallelism: false,
-          // One retry: a status-convergence race in the kubernetes driver still fails about one
-          // run in four (issue 5's note); a behaviour that is really broken fails both attempts.
-          retry: 1,
         },
       },
     ],

@@ -173,6 +173,7 @@ export class KubernetesDriver implements Driver {
   readonly #eventReason = new Map<string, string>();
   readonly #pools: PoolStatus;
   readonly #statusTimers = new Map<string, NodeJS.Timeout>();
+  /** The tail of each sandbox's chain of writes (see #serial). */
   readonly #syncs = new Map<string, Promise<void>>();
   /** Metadata-only changes (a claim, a new generation) not yet written: the claim's critical path
    * is the runtime's re-init, so the Sandbox and pod relabel trail it by a few milliseconds. */
@@ -430,7 +431,7 @@ export class KubernetesDriver implements Driver {
   async ensure(desired: DesiredSandbox): Promise<KubeSandboxObservation> {
     const d = desired as KubeDesiredSandbox;
     if (d.accessToken) this.#tokens.set(d.id, d.accessToken);
-    let sbx = this.#sandbox(d.id);
+    const sbx = this.#sandbox(d.id);
     const live = sbx && this.#pod(d.id);
     if (sbx && live && d.state === "Running" && !sbx.spec.paused && !live.metadata?.deletionTimestamp && !this.#facts(sbx, d.id).frozen) {
       // Running and staying so: only labels, owner and annotations can differ; write them behind.
@@ -439,6 +440,12 @@ export class KubernetesDriver implements Driver {
       return this.#observe(d.id)!;
     }
     this.#deferred.delete(d.id);
+    return this.#serial(d.id, () => this.#converge(d));
+  }
+
+  /** The slow half of ensure: creates, pod changes and the status write, in the sandbox's chain. */
+  async #converge(d: KubeDesiredSandbox): Promise<KubeSandboxObservation> {
+    let sbx = this.#sandbox(d.id);
     sbx = sbx ? await this.#updateSandbox(sbx, d) : await this.#createSandbox(d);
     if (sbx.metadata?.deletionTimestamp) throw new Error(`sandbox ${d.id} is being deleted`);
     const pod = this.#pod(d.id);
@@ -512,20 +519,31 @@ export class KubernetesDriver implements Driver {
       id,
       setTimeout(() => {
         this.#statusTimers.delete(id);
-        // One sync per sandbox at a time: two in flight could land out of order and leave an
-        // older status on the Sandbox with no event left to correct it.
-        const next = (this.#syncs.get(id) ?? Promise.resolve())
-          .then(() => this.#sync(id))
-          .catch((err: unknown) => {
-            this.#opts.log?.(`sync of ${id}: ${(err as Error).message}`);
-            this.#scheduleStatus(id, 500);
-          })
-          .finally(() => {
-            if (this.#syncs.get(id) === next) this.#syncs.delete(id);
-          });
-        this.#syncs.set(id, next);
+        this.#serial(id, () => this.#sync(id)).catch((err: unknown) => {
+          this.#opts.log?.(`sync of ${id}: ${(err as Error).message}`);
+          this.#scheduleStatus(id, 500);
+        });
       }, delayMs),
     );
+  }
+
+  /**
+   * Runs `fn` after every earlier write of this sandbox has finished. Every status and metadata
+   * write goes through here: two patches in flight can land out of order, and an older status
+   * (PodStarting, computed before the kubelet's Ready) landing last stays on the Sandbox with no
+   * event left to correct it (its SandboxSet then never counts it available).
+   */
+  #serial<T>(id: string, fn: () => Promise<T>): Promise<T> {
+    const run = (this.#syncs.get(id) ?? Promise.resolve()).then(fn);
+    const tail = run.then(
+      () => {},
+      () => {},
+    );
+    this.#syncs.set(id, tail);
+    void tail.then(() => {
+      if (this.#syncs.get(id) === tail) this.#syncs.delete(id);
+    });
+    return run;
   }
 
   /** Writes deferred metadata (claim labels, owner, generation), then the status. */
@@ -616,7 +634,8 @@ export class KubernetesDriver implements Driver {
       mergePatch,
     )) as SandboxObject;
     this.sandboxes.remember(updated);
-    await this.#writeStatus(id);
+    // Not awaited: freeze/thaw also run inside ensure's chain, which writes the status at its end.
+    this.#scheduleStatus(id);
   }
 
   async snapshotFs(_id: string): Promise<SnapshotRef> {

@@ -168,6 +168,9 @@ export class ObjectCache<T extends KubernetesObject> {
   /** Records the server's answer to our own create/update/patch. */
   remember(raw: unknown): T {
     const obj = this.#o.slim(raw);
+    // Answers to two concurrent writes may arrive in either order: keep the newer one.
+    const w = this.#written.get(obj.metadata!.name!);
+    if (w?.obj && w.rv > rvOf(obj)) return w.obj;
     this.#written.set(obj.metadata!.name!, { obj, rv: rvOf(obj) });
     this.#index(obj, true);
     return obj;
