@@ -13,12 +13,16 @@
 // Durable Object storage goes on tmpfs (/dev/shm) when there is one: a commit there costs what
 // SQLite costs, not an fsync of this VM's ext4 disk shared with every other process (measured
 // here: sequential create p50 ~13 ms on tmpfs vs ~23 ms on ext4). EDGE_BENCH_DISK=1 keeps it on disk.
-import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+// EDGE_BENCH_PROFILE=<file.cpuprofile> records a V8 CPU profile of the 50-client run through
+// workerd's inspector (open it in Chrome DevTools; it adds ~10 % CPU, so figures of such a run
+// are not comparable).
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { migrate } from "../scripts/migrate.ts";
 import { seed } from "../scripts/seed.ts";
 import { ScriptedAgent, tcpTransport } from "../test/support/scripted-agent.ts";
 import type { BenchContext, Figures } from "./run.ts";
+import { freePort } from "../scripts/lib/sqld.ts";
 import { median, percentile, timedConcurrently } from "./stats.ts";
 
 const ADMIN_KEY = `e2b_${"0".repeat(38)}be`;
@@ -32,10 +36,13 @@ const RATIO_PER_ROUND = 40;
 export async function run(ctx: BenchContext): Promise<Figures> {
   await migrate(ctx.libsqlUrl);
   await seed({ libsqlUrl: ctx.libsqlUrl, adminApiKey: ADMIN_KEY, pepper: "bench-pepper", baseReplicas: 0 });
+  const profileFile = process.env.EDGE_BENCH_PROFILE;
+  const inspectorPort = profileFile ? await freePort() : undefined;
   const shm = !process.env.EDGE_BENCH_DISK && existsSync("/dev/shm") ? mkdtempSync("/dev/shm/sbx-edge-bench-") : undefined;
   const edge = await ctx.startEdge({
     dir: shm ?? join(ctx.dir, "edge-bench"),
     vars: { LIBSQL_URL: ctx.libsqlUrl, KEY_PEPPER: "bench-pepper", ADMIN_API_KEY: ADMIN_KEY, CLUSTER_TOKEN },
+    inspectorPort,
   });
   const agent = new ScriptedAgent({ agentId: "bench-agent" });
   await agent.connect(tcpTransport(edge.url, CLUSTER_TOKEN, "local"));
@@ -46,11 +53,13 @@ export async function run(ctx: BenchContext): Promise<Figures> {
     await api.createMany("bench-warm", 200, CONCURRENCY); // JIT, DO instances, template cache
     await api.waitAvailable("bench-warm", WARM_REPLICAS);
 
+    const profiler = inspectorPort ? await startProfiler(inspectorPort) : null;
     const started = performance.now();
     const cpuBefore = cpuMs(edge.pid);
     const latencies = await api.createMany("bench-warm", LOAD_CREATES, CONCURRENCY);
     const seconds = (performance.now() - started) / 1000;
     const cpuPerCreate = (cpuMs(edge.pid) - cpuBefore) / LOAD_CREATES;
+    if (profiler && profileFile) writeFileSync(profileFile, JSON.stringify(await profiler.stop()));
     const warm = await api.pool("bench-warm");
 
     await api.template("bench-100", 100);
@@ -123,4 +132,35 @@ function client(base: string) {
 function cpuMs(pid: number): number {
   const fields = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]!.split(" ");
   return (Number(fields[11]) + Number(fields[12])) * 10;
+}
+
+/** Starts V8's sampling profiler in the edge isolate over the DevTools protocol. */
+async function startProfiler(port: number): Promise<{ stop(): Promise<unknown> }> {
+  const targets = (await (await fetch(`http://127.0.0.1:${port}/json/list`)).json()) as { webSocketDebuggerUrl: string }[];
+  const ws = new WebSocket(targets[0]!.webSocketDebuggerUrl);
+  await new Promise((ok, fail) => {
+    ws.addEventListener("open", ok);
+    ws.addEventListener("error", fail);
+  });
+  const pending = new Map<number, (result: unknown) => void>();
+  ws.addEventListener("message", (ev) => {
+    const msg = JSON.parse(String(ev.data)) as { id?: number; result?: unknown };
+    if (msg.id !== undefined) pending.get(msg.id)?.(msg.result);
+  });
+  let id = 0;
+  const call = (method: string, params: object = {}) =>
+    new Promise<any>((ok) => {
+      pending.set(++id, ok);
+      ws.send(JSON.stringify({ id, method, params }));
+    });
+  await call("Profiler.enable");
+  await call("Profiler.setSamplingInterval", { interval: 250 });
+  await call("Profiler.start");
+  return {
+    async stop() {
+      const { profile } = await call("Profiler.stop");
+      ws.close();
+      return profile;
+    },
+  };
 }

@@ -25,6 +25,8 @@ export interface EdgeOptions {
   vars: Record<string, string>;
   /** Reuse an existing bundle in `dir/bundle` instead of building (the launcher builds once). */
   skipBuild?: boolean;
+  /** Serve the Chrome DevTools protocol on this loopback port (profiling; see bench/edge.ts). */
+  inspectorPort?: number;
 }
 
 /** Builds the Worker bundle exactly as `wrangler deploy` would, into `outDir`. */
@@ -110,7 +112,7 @@ export async function startEdge(opts: EdgeOptions): Promise<Edge> {
   const service = await startService({
     name: "workerd",
     bin: join(BIN, "workerd"),
-    args: ["serve", configPath],
+    args: ["serve", configPath, ...(opts.inspectorPort ? [`--inspector-addr=127.0.0.1:${opts.inspectorPort}`] : [])],
     url: `http://127.0.0.1:${port}`,
     logFile: join(opts.dir, "workerd.log"),
     readyWithinMs: 20_000,
