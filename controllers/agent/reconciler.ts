@@ -39,6 +39,7 @@ export function desiredFor(intent: Intent): DesiredSandbox {
     allowInternetAccess: intent.allowInternetAccess,
     pool: t.id,
     claimed: intent.owner.kind !== "pool",
+    namespace: intent.team ?? undefined,
   };
 }
 

@@ -31,6 +31,9 @@ export interface DesiredSandbox {
   pool?: string;
   /** False while an unclaimed warm-pool member, true once claimed or created on demand. */
   claimed?: boolean;
+  /** The owning team's namespace, for drivers that place sandboxes in namespaces (kubernetes:
+   * the Sandbox, Pod and PVCs go there); absent: the driver's own namespace. */
+  namespace?: string;
   /** The runtime's access token; given only to drivers without a host view (their runtime is
    * elsewhere and the driver calls it, e.g. to freeze). */
   accessToken?: string | null;

@@ -4,9 +4,13 @@
 // service account when running as the Deployment in k8s/).
 import { KubeConfig } from "@kubernetes/client-node";
 import { KUBERNETES_FLAGS } from "./flags.ts";
-import { KubernetesDriver } from "./kubernetes-driver.ts";
+import { KubernetesDriver, type SandboxRequest } from "./kubernetes-driver.ts";
 
-export async function kubernetesDriverFromFlags(flags: { kubeconfig?: string; namespace?: string; "runtime-image"?: string }, onChange?: (id: string) => void): Promise<KubernetesDriver> {
+export async function kubernetesDriverFromFlags(
+  flags: { kubeconfig?: string; namespace?: string; "runtime-image"?: string },
+  onChange?: (id: string) => void,
+  onRequest?: (req: SandboxRequest) => void,
+): Promise<KubernetesDriver> {
   const kc = new KubeConfig();
   if (flags.kubeconfig) kc.loadFromFile(flags.kubeconfig);
   else kc.loadFromDefault();
@@ -15,6 +19,7 @@ export async function kubernetesDriverFromFlags(flags: { kubeconfig?: string; na
     namespace: flags.namespace ?? "default",
     runtimeImage: flags["runtime-image"] ?? KUBERNETES_FLAGS["runtime-image"].default,
     onChange,
+    onRequest,
     log: (m) => console.log(`[kubernetes] ${m}`),
   });
   await driver.start();

@@ -33,11 +33,11 @@ import {
   type SandboxObservation,
   type SnapshotRef,
 } from "../driver.ts";
-import { ObjectCache } from "./object-cache.ts";
-import { slimCustom, slimPod, slimPvc } from "./slim.ts";
+import type { ObjectCache } from "./object-cache.ts";
+import { NAMESPACE_PATTERN, NamespaceScope } from "./namespace-scope.ts";
 import { buildPod, buildPvc, imageTemplate, templateHash, type VolumeClaimTemplate } from "./pod-spec.ts";
 import { sandboxState, sandboxStatus, type SandboxFacts, type SandboxStatus } from "./pod-state.ts";
-import { PoolStatus, poolRevision } from "./pool-status.ts";
+import { poolRevision } from "./pool-status.ts";
 
 /** A Sandbox object as the driver reads it. */
 export interface SandboxObject extends KubernetesObject {
@@ -156,11 +156,10 @@ export class KubernetesDriver implements Driver {
     ],
   };
 
+  /** The namespace of sandboxes whose intent names no team (and of the SandboxSet sync). */
   readonly namespace: string;
-  readonly pods: ObjectCache<V1Pod>;
-  readonly pvcs: ObjectCache<V1PersistentVolumeClaim>;
-  readonly sandboxes: ObjectCache<SandboxObject>;
-  readonly sandboxSets: ObjectCache<SandboxSetObject>;
+  /** The cluster it talks to (the CRD syncs reuse it). */
+  readonly kubeConfig: KubeConfig;
   /** Counts API requests this driver sent (writes and status patches; informer traffic excluded). */
   requests = 0;
 
@@ -171,7 +170,9 @@ export class KubernetesDriver implements Driver {
   readonly #tokens = new Map<string, string>();
   /** Last Ready reason an Event was emitted for, per sandbox, so each transition is reported once. */
   readonly #eventReason = new Map<string, string>();
-  readonly #pools: PoolStatus;
+  /** One set of informers per namespace with sandboxes of ours; the first is `namespace`'s. */
+  readonly #scopes = new Map<string, NamespaceScope>();
+  readonly #home: NamespaceScope;
   readonly #statusTimers = new Map<string, NodeJS.Timeout>();
   /** The tail of each sandbox's chain of writes (see #serial). */
   readonly #syncs = new Map<string, Promise<void>>();
@@ -185,54 +186,71 @@ export class KubernetesDriver implements Driver {
   constructor(opts: KubernetesDriverOptions) {
     this.#opts = opts;
     this.namespace = opts.namespace;
+    this.kubeConfig = opts.kubeConfig;
     this.#now = opts.now ?? Date.now;
-    const kc = opts.kubeConfig;
-    const ns = opts.namespace;
-    this.#core = kc.makeApiClient(CoreV1Api);
-    this.#custom = kc.makeApiClient(CustomObjectsApi);
-    const crList = (plural: string) => () => this.#custom.listNamespacedCustomObject({ group: GROUP, version: VERSION, namespace: ns, plural });
-    const crPath = (plural: string) => `/apis/${GROUP}/${VERSION}/namespaces/${ns}/${plural}`;
-    const onError = (err: unknown) => opts.log?.(`watch: ${(err as Error)?.message ?? err}`);
-    const podSelector = `${LABEL.createdBy}=sandbox`;
-    this.pods = new ObjectCache<V1Pod>(kc, {
-      path: `/api/v1/namespaces/${ns}/pods`,
-      list: () => this.#core.listNamespacedPod({ namespace: ns, labelSelector: podSelector }),
-      labelSelector: podSelector,
-      slim: slimPod,
-      onError,
-    });
-    this.pvcs = new ObjectCache<V1PersistentVolumeClaim>(kc, {
-      path: `/api/v1/namespaces/${ns}/persistentvolumeclaims`,
-      list: () => this.#core.listNamespacedPersistentVolumeClaim({ namespace: ns, labelSelector: LABEL.sandboxId }),
-      labelSelector: LABEL.sandboxId,
-      slim: slimPvc,
-      onError,
-    });
-    this.sandboxes = new ObjectCache<SandboxObject>(kc, { path: crPath(PLURAL.sandbox), list: crList(PLURAL.sandbox), slim: slimCustom, onError });
-    this.sandboxSets = new ObjectCache<SandboxSetObject>(kc, { path: crPath(PLURAL.sandboxSet), list: crList(PLURAL.sandboxSet), slim: slimCustom, onError });
-    this.#pools = new PoolStatus({ custom: this.#custom, namespace: ns, sandboxes: this.sandboxes, sandboxSets: this.sandboxSets, count: () => this.requests++ });
+    this.#core = opts.kubeConfig.makeApiClient(CoreV1Api);
+    this.#custom = opts.kubeConfig.makeApiClient(CustomObjectsApi);
+    this.#home = this.#scope(opts.namespace);
+  }
 
+  /** The home namespace's informers (the SandboxSet sync and tests read them). */
+  get pods(): ObjectCache<V1Pod> {
+    return this.#home.pods;
+  }
+  get pvcs(): ObjectCache<V1PersistentVolumeClaim> {
+    return this.#home.pvcs;
+  }
+  get sandboxes(): ObjectCache<SandboxObject> {
+    return this.#home.sandboxes;
+  }
+  get sandboxSets(): ObjectCache<SandboxSetObject> {
+    return this.#home.sandboxSets;
+  }
+
+  /** The scope of a namespace, made (not started) on first use. */
+  #scope(ns: string): NamespaceScope {
+    let sc = this.#scopes.get(ns);
+    if (sc) return sc;
+    sc = new NamespaceScope({
+      kubeConfig: this.#opts.kubeConfig,
+      core: this.#core,
+      custom: this.#custom,
+      namespace: ns,
+      onError: (err) => this.#opts.log?.(`watch ${ns}: ${(err as Error)?.message ?? err}`),
+      count: () => this.requests++,
+    });
+    const scope = sc;
     const changed = (o: KubernetesObject) => {
-      const id = this.#idOf(o);
+      const id = this.#idOf(o, scope);
       if (!id) return;
       this.#scheduleStatus(id);
-      opts.onChange?.(id);
+      this.#opts.onChange?.(id);
     };
-    this.pods.onChange(changed);
-    this.sandboxes.onChange((o, verb) => {
-      this.#pools.touch(o.metadata?.labels?.[LABEL.pool]);
+    sc.pods.onChange(changed);
+    sc.sandboxes.onChange((o, verb) => {
       if (verb !== "delete") this.#userRequest(o);
     });
-    this.sandboxSets.onChange((o) => this.#pools.touch(o.metadata?.name));
+    this.#scopes.set(ns, sc);
+    return sc;
+  }
+
+  /** The scope holding a sandbox's objects (the home scope for one not seen anywhere). */
+  #scopeOf(id: string): NamespaceScope {
+    const label = idLabel(id);
+    if (this.#home.sandboxes.forSandbox(label).length || this.#home.pods.forSandbox(label).length) return this.#home;
+    for (const sc of this.#scopes.values()) {
+      if (sc.sandboxes.forSandbox(label).length || sc.pods.forSandbox(label).length) return sc;
+    }
+    return this.#home;
   }
 
   /** The sandbox id of a Sandbox or of a pod/PVC (through its Sandbox when the label is a hash). */
-  #idOf(o: KubernetesObject): string | undefined {
+  #idOf(o: KubernetesObject, sc: NamespaceScope): string | undefined {
     const label = o.metadata?.labels?.[LABEL.sandboxId];
     if (!label) return undefined;
     const own = o.metadata?.annotations?.[ANNOTATION.sandboxId];
     if (own) return own;
-    return this.sandboxes.forSandbox(label)[0]?.metadata?.annotations?.[ANNOTATION.sandboxId] ?? label;
+    return sc.sandboxes.forSandbox(label)[0]?.metadata?.annotations?.[ANNOTATION.sandboxId] ?? label;
   }
 
   /** Spots kubectl edits: spec.paused differing from what the edge last asked for, or a delete the
@@ -255,22 +273,31 @@ export class KubernetesDriver implements Driver {
   }
 
   /** Starts the informers and waits for their first list. */
+  /** Starts the informers of the home namespace and of every namespace that already holds
+   * Sandboxes of ours (an agent restart adopts them before any intent names their team). */
   async start(): Promise<void> {
-    await Promise.all([this.pods.start(), this.pvcs.start(), this.sandboxes.start(), this.sandboxSets.start()]);
+    await this.#home.start();
+    try {
+      const all = (await this.#custom.listClusterCustomObject({ group: GROUP, version: VERSION, plural: PLURAL.sandbox })) as { items: SandboxObject[] };
+      const namespaces = new Set(all.items.map((o) => o.metadata?.namespace).filter((n): n is string => Boolean(n)));
+      await Promise.all([...namespaces].map((ns) => this.#scope(ns).start()));
+    } catch (err) {
+      // A namespaced Role instead of the ClusterRole: only the home namespace is adopted.
+      this.#opts.log?.(`listing Sandboxes in all namespaces: ${(err as Error).message}`);
+    }
   }
 
   async stop(): Promise<void> {
     for (const t of this.#statusTimers.values()) clearTimeout(t);
-    this.#pools.stop();
-    await Promise.all([this.pods.stop(), this.pvcs.stop(), this.sandboxes.stop(), this.sandboxSets.stop()]);
+    await Promise.all([...this.#scopes.values()].map((sc) => sc.stop()));
   }
 
   #sandbox(id: string): SandboxObject | undefined {
-    return this.sandboxes.forSandbox(idLabel(id))[0];
+    return this.#scopeOf(id).sandboxes.forSandbox(idLabel(id))[0];
   }
 
   #pod(id: string): V1Pod | undefined {
-    const pods = this.pods.forSandbox(idLabel(id));
+    const pods = this.#scopeOf(id).pods.forSandbox(idLabel(id));
     return pods.find((p) => !p.metadata?.deletionTimestamp) ?? pods[0];
   }
 
@@ -279,14 +306,14 @@ export class KubernetesDriver implements Driver {
   }
 
   /** The template a new sandbox is built from: its pool's, a SandboxSet named like its template, or the image. */
-  #resolveTemplate(d: KubeDesiredSandbox): { set?: SandboxSetObject; template: V1PodTemplateSpec; vcts: VolumeClaimTemplate[] } {
-    const set = this.sandboxSets.get(d.pool ?? d.template);
+  #resolveTemplate(d: KubeDesiredSandbox, sc: NamespaceScope): { set?: SandboxSetObject; template: V1PodTemplateSpec; vcts: VolumeClaimTemplate[] } {
+    const set = sc.sandboxSets.get(d.pool ?? d.template);
     if (set?.spec.template) return { set, template: set.spec.template, vcts: set.spec.volumeClaimTemplates ?? [] };
     return { template: imageTemplate(d.template), vcts: [] };
   }
 
-  async #createSandbox(d: KubeDesiredSandbox): Promise<SandboxObject> {
-    const { set, template, vcts } = this.#resolveTemplate(d);
+  async #createSandbox(d: KubeDesiredSandbox, sc: NamespaceScope): Promise<SandboxObject> {
+    const { set, template, vcts } = this.#resolveTemplate(d, sc);
     const pool = set?.metadata?.name;
     const claimed = d.claimed ?? pool === undefined;
     const labels: Record<string, string> = {
@@ -302,7 +329,7 @@ export class KubernetesDriver implements Driver {
       kind: "Sandbox",
       metadata: {
         name: sandboxName(d.id, pool),
-        namespace: this.namespace,
+        namespace: sc.namespace,
         labels,
         annotations: {
           [ANNOTATION.sandboxId]: d.id,
@@ -316,8 +343,8 @@ export class KubernetesDriver implements Driver {
       spec: { template, volumeClaimTemplates: vcts, paused: d.state === "Paused", pauseStrategy: { type: "Stop" } },
     };
     this.requests++;
-    const created = (await this.#custom.createNamespacedCustomObject({ group: GROUP, version: VERSION, namespace: this.namespace, plural: PLURAL.sandbox, body })) as SandboxObject;
-    return this.sandboxes.remember(created);
+    const created = (await this.#custom.createNamespacedCustomObject({ group: GROUP, version: VERSION, namespace: sc.namespace, plural: PLURAL.sandbox, body })) as SandboxObject;
+    return sc.sandboxes.remember(created);
   }
 
   /** Brings labels, owner, pause and generation of an existing Sandbox in line with `d`. */
@@ -344,42 +371,43 @@ export class KubernetesDriver implements Driver {
     if (Boolean(sbx.spec.paused) !== paused) patch.spec = { paused };
     if (!Object.keys(patch.metadata).length && !patch.spec) return sbx;
     this.requests++;
+    const sc = this.#scopeOf(d.id);
     const pod = this.#pod(d.id);
     // A claim relabels the pod too (selectors over pods see it leave the pool); both in parallel.
     const [updated] = await Promise.all([
       this.#custom.patchNamespacedCustomObject(
-        { group: GROUP, version: VERSION, namespace: this.namespace, plural: PLURAL.sandbox, name: meta.name!, body: patch },
+        { group: GROUP, version: VERSION, namespace: sc.namespace, plural: PLURAL.sandbox, name: meta.name!, body: patch },
         mergePatch,
       ) as Promise<SandboxObject>,
-      claimed && !claimedNow && pod ? this.#patchPod(pod, { metadata: { labels: { [LABEL.claimed]: "true" } } }) : undefined,
+      claimed && !claimedNow && pod ? this.#patchPod(sc, pod, { metadata: { labels: { [LABEL.claimed]: "true" } } }) : undefined,
     ]);
-    return this.sandboxes.remember(updated);
+    return sc.sandboxes.remember(updated);
   }
 
-  async #patchPod(pod: V1Pod, body: object): Promise<void> {
+  async #patchPod(sc: NamespaceScope, pod: V1Pod, body: object): Promise<void> {
     this.requests++;
-    const updated = await tolerate(this.#core.patchNamespacedPod({ name: pod.metadata!.name!, namespace: this.namespace, body }, mergePatch), [404]);
-    if (updated) this.pods.remember(updated);
+    const updated = await tolerate(this.#core.patchNamespacedPod({ name: pod.metadata!.name!, namespace: sc.namespace, body }, mergePatch), [404]);
+    if (updated) sc.pods.remember(updated);
   }
 
-  async #ensurePvcs(sbx: SandboxObject): Promise<void> {
+  async #ensurePvcs(sc: NamespaceScope, sbx: SandboxObject): Promise<void> {
     const labels = { [LABEL.sandboxId]: sbx.metadata!.labels![LABEL.sandboxId]! };
     for (const vct of sbx.spec.volumeClaimTemplates ?? []) {
-      const body = buildPvc(vct, { name: sbx.metadata!.name!, namespace: this.namespace, labels, owner: this.#ownerRef(sbx) });
-      if (this.pvcs.get(body.metadata!.name!)) continue;
+      const body = buildPvc(vct, { name: sbx.metadata!.name!, namespace: sc.namespace, labels, owner: this.#ownerRef(sbx) });
+      if (sc.pvcs.get(body.metadata!.name!)) continue;
       this.requests++;
-      const created = await tolerate(this.#core.createNamespacedPersistentVolumeClaim({ namespace: this.namespace, body }), [409]);
-      if (created) this.pvcs.remember(created);
+      const created = await tolerate(this.#core.createNamespacedPersistentVolumeClaim({ namespace: sc.namespace, body }), [409]);
+      if (created) sc.pvcs.remember(created);
     }
   }
 
-  async #createPod(sbx: SandboxObject, d: KubeDesiredSandbox): Promise<void> {
+  async #createPod(sc: NamespaceScope, sbx: SandboxObject, d: KubeDesiredSandbox): Promise<void> {
     const labels = Object.fromEntries(
       [LABEL.sandboxId, LABEL.pool, LABEL.template, LABEL.claimed, LABEL.templateHash].flatMap((k) => (sbx.metadata?.labels?.[k] ? [[k, sbx.metadata.labels[k]]] : [])),
     );
     const body = buildPod({
       name: sbx.metadata!.name!,
-      namespace: this.namespace,
+      namespace: sc.namespace,
       template: sbx.spec.template ?? imageTemplate(d.template),
       volumeClaimTemplates: sbx.spec.volumeClaimTemplates ?? [],
       labels,
@@ -389,20 +417,20 @@ export class KubernetesDriver implements Driver {
     });
     this.requests++;
     try {
-      const created = await this.#core.createNamespacedPod({ namespace: this.namespace, body });
-      this.pods.remember(created);
-      await this.#event(sbx, "Normal", EventReason.PodCreated, `created pod ${body.metadata!.name}`);
+      const created = await this.#core.createNamespacedPod({ namespace: sc.namespace, body });
+      sc.pods.remember(created);
+      await this.#event(sc, sbx, "Normal", EventReason.PodCreated, `created pod ${body.metadata!.name}`);
     } catch (err) {
       if (statusCode(err) === 409) return; // the old pod of a Stop pause is still terminating
       throw err;
     }
   }
 
-  async #deletePod(pod: V1Pod, graceSeconds: number): Promise<void> {
+  async #deletePod(sc: NamespaceScope, pod: V1Pod, graceSeconds: number): Promise<void> {
     if (pod.metadata?.deletionTimestamp) return;
     this.requests++;
-    await tolerate(this.#core.deleteNamespacedPod({ name: pod.metadata!.name!, namespace: this.namespace, gracePeriodSeconds: graceSeconds }), [404]);
-    this.pods.forget(pod.metadata!.name!);
+    await tolerate(this.#core.deleteNamespacedPod({ name: pod.metadata!.name!, namespace: sc.namespace, gracePeriodSeconds: graceSeconds }), [404]);
+    sc.pods.forget(pod.metadata!.name!);
   }
 
   #runtimeUrl(pod: V1Pod | undefined): string | undefined {
@@ -446,29 +474,40 @@ export class KubernetesDriver implements Driver {
   /** The slow half of ensure: creates, pod changes and the status write, in the sandbox's chain. */
   async #converge(d: KubeDesiredSandbox): Promise<KubeSandboxObservation> {
     let sbx = this.#sandbox(d.id);
-    sbx = sbx ? await this.#updateSandbox(sbx, d) : await this.#createSandbox(d);
+    // A sandbox stays where it was made; a new one goes to its team's namespace.
+    const sc = sbx ? this.#scopeOf(d.id) : await this.#scopeForNew(d);
+    sbx = sbx ? await this.#updateSandbox(sbx, d) : await this.#createSandbox(d, sc);
     if (sbx.metadata?.deletionTimestamp) throw new Error(`sandbox ${d.id} is being deleted`);
     const pod = this.#pod(d.id);
     if (d.state === "Running") {
-      await this.#ensurePvcs(sbx);
-      if (!pod) await this.#createPod(sbx, d);
+      await this.#ensurePvcs(sc, sbx);
+      if (!pod) await this.#createPod(sc, sbx, d);
       else if (this.#facts(sbx, d.id).frozen) {
         await this.thaw(d.id);
-        await this.#event(sbx, "Normal", EventReason.Resumed, "thawed");
+        await this.#event(sc, sbx, "Normal", EventReason.Resumed, "thawed");
       }
     } else if (d.pauseStrategy === "Stop") {
       if (pod) {
-        await this.#deletePod(pod, 5);
-        await this.#event(sbx, "Normal", EventReason.Paused, "pod deleted, PVCs kept");
+        await this.#deletePod(sc, pod, 5);
+        await this.#event(sc, sbx, "Normal", EventReason.Paused, "pod deleted, PVCs kept");
       }
     } else if (pod && !this.#facts(sbx, d.id).frozen) {
       if (this.#runtimeUrl(pod)) {
         await this.freeze(d.id);
-        await this.#event(sbx, "Normal", EventReason.Paused, "processes frozen");
+        await this.#event(sc, sbx, "Normal", EventReason.Paused, "processes frozen");
       }
     }
     await this.#writeStatus(d.id);
     return this.#observe(d.id)!;
+  }
+
+  /** The namespace a new sandbox goes to: its team's (informers started on first use), else home. */
+  async #scopeForNew(d: KubeDesiredSandbox): Promise<NamespaceScope> {
+    const ns = d.namespace ?? this.namespace;
+    if (!NAMESPACE_PATTERN.test(ns)) throw new Error(`team "${ns}" is not a valid Kubernetes namespace name (lowercase letters, digits and '-', at most 63)`);
+    const sc = this.#scope(ns);
+    await sc.start();
+    return sc;
   }
 
   #observe(id: string): KubeSandboxObservation | undefined {
@@ -505,7 +544,7 @@ export class KubernetesDriver implements Driver {
 
   async list(): Promise<KubeSandboxObservation[]> {
     const ids = new Set<string>();
-    for (const o of [...this.sandboxes.list(), ...this.pods.list()]) {
+    for (const o of [...this.#scopes.values()].flatMap((sc) => [...sc.sandboxes.list(), ...sc.pods.list()])) {
       const id = o.metadata?.annotations?.[ANNOTATION.sandboxId] ?? o.metadata?.labels?.[LABEL.sandboxId];
       if (id) ids.add(id);
     }
@@ -559,6 +598,7 @@ export class KubernetesDriver implements Driver {
 
   /** Writes the Sandbox status when it differs from what is stored, and an Event per new failure reason. */
   async #writeStatus(id: string): Promise<void> {
+    const sc = this.#scopeOf(id);
     const sbx = this.#sandbox(id);
     if (!sbx || sbx.metadata?.deletionTimestamp) return;
     const facts = this.#facts(sbx, id);
@@ -570,29 +610,29 @@ export class KubernetesDriver implements Driver {
       this.requests++;
       const updated = await tolerate(
         this.#custom.patchNamespacedCustomObjectStatus(
-          { group: GROUP, version: VERSION, namespace: this.namespace, plural: PLURAL.sandbox, name: sbx.metadata!.name!, body: { status } },
+          { group: GROUP, version: VERSION, namespace: sc.namespace, plural: PLURAL.sandbox, name: sbx.metadata!.name!, body: { status } },
           mergePatch,
         ) as Promise<SandboxObject>,
         [404],
       );
-      if (updated) this.sandboxes.remember(updated);
+      if (updated) sc.sandboxes.remember(updated);
     }
     if (this.#eventReason.get(id) !== state.reason) {
       this.#eventReason.set(id, state.reason);
-      if (state.reason === "Unschedulable") await this.#event(sbx, "Warning", EventReason.FailedScheduling, state.message);
-      if (state.reason === "ImagePullFailed") await this.#event(sbx, "Warning", EventReason.ImagePullFailed, state.message);
+      if (state.reason === "Unschedulable") await this.#event(sc, sbx, "Warning", EventReason.FailedScheduling, state.message);
+      if (state.reason === "ImagePullFailed") await this.#event(sc, sbx, "Warning", EventReason.ImagePullFailed, state.message);
     }
   }
 
-  async #event(sbx: SandboxObject, type: "Normal" | "Warning", reason: string, message: string): Promise<void> {
+  async #event(sc: NamespaceScope, sbx: SandboxObject, type: "Normal" | "Warning", reason: string, message: string): Promise<void> {
     const now = new Date(this.#now());
     this.requests++;
     await tolerate(
       this.#core.createNamespacedEvent({
-        namespace: this.namespace,
+        namespace: sc.namespace,
         body: {
-          metadata: { generateName: `${sbx.metadata!.name!.slice(0, 200)}.`, namespace: this.namespace },
-          involvedObject: { apiVersion: API_VERSION, kind: "Sandbox", name: sbx.metadata!.name!, namespace: this.namespace, uid: sbx.metadata!.uid },
+          metadata: { generateName: `${sbx.metadata!.name!.slice(0, 200)}.`, namespace: sc.namespace },
+          involvedObject: { apiVersion: API_VERSION, kind: "Sandbox", name: sbx.metadata!.name!, namespace: sc.namespace, uid: sbx.metadata!.uid },
           type,
           reason,
           message,
@@ -626,14 +666,15 @@ export class KubernetesDriver implements Driver {
 
   /** Records which pod the runtime froze (an annotation, so a concurrent status write cannot lose it). */
   async #markFrozen(id: string, podUid: string | null): Promise<void> {
+    const sc = this.#scopeOf(id);
     const sbx = this.#sandbox(id);
     if (!sbx) throw new SandboxNotFoundError(id);
     this.requests++;
     const updated = (await this.#custom.patchNamespacedCustomObject(
-      { group: GROUP, version: VERSION, namespace: this.namespace, plural: PLURAL.sandbox, name: sbx.metadata!.name!, body: { metadata: { annotations: { [ANNOTATION.frozenPod]: podUid } } } },
+      { group: GROUP, version: VERSION, namespace: sc.namespace, plural: PLURAL.sandbox, name: sbx.metadata!.name!, body: { metadata: { annotations: { [ANNOTATION.frozenPod]: podUid } } } },
       mergePatch,
     )) as SandboxObject;
-    this.sandboxes.remember(updated);
+    sc.sandboxes.remember(updated);
     // Not awaited: freeze/thaw also run inside ensure's chain, which writes the status at its end.
     this.#scheduleStatus(id);
   }
@@ -652,22 +693,23 @@ export class KubernetesDriver implements Driver {
 
   async destroy(id: string): Promise<void> {
     const label = idLabel(id);
+    const sc = this.#scopeOf(id);
     this.#destroying.add(id);
-    for (const pod of this.pods.forSandbox(label)) await this.#deletePod(pod, 0);
-    for (const pvc of this.pvcs.forSandbox(label)) {
+    for (const pod of sc.pods.forSandbox(label)) await this.#deletePod(sc, pod, 0);
+    for (const pvc of sc.pvcs.forSandbox(label)) {
       this.requests++;
-      await tolerate(this.#core.deleteNamespacedPersistentVolumeClaim({ name: pvc.metadata!.name!, namespace: this.namespace }), [404]);
-      this.pvcs.forget(pvc.metadata!.name!);
+      await tolerate(this.#core.deleteNamespacedPersistentVolumeClaim({ name: pvc.metadata!.name!, namespace: sc.namespace }), [404]);
+      sc.pvcs.forget(pvc.metadata!.name!);
     }
-    for (const sbx of this.sandboxes.forSandbox(label)) {
+    for (const sbx of sc.sandboxes.forSandbox(label)) {
       const name = sbx.metadata!.name!;
       this.requests += 2;
       await tolerate(
-        this.#custom.patchNamespacedCustomObject({ group: GROUP, version: VERSION, namespace: this.namespace, plural: PLURAL.sandbox, name, body: { metadata: { finalizers: null } } }, mergePatch),
+        this.#custom.patchNamespacedCustomObject({ group: GROUP, version: VERSION, namespace: sc.namespace, plural: PLURAL.sandbox, name, body: { metadata: { finalizers: null } } }, mergePatch),
         [404],
       );
-      await tolerate(this.#custom.deleteNamespacedCustomObject({ group: GROUP, version: VERSION, namespace: this.namespace, plural: PLURAL.sandbox, name }), [404]);
-      this.sandboxes.forget(name);
+      await tolerate(this.#custom.deleteNamespacedCustomObject({ group: GROUP, version: VERSION, namespace: sc.namespace, plural: PLURAL.sandbox, name }), [404]);
+      sc.sandboxes.forget(name);
     }
     this.#tokens.delete(id);
     this.#eventReason.delete(id);
