@@ -1,98 +1,146 @@
-// SandboxClaim → the edge: a claim applied with kubectl takes sandboxes from the team's pool
-// through the edge (the whole local system: sqld, edge on workerd, agent with the local driver),
-// its status reports the outcome, a restarted controller does not claim twice, a missing
-// SandboxSet completes the claim with SandboxSetNotFound, and ttlAfterCompleted deletes only the claim.
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
-import { Sandbox } from "e2b";
+// SandboxClaims and kubectl edits of Sandboxes over the agent's session, against the real edge
+// and the agent with the kubernetes driver (the test kubelet makes pods Ready, a real
+// agent-runtime per pod takes the claim's /init): a claim takes its sandboxes from the team's pool
+// (status AllReplicasClaimed), a restarted agent does not claim twice, a missing SandboxSet
+// completes with SandboxSetNotFound, ttlAfterCompleted deletes only the claim, and
+// `kubectl patch sbx … paused:true` / `kubectl delete sbx` pause and kill through the edge.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { CLAIM_METADATA_KEY, E2bApiClaimer, SandboxClaimSync } from "../../controllers/drivers/kubernetes/sandboxclaim-sync.ts";
-import { startSystem, type System } from "../../scripts/lib/system.ts";
+import { CLAIM_METADATA_KEY } from "../../schema/protocol/index.ts";
+import { startTestEdge, type TestEdge } from "./support/edge.ts";
+import { runRuntimes, startKubeAgent, type KubeAgent } from "./support/kube-agent.ts";
+import { TestKubelet } from "./support/kubelet.ts";
 import { freshNamespace, kubeConfig, kubectl, kubectlOk, table, until } from "./support/namespace.ts";
 
-let dataDir: string;
-let sys: System;
+let edge: TestEdge;
 let ns: string;
-let teamKey: string;
-let sync: SandboxClaimSync;
+let kubelet: TestKubelet;
+let runtimes: { stop(): void };
+let k: KubeAgent;
 
-async function startSync(): Promise<void> {
-  sync = new SandboxClaimSync({ kubeConfig: kubeConfig("agent"), namespace: ns, claimer: new E2bApiClaimer(sys.apiUrl, teamKey), retryMs: 200 });
-  await sync.start();
+const claimStatus = (name: string) =>
+  JSON.parse(kubectlOk(["-n", ns, "get", "sbc", name, "-o", "json"])) as { metadata: { uid: string }; status?: { phase?: string; claimedReplicas?: number; message?: string; conditions?: { type: string; reason: string }[] } };
+const completed = (name: string) => () => {
+  const c = claimStatus(name);
+  return c.status?.phase === "Completed" ? c : undefined;
+};
+
+async function edge_(path: string, init: RequestInit = {}): Promise<Response> {
+  return fetch(`${edge.url}${path}`, { ...init, headers: { "x-api-key": edge.adminKey, "content-type": "application/json", ...init.headers } });
 }
 
-const sdk = () => ({ apiKey: teamKey, apiUrl: sys.apiUrl, sandboxUrl: sys.apiUrl, requestTimeoutMs: 30_000 });
-const claimStatus = (name: string) => JSON.parse(kubectlOk(["-n", ns, "get", "sbc", name, "-o", "json"])) as { metadata: { uid: string }; status?: { phase?: string; claimedReplicas?: number; conditions?: { type: string; reason: string }[] } };
-async function edgeSandboxes(uid: string): Promise<string[]> {
-  const listed = await Sandbox.list({ ...sdk(), query: { metadata: { [CLAIM_METADATA_KEY]: uid } } }).nextItems();
-  return listed.map((s) => s.sandboxId);
+/** Sandboxes the edge holds for a claim (admin view: claimed sandboxes belong to the claim). */
+async function claimed(uid: string): Promise<{ sandboxID: string; metadata: Record<string, string> }[]> {
+  const res = await edge_(`/sandboxes?metadata=${encodeURIComponent(`${CLAIM_METADATA_KEY}=${uid}`)}`);
+  return (await res.json()) as { sandboxID: string; metadata: Record<string, string> }[];
 }
+
+async function info(id: string): Promise<{ status: number; state?: string }> {
+  const res = await edge_(`/sandboxes/${id}`);
+  return { status: res.status, ...(res.ok ? ((await res.json()) as { state: string }) : {}) };
+}
+
+const sbxOf = (id: string) => table(kubectlOk(["-n", ns, "get", "sbx", "-l", `agents.kruise.io/sandbox-id=${id}`]))[0];
+const podOf = (id: string) => kubectlOk(["-n", ns, "get", "pods", "-l", `agents.kruise.io/sandbox-id=${id}`, "-o", "name"]).trim();
 
 beforeAll(async () => {
-  dataDir = mkdtempSync(join(tmpdir(), "sbx-kube-claims-"));
-  sys = await startSystem({ dataDir, baseReplicas: 2 });
-  ns = await freshNamespace("claims"); // the team of the same name claims from the public `base` pool
-  const res = await fetch(`${sys.apiUrl}/api-keys`, { method: "POST", headers: { "x-api-key": sys.apiKey, "content-type": "application/json" }, body: JSON.stringify({ name: "kube", teamName: ns }) });
-  teamKey = ((await res.json()) as { key: string }).key;
-  await startSync();
+  edge = await startTestEdge("claims");
+  ns = await freshNamespace("claims");
+  kubelet = new TestKubelet(kubeConfig(), ns);
+  await kubelet.start();
+  runtimes = await runRuntimes(ns);
+  k = await startKubeAgent(edge, ns, "kube-claims");
+  kubectlOk(["-n", ns, "apply", "-f", "-"], `
+apiVersion: agents.kruise.io/v1alpha1
+kind: SandboxSet
+metadata: { name: pool }
+spec:
+  replicas: 2
+  template: { spec: { containers: [{ name: sandbox, image: python:3.12 }] } }
+`);
+  await until("warm pool of 2", () => table(kubectlOk(["-n", ns, "get", "sbs", "pool"]))[0]?.AVAILABLE === "2", 60_000);
 }, 180_000);
 
 afterAll(async () => {
-  await sync?.stop();
-  await sys?.stop();
-  rmSync(dataDir, { recursive: true, force: true });
+  await k?.stop().catch(() => {});
+  runtimes?.stop();
+  await kubelet?.stop();
+  await edge?.stop();
 });
 
-describe("SandboxClaim → edge", () => {
-  it("claims replicas through the edge and reports Completed with AllReplicasClaimed", async () => {
+describe("SandboxClaim → edge over the agent link", () => {
+  it("claims replicas from the team's pool and reports Completed with AllReplicasClaimed", async () => {
     kubectlOk(["-n", ns, "apply", "-f", "-"], `
 apiVersion: agents.kruise.io/v1alpha1
 kind: SandboxClaim
 metadata: { name: batch }
-spec: { templateName: base, replicas: 2, envVars: { MODE: eval }, labels: { purpose: kube-test } }
+spec: { templateName: pool, replicas: 2, envVars: { MODE: eval }, labels: { purpose: kube-test }, annotations: { owner: ci } }
 `);
-    const claim = await until("claim completed", () => {
-      const c = claimStatus("batch");
-      return c.status?.phase === "Completed" ? c : undefined;
-    }, 60_000);
+    const claim = await until("claim completed", completed("batch"), 60_000);
     expect(claim.status!.claimedReplicas).toBe(2);
     expect(claim.status!.conditions).toContainEqual(expect.objectContaining({ type: "Completed", reason: "AllReplicasClaimed" }));
-    expect(table(kubectlOk(["-n", ns, "get", "sbc", "batch"]))[0]).toMatchObject({ PHASE: "Completed", TEMPLATE: "base", DESIRED: "2", CLAIMED: "2" });
+    expect(table(kubectlOk(["-n", ns, "get", "sbc", "batch"]))[0]).toMatchObject({ PHASE: "Completed", TEMPLATE: "pool", DESIRED: "2", CLAIMED: "2" });
 
-    const ids = await edgeSandboxes(claim.metadata.uid);
-    expect(ids).toHaveLength(2);
-    const sbx = await Sandbox.connect(ids[0]!, sdk());
-    expect((await sbx.commands.run("echo $MODE")).stdout).toBe("eval\n");
-    expect((await Sandbox.getInfo(ids[0]!, sdk())).metadata).toMatchObject({ purpose: "kube-test" });
+    const held = await claimed(claim.metadata.uid);
+    expect(held).toHaveLength(2);
+    expect(held[0]!.metadata).toMatchObject({ "label:purpose": "kube-test", owner: "ci" });
+    for (const s of held) await until(`Sandbox of ${s.sandboxID} claimed`, () => sbxOf(s.sandboxID)?.CLAIMED === "true", 30_000);
+    // The pool refills behind the claim.
+    await until("pool refilled", () => table(kubectlOk(["-n", ns, "get", "sbs", "pool"]))[0]?.AVAILABLE === "2", 60_000);
   });
 
-  it("a restarted controller does not claim again", async () => {
-    await sync.stop();
-    await startSync();
+  it("a restarted agent does not claim again", async () => {
+    await k.stop();
+    k = await startKubeAgent(edge, ns, "kube-claims");
     await new Promise((r) => setTimeout(r, 1000));
     const claim = claimStatus("batch");
     expect(claim.status!.claimedReplicas).toBe(2);
-    expect(await edgeSandboxes(claim.metadata.uid)).toHaveLength(2);
+    expect(await claimed(claim.metadata.uid)).toHaveLength(2);
   });
 
-  it("a claim on a SandboxSet the edge does not have completes with SandboxSetNotFound", async () => {
+  it("a claim on a SandboxSet the team does not have completes with SandboxSetNotFound", async () => {
     kubectlOk(["-n", ns, "apply", "-f", "-"], "apiVersion: agents.kruise.io/v1alpha1\nkind: SandboxClaim\nmetadata: { name: nowhere }\nspec: { templateName: nope }\n");
-    const claim = await until("claim completed", () => {
-      const c = claimStatus("nowhere");
-      return c.status?.phase === "Completed" ? c : undefined;
-    }, 30_000);
+    const claim = await until("claim completed", completed("nowhere"), 30_000);
     expect(claim.status!.claimedReplicas).toBe(0);
     expect(claim.status!.conditions).toContainEqual(expect.objectContaining({ type: "Completed", reason: "SandboxSetNotFound" }));
   });
 
   it("ttlAfterCompleted deletes the claim but not its sandboxes", async () => {
-    kubectlOk(["-n", ns, "apply", "-f", "-"], "apiVersion: agents.kruise.io/v1alpha1\nkind: SandboxClaim\nmetadata: { name: brief }\nspec: { templateName: base, ttlAfterCompleted: 1s }\n");
-    const uid = await until("completed", () => {
-      const c = claimStatus("brief");
-      return c.status?.phase === "Completed" ? c.metadata.uid : undefined;
-    }, 60_000);
+    kubectlOk(["-n", ns, "apply", "-f", "-"], "apiVersion: agents.kruise.io/v1alpha1\nkind: SandboxClaim\nmetadata: { name: brief }\nspec: { templateName: pool, ttlAfterCompleted: 1s }\n");
+    const uid = (await until("completed", completed("brief"), 60_000)).metadata.uid;
     await until("claim deleted", () => kubectl(["-n", ns, "get", "sbc", "brief"]).status !== 0, 15_000);
-    expect(await edgeSandboxes(uid)).toHaveLength(1);
+    expect(await claimed(uid)).toHaveLength(1);
+  });
+});
+
+describe("kubectl edits of a Sandbox go through the edge", () => {
+  let id: string;
+
+  beforeAll(async () => {
+    kubectlOk(["-n", ns, "apply", "-f", "-"], "apiVersion: agents.kruise.io/v1alpha1\nkind: SandboxClaim\nmetadata: { name: edits }\nspec: { templateName: pool }\n");
+    const claim = await until("claim completed", completed("edits"), 60_000);
+    id = (await claimed(claim.metadata.uid))[0]!.sandboxID;
+    await until("Sandbox claimed and running", () => sbxOf(id)?.CLAIMED === "true" && podOf(id) !== "", 30_000);
+  }, 90_000);
+
+  it("kubectl patch sbx paused:true pauses on the edge, and the Stop pause deletes the pod", async () => {
+    const name = kubectlOk(["-n", ns, "get", "sbx", "-l", `agents.kruise.io/sandbox-id=${id}`, "-o", "name"]).trim();
+    kubectlOk(["-n", ns, "patch", name, "--type", "merge", "-p", '{"spec":{"paused":true}}']);
+    await until("edge says paused", async () => (await info(id)).state === "paused", 30_000);
+    await until("pod gone", () => podOf(id) === "", 30_000);
+    await until("Sandbox status Paused", () => sbxOf(id)?.STATUS === "Paused", 15_000);
+  });
+
+  it("kubectl patch sbx paused:false resumes it: a new pod", async () => {
+    const name = kubectlOk(["-n", ns, "get", "sbx", "-l", `agents.kruise.io/sandbox-id=${id}`, "-o", "name"]).trim();
+    kubectlOk(["-n", ns, "patch", name, "--type", "merge", "-p", '{"spec":{"paused":false}}']);
+    await until("edge says running", async () => (await info(id)).state === "running", 30_000);
+    await until("pod back", () => podOf(id) !== "", 30_000);
+  });
+
+  it("kubectl delete sbx kills it on the edge", async () => {
+    const name = kubectlOk(["-n", ns, "get", "sbx", "-l", `agents.kruise.io/sandbox-id=${id}`, "-o", "name"]).trim();
+    kubectlOk(["-n", ns, "delete", name, "--wait=false"]);
+    await until("edge forgot it", async () => (await info(id)).status === 404, 30_000);
+    await until("Sandbox and pod gone", () => !kubectlOk(["-n", ns, "get", "sbx", "-l", `agents.kruise.io/sandbox-id=${id}`, "-o", "name"]).trim() && podOf(id) === "", 30_000);
   });
 });

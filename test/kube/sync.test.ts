@@ -1,30 +1,22 @@
-// CRD sync against the real edge (sqld + the Worker on workerd): SandboxSets applied with kubectl
-// become the edge's templates for the namespace's team, follow `kubectl scale`, and go away with
-// `kubectl delete`; a restarted agent pushes what changed while it was down.
+// SandboxSet sync over the agent's session against the real edge (sqld + the Worker on workerd):
+// a SandboxSet applied with kubectl in namespace T becomes team T's template (its own key lists
+// it) and its warm pool becomes pods in T; `kubectl scale` and `kubectl delete` converge; an older
+// generation never overwrites a newer one; a restarted agent pushes what changed while it was down.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { KubernetesDriver } from "../../controllers/drivers/kubernetes/kubernetes-driver.ts";
-import { AdminApiPoolSink, SandboxSetSync } from "../../controllers/drivers/kubernetes/sandboxset-sync.ts";
+import { LinkPoolSink, poolSpecOf } from "../../controllers/drivers/kubernetes/sandboxset-sync.ts";
 import { startTestEdge, type TestEdge } from "./support/edge.ts";
+import { startKubeAgent, type KubeAgent } from "./support/kube-agent.ts";
+import { TestKubelet } from "./support/kubelet.ts";
 import { freshNamespace, kubeConfig, kubectlOk, until } from "./support/namespace.ts";
 
+const CLUSTER = "kube-sync";
 let edge: TestEdge;
 let ns: string;
-let driver: KubernetesDriver;
-let sync: SandboxSetSync;
+let teamKey: string;
+let kubelet: TestKubelet;
+let k: KubeAgent;
 
-async function startSync(): Promise<void> {
-  driver = new KubernetesDriver({ kubeConfig: kubeConfig("agent"), namespace: ns, runtimeImage: "ghcr.io/kruise-edge/sandbox-agent:test" });
-  await driver.start();
-  sync = new SandboxSetSync({ sandboxSets: driver.sandboxSets, namespace: ns, cluster: "kube-test", sink: new AdminApiPoolSink(edge.url, edge.adminKey), retryMs: 200 });
-  sync.start();
-}
-
-async function stopSync(): Promise<void> {
-  sync.stop();
-  await driver.stop();
-}
-
-/** The edge's view of a template (404 → undefined). */
+/** The edge's view of a template through the admin API (404 → undefined). */
 async function edgeTemplate(id: string): Promise<{ spec: Record<string, unknown> } | undefined> {
   const res = await fetch(`${edge.url}/admin/teams/${ns}/templates/${id}`, { headers: { "x-api-key": edge.adminKey } });
   if (res.status === 404) return undefined;
@@ -32,19 +24,24 @@ async function edgeTemplate(id: string): Promise<{ spec: Record<string, unknown>
   return (await res.json()) as { spec: Record<string, unknown> };
 }
 
+const podsOf = (pool: string) => kubectlOk(["-n", ns, "get", "pods", "-l", `agents.kruise.io/sandbox-pool=${pool}`, "-o", "name"]).trim().split("\n").filter(Boolean);
+
 beforeAll(async () => {
   edge = await startTestEdge("sync");
   ns = await freshNamespace("sync");
-  await startSync();
-});
+  kubelet = new TestKubelet(kubeConfig(), ns);
+  await kubelet.start();
+  k = await startKubeAgent(edge, ns, CLUSTER);
+}, 120_000);
 
 afterAll(async () => {
-  await stopSync().catch(() => {});
+  await k?.stop().catch(() => {});
+  await kubelet?.stop();
   await edge?.stop();
 });
 
-describe("SandboxSet → edge template sync", () => {
-  it("a SandboxSet applied with kubectl becomes the team's template with its pool spec", async () => {
+describe("SandboxSet → edge over the agent link", () => {
+  it("a SandboxSet applied in namespace T is team T's template, and its warm pool becomes pods in T", async () => {
     kubectlOk(["-n", ns, "apply", "-f", "-"], `
 apiVersion: agents.kruise.io/v1alpha1
 kind: SandboxSet
@@ -61,21 +58,41 @@ spec:
           resources: { limits: { cpu: "2", memory: 1Gi } }
 `);
     const t = await until("template on the edge", () => edgeTemplate("agents"), 20_000);
-    expect(t.spec).toMatchObject({ cluster: "kube-test", replicas: 2, image: "python:3.12", cpuCount: 2, memoryMB: 1024, env: { MODE: "eval" }, pauseStrategy: "Stop", updateStrategy: { maxUnavailable: 1 } });
+    // Members run on the cluster of the agent that sent it, whatever the spec said.
+    expect(t.spec).toMatchObject({ cluster: CLUSTER, replicas: 2, image: "python:3.12", cpuCount: 2, memoryMB: 1024, env: { MODE: "eval" }, pauseStrategy: "Stop", updateStrategy: { maxUnavailable: 1 } });
+
+    // The team (= namespace) exists on the edge now; a key of it lists the template.
+    const res = await fetch(`${edge.url}/api-keys`, { method: "POST", headers: { "x-api-key": edge.adminKey, "content-type": "application/json" }, body: JSON.stringify({ name: "kube", teamName: ns }) });
+    teamKey = ((await res.json()) as { key: string }).key;
+    const listed = (await (await fetch(`${edge.url}/templates`, { headers: { "x-api-key": teamKey } })).json()) as { templateID: string; cpuCount: number; memoryMB: number }[];
+    expect(listed).toContainEqual(expect.objectContaining({ templateID: "agents", cpuCount: 2, memoryMB: 1024 }));
+
+    await until("2 pool pods in the namespace", () => podsOf("agents").length === 2, 30_000);
   });
 
-  it("kubectl scale changes the edge pool's replicas", async () => {
-    kubectlOk(["-n", ns, "scale", "sbs", "agents", "--replicas=5"]);
-    await until("replicas 5 on the edge", async () => (await edgeTemplate("agents"))?.spec.replicas === 5, 20_000);
+  it("kubectl scale sbs converges on the edge and in pods", async () => {
+    kubectlOk(["-n", ns, "scale", "sbs", "agents", "--replicas=3"]);
+    await until("replicas 3 on the edge", async () => (await edgeTemplate("agents"))?.spec.replicas === 3, 20_000);
+    await until("3 pool pods", () => podsOf("agents").length === 3, 30_000);
   });
 
-  it("kubectl delete removes the template from the edge", async () => {
+  it("an older generation arriving late is ignored (the edge keeps the newest)", async () => {
+    const set = k.driver.sandboxSets.get("agents")!;
+    const generation = set.metadata!.generation!;
+    const sink = new LinkPoolSink(k.agent.link);
+    const old = { namespace: ns, name: "agents", uid: set.metadata!.uid!, generation: generation - 1, spec: { ...poolSpecOf(set as never, CLUSTER), replicas: 7 } };
+    expect(await sink.upsert(old)).toBe("stale");
+    expect((await edgeTemplate("agents"))?.spec.replicas).toBe(3);
+  });
+
+  it("kubectl delete sbs removes the template and its pods", async () => {
     kubectlOk(["-n", ns, "delete", "sbs", "agents"]);
     await until("template gone", async () => (await edgeTemplate("agents")) === undefined, 20_000);
+    await until("pool pods gone", () => podsOf("agents").length === 0, 30_000);
   });
 
   it("a restarted agent pushes what changed while it was down", async () => {
-    await stopSync();
+    await k.stop();
     kubectlOk(["-n", ns, "apply", "-f", "-"], `
 apiVersion: agents.kruise.io/v1alpha1
 kind: SandboxSet
@@ -85,9 +102,10 @@ spec:
   template: { spec: { containers: [{ name: sandbox, image: node:22 }] } }
 `);
     expect(await edgeTemplate("offline")).toBeUndefined();
-    await startSync();
+    k = await startKubeAgent(edge, ns, CLUSTER);
     const t = await until("template after restart", () => edgeTemplate("offline"), 20_000);
     expect(t.spec).toMatchObject({ replicas: 1, image: "node:22", cpuCount: 1, memoryMB: 512 });
-    await until("settled", () => sync.settled);
+    await until("settled", () => k.crd.sets.settled);
+    await until("its pod", () => podsOf("offline").length === 1, 30_000);
   });
 });

@@ -1,16 +1,18 @@
 // CRD sync for SandboxClaims (OpenKruise Agents §1.4): each claim takes `replicas` sandboxes from
-// its SandboxSet's pool through the edge (the authority: a claim there is a pop from the PoolDO)
-// and the outcome flows back as the claim's status. Level-based: the sandboxes a claim already got
-// are found on the edge by their `kruise-claim-uid` metadata, so a restarted agent neither claims
-// twice nor forgets; a Completed claim is deleted `ttlAfterCompleted` later (its sandboxes stay).
+// its SandboxSet's pool through the edge (the authority: a claim there is a pop from the PoolDO),
+// sent as a `claims` item over the agent's session, and the outcome flows back as the claim's
+// status. Level-based: the edge counts the sandboxes a claim already holds (their
+// `kruise-claim-uid` metadata), so a repeated item or a restarted agent never claims twice; a
+// Completed claim is deleted `ttlAfterCompleted` later (its sandboxes stay).
 import { CustomObjectsApi, PatchStrategy, setHeaderOptions, type KubeConfig, type KubernetesObject } from "@kubernetes/client-node";
+import type { Link } from "../../agent/link.ts";
 import { ClaimCompletedReason, setCondition, type Condition } from "../../../schema/crd/conditions.ts";
+import type { ClaimItemInput } from "../../../schema/protocol/index.ts";
 import { GROUP, VERSION } from "../../../schema/crd/labels.ts";
 import { ObjectCache } from "./object-cache.ts";
 import { slimCustom } from "./slim.ts";
 
-/** Metadata key marking the edge sandboxes a claim took (E2B metadata may not use the reserved prefixes). */
-export const CLAIM_METADATA_KEY = "kruise-claim-uid";
+export { CLAIM_METADATA_KEY } from "../../../schema/protocol/index.ts";
 
 export interface SandboxClaimObject extends KubernetesObject {
   spec: {
@@ -19,42 +21,34 @@ export interface SandboxClaimObject extends KubernetesObject {
     claimTimeout?: string;
     ttlAfterCompleted?: string;
     labels?: Record<string, string>;
+    annotations?: Record<string, string>;
     envVars?: Record<string, string>;
     shutdownTime?: string;
+    createOnNoStock?: boolean;
+    waitReadyTimeout?: string;
+    inplaceUpdate?: { image?: string; resources?: unknown };
   };
   status?: { phase?: "Claiming" | "Completed"; claimedReplicas?: number; claimStartTime?: string; completionTime?: string; message?: string; conditions?: Condition[] };
 }
 
 /** How the controller reaches the edge's pools. */
 export interface Claimer {
-  /** Sandbox ids the edge holds for this claim uid (any state but killed). */
-  claimed(team: string, claimUid: string): Promise<string[]>;
-  /** Claims one sandbox; `not_found` when the template (SandboxSet) does not exist on the edge. */
-  claim(team: string, req: { templateName: string; claimUid: string; envVars: Record<string, string>; labels: Record<string, string>; timeoutS?: number }): Promise<{ ok: true; sandboxId: string } | { ok: false; notFound: boolean; message: string }>;
+  /** Asks the edge to bring the claim up to `replicas` sandboxes; answers every id it holds. */
+  claim(req: Omit<ClaimItemInput, "id">): Promise<{ sandboxIds: string[]; notFound: boolean; error?: string }>;
 }
 
-/** Claims through the edge's E2B API with the team's API key. */
-export class E2bApiClaimer implements Claimer {
-  readonly #url: string;
-  readonly #key: string;
-  constructor(edgeUrl: string, apiKey: string) {
-    this.#url = edgeUrl.replace(/\/$/, "");
-    this.#key = apiKey;
+/** Claims over the agent's session (`claims` items). */
+export class LinkClaimer implements Claimer {
+  readonly #link: Pick<Link, "call">;
+  constructor(link: Pick<Link, "call">) {
+    this.#link = link;
   }
 
-  async claimed(_team: string, claimUid: string): Promise<string[]> {
-    const q = encodeURIComponent(`${CLAIM_METADATA_KEY}=${claimUid}`);
-    const res = await fetch(`${this.#url}/sandboxes?metadata=${q}`, { headers: { "x-api-key": this.#key } });
-    if (!res.ok) throw new Error(`edge list: HTTP ${res.status} ${await res.text()}`);
-    return ((await res.json()) as { sandboxID: string }[]).map((s) => s.sandboxID);
-  }
-
-  async claim(_team: string, req: Parameters<Claimer["claim"]>[1]): ReturnType<Claimer["claim"]> {
-    const body = { templateID: req.templateName, envVars: req.envVars, metadata: { ...req.labels, [CLAIM_METADATA_KEY]: req.claimUid }, timeout: req.timeoutS };
-    const res = await fetch(`${this.#url}/sandboxes`, { method: "POST", headers: { "x-api-key": this.#key, "content-type": "application/json" }, body: JSON.stringify(body) });
-    if (res.ok) return { ok: true, sandboxId: ((await res.json()) as { sandboxID: string }).sandboxID };
-    const text = await res.text();
-    return { ok: false, notFound: res.status === 404, message: `HTTP ${res.status} ${text}` };
+  async claim(req: Omit<ClaimItemInput, "id">): ReturnType<Claimer["claim"]> {
+    const r = await this.#link.call({ type: "claims", item: req });
+    const sandboxIds = r.sandboxIds ?? [];
+    if (r.result === "applied") return { sandboxIds, notFound: false };
+    return { sandboxIds, notFound: r.code === "template_not_found", error: `${r.code}: ${r.message}` };
   }
 }
 
@@ -162,21 +156,23 @@ export class SandboxClaimSync {
     const want = claim.spec.replicas ?? 1;
     const startedAt = status.claimStartTime ?? new Date(now).toISOString();
     const deadline = Date.parse(startedAt) + durationMs(claim.spec.claimTimeout, 60_000);
-    let have = (await this.#o.claimer.claimed(team, uid)).length;
-    let notFound: string | undefined;
-    let lastError: string | undefined;
-    // Upstream claims in batches of at most 50 per pass.
-    const batch = Math.min(50, want - have);
-    const results = await Promise.all(
-      Array.from({ length: Math.max(0, batch) }, () =>
-        this.#o.claimer.claim(team, { templateName: claim.spec.templateName, claimUid: uid, envVars: claim.spec.envVars ?? {}, labels: claim.spec.labels ?? {} }),
-      ),
-    );
-    for (const r of results) {
-      if (r.ok) have++;
-      else if (r.notFound) notFound = r.message;
-      else lastError = r.message;
-    }
+    const shutdownMs = claim.spec.shutdownTime ? Date.parse(claim.spec.shutdownTime) - now : undefined;
+    // The edge claims at most 50 per item (upstream's batch) and says how many the claim holds.
+    const r = await this.#o.claimer.claim({
+      namespace: team,
+      claim: { name, uid },
+      templateName: claim.spec.templateName,
+      replicas: want,
+      envVars: claim.spec.envVars ?? {},
+      labels: claim.spec.labels ?? {},
+      annotations: claim.spec.annotations ?? {},
+      timeoutS: shutdownMs === undefined ? undefined : Math.max(1, Math.ceil(shutdownMs / 1000)),
+      createOnNoStock: claim.spec.createOnNoStock ?? true,
+      waitReadyMs: claim.spec.waitReadyTimeout ? durationMs(claim.spec.waitReadyTimeout, 30_000) : undefined,
+    });
+    const have = r.sandboxIds.length;
+    const notFound = r.notFound;
+    const lastError = claim.spec.inplaceUpdate ? "inplaceUpdate is not supported by this edge (ignored)" : r.error;
     const iso = new Date(now).toISOString();
     let conditions = status.conditions;
     let phase: "Claiming" | "Completed" = "Claiming";

@@ -4,29 +4,48 @@
 // the authority for sandboxes; this only hands it the platform team's spec. Level-based: on start
 // every SandboxSet is pushed again, and a failed push is retried until it lands.
 //
-// The sink is an interface: today's implementation calls the edge's admin template API; the
-// proposed protocol message (`sandboxsets`, see the kubernetes driver README) would carry the same
-// spec over the agent's own session instead of an admin key.
+// The sink sends `sandboxsets` items over the agent's own session (LinkPoolSink); the edge keeps
+// the newest generation per object uid, so a re-push or a late retry never rolls a pool back.
+import type { z } from "zod";
+import type { Link } from "../../agent/link.ts";
+import type { TemplateSpec } from "../../../schema/api/template.ts";
 import type { ObjectCache } from "./object-cache.ts";
 import type { SandboxSetObject } from "./kubernetes-driver.ts";
 import { RUNTIME_CONTAINER } from "../../../schema/crd/labels.ts";
 
 /** The edge's template spec (schema/api/template.ts `TemplateSpec` input) a SandboxSet maps to. */
-export interface PoolSpec {
-  cluster: string;
-  replicas: number;
-  image: string;
-  cpuCount: number;
-  memoryMB: number;
-  env: Record<string, string>;
-  pauseStrategy: "Freeze" | "Stop";
-  scaleStrategy: { maxUnavailable?: number | string };
-  updateStrategy: { maxUnavailable: number | string };
+export type PoolSpec = z.input<typeof TemplateSpec> & { cluster: string; replicas: number; image: string; cpuCount: number; memoryMB: number };
+
+/** One SandboxSet as the edge knows it: team = namespace, template id = name. */
+export interface SetRef {
+  namespace: string;
+  name: string;
+  uid: string;
 }
 
 export interface PoolSink {
-  upsert(team: string, templateId: string, spec: PoolSpec): Promise<void>;
-  remove(team: string, templateId: string): Promise<void>;
+  /** `stale`: the edge already has a newer generation of this object (nothing to do). */
+  upsert(set: SetRef & { generation: number; spec: PoolSpec }): Promise<"applied" | "stale">;
+  remove(set: SetRef): Promise<void>;
+}
+
+/** Sends SandboxSets over the agent's session (`sandboxsets` items); a refusal throws (retried). */
+export class LinkPoolSink implements PoolSink {
+  readonly #link: Pick<Link, "call">;
+  constructor(link: Pick<Link, "call">) {
+    this.#link = link;
+  }
+
+  async upsert(set: SetRef & { generation: number; spec: PoolSpec }): Promise<"applied" | "stale"> {
+    const r = await this.#link.call({ type: "sandboxsets", item: set });
+    if (r.result === "rejected") throw new Error(`edge refused SandboxSet ${set.namespace}/${set.name}: ${r.code}: ${r.message}`);
+    return r.result;
+  }
+
+  async remove(set: SetRef): Promise<void> {
+    const r = await this.#link.call({ type: "sandboxsets", item: { ...set, deleted: true } });
+    if (r.result === "rejected") throw new Error(`edge refused to delete SandboxSet ${set.namespace}/${set.name}: ${r.code}: ${r.message}`);
+  }
 }
 
 const BINARY: Record<string, number> = { Ki: 2 ** 10, Mi: 2 ** 20, Gi: 2 ** 30, Ti: 2 ** 40 };
@@ -68,7 +87,11 @@ export function poolSpecOf(set: SandboxSetObject & { spec: { pauseStrategy?: { t
   };
 }
 
-/** Pushes specs through the edge's admin template API (`PUT/DELETE /admin/teams/{team}/templates/{id}`). */
+/**
+ * Pushes specs through the edge's admin template API with the admin key. Not used by the agent
+ * (it has no admin key; LinkPoolSink carries the same over its session); kept only while
+ * test/kube/e2e.test.ts still builds its sync with it. Ignores generations.
+ */
 export class AdminApiPoolSink implements PoolSink {
   readonly #url: string;
   readonly #key: string;
@@ -77,21 +100,19 @@ export class AdminApiPoolSink implements PoolSink {
     this.#key = adminApiKey;
   }
 
-  async upsert(team: string, templateId: string, spec: PoolSpec): Promise<void> {
-    const res = await fetch(`${this.#url}/admin/teams/${encodeURIComponent(team)}/templates/${encodeURIComponent(templateId)}`, {
-      method: "PUT",
-      headers: { "x-api-key": this.#key, "content-type": "application/json" },
-      body: JSON.stringify({ spec }),
-    });
-    if (!res.ok) throw new Error(`edge rejected template ${team}/${templateId}: HTTP ${res.status} ${await res.text()}`);
+  #path(set: SetRef): string {
+    return `${this.#url}/admin/teams/${encodeURIComponent(set.namespace)}/templates/${encodeURIComponent(set.name)}`;
   }
 
-  async remove(team: string, templateId: string): Promise<void> {
-    const res = await fetch(`${this.#url}/admin/teams/${encodeURIComponent(team)}/templates/${encodeURIComponent(templateId)}`, {
-      method: "DELETE",
-      headers: { "x-api-key": this.#key },
-    });
-    if (!res.ok && res.status !== 404) throw new Error(`edge refused to delete template ${team}/${templateId}: HTTP ${res.status} ${await res.text()}`);
+  async upsert(set: SetRef & { spec: PoolSpec }): Promise<"applied"> {
+    const res = await fetch(this.#path(set), { method: "PUT", headers: { "x-api-key": this.#key, "content-type": "application/json" }, body: JSON.stringify({ spec: set.spec }) });
+    if (!res.ok) throw new Error(`edge rejected template ${set.namespace}/${set.name}: HTTP ${res.status} ${await res.text()}`);
+    return "applied";
+  }
+
+  async remove(set: SetRef): Promise<void> {
+    const res = await fetch(this.#path(set), { method: "DELETE", headers: { "x-api-key": this.#key } });
+    if (!res.ok && res.status !== 404) throw new Error(`edge refused to delete template ${set.namespace}/${set.name}: HTTP ${res.status} ${await res.text()}`);
   }
 }
 
@@ -107,14 +128,20 @@ export interface SandboxSetSyncOptions {
 
 export class SandboxSetSync {
   readonly #o: SandboxSetSyncOptions;
-  /** name → generation last accepted by the edge (−1: removal pending). */
+  /** name → generation last accepted by the edge. */
   readonly #synced = new Map<string, number>();
+  /** name → uid of the object last seen (a delete event's object may be all that is left). */
+  readonly #uids = new Map<string, string>();
   readonly #timers = new Map<string, NodeJS.Timeout>();
   #stopped = false;
 
   constructor(opts: SandboxSetSyncOptions) {
     this.#o = opts;
-    opts.sandboxSets.onChange((obj, verb) => this.#schedule(obj.metadata!.name!, verb === "delete" ? "remove" : "upsert", 0));
+    opts.sandboxSets.onChange((obj, verb) => {
+      const name = obj.metadata!.name!;
+      if (obj.metadata?.uid) this.#uids.set(name, obj.metadata.uid);
+      this.#schedule(name, verb === "delete" ? "remove" : "upsert", 0);
+    });
   }
 
   /** Pushes every SandboxSet the cache holds (the cache must be started). */
@@ -149,14 +176,16 @@ export class SandboxSetSync {
 
   async #push(name: string, op: "upsert" | "remove"): Promise<void> {
     const set = this.#o.sandboxSets.get(name);
+    const ref = { namespace: this.#o.namespace, name, uid: set?.metadata?.uid ?? this.#uids.get(name) ?? "" };
     if (op === "remove" || !set || set.metadata?.deletionTimestamp) {
-      await this.#o.sink.remove(this.#o.namespace, name);
+      if (ref.uid) await this.#o.sink.remove(ref);
       this.#synced.delete(name);
+      this.#uids.delete(name);
       return;
     }
     const generation = set.metadata?.generation ?? 0;
     if (this.#synced.get(name) === generation) return;
-    await this.#o.sink.upsert(this.#o.namespace, name, poolSpecOf(set as never, this.#o.cluster));
+    await this.#o.sink.upsert({ ...ref, generation, spec: poolSpecOf(set as never, this.#o.cluster) });
     this.#synced.set(name, generation);
   }
 }

@@ -1,0 +1,88 @@
+// The agent as `main.ts --driver kubernetes` builds it, in-process for the kube tier: the
+// kubernetes driver on one namespace, the agent (link, reconciler, ingress) and the CRD link
+// (SandboxSets, SandboxClaims and kubectl requests over the agent's session). Optionally the
+// container-runtime half of the test kubelet: one real agent-runtime per pod with an IP, so the
+// reconciler's /init of a claimed pod succeeds.
+import { spawn, type ChildProcess } from "node:child_process";
+import { join, resolve } from "node:path";
+import { CoreV1Api, PatchStrategy, setHeaderOptions, Watch, type V1Pod } from "@kubernetes/client-node";
+import { startAgent, type Agent } from "../../../controllers/agent/agent.ts";
+import { startCrdLink, type CrdLink } from "../../../controllers/agent/crd-link.ts";
+import { KubernetesDriver } from "../../../controllers/drivers/kubernetes/kubernetes-driver.ts";
+import { ANNOTATION } from "../../../schema/crd/labels.ts";
+import type { TestEdge } from "./edge.ts";
+import { kubeConfig } from "./namespace.ts";
+
+const ROOT = resolve(import.meta.dirname, "../../..");
+
+export interface KubeAgent {
+  driver: KubernetesDriver;
+  agent: Agent;
+  crd: CrdLink;
+  /** Stops the CRD link, the agent (sandboxes kept, as on a restart) and the driver. */
+  stop(): Promise<void>;
+}
+
+export async function startKubeAgent(edge: TestEdge, namespace: string, cluster: string, dataDir = join(edge.dir, `agent-${cluster}`)): Promise<KubeAgent> {
+  let crd: CrdLink | undefined;
+  let agent: Agent | undefined;
+  const kc = kubeConfig("agent");
+  const driver = new KubernetesDriver({
+    kubeConfig: kc,
+    namespace,
+    runtimeImage: "ghcr.io/kruise-edge/sandbox-agent:test",
+    onChange: (id) => agent?.reconciler.queue.add(id),
+    onRequest: (req) => crd?.request(req),
+  });
+  await driver.start();
+  agent = await startAgent({ edgeUrl: edge.url, clusterToken: edge.clusterToken, clusterId: cluster, dataDir, driver, log: (m) => process.env.KUBE_LOG && console.log(`[agent] ${m}`) });
+  await agent.link.whenConnected();
+  crd = await startCrdLink({ link: agent.link, driver, kubeConfig: kc, namespace, cluster, retryMs: 200, log: (m) => process.env.KUBE_LOG && console.log(`[crd] ${m}`) });
+  const started = { driver, agent, crd };
+  return {
+    ...started,
+    async stop() {
+      await started.crd.stop();
+      await started.agent.stop("keep");
+      await started.driver.stop();
+    },
+  };
+}
+
+/** One real agent-runtime per pod with an IP, its URL in the runtime-url annotation. */
+export async function runRuntimes(namespace: string): Promise<{ stop(): void }> {
+  const kc = kubeConfig();
+  const core = kc.makeApiClient(CoreV1Api);
+  const patch = setHeaderOptions("Content-Type", PatchStrategy.MergePatch);
+  const runtimes = new Map<string, ChildProcess>();
+  const onPod = async (pod: V1Pod) => {
+    const name = pod.metadata!.name!;
+    if (!pod.status?.podIP || runtimes.has(name) || pod.metadata?.deletionTimestamp) return;
+    const child = spawn(join(ROOT, "node_modules/.bin/node"), ["controllers/runtime/main.ts", "--port", "0", "--host", "127.0.0.1"], { cwd: ROOT, stdio: ["ignore", "pipe", "inherit"] });
+    runtimes.set(name, child);
+    const url = await new Promise<string>((ok) =>
+      child.stdout!.on("data", (b: Buffer) => {
+        const m = /listening on (http:\/\/\S+)/.exec(b.toString());
+        if (m) ok(m[1]!);
+      }),
+    );
+    await core.patchNamespacedPod({ name, namespace, body: { metadata: { annotations: { [ANNOTATION.runtimeUrl]: url } } } }, patch);
+  };
+  const ctl = await new Watch(kc).watch(
+    `/api/v1/namespaces/${namespace}/pods`,
+    {},
+    (phase: string, pod: V1Pod) => {
+      if (phase === "DELETED") {
+        runtimes.get(pod.metadata!.name!)?.kill();
+        runtimes.delete(pod.metadata!.name!);
+      } else void onPod(pod).catch((e) => console.error("runtime launcher:", e));
+    },
+    () => {},
+  );
+  return {
+    stop() {
+      ctl.abort();
+      for (const c of runtimes.values()) c.kill();
+    },
+  };
+}
