@@ -21,6 +21,8 @@ import {
   type Observation,
   type Owner,
 } from "../../schema/protocol/index.ts";
+import { sandboxGroupStub } from "../../functions/api/stubs.ts";
+import { sandboxGroupOf } from "../sandbox/sandbox-group-do.ts";
 import { CrdSync } from "./crd-sync.ts";
 import { nextRedelivery, transition, type ClusterEffect, type ClusterEvent, type ClusterState } from "./machine.ts";
 import type { ClusterStatus, EnqueueOptions, EnqueueResult } from "./rpc.ts";
@@ -266,6 +268,8 @@ export class ClusterDO extends DurableObject<Env> {
     const store = this.store!;
     // Intents queued by this event, so sending them does not read them back from SQLite.
     const fresh = new Map<number, Intent>();
+    // Observations for sandbox owners leave in one call per sandbox group, not one per sandbox.
+    const toGroups = new Map<string, Observation[]>();
     for (const e of effects) {
       switch (e.type) {
         case "save-desired":
@@ -297,7 +301,8 @@ export class ClusterDO extends DurableObject<Env> {
           });
           break;
         case "route":
-          this.route(e.owner, e.observations);
+          if (e.owner.kind !== "sandbox") this.route(e.owner, e.observations);
+          else for (const o of e.observations) pushTo(toGroups, sandboxGroupOf(o.sandboxId), o);
           break;
         case "acked":
           for (const a of e.items) {
@@ -309,6 +314,7 @@ export class ClusterDO extends DurableObject<Env> {
           e satisfies never;
       }
     }
+    for (const observations of toGroups.values()) this.route({ kind: "sandbox" }, observations);
   }
 
   private sendIntents(seqs: number[], fresh: Map<number, Intent>): void {
@@ -335,7 +341,7 @@ export class ClusterDO extends DurableObject<Env> {
 
   /** Delivers observations to their owner DO, in order per owner, without blocking the socket. */
   private route(owner: Owner, observations: Observation[]): void {
-    const key = owner.kind === "pool" ? `pool:${owner.id}` : `sandbox:${observations[0]?.sandboxId}`;
+    const key = owner.kind === "pool" ? `pool:${owner.id}` : `sandbox-group:${sandboxGroupOf(observations[0]?.sandboxId ?? "")}`;
     const prev = this.routes.get(key) ?? Promise.resolve();
     const next = prev.then(() => this.deliver(owner, observations));
     this.routes.set(key, next);
@@ -349,7 +355,7 @@ export class ClusterDO extends DurableObject<Env> {
       if (owner.kind === "pool") {
         await this.env.POOL.get(this.env.POOL.idFromName(owner.id)).observeBatch(observations);
       } else if (owner.kind === "sandbox") {
-        for (const o of observations) await this.env.SANDBOX.get(this.env.SANDBOX.idFromName(o.sandboxId)).observe(o);
+        await sandboxGroupStub(this.env, observations[0]!.sandboxId).observeBatch(observations);
       }
     } catch (err) {
       // The agent repeats state on change and in every hello, so a lost observation heals.
@@ -425,4 +431,10 @@ export class ClusterDO extends DurableObject<Env> {
     this.state = st;
     return st;
   }
+}
+
+function pushTo<K, V>(map: Map<K, V[]>, key: K, value: V): void {
+  const list = map.get(key);
+  if (list) list.push(value);
+  else map.set(key, [value]);
 }

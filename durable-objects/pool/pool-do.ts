@@ -12,8 +12,6 @@ import { openPoolStore, type Outgoing, type PoolStore } from "./store.ts";
 
 /** Retry delay for intents ClusterDO did not accept, and the check interval for stuck creates. */
 const RETRY_MS = 2_000;
-/** SandboxDO.prepare/discard calls in flight at once while warming or deleting many members. */
-const PREPARE_PARALLEL = 32;
 
 export class PoolDO extends DurableObject<Env> {
   private state: PoolState | null = null;
@@ -174,9 +172,7 @@ export class PoolDO extends DurableObject<Env> {
         else byCluster.set(o.cluster, [o]);
       }
       for (const [cluster, batch] of byCluster) {
-        await this.eachSandbox(batch.filter((o) => o.intent.desired.state === "running"), "prepare");
         if (!(await this.enqueue(cluster, batch.map((o) => o.intent)))) return this.armAlarm(Date.now(), true);
-        await this.eachSandbox(batch.filter((o) => o.intent.desired.state === "deleted"), "discard");
         const sent: SandboxId[] = [];
         for (const o of batch) {
           // A newer intent for the same member may have replaced it while this batch was in flight.
@@ -200,25 +196,6 @@ export class PoolDO extends DurableObject<Env> {
     } catch (err) {
       console.warn(`pool: cluster ${cluster} unreachable: ${String(err)}`);
       return false;
-    }
-  }
-
-  /**
-   * `prepare`: makes each new member's SandboxDO storage exist before the member can be claimed,
-   * so the first-write cost of a new Durable Object stays off the create request.
-   * `discard`: drops that storage again for members deleted unclaimed (SandboxDO.discard).
-   * Best effort: a failed prepare only moves that cost back onto the claim; a failed discard
-   * leaves an empty marker behind.
-   */
-  private async eachSandbox(items: Outgoing[], method: "prepare" | "discard"): Promise<void> {
-    for (let i = 0; i < items.length; i += PREPARE_PARALLEL) {
-      await Promise.all(
-        items.slice(i, i + PREPARE_PARALLEL).map(({ intent: { sandboxId } }) =>
-          this.env.SANDBOX.get(this.env.SANDBOX.idFromName(sandboxId))
-            [method]()
-            .catch((err: unknown) => console.warn(`pool: ${method} ${sandboxId} failed: ${String(err)}`)),
-        ),
-      );
     }
   }
 

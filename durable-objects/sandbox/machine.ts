@@ -1,5 +1,5 @@
 // The sandbox lifecycle as a pure function: `transition(state, event, now)` returns the next
-// state, the effects for the shell (sandbox-do.ts) and the reply. Expected refusals come back in
+// state, the effects for the shell (sandbox-group-do.ts) and the reply. Expected refusals come back in
 // `result`, never as throws.
 //
 // Phases: Pending → Running → Pausing → Paused → Resuming → Running; any → Terminating → gone;

@@ -4,7 +4,7 @@
 import type { Context } from "hono";
 import type { z } from "zod";
 import type { SandboxSpec } from "../../durable-objects/sandbox/state.ts";
-import { DEFAULT_WAIT_MS } from "../../durable-objects/sandbox/sandbox-do.ts";
+import { DEFAULT_WAIT_MS } from "../../durable-objects/sandbox/sandbox-group-do.ts";
 import { DEFAULT_TIMEOUT_S, V1_DEFAULT_TIMEOUT_S } from "../../schema/api/limits.ts";
 import { NewSandbox, NewSandboxV2 } from "../../schema/api/sandbox.ts";
 import type { TemplateRecord } from "../../schema/api/template.ts";

@@ -2,6 +2,6 @@
 declare namespace Cloudflare {
   interface GlobalProps {
     mainModule: typeof import("../../functions/index.ts");
-    durableNamespaces: "SandboxDO" | "PoolDO" | "ClusterDO" | "SandboxIndexDO";
+    durableNamespaces: "SandboxDO" | "SandboxGroupDO" | "PoolDO" | "ClusterDO" | "SandboxIndexDO";
   }
 }

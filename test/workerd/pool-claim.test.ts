@@ -4,6 +4,7 @@
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
 import type { Claimed } from "../../durable-objects/pool/rpc.ts";
+import { sandboxStub } from "../../functions/api/stubs.ts";
 import { TemplateSpec } from "../../schema/api/template.ts";
 import { startAgent, unique } from "./helpers.ts";
 
@@ -123,21 +124,17 @@ describe("PoolDO", () => {
     expect(await pool.status()).toMatchObject({ configured: false, available: 0, creating: 0 });
   });
 
-  it("prepares each member's SandboxDO before it is claimed, and drops that storage when the member is deleted unclaimed", async () => {
-    const name = unique("p-discard");
+  it("unclaimed members have no sandbox state (no object, no row), also once deleted unclaimed", async () => {
+    const name = unique("p-rows");
     const agent = await startAgent(name);
     const pool = poolOf(name);
     await pool.configure(config(name, 3));
     await agent.waitUntil(() => agent.running().length === 3);
     const members = agent.running();
-    const sandbox = (id: string) => env.SANDBOX.get(env.SANDBOX.idFromName(id));
-    for (const id of members) expect(await sandbox(id).storedKeys()).toEqual(["prepared"]);
+    for (const id of members) expect(await sandboxStub(env, id).inspect()).toBeNull();
     await pool.configure(config(name, 1));
     await agent.waitUntil(() => agent.running().length === 1);
-    const deleted = members.filter((id) => !agent.running().includes(id));
-    expect(deleted).toHaveLength(2);
-    await waitFor(async () => (await Promise.all(deleted.map((id) => sandbox(id).storedKeys()))).every((keys) => keys.length === 0));
-    expect(await sandbox(agent.running()[0]!).storedKeys()).toEqual(["prepared"]);
+    for (const id of members) expect(await sandboxStub(env, id).inspect()).toBeNull();
     await pool.destroy();
   });
 

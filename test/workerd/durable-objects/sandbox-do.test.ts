@@ -1,8 +1,11 @@
-// SandboxDO timers (one alarm) and the gateway's RPCs (route, wake), with the scripted agent.
+// Sandbox timers (one alarm per SandboxGroupDO) and the gateway's RPCs (route, wake), with the
+// scripted agent.
 import { env } from "cloudflare:workers";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { getDb } from "../../../functions/store/db.ts";
+import { sandboxStub } from "../../../functions/api/stubs.ts";
 import { getIndexRow } from "../../../functions/store/sandbox-index.ts";
+import { sandboxGroupOf } from "../../../durable-objects/sandbox/sandbox-group-do.ts";
 import type { ScriptedAgent } from "../../support/scripted-agent.ts";
 import { call, createTeam, expectError, expectStatus, startAgent, unique, type TestTeam } from "../helpers.ts";
 
@@ -16,7 +19,7 @@ beforeAll(async () => {
 afterAll(() => agent.disconnect());
 
 function stub(id: string) {
-  return env.SANDBOX.get(env.SANDBOX.idFromName(id));
+  return sandboxStub(env, id);
 }
 
 async function create(body: Record<string, unknown> = {}): Promise<string> {
@@ -69,13 +72,33 @@ describe("timers", () => {
   });
 });
 
-describe("prepare", () => {
-  it("prepares an object ahead of its claim without making it visible", async () => {
-    const id = "preparedbutunused01";
-    expect(await stub(id).prepare()).toEqual({ ok: true });
-    expect(await stub(id).inspect()).toBeNull();
-    expect(await stub(id).route()).toMatchObject({ ok: false, error: { code: "sandbox_not_found" } });
-    await expectError(call(`/sandboxes/${id}`), 404);
+describe("sandbox groups", () => {
+  it("one group's alarm serves each of its sandboxes: one expiring leaves the other running, and the alarm re-arms", async () => {
+    // 36 groups (first character of the id): at most 37 creates give two in the same group.
+    const byGroup = new Map<string, string>();
+    let pair: [string, string] | null = null;
+    while (!pair) {
+      const id = await create({ timeout: 600 });
+      const other = byGroup.get(sandboxGroupOf(id));
+      if (other) pair = [other, id];
+      else byGroup.set(sandboxGroupOf(id), id);
+    }
+    const [first, second] = pair;
+    await expire(first);
+    await expectError(call(`/sandboxes/${first}`, { key: team.key }), 404);
+    expect((await expectStatus(call(`/sandboxes/${second}`, { key: team.key }), 200)).state).toBe("running");
+    expect((await stub(second).inspect())?.phase).toBe("Running");
+    await expire(second);
+    await expectError(call(`/sandboxes/${second}`, { key: team.key }), 404);
+  });
+
+  it("the per-sandbox address (SANDBOX.idFromName) answers route, wake and inspect from the group", async () => {
+    const id = await create();
+    const address = env.SANDBOX.get(env.SANDBOX.idFromName(id));
+    expect(await address.route()).toEqual(await stub(id).route());
+    expect(await address.inspect()).toEqual(await stub(id).inspect());
+    expect(await address.wake()).toMatchObject({ ok: true, resumed: false });
+    expect(await env.SANDBOX.get(env.SANDBOX.idFromName("neverexisted")).route()).toMatchObject({ ok: false, error: { code: "sandbox_not_found" } });
   });
 });
 

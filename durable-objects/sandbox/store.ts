@@ -1,0 +1,58 @@
+// A sandbox group's SQLite table: one row per sandbox (its state, an intent ClusterDO did not
+// take yet, and when its timer is due). Rows are read one at a time, when a sandbox is first
+// touched by this object instance; the alarm asks for the due ones through the `due` index.
+import type { IntentInput } from "../../schema/protocol/index.ts";
+import type { SandboxState } from "./state.ts";
+
+type Sql = Pick<SqlStorage, "exec">;
+
+/** An intent ClusterDO did not accept, retried at `retryAt` (level-based: only the newest). */
+export interface Undelivered {
+  intent: IntentInput;
+  retryAt: number;
+}
+
+export interface SandboxRow {
+  state: SandboxState;
+  undelivered: Undelivered | null;
+}
+
+const SCHEMA = `
+CREATE TABLE IF NOT EXISTS sandboxes (id TEXT PRIMARY KEY, state TEXT NOT NULL, undelivered TEXT, due INTEGER);
+CREATE INDEX IF NOT EXISTS sandboxes_due ON sandboxes (due) WHERE due IS NOT NULL;
+`;
+
+export interface SandboxStore {
+  load(id: string): SandboxRow | null;
+  save(id: string, row: SandboxRow, due: number | null): void;
+  remove(id: string): void;
+  /** Sandboxes whose timer is due at `now`. */
+  dueIds(now: number): string[];
+  /** The earliest due time of any sandbox, or null. */
+  nextDue(): number | null;
+}
+
+export function openSandboxStore(sql: Sql): SandboxStore {
+  sql.exec(SCHEMA);
+  return {
+    load(id) {
+      const r = sql.exec<{ state: string; undelivered: string | null }>("SELECT state, undelivered FROM sandboxes WHERE id = ?", id).toArray()[0];
+      return r ? { state: JSON.parse(r.state) as SandboxState, undelivered: r.undelivered ? (JSON.parse(r.undelivered) as Undelivered) : null } : null;
+    },
+    save(id, row, due) {
+      sql.exec(
+        "INSERT OR REPLACE INTO sandboxes (id, state, undelivered, due) VALUES (?, ?, ?, ?)",
+        id, JSON.stringify(row.state), row.undelivered ? JSON.stringify(row.undelivered) : null, due,
+      );
+    },
+    remove(id) {
+      sql.exec("DELETE FROM sandboxes WHERE id = ?", id);
+    },
+    dueIds(now) {
+      return sql.exec<{ id: string }>("SELECT id FROM sandboxes WHERE due <= ?", now).toArray().map((r) => r.id);
+    },
+    nextDue() {
+      return sql.exec<{ due: number | null }>("SELECT MIN(due) AS due FROM sandboxes").toArray()[0]?.due ?? null;
+    },
+  };
+}
