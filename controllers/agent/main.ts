@@ -4,8 +4,12 @@
 //        [--on-exit keep|stop|destroy]
 //        [--driver local|kubernetes [--kubeconfig PATH] [--namespace NS] [--runtime-image IMAGE]]
 // Env: CLUSTER_TOKEN (required; the shared secret the edge's ClusterDO checks), EDGE_URL.
+// With --driver kubernetes the namespace's SandboxSets and SandboxClaims, and kubectl edits of its
+// Sandboxes, go to the edge over the same session (crd-link.ts).
 import { parseArgs } from "node:util";
 import { startAgent, type OnExit } from "./agent.ts";
+import type { CrdLink } from "./crd-link.ts";
+import type { SandboxRequest } from "../drivers/kubernetes/kubernetes-driver.ts";
 import { KUBERNETES_FLAGS } from "../drivers/kubernetes/flags.ts";
 
 const { values } = parseArgs({
@@ -43,9 +47,11 @@ if (values.driver !== "local" && values.driver !== "kubernetes") {
 }
 // The kubernetes driver tells the reconciler when a pod changes (ready, IP, lost) instead of polling.
 let requeue: (id: string) => void = () => {};
+// kubectl edits reach the edge once the link exists; the driver reports each edit once.
+let forward: (req: SandboxRequest) => void = () => {};
 // Loaded only when chosen: the Kubernetes client would otherwise sit in every local agent's memory
 // (and every fork from it costs more the larger the agent is).
-const driver = values.driver === "kubernetes" ? await (await import("../drivers/kubernetes/from-flags.ts")).kubernetesDriverFromFlags(values, (id) => requeue(id)) : undefined;
+const driver = values.driver === "kubernetes" ? await (await import("../drivers/kubernetes/from-flags.ts")).kubernetesDriverFromFlags(values, (id) => requeue(id), (req) => forward(req)) : undefined;
 const agent = await startAgent({
   driver,
   edgeUrl: values.edge,
@@ -58,11 +64,23 @@ const agent = await startAgent({
   runtimePort: values["runtime-port"] === undefined ? undefined : Number(values["runtime-port"]),
 });
 requeue = (id) => agent.reconciler.queue.add(id);
+let crd: CrdLink | undefined;
+if (driver) {
+  crd = await (await import("./crd-link.ts")).startCrdLink({
+    link: agent.link,
+    driver,
+    kubeConfig: driver.kubeConfig,
+    namespace: driver.namespace,
+    cluster: values.cluster!,
+    log: (m) => console.log(`[crd] ${m}`),
+  });
+  forward = crd.request;
+}
 const caps = agent.driver.capabilities;
 console.log(`[agent] driver ${agent.driver.name}, isolation ${caps.level}; ingress ${agent.ingressUrl}`);
 for (const note of caps.notes) console.log(`[agent]   ${note}`);
 agent.link.whenConnected().then(() => console.log("[agent] connected to the edge"));
 
 for (const sig of ["SIGINT", "SIGTERM"] as const) {
-  process.once(sig, () => void agent.stop(onExit).then(() => process.exit(0)));
+  process.once(sig, () => void (crd?.stop() ?? Promise.resolve()).then(() => agent.stop(onExit)).then(() => process.exit(0)));
 }
