@@ -136,7 +136,7 @@ export class Reconciler {
       startedAt: Date.parse(obs.createdAt) || undefined,
     });
     const converged = intent.desired.state === "running" ? ready : obs.phase === "Paused" || obs.phase === "Stopped";
-    this.#d.settled(id, intent.generation, converged ? "applied" : "accepted", obs.message);
+    this.#settle(intent, converged, obs.phase, obs.message);
     // Pending sandboxes are looked at again soon; the rest wait for the next intent.
     return converged || obs.phase === "Failed" ? undefined : { requeueAfterMs: 250 };
   }
@@ -177,8 +177,21 @@ export class Reconciler {
       startedAt: Date.parse(obs.createdAt) || undefined,
     });
     const converged = intent.desired.state === "running" ? ready : obs.phase === "Paused" || obs.phase === "Stopped";
-    this.#d.settled(id, intent.generation, converged ? "applied" : "accepted", message);
+    this.#settle(intent, converged, obs.phase, message);
     return converged || obs.phase === "Failed" ? undefined : { requeueAfterMs: 250 };
+  }
+
+  /**
+   * Acks the generation. A client waiting to use a sandbox (E2B create on a claimed or new
+   * sandbox, connect) is answered by this ack, so a sandbox of its own that is still starting (a
+   * pod not Ready, a runtime not answering yet) is not acked "accepted": the ack waits for a pass
+   * that finds it ready or failed (the edge gives up after its own wait and kills it). Acking at
+   * once let the create return a sandbox whose first command the gateway refused.
+   */
+  #settle(intent: Intent, converged: boolean, phase: SandboxObservation["phase"], message?: string): void {
+    const starting = !converged && intent.owner.kind === "sandbox" && intent.desired.state === "running" && phase !== "Failed";
+    if (starting) return;
+    this.#d.settled(intent.sandboxId, intent.generation, converged ? "applied" : "accepted", message);
   }
 
   /** Observations for every sandbox the driver or the store knows (the hello inventory). */

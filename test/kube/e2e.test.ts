@@ -1,0 +1,105 @@
+// The whole path on Kubernetes: a SandboxSet applied with kubectl becomes the edge's pool, the
+// agent (kubernetes driver) warms it as pods, the test kubelet makes them Ready and runs a real
+// agent-runtime per pod, and the unmodified e2b SDK creates a sandbox (a claim), runs a command in
+// it through the edge's gateway and the agent's ingress, and kills it; the pool refills.
+import { Sandbox } from "e2b";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { startTestEdge, type TestEdge } from "./support/edge.ts";
+import { runRuntimes, startKubeAgent, type KubeAgent } from "./support/kube-agent.ts";
+import { TestKubelet } from "./support/kubelet.ts";
+import { kubeConfig, kubectlOk, table, until } from "./support/namespace.ts";
+
+const NS = "admin"; // the admin key's team: team name = namespace
+let edge: TestEdge;
+let kubelet: TestKubelet;
+let runtimes: { stop(): void };
+let kube: KubeAgent;
+
+beforeAll(async () => {
+  edge = await startTestEdge("e2e");
+  kubectlOk(["create", "namespace", NS]);
+  kubelet = new TestKubelet(kubeConfig(), NS);
+  await kubelet.start();
+  runtimes = await runRuntimes(NS);
+  // The agent as main.ts builds it: SandboxSets reach the edge over the agent's own session.
+  kube = await startKubeAgent(edge, NS, "kube");
+}, 180_000);
+
+afterAll(async () => {
+  await kube?.stop();
+  runtimes?.stop();
+  await kubelet?.stop();
+  await edge?.stop();
+});
+
+describe("E2B on Kubernetes", () => {
+  it("a kubectl-applied SandboxSet warms pods; an E2B create claims one, runs a command, and the pool refills", async () => {
+    kubectlOk(["-n", NS, "apply", "-f", "-"], `
+apiVersion: agents.kruise.io/v1alpha1
+kind: SandboxSet
+metadata: { name: python }
+spec:
+  replicas: 2
+  template:
+    spec:
+      containers: [{ name: sandbox, image: python:3.12 }]
+`);
+    await until("warm pool of 2", () => table(kubectlOk(["-n", NS, "get", "sbs", "python"]))[0]?.AVAILABLE === "2", 60_000);
+    const sbx = await Sandbox.create("python", { apiKey: edge.adminKey, apiUrl: edge.url, sandboxUrl: edge.url, requestTimeoutMs: 30_000 });
+    const run = await sbx.commands.run("echo hello from $HOSTNAME-less pod");
+    expect(run.stdout).toContain("hello from");
+    const claimed = await until("claimed Sandbox", () => {
+      const rows = table(kubectlOk(["-n", NS, "get", "sbx", "-l", `agents.kruise.io/sandbox-id=${sbx.sandboxId}`]));
+      return rows[0]?.CLAIMED === "true" ? rows[0] : undefined;
+    }, 20_000);
+    expect(claimed.STATUS).toBe("Running");
+    await until("pool refilled", () => {
+      const r = table(kubectlOk(["-n", NS, "get", "sbs", "python"]))[0];
+      return r?.REPLICAS === "2" && r.AVAILABLE === "2";
+    }, 60_000);
+    expect(await sbx.kill()).toBe(true);
+    await until("sandbox gone", () => !kubectlOk(["-n", NS, "get", "sbx", "-l", `agents.kruise.io/sandbox-id=${sbx.sandboxId}`, "-o", "name"]).trim(), 30_000);
+  });
+
+  it("an E2B sandbox of team T is a Sandbox in namespace T (kubectl get sbx -n T)", async () => {
+    const team = `team-${Math.random().toString(36).slice(2, 8)}`;
+    kubectlOk(["create", "namespace", team]);
+    const teamKubelet = new TestKubelet(kubeConfig(), team);
+    await teamKubelet.start();
+    const teamRuntimes = await runRuntimes(team);
+    try {
+      // The team and its template (no warm pool: an on-demand sandbox), then a key of the team.
+      const put = await fetch(`${edge.url}/admin/teams/${team}/templates/tools`, {
+        method: "PUT",
+        headers: { "x-api-key": edge.adminKey, "content-type": "application/json" },
+        body: JSON.stringify({ spec: { cluster: "kube", image: "python:3.12", replicas: 0 } }),
+      });
+      expect(put.ok).toBe(true);
+      const res = await fetch(`${edge.url}/api-keys`, { method: "POST", headers: { "x-api-key": edge.adminKey, "content-type": "application/json" }, body: JSON.stringify({ name: "kube", teamName: team }) });
+      const key = ((await res.json()) as { key: string }).key;
+      const sbx = await Sandbox.create("tools", { apiKey: key, apiUrl: edge.url, sandboxUrl: edge.url, requestTimeoutMs: 30_000 });
+      expect((await sbx.commands.run("echo in team namespace")).stdout).toContain("in team namespace");
+      const selector = `agents.kruise.io/sandbox-id=${sbx.sandboxId}`;
+      const row = await until("Sandbox in the team's namespace", () => table(kubectlOk(["-n", team, "get", "sbx", "-l", selector]))[0]);
+      expect(row).toMatchObject({ STATUS: "Running", CLAIMED: "true" });
+      expect(kubectlOk(["-n", team, "get", "pods", "-l", selector, "-o", "name"]).trim()).not.toBe("");
+      expect(kubectlOk(["-n", NS, "get", "sbx", "-l", selector, "-o", "name"]).trim()).toBe("");
+      expect(await sbx.kill()).toBe(true);
+      await until("team sandbox gone", () => !kubectlOk(["-n", team, "get", "sbx", "-l", selector, "-o", "name"]).trim(), 30_000);
+    } finally {
+      teamRuntimes.stop();
+      await teamKubelet.stop();
+    }
+  });
+
+  it("kubectl scale and delete of the SandboxSet converge: pods follow the pool, nothing is left behind", async () => {
+    const pool = () => table(kubectlOk(["-n", NS, "get", "sbs", "python"]))[0];
+    const podCount = () => kubectlOk(["-n", NS, "get", "pods", "-l", "agents.kruise.io/sandbox-pool=python", "-o", "name"]).trim().split("\n").filter(Boolean).length;
+    kubectlOk(["-n", NS, "scale", "sbs", "python", "--replicas=4"]);
+    await until("4 warm", () => pool()?.AVAILABLE === "4" && podCount() === 4, 60_000);
+    kubectlOk(["-n", NS, "scale", "sbs", "python", "--replicas=1"]);
+    await until("1 warm", () => pool()?.REPLICAS === "1" && podCount() === 1, 60_000);
+    kubectlOk(["-n", NS, "delete", "sbs", "python"]);
+    await until("drained", () => podCount() === 0 && !kubectlOk(["-n", NS, "get", "sbx", "-o", "name"]).trim(), 60_000);
+  });
+});
