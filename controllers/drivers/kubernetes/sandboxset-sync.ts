@@ -87,35 +87,6 @@ export function poolSpecOf(set: SandboxSetObject & { spec: { pauseStrategy?: { t
   };
 }
 
-/**
- * Pushes specs through the edge's admin template API with the admin key. Not used by the agent
- * (it has no admin key; LinkPoolSink carries the same over its session); kept only while
- * test/kube/e2e.test.ts still builds its sync with it. Ignores generations.
- */
-export class AdminApiPoolSink implements PoolSink {
-  readonly #url: string;
-  readonly #key: string;
-  constructor(edgeUrl: string, adminApiKey: string) {
-    this.#url = edgeUrl.replace(/\/$/, "");
-    this.#key = adminApiKey;
-  }
-
-  #path(set: SetRef): string {
-    return `${this.#url}/admin/teams/${encodeURIComponent(set.namespace)}/templates/${encodeURIComponent(set.name)}`;
-  }
-
-  async upsert(set: SetRef & { spec: PoolSpec }): Promise<"applied"> {
-    const res = await fetch(this.#path(set), { method: "PUT", headers: { "x-api-key": this.#key, "content-type": "application/json" }, body: JSON.stringify({ spec: set.spec }) });
-    if (!res.ok) throw new Error(`edge rejected template ${set.namespace}/${set.name}: HTTP ${res.status} ${await res.text()}`);
-    return "applied";
-  }
-
-  async remove(set: SetRef): Promise<void> {
-    const res = await fetch(this.#path(set), { method: "DELETE", headers: { "x-api-key": this.#key } });
-    if (!res.ok && res.status !== 404) throw new Error(`edge refused to delete template ${set.namespace}/${set.name}: HTTP ${res.status} ${await res.text()}`);
-  }
-}
-
 export interface SandboxSetSyncOptions {
   sandboxSets: ObjectCache<SandboxSetObject>;
   namespace: string;
