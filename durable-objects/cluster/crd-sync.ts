@@ -68,40 +68,47 @@ export class CrdSync {
       switch (msg.type) {
         case "sandboxsets": {
           const set = item as SandboxSetItem;
-          this.#run(`set:${set.namespace}/${set.name}`, set.id, () => this.#sandboxSet(set));
+          if ("present" in set) this.#answer(set.id, `sets:${set.namespace}`, this.#prune(set.namespace, set.present));
+          else this.#answer(set.id, `set:${set.namespace}/${set.name}`, this.#serial(`set:${set.namespace}/${set.name}`, () => this.#sandboxSet(set)));
           break;
         }
         case "requests": {
           const req = item as SandboxRequestItem;
-          this.#run(`sbx:${req.sandboxId}`, req.id, () => this.#request(req));
+          this.#answer(req.id, `sbx:${req.sandboxId}`, this.#serial(`sbx:${req.sandboxId}`, () => this.#request(req)));
           break;
         }
         case "claims": {
           const claim = item as ClaimItem;
-          this.#run(`claim:${claim.claim.uid}`, claim.id, () => this.#claim(claim));
+          this.#answer(claim.id, `claim:${claim.claim.uid}`, this.#serial(`claim:${claim.claim.uid}`, () => this.#claim(claim)));
           break;
         }
       }
     }
   }
 
-  #run(key: string, id: string, work: () => Promise<Omit<ReplyItem, "id">>): void {
+  /** Runs `work` after everything queued under `key` (items about one object keep their order). */
+  #serial<T>(key: string, work: () => Promise<T>): Promise<T> {
     const prev = this.#chains.get(key) ?? Promise.resolve();
-    const next = prev.then(async () => {
-      let reply: Omit<ReplyItem, "id">;
-      try {
-        reply = await work();
-      } catch (err) {
+    const next = prev.then(work);
+    const tail = next.then(
+      () => {},
+      () => {},
+    );
+    this.#chains.set(key, tail);
+    void tail.then(() => {
+      if (this.#chains.get(key) === tail) this.#chains.delete(key);
+    });
+    return next;
+  }
+
+  #answer(id: string, what: string, work: Promise<Omit<ReplyItem, "id">>): void {
+    void work
+      .catch((err): Omit<ReplyItem, "id"> => {
         const known = err instanceof ApiError;
-        if (!known) this.#o.log?.(`cluster: crd sync ${key}: ${String(err)}`);
-        reply = { result: "rejected", code: known ? err.code : "internal_server_error", message: known ? err.message : String(err) };
-      }
-      this.#o.reply([{ id, ...reply }]);
-    });
-    this.#chains.set(key, next);
-    void next.finally(() => {
-      if (this.#chains.get(key) === next) this.#chains.delete(key);
-    });
+        if (!known) this.#o.log?.(`cluster: crd sync ${what}: ${String(err)}`);
+        return { result: "rejected", code: known ? err.code : "internal_server_error", message: known ? err.message : String(err) };
+      })
+      .then((reply) => this.#o.reply([{ id, ...reply }]));
   }
 
   #record(namespace: string, name: string): SetRecord | undefined {
@@ -122,7 +129,21 @@ export class CrdSync {
     );
   }
 
-  async #sandboxSet(item: SandboxSetItem): Promise<Omit<ReplyItem, "id">> {
+  /** Deletes what this cluster synced into the namespace and no longer has. */
+  async #prune(namespace: string, present: string[]): Promise<Omit<ReplyItem, "id">> {
+    const keep = new Set(present);
+    const gone = this.#o.sql
+      .exec<{ name: string; uid: string }>("SELECT name, uid FROM crd_sandboxsets WHERE namespace = ? AND deleted = 0", namespace)
+      .toArray()
+      .filter((r) => !keep.has(r.name));
+    for (const r of gone) {
+      // In the object's own chain, so it cannot interleave with an upsert of the same name.
+      await this.#serial(`set:${namespace}/${r.name}`, () => this.#sandboxSet({ id: "", namespace, name: r.name, uid: r.uid, deleted: true }));
+    }
+    return { result: "applied", message: gone.length ? `removed ${gone.map((r) => r.name).join(", ")}` : "nothing to remove" };
+  }
+
+  async #sandboxSet(item: Exclude<SandboxSetItem, { present: string[] }>): Promise<Omit<ReplyItem, "id">> {
     const prev = this.#record(item.namespace, item.name);
     if ("deleted" in item) {
       // A delete of an object the edge already replaced by a newer one (same name, new uid).

@@ -8,8 +8,10 @@ import { SandboxIdSchema } from "./ids.ts";
  * edits SandboxSets, SandboxClaims and Sandboxes with kubectl, the agent forwards them, the edge
  * (the authority) applies them and answers each item with a `replies` entry carrying its `id`.
  *
- *   agent → edge  sandboxsets   SandboxSet upserts `{namespace, name, uid, generation, spec}` and
- *                               deletions: the template (and warm pool) `name` of team = namespace
+ *   agent → edge  sandboxsets   SandboxSet upserts `{namespace, name, uid, generation, spec}`,
+ *                               deletions, and after each (re)start the namespace's inventory
+ *                               `{namespace, present}`: the template (and warm pool) `name` of
+ *                               team = namespace
  *   agent → edge  requests      kubectl edits of a Sandbox (spec.paused, delete): pause, resume, kill
  *   agent → edge  claims        a SandboxClaim: take `replicas` sandboxes from the team's pool
  *   edge  → agent replies       one per item, by `id`
@@ -46,7 +48,10 @@ export const SandboxSetUpsertSchema = z.object({
   spec: TemplateSpec,
 });
 export const SandboxSetDeletionSchema = z.object({ ...ObjectRef, deleted: z.literal(true) });
-export const SandboxSetItemSchema = z.union([SandboxSetDeletionSchema, SandboxSetUpsertSchema]);
+/** Every SandboxSet the namespace holds now: the edge deletes those it got from this cluster that
+ * are missing (deleted while the agent was down). Templates made otherwise are not touched. */
+export const SandboxSetInventorySchema = z.object({ id: ItemIdSchema, namespace: TeamName, present: z.array(TemplateId) });
+export const SandboxSetItemSchema = z.union([SandboxSetDeletionSchema, SandboxSetInventorySchema, SandboxSetUpsertSchema]);
 export type SandboxSetItem = z.infer<typeof SandboxSetItemSchema>;
 export type SandboxSetItemInput = z.input<typeof SandboxSetItemSchema>;
 

@@ -1,7 +1,8 @@
 // SandboxSet sync over the agent's session against the real edge (sqld + the Worker on workerd):
 // a SandboxSet applied with kubectl in namespace T becomes team T's template (its own key lists
 // it) and its warm pool becomes pods in T; `kubectl scale` and `kubectl delete` converge; an older
-// generation never overwrites a newer one; a restarted agent pushes what changed while it was down.
+// generation never overwrites a newer one; a restarted agent pushes what changed while it was down
+// (a SandboxSet deleted meanwhile is removed from the edge too).
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { LinkPoolSink, poolSpecOf } from "../../controllers/drivers/kubernetes/sandboxset-sync.ts";
 import { startTestEdge, type TestEdge } from "./support/edge.ts";
@@ -91,8 +92,12 @@ spec:
     await until("pool pods gone", () => podsOf("agents").length === 0, 30_000);
   });
 
-  it("a restarted agent pushes what changed while it was down", async () => {
+  it("a restarted agent pushes what changed while it was down, deletions included", async () => {
+    kubectlOk(["-n", ns, "apply", "-f", "-"], "apiVersion: agents.kruise.io/v1alpha1\nkind: SandboxSet\nmetadata: { name: leftover }\nspec: { replicas: 0, template: { spec: { containers: [{ name: sandbox, image: node:22 }] } } }\n");
+    await until("leftover on the edge", () => edgeTemplate("leftover"), 20_000);
+    await until("settled", () => k.crd.sets.settled);
     await k.stop();
+    kubectlOk(["-n", ns, "delete", "sbs", "leftover"]);
     kubectlOk(["-n", ns, "apply", "-f", "-"], `
 apiVersion: agents.kruise.io/v1alpha1
 kind: SandboxSet
@@ -105,6 +110,7 @@ spec:
     k = await startKubeAgent(edge, ns, CLUSTER);
     const t = await until("template after restart", () => edgeTemplate("offline"), 20_000);
     expect(t.spec).toMatchObject({ replicas: 1, image: "node:22", cpuCount: 1, memoryMB: 512 });
+    await until("leftover gone from the edge", async () => (await edgeTemplate("leftover")) === undefined, 20_000);
     await until("settled", () => k.crd.sets.settled);
     await until("its pod", () => podsOf("offline").length === 1, 30_000);
   });

@@ -90,6 +90,19 @@ describe("SandboxSets over the agent link", () => {
     await agent.waitUntil(() => agent.running().length === 0);
   });
 
+  it("the namespace's inventory removes what this cluster synced and the namespace no longer has, and nothing else", async () => {
+    const ns = unique("sbs-inv");
+    const { crd } = await connect(ns);
+    await crd.call("sandboxsets", sandboxSet(ns, "keep", 1, {}));
+    await crd.call("sandboxsets", sandboxSet(ns, "lost", 1, {}));
+    // A template of the same team made through the admin API is not the cluster's to remove.
+    await expectStatus(call(`/admin/teams/${ns}/templates/manual`, { method: "PUT", body: { spec: {} } }), 201);
+    expect(await crd.call("sandboxsets", { namespace: ns, present: ["keep"] })).toMatchObject({ result: "applied", message: "removed lost" });
+    expect(await adminTemplate(ns, "keep")).toBeDefined();
+    expect(await adminTemplate(ns, "lost")).toBeUndefined();
+    expect(await adminTemplate(ns, "manual")).toBeDefined();
+  });
+
   it("refuses a spec the edge's template schema refuses (the whole frame is a protocol error)", async () => {
     const ns = unique("sbs-bad");
     const { agent } = await connect(ns);

@@ -2,7 +2,8 @@
 // same name in the team named like the namespace, so the edge's PoolDO keeps its warm pool
 // (replicas, image, CPU, memory, env, pause strategy, scale and update budgets). The edge stays
 // the authority for sandboxes; this only hands it the platform team's spec. Level-based: on start
-// every SandboxSet is pushed again, and a failed push is retried until it lands.
+// every SandboxSet is pushed again, together with the namespace's inventory so the edge drops
+// what was deleted while the agent was down; a failed push is retried until it lands.
 //
 // The sink sends `sandboxsets` items over the agent's own session (LinkPoolSink); the edge keeps
 // the newest generation per object uid, so a re-push or a late retry never rolls a pool back.
@@ -27,6 +28,8 @@ export interface PoolSink {
   /** `stale`: the edge already has a newer generation of this object (nothing to do). */
   upsert(set: SetRef & { generation: number; spec: PoolSpec }): Promise<"applied" | "stale">;
   remove(set: SetRef): Promise<void>;
+  /** Every SandboxSet the namespace holds: the edge removes those it got from us that are gone. */
+  prune(namespace: string, present: string[]): Promise<void>;
 }
 
 /** Sends SandboxSets over the agent's session (`sandboxsets` items); a refusal throws (retried). */
@@ -45,6 +48,11 @@ export class LinkPoolSink implements PoolSink {
   async remove(set: SetRef): Promise<void> {
     const r = await this.#link.call({ type: "sandboxsets", item: { ...set, deleted: true } });
     if (r.result === "rejected") throw new Error(`edge refused to delete SandboxSet ${set.namespace}/${set.name}: ${r.code}: ${r.message}`);
+  }
+
+  async prune(namespace: string, present: string[]): Promise<void> {
+    const r = await this.#link.call({ type: "sandboxsets", item: { namespace, present } });
+    if (r.result === "rejected") throw new Error(`edge refused the SandboxSet inventory of ${namespace}: ${r.code}: ${r.message}`);
   }
 }
 
@@ -87,6 +95,9 @@ export function poolSpecOf(set: SandboxSetObject & { spec: { pauseStrategy?: { t
   };
 }
 
+/** Timer key of the inventory push (no SandboxSet name has underscores). */
+const INVENTORY = "__inventory__";
+
 export interface SandboxSetSyncOptions {
   sandboxSets: ObjectCache<SandboxSetObject>;
   namespace: string;
@@ -118,6 +129,7 @@ export class SandboxSetSync {
   /** Pushes every SandboxSet the cache holds (the cache must be started). */
   start(): void {
     for (const set of this.#o.sandboxSets.list()) this.#schedule(set.metadata!.name!, "upsert", 0);
+    this.#schedule(INVENTORY, "prune", 0);
   }
 
   stop(): void {
@@ -130,7 +142,7 @@ export class SandboxSetSync {
     return this.#timers.size === 0 && this.#o.sandboxSets.list().every((s) => this.#synced.get(s.metadata!.name!) === s.metadata?.generation);
   }
 
-  #schedule(name: string, op: "upsert" | "remove", delayMs: number): void {
+  #schedule(name: string, op: "upsert" | "remove" | "prune", delayMs: number): void {
     if (this.#stopped) return;
     clearTimeout(this.#timers.get(name));
     this.#timers.set(
@@ -145,7 +157,8 @@ export class SandboxSetSync {
     );
   }
 
-  async #push(name: string, op: "upsert" | "remove"): Promise<void> {
+  async #push(name: string, op: "upsert" | "remove" | "prune"): Promise<void> {
+    if (op === "prune") return this.#o.sink.prune(this.#o.namespace, this.#o.sandboxSets.list().map((s) => s.metadata!.name!));
     const set = this.#o.sandboxSets.get(name);
     const ref = { namespace: this.#o.namespace, name, uid: set?.metadata?.uid ?? this.#uids.get(name) ?? "" };
     if (op === "remove" || !set || set.metadata?.deletionTimestamp) {
