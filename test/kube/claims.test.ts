@@ -4,6 +4,7 @@
 // (status AllReplicasClaimed), a restarted agent does not claim twice, a missing SandboxSet
 // completes with SandboxSetNotFound, ttlAfterCompleted deletes only the claim, and
 // `kubectl patch sbx … paused:true` / `kubectl delete sbx` pause and kill through the edge.
+import { Sandbox } from "e2b";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { CLAIM_METADATA_KEY } from "../../schema/protocol/index.ts";
 import { startTestEdge, type TestEdge } from "./support/edge.ts";
@@ -84,6 +85,9 @@ spec: { templateName: pool, replicas: 2, envVars: { MODE: eval }, labels: { purp
     expect(held).toHaveLength(2);
     expect(held[0]!.metadata).toMatchObject({ "label:purpose": "kube-test", owner: "ci" });
     for (const s of held) await until(`Sandbox of ${s.sandboxID} claimed`, () => sbxOf(s.sandboxID)?.CLAIMED === "true", 30_000);
+    // The claim's envVars reached the pod's runtime (its /init), seen through the edge's gateway.
+    const sbx = await Sandbox.connect(held[0]!.sandboxID, { apiKey: edge.adminKey, apiUrl: edge.url, sandboxUrl: edge.url, requestTimeoutMs: 30_000 });
+    expect((await sbx.commands.run("echo $MODE")).stdout).toBe("eval\n");
     // The pool refills behind the claim.
     await until("pool refilled", () => table(kubectlOk(["-n", ns, "get", "sbs", "pool"]))[0]?.AVAILABLE === "2", 60_000);
   });
