@@ -39,6 +39,8 @@ const LIVENESS_MS = 3 * HEARTBEAT_MS;
 const FRAME_BATCH = 256;
 /** Delay for deleting acked outbox rows in one batch. */
 const ACK_FLUSH_MS = 50;
+/** Bound on remembered confirmations (see repeatsAck). */
+const MAX_CONFIRMED = 10_000;
 /** The longest an `enqueue` may wait for acks. */
 const MAX_AWAIT_MS = 30_000;
 
@@ -52,6 +54,8 @@ export class ClusterDO extends DurableObject<Env> {
   private state: ClusterState | null = null;
   private store: ClusterStore | null = null;
   private waiters = new Map<number, (ack: AckItem) => void>();
+  /** Applied acks their owner awaited, by sandbox: the observation repeating one is not routed. */
+  private confirmed = new Map<string, { generation: number; endpoint: string }>();
   /** Per-owner delivery chains, so one owner sees its observations in arrival order. */
   private routes = new Map<string, Promise<void>>();
   private sessionId = "";
@@ -101,7 +105,10 @@ export class ClusterDO extends DurableObject<Env> {
     const connected = this.state!.connected;
     const waitMs = Math.min(opts.awaitAckMs ?? 0, MAX_AWAIT_MS);
     if (waitMs <= 0) return { ok: true, seqs, connected, acks: [], timedOut: false };
-    const { acks, timedOut } = await this.awaitAcks(seqs.filter((s) => s > 0), waitMs);
+    const known = opts.knownEndpoint === undefined ? null : JSON.stringify(opts.knownEndpoint);
+    const { acks, timedOut } = await this.awaitAcks(seqs.filter((s) => s > 0), waitMs, (a) => {
+      if (known !== null && a.result === "applied" && this.state!.desired.get(a.sandboxId)?.state === "running") this.confirm(a, known);
+    });
     return { ok: true, seqs, connected, acks, timedOut };
   }
 
@@ -302,7 +309,7 @@ export class ClusterDO extends DurableObject<Env> {
           break;
         case "route":
           if (e.owner.kind !== "sandbox") this.route(e.owner, e.observations);
-          else for (const o of e.observations) pushTo(toGroups, sandboxGroupOf(o.sandboxId), o);
+          else for (const o of e.observations) if (!this.repeatsAck(o)) pushTo(toGroups, sandboxGroupOf(o.sandboxId), o);
           break;
         case "acked":
           for (const a of e.items) {
@@ -363,7 +370,22 @@ export class ClusterDO extends DurableObject<Env> {
     }
   }
 
-  private awaitAcks(seqs: number[], ms: number): Promise<{ acks: AckItem[]; timedOut: boolean }> {
+  /** Remembers an applied ack its owner awaited (see EnqueueOptions.knownEndpoint). */
+  private confirm(a: AckItem, endpoint: string): void {
+    // Bounded: an agent that never observes (or a lost session) must not grow this forever.
+    if (this.confirmed.size >= MAX_CONFIRMED) this.confirmed.clear();
+    this.confirmed.set(a.sandboxId, { generation: a.generation, endpoint });
+  }
+
+  /** Whether an observation only repeats an applied ack its owner awaited; each is used once. */
+  private repeatsAck(obs: Observation): boolean {
+    const c = this.confirmed.get(obs.sandboxId);
+    if (!c || obs.generation < c.generation) return false;
+    this.confirmed.delete(obs.sandboxId);
+    return obs.generation === c.generation && obs.phase === "Running" && obs.ready && JSON.stringify(obs.endpoint ?? null) === c.endpoint;
+  }
+
+  private awaitAcks(seqs: number[], ms: number, onAck: (a: AckItem) => void): Promise<{ acks: AckItem[]; timedOut: boolean }> {
     if (!seqs.length) return Promise.resolve({ acks: [], timedOut: false });
     return new Promise((resolve) => {
       const acks: AckItem[] = [];
@@ -373,6 +395,7 @@ export class ClusterDO extends DurableObject<Env> {
       }, ms);
       for (const s of seqs) {
         this.waiters.set(s, (a) => {
+          onAck(a);
           acks.push(a);
           if (acks.length === seqs.length) {
             clearTimeout(timer);

@@ -1,7 +1,7 @@
 // The ClusterDO's RPC surface (what PoolDO and SandboxDO call). Every method resolves to a typed
 // result; none throws across the RPC boundary.
 import type { Refusal } from "../../schema/errors.ts";
-import type { AckItem } from "../../schema/protocol/index.ts";
+import type { AckItem, Endpoint } from "../../schema/protocol/index.ts";
 
 export interface EnqueueOptions {
   /**
@@ -9,6 +9,12 @@ export interface EnqueueOptions {
    * for a claimed member's runtime re-init). 0 or absent: return once durably queued.
    */
   awaitAckMs?: number;
+  /**
+   * With `awaitAckMs`: the endpoint the owner knows for the sandbox. The observation that follows
+   * an `applied` ack of a running intent says nothing more when it reports Running, ready, at this
+   * endpoint, so it is not routed back to the owner (one SandboxGroupDO call less per claim).
+   */
+  knownEndpoint?: Endpoint | null;
 }
 
 export type EnqueueResult =

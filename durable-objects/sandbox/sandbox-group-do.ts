@@ -222,7 +222,7 @@ export class SandboxGroupDO extends DurableObject<Env> {
     if (intents.length > 0 && slot.state) {
       const cluster = slot.state.spec.cluster;
       const sent = this.env.CLUSTER.get(this.env.CLUSTER.idFromName(cluster))
-        .enqueue(intents, { awaitAckMs })
+        .enqueue(intents, { awaitAckMs, knownEndpoint: slot.state.endpoint })
         .catch((err) => ({ ok: false as const, error: { code: ErrorCode.internal, message: `cluster ${cluster}: ${err}` } }));
       const [res] = await Promise.all([sent, readYourWrites]);
       if (!res.ok) {

@@ -43,8 +43,25 @@ function adminHash(env: Env): Promise<string> {
   return admin.hash;
 }
 
+/**
+ * Keys seen recently and their HMAC, so a client's every request does not pay for a WebCrypto
+ * sign (about 1 % of the edge's CPU per create). Bounded; holds nothing the requests did not.
+ */
+const hashes = new Map<string, string>();
+const MAX_HASHES = 10_000;
+
+async function hashOf(key: string, pepper: string): Promise<string> {
+  const id = `${pepper}\n${key}`;
+  const known = hashes.get(id);
+  if (known) return known;
+  const hash = await hashApiKey(key, pepper);
+  if (hashes.size >= MAX_HASHES) hashes.clear();
+  hashes.set(id, hash);
+  return hash;
+}
+
 async function resolveCaller(env: Env, key: string, background: (p: Promise<unknown>) => void): Promise<Caller> {
-  const hash = await hashApiKey(key, env.KEY_PEPPER);
+  const hash = await hashOf(key, env.KEY_PEPPER);
   if (timingSafeEqualHex(hash, await adminHash(env))) {
     return { keyId: ADMIN_KEY_ID, teamId: ADMIN_TEAM_ID, teamName: ADMIN_TEAM_NAME, admin: true };
   }
