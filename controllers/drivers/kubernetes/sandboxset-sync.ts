@@ -115,6 +115,8 @@ export class SandboxSetSync {
   /** name → uid of the object last seen (a delete event's object may be all that is left). */
   readonly #uids = new Map<string, string>();
   readonly #timers = new Map<string, NodeJS.Timeout>();
+  /** Names with a push on the wire: one at a time per name, so replies cannot cross. */
+  readonly #inflight = new Set<string>();
   #stopped = false;
 
   constructor(opts: SandboxSetSyncOptions) {
@@ -139,7 +141,7 @@ export class SandboxSetSync {
 
   /** True when every SandboxSet's current generation has reached the edge. */
   get settled(): boolean {
-    return this.#timers.size === 0 && this.#o.sandboxSets.list().every((s) => this.#synced.get(s.metadata!.name!) === s.metadata?.generation);
+    return this.#timers.size === 0 && this.#inflight.size === 0 && this.#o.sandboxSets.list().every((s) => this.#synced.get(s.metadata!.name!) === s.metadata?.generation);
   }
 
   #schedule(name: string, op: "upsert" | "remove" | "prune", delayMs: number): void {
@@ -149,10 +151,14 @@ export class SandboxSetSync {
       name,
       setTimeout(() => {
         this.#timers.delete(name);
-        void this.#push(name, op).catch((err) => {
-          this.#o.log?.(`sandboxset ${name}: ${(err as Error).message}`);
-          this.#schedule(name, op, this.#o.retryMs ?? 1000);
-        });
+        if (this.#inflight.has(name)) return this.#schedule(name, op, 50);
+        this.#inflight.add(name);
+        void this.#push(name, op)
+          .catch((err) => {
+            this.#o.log?.(`sandboxset ${name}: ${(err as Error).message}`);
+            this.#schedule(name, op, this.#o.retryMs ?? 1000);
+          })
+          .finally(() => this.#inflight.delete(name));
       }, delayMs),
     );
   }
