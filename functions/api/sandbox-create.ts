@@ -99,7 +99,10 @@ function buildSpec(
   };
 }
 
+const HEX = Array.from({ length: 256 }, (_, b) => b.toString(16).padStart(2, "0"));
+
 function token(): string {
-  const bytes = crypto.getRandomValues(new Uint8Array(24));
-  return Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
+  let s = "";
+  for (const b of crypto.getRandomValues(new Uint8Array(24))) s += HEX[b];
+  return s;
 }

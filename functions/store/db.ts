@@ -2,11 +2,12 @@
 // production), one client per isolate and URL so connections are reused across requests. The
 // client's own concurrency limit (default 20) is lifted: a request queued behind another
 // request's query waits on I/O it does not own, which workerd cancels as a hung request.
-import { createClient } from "@libsql/client/web";
+import { createClient, type Client } from "@libsql/client/web";
 import type { LibSQLDatabase } from "drizzle-orm/libsql";
 import { drizzle } from "drizzle-orm/libsql/web";
 
-export type Db = LibSQLDatabase;
+/** drizzle over the client; `$client` is there for the few statements written out by hand. */
+export type Db = LibSQLDatabase & { $client: Client };
 
 const clients = new Map<string, Db>();
 

@@ -1,6 +1,7 @@
 // The sandbox index `list` pages through. SandboxDOs write rows through SandboxIndexDO, which
 // batches them (applyIndexBatch); routes read pages here.
-import { and, asc, desc, eq, gte, inArray, lt, gt, or, sql, type SQL } from "drizzle-orm";
+import type { InStatement, InValue } from "@libsql/client/web";
+import { and, asc, desc, eq, getTableColumns, gte, inArray, lt, gt, or, sql, type Column, type SQL } from "drizzle-orm";
 import { sandboxes } from "../../schema/db/tables.ts";
 import type { Db } from "./db.ts";
 
@@ -11,7 +12,9 @@ export type IndexOp = { kind: "upsert"; row: IndexRow } | { kind: "delete"; id: 
 
 /**
  * Applies ops in one libSQL request: one multi-row upsert (a row lands only if its `rev` is newer
- * than the stored one, so writes may race or arrive out of order safely), then the deletes.
+ * than the stored one, so writes may race or arrive out of order safely), then the deletes. The
+ * SQL is written out once from the table's columns rather than built by drizzle per batch: the
+ * query builder was ~2 % of the edge's CPU per create.
  */
 export async function applyIndexBatch(db: Db, ops: readonly IndexOp[]): Promise<void> {
   const newest = new Map<string, IndexRow>();
@@ -20,23 +23,25 @@ export async function applyIndexBatch(db: Db, ops: readonly IndexOp[]): Promise<
     if (op.kind === "delete") deleted.push(op.id);
     else if ((newest.get(op.row.id)?.rev ?? -1) < op.row.rev) newest.set(op.row.id, op.row);
   }
-  const statements = [];
-  if (newest.size > 0) statements.push(upsert(db, [...newest.values()]));
-  if (deleted.length > 0) statements.push(db.delete(sandboxes).where(inArray(sandboxes.id, deleted)));
-  const [first, ...rest] = statements;
-  if (first) await db.batch([first, ...rest]);
+  const statements: InStatement[] = [];
+  if (newest.size > 0) statements.push(upsert([...newest.values()]));
+  if (deleted.length > 0) statements.push({ sql: `DELETE FROM sandboxes WHERE id IN (${deleted.map(() => "?").join(", ")})`, args: deleted });
+  if (statements.length > 0) await db.$client.batch(statements, "write");
 }
 
-function upsert(db: Db, rows: IndexRow[]) {
-  const { id: _id, ...rest } = rows[0]!;
-  const set = Object.fromEntries(Object.keys(rest).map((k) => [k, sql.raw(`excluded.${colName(k)}`)]));
-  return db.insert(sandboxes).values(rows).onConflictDoUpdate({ target: sandboxes.id, set, setWhere: sql`${sandboxes.rev} < excluded.rev` });
-}
+const COLUMNS = Object.entries(getTableColumns(sandboxes)) as [keyof IndexRow, Column][];
+const quoted = (c: Column) => `"${c.name}"`;
+const UPSERT_HEAD = `INSERT INTO sandboxes (${COLUMNS.map(([, c]) => quoted(c)).join(", ")}) VALUES `;
+const UPSERT_TAIL =
+  ` ON CONFLICT ("id") DO UPDATE SET ${COLUMNS.filter(([k]) => k !== "id").map(([, c]) => `${quoted(c)} = excluded.${quoted(c)}`).join(", ")}` +
+  ` WHERE sandboxes."rev" < excluded."rev"`;
+const ROW_PLACEHOLDERS = `(${COLUMNS.map(() => "?").join(", ")})`;
 
-function colName(field: string): string {
-  const col = (sandboxes as unknown as Record<string, { name: string }>)[field];
-  if (!col) throw new Error(`unknown sandboxes column ${field}`);
-  return `"${col.name}"`;
+function upsert(rows: IndexRow[]): InStatement {
+  return {
+    sql: UPSERT_HEAD + rows.map(() => ROW_PLACEHOLDERS).join(", ") + UPSERT_TAIL,
+    args: rows.flatMap((r) => COLUMNS.map(([k, c]) => c.mapToDriverValue(r[k]) as InValue)),
+  };
 }
 
 export interface Cursor {
