@@ -15,6 +15,8 @@ export interface CrdLinkOptions {
   /** The namespace the driver serves; its name is the team's on the edge. */
   namespace: string;
   cluster: string;
+  /** The forwarder the driver was built with (edits it reported before the link existed wait there). */
+  requests?: KubectlRequests;
   log?: (msg: string) => void;
   retryMs?: number;
 }
@@ -22,9 +24,75 @@ export interface CrdLinkOptions {
 export interface CrdLink {
   sets: SandboxSetSync;
   claims: SandboxClaimSync;
-  /** The driver's `onRequest`: forwards a kubectl edit to the edge (retried until answered). */
-  request(req: SandboxRequest): void;
+  requests: KubectlRequests;
   stop(): Promise<void>;
+}
+
+/**
+ * The driver's `onRequest`, from the moment the driver exists: kubectl edits the driver reports
+ * before the link is up (made while the agent was down, found by its first list) wait here; each
+ * is sent as a `requests` item, retried until the edge answers.
+ */
+export class KubectlRequests {
+  #driver: Pick<KubernetesDriver, "observe"> | undefined;
+  #link: Pick<Link, "call"> | undefined;
+  #log: (msg: string) => void = () => {};
+  #retryMs = 1000;
+  #stopped = false;
+  readonly #waiting: { req: SandboxRequest; generation: Promise<number> | undefined }[] = [];
+  readonly #timers = new Set<NodeJS.Timeout>();
+
+  /** The driver whose Sandboxes are edited (as soon as it is constructed). */
+  bind(driver: Pick<KubernetesDriver, "observe">): void {
+    this.#driver = driver;
+  }
+
+  readonly onRequest = (req: SandboxRequest): void => {
+    if (this.#stopped) return;
+    // The edge compares the edge generation the Sandbox showed when it was edited with its own,
+    // so it is read now: a newer intent may rewrite the object before the link can send this.
+    const generation = this.#driver ? this.#generation(this.#driver, req.sandboxId) : undefined;
+    if (this.#link) this.#send(req, generation);
+    else this.#waiting.push({ req, generation });
+  };
+
+  attach(link: Pick<Link, "call">, log: (msg: string) => void, retryMs: number): void {
+    this.#link = link;
+    this.#log = log;
+    this.#retryMs = retryMs;
+    for (const w of this.#waiting.splice(0)) this.#send(w.req, w.generation);
+  }
+
+  stop(): void {
+    this.#stopped = true;
+    for (const t of this.#timers) clearTimeout(t);
+  }
+
+  #generation(driver: Pick<KubernetesDriver, "observe">, id: string): Promise<number> {
+    return driver.observe(id).then((o) => o?.generation ?? 0);
+  }
+
+  /** `generation` undefined: the edit came before bind() (read at send time, the best left). */
+  #send(req: SandboxRequest, known: Promise<number> | undefined): void {
+    if (this.#stopped) return;
+    const generation = known ?? this.#generation(this.#driver!, req.sandboxId);
+    const what = `kubectl ${req.action} of ${req.sandboxId}`;
+    generation
+      .then((g) => this.#link!.call({ type: "requests", item: { sandboxId: req.sandboxId as never, action: req.action, generation: g } }))
+      .then((reply) => {
+        if (reply.result !== "applied") this.#log(`${what}: ${reply.result}${reply.code ? ` ${reply.code}` : ""}${reply.message ? `: ${reply.message}` : ""}`);
+      })
+      .catch((err) => {
+        if (this.#stopped) return;
+        // Not connected, or the session dropped before the answer: the edit still stands.
+        this.#log(`${what}: ${(err as Error).message}; retrying`);
+        const t = setTimeout(() => {
+          this.#timers.delete(t);
+          this.#send(req, generation);
+        }, this.#retryMs);
+        this.#timers.add(t);
+      });
+  }
 }
 
 export async function startCrdLink(o: CrdLinkOptions): Promise<CrdLink> {
@@ -34,36 +102,15 @@ export async function startCrdLink(o: CrdLinkOptions): Promise<CrdLink> {
   const claims = new SandboxClaimSync({ kubeConfig: o.kubeConfig, namespace: o.namespace, claimer: new LinkClaimer(o.link), log, retryMs });
   await claims.start();
   sets.start();
-
-  const timers = new Set<NodeJS.Timeout>();
-  let stopped = false;
-  const send = async (req: SandboxRequest): Promise<void> => {
-    // The edge compares the generation the Sandbox object showed (the edge generation the driver
-    // last wrote it for), not metadata.generation, with its own.
-    const generation = (await o.driver.observe(req.sandboxId))?.generation ?? 0;
-    const reply = await o.link.call({ type: "requests", item: { sandboxId: req.sandboxId as never, action: req.action, generation } });
-    if (reply.result !== "applied") log(`kubectl ${req.action} of ${req.sandboxId}: ${reply.result}${reply.code ? ` ${reply.code}` : ""}${reply.message ? `: ${reply.message}` : ""}`);
-  };
-  const request = (req: SandboxRequest): void => {
-    if (stopped) return;
-    send(req).catch((err) => {
-      // Not connected, or the session dropped before the answer: the edit still stands, so try again.
-      log(`kubectl ${req.action} of ${req.sandboxId}: ${(err as Error).message}; retrying`);
-      const t = setTimeout(() => {
-        timers.delete(t);
-        request(req);
-      }, retryMs);
-      timers.add(t);
-    });
-  };
-
+  const requests = o.requests ?? new KubectlRequests();
+  requests.bind(o.driver);
+  requests.attach(o.link, log, retryMs);
   return {
     sets,
     claims,
-    request,
+    requests,
     async stop() {
-      stopped = true;
-      for (const t of timers) clearTimeout(t);
+      requests.stop();
       sets.stop();
       await claims.stop();
     },

@@ -8,8 +8,7 @@
 // Sandboxes, go to the edge over the same session (crd-link.ts).
 import { parseArgs } from "node:util";
 import { startAgent, type OnExit } from "./agent.ts";
-import type { CrdLink } from "./crd-link.ts";
-import type { SandboxRequest } from "../drivers/kubernetes/kubernetes-driver.ts";
+import type { CrdLink, KubectlRequests } from "./crd-link.ts";
 import { KUBERNETES_FLAGS } from "../drivers/kubernetes/flags.ts";
 
 const { values } = parseArgs({
@@ -47,11 +46,12 @@ if (values.driver !== "local" && values.driver !== "kubernetes") {
 }
 // The kubernetes driver tells the reconciler when a pod changes (ready, IP, lost) instead of polling.
 let requeue: (id: string) => void = () => {};
-// kubectl edits reach the edge once the link exists; the driver reports each edit once.
-let forward: (req: SandboxRequest) => void = () => {};
+// kubectl edits reach the edge once the link exists; the driver reports each edit once, some of
+// them (made while the agent was down) during its first list, so they wait for the link.
+const requests: KubectlRequests | undefined = values.driver === "kubernetes" ? new (await import("./crd-link.ts")).KubectlRequests() : undefined;
 // Loaded only when chosen: the Kubernetes client would otherwise sit in every local agent's memory
 // (and every fork from it costs more the larger the agent is).
-const driver = values.driver === "kubernetes" ? await (await import("../drivers/kubernetes/from-flags.ts")).kubernetesDriverFromFlags(values, (id) => requeue(id), (req) => forward(req)) : undefined;
+const driver = values.driver === "kubernetes" ? await (await import("../drivers/kubernetes/from-flags.ts")).kubernetesDriverFromFlags(values, (id) => requeue(id), requests!.onRequest) : undefined;
 const agent = await startAgent({
   driver,
   edgeUrl: values.edge,
@@ -72,9 +72,9 @@ if (driver) {
     kubeConfig: driver.kubeConfig,
     namespace: driver.namespace,
     cluster: values.cluster!,
+    requests,
     log: (m) => console.log(`[crd] ${m}`),
   });
-  forward = crd.request;
 }
 const caps = agent.driver.capabilities;
 console.log(`[agent] driver ${agent.driver.name}, isolation ${caps.level}; ingress ${agent.ingressUrl}`);

@@ -141,6 +141,32 @@ describe("kubectl edits of a Sandbox go through the edge", () => {
     await until("pod back", () => podOf(id) !== "", 30_000);
   });
 
+  it("an edit made while the agent was down reaches the edge when it is back", async () => {
+    const name = kubectlOk(["-n", ns, "get", "sbx", "-l", `agents.kruise.io/sandbox-id=${id}`, "-o", "name"]).trim();
+    await k.stop();
+    kubectlOk(["-n", ns, "patch", name, "--type", "merge", "-p", '{"spec":{"paused":true}}']);
+    k = await startKubeAgent(edge, ns, "kube-claims");
+    await until("edge says paused", async () => (await info(id)).state === "paused", 30_000);
+    await until("pod gone", () => podOf(id) === "", 30_000);
+    kubectlOk(["-n", ns, "patch", name, "--type", "merge", "-p", '{"spec":{"paused":false}}']);
+    await until("edge says running", async () => (await info(id)).state === "running", 30_000);
+    await until("pod back", () => podOf(id) !== "", 30_000);
+  });
+
+  it("an edit made against a generation the edge has moved past is stale and ignored (the edge stays the authority)", async () => {
+    const name = kubectlOk(["-n", ns, "get", "sbx", "-l", `agents.kruise.io/sandbox-id=${id}`, "-o", "name"]).trim();
+    await k.stop();
+    // Meanwhile the E2B API pauses and resumes it (the edge is two generations ahead of the object).
+    expect((await edge_(`/sandboxes/${id}/pause`, { method: "POST", body: "{}" })).status).toBe(204);
+    await edge_(`/sandboxes/${id}/connect`, { method: "POST", body: JSON.stringify({ timeout: 300 }) }).catch(() => {});
+    kubectlOk(["-n", ns, "patch", name, "--type", "merge", "-p", '{"spec":{"paused":true}}']);
+    k = await startKubeAgent(edge, ns, "kube-claims");
+    await until("the edge's answer", () => k.logs.some((l) => l.startsWith(`kubectl pause of ${id}: stale`)), 30_000);
+    await until("edge says running", async () => (await info(id)).state === "running", 30_000);
+    expect(podOf(id)).not.toBe("");
+    await until("the Sandbox follows the edge", () => JSON.parse(kubectlOk(["-n", ns, "get", name, "-o", "json"])).spec.paused === false, 30_000);
+  });
+
   it("kubectl delete sbx kills it on the edge", async () => {
     const name = kubectlOk(["-n", ns, "get", "sbx", "-l", `agents.kruise.io/sandbox-id=${id}`, "-o", "name"]).trim();
     kubectlOk(["-n", ns, "delete", name, "--wait=false"]);

@@ -7,7 +7,7 @@ import { spawn, type ChildProcess } from "node:child_process";
 import { join, resolve } from "node:path";
 import { CoreV1Api, PatchStrategy, setHeaderOptions, Watch, type V1Pod } from "@kubernetes/client-node";
 import { startAgent, type Agent } from "../../../controllers/agent/agent.ts";
-import { startCrdLink, type CrdLink } from "../../../controllers/agent/crd-link.ts";
+import { KubectlRequests, startCrdLink, type CrdLink } from "../../../controllers/agent/crd-link.ts";
 import { KubernetesDriver } from "../../../controllers/drivers/kubernetes/kubernetes-driver.ts";
 import { ANNOTATION } from "../../../schema/crd/labels.ts";
 import type { TestEdge } from "./edge.ts";
@@ -19,26 +19,33 @@ export interface KubeAgent {
   driver: KubernetesDriver;
   agent: Agent;
   crd: CrdLink;
+  /** What the CRD link logged (refusals and stale answers from the edge, retries). */
+  logs: string[];
   /** Stops the CRD link, the agent (sandboxes kept, as on a restart) and the driver. */
   stop(): Promise<void>;
 }
 
 export async function startKubeAgent(edge: TestEdge, namespace: string, cluster: string, dataDir = join(edge.dir, `agent-${cluster}`)): Promise<KubeAgent> {
-  let crd: CrdLink | undefined;
   let agent: Agent | undefined;
+  const requests = new KubectlRequests();
+  const logs: string[] = [];
   const kc = kubeConfig("agent");
   const driver = new KubernetesDriver({
     kubeConfig: kc,
     namespace,
     runtimeImage: "ghcr.io/kruise-edge/sandbox-agent:test",
     onChange: (id) => agent?.reconciler.queue.add(id),
-    onRequest: (req) => crd?.request(req),
+    onRequest: requests.onRequest,
   });
+  requests.bind(driver);
   await driver.start();
   agent = await startAgent({ edgeUrl: edge.url, clusterToken: edge.clusterToken, clusterId: cluster, dataDir, driver, log: (m) => process.env.KUBE_LOG && console.log(`[agent] ${m}`) });
   await agent.link.whenConnected();
-  crd = await startCrdLink({ link: agent.link, driver, kubeConfig: kc, namespace, cluster, retryMs: 200, log: (m) => process.env.KUBE_LOG && console.log(`[crd] ${m}`) });
-  const started = { driver, agent, crd };
+  const crd: CrdLink = await startCrdLink({ link: agent.link, driver, kubeConfig: kc, namespace, cluster, requests, retryMs: 200, log: (m) => {
+    logs.push(m);
+    if (process.env.KUBE_LOG) console.log(`[crd] ${m}`);
+  } });
+  const started = { driver, agent, crd, logs };
   return {
     ...started,
     async stop() {
