@@ -3,7 +3,9 @@
 // it) and its warm pool becomes pods in T; `kubectl scale` and `kubectl delete` converge; an older
 // generation never overwrites a newer one; a restarted agent pushes what changed while it was down
 // (a SandboxSet deleted meanwhile is removed from the edge too).
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { spawn } from "node:child_process";
+import { join, resolve } from "node:path";
+import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import { LinkPoolSink, poolSpecOf } from "../../controllers/drivers/kubernetes/sandboxset-sync.ts";
 import { startTestEdge, type TestEdge } from "./support/edge.ts";
 import { startKubeAgent, type KubeAgent } from "./support/kube-agent.ts";
@@ -113,5 +115,33 @@ spec:
     await until("leftover gone from the edge", async () => (await edgeTemplate("leftover")) === undefined, 20_000);
     await until("settled", () => k.crd.sets.settled);
     await until("its pod", () => podsOf("offline").length === 1, 30_000);
+  });
+});
+
+describe("the agent's command line", () => {
+  it("main.ts --driver kubernetes syncs its namespace's SandboxSets over the link", async () => {
+    const other = await freshNamespace("sync-cli");
+    const root = resolve(import.meta.dirname, "../..");
+    const child = spawn(
+      join(root, "node_modules/.bin/node"),
+      ["controllers/agent/main.ts", "--driver", "kubernetes", "--kubeconfig", inject("kube").agentKubeconfig, "--namespace", other, "--cluster", "kube-cli", "--edge", edge.url, "--data-dir", join(edge.dir, "agent-cli")],
+      { cwd: root, env: { ...process.env, CLUSTER_TOKEN: edge.clusterToken }, stdio: ["ignore", "pipe", "pipe"] },
+    );
+    let out = "";
+    child.stdout!.on("data", (b: Buffer) => (out += b.toString()));
+    child.stderr!.on("data", (b: Buffer) => (out += b.toString()));
+    try {
+      await until("agent connected", () => out.includes("connected to the edge"), 30_000);
+      kubectlOk(["-n", other, "apply", "-f", "-"], "apiVersion: agents.kruise.io/v1alpha1\nkind: SandboxSet\nmetadata: { name: cli }\nspec: { replicas: 0, template: { spec: { containers: [{ name: sandbox, image: node:22 }] } } }\n");
+      const res = await until("template of team " + other, async () => {
+        const r = await fetch(`${edge.url}/admin/teams/${other}/templates/cli`, { headers: { "x-api-key": edge.adminKey } });
+        return r.ok ? ((await r.json()) as { spec: { cluster: string; image: string } }) : undefined;
+      }, 20_000);
+      expect(res.spec).toMatchObject({ cluster: "kube-cli", image: "node:22" });
+    } finally {
+      const exited = new Promise((ok) => child.once("exit", ok));
+      child.kill("SIGTERM");
+      await exited;
+    }
   });
 });
