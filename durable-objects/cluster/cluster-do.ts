@@ -160,6 +160,7 @@ export class ClusterDO extends DurableObject<Env> {
           env: this.env,
           sql: this.ctx.storage.sql,
           cluster: () => this.store!.getMeta("cluster") ?? "local",
+          desired: (id) => this.load().desired.get(id),
           reply: (items) => this.send({ type: "replies", items }),
           log: (m) => console.warn(m),
         });

@@ -11,6 +11,7 @@ import { ErrorCode, type Refusal } from "../../schema/errors.ts";
 import {
   CLAIM_METADATA_KEY,
   type ClaimItem,
+  type Observation,
   type ReplyItem,
   type SandboxId,
   type SandboxRequestItem,
@@ -24,6 +25,7 @@ import type { AppEnv, Caller, Env } from "../../functions/env.ts";
 import { getDb } from "../../functions/store/db.ts";
 import { listIndex } from "../../functions/store/sandbox-index.ts";
 import { findTeamByName } from "../../functions/store/teams.ts";
+import type { DesiredEntry } from "./machine.ts";
 
 type Sql = Pick<SqlStorage, "exec">;
 
@@ -48,6 +50,8 @@ export interface CrdSyncOptions {
   sql: Sql;
   /** This ClusterDO's cluster name (members of synced SandboxSets run there). */
   cluster: () => string;
+  /** The cluster's desired entry for a sandbox (who owns it: a pool while it is a warm member). */
+  desired: (id: SandboxId) => DesiredEntry | undefined;
   reply: (items: ReplyItem[]) => void;
   log?: (msg: string) => void;
 }
@@ -165,7 +169,7 @@ export class CrdSync {
   async #request(item: SandboxRequestItem): Promise<Omit<ReplyItem, "id">> {
     const stub = sandboxStub(this.#o.env, item.sandboxId);
     const st = await stub.inspect();
-    if (!st || st.phase === "Terminating") return refused({ code: "sandbox_not_found", message: `sandbox ${item.sandboxId} not found` });
+    if (!st || st.phase === "Terminating") return this.#poolMemberRequest(item);
     if (st.spec.cluster !== this.#o.cluster()) return refused({ code: "forbidden", message: `sandbox ${item.sandboxId} runs on cluster ${st.spec.cluster}` });
     if (item.generation < st.generation) return { result: "stale", message: `made at generation ${item.generation}, the edge is at ${st.generation}` };
     // As the sandbox's owner, so the E2B API's rules (and refusals) apply unchanged.
@@ -177,6 +181,30 @@ export class CrdSync {
           ? await stub.kill(access)
           : await stub.connectSandbox(access, { timeoutS: DEFAULT_TIMEOUT_S });
     return res.ok ? { result: "applied" } : refused(res.error);
+  }
+
+  /**
+   * A warm pool member has no SandboxDO: its pool owns it. Deleting it (kubectl delete sbx) is
+   * reported to the pool as the member failing, so the pool drops it (unless a claim took it
+   * first: then it is no longer the pool's) and replaces it; pausing one is refused.
+   */
+  async #poolMemberRequest(item: SandboxRequestItem): Promise<Omit<ReplyItem, "id">> {
+    const d = this.#o.desired(item.sandboxId);
+    if (!d || d.owner.kind !== "pool" || d.state === "deleted") return refused({ code: "sandbox_not_found", message: `sandbox ${item.sandboxId} not found` });
+    if (item.action !== "kill") return refused({ code: "conflict", message: `sandbox ${item.sandboxId} is an unclaimed member of pool ${d.owner.id}; its SandboxSet manages it` });
+    const failed: Observation = {
+      sandboxId: item.sandboxId,
+      generation: d.generation,
+      phase: "Failed",
+      ready: false,
+      endpoint: null,
+      reason: "DeletedByUser",
+      message: "the Sandbox object was deleted in the cluster",
+      observedAt: Date.now(),
+    };
+    const pool = this.#o.env.POOL.get(this.#o.env.POOL.idFromName(d.owner.id));
+    await pool.observeBatch([failed]);
+    return { result: "applied" };
   }
 
   async #claim(item: ClaimItem): Promise<Omit<ReplyItem, "id">> {

@@ -174,3 +174,16 @@ describe("kubectl edits of a Sandbox go through the edge", () => {
     await until("Sandbox and pod gone", () => !kubectlOk(["-n", ns, "get", "sbx", "-l", `agents.kruise.io/sandbox-id=${id}`, "-o", "name"]).trim() && podOf(id) === "", 30_000);
   });
 });
+
+it("kubectl delete of a warm pool member: the edge drops it from the pool, which replaces it", async () => {
+  const warm = () => JSON.parse(kubectlOk(["-n", ns, "get", "sbx", "-l", "agents.kruise.io/sandbox-pool=pool,agents.kruise.io/sandbox-claimed=false", "-o", "json"])).items as { metadata: { name: string; annotations: Record<string, string> } }[];
+  await until("warm pool of 2", () => table(kubectlOk(["-n", ns, "get", "sbs", "pool"]))[0]?.AVAILABLE === "2", 60_000);
+  const victim = warm()[0]!;
+  const victimId = victim.metadata.annotations["agents.kruise.io/sandbox-id"]!;
+  kubectlOk(["-n", ns, "delete", "sbx", victim.metadata.name, "--wait=false"]);
+  await until("the member, its Sandbox and pod gone", () => !kubectlOk(["-n", ns, "get", "sbx", "-l", `agents.kruise.io/sandbox-id=${victimId}`, "-o", "name"]).trim() && podOf(victimId) === "", 30_000);
+  await until("replaced", () => {
+    const members = warm().map((m) => m.metadata.annotations["agents.kruise.io/sandbox-id"]);
+    return members.length === 2 && !members.includes(victimId) && table(kubectlOk(["-n", ns, "get", "sbs", "pool"]))[0]?.AVAILABLE === "2";
+  }, 60_000);
+});

@@ -144,6 +144,19 @@ describe("kubectl requests over the agent link", () => {
     expect((await expectStatus(call(`/sandboxes/${s.id}`, { key: s.team.key }), 200)).state).toBe("running");
   });
 
+  it("deleting a warm pool member drops it from its pool, which replaces it; pausing one is refused", async () => {
+    const ns = unique("rq-warm");
+    const { agent, crd } = await connect(ns);
+    await crd.call("sandboxsets", sandboxSet(ns, "warm", 1, { replicas: 2 }));
+    await agent.waitUntil(() => agent.running().length === 2);
+    const [victim, other] = agent.running();
+    expect(await crd.call("requests", { sandboxId: victim, action: "pause", generation: 1 })).toMatchObject({ result: "rejected", code: "conflict" });
+    expect(await crd.call("requests", { sandboxId: victim, action: "kill", generation: 1 })).toMatchObject({ result: "applied" });
+    await agent.waitUntil(() => !agent.sandboxes.has(victim!) && agent.running().length === 2);
+    expect(agent.running()).toContain(other);
+    await waitFor(async () => (await adminTemplate(ns, "warm"))?.pool.available === 2);
+  });
+
   it("a cluster cannot act on another cluster's sandbox, nor on one that does not exist", async () => {
     const s = await sandboxOn(unique("rq-own"));
     const { crd } = await connect(unique("rq-other"));
