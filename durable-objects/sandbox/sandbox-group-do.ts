@@ -62,6 +62,8 @@ interface QueuedIndexOp {
 export class SandboxGroupDO extends DurableObject<Env> {
   private readonly store: SandboxStore;
   private readonly slots = new Map<string, Slot>();
+  /** Ids with a row: a create (always a new id) or a probe of an unknown one reads nothing. */
+  private readonly stored: Set<string>;
   /** The alarm time this instance set (null: none, or unknown until the constructor read it). */
   private alarmAt: number | null = null;
   private indexQueue: QueuedIndexOp[] = [];
@@ -70,6 +72,7 @@ export class SandboxGroupDO extends DurableObject<Env> {
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
     this.store = openSandboxStore(ctx.storage.sql);
+    this.stored = new Set(this.store.ids());
     void ctx.blockConcurrencyWhile(async () => {
       this.alarmAt = await ctx.storage.getAlarm();
     });
@@ -254,7 +257,7 @@ export class SandboxGroupDO extends DurableObject<Env> {
   private find(id: string): Slot | null {
     const cached = this.slots.get(id);
     if (cached) return cached;
-    const row = this.store.load(id);
+    const row = this.stored.has(id) ? this.store.load(id) : null;
     if (!row) return null;
     const slot: Slot = { state: row.state, undelivered: row.undelivered, waiters: new Set() };
     this.slots.set(id, slot);
@@ -271,6 +274,7 @@ export class SandboxGroupDO extends DurableObject<Env> {
     const retry = slot.undelivered?.retryAt ?? null;
     const due = timer === null ? retry : retry === null ? timer : Math.min(timer, retry);
     this.store.save(id, { state: slot.state!, undelivered: slot.undelivered }, due);
+    this.stored.add(id);
     this.arm(due);
   }
 
@@ -279,6 +283,7 @@ export class SandboxGroupDO extends DurableObject<Env> {
     slot.state = null;
     slot.undelivered = null;
     this.store.remove(id);
+    this.stored.delete(id);
     notify(slot);
     this.release(id, slot);
     void this.index({ kind: "delete", id });

@@ -23,6 +23,8 @@ CREATE INDEX IF NOT EXISTS sandboxes_due ON sandboxes (due) WHERE due IS NOT NUL
 `;
 
 export interface SandboxStore {
+  /** Every stored id (read once per object instance, so a new id costs no lookup). */
+  ids(): string[];
   load(id: string): SandboxRow | null;
   save(id: string, row: SandboxRow, due: number | null): void;
   remove(id: string): void;
@@ -35,6 +37,9 @@ export interface SandboxStore {
 export function openSandboxStore(sql: Sql): SandboxStore {
   sql.exec(SCHEMA);
   return {
+    ids() {
+      return sql.exec<{ id: string }>("SELECT id FROM sandboxes").toArray().map((r) => r.id);
+    },
     load(id) {
       const r = sql.exec<{ state: string; undelivered: string | null }>("SELECT state, undelivered FROM sandboxes WHERE id = ?", id).toArray()[0];
       return r ? { state: JSON.parse(r.state) as SandboxState, undelivered: r.undelivered ? (JSON.parse(r.undelivered) as Undelivered) : null } : null;
