@@ -6,6 +6,7 @@
 // sandbox lives goes through a SandboxView: how a sandbox path maps to a host path for file
 // operations, which users exist, and how to start a process inside the sandbox. The runtime
 // never builds host paths or argv for a sandbox by itself.
+import type { ProcessLauncher } from "./process/launcher.ts";
 
 /** A user as the sandbox sees it (its own /etc/passwd, not the host's). */
 export interface SandboxUser {
@@ -63,6 +64,8 @@ export interface SandboxView {
   groupName?(gid: number): string | undefined;
   /** Builds the host command that runs `req` inside the sandbox. */
   command(req: SpawnRequest): HostCommand;
+  /** Who starts host commands; absent means the runtime forks them itself. */
+  launcher?: ProcessLauncher;
   /** Stops / resumes every process of the sandbox (a cgroup freezer where the view has one).
    * Absent means the runtime falls back to SIGSTOP/SIGCONT of the process groups it started. */
   freeze?(): Promise<void>;

@@ -3,11 +3,11 @@
 // Holders are started in their own session and are not tied to the agent's lifetime
 // (no --die-with-parent), so an agent restart keeps sandboxes running; the next agent finds them
 // through the records and /proc.
-import { spawn } from "node:child_process";
-import { closeSync, openSync, readFileSync, readdirSync, readlinkSync, writeFileSync } from "node:fs";
+import { readFileSync, readdirSync, readlinkSync, writeFileSync } from "node:fs";
 import { setTimeout as sleep } from "node:timers/promises";
 import { MARKER_ENV } from "./local-view.ts";
 import type { ProcRef } from "./records.ts";
+import type { Spawner } from "./spawner.ts";
 
 const SLEEP = "/usr/bin/sleep";
 /** Joins the cgroups listed in $KRUISE_CGROUPS before exec, so no process of the sandbox ever
@@ -54,26 +54,21 @@ export interface HolderSpec {
   log: string;
 }
 
-/** Starts the holder and waits until the sandbox is ready for processes to join. */
-export async function startHolder(spec: HolderSpec): Promise<StartedHolder> {
-  const log = openSync(spec.log, "a");
+/** Starts the holder (forked by `spawner`) and waits until the sandbox is ready for processes to join. */
+export async function startHolder(spec: HolderSpec, spawner: Spawner): Promise<StartedHolder> {
   const env = { PATH: "/usr/bin:/bin", [MARKER_ENV]: spec.id, KRUISE_CGROUPS: spec.cgroupProcs.join(":") };
   const argv = spec.bwrapArgs ? ["bwrap", ...spec.bwrapArgs, "--info-fd", "3", "--", SLEEP, "infinity"] : [SLEEP, "infinity"];
+  const child = await spawner.spawn(
+    { file: "/bin/sh", args: ["-c", JOIN_SHIM, "sh", ...argv], cwd: spec.cwd, env },
+    { detached: true, stdio: ["ignore", "ignore", { append: spec.log }, spec.bwrapArgs ? "pipe" : "ignore"] },
+  );
+  const info = child.pipes.get(3);
   try {
-    const child = spawn("/bin/sh", ["-c", JOIN_SHIM, "sh", ...argv], {
-      cwd: spec.cwd,
-      env,
-      detached: true,
-      stdio: ["ignore", "ignore", log, spec.bwrapArgs ? "pipe" : "ignore"],
-    });
     const exited = new Promise<never>((_, reject) => {
-      child.once("error", reject);
-      child.once("exit", (code, signal) => reject(new Error(`holder exited early (${signal ?? code}); see ${spec.log}`)));
+      child.onExit((e) => reject(new Error(`holder exited early (${e.error ?? e.signal ?? e.code}); see ${spec.log}`)));
     });
     exited.catch(() => {});
-    child.unref();
     const pid = child.pid;
-    if (pid === undefined) return await exited;
     if (!spec.bwrapArgs) {
       const holder = procRef(pid);
       if (!holder) return await exited;
@@ -81,9 +76,7 @@ export async function startHolder(spec: HolderSpec): Promise<StartedHolder> {
       protectFromOOM([pid]);
       return { holder, nsInit: holder };
     }
-    const info = child.stdio[3] as NodeJS.ReadableStream;
-    const initPid = await Promise.race([readChildPid(info), exited]);
-    (info as unknown as { destroy(): void }).destroy();
+    const initPid = await Promise.race([readChildPid(info!), exited]);
     const holder = procRef(pid);
     const nsInit = procRef(initPid);
     if (!holder || !nsInit) return await exited;
@@ -92,7 +85,8 @@ export async function startHolder(spec: HolderSpec): Promise<StartedHolder> {
     protectFromOOM([pid, initPid, ...childrenOf(initPid)]);
     return { holder, nsInit };
   } finally {
-    closeSync(log);
+    info?.destroy();
+    child.forget();
   }
 }
 

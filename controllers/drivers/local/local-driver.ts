@@ -1,6 +1,5 @@
 // The `local` driver: sandboxes as isolated process trees on this machine. See ../README.md for
 // the levels, the on-disk layout and what survives an agent restart.
-import { spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { existsSync, mkdirSync, rmSync } from "node:fs";
 import { join } from "node:path";
@@ -23,6 +22,8 @@ import { bwrapMountArgs, layoutFor, mountsFor, prepareLayout } from "./layout.ts
 import { LocalSandboxView } from "./local-view.ts";
 import { probeHost } from "./probe.ts";
 import { readRecord, recordedIds, writeRecord, type SandboxRecord } from "./records.ts";
+import { IN_PROCESS, Spawner } from "./spawner.ts";
+import type { LaunchedExit } from "../../runtime/process/launcher.ts";
 
 export interface LocalDriverOptions {
   /** Where sandboxes (records, layers) and snapshots live. */
@@ -37,6 +38,9 @@ export interface LocalDriverOptions {
   cgroupName?: string;
   /** pids.max when the desired sandbox does not say. */
   defaultPidsMax?: number;
+  /** Who forks holders and commands. Default: a spawner process of the driver's own (see
+   * spawner.ts), or this process itself when KRUISE_LOCAL_SPAWNER=off (for comparison). */
+  spawner?: Spawner;
 }
 
 const LEVEL_ORDER: IsolationLevel[] = ["kubernetes", "bwrap+cgroup", "bwrap", "process"];
@@ -52,10 +56,12 @@ export class LocalDriver implements Driver {
   readonly #locks = new Map<string, Promise<unknown>>();
   /** The last record written or read per sandbox: what views ask on every call. */
   readonly #records = new Map<string, SandboxRecord>();
+  readonly #spawner: Spawner;
 
   constructor(opts: LocalDriverOptions) {
     this.#dataDir = opts.dataDir;
     this.#pidsMax = opts.defaultPidsMax ?? 4096;
+    this.#spawner = opts.spawner ?? new Spawner(process.env.KRUISE_LOCAL_SPAWNER === "off" ? IN_PROCESS : undefined);
     const probe = probeHost({ cgroupName: opts.cgroupName ?? "kruise-sandboxes", cgroupParent: opts.cgroupParent, want: opts.level });
     if (opts.level && LEVEL_ORDER.indexOf(opts.level) < LEVEL_ORDER.indexOf(probe.capabilities.level)) {
       throw new UnsupportedError(`isolation level ${opts.level}`, `this host offers ${probe.capabilities.level}: ${probe.capabilities.notes.join("; ")}`);
@@ -65,9 +71,11 @@ export class LocalDriver implements Driver {
     mkdirSync(join(this.#dataDir, "sandboxes"), { recursive: true });
   }
 
-  /** Removes the driver's (empty) parent cgroups; sandboxes themselves are left alone. */
+  /** Removes the driver's (empty) parent cgroups and stops its spawner; sandboxes themselves are
+   * left alone. */
   dispose(): void {
     if (this.#cgroups) removeParents(this.#cgroups);
+    void this.#spawner.dispose();
   }
 
   #save(rec: SandboxRecord): void {
@@ -155,7 +163,7 @@ export class LocalDriver implements Driver {
       ? ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", rec.desired.allowInternetAccess ? "--share-net" : "--unshare-net",
          "--hostname", rec.id, "--cap-drop", "ALL", "--chdir", "/", ...bwrapMountArgs(layout)]
       : undefined;
-    const started = await startHolder({ id: rec.id, bwrapArgs, cgroupProcs: cgroups ? procsFiles(cgroups) : [], cwd: layout.dir, log: layout.log });
+    const started = await startHolder({ id: rec.id, bwrapArgs, cgroupProcs: cgroups ? procsFiles(cgroups) : [], cwd: layout.dir, log: layout.log }, this.#spawner);
     next = { ...next, phase: "Running", holder: started.holder, nsInit: started.nsInit };
     this.#save(next);
     return next;
@@ -247,6 +255,7 @@ export class LocalDriver implements Driver {
       id,
       mounts: mountsFor(layoutFor(this.#dataDir, id)),
       namespaces: rec.level !== "process",
+      launcher: this.#spawner,
       target: () => {
         const now = this.#record(id);
         if (!now || now.phase === "Stopped" || !now.nsInit) return undefined;
@@ -255,25 +264,27 @@ export class LocalDriver implements Driver {
     });
   }
 
-  exec(id: string, req: SpawnRequest, opts: { timeoutMs?: number; stdin?: string } = {}): Promise<ExecResult> {
+  async exec(id: string, req: SpawnRequest, opts: { timeoutMs?: number; stdin?: string } = {}): Promise<ExecResult> {
     const cmd = this.view(id).command(req);
-    return new Promise((resolve, reject) => {
-      const child = spawn(cmd.file, cmd.args, { cwd: cmd.cwd, env: cmd.env, uid: cmd.uid, gid: cmd.gid, stdio: ["pipe", "pipe", "pipe"] });
-      let stdout = "";
-      let stderr = "";
-      child.stdout.on("data", (c) => (stdout += String(c)));
-      child.stderr.on("data", (c) => (stderr += String(c)));
-      const timer = opts.timeoutMs ? setTimeout(() => child.kill("SIGKILL"), opts.timeoutMs) : undefined;
-      child.once("error", reject);
-      child.once("close", (exitCode, signal) => {
-        clearTimeout(timer);
-        resolve({ exitCode, signal, stdout, stderr });
+    const child = await this.#spawner.spawn(cmd, { detached: false, stdio: ["pipe", "pipe", "pipe"] });
+    const [stdin, out, err] = [0, 1, 2].map((n) => child.pipes.get(n)!);
+    const text = (s: NodeJS.ReadableStream) =>
+      new Promise<string>((resolve) => {
+        let t = "";
+        s.on("data", (c) => (t += String(c)));
+        s.on("error", () => {});
+        s.once("close", () => resolve(t));
       });
-      // A command that exits without reading its input closes the pipe first; that is fine.
-      child.stdin.on("error", () => {});
-      if (opts.stdin) child.stdin.end(opts.stdin);
-      else child.stdin.end();
-    });
+    const [stdout, stderr] = [text(out!), text(err!)];
+    const timer = opts.timeoutMs ? setTimeout(() => process.kill(child.pid, "SIGKILL"), opts.timeoutMs) : undefined;
+    // A command that exits without reading its input closes the pipe first; that is fine.
+    stdin!.on("error", () => {});
+    stdin!.resume();
+    stdin!.end(opts.stdin ?? "");
+    const exit = await new Promise<LaunchedExit>((resolve) => child.onExit(resolve));
+    clearTimeout(timer);
+    if (exit.error) throw new Error(exit.error);
+    return { exitCode: exit.code, signal: exit.signal as NodeJS.Signals | null, stdout: await stdout, stderr: await stderr };
   }
 
   freeze(id: string): Promise<void> {

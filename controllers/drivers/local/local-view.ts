@@ -11,6 +11,7 @@
 // what they should (see enter.pl).
 import { arch } from "node:os";
 import { fileURLToPath } from "node:url";
+import type { ProcessLauncher } from "../../runtime/process/launcher.ts";
 import type { HostCommand, SandboxUser, SandboxView, SpawnRequest } from "../../runtime/sandbox-view.ts";
 import { SandboxNotFoundError } from "../driver.ts";
 import { USERS, type Mount } from "./layout.ts";
@@ -40,13 +41,17 @@ export interface LocalViewOptions {
   /** The current target, or undefined while the sandbox has no processes (Stop-paused). Asked on
    * every call, so a view handed to the runtime stays valid across restarts of the sandbox. */
   target: () => ViewTarget | undefined;
+  /** Who forks the sandbox's processes (the driver's spawner); absent: the runtime itself. */
+  launcher?: ProcessLauncher;
 }
 
 export class LocalSandboxView implements SandboxView {
   readonly #o: LocalViewOptions;
+  readonly launcher: ProcessLauncher | undefined;
 
   constructor(opts: LocalViewOptions) {
     this.#o = opts;
+    this.launcher = opts.launcher;
   }
 
   #current(): ViewTarget {

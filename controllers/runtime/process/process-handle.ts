@@ -1,10 +1,11 @@
 // One process started by Start: its pipes or pseudo-terminal, the streams attached to it, and
 // its end once it exited. Output is not replayed: a stream sees what arrives after it attached.
-import { spawn, type ChildProcess } from "node:child_process";
-import type { Readable } from "node:stream";
-import type { IPty } from "@lydell/node-pty";
+import type { Readable, Writable } from "node:stream";
 import type { HostCommand } from "../sandbox-view.ts";
 import { exitInfo, type EndInfo } from "./exit-status.ts";
+import { inProcessLauncher, type LaunchedExit, type LaunchedPty, type ProcessLauncher } from "./launcher.ts";
+
+export { ProcessStartError } from "./launcher.ts";
 
 export type OutputStream = "stdout" | "stderr" | "pty";
 export type ProcessOutput = { type: "data"; stream: OutputStream; data: Uint8Array } | { type: "end"; end: EndInfo };
@@ -22,7 +23,10 @@ const CHUNK = 32 * 1024;
  * inherited stdout would otherwise hold the end event back for as long as it lives. */
 const DRAIN_GRACE_MS = 200;
 
-export class ProcessStartError extends Error {}
+function endOf(exit: LaunchedExit): EndInfo {
+  if (exit.error) return { exitCode: -1, exited: false, status: exit.error, error: exit.error };
+  return exitInfo(exit.code, exit.signal);
+}
 
 export class ProcessHandle {
   readonly pid: number;
@@ -33,77 +37,54 @@ export class ProcessHandle {
   end: EndInfo | undefined;
   #listeners = new Set<(ev: ProcessOutput) => void>();
   #exitWaiters: Array<() => void> = [];
-  #child: ChildProcess | undefined;
-  #pty: IPty | undefined;
+  #stdin: Writable | undefined;
+  #pty: LaunchedPty | undefined;
 
-  private constructor(pid: number, config: ProcessConfig, tag: string | undefined, kind: { child?: ChildProcess; pty?: IPty; stdin: boolean }) {
+  private constructor(pid: number, config: ProcessConfig, tag: string | undefined, kind: { stdin?: Writable; pty?: LaunchedPty; hasStdin: boolean }) {
     this.pid = pid;
     this.config = config;
     this.tag = tag;
-    this.#child = kind.child;
+    this.#stdin = kind.stdin;
     this.#pty = kind.pty;
     this.isPty = !!kind.pty;
-    this.hasStdin = kind.stdin;
+    this.hasStdin = kind.hasStdin;
   }
 
-  static async spawnPipes(host: HostCommand, config: ProcessConfig, tag: string | undefined, stdin: boolean): Promise<ProcessHandle> {
-    const child = spawn(host.file, host.args, {
-      cwd: host.cwd,
-      env: host.env,
-      uid: host.uid,
-      gid: host.gid,
-      // Own process group, so freeze and group signals reach its children too.
-      detached: true,
-      stdio: [stdin ? "pipe" : "ignore", "pipe", "pipe"],
-    });
-    if (child.pid === undefined) {
-      const err = await new Promise<Error>((resolve) => child.once("error", resolve));
-      throw new ProcessStartError(`failed to start process '${host.file}': ${err.message}`);
-    }
-    const h = new ProcessHandle(child.pid, config, tag, { child, stdin });
-    child.stdin?.on("error", () => {});
-    h.#pipe(child.stdout!, "stdout");
-    h.#pipe(child.stderr!, "stderr");
-    let closed = false;
-    child.once("close", () => (closed = true));
-    child.once("exit", (code, signal) => {
-      const info = exitInfo(code, signal);
-      if (closed) return h.#finish(info);
-      const timer = setTimeout(() => {
-        child.stdout?.destroy();
-        child.stderr?.destroy();
-        h.#finish(info);
+  static async spawnPipes(host: HostCommand, config: ProcessConfig, tag: string | undefined, stdin: boolean, launcher: ProcessLauncher = inProcessLauncher): Promise<ProcessHandle> {
+    const p = await launcher.spawnPipes(host, stdin);
+    const h = new ProcessHandle(p.pid, config, tag, { stdin: p.stdin, hasStdin: stdin });
+    p.stdin?.on("error", () => {});
+    h.#pipe(p.stdout, "stdout");
+    h.#pipe(p.stderr, "stderr");
+    let open = 2;
+    let exit: LaunchedExit | undefined;
+    let timer: NodeJS.Timeout | undefined;
+    const closed = () => {
+      if (--open > 0 || !exit) return;
+      clearTimeout(timer);
+      h.#finish(endOf(exit));
+    };
+    p.stdout.once("close", closed);
+    p.stderr.once("close", closed);
+    p.onExit((e) => {
+      exit = e;
+      // As Node does for its own children: a background child holding the pipe must not keep it.
+      p.stdin?.destroy();
+      if (open === 0) return h.#finish(endOf(e));
+      timer = setTimeout(() => {
+        p.stdout.destroy();
+        p.stderr.destroy();
+        h.#finish(endOf(e));
       }, DRAIN_GRACE_MS);
-      child.once("close", () => {
-        clearTimeout(timer);
-        h.#finish(info);
-      });
     });
     return h;
   }
 
-  static async spawnPty(host: HostCommand, config: ProcessConfig, tag: string | undefined, size: { cols: number; rows: number }): Promise<ProcessHandle> {
-    // Loaded on first use: most sandboxes never open a terminal.
-    const pty = (await import("@lydell/node-pty")).default;
-    let term: IPty;
-    try {
-      term = pty.spawn(host.file, host.args, {
-        name: host.env.TERM ?? "xterm-256color",
-        cols: size.cols || 80,
-        rows: size.rows || 24,
-        cwd: host.cwd,
-        env: host.env,
-        uid: host.uid,
-        gid: host.gid,
-        encoding: null,
-      });
-    } catch (err) {
-      throw new ProcessStartError(`failed to start pty '${host.file}': ${(err as Error).message}`);
-    }
-    const h = new ProcessHandle(term.pid, config, tag, { pty: term, stdin: true });
-    // With encoding null node-pty hands out Buffers, typed as string.
-    term.onData((d) => h.#emitChunks("pty", d as unknown as Buffer));
-    term.onExit(({ exitCode, signal }) => h.#finish(exitInfo(exitCode, signal)));
+  static async spawnPty(host: HostCommand, config: ProcessConfig, tag: string | undefined, size: { cols: number; rows: number }, launcher: ProcessLauncher = inProcessLauncher): Promise<ProcessHandle> {
+    const term = await launcher.spawnPty(host, size);
+    const h = new ProcessHandle(term.pid, config, tag, { pty: term, hasStdin: true });
+    term.onData((d) => h.#emitChunks("pty", d));
+    term.onExit((e) => h.#finish(endOf(e)));
     return h;
   }
 
@@ -126,7 +107,7 @@ export class ProcessHandle {
     for (const l of this.#listeners) l(ev);
     this.#listeners.clear();
     // Exited handles are retained 30 s for Connect; keep only the end, not the process objects.
-    this.#child = undefined;
+    this.#stdin = undefined;
     this.#pty = undefined;
     for (const w of this.#exitWaiters) w();
     this.#exitWaiters = [];
@@ -147,18 +128,18 @@ export class ProcessHandle {
   }
 
   writeStdin(data: Uint8Array): void {
-    const stdin = this.#child?.stdin;
+    const stdin = this.#stdin;
     if (!stdin || stdin.destroyed || stdin.writableEnded) throw new Error("stdin is not open for this process");
     stdin.write(data);
   }
 
   writePty(data: Uint8Array): void {
     if (!this.#pty) throw new Error("process has no pty");
-    this.#pty.write(Buffer.from(data) as unknown as string);
+    this.#pty.write(Buffer.from(data));
   }
 
   closeStdin(): void {
-    const stdin = this.#child?.stdin;
+    const stdin = this.#stdin;
     if (!stdin) throw new Error(this.isPty ? "cannot close stdin of a pty process, send Ctrl+D instead" : "stdin is not open for this process");
     stdin.end();
   }

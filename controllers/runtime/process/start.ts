@@ -29,8 +29,8 @@ export async function* start(req: StartRequest, ctx: HandlerContext) {
   let handle: ProcessHandle;
   try {
     handle = req.pty
-      ? await ProcessHandle.spawnPty(host, config, req.tag, { cols: req.pty.size?.cols ?? 80, rows: req.pty.size?.rows ?? 24 })
-      : await ProcessHandle.spawnPipes(host, config, req.tag, req.stdin ?? true);
+      ? await ProcessHandle.spawnPty(host, config, req.tag, { cols: req.pty.size?.cols ?? 80, rows: req.pty.size?.rows ?? 24 }, sbx.view.launcher)
+      : await ProcessHandle.spawnPipes(host, config, req.tag, req.stdin ?? true, sbx.view.launcher);
   } catch (err) {
     if (err instanceof ProcessStartError) throw new ConnectError(err.message, Code.InvalidArgument);
     throw err;

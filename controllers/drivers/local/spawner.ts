@@ -1,0 +1,267 @@
+// Forking from a small process instead of the agent.
+//
+// fork() copies the parent's page tables, so its cost grows with the parent's memory, and Node
+// does it on the event loop thread. Measured on the 2-core test machine (child_process.spawn of
+// /bin/true, median): 1.2 ms from a 50 MB process, 3.2 ms at 100 MB, 12.5 ms at 176 MB, 26 ms at
+// 314 MB. The agent holds the runtime for every sandbox (~160 MB RSS), so each command and each
+// holder stopped its event loop for 10+ ms, and 20 concurrent creates queued behind each other's
+// forks. The spawner is a plain Node process that loads nothing but Node's own modules (~40 MB):
+// it forks on the agent's behalf and hands the pipes back as file descriptors, so output flows
+// straight from the command to the agent. Terminals are relayed (node-pty keeps its master here).
+//
+// Lifetime: started on first use, restarted on the next spawn after it dies. Its death ends every
+// command it started (enter.pl's parent-death signal) and each of them reports a clear error as
+// its end; holders are not affected. It exits by itself when the agent does (IPC disconnect).
+import { fork, spawn, type ChildProcess } from "node:child_process";
+import { closeSync, openSync } from "node:fs";
+import { fileURLToPath } from "node:url";
+import type { Readable, Writable } from "node:stream";
+import type { Socket } from "node:net";
+import type { HostCommand } from "../../runtime/sandbox-view.ts";
+import { inProcessLauncher, ProcessStartError, type LaunchedExit, type LaunchedPipes, type LaunchedPty, type ProcessLauncher } from "../../runtime/process/launcher.ts";
+import type { SpawnCommand, SpawnerReply, SpawnerRequest, StdioSpec } from "./spawner-protocol.ts";
+
+const MAIN = fileURLToPath(new URL("./spawner-main.ts", import.meta.url));
+
+export interface SpawnedProcess {
+  pid: number;
+  /** The pipes asked for, by child fd number. */
+  pipes: Map<number, Socket>;
+  onExit(fn: (exit: LaunchedExit) => void): void;
+  /** Stops tracking the process (a holder that outlives its start); its exit is ignored. */
+  forget(): void;
+}
+
+type WithoutId<T> = T extends unknown ? Omit<T, "id"> : never;
+
+interface Tracked {
+  resolve?: (p: { pid: number; pipes: number[] }) => void;
+  reject?: (err: Error) => void;
+  pid?: number;
+  expected?: number[];
+  pipes: Map<number, Socket>;
+  exit?: LaunchedExit;
+  exitFns: Array<(e: LaunchedExit) => void>;
+  dataFns: Array<(d: Buffer) => void>;
+  /** Terminal output that arrived before anyone listened (the start reply and the first output
+   * can come in one read of the channel). */
+  early: Buffer[];
+}
+
+/** Forks in the calling process instead (for comparison: `KRUISE_LOCAL_SPAWNER=off`). */
+export const IN_PROCESS = "in-process";
+
+export class Spawner implements ProcessLauncher {
+  readonly #inProcess: boolean;
+  #child: ChildProcess | undefined;
+  #ready: Promise<ChildProcess> | undefined;
+  #nextId = 1;
+  readonly #tracked = new Map<number, Tracked>();
+  #disposed = false;
+  /** Requests waiting for the spawner to start. */
+  #waiting = 0;
+
+  constructor(mode?: typeof IN_PROCESS) {
+    this.#inProcess = mode === IN_PROCESS;
+  }
+
+  /** The spawner's pid, once started (tests). */
+  get pid(): number | undefined {
+    return this.#child?.pid;
+  }
+
+  #start(): Promise<ChildProcess> {
+    if (this.#ready) return this.#ready;
+    const child = fork(MAIN, [], {
+      // Not the agent's flags (--cpu-prof, --inspect); small young generation, as in the runtime.
+      execArgv: ["--max-semi-space-size=1", "--disable-warning=ExperimentalWarning"],
+      env: { ...process.env, MALLOC_ARENA_MAX: "2" },
+      serialization: "advanced",
+      stdio: ["ignore", "inherit", "inherit", "ipc"],
+    });
+    this.#child = child;
+    this.#ready = new Promise<ChildProcess>((resolve, reject) => {
+      child.once("error", reject);
+      child.once("exit", (code, signal) => reject(new ProcessStartError(`the process spawner exited during start (${signal ?? code})`)));
+      child.on("message", (m: SpawnerReply, handle?: Socket) => {
+        if (m.t === "ready") resolve(child);
+        else this.#onReply(m, handle);
+      });
+    });
+    this.#ready.catch(() => {});
+    child.once("exit", (code, signal) => this.#lost(child, `the process spawner exited (${signal ?? `code ${code}`})`));
+    this.#refresh();
+    return this.#ready;
+  }
+
+  /** A dead spawner fails what it was starting and ends what it started, with a clear error. */
+  #lost(child: ChildProcess, message: string): void {
+    if (this.#child !== child) return;
+    this.#child = undefined;
+    this.#ready = undefined;
+    const tracked = [...this.#tracked.entries()];
+    this.#tracked.clear();
+    for (const [, t] of tracked) {
+      if (t.reject) t.reject(new ProcessStartError(`${message}; the process was not started`));
+      else this.#exited(t, { code: null, signal: null, error: `${message}; the process was killed` });
+    }
+  }
+
+  #exited(t: Tracked, e: LaunchedExit): void {
+    if (t.exit) return;
+    t.exit = e;
+    for (const fn of t.exitFns) fn(e);
+    t.exitFns = [];
+  }
+
+  #onReply(m: SpawnerReply, handle: Socket | undefined): void {
+    if (m.t === "ready") return;
+    const t = this.#tracked.get(m.id);
+    if (!t) {
+      handle?.destroy();
+      return;
+    }
+    switch (m.t) {
+      case "spawned":
+        t.pid = m.pid;
+        t.expected = m.pipes;
+        break;
+      case "fd":
+        if (handle) t.pipes.set(m.n, handle);
+        else t.reject?.(new ProcessStartError(`the process spawner lost pipe ${m.n}`));
+        break;
+      case "error":
+        this.#tracked.delete(m.id);
+        t.reject?.(new ProcessStartError(m.message));
+        this.#refresh();
+        return;
+      case "data": {
+        const data = Buffer.from(m.data.buffer, m.data.byteOffset, m.data.byteLength);
+        if (t.dataFns.length === 0) t.early.push(data);
+        for (const fn of t.dataFns) fn(data);
+        return;
+      }
+      case "exit":
+        this.#tracked.delete(m.id);
+        this.#exited(t, { code: m.code, signal: m.signal });
+        this.#refresh();
+        return;
+    }
+    if (t.resolve && t.pid !== undefined && t.expected && t.expected.every((n) => t.pipes.has(n))) {
+      const resolve = t.resolve;
+      t.resolve = t.reject = undefined;
+      resolve({ pid: t.pid, pipes: t.expected });
+    }
+  }
+
+  /** The IPC channel keeps the agent alive only while something waits on the spawner. */
+  #refresh(): void {
+    const ch = this.#child?.channel as { ref(): void; unref(): void } | undefined;
+    if (!ch) return;
+    const busy = this.#tracked.size + this.#waiting > 0;
+    if (busy) ch.ref();
+    else ch.unref();
+    if (busy) this.#child!.ref();
+    else this.#child!.unref();
+  }
+
+  async #request(req: WithoutId<Extract<SpawnerRequest, { t: "spawn" | "pty" }>>): Promise<{ id: number; t: Tracked; pid: number }> {
+    if (this.#disposed) throw new ProcessStartError("the process spawner was disposed");
+    this.#waiting++;
+    let child: ChildProcess;
+    try {
+      const starting = this.#start();
+      this.#refresh();
+      child = await starting;
+    } finally {
+      this.#waiting--;
+    }
+    const id = this.#nextId++;
+    const t: Tracked = { pipes: new Map(), exitFns: [], dataFns: [], early: [] };
+    const started = new Promise<{ pid: number }>((resolve, reject) => {
+      t.resolve = resolve;
+      t.reject = reject;
+    });
+    this.#tracked.set(id, t);
+    this.#refresh();
+    child.send({ ...req, id } as SpawnerRequest);
+    const { pid } = await started;
+    return { id, t, pid };
+  }
+
+  /** Starts a process with the given stdio; pipes come back as sockets. */
+  async spawn(cmd: SpawnCommand, opts: { detached: boolean; stdio: StdioSpec[] }): Promise<SpawnedProcess> {
+    if (this.#inProcess) return spawnHere(cmd, opts);
+    const { id, t, pid } = await this.#request({ t: "spawn", ...cmd, ...opts });
+    return {
+      pid,
+      pipes: t.pipes,
+      onExit: (fn) => (t.exit ? fn(t.exit) : t.exitFns.push(fn)),
+      forget: () => {
+        this.#tracked.delete(id);
+        t.exitFns = [];
+        this.#refresh();
+      },
+    };
+  }
+
+  async spawnPipes(host: HostCommand, stdin: boolean): Promise<LaunchedPipes> {
+    if (this.#inProcess) return inProcessLauncher.spawnPipes(host, stdin);
+    const p = await this.spawn(host, { detached: true, stdio: [stdin ? "pipe" : "ignore", "pipe", "pipe"] });
+    const stdinSocket = p.pipes.get(0);
+    // Our end of the child's stdin is read only to see it close (then Node destroys it).
+    stdinSocket?.resume();
+    return { pid: p.pid, stdin: stdinSocket as Writable | undefined, stdout: p.pipes.get(1) as Readable, stderr: p.pipes.get(2) as Readable, onExit: p.onExit };
+  }
+
+  async spawnPty(host: HostCommand, size: { cols: number; rows: number }): Promise<LaunchedPty> {
+    if (this.#inProcess) return inProcessLauncher.spawnPty(host, size);
+    const { id, t, pid } = await this.#request({ t: "pty", file: host.file, args: host.args, cwd: host.cwd, env: host.env, uid: host.uid, gid: host.gid, cols: size.cols, rows: size.rows });
+    return {
+      pid,
+      onData: (fn) => {
+        t.dataFns.push(fn);
+        for (const d of t.early.splice(0)) fn(d);
+      },
+      onExit: (fn) => (t.exit ? fn(t.exit) : t.exitFns.push(fn)),
+      write: (data) => this.#child?.send({ t: "write", id, data } satisfies SpawnerRequest),
+      resize: (cols, rows) => this.#child?.send({ t: "resize", id, cols, rows } satisfies SpawnerRequest),
+    };
+  }
+
+  /** Stops the spawner (its running commands end with it). */
+  async dispose(): Promise<void> {
+    this.#disposed = true;
+    const child = this.#child;
+    if (!child || child.exitCode !== null || child.signalCode !== null) return;
+    const exited = new Promise<void>((ok) => child.once("exit", () => ok()));
+    child.disconnect();
+    await exited;
+  }
+}
+
+async function spawnHere(cmd: SpawnCommand, opts: { detached: boolean; stdio: StdioSpec[] }): Promise<SpawnedProcess> {
+  const files: number[] = [];
+  let child: ChildProcess;
+  try {
+    const stdio = opts.stdio.map((s) => (typeof s === "string" ? s : (files.push(openSync(s.append, "a")), files.at(-1)!)));
+    child = spawn(cmd.file, cmd.args, { cwd: cmd.cwd, env: cmd.env, uid: cmd.uid, gid: cmd.gid, detached: opts.detached, stdio });
+  } finally {
+    for (const fd of files) closeSync(fd);
+  }
+  if (child.pid === undefined) {
+    const err = await new Promise<Error>((resolve) => child.once("error", resolve));
+    throw new ProcessStartError(err.message);
+  }
+  const pipes = new Map<number, Socket>();
+  child.stdio.forEach((s, n) => s && opts.stdio[n] === "pipe" && pipes.set(n, s as Socket));
+  let exit: LaunchedExit | undefined;
+  child.once("exit", (code, signal) => (exit = { code, signal }));
+  child.unref();
+  return {
+    pid: child.pid,
+    pipes,
+    onExit: (fn) => (exit ? fn(exit) : child.once("exit", (code, signal) => fn({ code, signal }))),
+    forget: () => child.removeAllListeners("exit"),
+  };
+}
