@@ -273,8 +273,12 @@ export class SandboxGroupDO extends DurableObject<Env> {
     const timer = dueAt(slot.state);
     const retry = slot.undelivered?.retryAt ?? null;
     const due = timer === null ? retry : retry === null ? timer : Math.min(timer, retry);
-    this.store.save(id, { state: slot.state!, undelivered: slot.undelivered }, due);
-    this.stored.add(id);
+    const row = { state: slot.state!, undelivered: slot.undelivered };
+    if (this.stored.has(id)) this.store.update(id, row, due);
+    else {
+      this.store.insert(id, row, due);
+      this.stored.add(id);
+    }
     this.arm(due);
   }
 

@@ -1,6 +1,7 @@
-// A sandbox group's SQLite table: one row per sandbox (its state, an intent ClusterDO did not
-// take yet, and when its timer is due). Rows are read one at a time, when a sandbox is first
-// touched by this object instance; the alarm asks for the due ones through the `due` index.
+// A sandbox group's SQLite table: one row per sandbox (its spec, its state, an intent ClusterDO
+// did not take yet, and when its timer is due). The spec is fixed at create and written once;
+// later writes carry only the small changing part. Rows are read one at a time, when a sandbox is
+// first touched by this object instance; the alarm asks for the due ones through the `due` index.
 import type { IntentInput } from "../../schema/protocol/index.ts";
 import type { SandboxState } from "./state.ts";
 
@@ -18,7 +19,9 @@ export interface SandboxRow {
 }
 
 const SCHEMA = `
-CREATE TABLE IF NOT EXISTS sandboxes (id TEXT PRIMARY KEY, state TEXT NOT NULL, undelivered TEXT, due INTEGER);
+CREATE TABLE IF NOT EXISTS sandboxes (
+  id TEXT PRIMARY KEY, spec TEXT NOT NULL, state TEXT NOT NULL, undelivered TEXT, due INTEGER
+);
 CREATE INDEX IF NOT EXISTS sandboxes_due ON sandboxes (due) WHERE due IS NOT NULL;
 `;
 
@@ -26,7 +29,10 @@ export interface SandboxStore {
   /** Every stored id (read once per object instance, so a new id costs no lookup). */
   ids(): string[];
   load(id: string): SandboxRow | null;
-  save(id: string, row: SandboxRow, due: number | null): void;
+  /** A sandbox not stored yet. */
+  insert(id: string, row: SandboxRow, due: number | null): void;
+  /** A stored sandbox: everything but its spec. */
+  update(id: string, row: SandboxRow, due: number | null): void;
   remove(id: string): void;
   /** Sandboxes whose timer is due at `now`. */
   dueIds(now: number): string[];
@@ -41,14 +47,21 @@ export function openSandboxStore(sql: Sql): SandboxStore {
       return sql.exec<{ id: string }>("SELECT id FROM sandboxes").toArray().map((r) => r.id);
     },
     load(id) {
-      const r = sql.exec<{ state: string; undelivered: string | null }>("SELECT state, undelivered FROM sandboxes WHERE id = ?", id).toArray()[0];
-      return r ? { state: JSON.parse(r.state) as SandboxState, undelivered: r.undelivered ? (JSON.parse(r.undelivered) as Undelivered) : null } : null;
+      const r = sql
+        .exec<{ spec: string; state: string; undelivered: string | null }>("SELECT spec, state, undelivered FROM sandboxes WHERE id = ?", id)
+        .toArray()[0];
+      if (!r) return null;
+      const state = { ...(JSON.parse(r.state) as Omit<SandboxState, "spec">), spec: JSON.parse(r.spec) as SandboxState["spec"] };
+      return { state, undelivered: r.undelivered ? (JSON.parse(r.undelivered) as Undelivered) : null };
     },
-    save(id, row, due) {
+    insert(id, row, due) {
       sql.exec(
-        "INSERT OR REPLACE INTO sandboxes (id, state, undelivered, due) VALUES (?, ?, ?, ?)",
-        id, JSON.stringify(row.state), row.undelivered ? JSON.stringify(row.undelivered) : null, due,
+        "INSERT INTO sandboxes (id, spec, state, undelivered, due) VALUES (?, ?, ?, ?, ?)",
+        id, JSON.stringify(row.state.spec), withoutSpec(row.state), undeliveredText(row), due,
       );
+    },
+    update(id, row, due) {
+      sql.exec("UPDATE sandboxes SET state = ?, undelivered = ?, due = ? WHERE id = ?", withoutSpec(row.state), undeliveredText(row), due, id);
     },
     remove(id) {
       sql.exec("DELETE FROM sandboxes WHERE id = ?", id);
@@ -60,4 +73,13 @@ export function openSandboxStore(sql: Sql): SandboxStore {
       return sql.exec<{ due: number | null }>("SELECT MIN(due) AS due FROM sandboxes").toArray()[0]?.due ?? null;
     },
   };
+}
+
+function withoutSpec(state: SandboxState): string {
+  const { spec: _spec, ...rest } = state;
+  return JSON.stringify(rest);
+}
+
+function undeliveredText(row: SandboxRow): string | null {
+  return row.undelivered ? JSON.stringify(row.undelivered) : null;
 }
