@@ -54,6 +54,9 @@ export class ClusterDO extends DurableObject<Env> {
   private state: ClusterState | null = null;
   private store: ClusterStore | null = null;
   private waiters = new Map<number, (ack: AckItem) => void>();
+  /** Intents to write to the agent at the end of this turn (see flushIntents). */
+  private unsent: { seq: number; intent: Intent }[] = [];
+  private unsentFlush: ReturnType<typeof setTimeout> | null = null;
   /** Applied acks their owner awaited, by sandbox: the observation repeating one is not routed. */
   private confirmed = new Map<string, { generation: number; endpoint: string }>();
   /** Per-owner delivery chains, so one owner sees its observations in arrival order. */
@@ -333,6 +336,19 @@ export class ClusterDO extends DurableObject<Env> {
       const intent = fresh.get(seq) ?? loaded.get(seq);
       if (intent) items.push({ seq, intent });
     }
+    if (!items.length) return;
+    this.unsent.push(...items);
+    this.unsentFlush ??= setTimeout(() => this.flushIntents(), 0);
+  }
+
+  /**
+   * Intents of concurrent enqueues (one per claim under load) leave in one frame: the agent then
+   * acks and observes them in one frame each too, and every incoming frame is a WebSocket event
+   * with its own parse and dispatch.
+   */
+  private flushIntents(): void {
+    this.unsentFlush = null;
+    const items = this.unsent.splice(0);
     for (let i = 0; i < items.length; i += FRAME_BATCH) this.send({ type: "intents", items: items.slice(i, i + FRAME_BATCH) });
   }
 
