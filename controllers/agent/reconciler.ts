@@ -52,7 +52,8 @@ async function initRemote(endpoint: string, intent: Intent): Promise<void> {
     defaultWorkdir: intent.template?.workdir,
     timestamp: new Date(intent.issuedAt).toISOString(),
   };
-  const headers: Record<string, string> = { "content-type": "application/json" };
+  // Named like every request the ingress forwards, so a runtime serving several sandboxes routes it.
+  const headers: Record<string, string> = { "content-type": "application/json", "e2b-sandbox-id": intent.sandboxId };
   if (intent.envdAccessToken) headers["x-access-token"] = intent.envdAccessToken;
   const res = await fetch(`${endpoint}/init`, { method: "POST", headers, body: JSON.stringify(body), signal: AbortSignal.timeout(5000) });
   if (!res.ok) throw new Error(`runtime /init at ${endpoint}: HTTP ${res.status} ${await res.text()}`);
@@ -67,6 +68,9 @@ export class Reconciler {
   /** Where the runtime of each sandbox lives, for drivers without a host view. */
   readonly #endpoints = new Map<string, string>();
 
+  /** What was last reported per sandbox (generation, phase, readiness, endpoint, reason). */
+  readonly #reported = new Map<string, string>();
+
   /** The remote runtime URL of a sandbox (undefined: the embedded runtime serves it). */
   endpoint(id: string): string | undefined {
     return this.#endpoints.get(id);
@@ -80,7 +84,11 @@ export class Reconciler {
 
   /** Accepts an intent if it is newer than the stored one and schedules the sandbox. */
   offer(intent: Intent): "stale" | "queued" {
-    if (!this.#d.store.offer(intent)) return "stale";
+    if (!this.#d.store.offer(intent)) {
+      // The edge re-sent what we have: it may have lost our observation, so the next one goes out.
+      this.#reported.delete(intent.sandboxId);
+      return "stale";
+    }
     // A sandbox's own intents (claim, pause, resume, kill) have a client waiting on them; the
     // pool's (warming members up, scaling down) do not, and must not hold them up.
     this.queue.add(intent.sandboxId, { urgent: intent.owner.kind === "sandbox" });
@@ -99,6 +107,7 @@ export class Reconciler {
         store.forget(id);
         this.#d.settled(id, intent.generation, "applied");
       }
+      this.#reported.delete(id);
       this.#d.report({ sandboxId: id, generation: intent?.generation ?? 0, phase: "Deleted", ready: false, observedAt: this.#now() });
       return;
     }
@@ -111,7 +120,7 @@ export class Reconciler {
       obs = await driver.ensure(desired);
     } catch (err) {
       const message = (err as Error).message;
-      this.#d.report({ sandboxId: id, generation: intent.generation, phase: "Failed", ready: false, reason: "EnsureFailed", message, observedAt: this.#now() });
+      this.#report({ sandboxId: id, generation: intent.generation, phase: "Failed", ready: false, reason: "EnsureFailed", message, observedAt: this.#now() });
       this.#d.settled(id, intent.generation, "accepted", message);
       throw err;
     }
@@ -123,7 +132,7 @@ export class Reconciler {
     // A frozen sandbox stays registered: its processes and open streams resume on thaw.
 
     const ready = obs.phase === "Running" && this.#configured.get(id) === intent.generation;
-    this.#d.report({
+    this.#report({
       sandboxId: id,
       generation: intent.generation,
       phase: phaseOf(obs),
@@ -164,7 +173,7 @@ export class Reconciler {
       this.#endpoints.delete(id);
       this.#configured.delete(id);
     }
-    this.#d.report({
+    this.#report({
       sandboxId: id,
       generation: intent.generation,
       phase: phaseOf(obs),
@@ -192,6 +201,19 @@ export class Reconciler {
     const starting = !converged && intent.owner.kind === "sandbox" && intent.desired.state === "running" && phase !== "Failed";
     if (starting) return;
     this.#d.settled(intent.sandboxId, intent.generation, converged ? "applied" : "accepted", message);
+  }
+
+  /**
+   * Sends an observation unless it says what the last one of this sandbox said. Every pass
+   * reports (level-based), and a pod coming up takes several passes (pod events, requeues) that
+   * mostly repeat themselves; each repeat cost the edge's ClusterDO and the sandbox's group a
+   * round of work for nothing. A reconnect sends the whole inventory anyway.
+   */
+  #report(obs: ObservationInput): void {
+    const key = `${obs.generation}|${obs.phase}|${obs.ready}|${obs.endpoint?.runtime ?? ""}|${obs.reason ?? ""}|${obs.message ?? ""}|${obs.revision ?? ""}`;
+    if (this.#reported.get(obs.sandboxId) === key) return;
+    this.#reported.set(obs.sandboxId, key);
+    this.#d.report(obs);
   }
 
   /** Observations for every sandbox the driver or the store knows (the hello inventory). */

@@ -135,6 +135,12 @@ export function sandboxName(id: string, pool?: string): string {
   return `${pool ?? "sbx"}-${id}`.slice(0, 253);
 }
 
+/** What a sandbox's phase, readiness, endpoint and status are computed from, of a (slim) pod. */
+function podFacts(p: V1Pod): string {
+  const m = p.metadata;
+  return JSON.stringify([m?.uid, m?.deletionTimestamp, m?.annotations, p.spec?.nodeName, p.status]);
+}
+
 export class KubernetesDriver implements Driver {
   readonly name = "kubernetes";
   readonly capabilities: DriverCapabilities = {
@@ -220,7 +226,9 @@ export class KubernetesDriver implements Driver {
       count: () => this.requests++,
     });
     const scope = sc;
-    const changed = (o: KubernetesObject) => {
+    const changed = (o: V1Pod, verb: string, old?: V1Pod) => {
+      // A relabel (the claim's own patch) changes nothing the sandbox's state is made of.
+      if (verb === "update" && old && podFacts(old) === podFacts(o)) return;
       const id = this.#idOf(o, scope);
       if (!id) return;
       this.#scheduleStatus(id);
@@ -273,18 +281,11 @@ export class KubernetesDriver implements Driver {
   }
 
   /** Starts the informers and waits for their first list. */
-  /** Starts the informers of the home namespace and of every namespace that already holds
-   * Sandboxes of ours (an agent restart adopts them before any intent names their team). */
+  /** Starts the informers of the home namespace and waits for their first list. A team's
+   * namespace is watched from the first intent naming the team (after a restart: the stored
+   * intents, which the reconciler replays before anything else). */
   async start(): Promise<void> {
     await this.#home.start();
-    try {
-      const all = (await this.#custom.listClusterCustomObject({ group: GROUP, version: VERSION, plural: PLURAL.sandbox })) as { items: SandboxObject[] };
-      const namespaces = new Set(all.items.map((o) => o.metadata?.namespace).filter((n): n is string => Boolean(n)));
-      await Promise.all([...namespaces].map((ns) => this.#scope(ns).start()));
-    } catch (err) {
-      // A namespaced Role instead of the ClusterRole: only the home namespace is adopted.
-      this.#opts.log?.(`listing Sandboxes in all namespaces: ${(err as Error).message}`);
-    }
   }
 
   async stop(): Promise<void> {
@@ -459,6 +460,8 @@ export class KubernetesDriver implements Driver {
   async ensure(desired: DesiredSandbox): Promise<KubeSandboxObservation> {
     const d = desired as KubeDesiredSandbox;
     if (d.accessToken) this.#tokens.set(d.id, d.accessToken);
+    // The team's objects are only seen once its namespace is watched.
+    if (d.namespace && d.namespace !== this.namespace && NAMESPACE_PATTERN.test(d.namespace)) await this.#scope(d.namespace).start();
     const sbx = this.#sandbox(d.id);
     const live = sbx && this.#pod(d.id);
     if (sbx && live && d.state === "Running" && !sbx.spec.paused && !live.metadata?.deletionTimestamp && !this.#facts(sbx, d.id).frozen) {

@@ -31,7 +31,7 @@ export class ObjectCache<T extends KubernetesObject> {
   readonly #written = new Map<string, Written<T>>();
   /** sandbox-id label → object name (almost always one; a Set while a pod is being replaced). */
   readonly #byId = new Map<string, string | Set<string>>();
-  readonly #listeners: ((obj: T, verb: Verb) => void)[] = [];
+  readonly #listeners: ((obj: T, verb: Verb, old?: T) => void)[] = [];
   readonly #watch: Watch;
   readonly #o: ObjectCacheOptions<T>;
   #rv = "";
@@ -56,7 +56,8 @@ export class ObjectCache<T extends KubernetesObject> {
     this.#abort?.abort();
   }
 
-  onChange(cb: (obj: T, verb: Verb) => void): void {
+  /** `old`: the version held before an update (what the watch last delivered). */
+  onChange(cb: (obj: T, verb: Verb, old?: T) => void): void {
     this.#listeners.push(cb);
   }
 
@@ -138,7 +139,7 @@ export class ObjectCache<T extends KubernetesObject> {
     this.#index(obj, true);
     const w = this.#written.get(name);
     if (w && rvOf(obj) >= w.rv) this.#written.delete(name);
-    this.#emit(obj, old ? "update" : "add");
+    this.#emit(obj, old ? "update" : "add", old);
   }
 
   #remove(obj: T): void {
@@ -154,8 +155,8 @@ export class ObjectCache<T extends KubernetesObject> {
     this.#emit(obj, "delete");
   }
 
-  #emit(obj: T, verb: Verb): void {
-    for (const cb of this.#listeners) cb(obj, verb);
+  #emit(obj: T, verb: Verb, old?: T): void {
+    for (const cb of this.#listeners) cb(obj, verb, old);
   }
 
   get(name: string): T | undefined {
