@@ -24,6 +24,7 @@ import { sandboxStub } from "../../functions/api/stubs.ts";
 import type { AppEnv, Caller, Env } from "../../functions/env.ts";
 import { getDb } from "../../functions/store/db.ts";
 import { listIndex } from "../../functions/store/sandbox-index.ts";
+import { getTemplate } from "../../functions/store/templates.ts";
 import { findTeamByName } from "../../functions/store/teams.ts";
 import type { DesiredEntry } from "./machine.ts";
 
@@ -149,18 +150,25 @@ export class CrdSync {
 
   async #sandboxSet(item: Exclude<SandboxSetItem, { present: string[] }>): Promise<Omit<ReplyItem, "id">> {
     const prev = this.#record(item.namespace, item.name);
+    const cluster = this.#o.cluster();
+    const db = getDb(this.#o.env);
+    const team = await findTeamByName(db, item.namespace);
+    // A template whose members run on another cluster is that cluster's (or the admin API's): two
+    // clusters with the same SandboxSet name in one namespace must not move the pool back and forth.
+    const existing = team && (await getTemplate(db, team.id, item.name));
+    const foreign = existing && existing.spec.cluster !== cluster ? existing.spec.cluster : undefined;
     if ("deleted" in item) {
       // A delete of an object the edge already replaced by a newer one (same name, new uid).
       if (prev && prev.uid !== item.uid && !prev.deleted) return { result: "stale", message: `SandboxSet ${item.namespace}/${item.name} was re-created` };
-      const team = await findTeamByName(getDb(this.#o.env), item.namespace);
-      if (team) await removeTemplate(this.#o.env, team.id, item.name);
+      if (team && !foreign) await removeTemplate(this.#o.env, team.id, item.name);
       this.#remember(item.namespace, item.name, { uid: item.uid, generation: prev?.generation ?? 0, deleted: true });
       return { result: "applied" };
     }
     if (prev && prev.uid === item.uid && (prev.deleted || item.generation < prev.generation)) {
       return { result: "stale", message: prev.deleted ? "SandboxSet was deleted" : `generation ${item.generation} is older than ${prev.generation}` };
     }
-    const spec: TemplateSpec = { ...item.spec, cluster: this.#o.cluster() };
+    if (foreign) return refused({ code: "conflict", message: `template ${item.name} of team ${item.namespace} runs on cluster ${foreign}; delete it there first` });
+    const spec: TemplateSpec = { ...item.spec, cluster };
     await putTemplate(this.#o.env, item.namespace, item.name, { public: false, spec });
     this.#remember(item.namespace, item.name, { uid: item.uid, generation: item.generation, deleted: false });
     return { result: "applied" };

@@ -103,6 +103,16 @@ describe("SandboxSets over the agent link", () => {
     expect(await adminTemplate(ns, "manual")).toBeDefined();
   });
 
+  it("a template whose members run on another cluster is not taken over (nor deleted) by this one", async () => {
+    const ns = unique("sbs-own");
+    const { crd: a } = await connect(`${ns}-a`);
+    const { crd: b } = await connect(`${ns}-b`);
+    expect(await a.call("sandboxsets", sandboxSet(ns, "shared", 1, { image: "a" }))).toMatchObject({ result: "applied" });
+    expect(await b.call("sandboxsets", sandboxSet(ns, "shared", 1, { image: "b" }, "uid-b"))).toMatchObject({ result: "rejected", code: "conflict" });
+    expect(await b.call("sandboxsets", { namespace: ns, name: "shared", uid: "uid-b", deleted: true })).toMatchObject({ result: "applied" });
+    expect((await adminTemplate(ns, "shared"))?.spec).toMatchObject({ cluster: `${ns}-a`, image: "a" });
+  });
+
   it("refuses a spec the edge's template schema refuses (the whole frame is a protocol error)", async () => {
     const ns = unique("sbs-bad");
     const { agent } = await connect(ns);

@@ -117,6 +117,9 @@ export class SandboxSetSync {
   readonly #timers = new Map<string, NodeJS.Timeout>();
   /** Names with a push on the wire: one at a time per name, so replies cannot cross. */
   readonly #inflight = new Set<string>();
+  /** Failed pushes in a row per name: a refusal that stands (e.g. another cluster owns the name)
+   * is retried less and less often, up to every 30 s. */
+  readonly #failures = new Map<string, number>();
   #stopped = false;
 
   constructor(opts: SandboxSetSyncOptions) {
@@ -154,9 +157,12 @@ export class SandboxSetSync {
         if (this.#inflight.has(name)) return this.#schedule(name, op, 50);
         this.#inflight.add(name);
         void this.#push(name, op)
+          .then(() => this.#failures.delete(name))
           .catch((err) => {
+            const n = (this.#failures.get(name) ?? 0) + 1;
+            this.#failures.set(name, n);
             this.#o.log?.(`sandboxset ${name}: ${(err as Error).message}`);
-            this.#schedule(name, op, this.#o.retryMs ?? 1000);
+            this.#schedule(name, op, Math.min(30_000, (this.#o.retryMs ?? 1000) * 2 ** (n - 1)));
           })
           .finally(() => this.#inflight.delete(name));
       }, delayMs),
