@@ -54,6 +54,26 @@ function cpuTimes(since?: { busy: number; total: number }): { busy: number; tota
   return { busy, total, busyMs: busy * 10 };
 }
 
+/** CPU time of one process and of its reaped children, in ms (0 when there is no such process). */
+function procCpuMs(pid: number | undefined): { own: number; children: number } {
+  try {
+    const f = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]!.split(" ").map(Number);
+    // Fields 14-17 of stat (utime stime cutime cstime), counted from the state field (3).
+    return { own: (f[11]! + f[12]!) * 10, children: (f[13]! + f[14]!) * 10 };
+  } catch {
+    return { own: 0, children: 0 };
+  }
+}
+
+/** The agent's spawner process, if it has one. */
+function spawnerOf(agentPid: number): number | undefined {
+  try {
+    return Number(execFileSync("pgrep", ["-P", String(agentPid), "-f", "spawner-main"], { encoding: "utf8" }).trim().split("\n")[0]) || undefined;
+  } catch {
+    return undefined;
+  }
+}
+
 async function waitPoolWarm(apiUrl: string, apiKey: string, want: number): Promise<void> {
   const deadline = Date.now() + 120_000;
   while (Date.now() < deadline) {
@@ -90,6 +110,8 @@ export async function run(): Promise<Figures> {
     const creates: number[] = [];
     const firstCmds: number[] = [];
     const cpuBefore = cpuTimes();
+    const parts = { bench: process.pid, agent: sys.agent.pid!, spawner: spawnerOf(sys.agent.pid!), edge: sys.edge.pid, sqld: sys.sqld.pid };
+    const partsBefore = Object.fromEntries(Object.entries(parts).map(([k, pid]) => [k, procCpuMs(pid)]));
     const createFirst = await timedConcurrently(CREATES, CLIENTS, async () => {
       const t = performance.now();
       const sbx = await Sandbox.create(opts);
@@ -100,6 +122,7 @@ export async function run(): Promise<Figures> {
       kills.push(sbx.kill());
     });
     const cpu = cpuTimes(cpuBefore);
+    const partsAfter = Object.fromEntries(Object.entries(parts).map(([k, pid]) => [k, procCpuMs(pid)]));
     await Promise.all(kills);
     figures["e2e.create_first_cmd_p50_ms"] = { value: round(median(createFirst)), unit: "ms", target: "≤ 50" };
     figures["e2e.create_first_cmd_p99_ms"] = { value: round(percentile(createFirst, 99)), unit: "ms", target: "≤ 150" };
@@ -108,6 +131,12 @@ export async function run(): Promise<Figures> {
     // Whether 20 clients saturate the machine: busy share of all cores, and CPU time per create.
     figures["e2e.create_first_cmd_cpu_busy_pct"] = { value: round((100 * cpu.busy) / cpu.total), unit: "%" };
     figures["e2e.create_first_cmd_cpu_ms_each"] = { value: round(cpu.busyMs / CREATES), unit: "ms" };
+    // The same per create for each process (own time; `_children` is what its exited children used).
+    for (const k of Object.keys(parts)) {
+      const [a, b] = [partsBefore[k]!, partsAfter[k]!];
+      figures[`e2e.cpu_ms_each.${k}`] = { value: round((b.own - a.own) / CREATES), unit: "ms" };
+      if (b.children - a.children > 0) figures[`e2e.cpu_ms_each.${k}_children`] = { value: round((b.children - a.children) / CREATES), unit: "ms" };
+    }
 
     // The same sandbox, the same call, through the gateway and straight to the runtime, interleaved.
     const sbx = await Sandbox.create(opts);

@@ -1,0 +1,138 @@
+// The spawner process that forks on the agent's behalf: pipes handed back intact, terminals
+// relayed, and its death noticed (clear error, restart, nothing left running).
+import { spawn } from "node:child_process";
+import { readFileSync } from "node:fs";
+import type { Readable } from "node:stream";
+import { setTimeout as sleep } from "node:timers/promises";
+import { afterAll, describe, expect, it } from "vitest";
+import { ENTER_SCRIPT } from "../../../../controllers/drivers/local/local-view.ts";
+import { Spawner } from "../../../../controllers/drivers/local/spawner.ts";
+import type { LaunchedExit } from "../../../../controllers/runtime/process/launcher.ts";
+
+const spawner = new Spawner();
+afterAll(() => spawner.dispose());
+
+const SETNS = 308;
+/** A command run through enter.pl at `process` level (no namespaces), as the local view builds it. */
+const entered = (cmd: string[]) => ({ file: "/usr/bin/perl", args: [ENTER_SCRIPT, "0", "0", "0", "/", "-", String(SETNS), "--", ...cmd], cwd: "/", env: { PATH: "/usr/bin:/bin" } });
+
+function text(s: Readable): Promise<string> {
+  return new Promise((resolve) => {
+    let t = "";
+    s.on("data", (d) => (t += String(d)));
+    s.once("close", () => resolve(t));
+  });
+}
+
+const exitOf = (p: { onExit(fn: (e: LaunchedExit) => void): void }) => new Promise<LaunchedExit>((r) => p.onExit(r));
+
+/** Running, not a zombie (this machine's pid 1 does not reap orphans). */
+function running(pid: number): boolean {
+  try {
+    return !/^State:\s+Z/m.test(readFileSync(`/proc/${pid}/status`, "utf8"));
+  } catch {
+    return false;
+  }
+}
+
+async function gone(pid: number, ms = 3000): Promise<boolean> {
+  const deadline = Date.now() + ms;
+  while (running(pid)) {
+    if (Date.now() > deadline) return false;
+    await sleep(10);
+  }
+  return true;
+}
+
+describe("spawner", () => {
+  it("hands back stdout and stderr separately with nothing lost, even from a command that writes at once and exits", async () => {
+    for (let i = 0; i < 20; i++) {
+      const p = await spawner.spawnPipes({ file: "/bin/sh", args: ["-c", `echo out${i}; echo err${i} >&2; exit 3`], cwd: "/", env: {} }, false);
+      const [out, err, exit] = await Promise.all([text(p.stdout), text(p.stderr), exitOf(p)]);
+      expect({ out, err, exit }).toEqual({ out: `out${i}\n`, err: `err${i}\n`, exit: { code: 3, signal: null } });
+      expect(p.stdin).toBeUndefined();
+    }
+  });
+
+  it("stdin reaches the command and closing it gives end of file", async () => {
+    const p = await spawner.spawnPipes({ file: "/usr/bin/wc", args: ["-c"], cwd: "/", env: {} }, true);
+    const out = text(p.stdout);
+    p.stdin!.write("x".repeat(100_000));
+    p.stdin!.end();
+    expect((await out).trim()).toBe("100000");
+    expect(await exitOf(p)).toEqual({ code: 0, signal: null });
+  });
+
+  it("large output arrives complete and in order", async () => {
+    const p = await spawner.spawnPipes({ file: "/usr/bin/seq", args: ["1", "200000"], cwd: "/", env: {} }, false);
+    const out = await text(p.stdout);
+    expect(out.split("\n").length).toBe(200_001);
+    expect(out.endsWith("199999\n200000\n")).toBe(true);
+  });
+
+  it("reports signals as signals, and the pid is the host process the caller can signal", async () => {
+    const p = await spawner.spawnPipes({ file: "/bin/sleep", args: ["30"], cwd: "/", env: {} }, false);
+    process.kill(p.pid, "SIGTERM");
+    expect(await exitOf(p)).toEqual({ code: null, signal: "SIGTERM" });
+  });
+
+  it("a terminal: output, input and resize go through", async () => {
+    const t = await spawner.spawnPty({ file: "/bin/bash", args: ["-c", "stty size; read x; echo got:$x"], cwd: "/", env: { TERM: "xterm" } }, { cols: 100, rows: 30 });
+    let out = "";
+    t.onData((d) => (out += String(d)));
+    while (!out.includes("30 100")) await sleep(10);
+    t.resize(120, 40);
+    t.write(Buffer.from("hello\n"));
+    expect(await exitOf(t)).toEqual({ code: 0, signal: null });
+    expect(out).toContain("got:hello");
+  });
+
+  it("a command that cannot start is a clear error, and the spawner keeps working", async () => {
+    await expect(spawner.spawnPipes({ file: "/nonexistent/binary", args: [], cwd: "/", env: {} }, false)).rejects.toThrow(/ENOENT/);
+    const p = await spawner.spawnPipes({ file: "/bin/echo", args: ["still here"], cwd: "/", env: {} }, false);
+    expect(await text(p.stdout)).toBe("still here\n");
+  });
+
+  it("its death ends what it started with a clear error, leaves nothing running, and the next spawn starts a new one", async () => {
+    const s = new Spawner();
+    const a = await s.spawnPipes(entered(["/bin/sleep", "300"]), false);
+    const first = s.pid!;
+    // The command inside enter.pl: a child of the host-side process.
+    await sleep(100);
+    const inner = Number(readFileSync(`/proc/${a.pid}/task/${a.pid}/children`, "utf8").trim());
+    expect(running(inner)).toBe(true);
+    process.kill(first, "SIGKILL");
+    const exit = await exitOf(a);
+    expect(exit.error).toMatch(/the process spawner exited \(SIGKILL\); the process was killed/);
+    expect(await gone(a.pid)).toBe(true);
+    expect(await gone(inner)).toBe(true);
+
+    const b = await s.spawnPipes({ file: "/bin/echo", args: ["again"], cwd: "/", env: {} }, false);
+    expect(await text(b.stdout)).toBe("again\n");
+    expect(s.pid).not.toBe(first);
+    await s.dispose();
+    expect(await gone(first)).toBe(true);
+  });
+
+  it("exits with the agent (kill -9), taking the agent's commands with it but not detached holders' sessions", async () => {
+    // A stand-in agent: starts a spawner, runs one command through enter.pl, reports the pids.
+    const script = `
+      import { Spawner } from ${JSON.stringify(new URL("../../../../controllers/drivers/local/spawner.ts", import.meta.url).pathname)};
+      const s = new Spawner();
+      const cmd = await s.spawnPipes(${JSON.stringify(entered(["/bin/sleep", "300"]))}, false);
+      const holder = await s.spawn({ file: "/bin/sleep", args: ["300"], cwd: "/", env: {} }, { detached: true, stdio: ["ignore", "ignore", "ignore"] });
+      holder.forget();
+      console.log(JSON.stringify({ spawner: s.pid, cmd: cmd.pid, holder: holder.pid }));
+      setInterval(() => {}, 1000);
+    `;
+    const agent = spawn(process.execPath, ["--input-type=module", "-e", script], { stdio: ["ignore", "pipe", "inherit"] });
+    const line = await new Promise<string>((resolve) => agent.stdout!.once("data", (d) => resolve(String(d))));
+    const pids = JSON.parse(line) as { spawner: number; cmd: number; holder: number };
+    expect(running(pids.spawner) && running(pids.cmd) && running(pids.holder)).toBe(true);
+    agent.kill("SIGKILL");
+    expect(await gone(pids.spawner)).toBe(true);
+    expect(await gone(pids.cmd)).toBe(true);
+    expect(running(pids.holder)).toBe(true);
+    process.kill(pids.holder, "SIGKILL");
+  });
+});
