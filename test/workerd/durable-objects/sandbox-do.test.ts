@@ -92,6 +92,32 @@ describe("sandbox groups", () => {
     await expectError(call(`/sandboxes/${second}`, { key: team.key }), 404);
   });
 
+  it("a claim's confirming observation still reaches the sandbox when it brings a new endpoint", async () => {
+    // Every observation of this agent names a new endpoint: the one after the claim's applied ack
+    // differs from what the pool knew, so it must not be taken for a mere confirmation.
+    const moving = await createTeam(unique("sdo-ep"), { replicas: 1 });
+    const reported = new Map<string, number>();
+    const endpointOf = (id: string, k: number) => ({ runtime: `http://${id}-${k}.scripted.invalid:49983` });
+    const movingAgent = await startAgent(moving.cluster, {
+      endpoint: (id) => {
+        reported.set(id, (reported.get(id) ?? 0) + 1);
+        return endpointOf(id, reported.get(id)!);
+      },
+    });
+    try {
+      await eventually(async () => movingAgent.running().length === 1);
+      await eventually(async () => (await expectStatus(call(`/admin/teams/${moving.name}/templates/${moving.template}`), 200)).pool.available === 1);
+      const id = (await expectStatus(call("/v2/sandboxes", { key: moving.key, body: { templateID: moving.template } }), 201)).sandboxID as string;
+      await eventually(async () => (reported.get(id) ?? 0) >= 2);
+      await eventually(async () => {
+        const r = await stub(id).route();
+        return r.ok && r.route.endpoint?.runtime === endpointOf(id, reported.get(id)!).runtime;
+      });
+    } finally {
+      movingAgent.disconnect();
+    }
+  });
+
   it("the per-sandbox address (SANDBOX.idFromName) answers route, wake and inspect from the group", async () => {
     const id = await create();
     const address = env.SANDBOX.get(env.SANDBOX.idFromName(id));
