@@ -108,6 +108,15 @@ spec: { templateName: pool, replicas: 2, envVars: { MODE: eval }, labels: { purp
     expect(claim.status!.conditions).toContainEqual(expect.objectContaining({ type: "Completed", reason: "SandboxSetNotFound" }));
   });
 
+  it("the claim's shutdownTime is its sandboxes' end of life on the edge", async () => {
+    const shutdown = new Date(Date.now() + 2 * 3600_000);
+    kubectlOk(["-n", ns, "apply", "-f", "-"], `apiVersion: agents.kruise.io/v1alpha1\nkind: SandboxClaim\nmetadata: { name: timed }\nspec: { templateName: pool, shutdownTime: "${shutdown.toISOString().replace(/\.\d+Z$/, "Z")}" }\n`);
+    const uid = (await until("completed", completed("timed"), 60_000)).metadata.uid;
+    const [s] = await claimed(uid);
+    const detail = (await (await edge_(`/sandboxes/${s!.sandboxID}`)).json()) as { endAt: string };
+    expect(Math.abs(Date.parse(detail.endAt) - shutdown.getTime())).toBeLessThan(10_000);
+  });
+
   it("ttlAfterCompleted deletes the claim but not its sandboxes", async () => {
     kubectlOk(["-n", ns, "apply", "-f", "-"], "apiVersion: agents.kruise.io/v1alpha1\nkind: SandboxClaim\nmetadata: { name: brief }\nspec: { templateName: pool, ttlAfterCompleted: 1s }\n");
     const uid = (await until("completed", completed("brief"), 60_000)).metadata.uid;

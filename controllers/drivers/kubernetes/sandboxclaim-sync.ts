@@ -6,6 +6,7 @@
 // Completed claim is deleted `ttlAfterCompleted` later (its sandboxes stay).
 import { CustomObjectsApi, PatchStrategy, setHeaderOptions, type KubeConfig, type KubernetesObject } from "@kubernetes/client-node";
 import type { Link } from "../../agent/link.ts";
+import { MAX_TIMEOUT_S } from "../../../schema/api/limits.ts";
 import { ClaimCompletedReason, setCondition, type Condition } from "../../../schema/crd/conditions.ts";
 import type { ClaimItemInput } from "../../../schema/protocol/index.ts";
 import { GROUP, VERSION } from "../../../schema/crd/labels.ts";
@@ -166,7 +167,8 @@ export class SandboxClaimSync {
       envVars: claim.spec.envVars ?? {},
       labels: claim.spec.labels ?? {},
       annotations: claim.spec.annotations ?? {},
-      timeoutS: shutdownMs === undefined ? undefined : Math.max(1, Math.ceil(shutdownMs / 1000)),
+      // The claim's shutdownTime is the sandboxes' E2B end of life (within the edge's bounds).
+      timeoutS: shutdownMs === undefined ? undefined : Math.min(MAX_TIMEOUT_S, Math.max(1, Math.ceil(shutdownMs / 1000))),
       createOnNoStock: claim.spec.createOnNoStock ?? true,
       waitReadyMs: claim.spec.waitReadyTimeout ? durationMs(claim.spec.waitReadyTimeout, 30_000) : undefined,
     });
