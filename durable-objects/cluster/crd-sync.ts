@@ -2,8 +2,9 @@
 // become templates and warm pools of team = namespace (the admin API's path), kubectl requests
 // become the SandboxDO's pause/resume/kill as the sandbox's owner (the E2B API's rules), claims
 // become E2B creates from the team's pool (the E2B create route itself). The edge stays the
-// authority: a SandboxSet's older generation never overwrites a newer one, and a request made
-// against an older sandbox generation than the edge's is answered `stale`.
+// authority: a SandboxSet's older generation never overwrites a newer one, a template another
+// cluster runs is not taken over, and a request made against an older sandbox generation than the
+// edge's is answered `stale`. A deleted warm pool member is reported to its pool as failed.
 import { Hono } from "hono";
 import type { TemplateSpec } from "../../schema/api/template.ts";
 import { DEFAULT_TIMEOUT_S } from "../../schema/api/limits.ts";
