@@ -111,7 +111,14 @@ export class Link {
       }, REPLY_TIMEOUT_MS);
       timer.unref();
       this.#replies.set(id, { resolve, reject, timer });
-      this.#send(ws, { type: c.type, items: [{ ...c.item, id }] } as AgentMessageInput);
+      try {
+        this.#send(ws, { type: c.type, items: [{ ...c.item, id }] } as AgentMessageInput);
+      } catch (err) {
+        // The item does not parse (e.g. a spec the edge's schema refuses): fail it now.
+        clearTimeout(timer);
+        this.#replies.delete(id);
+        reject(err);
+      }
     });
   }
 
