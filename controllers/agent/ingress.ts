@@ -1,13 +1,16 @@
 // The cluster ingress: the only way in from the edge's gateway. It serves nothing but requests the
 // edge signed (schema/ingress/signature.ts) for one sandbox and one port, and hands them to the
 // embedded agent-runtime (envd port) or to a user port inside the sandbox. Streams pass through
-// unbuffered in both directions.
+// unbuffered in both directions; an upgrade (WebSocket) to a user port becomes a raw byte pipe.
 import { createServer, request as httpRequest, type IncomingMessage, type Server, type ServerResponse } from "node:http";
+import { connect } from "node:net";
+import type { Duplex } from "node:stream";
 import { SIGNATURE_HEADER, ingressKey, isUnnamedSignedFileRequest, verifyIngress } from "../../schema/ingress/signature.ts";
 import { SANDBOX_ID_PATTERN } from "../../schema/protocol/ids.ts";
 import type { Runtime } from "../runtime/runtime.ts";
 
 export const ENVD_PORT = 49983;
+const STATUS_TEXT: Record<number, string> = { 400: "Bad Request", 401: "Unauthorized", 502: "Bad Gateway" };
 
 export interface IngressOptions {
   clusterToken: string;
@@ -35,19 +38,64 @@ export async function createIngress(opts: IngressOptions): Promise<Server> {
     });
   });
 
-  async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+  /** Which sandbox and port a request is for, once its edge signature checks out. */
+  async function admit(req: IncomingMessage): Promise<{ sandboxId: string; port: number } | { status: number; message: string }> {
     const named = req.headers["e2b-sandbox-id"];
     const port = Number(req.headers["e2b-sandbox-port"] ?? ENVD_PORT);
     // Unnamed requests are the SDK's signed file URLs: the runtime finds the sandbox by signature.
     const unnamed = named === undefined && isUnnamedSignedFileRequest(req.method ?? "GET", new URL(req.url ?? "/", "http://ingress"));
     const sandboxId = unnamed ? "" : named;
     if (typeof sandboxId !== "string" || (sandboxId !== "" && !SANDBOX_ID_PATTERN.test(sandboxId)) || !Number.isInteger(port) || port < 1 || port > 65535) {
-      return deny(res, 400, "missing or invalid E2b-Sandbox-Id / E2b-Sandbox-Port");
+      return { status: 400, message: "missing or invalid E2b-Sandbox-Id / E2b-Sandbox-Port" };
     }
     const signature = req.headers[SIGNATURE_HEADER];
     const verdict = await verifyIngress(key, typeof signature === "string" ? signature : undefined, { sandboxId, port, method: req.method ?? "GET", pathAndQuery: req.url ?? "/" }, now());
-    if (!verdict.ok) return deny(res, 401, `request not signed by the edge (${verdict.reason})`);
+    if (!verdict.ok) return { status: 401, message: `request not signed by the edge (${verdict.reason})` };
     delete req.headers[SIGNATURE_HEADER];
+    return { sandboxId, port };
+  }
+
+  /** A WebSocket (or any upgrade) to a user port: the request head is replayed to the port and
+   * the two sockets are joined. envd itself serves no upgrades. */
+  async function upgrade(req: IncomingMessage, socket: Duplex, head: Buffer): Promise<void> {
+    const refuse = (status: number, message: string) => {
+      const body = JSON.stringify({ code: status, message });
+      socket.end(`HTTP/1.1 ${status} ${STATUS_TEXT[status] ?? "Error"}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`);
+    };
+    const admitted = await admit(req);
+    if ("status" in admitted) return refuse(admitted.status, admitted.message);
+    const { sandboxId, port } = admitted;
+    if (port === ENVD_PORT) return refuse(400, "the envd port does not take upgrades");
+    const target = opts.userPortTarget(sandboxId, port);
+    if (!target) return refuse(502, `port ${port} of sandbox ${sandboxId} is not reachable`);
+    const upstream = connect(target.port, target.host);
+    upstream.once("error", (err) => {
+      if (upstream.bytesRead === 0) refuse(502, `port ${port} of sandbox ${sandboxId}: ${err.message}`);
+      else socket.destroy();
+    });
+    upstream.once("connect", () => {
+      const lines = [`${req.method} ${req.url} HTTP/1.1`];
+      for (let i = 0; i < req.rawHeaders.length; i += 2) {
+        if (req.rawHeaders[i]!.toLowerCase() !== SIGNATURE_HEADER) lines.push(`${req.rawHeaders[i]}: ${req.rawHeaders[i + 1]}`);
+      }
+      upstream.write(`${lines.join("\r\n")}\r\n\r\n`);
+      if (head.length) upstream.write(head);
+      upstream.pipe(socket);
+      socket.pipe(upstream);
+    });
+    socket.once("error", () => upstream.destroy());
+    socket.once("close", () => upstream.destroy());
+    upstream.once("close", () => socket.destroy());
+  }
+
+  server.on("upgrade", (req: IncomingMessage, socket: Duplex, head: Buffer) => {
+    void upgrade(req, socket, head).catch(() => socket.destroy());
+  });
+
+  async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const admitted = await admit(req);
+    if ("status" in admitted) return deny(res, admitted.status, admitted.message);
+    const { sandboxId, port } = admitted;
 
     const remote = sandboxId ? opts.remoteRuntime?.(sandboxId) : undefined;
     if (port === ENVD_PORT && !remote) return opts.runtime.handler(req, res);

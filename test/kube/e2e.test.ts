@@ -7,6 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startTestEdge, type TestEdge } from "./support/edge.ts";
 import { runRuntimes, startKubeAgent, type KubeAgent } from "./support/kube-agent.ts";
 import { TestKubelet } from "./support/kubelet.ts";
+import { startWsEcho } from "./support/ws-echo.ts";
 import { kubeConfig, kubectlOk, table, until } from "./support/namespace.ts";
 
 const NS = "admin"; // the admin key's team: team name = namespace
@@ -59,6 +60,25 @@ spec:
     }, 60_000);
     expect(await sbx.kill()).toBe(true);
     await until("sandbox gone", () => !kubectlOk(["-n", NS, "get", "sbx", "-l", `agents.kruise.io/sandbox-id=${sbx.sandboxId}`, "-o", "name"]).trim(), 30_000);
+  });
+
+  it("a WebSocket to a user port of a pod passes the gateway and the ingress both ways", async () => {
+    const echo = await startWsEcho(); // listens where the pod's runtime-url points: the pod's host
+    const sbx = await Sandbox.create("python", { apiKey: edge.adminKey, apiUrl: edge.url, sandboxUrl: edge.url, requestTimeoutMs: 30_000 });
+    try {
+      const ws = new WebSocket(`${edge.url.replace(/^http/, "ws")}/socket`, { headers: { "e2b-sandbox-id": sbx.sandboxId, "e2b-sandbox-port": String(echo.port) } } as never);
+      const reply = await new Promise<string>((ok, fail) => {
+        const timer = setTimeout(() => fail(new Error("no echo within 15 s")), 15_000);
+        ws.onopen = () => ws.send("ping through the edge");
+        ws.onmessage = (e) => (clearTimeout(timer), ok(String(e.data)));
+        ws.onerror = ws.onclose = () => (clearTimeout(timer), fail(new Error("websocket failed or closed before the echo")));
+      });
+      ws.close();
+      expect(reply).toBe("ping through the edge");
+    } finally {
+      await sbx.kill();
+      echo.server.close();
+    }
   });
 
   it("an E2B sandbox of team T is a Sandbox in namespace T (kubectl get sbx -n T)", async () => {
