@@ -74,6 +74,18 @@ function spawnerOf(agentPid: number): number | undefined {
   }
 }
 
+/** Sandbox.create, once more when the SDK's pooled keep-alive connection was closed by the edge
+ * just as it was reused (undici: "fetch failed", EPIPE/ECONNRESET; the request never arrived). */
+async function createRetryingStaleConnection(opts: { apiKey: string; apiUrl: string; sandboxUrl: string }): Promise<Sandbox> {
+  try {
+    return await Sandbox.create(opts);
+  } catch (err) {
+    const code = ((err as Error).cause as NodeJS.ErrnoException | undefined)?.code;
+    if (code !== "EPIPE" && code !== "ECONNRESET") throw err;
+    return await Sandbox.create(opts);
+  }
+}
+
 async function waitPoolWarm(apiUrl: string, apiKey: string, want: number): Promise<void> {
   const deadline = Date.now() + 120_000;
   while (Date.now() < deadline) {
@@ -172,7 +184,7 @@ export async function run(): Promise<Figures> {
     const agentPid = sys.agent.pid!;
     const before = pssMB(agentPid) + holderChildren(sandboxPids(dataDir)).reduce((a, p) => a + pssMB(p), 0);
     const idle: Sandbox[] = [];
-    for (let i = 0; i < 50; i++) idle.push(await Sandbox.create(opts));
+    for (let i = 0; i < 50; i++) idle.push(await createRetryingStaleConnection(opts));
     await new Promise((r) => setTimeout(r, 2_000));
     const after = pssMB(agentPid) + holderChildren(sandboxPids(dataDir)).reduce((a, p) => a + pssMB(p), 0);
     figures["e2e.idle_sandbox_overhead_mb"] = { value: round((after - before) / 50), unit: "MB", target: "≤ 20" };
