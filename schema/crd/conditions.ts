@@ -80,6 +80,7 @@ export const EventReason = {
   Claimed: "Claimed",
   Paused: "Paused",
   Resumed: "Resumed",
+  InplaceUpdated: "InplaceUpdated",
 } as const;
 
 /** Returns `conditions` with `next` set, keeping lastTransitionTime when the status did not change. */

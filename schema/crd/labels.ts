@@ -41,6 +41,8 @@ export const ANNOTATION = {
   desiredPaused: "agents.kruise.io/desired-paused",
   /** How the sandbox pauses (`Freeze` keeps the pod, `Stop` deletes it and keeps its PVCs). */
   pauseStrategy: "agents.kruise.io/pause-strategy",
+  /** JSON of the last in-place update applied to the running pod (a claim's `inplaceUpdate`). */
+  inplaceUpdate: "agents.kruise.io/inplace-update",
 } as const;
 
 /** Finalizer that keeps a Sandbox until its pod is gone (added by this agent on create). */

@@ -67,6 +67,15 @@ export interface KubeDesiredSandbox extends DesiredSandbox {
   claimed?: boolean;
   /** The runtime's access token, sent with freeze/thaw once the sandbox has one. */
   accessToken?: string | null;
+  /** A claim's change of the running pod in place (SandboxClaim `inplaceUpdate`): the main
+   * container's image (the kubelet restarts that container, the pod and its IP stay) and its CPU
+   * through the pod's `resize` subresource (in-place resize, Kubernetes ≥ 1.33). */
+  inplaceUpdate?: InplaceUpdate;
+}
+
+export interface InplaceUpdate {
+  image?: string;
+  cpuCount?: number;
 }
 
 /** A driver observation plus what only a remote runtime has: where it is and whether it is ready. */
@@ -100,6 +109,7 @@ export interface KubernetesDriverOptions {
 }
 
 const mergePatch = setHeaderOptions("Content-Type", PatchStrategy.MergePatch);
+const strategicPatch = setHeaderOptions("Content-Type", PatchStrategy.StrategicMergePatch);
 const PLURAL = { sandbox: "sandboxes", sandboxSet: "sandboxsets" } as const;
 
 /** JSON with object keys sorted, so an object compares equal to the API server's copy of it. */
@@ -112,6 +122,18 @@ function stableJson(v: unknown): string {
 function statusCode(err: unknown): number | undefined {
   const e = err as { code?: number; statusCode?: number };
   return e?.code ?? e?.statusCode;
+}
+
+/** The API server's own message of a failed request (its Status body), else the error's. */
+function apiMessage(err: unknown): string {
+  const body = (err as { body?: unknown }).body;
+  try {
+    const status = (typeof body === "string" ? JSON.parse(body) : body) as { message?: string } | undefined;
+    if (status?.message) return status.message;
+  } catch {
+    // not JSON: fall through
+  }
+  return (err as Error).message;
 }
 
 /** Ignores 404 (already gone) and 409 AlreadyExists where a retry is harmless. */
@@ -464,7 +486,7 @@ export class KubernetesDriver implements Driver {
     if (d.namespace && d.namespace !== this.namespace && NAMESPACE_PATTERN.test(d.namespace)) await this.#scope(d.namespace).start();
     const sbx = this.#sandbox(d.id);
     const live = sbx && this.#pod(d.id);
-    if (sbx && live && d.state === "Running" && !sbx.spec.paused && !live.metadata?.deletionTimestamp && !this.#facts(sbx, d.id).frozen) {
+    if (sbx && live && d.state === "Running" && !sbx.spec.paused && !live.metadata?.deletionTimestamp && !this.#facts(sbx, d.id).frozen && !this.#inplacePending(sbx, d)) {
       // Running and staying so: only labels, owner and annotations can differ; write them behind.
       this.#deferred.set(d.id, d);
       this.#scheduleStatus(d.id);
@@ -485,6 +507,7 @@ export class KubernetesDriver implements Driver {
     if (d.state === "Running") {
       await this.#ensurePvcs(sc, sbx);
       if (!pod) await this.#createPod(sc, sbx, d);
+      else if (this.#inplacePending(sbx, d)) sbx = await this.#inplace(sc, sbx, pod, d.inplaceUpdate!);
       else if (this.#facts(sbx, d.id).frozen) {
         await this.thaw(d.id);
         await this.#event(sc, sbx, "Normal", EventReason.Resumed, "thawed");
@@ -502,6 +525,45 @@ export class KubernetesDriver implements Driver {
     }
     await this.#writeStatus(d.id);
     return this.#observe(d.id)!;
+  }
+
+  /** Whether `d` asks for an in-place update the running pod has not had yet. */
+  #inplacePending(sbx: SandboxObject, d: KubeDesiredSandbox): boolean {
+    return Boolean(d.inplaceUpdate && (d.inplaceUpdate.image || d.inplaceUpdate.cpuCount)) && sbx.metadata?.annotations?.[ANNOTATION.inplaceUpdate] !== stableJson(d.inplaceUpdate);
+  }
+
+  /** Changes the main container's image and CPU without recreating the pod, then records it. */
+  async #inplace(sc: NamespaceScope, sbx: SandboxObject, pod: V1Pod, u: InplaceUpdate): Promise<SandboxObject> {
+    const name = pod.metadata!.name!;
+    const container = sbx.spec.template?.spec?.containers?.[0]?.name ?? "sandbox";
+    if (u.image) {
+      this.requests++;
+      const updated = await this.#core
+        .patchNamespacedPod({ name, namespace: sc.namespace, body: { spec: { containers: [{ name: container, image: u.image }] } } }, strategicPatch)
+        .catch((err: unknown) => {
+          throw new Error(`in-place image change of pod ${name}: ${apiMessage(err)}`);
+        });
+      sc.pods.remember(updated);
+    }
+    if (u.cpuCount) {
+      const cpu = String(u.cpuCount);
+      this.requests++;
+      // The resize subresource is the only way to change resources of a running pod; a cluster
+      // without in-place resize answers 404 (no subresource) or 422 (feature off): a clear error.
+      const updated = await this.#core
+        .patchNamespacedPodResize({ name, namespace: sc.namespace, body: { spec: { containers: [{ name: container, resources: { requests: { cpu }, limits: { cpu } } }] } } }, strategicPatch)
+        .catch((err: unknown) => {
+          throw new Error(`in-place resize of pod ${name}: ${apiMessage(err)}`);
+        });
+      sc.pods.remember(updated);
+    }
+    this.requests++;
+    const updated = (await this.#custom.patchNamespacedCustomObject(
+      { group: GROUP, version: VERSION, namespace: sc.namespace, plural: PLURAL.sandbox, name: sbx.metadata!.name!, body: { metadata: { annotations: { [ANNOTATION.inplaceUpdate]: stableJson(u) } } } },
+      mergePatch,
+    )) as SandboxObject;
+    await this.#event(sc, sbx, "Normal", EventReason.InplaceUpdated, `in place: ${[u.image && `image ${u.image}`, u.cpuCount && `cpu ${u.cpuCount}`].filter(Boolean).join(", ")}`);
+    return sc.sandboxes.remember(updated);
   }
 
   /** The namespace a new sandbox goes to: its team's (informers started on first use), else home. */

@@ -1,0 +1,81 @@
+// In-place changes at claim against the real API server (Kubernetes 1.35: the pod `resize`
+// subresource): a warm pool member claimed with another image and more CPU keeps its pod (same
+// UID, nothing recreated); the pod spec carries the new image and CPU, the Sandbox records the
+// update once, and an Event says what changed. The edge does not send an `inplaceUpdate` yet
+// (no E2B or claim field carries one): this is the driver's half.
+import { CoreV1Api, PatchStrategy, setHeaderOptions, type V1Pod } from "@kubernetes/client-node";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { KubernetesDriver, type KubeDesiredSandbox } from "../../controllers/drivers/kubernetes/kubernetes-driver.ts";
+import { LABEL } from "../../schema/crd/labels.ts";
+import { TestKubelet } from "./support/kubelet.ts";
+import { freshNamespace, kubeConfig, kubectlOk, until } from "./support/namespace.ts";
+
+let ns: string;
+let driver: KubernetesDriver;
+let kubelet: TestKubelet;
+let core: CoreV1Api;
+
+function desired(id: string, generation: number, over: Partial<KubeDesiredSandbox> = {}): KubeDesiredSandbox {
+  return { id, generation, template: "python:3.12", state: "Running", pauseStrategy: "Stop", resources: { cpuCount: 1, memoryMB: 512 }, allowInternetAccess: true, pool: "python", claimed: false, ...over };
+}
+
+async function podOf(id: string): Promise<V1Pod> {
+  const pods = (await core.listNamespacedPod({ namespace: ns, labelSelector: `${LABEL.sandboxId}=${id}` })).items;
+  expect(pods).toHaveLength(1);
+  return pods[0]!;
+}
+
+beforeAll(async () => {
+  ns = await freshNamespace("inplace");
+  core = kubeConfig().makeApiClient(CoreV1Api);
+  kubectlOk(["-n", ns, "apply", "-f", "-"], `
+apiVersion: agents.kruise.io/v1alpha1
+kind: SandboxSet
+metadata: { name: python }
+spec:
+  replicas: 1
+  template:
+    spec:
+      containers: [{ name: sandbox, image: python:3.12 }]
+`);
+  kubelet = new TestKubelet(kubeConfig(), ns);
+  await kubelet.start();
+  driver = new KubernetesDriver({ kubeConfig: kubeConfig("agent"), namespace: ns, runtimeImage: "ghcr.io/kruise-edge/sandbox-agent:test" });
+  await driver.start();
+  await until("python set in the cache", () => driver.sandboxSets.get("python"));
+});
+
+afterAll(async () => {
+  await driver?.stop();
+  await kubelet?.stop();
+});
+
+describe("in-place update at claim", () => {
+  it("a claim with another image and more CPU changes the running pod in place", async () => {
+    await driver.ensure(desired("warm1", 1));
+    await until("member ready", async () => (await driver.observe("warm1"))?.ready);
+    // The API server resizes only pods whose kubelet reports container resources in the status
+    // (how a 1.35 kubelet says it can resize in place): that much of a kubelet, for this pod.
+    const running = await podOf("warm1");
+    const statuses = running.spec!.containers.map((c) => ({ name: c.name, image: c.image, imageID: "", ready: true, started: true, restartCount: 0, state: { running: { startedAt: new Date() } }, resources: c.resources }));
+    await core.patchNamespacedPodStatus({ name: running.metadata!.name!, namespace: ns, body: { status: { containerStatuses: statuses } } }, setHeaderOptions("Content-Type", PatchStrategy.MergePatch));
+    const before = await podOf("warm1");
+    expect(before.spec!.containers[0]).toMatchObject({ name: "sandbox", image: "python:3.12", resources: { limits: { cpu: "1" } } });
+
+    const claimed = await driver.ensure(desired("warm1", 2, { claimed: true, inplaceUpdate: { image: "python:3.13", cpuCount: 2 } }));
+    expect(claimed.phase).toBe("Running");
+    const after = await podOf("warm1");
+    expect(after.metadata!.uid).toBe(before.metadata!.uid); // the same pod: nothing recreated
+    expect(after.spec!.containers[0]).toMatchObject({ name: "sandbox", image: "python:3.13", resources: { requests: { cpu: "2" }, limits: { cpu: "2" } } });
+    expect(after.spec!.containers[1]!.name).toBe("agent-runtime"); // the sidecar is untouched
+    const sbx = JSON.parse(kubectlOk(["-n", ns, "get", "sbx", "python-warm1", "-o", "json"]));
+    expect(JSON.parse(sbx.metadata.annotations["agents.kruise.io/inplace-update"])).toEqual({ image: "python:3.13", cpuCount: 2 });
+    const events = kubectlOk(["-n", ns, "get", "events", "--field-selector", "involvedObject.name=python-warm1", "-o", "jsonpath={.items[*].reason}"]);
+    expect(events.split(" ")).toContain("InplaceUpdated");
+
+    // The same update again (a repeated intent) leaves the pod alone.
+    await driver.ensure(desired("warm1", 3, { claimed: true, inplaceUpdate: { image: "python:3.13", cpuCount: 2 } }));
+    await new Promise((r) => setTimeout(r, 300)); // the claim's deferred metadata write
+    expect((await podOf("warm1")).metadata!.resourceVersion).toBe(after.metadata!.resourceVersion);
+  });
+});
