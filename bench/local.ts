@@ -15,7 +15,8 @@ import { cgroupPids } from "../controllers/drivers/local/cgroups.ts";
 import { LocalDriver } from "../controllers/drivers/local/local-driver.ts";
 import { layoutFor } from "../controllers/drivers/local/layout.ts";
 import { readRecord } from "../controllers/drivers/local/records.ts";
-import type { SandboxUser } from "../controllers/runtime/sandbox-view.ts";
+import { inProcessLauncher, type ProcessLauncher } from "../controllers/runtime/process/launcher.ts";
+import type { HostCommand, SandboxUser } from "../controllers/runtime/sandbox-view.ts";
 import type { BenchContext, Figures } from "./run.ts";
 import { percentile as pct, pssKB, round } from "./stats.ts";
 
@@ -40,6 +41,16 @@ function waitExit(file: string, args: string[], opts: Parameters<typeof spawn>[2
     c.once("error", rej);
     c.once("exit", () => res(performance.now() - t));
   });
+}
+
+/** Start to exit of a host command through a launcher, output drained. */
+async function launchedMs(launcher: ProcessLauncher, c: HostCommand): Promise<number> {
+  const t = performance.now();
+  const p = await launcher.spawnPipes(c, false);
+  p.stdout.resume();
+  p.stderr.resume();
+  await new Promise((r) => p.onExit(r));
+  return performance.now() - t;
 }
 
 function desired(id: string): DesiredSandbox {
@@ -135,6 +146,31 @@ export async function run(ctx: Partial<BenchContext> = {}): Promise<Figures> {
       const c = view.command({ cmd: "/bin/true", args: [], cwd: "/home/user", env: { PATH: "/usr/bin:/bin" }, user: USER });
       inside.push(await waitExit(c.file, c.args, { cwd: c.cwd, env: c.env, stdio: "ignore" }));
     }
+
+    // The same command through the driver's spawner, and forked here; and how long the fork itself
+    // holds this process's event loop up at a few sizes of this process (spawner.ts says why).
+    const viaSpawner: number[] = [];
+    const viaFork: number[] = [];
+    for (let i = 0; i < 30; i++) {
+      const c = view.command({ cmd: "/bin/true", args: [], cwd: "/home/user", env: { PATH: "/usr/bin:/bin" }, user: USER });
+      viaSpawner.push(await launchedMs(view.launcher!, c));
+      viaFork.push(await launchedMs(inProcessLauncher, c));
+    }
+    figures["local.command_via_spawner_ms"] = { value: round(pct(viaSpawner, 50)), unit: "ms" };
+    figures["local.command_forked_in_process_ms"] = { value: round(pct(viaFork, 50)), unit: "ms" };
+    const ballast: Buffer[] = [];
+    for (const mb of [0, 100, 200]) {
+      while (ballast.length < mb) ballast.push(Buffer.alloc(1 << 20, 1));
+      const blocked: number[] = [];
+      for (let i = 0; i < 15; i++) {
+        const t = performance.now();
+        const c = spawn("/bin/true", [], { stdio: "ignore" });
+        blocked.push(performance.now() - t);
+        await new Promise((r) => c.once("exit", r));
+      }
+      figures[`local.fork_blocks_event_loop_ms_at_${Math.round(rssKB(process.pid) / 1024 / 10) * 10}mb`] = { value: round(pct(blocked, 50)), unit: "ms" };
+    }
+    ballast.length = 0;
 
     await driver.exec(ids[1]!, { cmd: "/bin/bash", args: ["-c", "nohup bash -c 'while :; do :; done' >/dev/null 2>&1 &"], cwd: "/home/user", env: {}, user: USER });
     const freezes: number[] = [];
