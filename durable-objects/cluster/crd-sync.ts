@@ -227,6 +227,8 @@ export class CrdSync {
     const missing = Math.min(CLAIM_BATCH, item.replicas - ids.length);
     const metadata: Record<string, string> = { ...item.annotations, [CLAIM_METADATA_KEY]: item.claim.uid, "e2b.agents.kruise.io/create-on-no-stock": String(item.createOnNoStock) };
     for (const [k, v] of Object.entries(item.labels)) metadata[`label:${k}`] = v;
+    if (item.inplaceUpdate?.image) metadata["e2b.agents.kruise.io/image"] = item.inplaceUpdate.image;
+    if (item.inplaceUpdate?.cpuCount) metadata["e2b.agents.kruise.io/cpu-limit"] = String(item.inplaceUpdate.cpuCount);
     if (item.waitReadyMs !== undefined) metadata["e2b.agents.kruise.io/wait-ready-timeout-seconds"] = String(Math.min(600, Math.max(1, Math.ceil(item.waitReadyMs / 1000))));
     const body = { templateID: item.templateName, envVars: item.envVars, metadata, timeout: item.timeoutS };
     const results = await Promise.all(Array.from({ length: Math.max(0, missing) }, () => createAs(env, caller, body)));

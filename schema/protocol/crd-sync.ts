@@ -2,6 +2,7 @@ import { z } from "zod";
 import { TemplateSpec, TemplateId } from "../api/template.ts";
 import { TeamName } from "../api/team.ts";
 import { SandboxIdSchema } from "./ids.ts";
+import { InplaceUpdateSchema } from "./intent.ts";
 
 /*
  * The cluster's custom resources over the agent's session (kubernetes driver): the platform team
@@ -89,6 +90,8 @@ export const ClaimItemSchema = z.object({
   createOnNoStock: z.boolean().default(true),
   /** Bound on waiting for the cluster to take each sandbox. */
   waitReadyMs: z.int().positive().optional(),
+  /** Change each claimed member in place (image, CPU), as E2B's image / cpu-limit extensions do. */
+  inplaceUpdate: InplaceUpdateSchema.optional(),
 });
 export type ClaimItem = z.infer<typeof ClaimItemSchema>;
 export type ClaimItemInput = z.input<typeof ClaimItemSchema>;

@@ -39,6 +39,16 @@ export const TemplateSpecSchema = z.object({
 export type TemplateSpec = z.infer<typeof TemplateSpecSchema>;
 
 /**
+ * A claim's change of a running warm member in place (SandboxClaim `inplaceUpdate`; E2B create
+ * metadata `e2b.agents.kruise.io/image` and `cpu-limit`): the main container's image and CPU.
+ */
+export const InplaceUpdateSchema = z.object({
+  image: z.string().min(1).optional(),
+  cpuCount: z.number().positive().optional(),
+});
+export type InplaceUpdate = z.infer<typeof InplaceUpdateSchema>;
+
+/**
  * Desired state for one sandbox at one generation. The agent is level-based: it keeps only the
  * newest generation per sandbox, ignores an intent whose generation is not newer than the one it
  * applied, and converges the sandbox to `desired`. So a redelivered or duplicated intent is harmless.
@@ -63,6 +73,8 @@ export const IntentSchema = z
     /** The owning team's name, which is the Kubernetes namespace the sandbox's objects live in
      * (null: the driver's own namespace). */
     team: z.string().min(1).nullable().default(null),
+    /** Set on a claimed member's intents when the claim changes it in place (drivers that can). */
+    inplaceUpdate: InplaceUpdateSchema.optional(),
     /** Edge clock, ms since the epoch, when the owner issued it (diagnostics only). */
     issuedAt: z.number().int().nonnegative(),
   })

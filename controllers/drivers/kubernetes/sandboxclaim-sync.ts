@@ -11,6 +11,7 @@ import { ClaimCompletedReason, setCondition, type Condition } from "../../../sch
 import type { ClaimItemInput } from "../../../schema/protocol/index.ts";
 import { GROUP, VERSION } from "../../../schema/crd/labels.ts";
 import { ObjectCache } from "./object-cache.ts";
+import { parseQuantity } from "./sandboxset-sync.ts";
 import { slimCustom } from "./slim.ts";
 
 export { CLAIM_METADATA_KEY } from "../../../schema/protocol/index.ts";
@@ -27,7 +28,7 @@ export interface SandboxClaimObject extends KubernetesObject {
     shutdownTime?: string;
     createOnNoStock?: boolean;
     waitReadyTimeout?: string;
-    inplaceUpdate?: { image?: string; resources?: unknown };
+    inplaceUpdate?: { image?: string; resources?: { limits?: Record<string, string>; requests?: Record<string, string> } };
   };
   status?: { phase?: "Claiming" | "Completed"; claimedReplicas?: number; claimStartTime?: string; completionTime?: string; message?: string; conditions?: Condition[] };
 }
@@ -51,6 +52,14 @@ export class LinkClaimer implements Claimer {
     if (r.result === "applied") return { sandboxIds, notFound: false };
     return { sandboxIds, notFound: r.code === "template_not_found", error: `${r.code}: ${r.message}` };
   }
+}
+
+/** The claim's in-place change: its image, and its CPU (limit, else request) in cores. */
+function inplaceOf(u: SandboxClaimObject["spec"]["inplaceUpdate"]): { image?: string; cpuCount?: number } | undefined {
+  if (!u) return undefined;
+  const cpu = parseQuantity(u.resources?.limits?.cpu ?? u.resources?.requests?.cpu);
+  const out = { ...(u.image ? { image: u.image } : {}), ...(cpu ? { cpuCount: cpu } : {}) };
+  return Object.keys(out).length ? out : undefined;
 }
 
 /** A Go duration as milliseconds (`1m`, `90s`, `1h30m`; negative = never). */
@@ -171,10 +180,11 @@ export class SandboxClaimSync {
       timeoutS: shutdownMs === undefined ? undefined : Math.min(MAX_TIMEOUT_S, Math.max(1, Math.ceil(shutdownMs / 1000))),
       createOnNoStock: claim.spec.createOnNoStock ?? true,
       waitReadyMs: claim.spec.waitReadyTimeout ? durationMs(claim.spec.waitReadyTimeout, 30_000) : undefined,
+      inplaceUpdate: inplaceOf(claim.spec.inplaceUpdate),
     });
     const have = r.sandboxIds.length;
     const notFound = r.notFound;
-    const lastError = claim.spec.inplaceUpdate ? "inplaceUpdate is not supported by this edge (ignored)" : r.error;
+    const lastError = r.error;
     const iso = new Date(now).toISOString();
     let conditions = status.conditions;
     let phase: "Claiming" | "Completed" = "Claiming";

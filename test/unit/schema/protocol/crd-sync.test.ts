@@ -35,6 +35,8 @@ describe("CRD sync frames", () => {
     expect(parseFrame(AgentMessageSchema, frame({ type: "claims", items: [claim] }))).toMatchObject({ ok: true, value: { items: [{ createOnNoStock: true, envVars: {}, labels: {}, annotations: {} }] } });
     expect(parseFrame(AgentMessageSchema, frame({ type: "claims", items: [{ ...claim, replicas: 0 }] })).ok).toBe(false);
     expect(parseFrame(AgentMessageSchema, frame({ type: "claims", items: [{ ...claim, timeoutS: -1 }] })).ok).toBe(false);
+    expect(parseFrame(AgentMessageSchema, frame({ type: "claims", items: [{ ...claim, inplaceUpdate: { image: "python:3.13", cpuCount: 2 } }] }))).toMatchObject({ ok: true, value: { items: [{ inplaceUpdate: { image: "python:3.13", cpuCount: 2 } }] } });
+    expect(parseFrame(AgentMessageSchema, frame({ type: "claims", items: [{ ...claim, inplaceUpdate: { cpuCount: 0 } }] })).ok).toBe(false);
   });
 
   it("the edge's replies correlate by id and carry a result, an error code and claimed ids", () => {
@@ -56,5 +58,7 @@ describe("compatibility with peers of the same protocol version", () => {
     expect(IntentSchema.parse(intent).team).toBeNull();
     expect(IntentSchema.parse({ ...intent, team: "team-a" }).team).toBe("team-a");
     expect(IntentSchema.safeParse({ ...intent, team: "" }).success).toBe(false);
+    expect(IntentSchema.parse(intent).inplaceUpdate).toBeUndefined();
+    expect(IntentSchema.parse({ ...intent, inplaceUpdate: { image: "node:22" } }).inplaceUpdate).toEqual({ image: "node:22" });
   });
 });
