@@ -35,6 +35,7 @@ import {
 } from "../driver.ts";
 import type { ObjectCache } from "./object-cache.ts";
 import { NAMESPACE_PATTERN, NamespaceScope } from "./namespace-scope.ts";
+import { poolConnections } from "./pooled-connections.ts";
 import { buildPod, buildPvc, imageTemplate, templateHash, type VolumeClaimTemplate } from "./pod-spec.ts";
 import { sandboxState, sandboxStatus, type SandboxFacts, type SandboxStatus } from "./pod-state.ts";
 import { poolRevision } from "./pool-status.ts";
@@ -216,6 +217,7 @@ export class KubernetesDriver implements Driver {
     this.namespace = opts.namespace;
     this.kubeConfig = opts.kubeConfig;
     this.#now = opts.now ?? Date.now;
+    poolConnections(opts.kubeConfig);
     this.#core = opts.kubeConfig.makeApiClient(CoreV1Api);
     this.#custom = opts.kubeConfig.makeApiClient(CustomObjectsApi);
     this.#home = this.#scope(opts.namespace);
