@@ -1,4 +1,4 @@
-// The ClusterDO's RPC surface (what PoolDO and SandboxDO call). Every method resolves to a typed
+// The ClusterDO's RPC surface (what PoolDO and SandboxGroupDO call). Every method resolves to a typed
 // result; none throws across the RPC boundary.
 import type { Refusal } from "../../schema/errors.ts";
 import type { AckItem, Endpoint } from "../../schema/protocol/index.ts";

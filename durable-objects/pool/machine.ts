@@ -11,7 +11,7 @@ import type { PoolConfig } from "./rpc.ts";
 
 export type MemberState = "creating" | "available";
 
-/** An unclaimed member. Claimed members leave the pool entirely (the SandboxDO owns them). */
+/** An unclaimed member. Claimed members leave the pool entirely (their SandboxGroupDO owns them). */
 export interface Member {
   id: SandboxId;
   state: MemberState;

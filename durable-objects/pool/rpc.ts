@@ -5,13 +5,13 @@ import type { TemplateRecord, TemplateSpec as SandboxSetSpec } from "../../schem
 import type { Endpoint, SandboxId, TemplateSpec } from "../../schema/protocol/index.ts";
 
 /**
- * A claimed sandbox, now the caller's: it must hand it to `SandboxDO(sandboxId).create(...)`,
+ * A claimed sandbox, now the caller's: it must hand it to `sandboxStub(env, sandboxId).create(...)`,
  * which sends an intent with owner `{kind:"sandbox"}` and a generation above `generation`.
  * - `state: "available"`: a warm member, running and ready at `endpoint`;
  * - `state: "creating"`: a warm member still starting (its Running observation goes to the
- *   SandboxDO once it owns the id);
+ *   sandbox's group once it owns the id);
  * - `state: "new"` (`warm: false`): no stock, a freshly minted id nobody has created yet; the
- *   SandboxDO's intent creates it (generation 0 here, so the first intent may use 1).
+ *   group's intent creates it (generation 0 here, so the first intent may use 1).
  */
 /**
  * What `configure` takes: the stored template (SandboxSet spec + revision, as the store returns

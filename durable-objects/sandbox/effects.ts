@@ -1,4 +1,4 @@
-// What the SandboxDO shell performs after a transition. The alarm is not an effect: the shell
+// What the SandboxGroupDO shell performs after a transition. The alarm is not an effect: the shell
 // sets its one alarm to `dueAt(state)` after every transition.
 import type { IntentInput } from "../../schema/protocol/index.ts";
 

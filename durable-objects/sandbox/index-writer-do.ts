@@ -1,9 +1,9 @@
 // SandboxIndexDO: the one writer of the libSQL sandbox index (`idFromName("sandboxes")`).
-// SandboxDOs hand it their rows; it group-commits them: while one batch is in flight to libSQL,
+// SandboxGroupDOs hand it their rows; it group-commits them: while one batch is in flight to libSQL,
 // new rows queue, and the next batch carries all of them in one request. sqld takes ~500 single
 // writes/s but ~9,000 batched rows/s, so this keeps the index off the create path's critical
 // cost. A write resolves once its batch is committed, so a client's own change is listable when
-// its reply arrives. Knob: MAX_BATCH rows per request. No storage: SandboxDOs own the truth and
+// its reply arrives. Knob: MAX_BATCH rows per request. No storage: the sandbox groups own the truth and
 // a lost batch only costs index freshness (the caller logs it; the next change rewrites the row).
 import { DurableObject } from "cloudflare:workers";
 import type { Env } from "../../functions/env.ts";

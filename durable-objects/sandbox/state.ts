@@ -1,5 +1,5 @@
-// SandboxDO state: what one sandbox is (spec, fixed at create) and where it is (phase,
-// conditions, timers). Phases and condition vocabulary follow OpenKruise's Sandbox
+// A sandbox's state (one SandboxGroupDO row): what it is (spec, fixed at create) and where it is
+// (phase, conditions, timers). Phases and condition vocabulary follow OpenKruise's Sandbox
 // (openkruise-agents.md §1.1, §2.1), plus `Pausing` (E2B pause is asynchronous here).
 import type { Endpoint, PauseStrategy, TemplateSpec } from "../../schema/protocol/index.ts";
 import type { Refusal } from "../../schema/errors.ts";

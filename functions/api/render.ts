@@ -1,4 +1,4 @@
-// SandboxDO read models and index rows → the exact E2B JSON shapes (schema/api/sandbox.ts).
+// Sandbox read models and index rows → the exact E2B JSON shapes (schema/api/sandbox.ts).
 import type { ListedSandbox, Sandbox, SandboxDetail } from "../../schema/api/sandbox.ts";
 import type { SandboxInfo } from "../../durable-objects/sandbox/info.ts";
 import type { IndexRow } from "../store/sandbox-index.ts";

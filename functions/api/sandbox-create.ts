@@ -1,6 +1,6 @@
 // POST /sandboxes (v1) and POST /v2/sandboxes: resolve the template, claim a member from its
-// PoolDO, hand it to its SandboxDO. Two DO calls and no store round trip for a cached key and
-// template; the SandboxDO writes the index row beside its intent.
+// PoolDO, hand it to its SandboxGroupDO. Two DO calls and no store round trip for a cached key and
+// template; the group writes the index row beside its intent.
 import type { Context } from "hono";
 import type { z } from "zod";
 import type { SandboxSpec } from "../../durable-objects/sandbox/state.ts";

@@ -1,4 +1,4 @@
-// The E2B sandbox routes (v1 and v2). Each handler validates, makes one SandboxDO call (or one
+// The E2B sandbox routes (v1 and v2). Each handler validates, makes one SandboxGroupDO call (or one
 // index query for lists) and shapes the reply; the DO answers another key's sandbox as not found.
 import { Hono, type Context } from "hono";
 import { DEFAULT_TIMEOUT_S, MAX_LIST_LIMIT, MIN_RESUME_TIMEOUT_S, V1_DEFAULT_TIMEOUT_S } from "../../schema/api/limits.ts";

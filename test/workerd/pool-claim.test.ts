@@ -52,7 +52,7 @@ describe("PoolDO", () => {
     expect(await pool.status()).toMatchObject({ claimed: 1 });
   });
 
-  it("a claimed member's observations stop reaching the pool once its SandboxDO owns it", async () => {
+  it("a claimed member's observations stop reaching the pool once its sandbox group owns it", async () => {
     const name = unique("p-owner");
     const agent = await startAgent(name);
     const pool = poolOf(name);

@@ -1,4 +1,4 @@
-// create → claim → ready → kill end to end: routes, PoolDO, SandboxDO and ClusterDO inside workerd,
+// create → claim → ready → kill end to end: routes, PoolDO, SandboxGroupDO and ClusterDO inside workerd,
 // a scripted agent on the other end of the real WebSocket protocol, the index in a real sqld.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { ScriptedAgent } from "../../support/scripted-agent.ts";
