@@ -11,8 +11,9 @@
 import { DurableObject } from "cloudflare:workers";
 import type { Env } from "../../functions/env.ts";
 import type { IndexOp } from "../../functions/store/sandbox-index.ts";
-import { ErrorCode, sandboxNotFoundMessage } from "../../schema/errors.ts";
+import { ErrorCode, sandboxNotFoundMessage, type Refusal } from "../../schema/errors.ts";
 import type { Endpoint, IntentInput, Observation, PauseStrategy } from "../../schema/protocol/index.ts";
+import type { EnqueueOptions, EnqueueResult } from "../cluster/rpc.ts";
 import type { SandboxEvent } from "./events.ts";
 import { indexRow, routeInfo, sandboxInfo, type RouteInfo, type SandboxInfo } from "./info.ts";
 import { INDEX_WRITER_NAME } from "./index-writer-do.ts";
@@ -20,15 +21,7 @@ import { dueAt, transition, visibleTo } from "./machine.ts";
 import type { Access, Result, SandboxSpec, SandboxState } from "./state.ts";
 import { openSandboxStore, type SandboxStore, type Undelivered } from "./store.ts";
 
-/**
- * The group a sandbox lives in: the first character of its id (ids are random `[a-z0-9]`, so 36
- * groups share the load evenly). Fixed for the lifetime of stored sandboxes: a longer prefix
- * (1,296 groups for two characters) would spread a large deployment wider, but changing it
- * strands every existing sandbox in its old group.
- */
-export function sandboxGroupOf(sandboxId: string): string {
-  return sandboxId.slice(0, 1);
-}
+export { sandboxGroupOf } from "./stub.ts";
 
 export interface CreateInput {
   spec: SandboxSpec;
@@ -43,15 +36,34 @@ export interface CreateInput {
 /** Default bound on waiting for the agent (create, resume, wake). */
 export const DEFAULT_WAIT_MS = 10_000;
 
-/** An intent ClusterDO did not take is retried after this long. */
+/** An intent ClusterDO did not take (or not yet) is sent again after this long. */
 const RETRY_MS = 2_000;
+/** An enqueue that has not answered this long after its ack wait is counted as failed (and retried). */
+const ENQUEUE_GRACE_MS = 10_000;
+/** ClusterDO's own bound on an ack wait (cluster-do.ts MAX_AWAIT_MS). */
+const MAX_ACK_WAIT_MS = 30_000;
+/** Slots kept in memory beyond those in use; older idle ones are dropped and reloaded on demand. */
+const MAX_SLOTS = 1_000;
+/** Index batch attempts, and the pause before each retry. */
+const INDEX_RETRY_MS = [250, 1_000];
 
 /** One sandbox of the group, as this object instance holds it. */
 interface Slot {
   state: SandboxState | null;
+  /**
+   * The newest intent ClusterDO has not confirmed taking. Written in the same row write as the
+   * transition that made it, so an instance that dies before the enqueue answers leaves it for the
+   * alarm; cleared only by the success of that generation or a newer one.
+   */
   undelivered: Undelivered | null;
   /** waitRunning() callers, woken after every transition. */
   waiters: Set<() => void>;
+  /** Operations holding this slot across an await: a slot in use is never evicted. */
+  busy: number;
+  /** Generation of the newest enqueue in flight from this instance (0: none). */
+  sending: number;
+  /** `undelivered` changed in memory and its row is not written yet. */
+  dirty: boolean;
 }
 
 interface QueuedIndexOp {
@@ -59,11 +71,15 @@ interface QueuedIndexOp {
   done: () => void;
 }
 
+type Applied = Result<{ resumed?: boolean; acked?: boolean; failure?: Refusal }>;
+
 export class SandboxGroupDO extends DurableObject<Env> {
   private readonly store: SandboxStore;
   private readonly slots = new Map<string, Slot>();
   /** Ids with a row: a create (always a new id) or a probe of an unknown one reads nothing. */
   private readonly stored: Set<string>;
+  /** Sandboxes whose alarm work is running, so an early re-fire does not run it twice. */
+  private readonly firing = new Set<string>();
   /** The alarm time this instance set (null: none, or unknown until the constructor read it). */
   private alarmAt: number | null = null;
   private indexQueue: QueuedIndexOp[] = [];
@@ -82,33 +98,39 @@ export class SandboxGroupDO extends DurableObject<Env> {
   async create(id: string, input: CreateInput): Promise<Result<{ sandbox: SandboxInfo }>> {
     if (input.spec.id !== id) return { ok: false, error: { code: ErrorCode.badRequest, message: `spec id ${input.spec.id} is not ${id}` } };
     const slot = this.slot(id);
-    const existed = slot.state !== null;
-    const t = await this.apply(id, {
-      type: "create",
-      spec: input.spec,
-      timeoutS: input.timeoutS,
-      generation: input.claimedGeneration + 1,
-      endpoint: input.endpoint,
-    }, input.waitMs);
-    if (!t.ok) {
-      // The intent never reached the outbox: nobody else knows this sandbox, so forget it.
-      if (!existed && slot.state) this.purge(id, slot);
-      return t;
+    slot.busy++;
+    try {
+      const t = await this.apply(id, {
+        type: "create",
+        spec: input.spec,
+        timeoutS: input.timeoutS,
+        generation: input.claimedGeneration + 1,
+        endpoint: input.endpoint,
+      }, input.waitMs);
+      if (!t.ok) return t;
+      if (t.failure) {
+        // ClusterDO may have taken the intent before its answer was lost: the row stays, as a
+        // kill whose delete intent the alarm delivers until ClusterDO takes it.
+        await this.apply(id, { type: "kill" }, 0);
+        return { ok: false, error: t.failure };
+      }
+      if (!t.acked) {
+        await this.apply(id, { type: "kill" }, 0);
+        return { ok: false, error: { code: ErrorCode.placementTimeout, message: `The cluster did not take sandbox "${id}" within ${input.waitMs} ms` } };
+      }
+      if (slot.state?.phase === "Failed") {
+        const error = { code: ErrorCode.createFailed, message: failureMessage(slot.state) };
+        await this.apply(id, { type: "kill" }, 0);
+        return { ok: false, error };
+      }
+      // A kill may have landed while the ack was awaited.
+      if (!slot.state || slot.state.phase === "Terminating") return notFound(id);
+      return { ok: true, sandbox: sandboxInfo(slot.state) };
+    } finally {
+      slot.busy--;
+      this.release(id, slot);
     }
-    if (!t.acked) {
-      await this.apply(id, { type: "kill" }, 0);
-      return { ok: false, error: { code: ErrorCode.placementTimeout, message: `The cluster did not take sandbox "${id}" within ${input.waitMs} ms` } };
-    }
-    if (slot.state?.phase === "Failed") {
-      const error = { code: ErrorCode.createFailed, message: failureMessage(slot.state) };
-      await this.apply(id, { type: "kill" }, 0);
-      return { ok: false, error };
-    }
-    // A kill may have landed while the ack was awaited.
-    if (!slot.state || slot.state.phase === "Terminating") return notFound(id);
-    return { ok: true, sandbox: sandboxInfo(slot.state) };
   }
-
   async info(id: string, access: Access): Promise<Result<{ sandbox: SandboxInfo }>> {
     const s = this.find(id)?.state ?? null;
     if (!visibleTo(s, access) || s.phase === "Failed") return notFound(id);
@@ -182,72 +204,132 @@ export class SandboxGroupDO extends DurableObject<Env> {
   override async alarm(): Promise<void> {
     this.alarmAt = null;
     const now = Date.now();
-    await Promise.all(this.store.dueIds(now).map((id) => this.fire(id, now)));
-    this.arm(this.store.nextDue());
+    const due = this.store.dueIds(now).filter((id) => !this.firing.has(id));
+    // Re-armed before any fire is awaited, and the fires are not awaited here: one sandbox whose
+    // fire waits on a slow ClusterDO must not hold the other timers of the group. A due sandbox
+    // whose fire does not finish (the instance dies) is looked at again RETRY_MS later.
+    this.arm(this.store.nextDue(now));
+    if (due.length > 0) this.arm(now + RETRY_MS);
+    this.ctx.waitUntil(Promise.all(due.map((id) => this.fire(id, now))));
   }
 
   private async fire(id: string, now: number): Promise<void> {
+    this.firing.add(id);
     const slot = this.slot(id);
-    if (slot.undelivered && slot.undelivered.retryAt <= now) await this.redeliver(id, slot, slot.undelivered.intent);
-    await this.apply(id, { type: "alarm" }, 0);
+    slot.busy++;
+    try {
+      const u = slot.undelivered;
+      if (u && u.retryAt <= now && slot.state) {
+        // An enqueue of this generation still in flight here answers for it; look again later.
+        if (slot.sending >= u.intent.generation) this.markUndelivered(id, slot, u.intent);
+        else await this.send(id, slot, u.intent, 0);
+        if (slot.dirty && slot.state) this.save(id, slot);
+      }
+      await this.apply(id, { type: "alarm" }, 0);
+    } catch (err) {
+      console.error(`sandbox ${id}: alarm work failed`, err);
+    } finally {
+      slot.busy--;
+      this.firing.delete(id);
+      this.release(id, slot);
+    }
   }
 
   private async applyVisible(id: string, access: Access, ev: SandboxEvent): Promise<Result> {
     if (!visibleTo(this.find(id)?.state ?? null, access)) return notFound(id);
-    return this.apply(id, ev, 0);
+    const t = await this.apply(id, ev, 0);
+    if (!t.ok) return t;
+    return { ok: true };
   }
 
-  private async apply(id: string, ev: SandboxEvent, awaitAckMs: number): Promise<Result<{ resumed?: boolean; acked?: boolean }>> {
+  /**
+   * One event: transition, one row write (with the new intent as undelivered), index writes, the
+   * enqueue. `failure`: ClusterDO did not confirm taking the intent (it stays undelivered and the
+   * alarm sends it again). `acked`: with `awaitAckMs`, the agent acknowledged it in time.
+   */
+  private async apply(id: string, ev: SandboxEvent, awaitAckMs: number): Promise<Applied> {
     const slot = this.slot(id);
-    const t = transition(slot.state, ev, Date.now());
-    if (!t.result.ok) {
-      this.release(id, slot);
-      return t.result;
-    }
-    // The machine hands back the very same object when nothing changed (e.g. the agent's
-    // observation of a re-init its ack already reported): no write then.
-    const changed = t.state !== slot.state;
-    slot.state = t.state;
-    const intents: IntentInput[] = [];
-    const writes: Promise<void>[] = [];
-    for (const e of t.effects) {
-      if (e.kind === "intent") intents.push(e.intent);
-      else if (e.kind === "index" && slot.state) writes.push(this.index({ kind: "upsert", row: indexRow(slot.state) }));
-      else if (e.kind === "purge") this.purge(id, slot);
-    }
-    if (changed && slot.state) this.save(id, slot);
-    notify(slot);
-    // A client's own change is in the index before its reply (list right after kill must not
-    // show the sandbox); the write runs beside the enqueue. Agent- and timer-driven writes do not
-    // hold anyone up.
-    const readYourWrites = ev.type !== "observe" && ev.type !== "ack" && ev.type !== "alarm" ? Promise.all(writes) : Promise.resolve();
-    let acked = true;
-    if (intents.length > 0 && slot.state) {
-      const cluster = slot.state.spec.cluster;
-      const sent = this.env.CLUSTER.get(this.env.CLUSTER.idFromName(cluster))
-        .enqueue(intents, { awaitAckMs, knownEndpoint: slot.state.endpoint })
-        .catch((err) => ({ ok: false as const, error: { code: ErrorCode.internal, message: `cluster ${cluster}: ${err}` } }));
-      const [res] = await Promise.all([sent, readYourWrites]);
-      if (!res.ok) {
-        if (ev.type === "create") return res;
-        this.setUndelivered(id, slot, { intent: intents[intents.length - 1]!, retryAt: Date.now() + RETRY_MS });
-        return { ...t.result, acked: false };
+    slot.busy++;
+    try {
+      const t = transition(slot.state, ev, Date.now());
+      if (!t.result.ok) return t.result;
+      // The machine hands back the very same object when nothing changed (e.g. the agent's
+      // observation of a re-init its ack already reported): no write then.
+      const changed = t.state !== slot.state;
+      slot.state = t.state;
+      let intent: IntentInput | null = null;
+      const writes: Promise<void>[] = [];
+      for (const e of t.effects) {
+        if (e.kind === "intent") intent = e.intent;
+        else if (e.kind === "index" && slot.state) writes.push(this.index({ kind: "upsert", row: indexRow(slot.state) }));
+        else if (e.kind === "purge") this.purge(id, slot);
       }
-      if (slot.undelivered) this.setUndelivered(id, slot, null);
-      acked = awaitAckMs === 0 || !res.timedOut;
+      if (intent && slot.state) slot.undelivered = { intent, retryAt: Date.now() + ackWait(awaitAckMs) + RETRY_MS };
+      if ((changed || intent) && slot.state) this.save(id, slot);
+      notify(slot);
+      // A client's own change is in the index before its reply (list right after kill must not
+      // show the sandbox); the write runs beside the enqueue. Agent- and timer-driven writes do
+      // not hold anyone up.
+      const readYourWrites = ev.type !== "observe" && ev.type !== "ack" && ev.type !== "alarm" ? Promise.all(writes) : Promise.resolve();
+      if (!intent || !slot.state) {
+        await readYourWrites;
+        return { ...t.result, acked: true };
+      }
+      const [res] = await Promise.all([this.send(id, slot, intent, awaitAckMs), readYourWrites]);
+      if (!res.ok) return { ...t.result, acked: false, failure: res.error };
+      // A stale-dropped intent (seq 0: ClusterDO already holds this generation or a newer one)
+      // was not acknowledged by anyone.
+      const acked = awaitAckMs === 0 || (!res.timedOut && res.seqs.every((s) => s > 0));
       for (const a of res.acks) {
         if (a.sandboxId === id) await this.apply(id, { type: "ack", generation: a.generation, result: a.result, message: a.message }, 0);
       }
-    } else await readYourWrites;
-    this.release(id, slot);
-    return { ...t.result, acked };
+      if (slot.dirty && slot.state) this.save(id, slot);
+      return { ...t.result, acked };
+    } finally {
+      slot.busy--;
+      this.release(id, slot);
+    }
+  }
+
+  /** Hands one intent to the sandbox's ClusterDO, bounded; settles `undelivered` by generation. */
+  private async send(id: string, slot: Slot, intent: IntentInput, awaitAckMs: number): Promise<EnqueueResult> {
+    const cluster = slot.state!.spec.cluster;
+    const opts: EnqueueOptions = awaitAckMs > 0 ? { awaitAckMs, knownEndpoint: slot.state!.endpoint } : {};
+    slot.sending = Math.max(slot.sending, intent.generation);
+    let res: EnqueueResult;
+    try {
+      res = await bounded(this.cluster(cluster).enqueue([intent], opts), ackWait(awaitAckMs) + ENQUEUE_GRACE_MS);
+    } catch (err) {
+      res = { ok: false, error: { code: ErrorCode.internal, message: `cluster ${cluster}: ${String(err)}` } };
+    } finally {
+      if (slot.sending === intent.generation) slot.sending = 0;
+    }
+    if (!res.ok) this.markUndelivered(id, slot, intent);
+    else if (slot.undelivered && slot.undelivered.intent.generation <= intent.generation) {
+      // Only this generation or an older one is settled: a newer intent made meanwhile stays.
+      slot.undelivered = null;
+      slot.dirty = true;
+    }
+    return res;
+  }
+
+  /** ClusterDO did not take `intent`: it is retried later unless a newer one replaced it. */
+  private markUndelivered(id: string, slot: Slot, intent: IntentInput): void {
+    if (!slot.state || (slot.undelivered && slot.undelivered.intent.generation > intent.generation)) return;
+    slot.undelivered = { intent, retryAt: Date.now() + RETRY_MS };
+    this.save(id, slot);
+  }
+
+  /** The ClusterDO stub for a cluster (one method, so tests can make it fail or stall). */
+  private cluster(name: string): Pick<DurableObjectStub<import("../cluster/cluster-do.ts").ClusterDO>, "enqueue"> {
+    return this.env.CLUSTER.get(this.env.CLUSTER.idFromName(name));
   }
 
   /** The sandbox's slot, loaded from its row (or empty, for a create). */
   private slot(id: string): Slot {
     let slot = this.find(id);
     if (!slot) {
-      slot = { state: null, undelivered: null, waiters: new Set() };
+      slot = newSlot(null, null);
       this.slots.set(id, slot);
     }
     return slot;
@@ -259,14 +341,25 @@ export class SandboxGroupDO extends DurableObject<Env> {
     if (cached) return cached;
     const row = this.stored.has(id) ? this.store.load(id) : null;
     if (!row) return null;
-    const slot: Slot = { state: row.state, undelivered: row.undelivered, waiters: new Set() };
+    const slot = newSlot(row.state, row.undelivered);
     this.slots.set(id, slot);
     return slot;
   }
 
-  /** Drops an empty slot nobody waits on, so probes of unknown ids do not pile up in memory. */
+  /**
+   * A slot nobody uses: an empty one goes at once (probes of unknown ids do not pile up); beyond
+   * MAX_SLOTS the oldest idle ones go too. Every change is in the row before anything is awaited,
+   * so a dropped slot is reloaded as it was.
+   */
   private release(id: string, slot: Slot): void {
-    if (!slot.state && !slot.undelivered && slot.waiters.size === 0 && this.slots.get(id) === slot) this.slots.delete(id);
+    if (slot.busy > 0 || slot.waiters.size > 0 || this.slots.get(id) !== slot) return;
+    if (!slot.state && !slot.undelivered) this.slots.delete(id);
+    else if (this.slots.size > MAX_SLOTS) {
+      for (const [other, s] of this.slots) {
+        if (this.slots.size <= MAX_SLOTS * 0.9) break;
+        if (s.busy === 0 && s.waiters.size === 0 && !s.dirty) this.slots.delete(other);
+      }
+    }
   }
 
   private save(id: string, slot: Slot): void {
@@ -279,6 +372,7 @@ export class SandboxGroupDO extends DurableObject<Env> {
       this.store.insert(id, row, due);
       this.stored.add(id);
     }
+    slot.dirty = false;
     this.arm(due);
   }
 
@@ -286,6 +380,7 @@ export class SandboxGroupDO extends DurableObject<Env> {
   private purge(id: string, slot: Slot): void {
     slot.state = null;
     slot.undelivered = null;
+    slot.dirty = false;
     this.store.remove(id);
     this.stored.delete(id);
     notify(slot);
@@ -306,40 +401,39 @@ export class SandboxGroupDO extends DurableObject<Env> {
   /**
    * Index ops from every sandbox of the group leave in one SandboxIndexDO call per flush (group
    * commit, in order, so one sandbox's writes never overtake each other). Resolves once the op's
-   * batch is committed (or failed: a lost batch only costs index freshness, and is logged).
+   * batch is committed, or has failed its last attempt (then it is logged: a lost batch costs
+   * index freshness until the sandbox's next write).
    */
   private index(op: IndexOp): Promise<void> {
     return new Promise((done) => {
       this.indexQueue.push({ op, done });
       if (this.indexFlush) return;
-      this.indexFlush = this.flushIndex().finally(() => (this.indexFlush = null));
+      this.indexFlush = this.flushIndex();
       this.ctx.waitUntil(this.indexFlush);
     });
   }
 
   private async flushIndex(): Promise<void> {
     const writer = this.env.SANDBOX_INDEX.get(this.env.SANDBOX_INDEX.idFromName(INDEX_WRITER_NAME));
-    while (this.indexQueue.length > 0) {
+    for (;;) {
+      // Checked and reset in the same turn as index() pushes: an op queued now is never left behind.
+      if (this.indexQueue.length === 0) {
+        this.indexFlush = null;
+        return;
+      }
       const batch = this.indexQueue.splice(0);
-      try {
-        const r = await writer.write(batch.map((q) => q.op));
-        if (!r.ok) console.error(`index write of ${batch.length} ops failed`, r.error);
-      } catch (err) {
-        console.error(`index write of ${batch.length} ops failed`, err);
+      const ops = batch.map((q) => q.op);
+      for (let attempt = 0; ; attempt++) {
+        const error = await writer.write(ops).then((r) => (r.ok ? null : r.error), (err: unknown) => err);
+        if (error === null) break;
+        if (attempt >= INDEX_RETRY_MS.length) {
+          console.error(`index write of ${batch.length} ops failed ${attempt + 1} times`, error);
+          break;
+        }
+        await new Promise((r) => setTimeout(r, INDEX_RETRY_MS[attempt]));
       }
       for (const q of batch) q.done();
     }
-  }
-
-  private async redeliver(id: string, slot: Slot, intent: IntentInput): Promise<void> {
-    const cluster = this.env.CLUSTER.get(this.env.CLUSTER.idFromName(slot.state!.spec.cluster));
-    const res = await cluster.enqueue([intent]).catch((err) => ({ ok: false as const, error: String(err) }));
-    this.setUndelivered(id, slot, res.ok ? null : { intent, retryAt: Date.now() + RETRY_MS });
-  }
-
-  private setUndelivered(id: string, slot: Slot, u: Undelivered | null): void {
-    slot.undelivered = u;
-    if (slot.state) this.save(id, slot);
   }
 
   private async waitRunning(id: string, ms: number): Promise<Result<{ state: SandboxState }>> {
@@ -367,6 +461,24 @@ export class SandboxGroupDO extends DurableObject<Env> {
       this.release(id, slot);
     }
   }
+}
+
+function newSlot(state: SandboxState | null, undelivered: Undelivered | null): Slot {
+  return { state, undelivered, waiters: new Set(), busy: 0, sending: 0, dirty: false };
+}
+
+/** How long ClusterDO may hold an enqueue waiting for acks. */
+function ackWait(awaitAckMs: number): number {
+  return Math.min(Math.max(awaitAckMs, 0), MAX_ACK_WAIT_MS);
+}
+
+/** `p`, or a failure once `ms` pass (the enqueue may still land: intents are idempotent by generation). */
+function bounded(p: Promise<EnqueueResult>, ms: number): Promise<EnqueueResult> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const late = new Promise<EnqueueResult>((resolve) => {
+    timer = setTimeout(() => resolve({ ok: false, error: { code: ErrorCode.internal, message: `no answer from the cluster within ${ms} ms` } }), ms);
+  });
+  return Promise.race([p, late]).finally(() => clearTimeout(timer));
 }
 
 function notify(slot: Slot): void {

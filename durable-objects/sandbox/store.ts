@@ -7,7 +7,10 @@ import type { SandboxState } from "./state.ts";
 
 type Sql = Pick<SqlStorage, "exec">;
 
-/** An intent ClusterDO did not accept, retried at `retryAt` (level-based: only the newest). */
+/**
+ * The newest intent ClusterDO has not confirmed taking (level-based: only the newest), sent again
+ * at `retryAt`. Written with the transition that made the intent, before the enqueue.
+ */
 export interface Undelivered {
   intent: IntentInput;
   retryAt: number;
@@ -36,8 +39,8 @@ export interface SandboxStore {
   remove(id: string): void;
   /** Sandboxes whose timer is due at `now`. */
   dueIds(now: number): string[];
-  /** The earliest due time of any sandbox, or null. */
-  nextDue(): number | null;
+  /** The earliest due time of any sandbox (later than `after`, when given), or null. */
+  nextDue(after?: number): number | null;
 }
 
 export function openSandboxStore(sql: Sql): SandboxStore {
@@ -69,8 +72,8 @@ export function openSandboxStore(sql: Sql): SandboxStore {
     dueIds(now) {
       return sql.exec<{ id: string }>("SELECT id FROM sandboxes WHERE due <= ?", now).toArray().map((r) => r.id);
     },
-    nextDue() {
-      return sql.exec<{ due: number | null }>("SELECT MIN(due) AS due FROM sandboxes").toArray()[0]?.due ?? null;
+    nextDue(after = -1) {
+      return sql.exec<{ due: number | null }>("SELECT MIN(due) AS due FROM sandboxes WHERE due > ?", after).toArray()[0]?.due ?? null;
     },
   };
 }

@@ -1,0 +1,31 @@
+// How callers reach a sandbox: its group object, and the group's RPCs with the sandbox id bound.
+// Lives beside the group so durable-objects/ never imports from functions/.
+import type { Env } from "../../functions/env.ts";
+import type { SandboxGroupDO } from "./sandbox-group-do.ts";
+
+/**
+ * The group a sandbox lives in: the first character of its id (ids are random `[a-z0-9]`, so 36
+ * groups share the load evenly). Fixed for the lifetime of stored sandboxes: a longer prefix
+ * (1,296 groups for two characters) would spread a large deployment wider, but changing it
+ * strands every existing sandbox in its old group.
+ */
+export function sandboxGroupOf(sandboxId: string): string {
+  return sandboxId.slice(0, 1);
+}
+
+const SANDBOX_METHODS = ["create", "info", "kill", "setTimeout", "refresh", "pause", "connectSandbox", "route", "wake", "inspect"] as const;
+type SandboxMethod = (typeof SANDBOX_METHODS)[number];
+type WithoutId<F> = F extends (id: string, ...args: infer A) => infer R ? (...args: A) => R : never;
+
+/** One sandbox's RPCs: SandboxGroupDO's methods with the sandbox id filled in. */
+export type SandboxHandle = { [M in SandboxMethod]: WithoutId<SandboxGroupDO[M]> };
+
+/** The group object that holds a sandbox (see sandboxGroupOf). */
+export function sandboxGroupStub(env: Env, sandboxId: string) {
+  return env.SANDBOX_GROUP.get(env.SANDBOX_GROUP.idFromName(sandboxGroupOf(sandboxId)));
+}
+
+export function sandboxStub(env: Env, sandboxId: string): SandboxHandle {
+  const group = sandboxGroupStub(env, sandboxId) as unknown as Record<SandboxMethod, (id: string, ...args: unknown[]) => unknown>;
+  return Object.fromEntries(SANDBOX_METHODS.map((m) => [m, (...args: unknown[]) => group[m](sandboxId, ...args)])) as SandboxHandle;
+}
