@@ -21,8 +21,7 @@ import {
   type Observation,
   type Owner,
 } from "../../schema/protocol/index.ts";
-import { sandboxGroupStub } from "../../functions/api/stubs.ts";
-import { sandboxGroupOf } from "../sandbox/sandbox-group-do.ts";
+import { sandboxGroupOf, sandboxGroupStub } from "../sandbox/stub.ts";
 import { CrdSync } from "./crd-sync.ts";
 import { nextRedelivery, transition, type ClusterEffect, type ClusterEvent, type ClusterState } from "./machine.ts";
 import type { ClusterStatus, EnqueueOptions, EnqueueResult } from "./rpc.ts";
@@ -43,6 +42,8 @@ const ACK_FLUSH_MS = 50;
 const MAX_CONFIRMED = 10_000;
 /** The longest an `enqueue` may wait for acks. */
 const MAX_AWAIT_MS = 30_000;
+/** Pause before each retry of an owner's observeBatch that failed (then it is dropped and logged). */
+const ROUTE_RETRY_MS = [100, 1_000];
 
 interface Attachment {
   cluster: string;
@@ -59,6 +60,13 @@ export class ClusterDO extends DurableObject<Env> {
   private unsentFlush: ReturnType<typeof setTimeout> | null = null;
   /** Applied acks their owner awaited, by sandbox: the observation repeating one is not routed. */
   private confirmed = new Map<string, { generation: number; endpoint: string }>();
+  /**
+   * Sandboxes with an awaited enqueue (knownEndpoint) in flight → whether an observation of them
+   * was routed meanwhile: then the owner's endpoint may have moved, and the ack confirms nothing.
+   */
+  private watching = new Map<string, boolean>();
+  /** Observations not routed as repeats of an ack, until a re-sent intent asks for them (see enqueue). */
+  private held = new Map<string, Observation>();
   /** Per-owner delivery chains, so one owner sees its observations in arrival order. */
   private routes = new Map<string, Promise<void>>();
   private sessionId = "";
@@ -105,13 +113,19 @@ export class ClusterDO extends DurableObject<Env> {
       intents.push(parsed.data);
     }
     const { seqs = [] } = this.apply({ type: "enqueue", intents });
+    this.resendHeld(intents, seqs);
     const connected = this.state!.connected;
     const waitMs = Math.min(opts.awaitAckMs ?? 0, MAX_AWAIT_MS);
     if (waitMs <= 0) return { ok: true, seqs, connected, acks: [], timedOut: false };
     const known = opts.knownEndpoint === undefined ? null : JSON.stringify(opts.knownEndpoint);
+    const watched = known === null ? [] : intents.map((i) => i.sandboxId);
+    for (const id of watched) this.watching.set(id, false);
     const { acks, timedOut } = await this.awaitAcks(seqs.filter((s) => s > 0), waitMs, (a) => {
-      if (known !== null && a.result === "applied" && this.state!.desired.get(a.sandboxId)?.state === "running") this.confirm(a, known);
+      if (known !== null && a.result === "applied" && this.watching.get(a.sandboxId) === false && this.state!.desired.get(a.sandboxId)?.state === "running") {
+        this.confirm(a, known);
+      }
     });
+    for (const id of watched) this.watching.delete(id);
     return { ok: true, seqs, connected, acks, timedOut };
   }
 
@@ -313,7 +327,7 @@ export class ClusterDO extends DurableObject<Env> {
           break;
         case "route":
           if (e.owner.kind !== "sandbox") this.route(e.owner, e.observations);
-          else for (const o of e.observations) if (!this.repeatsAck(o)) pushTo(toGroups, sandboxGroupOf(o.sandboxId), o);
+          else for (const o of e.observations) if (!this.repeatsAck(o)) this.routed(o, toGroups);
           break;
         case "acked":
           for (const a of e.items) {
@@ -374,17 +388,50 @@ export class ClusterDO extends DurableObject<Env> {
     });
   }
 
+  /**
+   * A failed call is retried a bounded number of times (later observations of the owner wait
+   * behind it, keeping their order); then the batch is dropped: the agent repeats state on change
+   * and in every hello, so it heals then.
+   */
   private async deliver(owner: Owner, observations: Observation[]): Promise<void> {
-    try {
-      if (owner.kind === "pool") {
-        await this.env.POOL.get(this.env.POOL.idFromName(owner.id)).observeBatch(observations);
-      } else if (owner.kind === "sandbox") {
-        await sandboxGroupStub(this.env, observations[0]!.sandboxId).observeBatch(observations);
+    for (let attempt = 0; ; attempt++) {
+      try {
+        if (owner.kind === "pool") {
+          await this.env.POOL.get(this.env.POOL.idFromName(owner.id)).observeBatch(observations);
+        } else if (owner.kind === "sandbox") {
+          await sandboxGroupStub(this.env, observations[0]!.sandboxId).observeBatch(observations);
+        }
+        return;
+      } catch (err) {
+        if (attempt >= ROUTE_RETRY_MS.length) {
+          console.warn(`cluster: routing ${observations.length} observations to ${owner.kind} failed ${attempt + 1} times: ${String(err)}`);
+          return;
+        }
+        await new Promise((r) => setTimeout(r, ROUTE_RETRY_MS[attempt]));
       }
-    } catch (err) {
-      // The agent repeats state on change and in every hello, so a lost observation heals.
-      console.warn(`cluster: routing to ${owner.kind} failed: ${String(err)}`);
     }
+  }
+
+  /** An observation on its way to its sandbox's group: it voids a pending confirmation and a held one. */
+  private routed(o: Observation, toGroups: Map<string, Observation[]>): void {
+    if (this.watching.has(o.sandboxId)) this.watching.set(o.sandboxId, true);
+    this.held.delete(o.sandboxId);
+    pushTo(toGroups, sandboxGroupOf(o.sandboxId), o);
+  }
+
+  /**
+   * A group re-sends an intent ClusterDO already holds (seq 0) when it lost the enqueue's answer
+   * (its instance died, the reply was lost): it never applied that ack, so the observation held
+   * back as the ack's repeat goes to it after all.
+   */
+  private resendHeld(intents: Intent[], seqs: number[]): void {
+    if (this.held.size === 0) return;
+    intents.forEach((i, k) => {
+      const h = seqs[k] === 0 && i.owner.kind === "sandbox" ? this.held.get(i.sandboxId) : undefined;
+      if (!h || h.generation < i.generation) return;
+      this.held.delete(i.sandboxId);
+      this.route({ kind: "sandbox" }, [h]);
+    });
   }
 
   /** Remembers an applied ack its owner awaited (see EnqueueOptions.knownEndpoint). */
@@ -399,7 +446,12 @@ export class ClusterDO extends DurableObject<Env> {
     const c = this.confirmed.get(obs.sandboxId);
     if (!c || obs.generation < c.generation) return false;
     this.confirmed.delete(obs.sandboxId);
-    return obs.generation === c.generation && obs.phase === "Running" && obs.ready && JSON.stringify(obs.endpoint ?? null) === c.endpoint;
+    const repeats = obs.generation === c.generation && obs.phase === "Running" && obs.ready && JSON.stringify(obs.endpoint ?? null) === c.endpoint;
+    if (repeats) {
+      if (this.held.size >= MAX_CONFIRMED) this.held.clear();
+      this.held.set(obs.sandboxId, obs);
+    }
+    return repeats;
   }
 
   private awaitAcks(seqs: number[], ms: number, onAck: (a: AckItem) => void): Promise<{ acks: AckItem[]; timedOut: boolean }> {
