@@ -31,12 +31,21 @@ export interface DesiredSandbox {
   pool?: string;
   /** False while an unclaimed warm-pool member, true once claimed or created on demand. */
   claimed?: boolean;
+  /** A claim's change of the running sandbox in place (SandboxClaim `inplaceUpdate`), for drivers
+   * that can (kubernetes: the main container's image, and CPU through the pod's `resize`
+   * subresource; the pod, its IP and PVCs stay). Others ignore it. */
+  inplaceUpdate?: InplaceUpdate;
   /** The owning team's namespace, for drivers that place sandboxes in namespaces (kubernetes:
    * the Sandbox, Pod and PVCs go there); absent: the driver's own namespace. */
   namespace?: string;
   /** The runtime's access token; given only to drivers without a host view (their runtime is
    * elsewhere and the driver calls it, e.g. to freeze). */
   accessToken?: string | null;
+}
+
+export interface InplaceUpdate {
+  image?: string;
+  cpuCount?: number;
 }
 
 export type SandboxPhase = "Pending" | "Running" | "Paused" | "Stopped" | "Failed";

@@ -1,8 +1,8 @@
 // In-place changes at claim against the real API server (Kubernetes 1.35: the pod `resize`
 // subresource): a warm pool member claimed with another image and more CPU keeps its pod (same
 // UID, nothing recreated); the pod spec carries the new image and CPU, the Sandbox records the
-// update once, and an Event says what changed. The edge does not send an `inplaceUpdate` yet
-// (no E2B or claim field carries one): this is the driver's half.
+// update once, and an Event says what changed. (The reconciler passes the intent's
+// `inplaceUpdate` on; the edge's create route still refuses the extensions that would set it.)
 import { CoreV1Api, PatchStrategy, setHeaderOptions, type V1Pod } from "@kubernetes/client-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { KubernetesDriver, type KubeDesiredSandbox } from "../../controllers/drivers/kubernetes/kubernetes-driver.ts";
@@ -69,7 +69,7 @@ describe("in-place update at claim", () => {
     expect(after.spec!.containers[0]).toMatchObject({ name: "sandbox", image: "python:3.13", resources: { requests: { cpu: "2" }, limits: { cpu: "2" } } });
     expect(after.spec!.containers[1]!.name).toBe("agent-runtime"); // the sidecar is untouched
     const sbx = JSON.parse(kubectlOk(["-n", ns, "get", "sbx", "python-warm1", "-o", "json"]));
-    expect(JSON.parse(sbx.metadata.annotations["agents.kruise.io/inplace-update"])).toEqual({ image: "python:3.13", cpuCount: 2 });
+    expect(JSON.parse(sbx.metadata.annotations["agents.kruise.io/inplace-update"])).toEqual({ image: "python:3.13", cpuCount: 2, pod: before.metadata!.uid });
     const events = kubectlOk(["-n", ns, "get", "events", "--field-selector", "involvedObject.name=python-warm1", "-o", "jsonpath={.items[*].reason}"]);
     expect(events.split(" ")).toContain("InplaceUpdated");
 

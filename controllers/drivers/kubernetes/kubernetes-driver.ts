@@ -30,6 +30,7 @@ import {
   type Driver,
   type DriverCapabilities,
   type ExecResult,
+  type InplaceUpdate,
   type SandboxObservation,
   type SnapshotRef,
 } from "../driver.ts";
@@ -68,15 +69,6 @@ export interface KubeDesiredSandbox extends DesiredSandbox {
   claimed?: boolean;
   /** The runtime's access token, sent with freeze/thaw once the sandbox has one. */
   accessToken?: string | null;
-  /** A claim's change of the running pod in place (SandboxClaim `inplaceUpdate`): the main
-   * container's image (the kubelet restarts that container, the pod and its IP stay) and its CPU
-   * through the pod's `resize` subresource (in-place resize, Kubernetes ≥ 1.33). */
-  inplaceUpdate?: InplaceUpdate;
-}
-
-export interface InplaceUpdate {
-  image?: string;
-  cpuCount?: number;
 }
 
 /** A driver observation plus what only a remote runtime has: where it is and whether it is ready. */
@@ -529,9 +521,17 @@ export class KubernetesDriver implements Driver {
     return this.#observe(d.id)!;
   }
 
-  /** Whether `d` asks for an in-place update the running pod has not had yet. */
+  /** What the inplace-update annotation says once `u` is applied to the pod `podUid` (a pod made
+   * again after a Stop pause is built from the template and gets the update again). */
+  #inplaceRecord(u: InplaceUpdate, podUid: string | undefined): string {
+    return stableJson({ ...u, pod: podUid });
+  }
+
+  /** Whether `d` asks for an in-place update the current pod has not had yet. */
   #inplacePending(sbx: SandboxObject, d: KubeDesiredSandbox): boolean {
-    return Boolean(d.inplaceUpdate && (d.inplaceUpdate.image || d.inplaceUpdate.cpuCount)) && sbx.metadata?.annotations?.[ANNOTATION.inplaceUpdate] !== stableJson(d.inplaceUpdate);
+    const u = d.inplaceUpdate;
+    if (!u || (!u.image && !u.cpuCount)) return false;
+    return sbx.metadata?.annotations?.[ANNOTATION.inplaceUpdate] !== this.#inplaceRecord(u, this.#pod(d.id)?.metadata?.uid);
   }
 
   /** Changes the main container's image and CPU without recreating the pod, then records it. */
@@ -561,7 +561,7 @@ export class KubernetesDriver implements Driver {
     }
     this.requests++;
     const updated = (await this.#custom.patchNamespacedCustomObject(
-      { group: GROUP, version: VERSION, namespace: sc.namespace, plural: PLURAL.sandbox, name: sbx.metadata!.name!, body: { metadata: { annotations: { [ANNOTATION.inplaceUpdate]: stableJson(u) } } } },
+      { group: GROUP, version: VERSION, namespace: sc.namespace, plural: PLURAL.sandbox, name: sbx.metadata!.name!, body: { metadata: { annotations: { [ANNOTATION.inplaceUpdate]: this.#inplaceRecord(u, pod.metadata?.uid) } } } },
       mergePatch,
     )) as SandboxObject;
     await this.#event(sc, sbx, "Normal", EventReason.InplaceUpdated, `in place: ${[u.image && `image ${u.image}`, u.cpuCount && `cpu ${u.cpuCount}`].filter(Boolean).join(", ")}`);
