@@ -1,12 +1,14 @@
 // The spawner process: forks on the agent's behalf (see spawner.ts for why). It speaks Node's IPC
 // channel with the agent, imports nothing but Node's own modules (node-pty only when a terminal is
-// asked for), and exits when the agent goes away. Pipes go back to the agent as file descriptors
-// (SCM_RIGHTS under Node's handle passing), so output never flows through this process; only
-// terminal output is relayed, because node-pty keeps its master end here.
+// asked for), and exits when the agent goes away. Output never flows through this process: a
+// child's pipes are connections the agent opened to this process's socket in advance (the pool),
+// or, when the pool is empty, socket pairs passed back to the agent as file descriptors (Node's
+// handle passing, one acknowledged message per pipe: two more round trips). Only terminal output
+// is relayed, because node-pty keeps its master end here.
 import { spawn, type ChildProcess } from "node:child_process";
 import { closeSync, openSync } from "node:fs";
-import type { Socket } from "node:net";
-import type { SpawnerReply, SpawnerRequest } from "./spawner-protocol.ts";
+import { createServer, type Socket } from "node:net";
+import { CONNECTION_ID_BYTES, stopReading, type SpawnerReply, type SpawnerRequest } from "./spawner-protocol.ts";
 
 interface PtyTerm {
   pid: number;
@@ -17,12 +19,30 @@ interface PtyTerm {
 // A send that fails means the agent is gone; 'disconnect' ends this process.
 const send = (m: SpawnerReply, handle?: Socket): void => void process.send!(m, handle, {}, () => {});
 const terms = new Map<number, PtyTerm>();
+/** Connections from the agent, by the id each one sent first, not yet given to a child. */
+const pool = new Map<number, Socket>();
+
+function takePooled(stdio: Extract<SpawnerRequest, { t: "spawn" }>["stdio"]): Map<number, [number, Socket]> | undefined {
+  const want = stdio.flatMap((s, n) => (s === "pipe" ? [n] : []));
+  if (want.length === 0 || pool.size < want.length) return undefined;
+  const out = new Map<number, [number, Socket]>();
+  const ids = pool.keys();
+  for (const n of want) {
+    const id = ids.next().value as number;
+    out.set(n, [id, pool.get(id)!]);
+  }
+  for (const [, [id]] of out) pool.delete(id);
+  return out;
+}
 
 function doSpawn(m: Extract<SpawnerRequest, { t: "spawn" }>): void {
   const files: number[] = [];
+  const pooled = takePooled(m.stdio);
   let child: ChildProcess;
   try {
-    const stdio = m.stdio.map((s) => {
+    const stdio = m.stdio.map((s, n) => {
+      const conn = pooled?.get(n);
+      if (conn) return conn[1];
       if (typeof s === "string") return s;
       const fd = openSync(s.append, "a");
       files.push(fd);
@@ -33,26 +53,29 @@ function doSpawn(m: Extract<SpawnerRequest, { t: "spawn" }>): void {
     const env = { ...m.env, KRUISE_PARENT_PID: String(process.pid) };
     child = spawn(m.file, m.args, { cwd: m.cwd, env, uid: m.uid, gid: m.gid, detached: m.detached, stdio });
   } catch (err) {
+    for (const [, [, s]] of pooled ?? []) s.destroy();
     return send({ t: "error", id: m.id, message: (err as Error).message });
   } finally {
     for (const fd of files) closeSync(fd);
   }
+  // The child has its own copies of pooled connections now.
+  for (const [, [, s]] of pooled ?? []) s.destroy();
   if (child.pid === undefined) {
     child.once("error", (err) => send({ t: "error", id: m.id, message: err.message }));
     return;
   }
-  // Node starts reading a child's output pipe as soon as it wraps it; stop that before the event
-  // loop runs again, or the first bytes would be read here and lost with the handle we pass on.
-  const pipes = child.stdio.map((s, n) => ({ s: s as Socket | null, n })).filter((p) => p.s && m.stdio[p.n] === "pipe");
-  for (const { s, n } of pipes) {
-    if (n === 0) continue;
-    const h = (s as unknown as { _handle: { readStop(): number; reading: boolean } })._handle;
-    h.readStop();
-    h.reading = false;
+  if (pooled) {
+    send({ t: "spawned", id: m.id, pid: child.pid, pipes: [], pooled: Object.fromEntries([...pooled].map(([n, [id]]) => [n, id])) });
+  } else {
+    // Before the event loop runs again: bytes read here would be lost with the handle we pass on.
+    const pipes = child.stdio.map((s, n) => ({ s: s as Socket | null, n })).filter((p) => p.s && m.stdio[p.n] === "pipe");
+    for (const { s, n } of pipes) if (n > 0) stopReading(s!);
+    // Node destroys a child's stdin when it exits, which may be before that handle is sent.
+    (child as { stdin: unknown }).stdin = null;
+    send({ t: "spawned", id: m.id, pid: child.pid, pipes: pipes.map((p) => p.n) });
+    // Sent one by one (Node passes one handle per message); each is closed here once delivered.
+    for (const { s, n } of pipes) send({ t: "fd", id: m.id, n }, s!);
   }
-  send({ t: "spawned", id: m.id, pid: child.pid, pipes: pipes.map((p) => p.n) });
-  // Sent one by one (Node passes one handle per message); each is closed here once delivered.
-  for (const { s, n } of pipes) send({ t: "fd", id: m.id, n }, s!);
   child.once("exit", (code, signal) => send({ t: "exit", id: m.id, code, signal }));
 }
 
@@ -95,4 +118,19 @@ process.on("message", (m: SpawnerRequest) => {
 // The agent is gone: leave. Commands started here die with us (enter.pl's parent-death signal);
 // holders were started in their own session without one and keep their sandboxes running.
 process.on("disconnect", () => process.exit(0));
-send({ t: "ready", pid: process.pid });
+// Connections the agent opens in advance; each says its id first, then waits for a child.
+const server = createServer((conn) => {
+  let head = Buffer.alloc(0);
+  const onData = (d: Buffer) => {
+    head = Buffer.concat([head, d]);
+    if (head.length < CONNECTION_ID_BYTES) return;
+    conn.off("data", onData);
+    stopReading(conn);
+    const id = head.readUInt32BE(0);
+    pool.set(id, conn);
+    conn.once("close", () => pool.get(id) === conn && pool.delete(id));
+  };
+  conn.on("data", onData);
+  conn.on("error", () => {});
+});
+server.listen(process.argv[2]!, () => send({ t: "ready", pid: process.pid }));

@@ -1,4 +1,6 @@
-// Messages between the agent and its spawner process (Node IPC, structured clone).
+// Messages between the agent and its spawner process (Node IPC, structured clone), and the one
+// socket trick both sides need.
+import type { Socket } from "node:net";
 
 export interface SpawnCommand {
   file: string;
@@ -20,9 +22,23 @@ export type SpawnerRequest =
 
 export type SpawnerReply =
   | { t: "ready"; pid: number }
-  /** Followed by one `fd` message per listed pipe, in order. */
-  | { t: "spawned"; id: number; pid: number; pipes: number[] }
+  /** Followed by one `fd` message per listed pipe, in order. `pooled` are the pipes that use
+   * connections the agent opened in advance instead: child fd -> the connection's id. */
+  | { t: "spawned"; id: number; pid: number; pipes: number[]; pooled?: Record<number, number> }
   | { t: "fd"; id: number; n: number }
   | { t: "error"; id: number; message: string }
   | { t: "data"; id: number; data: Uint8Array }
   | { t: "exit"; id: number; code: number | null; signal: NodeJS.Signals | number | null };
+
+/** A pooled connection starts with its id: 4 bytes, big-endian. */
+export const CONNECTION_ID_BYTES = 4;
+
+/** Stops Node reading a socket until a consumer reads it (net.Socket's _read starts reading again
+ * when `reading` is false). Node starts reading every socket it wraps, which would take a child's
+ * first output (or its end of file) before the process that should see it has the socket. */
+export function stopReading(s: Socket): void {
+  const h = (s as unknown as { _handle: { readStop(): number; reading: boolean } | null })._handle;
+  if (!h) return;
+  h.readStop();
+  h.reading = false;
+}

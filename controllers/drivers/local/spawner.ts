@@ -13,15 +13,21 @@
 // command it started (enter.pl's parent-death signal) and each of them reports a clear error as
 // its end; holders are not affected. It exits by itself when the agent does (IPC disconnect).
 import { fork, spawn, type ChildProcess } from "node:child_process";
-import { closeSync, openSync } from "node:fs";
+import { closeSync, mkdtempSync, openSync, rmSync } from "node:fs";
+import { connect } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import type { Readable, Writable } from "node:stream";
 import type { Socket } from "node:net";
 import type { HostCommand } from "../../runtime/sandbox-view.ts";
 import { inProcessLauncher, ProcessStartError, type LaunchedExit, type LaunchedPipes, type LaunchedPty, type ProcessLauncher } from "../../runtime/process/launcher.ts";
-import type { SpawnCommand, SpawnerReply, SpawnerRequest, StdioSpec } from "./spawner-protocol.ts";
+import { CONNECTION_ID_BYTES, type SpawnCommand, type SpawnerReply, type SpawnerRequest, type StdioSpec } from "./spawner-protocol.ts";
 
 const MAIN = fileURLToPath(new URL("./spawner-main.ts", import.meta.url));
+/** Idle connections kept open to the spawner: a burst of this many / 2 commands starts without
+ * waiting for new ones. */
+const POOL = 32;
 
 export interface SpawnedProcess {
   pid: number;
@@ -60,6 +66,11 @@ export class Spawner implements ProcessLauncher {
   #disposed = false;
   /** Requests waiting for the spawner to start. */
   #waiting = 0;
+  /** Pooled connections to the current spawner, by id, and how many are being opened. */
+  #pool = new Map<number, Socket>();
+  #opening = 0;
+  #nextConn = 1;
+  #socketDir: string | undefined;
 
   constructor(mode?: typeof IN_PROCESS) {
     this.#inProcess = mode === IN_PROCESS;
@@ -72,7 +83,10 @@ export class Spawner implements ProcessLauncher {
 
   #start(): Promise<ChildProcess> {
     if (this.#ready) return this.#ready;
-    const child = fork(MAIN, [], {
+    // A private directory (0700): only this user can connect and become some command's stdout.
+    this.#socketDir ??= mkdtempSync(join(tmpdir(), "kruise-spawner-"));
+    const socketPath = join(this.#socketDir, `${Date.now().toString(36)}.sock`);
+    const child = fork(MAIN, [socketPath], {
       // Not the agent's flags (--cpu-prof, --inspect); small young generation, as in the runtime.
       execArgv: ["--max-semi-space-size=1", "--disable-warning=ExperimentalWarning"],
       env: { ...process.env, MALLOC_ARENA_MAX: "2" },
@@ -84,8 +98,10 @@ export class Spawner implements ProcessLauncher {
       child.once("error", reject);
       child.once("exit", (code, signal) => reject(new ProcessStartError(`the process spawner exited during start (${signal ?? code})`)));
       child.on("message", (m: SpawnerReply, handle?: Socket) => {
-        if (m.t === "ready") resolve(child);
-        else this.#onReply(m, handle);
+        if (m.t === "ready") {
+          this.#fill(child, socketPath);
+          resolve(child);
+        } else this.#onReply(m, handle);
       });
     });
     this.#ready.catch(() => {});
@@ -99,6 +115,8 @@ export class Spawner implements ProcessLauncher {
     if (this.#child !== child) return;
     this.#child = undefined;
     this.#ready = undefined;
+    for (const s of this.#pool.values()) s.destroy();
+    this.#pool.clear();
     const tracked = [...this.#tracked.entries()];
     this.#tracked.clear();
     for (const [, t] of tracked) {
@@ -125,6 +143,20 @@ export class Spawner implements ProcessLauncher {
       case "spawned":
         t.pid = m.pid;
         t.expected = m.pipes;
+        for (const [n, connId] of Object.entries(m.pooled ?? {})) {
+          const s = this.#pool.get(connId);
+          if (!s) {
+            t.reject?.(new ProcessStartError(`the process spawner used an unknown connection for pipe ${n}`));
+            continue;
+          }
+          this.#pool.delete(connId);
+          s.ref();
+          // Neither paused nor flowing: the consumer's first 'data' listener starts the reading.
+          (s as { readableFlowing: boolean | null }).readableFlowing = null;
+          t.pipes.set(Number(n), s);
+          t.expected = [...t.expected, Number(n)];
+        }
+        if (m.pooled && this.#child) this.#fill(this.#child, undefined);
         break;
       case "fd":
         if (handle) t.pipes.set(m.n, handle);
@@ -151,6 +183,39 @@ export class Spawner implements ProcessLauncher {
       const resolve = t.resolve;
       t.resolve = t.reject = undefined;
       resolve({ pid: t.pid, pipes: t.expected });
+    }
+  }
+
+  #socketPath: string | undefined;
+
+  /** Tops the pool of idle connections up to POOL. They never keep the agent alive. */
+  #fill(child: ChildProcess, socketPath: string | undefined): void {
+    if (socketPath) this.#socketPath = socketPath;
+    const path = this.#socketPath;
+    if (!path) return;
+    while (this.#pool.size + this.#opening < POOL) {
+      const id = this.#nextConn++;
+      this.#opening++;
+      const s = connect(path);
+      // Paused before it connects, so Node never starts reading it: its first bytes and its end of
+      // file belong to whoever consumes the child's pipe later.
+      s.pause();
+      s.unref();
+      let connected = false;
+      s.once("connect", () => {
+        connected = true;
+        this.#opening--;
+        const head = Buffer.alloc(CONNECTION_ID_BYTES);
+        head.writeUInt32BE(id);
+        s.write(head);
+        if (this.#child === child) this.#pool.set(id, s);
+        else s.destroy();
+      });
+      s.on("error", () => {});
+      s.once("close", () => {
+        if (!connected) this.#opening--;
+        else if (this.#pool.get(id) === s) this.#pool.delete(id);
+      });
     }
   }
 
@@ -232,6 +297,9 @@ export class Spawner implements ProcessLauncher {
   /** Stops the spawner (its running commands end with it). */
   async dispose(): Promise<void> {
     this.#disposed = true;
+    for (const s of this.#pool.values()) s.destroy();
+    this.#pool.clear();
+    if (this.#socketDir) rmSync(this.#socketDir, { recursive: true, force: true });
     const child = this.#child;
     if (!child || child.exitCode !== null || child.signalCode !== null) return;
     const exited = new Promise<void>((ok) => child.once("exit", () => ok()));

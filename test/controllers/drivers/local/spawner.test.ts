@@ -54,6 +54,17 @@ describe("spawner", () => {
     }
   });
 
+  it("a burst bigger than the pool of connections falls back to passing pipes, with nothing lost either way", async () => {
+    const runs = Array.from({ length: 60 }, async (_, i) => {
+      const p = await spawner.spawnPipes({ file: "/bin/sh", args: ["-c", `echo out${i}; echo err${i} >&2`], cwd: "/", env: {} }, i % 2 === 0);
+      p.stdin?.end();
+      const [out, err, exit] = await Promise.all([text(p.stdout), text(p.stderr), exitOf(p)]);
+      return { out, err, exit };
+    });
+    const results = await Promise.all(runs);
+    results.forEach((r, i) => expect(r).toEqual({ out: `out${i}\n`, err: `err${i}\n`, exit: { code: 0, signal: null } }));
+  });
+
   it("stdin reaches the command and closing it gives end of file", async () => {
     const p = await spawner.spawnPipes({ file: "/usr/bin/wc", args: ["-c"], cwd: "/", env: {} }, true);
     const out = text(p.stdout);
