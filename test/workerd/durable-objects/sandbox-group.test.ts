@@ -1,11 +1,13 @@
-// Sandbox timers (one alarm per SandboxGroupDO) and the gateway's RPCs (route, wake), with the
-// scripted agent.
+// SandboxGroupDO: sandbox timers (one alarm per group), the gateway's RPCs (route, wake), and
+// the delivery of intents when ClusterDO fails or stalls, with the scripted agent.
 import { env } from "cloudflare:workers";
+import { runInDurableObject } from "cloudflare:test";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { getDb } from "../../../functions/store/db.ts";
-import { sandboxStub } from "../../../functions/api/stubs.ts";
 import { getIndexRow } from "../../../functions/store/sandbox-index.ts";
-import { sandboxGroupOf } from "../../../durable-objects/sandbox/sandbox-group-do.ts";
+import type { SandboxGroupDO } from "../../../durable-objects/sandbox/sandbox-group-do.ts";
+import { sandboxGroupOf, sandboxGroupStub, sandboxStub } from "../../../durable-objects/sandbox/stub.ts";
+import type { IntentInput } from "../../../schema/protocol/index.ts";
 import type { ScriptedAgent } from "../../support/scripted-agent.ts";
 import { call, createTeam, expectError, expectStatus, startAgent, unique, type TestTeam } from "../helpers.ts";
 
@@ -31,6 +33,54 @@ async function expire(id: string): Promise<void> {
   const before = await stub(id).inspect();
   await expectStatus(call(`/sandboxes/${id}/timeout`, { key: team.key, body: { timeout: 0 } }), 204);
   await eventually(async () => (await stub(id).inspect())?.generation !== before?.generation);
+}
+
+/** Creates sandboxes until two share a group (36 groups: at most 37 creates). */
+async function sameGroupPair(body: Record<string, unknown> = {}): Promise<[string, string]> {
+  const byGroup = new Map<string, string>();
+  for (;;) {
+    const id = await create(body);
+    const other = byGroup.get(sandboxGroupOf(id));
+    if (other) return [other, id];
+    byGroup.set(sandboxGroupOf(id), id);
+  }
+}
+
+/**
+ * What a group's ClusterDO calls do for one sandbox's intents: "fail" (throws before reaching
+ * ClusterDO), "lost" (ClusterDO takes it, the answer is lost), "die" (the group's instance is reset
+ * once its row write committed, before the intent left), a delay in ms, or undefined (as is).
+ */
+type Script = (intent: IntentInput) => "fail" | "lost" | "die" | number | undefined;
+
+/** Puts `script` between the sandbox's group and ClusterDO (null: removes it). */
+async function scriptCluster(sandboxId: string, script: Script | null): Promise<void> {
+  await runInDurableObject(sandboxGroupStub(env, sandboxId), (instance: SandboxGroupDO, state) => {
+    type Enqueue = (intents: IntentInput[], opts: unknown) => Promise<unknown>;
+    const group = instance as unknown as { cluster?: (name: string) => { enqueue: Enqueue } };
+    if (!script) {
+      delete group.cluster;
+      return;
+    }
+    const real = (Object.getPrototypeOf(instance) as { cluster: (name: string) => { enqueue: Enqueue } }).cluster;
+    group.cluster = (name) => {
+      const cluster = real.call(instance, name);
+      return {
+        enqueue: async (intents, opts) => {
+          const what = intents[0]?.sandboxId === sandboxId ? script(intents[0]) : undefined;
+          if (what === "fail") throw new Error("scripted: ClusterDO unreachable");
+          if (what === "die") {
+            await new Promise((r) => setTimeout(r, 50));
+            state.abort("scripted: the group restarts");
+          }
+          if (typeof what === "number") await new Promise((r) => setTimeout(r, what));
+          const res = await cluster.enqueue(intents, opts);
+          if (what === "lost") throw new Error("scripted: the answer was lost");
+          return res;
+        },
+      };
+    };
+  });
 }
 
 async function eventually(check: () => Promise<boolean>, ms = 5_000): Promise<void> {
@@ -74,16 +124,7 @@ describe("timers", () => {
 
 describe("sandbox groups", () => {
   it("one group's alarm serves each of its sandboxes: one expiring leaves the other running, and the alarm re-arms", async () => {
-    // 36 groups (first character of the id): at most 37 creates give two in the same group.
-    const byGroup = new Map<string, string>();
-    let pair: [string, string] | null = null;
-    while (!pair) {
-      const id = await create({ timeout: 600 });
-      const other = byGroup.get(sandboxGroupOf(id));
-      if (other) pair = [other, id];
-      else byGroup.set(sandboxGroupOf(id), id);
-    }
-    const [first, second] = pair;
+    const [first, second] = await sameGroupPair({ timeout: 600 });
     await expire(first);
     await expectError(call(`/sandboxes/${first}`, { key: team.key }), 404);
     expect((await expectStatus(call(`/sandboxes/${second}`, { key: team.key }), 200)).state).toBe("running");
@@ -168,4 +209,102 @@ describe("gateway RPCs", () => {
     await expectStatus(call(`/sandboxes/${id}/pause`, { key: team.key, body: {} }), 204);
     expect(await stub(id).wake()).toMatchObject({ ok: false, error: { code: "conflict" } });
   });
+});
+
+describe("intent delivery", () => {
+  it("one sandbox's timer work stalled on ClusterDO does not hold another sandbox's timeout in its group", async () => {
+    const [stalled, other] = await sameGroupPair({ timeout: 600 });
+    await scriptCluster(stalled, (i) => (i.desired.state === "deleted" ? 8_000 : undefined));
+    try {
+      await expectStatus(call(`/sandboxes/${other}/timeout`, { key: team.key, body: { timeout: 1 } }), 204);
+      await expectStatus(call(`/sandboxes/${stalled}/timeout`, { key: team.key, body: { timeout: 0 } }), 204);
+      await eventually(async () => (await stub(stalled).inspect())?.phase === "Terminating");
+      // `other` ends 1 s later, long before the stalled kill's enqueue returns.
+      await agent.waitUntil(() => !agent.sandboxes.has(other), 4_000);
+      expect(agent.sandboxes.has(stalled)).toBe(true);
+    } finally {
+      await scriptCluster(stalled, null);
+    }
+    await agent.waitUntil(() => !agent.sandboxes.has(stalled), 10_000);
+  }, 20_000);
+
+  it("a kill ClusterDO did not take is retried, even when an older intent's enqueue succeeds after it", async () => {
+    const id = await create({ timeout: 600 });
+    await expectStatus(call(`/sandboxes/${id}/pause`, { key: team.key, body: {} }), 204);
+    await agent.waitUntil(() => agent.sandboxes.get(id)?.phase === "Paused");
+    // The resume (connect) is slow to reach ClusterDO; the kill sent meanwhile fails to reach it once.
+    let kills = 0;
+    await scriptCluster(id, (i) => (i.desired.state === "running" ? 1_000 : i.desired.state === "deleted" && kills++ === 0 ? "fail" : undefined));
+    try {
+      const connecting = call(`/sandboxes/${id}/connect`, { key: team.key, body: { timeout: 60 } });
+      await eventually(async () => (await stub(id).inspect())?.phase === "Resuming");
+      await expectStatus(call(`/sandboxes/${id}`, { key: team.key, method: "DELETE" }), 204);
+      await connecting;
+      // The resume reached the agent after the kill failed: only the kill's retry stops it.
+      await agent.waitUntil(() => !agent.sandboxes.has(id), 8_000);
+      expect(kills).toBeGreaterThan(1);
+    } finally {
+      await scriptCluster(id, null);
+    }
+  }, 15_000);
+
+  it("a create whose intent ClusterDO took but whose answer was lost leaves a kill that deletes the claimed member", async () => {
+    const lossy = await createTeam(unique("sdo-lost"), { replicas: 1 });
+    const lossyAgent = await startAgent(lossy.cluster);
+    try {
+      await eventually(async () => lossyAgent.running().length === 1);
+      const [member] = lossyAgent.running();
+      await scriptCluster(member!, (i) => (i.desired.state === "running" ? "lost" : undefined));
+      try {
+        const res = await call("/v2/sandboxes", { key: lossy.key, body: { templateID: lossy.template } });
+        expect(res.status).toBeGreaterThanOrEqual(500);
+        await res.body?.cancel();
+        // Before the fix the row was purged at once: the member ran on with nobody owning it.
+        await lossyAgent.waitUntil(() => !lossyAgent.sandboxes.has(member!), 6_000);
+        expect(await stub(member!).route()).toMatchObject({ ok: false, error: { code: "sandbox_not_found" } });
+      } finally {
+        await scriptCluster(member!, null);
+      }
+    } finally {
+      lossyAgent.disconnect();
+    }
+  }, 15_000);
+
+  it("an intent whose group restarts before ClusterDO took it is sent by the new instance", async () => {
+    const id = await create({ timeout: 600 });
+    // The pause never leaves this instance, which goes away (a restart) once its row is written.
+    await scriptCluster(id, (i) => (i.desired.state === "paused" ? "die" : undefined));
+    await call(`/sandboxes/${id}/pause`, { key: team.key, body: {} }).then((r) => r.body?.cancel(), () => undefined);
+    expect((await stub(id).inspect())?.phase).toBe("Pausing");
+    await agent.waitUntil(() => agent.sandboxes.get(id)?.phase === "Paused", 8_000);
+  }, 15_000);
+
+  it("an observation that moved the endpoint while the claim's ack was awaited voids the ack's confirmation", async () => {
+    // The agent reports the re-init at a new endpoint before its (delayed) ack; it then reports
+    // the member's first endpoint again, which must reach the sandbox.
+    const moving = await createTeam(unique("sdo-back"), { replicas: 1 });
+    const calls = new Map<string, number>();
+    const endpointOf = (id: string, k: number) => ({ runtime: `http://${id}-${k}.scripted.invalid:49983` });
+    const movingAgent = await startAgent(moving.cluster, {
+      ackDelayMs: 100,
+      endpoint: (id) => {
+        calls.set(id, (calls.get(id) ?? 0) + 1);
+        return endpointOf(id, calls.get(id)!);
+      },
+    });
+    try {
+      await eventually(async () => movingAgent.running().length === 1);
+      await eventually(async () => (await expectStatus(call(`/admin/teams/${moving.name}/templates/${moving.template}`), 200)).pool.available === 1);
+      const id = (await expectStatus(call("/v2/sandboxes", { key: moving.key, body: { templateID: moving.template } }), 201)).sandboxID as string;
+      expect(calls.get(id)).toBe(2);
+      const generation = movingAgent.sandboxes.get(id)!.generation;
+      movingAgent.report({ sandboxId: id, generation, phase: "Running", ready: true, endpoint: endpointOf(id, 1), observedAt: Date.now() });
+      await eventually(async () => {
+        const r = await stub(id).route();
+        return r.ok && r.route.endpoint?.runtime === endpointOf(id, 1).runtime;
+      });
+    } finally {
+      movingAgent.disconnect();
+    }
+  }, 10_000);
 });
