@@ -399,7 +399,7 @@ export class ClusterDO extends DurableObject<Env> {
         if (owner.kind === "pool") {
           await this.env.POOL.get(this.env.POOL.idFromName(owner.id)).observeBatch(observations);
         } else if (owner.kind === "sandbox") {
-          await sandboxGroupStub(this.env, observations[0]!.sandboxId).observeBatch(observations);
+          await this.group(observations[0]!.sandboxId).observeBatch(observations);
         }
         return;
       } catch (err) {
@@ -410,6 +410,11 @@ export class ClusterDO extends DurableObject<Env> {
         await new Promise((r) => setTimeout(r, ROUTE_RETRY_MS[attempt]));
       }
     }
+  }
+
+  /** A sandbox's group (one method, so tests can make the call fail). */
+  private group(sandboxId: string): Pick<ReturnType<typeof sandboxGroupStub>, "observeBatch"> {
+    return sandboxGroupStub(this.env, sandboxId);
   }
 
   /** An observation on its way to its sandbox's group: it voids a pending confirmation and a held one. */
