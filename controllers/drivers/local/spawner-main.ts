@@ -1,6 +1,6 @@
 // The spawner process: forks on the agent's behalf (see spawner.ts for why). It speaks Node's IPC
-// channel with the agent, imports nothing but Node's own modules (node-pty only when a terminal is
-// asked for), and exits when the agent goes away. Output never flows through this process: a
+// channel with the agent, imports little beyond Node's own modules (node-pty only when a terminal
+// is asked for), and exits when the agent goes away. Output never flows through this process: a
 // child's pipes are connections the agent opened to this process's socket in advance (the pool),
 // or, when the pool is empty, socket pairs passed back to the agent as file descriptors (Node's
 // handle passing, one acknowledged message per pipe: two more round trips). Only terminal output
@@ -8,17 +8,12 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import { closeSync, openSync } from "node:fs";
 import { createServer, type Socket } from "node:net";
+import { spawnPtyHere, type LaunchedPty } from "../../runtime/process/launcher.ts";
 import { CONNECTION_ID_BYTES, stopReading, type SpawnerReply, type SpawnerRequest } from "./spawner-protocol.ts";
-
-interface PtyTerm {
-  pid: number;
-  write(data: Buffer): void;
-  resize(cols: number, rows: number): void;
-}
 
 // A send that fails means the agent is gone; 'disconnect' ends this process.
 const send = (m: SpawnerReply, handle?: Socket): void => void process.send!(m, handle, {}, () => {});
-const terms = new Map<number, PtyTerm>();
+const terms = new Map<number, LaunchedPty>();
 /** Connections from the agent, by the id each one sent first, not yet given to a child. */
 const pool = new Map<number, Socket>();
 
@@ -80,21 +75,19 @@ function doSpawn(m: Extract<SpawnerRequest, { t: "spawn" }>): void {
 }
 
 async function doPty(m: Extract<SpawnerRequest, { t: "pty" }>): Promise<void> {
-  const pty = (await import("@lydell/node-pty")).default;
-  let term;
+  let t: LaunchedPty;
   try {
     const env = { ...m.env, KRUISE_PARENT_PID: String(process.pid) };
-    term = pty.spawn(m.file, m.args, { name: m.env.TERM ?? "xterm-256color", cols: m.cols || 80, rows: m.rows || 24, cwd: m.cwd, env, uid: m.uid, gid: m.gid, encoding: null });
+    t = await spawnPtyHere({ file: m.file, args: m.args, cwd: m.cwd, env, uid: m.uid, gid: m.gid }, { cols: m.cols, rows: m.rows });
   } catch (err) {
     return send({ t: "error", id: m.id, message: (err as Error).message });
   }
-  const t = term;
-  terms.set(m.id, { pid: t.pid, write: (d) => t.write(d as unknown as string), resize: (c, r) => t.resize(c, r) });
+  terms.set(m.id, t);
   send({ t: "spawned", id: m.id, pid: t.pid, pipes: [] });
-  t.onData((d) => send({ t: "data", id: m.id, data: d as unknown as Buffer }));
-  t.onExit(({ exitCode, signal }) => {
+  t.onData((data) => send({ t: "data", id: m.id, data }));
+  t.onExit(({ code, signal }) => {
     terms.delete(m.id);
-    send({ t: "exit", id: m.id, code: exitCode, signal: signal || null });
+    send({ t: "exit", id: m.id, code, signal });
   });
 }
 
