@@ -42,8 +42,6 @@ const RETRY_MS = 2_000;
 const ENQUEUE_GRACE_MS = 10_000;
 /** ClusterDO's own bound on an ack wait (cluster-do.ts MAX_AWAIT_MS). */
 const MAX_ACK_WAIT_MS = 30_000;
-/** Slots kept in memory beyond those in use; older idle ones are dropped and reloaded on demand. */
-const MAX_SLOTS = 1_000;
 /** Index batch attempts, and the pause before each retry. */
 const INDEX_RETRY_MS = [250, 1_000];
 
@@ -82,6 +80,8 @@ export class SandboxGroupDO extends DurableObject<Env> {
   private readonly firing = new Set<string>();
   /** The alarm time this instance set (null: none, or unknown until the constructor read it). */
   private alarmAt: number | null = null;
+  /** Slots kept in memory beyond those in use; older idle ones are dropped and reloaded on demand. */
+  private maxSlots = 1_000;
   private indexQueue: QueuedIndexOp[] = [];
   private indexFlush: Promise<void> | null = null;
 
@@ -325,6 +325,11 @@ export class SandboxGroupDO extends DurableObject<Env> {
     return this.env.CLUSTER.get(this.env.CLUSTER.idFromName(name));
   }
 
+  /** The index writer's stub (one method, so tests can make it fail). */
+  private indexWriter(): Pick<DurableObjectStub<import("./index-writer-do.ts").SandboxIndexDO>, "write"> {
+    return this.env.SANDBOX_INDEX.get(this.env.SANDBOX_INDEX.idFromName(INDEX_WRITER_NAME));
+  }
+
   /** The sandbox's slot, loaded from its row (or empty, for a create). */
   private slot(id: string): Slot {
     let slot = this.find(id);
@@ -342,23 +347,29 @@ export class SandboxGroupDO extends DurableObject<Env> {
     const row = this.stored.has(id) ? this.store.load(id) : null;
     if (!row) return null;
     const slot = newSlot(row.state, row.undelivered);
+    // Reads (route, info) load slots too: the bound holds for them, and a slot just loaded is
+    // never the one dropped.
+    if (this.slots.size >= this.maxSlots) this.trim();
     this.slots.set(id, slot);
     return slot;
   }
 
   /**
    * A slot nobody uses: an empty one goes at once (probes of unknown ids do not pile up); beyond
-   * MAX_SLOTS the oldest idle ones go too. Every change is in the row before anything is awaited,
+   * maxSlots the oldest idle ones go too. Every change is in the row before anything is awaited,
    * so a dropped slot is reloaded as it was.
    */
   private release(id: string, slot: Slot): void {
     if (slot.busy > 0 || slot.waiters.size > 0 || this.slots.get(id) !== slot) return;
     if (!slot.state && !slot.undelivered) this.slots.delete(id);
-    else if (this.slots.size > MAX_SLOTS) {
-      for (const [other, s] of this.slots) {
-        if (this.slots.size <= MAX_SLOTS * 0.9) break;
-        if (s.busy === 0 && s.waiters.size === 0 && !s.dirty) this.slots.delete(other);
-      }
+    else if (this.slots.size > this.maxSlots) this.trim();
+  }
+
+  /** Drops the oldest idle slots down to 90 % of the bound (slots in use stay). */
+  private trim(): void {
+    for (const [id, s] of this.slots) {
+      if (this.slots.size <= this.maxSlots * 0.9) return;
+      if (s.busy === 0 && s.waiters.size === 0 && !s.dirty) this.slots.delete(id);
     }
   }
 
@@ -414,7 +425,7 @@ export class SandboxGroupDO extends DurableObject<Env> {
   }
 
   private async flushIndex(): Promise<void> {
-    const writer = this.env.SANDBOX_INDEX.get(this.env.SANDBOX_INDEX.idFromName(INDEX_WRITER_NAME));
+    const writer = this.indexWriter();
     for (;;) {
       // Checked and reset in the same turn as index() pushes: an op queued now is never left behind.
       if (this.indexQueue.length === 0) {

@@ -5,9 +5,11 @@ import { runInDurableObject } from "cloudflare:test";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { getDb } from "../../../functions/store/db.ts";
 import { getIndexRow } from "../../../functions/store/sandbox-index.ts";
+import type { ClusterDO } from "../../../durable-objects/cluster/cluster-do.ts";
 import type { SandboxGroupDO } from "../../../durable-objects/sandbox/sandbox-group-do.ts";
 import { sandboxGroupOf, sandboxGroupStub, sandboxStub } from "../../../durable-objects/sandbox/stub.ts";
-import type { IntentInput } from "../../../schema/protocol/index.ts";
+import type { IndexOp } from "../../../functions/store/sandbox-index.ts";
+import type { IntentInput, Observation } from "../../../schema/protocol/index.ts";
 import type { ScriptedAgent } from "../../support/scripted-agent.ts";
 import { call, createTeam, expectError, expectStatus, startAgent, unique, type TestTeam } from "../helpers.ts";
 
@@ -307,4 +309,83 @@ describe("intent delivery", () => {
       movingAgent.disconnect();
     }
   }, 10_000);
+});
+
+describe("lost calls are retried, memory is bounded", () => {
+  it("an index batch that fails once is written again (the index does not keep the old end of life)", async () => {
+    const id = await create({ timeout: 600 });
+    let failures = 0;
+    await runInDurableObject(sandboxGroupStub(env, id), (instance: SandboxGroupDO) => {
+      type Write = (ops: IndexOp[]) => Promise<{ ok: true } | { ok: false; error: string }>;
+      const group = instance as unknown as { indexWriter?: () => { write: Write } };
+      const real = (Object.getPrototypeOf(instance) as { indexWriter: () => { write: Write } }).indexWriter.call(instance);
+      group.indexWriter = () => ({
+        write: async (ops) => {
+          const ours = ops.some((o) => o.kind === "upsert" && o.row.id === id);
+          if (ours && failures++ === 0) return { ok: false, error: "scripted: libSQL unreachable" };
+          return real.write(ops);
+        },
+      });
+    });
+    try {
+      await expectStatus(call(`/sandboxes/${id}/timeout`, { key: team.key, body: { timeout: 3_000 } }), 204);
+      expect(failures).toBeGreaterThan(1);
+      expect((await getIndexRow(getDb(env), id))?.endAt).toBe((await stub(id).inspect())?.endAt);
+    } finally {
+      await runInDurableObject(sandboxGroupStub(env, id), (instance: SandboxGroupDO) => {
+        delete (instance as unknown as { indexWriter?: unknown }).indexWriter;
+      });
+    }
+  });
+
+  it("observations whose group call fails once still reach the sandbox", async () => {
+    const id = await create();
+    const cluster = env.CLUSTER.get(env.CLUSTER.idFromName(team.cluster));
+    let failures = 0;
+    await runInDurableObject(cluster, (instance: ClusterDO) => {
+      type Group = { observeBatch(o: Observation[]): Promise<unknown> };
+      const real = (Object.getPrototypeOf(instance) as { group: (id: string) => Group }).group;
+      (instance as unknown as { group?: (id: string) => Group }).group = (sandboxId) => ({
+        observeBatch: async (observations) => {
+          if (observations.some((o) => o.sandboxId === id) && failures++ === 0) throw new Error("scripted: group unreachable");
+          return real.call(instance, sandboxId).observeBatch(observations);
+        },
+      });
+    });
+    try {
+      const moved = { runtime: `http://${id}-moved.scripted.invalid:49983` };
+      const generation = agent.sandboxes.get(id)!.generation;
+      agent.report({ sandboxId: id, generation, phase: "Running", ready: true, endpoint: moved, observedAt: Date.now() });
+      await eventually(async () => {
+        const r = await stub(id).route();
+        return r.ok && r.route.endpoint?.runtime === moved.runtime;
+      });
+      expect(failures).toBeGreaterThan(1);
+    } finally {
+      await runInDurableObject(cluster, (instance: ClusterDO) => {
+        delete (instance as unknown as { group?: unknown }).group;
+      });
+    }
+  });
+
+  it("a group keeps a bounded number of idle sandboxes in memory and reloads the others from their rows", async () => {
+    const [first, second] = await sameGroupPair({ timeout: 600 });
+    const slots = () => runInDurableObject(sandboxGroupStub(env, first), (i: SandboxGroupDO) => (i as unknown as { slots: Map<string, unknown> }).slots.size);
+    await runInDurableObject(sandboxGroupStub(env, first), (i: SandboxGroupDO) => {
+      (i as unknown as { maxSlots: number }).maxSlots = 1;
+    });
+    try {
+      await expectStatus(call(`/sandboxes/${first}/timeout`, { key: team.key, body: { timeout: 900 } }), 204);
+      const endAt = (await stub(first).inspect())?.endAt;
+      expect((await stub(second).route()).ok).toBe(true);
+      expect(await slots()).toBeLessThanOrEqual(1);
+      expect((await stub(first).inspect())?.endAt).toBe(endAt);
+      expect((await expectStatus(call(`/sandboxes/${second}`, { key: team.key }), 200)).state).toBe("running");
+      expect(await slots()).toBeLessThanOrEqual(1);
+    } finally {
+      await runInDurableObject(sandboxGroupStub(env, first), (i: SandboxGroupDO) => {
+        (i as unknown as { maxSlots: number }).maxSlots = 1_000;
+      });
+    }
+  });
 });
