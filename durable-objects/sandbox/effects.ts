@@ -7,5 +7,5 @@ export type SandboxEffect =
   | { kind: "intent"; intent: IntentInput }
   /** Write the index row (schema/db sandboxes) from the new state. */
   | { kind: "index" }
-  /** The sandbox is gone: drop the DO's storage. */
+  /** The sandbox is gone: drop its row (and its index row). */
   | { kind: "purge" };
