@@ -1,10 +1,11 @@
 // The data-plane gateway: every request for a sandbox (by header or by host) goes through here to
-// the sandbox's cluster ingress. It checks the caller's token against the SandboxDO, wakes a paused
+// the sandbox's cluster ingress. It checks the caller's token against the sandbox's group object, wakes a paused
 // sandbox whose lifecycle says so (authorised requests only), signs the request for the ingress,
 // and streams both ways without buffering.
 import type { MiddlewareHandler } from "hono";
 import { ErrorCode } from "../../schema/errors.ts";
 import { isUnnamedSignedFileRequest, SIGNATURE_HEADER, signIngress } from "../../schema/ingress/signature.ts";
+import { sandboxStub } from "../../durable-objects/sandbox/stub.ts";
 import type { AppEnv, Env } from "../env.ts";
 import { guardConnectStream, isConnectStream } from "./connect-guard.ts";
 import { forgetIngress, ingressUrl, signingKey } from "./ingress-client.ts";
@@ -86,7 +87,8 @@ export function gateway(): MiddlewareHandler<AppEnv> {
     }
 
     const url = new URL(req.url);
-    const stub = c.env.SANDBOX.get(c.env.SANDBOX.idFromName(target.sandboxId));
+    // Straight to the sandbox's group: one Durable Object call per request, not two.
+    const stub = sandboxStub(c.env, target.sandboxId);
     const found = await stub.route();
     if (!found.ok) return notFound(target.sandboxId);
     let route = found.route;
