@@ -6,7 +6,7 @@
 // handle passing, one acknowledged message per pipe: two more round trips). Only terminal output
 // is relayed, because node-pty keeps its master end here.
 import { spawn, type ChildProcess } from "node:child_process";
-import { closeSync, openSync } from "node:fs";
+import { closeSync, openSync, readFileSync } from "node:fs";
 import { createServer, type Socket } from "node:net";
 import { spawnPtyHere, type LaunchedPty } from "../../runtime/process/launcher.ts";
 import { CONNECTION_ID_BYTES, stopReading, type SpawnerReply, type SpawnerRequest } from "./spawner-protocol.ts";
@@ -111,6 +111,12 @@ process.on("message", (m: SpawnerRequest) => {
 // The agent is gone: leave. Commands started here die with us (enter.pl's parent-death signal);
 // holders were started in their own session without one and keep their sandboxes running.
 process.on("disconnect", () => process.exit(0));
+// Seen once in a full test run: spawners whose agent was gone (their IPC fd closed) never exited.
+// Node holds 'disconnect' back while a message is half read, which may be how; whatever the cause,
+// also leave once we have been reparented.
+const agentPid = process.ppid;
+const currentParent = () => Number(readFileSync("/proc/self/stat", "utf8").split(") ")[1]!.split(" ")[1]);
+setInterval(() => currentParent() !== agentPid && process.exit(0), 500).unref();
 // Connections the agent opens in advance; each says its id first, then waits for a child.
 const server = createServer((conn) => {
   let head = Buffer.alloc(0);

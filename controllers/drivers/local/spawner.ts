@@ -91,7 +91,8 @@ export class Spawner implements ProcessLauncher {
       execArgv: ["--max-semi-space-size=1", "--disable-warning=ExperimentalWarning"],
       env: { ...process.env, MALLOC_ARENA_MAX: "2" },
       serialization: "advanced",
-      stdio: ["ignore", "inherit", "inherit", "ipc"],
+      // Not the agent's stdout: whoever reads it (a test runner) would wait for the spawner too.
+      stdio: ["ignore", "ignore", "inherit", "ipc"],
     });
     this.#child = child;
     this.#ready = new Promise<ChildProcess>((resolve, reject) => {

@@ -125,7 +125,7 @@ describe("spawner", () => {
     expect(await gone(first)).toBe(true);
   });
 
-  it("exits with the agent (kill -9), taking the agent's commands with it but not detached holders' sessions", async () => {
+  it("exits with the agent (kill -9 with requests in flight), taking the agent's commands with it but not detached holders' sessions", async () => {
     // A stand-in agent: starts a spawner, runs one command through enter.pl, reports the pids.
     const script = `
       import { Spawner } from ${JSON.stringify(new URL("../../../../controllers/drivers/local/spawner.ts", import.meta.url).pathname)};
@@ -134,12 +134,15 @@ describe("spawner", () => {
       const holder = await s.spawn({ file: "/bin/sleep", args: ["300"], cwd: "/", env: {} }, { detached: true, stdio: ["ignore", "ignore", "ignore"] });
       holder.forget();
       console.log(JSON.stringify({ spawner: s.pid, cmd: cmd.pid, holder: holder.pid }));
-      setInterval(() => {}, 1000);
+      // Keep big requests in flight, so the kill is likely to land in the middle of one.
+      const big = { file: "/bin/true", args: [], cwd: "/", env: { BIG: "x".repeat(20_000_000) } };
+      setInterval(() => void s.spawnPipes(big, false).catch(() => {}), 20);
     `;
     const agent = spawn(process.execPath, ["--input-type=module", "-e", script], { stdio: ["ignore", "pipe", "inherit"] });
     const line = await new Promise<string>((resolve) => agent.stdout!.once("data", (d) => resolve(String(d))));
     const pids = JSON.parse(line) as { spawner: number; cmd: number; holder: number };
     expect(running(pids.spawner) && running(pids.cmd) && running(pids.holder)).toBe(true);
+    await sleep(300);
     agent.kill("SIGKILL");
     expect(await gone(pids.spawner)).toBe(true);
     expect(await gone(pids.cmd)).toBe(true);
