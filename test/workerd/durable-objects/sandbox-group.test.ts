@@ -51,9 +51,10 @@ async function sameGroupPair(body: Record<string, unknown> = {}): Promise<[strin
 /**
  * What a group's ClusterDO calls do for one sandbox's intents: "fail" (throws before reaching
  * ClusterDO), "lost" (ClusterDO takes it, the answer is lost), "die" (the group's instance is reset
- * once its row write committed, before the intent left), a delay in ms, or undefined (as is).
+ * once its row write committed, before the intent left), "stale" (ClusterDO answers that it
+ * already holds this generation or a newer one: seq 0), a delay in ms, or undefined (as is).
  */
-type Script = (intent: IntentInput) => "fail" | "lost" | "die" | number | undefined;
+type Script = (intent: IntentInput) => "fail" | "lost" | "die" | "stale" | number | undefined;
 
 /** Puts `script` between the sandbox's group and ClusterDO (null: removes it). */
 async function scriptCluster(sandboxId: string, script: Script | null): Promise<void> {
@@ -71,6 +72,7 @@ async function scriptCluster(sandboxId: string, script: Script | null): Promise<
         enqueue: async (intents, opts) => {
           const what = intents[0]?.sandboxId === sandboxId ? script(intents[0]) : undefined;
           if (what === "fail") throw new Error("scripted: ClusterDO unreachable");
+          if (what === "stale") return { ok: true, seqs: intents.map(() => 0), connected: true, acks: [], timedOut: false };
           if (what === "die") {
             await new Promise((r) => setTimeout(r, 50));
             state.abort("scripted: the group restarts");
@@ -271,6 +273,23 @@ describe("intent delivery", () => {
       lossyAgent.disconnect();
     }
   }, 15_000);
+
+  it("a create whose intent ClusterDO drops as stale (seq 0) is not taken for acknowledged", async () => {
+    const stale = await createTeam(unique("sdo-stale"), { replicas: 1 });
+    const staleAgent = await startAgent(stale.cluster);
+    try {
+      await eventually(async () => staleAgent.running().length === 1);
+      const [member] = staleAgent.running();
+      await scriptCluster(member!, (i) => (i.desired.state === "running" ? "stale" : undefined));
+      try {
+        await expectError(call("/v2/sandboxes", { key: stale.key, body: { templateID: stale.template } }), 504);
+      } finally {
+        await scriptCluster(member!, null);
+      }
+    } finally {
+      staleAgent.disconnect();
+    }
+  });
 
   it("an intent whose group restarts before ClusterDO took it is sent by the new instance", async () => {
     const id = await create({ timeout: 600 });
