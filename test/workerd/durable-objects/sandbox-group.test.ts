@@ -51,10 +51,11 @@ async function sameGroupPair(body: Record<string, unknown> = {}): Promise<[strin
 /**
  * What a group's ClusterDO calls do for one sandbox's intents: "fail" (throws before reaching
  * ClusterDO), "lost" (ClusterDO takes it, the answer is lost), "die" (the group's instance is reset
- * once its row write committed, before the intent left), "stale" (ClusterDO answers that it
+ * once its row write committed, before the intent left), "taken-die" (ClusterDO takes it and
+ * answers, then the instance is reset before it applied the answer), "stale" (ClusterDO answers that it
  * already holds this generation or a newer one: seq 0), a delay in ms, or undefined (as is).
  */
-type Script = (intent: IntentInput) => "fail" | "lost" | "die" | "stale" | number | undefined;
+type Script = (intent: IntentInput) => "fail" | "lost" | "die" | "taken-die" | "stale" | number | undefined;
 
 /** Puts `script` between the sandbox's group and ClusterDO (null: removes it). */
 async function scriptCluster(sandboxId: string, script: Script | null): Promise<void> {
@@ -80,6 +81,10 @@ async function scriptCluster(sandboxId: string, script: Script | null): Promise<
           if (typeof what === "number") await new Promise((r) => setTimeout(r, what));
           const res = await cluster.enqueue(intents, opts);
           if (what === "lost") throw new Error("scripted: the answer was lost");
+          if (what === "taken-die") {
+            await new Promise((r) => setTimeout(r, 200));
+            state.abort("scripted: the group restarts");
+          }
           return res;
         },
       };
@@ -290,6 +295,24 @@ describe("intent delivery", () => {
       staleAgent.disconnect();
     }
   });
+
+  it("a group that restarts before applying the claim's ack gets the observation ClusterDO held back as its repeat", async () => {
+    const held = await createTeam(unique("sdo-held"), { replicas: 1 });
+    const heldAgent = await startAgent(held.cluster);
+    try {
+      await eventually(async () => heldAgent.running().length === 1);
+      const [member] = heldAgent.running();
+      await scriptCluster(member!, (i) => (i.desired.state === "running" ? "taken-die" : undefined));
+      const metadata = { "e2b.agents.kruise.io/wait-ready-timeout-seconds": "1" };
+      await call("/v2/sandboxes", { key: held.key, body: { templateID: held.template, metadata } }).then((r) => r.body?.cancel(), () => undefined);
+      // The new instance re-sends the claim's intent from its row; ClusterDO answers seq 0 and
+      // routes the Running observation it had not routed.
+      expect((await stub(member!).inspect())?.phase).toBe("Pending");
+      await eventually(async () => (await stub(member!).inspect())?.phase === "Running", 8_000);
+    } finally {
+      heldAgent.disconnect();
+    }
+  }, 15_000);
 
   it("an intent whose group restarts before ClusterDO took it is sent by the new instance", async () => {
     const id = await create({ timeout: 600 });
