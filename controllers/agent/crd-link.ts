@@ -1,10 +1,13 @@
 // The cluster's custom resources over the agent's session (`--driver kubernetes`): SandboxSets and
-// SandboxClaims of the namespace go to the edge as `sandboxsets`/`claims` items, and kubectl edits
+// SandboxClaims of the watched namespaces (the agent's own, `--watch-namespaces`, or with
+// `--all-namespaces` every namespace holding one; team = namespace) go to the edge as
+// `sandboxsets`/`claims` items, and kubectl edits
 // of a Sandbox (spec.paused, delete) as `requests`. The edge decides; the driver acts only on the
 // intents that follow. Everything is level-based and retried until the edge answers.
 import type { KubeConfig } from "@kubernetes/client-node";
 import type { KubernetesDriver, SandboxRequest } from "../drivers/kubernetes/kubernetes-driver.ts";
 import { LinkClaimer, SandboxClaimSync } from "../drivers/kubernetes/sandboxclaim-sync.ts";
+import { NamespaceDiscovery } from "../drivers/kubernetes/namespace-discovery.ts";
 import { LinkPoolSink, SandboxSetSync } from "../drivers/kubernetes/sandboxset-sync.ts";
 import type { Link } from "./link.ts";
 
@@ -12,8 +15,11 @@ export interface CrdLinkOptions {
   link: Link;
   driver: KubernetesDriver;
   kubeConfig: KubeConfig;
-  /** The namespace the driver serves; its name is the team's on the edge. */
+  /** The driver's home namespace; its name is the team's on the edge. */
   namespace: string;
+  /** More namespaces whose SandboxSets/SandboxClaims sync (each its own team), or "all": every
+   * namespace holding a SandboxSet or SandboxClaim, now or later (cluster-wide RBAC). */
+  watchNamespaces?: string[] | "all";
   cluster: string;
   /** The forwarder the driver was built with (edits it reported before the link existed wait there). */
   requests?: KubectlRequests;
@@ -21,9 +27,17 @@ export interface CrdLinkOptions {
   retryMs?: number;
 }
 
-export interface CrdLink {
+export interface NamespaceSync {
   sets: SandboxSetSync;
   claims: SandboxClaimSync;
+}
+
+export interface CrdLink {
+  /** The home namespace's syncs. */
+  sets: SandboxSetSync;
+  claims: SandboxClaimSync;
+  /** Every synced namespace's, by namespace (the home one included). */
+  namespaces: Map<string, Promise<NamespaceSync>>;
   requests: KubectlRequests;
   stop(): Promise<void>;
 }
@@ -31,36 +45,28 @@ export interface CrdLink {
 /**
  * The driver's `onRequest`, from the moment the driver exists: kubectl edits the driver reports
  * before the link is up (made while the agent was down, found by its first list) wait here; each
- * is sent as a `requests` item, retried until the edge answers.
+ * is sent as a `requests` item with the edge generation the edited Sandbox showed (the driver
+ * reads it from the object), retried until the edge answers.
  */
 export class KubectlRequests {
-  #driver: Pick<KubernetesDriver, "observe"> | undefined;
   #link: Pick<Link, "call"> | undefined;
   #log: (msg: string) => void = () => {};
   #retryMs = 1000;
   #stopped = false;
-  readonly #waiting: { req: SandboxRequest; generation: Promise<number> | undefined }[] = [];
+  readonly #waiting: SandboxRequest[] = [];
   readonly #timers = new Set<NodeJS.Timeout>();
-
-  /** The driver whose Sandboxes are edited (as soon as it is constructed). */
-  bind(driver: Pick<KubernetesDriver, "observe">): void {
-    this.#driver = driver;
-  }
 
   readonly onRequest = (req: SandboxRequest): void => {
     if (this.#stopped) return;
-    // The edge compares the edge generation the Sandbox showed when it was edited with its own,
-    // so it is read now: a newer intent may rewrite the object before the link can send this.
-    const generation = this.#driver ? this.#generation(this.#driver, req.sandboxId) : undefined;
-    if (this.#link) this.#send(req, generation);
-    else this.#waiting.push({ req, generation });
+    if (this.#link) this.#send(req);
+    else this.#waiting.push(req);
   };
 
   attach(link: Pick<Link, "call">, log: (msg: string) => void, retryMs: number): void {
     this.#link = link;
     this.#log = log;
     this.#retryMs = retryMs;
-    for (const w of this.#waiting.splice(0)) this.#send(w.req, w.generation);
+    for (const req of this.#waiting.splice(0)) this.#send(req);
   }
 
   stop(): void {
@@ -68,17 +74,11 @@ export class KubectlRequests {
     for (const t of this.#timers) clearTimeout(t);
   }
 
-  #generation(driver: Pick<KubernetesDriver, "observe">, id: string): Promise<number> {
-    return driver.observe(id).then((o) => o?.generation ?? 0);
-  }
-
-  /** `generation` undefined: the edit came before bind() (read at send time, the best left). */
-  #send(req: SandboxRequest, known: Promise<number> | undefined): void {
+  #send(req: SandboxRequest): void {
     if (this.#stopped) return;
-    const generation = known ?? this.#generation(this.#driver!, req.sandboxId);
     const what = `kubectl ${req.action} of ${req.sandboxId}`;
-    generation
-      .then((g) => this.#link!.call({ type: "requests", item: { sandboxId: req.sandboxId as never, action: req.action, generation: g } }))
+    this.#link!
+      .call({ type: "requests", item: { sandboxId: req.sandboxId as never, action: req.action, generation: req.generation } })
       .then((reply) => {
         if (reply.result !== "applied") this.#log(`${what}: ${reply.result}${reply.code ? ` ${reply.code}` : ""}${reply.message ? `: ${reply.message}` : ""}`);
       })
@@ -88,7 +88,7 @@ export class KubectlRequests {
         this.#log(`${what}: ${(err as Error).message}; retrying`);
         const t = setTimeout(() => {
           this.#timers.delete(t);
-          this.#send(req, generation);
+          this.#send(req);
         }, this.#retryMs);
         this.#timers.add(t);
       });
@@ -98,21 +98,46 @@ export class KubectlRequests {
 export async function startCrdLink(o: CrdLinkOptions): Promise<CrdLink> {
   const log = o.log ?? (() => {});
   const retryMs = o.retryMs ?? 1000;
-  const sets = new SandboxSetSync({ sandboxSets: o.driver.sandboxSets, namespace: o.namespace, cluster: o.cluster, sink: new LinkPoolSink(o.link), log, retryMs });
-  const claims = new SandboxClaimSync({ kubeConfig: o.kubeConfig, namespace: o.namespace, claimer: new LinkClaimer(o.link), log, retryMs });
-  await claims.start();
-  sets.start();
+  const sink = new LinkPoolSink(o.link);
+  const claimer = new LinkClaimer(o.link);
+  const namespaces = new Map<string, Promise<NamespaceSync>>();
+  const sync = (ns: string): Promise<NamespaceSync> => {
+    let started = namespaces.get(ns);
+    if (started) return started;
+    started = (async () => {
+      // The driver's informers of the namespace hold its SandboxSets (and its Sandboxes from now on).
+      const scope = await o.driver.watchNamespace(ns);
+      const sets = new SandboxSetSync({ sandboxSets: scope.sandboxSets, namespace: ns, cluster: o.cluster, sink, log, retryMs });
+      const claims = new SandboxClaimSync({ kubeConfig: o.kubeConfig, namespace: ns, claimer, log, retryMs });
+      await claims.start();
+      sets.start();
+      return { sets, claims };
+    })();
+    namespaces.set(ns, started);
+    return started;
+  };
+  const w = o.watchNamespaces;
+  const home = await sync(o.namespace);
+  await Promise.all((w === "all" ? [] : (w ?? [])).map(sync));
+  const discovery =
+    w === "all"
+      ? new NamespaceDiscovery(o.kubeConfig, (ns) => void sync(ns).catch((err) => log(`namespace ${ns}: ${(err as Error).message}`)), (err) => log(`namespace discovery: ${(err as Error)?.message ?? err}`))
+      : undefined;
+  await discovery?.start();
   const requests = o.requests ?? new KubectlRequests();
-  requests.bind(o.driver);
   requests.attach(o.link, log, retryMs);
   return {
-    sets,
-    claims,
+    ...home,
+    namespaces,
     requests,
     async stop() {
       requests.stop();
-      sets.stop();
-      await claims.stop();
+      await discovery?.stop();
+      for (const started of namespaces.values()) {
+        const s = await started.catch(() => undefined);
+        s?.sets.stop();
+        await s?.claims.stop();
+      }
     },
   };
 }

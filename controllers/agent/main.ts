@@ -2,14 +2,16 @@
 //   node controllers/agent/main.ts --edge http://127.0.0.1:8787 --data-dir .data/agent
 //        [--cluster local] [--ingress-port 0] [--ingress-host 127.0.0.1] [--level bwrap+cgroup|bwrap|process]
 //        [--on-exit keep|stop|destroy]
-//        [--driver local|kubernetes [--kubeconfig PATH] [--namespace NS] [--runtime-image IMAGE]]
+//        [--driver local|kubernetes [--kubeconfig PATH] [--namespace NS] [--runtime-image IMAGE]
+//                                   [--watch-namespaces A,B | --all-namespaces]]
 // Env: CLUSTER_TOKEN (required; the shared secret the edge's ClusterDO checks), EDGE_URL.
-// With --driver kubernetes the namespace's SandboxSets and SandboxClaims, and kubectl edits of its
-// Sandboxes, go to the edge over the same session (crd-link.ts).
+// With --driver kubernetes the SandboxSets and SandboxClaims of the namespace (and of the watched
+// ones: each namespace is a team), and kubectl edits of Sandboxes, go to the edge over the same
+// session (crd-link.ts).
 import { parseArgs } from "node:util";
 import { startAgent, type OnExit } from "./agent.ts";
 import type { CrdLink, KubectlRequests } from "./crd-link.ts";
-import { KUBERNETES_FLAGS } from "../drivers/kubernetes/flags.ts";
+import { KUBERNETES_FLAGS, watchNamespacesFlag } from "../drivers/kubernetes/flags.ts";
 
 const { values } = parseArgs({
   options: {
@@ -44,6 +46,12 @@ if (values.driver !== "local" && values.driver !== "kubernetes") {
   console.error("agent: --driver must be local or kubernetes");
   process.exit(2);
 }
+try {
+  watchNamespacesFlag(values);
+} catch (err) {
+  console.error(`agent: ${(err as Error).message}`);
+  process.exit(2);
+}
 // The kubernetes driver tells the reconciler when a pod changes (ready, IP, lost) instead of polling.
 let requeue: (id: string) => void = () => {};
 // kubectl edits reach the edge once the link exists; the driver reports each edit once, some of
@@ -71,6 +79,7 @@ if (driver) {
     driver,
     kubeConfig: driver.kubeConfig,
     namespace: driver.namespace,
+    watchNamespaces: watchNamespacesFlag(values),
     cluster: values.cluster!,
     requests,
     log: (m) => console.log(`[crd] ${m}`),

@@ -40,6 +40,7 @@ export function desiredFor(intent: Intent): DesiredSandbox {
     pool: t.id,
     claimed: intent.owner.kind !== "pool",
     namespace: intent.team ?? undefined,
+    labels: intent.labels,
     inplaceUpdate: intent.inplaceUpdate,
   };
 }

@@ -35,6 +35,9 @@ export interface DesiredSandbox {
    * that can (kubernetes: the main container's image, and CPU through the pod's `resize`
    * subresource; the pod, its IP and PVCs stay). Others ignore it. */
   inplaceUpdate?: InplaceUpdate;
+  /** User labels (E2B metadata `label:<k>`, SandboxClaim `labels`), for drivers whose sandboxes
+   * are objects that carry labels (kubernetes: the Sandbox and its Pod); others ignore them. */
+  labels?: Record<string, string>;
   /** The owning team's namespace, for drivers that place sandboxes in namespaces (kubernetes:
    * the Sandbox, Pod and PVCs go there); absent: the driver's own namespace. */
   namespace?: string;

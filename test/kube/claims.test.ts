@@ -85,6 +85,10 @@ spec: { templateName: pool, replicas: 2, envVars: { MODE: eval }, labels: { purp
     expect(held).toHaveLength(2);
     expect(held[0]!.metadata).toMatchObject({ "label:purpose": "kube-test", owner: "ci" });
     for (const s of held) await until(`Sandbox of ${s.sandboxID} claimed`, () => sbxOf(s.sandboxID)?.CLAIMED === "true", 30_000);
+    // The claim's labels are labels of its Sandboxes and their Pods.
+    for (const kind of ["sbx", "pods"]) {
+      await until(`${kind} labelled purpose=kube-test`, () => kubectlOk(["-n", ns, "get", kind, "-l", "purpose=kube-test", "-o", "name"]).trim().split("\n").filter(Boolean).length === 2, 15_000);
+    }
     // The claim's envVars reached the pod's runtime (its /init), seen through the edge's gateway.
     const sbx = await Sandbox.connect(held[0]!.sandboxID, { apiKey: edge.adminKey, apiUrl: edge.url, sandboxUrl: edge.url, requestTimeoutMs: 30_000 });
     expect((await sbx.commands.run("echo $MODE")).stdout).toBe("eval\n");

@@ -149,7 +149,9 @@ describe("kubernetes driver", () => {
   });
 
   it("claim marks the sandbox and pod claimed, leaves the pool, and the pool counts one fewer", async () => {
-    const claimed = await driver.ensure(desired("poola", { claimed: true }));
+    // A claim's labels (E2B metadata label:<k>) go on the Sandbox and its Pod; reserved keys never.
+    const labels = { "team.example/owner": "alice", purpose: "eval", [LABEL.pool]: "forged", "e2b.agents.kruise.io/x": "y" };
+    const claimed = await driver.ensure(desired("poola", { claimed: true, labels }));
     // The claim does not wait for the API server: the sandbox is ready at once, the labels follow.
     expect(claimed).toMatchObject({ phase: "Running", ready: true });
     const sbx = await until("sandbox relabelled", () => {
@@ -159,7 +161,14 @@ describe("kubernetes driver", () => {
     expect(sbx.metadata.labels[LABEL.claimed]).toBe("true");
     expect(sbx.metadata.ownerReferences ?? []).toEqual([]);
     expect(sbx.metadata.annotations["agents.kruise.io/claim-timestamp"]).toMatch(/^\d{4}-/);
-    await until("pod relabelled", async () => podOf(await pods(), "poola")[0]?.metadata?.labels?.[LABEL.claimed] === "true");
+    expect(sbx.metadata.labels).toMatchObject({ "team.example/owner": "alice", purpose: "eval", [LABEL.pool]: "python" });
+    expect(sbx.metadata.labels["e2b.agents.kruise.io/x"]).toBeUndefined();
+    const pod = await until("pod relabelled", async () => {
+      const p = podOf(await pods(), "poola")[0];
+      return p?.metadata?.labels?.[LABEL.claimed] === "true" ? p : undefined;
+    });
+    expect(pod.metadata!.labels).toMatchObject({ "team.example/owner": "alice", purpose: "eval", [LABEL.pool]: "python" });
+    expect(kubectlOk(["-n", ns, "get", "pods", "-l", "purpose=eval", "-o", "name"]).trim()).toBe("pod/python-poola");
     await until("pool replicas 2", () => table(kubectlOk(["-n", ns, "get", "sbs", "python"]))[0]?.REPLICAS === "2");
     // The pool owner (the edge's PoolDO) refills with a new member; the set is whole again.
     await driver.ensure(desired("poold"));
@@ -301,8 +310,10 @@ describe("kubernetes driver", () => {
   it("kubectl patch of spec.paused becomes a request for the edge, and the edge's answer pauses it", async () => {
     requests.length = 0;
     kubectlOk(["-n", ns, "patch", "sbx", "python-poolb", "--type", "merge", "-p", '{"spec":{"paused":true}}']);
+    const shown = JSON.parse(kubectlOk(["-n", ns, "get", "sbx", "python-poolb", "-o", "json"])).metadata.annotations["agents.kruise.io/edge-generation"];
     const req = await until("pause request", () => requests.find((r) => r.sandboxId === "poolb"));
-    expect(req).toMatchObject({ action: "pause", generation: expect.any(Number) });
+    // The edge generation the edited Sandbox showed (not metadata.generation): the edge refuses stale edits by it.
+    expect(req).toMatchObject({ action: "pause", generation: Number(shown) });
     // The agent does not act alone: the pod runs until the edge sends the pause intent.
     expect(podOf(await pods(), "poolb")).toHaveLength(1);
     await driver.ensure(desired("poolb", { state: "Paused", pauseStrategy: "Stop" }));

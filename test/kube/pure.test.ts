@@ -5,6 +5,8 @@ import { describe, expect, it } from "vitest";
 import { sandboxState } from "../../controllers/drivers/kubernetes/pod-state.ts";
 import { parseQuantity, poolSpecOf } from "../../controllers/drivers/kubernetes/sandboxset-sync.ts";
 import { buildPod } from "../../controllers/drivers/kubernetes/pod-spec.ts";
+import { userLabels } from "../../controllers/drivers/kubernetes/kubernetes-driver.ts";
+import { watchNamespacesFlag } from "../../controllers/drivers/kubernetes/flags.ts";
 
 const pod = (status: V1Pod["status"], meta: V1Pod["metadata"] = {}): V1Pod => ({ metadata: { name: "p", uid: "u1", ...meta }, status });
 const ready = { phase: "Running", podIP: "10.0.0.1", conditions: [{ type: "Ready", status: "True" }] };
@@ -91,5 +93,31 @@ describe("buildPod", () => {
     expect(p.spec!.containers[0]!.resources).toEqual({ limits: { cpu: "3" } }); // the template's own resources win
     expect(p.spec!.volumes).toEqual([{ name: "cache", emptyDir: {} }, { name: "workspace", persistentVolumeClaim: { claimName: "workspace-pool-abc" } }]);
     expect(p.metadata!.labels).toEqual({ app: "a", "agents.kruise.io/sandbox-id": "abc", "agents.kruise.io/created-by": "sandbox" });
+  });
+});
+
+describe("userLabels", () => {
+  it("keeps valid user labels, drops the agents.kruise.io prefixes and what the API server would refuse", () => {
+    expect(
+      userLabels({
+        purpose: "eval",
+        "team.example/owner": "alice",
+        empty: "",
+        "agents.kruise.io/sandbox-pool": "t/python",
+        "e2b.agents.kruise.io/image": "x",
+        "bad key": "v",
+        long: "v".repeat(64),
+        slash: "a/b",
+      }),
+    ).toEqual({ purpose: "eval", "team.example/owner": "alice", empty: "" });
+  });
+});
+
+describe("watchNamespacesFlag", () => {
+  it("reads --watch-namespaces as a list and --all-namespaces as all; both at once is an error", () => {
+    expect(watchNamespacesFlag({})).toBeUndefined();
+    expect(watchNamespacesFlag({ "watch-namespaces": "team-a, team-b,," })).toEqual(["team-a", "team-b"]);
+    expect(watchNamespacesFlag({ "all-namespaces": true })).toBe("all");
+    expect(() => watchNamespacesFlag({ "all-namespaces": true, "watch-namespaces": "a" })).toThrow(/exclude each other/);
   });
 });

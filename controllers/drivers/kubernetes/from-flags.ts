@@ -1,13 +1,14 @@
 // Builds and starts the kubernetes driver from the agent's command-line flags:
 //   --driver kubernetes [--kubeconfig PATH] [--namespace NS] [--runtime-image IMAGE]
+//                       [--watch-namespaces A,B | --all-namespaces]
 // Without --kubeconfig the usual lookup applies (KUBECONFIG, ~/.kube/config, or the in-cluster
 // service account when running as the Deployment in k8s/).
 import { KubeConfig } from "@kubernetes/client-node";
-import { KUBERNETES_FLAGS } from "./flags.ts";
+import { KUBERNETES_FLAGS, watchNamespacesFlag } from "./flags.ts";
 import { KubernetesDriver, type SandboxRequest } from "./kubernetes-driver.ts";
 
 export async function kubernetesDriverFromFlags(
-  flags: { kubeconfig?: string; namespace?: string; "runtime-image"?: string },
+  flags: { kubeconfig?: string; namespace?: string; "runtime-image"?: string; "watch-namespaces"?: string; "all-namespaces"?: boolean },
   onChange?: (id: string) => void,
   onRequest?: (req: SandboxRequest) => void,
 ): Promise<KubernetesDriver> {
@@ -20,6 +21,7 @@ export async function kubernetesDriverFromFlags(
     runtimeImage: flags["runtime-image"] ?? KUBERNETES_FLAGS["runtime-image"].default,
     onChange,
     onRequest,
+    watchNamespaces: watchNamespacesFlag(flags),
     log: (m) => console.log(`[kubernetes] ${m}`),
   });
   await driver.start();

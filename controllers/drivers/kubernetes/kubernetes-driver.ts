@@ -83,7 +83,11 @@ export interface KubeSandboxObservation extends SandboxObservation {
 export interface SandboxRequest {
   sandboxId: string;
   action: "pause" | "resume" | "kill";
-  /** The Sandbox's metadata.generation the request was made at. */
+  /** The edge generation (the agents.kruise.io/edge-generation annotation) the Sandbox showed when
+   * the user edited it: the edge refuses an edit made against a generation it has moved past. Read
+   * from the edited object itself, so an edit found by the first list after a restart keeps the
+   * generation it was made at even when a redelivered intent rewrites the annotation before the
+   * agent's link is up. */
   generation: number;
 }
 
@@ -97,6 +101,11 @@ export interface KubernetesDriverOptions {
   /** A user changed a Sandbox with kubectl (patched spec.paused, or deleted it). The edge decides:
    * the driver does not act on it until an intent with a newer generation arrives. */
   onRequest?: (req: SandboxRequest) => void;
+  /** Namespaces watched from start() on besides `namespace` (team namespaces: their Sandboxes are
+   * adopted, their orphans found, their SandboxSets read after a restart before any intent
+   * arrives), or "all": every namespace holding a Sandbox when start() runs (a cluster-wide list,
+   * which needs cluster-wide RBAC). Other team namespaces are still watched from their first intent. */
+  watchNamespaces?: string[] | "all";
   now?: () => number;
   log?: (msg: string) => void;
 }
@@ -148,6 +157,18 @@ export function idLabel(id: string): string {
 /** The Sandbox/Pod name for an id: `{pool}-{id}` or `sbx-{id}`. Names may exceed 63 characters. */
 export function sandboxName(id: string, pool?: string): string {
   return `${pool ?? "sbx"}-${id}`.slice(0, 253);
+}
+
+const LABEL_NAME = /^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?\/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$/;
+const LABEL_VALUE = /^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$/;
+
+/** The user labels a Sandbox and its Pod carry: never one under the agents.kruise.io prefixes
+ * (those are the driver's own; the edge refuses them, the driver does not rely on it), and only
+ * valid label names and values (one bad label must not fail the sandbox's every write). */
+export function userLabels(labels: Record<string, string> | undefined): Record<string, string> {
+  return Object.fromEntries(
+    Object.entries(labels ?? {}).filter(([k, v]) => !/(^|\.)agents\.kruise\.io\//.test(k) && LABEL_NAME.test(k) && LABEL_VALUE.test(v)),
+  );
 }
 
 /** What a sandbox's phase, readiness, endpoint and status are computed from, of a (slim) pod. */
@@ -282,7 +303,7 @@ export class KubernetesDriver implements Driver {
   #userRequest(o: SandboxObject): void {
     const id = o.metadata?.annotations?.[ANNOTATION.sandboxId];
     if (!id || !this.#opts.onRequest || this.#destroying.has(id)) return;
-    const generation = o.metadata?.generation ?? 0;
+    const generation = Number(o.metadata?.annotations?.[ANNOTATION.generation] ?? 0);
     let action: SandboxRequest["action"] | undefined;
     if (o.metadata?.deletionTimestamp) action = "kill";
     else {
@@ -296,12 +317,32 @@ export class KubernetesDriver implements Driver {
     this.#opts.onRequest({ sandboxId: id, action, generation });
   }
 
-  /** Starts the informers and waits for their first list. */
-  /** Starts the informers of the home namespace and waits for their first list. A team's
-   * namespace is watched from the first intent naming the team (after a restart: the stored
-   * intents, which the reconciler replays before anything else). */
+  /** Starts the informers of the home namespace, of `watchNamespaces` (with "all": of every
+   * namespace holding a Sandbox or a sandbox pod) and waits for their first list. Any other team's
+   * namespace is watched from the first intent naming the team. */
   async start(): Promise<void> {
-    await this.#home.start();
+    const w = this.#opts.watchNamespaces;
+    const namespaces = new Set([this.namespace, ...(w === "all" ? await this.#namespacesWithSandboxes() : (w ?? []))]);
+    await Promise.all([...namespaces].map((ns) => this.watchNamespace(ns)));
+  }
+
+  /** The namespaces of the cluster's Sandboxes and sandbox pods (one list each, names only). */
+  async #namespacesWithSandboxes(): Promise<string[]> {
+    this.requests += 2;
+    const [sandboxes, pods] = await Promise.all([
+      this.#custom.listClusterCustomObject({ group: GROUP, version: VERSION, plural: PLURAL.sandbox, labelSelector: LABEL.sandboxId }) as Promise<{ items: KubernetesObject[] }>,
+      this.#core.listPodForAllNamespaces({ labelSelector: `${LABEL.createdBy}=sandbox` }),
+    ]);
+    return [...new Set([...sandboxes.items, ...pods.items].map((o) => o.metadata!.namespace!))];
+  }
+
+  /** Starts watching a namespace (once) and resolves after its first list; its SandboxSets are then
+   * in the returned scope (the CRD link reads them). */
+  async watchNamespace(ns: string): Promise<NamespaceScope> {
+    if (!NAMESPACE_PATTERN.test(ns)) throw new Error(`"${ns}" is not a valid Kubernetes namespace name (lowercase letters, digits and '-', at most 63)`);
+    const sc = this.#scope(ns);
+    await sc.start();
+    return sc;
   }
 
   async stop(): Promise<void> {
@@ -334,6 +375,7 @@ export class KubernetesDriver implements Driver {
     const pool = set?.metadata?.name;
     const claimed = d.claimed ?? pool === undefined;
     const labels: Record<string, string> = {
+      ...userLabels(d.labels),
       [LABEL.sandboxId]: idLabel(d.id),
       [LABEL.claimed]: String(claimed),
       [LABEL.templateHash]: set ? poolRevision(set) : templateHash(template),
@@ -379,6 +421,9 @@ export class KubernetesDriver implements Driver {
         patch.metadata.annotations = { [ANNOTATION.claimTimestamp]: new Date(this.#now()).toISOString() };
       }
     }
+    // User labels (a claim's, E2B metadata label:<k>) go on the Sandbox and its pod.
+    const added = Object.fromEntries(Object.entries(userLabels(d.labels)).filter(([k, v]) => meta.labels?.[k] !== v));
+    if (Object.keys(added).length) patch.metadata.labels = { ...added, ...(patch.metadata.labels as Record<string, string> | undefined) };
     const annotations = { ...(patch.metadata.annotations as Record<string, string> | undefined) };
     if (meta.annotations?.[ANNOTATION.generation] !== String(d.generation)) annotations[ANNOTATION.generation] = String(d.generation);
     if (meta.annotations?.[ANNOTATION.pauseStrategy] !== d.pauseStrategy) annotations[ANNOTATION.pauseStrategy] = d.pauseStrategy;
@@ -391,12 +436,13 @@ export class KubernetesDriver implements Driver {
     const sc = this.#scopeOf(d.id);
     const pod = this.#pod(d.id);
     // A claim relabels the pod too (selectors over pods see it leave the pool); both in parallel.
+    const podLabels = { ...added, ...(claimed && !claimedNow ? { [LABEL.claimed]: "true" } : {}) };
     const [updated] = await Promise.all([
       this.#custom.patchNamespacedCustomObject(
         { group: GROUP, version: VERSION, namespace: sc.namespace, plural: PLURAL.sandbox, name: meta.name!, body: patch },
         mergePatch,
       ) as Promise<SandboxObject>,
-      claimed && !claimedNow && pod ? this.#patchPod(sc, pod, { metadata: { labels: { [LABEL.claimed]: "true" } } }) : undefined,
+      Object.keys(podLabels).length && pod ? this.#patchPod(sc, pod, { metadata: { labels: podLabels } }) : undefined,
     ]);
     return sc.sandboxes.remember(updated);
   }
@@ -419,9 +465,12 @@ export class KubernetesDriver implements Driver {
   }
 
   async #createPod(sc: NamespaceScope, sbx: SandboxObject, d: KubeDesiredSandbox): Promise<void> {
-    const labels = Object.fromEntries(
-      [LABEL.sandboxId, LABEL.pool, LABEL.template, LABEL.claimed, LABEL.templateHash].flatMap((k) => (sbx.metadata?.labels?.[k] ? [[k, sbx.metadata.labels[k]]] : [])),
-    );
+    const labels = {
+      ...userLabels(d.labels),
+      ...Object.fromEntries(
+        [LABEL.sandboxId, LABEL.pool, LABEL.template, LABEL.claimed, LABEL.templateHash].flatMap((k) => (sbx.metadata?.labels?.[k] ? [[k, sbx.metadata.labels[k]]] : [])),
+      ),
+    };
     const body = buildPod({
       name: sbx.metadata!.name!,
       namespace: sc.namespace,

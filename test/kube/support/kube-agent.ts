@@ -1,5 +1,6 @@
-// The agent as `main.ts --driver kubernetes` builds it, in-process for the kube tier: the
-// kubernetes driver on one namespace, the agent (link, reconciler, ingress) and the CRD link
+// The agent as `main.ts --driver kubernetes` builds it, in-process for the kube tier (the same
+// calls in the same order: the driver is built and started by kubernetesDriverFromFlags before
+// the agent and its link exist): the kubernetes driver on one namespace (plus watched ones), the agent (link, reconciler, ingress) and the CRD link
 // (SandboxSets, SandboxClaims and kubectl requests over the agent's session). Optionally the
 // container-runtime half of the test kubelet: one real agent-runtime per pod with an IP, so the
 // reconciler's /init of a claimed pod succeeds.
@@ -8,7 +9,10 @@ import { join, resolve } from "node:path";
 import { CoreV1Api, PatchStrategy, setHeaderOptions, Watch, type V1Pod } from "@kubernetes/client-node";
 import { startAgent, type Agent } from "../../../controllers/agent/agent.ts";
 import { KubectlRequests, startCrdLink, type CrdLink } from "../../../controllers/agent/crd-link.ts";
-import { KubernetesDriver } from "../../../controllers/drivers/kubernetes/kubernetes-driver.ts";
+import type { KubernetesDriver } from "../../../controllers/drivers/kubernetes/kubernetes-driver.ts";
+import { kubernetesDriverFromFlags } from "../../../controllers/drivers/kubernetes/from-flags.ts";
+import { watchNamespacesFlag } from "../../../controllers/drivers/kubernetes/flags.ts";
+import { inject } from "vitest";
 import { ANNOTATION } from "../../../schema/crd/labels.ts";
 import type { TestEdge } from "./edge.ts";
 import { kubeConfig } from "./namespace.ts";
@@ -25,23 +29,25 @@ export interface KubeAgent {
   stop(): Promise<void>;
 }
 
-export async function startKubeAgent(edge: TestEdge, namespace: string, cluster: string, dataDir = join(edge.dir, `agent-${cluster}`)): Promise<KubeAgent> {
+/** `flags`: more of main.ts's flags, e.g. `{"watch-namespaces": "a,b"}` or `{"all-namespaces": true}`. */
+export async function startKubeAgent(
+  edge: TestEdge,
+  namespace: string,
+  cluster: string,
+  dataDir = join(edge.dir, `agent-${cluster}`),
+  flags: { "watch-namespaces"?: string; "all-namespaces"?: boolean } = {},
+): Promise<KubeAgent> {
   let agent: Agent | undefined;
   const requests = new KubectlRequests();
   const logs: string[] = [];
-  const kc = kubeConfig("agent");
-  const driver = new KubernetesDriver({
-    kubeConfig: kc,
-    namespace,
-    runtimeImage: "ghcr.io/kruise-edge/sandbox-agent:test",
-    onChange: (id) => agent?.reconciler.queue.add(id),
-    onRequest: requests.onRequest,
-  });
-  requests.bind(driver);
-  await driver.start();
+  const driver = await kubernetesDriverFromFlags(
+    { kubeconfig: inject("kube").agentKubeconfig, namespace, "runtime-image": "ghcr.io/kruise-edge/sandbox-agent:test", ...flags },
+    (id) => agent?.reconciler.queue.add(id),
+    requests.onRequest,
+  );
   agent = await startAgent({ edgeUrl: edge.url, clusterToken: edge.clusterToken, clusterId: cluster, dataDir, driver, log: (m) => process.env.KUBE_LOG && console.log(`[agent] ${m}`) });
   await agent.link.whenConnected();
-  const crd: CrdLink = await startCrdLink({ link: agent.link, driver, kubeConfig: kc, namespace, cluster, requests, retryMs: 200, log: (m) => {
+  const crd: CrdLink = await startCrdLink({ link: agent.link, driver, kubeConfig: driver.kubeConfig, namespace, watchNamespaces: watchNamespacesFlag(flags), cluster, requests, retryMs: 200, log: (m) => {
     logs.push(m);
     if (process.env.KUBE_LOG) console.log(`[crd] ${m}`);
   } });
