@@ -1,5 +1,6 @@
 // The CRDs as platform teams meet them: installed by `kubectl apply -k k8s/`, listed with short
 // names and printer columns, defaulted and validated by the API server itself.
+import { readFileSync } from "node:fs";
 import { beforeAll, describe, expect, inject, it } from "vitest";
 import { freshNamespace, kubectl, kubectlOk, table } from "./support/namespace.ts";
 
@@ -55,6 +56,23 @@ describe("CRDs installed by kubectl apply -k k8s/", () => {
     // The agent's Deployment, RBAC and namespace came with the same kustomization.
     expect(kubectlOk(["-n", "sandbox-system", "get", "deployment", "sandbox-agent", "-o", "name"]).trim()).toBe("deployment.apps/sandbox-agent");
     expect(kubectlOk(["get", "clusterrole", "sandbox-agent", "-o", "name"]).trim()).toBe("clusterrole.rbac.authorization.k8s.io/sandbox-agent");
+  });
+
+  it("RBAC: the base grants the agent its own namespace only; a team's RoleBinding adds that team; rbac-all-namespaces.yaml every namespace", () => {
+    const as = ["--as", "system:serviceaccount:sandbox-system:sandbox-agent"];
+    const can = (...where: string[]) => kubectl(["auth", "can-i", "list", "sandboxsets.agents.kruise.io", ...where, ...as]).stdout.trim();
+    expect(can("-n", "sandbox-system")).toBe("yes");
+    expect(can("-n", ns)).toBe("no");
+    expect(can("--all-namespaces")).toBe("no");
+    kubectlOk(["apply", "-f", "-"], readFileSync("k8s/rbac-team.example.yaml", "utf8").replaceAll("TEAM", ns));
+    expect(can("-n", ns)).toBe("yes");
+    expect(can("--all-namespaces")).toBe("no");
+    kubectlOk(["apply", "-f", "k8s/rbac-all-namespaces.yaml"]);
+    try {
+      expect(can("--all-namespaces")).toBe("yes");
+    } finally {
+      kubectlOk(["delete", "-f", "k8s/rbac-all-namespaces.yaml"]);
+    }
   });
 
   it("kubectl get suo shows PHASE, TOTAL, UPDATED, UPDATING, FAILED, AGE", () => {
