@@ -63,6 +63,7 @@ export class LocalDriver implements Driver {
     this.#dataDir = opts.dataDir;
     this.#pidsMax = opts.defaultPidsMax ?? 4096;
     this.#spawner = opts.spawner ?? new Spawner(process.env.KRUISE_LOCAL_SPAWNER === "off" ? IN_PROCESS : undefined);
+    this.#spawner.warm();
     const probe = probeHost({ cgroupName: opts.cgroupName ?? "kruise-sandboxes", cgroupParent: opts.cgroupParent, want: opts.level });
     if (opts.level && LEVEL_ORDER.indexOf(opts.level) < LEVEL_ORDER.indexOf(probe.capabilities.level)) {
       throw new UnsupportedError(`isolation level ${opts.level}`, `this host offers ${probe.capabilities.level}: ${probe.capabilities.notes.join("; ")}`);
