@@ -311,6 +311,7 @@ function sendIntent(s: SandboxState, now: number): SandboxEffect {
     allowInternetAccess: s.spec.allowInternetAccess ?? true,
     labels: s.spec.labels,
     team: s.spec.teamName ?? null,
+    ...(s.spec.inplaceUpdate ? { inplaceUpdate: s.spec.inplaceUpdate } : {}),
     issuedAt: now,
   };
   return { kind: "intent", intent };

@@ -1,7 +1,7 @@
 // A sandbox's state (one SandboxGroupDO row): what it is (spec, fixed at create) and where it is
 // (phase, conditions, timers). Phases and condition vocabulary follow OpenKruise's Sandbox
 // (openkruise-agents.md §1.1, §2.1), plus `Pausing` (E2B pause is asynchronous here).
-import type { Endpoint, PauseStrategy, TemplateSpec } from "../../schema/protocol/index.ts";
+import type { Endpoint, InplaceUpdate, PauseStrategy, TemplateSpec } from "../../schema/protocol/index.ts";
 import type { Refusal } from "../../schema/errors.ts";
 import type { SandboxNetworkConfig } from "../../schema/api/sandbox.ts";
 
@@ -48,6 +48,9 @@ export interface SandboxSpec {
   neverTimeout: boolean;
   envdAccessToken: string | null;
   trafficAccessToken: string | null;
+  /** The create's in-place change of the claimed member (image, CPU), sent with every intent so
+   * a redelivered or later one (pause, resume) still asks for it. */
+  inplaceUpdate?: InplaceUpdate;
 }
 
 export interface SandboxState {

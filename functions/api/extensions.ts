@@ -1,15 +1,13 @@
 // OpenKruise's `e2b.agents.kruise.io/*` metadata extensions (openkruise-agents.md §3.4): read
 // from create metadata and removed from it. Keys under the reserved prefixes that this edge does
 // not implement are refused with 400 rather than silently ignored.
+import type { InplaceUpdate } from "../../schema/protocol/intent.ts";
 import { ApiError } from "../api-error.ts";
 
 const EXT = "e2b.agents.kruise.io/";
 const RESERVED = [EXT, "agents.kruise.io/"];
 /** OpenKruise extensions that depend on Pods/CSI and have no meaning on this edge yet. */
 const UNSUPPORTED = new Set([
-  "image",
-  "cpu-request",
-  "cpu-limit",
   "csi-volume-config",
   "csi-volume-name",
   "csi-mount-point",
@@ -34,13 +32,17 @@ export interface CreateExtensions {
   createOnNoStock: boolean;
   /** Bound on waiting for the cluster to take the sandbox, in ms (undefined: the default). */
   waitReadyMs?: number;
+  /** `image`, `cpu-limit` / `cpu-request`: the claimed member changed in place (CPU in cores:
+   * the limit, else the request, as the driver sets both). Undefined when none was given. */
+  inplaceUpdate?: InplaceUpdate;
 }
 
 export function parseCreateExtensions(input: Record<string, string> = {}): CreateExtensions {
   const out: CreateExtensions = { metadata: {}, labels: {}, neverTimeout: false, pausedRetentionMs: null, skipInitRuntime: false, createOnNoStock: true };
+  const cpu: { limit?: number; request?: number } = {};
   for (const [key, value] of Object.entries(input)) {
     if (key.startsWith(EXT)) {
-      applyExtension(out, key.slice(EXT.length), value, key);
+      applyExtension(out, cpu, key.slice(EXT.length), value, key);
       continue;
     }
     rejectReserved(key);
@@ -54,6 +56,11 @@ export function parseCreateExtensions(input: Record<string, string> = {}): Creat
       out.labels[label] = value;
     }
   }
+  if (cpu.limit !== undefined && cpu.request !== undefined && cpu.request > cpu.limit) {
+    throw new ApiError("bad_request", `metadata "${EXT}cpu-request" (${cpu.request}) must not exceed "${EXT}cpu-limit" (${cpu.limit})`);
+  }
+  const cpuCount = cpu.limit ?? cpu.request;
+  if (cpuCount !== undefined) out.inplaceUpdate = { ...out.inplaceUpdate, cpuCount };
   return out;
 }
 
@@ -62,8 +69,20 @@ export function rejectReserved(key: string): void {
   if (RESERVED.some((p) => key.startsWith(p))) throw new ApiError("bad_request", `metadata key "${key}" uses a reserved prefix`);
 }
 
-function applyExtension(out: CreateExtensions, name: string, value: string, key: string): void {
+function applyExtension(out: CreateExtensions, cpu: { limit?: number; request?: number }, name: string, value: string, key: string): void {
   switch (name) {
+    case "image":
+      if (!isDockerReference(value)) throw new ApiError("bad_request", `metadata "${key}": "${value}" is not a docker image reference`);
+      out.inplaceUpdate = { ...out.inplaceUpdate, image: value };
+      return;
+    case "cpu-limit":
+      cpu.limit = cpuQuantity(value, key);
+      return;
+    case "cpu-request":
+      cpu.request = cpuQuantity(value, key);
+      return;
+    case "memory":
+      throw new ApiError("bad_request", `metadata extension "${key}": memory cannot be changed in place, only "${EXT}cpu-request" / "${EXT}cpu-limit"`);
     case "never-timeout":
       out.neverTimeout = bool(value, key);
       return;
@@ -102,4 +121,29 @@ export function goDuration(value: string, key: string): number {
   const parts = [...value.matchAll(/(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)/g)];
   if (parts.length === 0 || parts.map((p) => p[0]).join("") !== value) throw new ApiError("bad_request", `metadata "${key}": "${value}" is not a duration like 30m or 2h`);
   return Math.round(parts.reduce((ms, p) => ms + Number(p[1]) * UNIT_MS[p[2]!]!, 0));
+}
+
+// The distribution/reference grammar (what `docker pull` accepts): [domain[:port]/]path[:tag][@digest],
+// path components lowercase.
+const DOMAIN = String.raw`(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*(?::[0-9]+)?`;
+const COMPONENT = String.raw`[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*`;
+const TAG = String.raw`[\w][\w.-]{0,127}`;
+const DIGEST = String.raw`[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}`;
+const REFERENCE = new RegExp(`^((?:${DOMAIN}/)?${COMPONENT}(?:/${COMPONENT})*)(?::${TAG})?(?:@${DIGEST})?$`);
+
+export function isDockerReference(value: string): boolean {
+  const m = value.length <= 512 ? REFERENCE.exec(value) : null;
+  return m !== null && m[1]!.length <= 255;
+}
+
+const QUANTITY_SUFFIX: Record<string, number> = { "": 1, m: 1e-3, k: 1e3, M: 1e6, G: 1e9, T: 1e12, P: 1e15, E: 1e18, Ki: 2 ** 10, Mi: 2 ** 20, Gi: 2 ** 30, Ti: 2 ** 40, Pi: 2 ** 50, Ei: 2 ** 60 };
+/** More cores than any node has is a typo, and a bound keeps the value finite. */
+const MAX_CPU = 1024;
+
+/** A positive Kubernetes CPU quantity ("500m", "2", "1.5", "2e0") in cores, at least 1m. */
+export function cpuQuantity(value: string, key: string): number {
+  const m = /^\+?((?:\d+(?:\.\d*)?|\.\d+))(?:([eE][-+]?\d+)|(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei))?$/.exec(value);
+  const cores = m ? Number(m[1]! + (m[2] ?? "")) * QUANTITY_SUFFIX[m[3] ?? ""]! : NaN;
+  if (!(cores >= 0.001 && cores <= MAX_CPU)) throw new ApiError("bad_request", `metadata "${key}": "${value}" is not a positive CPU quantity like 500m or 2 (1m..${MAX_CPU})`);
+  return cores;
 }

@@ -77,7 +77,8 @@ function buildSpec(
     cluster: claimed.cluster,
     template: claimed.template,
     envdVersion: template.spec.envdVersion,
-    cpuCount: template.spec.cpuCount,
+    // E2B reports whole cores (OpenKruise floors the limit); never 0 for a fractional one.
+    cpuCount: ext.inplaceUpdate?.cpuCount ? Math.max(1, Math.floor(ext.inplaceUpdate.cpuCount)) : template.spec.cpuCount,
     memoryMB: template.spec.memoryMB,
     diskSizeMB: template.spec.diskSizeMB,
     envVars: { ...claimed.envVars, ...body.envVars },
@@ -96,6 +97,7 @@ function buildSpec(
     neverTimeout: ext.neverTimeout,
     envdAccessToken: insecure ? null : token(),
     trafficAccessToken: body.network?.allowPublicTraffic === false ? token() : null,
+    ...(ext.inplaceUpdate ? { inplaceUpdate: ext.inplaceUpdate } : {}),
   };
 }
 

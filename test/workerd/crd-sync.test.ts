@@ -206,12 +206,16 @@ describe("SandboxClaims over the agent link", () => {
     expect(reply).toMatchObject({ result: "rejected", code: "template_not_found", sandboxIds: [] });
   });
 
-  it("an inplaceUpdate goes to the create route as E2B's image / cpu-limit extensions, which this edge refuses by name", async () => {
+  it("an inplaceUpdate goes to the create route as E2B's image / cpu-limit extensions: the claimed member's intent carries it", async () => {
     const ns = unique("sbc-inpl");
-    const { crd } = await connect(ns);
-    await crd.call("sandboxsets", sandboxSet(ns, "p", 1, { replicas: 0 }));
-    const reply = await crd.call("claims", { namespace: ns, claim: { name: "c", uid: "u-inpl" }, templateName: "p", replicas: 1, inplaceUpdate: { image: "python:3.13" } });
-    expect(reply).toMatchObject({ result: "rejected", code: "bad_request", message: expect.stringContaining("e2b.agents.kruise.io/image") });
+    const { agent, crd } = await connect(ns);
+    await crd.call("sandboxsets", sandboxSet(ns, "p", 1, { replicas: 1 }));
+    await agent.waitUntil(() => agent.running().length === 1);
+    const [warm] = agent.running();
+    const reply = await crd.call("claims", { namespace: ns, claim: { name: "c", uid: "u-inpl" }, templateName: "p", replicas: 1, inplaceUpdate: { image: "python:3.13", cpuCount: 2 } });
+    expect(reply).toMatchObject({ result: "applied", sandboxIds: [warm] });
+    const intent = agent.sandboxes.get(warm!)!.intent;
+    expect(intent).toMatchObject({ owner: { kind: "sandbox" }, inplaceUpdate: { image: "python:3.13", cpuCount: 2 } });
   });
 
   it("createOnNoStock: false refuses when the pool is empty", async () => {

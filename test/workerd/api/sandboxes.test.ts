@@ -66,6 +66,32 @@ describe("create", () => {
     expect(agent.sandboxes.get(sbx.sandboxID)!.intent.labels).toEqual({ tier: "gold" });
   });
 
+  it("changes the claimed member in place: image and CPU reach the agent's intent, the CPU shows in detail", async () => {
+    const sbx = await create({ metadata: { "e2b.agents.kruise.io/image": "ghcr.io/acme/python:3.13", "e2b.agents.kruise.io/cpu-request": "1500m", "e2b.agents.kruise.io/cpu-limit": "2", keep: "me" } });
+    expect(agent.sandboxes.get(sbx.sandboxID)!.intent.inplaceUpdate).toEqual({ image: "ghcr.io/acme/python:3.13", cpuCount: 2 });
+    const info = await expectStatus(call(`/sandboxes/${sbx.sandboxID}`, { key: team.key }), 200);
+    expect(info).toMatchObject({ cpuCount: 2, metadata: { keep: "me" } });
+    // Later intents of the same sandbox (a pause here) still carry it, so a recreated pod gets it too.
+    await expectStatus(call(`/sandboxes/${sbx.sandboxID}/pause`, { key: team.key, body: {} }), 204);
+    await agent.waitUntil(() => agent.sandboxes.get(sbx.sandboxID)?.phase === "Paused");
+    expect(agent.sandboxes.get(sbx.sandboxID)!.intent.inplaceUpdate).toEqual({ image: "ghcr.io/acme/python:3.13", cpuCount: 2 });
+    // Only the request given: it is the CPU; a plain create carries no in-place change.
+    const req = await create({ metadata: { "e2b.agents.kruise.io/cpu-request": "500m" } });
+    expect(agent.sandboxes.get(req.sandboxID)!.intent.inplaceUpdate).toEqual({ cpuCount: 0.5 });
+    const plain = await create();
+    expect(agent.sandboxes.get(plain.sandboxID)!.intent.inplaceUpdate).toBeUndefined();
+  });
+
+  it("refuses a bad image, a bad CPU quantity and memory with 400 JSON", async () => {
+    const bad = (metadata: Record<string, string>, message: RegExp) => expectError(call("/v2/sandboxes", { key: team.key, body: { templateID: team.template, metadata } }), 400, message);
+    await bad({ "e2b.agents.kruise.io/image": "Python:3.13" }, /not a docker image reference/);
+    await bad({ "e2b.agents.kruise.io/image": "python:" }, /not a docker image reference/);
+    await bad({ "e2b.agents.kruise.io/image": "a b" }, /not a docker image reference/);
+    for (const q of ["0", "-1", "two", "1.5x", "", "0.0001", "100000"]) await bad({ "e2b.agents.kruise.io/cpu-limit": q }, /not a positive CPU quantity/);
+    await bad({ "e2b.agents.kruise.io/cpu-request": "3", "e2b.agents.kruise.io/cpu-limit": "2" }, /must not exceed/);
+    await bad({ "e2b.agents.kruise.io/memory": "1Gi" }, /memory cannot be changed in place/);
+  });
+
   it("answers 404 for an unknown template and 400 for invalid bodies", async () => {
     await expectError(call("/v2/sandboxes", { key: team.key, body: { templateID: "nope" } }), 404, /nope/);
     await expectError(call("/v2/sandboxes", { key: team.key, raw: "{not json" }), 400, /JSON/);
@@ -74,7 +100,7 @@ describe("create", () => {
     await expectError(call("/v2/sandboxes", { key: team.key, body: { templateID: team.template, timeout: 10_000_000 } }), 400);
     await expectError(call("/v2/sandboxes", { key: team.key, body: { templateID: team.template, timeout: 1.5 } }), 400);
     await expectError(call("/v2/sandboxes", { key: team.key, body: { templateID: team.template, metadata: { "agents.kruise.io/owner": "me" } } }), 400, /reserved/);
-    await expectError(call("/v2/sandboxes", { key: team.key, body: { templateID: team.template, metadata: { "e2b.agents.kruise.io/image": "x" } } }), 400, /not supported/);
+    await expectError(call("/v2/sandboxes", { key: team.key, body: { templateID: team.template, metadata: { "e2b.agents.kruise.io/csi-volume-name": "x" } } }), 400, /not supported/);
     await expectError(call("/v2/sandboxes", { key: team.key, body: { templateID: team.template, autoResume: { enabled: true } } }), 400, /autoPause/);
     await expectError(call("/v2/sandboxes", { key: team.key, body: [] }), 400);
     await expectError(call("/v2/sandboxes", { key: team.key, raw: "" }), 400);
