@@ -98,6 +98,7 @@ export class SandboxGroupDO extends DurableObject<Env> {
   async create(id: string, input: CreateInput): Promise<Result<{ sandbox: SandboxInfo }>> {
     if (input.spec.id !== id) return { ok: false, error: { code: ErrorCode.badRequest, message: `spec id ${input.spec.id} is not ${id}` } };
     const slot = this.slot(id);
+    const deadline = Date.now() + input.waitMs;
     slot.busy++;
     try {
       const t = await this.apply(id, {
@@ -125,6 +126,16 @@ export class SandboxGroupDO extends DurableObject<Env> {
       }
       // A kill may have landed while the ack was awaited.
       if (!slot.state || slot.state.phase === "Terminating") return notFound(id);
+      if (slot.state.phase === "Pending") {
+        // Acked `accepted`: the agent took it but is still starting it. Handing it out now would
+        // have the client's first request fail (the gateway serves Running sandboxes only).
+        const ready = await this.waitRunning(id, Math.max(0, deadline - Date.now()), input.waitMs);
+        if (!ready.ok) {
+          if (ready.error.code !== ErrorCode.sandboxNotFound) await this.apply(id, { type: "kill" }, 0);
+          return ready;
+        }
+        return { ok: true, sandbox: sandboxInfo(ready.state) };
+      }
       return { ok: true, sandbox: sandboxInfo(slot.state) };
     } finally {
       slot.busy--;
@@ -447,7 +458,8 @@ export class SandboxGroupDO extends DurableObject<Env> {
     }
   }
 
-  private async waitRunning(id: string, ms: number): Promise<Result<{ state: SandboxState }>> {
+  /** `boundMs`: the caller's whole bound, for the message, when `ms` is what is left of it. */
+  private async waitRunning(id: string, ms: number, boundMs = ms): Promise<Result<{ state: SandboxState }>> {
     const slot = this.slot(id);
     const deadline = Date.now() + ms;
     try {
@@ -457,7 +469,7 @@ export class SandboxGroupDO extends DurableObject<Env> {
         if (s.phase === "Running") return { ok: true, state: s };
         if (s.phase === "Failed") return { ok: false, error: { code: ErrorCode.createFailed, message: failureMessage(s) } };
         const left = deadline - Date.now();
-        if (left <= 0) return { ok: false, error: { code: ErrorCode.placementTimeout, message: `Sandbox "${id}" did not become ready within ${ms} ms` } };
+        if (left <= 0) return { ok: false, error: { code: ErrorCode.placementTimeout, message: `Sandbox "${id}" did not become ready within ${boundMs} ms` } };
         await new Promise<void>((resolve) => {
           const done = () => {
             clearTimeout(timer);

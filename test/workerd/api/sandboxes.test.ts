@@ -1,6 +1,8 @@
 // create → claim → ready → kill end to end: routes, PoolDO, SandboxGroupDO and ClusterDO inside workerd,
 // a scripted agent on the other end of the real WebSocket protocol, the index in a real sqld.
+import { env } from "cloudflare:workers";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { sandboxStub } from "../../../durable-objects/sandbox/stub.ts";
 import type { ScriptedAgent } from "../../support/scripted-agent.ts";
 import { call, createTeam, expectError, expectStatus, secondKey, startAgent, unique, type TestTeam } from "../helpers.ts";
 
@@ -185,6 +187,35 @@ describe("lifecycle", () => {
     await expectError(call(`/v2/sandboxes/${sbx.sandboxID}/connect`, { key: team.key, body: {} }), 404);
     const listed = await expectStatus(call("/v2/sandboxes?metadata=kill%3Dme", { key: team.key }), 200);
     expect(listed).toEqual([]);
+  });
+});
+
+describe("an agent that acks a create as accepted and starts it later", () => {
+  it("answers 201 only once the sandbox runs, so the gateway can serve it at once", async () => {
+    const slow = await createTeam(unique("slowstart"));
+    const slowAgent = await startAgent(slow.cluster, { readyDelayMs: 400 });
+    try {
+      const sbx = await expectStatus(call("/v2/sandboxes", { key: slow.key, body: { templateID: slow.template } }), 201);
+      expect(slowAgent.received.find((r) => r.intent.sandboxId === sbx.sandboxID)).toBeDefined();
+      const route = await sandboxStub(env, sbx.sandboxID).route();
+      expect(route).toMatchObject({ ok: true, route: { phase: "Running" } });
+    } finally {
+      slowAgent.disconnect();
+    }
+  });
+
+  it("answers 504 and kills the sandbox when it does not run within the create's bound", async () => {
+    const slow = await createTeam(unique("neverstart"));
+    const slowAgent = await startAgent(slow.cluster, { readyDelayMs: 5_000 });
+    try {
+      const res = call("/v2/sandboxes", { key: slow.key, body: { templateID: slow.template, metadata: { "e2b.agents.kruise.io/wait-ready-timeout-seconds": "1" } } });
+      expect(await expectStatus(res, 504)).toMatchObject({ error_code: "sandbox_placement_timeout", message: expect.stringContaining("1000 ms") });
+      const [first] = slowAgent.received;
+      await slowAgent.waitUntil(() => slowAgent.received.some((r) => r.intent.sandboxId === first!.intent.sandboxId && r.intent.desired.state === "deleted"));
+      expect(await expectStatus(call("/v2/sandboxes", { key: slow.key }), 200)).toEqual([]);
+    } finally {
+      slowAgent.disconnect();
+    }
   });
 });
 
