@@ -1,6 +1,6 @@
 // The cluster's custom resources, applied on the edge (schema/protocol/crd-sync.ts): SandboxSets
 // become templates and warm pools of team = namespace (the admin API's path), kubectl requests
-// become the SandboxDO's pause/resume/kill as the sandbox's owner (the E2B API's rules), claims
+// become the sandbox's pause/resume/kill (its SandboxGroupDO) as the sandbox's owner (the E2B API's rules), claims
 // become E2B creates from the team's pool (the E2B create route itself). The edge stays the
 // authority: a SandboxSet's older generation never overwrites a newer one, a template another
 // cluster runs is not taken over, and a request made against an older sandbox generation than the
@@ -21,12 +21,12 @@ import {
 import { ApiError, onError } from "../../functions/api-error.ts";
 import { putTemplate, removeTemplate } from "../../functions/api/admin-templates.ts";
 import { createSandboxRoute } from "../../functions/api/sandbox-create.ts";
-import { sandboxStub } from "../../functions/api/stubs.ts";
 import type { AppEnv, Caller, Env } from "../../functions/env.ts";
 import { getDb } from "../../functions/store/db.ts";
 import { listIndex } from "../../functions/store/sandbox-index.ts";
 import { getTemplate } from "../../functions/store/templates.ts";
 import { findTeamByName } from "../../functions/store/teams.ts";
+import { sandboxStub } from "../sandbox/stub.ts";
 import type { DesiredEntry } from "./machine.ts";
 
 type Sql = Pick<SqlStorage, "exec">;
@@ -193,7 +193,7 @@ export class CrdSync {
   }
 
   /**
-   * A warm pool member has no SandboxDO: its pool owns it. Deleting it (kubectl delete sbx) is
+   * A warm pool member has no row in a SandboxGroupDO: its pool owns it. Deleting it (kubectl delete sbx) is
    * reported to the pool as the member failing, so the pool drops it (unless a claim took it
    * first: then it is no longer the pool's) and replaces it; pausing one is refused.
    */
@@ -246,7 +246,7 @@ function refused(e: { code: string; message: string }): Omit<ReplyItem, "id"> {
   return { result: "rejected", code: e.code, message: e.message };
 }
 
-/** An E2B create through the route itself (validation, extensions, pool claim, SandboxDO). */
+/** An E2B create through the route itself (validation, extensions, pool claim, SandboxGroupDO). */
 async function createAs(env: Env, caller: Caller, body: unknown): Promise<{ ok: true; sandboxId: string } | { ok: false; error: Refusal }> {
   const app = new Hono<AppEnv>();
   app.onError(onError);

@@ -1,4 +1,4 @@
-// The sandbox index `list` pages through. SandboxDOs write rows through SandboxIndexDO, which
+// The sandbox index `list` pages through. SandboxGroupDOs write rows through SandboxIndexDO, which
 // batches them (applyIndexBatch); routes read pages here.
 import type { InStatement, InValue } from "@libsql/client/web";
 import { and, asc, desc, eq, getTableColumns, gte, inArray, lt, gt, or, sql, type Column, type SQL } from "drizzle-orm";

@@ -1,5 +1,5 @@
 // Templates: a SandboxSet spec per team (OpenKruise §1.2), as the admin API accepts it and
-// PoolDO / SandboxDO read it; plus the E2B `Template` / `TemplateWithBuilds` responses.
+// PoolDO / SandboxGroupDO read it; plus the E2B `Template` / `TemplateWithBuilds` responses.
 import { z } from "zod";
 import { DEFAULT_ENVD_VERSION } from "./limits.ts";
 

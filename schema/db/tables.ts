@@ -47,7 +47,7 @@ export const templates = sqliteTable(
   (t) => [primaryKey({ columns: [t.teamId, t.templateId] }), index("templates_id").on(t.templateId)],
 );
 
-/** The sandbox index `list` pages through; SandboxDO writes it through on visible changes. */
+/** The sandbox index `list` pages through; the sandboxes' SandboxGroupDOs write it (through SandboxIndexDO) on visible changes. */
 export const sandboxes = sqliteTable(
   "sandboxes",
   {
@@ -58,7 +58,7 @@ export const sandboxes = sqliteTable(
     alias: text("alias"),
     /** E2B state: running | paused | killed (killed rows are tombstones, never listed). */
     state: text("state").notNull(),
-    /** SandboxDO phase at the last visible change (Pending, Running, Paused, ...), for operators. */
+    /** The sandbox's phase (SandboxGroupDO) at the last visible change (Pending, Running, Paused, ...), for operators. */
     phase: text("phase").notNull(),
     metadata: text("metadata", { mode: "json" }).$type<Record<string, string>>().notNull(),
     startedAt: integer("started_at").notNull(),

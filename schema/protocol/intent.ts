@@ -3,7 +3,7 @@ import { SandboxIdSchema } from "./ids.ts";
 
 /**
  * Who owns a sandbox on the edge, i.e. which Durable Object receives its observations: the pool
- * while it is an unclaimed warm member, the SandboxDO once claimed or created on demand, the
+ * while it is an unclaimed warm member, the sandbox's SandboxGroupDO once claimed or created on demand, the
  * cluster itself for orphans it is cleaning up.
  */
 export const OwnerSchema = z.discriminatedUnion("kind", [

@@ -1,6 +1,6 @@
 // The cluster's custom resources over the agent link inside workerd (schema/protocol/crd-sync.ts):
 // a scripted agent sends SandboxSets, kubectl requests and SandboxClaims; ClusterDO applies them
-// on the edge (templates and pools of team = namespace, SandboxDO pause/resume/kill, E2B creates)
+// on the edge (templates and pools of team = namespace, the sandbox's pause/resume/kill, E2B creates)
 // and answers each with a reply. The edge stays the authority: stale generations are refused.
 import { env, exports } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
@@ -132,7 +132,7 @@ describe("kubectl requests over the agent link", () => {
     return { team, agent, crd, id, generation: async () => (await stub.inspect())!.generation };
   }
 
-  it("pause, resume and kill go through the SandboxDO as the owner would", async () => {
+  it("pause, resume and kill go to the sandbox (its group) as the owner would", async () => {
     const s = await sandboxOn(unique("rq"));
     expect(await s.crd.call("requests", { sandboxId: s.id, action: "pause", generation: await s.generation() })).toMatchObject({ result: "applied" });
     expect((await expectStatus(call(`/sandboxes/${s.id}`, { key: s.team.key }), 200)).state).toBe("paused");
