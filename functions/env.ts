@@ -2,13 +2,11 @@
 import type { ClusterDO } from "../durable-objects/cluster/cluster-do.ts";
 import type { PoolDO } from "../durable-objects/pool/pool-do.ts";
 import type { SandboxIndexDO } from "../durable-objects/sandbox/index-writer-do.ts";
-import type { SandboxDO } from "../durable-objects/sandbox/sandbox-do.ts";
 import type { SandboxGroupDO } from "../durable-objects/sandbox/sandbox-group-do.ts";
 
 export interface Env {
-  /** Sandboxes live in groups (SandboxGroupDO, `sandboxStub()`); SANDBOX is the per-sandbox address older callers use. */
+  /** Sandboxes live in groups (SandboxGroupDO): reach one with `sandboxStub(env, id)`. */
   SANDBOX_GROUP: DurableObjectNamespace<SandboxGroupDO>;
-  SANDBOX: DurableObjectNamespace<SandboxDO>;
   POOL: DurableObjectNamespace<PoolDO>;
   CLUSTER: DurableObjectNamespace<ClusterDO>;
   /** The one writer of the libSQL sandbox index (group commit). */

@@ -13,7 +13,6 @@ import { teams } from "./api/teams.ts";
 import { templates } from "./api/templates.ts";
 import { requireApiKey } from "./auth/middleware.ts";
 import type { AppEnv } from "./env.ts";
-export { SandboxDO } from "../durable-objects/sandbox/sandbox-do.ts";
 export { SandboxGroupDO } from "../durable-objects/sandbox/sandbox-group-do.ts";
 export { SandboxIndexDO } from "../durable-objects/sandbox/index-writer-do.ts";
 export { PoolDO } from "../durable-objects/pool/pool-do.ts";

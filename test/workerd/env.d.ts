@@ -2,6 +2,6 @@
 declare namespace Cloudflare {
   interface GlobalProps {
     mainModule: typeof import("../../functions/index.ts");
-    durableNamespaces: "SandboxDO" | "SandboxGroupDO" | "PoolDO" | "ClusterDO" | "SandboxIndexDO";
+    durableNamespaces: "SandboxGroupDO" | "PoolDO" | "ClusterDO" | "SandboxIndexDO";
   }
 }

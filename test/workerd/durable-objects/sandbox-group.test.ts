@@ -167,15 +167,6 @@ describe("sandbox groups", () => {
       movingAgent.disconnect();
     }
   });
-
-  it("the per-sandbox address (SANDBOX.idFromName) answers route, wake and inspect from the group", async () => {
-    const id = await create();
-    const address = env.SANDBOX.get(env.SANDBOX.idFromName(id));
-    expect(await address.route()).toEqual(await stub(id).route());
-    expect(await address.inspect()).toEqual(await stub(id).inspect());
-    expect(await address.wake()).toMatchObject({ ok: true, resumed: false });
-    expect(await env.SANDBOX.get(env.SANDBOX.idFromName("neverexisted")).route()).toMatchObject({ ok: false, error: { code: "sandbox_not_found" } });
-  });
 });
 
 describe("gateway RPCs", () => {
