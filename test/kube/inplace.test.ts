@@ -1,8 +1,8 @@
 // In-place changes at claim against the real API server (Kubernetes 1.35: the pod `resize`
 // subresource): a warm pool member claimed with another image and more CPU keeps its pod (same
 // UID, nothing recreated); the pod spec carries the new image and CPU, the Sandbox records the
-// update once, and an Event says what changed. (The reconciler passes the intent's
-// `inplaceUpdate` on; the edge's create route still refuses the extensions that would set it.)
+// update once, and an Event says what changed. (The edge sets the intent's `inplaceUpdate` from
+// E2B's `e2b.agents.kruise.io/image`/`cpu-*` extensions and SandboxClaim `inplaceUpdate`.)
 import { CoreV1Api, PatchStrategy, setHeaderOptions, type V1Pod } from "@kubernetes/client-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { KubernetesDriver, type KubeDesiredSandbox } from "../../controllers/drivers/kubernetes/kubernetes-driver.ts";
