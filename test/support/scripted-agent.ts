@@ -47,19 +47,18 @@ export function fetchTransport(
   };
 }
 
-/** Connects over real TCP from Node 22 (its global WebSocket takes a `headers` option). */
+/** Connects over real TCP from Node, as the real agent does (the `ws` client, no permessage-deflate). */
 export function tcpTransport(baseUrl: string, token: string, cluster = "local"): Transport {
-  // Node's WebSocket (undici) accepts `{headers}`; the DOM typing only knows subprotocols.
-  type NodeSocket = SocketLike & { addEventListener(type: "open" | "error", listener: () => void): void };
-  type NodeWebSocket = new (url: string, init: { headers: Record<string, string> }) => NodeSocket;
-  const Ctor = (globalThis as unknown as { WebSocket: NodeWebSocket }).WebSocket;
-  return () =>
-    new Promise((resolve, reject) => {
-      const url = `${baseUrl.replace(/^http/, "ws")}${AGENT_LINK_PATH}?cluster=${cluster}`;
-      const ws = new Ctor(url, { headers: { Authorization: `Bearer ${token}` } });
+  return async () => {
+    // Loaded here: workerd tests import this module but never this transport.
+    const { default: WebSocket } = await import("ws");
+    const url = `${baseUrl.replace(/^http/, "ws")}${AGENT_LINK_PATH}?cluster=${cluster}`;
+    const ws = new WebSocket(url, { headers: { Authorization: `Bearer ${token}` }, perMessageDeflate: false });
+    return new Promise<SocketLike>((resolve, reject) => {
       ws.addEventListener("open", () => resolve(ws));
       ws.addEventListener("error", () => reject(new Error(`agent link: cannot connect to ${url}`)));
     });
+  };
 }
 
 export interface ScriptedAgentOptions {
