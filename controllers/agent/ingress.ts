@@ -15,11 +15,24 @@ const STATUS_TEXT: Record<number, string> = { 400: "Bad Request", 401: "Unauthor
 export interface IngressOptions {
   clusterToken: string;
   runtime: Runtime;
-  /** Where a user port of a sandbox is reachable from this host, or undefined when it is not. */
-  userPortTarget(sandboxId: string, port: number): { host: string; port: number } | undefined;
+  /** Where a user port of a sandbox is reachable from this host, or undefined when it is not:
+   * a TCP address, or (for a sandbox whose network the host cannot dial) a way to open a stream
+   * to it (Driver.connectUserPort). */
+  userPortTarget(sandboxId: string, port: number): UserPortTarget | undefined;
   /** The runtime URL of a sandbox whose runtime runs elsewhere (a pod); undefined: embedded. */
   remoteRuntime?(sandboxId: string): string | undefined;
   now?: () => number;
+}
+
+export type UserPortTarget = { host: string; port: number } | { connect(): Promise<Duplex> };
+
+/** A stream to the target, connected (a TCP address is dialled here). */
+function dial(target: UserPortTarget): Promise<Duplex> {
+  if ("connect" in target) return target.connect();
+  return new Promise((resolve, reject) => {
+    const s = connect(target.port, target.host);
+    s.once("connect", () => resolve(s.off("error", reject))).once("error", reject);
+  });
 }
 
 function deny(res: ServerResponse, status: number, message: string): void {
@@ -68,21 +81,22 @@ export async function createIngress(opts: IngressOptions): Promise<Server> {
     if (port === ENVD_PORT) return refuse(400, "the envd port does not take upgrades");
     const target = opts.userPortTarget(sandboxId, port);
     if (!target) return refuse(502, `port ${port} of sandbox ${sandboxId} is not reachable`);
-    const upstream = connect(target.port, target.host);
-    upstream.once("error", (err) => {
-      if (upstream.bytesRead === 0) refuse(502, `port ${port} of sandbox ${sandboxId}: ${err.message}`);
-      else socket.destroy();
-    });
-    upstream.once("connect", () => {
-      const lines = [`${req.method} ${req.url} HTTP/1.1`];
-      for (let i = 0; i < req.rawHeaders.length; i += 2) {
-        if (req.rawHeaders[i]!.toLowerCase() !== SIGNATURE_HEADER) lines.push(`${req.rawHeaders[i]}: ${req.rawHeaders[i + 1]}`);
-      }
-      upstream.write(`${lines.join("\r\n")}\r\n\r\n`);
-      if (head.length) upstream.write(head);
-      upstream.pipe(socket);
-      socket.pipe(upstream);
-    });
+    let upstream: Duplex;
+    try {
+      upstream = await dial(target);
+    } catch (err) {
+      return refuse(502, `port ${port} of sandbox ${sandboxId}: ${(err as Error).message}`);
+    }
+    if (socket.destroyed) return void upstream.destroy();
+    upstream.once("error", () => socket.destroy());
+    const lines = [`${req.method} ${req.url} HTTP/1.1`];
+    for (let i = 0; i < req.rawHeaders.length; i += 2) {
+      if (req.rawHeaders[i]!.toLowerCase() !== SIGNATURE_HEADER) lines.push(`${req.rawHeaders[i]}: ${req.rawHeaders[i + 1]}`);
+    }
+    upstream.write(`${lines.join("\r\n")}\r\n\r\n`);
+    if (head.length) upstream.write(head);
+    upstream.pipe(socket);
+    socket.pipe(upstream);
     socket.once("error", () => upstream.destroy());
     socket.once("close", () => upstream.destroy());
     upstream.once("close", () => socket.destroy());
@@ -103,7 +117,16 @@ export async function createIngress(opts: IngressOptions): Promise<Server> {
     const remoteUrl = port === ENVD_PORT && remote ? new URL(remote) : undefined;
     const target = remoteUrl ? { host: remoteUrl.hostname, port: Number(remoteUrl.port || ENVD_PORT) } : opts.userPortTarget(sandboxId, port);
     if (!target) return deny(res, 502, `port ${port} of sandbox ${sandboxId} is not reachable`);
-    const upstream = httpRequest({ host: target.host, port: target.port, method: req.method, path: req.url, headers: req.headers });
+    let where: { host: string; port: number } | { createConnection: () => Duplex };
+    if ("connect" in target) {
+      try {
+        const stream = await target.connect();
+        where = { createConnection: () => stream };
+      } catch (err) {
+        return deny(res, 502, `port ${port} of sandbox ${sandboxId}: ${(err as Error).message}`);
+      }
+    } else where = { host: target.host, port: target.port };
+    const upstream = httpRequest({ ...where, method: req.method, path: req.url, headers: req.headers });
     upstream.on("response", (up) => {
       res.writeHead(up.statusCode ?? 502, up.headers);
       up.pipe(res);

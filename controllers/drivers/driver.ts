@@ -3,6 +3,7 @@
 // what is actually there. Every method is idempotent, so a repeated intent or an agent restart is
 // harmless. A driver that cannot do something says so with UnsupportedError; it never returns a
 // success that did nothing.
+import type { Duplex } from "node:stream";
 import type { SandboxView, SpawnRequest } from "../runtime/sandbox-view.ts";
 
 /** How strongly a driver separates sandboxes from the host and from each other, strongest first. */
@@ -131,6 +132,11 @@ export interface Driver {
   /** Location-dependent operations for a runtime on this host. Throws UnsupportedError when
    * `capabilities.hostView` is false, SandboxNotFoundError for an unknown or non-running id. */
   view(id: string): SandboxView;
+  /** A stream connected to a user port on the sandbox's own loopback, for drivers whose
+   * sandboxes have a network the host cannot dial (the local driver's allowInternetAccess:false).
+   * Rejects with SandboxNotFoundError when the sandbox does not run, and with the reason (e.g.
+   * connection refused) when nothing listens. */
+  connectUserPort?(id: string, port: number): Promise<Duplex>;
   /** Runs a command inside a running sandbox to completion (tests, hooks, probes). */
   exec(id: string, req: SpawnRequest, opts?: { timeoutMs?: number; stdin?: string }): Promise<ExecResult>;
   freeze(id: string): Promise<void>;

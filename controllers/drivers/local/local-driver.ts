@@ -1,6 +1,7 @@
 // The `local` driver: sandboxes as isolated process trees on this machine. See ../README.md for
 // the levels, the on-disk layout and what survives an agent restart.
 import { randomBytes } from "node:crypto";
+import { connect as tcpConnect, type Socket } from "node:net";
 import { existsSync, mkdirSync, readdirSync, renameSync, rmSync } from "node:fs";
 import { rm } from "node:fs/promises";
 import { basename, join } from "node:path";
@@ -21,6 +22,7 @@ import { alive, discoverHolder, signalSandbox, startHolder } from "./holder.ts";
 import { restoreLayer, saveLayer } from "./layer-archive.ts";
 import { bwrapMountArgs, layoutFor, mountsFor, prepareLayout } from "./layout.ts";
 import { LocalSandboxView } from "./local-view.ts";
+import { PortRelay } from "./port-relay.ts";
 import { probeHost } from "./probe.ts";
 import { readRecord, recordedIds, writeRecord, type SandboxRecord } from "./records.ts";
 import { IN_PROCESS, Spawner } from "./spawner.ts";
@@ -58,6 +60,7 @@ export class LocalDriver implements Driver {
   /** The last record written or read per sandbox: what views ask on every call. */
   readonly #records = new Map<string, SandboxRecord>();
   readonly #spawner: Spawner;
+  readonly #relay = new PortRelay();
 
   constructor(opts: LocalDriverOptions) {
     this.#dataDir = opts.dataDir;
@@ -81,6 +84,7 @@ export class LocalDriver implements Driver {
   dispose(): void {
     if (this.#cgroups) removeParents(this.#cgroups);
     void this.#spawner.dispose();
+    this.#relay.dispose();
   }
 
   #save(rec: SandboxRecord): void {
@@ -266,6 +270,19 @@ export class LocalDriver implements Driver {
         if (!now || now.phase === "Stopped" || !now.nsInit) return undefined;
         return { nsPid: now.level === "process" ? undefined : now.nsInit.pid, cgroupProcs: now.cgroups ? procsFiles(now.cgroups) : [] };
       },
+    });
+  }
+
+  /** A sandbox sharing the host's network listens on the host's loopback; one with its own
+   * namespace is reached through the port relay (see port-relay.ts). */
+  async connectUserPort(id: string, port: number): Promise<Socket> {
+    if (!Number.isInteger(port) || port < 1 || port > 65535) throw new Error(`invalid port ${port}`);
+    const rec = this.#record(id);
+    if (!rec || rec.phase === "Stopped" || !rec.nsInit || !alive(rec.nsInit)) throw new SandboxNotFoundError(id, "not running");
+    if (rec.level !== "process" && !rec.desired.allowInternetAccess) return this.#relay.connect(rec.nsInit, port);
+    return new Promise<Socket>((resolve, reject) => {
+      const s = tcpConnect(port, "127.0.0.1");
+      s.once("connect", () => resolve(s.off("error", reject))).once("error", reject);
     });
   }
 

@@ -18,9 +18,15 @@ import { USERS, type Mount } from "./layout.ts";
 import { resolveSandboxPath, sandboxPathOf } from "./path-resolver.ts";
 
 export const ENTER_SCRIPT = fileURLToPath(new URL("./enter.pl", import.meta.url));
-const PERL = "/usr/bin/perl";
+export const PERL = "/usr/bin/perl";
 /** setns(2) syscall number; perl has no wrapper for it. */
 const SETNS_NR: Record<string, number> = { x64: 308, arm64: 268 };
+
+export function setnsSyscall(): number {
+  const nr = SETNS_NR[arch()];
+  if (nr === undefined) throw new Error(`local driver: no setns syscall number for ${arch()}`);
+  return nr;
+}
 /** Environment variable carried by every process of a sandbox; how sandboxes without a cgroup
  * find their processes (a process that clears its environment escapes that search). */
 export const MARKER_ENV = "KRUISE_SANDBOX_ID";
@@ -78,8 +84,7 @@ export class LocalSandboxView implements SandboxView {
   }
 
   command(req: SpawnRequest): HostCommand {
-    const setns = SETNS_NR[arch()];
-    if (setns === undefined) throw new Error(`local driver: no setns syscall number for ${arch()}`);
+    const setns = setnsSyscall();
     const t = this.#current();
     // Without a root view the process sees host paths, so its cwd is the host side of the layer.
     const cwd = this.#o.namespaces ? req.cwd : this.toHost(req.cwd);

@@ -1,0 +1,118 @@
+// Inbound connections to user ports of sandboxes without network (the port relay): bytes pass
+// both ways, a port nobody listens on is refused with a reason, the relay reaches only the
+// sandbox's own loopback, and the sandbox still cannot reach out.
+import { execFileSync } from "node:child_process";
+import { createServer, type Server, type Socket } from "node:net";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { setTimeout as sleep } from "node:timers/promises";
+import { afterAll, describe, expect, it } from "vitest";
+import type { DesiredSandbox } from "../../../../controllers/drivers/driver.ts";
+import { LocalDriver } from "../../../../controllers/drivers/local/local-driver.ts";
+import { PortRelay } from "../../../../controllers/drivers/local/port-relay.ts";
+import { procRef } from "../../../../controllers/drivers/local/holder.ts";
+
+const dataDir = mkdtempSync(join(tmpdir(), "local-port-relay-"));
+const driver = new LocalDriver({ dataDir, cgroupName: `kruise-test-${process.pid}-relay` });
+const USER = { name: "user", uid: 1000, gid: 1000, home: "/home/user", shell: "/bin/bash" };
+let seq = 0;
+let hostServer: Server | undefined;
+
+function desired(over: Partial<DesiredSandbox> = {}): DesiredSandbox {
+  return { id: `pr${process.pid}x${seq++}`, generation: 1, template: "base", state: "Running", pauseStrategy: "Freeze", resources: { cpuCount: 1, memoryMB: 256 }, allowInternetAccess: false, ...over };
+}
+
+function sh(id: string, script: string) {
+  return driver.exec(id, { cmd: "/bin/bash", args: ["-c", script], cwd: USER.home, env: { PATH: "/usr/bin:/bin" }, user: USER }, { timeoutMs: 20_000 });
+}
+
+/** A line echo server inside the sandbox on `port`, started in the background. */
+async function startEcho(id: string, port: number): Promise<void> {
+  const py = `import socket\\ns=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(("127.0.0.1", ${port})); s.listen(8)\\nwhile True:\\n  c,_=s.accept(); d=c.recv(100); c.sendall(b"echo:"+d); c.shutdown(socket.SHUT_WR); c.recv(100); c.close()`;
+  await sh(id, `printf '${py}' > /tmp/echo.py; setsid python3 /tmp/echo.py >/dev/null 2>&1 < /dev/null &`);
+}
+
+function roundTrip(s: Socket, text: string): Promise<string> {
+  return new Promise((resolve, reject) => {
+    let got = "";
+    s.on("data", (c) => (got += String(c)));
+    s.once("end", () => {
+      s.end();
+      resolve(got);
+    });
+    s.once("error", reject);
+    s.write(text);
+  });
+}
+
+afterAll(async () => {
+  hostServer?.close();
+  for (const s of await driver.list()) await driver.destroy(s.id);
+  driver.dispose();
+  rmSync(dataDir, { recursive: true, force: true });
+});
+
+describe("user ports of sandboxes without network", () => {
+  it("relays a connection to a port on the sandbox's own loopback, and refuses a closed one with a reason", async () => {
+    const d = desired();
+    await driver.ensure(d);
+    await expect(driver.connectUserPort(d.id, 8000)).rejects.toThrow(/connect to port 8000: Connection refused/);
+    await startEcho(d.id, 8000);
+    let answer = "";
+    for (const deadline = Date.now() + 10_000; Date.now() < deadline && !answer; ) {
+      const s = await driver.connectUserPort(d.id, 8000).catch(() => undefined);
+      if (s) answer = await roundTrip(s, "hello");
+      else await sleep(100);
+    }
+    expect(answer).toBe("echo:hello");
+    // Still no way out: the host's loopback is not the sandbox's.
+    const out = await sh(d.id, `python3 -c 'import socket; s=socket.socket(); s.settimeout(2); print(s.connect_ex(("127.0.0.1", 1)))'`);
+    expect(out.stdout.trim()).not.toBe("0");
+  });
+
+  it("does not reach a port of the host's loopback through the relay", async () => {
+    // A host server on a port the sandbox does not listen on: the relay must not find it.
+    hostServer = createServer((c) => c.end("host"));
+    await new Promise<void>((ok) => hostServer!.listen(0, "127.0.0.1", ok));
+    const port = (hostServer.address() as { port: number }).port;
+    const d = desired();
+    await driver.ensure(d);
+    await expect(driver.connectUserPort(d.id, port)).rejects.toThrow(/Connection refused/);
+    // Asked for a process sharing the host's network (this one), the relay refuses outright.
+    const relay = new PortRelay();
+    try {
+      await expect(relay.connect(procRef(process.pid)!, port)).rejects.toThrow(/shares the host network/);
+      await expect(relay.connect({ pid: process.pid, start: "1" }, port)).rejects.toThrow(/not running/);
+    } finally {
+      relay.dispose();
+    }
+  });
+
+  it("refuses sandboxes that do not run", async () => {
+    await expect(driver.connectUserPort("nosuchsandbox", 8000)).rejects.toThrow(/not running/);
+    await expect(driver.connectUserPort("nosuchsandbox", 0)).rejects.toThrow(/invalid port/);
+  });
+
+  it("keeps no process per sandbox: one relay serves every sandbox", async () => {
+    const a = desired();
+    const b = desired();
+    await Promise.all([driver.ensure(a), driver.ensure(b)]);
+    await Promise.all([startEcho(a.id, 9000), startEcho(b.id, 9000)]);
+    const answers: string[] = [];
+    for (const [id, text] of [[a.id, "a"], [b.id, "b"]] as const) {
+      for (const deadline = Date.now() + 10_000; Date.now() < deadline; await sleep(100)) {
+        const s = await driver.connectUserPort(id, 9000).catch(() => undefined);
+        if (s) {
+          answers.push(await roundTrip(s, text));
+          break;
+        }
+      }
+    }
+    expect(answers).toEqual(["echo:a", "echo:b"]);
+    // Children of this process running the relay script: the one relay of `driver`.
+    const relays = execFileSync("pgrep", ["-f", "-P", String(process.pid), "port-relay.pl"], { encoding: "utf8" }).trim().split("\n");
+    expect(relays).toHaveLength(1);
+  });
+});
+
