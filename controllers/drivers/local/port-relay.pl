@@ -74,17 +74,22 @@ sub put {
   my $off = 0;
   while ($off < length $buf) {
     my $w = syswrite($to, $buf, length($buf) - $off, $off);
-    exit 0 unless defined $w;
+    return 0 unless defined $w;
     $off += $w;
   }
+  return 1;
 }
 
 # Copies both ways until both sides ended; an end of input on one side becomes a half-close of
-# the other, so request bodies and WebSocket closes pass through as they would over TCP.
+# the other, so request bodies and WebSocket closes pass through as they would over TCP. A side
+# that cannot take more (a server that answered early and closed) stops only that direction:
+# its answer still flows back.
 sub pump {
   my ($c, $u, $rest) = @_;
-  put($u, $rest) if length $rest;
-  my %to = (fileno($c) => [$c, $u], fileno($u) => [$u, $c]);
+  $SIG{PIPE} = 'IGNORE';
+  my $up = !length $rest || put($u, $rest);
+  my %to = (fileno($u) => [$u, $c]);
+  $to{fileno($c)} = [$c, $u] if $up;
   while (%to) {
     my $rin = '';
     vec($rin, $_, 1) = 1 for keys %to;
@@ -99,7 +104,7 @@ sub pump {
         delete $to{$fd};
         next;
       }
-      put($dst, $buf);
+      delete $to{$fd} unless put($dst, $buf);
     }
   }
 }
