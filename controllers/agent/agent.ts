@@ -89,11 +89,12 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
     clusterToken: opts.clusterToken,
     runtime,
     // A sandbox with internet access shares the host's network, so its user ports are on the
-    // host's loopback; one without has no network at all and no reachable ports.
+    // host's loopback; one without has a network of its own that only the driver can reach.
     userPortTarget: (id, port) => {
       const remote = reconciler.endpoint(id);
       if (remote) return { host: new URL(remote).hostname, port };
-      return store.get(id)?.allowInternetAccess ? { host: "127.0.0.1", port } : undefined;
+      if (store.get(id)?.allowInternetAccess) return { host: "127.0.0.1", port };
+      return driver.connectUserPort ? { connect: () => driver.connectUserPort!(id, port) } : undefined;
     },
     remoteRuntime: (id) => reconciler.endpoint(id),
   });
