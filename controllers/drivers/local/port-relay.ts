@@ -33,7 +33,10 @@ export class PortRelay {
       let out = "";
       child.stdout!.on("data", (c) => {
         out += String(c);
-        if (out.includes("ready\n")) resolve(path);
+        if (!out.includes("ready\n")) return;
+        // Waiting for the relay kept the process alive; a running relay must not.
+        (child.stdout as unknown as { unref(): void }).unref();
+        resolve(path);
       });
       child.once("error", reject);
       child.once("exit", (code, signal) => reject(new Error(`port relay exited (${signal ?? code}) before it was ready`)));
@@ -43,7 +46,6 @@ export class PortRelay {
       if (this.#child === child) [this.#child, this.#ready] = [undefined, undefined];
     });
     child.unref();
-    (child.stdout as unknown as { unref?(): void }).unref?.();
     this.#ready = ready;
     ready.catch(() => {});
     return ready;

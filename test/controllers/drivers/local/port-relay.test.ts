@@ -113,6 +113,10 @@ describe("user ports of sandboxes without network", () => {
     // Children of this process running the relay script: the one relay of `driver`.
     const relays = execFileSync("pgrep", ["-f", "-P", String(process.pid), "port-relay.pl"], { encoding: "utf8" }).trim().split("\n");
     expect(relays).toHaveLength(1);
+    // A relay that died is started again by the next connection.
+    process.kill(Number(relays[0]), "SIGKILL");
+    await sleep(50);
+    expect(await roundTrip(await driver.connectUserPort(a.id, 9000), "again")).toBe("echo:again");
   });
 });
 
