@@ -121,6 +121,7 @@ export async function createIngress(opts: IngressOptions): Promise<Server> {
     if ("connect" in target) {
       try {
         const stream = await target.connect();
+        if (res.destroyed) return void stream.destroy(); // the client left while we connected
         where = { createConnection: () => stream };
       } catch (err) {
         return deny(res, 502, `port ${port} of sandbox ${sandboxId}: ${(err as Error).message}`);
