@@ -2,22 +2,8 @@
 // ports, with the real e2b JS SDK (shared reference e2b-protocol.md §5.4 items 1–18, 25, 26).
 import { CommandExitError, FileType, Sandbox, TimeoutError } from "e2b";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { request } from "node:http";
+import { getWithHost } from "./host-request.ts";
 import { e2b, sleep } from "./sdk.ts";
-
-/** fetch() may not set Host; a plain request can, as a client resolving the host to the edge does. */
-function getWithHost(url: string, host: string): Promise<{ status: number; body: string }> {
-  return new Promise((ok, fail) => {
-    const req = request(url, { headers: { host } }, (res) => {
-      let body = "";
-      res.setEncoding("utf8");
-      res.on("data", (d: string) => (body += d));
-      res.on("end", () => ok({ status: res.statusCode ?? 0, body }));
-    });
-    req.on("error", fail);
-    req.end();
-  });
-}
 
 let sbx: Sandbox;
 beforeAll(async () => {
