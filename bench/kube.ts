@@ -17,6 +17,7 @@
 // by the E2b-Sandbox-Id header the agent sends), its URL in each pod's runtime-url annotation:
 // 500 runtime processes would not fit beside everything else on this machine.
 // Sizes: KUBE_BENCH_POOL (500), KUBE_BENCH_CLIENTS (50), KUBE_BENCH_CLAIMS (400), KUBE_BENCH_SANDBOXES (5000).
+// KUBE_BENCH_AGENT_PROF=DIR writes the agent process's CPU profile there (node --cpu-prof).
 import { spawn, spawnSync } from "node:child_process";
 import type { AddressInfo } from "node:net";
 import { join } from "node:path";
@@ -132,7 +133,7 @@ async function claimsThroughEdge(cluster: Cluster): Promise<Figures> {
     // The agent as deployed: its own process, `main.ts --driver kubernetes` (CRD link included).
     const agent = spawn(
       process.execPath,
-      [join(ROOT, "controllers/agent/main.ts"), "--edge", edge.url, "--cluster", "kube", "--data-dir", join(edge.dir, "agent"), "--driver", "kubernetes", "--kubeconfig", cluster.agentKubeconfig, "--namespace", "admin", "--runtime-image", RUNTIME_IMAGE],
+      [...(process.env.KUBE_BENCH_AGENT_PROF ? ["--cpu-prof", `--cpu-prof-dir=${process.env.KUBE_BENCH_AGENT_PROF}`] : []), join(ROOT, "controllers/agent/main.ts"), "--edge", edge.url, "--cluster", "kube", "--data-dir", join(edge.dir, "agent"), "--driver", "kubernetes", "--kubeconfig", cluster.agentKubeconfig, "--namespace", "admin", "--runtime-image", RUNTIME_IMAGE],
       { cwd: ROOT, env: { ...process.env, CLUSTER_TOKEN: edge.clusterToken }, stdio: ["ignore", process.env.KUBE_BENCH_LOG ? "inherit" : "ignore", "inherit"] },
     );
     stops.push(async () => {

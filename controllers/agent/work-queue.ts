@@ -5,13 +5,15 @@
 //
 // Two lanes: urgent keys (a client is waiting: a claim, a pause, a resume) have their own
 // workers, so they never queue behind a backlog of slow work such as warming up a pool of new
-// sandboxes. Knob: `concurrency` workers per lane.
+// sandboxes. Knobs: `concurrency` workers for the normal lane, `urgentConcurrency` (default: the
+// same) for the urgent one.
 
 export type WorkResult = { requeueAfterMs?: number } | void;
 
 export class WorkQueue {
   readonly #work: (key: string) => Promise<WorkResult>;
   readonly #concurrency: number;
+  readonly #urgentConcurrency: number;
   readonly #onError: (key: string, err: unknown) => void;
   readonly #queued = new Set<string>();
   readonly #urgent = new Set<string>();
@@ -23,9 +25,10 @@ export class WorkQueue {
   #idleWaiters: (() => void)[] = [];
   #closed = false;
 
-  constructor(opts: { work: (key: string) => Promise<WorkResult>; concurrency?: number; onError?: (key: string, err: unknown) => void }) {
+  constructor(opts: { work: (key: string) => Promise<WorkResult>; concurrency?: number; urgentConcurrency?: number; onError?: (key: string, err: unknown) => void }) {
     this.#work = opts.work;
     this.#concurrency = opts.concurrency ?? 8;
+    this.#urgentConcurrency = opts.urgentConcurrency ?? this.#concurrency;
     this.#onError = opts.onError ?? ((key, err) => console.error(`reconcile ${key}:`, err));
   }
 
@@ -77,7 +80,7 @@ export class WorkQueue {
   #pump(): void {
     const normalRunning = this.#running.size - this.#runningUrgent.size;
     let normalSlots = this.#concurrency - normalRunning;
-    let urgentSlots = this.#concurrency - this.#runningUrgent.size;
+    let urgentSlots = this.#urgentConcurrency - this.#runningUrgent.size;
     for (const key of this.#queued) {
       const urgent = this.#isUrgent(key);
       if (urgent ? urgentSlots <= 0 : normalSlots <= 0) continue;
