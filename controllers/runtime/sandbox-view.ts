@@ -50,6 +50,20 @@ export class PathOutsideSandboxError extends Error {
   }
 }
 
+/** Resource figures of one sandbox read from its own accounting (a cgroup), not the host's. */
+export interface SandboxUsage {
+  /** Bytes charged to the sandbox now. */
+  memUsed: number;
+  /** The sandbox's memory limit in bytes; undefined when none is enforced. */
+  memLimit?: number;
+  /** Page cache charged to the sandbox, bytes. */
+  memCache?: number;
+  /** CPU time the sandbox has used so far, microseconds (monotonic). */
+  cpuUsageUsec?: number;
+  /** CPUs the sandbox may use (quota / period); undefined when not limited. */
+  cpuLimit?: number;
+}
+
 export interface SandboxView {
   /** Maps an absolute sandbox path to the host path to operate on. Symlinks are resolved the way
    * the sandbox would see them; a result that leaves the sandbox throws PathOutsideSandboxError.
@@ -70,4 +84,7 @@ export interface SandboxView {
    * Absent means the runtime falls back to SIGSTOP/SIGCONT of the process groups it started. */
   freeze?(): Promise<void>;
   thaw?(): Promise<void>;
+  /** The sandbox's own memory and CPU. Absent (or undefined) where the view is the host itself,
+   * and GET /metrics reports the host's figures. */
+  usage?(): SandboxUsage | undefined;
 }

@@ -6,6 +6,7 @@ import { ConnectSandbox, ResumedSandbox, SandboxPauseRequest, SandboxRefreshRequ
 import { sandboxNotFoundMessage, type Refusal } from "../../schema/errors.ts";
 import { SANDBOX_ID_PATTERN } from "../../schema/protocol/ids.ts";
 import { ApiError } from "../api-error.ts";
+import { requireApiKey } from "../auth/middleware.ts";
 import { readJson } from "../body.ts";
 import type { AppEnv } from "../env.ts";
 import { getDb } from "../store/db.ts";
@@ -13,6 +14,7 @@ import { listIndex } from "../store/sandbox-index.ts";
 import { encodeCursor, parseListQuery, parseMetadataQuery } from "./list-query.ts";
 import { renderDetail, renderListed, renderSandbox } from "./render.ts";
 import { createSandboxRoute } from "./sandbox-create.ts";
+import { manySandboxMetricsRoute, sandboxMetricsRoute } from "./sandbox-metrics.ts";
 import { sandboxStub } from "./stubs.ts";
 
 export const sandboxes = new Hono<AppEnv>();
@@ -54,6 +56,10 @@ sandboxes.get("/sandboxes", async (c) => {
   });
   return c.json(page.rows.map(renderListed));
 });
+
+// Before /sandboxes/:id, which would otherwise take "metrics" for an id.
+sandboxes.get("/sandboxes/metrics", manySandboxMetricsRoute);
+sandboxes.get("/sandboxes/:id/metrics", sandboxMetricsRoute);
 
 sandboxes.get("/sandboxes/:id", async (c) => {
   const { id, stub, access } = target(c);
@@ -118,4 +124,32 @@ sandboxes.post("/sandboxes/:id/resume", async (c) => {
   const res = await stub.connectSandbox(access, { timeoutS, memory: body.memory });
   if (!res.ok) fail(id, res.error);
   return c.json(renderSandbox(res.sandbox, c.env.SANDBOX_DOMAIN), 201);
+});
+
+/** A feature the SDK calls that this server lacks. The caller's own sandbox gets 501 (a bare 404
+ * would make the SDK report a live sandbox as not found); anyone else's, the usual 404. */
+function notSupported(feature: string) {
+  return async (c: Context<AppEnv>) => {
+    const { id, stub, access } = target(c);
+    const info = await stub.info(access);
+    if (!info.ok) fail(id, info.error);
+    return c.json({ code: 501, message: `${feature} is not supported by this server yet` }, 501);
+  };
+}
+sandboxes.put("/sandboxes/:id/network", notSupported("Updating a sandbox's network"));
+sandboxes.post("/sandboxes/:id/snapshots", notSupported("Snapshots"));
+sandboxes.get("/sandboxes/:id/logs", notSupported("Sandbox logs"));
+sandboxes.get("/v2/sandboxes/:id/logs", notSupported("Sandbox logs"));
+
+/** No snapshot can exist here; a sandboxID filter still names a sandbox the caller must see. */
+// index.ts attaches auth by path prefix and /snapshots is not among them, so it is attached here.
+sandboxes.get("/snapshots", requireApiKey(), async (c) => {
+  const sandboxId = c.req.query("sandboxID");
+  if (sandboxId) {
+    const access = { keyId: c.get("caller").keyId, admin: c.get("caller").admin };
+    if (!SANDBOX_ID_PATTERN.test(sandboxId)) throw new ApiError("sandbox_not_found", sandboxNotFoundMessage(sandboxId));
+    const info = await sandboxStub(c.env, sandboxId).info(access);
+    if (!info.ok) fail(sandboxId, info.error);
+  }
+  return c.json({ code: 501, message: "Snapshots are not supported by this server yet" }, 501);
 });

@@ -2,7 +2,7 @@
 // agent's hello) and the signing key derived from the cluster token. Both are cached per isolate:
 // the URL for a few seconds (an agent restart may move it; a failed forward drops the entry), the
 // key for the life of the isolate.
-import { ingressKey } from "../../schema/ingress/signature.ts";
+import { ingressKey, SIGNATURE_HEADER, signIngress } from "../../schema/ingress/signature.ts";
 import type { Env } from "../env.ts";
 
 const URL_TTL_MS = 5_000;
@@ -25,4 +25,32 @@ export async function ingressUrl(env: Env, cluster: string, now: number): Promis
 
 export function forgetIngress(cluster: string): void {
   urls.delete(cluster);
+}
+
+/** A request the edge itself makes to a sandbox's runtime (not a forwarded client request). */
+export interface EdgeCall {
+  cluster: string;
+  sandboxId: string;
+  port: number;
+  method: "GET";
+  pathAndQuery: string;
+  /** The sandbox's envd token, sent as X-Access-Token; null when the runtime is unsecured. */
+  accessToken: string | null;
+  timeoutMs: number;
+}
+
+/** Signs and sends `call` to the cluster's ingress; null when the ingress is unknown or unreachable
+ * (the caller decides what that means for its answer). */
+export async function edgeFetch(env: Env, call: EdgeCall): Promise<Response | null> {
+  const base = await ingressUrl(env, call.cluster, Date.now());
+  if (!base) return null;
+  const headers = new Headers({ "e2b-sandbox-id": call.sandboxId, "e2b-sandbox-port": String(call.port) });
+  headers.set(SIGNATURE_HEADER, await signIngress(await signingKey(env), { sandboxId: call.sandboxId, port: call.port, method: call.method, pathAndQuery: call.pathAndQuery }, Date.now()));
+  if (call.accessToken !== null) headers.set("x-access-token", call.accessToken);
+  try {
+    return await fetch(new URL(call.pathAndQuery, base), { method: call.method, headers, signal: AbortSignal.timeout(call.timeoutMs) });
+  } catch {
+    forgetIngress(call.cluster);
+    return null;
+  }
 }

@@ -9,10 +9,12 @@
 // sandbox's cgroups, setns()es into the holder's namespaces and root, switches user and execs.
 // It stays as the host-side parent so the runtime's pid, exit status and signals keep meaning
 // what they should (see enter.pl).
+import { readFileSync } from "node:fs";
 import { arch } from "node:os";
+import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import type { ProcessLauncher } from "../../runtime/process/launcher.ts";
-import type { HostCommand, SandboxUser, SandboxView, SpawnRequest } from "../../runtime/sandbox-view.ts";
+import type { HostCommand, SandboxUsage, SandboxUser, SandboxView, SpawnRequest } from "../../runtime/sandbox-view.ts";
 import { SandboxNotFoundError } from "../driver.ts";
 import { USERS, type Mount } from "./layout.ts";
 import { resolveSandboxPath, sandboxPathOf } from "./path-resolver.ts";
@@ -83,6 +85,29 @@ export class LocalSandboxView implements SandboxView {
     return USERS.find((u) => u.name === name);
   }
 
+  /** Memory and CPU from the sandbox's cgroups (v2 names first, then v1 on a hybrid host); a
+   * sandbox without cgroups (process level without them) has no figures of its own. */
+  usage(): SandboxUsage | undefined {
+    const dirs = this.#o.target()?.cgroupProcs.map((f) => dirname(f)) ?? [];
+    if (dirs.length === 0) return undefined;
+    const memUsed = firstNumber(dirs, ["memory.current", "memory.usage_in_bytes"]);
+    if (memUsed === undefined) return undefined;
+    const memLimit = firstNumber(dirs, ["memory.max", "memory.limit_in_bytes"]);
+    const stat = firstText(dirs, ["memory.stat"]);
+    const cache = stat ? /^(?:file|cache) (\d+)$/m.exec(stat)?.[1] : undefined;
+    const cpuStat = firstText(dirs, ["cpu.stat"]);
+    const usec = cpuStat ? /^usage_usec (\d+)$/m.exec(cpuStat)?.[1] : undefined;
+    const nsec = usec === undefined ? firstNumber(dirs, ["cpuacct.usage"]) : undefined;
+    return {
+      memUsed,
+      // v1 reports "no limit" as a huge page-rounded number; anything past 2^60 is unlimited.
+      memLimit: memLimit !== undefined && memLimit < 2 ** 60 ? memLimit : undefined,
+      memCache: cache === undefined ? undefined : Number(cache),
+      cpuUsageUsec: usec !== undefined ? Number(usec) : nsec !== undefined ? nsec / 1000 : undefined,
+      cpuLimit: cpuLimitOf(dirs),
+    };
+  }
+
   command(req: SpawnRequest): HostCommand {
     const setns = setnsSyscall();
     const t = this.#current();
@@ -92,4 +117,31 @@ export class LocalSandboxView implements SandboxView {
     const args = [ENTER_SCRIPT, String(t.nsPid ?? 0), String(req.user.uid), String(req.user.gid), cwd, joins, String(setns), "--", req.cmd, ...req.args];
     return { file: PERL, args, cwd: "/", env: { ...req.env, [MARKER_ENV]: this.#o.id } };
   }
+}
+
+function firstText(dirs: string[], names: string[]): string | undefined {
+  for (const name of names) {
+    for (const dir of dirs) {
+      try {
+        return readFileSync(join(dir, name), "utf8");
+      } catch {
+        // not this hierarchy
+      }
+    }
+  }
+  return undefined;
+}
+
+function firstNumber(dirs: string[], names: string[]): number | undefined {
+  const text = firstText(dirs, names)?.trim();
+  if (text === undefined || !/^\d+$/.test(text)) return undefined;
+  return Number(text);
+}
+
+function cpuLimitOf(dirs: string[]): number | undefined {
+  const max = firstText(dirs, ["cpu.max"])?.trim().split(/\s+/);
+  if (max && max[0] !== "max" && max[1]) return Number(max[0]) / Number(max[1]);
+  const quota = firstNumber(dirs, ["cpu.cfs_quota_us"]);
+  const period = firstNumber(dirs, ["cpu.cfs_period_us"]);
+  return quota !== undefined && period ? quota / period : undefined;
 }
