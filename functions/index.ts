@@ -29,7 +29,7 @@ app.get("/health", (c) => c.json({ ok: true }));
 app.route("/", agentLink);
 
 // Authentication is attached to the control-plane paths only, so an unknown path is a 404.
-const authenticated = ["/sandboxes", "/sandboxes/*", "/v2/sandboxes", "/v2/sandboxes/*", "/api-keys", "/api-keys/*", "/teams", "/templates", "/templates/*", "/admin/*"];
+const authenticated = ["/sandboxes", "/sandboxes/*", "/v2/sandboxes", "/v2/sandboxes/*", "/api-keys", "/api-keys/*", "/teams", "/templates", "/templates/*", "/snapshots", "/admin/*"];
 for (const path of authenticated) app.use(path, requireApiKey());
 app.route("/", sandboxes);
 app.route("/", apiKeys);

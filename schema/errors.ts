@@ -17,6 +17,7 @@ export const ErrorCode = {
   capacityUnavailable: "sandbox_capacity_unavailable",
   placementTimeout: "sandbox_placement_timeout",
   createFailed: "sandbox_create_failed",
+  notImplemented: "not_implemented",
   internal: "internal_server_error",
 } as const;
 
@@ -38,6 +39,7 @@ export const errorStatus = {
   sandbox_capacity_unavailable: 503,
   sandbox_placement_timeout: 504,
   sandbox_create_failed: 500,
+  not_implemented: 501,
   internal_server_error: 500,
 } as const satisfies Record<ErrorCode, number>;
 

@@ -6,7 +6,6 @@ import { ConnectSandbox, ResumedSandbox, SandboxPauseRequest, SandboxRefreshRequ
 import { sandboxNotFoundMessage, type Refusal } from "../../schema/errors.ts";
 import { SANDBOX_ID_PATTERN } from "../../schema/protocol/ids.ts";
 import { ApiError } from "../api-error.ts";
-import { requireApiKey } from "../auth/middleware.ts";
 import { readJson } from "../body.ts";
 import type { AppEnv } from "../env.ts";
 import { getDb } from "../store/db.ts";
@@ -133,7 +132,7 @@ function notSupported(feature: string) {
     const { id, stub, access } = target(c);
     const info = await stub.info(access);
     if (!info.ok) fail(id, info.error);
-    return c.json({ code: 501, message: `${feature} is not supported by this server yet` }, 501);
+    throw new ApiError("not_implemented", `${feature} is not supported by this server yet`);
   };
 }
 sandboxes.put("/sandboxes/:id/network", notSupported("Updating a sandbox's network"));
@@ -142,8 +141,7 @@ sandboxes.get("/sandboxes/:id/logs", notSupported("Sandbox logs"));
 sandboxes.get("/v2/sandboxes/:id/logs", notSupported("Sandbox logs"));
 
 /** No snapshot can exist here; a sandboxID filter still names a sandbox the caller must see. */
-// index.ts attaches auth by path prefix and /snapshots is not among them, so it is attached here.
-sandboxes.get("/snapshots", requireApiKey(), async (c) => {
+sandboxes.get("/snapshots", async (c) => {
   const sandboxId = c.req.query("sandboxID");
   if (sandboxId) {
     const access = { keyId: c.get("caller").keyId, admin: c.get("caller").admin };
@@ -151,5 +149,5 @@ sandboxes.get("/snapshots", requireApiKey(), async (c) => {
     const info = await sandboxStub(c.env, sandboxId).info(access);
     if (!info.ok) fail(sandboxId, info.error);
   }
-  return c.json({ code: 501, message: "Snapshots are not supported by this server yet" }, 501);
+  throw new ApiError("not_implemented", "Snapshots are not supported by this server yet");
 });
