@@ -7,6 +7,7 @@ import { parseQuantity, poolSpecOf } from "../../controllers/drivers/kubernetes/
 import { buildPod } from "../../controllers/drivers/kubernetes/pod-spec.ts";
 import { userLabels } from "../../controllers/drivers/kubernetes/kubernetes-driver.ts";
 import { watchNamespacesFlag } from "../../controllers/drivers/kubernetes/flags.ts";
+import { WorkQueue } from "../../controllers/agent/work-queue.ts";
 
 const pod = (status: V1Pod["status"], meta: V1Pod["metadata"] = {}): V1Pod => ({ metadata: { name: "p", uid: "u1", ...meta }, status });
 const ready = { phase: "Running", podIP: "10.0.0.1", conditions: [{ type: "Ready", status: "True" }] };
@@ -119,5 +120,25 @@ describe("watchNamespacesFlag", () => {
     expect(watchNamespacesFlag({ "watch-namespaces": "team-a, team-b,," })).toEqual(["team-a", "team-b"]);
     expect(watchNamespacesFlag({ "all-namespaces": true })).toBe("all");
     expect(() => watchNamespacesFlag({ "all-namespaces": true, "watch-namespaces": "a" })).toThrow(/exclude each other/);
+  });
+});
+
+describe("the agent's urgent lane (claims on pods wait on their runtime's /init)", () => {
+  it("runs as many urgent keys at once as urgentConcurrency allows, beside a normal lane of its own size", async () => {
+    const started: string[] = [];
+    const gates: (() => void)[] = [];
+    const work = (key: string) => new Promise<void>((ok) => (started.push(key), gates.push(ok)));
+    const q = new WorkQueue({ work, concurrency: 2, urgentConcurrency: 20 });
+    for (let i = 0; i < 5; i++) q.add(`warm${i}`);
+    for (let i = 0; i < 30; i++) q.add(`claim${i}`, { urgent: true });
+    await Promise.resolve();
+    expect(started.filter((k) => k.startsWith("claim"))).toHaveLength(20);
+    expect(started.filter((k) => k.startsWith("warm"))).toHaveLength(2);
+    while (gates.length) {
+      for (const release of gates.splice(0)) release();
+      await new Promise((r) => setTimeout(r, 0));
+    }
+    await q.idle();
+    expect(new Set(started).size).toBe(35);
   });
 });
