@@ -1,15 +1,10 @@
 // Messages between the agent and its spawner process (Node IPC, structured clone), and the one
 // socket trick both sides need.
 import type { Socket } from "node:net";
+import type { HostCommand } from "../../runtime/sandbox-view.ts";
 
-export interface SpawnCommand {
-  file: string;
-  args: string[];
-  cwd: string;
-  env: Record<string, string>;
-  uid?: number;
-  gid?: number;
-}
+/** What to start: the runtime's host command (pipes or PTY), as the spawner receives it. */
+export type SpawnCommand = HostCommand;
 
 /** One entry per child fd: "pipe" comes back to the agent as a socket, `append` opens a file. */
 export type StdioSpec = "ignore" | "pipe" | { append: string };
