@@ -121,5 +121,7 @@ spec:
     await until("1 warm", () => pool()?.REPLICAS === "1" && podCount() === 1, 60_000);
     kubectlOk(["-n", NS, "delete", "sbs", "python"]);
     await until("drained", () => podCount() === 0 && !kubectlOk(["-n", NS, "get", "sbx", "-o", "name"]).trim(), 60_000);
-  });
+    // Above the sum of the stage bounds, so a stalled stage fails with its own name (one CI run
+    // timed out here at the old 60 s test bound without saying which stage had stalled).
+  }, 200_000);
 });
