@@ -23,6 +23,7 @@ import { putTemplate, removeTemplate } from "../../functions/api/admin-templates
 import { createSandboxRoute } from "../../functions/api/sandbox-create.ts";
 import type { AppEnv, Caller, Env } from "../../functions/env.ts";
 import { getDb } from "../../functions/store/db.ts";
+import { KeyedSerial } from "../../schema/keyed-serial.ts";
 import { listIndex } from "../../functions/store/sandbox-index.ts";
 import { getTemplate } from "../../functions/store/templates.ts";
 import { findTeamByName } from "../../functions/store/teams.ts";
@@ -61,7 +62,7 @@ export interface CrdSyncOptions {
 export class CrdSync {
   readonly #o: CrdSyncOptions;
   /** Items about one object run one after another, in arrival order. */
-  readonly #chains = new Map<string, Promise<void>>();
+  readonly #chains = new KeyedSerial();
 
   constructor(opts: CrdSyncOptions) {
     this.#o = opts;
@@ -94,17 +95,7 @@ export class CrdSync {
 
   /** Runs `work` after everything queued under `key` (items about one object keep their order). */
   #serial<T>(key: string, work: () => Promise<T>): Promise<T> {
-    const prev = this.#chains.get(key) ?? Promise.resolve();
-    const next = prev.then(work);
-    const tail = next.then(
-      () => {},
-      () => {},
-    );
-    this.#chains.set(key, tail);
-    void tail.then(() => {
-      if (this.#chains.get(key) === tail) this.#chains.delete(key);
-    });
-    return next;
+    return this.#chains.run(key, work);
   }
 
   #answer(id: string, what: string, work: Promise<Omit<ReplyItem, "id">>): void {

@@ -23,6 +23,7 @@ import { createHash } from "node:crypto";
 import { EventReason } from "../../../schema/crd/conditions.ts";
 import { ANNOTATION, API_VERSION, GROUP, LABEL, RUNTIME_PORT, SANDBOX_FINALIZER, VERSION } from "../../../schema/crd/labels.ts";
 import type { SpawnRequest } from "../../runtime/sandbox-view.ts";
+import { KeyedSerial } from "../../../schema/keyed-serial.ts";
 import {
   SandboxNotFoundError,
   UnsupportedError,
@@ -216,8 +217,8 @@ export class KubernetesDriver implements Driver {
   readonly #scopes = new Map<string, NamespaceScope>();
   readonly #home: NamespaceScope;
   readonly #statusTimers = new Map<string, NodeJS.Timeout>();
-  /** The tail of each sandbox's chain of writes (see #serial). */
-  readonly #syncs = new Map<string, Promise<void>>();
+  /** Each sandbox's chain of writes (see #serial). */
+  readonly #writes = new KeyedSerial();
   /** Metadata-only changes (a claim, a new generation) not yet written: the claim's critical path
    * is the runtime's re-init, so the Sandbox and pod relabel trail it by a few milliseconds. */
   readonly #deferred = new Map<string, KubeDesiredSandbox>();
@@ -689,16 +690,7 @@ export class KubernetesDriver implements Driver {
    * event left to correct it (its SandboxSet then never counts it available).
    */
   #serial<T>(id: string, fn: () => Promise<T>): Promise<T> {
-    const run = (this.#syncs.get(id) ?? Promise.resolve()).then(fn);
-    const tail = run.then(
-      () => {},
-      () => {},
-    );
-    this.#syncs.set(id, tail);
-    void tail.then(() => {
-      if (this.#syncs.get(id) === tail) this.#syncs.delete(id);
-    });
-    return run;
+    return this.#writes.run(id, fn);
   }
 
   /** Writes deferred metadata (claim labels, owner, generation), then the status. */
