@@ -251,6 +251,8 @@ function orphanDelete(state: ClusterState, obs: Observation, now: number, effect
     envdAccessToken: null,
     allowInternetAccess: false,
     labels: {},
+    annotations: {},
+    egress: null,
     team: null,
     issuedAt: now,
   };

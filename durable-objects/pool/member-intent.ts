@@ -25,6 +25,8 @@ export function memberIntent(cfg: Config, m: Member, state: "running" | "deleted
     allowInternetAccess: true,
     team: cfg.teamName ?? null,
     labels: { "agents.kruise.io/sandbox-pool": `${cfg.teamId}/${cfg.templateId}`, "agents.kruise.io/sandbox-claimed": "false" },
+    annotations: {},
+    egress: null,
     issuedAt: now,
   };
 }

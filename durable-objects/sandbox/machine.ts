@@ -13,7 +13,7 @@
 //   SandboxResumed     ResumePod (resume sent: False; observed running: True)
 import { MIN_RESUME_TIMEOUT_S } from "../../schema/api/limits.ts";
 import { ErrorCode, sandboxNotFoundMessage, type Refusal } from "../../schema/errors.ts";
-import type { IntentInput, Observation, PauseStrategy } from "../../schema/protocol/index.ts";
+import { egressOf, type IntentInput, type Observation, type PauseStrategy } from "../../schema/protocol/index.ts";
 import type { SandboxEffect } from "./effects.ts";
 import type { SandboxEvent } from "./events.ts";
 import {
@@ -310,6 +310,8 @@ function sendIntent(s: SandboxState, now: number): SandboxEffect {
     envdAccessToken: s.spec.envdAccessToken,
     allowInternetAccess: s.spec.allowInternetAccess ?? true,
     labels: s.spec.labels,
+    annotations: s.spec.annotations ?? {},
+    egress: egressOf(s.spec.network),
     team: s.spec.teamName ?? null,
     ...(s.spec.inplaceUpdate ? { inplaceUpdate: s.spec.inplaceUpdate } : {}),
     issuedAt: now,

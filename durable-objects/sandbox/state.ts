@@ -35,6 +35,8 @@ export interface SandboxSpec {
   envVars: Record<string, string>;
   metadata: Record<string, string>;
   labels: Record<string, string>;
+  /** For the sandbox's cluster objects; absent in sandboxes created before it was kept. */
+  annotations?: Record<string, string>;
   /** As the client set it; null when not set (reported as such, enforced as true). */
   allowInternetAccess: boolean | null;
   network: SandboxNetworkConfig | null;

@@ -1,5 +1,6 @@
 import { z } from "zod";
 import { SandboxIdSchema } from "./ids.ts";
+import { EgressPolicySchema } from "./egress.ts";
 
 /**
  * Who owns a sandbox on the edge, i.e. which Durable Object receives its observations: the pool
@@ -70,6 +71,10 @@ export const IntentSchema = z
     envdAccessToken: z.string().nullable().default(null),
     allowInternetAccess: z.boolean().default(true),
     labels: z.record(z.string(), z.string()).default({}),
+    /** Annotations for the sandbox's cluster objects (a SandboxClaim's `annotations`). */
+    annotations: z.record(z.string(), z.string()).default({}),
+    /** Egress rules to enforce; null when the sandbox has none (unrestricted, or no network). */
+    egress: EgressPolicySchema.nullable().default(null),
     /** The owning team's name, which is the Kubernetes namespace the sandbox's objects live in
      * (null: the driver's own namespace). */
     team: z.string().min(1).nullable().default(null),
