@@ -6,6 +6,11 @@
 //                                          10,000 unclaimed members over one holding 100
 //   edge.claim_cpu_ms                      workerd CPU time (user + system, /proc) per create in
 //                                          the 50-client run, replenishing the pool included
+//   edge.empty_worker_req_per_s            same clients against a Worker that answers at once
+//   edge.skeleton_claims_per_s             same clients against the create skeleton
+//                                          (bench/skeleton.ts): the irreducible work of a create
+//   edge.claims_vs_skeleton_ratio          edge.claims_per_s / edge.skeleton_claims_per_s
+//   edge.skeleton_cpu_ms                   workerd CPU per skeleton create
 // workerd runs every isolate and Durable Object on one thread, so claims/s is bounded by
 // 1000 / claim_cpu_ms on a quiet machine; the CPU figure moves much less than the wall-clock
 // ones when other work shares the two cores. With 50 clients in a closed loop the mean latency is
@@ -16,14 +21,15 @@
 // EDGE_BENCH_PROFILE=<file.cpuprofile> records a V8 CPU profile of the 50-client run through
 // workerd's inspector (open it in Chrome DevTools; it adds ~10 % CPU, so figures of such a run
 // are not comparable).
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { migrate } from "../scripts/migrate.ts";
 import { seed } from "../scripts/seed.ts";
 import { ScriptedAgent, tcpTransport } from "../test/support/scripted-agent.ts";
 import type { BenchContext, Figures } from "./run.ts";
 import { freePort } from "../scripts/lib/sqld.ts";
-import { median, percentile, timedConcurrently } from "./stats.ts";
+import { startSkeleton } from "./skeleton.ts";
+import { cpuMs, median, percentile, timedConcurrently } from "./stats.ts";
 
 const ADMIN_KEY = `e2b_${"0".repeat(38)}be`;
 const CLUSTER_TOKEN = "bench-cluster-token";
@@ -34,6 +40,7 @@ const RATIO_ROUNDS = 6;
 const RATIO_PER_ROUND = 40;
 
 export async function run(ctx: BenchContext): Promise<Figures> {
+  const baseline = await baselines(ctx);
   await migrate(ctx.libsqlUrl);
   await seed({ libsqlUrl: ctx.libsqlUrl, adminApiKey: ADMIN_KEY, pepper: "bench-pepper", baseReplicas: 0 });
   const profileFile = process.env.EDGE_BENCH_PROFILE;
@@ -84,10 +91,32 @@ export async function run(ctx: BenchContext): Promise<Figures> {
       "edge.claims_per_s": { value: LOAD_CREATES / seconds, unit: "1/s", target: ">= 1000" },
       "edge.claim_cost_ratio_10k_vs_100": { value: median(large) / median(small), unit: "ratio", target: "<= 1.2" },
       "edge.claim_cpu_ms": { value: cpuPerCreate, unit: "ms", target: "<= 1 (for 1000/s)" },
+      "edge.empty_worker_req_per_s": { value: baseline.empty.perSecond, unit: "1/s" },
+      "edge.skeleton_claims_per_s": { value: baseline.skeleton.perSecond, unit: "1/s" },
+      "edge.skeleton_cpu_ms": { value: baseline.skeleton.cpuMs, unit: "ms" },
+      "edge.claims_vs_skeleton_ratio": { value: LOAD_CREATES / seconds / baseline.skeleton.perSecond, unit: "ratio" },
     };
   } finally {
     agent.disconnect();
     await edge.stop();
+    if (shm) rmSync(shm, { recursive: true, force: true });
+  }
+}
+
+/** The empty Worker and the create skeleton, measured with the same clients (see bench/skeleton.ts). */
+async function baselines(ctx: BenchContext) {
+  const shm = !process.env.EDGE_BENCH_DISK && existsSync("/dev/shm") ? mkdtempSync("/dev/shm/sbx-skeleton-bench-") : undefined;
+  const skeleton = await startSkeleton(shm ?? join(ctx.dir, "skeleton-bench"));
+  try {
+    const empty = await skeleton.empty(LOAD_CREATES, CONCURRENCY);
+    const creates = await skeleton.creates(LOAD_CREATES, CONCURRENCY);
+    console.error(
+      `bench edge: empty Worker ${empty.perSecond.toFixed(0)}/s (${empty.cpuMs.toFixed(2)} ms CPU, p50 ${median(empty.latencies).toFixed(1)} ms); ` +
+        `skeleton ${creates.perSecond.toFixed(0)}/s (${creates.cpuMs.toFixed(2)} ms CPU, p50 ${median(creates.latencies).toFixed(1)} ms, p99 ${percentile(creates.latencies, 99).toFixed(1)} ms)`,
+    );
+    return { empty, skeleton: creates };
+  } finally {
+    await skeleton.stop();
     if (shm) rmSync(shm, { recursive: true, force: true });
   }
 }
@@ -126,12 +155,6 @@ function client(base: string) {
     },
   };
   return api;
-}
-
-/** CPU time (user + system) the process has used, in ms (Linux: /proc, 100 ticks a second). */
-function cpuMs(pid: number): number {
-  const fields = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]!.split(" ");
-  return (Number(fields[11]) + Number(fields[12])) * 10;
 }
 
 /** Starts V8's sampling profiler in the edge isolate over the DevTools protocol. */

@@ -37,3 +37,9 @@ export async function timedConcurrently(total: number, concurrency: number, task
   );
   return durations;
 }
+
+/** CPU time (user + system) the process has used, in ms (Linux: /proc, 100 ticks a second). */
+export function cpuMs(pid: number): number {
+  const fields = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]!.split(" ");
+  return (Number(fields[11]) + Number(fields[12])) * 10;
+}
