@@ -1,0 +1,115 @@
+// A sandbox's egress rules (E2B's `network.allowOut` / `denyOut`) and the decision for one
+// destination. Pure: the proxy resolves names and hands the addresses in.
+//
+// E2B's semantics, as its API documents them:
+// - allowOut entries are IP addresses, CIDR blocks or domain names (`example.com`, and
+//   `*.example.com` for its subdomains); denyOut entries are IP addresses and CIDR blocks only.
+// - An allowOut match always wins over a denyOut match; a destination neither list matches is
+//   allowed (rules restrict only what they name). `0.0.0.0/0` (ALL_TRAFFIC) means every
+//   destination: here IPv6 too, since a proxy that resolves names could otherwise be walked
+//   around through an AAAA record or `[::1]`.
+// - A domain allowed by name is allowed whatever its addresses are; a name not allowed by name is
+//   judged by each address it resolves to, and the connection goes to an address that passes.
+// Where this differs from E2B: E2B can see a name only on ports 80 (Host) and 443 (SNI) and
+// judges other ports by address alone; the proxy knows the name on every port, because it
+// resolves it itself, so a domain rule applies on any port.
+import type { EgressPolicy } from "../../schema/protocol/egress.ts";
+import { cidrContains, formatIp, parseCidr, parseIp, type Cidr, type Ip } from "./address.ts";
+
+export type Rule =
+  | { kind: "all"; text: string }
+  | { kind: "cidr"; cidr: Cidr; text: string }
+  | { kind: "domain"; name: string; wildcard: boolean; text: string };
+
+export interface CompiledPolicy {
+  allow: Rule[];
+  deny: Rule[];
+}
+
+export type Verdict =
+  | { allowed: true; address: string; rule?: string }
+  | { allowed: false; reason: string };
+
+const LABEL = /^(?!-)[a-z0-9_-]{1,63}(?<!-)$/;
+
+/** Lower-case, without a trailing dot or IPv6 brackets. */
+export function normalizeHost(host: string): string {
+  let h = host.trim().toLowerCase();
+  if (h.startsWith("[") && h.endsWith("]")) h = h.slice(1, -1);
+  return h.endsWith(".") ? h.slice(0, -1) : h;
+}
+
+function isDomain(name: string): boolean {
+  return name.length <= 253 && name.split(".").every((l) => LABEL.test(l));
+}
+
+/** One rule from its text, or the reason it is not one. */
+export function parseRule(text: string, list: "allowOut" | "denyOut"): Rule | string {
+  const t = text.trim();
+  if (t === "0.0.0.0/0") return { kind: "all", text: t };
+  const cidr = parseCidr(t);
+  if (cidr) return { kind: "cidr", cidr, text: t };
+  if (/^[\d./:[\]a-fA-F]+$/.test(t) && (t.includes("/") || /^[\d.]+$/.test(t) || t.includes(":"))) {
+    return `${list}: ${JSON.stringify(text)} is not a valid IP address or CIDR block`;
+  }
+  const name = normalizeHost(t);
+  const wildcard = name.startsWith("*.");
+  const base = wildcard ? name.slice(2) : name;
+  if (!isDomain(base)) return `${list}: ${JSON.stringify(text)} is not an IP address, a CIDR block or a domain name`;
+  if (list === "denyOut") return `denyOut: ${JSON.stringify(text)} is a domain; denyOut takes IP addresses and CIDR blocks only`;
+  return { kind: "domain", name: base, wildcard, text: t };
+}
+
+/** Every problem with the rules (empty when they are valid), for a clear refusal. */
+export function policyErrors(p: EgressPolicy): string[] {
+  const errors: string[] = [];
+  for (const [list, entries] of [["allowOut", p.allowOut], ["denyOut", p.denyOut]] as const) {
+    for (const e of entries) {
+      const r = parseRule(e, list);
+      if (typeof r === "string") errors.push(r);
+    }
+  }
+  return errors;
+}
+
+/** Compiles valid rules; throws with every problem otherwise. */
+export function compilePolicy(p: EgressPolicy): CompiledPolicy {
+  const errors = policyErrors(p);
+  if (errors.length) throw new Error(`invalid egress rules: ${errors.join("; ")}`);
+  return {
+    allow: p.allowOut.map((e) => parseRule(e, "allowOut") as Rule),
+    deny: p.denyOut.map((e) => parseRule(e, "denyOut") as Rule),
+  };
+}
+
+function matchesAddress(r: Rule, ip: Ip): boolean {
+  if (r.kind === "all") return true;
+  return r.kind === "cidr" && cidrContains(r.cidr, ip);
+}
+
+function matchesName(r: Rule, name: string): boolean {
+  if (r.kind !== "domain") return false;
+  return r.wildcard ? name.endsWith(`.${r.name}`) : name === r.name;
+}
+
+/** The decision for `host` (a name or an IP literal) given the addresses it resolved to (ignored
+ * for an IP literal). An allowed verdict names the address to connect to: one that was checked. */
+export function decide(policy: CompiledPolicy, host: string, resolved: string[]): Verdict {
+  const name = normalizeHost(host);
+  const literal = parseIp(name);
+  const candidates = literal ? [literal] : resolved.map((a) => parseIp(a)).filter((ip): ip is Ip => ip !== undefined);
+  if (candidates.length === 0) return { allowed: false, reason: `${name} did not resolve to any address` };
+  if (!literal) {
+    const byName = policy.allow.find((r) => matchesName(r, name));
+    if (byName) return { allowed: true, address: formatIp(candidates[0]!), rule: byName.text };
+  }
+  let denial = "";
+  for (const ip of candidates) {
+    const allow = policy.allow.find((r) => matchesAddress(r, ip));
+    if (allow) return { allowed: true, address: formatIp(ip), rule: allow.text };
+    const deny = policy.deny.find((r) => matchesAddress(r, ip));
+    if (!deny) return { allowed: true, address: formatIp(ip) };
+    denial ||= `${literal ? name : `${name} (${formatIp(ip)})`} is denied by denyOut ${JSON.stringify(deny.text)}`;
+  }
+  return { allowed: false, reason: denial };
+}

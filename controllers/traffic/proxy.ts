@@ -1,0 +1,217 @@
+// The traffic-proxy: an HTTP forward proxy that lets a sandbox reach only what its egress rules
+// allow. Plain HTTP comes as requests by absolute URI (`GET http://host/path`), TLS and anything
+// else as CONNECT host:port; WebSocket upgrades by absolute URI pass too. For each request it
+// resolves the name once, decides by the rules (policy.ts) and connects to the very address it
+// checked, so a second lookup cannot lead somewhere else (DNS rebinding). A refusal is a 403 with
+// the reason as a text body; for CONNECT it comes before any tunnel exists.
+//
+// Which sandbox a connection belongs to is never taken from what the sandbox sends:
+// - `listenTcp` serves one sandbox (the sidecar form: the proxy shares the sandbox's pod);
+// - `listenTagged` serves connections whose first line, written by the agent's relay before any
+//   byte of the sandbox, names the sandbox (the local driver's form, see README.md).
+import { lookup } from "node:dns/promises";
+import { createServer as createHttpServer, request as httpRequest, type IncomingMessage, type OutgoingHttpHeaders, type Server, type ServerResponse } from "node:http";
+import { connect, createServer as createNetServer, type Server as NetServer, type Socket } from "node:net";
+import type { Duplex } from "node:stream";
+import { parseIp } from "./address.ts";
+import { decide, normalizeHost, type CompiledPolicy, type Verdict } from "./policy.ts";
+
+export interface TrafficProxyOptions {
+  /** The compiled rules of a sandbox (the tag its connection came with; "" on a TCP listener).
+   * A string is a reason to refuse everything (unknown sandbox, invalid rules). */
+  policyFor: (sandbox: string) => CompiledPolicy | string;
+  /** Name resolution; default: the system resolver (getaddrinfo, so /etc/hosts counts). */
+  resolve?: (host: string) => Promise<string[]>;
+  /** How long a connection to a destination may take. Default 10 s. */
+  connectTimeoutMs?: number;
+  log?: (line: string) => void;
+}
+
+/** Request headers that describe the hop to the proxy, not the request. */
+const HOP_BY_HOP = new Set(["connection", "proxy-connection", "keep-alive", "proxy-authorization", "proxy-authenticate", "te", "trailer", "transfer-encoding", "upgrade"]);
+/** The longest tag line a relay sends (a sandbox id is at most 64 characters). */
+const MAX_TAG = 80;
+
+async function systemResolve(host: string): Promise<string[]> {
+  return (await lookup(host, { all: true, verbatim: true })).map((a) => a.address);
+}
+
+function splitAuthority(authority: string): { host: string; port: number } | undefined {
+  const m = /^\[([^\]]+)\]:(\d{1,5})$/.exec(authority) ?? /^([^:[\]]+):(\d{1,5})$/.exec(authority);
+  const port = m ? Number(m[2]) : 0;
+  return m && port >= 1 && port <= 65535 ? { host: m[1]!, port } : undefined;
+}
+
+function rawReply(status: string, body: string): string {
+  return `HTTP/1.1 ${status}\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`;
+}
+
+export class TrafficProxy {
+  readonly server: Server;
+  readonly #o: TrafficProxyOptions;
+  readonly #resolve: (host: string) => Promise<string[]>;
+  /** The sandbox each client connection belongs to. */
+  readonly #tags = new WeakMap<object, string>();
+  readonly #listeners: NetServer[] = [];
+  /** Every client connection, tunnels included, so close() ends them all. */
+  readonly #sockets = new Set<Socket>();
+
+  constructor(opts: TrafficProxyOptions) {
+    this.#o = opts;
+    this.#resolve = opts.resolve ?? systemResolve;
+    this.server = createHttpServer({ keepAliveTimeout: 30_000 });
+    this.server.on("request", (req, res) => void this.#forward(req, res));
+    this.server.on("connect", (req, socket, head) => void this.#tunnel(req, socket, head));
+    this.server.on("upgrade", (req, socket, head) => void this.#upgrade(req, socket, head));
+    this.server.on("clientError", (_err, socket) => socket.destroy());
+    this.server.on("connection", (socket: Socket) => {
+      this.#sockets.add(socket);
+      socket.once("close", () => this.#sockets.delete(socket));
+    });
+  }
+
+  /** Serves every connection on host:port as the one sandbox whose rules `policyFor("")` gives. */
+  listenTcp(port: number, host: string): Promise<number> {
+    return new Promise((resolve, reject) => {
+      this.server.once("error", reject).listen(port, host, () => {
+        this.server.off("error", reject);
+        resolve((this.server.address() as { port: number }).port);
+      });
+    });
+  }
+
+  /** Serves a Unix socket whose connections start with `<sandbox>\n`, written by the relay. */
+  listenTagged(path: string): Promise<void> {
+    const net = createNetServer({ allowHalfOpen: true }, (socket) => this.#readTag(socket));
+    this.#listeners.push(net);
+    return new Promise((resolve, reject) => net.once("error", reject).listen(path, () => resolve()));
+  }
+
+  #readTag(socket: Socket): void {
+    let buf = Buffer.alloc(0);
+    const onData = (chunk: Buffer) => {
+      buf = Buffer.concat([buf, chunk]);
+      const nl = buf.indexOf(0x0a);
+      if (nl < 0) {
+        if (buf.length > MAX_TAG) socket.destroy();
+        return;
+      }
+      socket.off("data", onData).pause();
+      this.#tags.set(socket, buf.subarray(0, nl).toString());
+      const rest = buf.subarray(nl + 1);
+      if (rest.length) socket.unshift(rest);
+      this.server.emit("connection", socket);
+      socket.resume();
+    };
+    socket.on("data", onData).on("error", () => socket.destroy());
+  }
+
+  async #check(socket: object, host: string): Promise<Verdict | { status: number; reason: string }> {
+    const tag = this.#tags.get(socket) ?? "";
+    const policy = this.#o.policyFor(tag);
+    if (typeof policy === "string") return { allowed: false, reason: policy };
+    let addresses: string[] = [];
+    if (!parseIp(host)) {
+      try {
+        addresses = await this.#resolve(host);
+      } catch (err) {
+        return { status: 502, reason: `cannot resolve ${host}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}` };
+      }
+    }
+    const verdict = decide(policy, host, addresses);
+    if (!verdict.allowed) this.#o.log?.(`traffic-proxy: ${tag || "sandbox"}: denied ${verdict.reason}`);
+    return verdict;
+  }
+
+  async #forward(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    let url: URL;
+    try {
+      url = new URL(req.url ?? "");
+    } catch {
+      return void res.writeHead(400, { "content-type": "text/plain" }).end("traffic-proxy: send requests by absolute URI (http://host/path) or CONNECT\n");
+    }
+    if (url.protocol !== "http:") return void res.writeHead(400, { "content-type": "text/plain" }).end(`traffic-proxy: ${url.protocol} is not proxied by absolute URI; use CONNECT\n`);
+    const host = normalizeHost(url.hostname);
+    const v = await this.#check(req.socket, host);
+    if (!("address" in v)) return void res.writeHead("status" in v ? v.status : 403, { "content-type": "text/plain" }).end(`traffic-proxy: ${"status" in v ? "" : "egress denied: "}${v.reason}\n`);
+    const headers: OutgoingHttpHeaders = {};
+    for (const [k, val] of Object.entries(req.headers)) if (!HOP_BY_HOP.has(k) && val !== undefined) headers[k] = val;
+    headers.host = url.host;
+    const upstream = httpRequest({ host: v.address, port: Number(url.port || 80), method: req.method, path: url.pathname + url.search, headers, agent: false, setHost: false, timeout: this.#o.connectTimeoutMs ?? 10_000 });
+    upstream.on("response", (r) => {
+      upstream.setTimeout(0);
+      const out: OutgoingHttpHeaders = {};
+      for (const [k, val] of Object.entries(r.headers)) if (!HOP_BY_HOP.has(k) && val !== undefined) out[k] = val;
+      res.writeHead(r.statusCode ?? 502, r.statusMessage, out);
+      r.pipe(res);
+    });
+    upstream.on("timeout", () => upstream.destroy(new Error("timed out")));
+    upstream.on("error", (err) => {
+      if (res.headersSent) return void res.destroy();
+      res.writeHead(502, { "content-type": "text/plain" }).end(`traffic-proxy: cannot reach ${url.host}: ${err.message}\n`);
+    });
+    req.pipe(upstream);
+  }
+
+  /** Connects to the checked address and hands the open socket to `ready`; answers the client
+   * itself when that is refused or fails. */
+  async #open(client: Duplex, host: string, port: number, ready: (upstream: Socket) => void): Promise<void> {
+    client.on("error", () => client.destroy());
+    const v = await this.#check(client, normalizeHost(host));
+    if (!("address" in v)) {
+      client.end(rawReply("status" in v ? `${v.status} Bad Gateway` : "403 Forbidden", `traffic-proxy: ${"status" in v ? "" : "egress denied: "}${v.reason}\n`));
+      return;
+    }
+    const upstream = connect({ host: v.address, port, allowHalfOpen: true });
+    const timer = setTimeout(() => upstream.destroy(new Error("timed out")), this.#o.connectTimeoutMs ?? 10_000);
+    upstream.once("connect", () => {
+      clearTimeout(timer);
+      upstream.off("error", failed).on("error", () => client.destroy());
+      client.on("close", () => upstream.destroy());
+      upstream.on("close", () => client.destroy());
+      ready(upstream);
+    });
+    const failed = (err: Error) => {
+      clearTimeout(timer);
+      client.end(rawReply("502 Bad Gateway", `traffic-proxy: cannot reach ${host}:${port}: ${err.message}\n`));
+    };
+    upstream.once("error", failed);
+  }
+
+  async #tunnel(req: IncomingMessage, client: Duplex, head: Buffer): Promise<void> {
+    const target = splitAuthority(req.url ?? "");
+    if (!target) return void client.end(rawReply("400 Bad Request", `traffic-proxy: CONNECT needs host:port, not ${JSON.stringify(req.url)}\n`));
+    await this.#open(client, target.host, target.port, (upstream) => {
+      client.write("HTTP/1.1 200 Connection Established\r\n\r\n");
+      if (head.length) upstream.write(head);
+      client.pipe(upstream).on("error", () => {});
+      upstream.pipe(client);
+    });
+  }
+
+  async #upgrade(req: IncomingMessage, client: Duplex, head: Buffer): Promise<void> {
+    let url: URL;
+    try {
+      url = new URL(req.url ?? "");
+    } catch {
+      return void client.end(rawReply("400 Bad Request", "traffic-proxy: send upgrades by absolute URI (http://host/path)\n"));
+    }
+    await this.#open(client, url.hostname, Number(url.port || 80), (upstream) => {
+      const lines = [`${req.method} ${url.pathname}${url.search} HTTP/1.1`];
+      for (let i = 0; i < req.rawHeaders.length; i += 2) {
+        const name = req.rawHeaders[i]!;
+        if (!/^proxy-/i.test(name)) lines.push(`${name}: ${req.rawHeaders[i + 1]}`);
+      }
+      upstream.write(`${lines.join("\r\n")}\r\n\r\n`);
+      if (head.length) upstream.write(head);
+      client.pipe(upstream).on("error", () => {});
+      upstream.pipe(client);
+    });
+  }
+
+  async close(): Promise<void> {
+    for (const l of this.#listeners) l.close();
+    for (const s of this.#sockets) s.destroy();
+    await new Promise<void>((resolve) => (this.server.listening ? this.server.close(() => resolve()) : resolve()));
+  }
+}

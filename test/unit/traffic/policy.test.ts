@@ -1,0 +1,97 @@
+import { describe, expect, it } from "vitest";
+import { cidrContains, formatIp, parseCidr, parseIp } from "../../../controllers/traffic/address.ts";
+import { compilePolicy, decide, policyErrors } from "../../../controllers/traffic/policy.ts";
+
+const policy = (allowOut: string[], denyOut: string[]) => compilePolicy({ allowOut, denyOut });
+
+describe("addresses", () => {
+  it.each([
+    ["127.0.0.1", "127.0.0.1"],
+    ["::1", "0:0:0:0:0:0:0:1"],
+    ["[2001:db8::8:800:200c:417a]", "2001:db8:0:0:8:800:200c:417a"],
+    ["::ffff:10.1.2.3", "10.1.2.3"],
+    ["::ffff:a01:203", "10.1.2.3"],
+    ["fe80::1%eth0", "fe80:0:0:0:0:0:0:1"],
+    ["1:2:3:4:5:6:7:8", "1:2:3:4:5:6:7:8"],
+    ["64:ff9b::192.0.2.33", "64:ff9b:0:0:0:0:c000:221"],
+  ])("%s parses as %s", (text, formatted) => {
+    expect(formatIp(parseIp(text)!)).toBe(formatted);
+  });
+
+  it.each(["256.0.0.1", "01.2.3.4", "1.2.3", "1:2:3:4:5:6:7:8:9", "1::2::3", "example.com", "", ":::", "12345::"])("%s is not an address", (text) => {
+    expect(parseIp(text)).toBeUndefined();
+  });
+
+  it("CIDR blocks contain what they should, per family", () => {
+    const v4 = parseCidr("10.0.0.0/8")!;
+    expect(cidrContains(v4, parseIp("10.255.1.2")!)).toBe(true);
+    expect(cidrContains(v4, parseIp("11.0.0.1")!)).toBe(false);
+    expect(cidrContains(v4, parseIp("::ffff:10.0.0.1")!)).toBe(true);
+    const v6 = parseCidr("2001:db8::/32")!;
+    expect(cidrContains(v6, parseIp("2001:db8:ffff::1")!)).toBe(true);
+    expect(cidrContains(v6, parseIp("2001:db9::1")!)).toBe(false);
+    expect(cidrContains(v6, parseIp("10.0.0.1")!)).toBe(false);
+    expect(cidrContains(parseCidr("1.2.3.4")!, parseIp("1.2.3.4")!)).toBe(true);
+    expect(cidrContains(parseCidr("1.2.3.4")!, parseIp("1.2.3.5")!)).toBe(false);
+    expect(cidrContains(parseCidr("0.0.0.0/0")!, parseIp("8.8.8.8")!)).toBe(true);
+    expect(parseCidr("10.0.0.0/33")).toBeUndefined();
+    expect(parseCidr("::/129")).toBeUndefined();
+  });
+});
+
+describe("egress policy", () => {
+  it("allowOut wins over denyOut, and ALL_TRAFFIC denies the rest", () => {
+    const p = policy(["127.0.0.1", "8.8.8.0/24"], ["0.0.0.0/0"]);
+    expect(decide(p, "127.0.0.1", [])).toEqual({ allowed: true, address: "127.0.0.1", rule: "127.0.0.1" });
+    expect(decide(p, "8.8.8.77", [])).toMatchObject({ allowed: true, rule: "8.8.8.0/24" });
+    expect(decide(p, "127.0.0.2", [])).toEqual({ allowed: false, reason: '127.0.0.2 is denied by denyOut "0.0.0.0/0"' });
+  });
+
+  it("ALL_TRAFFIC covers IPv6 and IPv4-mapped addresses too (no way around it by address family)", () => {
+    const p = policy(["127.0.0.1"], ["0.0.0.0/0"]);
+    expect(decide(p, "[::1]", []).allowed).toBe(false);
+    expect(decide(p, "::ffff:127.0.0.2", []).allowed).toBe(false);
+    expect(decide(p, "::ffff:127.0.0.1", [])).toMatchObject({ allowed: true, address: "127.0.0.1" });
+  });
+
+  it("without a matching rule a destination is allowed (denyOut alone is a block list)", () => {
+    const p = policy([], ["10.0.0.0/8", "2001:db8::/32"]);
+    expect(decide(p, "1.1.1.1", []).allowed).toBe(true);
+    expect(decide(p, "10.1.1.1", []).allowed).toBe(false);
+    expect(decide(p, "2001:db8::5", []).allowed).toBe(false);
+    expect(decide(p, "2001:db9::5", []).allowed).toBe(true);
+  });
+
+  it("a domain allowed by name is allowed at whatever it resolves to; the connection goes to a checked address", () => {
+    const p = policy(["localhost", "*.example.com"], ["0.0.0.0/0"]);
+    expect(decide(p, "LOCALHOST.", ["127.0.0.1", "::1"])).toEqual({ allowed: true, address: "127.0.0.1", rule: "localhost" });
+    expect(decide(p, "api.example.com", ["93.184.216.34"])).toMatchObject({ allowed: true, rule: "*.example.com" });
+    expect(decide(p, "a.b.example.com", ["93.184.216.34"]).allowed).toBe(true);
+    // The wildcard names subdomains only, and a suffix is not a subdomain.
+    expect(decide(p, "example.com", ["93.184.216.34"]).allowed).toBe(false);
+    expect(decide(p, "badexample.com", ["93.184.216.34"]).allowed).toBe(false);
+  });
+
+  it("a name not allowed by name is judged by each address; a denied address is never the one used", () => {
+    const p = policy(["9.9.9.9"], ["10.0.0.0/8"]);
+    expect(decide(p, "mixed.test", ["10.0.0.1", "1.1.1.1"])).toEqual({ allowed: true, address: "1.1.1.1" });
+    expect(decide(p, "inside.test", ["10.0.0.1", "10.0.0.2"])).toEqual({ allowed: false, reason: 'inside.test (10.0.0.1) is denied by denyOut "10.0.0.0/8"' });
+    expect(decide(p, "nowhere.test", [])).toEqual({ allowed: false, reason: "nowhere.test did not resolve to any address" });
+  });
+
+  it("an IP literal host is judged as itself, whatever addresses are passed", () => {
+    const p = policy([], ["127.0.0.0/8"]);
+    expect(decide(p, "127.0.0.1", ["1.1.1.1"]).allowed).toBe(false);
+  });
+
+  it("rejects what E2B rejects, naming each bad entry", () => {
+    expect(policyErrors({ allowOut: ["example.com", "10.0.0.0/8", "::1"], denyOut: ["0.0.0.0/0"] })).toEqual([]);
+    expect(policyErrors({ allowOut: ["10.0.0.0/40", "bad host!"], denyOut: ["example.com", "1.2.3"] })).toEqual([
+      'allowOut: "10.0.0.0/40" is not a valid IP address or CIDR block',
+      'allowOut: "bad host!" is not an IP address, a CIDR block or a domain name',
+      'denyOut: "example.com" is a domain; denyOut takes IP addresses and CIDR blocks only',
+      'denyOut: "1.2.3" is not a valid IP address or CIDR block',
+    ]);
+    expect(() => compilePolicy({ allowOut: [], denyOut: ["example.com"] })).toThrow(/denyOut takes IP addresses and CIDR blocks only/);
+  });
+});
