@@ -41,6 +41,7 @@ export function desiredFor(intent: Intent): DesiredSandbox {
     claimed: intent.owner.kind !== "pool",
     namespace: intent.team ?? undefined,
     labels: intent.labels,
+    annotations: intent.annotations,
     inplaceUpdate: intent.inplaceUpdate,
   };
 }

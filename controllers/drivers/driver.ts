@@ -39,6 +39,9 @@ export interface DesiredSandbox {
   /** User labels (E2B metadata `label:<k>`, SandboxClaim `labels`), for drivers whose sandboxes
    * are objects that carry labels (kubernetes: the Sandbox and its Pod); others ignore them. */
   labels?: Record<string, string>;
+  /** User annotations (E2B metadata, SandboxClaim `annotations`), likewise (kubernetes: the
+   * Sandbox and its Pod); others ignore them. */
+  annotations?: Record<string, string>;
   /** The owning team's namespace, for drivers that place sandboxes in namespaces (kubernetes:
    * the Sandbox, Pod and PVCs go there); absent: the driver's own namespace. */
   namespace?: string;

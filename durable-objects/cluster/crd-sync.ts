@@ -18,6 +18,7 @@ import {
   type SandboxRequestItem,
   type SandboxSetItem,
 } from "../../schema/protocol/index.ts";
+import { annotationsProblem } from "../../schema/crd/user-metadata.ts";
 import { ApiError, onError } from "../../functions/api-error.ts";
 import { putTemplate, removeTemplate } from "../../functions/api/admin-templates.ts";
 import { createSandboxRoute } from "../../functions/api/sandbox-create.ts";
@@ -212,6 +213,10 @@ export class CrdSync {
     const db = getDb(env);
     const team = await findTeamByName(db, item.namespace);
     if (!team) return refused({ code: "template_not_found", message: `Template "${item.templateName}" not found (no team ${item.namespace})` });
+    // Its annotations are the sandboxes' metadata, and so their cluster objects' annotations: every
+    // key must be one (the E2B route keeps other keys as metadata only).
+    const invalid = annotationsProblem(item.annotations);
+    if (invalid) return refused({ code: ErrorCode.badRequest, message: `SandboxClaim annotations: ${invalid}` });
     const caller: Caller = { keyId: `sandboxclaim:${item.claim.uid}`, teamId: team.id, teamName: team.name, admin: false };
     const held = await listIndex(db, { keyId: caller.keyId, states: ["running", "paused"], metadata: [[CLAIM_METADATA_KEY, item.claim.uid]], order: "asc", limit: 1000 });
     const ids = held.rows.map((r) => r.id as SandboxId);

@@ -1,11 +1,14 @@
 // OpenKruise's `e2b.agents.kruise.io/*` metadata extensions (openkruise-agents.md §3.4): read
 // from create metadata and removed from it. Keys under the reserved prefixes that this edge does
-// not implement are refused with 400 rather than silently ignored.
+// not implement are refused with 400 rather than silently ignored. The rest of the metadata is
+// also what the sandbox's cluster objects carry, as upstream writes it: `label:<k>` as label k,
+// every key that is a valid annotation key as an annotation (others stay E2B metadata only, as
+// E2B takes any key); a label or annotation the API server would refuse is a 400 here.
+import { annotationsProblem, isQualifiedName, isReservedKey, labelProblem } from "../../schema/crd/user-metadata.ts";
 import type { InplaceUpdate } from "../../schema/protocol/intent.ts";
 import { ApiError } from "../api-error.ts";
 
 const EXT = "e2b.agents.kruise.io/";
-const RESERVED = [EXT, "agents.kruise.io/"];
 /** OpenKruise extensions that depend on Pods/CSI and have no meaning on this edge yet. */
 const UNSUPPORTED = new Set([
   "csi-volume-config",
@@ -25,6 +28,8 @@ export interface CreateExtensions {
   metadata: Record<string, string>;
   /** From `label:<k>` metadata keys (kept in metadata too): labels on the sandbox. */
   labels: Record<string, string>;
+  /** The metadata entries whose key is a valid annotation key: annotations on the sandbox. */
+  annotations: Record<string, string>;
   neverTimeout: boolean;
   /** Paused retention; null keeps paused sandboxes forever (the default). */
   pausedRetentionMs: number | null;
@@ -38,7 +43,7 @@ export interface CreateExtensions {
 }
 
 export function parseCreateExtensions(input: Record<string, string> = {}): CreateExtensions {
-  const out: CreateExtensions = { metadata: {}, labels: {}, neverTimeout: false, pausedRetentionMs: null, skipInitRuntime: false, createOnNoStock: true };
+  const out: CreateExtensions = { metadata: {}, labels: {}, annotations: {}, neverTimeout: false, pausedRetentionMs: null, skipInitRuntime: false, createOnNoStock: true };
   const cpu: { limit?: number; request?: number } = {};
   for (const [key, value] of Object.entries(input)) {
     if (key.startsWith(EXT)) {
@@ -49,13 +54,15 @@ export function parseCreateExtensions(input: Record<string, string> = {}): Creat
     out.metadata[key] = value;
     if (key.startsWith("label:")) {
       const label = key.slice("label:".length);
-      if (!/^([a-z0-9]([-a-z0-9.]*[a-z0-9])?\/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$/.test(label)) {
-        throw new ApiError("bad_request", `metadata key "${key}": "${label}" is not a valid label name`);
-      }
-      rejectReserved(label);
+      const problem = labelProblem(label, value);
+      if (problem) throw new ApiError("bad_request", `metadata key "${key}": ${problem}`);
       out.labels[label] = value;
+    } else if (isQualifiedName(key)) {
+      out.annotations[key] = value;
     }
   }
+  const tooBig = annotationsProblem(out.annotations);
+  if (tooBig) throw new ApiError("bad_request", `metadata: ${tooBig} (the sandbox's annotations)`);
   if (cpu.limit !== undefined && cpu.request !== undefined && cpu.request > cpu.limit) {
     throw new ApiError("bad_request", `metadata "${EXT}cpu-request" (${cpu.request}) must not exceed "${EXT}cpu-limit" (${cpu.limit})`);
   }
@@ -66,7 +73,7 @@ export function parseCreateExtensions(input: Record<string, string> = {}): Creat
 
 /** Metadata keys (create and list filters) must not use the reserved prefixes. */
 export function rejectReserved(key: string): void {
-  if (RESERVED.some((p) => key.startsWith(p))) throw new ApiError("bad_request", `metadata key "${key}" uses a reserved prefix`);
+  if (isReservedKey(key)) throw new ApiError("bad_request", `metadata key "${key}" uses a reserved prefix`);
 }
 
 function applyExtension(out: CreateExtensions, cpu: { limit?: number; request?: number }, name: string, value: string, key: string): void {

@@ -84,6 +84,7 @@ function buildSpec(
     envVars: { ...claimed.envVars, ...body.envVars },
     metadata: ext.metadata,
     labels: ext.labels,
+    annotations: ext.annotations,
     allowInternetAccess: body.allow_internet_access ?? null,
     network: body.network ?? null,
     volumeMounts: body.volumeMounts ?? [],

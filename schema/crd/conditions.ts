@@ -69,6 +69,8 @@ export const ClaimCompletedReason = {
   AllReplicasClaimed: "AllReplicasClaimed",
   TimeoutReached: "TimeoutReached",
   SandboxSetNotFound: "SandboxSetNotFound",
+  /** A label or annotation the API server would refuse on a Sandbox (or a reserved key). */
+  InvalidMetadata: "InvalidMetadata",
 } as const;
 
 /** Kubernetes Event reasons the driver emits on a Sandbox. */

@@ -4,6 +4,8 @@
 // (status AllReplicasClaimed), a restarted agent does not claim twice, a missing SandboxSet
 // completes with SandboxSetNotFound, ttlAfterCompleted deletes only the claim, and
 // `kubectl patch sbx … paused:true` / `kubectl delete sbx` pause and kill through the edge.
+// A claim's labels and annotations (and an E2B create's metadata) are on the claimed Sandboxes and
+// their Pods, never on warm members, and come back after an agent restart.
 import { Sandbox } from "e2b";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { CLAIM_METADATA_KEY } from "../../schema/protocol/index.ts";
@@ -39,6 +41,15 @@ async function info(id: string): Promise<{ status: number; state?: string }> {
   const res = await edge_(`/sandboxes/${id}`);
   return { status: res.status, ...(res.ok ? ((await res.json()) as { state: string }) : {}) };
 }
+
+type Meta = { labels?: Record<string, string>; annotations?: Record<string, string> };
+/** The metadata of the Sandbox and the Pod of a sandbox, as `kubectl get -o json` shows them. */
+const objectsOf = (id: string): { sbx?: Meta; pod?: Meta } => {
+  const get = (kind: string) => (JSON.parse(kubectlOk(["-n", ns, "get", kind, "-l", `agents.kruise.io/sandbox-id=${id}`, "-o", "json"])).items as { metadata: Meta }[])[0]?.metadata;
+  return { sbx: get("sbx"), pod: get("pods") };
+};
+const warmMembers = () =>
+  JSON.parse(kubectlOk(["-n", ns, "get", "sbx", "-l", "agents.kruise.io/sandbox-pool=pool,agents.kruise.io/sandbox-claimed=false", "-o", "json"])).items as { metadata: Meta & { name: string } }[];
 
 const sbxOf = (id: string) => table(kubectlOk(["-n", ns, "get", "sbx", "-l", `agents.kruise.io/sandbox-id=${id}`]))[0];
 const podOf = (id: string) => kubectlOk(["-n", ns, "get", "pods", "-l", `agents.kruise.io/sandbox-id=${id}`, "-o", "name"]).trim();
@@ -96,13 +107,83 @@ spec: { templateName: pool, replicas: 2, envVars: { MODE: eval }, labels: { purp
     await until("pool refilled", () => table(kubectlOk(["-n", ns, "get", "sbs", "pool"]))[0]?.AVAILABLE === "2", 60_000);
   });
 
-  it("a restarted agent does not claim again", async () => {
+  it("the claim's labels and annotations are on its Sandboxes and their Pods, not on warm members", async () => {
+    const uid = claimStatus("batch").metadata.uid;
+    for (const s of await claimed(uid)) {
+      const want = { owner: "ci", [CLAIM_METADATA_KEY]: uid };
+      const { sbx, pod } = await until(`annotations of ${s.sandboxID}`, () => {
+        const o = objectsOf(s.sandboxID);
+        return o.sbx?.annotations?.owner && o.pod?.annotations?.owner ? o : undefined;
+      }, 15_000);
+      expect(sbx!.annotations).toMatchObject(want);
+      expect(sbx!.labels).toMatchObject({ purpose: "kube-test" });
+      expect(pod!.annotations).toMatchObject(want);
+      expect(pod!.labels).toMatchObject({ purpose: "kube-test" });
+    }
+    await until("pool refilled", () => warmMembers().length === 2, 60_000);
+    for (const m of warmMembers()) {
+      expect(m.metadata.annotations?.owner).toBeUndefined();
+      expect(m.metadata.labels?.purpose).toBeUndefined();
+    }
+  });
+
+  it("a restarted agent does not claim again, and puts back a claim annotation removed while it was down", async () => {
+    const [first] = await claimed(claimStatus("batch").metadata.uid);
+    const name = kubectlOk(["-n", ns, "get", "sbx", "-l", `agents.kruise.io/sandbox-id=${first!.sandboxID}`, "-o", "name"]).trim();
     await k.stop();
+    kubectlOk(["-n", ns, "annotate", name, "owner-"]);
+    expect(objectsOf(first!.sandboxID).sbx!.annotations?.owner).toBeUndefined();
     k = await startKubeAgent(edge, ns, "kube-claims");
-    await new Promise((r) => setTimeout(r, 1000));
+    await until("annotation back", () => objectsOf(first!.sandboxID).sbx?.annotations?.owner === "ci", 30_000);
     const claim = claimStatus("batch");
     expect(claim.status!.claimedReplicas).toBe(2);
     expect(await claimed(claim.metadata.uid)).toHaveLength(2);
+  });
+
+  it("a claim whose annotations use a reserved key or labels the API server would refuse takes nothing: Completed with InvalidMetadata", async () => {
+    const before = warmMembers().length;
+    kubectlOk(["-n", ns, "apply", "-f", "-"], `
+apiVersion: agents.kruise.io/v1alpha1
+kind: SandboxClaim
+metadata: { name: reserved }
+spec: { templateName: pool, annotations: { "agents.kruise.io/edge-generation": "999" } }
+---
+apiVersion: agents.kruise.io/v1alpha1
+kind: SandboxClaim
+metadata: { name: badlabel }
+spec: { templateName: pool, labels: { purpose: "not a label value" } }
+`);
+    for (const [name, message] of [["reserved", /spec\.annotations: annotation "agents\.kruise\.io\/edge-generation" uses a reserved prefix/], ["badlabel", /spec\.labels: .*not a valid label value/]] as const) {
+      const claim = await until(`${name} completed`, completed(name), 30_000);
+      expect(claim.status!.claimedReplicas).toBe(0);
+      expect(claim.status!.message).toMatch(message);
+      expect(claim.status!.conditions).toContainEqual(expect.objectContaining({ type: "Completed", reason: "InvalidMetadata" }));
+      expect(await claimed(claim.metadata.uid)).toHaveLength(0);
+    }
+    expect(warmMembers().length).toBe(before);
+  });
+
+  it("an E2B create's metadata: label:<k> is a label, valid keys are annotations (reserved ones refused with 400)", async () => {
+    const res = await edge_("/api-keys", { method: "POST", body: JSON.stringify({ name: "e2b", teamName: ns }) });
+    const key = ((await res.json()) as { key: string }).key;
+    const opts = { apiKey: key, apiUrl: edge.url, sandboxUrl: edge.url, requestTimeoutMs: 30_000 };
+    const sbx = await Sandbox.create("pool", { ...opts, metadata: { "label:tier": "gold", "example.com/run": "42", note: "free text: ok", "user id": "a&b" } });
+    const { sbx: obj, pod } = await until("metadata on the objects", () => {
+      const o = objectsOf(sbx.sandboxId);
+      return o.sbx?.labels?.tier && o.pod?.annotations?.note ? o : undefined;
+    }, 15_000);
+    for (const m of [obj!, pod!]) {
+      expect(m.labels).toMatchObject({ tier: "gold" });
+      expect(m.annotations).toMatchObject({ "example.com/run": "42", note: "free text: ok" });
+      expect(Object.keys(m.annotations!)).not.toContain("user id"); // not an annotation key: E2B metadata only
+    }
+    expect((await sbx.getInfo()).metadata).toEqual({ "label:tier": "gold", "example.com/run": "42", note: "free text: ok", "user id": "a&b" });
+    for (const metadata of [{ "agents.kruise.io/edge-generation": "1" }, { "label:tier": "not a value" }]) {
+      const r = await fetch(`${edge.url}/sandboxes`, { method: "POST", headers: { "x-api-key": key, "content-type": "application/json" }, body: JSON.stringify({ templateID: "pool", metadata }) });
+      expect(r.status).toBe(400);
+      expect(await r.json()).toMatchObject({ code: 400, message: expect.stringMatching(/reserved|not a valid label value/) });
+    }
+    await sbx.kill();
   });
 
   it("a claim on a SandboxSet the team does not have completes with SandboxSetNotFound", async () => {

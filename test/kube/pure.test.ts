@@ -5,7 +5,8 @@ import { describe, expect, it } from "vitest";
 import { sandboxState } from "../../controllers/drivers/kubernetes/pod-state.ts";
 import { parseQuantity, poolSpecOf } from "../../controllers/drivers/kubernetes/sandboxset-sync.ts";
 import { buildPod } from "../../controllers/drivers/kubernetes/pod-spec.ts";
-import { userLabels } from "../../controllers/drivers/kubernetes/kubernetes-driver.ts";
+import { userLabels } from "../../schema/crd/user-metadata.ts";
+import { claimMetadataProblem } from "../../controllers/drivers/kubernetes/sandboxclaim-sync.ts";
 import { watchNamespacesFlag } from "../../controllers/drivers/kubernetes/flags.ts";
 import { WorkQueue } from "../../controllers/agent/work-queue.ts";
 
@@ -94,6 +95,33 @@ describe("buildPod", () => {
     expect(p.spec!.containers[0]!.resources).toEqual({ limits: { cpu: "3" } }); // the template's own resources win
     expect(p.spec!.volumes).toEqual([{ name: "cache", emptyDir: {} }, { name: "workspace", persistentVolumeClaim: { claimName: "workspace-pool-abc" } }]);
     expect(p.metadata!.labels).toEqual({ app: "a", "agents.kruise.io/sandbox-id": "abc", "agents.kruise.io/created-by": "sandbox" });
+    expect(p.metadata!.annotations).toBeUndefined();
+  });
+
+  it("puts the user's annotations beside the template's (the user's win)", () => {
+    const p = buildPod({
+      name: "pool-abc",
+      namespace: "ns",
+      template: { metadata: { annotations: { from: "template", shared: "template" } }, spec: { containers: [{ name: "main", image: "img" }] } },
+      volumeClaimTemplates: [],
+      labels: {},
+      annotations: { owner: "ci", shared: "user" },
+      owner: { apiVersion: "agents.kruise.io/v1alpha1", kind: "Sandbox", name: "pool-abc", uid: "u" },
+      runtimeImage: "rt:1",
+      resources: { cpuCount: 1, memoryMB: 512 },
+    });
+    expect(p.metadata!.annotations).toEqual({ from: "template", shared: "user", owner: "ci" });
+  });
+});
+
+describe("claimMetadataProblem", () => {
+  it("refuses a claim whose labels or annotations the API server would refuse on a Sandbox, or that use reserved keys", () => {
+    expect(claimMetadataProblem({ labels: { purpose: "kube-test" }, annotations: { owner: "ci", "example.com/note": "any text: at all" } })).toBeUndefined();
+    expect(claimMetadataProblem({})).toBeUndefined();
+    expect(claimMetadataProblem({ labels: { purpose: "has spaces" } })).toMatch(/^spec\.labels: .*not a valid label value/);
+    expect(claimMetadataProblem({ labels: { "agents.kruise.io/sandbox-claimed": "false" } })).toMatch(/^spec\.labels: .*reserved/);
+    expect(claimMetadataProblem({ annotations: { "agents.kruise.io/edge-generation": "999" } })).toMatch(/^spec\.annotations: .*reserved/);
+    expect(claimMetadataProblem({ annotations: { "not valid": "x" } })).toMatch(/^spec\.annotations: .*not a valid annotation key/);
   });
 });
 

@@ -22,6 +22,7 @@ import {
 import { createHash } from "node:crypto";
 import { EventReason } from "../../../schema/crd/conditions.ts";
 import { ANNOTATION, API_VERSION, GROUP, LABEL, RUNTIME_PORT, SANDBOX_FINALIZER, VERSION } from "../../../schema/crd/labels.ts";
+import { userAnnotations, userLabels } from "../../../schema/crd/user-metadata.ts";
 import type { SpawnRequest } from "../../runtime/sandbox-view.ts";
 import { KeyedSerial } from "../../../schema/keyed-serial.ts";
 import {
@@ -158,18 +159,6 @@ export function idLabel(id: string): string {
 /** The Sandbox/Pod name for an id: `{pool}-{id}` or `sbx-{id}`. Names may exceed 63 characters. */
 export function sandboxName(id: string, pool?: string): string {
   return `${pool ?? "sbx"}-${id}`.slice(0, 253);
-}
-
-const LABEL_NAME = /^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?\/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$/;
-const LABEL_VALUE = /^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$/;
-
-/** The user labels a Sandbox and its Pod carry: never one under the agents.kruise.io prefixes
- * (those are the driver's own; the edge refuses them, the driver does not rely on it), and only
- * valid label names and values (one bad label must not fail the sandbox's every write). */
-export function userLabels(labels: Record<string, string> | undefined): Record<string, string> {
-  return Object.fromEntries(
-    Object.entries(labels ?? {}).filter(([k, v]) => !/(^|\.)agents\.kruise\.io\//.test(k) && LABEL_NAME.test(k) && LABEL_VALUE.test(v)),
-  );
 }
 
 /** What a sandbox's phase, readiness, endpoint and status are computed from, of a (slim) pod. */
@@ -392,6 +381,7 @@ export class KubernetesDriver implements Driver {
         namespace: sc.namespace,
         labels,
         annotations: {
+          ...userAnnotations(d.annotations),
           [ANNOTATION.sandboxId]: d.id,
           [ANNOTATION.generation]: String(d.generation),
           [ANNOTATION.pauseStrategy]: d.pauseStrategy,
@@ -422,10 +412,12 @@ export class KubernetesDriver implements Driver {
         patch.metadata.annotations = { [ANNOTATION.claimTimestamp]: new Date(this.#now()).toISOString() };
       }
     }
-    // User labels (a claim's, E2B metadata label:<k>) go on the Sandbox and its pod.
+    // User labels and annotations (a claim's, E2B metadata) go on the Sandbox and its pod; added
+    // or changed, never removed (a warm member has none: they come with the claim).
     const added = Object.fromEntries(Object.entries(userLabels(d.labels)).filter(([k, v]) => meta.labels?.[k] !== v));
     if (Object.keys(added).length) patch.metadata.labels = { ...added, ...(patch.metadata.labels as Record<string, string> | undefined) };
-    const annotations = { ...(patch.metadata.annotations as Record<string, string> | undefined) };
+    const addedAnnotations = Object.fromEntries(Object.entries(userAnnotations(d.annotations)).filter(([k, v]) => meta.annotations?.[k] !== v));
+    const annotations = { ...addedAnnotations, ...(patch.metadata.annotations as Record<string, string> | undefined) };
     if (meta.annotations?.[ANNOTATION.generation] !== String(d.generation)) annotations[ANNOTATION.generation] = String(d.generation);
     if (meta.annotations?.[ANNOTATION.pauseStrategy] !== d.pauseStrategy) annotations[ANNOTATION.pauseStrategy] = d.pauseStrategy;
     const paused = d.state === "Paused";
@@ -438,12 +430,13 @@ export class KubernetesDriver implements Driver {
     const pod = this.#pod(d.id);
     // A claim relabels the pod too (selectors over pods see it leave the pool); both in parallel.
     const podLabels = { ...added, ...(claimed && !claimedNow ? { [LABEL.claimed]: "true" } : {}) };
+    const podMeta = { ...(Object.keys(podLabels).length ? { labels: podLabels } : {}), ...(Object.keys(addedAnnotations).length ? { annotations: addedAnnotations } : {}) };
     const [updated] = await Promise.all([
       this.#custom.patchNamespacedCustomObject(
         { group: GROUP, version: VERSION, namespace: sc.namespace, plural: PLURAL.sandbox, name: meta.name!, body: patch },
         mergePatch,
       ) as Promise<SandboxObject>,
-      Object.keys(podLabels).length && pod ? this.#patchPod(sc, pod, { metadata: { labels: podLabels } }) : undefined,
+      Object.keys(podMeta).length && pod ? this.#patchPod(sc, pod, { metadata: podMeta }) : undefined,
     ]);
     return sc.sandboxes.remember(updated);
   }
@@ -478,6 +471,7 @@ export class KubernetesDriver implements Driver {
       template: sbx.spec.template ?? imageTemplate(d.template),
       volumeClaimTemplates: sbx.spec.volumeClaimTemplates ?? [],
       labels,
+      annotations: userAnnotations(d.annotations),
       owner: this.#ownerRef(sbx),
       runtimeImage: this.#opts.runtimeImage,
       resources: d.resources,

@@ -17,6 +17,8 @@ export interface PodInput {
   volumeClaimTemplates: VolumeClaimTemplate[];
   /** Labels every object of the sandbox carries (id, pool, claimed, hash). */
   labels: Record<string, string>;
+  /** The user's annotations (the pod's own, not its PVCs'). */
+  annotations?: Record<string, string>;
   owner: V1OwnerReference;
   runtimeImage: string;
   resources: { cpuCount: number; memoryMB: number };
@@ -86,7 +88,7 @@ export function buildPod(input: PodInput): V1Pod {
       name: input.name,
       namespace: input.namespace,
       labels: { ...input.template.metadata?.labels, ...input.labels, [LABEL.createdBy]: "sandbox" },
-      annotations: input.template.metadata?.annotations,
+      annotations: input.annotations && Object.keys(input.annotations).length ? { ...input.template.metadata?.annotations, ...input.annotations } : input.template.metadata?.annotations,
       ownerReferences: [input.owner],
     },
     spec,

@@ -10,6 +10,7 @@ import { MAX_TIMEOUT_S } from "../../../schema/api/limits.ts";
 import { ClaimCompletedReason, setCondition, type Condition } from "../../../schema/crd/conditions.ts";
 import type { ClaimItemInput } from "../../../schema/protocol/index.ts";
 import { GROUP, VERSION } from "../../../schema/crd/labels.ts";
+import { annotationsProblem, labelProblem } from "../../../schema/crd/user-metadata.ts";
 import { ObjectCache } from "./object-cache.ts";
 import { parseQuantity } from "./sandboxset-sync.ts";
 import { slimCustom } from "./slim.ts";
@@ -60,6 +61,17 @@ function inplaceOf(u: SandboxClaimObject["spec"]["inplaceUpdate"]): { image?: st
   const cpu = parseQuantity(u.resources?.limits?.cpu ?? u.resources?.requests?.cpu);
   const out = { ...(u.image ? { image: u.image } : {}), ...(cpu ? { cpuCount: cpu } : {}) };
   return Object.keys(out).length ? out : undefined;
+}
+
+/** Why the claim's labels or annotations cannot go on its Sandboxes (undefined: they can). The
+ * API server would refuse the Sandbox's update, so the claim is refused before anything is taken. */
+export function claimMetadataProblem(spec: Pick<SandboxClaimObject["spec"], "labels" | "annotations">): string | undefined {
+  for (const [k, v] of Object.entries(spec.labels ?? {})) {
+    const problem = labelProblem(k, v);
+    if (problem) return `spec.labels: ${problem}`;
+  }
+  const problem = annotationsProblem(spec.annotations ?? {});
+  return problem && `spec.annotations: ${problem}`;
 }
 
 /** A Go duration as milliseconds (`1m`, `90s`, `1h30m`; negative = never). */
@@ -167,6 +179,12 @@ export class SandboxClaimSync {
     const startedAt = status.claimStartTime ?? new Date(now).toISOString();
     const deadline = Date.parse(startedAt) + durationMs(claim.spec.claimTimeout, 60_000);
     const shutdownMs = claim.spec.shutdownTime ? Date.parse(claim.spec.shutdownTime) - now : undefined;
+    const invalid = claimMetadataProblem(claim.spec);
+    if (invalid) {
+      const iso = new Date(now).toISOString();
+      const conditions = setCondition(status.conditions, { type: "Completed", status: "True", reason: ClaimCompletedReason.InvalidMetadata, message: invalid }, iso);
+      return this.#writeStatus(name, claim, { phase: "Completed", claimedReplicas: 0, claimStartTime: startedAt, message: invalid, conditions, completionTime: iso });
+    }
     // The edge claims at most 50 per item (upstream's batch) and says how many the claim holds.
     const r = await this.#o.claimer.claim({
       namespace: team,
@@ -202,12 +220,17 @@ export class SandboxClaimSync {
       conditions = setCondition(conditions, { type: "TimedOut", status: "True", reason: "ClaimTimeoutReached", message: "" }, iso);
     }
     const next = { phase, claimedReplicas: have, claimStartTime: startedAt, message, conditions, ...(phase === "Completed" ? { completionTime: iso } : {}) };
+    const after = await this.#writeStatus(name, claim, next);
+    return after ?? Math.min(this.#o.retryMs ?? 2000, Math.max(0, deadline - now));
+  }
+
+  /** Writes the claim's status; when it completed, answers when its TTL is due (else undefined). */
+  async #writeStatus(name: string, claim: SandboxClaimObject, status: NonNullable<SandboxClaimObject["status"]>): Promise<number | undefined> {
     const updated = await this.#custom.patchNamespacedCustomObjectStatus(
-      { group: GROUP, version: VERSION, namespace: this.#o.namespace, plural: "sandboxclaims", name, body: { status: next } },
+      { group: GROUP, version: VERSION, namespace: this.#o.namespace, plural: "sandboxclaims", name, body: { status } },
       mergePatch,
     );
     this.claims.remember(updated);
-    if (phase === "Completed") return Math.max(0, durationMs(claim.spec.ttlAfterCompleted, 60 * 60_000));
-    return Math.min(this.#o.retryMs ?? 2000, Math.max(0, deadline - now));
+    return status.phase === "Completed" ? Math.max(0, durationMs(claim.spec.ttlAfterCompleted, 60 * 60_000)) : undefined;
   }
 }
