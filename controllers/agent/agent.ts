@@ -88,12 +88,14 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
   const ingress = await createIngress({
     clusterToken: opts.clusterToken,
     runtime,
-    // A sandbox with internet access shares the host's network, so its user ports are on the
-    // host's loopback; one without has a network of its own that only the driver can reach.
+    // A sandbox with internet access and no egress rules shares the host's network, so its user
+    // ports are on the host's loopback; others have a network of their own that only the driver
+    // can reach.
     userPortTarget: (id, port) => {
       const remote = reconciler.endpoint(id);
       if (remote) return { host: new URL(remote).hostname, port };
-      if (store.get(id)?.allowInternetAccess) return { host: "127.0.0.1", port };
+      const intent = store.get(id);
+      if (intent?.allowInternetAccess && !intent.egress) return { host: "127.0.0.1", port };
       return driver.connectUserPort ? { connect: () => driver.connectUserPort!(id, port) } : undefined;
     },
     remoteRuntime: (id) => reconciler.endpoint(id),

@@ -37,6 +37,7 @@ export function desiredFor(intent: Intent): DesiredSandbox {
     pauseStrategy: intent.desired.pauseStrategy,
     resources: { cpuCount: t.resources.cpuCount, memoryMB: t.resources.memoryMB },
     allowInternetAccess: intent.allowInternetAccess,
+    egress: intent.egress,
     pool: t.id,
     claimed: intent.owner.kind !== "pool",
     namespace: intent.team ?? undefined,

@@ -4,6 +4,7 @@
 // harmless. A driver that cannot do something says so with UnsupportedError; it never returns a
 // success that did nothing.
 import type { Duplex } from "node:stream";
+import type { EgressPolicy } from "../../schema/protocol/egress.ts";
 import type { SandboxView, SpawnRequest } from "../runtime/sandbox-view.ts";
 
 /** How strongly a driver separates sandboxes from the host and from each other, strongest first. */
@@ -25,6 +26,8 @@ export interface DesiredSandbox {
   resources: { cpuCount: number; memoryMB: number; pidsMax?: number };
   /** False: the sandbox gets no network at all (not even the host's loopback). */
   allowInternetAccess: boolean;
+  /** E2B egress rules (`network.allowOut/denyOut`) to enforce; null or absent: none. */
+  egress?: EgressPolicy | null;
   /** Fill the writable layer from this snapshot when the sandbox is first created. */
   restoreFrom?: SnapshotRef;
   /** The pool (template id = SandboxSet name) the sandbox is built from, for drivers that build

@@ -19,6 +19,7 @@ import {
 } from "../driver.ts";
 import { cgroupPids, cgroupSetFor, createCgroups, isFrozen, killAndRemove, listCgroupIds, procsFiles, removeParents, setFrozen, type CgroupLayout } from "./cgroups.ts";
 import { alive, discoverHolder, signalSandbox, startHolder } from "./holder.ts";
+import { EGRESS_PROXY_PORT, egressRules, LocalEgress, networkMode, proxyEnv } from "./egress.ts";
 import { restoreLayer, saveLayer } from "./layer-archive.ts";
 import { bwrapMountArgs, layoutFor, mountsFor, prepareLayout } from "./layout.ts";
 import { LocalSandboxView } from "./local-view.ts";
@@ -44,6 +45,9 @@ export interface LocalDriverOptions {
   /** Who forks holders and commands. Default: a spawner process of the driver's own (see
    * spawner.ts), or this process itself when KRUISE_LOCAL_SPAWNER=off (for comparison). */
   spawner?: Spawner;
+  /** The port on each egress-restricted sandbox's loopback that leads to the traffic-proxy
+   * (HTTP_PROXY). Default 3128. */
+  egressProxyPort?: number;
 }
 
 const LEVEL_ORDER: IsolationLevel[] = ["kubernetes", "bwrap+cgroup", "bwrap", "process"];
@@ -60,11 +64,17 @@ export class LocalDriver implements Driver {
   /** The last record written or read per sandbox: what views ask on every call. */
   readonly #records = new Map<string, SandboxRecord>();
   readonly #spawner: Spawner;
-  readonly #relay = new PortRelay();
+  readonly #egress = new LocalEgress((id) => {
+    const rec = this.#record(id);
+    return rec && rec.phase !== "Stopped" ? egressRules(rec.desired) : undefined;
+  });
+  readonly #relay = new PortRelay({ proxySocket: this.#egress.socket });
+  readonly #egressPort: number;
 
   constructor(opts: LocalDriverOptions) {
     this.#dataDir = opts.dataDir;
     this.#pidsMax = opts.defaultPidsMax ?? 4096;
+    this.#egressPort = opts.egressProxyPort ?? EGRESS_PROXY_PORT;
     this.#spawner = opts.spawner ?? new Spawner(process.env.KRUISE_LOCAL_SPAWNER === "off" ? IN_PROCESS : undefined);
     this.#spawner.warm();
     const probe = probeHost({ cgroupName: opts.cgroupName ?? "kruise-sandboxes", cgroupParent: opts.cgroupParent, want: opts.level });
@@ -85,6 +95,7 @@ export class LocalDriver implements Driver {
     if (this.#cgroups) removeParents(this.#cgroups);
     void this.#spawner.dispose();
     this.#relay.dispose();
+    this.#egress.dispose();
   }
 
   #save(rec: SandboxRecord): void {
@@ -113,8 +124,10 @@ export class LocalDriver implements Driver {
     if (desired.template !== "base") {
       return Promise.reject(new UnsupportedError(`template ${desired.template}`, "the local driver has only the base template"));
     }
-    if (!desired.allowInternetAccess && !this.capabilities.networkIsolation) {
-      return Promise.reject(new UnsupportedError("allowInternetAccess=false", `no network namespace at level ${this.capabilities.level}`));
+    const mode = networkMode(desired);
+    if (mode !== "host" && !this.capabilities.networkIsolation) {
+      const what = mode === "none" ? "allowInternetAccess=false" : "network egress rules";
+      return Promise.reject(new UnsupportedError(what, `no network namespace at level ${this.capabilities.level}`));
     }
     return this.#locked(desired.id, () => this.#converge(desired));
   }
@@ -129,10 +142,12 @@ export class LocalDriver implements Driver {
       prepareLayout(layout, d.id);
       if (d.restoreFrom) await restoreLayer(layout.layer, d.restoreFrom.location);
     }
-    // A holder's network namespace is fixed when it starts: a sandbox whose network setting
-    // changed (a warm member claimed with allowInternetAccess: false) gets a new holder, and its
-    // processes with it.
-    const networkChanged = rec.desired.allowInternetAccess !== d.allowInternetAccess && rec.phase !== "Stopped" && rec.level !== "process";
+    // A holder's network namespace is fixed when it starts: a sandbox that moves between the
+    // host's network and one of its own (a warm member claimed with allowInternetAccess: false or
+    // with egress rules) gets a new holder, and its processes with it. Between no network and
+    // rules only the proxy listener changes (#syncEgress).
+    const sharesHost = (x: DesiredSandbox) => networkMode(x) === "host";
+    const networkChanged = sharesHost(rec.desired) !== sharesHost(d) && rec.phase !== "Stopped" && rec.level !== "process";
     rec = { ...rec, generation: d.generation, desired: d };
     this.#save(rec);
     if (networkChanged) {
@@ -154,7 +169,18 @@ export class LocalDriver implements Driver {
       rec = { ...rec, phase: "Stopped", holder: undefined, nsInit: undefined };
       this.#save(rec);
     }
-    return this.#observeRecord(readRecord(layout.record) ?? rec);
+    const final = readRecord(layout.record) ?? rec;
+    await this.#syncEgress(final);
+    return this.#observeRecord(final);
+  }
+
+  /** A running sandbox with egress rules has the proxy on its loopback; any other has none.
+   * Also re-opens a listener an agent restart lost (the relay died with the old agent). */
+  async #syncEgress(rec: SandboxRecord): Promise<void> {
+    const running = rec.phase !== "Stopped" && rec.level !== "process" && rec.nsInit !== undefined && alive(rec.nsInit);
+    if (!running || networkMode(rec.desired) !== "proxy") return this.#relay.closeEgress(rec.id);
+    await this.#egress.start();
+    await this.#relay.listenEgress(rec.id, rec.nsInit!, this.#egressPort);
   }
 
   async #start(rec: SandboxRecord): Promise<SandboxRecord> {
@@ -169,7 +195,7 @@ export class LocalDriver implements Driver {
     this.#save(next);
     const ns = this.capabilities.level !== "process";
     const bwrapArgs = ns
-      ? ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", rec.desired.allowInternetAccess ? "--share-net" : "--unshare-net",
+      ? ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", networkMode(rec.desired) === "host" ? "--share-net" : "--unshare-net",
          "--hostname", rec.id, "--cap-drop", "ALL", "--chdir", "/", ...bwrapMountArgs(layout)]
       : undefined;
     const started = await startHolder({ id: rec.id, bwrapArgs, cgroupProcs: cgroups ? procsFiles(cgroups) : [], cwd: layout.dir, log: layout.log }, this.#spawner);
@@ -180,6 +206,8 @@ export class LocalDriver implements Driver {
 
   /** Ends every process of the sandbox and removes its cgroups; the layer stays. */
   async #endProcesses(rec: Pick<SandboxRecord, "id" | "cgroups" | "nsInit">): Promise<void> {
+    // An open listener would keep the sandbox's network namespace alive.
+    await this.#relay.closeEgress(rec.id);
     const cgroups = rec.cgroups ?? (this.#cgroups ? cgroupSetFor(this.#cgroups, rec.id) : undefined);
     if (cgroups) await killAndRemove(cgroups);
     if (rec.nsInit && alive(rec.nsInit)) process.kill(rec.nsInit.pid, "SIGKILL");
@@ -229,7 +257,7 @@ export class LocalDriver implements Driver {
 
   #enforced(rec: SandboxRecord): SandboxObservation["enforced"] {
     const limits = rec.cgroups ? this.capabilities.limits : { cpu: false, memory: false, pids: false };
-    return { ...limits, network: rec.level !== "process" || rec.desired.allowInternetAccess };
+    return { ...limits, network: rec.level !== "process" || networkMode(rec.desired) === "host" };
   }
 
   async observe(id: string): Promise<SandboxObservation | undefined> {
@@ -268,18 +296,19 @@ export class LocalDriver implements Driver {
       target: () => {
         const now = this.#record(id);
         if (!now || now.phase === "Stopped" || !now.nsInit) return undefined;
-        return { nsPid: now.level === "process" ? undefined : now.nsInit.pid, cgroupProcs: now.cgroups ? procsFiles(now.cgroups) : [] };
+        const env = now.level !== "process" && networkMode(now.desired) === "proxy" ? proxyEnv(this.#egressPort) : undefined;
+        return { nsPid: now.level === "process" ? undefined : now.nsInit.pid, cgroupProcs: now.cgroups ? procsFiles(now.cgroups) : [], env };
       },
     });
   }
 
   /** A sandbox sharing the host's network listens on the host's loopback; one with its own
-   * namespace is reached through the port relay (see port-relay.ts). */
+   * namespace (no network, or egress rules) is reached through the port relay (see port-relay.ts). */
   async connectUserPort(id: string, port: number): Promise<Socket> {
     if (!Number.isInteger(port) || port < 1 || port > 65535) throw new Error(`invalid port ${port}`);
     const rec = this.#record(id);
     if (!rec || rec.phase === "Stopped" || !rec.nsInit || !alive(rec.nsInit)) throw new SandboxNotFoundError(id, "not running");
-    if (rec.level !== "process" && !rec.desired.allowInternetAccess) return this.#relay.connect(rec.nsInit, port);
+    if (rec.level !== "process" && networkMode(rec.desired) !== "host") return this.#relay.connect(rec.nsInit, port);
     return new Promise<Socket>((resolve, reject) => {
       const s = tcpConnect(port, "127.0.0.1");
       s.once("connect", () => resolve(s.off("error", reject))).once("error", reject);

@@ -39,6 +39,8 @@ export interface ViewTarget {
   nsPid?: number;
   /** cgroup.procs files to join before exec. */
   cgroupProcs: string[];
+  /** Environment every process gets beneath its own (the egress proxy's HTTP_PROXY and kin). */
+  env?: Record<string, string>;
 }
 
 export interface LocalViewOptions {
@@ -115,7 +117,7 @@ export class LocalSandboxView implements SandboxView {
     const cwd = this.#o.namespaces ? req.cwd : this.toHost(req.cwd);
     const joins = t.cgroupProcs.length > 0 ? t.cgroupProcs.join(":") : "-";
     const args = [ENTER_SCRIPT, String(t.nsPid ?? 0), String(req.user.uid), String(req.user.gid), cwd, joins, String(setns), "--", req.cmd, ...req.args];
-    return { file: PERL, args, cwd: "/", env: { ...req.env, [MARKER_ENV]: this.#o.id } };
+    return { file: PERL, args, cwd: "/", env: { ...t.env, ...req.env, [MARKER_ENV]: this.#o.id } };
   }
 }
 

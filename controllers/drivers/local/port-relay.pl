@@ -6,10 +6,19 @@
 # other), connects to 127.0.0.1:<port> there, answers "ok\n" or a one-line error, and then copies
 # bytes both ways. Loopback of the sandbox is all it can reach: the address is fixed, and a
 # namespace that is the relay's own (the host's network) is refused.
-# Usage: port-relay.pl <socket path> <setns syscall nr>
+#
+# The way out for sandboxes with egress rules: on "listen <tag> <ns pid> <start> <port>\n" from
+# its stdin (only the agent writes there) the relay itself enters the sandbox's network namespace,
+# opens a listener on 127.0.0.1:<port> there, and returns to its own namespace: the socket stays
+# in the sandbox's. Each connection accepted on it is piped by a forked child to the proxy's Unix
+# socket after the line "<tag>\n", so the proxy learns the sandbox from the listener the bytes
+# arrived on, never from the bytes. "close <tag>\n" closes the listener. One answer line per
+# command, in order: "ok" or the reason.
+# Usage: port-relay.pl <socket path> <setns syscall nr> [<proxy socket path>]
 use Socket;
+use Fcntl;
 
-my ($path, $setns_nr) = @ARGV;
+my ($path, $setns_nr, $proxy) = @ARGV;
 die "port-relay.pl: bad arguments\n" unless defined $setns_nr && $setns_nr =~ /^\d+$/;
 my $starter = getppid();
 syscall(157, 1, 9, 0, 0, 0);  # PR_SET_PDEATHSIG SIGKILL: the relay lives as long as its driver
@@ -19,25 +28,108 @@ socket(my $srv, PF_UNIX, SOCK_STREAM, 0) or die "port-relay.pl: socket: $!\n";
 unlink $path;
 bind($srv, pack_sockaddr_un($path)) or die "port-relay.pl: bind $path: $!\n";
 listen($srv, 128) or die "port-relay.pl: listen: $!\n";
+fcntl($srv, F_SETFL, fcntl($srv, F_GETFL, 0) | O_NONBLOCK);
 my $own_net = readlink('/proc/self/ns/net');
+open(my $own_ns, '<', '/proc/self/ns/net') or die "port-relay.pl: own network namespace: $!\n";
 $SIG{CHLD} = 'IGNORE';  # children are reaped by the kernel
+$SIG{PIPE} = 'IGNORE';  # an agent gone mid-answer is seen as the end of stdin
 $| = 1;
 print "ready\n";
-close STDOUT;
 
+my %egress;  # tag => listener in the sandbox's network namespace
 my $relay = $$;
+my $ctl = '';
 for (;;) {
-  accept(my $c, $srv) or next;  # EINTR
+  my $rin = '';
+  vec($rin, fileno($srv), 1) = 1;
+  vec($rin, fileno(STDIN), 1) = 1;
+  vec($rin, fileno($_), 1) = 1 for values %egress;
+  next if select(my $rout = $rin, undef, undef, undef) < 0;  # EINTR
+  if (vec($rout, fileno($srv), 1) && accept(my $c, $srv)) {
+    child($c, sub { serve($c) });
+  }
+  if (vec($rout, fileno(STDIN), 1)) {
+    my $n = sysread(STDIN, $ctl, 4096, length $ctl);
+    exit 0 unless $n;  # the agent is gone
+    while ((my $nl = index($ctl, "\n")) >= 0) {
+      my $cmd = substr($ctl, 0, $nl);
+      $ctl = substr($ctl, $nl + 1);
+      print command($cmd), "\n";
+    }
+  }
+  for my $tag (keys %egress) {
+    my $l = $egress{$tag};
+    next unless $l && vec($rout, fileno($l), 1);
+    if (accept(my $c, $l)) {  # nonblocking: a connection reset meanwhile is skipped
+      child($c, sub { egress($c, $tag) });
+    }
+  }
+}
+
+# Forks a child that serves one connection and exits; it holds no other socket of the relay.
+sub child {
+  my ($c, $fn) = @_;
   my $pid = fork();
-  if (!defined $pid) { close $c; next; }
+  if (!defined $pid) { close $c; return; }
   if ($pid == 0) {
     close $srv;
+    close $_ for values %egress;
+    close STDIN;
+    close STDOUT;
     syscall(157, 1, 9, 0, 0, 0);  # dies with the relay (cleared by fork)
     exit 0 if getppid() != $relay;
-    serve($c);
+    $fn->();
     exit 0;
   }
   close $c;
+}
+
+sub command {
+  my ($cmd) = @_;
+  if ($cmd =~ /^close ([A-Za-z0-9_-]{1,64})$/) {
+    close(delete $egress{$1}) if $egress{$1};
+    return 'ok';
+  }
+  my ($tag, $nspid, $start, $port) = $cmd =~ /^listen ([A-Za-z0-9_-]{1,64}) (\d+) (\d+) (\d+)$/ or return 'bad command';
+  return 'no proxy socket' unless defined $proxy;
+  return "bad port $port" if $port < 1 || $port > 65535;
+  close(delete $egress{$tag}) if $egress{$tag};
+  my ($ns, $err) = namespace_of($nspid, $start);
+  return $err if $err;
+  syscall($setns_nr, fileno($ns), 0x40000000) == 0 or return "setns: $!";  # CLONE_NEWNET
+  my $l;
+  my $ok = socket($l, PF_INET, SOCK_STREAM, 0)
+    && setsockopt($l, SOL_SOCKET, SO_REUSEADDR, 1)
+    && bind($l, sockaddr_in($port, INADDR_LOOPBACK))
+    && listen($l, 128);
+  my $why = "listen on 127.0.0.1:$port: $!";
+  # Staying in a sandbox's namespace would put every later listener and child in the wrong place.
+  syscall($setns_nr, fileno($own_ns), 0x40000000) == 0 or die "port-relay.pl: cannot return to its own network namespace: $!\n";
+  return $why unless $ok;
+  fcntl($l, F_SETFL, fcntl($l, F_GETFL, 0) | O_NONBLOCK);
+  $egress{$tag} = $l;
+  return 'ok';
+}
+
+# The network namespace of a running process (checked after opening, so a reused pid is not
+# taken for it), or why not; never the relay's own (the host's network).
+sub namespace_of {
+  my ($nspid, $start) = @_;
+  open(my $ns, '<', "/proc/$nspid/ns/net") or return (undef, 'the sandbox is not running');
+  open(my $st, '<', "/proc/$nspid/stat") or return (undef, 'the sandbox is not running');
+  my $stat = <$st>;
+  my @f = split / /, substr($stat, rindex($stat, ')') + 2);
+  return (undef, 'the sandbox is not running') unless defined $f[19] && $f[19] eq $start;
+  my $target_net = readlink('/proc/self/fd/' . fileno($ns));
+  return (undef, 'refused: that process shares the host network') if !defined $target_net || $target_net eq $own_net;
+  return ($ns, undef);
+}
+
+sub egress {
+  my ($c, $tag) = @_;
+  socket(my $p, PF_UNIX, SOCK_STREAM, 0) or exit 0;
+  connect($p, pack_sockaddr_un($proxy)) or exit 0;  # no proxy: the client sees the connection close
+  pump($c, $p, '') if put($p, "$tag\n");
 }
 
 sub answer { syswrite($_[0], "$_[1]\n"); exit 0; }
@@ -54,14 +146,8 @@ sub serve {
   my ($head, $rest) = (substr($line, 0, $nl), substr($line, $nl + 1));
   my ($nspid, $start, $port) = $head =~ /^(\d+) (\d+) (\d+)$/ or answer($c, 'bad request line');
   answer($c, "bad port $port") if $port < 1 || $port > 65535;
-  open(my $ns, '<', "/proc/$nspid/ns/net") or answer($c, 'the sandbox is not running');
-  # Checked after opening: the namespace held is the one of the process meant, not of a reused pid.
-  open(my $st, '<', "/proc/$nspid/stat") or answer($c, 'the sandbox is not running');
-  my $stat = <$st>;
-  my @f = split / /, substr($stat, rindex($stat, ')') + 2);
-  answer($c, 'the sandbox is not running') unless defined $f[19] && $f[19] eq $start;
-  my $target_net = readlink('/proc/self/fd/' . fileno($ns));
-  answer($c, 'refused: that process shares the host network') if !defined $target_net || $target_net eq $own_net;
+  my ($ns, $err) = namespace_of($nspid, $start);
+  answer($c, $err) if $err;
   syscall($setns_nr, fileno($ns), 0x40000000) == 0 or answer($c, "setns: $!");  # CLONE_NEWNET
   socket(my $u, PF_INET, SOCK_STREAM, 0) or answer($c, "socket: $!");
   connect($u, sockaddr_in($port, INADDR_LOOPBACK)) or answer($c, "connect to port $port: $!");

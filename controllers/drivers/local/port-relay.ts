@@ -3,7 +3,13 @@
 // cannot setns(). One small perl process per driver (port-relay.pl, started on first use, ~4 MB)
 // accepts on a Unix socket and forks a child per connection that enters the sandbox's network
 // namespace only and connects to 127.0.0.1:<port> there. Idle sandboxes cost nothing.
+//
+// The same process is the way out of sandboxes with egress rules: it keeps a listener inside each
+// such sandbox's network namespace and pipes what arrives there to the traffic-proxy's Unix
+// socket, tagged with the sandbox (see port-relay.pl and README.md). The driver asks for those
+// listeners with listenEgress/closeEgress; they are re-opened when the relay had to restart.
 import { spawn, type ChildProcess } from "node:child_process";
+import { createInterface } from "node:readline";
 import { mkdtempSync, rmSync } from "node:fs";
 import { connect, type Socket } from "node:net";
 import { tmpdir } from "node:os";
@@ -16,10 +22,30 @@ const RELAY_SCRIPT = fileURLToPath(new URL("./port-relay.pl", import.meta.url));
 /** The longest error line the relay sends; anything longer is a broken relay. */
 const MAX_ANSWER = 256;
 
+export interface PortRelayOptions {
+  /** The traffic-proxy's tagged Unix socket (TrafficProxy.listenTagged); without it the relay
+   * refuses egress listeners. */
+  proxySocket?: string;
+}
+
+interface EgressListener {
+  nsInit: ProcRef;
+  port: number;
+}
+
 export class PortRelay {
+  readonly #proxySocket: string | undefined;
   #dir: string | undefined;
   #child: ChildProcess | undefined;
   #ready: Promise<string> | undefined;
+  /** Answers the relay owes, in the order the commands were written. */
+  #pending: ((answer: string) => void)[] = [];
+  /** The egress listeners that should exist, by sandbox. */
+  readonly #egress = new Map<string, EgressListener>();
+
+  constructor(opts: PortRelayOptions = {}) {
+    this.#proxySocket = opts.proxySocket;
+  }
 
   /** The relay's socket path, starting the relay when it is not running. */
   #start(): Promise<string> {
@@ -27,28 +53,69 @@ export class PortRelay {
     // A private directory: only this process's user reaches the socket (the relay runs as it).
     this.#dir ??= mkdtempSync(join(tmpdir(), "kruise-relay-"));
     const path = join(this.#dir, "relay.sock");
-    const child = spawn(PERL, [RELAY_SCRIPT, path, String(setnsSyscall())], { stdio: ["ignore", "pipe", "inherit"] });
+    const args = [RELAY_SCRIPT, path, String(setnsSyscall()), ...(this.#proxySocket ? [this.#proxySocket] : [])];
+    const child = spawn(PERL, args, { stdio: ["pipe", "pipe", "inherit"] });
     this.#child = child;
+    const pending: ((answer: string) => void)[] = [];
+    this.#pending = pending;
     const ready = new Promise<string>((resolve, reject) => {
-      let out = "";
-      child.stdout!.on("data", (c) => {
-        out += String(c);
-        if (!out.includes("ready\n")) return;
+      const lines = createInterface({ input: child.stdout! });
+      lines.once("line", (first) => {
+        if (first !== "ready") return reject(new Error(`port relay: unexpected ${JSON.stringify(first)}`));
         // Waiting for the relay kept the process alive; a running relay must not.
-        (child.stdout as unknown as { unref(): void }).unref();
+        for (const pipe of [child.stdin, child.stdout]) (pipe as unknown as { unref(): void }).unref();
+        lines.on("line", (answer) => pending.shift()?.(answer));
         resolve(path);
       });
       child.once("error", reject);
       child.once("exit", (code, signal) => reject(new Error(`port relay exited (${signal ?? code}) before it was ready`)));
     });
-    child.once("exit", () => {
-      // The next connection starts a new relay.
-      if (this.#child === child) [this.#child, this.#ready] = [undefined, undefined];
+    child.stdin!.on("error", () => {});
+    child.once("exit", (code, signal) => {
+      for (const answer of pending.splice(0)) answer(`port relay exited (${signal ?? code})`);
+      if (this.#child !== child) return;
+      // The next connection starts a new relay; sandboxes with egress rules need one right away.
+      [this.#child, this.#ready] = [undefined, undefined];
+      if (this.#egress.size) setTimeout(() => void this.#start().catch(() => {}), 200).unref();
     });
     child.unref();
-    this.#ready = ready;
-    ready.catch(() => {});
-    return ready;
+    this.#ready = ready.then(async (p) => {
+      for (const [tag, l] of this.#egress) await this.#command(child, `listen ${tag} ${l.nsInit.pid} ${l.nsInit.start} ${l.port}`);
+      return p;
+    });
+    this.#ready.catch(() => {});
+    return this.#ready;
+  }
+
+  /** Writes one command to a running relay; resolves with its answer line. */
+  #command(child: ChildProcess, line: string): Promise<string> {
+    return new Promise((resolve) => {
+      if (child !== this.#child || child.exitCode !== null) return resolve("port relay is not running");
+      this.#pending.push(resolve);
+      child.stdin!.write(`${line}\n`);
+    });
+  }
+
+  /** Makes 127.0.0.1:`port` inside the network namespace of `nsInit` lead to the traffic-proxy,
+   * tagged `tag` (the sandbox id). Idempotent; a new `nsInit` (restarted sandbox) replaces the
+   * old listener. */
+  async listenEgress(tag: string, nsInit: ProcRef, port: number): Promise<void> {
+    const had = this.#egress.get(tag);
+    if (had && had.nsInit.pid === nsInit.pid && had.nsInit.start === nsInit.start && had.port === port && this.#child) return;
+    this.#egress.set(tag, { nsInit, port });
+    await this.#start();
+    const answer = await this.#command(this.#child!, `listen ${tag} ${nsInit.pid} ${nsInit.start} ${port}`);
+    if (answer !== "ok") {
+      this.#egress.delete(tag);
+      throw new Error(`egress listener for ${tag}: ${answer}`);
+    }
+  }
+
+  /** Closes the sandbox's egress listener; a listener holds the namespace alive, so this comes
+   * before its processes end. */
+  async closeEgress(tag: string): Promise<void> {
+    if (!this.#egress.delete(tag) || !this.#child) return;
+    await this.#command(this.#child, `close ${tag}`);
   }
 
   /** A socket connected to `port` on the loopback of the network namespace of `nsInit`, ready for
@@ -84,6 +151,7 @@ export class PortRelay {
   }
 
   dispose(): void {
+    this.#egress.clear();
     this.#child?.kill("SIGKILL");
     [this.#child, this.#ready] = [undefined, undefined];
     if (this.#dir) rmSync(this.#dir, { recursive: true, force: true });

@@ -1,0 +1,88 @@
+// Egress rules of local sandboxes: which network a sandbox gets, and the one in-process
+// traffic-proxy that every sandbox with rules reaches through the port relay (README.md).
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import type { EgressPolicy } from "../../../schema/protocol/egress.ts";
+import { compilePolicy, type CompiledPolicy } from "../../traffic/policy.ts";
+import { TrafficProxy } from "../../traffic/proxy.ts";
+import type { DesiredSandbox } from "../driver.ts";
+
+/** Where a sandbox with egress rules finds the proxy on its own loopback (HTTP_PROXY). A sandbox
+ * process cannot listen on this port itself. Knob: LocalDriverOptions.egressProxyPort. */
+export const EGRESS_PROXY_PORT = 3128;
+
+/** `host`: shares the host's network (no rules); `none`: no network at all; `proxy`: its own
+ * network namespace whose only way out is the traffic-proxy. */
+export type NetworkMode = "host" | "none" | "proxy";
+
+/** The rules to enforce, or null. `allowInternetAccess: false` is E2B's `denyOut: [ALL_TRAFFIC]`,
+ * so with allowOut entries it becomes an allow list rather than no network. */
+export function egressRules(d: Pick<DesiredSandbox, "allowInternetAccess" | "egress">): EgressPolicy | null {
+  const e = d.egress ?? null;
+  if (d.allowInternetAccess) return e;
+  if (!e?.allowOut.length) return null;
+  return { allowOut: e.allowOut, denyOut: [...e.denyOut, "0.0.0.0/0"] };
+}
+
+export function networkMode(d: Pick<DesiredSandbox, "allowInternetAccess" | "egress">): NetworkMode {
+  if (egressRules(d)) return "proxy";
+  return d.allowInternetAccess ? "host" : "none";
+}
+
+/** What every process of a sandbox behind the proxy gets, so curl, pip, npm, requests and Node
+ * send their traffic there (lower- and upper-case: tools disagree on which they read). */
+export function proxyEnv(port: number): Record<string, string> {
+  const url = `http://127.0.0.1:${port}`;
+  const noProxy = "localhost,127.0.0.1,::1";
+  return { HTTP_PROXY: url, HTTPS_PROXY: url, http_proxy: url, https_proxy: url, NO_PROXY: noProxy, no_proxy: noProxy };
+}
+
+/** The driver's traffic-proxy, listening on a Unix socket in a private 0700 directory; started on
+ * first use. Rules are read per request from `rulesOf`, so a change applies to the next request. */
+export class LocalEgress {
+  readonly socket: string;
+  readonly #dir: string;
+  readonly #rulesOf: (id: string) => EgressPolicy | null | undefined;
+  /** Compiled rules per rules object (records are replaced, not mutated, when they change). */
+  readonly #compiled = new WeakMap<EgressPolicy, CompiledPolicy | string>();
+  #proxy: TrafficProxy | undefined;
+  #listening: Promise<void> | undefined;
+
+  constructor(rulesOf: (id: string) => EgressPolicy | null | undefined) {
+    this.#rulesOf = rulesOf;
+    this.#dir = mkdtempSync(join(tmpdir(), "kruise-egress-"));
+    this.socket = join(this.#dir, "proxy.sock");
+  }
+
+  #policyFor(id: string): CompiledPolicy | string {
+    const rules = this.#rulesOf(id);
+    if (!rules) return `sandbox ${id} has no egress rules here`;
+    let c = this.#compiled.get(rules);
+    if (c === undefined) {
+      try {
+        c = compilePolicy(rules);
+      } catch (err) {
+        // Fail closed: rules that cannot be read allow nothing, and say why.
+        c = (err as Error).message;
+      }
+      this.#compiled.set(rules, c);
+    }
+    return c;
+  }
+
+  /** Starts the proxy if it is not running. */
+  start(): Promise<void> {
+    if (!this.#listening) {
+      this.#proxy = new TrafficProxy({ policyFor: (id) => this.#policyFor(id) });
+      this.#listening = this.#proxy.listenTagged(this.socket);
+      this.#listening.catch(() => (this.#listening = undefined));
+    }
+    return this.#listening;
+  }
+
+  dispose(): void {
+    void this.#proxy?.close();
+    rmSync(this.#dir, { recursive: true, force: true });
+  }
+}

@@ -1,0 +1,108 @@
+// Egress rules of local sandboxes: the sandbox has its own network namespace whose only way out
+// is the traffic-proxy on its loopback (HTTP_PROXY), which applies the rules; nothing else leaves.
+import { createServer, type Server } from "node:http";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { DesiredSandbox } from "../../../../controllers/drivers/driver.ts";
+import { LocalDriver } from "../../../../controllers/drivers/local/local-driver.ts";
+
+const dataDir = mkdtempSync(join(tmpdir(), "local-egress-"));
+const cgroupName = `kruise-test-${process.pid}-egress`;
+let driver = new LocalDriver({ dataDir, cgroupName });
+const USER = { name: "user", uid: 1000, gid: 1000, home: "/home/user", shell: "/bin/bash" };
+const STRICT = { allowOut: ["127.0.0.1"], denyOut: ["0.0.0.0/0"] };
+let seq = 0;
+let host: Server;
+let port = 0;
+
+function desired(over: Partial<DesiredSandbox> = {}): DesiredSandbox {
+  return { id: `eg${process.pid}x${seq++}`, generation: 1, template: "base", state: "Running", pauseStrategy: "Freeze", resources: { cpuCount: 1, memoryMB: 256 }, allowInternetAccess: true, egress: STRICT, ...over };
+}
+
+async function sh(id: string, script: string): Promise<string> {
+  const r = await driver.exec(id, { cmd: "/bin/bash", args: ["-c", script], cwd: USER.home, env: { PATH: "/usr/bin:/bin" }, user: USER }, { timeoutMs: 20_000 });
+  return r.stdout.trim();
+}
+
+/** What curl gets for http://<ip>:<port>/ through the sandbox's proxy. The host's loopback
+ * stands in for "outside" here; inside the sandbox 127.0.0.1 is its own loopback, which the
+ * sandbox's NO_PROXY rightly keeps local, so this one request drops NO_PROXY. */
+const curl = (id: string, ip: string, opts = "") => sh(id, `env -u NO_PROXY -u no_proxy curl -s -m 5 ${opts} http://${ip}:${port}/`);
+/** Whether a plain TCP connect (no proxy) from inside reaches the host's server. */
+const rawConnect = (id: string, ip: string) =>
+  sh(id, `python3 -c 'import socket; s=socket.socket(); s.settimeout(2); print(s.connect_ex(("${ip}", ${port})))'`).then((out) => out === "0");
+
+beforeAll(async () => {
+  host = createServer((req, res) => res.end(`host server via ${req.socket.localAddress}`));
+  // On every address, so that only the rules keep a sandbox from 127.0.0.2.
+  await new Promise<void>((ok) => host.listen(0, "0.0.0.0", ok));
+  port = (host.address() as { port: number }).port;
+});
+
+afterAll(async () => {
+  host.close();
+  for (const s of await driver.list()) await driver.destroy(s.id);
+  driver.dispose();
+  rmSync(dataDir, { recursive: true, force: true });
+});
+
+describe("local sandboxes with egress rules", () => {
+  it("reach allowed destinations through the proxy only: denied ones get a 403, raw TCP goes nowhere", async () => {
+    const d = desired();
+    await driver.ensure(d);
+    expect(await sh(d.id, "echo $HTTP_PROXY $https_proxy $NO_PROXY")).toBe("http://127.0.0.1:3128 http://127.0.0.1:3128 localhost,127.0.0.1,::1");
+    expect(await curl(d.id, "127.0.0.1")).toBe("host server via 127.0.0.1");
+    expect(await curl(d.id, "127.0.0.2")).toBe('traffic-proxy: egress denied: 127.0.0.2 is denied by denyOut "0.0.0.0/0"');
+    // TLS goes by CONNECT, refused before any tunnel.
+    expect(await sh(d.id, `env -u NO_PROXY curl -s -m 5 -o /dev/null -w '%{http_connect}' https://127.0.0.2:${port}/; echo " $?"`)).toBe("403 56");
+    expect(await rawConnect(d.id, "127.0.0.1")).toBe(false);
+    expect(await rawConnect(d.id, "127.0.0.2")).toBe(false);
+    // A process that ignores the proxy variables has no way out at all: loopback is the only
+    // interface, and there is no route.
+    expect(await sh(d.id, "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '")).toBe("lo");
+    expect(await sh(d.id, "tail -n +2 /proc/net/route | wc -l")).toBe("0");
+  });
+
+  it("a warm member claimed with rules moves behind the proxy; new rules apply to the next request", async () => {
+    const d = desired({ egress: null });
+    await driver.ensure(d);
+    expect(await rawConnect(d.id, "127.0.0.2")).toBe(true);
+    await driver.ensure({ ...d, generation: 2, egress: STRICT });
+    expect(await rawConnect(d.id, "127.0.0.2")).toBe(false);
+    expect(await curl(d.id, "127.0.0.2")).toMatch(/^traffic-proxy: egress denied/);
+    expect(await curl(d.id, "127.0.0.1")).toBe("host server via 127.0.0.1");
+    const before = await sh(d.id, "cat /proc/1/stat | cut -d' ' -f22");
+    await driver.ensure({ ...d, generation: 3, egress: { allowOut: ["127.0.0.2"], denyOut: ["0.0.0.0/0"] } });
+    expect(await curl(d.id, "127.0.0.2")).toBe("host server via 127.0.0.2");
+    expect(await curl(d.id, "127.0.0.1")).toMatch(/^traffic-proxy: egress denied/);
+    // Rules changed without restarting the sandbox.
+    expect(await sh(d.id, "cat /proc/1/stat | cut -d' ' -f22")).toBe(before);
+    // Back to no rules: the host's network again.
+    await driver.ensure({ ...d, generation: 4, egress: null });
+    expect(await rawConnect(d.id, "127.0.0.2")).toBe(true);
+    expect(await sh(d.id, "echo \"[$HTTP_PROXY]\"")).toBe("[]");
+  });
+
+  it("allowInternetAccess:false with allowOut entries is an allow list (E2B: false means denyOut ALL_TRAFFIC)", async () => {
+    const d = desired({ allowInternetAccess: false, egress: { allowOut: ["127.0.0.1"], denyOut: [] } });
+    await driver.ensure(d);
+    expect(await curl(d.id, "127.0.0.1")).toBe("host server via 127.0.0.1");
+    expect(await curl(d.id, "127.0.0.2")).toMatch(/^traffic-proxy: egress denied/);
+  });
+
+  it("the proxy is back after a Stop pause and resume, and after the agent restarts", async () => {
+    const d = desired({ pauseStrategy: "Stop" });
+    await driver.ensure(d);
+    await driver.ensure({ ...d, generation: 2, state: "Paused" });
+    await driver.ensure({ ...d, generation: 3 });
+    expect(await curl(d.id, "127.0.0.1")).toBe("host server via 127.0.0.1");
+    // A new agent: the old one's relay (and its listeners) died with it.
+    driver.dispose();
+    driver = new LocalDriver({ dataDir, cgroupName });
+    await driver.ensure({ ...d, generation: 3 });
+    expect(await curl(d.id, "127.0.0.1")).toBe("host server via 127.0.0.1");
+    expect(await curl(d.id, "127.0.0.2")).toMatch(/^traffic-proxy: egress denied/);
+  });
+});
