@@ -17,6 +17,7 @@ import { layoutFor } from "../controllers/drivers/local/layout.ts";
 import { readRecord } from "../controllers/drivers/local/records.ts";
 import { inProcessLauncher, type ProcessLauncher } from "../controllers/runtime/process/launcher.ts";
 import type { HostCommand, SandboxUser } from "../controllers/runtime/sandbox-view.ts";
+import { run as egressFigures } from "./egress.ts";
 import type { BenchContext, Figures } from "./run.ts";
 import { percentile as pct, pssKB, round } from "./stats.ts";
 
@@ -221,6 +222,7 @@ export async function run(ctx: Partial<BenchContext> = {}): Promise<Figures> {
     driver.dispose();
     rmSync(dataDir, { recursive: true, force: true });
   }
+  Object.assign(figures, await egressFigures(ctx));
   return figures;
 }
 

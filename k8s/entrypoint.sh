@@ -1,7 +1,11 @@
 #!/bin/sh
-# agent (default) or agent-runtime (when the first argument is --port, as the injected sidecar is
-# started), so one image serves both roles.
+# One image, three roles:
+#   (default)            the agent
+#   --port ...           agent-runtime, as the kubernetes driver injects the sidecar
+#   traffic-proxy ...    the egress proxy of one sandbox (controllers/traffic/README.md), e.g.
+#                        traffic-proxy --listen 127.0.0.1:3128 --policy-file /etc/traffic/policy.json
 case "$1" in
   --port) exec node /app/controllers/runtime/main.ts --host 0.0.0.0 "$@" ;;
+  traffic-proxy) shift; exec node /app/controllers/traffic/main.ts "$@" ;;
   *) exec node /app/controllers/agent/main.ts "$@" ;;
 esac

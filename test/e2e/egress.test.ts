@@ -4,7 +4,7 @@
 // host's loopback stands in for "outside" (all of 127/8 is local, so 127.0.0.2 is the same server
 // at an address the rules deny).
 import { createServer, type Server } from "node:http";
-import { ALL_TRAFFIC, Sandbox } from "e2b";
+import { ALL_TRAFFIC, Sandbox, type SandboxOpts } from "e2b";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { e2b, sleep } from "./sdk.ts";
 
@@ -23,7 +23,7 @@ afterAll(async () => {
   server.close();
 });
 
-async function create(opts: Parameters<typeof Sandbox.create>[0] = {}): Promise<Sandbox> {
+async function create(opts: SandboxOpts = {}): Promise<Sandbox> {
   const sbx = await Sandbox.create({ ...e2b(), ...opts });
   created.push(sbx);
   return sbx;

@@ -1,0 +1,89 @@
+// Egress rules on the local driver: what a sandbox behind the traffic-proxy costs at start (create
+// to first command, against a sandbox on the host's network), and what the proxy adds to a small
+// HTTP request and to a bulk download, measured from inside sandboxes against a server on the
+// host's loopback. Part of the `local` suite; alone: `npm run bench -- egress`.
+import { mkdtempSync, rmSync } from "node:fs";
+import { createServer } from "node:http";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import type { DesiredSandbox } from "../controllers/drivers/driver.ts";
+import { LocalDriver } from "../controllers/drivers/local/local-driver.ts";
+import type { BenchContext, Figures } from "./run.ts";
+import { percentile as pct, round } from "./stats.ts";
+
+const USER = { name: "user", uid: 1000, gid: 1000, home: "/home/user", shell: "/bin/bash" };
+const STARTS = 15;
+const REQUESTS = 300;
+const BIG_MB = 64;
+const RULES = { allowOut: ["127.0.0.1"], denyOut: ["0.0.0.0/0"] };
+
+/** Sequential GETs with urllib (one connection each, as most clients through a proxy do); prints
+ * the p50 and p99 in ms. NO_PROXY is dropped: the host's loopback plays "outside" here. */
+const CLIENT = `
+import os, sys, time, urllib.request
+proxy = os.environ.get("HTTP_PROXY")
+opener = urllib.request.build_opener(urllib.request.ProxyHandler({"http": proxy} if proxy else {}))
+ts = []
+for _ in range(int(sys.argv[2])):
+    t = time.perf_counter(); opener.open(sys.argv[1]).read(); ts.append((time.perf_counter() - t) * 1000)
+ts.sort(); print(ts[len(ts) // 2], ts[int(len(ts) * 0.99)])
+`;
+
+export async function run(ctx: Partial<BenchContext> = {}): Promise<Figures> {
+  const dataDir = mkdtempSync(join(ctx.dir ?? tmpdir(), "bench-egress-"));
+  const driver = new LocalDriver({ dataDir, cgroupName: `kruise-bench-${process.pid}-egress` });
+  const big = Buffer.alloc(BIG_MB << 20, 120);
+  const server = createServer((req, res) => res.end(req.url === "/big" ? big : "ok"));
+  await new Promise<void>((ok) => server.listen(0, "127.0.0.1", ok));
+  const port = (server.address() as { port: number }).port;
+  let seq = 0;
+  const desired = (egress: DesiredSandbox["egress"]): DesiredSandbox => ({
+    id: `beg${process.pid}x${seq++}`, generation: 1, template: "base", state: "Running", pauseStrategy: "Freeze",
+    resources: { cpuCount: 1, memoryMB: 512 }, allowInternetAccess: true, egress,
+  });
+  const sh = async (id: string, script: string) =>
+    (await driver.exec(id, { cmd: "/bin/bash", args: ["-c", `env -u NO_PROXY -u no_proxy ${script}`], cwd: "/home/user", env: { PATH: "/usr/bin:/bin" }, user: USER }, { timeoutMs: 120_000 })).stdout.trim();
+  try {
+    const plain: number[] = [];
+    const behind: number[] = [];
+    const ids: Record<"plain" | "proxy", string> = { plain: "", proxy: "" };
+    // Alternating, so load from elsewhere on the machine hits both alike.
+    for (let i = 0; i < STARTS; i++) {
+      for (const [kind, egress, into] of [["plain", null, plain], ["proxy", RULES, behind]] as const) {
+        const d = desired(egress);
+        const t = performance.now();
+        await driver.ensure(d);
+        await driver.exec(d.id, { cmd: "/bin/true", args: [], cwd: "/", env: {}, user: USER });
+        into.push(performance.now() - t);
+        ids[kind] = d.id;
+      }
+    }
+    await sh(ids.proxy, `cat > /tmp/client.py <<'EOF'\n${CLIENT}\nEOF`);
+    await sh(ids.plain, `cat > /tmp/client.py <<'EOF'\n${CLIENT}\nEOF`);
+    const url = `http://127.0.0.1:${port}/`;
+    const [directP50, directP99] = (await sh(ids.plain, `python3 /tmp/client.py ${url} ${REQUESTS}`)).split(" ").map(Number);
+    const [proxyP50, proxyP99] = (await sh(ids.proxy, `python3 /tmp/client.py ${url} ${REQUESTS}`)).split(" ").map(Number);
+    const speed = async (id: string) => Number(await sh(id, `curl -s -o /dev/null -w '%{speed_download}' ${url}big`)) / 2 ** 20;
+    const direct = Math.max(await speed(ids.plain), await speed(ids.plain));
+    const proxied = Math.max(await speed(ids.proxy), await speed(ids.proxy));
+    return {
+      "local.egress_create_to_first_cmd_p50_ms": { value: round(pct(behind, 50)), unit: "ms" },
+      "local.plain_create_to_first_cmd_p50_ms": { value: round(pct(plain, 50)), unit: "ms" },
+      "local.egress_extra_start_ms": { value: round(pct(behind, 50) - pct(plain, 50)), unit: "ms" },
+      "local.egress_small_request_p50_ms": { value: round(proxyP50!), unit: "ms" },
+      "local.egress_small_request_p99_ms": { value: round(proxyP99!), unit: "ms" },
+      "local.direct_small_request_p50_ms": { value: round(directP50!), unit: "ms" },
+      "local.direct_small_request_p99_ms": { value: round(directP99!), unit: "ms" },
+      "local.egress_download_mib_s": { value: round(proxied, 0), unit: "MiB/s" },
+      "local.direct_download_mib_s": { value: round(direct, 0), unit: "MiB/s" },
+    };
+  } finally {
+    server.close();
+    for (const s of await driver.list()) await driver.destroy(s.id).catch(() => {});
+    driver.dispose();
+    rmSync(dataDir, { recursive: true, force: true });
+  }
+}
+
+if (process.argv[1] === fileURLToPath(import.meta.url)) console.log(JSON.stringify(await run(), null, 2));
