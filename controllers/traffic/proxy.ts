@@ -146,6 +146,10 @@ export class TrafficProxy {
       r.pipe(res);
     });
     upstream.on("timeout", () => upstream.destroy(new Error("timed out")));
+    // A client that leaves takes its upstream request with it.
+    res.once("close", () => {
+      if (!res.writableFinished) upstream.destroy();
+    });
     upstream.on("error", (err) => {
       if (res.headersSent) return void res.destroy();
       res.writeHead(502, { "content-type": "text/plain" }).end(`traffic-proxy: cannot reach ${url.host}: ${err.message}\n`);

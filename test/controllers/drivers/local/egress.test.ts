@@ -1,9 +1,10 @@
 // Egress rules of local sandboxes: the sandbox has its own network namespace whose only way out
 // is the traffic-proxy on its loopback (HTTP_PROXY), which applies the rules; nothing else leaves.
 import { createServer, type Server } from "node:http";
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { setTimeout as sleep } from "node:timers/promises";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { DesiredSandbox } from "../../../../controllers/drivers/driver.ts";
 import { LocalDriver } from "../../../../controllers/drivers/local/local-driver.ts";
@@ -33,6 +34,21 @@ const curl = (id: string, ip: string, opts = "") => sh(id, `env -u NO_PROXY -u n
 /** Whether a plain TCP connect (no proxy) from inside reaches the host's server. */
 const rawConnect = (id: string, ip: string) =>
   sh(id, `python3 -c 'import socket; s=socket.socket(); s.settimeout(2); print(s.connect_ex(("${ip}", ${port})))'`).then((out) => out === "0");
+
+/** The pid of this process's port relay (a child running port-relay.pl), if one runs. */
+function relayPid(): number | undefined {
+  for (const name of readdirSync("/proc")) {
+    if (!/^\d+$/.test(name)) continue;
+    try {
+      const stat = readFileSync(`/proc/${name}/stat`, "utf8");
+      const ppid = Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]);
+      if (ppid === process.pid && readFileSync(`/proc/${name}/cmdline`, "utf8").includes("port-relay.pl")) return Number(name);
+    } catch {
+      // gone meanwhile
+    }
+  }
+  return undefined;
+}
 
 beforeAll(async () => {
   host = createServer((req, res) => res.end(`host server via ${req.socket.localAddress}`));
@@ -104,5 +120,20 @@ describe("local sandboxes with egress rules", () => {
     await driver.ensure({ ...d, generation: 3 });
     expect(await curl(d.id, "127.0.0.1")).toBe("host server via 127.0.0.1");
     expect(await curl(d.id, "127.0.0.2")).toMatch(/^traffic-proxy: egress denied/);
+  });
+
+  it("a relay that dies is restarted with the listeners of every sandbox with rules", async () => {
+    const d = desired();
+    await driver.ensure(d);
+    expect(await curl(d.id, "127.0.0.1")).toBe("host server via 127.0.0.1");
+    const pid = relayPid();
+    expect(pid).toBeDefined();
+    process.kill(pid!, "SIGKILL");
+    let answer = "";
+    for (const deadline = Date.now() + 10_000; Date.now() < deadline && !answer; await sleep(100)) {
+      answer = await curl(d.id, "127.0.0.1");
+    }
+    expect(answer).toBe("host server via 127.0.0.1");
+    expect(relayPid()).not.toBe(pid);
   });
 });
