@@ -9,7 +9,7 @@
 //   destination: here IPv6 too, since a proxy that resolves names could otherwise be walked
 //   around through an AAAA record or `[::1]`.
 // - A domain allowed by name is allowed whatever its addresses are; a name not allowed by name is
-//   judged by each address it resolves to, and the connection goes to an address that passes.
+//   judged by each address it resolves to, and only addresses that pass are connected to.
 // Where this differs from E2B: E2B can see a name only on ports 80 (Host) and 443 (SNI) and
 // judges other ports by address alone; the proxy knows the name on every port, because it
 // resolves it itself, so a domain rule applies on any port.
@@ -27,7 +27,7 @@ export interface CompiledPolicy {
 }
 
 export type Verdict =
-  | { allowed: true; address: string; rule?: string }
+  | { allowed: true; addresses: string[]; rule?: string }
   | { allowed: false; reason: string };
 
 const LABEL = /^(?!-)[a-z0-9_-]{1,63}(?<!-)$/;
@@ -93,7 +93,9 @@ function matchesName(r: Rule, name: string): boolean {
 }
 
 /** The decision for `host` (a name or an IP literal) given the addresses it resolved to (ignored
- * for an IP literal). An allowed verdict names the address to connect to: one that was checked. */
+ * for an IP literal). An allowed verdict lists the addresses that passed, in resolution order,
+ * for the caller to connect to (and no other); `rule` is the allowOut entry that let the first
+ * one pass, if one did. */
 export function decide(policy: CompiledPolicy, host: string, resolved: string[]): Verdict {
   const name = normalizeHost(host);
   const literal = parseIp(name);
@@ -101,15 +103,17 @@ export function decide(policy: CompiledPolicy, host: string, resolved: string[])
   if (candidates.length === 0) return { allowed: false, reason: `${name} did not resolve to any address` };
   if (!literal) {
     const byName = policy.allow.find((r) => matchesName(r, name));
-    if (byName) return { allowed: true, address: formatIp(candidates[0]!), rule: byName.text };
+    if (byName) return { allowed: true, addresses: candidates.map(formatIp), rule: byName.text };
   }
+  const passed: { ip: Ip; rule?: string }[] = [];
   let denial = "";
   for (const ip of candidates) {
     const allow = policy.allow.find((r) => matchesAddress(r, ip));
-    if (allow) return { allowed: true, address: formatIp(ip), rule: allow.text };
-    const deny = policy.deny.find((r) => matchesAddress(r, ip));
-    if (!deny) return { allowed: true, address: formatIp(ip) };
-    denial ||= `${literal ? name : `${name} (${formatIp(ip)})`} is denied by denyOut ${JSON.stringify(deny.text)}`;
+    const deny = allow ? undefined : policy.deny.find((r) => matchesAddress(r, ip));
+    if (!deny) passed.push({ ip, rule: allow?.text });
+    else denial ||= `${literal ? name : `${name} (${formatIp(ip)})`} is denied by denyOut ${JSON.stringify(deny.text)}`;
   }
-  return { allowed: false, reason: denial };
+  if (passed.length === 0) return { allowed: false, reason: denial };
+  const first = passed[0]!;
+  return { allowed: true, addresses: passed.map((p) => formatIp(p.ip)), ...(first.rule ? { rule: first.rule } : {}) };
 }

@@ -42,6 +42,28 @@ function splitAuthority(authority: string): { host: string; port: number } | und
   return m && port >= 1 && port <= 65535 ? { host: m[1]!, port } : undefined;
 }
 
+/** A connection to the first of `addresses` (all checked) that accepts one, tried in turn, as a
+ * client would for a name with several records (`localhost` is often ::1 first). */
+function connectAny(addresses: string[], port: number, timeoutMs: number): Promise<Socket> {
+  return new Promise((resolve, reject) => {
+    const attempt = (i: number, last?: Error) => {
+      if (i >= addresses.length) return reject(last ?? new Error("no address"));
+      const socket = connect({ host: addresses[i]!, port, allowHalfOpen: true });
+      const timer = setTimeout(() => socket.destroy(new Error("timed out")), timeoutMs);
+      socket.once("connect", () => {
+        clearTimeout(timer);
+        resolve(socket.off("error", next));
+      });
+      const next = (err: Error) => {
+        clearTimeout(timer);
+        attempt(i + 1, err);
+      };
+      socket.once("error", next);
+    };
+    attempt(0);
+  });
+}
+
 function rawReply(status: string, body: string): string {
   return `HTTP/1.1 ${status}\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`;
 }
@@ -133,19 +155,23 @@ export class TrafficProxy {
     if (url.protocol !== "http:") return void res.writeHead(400, { "content-type": "text/plain" }).end(`traffic-proxy: ${url.protocol} is not proxied by absolute URI; use CONNECT\n`);
     const host = normalizeHost(url.hostname);
     const v = await this.#check(req.socket, host);
-    if (!("address" in v)) return void res.writeHead("status" in v ? v.status : 403, { "content-type": "text/plain" }).end(`traffic-proxy: ${"status" in v ? "" : "egress denied: "}${v.reason}\n`);
+    if (!("addresses" in v)) return void res.writeHead("status" in v ? v.status : 403, { "content-type": "text/plain" }).end(`traffic-proxy: ${"status" in v ? "" : "egress denied: "}${v.reason}\n`);
+    let socket: Socket;
+    try {
+      socket = await connectAny(v.addresses, Number(url.port || 80), this.#o.connectTimeoutMs ?? 10_000);
+    } catch (err) {
+      return void res.writeHead(502, { "content-type": "text/plain" }).end(`traffic-proxy: cannot reach ${url.host}: ${(err as Error).message}\n`);
+    }
     const headers: OutgoingHttpHeaders = {};
     for (const [k, val] of Object.entries(req.headers)) if (!HOP_BY_HOP.has(k) && val !== undefined) headers[k] = val;
     headers.host = url.host;
-    const upstream = httpRequest({ host: v.address, port: Number(url.port || 80), method: req.method, path: url.pathname + url.search, headers, agent: false, setHost: false, timeout: this.#o.connectTimeoutMs ?? 10_000 });
+    const upstream = httpRequest({ method: req.method, path: url.pathname + url.search, headers, setHost: false, createConnection: () => socket });
     upstream.on("response", (r) => {
-      upstream.setTimeout(0);
       const out: OutgoingHttpHeaders = {};
       for (const [k, val] of Object.entries(r.headers)) if (!HOP_BY_HOP.has(k) && val !== undefined) out[k] = val;
       res.writeHead(r.statusCode ?? 502, r.statusMessage, out);
       r.pipe(res);
     });
-    upstream.on("timeout", () => upstream.destroy(new Error("timed out")));
     // A client that leaves takes its upstream request with it.
     res.once("close", () => {
       if (!res.writableFinished) upstream.destroy();
@@ -157,29 +183,26 @@ export class TrafficProxy {
     req.pipe(upstream);
   }
 
-  /** Connects to the checked address and hands the open socket to `ready`; answers the client
+  /** Connects to a checked address and hands the open socket to `ready`; answers the client
    * itself when that is refused or fails. */
   async #open(client: Duplex, host: string, port: number, ready: (upstream: Socket) => void): Promise<void> {
     client.on("error", () => client.destroy());
     const v = await this.#check(client, normalizeHost(host));
-    if (!("address" in v)) {
+    if (!("addresses" in v)) {
       client.end(rawReply("status" in v ? `${v.status} Bad Gateway` : "403 Forbidden", `traffic-proxy: ${"status" in v ? "" : "egress denied: "}${v.reason}\n`));
       return;
     }
-    const upstream = connect({ host: v.address, port, allowHalfOpen: true });
-    const timer = setTimeout(() => upstream.destroy(new Error("timed out")), this.#o.connectTimeoutMs ?? 10_000);
-    upstream.once("connect", () => {
-      clearTimeout(timer);
-      upstream.off("error", failed).on("error", () => client.destroy());
-      client.on("close", () => upstream.destroy());
-      upstream.on("close", () => client.destroy());
-      ready(upstream);
-    });
-    const failed = (err: Error) => {
-      clearTimeout(timer);
-      client.end(rawReply("502 Bad Gateway", `traffic-proxy: cannot reach ${host}:${port}: ${err.message}\n`));
-    };
-    upstream.once("error", failed);
+    let upstream: Socket;
+    try {
+      upstream = await connectAny(v.addresses, port, this.#o.connectTimeoutMs ?? 10_000);
+    } catch (err) {
+      client.end(rawReply("502 Bad Gateway", `traffic-proxy: cannot reach ${host}:${port}: ${(err as Error).message}\n`));
+      return;
+    }
+    upstream.on("error", () => client.destroy());
+    client.on("close", () => upstream.destroy());
+    upstream.on("close", () => client.destroy());
+    ready(upstream);
   }
 
   async #tunnel(req: IncomingMessage, client: Duplex, head: Buffer): Promise<void> {

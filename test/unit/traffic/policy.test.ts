@@ -42,7 +42,7 @@ describe("addresses", () => {
 describe("egress policy", () => {
   it("allowOut wins over denyOut, and ALL_TRAFFIC denies the rest", () => {
     const p = policy(["127.0.0.1", "8.8.8.0/24"], ["0.0.0.0/0"]);
-    expect(decide(p, "127.0.0.1", [])).toEqual({ allowed: true, address: "127.0.0.1", rule: "127.0.0.1" });
+    expect(decide(p, "127.0.0.1", [])).toEqual({ allowed: true, addresses: ["127.0.0.1"], rule: "127.0.0.1" });
     expect(decide(p, "8.8.8.77", [])).toMatchObject({ allowed: true, rule: "8.8.8.0/24" });
     expect(decide(p, "127.0.0.2", [])).toEqual({ allowed: false, reason: '127.0.0.2 is denied by denyOut "0.0.0.0/0"' });
   });
@@ -51,7 +51,7 @@ describe("egress policy", () => {
     const p = policy(["127.0.0.1"], ["0.0.0.0/0"]);
     expect(decide(p, "[::1]", []).allowed).toBe(false);
     expect(decide(p, "::ffff:127.0.0.2", []).allowed).toBe(false);
-    expect(decide(p, "::ffff:127.0.0.1", [])).toMatchObject({ allowed: true, address: "127.0.0.1" });
+    expect(decide(p, "::ffff:127.0.0.1", [])).toMatchObject({ allowed: true, addresses: ["127.0.0.1"] });
   });
 
   it("without a matching rule a destination is allowed (denyOut alone is a block list)", () => {
@@ -64,7 +64,7 @@ describe("egress policy", () => {
 
   it("a domain allowed by name is allowed at whatever it resolves to; the connection goes to a checked address", () => {
     const p = policy(["localhost", "*.example.com"], ["0.0.0.0/0"]);
-    expect(decide(p, "LOCALHOST.", ["127.0.0.1", "::1"])).toEqual({ allowed: true, address: "127.0.0.1", rule: "localhost" });
+    expect(decide(p, "LOCALHOST.", ["::1", "127.0.0.1"])).toEqual({ allowed: true, addresses: ["0:0:0:0:0:0:0:1", "127.0.0.1"], rule: "localhost" });
     expect(decide(p, "api.example.com", ["93.184.216.34"])).toMatchObject({ allowed: true, rule: "*.example.com" });
     expect(decide(p, "a.b.example.com", ["93.184.216.34"]).allowed).toBe(true);
     // The wildcard names subdomains only, and a suffix is not a subdomain.
@@ -74,7 +74,7 @@ describe("egress policy", () => {
 
   it("a name not allowed by name is judged by each address; a denied address is never the one used", () => {
     const p = policy(["9.9.9.9"], ["10.0.0.0/8"]);
-    expect(decide(p, "mixed.test", ["10.0.0.1", "1.1.1.1"])).toEqual({ allowed: true, address: "1.1.1.1" });
+    expect(decide(p, "mixed.test", ["10.0.0.1", "1.1.1.1", "10.0.0.2", "9.9.9.9"])).toEqual({ allowed: true, addresses: ["1.1.1.1", "9.9.9.9"] });
     expect(decide(p, "inside.test", ["10.0.0.1", "10.0.0.2"])).toEqual({ allowed: false, reason: 'inside.test (10.0.0.1) is denied by denyOut "10.0.0.0/8"' });
     expect(decide(p, "nowhere.test", [])).toEqual({ allowed: false, reason: "nowhere.test did not resolve to any address" });
   });

@@ -35,7 +35,8 @@ beforeAll(async () => {
     resolve: async (host) => {
       resolved.push(host);
       if (host === "rebind.test") return ["127.0.0.2", "127.0.0.1"];
-      if (host === "localhost") return ["127.0.0.1"];
+      // ::1 first, where nothing listens: the proxy must go on to the next checked address.
+      if (host === "localhost") return ["::1", "127.0.0.1"];
       throw Object.assign(new Error("not found"), { code: "ENOTFOUND" });
     },
   });
