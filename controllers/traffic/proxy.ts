@@ -13,8 +13,9 @@ import { lookup } from "node:dns/promises";
 import { createServer as createHttpServer, request as httpRequest, type IncomingMessage, type OutgoingHttpHeaders, type Server, type ServerResponse } from "node:http";
 import { connect, createServer as createNetServer, type Server as NetServer, type Socket } from "node:net";
 import type { Duplex } from "node:stream";
-import { parseIp } from "./address.ts";
-import { decide, normalizeHost, type CompiledPolicy, type Verdict } from "./policy.ts";
+import { parseIp } from "../../schema/egress/address.ts";
+import { normalizeHost } from "../../schema/egress/rules.ts";
+import { decide, type CompiledPolicy, type Verdict } from "./policy.ts";
 
 export interface TrafficProxyOptions {
   /** The compiled rules of a sandbox (the tag its connection came with; "" on a TCP listener).

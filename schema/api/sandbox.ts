@@ -1,6 +1,7 @@
 // E2B REST shapes for sandboxes (upstream openapi.yml `NewSandbox`, `Sandbox`, `SandboxDetail`,
 // `ListedSandbox`, ...; the v2 create/connect shapes from the e2b 2.51 SDK types).
 import { z } from "zod";
+import { policyErrors } from "../egress/rules.ts";
 import {
   MAX_ENV_VARS,
   MAX_METADATA_ENTRIES,
@@ -36,6 +37,9 @@ export const SandboxNetworkConfig = z.object({
     .nullable()
     .optional(),
   rules: z.record(z.string(), z.array(z.object({ transform: z.object({ headers: z.record(z.string(), z.string()).optional() }).optional() }))).optional(),
+}).superRefine((n, ctx) => {
+  // Refused here rather than by the traffic-proxy later, which would deny everything with the reason.
+  for (const message of policyErrors({ allowOut: n.allowOut ?? [], denyOut: n.denyOut ?? [] })) ctx.addIssue({ code: "custom", message });
 });
 export type SandboxNetworkConfig = z.infer<typeof SandboxNetworkConfig>;
 

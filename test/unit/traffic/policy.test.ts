@@ -1,6 +1,7 @@
 import { describe, expect, it } from "vitest";
-import { cidrContains, formatIp, parseCidr, parseIp } from "../../../controllers/traffic/address.ts";
-import { compilePolicy, decide, policyErrors } from "../../../controllers/traffic/policy.ts";
+import { cidrContains, formatIp, parseCidr, parseIp } from "../../../schema/egress/address.ts";
+import { compilePolicy, decide } from "../../../controllers/traffic/policy.ts";
+import { policyErrors } from "../../../schema/egress/rules.ts";
 
 const policy = (allowOut: string[], denyOut: string[]) => compilePolicy({ allowOut, denyOut });
 
