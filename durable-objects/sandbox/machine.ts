@@ -13,7 +13,7 @@
 //   SandboxResumed     ResumePod (resume sent: False; observed running: True)
 import { MIN_RESUME_TIMEOUT_S } from "../../schema/api/limits.ts";
 import { ErrorCode, sandboxNotFoundMessage, type Refusal } from "../../schema/errors.ts";
-import { egressOf, type IntentInput, type Observation, type PauseStrategy } from "../../schema/protocol/index.ts";
+import { egressOf, type Intent, type Observation, type PauseStrategy, type SandboxId } from "../../schema/protocol/index.ts";
 import type { SandboxEffect } from "./effects.ts";
 import type { SandboxEvent } from "./events.ts";
 import {
@@ -86,9 +86,12 @@ function sameState(a: SandboxState, b: SandboxState): boolean {
   return a.spec === b.spec && JSON.stringify({ ...a, spec: null }) === JSON.stringify({ ...b, spec: null });
 }
 
-/** A copy to change; the spec is fixed at create and never written, so it is shared. */
+/**
+ * A copy to change. Shallow: transitions only assign top-level fields, and replace (never edit)
+ * the conditions array, a condition and the endpoint, so nested values are shared safely.
+ */
 function copy(current: SandboxState): SandboxState {
-  return { ...structuredClone({ ...current, spec: null }), spec: current.spec };
+  return { ...current };
 }
 
 /** Whether `access` may see the sandbox at all; anything else is answered as not found. */
@@ -300,8 +303,8 @@ function changed(s: SandboxState, before: { phase: Phase; endAt: number | null }
 }
 
 function sendIntent(s: SandboxState, now: number): SandboxEffect {
-  const intent: IntentInput = {
-    sandboxId: s.spec.id,
+  const intent: Intent = {
+    sandboxId: s.spec.id as SandboxId,
     generation: s.generation,
     owner: { kind: "sandbox" },
     desired: { state: s.desired, pauseStrategy: s.pauseStrategy },

@@ -12,7 +12,8 @@ import { DurableObject } from "cloudflare:workers";
 import type { Env } from "../../functions/env.ts";
 import type { IndexOp } from "../../functions/store/sandbox-index.ts";
 import { ErrorCode, sandboxNotFoundMessage, type Refusal } from "../../schema/errors.ts";
-import type { Endpoint, IntentInput, Observation, PauseStrategy } from "../../schema/protocol/index.ts";
+import type { Endpoint, Intent, Observation, PauseStrategy } from "../../schema/protocol/index.ts";
+import { CoarseTimers } from "../cluster/coarse-timers.ts";
 import type { EnqueueOptions, EnqueueResult } from "../cluster/rpc.ts";
 import type { SandboxEvent } from "./events.ts";
 import { indexRow, routeInfo, sandboxInfo, type RouteInfo, type SandboxInfo } from "./info.ts";
@@ -83,6 +84,7 @@ export class SandboxGroupDO extends DurableObject<Env> {
   /** Slots kept in memory beyond those in use; older idle ones are dropped and reloaded on demand. */
   private maxSlots = 1_000;
   private indexQueue: QueuedIndexOp[] = [];
+  private readonly timers = new CoarseTimers();
   private indexFlush: Promise<void> | null = null;
 
   constructor(ctx: DurableObjectState, env: Env) {
@@ -268,7 +270,7 @@ export class SandboxGroupDO extends DurableObject<Env> {
       // observation of a re-init its ack already reported): no write then.
       const changed = t.state !== slot.state;
       slot.state = t.state;
-      let intent: IntentInput | null = null;
+      let intent: Intent | null = null;
       const writes: Promise<void>[] = [];
       for (const e of t.effects) {
         if (e.kind === "intent") intent = e.intent;
@@ -303,13 +305,13 @@ export class SandboxGroupDO extends DurableObject<Env> {
   }
 
   /** Hands one intent to the sandbox's ClusterDO, bounded; settles `undelivered` by generation. */
-  private async send(id: string, slot: Slot, intent: IntentInput, awaitAckMs: number): Promise<EnqueueResult> {
+  private async send(id: string, slot: Slot, intent: Intent, awaitAckMs: number): Promise<EnqueueResult> {
     const cluster = slot.state!.spec.cluster;
     const opts: EnqueueOptions = awaitAckMs > 0 ? { awaitAckMs, knownEndpoint: slot.state!.endpoint } : {};
     slot.sending = Math.max(slot.sending, intent.generation);
     let res: EnqueueResult;
     try {
-      res = await bounded(this.cluster(cluster).enqueue([intent], opts), ackWait(awaitAckMs) + ENQUEUE_GRACE_MS);
+      res = await bounded(this.cluster(cluster).enqueue([intent], opts), ackWait(awaitAckMs) + ENQUEUE_GRACE_MS, this.timers);
     } catch (err) {
       res = { ok: false, error: { code: ErrorCode.internal, message: `cluster ${cluster}: ${String(err)}` } };
     } finally {
@@ -325,7 +327,7 @@ export class SandboxGroupDO extends DurableObject<Env> {
   }
 
   /** ClusterDO did not take `intent`: it is retried later unless a newer one replaced it. */
-  private markUndelivered(id: string, slot: Slot, intent: IntentInput): void {
+  private markUndelivered(id: string, slot: Slot, intent: Intent): void {
     if (!slot.state || (slot.undelivered && slot.undelivered.intent.generation > intent.generation)) return;
     slot.undelivered = { intent, retryAt: Date.now() + RETRY_MS };
     this.save(id, slot);
@@ -496,12 +498,11 @@ function ackWait(awaitAckMs: number): number {
 }
 
 /** `p`, or a failure once `ms` pass (the enqueue may still land: intents are idempotent by generation). */
-function bounded(p: Promise<EnqueueResult>, ms: number): Promise<EnqueueResult> {
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  const late = new Promise<EnqueueResult>((resolve) => {
-    timer = setTimeout(() => resolve({ ok: false, error: { code: ErrorCode.internal, message: `no answer from the cluster within ${ms} ms` } }), ms);
+function bounded(p: Promise<EnqueueResult>, ms: number, timers: CoarseTimers): Promise<EnqueueResult> {
+  return new Promise((resolve, reject) => {
+    const cancel = timers.after(ms, () => resolve({ ok: false, error: { code: ErrorCode.internal, message: `no answer from the cluster within ${ms} ms` } }));
+    p.then(resolve, reject).finally(cancel);
   });
-  return Promise.race([p, late]).finally(() => clearTimeout(timer));
 }
 
 function notify(slot: Slot): void {

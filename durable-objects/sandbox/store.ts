@@ -2,7 +2,7 @@
 // did not take yet, and when its timer is due). The spec is fixed at create and written once;
 // later writes carry only the small changing part. Rows are read one at a time, when a sandbox is
 // first touched by this object instance; the alarm asks for the due ones through the `due` index.
-import type { IntentInput } from "../../schema/protocol/index.ts";
+import type { Intent } from "../../schema/protocol/index.ts";
 import type { SandboxState } from "./state.ts";
 
 type Sql = Pick<SqlStorage, "exec">;
@@ -12,7 +12,7 @@ type Sql = Pick<SqlStorage, "exec">;
  * at `retryAt`. Written with the transition that made the intent, before the enqueue.
  */
 export interface Undelivered {
-  intent: IntentInput;
+  intent: Intent;
   retryAt: number;
 }
 

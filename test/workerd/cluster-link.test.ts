@@ -3,22 +3,22 @@
 // scripted agent over a real WebSocket.
 import { env, exports } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
-import { PING_FRAME, PONG_FRAME, type IntentInput } from "../../schema/protocol/index.ts";
+import { IntentSchema, PING_FRAME, PONG_FRAME, type Intent } from "../../schema/protocol/index.ts";
 import { fetchTransport, ScriptedAgent } from "../support/scripted-agent.ts";
 
 const TOKEN = "test-cluster-token";
 const link = (cluster: string, token = TOKEN) => fetchTransport((url, init) => exports.default.fetch(url, init), token, cluster);
 const cluster = (name: string) => env.CLUSTER.get(env.CLUSTER.idFromName(name));
 
-function intent(id: string, generation: number, state: "running" | "deleted" = "running"): IntentInput {
-  return {
+function intent(id: string, generation: number, state: "running" | "deleted" = "running"): Intent {
+  return IntentSchema.parse({
     sandboxId: id,
     generation,
     owner: { kind: "sandbox" },
     desired: { state },
     template: { id: "base", revision: "r1" },
     issuedAt: Date.now(),
-  };
+  });
 }
 
 describe("agent link route", () => {

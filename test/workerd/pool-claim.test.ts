@@ -6,6 +6,7 @@ import { describe, expect, it } from "vitest";
 import type { Claimed } from "../../durable-objects/pool/rpc.ts";
 import { sandboxStub } from "../../functions/api/stubs.ts";
 import { TemplateSpec } from "../../schema/api/template.ts";
+import { IntentSchema } from "../../schema/protocol/index.ts";
 import { startAgent, unique } from "./helpers.ts";
 
 function poolOf(name: string) {
@@ -62,7 +63,8 @@ describe("PoolDO", () => {
     // The claiming side takes ownership with a newer generation; a later Failed report for it
     // must not make the pool delete it.
     const cluster = env.CLUSTER.get(env.CLUSTER.idFromName(name));
-    await cluster.enqueue([{ sandboxId: c.sandboxId, generation: 2, owner: { kind: "sandbox" }, desired: { state: "running" }, template: c.template, issuedAt: Date.now() }], { awaitAckMs: 2_000 });
+    const claimIntent = IntentSchema.parse({ sandboxId: c.sandboxId, generation: 2, owner: { kind: "sandbox" }, desired: { state: "running" }, template: c.template, issuedAt: Date.now() });
+    await cluster.enqueue([claimIntent], { awaitAckMs: 2_000 });
     agent.report({ sandboxId: c.sandboxId, generation: 2, phase: "Failed", ready: false, observedAt: Date.now() });
     await waitFor(async () => (await pool.status()).available === 1);
     expect(agent.received.filter((r) => r.intent.sandboxId === c.sandboxId && r.intent.desired.state === "deleted")).toEqual([]);

@@ -9,7 +9,7 @@ import type { ClusterDO } from "../../../durable-objects/cluster/cluster-do.ts";
 import type { SandboxGroupDO } from "../../../durable-objects/sandbox/sandbox-group-do.ts";
 import { sandboxGroupOf, sandboxGroupStub, sandboxStub } from "../../../durable-objects/sandbox/stub.ts";
 import type { IndexOp } from "../../../functions/store/sandbox-index.ts";
-import type { IntentInput, Observation } from "../../../schema/protocol/index.ts";
+import type { Intent, Observation } from "../../../schema/protocol/index.ts";
 import type { ScriptedAgent } from "../../support/scripted-agent.ts";
 import { call, createTeam, expectError, expectStatus, startAgent, unique, type TestTeam } from "../helpers.ts";
 
@@ -55,12 +55,12 @@ async function sameGroupPair(body: Record<string, unknown> = {}): Promise<[strin
  * answers, then the instance is reset before it applied the answer), "stale" (ClusterDO answers that it
  * already holds this generation or a newer one: seq 0), a delay in ms, or undefined (as is).
  */
-type Script = (intent: IntentInput) => "fail" | "lost" | "die" | "taken-die" | "stale" | number | undefined;
+type Script = (intent: Intent) => "fail" | "lost" | "die" | "taken-die" | "stale" | number | undefined;
 
 /** Puts `script` between the sandbox's group and ClusterDO (null: removes it). */
 async function scriptCluster(sandboxId: string, script: Script | null): Promise<void> {
   await runInDurableObject(sandboxGroupStub(env, sandboxId), (instance: SandboxGroupDO, state) => {
-    type Enqueue = (intents: IntentInput[], opts: unknown) => Promise<unknown>;
+    type Enqueue = (intents: Intent[], opts: unknown) => Promise<unknown>;
     const group = instance as unknown as { cluster?: (name: string) => { enqueue: Enqueue } };
     if (!script) {
       delete group.cluster;
