@@ -21,10 +21,15 @@ export interface ObjectCacheOptions<T> {
   /** Projection kept in memory (must keep metadata.name, resourceVersion and labels). */
   slim: (raw: any) => T;
   onError?: (err: unknown) => void;
+  /** A watch that delivers nothing (no event, no bookmark) for this long is ended and resumed
+   * (client-node's default: 30 s; the API server sends a bookmark about once a minute). */
+  watchTimeoutMs?: number;
 }
 
 const rvOf = (o: KubernetesObject | undefined | null): number => Number(o?.metadata?.resourceVersion ?? 0);
+/** First delay before watching again after a failed watch, doubled per failure in a row up to the max. */
 const RECONNECT_MS = 500;
+const MAX_RECONNECT_MS = 10_000;
 
 export class ObjectCache<T extends KubernetesObject> {
   readonly #objects = new Map<string, T>();
@@ -38,11 +43,15 @@ export class ObjectCache<T extends KubernetesObject> {
   #abort?: AbortController;
   #stopped = false;
   #started?: Promise<void>;
+  /** Watches in a row that failed (reset by any event). */
+  #failures = 0;
   /** Lists done (the first plus every re-list after 410). */
   lists = 0;
 
   constructor(kc: KubeConfig, opts: ObjectCacheOptions<T>) {
     this.#watch = new Watch(kc);
+    // A public field of client-node 2.0.1's Watch that its typings declare private.
+    if (opts.watchTimeoutMs) (this.#watch as unknown as { requestTimeoutMs: number }).requestTimeoutMs = opts.watchTimeoutMs;
     this.#o = opts;
   }
 
@@ -93,9 +102,12 @@ export class ObjectCache<T extends KubernetesObject> {
     const done = (err: unknown) => {
       if (this.#stopped) return;
       const code = (err as { statusCode?: number; code?: number } | null)?.statusCode ?? (err as { code?: number } | null)?.code;
-      if (err && code !== 410) this.#o.onError?.(err);
-      const again = expired || code === 410 ? this.#relist().then(() => this.#watchFrom()) : this.#watchFrom();
-      setTimeout(() => void again.catch((e) => this.#o.onError?.(e)), err ? RECONNECT_MS : 0);
+      // A quiet watch ends after the client's inactivity bound (TimeoutError): resumed at once, as
+      // is a watch the server closed. A failing one (refused, forbidden, unreachable) is resumed
+      // later and later, never in a tight loop of requests.
+      const failed = Boolean(err) && code !== 410 && (err as { name?: string }).name !== "TimeoutError";
+      if (failed) this.#o.onError?.(err);
+      this.#resume(expired || code === 410, failed ? Math.min(MAX_RECONNECT_MS, RECONNECT_MS * 2 ** this.#failures++) : 0);
     };
     try {
       this.#abort = await this.#watch.watch(
@@ -106,6 +118,7 @@ export class ObjectCache<T extends KubernetesObject> {
             if (raw?.code === 410) expired = true;
             return;
           }
+          this.#failures = 0;
           if (raw?.metadata?.resourceVersion) this.#rv = raw.metadata.resourceVersion;
           if (phase === "BOOKMARK") return;
           const obj = this.#o.slim(raw);
@@ -114,9 +127,23 @@ export class ObjectCache<T extends KubernetesObject> {
         },
         done,
       );
+      // stop() while the watch was being opened aborted the previous one, not this one.
+      if (this.#stopped) this.#abort.abort();
     } catch (err) {
       done(err);
     }
+  }
+
+  /** Watches again after `delayMs`, from a fresh list when the version expired; a failed list is
+   * retried the same way (the cache never stops watching until stop()). */
+  #resume(relist: boolean, delayMs: number): void {
+    setTimeout(() => {
+      if (this.#stopped) return;
+      (relist ? this.#relist().then(() => this.#watchFrom()) : this.#watchFrom()).catch((err: unknown) => {
+        this.#o.onError?.(err);
+        this.#resume(true, Math.min(MAX_RECONNECT_MS, RECONNECT_MS * 2 ** this.#failures++));
+      });
+    }, delayMs);
   }
 
   #index(obj: T, add: boolean): void {

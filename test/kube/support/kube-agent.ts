@@ -6,7 +6,7 @@
 // reconciler's /init of a claimed pod succeeds.
 import { spawn, type ChildProcess } from "node:child_process";
 import { join, resolve } from "node:path";
-import { CoreV1Api, PatchStrategy, setHeaderOptions, Watch, type V1Pod } from "@kubernetes/client-node";
+import { CoreV1Api, PatchStrategy, setHeaderOptions, type V1Pod } from "@kubernetes/client-node";
 import { startAgent, type Agent } from "../../../controllers/agent/agent.ts";
 import { KubectlRequests, startCrdLink, type CrdLink } from "../../../controllers/agent/crd-link.ts";
 import type { KubernetesDriver } from "../../../controllers/drivers/kubernetes/kubernetes-driver.ts";
@@ -15,6 +15,7 @@ import { watchNamespacesFlag } from "../../../controllers/drivers/kubernetes/fla
 import { inject } from "vitest";
 import { ANNOTATION } from "../../../schema/crd/labels.ts";
 import type { TestEdge } from "./edge.ts";
+import { persist, podCache } from "./kubelet.ts";
 import { kubeConfig } from "./namespace.ts";
 
 const ROOT = resolve(import.meta.dirname, "../../..");
@@ -62,8 +63,11 @@ export async function startKubeAgent(
   };
 }
 
-/** One real agent-runtime per pod with an IP, its URL in the runtime-url annotation. */
-export async function runRuntimes(namespace: string): Promise<{ stop(): void }> {
+/** One real agent-runtime per pod with an IP, its URL in the runtime-url annotation. The pods are
+ * watched by an informer that resumes: a bare watch ends after 30 s without an event, and a
+ * launcher that stopped there left every later pod without a runtime, so it never became ready
+ * (the scale test's rare stall, after a quiet spell in the namespace). */
+export async function runRuntimes(namespace: string, opts: { watchTimeoutMs?: number } = {}): Promise<{ stop(): void }> {
   const kc = kubeConfig();
   const core = kc.makeApiClient(CoreV1Api);
   const patch = setHeaderOptions("Content-Type", PatchStrategy.MergePatch);
@@ -79,22 +83,19 @@ export async function runRuntimes(namespace: string): Promise<{ stop(): void }> 
         if (m) ok(m[1]!);
       }),
     );
-    await core.patchNamespacedPod({ name, namespace, body: { metadata: { annotations: { [ANNOTATION.runtimeUrl]: url } } } }, patch);
+    await persist(() => core.patchNamespacedPod({ name, namespace, body: { metadata: { annotations: { [ANNOTATION.runtimeUrl]: url } } } }, patch));
   };
-  const ctl = await new Watch(kc).watch(
-    `/api/v1/namespaces/${namespace}/pods`,
-    {},
-    (phase: string, pod: V1Pod) => {
-      if (phase === "DELETED") {
-        runtimes.get(pod.metadata!.name!)?.kill();
-        runtimes.delete(pod.metadata!.name!);
-      } else void onPod(pod).catch((e) => console.error("runtime launcher:", e));
-    },
-    () => {},
-  );
+  const pods = podCache(kc, namespace, opts.watchTimeoutMs);
+  pods.onChange((pod, verb) => {
+    if (verb === "delete") {
+      runtimes.get(pod.metadata!.name!)?.kill();
+      runtimes.delete(pod.metadata!.name!);
+    } else void onPod(pod).catch((e) => console.error("runtime launcher:", e));
+  });
+  await pods.start();
   return {
     stop() {
-      ctl.abort();
+      void pods.stop();
       for (const c of runtimes.values()) c.kill();
     },
   };

@@ -1,34 +1,36 @@
 // The test's kubelet (and scheduler): watches sandbox pods in a namespace and writes what a node
 // would report through the pods/status subresource. Images containing `pull-error` fail to pull;
 // pods whose nodeSelector asks for `sandbox.test/unschedulable` are never scheduled; every other
-// pod becomes Running and Ready with an IP from 10.244.0.0/16.
-import { CoreV1Api, makeInformer, PatchStrategy, setHeaderOptions, type KubeConfig, type V1Pod } from "@kubernetes/client-node";
+// pod becomes Running and Ready with an IP from 10.244.0.0/16. It watches through the driver's own
+// informer (ObjectCache), which resumes after a watch ends: client-node's informer stops for good
+// on any error but a timeout, and a kubelet that stops watching leaves new pods Pending.
+import { CoreV1Api, PatchStrategy, setHeaderOptions, type KubeConfig, type V1Pod } from "@kubernetes/client-node";
+import { ObjectCache } from "../../../controllers/drivers/kubernetes/object-cache.ts";
 
 const mergePatch = setHeaderOptions("Content-Type", PatchStrategy.MergePatch);
 
 export class TestKubelet {
   readonly #core: CoreV1Api;
-  readonly #informer;
+  readonly #pods: ObjectCache<V1Pod>;
   readonly #handled = new Map<string, string>();
   #next = 1;
   /** Pods the kubelet must not touch (a test drives them by hand). */
   readonly hold = new Set<string>();
   patches = 0;
 
-  constructor(kc: KubeConfig, namespace: string) {
+  /** `watchTimeoutMs`: how long a quiet watch lasts before it is resumed (tests of resuming). */
+  constructor(kc: KubeConfig, namespace: string, opts: { watchTimeoutMs?: number } = {}) {
     this.#core = kc.makeApiClient(CoreV1Api);
-    this.#informer = makeInformer<V1Pod>(kc, `/api/v1/namespaces/${namespace}/pods`, () => this.#core.listNamespacedPod({ namespace }));
-    const handle = (pod: V1Pod) => void this.#handle(pod).catch(() => {});
-    this.#informer.on("add", handle);
-    this.#informer.on("update", handle);
+    this.#pods = podCache(kc, namespace, opts.watchTimeoutMs);
+    this.#pods.onChange((pod, verb) => verb !== "delete" && void this.#handle(pod).catch(() => {}));
   }
 
   start(): Promise<void> {
-    return this.#informer.start();
+    return this.#pods.start();
   }
 
   stop(): Promise<void> {
-    return this.#informer.stop();
+    return this.#pods.stop();
   }
 
   async #handle(pod: V1Pod): Promise<void> {
@@ -72,6 +74,27 @@ export class TestKubelet {
       };
     }
     this.patches++;
-    await this.#core.patchNamespacedPodStatus({ name, namespace: pod.metadata!.namespace!, body: { status } }, mergePatch);
+    await persist(() => this.#core.patchNamespacedPodStatus({ name, namespace: pod.metadata!.namespace!, body: { status } }, mergePatch));
+  }
+}
+
+/** A namespace's pods, whole, through an informer that resumes its watch whenever it ends. */
+export function podCache(kc: KubeConfig, namespace: string, watchTimeoutMs?: number): ObjectCache<V1Pod> {
+  const core = kc.makeApiClient(CoreV1Api);
+  return new ObjectCache<V1Pod>(kc, { path: `/api/v1/namespaces/${namespace}/pods`, list: () => core.listNamespacedPod({ namespace }), slim: (raw: V1Pod) => raw, watchTimeoutMs });
+}
+
+/** Retries a write until it gets through (a node keeps reporting): a status write lost to a busy
+ * API server or a dropped connection left the pod Pending for good, and its pool never filled.
+ * A 404 (the pod is gone) ends it. */
+export async function persist<T>(write: () => Promise<T>): Promise<T | undefined> {
+  for (let attempt = 0; ; attempt++) {
+    try {
+      return await write();
+    } catch (err) {
+      if ((err as { code?: number }).code === 404) return undefined;
+      if (attempt >= 20) throw err;
+      await new Promise((r) => setTimeout(r, 100 * Math.min(10, attempt + 1)));
+    }
   }
 }
