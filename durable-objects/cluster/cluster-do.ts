@@ -19,6 +19,8 @@ import {
   type Observation,
   type Owner,
 } from "../../schema/protocol/index.ts";
+import { IndexQueue } from "../sandbox/index-queue.ts";
+import { INDEX_WRITER_NAME } from "../sandbox/index-writer-do.ts";
 import { sandboxGroupOf, sandboxGroupStub } from "../sandbox/stub.ts";
 import { CoarseTimers } from "./coarse-timers.ts";
 import { CrdSync } from "./crd-sync.ts";
@@ -55,6 +57,8 @@ export class ClusterDO extends DurableObject<Env> {
   private store: ClusterStore | null = null;
   private waiters = new Map<number, (ack: AckItem) => void>();
   private readonly timers = new CoarseTimers();
+  /** Index rows that came with enqueues (EnqueueOptions.index), committed in shared batches. */
+  private readonly indexQueue = new IndexQueue(() => this.env.SANDBOX_INDEX.get(this.env.SANDBOX_INDEX.idFromName(INDEX_WRITER_NAME)), (p) => this.ctx.waitUntil(p));
   /** Intents to write to the agent at the end of this turn (see flushIntents). */
   private unsent: { seq: number; intent: Intent }[] = [];
   private unsentFlush: ReturnType<typeof setTimeout> | null = null;
@@ -110,19 +114,27 @@ export class ClusterDO extends DurableObject<Env> {
    * every frame it reads); parsing each one here again was ~3 % of the edge's CPU per create.
    */
   async enqueue(intents: Intent[], opts: EnqueueOptions = {}): Promise<EnqueueResult> {
+    // Queued first; the answer waits for their commit (the create's read-your-writes).
+    const indexed = opts.index?.length ? Promise.all(opts.index.map((op) => this.indexQueue.push(op))) : null;
     const { seqs = [] } = this.apply({ type: "enqueue", intents });
     this.resendHeld(intents, seqs);
     const connected = this.state!.connected;
     const waitMs = Math.min(opts.awaitAckMs ?? 0, MAX_AWAIT_MS);
-    if (waitMs <= 0) return { ok: true, seqs, connected, acks: [], timedOut: false };
+    if (waitMs <= 0) {
+      await indexed;
+      return { ok: true, seqs, connected, acks: [], timedOut: false };
+    }
     const known = opts.knownEndpoint === undefined ? null : JSON.stringify(opts.knownEndpoint);
     const watched = known === null ? [] : intents.map((i) => i.sandboxId);
     for (const id of watched) this.watching.set(id, false);
-    const { acks, timedOut } = await this.awaitAcks(seqs.filter((s) => s > 0), waitMs, (a) => {
-      if (known !== null && a.result === "applied" && this.watching.get(a.sandboxId) === false && this.state!.desired.get(a.sandboxId)?.state === "running") {
-        this.confirm(a, known);
-      }
-    });
+    const [{ acks, timedOut }] = await Promise.all([
+      this.awaitAcks(seqs.filter((s) => s > 0), waitMs, (a) => {
+        if (known !== null && a.result === "applied" && this.watching.get(a.sandboxId) === false && this.state!.desired.get(a.sandboxId)?.state === "running") {
+          this.confirm(a, known);
+        }
+      }),
+      indexed,
+    ]);
     for (const id of watched) this.watching.delete(id);
     return { ok: true, seqs, connected, acks, timedOut };
   }

@@ -1,6 +1,7 @@
 // The ClusterDO's RPC surface (what PoolDO and SandboxGroupDO call). Every method resolves to a typed
 // result; none throws across the RPC boundary.
 import type { Refusal } from "../../schema/errors.ts";
+import type { IndexOp } from "../../functions/store/sandbox-index.ts";
 import type { AckItem, Endpoint } from "../../schema/protocol/index.ts";
 
 export interface EnqueueOptions {
@@ -15,6 +16,11 @@ export interface EnqueueOptions {
    * endpoint, so it is not routed back to the owner (one SandboxGroupDO call less per claim).
    */
   knownEndpoint?: Endpoint | null;
+  /**
+   * Index ops to commit with the intents (a create's row): queued for SandboxIndexDO with other
+   * enqueues' ops in one call, and committed (or failed for good, then logged) before the answer.
+   */
+  index?: IndexOp[];
 }
 
 export type EnqueueResult =

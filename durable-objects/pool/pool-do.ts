@@ -21,8 +21,6 @@ export class PoolDO extends DurableObject<Env> {
   private flushing: Promise<void> | null = null;
   /** The alarm time this instance set (null: none, or unknown after a restart). */
   private alarmAt: number | null = null;
-  /** Claim counters are saved with the next flush (one write per batch, not per claim). */
-  private countersDirty = false;
 
   /** Sets (or replaces) the SandboxSet spec: scales, and rolls members of an older revision. */
   async configure(config: PoolConfig): Promise<ConfigureResult> {
@@ -118,7 +116,9 @@ export class PoolDO extends DurableObject<Env> {
     const now = Date.now();
     const { effects, claim } = transition(st, event, { now, newId: newSandboxId });
     this.perform(effects, st.config ?? cfg, now);
-    if (event.type === "claim") this.countersDirty = true;
+    // In the claim's own transaction: a statement there costs next to nothing, a commit of its
+    // own after each flush (as before) cost ~1 % of the edge's CPU per create.
+    if (event.type === "claim") this.store!.saveCounters(st.claimed, st.createdOnDemand);
     return claim;
   }
 
@@ -182,10 +182,8 @@ export class PoolDO extends DurableObject<Env> {
           }
         }
         this.store!.deleteOutgoing(sent);
-        this.saveCounters();
       }
     }
-    this.saveCounters();
   }
 
   private async enqueue(cluster: string, intents: Intent[]): Promise<boolean> {
@@ -197,12 +195,6 @@ export class PoolDO extends DurableObject<Env> {
       console.warn(`pool: cluster ${cluster} unreachable: ${String(err)}`);
       return false;
     }
-  }
-
-  private saveCounters(): void {
-    if (!this.countersDirty || !this.state) return;
-    this.countersDirty = false;
-    this.store!.saveCounters(this.state.claimed, this.state.createdOnDemand);
   }
 
   /** One alarm: retry unsent intents soon, else wake when the oldest create times out. */

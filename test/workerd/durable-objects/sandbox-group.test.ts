@@ -371,6 +371,35 @@ describe("lost calls are retried, memory is bounded", () => {
     }
   });
 
+  it("a create's index row travels with its intent: listed at once though every group's own index calls fail", async () => {
+    type Write = (ops: IndexOp[]) => Promise<{ ok: true } | { ok: false; error: string }>;
+    // A sandbox's group is only known from its id, which the create picks: break them all.
+    const groups = [..."abcdefghijklmnopqrstuvwxyz0123456789"].map((c) => sandboxGroupStub(env, c));
+    let refused = 0;
+    for (const g of groups) {
+      await runInDurableObject(g, (instance: SandboxGroupDO) => {
+        (instance as unknown as { indexWriter?: () => { write: Write } }).indexWriter = () => ({
+          write: async () => {
+            refused++;
+            return { ok: false, error: "scripted: the group's index path is down" };
+          },
+        });
+      });
+    }
+    try {
+      const id = await create({ timeout: 600, metadata: { carried: "yes" } });
+      const listed = await expectStatus(call("/v2/sandboxes?metadata=carried%3Dyes", { key: team.key }), 200);
+      expect(listed.map((s: { sandboxID: string }) => s.sandboxID)).toEqual([id]);
+      expect(refused).toBe(0);
+    } finally {
+      for (const g of groups) {
+        await runInDurableObject(g, (instance: SandboxGroupDO) => {
+          delete (instance as unknown as { indexWriter?: unknown }).indexWriter;
+        });
+      }
+    }
+  });
+
   it("observations whose group call fails once still reach the sandbox", async () => {
     const id = await create();
     const cluster = env.CLUSTER.get(env.CLUSTER.idFromName(team.cluster));

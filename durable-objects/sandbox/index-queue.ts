@@ -1,0 +1,60 @@
+// Group commit of index ops toward SandboxIndexDO: ops pushed while a call is in flight leave
+// together in the next one, in order, so one sandbox's writes never overtake each other. Used by
+// each SandboxGroupDO for its sandboxes' ops, and by ClusterDO for the create ops that travel with
+// an enqueue (see EnqueueOptions.index).
+import type { IndexOp } from "../../functions/store/sandbox-index.ts";
+import type { SandboxIndexDO } from "./index-writer-do.ts";
+
+/** Attempts of a batch after the first, and the pause before each. */
+const RETRY_MS = [250, 1_000];
+
+export type IndexWriter = Pick<DurableObjectStub<SandboxIndexDO>, "write">;
+
+export class IndexQueue {
+  private queue: { op: IndexOp; done: () => void }[] = [];
+  private flushing: Promise<void> | null = null;
+  private readonly writer: () => IndexWriter;
+  private readonly keepAlive: (p: Promise<unknown>) => void;
+
+  /** `writer` is asked once per flush (tests swap it); `keepAlive` is the object's waitUntil. */
+  constructor(writer: () => IndexWriter, keepAlive: (p: Promise<unknown>) => void) {
+    this.writer = writer;
+    this.keepAlive = keepAlive;
+  }
+
+  /**
+   * Resolves once the op's batch is committed, or has failed its last attempt (then it is logged:
+   * a lost batch costs index freshness until the sandbox's next write).
+   */
+  push(op: IndexOp): Promise<void> {
+    return new Promise((done) => {
+      this.queue.push({ op, done });
+      if (this.flushing) return;
+      this.flushing = this.flush();
+      this.keepAlive(this.flushing);
+    });
+  }
+
+  private async flush(): Promise<void> {
+    const writer = this.writer();
+    for (;;) {
+      // Checked and reset in the same turn as push(): an op queued now is never left behind.
+      if (this.queue.length === 0) {
+        this.flushing = null;
+        return;
+      }
+      const batch = this.queue.splice(0);
+      const ops = batch.map((q) => q.op);
+      for (let attempt = 0; ; attempt++) {
+        const error = await writer.write(ops).then((r) => (r.ok ? null : r.error), (err: unknown) => err);
+        if (error === null) break;
+        if (attempt >= RETRY_MS.length) {
+          console.error(`index write of ${batch.length} ops failed ${attempt + 1} times`, error);
+          break;
+        }
+        await new Promise((r) => setTimeout(r, RETRY_MS[attempt]));
+      }
+      for (const q of batch) q.done();
+    }
+  }
+}
