@@ -108,7 +108,7 @@ export async function startCrdLink(o: CrdLinkOptions): Promise<CrdLink> {
       // The driver's informers of the namespace hold its SandboxSets (and its Sandboxes from now on).
       const scope = await o.driver.watchNamespace(ns);
       const sets = new SandboxSetSync({ sandboxSets: scope.sandboxSets, namespace: ns, cluster: o.cluster, sink, log, retryMs });
-      const claims = new SandboxClaimSync({ kubeConfig: o.kubeConfig, namespace: ns, claimer, log, retryMs });
+      const claims = new SandboxClaimSync({ kubeConfig: o.kubeConfig, namespace: ns, claimer, log, retryMs, onClaimed: (ids, name) => o.driver.labelClaimed(ids, name) });
       await claims.start();
       sets.start();
       return { sets, claims };

@@ -107,7 +107,7 @@ spec: { templateName: pool, replicas: 2, envVars: { MODE: eval }, labels: { purp
     await until("pool refilled", () => table(kubectlOk(["-n", ns, "get", "sbs", "pool"]))[0]?.AVAILABLE === "2", 60_000);
   });
 
-  it("the claim's labels and annotations are on its Sandboxes and their Pods, not on warm members", async () => {
+  it("the claim's labels and annotations are on its Sandboxes and their Pods (with agents.kruise.io/claim-name), not on warm members", async () => {
     const uid = claimStatus("batch").metadata.uid;
     for (const s of await claimed(uid)) {
       const want = { owner: "ci", [CLAIM_METADATA_KEY]: uid };
@@ -116,14 +116,16 @@ spec: { templateName: pool, replicas: 2, envVars: { MODE: eval }, labels: { purp
         return o.sbx?.annotations?.owner && o.pod?.annotations?.owner ? o : undefined;
       }, 15_000);
       expect(sbx!.annotations).toMatchObject(want);
-      expect(sbx!.labels).toMatchObject({ purpose: "kube-test" });
+      expect(sbx!.labels).toMatchObject({ purpose: "kube-test", "agents.kruise.io/claim-name": "batch" });
       expect(pod!.annotations).toMatchObject(want);
       expect(pod!.labels).toMatchObject({ purpose: "kube-test" });
     }
+    expect(kubectlOk(["-n", ns, "get", "sbx", "-l", "agents.kruise.io/claim-name=batch", "-o", "name"]).trim().split("\n")).toHaveLength(2);
     await until("pool refilled", () => warmMembers().length === 2, 60_000);
     for (const m of warmMembers()) {
       expect(m.metadata.annotations?.owner).toBeUndefined();
       expect(m.metadata.labels?.purpose).toBeUndefined();
+      expect(m.metadata.labels?.["agents.kruise.io/claim-name"]).toBeUndefined();
     }
   });
 

@@ -781,6 +781,29 @@ export class KubernetesDriver implements Driver {
     this.#scheduleStatus(id);
   }
 
+  /**
+   * Labels the Sandboxes a SandboxClaim took `agents.kruise.io/claim-name=<claim>` (upstream's
+   * selector for a claim's sandboxes); the intent cannot carry it, as it names the claim only by
+   * uid. In each sandbox's write chain; one already labelled, or not (yet) here, is skipped.
+   */
+  async labelClaimed(ids: string[], claimName: string): Promise<void> {
+    await Promise.all(
+      ids.map((id) =>
+        this.#serial(id, async () => {
+          const sbx = this.#sandbox(id);
+          if (!sbx || sbx.metadata?.deletionTimestamp || sbx.metadata?.labels?.[LABEL.claimName] === claimName) return;
+          this.requests++;
+          const body = { metadata: { labels: { [LABEL.claimName]: claimName } } };
+          const updated = await tolerate(
+            this.#custom.patchNamespacedCustomObject({ group: GROUP, version: VERSION, namespace: this.#scopeOf(id).namespace, plural: PLURAL.sandbox, name: sbx.metadata!.name!, body }, mergePatch),
+            [404],
+          );
+          if (updated) this.#scopeOf(id).sandboxes.remember(updated);
+        }),
+      ),
+    );
+  }
+
   async snapshotFs(_id: string): Promise<SnapshotRef> {
     throw new UnsupportedError("snapshotFs", "no checkpoint controller in this cluster; Stop pause keeps PVC data only");
   }

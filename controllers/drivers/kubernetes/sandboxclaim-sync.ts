@@ -95,6 +95,8 @@ export interface SandboxClaimSyncOptions {
   log?: (msg: string) => void;
   /** How often an unfinished claim is looked at again. */
   retryMs?: number;
+  /** Called with the sandboxes the claim holds after each pass (the driver labels them). */
+  onClaimed?: (sandboxIds: string[], claimName: string) => Promise<void>;
 }
 
 export class SandboxClaimSync {
@@ -200,6 +202,8 @@ export class SandboxClaimSync {
       waitReadyMs: claim.spec.waitReadyTimeout ? durationMs(claim.spec.waitReadyTimeout, 30_000) : undefined,
       inplaceUpdate: inplaceOf(claim.spec.inplaceUpdate),
     });
+    // A label that cannot be written is no reason to hold back the claim's status.
+    if (r.sandboxIds.length) await this.#o.onClaimed?.(r.sandboxIds, name).catch((err: unknown) => this.#o.log?.(`sandboxclaim ${name}: claim-name label: ${(err as Error).message}`));
     const have = r.sandboxIds.length;
     const notFound = r.notFound;
     const lastError = r.error;
