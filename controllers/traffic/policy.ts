@@ -10,30 +10,62 @@
 //   around through an AAAA record or `[::1]`.
 // - A domain allowed by name is allowed whatever its addresses are; a name not allowed by name is
 //   judged by each address it resolves to, and only addresses that pass are connected to.
+// Where this is stricter than the rules' letter, because the proxy runs on a host whose network
+// an E2B sandbox does not see:
+// - E2B sandboxes have no IPv6, so an IPv6 destination passes only when allowOut admits it (an
+//   IPv6 CIDR, ALL_TRAFFIC, or a domain allowed by name); an IPv4 deny list cannot be walked
+//   around through `[::1]` or an AAAA record. Forms that embed an IPv4 address (IPv4-mapped,
+//   IPv4-compatible `::a.b.c.d`, NAT64 `64:ff9b::/96`, 6to4 `2002::/16`) are judged as that address.
+// - `0.0.0.0/8` and `::` are never destinations: connect() takes them to the host's own loopback.
 // Where this differs from E2B: E2B can see a name only on ports 80 (Host) and 443 (SNI) and
 // judges other ports by address alone; the proxy knows the name on every port, because it
 // resolves it itself, so a domain rule applies on any port.
 import type { EgressPolicy } from "../../schema/protocol/egress.ts";
-import { cidrContains, formatIp, parseIp, type Ip } from "../../schema/egress/address.ts";
+import { cidrContains, formatIp, parseCidr, parseIp, type Ip } from "../../schema/egress/address.ts";
 import { normalizeHost, parseRule, policyErrors, type Rule } from "../../schema/egress/rules.ts";
 
 export interface CompiledPolicy {
   allow: Rule[];
   deny: Rule[];
+  /** Whether a name's addresses can change a decision. False when no allowOut address entry
+   * could admit an address and denyOut covers all of IPv4 (IPv6 passes only when allowOut admits
+   * it): then a name not allowed by name is refused without being resolved, so a sandbox cannot
+   * make the agent look up names of its choosing (a DNS channel out). */
+  addressesMatter: boolean;
 }
 
 export type Verdict =
   | { allowed: true; addresses: string[]; rule?: string }
   | { allowed: false; reason: string };
 
+const V4_ALL = (1n << 32n) - 1n;
+const UNSPECIFIED_V4 = parseCidr("0.0.0.0/8")!;
+
+/** Whether the IPv4 blocks in `rules` (with 0.0.0.0/8, never a destination) cover every address. */
+function coversAllV4(rules: Rule[]): boolean {
+  if (rules.some((r) => r.kind === "all")) return true;
+  const spans: [bigint, bigint][] = [[0n, (1n << 24n) - 1n]];
+  for (const r of rules) {
+    if (r.kind !== "cidr" || r.cidr.v6) continue;
+    const size = 1n << BigInt(32 - r.cidr.bits);
+    spans.push([r.cidr.base * size, r.cidr.base * size + size - 1n]);
+  }
+  spans.sort((a, b) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0));
+  let next = 0n;
+  for (const [start, end] of spans) {
+    if (start > next) return false;
+    if (end + 1n > next) next = end + 1n;
+  }
+  return next > V4_ALL;
+}
+
 /** Compiles valid rules; throws with every problem otherwise. */
 export function compilePolicy(p: EgressPolicy): CompiledPolicy {
   const errors = policyErrors(p);
   if (errors.length) throw new Error(`invalid egress rules: ${errors.join("; ")}`);
-  return {
-    allow: p.allowOut.map((e) => parseRule(e, "allowOut") as Rule),
-    deny: p.denyOut.map((e) => parseRule(e, "denyOut") as Rule),
-  };
+  const allow = p.allowOut.map((e) => parseRule(e, "allowOut") as Rule);
+  const deny = p.denyOut.map((e) => parseRule(e, "denyOut") as Rule);
+  return { allow, deny, addressesMatter: allow.some((r) => r.kind !== "domain") || !coversAllV4(deny) };
 }
 
 function matchesAddress(r: Rule, ip: Ip): boolean {
@@ -46,26 +78,63 @@ function matchesName(r: Rule, name: string): boolean {
   return r.wildcard ? name.endsWith(`.${r.name}`) : name === r.name;
 }
 
+/** The IPv4 address an IPv6 address carries (IPv4-compatible, NAT64, 6to4), if it carries one. */
+function embeddedV4(ip: Ip): Ip | undefined {
+  if (!ip.v6) return undefined;
+  const low = ip.n & V4_ALL;
+  if (ip.n >> 32n === 0n && low > 1n) return { v6: false, n: low }; // ::a.b.c.d, not :: or ::1
+  if (ip.n >> 32n === 0x64ff9bn << 64n) return { v6: false, n: low }; // 64:ff9b::/96
+  if (ip.n >> 112n === 0x2002n) return { v6: false, n: (ip.n >> 80n) & V4_ALL }; // 2002:AABB:CCDD::/48
+  return undefined;
+}
+
+const isUnspecified = (ip: Ip) => (ip.v6 ? ip.n === 0n : cidrContains(UNSPECIFIED_V4, ip));
+/** 0.0.0.0/8 and :: in any form: connect() takes them to the host's own loopback. */
+const neverDestination = (ip: Ip) => isUnspecified(ip) || isUnspecified(embeddedV4(ip) ?? ip);
+
+/** Whether the decision for `host` needs its addresses; when false, `decide` refuses it as is and
+ * the caller must not resolve it. */
+export function needsAddresses(policy: CompiledPolicy, host: string): boolean {
+  const name = normalizeHost(host);
+  if (parseIp(name)) return false;
+  return policy.addressesMatter || policy.allow.some((r) => matchesName(r, name));
+}
+
+/** Why one address may not be connected to, or undefined when it may; `rule` is the allowOut
+ * entry that admitted it. */
+function judge(policy: CompiledPolicy, ip: Ip, shown: string): { denied: string } | { rule?: string } {
+  if (neverDestination(ip)) return { denied: `${shown} is not a destination (0.0.0.0/8 and :: reach this host's own loopback)` };
+  const v4 = embeddedV4(ip);
+  const forms = v4 ? [ip, v4] : [ip];
+  const allow = policy.allow.find((r) => forms.some((f) => matchesAddress(r, f)));
+  if (allow) return { rule: allow.text };
+  if (ip.v6 && !v4) return { denied: `${shown} is IPv6, which passes only when allowOut admits it (E2B sandboxes have no IPv6)` };
+  const deny = policy.deny.find((r) => forms.some((f) => matchesAddress(r, f)));
+  return deny ? { denied: `${shown} is denied by denyOut ${JSON.stringify(deny.text)}` } : {};
+}
+
 /** The decision for `host` (a name or an IP literal) given the addresses it resolved to (ignored
- * for an IP literal). An allowed verdict lists the addresses that passed, in resolution order,
- * for the caller to connect to (and no other); `rule` is the allowOut entry that let the first
- * one pass, if one did. */
+ * for an IP literal, and not needed when `needsAddresses` says so). An allowed verdict lists the
+ * addresses that passed, in resolution order, for the caller to connect to (and no other); `rule`
+ * is the allowOut entry that let the first one pass, if one did. */
 export function decide(policy: CompiledPolicy, host: string, resolved: string[]): Verdict {
   const name = normalizeHost(host);
   const literal = parseIp(name);
+  const byName = literal ? undefined : policy.allow.find((r) => matchesName(r, name));
+  if (!literal && !byName && !policy.addressesMatter) {
+    return { allowed: false, reason: `${name} is not allowed by name, and denyOut covers every address (not resolved)` };
+  }
   const candidates = literal ? [literal] : resolved.map((a) => parseIp(a)).filter((ip): ip is Ip => ip !== undefined);
   if (candidates.length === 0) return { allowed: false, reason: `${name} did not resolve to any address` };
-  if (!literal) {
-    const byName = policy.allow.find((r) => matchesName(r, name));
-    if (byName) return { allowed: true, addresses: candidates.map(formatIp), rule: byName.text };
-  }
   const passed: { ip: Ip; rule?: string }[] = [];
   let denial = "";
   for (const ip of candidates) {
-    const allow = policy.allow.find((r) => matchesAddress(r, ip));
-    const deny = allow ? undefined : policy.deny.find((r) => matchesAddress(r, ip));
-    if (!deny) passed.push({ ip, rule: allow?.text });
-    else denial ||= `${literal ? name : `${name} (${formatIp(ip)})`} is denied by denyOut ${JSON.stringify(deny.text)}`;
+    const shown = literal ? name : `${name} (${formatIp(ip)})`;
+    const j = judge(policy, ip, shown);
+    // A name allowed by name passes at any address but the ones that are never destinations.
+    if (byName && !neverDestination(ip)) passed.push({ ip, rule: byName.text });
+    else if (!("denied" in j)) passed.push({ ip, rule: j.rule });
+    else denial ||= j.denied;
   }
   if (passed.length === 0) return { allowed: false, reason: denial };
   const first = passed[0]!;

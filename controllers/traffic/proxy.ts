@@ -13,9 +13,8 @@ import { lookup } from "node:dns/promises";
 import { createServer as createHttpServer, request as httpRequest, type IncomingMessage, type OutgoingHttpHeaders, type Server, type ServerResponse } from "node:http";
 import { connect, createServer as createNetServer, type Server as NetServer, type Socket } from "node:net";
 import type { Duplex } from "node:stream";
-import { parseIp } from "../../schema/egress/address.ts";
 import { normalizeHost } from "../../schema/egress/rules.ts";
-import { decide, type CompiledPolicy, type Verdict } from "./policy.ts";
+import { decide, needsAddresses, type CompiledPolicy, type Verdict } from "./policy.ts";
 
 export interface TrafficProxyOptions {
   /** The compiled rules of a sandbox (the tag its connection came with; "" on a TCP listener).
@@ -25,6 +24,9 @@ export interface TrafficProxyOptions {
   resolve?: (host: string) => Promise<string[]>;
   /** How long a connection to a destination may take. Default 10 s. */
   connectTimeoutMs?: number;
+  /** How long a new client connection may stay without a complete first request before it is
+   * closed (each one holds a relay process on the local driver). Default 10 s. */
+  firstRequestTimeoutMs?: number;
   log?: (line: string) => void;
 }
 
@@ -32,6 +34,13 @@ export interface TrafficProxyOptions {
 const HOP_BY_HOP = new Set(["connection", "proxy-connection", "keep-alive", "proxy-authorization", "proxy-authenticate", "te", "trailer", "transfer-encoding", "upgrade"]);
 /** The longest tag line a relay sends (a sandbox id is at most 64 characters). */
 const MAX_TAG = 80;
+
+/** A connection to a destination, kept while it is open so a rule change can end it. */
+interface Open {
+  host: string;
+  upstream: Socket;
+  client: Duplex;
+}
 
 async function systemResolve(host: string): Promise<string[]> {
   return (await lookup(host, { all: true, verbatim: true })).map((a) => a.address);
@@ -78,18 +87,28 @@ export class TrafficProxy {
   readonly #listeners: NetServer[] = [];
   /** Every client connection, tunnels included, so close() ends them all. */
   readonly #sockets = new Set<Socket>();
+  /** Open connections to destinations (requests in flight, tunnels, upgrades) by sandbox. */
+  readonly #conns = new Map<string, Set<Open>>();
+  /** Closes a client connection that has not sent a whole first request in time. */
+  readonly #idle = new WeakMap<object, NodeJS.Timeout>();
 
   constructor(opts: TrafficProxyOptions) {
     this.#o = opts;
     this.#resolve = opts.resolve ?? systemResolve;
     this.server = createHttpServer({ keepAliveTimeout: 30_000 });
+    const started = (req: IncomingMessage) => clearTimeout(this.#idle.get(req.socket));
     this.server.on("request", (req, res) => void this.#forward(req, res));
     this.server.on("connect", (req, socket, head) => void this.#tunnel(req, socket, head));
     this.server.on("upgrade", (req, socket, head) => void this.#upgrade(req, socket, head));
+    for (const event of ["request", "connect", "upgrade"]) this.server.prependListener(event, started);
     this.server.on("clientError", (_err, socket) => socket.destroy());
     this.server.on("connection", (socket: Socket) => {
       this.#sockets.add(socket);
-      socket.once("close", () => this.#sockets.delete(socket));
+      this.#idle.set(socket, setTimeout(() => socket.destroy(), opts.firstRequestTimeoutMs ?? 10_000).unref());
+      socket.once("close", () => {
+        this.#sockets.delete(socket);
+        clearTimeout(this.#idle.get(socket));
+      });
     });
   }
 
@@ -134,7 +153,7 @@ export class TrafficProxy {
     const policy = this.#o.policyFor(tag);
     if (typeof policy === "string") return { allowed: false, reason: policy };
     let addresses: string[] = [];
-    if (!parseIp(host)) {
+    if (needsAddresses(policy, host)) {
       try {
         addresses = await this.#resolve(host);
       } catch (err) {
@@ -166,6 +185,7 @@ export class TrafficProxy {
     const headers: OutgoingHttpHeaders = {};
     for (const [k, val] of Object.entries(req.headers)) if (!HOP_BY_HOP.has(k) && val !== undefined) headers[k] = val;
     headers.host = url.host;
+    this.#track(req.socket, host, socket, res);
     const upstream = httpRequest({ method: req.method, path: url.pathname + url.search, headers, setHost: false, createConnection: () => socket });
     upstream.on("response", (r) => {
       const out: OutgoingHttpHeaders = {};
@@ -203,6 +223,7 @@ export class TrafficProxy {
     upstream.on("error", () => client.destroy());
     client.on("close", () => upstream.destroy());
     upstream.on("close", () => client.destroy());
+    this.#track(client, normalizeHost(host), upstream, client);
     ready(upstream);
   }
 
@@ -225,16 +246,54 @@ export class TrafficProxy {
       return void client.end(rawReply("400 Bad Request", "traffic-proxy: send upgrades by absolute URI (http://host/path)\n"));
     }
     await this.#open(client, url.hostname, Number(url.port || 80), (upstream) => {
-      const lines = [`${req.method} ${url.pathname}${url.search} HTTP/1.1`];
+      // The Host the rules were applied to, as the forward path sends, not the client's own.
+      const lines = [`${req.method} ${url.pathname}${url.search} HTTP/1.1`, `Host: ${url.host}`];
       for (let i = 0; i < req.rawHeaders.length; i += 2) {
         const name = req.rawHeaders[i]!;
-        if (!/^proxy-/i.test(name)) lines.push(`${name}: ${req.rawHeaders[i + 1]}`);
+        if (!/^(proxy-|host$)/i.test(name)) lines.push(`${name}: ${req.rawHeaders[i + 1]}`);
       }
       upstream.write(`${lines.join("\r\n")}\r\n\r\n`);
       if (head.length) upstream.write(head);
       client.pipe(upstream).on("error", () => {});
       upstream.pipe(client);
     });
+  }
+
+  /** Remembers an open connection to a destination under its client's sandbox until it closes.
+   * `client` is what ends the client's side: the response of a forwarded request, or the socket
+   * of a tunnel or upgrade. */
+  #track(clientSocket: object, host: string, upstream: Socket, client: Duplex | ServerResponse): void {
+    const tag = this.#tags.get(clientSocket) ?? "";
+    let set = this.#conns.get(tag);
+    if (!set) this.#conns.set(tag, (set = new Set()));
+    const entry: Open = { host, upstream, client: client as Duplex };
+    set.add(entry);
+    upstream.once("close", () => {
+      set.delete(entry);
+      if (set.size === 0 && this.#conns.get(tag) === set) this.#conns.delete(tag);
+    });
+  }
+
+  /** Checks the sandbox's open connections against its rules as they are now and ends those the
+   * rules no longer allow (all of them when it has no rules any more): a tunnel opened before a
+   * rule change must not outlive it. Judged by the name asked for and the address connected to,
+   * without a new lookup. Returns how many were ended. */
+  revalidate(sandbox: string): number {
+    const set = this.#conns.get(sandbox);
+    if (!set) return 0;
+    const policy = this.#o.policyFor(sandbox);
+    let ended = 0;
+    for (const o of [...set]) {
+      const address = o.upstream.remoteAddress;
+      const v: Verdict = typeof policy === "string" ? { allowed: false, reason: policy } : address ? decide(policy, o.host, [address]) : { allowed: false, reason: "closed" };
+      if (v.allowed) continue;
+      this.#o.log?.(`traffic-proxy: ${sandbox || "sandbox"}: ended a connection to ${o.host} after a rule change: ${v.reason}`);
+      o.upstream.destroy();
+      o.client.destroy();
+      set.delete(o);
+      ended++;
+    }
+    return ended;
   }
 
   async close(): Promise<void> {

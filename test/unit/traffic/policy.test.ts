@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { cidrContains, formatIp, parseCidr, parseIp } from "../../../schema/egress/address.ts";
-import { compilePolicy, decide } from "../../../controllers/traffic/policy.ts";
+import { compilePolicy, decide, needsAddresses } from "../../../controllers/traffic/policy.ts";
 import { policyErrors } from "../../../schema/egress/rules.ts";
 
 const policy = (allowOut: string[], denyOut: string[]) => compilePolicy({ allowOut, denyOut });
@@ -55,12 +55,62 @@ describe("egress policy", () => {
     expect(decide(p, "::ffff:127.0.0.1", [])).toMatchObject({ allowed: true, addresses: ["127.0.0.1"] });
   });
 
-  it("without a matching rule a destination is allowed (denyOut alone is a block list)", () => {
+  it("without a matching rule an IPv4 destination is allowed (denyOut alone is a block list)", () => {
     const p = policy([], ["10.0.0.0/8", "2001:db8::/32"]);
     expect(decide(p, "1.1.1.1", []).allowed).toBe(true);
     expect(decide(p, "10.1.1.1", []).allowed).toBe(false);
     expect(decide(p, "2001:db8::5", []).allowed).toBe(false);
-    expect(decide(p, "2001:db9::5", []).allowed).toBe(true);
+  });
+
+  it("0.0.0.0/8 and :: are never destinations, in any form, whatever the rules (connect() makes them loopback)", () => {
+    for (const p of [policy([], ["127.0.0.0/8", "::1"]), policy(["0.0.0.0/0"], []), policy(["localhost"], ["0.0.0.0/0"])]) {
+      for (const host of ["0.0.0.0", "0.1.2.3", "[::]", "::ffff:0.0.0.0", "64:ff9b::0.0.0.0"]) {
+        expect(decide(p, host, [])).toMatchObject({ allowed: false, reason: expect.stringContaining("is not a destination") });
+      }
+    }
+    // A name resolving there (`0` resolves to 0.0.0.0), even one allowed by name.
+    expect(decide(policy([], ["127.0.0.0/8"]), "0", ["0.0.0.0"]).allowed).toBe(false);
+    expect(decide(policy(["localhost"], ["0.0.0.0/0"]), "localhost", ["::", "0.0.0.0"]).allowed).toBe(false);
+    expect(decide(policy(["localhost"], ["0.0.0.0/0"]), "localhost", ["0.0.0.0", "127.0.0.1"])).toMatchObject({ allowed: true, addresses: ["127.0.0.1"] });
+  });
+
+  it("IPv6 passes only when allowOut admits it: an IPv4 deny list is not walked around through [::1] or AAAA", () => {
+    const p = policy([], ["127.0.0.0/8"]);
+    expect(decide(p, "[::1]", [])).toEqual({ allowed: false, reason: "::1 is IPv6, which passes only when allowOut admits it (E2B sandboxes have no IPv6)" });
+    expect(decide(p, "2001:db9::5", []).allowed).toBe(false);
+    expect(decide(p, "localhost", ["::1", "127.0.0.1"]).allowed).toBe(false);
+    expect(decide(p, "v6only.test", ["2606:4700::1111"]).allowed).toBe(false);
+    expect(decide(p, "dual.test", ["2606:4700::1111", "1.1.1.1"])).toEqual({ allowed: true, addresses: ["1.1.1.1"] });
+    // Admitted by an IPv6 block, by ALL_TRAFFIC, or by name.
+    expect(decide(policy(["::1"], ["0.0.0.0/0"]), "[::1]", []).allowed).toBe(true);
+    expect(decide(policy(["2606:4700::/32"], []), "v6only.test", ["2606:4700::1111"]).allowed).toBe(true);
+    expect(decide(policy(["0.0.0.0/0"], []), "[::1]", []).allowed).toBe(true);
+    expect(decide(policy(["v6only.test"], ["0.0.0.0/0"]), "v6only.test", ["2606:4700::1111"]).allowed).toBe(true);
+  });
+
+  it("IPv6 forms that embed an IPv4 address are judged as that address", () => {
+    const lo = policy([], ["127.0.0.0/8"]);
+    for (const host of ["::127.0.0.1", "64:ff9b::127.0.0.1", "2002:7f00:1::1"]) {
+      expect(decide(lo, host, [])).toMatchObject({ allowed: false, reason: expect.stringContaining('denied by denyOut "127.0.0.0/8"') });
+    }
+    const one = policy(["1.2.3.4"], ["0.0.0.0/0"]);
+    expect(decide(one, "64:ff9b::1.2.3.4", [])).toMatchObject({ allowed: true, rule: "1.2.3.4" });
+    expect(decide(one, "64:ff9b::1.2.3.5", []).allowed).toBe(false);
+  });
+
+  it("a name is refused without resolving it when no address could pass (no DNS channel under deny-all)", () => {
+    const names = policy(["pypi.org", "*.pythonhosted.org"], ["0.0.0.0/0"]);
+    expect(needsAddresses(names, "c2VjcmV0.exfil.example")).toBe(false);
+    expect(decide(names, "c2VjcmV0.exfil.example", [])).toEqual({ allowed: false, reason: "c2vjcmv0.exfil.example is not allowed by name, and denyOut covers every address (not resolved)" });
+    expect(needsAddresses(names, "pypi.org")).toBe(true);
+    expect(needsAddresses(names, "files.pythonhosted.org")).toBe(true);
+    expect(needsAddresses(names, "1.2.3.4")).toBe(false);
+    // IPv4 covered in pieces counts as covered; a gap, or an allowOut address entry, needs the addresses.
+    expect(needsAddresses(policy([], ["0.0.0.0/1", "128.0.0.0/1"]), "x.example")).toBe(false);
+    expect(needsAddresses(policy([], ["1.0.0.0/8", "2.0.0.0/7", "4.0.0.0/6", "8.0.0.0/5", "16.0.0.0/4", "32.0.0.0/3", "64.0.0.0/2", "128.0.0.0/1"]), "x.example")).toBe(false);
+    expect(needsAddresses(policy([], ["0.0.0.0/1", "128.0.0.0/2"]), "x.example")).toBe(true);
+    expect(needsAddresses(policy(["10.0.0.0/8"], ["0.0.0.0/0"]), "x.example")).toBe(true);
+    expect(needsAddresses(policy([], ["10.0.0.0/8"]), "x.example")).toBe(true);
   });
 
   it("a domain allowed by name is allowed at whatever it resolves to; the connection goes to a checked address", () => {

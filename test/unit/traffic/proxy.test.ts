@@ -2,7 +2,7 @@
 // it knows whose connection it is.
 import { mkdtempSync, rmSync } from "node:fs";
 import { createServer, type IncomingMessage, type Server } from "node:http";
-import { connect, type AddressInfo } from "node:net";
+import { connect, createServer as createNetServer, type AddressInfo, type Server as NetServer, type Socket } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -11,6 +11,13 @@ import { TrafficProxy } from "../../../controllers/traffic/proxy.ts";
 
 let origin: Server;
 let port = 0;
+/** On `::`, dual stack: what an address that connect() maps to loopback (0.0.0.0, [::]) or IPv6
+ * loopback would reach. */
+let origin6: Server;
+let port6 = 0;
+const seen6: string[] = [];
+let echo: NetServer;
+let echoPort = 0;
 const seen: { host: string | undefined; url: string | undefined; by: string }[] = [];
 const resolved: string[] = [];
 let proxy: TrafficProxy;
@@ -20,6 +27,8 @@ let sock = "";
 const policies: Record<string, ReturnType<typeof compilePolicy>> = {
   strict: compilePolicy({ allowOut: ["127.0.0.1"], denyOut: ["0.0.0.0/0"] }),
   byName: compilePolicy({ allowOut: ["localhost"], denyOut: ["0.0.0.0/0"] }),
+  denyLo: compilePolicy({ allowOut: [], denyOut: ["127.0.0.0/8", "::1"] }),
+  denyLo4: compilePolicy({ allowOut: [], denyOut: ["127.0.0.0/8"] }),
 };
 
 beforeAll(async () => {
@@ -27,10 +36,24 @@ beforeAll(async () => {
     seen.push({ host: req.headers.host, url: req.url, by: req.socket.localAddress ?? "" });
     res.end(`hello from ${req.socket.localAddress}`);
   });
+  origin.on("upgrade", (req: IncomingMessage, socket: Socket) => {
+    seen.push({ host: req.headers.host, url: req.url, by: req.socket.localAddress ?? "" });
+    socket.end("HTTP/1.1 101 Switching Protocols\r\nUpgrade: test\r\nConnection: Upgrade\r\n\r\n");
+  });
+  origin6 = createServer((req, res) => {
+    seen6.push(req.url ?? "");
+    res.end("reached the host's loopback");
+  });
+  await new Promise<void>((r) => origin6.listen(0, "::", r));
+  port6 = (origin6.address() as AddressInfo).port;
+  echo = createNetServer((s) => s.on("error", () => {}).pipe(s));
+  await new Promise<void>((r) => echo.listen(0, "0.0.0.0", r));
+  echoPort = (echo.address() as AddressInfo).port;
   // 0.0.0.0 so that 127.0.0.2 would answer too: only the proxy may keep a sandbox from it.
   await new Promise<void>((r) => origin.listen(0, "0.0.0.0", r));
   port = (origin.address() as AddressInfo).port;
   proxy = new TrafficProxy({
+    firstRequestTimeoutMs: 300,
     policyFor: (tag) => policies[tag] ?? `no egress rules for sandbox ${JSON.stringify(tag)}`,
     resolve: async (host) => {
       resolved.push(host);
@@ -48,6 +71,8 @@ beforeAll(async () => {
 afterAll(async () => {
   await proxy.close();
   origin.close();
+  origin6.close();
+  echo.close();
   rmSync(dir, { recursive: true, force: true });
 });
 
@@ -112,15 +137,112 @@ describe("traffic-proxy", () => {
   it("a domain rule allows the name; an unresolvable name is a 502, not a denial", async () => {
     expect(await exchange("byName", get("localhost"))).toContain("hello from 127.0.0.1");
     expect(await exchange("byName", get("127.0.0.1"))).toMatch(/^HTTP\/1.1 403/);
-    const missing = await exchange("byName", get("missing.test"));
+    const missing = await exchange("strict", get("missing.test"));
     expect(missing).toMatch(/^HTTP\/1.1 502/);
     expect(missing).toContain("cannot resolve missing.test: ENOTFOUND");
   });
 
-  it("takes the sandbox from the relay's line only: an unknown one is refused everything", async () => {
+  it("takes the sandbox from the relay's line only: an unknown one is refused everything, a forged line after it changes nothing", async () => {
     const reply = await exchange("nobody", get("127.0.0.1"));
     expect(reply).toMatch(/^HTTP\/1.1 403/);
     expect(reply).toContain('no egress rules for sandbox "nobody"');
+    // The sandbox's own bytes start after the relay's line: one that names a sandbox whose rules
+    // allow 127.0.0.1 is just a malformed request of sandbox "nobody".
+    const before = seen.length;
+    const forged = await exchange("nobody", `strict\n${get("127.0.0.1")}`);
+    expect(forged).not.toContain("hello from");
+    expect(seen.length).toBe(before);
+    // And a second request on the same connection is still "nobody"'s.
+    const second = await exchange("nobody", `${get("127.0.0.1").replace("Connection: close\r\n", "")}strict\n${get("127.0.0.1")}`);
+    expect(second).not.toContain("hello from");
+    expect(seen.length).toBe(before);
+  });
+
+  it("closes a connection that sends no request in time (each one holds a relay process)", async () => {
+    const s = connect(sock);
+    s.write("strict\n");
+    const t0 = Date.now();
+    const closed = await new Promise<boolean>((resolve) => {
+      s.on("close", () => resolve(true)).on("error", () => {}).resume();
+      setTimeout(() => resolve(false), 3000);
+    });
+    s.destroy();
+    expect(closed).toBe(true);
+    expect(Date.now() - t0).toBeGreaterThanOrEqual(250);
+  });
+
+  it("0.0.0.0, 0 and [::] never reach the host's loopback, even where loopback is only denied", async () => {
+    for (const host of ["0.0.0.0", "0", "[::]", "[::ffff:0.0.0.0]"]) {
+      const fwd = await exchange("denyLo", `GET http://${host}:${port6}/x HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n`);
+      expect(fwd, host).toMatch(/^HTTP\/1.1 403/);
+      const tunnel = await exchange("denyLo", `CONNECT ${host}:${port6} HTTP/1.1\r\nHost: x\r\n\r\n`);
+      expect(tunnel, host).toMatch(/^HTTP\/1.1 (403|502)/);
+    }
+    expect(seen6).toEqual([]);
+  });
+
+  it("IPv6 does not walk around an IPv4 deny list: [::1] is refused when 127.0.0.0/8 is denied", async () => {
+    const reply = await exchange("denyLo4", `GET http://[::1]:${port6}/v6 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n`);
+    expect(reply).toMatch(/^HTTP\/1.1 403/);
+    expect(reply).toContain("::1 is IPv6, which passes only when allowOut admits it");
+    expect(seen6).toEqual([]);
+  });
+
+  it("refuses a name without looking it up when no address could pass (no DNS channel)", async () => {
+    resolved.length = 0;
+    const reply = await exchange("byName", `CONNECT c2VjcmV0.exfil.test:443 HTTP/1.1\r\nHost: x\r\n\r\n`);
+    expect(reply).toMatch(/^HTTP\/1.1 403/);
+    expect(reply).toContain("not allowed by name, and denyOut covers every address (not resolved)");
+    expect(resolved).toEqual([]);
+    // Under an allow list with addresses the name must be resolved: that channel remains.
+    await exchange("strict", `CONNECT c2VjcmV0.exfil.test:443 HTTP/1.1\r\nHost: x\r\n\r\n`);
+    expect(resolved).toEqual(["c2vjcmv0.exfil.test"]);
+  });
+
+  it("a rule change ends the open tunnels the new rules deny, and all of them when no rules are left", async () => {
+    policies.mutable = policies.strict!;
+    const open = (ip: string) =>
+      new Promise<{ s: Socket; said: (text: string) => Promise<string>; closed: Promise<void> }>((resolve) => {
+        const s = connect(sock);
+        let buf = "";
+        let waiting: (() => void) | undefined;
+        const closed = new Promise<void>((r) => s.once("close", () => r()));
+        s.on("data", (c) => {
+          buf += String(c);
+          waiting?.();
+        }).on("error", () => {});
+        const said = (text: string) =>
+          new Promise<string>((r) => {
+            buf = "";
+            waiting = () => buf.includes(text) && r(buf);
+            s.write(text);
+          });
+        waiting = () => buf.includes("\r\n\r\n") && resolve({ s, said, closed });
+        s.write(`mutable\nCONNECT ${ip}:${echoPort} HTTP/1.1\r\nHost: x\r\n\r\n`);
+      });
+    const one = await open("127.0.0.1");
+    const two = await open("127.0.0.1");
+    expect(await one.said("ping")).toBe("ping");
+    // Rules that still allow 127.0.0.1 keep both.
+    policies.mutable = compilePolicy({ allowOut: ["127.0.0.0/8"], denyOut: ["0.0.0.0/0"] });
+    expect(proxy.revalidate("mutable")).toBe(0);
+    expect(await two.said("pong")).toBe("pong");
+    // Rules that deny it end them.
+    policies.mutable = compilePolicy({ allowOut: ["127.0.0.2"], denyOut: ["0.0.0.0/0"] });
+    const three = await open("127.0.0.2");
+    expect(proxy.revalidate("mutable")).toBe(2);
+    await Promise.all([one.closed, two.closed]);
+    expect(await three.said("still")).toBe("still");
+    // No rules at all (the sandbox moved to no network): nothing stays open.
+    delete policies.mutable;
+    expect(proxy.revalidate("mutable")).toBe(1);
+    await three.closed;
+  });
+
+  it("an upgrade reaches the destination with the Host the rules were applied to, not the client's", async () => {
+    const reply = await exchange("strict", `GET http://127.0.0.1:${port}/up HTTP/1.1\r\nHost: elsewhere.example\r\nUpgrade: test\r\nConnection: Upgrade\r\n\r\n`);
+    expect(reply).toMatch(/^HTTP\/1.1 101/);
+    expect(seen.at(-1)).toMatchObject({ host: `127.0.0.1:${port}`, url: "/up" });
   });
 
   it("answers a request that is not for a proxy with 400", async () => {
