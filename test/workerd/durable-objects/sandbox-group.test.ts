@@ -305,6 +305,18 @@ describe("intent delivery", () => {
     }
   }, 15_000);
 
+  it("a group that restarts right after a create answered, before the Running row was written, finds it Running again", async () => {
+    const metadata = { "e2b.agents.kruise.io/wait-ready-timeout-seconds": "1" };
+    const id = await create({ timeout: 600, metadata });
+    await runInDurableObject(sandboxGroupStub(env, id), (_instance: SandboxGroupDO, state) => {
+      state.abort("scripted: the group restarts");
+    }).catch(() => undefined);
+    // The row still said Pending with the claim undelivered: the alarm re-sends it, ClusterDO
+    // answers that it holds that generation and routes the Running observation it held back.
+    await eventually(async () => (await stub(id).inspect())?.phase === "Running", 8_000);
+    expect((await expectStatus(call(`/sandboxes/${id}`, { key: team.key }), 200)).state).toBe("running");
+  }, 15_000);
+
   it("an intent whose group restarts before ClusterDO took it is sent by the new instance", async () => {
     const id = await create({ timeout: 600 });
     // The pause never leaves this instance, which goes away (a restart) once its row is written.
