@@ -9,7 +9,7 @@ import { ApiError } from "../api-error.ts";
 import { readJson } from "../body.ts";
 import type { AppEnv } from "../env.ts";
 import { getDb } from "../store/db.ts";
-import { listIndex } from "../store/sandbox-index.ts";
+import { listIndex, listIndexWithRunning } from "../store/sandbox-index.ts";
 import { encodeCursor, parseListQuery, parseMetadataQuery } from "./list-query.ts";
 import { renderDetail, renderListed, renderSandbox } from "./render.ts";
 import { createSandboxRoute } from "./sandbox-create.ts";
@@ -38,8 +38,9 @@ sandboxes.post("/v2/sandboxes", createSandboxRoute("v2"));
 sandboxes.get("/v2/sandboxes", async (c) => {
   const q = parseListQuery(c.req.query());
   const caller = c.get("caller");
-  const page = await listIndex(getDb(c.env), { ...q, keyId: caller.admin ? null : caller.keyId });
+  const page = await listIndexWithRunning(getDb(c.env), { ...q, keyId: caller.admin ? null : caller.keyId });
   if (page.next) c.header("X-Next-Token", encodeCursor(page.next));
+  c.header("X-Total-Running", String(page.running));
   return c.json(page.rows.map(renderListed));
 });
 

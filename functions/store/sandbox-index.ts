@@ -63,8 +63,33 @@ export interface ListFilter {
 
 /** One page, plus the cursor of the next one when more rows match. */
 export async function listIndex(db: Db, f: ListFilter): Promise<{ rows: IndexRow[]; next?: Cursor }> {
-  const where: SQL[] = [inArray(sandboxes.state, [...f.states])];
-  if (f.keyId !== null) where.push(eq(sandboxes.keyId, f.keyId));
+  return pageOf(await pageQuery(db, f), f.limit);
+}
+
+/**
+ * A page and, in the same libSQL request, how many running sandboxes the caller has in the same
+ * scope as the rows (the key's own, or every one for the admin key), whatever the filters: E2B's
+ * optional `X-Total-Running`. The count walks the `(key_id, started_at)` index for a key.
+ */
+export async function listIndexWithRunning(db: Db, f: ListFilter): Promise<{ rows: IndexRow[]; next?: Cursor; running: number }> {
+  const running = db.select({ n: sql<number>`count(*)` }).from(sandboxes).where(and(eq(sandboxes.state, "running"), ...keyScope(f.keyId)));
+  const [rows, count] = await db.batch([pageQuery(db, f), running]);
+  return { ...pageOf(rows, f.limit), running: Number(count[0]?.n ?? 0) };
+}
+
+function keyScope(keyId: string | null): SQL[] {
+  return keyId === null ? [] : [eq(sandboxes.keyId, keyId)];
+}
+
+function pageOf(rows: IndexRow[], limit: number): { rows: IndexRow[]; next?: Cursor } {
+  if (rows.length <= limit) return { rows };
+  const page = rows.slice(0, limit);
+  const last = page[page.length - 1]!;
+  return { rows: page, next: { startedAt: last.startedAt, id: last.id } };
+}
+
+function pageQuery(db: Db, f: ListFilter) {
+  const where: SQL[] = [inArray(sandboxes.state, [...f.states]), ...keyScope(f.keyId)];
   if (f.template !== undefined) where.push(eq(sandboxes.templateId, f.template));
   if (f.startedAfter !== undefined) where.push(gte(sandboxes.startedAt, f.startedAfter));
   for (const [k, v] of f.metadata) {
@@ -75,16 +100,12 @@ export async function listIndex(db: Db, f: ListFilter): Promise<{ rows: IndexRow
     where.push(or(past(sandboxes.startedAt, f.after.startedAt), and(eq(sandboxes.startedAt, f.after.startedAt), past(sandboxes.id, f.after.id)))!);
   }
   const dir = f.order === "desc" ? desc : asc;
-  const rows = await db
+  return db
     .select()
     .from(sandboxes)
     .where(and(...where))
     .orderBy(dir(sandboxes.startedAt), dir(sandboxes.id))
     .limit(f.limit + 1);
-  if (rows.length <= f.limit) return { rows };
-  const page = rows.slice(0, f.limit);
-  const last = page[page.length - 1]!;
-  return { rows: page, next: { startedAt: last.startedAt, id: last.id } };
 }
 
 export async function getIndexRow(db: Db, id: string): Promise<IndexRow | undefined> {

@@ -79,6 +79,31 @@ describe("GET /v2/sandboxes", () => {
   });
 });
 
+describe("X-Total-Running", () => {
+  it("counts the key's running sandboxes, whatever the page and filters, and the admin key counts every key's", async () => {
+    const own = await createTeam(unique("total"));
+    const ownAgent = await startAgent(own.cluster);
+    try {
+      const created: string[] = [];
+      for (let i = 0; i < 3; i++) created.push((await expectStatus(call("/v2/sandboxes", { key: own.key, body: { templateID: own.template } }), 201)).sandboxID);
+      await expectStatus(call(`/sandboxes/${created[0]}/pause`, { key: own.key, body: {} }), 204);
+      await expectStatus(call(`/sandboxes/${created[1]}`, { key: own.key, method: "DELETE" }), 204);
+      for (const query of ["", "?limit=1", "?state=paused", "?metadata=none%3Dmatches"]) {
+        const res = await call(`/v2/sandboxes${query}`, { key: own.key });
+        expect(res.status).toBe(200);
+        expect({ query, total: res.headers.get("x-total-running") }).toEqual({ query, total: "1" });
+      }
+      // The other suite's team runs sandboxes too: a key sees only its own, the admin all of them.
+      const other = Number((await call("/v2/sandboxes?limit=1", { key: team.key })).headers.get("x-total-running"));
+      expect(other).toBeGreaterThanOrEqual(ids.length);
+      const all = Number((await call("/v2/sandboxes?limit=1")).headers.get("x-total-running"));
+      expect(all).toBeGreaterThanOrEqual(other + 1);
+    } finally {
+      ownAgent.disconnect();
+    }
+  });
+});
+
 describe("GET /sandboxes (v1)", () => {
   it("lists running sandboxes only", async () => {
     const extra = await expectStatus(call("/v2/sandboxes", { key: team.key, body: { templateID: team.template } }), 201);
