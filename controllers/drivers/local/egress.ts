@@ -12,6 +12,10 @@ import type { DesiredSandbox } from "../driver.ts";
  * process cannot listen on this port itself. Knob: LocalDriverOptions.egressProxyPort. */
 export const EGRESS_PROXY_PORT = 3128;
 
+/** Open connections through that port per sandbox at most, unless its pids limit is lower. Knob:
+ * LocalDriverOptions.egressMaxConnections. */
+export const EGRESS_MAX_CONNECTIONS = 256;
+
 /** `host`: shares the host's network (no rules); `none`: no network at all; `proxy`: its own
  * network namespace whose only way out is the traffic-proxy. */
 export type NetworkMode = "host" | "none" | "proxy";
@@ -79,6 +83,11 @@ export class LocalEgress {
       this.#listening.catch(() => (this.#listening = undefined));
     }
     return this.#listening;
+  }
+
+  /** Ends the sandbox's open connections that its rules, as they are now, deny. */
+  revalidate(id: string): void {
+    this.#proxy?.revalidate(id);
   }
 
   dispose(): void {

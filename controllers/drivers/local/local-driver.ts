@@ -19,7 +19,7 @@ import {
 } from "../driver.ts";
 import { cgroupPids, cgroupSetFor, createCgroups, isFrozen, killAndRemove, listCgroupIds, procsFiles, removeParents, setFrozen, type CgroupLayout } from "./cgroups.ts";
 import { alive, discoverHolder, signalSandbox, startHolder } from "./holder.ts";
-import { EGRESS_PROXY_PORT, egressRules, LocalEgress, networkMode, proxyEnv } from "./egress.ts";
+import { EGRESS_MAX_CONNECTIONS, EGRESS_PROXY_PORT, egressRules, LocalEgress, networkMode, proxyEnv } from "./egress.ts";
 import { restoreLayer, saveLayer } from "./layer-archive.ts";
 import { bwrapMountArgs, layoutFor, mountsFor, prepareLayout } from "./layout.ts";
 import { LocalSandboxView } from "./local-view.ts";
@@ -48,6 +48,9 @@ export interface LocalDriverOptions {
   /** The port on each egress-restricted sandbox's loopback that leads to the traffic-proxy
    * (HTTP_PROXY). Default 3128. */
   egressProxyPort?: number;
+  /** Open connections through that port per sandbox at most (each holds a relay process in the
+   * sandbox's cgroups). Default 256, and never more than the sandbox's pids limit. */
+  egressMaxConnections?: number;
 }
 
 const LEVEL_ORDER: IsolationLevel[] = ["kubernetes", "bwrap+cgroup", "bwrap", "process"];
@@ -70,11 +73,13 @@ export class LocalDriver implements Driver {
   });
   readonly #relay = new PortRelay({ proxySocket: this.#egress.socket });
   readonly #egressPort: number;
+  readonly #egressMax: number;
 
   constructor(opts: LocalDriverOptions) {
     this.#dataDir = opts.dataDir;
     this.#pidsMax = opts.defaultPidsMax ?? 4096;
     this.#egressPort = opts.egressProxyPort ?? EGRESS_PROXY_PORT;
+    this.#egressMax = opts.egressMaxConnections ?? EGRESS_MAX_CONNECTIONS;
     this.#spawner = opts.spawner ?? new Spawner(process.env.KRUISE_LOCAL_SPAWNER === "off" ? IN_PROCESS : undefined);
     this.#spawner.warm();
     const probe = probeHost({ cgroupName: opts.cgroupName ?? "kruise-sandboxes", cgroupParent: opts.cgroupParent, want: opts.level });
@@ -175,12 +180,19 @@ export class LocalDriver implements Driver {
   }
 
   /** A running sandbox with egress rules has the proxy on its loopback; any other has none.
-   * Also re-opens a listener an agent restart lost (the relay died with the old agent). */
+   * Also re-opens a listener an agent restart lost (the relay died with the old agent), and ends
+   * open connections that the rules as they are now deny. */
   async #syncEgress(rec: SandboxRecord): Promise<void> {
     const running = rec.phase !== "Stopped" && rec.level !== "process" && rec.nsInit !== undefined && alive(rec.nsInit);
-    if (!running || networkMode(rec.desired) !== "proxy") return this.#relay.closeEgress(rec.id);
+    if (!running || networkMode(rec.desired) !== "proxy") {
+      await this.#relay.closeEgress(rec.id);
+      this.#egress.revalidate(rec.id);
+      return;
+    }
     await this.#egress.start();
-    await this.#relay.listenEgress(rec.id, rec.nsInit!, this.#egressPort);
+    const maxConnections = Math.min(this.#egressMax, rec.desired.resources.pidsMax ?? this.#pidsMax);
+    await this.#relay.listenEgress(rec.id, rec.nsInit!, this.#egressPort, { cgroupProcs: rec.cgroups ? procsFiles(rec.cgroups) : [], maxConnections });
+    this.#egress.revalidate(rec.id);
   }
 
   async #start(rec: SandboxRecord): Promise<SandboxRecord> {
@@ -308,7 +320,10 @@ export class LocalDriver implements Driver {
     if (!Number.isInteger(port) || port < 1 || port > 65535) throw new Error(`invalid port ${port}`);
     const rec = this.#record(id);
     if (!rec || rec.phase === "Stopped" || !rec.nsInit || !alive(rec.nsInit)) throw new SandboxNotFoundError(id, "not running");
-    if (rec.level !== "process" && networkMode(rec.desired) !== "host") return this.#relay.connect(rec.nsInit, port);
+    const mode = rec.level === "process" ? "host" : networkMode(rec.desired);
+    // From outside, the proxy would serve anyone under the sandbox's rules.
+    if (mode === "proxy" && port === this.#egressPort) throw new Error(`port ${port} is the sandbox's egress proxy, not a user port`);
+    if (mode !== "host") return this.#relay.connect(rec.nsInit, port);
     return new Promise<Socket>((resolve, reject) => {
       const s = tcpConnect(port, "127.0.0.1");
       s.once("connect", () => resolve(s.off("error", reject))).once("error", reject);

@@ -7,13 +7,18 @@
 # bytes both ways. Loopback of the sandbox is all it can reach: the address is fixed, and a
 # namespace that is the relay's own (the host's network) is refused.
 #
-# The way out for sandboxes with egress rules: on "listen <tag> <ns pid> <start> <port>\n" from
-# its stdin (only the agent writes there) the relay itself enters the sandbox's network namespace,
+# The way out for sandboxes with egress rules: on
+# "listen <tag> <ns pid> <start> <port> <max connections> [<cgroup.procs path>...]\n" from its
+# stdin (only the agent writes there) the relay itself enters the sandbox's network namespace,
 # opens a listener on 127.0.0.1:<port> there, and returns to its own namespace: the socket stays
 # in the sandbox's. Each connection accepted on it is piped by a forked child to the proxy's Unix
 # socket after the line "<tag>\n", so the proxy learns the sandbox from the listener the bytes
-# arrived on, never from the bytes. "close <tag>\n" closes the listener. One answer line per
-# command, in order: "ok" or the reason.
+# arrived on, never from the bytes. The sandbox pays for those children: each joins the sandbox's
+# cgroups (the given cgroup.procs files) before it reads a byte, so its pids and memory limits
+# count them, and a connection beyond <max connections> open ones, or arriving when the
+# sandbox's pids.max is reached, is closed at once. "close <tag>\n" closes the listener and kills
+# the tag's children. One answer line per command, in order: "ok" or the reason. The egress port
+# is not a user port: an inbound request for it is refused.
 # Usage: port-relay.pl <socket path> <setns syscall nr> [<proxy socket path>]
 use Socket;
 use Fcntl;
@@ -31,15 +36,23 @@ listen($srv, 128) or die "port-relay.pl: listen: $!\n";
 fcntl($srv, F_SETFL, fcntl($srv, F_GETFL, 0) | O_NONBLOCK);
 my $own_net = readlink('/proc/self/ns/net');
 open(my $own_ns, '<', '/proc/self/ns/net') or die "port-relay.pl: own network namespace: $!\n";
-$SIG{CHLD} = 'IGNORE';  # children are reaped by the kernel
+$SIG{CHLD} = sub {};  # interrupts select, so children are reaped (and counted) at once
 $SIG{PIPE} = 'IGNORE';  # an agent gone mid-answer is seen as the end of stdin
 $| = 1;
 print "ready\n";
 
-my %egress;  # tag => listener in the sandbox's network namespace
+my %egress;     # tag => listener in the sandbox's network namespace
+my %egress_at;  # tag => "<net namespace> <port>" of that listener
+my %limit;      # tag => [max connections, cgroup.procs files]
+my %kid;        # pid of an egress child => its tag
+my %open;       # tag => how many egress children run
 my $relay = $$;
 my $ctl = '';
 for (;;) {
+  while ((my $pid = waitpid(-1, 1)) > 0) {  # WNOHANG
+    my $tag = delete $kid{$pid};
+    $open{$tag}-- if defined $tag;
+  }
   my $rin = '';
   vec($rin, fileno($srv), 1) = 1;
   vec($rin, fileno(STDIN), 1) = 1;
@@ -60,17 +73,20 @@ for (;;) {
   for my $tag (keys %egress) {
     my $l = $egress{$tag};
     next unless $l && vec($rout, fileno($l), 1);
-    if (accept(my $c, $l)) {  # nonblocking: a connection reset meanwhile is skipped
-      child($c, sub { egress($c, $tag) });
-    }
+    next unless accept(my $c, $l);  # nonblocking: a connection reset meanwhile is skipped
+    my ($max, $procs) = @{$limit{$tag}};
+    if (($open{$tag} // 0) >= $max || !pids_left($procs)) { close $c; next; }
+    my $pid = child($c, sub { join_cgroups($procs); egress($c, $tag) });
+    if ($pid) { $kid{$pid} = $tag; $open{$tag}++; }
   }
 }
 
 # Forks a child that serves one connection and exits; it holds no other socket of the relay.
+# Returns its pid (0 when fork failed).
 sub child {
   my ($c, $fn) = @_;
   my $pid = fork();
-  if (!defined $pid) { close $c; return; }
+  if (!defined $pid) { close $c; return 0; }
   if ($pid == 0) {
     close $srv;
     close $_ for values %egress;
@@ -82,19 +98,59 @@ sub child {
     exit 0;
   }
   close $c;
+  return $pid;
+}
+
+# Whether the sandbox's pids cgroup (among its cgroup directories) has fewer than pids.max
+# processes plus `$more` (always true without one).
+sub pids_below {
+  my ($procs, $more) = @_;
+  for my $file (@$procs) {
+    (my $dir = $file) =~ s{/cgroup\.procs$}{};
+    open(my $m, '<', "$dir/pids.max") or next;
+    my $max = <$m>;
+    chomp $max;
+    next if $max eq 'max';
+    open(my $cur, '<', "$dir/pids.current") or return 0;
+    my $n = <$cur>;
+    return 0 if $n >= $max + $more;
+  }
+  return 1;
+}
+sub pids_left { pids_below($_[0], 0) }
+
+# Moves the calling child into the sandbox's cgroups, or ends it (and so the connection). Joining
+# is never refused by pids.max, so a child that finds itself over it leaves.
+sub join_cgroups {
+  my ($procs) = @_;
+  for my $file (@$procs) {
+    open(my $f, '>', $file) or exit 0;
+    syswrite($f, "$$\n") or exit 0;
+    close $f or exit 0;
+  }
+  exit 0 unless pids_below($procs, 1);
+}
+
+sub close_egress {
+  my ($tag) = @_;
+  close(delete $egress{$tag}) if $egress{$tag};
+  delete $egress_at{$tag};
+  delete $limit{$tag};
+  my @pids = grep { $kid{$_} eq $tag } keys %kid;
+  kill 'KILL', @pids if @pids;
 }
 
 sub command {
   my ($cmd) = @_;
   if ($cmd =~ /^close ([A-Za-z0-9_-]{1,64})$/) {
-    close(delete $egress{$1}) if $egress{$1};
+    close_egress($1);
     return 'ok';
   }
-  my ($tag, $nspid, $start, $port) = $cmd =~ /^listen ([A-Za-z0-9_-]{1,64}) (\d+) (\d+) (\d+)$/ or return 'bad command';
+  my ($tag, $nspid, $start, $port, $max, $procs) = $cmd =~ m{^listen ([A-Za-z0-9_-]{1,64}) (\d+) (\d+) (\d+) (\d+)((?: /\S+/cgroup\.procs)*)$} or return 'bad command';
   return 'no proxy socket' unless defined $proxy;
   return "bad port $port" if $port < 1 || $port > 65535;
-  close(delete $egress{$tag}) if $egress{$tag};
-  my ($ns, $err) = namespace_of($nspid, $start);
+  close_egress($tag);
+  my ($ns, $err, $net) = namespace_of($nspid, $start);
   return $err if $err;
   syscall($setns_nr, fileno($ns), 0x40000000) == 0 or return "setns: $!";  # CLONE_NEWNET
   my $l;
@@ -108,11 +164,13 @@ sub command {
   return $why unless $ok;
   fcntl($l, F_SETFL, fcntl($l, F_GETFL, 0) | O_NONBLOCK);
   $egress{$tag} = $l;
+  $egress_at{$tag} = "$net $port";
+  $limit{$tag} = [$max, [grep { length } split / /, $procs]];
   return 'ok';
 }
 
 # The network namespace of a running process (checked after opening, so a reused pid is not
-# taken for it), or why not; never the relay's own (the host's network).
+# taken for it) and its identity, or why not; never the relay's own (the host's network).
 sub namespace_of {
   my ($nspid, $start) = @_;
   open(my $ns, '<', "/proc/$nspid/ns/net") or return (undef, 'the sandbox is not running');
@@ -122,7 +180,7 @@ sub namespace_of {
   return (undef, 'the sandbox is not running') unless defined $f[19] && $f[19] eq $start;
   my $target_net = readlink('/proc/self/fd/' . fileno($ns));
   return (undef, 'refused: that process shares the host network') if !defined $target_net || $target_net eq $own_net;
-  return ($ns, undef);
+  return ($ns, undef, $target_net);
 }
 
 sub egress {
@@ -146,8 +204,10 @@ sub serve {
   my ($head, $rest) = (substr($line, 0, $nl), substr($line, $nl + 1));
   my ($nspid, $start, $port) = $head =~ /^(\d+) (\d+) (\d+)$/ or answer($c, 'bad request line');
   answer($c, "bad port $port") if $port < 1 || $port > 65535;
-  my ($ns, $err) = namespace_of($nspid, $start);
+  my ($ns, $err, $net) = namespace_of($nspid, $start);
   answer($c, $err) if $err;
+  # The proxy would serve an outsider under the sandbox's rules.
+  answer($c, "port $port is the sandbox's egress proxy, not a user port") if grep { $_ eq "$net $port" } values %egress_at;
   syscall($setns_nr, fileno($ns), 0x40000000) == 0 or answer($c, "setns: $!");  # CLONE_NEWNET
   socket(my $u, PF_INET, SOCK_STREAM, 0) or answer($c, "socket: $!");
   connect($u, sockaddr_in($port, INADDR_LOOPBACK)) or answer($c, "connect to port $port: $!");

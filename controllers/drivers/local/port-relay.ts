@@ -7,7 +7,9 @@
 // The same process is the way out of sandboxes with egress rules: it keeps a listener inside each
 // such sandbox's network namespace and pipes what arrives there to the traffic-proxy's Unix
 // socket, tagged with the sandbox (see port-relay.pl and README.md). The driver asks for those
-// listeners with listenEgress/closeEgress; they are re-opened when the relay had to restart.
+// listeners with listenEgress/closeEgress; they are re-opened when the relay had to restart. Each
+// connection through such a listener holds a relay child that joins the sandbox's cgroups, so
+// the sandbox's own limits bound them.
 import { spawn, type ChildProcess } from "node:child_process";
 import { createInterface } from "node:readline";
 import { mkdtempSync, rmSync } from "node:fs";
@@ -28,10 +30,21 @@ export interface PortRelayOptions {
   proxySocket?: string;
 }
 
-interface EgressListener {
+/** What bounds the relay children of one sandbox's egress connections. */
+export interface EgressLimits {
+  /** The sandbox's cgroup.procs files, which each child joins (none without cgroups). */
+  cgroupProcs: string[];
+  /** Open connections at most; more are closed as they arrive. */
+  maxConnections: number;
+}
+
+interface EgressListener extends EgressLimits {
   nsInit: ProcRef;
   port: number;
 }
+
+const listenLine = (tag: string, l: EgressListener) =>
+  ["listen", tag, l.nsInit.pid, l.nsInit.start, l.port, l.maxConnections, ...l.cgroupProcs].join(" ");
 
 export class PortRelay {
   readonly #proxySocket: string | undefined;
@@ -80,7 +93,14 @@ export class PortRelay {
     });
     child.unref();
     this.#ready = ready.then(async (p) => {
-      for (const [tag, l] of this.#egress) await this.#command(child, `listen ${tag} ${l.nsInit.pid} ${l.nsInit.start} ${l.port}`);
+      for (const [tag, l] of this.#egress) {
+        const answer = await this.#command(child, listenLine(tag, l));
+        // Forgotten, so the sandbox's next ensure opens it again (and reports why it cannot).
+        if (answer !== "ok" && this.#egress.get(tag) === l) {
+          this.#egress.delete(tag);
+          console.error(`port relay: egress listener for ${tag} not reopened: ${answer}`);
+        }
+      }
       return p;
     });
     this.#ready.catch(() => {});
@@ -97,22 +117,23 @@ export class PortRelay {
   }
 
   /** Makes 127.0.0.1:`port` inside the network namespace of `nsInit` lead to the traffic-proxy,
-   * tagged `tag` (the sandbox id). Idempotent; a new `nsInit` (restarted sandbox) replaces the
-   * old listener. */
-  async listenEgress(tag: string, nsInit: ProcRef, port: number): Promise<void> {
+   * tagged `tag` (the sandbox id). Idempotent; a new `nsInit` (restarted sandbox) or new limits
+   * replace the old listener. */
+  async listenEgress(tag: string, nsInit: ProcRef, port: number, limits: EgressLimits): Promise<void> {
+    const want: EgressListener = { nsInit, port, ...limits };
     const had = this.#egress.get(tag);
-    if (had && had.nsInit.pid === nsInit.pid && had.nsInit.start === nsInit.start && had.port === port && this.#child) return;
-    this.#egress.set(tag, { nsInit, port });
+    if (had && this.#child && listenLine(tag, had) === listenLine(tag, want)) return;
+    this.#egress.set(tag, want);
     await this.#start();
-    const answer = await this.#command(this.#child!, `listen ${tag} ${nsInit.pid} ${nsInit.start} ${port}`);
+    const answer = await this.#command(this.#child!, listenLine(tag, want));
     if (answer !== "ok") {
-      this.#egress.delete(tag);
+      if (this.#egress.get(tag) === want) this.#egress.delete(tag);
       throw new Error(`egress listener for ${tag}: ${answer}`);
     }
   }
 
-  /** Closes the sandbox's egress listener; a listener holds the namespace alive, so this comes
-   * before its processes end. */
+  /** Closes the sandbox's egress listener and ends the connections through it; a listener holds
+   * the namespace alive, so this comes before its processes end. */
   async closeEgress(tag: string): Promise<void> {
     if (!this.#egress.delete(tag) || !this.#child) return;
     await this.#command(this.#child, `close ${tag}`);
