@@ -12,6 +12,8 @@ import type { DesiredSandbox } from "../../../../controllers/drivers/driver.ts";
 import { LocalDriver } from "../../../../controllers/drivers/local/local-driver.ts";
 import { PortRelay } from "../../../../controllers/drivers/local/port-relay.ts";
 import { procRef } from "../../../../controllers/drivers/local/holder.ts";
+import { layoutFor } from "../../../../controllers/drivers/local/layout.ts";
+import { readRecord } from "../../../../controllers/drivers/local/records.ts";
 
 const dataDir = mkdtempSync(join(tmpdir(), "local-port-relay-"));
 const driver = new LocalDriver({ dataDir, cgroupName: `kruise-test-${process.pid}-relay` });
@@ -84,6 +86,21 @@ describe("user ports of sandboxes without network", () => {
     try {
       await expect(relay.connect(procRef(process.pid)!, port)).rejects.toThrow(/shares the host network/);
       await expect(relay.connect({ pid: process.pid, start: "1" }, port)).rejects.toThrow(/not running/);
+    } finally {
+      relay.dispose();
+    }
+  });
+
+  it("refuses an egress listener's port as a user port (it would serve outsiders under the sandbox's rules)", async () => {
+    const d = desired();
+    await driver.ensure(d);
+    const nsInit = readRecord(layoutFor(dataDir, d.id).record)!.nsInit!;
+    const relay = new PortRelay({ proxySocket: join(dataDir, "no-proxy.sock") });
+    try {
+      await relay.listenEgress(d.id, nsInit, 3999, { cgroupProcs: [], maxConnections: 4 });
+      await expect(relay.connect(nsInit, 3999)).rejects.toThrow("port 3999 is the sandbox's egress proxy, not a user port");
+      await relay.closeEgress(d.id);
+      await expect(relay.connect(nsInit, 3999)).rejects.toThrow(/connect to port 3999: Connection refused/);
     } finally {
       relay.dispose();
     }
