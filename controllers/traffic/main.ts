@@ -4,7 +4,8 @@
 //        [--policy-file /etc/traffic/policy.json | --policy '{"allowOut":[...],"denyOut":[...]}']
 // Env: TRAFFIC_PROXY_POLICY (the JSON, when neither flag is given). The policy is E2B's
 // `{allowOut, denyOut}`; none at all means nothing is restricted. SIGHUP re-reads --policy-file
-// (a refused file keeps the rules in force and says why on stderr).
+// (a refused file keeps the rules in force and says why on stderr) and ends the open
+// connections the new rules deny.
 import { readFileSync } from "node:fs";
 import { parseArgs } from "node:util";
 import { EgressPolicySchema } from "../../schema/protocol/egress.ts";
@@ -50,7 +51,8 @@ if (values["policy-file"]) {
   process.on("SIGHUP", () => {
     try {
       policy = loadPolicy();
-      console.error("traffic-proxy: policy reloaded");
+      const ended = proxy.revalidate("");
+      console.error(`traffic-proxy: policy reloaded${ended ? `, ${ended} open connection(s) it denies ended` : ""}`);
     } catch (err) {
       console.error(`traffic-proxy: policy not reloaded, the previous rules stay: ${(err as Error).message}`);
     }
