@@ -69,6 +69,10 @@ describe("network egress rules", () => {
       text = res?.ok ? await res.text() : "";
     }
     expect(text).toBe("inside\n");
+    // The proxy's port is not one of them: from outside it would be a proxy under the sandbox's rules.
+    const proxyPort = await fetch(`${e2b().apiUrl}/`, { headers: { ...headers, "e2b-sandbox-port": "3128" } });
+    expect(proxyPort.status).toBe(502);
+    expect(await proxyPort.text()).toContain("port 3128 is the sandbox's egress proxy, not a user port");
   });
 
   it("a sandbox without rules is as before: the host's network, no proxy", async () => {
