@@ -187,7 +187,7 @@ sub egress {
   my ($c, $tag) = @_;
   socket(my $p, PF_UNIX, SOCK_STREAM, 0) or exit 0;
   connect($p, pack_sockaddr_un($proxy)) or exit 0;  # no proxy: the client sees the connection close
-  pump($c, $p, '') if put($p, "$tag\n");
+  pump($c, $p, '', 1) if put($p, "$tag\n");
 }
 
 sub answer { syswrite($_[0], "$_[1]\n"); exit 0; }
@@ -229,9 +229,12 @@ sub put {
 # Copies both ways until both sides ended; an end of input on one side becomes a half-close of
 # the other, so request bodies and WebSocket closes pass through as they would over TCP. A side
 # that cannot take more (a server that answered early and closed) stops only that direction:
-# its answer still flows back.
+# its answer still flows back. With $silent_ends, a far side that ends without having sent a byte
+# ends the whole connection: the proxy closes a client that sent no request in time that way,
+# and a sandbox that keeps its end open must not keep this process.
 sub pump {
-  my ($c, $u, $rest) = @_;
+  my ($c, $u, $rest, $silent_ends) = @_;
+  my $heard = 0;
   $SIG{PIPE} = 'IGNORE';
   my $up = !length $rest || put($u, $rest);
   my %to = (fileno($u) => [$u, $c]);
@@ -245,6 +248,8 @@ sub pump {
       my ($from, $dst) = @{$to{$fd}};
       my $n = sysread($from, my $buf, 65536);
       exit 0 unless defined $n;  # reset: closing both ends passes it on
+      $heard ||= $n && $from == $u;
+      exit 0 if $n == 0 && $from == $u && $silent_ends && !$heard;
       if ($n == 0) {
         shutdown($dst, 1);
         delete $to{$fd};

@@ -14,6 +14,7 @@ import { PortRelay } from "../../../../controllers/drivers/local/port-relay.ts";
 import { procRef } from "../../../../controllers/drivers/local/holder.ts";
 import { layoutFor } from "../../../../controllers/drivers/local/layout.ts";
 import { readRecord } from "../../../../controllers/drivers/local/records.ts";
+import { TrafficProxy } from "../../../../controllers/traffic/proxy.ts";
 
 const dataDir = mkdtempSync(join(tmpdir(), "local-port-relay-"));
 const driver = new LocalDriver({ dataDir, cgroupName: `kruise-test-${process.pid}-relay` });
@@ -103,6 +104,41 @@ describe("user ports of sandboxes without network", () => {
       await expect(relay.connect(nsInit, 3999)).rejects.toThrow(/connect to port 3999: Connection refused/);
     } finally {
       relay.dispose();
+    }
+  });
+
+  it("an egress connection the proxy closes unheard (no request in time) leaves no relay process, though the sandbox keeps its end", async () => {
+    const d = desired();
+    await driver.ensure(d);
+    const nsInit = readRecord(layoutFor(dataDir, d.id).record)!.nsInit!;
+    const dir = mkdtempSync(join(tmpdir(), "relay-proxy-"));
+    const proxySocket = join(dir, "proxy.sock");
+    const proxy = new TrafficProxy({ policyFor: () => "no rules", firstRequestTimeoutMs: 300 });
+    await proxy.listenTagged(proxySocket);
+    const relay = new PortRelay({ proxySocket });
+    /** How many children that relay (the one started with this proxy socket) has. */
+    const count = () => {
+      try {
+        const pid = execFileSync("pgrep", ["-f", "-P", String(process.pid), proxySocket], { encoding: "utf8" }).trim();
+        return execFileSync("pgrep", ["-P", pid], { encoding: "utf8" }).trim().split("\n").length;
+      } catch {
+        return 0; // pgrep found none
+      }
+    };
+    try {
+      await relay.listenEgress(d.id, nsInit, 3998, { cgroupProcs: [], maxConnections: 8 });
+      const py = `import socket, time\nss = [socket.create_connection(("127.0.0.1", 3998)) for i in range(3)]\ntime.sleep(4)`;
+      await sh(d.id, `nohup python3 -c '${py}' >/dev/null 2>&1 < /dev/null &`);
+      let seen = 0;
+      for (const deadline = Date.now() + 2000; Date.now() < deadline && seen < 3; await sleep(20)) seen = Math.max(seen, count());
+      expect(seen).toBe(3);
+      let left = seen;
+      for (const deadline = Date.now() + 2000; Date.now() < deadline && left > 0; await sleep(50)) left = count();
+      expect(left).toBe(0);
+    } finally {
+      relay.dispose();
+      await proxy.close();
+      rmSync(dir, { recursive: true, force: true });
     }
   });
 
