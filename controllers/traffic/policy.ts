@@ -100,8 +100,8 @@ export function needsAddresses(policy: CompiledPolicy, host: string): boolean {
   return policy.addressesMatter || policy.allow.some((r) => matchesName(r, name));
 }
 
-/** Why one address may not be connected to, or undefined when it may; `rule` is the allowOut
- * entry that admitted it. */
+/** The verdict on one address: why it may not be connected to, or the allowOut entry that
+ * admitted it (none when no rule names it). */
 function judge(policy: CompiledPolicy, ip: Ip, shown: string): { denied: string } | { rule?: string } {
   if (neverDestination(ip)) return { denied: `${shown} is not a destination (0.0.0.0/8 and :: reach this host's own loopback)` };
   const v4 = embeddedV4(ip);
