@@ -1,0 +1,117 @@
+// A/B of the edge's create path: `node bench/edge-ab.ts [--base <git rev>] [--rounds n] [--creates n]
+// [--replicas n]` builds the edge bundle of <git rev> (default HEAD, from `git archive`, the
+// checkout untouched) and of the working tree, serves both on workerd at once against one sqld,
+// and runs the 50-client create load on each in alternating rounds. On this shared 2-core machine
+// one `npm run bench -- edge` moves by ±15 % from run to run with the load of other processes;
+// interleaved rounds see the same load, so a change of a few percent in workerd CPU per create
+// shows. Prints workerd CPU per create, creates/s and p50 per round, and the medians.
+// Not part of `npm run bench` (it writes no figures): a tool for deciding whether a cut pays.
+import { spawnSync } from "node:child_process";
+import { cpSync, mkdirSync, mkdtempSync, rmSync, symlinkSync } from "node:fs";
+import { join, resolve } from "node:path";
+import { parseArgs } from "node:util";
+import { startEdge, type Edge } from "../scripts/lib/edge.ts";
+import { startSqld } from "../scripts/lib/sqld.ts";
+import { migrate } from "../scripts/migrate.ts";
+import { seed } from "../scripts/seed.ts";
+import { ScriptedAgent, tcpTransport } from "../test/support/scripted-agent.ts";
+import { cpuMs, median, timedConcurrently } from "./stats.ts";
+
+const ROOT = resolve(import.meta.dirname, "..");
+const ADMIN_KEY = `e2b_${"0".repeat(38)}ab`;
+const CLUSTER_TOKEN = "ab-cluster-token";
+const CLIENTS = 50;
+
+const { values: opt } = parseArgs({
+  options: {
+    base: { type: "string", default: "HEAD" },
+    rounds: { type: "string", default: "6" },
+    creates: { type: "string", default: "1500" },
+    replicas: { type: "string", default: "600" },
+  },
+});
+const rounds = Number(opt.rounds);
+const creates = Number(opt.creates);
+const replicas = Number(opt.replicas);
+
+const tmp = mkdtempSync("/dev/shm/sbx-edge-ab-");
+const sqld = await startSqld({ dir: join(tmp, "sqld") });
+const sides: { name: string; edge: Edge; agent: ScriptedAgent; cpu: number[]; rate: number[]; p50: number[] }[] = [];
+try {
+  await migrate(sqld.url);
+  await seed({ libsqlUrl: sqld.url, adminApiKey: ADMIN_KEY, pepper: "ab-pepper", baseReplicas: 0 });
+  const tree = join(tmp, "base-tree");
+  mkdirSync(tree);
+  const archive = spawnSync("sh", ["-c", `git archive ${JSON.stringify(opt.base)} | tar -x -C ${JSON.stringify(tree)}`], { cwd: ROOT, encoding: "utf8" });
+  if (archive.status !== 0) throw new Error(`git archive ${opt.base}: ${archive.stderr}`);
+  symlinkSync(join(ROOT, "node_modules"), join(tree, "node_modules"));
+  const bundles = { [`A (${opt.base})`]: join(tmp, "bundle-a"), "B (working tree)": join(tmp, "bundle-b") };
+  build(tree, join(tmp, "bundle-a"));
+  build(ROOT, join(tmp, "bundle-b"));
+  const vars = { LIBSQL_URL: sqld.url, KEY_PEPPER: "ab-pepper", ADMIN_API_KEY: ADMIN_KEY, CLUSTER_TOKEN };
+  for (const [name, bundle] of Object.entries(bundles)) {
+    const dir = join(tmp, `edge-${sides.length}`);
+    cpSync(bundle, join(dir, "bundle"), { recursive: true });
+    const edge = await startEdge({ dir, vars, skipBuild: true });
+    const agent = new ScriptedAgent({ agentId: `ab-${sides.length}` });
+    await agent.connect(tcpTransport(edge.url, CLUSTER_TOKEN, "local"));
+    sides.push({ name, edge, agent, cpu: [], rate: [], p50: [] });
+  }
+  for (const s of sides) {
+    await api(s.edge.url, "/admin/teams/admin/templates/ab", { method: "PUT", body: JSON.stringify({ spec: { replicas } }) });
+    await waitAvailable(s.edge.url, replicas);
+    await timedConcurrently(300, CLIENTS, () => create(s.edge.url)); // JIT, objects, caches
+  }
+  for (let r = 0; r < rounds; r++) {
+    for (const s of r % 2 ? [...sides].reverse() : sides) {
+      await waitAvailable(s.edge.url, Math.min(replicas, 600));
+      const cpu = cpuMs(s.edge.pid);
+      const started = performance.now();
+      const latencies = await timedConcurrently(creates, CLIENTS, () => create(s.edge.url));
+      s.rate.push(creates / ((performance.now() - started) / 1000));
+      s.cpu.push((cpuMs(s.edge.pid) - cpu) / creates);
+      s.p50.push(median(latencies));
+    }
+  }
+  const fmt = (xs: number[], d: number) => `${xs.map((x) => x.toFixed(d)).join(" ")} (median ${median(xs).toFixed(d)})`;
+  for (const s of sides) {
+    console.log(`${s.name}\n  workerd ms/create ${fmt(s.cpu, 2)}\n  creates/s ${fmt(s.rate, 0)}\n  p50 ms ${fmt(s.p50, 0)}`);
+  }
+} finally {
+  for (const s of sides) {
+    s.agent.disconnect();
+    await s.edge.stop();
+  }
+  await sqld.stop();
+  rmSync(tmp, { recursive: true, force: true });
+}
+
+/** The bundle `wrangler deploy` would upload, built from the tree at `cwd`. */
+function build(cwd: string, outDir: string): void {
+  const bin = join(ROOT, "node_modules/.bin");
+  const res = spawnSync(join(bin, "wrangler"), ["deploy", "--dry-run", "--outdir", outDir], {
+    cwd,
+    env: { ...process.env, PATH: `${bin}:${process.env.PATH}`, WRANGLER_SEND_METRICS: "false", WRANGLER_LOG: "warn" },
+    encoding: "utf8",
+  });
+  if (res.status !== 0) throw new Error(`edge build in ${cwd} failed:\n${res.stdout}\n${res.stderr}`);
+}
+
+async function api(base: string, path: string, init: RequestInit = {}): Promise<any> {
+  const res = await fetch(base + path, { ...init, headers: { "x-api-key": ADMIN_KEY, "content-type": "application/json" } });
+  const text = await res.text();
+  if (res.status >= 300) throw new Error(`${init.method ?? "GET"} ${path}: HTTP ${res.status} ${text.slice(0, 300)}`);
+  return text ? JSON.parse(text) : null;
+}
+
+function create(base: string): Promise<unknown> {
+  return api(base, "/sandboxes", { method: "POST", body: JSON.stringify({ templateID: "ab", timeout: 3600 }) });
+}
+
+async function waitAvailable(base: string, n: number): Promise<void> {
+  const deadline = Date.now() + 300_000;
+  while ((await api(base, "/admin/teams/admin/templates/ab")).pool.available < n) {
+    if (Date.now() > deadline) throw new Error(`pool of ${base}: fewer than ${n} available after 300 s`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
