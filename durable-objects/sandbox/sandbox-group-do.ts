@@ -256,8 +256,9 @@ export class SandboxGroupDO extends DurableObject<Env> {
 
   /**
    * One event: transition, one row write (with the new intent as undelivered), index writes, the
-   * enqueue; after a create's answer the row is saved soon (see saveSoon). `failure`: ClusterDO did not confirm taking the intent (it stays undelivered and the
-   * alarm sends it again). `acked`: with `awaitAckMs`, the agent acknowledged it in time.
+   * enqueue; after a create's answer the row is saved soon (see saveSoon). `failure`: ClusterDO
+   * did not confirm taking the intent (it stays undelivered and the alarm sends it again).
+   * `acked`: with `awaitAckMs`, the agent acknowledged it in time.
    */
   private async apply(id: string, ev: SandboxEvent, awaitAckMs: number, soon = false): Promise<Applied> {
     const slot = this.slot(id);
