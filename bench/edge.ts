@@ -114,8 +114,9 @@ export async function run(ctx: BenchContext): Promise<Figures> {
 /** The empty Worker and the create skeleton, measured with the same clients (see bench/skeleton.ts). */
 async function baselines(ctx: BenchContext) {
   const shm = !process.env.EDGE_BENCH_DISK && existsSync("/dev/shm") ? mkdtempSync("/dev/shm/sbx-skeleton-bench-") : undefined;
-  const skeleton = await startSkeleton(shm ?? join(ctx.dir, "skeleton-bench"));
+  let skeleton: Awaited<ReturnType<typeof startSkeleton>> | undefined;
   try {
+    skeleton = await startSkeleton(shm ?? join(ctx.dir, "skeleton-bench"));
     const empty = await skeleton.empty(LOAD_CREATES, CONCURRENCY);
     const creates = await skeleton.creates(LOAD_CREATES, CONCURRENCY);
     console.error(
@@ -124,7 +125,7 @@ async function baselines(ctx: BenchContext) {
     );
     return { empty, skeleton: creates };
   } finally {
-    await skeleton.stop();
+    await skeleton?.stop();
     if (shm) rmSync(shm, { recursive: true, force: true });
   }
 }
