@@ -47,7 +47,10 @@ export async function startSkeleton(dir: string): Promise<Skeleton> {
     logFile: join(dir, "workerd.log"),
     readyWithinMs: 20_000,
   });
-  const agent = await answeringClient(`ws://127.0.0.1:${port}/connect`);
+  const agent = await answeringClient(`ws://127.0.0.1:${port}/connect`).catch(async (err: unknown) => {
+    await workerd.stop();
+    throw err;
+  });
   const base = `http://127.0.0.1:${port}`;
   const headers = { "x-api-key": KEY, "content-type": "application/json" };
 
