@@ -88,15 +88,16 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
   const ingress = await createIngress({
     clusterToken: opts.clusterToken,
     runtime,
-    // A sandbox with internet access and no egress rules shares the host's network, so its user
-    // ports are on the host's loopback; others have a network of their own that only the driver
-    // can reach.
+    // The driver knows where a sandbox's port is: its own address (the local driver's sandboxes
+    // with internet access), its loopback through the port relay (no network, egress rules), or
+    // the host's loopback where it shares the host's network. Dialling the host's loopback here
+    // would hand one sandbox's URL to whatever else listens on that port on this host.
     userPortTarget: (id, port) => {
       const remote = reconciler.endpoint(id);
       if (remote) return { host: new URL(remote).hostname, port };
+      if (driver.connectUserPort) return { connect: () => driver.connectUserPort!(id, port) };
       const intent = store.get(id);
-      if (intent?.allowInternetAccess && !intent.egress) return { host: "127.0.0.1", port };
-      return driver.connectUserPort ? { connect: () => driver.connectUserPort!(id, port) } : undefined;
+      return intent?.allowInternetAccess && !intent.egress ? { host: "127.0.0.1", port } : undefined;
     },
     remoteRuntime: (id) => reconciler.endpoint(id),
   });

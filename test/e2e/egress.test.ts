@@ -1,11 +1,12 @@
 // E2B egress rules (`network.allowOut` / `denyOut`) through the real SDK: a sandbox with rules
 // reaches what they allow through the traffic-proxy (HTTP_PROXY), gets a 403 for the rest, and
-// has no other way out; a sandbox without rules is as before. The test's own HTTP server on the
+// has no other way out; a sandbox without rules goes out directly. The test's own HTTP server on the
 // host's loopback stands in for "outside" (all of 127/8 is local, so 127.0.0.2 is the same server
 // at an address the rules deny).
 import { createServer, type Server } from "node:http";
 import { ALL_TRAFFIC, Sandbox, type SandboxOpts } from "e2b";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { startOutside } from "../controllers/drivers/local/outside-net.ts";
 import { e2b, sleep } from "./sdk.ts";
 
 let server: Server;
@@ -75,9 +76,16 @@ describe("network egress rules", () => {
     expect(await proxyPort.text()).toContain("port 3128 is the sandbox's egress proxy, not a user port");
   });
 
-  it("a sandbox without rules is as before: the host's network, no proxy", async () => {
+  it("a sandbox without rules goes out directly, with no proxy, and not to the host's loopback", async () => {
     const sbx = await create();
-    expect(await rawConnect(sbx, "127.0.0.2")).toBe(true);
+    const outside = await startOutside();
+    try {
+      expect(await run(sbx, `curl -s -m 5 http://${outside.ip}/`)).toBe(`outside saw ${outside.hostIp}`);
+    } finally {
+      outside.stop();
+    }
+    // Its own network namespace: 127.0.0.2 is its own loopback, not the host's.
+    expect(await rawConnect(sbx, "127.0.0.2")).toBe(false);
     expect(await run(sbx, 'echo "[$HTTP_PROXY]"')).toBe("[]");
   });
 });

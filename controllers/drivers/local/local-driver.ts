@@ -26,6 +26,7 @@ import { LocalSandboxView } from "./local-view.ts";
 import { PortRelay } from "./port-relay.ts";
 import { probeHost } from "./probe.ts";
 import { readRecord, recordedIds, writeRecord, type SandboxRecord } from "./records.ts";
+import { SandboxNet, type SandboxNetOptions } from "./sandbox-net.ts";
 import { IN_PROCESS, Spawner } from "./spawner.ts";
 import type { LaunchedExit } from "../../runtime/process/launcher.ts";
 
@@ -51,6 +52,9 @@ export interface LocalDriverOptions {
   /** Open connections through that port per sandbox at most (each holds a relay process in the
    * sandbox's cgroups). Default 256, and never more than the sandbox's pids limit. */
   egressMaxConnections?: number;
+  /** The bridge and address range of sandboxes with internet access (sandbox-net.ts), or false
+   * to have them share the host's network as before (also `KRUISE_LOCAL_NETNS=off`). */
+  network?: SandboxNetOptions | false;
 }
 
 const LEVEL_ORDER: IsolationLevel[] = ["kubernetes", "bwrap+cgroup", "bwrap", "process"];
@@ -74,6 +78,8 @@ export class LocalDriver implements Driver {
   readonly #relay = new PortRelay({ proxySocket: this.#egress.socket });
   readonly #egressPort: number;
   readonly #egressMax: number;
+  /** Undefined: sandboxes with internet access share the host's network (`--share-net`). */
+  readonly #net: SandboxNet | undefined;
 
   constructor(opts: LocalDriverOptions) {
     this.#dataDir = opts.dataDir;
@@ -86,8 +92,12 @@ export class LocalDriver implements Driver {
     if (opts.level && LEVEL_ORDER.indexOf(opts.level) < LEVEL_ORDER.indexOf(probe.capabilities.level)) {
       throw new UnsupportedError(`isolation level ${opts.level}`, `this host offers ${probe.capabilities.level}: ${probe.capabilities.notes.join("; ")}`);
     }
-    this.capabilities = probe.capabilities;
     this.#cgroups = probe.cgroups;
+    const netOff = opts.network === false || process.env.KRUISE_LOCAL_NETNS === "off";
+    const net = probe.capabilities.networkIsolation && !netOff ? SandboxNet.open(opts.network || {}) : undefined;
+    this.#net = typeof net === "string" ? undefined : net;
+    const netNote = typeof net === "string" ? [`sandboxes with internet access share the host's network and its loopback: ${net}`] : [];
+    this.capabilities = { ...probe.capabilities, notes: [...probe.capabilities.notes, ...netNote] };
     mkdirSync(join(this.#dataDir, "sandboxes"), { recursive: true });
     // What a previous agent was still deleting when it stopped.
     mkdirSync(join(this.#dataDir, "trash"), { recursive: true });
@@ -149,10 +159,10 @@ export class LocalDriver implements Driver {
     }
     // A holder's network namespace is fixed when it starts: a sandbox that moves between the
     // host's network and one of its own (a warm member claimed with allowInternetAccess: false or
-    // with egress rules) gets a new holder, and its processes with it. Between no network and
-    // rules only the proxy listener changes (#syncEgress).
-    const sharesHost = (x: DesiredSandbox) => networkMode(x) === "host";
-    const networkChanged = sharesHost(rec.desired) !== sharesHost(d) && rec.phase !== "Stopped" && rec.level !== "process";
+    // with egress rules, where sandboxes with internet access share the host's network) gets a new
+    // holder, and its processes with it. Between internet access in a namespace of its own, no
+    // network and rules, only its veth (#syncNet) and the proxy listener (#syncEgress) change.
+    const networkChanged = this.#sharesHostNet(rec) !== this.#wantsHostNet(d) && rec.phase !== "Stopped" && rec.level !== "process";
     rec = { ...rec, generation: d.generation, desired: d };
     this.#save(rec);
     if (networkChanged) {
@@ -174,9 +184,50 @@ export class LocalDriver implements Driver {
       rec = { ...rec, phase: "Stopped", holder: undefined, nsInit: undefined };
       this.#save(rec);
     }
-    const final = readRecord(layout.record) ?? rec;
+    let final = readRecord(layout.record) ?? rec;
     await this.#syncEgress(final);
+    final = await this.#syncNet(final);
     return this.#observeRecord(final);
+  }
+
+  /** Whether sandboxes wanting `d` start on the host's network. */
+  #wantsHostNet(d: DesiredSandbox): boolean {
+    return this.capabilities.level !== "process" && !this.#net && networkMode(d) === "host";
+  }
+
+  #sharesHostNet(rec: SandboxRecord): boolean {
+    return rec.level !== "process" && (rec.sharesHostNet ?? networkMode(rec.desired) === "host");
+  }
+
+  /** A running sandbox with internet access and a namespace of its own has its veth; any other
+   * running one has none. Also gives back a veth the holder lost (a restarted holder is a new
+   * namespace) and keeps the address the sandbox had. */
+  async #syncNet(rec: SandboxRecord): Promise<SandboxRecord> {
+    const net = this.#net;
+    if (!net || rec.phase === "Stopped" || rec.level === "process" || this.#sharesHostNet(rec) || !rec.nsInit || !alive(rec.nsInit)) return rec;
+    const want = networkMode(rec.desired) === "host";
+    const has = net.attached(rec.net, rec.nsInit);
+    if (want === has) return rec;
+    let next: SandboxRecord;
+    if (want) {
+      const address = rec.net?.address ?? net.lease(layoutFor(this.#dataDir, rec.id).record);
+      // Recorded before it is used, so a restart between the two does not lose the lease.
+      this.#save({ ...rec, net: { address } });
+      try {
+        next = { ...rec, net: { address, veth: await net.attach(rec.nsInit, address, this.#spawner) } };
+      } catch (err) {
+        if (!rec.net) {
+          net.release(address);
+          this.#save({ ...rec, net: undefined });
+        }
+        throw err;
+      }
+    } else {
+      await net.detach(rec.net!.veth!, this.#spawner);
+      next = { ...rec, net: { address: rec.net!.address } };
+    }
+    this.#save(next);
+    return next;
   }
 
   /** A running sandbox with egress rules has the proxy on its loopback; any other has none.
@@ -206,8 +257,10 @@ export class LocalDriver implements Driver {
     let next: SandboxRecord = { ...rec, phase: "Pending", cgroups, holder: undefined, nsInit: undefined };
     this.#save(next);
     const ns = this.capabilities.level !== "process";
+    const hostNet = this.#wantsHostNet(rec.desired);
+    next = { ...next, sharesHostNet: ns ? hostNet : undefined, net: rec.net && { address: rec.net.address } };
     const bwrapArgs = ns
-      ? ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", networkMode(rec.desired) === "host" ? "--share-net" : "--unshare-net",
+      ? ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", hostNet ? "--share-net" : "--unshare-net",
          "--hostname", rec.id, "--cap-drop", "ALL", "--chdir", "/", ...bwrapMountArgs(layout)]
       : undefined;
     const started = await startHolder({ id: rec.id, bwrapArgs, cgroupProcs: cgroups ? procsFiles(cgroups) : [], cwd: layout.dir, log: layout.log }, this.#spawner);
@@ -314,20 +367,27 @@ export class LocalDriver implements Driver {
     });
   }
 
-  /** A sandbox sharing the host's network listens on the host's loopback; one with its own
-   * namespace (no network, or egress rules) is reached through the port relay (see port-relay.ts). */
+  /** A sandbox sharing the host's network listens on the host's loopback. One with internet
+   * access in a namespace of its own is dialled at its address; a port nobody listens on there
+   * is tried on its loopback through the port relay, so servers bound to 127.0.0.1 answer too
+   * (E2B forwards those as well). One without network or with egress rules is reached through
+   * the port relay only (see port-relay.ts). */
   async connectUserPort(id: string, port: number): Promise<Socket> {
     if (!Number.isInteger(port) || port < 1 || port > 65535) throw new Error(`invalid port ${port}`);
     const rec = this.#record(id);
     if (!rec || rec.phase === "Stopped" || !rec.nsInit || !alive(rec.nsInit)) throw new SandboxNotFoundError(id, "not running");
-    const mode = rec.level === "process" ? "host" : networkMode(rec.desired);
+    if (this.#sharesHostNet(rec) || rec.level === "process") return dialTcp("127.0.0.1", port);
+    const mode = networkMode(rec.desired);
     // From outside, the proxy would serve anyone under the sandbox's rules.
     if (mode === "proxy" && port === this.#egressPort) throw new Error(`port ${port} is the sandbox's egress proxy, not a user port`);
-    if (mode !== "host") return this.#relay.connect(rec.nsInit, port);
-    return new Promise<Socket>((resolve, reject) => {
-      const s = tcpConnect(port, "127.0.0.1");
-      s.once("connect", () => resolve(s.off("error", reject))).once("error", reject);
-    });
+    if (mode === "host" && rec.net?.veth) {
+      try {
+        return await dialTcp(rec.net.address, port);
+      } catch (err) {
+        if ((err as NodeJS.ErrnoException).code !== "ECONNREFUSED") throw err;
+      }
+    }
+    return this.#relay.connect(rec.nsInit, port);
   }
 
   async exec(id: string, req: SpawnRequest, opts: { timeoutMs?: number; stdin?: string } = {}): Promise<ExecResult> {
@@ -413,7 +473,15 @@ export class LocalDriver implements Driver {
       const rec = readRecord(layout.record);
       await this.#endProcesses(rec ?? { id });
       this.#removeDir(layout.dir);
+      this.#net?.release(rec?.net?.address);
       this.#records.delete(id);
     });
   }
+}
+
+function dialTcp(host: string, port: number): Promise<Socket> {
+  return new Promise<Socket>((resolve, reject) => {
+    const s = tcpConnect(port, host);
+    s.once("connect", () => resolve(s.off("error", reject))).once("error", reject);
+  });
 }

@@ -26,6 +26,19 @@ export interface SandboxRecord {
   holder?: ProcRef;
   /** The process whose namespaces sandbox processes join (the sandbox's pid 1). */
   nsInit?: ProcRef;
+  /** The holder was started on the host's network (`--share-net`). Absent in records written
+   * before sandboxes with internet access got a namespace of their own: then it follows from
+   * the desired network. */
+  sharesHostNet?: boolean;
+  /** Its address on the sandbox bridge (sandbox-net.ts), leased until destroy. */
+  net?: SandboxAddress;
+}
+
+/** Where a sandbox with internet access is on the sandbox bridge. */
+export interface SandboxAddress {
+  address: string;
+  /** The host end of its veth, while one is attached. */
+  veth?: string;
 }
 
 export function readRecord(file: string): SandboxRecord | undefined {

@@ -6,9 +6,10 @@ import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it, onTestFinished } from "vitest";
 import type { DesiredSandbox } from "../../../../controllers/drivers/driver.ts";
 import { LocalDriver } from "../../../../controllers/drivers/local/local-driver.ts";
+import { startOutside } from "./outside-net.ts";
 
 const dataDir = mkdtempSync(join(tmpdir(), "local-egress-"));
 const cgroupName = `kruise-test-${process.pid}-egress`;
@@ -126,8 +127,12 @@ describe("local sandboxes with egress rules", () => {
   it("a warm member claimed with rules moves behind the proxy; new rules apply to the next request", async () => {
     const d = desired({ egress: null });
     await driver.ensure(d);
-    expect(await rawConnect(d.id, "127.0.0.2")).toBe(true);
+    const outside = await startOutside();
+    onTestFinished(() => outside.stop());
+    const direct = () => sh(d.id, `env -u HTTP_PROXY -u http_proxy curl -s -m 3 http://${outside.ip}/`);
+    expect(await direct()).toBe(`outside saw ${outside.hostIp}`);
     await driver.ensure({ ...d, generation: 2, egress: STRICT });
+    expect(await direct()).toBe("");
     expect(await rawConnect(d.id, "127.0.0.2")).toBe(false);
     expect(await curl(d.id, "127.0.0.2")).toMatch(/^traffic-proxy: egress denied/);
     expect(await curl(d.id, "127.0.0.1")).toBe("host server via 127.0.0.1");
@@ -137,9 +142,10 @@ describe("local sandboxes with egress rules", () => {
     expect(await curl(d.id, "127.0.0.1")).toMatch(/^traffic-proxy: egress denied/);
     // Rules changed without restarting the sandbox.
     expect(await sh(d.id, "cat /proc/1/stat | cut -d' ' -f22")).toBe(before);
-    // Back to no rules: the host's network again.
+    // Back to no rules: straight out again (through its own veth: the host's loopback stays out of reach).
     await driver.ensure({ ...d, generation: 4, egress: null });
-    expect(await rawConnect(d.id, "127.0.0.2")).toBe(true);
+    expect(await direct()).toBe(`outside saw ${outside.hostIp}`);
+    expect(await rawConnect(d.id, "127.0.0.2")).toBe(false);
     expect(await sh(d.id, "echo \"[$HTTP_PROXY]\"")).toBe("[]");
   });
 
