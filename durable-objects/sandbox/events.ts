@@ -14,6 +14,8 @@ export type SandboxEvent =
   /** Traffic for a paused sandbox (gateway): resumes only if lifecycle.autoResume allows it. */
   | { type: "wake" }
   | { type: "refresh"; durationS: number }
+  /** E2B updateNetwork: replaces the egress rules (an omitted list clears it) of a running sandbox. */
+  | { type: "updateNetwork"; allowOut?: string[]; denyOut?: string[]; allowInternetAccess: boolean | null }
   | { type: "observe"; obs: Observation }
   | { type: "ack"; generation: number; result: AckResult; message?: string }
   | { type: "alarm" };

@@ -67,6 +67,8 @@ export function transition(current: SandboxState | null, ev: SandboxEvent, now: 
       return connect(s, ev.timeoutS, ev.memory, now);
     case "wake":
       return wake(s, now);
+    case "updateNetwork":
+      return updateNetwork(s, ev, now);
     default:
       return assertNever(ev);
   }
@@ -155,6 +157,16 @@ function setEndAt(s: SandboxState, endAt: number, mode: "overwrite" | "extend"):
   if (next === s.endAt) return ok(s, []);
   s.endAt = next;
   return ok(s, [index(s)]);
+}
+
+/** The rules take effect when the agent applies the new generation (the shell waits for its ack). */
+function updateNetwork(s: SandboxState, ev: Extract<SandboxEvent, { type: "updateNetwork" }>, now: number): Transition {
+  if (s.phase !== "Running" && s.phase !== "Pending") return refuse(s, ErrorCode.conflict, `Sandbox "${s.spec.id}" is not running`);
+  const { allowOut: _a, denyOut: _d, ...rest } = s.spec.network ?? {};
+  const network = { ...rest, ...(ev.allowOut ? { allowOut: ev.allowOut } : {}), ...(ev.denyOut ? { denyOut: ev.denyOut } : {}) };
+  s.spec = { ...s.spec, network: Object.keys(network).length ? network : null, allowInternetAccess: ev.allowInternetAccess };
+  s.generation++;
+  return ok(s, [sendIntent(s, now)]);
 }
 
 function startPause(s: SandboxState, strategy: PauseStrategy, now: number): Transition {

@@ -164,6 +164,22 @@ export class SandboxGroupDO extends DurableObject<Env> {
     return this.applyVisible(id, access, { type: "pause", strategy });
   }
 
+  /** E2B updateNetwork: answered once the agent has taken the new rules (bounded by `waitMs`). */
+  async updateNetwork(
+    id: string,
+    access: Access,
+    update: { allowOut?: string[]; denyOut?: string[]; allowInternetAccess: boolean | null },
+    waitMs: number = DEFAULT_WAIT_MS,
+  ): Promise<Result> {
+    if (!visibleTo(this.find(id)?.state ?? null, access)) return notFound(id);
+    const t = await this.apply(id, { type: "updateNetwork", ...update }, waitMs);
+    if (!t.ok) return t;
+    if (t.failure) return { ok: false, error: t.failure };
+    if (!t.acked) return { ok: false, error: { code: ErrorCode.placementTimeout, message: `The cluster did not apply the network rules of sandbox "${id}" within ${waitMs} ms (they apply when it does)` } };
+    if (this.find(id)?.state?.phase === "Failed") return { ok: false, error: { code: ErrorCode.conflict, message: `Sandbox "${id}" failed applying the network rules` } };
+    return { ok: true };
+  }
+
   /** E2B connect (and the deprecated resume): `resumed` tells 201 from 200. */
   async connectSandbox(
     id: string,

@@ -14,6 +14,7 @@ import type { AppEnv, Caller, Env } from "../env.ts";
 import { getDb } from "../store/db.ts";
 import { resolveTemplateCached } from "../store/template-cache.ts";
 import { parseCreateExtensions } from "./extensions.ts";
+import { assertNetworkSupported } from "./network-support.ts";
 import { renderSandbox } from "./render.ts";
 import { poolStub, sandboxStub } from "./stubs.ts";
 
@@ -22,6 +23,7 @@ type Body = z.infer<typeof NewSandbox>;
 export function createSandboxRoute(version: "v1" | "v2") {
   return async function createSandbox(c: Context<AppEnv>) {
     const body: Body = await readJson(c, version === "v1" ? NewSandbox : NewSandboxV2);
+    assertNetworkSupported(body.network);
     const ext = parseCreateExtensions(body.metadata);
     if (body.autoResume?.enabled && !body.autoPause) throw new ApiError("bad_request", "autoResume needs autoPause (lifecycle onTimeout: pause)");
     if (body.autoResume?.enabled && body.autoPauseMemory === false) throw new ApiError("bad_request", "autoResume cannot be combined with autoPauseMemory: false");

@@ -2,7 +2,7 @@
 // index query for lists) and shapes the reply; the DO answers another key's sandbox as not found.
 import { Hono, type Context } from "hono";
 import { DEFAULT_TIMEOUT_S, MAX_LIST_LIMIT, MIN_RESUME_TIMEOUT_S, V1_DEFAULT_TIMEOUT_S } from "../../schema/api/limits.ts";
-import { ConnectSandbox, ResumedSandbox, SandboxPauseRequest, SandboxRefreshRequest, SandboxTimeoutRequest } from "../../schema/api/sandbox.ts";
+import { ConnectSandbox, ResumedSandbox, SandboxPauseRequest, SandboxNetworkUpdateConfig, SandboxRefreshRequest, SandboxTimeoutRequest } from "../../schema/api/sandbox.ts";
 import { sandboxNotFoundMessage, type Refusal } from "../../schema/errors.ts";
 import { SANDBOX_ID_PATTERN } from "../../schema/protocol/ids.ts";
 import { ApiError } from "../api-error.ts";
@@ -12,6 +12,7 @@ import { getDb } from "../store/db.ts";
 import { listIndex, listIndexWithRunning } from "../store/sandbox-index.ts";
 import { encodeCursor, parseListQuery, parseMetadataQuery } from "./list-query.ts";
 import { renderDetail, renderListed, renderSandbox } from "./render.ts";
+import { assertNetworkSupported } from "./network-support.ts";
 import { createSandboxRoute } from "./sandbox-create.ts";
 import { manySandboxMetricsRoute, sandboxMetricsRoute } from "./sandbox-metrics.ts";
 import { sandboxStub } from "./stubs.ts";
@@ -136,7 +137,15 @@ function notSupported(feature: string) {
     throw new ApiError("not_implemented", `${feature} is not supported by this server yet`);
   };
 }
-sandboxes.put("/sandboxes/:id/network", notSupported("Updating a sandbox's network"));
+/** E2B updateNetwork: answered once the agent applies the rules (the gateway's wait bound). */
+sandboxes.put("/sandboxes/:id/network", async (c) => {
+  const { id, stub, access } = target(c);
+  const body = await readJson(c, SandboxNetworkUpdateConfig);
+  assertNetworkSupported(body);
+  const res = await stub.updateNetwork(access, { allowOut: body.allowOut, denyOut: body.denyOut, allowInternetAccess: body.allow_internet_access ?? null });
+  if (!res.ok) fail(id, res.error);
+  return c.body(null, 204);
+});
 sandboxes.post("/sandboxes/:id/snapshots", notSupported("Snapshots"));
 sandboxes.get("/sandboxes/:id/logs", notSupported("Sandbox logs"));
 sandboxes.get("/v2/sandboxes/:id/logs", notSupported("Sandbox logs"));

@@ -26,22 +26,47 @@ export const SandboxVolumeMount = z.object({
   path: z.string().regex(/^\/(?!.*\/\/)(?!.*\/\.\.?(\/|$)).*[^/]$|^\/$/, "path must be absolute and clean"),
 });
 
-export const SandboxNetworkConfig = z.object({
-  allowPublicTraffic: z.boolean().optional(),
+const egressFields = {
   allowOut: z.array(z.string().min(1)).max(100).optional(),
   denyOut: z.array(z.string().min(1)).max(100).optional(),
-  maskRequestHost: z.string().optional(),
-  httpsPorts: z.array(z.int().min(1).max(65535)).optional(),
   egressProxy: z
     .object({ address: z.string().min(1), username: z.string().max(255).optional(), password: z.string().max(255).optional() })
     .nullable()
     .optional(),
   rules: z.record(z.string(), z.array(z.object({ transform: z.object({ headers: z.record(z.string(), z.string()).optional() }).optional() }))).optional(),
-}).superRefine((n, ctx) => {
-  // Refused here rather than by the traffic-proxy later, which would deny everything with the reason.
+};
+
+/** Bad allowOut/denyOut entries are refused here rather than by the traffic-proxy later, which
+ * would deny everything and name the entry only in its 403s. */
+function refineEgress(n: { allowOut?: string[]; denyOut?: string[] }, ctx: z.RefinementCtx): void {
   for (const message of policyErrors({ allowOut: n.allowOut ?? [], denyOut: n.denyOut ?? [] })) ctx.addIssue({ code: "custom", message });
-});
+}
+
+export const SandboxNetworkConfig = z
+  .object({
+    ...egressFields,
+    allowPublicTraffic: z.boolean().optional(),
+    maskRequestHost: z.string().optional(),
+    httpsPorts: z.array(z.int().min(1).max(65535)).optional(),
+  })
+  .superRefine(refineEgress);
 export type SandboxNetworkConfig = z.infer<typeof SandboxNetworkConfig>;
+
+/** `PUT /sandboxes/{id}/network`: replaces the egress rules; an omitted field clears it. */
+export const SandboxNetworkUpdateConfig = z
+  .object({ ...egressFields, allow_internet_access: z.boolean().optional() })
+  .superRefine(refineEgress);
+export type SandboxNetworkUpdateConfig = z.infer<typeof SandboxNetworkUpdateConfig>;
+
+/** The parts of a network config this server accepts but cannot enforce yet (a 501 names them),
+ * rather than storing them as if they applied. */
+export function unsupportedNetworkFields(n: { egressProxy?: unknown; rules?: Record<string, unknown>; maskRequestHost?: string } | undefined): string[] {
+  const out: string[] = [];
+  if (n?.egressProxy) out.push("egressProxy");
+  if (n?.rules && Object.keys(n.rules).length) out.push("rules");
+  if (n?.maskRequestHost) out.push("maskRequestHost");
+  return out;
+}
 
 const newSandboxFields = {
   templateID: z.string().min(1).max(256),

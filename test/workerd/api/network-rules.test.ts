@@ -1,9 +1,11 @@
-// E2B `network` egress rules at create: bad entries are a 400 JSON error naming the entry (the
-// traffic-proxy would otherwise deny everything later), good ones reach the agent's intent as
-// `egress`, and a create without rules sends none.
+// E2B `network` egress rules at create and through updateNetwork (PUT /sandboxes/{id}/network):
+// bad entries are a 400 JSON error naming the entry (the traffic-proxy would otherwise deny
+// everything later), good ones reach the agent's intent as `egress`; an update replaces the rules
+// (an omitted list is cleared) and answers once the agent has taken them; options the server
+// cannot enforce are a 501 that names them, never stored as if they applied.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { ScriptedAgent } from "../../support/scripted-agent.ts";
-import { call, createTeam, expectError, expectStatus, startAgent, unique, type TestTeam } from "../helpers.ts";
+import { call, createTeam, expectError, expectStatus, secondKey, startAgent, unique, type TestTeam } from "../helpers.ts";
 
 let team: TestTeam;
 let agent: ScriptedAgent;
@@ -28,5 +30,52 @@ describe("network rules at create", () => {
     const plain = await expectStatus(create({ allowPublicTraffic: true }), 201);
     expect(agent.sandboxes.get(ruled.sandboxID)!.intent.egress).toEqual({ allowOut: ["*.example.com", "192.168.1.0/24"], denyOut: ["0.0.0.0/0"] });
     expect(agent.sandboxes.get(plain.sandboxID)!.intent.egress).toBeNull();
+  });
+});
+
+describe("unenforced network options", () => {
+  it("egressProxy, rules and maskRequestHost are a 501 naming them, at create and at update", async () => {
+    await expectError(create({ egressProxy: { address: "proxy.example:3128" } }), 501, /network\.egressProxy is not supported/);
+    await expectError(create({ rules: { "api.example.com": [{ transform: { headers: { a: "b" } } }] } }), 501, /network\.rules is not supported/);
+    await expectError(create({ maskRequestHost: "x.example" }), 501, /network\.maskRequestHost is not supported/);
+    const sbx = await expectStatus(create({}), 201);
+    await expectError(update(sbx.sandboxID, { egressProxy: { address: "proxy.example:3128" } }), 501, /network\.egressProxy/);
+  });
+});
+
+const update = (id: string, body: unknown, key = team.key) => call(`/sandboxes/${id}/network`, { key, method: "PUT", body });
+
+describe("updateNetwork", () => {
+  it("replaces the rules, clears omitted ones, and is seen by getInfo and the agent once it answers 204", async () => {
+    const sbx = await expectStatus(create({ denyOut: ["10.0.0.0/8"], allowPublicTraffic: true }), 201);
+    const intentOf = () => agent.sandboxes.get(sbx.sandboxID)!.intent;
+    const before = intentOf().generation;
+    await expectStatus(update(sbx.sandboxID, { allowOut: ["example.com"], denyOut: ["0.0.0.0/0"] }), 204);
+    expect(intentOf().egress).toEqual({ allowOut: ["example.com"], denyOut: ["0.0.0.0/0"] });
+    expect(intentOf().generation).toBeGreaterThan(before);
+    const info = await expectStatus(call(`/sandboxes/${sbx.sandboxID}`, { key: team.key }), 200);
+    // allowPublicTraffic is not an egress field: an update leaves it as it was.
+    expect(info.network).toEqual({ allowOut: ["example.com"], denyOut: ["0.0.0.0/0"], allowPublicTraffic: true });
+
+    await expectStatus(update(sbx.sandboxID, { denyOut: ["192.168.0.0/16"] }), 204);
+    expect(intentOf().egress).toEqual({ allowOut: [], denyOut: ["192.168.0.0/16"] });
+    await expectStatus(update(sbx.sandboxID, {}), 204);
+    expect(intentOf().egress).toBeNull();
+    expect(intentOf().allowInternetAccess).toBe(true);
+
+    await expectStatus(update(sbx.sandboxID, { allow_internet_access: false }), 204);
+    expect(intentOf().allowInternetAccess).toBe(false);
+    expect((await expectStatus(call(`/sandboxes/${sbx.sandboxID}`, { key: team.key }), 200)).allowInternetAccess).toBe(false);
+  });
+
+  it("refuses bad rules (400), a paused sandbox (409), another key's or an unknown sandbox (404)", async () => {
+    const sbx = await expectStatus(create({}), 201);
+    await expectError(update(sbx.sandboxID, { denyOut: ["example.com"] }), 400, /denyOut takes IP addresses and CIDR blocks only/);
+    await expectError(update(sbx.sandboxID, { allowOut: "1.1.1.1" }), 400);
+    await expectError(update(sbx.sandboxID, { allowOut: ["1.1.1.1"] }, await secondKey(team)), 404);
+    await expectError(update("nosuchsandbox0000000", { allowOut: ["1.1.1.1"] }), 404);
+    await expectStatus(call(`/sandboxes/${sbx.sandboxID}/pause`, { key: team.key, body: {} }), 204);
+    await agent.waitUntil(() => agent.sandboxes.get(sbx.sandboxID)?.phase === "Paused");
+    await expectError(update(sbx.sandboxID, { allowOut: ["1.1.1.1"] }), 409, /is not running/);
   });
 });

@@ -21,7 +21,6 @@ beforeAll(async () => {
 afterAll(() => agent.disconnect());
 
 const unsupported: { name: string; method: string; path: (id: string) => string; body?: unknown }[] = [
-  { name: "updateNetwork", method: "PUT", path: (id) => `/sandboxes/${id}/network`, body: { allowOut: ["1.1.1.1"] } },
   { name: "createSnapshot", method: "POST", path: (id) => `/sandboxes/${id}/snapshots`, body: {} },
   { name: "logs v1", method: "GET", path: (id) => `/sandboxes/${id}/logs` },
   { name: "logs v2", method: "GET", path: (id) => `/v2/sandboxes/${id}/logs` },
