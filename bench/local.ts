@@ -2,6 +2,7 @@
 // sandbox over 50 (the holders only: e2e.idle_sandbox_overhead_mb's driver part), and what the
 // runtime costs per sandbox when shared versus one Node process per sandbox.
 //   node bench/local.ts            prints the figures as JSON
+//   node bench/local.ts --own-network   only the figures of sandbox networks (veth + NAT vs host)
 // `run(ctx)` is what bench/run.ts calls.
 import { spawn, spawnSync } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
@@ -223,13 +224,86 @@ export async function run(ctx: Partial<BenchContext> = {}): Promise<Figures> {
     rmSync(dataDir, { recursive: true, force: true });
   }
   Object.assign(figures, await egressFigures(ctx));
+  Object.assign(figures, await ownNetworkFigures(ctx));
   return figures;
+}
+
+/** A TCP server answering each connection's first byte with one byte, bound to `bind:port`. */
+const ECHO = (bind: string, port: number) =>
+  `import socket\ns=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(("${bind}", ${port})); s.listen(64)\nwhile True:\n  c,_=s.accept(); c.recv(1); c.sendall(b"y"); c.close()`;
+
+/** Connect + 1-byte round trip through driver.connectUserPort (the agent's ingress path). */
+async function userPortRoundTrips(driver: LocalDriver, id: string, port: number, n: number): Promise<number[]> {
+  const out: number[] = [];
+  for (let i = 0; i < n; i++) {
+    const t = performance.now();
+    const s = await driver.connectUserPort(id, port);
+    await new Promise<void>((ok, fail) => {
+      s.once("data", () => ok()).once("error", fail);
+      s.write("x");
+    });
+    out.push(performance.now() - t);
+    s.destroy();
+  }
+  return out;
+}
+
+/** Sandboxes with internet access in a network namespace of their own (veth + NAT, the default)
+ * against the host's network (`network: false`, as before): create to first command, and a user
+ * port's connect + round trip (at the sandbox's address, and at its loopback through the relay). */
+async function ownNetworkFigures(ctx: Partial<BenchContext>): Promise<Figures> {
+  const dirs = [mkdtempSync(join(ctx.dir ?? tmpdir(), "bench-net-")), mkdtempSync(join(ctx.dir ?? tmpdir(), "bench-hostnet-"))];
+  const own = new LocalDriver({ dataDir: dirs[0]!, cgroupName: `kruise-bench-${process.pid}-net` });
+  const shared = new LocalDriver({ dataDir: dirs[1]!, cgroupName: `kruise-bench-${process.pid}-hostnet`, network: false });
+  const times = { own: [] as number[], shared: [] as number[] };
+  const last = { own: "", shared: "" };
+  let seq = 0;
+  try {
+    // Alternating, so load from elsewhere on the machine hits both alike.
+    for (let i = 0; i < 15; i++) {
+      for (const [kind, driver] of [["own", own], ["shared", shared]] as const) {
+        const d = { ...desired(`bnet${process.pid}x${seq++}`), allowInternetAccess: true };
+        const t = performance.now();
+        await driver.ensure(d);
+        await driver.exec(d.id, { cmd: "/bin/true", args: [], cwd: "/", env: {}, user: USER });
+        times[kind].push(performance.now() - t);
+        last[kind] = d.id;
+      }
+    }
+    const serve = (driver: LocalDriver, id: string, bind: string, port: number) =>
+      driver.exec(id, { cmd: "/bin/bash", args: ["-c", `printf '${ECHO(bind, port)}' > /tmp/e${port}.py; (setsid python3 /tmp/e${port}.py >/dev/null 2>&1 </dev/null &); sleep 0.5`], cwd: "/", env: { PATH: "/usr/bin:/bin" }, user: USER });
+    const port = 20000 + (process.pid % 20000);
+    await serve(own, last.own, "0.0.0.0", port);
+    await serve(own, last.own, "127.0.0.1", port + 1);
+    await serve(shared, last.shared, "127.0.0.1", port + 2);
+    const byAddress = await userPortRoundTrips(own, last.own, port, 200);
+    const byRelay = await userPortRoundTrips(own, last.own, port + 1, 200);
+    const hostLoopback = await userPortRoundTrips(shared, last.shared, port + 2, 200);
+    return {
+      "local.own_net_create_to_first_cmd_p50_ms": { value: round(pct(times.own, 50)), unit: "ms" },
+      "local.host_net_create_to_first_cmd_p50_ms": { value: round(pct(times.shared, 50)), unit: "ms" },
+      "local.own_net_extra_start_ms": { value: round(pct(times.own, 50) - pct(times.shared, 50)), unit: "ms" },
+      "local.user_port_own_net_p50_ms": { value: round(pct(byAddress, 50), 3), unit: "ms" },
+      "local.user_port_own_net_p99_ms": { value: round(pct(byAddress, 99), 3), unit: "ms" },
+      "local.user_port_loopback_bound_p50_ms": { value: round(pct(byRelay, 50), 3), unit: "ms" },
+      "local.user_port_host_net_p50_ms": { value: round(pct(hostLoopback, 50), 3), unit: "ms" },
+      "local.user_port_host_net_p99_ms": { value: round(pct(hostLoopback, 99), 3), unit: "ms" },
+    };
+  } finally {
+    for (const [driver, dir] of [[own, dirs[0]!], [shared, dirs[1]!]] as const) {
+      for (const s of await driver.list()) await driver.destroy(s.id).catch(() => {});
+      driver.dispose();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }
 }
 
 if (process.argv[1] === fileURLToPath(import.meta.url)) {
   if (process.argv[2] === "--shared-runtime") {
     const [dataDir, cgroupName, ...ids] = process.argv.slice(3);
     await sharedRuntimeChild(dataDir!, cgroupName!, ids);
+  } else if (process.argv[2] === "--own-network") {
+    console.log(JSON.stringify(await ownNetworkFigures({}), null, 2));
   } else {
     console.log(JSON.stringify(await run(), null, 2));
   }

@@ -52,6 +52,9 @@ export interface HolderSpec {
   cgroupProcs: string[];
   cwd: string;
   log: string;
+  /** Runs as soon as the sandbox's pid 1 exists (its namespaces do), alongside bwrap's mounts;
+   * the start waits for it. */
+  onNamespaces?: (nsInit: ProcRef) => Promise<void>;
 }
 
 /** Starts the holder (forked by `spawner`) and waits until the sandbox is ready for processes to join. */
@@ -81,7 +84,7 @@ export async function startHolder(spec: HolderSpec, spawner: Spawner): Promise<S
     const nsInit = procRef(initPid);
     if (!holder || !nsInit) return await exited;
     // bwrap reports its pid 1 before the mounts are done; `sleep` running means they are.
-    await Promise.race([waitChildExec(initPid, SLEEP), exited]);
+    await Promise.race([Promise.all([waitChildExec(initPid, SLEEP), spec.onNamespaces?.(nsInit)]), exited]);
     protectFromOOM([pid, initPid, ...childrenOf(initPid)]);
     return { holder, nsInit };
   } finally {

@@ -128,7 +128,7 @@ function writeEtcBase(base: string): void {
     passwd: `${passwd}\n`,
     group: USERS.map((u) => `${u.name}:x:${u.gid}:`).join("\n") + "\nsudo:x:27:user\n",
     "nsswitch.conf": "passwd: files\ngroup: files\nshadow: files\nhosts: files dns\nnetworks: files\n",
-    "resolv.conf": existsSync("/etc/resolv.conf") ? readFileSync("/etc/resolv.conf", "utf8") : "nameserver 1.1.1.1\n",
+    "resolv.conf": resolvConf(),
   };
   for (const [name, text] of Object.entries(files)) writeFileSync(join(base, name), text);
   for (const name of COPIED_ETC_FILES) {
@@ -138,6 +138,20 @@ function writeEtcBase(base: string): void {
       // optional on this host
     }
   }
+}
+
+const readOr = (file: string) => (existsSync(file) ? readFileSync(file, "utf8") : undefined);
+const nameservers = (text: string) => [...text.matchAll(/^\s*nameserver\s+(\S+)/gm)].map((m) => m[1]!);
+const isLoopback = (ip: string) => /^127\./.test(ip) || ip === "::1";
+
+/** The host's resolvers. A loopback stub (systemd-resolved's 127.0.0.53) is not reachable from a
+ * sandbox's own network namespace, so the upstream servers it lists take its place when there
+ * are any; otherwise the host's file is kept, and names do not resolve in such sandboxes. */
+export function resolvConf(host = readOr("/etc/resolv.conf") ?? "nameserver 1.1.1.1\n", upstream = () => readOr("/run/systemd/resolve/resolv.conf")): string {
+  const servers = nameservers(host);
+  if (servers.length === 0 || !servers.every(isLoopback)) return host;
+  const up = upstream();
+  return up && nameservers(up).some((ip) => !isLoopback(ip)) ? up : host;
 }
 
 function writeEtc(etc: string, base: string, hostname: string): void {

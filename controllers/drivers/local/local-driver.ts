@@ -25,7 +25,7 @@ import { bwrapMountArgs, layoutFor, mountsFor, prepareLayout } from "./layout.ts
 import { LocalSandboxView } from "./local-view.ts";
 import { PortRelay } from "./port-relay.ts";
 import { probeHost } from "./probe.ts";
-import { readRecord, recordedIds, writeRecord, type SandboxRecord } from "./records.ts";
+import { readRecord, recordedIds, writeRecord, type ProcRef, type SandboxRecord } from "./records.ts";
 import { SandboxNet, type SandboxNetOptions } from "./sandbox-net.ts";
 import { IN_PROCESS, Spawner } from "./spawner.ts";
 import type { LaunchedExit } from "../../runtime/process/launcher.ts";
@@ -184,9 +184,9 @@ export class LocalDriver implements Driver {
       rec = { ...rec, phase: "Stopped", holder: undefined, nsInit: undefined };
       this.#save(rec);
     }
-    let final = readRecord(layout.record) ?? rec;
+    // The veth goes before the listener comes: a sandbox moving behind the proxy never has both.
+    const final = await this.#syncNet(readRecord(layout.record) ?? rec);
     await this.#syncEgress(final);
-    final = await this.#syncNet(final);
     return this.#observeRecord(final);
   }
 
@@ -258,13 +258,18 @@ export class LocalDriver implements Driver {
     this.#save(next);
     const ns = this.capabilities.level !== "process";
     const hostNet = this.#wantsHostNet(rec.desired);
-    next = { ...next, sharesHostNet: ns ? hostNet : undefined, net: rec.net && { address: rec.net.address } };
+    // A sandbox with internet access gets its veth while bwrap is still mounting its root.
+    const address = ns && !hostNet && this.#net && networkMode(rec.desired) === "host" ? (rec.net?.address ?? this.#net.lease(layout.record)) : undefined;
+    let veth: string | undefined;
+    const attach = address ? async (nsInit: ProcRef) => void (veth = await this.#net!.attach(nsInit, address, this.#spawner)) : undefined;
+    next = { ...next, sharesHostNet: ns ? hostNet : undefined, net: address ? { address } : rec.net && { address: rec.net.address } };
+    this.#save(next);
     const bwrapArgs = ns
       ? ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", hostNet ? "--share-net" : "--unshare-net",
          "--hostname", rec.id, "--cap-drop", "ALL", "--chdir", "/", ...bwrapMountArgs(layout)]
       : undefined;
-    const started = await startHolder({ id: rec.id, bwrapArgs, cgroupProcs: cgroups ? procsFiles(cgroups) : [], cwd: layout.dir, log: layout.log }, this.#spawner);
-    next = { ...next, phase: "Running", holder: started.holder, nsInit: started.nsInit };
+    const started = await startHolder({ id: rec.id, bwrapArgs, cgroupProcs: cgroups ? procsFiles(cgroups) : [], cwd: layout.dir, log: layout.log, onNamespaces: attach }, this.#spawner);
+    next = { ...next, phase: "Running", holder: started.holder, nsInit: started.nsInit, net: next.net && { address: next.net.address, veth } };
     this.#save(next);
     return next;
   }

@@ -8,7 +8,7 @@ import { request } from "node:http";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it, onTestFinished } from "vitest";
 import type { DesiredSandbox } from "../../../../controllers/drivers/driver.ts";
 import { LocalDriver } from "../../../../controllers/drivers/local/local-driver.ts";
 import { layoutFor } from "../../../../controllers/drivers/local/layout.ts";
@@ -185,6 +185,21 @@ describe("sandboxes with internet access in a network namespace of their own", (
     await driver.ensure({ ...d, generation: 4 });
     expect(recordOf(d.id).net!.address).toBe(net!.address);
     expect(await sh(d.id, `curl -s -m 5 http://${outside.ip}/`)).toBe(`outside saw ${outside.hostIp}`);
+  });
+
+  it("without a usable setup, sandboxes with internet access share the host's network, and the notes say why", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "local-sandbox-net-off-"));
+    const off = new LocalDriver({ dataDir: dir, cgroupName: `${cgroupName}-off`, network: { bridge: "not a bridge!" } });
+    onTestFinished(async () => {
+      for (const s of await off.list()) await off.destroy(s.id);
+      off.dispose();
+      rmSync(dir, { recursive: true, force: true });
+    });
+    expect(off.capabilities.notes.join("\n")).toMatch(/share the host's network and its loopback: bridge name "not a bridge!"/);
+    const d = desired();
+    await off.ensure(d);
+    const r = await off.exec(d.id, { cmd: "/bin/bash", args: ["-c", `exec 3<>/dev/tcp/127.0.0.1/${hostPort} && head -c 11 <&3`], cwd: "/", env: { PATH: "/usr/bin:/bin" }, user: USER });
+    expect(r.stdout).toBe("host secret");
   });
 });
 
