@@ -11,6 +11,11 @@
 //                                          (bench/skeleton.ts): the irreducible work of a create
 //   edge.claims_vs_skeleton_ratio          edge.claims_per_s / edge.skeleton_claims_per_s
 //   edge.skeleton_cpu_ms                   workerd CPU per skeleton create
+//   edge.feature_skeleton_claims_per_s     same clients against the feature skeleton: the skeleton
+//                                          plus the work the issue requires of every create (refill,
+//                                          Running recorded, index row, zod body, HMAC key check)
+//   edge.feature_skeleton_cpu_ms           workerd CPU per feature-skeleton create
+//   edge.claims_vs_feature_skeleton_ratio  edge.claims_per_s / edge.feature_skeleton_claims_per_s
 // workerd runs every isolate and Durable Object on one thread, so claims/s is bounded by
 // 1000 / claim_cpu_ms on a quiet machine; the CPU figure moves much less than the wall-clock
 // ones when other work shares the two cores. With 50 clients in a closed loop the mean latency is
@@ -103,6 +108,9 @@ export async function run(ctx: BenchContext): Promise<Figures> {
       "edge.skeleton_claims_per_s": { value: baseline.skeleton.perSecond, unit: "1/s" },
       "edge.skeleton_cpu_ms": { value: baseline.skeleton.cpuMs, unit: "ms" },
       "edge.claims_vs_skeleton_ratio": { value: LOAD_CREATES / seconds / baseline.skeleton.perSecond, unit: "ratio" },
+      "edge.feature_skeleton_claims_per_s": { value: baseline.features.perSecond, unit: "1/s" },
+      "edge.feature_skeleton_cpu_ms": { value: baseline.features.cpuMs, unit: "ms" },
+      "edge.claims_vs_feature_skeleton_ratio": { value: LOAD_CREATES / seconds / baseline.features.perSecond, unit: "ratio" },
     };
   } finally {
     agent.disconnect();
@@ -111,19 +119,21 @@ export async function run(ctx: BenchContext): Promise<Figures> {
   }
 }
 
-/** The empty Worker and the create skeleton, measured with the same clients (see bench/skeleton.ts). */
+/** The empty Worker and the two create skeletons, measured with the same clients (see bench/skeleton.ts). */
 async function baselines(ctx: BenchContext) {
   const shm = !process.env.EDGE_BENCH_DISK && existsSync("/dev/shm") ? mkdtempSync("/dev/shm/sbx-skeleton-bench-") : undefined;
   let skeleton: Awaited<ReturnType<typeof startSkeleton>> | undefined;
   try {
-    skeleton = await startSkeleton(shm ?? join(ctx.dir, "skeleton-bench"));
+    skeleton = await startSkeleton(shm ?? join(ctx.dir, "skeleton-bench"), ctx.libsqlUrl);
     const empty = await skeleton.empty(LOAD_CREATES, CONCURRENCY);
     const creates = await skeleton.creates(LOAD_CREATES, CONCURRENCY);
+    const features = await skeleton.features(LOAD_CREATES, CONCURRENCY);
     console.error(
       `bench edge: empty Worker ${empty.perSecond.toFixed(0)}/s (${empty.cpuMs.toFixed(2)} ms CPU, p50 ${median(empty.latencies).toFixed(1)} ms); ` +
-        `skeleton ${creates.perSecond.toFixed(0)}/s (${creates.cpuMs.toFixed(2)} ms CPU, p50 ${median(creates.latencies).toFixed(1)} ms, p99 ${percentile(creates.latencies, 99).toFixed(1)} ms)`,
+        `skeleton ${creates.perSecond.toFixed(0)}/s (${creates.cpuMs.toFixed(2)} ms CPU, p50 ${median(creates.latencies).toFixed(1)} ms, p99 ${percentile(creates.latencies, 99).toFixed(1)} ms); ` +
+        `feature skeleton ${features.perSecond.toFixed(0)}/s (${features.cpuMs.toFixed(2)} ms CPU, p50 ${median(features.latencies).toFixed(1)} ms, p99 ${percentile(features.latencies, 99).toFixed(1)} ms)`,
     );
-    return { empty, skeleton: creates };
+    return { empty, skeleton: creates, features };
   } finally {
     await skeleton?.stop();
     if (shm) rmSync(shm, { recursive: true, force: true });

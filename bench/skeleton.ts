@@ -4,10 +4,17 @@
 //   skeleton  the irreducible work of a create in our architecture (bench/skeleton/worker.js):
 //             key check, pool pop (SQLite), group insert (SQLite), cluster outbox row (SQLite)
 //             plus one WebSocket frame to a client that answers it, the response
-// If the skeleton cannot reach a throughput here, no implementation of our design can; the ratio
-// of our rate to the skeleton's says how much of the cost is ours.
-import { copyFileSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+//   features  the skeleton plus the work issue 2 requires of every create, in the plainest way
+//             (bench/skeleton/feature-worker.js): zod-validated body, HMAC key check (memoised),
+//             the pool's refill routed back to the pool, the group recording Running, the index
+//             row committed in sqld (its own table, `skeleton_sandboxes`, shaped by the
+//             migrations' `sandboxes`) before the response
+// If the skeletons cannot reach a throughput here, no implementation of our design can; the ratio
+// of our rate to theirs says how much of the cost is ours.
+import { copyFileSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
+import { createClient } from "@libsql/client";
+import { build } from "esbuild";
 import WebSocket from "ws";
 import { startService } from "../scripts/lib/service.ts";
 import { freePort } from "../scripts/lib/sqld.ts";
@@ -15,6 +22,9 @@ import { cpuMs, timedConcurrently } from "./stats.ts";
 
 const ROOT = resolve(import.meta.dirname, "..");
 const KEY = `e2b_${"5".repeat(40)}`;
+const PEPPER = "skeleton-pepper";
+/** Warm members of the feature skeleton's pool, as edge.ts gives ours (its refill keeps them). */
+const WARM_REPLICAS = 600;
 
 export interface Phase {
   /** Requests per second over the whole phase. */
@@ -29,16 +39,21 @@ export interface Skeleton {
   empty(total: number, clients: number): Promise<Phase>;
   /** `total` skeleton creates from `clients` closed-loop clients (stock is filled first). */
   creates(total: number, clients: number): Promise<Phase>;
+  /** `total` feature-skeleton creates from `clients` closed-loop clients (a refilled warm pool). */
+  features(total: number, clients: number): Promise<Phase>;
   stop(): Promise<void>;
 }
 
-export async function startSkeleton(dir: string): Promise<Skeleton> {
+/** `libsqlUrl`: the sqld the feature skeleton writes its index rows to. */
+export async function startSkeleton(dir: string, libsqlUrl: string): Promise<Skeleton> {
   mkdirSync(join(dir, "do-storage"), { recursive: true });
-  const [port, emptyPort] = [await freePort(), await freePort()];
+  const [port, emptyPort, featurePort] = [await freePort(), await freePort(), await freePort()];
   const configPath = join(dir, "skeleton.capnp");
   // Embeds are relative to the config file.
   copyFileSync(join(import.meta.dirname, "skeleton/worker.js"), join(dir, "worker.js"));
-  writeFileSync(configPath, config(dir, port, emptyPort));
+  await bundleFeatureWorker(join(dir, "feature.js"));
+  await createIndexTable(libsqlUrl);
+  writeFileSync(configPath, config(dir, { port, emptyPort, featurePort, libsqlUrl }));
   const workerd = await startService({
     name: "workerd (skeleton)",
     bin: join(ROOT, "node_modules/.bin/workerd"),
@@ -47,10 +62,15 @@ export async function startSkeleton(dir: string): Promise<Skeleton> {
     logFile: join(dir, "workerd.log"),
     readyWithinMs: 20_000,
   });
-  const agent = await answeringClient(`ws://127.0.0.1:${port}/connect`).catch(async (err: unknown) => {
+  const agents: WebSocket[] = [];
+  try {
+    agents.push(await answeringClient(`ws://127.0.0.1:${port}/connect`));
+    agents.push(await answeringClient(`ws://127.0.0.1:${featurePort}/connect`));
+  } catch (err) {
+    for (const a of agents) a.close();
     await workerd.stop();
     throw err;
-  });
+  }
   const base = `http://127.0.0.1:${port}`;
   const headers = { "x-api-key": KEY, "content-type": "application/json" };
 
@@ -69,6 +89,8 @@ export async function startSkeleton(dir: string): Promise<Skeleton> {
   const createBody = JSON.stringify({ templateID: "bench-warm", timeout: 3600 });
   const create = () => fetch(`${base}/sandboxes`, { method: "POST", headers, body: createBody });
   const empty = () => fetch(`http://127.0.0.1:${emptyPort}/sandboxes`, { method: "POST", headers, body: createBody });
+  const featureBase = `http://127.0.0.1:${featurePort}`;
+  const featureCreate = () => fetch(`${featureBase}/sandboxes`, { method: "POST", headers, body: createBody });
   return {
     async empty(total, clients) {
       await phase(Math.min(total, 500), clients, empty, 200); // JIT
@@ -81,14 +103,23 @@ export async function startSkeleton(dir: string): Promise<Skeleton> {
       await phase(warmup, clients, create, 201);
       return phase(total, clients, create, 201);
     },
+    async features(total, clients) {
+      const fill = await fetch(`${featureBase}/fill`, { method: "POST", headers, body: JSON.stringify({ templateID: "bench-warm", count: WARM_REPLICAS }) });
+      if (!fill.ok) throw new Error(`feature skeleton fill: HTTP ${fill.status} ${await fill.text()}`);
+      await phase(Math.min(total, 500), clients, featureCreate, 201);
+      return phase(total, clients, featureCreate, 201);
+    },
     async stop() {
-      agent.close();
+      for (const a of agents) a.close();
       await workerd.stop();
     },
   };
 }
 
-/** The skeleton's agent: answers every frame with its seq, as soon as it arrives. */
+/**
+ * The skeletons' agent: answers every frame as soon as it arrives, with its seq (bare skeleton)
+ * or the seqs of all its intents in one frame (feature skeleton).
+ */
 async function answeringClient(url: string): Promise<WebSocket> {
   const ws = new WebSocket(url, { perMessageDeflate: false });
   await new Promise((ok, fail) => {
@@ -96,13 +127,47 @@ async function answeringClient(url: string): Promise<WebSocket> {
     ws.once("error", fail);
   });
   ws.on("message", (data) => {
-    const { seq } = JSON.parse(String(data)) as { seq: number };
-    ws.send(JSON.stringify({ seq, result: "applied" }));
+    const msg = JSON.parse(String(data)) as { seq: number } | { items: { seq: number }[] };
+    if ("items" in msg) ws.send(JSON.stringify({ items: msg.items.map(({ seq }) => ({ seq, result: "applied" })) }));
+    else ws.send(JSON.stringify({ seq: msg.seq, result: "applied" }));
   });
   return ws;
 }
 
-function config(dir: string, port: number, emptyPort: number): string {
+/** The feature skeleton as one module: its zod and the project's body schema bundled in. */
+async function bundleFeatureWorker(outfile: string): Promise<void> {
+  await build({
+    entryPoints: [join(import.meta.dirname, "skeleton/feature-worker.js")],
+    outfile,
+    bundle: true,
+    format: "esm",
+    platform: "neutral",
+    conditions: ["workerd", "worker", "browser"],
+    mainFields: ["module", "main"],
+    external: ["cloudflare:workers"],
+    logLevel: "warning",
+  });
+}
+
+/** The feature skeleton's index table: the migrations' `sandboxes` (columns and indexes), renamed. */
+async function createIndexTable(libsqlUrl: string): Promise<void> {
+  const dir = join(ROOT, "schema/db/migrations");
+  const statements = readdirSync(dir)
+    .filter((f) => f.endsWith(".sql"))
+    .sort()
+    .flatMap((f) => readFileSync(join(dir, f), "utf8").split("--> statement-breakpoint"))
+    .filter((st) => /(TABLE|ON) `sandboxes`/.test(st))
+    .map((st) => st.replaceAll("`sandboxes", "`skeleton_sandboxes").replace(/^CREATE (TABLE|INDEX) /m, "CREATE $1 IF NOT EXISTS "));
+  if (!statements.some((st) => st.includes("CREATE TABLE"))) throw new Error("skeleton: no `sandboxes` table in schema/db/migrations");
+  const db = createClient({ url: libsqlUrl });
+  try {
+    await db.executeMultiple(statements.join("\n"));
+  } finally {
+    db.close();
+  }
+}
+
+function config(dir: string, p: { port: number; emptyPort: number; featurePort: number; libsqlUrl: string }): string {
   const date = /^compatibility_date\s*=\s*"([^"]+)"/m.exec(readFileSync(join(ROOT, "wrangler.toml"), "utf8"))?.[1] ?? "2026-11-01";
   const s = JSON.stringify;
   const ns = (className: string) => `(className = ${s(className)}, uniqueKey = ${s(`skeleton-${className}`)}, enableSql = true)`;
@@ -112,11 +177,15 @@ const config :Workerd.Config = (
   services = [
     (name = "skeleton", worker = .skeleton),
     (name = "empty", worker = .empty),
+    (name = "features", worker = .features),
     (name = "do-storage", disk = (path = ${s(join(dir, "do-storage"))}, writable = true)),
+    # sqld listens on loopback; the default outbound allows public addresses only.
+    (name = "loopback", network = (allow = ["private", "local"])),
   ],
   sockets = [
-    (name = "http", address = ${s(`127.0.0.1:${port}`)}, http = (), service = "skeleton"),
-    (name = "empty", address = ${s(`127.0.0.1:${emptyPort}`)}, http = (), service = "empty"),
+    (name = "http", address = ${s(`127.0.0.1:${p.port}`)}, http = (), service = "skeleton"),
+    (name = "empty", address = ${s(`127.0.0.1:${p.emptyPort}`)}, http = (), service = "empty"),
+    (name = "features", address = ${s(`127.0.0.1:${p.featurePort}`)}, http = (), service = "features"),
   ],
 );
 
@@ -131,6 +200,22 @@ const skeleton :Workerd.Worker = (
   ],
   durableObjectNamespaces = [${["SkeletonPool", "SkeletonGroup", "SkeletonCluster"].map(ns).join(", ")}],
   durableObjectStorage = (localDisk = "do-storage"),
+);
+
+const features :Workerd.Worker = (
+  compatibilityDate = ${s(date)},
+  modules = [(name = "feature.js", esModule = embed "feature.js")],
+  bindings = [
+    (name = "ADMIN_API_KEY", text = ${s(KEY)}),
+    (name = "KEY_PEPPER", text = ${s(PEPPER)}),
+    (name = "LIBSQL_URL", text = ${s(p.libsqlUrl)}),
+    (name = "POOL", durableObjectNamespace = "FeaturePool"),
+    (name = "GROUP", durableObjectNamespace = "FeatureGroup"),
+    (name = "CLUSTER", durableObjectNamespace = "FeatureCluster"),
+  ],
+  durableObjectNamespaces = [${["FeaturePool", "FeatureGroup", "FeatureCluster"].map(ns).join(", ")}],
+  durableObjectStorage = (localDisk = "do-storage"),
+  globalOutbound = "loopback",
 );
 
 const empty :Workerd.Worker = (

@@ -1,0 +1,327 @@
+// The feature skeleton for `npm run bench -- edge` (bench/skeleton.ts): the bare skeleton
+// (worker.js) plus the work issue 2 requires of every create, each in the plainest way, so the
+// bench can tell what the required features cost from what our implementation adds on top:
+//   - the body read (413 past the limit), parsed and validated by the project's own zod schema
+//     (`NewSandbox`, schema/api/sandbox.ts), a 400 for bad input;
+//   - the key's HMAC-SHA256 with the pepper, memoised per isolate (as functions/auth does),
+//     compared in constant time with the admin key's;
+//   - the pool's refill: the claim deletes the member and inserts its replacement in one commit;
+//     the replacements' intents leave in one cluster call per flush (batched across concurrent
+//     claims, as PoolDO does); the agent's answer is routed back to the pool (one call per
+//     answered frame), which records the members ready (one commit per call);
+//   - the create's answer: the group awaits the agent's answer through the cluster object and
+//     records the sandbox Running, batched into the group's next write or within 250 ms (as
+//     SandboxGroupDO's saveSoon does);
+//   - the index row in libSQL before the response: the cluster object group-commits the rows of
+//     concurrent creates into one multi-row upsert, sent straight to sqld over HTTP (Hrana
+//     pipeline); ours hands them to SandboxIndexDO, which does the same through @libsql/client.
+// The cluster object writes the intents of concurrent enqueues in one frame and deletes answered
+// outbox rows in batches after 50 ms, as ClusterDO does. Left out, as in the bare skeleton: the
+// template lookup (a pool that was never filled answers 404), state machines, alarms, redelivery,
+// timeouts on the agent's answer.
+import { DurableObject } from "cloudflare:workers";
+import { z } from "zod";
+import { NewSandbox } from "../../schema/api/sandbox.ts";
+
+const KEY_PATTERN = /^e2b_[0-9a-f]{40}$/;
+const MAX_BODY_BYTES = 1 << 20;
+const LAZY_MS = 250;
+const UNQUEUE_MS = 50;
+const RETRY_MS = 2_000;
+const TEAM_ID = "skeleton-team";
+const KEY_ID = "skeleton-key";
+const INDEX_COLUMNS = [
+  "id", "team_id", "key_id", "template_id", "alias", "state", "phase", "metadata", "started_at", "end_at",
+  "cpu_count", "memory_mb", "disk_size_mb", "envd_version", "rev",
+];
+const UPSERT =
+  `INSERT INTO skeleton_sandboxes (${INDEX_COLUMNS.join(", ")}) VALUES `;
+const UPSERT_TAIL =
+  ` ON CONFLICT (id) DO UPDATE SET ${INDEX_COLUMNS.slice(1).map((c) => `${c} = excluded.${c}`).join(", ")} WHERE skeleton_sandboxes.rev < excluded.rev`;
+const ROW = `(${INDEX_COLUMNS.map(() => "?").join(", ")})`;
+
+export default {
+  async fetch(request, env) {
+    const url = new URL(request.url);
+    if (url.pathname === "/health") return new Response("ok");
+    if (url.pathname === "/connect") return cluster(env).fetch(request);
+    const key = request.headers.get("x-api-key");
+    if (!key || !KEY_PATTERN.test(key) || !equalHex(await hmac(key, env.KEY_PEPPER), await hmac(env.ADMIN_API_KEY, env.KEY_PEPPER))) {
+      return error(401, "Invalid API key");
+    }
+    if (Number(request.headers.get("content-length") ?? "0") > MAX_BODY_BYTES) return error(413, "Request body too large");
+    let json;
+    try {
+      json = JSON.parse(await request.text());
+    } catch {
+      return error(400, "Request body is not valid JSON");
+    }
+    if (url.pathname === "/fill") return Response.json(await pool(env, json.templateID).fill(json.templateID, json.count));
+    const parsed = NewSandbox.safeParse(json);
+    if (!parsed.success) return error(400, `Invalid body: ${z.prettifyError(parsed.error).replaceAll("\n", "; ")}`);
+    const body = parsed.data;
+    const claimed = await pool(env, body.templateID).claim();
+    if (!claimed.ok) return error(claimed.status, claimed.message);
+    const res = await group(env, claimed.id).create(claimed.id, { templateID: body.templateID, timeoutS: body.timeout ?? 300, metadata: body.metadata ?? {} });
+    if (!res.ok) return error(502, "not acknowledged");
+    return Response.json({ sandboxID: claimed.id, templateID: body.templateID, clientID: "skeleton", envdVersion: "0.2.0" }, { status: 201 });
+  },
+};
+
+export class FeaturePool extends DurableObject {
+  constructor(ctx, env) {
+    super(ctx, env);
+    this.sql = ctx.storage.sql;
+    this.sql.exec("CREATE TABLE IF NOT EXISTS members (id TEXT PRIMARY KEY, state TEXT NOT NULL)");
+    this.sql.exec("CREATE TABLE IF NOT EXISTS config (template TEXT NOT NULL)");
+    this.template = this.sql.exec("SELECT template FROM config").toArray()[0]?.template ?? null;
+    this.ready = this.sql.exec("SELECT id FROM members WHERE state = 'ready' ORDER BY rowid").toArray().map((r) => r.id);
+    this.head = 0;
+    // As PoolDO: a member still creating is its own durable intent, sent again on load.
+    this.outgoing = this.sql.exec("SELECT id FROM members WHERE state = 'creating'").toArray().map((r) => this.intent(r.id));
+    this.flushing = false;
+    if (this.outgoing.length) void this.flush();
+  }
+
+  fill(template, count) {
+    if (this.template === null) this.sql.exec("INSERT INTO config (template) VALUES (?)", template);
+    this.template = template;
+    for (let i = 0; i < count; i++) {
+      const id = newId();
+      this.sql.exec("INSERT INTO members (id, state) VALUES (?, 'ready')", id);
+      this.ready.push(id);
+    }
+    return { available: this.ready.length - this.head };
+  }
+
+  claim() {
+    if (this.template === null) return { ok: false, status: 404, message: "template not found" };
+    if (this.head >= this.ready.length) return { ok: false, status: 503, message: "no warm sandbox" };
+    const id = this.ready[this.head++];
+    if (this.head > 1024) {
+      this.ready = this.ready.slice(this.head);
+      this.head = 0;
+    }
+    const fresh = newId();
+    this.sql.exec("DELETE FROM members WHERE id = ?", id);
+    this.sql.exec("INSERT INTO members (id, state) VALUES (?, 'creating')", fresh);
+    this.outgoing.push(this.intent(fresh));
+    void this.flush();
+    return { ok: true, id };
+  }
+
+  /** The agent answered for these members: they are ready to be claimed. */
+  markReady(ids) {
+    for (const id of ids) {
+      if (this.sql.exec("UPDATE members SET state = 'ready' WHERE id = ? AND state = 'creating' RETURNING id", id).toArray().length) this.ready.push(id);
+    }
+    return true;
+  }
+
+  intent(id) {
+    return { sandboxId: id, generation: 1, owner: { kind: "pool", id: `${TEAM_ID}/${this.template}` }, desired: { state: "running" }, template: { id: this.template } };
+  }
+
+  async flush() {
+    if (this.flushing) return;
+    this.flushing = true;
+    try {
+      while (this.outgoing.length) {
+        const batch = this.outgoing.splice(0);
+        const ok = await cluster(this.env).enqueue(batch, {}).catch(() => false);
+        if (!ok) {
+          this.outgoing.unshift(...batch);
+          setTimeout(() => void this.flush(), RETRY_MS);
+          return;
+        }
+      }
+    } finally {
+      this.flushing = false;
+    }
+  }
+}
+
+export class FeatureGroup extends DurableObject {
+  constructor(ctx, env) {
+    super(ctx, env);
+    this.sql = ctx.storage.sql;
+    this.sql.exec("CREATE TABLE IF NOT EXISTS sandboxes (id TEXT PRIMARY KEY, phase TEXT NOT NULL, spec TEXT NOT NULL, end_at INTEGER NOT NULL)");
+    this.running = [];
+    this.lazyTimer = null;
+  }
+
+  async create(id, spec) {
+    const now = Date.now();
+    const endAt = now + spec.timeoutS * 1000;
+    const intent = { sandboxId: id, generation: 2, owner: { kind: "sandbox" }, desired: { state: "running" }, template: { id: spec.templateID } };
+    this.writeRunning(); // rows answered since the group's last write join this commit
+    this.sql.exec("INSERT INTO sandboxes (id, phase, spec, end_at) VALUES (?, 'Pending', ?, ?)", id, JSON.stringify({ ...spec, intent }), endAt);
+    const row = [id, TEAM_ID, KEY_ID, spec.templateID, null, "running", "Running", JSON.stringify(spec.metadata), now, endAt, 2, 512, 1024, "0.2.0", 1];
+    const acked = await cluster(this.env).enqueue([intent], { awaitAnswer: true, index: [row] });
+    if (!acked) return { ok: false };
+    this.running.push(id);
+    this.lazyTimer ??= setTimeout(() => {
+      this.lazyTimer = null;
+      this.writeRunning();
+    }, LAZY_MS);
+    return { ok: true };
+  }
+
+  writeRunning() {
+    for (const id of this.running.splice(0)) this.sql.exec("UPDATE sandboxes SET phase = 'Running' WHERE id = ?", id);
+  }
+}
+
+export class FeatureCluster extends DurableObject {
+  constructor(ctx, env) {
+    super(ctx, env);
+    this.sql = ctx.storage.sql;
+    this.sql.exec("CREATE TABLE IF NOT EXISTS outbox (seq INTEGER PRIMARY KEY, sandbox_id TEXT NOT NULL, intent TEXT NOT NULL)");
+    this.seq = this.sql.exec("SELECT COALESCE(MAX(seq), 0) AS n FROM outbox").one().n;
+    /** seq → resolve of an awaited answer, or the pool owning the intent (its answer is routed there). */
+    this.waiters = new Map();
+    this.poolOf = new Map();
+    this.unsent = [];
+    this.sendTimer = null;
+    this.answered = [];
+    this.unqueueTimer = null;
+    this.indexQueue = [];
+    this.indexing = false;
+  }
+
+  async fetch() {
+    const pair = new WebSocketPair();
+    this.ctx.acceptWebSocket(pair[1]);
+    return new Response(null, { status: 101, webSocket: pair[0] });
+  }
+
+  /** Durably queues intents; answers once the index rows are committed and, if asked, the agent answered. */
+  async enqueue(intents, opts) {
+    const ws = this.ctx.getWebSockets()[0];
+    if (!ws) return false;
+    const answers = [];
+    for (const intent of intents) {
+      const seq = ++this.seq;
+      this.sql.exec("INSERT INTO outbox (seq, sandbox_id, intent) VALUES (?, ?, ?)", seq, intent.sandboxId, JSON.stringify(intent));
+      if (opts.awaitAnswer) answers.push(new Promise((resolve) => this.waiters.set(seq, resolve)));
+      else if (intent.owner.kind === "pool") this.poolOf.set(seq, { pool: intent.owner.id, id: intent.sandboxId });
+      this.unsent.push({ seq, intent });
+    }
+    this.sendTimer ??= setTimeout(() => {
+      this.sendTimer = null;
+      this.ctx.getWebSockets()[0]?.send(JSON.stringify({ items: this.unsent.splice(0) }));
+    }, 0);
+    await Promise.all([...answers, ...(opts.index ?? []).map((row) => this.indexRow(row))]);
+    return true;
+  }
+
+  webSocketMessage(_ws, message) {
+    const toPools = new Map();
+    for (const { seq } of JSON.parse(message).items) {
+      this.answered.push(seq);
+      const waiter = this.waiters.get(seq);
+      if (waiter) {
+        this.waiters.delete(seq);
+        waiter(true);
+        continue;
+      }
+      const member = this.poolOf.get(seq);
+      if (!member) continue;
+      this.poolOf.delete(seq);
+      const ids = toPools.get(member.pool);
+      if (ids) ids.push(member.id);
+      else toPools.set(member.pool, [member.id]);
+    }
+    for (const [name, ids] of toPools) this.env.POOL.get(this.env.POOL.idFromName(name)).markReady(ids).catch((err) => console.warn(`pool ${name}: ${err}`));
+    // Deleted a little later in one batch: a write here would hold the awaited replies behind its commit.
+    this.unqueueTimer ??= setTimeout(() => {
+      this.unqueueTimer = null;
+      const seqs = this.answered.splice(0);
+      this.sql.exec(`DELETE FROM outbox WHERE seq IN (${seqs.map(() => "?").join(", ")})`, ...seqs);
+    }, UNQUEUE_MS);
+  }
+
+  indexRow(row) {
+    return new Promise((done, fail) => {
+      this.indexQueue.push({ row, done, fail });
+      if (!this.indexing) void this.flushIndex();
+    });
+  }
+
+  /** One request to sqld at a time; rows queued meanwhile leave together in the next one. */
+  async flushIndex() {
+    this.indexing = true;
+    try {
+      while (this.indexQueue.length) {
+        const batch = this.indexQueue.splice(0, 500);
+        try {
+          await libsqlExecute(this.env.LIBSQL_URL, UPSERT + batch.map(() => ROW).join(", ") + UPSERT_TAIL, batch.flatMap((b) => b.row));
+          for (const b of batch) b.done();
+        } catch (err) {
+          for (const b of batch) b.fail(err);
+        }
+      }
+    } finally {
+      this.indexing = false;
+    }
+  }
+}
+
+/** One statement over sqld's HTTP API (Hrana v2 pipeline); throws on any error. */
+async function libsqlExecute(base, sql, values) {
+  const args = values.map((v) =>
+    v === null ? { type: "null" } : typeof v === "number" ? { type: "integer", value: String(v) } : { type: "text", value: v },
+  );
+  const res = await fetch(`${base}/v2/pipeline`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({ requests: [{ type: "execute", stmt: { sql, args } }, { type: "close" }] }),
+  });
+  const text = await res.text();
+  if (!res.ok) throw new Error(`libsql: HTTP ${res.status} ${text.slice(0, 200)}`);
+  const first = JSON.parse(text).results[0];
+  if (first.type !== "ok") throw new Error(`libsql: ${JSON.stringify(first.error ?? first).slice(0, 200)}`);
+}
+
+const hmacs = new Map();
+let hmacKey = null;
+
+/** Hex HMAC-SHA256(pepper, key), memoised per isolate. */
+function hmac(key, pepper) {
+  const id = `${pepper}\n${key}`;
+  let h = hmacs.get(id);
+  if (!h) {
+    if (hmacKey?.pepper !== pepper) {
+      hmacKey = { pepper, key: crypto.subtle.importKey("raw", new TextEncoder().encode(pepper), { name: "HMAC", hash: "SHA-256" }, false, ["sign"]) };
+    }
+    h = hmacKey.key
+      .then((k) => crypto.subtle.sign("HMAC", k, new TextEncoder().encode(key)))
+      .then((mac) => [...new Uint8Array(mac)].map((b) => b.toString(16).padStart(2, "0")).join(""));
+    if (hmacs.size >= 10_000) hmacs.clear();
+    hmacs.set(id, h);
+  }
+  return h;
+}
+
+function equalHex(a, b) {
+  if (a.length !== b.length) return false;
+  let diff = 0;
+  for (let i = 0; i < a.length; i++) diff |= a.charCodeAt(i) ^ b.charCodeAt(i);
+  return diff === 0;
+}
+
+function error(status, message) {
+  return Response.json({ code: status, message }, { status });
+}
+
+const pool = (env, template) => env.POOL.get(env.POOL.idFromName(`${TEAM_ID}/${template}`));
+const group = (env, id) => env.GROUP.get(env.GROUP.idFromName(id[0]));
+const cluster = (env) => env.CLUSTER.get(env.CLUSTER.idFromName("local"));
+
+const ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789";
+
+function newId() {
+  let id = "";
+  for (const b of crypto.getRandomValues(new Uint8Array(20))) id += ALPHABET[b % 36];
+  return id;
+}
