@@ -214,7 +214,7 @@ export class LocalDriver implements Driver {
       // Recorded before it is used, so a restart between the two does not lose the lease.
       this.#save({ ...rec, net: { address } });
       try {
-        next = { ...rec, net: { address, veth: await net.attach(rec.nsInit, address, this.#spawner) } };
+        next = { ...rec, net: { address, veth: await net.attach(rec.nsInit, address, this.#relay) } };
       } catch (err) {
         if (!rec.net) {
           net.release(address);
@@ -223,7 +223,7 @@ export class LocalDriver implements Driver {
         throw err;
       }
     } else {
-      await net.detach(rec.net!.veth!, this.#spawner);
+      await net.detach(rec.net!.veth!, this.#relay);
       next = { ...rec, net: { address: rec.net!.address } };
     }
     this.#save(next);
@@ -261,7 +261,7 @@ export class LocalDriver implements Driver {
     // A sandbox with internet access gets its veth while bwrap is still mounting its root.
     const address = ns && !hostNet && this.#net && networkMode(rec.desired) === "host" ? (rec.net?.address ?? this.#net.lease(layout.record)) : undefined;
     let veth: string | undefined;
-    const attach = address ? async (nsInit: ProcRef) => void (veth = await this.#net!.attach(nsInit, address, this.#spawner)) : undefined;
+    const attach = address ? async (nsInit: ProcRef) => void (veth = await this.#net!.attach(nsInit, address, this.#relay)) : undefined;
     next = { ...next, sharesHostNet: ns ? hostNet : undefined, net: address ? { address } : rec.net && { address: rec.net.address } };
     this.#save(next);
     const bwrapArgs = ns

@@ -19,6 +19,12 @@
 # sandbox's pids.max is reached, is closed at once. "close <tag>\n" closes the listener and kills
 # the tag's children. One answer line per command, in order: "ok" or the reason. The egress port
 # is not a user port: an inbound request for it is refused.
+#
+# Sandbox networks (sandbox-net.ts), over netlink and without a process: on
+# "veth <ns pid> <start> <name> <mac> <mtu> <bridge ifindex> <address>/<prefix> <gateway>\n" the
+# relay creates the veth pair (host end <name>, up, an isolated port of the bridge; `eth0` with
+# <mac> in the namespace of <ns pid>), enters that namespace to give eth0 its address, bring it up
+# and route through <gateway>, and returns. "unveth <name>\n" deletes a host end (and its pair).
 # Usage: port-relay.pl <socket path> <setns syscall nr> [<proxy socket path>]
 use Socket;
 use Fcntl;
@@ -146,6 +152,8 @@ sub command {
     close_egress($1);
     return 'ok';
   }
+  return veth($1, $2, $3, $4, $5, $6, $7, $8, $9) if $cmd =~ m{^veth (\d+) (\d+) (kr\d{1,12}) ((?:[0-9a-f]{2}:){5}[0-9a-f]{2}) (\d+) (\d+) (\d+\.\d+\.\d+\.\d+)/(\d+) (\d+\.\d+\.\d+\.\d+)$};
+  return unveth($1) if $cmd =~ /^unveth (kr\d{1,12})$/;
   my ($tag, $nspid, $start, $port, $max, $procs) = $cmd =~ m{^listen ([A-Za-z0-9_-]{1,64}) (\d+) (\d+) (\d+) (\d+)((?: /\S+/cgroup\.procs)*)$} or return 'bad command';
   return 'no proxy socket' unless defined $proxy;
   return "bad port $port" if $port < 1 || $port > 65535;
@@ -259,3 +267,67 @@ sub pump {
     }
   }
 }
+
+# One rtnetlink request on a fresh socket of the current network namespace (a netlink socket
+# stays in the namespace it was made in); undef when the kernel acknowledged it, or the error.
+my $nlseq = 0;
+sub nla {
+  my ($type, $data) = @_;
+  my $len = 4 + length $data;
+  return pack('SS', $len, $type) . $data . ("\0" x ((4 - $len % 4) % 4));
+}
+sub rtnl {
+  my ($type, $flags, $body) = @_;
+  socket(my $nl, 16, SOCK_RAW, 0) or return "netlink socket: $!";  # PF_NETLINK, NETLINK_ROUTE
+  # NLM_F_REQUEST | NLM_F_ACK
+  send($nl, pack('LSSLL', 16 + length $body, $type, $flags | 5, ++$nlseq, 0) . $body, 0) or return "netlink: $!";
+  defined recv($nl, my $buf, 65536, 0) or return "netlink: $!";
+  my (undef, $t) = unpack('LS', $buf);
+  return "netlink: answer of type $t" unless $t == 2;  # NLMSG_ERROR
+  my $errno = unpack('l', substr($buf, 16, 4));
+  return undef unless $errno;
+  local $! = -$errno;
+  return "$!";
+}
+sub ifinfo { pack('CxSiLL', @_) }  # family, type, index, flags, change
+sub ifindex {
+  socket(my $s, PF_INET, SOCK_DGRAM, 0) or return 0;
+  my $req = pack('a16 i x20', $_[0], 0);
+  ioctl($s, 0x8933, $req) or return 0;  # SIOCGIFINDEX
+  return unpack('x16 i', $req);
+}
+
+sub unveth {
+  my ($name) = @_;
+  my $err = rtnl(17, 0, ifinfo(0, 0, 0, 0, 0) . nla(3, "$name\0"));  # RTM_DELLINK by IFLA_IFNAME
+  return !$err || !ifindex($name) ? 'ok' : "delete $name: $err";
+}
+
+sub veth {
+  my ($nspid, $start, $name, $mac, $mtu, $bridge, $addr, $prefix, $gw) = @_;
+  my ($ns, $err) = namespace_of($nspid, $start);
+  return $err if $err;
+  my $peer = ifinfo(0, 0, 0, 0, 0) . nla(3, "eth0\0") . nla(4, pack('L', $mtu))
+    . nla(1, pack('C6', map { hex } split /:/, $mac)) . nla(19, pack('L', $nspid));  # IFNAME MTU ADDRESS NET_NS_PID
+  my $linkinfo = nla(1, "veth\0") . nla(2, nla(1, $peer));  # INFO_KIND, INFO_DATA { VETH_INFO_PEER }
+  # RTM_NEWLINK, CREATE|EXCL: up (IFF_UP in flags and change), IFNAME, MTU, MASTER, LINKINFO.
+  $err = rtnl(16, 0x600, ifinfo(0, 0, 0, 1, 1) . nla(3, "$name\0") . nla(4, pack('L', $mtu)) . nla(10, pack('L', $bridge)) . nla(18, $linkinfo));
+  return "create $name: $err" if $err;
+  my $host = ifindex($name);
+  # RTM_SETLINK of the bridge port (AF_BRIDGE): IFLA_PROTINFO (nested) { IFLA_BRPORT_ISOLATED 1 }.
+  $err = $host ? rtnl(19, 0, ifinfo(7, 0, $host, 0, 0) . nla(12 | 0x8000, nla(33, pack('C', 1)))) : 'gone';
+  return undo_veth($name, "isolate $name: $err") if $err;
+  syscall($setns_nr, fileno($ns), 0x40000000) == 0 or return undo_veth($name, "setns: $!");  # CLONE_NEWNET
+  my $eth0 = ifindex('eth0');
+  my $ip = inet_aton($addr);
+  $err = !$eth0 ? 'no eth0'
+    # RTM_NEWADDR (CREATE|EXCL): AF_INET, prefix, IFA_LOCAL, IFA_ADDRESS
+    : rtnl(20, 0x600, pack('CCCCL', 2, $prefix, 0, 0, $eth0) . nla(2, $ip) . nla(1, $ip))
+    # RTM_SETLINK: up
+    // rtnl(19, 0, ifinfo(0, 0, $eth0, 1, 1))
+    # RTM_NEWROUTE (CREATE|EXCL): AF_INET, default, main table, boot protocol, universe, unicast; RTA_GATEWAY, RTA_OIF
+    // rtnl(24, 0x600, pack('CCCCCCCCL', 2, 0, 0, 0, 254, 3, 0, 1, 0) . nla(5, inet_aton($gw)) . nla(4, pack('L', $eth0)));
+  syscall($setns_nr, fileno($own_ns), 0x40000000) == 0 or die "port-relay.pl: cannot return to its own network namespace: $!\n";
+  return $err ? undo_veth($name, "configure eth0: $err") : 'ok';
+}
+sub undo_veth { unveth($_[0]); return $_[1]; }

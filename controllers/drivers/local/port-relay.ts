@@ -10,6 +10,9 @@
 // listeners with listenEgress/closeEgress; they are re-opened when the relay had to restart. Each
 // connection through such a listener holds a relay child that joins the sandbox's cgroups, so
 // the sandbox's own limits bound them.
+//
+// It also makes sandboxes' veth pairs (addVeth/deleteVeth, over netlink; see sandbox-net.ts): it
+// already enters namespaces, so no process starts per sandbox for its network.
 import { spawn, type ChildProcess } from "node:child_process";
 import { createInterface } from "node:readline";
 import { mkdtempSync, rmSync } from "node:fs";
@@ -36,6 +39,18 @@ export interface EgressLimits {
   cgroupProcs: string[];
   /** Open connections at most; more are closed as they arrive. */
   maxConnections: number;
+}
+
+/** One sandbox's veth pair: host end `name` on the bridge with index `bridgeIndex`; `eth0` inside
+ * with `mac`, `address`/`prefix` and a default route via `gateway`. */
+export interface VethSpec {
+  name: string;
+  mac: string;
+  mtu: number;
+  bridgeIndex: number;
+  address: string;
+  prefix: number;
+  gateway: string;
 }
 
 interface EgressListener extends EgressLimits {
@@ -137,6 +152,22 @@ export class PortRelay {
   async closeEgress(tag: string): Promise<void> {
     if (!this.#egress.delete(tag) || !this.#child) return;
     await this.#command(this.#child, `close ${tag}`);
+  }
+
+  /** Gives the network namespace of `nsInit` a veth pair (see sandbox-net.ts, port-relay.pl's
+   * `veth`): over netlink from the relay, which already enters namespaces, so no process is
+   * started. Rejects with the kernel's reason; a half-made pair is deleted. */
+  async addVeth(nsInit: ProcRef, v: VethSpec): Promise<void> {
+    await this.#start();
+    const answer = await this.#command(this.#child!, ["veth", nsInit.pid, nsInit.start, v.name, v.mac, v.mtu, v.bridgeIndex, `${v.address}/${v.prefix}`, v.gateway].join(" "));
+    if (answer !== "ok") throw new Error(`sandbox network: ${answer}`);
+  }
+
+  /** Deletes a veth pair by its host end's name. */
+  async deleteVeth(name: string): Promise<void> {
+    await this.#start();
+    const answer = await this.#command(this.#child!, `unveth ${name}`);
+    if (answer !== "ok") throw new Error(`sandbox network: ${answer}`);
   }
 
   /** A socket connected to `port` on the loopback of the network namespace of `nsInit`, ready for

@@ -10,11 +10,10 @@
 // with the namespace, a restarted holder gets a new name, and a name never points to a namespace
 // it was not made for.
 import { spawnSync } from "node:child_process";
-import { existsSync, mkdirSync, readFileSync, readdirSync, readlinkSync, statSync, unlinkSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync, readdirSync, statSync, unlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { readRecord, type ProcRef, type SandboxAddress } from "./records.ts";
-import type { Spawner } from "./spawner.ts";
-import type { LaunchedExit } from "../../runtime/process/launcher.ts";
+import type { PortRelay } from "./port-relay.ts";
 
 export interface SandboxNetOptions {
   /** Bridge the host ends join. Default `kruise0`. */
@@ -227,60 +226,21 @@ export class SandboxNet {
   }
 
   /** Gives the namespace of `nsInit` a veth with `address` and a default route through the host
-   * end, which joins the bridge as an isolated port. One shell from the spawner: `ip -b` on the
-   * host, then `nsenter … ip -b` in the namespace (~3 forks). Returns the veth's name. */
-  async attach(nsInit: ProcRef, address: string, spawner: Spawner): Promise<string> {
-    // A holder started on the host's network (by an agent without this) must not get a second
-    // `eth0` in the host's namespace.
-    if (netnsOf(nsInit.pid) === undefined || netnsOf(nsInit.pid) === netnsOf(process.pid)) {
-      throw new Error(`process ${nsInit.pid} has no network namespace of its own`);
-    }
-    const veth = this.vethFor(nsInit);
+   * end, which joins the bridge as an isolated port (by the port relay, over netlink). Returns
+   * the veth's name. */
+  async attach(nsInit: ProcRef, address: string, relay: PortRelay): Promise<string> {
+    const name = this.vethFor(nsInit);
     // The address's own MAC: the host's neighbour entry for an address outlives a restarted
     // holder's veth, and a new random MAC went unanswered for seconds until the entry expired.
     const mac = `02:6b:${address.split(".").map((o) => Number(o).toString(16).padStart(2, "0")).join(":")}`;
-    const host = [
-      `link add ${veth} mtu ${this.#mtu} type veth peer name eth0 mtu ${this.#mtu} address ${mac} netns ${nsInit.pid}`,
-      `link set ${veth} master ${this.bridge} up`,
-      `link set ${veth} type bridge_slave isolated on`,
-    ];
-    const inside = [`addr add ${address}/${this.#prefix} dev eth0`, "link set eth0 up", `route add default via ${this.gateway}`];
-    const script = `ip -b - <<'EOF'\n${host.join("\n")}\nEOF\nexec nsenter -t ${nsInit.pid} -n ip -b - <<'EOF'\n${inside.join("\n")}\nEOF\n`;
-    const error = await runSpawned(spawner, ["-c", script]);
-    if (error) {
-      await runSpawned(spawner, ["-c", `ip link del ${veth}`]);
-      throw new Error(`sandbox network: ${error}`);
-    }
-    return veth;
+    const bridgeIndex = Number(readFileSync(`/sys/class/net/${this.bridge}/ifindex`, "utf8"));
+    await relay.addVeth(nsInit, { name, mac, mtu: this.#mtu, bridgeIndex, address, prefix: this.#prefix, gateway: this.gateway });
+    return name;
   }
 
   /** Takes the sandbox off the network (the pair goes with its host end). */
-  async detach(veth: string, spawner: Spawner): Promise<void> {
-    if (!IFNAME.test(veth)) return;
-    const error = await runSpawned(spawner, ["-c", `ip link del ${veth}`]);
-    if (error && existsSync(`/sys/class/net/${veth}`)) throw new Error(`sandbox network: ${error}`);
+  detach(veth: string, relay: PortRelay): Promise<void> {
+    return relay.deleteVeth(veth);
   }
 }
 
-function netnsOf(pid: number): string | undefined {
-  try {
-    return readlinkSync(`/proc/${pid}/ns/net`);
-  } catch {
-    return undefined;
-  }
-}
-
-/** Runs `sh <args>` through the spawner; resolves with its error output when it fails. */
-async function runSpawned(spawner: Spawner, args: string[]): Promise<string | undefined> {
-  const child = await spawner.spawn({ file: "/bin/sh", args, cwd: "/", env: { PATH: "/usr/sbin:/usr/bin:/sbin:/bin" } }, { detached: false, stdio: ["ignore", "ignore", "pipe"] });
-  const err = child.pipes.get(2)!;
-  let text = "";
-  err.on("data", (c) => (text += String(c)));
-  err.on("error", () => {});
-  err.resume();
-  const closed = new Promise((r) => err.once("close", r));
-  const exit = await new Promise<LaunchedExit>((r) => child.onExit(r));
-  await closed;
-  if (exit.error) return exit.error;
-  return exit.code === 0 ? undefined : text.trim() || `exit ${exit.code ?? exit.signal}`;
-}

@@ -11,7 +11,9 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { afterAll, beforeAll, describe, expect, it, onTestFinished } from "vitest";
 import type { DesiredSandbox } from "../../../../controllers/drivers/driver.ts";
 import { LocalDriver } from "../../../../controllers/drivers/local/local-driver.ts";
+import { procRef } from "../../../../controllers/drivers/local/holder.ts";
 import { layoutFor } from "../../../../controllers/drivers/local/layout.ts";
+import { PortRelay } from "../../../../controllers/drivers/local/port-relay.ts";
 import { readRecord } from "../../../../controllers/drivers/local/records.ts";
 import { METADATA_IP, startOutside, type Outside } from "./outside-net.ts";
 
@@ -185,6 +187,15 @@ describe("sandboxes with internet access in a network namespace of their own", (
     await driver.ensure({ ...d, generation: 4 });
     expect(recordOf(d.id).net!.address).toBe(net!.address);
     expect(await sh(d.id, `curl -s -m 5 http://${outside.ip}/`)).toBe(`outside saw ${outside.hostIp}`);
+  });
+
+  it("the relay refuses to give the host's own namespace a veth, and leaves nothing behind", async () => {
+    const relay = new PortRelay();
+    onTestFinished(() => relay.dispose());
+    const self = procRef(process.pid)!;
+    const spec = { name: `kr${process.pid}`, mac: "02:6b:0a:58:ff:fe", mtu: 1400, bridgeIndex: 1, address: "10.88.255.254", prefix: 16, gateway: "10.88.0.1" };
+    await expect(relay.addVeth(self, spec)).rejects.toThrow(/shares the host network/);
+    expect(existsSync(`/sys/class/net/${spec.name}`)).toBe(false);
   });
 
   it("without a usable setup, sandboxes with internet access share the host's network, and the notes say why", async () => {
