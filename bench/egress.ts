@@ -32,7 +32,9 @@ ts.sort(); print(ts[len(ts) // 2], ts[int(len(ts) * 0.99)])
 
 export async function run(ctx: Partial<BenchContext> = {}): Promise<Figures> {
   const dataDir = mkdtempSync(join(ctx.dir ?? tmpdir(), "bench-egress-"));
-  const driver = new LocalDriver({ dataDir, cgroupName: `kruise-bench-${process.pid}-egress` });
+  // The direct baseline dials the host's loopback, which a sandbox in a network of its own cannot
+  // reach (local/README.md, "A network of its own"): keep it on the host's network, as measured.
+  const driver = new LocalDriver({ dataDir, cgroupName: `kruise-bench-${process.pid}-egress`, network: false });
   const big = Buffer.alloc(BIG_MB << 20, 120);
   const server = createServer((req, res) => res.end(req.url === "/big" ? big : "ok"));
   await new Promise<void>((ok) => server.listen(0, "127.0.0.1", ok));

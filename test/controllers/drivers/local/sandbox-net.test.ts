@@ -189,6 +189,21 @@ describe("sandboxes with internet access in a network namespace of their own", (
     expect(await sh(d.id, `curl -s -m 5 http://${outside.ip}/`)).toBe(`outside saw ${outside.hostIp}`);
   });
 
+  it("a sandbox started on the host's network (an older agent) moves to a namespace of its own at its next ensure", async () => {
+    const d = desired();
+    driver.dispose();
+    driver = new LocalDriver({ dataDir, cgroupName, network: false });
+    await driver.ensure(d);
+    expect(recordOf(d.id).sharesHostNet).toBe(true);
+    driver.dispose();
+    driver = new LocalDriver({ dataDir, cgroupName });
+    await driver.ensure(d);
+    expect(recordOf(d.id).sharesHostNet).toBe(false);
+    await serve(d.id, hostPort, "its own port");
+    expect(await viaUserPort(d.id, hostPort)).toBe("its own port");
+    expect(await sh(d.id, `curl -s -m 5 http://${outside.ip}/`)).toBe(`outside saw ${outside.hostIp}`);
+  });
+
   it("the relay refuses to give the host's own namespace a veth, and leaves nothing behind", async () => {
     const relay = new PortRelay();
     onTestFinished(() => relay.dispose());
