@@ -38,8 +38,6 @@ export interface CreateInput {
 /** Default bound on waiting for the agent (create, resume, wake). */
 export const DEFAULT_WAIT_MS = 10_000;
 
-/** The longest a row saved "soon" waits for another write to join (see saveSoon). */
-const LAZY_MS = 250;
 /** An intent ClusterDO did not take (or not yet) is sent again after this long. */
 const RETRY_MS = 2_000;
 /** An enqueue that has not answered this long after its ack wait is counted as failed (and retried). */
@@ -81,9 +79,6 @@ export class SandboxGroupDO extends DurableObject<Env> {
   private maxSlots = 1_000;
   private readonly indexQueue = new IndexQueue(() => this.indexWriter(), (p) => this.ctx.waitUntil(p));
   private readonly timers = new CoarseTimers();
-  /** Sandboxes whose row waits for the group's next write (see saveSoon). */
-  private readonly lazy = new Set<string>();
-  private lazyTimer: ReturnType<typeof setTimeout> | null = null;
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
@@ -230,7 +225,6 @@ export class SandboxGroupDO extends DurableObject<Env> {
 
   override async alarm(): Promise<void> {
     this.alarmAt = null;
-    this.flushLazy();
     const now = Date.now();
     const due = this.store.dueIds(now).filter((id) => !this.firing.has(id));
     // Re-armed before any fire is awaited, and the fires are not awaited here: one sandbox whose
@@ -272,11 +266,10 @@ export class SandboxGroupDO extends DurableObject<Env> {
 
   /**
    * One event: transition, one row write (with the new intent as undelivered), index writes, the
-   * enqueue; after a create's answer the row is saved soon (see saveSoon). `failure`: ClusterDO
-   * did not confirm taking the intent (it stays undelivered and the alarm sends it again).
-   * `acked`: with `awaitAckMs`, the agent acknowledged it in time.
+   * enqueue. `failure`: ClusterDO did not confirm taking the intent (it stays undelivered and the
+   * alarm sends it again). `acked`: with `awaitAckMs`, the agent acknowledged it in time.
    */
-  private async apply(id: string, ev: SandboxEvent, awaitAckMs: number, soon = false): Promise<Applied> {
+  private async apply(id: string, ev: SandboxEvent, awaitAckMs: number): Promise<Applied> {
     const slot = this.slot(id);
     slot.busy++;
     try {
@@ -294,10 +287,7 @@ export class SandboxGroupDO extends DurableObject<Env> {
         else if (e.kind === "purge") this.purge(id, slot);
       }
       if (intent && slot.state) slot.undelivered = { intent, retryAt: Date.now() + ackWait(awaitAckMs) + RETRY_MS };
-      if ((changed || intent) && slot.state) {
-        if (soon && !intent) this.saveSoon(id, slot);
-        else this.save(id, slot);
-      }
+      if ((changed || intent) && slot.state) this.save(id, slot);
       notify(slot);
       // A create's index row travels with its intent: ClusterDO commits it, batched with other
       // creates' rows, before it answers. That spares a SandboxIndexDO call per create (~0.8 calls
@@ -321,12 +311,9 @@ export class SandboxGroupDO extends DurableObject<Env> {
       // was not acknowledged by anyone.
       const acked = awaitAckMs === 0 || (!res.timedOut && res.seqs.every((s) => s > 0));
       for (const a of res.acks) {
-        if (a.sandboxId === id) await this.apply(id, { type: "ack", generation: a.generation, result: a.result, message: a.message }, 0, ev.type === "create");
+        if (a.sandboxId === id) await this.apply(id, { type: "ack", generation: a.generation, result: a.result, message: a.message }, 0);
       }
-      if (slot.dirty && slot.state) {
-        if (ev.type === "create") this.saveSoon(id, slot);
-        else this.save(id, slot);
-      }
+      if (slot.dirty && slot.state) this.save(id, slot);
       return { ...t.result, acked };
     } finally {
       slot.busy--;
@@ -420,40 +407,7 @@ export class SandboxGroupDO extends DurableObject<Env> {
     }
   }
 
-  /** Writes the sandbox's row now, with any rows saved "soon" (one transaction). */
   private save(id: string, slot: Slot): void {
-    this.lazy.delete(id);
-    this.flushLazy();
-    this.write(id, slot);
-  }
-
-  /**
-   * The row after a create's answer (Running, nothing undelivered) is written with the group's
-   * next write, or within LAZY_MS: under load the next create in the group carries it in its own
-   * transaction, sparing a commit per create (~5 % of the edge's CPU per create). If the instance
-   * dies first, the row still says Pending with the claim undelivered: the alarm sends it again,
-   * ClusterDO answers that it holds that generation and routes the Running observation it held
-   * back, as after any reset between the answer and the write.
-   */
-  private saveSoon(id: string, slot: Slot): void {
-    slot.dirty = true;
-    this.lazy.add(id);
-    this.lazyTimer ??= setTimeout(() => {
-      this.lazyTimer = null;
-      this.flushLazy();
-    }, LAZY_MS);
-  }
-
-  private flushLazy(): void {
-    if (this.lazy.size === 0) return;
-    for (const id of this.lazy) {
-      const slot = this.slots.get(id);
-      if (slot?.dirty && slot.state) this.write(id, slot);
-    }
-    this.lazy.clear();
-  }
-
-  private write(id: string, slot: Slot): void {
     const timer = dueAt(slot.state);
     const retry = slot.undelivered?.retryAt ?? null;
     const due = timer === null ? retry : retry === null ? timer : Math.min(timer, retry);
@@ -472,7 +426,6 @@ export class SandboxGroupDO extends DurableObject<Env> {
     slot.state = null;
     slot.undelivered = null;
     slot.dirty = false;
-    this.lazy.delete(id);
     this.store.remove(id);
     this.stored.delete(id);
     notify(slot);

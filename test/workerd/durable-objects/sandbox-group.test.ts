@@ -305,6 +305,24 @@ describe("intent delivery", () => {
     }
   }, 15_000);
 
+  it("a warm claim is Running in its stored row before the create answers: a group restart right after the 201 does not leave it Pending", async () => {
+    // ClusterDO holds back the Running observation that only repeats the claim's applied ack, so
+    // a row written after the answer (to spare a commit) would come back Pending, and the gateway
+    // would refuse the sandbox until the claim was re-sent, or for good once ClusterDO forgot it.
+    const warm = await createTeam(unique("sdo-warm"), { replicas: 2 });
+    const warmAgent = await startAgent(warm.cluster);
+    try {
+      await warmAgent.waitUntil(() => warmAgent.running().length >= 2);
+      const id = (await expectStatus(call("/v2/sandboxes", { key: warm.key, body: { templateID: warm.template, timeout: 600 } }), 201)).sandboxID;
+      await runInDurableObject(sandboxGroupStub(env, id), (_instance: SandboxGroupDO, state) => {
+        state.abort("scripted: the group restarts");
+      }).catch(() => undefined);
+      expect((await stub(id).inspect())?.phase).toBe("Running");
+    } finally {
+      warmAgent.disconnect();
+    }
+  });
+
   it("a group that restarts right after a create answered, before the Running row was written, finds it Running again", async () => {
     const metadata = { "e2b.agents.kruise.io/wait-ready-timeout-seconds": "1" };
     const id = await create({ timeout: 600, metadata });
