@@ -98,6 +98,8 @@ export class LocalDriver implements Driver {
     this.#net = typeof net === "string" ? undefined : net;
     const netNote = typeof net === "string" ? [`sandboxes with internet access share the host's network and its loopback: ${net}`] : [];
     this.capabilities = { ...probe.capabilities, notes: [...probe.capabilities.notes, ...netNote] };
+    // It makes every sandbox's veth: the first create should not wait for perl to start.
+    if (this.#net) this.#relay.warm();
     mkdirSync(join(this.#dataDir, "sandboxes"), { recursive: true });
     // What a previous agent was still deleting when it stopped.
     mkdirSync(join(this.#dataDir, "trash"), { recursive: true });

@@ -131,6 +131,11 @@ export class PortRelay {
     });
   }
 
+  /** Starts the relay now rather than with the first sandbox that needs it. */
+  warm(): void {
+    this.#start().catch(() => {});
+  }
+
   /** Makes 127.0.0.1:`port` inside the network namespace of `nsInit` lead to the traffic-proxy,
    * tagged `tag` (the sandbox id). Idempotent; a new `nsInit` (restarted sandbox) or new limits
    * replace the old listener. */
