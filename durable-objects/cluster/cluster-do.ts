@@ -58,7 +58,7 @@ export class ClusterDO extends DurableObject<Env> {
   private waiters = new Map<number, (ack: AckItem) => void>();
   private readonly timers = new CoarseTimers();
   /** Index rows that came with enqueues (EnqueueOptions.index), committed in shared batches. */
-  private readonly indexQueue = new IndexQueue(() => this.env.SANDBOX_INDEX.get(this.env.SANDBOX_INDEX.idFromName(INDEX_WRITER_NAME)), (p) => this.ctx.waitUntil(p));
+  private readonly indexQueue = new IndexQueue(() => this.env.SANDBOX_INDEX.get(this.env.SANDBOX_INDEX.idFromName(INDEX_WRITER_NAME)), (p) => this.ctx.waitUntil(p), []);
   /** Intents to write to the agent at the end of this turn (see flushIntents). */
   private unsent: { seq: number; intent: Intent }[] = [];
   private unsentFlush: ReturnType<typeof setTimeout> | null = null;
@@ -115,19 +115,19 @@ export class ClusterDO extends DurableObject<Env> {
    */
   async enqueue(intents: Intent[], opts: EnqueueOptions = {}): Promise<EnqueueResult> {
     // Queued first; the answer waits for their commit (the create's read-your-writes).
-    const indexed = opts.index?.length ? Promise.all(opts.index.map((op) => this.indexQueue.push(op))) : null;
+    const indexed = opts.index?.length ? Promise.all(opts.index.map((op) => this.indexQueue.push(op))).then((r) => r.every(Boolean)) : null;
     const { seqs = [] } = this.apply({ type: "enqueue", intents });
     this.resendHeld(intents, seqs);
     const connected = this.state!.connected;
     const waitMs = Math.min(opts.awaitAckMs ?? 0, MAX_AWAIT_MS);
     if (waitMs <= 0) {
-      await indexed;
-      return { ok: true, seqs, connected, acks: [], timedOut: false };
+      const committed = await indexed;
+      return { ok: true, seqs, connected, acks: [], timedOut: false, ...(committed === null ? {} : { indexed: committed }) };
     }
     const known = opts.knownEndpoint === undefined ? null : JSON.stringify(opts.knownEndpoint);
     const watched = known === null ? [] : intents.map((i) => i.sandboxId);
     for (const id of watched) this.watching.set(id, false);
-    const [{ acks, timedOut }] = await Promise.all([
+    const [{ acks, timedOut }, committed] = await Promise.all([
       this.awaitAcks(seqs.filter((s) => s > 0), waitMs, (a) => {
         if (known !== null && a.result === "applied" && this.watching.get(a.sandboxId) === false && this.state!.desired.get(a.sandboxId)?.state === "running") {
           this.confirm(a, known);
@@ -136,7 +136,7 @@ export class ClusterDO extends DurableObject<Env> {
       indexed,
     ]);
     for (const id of watched) this.watching.delete(id);
-    return { ok: true, seqs, connected, acks, timedOut };
+    return { ok: true, seqs, connected, acks, timedOut, ...(committed === null ? {} : { indexed: committed }) };
   }
 
   async status(): Promise<ClusterStatus> {

@@ -18,7 +18,9 @@ export interface EnqueueOptions {
   knownEndpoint?: Endpoint | null;
   /**
    * Index ops to commit with the intents (a create's row): queued for SandboxIndexDO with other
-   * enqueues' ops in one call, and committed (or failed for good, then logged) before the answer.
+   * enqueues' ops in one call, tried once before the answer, which says how it went (`indexed`).
+   * Never retried here: a later retry could land after the sandbox's own later writes (a kill's
+   * delete) and bring a deleted row back; the owner rewrites it in its own ordered queue.
    */
   index?: IndexOp[];
 }
@@ -33,6 +35,8 @@ export type EnqueueResult =
       /** With `awaitAckMs`: the acks that arrived in time (all of them unless `timedOut`). */
       acks: AckItem[];
       timedOut: boolean;
+      /** With `index`: whether those ops were committed (false: the owner writes them again). */
+      indexed?: boolean;
     }
   | { ok: false; error: Refusal };
 

@@ -5,28 +5,33 @@
 import type { IndexOp } from "../../functions/store/sandbox-index.ts";
 import type { SandboxIndexDO } from "./index-writer-do.ts";
 
-/** Attempts of a batch after the first, and the pause before each. */
+/** Attempts of a batch after the first, and the pause before each (the default schedule). */
 const RETRY_MS = [250, 1_000];
 
 export type IndexWriter = Pick<DurableObjectStub<SandboxIndexDO>, "write">;
 
 export class IndexQueue {
-  private queue: { op: IndexOp; done: () => void }[] = [];
+  private queue: { op: IndexOp; done: (committed: boolean) => void }[] = [];
   private flushing: Promise<void> | null = null;
   private readonly writer: () => IndexWriter;
   private readonly keepAlive: (p: Promise<unknown>) => void;
+  private readonly retryMs: readonly number[];
 
-  /** `writer` is asked once per flush (tests swap it); `keepAlive` is the object's waitUntil. */
-  constructor(writer: () => IndexWriter, keepAlive: (p: Promise<unknown>) => void) {
+  /**
+   * `writer` is asked once per flush (tests swap it); `keepAlive` is the object's waitUntil;
+   * `retryMs` the pauses before each further attempt of a failed batch.
+   */
+  constructor(writer: () => IndexWriter, keepAlive: (p: Promise<unknown>) => void, retryMs: readonly number[] = RETRY_MS) {
     this.writer = writer;
     this.keepAlive = keepAlive;
+    this.retryMs = retryMs;
   }
 
   /**
-   * Resolves once the op's batch is committed, or has failed its last attempt (then it is logged:
-   * a lost batch costs index freshness until the sandbox's next write).
+   * Resolves once the op's batch is committed (true), or has failed its last attempt (false, and
+   * logged: a lost batch costs index freshness until the sandbox's next write).
    */
-  push(op: IndexOp): Promise<void> {
+  push(op: IndexOp): Promise<boolean> {
     return new Promise((done) => {
       this.queue.push({ op, done });
       if (this.flushing) return;
@@ -45,16 +50,20 @@ export class IndexQueue {
       }
       const batch = this.queue.splice(0);
       const ops = batch.map((q) => q.op);
+      let committed = false;
       for (let attempt = 0; ; attempt++) {
         const error = await writer.write(ops).then((r) => (r.ok ? null : r.error), (err: unknown) => err);
-        if (error === null) break;
-        if (attempt >= RETRY_MS.length) {
+        if (error === null) {
+          committed = true;
+          break;
+        }
+        if (attempt >= this.retryMs.length) {
           console.error(`index write of ${batch.length} ops failed ${attempt + 1} times`, error);
           break;
         }
-        await new Promise((r) => setTimeout(r, RETRY_MS[attempt]));
+        await new Promise((r) => setTimeout(r, this.retryMs[attempt]));
       }
-      for (const q of batch) q.done();
+      for (const q of batch) q.done(committed);
     }
   }
 }

@@ -291,9 +291,10 @@ export class SandboxGroupDO extends DurableObject<Env> {
       notify(slot);
       // A create's index row travels with its intent: ClusterDO commits it, batched with other
       // creates' rows, before it answers. That spares a SandboxIndexDO call per create (~0.8 calls
-      // per create under load, each about as costly as the create's own DO calls). Nothing can
-      // overtake it: the id is not out before the reply, later upserts carry a newer rev, and a
-      // delete needs a kill, which comes after the create's answer.
+      // per create under load, each about as costly as the create's own DO calls). ClusterDO tries it
+      // once: the row is listable as soon as it commits, so a kill (and its delete) can follow
+      // before the create answers, and a later retry there could bring the deleted row back. A
+      // failed try is rewritten below, in this group's own ordered queue.
       const carried = ev.type === "create" && intent && slot.state ? ops.splice(0) : [];
       const writes = ops.map((op) => this.index(op));
       // A client's own change is in the index before its reply (list right after kill must not
@@ -307,6 +308,9 @@ export class SandboxGroupDO extends DurableObject<Env> {
       const [res] = await Promise.all([this.send(id, slot, intent, awaitAckMs, carried), readYourWrites]);
       // A create ClusterDO did not take is killed by its caller; the kill writes the row.
       if (!res.ok) return { ...t.result, acked: false, failure: res.error };
+      // The carried row did not commit: written again here, as the sandbox is now, behind any
+      // later write of it (a kill that came meanwhile) in this group's ordered queue.
+      if (carried.length && res.indexed === false && slot.state) await this.index({ kind: "upsert", row: indexRow(slot.state) });
       // A stale-dropped intent (seq 0: ClusterDO already holds this generation or a newer one)
       // was not acknowledged by anyone.
       const acked = awaitAckMs === 0 || (!res.timedOut && res.seqs.every((s) => s > 0));
@@ -444,7 +448,7 @@ export class SandboxGroupDO extends DurableObject<Env> {
   }
 
   /** Index ops of the group's sandboxes leave in one SandboxIndexDO call per flush (IndexQueue). */
-  private index(op: IndexOp): Promise<void> {
+  private index(op: IndexOp): Promise<boolean> {
     return this.indexQueue.push(op);
   }
 

@@ -430,6 +430,50 @@ describe("lost calls are retried, memory is bounded", () => {
     }
   });
 
+  it("a create's carried index row whose answer was lost is not written again after a kill: no ghost row is listed or counted", async () => {
+    type Write = (ops: IndexOp[]) => Promise<{ ok: true } | { ok: false; error: string }>;
+    const cluster = env.CLUSTER.get(env.CLUSTER.idFromName(team.cluster));
+    const tag = unique("ghost");
+    let lost = 0;
+    let real: () => { write: Write } = () => {
+      throw new Error("not swapped");
+    };
+    // The first batch carrying this create's row commits, but its answer is lost.
+    await runInDurableObject(cluster, (instance: ClusterDO) => {
+      const queue = (instance as unknown as { indexQueue: { writer: () => { write: Write } } }).indexQueue;
+      real = queue.writer;
+      queue.writer = () => ({
+        write: async (ops) => {
+          const r = await real().write(ops);
+          if (ops.some((o) => o.kind === "upsert" && o.row.metadata?.tag === tag) && lost++ === 0) return { ok: false, error: "scripted: the answer was lost" };
+          return r;
+        },
+      });
+    });
+    try {
+      const created = call("/v2/sandboxes", { key: team.key, body: { templateID: team.template, timeout: 600, metadata: { tag } } });
+      // The row is listable as soon as it commits, so the client can kill it before the create answers.
+      let id: string | undefined;
+      await eventually(async () => {
+        const listed = await expectStatus(call(`/v2/sandboxes?metadata=tag%3D${tag}`, { key: team.key }), 200);
+        id = listed[0]?.sandboxID;
+        return id !== undefined;
+      });
+      await expectStatus(call(`/sandboxes/${id}`, { key: team.key, method: "DELETE" }), 204);
+      await created;
+      await eventually(async () => (await stub(id!).inspect()) === null, 8_000);
+      // Longer than any retry of the lost batch would wait.
+      await new Promise((r) => setTimeout(r, 1_500));
+      expect(await getIndexRow(getDb(env), id!)).toBeUndefined();
+      const page = await call(`/v2/sandboxes?metadata=tag%3D${tag}`, { key: team.key });
+      expect(await page.json()).toEqual([]);
+    } finally {
+      await runInDurableObject(cluster, (instance: ClusterDO) => {
+        (instance as unknown as { indexQueue: { writer: unknown } }).indexQueue.writer = real;
+      });
+    }
+  }, 20_000);
+
   it("observations whose group call fails once still reach the sandbox", async () => {
     const id = await create();
     const cluster = env.CLUSTER.get(env.CLUSTER.idFromName(team.cluster));
