@@ -17,12 +17,15 @@
 //   around through `[::1]` or an AAAA record. Forms that embed an IPv4 address (IPv4-mapped,
 //   IPv4-compatible `::a.b.c.d`, NAT64 `64:ff9b::/96`, 6to4 `2002::/16`) are judged as that address.
 // - `0.0.0.0/8` and `::` are never destinations: connect() takes them to the host's own loopback.
+//   Nor is what the caller's `refuse` names (host-reach.ts: loopback, link-local, and in the agent
+//   the host's own addresses and other sandboxes), since the proxy connects from the host.
 // Where this differs from E2B: E2B can see a name only on ports 80 (Host) and 443 (SNI) and
 // judges other ports by address alone; the proxy knows the name on every port, because it
 // resolves it itself, so a domain rule applies on any port.
 import type { EgressPolicy } from "../../schema/protocol/egress.ts";
 import { cidrContains, formatIp, parseCidr, parseIp, type Ip } from "../../schema/egress/address.ts";
 import { normalizeHost, parseRule, policyErrors, type Rule } from "../../schema/egress/rules.ts";
+import type { Refuse } from "./host-reach.ts";
 
 export interface CompiledPolicy {
   allow: Rule[];
@@ -100,10 +103,20 @@ export function needsAddresses(policy: CompiledPolicy, host: string): boolean {
   return policy.addressesMatter || policy.allow.some((r) => matchesName(r, name));
 }
 
-/** The verdict on one address: why it may not be connected to, or the allowOut entry that
- * admitted it (none when no rule names it). */
+/** Why an address may never be connected to, whatever the rules say: 0.0.0.0/8 and ::, and what
+ * `refuse` names (the proxy's own reach, host-reach.ts), in the address's own form and the IPv4
+ * form it carries. */
+function never(ip: Ip, shown: string, refuse: Refuse | undefined): string | undefined {
+  if (neverDestination(ip)) return `${shown} is not a destination (0.0.0.0/8 and :: reach this host's own loopback)`;
+  if (!refuse) return undefined;
+  const v4 = embeddedV4(ip);
+  const why = refuse(ip) ?? (v4 && refuse(v4));
+  return why && `${shown} ${why}`;
+}
+
+/** The verdict of the rules on one address that is not `never` refused: why it may not be
+ * connected to, or the allowOut entry that admitted it (none when no rule names it). */
 function judge(policy: CompiledPolicy, ip: Ip, shown: string): { denied: string } | { rule?: string } {
-  if (neverDestination(ip)) return { denied: `${shown} is not a destination (0.0.0.0/8 and :: reach this host's own loopback)` };
   const v4 = embeddedV4(ip);
   const forms = v4 ? [ip, v4] : [ip];
   const allow = policy.allow.find((r) => forms.some((f) => matchesAddress(r, f)));
@@ -116,8 +129,9 @@ function judge(policy: CompiledPolicy, ip: Ip, shown: string): { denied: string 
 /** The decision for `host` (a name or an IP literal) given the addresses it resolved to (ignored
  * for an IP literal, and not needed when `needsAddresses` says so). An allowed verdict lists the
  * addresses that passed, in resolution order, for the caller to connect to (and no other); `rule`
- * is the allowOut entry that let the first one pass, if one did. */
-export function decide(policy: CompiledPolicy, host: string, resolved: string[]): Verdict {
+ * is the allowOut entry that let the first one pass, if one did. `refuse` names addresses no rule
+ * can open (the proxy's host, host-reach.ts). */
+export function decide(policy: CompiledPolicy, host: string, resolved: string[], refuse?: Refuse): Verdict {
   const name = normalizeHost(host);
   const literal = parseIp(name);
   const byName = literal ? undefined : policy.allow.find((r) => matchesName(r, name));
@@ -130,10 +144,10 @@ export function decide(policy: CompiledPolicy, host: string, resolved: string[])
   let denial = "";
   for (const ip of candidates) {
     const shown = literal ? name : `${name} (${formatIp(ip)})`;
-    const j = judge(policy, ip, shown);
     // A name allowed by name passes at any address but the ones that are never destinations.
-    if (byName && !neverDestination(ip)) passed.push({ ip, rule: byName.text });
-    else if (!("denied" in j)) passed.push({ ip, rule: j.rule });
+    const refused = never(ip, shown, refuse);
+    const j = refused ? { denied: refused } : byName ? { rule: byName.text } : judge(policy, ip, shown);
+    if (!("denied" in j)) passed.push({ ip, rule: j.rule });
     else denial ||= j.denied;
   }
   if (passed.length === 0) return { allowed: false, reason: denial };

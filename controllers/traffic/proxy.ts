@@ -14,12 +14,17 @@ import { createServer as createHttpServer, request as httpRequest, type Incoming
 import { connect, createServer as createNetServer, type Server as NetServer, type Socket } from "node:net";
 import type { Duplex } from "node:stream";
 import { normalizeHost } from "../../schema/egress/rules.ts";
+import { refuseLocal, type Refuse } from "./host-reach.ts";
 import { decide, needsAddresses, type CompiledPolicy, type Verdict } from "./policy.ts";
 
 export interface TrafficProxyOptions {
   /** The compiled rules of a sandbox (the tag its connection came with; "" on a TCP listener).
    * A string is a reason to refuse everything (unknown sandbox, invalid rules). */
   policyFor: (sandbox: string) => CompiledPolicy | string;
+  /** Addresses refused whatever the rules say, because the proxy connects from where it runs
+   * (host-reach.ts). Default `refuseLocal`: loopback and link-local; the agent passes
+   * `refuseHost` (its host's addresses and other sandboxes too). */
+  refuse?: Refuse;
   /** Name resolution; default: the system resolver (getaddrinfo, so /etc/hosts counts). */
   resolve?: (host: string) => Promise<string[]>;
   /** How long a connection to a destination may take. Default 10 s. */
@@ -82,6 +87,7 @@ export class TrafficProxy {
   readonly server: Server;
   readonly #o: TrafficProxyOptions;
   readonly #resolve: (host: string) => Promise<string[]>;
+  readonly #refuse: Refuse;
   /** The sandbox each client connection belongs to. */
   readonly #tags = new WeakMap<object, string>();
   readonly #listeners: NetServer[] = [];
@@ -95,6 +101,7 @@ export class TrafficProxy {
   constructor(opts: TrafficProxyOptions) {
     this.#o = opts;
     this.#resolve = opts.resolve ?? systemResolve;
+    this.#refuse = opts.refuse ?? refuseLocal;
     this.server = createHttpServer({ keepAliveTimeout: 30_000 });
     const started = (req: IncomingMessage) => clearTimeout(this.#idle.get(req.socket));
     this.server.on("request", (req, res) => void this.#forward(req, res));
@@ -160,7 +167,7 @@ export class TrafficProxy {
         return { status: 502, reason: `cannot resolve ${host}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}` };
       }
     }
-    const verdict = decide(policy, host, addresses);
+    const verdict = decide(policy, host, addresses, this.#refuse);
     if (!verdict.allowed) this.#o.log?.(`traffic-proxy: ${tag || "sandbox"}: denied ${verdict.reason}`);
     return verdict;
   }
@@ -285,7 +292,7 @@ export class TrafficProxy {
     let ended = 0;
     for (const o of [...set]) {
       const address = o.upstream.remoteAddress;
-      const v: Verdict = typeof policy === "string" ? { allowed: false, reason: policy } : address ? decide(policy, o.host, [address]) : { allowed: false, reason: "closed" };
+      const v: Verdict = typeof policy === "string" ? { allowed: false, reason: policy } : address ? decide(policy, o.host, [address], this.#refuse) : { allowed: false, reason: "closed" };
       if (v.allowed) continue;
       this.#o.log?.(`traffic-proxy: ${sandbox || "sandbox"}: ended a connection to ${o.host} after a rule change: ${v.reason}`);
       o.upstream.destroy();

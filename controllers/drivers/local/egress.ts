@@ -4,6 +4,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { EgressPolicy } from "../../../schema/protocol/egress.ts";
+import { refuseHost } from "../../traffic/host-reach.ts";
 import { compilePolicy, type CompiledPolicy } from "../../traffic/policy.ts";
 import { TrafficProxy } from "../../traffic/proxy.ts";
 import type { DesiredSandbox } from "../driver.ts";
@@ -48,13 +49,19 @@ export class LocalEgress {
   readonly socket: string;
   readonly #dir: string;
   readonly #rulesOf: (id: string) => EgressPolicy | null | undefined;
+  readonly #subnets: () => string[];
   /** Compiled rules per rules object (records are replaced, not mutated, when they change). */
   readonly #compiled = new WeakMap<EgressPolicy, CompiledPolicy | string>();
   #proxy: TrafficProxy | undefined;
   #listening: Promise<void> | undefined;
 
-  constructor(rulesOf: (id: string) => EgressPolicy | null | undefined) {
+  /** `subnets`: the address ranges of sandboxes with a network of their own (read when the proxy
+   * starts), which the proxy never connects to, as it never does to the host's own addresses,
+   * loopback or link-local: the proxy connects from the host, so these would be reached through
+   * it although nftables keeps veth sandboxes from them. */
+  constructor(rulesOf: (id: string) => EgressPolicy | null | undefined, subnets: () => string[] = () => []) {
     this.#rulesOf = rulesOf;
+    this.#subnets = subnets;
     this.#dir = mkdtempSync(join(tmpdir(), "kruise-egress-"));
     this.socket = join(this.#dir, "proxy.sock");
   }
@@ -78,7 +85,7 @@ export class LocalEgress {
   /** Starts the proxy if it is not running. */
   start(): Promise<void> {
     if (!this.#listening) {
-      this.#proxy = new TrafficProxy({ policyFor: (id) => this.#policyFor(id) });
+      this.#proxy = new TrafficProxy({ policyFor: (id) => this.#policyFor(id), refuse: refuseHost({ subnets: this.#subnets() }) });
       this.#listening = this.#proxy.listenTagged(this.socket);
       this.#listening.catch(() => (this.#listening = undefined));
     }

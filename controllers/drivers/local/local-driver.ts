@@ -71,10 +71,13 @@ export class LocalDriver implements Driver {
   /** The last record written or read per sandbox: what views ask on every call. */
   readonly #records = new Map<string, SandboxRecord>();
   readonly #spawner: Spawner;
-  readonly #egress = new LocalEgress((id) => {
-    const rec = this.#record(id);
-    return rec && rec.phase !== "Stopped" ? egressRules(rec.desired) : undefined;
-  });
+  readonly #egress = new LocalEgress(
+    (id) => {
+      const rec = this.#record(id);
+      return rec && rec.phase !== "Stopped" ? egressRules(rec.desired) : undefined;
+    },
+    () => (this.#net ? [this.#net.subnet] : []),
+  );
   readonly #relay = new PortRelay({ proxySocket: this.#egress.socket });
   readonly #egressPort: number;
   readonly #egressMax: number;

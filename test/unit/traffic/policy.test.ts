@@ -1,7 +1,8 @@
-import { describe, expect, it } from "vitest";
+import { afterEach, describe, expect, it, vi } from "vitest";
 import { cidrContains, formatIp, parseCidr, parseIp } from "../../../schema/egress/address.ts";
 import { compilePolicy, decide, needsAddresses } from "../../../controllers/traffic/policy.ts";
 import { policyErrors } from "../../../schema/egress/rules.ts";
+import { refuseHost, refuseLocal } from "../../../controllers/traffic/host-reach.ts";
 
 const policy = (allowOut: string[], denyOut: string[]) => compilePolicy({ allowOut, denyOut });
 
@@ -144,5 +145,64 @@ describe("egress policy", () => {
       'denyOut: "1.2.3" is not a valid IP address or CIDR block',
     ]);
     expect(() => compilePolicy({ allowOut: [], denyOut: ["example.com"] })).toThrow(/denyOut takes IP addresses and CIDR blocks only/);
+  });
+});
+
+describe("what the proxy refuses whatever the rules say (host-reach.ts)", () => {
+  afterEach(() => void vi.useRealTimers());
+  const hostAddresses = () => ["127.0.0.1", "192.0.2.10", "10.88.0.1", "2001:db8::5", "fe80::1"];
+  const agent = refuseHost({ subnets: ["10.88.0.0/16"], interfaces: hostAddresses });
+  const everything = policy(["0.0.0.0/0", "127.0.0.1", "192.0.2.10", "169.254.169.254", "10.88.0.0/16", "*.example.com"], []);
+
+  it("rules that allow the host, its loopback, link-local or other sandboxes open none of them", () => {
+    const reason = (host: string, resolved: string[] = []) => {
+      const v = decide(everything, host, resolved, agent);
+      return v.allowed ? "allowed" : v.reason;
+    };
+    expect(reason("127.0.0.1")).toBe("127.0.0.1 is loopback, never reached through the proxy (a sandbox's own loopback is not proxied; the proxy's would be the host's)");
+    for (const host of ["127.9.9.9", "[::1]", "::ffff:127.0.0.1", "::127.0.0.1", "64:ff9b::127.0.0.1"]) expect(reason(host), host).toContain("is loopback");
+    for (const host of ["169.254.169.254", "fe80::2", "[fe80::1%eth0]"]) expect(reason(host), host).toContain("is link-local");
+    for (const host of ["192.0.2.10", "2001:db8::5", "::ffff:192.0.2.10"]) expect(reason(host), host).toContain("is an address of the agent's host");
+    expect(reason("10.88.0.1")).toContain("is an address of the agent's host");
+    expect(reason("10.88.200.3")).toBe("10.88.200.3 is in the sandbox network 10.88.0.0/16 (other sandboxes), never reached through the proxy");
+    expect(reason("10.89.0.1")).toBe("allowed");
+    expect(reason("192.0.2.11")).toBe("allowed");
+    // A name allowed by name passes only at its other addresses.
+    expect(reason("api.example.com", ["127.0.0.1"])).toBe("api.example.com (127.0.0.1) is loopback, never reached through the proxy (a sandbox's own loopback is not proxied; the proxy's would be the host's)");
+    expect(decide(everything, "api.example.com", ["10.88.0.9", "203.0.113.5", "192.0.2.10"], agent)).toEqual({ allowed: true, addresses: ["203.0.113.5"], rule: "*.example.com" });
+  });
+
+  it("domain rules still match by name, with the refusals applied to what the name resolves to", () => {
+    const names = policy(["api.example.com", "*.pythonhosted.org"], ["0.0.0.0/0"]);
+    expect(decide(names, "api.example.com", ["198.51.100.6"], agent)).toEqual({ allowed: true, addresses: ["198.51.100.6"], rule: "api.example.com" });
+    expect(decide(names, "files.pythonhosted.org", ["198.51.100.7"], agent)).toMatchObject({ allowed: true, rule: "*.pythonhosted.org" });
+    expect(decide(names, "other.example.com", ["198.51.100.6"], agent).allowed).toBe(false);
+    expect(decide(names, "files.pythonhosted.org", ["192.0.2.10"], agent)).toMatchObject({ allowed: false, reason: expect.stringContaining("is an address of the agent's host") });
+  });
+
+  it("the sidecar refuses loopback and link-local only: its host addresses are its pod's", () => {
+    expect(refuseLocal(parseIp("127.0.0.1")!)).toContain("is loopback");
+    expect(refuseLocal(parseIp("169.254.1.1")!)).toContain("is link-local");
+    expect(refuseLocal(parseIp("10.88.0.1")!)).toBeUndefined();
+    expect(refuseLocal(parseIp("192.0.2.10")!)).toBeUndefined();
+  });
+
+  it("reads the host's addresses again at most once a second, so one it gains is refused soon after", () => {
+    vi.useFakeTimers({ toFake: ["Date"] });
+    const addresses = ["192.0.2.10"];
+    let reads = 0;
+    const refuse = refuseHost({ interfaces: () => (reads++, addresses) });
+    const ip = parseIp("203.0.113.9")!;
+    expect(refuse(ip)).toBeUndefined();
+    addresses.push("203.0.113.9");
+    for (let i = 0; i < 100; i++) refuse(ip);
+    expect(reads).toBe(1);
+    vi.advanceTimersByTime(1000);
+    expect(refuse(ip)).toContain("is an address of the agent's host");
+    expect(reads).toBe(2);
+  });
+
+  it("refuses a sandbox subnet that is not an address block", () => {
+    expect(() => refuseHost({ subnets: ["10.88.0.0/40"] })).toThrow('sandbox subnet "10.88.0.0/40" is not an address block');
   });
 });

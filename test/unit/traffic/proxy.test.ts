@@ -1,5 +1,7 @@
 // The traffic-proxy against real loopback servers: what it forwards, what it refuses and how
-// it knows whose connection it is.
+// it knows whose connection it is. The loopback servers stand in for "outside" here, so the
+// proxy under test is told to refuse nothing by itself (`refuse`); what the proxy refuses
+// whatever the rules say (loopback, link-local, the host's own addresses) has its own tests below.
 import { mkdtempSync, rmSync } from "node:fs";
 import { createServer, type IncomingMessage, type Server } from "node:http";
 import { connect, createServer as createNetServer, type AddressInfo, type Server as NetServer, type Socket } from "node:net";
@@ -8,6 +10,8 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { compilePolicy } from "../../../controllers/traffic/policy.ts";
 import { TrafficProxy } from "../../../controllers/traffic/proxy.ts";
+import { refuseHost } from "../../../controllers/traffic/host-reach.ts";
+import { networkInterfaces } from "node:os";
 
 let origin: Server;
 let port = 0;
@@ -54,6 +58,7 @@ beforeAll(async () => {
   port = (origin.address() as AddressInfo).port;
   proxy = new TrafficProxy({
     firstRequestTimeoutMs: 300,
+    refuse: () => undefined,
     policyFor: (tag) => policies[tag] ?? `no egress rules for sandbox ${JSON.stringify(tag)}`,
     resolve: async (host) => {
       resolved.push(host);
@@ -266,6 +271,62 @@ describe("traffic-proxy", () => {
       expect(text).toMatch(/^HTTP\/1.1 403/);
     } finally {
       await single.close();
+    }
+  });
+});
+
+/** What one request through `p` (a TCP listener) gets back. */
+function viaTcp(p: number, payload: string): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const s = connect(p, "127.0.0.1");
+    let t = "";
+    s.on("data", (c) => (t += String(c))).on("end", () => resolve(t)).on("error", reject);
+    s.write(payload);
+  });
+}
+
+describe("what the traffic-proxy never reaches, whatever the rules say", () => {
+  const allowAll = compilePolicy({ allowOut: ["0.0.0.0/0", "localhost"], denyOut: [] });
+
+  it("by default (the sidecar): loopback in every form, and names that resolve there, are a 403 naming why", async () => {
+    const single = new TrafficProxy({ policyFor: () => allowAll, resolve: async () => ["::1", "127.0.0.1"] });
+    const p = await single.listenTcp(0, "127.0.0.1");
+    try {
+      const before = seen.length;
+      for (const host of ["127.0.0.1", "127.0.0.2", "[::1]", "[::ffff:127.0.0.1]", "[::127.0.0.1]", "localhost"]) {
+        const fwd = await viaTcp(p, `GET http://${host}:${port}/ HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n`);
+        expect(fwd, host).toMatch(/^HTTP\/1.1 403/);
+        expect(fwd, host).toContain("is loopback, never reached through the proxy");
+        const tunnel = await viaTcp(p, `CONNECT ${host}:${echoPort} HTTP/1.1\r\nHost: x\r\n\r\n`);
+        expect(tunnel, host).toMatch(/^HTTP\/1.1 403 Forbidden/);
+      }
+      expect(await viaTcp(p, `GET http://169.254.169.254/latest/meta-data/ HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n`)).toContain(
+        "egress denied: 169.254.169.254 is link-local",
+      );
+      expect(seen.length).toBe(before);
+    } finally {
+      await single.close();
+    }
+  });
+
+  it("in the agent: also the host's own addresses and the sandbox network (other sandboxes), even when allowed by name", async () => {
+    const own = Object.values(networkInterfaces()).flatMap((l) => l ?? []).find((a) => a.family === "IPv4" && !a.internal)?.address;
+    expect(own, "this host has a non-loopback IPv4 address").toBeDefined();
+    const agent = new TrafficProxy({
+      policyFor: () => compilePolicy({ allowOut: ["0.0.0.0/0", "sandbox.test"], denyOut: [] }),
+      refuse: refuseHost({ subnets: ["10.88.0.0/16"] }),
+      resolve: async () => ["10.88.0.7"],
+      connectTimeoutMs: 500,
+    });
+    const p = await agent.listenTcp(0, "127.0.0.1");
+    try {
+      const req = (host: string) => viaTcp(p, `GET http://${host}:${port}/ HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n`);
+      expect(await req(own!)).toContain(`egress denied: ${own} is an address of the agent's host, never reached through the proxy`);
+      expect(await req("10.88.3.4")).toContain("egress denied: 10.88.3.4 is in the sandbox network 10.88.0.0/16 (other sandboxes)");
+      expect(await req("sandbox.test")).toContain("egress denied: sandbox.test (10.88.0.7) is in the sandbox network 10.88.0.0/16");
+      expect(await req("127.0.0.1")).toContain("is loopback");
+    } finally {
+      await agent.close();
     }
   });
 });

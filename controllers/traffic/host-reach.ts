@@ -1,0 +1,70 @@
+// Destinations the proxy refuses whatever a sandbox's rules say, because the proxy connects from
+// where it runs, not from the sandbox: an allowed `127.0.0.1` would otherwise be the host's
+// loopback (sqld without auth, the agent, the edge), not the sandbox's own (which NO_PROXY keeps
+// local, so a proxied request to loopback is never a legitimate one).
+// - Always (every form of the proxy): loopback (127/8, ::1) and link-local (169.254/16, where
+//   cloud metadata answers, and fe80::/10).
+// - In the agent (local driver), also what the nftables rules keep veth sandboxes from
+//   (drivers/local/sandbox-net.ts): every address of the host's own interfaces, and the sandbox
+//   bridge's range (other sandboxes).
+import { networkInterfaces } from "node:os";
+import { cidrContains, parseCidr, parseIp, type Cidr, type Ip } from "../../schema/egress/address.ts";
+
+/** Why `ip` may never be connected to, as the end of a sentence about it, or undefined. */
+export type Refuse = (ip: Ip) => string | undefined;
+
+const LOOPBACK = [parseCidr("127.0.0.0/8")!, parseCidr("::1")!];
+const LINK_LOCAL = [parseCidr("169.254.0.0/16")!, parseCidr("fe80::/10")!];
+/** How long the host's interface addresses are reused before they are read again (reading them
+ * costs ~0.1 ms with few interfaces, more with a veth per sandbox). */
+const INTERFACES_CACHE_MS = 1000;
+
+const key = (ip: Ip) => `${ip.v6 ? 6 : 4}:${ip.n}`;
+
+/** Loopback and link-local: refused by every form of the proxy. */
+export function refuseLocal(ip: Ip): string | undefined {
+  if (LOOPBACK.some((c) => cidrContains(c, ip))) return "is loopback, never reached through the proxy (a sandbox's own loopback is not proxied; the proxy's would be the host's)";
+  if (LINK_LOCAL.some((c) => cidrContains(c, ip))) return "is link-local (169.254/16, fe80::/10: cloud metadata and the host's links), never reached through the proxy";
+  return undefined;
+}
+
+/** The addresses of this host's interfaces, as the kernel lists them now. */
+function readInterfaces(): string[] {
+  return Object.values(networkInterfaces()).flatMap((list) => (list ?? []).map((a) => a.address));
+}
+
+export interface HostReachOptions {
+  /** Address ranges of other sandboxes (the sandbox bridge's subnet), e.g. "10.88.0.0/16". */
+  subnets?: string[];
+  /** The host's own addresses; default: its interfaces (os.networkInterfaces()), re-read at most
+   * once per second. */
+  interfaces?: () => string[];
+}
+
+/** What the agent's proxy refuses: loopback, link-local, the host's own addresses and other
+ * sandboxes. Throws on a subnet that is not a CIDR block. */
+export function refuseHost(opts: HostReachOptions = {}): Refuse {
+  const subnets: [string, Cidr][] = (opts.subnets ?? []).map((s) => {
+    const c = parseCidr(s);
+    if (!c) throw new Error(`sandbox subnet ${JSON.stringify(s)} is not an address block`);
+    return [s, c];
+  });
+  const read = opts.interfaces ?? readInterfaces;
+  let own = new Set<string>();
+  let readAt = -Infinity;
+  const hostAddresses = () => {
+    if (Date.now() - readAt >= INTERFACES_CACHE_MS) {
+      own = new Set(read().flatMap((a) => parseIp(a) ?? []).map(key));
+      readAt = Date.now();
+    }
+    return own;
+  };
+  return (ip) => {
+    const local = refuseLocal(ip);
+    if (local) return local;
+    if (hostAddresses().has(key(ip))) return "is an address of the agent's host, never reached through the proxy (its services are not a sandbox's to reach)";
+    const subnet = subnets.find(([, c]) => cidrContains(c, ip));
+    if (subnet) return `is in the sandbox network ${subnet[0]} (other sandboxes), never reached through the proxy`;
+    return undefined;
+  };
+}
