@@ -7,19 +7,18 @@
 // - In the agent (local driver), also what the nftables rules keep veth sandboxes from
 //   (drivers/local/sandbox-net.ts): every address of the host's own interfaces, and the sandbox
 //   bridge's range (other sandboxes).
+import { readFileSync } from "node:fs";
 import { networkInterfaces } from "node:os";
-import { cidrContains, parseCidr, parseIp, type Cidr, type Ip } from "../../schema/egress/address.ts";
+import { cidrContains, parseCidr, type Cidr, type Ip } from "../../schema/egress/address.ts";
 
 /** Why `ip` may never be connected to, as the end of a sentence about it, or undefined. */
 export type Refuse = (ip: Ip) => string | undefined;
 
 const LOOPBACK = [parseCidr("127.0.0.0/8")!, parseCidr("::1")!];
 const LINK_LOCAL = [parseCidr("169.254.0.0/16")!, parseCidr("fe80::/10")!];
-/** How long the host's interface addresses are reused before they are read again (reading them
- * costs ~0.1 ms with few interfaces, more with a veth per sandbox). */
+/** How long the host's addresses are reused before they are read again (reading them costs
+ * ~0.1 ms with few interfaces, more with a veth per sandbox). */
 const INTERFACES_CACHE_MS = 1000;
-
-const key = (ip: Ip) => `${ip.v6 ? 6 : 4}:${ip.n}`;
 
 /** Loopback and link-local: refused by every form of the proxy. */
 export function refuseLocal(ip: Ip): string | undefined {
@@ -28,16 +27,35 @@ export function refuseLocal(ip: Ip): string | undefined {
   return undefined;
 }
 
-/** The addresses of this host's interfaces, as the kernel lists them now. */
-function readInterfaces(): string[] {
-  return Object.values(networkInterfaces()).flatMap((list) => (list ?? []).map((a) => a.address));
+/** The addresses this host takes as its own, as CIDR blocks or addresses: the kernel's local
+ * routes (/proc/net/fib_trie; AnyIP ranges included) and IPv6 addresses (/proc/net/if_inet6),
+ * whatever the state of their interface (os.networkInterfaces() leaves out interfaces without
+ * carrier, such as a bridge without ports, whose address still answers), plus what Node lists. */
+function readHostAddresses(): string[] {
+  const out = Object.values(networkInterfaces()).flatMap((list) => (list ?? []).map((a) => a.address));
+  try {
+    let node = "";
+    for (const line of readFileSync("/proc/net/fib_trie", "utf8").split("\n")) {
+      const entry = /\|-- ([\d.]+)$/.exec(line);
+      if (entry) node = entry[1]!;
+      const local = /^\s+\/(\d+) host LOCAL$/.exec(line);
+      if (local && node) out.push(`${node}/${local[1]}`);
+    }
+    for (const line of readFileSync("/proc/net/if_inet6", "utf8").split("\n")) {
+      const hex = /^([0-9a-f]{32}) /.exec(line)?.[1];
+      if (hex) out.push(hex.match(/.{4}/g)!.join(":"));
+    }
+  } catch {
+    // Not Linux: Node's list alone.
+  }
+  return out;
 }
 
 export interface HostReachOptions {
   /** Address ranges of other sandboxes (the sandbox bridge's subnet), e.g. "10.88.0.0/16". */
   subnets?: string[];
-  /** The host's own addresses; default: its interfaces (os.networkInterfaces()), re-read at most
-   * once per second. */
+  /** The host's own addresses (or blocks, such as 127.0.0.0/8); default: the kernel's local
+   * addresses, re-read at most once per second. */
   interfaces?: () => string[];
 }
 
@@ -49,12 +67,12 @@ export function refuseHost(opts: HostReachOptions = {}): Refuse {
     if (!c) throw new Error(`sandbox subnet ${JSON.stringify(s)} is not an address block`);
     return [s, c];
   });
-  const read = opts.interfaces ?? readInterfaces;
-  let own = new Set<string>();
+  const read = opts.interfaces ?? readHostAddresses;
+  let own: Cidr[] = [];
   let readAt = -Infinity;
   const hostAddresses = () => {
     if (Date.now() - readAt >= INTERFACES_CACHE_MS) {
-      own = new Set(read().flatMap((a) => parseIp(a) ?? []).map(key));
+      own = read().flatMap((a) => parseCidr(a) ?? []);
       readAt = Date.now();
     }
     return own;
@@ -62,7 +80,7 @@ export function refuseHost(opts: HostReachOptions = {}): Refuse {
   return (ip) => {
     const local = refuseLocal(ip);
     if (local) return local;
-    if (hostAddresses().has(key(ip))) return "is an address of the agent's host, never reached through the proxy (its services are not a sandbox's to reach)";
+    if (hostAddresses().some((c) => cidrContains(c, ip))) return "is an address of the agent's host, never reached through the proxy (its services are not a sandbox's to reach)";
     const subnet = subnets.find(([, c]) => cidrContains(c, ip));
     if (subnet) return `is in the sandbox network ${subnet[0]} (other sandboxes), never reached through the proxy`;
     return undefined;

@@ -1,26 +1,32 @@
 // Egress rules of local sandboxes: the sandbox has its own network namespace whose only way out
 // is the traffic-proxy on its loopback (HTTP_PROXY), which applies the rules; nothing else leaves.
+// Two namespaces standing in for the internet (outside-net.ts) are the destinations: `a`, which
+// the rules allow, and `b`, which they deny. The proxy connects from the host, so they see the
+// host's address on their link. The host's own services, its loopback and other sandboxes are
+// never reached through the proxy, whatever the rules say.
 import { createServer, type Server } from "node:http";
-import { createServer as createNetServer, type Server as NetServer } from "node:net";
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
-import { afterAll, beforeAll, describe, expect, it, onTestFinished } from "vitest";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { DesiredSandbox } from "../../../../controllers/drivers/driver.ts";
 import { LocalDriver } from "../../../../controllers/drivers/local/local-driver.ts";
-import { startOutside } from "./outside-net.ts";
+import { layoutFor } from "../../../../controllers/drivers/local/layout.ts";
+import { readRecord } from "../../../../controllers/drivers/local/records.ts";
+import { startOutside, type Outside } from "./outside-net.ts";
 
 const dataDir = mkdtempSync(join(tmpdir(), "local-egress-"));
 const cgroupName = `kruise-test-${process.pid}-egress`;
 let driver = new LocalDriver({ dataDir, cgroupName });
 const USER = { name: "user", uid: 1000, gid: 1000, home: "/home/user", shell: "/bin/bash" };
-const STRICT = { allowOut: ["127.0.0.1"], denyOut: ["0.0.0.0/0"] };
+let a: Outside;
+let b: Outside;
+/** Allows `a` only (set once `a` exists). */
+let STRICT = { allowOut: [] as string[], denyOut: ["0.0.0.0/0"] };
 let seq = 0;
 let host: Server;
 let port = 0;
-let echo: NetServer;
-let echoPort = 0;
 
 function desired(over: Partial<DesiredSandbox> = {}): DesiredSandbox {
   return { id: `eg${process.pid}x${seq++}`, generation: 1, template: "base", state: "Running", pauseStrategy: "Freeze", resources: { cpuCount: 1, memoryMB: 256 }, allowInternetAccess: true, egress: STRICT, ...over };
@@ -31,13 +37,16 @@ async function sh(id: string, script: string): Promise<string> {
   return r.stdout.trim();
 }
 
-/** What curl gets for http://<ip>:<port>/ through the sandbox's proxy. The host's loopback
- * stands in for "outside" here; inside the sandbox 127.0.0.1 is its own loopback, which the
- * sandbox's NO_PROXY rightly keeps local, so this one request drops NO_PROXY. */
-const curl = (id: string, ip: string, opts = "") => sh(id, `env -u NO_PROXY -u no_proxy curl -s -m 5 ${opts} http://${ip}:${port}/`);
-/** Whether a plain TCP connect (no proxy) from inside reaches the host's server. */
+/** What curl gets for http://<host>/ (port 80: the stand-ins' server) through the sandbox's proxy. */
+const curl = (id: string, host: string) => sh(id, `curl -s -m 5 http://${host}/`);
+/** What curl gets from the host's own server through the proxy; NO_PROXY is dropped so that
+ * 127.0.0.1 too goes to the proxy rather than to the sandbox's own loopback. */
+const curlHost = (id: string, ip: string, p = port) => sh(id, `env -u NO_PROXY -u no_proxy curl -s -m 5 http://${ip}:${p}/`);
+/** What `a` answers a request the proxy forwarded (it sees the host's address on its link). */
+const fromA = () => `outside saw ${a.hostIp}`;
+/** Whether a plain TCP connect (no proxy) from inside reaches `ip`'s port 80. */
 const rawConnect = (id: string, ip: string) =>
-  sh(id, `python3 -c 'import socket; s=socket.socket(); s.settimeout(2); print(s.connect_ex(("${ip}", ${port})))'`).then((out) => out === "0");
+  sh(id, `python3 -c 'import socket; s=socket.socket(); s.settimeout(2); print(s.connect_ex(("${ip}", 80)))'`).then((out) => out === "0");
 
 /** The processes whose parent is `parent`, with their command lines. */
 function childrenOf(parent: number): { pid: number; cmdline: string }[] {
@@ -63,22 +72,24 @@ function relayPid(): number | undefined {
 /** Python run in the background of a sandbox, its output in /tmp/<name>.out there. */
 const background = (id: string, name: string, py: string) => sh(id, `nohup python3 -c '${py}' > /tmp/${name}.out 2>&1 < /dev/null &`);
 
-/** A CONNECT tunnel from inside the sandbox to the host's echo server, kept in use until it
- * closes (prints "closed") or 8 s pass (prints "still open"). */
+/** A CONNECT tunnel from inside the sandbox to port 80 of `ip`, kept in use (a request whose
+ * header lines come one at a time, which the server waits for) until it closes (prints "closed")
+ * or 8 s pass (prints "still open"). */
 const tunnelScript = (ip: string) => [
   "import socket, time",
-  'print(open("/dev/null").read(), end="")',
   `s = socket.create_connection(("127.0.0.1", 3128))`,
-  `s.sendall(b"CONNECT ${ip}:%d HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n" % ${echoPort})`,
+  `s.sendall(b"CONNECT ${ip}:80 HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n")`,
   'print(s.recv(100).split(b"\\r\\n")[0].decode(), flush=True)',
+  's.sendall(b"GET / HTTP/1.1\\r\\n"); s.settimeout(0.1)',
   "for i in range(80):",
   "    try:",
-  '        s.sendall(b"x"); r = s.recv(1)',
+  '        s.sendall(b"x-wait: %d\\r\\n" % i); r = s.recv(1)',
+  "    except socket.timeout:",
+  "        continue",
   "    except OSError:",
   '        r = b""',
   "    if not r:",
   '        print("closed", flush=True); break',
-  "    time.sleep(0.1)",
   "else:",
   '    print("still open", flush=True)',
 ].join("\n");
@@ -91,17 +102,18 @@ async function waitFor<T>(fn: () => Promise<T> | T, ok: (v: T) => boolean, ms = 
 
 beforeAll(async () => {
   host = createServer((req, res) => res.end(`host server via ${req.socket.localAddress}`));
-  // On every address, so that only the rules keep a sandbox from 127.0.0.2.
+  // On every address: the host's loopback, its address on the link to `a`, the bridge.
   await new Promise<void>((ok) => host.listen(0, "0.0.0.0", ok));
   port = (host.address() as { port: number }).port;
-  echo = createNetServer((s) => s.on("error", () => {}).pipe(s));
-  await new Promise<void>((ok) => echo.listen(0, "0.0.0.0", ok));
-  echoPort = (echo.address() as { port: number }).port;
+  a = await startOutside();
+  b = await startOutside();
+  STRICT = { allowOut: [a.ip], denyOut: ["0.0.0.0/0"] };
 });
 
 afterAll(async () => {
   host.close();
-  echo.close();
+  a?.stop();
+  b?.stop();
   for (const s of await driver.list()) await driver.destroy(s.id);
   driver.dispose();
   rmSync(dataDir, { recursive: true, force: true });
@@ -112,48 +124,71 @@ describe("local sandboxes with egress rules", () => {
     const d = desired();
     await driver.ensure(d);
     expect(await sh(d.id, "echo $HTTP_PROXY $https_proxy $NO_PROXY")).toBe("http://127.0.0.1:3128 http://127.0.0.1:3128 localhost,127.0.0.1,::1");
-    expect(await curl(d.id, "127.0.0.1")).toBe("host server via 127.0.0.1");
-    expect(await curl(d.id, "127.0.0.2")).toBe('traffic-proxy: egress denied: 127.0.0.2 is denied by denyOut "0.0.0.0/0"');
+    expect(await curl(d.id, a.ip)).toBe(fromA());
+    expect(await curl(d.id, b.ip)).toBe(`traffic-proxy: egress denied: ${b.ip} is denied by denyOut "0.0.0.0/0"`);
     // TLS goes by CONNECT, refused before any tunnel.
-    expect(await sh(d.id, `env -u NO_PROXY curl -s -m 5 -o /dev/null -w '%{http_connect}' https://127.0.0.2:${port}/; echo " $?"`)).toBe("403 56");
-    expect(await rawConnect(d.id, "127.0.0.1")).toBe(false);
-    expect(await rawConnect(d.id, "127.0.0.2")).toBe(false);
+    expect(await sh(d.id, `curl -s -m 5 -o /dev/null -w '%{http_connect}' https://${b.ip}/; echo " $?"`)).toBe("403 56");
+    expect(await rawConnect(d.id, a.ip)).toBe(false);
+    expect(await rawConnect(d.id, b.ip)).toBe(false);
     // A process that ignores the proxy variables has no way out at all: loopback is the only
     // interface, and there is no route.
     expect(await sh(d.id, "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '")).toBe("lo");
     expect(await sh(d.id, "tail -n +2 /proc/net/route | wc -l")).toBe("0");
   });
 
+  it("rules that allow everything still reach neither the host (loopback, its addresses, the bridge) nor another sandbox nor link-local", async () => {
+    const d = desired({ egress: { allowOut: ["0.0.0.0/0", "localhost"], denyOut: [] } });
+    const other = desired({ egress: null });
+    await Promise.all([driver.ensure(d), driver.ensure(other)]);
+    await sh(other.id, "cd /tmp && echo other > index.html && (nohup python3 -m http.server 8000 >/dev/null 2>&1 &)");
+    const otherIp = readRecord(layoutFor(dataDir, other.id).record)!.net!.address;
+    const gateway = "10.88.0.1";
+    // The host reaches all of these: only the proxy keeps the sandbox from them.
+    const fromHost = (url: string) => fetch(url).then((r) => r.text(), () => "");
+    expect(await fromHost(`http://${a.hostIp}:${port}/`)).toBe(`host server via ${a.hostIp}`);
+    expect(await fromHost(`http://${gateway}:${port}/`)).toBe(`host server via ${gateway}`);
+    expect(await waitFor(() => fromHost(`http://${otherIp}:8000/`), (t) => t === "other\n")).toBe("other\n");
+    // The same rules do let the sandbox out.
+    expect(await curl(d.id, a.ip)).toBe(fromA());
+    const denied = "traffic-proxy: egress denied:";
+    expect(await curlHost(d.id, "127.0.0.1")).toBe(`${denied} 127.0.0.1 is loopback, never reached through the proxy (a sandbox's own loopback is not proxied; the proxy's would be the host's)`);
+    expect(await curlHost(d.id, "localhost")).toMatch(/^traffic-proxy: egress denied: localhost \([0-9a-f:.]+\) is loopback/);
+    expect(await curlHost(d.id, a.hostIp)).toBe(`${denied} ${a.hostIp} is an address of the agent's host, never reached through the proxy (its services are not a sandbox's to reach)`);
+    expect(await curlHost(d.id, gateway)).toContain(`${denied} ${gateway} is an address of the agent's host`);
+    expect(await curlHost(d.id, otherIp, 8000)).toBe(`${denied} ${otherIp} is in the sandbox network 10.88.0.0/16 (other sandboxes), never reached through the proxy`);
+    expect(await curl(d.id, "169.254.169.254")).toContain(`${denied} 169.254.169.254 is link-local`);
+    // TLS alike: refused before any tunnel.
+    expect(await sh(d.id, `env -u NO_PROXY -u no_proxy curl -s -m 5 -o /dev/null -w '%{http_connect}' https://127.0.0.1:${port}/; echo " $?"`)).toBe("403 56");
+  });
+
   it("a warm member claimed with rules moves behind the proxy; new rules apply to the next request", async () => {
     const d = desired({ egress: null });
     await driver.ensure(d);
-    const outside = await startOutside();
-    onTestFinished(() => outside.stop());
-    const direct = () => sh(d.id, `env -u HTTP_PROXY -u http_proxy curl -s -m 3 http://${outside.ip}/`);
-    expect(await direct()).toBe(`outside saw ${outside.hostIp}`);
+    const direct = () => sh(d.id, `env -u HTTP_PROXY -u http_proxy curl -s -m 3 http://${a.ip}/`);
+    expect(await direct()).toBe(fromA());
     await driver.ensure({ ...d, generation: 2, egress: STRICT });
     expect(await direct()).toBe("");
-    expect(await rawConnect(d.id, "127.0.0.2")).toBe(false);
-    expect(await curl(d.id, "127.0.0.2")).toMatch(/^traffic-proxy: egress denied/);
-    expect(await curl(d.id, "127.0.0.1")).toBe("host server via 127.0.0.1");
+    expect(await rawConnect(d.id, b.ip)).toBe(false);
+    expect(await curl(d.id, b.ip)).toMatch(/^traffic-proxy: egress denied/);
+    expect(await curl(d.id, a.ip)).toBe(fromA());
     const before = await sh(d.id, "cat /proc/1/stat | cut -d' ' -f22");
-    await driver.ensure({ ...d, generation: 3, egress: { allowOut: ["127.0.0.2"], denyOut: ["0.0.0.0/0"] } });
-    expect(await curl(d.id, "127.0.0.2")).toBe("host server via 127.0.0.2");
-    expect(await curl(d.id, "127.0.0.1")).toMatch(/^traffic-proxy: egress denied/);
+    await driver.ensure({ ...d, generation: 3, egress: { allowOut: [b.ip], denyOut: ["0.0.0.0/0"] } });
+    expect(await curl(d.id, b.ip)).toBe(`outside saw ${b.hostIp}`);
+    expect(await curl(d.id, a.ip)).toMatch(/^traffic-proxy: egress denied/);
     // Rules changed without restarting the sandbox.
     expect(await sh(d.id, "cat /proc/1/stat | cut -d' ' -f22")).toBe(before);
     // Back to no rules: straight out again (through its own veth: the host's loopback stays out of reach).
     await driver.ensure({ ...d, generation: 4, egress: null });
-    expect(await direct()).toBe(`outside saw ${outside.hostIp}`);
-    expect(await rawConnect(d.id, "127.0.0.2")).toBe(false);
+    expect(await direct()).toBe(fromA());
+    expect(await sh(d.id, `python3 -c 'import socket; s=socket.socket(); s.settimeout(2); print(s.connect_ex(("127.0.0.2", ${port})))'`)).not.toBe("0");
     expect(await sh(d.id, "echo \"[$HTTP_PROXY]\"")).toBe("[]");
   });
 
   it("allowInternetAccess:false with allowOut entries is an allow list (E2B: false means denyOut ALL_TRAFFIC)", async () => {
-    const d = desired({ allowInternetAccess: false, egress: { allowOut: ["127.0.0.1"], denyOut: [] } });
+    const d = desired({ allowInternetAccess: false, egress: { allowOut: [a.ip], denyOut: [] } });
     await driver.ensure(d);
-    expect(await curl(d.id, "127.0.0.1")).toBe("host server via 127.0.0.1");
-    expect(await curl(d.id, "127.0.0.2")).toMatch(/^traffic-proxy: egress denied/);
+    expect(await curl(d.id, a.ip)).toBe(fromA());
+    expect(await curl(d.id, b.ip)).toMatch(/^traffic-proxy: egress denied/);
   });
 
   it("the proxy is back after a Stop pause and resume, and after the agent restarts", async () => {
@@ -161,27 +196,27 @@ describe("local sandboxes with egress rules", () => {
     await driver.ensure(d);
     await driver.ensure({ ...d, generation: 2, state: "Paused" });
     await driver.ensure({ ...d, generation: 3 });
-    expect(await curl(d.id, "127.0.0.1")).toBe("host server via 127.0.0.1");
+    expect(await curl(d.id, a.ip)).toBe(fromA());
     // A new agent: the old one's relay (and its listeners) died with it.
     driver.dispose();
     driver = new LocalDriver({ dataDir, cgroupName });
     await driver.ensure({ ...d, generation: 3 });
-    expect(await curl(d.id, "127.0.0.1")).toBe("host server via 127.0.0.1");
-    expect(await curl(d.id, "127.0.0.2")).toMatch(/^traffic-proxy: egress denied/);
+    expect(await curl(d.id, a.ip)).toBe(fromA());
+    expect(await curl(d.id, b.ip)).toMatch(/^traffic-proxy: egress denied/);
   });
 
   it("a relay that dies is restarted with the listeners of every sandbox with rules", async () => {
     const d = desired();
     await driver.ensure(d);
-    expect(await curl(d.id, "127.0.0.1")).toBe("host server via 127.0.0.1");
+    expect(await curl(d.id, a.ip)).toBe(fromA());
     const pid = relayPid();
     expect(pid).toBeDefined();
     process.kill(pid!, "SIGKILL");
     let answer = "";
     for (const deadline = Date.now() + 10_000; Date.now() < deadline && !answer; await sleep(100)) {
-      answer = await curl(d.id, "127.0.0.1");
+      answer = await curl(d.id, a.ip);
     }
-    expect(answer).toBe("host server via 127.0.0.1");
+    expect(answer).toBe(fromA());
     expect(relayPid()).not.toBe(pid);
   });
 
@@ -213,7 +248,7 @@ describe("local sandboxes with egress rules", () => {
     const dir = line![0].includes(":pids:") ? `/sys/fs/cgroup/pids${line![1]}` : `/sys/fs/cgroup${line![1]}`;
     expect(Number(readFileSync(`${dir}/pids.current`, "utf8"))).toBeLessThanOrEqual(40);
     // Once the holder of those connections exits, the sandbox gets out again.
-    expect(await waitFor(() => curl(d.id, "127.0.0.1").catch(() => ""), (a) => a.startsWith("host server"))).toBe("host server via 127.0.0.1");
+    expect(await waitFor(() => curl(d.id, a.ip).catch(() => ""), (text) => text.startsWith("outside saw"))).toBe(fromA());
     await driver.destroy(d.id);
     expect(childrenOf(relay)).toEqual([]);
   });
@@ -221,15 +256,15 @@ describe("local sandboxes with egress rules", () => {
   it("a rule change ends the open tunnels the new rules deny; moving to no network ends them all", async () => {
     const d = desired();
     await driver.ensure(d);
-    await background(d.id, "t1", tunnelScript("127.0.0.1"));
+    await background(d.id, "t1", tunnelScript(a.ip));
     await waitFor(() => sh(d.id, "cat /tmp/t1.out"), (o) => o.includes("200"));
-    await driver.ensure({ ...d, generation: 2, egress: { allowOut: ["127.0.0.0/8"], denyOut: ["0.0.0.0/0"] } });
+    await driver.ensure({ ...d, generation: 2, egress: { allowOut: ["198.51.100.0/24"], denyOut: ["0.0.0.0/0"] } });
     await sleep(300);
     expect(await sh(d.id, "cat /tmp/t1.out")).toBe("HTTP/1.1 200 Connection Established");
-    await driver.ensure({ ...d, generation: 3, egress: { allowOut: ["127.0.0.2"], denyOut: ["0.0.0.0/0"] } });
+    await driver.ensure({ ...d, generation: 3, egress: { allowOut: [b.ip], denyOut: ["0.0.0.0/0"] } });
     expect(await waitFor(() => sh(d.id, "cat /tmp/t1.out"), (o) => o.includes("\n"), 3000)).toBe("HTTP/1.1 200 Connection Established\nclosed");
 
-    await background(d.id, "t2", tunnelScript("127.0.0.2"));
+    await background(d.id, "t2", tunnelScript(b.ip));
     await waitFor(() => sh(d.id, "cat /tmp/t2.out"), (o) => o.includes("200"));
     await driver.ensure({ ...d, generation: 4, allowInternetAccess: false, egress: null });
     expect(await waitFor(() => sh(d.id, "cat /tmp/t2.out"), (o) => o.includes("\n"), 3000)).toBe("HTTP/1.1 200 Connection Established\nclosed");
@@ -263,6 +298,6 @@ describe("local sandboxes with egress rules", () => {
     // The restarted relay cannot listen while the squatter holds the port; then it leaves.
     expect(await waitFor(() => sh(d.id, "cat /tmp/squat.out"), (o) => o.endsWith("left"), 5000)).toBe("bound\nleft");
     await driver.ensure({ ...d, generation: 2 });
-    expect(await curl(d.id, "127.0.0.1")).toBe("host server via 127.0.0.1");
+    expect(await curl(d.id, a.ip)).toBe(fromA());
   });
 });
