@@ -3,7 +3,8 @@
 //   node controllers/traffic/main.ts [--listen 127.0.0.1:3128]
 //        [--policy-file /etc/traffic/policy.json | --policy '{"allowOut":[...],"denyOut":[...]}']
 // Env: TRAFFIC_PROXY_POLICY (the JSON, when neither flag is given). The policy is E2B's
-// `{allowOut, denyOut}`; none at all means nothing is restricted. SIGHUP re-reads --policy-file
+// `{allowOut, denyOut}`; none at all means nothing is restricted, but loopback and link-local
+// are refused whatever it says (host-reach.ts, `refuseLocal`). SIGHUP re-reads --policy-file
 // (a refused file keeps the rules in force and says why on stderr) and ends the open
 // connections the new rules deny.
 import { readFileSync } from "node:fs";
