@@ -4,7 +4,7 @@ import uuid
 
 import pytest
 from e2b import Sandbox, SandboxQuery, SandboxState
-from e2b.exceptions import NotFoundException
+from e2b.exceptions import NotFoundException, SandboxException
 from e2b.sandbox.commands.command_handle import CommandExitException
 
 
@@ -78,3 +78,22 @@ def test_polling_watcher(sbx):
         time.sleep(0.1)
     watcher.stop()
     assert "f.txt" in names
+
+
+def test_update_network_replaces_the_rules(sbx):
+    sbx.update_network({"allow_out": ["example.com"], "deny_out": ["0.0.0.0/0"]})
+    network = sbx.get_info().network
+    assert network["allow_out"] == ["example.com"]
+    assert network["deny_out"] == ["0.0.0.0/0"]
+    # Omitted fields are cleared, as on E2B.
+    sbx.update_network({"deny_out": ["10.0.0.0/8"]})
+    network = sbx.get_info().network or {}
+    assert network.get("allow_out") in (None, [])
+    assert network["deny_out"] == ["10.0.0.0/8"]
+    # The sandbox keeps working through the changes.
+    assert sbx.commands.run("echo still-here").stdout == "still-here\n"
+
+
+def test_update_network_refuses_bad_rules(sbx):
+    with pytest.raises(SandboxException, match="not a valid IP address or CIDR block"):
+        sbx.update_network({"deny_out": ["10.0.0.0/33"]})
