@@ -84,7 +84,13 @@ export async function startHolder(spec: HolderSpec, spawner: Spawner): Promise<S
     const nsInit = procRef(initPid);
     if (!holder || !nsInit) return await exited;
     // bwrap reports its pid 1 before the mounts are done; `sleep` running means they are.
-    await Promise.race([Promise.all([waitChildExec(initPid, SLEEP), spec.onNamespaces?.(nsInit)]), exited]);
+    try {
+      await Promise.race([Promise.all([waitChildExec(initPid, SLEEP), spec.onNamespaces?.(nsInit)]), exited]);
+    } catch (err) {
+      // A holder the caller never learns of would outlive every retry (it is not tied to us).
+      for (const ref of [nsInit, holder]) if (alive(ref)) process.kill(ref.pid, "SIGKILL");
+      throw err;
+    }
     protectFromOOM([pid, initPid, ...childrenOf(initPid)]);
     return { holder, nsInit };
   } finally {

@@ -215,14 +215,14 @@ export class LocalDriver implements Driver {
     if (want === has) return rec;
     let next: SandboxRecord;
     if (want) {
-      const address = rec.net?.address ?? net.lease(layoutFor(this.#dataDir, rec.id).record);
+      const address = net.keep(rec.net?.address, layoutFor(this.#dataDir, rec.id).record);
       // Recorded before it is used, so a restart between the two does not lose the lease.
       this.#save({ ...rec, net: { address } });
       try {
         next = { ...rec, net: { address, veth: await net.attach(rec.nsInit, address, this.#relay) } };
       } catch (err) {
-        if (!rec.net) {
-          net.release(address);
+        if (address !== rec.net?.address) {
+          net.release(address, layoutFor(this.#dataDir, rec.id).record);
           this.#save({ ...rec, net: undefined });
         }
         throw err;
@@ -264,7 +264,7 @@ export class LocalDriver implements Driver {
     const ns = this.capabilities.level !== "process";
     const hostNet = this.#wantsHostNet(rec.desired);
     // A sandbox with internet access gets its veth while bwrap is still mounting its root.
-    const address = ns && !hostNet && this.#net && networkMode(rec.desired) === "host" ? (rec.net?.address ?? this.#net.lease(layout.record)) : undefined;
+    const address = ns && !hostNet && this.#net && networkMode(rec.desired) === "host" ? this.#net.keep(rec.net?.address, layout.record) : undefined;
     let veth: string | undefined;
     const attach = address ? async (nsInit: ProcRef) => void (veth = await this.#net!.attach(nsInit, address, this.#relay)) : undefined;
     next = { ...next, sharesHostNet: ns ? hostNet : undefined, net: address ? { address } : rec.net && { address: rec.net.address } };
@@ -482,8 +482,9 @@ export class LocalDriver implements Driver {
       const layout = layoutFor(this.#dataDir, id);
       const rec = readRecord(layout.record);
       await this.#endProcesses(rec ?? { id });
+      // While the record still names the address, so no other driver takes the lease over first.
+      this.#net?.release(rec?.net?.address, layout.record);
       this.#removeDir(layout.dir);
-      this.#net?.release(rec?.net?.address);
       this.#records.delete(id);
     });
   }

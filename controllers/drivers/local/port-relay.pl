@@ -24,10 +24,13 @@
 # "veth <ns pid> <start> <name> <mac> <mtu> <bridge ifindex> <address>/<prefix> <gateway>\n" the
 # relay creates the veth pair (host end <name>, up, an isolated port of the bridge; `eth0` with
 # <mac> in the namespace of <ns pid>), enters that namespace to give eth0 its address, bring it up
-# and route through <gateway>, and returns. "unveth <name>\n" deletes a host end (and its pair).
+# and route through <gateway>, and returns. A <name> already there is bound to that live process,
+# so it is the sandbox's own, left by an agent that stopped before recording it: it is replaced, as
+# is an `eth0` already in the namespace. "unveth <name>\n" deletes a host end (and its pair).
 # Usage: port-relay.pl <socket path> <setns syscall nr> [<proxy socket path>]
 use Socket;
 use Fcntl;
+use Errno qw(EEXIST);
 
 my ($path, $setns_nr, $proxy) = @ARGV;
 die "port-relay.pl: bad arguments\n" unless defined $setns_nr && $setns_nr =~ /^\d+$/;
@@ -298,7 +301,7 @@ sub ifindex {
 }
 
 sub unveth {
-  my ($name) = @_;
+  my ($name) = @_;  # kr<pid>, or eth0 inside a sandbox's namespace
   my $err = rtnl(17, 0, ifinfo(0, 0, 0, 0, 0) . nla(3, "$name\0"));  # RTM_DELLINK by IFLA_IFNAME
   return !$err || !ifindex($name) ? 'ok' : "delete $name: $err";
 }
@@ -307,11 +310,23 @@ sub veth {
   my ($nspid, $start, $name, $mac, $mtu, $bridge, $addr, $prefix, $gw) = @_;
   my ($ns, $err) = namespace_of($nspid, $start);
   return $err if $err;
+  # The namespace by the fd checked above, not by pid: a pid reused meanwhile cannot misplace eth0.
   my $peer = ifinfo(0, 0, 0, 0, 0) . nla(3, "eth0\0") . nla(4, pack('L', $mtu))
-    . nla(1, pack('C6', map { hex } split /:/, $mac)) . nla(19, pack('L', $nspid));  # IFNAME MTU ADDRESS NET_NS_PID
+    . nla(1, pack('C6', map { hex } split /:/, $mac)) . nla(28, pack('L', fileno($ns)));  # IFNAME MTU ADDRESS NET_NS_FD
   my $linkinfo = nla(1, "veth\0") . nla(2, nla(1, $peer));  # INFO_KIND, INFO_DATA { VETH_INFO_PEER }
   # RTM_NEWLINK, CREATE|EXCL: up (IFF_UP in flags and change), IFNAME, MTU, MASTER, LINKINFO.
-  $err = rtnl(16, 0x600, ifinfo(0, 0, 0, 1, 1) . nla(3, "$name\0") . nla(4, pack('L', $mtu)) . nla(10, pack('L', $bridge)) . nla(18, $linkinfo));
+  my $create = sub { rtnl(16, 0x600, ifinfo(0, 0, 0, 1, 1) . nla(3, "$name\0") . nla(4, pack('L', $mtu)) . nla(10, pack('L', $bridge)) . nla(18, $linkinfo)) };
+  if (ifindex($name)) {
+    $err = unveth($name);
+    return "replace $name: $err" unless $err eq 'ok';
+  }
+  $err = $create->();
+  if ($err && $err eq do { local $! = EEXIST; "$!" }) {  # an eth0 the namespace already has
+    syscall($setns_nr, fileno($ns), 0x40000000) == 0 or return "setns: $!";  # CLONE_NEWNET
+    my $old = unveth('eth0');
+    syscall($setns_nr, fileno($own_ns), 0x40000000) == 0 or die "port-relay.pl: cannot return to its own network namespace: $!\n";
+    $err = $old eq 'ok' ? $create->() : "replace eth0: $old";
+  }
   return "create $name: $err" if $err;
   my $host = ifindex($name);
   # RTM_SETLINK of the bridge port (AF_BRIDGE): IFLA_PROTINFO (nested) { IFLA_BRPORT_ISOLATED 1 }.

@@ -2,17 +2,19 @@
 // network of its own"): a veth pair per sandbox, the host ends on one bridge whose ports cannot
 // talk to each other, IPv4 forwarding, and one nftables table owned by the agent that
 // masquerades sandbox traffic leaving by any other interface and drops what a sandbox sends to
-// the host itself, to link-local addresses (cloud metadata) or into another sandbox.
+// the host itself (also to its services published by DNAT: docker -p, NodePort, ClusterIP), to
+// other local bridges' networks, to link-local addresses (cloud metadata) or into another sandbox.
 //
-// Addresses are leased host-wide (one file per address under /run), because several drivers
-// (agents, test suites) may share the bridge; the sandbox's record keeps its address, so an agent
-// restart keeps it. A veth is named after the sandbox's pid 1 (`kr<pid>`): the pair disappears
+// Addresses are leased host-wide (address-leases.ts), because several drivers (agents, test
+// suites) may share the bridge; the sandbox's record keeps its address, so an agent restart keeps
+// it. A veth is named after the sandbox's pid 1 (`kr<pid>`): the pair disappears
 // with the namespace, a restarted holder gets a new name, and a name never points to a namespace
 // it was not made for.
 import { spawnSync } from "node:child_process";
-import { existsSync, mkdirSync, readFileSync, readdirSync, statSync, unlinkSync, writeFileSync } from "node:fs";
+import { existsSync, readFileSync, readdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { readRecord, type ProcRef, type SandboxAddress } from "./records.ts";
+import { AddressLeases } from "./address-leases.ts";
+import type { ProcRef, SandboxAddress } from "./records.ts";
 import type { PortRelay } from "./port-relay.ts";
 
 export interface SandboxNetOptions {
@@ -26,8 +28,6 @@ export interface SandboxNetOptions {
 export const DEFAULT_BRIDGE = "kruise0";
 export const DEFAULT_SUBNET = "10.88.0.0/16";
 const LEASE_ROOT = "/run/kruise-net";
-/** A lease younger than this is never taken over: its record may not be written yet. */
-const LEASE_GRACE_MS = 60_000;
 const IFNAME = /^[A-Za-z0-9_.-]{1,15}$/;
 
 const toInt = (ip: string) => ip.split(".").reduce((n, o) => n * 256 + Number(o), 0);
@@ -63,8 +63,27 @@ function run(file: string, args: string[], input?: string): string | undefined {
   return undefined;
 }
 
+/** The IPv4 networks directly behind the host's other bridges (docker0, br-*, cni0, virbr0...):
+ * containers and VMs on the host, which are host services as much as its loopback is. A bridge
+ * that carries a default route is the host's uplink, whose network stays reachable. */
+function otherBridgeNets(bridge: string): string[] {
+  const ip = (hex: string) => [6, 4, 2, 0].map((i) => parseInt(hex.slice(i, i + 2), 16)).join(".");
+  const bits = (hex: string) => ip(hex).split(".").reduce((n, o) => n + Number(o).toString(2).replace(/0/g, "").length, 0);
+  let routes: string[][];
+  try {
+    routes = readFileSync("/proc/net/route", "utf8").split("\n").slice(1).map((l) => l.trim().split(/\s+/));
+  } catch {
+    return [];
+  }
+  const uplinks = new Set(routes.filter((r) => r[1] === "00000000").map((r) => r[0]));
+  const nets = routes
+    .filter(([dev, dest, gw]) => dev && dev !== bridge && !uplinks.has(dev) && gw === "00000000" && dest !== "00000000" && existsSync(`/sys/class/net/${dev}/bridge`))
+    .map(([, dest, , , , , , mask]) => `${ip(dest!)}/${bits(mask!)}`);
+  return [...new Set(nets)];
+}
+
 /** The nftables table, replaced whole in one transaction (add + delete + define). */
-function ruleset(table: string, bridge: string, subnet: string): string {
+function ruleset(table: string, bridge: string, subnet: string, bridgeNets: string[]): string {
   const br = JSON.stringify(bridge);
   return `add table inet ${table}
 delete table inet ${table}
@@ -75,8 +94,9 @@ table inet ${table} {
   }
   chain forward {
     type filter hook forward priority filter; policy accept;
+    iifname ${br} ct status dnat drop
     iifname ${br} ip daddr 169.254.0.0/16 drop
-    iifname ${br} oifname ${br} drop
+${bridgeNets.length ? `    iifname ${br} ip daddr { ${bridgeNets.join(", ")} } drop\n` : ""}    iifname ${br} oifname ${br} drop
     oifname ${br} ct state established,related accept
     oifname ${br} drop
     iifname ${br} meta nfproto ipv6 drop
@@ -96,21 +116,18 @@ export class SandboxNet {
   readonly bridge: string;
   readonly subnet: string;
   readonly gateway: string;
-  readonly #base: number;
   readonly #prefix: number;
   readonly #mtu: number;
-  readonly #leases: string;
-  #hint = 2;
+  readonly #leases: AddressLeases;
 
   private constructor(bridge: string, cidr: string) {
     const { base, prefix } = parseSubnet(cidr);
     this.bridge = bridge;
-    this.#base = base;
     this.#prefix = prefix;
     this.subnet = `${toIp(base)}/${prefix}`;
     this.gateway = toIp(base + 1);
     this.#mtu = uplinkMtu();
-    this.#leases = join(LEASE_ROOT, bridge);
+    this.#leases = new AddressLeases(join(LEASE_ROOT, bridge), base, prefix);
   }
 
   /** Sets up the bridge, forwarding and the nftables table (idempotent, safe while other drivers
@@ -133,23 +150,34 @@ export class SandboxNet {
     return reason ?? net;
   }
 
+  /** The table goes in before forwarding is turned on, so forwarding is never on without it; a
+   * failed step undoes what this call set up (a bridge it made, its table). */
   #setup(): string | undefined {
     if (process.getuid?.() !== 0) return "the agent is not root";
-    const bridgeUp = [
-      ...(existsSync(`/sys/class/net/${this.bridge}`) ? [] : [`link add ${this.bridge} type bridge`]),
-      `addr replace ${this.gateway}/${this.#prefix} dev ${this.bridge}`,
-      `link set ${this.bridge} up`,
-    ];
-    const ipError = run("ip", ["-b", "-"], bridgeUp.join("\n") + "\n");
-    if (ipError) return `${ipError} (install iproute2)`;
+    const bridgeUp = (add: boolean) =>
+      [...(add ? [`link add ${this.bridge} type bridge`] : []), `addr replace ${this.gateway}/${this.#prefix} dev ${this.bridge}`, `link set ${this.bridge} up`].join("\n") + "\n";
+    let made = !existsSync(`/sys/class/net/${this.bridge}`);
+    let ipError = run("ip", ["-b", "-"], bridgeUp(made));
+    // Another driver starting at the same time made it first (EEXIST): the same bridge will do.
+    if (ipError && made && existsSync(`/sys/class/net/${this.bridge}`)) {
+      made = false;
+      ipError = run("ip", ["-b", "-"], bridgeUp(false));
+    }
+    const fail = (why: string) => {
+      if (made) run("ip", ["link", "del", this.bridge]);
+      return why;
+    };
+    if (ipError) return fail(`${ipError} (install iproute2)`);
+    const table = `kruise_${this.bridge.replace(/[^A-Za-z0-9_]/g, "_")}`;
+    const nftError = run("nft", ["-f", "-"], ruleset(table, this.bridge, this.subnet, otherBridgeNets(this.bridge)));
+    if (nftError) return fail(`${nftError} (install nftables)`);
     try {
       writeFileSync("/proc/sys/net/ipv4/ip_forward", "1");
     } catch (err) {
-      return `cannot turn on IPv4 forwarding: ${(err as Error).message}`;
+      run("nft", ["delete", "table", "inet", table]);
+      return fail(`cannot turn on IPv4 forwarding: ${(err as Error).message}`);
     }
-    const nftError = run("nft", ["-f", "-"], ruleset(`kruise_${this.bridge.replace(/[^A-Za-z0-9_]/g, "_")}`, this.bridge, this.subnet));
-    if (nftError) return `${nftError} (install nftables)`;
-    mkdirSync(this.#leases, { recursive: true, mode: 0o700 });
+    this.#leases.open();
     this.#deleteOrphans();
     return undefined;
   }
@@ -178,51 +206,19 @@ export class SandboxNet {
     return addr?.veth === this.vethFor(nsInit) && existsSync(`/sys/class/net/${addr.veth}`);
   }
 
-  /** A free address, leased host-wide to the sandbox whose record is `recordFile`. A lease whose
-   * record is gone or names another address (a driver that stopped without destroying) is taken
-   * over once it is older than a minute. */
+  /** A free address, leased host-wide to the sandbox whose record is `recordFile`. */
   lease(recordFile: string): string {
-    const size = 2 ** (32 - this.#prefix);
-    for (let tried = 0; tried < size - 3; tried++) {
-      const offset = this.#hint;
-      this.#hint = this.#hint + 1 >= size - 1 ? 2 : this.#hint + 1;
-      const ip = toIp(this.#base + offset);
-      const file = join(this.#leases, ip);
-      try {
-        writeFileSync(file, recordFile, { flag: "wx", mode: 0o600 });
-        return ip;
-      } catch (err) {
-        if ((err as NodeJS.ErrnoException).code !== "EEXIST") throw err;
-      }
-      if (this.#stale(file, ip)) {
-        try {
-          unlinkSync(file);
-          writeFileSync(file, recordFile, { flag: "wx", mode: 0o600 });
-          return ip;
-        } catch {
-          // someone else took it meanwhile
-        }
-      }
-    }
-    throw new Error(`no free sandbox address left in ${this.subnet}`);
+    return this.#leases.lease(recordFile);
   }
 
-  #stale(file: string, ip: string): boolean {
-    try {
-      if (Date.now() - statSync(file).mtimeMs < LEASE_GRACE_MS) return false;
-      return readRecord(readFileSync(file, "utf8"))?.net?.address !== ip;
-    } catch {
-      return false;
-    }
+  /** The address a sandbox's record keeps, with its lease taken again, or a new one when another
+   * sandbox holds it now (see AddressLeases.keep). */
+  keep(address: string | undefined, recordFile: string): string {
+    return this.#leases.keep(address, recordFile);
   }
 
-  release(address: string | undefined): void {
-    if (!address) return;
-    try {
-      unlinkSync(join(this.#leases, address));
-    } catch {
-      // never leased, or already released
-    }
+  release(address: string | undefined, recordFile: string): void {
+    this.#leases.release(address, recordFile);
   }
 
   /** Gives the namespace of `nsInit` a veth with `address` and a default route through the host
@@ -233,6 +229,11 @@ export class SandboxNet {
     // The address's own MAC: the host's neighbour entry for an address outlives a restarted
     // holder's veth, and a new random MAC went unanswered for seconds until the entry expired.
     const mac = `02:6b:${address.split(".").map((o) => Number(o).toString(16).padStart(2, "0")).join(":")}`;
+    // Deleted while the driver runs (by hand, or a network manager): set up again, table and all.
+    if (!existsSync(`/sys/class/net/${this.bridge}`)) {
+      const why = this.#setup();
+      if (why) throw new Error(`sandbox network: bridge ${this.bridge} is gone and cannot be made again: ${why}`);
+    }
     const bridgeIndex = Number(readFileSync(`/sys/class/net/${this.bridge}/ifindex`, "utf8"));
     await relay.addVeth(nsInit, { name, mac, mtu: this.#mtu, bridgeIndex, address, prefix: this.#prefix, gateway: this.gateway });
     return name;

@@ -29,6 +29,17 @@ export interface Outside {
 
 const ip = (...args: string[]) => execFileSync("ip", args, { stdio: ["ignore", "ignore", "pipe"] });
 
+async function waitServing(ns: string): Promise<void> {
+  for (const deadline = Date.now() + 10_000; ; await sleep(50)) {
+    try {
+      execFileSync("ip", ["netns", "exec", ns, "python3", "-c", "import socket; socket.create_connection(('127.0.0.1', 80), 1)"], { stdio: "ignore" });
+      return;
+    } catch {
+      if (Date.now() > deadline) throw new Error(`the server in ${ns} did not start`);
+    }
+  }
+}
+
 export async function startOutside(opts: { metadata?: boolean } = {}): Promise<Outside> {
   let k = 1 + Math.floor(Math.random() * 62);
   while (existsSync(`/sys/class/net/kto${k}`)) k = 1 + (k % 62);
@@ -48,14 +59,7 @@ export async function startOutside(opts: { metadata?: boolean } = {}): Promise<O
     ip("route", "replace", `${METADATA_IP}/32`, "via", outIp);
   }
   const server: ChildProcess = spawn("ip", ["netns", "exec", ns, "python3", "-c", SERVER], { stdio: "ignore" });
-  for (const deadline = Date.now() + 10_000; ; await sleep(50)) {
-    try {
-      execFileSync("ip", ["netns", "exec", ns, "python3", "-c", "import socket; socket.create_connection(('127.0.0.1', 80), 1)"], { stdio: "ignore" });
-      break;
-    } catch {
-      if (Date.now() > deadline) throw new Error("the outside server did not start");
-    }
-  }
+  await waitServing(ns);
   return {
     ip: outIp,
     hostIp,
@@ -65,4 +69,60 @@ export async function startOutside(opts: { metadata?: boolean } = {}): Promise<O
       execFileSync("ip", ["netns", "del", ns], { stdio: "ignore" });
     },
   };
+}
+
+/** A "container" on a bridge of its own (as docker0 is), with the HTTP server above on port 80,
+ * published on `port` of every host address by DNAT the way `docker run -p` and a NodePort do;
+ * and port 80 of `routed` (a pod behind a routed veth, as Calico makes them: no bridge) published
+ * on `routedPort`. */
+export interface Published {
+  containerIp: string;
+  port: number;
+  routedPort: number;
+  stop(): void;
+}
+
+export async function startPublished(routed: string): Promise<Published> {
+  let k = 1 + Math.floor(Math.random() * 62);
+  while (existsSync(`/sys/class/net/ktc${k}`)) k = 1 + (k % 62);
+  const [ns, bridge, veth, table] = [`kruise-container-${k}`, `ktc${k}`, `ktcv${k}`, `kruise_test_publish_${k}`];
+  const [bridgeIp, containerIp, port, routedPort] = [`172.31.${k}.1`, `172.31.${k}.2`, 20_000 + k, 20_100 + k];
+  let server: ChildProcess | undefined;
+  const stop = () => {
+    server?.kill("SIGKILL");
+    for (const args of [["nft", "delete", "table", "ip", table], ["ip", "link", "del", bridge], ["ip", "netns", "del", ns]]) {
+      try {
+        execFileSync(args[0]!, args.slice(1), { stdio: "ignore" });
+      } catch {
+        // not made
+      }
+    }
+  };
+  try {
+    ip("netns", "add", ns);
+    ip("link", "add", bridge, "type", "bridge");
+    ip("addr", "add", `${bridgeIp}/24`, "dev", bridge);
+    ip("link", "set", bridge, "up");
+    ip("link", "add", veth, "master", bridge, "type", "veth", "peer", "name", "eth0", "netns", ns);
+    ip("link", "set", veth, "up");
+    ip("-n", ns, "addr", "add", `${containerIp}/24`, "dev", "eth0");
+    ip("-n", ns, "link", "set", "eth0", "up");
+    ip("-n", ns, "link", "set", "lo", "up");
+    ip("-n", ns, "route", "add", "default", "via", bridgeIp);
+    const dnat = `fib daddr type local tcp dport ${port} dnat to ${containerIp}:80`;
+    const dnatRouted = `fib daddr type local tcp dport ${routedPort} dnat to ${routed}:80`;
+    execFileSync("nft", ["-f", "-"], {
+      input: `table ip ${table} {
+  chain prerouting { type nat hook prerouting priority -100; policy accept; iifname != "${bridge}" ${dnat}; ${dnatRouted}; }
+  chain output { type nat hook output priority -100; policy accept; ${dnat}; ${dnatRouted}; }
+}
+`,
+    });
+    server = spawn("ip", ["netns", "exec", ns, "python3", "-c", SERVER], { stdio: "ignore" });
+    await waitServing(ns);
+  } catch (err) {
+    stop();
+    throw err;
+  }
+  return { containerIp, port, routedPort, stop };
 }

@@ -2,20 +2,23 @@
 // sandbox's port 8000 is its own, host services and other sandboxes are out of reach, "the
 // internet" (a namespace standing in for it) is reached through NAT, and the address survives
 // an agent restart, a Stop pause and a change of network settings.
+import { execFile, execFileSync } from "node:child_process";
 import { connect, createServer, type Server } from "node:net";
-import { existsSync, mkdtempSync, rmSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, rmSync, unlinkSync, writeFileSync } from "node:fs";
 import { request } from "node:http";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
 import { setTimeout as sleep } from "node:timers/promises";
+import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it, onTestFinished } from "vitest";
 import type { DesiredSandbox } from "../../../../controllers/drivers/driver.ts";
 import { LocalDriver } from "../../../../controllers/drivers/local/local-driver.ts";
-import { procRef } from "../../../../controllers/drivers/local/holder.ts";
+import { procRef, sandboxPids } from "../../../../controllers/drivers/local/holder.ts";
 import { layoutFor } from "../../../../controllers/drivers/local/layout.ts";
 import { PortRelay } from "../../../../controllers/drivers/local/port-relay.ts";
-import { readRecord } from "../../../../controllers/drivers/local/records.ts";
-import { METADATA_IP, startOutside, type Outside } from "./outside-net.ts";
+import { readRecord, writeRecord } from "../../../../controllers/drivers/local/records.ts";
+import { METADATA_IP, startOutside, startPublished, type Outside } from "./outside-net.ts";
 
 const dataDir = mkdtempSync(join(tmpdir(), "local-sandbox-net-"));
 const cgroupName = `kruise-test-${process.pid}-net`;
@@ -69,6 +72,20 @@ async function viaUserPort(id: string, port: number, timeoutMs = 10_000): Promis
 }
 
 const recordOf = (id: string) => readRecord(layoutFor(dataDir, id).record)!;
+const leaseOf = (address: string) => `/run/kruise-net/kruise0/${address}`;
+
+/** Runs `script` with sh in a network and mount namespace of its own, with its own /sys and
+ * /run/kruise-net, so drivers set up bridges, tables and leases there without touching the
+ * host's; net-open-child.ts is $CHILD. Returns its output. */
+async function isolated(script: string, path = process.env.PATH): Promise<string> {
+  const prelude = "set -e; mount -t sysfs none /sys; mount -t tmpfs none /run/kruise-net; echo 0 > /proc/sys/net/ipv4/ip_forward\n";
+  const child = `${process.execPath} ${fileURLToPath(new URL("./net-open-child.ts", import.meta.url))}`;
+  const { stdout } = await promisify(execFile)("unshare", ["--net", "--mount", "sh", "-c", prelude + script], { env: { ...process.env, PATH: path, CHILD: child } });
+  return stdout;
+}
+
+/** The JSON lines net-open-child.ts printed. */
+const childResults = (out: string) => out.split("\n").filter((l) => l.startsWith("{")).map((l) => JSON.parse(l) as { error?: string; leases?: string[] });
 
 async function gone(path: string): Promise<boolean> {
   for (const deadline = Date.now() + 5000; Date.now() < deadline; await sleep(50)) if (!existsSync(path)) return true;
@@ -202,6 +219,128 @@ describe("sandboxes with internet access in a network namespace of their own", (
     await serve(d.id, hostPort, "its own port");
     expect(await viaUserPort(d.id, hostPort)).toBe("its own port");
     expect(await sh(d.id, `curl -s -m 5 http://${outside.ip}/`)).toBe(`outside saw ${outside.hostIp}`);
+  });
+
+  it("host services published by DNAT (docker -p, NodePort) and containers on the host's other bridges are out of reach", async () => {
+    const published = await startPublished(outside.ip);
+    onTestFinished(() => published.stop());
+    // The other bridges' networks are read when the driver sets up: this container came after.
+    driver.dispose();
+    driver = new LocalDriver({ dataDir, cgroupName });
+    const d = desired();
+    await driver.ensure(d);
+    const gateway = (await sh(d.id, "ip route show default")).split(" ")[2]!;
+    // The host reaches the container, published and directly: the rules make the difference.
+    expect(await hostConnects(gateway, published.port)).toBe(true);
+    expect(await hostConnects(published.containerIp, 80)).toBe(true);
+    expect(await hostConnects(gateway, published.routedPort)).toBe(true);
+    expect(await tcpFrom(d.id, gateway, published.port)).not.toBe("0");
+    expect(await tcpFrom(d.id, outside.hostIp, published.port)).not.toBe("0");
+    expect(await tcpFrom(d.id, published.containerIp, 80)).not.toBe("0");
+    // The pod itself is "the internet" here, reachable directly; only the host's published port is not.
+    expect(await tcpFrom(d.id, gateway, published.routedPort)).not.toBe("0");
+    expect(await sh(d.id, `curl -s -m 5 http://${outside.ip}/`)).toBe(`outside saw ${outside.hostIp}`);
+  });
+
+  it("a recorded address is leased again at start: after its lease vanished (a reboot empties /run), and never while another sandbox holds it", async () => {
+    const d = desired({ pauseStrategy: "Stop" });
+    await driver.ensure(d);
+    const first = recordOf(d.id).net!.address;
+    const record = layoutFor(dataDir, d.id).record;
+    await driver.ensure({ ...d, generation: 2, state: "Paused" });
+    unlinkSync(leaseOf(first));
+    await driver.ensure({ ...d, generation: 3, state: "Running" });
+    expect(recordOf(d.id).net!.address).toBe(first);
+    expect(readFileSync(leaseOf(first), "utf8")).toBe(record);
+    // Meanwhile another driver leased the address to a sandbox whose record is still being written.
+    await driver.ensure({ ...d, generation: 4, state: "Paused" });
+    const other = join(dataDir, "another-driver", "record.json");
+    writeFileSync(leaseOf(first), other);
+    await driver.ensure({ ...d, generation: 5, state: "Running" });
+    const second = recordOf(d.id).net!.address;
+    expect(second).not.toBe(first);
+    expect(readFileSync(leaseOf(first), "utf8")).toBe(other);
+    expect(readFileSync(leaseOf(second), "utf8")).toBe(record);
+    expect(await sh(d.id, "ip -4 -o addr show eth0")).toContain(` ${second}/16 `);
+    expect(await sh(d.id, `curl -s -m 5 http://${outside.ip}/`)).toBe(`outside saw ${outside.hostIp}`);
+    unlinkSync(leaseOf(first));
+  });
+
+  it("a veth made but never recorded (the agent stopped in between), or an eth0 already in the namespace, is replaced", async () => {
+    const d = desired();
+    await driver.ensure(d);
+    const rec = recordOf(d.id);
+    const unrecorded = () => writeRecord(layoutFor(dataDir, d.id).record, { ...rec, net: { address: rec.net!.address } });
+    unrecorded();
+    await driver.ensure({ ...d, generation: 2 });
+    expect(recordOf(d.id).net).toEqual(rec.net);
+    expect(await sh(d.id, `curl -s -m 5 http://${outside.ip}/`)).toBe(`outside saw ${outside.hostIp}`);
+    // An eth0 of some other pair in the sandbox's namespace.
+    const stray = `ktx${process.pid % 100_000}`;
+    execFileSync("ip", ["link", "del", rec.net!.veth!]);
+    execFileSync("ip", ["link", "add", stray, "type", "veth", "peer", "name", "eth0", "netns", String(rec.nsInit!.pid)]);
+    unrecorded();
+    await driver.ensure({ ...d, generation: 3 });
+    expect(existsSync(`/sys/class/net/${stray}`)).toBe(false);
+    expect(recordOf(d.id).net).toEqual(rec.net);
+    expect(await sh(d.id, `curl -s -m 5 http://${outside.ip}/`)).toBe(`outside saw ${outside.hostIp}`);
+  });
+
+  it("a bridge deleted while the driver runs is made again by the next create; a create whose veth fails leaves no holder behind", async () => {
+    const k = process.pid % 250;
+    const network = { bridge: `krt${k}`, subnet: `10.89.${k}.0/24` };
+    const dir = mkdtempSync(join(tmpdir(), "local-sandbox-net-bridge-"));
+    const other = new LocalDriver({ dataDir: dir, cgroupName: `${cgroupName}-br`, network });
+    onTestFinished(async () => {
+      for (const s of await other.list()) await other.destroy(s.id);
+      other.dispose();
+      rmSync(dir, { recursive: true, force: true });
+      for (const cmd of [["ip", "link", "del", network.bridge], ["nft", "delete", "table", "inet", `kruise_${network.bridge}`]]) {
+        try {
+          execFileSync(cmd[0]!, cmd.slice(1), { stdio: "ignore" });
+        } catch {
+          // not there
+        }
+      }
+    });
+    execFileSync("ip", ["link", "del", network.bridge]);
+    const a = desired();
+    await other.ensure(a);
+    expect(existsSync(`/sys/class/net/${network.bridge}/bridge`)).toBe(true);
+    const r = await other.exec(a.id, { cmd: "/bin/bash", args: ["-c", `curl -s -m 5 http://${outside.ip}/`], cwd: "/", env: { PATH: "/usr/bin:/bin" }, user: USER });
+    expect(r.stdout).toBe(`outside saw ${outside.hostIp}`);
+    // Not a bridge: the veth cannot join it.
+    execFileSync("ip", ["link", "del", network.bridge]);
+    execFileSync("ip", ["link", "add", network.bridge, "type", "veth", "peer", "name", `${network.bridge}p`]);
+    const b = desired();
+    await expect(other.ensure(b)).rejects.toThrow(/sandbox network/);
+    for (const deadline = Date.now() + 5000; sandboxPids(b.id).length && Date.now() < deadline; ) await sleep(50);
+    expect(sandboxPids(b.id)).toEqual([]);
+  });
+
+  it("drivers starting at the same instant on a missing bridge both set it up (neither falls back to the host's network)", async () => {
+    const out = await isolated(`at=$(( $(date +%s%3N) + 1000 )); for i in 1 2 3; do $CHILD $at krx0 10.90.0.0/24 & done; wait`);
+    expect(childResults(out)).toEqual([{ leases: [] }, { leases: [] }, { leases: [] }]);
+  });
+
+  it("drivers taking over stale leases at the same instant never hand one address to two sandboxes", async () => {
+    // Every address of a /24 leased to a record that is gone, two minutes ago.
+    const out = await isolated(`ip link add krx0 type bridge; mkdir -m 700 /run/kruise-net/krx0
+for i in $(seq 2 254); do printf /gone/record.json > /run/kruise-net/krx0/10.90.0.$i; touch -d '-2 min' /run/kruise-net/krx0/10.90.0.$i; done
+at=$(( $(date +%s%3N) + 1500 )); for i in 1 2 3 4; do $CHILD $at krx0 10.90.0.0/24 300 & done; wait`);
+    const leases = childResults(out).flatMap((r) => r.leases ?? []);
+    expect(leases.length).toBe(253);
+    expect(new Set(leases).size).toBe(253);
+  });
+
+  it("a failed nftables step leaves neither IPv4 forwarding on nor a bridge behind", async () => {
+    const bin = mkdtempSync(join(tmpdir(), "local-sandbox-net-nft-"));
+    onTestFinished(() => rmSync(bin, { recursive: true, force: true }));
+    writeFileSync(join(bin, "nft"), "#!/bin/sh\necho 'nft: this host refuses' >&2\nexit 1\n", { mode: 0o755 });
+    const out = await isolated(`$CHILD 0 krx0 10.90.0.0/24; echo "forwarding $(cat /proc/sys/net/ipv4/ip_forward)"; ls /sys/class/net | tr '\\n' ' '`, `${bin}:${dirname(process.execPath)}:${process.env.PATH}`);
+    expect(childResults(out)).toEqual([{ error: expect.stringMatching(/this host refuses/) }]);
+    expect(out).toContain("forwarding 0");
+    expect(out).not.toContain("krx0");
   });
 
   it("the relay refuses to give the host's own namespace a veth, and leaves nothing behind", async () => {
