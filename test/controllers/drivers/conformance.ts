@@ -16,6 +16,10 @@ export interface ConformanceOptions {
   restart: () => Driver;
   /** Frees whatever `make` set up once every sandbox is destroyed. */
   dispose?: (driver: Driver) => void | Promise<void>;
+  /** Starts a stand-in for the internet: an HTTP server at `url` answering 200, which a sandbox
+   * with internet access reaches and one without does not. Without it, "internet access" is
+   * checked as a default route only. */
+  internet?: () => Promise<{ url: string; stop(): void }>;
 }
 
 const USER: SandboxUser = { name: "user", uid: 1000, gid: 1000, home: "/home/user", shell: "/bin/bash" };
@@ -174,7 +178,7 @@ export function describeDriverConformance(title: string, opts: ConformanceOption
     });
 
     if (caps.networkIsolation) {
-      it("allowInternetAccess=false: no network, the host's loopback server is unreachable; true: a default route", async () => {
+      it(`allowInternetAccess=false: no network, the host's loopback server is unreachable; true: ${opts.internet ? "the internet stand-in answers" : "a default route (no internet stand-in here)"}`, async () => {
         const probe = `exec 3<>/dev/tcp/127.0.0.1/${port} && echo open || echo closed`;
         const closed = desired({ allowInternetAccess: false });
         expect((await driver.ensure(closed)).enforced.network).toBe(true);
@@ -186,6 +190,15 @@ export function describeDriverConformance(title: string, opts: ConformanceOption
         const route = "awk '$2 == \"00000000\" { print \"route\" }' /proc/net/route";
         expect((await sh(open.id, route)).stdout).toBe("route\n");
         expect((await sh(closed.id, route)).stdout).toBe("");
+        if (!opts.internet) return;
+        const internet = await opts.internet();
+        try {
+          const get = `curl -s -o /dev/null -w '%{http_code}' -m 5 ${internet.url}`;
+          expect((await sh(open.id, get)).stdout).toBe("200");
+          expect((await sh(closed.id, get)).stdout).toBe("000");
+        } finally {
+          internet.stop();
+        }
       });
     } else {
       it("allowInternetAccess=false is refused with UnsupportedError (no network namespace at this level)", async () => {

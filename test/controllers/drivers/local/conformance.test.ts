@@ -6,6 +6,7 @@ import { join } from "node:path";
 import type { IsolationLevel } from "../../../../controllers/drivers/driver.ts";
 import { LocalDriver } from "../../../../controllers/drivers/local/local-driver.ts";
 import { describeDriverConformance } from "../conformance.ts";
+import { startOutside } from "./outside-net.ts";
 
 for (const level of [undefined, "bwrap", "process"] as (IsolationLevel | undefined)[]) {
   const dataDir = mkdtempSync(join(tmpdir(), `local-driver-${level ?? "best"}-`));
@@ -13,6 +14,10 @@ for (const level of [undefined, "bwrap", "process"] as (IsolationLevel | undefin
   describeDriverConformance(`local, ${level ? `forced ${level}` : "best level"}`, {
     make: () => new LocalDriver(options),
     restart: () => new LocalDriver(options),
+    internet: async () => {
+      const outside = await startOutside();
+      return { url: `http://${outside.ip}/`, stop: () => outside.stop() };
+    },
     dispose: (driver) => {
       (driver as LocalDriver).dispose();
       rmSync(dataDir, { recursive: true, force: true });
