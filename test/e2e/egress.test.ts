@@ -8,7 +8,7 @@
 import { createServer, type Server } from "node:http";
 import { ALL_TRAFFIC, Sandbox, type SandboxOpts } from "e2b";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startOutside, type Outside } from "../controllers/drivers/local/outside-net.ts";
+import { startOutside, type Outside } from "../support/outside-net.ts";
 import { e2b, sleep } from "./sdk.ts";
 
 let a: Outside;

@@ -5,7 +5,7 @@
 import { Sandbox } from "e2b";
 import { createServer, type Server } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startOutside, type Outside } from "../controllers/drivers/local/outside-net.ts";
+import { startOutside, type Outside } from "../support/outside-net.ts";
 import { getWithHost } from "./host-request.ts";
 import { e2b, sleep } from "./sdk.ts";
 

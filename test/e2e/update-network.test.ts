@@ -5,7 +5,7 @@
 // for the internet (outside-net.ts).
 import { Sandbox } from "e2b";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startOutside, type Outside } from "../controllers/drivers/local/outside-net.ts";
+import { startOutside, type Outside } from "../support/outside-net.ts";
 import { e2b } from "./sdk.ts";
 
 let a: Outside;

@@ -6,7 +6,7 @@ import { join } from "node:path";
 import type { IsolationLevel } from "../../../../controllers/drivers/driver.ts";
 import { LocalDriver } from "../../../../controllers/drivers/local/local-driver.ts";
 import { describeDriverConformance } from "../conformance.ts";
-import { startOutside } from "./outside-net.ts";
+import { startOutside } from "../../../support/outside-net.ts";
 
 for (const level of [undefined, "bwrap", "process"] as (IsolationLevel | undefined)[]) {
   const dataDir = mkdtempSync(join(tmpdir(), `local-driver-${level ?? "best"}-`));

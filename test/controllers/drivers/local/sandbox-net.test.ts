@@ -18,7 +18,7 @@ import { procRef, sandboxPids } from "../../../../controllers/drivers/local/hold
 import { layoutFor } from "../../../../controllers/drivers/local/layout.ts";
 import { PortRelay } from "../../../../controllers/drivers/local/port-relay.ts";
 import { readRecord, writeRecord } from "../../../../controllers/drivers/local/records.ts";
-import { METADATA_IP, startOutside, startPublished, type Outside } from "./outside-net.ts";
+import { METADATA_IP, startOutside, startPublished, type Outside } from "../../../support/outside-net.ts";
 
 const dataDir = mkdtempSync(join(tmpdir(), "local-sandbox-net-"));
 const cgroupName = `kruise-test-${process.pid}-net`;
