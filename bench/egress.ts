@@ -1,14 +1,16 @@
 // Egress rules on the local driver: what a sandbox behind the traffic-proxy costs at start (create
-// to first command, against a sandbox on the host's network), and what the proxy adds to a small
-// HTTP request and to a bulk download, measured from inside sandboxes against a server on the
-// host's loopback. Part of the `local` suite; alone: `npm run bench -- egress`.
+// to first command, against a sandbox without rules: a network of its own, veth and NAT), and what
+// the proxy adds to a small HTTP request and to a bulk download, measured from inside sandboxes
+// against an origin in a namespace standing in for the internet (test/support/outside-net.ts).
+// The proxy never reaches the host itself, so the origin cannot live on the host's loopback.
+// Part of the `local` suite; alone: `npm run bench -- egress`.
 import { mkdtempSync, rmSync } from "node:fs";
-import { createServer } from "node:http";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import type { DesiredSandbox } from "../controllers/drivers/driver.ts";
 import { LocalDriver } from "../controllers/drivers/local/local-driver.ts";
+import { serveIn, startOutside } from "../test/support/outside-net.ts";
 import type { BenchContext, Figures } from "./run.ts";
 import { percentile as pct, round } from "./stats.ts";
 
@@ -16,10 +18,16 @@ const USER = { name: "user", uid: 1000, gid: 1000, home: "/home/user", shell: "/
 const STARTS = 15;
 const REQUESTS = 300;
 const BIG_MB = 64;
-const RULES = { allowOut: ["127.0.0.1"], denyOut: ["0.0.0.0/0"] };
+const PORT = 8080;
+
+/** The origin, in Node as the proxy is: "ok" for a small GET, BIG_MB MiB for /big. */
+const ORIGIN = `
+const big = Buffer.alloc(${BIG_MB} << 20, 120);
+require("node:http").createServer((req, res) => res.end(req.url === "/big" ? big : "ok")).listen(${PORT}, "0.0.0.0");
+`;
 
 /** Sequential GETs with urllib (one connection each, as most clients through a proxy do); prints
- * the p50 and p99 in ms. NO_PROXY is dropped: the host's loopback plays "outside" here. */
+ * the p50 and p99 in ms. */
 const CLIENT = `
 import os, sys, time, urllib.request
 proxy = os.environ.get("HTTP_PROXY")
@@ -32,27 +40,31 @@ ts.sort(); print(ts[len(ts) // 2], ts[int(len(ts) * 0.99)])
 
 export async function run(ctx: Partial<BenchContext> = {}): Promise<Figures> {
   const dataDir = mkdtempSync(join(ctx.dir ?? tmpdir(), "bench-egress-"));
-  // The direct baseline dials the host's loopback, which a sandbox in a network of its own cannot
-  // reach (local/README.md, "A network of its own"): keep it on the host's network, as measured.
-  const driver = new LocalDriver({ dataDir, cgroupName: `kruise-bench-${process.pid}-egress`, network: false });
-  const big = Buffer.alloc(BIG_MB << 20, 120);
-  const server = createServer((req, res) => res.end(req.url === "/big" ? big : "ok"));
-  await new Promise<void>((ok) => server.listen(0, "127.0.0.1", ok));
-  const port = (server.address() as { port: number }).port;
+  const driver = new LocalDriver({ dataDir, cgroupName: `kruise-bench-${process.pid}-egress` });
+  const outside = await startOutside();
+  const origin = await serveIn(outside, PORT, [process.execPath, "-e", ORIGIN]).catch((err) => {
+    outside.stop();
+    throw err;
+  });
+  const rules = { allowOut: [outside.ip], denyOut: ["0.0.0.0/0"] };
   let seq = 0;
   const desired = (egress: DesiredSandbox["egress"]): DesiredSandbox => ({
     id: `beg${process.pid}x${seq++}`, generation: 1, template: "base", state: "Running", pauseStrategy: "Freeze",
     resources: { cpuCount: 1, memoryMB: 512 }, allowInternetAccess: true, egress,
   });
-  const sh = async (id: string, script: string) =>
-    (await driver.exec(id, { cmd: "/bin/bash", args: ["-c", `env -u NO_PROXY -u no_proxy ${script}`], cwd: "/home/user", env: { PATH: "/usr/bin:/bin" }, user: USER }, { timeoutMs: 120_000 })).stdout.trim();
+  const sh = async (id: string, script: string) => {
+    const r = await driver.exec(id, { cmd: "/bin/bash", args: ["-c", script], cwd: "/home/user", env: { PATH: "/usr/bin:/bin" }, user: USER }, { timeoutMs: 120_000 });
+    // An empty answer would become a figure of 0 or NaN.
+    if (r.exitCode !== 0) throw new Error(`${id}: ${script.split("\n")[0]} exited ${r.exitCode ?? r.signal}: ${r.stderr.trim()}`);
+    return r.stdout.trim();
+  };
   try {
     const plain: number[] = [];
     const behind: number[] = [];
     const ids: Record<"plain" | "proxy", string> = { plain: "", proxy: "" };
     // Alternating, so load from elsewhere on the machine hits both alike.
     for (let i = 0; i < STARTS; i++) {
-      for (const [kind, egress, into] of [["plain", null, plain], ["proxy", RULES, behind]] as const) {
+      for (const [kind, egress, into] of [["plain", null, plain], ["proxy", rules, behind]] as const) {
         const d = desired(egress);
         const t = performance.now();
         await driver.ensure(d);
@@ -61,12 +73,15 @@ export async function run(ctx: Partial<BenchContext> = {}): Promise<Figures> {
         ids[kind] = d.id;
       }
     }
+    // On the host's network (no namespaces here) it would leave from the host's own address.
+    const source = await sh(ids.plain, `python3 -c 'import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.connect(("${outside.ip}", 9)); print(s.getsockname()[0])'`);
+    if (source === outside.hostIp) throw new Error(`the baseline sandbox shares the host's network (KRUISE_LOCAL_NETNS=off, or no namespaces here): ${driver.capabilities.notes.join("; ")}`);
     await sh(ids.proxy, `cat > /tmp/client.py <<'EOF'\n${CLIENT}\nEOF`);
     await sh(ids.plain, `cat > /tmp/client.py <<'EOF'\n${CLIENT}\nEOF`);
-    const url = `http://127.0.0.1:${port}/`;
+    const url = `http://${outside.ip}:${PORT}/`;
     const [directP50, directP99] = (await sh(ids.plain, `python3 /tmp/client.py ${url} ${REQUESTS}`)).split(" ").map(Number);
     const [proxyP50, proxyP99] = (await sh(ids.proxy, `python3 /tmp/client.py ${url} ${REQUESTS}`)).split(" ").map(Number);
-    const speed = async (id: string) => Number(await sh(id, `curl -s -o /dev/null -w '%{speed_download}' ${url}big`)) / 2 ** 20;
+    const speed = async (id: string) => Number(await sh(id, `curl -sf -o /dev/null -w '%{speed_download}' ${url}big`)) / 2 ** 20;
     const direct = Math.max(await speed(ids.plain), await speed(ids.plain));
     const proxied = Math.max(await speed(ids.proxy), await speed(ids.proxy));
     return {
@@ -81,10 +96,11 @@ export async function run(ctx: Partial<BenchContext> = {}): Promise<Figures> {
       "local.direct_download_mib_s": { value: round(direct, 0), unit: "MiB/s" },
     };
   } finally {
-    server.close();
     for (const s of await driver.list()) await driver.destroy(s.id).catch(() => {});
     driver.dispose();
     rmSync(dataDir, { recursive: true, force: true });
+    origin.kill("SIGKILL");
+    outside.stop();
   }
 }
 

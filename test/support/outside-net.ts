@@ -22,6 +22,8 @@ http.server.ThreadingHTTPServer(("0.0.0.0", 80), H).serve_forever()
 export interface Outside {
   /** The server's address ("outside"). */
   ip: string;
+  /** Its network namespace, for serveIn. */
+  ns: string;
   /** The host's address on the link to it: what a NAT'd client looks like from there. */
   hostIp: string;
   stop(): void;
@@ -29,15 +31,28 @@ export interface Outside {
 
 const ip = (...args: string[]) => execFileSync("ip", args, { stdio: ["ignore", "ignore", "pipe"] });
 
-async function waitServing(ns: string): Promise<void> {
+async function waitServing(ns: string, port = 80): Promise<void> {
   for (const deadline = Date.now() + 10_000; ; await sleep(50)) {
     try {
-      execFileSync("ip", ["netns", "exec", ns, "python3", "-c", "import socket; socket.create_connection(('127.0.0.1', 80), 1)"], { stdio: "ignore" });
+      execFileSync("ip", ["netns", "exec", ns, "python3", "-c", `import socket; socket.create_connection(('127.0.0.1', ${port}), 1)`], { stdio: "ignore" });
       return;
     } catch {
-      if (Date.now() > deadline) throw new Error(`the server in ${ns} did not start`);
+      if (Date.now() > deadline) throw new Error(`the server in ${ns} did not start on port ${port}`);
     }
   }
+}
+
+/** Runs `argv` inside the stand-in and waits until it listens on `port`: another server "on the
+ * internet" (a benchmark's origin). Kill it before `stop()`, which would leave it running. */
+export async function serveIn(outside: Pick<Outside, "ns">, port: number, argv: string[]): Promise<ChildProcess> {
+  const server = spawn("ip", ["netns", "exec", outside.ns, ...argv], { stdio: ["ignore", "ignore", "inherit"] });
+  try {
+    await waitServing(outside.ns, port);
+  } catch (err) {
+    server.kill("SIGKILL");
+    throw err;
+  }
+  return server;
 }
 
 export async function startOutside(opts: { metadata?: boolean } = {}): Promise<Outside> {
@@ -62,6 +77,7 @@ export async function startOutside(opts: { metadata?: boolean } = {}): Promise<O
   await waitServing(ns);
   return {
     ip: outIp,
+    ns,
     hostIp,
     stop() {
       server.kill("SIGKILL");
