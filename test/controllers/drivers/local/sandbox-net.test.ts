@@ -336,7 +336,7 @@ at=$(( $(date +%s%3N) + 1500 )); for i in 1 2 3 4; do $CHILD $at krx0 10.90.0.0/
   it("a failed nftables step leaves neither IPv4 forwarding on nor a bridge behind", async () => {
     const bin = mkdtempSync(join(tmpdir(), "local-sandbox-net-nft-"));
     onTestFinished(() => rmSync(bin, { recursive: true, force: true }));
-    writeFileSync(join(bin, "nft"), "#!/bin/sh\necho 'nft: this host refuses' >&2\nexit 1\n", { mode: 0o755 });
+    writeFileSync(join(bin, "nft"), "#!/bin/sh\ncat >/dev/null\necho 'nft: this host refuses' >&2\nexit 1\n", { mode: 0o755 });
     const out = await isolated(`$CHILD 0 krx0 10.90.0.0/24; echo "forwarding $(cat /proc/sys/net/ipv4/ip_forward)"; ls /sys/class/net | tr '\\n' ' '`, `${bin}:${dirname(process.execPath)}:${process.env.PATH}`);
     expect(childResults(out)).toEqual([{ error: expect.stringMatching(/this host refuses/) }]);
     expect(out).toContain("forwarding 0");
