@@ -1,7 +1,9 @@
 // The agent link end to end inside workerd: the Worker's route, ClusterDO's hibernatable
 // WebSocket session, the outbox (seq, ack, redelivery) and the inventory diff, driven by the
 // scripted agent over a real WebSocket.
+import { runInDurableObject } from "cloudflare:test";
 import { env, exports } from "cloudflare:workers";
+import type { ClusterDO } from "../../durable-objects/cluster/cluster-do.ts";
 import { describe, expect, it } from "vitest";
 import { IntentSchema, PING_FRAME, PONG_FRAME, type Intent } from "../../schema/protocol/index.ts";
 import { fetchTransport, ScriptedAgent } from "../support/scripted-agent.ts";
@@ -146,6 +148,29 @@ describe("ClusterDO outbox", () => {
     // ...but the agent lost both sandboxes (empty inventory), so they are recreated.
     expect(w2.resync.recreated).toBe(2);
     await again.waitUntil(() => again.running().length === 2);
+  });
+
+  it("answers concurrent enqueues once their intents are stored, in order: all survive a restart", async () => {
+    // Concurrent enqueues share one outbox write at the end of the turn; each answers after it.
+    const c = cluster("c-batched");
+    const answers = await Promise.all([
+      c.enqueue([intent("sbxbat1", 1)]),
+      c.enqueue([intent("sbxbat1", 2)]),
+      c.enqueue([intent("sbxbat2", 1), intent("sbxbat3", 1)]),
+      c.enqueue([intent("sbxbat3", 1)]),
+    ]);
+    expect(answers.map((a) => a.ok && a.seqs.every((s) => s > 0))).toEqual([true, true, true, false]);
+    await runInDurableObject(c, (_instance: ClusterDO, state) => {
+      state.abort("scripted: the cluster object restarts");
+    }).catch(() => undefined);
+    // A stub of the aborted instance stays broken: a fresh one reaches the restarted object.
+    expect((await cluster("c-batched").status()).pending).toBe(3);
+    const agent = new ScriptedAgent();
+    const welcome = await agent.connect(link("c-batched"));
+    expect(welcome.resync.redelivered).toBe(3);
+    await agent.waitUntil(() => agent.received.length === 3);
+    // The superseded generation 1 of sbxbat1 is not delivered; the rest come in seq order.
+    expect(agent.received.map((r) => `${r.intent.sandboxId}@${r.intent.generation}`)).toEqual(["sbxbat1@2", "sbxbat2@1", "sbxbat3@1"]);
   });
 
   it("unacked intents survive a dropped connection and arrive after reconnect", async () => {
