@@ -54,6 +54,8 @@ function readHostAddresses(): string[] {
 export interface HostReachOptions {
   /** Address ranges of other sandboxes (the sandbox bridge's subnet), e.g. "10.88.0.0/16". */
   subnets?: string[];
+  /** Networks behind the host's other bridges (containers, VMs: docker0, cni0...). */
+  hostNets?: string[];
   /** The host's own addresses (or blocks, such as 127.0.0.0/8); default: the kernel's local
    * addresses, re-read at most once per second. */
   interfaces?: () => string[];
@@ -62,11 +64,14 @@ export interface HostReachOptions {
 /** What the agent's proxy refuses: loopback, link-local, the host's own addresses and other
  * sandboxes. Throws on a subnet that is not a CIDR block. */
 export function refuseHost(opts: HostReachOptions = {}): Refuse {
-  const subnets: [string, Cidr][] = (opts.subnets ?? []).map((s) => {
-    const c = parseCidr(s);
-    if (!c) throw new Error(`sandbox subnet ${JSON.stringify(s)} is not an address block`);
-    return [s, c];
-  });
+  const blocks = (list: string[] | undefined, what: string): [string, Cidr][] =>
+    (list ?? []).map((s) => {
+      const c = parseCidr(s);
+      if (!c) throw new Error(`${what} ${JSON.stringify(s)} is not an address block`);
+      return [s, c];
+    });
+  const subnets = blocks(opts.subnets, "sandbox subnet");
+  const hostNets = blocks(opts.hostNets, "host network");
   const read = opts.interfaces ?? readHostAddresses;
   let own: Cidr[] = [];
   let readAt = -Infinity;
@@ -83,6 +88,8 @@ export function refuseHost(opts: HostReachOptions = {}): Refuse {
     if (hostAddresses().some((c) => cidrContains(c, ip))) return "is an address of the agent's host, never reached through the proxy (its services are not a sandbox's to reach)";
     const subnet = subnets.find(([, c]) => cidrContains(c, ip));
     if (subnet) return `is in the sandbox network ${subnet[0]} (other sandboxes), never reached through the proxy`;
+    const hostNet = hostNets.find(([, c]) => cidrContains(c, ip));
+    if (hostNet) return `is in ${hostNet[0]}, a network of the host's own containers or VMs, never reached through the proxy`;
     return undefined;
   };
 }

@@ -49,17 +49,17 @@ export class LocalEgress {
   readonly socket: string;
   readonly #dir: string;
   readonly #rulesOf: (id: string) => EgressPolicy | null | undefined;
-  readonly #subnets: () => string[];
+  readonly #subnets: () => { sandboxes: string[]; host: string[] };
   /** Compiled rules per rules object (records are replaced, not mutated, when they change). */
   readonly #compiled = new WeakMap<EgressPolicy, CompiledPolicy | string>();
   #proxy: TrafficProxy | undefined;
   #listening: Promise<void> | undefined;
 
-  /** `subnets`: the address ranges of sandboxes with a network of their own (read when the proxy
-   * starts), which the proxy never connects to, as it never does to the host's own addresses,
-   * loopback or link-local: the proxy connects from the host, so these would be reached through
-   * it although nftables keeps veth sandboxes from them. */
-  constructor(rulesOf: (id: string) => EgressPolicy | null | undefined, subnets: () => string[] = () => []) {
+  /** `subnets`: the address ranges of sandboxes with a network of their own and of the host's
+   * other bridges (read when the proxy starts), which the proxy never connects to, as it never
+   * does to the host's own addresses, loopback or link-local: the proxy connects from the host, so
+   * these would be reached through it although nftables keeps veth sandboxes from them. */
+  constructor(rulesOf: (id: string) => EgressPolicy | null | undefined, subnets: () => { sandboxes: string[]; host: string[] } = () => ({ sandboxes: [], host: [] })) {
     this.#rulesOf = rulesOf;
     this.#subnets = subnets;
     this.#dir = mkdtempSync(join(tmpdir(), "kruise-egress-"));
@@ -85,7 +85,7 @@ export class LocalEgress {
   /** Starts the proxy if it is not running. */
   start(): Promise<void> {
     if (!this.#listening) {
-      this.#proxy = new TrafficProxy({ policyFor: (id) => this.#policyFor(id), refuse: refuseHost({ subnets: this.#subnets() }) });
+      this.#proxy = new TrafficProxy({ policyFor: (id) => this.#policyFor(id), refuse: refuseHost({ subnets: this.#subnets().sandboxes, hostNets: this.#subnets().host }) });
       this.#listening = this.#proxy.listenTagged(this.socket);
       this.#listening.catch(() => (this.#listening = undefined));
     }

@@ -76,7 +76,7 @@ export class LocalDriver implements Driver {
       const rec = this.#record(id);
       return rec && rec.phase !== "Stopped" ? egressRules(rec.desired) : undefined;
     },
-    () => (this.#net ? [this.#net.subnet] : []),
+    () => (this.#net ? { sandboxes: [this.#net.subnet], host: this.#net.hostNets } : { sandboxes: [], host: [] }),
   );
   readonly #relay = new PortRelay({ proxySocket: this.#egress.socket });
   readonly #egressPort: number;

@@ -119,6 +119,8 @@ export class SandboxNet {
   readonly #prefix: number;
   readonly #mtu: number;
   readonly #leases: AddressLeases;
+  /** The host's other bridges' networks, as the table drops them (read at setup). */
+  #otherNets: string[] = [];
 
   private constructor(bridge: string, cidr: string) {
     const { base, prefix } = parseSubnet(cidr);
@@ -128,6 +130,12 @@ export class SandboxNet {
     this.gateway = toIp(base + 1);
     this.#mtu = uplinkMtu();
     this.#leases = new AddressLeases(join(LEASE_ROOT, bridge), base, prefix);
+  }
+
+  /** The host's other bridges' networks the table keeps sandboxes from, for the traffic-proxy,
+   * whose connections leave from the host and pass no table. */
+  get hostNets(): string[] {
+    return [...this.#otherNets];
   }
 
   /** Sets up the bridge, forwarding and the nftables table (idempotent, safe while other drivers
@@ -169,7 +177,8 @@ export class SandboxNet {
     };
     if (ipError) return fail(`${ipError} (install iproute2)`);
     const table = `kruise_${this.bridge.replace(/[^A-Za-z0-9_]/g, "_")}`;
-    const nftError = run("nft", ["-f", "-"], ruleset(table, this.bridge, this.subnet, otherBridgeNets(this.bridge)));
+    this.#otherNets = otherBridgeNets(this.bridge);
+    const nftError = run("nft", ["-f", "-"], ruleset(table, this.bridge, this.subnet, this.#otherNets));
     if (nftError) return fail(`${nftError} (install nftables)`);
     try {
       writeFileSync("/proc/sys/net/ipv4/ip_forward", "1");

@@ -172,6 +172,14 @@ describe("what the proxy refuses whatever the rules say (host-reach.ts)", () => 
     expect(decide(everything, "api.example.com", ["10.88.0.9", "203.0.113.5", "192.0.2.10"], agent)).toEqual({ allowed: true, addresses: ["203.0.113.5"], rule: "*.example.com" });
   });
 
+  it("the host's other bridges' networks (containers, VMs) are refused like its own addresses", () => {
+    const withContainers = refuseHost({ subnets: ["10.88.0.0/16"], hostNets: ["172.17.0.0/16"], interfaces: () => [] });
+    const v = decide(everything, "172.17.0.2", [], withContainers);
+    expect(v).toEqual({ allowed: false, reason: "172.17.0.2 is in 172.17.0.0/16, a network of the host's own containers or VMs, never reached through the proxy" });
+    expect(decide(everything, "172.18.0.2", [], withContainers).allowed).toBe(true);
+    expect(() => refuseHost({ hostNets: ["nope"] })).toThrow(/host network "nope" is not an address block/);
+  });
+
   it("domain rules still match by name, with the refusals applied to what the name resolves to", () => {
     const names = policy(["api.example.com", "*.pythonhosted.org"], ["0.0.0.0/0"]);
     expect(decide(names, "api.example.com", ["198.51.100.6"], agent)).toEqual({ allowed: true, addresses: ["198.51.100.6"], rule: "api.example.com" });
