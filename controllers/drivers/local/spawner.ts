@@ -22,6 +22,7 @@ import type { Readable, Writable } from "node:stream";
 import type { Socket } from "node:net";
 import type { HostCommand } from "../../runtime/sandbox-view.ts";
 import { inProcessLauncher, ProcessStartError, type LaunchedExit, type LaunchedPipes, type LaunchedPty, type ProcessLauncher } from "../../runtime/process/launcher.ts";
+import { sandboxPidOf } from "./spawner-sandbox-pid.ts";
 import { CONNECTION_ID_BYTES, type SpawnCommand, type SpawnerReply, type SpawnerRequest, type StdioSpec } from "./spawner-protocol.ts";
 
 const MAIN = fileURLToPath(new URL("./spawner-main.ts", import.meta.url));
@@ -282,7 +283,17 @@ export class Spawner implements ProcessLauncher {
     };
   }
 
+  // The runtime's commands are enter.pl wrappers (local-view.ts): each reports the pid its
+  // command has inside the sandbox (spawner-sandbox-pid.ts). Holders (spawn) are not.
   async spawnPipes(host: HostCommand, stdin: boolean): Promise<LaunchedPipes> {
+    return withSandboxPid(await this.#spawnPipes(host, stdin));
+  }
+
+  async spawnPty(host: HostCommand, size: { cols: number; rows: number }): Promise<LaunchedPty> {
+    return withSandboxPid(await this.#spawnPty(host, size));
+  }
+
+  async #spawnPipes(host: HostCommand, stdin: boolean): Promise<LaunchedPipes> {
     if (this.#inProcess) return inProcessLauncher.spawnPipes(host, stdin);
     const p = await this.spawn(host, { detached: true, stdio: [stdin ? "pipe" : "ignore", "pipe", "pipe"] });
     const stdinSocket = p.pipes.get(0);
@@ -291,7 +302,7 @@ export class Spawner implements ProcessLauncher {
     return { pid: p.pid, stdin: stdinSocket as Writable | undefined, stdout: p.pipes.get(1) as Readable, stderr: p.pipes.get(2) as Readable, onExit: p.onExit };
   }
 
-  async spawnPty(host: HostCommand, size: { cols: number; rows: number }): Promise<LaunchedPty> {
+  async #spawnPty(host: HostCommand, size: { cols: number; rows: number }): Promise<LaunchedPty> {
     if (this.#inProcess) return inProcessLauncher.spawnPty(host, size);
     const { id, t, pid } = await this.#request({ t: "pty", file: host.file, args: host.args, cwd: host.cwd, env: host.env, uid: host.uid, gid: host.gid, cols: size.cols, rows: size.rows });
     return {
@@ -318,6 +329,13 @@ export class Spawner implements ProcessLauncher {
     child.disconnect();
     await exited;
   }
+}
+
+async function withSandboxPid<P extends LaunchedPipes | LaunchedPty>(p: P): Promise<P> {
+  let ended = false;
+  p.onExit(() => (ended = true));
+  p.sandboxPid = await sandboxPidOf(p.pid, () => ended);
+  return p;
 }
 
 async function spawnHere(cmd: SpawnCommand, opts: { detached: boolean; stdio: StdioSpec[] }): Promise<SpawnedProcess> {

@@ -13,8 +13,13 @@ export interface LaunchedExit {
   error?: string;
 }
 
+/** `pid` is the host process the launcher started: signals go there. `sandboxPid` is the pid the
+ * command has inside the sandbox when the two differ (a launcher whose wrapper forks into the
+ * sandbox's pid namespace): clients see and name processes by it, as envd inside a VM reports
+ * the pid the sandbox sees. Absent where they agree (the runtime forking on the host or in a pod). */
 export interface LaunchedPipes {
   pid: number;
+  sandboxPid?: number;
   stdin?: Writable;
   stdout: Readable;
   stderr: Readable;
@@ -25,6 +30,7 @@ export interface LaunchedPipes {
 /** The part of node-pty's IPty the runtime uses; data arrives as Buffers. */
 export interface LaunchedPty {
   pid: number;
+  sandboxPid?: number;
   onData(fn: (data: Buffer) => void): void;
   onExit(fn: (exit: LaunchedExit) => void): void;
   write(data: Buffer): void;
@@ -55,12 +61,16 @@ export const inProcessLauncher: ProcessLauncher = {
       const err = await new Promise<Error>((resolve) => child.once("error", resolve));
       throw new ProcessStartError(`failed to start process '${host.file}': ${err.message}`);
     }
+    // Kept from the start: a caller that awaits something before it asks (a wrapping launcher
+    // looking up the sandbox pid) must not miss an early exit.
+    let exit: LaunchedExit | undefined;
+    child.once("exit", (code, signal) => (exit = { code, signal }));
     return {
       pid: child.pid,
       stdin: child.stdin ?? undefined,
       stdout: child.stdout!,
       stderr: child.stderr!,
-      onExit: (fn) => child.once("exit", (code, signal) => fn({ code, signal })),
+      onExit: (fn) => (exit ? fn(exit) : child.once("exit", (code, signal) => fn({ code, signal }))),
     };
   },
 
@@ -89,11 +99,25 @@ export async function spawnPtyHere(host: HostCommand, size: { cols: number; rows
     throw new ProcessStartError(`failed to start pty '${host.file}': ${(err as Error).message}`);
   }
   const t = term;
+  // Held from the start (node-pty drops events nobody listens to yet), for a caller that awaits
+  // something before it subscribes.
+  const early: Buffer[] = [];
+  const dataFns: Array<(d: Buffer) => void> = [];
+  let exit: LaunchedExit | undefined;
+  const exitFns: Array<(e: LaunchedExit) => void> = [];
+  // With encoding null node-pty hands out Buffers, typed as string.
+  t.onData((d) => (dataFns.length ? dataFns.forEach((fn) => fn(d as unknown as Buffer)) : early.push(d as unknown as Buffer)));
+  t.onExit(({ exitCode, signal }) => {
+    exit = { code: exitCode, signal: signal || null };
+    for (const fn of exitFns.splice(0)) fn(exit);
+  });
   return {
     pid: t.pid,
-    // With encoding null node-pty hands out Buffers, typed as string.
-    onData: (fn) => void t.onData((d) => fn(d as unknown as Buffer)),
-    onExit: (fn) => void t.onExit(({ exitCode, signal }) => fn({ code: exitCode, signal: signal || null })),
+    onData: (fn) => {
+      dataFns.push(fn);
+      for (const d of early.splice(0)) fn(d);
+    },
+    onExit: (fn) => (exit ? fn(exit) : void exitFns.push(fn)),
     write: (data) => t.write(data as unknown as string),
     resize: (cols, rows) => t.resize(cols, rows),
   };

@@ -29,7 +29,10 @@ function endOf(exit: LaunchedExit): EndInfo {
 }
 
 export class ProcessHandle {
+  /** The pid as the sandbox sees it: what clients are told and name the process by. */
   readonly pid: number;
+  /** The host process the launcher started, which signals go to. */
+  readonly hostPid: number;
   readonly config: ProcessConfig;
   readonly tag: string | undefined;
   readonly isPty: boolean;
@@ -40,8 +43,9 @@ export class ProcessHandle {
   #stdin: Writable | undefined;
   #pty: LaunchedPty | undefined;
 
-  private constructor(pid: number, config: ProcessConfig, tag: string | undefined, kind: { stdin?: Writable; pty?: LaunchedPty; hasStdin: boolean }) {
-    this.pid = pid;
+  private constructor(pids: { pid: number; sandboxPid?: number }, config: ProcessConfig, tag: string | undefined, kind: { stdin?: Writable; pty?: LaunchedPty; hasStdin: boolean }) {
+    this.pid = pids.sandboxPid ?? pids.pid;
+    this.hostPid = pids.pid;
     this.config = config;
     this.tag = tag;
     this.#stdin = kind.stdin;
@@ -52,7 +56,7 @@ export class ProcessHandle {
 
   static async spawnPipes(host: HostCommand, config: ProcessConfig, tag: string | undefined, stdin: boolean, launcher: ProcessLauncher = inProcessLauncher): Promise<ProcessHandle> {
     const p = await launcher.spawnPipes(host, stdin);
-    const h = new ProcessHandle(p.pid, config, tag, { stdin: p.stdin, hasStdin: stdin });
+    const h = new ProcessHandle(p, config, tag, { stdin: p.stdin, hasStdin: stdin });
     p.stdin?.on("error", () => {});
     h.#pipe(p.stdout, "stdout");
     h.#pipe(p.stderr, "stderr");
@@ -82,7 +86,7 @@ export class ProcessHandle {
 
   static async spawnPty(host: HostCommand, config: ProcessConfig, tag: string | undefined, size: { cols: number; rows: number }, launcher: ProcessLauncher = inProcessLauncher): Promise<ProcessHandle> {
     const term = await launcher.spawnPty(host, size);
-    const h = new ProcessHandle(term.pid, config, tag, { pty: term, hasStdin: true });
+    const h = new ProcessHandle(term, config, tag, { pty: term, hasStdin: true });
     term.onData((d) => h.#emitChunks("pty", d));
     term.onExit((e) => h.#finish(endOf(e)));
     return h;
@@ -154,7 +158,7 @@ export class ProcessHandle {
   signal(sig: NodeJS.Signals): void {
     if (this.end) return;
     try {
-      process.kill(this.pid, sig);
+      process.kill(this.hostPid, sig);
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code !== "ESRCH") throw err;
     }
@@ -164,7 +168,7 @@ export class ProcessHandle {
   signalGroup(sig: NodeJS.Signals): void {
     if (this.end) return;
     try {
-      process.kill(-this.pid, sig);
+      process.kill(-this.hostPid, sig);
     } catch {
       this.signal(sig);
     }

@@ -11,6 +11,10 @@ export class ProcessTable {
   #byPid = new Map<number, ProcessHandle>();
 
   add(h: ProcessHandle): void {
+    // A process that ended before its sandbox pid was known carries its host pid, which may equal
+    // a live process's sandbox pid: the live one keeps it.
+    const held = this.#byPid.get(h.pid);
+    if (held && !held.end && h.pid === h.hostPid && held.pid !== held.hostPid) return;
     this.#byPid.set(h.pid, h);
     void h.exited().then(() => {
       const t = setTimeout(() => {
