@@ -23,6 +23,7 @@ import { IndexQueue } from "../sandbox/index-queue.ts";
 import { INDEX_WRITER_NAME } from "../sandbox/index-writer-do.ts";
 import { sandboxGroupOf, sandboxGroupStub } from "../sandbox/stub.ts";
 import { CoarseTimers } from "./coarse-timers.ts";
+import { TurnWrites } from "../turn-writes.ts";
 import { CrdSync } from "./crd-sync.ts";
 import { nextRedelivery, transition, type ClusterEffect, type ClusterEvent, type ClusterState } from "./machine.ts";
 import type { ClusterStatus, EnqueueOptions, EnqueueResult } from "./rpc.ts";
@@ -63,12 +64,11 @@ export class ClusterDO extends DurableObject<Env> {
   private unsent: { seq: number; intent: Intent }[] = [];
   private unsentFlush: ReturnType<typeof setTimeout> | null = null;
   /**
-   * Outbox writes of this turn's enqueues, in order (see deferWrite). Any other write or read of the
-   * outbox runs them first, so the table never falls behind what it is asked.
+   * The outbox writes of this turn's enqueues: they share one commit, and each enqueue answers
+   * after it (a commit of their own per enqueue cost ~5 % of the edge's CPU per create). Any other
+   * event runs them first; the intents frame leaves after them.
    */
-  private writes: (() => void)[] = [];
-  /** Settles once `writes` of this turn are written: an enqueue answers after it. */
-  private written: { promise: Promise<void>; resolve: () => void; reject: (err: unknown) => void } | null = null;
+  private readonly turn = new TurnWrites("cluster");
   /** Applied acks their owner awaited, by sandbox: the observation repeating one is not routed. */
   private confirmed = new Map<string, { generation: number; endpoint: string }>();
   /**
@@ -127,11 +127,12 @@ export class ClusterDO extends DurableObject<Env> {
     this.resendHeld(intents, seqs);
     const connected = this.state!.connected;
     const waitMs = Math.min(opts.awaitAckMs ?? 0, MAX_AWAIT_MS);
-    // Durably queued before any answer: the writes run at the end of the turn and the answer
-    // leaves after their commit (output gate). An ack cannot come sooner: the frame leaves after them.
-    if (this.written) {
+    // Durably queued before any answer (the output gate holds it until their commit). An ack
+    // cannot come sooner: the intents frame leaves after the writes.
+    const written = this.turn.written;
+    if (written) {
       try {
-        await this.written.promise;
+        await written;
       } catch (err) {
         return { ok: false, error: { code: ErrorCode.internal, message: `outbox write failed: ${String(err)}` } };
       }
@@ -269,7 +270,7 @@ export class ClusterDO extends DurableObject<Env> {
     if (this.ackFlush) return;
     this.ackFlush = setTimeout(() => {
       this.ackFlush = null;
-      this.writeQueued();
+      this.turn.flush();
       this.store!.unqueue(this.acked.splice(0));
     }, ACK_FLUSH_MS);
   }
@@ -300,7 +301,7 @@ export class ClusterDO extends DurableObject<Env> {
     const st = this.load();
     const now = Date.now();
     const { effects, seqs } = transition(st, event, now);
-    if (event.type !== "enqueue") this.writeQueued();
+    if (event.type !== "enqueue") this.turn.flush();
     this.perform(effects, event.type === "ack", event.type === "enqueue");
     this.armAlarm(now);
     return { seqs };
@@ -317,41 +318,9 @@ export class ClusterDO extends DurableObject<Env> {
     void this.ctx.storage.setAlarm(due);
   }
 
-  /**
-   * An enqueue's outbox writes wait for the end of the turn, where the writes of every enqueue
-   * that came meanwhile (one per create under load) share one SQLite commit: a commit of their
-   * own per enqueue cost ~5 % of the edge's CPU per create. The enqueue answers after them.
-   */
-  private deferWrite(write: () => void): void {
-    this.writes.push(write);
-    if (!this.written) {
-      let resolve!: () => void;
-      let reject!: (err: unknown) => void;
-      const promise = new Promise<void>((res, rej) => ((resolve = res), (reject = rej)));
-      this.written = { promise, resolve, reject };
-    }
-    this.unsentFlush ??= setTimeout(() => this.flushIntents(), 0);
-  }
-
-  /** Runs the outbox writes enqueues left for the end of the turn (see deferWrite). */
-  private writeQueued(): void {
-    const written = this.written;
-    if (!written) return;
-    this.written = null;
-    const writes = this.writes.splice(0);
-    try {
-      for (const w of writes) w();
-      written.resolve();
-    } catch (err) {
-      // Their enqueues answer with a failure, so the owners send them again.
-      console.error("cluster: outbox write failed", err);
-      written.reject(err);
-    }
-  }
-
   private perform(effects: ClusterEffect[], fromAck = false, deferWrites = false): void {
     const store = this.store!;
-    const write = deferWrites ? (w: () => void) => this.deferWrite(w) : (w: () => void) => w();
+    const write = deferWrites ? (w: () => void) => this.turn.defer(w) : (w: () => void) => w();
     // Intents queued by this event, so sending them does not read them back from SQLite.
     const fresh = new Map<number, Intent>();
     // Observations for sandbox owners leave in one call per sandbox group, not one per sandbox.
@@ -405,7 +374,7 @@ export class ClusterDO extends DurableObject<Env> {
 
   private sendIntents(seqs: number[], fresh: Map<number, Intent>): void {
     const missing = seqs.filter((s) => !fresh.has(s));
-    if (missing.length) this.writeQueued();
+    if (missing.length) this.turn.flush();
     const loaded = new Map(this.store!.outboxIntents(missing).map((r) => [r.seq, r.intent]));
     const items: { seq: number; intent: Intent }[] = [];
     for (const seq of seqs) {
@@ -424,7 +393,7 @@ export class ClusterDO extends DurableObject<Env> {
    */
   private flushIntents(): void {
     this.unsentFlush = null;
-    this.writeQueued();
+    this.turn.flush();
     const items = this.unsent.splice(0);
     for (let i = 0; i < items.length; i += FRAME_BATCH) this.send({ type: "intents", items: items.slice(i, i + FRAME_BATCH) });
   }

@@ -8,6 +8,7 @@ import { newSandboxId, type Intent, type Observation, type SandboxId } from "../
 import { addMember, counts, initialState, nextCreateDeadline, transition, type Member, type PoolEffect, type PoolEvent, type PoolState } from "./machine.ts";
 import { memberIntent } from "./member-intent.ts";
 import type { ClaimResult, ConfigureResult, ObserveResult, PoolConfig, PoolStatus } from "./rpc.ts";
+import { TurnWrites } from "../turn-writes.ts";
 import { openPoolStore, type Outgoing, type PoolStore } from "./store.ts";
 
 /** Retry delay for intents ClusterDO did not accept, and the check interval for stuck creates. */
@@ -21,6 +22,12 @@ export class PoolDO extends DurableObject<Env> {
   private flushing: Promise<void> | null = null;
   /** The alarm time this instance set (null: none, or unknown after a restart). */
   private alarmAt: number | null = null;
+  /**
+   * The writes of this turn's claims (one per create, all on this object under load): they share
+   * one commit, and each claim answers after it, so a restart never hands out a member twice.
+   * Any other event runs them first; intents leave after them (flush).
+   */
+  private readonly turn = new TurnWrites("pool");
 
   /** Sets (or replaces) the SandboxSet spec: scales, and rolls members of an older revision. */
   async configure(config: PoolConfig): Promise<ConfigureResult> {
@@ -42,6 +49,11 @@ export class PoolDO extends DurableObject<Env> {
     const reply = this.apply({ type: "claim" });
     if (reply && !reply.ok) return reply;
     if (!reply || !cfg) return { ok: false, error: { code: ErrorCode.internal, message: "claim produced no reply" } };
+    try {
+      await this.turn.written;
+    } catch (err) {
+      return { ok: false, error: { code: ErrorCode.internal, message: `pool write failed: ${String(err)}` } };
+    }
     const { member: m, state } = reply;
     return {
       ok: true,
@@ -114,35 +126,43 @@ export class PoolDO extends DurableObject<Env> {
     const st = this.load();
     const cfg = st.config; // effects of `destroy` still need the pool's name
     const now = Date.now();
+    const claiming = event.type === "claim";
+    if (!claiming) this.turn.flush();
     const { effects, claim } = transition(st, event, { now, newId: newSandboxId });
-    this.perform(effects, st.config ?? cfg, now);
-    // In the claim's own transaction: a statement there costs next to nothing, a commit of its
-    // own after each flush (as before) cost ~1 % of the edge's CPU per create.
-    if (event.type === "claim") this.store!.saveCounters(st.claimed, st.createdOnDemand);
+    this.perform(effects, st.config ?? cfg, now, claiming);
+    // With the claim's writes: a statement there costs next to nothing, a commit of its own
+    // after each flush (as before) cost ~1 % of the edge's CPU per create. Counters as they are
+    // when the turn's writes run.
+    if (claiming) this.turn.defer(() => this.store!.saveCounters(st.claimed, st.createdOnDemand));
     return claim;
   }
 
-  private perform(effects: PoolEffect[], cfg: PoolState["config"], now: number): void {
+  private perform(effects: PoolEffect[], cfg: PoolState["config"], now: number, deferWrites = false): void {
     const store = this.store!;
+    const write = deferWrites ? (w: () => void) => this.turn.defer(w) : (w: () => void) => w();
     for (const e of effects) {
       switch (e.type) {
         case "create":
-          store.insertMembers(e.members);
-          this.send(cfg, e.members, "running", now);
+          write(() => store.insertMembers(e.members));
+          this.send(cfg, e.members, "running", now, write);
           break;
         case "delete":
-          store.deleteMembers(e.members.map((m) => m.id));
-          this.send(cfg, e.members, "deleted", now);
+          write(() => store.deleteMembers(e.members.map((m) => m.id)));
+          this.send(cfg, e.members, "deleted", now, write);
           break;
         case "forget":
-          store.deleteMembers(e.ids);
+          write(() => store.deleteMembers(e.ids));
           break;
-        case "update":
-          store.updateMember(e.member);
+        case "update": {
+          const member = { ...e.member };
+          write(() => store.updateMember(member));
           break;
-        case "save-config":
-          store.saveConfig(this.state!.config);
+        }
+        case "save-config": {
+          const config = this.state!.config;
+          write(() => store.saveConfig(config));
           break;
+        }
         default:
           assertNever(e);
       }
@@ -150,13 +170,13 @@ export class PoolDO extends DurableObject<Env> {
     this.armAlarm(now);
   }
 
-  private send(cfg: PoolState["config"], members: Member[], desired: "running" | "deleted", now: number): void {
+  private send(cfg: PoolState["config"], members: Member[], desired: "running" | "deleted", now: number, write: (w: () => void) => void): void {
     if (!cfg || !members.length) return;
     const items = members.map((m) => ({ cluster: cfg.cluster, intent: memberIntent(cfg, m, desired, now) }));
     // Only delete intents are stored: their members are gone from the table. A create intent is
     // derived again from its member (still creating) when the object loads, and ClusterDO drops
     // the ones it already holds (same generation), so storing it would only cost a write per member.
-    if (desired === "deleted") this.store!.saveOutgoing(items);
+    if (desired === "deleted") write(() => this.store!.saveOutgoing(items));
     for (const o of items) this.outgoing.set(o.intent.sandboxId, o);
     // Not awaited: the claim answers now; intents of concurrent claims join the next batch.
     void this.kick();
@@ -164,7 +184,10 @@ export class PoolDO extends DurableObject<Env> {
 
   /** Sends pending intents, one batch per cluster, until none are left or a cluster refuses. */
   private async flush(): Promise<void> {
+    // Members and intents are stored before their intents leave: a pool that restarts after
+    // ClusterDO took a member's intent must still know the member.
     while (this.outgoing.size) {
+      if (!(await this.stored())) return this.armAlarm(Date.now(), true);
       const byCluster = new Map<string, Outgoing[]>();
       for (const o of this.outgoing.values()) {
         const list = byCluster.get(o.cluster);
@@ -181,9 +204,17 @@ export class PoolDO extends DurableObject<Env> {
             if (o.intent.desired.state === "deleted") sent.push(o.intent.sandboxId);
           }
         }
+        this.turn.flush();
         this.store!.deleteOutgoing(sent);
       }
     }
+  }
+
+  /** Whether the writes deferred so far are stored (false: one failed, see TurnWrites). */
+  private async stored(): Promise<boolean> {
+    const written = this.turn.written;
+    if (!written) return true;
+    return written.then(() => true, () => false);
   }
 
   private async enqueue(cluster: string, intents: Intent[]): Promise<boolean> {

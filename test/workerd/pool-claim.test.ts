@@ -1,7 +1,9 @@
 // PoolDO inside workerd with the scripted agent on the other end of the real agent link: warm
 // members are created through ClusterDO, become available from observations, are claimed
 // once each (also under a 200-way burst), and are rolled to a new revision.
+import { runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
+import type { PoolDO } from "../../durable-objects/pool/pool-do.ts";
 import { describe, expect, it } from "vitest";
 import type { Claimed } from "../../durable-objects/pool/rpc.ts";
 import { sandboxStub } from "../../functions/api/stubs.ts";
@@ -68,6 +70,29 @@ describe("PoolDO", () => {
     agent.report({ sandboxId: c.sandboxId, generation: 2, phase: "Failed", ready: false, observedAt: Date.now() });
     await waitFor(async () => (await pool.status()).available === 1);
     expect(agent.received.filter((r) => r.intent.sandboxId === c.sandboxId && r.intent.desired.state === "deleted")).toEqual([]);
+  });
+
+  it("concurrent claims answer once stored: after a restart none is handed out again and the refills are known", async () => {
+    // Concurrent claims share one commit at the end of the turn; each answers after it.
+    const name = unique("p-restart");
+    const agent = await startAgent(name);
+    await poolOf(name).configure(config(name, 8));
+    await waitFor(async () => (await poolOf(name).status()).available === 8);
+    const first = (await Promise.all(Array.from({ length: 6 }, () => poolOf(name).claim()))) as Claimed[];
+    expect(first.every((c) => c.ok && c.warm)).toBe(true);
+    await runInDurableObject(poolOf(name), (_instance: PoolDO, state) => {
+      state.abort("scripted: the pool restarts");
+    }).catch(() => undefined);
+    // A fresh stub reaches the restarted object, which loads what the claims stored.
+    expect(await poolOf(name).status()).toMatchObject({ claimed: 6 });
+    await waitFor(async () => (await poolOf(name).status()).available === 8);
+    const rest = (await Promise.all(Array.from({ length: 8 }, () => poolOf(name).claim()))) as Claimed[];
+    const ids = [...first, ...rest].map((c) => c.sandboxId);
+    expect(new Set(ids).size).toBe(14);
+    expect(rest.every((c) => c.ok && c.warm)).toBe(true);
+    // The 6 refills asked for before the restart were not asked for again under new ids.
+    await waitFor(async () => (await poolOf(name).status()).available === 8);
+    expect(agent.running()).toHaveLength(22);
   });
 
   it("refuses a claim before it is configured, with a typed error", async () => {
