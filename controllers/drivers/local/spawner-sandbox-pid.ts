@@ -4,15 +4,19 @@
 // started and forks once into the sandbox's pid namespace (see enter.pl). Clients must see the
 // pid the sandbox sees (`$$`, `kill <pid>`, `/proc/<pid>`), as with envd inside a VM: that is
 // the last NSpid field of enter.pl's only child. The child exists a few ms after the spawn
-// (perl's start, setns), so it is looked up until it appears, and the start waits that long.
-// Nothing inside the sandbox can forge it: it comes from the host's /proc.
-import { readFileSync } from "node:fs";
+// (perl's start, cgroup join, setns), so it is looked up until it appears, and the start waits
+// that long (median ~2–3 ms in the agent on the 2-core machine, more under load). Nothing inside the sandbox can forge it: it comes from the host's /proc.
+import { existsSync, readFileSync } from "node:fs";
 
 /** How often to look while enter.pl starts (it forks ~3–6 ms after the spawn). */
 const POLL_MS = 1;
 /** A wrapper that has not forked by then is stuck (a frozen cgroup it joined); report the host
  * pid rather than hold the start back. */
 const GIVE_UP_MS = 2_000;
+
+/** Without CONFIG_PROC_CHILDREN a kernel has no children file: report host pids rather than
+ * hold every start back until the give-up. */
+const CAN_LOOK = existsSync(`/proc/self/task/${process.pid}/children`);
 
 function read(path: string): string | undefined {
   try {
@@ -22,8 +26,8 @@ function read(path: string): string | undefined {
   }
 }
 
-/** The pid `child` has in the innermost pid namespace it belongs to. */
-export function innermostPid(pid: number): number | undefined {
+/** The pid `pid` has in the innermost pid namespace it belongs to. */
+function innermostPid(pid: number): number | undefined {
   const ns = read(`/proc/${pid}/status`)?.match(/^NSpid:\s*(.*)$/m)?.[1]?.trim().split(/\s+/).at(-1);
   return ns ? Number(ns) : undefined;
 }
@@ -31,6 +35,7 @@ export function innermostPid(pid: number): number | undefined {
 /** The sandbox pid of the command `hostPid` (enter.pl) forks; undefined when it ended (or gave up)
  * first: a command gone within milliseconds has no pid anyone could use. */
 export async function sandboxPidOf(hostPid: number, ended: () => boolean): Promise<number | undefined> {
+  if (!CAN_LOOK) return undefined;
   const deadline = Date.now() + GIVE_UP_MS;
   for (;;) {
     const child = read(`/proc/${hostPid}/task/${hostPid}/children`)?.trim().split(" ")[0];
