@@ -7,8 +7,9 @@
 //
 // Processes: `enter.pl` (perl-base is on every Debian-like host and starts in ~3 ms) joins the
 // sandbox's cgroups, setns()es into the holder's namespaces and root, switches user and execs.
-// It stays as the host-side parent so the runtime's pid, exit status and signals keep meaning
-// what they should (see enter.pl).
+// It stays as the host-side parent so exit status and signals keep meaning what they should
+// (see enter.pl); the pid the runtime reports is its child's, as the sandbox sees it
+// (spawner-sandbox-pid.ts), so `kill <pid>` inside the sandbox reaches the same process.
 import { readFileSync } from "node:fs";
 import { arch } from "node:os";
 import { dirname, join } from "node:path";
