@@ -14,6 +14,7 @@ import type { IndexOp } from "../../functions/store/sandbox-index.ts";
 import { ErrorCode, sandboxNotFoundMessage, type Refusal } from "../../schema/errors.ts";
 import type { Endpoint, Intent, Observation, PauseStrategy } from "../../schema/protocol/index.ts";
 import { CoarseTimers } from "../cluster/coarse-timers.ts";
+import { TurnWrites } from "../turn-writes.ts";
 import type { EnqueueOptions, EnqueueResult } from "../cluster/rpc.ts";
 import type { SandboxEvent } from "./events.ts";
 import { indexRow, routeInfo, sandboxInfo, type RouteInfo, type SandboxInfo } from "./info.ts";
@@ -79,6 +80,13 @@ export class SandboxGroupDO extends DurableObject<Env> {
   private maxSlots = 1_000;
   private readonly indexQueue = new IndexQueue(() => this.indexWriter(), (p) => this.ctx.waitUntil(p));
   private readonly timers = new CoarseTimers();
+  /**
+   * Row writes wait for the end of the turn, so the events that came meanwhile (creates, acks)
+   * share one commit. Nothing that depends on a write (an intent, an index row, a waiter, an
+   * answer) goes before it: apply awaits `written` first, and the output gate holds what leaves
+   * then until the commit. Reads of rows run the writes first.
+   */
+  private readonly turn = new TurnWrites("sandbox group");
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
@@ -138,6 +146,7 @@ export class SandboxGroupDO extends DurableObject<Env> {
     }
   }
   async info(id: string, access: Access): Promise<Result<{ sandbox: SandboxInfo }>> {
+    await this.turn.written; // what is answered is stored
     const s = this.find(id)?.state ?? null;
     if (!visibleTo(s, access) || s.phase === "Failed") return notFound(id);
     return { ok: true, sandbox: sandboxInfo(s) };
@@ -192,6 +201,7 @@ export class SandboxGroupDO extends DurableObject<Env> {
 
   /** Gateway: where the sandbox lives and its tokens, in whatever state it is. */
   async route(id: string): Promise<Result<{ route: RouteInfo }>> {
+    await this.turn.written;
     const s = this.find(id)?.state;
     if (!s || s.phase === "Terminating") return notFound(id);
     return { ok: true, route: routeInfo(s) };
@@ -220,12 +230,14 @@ export class SandboxGroupDO extends DurableObject<Env> {
 
   /** Operators and tests: the full state (phase, conditions, generations, timers). */
   async inspect(id: string): Promise<SandboxState | null> {
+    await this.turn.written;
     return this.find(id)?.state ?? null;
   }
 
   override async alarm(): Promise<void> {
     this.alarmAt = null;
     const now = Date.now();
+    this.turn.flush();
     const due = this.store.dueIds(now).filter((id) => !this.firing.has(id));
     // Re-armed before any fire is awaited, and the fires are not awaited here: one sandbox whose
     // fire waits on a slow ClusterDO must not hold the other timers of the group. A due sandbox
@@ -280,15 +292,18 @@ export class SandboxGroupDO extends DurableObject<Env> {
       const changed = t.state !== slot.state;
       slot.state = t.state;
       let intent: Intent | null = null;
+      let purged = false;
       const ops: IndexOp[] = [];
       for (const e of t.effects) {
         if (e.kind === "intent") intent = e.intent;
         else if (e.kind === "index" && slot.state) ops.push({ kind: "upsert", row: indexRow(slot.state) });
-        else if (e.kind === "purge") this.purge(id, slot);
+        else if (e.kind === "purge") purged = this.purge(id, slot);
       }
       if (intent && slot.state) slot.undelivered = { intent, retryAt: Date.now() + ackWait(awaitAckMs) + RETRY_MS };
       if ((changed || intent) && slot.state) this.save(id, slot);
+      await this.turn.written;
       notify(slot);
+      if (purged) void this.index({ kind: "delete", id });
       // A create's index row travels with its intent: ClusterDO commits it, batched with other
       // creates' rows, before it answers. That spares a SandboxIndexDO call per create (~0.8 calls
       // per create under load, each about as costly as the create's own DO calls). ClusterDO tries it
@@ -307,7 +322,10 @@ export class SandboxGroupDO extends DurableObject<Env> {
       }
       const [res] = await Promise.all([this.send(id, slot, intent, awaitAckMs, carried), readYourWrites]);
       // A create ClusterDO did not take is killed by its caller; the kill writes the row.
-      if (!res.ok) return { ...t.result, acked: false, failure: res.error };
+      if (!res.ok) {
+        await this.turn.written; // the intent marked undelivered
+        return { ...t.result, acked: false, failure: res.error };
+      }
       // The carried row did not commit: written again here, as the sandbox is now, behind any
       // later write of it (a kill that came meanwhile) in this group's ordered queue.
       if (carried.length && res.indexed === false && slot.state) await this.index({ kind: "upsert", row: indexRow(slot.state) });
@@ -318,6 +336,7 @@ export class SandboxGroupDO extends DurableObject<Env> {
         if (a.sandboxId === id) await this.apply(id, { type: "ack", generation: a.generation, result: a.result, message: a.message }, 0);
       }
       if (slot.dirty && slot.state) this.save(id, slot);
+      await this.turn.written;
       return { ...t.result, acked };
     } finally {
       slot.busy--;
@@ -382,7 +401,9 @@ export class SandboxGroupDO extends DurableObject<Env> {
   private find(id: string): Slot | null {
     const cached = this.slots.get(id);
     if (cached) return cached;
-    const row = this.stored.has(id) ? this.store.load(id) : null;
+    if (!this.stored.has(id)) return null;
+    this.turn.flush();
+    const row = this.store.load(id);
     if (!row) return null;
     const slot = newSlot(row.state, row.undelivered);
     // Reads (route, info) load slots too: the bound holds for them, and a slot just loaded is
@@ -416,25 +437,25 @@ export class SandboxGroupDO extends DurableObject<Env> {
     const retry = slot.undelivered?.retryAt ?? null;
     const due = timer === null ? retry : retry === null ? timer : Math.min(timer, retry);
     const row = { state: slot.state!, undelivered: slot.undelivered };
-    if (this.stored.has(id)) this.store.update(id, row, due);
+    const store = this.store;
+    if (this.stored.has(id)) this.turn.defer(() => store.update(id, row, due));
     else {
-      this.store.insert(id, row, due);
+      this.turn.defer(() => store.insert(id, row, due));
       this.stored.add(id);
     }
     slot.dirty = false;
     this.arm(due);
   }
 
-  /** The sandbox is gone: its row goes, and so does its index row. */
-  private purge(id: string, slot: Slot): void {
+  /** The sandbox is gone: its row goes (the caller deletes its index row once that is written). */
+  private purge(id: string, slot: Slot): true {
     slot.state = null;
     slot.undelivered = null;
     slot.dirty = false;
-    this.store.remove(id);
+    const store = this.store;
+    this.turn.defer(() => store.remove(id));
     this.stored.delete(id);
-    notify(slot);
-    this.release(id, slot);
-    void this.index({ kind: "delete", id });
+    return true;
   }
 
   /**

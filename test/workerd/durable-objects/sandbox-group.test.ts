@@ -132,6 +132,58 @@ describe("timers", () => {
 });
 
 describe("sandbox groups", () => {
+  it("a create answers only once its row is written: with the group's writes held back, the 201 waits for them", async () => {
+    // Every group's end-of-turn writes run 300 ms late: a create that answered before them would
+    // be lost by the restart right after its 201.
+    const groups = "abcdefghijklmnopqrstuvwxyz0123456789".split("");
+    const hold = (on: boolean) =>
+      Promise.all(groups.map((g) => runInDurableObject(sandboxGroupStub(env, g), (instance: SandboxGroupDO) => {
+        const turn = (instance as unknown as { turn: { flush: () => void } }).turn;
+        if (!on) return void delete (turn as { flush?: unknown }).flush;
+        const real = Object.getPrototypeOf(turn).flush as () => void;
+        let held = false;
+        turn.flush = () => {
+          if (held) return;
+          held = true;
+          setTimeout(() => {
+            held = false;
+            real.call(turn);
+          }, 300);
+        };
+      })));
+    await hold(true);
+    try {
+      const id = await create({ timeout: 600 });
+      await runInDurableObject(sandboxGroupStub(env, id), (_instance: SandboxGroupDO, state) => {
+        state.abort("scripted: the group restarts");
+      }).catch(() => undefined);
+      expect((await stub(id).inspect())?.phase).toBe("Running");
+    } finally {
+      await hold(false);
+    }
+  });
+
+  it("concurrent creates and kills answer once their rows are written: all hold after their groups restart", async () => {
+    // A group's row writes of one turn share a commit; each answer waits for it. 40 creates over
+    // 36 groups: some share one (and a turn).
+    const restart = async (ids: string[]) => {
+      for (const one of new Map(ids.map((id) => [sandboxGroupOf(id), id])).values()) {
+        await runInDurableObject(sandboxGroupStub(env, one), (_instance: SandboxGroupDO, state) => {
+          state.abort("scripted: the group restarts");
+        }).catch(() => undefined);
+      }
+    };
+    const ids = await Promise.all(Array.from({ length: 40 }, () => create({ timeout: 600 })));
+    expect(new Set(ids).size).toBe(40);
+    await restart(ids);
+    for (const id of ids) expect((await stub(id).inspect())?.phase).toBe("Running");
+    const killed = ids.slice(0, 20);
+    await Promise.all(killed.map((id) => expectStatus(call(`/sandboxes/${id}`, { key: team.key, method: "DELETE" }), 204)));
+    await restart(killed);
+    for (const id of killed) await expectError(call(`/sandboxes/${id}`, { key: team.key }), 404);
+    for (const id of ids.slice(20)) expect((await expectStatus(call(`/sandboxes/${id}`, { key: team.key }), 200)).state).toBe("running");
+  });
+
   it("one group's alarm serves each of its sandboxes: one expiring leaves the other running, and the alarm re-arms", async () => {
     const [first, second] = await sameGroupPair({ timeout: 600 });
     await expire(first);
