@@ -7,6 +7,7 @@ import type { ClusterDO } from "../../durable-objects/cluster/cluster-do.ts";
 import { describe, expect, it } from "vitest";
 import { IntentSchema, PING_FRAME, PONG_FRAME, type Intent } from "../../schema/protocol/index.ts";
 import { fetchTransport, ScriptedAgent } from "../support/scripted-agent.ts";
+import { holdTurnWrites } from "./helpers.ts";
 
 const TOKEN = "test-cluster-token";
 const link = (cluster: string, token = TOKEN) => fetchTransport((url, init) => exports.default.fetch(url, init), token, cluster);
@@ -171,6 +172,18 @@ describe("ClusterDO outbox", () => {
     await agent.waitUntil(() => agent.received.length === 3);
     // The superseded generation 1 of sbxbat1 is not delivered; the rest come in seq order.
     expect(agent.received.map((r) => `${r.intent.sandboxId}@${r.intent.generation}`)).toEqual(["sbxbat1@2", "sbxbat2@1", "sbxbat3@1"]);
+  });
+
+  it("an enqueue answers only once its intent is stored: with the writes held back, it survives a restart", async () => {
+    const c = cluster("c-held");
+    // ClusterDO's end-of-turn writes run 300 ms late: an enqueue that answered before them would
+    // be lost by the restart right after its answer.
+    await runInDurableObject(c, (instance: ClusterDO) => holdTurnWrites(instance));
+    expect(await c.enqueue([intent("sbxheld", 1)])).toMatchObject({ ok: true, seqs: [1] });
+    await runInDurableObject(c, (_instance: ClusterDO, state) => {
+      state.abort("scripted: the cluster object restarts");
+    }).catch(() => undefined);
+    expect(await cluster("c-held").status()).toMatchObject({ pending: 1, sandboxes: 1 });
   });
 
   it("unacked intents survive a dropped connection and arrive after reconnect", async () => {

@@ -79,3 +79,26 @@ export async function startAgent(cluster: string, opts: ScriptedAgentOptions = {
 export function unique(prefix: string): string {
   return `${prefix}-${Date.now().toString(36)}${Math.floor(Math.random() * 1e6).toString(36)}`;
 }
+
+/**
+ * Holds back an object's end-of-turn writes (its TurnWrites, field `turn`) by `ms`, so a test can
+ * restart it between a call's answer and its writes: an answer that did not wait for them is lost.
+ */
+export function holdTurnWrites(instance: object, ms = 300): void {
+  const turn = (instance as { turn: { flush: () => void } }).turn;
+  const real = Object.getPrototypeOf(turn).flush as () => void;
+  let held = false;
+  turn.flush = () => {
+    if (held) return;
+    held = true;
+    setTimeout(() => {
+      held = false;
+      real.call(turn);
+    }, ms);
+  };
+}
+
+/** Undoes holdTurnWrites. */
+export function releaseTurnWrites(instance: object): void {
+  delete (instance as { turn: { flush?: unknown } }).turn.flush;
+}

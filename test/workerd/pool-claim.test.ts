@@ -9,7 +9,7 @@ import type { Claimed } from "../../durable-objects/pool/rpc.ts";
 import { sandboxStub } from "../../functions/api/stubs.ts";
 import { TemplateSpec } from "../../schema/api/template.ts";
 import { IntentSchema } from "../../schema/protocol/index.ts";
-import { startAgent, unique } from "./helpers.ts";
+import { holdTurnWrites, startAgent, unique } from "./helpers.ts";
 
 function poolOf(name: string) {
   return env.POOL.get(env.POOL.idFromName(`team-${name}/base`));
@@ -93,6 +93,22 @@ describe("PoolDO", () => {
     // The 6 refills asked for before the restart were not asked for again under new ids.
     await waitFor(async () => (await poolOf(name).status()).available === 8);
     expect(agent.running()).toHaveLength(22);
+  });
+
+  it("a claim answers only once it is stored: with the pool's writes held back, a restart after it hands out no member twice", async () => {
+    const name = unique("p-held");
+    await startAgent(name);
+    await poolOf(name).configure(config(name, 3));
+    await waitFor(async () => (await poolOf(name).status()).available === 3);
+    // The pool's end-of-turn writes run 300 ms late: a claim that answered before them would
+    // come back unclaimed after the restart.
+    await runInDurableObject(poolOf(name), (instance: PoolDO) => holdTurnWrites(instance));
+    const first = (await poolOf(name).claim()) as Claimed;
+    await runInDurableObject(poolOf(name), (_instance: PoolDO, state) => {
+      state.abort("scripted: the pool restarts");
+    }).catch(() => undefined);
+    const rest = (await Promise.all(Array.from({ length: 3 }, () => poolOf(name).claim()))) as Claimed[];
+    expect(rest.map((c) => c.sandboxId)).not.toContain(first.sandboxId);
   });
 
   it("refuses a claim before it is configured, with a typed error", async () => {

@@ -11,7 +11,7 @@ import { sandboxGroupOf, sandboxGroupStub, sandboxStub } from "../../../durable-
 import type { IndexOp } from "../../../functions/store/sandbox-index.ts";
 import type { Intent, Observation } from "../../../schema/protocol/index.ts";
 import type { ScriptedAgent } from "../../support/scripted-agent.ts";
-import { call, createTeam, expectError, expectStatus, startAgent, unique, type TestTeam } from "../helpers.ts";
+import { call, createTeam, expectError, expectStatus, holdTurnWrites, releaseTurnWrites, startAgent, unique, type TestTeam } from "../helpers.ts";
 
 let team: TestTeam;
 let agent: ScriptedAgent;
@@ -137,20 +137,7 @@ describe("sandbox groups", () => {
     // be lost by the restart right after its 201.
     const groups = "abcdefghijklmnopqrstuvwxyz0123456789".split("");
     const hold = (on: boolean) =>
-      Promise.all(groups.map((g) => runInDurableObject(sandboxGroupStub(env, g), (instance: SandboxGroupDO) => {
-        const turn = (instance as unknown as { turn: { flush: () => void } }).turn;
-        if (!on) return void delete (turn as { flush?: unknown }).flush;
-        const real = Object.getPrototypeOf(turn).flush as () => void;
-        let held = false;
-        turn.flush = () => {
-          if (held) return;
-          held = true;
-          setTimeout(() => {
-            held = false;
-            real.call(turn);
-          }, 300);
-        };
-      })));
+      Promise.all(groups.map((g) => runInDurableObject(sandboxGroupStub(env, g), (instance: SandboxGroupDO) => (on ? holdTurnWrites(instance) : releaseTurnWrites(instance)))));
     await hold(true);
     try {
       const id = await create({ timeout: 600 });
