@@ -10,8 +10,8 @@
 //     claims, as PoolDO does); the agent's answer is routed back to the pool (one call per
 //     answered frame), which records the members ready (one commit per call);
 //   - the create's answer: the group awaits the agent's answer through the cluster object and
-//     records the sandbox Running, batched into the group's next write or within 250 ms (as
-//     SandboxGroupDO's saveSoon does);
+//     records the sandbox Running before it answers (a row written later came back Pending
+//     after a group restart: 7782a89 reverted that saving in SandboxGroupDO);
 //   - the index row in libSQL before the response: the cluster object group-commits the rows of
 //     concurrent creates into one multi-row upsert, sent straight to sqld over HTTP (Hrana
 //     pipeline); ours hands them to SandboxIndexDO, which does the same through @libsql/client.
@@ -25,7 +25,6 @@ import { NewSandbox } from "../../schema/api/sandbox.ts";
 
 const KEY_PATTERN = /^e2b_[0-9a-f]{40}$/;
 const MAX_BODY_BYTES = 1 << 20;
-const LAZY_MS = 250;
 const UNQUEUE_MS = 50;
 const RETRY_MS = 2_000;
 const TEAM_ID = "skeleton-team";
@@ -146,29 +145,18 @@ export class FeatureGroup extends DurableObject {
     super(ctx, env);
     this.sql = ctx.storage.sql;
     this.sql.exec("CREATE TABLE IF NOT EXISTS sandboxes (id TEXT PRIMARY KEY, phase TEXT NOT NULL, spec TEXT NOT NULL, end_at INTEGER NOT NULL)");
-    this.running = [];
-    this.lazyTimer = null;
   }
 
   async create(id, spec) {
     const now = Date.now();
     const endAt = now + spec.timeoutS * 1000;
     const intent = { sandboxId: id, generation: 2, owner: { kind: "sandbox" }, desired: { state: "running" }, template: { id: spec.templateID } };
-    this.writeRunning(); // rows answered since the group's last write join this commit
     this.sql.exec("INSERT INTO sandboxes (id, phase, spec, end_at) VALUES (?, 'Pending', ?, ?)", id, JSON.stringify({ ...spec, intent }), endAt);
     const row = [id, TEAM_ID, KEY_ID, spec.templateID, null, "running", "Running", JSON.stringify(spec.metadata), now, endAt, 2, 512, 1024, "0.2.0", 1];
     const acked = await cluster(this.env).enqueue([intent], { awaitAnswer: true, index: [row] });
     if (!acked) return { ok: false };
-    this.running.push(id);
-    this.lazyTimer ??= setTimeout(() => {
-      this.lazyTimer = null;
-      this.writeRunning();
-    }, LAZY_MS);
+    this.sql.exec("UPDATE sandboxes SET phase = 'Running' WHERE id = ?", id);
     return { ok: true };
-  }
-
-  writeRunning() {
-    for (const id of this.running.splice(0)) this.sql.exec("UPDATE sandboxes SET phase = 'Running' WHERE id = ?", id);
   }
 }
 
