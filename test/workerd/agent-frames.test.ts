@@ -1,0 +1,36 @@
+// The agent is untrusted: a malformed ack or observations frame (the two that come with every
+// create) closes the session without touching any state, and the intent it would have acked is
+// delivered again to the next session.
+import { env, exports } from "cloudflare:workers";
+import { describe, expect, it } from "vitest";
+import { IntentSchema } from "../../schema/protocol/index.ts";
+import { fetchTransport, ScriptedAgent } from "../support/scripted-agent.ts";
+
+describe("agent frames", () => {
+  it("a malformed ack or observations frame closes the session and changes nothing", async () => {
+    for (const [n, bad] of [
+      { type: "ack", items: [{ seq: 1, sandboxId: "sbxframe0", generation: -1, result: "applied" }] },
+      { type: "observations", items: [{ sandboxId: "sbxframe1", generation: 1, phase: "Running", ready: "yes", observedAt: 1 }] },
+    ].entries()) {
+      const cluster = `c-frames-${n}`;
+      const stub = env.CLUSTER.get(env.CLUSTER.idFromName(cluster));
+      const link = fetchTransport((url, init) => exports.default.fetch(url, init), "test-cluster-token", cluster);
+      const agent = new ScriptedAgent({ ackDelayMs: 60_000, observe: false });
+      await agent.connect(link);
+      const intent = IntentSchema.parse({ sandboxId: `sbxframe${n}`, generation: 1, owner: { kind: "sandbox" }, desired: { state: "running" }, template: { id: "base", revision: "r1" }, issuedAt: Date.now() });
+      const queued = await stub.enqueue([intent]);
+      expect(queued.ok).toBe(true);
+      await agent.waitUntil(() => agent.received.length === 1);
+      agent.sendRaw(JSON.stringify(bad));
+      await agent.waitUntil(() => agent.closed !== null);
+      expect(agent.closed?.code).toBe(4400);
+      expect(agent.errors.join()).toMatch(/bad_frame/);
+      // The intent is still unacked, and delivered again to the next session.
+      expect(await stub.status()).toMatchObject({ connected: false, pending: 1 });
+      const next = new ScriptedAgent();
+      expect((await next.connect(link)).resync.redelivered).toBe(1);
+      await next.waitUntil(() => next.running().includes(`sbxframe${n}`));
+      next.disconnect();
+    }
+  });
+});
