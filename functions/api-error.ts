@@ -24,7 +24,7 @@ export function errorResponse(code: ErrorCode, message: string): Response {
   return Response.json(body, { status });
 }
 
-export function onError(err: Error, _c?: Context): Response {
+export function onError(err: Error, _c: Context): Response {
   if (err instanceof ApiError) return errorResponse(err.code, err.message);
   console.error("unhandled error", err);
   return errorResponse("internal_server_error", "Internal server error");

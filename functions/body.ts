@@ -5,13 +5,8 @@ import { z } from "zod";
 import { MAX_BODY_BYTES } from "../schema/api/limits.ts";
 import { ApiError } from "./api-error.ts";
 
-export function readJson<T extends z.ZodType>(c: Context, schema: T, opts: { emptyAs?: unknown } = {}): Promise<z.infer<T>> {
-  return readJsonBody(c.req.raw, schema, opts);
-}
-
-/** readJson of a plain Request (the create path outside Hono). */
-export async function readJsonBody<T extends z.ZodType>(req: Request, schema: T, opts: { emptyAs?: unknown } = {}): Promise<z.infer<T>> {
-  const text = await readText(req, MAX_BODY_BYTES);
+export async function readJson<T extends z.ZodType>(c: Context, schema: T, opts: { emptyAs?: unknown } = {}): Promise<z.infer<T>> {
+  const text = await readText(c.req.raw, MAX_BODY_BYTES);
   let json: unknown;
   if (text.trim() === "" && "emptyAs" in opts) json = opts.emptyAs;
   else {

@@ -9,7 +9,7 @@ import { DEFAULT_TIMEOUT_S, V1_DEFAULT_TIMEOUT_S } from "../../schema/api/limits
 import { NewSandbox, NewSandboxV2 } from "../../schema/api/sandbox.ts";
 import type { TemplateRecord } from "../../schema/api/template.ts";
 import { ApiError } from "../api-error.ts";
-import { readJsonBody } from "../body.ts";
+import { readJson } from "../body.ts";
 import type { AppEnv, Caller, Env } from "../env.ts";
 import { getDb } from "../store/db.ts";
 import { resolveTemplateCached } from "../store/template-cache.ts";
@@ -21,37 +21,30 @@ import { poolStub, sandboxStub } from "./stubs.ts";
 type Body = z.infer<typeof NewSandbox>;
 
 export function createSandboxRoute(version: "v1" | "v2") {
-  return function createSandboxHandler(c: Context<AppEnv>) {
-    return createSandbox(c.req.raw, c.env, c.get("caller"), version);
+  return async function createSandbox(c: Context<AppEnv>) {
+    const body: Body = await readJson(c, version === "v1" ? NewSandbox : NewSandboxV2);
+    assertNetworkSupported(body.network);
+    const ext = parseCreateExtensions(body.metadata);
+    if (body.autoResume?.enabled && !body.autoPause) throw new ApiError("bad_request", "autoResume needs autoPause (lifecycle onTimeout: pause)");
+    if (body.autoResume?.enabled && body.autoPauseMemory === false) throw new ApiError("bad_request", "autoResume cannot be combined with autoPauseMemory: false");
+    const caller = c.get("caller");
+    const template = await resolveTemplateCached(getDb(c.env), caller.teamId, body.templateID);
+    if (!template) throw new ApiError("template_not_found", `Template "${body.templateID}" not found`);
+
+    const claimed = await claim(c.env, template);
+    if (!claimed.warm && !ext.createOnNoStock) throw new ApiError("sandbox_capacity_unavailable", `No warm sandbox of template "${body.templateID}" is available`);
+    const timeout = body.timeout === undefined ? (version === "v1" ? V1_DEFAULT_TIMEOUT_S : DEFAULT_TIMEOUT_S) : body.timeout || DEFAULT_TIMEOUT_S;
+    const spec = buildSpec(caller, template, body, ext, claimed, version);
+    const res = await sandboxStub(c.env, claimed.sandboxId).create({
+      spec,
+      timeoutS: timeout,
+      claimedGeneration: claimed.generation,
+      endpoint: claimed.endpoint,
+      waitMs: ext.waitReadyMs ?? DEFAULT_WAIT_MS,
+    });
+    if (!res.ok) throw ApiError.from(res.error);
+    return c.json(renderSandbox(res.sandbox, c.env.SANDBOX_DOMAIN), 201);
   };
-}
-
-/**
- * The create itself, on a plain Request: the Hono route above and the direct path in
- * functions/index.ts (which skips Hono for this, the hottest route) both run it.
- */
-export async function createSandbox(req: Request, env: Env, caller: Caller, version: "v1" | "v2"): Promise<Response> {
-  const body: Body = await readJsonBody(req, version === "v1" ? NewSandbox : NewSandboxV2);
-  assertNetworkSupported(body.network);
-  const ext = parseCreateExtensions(body.metadata);
-  if (body.autoResume?.enabled && !body.autoPause) throw new ApiError("bad_request", "autoResume needs autoPause (lifecycle onTimeout: pause)");
-  if (body.autoResume?.enabled && body.autoPauseMemory === false) throw new ApiError("bad_request", "autoResume cannot be combined with autoPauseMemory: false");
-  const template = await resolveTemplateCached(getDb(env), caller.teamId, body.templateID);
-  if (!template) throw new ApiError("template_not_found", `Template "${body.templateID}" not found`);
-
-  const claimed = await claim(env, template);
-  if (!claimed.warm && !ext.createOnNoStock) throw new ApiError("sandbox_capacity_unavailable", `No warm sandbox of template "${body.templateID}" is available`);
-  const timeout = body.timeout === undefined ? (version === "v1" ? V1_DEFAULT_TIMEOUT_S : DEFAULT_TIMEOUT_S) : body.timeout || DEFAULT_TIMEOUT_S;
-  const spec = buildSpec(caller, template, body, ext, claimed, version);
-  const res = await sandboxStub(env, claimed.sandboxId).create({
-    spec,
-    timeoutS: timeout,
-    claimedGeneration: claimed.generation,
-    endpoint: claimed.endpoint,
-    waitMs: ext.waitReadyMs ?? DEFAULT_WAIT_MS,
-  });
-  if (!res.ok) throw ApiError.from(res.error);
-  return Response.json(renderSandbox(res.sandbox, env.SANDBOX_DOMAIN), { status: 201 });
 }
 
 async function claim(env: Env, template: TemplateRecord) {

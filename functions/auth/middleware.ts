@@ -21,7 +21,9 @@ export function evictKey(keyHash: string): void {
 
 export function requireApiKey(): MiddlewareHandler<AppEnv> {
   return async function apiKeyAuth(c, next) {
-    c.set("caller", await authenticate(c.req.raw, c.env, c.executionCtx));
+    const key = c.req.header("x-api-key");
+    if (!key || !looksLikeApiKey(key)) throw new ApiError("unauthorized", "Invalid API key");
+    c.set("caller", await resolveCaller(c.env, key, (p) => c.executionCtx.waitUntil(p)));
     await next();
   };
 }
@@ -31,13 +33,6 @@ export function requireAdmin(): MiddlewareHandler<AppEnv> {
     if (!c.get("caller").admin) throw new ApiError("forbidden", "This route needs the admin API key");
     await next();
   };
-}
-
-/** The caller of a request by its X-API-KEY; 401 (ApiError) for a missing or unknown key. */
-export async function authenticate(req: Request, env: Env, ctx: Pick<ExecutionContext, "waitUntil">): Promise<Caller> {
-  const key = req.headers.get("x-api-key");
-  if (!key || !looksLikeApiKey(key)) throw new ApiError("unauthorized", "Invalid API key");
-  return resolveCaller(env, key, (p) => ctx.waitUntil(p));
 }
 
 let admin: { of: string; hash: Promise<string> } | null = null;

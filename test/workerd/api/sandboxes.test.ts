@@ -108,23 +108,6 @@ describe("create", () => {
     await expectError(call("/v2/sandboxes", { key: team.key, raw: "" }), 400);
   });
 
-  it("the create routes answer as every other route: key first, data-plane requests to the gateway, a query string ignored", async () => {
-    // POST /sandboxes and /v2/sandboxes take a direct path past the router (functions/index.ts).
-    for (const path of ["/sandboxes", "/v2/sandboxes"]) {
-      await expectError(call(path, { key: null, body: { templateID: team.template } }), 401, /Invalid API key/);
-      await expectError(call(path, { key: `e2b_${"1".repeat(40)}`, body: { templateID: team.template } }), 401, /Invalid API key/);
-      await expectError(call(path, { key: "not-a-key", raw: "{not json" }), 401);
-      // A data-plane request to an unknown sandbox is the gateway's 502, never a create.
-      const proxied = await call(path, { key: team.key, body: { templateID: team.template }, headers: { "e2b-sandbox-id": "sbxnotthere" } });
-      expect(proxied.status).toBe(502);
-      expect(await proxied.json()).toMatchObject({ sandboxId: "sbxnotthere", code: 502 });
-      await expectError(call(path, { key: team.key, body: { templateID: team.template }, headers: { "e2b-sandbox-id": "Not-An-Id" } }), 400, /E2b-Sandbox-Id/);
-    }
-    expect((await create({ timeout: 60 }, team.key, "/v2/sandboxes?x=1")).sandboxID).toMatch(/^[a-z0-9]+$/);
-    await expectError(call("/v2/sandboxes/", { key: team.key, body: { templateID: team.template } }), 404);
-    expect((await call("/v2/sandboxes", { key: team.key })).status).toBe(200); // GET: the list
-  });
-
   it("answers 413 for an oversized body", async () => {
     await expectError(call("/v2/sandboxes", { key: team.key, raw: JSON.stringify({ templateID: team.template, metadata: { big: "x".repeat(400_000) } }) }), 413);
   });
