@@ -36,9 +36,10 @@
 // state machines and JSON. RPC payload size did not matter (a 1 KB spec costs what an id does).
 // Commits, not statements, were the cost: PoolDO, ClusterDO and the sandbox groups now hold an
 // event's writes to the end of the turn so concurrent calls share one commit (TurnWrites,
-// durable-objects/turn-writes.ts), which with the create's direct path past Hono took our create
-// from ~1.36 to ~1.16 ms (edge-ab against 6aa39bd, 10 rounds); a hand-written check of the agent's frames instead
-// of zod and caching idFromName ids measured as nothing and were left out.
+// durable-objects/turn-writes.ts), which (with a direct create path past Hono, since reverted:
+// 2-4 %, near the noise) took our create from ~1.36 to ~1.16 ms (edge-ab against 6aa39bd, 10
+// rounds); a hand-written check of the agent's frames instead of zod and caching idFromName ids
+// measured as nothing and were left out.
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { migrate } from "../scripts/migrate.ts";
