@@ -1,9 +1,18 @@
-// Network options the server accepts in shape but does not enforce yet get a 501 that names them,
-// so a client never believes an egress proxy or a header transform is in place when it is not.
+// Options the server accepts in shape but does not enforce yet get a 501 that names them, so a
+// client never believes an egress proxy, a header transform or injected credentials are in place
+// when they are not.
 import { unsupportedNetworkFields } from "../../schema/api/sandbox.ts";
 import { ApiError } from "../api-error.ts";
 
-export function assertNetworkSupported(network: Parameters<typeof unsupportedNetworkFields>[0]): void {
+export function assertNetworkSupported(network: Parameters<typeof unsupportedNetworkFields>[0], iam?: unknown): void {
   const fields = unsupportedNetworkFields(network);
-  if (fields.length) throw new ApiError("not_implemented", `network.${fields.join(", network.")} ${fields.length > 1 ? "are" : "is"} not supported by this server yet`);
+  if (asksFor(iam)) fields.push("iam");
+  if (fields.length) throw new ApiError("not_implemented", `${fields.join(", ")} ${fields.length > 1 ? "are" : "is"} not supported by this server yet`);
+}
+
+/** Whether a value carries anything: `{}`, `{tokens: {}}`, null and undefined ask for nothing. */
+function asksFor(v: unknown): boolean {
+  if (v === undefined || v === null) return false;
+  if (typeof v !== "object") return true;
+  return Object.values(v).some(asksFor);
 }

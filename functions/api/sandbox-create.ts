@@ -23,7 +23,7 @@ type Body = z.infer<typeof NewSandbox>;
 export function createSandboxRoute(version: "v1" | "v2") {
   return async function createSandbox(c: Context<AppEnv>) {
     const body: Body = await readJson(c, version === "v1" ? NewSandbox : NewSandboxV2);
-    assertNetworkSupported(body.network);
+    assertNetworkSupported(body.network, body.iam);
     const ext = parseCreateExtensions(body.metadata);
     if (body.autoResume?.enabled && !body.autoPause) throw new ApiError("bad_request", "autoResume needs autoPause (lifecycle onTimeout: pause)");
     if (body.autoResume?.enabled && body.autoPauseMemory === false) throw new ApiError("bad_request", "autoResume cannot be combined with autoPauseMemory: false");

@@ -34,6 +34,7 @@ const egressFields = {
     .nullable()
     .optional(),
   rules: z.record(z.string(), z.array(z.object({ transform: z.object({ headers: z.record(z.string(), z.string()).optional() }).optional() }))).optional(),
+  dnsServers: z.array(z.string().min(1)).max(16).optional(),
 };
 
 /** Bad allowOut/denyOut entries are refused here rather than by the traffic-proxy later, which
@@ -58,13 +59,18 @@ export const SandboxNetworkUpdateConfig = z
   .superRefine(refineEgress);
 export type SandboxNetworkUpdateConfig = z.infer<typeof SandboxNetworkUpdateConfig>;
 
-/** The parts of a network config this server accepts but cannot enforce yet (a 501 names them),
- * rather than storing them as if they applied. */
-export function unsupportedNetworkFields(n: { egressProxy?: unknown; rules?: Record<string, unknown>; maskRequestHost?: string } | undefined): string[] {
+/** The parts of a create or network update this server accepts in shape but does not enforce
+ * yet (a 501 names them), rather than storing them as if they applied. */
+export function unsupportedNetworkFields(
+  n: { egressProxy?: unknown; rules?: Record<string, unknown>; maskRequestHost?: string; httpsPorts?: number[]; dnsServers?: string[] } | undefined,
+): string[] {
   const out: string[] = [];
-  if (n?.egressProxy) out.push("egressProxy");
-  if (n?.rules && Object.keys(n.rules).length) out.push("rules");
-  if (n?.maskRequestHost) out.push("maskRequestHost");
+  if (n?.egressProxy) out.push("network.egressProxy");
+  if (n?.rules && Object.keys(n.rules).length) out.push("network.rules");
+  if (n?.maskRequestHost) out.push("network.maskRequestHost");
+  if (n?.httpsPorts?.length) out.push("network.httpsPorts");
+  // Names are resolved by the egress proxy; there is no DNS server a sandbox with rules can reach.
+  if (n?.dnsServers?.length) out.push("network.dnsServers");
   return out;
 }
 

@@ -34,10 +34,16 @@ describe("network rules at create", () => {
 });
 
 describe("unenforced network options", () => {
-  it("egressProxy, rules and maskRequestHost are a 501 naming them, at create and at update", async () => {
+  it("egressProxy, rules, maskRequestHost, httpsPorts, dnsServers and iam are a 501 naming them, at create and at update", async () => {
     await expectError(create({ egressProxy: { address: "proxy.example:3128" } }), 501, /network\.egressProxy is not supported/);
     await expectError(create({ rules: { "api.example.com": [{ transform: { headers: { a: "b" } } }] } }), 501, /network\.rules is not supported/);
     await expectError(create({ maskRequestHost: "x.example" }), 501, /network\.maskRequestHost is not supported/);
+    await expectError(create({ httpsPorts: [8443] }), 501, /network\.httpsPorts is not supported/);
+    await expectError(create({ dnsServers: ["1.1.1.1"] }), 501, /network\.dnsServers is not supported/);
+    await expectError(call("/v2/sandboxes", { key: team.key, body: { templateID: team.template, iam: { tokens: { gh: { audience: "https://api.github.com", tokenType: "access_token" } } } } }), 501, /iam is not supported/);
+    // Empty ones ask for nothing.
+    await expectStatus(create({ dnsServers: [], rules: {} }), 201);
+    await expectStatus(call("/v2/sandboxes", { key: team.key, body: { templateID: team.template, iam: { tokens: {} } } }), 201);
     const sbx = await expectStatus(create({}), 201);
     await expectError(update(sbx.sandboxID, { egressProxy: { address: "proxy.example:3128" } }), 501, /network\.egressProxy/);
   });
