@@ -11,10 +11,18 @@ export class TurnWrites {
   private settle: { promise: Promise<void>; resolve: () => void; reject: (err: unknown) => void } | null = null;
   private timer: ReturnType<typeof setTimeout> | null = null;
   private readonly what: string;
+  private readonly storage: Pick<DurableObjectStorage, "transactionSync">;
+  private readonly reset: () => void;
 
-  /** `what`: names the object in the log line of a failed write. */
-  constructor(what: string) {
+  /**
+   * `what`: names the object in the log line of a failed write. `reset`: drops the object's
+   * in-memory state, so that it reloads what is stored (ctx.abort() would do it too, but its error
+   * cannot be caught, which the test runtime reports as a failure of whatever test is running).
+   */
+  constructor(what: string, storage: Pick<DurableObjectStorage, "transactionSync">, reset: () => void) {
     this.what = what;
+    this.storage = storage;
+    this.reset = reset;
   }
 
   /** Runs `write` at the end of the turn (or at the next flush), after the writes deferred before it. */
@@ -41,17 +49,24 @@ export class TurnWrites {
     return this.settle?.promise ?? null;
   }
 
-  /** Runs the deferred writes now, in order. */
+  /**
+   * Runs the deferred writes now, in order, all or none. A failure resets the object's memory: it
+   * already holds what every caller of the batch meant to store, so it must reload what is stored,
+   * or an owner's resend would be taken for a repeat of what was never written.
+   */
   flush(): void {
     const settle = this.settle;
     if (!settle) return;
     this.settle = null;
     const writes = this.writes.splice(0);
     try {
-      for (const w of writes) w();
+      this.storage.transactionSync(() => {
+        for (const w of writes) w();
+      });
       settle.resolve();
     } catch (err) {
-      console.error(`${this.what}: deferred write failed`, err);
+      console.error(`${this.what}: deferred writes failed, reloading what is stored`, err);
+      this.reset();
       settle.reject(err);
     }
   }

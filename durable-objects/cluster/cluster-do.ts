@@ -68,7 +68,10 @@ export class ClusterDO extends DurableObject<Env> {
    * after it (a commit of their own per enqueue cost ~5 % of the edge's CPU per create). Any other
    * event runs them first; the intents frame leaves after them.
    */
-  private readonly turn = new TurnWrites("cluster");
+  private readonly turn = new TurnWrites("cluster", this.ctx.storage, () => {
+    this.state = null;
+    this.confirmed.clear();
+  });
   /** Applied acks their owner awaited, by sandbox: the observation repeating one is not routed. */
   private confirmed = new Map<string, { generation: number; endpoint: string }>();
   /**

@@ -27,7 +27,10 @@ export class PoolDO extends DurableObject<Env> {
    * one commit, and each claim answers after it, so a restart never hands out a member twice.
    * Any other event runs them first; intents leave after them (flush).
    */
-  private readonly turn = new TurnWrites("pool");
+  private readonly turn = new TurnWrites("pool", this.ctx.storage, () => {
+    this.state = null;
+    this.outgoing.clear();
+  });
 
   /** Sets (or replaces) the SandboxSet spec: scales, and rolls members of an older revision. */
   async configure(config: PoolConfig): Promise<ConfigureResult> {

@@ -86,7 +86,11 @@ export class SandboxGroupDO extends DurableObject<Env> {
    * answer) goes before it: apply awaits `written` first, and the output gate holds what leaves
    * then until the commit. Reads of rows run the writes first.
    */
-  private readonly turn = new TurnWrites("sandbox group");
+  private readonly turn = new TurnWrites("sandbox group", this.ctx.storage, () => {
+    this.slots.clear();
+    this.stored.clear();
+    for (const id of this.store.ids()) this.stored.add(id);
+  });
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
@@ -146,7 +150,7 @@ export class SandboxGroupDO extends DurableObject<Env> {
     }
   }
   async info(id: string, access: Access): Promise<Result<{ sandbox: SandboxInfo }>> {
-    await this.turn.written; // what is answered is stored
+    await this.settled(); // what is answered is stored (or, after a failed batch, reloaded)
     const s = this.find(id)?.state ?? null;
     if (!visibleTo(s, access) || s.phase === "Failed") return notFound(id);
     return { ok: true, sandbox: sandboxInfo(s) };
@@ -201,7 +205,7 @@ export class SandboxGroupDO extends DurableObject<Env> {
 
   /** Gateway: where the sandbox lives and its tokens, in whatever state it is. */
   async route(id: string): Promise<Result<{ route: RouteInfo }>> {
-    await this.turn.written;
+    await this.settled();
     const s = this.find(id)?.state;
     if (!s || s.phase === "Terminating") return notFound(id);
     return { ok: true, route: routeInfo(s) };
@@ -230,7 +234,7 @@ export class SandboxGroupDO extends DurableObject<Env> {
 
   /** Operators and tests: the full state (phase, conditions, generations, timers). */
   async inspect(id: string): Promise<SandboxState | null> {
-    await this.turn.written;
+    await this.settled();
     return this.find(id)?.state ?? null;
   }
 
@@ -301,7 +305,8 @@ export class SandboxGroupDO extends DurableObject<Env> {
       }
       if (intent && slot.state) slot.undelivered = { intent, retryAt: Date.now() + ackWait(awaitAckMs) + RETRY_MS };
       if ((changed || intent) && slot.state) this.save(id, slot);
-      await this.turn.written;
+      const unsaved = await this.settled();
+      if (unsaved) return { ok: false, error: unsaved };
       notify(slot);
       if (purged) void this.index({ kind: "delete", id });
       // A create's index row travels with its intent: ClusterDO commits it, batched with other
@@ -323,7 +328,7 @@ export class SandboxGroupDO extends DurableObject<Env> {
       const [res] = await Promise.all([this.send(id, slot, intent, awaitAckMs, carried), readYourWrites]);
       // A create ClusterDO did not take is killed by its caller; the kill writes the row.
       if (!res.ok) {
-        await this.turn.written; // the intent marked undelivered
+        await this.settled(); // the intent marked undelivered
         return { ...t.result, acked: false, failure: res.error };
       }
       // The carried row did not commit: written again here, as the sandbox is now, behind any
@@ -336,7 +341,8 @@ export class SandboxGroupDO extends DurableObject<Env> {
         if (a.sandboxId === id) await this.apply(id, { type: "ack", generation: a.generation, result: a.result, message: a.message }, 0);
       }
       if (slot.dirty && slot.state) this.save(id, slot);
-      await this.turn.written;
+      const unsavedAck = await this.settled();
+      if (unsavedAck) return { ok: false, error: unsavedAck };
       return { ...t.result, acked };
     } finally {
       slot.busy--;
@@ -445,6 +451,19 @@ export class SandboxGroupDO extends DurableObject<Env> {
     }
     slot.dirty = false;
     this.arm(due);
+  }
+
+  /**
+   * Waits for the held row writes. A failed batch (the group then reloaded what is stored) is an
+   * internal error for the caller, never a throw out of an RPC.
+   */
+  private async settled(): Promise<Refusal | null> {
+    try {
+      await this.turn.written;
+      return null;
+    } catch (err) {
+      return { code: ErrorCode.internal, message: `sandbox group write failed: ${String(err)}` };
+    }
   }
 
   /** The sandbox is gone: its row goes (the caller deletes its index row once that is written). */
