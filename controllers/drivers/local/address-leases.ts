@@ -28,7 +28,8 @@ rename("$file.$$", $file) or exit 2;
 exit 0;
 `;
 
-const toIp = (n: number) => [24, 16, 8, 0].map((s) => Math.floor(n / 2 ** s) % 256).join(".");
+/** An IPv4 address from its number (the lease arithmetic works on numbers). */
+export const toIp = (n: number) => [24, 16, 8, 0].map((s) => Math.floor(n / 2 ** s) % 256).join(".");
 
 export class AddressLeases {
   readonly #dir: string;

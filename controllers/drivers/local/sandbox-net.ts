@@ -13,7 +13,7 @@
 import { spawnSync } from "node:child_process";
 import { existsSync, readFileSync, readdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { AddressLeases } from "./address-leases.ts";
+import { AddressLeases, toIp } from "./address-leases.ts";
 import type { ProcRef, SandboxAddress } from "./records.ts";
 import type { PortRelay } from "./port-relay.ts";
 
@@ -31,7 +31,6 @@ const LEASE_ROOT = "/run/kruise-net";
 const IFNAME = /^[A-Za-z0-9_.-]{1,15}$/;
 
 const toInt = (ip: string) => ip.split(".").reduce((n, o) => n * 256 + Number(o), 0);
-const toIp = (n: number) => [24, 16, 8, 0].map((s) => Math.floor(n / 2 ** s) % 256).join(".");
 
 function parseSubnet(cidr: string): { base: number; prefix: number } {
   const m = /^(\d{1,3})\.(\d{1,3})\.(\d{1,3})\.(\d{1,3})\/(\d{1,2})$/.exec(cidr);
@@ -42,16 +41,24 @@ function parseSubnet(cidr: string): { base: number; prefix: number } {
   return { base, prefix };
 }
 
+/** The host's IPv4 routes as /proc/net/route rows (Iface, Destination, Gateway, ..., Mask), or
+ * none when it cannot be read. */
+function routes(): string[][] {
+  try {
+    return readFileSync("/proc/net/route", "utf8").split("\n").slice(1).map((l) => l.trim().split(/\s+/));
+  } catch {
+    return [];
+  }
+}
+
 /** The MTU of the interface of the host's default route: a veth at 1500 behind a smaller uplink
  * would depend on fragmentation-needed messages getting through the NAT. */
 function uplinkMtu(): number {
+  const dev = routes().find((r) => r[1] === "00000000")?.[0];
   try {
-    for (const line of readFileSync("/proc/net/route", "utf8").split("\n").slice(1)) {
-      const [dev, dest] = line.split("\t");
-      if (dest === "00000000" && dev) return Number(readFileSync(`/sys/class/net/${dev}/mtu`, "utf8")) || 1500;
-    }
+    if (dev) return Number(readFileSync(`/sys/class/net/${dev}/mtu`, "utf8")) || 1500;
   } catch {
-    // no IPv4 routes: the default below
+    // the interface went away: the default below
   }
   return 1500;
 }
@@ -69,14 +76,9 @@ function run(file: string, args: string[], input?: string): string | undefined {
 function otherBridgeNets(bridge: string): string[] {
   const ip = (hex: string) => [6, 4, 2, 0].map((i) => parseInt(hex.slice(i, i + 2), 16)).join(".");
   const bits = (hex: string) => ip(hex).split(".").reduce((n, o) => n + Number(o).toString(2).replace(/0/g, "").length, 0);
-  let routes: string[][];
-  try {
-    routes = readFileSync("/proc/net/route", "utf8").split("\n").slice(1).map((l) => l.trim().split(/\s+/));
-  } catch {
-    return [];
-  }
-  const uplinks = new Set(routes.filter((r) => r[1] === "00000000").map((r) => r[0]));
-  const nets = routes
+  const table = routes();
+  const uplinks = new Set(table.filter((r) => r[1] === "00000000").map((r) => r[0]));
+  const nets = table
     .filter(([dev, dest, gw]) => dev && dev !== bridge && !uplinks.has(dev) && gw === "00000000" && dest !== "00000000" && existsSync(`/sys/class/net/${dev}/bridge`))
     .map(([, dest, , , , , , mask]) => `${ip(dest!)}/${bits(mask!)}`);
   return [...new Set(nets)];

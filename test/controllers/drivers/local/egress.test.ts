@@ -5,7 +5,7 @@
 // host's address on their link. The host's own services, its loopback and other sandboxes are
 // never reached through the proxy, whatever the rules say.
 import { createServer, type Server } from "node:http";
-import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { mkdtempSync, readdirSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
@@ -15,26 +15,24 @@ import { LocalDriver } from "../../../../controllers/drivers/local/local-driver.
 import { layoutFor } from "../../../../controllers/drivers/local/layout.ts";
 import { readRecord } from "../../../../controllers/drivers/local/records.ts";
 import { startOutside, type Outside } from "../../../support/outside-net.ts";
+import { desiredSandbox, destroyAll, shIn } from "./fixture.ts";
 
 const dataDir = mkdtempSync(join(tmpdir(), "local-egress-"));
 const cgroupName = `kruise-test-${process.pid}-egress`;
 let driver = new LocalDriver({ dataDir, cgroupName });
-const USER = { name: "user", uid: 1000, gid: 1000, home: "/home/user", shell: "/bin/bash" };
 let a: Outside;
 let b: Outside;
 /** Allows `a` only (set once `a` exists). */
 let STRICT = { allowOut: [] as string[], denyOut: ["0.0.0.0/0"] };
-let seq = 0;
 let host: Server;
 let port = 0;
 
 function desired(over: Partial<DesiredSandbox> = {}): DesiredSandbox {
-  return { id: `eg${process.pid}x${seq++}`, generation: 1, template: "base", state: "Running", pauseStrategy: "Freeze", resources: { cpuCount: 1, memoryMB: 256 }, allowInternetAccess: true, egress: STRICT, ...over };
+  return desiredSandbox("eg", { allowInternetAccess: true, egress: STRICT, ...over });
 }
 
 async function sh(id: string, script: string): Promise<string> {
-  const r = await driver.exec(id, { cmd: "/bin/bash", args: ["-c", script], cwd: USER.home, env: { PATH: "/usr/bin:/bin" }, user: USER }, { timeoutMs: 20_000 });
-  return r.stdout.trim();
+  return (await shIn(driver, id, script)).stdout.trim();
 }
 
 /** What curl gets for http://<host>/ (port 80: the stand-ins' server) through the sandbox's proxy. */
@@ -114,9 +112,7 @@ afterAll(async () => {
   host.close();
   a?.stop();
   b?.stop();
-  for (const s of await driver.list()) await driver.destroy(s.id);
-  driver.dispose();
-  rmSync(dataDir, { recursive: true, force: true });
+  await destroyAll(driver, dataDir);
 });
 
 describe("local sandboxes with egress rules", () => {

@@ -1,7 +1,7 @@
 // Local-driver behaviour beyond the shared conformance suite: what is left on the host after
 // teardown, surviving a kill -9 of the agent, the enter shim's signals, and the read-only base.
 import { spawn } from "node:child_process";
-import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, readdirSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
@@ -10,20 +10,19 @@ import type { DesiredSandbox } from "../../../../controllers/drivers/driver.ts";
 import { LocalDriver } from "../../../../controllers/drivers/local/local-driver.ts";
 import { MARKER_ENV } from "../../../../controllers/drivers/local/local-view.ts";
 import type { SandboxUser } from "../../../../controllers/runtime/sandbox-view.ts";
+import { desiredSandbox, destroyAll, shIn, USER } from "./fixture.ts";
 
 const dataDir = mkdtempSync(join(tmpdir(), "local-driver-specific-"));
 const cgroupName = `kruise-test-${process.pid}-specific`;
 const driver = new LocalDriver({ dataDir, cgroupName });
 const ROOT: SandboxUser = { name: "root", uid: 0, gid: 0, home: "/root", shell: "/bin/bash" };
-const USER: SandboxUser = { name: "user", uid: 1000, gid: 1000, home: "/home/user", shell: "/bin/bash" };
-let seq = 0;
 
 function desired(over: Partial<DesiredSandbox> = {}): DesiredSandbox {
-  return { id: `lt${process.pid}x${seq++}`, generation: 1, template: "base", state: "Running", pauseStrategy: "Freeze", resources: { cpuCount: 1, memoryMB: 256 }, allowInternetAccess: false, ...over };
+  return desiredSandbox("lt", { allowInternetAccess: false, ...over });
 }
 
 function sh(id: string, script: string, user = USER, d = driver) {
-  return d.exec(id, { cmd: "/bin/bash", args: ["-c", script], cwd: user.home, env: { PATH: "/usr/bin:/bin" }, user }, { timeoutMs: 20_000 });
+  return shIn(d, id, script, user);
 }
 
 function markedPids(id: string): number[] {
@@ -50,9 +49,7 @@ function cgroupDirs(id: string): string[] {
 }
 
 afterAll(async () => {
-  for (const s of await driver.list()) await driver.destroy(s.id);
-  driver.dispose();
-  rmSync(dataDir, { recursive: true, force: true });
+  await destroyAll(driver, dataDir);
 });
 
 describe(`local driver on this host (level ${driver.capabilities.level})`, () => {

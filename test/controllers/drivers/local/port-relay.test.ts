@@ -15,19 +15,18 @@ import { procRef } from "../../../../controllers/drivers/local/holder.ts";
 import { layoutFor } from "../../../../controllers/drivers/local/layout.ts";
 import { readRecord } from "../../../../controllers/drivers/local/records.ts";
 import { TrafficProxy } from "../../../../controllers/traffic/proxy.ts";
+import { desiredSandbox, destroyAll, shIn } from "./fixture.ts";
 
 const dataDir = mkdtempSync(join(tmpdir(), "local-port-relay-"));
 const driver = new LocalDriver({ dataDir, cgroupName: `kruise-test-${process.pid}-relay` });
-const USER = { name: "user", uid: 1000, gid: 1000, home: "/home/user", shell: "/bin/bash" };
-let seq = 0;
 let hostServer: Server | undefined;
 
 function desired(over: Partial<DesiredSandbox> = {}): DesiredSandbox {
-  return { id: `pr${process.pid}x${seq++}`, generation: 1, template: "base", state: "Running", pauseStrategy: "Freeze", resources: { cpuCount: 1, memoryMB: 256 }, allowInternetAccess: false, ...over };
+  return desiredSandbox("pr", { allowInternetAccess: false, ...over });
 }
 
 function sh(id: string, script: string) {
-  return driver.exec(id, { cmd: "/bin/bash", args: ["-c", script], cwd: USER.home, env: { PATH: "/usr/bin:/bin" }, user: USER }, { timeoutMs: 20_000 });
+  return shIn(driver, id, script);
 }
 
 /** A line echo server inside the sandbox on `port`, started in the background. */
@@ -51,9 +50,7 @@ function roundTrip(s: Socket, text: string): Promise<string> {
 
 afterAll(async () => {
   hostServer?.close();
-  for (const s of await driver.list()) await driver.destroy(s.id);
-  driver.dispose();
-  rmSync(dataDir, { recursive: true, force: true });
+  await destroyAll(driver, dataDir);
 });
 
 describe("user ports of sandboxes without network", () => {

@@ -19,23 +19,21 @@ import { layoutFor } from "../../../../controllers/drivers/local/layout.ts";
 import { PortRelay } from "../../../../controllers/drivers/local/port-relay.ts";
 import { readRecord, writeRecord } from "../../../../controllers/drivers/local/records.ts";
 import { METADATA_IP, startOutside, startPublished, type Outside } from "../../../support/outside-net.ts";
+import { desiredSandbox, destroyAll, shIn, USER } from "./fixture.ts";
 
 const dataDir = mkdtempSync(join(tmpdir(), "local-sandbox-net-"));
 const cgroupName = `kruise-test-${process.pid}-net`;
 let driver = new LocalDriver({ dataDir, cgroupName });
-const USER = { name: "user", uid: 1000, gid: 1000, home: "/home/user", shell: "/bin/bash" };
-let seq = 0;
 let outside: Outside;
 let hostService: Server;
 let hostPort = 0;
 
 function desired(over: Partial<DesiredSandbox> = {}): DesiredSandbox {
-  return { id: `sn${process.pid}x${seq++}`, generation: 1, template: "base", state: "Running", pauseStrategy: "Freeze", resources: { cpuCount: 1, memoryMB: 256 }, allowInternetAccess: true, ...over };
+  return desiredSandbox("sn", { allowInternetAccess: true, ...over });
 }
 
 async function sh(id: string, script: string): Promise<string> {
-  const r = await driver.exec(id, { cmd: "/bin/bash", args: ["-c", script], cwd: USER.home, env: { PATH: "/usr/bin:/bin" }, user: USER }, { timeoutMs: 20_000 });
-  return r.stdout.trim();
+  return (await shIn(driver, id, script)).stdout.trim();
 }
 
 /** connect_ex from inside the sandbox: "0" when it connected, an errno (or "timeout") otherwise. */
@@ -102,9 +100,7 @@ beforeAll(async () => {
 afterAll(async () => {
   hostService?.close();
   outside?.stop();
-  for (const s of await driver.list()) await driver.destroy(s.id);
-  driver.dispose();
-  rmSync(dataDir, { recursive: true, force: true });
+  await destroyAll(driver, dataDir);
 });
 
 describe("sandboxes with internet access in a network namespace of their own", () => {
