@@ -1,21 +1,10 @@
-// One error type for every route and one renderer: E2B's `{code, message}` body with the HTTP
-// status from schema/errors.ts. Anything that is not an ApiError is a bug: logged, plain 500.
+// One renderer for every route: E2B's `{code, message}` body with the HTTP status from
+// schema/errors.ts, where `ApiError` lives so that the operations and parsers beneath the routes
+// throw it too. Anything that is not an ApiError is a bug: logged, plain 500.
 import type { Context } from "hono";
-import { errorStatus, semanticErrorCodes, type ErrorCode, type Refusal } from "../schema/errors.ts";
+import { ApiError, errorStatus, semanticErrorCodes, type ErrorCode } from "../schema/errors.ts";
 
-export class ApiError extends Error {
-  readonly code: ErrorCode;
-  constructor(code: ErrorCode, message: string) {
-    super(message);
-    this.name = "ApiError";
-    this.code = code;
-  }
-
-  /** A typed refusal from a Durable Object, raised at the route. */
-  static from(refusal: Refusal): ApiError {
-    return new ApiError(refusal.code, refusal.message);
-  }
-}
+export { ApiError };
 
 export function errorResponse(code: ErrorCode, message: string): Response {
   const status = errorStatus[code];

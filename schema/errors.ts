@@ -56,6 +56,30 @@ export interface Refusal {
   message: string;
 }
 
+/**
+ * A refusal thrown within one side of a boundary: by routes, by the operations routes and
+ * Durable Objects share (`durable-objects/operations/`), and by the parsers in `schema/api/`.
+ * The edge renders it once (`functions/api-error.ts`); an operation hands it across an RPC as a
+ * `Refusal`.
+ */
+export class ApiError extends Error {
+  readonly code: ErrorCode;
+  constructor(code: ErrorCode, message: string) {
+    super(message);
+    this.name = "ApiError";
+    this.code = code;
+  }
+
+  /** A typed refusal from a Durable Object, raised at the route. */
+  static from(refusal: Refusal): ApiError {
+    return new ApiError(refusal.code, refusal.message);
+  }
+
+  toRefusal(): Refusal {
+    return { code: this.code, message: this.message };
+  }
+}
+
 /** E2B's not-found message; the same for a missing sandbox and another key's sandbox. */
 export function sandboxNotFoundMessage(id: string): string {
   return `Sandbox "${id}" doesn't exist or you don't have access to it`;

@@ -3,10 +3,10 @@
 // through the edge's admin API so its PoolDO is configured and starts warming at once.
 //   node scripts/seed.ts <libsql-url>     (reads ADMIN_API_KEY, KEY_PEPPER, EDGE_URL)
 import { eq } from "drizzle-orm";
-import { ADMIN_KEY_ID, ADMIN_TEAM_ID, ADMIN_TEAM_NAME, hashApiKey, looksLikeApiKey, maskApiKey } from "../functions/auth/api-key.ts";
-import { getDb } from "../functions/store/db.ts";
-import { ensureTeam } from "../functions/store/teams.ts";
-import { upsertTemplate } from "../functions/store/templates.ts";
+import { ADMIN_KEY_ID, ADMIN_TEAM_ID, ADMIN_TEAM_NAME, hashApiKey, looksLikeApiKey, maskApiKey } from "../schema/api/api-key.ts";
+import { getDb } from "../durable-objects/store/db.ts";
+import { ensureTeam } from "../durable-objects/store/teams.ts";
+import { upsertTemplate } from "../durable-objects/store/templates.ts";
 import { TemplateSpec } from "../schema/api/template.ts";
 import { apiKeys } from "../schema/db/tables.ts";
 

@@ -1,6 +1,7 @@
-// `npm test`: the one test command (README, .ci/run). Starts a real sqld on loopback, runs every
-// vitest project against it, then the Python SDK compatibility suite when its venv exists
-// (.ci/run and scripts/setup-python.sh create it). Extra arguments go to vitest, e.g.
+// `npm test`: the one test command (README, .ci/run). Checks that dependencies point one way
+// (`npm run lint:deps`), starts a real sqld on loopback, runs every vitest project against it,
+// then the Python SDK compatibility suite when its venv exists (.ci/run and
+// scripts/setup-python.sh create it). Extra arguments go to vitest, e.g.
 // `npm test -- --project unit`.
 import { spawnSync } from "node:child_process";
 import { existsSync, mkdtempSync, rmSync } from "node:fs";
@@ -10,6 +11,14 @@ import { startSqld } from "./lib/sqld.ts";
 import { add, junitCounts, reportSummary, runVitest } from "./lib/test-summary.ts";
 
 const root = resolve(import.meta.dirname, "..");
+
+const deps = spawnSync("npm", ["run", "--silent", "lint:deps"], { cwd: root, encoding: "utf8" });
+if (deps.status !== 0) {
+  process.stdout.write(deps.stdout);
+  reportSummary(1, { passed: 0, failed: 1 });
+  process.exit(1);
+}
+console.log(deps.stdout.split("\n").find((l) => l.includes("dependencies cruised"))?.trim() ?? "dependencies: checked");
 const dir = mkdtempSync(join(tmpdir(), "sbx-test-"));
 const sqld = await startSqld({ dir });
 const env = { ...process.env, LIBSQL_URL: sqld.url, CLOUDFLARE_CF_FETCH_ENABLED: "false", WRANGLER_SEND_METRICS: "false" };

@@ -6,9 +6,9 @@
 // intents that follow. Everything is level-based and retried until the edge answers.
 import type { KubeConfig } from "@kubernetes/client-node";
 import type { KubernetesDriver, SandboxRequest } from "../drivers/kubernetes/kubernetes-driver.ts";
-import { LinkClaimer, SandboxClaimSync } from "../drivers/kubernetes/sandboxclaim-sync.ts";
+import { LinkClaimer, SandboxClaimSync } from "./kube-sync/sandboxclaim-sync.ts";
 import { NamespaceDiscovery } from "../drivers/kubernetes/namespace-discovery.ts";
-import { LinkPoolSink, SandboxSetSync } from "../drivers/kubernetes/sandboxset-sync.ts";
+import { LinkPoolSink, SandboxSetSync } from "./kube-sync/sandboxset-sync.ts";
 import type { Link } from "./link.ts";
 
 export interface CrdLinkOptions {

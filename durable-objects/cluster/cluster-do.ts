@@ -2,7 +2,7 @@
 // agent's WebSocket uses the Hibernation API (the object may sleep between frames; raw pings are
 // answered without waking it), state loads once per object instance from ctx.storage.sql.
 import { DurableObject } from "cloudflare:workers";
-import type { Env } from "../../functions/env.ts";
+import type { Env } from "../env.ts";
 import { ErrorCode } from "../../schema/errors.ts";
 import {
   AgentMessageSchema,

@@ -1,11 +1,10 @@
 // The cluster's custom resources, applied on the edge (schema/protocol/crd-sync.ts): SandboxSets
 // become templates and warm pools of team = namespace (the admin API's path), kubectl requests
 // become the sandbox's pause/resume/kill (its SandboxGroupDO) as the sandbox's owner (the E2B API's rules), claims
-// become E2B creates from the team's pool (the E2B create route itself). The edge stays the
+// become creates from the team's pool (the create operation the E2B route uses, with typed input). The edge stays the
 // authority: a SandboxSet's older generation never overwrites a newer one, a template another
 // cluster runs is not taken over, and a request made against an older sandbox generation than the
 // edge's is answered `stale`. A deleted warm pool member is reported to its pool as failed.
-import { Hono } from "hono";
 import type { TemplateSpec } from "../../schema/api/template.ts";
 import { DEFAULT_TIMEOUT_S } from "../../schema/api/limits.ts";
 import { ErrorCode, type Refusal } from "../../schema/errors.ts";
@@ -19,15 +18,17 @@ import {
   type SandboxSetItem,
 } from "../../schema/protocol/index.ts";
 import { annotationsProblem } from "../../schema/crd/user-metadata.ts";
-import { ApiError, onError } from "../../functions/api-error.ts";
-import { putTemplate, removeTemplate } from "../../functions/api/admin-templates.ts";
-import { createSandboxRoute } from "../../functions/api/sandbox-create.ts";
-import type { AppEnv, Caller, Env } from "../../functions/env.ts";
-import { getDb } from "../../functions/store/db.ts";
-import { KeyedSerial } from "../../schema/keyed-serial.ts";
-import { listIndex } from "../../functions/store/sandbox-index.ts";
-import { getTemplate } from "../../functions/store/templates.ts";
-import { findTeamByName } from "../../functions/store/teams.ts";
+import { checkInplaceUpdate, parseCreateExtensions } from "../../schema/api/extensions.ts";
+import { NewSandboxV2 } from "../../schema/api/sandbox.ts";
+import { ApiError } from "../../schema/errors.ts";
+import type { Caller, Env } from "../env.ts";
+import { createSandbox } from "../operations/create-sandbox.ts";
+import { putTemplate, removeTemplate } from "../operations/templates.ts";
+import { getDb } from "../store/db.ts";
+import { KeyedSerial } from "../../lib/keyed-serial.ts";
+import { listIndex } from "../store/sandbox-index.ts";
+import { getTemplate } from "../store/templates.ts";
+import { findTeamByName } from "../store/teams.ts";
 import { sandboxStub } from "../sandbox/stub.ts";
 import type { DesiredEntry } from "./machine.ts";
 
@@ -153,7 +154,10 @@ export class CrdSync {
     if ("deleted" in item) {
       // A delete of an object the edge already replaced by a newer one (same name, new uid).
       if (prev && prev.uid !== item.uid && !prev.deleted) return { result: "stale", message: `SandboxSet ${item.namespace}/${item.name} was re-created` };
-      if (team && !foreign) await removeTemplate(this.#o.env, team.id, item.name);
+      if (team && !foreign) {
+        const removed = await removeTemplate(this.#o.env, team.id, item.name);
+        if (!removed.ok) return refused(removed.error);
+      }
       this.#remember(item.namespace, item.name, { uid: item.uid, generation: prev?.generation ?? 0, deleted: true });
       return { result: "applied" };
     }
@@ -162,7 +166,8 @@ export class CrdSync {
     }
     if (foreign) return refused({ code: "conflict", message: `template ${item.name} of team ${item.namespace} runs on cluster ${foreign}; delete it there first` });
     const spec: TemplateSpec = { ...item.spec, cluster };
-    await putTemplate(this.#o.env, item.namespace, item.name, { public: false, spec });
+    const put = await putTemplate(this.#o.env, { teamName: item.namespace, templateId: item.name, public: false, spec });
+    if (!put.ok) return refused(put.error);
     this.#remember(item.namespace, item.name, { uid: item.uid, generation: item.generation, deleted: false });
     return { result: "applied" };
   }
@@ -221,16 +226,22 @@ export class CrdSync {
     const held = await listIndex(db, { keyId: caller.keyId, states: ["running", "paused"], metadata: [[CLAIM_METADATA_KEY, item.claim.uid]], order: "asc", limit: 1000 });
     const ids = held.rows.map((r) => r.id as SandboxId);
     const missing = Math.min(CLAIM_BATCH, item.replicas - ids.length);
-    const metadata: Record<string, string> = { ...item.annotations, [CLAIM_METADATA_KEY]: item.claim.uid, "e2b.agents.kruise.io/create-on-no-stock": String(item.createOnNoStock) };
-    for (const [k, v] of Object.entries(item.labels)) metadata[`label:${k}`] = v;
-    if (item.inplaceUpdate?.image) metadata["e2b.agents.kruise.io/image"] = item.inplaceUpdate.image;
-    if (item.inplaceUpdate?.cpuCount) metadata["e2b.agents.kruise.io/cpu-limit"] = String(item.inplaceUpdate.cpuCount);
-    if (item.waitReadyMs !== undefined) metadata["e2b.agents.kruise.io/wait-ready-timeout-seconds"] = String(Math.min(600, Math.max(1, Math.ceil(item.waitReadyMs / 1000))));
-    const body = { templateID: item.templateName, envVars: item.envVars, metadata, timeout: item.timeoutS };
-    const results = await Promise.all(Array.from({ length: Math.max(0, missing) }, () => createAs(env, caller, body)));
+    // The claim's annotations and labels are user metadata, checked as an E2B create's would be;
+    // its other settings are typed extensions, never metadata strings to parse back.
+    const userMetadata: Record<string, string> = { ...item.annotations, [CLAIM_METADATA_KEY]: item.claim.uid };
+    for (const [k, v] of Object.entries(item.labels)) userMetadata[`label:${k}`] = v;
+    const ext = { ...parseCreateExtensions(userMetadata), createOnNoStock: item.createOnNoStock };
+    if (item.inplaceUpdate?.image || item.inplaceUpdate?.cpuCount) ext.inplaceUpdate = checkInplaceUpdate(item.inplaceUpdate, "SandboxClaim inplaceUpdate");
+    // Whole seconds within 1..600, as the E2B route's wait-ready extension takes them.
+    if (item.waitReadyMs !== undefined) ext.waitReadyMs = Math.min(600, Math.max(1, Math.ceil(item.waitReadyMs / 1000))) * 1000;
+    // The same bounds as an E2B create's body (env var count and sizes, timeout).
+    const parsed = NewSandboxV2.safeParse({ templateID: item.templateName, envVars: item.envVars, metadata: userMetadata, timeout: item.timeoutS });
+    if (!parsed.success) return refused({ code: ErrorCode.badRequest, message: `SandboxClaim: ${parsed.error.issues.map((i) => `${i.path.join(".")}: ${i.message}`).join("; ")}` });
+    const body = parsed.data;
+    const results = await Promise.all(Array.from({ length: Math.max(0, missing) }, () => createSandbox(env, caller, { version: "v2", body, ext })));
     let failure: Refusal | undefined;
     for (const r of results) {
-      if (r.ok) ids.push(r.sandboxId as SandboxId);
+      if (r.ok) ids.push(r.sandbox.sandboxId as SandboxId);
       else if (!failure || r.error.code === "template_not_found") failure = r.error;
     }
     if (ids.length >= item.replicas) return { result: "applied", sandboxIds: ids };
@@ -240,21 +251,4 @@ export class CrdSync {
 
 function refused(e: { code: string; message: string }): Omit<ReplyItem, "id"> {
   return { result: "rejected", code: e.code, message: e.message };
-}
-
-/** An E2B create through the route itself (validation, extensions, pool claim, SandboxGroupDO). */
-async function createAs(env: Env, caller: Caller, body: unknown): Promise<{ ok: true; sandboxId: string } | { ok: false; error: Refusal }> {
-  const app = new Hono<AppEnv>();
-  app.onError(onError);
-  const create = createSandboxRoute("v2");
-  app.post("/v2/sandboxes", (c) => {
-    c.set("caller", caller);
-    return create(c);
-  });
-  const res = await app.request("/v2/sandboxes", { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) }, env);
-  const json = (await res.json()) as { sandboxID?: string; error_code?: ErrorCode; message?: string };
-  if (res.ok && json.sandboxID) return { ok: true, sandboxId: json.sandboxID };
-  // The create route's only 404 is a missing template; semantic codes come with the body.
-  const code = json.error_code ?? (res.status === 404 ? ErrorCode.templateNotFound : res.status === 400 ? ErrorCode.badRequest : ErrorCode.internal);
-  return { ok: false, error: { code, message: json.message ?? `HTTP ${res.status}` } };
 }

@@ -1,7 +1,7 @@
 // The ClusterDO's RPC surface (what PoolDO and SandboxGroupDO call). Every method resolves to a typed
 // result; none throws across the RPC boundary.
 import type { Refusal } from "../../schema/errors.ts";
-import type { IndexOp } from "../../functions/store/sandbox-index.ts";
+import type { IndexOp } from "../store/sandbox-index.ts";
 import type { AckItem, Endpoint } from "../../schema/protocol/index.ts";
 
 export interface EnqueueOptions {

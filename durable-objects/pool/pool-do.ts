@@ -2,7 +2,7 @@
 // inventory from ctx.storage.sql once per object instance, applies events, writes only the rows
 // an event touched, and sends the pool's intents to ClusterDO in coalesced batches.
 import { DurableObject } from "cloudflare:workers";
-import type { Env } from "../../functions/env.ts";
+import type { Env } from "../env.ts";
 import { ErrorCode } from "../../schema/errors.ts";
 import { newSandboxId, type Intent, type Observation, type SandboxId } from "../../schema/protocol/index.ts";
 import { addMember, counts, initialState, nextCreateDeadline, transition, type Member, type PoolEffect, type PoolEvent, type PoolState } from "./machine.ts";

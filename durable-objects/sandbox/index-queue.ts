@@ -2,7 +2,7 @@
 // together in the next one, in order, so one sandbox's writes never overtake each other. Used by
 // each SandboxGroupDO for its sandboxes' ops, and by ClusterDO for the create ops that travel with
 // an enqueue (see EnqueueOptions.index).
-import type { IndexOp } from "../../functions/store/sandbox-index.ts";
+import type { IndexOp } from "../store/sandbox-index.ts";
 import type { SandboxIndexDO } from "./index-writer-do.ts";
 
 /** Attempts of a batch after the first, and the pause before each (the default schedule). */

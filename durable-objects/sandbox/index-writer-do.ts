@@ -6,9 +6,9 @@
 // its reply arrives. Knob: MAX_BATCH rows per request. No storage: the sandbox groups own the truth and
 // a lost batch only costs index freshness (the caller logs it; the next change rewrites the row).
 import { DurableObject } from "cloudflare:workers";
-import type { Env } from "../../functions/env.ts";
-import { getDb } from "../../functions/store/db.ts";
-import { applyIndexBatch, type IndexOp } from "../../functions/store/sandbox-index.ts";
+import type { Env } from "../env.ts";
+import { getDb } from "../store/db.ts";
+import { applyIndexBatch, type IndexOp } from "../store/sandbox-index.ts";
 
 export const INDEX_WRITER_NAME = "sandboxes";
 const MAX_BATCH = 500;

@@ -1,6 +1,6 @@
 // Read models of a sandbox: what the API routes render (SandboxInfo), what the gateway needs to
 // route a request (RouteInfo), and the libSQL index row.
-import type { IndexRow } from "../../functions/store/sandbox-index.ts";
+import type { IndexRow } from "../store/sandbox-index.ts";
 import type { Endpoint } from "../../schema/protocol/index.ts";
 import { visibleState, type Condition, type Phase, type SandboxSpec, type SandboxState, type VisibleState } from "./state.ts";
 

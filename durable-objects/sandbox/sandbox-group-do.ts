@@ -9,8 +9,8 @@
 // a row, not an object. Every RPC resolves to a typed result; none throws (a throwing RPC leaks
 // unhandled rejections under the vitest plugin).
 import { DurableObject } from "cloudflare:workers";
-import type { Env } from "../../functions/env.ts";
-import type { IndexOp } from "../../functions/store/sandbox-index.ts";
+import type { Env } from "../env.ts";
+import type { IndexOp } from "../store/sandbox-index.ts";
 import { ErrorCode, sandboxNotFoundMessage, type Refusal } from "../../schema/errors.ts";
 import type { Endpoint, Intent, Observation, PauseStrategy } from "../../schema/protocol/index.ts";
 import { CoarseTimers } from "../cluster/coarse-timers.ts";

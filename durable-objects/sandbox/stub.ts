@@ -1,6 +1,6 @@
 // How callers reach a sandbox: its group object, and the group's RPCs with the sandbox id bound.
 // Lives beside the group so durable-objects/ never imports from functions/.
-import type { Env } from "../../functions/env.ts";
+import type { Env } from "../env.ts";
 import type { SandboxGroupDO } from "./sandbox-group-do.ts";
 
 /**

@@ -3,14 +3,14 @@
 import { Hono } from "hono";
 import { NewTeamAPIKey, type TeamAPIKey } from "../../schema/api/team.ts";
 import { ApiError } from "../api-error.ts";
-import { ADMIN_KEY_ID, KEY_PREFIX } from "../auth/api-key.ts";
+import { ADMIN_KEY_ID, KEY_PREFIX } from "../../schema/api/api-key.ts";
 import { evictKey } from "../auth/middleware.ts";
 import { readJson } from "../body.ts";
 import type { AppEnv } from "../env.ts";
-import { createApiKey, deleteApiKey, findApiKey, listApiKeys, type ApiKeyRow } from "../store/api-keys.ts";
-import { audit } from "../store/audit.ts";
-import { getDb } from "../store/db.ts";
-import { ensureTeam } from "../store/teams.ts";
+import { createApiKey, deleteApiKey, findApiKey, listApiKeys, type ApiKeyRow } from "../../durable-objects/store/api-keys.ts";
+import { audit } from "../../durable-objects/store/audit.ts";
+import { getDb } from "../../durable-objects/store/db.ts";
+import { ensureTeam } from "../../durable-objects/store/teams.ts";
 
 export const apiKeys = new Hono<AppEnv>();
 

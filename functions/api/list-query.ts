@@ -4,8 +4,8 @@
 import { ListSandboxesQuery } from "../../schema/api/sandbox.ts";
 import { ApiError } from "../api-error.ts";
 import { parseOr400 } from "../body.ts";
-import type { Cursor } from "../store/sandbox-index.ts";
-import { rejectReserved } from "./extensions.ts";
+import type { Cursor } from "../../durable-objects/store/sandbox-index.ts";
+import { rejectReserved } from "../../schema/api/extensions.ts";
 
 export function parseMetadataQuery(raw: string | undefined): [string, string][] {
   if (!raw) return [];

@@ -1,7 +1,7 @@
 // Sandbox read models and index rows → the exact E2B JSON shapes (schema/api/sandbox.ts).
 import type { ListedSandbox, Sandbox, SandboxDetail } from "../../schema/api/sandbox.ts";
 import type { SandboxInfo } from "../../durable-objects/sandbox/info.ts";
-import type { IndexRow } from "../store/sandbox-index.ts";
+import type { IndexRow } from "../../durable-objects/store/sandbox-index.ts";
 
 /** Deprecated upstream and unused by the SDKs, but required in the responses. */
 const CLIENT_ID = "edge";

@@ -1,113 +1,22 @@
-// POST /sandboxes (v1) and POST /v2/sandboxes: resolve the template, claim a member from its
-// PoolDO, hand it to its SandboxGroupDO. Two DO calls and no store round trip for a cached key and
-// template; the group writes the index row beside its intent.
+// POST /sandboxes (v1) and POST /v2/sandboxes: parse the body and the OpenKruise metadata
+// extensions, then the create operation (durable-objects/operations/create-sandbox.ts).
 import type { Context } from "hono";
-import type { z } from "zod";
-import type { SandboxSpec } from "../../durable-objects/sandbox/state.ts";
-import { DEFAULT_WAIT_MS } from "../../durable-objects/sandbox/sandbox-group-do.ts";
-import { DEFAULT_TIMEOUT_S, V1_DEFAULT_TIMEOUT_S } from "../../schema/api/limits.ts";
+import { createSandbox } from "../../durable-objects/operations/create-sandbox.ts";
+import { parseCreateExtensions } from "../../schema/api/extensions.ts";
+import { assertNetworkSupported } from "../../schema/api/network-support.ts";
 import { NewSandbox, NewSandboxV2 } from "../../schema/api/sandbox.ts";
-import type { TemplateRecord } from "../../schema/api/template.ts";
 import { ApiError } from "../api-error.ts";
 import { readJson } from "../body.ts";
-import type { AppEnv, Caller, Env } from "../env.ts";
-import { getDb } from "../store/db.ts";
-import { resolveTemplateCached } from "../store/template-cache.ts";
-import { parseCreateExtensions } from "./extensions.ts";
-import { assertNetworkSupported } from "./network-support.ts";
+import type { AppEnv } from "../env.ts";
 import { renderSandbox } from "./render.ts";
-import { poolStub, sandboxStub } from "./stubs.ts";
-
-type Body = z.infer<typeof NewSandbox>;
 
 export function createSandboxRoute(version: "v1" | "v2") {
-  return async function createSandbox(c: Context<AppEnv>) {
-    const body: Body = await readJson(c, version === "v1" ? NewSandbox : NewSandboxV2);
+  return async function createSandboxHandler(c: Context<AppEnv>) {
+    const body = await readJson(c, version === "v1" ? NewSandbox : NewSandboxV2);
     assertNetworkSupported(body.network, body.iam);
     const ext = parseCreateExtensions(body.metadata);
-    if (body.autoResume?.enabled && !body.autoPause) throw new ApiError("bad_request", "autoResume needs autoPause (lifecycle onTimeout: pause)");
-    if (body.autoResume?.enabled && body.autoPauseMemory === false) throw new ApiError("bad_request", "autoResume cannot be combined with autoPauseMemory: false");
-    const caller = c.get("caller");
-    const template = await resolveTemplateCached(getDb(c.env), caller.teamId, body.templateID);
-    if (!template) throw new ApiError("template_not_found", `Template "${body.templateID}" not found`);
-
-    const claimed = await claim(c.env, template);
-    if (!claimed.warm && !ext.createOnNoStock) throw new ApiError("sandbox_capacity_unavailable", `No warm sandbox of template "${body.templateID}" is available`);
-    const timeout = body.timeout === undefined ? (version === "v1" ? V1_DEFAULT_TIMEOUT_S : DEFAULT_TIMEOUT_S) : body.timeout || DEFAULT_TIMEOUT_S;
-    const spec = buildSpec(caller, template, body, ext, claimed, version);
-    const res = await sandboxStub(c.env, claimed.sandboxId).create({
-      spec,
-      timeoutS: timeout,
-      claimedGeneration: claimed.generation,
-      endpoint: claimed.endpoint,
-      waitMs: ext.waitReadyMs ?? DEFAULT_WAIT_MS,
-    });
+    const res = await createSandbox(c.env, c.get("caller"), { version, body, ext });
     if (!res.ok) throw ApiError.from(res.error);
     return c.json(renderSandbox(res.sandbox, c.env.SANDBOX_DOMAIN), 201);
   };
-}
-
-async function claim(env: Env, template: TemplateRecord) {
-  const pool = poolStub(env, template.teamId, template.templateId);
-  let res = await pool.claim();
-  // A pool learns its spec from the admin API; one never configured (e.g. seeded straight into
-  // the store) is configured on its first claim.
-  if (!res.ok && res.error.code === "template_not_found") {
-    const conf = await pool.configure({ teamId: template.teamId, templateId: template.templateId, revision: template.revision, spec: template.spec, cluster: template.spec.cluster });
-    if (!conf.ok) throw ApiError.from(conf.error);
-    res = await pool.claim();
-  }
-  if (!res.ok) throw ApiError.from(res.error);
-  return res;
-}
-
-function buildSpec(
-  caller: Caller,
-  template: TemplateRecord,
-  body: Body,
-  ext: ReturnType<typeof parseCreateExtensions>,
-  claimed: Awaited<ReturnType<typeof claim>>,
-  version: "v1" | "v2",
-): SandboxSpec {
-  const insecure = (version === "v1" && body.secure === false) || ext.skipInitRuntime;
-  return {
-    id: claimed.sandboxId,
-    teamId: caller.teamId,
-    teamName: caller.teamName,
-    keyId: caller.keyId,
-    templateId: body.templateID,
-    cluster: claimed.cluster,
-    template: claimed.template,
-    envdVersion: template.spec.envdVersion,
-    // E2B reports whole cores (OpenKruise floors the limit); never 0 for a fractional one.
-    cpuCount: ext.inplaceUpdate?.cpuCount ? Math.max(1, Math.floor(ext.inplaceUpdate.cpuCount)) : template.spec.cpuCount,
-    memoryMB: template.spec.memoryMB,
-    diskSizeMB: template.spec.diskSizeMB,
-    envVars: { ...claimed.envVars, ...body.envVars },
-    metadata: ext.metadata,
-    labels: ext.labels,
-    annotations: ext.annotations,
-    allowInternetAccess: body.allow_internet_access ?? null,
-    network: body.network ?? null,
-    volumeMounts: body.volumeMounts ?? [],
-    lifecycle: {
-      onTimeout: body.autoPause ? "pause" : "kill",
-      autoResume: body.autoResume?.enabled ?? false,
-      timeoutPauseStrategy: body.autoPauseMemory === false ? "Stop" : "Freeze",
-    },
-    pauseStrategy: claimed.pauseStrategy,
-    pausedRetentionMs: ext.pausedRetentionMs,
-    neverTimeout: ext.neverTimeout,
-    envdAccessToken: insecure ? null : token(),
-    trafficAccessToken: body.network?.allowPublicTraffic === false ? token() : null,
-    ...(ext.inplaceUpdate ? { inplaceUpdate: ext.inplaceUpdate } : {}),
-  };
-}
-
-const HEX = Array.from({ length: 256 }, (_, b) => b.toString(16).padStart(2, "0"));
-
-function token(): string {
-  let s = "";
-  for (const b of crypto.getRandomValues(new Uint8Array(24))) s += HEX[b];
-  return s;
 }

@@ -3,8 +3,8 @@ import { Hono } from "hono";
 import type { z } from "zod";
 import type { Team } from "../../schema/api/team.ts";
 import type { AppEnv } from "../env.ts";
-import { getDb } from "../store/db.ts";
-import { listTeams } from "../store/teams.ts";
+import { getDb } from "../../durable-objects/store/db.ts";
+import { listTeams } from "../../durable-objects/store/teams.ts";
 
 export const teams = new Hono<AppEnv>();
 

@@ -5,8 +5,8 @@ import type { z } from "zod";
 import type { Template, TemplateRecord, TemplateWithBuilds } from "../../schema/api/template.ts";
 import { ApiError } from "../api-error.ts";
 import type { AppEnv } from "../env.ts";
-import { getDb } from "../store/db.ts";
-import { listTemplates, resolveTemplate } from "../store/templates.ts";
+import { getDb } from "../../durable-objects/store/db.ts";
+import { listTemplates, resolveTemplate } from "../../durable-objects/store/templates.ts";
 
 export const templates = new Hono<AppEnv>();
 

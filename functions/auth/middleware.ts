@@ -5,10 +5,10 @@
 import type { MiddlewareHandler } from "hono";
 import { ApiError } from "../api-error.ts";
 import type { AppEnv, Caller, Env } from "../env.ts";
-import { getDb } from "../store/db.ts";
-import { TtlCache } from "../store/ttl-cache.ts";
-import { findKeyByHash, touchApiKey } from "../store/api-keys.ts";
-import { ADMIN_KEY_ID, ADMIN_TEAM_ID, ADMIN_TEAM_NAME, hashApiKey, looksLikeApiKey, timingSafeEqualHex } from "./api-key.ts";
+import { getDb } from "../../durable-objects/store/db.ts";
+import { TtlCache } from "../../durable-objects/store/ttl-cache.ts";
+import { findKeyByHash, touchApiKey } from "../../durable-objects/store/api-keys.ts";
+import { ADMIN_KEY_ID, ADMIN_TEAM_ID, ADMIN_TEAM_NAME, hashApiKey, looksLikeApiKey, timingSafeEqualHex } from "../../schema/api/api-key.ts";
 
 export const KEY_CACHE_TTL_MS = 30_000;
 

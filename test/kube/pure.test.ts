@@ -3,10 +3,10 @@
 import type { V1Pod } from "@kubernetes/client-node";
 import { describe, expect, it } from "vitest";
 import { sandboxState } from "../../controllers/drivers/kubernetes/pod-state.ts";
-import { parseQuantity, poolSpecOf } from "../../controllers/drivers/kubernetes/sandboxset-sync.ts";
+import { parseQuantity, poolSpecOf } from "../../controllers/agent/kube-sync/sandboxset-sync.ts";
 import { buildPod } from "../../controllers/drivers/kubernetes/pod-spec.ts";
 import { userLabels } from "../../schema/crd/user-metadata.ts";
-import { claimMetadataProblem } from "../../controllers/drivers/kubernetes/sandboxclaim-sync.ts";
+import { claimMetadataProblem } from "../../controllers/agent/kube-sync/sandboxclaim-sync.ts";
 import { watchNamespacesFlag } from "../../controllers/drivers/kubernetes/flags.ts";
 import { WorkQueue } from "../../controllers/agent/work-queue.ts";
 

@@ -6,7 +6,7 @@
 import { spawn } from "node:child_process";
 import { join, resolve } from "node:path";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
-import { LinkPoolSink, poolSpecOf } from "../../controllers/drivers/kubernetes/sandboxset-sync.ts";
+import { LinkPoolSink, poolSpecOf } from "../../controllers/agent/kube-sync/sandboxset-sync.ts";
 import { startTestEdge, type TestEdge } from "./support/edge.ts";
 import { startKubeAgent, type KubeAgent } from "./support/kube-agent.ts";
 import { TestKubelet } from "./support/kubelet.ts";

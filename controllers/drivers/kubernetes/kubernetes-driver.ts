@@ -24,7 +24,7 @@ import { EventReason } from "../../../schema/crd/conditions.ts";
 import { ANNOTATION, API_VERSION, GROUP, LABEL, RUNTIME_PORT, SANDBOX_FINALIZER, VERSION } from "../../../schema/crd/labels.ts";
 import { userAnnotations, userLabels } from "../../../schema/crd/user-metadata.ts";
 import type { SpawnRequest } from "../../runtime/sandbox-view.ts";
-import { KeyedSerial } from "../../../schema/keyed-serial.ts";
+import { KeyedSerial } from "../../../lib/keyed-serial.ts";
 import {
   SandboxNotFoundError,
   UnsupportedError,

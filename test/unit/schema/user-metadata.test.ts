@@ -2,7 +2,7 @@
 // server enforces, the reserved agents.kruise.io prefixes, and how E2B create metadata splits
 // into them (functions/api/extensions.ts).
 import { describe, expect, it } from "vitest";
-import { parseCreateExtensions } from "../../../functions/api/extensions.ts";
+import { parseCreateExtensions } from "../../../schema/api/extensions.ts";
 import {
   annotationsProblem,
   isLabelValue,

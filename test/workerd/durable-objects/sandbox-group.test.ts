@@ -3,12 +3,12 @@
 import { env } from "cloudflare:workers";
 import { runInDurableObject } from "cloudflare:test";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { getDb } from "../../../functions/store/db.ts";
-import { getIndexRow } from "../../../functions/store/sandbox-index.ts";
+import { getDb } from "../../../durable-objects/store/db.ts";
+import { getIndexRow } from "../../../durable-objects/store/sandbox-index.ts";
 import type { ClusterDO } from "../../../durable-objects/cluster/cluster-do.ts";
 import type { SandboxGroupDO } from "../../../durable-objects/sandbox/sandbox-group-do.ts";
 import { sandboxGroupOf, sandboxGroupStub, sandboxStub } from "../../../durable-objects/sandbox/stub.ts";
-import type { IndexOp } from "../../../functions/store/sandbox-index.ts";
+import type { IndexOp } from "../../../durable-objects/store/sandbox-index.ts";
 import type { Intent, Observation } from "../../../schema/protocol/index.ts";
 import type { ScriptedAgent } from "../../support/scripted-agent.ts";
 import { call, createTeam, expectError, expectStatus, holdTurnWrites, releaseTurnWrites, startAgent, unique, type TestTeam } from "../helpers.ts";

@@ -1,8 +1,8 @@
 // Options the server accepts in shape but does not enforce yet get a 501 that names them, so a
 // client never believes an egress proxy, a header transform or injected credentials are in place
 // when they are not.
-import { unsupportedNetworkFields } from "../../schema/api/sandbox.ts";
-import { ApiError } from "../api-error.ts";
+import { unsupportedNetworkFields } from "./sandbox.ts";
+import { ApiError } from "../errors.ts";
 
 export function assertNetworkSupported(network: Parameters<typeof unsupportedNetworkFields>[0], iam?: unknown): void {
   const fields = unsupportedNetworkFields(network);

@@ -1,7 +1,7 @@
 // API keys by team. Only the HMAC is stored; `createApiKey` returns the plaintext once.
 import { and, asc, eq } from "drizzle-orm";
 import { apiKeys, teams } from "../../schema/db/tables.ts";
-import { generateApiKey, hashApiKey, maskApiKey } from "../auth/api-key.ts";
+import { generateApiKey, hashApiKey, maskApiKey } from "../../schema/api/api-key.ts";
 import type { Db } from "./db.ts";
 
 export type ApiKeyRow = typeof apiKeys.$inferSelect;

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { KeyedSerial } from "../../../schema/keyed-serial.ts";
+import { KeyedSerial } from "../../../lib/keyed-serial.ts";
 
 const tick = (ms: number) => new Promise((r) => setTimeout(r, ms));
 

@@ -5,15 +5,15 @@
 // `kruise-claim-uid` metadata), so a repeated item or a restarted agent never claims twice; a
 // Completed claim is deleted `ttlAfterCompleted` later (its sandboxes stay).
 import { CustomObjectsApi, PatchStrategy, setHeaderOptions, type KubeConfig, type KubernetesObject } from "@kubernetes/client-node";
-import type { Link } from "../../agent/link.ts";
+import type { Link } from "../link.ts";
 import { MAX_TIMEOUT_S } from "../../../schema/api/limits.ts";
 import { ClaimCompletedReason, setCondition, type Condition } from "../../../schema/crd/conditions.ts";
 import type { ClaimItemInput } from "../../../schema/protocol/index.ts";
 import { GROUP, VERSION } from "../../../schema/crd/labels.ts";
 import { annotationsProblem, labelProblem } from "../../../schema/crd/user-metadata.ts";
-import { ObjectCache } from "./object-cache.ts";
+import { ObjectCache } from "../../drivers/kubernetes/object-cache.ts";
 import { parseQuantity } from "./sandboxset-sync.ts";
-import { slimCustom } from "./slim.ts";
+import { slimCustom } from "../../drivers/kubernetes/slim.ts";
 
 export { CLAIM_METADATA_KEY } from "../../../schema/protocol/index.ts";
 

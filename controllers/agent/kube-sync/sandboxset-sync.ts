@@ -8,10 +8,10 @@
 // The sink sends `sandboxsets` items over the agent's own session (LinkPoolSink); the edge keeps
 // the newest generation per object uid, so a re-push or a late retry never rolls a pool back.
 import type { z } from "zod";
-import type { Link } from "../../agent/link.ts";
+import type { Link } from "../link.ts";
 import type { TemplateSpec } from "../../../schema/api/template.ts";
-import type { ObjectCache } from "./object-cache.ts";
-import type { SandboxSetObject } from "./kubernetes-driver.ts";
+import type { ObjectCache } from "../../drivers/kubernetes/object-cache.ts";
+import type { SandboxSetObject } from "../../drivers/kubernetes/kubernetes-driver.ts";
 import { RUNTIME_CONTAINER } from "../../../schema/crd/labels.ts";
 
 /** The edge's template spec (schema/api/template.ts `TemplateSpec` input) a SandboxSet maps to. */

@@ -4,9 +4,9 @@
 // also what the sandbox's cluster objects carry, as upstream writes it: `label:<k>` as label k,
 // every key that is a valid annotation key as an annotation (others stay E2B metadata only, as
 // E2B takes any key); a label or annotation the API server would refuse is a 400 here.
-import { annotationsProblem, isQualifiedName, isReservedKey, labelProblem } from "../../schema/crd/user-metadata.ts";
-import type { InplaceUpdate } from "../../schema/protocol/intent.ts";
-import { ApiError } from "../api-error.ts";
+import { annotationsProblem, isQualifiedName, isReservedKey, labelProblem } from "../crd/user-metadata.ts";
+import type { InplaceUpdate } from "../protocol/intent.ts";
+import { ApiError } from "../errors.ts";
 
 const EXT = "e2b.agents.kruise.io/";
 /** OpenKruise extensions that depend on Pods/CSI and have no meaning on this edge yet. */
@@ -69,6 +69,13 @@ export function parseCreateExtensions(input: Record<string, string> = {}): Creat
   const cpuCount = cpu.limit ?? cpu.request;
   if (cpuCount !== undefined) out.inplaceUpdate = { ...out.inplaceUpdate, cpuCount };
   return out;
+}
+
+/** The same checks for an in-place update that arrives typed (a SandboxClaim's `inplaceUpdate`). */
+export function checkInplaceUpdate(u: InplaceUpdate, what: string): InplaceUpdate {
+  if (u.image !== undefined && !isDockerReference(u.image)) throw new ApiError("bad_request", `${what}: "${u.image}" is not a docker image reference`);
+  if (u.cpuCount !== undefined && !(u.cpuCount >= 0.001 && u.cpuCount <= MAX_CPU)) throw new ApiError("bad_request", `${what}: CPU ${u.cpuCount} is not within 1m..${MAX_CPU}`);
+  return u;
 }
 
 /** Metadata keys (create and list filters) must not use the reserved prefixes. */

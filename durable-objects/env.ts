@@ -1,0 +1,35 @@
+// The Worker's bindings, and who is calling: what the routes, the operations and the Durable
+// Objects all see. Lives beneath functions/ so nothing here imports a route.
+import type { ClusterDO } from "./cluster/cluster-do.ts";
+import type { PoolDO } from "./pool/pool-do.ts";
+import type { SandboxIndexDO } from "./sandbox/index-writer-do.ts";
+import type { SandboxGroupDO } from "./sandbox/sandbox-group-do.ts";
+
+export interface Env {
+  /** Sandboxes live in groups (SandboxGroupDO): reach one with `sandboxStub(env, id)`. */
+  SANDBOX_GROUP: DurableObjectNamespace<SandboxGroupDO>;
+  POOL: DurableObjectNamespace<PoolDO>;
+  CLUSTER: DurableObjectNamespace<ClusterDO>;
+  /** The one writer of the libSQL sandbox index (group commit). */
+  SANDBOX_INDEX: DurableObjectNamespace<SandboxIndexDO>;
+  /** libSQL (sqld locally, Turso in production). */
+  LIBSQL_URL: string;
+  LIBSQL_AUTH_TOKEN?: string;
+  /** Secret pepper of the API-key HMAC. */
+  KEY_PEPPER: string;
+  /** The seeded admin key (`e2b_<hex>`): sees every team, may create keys for any team. */
+  ADMIN_API_KEY: string;
+  /** Shared secret the agent presents on its WebSocket. */
+  CLUSTER_TOKEN: string;
+  /** Domain returned to SDKs as `domain` (null when unset: the SDK falls back to E2B_DOMAIN). */
+  SANDBOX_DOMAIN?: string;
+}
+
+/** Who is calling, as the auth middleware resolved the X-API-KEY. */
+export interface Caller {
+  keyId: string;
+  teamId: string;
+  teamName: string;
+  admin: boolean;
+}
+

@@ -1,0 +1,114 @@
+// Creating a sandbox for a team: resolve the template, claim a member from its PoolDO, hand it to
+// its SandboxGroupDO. Two DO calls and no store round trip for a cached key and template; the
+// group writes the index row beside its intent. The E2B create routes and the CRD sync's claims
+// (ClusterDO) both come here with typed input and get a `Result`: a refusal carries its code, so
+// nobody guesses it back from an HTTP status.
+import type { SandboxInfo } from "../sandbox/info.ts";
+import type { Result, SandboxSpec } from "../sandbox/state.ts";
+import { DEFAULT_WAIT_MS } from "../sandbox/sandbox-group-do.ts";
+import { DEFAULT_TIMEOUT_S, V1_DEFAULT_TIMEOUT_S } from "../../schema/api/limits.ts";
+import type { CreateExtensions } from "../../schema/api/extensions.ts";
+import type { NewSandbox } from "../../schema/api/sandbox.ts";
+import type { TemplateRecord } from "../../schema/api/template.ts";
+import { ApiError } from "../../schema/errors.ts";
+import type { z } from "zod";
+import type { Caller, Env } from "../env.ts";
+import { poolStub } from "../pool/stub.ts";
+import { sandboxStub } from "../sandbox/stub.ts";
+import { getDb } from "../store/db.ts";
+import { resolveTemplateCached } from "../store/template-cache.ts";
+import { refusalsAsResult } from "./result.ts";
+
+export type CreateBody = z.infer<typeof NewSandbox>;
+
+export interface CreateSandboxInput {
+  /** v1 defaults differ (timeout, `secure`). */
+  version: "v1" | "v2";
+  body: CreateBody;
+  /** The OpenKruise extensions, already parsed (from metadata at the route, typed from a claim). */
+  ext: CreateExtensions;
+}
+
+/** Creates a sandbox for `caller`'s team. Anything but a refusal (a bug, a broken binding) throws. */
+export async function createSandbox(env: Env, caller: Caller, input: CreateSandboxInput): Promise<Result<{ sandbox: SandboxInfo }>> {
+  return refusalsAsResult(async () => ({ sandbox: await create(env, caller, input) }));
+}
+
+async function create(env: Env, caller: Caller, { version, body, ext }: CreateSandboxInput): Promise<SandboxInfo> {
+  if (body.autoResume?.enabled && !body.autoPause) throw new ApiError("bad_request", "autoResume needs autoPause (lifecycle onTimeout: pause)");
+  if (body.autoResume?.enabled && body.autoPauseMemory === false) throw new ApiError("bad_request", "autoResume cannot be combined with autoPauseMemory: false");
+  const template = await resolveTemplateCached(getDb(env), caller.teamId, body.templateID);
+  if (!template) throw new ApiError("template_not_found", `Template "${body.templateID}" not found`);
+
+  const claimed = await claim(env, template);
+  if (!claimed.warm && !ext.createOnNoStock) throw new ApiError("sandbox_capacity_unavailable", `No warm sandbox of template "${body.templateID}" is available`);
+  const timeout = body.timeout === undefined ? (version === "v1" ? V1_DEFAULT_TIMEOUT_S : DEFAULT_TIMEOUT_S) : body.timeout || DEFAULT_TIMEOUT_S;
+  const spec = buildSpec(caller, template, body, ext, claimed, version);
+  const res = await sandboxStub(env, claimed.sandboxId).create({
+    spec,
+    timeoutS: timeout,
+    claimedGeneration: claimed.generation,
+    endpoint: claimed.endpoint,
+    waitMs: ext.waitReadyMs ?? DEFAULT_WAIT_MS,
+  });
+  if (!res.ok) throw ApiError.from(res.error);
+  return res.sandbox;
+}
+
+async function claim(env: Env, template: TemplateRecord) {
+  const pool = poolStub(env, template.teamId, template.templateId);
+  let res = await pool.claim();
+  // A pool learns its spec from the admin API; one never configured (e.g. seeded straight into
+  // the store) is configured on its first claim.
+  if (!res.ok && res.error.code === "template_not_found") {
+    const conf = await pool.configure({ teamId: template.teamId, templateId: template.templateId, revision: template.revision, spec: template.spec, cluster: template.spec.cluster });
+    if (!conf.ok) throw ApiError.from(conf.error);
+    res = await pool.claim();
+  }
+  if (!res.ok) throw ApiError.from(res.error);
+  return res;
+}
+
+function buildSpec(caller: Caller, template: TemplateRecord, body: CreateBody, ext: CreateExtensions, claimed: Awaited<ReturnType<typeof claim>>, version: "v1" | "v2"): SandboxSpec {
+  const insecure = (version === "v1" && body.secure === false) || ext.skipInitRuntime;
+  return {
+    id: claimed.sandboxId,
+    teamId: caller.teamId,
+    teamName: caller.teamName,
+    keyId: caller.keyId,
+    templateId: body.templateID,
+    cluster: claimed.cluster,
+    template: claimed.template,
+    envdVersion: template.spec.envdVersion,
+    // E2B reports whole cores (OpenKruise floors the limit); never 0 for a fractional one.
+    cpuCount: ext.inplaceUpdate?.cpuCount ? Math.max(1, Math.floor(ext.inplaceUpdate.cpuCount)) : template.spec.cpuCount,
+    memoryMB: template.spec.memoryMB,
+    diskSizeMB: template.spec.diskSizeMB,
+    envVars: { ...claimed.envVars, ...body.envVars },
+    metadata: ext.metadata,
+    labels: ext.labels,
+    annotations: ext.annotations,
+    allowInternetAccess: body.allow_internet_access ?? null,
+    network: body.network ?? null,
+    volumeMounts: body.volumeMounts ?? [],
+    lifecycle: {
+      onTimeout: body.autoPause ? "pause" : "kill",
+      autoResume: body.autoResume?.enabled ?? false,
+      timeoutPauseStrategy: body.autoPauseMemory === false ? "Stop" : "Freeze",
+    },
+    pauseStrategy: claimed.pauseStrategy,
+    pausedRetentionMs: ext.pausedRetentionMs,
+    neverTimeout: ext.neverTimeout,
+    envdAccessToken: insecure ? null : token(),
+    trafficAccessToken: body.network?.allowPublicTraffic === false ? token() : null,
+    ...(ext.inplaceUpdate ? { inplaceUpdate: ext.inplaceUpdate } : {}),
+  };
+}
+
+const HEX = Array.from({ length: 256 }, (_, b) => b.toString(16).padStart(2, "0"));
+
+function token(): string {
+  let s = "";
+  for (const b of crypto.getRandomValues(new Uint8Array(24))) s += HEX[b];
+  return s;
+}

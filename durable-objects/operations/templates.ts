@@ -1,0 +1,50 @@
+// Putting and removing a team's template: the store first, then the template's PoolDO. The admin
+// API and the CRD sync (a cluster's SandboxSets, applied by ClusterDO) both come here.
+import type { TemplateRecord, TemplateSpec } from "../../schema/api/template.ts";
+import { ApiError } from "../../schema/errors.ts";
+import type { Env } from "../env.ts";
+import { poolStub } from "../pool/stub.ts";
+import type { Result } from "../sandbox/state.ts";
+import { refusalsAsResult } from "./result.ts";
+import { getDb } from "../store/db.ts";
+import { evictTemplates } from "../store/template-cache.ts";
+import { deleteTemplate, getTemplate, upsertTemplate } from "../store/templates.ts";
+import { ensureTeam } from "../store/teams.ts";
+
+/** Pushes a template's current spec and revision to its pool; returns the pool's status. */
+export async function configurePool(env: Env, t: TemplateRecord, teamName: string) {
+  const res = await poolStub(env, t.teamId, t.templateId).configure({ teamId: t.teamId, teamName, templateId: t.templateId, revision: t.revision, spec: t.spec, cluster: t.spec.cluster });
+  if (!res.ok) throw ApiError.from(res.error);
+  return res.status;
+}
+
+export interface PutTemplateInput {
+  teamName: string;
+  templateId: string;
+  public: boolean;
+  spec: TemplateSpec;
+}
+
+/** Creates or replaces a team's template (the team is created when missing) and configures its pool. */
+export async function putTemplate(env: Env, input: PutTemplateInput): Promise<Result<{ template: TemplateRecord; pool: Awaited<ReturnType<typeof configurePool>>; existed: boolean }>> {
+  return refusalsAsResult(async () => {
+    const db = getDb(env);
+    const team = await ensureTeam(db, input.teamName);
+    const existed = (await getTemplate(db, team.id, input.templateId)) !== undefined;
+    const t = await upsertTemplate(db, { teamId: team.id, templateId: input.templateId, public: input.public, spec: input.spec });
+    evictTemplates();
+    return { template: t, pool: await configurePool(env, t, input.teamName), existed };
+  });
+}
+
+/** Deletes a team's template and drains its warm pool; `found` is false when there was none. */
+export async function removeTemplate(env: Env, teamId: string, templateId: string): Promise<Result<{ found: boolean }>> {
+  return refusalsAsResult(async () => {
+    const found = await deleteTemplate(getDb(env), teamId, templateId);
+    evictTemplates();
+    // Drained even when the row was already gone: a pool may outlive a lost delete.
+    const res = await poolStub(env, teamId, templateId).destroy();
+    if (!res.ok) throw ApiError.from(res.error);
+    return { found };
+  });
+}
