@@ -31,7 +31,7 @@ export default defineConfig({
         ],
         // The first request of a file loads the whole Worker in a fresh isolate: seconds on a busy
         // 2-core machine, so the bound is generous (tests assert behaviour, never time).
-        test: { name: "workerd", include: ["test/workerd/**/*.test.ts"], globalSetup: ["test/workerd/global-setup.ts"], testTimeout: 20_000 },
+        test: { name: "workerd", include: ["test/workerd/**/*.test.ts"], globalSetup: ["test/workerd/global-setup.ts"], testTimeout: 20_000, hookTimeout: 60_000 },
       },
       {
         test: {

@@ -1,6 +1,6 @@
 // The edge Worker: the E2B control plane (functions/api/, behind X-API-KEY), the admin API, and
-// the agent link. Every error is E2B's JSON `{code, message}` (api-error.ts); unknown routes are
-// a JSON 404 before any authentication.
+// the agent link. Every error is E2B's JSON `{code, message}` (api-error.ts); an E2B route we do
+// not serve is a 501 (api/unserved.ts), any other unknown route a JSON 404 before authentication.
 import { Hono } from "hono";
 import { agentLink } from "./agent-link.ts";
 import { notFound, onError } from "./api-error.ts";
@@ -11,6 +11,7 @@ import { apiKeys } from "./api/api-keys.ts";
 import { sandboxes } from "./api/sandboxes.ts";
 import { teams } from "./api/teams.ts";
 import { templates } from "./api/templates.ts";
+import { unserved } from "./api/unserved.ts";
 import { requireApiKey } from "./auth/middleware.ts";
 import type { AppEnv } from "./env.ts";
 export { SandboxGroupDO } from "../durable-objects/sandbox/sandbox-group-do.ts";
@@ -37,5 +38,7 @@ app.route("/", teams);
 app.route("/", templates);
 app.route("/", adminTemplates);
 app.route("/", adminClusters);
+// Last: E2B routes none of the above serves answer 501, not 404 (api/unserved.ts).
+app.route("/", unserved);
 
 export default app;

@@ -25,6 +25,9 @@ const unsupported: { name: string; method: string; path: (id: string) => string;
   { name: "logs v1", method: "GET", path: (id) => `/sandboxes/${id}/logs` },
   { name: "logs v2", method: "GET", path: (id) => `/v2/sandboxes/${id}/logs` },
   { name: "listSnapshots by sandbox", method: "GET", path: (id) => `/snapshots?sandboxID=${id}` },
+  // Unserved routes of E2B's spec, answered by api/unserved.ts (fork was a 404 route the SDK
+  // reported as "sandbox not found").
+  { name: "fork", method: "POST", path: (id) => `/sandboxes/${id}/fork`, body: {} },
 ];
 
 describe("routes not implemented yet", () => {
@@ -40,6 +43,33 @@ describe("routes not implemented yet", () => {
   it("listSnapshots without a filter is 501 for an authenticated caller only", async () => {
     await expectError(call("/snapshots", { key: team.key }), 501, /Snapshots are not supported/);
     await expectError(call("/snapshots", { key: null }), 401);
+  });
+});
+
+describe("E2B routes this server does not serve", () => {
+  const routes: [method: string, path: string][] = [
+    ["GET", "/volumes"],
+    ["POST", "/secrets"],
+    ["DELETE", "/secrets/s1"],
+    ["POST", "/v3/templates"],
+    ["GET", "/templates/aliases/my-alias"],
+    ["GET", "/teams/t1/metrics"],
+    ["POST", "/access-tokens"],
+  ];
+  for (const [method, path] of routes) {
+    it(`${method} ${path} is a 501 that names it, after the key check`, async () => {
+      const res = await call(path, { key: team.key, method, body: method === "GET" || method === "DELETE" ? undefined : {} });
+      expect(res.status).toBe(501);
+      const body = (await res.json()) as { code: number; message: string };
+      expect(body.code).toBe(501);
+      expect(body.message).toMatch(new RegExp(`^${method} /\\S+ is not supported by this server yet$`));
+      await expectError(call(path, { key: null, method, body: method === "GET" || method === "DELETE" ? undefined : {} }), 401);
+    });
+  }
+
+  it("a path outside E2B's API stays a 404, and a served route is not shadowed", async () => {
+    await expectError(call("/no/such/route", { key: team.key }), 404, /not found/);
+    await expectStatus(call(`/sandboxes/${own}`, { key: team.key }), 200);
   });
 });
 
