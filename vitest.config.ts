@@ -1,4 +1,4 @@
-// Test tiers, one vitest project each (see test/README.md):
+// Test tiers, one vitest project each (test/README.md says what each needs):
 //   unit     pure modules (state machines, schemas, framing) in Node, milliseconds
 //   workerd  routes and Durable Objects inside the real Workers runtime, against a real sqld
 //   runtime  agent-runtime driven by the real e2b SDK
