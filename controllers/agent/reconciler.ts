@@ -5,7 +5,7 @@ import { isTerminal, type Driver, type DesiredSandbox, type SandboxObservation }
 import type { Runtime } from "../runtime/runtime.ts";
 import type { Intent, ObservationInput, ObservedPhase } from "../../schema/protocol/index.ts";
 import type { IntentStore } from "./intent-store.ts";
-import { WorkQueue, type Backoff, type WorkResult } from "./work-queue.ts";
+import { WorkQueue, type Backoff, type WorkResult } from "../lib/work-queue.ts";
 
 export interface ReconcilerDeps {
   store: IntentStore;

@@ -8,9 +8,11 @@
 // sandboxes. Knobs: `concurrency` workers for the normal lane, `urgentConcurrency` (default: the
 // same) for the urgent one.
 //
-// A key whose work throws is retried with per-key exponential backoff (`Backoff`); the sync loops
-// that are not keyed by sandbox use the same policy (`backoffMs`), so every retry in the agent
-// spaces out the same way.
+// A key whose work throws is retried with per-key exponential backoff (`Backoff`). Every retry
+// loop of the agent and its drivers goes through here: the reconciler (per sandbox), the
+// SandboxSet and SandboxClaim syncs (per object) use a WorkQueue; the informers' relist/rewatch,
+// the edge link's reconnect and kubectl requests use `backoffMs`. Neutral ground: drivers and
+// the agent both import it, neither imports the other for it.
 
 export type WorkResult = { requeueAfterMs?: number } | void;
 
@@ -92,6 +94,11 @@ export class WorkQueue {
 
   get depth(): number {
     return this.#queued.size + this.#running.size;
+  }
+
+  /** Keys waiting for a delayed run (a requeue or a retry). */
+  get scheduled(): number {
+    return this.#timers.size;
   }
 
   /** Whether a key waits in (or, once dequeued, runs in) the urgent lane. */
