@@ -292,6 +292,10 @@ kind: ResourceQuota
 metadata: { name: no-pods }
 spec: { hard: { pods: "0" } }
 `);
+    // No controller-manager here: the test writes the quota's status as its controller would
+    // (admission enforces only a quota with one), then waits until admission has seen it.
+    kubectlOk(["-n", ns, "patch", "resourcequota", "no-pods", "--subresource=status", "--type=merge", "-p", '{"status":{"hard":{"pods":"0"},"used":{"pods":"0"}}}']);
+    await until("the quota refusing pods", () => kubectl(["-n", ns, "run", "quota-probe", "--image=python:3.12", "--dry-run=server"]).status !== 0);
     const d = desired("quota1");
     try {
       const err = await driver.ensure(d).then(() => undefined, (e: unknown) => e);
@@ -305,19 +309,20 @@ spec: { hard: { pods: "0" } }
           (e) => e.reason === "ReconcileError" && e.type === "Warning" && e.involvedObject.name === "python-quota1",
         ),
       );
-    } finally {
       kubectlOk(["-n", ns, "delete", "resourcequota", "no-pods"]);
+      // The retry (the reconciler's next pass) succeeds once the API server takes the pod.
+      await until("the pod, once the quota is gone", () => driver.ensure(d).then(() => true));
+      const status = await until("Ready no longer ReconcileError", () => {
+        const s = JSON.parse(kubectlOk(["-n", ns, "get", "sbx", "python-quota1", "-o", "json"]));
+        const ready = s.status?.conditions?.find((c: { type: string }) => c.type === "Ready");
+        return ready && ready.reason !== "ReconcileError" ? ready : undefined;
+      });
+      expect(status.reason).not.toBe("ReconcileError");
+      expect(podOf(await pods(), "quota1")).toHaveLength(1);
+    } finally {
+      kubectl(["-n", ns, "delete", "resourcequota", "no-pods", "--ignore-not-found"]);
+      await driver.destroy("quota1");
     }
-    // The retry (the reconciler's next pass) succeeds once the API server takes the pod.
-    await until("the pod, once the quota is gone", () => driver.ensure(d).then(() => true));
-    const status = await until("Ready no longer ReconcileError", () => {
-      const s = JSON.parse(kubectlOk(["-n", ns, "get", "sbx", "python-quota1", "-o", "json"]));
-      const ready = s.status?.conditions?.find((c: { type: string }) => c.type === "Ready");
-      return ready && ready.reason !== "ReconcileError" ? ready : undefined;
-    });
-    expect(status.reason).not.toBe("ReconcileError");
-    expect(podOf(await pods(), "quota1")).toHaveLength(1);
-    await driver.destroy("quota1");
   });
 
   it("a team that is no namespace name is a TerminalError (InvalidSpec)", async () => {
