@@ -22,6 +22,13 @@ module.exports = {
       to: { path: "^(functions|durable-objects|controllers|schema|scripts|bench|test)/" },
     },
     {
+      name: "controllers-lib-depends-on-nothing-of-the-agent",
+      comment: "controllers/lib/ (the work queue and its backoff) is shared by the agent and the drivers.",
+      severity: "error",
+      from: { path: "^controllers/lib/" },
+      to: { path: "^(controllers/(agent|drivers|runtime|traffic)|functions|durable-objects)/" },
+    },
+    {
       name: "objects-never-import-routes",
       comment: "Durable Objects sit beneath the routes: operations both call live in durable-objects/operations/.",
       severity: "error",

@@ -3,13 +3,14 @@
 // `--all-namespaces` every namespace holding one; team = namespace) go to the edge as
 // `sandboxsets`/`claims` items, and kubectl edits
 // of a Sandbox (spec.paused, delete) as `requests`. The edge decides; the driver acts only on the
-// intents that follow. Everything is level-based and retried until the edge answers.
+// intents that follow. Everything is level-based and retried (with the work queue's backoff) until the edge answers.
 import type { KubeConfig } from "@kubernetes/client-node";
 import type { KubernetesDriver, SandboxRequest } from "../drivers/kubernetes/kubernetes-driver.ts";
 import { LinkClaimer, SandboxClaimSync } from "./kube-sync/sandboxclaim-sync.ts";
 import { NamespaceDiscovery } from "../drivers/kubernetes/namespace-discovery.ts";
 import { LinkPoolSink, SandboxSetSync } from "./kube-sync/sandboxset-sync.ts";
 import type { Link } from "./link.ts";
+import { backoffMs } from "../lib/work-queue.ts";
 
 export interface CrdLinkOptions {
   link: Link;
@@ -46,7 +47,7 @@ export interface CrdLink {
  * The driver's `onRequest`, from the moment the driver exists: kubectl edits the driver reports
  * before the link is up (made while the agent was down, found by its first list) wait here; each
  * is sent as a `requests` item with the edge generation the edited Sandbox showed (the driver
- * reads it from the object), retried until the edge answers.
+ * reads it from the object), retried (with the work queue's backoff) until the edge answers.
  */
 export class KubectlRequests {
   #link: Pick<Link, "call"> | undefined;
@@ -74,7 +75,7 @@ export class KubectlRequests {
     for (const t of this.#timers) clearTimeout(t);
   }
 
-  #send(req: SandboxRequest): void {
+  #send(req: SandboxRequest, attempt = 1): void {
     if (this.#stopped) return;
     const what = `kubectl ${req.action} of ${req.sandboxId}`;
     this.#link!
@@ -88,8 +89,8 @@ export class KubectlRequests {
         this.#log(`${what}: ${(err as Error).message}; retrying`);
         const t = setTimeout(() => {
           this.#timers.delete(t);
-          this.#send(req);
-        }, this.#retryMs);
+          this.#send(req, attempt + 1);
+        }, backoffMs(attempt, { baseMs: this.#retryMs, maxMs: 30_000 }));
         this.#timers.add(t);
       });
   }

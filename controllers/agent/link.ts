@@ -21,6 +21,7 @@ import {
   type SandboxSetItemInput,
   type Welcome,
 } from "../../schema/protocol/index.ts";
+import { backoffMs, type Backoff } from "../lib/work-queue.ts";
 
 export interface LinkOptions {
   /** Edge base URL, e.g. http://127.0.0.1:8787 (ws/wss is derived). */
@@ -35,7 +36,8 @@ export interface LinkOptions {
   log?: (msg: string) => void;
 }
 
-const MAX_BACKOFF_MS = 10_000;
+/** Reconnecting: 200 ms doubling to 10 s, then jittered (many agents must not redial in step). */
+const RECONNECT_BACKOFF: Backoff = { baseMs: 200, maxMs: 10_000 };
 /** An item the edge has not answered in this long is failed (the caller retries, level-based). */
 const REPLY_TIMEOUT_MS = 60_000;
 
@@ -173,7 +175,7 @@ export class Link {
       this.#failReplies("session closed");
       if (this.#closed) return;
       if (ev.code === 4400 || ev.code === 4401) this.#log(`edge closed the link: ${ev.code} ${ev.reason}`);
-      const delay = Math.min(MAX_BACKOFF_MS, 200 * 2 ** this.#attempt++) * (0.5 + Math.random() / 2);
+      const delay = backoffMs(++this.#attempt, RECONNECT_BACKOFF) * (0.5 + Math.random() / 2);
       this.#retry = setTimeout(() => this.#connect(), delay);
     };
   }

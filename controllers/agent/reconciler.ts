@@ -1,11 +1,11 @@
 // Level-based reconciliation of one sandbox at a time: read the newest accepted intent and what
 // the driver sees, act on the difference, register the sandbox with the embedded runtime, and
 // report what is there. Running it twice is harmless; it never acts on an event, only on state.
-import type { Driver, DesiredSandbox, SandboxObservation } from "../drivers/driver.ts";
+import { isTerminal, type Driver, type DesiredSandbox, type SandboxObservation } from "../drivers/driver.ts";
 import type { Runtime } from "../runtime/runtime.ts";
 import type { Intent, ObservationInput, ObservedPhase } from "../../schema/protocol/index.ts";
 import type { IntentStore } from "./intent-store.ts";
-import { WorkQueue, type WorkResult } from "./work-queue.ts";
+import { WorkQueue, type Backoff, type WorkResult } from "../lib/work-queue.ts";
 
 export interface ReconcilerDeps {
   store: IntentStore;
@@ -16,7 +16,14 @@ export interface ReconcilerDeps {
   /** Called once a generation has been acted on: converged (`applied`) or still converging. */
   settled(id: string, generation: number, result: "applied" | "accepted", message?: string): void;
   now?: () => number;
+  /** Retry spacing of failed passes (default: the work queue's). */
+  backoff?: Backoff;
+  /** Where a failed pass is logged (default: console.error). */
+  onError?: (id: string, err: unknown) => void;
 }
+
+/** The Ready reason while a transient failure of `driver.ensure` is being retried. */
+export const RETRY_REASON = "ReconcileError";
 
 /** The endpoint the ingress understands for sandboxes whose runtime lives in this process. */
 export const EMBEDDED_ENDPOINT = "embedded:";
@@ -86,7 +93,7 @@ export class Reconciler {
     // Where the runtime lives in a pod, a claim's pass is mostly waiting (the driver answers a warm
     // member from its cache, then one HTTP /init): with the default 8 urgent workers, 50
     // concurrent creates waited a median 430 ms in the queue for a free worker (kube bench, 200 pods).
-    this.queue = new WorkQueue({ work: (id) => this.reconcile(id), urgentConcurrency: deps.driver.capabilities.hostView ? undefined : 64 });
+    this.queue = new WorkQueue({ work: (id) => this.reconcile(id), urgentConcurrency: deps.driver.capabilities.hostView ? undefined : 64, backoff: deps.backoff, onError: deps.onError });
   }
 
   /** Accepts an intent if it is newer than the stored one and schedules the sandbox. */
@@ -126,10 +133,7 @@ export class Reconciler {
       const desired = driver.capabilities.hostView ? desiredFor(intent) : { ...desiredFor(intent), accessToken: intent.envdAccessToken };
       obs = await driver.ensure(desired);
     } catch (err) {
-      const message = (err as Error).message;
-      this.#report({ sandboxId: id, generation: intent.generation, phase: "Failed", ready: false, reason: "EnsureFailed", message, observedAt: this.#now() });
-      this.#d.settled(id, intent.generation, "accepted", message);
-      throw err;
+      return this.#ensureFailed(intent, err);
     }
 
     if (!driver.capabilities.hostView) return this.#reconcileRemote(intent, obs);
@@ -155,6 +159,35 @@ export class Reconciler {
     this.#settle(intent, converged, obs.phase, obs.message);
     // Pending sandboxes are looked at again soon; the rest wait for the next intent.
     return converged || obs.phase === "Failed" ? undefined : { requeueAfterMs: 250 };
+  }
+
+  /**
+   * `driver.ensure` threw. A TerminalError is final for this generation: phase Failed with its
+   * reason, acked, not retried (the next intent is). Anything else is transient: the sandbox is
+   * kept, the edge sees `Ready=False` (reason ReconcileError, the error and the retry in the
+   * message) and the work queue tries again after its backoff. A create waiting on this sandbox
+   * is not acked meanwhile, so its bound decides (ARCHITECTURE.md, "Error model").
+   */
+  async #ensureFailed(intent: Intent, err: unknown): Promise<WorkResult> {
+    const id = intent.sandboxId;
+    const base = { sandboxId: id, generation: intent.generation, ready: false, revision: intent.template?.revision, observedAt: this.#now() };
+    if (isTerminal(err)) {
+      const condition = { type: "Ready", status: "False" as const, reason: err.reason, message: err.message, lastTransitionTime: this.#now() };
+      this.#report({ ...base, phase: "Failed", reason: err.reason, message: err.message, conditions: [condition] });
+      this.#d.settled(id, intent.generation, "accepted", err.message);
+      return;
+    }
+    const attempt = this.queue.failures(id) + 1;
+    const afterMs = this.queue.retryDelay(attempt);
+    const message = `${(err as Error)?.message ?? String(err)} (attempt ${attempt}, retrying in ${afterMs} ms)`;
+    const seen = await this.#d.driver.observe(id).catch(() => undefined);
+    // What is there stays what it is (a running sandbox whose update failed still runs); a sandbox
+    // not made yet, or broken on the way, is still Pending: it is being retried, not failed.
+    const phase = !seen || seen.phase === "Failed" ? "Pending" : phaseOf(seen);
+    const condition = { type: "Ready", status: "False" as const, reason: RETRY_REASON, message, lastTransitionTime: this.#now() };
+    this.#report({ ...base, phase, reason: RETRY_REASON, message, conditions: [condition] });
+    this.#settle(intent, false, "Pending", message);
+    throw err;
   }
 
   /** The remote-runtime half of reconcile: re-init the pod's runtime once per generation. */

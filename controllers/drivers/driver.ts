@@ -2,7 +2,8 @@
 // reconciler only talks to this: it hands a driver the desired state of one sandbox and reads back
 // what is actually there. Every method is idempotent, so a repeated intent or an agent restart is
 // harmless. A driver that cannot do something says so with UnsupportedError; it never returns a
-// success that did nothing.
+// success that did nothing. Errors say whether to retry: TerminalError (and UnsupportedError) is
+// final for that spec, anything else is transient (docs/ARCHITECTURE.md, "Error model").
 import type { Duplex } from "node:stream";
 import type { EgressPolicy } from "../../schema/protocol/egress.ts";
 import type { SandboxView, SpawnRequest } from "../runtime/sandbox-view.ts";
@@ -157,16 +158,37 @@ export interface Driver {
   destroy(id: string): Promise<void>;
 }
 
-/** A capability this driver lacks on this host. */
-export class UnsupportedError extends Error {
+/**
+ * A failure that trying again cannot fix: a spec that is invalid or asks for what this driver
+ * cannot do (a template that cannot exist, an unsupported capability). The reconciler reports it
+ * as phase Failed at once. Every other error a driver throws is transient: the reconciler reports
+ * `Ready=False` with its message and retries with backoff, and the sandbox is kept.
+ */
+export class TerminalError extends Error {
+  /** CamelCase reason for the Ready condition and the observation (e.g. `InvalidSpec`). */
+  readonly reason: string;
+  constructor(reason: string, message: string) {
+    super(message);
+    this.name = "TerminalError";
+    this.reason = reason;
+  }
+}
+
+export function isTerminal(err: unknown): err is TerminalError {
+  return err instanceof TerminalError;
+}
+
+/** A capability this driver lacks on this host (terminal: asking again gives the same answer). */
+export class UnsupportedError extends TerminalError {
   readonly capability: string;
   constructor(capability: string, reason: string) {
-    super(`${capability} is not supported: ${reason}`);
+    super("Unsupported", `${capability} is not supported: ${reason}`);
     this.name = "UnsupportedError";
     this.capability = capability;
   }
 }
 
+/** Transient where ensure meets it (a pod not up yet): only a TerminalError is final. */
 export class SandboxNotFoundError extends Error {
   readonly sandboxId: string;
   constructor(sandboxId: string, detail = "not found") {

@@ -3,10 +3,12 @@
 // `result`, never as throws.
 //
 // Phases: Pending → Running → Pausing → Paused → Resuming → Running; any → Terminating → gone;
-// Failed when the agent reports it or rejects an intent. Condition reasons:
+// Failed only when the agent reports it (a terminal error) or rejects an intent; a transient
+// failure the agent retries is a Ready=False reason, never Failed. Condition reasons:
 //   Ready              Pending (not yet observed), RuntimeReady (runtime answers and is
 //                      initialised for this generation), RuntimeNotReady, Paused, Terminating,
-//                      IntentRejected, or the agent's own reason (e.g. ImagePullFailed)
+//                      IntentRejected, ReconcileError (the agent retries a failure), or the
+//                      agent's own reason (e.g. ImagePullFailed)
 //   RuntimeInitialized Pending (re-init with this claim's token and env vars sent), Succeeded
 //   SandboxPaused      Pending (pause sent), FreezePauseSucceed (cgroup-frozen, memory kept),
 //                      StopPauseSucceed (released, filesystem kept)
@@ -236,16 +238,22 @@ function observe(s: SandboxState, obs: Observation, now: number): Transition {
       if (s.desired !== "deleted") fail(s, obs.reason ?? "Failed", obs.message, now);
       break;
     case "Running":
-      if (s.desired !== "running") break;
+      if (s.desired !== "running") {
+        retrying(s, obs, now); // a pause the agent retries
+        break;
+      }
       if (obs.ready) becomeRunning(s, now);
       else setCondition(s, "Ready", "False", obs.reason ?? "RuntimeNotReady", now, obs.message);
       break;
     case "Paused":
       if (s.desired === "paused") becomePaused(s, now);
+      else retrying(s, obs, now);
       break;
     case "Pending":
     case "Pausing":
     case "Resuming":
+      retrying(s, obs, now);
+      break;
     case "Terminating":
       break;
     default:
@@ -301,7 +309,17 @@ function becomeRunning(s: SandboxState, now: number): void {
 
 function becomePaused(s: SandboxState, now: number): void {
   s.phase = "Paused";
+  setCondition(s, "Ready", "False", "Paused", now); // replaces a retry's reason
   setCondition(s, "SandboxPaused", "True", s.pauseStrategy === "Stop" ? "StopPauseSucceed" : "FreezePauseSucceed", now);
+}
+
+/**
+ * The agent is retrying a transient failure (its Ready condition False with a reason): not
+ * Failed, the phase stays, and Ready says why, so a create that runs out of time answers with it.
+ */
+function retrying(s: SandboxState, obs: Observation, now: number): void {
+  const ready = obs.conditions?.find((c) => c.type === "Ready" && c.status === "False" && c.reason);
+  if (ready && s.desired !== "deleted") setCondition(s, "Ready", "False", ready.reason!, now, ready.message);
 }
 
 function fail(s: SandboxState, reason: string, message: string | undefined, now: number): void {

@@ -123,8 +123,9 @@ export class SandboxGroupDO extends DurableObject<Env> {
         return { ok: false, error: t.failure };
       }
       if (!t.acked) {
+        const message = `The cluster did not take sandbox "${id}" within ${input.waitMs} ms${retryDetail(slot.state)}`;
         await this.apply(id, { type: "kill" }, 0);
-        return { ok: false, error: { code: ErrorCode.placementTimeout, message: `The cluster did not take sandbox "${id}" within ${input.waitMs} ms` } };
+        return { ok: false, error: { code: ErrorCode.placementTimeout, message } };
       }
       if (slot.state?.phase === "Failed") {
         const error = { code: ErrorCode.createFailed, message: failureMessage(slot.state) };
@@ -503,7 +504,7 @@ export class SandboxGroupDO extends DurableObject<Env> {
         if (s.phase === "Running") return { ok: true, state: s };
         if (s.phase === "Failed") return { ok: false, error: { code: ErrorCode.createFailed, message: failureMessage(s) } };
         const left = deadline - Date.now();
-        if (left <= 0) return { ok: false, error: { code: ErrorCode.placementTimeout, message: `Sandbox "${id}" did not become ready within ${boundMs} ms` } };
+        if (left <= 0) return { ok: false, error: { code: ErrorCode.placementTimeout, message: `Sandbox "${id}" did not become ready within ${boundMs} ms${retryDetail(s)}` } };
         await new Promise<void>((resolve) => {
           const done = () => {
             clearTimeout(timer);
@@ -544,6 +545,13 @@ function notify(slot: Slot): void {
 function failureMessage(s: SandboxState): string {
   const ready = s.conditions.find((c) => c.type === "Ready");
   return `Sandbox failed: ${ready?.reason ?? "unknown"}${ready?.message ? ` (${ready.message})` : ""}`;
+}
+
+/** Why a sandbox is not ready yet when the agent said (e.g. a failure it is retrying), for a timeout's message. */
+function retryDetail(s: SandboxState | null): string {
+  const ready = s?.conditions.find((c) => c.type === "Ready" && c.status === "False");
+  if (!ready || ready.reason === "Pending" || !ready.message) return "";
+  return `: ${ready.reason}: ${ready.message}`;
 }
 
 function notFound(id: string): { ok: false; error: { code: typeof ErrorCode.sandboxNotFound; message: string } } {

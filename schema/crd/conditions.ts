@@ -38,12 +38,18 @@ export const ReadyReason = {
   ImagePullFailed: "ImagePullFailed",
   /** A container is Waiting for a reason other than pulling or creating (CrashLoopBackOff, ...). */
   StartContainerFailed: "StartContainerFailed",
-  /** The API server refused the pod (quota, admission, invalid template). */
+  /** The API server refused the pod as invalid (422): final. A refusal that may clear (quota,
+   * admission) is a ReconcileError while it is retried. */
   PodCreateFailed: "PodCreateFailed",
   /** The pod is created and starting (ContainerCreating, PodInitializing, not yet ready). */
   PodStarting: "PodStarting",
   /** The sandbox is paused: no pod runs (Stop) or its processes are frozen (Freeze). */
   Paused: "Paused",
+  /** A change of the sandbox failed and the agent retries it with backoff (message: the error);
+   * it is not Failed. Replaced by the pod's own reason once a pass succeeds. */
+  ReconcileError: "ReconcileError",
+  /** The desired sandbox cannot be made as asked (e.g. a team name that is no namespace name); final. */
+  InvalidSpec: "InvalidSpec",
 } as const;
 export type ReadyReason = (typeof ReadyReason)[keyof typeof ReadyReason];
 
@@ -83,6 +89,8 @@ export const EventReason = {
   Paused: "Paused",
   Resumed: "Resumed",
   InplaceUpdated: "InplaceUpdated",
+  /** The first failure of a retried change (Warning; the Ready condition carries the latest). */
+  ReconcileError: "ReconcileError",
 } as const;
 
 /** Returns `conditions` with `next` set, keeping lastTransitionTime when the status did not change. */

@@ -3,7 +3,8 @@ import { SandboxIdSchema } from "./ids.ts";
 
 /**
  * What the agent sees of one sandbox. `Deleted` means gone (destroyed, or never existed on this
- * cluster); `Failed` is terminal until a newer intent arrives.
+ * cluster); `Failed` is terminal until a newer intent arrives, and only a terminal error makes it:
+ * a failure the agent retries keeps the phase and says so in a `Ready` condition.
  */
 export const ObservedPhaseSchema = z.enum([
   "Pending",
@@ -30,8 +31,11 @@ export const EndpointSchema = z.object({
 export type Endpoint = z.infer<typeof EndpointSchema>;
 
 /**
- * A Kubernetes-style condition the agent computed for the sandbox: lifecycle hook and probe
- * results (e.g. `PostStartHook`, `ReadinessProbe`, `RuntimeInit`), with CamelCase reasons.
+ * A Kubernetes-style condition the agent computed for the sandbox, with CamelCase reasons:
+ * `Ready` False with reason `ReconcileError` while the agent retries a failure (message: the
+ * error, the attempt and the delay before the next; the edge mirrors it, the phase stays), or
+ * with a terminal error's reason beside phase Failed; lifecycle hook and probe results (e.g.
+ * `PostStartHook`, `ReadinessProbe`, `RuntimeInit`).
  */
 export const ObservedConditionSchema = z.object({
   type: z.string().min(1),

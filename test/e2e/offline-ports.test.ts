@@ -3,7 +3,8 @@
 import { Sandbox } from "e2b";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { getWithHost } from "./host-request.ts";
-import { e2b, sleep } from "./sdk.ts";
+import { e2b } from "./sdk.ts";
+import { waitFor } from "../support/wait-for.ts";
 
 /** A WebSocket echo server for the sandbox's own node: the handshake by hand, short text frames
  * echoed back. */
@@ -23,13 +24,6 @@ server.on("upgrade", (req, socket) => {
 server.listen(8081, "127.0.0.1");
 `;
 
-async function until<T>(what: string, fn: () => Promise<T | undefined>): Promise<T> {
-  for (const deadline = Date.now() + 10_000; Date.now() < deadline; await sleep(200)) {
-    const v = await fn().catch(() => undefined);
-    if (v !== undefined) return v;
-  }
-  throw new Error(`${what} within 10 s`);
-}
 
 let sbx: Sandbox;
 beforeAll(async () => {
@@ -50,10 +44,10 @@ describe("user ports of a sandbox without internet access", () => {
 
     await sbx.files.write("/home/user/www/index.html", "offline but reachable");
     await sbx.commands.run("cd /home/user/www && python3 -m http.server 8000 >/dev/null 2>&1", { background: true });
-    const byHost = await until("page by host", async () => {
+    const byHost = await waitFor(async () => {
       const r = await getWithHost(`${apiUrl}/index.html`, sbx.getHost(8000));
       return r.status === 200 ? r : undefined;
-    });
+    }, { what: "the page by host", intervalMs: 200 });
     expect(byHost.body).toBe("offline but reachable");
 
     const posted = await fetch(`${apiUrl}/missing`, { method: "POST", headers, body: "x".repeat(100_000) });
@@ -70,7 +64,7 @@ describe("user ports of a sandbox without internet access", () => {
     await sbx.files.write("/home/user/ws-echo.js", WS_ECHO);
     await sbx.commands.run("node /home/user/ws-echo.js >/dev/null 2>&1", { background: true });
     const { apiUrl } = e2b();
-    const reply = await until("websocket echo", () => {
+    const reply = await waitFor(() => {
       const ws = new WebSocket(`${apiUrl.replace(/^http/, "ws")}/socket`, { headers: { "e2b-sandbox-id": sbx.sandboxId, "e2b-sandbox-port": "8081" } } as never);
       return new Promise<string>((ok, fail) => {
         const timer = setTimeout(() => fail(new Error("no echo within 5 s")), 5_000);
@@ -78,7 +72,7 @@ describe("user ports of a sandbox without internet access", () => {
         ws.onmessage = (e) => (clearTimeout(timer), ws.close(), ok(String(e.data)));
         ws.onerror = ws.onclose = () => (clearTimeout(timer), fail(new Error("websocket failed or closed before the echo")));
       });
-    });
+    }, { what: "the websocket echo", intervalMs: 200 });
     expect(reply).toBe("ping into an offline sandbox");
   });
 

@@ -13,6 +13,7 @@ import { startTestEdge, type TestEdge } from "./support/edge.ts";
 import { runRuntimes, startKubeAgent, type KubeAgent } from "./support/kube-agent.ts";
 import { TestKubelet } from "./support/kubelet.ts";
 import { freshNamespace, kubeConfig, kubectl, kubectlOk, table, until } from "./support/namespace.ts";
+import { withSandboxSet } from "./support/sandbox-set.ts";
 
 let edge: TestEdge;
 let ns: string;
@@ -61,15 +62,7 @@ beforeAll(async () => {
   await kubelet.start();
   runtimes = await runRuntimes(ns);
   k = await startKubeAgent(edge, ns, "kube-claims");
-  kubectlOk(["-n", ns, "apply", "-f", "-"], `
-apiVersion: agents.kruise.io/v1alpha1
-kind: SandboxSet
-metadata: { name: pool }
-spec:
-  replicas: 2
-  template: { spec: { containers: [{ name: sandbox, image: python:3.12 }] } }
-`);
-  await until("warm pool of 2", () => table(kubectlOk(["-n", ns, "get", "sbs", "pool"]))[0]?.AVAILABLE === "2", 60_000);
+  await withSandboxSet(ns, "pool", { replicas: 2, available: 2 });
 }, 180_000);
 
 afterAll(async () => {

@@ -6,6 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { LABEL } from "../../schema/crd/labels.ts";
 import { createRuntime } from "../../controllers/runtime/runtime.ts";
 import { HostView } from "../../controllers/runtime/host-view.ts";
+import { isTerminal, TerminalError } from "../../controllers/drivers/driver.ts";
 import { KubernetesDriver, idLabel, type KubeDesiredSandbox, type SandboxRequest } from "../../controllers/drivers/kubernetes/kubernetes-driver.ts";
 import { TestKubelet } from "./support/kubelet.ts";
 import { freshNamespace, kubeConfig, kubectl, kubectlOk, table, until } from "./support/namespace.ts";
@@ -282,6 +283,52 @@ describe("kubernetes driver", () => {
     expect(events.schedEv.type).toBe("Warning");
     await driver.destroy("pullfail");
     await driver.destroy("nonode");
+  });
+
+  it("a refused pod (quota) is a ReconcileError on the Sandbox while it is retried, not a failure; a later pass creates it", async () => {
+    kubectlOk(["-n", ns, "apply", "-f", "-"], `
+apiVersion: v1
+kind: ResourceQuota
+metadata: { name: no-pods }
+spec: { hard: { pods: "0" } }
+`);
+    // No controller-manager here: the test writes the quota's status as its controller would
+    // (admission enforces only a quota with one), then waits until admission has seen it.
+    kubectlOk(["-n", ns, "patch", "resourcequota", "no-pods", "--subresource=status", "--type=merge", "-p", '{"status":{"hard":{"pods":"0"},"used":{"pods":"0"}}}']);
+    await until("the quota refusing pods", () => kubectl(["-n", ns, "run", "quota-probe", "--image=python:3.12", "--dry-run=server"]).status !== 0);
+    const d = desired("quota1");
+    try {
+      const err = await driver.ensure(d).then(() => undefined, (e: unknown) => e);
+      expect(err).toBeInstanceOf(Error);
+      expect(isTerminal(err)).toBe(false);
+      const sbx = JSON.parse(kubectlOk(["-n", ns, "get", "sbx", "python-quota1", "-o", "json"]));
+      expect(sbx.status.conditions).toContainEqual(expect.objectContaining({ type: "Ready", status: "False", reason: "ReconcileError", message: expect.stringMatching(/forbidden|quota/i) }));
+      expect((err as Error).message).toBe(sbx.status.conditions.find((c: { type: string }) => c.type === "Ready").message);
+      await until("a ReconcileError event", () =>
+        (JSON.parse(kubectlOk(["-n", ns, "get", "events", "-o", "json"])).items as { reason: string; type: string; involvedObject: { name: string } }[]).some(
+          (e) => e.reason === "ReconcileError" && e.type === "Warning" && e.involvedObject.name === "python-quota1",
+        ),
+      );
+      kubectlOk(["-n", ns, "delete", "resourcequota", "no-pods"]);
+      // The retry (the reconciler's next pass) succeeds once the API server takes the pod.
+      await until("the pod, once the quota is gone", () => driver.ensure(d).then(() => true));
+      const status = await until("Ready no longer ReconcileError", () => {
+        const s = JSON.parse(kubectlOk(["-n", ns, "get", "sbx", "python-quota1", "-o", "json"]));
+        const ready = s.status?.conditions?.find((c: { type: string }) => c.type === "Ready");
+        return ready && ready.reason !== "ReconcileError" ? ready : undefined;
+      });
+      expect(status.reason).not.toBe("ReconcileError");
+      expect(podOf(await pods(), "quota1")).toHaveLength(1);
+    } finally {
+      kubectl(["-n", ns, "delete", "resourcequota", "no-pods", "--ignore-not-found"]);
+      await driver.destroy("quota1");
+    }
+  });
+
+  it("a team that is no namespace name is a TerminalError (InvalidSpec)", async () => {
+    const err = await driver.ensure(desired("badns", { namespace: "Not_A_Namespace", claimed: true })).then(() => undefined, (e: unknown) => e);
+    expect(err).toBeInstanceOf(TerminalError);
+    expect(err).toMatchObject({ reason: "InvalidSpec", message: expect.stringContaining("Not_A_Namespace") });
   });
 
   it("a restarted driver adopts every sandbox without duplicates and reports orphans for clean-up", async () => {

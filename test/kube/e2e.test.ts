@@ -9,6 +9,7 @@ import { runRuntimes, startKubeAgent, type KubeAgent } from "./support/kube-agen
 import { TestKubelet } from "./support/kubelet.ts";
 import { startWsEcho } from "./support/ws-echo.ts";
 import { kubeConfig, kubectlOk, table, until } from "./support/namespace.ts";
+import { withSandboxSet } from "./support/sandbox-set.ts";
 
 const NS = "admin"; // the admin key's team: team name = namespace
 let edge: TestEdge;
@@ -35,17 +36,7 @@ afterAll(async () => {
 
 describe("E2B on Kubernetes", () => {
   it("a kubectl-applied SandboxSet warms pods; an E2B create claims one, runs a command, and the pool refills", async () => {
-    kubectlOk(["-n", NS, "apply", "-f", "-"], `
-apiVersion: agents.kruise.io/v1alpha1
-kind: SandboxSet
-metadata: { name: python }
-spec:
-  replicas: 2
-  template:
-    spec:
-      containers: [{ name: sandbox, image: python:3.12 }]
-`);
-    await until("warm pool of 2", () => table(kubectlOk(["-n", NS, "get", "sbs", "python"]))[0]?.AVAILABLE === "2", 60_000);
+    await withSandboxSet(NS, "python", { replicas: 2, available: 2 });
     const sbx = await Sandbox.create("python", { apiKey: edge.adminKey, apiUrl: edge.url, sandboxUrl: edge.url, requestTimeoutMs: 30_000 });
     const run = await sbx.commands.run("echo hello from $HOSTNAME-less pod");
     expect(run.stdout).toContain("hello from");

@@ -9,6 +9,7 @@ import { KubernetesDriver, type KubeDesiredSandbox } from "../../controllers/dri
 import { LABEL } from "../../schema/crd/labels.ts";
 import { TestKubelet } from "./support/kubelet.ts";
 import { freshNamespace, kubeConfig, kubectlOk, until } from "./support/namespace.ts";
+import { withSandboxSet } from "./support/sandbox-set.ts";
 
 let ns: string;
 let driver: KubernetesDriver;
@@ -28,16 +29,7 @@ async function podOf(id: string): Promise<V1Pod> {
 beforeAll(async () => {
   ns = await freshNamespace("inplace");
   core = kubeConfig().makeApiClient(CoreV1Api);
-  kubectlOk(["-n", ns, "apply", "-f", "-"], `
-apiVersion: agents.kruise.io/v1alpha1
-kind: SandboxSet
-metadata: { name: python }
-spec:
-  replicas: 1
-  template:
-    spec:
-      containers: [{ name: sandbox, image: python:3.12 }]
-`);
+  await withSandboxSet(ns, "python");
   kubelet = new TestKubelet(kubeConfig(), ns);
   await kubelet.start();
   driver = new KubernetesDriver({ kubeConfig: kubeConfig("agent"), namespace: ns, runtimeImage: "ghcr.io/kruise-edge/sandbox-agent:test" });

@@ -8,6 +8,7 @@ import { KubernetesDriver, type KubeDesiredSandbox } from "../../controllers/dri
 import { startTestEdge, type TestEdge } from "./support/edge.ts";
 import { startKubeAgent, type KubeAgent } from "./support/kube-agent.ts";
 import { freshNamespace, kubeConfig, kubectlOk, until } from "./support/namespace.ts";
+import { withSandboxSet } from "./support/sandbox-set.ts";
 
 let edge: TestEdge;
 let home: string;
@@ -21,14 +22,6 @@ async function edgeTemplate(team: string, id: string): Promise<{ spec: Record<st
   if (!res.ok) throw new Error(`edge: ${res.status} ${await res.text()}`);
   return (await res.json()) as { spec: Record<string, unknown> };
 }
-
-const sandboxSet = (name: string) => `apiVersion: agents.kruise.io/v1alpha1
-kind: SandboxSet
-metadata: { name: ${name} }
-spec:
-  replicas: 1
-  template: { spec: { containers: [{ name: sandbox, image: python:3.12 }] } }
-`;
 
 const claimPhase = (ns: string, name: string) => JSON.parse(kubectlOk(["-n", ns, "get", "sbc", name, "-o", "json"])).status as { phase?: string; conditions?: { reason: string }[] } | undefined;
 
@@ -45,8 +38,8 @@ afterAll(async () => {
 describe("the CRD syncs over several namespaces", () => {
   it("--watch-namespaces A,B: SandboxSets of A and B are teams A's and B's templates, their pools pods in A and B, their claims answered", async () => {
     k = await startKubeAgent(edge, home, "kube-ns", undefined, { "watch-namespaces": `${teamA},${teamB}` });
-    kubectlOk(["-n", teamA, "apply", "-f", "-"], sandboxSet("alpha"));
-    kubectlOk(["-n", teamB, "apply", "-f", "-"], sandboxSet("beta"));
+    await withSandboxSet(teamA, "alpha");
+    await withSandboxSet(teamB, "beta");
     await until("alpha on the edge as team A's", () => edgeTemplate(teamA, "alpha"), 20_000);
     await until("beta on the edge as team B's", () => edgeTemplate(teamB, "beta"), 20_000);
     expect(await edgeTemplate(teamB, "alpha")).toBeUndefined();
@@ -64,11 +57,11 @@ describe("the CRD syncs over several namespaces", () => {
   it("--all-namespaces: a namespace whose first SandboxSet comes while the agent runs is synced", async () => {
     k = await startKubeAgent(edge, home, "kube-ns", undefined, { "all-namespaces": true });
     const late = await freshNamespace("team-late");
-    kubectlOk(["-n", late, "apply", "-f", "-"], sandboxSet("gamma"));
+    await withSandboxSet(late, "gamma");
     await until("gamma on the edge as the new team's", () => edgeTemplate(late, "gamma"), 20_000);
     await until(`a pool pod in ${late}`, () => kubectlOk(["-n", late, "get", "pods", "-l", "agents.kruise.io/sandbox-pool=gamma", "-o", "name"]).trim() !== "", 30_000);
     // The namespaces named before are still synced too.
-    kubectlOk(["-n", teamA, "apply", "-f", "-"], sandboxSet("delta"));
+    await withSandboxSet(teamA, "delta");
     await until("delta on the edge as team A's", () => edgeTemplate(teamA, "delta"), 20_000);
     await k.stop();
     k = undefined;

@@ -8,7 +8,7 @@ import { buildPod } from "../../controllers/drivers/kubernetes/pod-spec.ts";
 import { userLabels } from "../../schema/crd/user-metadata.ts";
 import { claimMetadataProblem } from "../../controllers/agent/kube-sync/sandboxclaim-sync.ts";
 import { watchNamespacesFlag } from "../../controllers/drivers/kubernetes/flags.ts";
-import { WorkQueue } from "../../controllers/agent/work-queue.ts";
+import { WorkQueue } from "../../controllers/lib/work-queue.ts";
 
 const pod = (status: V1Pod["status"], meta: V1Pod["metadata"] = {}): V1Pod => ({ metadata: { name: "p", uid: "u1", ...meta }, status });
 const ready = { phase: "Running", podIP: "10.0.0.1", conditions: [{ type: "Ready", status: "True" }] };

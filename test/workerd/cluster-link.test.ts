@@ -8,6 +8,7 @@ import { describe, expect, it } from "vitest";
 import { IntentSchema, PING_FRAME, PONG_FRAME, type Intent } from "../../schema/protocol/index.ts";
 import { fetchTransport, ScriptedAgent } from "../support/scripted-agent.ts";
 import { holdTurnWrites } from "./helpers.ts";
+import { waitFor } from "../support/wait-for.ts";
 
 const TOKEN = "test-cluster-token";
 const link = (cluster: string, token = TOKEN) => fetchTransport((url, init) => exports.default.fetch(url, init), token, cluster);
@@ -227,10 +228,3 @@ describe("ClusterDO outbox", () => {
   });
 });
 
-async function waitFor(check: () => Promise<boolean>, timeoutMs = 5_000): Promise<void> {
-  const end = Date.now() + timeoutMs;
-  while (!(await check())) {
-    if (Date.now() > end) throw new Error("condition not met in time");
-    await new Promise((r) => setTimeout(r, 10));
-  }
-}

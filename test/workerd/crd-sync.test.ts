@@ -9,6 +9,7 @@ import { CLAIM_METADATA_KEY } from "../../schema/protocol/index.ts";
 import { CrdLink } from "../support/crd-link.ts";
 import { fetchTransport, ScriptedAgent } from "../support/scripted-agent.ts";
 import { call, createTeam, expectStatus, unique } from "./helpers.ts";
+import { waitFor } from "../support/wait-for.ts";
 
 const link = (cluster: string) => fetchTransport((url, init) => exports.default.fetch(url, init) as never, "test-cluster-token", cluster);
 
@@ -32,14 +33,6 @@ async function adminTemplate(team: string, id: string): Promise<{ spec: Record<s
   const res = await call(`/admin/teams/${team}/templates/${id}`);
   if (res.status === 404) return undefined;
   return expectStatus(res, 200);
-}
-
-async function waitFor(check: () => Promise<boolean> | boolean, timeoutMs = 10_000): Promise<void> {
-  const end = Date.now() + timeoutMs;
-  while (!(await check())) {
-    if (Date.now() > end) throw new Error("condition not met in time");
-    await new Promise((r) => setTimeout(r, 20));
-  }
 }
 
 describe("SandboxSets over the agent link", () => {

@@ -10,6 +10,7 @@ import { sandboxStub } from "../../functions/api/stubs.ts";
 import { TemplateSpec } from "../../schema/api/template.ts";
 import { IntentSchema } from "../../schema/protocol/index.ts";
 import { holdTurnWrites, startAgent, unique } from "./helpers.ts";
+import { waitFor } from "../support/wait-for.ts";
 
 function poolOf(name: string) {
   return env.POOL.get(env.POOL.idFromName(`team-${name}/base`));
@@ -17,14 +18,6 @@ function poolOf(name: string) {
 
 function config(name: string, replicas: number, revision = "r1", spec: Record<string, unknown> = {}) {
   return { teamId: `team-${name}`, templateId: "base", revision, cluster: name, spec: TemplateSpec.parse({ replicas, ...spec }) };
-}
-
-async function waitFor(check: () => Promise<boolean>, timeoutMs = 10_000): Promise<void> {
-  const end = Date.now() + timeoutMs;
-  while (!(await check())) {
-    if (Date.now() > end) throw new Error("condition not met in time");
-    await new Promise((r) => setTimeout(r, 10));
-  }
 }
 
 describe("PoolDO", () => {

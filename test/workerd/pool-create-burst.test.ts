@@ -3,14 +3,7 @@
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
 import { call, createTeam, expectStatus, startAgent, unique } from "./helpers.ts";
-
-async function waitFor(check: () => Promise<boolean>, timeoutMs = 30_000): Promise<void> {
-  const end = Date.now() + timeoutMs;
-  while (!(await check())) {
-    if (Date.now() > end) throw new Error("condition not met in time");
-    await new Promise((r) => setTimeout(r, 10));
-  }
-}
+import { waitFor } from "../support/wait-for.ts";
 
 describe("create route with a warm pool", () => {
   it("200 concurrent creates against a pool of 100 give 200 distinct running sandboxes", async () => {

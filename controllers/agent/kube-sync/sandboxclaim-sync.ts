@@ -11,6 +11,7 @@ import { ClaimCompletedReason, setCondition, type Condition } from "../../../sch
 import type { ClaimItemInput } from "../../../schema/protocol/index.ts";
 import { GROUP, VERSION } from "../../../schema/crd/labels.ts";
 import { annotationsProblem, labelProblem } from "../../../schema/crd/user-metadata.ts";
+import { WorkQueue } from "../../lib/work-queue.ts";
 import { ObjectCache } from "../../drivers/kubernetes/object-cache.ts";
 import { parseQuantity } from "./sandboxset-sync.ts";
 import { slimCustom } from "../../drivers/kubernetes/slim.ts";
@@ -104,16 +105,24 @@ export class SandboxClaimSync {
   readonly #o: SandboxClaimSyncOptions;
   readonly #custom: CustomObjectsApi;
   readonly #now: () => number;
-  readonly #timers = new Map<string, NodeJS.Timeout>();
-  readonly #running = new Set<string>();
+  /** One pass per claim at a time; an unfinished claim is looked at again after the pass's delay,
+   * a failed pass after the queue's backoff (from `retryMs`). */
+  readonly #queue: WorkQueue;
   /** Generation each claim was last scheduled for. */
   readonly #seen = new Map<string, number>();
-  #stopped = false;
 
   constructor(opts: SandboxClaimSyncOptions) {
     this.#o = opts;
     this.#now = opts.now ?? Date.now;
     this.#custom = opts.kubeConfig.makeApiClient(CustomObjectsApi);
+    this.#queue = new WorkQueue({
+      work: async (name) => {
+        const after = await this.reconcile(name);
+        return after === undefined ? undefined : { requeueAfterMs: after };
+      },
+      backoff: { baseMs: opts.retryMs ?? 2000, maxMs: 30_000 },
+      onError: (name, err) => opts.log?.(`sandboxclaim ${name}: ${(err as Error).message}`),
+    });
     const ns = opts.namespace;
     this.claims = new ObjectCache<SandboxClaimObject>(opts.kubeConfig, {
       path: `/apis/${GROUP}/${VERSION}/namespaces/${ns}/sandboxclaims`,
@@ -127,7 +136,7 @@ export class SandboxClaimSync {
       if (verb === "delete") return this.#seen.delete(name);
       if (this.#seen.get(name) === c.metadata?.generation) return;
       this.#seen.set(name, c.metadata?.generation ?? 0);
-      this.#schedule(name, 0);
+      this.#queue.add(name);
     });
   }
 
@@ -136,29 +145,8 @@ export class SandboxClaimSync {
   }
 
   async stop(): Promise<void> {
-    this.#stopped = true;
-    for (const t of this.#timers.values()) clearTimeout(t);
+    this.#queue.close();
     await this.claims.stop();
-  }
-
-  #schedule(name: string, delayMs: number): void {
-    if (this.#stopped) return;
-    clearTimeout(this.#timers.get(name));
-    this.#timers.set(
-      name,
-      setTimeout(() => {
-        this.#timers.delete(name);
-        if (this.#running.has(name)) return this.#schedule(name, 100);
-        this.#running.add(name);
-        this.reconcile(name)
-          .then((next) => next !== undefined && this.#schedule(name, next))
-          .catch((err) => {
-            this.#o.log?.(`sandboxclaim ${name}: ${(err as Error).message}`);
-            this.#schedule(name, this.#o.retryMs ?? 2000);
-          })
-          .finally(() => this.#running.delete(name));
-      }, delayMs),
-    );
   }
 
   /** One pass over one claim; returns when to look again (undefined: not until it changes). */

@@ -10,6 +10,7 @@
 import type { z } from "zod";
 import type { Link } from "../link.ts";
 import type { TemplateSpec } from "../../../schema/api/template.ts";
+import { WorkQueue } from "../../lib/work-queue.ts";
 import type { ObjectCache } from "../../drivers/kubernetes/object-cache.ts";
 import type { SandboxSetObject } from "../../drivers/kubernetes/kubernetes-driver.ts";
 import { RUNTIME_CONTAINER } from "../../../schema/crd/labels.ts";
@@ -114,66 +115,51 @@ export class SandboxSetSync {
   readonly #synced = new Map<string, number>();
   /** name → uid of the object last seen (a delete event's object may be all that is left). */
   readonly #uids = new Map<string, string>();
-  readonly #timers = new Map<string, NodeJS.Timeout>();
-  /** Names with a push on the wire: one at a time per name, so replies cannot cross. */
-  readonly #inflight = new Set<string>();
-  /** Failed pushes in a row per name: a refusal that stands (e.g. another cluster owns the name)
-   * is retried less and less often, up to every 30 s. */
-  readonly #failures = new Map<string, number>();
-  #stopped = false;
+  /**
+   * One push per name at a time (replies cannot cross), the newest state each run (a push reads
+   * the cache, so a delete and an upsert need no separate ops), and a refusal that stands (e.g.
+   * another cluster owns the name) retried less and less often, up to every 30 s.
+   */
+  readonly #queue: WorkQueue;
 
   constructor(opts: SandboxSetSyncOptions) {
     this.#o = opts;
-    opts.sandboxSets.onChange((obj, verb) => {
+    this.#queue = new WorkQueue({
+      work: (name) => (name === INVENTORY ? this.#prune() : this.#push(name)),
+      backoff: { baseMs: opts.retryMs ?? 1000, maxMs: 30_000 },
+      onError: (name, err) => opts.log?.(`sandboxset ${name}: ${(err as Error).message}`),
+    });
+    opts.sandboxSets.onChange((obj) => {
       const name = obj.metadata!.name!;
       if (obj.metadata?.uid) this.#uids.set(name, obj.metadata.uid);
-      this.#schedule(name, verb === "delete" ? "remove" : "upsert", 0);
+      this.#queue.add(name);
     });
   }
 
   /** Pushes every SandboxSet the cache holds (the cache must be started). */
   start(): void {
-    for (const set of this.#o.sandboxSets.list()) this.#schedule(set.metadata!.name!, "upsert", 0);
-    this.#schedule(INVENTORY, "prune", 0);
+    for (const set of this.#o.sandboxSets.list()) this.#queue.add(set.metadata!.name!);
+    this.#queue.add(INVENTORY);
   }
 
   stop(): void {
-    this.#stopped = true;
-    for (const t of this.#timers.values()) clearTimeout(t);
+    this.#queue.close();
   }
 
   /** True when every SandboxSet's current generation has reached the edge. */
   get settled(): boolean {
-    return this.#timers.size === 0 && this.#inflight.size === 0 && this.#o.sandboxSets.list().every((s) => this.#synced.get(s.metadata!.name!) === s.metadata?.generation);
+    return this.#queue.depth === 0 && this.#queue.scheduled === 0 && this.#o.sandboxSets.list().every((s) => this.#synced.get(s.metadata!.name!) === s.metadata?.generation);
   }
 
-  #schedule(name: string, op: "upsert" | "remove" | "prune", delayMs: number): void {
-    if (this.#stopped) return;
-    clearTimeout(this.#timers.get(name));
-    this.#timers.set(
-      name,
-      setTimeout(() => {
-        this.#timers.delete(name);
-        if (this.#inflight.has(name)) return this.#schedule(name, op, 50);
-        this.#inflight.add(name);
-        void this.#push(name, op)
-          .then(() => this.#failures.delete(name))
-          .catch((err) => {
-            const n = (this.#failures.get(name) ?? 0) + 1;
-            this.#failures.set(name, n);
-            this.#o.log?.(`sandboxset ${name}: ${(err as Error).message}`);
-            this.#schedule(name, op, Math.min(30_000, (this.#o.retryMs ?? 1000) * 2 ** (n - 1)));
-          })
-          .finally(() => this.#inflight.delete(name));
-      }, delayMs),
-    );
+  #prune(): Promise<void> {
+    return this.#o.sink.prune(this.#o.namespace, this.#o.sandboxSets.list().map((s) => s.metadata!.name!));
   }
 
-  async #push(name: string, op: "upsert" | "remove" | "prune"): Promise<void> {
-    if (op === "prune") return this.#o.sink.prune(this.#o.namespace, this.#o.sandboxSets.list().map((s) => s.metadata!.name!));
+  /** Upserts the SandboxSet as the cache holds it, or removes it when it is gone or going. */
+  async #push(name: string): Promise<void> {
     const set = this.#o.sandboxSets.get(name);
     const ref = { namespace: this.#o.namespace, name, uid: set?.metadata?.uid ?? this.#uids.get(name) ?? "" };
-    if (op === "remove" || !set || set.metadata?.deletionTimestamp) {
+    if (!set || set.metadata?.deletionTimestamp) {
       if (ref.uid) await this.#o.sink.remove(ref);
       this.#synced.delete(name);
       this.#uids.delete(name);

@@ -20,13 +20,15 @@ import {
   type V1PodTemplateSpec,
 } from "@kubernetes/client-node";
 import { createHash } from "node:crypto";
-import { EventReason } from "../../../schema/crd/conditions.ts";
+import { EventReason, ReadyReason } from "../../../schema/crd/conditions.ts";
 import { ANNOTATION, API_VERSION, GROUP, LABEL, RUNTIME_PORT, SANDBOX_FINALIZER, VERSION } from "../../../schema/crd/labels.ts";
 import { userAnnotations, userLabels } from "../../../schema/crd/user-metadata.ts";
 import type { SpawnRequest } from "../../runtime/sandbox-view.ts";
 import { KeyedSerial } from "../../../lib/keyed-serial.ts";
 import {
+  isTerminal,
   SandboxNotFoundError,
+  TerminalError,
   UnsupportedError,
   type DesiredSandbox,
   type Driver,
@@ -214,6 +216,8 @@ export class KubernetesDriver implements Driver {
   /** Last user request reported per sandbox (`action@generation`), so each is reported once. */
   readonly #requested = new Map<string, string>();
   readonly #destroying = new Set<string>();
+  /** The last failed ensure of each sandbox still being retried, shown as its Ready condition. */
+  readonly #failing = new Map<string, { reason: ReadyReason; message: string }>();
 
   constructor(opts: KubernetesDriverOptions) {
     this.#opts = opts;
@@ -483,6 +487,8 @@ export class KubernetesDriver implements Driver {
       await this.#event(sc, sbx, "Normal", EventReason.PodCreated, `created pod ${body.metadata!.name}`);
     } catch (err) {
       if (statusCode(err) === 409) return; // the old pod of a Stop pause is still terminating
+      // Invalid: the same pod is refused every time. Other refusals (quota, admission) may clear.
+      if (statusCode(err) === 422) throw new TerminalError(ReadyReason.PodCreateFailed, `the API server refused pod ${body.metadata!.name}: ${apiMessage(err)}`);
       throw err;
     }
   }
@@ -527,11 +533,27 @@ export class KubernetesDriver implements Driver {
     if (sbx && live && d.state === "Running" && !sbx.spec.paused && !live.metadata?.deletionTimestamp && !this.#facts(sbx, d.id).frozen && !this.#inplacePending(sbx, d)) {
       // Running and staying so: only labels, owner and annotations can differ; write them behind.
       this.#deferred.set(d.id, d);
+      this.#failing.delete(d.id);
       this.#scheduleStatus(d.id);
       return this.#observe(d.id)!;
     }
     this.#deferred.delete(d.id);
-    return this.#serial(d.id, () => this.#converge(d));
+    return this.#serial(d.id, () => this.#converge(d).catch((err: unknown) => this.#failed(d.id, err)));
+  }
+
+  /**
+   * A failed converge: the Sandbox shows it as its Ready condition (ReconcileError while the agent
+   * retries, or the terminal reason) before the error goes back to the reconciler, which decides
+   * (TerminalError: Failed; anything else: retried). The status write is best effort: the API
+   * server may be what failed.
+   */
+  async #failed(id: string, err: unknown): Promise<never> {
+    const message = apiMessage(err);
+    const reason = isTerminal(err) && Object.values<string>(ReadyReason).includes(err.reason) ? (err.reason as ReadyReason) : ReadyReason.ReconcileError;
+    this.#failing.set(id, { reason, message });
+    await this.#writeStatus(id).catch(() => {});
+    if (isTerminal(err)) throw err;
+    throw new Error(message, { cause: err });
   }
 
   /** The slow half of ensure: creates, pod changes and the status write, in the sandbox's chain. */
@@ -561,6 +583,7 @@ export class KubernetesDriver implements Driver {
         await this.#event(sc, sbx, "Normal", EventReason.Paused, "processes frozen");
       }
     }
+    this.#failing.delete(d.id);
     await this.#writeStatus(d.id);
     return this.#observe(d.id)!;
   }
@@ -615,7 +638,7 @@ export class KubernetesDriver implements Driver {
   /** The namespace a new sandbox goes to: its team's (informers started on first use), else home. */
   async #scopeForNew(d: KubeDesiredSandbox): Promise<NamespaceScope> {
     const ns = d.namespace ?? this.namespace;
-    if (!NAMESPACE_PATTERN.test(ns)) throw new Error(`team "${ns}" is not a valid Kubernetes namespace name (lowercase letters, digits and '-', at most 63)`);
+    if (!NAMESPACE_PATTERN.test(ns)) throw new TerminalError(ReadyReason.InvalidSpec, `team "${ns}" is not a valid Kubernetes namespace name (lowercase letters, digits and '-', at most 63)`);
     const sc = this.#scope(ns);
     await sc.start();
     return sc;
@@ -704,7 +727,8 @@ export class KubernetesDriver implements Driver {
     const sbx = this.#sandbox(id);
     if (!sbx || sbx.metadata?.deletionTimestamp) return;
     const facts = this.#facts(sbx, id);
-    const state = sandboxState(facts);
+    const failing = this.#failing.get(id);
+    const state = failing ? { ...sandboxState(facts), ready: false, ...failing } : sandboxState(facts);
     const now = new Date(this.#now()).toISOString();
     const status = sandboxStatus(sbx.status, state, facts, sbx.metadata?.generation, now);
     const comparable = (s: SandboxStatus | undefined) => stableJson({ ...s, conditions: s?.conditions?.map((c) => ({ ...c, lastTransitionTime: "" })) });
@@ -723,6 +747,7 @@ export class KubernetesDriver implements Driver {
       this.#eventReason.set(id, state.reason);
       if (state.reason === "Unschedulable") await this.#event(sc, sbx, "Warning", EventReason.FailedScheduling, state.message);
       if (state.reason === "ImagePullFailed") await this.#event(sc, sbx, "Warning", EventReason.ImagePullFailed, state.message);
+      if (state.reason === ReadyReason.ReconcileError) await this.#event(sc, sbx, "Warning", EventReason.ReconcileError, state.message);
     }
   }
 
@@ -838,6 +863,7 @@ export class KubernetesDriver implements Driver {
     }
     this.#tokens.delete(id);
     this.#eventReason.delete(id);
+    this.#failing.delete(id);
     this.#deferred.delete(id);
     this.#requested.delete(id);
     this.#destroying.delete(id);

@@ -6,6 +6,7 @@
 // delete never sees the older state and the driver never creates twice.
 import { Watch, type KubeConfig, type KubernetesObject } from "@kubernetes/client-node";
 import { LABEL } from "../../../schema/crd/labels.ts";
+import { backoffMs, type Backoff } from "../../lib/work-queue.ts";
 
 interface Written<T> {
   obj: T | null;
@@ -27,9 +28,10 @@ export interface ObjectCacheOptions<T> {
 }
 
 const rvOf = (o: KubernetesObject | undefined | null): number => Number(o?.metadata?.resourceVersion ?? 0);
-/** First delay before watching again after a failed watch, doubled per failure in a row up to the max. */
-const RECONNECT_MS = 500;
-const MAX_RECONNECT_MS = 10_000;
+/** Watching again after a failed watch: 500 ms doubled per failure in a row, up to 10 s. */
+const WATCH_BACKOFF: Backoff = { baseMs: 500, maxMs: 10_000 };
+/** A list a fresh API server refuses while its storage initialises (429, 5xx): 100 ms doubling to 1 s. */
+const LIST_BACKOFF: Backoff = { baseMs: 100, maxMs: 1000 };
 
 export class ObjectCache<T extends KubernetesObject> {
   readonly #objects = new Map<string, T>();
@@ -78,7 +80,7 @@ export class ObjectCache<T extends KubernetesObject> {
       } catch (err) {
         const code = (err as { code?: number }).code ?? 0;
         if (this.#stopped || attempt >= 30 || (code !== 429 && code < 500 && code !== 0)) throw err;
-        await new Promise((r) => setTimeout(r, Math.min(1000, 100 * 2 ** attempt)));
+        await new Promise((r) => setTimeout(r, backoffMs(attempt + 1, LIST_BACKOFF)));
       }
     }
   }
@@ -107,7 +109,7 @@ export class ObjectCache<T extends KubernetesObject> {
       // later and later, never in a tight loop of requests.
       const failed = Boolean(err) && code !== 410 && (err as { name?: string }).name !== "TimeoutError";
       if (failed) this.#o.onError?.(err);
-      this.#resume(expired || code === 410, failed ? Math.min(MAX_RECONNECT_MS, RECONNECT_MS * 2 ** this.#failures++) : 0);
+      this.#resume(expired || code === 410, failed ? backoffMs(++this.#failures, WATCH_BACKOFF) : 0);
     };
     try {
       this.#abort = await this.#watch.watch(
@@ -141,7 +143,7 @@ export class ObjectCache<T extends KubernetesObject> {
       if (this.#stopped) return;
       (relist ? this.#relist().then(() => this.#watchFrom()) : this.#watchFrom()).catch((err: unknown) => {
         this.#o.onError?.(err);
-        this.#resume(true, Math.min(MAX_RECONNECT_MS, RECONNECT_MS * 2 ** this.#failures++));
+        this.#resume(true, backoffMs(++this.#failures, WATCH_BACKOFF));
       });
     }, delayMs);
   }

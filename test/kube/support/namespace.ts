@@ -2,6 +2,7 @@
 import { inject } from "vitest";
 import { CoreV1Api, KubeConfig } from "@kubernetes/client-node";
 import { spawnSync } from "node:child_process";
+import { waitFor } from "../../support/wait-for.ts";
 
 export function kubeConfig(who: "admin" | "agent" = "admin"): KubeConfig {
   const kube = inject("kube");
@@ -29,20 +30,9 @@ export function kubectlOk(args: string[], input?: string): string {
   return r.stdout;
 }
 
-/** Polls `check` until it returns a value other than undefined/false. */
-export async function until<T>(what: string, check: () => T | undefined | false | Promise<T | undefined | false>, timeoutMs = 30_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  let last: unknown;
-  while (Date.now() < deadline) {
-    try {
-      const v = await check();
-      if (v !== undefined && v !== false) return v;
-    } catch (err) {
-      last = err;
-    }
-    await new Promise((r) => setTimeout(r, 50));
-  }
-  throw new Error(`timed out waiting for ${what}${last ? `: ${(last as Error).message}` : ""}`);
+/** Polls `check` until it returns a value other than undefined/false (test/support/wait-for.ts). */
+export function until<T>(what: string, check: () => T | undefined | false | Promise<T | undefined | false>, timeoutMs = 30_000): Promise<T> {
+  return waitFor(check, { what, timeoutMs, intervalMs: 50 });
 }
 
 /** Rows of `kubectl get` output as header → cell maps. */

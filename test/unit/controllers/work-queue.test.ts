@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { WorkQueue } from "../../../controllers/agent/work-queue.ts";
+import { backoffMs, WorkQueue } from "../../../controllers/lib/work-queue.ts";
 
 /** Work that finishes only when the test releases it. */
 function gatedWork() {
@@ -59,6 +59,28 @@ describe("WorkQueue", () => {
     const deadline = Date.now() + 2_000;
     while (calls < 3 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
     expect(calls).toBe(3);
+    q.close();
+  });
+
+  it("backs off per key: base doubling per failure in a row, capped, and reset by a success", async () => {
+    expect([1, 2, 3, 4, 5, 6].map((n) => backoffMs(n, { baseMs: 100, maxMs: 1000 }))).toEqual([100, 200, 400, 800, 1000, 1000]);
+    let calls = 0;
+    const q = new WorkQueue({
+      work: async () => {
+        if (++calls < 4) throw new Error("not yet");
+      },
+      onError: () => {},
+      backoff: { baseMs: 1, maxMs: 2 },
+    });
+    const failures: number[] = [];
+    q.add("k");
+    while (calls < 4) {
+      failures.push(q.failures("k"));
+      await new Promise((r) => setTimeout(r, 1));
+    }
+    await q.idle();
+    expect(Math.max(...failures)).toBe(3);
+    expect(q.failures("k")).toBe(0);
     q.close();
   });
 });

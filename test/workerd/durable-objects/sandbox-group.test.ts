@@ -12,6 +12,7 @@ import type { IndexOp } from "../../../durable-objects/store/sandbox-index.ts";
 import type { Intent, Observation } from "../../../schema/protocol/index.ts";
 import type { ScriptedAgent } from "../../support/scripted-agent.ts";
 import { call, createTeam, expectError, expectStatus, holdTurnWrites, releaseTurnWrites, startAgent, unique, type TestTeam } from "../helpers.ts";
+import { waitFor } from "../../support/wait-for.ts";
 
 let team: TestTeam;
 let agent: ScriptedAgent;
@@ -34,7 +35,7 @@ async function create(body: Record<string, unknown> = {}): Promise<string> {
 async function expire(id: string): Promise<void> {
   const before = await stub(id).inspect();
   await expectStatus(call(`/sandboxes/${id}/timeout`, { key: team.key, body: { timeout: 0 } }), 204);
-  await eventually(async () => (await stub(id).inspect())?.generation !== before?.generation);
+  await waitFor(async () => (await stub(id).inspect())?.generation !== before?.generation);
 }
 
 /** Creates sandboxes until two share a group (36 groups: at most 37 creates). */
@@ -92,14 +93,6 @@ async function scriptCluster(sandboxId: string, script: Script | null): Promise<
   });
 }
 
-async function eventually(check: () => Promise<boolean>, ms = 5_000): Promise<void> {
-  const deadline = Date.now() + ms;
-  while (!(await check())) {
-    if (Date.now() > deadline) throw new Error("condition not reached in time");
-    await new Promise((r) => setTimeout(r, 10));
-  }
-}
-
 describe("timers", () => {
   it("kills at the end of life (onTimeout kill)", async () => {
     const id = await create({ timeout: 60 });
@@ -107,8 +100,8 @@ describe("timers", () => {
     await expectError(call(`/sandboxes/${id}`, { key: team.key }), 404);
     await agent.waitUntil(() => !agent.sandboxes.has(id));
     // The agent confirmed the deletion: the DO forgets the sandbox and its index row goes.
-    await eventually(async () => (await stub(id).inspect()) === null);
-    await eventually(async () => (await getIndexRow(getDb(env), id)) === undefined);
+    await waitFor(async () => (await stub(id).inspect()) === null);
+    await waitFor(async () => (await getIndexRow(getDb(env), id)) === undefined);
   });
 
   it("pauses at the end of life with autoPause, keeping memory unless autoPauseMemory is false", async () => {
@@ -126,7 +119,7 @@ describe("timers", () => {
   it("deletes a paused sandbox when its retention ends", async () => {
     const id = await create({ timeout: 60, metadata: { "e2b.agents.kruise.io/reserve-paused-sandbox-duration": "1ms" } });
     await expectStatus(call(`/sandboxes/${id}/pause`, { key: team.key, body: {} }), 204);
-    await eventually(async () => (await call(`/sandboxes/${id}`, { key: team.key })).status === 404);
+    await waitFor(async () => (await call(`/sandboxes/${id}`, { key: team.key })).status === 404);
     await agent.waitUntil(() => !agent.sandboxes.has(id));
   });
 });
@@ -194,11 +187,11 @@ describe("sandbox groups", () => {
       },
     });
     try {
-      await eventually(async () => movingAgent.running().length === 1);
-      await eventually(async () => (await expectStatus(call(`/admin/teams/${moving.name}/templates/${moving.template}`), 200)).pool.available === 1);
+      await waitFor(async () => movingAgent.running().length === 1);
+      await waitFor(async () => (await expectStatus(call(`/admin/teams/${moving.name}/templates/${moving.template}`), 200)).pool.available === 1);
       const id = (await expectStatus(call("/v2/sandboxes", { key: moving.key, body: { templateID: moving.template } }), 201)).sandboxID as string;
-      await eventually(async () => (reported.get(id) ?? 0) >= 2);
-      await eventually(async () => {
+      await waitFor(async () => (reported.get(id) ?? 0) >= 2);
+      await waitFor(async () => {
         const r = await stub(id).route();
         return r.ok && r.route.endpoint?.runtime === endpointOf(id, reported.get(id)!).runtime;
       });
@@ -257,7 +250,7 @@ describe("intent delivery", () => {
     try {
       await expectStatus(call(`/sandboxes/${other}/timeout`, { key: team.key, body: { timeout: 1 } }), 204);
       await expectStatus(call(`/sandboxes/${stalled}/timeout`, { key: team.key, body: { timeout: 0 } }), 204);
-      await eventually(async () => (await stub(stalled).inspect())?.phase === "Terminating");
+      await waitFor(async () => (await stub(stalled).inspect())?.phase === "Terminating");
       // `other` ends 1 s later, long before the stalled kill's enqueue returns.
       await agent.waitUntil(() => !agent.sandboxes.has(other), 4_000);
       expect(agent.sandboxes.has(stalled)).toBe(true);
@@ -276,7 +269,7 @@ describe("intent delivery", () => {
     await scriptCluster(id, (i) => (i.desired.state === "running" ? 1_000 : i.desired.state === "deleted" && kills++ === 0 ? "fail" : undefined));
     try {
       const connecting = call(`/sandboxes/${id}/connect`, { key: team.key, body: { timeout: 60 } });
-      await eventually(async () => (await stub(id).inspect())?.phase === "Resuming");
+      await waitFor(async () => (await stub(id).inspect())?.phase === "Resuming");
       await expectStatus(call(`/sandboxes/${id}`, { key: team.key, method: "DELETE" }), 204);
       await connecting;
       // The resume reached the agent after the kill failed: only the kill's retry stops it.
@@ -291,7 +284,7 @@ describe("intent delivery", () => {
     const lossy = await createTeam(unique("sdo-lost"), { replicas: 1 });
     const lossyAgent = await startAgent(lossy.cluster);
     try {
-      await eventually(async () => lossyAgent.running().length === 1);
+      await waitFor(async () => lossyAgent.running().length === 1);
       const [member] = lossyAgent.running();
       await scriptCluster(member!, (i) => (i.desired.state === "running" ? "lost" : undefined));
       try {
@@ -313,7 +306,7 @@ describe("intent delivery", () => {
     const stale = await createTeam(unique("sdo-stale"), { replicas: 1 });
     const staleAgent = await startAgent(stale.cluster);
     try {
-      await eventually(async () => staleAgent.running().length === 1);
+      await waitFor(async () => staleAgent.running().length === 1);
       const [member] = staleAgent.running();
       await scriptCluster(member!, (i) => (i.desired.state === "running" ? "stale" : undefined));
       try {
@@ -330,7 +323,7 @@ describe("intent delivery", () => {
     const held = await createTeam(unique("sdo-held"), { replicas: 1 });
     const heldAgent = await startAgent(held.cluster);
     try {
-      await eventually(async () => heldAgent.running().length === 1);
+      await waitFor(async () => heldAgent.running().length === 1);
       const [member] = heldAgent.running();
       await scriptCluster(member!, (i) => (i.desired.state === "running" ? "taken-die" : undefined));
       const metadata = { "e2b.agents.kruise.io/wait-ready-timeout-seconds": "1" };
@@ -338,7 +331,7 @@ describe("intent delivery", () => {
       // The new instance re-sends the claim's intent from its row; ClusterDO answers seq 0 and
       // routes the Running observation it had not routed.
       expect((await stub(member!).inspect())?.phase).toBe("Pending");
-      await eventually(async () => (await stub(member!).inspect())?.phase === "Running", 8_000);
+      await waitFor(async () => (await stub(member!).inspect())?.phase === "Running", 8_000);
     } finally {
       heldAgent.disconnect();
     }
@@ -370,7 +363,7 @@ describe("intent delivery", () => {
     }).catch(() => undefined);
     // The row still said Pending with the claim undelivered: the alarm re-sends it, ClusterDO
     // answers that it holds that generation and routes the Running observation it held back.
-    await eventually(async () => (await stub(id).inspect())?.phase === "Running", 8_000);
+    await waitFor(async () => (await stub(id).inspect())?.phase === "Running", 8_000);
     expect((await expectStatus(call(`/sandboxes/${id}`, { key: team.key }), 200)).state).toBe("running");
   }, 15_000);
 
@@ -397,13 +390,13 @@ describe("intent delivery", () => {
       },
     });
     try {
-      await eventually(async () => movingAgent.running().length === 1);
-      await eventually(async () => (await expectStatus(call(`/admin/teams/${moving.name}/templates/${moving.template}`), 200)).pool.available === 1);
+      await waitFor(async () => movingAgent.running().length === 1);
+      await waitFor(async () => (await expectStatus(call(`/admin/teams/${moving.name}/templates/${moving.template}`), 200)).pool.available === 1);
       const id = (await expectStatus(call("/v2/sandboxes", { key: moving.key, body: { templateID: moving.template } }), 201)).sandboxID as string;
       expect(calls.get(id)).toBe(2);
       const generation = movingAgent.sandboxes.get(id)!.generation;
       movingAgent.report({ sandboxId: id, generation, phase: "Running", ready: true, endpoint: endpointOf(id, 1), observedAt: Date.now() });
-      await eventually(async () => {
+      await waitFor(async () => {
         const r = await stub(id).route();
         return r.ok && r.route.endpoint?.runtime === endpointOf(id, 1).runtime;
       });
@@ -493,14 +486,14 @@ describe("lost calls are retried, memory is bounded", () => {
       const created = call("/v2/sandboxes", { key: team.key, body: { templateID: team.template, timeout: 600, metadata: { tag } } });
       // The row is listable as soon as it commits, so the client can kill it before the create answers.
       let id: string | undefined;
-      await eventually(async () => {
+      await waitFor(async () => {
         const listed = await expectStatus(call(`/v2/sandboxes?metadata=tag%3D${tag}`, { key: team.key }), 200);
         id = listed[0]?.sandboxID;
         return id !== undefined;
       });
       await expectStatus(call(`/sandboxes/${id}`, { key: team.key, method: "DELETE" }), 204);
       await created;
-      await eventually(async () => (await stub(id!).inspect()) === null, 8_000);
+      await waitFor(async () => (await stub(id!).inspect()) === null, 8_000);
       // Longer than any retry of the lost batch would wait.
       await new Promise((r) => setTimeout(r, 1_500));
       expect(await getIndexRow(getDb(env), id!)).toBeUndefined();
@@ -531,7 +524,7 @@ describe("lost calls are retried, memory is bounded", () => {
       const moved = { runtime: `http://${id}-moved.scripted.invalid:49983` };
       const generation = agent.sandboxes.get(id)!.generation;
       agent.report({ sandboxId: id, generation, phase: "Running", ready: true, endpoint: moved, observedAt: Date.now() });
-      await eventually(async () => {
+      await waitFor(async () => {
         const r = await stub(id).route();
         return r.ok && r.route.endpoint?.runtime === moved.runtime;
       });

@@ -157,4 +157,21 @@ describe("sandbox machine", () => {
     expect(visibleTo(at("Terminating"), { keyId: "key", admin: true })).toBe(false);
     expect(visibleTo(null, { keyId: "key", admin: true })).toBe(false);
   });
+  it("a failure the agent retries is a Ready=False reason, never Failed; Ready or Paused replaces it", () => {
+    const retry = (phase: Observation["phase"], generation: number): SandboxEvent => {
+      const e = obs(phase, generation, false) as { obs: Observation };
+      const condition = { type: "Ready", status: "False" as const, reason: "ReconcileError", message: "disk full (attempt 2, retrying in 200 ms)" };
+      return { type: "observe", obs: { ...e.obs, reason: "ReconcileError", message: condition.message, conditions: [condition] } };
+    };
+    const creating = transition(at("Pending"), retry("Pending", 2), T0 + S).state!;
+    expect(creating.phase).toBe("Pending");
+    expect(creating.conditions).toContainEqual(expect.objectContaining({ type: "Ready", status: "False", reason: "ReconcileError", message: "disk full (attempt 2, retrying in 200 ms)" }));
+    expect(transition(creating, obs("Running", 2), T0 + 2 * S).state).toMatchObject({ phase: "Running", conditions: expect.arrayContaining([expect.objectContaining({ type: "Ready", status: "True" })]) });
+
+    const pausing = transition(at("Running"), { type: "pause" }, T0).state!;
+    const stuck = transition(pausing, retry("Running", 3), T0 + S).state!;
+    expect(stuck.phase).toBe("Pausing");
+    expect(stuck.conditions).toContainEqual(expect.objectContaining({ type: "Ready", reason: "ReconcileError" }));
+    expect(transition(stuck, obs("Paused", 3), T0 + 2 * S).state).toMatchObject({ phase: "Paused", conditions: expect.arrayContaining([expect.objectContaining({ type: "Ready", status: "False", reason: "Paused" })]) });
+  });
 });

@@ -7,14 +7,34 @@
 // workers, so they never queue behind a backlog of slow work such as warming up a pool of new
 // sandboxes. Knobs: `concurrency` workers for the normal lane, `urgentConcurrency` (default: the
 // same) for the urgent one.
+//
+// A key whose work throws is retried with per-key exponential backoff (`Backoff`). Every retry
+// loop of the agent and its drivers goes through here: the reconciler (per sandbox), the
+// SandboxSet and SandboxClaim syncs (per object) use a WorkQueue; the informers' relist/rewatch,
+// the edge link's reconnect and kubectl requests use `backoffMs`. Neutral ground: drivers and
+// the agent both import it, neither imports the other for it.
 
 export type WorkResult = { requeueAfterMs?: number } | void;
+
+/** Exponential backoff: `baseMs` doubling per consecutive failure, capped at `maxMs`. */
+export interface Backoff {
+  baseMs: number;
+  maxMs: number;
+}
+
+export const DEFAULT_BACKOFF: Backoff = { baseMs: 100, maxMs: 30_000 };
+
+/** The delay before retry number `attempt` (1: after the first failure). */
+export function backoffMs(attempt: number, policy: Backoff = DEFAULT_BACKOFF): number {
+  return Math.min(policy.maxMs, policy.baseMs * 2 ** Math.max(0, attempt - 1));
+}
 
 export class WorkQueue {
   readonly #work: (key: string) => Promise<WorkResult>;
   readonly #concurrency: number;
   readonly #urgentConcurrency: number;
   readonly #onError: (key: string, err: unknown) => void;
+  readonly #backoff: Backoff;
   readonly #queued = new Set<string>();
   readonly #urgent = new Set<string>();
   readonly #runningUrgent = new Set<string>();
@@ -25,8 +45,15 @@ export class WorkQueue {
   #idleWaiters: (() => void)[] = [];
   #closed = false;
 
-  constructor(opts: { work: (key: string) => Promise<WorkResult>; concurrency?: number; urgentConcurrency?: number; onError?: (key: string, err: unknown) => void }) {
+  constructor(opts: {
+    work: (key: string) => Promise<WorkResult>;
+    concurrency?: number;
+    urgentConcurrency?: number;
+    onError?: (key: string, err: unknown) => void;
+    backoff?: Backoff;
+  }) {
     this.#work = opts.work;
+    this.#backoff = opts.backoff ?? DEFAULT_BACKOFF;
     this.#concurrency = opts.concurrency ?? 8;
     this.#urgentConcurrency = opts.urgentConcurrency ?? this.#concurrency;
     this.#onError = opts.onError ?? ((key, err) => console.error(`reconcile ${key}:`, err));
@@ -55,8 +82,23 @@ export class WorkQueue {
     this.#timers.set(key, t);
   }
 
+  /** Consecutive failures of a key's work so far (0 after a success). */
+  failures(key: string): number {
+    return this.#failures.get(key) ?? 0;
+  }
+
+  /** The delay before retry number `attempt` of a key under this queue's policy. */
+  retryDelay(attempt: number): number {
+    return backoffMs(attempt, this.#backoff);
+  }
+
   get depth(): number {
     return this.#queued.size + this.#running.size;
+  }
+
+  /** Keys waiting for a delayed run (a requeue or a retry). */
+  get scheduled(): number {
+    return this.#timers.size;
   }
 
   /** Whether a key waits in (or, once dequeued, runs in) the urgent lane. */
@@ -108,10 +150,9 @@ export class WorkQueue {
       if (result?.requeueAfterMs !== undefined) this.addAfter(key, result.requeueAfterMs);
     } catch (err) {
       this.#onError(key, err);
-      // Exponential backoff per key: 100 ms doubling to 30 s.
       const n = (this.#failures.get(key) ?? 0) + 1;
       this.#failures.set(key, n);
-      this.addAfter(key, Math.min(30_000, 100 * 2 ** (n - 1)));
+      this.addAfter(key, this.retryDelay(n));
     } finally {
       this.#running.delete(key);
       this.#runningUrgent.delete(key);

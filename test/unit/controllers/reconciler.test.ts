@@ -1,0 +1,200 @@
+// The reconciler against a scripted driver: what it reports to the edge and acks when
+// `driver.ensure` succeeds, fails transiently (retried with backoff, never Failed) or fails
+// terminally (Failed at once, with its message, not retried).
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterEach, describe, expect, it } from "vitest";
+import { IntentStore } from "../../../controllers/agent/intent-store.ts";
+import { RETRY_REASON, Reconciler } from "../../../controllers/agent/reconciler.ts";
+import { TerminalError, UnsupportedError, type DesiredSandbox, type Driver, type SandboxObservation } from "../../../controllers/drivers/driver.ts";
+import { createRuntime } from "../../../controllers/runtime/runtime.ts";
+import type { SandboxView } from "../../../controllers/runtime/sandbox-view.ts";
+import { IntentSchema, type IntentInput, type ObservationInput } from "../../../schema/protocol/index.ts";
+import { waitFor } from "../../support/wait-for.ts";
+
+/** What one `ensure` call does: succeed, or throw this. */
+type Step = "ok" | Error;
+
+/** A driver whose `ensure` follows a script per sandbox (then succeeds), and remembers its calls. */
+class ScriptedDriver implements Driver {
+  readonly name = "scripted";
+  readonly capabilities = {
+    level: "process" as const,
+    rootView: false,
+    networkIsolation: false,
+    limits: { cpu: false, memory: false, pids: false },
+    freeze: "signal" as const,
+    kill: "signal" as const,
+    snapshotFs: false,
+    memorySnapshot: false,
+    survivesAgentRestart: false,
+    hostView: true,
+    notes: [],
+  };
+  readonly calls = new Map<string, number>();
+  readonly #running = new Map<string, SandboxObservation>();
+  readonly script: Record<string, Step[]>;
+  constructor(script: Record<string, Step[]>) {
+    this.script = script;
+  }
+
+  async ensure(d: DesiredSandbox): Promise<SandboxObservation> {
+    const n = this.calls.get(d.id) ?? 0;
+    this.calls.set(d.id, n + 1);
+    const step = this.script[d.id]?.[n] ?? "ok";
+    if (step !== "ok") throw step;
+    const obs: SandboxObservation = { id: d.id, generation: d.generation, phase: d.state === "Paused" ? "Paused" : "Running", level: "process", createdAt: new Date(0).toISOString(), enforced: { cpu: false, memory: false, pids: false, network: false } };
+    this.#running.set(d.id, obs);
+    return obs;
+  }
+  async observe(id: string) {
+    return this.#running.get(id);
+  }
+  async list() {
+    return [...this.#running.values()];
+  }
+  view(): SandboxView {
+    return {} as SandboxView; // registered with the runtime, never used: no command runs here
+  }
+  async exec(): Promise<never> {
+    throw new Error("not used");
+  }
+  async freeze() {}
+  async thaw() {}
+  async snapshotFs(): Promise<never> {
+    throw new UnsupportedError("snapshotFs", "scripted");
+  }
+  async restoreFs() {}
+  async deleteSnapshot() {}
+  async destroy(id: string) {
+    this.#running.delete(id);
+  }
+}
+
+function intent(id: string, over: Partial<IntentInput> = {}) {
+  return IntentSchema.parse({
+    sandboxId: id,
+    generation: 2,
+    owner: { kind: "sandbox" },
+    desired: { state: "running" },
+    template: { id: "base", revision: "r1", image: "base", user: "user", workdir: "/home/user", resources: { cpuCount: 1, memoryMB: 256 } },
+    issuedAt: 0,
+    ...over,
+  });
+}
+
+const dirs: string[] = [];
+afterEach(() => {
+  for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
+});
+
+/** A reconciler over the scripted driver with a fast backoff, recording reports and acks. */
+function harness(script: Record<string, Step[]>) {
+  const dir = mkdtempSync(join(tmpdir(), "reconciler-"));
+  dirs.push(dir);
+  const driver = new ScriptedDriver(script);
+  const reports: ObservationInput[] = [];
+  const acks: { id: string; generation: number; result: string; message?: string }[] = [];
+  const reconciler = new Reconciler({
+    store: new IntentStore(dir),
+    driver,
+    runtime: createRuntime({ onError: () => {} }),
+    report: (o) => reports.push(o),
+    settled: (id, generation, result, message) => acks.push({ id, generation, result, message }),
+    backoff: { baseMs: 1, maxMs: 8 },
+    onError: () => {},
+  });
+  return { driver, reports, acks, reconciler };
+}
+
+const transient = (msg = "cgroup write: EBUSY") => new Error(msg);
+
+interface Row {
+  name: string;
+  script: Step[];
+  owner?: "sandbox" | "pool";
+  /** The phases reported, in order (each with ready). */
+  reported: string[];
+  acks: string[];
+  /** How many times ensure ran. */
+  calls: number;
+}
+
+const rows: Row[] = [
+  { name: "success: Running and ready, acked applied", script: ["ok"], reported: ["Running:ready"], acks: ["applied"], calls: 1 },
+  {
+    name: "transient failures then success: Pending with Ready=False while retrying, never Failed, then Running; the client's ack waits for it",
+    script: [transient(), transient(), "ok"],
+    reported: ["Pending:ReconcileError", "Pending:ReconcileError", "Running:ready"],
+    acks: ["applied"],
+    calls: 3,
+  },
+  {
+    name: "transient failure of a pool member: acked accepted at once (nobody waits), then converges",
+    script: [transient(), "ok"],
+    owner: "pool",
+    reported: ["Pending:ReconcileError", "Running:ready"],
+    acks: ["accepted", "applied"],
+    calls: 2,
+  },
+  { name: "terminal error: Failed at once with its reason and message, acked, not retried", script: [new TerminalError("InvalidSpec", "image nope:latest cannot exist")], reported: ["Failed:InvalidSpec"], acks: ["accepted"], calls: 1 },
+  { name: "an unsupported capability is terminal", script: [new UnsupportedError("template gpu", "the local driver has only the base template")], reported: ["Failed:Unsupported"], acks: ["accepted"], calls: 1 },
+];
+
+function describeReport(o: ObservationInput): string {
+  return `${o.phase}:${o.ready ? "ready" : o.reason}`;
+}
+
+describe("Reconciler", () => {
+  it.each(rows)("$name", async (row) => {
+    const { driver, reports, acks, reconciler } = harness({ s1: row.script });
+    reconciler.offer(intent("s1", { owner: row.owner === "pool" ? { kind: "pool", id: "p" } : { kind: "sandbox" } }));
+    await waitFor(() => reports.some((o) => o.phase === "Running" || o.phase === "Failed"), { what: "a final report" });
+    await reconciler.queue.idle();
+    expect(reports.map(describeReport)).toEqual(row.reported);
+    expect(acks.map((a) => a.result)).toEqual(row.acks);
+    expect(driver.calls.get("s1")).toBe(row.calls);
+    expect(reports.some((o) => o.phase === "Failed")).toBe(row.reported.some((r) => r.startsWith("Failed")));
+    const failed = row.script.find((s): s is TerminalError => s instanceof TerminalError);
+    if (failed) {
+      expect(reports[0]).toMatchObject({ message: failed.message, conditions: [{ type: "Ready", status: "False", reason: failed.reason, message: failed.message }] });
+      expect(acks[0]?.message).toBe(failed.message);
+      expect(reconciler.queue.failures("s1")).toBe(0); // nothing left to retry
+    }
+    reconciler.queue.close();
+  });
+
+  it("reports a transient failure as a Ready=False condition with the error and the retry, and the retries back off", async () => {
+    const { reports, reconciler } = harness({ s2: [transient("disk full"), transient("disk full"), transient("disk full"), transient("disk full"), "ok"] });
+    reconciler.offer(intent("s2"));
+    await waitFor(() => reports.some((o) => o.phase === "Running"), { what: "Running" });
+    const retries = reports.filter((o) => o.reason === RETRY_REASON);
+    expect(retries).toHaveLength(4);
+    for (const o of retries) {
+      expect(o).toMatchObject({ phase: "Pending", ready: false, conditions: [{ type: "Ready", status: "False", reason: RETRY_REASON }] });
+      expect(o.message).toMatch(/^disk full \(attempt \d, retrying in \d+ ms\)$/);
+    }
+    // Attempt n waits base·2^(n-1), capped: 1, 2, 4, 8 ms with this harness's policy.
+    expect(retries.map((o) => o.message!.match(/attempt (\d), retrying in (\d+) ms/)!.slice(1).map(Number))).toEqual([
+      [1, 1],
+      [2, 2],
+      [3, 4],
+      [4, 8],
+    ]);
+    expect(reconciler.queue.failures("s2")).toBe(0); // the success reset the backoff
+    reconciler.queue.close();
+  });
+
+  it("keeps a running sandbox's phase while a change to it is retried", async () => {
+    const { driver, reports, acks, reconciler } = harness({});
+    reconciler.offer(intent("s3"));
+    await waitFor(() => acks.length === 1);
+    driver.script.s3 = ["ok", transient("api server: connection reset"), "ok"];
+    reconciler.offer(intent("s3", { generation: 3, allowInternetAccess: false }));
+    await waitFor(() => acks.length === 2, { what: "the second ack" });
+    expect(reports.map(describeReport)).toEqual(["Running:ready", "Running:ReconcileError", "Running:ready"]);
+    expect(acks.map((a) => `${a.generation}:${a.result}`)).toEqual(["2:applied", "3:applied"]);
+    reconciler.queue.close();
+  });
+});
