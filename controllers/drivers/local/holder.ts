@@ -3,10 +3,12 @@
 // Holders are started in their own session and are not tied to the agent's lifetime
 // (no --die-with-parent), so an agent restart keeps sandboxes running; the next agent finds them
 // through the records and /proc.
-// bwrap reads its options from a pipe (`--args`), not its command line: its pid 1 inside the
-// sandbox keeps bwrap's argv, which every process there can read, and the mounts name host paths.
+// bwrap reads its options from a file descriptor (`--args`), not its command line: its pid 1
+// inside the sandbox keeps bwrap's argv, which every process there can read, and the mounts name
+// host paths.
 import { readFileSync, readdirSync, readlinkSync, rmSync, writeFileSync } from "node:fs";
 import { setTimeout as sleep } from "node:timers/promises";
+import { helperEnv } from "./host-helpers.ts";
 import { MARKER_ENV } from "./local-view.ts";
 import type { ProcRef } from "./records.ts";
 import type { SpawnedProcess, Spawner } from "./spawner.ts";
@@ -65,7 +67,7 @@ export interface HolderSpec {
 
 /** Starts the holder (forked by `spawner`) and waits until the sandbox is ready for processes to join. */
 export async function startHolder(spec: HolderSpec, spawner: Spawner): Promise<StartedHolder> {
-  const env = { PATH: "/usr/bin:/bin", [MARKER_ENV]: spec.id, KRUISE_CGROUPS: spec.cgroupProcs.join(":") };
+  const env = helperEnv({ [MARKER_ENV]: spec.id, KRUISE_CGROUPS: spec.cgroupProcs.join(":") });
   const argv = spec.bwrapArgs ? ["bwrap", "--args", String(ARGS_FD), "--", SLEEP, "infinity"] : [SLEEP, "infinity"];
   // NUL-terminated, as bwrap reads them (to the end; then it closes the fd). A file, not a pipe:
   // the sockets Node gives a child as extra fds are non-blocking, and bwrap does not wait on them.

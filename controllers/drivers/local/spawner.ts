@@ -15,13 +15,12 @@
 import { fork, type ChildProcess } from "node:child_process";
 import { closeSync, mkdtempSync, readdirSync, rmSync } from "node:fs";
 import { connect } from "node:net";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import type { Readable, Writable } from "node:stream";
 import type { Socket } from "node:net";
 import type { HostCommand } from "../../runtime/sandbox-view.ts";
-import { inProcessLauncher, ProcessStartError, spawnHost, type LaunchedExit, type LaunchedPipes, type LaunchedPty, type ProcessLauncher } from "../../runtime/process/launcher.ts";
+import { inProcessLauncher, memoryTmpdir, ProcessStartError, spawnHost, type LaunchedExit, type LaunchedPipes, type LaunchedPty, type ProcessLauncher } from "../../runtime/process/launcher.ts";
 import { sandboxPidOf } from "./spawner-sandbox-pid.ts";
 import { CONNECTION_ID_BYTES, openStdioFile, type SpawnCommand, type SpawnerReply, type SpawnerRequest, type StdioSpec } from "./spawner-protocol.ts";
 
@@ -95,8 +94,9 @@ export class Spawner implements ProcessLauncher {
 
   #start(): Promise<ChildProcess> {
     if (this.#ready) return this.#ready;
-    // A private directory (0700): only this user can connect and become some command's stdout.
-    this.#socketDir ??= mkdtempSync(join(tmpdir(), "kruise-spawner-"));
+    // A private directory (0700): only this user can connect and become some command's stdout,
+    // or read the environment files of commands starting (in memory, see memoryTmpdir).
+    this.#socketDir ??= mkdtempSync(join(memoryTmpdir(), "kruise-spawner-"));
     const socketPath = join(this.#socketDir, `${Date.now().toString(36)}.sock`);
     const child = fork(MAIN, [socketPath], {
       // Not the agent's flags (--cpu-prof, --inspect); small young generation, as in the runtime.

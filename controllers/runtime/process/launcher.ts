@@ -8,7 +8,7 @@
 // command may carry it apart (`sandboxEnv`): every launcher writes it to a private file and gives
 // the wrapper only that file's path, and the wrapper sets it just before its exec.
 import { spawn, type ChildProcess, type StdioOptions } from "node:child_process";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { accessSync, constants, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { Readable, Writable } from "node:stream";
@@ -69,12 +69,24 @@ export function encodeEnv(env: Record<string, string>): Buffer {
   return Buffer.from(text);
 }
 
+/** Where short-lived private files go: /dev/shm (tmpfs) where there is one, else the temp dir.
+ * A handover file in /tmp on this machine's ext4 cost 420-570 µs to write and unlink under load,
+ * 115-150 µs on tmpfs. */
+export function memoryTmpdir(): string {
+  try {
+    accessSync("/dev/shm", constants.W_OK);
+    return "/dev/shm";
+  } catch {
+    return tmpdir();
+  }
+}
+
 /** Where the handover files of this process go unless its launcher names a directory: a private
  * (0700) one, made on first use. */
 let ownEnvDir: string | undefined;
 function envDirOfThisProcess(): string {
   if (ownEnvDir) return ownEnvDir;
-  const dir = mkdtempSync(join(tmpdir(), "kruise-env-"));
+  const dir = mkdtempSync(join(memoryTmpdir(), "kruise-env-"));
   process.once("exit", () => rmSync(dir, { recursive: true, force: true }));
   return (ownEnvDir = dir);
 }
