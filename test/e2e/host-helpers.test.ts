@@ -5,12 +5,13 @@
 // gets every variable as its value. And what a sandbox reads of its pid 1 names no host path.
 // Real e2b JS SDK against the whole local system.
 import { type CommandResult, Sandbox } from "e2b";
-import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
-import { HOST_LOADER_SAW_IT, hostileEnv, parseEnv0 } from "../support/hostile-env.ts";
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, inject, it } from "vitest";
+import { HOST_LOADER_SAW_IT, type HostileEnv, hostileEnv, parseEnv0 } from "../support/hostile-env.ts";
 import { e2b } from "./sdk.ts";
 
-const hostile = hostileEnv();
 let sbx: Sandbox;
+/** Payloads of their own for each test, so each proves its own entry point. */
+let hostile: HostileEnv;
 
 /** The payloads' markers first: a helper that ran one usually fails the command too. */
 async function envOf(run: () => Promise<CommandResult>): Promise<CommandResult> {
@@ -26,8 +27,11 @@ beforeAll(async () => {
 });
 afterAll(async () => {
   await sbx?.kill().catch(() => false);
-  hostile.dispose();
 });
+beforeEach(() => {
+  hostile = hostileEnv();
+});
+afterEach(() => hostile.dispose());
 
 describe("tenant environment never reaches a host helper", () => {
   it("commands.run envs", async () => {

@@ -16,24 +16,26 @@ import { desiredSandbox, destroyAll, shIn, USER } from "./fixture.ts";
 const dataDir = mkdtempSync(join(tmpdir(), "local-host-helpers-"));
 const driver = new LocalDriver({ dataDir, cgroupName: `kruise-test-${process.pid}-helpers` });
 const ROOT: SandboxUser = { name: "root", uid: 0, gid: 0, home: "/root", shell: "/bin/bash" };
-const hostile = hostileEnv();
-
 afterAll(async () => {
   await destroyAll(driver, dataDir);
-  hostile.dispose();
 });
 
 describe("host helpers never interpret what a tenant sends", () => {
   for (const user of [USER, ROOT]) {
     it(`driver.exec as ${user.name}: no payload runs on the host, the command still gets every variable`, async () => {
       const d = desiredSandbox("hh");
-      await driver.ensure(d);
-      const r = await driver.exec(d.id, { cmd: "/usr/bin/env", args: ["-0"], cwd: user.home, env: { PATH: "/usr/bin:/bin", ...hostile.env }, user }, { timeoutMs: 20_000 });
-      expect(hostile.ran()).toEqual([]);
-      expect(r.stderr).not.toContain(HOST_LOADER_SAW_IT);
-      expect(r.exitCode).toBe(0);
-      expect(parseEnv0(r.stdout)).toMatchObject(hostile.env);
-      await driver.destroy(d.id);
+      const hostile = hostileEnv();
+      try {
+        await driver.ensure(d);
+        const r = await driver.exec(d.id, { cmd: "/usr/bin/env", args: ["-0"], cwd: user.home, env: { PATH: "/usr/bin:/bin", ...hostile.env }, user }, { timeoutMs: 20_000 });
+        expect(hostile.ran()).toEqual([]);
+        expect(r.stderr).not.toContain(HOST_LOADER_SAW_IT);
+        expect(r.exitCode).toBe(0);
+        expect(parseEnv0(r.stdout)).toMatchObject(hostile.env);
+      } finally {
+        hostile.dispose();
+        await driver.destroy(d.id);
+      }
     });
   }
 
