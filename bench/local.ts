@@ -16,7 +16,7 @@ import { cgroupPids } from "../controllers/drivers/local/cgroups.ts";
 import { LocalDriver } from "../controllers/drivers/local/local-driver.ts";
 import { layoutFor } from "../controllers/drivers/local/layout.ts";
 import { readRecord } from "../controllers/drivers/local/records.ts";
-import { inProcessLauncher, type ProcessLauncher } from "../controllers/runtime/process/launcher.ts";
+import { inProcessLauncher, spawnHost, type ProcessLauncher } from "../controllers/runtime/process/launcher.ts";
 import type { HostCommand, SandboxUser } from "../controllers/runtime/sandbox-view.ts";
 import { run as egressFigures } from "./egress.ts";
 import type { BenchContext, Figures } from "./run.ts";
@@ -36,12 +36,13 @@ function rssKB(pid: number): number {
   }
 }
 
-function waitExit(file: string, args: string[], opts: Parameters<typeof spawn>[2]): Promise<number> {
+/** Start to exit of a host command forked here (its environment handed over as the launchers do). */
+function waitExit(c: HostCommand): Promise<number> {
   const t = performance.now();
   return new Promise((res, rej) => {
-    const c = spawn(file, args, opts);
-    c.once("error", rej);
-    c.once("exit", () => res(performance.now() - t));
+    const child = spawnHost(c, { detached: false, stdio: "ignore" });
+    child.once("error", rej);
+    child.once("exit", () => res(performance.now() - t));
   });
 }
 
@@ -144,9 +145,9 @@ export async function run(ctx: Partial<BenchContext> = {}): Promise<Figures> {
     const plain: number[] = [];
     const inside: number[] = [];
     for (let i = 0; i < 30; i++) {
-      plain.push(await waitExit("/bin/true", [], { stdio: "ignore" }));
+      plain.push(await waitExit({ file: "/bin/true", args: [], cwd: "/", env: {} }));
       const c = view.command({ cmd: "/bin/true", args: [], cwd: "/home/user", env: { PATH: "/usr/bin:/bin" }, user: USER });
-      inside.push(await waitExit(c.file, c.args, { cwd: c.cwd, env: c.env, stdio: "ignore" }));
+      inside.push(await waitExit(c));
     }
 
     // The same command through the driver's spawner, and forked here; and how long the fork itself

@@ -32,7 +32,15 @@ export interface HostCommand {
   file: string;
   args: string[];
   cwd: string;
+  /** The environment of the host process itself. Where that process is a wrapper with host
+   * privileges (the local driver's enter.pl), it is fixed by the view and holds nothing a tenant
+   * sent: the command's own environment is `sandboxEnv`. */
   env: Record<string, string>;
+  /** The environment of the command the wrapper starts inside the sandbox. The launcher hands it
+   * over in a private file (NUL-separated `NAME=value`), never through the wrapper's environment
+   * or argv (argv is readable by every user on the host), and puts the file's path in place of
+   * the argument `SANDBOX_ENV_FILE` (launcher.ts). */
+  sandboxEnv?: Record<string, string>;
   /** Set when the host process itself must switch user (the host view); wrappers such as
    * bwrap or nsenter switch user inside the sandbox instead and leave these unset. */
   uid?: number;

@@ -6,7 +6,7 @@
 import { spawnSync } from "node:child_process";
 import { mkdirSync, readFileSync, statSync, unlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { PERL } from "./local-view.ts";
+import { helperEnv, PERL } from "./host-helpers.ts";
 import { readRecord } from "./records.ts";
 
 /** A lease younger than this is never taken over: its record may not be written yet. */
@@ -83,7 +83,7 @@ export class AddressLeases {
     const held = this.#holder(file);
     if (held === recordFile) return true;
     if (held === undefined || !this.#stale(file, held, ip)) return false;
-    const r = spawnSync(PERL, ["-e", TAKEOVER, this.#dir, file, held, recordFile], { timeout: 10_000 });
+    const r = spawnSync(PERL, ["-e", TAKEOVER, this.#dir, file, held, recordFile], { env: helperEnv(), timeout: 10_000 });
     return r.status === 0;
   }
 

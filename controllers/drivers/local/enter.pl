@@ -1,92 +1,124 @@
 #!/usr/bin/perl
 # Runs one command inside a local sandbox: joins the sandbox's cgroups, enters the namespaces and
 # root of its holder process, switches user, and execs. Usage (built by local-view.ts):
-#   enter.pl <holder-pid|0> <uid> <gid> <cwd> <cgroup.procs files, ':'-joined|-> <setns nr> -- cmd args...
-# The caller's environment becomes the command's environment.
+#   enter.pl <env file> <holder-pid|0> <uid> <gid> <cwd> <cgroup.procs files, ':'-joined|->
+#            <setns nr> <prctl nr> -- cmd args...
+#
+# This process is root in the host's namespaces until the child below drops its privileges, so
+# nothing a tenant sent may reach it as something perl or the loader interprets. Its own
+# environment is fixed by the driver (PATH and the driver's own variables; host-helpers.ts). The
+# command's environment comes in <env file>: NUL-separated NAME=value entries in a 0600 file of
+# a private directory (launcher.ts), read and unlinked first thing, and set only in the child,
+# after its last privilege drop, just before exec. Arguments are positional; the command and
+# its arguments are only ever passed to exec.
 #
 # Entering a pid namespace only applies to children, so this script forks: the parent stays on
 # the host side as the process the runtime spawned (its pid, exit status and signals), forwards
 # catchable signals to the child, and the child gets SIGKILL when the parent dies (pdeathsig),
 # which covers the one signal that cannot be forwarded.
 # No modules at all, not even strict/warnings: loading POSIX costs ~10 ms and warnings ~3.5 ms,
-# more than everything this script does.
-
-# Die with whoever started us (the agent, or its spawner, which names itself in KRUISE_PARENT_PID
-# so that a death before this line counts too): nobody else would read our output or reap our
-# status, and the child below dies with us in turn.
-my $starter = delete $ENV{KRUISE_PARENT_PID} || getppid();
-syscall(157, 1, 9, 0, 0, 0);  # PR_SET_PDEATHSIG SIGKILL
-exit 137 if getppid() != $starter;
-
-my ($target, $uid, $gid, $cwd, $cgroups, $setns_nr, $sep, @cmd) = @ARGV;
-die "enter.pl: bad arguments\n" unless defined $sep && $sep eq '--' && @cmd;
+# more than everything this script does. Syscall numbers come from the driver, per architecture.
 
 sub fail { print STDERR "enter.pl: $_[0]\n"; exit 127; }
 
-# Join cgroups first so that nothing started below can run outside the sandbox's limits.
-if ($cgroups ne '-') {
-  for my $f (split /:/, $cgroups) {
-    open(my $fh, '>', $f) or fail("open $f: $!");
-    print $fh "$$\n";
-    close($fh) or fail("join $f: $!");
+# The command's environment from the handover file's contents; dies on an entry without a name.
+sub parse_env {
+  my ($data) = @_;
+  my %env;
+  for my $entry (split /\0/, $data) {
+    $entry =~ /\A([^=]+)=(.*)\z/s or return (undef, 'bad entry in the environment file');
+    $env{$1} = $2;
   }
+  return (\%env, undef);
 }
 
-my $rootfh;
-if ($target) {
-  opendir($rootfh, "/proc/$target/root") or fail("holder $target: $!");
-  my @fds;
-  # mnt last: after it, /proc/$target is no longer the host's view.
-  for my $ns (qw(cgroup ipc uts net pid mnt)) {
-    my $path = "/proc/$target/ns/$ns";
-    next unless -e $path;
-    open(my $fh, '<', $path) or fail("open $path: $!");
-    push @fds, [$ns, $fh];
+sub main {
+  my ($envfile, $target, $uid, $gid, $cwd, $cgroups, $setns_nr, $prctl_nr, $sep, @cmd) = @ARGV;
+  fail('bad arguments') unless defined $sep && $sep eq '--' && @cmd && $prctl_nr =~ /\A\d+\z/ && $setns_nr =~ /\A\d+\z/;
+
+  open(my $ef, '<', $envfile) or fail("environment file: $!");
+  my $data = do { local $/; <$ef> };
+  close($ef);
+  unlink($envfile) or fail("unlink environment file: $!");
+  my ($env, $why) = parse_env($data // '');
+  fail($why) if $why;
+
+  # Die with whoever started us (the agent, or its spawner, which names itself in
+  # KRUISE_PARENT_PID so that a death before this line counts too): nobody else would read our
+  # output or reap our status, and the child below dies with us in turn.
+  my $starter = delete $ENV{KRUISE_PARENT_PID} || getppid();
+  syscall($prctl_nr, 1, 9, 0, 0, 0);  # PR_SET_PDEATHSIG SIGKILL
+  exit 137 if getppid() != $starter;
+
+  # Join cgroups first so that nothing started below can run outside the sandbox's limits.
+  if ($cgroups ne '-') {
+    for my $f (split /:/, $cgroups) {
+      open(my $fh, '>', $f) or fail("open $f: $!");
+      print $fh "$$\n";
+      close($fh) or fail("join $f: $!");
+    }
   }
-  for my $e (@fds) {
-    syscall($setns_nr, fileno($e->[1]), 0) == 0 or fail("setns $e->[0]: $!");
+
+  my $rootfh;
+  if ($target) {
+    opendir($rootfh, "/proc/$target/root") or fail("holder $target: $!");
+    my @fds;
+    # mnt last: after it, /proc/$target is no longer the host's view.
+    for my $ns (qw(cgroup ipc uts net pid mnt)) {
+      my $path = "/proc/$target/ns/$ns";
+      next unless -e $path;
+      open(my $fh, '<', $path) or fail("open $path: $!");
+      push @fds, [$ns, $fh];
+    }
+    for my $e (@fds) {
+      syscall($setns_nr, fileno($e->[1]), 0) == 0 or fail("setns $e->[0]: $!");
+    }
   }
+
+  my $parent = $$;
+  my $child = fork();
+  fail("fork: $!") unless defined $child;
+
+  if ($child == 0) {
+    if ($rootfh) {
+      chdir($rootfh) or fail("fchdir root: $!");
+      chroot('.') or fail("chroot: $!");
+    }
+    chdir($cwd) or fail("chdir $cwd: $!");
+    if ($< == 0) {
+      # Sandbox root is uid 0 without capabilities (PR_CAPBSET_DROP for each one), and no process
+      # can gain any back through a setuid binary of the shared base (PR_SET_NO_NEW_PRIVS).
+      for my $cap (0 .. 63) { last if syscall($prctl_nr, 24, $cap, 0, 0, 0) != 0; }
+      syscall($prctl_nr, 38, 1, 0, 0, 0) == 0 or fail("no_new_privs: $!");
+      $) = "$gid $gid";
+      $( = $gid;
+      fail("setgid $gid: $!") if $( != $gid;
+      ($<, $>) = ($uid, $uid);
+      fail("setuid $uid: $!") if $< != $uid || $> != $uid;
+    }
+    syscall($prctl_nr, 1, 9, 0, 0, 0);  # PR_SET_PDEATHSIG SIGKILL, after setuid (which clears it)
+    exit 137 if getppid() != $parent && !$target;
+    %ENV = %$env;
+    exec { $cmd[0] } @cmd;
+    fail("exec $cmd[0]: $!");
+  }
+
+  my $tty = -t STDIN;
+  for my $sig (qw(TERM HUP USR1 USR2 ALRM CONT), $tty ? () : qw(INT QUIT)) {
+    $SIG{$sig} = sub { kill $sig, $child; };
+  }
+  $SIG{$_} = 'IGNORE' for ($tty ? qw(INT QUIT) : ());
+  my $r;
+  do { $r = waitpid($child, 0); } while ($r == -1 && $! == 4);  # EINTR
+  my $st = $?;
+  if ($st & 127) {
+    my $sig = $st & 127;
+    $SIG{$_} = 'DEFAULT' for keys %SIG;
+    kill $sig, $$;
+    exit 128 + $sig;
+  }
+  exit($st >> 8);
 }
 
-my $parent = $$;
-my $child = fork();
-fail("fork: $!") unless defined $child;
-
-if ($child == 0) {
-  if ($rootfh) {
-    chdir($rootfh) or fail("fchdir root: $!");
-    chroot('.') or fail("chroot: $!");
-  }
-  chdir($cwd) or fail("chdir $cwd: $!");
-  if ($< == 0) {
-    # Sandbox root is uid 0 without capabilities (PR_CAPBSET_DROP for each one), and no process can
-    # gain any back through a setuid binary of the shared base (PR_SET_NO_NEW_PRIVS).
-    for my $cap (0 .. 63) { last if syscall(157, 24, $cap, 0, 0, 0) != 0; }
-    syscall(157, 38, 1, 0, 0, 0) == 0 or fail("no_new_privs: $!");
-    $) = "$gid $gid";
-    $( = $gid;
-    fail("setgid $gid: $!") if $( != $gid;
-    ($<, $>) = ($uid, $uid);
-    fail("setuid $uid: $!") if $< != $uid || $> != $uid;
-  }
-  syscall(157, 1, 9, 0, 0, 0);  # PR_SET_PDEATHSIG SIGKILL, after setuid (which clears it)
-  exit 137 if getppid() != $parent && !$target;
-  exec { $cmd[0] } @cmd;
-  fail("exec $cmd[0]: $!");
-}
-
-my $tty = -t STDIN;
-for my $sig (qw(TERM HUP USR1 USR2 ALRM CONT), $tty ? () : qw(INT QUIT)) {
-  $SIG{$sig} = sub { kill $sig, $child; };
-}
-$SIG{$_} = 'IGNORE' for ($tty ? qw(INT QUIT) : ());
-my $r;
-do { $r = waitpid($child, 0); } while ($r == -1 && $! == 4);  # EINTR
-my $st = $?;
-if ($st & 127) {
-  my $sig = $st & 127;
-  $SIG{$_} = 'DEFAULT' for keys %SIG;
-  kill $sig, $$;
-  exit 128 + $sig;
-}
-exit($st >> 8);
+main() unless caller;
+1;

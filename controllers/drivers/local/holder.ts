@@ -3,16 +3,24 @@
 // Holders are started in their own session and are not tied to the agent's lifetime
 // (no --die-with-parent), so an agent restart keeps sandboxes running; the next agent finds them
 // through the records and /proc.
-import { readFileSync, readdirSync, readlinkSync, writeFileSync } from "node:fs";
+// bwrap reads its options from a file descriptor (`--args`), not its command line: its pid 1
+// inside the sandbox keeps bwrap's argv, which every process there can read, and the mounts name
+// host paths.
+import { readFileSync, readdirSync, readlinkSync, rmSync, writeFileSync } from "node:fs";
 import { setTimeout as sleep } from "node:timers/promises";
+import { helperEnv } from "./host-helpers.ts";
 import { MARKER_ENV } from "./local-view.ts";
 import type { ProcRef } from "./records.ts";
-import type { Spawner } from "./spawner.ts";
+import type { SpawnedProcess, Spawner } from "./spawner.ts";
 
 const SLEEP = "/usr/bin/sleep";
+const INFO_FD = 3;
+const ARGS_FD = 4;
 /** Joins the cgroups listed in $KRUISE_CGROUPS before exec, so no process of the sandbox ever
- * runs outside them. */
-const JOIN_SHIM = 'IFS=:; for f in $KRUISE_CGROUPS; do echo $$ > "$f" || exit 125; done; unset KRUISE_CGROUPS; exec "$@"';
+ * runs outside them. The sandbox's pid 1 keeps the environment it execs with, and every process
+ * inside can read it: the host paths (cgroups, the sandbox's directory in PWD) and the spawner's
+ * pid go first. */
+const JOIN_SHIM = 'IFS=:; for f in $KRUISE_CGROUPS; do echo $$ > "$f" || exit 125; done; unset KRUISE_CGROUPS KRUISE_PARENT_PID PWD; exec "$@"';
 
 export function procStart(pid: number): string | undefined {
   try {
@@ -59,16 +67,25 @@ export interface HolderSpec {
 
 /** Starts the holder (forked by `spawner`) and waits until the sandbox is ready for processes to join. */
 export async function startHolder(spec: HolderSpec, spawner: Spawner): Promise<StartedHolder> {
-  const env = { PATH: "/usr/bin:/bin", [MARKER_ENV]: spec.id, KRUISE_CGROUPS: spec.cgroupProcs.join(":") };
-  const argv = spec.bwrapArgs ? ["bwrap", ...spec.bwrapArgs, "--info-fd", "3", "--", SLEEP, "infinity"] : [SLEEP, "infinity"];
-  const child = await spawner.spawn(
-    { file: "/bin/sh", args: ["-c", JOIN_SHIM, "sh", ...argv], cwd: spec.cwd, env },
-    { detached: true, stdio: ["ignore", "ignore", { append: spec.log }, spec.bwrapArgs ? "pipe" : "ignore"] },
-  );
-  const info = child.pipes.get(3);
+  const env = helperEnv({ [MARKER_ENV]: spec.id, KRUISE_CGROUPS: spec.cgroupProcs.join(":") });
+  const argv = spec.bwrapArgs ? ["bwrap", "--args", String(ARGS_FD), "--", SLEEP, "infinity"] : [SLEEP, "infinity"];
+  // NUL-terminated, as bwrap reads them (to the end; then it closes the fd). A file, not a pipe:
+  // the sockets Node gives a child as extra fds are non-blocking, and bwrap does not wait on them.
+  const argsFile = `${spec.log}.bwrap-args`;
+  if (spec.bwrapArgs) writeFileSync(argsFile, [...spec.bwrapArgs, "--info-fd", String(INFO_FD), ""].join("\0"), { mode: 0o600 });
+  let child: SpawnedProcess;
+  try {
+    child = await spawner.spawn(
+      { file: "/bin/sh", args: ["-c", JOIN_SHIM, "sh", ...argv], cwd: spec.cwd, env },
+      { detached: true, stdio: ["ignore", "ignore", { append: spec.log }, ...(spec.bwrapArgs ? (["pipe", { read: argsFile }] as const) : [])] },
+    );
+  } finally {
+    if (spec.bwrapArgs) rmSync(argsFile, { force: true });
+  }
+  const info = child.pipes.get(INFO_FD);
   try {
     const exited = new Promise<never>((_, reject) => {
-      child.onExit((e) => reject(new Error(`holder exited early (${e.error ?? e.signal ?? e.code}); see ${spec.log}`)));
+      child.onExit((e) => reject(new Error(`holder exited early (${e.error ?? e.signal ?? e.code}): ${lastLine(spec.log)}; see ${spec.log}`)));
     });
     exited.catch(() => {});
     const pid = child.pid;
@@ -96,6 +113,14 @@ export async function startHolder(spec: HolderSpec, spawner: Spawner): Promise<S
   } finally {
     info?.destroy();
     child.forget();
+  }
+}
+
+function lastLine(file: string): string {
+  try {
+    return readFileSync(file, "utf8").trimEnd().split("\n").at(-1)!.slice(-300);
+  } catch {
+    return "no log";
   }
 }
 
@@ -186,11 +211,7 @@ export function sandboxPids(id: string, nsInit?: ProcRef): number[] {
       out.push(pid);
       continue;
     }
-    try {
-      if (readFileSync(`/proc/${pid}/environ`, "latin1").includes(needle)) out.push(pid);
-    } catch {
-      // exited, or not ours to read
-    }
+    if (environOf(pid).includes(needle)) out.push(pid);
   }
   return out;
 }
@@ -198,7 +219,8 @@ export function sandboxPids(id: string, nsInit?: ProcRef): number[] {
 /** The holder (and its pid 1) of a sandbox whose record lost them: an agent killed between
  * spawning the holder and writing the record. `candidates` are the sandbox's processes when its
  * cgroup lists them (cheap); otherwise every process on the host is examined. */
-export function discoverHolder(id: string, layoutDir: string, candidates?: number[]): StartedHolder | undefined {
+export function discoverHolder(id: string, candidates?: number[]): StartedHolder | undefined {
+  const marker = `${MARKER_ENV}=${id}\0`;
   for (const pid of candidates ?? sandboxPids(id)) {
     let cmd: string;
     try {
@@ -208,13 +230,23 @@ export function discoverHolder(id: string, layoutDir: string, candidates?: numbe
     }
     const holder = procRef(pid);
     if (!holder) continue;
-    if (cmd.startsWith("bwrap\0") && cmd.includes(`${layoutDir}/`)) {
+    // The outer bwrap; its pid 1 inside has the same command line, but bwrap as its parent.
+    if (cmd.startsWith("bwrap\0") && readParentCmd(pid) !== "bwrap" && environOf(pid).includes(marker)) {
       const init = childrenOf(pid).map(procRef).find((r) => r !== undefined);
       if (init) return { holder, nsInit: init };
     }
     if (cmd === `${SLEEP}\0infinity\0` && readParentCmd(pid) !== "bwrap") return { holder, nsInit: holder };
   }
   return undefined;
+}
+
+/** "" for a process that exited or is not ours to read. */
+function environOf(pid: number): string {
+  try {
+    return readFileSync(`/proc/${pid}/environ`, "latin1");
+  } catch {
+    return "";
+  }
 }
 
 function readParentCmd(pid: number): string | undefined {

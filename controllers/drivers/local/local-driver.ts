@@ -318,7 +318,7 @@ export class LocalDriver implements Driver {
       // process list is the whole search (a record may predate writing `cgroups` down).
       const set = rec.cgroups ?? (this.#cgroups ? cgroupSetFor(this.#cgroups, rec.id) : undefined);
       const candidates = set ? cgroupPids(set.core) : undefined;
-      const found = discoverHolder(rec.id, layoutFor(this.#dataDir, rec.id).dir, candidates);
+      const found = discoverHolder(rec.id, candidates);
       if (!found) {
         const message = rec.nsInit ? "the sandbox's holder process is gone" : "creation was interrupted before the holder started";
         return { ...base, phase: rec.phase === "Pending" ? "Pending" : "Failed", message };

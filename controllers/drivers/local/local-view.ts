@@ -10,26 +10,19 @@
 // It stays as the host-side parent so exit status and signals keep meaning what they should
 // (see enter.pl); the pid the runtime reports is its child's, as the sandbox sees it
 // (spawner-sandbox-pid.ts), so `kill <pid>` inside the sandbox reaches the same process.
+// enter.pl runs as root on the host until its last privilege drop, so its own environment is
+// fixed (host-helpers.ts) and the command's travels apart, as `sandboxEnv` (launcher.ts).
 import { readFileSync } from "node:fs";
-import { arch } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
-import type { ProcessLauncher } from "../../runtime/process/launcher.ts";
+import { SANDBOX_ENV_FILE, type ProcessLauncher } from "../../runtime/process/launcher.ts";
 import type { HostCommand, SandboxUsage, SandboxUser, SandboxView, SpawnRequest } from "../../runtime/sandbox-view.ts";
 import { SandboxNotFoundError } from "../driver.ts";
+import { helperEnv, PERL, syscallNumbers } from "./host-helpers.ts";
 import { USERS, type Mount } from "./layout.ts";
 import { resolveSandboxPath, sandboxPathOf } from "./path-resolver.ts";
 
 export const ENTER_SCRIPT = fileURLToPath(new URL("./enter.pl", import.meta.url));
-export const PERL = "/usr/bin/perl";
-/** setns(2) syscall number; perl has no wrapper for it. */
-const SETNS_NR: Record<string, number> = { x64: 308, arm64: 268 };
-
-export function setnsSyscall(): number {
-  const nr = SETNS_NR[arch()];
-  if (nr === undefined) throw new Error(`local driver: no setns syscall number for ${arch()}`);
-  return nr;
-}
 /** Environment variable carried by every process of a sandbox; how sandboxes without a cgroup
  * find their processes (a process that clears its environment escapes that search). */
 export const MARKER_ENV = "KRUISE_SANDBOX_ID";
@@ -112,13 +105,14 @@ export class LocalSandboxView implements SandboxView {
   }
 
   command(req: SpawnRequest): HostCommand {
-    const setns = setnsSyscall();
+    const nr = syscallNumbers();
     const t = this.#current();
     // Without a root view the process sees host paths, so its cwd is the host side of the layer.
     const cwd = this.#o.namespaces ? req.cwd : this.toHost(req.cwd);
     const joins = t.cgroupProcs.length > 0 ? t.cgroupProcs.join(":") : "-";
-    const args = [ENTER_SCRIPT, String(t.nsPid ?? 0), String(req.user.uid), String(req.user.gid), cwd, joins, String(setns), "--", req.cmd, ...req.args];
-    return { file: PERL, args, cwd: "/", env: { ...t.env, ...req.env, [MARKER_ENV]: this.#o.id } };
+    const args = [ENTER_SCRIPT, SANDBOX_ENV_FILE, String(t.nsPid ?? 0), String(req.user.uid), String(req.user.gid), cwd, joins, String(nr.setns), String(nr.prctl), "--", req.cmd, ...req.args];
+    const marker = { [MARKER_ENV]: this.#o.id };
+    return { file: PERL, args, cwd: "/", env: helperEnv(marker), sandboxEnv: { ...t.env, ...req.env, ...marker } };
   }
 }
 

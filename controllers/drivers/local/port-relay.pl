@@ -27,66 +27,74 @@
 # and route through <gateway>, and returns. A <name> already there is bound to that live process,
 # so it is the sandbox's own, left by an agent that stopped before recording it: it is replaced, as
 # is an `eth0` already in the namespace. "unveth <name>\n" deletes a host end (and its pair).
-# Usage: port-relay.pl <socket path> <setns syscall nr> [<proxy socket path>]
+# Usage: port-relay.pl <socket path> <setns syscall nr> <prctl syscall nr> [<proxy socket path>]
+# (syscall numbers per architecture from host-helpers.ts; its environment is fixed there too).
+# Loaded with `require` (the unit tests of its parsers), it defines its subs and runs nothing.
 use Socket;
 use Fcntl;
 use Errno qw(EEXIST);
 
-my ($path, $setns_nr, $proxy) = @ARGV;
-die "port-relay.pl: bad arguments\n" unless defined $setns_nr && $setns_nr =~ /^\d+$/;
-my $starter = getppid();
-syscall(157, 1, 9, 0, 0, 0);  # PR_SET_PDEATHSIG SIGKILL: the relay lives as long as its driver
-exit 137 if getppid() != $starter;
-
-socket(my $srv, PF_UNIX, SOCK_STREAM, 0) or die "port-relay.pl: socket: $!\n";
-unlink $path;
-bind($srv, pack_sockaddr_un($path)) or die "port-relay.pl: bind $path: $!\n";
-listen($srv, 128) or die "port-relay.pl: listen: $!\n";
-fcntl($srv, F_SETFL, fcntl($srv, F_GETFL, 0) | O_NONBLOCK);
-my $own_net = readlink('/proc/self/ns/net');
-open(my $own_ns, '<', '/proc/self/ns/net') or die "port-relay.pl: own network namespace: $!\n";
-$SIG{CHLD} = sub {};  # interrupts select, so children are reaped (and counted) at once
-$SIG{PIPE} = 'IGNORE';  # an agent gone mid-answer is seen as the end of stdin
-$| = 1;
-print "ready\n";
-
+my ($path, $setns_nr, $prctl_nr, $proxy);
+my ($srv, $own_net, $own_ns, $relay);
 my %egress;     # tag => listener in the sandbox's network namespace
 my %egress_at;  # tag => "<net namespace> <port>" of that listener
 my %limit;      # tag => [max connections, cgroup.procs files]
 my %kid;        # pid of an egress child => its tag
 my %open;       # tag => how many egress children run
-my $relay = $$;
-my $ctl = '';
-for (;;) {
-  while ((my $pid = waitpid(-1, 1)) > 0) {  # WNOHANG
-    my $tag = delete $kid{$pid};
-    $open{$tag}-- if defined $tag;
-  }
-  my $rin = '';
-  vec($rin, fileno($srv), 1) = 1;
-  vec($rin, fileno(STDIN), 1) = 1;
-  vec($rin, fileno($_), 1) = 1 for values %egress;
-  next if select(my $rout = $rin, undef, undef, undef) < 0;  # EINTR
-  if (vec($rout, fileno($srv), 1) && accept(my $c, $srv)) {
-    child($c, sub { serve($c) });
-  }
-  if (vec($rout, fileno(STDIN), 1)) {
-    my $n = sysread(STDIN, $ctl, 4096, length $ctl);
-    exit 0 unless $n;  # the agent is gone
-    while ((my $nl = index($ctl, "\n")) >= 0) {
-      my $cmd = substr($ctl, 0, $nl);
-      $ctl = substr($ctl, $nl + 1);
-      print command($cmd), "\n";
+my $nlseq = 0;  # netlink sequence numbers
+
+sub main {
+  ($path, $setns_nr, $prctl_nr, $proxy) = @ARGV;
+  die "port-relay.pl: bad arguments\n" unless defined $prctl_nr && $setns_nr =~ /^\d+$/ && $prctl_nr =~ /^\d+$/;
+  my $starter = getppid();
+  syscall($prctl_nr, 1, 9, 0, 0, 0);  # PR_SET_PDEATHSIG SIGKILL: the relay lives as long as its driver
+  exit 137 if getppid() != $starter;
+
+  socket($srv, PF_UNIX, SOCK_STREAM, 0) or die "port-relay.pl: socket: $!\n";
+  unlink $path;
+  bind($srv, pack_sockaddr_un($path)) or die "port-relay.pl: bind $path: $!\n";
+  listen($srv, 128) or die "port-relay.pl: listen: $!\n";
+  fcntl($srv, F_SETFL, fcntl($srv, F_GETFL, 0) | O_NONBLOCK);
+  $own_net = readlink('/proc/self/ns/net');
+  open($own_ns, '<', '/proc/self/ns/net') or die "port-relay.pl: own network namespace: $!\n";
+  $SIG{CHLD} = sub {};  # interrupts select, so children are reaped (and counted) at once
+  $SIG{PIPE} = 'IGNORE';  # an agent gone mid-answer is seen as the end of stdin
+  $| = 1;
+  print "ready\n";
+
+  $relay = $$;
+  my $ctl = '';
+  for (;;) {
+    while ((my $pid = waitpid(-1, 1)) > 0) {  # WNOHANG
+      my $tag = delete $kid{$pid};
+      $open{$tag}-- if defined $tag;
     }
-  }
-  for my $tag (keys %egress) {
-    my $l = $egress{$tag};
-    next unless $l && vec($rout, fileno($l), 1);
-    next unless accept(my $c, $l);  # nonblocking: a connection reset meanwhile is skipped
-    my ($max, $procs) = @{$limit{$tag}};
-    if (($open{$tag} // 0) >= $max || !pids_left($procs)) { close $c; next; }
-    my $pid = child($c, sub { join_cgroups($procs); egress($c, $tag) });
-    if ($pid) { $kid{$pid} = $tag; $open{$tag}++; }
+    my $rin = '';
+    vec($rin, fileno($srv), 1) = 1;
+    vec($rin, fileno(STDIN), 1) = 1;
+    vec($rin, fileno($_), 1) = 1 for values %egress;
+    next if select(my $rout = $rin, undef, undef, undef) < 0;  # EINTR
+    if (vec($rout, fileno($srv), 1) && accept(my $c, $srv)) {
+      child($c, sub { serve($c) });
+    }
+    if (vec($rout, fileno(STDIN), 1)) {
+      my $n = sysread(STDIN, $ctl, 4096, length $ctl);
+      exit 0 unless $n;  # the agent is gone
+      while ((my $nl = index($ctl, "\n")) >= 0) {
+        my $cmd = substr($ctl, 0, $nl);
+        $ctl = substr($ctl, $nl + 1);
+        print command($cmd), "\n";
+      }
+    }
+    for my $tag (keys %egress) {
+      my $l = $egress{$tag};
+      next unless $l && vec($rout, fileno($l), 1);
+      next unless accept(my $c, $l);  # nonblocking: a connection reset meanwhile is skipped
+      my ($max, $procs) = @{$limit{$tag}};
+      if (($open{$tag} // 0) >= $max || !pids_left($procs)) { close $c; next; }
+      my $pid = child($c, sub { join_cgroups($procs); egress($c, $tag) });
+      if ($pid) { $kid{$pid} = $tag; $open{$tag}++; }
+    }
   }
 }
 
@@ -101,7 +109,7 @@ sub child {
     close $_ for values %egress;
     close STDIN;
     close STDOUT;
-    syscall(157, 1, 9, 0, 0, 0);  # dies with the relay (cleared by fork)
+    syscall($prctl_nr, 1, 9, 0, 0, 0);  # dies with the relay (cleared by fork)
     exit 0 if getppid() != $relay;
     $fn->();
     exit 0;
@@ -149,17 +157,30 @@ sub close_egress {
   kill 'KILL', @pids if @pids;
 }
 
-sub command {
+# One line from the agent, checked: [verb, arguments...] or (undef, the reason). Nothing here
+# acts; `command` does.
+sub parse_command {
   my ($cmd) = @_;
-  if ($cmd =~ /^close ([A-Za-z0-9_-]{1,64})$/) {
-    close_egress($1);
+  return ['close', $1] if $cmd =~ /^close ([A-Za-z0-9_-]{1,64})$/;
+  return ['veth', $1, $2, $3, $4, $5, $6, $7, $8, $9] if $cmd =~ m{^veth (\d+) (\d+) (kr\d{1,12}) ((?:[0-9a-f]{2}:){5}[0-9a-f]{2}) (\d+) (\d+) (\d+\.\d+\.\d+\.\d+)/(\d+) (\d+\.\d+\.\d+\.\d+)$};
+  return ['unveth', $1] if $cmd =~ /^unveth (kr\d{1,12})$/;
+  my ($tag, $nspid, $start, $port, $max, $procs) = $cmd =~ m{^listen ([A-Za-z0-9_-]{1,64}) (\d+) (\d+) (\d+) (\d+)((?: /\S+/cgroup\.procs)*)$} or return (undef, 'bad command');
+  return (undef, "bad port $port") if $port < 1 || $port > 65535;
+  return ['listen', $tag, $nspid, $start, $port, $max, [grep { length } split / /, $procs]];
+}
+
+sub command {
+  my ($c, $why) = parse_command($_[0]);
+  return $why if $why;
+  my ($verb, @a) = @$c;
+  if ($verb eq 'close') {
+    close_egress($a[0]);
     return 'ok';
   }
-  return veth($1, $2, $3, $4, $5, $6, $7, $8, $9) if $cmd =~ m{^veth (\d+) (\d+) (kr\d{1,12}) ((?:[0-9a-f]{2}:){5}[0-9a-f]{2}) (\d+) (\d+) (\d+\.\d+\.\d+\.\d+)/(\d+) (\d+\.\d+\.\d+\.\d+)$};
-  return unveth($1) if $cmd =~ /^unveth (kr\d{1,12})$/;
-  my ($tag, $nspid, $start, $port, $max, $procs) = $cmd =~ m{^listen ([A-Za-z0-9_-]{1,64}) (\d+) (\d+) (\d+) (\d+)((?: /\S+/cgroup\.procs)*)$} or return 'bad command';
+  return veth(@a) if $verb eq 'veth';
+  return unveth(@a) if $verb eq 'unveth';
+  my ($tag, $nspid, $start, $port, $max, $procs) = @a;
   return 'no proxy socket' unless defined $proxy;
-  return "bad port $port" if $port < 1 || $port > 65535;
   close_egress($tag);
   my ($ns, $err, $net) = namespace_of($nspid, $start);
   return $err if $err;
@@ -169,14 +190,14 @@ sub command {
     && setsockopt($l, SOL_SOCKET, SO_REUSEADDR, 1)
     && bind($l, sockaddr_in($port, INADDR_LOOPBACK))
     && listen($l, 128);
-  my $why = "listen on 127.0.0.1:$port: $!";
+  my $why_not = "listen on 127.0.0.1:$port: $!";
   # Staying in a sandbox's namespace would put every later listener and child in the wrong place.
   syscall($setns_nr, fileno($own_ns), 0x40000000) == 0 or die "port-relay.pl: cannot return to its own network namespace: $!\n";
-  return $why unless $ok;
+  return $why_not unless $ok;
   fcntl($l, F_SETFL, fcntl($l, F_GETFL, 0) | O_NONBLOCK);
   $egress{$tag} = $l;
   $egress_at{$tag} = "$net $port";
-  $limit{$tag} = [$max, [grep { length } split / /, $procs]];
+  $limit{$tag} = [$max, $procs];
   return 'ok';
 }
 
@@ -203,19 +224,29 @@ sub egress {
 
 sub answer { syswrite($_[0], "$_[1]\n"); exit 0; }
 
+# What the bytes read so far from an inbound connection ask for: undef while the request line
+# "<ns pid> <start time> <port>\n" is incomplete, else {nspid, start, port, rest} (rest: the
+# bytes after the line, for the user's port) or {error}.
+sub parse_request {
+  my ($buf) = @_;
+  my $nl = index($buf, "\n");
+  return { error => 'request line too long' } if ($nl < 0 ? length $buf : $nl) > 64;
+  return undef if $nl < 0;
+  my ($nspid, $start, $port) = substr($buf, 0, $nl) =~ /^(\d+) (\d+) (\d+)$/ or return { error => 'bad request line' };
+  return { error => "bad port $port" } if $port < 1 || $port > 65535;
+  return { nspid => $nspid, start => $start, port => $port, rest => substr($buf, $nl + 1) };
+}
+
 sub serve {
   my ($c) = @_;
-  my $line = '';
-  while (index($line, "\n") < 0) {
-    my $n = sysread($c, $line, 64, length $line);
+  my ($buf, $req) = ('');
+  until ($req = parse_request($buf)) {
+    my $n = sysread($c, $buf, 64, length $buf);
     exit 0 unless $n;
-    answer($c, 'request line too long') if length $line > 64;
   }
-  my $nl = index($line, "\n");
-  my ($head, $rest) = (substr($line, 0, $nl), substr($line, $nl + 1));
-  my ($nspid, $start, $port) = $head =~ /^(\d+) (\d+) (\d+)$/ or answer($c, 'bad request line');
-  answer($c, "bad port $port") if $port < 1 || $port > 65535;
-  my ($ns, $err, $net) = namespace_of($nspid, $start);
+  answer($c, $req->{error}) if $req->{error};
+  my $port = $req->{port};
+  my ($ns, $err, $net) = namespace_of($req->{nspid}, $req->{start});
   answer($c, $err) if $err;
   # The proxy would serve an outsider under the sandbox's rules.
   answer($c, "port $port is the sandbox's egress proxy, not a user port") if grep { $_ eq "$net $port" } values %egress_at;
@@ -223,7 +254,7 @@ sub serve {
   socket(my $u, PF_INET, SOCK_STREAM, 0) or answer($c, "socket: $!");
   connect($u, sockaddr_in($port, INADDR_LOOPBACK)) or answer($c, "connect to port $port: $!");
   syswrite($c, "ok\n");
-  pump($c, $u, $rest);
+  pump($c, $u, $req->{rest});
 }
 
 sub put {
@@ -273,7 +304,6 @@ sub pump {
 
 # One rtnetlink request on a fresh socket of the current network namespace (a netlink socket
 # stays in the namespace it was made in); undef when the kernel acknowledged it, or the error.
-my $nlseq = 0;
 sub nla {
   my ($type, $data) = @_;
   my $len = 4 + length $data;
@@ -346,3 +376,6 @@ sub veth {
   return $err ? undo_veth($name, "configure eth0: $err") : 'ok';
 }
 sub undo_veth { unveth($_[0]); return $_[1]; }
+
+main() unless caller;
+1;

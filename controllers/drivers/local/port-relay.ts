@@ -20,7 +20,7 @@ import { connect, type Socket } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { PERL, setnsSyscall } from "./local-view.ts";
+import { helperEnv, PERL, syscallNumbers } from "./host-helpers.ts";
 import type { ProcRef } from "./records.ts";
 
 const RELAY_SCRIPT = fileURLToPath(new URL("./port-relay.pl", import.meta.url));
@@ -81,8 +81,9 @@ export class PortRelay {
     // A private directory: only this process's user reaches the socket (the relay runs as it).
     this.#dir ??= mkdtempSync(join(tmpdir(), "kruise-relay-"));
     const path = join(this.#dir, "relay.sock");
-    const args = [RELAY_SCRIPT, path, String(setnsSyscall()), ...(this.#proxySocket ? [this.#proxySocket] : [])];
-    const child = spawn(PERL, args, { stdio: ["pipe", "pipe", "inherit"] });
+    const nr = syscallNumbers();
+    const args = [RELAY_SCRIPT, path, String(nr.setns), String(nr.prctl), ...(this.#proxySocket ? [this.#proxySocket] : [])];
+    const child = spawn(PERL, args, { env: helperEnv(), stdio: ["pipe", "pipe", "inherit"] });
     this.#child = child;
     const pending: ((answer: string) => void)[] = [];
     this.#pending = pending;

@@ -5,17 +5,23 @@
 // or, when the pool is empty, socket pairs passed back to the agent as file descriptors (Node's
 // handle passing, one acknowledged message per pipe: two more round trips). Only terminal output
 // is relayed, because node-pty keeps its master end here.
-import { spawn, type ChildProcess } from "node:child_process";
-import { closeSync, openSync, readFileSync } from "node:fs";
+import type { ChildProcess } from "node:child_process";
+import { closeSync, readFileSync } from "node:fs";
 import { createServer, type Socket } from "node:net";
-import { spawnPtyHere, type LaunchedPty } from "../../runtime/process/launcher.ts";
-import { CONNECTION_ID_BYTES, stopReading, type SpawnerReply, type SpawnerRequest } from "./spawner-protocol.ts";
+import { dirname } from "node:path";
+import { spawnHost, spawnPtyHere, type HandoverOptions, type LaunchedPty } from "../../runtime/process/launcher.ts";
+import { CONNECTION_ID_BYTES, openStdioFile, stopReading, type SpawnerReply, type SpawnerRequest } from "./spawner-protocol.ts";
 
 // A send that fails means the agent is gone; 'disconnect' ends this process.
 const send = (m: SpawnerReply, handle?: Socket): void => void process.send!(m, handle, {}, () => {});
 const terms = new Map<number, LaunchedPty>();
 /** Connections from the agent, by the id each one sent first, not yet given to a child. */
 const pool = new Map<number, Socket>();
+const socketPath = process.argv[2]!;
+// Handover files (a command's environment, see launcher.ts) go beside the socket: a private
+// directory the agent made and removes. enter.pl checks its parent against KRUISE_PARENT_PID, so a
+// command whose spawner died while it started does not live on unowned.
+const handover: HandoverOptions = { envDir: () => dirname(socketPath), env: { KRUISE_PARENT_PID: String(process.pid) } };
 
 function takePooled(stdio: Extract<SpawnerRequest, { t: "spawn" }>["stdio"]): Map<number, [number, Socket]> | undefined {
   const want = stdio.flatMap((s, n) => (s === "pipe" ? [n] : []));
@@ -39,14 +45,11 @@ function doSpawn(m: Extract<SpawnerRequest, { t: "spawn" }>): void {
       const conn = pooled?.get(n);
       if (conn) return conn[1];
       if (typeof s === "string") return s;
-      const fd = openSync(s.append, "a");
+      const fd = openStdioFile(s);
       files.push(fd);
       return fd;
     });
-    // enter.pl checks its parent against this, so a command whose spawner died while it started
-    // does not live on unowned.
-    const env = { ...m.env, KRUISE_PARENT_PID: String(process.pid) };
-    child = spawn(m.file, m.args, { cwd: m.cwd, env, uid: m.uid, gid: m.gid, detached: m.detached, stdio });
+    child = spawnHost(m, { detached: m.detached, stdio, ...handover });
   } catch (err) {
     for (const [, [, s]] of pooled ?? []) s.destroy();
     return send({ t: "error", id: m.id, message: (err as Error).message });
@@ -77,8 +80,7 @@ function doSpawn(m: Extract<SpawnerRequest, { t: "spawn" }>): void {
 async function doPty(m: Extract<SpawnerRequest, { t: "pty" }>): Promise<void> {
   let t: LaunchedPty;
   try {
-    const env = { ...m.env, KRUISE_PARENT_PID: String(process.pid) };
-    t = await spawnPtyHere({ file: m.file, args: m.args, cwd: m.cwd, env, uid: m.uid, gid: m.gid }, { cols: m.cols, rows: m.rows });
+    t = await spawnPtyHere(m, { cols: m.cols, rows: m.rows }, handover);
   } catch (err) {
     return send({ t: "error", id: m.id, message: (err as Error).message });
   }
@@ -132,4 +134,4 @@ const server = createServer((conn) => {
   conn.on("data", onData);
   conn.on("error", () => {});
 });
-server.listen(process.argv[2]!, () => send({ t: "ready", pid: process.pid }));
+server.listen(socketPath, () => send({ t: "ready", pid: process.pid }));

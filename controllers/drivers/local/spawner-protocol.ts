@@ -1,13 +1,20 @@
 // Messages between the agent and its spawner process (Node IPC, structured clone), and the one
 // socket trick both sides need.
+import { openSync } from "node:fs";
 import type { Socket } from "node:net";
 import type { HostCommand } from "../../runtime/sandbox-view.ts";
 
 /** What to start: the runtime's host command (pipes or PTY), as the spawner receives it. */
 export type SpawnCommand = HostCommand;
 
-/** One entry per child fd: "pipe" comes back to the agent as a socket, `append` opens a file. */
-export type StdioSpec = "ignore" | "pipe" | { append: string };
+/** One entry per child fd: "pipe" comes back to the agent as a socket, `append` opens a file for
+ * appending, `read` one for reading (a regular file: blocking reads, unlike a socket Node made). */
+export type StdioSpec = "ignore" | "pipe" | { append: string } | { read: string };
+
+/** The fd a file entry of StdioSpec opens (the caller closes it once the child has its copy). */
+export function openStdioFile(s: Exclude<StdioSpec, string>): number {
+  return "append" in s ? openSync(s.append, "a") : openSync(s.read, "r");
+}
 
 export type SpawnerRequest =
   | ({ t: "spawn"; id: number; detached: boolean; stdio: StdioSpec[] } & SpawnCommand)

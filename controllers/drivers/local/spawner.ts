@@ -12,18 +12,17 @@
 // Lifetime: started on first use, restarted on the next spawn after it dies. Its death ends every
 // command it started (enter.pl's parent-death signal) and each of them reports a clear error as
 // its end; holders are not affected. It exits by itself when the agent does (IPC disconnect).
-import { fork, spawn, type ChildProcess } from "node:child_process";
-import { closeSync, mkdtempSync, openSync, rmSync } from "node:fs";
+import { fork, type ChildProcess } from "node:child_process";
+import { closeSync, mkdtempSync, readdirSync, rmSync } from "node:fs";
 import { connect } from "node:net";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import type { Readable, Writable } from "node:stream";
 import type { Socket } from "node:net";
 import type { HostCommand } from "../../runtime/sandbox-view.ts";
-import { inProcessLauncher, ProcessStartError, type LaunchedExit, type LaunchedPipes, type LaunchedPty, type ProcessLauncher } from "../../runtime/process/launcher.ts";
+import { inProcessLauncher, memoryTmpdir, ProcessStartError, spawnHost, type LaunchedExit, type LaunchedPipes, type LaunchedPty, type ProcessLauncher } from "../../runtime/process/launcher.ts";
 import { sandboxPidOf } from "./spawner-sandbox-pid.ts";
-import { CONNECTION_ID_BYTES, type SpawnCommand, type SpawnerReply, type SpawnerRequest, type StdioSpec } from "./spawner-protocol.ts";
+import { CONNECTION_ID_BYTES, openStdioFile, type SpawnCommand, type SpawnerReply, type SpawnerRequest, type StdioSpec } from "./spawner-protocol.ts";
 
 const MAIN = fileURLToPath(new URL("./spawner-main.ts", import.meta.url));
 /** Idle connections kept open to the spawner: a burst of this many / 2 commands starts without
@@ -95,8 +94,9 @@ export class Spawner implements ProcessLauncher {
 
   #start(): Promise<ChildProcess> {
     if (this.#ready) return this.#ready;
-    // A private directory (0700): only this user can connect and become some command's stdout.
-    this.#socketDir ??= mkdtempSync(join(tmpdir(), "kruise-spawner-"));
+    // A private directory (0700): only this user can connect and become some command's stdout,
+    // or read the environment files of commands starting (in memory, see memoryTmpdir).
+    this.#socketDir ??= mkdtempSync(join(memoryTmpdir(), "kruise-spawner-"));
     const socketPath = join(this.#socketDir, `${Date.now().toString(36)}.sock`);
     const child = fork(MAIN, [socketPath], {
       // Not the agent's flags (--cpu-prof, --inspect); small young generation, as in the runtime.
@@ -128,6 +128,7 @@ export class Spawner implements ProcessLauncher {
     if (this.#child !== child) return;
     this.#child = undefined;
     this.#ready = undefined;
+    this.#removeHandovers();
     for (const s of this.#pool.values()) s.destroy();
     this.#pool.clear();
     const tracked = [...this.#tracked.entries()];
@@ -135,6 +136,17 @@ export class Spawner implements ProcessLauncher {
     for (const [, t] of tracked) {
       if (t.reject) t.reject(new ProcessStartError(`${message}; the process was not started`));
       else this.#exited(t, { code: null, signal: null, error: `${message}; the process was killed` });
+    }
+  }
+
+  /** Handover files (see launcher.ts) that commands of a dead spawner had no time to read: they
+   * died with it. */
+  #removeHandovers(): void {
+    const dir = this.#socketDir;
+    try {
+      for (const f of dir ? readdirSync(dir) : []) if (f.startsWith("env-")) rmSync(join(dir!, f), { force: true });
+    } catch {
+      // disposed meanwhile: the directory went with everything in it
     }
   }
 
@@ -304,7 +316,7 @@ export class Spawner implements ProcessLauncher {
 
   async #spawnPty(host: HostCommand, size: { cols: number; rows: number }): Promise<LaunchedPty> {
     if (this.#inProcess) return inProcessLauncher.spawnPty(host, size);
-    const { id, t, pid } = await this.#request({ t: "pty", file: host.file, args: host.args, cwd: host.cwd, env: host.env, uid: host.uid, gid: host.gid, cols: size.cols, rows: size.rows });
+    const { id, t, pid } = await this.#request({ t: "pty", ...host, cols: size.cols, rows: size.rows });
     return {
       pid,
       onData: (fn) => {
@@ -342,8 +354,10 @@ async function spawnHere(cmd: SpawnCommand, opts: { detached: boolean; stdio: St
   const files: number[] = [];
   let child: ChildProcess;
   try {
-    const stdio = opts.stdio.map((s) => (typeof s === "string" ? s : (files.push(openSync(s.append, "a")), files.at(-1)!)));
-    child = spawn(cmd.file, cmd.args, { cwd: cmd.cwd, env: cmd.env, uid: cmd.uid, gid: cmd.gid, detached: opts.detached, stdio });
+    const stdio = opts.stdio.map((s) => (typeof s === "string" ? s : (files.push(openStdioFile(s)), files.at(-1)!)));
+    child = spawnHost(cmd, { detached: opts.detached, stdio });
+  } catch (err) {
+    throw err instanceof ProcessStartError ? err : new ProcessStartError((err as Error).message);
   } finally {
     for (const fd of files) closeSync(fd);
   }

@@ -9,6 +9,7 @@ import { afterAll, describe, expect, it } from "vitest";
 import type { DesiredSandbox } from "../../../../controllers/drivers/driver.ts";
 import { LocalDriver } from "../../../../controllers/drivers/local/local-driver.ts";
 import { MARKER_ENV } from "../../../../controllers/drivers/local/local-view.ts";
+import { spawnHost } from "../../../../controllers/runtime/process/launcher.ts";
 import type { SandboxUser } from "../../../../controllers/runtime/sandbox-view.ts";
 import { desiredSandbox, destroyAll, shIn, USER } from "./fixture.ts";
 
@@ -94,9 +95,9 @@ describe(`local driver on this host (level ${driver.capabilities.level})`, () =>
     const run = (script: string) =>
       new Promise<string>((resolve) => {
         const c = view.command({ cmd: "/bin/bash", args: ["-c", script], cwd: "/home/user", env: {}, user: USER });
-        const child = spawn(c.file, c.args, { cwd: c.cwd, env: c.env, stdio: ["ignore", "pipe", "inherit"] });
+        const child = spawnHost(c, { detached: false, stdio: ["ignore", "pipe", "inherit"] });
         let out = "";
-        child.stdout.on("data", (b) => (out += String(b)));
+        child.stdout!.on("data", (b) => (out += String(b)));
         child.once("close", () => resolve(out));
       });
     expect(await run("echo $$")).toBe("3\n");
@@ -117,7 +118,7 @@ describe(`local driver on this host (level ${driver.capabilities.level})`, () =>
     await driver.ensure(d);
     for (const signal of ["SIGTERM", "SIGKILL"] as const) {
       const cmd = driver.view(d.id).command({ cmd: "/bin/sleep", args: ["1000"], cwd: "/home/user", env: {}, user: USER });
-      const child = spawn(cmd.file, cmd.args, { cwd: cmd.cwd, env: cmd.env, stdio: "ignore" });
+      const child = spawnHost(cmd, { detached: false, stdio: "ignore" });
       const exited = new Promise<string | null>((r) => child.once("exit", (_, s) => r(s)));
       for (let i = 0; i < 100 && !(await sh(d.id, "pgrep -x sleep | wc -l")).stdout.startsWith("2"); i++) await sleep(10);
       child.kill(signal);

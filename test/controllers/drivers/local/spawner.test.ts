@@ -5,16 +5,23 @@ import { readFileSync } from "node:fs";
 import type { Readable } from "node:stream";
 import { setTimeout as sleep } from "node:timers/promises";
 import { afterAll, describe, expect, it } from "vitest";
+import { syscallNumbers } from "../../../../controllers/drivers/local/host-helpers.ts";
 import { ENTER_SCRIPT } from "../../../../controllers/drivers/local/local-view.ts";
 import { Spawner } from "../../../../controllers/drivers/local/spawner.ts";
-import type { LaunchedExit } from "../../../../controllers/runtime/process/launcher.ts";
+import { SANDBOX_ENV_FILE, type LaunchedExit } from "../../../../controllers/runtime/process/launcher.ts";
 
 const spawner = new Spawner();
 afterAll(() => spawner.dispose());
 
-const SETNS = 308;
+const { setns, prctl } = syscallNumbers();
 /** A command run through enter.pl at `process` level (no namespaces), as the local view builds it. */
-const entered = (cmd: string[]) => ({ file: "/usr/bin/perl", args: [ENTER_SCRIPT, "0", "0", "0", "/", "-", String(SETNS), "--", ...cmd], cwd: "/", env: { PATH: "/usr/bin:/bin" } });
+const entered = (cmd: string[]) => ({
+  file: "/usr/bin/perl",
+  args: [ENTER_SCRIPT, SANDBOX_ENV_FILE, "0", "0", "0", "/", "-", String(setns), String(prctl), "--", ...cmd],
+  cwd: "/",
+  env: { PATH: "/usr/bin:/bin" },
+  sandboxEnv: { PATH: "/usr/bin:/bin" },
+});
 
 function text(s: Readable): Promise<string> {
   return new Promise((resolve) => {

@@ -1,0 +1,38 @@
+// What the local driver's host-side perl helpers (enter.pl, port-relay.pl) are started with.
+// They run as root in the host's namespaces until they have entered a sandbox, so:
+// - their environment is fixed here and never carries a byte a tenant sent (perl, the dynamic
+//   loader and any shell read code to run from PERL5OPT, PERL5LIB, LD_PRELOAD, BASH_ENV and kin);
+//   a sandboxed command's own environment travels separately (HostCommand.sandboxEnv);
+// - every syscall number they need comes from one table per architecture, and any other
+//   architecture is refused with a clear error rather than a wrong syscall.
+// Why perl at all, and the alternatives: README.md in this folder ("Host helpers").
+import { arch } from "node:os";
+
+export const PERL = "/usr/bin/perl";
+
+/** PATH of every host helper: system directories only. */
+export const HELPER_PATH = "/usr/sbin:/usr/bin:/sbin:/bin";
+
+/** The whole environment of a host helper: PATH plus the driver's own fixed variables. */
+export function helperEnv(own: Record<string, string> = {}): Record<string, string> {
+  return { PATH: HELPER_PATH, ...own };
+}
+
+/** Syscalls perl has no wrapper for. */
+export interface SyscallNumbers {
+  setns: number;
+  prctl: number;
+}
+
+/** From the kernel's syscall tables: arch/x86/entry/syscalls/syscall_64.tbl and
+ * include/uapi/asm-generic/unistd.h (arm64). */
+const SYSCALLS: Record<string, SyscallNumbers> = {
+  x64: { setns: 308, prctl: 157 },
+  arm64: { setns: 268, prctl: 167 },
+};
+
+export function syscallNumbers(cpu: string = arch()): SyscallNumbers {
+  const nrs = SYSCALLS[cpu];
+  if (!nrs) throw new Error(`local driver: no syscall numbers for ${cpu} (supported: ${Object.keys(SYSCALLS).join(", ")})`);
+  return nrs;
+}

@@ -1,0 +1,185 @@
+// The local driver's perl helpers without root: both compile, the relay's parsers take exactly
+// the lines they should, syscall numbers come from one table per architecture, and a command's
+// environment reaches it through the handover file, never through the helper's own environment.
+import { spawnSync } from "node:child_process";
+import { existsSync, mkdtempSync, readFileSync, rmSync, statSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { afterAll, describe, expect, it } from "vitest";
+import { helperEnv, PERL, syscallNumbers } from "../../../../controllers/drivers/local/host-helpers.ts";
+import { ENTER_SCRIPT } from "../../../../controllers/drivers/local/local-view.ts";
+import { encodeEnv, handOver, SANDBOX_ENV_FILE } from "../../../../controllers/runtime/process/launcher.ts";
+import { HOST_LOADER_SAW_IT, hostileEnv, parseEnv0 } from "../../../support/hostile-env.ts";
+
+const RELAY_SCRIPT = fileURLToPath(new URL("../../../../controllers/drivers/local/port-relay.pl", import.meta.url));
+const dir = mkdtempSync(join(tmpdir(), "helpers-unit-"));
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+/** Runs `code` in perl with `script` loaded (its main not run); each input line is one case. */
+function perlWith(script: string, code: string, lines: string[]): string[] {
+  const r = spawnSync(PERL, ["-e", `require $ARGV[0]; while (my $l = <STDIN>) { chomp $l; $l =~ s/\\\\n/\\n/g; ${code}; print "\\n"; }`, script], {
+    input: lines.map((l) => `${l}\n`).join(""),
+    env: helperEnv(),
+    encoding: "utf8",
+  });
+  expect(r.stderr).toBe("");
+  return r.stdout.split("\n").slice(0, -1);
+}
+
+describe("helper scripts", () => {
+  for (const script of [ENTER_SCRIPT, RELAY_SCRIPT]) {
+    it(`${script.split("/").pop()} compiles (perl -c)`, () => {
+      const r = spawnSync(PERL, ["-c", script], { env: helperEnv(), encoding: "utf8" });
+      expect(r.stderr).toContain("syntax OK");
+      expect(r.status).toBe(0);
+    });
+  }
+});
+
+describe("port relay's parsers", () => {
+  const request = (lines: string[]) =>
+    perlWith(RELAY_SCRIPT, `my $r = parse_request($l); print !defined $r ? 'more' : $r->{error} ? "error: $r->{error}" : "ns $r->{nspid} start $r->{start} port $r->{port} rest [$r->{rest}]"`, lines);
+
+  it("an inbound request line: pid, start time and port, then the user's bytes", () => {
+    expect(request(["123 456 8000\\nGET / HTTP/1.1", "1 2 65535\\n", "1 2 1\\n"])).toEqual(["ns 123 start 456 port 8000 rest [GET / HTTP/1.1]", "ns 1 start 2 port 65535 rest []", "ns 1 start 2 port 1 rest []"]);
+  });
+
+  it("waits for the rest of a line, refuses one that is too long, malformed, or a port out of range", () => {
+    expect(request(["123 456", "", `${"1".repeat(65)}`, `${"1".repeat(60)} 1 80\\n`, "1 2 0\\n", "1 2 65536\\n", "-1 2 80\\n", "1 2 80 \\n", "1  2 80\\n", "a b c\\n", "1 2 80;rm\\n"])).toEqual([
+      "more",
+      "more",
+      "error: request line too long",
+      "error: request line too long",
+      "error: bad port 0",
+      "error: bad port 65536",
+      "error: bad request line",
+      "error: bad request line",
+      "error: bad request line",
+      "error: bad request line",
+      "error: bad request line",
+    ]);
+  });
+
+  const command = (lines: string[]) =>
+    perlWith(RELAY_SCRIPT, `my ($c, $why) = parse_command($l); print $why ? "error: $why" : join(' ', map { ref $_ ? '[' . join(',', @$_) . ']' : $_ } @$c)`, lines);
+
+  it("the agent's commands, with their arguments", () => {
+    expect(
+      command([
+        "close sbx-1_a",
+        "unveth kr4242",
+        "veth 12 34 kr12 02:00:0a:58:00:05 1500 7 10.88.0.5/16 10.88.0.1",
+        "listen sbx1 12 34 3128 40 /sys/fs/cgroup/pids/k/sbx1/cgroup.procs /sys/fs/cgroup/memory/k/sbx1/cgroup.procs",
+        "listen sbx1 12 34 3128 40",
+      ]),
+    ).toEqual([
+      "close sbx-1_a",
+      "unveth kr4242",
+      "veth 12 34 kr12 02:00:0a:58:00:05 1500 7 10.88.0.5 16 10.88.0.1",
+      "listen sbx1 12 34 3128 40 [/sys/fs/cgroup/pids/k/sbx1/cgroup.procs,/sys/fs/cgroup/memory/k/sbx1/cgroup.procs]",
+      "listen sbx1 12 34 3128 40 []",
+    ]);
+  });
+
+  it("anything else is refused: unknown verbs, odd names, bad ports, paths that are not cgroup.procs", () => {
+    expect(
+      command([
+        "",
+        "open sbx1",
+        "close ",
+        "close a b",
+        `close ${"a".repeat(65)}`,
+        "close ../x",
+        "unveth eth0",
+        "unveth kr1; reboot",
+        "veth 12 34 eth0 02:00:0a:58:00:05 1500 7 10.88.0.5/16 10.88.0.1",
+        "veth 12 34 kr12 02:00:0a:58:00:05 1500 7 10.88.0.5 10.88.0.1",
+        "listen sbx1 12 34 0 40",
+        "listen sbx1 12 34 70000 40",
+        "listen sbx1 12 34 3128 40 /etc/passwd",
+        "listen sbx1 12 34 3128 40  /a/cgroup.procs",
+      ]),
+    ).toEqual([
+      "error: bad command",
+      "error: bad command",
+      "error: bad command",
+      "error: bad command",
+      "error: bad command",
+      "error: bad command",
+      "error: bad command",
+      "error: bad command",
+      "error: bad command",
+      "error: bad command",
+      "error: bad port 0",
+      "error: bad port 70000",
+      "error: bad command",
+      "error: bad command",
+    ]);
+  });
+});
+
+describe("enter.pl's environment file", () => {
+  const parse = (lines: string[]) =>
+    perlWith(ENTER_SCRIPT, `$l =~ s/\\\\0/\\0/g; my ($e, $why) = parse_env($l); print $why ? "error: $why" : join(';', map { (my $v = $e->{$_}) =~ s/\\n/<NL>/g; "$_=$v" } sort keys %$e)`, lines);
+
+  it("NAME=value entries, values may hold '=' and newlines", () => {
+    expect(parse(["A=1\\0B=x=y\\0", "C=line1\\nline2\\0", "", "D=\\0"])).toEqual(["A=1;B=x=y", "C=line1<NL>line2", "", "D="]);
+  });
+
+  it("an entry without a name or '=' is refused", () => {
+    expect(parse(["=x\\0", "NOEQUALS\\0"])).toEqual(["error: bad entry in the environment file", "error: bad entry in the environment file"]);
+  });
+});
+
+describe("syscall numbers", () => {
+  it("one table per architecture; any other is refused by name", () => {
+    expect(syscallNumbers("x64")).toEqual({ setns: 308, prctl: 157 });
+    expect(syscallNumbers("arm64")).toEqual({ setns: 268, prctl: 167 });
+    expect(() => syscallNumbers("riscv64")).toThrow(/no syscall numbers for riscv64 \(supported: x64, arm64\)/);
+  });
+});
+
+describe("environment handover", () => {
+  it("writes the environment to a new 0600 file and puts its path where the command asks", () => {
+    const h = handOver({ file: "/x", args: ["a", SANDBOX_ENV_FILE, "b"], cwd: "/", env: {}, sandboxEnv: { A: "1", B: "x=y" } }, () => dir);
+    const path = h.args[1]!;
+    expect(path.startsWith(`${dir}/`)).toBe(true);
+    expect([h.args[0], h.args[2]]).toEqual(["a", "b"]);
+    expect(statSync(path).mode & 0o777).toBe(0o600);
+    expect(readFileSync(path, "utf8")).toBe("A=1\0B=x=y\0");
+    h.release();
+    expect(existsSync(path)).toBe(false);
+  });
+
+  it("refuses names and values execve could not carry", () => {
+    expect(() => encodeEnv({ "A=B": "c" })).toThrow(/invalid environment variable name/);
+    expect(() => encodeEnv({ "": "c" })).toThrow(/invalid environment variable name/);
+    expect(() => encodeEnv({ A: "b\0c" })).toThrow(/NUL/);
+  });
+
+  it("enter.pl (no sandbox, own user) gives the command the file's environment, keeps none of it itself, and unlinks the file", () => {
+    const hostile = hostileEnv();
+    try {
+      const { setns, prctl } = syscallNumbers();
+      const uid = String(process.getuid!());
+      const gid = String(process.getgid!());
+      const host = {
+        file: PERL,
+        args: [ENTER_SCRIPT, SANDBOX_ENV_FILE, "0", uid, gid, "/", "-", String(setns), String(prctl), "--", "/usr/bin/env", "-0"],
+        cwd: "/",
+        env: helperEnv(),
+        sandboxEnv: { PATH: "/usr/bin:/bin", ...hostile.env },
+      };
+      const h = handOver(host, () => dir);
+      const r = spawnSync(host.file, h.args, { env: host.env, encoding: "utf8" });
+      expect(hostile.ran()).toEqual([]);
+      expect(r.stderr).not.toContain(HOST_LOADER_SAW_IT);
+      expect(r.status).toBe(0);
+      expect(parseEnv0(r.stdout)).toEqual(host.sandboxEnv);
+      expect(existsSync(h.args[1]!)).toBe(false);
+    } finally {
+      hostile.dispose();
+    }
+  });
+});
