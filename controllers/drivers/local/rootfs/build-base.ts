@@ -52,7 +52,7 @@ async function buildLayer(store: RootfsStore, id: string, recipe: DebianRecipe, 
   const staging = store.stagingDir(id);
   const tree = join(staging, "rootfs");
   const started = Date.now();
-  log(`building ${id} (Debian ${recipe.suite} ${recipe.variant} + ${recipe.packages.length} packages) into ${store.root}; the first build downloads ~150 MB and takes minutes`);
+  log(`building ${id} (Debian ${recipe.suite} ${recipe.variant} + ${recipe.packages.length} packages) into ${store.root}: downloads from Debian's archive, takes minutes`);
   try {
     await mmdebstrap(mmdebstrapArgs(recipe, tree), recipe, log);
     const { stdout } = await run("dpkg-query", [`--admindir=${tree}/var/lib/dpkg`, "-W", "-f=${Package}\t${Version}\t${Architecture}\n"], { maxBuffer: 16 << 20 });

@@ -3,6 +3,7 @@
 //   node controllers/drivers/local/rootfs/cli.ts import <path> <name>  an OCI layout (dir or tar)
 //                                                                   or a `docker save` tarball
 //   node controllers/drivers/local/rootfs/cli.ts list              templates and their layers
+//   node controllers/drivers/local/rootfs/cli.ts prune             delete layers no template names
 // SBX_ROOTFS_DIR overrides where they live (default ~/.cache/sandbox-edge/rootfs).
 import { ensureBaseRootfs } from "./build-base.ts";
 import { importImage } from "./image-import.ts";
@@ -23,8 +24,10 @@ try {
     for (const t of store.templates()) {
       console.log(`${t.name}\t${t.layers.map((id) => store.layerTree(id)).join(":")}`);
     }
+  } else if (cmd === "prune") {
+    for (const id of store.prune()) log(`removed ${id}`);
   } else {
-    console.error("usage: cli.ts build-base | import <oci-layout-or-docker-save.tar> <name> | list");
+    console.error("usage: cli.ts build-base | import <oci-layout-or-docker-save.tar> <name> | list | prune");
     process.exitCode = 2;
   }
 } catch (err) {

@@ -13,7 +13,7 @@ export interface DebianRecipe {
   sources: string[];
   /** Sorted, no duplicates: the order must not change the key. */
   packages: string[];
-  /** Paths dpkg leaves out (as Debian's slim images do); copyright files stay. */
+  /** Paths dpkg leaves out (the list of Debian's slim images); copyright files stay. */
   dpkgOptions: string[];
   /** Clamps the timestamps mmdebstrap and useradd write (shadow's last-change day, logs). */
   sourceDateEpoch: number;
@@ -43,7 +43,10 @@ export function baseRecipe(): DebianRecipe {
       `deb ${SECURITY} bookworm-security main`,
     ],
     packages: [...new Set(BASE_PACKAGES)].sort(),
-    dpkgOptions: ["path-exclude=/usr/share/man/*", "path-exclude=/usr/share/doc/*", "path-include=/usr/share/doc/*/copyright"],
+    dpkgOptions: [
+      ...["doc", "groff", "info", "linda", "lintian", "locale", "man"].map((d) => `path-exclude=/usr/share/${d}/*`),
+      "path-include=/usr/share/doc/*/copyright",
+    ],
     // 2026-12-01T00:00:00Z: a fixed instant, not the build's.
     sourceDateEpoch: 1_796_083_200,
     customize: readFileSync(CUSTOMIZE_SCRIPT, "utf8"),

@@ -108,6 +108,24 @@ export class RootfsStore {
     rmSync(doomed, { recursive: true, force: true });
   }
 
+  /** Removes layers no template names, and build directories whose builder is gone; returns their ids. Manual
+   * (`cli.ts prune`): once sandboxes mount layers, one may still use a layer its template left. */
+  prune(): string[] {
+    const used = new Set(this.templates().flatMap((t) => t.layers));
+    let names: string[];
+    try {
+      names = readdirSync(join(this.root, "layers"));
+    } catch {
+      return [];
+    }
+    const gone = names.filter((n) => !used.has(n) && !buildingNow(n));
+    for (const n of gone) {
+      if (n.startsWith(".")) rmSync(join(this.root, "layers", n), { recursive: true, force: true });
+      else this.removeLayer(n);
+    }
+    return gone;
+  }
+
   putTemplate(name: string, layers: string[]): TemplateRecord {
     validTemplateName(name);
     for (const id of layers) if (!this.layer(id)) throw new Error(`template ${name}: layer ${id} is not in ${this.root}`);
@@ -143,6 +161,18 @@ export class RootfsStore {
       .map((f) => readJson<TemplateRecord>(join(this.root, "templates", f)))
       .filter((t): t is TemplateRecord => t !== undefined)
       .sort((a, b) => a.name.localeCompare(b.name));
+  }
+}
+
+/** A `.build-<id>-<pid>-<ms>` directory whose builder is still alive. */
+function buildingNow(name: string): boolean {
+  const pid = /^\.build-.*-(\d+)-\d+$/.exec(name)?.[1];
+  if (!pid) return false;
+  try {
+    process.kill(Number(pid), 0);
+    return true;
+  } catch {
+    return false;
   }
 }
 

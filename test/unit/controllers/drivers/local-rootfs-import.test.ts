@@ -201,3 +201,20 @@ describe("importing an image as a template rootfs", () => {
     expect(store.templates()).toEqual([]);
   });
 });
+
+describe("the template registry", () => {
+  it("prunes layers no template names, keeping used ones and live builds", async () => {
+    const layer = (body: string) => [{ data: tarOf([{ path: "f", type: "File", body }]), mediaType: "application/vnd.oci.image.layer.v1.tar" }];
+    const a = await importImage(store, ociLayout(join(work, "a"), layer("a")), "one");
+    const b = await importImage(store, ociLayout(join(work, "b"), layer("b")), "two");
+    await importImage(store, ociLayout(join(work, "c"), layer("c")), "two"); // `two` now names a new layer
+    const live = store.stagingDir("debian-x");
+    const dead = join(store.root, "layers", ".build-debian-x-999999999-1");
+    mkdirSync(dead);
+    expect(store.prune().sort()).toEqual([".build-debian-x-999999999-1", b.layers[0]].sort());
+    expect(store.layer(b.layers[0]!)).toBeUndefined();
+    expect(store.layer(a.layers[0]!)).toBeDefined();
+    expect(read("two", "f")).toBe("c");
+    expect(existsSync(live)).toBe(true);
+  });
+});
