@@ -4,11 +4,12 @@
 //   tree (say `etc -> /etc` from a lower layer, then `etc/passwd`), fail the whole import (node-tar
 //   refuses them; we turn its warnings into errors) instead of being half-applied;
 // - absolute names are taken relative to the tree (`/etc/x` is `etc/x`, as Docker does);
-// - symlinks are stored as they are (an absolute target means the sandbox's own `/`) and never
-//   followed here: whiteouts and mode fix-ups walk the tree with lstat.
+// - symlinks are stored exactly as they are (`/lib/x` and `../../x` mean the sandbox's own root;
+//   node-tar would strip or refuse them, so we make them ourselves after its pass) and are never
+//   followed here: whiteouts, links and mode fix-ups walk the tree with lstat.
 // Whiteouts (`.wh.<name>`, `.wh..wh..opq`) hide lower layers only, so each layer is read twice:
 // first its whiteouts are applied to what is below, then its files are extracted.
-import { chmodSync, lstatSync, mkdirSync, readdirSync, rmSync } from "node:fs";
+import { chmodSync, lchownSync, lstatSync, lutimesSync, mkdirSync, readdirSync, rmSync, symlinkSync } from "node:fs";
 import { join, posix } from "node:path";
 import * as tar from "tar";
 
@@ -97,7 +98,11 @@ async function applyWhiteouts(file: string, tree: string, where: string): Promis
     } catch {
       continue;
     }
-    if (!st.isDirectory()) throw new LayerError(`${where}: opaque whiteout in ${rel}, which is not a directory below`);
+    // Below it was a file or a symlink (never followed): this layer makes it a directory.
+    if (!st.isDirectory()) {
+      rmSync(p, { force: true });
+      continue;
+    }
     for (const name of readdirSync(p)) rmSync(join(p, name), { recursive: true, force: true });
   }
   return hide.length;
@@ -106,10 +111,11 @@ async function applyWhiteouts(file: string, tree: string, where: string): Promis
 async function extract(file: string, tree: string, where: string, limits: FlattenLimits, result: FlattenResult): Promise<void> {
   const refused: string[] = [];
   const modes = new Map<string, number>(); // last entry for a path wins
+  const links = new Map<string, Symlink>();
   await tar.x({
     file,
     cwd: tree,
-    preserveOwner: true,
+    preserveOwner: process.getuid?.() === 0, // as root owners are the image's; otherwise the caller's
     chmod: true,
     processUmask: 0,
     onwarn: (code, message, data) => {
@@ -129,6 +135,21 @@ async function extract(file: string, tree: string, where: string, limits: Flatte
         return false;
       }
       const type = "type" in entry ? entry.type : undefined;
+      if (rel) {
+        for (let d = posix.dirname(rel); d !== "."; d = posix.dirname(d)) {
+          if (links.has(d)) {
+            refused.push(`${path}: passes through the symlink ${d}`);
+            return false;
+          }
+        }
+        links.delete(rel);
+      }
+      if (type === "SymbolicLink" && "linkpath" in entry) {
+        if (!rel || !entry.linkpath) refused.push(`${path}: not a symlink we can make`);
+        else links.set(rel, { target: entry.linkpath, uid: entry.uid ?? 0, gid: entry.gid ?? 0, mtime: entry.mtime ?? new Date(0) });
+        modes.delete(rel ?? "");
+        return false;
+      }
       if (rel && (type === "File" || type === "OldFile" || type === "ContiguousFile" || type === "Directory") && typeof entry.mode === "number") {
         modes.set(rel, entry.mode & 0o7777);
       }
@@ -137,6 +158,35 @@ async function extract(file: string, tree: string, where: string, limits: Flatte
   });
   if (refused.length > 0) throw new LayerError(`${where}: refused ${refused.length} entr${refused.length === 1 ? "y" : "ies"}: ${refused.slice(0, 5).join("; ")}`);
   fixModes(tree, modes);
+  for (const [rel, link] of links) placeSymlink(tree, rel, link, where);
+}
+
+interface Symlink {
+  target: string;
+  uid: number;
+  gid: number;
+  mtime: Date;
+}
+
+/** Makes `rel` a symlink to exactly `target`, creating missing parents; replaces whatever was
+ * there (a lower layer's file or directory). Refuses a parent that is not a real directory. */
+function placeSymlink(tree: string, rel: string, link: Symlink, where: string): void {
+  const parts = rel.split("/");
+  let at = tree;
+  for (const part of parts.slice(0, -1)) {
+    at = join(at, part);
+    try {
+      if (!lstatSync(at).isDirectory()) throw new LayerError(`${where}: symlink ${rel}: ${part} on its way is not a directory`);
+    } catch (err) {
+      if (err instanceof LayerError) throw err;
+      mkdirSync(at, 0o755);
+    }
+  }
+  const p = join(at, parts[parts.length - 1]!);
+  rmSync(p, { recursive: true, force: true });
+  symlinkSync(link.target, p);
+  if (process.getuid?.() === 0) lchownSync(p, link.uid, link.gid);
+  lutimesSync(p, link.mtime, link.mtime);
 }
 
 /** The exact modes the layer asked for: files are created under the process umask, directories

@@ -87,6 +87,11 @@ function layeredImage() {
     { path: "usr/bin/tool", type: "File", body: "#!/bin/sh\n", mode: 0o4755 },
     { path: "usr/bin/tool2", type: "Link", linkpath: "usr/bin/tool" },
     { path: "bin", type: "SymbolicLink", linkpath: "usr/bin" },
+    // As Debian has them: absolute targets, and `..` past the root (both mean the sandbox's `/`).
+    { path: "lib", type: "SymbolicLink", linkpath: "usr/lib" },
+    { path: "usr/lib/x86_64-linux-gnu/ld.so", type: "File", body: "ld" },
+    { path: "lib64/ld-linux.so.2", type: "SymbolicLink", linkpath: "/lib/x86_64-linux-gnu/ld.so" },
+    { path: "usr/lib/up", type: "SymbolicLink", linkpath: "../../../../etc/os-release" },
     { path: "tmp/", type: "Directory", mode: 0o1777 },
     { path: "home/user/.profile", type: "File", body: "x", mode: 0o600, uid: 1000 },
     { path: "opt/app/a", type: "File", body: "a" },
@@ -119,6 +124,8 @@ function expectLayered(name: string) {
   expect(read(name, "etc/alt")).toBe("mine");
   expect(readFileSync(join(outside, "victim"), "utf8")).toBe("untouched");
   expect(readlinkSync(join(t, "bin"))).toBe("usr/bin");
+  expect(readlinkSync(join(t, "lib64/ld-linux.so.2"))).toBe("/lib/x86_64-linux-gnu/ld.so");
+  expect(readlinkSync(join(t, "usr/lib/up"))).toBe("../../../../etc/os-release");
   expect(statSync(join(t, "usr/bin/tool")).mode & 0o7777).toBe(0o4755);
   expect(statSync(join(t, "usr/bin/tool2")).ino).toBe(statSync(join(t, "usr/bin/tool")).ino);
   expect(statSync(join(t, "tmp")).mode & 0o7777).toBe(0o1777);
@@ -170,12 +177,31 @@ describe("importing an image as a template rootfs", () => {
     const dir = ociLayout(join(work, "oci"), [plant, write].map((data) => ({ data, mediaType: "application/vnd.oci.image.layer.v1.tar" })));
     await expect(importImage(store, dir, "evil")).rejects.toThrow(/layer 2 of 2: refused 1 entry: evil\/pwned/);
     expect(readdirSync(outside)).toEqual(["victim"]);
+    // The same within one layer, and a symlink placed under a lower layer's symlink.
+    const both = tarOf([{ path: "evil", type: "SymbolicLink", linkpath: outside }, { path: "evil/pwned", type: "File", body: "x" }]);
+    const dir1 = ociLayout(join(work, "oci1"), [{ data: both, mediaType: "application/vnd.oci.image.layer.v1.tar" }]);
+    await expect(importImage(store, dir1, "evil")).rejects.toThrow(/refused 1 entry: evil\/pwned: passes through the symlink evil/);
+    const linkUnder = tarOf([{ path: "evil/pwned", type: "SymbolicLink", linkpath: "/x" }]);
+    const dir3 = ociLayout(join(work, "oci3"), [plant, linkUnder].map((data) => ({ data, mediaType: "application/vnd.oci.image.layer.v1.tar" })));
+    await expect(importImage(store, dir3, "evil")).rejects.toThrow(/symlink evil\/pwned: evil on its way is not a directory/);
+    expect(readdirSync(outside)).toEqual(["victim"]);
 
     const link = tarOf([{ path: "passwd", type: "Link", linkpath: "../outside/victim" }]);
     const dir2 = ociLayout(join(work, "oci2"), [{ data: link, mediaType: "application/vnd.oci.image.layer.v1.tar" }]);
     await expect(importImage(store, dir2, "evil2")).rejects.toThrow(/refused 1 entry: passwd/);
     expect(statSync(join(outside, "victim")).nlink).toBe(1);
     expect(store.templates()).toEqual([]);
+  });
+
+  it("never deletes through a symlink when applying whiteouts", async () => {
+    const plant = tarOf([{ path: "evil", type: "SymbolicLink", linkpath: outside }, { path: "evil2", type: "SymbolicLink", linkpath: outside }]);
+    const hide = tarOf([{ path: "evil/.wh.victim", type: "File" }, { path: "evil2/.wh..wh..opq", type: "File" }, { path: "evil2/", type: "Directory" }, { path: "evil2/mine", type: "File", body: "m" }]);
+    const dir = ociLayout(join(work, "oci"), [plant, hide].map((data) => ({ data, mediaType: "application/vnd.oci.image.layer.v1.tar" })));
+    await importImage(store, dir, "hide");
+    expect(readFileSync(join(outside, "victim"), "utf8")).toBe("untouched");
+    expect(readlinkSync(join(tree("hide"), "evil"))).toBe(outside);
+    expect(lstatSync(join(tree("hide"), "evil2")).isDirectory()).toBe(true);
+    expect(readdirSync(join(tree("hide"), "evil2"))).toEqual(["mine"]);
   });
 
   it("ignores whiteouts that name `..` or `.` instead of deleting above the tree", async () => {
