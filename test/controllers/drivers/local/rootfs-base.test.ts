@@ -4,12 +4,13 @@
 // the layer (the layer itself stays untouched), in fresh mount, pid and network namespaces: no
 // network inside.
 import { execFile } from "node:child_process";
-import { existsSync, mkdirSync, mkdtempSync, rmSync, statSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ensureBaseRootfs, type BaseRootfs } from "../../../../controllers/drivers/local/rootfs/build-base.ts";
+import { importImage } from "../../../../controllers/drivers/local/rootfs/image-import.ts";
 import { RootfsStore } from "../../../../controllers/drivers/local/rootfs/store.ts";
 
 const run = promisify(execFile);
@@ -38,7 +39,7 @@ beforeAll(async () => {
   work = mkdtempSync(join(tmpdir(), "rootfs-base-"));
   base = await ensureBaseRootfs(store, (line) => console.log(`[rootfs] ${line}`));
 }, 45 * 60_000);
-afterAll(() => rmSync(work, { recursive: true, force: true }));
+afterAll(() => rmSync(work, { recursive: true, force: true }), 10 * 60_000); // two ~500 MB trees
 
 describe("the base template rootfs (built with mmdebstrap, cached)", { timeout: 120_000 }, () => {
   it("is registered as `base` with a package manifest", () => {
@@ -96,4 +97,21 @@ describe("the base template rootfs (built with mmdebstrap, cached)", { timeout: 
     expect(statSync(join(base.tree, "etc/sudoers.d/user")).mode & 0o7777).toBe(0o440);
     expect(statSync(join(base.tree, "home/user")).uid).toBe(1000);
   });
+
+  it("comes back identical through `docker save` form and the importer (a real Debian tree)", async () => {
+    const img = join(work, "img");
+    mkdirSync(img);
+    await run("tar", ["--numeric-owner", "-C", base.tree, "-cf", join(img, "layer.tar"), "."], { timeout: 110_000 });
+    writeFileSync(join(img, "manifest.json"), JSON.stringify([{ Config: "c.json", Layers: ["layer.tar"] }]));
+    const imported = new RootfsStore(join(work, "store"));
+    const t = await importImage(imported, img, "again");
+    // Modes (set-id bits included), owners, sizes, symlink targets, content; not device nodes (a
+    // sandbox's /dev is made at start) nor directory sizes (ext4's block counts).
+    const listing = async (dir: string) =>
+      (await run("sh", ["-c", `cd "$0" && { find . -type d -printf '%P %M %U %G\\n'; find . ! -type d ! -type c ! -type b -printf '%P %M %U %G %l %s\\n'; } | sort && find . -type f -print0 | sort -z | xargs -0 sha256sum`, dir], { maxBuffer: 64 << 20, timeout: 110_000 })).stdout;
+    const [want, got] = [await listing(base.tree), await listing(imported.layerTree(t.layers[0]!))];
+    expect(got.length).toBeGreaterThan(1_000_000);
+    expect(got === want).toBe(true);
+    expect(imported.layer(t.layers[0]!)?.source.skipped).toEqual(expect.arrayContaining(["./dev/null"]));
+  }, 10 * 60_000); // tars, reads twice and hashes ~500 MB: 1-2 minutes on a busy 2-core machine
 });
