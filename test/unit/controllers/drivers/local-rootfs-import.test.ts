@@ -151,12 +151,15 @@ describe("importing an image as a template rootfs", () => {
     expect(again.layers).toEqual(t.layers);
   });
 
-  it("imports a docker save tarball and an OCI layout packed as a tar file", async () => {
+  it("imports a docker save tarball (legacy and Docker 25 forms) and an OCI layout packed as a tar file", async () => {
     const { lower, middle, upper } = layeredImage();
     await importImage(store, dockerSave(join(work, "saved.tar"), [gzipSync(lower), middle, upper]), "saved");
     expectLayered("saved");
     const dir = ociLayout(join(work, "oci"), [lower, middle, upper].map((data) => ({ data, mediaType: "application/vnd.oci.image.layer.v1.tar" })));
-    const files = ["oci-layout", "index.json", ...readdirSync(join(dir, "blobs/sha256")).map((f) => `blobs/sha256/${f}`)];
+    // Docker 25's `docker save` is this layout plus a manifest.json naming the same blobs.
+    const blobs = [lower, middle, upper].map((l) => `blobs/sha256/${sha(l)}`);
+    writeFileSync(join(dir, "manifest.json"), JSON.stringify([{ Config: "x", RepoTags: ["x:1"], Layers: blobs }]));
+    const files = ["oci-layout", "index.json", "manifest.json", ...readdirSync(join(dir, "blobs/sha256")).map((f) => `blobs/sha256/${f}`)];
     writeFileSync(join(work, "oci.tar"), tarOf(files.map((f) => ({ path: f, type: "File", body: readFileSync(join(dir, f)) }))));
     await importImage(store, join(work, "oci.tar"), "ocitar");
     expectLayered("ocitar");
