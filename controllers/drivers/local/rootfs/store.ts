@@ -1,0 +1,185 @@
+// The on-disk registry of template root filesystems: layers (read-only directory trees, shared by
+// every sandbox of a template) and templates (a name and its layers, bottom first).
+//
+//   <root>/layers/<id>/rootfs/      the tree, as `/` will see it
+//   <root>/layers/<id>/layer.json   what built it, when, its size
+//   <root>/layers/<id>/manifest.txt what is inside (package versions, or the image's digests)
+//   <root>/templates/<name>.json    { name, layers: [id…], … }
+//
+// A layer appears by rename from a private build directory, so a half-built one is never seen.
+import { mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
+import { homedir } from "node:os";
+import { join } from "node:path";
+import { treeSize } from "./tree-size.ts";
+
+export interface LayerInfo {
+  id: string;
+  kind: "debian" | "oci";
+  /** Seconds the build or import took. */
+  seconds: number;
+  bytes: number;
+  files: number;
+  createdAt: string;
+  source: Record<string, unknown>;
+}
+
+export interface TemplateRecord {
+  name: string;
+  /** Layer ids, bottom first (overlayfs lists them top first: reverse before mounting). */
+  layers: string[];
+  createdAt: string;
+}
+
+const NAME = /^[a-z0-9][a-z0-9._-]{0,62}$/;
+const LAYER_ID = /^[a-z0-9][a-z0-9-]{0,80}$/;
+
+export function defaultRootfsDir(): string {
+  return process.env.SBX_ROOTFS_DIR ?? join(process.env.XDG_CACHE_HOME ?? join(homedir(), ".cache"), "sandbox-edge", "rootfs");
+}
+
+export function validTemplateName(name: string): string {
+  if (!NAME.test(name)) throw new Error(`template name ${JSON.stringify(name)} must be 1-63 of a-z 0-9 . _ - starting with a letter or digit`);
+  return name;
+}
+
+export class RootfsStore {
+  readonly root: string;
+  constructor(root: string = defaultRootfsDir()) {
+    this.root = root;
+  }
+
+  layerDir(id: string): string {
+    if (!LAYER_ID.test(id)) throw new Error(`bad layer id ${JSON.stringify(id)}`);
+    return join(this.root, "layers", id);
+  }
+
+  /** The tree to mount (or chroot into) for a layer. */
+  layerTree(id: string): string {
+    return join(this.layerDir(id), "rootfs");
+  }
+
+  layer(id: string): LayerInfo | undefined {
+    return readJson<LayerInfo>(join(this.layerDir(id), "layer.json"));
+  }
+
+  manifest(id: string): string | undefined {
+    try {
+      return readFileSync(join(this.layerDir(id), "manifest.txt"), "utf8");
+    } catch {
+      return undefined;
+    }
+  }
+
+  /** A fresh private directory to build a layer in; `commitLayer` publishes it. */
+  stagingDir(id: string): string {
+    const dir = join(this.root, "layers", `.build-${id}-${process.pid}-${Date.now()}`);
+    rmSync(dir, { recursive: true, force: true });
+    mkdirSync(dir, { recursive: true });
+    return dir;
+  }
+
+  /** Publishes a staged layer (with `rootfs/` inside) under its id, measured. If another builder
+   * won the race, theirs stays and ours is removed: both were built from the same input. */
+  async commitLayer(staging: string, layer: Pick<LayerInfo, "id" | "kind" | "source">, startedMs: number, manifest: string): Promise<LayerInfo> {
+    const info: LayerInfo = {
+      ...layer,
+      seconds: Math.round((Date.now() - startedMs) / 100) / 10,
+      ...(await treeSize(join(staging, "rootfs"))),
+      createdAt: new Date().toISOString(),
+    };
+    writeFileSync(join(staging, "manifest.txt"), manifest);
+    writeFileSync(join(staging, "layer.json"), `${JSON.stringify(info, null, 2)}\n`);
+    try {
+      renameSync(staging, this.layerDir(info.id));
+    } catch (err) {
+      if (!this.layer(info.id)) throw err;
+      rmSync(staging, { recursive: true, force: true });
+    }
+    return info;
+  }
+
+  removeLayer(id: string): void {
+    const doomed = join(this.root, "layers", `.remove-${id}-${process.pid}`);
+    try {
+      renameSync(this.layerDir(id), doomed);
+    } catch {
+      return;
+    }
+    rmSync(doomed, { recursive: true, force: true });
+  }
+
+  /** Removes layers no template names, and build directories whose builder is gone; returns their ids. Manual
+   * (`cli.ts prune`): once sandboxes mount layers, one may still use a layer its template left. */
+  prune(): string[] {
+    const used = new Set(this.templates().flatMap((t) => t.layers));
+    let names: string[];
+    try {
+      names = readdirSync(join(this.root, "layers"));
+    } catch {
+      return [];
+    }
+    const gone = names.filter((n) => !used.has(n) && !buildingNow(n));
+    for (const n of gone) {
+      if (n.startsWith(".")) rmSync(join(this.root, "layers", n), { recursive: true, force: true });
+      else this.removeLayer(n);
+    }
+    return gone;
+  }
+
+  putTemplate(name: string, layers: string[]): TemplateRecord {
+    validTemplateName(name);
+    for (const id of layers) if (!this.layer(id)) throw new Error(`template ${name}: layer ${id} is not in ${this.root}`);
+    const record: TemplateRecord = { name, layers, createdAt: new Date().toISOString() };
+    const dir = join(this.root, "templates");
+    mkdirSync(dir, { recursive: true });
+    const tmp = join(dir, `.${name}.${process.pid}.json`);
+    writeFileSync(tmp, `${JSON.stringify(record, null, 2)}\n`);
+    renameSync(tmp, join(dir, `${name}.json`));
+    return record;
+  }
+
+  template(name: string): TemplateRecord | undefined {
+    return readJson<TemplateRecord>(join(this.root, "templates", `${validTemplateName(name)}.json`));
+  }
+
+  /** A template's layer trees, bottom first; undefined if it or any layer is missing. */
+  templateTrees(name: string): string[] | undefined {
+    const t = this.template(name);
+    if (!t || !t.layers.every((id) => this.layer(id))) return undefined;
+    return t.layers.map((id) => this.layerTree(id));
+  }
+
+  templates(): TemplateRecord[] {
+    let names: string[];
+    try {
+      names = readdirSync(join(this.root, "templates"));
+    } catch {
+      return [];
+    }
+    return names
+      .filter((f) => f.endsWith(".json") && !f.startsWith("."))
+      .map((f) => readJson<TemplateRecord>(join(this.root, "templates", f)))
+      .filter((t): t is TemplateRecord => t !== undefined)
+      .sort((a, b) => a.name.localeCompare(b.name));
+  }
+}
+
+/** A `.build-<id>-<pid>-<ms>` directory whose builder is still alive. */
+function buildingNow(name: string): boolean {
+  const pid = /^\.build-.*-(\d+)-\d+$/.exec(name)?.[1];
+  if (!pid) return false;
+  try {
+    process.kill(Number(pid), 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+function readJson<T>(file: string): T | undefined {
+  try {
+    return JSON.parse(readFileSync(file, "utf8")) as T;
+  } catch {
+    return undefined;
+  }
+}
