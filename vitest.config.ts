@@ -13,7 +13,8 @@ const LIBSQL_URL = process.env.LIBSQL_URL ?? "http://127.0.0.1:8080";
 export default defineConfig({
   test: {
     projects: [
-      { test: { name: "unit", include: ["test/unit/**/*.test.ts"], environment: "node" } },
+      // A busy 2-core machine can stretch a 100,000-step case past vitest's 5 s default.
+      { test: { name: "unit", include: ["test/unit/**/*.test.ts"], environment: "node", testTimeout: 20_000 } },
       {
         plugins: [
           cloudflareTest({
