@@ -254,7 +254,9 @@ async function createAs(env: Env, caller: Caller, body: unknown): Promise<{ ok: 
   const res = await app.request("/v2/sandboxes", { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) }, env);
   const json = (await res.json()) as { sandboxID?: string; error_code?: ErrorCode; message?: string };
   if (res.ok && json.sandboxID) return { ok: true, sandboxId: json.sandboxID };
-  // The create route's only 404 is a missing template; semantic codes come with the body.
-  const code = json.error_code ?? (res.status === 404 ? ErrorCode.templateNotFound : res.status === 400 ? ErrorCode.badRequest : ErrorCode.internal);
+  // The create route's only 404 is a missing template, its 429/503 without error_code the team's
+  // quota; semantic codes come with the body.
+  const byStatus: Partial<Record<number, ErrorCode>> = { 404: ErrorCode.templateNotFound, 400: ErrorCode.badRequest, 429: ErrorCode.quotaExceeded, 503: ErrorCode.quotaUnavailable };
+  const code = json.error_code ?? byStatus[res.status] ?? ErrorCode.internal;
   return { ok: false, error: { code, message: json.message ?? `HTTP ${res.status}` } };
 }

@@ -1,5 +1,6 @@
 // POST /sandboxes (v1) and POST /v2/sandboxes: resolve the template, claim a member from its
-// PoolDO, hand it to its SandboxGroupDO. Two DO calls and no store round trip for a cached key and
+// PoolDO through the team's quota (TeamQuotaDO reserves, claims, and keeps the reservation under
+// the sandbox's id), hand it to its SandboxGroupDO. No store round trip for a cached key and
 // template; the group writes the index row beside its intent.
 import type { Context } from "hono";
 import type { z } from "zod";
@@ -10,13 +11,15 @@ import { NewSandbox, NewSandboxV2 } from "../../schema/api/sandbox.ts";
 import type { TemplateRecord } from "../../schema/api/template.ts";
 import { ApiError } from "../api-error.ts";
 import { readJson } from "../body.ts";
+import type { ClaimResult } from "../../durable-objects/pool/rpc.ts";
+import type { Resources } from "../../durable-objects/quota/ledger.ts";
 import type { AppEnv, Caller, Env } from "../env.ts";
 import { getDb } from "../store/db.ts";
 import { resolveTemplateCached } from "../store/template-cache.ts";
 import { parseCreateExtensions } from "./extensions.ts";
 import { assertNetworkSupported } from "./network-support.ts";
 import { renderSandbox } from "./render.ts";
-import { poolStub, sandboxStub } from "./stubs.ts";
+import { poolName, poolStub, quotaStub, sandboxStub } from "./stubs.ts";
 
 type Body = z.infer<typeof NewSandbox>;
 
@@ -31,10 +34,19 @@ export function createSandboxRoute(version: "v1" | "v2") {
     const template = await resolveTemplateCached(getDb(c.env), caller.teamId, body.templateID);
     if (!template) throw new ApiError("template_not_found", `Template "${body.templateID}" not found`);
 
-    const claimed = await claim(c.env, template);
-    if (!claimed.warm && !ext.createOnNoStock) throw new ApiError("sandbox_capacity_unavailable", `No warm sandbox of template "${body.templateID}" is available`);
+    const resources: Resources = {
+      // E2B reports whole cores (OpenKruise floors the limit); never 0 for a fractional one.
+      cpu: ext.inplaceUpdate?.cpuCount ? Math.max(1, Math.floor(ext.inplaceUpdate.cpuCount)) : template.spec.cpuCount,
+      memoryMB: template.spec.memoryMB,
+    };
+    const claimed = await claim(c.env, caller, template, resources);
+    if (!claimed.warm && !ext.createOnNoStock) {
+      // Nobody creates the minted id: its reservation goes (or the reconcile drops it).
+      await quotaStub(c.env, caller.teamId).release(claimed.sandboxId, claimed.generation + 1).catch(() => undefined);
+      throw new ApiError("sandbox_capacity_unavailable", `No warm sandbox of template "${body.templateID}" is available`);
+    }
     const timeout = body.timeout === undefined ? (version === "v1" ? V1_DEFAULT_TIMEOUT_S : DEFAULT_TIMEOUT_S) : body.timeout || DEFAULT_TIMEOUT_S;
-    const spec = buildSpec(caller, template, body, ext, claimed, version);
+    const spec = buildSpec(caller, template, body, ext, claimed, resources, version);
     const res = await sandboxStub(c.env, claimed.sandboxId).create({
       spec,
       timeoutS: timeout,
@@ -47,15 +59,25 @@ export function createSandboxRoute(version: "v1" | "v2") {
   };
 }
 
-async function claim(env: Env, template: TemplateRecord) {
-  const pool = poolStub(env, template.teamId, template.templateId);
-  let res = await pool.claim();
+/** Claims through the caller's team quota; fails closed when the quota cannot be reached (503). */
+async function claim(env: Env, caller: Caller, template: TemplateRecord, resources: Resources) {
+  const quota = quotaStub(env, caller.teamId);
+  const req = { teamName: caller.teamName, pool: poolName(template.teamId, template.templateId), ...resources };
+  const viaQuota = async (): Promise<ClaimResult> => {
+    try {
+      return await quota.claim(req);
+    } catch (err) {
+      throw new ApiError("quota_unavailable", `The quota of team "${caller.teamName}" is unavailable (${String(err)}); the create is refused`);
+    }
+  };
+  let res = await viaQuota();
   // A pool learns its spec from the admin API; one never configured (e.g. seeded straight into
   // the store) is configured on its first claim.
   if (!res.ok && res.error.code === "template_not_found") {
+    const pool = poolStub(env, template.teamId, template.templateId);
     const conf = await pool.configure({ teamId: template.teamId, templateId: template.templateId, revision: template.revision, spec: template.spec, cluster: template.spec.cluster });
     if (!conf.ok) throw ApiError.from(conf.error);
-    res = await pool.claim();
+    res = await viaQuota();
   }
   if (!res.ok) throw ApiError.from(res.error);
   return res;
@@ -67,6 +89,7 @@ function buildSpec(
   body: Body,
   ext: ReturnType<typeof parseCreateExtensions>,
   claimed: Awaited<ReturnType<typeof claim>>,
+  resources: Resources,
   version: "v1" | "v2",
 ): SandboxSpec {
   const insecure = (version === "v1" && body.secure === false) || ext.skipInitRuntime;
@@ -79,9 +102,8 @@ function buildSpec(
     cluster: claimed.cluster,
     template: claimed.template,
     envdVersion: template.spec.envdVersion,
-    // E2B reports whole cores (OpenKruise floors the limit); never 0 for a fractional one.
-    cpuCount: ext.inplaceUpdate?.cpuCount ? Math.max(1, Math.floor(ext.inplaceUpdate.cpuCount)) : template.spec.cpuCount,
-    memoryMB: template.spec.memoryMB,
+    cpuCount: resources.cpu,
+    memoryMB: resources.memoryMB,
     diskSizeMB: template.spec.diskSizeMB,
     envVars: { ...claimed.envVars, ...body.envVars },
     metadata: ext.metadata,

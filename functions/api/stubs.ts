@@ -6,8 +6,17 @@ import type { Caller, Env } from "../env.ts";
 export { sandboxGroupOf, sandboxGroupStub, sandboxStub, type SandboxHandle } from "../../durable-objects/sandbox/stub.ts";
 
 /** A pool per team + template (the template's owner team, so public templates share a pool). */
+export function poolName(teamId: string, templateId: string): string {
+  return `${teamId}/${templateId}`;
+}
+
 export function poolStub(env: Env, teamId: string, templateId: string) {
-  return env.POOL.get(env.POOL.idFromName(`${teamId}/${templateId}`));
+  return env.POOL.get(env.POOL.idFromName(poolName(teamId, templateId)));
+}
+
+/** The quota of a team (the caller's: a public template's sandboxes count for the team using it). */
+export function quotaStub(env: Env, teamId: string) {
+  return env.TEAM_QUOTA.get(env.TEAM_QUOTA.idFromName(teamId));
 }
 
 /** What a caller may reach: its team's sandboxes (whichever key created them), or all for the admin. */
