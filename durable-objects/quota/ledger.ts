@@ -38,6 +38,8 @@ export class Ledger {
   readonly reservations = new Map<string, Reservation>();
   /** Times of the creates admitted in the last minute (memory only: see the README). */
   private creates: number[] = [];
+  /** Index of the oldest create still inside the window. */
+  private head = 0;
   private totals: Resources = { cpu: 0, memoryMB: 0 };
 
   constructor(rows: Iterable<[string, Reservation]> = []) {
@@ -46,7 +48,7 @@ export class Ledger {
 
   usage(now: number): QuotaUsage {
     this.prune(now);
-    return { runningSandboxes: this.reservations.size, vcpus: this.totals.cpu, memoryMB: this.totals.memoryMB, createsPerMinute: this.creates.length };
+    return { runningSandboxes: this.reservations.size, vcpus: this.totals.cpu, memoryMB: this.totals.memoryMB, createsPerMinute: this.creates.length - this.head };
   }
 
   /**
@@ -102,10 +104,13 @@ export class Ledger {
     this.totals.memoryMB += r.memoryMB;
   }
 
+  /** Drops creates older than a minute; the array is compacted only once half of it is dead. */
   private prune(now: number): void {
-    let drop = 0;
-    while (drop < this.creates.length && this.creates[drop]! <= now - MINUTE_MS) drop++;
-    if (drop > 0) this.creates = this.creates.slice(drop);
+    while (this.head < this.creates.length && this.creates[this.head]! <= now - MINUTE_MS) this.head++;
+    if (this.head > 64 && this.head * 2 > this.creates.length) {
+      this.creates = this.creates.slice(this.head);
+      this.head = 0;
+    }
   }
 }
 
