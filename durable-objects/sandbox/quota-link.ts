@@ -1,7 +1,8 @@
 // The sandbox group's side of the team quota (TeamQuotaDO): a resume reserves before it happens
 // (and may be refused with 429), and after every committed transition the group tells the quota
-// when a sandbox stops counting (release) or counts again without a reserve (assert). Those two
-// are sent after the answer with a few retries; a lost one is found by the quota's reconcile.
+// when a sandbox stops counting (release) or counts again without a reserve (assert). A client's
+// own change waits for the first try; failed tries are retried in the background, and one lost
+// for good is found by the quota's reconcile.
 import type { Env } from "../../functions/env.ts";
 import { ErrorCode, type Refusal } from "../../schema/errors.ts";
 import { counts } from "../quota/ledger.ts";
@@ -28,15 +29,22 @@ export class QuotaLink {
     }
   }
 
-  /** After a committed transition from `before` to `after`. The create was reserved by its claim. */
-  follow(before: SandboxState | null, after: SandboxState | null, ev: SandboxEvent["type"]): void {
+  /**
+   * After a committed transition from `before` to `after`. The create was reserved by its claim.
+   * Resolves after the first try, so a client's kill or pause has freed its slot when it is
+   * answered (a create right after it is not refused); failed tries go on in the background.
+   */
+  follow(before: SandboxState | null, after: SandboxState | null, ev: SandboxEvent["type"]): Promise<void> | null {
     const was = counts(before?.phase);
     const now = counts(after?.phase);
-    if (was === now || (!was && ev === "create")) return;
+    if (was === now || (!was && ev === "create")) return null;
     const s = (after ?? before)!;
     const generation = after?.generation ?? before!.generation;
     const send = now ? () => this.quota(s).reserve(request(s, generation, true)) : () => this.quota(s).release(s.spec.id, generation);
-    this.background(retry(send, `${now ? "assert" : "release"} of sandbox ${s.spec.id}`));
+    const what = `${now ? "assert" : "release"} of sandbox ${s.spec.id}`;
+    return attempt(send).then((done) => {
+      if (!done) this.background(retry(send, what));
+    });
   }
 
   private quota(s: SandboxState) {
@@ -52,15 +60,19 @@ function unavailable(s: SandboxState, err: unknown): Refusal {
   return { code: ErrorCode.quotaUnavailable, message: `The quota of team "${s.spec.teamName ?? s.spec.teamId}" is unavailable (${String(err)}); the resume is refused` };
 }
 
-async function retry(send: () => Promise<Result>, what: string): Promise<void> {
-  for (let i = 0; ; i++) {
-    try {
-      const res = await send();
-      if (res.ok) return;
-      if (i === RETRIES_MS.length) return console.error(`team quota: ${what} refused: ${res.error.message}`);
-    } catch (err) {
-      if (i === RETRIES_MS.length) return console.error(`team quota: ${what} failed (the reconcile will find it)`, err);
-    }
-    await new Promise((r) => setTimeout(r, RETRIES_MS[i]));
+/** One try; false when it failed or was refused. */
+async function attempt(send: () => Promise<Result>): Promise<boolean> {
+  try {
+    return (await send()).ok;
+  } catch {
+    return false;
   }
+}
+
+async function retry(send: () => Promise<Result>, what: string): Promise<void> {
+  for (const ms of RETRIES_MS) {
+    await new Promise((r) => setTimeout(r, ms));
+    if (await attempt(send)) return;
+  }
+  console.error(`team quota: ${what} failed ${RETRIES_MS.length + 1} times; the quota's reconcile will find it`);
 }

@@ -333,7 +333,7 @@ export class SandboxGroupDO extends DurableObject<Env> {
       const unsaved = await this.settled();
       if (unsaved) return { ok: false, error: unsaved };
       notify(slot);
-      this.quota.follow(before, slot.state, ev.type);
+      const quota = this.quota.follow(before, slot.state, ev.type);
       if (purged) void this.index({ kind: "delete", id });
       // A create's index row travels with its intent: ClusterDO commits it, batched with other
       // creates' rows, before it answers. That spares a SandboxIndexDO call per create (~0.8 calls
@@ -346,7 +346,9 @@ export class SandboxGroupDO extends DurableObject<Env> {
       // A client's own change is in the index before its reply (list right after kill must not
       // show the sandbox); the write runs beside the enqueue. Agent- and timer-driven writes do
       // not hold anyone up.
-      const readYourWrites = ev.type !== "observe" && ev.type !== "ack" && ev.type !== "alarm" ? Promise.all(writes) : Promise.resolve();
+      // The same holds for the quota: a kill or pause has freed its slot when answered.
+      const clientDriven = ev.type !== "observe" && ev.type !== "ack" && ev.type !== "alarm";
+      const readYourWrites = clientDriven ? Promise.all([...writes, quota]) : Promise.resolve();
       if (!intent || !slot.state) {
         await readYourWrites;
         return { ...t.result, acked: true };

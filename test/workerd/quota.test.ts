@@ -50,17 +50,18 @@ describe("team quota", () => {
     const a = await expectStatus(create(team), 201);
     const b = await expectStatus(create(team), 201);
     await expectError(create(team), 429, /has 2 of 2 running sandboxes/);
+    // A kill or a pause has freed its slot by the time it is answered, even when the quota's
+    // writes are slow.
+    const undo = await Promise.all([a.sandboxID, b.sandboxID].map((id) => slowQuotaCalls(id, 300)));
     await expectStatus(call(`/sandboxes/${a.sandboxID}`, { key: team.key, method: "DELETE" }), 204);
-    await waitFor(async () => (await usage(team)).runningSandboxes === 1);
     const c = await expectStatus(create(team), 201);
     await expectStatus(call(`/sandboxes/${b.sandboxID}/pause`, { key: team.key, body: {} }), 204);
-    await waitFor(async () => (await usage(team)).runningSandboxes === 1);
     await expectStatus(create(team), 201);
+    await Promise.all(undo.map((u) => u()));
     // Full again: the paused one cannot come back until a slot frees.
     await expectError(call(`/v2/sandboxes/${b.sandboxID}/connect`, { key: team.key, body: { timeout: 60 } }), 429, /quota runningSandboxes/);
     expect((await expectStatus(call(`/sandboxes/${b.sandboxID}`, { key: team.key }), 200)).state).toBe("paused");
     await expectStatus(call(`/sandboxes/${c.sandboxID}`, { key: team.key, method: "DELETE" }), 204);
-    await waitFor(async () => (await usage(team)).runningSandboxes === 1);
     await expectStatus(call(`/v2/sandboxes/${b.sandboxID}/connect`, { key: team.key, body: { timeout: 60 } }), 201);
     expect(await usage(team)).toMatchObject({ runningSandboxes: 2 });
   });
@@ -158,6 +159,28 @@ describe("team quota fails closed", () => {
     expect(await expectStatus(call("/v2/sandboxes", { key: team.key }), 200)).toHaveLength(before);
   });
 });
+
+/** Delays every call the sandbox's group makes to the team quota by `ms`; returns the undo. */
+async function slowQuotaCalls(sandboxId: string, ms: number): Promise<() => Promise<void>> {
+  type Link = { quota: (s: unknown) => Record<string, (...args: unknown[]) => Promise<unknown>> };
+  const group = sandboxGroupStub(env, sandboxId);
+  await runInDurableObject(group, (instance: SandboxGroupDO) => {
+    const link = (instance as unknown as { quota: Link }).quota;
+    const real = Object.getPrototypeOf(link).quota as Link["quota"];
+    link.quota = (s) => {
+      const stub = real.call(link, s);
+      const slow = (m: string) => async (...args: unknown[]) => {
+        await new Promise((r) => setTimeout(r, ms));
+        return stub[m]!(...args);
+      };
+      return { release: slow("release"), reserve: slow("reserve") };
+    };
+  });
+  return () =>
+    runInDurableObject(group, (instance: SandboxGroupDO) => {
+      delete (instance as unknown as { quota: { quota?: unknown } }).quota.quota;
+    });
+}
 
 async function waitFor(check: () => Promise<boolean>, timeoutMs = 10_000): Promise<void> {
   const end = Date.now() + timeoutMs;
