@@ -11,11 +11,14 @@ CREATE TABLE IF NOT EXISTS reservations (
   sandbox_id TEXT PRIMARY KEY, generation INTEGER NOT NULL, cpu REAL NOT NULL, memory_mb INTEGER NOT NULL, at INTEGER NOT NULL
 );
 CREATE TABLE IF NOT EXISTS limits (id INTEGER PRIMARY KEY CHECK (id = 0), value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS census (id INTEGER PRIMARY KEY CHECK (id = 0), at INTEGER NOT NULL);
 `;
 
 export interface QuotaStore {
   /** Throws when the rows cannot be read or do not parse: the caller refuses (fails closed). */
-  load(): { reservations: [string, Reservation][]; overrides: TeamQuotaUpdate };
+  load(): { reservations: [string, Reservation][]; overrides: TeamQuotaUpdate; census: boolean };
+  /** The census of sandboxes that predate the quota is done (see team-quota-do.ts). */
+  markCensus(at: number): void;
   put(id: string, r: Reservation): void;
   remove(id: string): void;
   saveOverrides(o: TeamQuotaUpdate): void;
@@ -35,6 +38,7 @@ export function openQuotaStore(sql: Sql): QuotaStore {
       return {
         reservations: rows.map((r) => [r.sandbox_id, { generation: r.generation, cpu: r.cpu, memoryMB: r.memory_mb, at: r.at }]),
         overrides: stored ? TeamQuotaUpdate.parse(JSON.parse(stored.value)) : {},
+        census: sql.exec("SELECT at FROM census WHERE id = 0").toArray().length > 0,
       };
     },
     put: (id, r) => {
@@ -42,6 +46,9 @@ export function openQuotaStore(sql: Sql): QuotaStore {
         "INSERT INTO reservations (sandbox_id, generation, cpu, memory_mb, at) VALUES (?, ?, ?, ?, ?) ON CONFLICT(sandbox_id) DO UPDATE SET generation = excluded.generation, cpu = excluded.cpu, memory_mb = excluded.memory_mb, at = excluded.at",
         id, r.generation, r.cpu, r.memoryMB, r.at,
       );
+    },
+    markCensus: (at) => {
+      sql.exec("INSERT INTO census (id, at) VALUES (0, ?) ON CONFLICT(id) DO NOTHING", at);
     },
     remove: (id) => {
       sql.exec("DELETE FROM reservations WHERE sandbox_id = ?", id);

@@ -14,6 +14,8 @@ import type { Env } from "../../functions/env.ts";
 import type { ClaimResult } from "../pool/rpc.ts";
 import { QUOTA_NAMES, quotaDefaults, type QuotaLimits, type QuotaUsage, type TeamQuotaUpdate } from "../../schema/api/quota.ts";
 import { ErrorCode, type Refusal } from "../../schema/errors.ts";
+import { getDb } from "../../functions/store/db.ts";
+import { listRunningOfTeam } from "../../functions/store/sandbox-index.ts";
 import { sandboxGroupOf, sandboxGroupStub } from "../sandbox/stub.ts";
 import { TurnWrites } from "../turn-writes.ts";
 import { Ledger, overMessage, stale, type Held, type QuotaRequest, type Reservation, type Resources } from "./ledger.ts";
@@ -25,12 +27,14 @@ const RECONCILE_EVERY_MS = 5 * 60_000;
 const RECONCILE_ON_REFUSAL_MS = 30_000;
 
 export interface QuotaClaim extends Resources {
+  teamId: string;
   teamName: string;
   /** The PoolDO to claim from (`poolName` in functions/api/stubs.ts). */
   pool: string;
 }
 
 export interface QuotaReserve extends Resources {
+  teamId: string;
   teamName: string;
   sandboxId: string;
   generation: number;
@@ -55,6 +59,9 @@ export class TeamQuotaDO extends DurableObject<Env> {
   private lastReconcile = 0;
   private reconciling: Promise<void> | null = null;
   private alarmSet = false;
+  /** Whether the sandboxes that predate this object have been counted (stored once done). */
+  private census = false;
+  private censusRun: Promise<Refusal | null> | null = null;
   /** Concurrent claims share one commit; each answers after it. */
   private readonly turn = new TurnWrites("team quota", this.ctx.storage, () => {
     this.ledger = null;
@@ -62,6 +69,8 @@ export class TeamQuotaDO extends DurableObject<Env> {
 
   /** Reserves, claims from the pool, and keeps the reservation under the claimed sandbox's id. */
   async claim(req: QuotaClaim): Promise<ClaimResult> {
+    const counted = await this.counted(req.teamId, req.teamName);
+    if (counted) return { ok: false, error: counted };
     const loaded = this.loaded(req.teamName);
     if (!loaded.ok) return loaded;
     const pending = `pending:${crypto.randomUUID()}`;
@@ -85,7 +94,7 @@ export class TeamQuotaDO extends DurableObject<Env> {
     const generation = claimed.generation + 1;
     const row =
       ledger?.rename(pending, claimed.sandboxId, generation) ??
-      this.force({ sandboxId: claimed.sandboxId, generation, cpu: req.cpu, memoryMB: req.memoryMB, teamName: req.teamName });
+      this.force({ sandboxId: claimed.sandboxId, generation, cpu: req.cpu, memoryMB: req.memoryMB, teamId: req.teamId, teamName: req.teamName });
     if (!row) return unavailable(req.teamName, "its reservations cannot be read");
     const failed = await this.write(claimed.sandboxId, row, req.teamName);
     if (failed) return { ok: false, error: failed };
@@ -94,6 +103,8 @@ export class TeamQuotaDO extends DurableObject<Env> {
 
   /** Before a resume (refusable), or to assert a sandbox that counts again (`force`). Idempotent. */
   async reserve(req: QuotaReserve): Promise<Result> {
+    const counted = await this.counted(req.teamId, req.teamName);
+    if (counted) return { ok: false, error: counted };
     const loaded = this.loaded(req.teamName);
     if (!loaded.ok) return loaded;
     const q: QuotaRequest = { key: req.sandboxId, generation: req.generation, cpu: req.cpu, memoryMB: req.memoryMB, create: false, force: req.force };
@@ -160,6 +171,7 @@ export class TeamQuotaDO extends DurableObject<Env> {
         const stored = this.store.load();
         this.ledger = new Ledger(stored.reservations);
         this.overrides = stored.overrides;
+        this.census = stored.census;
         if (this.ledger.reservations.size > 0) this.arm();
       }
       const defaults = quotaDefaults(this.env as unknown as Record<string, unknown>);
@@ -169,6 +181,49 @@ export class TeamQuotaDO extends DurableObject<Env> {
     } catch (err) {
       this.ledger = null;
       return unavailable(teamName, `it cannot be read: ${String(err)}`);
+    }
+  }
+
+  /**
+   * Once per team: sandboxes that were running before this object counted anything (created
+   * before quotas existed) are reserved from the index, at generation 0 so any release drops them;
+   * the reconcile then checks them against their groups. Until it is done nothing is reserved
+   * (concurrent calls wait for the same census), and if the index cannot be read the call is
+   * refused (503) and the census is tried again on the next.
+   */
+  private async counted(teamId: string, teamName: string): Promise<Refusal | null> {
+    const loaded = this.loaded(teamName);
+    if (!loaded.ok) return loaded.error;
+    if (this.census) return null;
+    if (!this.censusRun) {
+      const run = this.takeCensus(teamId, teamName);
+      this.censusRun = run;
+      void run.then(() => {
+        if (this.censusRun === run) this.censusRun = null;
+      });
+    }
+    return this.censusRun;
+  }
+
+  private async takeCensus(teamId: string, teamName: string): Promise<Refusal | null> {
+    try {
+      const rows = await listRunningOfTeam(getDb(this.env), teamId);
+      const loaded = this.loaded(teamName);
+      if (!loaded.ok) return loaded.error;
+      const store = this.store;
+      const now = Date.now();
+      for (const row of rows) {
+        const r = loaded.ledger.reserve({ key: row.id, generation: 0, cpu: row.cpuCount, memoryMB: row.memoryMB, create: false, force: true }, loaded.limits, now);
+        const changed = r.ok ? r.changed : null;
+        if (changed) this.turn.defer(() => store.put(row.id, changed));
+      }
+      this.turn.defer(() => store.markCensus(now));
+      await this.turn.written;
+      this.census = true;
+      if (rows.length > 0) this.arm();
+      return null;
+    } catch (err) {
+      return unavailable(teamName, `its census of running sandboxes failed: ${String(err)}`).error;
     }
   }
 

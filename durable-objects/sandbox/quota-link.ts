@@ -53,7 +53,7 @@ export class QuotaLink {
 }
 
 function request(s: SandboxState, generation: number, force: boolean) {
-  return { sandboxId: s.spec.id, generation, cpu: s.spec.cpuCount, memoryMB: s.spec.memoryMB, teamName: s.spec.teamName ?? s.spec.teamId, force };
+  return { sandboxId: s.spec.id, generation, cpu: s.spec.cpuCount, memoryMB: s.spec.memoryMB, teamId: s.spec.teamId, teamName: s.spec.teamName ?? s.spec.teamId, force };
 }
 
 function unavailable(s: SandboxState, err: unknown): Refusal {

@@ -62,7 +62,7 @@ export function createSandboxRoute(version: "v1" | "v2") {
 /** Claims through the caller's team quota; fails closed when the quota cannot be reached (503). */
 async function claim(env: Env, caller: Caller, template: TemplateRecord, resources: Resources) {
   const quota = quotaStub(env, caller.teamId);
-  const req = { teamName: caller.teamName, pool: poolName(template.teamId, template.templateId), ...resources };
+  const req = { teamId: caller.teamId, teamName: caller.teamName, pool: poolName(template.teamId, template.templateId), ...resources };
   const viaQuota = async (): Promise<ClaimResult> => {
     try {
       return await quota.claim(req);

@@ -108,6 +108,14 @@ function pageQuery(db: Db, f: ListFilter) {
     .limit(f.limit + 1);
 }
 
+/** A team's running sandboxes as the index lists them (TeamQuotaDO's census of what predates it). */
+export async function listRunningOfTeam(db: Db, teamId: string): Promise<{ id: string; cpuCount: number; memoryMB: number }[]> {
+  return db
+    .select({ id: sandboxes.id, cpuCount: sandboxes.cpuCount, memoryMB: sandboxes.memoryMB })
+    .from(sandboxes)
+    .where(and(eq(sandboxes.teamId, teamId), eq(sandboxes.state, "running")));
+}
+
 export async function getIndexRow(db: Db, id: string): Promise<IndexRow | undefined> {
   const rows = await db.select().from(sandboxes).where(eq(sandboxes.id, id)).limit(1);
   return rows[0];

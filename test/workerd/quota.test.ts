@@ -97,6 +97,19 @@ describe("team quota", () => {
     await expectError(call("/admin/teams/no-such-team-q/quota"), 404);
   });
 
+  it("counts the sandboxes that were running before the team's quota object counted anything", async () => {
+    const team = await quotaTeam({ runningSandboxes: 2 });
+    await expectStatus(create(team), 201);
+    await expectStatus(create(team), 201);
+    // As a deployment that predates quotas: the object has no reservations and has taken no census.
+    await runInDurableObject(quotaOf(team.teamId), (instance: TeamQuotaDO, state) => {
+      state.storage.sql.exec("DELETE FROM reservations; DELETE FROM census");
+      Object.assign(instance as object, { ledger: null, census: false });
+    });
+    await expectError(create(team), 429, /has 2 of 2 running sandboxes/);
+    expect(await usage(team)).toMatchObject({ runningSandboxes: 2 });
+  });
+
   it("a release that never arrived is found by the reconcile, and a refusal starts one", async () => {
     const team = await quotaTeam({ runningSandboxes: 1 });
     const a = await expectStatus(create(team), 201);
