@@ -162,6 +162,21 @@ describe("team quota fails closed", () => {
     await expectStatus(create(team), 201);
   });
 
+  it("refuses the create with 503 when the quota object's call fails", async () => {
+    await runInDurableObject(quotaOf(team.teamId), (instance: TeamQuotaDO) => {
+      Object.assign(instance as object, {
+        counted: () => {
+          throw new Error("quota object unreachable");
+        },
+      });
+    });
+    await expectError(create(team), 503, /quota of team .* is unavailable .*unreachable.*the create is refused/);
+    await runInDurableObject(quotaOf(team.teamId), (instance: TeamQuotaDO) => {
+      delete (instance as unknown as { counted?: unknown }).counted;
+    });
+    await expectStatus(create(team), 201);
+  });
+
   it("refuses the create with 503 when the reservation cannot be written", async () => {
     const before = (await usage(team)).runningSandboxes;
     const undo = await breakStore("put", "SQLITE_FULL: database or disk is full");
