@@ -4,6 +4,7 @@ import type { ClusterDO } from "./cluster/cluster-do.ts";
 import type { PoolDO } from "./pool/pool-do.ts";
 import type { SandboxIndexDO } from "./sandbox/index-writer-do.ts";
 import type { SandboxGroupDO } from "./sandbox/sandbox-group-do.ts";
+import type { TeamQuotaDO } from "./quota/team-quota-do.ts";
 
 export interface Env {
   /** Sandboxes live in groups (SandboxGroupDO): reach one with `sandboxStub(env, id)`. */
@@ -12,6 +13,8 @@ export interface Env {
   CLUSTER: DurableObjectNamespace<ClusterDO>;
   /** The one writer of the libSQL sandbox index (group commit). */
   SANDBOX_INDEX: DurableObjectNamespace<SandboxIndexDO>;
+  /** One per team (`idFromName(teamId)`): its quota and reservations. */
+  TEAM_QUOTA: DurableObjectNamespace<TeamQuotaDO>;
   /** libSQL (sqld locally, Turso in production). */
   LIBSQL_URL: string;
   LIBSQL_AUTH_TOKEN?: string;
@@ -23,6 +26,11 @@ export interface Env {
   CLUSTER_TOKEN: string;
   /** Domain returned to SDKs as `domain` (null when unset: the SDK falls back to E2B_DOMAIN). */
   SANDBOX_DOMAIN?: string;
+  /** Default team quotas (schema/api/quota.ts); unset is no limit. The admin API overrides them per team. */
+  QUOTA_RUNNING_SANDBOXES?: string;
+  QUOTA_VCPUS?: string;
+  QUOTA_MEMORY_MB?: string;
+  QUOTA_CREATES_PER_MINUTE?: string;
 }
 
 /** Who is calling, as the auth middleware resolved the X-API-KEY. */

@@ -6,6 +6,7 @@ import { agentLink } from "./agent-link.ts";
 import { notFound, onError } from "./api-error.ts";
 import { gateway } from "./gateway/gateway.ts";
 import { adminClusters } from "./api/admin-clusters.ts";
+import { adminQuotas } from "./api/admin-quotas.ts";
 import { adminTemplates } from "./api/admin-templates.ts";
 import { apiKeys } from "./api/api-keys.ts";
 import { sandboxes } from "./api/sandboxes.ts";
@@ -18,6 +19,7 @@ export { SandboxGroupDO } from "../durable-objects/sandbox/sandbox-group-do.ts";
 export { SandboxIndexDO } from "../durable-objects/sandbox/index-writer-do.ts";
 export { PoolDO } from "../durable-objects/pool/pool-do.ts";
 export { ClusterDO } from "../durable-objects/cluster/cluster-do.ts";
+export { TeamQuotaDO } from "../durable-objects/quota/team-quota-do.ts";
 
 const app = new Hono<AppEnv>();
 app.onError(onError);
@@ -38,6 +40,7 @@ app.route("/", teams);
 app.route("/", templates);
 app.route("/", adminTemplates);
 app.route("/", adminClusters);
+app.route("/", adminQuotas);
 // Last: E2B routes none of the above serves answer 501, not 404 (api/unserved.ts).
 app.route("/", unserved);
 

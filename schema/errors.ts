@@ -18,6 +18,10 @@ export const ErrorCode = {
   placementTimeout: "sandbox_placement_timeout",
   createFailed: "sandbox_create_failed",
   notImplemented: "not_implemented",
+  /** A team quota would be passed (E2B's 429). */
+  quotaExceeded: "quota_exceeded",
+  /** The team's quota could not be read or written: the create is refused, never let through. */
+  quotaUnavailable: "quota_unavailable",
   internal: "internal_server_error",
 } as const;
 
@@ -40,6 +44,8 @@ export const errorStatus = {
   sandbox_placement_timeout: 504,
   sandbox_create_failed: 500,
   not_implemented: 501,
+  quota_exceeded: 429,
+  quota_unavailable: 503,
   internal_server_error: 500,
 } as const satisfies Record<ErrorCode, number>;
 

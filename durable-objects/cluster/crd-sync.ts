@@ -178,8 +178,8 @@ export class CrdSync {
     if (!st || st.phase === "Terminating") return this.#poolMemberRequest(item);
     if (st.spec.cluster !== this.#o.cluster()) return refused({ code: "forbidden", message: `sandbox ${item.sandboxId} runs on cluster ${st.spec.cluster}` });
     if (item.generation < st.generation) return { result: "stale", message: `made at generation ${item.generation}, the edge is at ${st.generation}` };
-    // As the sandbox's owner, so the E2B API's rules (and refusals) apply unchanged.
-    const access = { keyId: st.spec.keyId, admin: false };
+    // As the sandbox's team, so the E2B API's rules (and refusals) apply unchanged.
+    const access = { teamId: st.spec.teamId, admin: false };
     const res =
       item.action === "pause"
         ? await stub.pause(access)
@@ -223,7 +223,7 @@ export class CrdSync {
     const invalid = annotationsProblem(item.annotations);
     if (invalid) return refused({ code: ErrorCode.badRequest, message: `SandboxClaim annotations: ${invalid}` });
     const caller: Caller = { keyId: `sandboxclaim:${item.claim.uid}`, teamId: team.id, teamName: team.name, admin: false };
-    const held = await listIndex(db, { keyId: caller.keyId, states: ["running", "paused"], metadata: [[CLAIM_METADATA_KEY, item.claim.uid]], order: "asc", limit: 1000 });
+    const held = await listIndex(db, { teamId: team.id, states: ["running", "paused"], metadata: [[CLAIM_METADATA_KEY, item.claim.uid]], order: "asc", limit: 1000 });
     const ids = held.rows.map((r) => r.id as SandboxId);
     const missing = Math.min(CLAIM_BATCH, item.replicas - ids.length);
     // The claim's annotations and labels are user metadata, checked as an E2B create's would be;

@@ -1,6 +1,7 @@
-// Creating a sandbox for a team: resolve the template, claim a member from its PoolDO, hand it to
-// its SandboxGroupDO. Two DO calls and no store round trip for a cached key and template; the
-// group writes the index row beside its intent. The E2B create routes and the CRD sync's claims
+// Creating a sandbox for a team: resolve the template, claim a member from its PoolDO through the
+// team's quota (TeamQuotaDO reserves, claims, and keeps the reservation under the sandbox's id),
+// hand it to its SandboxGroupDO. No store round trip for a cached key and template; the group
+// writes the index row beside its intent. The E2B create routes and the CRD sync's claims
 // (ClusterDO) both come here with typed input and get a `Result`: a refusal carries its code, so
 // nobody guesses it back from an HTTP status.
 import type { SandboxInfo } from "../sandbox/info.ts";
@@ -13,7 +14,10 @@ import type { TemplateRecord } from "../../schema/api/template.ts";
 import { ApiError } from "../../schema/errors.ts";
 import type { z } from "zod";
 import type { Caller, Env } from "../env.ts";
-import { poolStub } from "../pool/stub.ts";
+import type { ClaimResult } from "../pool/rpc.ts";
+import { poolName, poolStub } from "../pool/stub.ts";
+import type { Resources } from "../quota/ledger.ts";
+import { quotaStub } from "../quota/stub.ts";
 import { sandboxStub } from "../sandbox/stub.ts";
 import { getDb } from "../store/db.ts";
 import { resolveTemplateCached } from "../store/template-cache.ts";
@@ -40,10 +44,19 @@ async function create(env: Env, caller: Caller, { version, body, ext }: CreateSa
   const template = await resolveTemplateCached(getDb(env), caller.teamId, body.templateID);
   if (!template) throw new ApiError("template_not_found", `Template "${body.templateID}" not found`);
 
-  const claimed = await claim(env, template);
-  if (!claimed.warm && !ext.createOnNoStock) throw new ApiError("sandbox_capacity_unavailable", `No warm sandbox of template "${body.templateID}" is available`);
+  const resources: Resources = {
+    // E2B reports whole cores (OpenKruise floors the limit); never 0 for a fractional one.
+    cpu: ext.inplaceUpdate?.cpuCount ? Math.max(1, Math.floor(ext.inplaceUpdate.cpuCount)) : template.spec.cpuCount,
+    memoryMB: template.spec.memoryMB,
+  };
+  const claimed = await claim(env, caller, template, resources);
+  if (!claimed.warm && !ext.createOnNoStock) {
+    // Nobody creates the minted id: its reservation goes (or the reconcile drops it).
+    await quotaStub(env, caller.teamId).release(claimed.sandboxId, claimed.generation + 1).catch(() => undefined);
+    throw new ApiError("sandbox_capacity_unavailable", `No warm sandbox of template "${body.templateID}" is available`);
+  }
   const timeout = body.timeout === undefined ? (version === "v1" ? V1_DEFAULT_TIMEOUT_S : DEFAULT_TIMEOUT_S) : body.timeout || DEFAULT_TIMEOUT_S;
-  const spec = buildSpec(caller, template, body, ext, claimed, version);
+  const spec = buildSpec(caller, template, body, ext, claimed, resources, version);
   const res = await sandboxStub(env, claimed.sandboxId).create({
     spec,
     timeoutS: timeout,
@@ -55,21 +68,39 @@ async function create(env: Env, caller: Caller, { version, body, ext }: CreateSa
   return res.sandbox;
 }
 
-async function claim(env: Env, template: TemplateRecord) {
-  const pool = poolStub(env, template.teamId, template.templateId);
-  let res = await pool.claim();
+/** Claims through the caller's team quota; fails closed when the quota cannot be reached (503). */
+async function claim(env: Env, caller: Caller, template: TemplateRecord, resources: Resources) {
+  const quota = quotaStub(env, caller.teamId);
+  const req = { teamId: caller.teamId, teamName: caller.teamName, pool: poolName(template.teamId, template.templateId), ...resources };
+  const viaQuota = async (): Promise<ClaimResult> => {
+    try {
+      return await quota.claim(req);
+    } catch (err) {
+      throw new ApiError("quota_unavailable", `The quota of team "${caller.teamName}" is unavailable (${String(err)}); the create is refused`);
+    }
+  };
+  let res = await viaQuota();
   // A pool learns its spec from the admin API; one never configured (e.g. seeded straight into
   // the store) is configured on its first claim.
   if (!res.ok && res.error.code === "template_not_found") {
+    const pool = poolStub(env, template.teamId, template.templateId);
     const conf = await pool.configure({ teamId: template.teamId, templateId: template.templateId, revision: template.revision, spec: template.spec, cluster: template.spec.cluster });
     if (!conf.ok) throw ApiError.from(conf.error);
-    res = await pool.claim();
+    res = await viaQuota();
   }
   if (!res.ok) throw ApiError.from(res.error);
   return res;
 }
 
-function buildSpec(caller: Caller, template: TemplateRecord, body: CreateBody, ext: CreateExtensions, claimed: Awaited<ReturnType<typeof claim>>, version: "v1" | "v2"): SandboxSpec {
+function buildSpec(
+  caller: Caller,
+  template: TemplateRecord,
+  body: CreateBody,
+  ext: CreateExtensions,
+  claimed: Awaited<ReturnType<typeof claim>>,
+  resources: Resources,
+  version: "v1" | "v2",
+): SandboxSpec {
   const insecure = (version === "v1" && body.secure === false) || ext.skipInitRuntime;
   return {
     id: claimed.sandboxId,
@@ -80,9 +111,8 @@ function buildSpec(caller: Caller, template: TemplateRecord, body: CreateBody, e
     cluster: claimed.cluster,
     template: claimed.template,
     envdVersion: template.spec.envdVersion,
-    // E2B reports whole cores (OpenKruise floors the limit); never 0 for a fractional one.
-    cpuCount: ext.inplaceUpdate?.cpuCount ? Math.max(1, Math.floor(ext.inplaceUpdate.cpuCount)) : template.spec.cpuCount,
-    memoryMB: template.spec.memoryMB,
+    cpuCount: resources.cpu,
+    memoryMB: resources.memoryMB,
     diskSizeMB: template.spec.diskSizeMB,
     envVars: { ...claimed.envVars, ...body.envVars },
     metadata: ext.metadata,

@@ -98,9 +98,9 @@ function copy(current: SandboxState): SandboxState {
   return { ...current };
 }
 
-/** Whether `access` may see the sandbox at all; anything else is answered as not found. */
+/** Whether `access` may see the sandbox at all (its team, or the admin); anything else is answered as not found. */
 export function visibleTo(s: SandboxState | null, access: Access): s is SandboxState {
-  return s !== null && s.phase !== "Terminating" && (access.admin || access.keyId === s.spec.keyId);
+  return s !== null && s.phase !== "Terminating" && (access.admin || access.teamId === s.spec.teamId);
 }
 
 /** The earliest time the alarm must fire, or null for none. */

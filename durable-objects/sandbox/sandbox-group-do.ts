@@ -21,6 +21,8 @@ import { indexRow, routeInfo, sandboxInfo, type RouteInfo, type SandboxInfo } fr
 import { IndexQueue, type IndexWriter } from "./index-queue.ts";
 import { INDEX_WRITER_NAME } from "./index-writer-do.ts";
 import { dueAt, transition, visibleTo } from "./machine.ts";
+import { counts, type Held } from "../quota/ledger.ts";
+import { QuotaLink } from "./quota-link.ts";
 import type { Access, Result, SandboxSpec, SandboxState } from "./state.ts";
 import { openSandboxStore, type SandboxStore, type Undelivered } from "./store.ts";
 
@@ -80,6 +82,8 @@ export class SandboxGroupDO extends DurableObject<Env> {
   private maxSlots = 1_000;
   private readonly indexQueue = new IndexQueue(() => this.indexWriter(), (p) => this.ctx.waitUntil(p));
   private readonly timers = new CoarseTimers();
+  /** The team quota: reserve before a resume, release/assert after a committed transition. */
+  private readonly quota = new QuotaLink(this.env, (p) => this.ctx.waitUntil(p));
   /**
    * Row writes wait for the end of the turn, so the events that came meanwhile (creates, acks)
    * share one commit. Nothing that depends on a write (an intent, an index row, a waiter, an
@@ -195,7 +199,12 @@ export class SandboxGroupDO extends DurableObject<Env> {
     access: Access,
     opts: { timeoutS: number; memory?: boolean; waitMs?: number },
   ): Promise<Result<{ sandbox: SandboxInfo; resumed: boolean }>> {
-    if (!visibleTo(this.find(id)?.state ?? null, access)) return notFound(id);
+    const s = this.find(id)?.state ?? null;
+    if (!visibleTo(s, access)) return notFound(id);
+    if (s.phase === "Pausing" || s.phase === "Paused") {
+      const reserved = await this.quota.beforeResume(s);
+      if (!reserved.ok) return reserved;
+    }
     const waitMs = opts.waitMs ?? DEFAULT_WAIT_MS;
     const t = await this.apply(id, { type: "connect", timeoutS: opts.timeoutS, memory: opts.memory }, waitMs);
     if (!t.ok) return t;
@@ -220,6 +229,10 @@ export class SandboxGroupDO extends DurableObject<Env> {
   async wake(id: string, waitMs: number = DEFAULT_WAIT_MS): Promise<Result<{ route: RouteInfo; resumed: boolean }>> {
     const s = this.find(id)?.state;
     if (!s || s.phase === "Terminating") return notFound(id);
+    if ((s.phase === "Pausing" || s.phase === "Paused") && s.spec.lifecycle.autoResume) {
+      const reserved = await this.quota.beforeResume(s);
+      if (!reserved.ok) return reserved;
+    }
     const t = await this.apply(id, { type: "wake" }, waitMs);
     if (!t.ok) return t;
     const ready = await this.waitRunning(id, waitMs);
@@ -231,6 +244,17 @@ export class SandboxGroupDO extends DurableObject<Env> {
   async observeBatch(observations: Observation[]): Promise<{ ok: true }> {
     for (const obs of observations) await this.apply(obs.sandboxId, { type: "observe", obs }, 0);
     return { ok: true };
+  }
+
+  /** TeamQuotaDO's reconcile: whether each sandbox still counts against its team's quota. */
+  async quotaHeld(ids: string[]): Promise<Record<string, Held>> {
+    await this.settled();
+    const out: Record<string, Held> = {};
+    for (const id of ids) {
+      const s = this.find(id)?.state;
+      out[id] = s ? { known: true, counted: counts(s.phase), generation: s.generation } : { known: false };
+    }
+    return out;
   }
 
   /** Operators and tests: the full state (phase, conditions, generations, timers). */
@@ -295,6 +319,7 @@ export class SandboxGroupDO extends DurableObject<Env> {
       // The machine hands back the very same object when nothing changed (e.g. the agent's
       // observation of a re-init its ack already reported): no write then.
       const changed = t.state !== slot.state;
+      const before = slot.state;
       slot.state = t.state;
       let intent: Intent | null = null;
       let purged = false;
@@ -309,6 +334,7 @@ export class SandboxGroupDO extends DurableObject<Env> {
       const unsaved = await this.settled();
       if (unsaved) return { ok: false, error: unsaved };
       notify(slot);
+      const quota = this.quota.follow(before, slot.state, ev.type);
       if (purged) void this.index({ kind: "delete", id });
       // A create's index row travels with its intent: ClusterDO commits it, batched with other
       // creates' rows, before it answers. That spares a SandboxIndexDO call per create (~0.8 calls
@@ -321,7 +347,9 @@ export class SandboxGroupDO extends DurableObject<Env> {
       // A client's own change is in the index before its reply (list right after kill must not
       // show the sandbox); the write runs beside the enqueue. Agent- and timer-driven writes do
       // not hold anyone up.
-      const readYourWrites = ev.type !== "observe" && ev.type !== "ack" && ev.type !== "alarm" ? Promise.all(writes) : Promise.resolve();
+      // The same holds for the quota: a kill or pause has freed its slot when answered.
+      const clientDriven = ev.type !== "observe" && ev.type !== "ack" && ev.type !== "alarm";
+      const readYourWrites = clientDriven ? Promise.all([...writes, quota]) : Promise.resolve();
       if (!intent || !slot.state) {
         await readYourWrites;
         return { ...t.result, acked: true };

@@ -24,6 +24,7 @@ export interface SandboxSpec {
   teamId: string;
   /** The team's name (= Kubernetes namespace); absent in sandboxes created before it was kept. */
   teamName?: string;
+  /** The key that created it (kept, not an owner: access is by team). */
   keyId: string;
   templateId: string;
   cluster: string;
@@ -77,8 +78,9 @@ export interface SandboxState {
   rev: number;
 }
 
+/** Who asks: sandboxes belong to the team (every key of it), the admin key sees all. */
 export interface Access {
-  keyId: string;
+  teamId: string;
   admin: boolean;
 }
 

@@ -50,8 +50,8 @@ export interface Cursor {
 }
 
 export interface ListFilter {
-  /** Owner key; null lists every key's (admin). */
-  keyId: string | null;
+  /** Owner team; null lists every team's (admin). */
+  teamId: string | null;
   states: readonly string[];
   metadata: ReadonlyArray<readonly [string, string]>;
   template?: string;
@@ -68,17 +68,17 @@ export async function listIndex(db: Db, f: ListFilter): Promise<{ rows: IndexRow
 
 /**
  * A page and, in the same libSQL request, how many running sandboxes the caller has in the same
- * scope as the rows (the key's own, or every one for the admin key), whatever the filters: E2B's
- * optional `X-Total-Running`. The count walks the `(key_id, started_at)` index for a key.
+ * scope as the rows (the team's, or every one for the admin key), whatever the filters: E2B's
+ * optional `X-Total-Running`. The count walks the `(team_id, started_at)` index for a team.
  */
 export async function listIndexWithRunning(db: Db, f: ListFilter): Promise<{ rows: IndexRow[]; next?: Cursor; running: number }> {
-  const running = db.select({ n: sql<number>`count(*)` }).from(sandboxes).where(and(eq(sandboxes.state, "running"), ...keyScope(f.keyId)));
+  const running = db.select({ n: sql<number>`count(*)` }).from(sandboxes).where(and(eq(sandboxes.state, "running"), ...teamScope(f.teamId)));
   const [rows, count] = await db.batch([pageQuery(db, f), running]);
   return { ...pageOf(rows, f.limit), running: Number(count[0]?.n ?? 0) };
 }
 
-function keyScope(keyId: string | null): SQL[] {
-  return keyId === null ? [] : [eq(sandboxes.keyId, keyId)];
+function teamScope(teamId: string | null): SQL[] {
+  return teamId === null ? [] : [eq(sandboxes.teamId, teamId)];
 }
 
 function pageOf(rows: IndexRow[], limit: number): { rows: IndexRow[]; next?: Cursor } {
@@ -89,7 +89,7 @@ function pageOf(rows: IndexRow[], limit: number): { rows: IndexRow[]; next?: Cur
 }
 
 function pageQuery(db: Db, f: ListFilter) {
-  const where: SQL[] = [inArray(sandboxes.state, [...f.states]), ...keyScope(f.keyId)];
+  const where: SQL[] = [inArray(sandboxes.state, [...f.states]), ...teamScope(f.teamId)];
   if (f.template !== undefined) where.push(eq(sandboxes.templateId, f.template));
   if (f.startedAfter !== undefined) where.push(gte(sandboxes.startedAt, f.startedAfter));
   for (const [k, v] of f.metadata) {
@@ -106,6 +106,14 @@ function pageQuery(db: Db, f: ListFilter) {
     .where(and(...where))
     .orderBy(dir(sandboxes.startedAt), dir(sandboxes.id))
     .limit(f.limit + 1);
+}
+
+/** A team's running sandboxes as the index lists them (TeamQuotaDO's census of what predates it). */
+export async function listRunningOfTeam(db: Db, teamId: string): Promise<{ id: string; cpuCount: number; memoryMB: number }[]> {
+  return db
+    .select({ id: sandboxes.id, cpuCount: sandboxes.cpuCount, memoryMB: sandboxes.memoryMB })
+    .from(sandboxes)
+    .where(and(eq(sandboxes.teamId, teamId), eq(sandboxes.state, "running")));
 }
 
 export async function getIndexRow(db: Db, id: string): Promise<IndexRow | undefined> {

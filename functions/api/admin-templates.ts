@@ -32,7 +32,8 @@ function names(c: Context<AppEnv>) {
   };
 }
 
-async function teamOr404(c: Context<AppEnv>, name: string) {
+/** The team named in the path, or 404. */
+export async function teamOr404(c: Context<AppEnv>, name: string) {
   const team = await findTeamByName(getDb(c.env), name);
   if (!team) throw new ApiError("not_found", `Team "${name}" not found`);
   return team;

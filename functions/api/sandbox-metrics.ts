@@ -10,7 +10,8 @@ import { ApiError } from "../api-error.ts";
 import type { AppEnv, Env } from "../env.ts";
 import { edgeFetch } from "../gateway/ingress-client.ts";
 import { ENVD_PORT } from "../gateway/target.ts";
-import { sandboxStub } from "./stubs.ts";
+import type { Access } from "../../durable-objects/sandbox/state.ts";
+import { accessOf, sandboxStub } from "./stubs.ts";
 
 /** E2B's SandboxMetric. */
 export interface SandboxMetric {
@@ -38,8 +39,6 @@ interface EnvdMetrics {
 }
 
 const RUNTIME_TIMEOUT_MS = 5_000;
-
-type Access = { keyId: string; admin: boolean };
 
 /** The current sample of sandbox `id` as the caller may see it: null when the sandbox is not the
  * caller's (or does not exist), [] when it is not running or its runtime does not answer. */
@@ -88,8 +87,7 @@ function unixQuery(c: Context<AppEnv>, name: string): number | undefined {
 }
 
 function access(c: Context<AppEnv>): Access {
-  const caller = c.get("caller");
-  return { keyId: caller.keyId, admin: caller.admin };
+  return accessOf(c.get("caller"));
 }
 
 export async function sandboxMetricsRoute(c: Context<AppEnv>): Promise<Response> {

@@ -1,5 +1,5 @@
 // The E2B sandbox routes (v1 and v2). Each handler validates, makes one SandboxGroupDO call (or one
-// index query for lists) and shapes the reply; the DO answers another key's sandbox as not found.
+// index query for lists) and shapes the reply; the DO answers another team's sandbox as not found.
 import { Hono, type Context } from "hono";
 import { DEFAULT_TIMEOUT_S, MAX_LIST_LIMIT, MIN_RESUME_TIMEOUT_S, V1_DEFAULT_TIMEOUT_S } from "../../schema/api/limits.ts";
 import { ConnectSandbox, ResumedSandbox, SandboxPauseRequest, SandboxNetworkUpdateConfig, SandboxRefreshRequest, SandboxTimeoutRequest } from "../../schema/api/sandbox.ts";
@@ -15,7 +15,7 @@ import { renderDetail, renderListed, renderSandbox } from "./render.ts";
 import { assertNetworkSupported } from "../../schema/api/network-support.ts";
 import { createSandboxRoute } from "./sandbox-create.ts";
 import { manySandboxMetricsRoute, sandboxMetricsRoute } from "./sandbox-metrics.ts";
-import { sandboxStub } from "./stubs.ts";
+import { accessOf, sandboxStub } from "./stubs.ts";
 
 export const sandboxes = new Hono<AppEnv>();
 
@@ -24,8 +24,7 @@ export const sandboxes = new Hono<AppEnv>();
 function target(c: Context<AppEnv>) {
   const id = c.req.param("id") ?? "";
   if (!SANDBOX_ID_PATTERN.test(id)) throw new ApiError("sandbox_not_found", sandboxNotFoundMessage(id));
-  const caller = c.get("caller");
-  return { id, stub: sandboxStub(c.env, id), access: { keyId: caller.keyId, admin: caller.admin } };
+  return { id, stub: sandboxStub(c.env, id), access: accessOf(c.get("caller")) };
 }
 
 function fail(id: string, error: Refusal): never {
@@ -39,7 +38,7 @@ sandboxes.post("/v2/sandboxes", createSandboxRoute("v2"));
 sandboxes.get("/v2/sandboxes", async (c) => {
   const q = parseListQuery(c.req.query());
   const caller = c.get("caller");
-  const page = await listIndexWithRunning(getDb(c.env), { ...q, keyId: caller.admin ? null : caller.keyId });
+  const page = await listIndexWithRunning(getDb(c.env), { ...q, teamId: caller.admin ? null : caller.teamId });
   if (page.next) c.header("X-Next-Token", encodeCursor(page.next));
   c.header("X-Total-Running", String(page.running));
   return c.json(page.rows.map(renderListed));
@@ -49,7 +48,7 @@ sandboxes.get("/v2/sandboxes", async (c) => {
 sandboxes.get("/sandboxes", async (c) => {
   const caller = c.get("caller");
   const page = await listIndex(getDb(c.env), {
-    keyId: caller.admin ? null : caller.keyId,
+    teamId: caller.admin ? null : caller.teamId,
     states: ["running"],
     metadata: parseMetadataQuery(c.req.query("metadata")),
     order: "desc",
@@ -154,7 +153,7 @@ sandboxes.get("/v2/sandboxes/:id/logs", notSupported("Sandbox logs"));
 sandboxes.get("/snapshots", async (c) => {
   const sandboxId = c.req.query("sandboxID");
   if (sandboxId) {
-    const access = { keyId: c.get("caller").keyId, admin: c.get("caller").admin };
+    const access = accessOf(c.get("caller"));
     if (!SANDBOX_ID_PATTERN.test(sandboxId)) throw new ApiError("sandbox_not_found", sandboxNotFoundMessage(sandboxId));
     const info = await sandboxStub(c.env, sandboxId).info(access);
     if (!info.ok) fail(sandboxId, info.error);

@@ -14,8 +14,22 @@ export const MAX_BODY_BYTES = 256 * 1024;
 export const MAX_METADATA_ENTRIES = 64;
 export const MAX_METADATA_KEY_BYTES = 256;
 export const MAX_METADATA_VALUE_BYTES = 4096;
-/** envVars: entries per sandbox. */
+/** envVars (and a template's env): entries, name and value sizes. */
 export const MAX_ENV_VARS = 256;
+export const MAX_ENV_NAME_LENGTH = 256;
+export const MAX_ENV_VALUE_LENGTH = 32 * 1024;
+/** `metadata` filter of the list routes: pairs (each bounded like metadata) and the raw parameter.
+ * Each pair is a subquery; thousands of them overflowed SQLite's expression tree (a 500). */
+export const MAX_METADATA_FILTERS = MAX_METADATA_ENTRIES;
+export const MAX_METADATA_QUERY_LENGTH = 64 * 1024;
+/** Network rules: entries per list, and the length of one (a CIDR, address or domain name). */
+export const MAX_EGRESS_RULES = 100;
+export const MAX_EGRESS_RULE_LENGTH = 256;
+/** Any other list or map in a request (volume mounts, ports, header rules, mcp servers). */
+export const MAX_LIST_ITEMS = 64;
+/** Any other free-form string in a request (names, hosts, images, cursors). */
+export const MAX_NAME_LENGTH = 256;
+export const MAX_PATH_LENGTH = 4096;
 /** List page size bounds. */
 export const MAX_LIST_LIMIT = 100;
 /** envd version reported for sandboxes; ≥ 0.6.4 unlocks every SDK feature gate. */

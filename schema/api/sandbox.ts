@@ -3,10 +3,17 @@
 import { z } from "zod";
 import { policyErrors } from "../egress/rules.ts";
 import {
+  MAX_EGRESS_RULE_LENGTH,
+  MAX_EGRESS_RULES,
+  MAX_ENV_NAME_LENGTH,
+  MAX_ENV_VALUE_LENGTH,
   MAX_ENV_VARS,
+  MAX_LIST_ITEMS,
   MAX_METADATA_ENTRIES,
   MAX_METADATA_KEY_BYTES,
   MAX_METADATA_VALUE_BYTES,
+  MAX_NAME_LENGTH,
+  MAX_PATH_LENGTH,
   MAX_TIMEOUT_S,
 } from "./limits.ts";
 
@@ -17,24 +24,37 @@ export const SandboxMetadata = z
   .refine((m) => Object.keys(m).length <= MAX_METADATA_ENTRIES, `at most ${MAX_METADATA_ENTRIES} metadata entries`);
 export type SandboxMetadata = z.infer<typeof SandboxMetadata>;
 
-export const EnvVars = z
-  .record(z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, "env var names are [A-Za-z_][A-Za-z0-9_]*"), z.string())
-  .refine((m) => Object.keys(m).length <= MAX_ENV_VARS, `at most ${MAX_ENV_VARS} env vars`);
+/** A map bounded in entries, with a message naming the bound. */
+function boundedRecord<V extends z.ZodType>(key: z.ZodString, value: V, max: number, what: string) {
+  return z.record(key, value).refine((m) => Object.keys(m).length <= max, `at most ${max} ${what}`);
+}
+
+const name = z.string().min(1).max(MAX_NAME_LENGTH);
+
+export const EnvVars = boundedRecord(
+  z.string().max(MAX_ENV_NAME_LENGTH).regex(/^[A-Za-z_][A-Za-z0-9_]*$/, "env var names are [A-Za-z_][A-Za-z0-9_]*"),
+  z.string().max(MAX_ENV_VALUE_LENGTH),
+  MAX_ENV_VARS,
+  "env vars",
+);
 
 export const SandboxVolumeMount = z.object({
-  name: z.string().min(1),
-  path: z.string().regex(/^\/(?!.*\/\/)(?!.*\/\.\.?(\/|$)).*[^/]$|^\/$/, "path must be absolute and clean"),
+  name,
+  path: z.string().max(MAX_PATH_LENGTH).regex(/^\/(?!.*\/\/)(?!.*\/\.\.?(\/|$)).*[^/]$|^\/$/, "path must be absolute and clean"),
 });
 
+const egressRules = z.array(z.string().min(1).max(MAX_EGRESS_RULE_LENGTH)).max(MAX_EGRESS_RULES).optional();
+const headerRule = z.object({ transform: z.object({ headers: boundedRecord(name, z.string().max(MAX_PATH_LENGTH), MAX_LIST_ITEMS, "headers").optional() }).optional() });
+
 const egressFields = {
-  allowOut: z.array(z.string().min(1)).max(100).optional(),
-  denyOut: z.array(z.string().min(1)).max(100).optional(),
+  allowOut: egressRules,
+  denyOut: egressRules,
   egressProxy: z
-    .object({ address: z.string().min(1), username: z.string().max(255).optional(), password: z.string().max(255).optional() })
+    .object({ address: z.string().min(1).max(MAX_NAME_LENGTH), username: z.string().max(255).optional(), password: z.string().max(255).optional() })
     .nullable()
     .optional(),
-  rules: z.record(z.string(), z.array(z.object({ transform: z.object({ headers: z.record(z.string(), z.string()).optional() }).optional() }))).optional(),
-  dnsServers: z.array(z.string().min(1)).max(16).optional(),
+  rules: boundedRecord(name, z.array(headerRule).max(MAX_LIST_ITEMS), MAX_LIST_ITEMS, "rules").optional(),
+  dnsServers: z.array(z.string().min(1).max(64)).max(16).optional(),
 };
 
 /** Bad allowOut/denyOut entries are refused here rather than by the traffic-proxy later, which
@@ -47,8 +67,8 @@ export const SandboxNetworkConfig = z
   .object({
     ...egressFields,
     allowPublicTraffic: z.boolean().optional(),
-    maskRequestHost: z.string().optional(),
-    httpsPorts: z.array(z.int().min(1).max(65535)).optional(),
+    maskRequestHost: z.string().max(MAX_NAME_LENGTH).optional(),
+    httpsPorts: z.array(z.int().min(1).max(65535)).max(MAX_LIST_ITEMS).optional(),
   })
   .superRefine(refineEgress);
 export type SandboxNetworkConfig = z.infer<typeof SandboxNetworkConfig>;
@@ -75,17 +95,17 @@ export function unsupportedNetworkFields(
 }
 
 const newSandboxFields = {
-  templateID: z.string().min(1).max(256),
+  templateID: name,
   metadata: SandboxMetadata.optional(),
   envVars: EnvVars.optional(),
-  mcp: z.record(z.string(), z.unknown()).nullable().optional(),
+  mcp: boundedRecord(name, z.unknown(), MAX_LIST_ITEMS, "mcp servers").nullable().optional(),
   network: SandboxNetworkConfig.optional(),
   iam: z.unknown().optional(),
   allow_internet_access: z.boolean().optional(),
   autoPause: z.boolean().optional(),
   autoPauseMemory: z.boolean().optional(),
   autoResume: z.object({ enabled: z.boolean() }).optional(),
-  volumeMounts: z.array(SandboxVolumeMount).optional(),
+  volumeMounts: z.array(SandboxVolumeMount).max(MAX_LIST_ITEMS).optional(),
 };
 
 /** `POST /v2/sandboxes` (e2b ≥ 2.46). Omitted timeout means 300 s. */
@@ -152,10 +172,11 @@ export type SandboxDetail = z.infer<typeof SandboxDetail>;
 
 /** `GET /v2/sandboxes` query after parsing (metadata decoded by functions/api/list-query.ts). */
 export const ListSandboxesQuery = z.object({
-  state: z.array(SandboxState).optional(),
+  /** Deduplicated by the parser: at most one of each. */
+  state: z.array(SandboxState).max(SandboxState.options.length).optional(),
   order: z.enum(["asc", "desc"]).default("desc"),
   startedAfter: z.iso.datetime({ offset: true }).optional(),
-  template: z.string().min(1).optional(),
+  template: name.optional(),
   limit: z.coerce.number().pipe(z.int().min(1).max(100)).default(100),
-  nextToken: z.string().min(1).optional(),
+  nextToken: name.optional(),
 });

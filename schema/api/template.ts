@@ -1,7 +1,8 @@
 // Templates: a SandboxSet spec per team (OpenKruise §1.2), as the admin API accepts it and
 // PoolDO / SandboxGroupDO read it; plus the E2B `Template` / `TemplateWithBuilds` responses.
 import { z } from "zod";
-import { DEFAULT_ENVD_VERSION } from "./limits.ts";
+import { DEFAULT_ENVD_VERSION, MAX_NAME_LENGTH, MAX_PATH_LENGTH } from "./limits.ts";
+import { EnvVars } from "./sandbox.ts";
 
 /** Absolute count or a percentage of replicas, as Kubernetes IntOrString. */
 export const IntOrPercent = z.union([z.int().min(0), z.string().regex(/^\d{1,3}%$/, "a percentage like 20%")]);
@@ -15,15 +16,16 @@ export const TemplateSpec = z.strictObject({
   /** Unclaimed members to keep warm. */
   replicas: z.int().min(0).max(100_000).default(0),
   /** Container image (kubernetes driver) or root filesystem name (local driver). */
-  image: z.string().min(1).default("base"),
+  image: z.string().min(1).max(MAX_NAME_LENGTH).default("base"),
   cpuCount: z.int().min(1).max(256).default(1),
   memoryMB: z.int().min(128).max(1_048_576).default(512),
-  diskSizeMB: z.int().min(1).default(1024),
-  user: z.string().min(1).default("user"),
-  workdir: z.string().startsWith("/").default("/home/user"),
+  diskSizeMB: z.int().min(1).max(16 * 1_048_576).default(1024),
+  /** A Linux user name (useradd's rule). */
+  user: z.string().regex(/^[a-z_][a-z0-9_-]{0,31}$/, "user is a Linux user name: [a-z_][a-z0-9_-], at most 32").default("user"),
+  workdir: z.string().max(MAX_PATH_LENGTH).startsWith("/").default("/home/user"),
   envdVersion: z.string().regex(/^\d+\.\d+\.\d+$/).default(DEFAULT_ENVD_VERSION),
   /** Environment every process of every member gets (create-time envVars override it). */
-  env: z.record(z.string(), z.string()).default({}),
+  env: EnvVars.default({}),
   /** How `pause` releases a sandbox unless the request says otherwise (E2B keepMemory true = Freeze). */
   pauseStrategy: z.enum(["Freeze", "Stop"]).default("Freeze"),
   scaleStrategy: z.strictObject({ maxUnavailable: IntOrPercent.optional() }).default({}),

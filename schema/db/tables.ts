@@ -52,7 +52,9 @@ export const sandboxes = sqliteTable(
   "sandboxes",
   {
     id: text("id").primaryKey(),
+    /** The owner: every key of the team lists it. */
     teamId: text("team_id").notNull(),
+    /** The key that created it (an attribute; access is by team). */
     keyId: text("key_id").notNull(),
     templateId: text("template_id").notNull(),
     alias: text("alias"),
@@ -71,8 +73,8 @@ export const sandboxes = sqliteTable(
     rev: integer("rev").notNull(),
   },
   (t) => [
+    // Lists and the running count are scoped by team (every key of a team sees its sandboxes).
     index("sandboxes_team_started").on(t.teamId, t.startedAt, t.id),
-    index("sandboxes_key_started").on(t.keyId, t.startedAt, t.id),
   ],
 );
 

@@ -8,6 +8,8 @@ import { waitFor } from "../support/wait-for.ts";
 describe("create route with a warm pool", () => {
   it("200 concurrent creates against a pool of 100 give 200 distinct running sandboxes", async () => {
     const team = await createTeam(unique("burst"), { replicas: 100 });
+    // Past the default quota of 100 running sandboxes (wrangler.toml).
+    await expectStatus(call(`/admin/teams/${team.name}/quota`, { method: "PUT", body: { runningSandboxes: 1000 } }), 200);
     const agent = await startAgent(team.cluster);
     const pool = env.POOL.get(env.POOL.idFromName(`${(await expectStatus(call("/teams", { key: team.key }), 200))[0].teamID}/${team.template}`));
     await waitFor(async () => (await pool.status()).available === 100);

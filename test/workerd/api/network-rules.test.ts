@@ -5,7 +5,7 @@
 // cannot enforce are a 501 that names them, never stored as if they applied.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { ScriptedAgent } from "../../support/scripted-agent.ts";
-import { call, createTeam, expectError, expectStatus, secondKey, startAgent, unique, type TestTeam } from "../helpers.ts";
+import { call, createTeam, expectError, expectStatus, startAgent, unique, type TestTeam } from "../helpers.ts";
 
 let team: TestTeam;
 let agent: ScriptedAgent;
@@ -74,11 +74,11 @@ describe("updateNetwork", () => {
     expect((await expectStatus(call(`/sandboxes/${sbx.sandboxID}`, { key: team.key }), 200)).allowInternetAccess).toBe(false);
   });
 
-  it("refuses bad rules (400), a paused sandbox (409), another key's or an unknown sandbox (404)", async () => {
+  it("refuses bad rules (400), a paused sandbox (409), another team's or an unknown sandbox (404)", async () => {
     const sbx = await expectStatus(create({}), 201);
     await expectError(update(sbx.sandboxID, { denyOut: ["example.com"] }), 400, /denyOut takes IP addresses and CIDR blocks only/);
     await expectError(update(sbx.sandboxID, { allowOut: "1.1.1.1" }), 400);
-    await expectError(update(sbx.sandboxID, { allowOut: ["1.1.1.1"] }, await secondKey(team)), 404);
+    await expectError(update(sbx.sandboxID, { allowOut: ["1.1.1.1"] }, (await createTeam(unique("net-stranger"))).key), 404);
     await expectError(update("nosuchsandbox0000000", { allowOut: ["1.1.1.1"] }), 404);
     await expectStatus(call(`/sandboxes/${sbx.sandboxID}/pause`, { key: team.key, body: {} }), 204);
     await agent.waitUntil(() => agent.sandboxes.get(sbx.sandboxID)?.phase === "Paused");

@@ -114,21 +114,51 @@ describe("create", () => {
 });
 
 describe("ownership", () => {
-  it("hides another key's or team's sandbox as 404 with E2B's message, and lets the admin see it", async () => {
+  const ids = (list: { sandboxID: string }[]) => list.map((s) => s.sandboxID);
+
+  it("hides another team's sandbox as 404 with E2B's message, and lets the admin see it", async () => {
     const sbx = await create();
-    const other = await secondKey(team);
     const stranger = await createTeam(unique("stranger"));
     const msg = `Sandbox "${sbx.sandboxID}" doesn't exist or you don't have access to it`;
-    for (const key of [other, stranger.key]) {
-      await expectError(call(`/sandboxes/${sbx.sandboxID}`, { key }), 404, msg);
-      await expectError(call(`/sandboxes/${sbx.sandboxID}`, { key, method: "DELETE" }), 404, msg);
-      await expectError(call(`/sandboxes/${sbx.sandboxID}/pause`, { key, body: {} }), 404, msg);
-      await expectError(call(`/v2/sandboxes/${sbx.sandboxID}/connect`, { key, body: {} }), 404, msg);
-      const listed = await expectStatus(call("/v2/sandboxes", { key }), 200);
-      expect(listed.map((s: { sandboxID: string }) => s.sandboxID)).not.toContain(sbx.sandboxID);
-    }
+    await expectError(call(`/sandboxes/${sbx.sandboxID}`, { key: stranger.key }), 404, msg);
+    await expectError(call(`/sandboxes/${sbx.sandboxID}`, { key: stranger.key, method: "DELETE" }), 404, msg);
+    await expectError(call(`/sandboxes/${sbx.sandboxID}/pause`, { key: stranger.key, body: {} }), 404, msg);
+    await expectError(call(`/v2/sandboxes/${sbx.sandboxID}/connect`, { key: stranger.key, body: {} }), 404, msg);
+    await expectError(call(`/sandboxes/${sbx.sandboxID}/timeout`, { key: stranger.key, body: { timeout: 30 } }), 404, msg);
+    expect(ids(await expectStatus(call("/v2/sandboxes", { key: stranger.key }), 200))).not.toContain(sbx.sandboxID);
+    expect(ids(await expectStatus(call("/sandboxes", { key: stranger.key }), 200))).not.toContain(sbx.sandboxID);
     await expectStatus(call(`/sandboxes/${sbx.sandboxID}`), 200);
     await expectError(call("/sandboxes/Not-An-Id", { key: team.key }), 404);
+  });
+
+  it("belongs to the team: another key of it gets, lists, pauses, connects to and kills it", async () => {
+    const sbx = await create({ timeout: 60 });
+    const other = await secondKey(team);
+    expect((await expectStatus(call(`/sandboxes/${sbx.sandboxID}`, { key: other }), 200)).sandboxID).toBe(sbx.sandboxID);
+    const page = await call("/v2/sandboxes", { key: other });
+    expect(ids(await expectStatus(page, 200))).toContain(sbx.sandboxID);
+    expect(Number(page.headers.get("x-total-running"))).toBeGreaterThanOrEqual(1);
+    expect(ids(await expectStatus(call("/sandboxes", { key: other }), 200))).toContain(sbx.sandboxID);
+    await expectStatus(call(`/sandboxes/${sbx.sandboxID}/timeout`, { key: other, body: { timeout: 90 } }), 204);
+    await expectStatus(call(`/sandboxes/${sbx.sandboxID}/pause`, { key: other, body: {} }), 204);
+    await agent.waitUntil(() => agent.sandboxes.get(sbx.sandboxID)?.phase === "Paused");
+    expect(ids(await expectStatus(call("/v2/sandboxes?state=paused", { key: other }), 200))).toContain(sbx.sandboxID);
+    await expectStatus(call(`/v2/sandboxes/${sbx.sandboxID}/connect`, { key: other, body: { timeout: 30 } }), 201);
+    await expectStatus(call(`/sandboxes/${sbx.sandboxID}`, { key: other, method: "DELETE" }), 204);
+    await expectError(call(`/sandboxes/${sbx.sandboxID}`, { key: team.key }), 404);
+  });
+
+  it("outlives the key that created it: after that key is deleted, another key of the team lists and kills it", async () => {
+    const creator = await expectStatus(call("/api-keys", { key: team.key, body: { name: "short-lived" } }), 201);
+    const sbx = await create({ timeout: 60 }, creator.key);
+    const survivor = await secondKey(team);
+    await expectStatus(call(`/api-keys/${creator.id}`, { key: survivor, method: "DELETE" }), 204);
+    await expectError(call("/v2/sandboxes", { key: creator.key }), 401);
+    expect(ids(await expectStatus(call("/v2/sandboxes", { key: survivor }), 200))).toContain(sbx.sandboxID);
+    // The creating key stays an attribute of what is stored.
+    expect((await sandboxStub(env, sbx.sandboxID).inspect())?.spec.keyId).toBe(creator.id);
+    await expectStatus(call(`/sandboxes/${sbx.sandboxID}`, { key: survivor, method: "DELETE" }), 204);
+    expect(ids(await expectStatus(call("/v2/sandboxes", { key: survivor }), 200))).not.toContain(sbx.sandboxID);
   });
 });
 

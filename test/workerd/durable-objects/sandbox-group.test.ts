@@ -162,7 +162,9 @@ describe("sandbox groups", () => {
     await restart(killed);
     for (const id of killed) await expectError(call(`/sandboxes/${id}`, { key: team.key }), 404);
     for (const id of ids.slice(20)) expect((await expectStatus(call(`/sandboxes/${id}`, { key: team.key }), 200)).state).toBe("running");
-  });
+    // 40 creates, 36 restarts and 20 kills (each kill also frees its quota slot): past vitest's 5 s
+    // default on this shared 2-core machine when the whole tier runs.
+  }, 20_000);
 
   it("one group's alarm serves each of its sandboxes: one expiring leaves the other running, and the alarm re-arms", async () => {
     const [first, second] = await sameGroupPair({ timeout: 600 });

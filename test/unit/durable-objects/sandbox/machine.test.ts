@@ -150,12 +150,12 @@ describe("sandbox machine", () => {
     expect(dueAt(null)).toBeNull();
   });
 
-  it("shows a sandbox to its key and the admin only, never while terminating", () => {
-    expect(visibleTo(at("Running"), { keyId: "key", admin: false })).toBe(true);
-    expect(visibleTo(at("Running"), { keyId: "other", admin: false })).toBe(false);
-    expect(visibleTo(at("Running"), { keyId: "other", admin: true })).toBe(true);
-    expect(visibleTo(at("Terminating"), { keyId: "key", admin: true })).toBe(false);
-    expect(visibleTo(null, { keyId: "key", admin: true })).toBe(false);
+  it("shows a sandbox to every key of its team and the admin only, never while terminating", () => {
+    expect(visibleTo(at("Running"), { teamId: "team", admin: false })).toBe(true);
+    expect(visibleTo(at("Running"), { teamId: "other", admin: false })).toBe(false);
+    expect(visibleTo(at("Running"), { teamId: "other", admin: true })).toBe(true);
+    expect(visibleTo(at("Terminating"), { teamId: "team", admin: true })).toBe(false);
+    expect(visibleTo(null, { teamId: "team", admin: true })).toBe(false);
   });
   it("a failure the agent retries is a Ready=False reason, never Failed; Ready or Paused replaces it", () => {
     const retry = (phase: Observation["phase"], generation: number): SandboxEvent => {

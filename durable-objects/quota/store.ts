@@ -1,0 +1,61 @@
+// TeamQuotaDO's SQLite tables: the reservations of sandboxes that count (keyed by sandbox id) and
+// the team's own limits. Pending reservations (a claim in flight) are never written: a restart
+// ends their claim too.
+import { TeamQuotaUpdate } from "../../schema/api/quota.ts";
+import type { Reservation } from "./ledger.ts";
+
+type Sql = Pick<SqlStorage, "exec">;
+
+const SCHEMA = `
+CREATE TABLE IF NOT EXISTS reservations (
+  sandbox_id TEXT PRIMARY KEY, generation INTEGER NOT NULL, cpu REAL NOT NULL, memory_mb INTEGER NOT NULL, at INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS limits (id INTEGER PRIMARY KEY CHECK (id = 0), value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS census (id INTEGER PRIMARY KEY CHECK (id = 0), at INTEGER NOT NULL);
+`;
+
+export interface QuotaStore {
+  /** Throws when the rows cannot be read or do not parse: the caller refuses (fails closed). */
+  load(): { reservations: [string, Reservation][]; overrides: TeamQuotaUpdate; census: boolean };
+  /** The census of sandboxes that predate the quota is done (see team-quota-do.ts). */
+  markCensus(at: number): void;
+  put(id: string, r: Reservation): void;
+  remove(id: string): void;
+  saveOverrides(o: TeamQuotaUpdate): void;
+}
+
+export function openQuotaStore(sql: Sql): QuotaStore {
+  let ready = false;
+  const schema = () => {
+    if (!ready) sql.exec(SCHEMA);
+    ready = true;
+  };
+  return {
+    load: () => {
+      schema();
+      const rows = sql.exec<{ sandbox_id: string; generation: number; cpu: number; memory_mb: number; at: number }>("SELECT * FROM reservations").toArray();
+      const stored = sql.exec<{ value: string }>("SELECT value FROM limits WHERE id = 0").toArray()[0];
+      return {
+        reservations: rows.map((r) => [r.sandbox_id, { generation: r.generation, cpu: r.cpu, memoryMB: r.memory_mb, at: r.at }]),
+        overrides: stored ? TeamQuotaUpdate.parse(JSON.parse(stored.value)) : {},
+        census: sql.exec("SELECT at FROM census WHERE id = 0").toArray().length > 0,
+      };
+    },
+    put: (id, r) => {
+      sql.exec(
+        "INSERT INTO reservations (sandbox_id, generation, cpu, memory_mb, at) VALUES (?, ?, ?, ?, ?) ON CONFLICT(sandbox_id) DO UPDATE SET generation = excluded.generation, cpu = excluded.cpu, memory_mb = excluded.memory_mb, at = excluded.at",
+        id, r.generation, r.cpu, r.memoryMB, r.at,
+      );
+    },
+    markCensus: (at) => {
+      sql.exec("INSERT INTO census (id, at) VALUES (0, ?) ON CONFLICT(id) DO NOTHING", at);
+    },
+    remove: (id) => {
+      sql.exec("DELETE FROM reservations WHERE sandbox_id = ?", id);
+    },
+    saveOverrides: (o) => {
+      schema();
+      sql.exec("INSERT INTO limits (id, value) VALUES (0, ?) ON CONFLICT(id) DO UPDATE SET value = excluded.value", JSON.stringify(o));
+    },
+  };
+}

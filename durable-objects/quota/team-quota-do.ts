@@ -1,0 +1,305 @@
+// TeamQuotaDO: one per team (`idFromName(teamId)`), the one counter of the team's running
+// sandboxes, their vCPUs and memory, and its creates per minute. A create claims through it
+// (reserve, then PoolDO.claim, then the reservation takes the sandbox's id), so 100 concurrent
+// creates against a limit of 10 give exactly 10: the check and the count are one synchronous step
+// of one object. The sandbox's group releases the reservation when the sandbox stops counting
+// (killed, paused, failed, gone), re-reserves before a resume (refusable), and asserts one that
+// counts again any other way; the reconcile (alarm, and after a refusal) asks the groups about
+// every reservation, so a lost release cannot hold a slot forever.
+//
+// Fails closed: a reservation is stored before the claim answers, and when the rows cannot be read
+// or written the answer is `quota_unavailable` (503), never a create let through.
+import { DurableObject } from "cloudflare:workers";
+import type { Env } from "../env.ts";
+import type { ClaimResult } from "../pool/rpc.ts";
+import { QUOTA_NAMES, quotaDefaults, type QuotaLimits, type QuotaUsage, type TeamQuotaUpdate } from "../../schema/api/quota.ts";
+import { ErrorCode, type Refusal } from "../../schema/errors.ts";
+import { getDb } from "../store/db.ts";
+import { listRunningOfTeam } from "../store/sandbox-index.ts";
+import { sandboxGroupOf, sandboxGroupStub } from "../sandbox/stub.ts";
+import { TurnWrites } from "../turn-writes.ts";
+import { Ledger, overMessage, stale, type Held, type QuotaRequest, type Reservation, type Resources } from "./ledger.ts";
+import { openQuotaStore, type QuotaStore } from "./store.ts";
+
+/** How often the reservations are checked against the groups while there are any. */
+const RECONCILE_EVERY_MS = 5 * 60_000;
+/** A refusal starts a reconcile unless one ran this recently. */
+const RECONCILE_ON_REFUSAL_MS = 30_000;
+
+export interface QuotaClaim extends Resources {
+  teamId: string;
+  teamName: string;
+  /** The PoolDO to claim from (`poolName` in functions/api/stubs.ts). */
+  pool: string;
+}
+
+export interface QuotaReserve extends Resources {
+  teamId: string;
+  teamName: string;
+  sandboxId: string;
+  generation: number;
+  /** Never refused: the sandbox already counts (see the group's quota link). */
+  force?: boolean;
+}
+
+export interface QuotaStatus {
+  limits: QuotaLimits;
+  /** The team's own limits; the rest are the deployment's defaults. */
+  overrides: TeamQuotaUpdate;
+  usage: QuotaUsage;
+}
+
+type Result<T = object> = ({ ok: true } & T) | { ok: false; error: Refusal };
+
+export class TeamQuotaDO extends DurableObject<Env> {
+  private readonly store: QuotaStore = openQuotaStore(this.ctx.storage.sql);
+  /** Null until loaded, and again after a failed write (reloaded from what is stored). */
+  private ledger: Ledger | null = null;
+  private overrides: TeamQuotaUpdate = {};
+  private lastReconcile = 0;
+  private reconciling: Promise<void> | null = null;
+  private alarmSet = false;
+  /** Whether the sandboxes that predate this object have been counted (stored once done). */
+  private census = false;
+  private censusRun: Promise<Refusal | null> | null = null;
+  /** Concurrent claims share one commit; each answers after it. */
+  private readonly turn = new TurnWrites("team quota", this.ctx.storage, () => {
+    this.ledger = null;
+  });
+
+  /** Reserves, claims from the pool, and keeps the reservation under the claimed sandbox's id. */
+  async claim(req: QuotaClaim): Promise<ClaimResult> {
+    const counted = await this.counted(req.teamId, req.teamName);
+    if (counted) return { ok: false, error: counted };
+    const loaded = this.loaded(req.teamName);
+    if (!loaded.ok) return loaded;
+    const pending = `pending:${crypto.randomUUID()}`;
+    const reserved = loaded.ledger.reserve({ key: pending, generation: 0, cpu: req.cpu, memoryMB: req.memoryMB, create: true }, loaded.limits, Date.now());
+    if (!reserved.ok) {
+      this.reconcileSoon();
+      return { ok: false, error: { code: ErrorCode.quotaExceeded, message: overMessage(req.teamName, reserved.over) } };
+    }
+    let claimed: ClaimResult;
+    try {
+      claimed = await this.env.POOL.get(this.env.POOL.idFromName(req.pool)).claim();
+    } catch (err) {
+      claimed = { ok: false, error: { code: ErrorCode.internal, message: `pool ${req.pool}: ${String(err)}` } };
+    }
+    const ledger = this.ledger; // null if a failed write reset it meanwhile
+    if (!claimed.ok) {
+      ledger?.release(pending, Number.MAX_SAFE_INTEGER);
+      return claimed;
+    }
+    // The create's first generation (SandboxGroupDO.create: the pool's + 1).
+    const generation = claimed.generation + 1;
+    const row =
+      ledger?.rename(pending, claimed.sandboxId, generation) ??
+      this.force({ sandboxId: claimed.sandboxId, generation, cpu: req.cpu, memoryMB: req.memoryMB, teamId: req.teamId, teamName: req.teamName });
+    if (!row) return unavailable(req.teamName, "its reservations cannot be read");
+    const failed = await this.write(claimed.sandboxId, row, req.teamName);
+    if (failed) return { ok: false, error: failed };
+    return claimed;
+  }
+
+  /** Before a resume (refusable), or to assert a sandbox that counts again (`force`). Idempotent. */
+  async reserve(req: QuotaReserve): Promise<Result> {
+    const counted = await this.counted(req.teamId, req.teamName);
+    if (counted) return { ok: false, error: counted };
+    const loaded = this.loaded(req.teamName);
+    if (!loaded.ok) return loaded;
+    const q: QuotaRequest = { key: req.sandboxId, generation: req.generation, cpu: req.cpu, memoryMB: req.memoryMB, create: false, force: req.force };
+    const r = loaded.ledger.reserve(q, loaded.limits, Date.now());
+    if (!r.ok) {
+      this.reconcileSoon();
+      return { ok: false, error: { code: ErrorCode.quotaExceeded, message: overMessage(req.teamName, r.over) } };
+    }
+    const failed = r.changed ? await this.write(req.sandboxId, r.changed, req.teamName) : null;
+    return failed ? { ok: false, error: failed } : { ok: true };
+  }
+
+  /** The sandbox stopped counting at `generation` (an older release never undoes a newer reserve). */
+  async release(sandboxId: string, generation: number): Promise<Result> {
+    const loaded = this.loaded();
+    if (!loaded.ok) return loaded;
+    if (!loaded.ledger.release(sandboxId, generation)) return { ok: true };
+    const failed = await this.write(sandboxId, null);
+    return failed ? { ok: false, error: failed } : { ok: true };
+  }
+
+  /** Admin: replaces the team's own limits. */
+  async setLimits(overrides: TeamQuotaUpdate): Promise<Result<{ status: QuotaStatus }>> {
+    const loaded = this.loaded();
+    if (!loaded.ok) return loaded;
+    this.turn.flush();
+    try {
+      this.store.saveOverrides(overrides);
+    } catch (err) {
+      return unavailable("", `its limits cannot be written: ${String(err)}`);
+    }
+    this.overrides = overrides;
+    return this.status();
+  }
+
+  async status(): Promise<Result<{ status: QuotaStatus }>> {
+    const loaded = this.loaded();
+    if (!loaded.ok) return loaded;
+    return { ok: true, status: { limits: loaded.limits, overrides: this.overrides, usage: loaded.ledger.usage(Date.now()) } };
+  }
+
+  /** Operators and tests: runs the reconcile now. */
+  async reconcile(): Promise<Result<{ released: string[] }>> {
+    const loaded = this.loaded();
+    if (!loaded.ok) return loaded;
+    return { ok: true, released: await this.reconcileNow(loaded.ledger) };
+  }
+
+  override async alarm(): Promise<void> {
+    this.alarmSet = false;
+    const loaded = this.loaded();
+    if (!loaded.ok) {
+      this.arm();
+      return;
+    }
+    await this.reconcileNow(loaded.ledger);
+    if (loaded.ledger.reservations.size > 0) this.arm();
+  }
+
+  /** The ledger and the limits in force, or the refusal that fails the call closed. */
+  private loaded(teamName = ""): ({ ok: true; ledger: Ledger; limits: QuotaLimits }) | { ok: false; error: Refusal } {
+    try {
+      if (!this.ledger) {
+        const stored = this.store.load();
+        this.ledger = new Ledger(stored.reservations);
+        this.overrides = stored.overrides;
+        this.census = stored.census;
+        if (this.ledger.reservations.size > 0) this.arm();
+      }
+      const defaults = quotaDefaults(this.env as unknown as Record<string, unknown>);
+      const limits = {} as QuotaLimits;
+      for (const name of QUOTA_NAMES) limits[name] = this.overrides[name] ?? defaults[name];
+      return { ok: true, ledger: this.ledger, limits };
+    } catch (err) {
+      this.ledger = null;
+      return unavailable(teamName, `it cannot be read: ${String(err)}`);
+    }
+  }
+
+  /**
+   * Once per team: sandboxes that were running before this object counted anything (created
+   * before quotas existed) are reserved from the index, at generation 0 so any release drops them;
+   * the reconcile then checks them against their groups. Until it is done nothing is reserved
+   * (concurrent calls wait for the same census), and if the index cannot be read the call is
+   * refused (503) and the census is tried again on the next.
+   */
+  private async counted(teamId: string, teamName: string): Promise<Refusal | null> {
+    const loaded = this.loaded(teamName);
+    if (!loaded.ok) return loaded.error;
+    if (this.census) return null;
+    if (!this.censusRun) {
+      const run = this.takeCensus(teamId, teamName);
+      this.censusRun = run;
+      void run.then(() => {
+        if (this.censusRun === run) this.censusRun = null;
+      });
+    }
+    return this.censusRun;
+  }
+
+  private async takeCensus(teamId: string, teamName: string): Promise<Refusal | null> {
+    try {
+      const rows = await listRunningOfTeam(getDb(this.env), teamId);
+      const loaded = this.loaded(teamName);
+      if (!loaded.ok) return loaded.error;
+      const store = this.store;
+      const now = Date.now();
+      for (const row of rows) {
+        const r = loaded.ledger.reserve({ key: row.id, generation: 0, cpu: row.cpuCount, memoryMB: row.memoryMB, create: false, force: true }, loaded.limits, now);
+        const changed = r.ok ? r.changed : null;
+        if (changed) this.turn.defer(() => store.put(row.id, changed));
+      }
+      this.turn.defer(() => store.markCensus(now));
+      await this.turn.written;
+      this.census = true;
+      if (rows.length > 0) this.arm();
+      return null;
+    } catch (err) {
+      return unavailable(teamName, `its census of running sandboxes failed: ${String(err)}`).error;
+    }
+  }
+
+  /** A claimed sandbox whose pending reservation a reset dropped: it counts, whatever the limits. */
+  private force(req: QuotaReserve): Reservation | null {
+    const loaded = this.loaded(req.teamName);
+    if (!loaded.ok) return null;
+    const r = loaded.ledger.reserve({ key: req.sandboxId, generation: req.generation, cpu: req.cpu, memoryMB: req.memoryMB, create: false, force: true }, loaded.limits, Date.now());
+    return r.ok ? (r.changed ?? loaded.ledger.reservations.get(req.sandboxId) ?? null) : null;
+  }
+
+  /** Stores (or, for null, deletes) one reservation with this turn's other writes. */
+  private async write(sandboxId: string, r: Reservation | null, teamName = ""): Promise<Refusal | null> {
+    const store = this.store;
+    this.turn.defer(() => (r ? store.put(sandboxId, r) : store.remove(sandboxId)));
+    if (r) this.arm();
+    try {
+      await this.turn.written;
+      return null;
+    } catch (err) {
+      return unavailable(teamName, `its reservations cannot be written: ${String(err)}`).error;
+    }
+  }
+
+  private arm(): void {
+    if (this.alarmSet) return;
+    this.alarmSet = true;
+    void this.ctx.storage.setAlarm(Date.now() + RECONCILE_EVERY_MS);
+  }
+
+  private reconcileSoon(): void {
+    if (this.reconciling || Date.now() - this.lastReconcile < RECONCILE_ON_REFUSAL_MS || !this.ledger) return;
+    this.ctx.waitUntil(this.reconcileNow(this.ledger));
+  }
+
+  /** Asks each group holding reserved sandboxes (one call per group) and drops the stale ones. */
+  private async reconcileNow(ledger: Ledger): Promise<string[]> {
+    if (this.reconciling) await this.reconciling;
+    const released: string[] = [];
+    const run = async () => {
+      this.lastReconcile = Date.now();
+      const byGroup = new Map<string, [string, number][]>();
+      for (const [id, r] of ledger.reservations) {
+        if (id.startsWith("pending:")) continue;
+        const g = sandboxGroupOf(id);
+        byGroup.set(g, [...(byGroup.get(g) ?? []), [id, r.generation]]);
+      }
+      await Promise.all(
+        [...byGroup.values()].map(async (entries) => {
+          let held: Record<string, Held>;
+          try {
+            held = await sandboxGroupStub(this.env, entries[0]![0]).quotaHeld(entries.map(([id]) => id));
+          } catch (err) {
+            console.error("team quota: reconcile could not ask a sandbox group", err);
+            return;
+          }
+          const now = Date.now();
+          for (const [id, generation] of entries) {
+            const r = ledger.reservations.get(id);
+            if (!r || r.generation !== generation || !stale(r, held[id] ?? { known: false }, now)) continue;
+            if (ledger.release(id, generation)) released.push(id);
+          }
+        }),
+      );
+      if (released.length > 0 && this.ledger === ledger) {
+        const store = this.store;
+        this.turn.defer(() => released.forEach((id) => store.remove(id)));
+        await this.turn.written?.catch(() => undefined);
+      }
+    };
+    this.reconciling = run().finally(() => (this.reconciling = null));
+    await this.reconciling;
+    return released;
+  }
+}
+
+function unavailable(team: string, why: string): { ok: false; error: Refusal } {
+  return { ok: false, error: { code: ErrorCode.quotaUnavailable, message: `The quota of team${team ? ` "${team}"` : ""} is unavailable (${why}); the request is refused` } };
+}

@@ -1,0 +1,78 @@
+// The sandbox group's side of the team quota (TeamQuotaDO): a resume reserves before it happens
+// (and may be refused with 429), and after every committed transition the group tells the quota
+// when a sandbox stops counting (release) or counts again without a reserve (assert). A client's
+// own change waits for the first try; failed tries are retried in the background, and one lost
+// for good is found by the quota's reconcile.
+import type { Env } from "../env.ts";
+import { ErrorCode, type Refusal } from "../../schema/errors.ts";
+import { counts } from "../quota/ledger.ts";
+import type { SandboxEvent } from "./events.ts";
+import type { Result, SandboxState } from "./state.ts";
+
+const RETRIES_MS = [250, 1_000, 4_000];
+
+export class QuotaLink {
+  private readonly env: Env;
+  private readonly background: (p: Promise<unknown>) => void;
+
+  constructor(env: Env, background: (p: Promise<unknown>) => void) {
+    this.env = env;
+    this.background = background;
+  }
+
+  /** Before a resume: reserves the sandbox at the generation the resume will have. */
+  async beforeResume(s: SandboxState): Promise<Result> {
+    try {
+      return await this.quota(s).reserve(request(s, s.generation + 1, false));
+    } catch (err) {
+      return { ok: false, error: unavailable(s, err) };
+    }
+  }
+
+  /**
+   * After a committed transition from `before` to `after`. The create was reserved by its claim.
+   * Resolves after the first try, so a client's kill or pause has freed its slot when it is
+   * answered (a create right after it is not refused); failed tries go on in the background.
+   */
+  follow(before: SandboxState | null, after: SandboxState | null, ev: SandboxEvent["type"]): Promise<void> | null {
+    const was = counts(before?.phase);
+    const now = counts(after?.phase);
+    if (was === now || (!was && ev === "create")) return null;
+    const s = (after ?? before)!;
+    const generation = after?.generation ?? before!.generation;
+    const send = now ? () => this.quota(s).reserve(request(s, generation, true)) : () => this.quota(s).release(s.spec.id, generation);
+    const what = `${now ? "assert" : "release"} of sandbox ${s.spec.id}`;
+    return attempt(send).then((done) => {
+      if (!done) this.background(retry(send, what));
+    });
+  }
+
+  private quota(s: SandboxState) {
+    return this.env.TEAM_QUOTA.get(this.env.TEAM_QUOTA.idFromName(s.spec.teamId));
+  }
+}
+
+function request(s: SandboxState, generation: number, force: boolean) {
+  return { sandboxId: s.spec.id, generation, cpu: s.spec.cpuCount, memoryMB: s.spec.memoryMB, teamId: s.spec.teamId, teamName: s.spec.teamName ?? s.spec.teamId, force };
+}
+
+function unavailable(s: SandboxState, err: unknown): Refusal {
+  return { code: ErrorCode.quotaUnavailable, message: `The quota of team "${s.spec.teamName ?? s.spec.teamId}" is unavailable (${String(err)}); the resume is refused` };
+}
+
+/** One try; false when it failed or was refused. */
+async function attempt(send: () => Promise<Result>): Promise<boolean> {
+  try {
+    return (await send()).ok;
+  } catch {
+    return false;
+  }
+}
+
+async function retry(send: () => Promise<Result>, what: string): Promise<void> {
+  for (const ms of RETRIES_MS) {
+    await new Promise((r) => setTimeout(r, ms));
+    if (await attempt(send)) return;
+  }
+  console.error(`team quota: ${what} failed ${RETRIES_MS.length + 1} times; the quota's reconcile will find it`);
+}

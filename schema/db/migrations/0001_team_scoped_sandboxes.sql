@@ -1,0 +1,1 @@
+DROP INDEX `sandboxes_key_started`;

@@ -1,0 +1,80 @@
+// The team quota's pure ledger: limits, idempotent reserve/release ordered by generation, the
+// creates-per-minute window, and what the reconcile drops.
+import { describe, expect, it } from "vitest";
+import { counts, Ledger, overMessage, RECONCILE_GRACE_MS, stale } from "../../../../durable-objects/quota/ledger.ts";
+import { quotaDefaults, type QuotaLimits } from "../../../../schema/api/quota.ts";
+
+const NONE: QuotaLimits = { runningSandboxes: null, vcpus: null, memoryMB: null, createsPerMinute: null };
+const req = (key: string, generation = 1, extra: Partial<{ cpu: number; memoryMB: number; create: boolean; force: boolean }> = {}) => ({
+  key,
+  generation,
+  cpu: 1,
+  memoryMB: 512,
+  create: true,
+  ...extra,
+});
+
+describe("quota ledger", () => {
+  it("refuses the reserve that would pass a limit and names it", () => {
+    const l = new Ledger();
+    const limits = { ...NONE, runningSandboxes: 2 };
+    expect(l.reserve(req("a"), limits, 0).ok).toBe(true);
+    expect(l.reserve(req("b"), limits, 0).ok).toBe(true);
+    const r = l.reserve(req("c"), limits, 0);
+    expect(r).toEqual({ ok: false, over: { name: "runningSandboxes", used: 2, limit: 2 } });
+    if (!r.ok) expect(overMessage("t", r.over)).toBe('team "t" has 2 of 2 running sandboxes (quota runningSandboxes)');
+    expect(l.usage(0)).toEqual({ runningSandboxes: 2, vcpus: 2, memoryMB: 1024, createsPerMinute: 2 });
+  });
+
+  it("counts vCPUs and memory, and creates per minute only for creates, within the last minute", () => {
+    const l = new Ledger();
+    expect(l.reserve(req("a", 1, { cpu: 3 }), { ...NONE, vcpus: 4 }, 0).ok).toBe(true);
+    expect(l.reserve(req("b", 1, { cpu: 2 }), { ...NONE, vcpus: 4 }, 0)).toMatchObject({ ok: false, over: { name: "vcpus", used: 3 } });
+    expect(l.reserve(req("b", 1, { memoryMB: 2048 }), { ...NONE, memoryMB: 2048 }, 0)).toMatchObject({ ok: false, over: { name: "memoryMB" } });
+    const rate = { ...NONE, createsPerMinute: 1 };
+    expect(l.reserve(req("c"), rate, 1)).toMatchObject({ ok: false, over: { name: "createsPerMinute", used: 1 } });
+    expect(l.reserve(req("c", 1, { create: false }), rate, 1).ok).toBe(true);
+    expect(l.reserve(req("d"), rate, 60_001).ok).toBe(true);
+  });
+
+  it("is idempotent per key, and an older release never undoes a newer reserve", () => {
+    const l = new Ledger();
+    const one = { ...NONE, runningSandboxes: 1 };
+    expect(l.reserve(req("a", 2), one, 0)).toMatchObject({ ok: true });
+    expect(l.reserve(req("a", 2), one, 0)).toEqual({ ok: true, changed: null });
+    expect(l.reserve(req("a", 4), one, 0)).toMatchObject({ ok: true, changed: { generation: 4 } });
+    expect(l.release("a", 3)).toBe(false);
+    expect(l.usage(0).runningSandboxes).toBe(1);
+    expect(l.release("a", 4)).toBe(true);
+    expect(l.release("a", 4)).toBe(false);
+    expect(l.usage(0)).toMatchObject({ runningSandboxes: 0, vcpus: 0, memoryMB: 0 });
+  });
+
+  it("renames a pending reservation to the claimed sandbox, and force is never refused", () => {
+    const l = new Ledger();
+    const one = { ...NONE, runningSandboxes: 1 };
+    l.reserve(req("pending:x", 0), one, 0);
+    expect(l.rename("pending:x", "sbx", 3)).toMatchObject({ generation: 3 });
+    expect([...l.reservations.keys()]).toEqual(["sbx"]);
+    expect(l.reserve(req("other", 1, { force: true }), one, 0).ok).toBe(true);
+    expect(l.usage(0).runningSandboxes).toBe(2);
+  });
+
+  it("the reconcile drops what no longer counts, and leaves young unknown ones alone", () => {
+    const r = { cpu: 1, memoryMB: 1, generation: 5, at: 0 };
+    expect(stale(r, { known: true, counted: true, generation: 9 }, RECONCILE_GRACE_MS * 10)).toBe(false);
+    expect(stale(r, { known: true, counted: false, generation: 5 }, 1)).toBe(true);
+    // A resume reserved at generation 5 that the group has not applied yet.
+    expect(stale(r, { known: true, counted: false, generation: 4 }, 1)).toBe(false);
+    expect(stale(r, { known: true, counted: false, generation: 4 }, RECONCILE_GRACE_MS)).toBe(true);
+    expect(stale(r, { known: false }, 1)).toBe(false);
+    expect(stale(r, { known: false }, RECONCILE_GRACE_MS)).toBe(true);
+    expect(["Pending", "Running", "Resuming"].every(counts)).toBe(true);
+    expect(["Pausing", "Paused", "Failed", "Terminating", null].some(counts)).toBe(false);
+  });
+
+  it("reads defaults from the vars: unset is no limit, a malformed one throws", () => {
+    expect(quotaDefaults({ QUOTA_RUNNING_SANDBOXES: "10", QUOTA_VCPUS: "" })).toEqual({ ...NONE, runningSandboxes: 10 });
+    expect(() => quotaDefaults({ QUOTA_MEMORY_MB: "lots" })).toThrow(/QUOTA_MEMORY_MB/);
+  });
+});

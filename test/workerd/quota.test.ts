@@ -1,0 +1,219 @@
+// Team quotas (issue 10.4) through the real create route: TeamQuotaDO reserves before the pool
+// claim, the sandbox groups release on kill/pause and re-reserve on resume, and the quota fails
+// closed when its rows cannot be read or written.
+import { runInDurableObject } from "cloudflare:test";
+import { env } from "cloudflare:workers";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { TeamQuotaDO } from "../../durable-objects/quota/team-quota-do.ts";
+import type { SandboxGroupDO } from "../../durable-objects/sandbox/sandbox-group-do.ts";
+import { sandboxGroupStub } from "../../durable-objects/sandbox/stub.ts";
+import type { ScriptedAgent } from "../support/scripted-agent.ts";
+import { call, createTeam, expectError, expectStatus, secondKey, startAgent, unique, type TestTeam } from "./helpers.ts";
+
+const agents: ScriptedAgent[] = [];
+afterAll(() => agents.forEach((a) => a.disconnect()));
+
+/** A team on its own cluster with a scripted agent, and its quota set through the admin API. */
+async function quotaTeam(quota: Record<string, number>, spec: Record<string, unknown> = {}): Promise<TestTeam & { teamId: string }> {
+  const team = await createTeam(unique("quota"), { spec });
+  agents.push(await startAgent(team.cluster));
+  await expectStatus(call(`/admin/teams/${team.name}/quota`, { method: "PUT", body: quota }), 200);
+  const teamId = (await expectStatus(call("/teams", { key: team.key }), 200))[0].teamID as string;
+  return { ...team, teamId };
+}
+
+const create = (team: TestTeam, key = team.key) => call("/v2/sandboxes", { key, body: { templateID: team.template, timeout: 300 } });
+const quotaOf = (teamId: string) => env.TEAM_QUOTA.get(env.TEAM_QUOTA.idFromName(teamId));
+
+async function usage(team: TestTeam) {
+  return (await expectStatus(call(`/admin/teams/${team.name}/quota`), 200)).usage;
+}
+
+describe("team quota", () => {
+  it("100 concurrent creates from two keys against a quota of 10 running sandboxes give exactly 10; the rest are 429 naming the limit", async () => {
+    const team = await quotaTeam({ runningSandboxes: 10 });
+    const other = await secondKey(team);
+    const responses = await Promise.all(Array.from({ length: 100 }, (_, i) => create(team, i % 2 ? other : team.key)));
+    const statuses = responses.map((r) => r.status);
+    expect(statuses.filter((s) => s === 201)).toHaveLength(10);
+    expect(statuses.filter((s) => s === 429)).toHaveLength(90);
+    const refused = responses.find((r) => r.status === 429)!;
+    expect(await refused.json()).toEqual({ code: 429, message: `team "${team.name}" has 10 of 10 running sandboxes (quota runningSandboxes)` });
+    await Promise.all(responses.filter((r) => r !== refused).map((r) => r.body?.cancel()));
+    expect(await usage(team)).toMatchObject({ runningSandboxes: 10 });
+    const listed = await expectStatus(call("/v2/sandboxes", { key: team.key }), 200);
+    expect(listed).toHaveLength(10);
+  });
+
+  it("a kill or a pause frees the slot; a resume reserves again and is refused with 429 when the team is full", async () => {
+    const team = await quotaTeam({ runningSandboxes: 2 });
+    const a = await expectStatus(create(team), 201);
+    const b = await expectStatus(create(team), 201);
+    await expectError(create(team), 429, /has 2 of 2 running sandboxes/);
+    // A kill or a pause has freed its slot by the time it is answered, even when the quota's
+    // writes are slow.
+    const undo = await Promise.all([a.sandboxID, b.sandboxID].map((id) => slowQuotaCalls(id, 300)));
+    await expectStatus(call(`/sandboxes/${a.sandboxID}`, { key: team.key, method: "DELETE" }), 204);
+    const c = await expectStatus(create(team), 201);
+    await expectStatus(call(`/sandboxes/${b.sandboxID}/pause`, { key: team.key, body: {} }), 204);
+    await expectStatus(create(team), 201);
+    await Promise.all(undo.map((u) => u()));
+    // Full again: the paused one cannot come back until a slot frees.
+    await expectError(call(`/v2/sandboxes/${b.sandboxID}/connect`, { key: team.key, body: { timeout: 60 } }), 429, /quota runningSandboxes/);
+    expect((await expectStatus(call(`/sandboxes/${b.sandboxID}`, { key: team.key }), 200)).state).toBe("paused");
+    await expectStatus(call(`/sandboxes/${c.sandboxID}`, { key: team.key, method: "DELETE" }), 204);
+    await expectStatus(call(`/v2/sandboxes/${b.sandboxID}/connect`, { key: team.key, body: { timeout: 60 } }), 201);
+    expect(await usage(team)).toMatchObject({ runningSandboxes: 2 });
+  });
+
+  it("counts vCPUs and memory of running sandboxes", async () => {
+    const cpu = await quotaTeam({ vcpus: 5 }, { cpuCount: 2 });
+    await expectStatus(create(cpu), 201);
+    await expectStatus(create(cpu), 201);
+    await expectError(create(cpu), 429, `team "${cpu.name}" has 4 of 5 vCPUs in running sandboxes (quota vcpus)`);
+    const mem = await quotaTeam({ memoryMB: 1024 }, { memoryMB: 512 });
+    await expectStatus(create(mem), 201);
+    await expectStatus(create(mem), 201);
+    await expectError(create(mem), 429, /has 1024 of 1024 MB of memory in running sandboxes \(quota memoryMB\)/);
+    expect(await usage(mem)).toMatchObject({ runningSandboxes: 2, vcpus: 2, memoryMB: 1024 });
+  });
+
+  it("limits creates per minute, killed sandboxes included", async () => {
+    const team = await quotaTeam({ createsPerMinute: 3 });
+    for (let i = 0; i < 3; i++) {
+      const s = await expectStatus(create(team), 201);
+      await expectStatus(call(`/sandboxes/${s.sandboxID}`, { key: team.key, method: "DELETE" }), 204);
+    }
+    await expectError(create(team), 429, /has 3 of 3 sandbox creates in the last minute \(quota createsPerMinute\)/);
+  });
+
+  it("shows limits (the team's own over the defaults) and refuses a bad quota with 400", async () => {
+    const team = await quotaTeam({ runningSandboxes: 7 });
+    const q = await expectStatus(call(`/admin/teams/${team.name}/quota`), 200);
+    expect(q).toMatchObject({ team: team.name, overrides: { runningSandboxes: 7 }, limits: { runningSandboxes: 7, vcpus: 400, memoryMB: 409600, createsPerMinute: 600 } });
+    await expectError(call(`/admin/teams/${team.name}/quota`, { method: "PUT", body: { runningSandboxes: -1 } }), 400);
+    await expectError(call(`/admin/teams/${team.name}/quota`, { method: "PUT", body: { sandboxes: 1 } }), 400);
+    await expectError(call(`/admin/teams/${team.name}/quota`, { key: team.key, method: "PUT", body: { runningSandboxes: 1000 } }), 403);
+    await expectError(call("/admin/teams/no-such-team-q/quota"), 404);
+  });
+
+  it("counts the sandboxes that were running before the team's quota object counted anything", async () => {
+    const team = await quotaTeam({ runningSandboxes: 2 });
+    await expectStatus(create(team), 201);
+    await expectStatus(create(team), 201);
+    // As a deployment that predates quotas: the object has no reservations and has taken no census.
+    await runInDurableObject(quotaOf(team.teamId), (instance: TeamQuotaDO, state) => {
+      state.storage.sql.exec("DELETE FROM reservations; DELETE FROM census");
+      Object.assign(instance as object, { ledger: null, census: false });
+    });
+    await expectError(create(team), 429, /has 2 of 2 running sandboxes/);
+    expect(await usage(team)).toMatchObject({ runningSandboxes: 2 });
+  });
+
+  it("a release that never arrived is found by the reconcile, and a refusal starts one", async () => {
+    const team = await quotaTeam({ runningSandboxes: 1 });
+    const a = await expectStatus(create(team), 201);
+    // The group's release is lost: the paused sandbox still holds the only slot.
+    const group = sandboxGroupStub(env, a.sandboxID);
+    await runInDurableObject(group, (instance: SandboxGroupDO) => {
+      (instance as unknown as { quota: { follow: () => void } }).quota.follow = () => undefined;
+    });
+    await expectStatus(call(`/sandboxes/${a.sandboxID}/pause`, { key: team.key, body: {} }), 204);
+    await runInDurableObject(group, (instance: SandboxGroupDO) => {
+      delete (instance as unknown as { quota: { follow?: unknown } }).quota.follow;
+    });
+    await expectError(create(team), 429, /has 1 of 1 running sandboxes/);
+    // That refusal asked the groups; the paused sandbox no longer counts.
+    await waitFor(async () => (await usage(team)).runningSandboxes === 0);
+    await expectStatus(create(team), 201);
+  });
+});
+
+describe("team quota fails closed", () => {
+  let team: TestTeam & { teamId: string };
+  beforeAll(async () => {
+    team = await quotaTeam({ runningSandboxes: 50 });
+  });
+
+  type Patchable = { ledger: unknown; store: Record<string, (...args: unknown[]) => unknown> };
+
+  /** Makes one method of the quota's store throw until the returned undo runs. */
+  async function breakStore(method: "load" | "put", message: string): Promise<() => Promise<void>> {
+    let real: unknown;
+    await runInDurableObject(quotaOf(team.teamId), (instance: TeamQuotaDO) => {
+      const i = instance as unknown as Patchable;
+      real = i.store[method];
+      i.ledger = null;
+      i.store[method] = () => {
+        throw new Error(message);
+      };
+    });
+    return () =>
+      runInDurableObject(quotaOf(team.teamId), (instance: TeamQuotaDO) => {
+        (instance as unknown as Patchable).store[method] = real as () => unknown;
+      });
+  }
+
+  it("refuses the create with 503 when the reservations cannot be read", async () => {
+    const undo = await breakStore("load", "SQLITE_IOERR: disk I/O error");
+    await expectError(create(team), 503, /quota of team .* is unavailable .*SQLITE_IOERR/);
+    await undo();
+    expect(await expectStatus(call("/v2/sandboxes", { key: team.key }), 200)).toHaveLength(0);
+    await expectStatus(create(team), 201);
+  });
+
+  it("refuses the create with 503 when the quota object's call fails", async () => {
+    await runInDurableObject(quotaOf(team.teamId), (instance: TeamQuotaDO) => {
+      Object.assign(instance as object, {
+        counted: () => {
+          throw new Error("quota object unreachable");
+        },
+      });
+    });
+    await expectError(create(team), 503, /quota of team .* is unavailable .*unreachable.*the create is refused/);
+    await runInDurableObject(quotaOf(team.teamId), (instance: TeamQuotaDO) => {
+      delete (instance as unknown as { counted?: unknown }).counted;
+    });
+    await expectStatus(create(team), 201);
+  });
+
+  it("refuses the create with 503 when the reservation cannot be written", async () => {
+    const before = (await usage(team)).runningSandboxes;
+    const undo = await breakStore("put", "SQLITE_FULL: database or disk is full");
+    const refused = await Promise.all(Array.from({ length: 5 }, () => create(team)));
+    for (const r of refused) await expectError(r, 503, /SQLITE_FULL/);
+    await undo();
+    expect(await usage(team)).toMatchObject({ runningSandboxes: before });
+    expect(await expectStatus(call("/v2/sandboxes", { key: team.key }), 200)).toHaveLength(before);
+  });
+});
+
+/** Delays every call the sandbox's group makes to the team quota by `ms`; returns the undo. */
+async function slowQuotaCalls(sandboxId: string, ms: number): Promise<() => Promise<void>> {
+  type Link = { quota: (s: unknown) => Record<string, (...args: unknown[]) => Promise<unknown>> };
+  const group = sandboxGroupStub(env, sandboxId);
+  await runInDurableObject(group, (instance: SandboxGroupDO) => {
+    const link = (instance as unknown as { quota: Link }).quota;
+    const real = Object.getPrototypeOf(link).quota as Link["quota"];
+    link.quota = (s) => {
+      const stub = real.call(link, s);
+      const slow = (m: string) => async (...args: unknown[]) => {
+        await new Promise((r) => setTimeout(r, ms));
+        return stub[m]!(...args);
+      };
+      return { release: slow("release"), reserve: slow("reserve") };
+    };
+  });
+  return () =>
+    runInDurableObject(group, (instance: SandboxGroupDO) => {
+      delete (instance as unknown as { quota: { quota?: unknown } }).quota.quota;
+    });
+}
+
+async function waitFor(check: () => Promise<boolean>, timeoutMs = 10_000): Promise<void> {
+  const end = Date.now() + timeoutMs;
+  while (!(await check())) {
+    if (Date.now() > end) throw new Error("condition not met in time");
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
