@@ -3,7 +3,7 @@
 // namespace, so the edge reaches envd at <podIP>:49983 whatever image the sandbox runs.
 import { createHash } from "node:crypto";
 import type { V1Container, V1OwnerReference, V1PersistentVolumeClaim, V1Pod, V1PodTemplateSpec, V1Volume } from "@kubernetes/client-node";
-import { LABEL, RUNTIME_CONTAINER, RUNTIME_PORT } from "../../../schema/crd/labels.ts";
+import { ANNOTATION, LABEL, RUNTIME_CONTAINER, RUNTIME_PORT } from "../../../schema/crd/labels.ts";
 
 export interface VolumeClaimTemplate {
   metadata: { name: string; labels?: Record<string, string>; annotations?: Record<string, string> };
@@ -93,4 +93,10 @@ export function buildPod(input: PodInput): V1Pod {
     },
     spec,
   };
+}
+
+/** Where a pod's runtime answers: the runtime-url annotation, else `http://<podIP>:49983`. */
+export function runtimeUrl(pod: V1Pod | undefined): string | undefined {
+  if (!pod) return undefined;
+  return pod.metadata?.annotations?.[ANNOTATION.runtimeUrl] ?? (pod.status?.podIP ? `http://${pod.status.podIP}:${RUNTIME_PORT}` : undefined);
 }
