@@ -1,6 +1,6 @@
 // Small helpers around the API clients: patch content types, the plurals of our resources, the
 // status code and message of a failed request, and tolerating the codes a retry makes harmless.
-import { PatchStrategy, setHeaderOptions } from "@kubernetes/client-node";
+import { PatchStrategy, setHeaderOptions, type CoreV1Api, type V1ObjectReference } from "@kubernetes/client-node";
 
 export const mergePatch = setHeaderOptions("Content-Type", PatchStrategy.MergePatch);
 export const strategicPatch = setHeaderOptions("Content-Type", PatchStrategy.StrategicMergePatch);
@@ -38,4 +38,25 @@ export async function tolerate<T>(p: Promise<T>, codes: number[]): Promise<T | u
     if (codes.includes(statusCode(err) ?? 0)) return undefined;
     throw err;
   }
+}
+
+/** Creates an Event about `about`; best effort (refused or failed: logged, never thrown). */
+export async function postEvent(core: CoreV1Api, about: V1ObjectReference & { name: string; namespace: string }, type: "Normal" | "Warning", reason: string, message: string, now: Date, log: (msg: string) => void): Promise<void> {
+  await tolerate(
+    core.createNamespacedEvent({
+      namespace: about.namespace,
+      body: {
+        metadata: { generateName: `${about.name.slice(0, 200)}.`, namespace: about.namespace },
+        involvedObject: about,
+        type,
+        reason,
+        message,
+        source: { component: "sandbox-agent" },
+        firstTimestamp: now,
+        lastTimestamp: now,
+        count: 1,
+      },
+    }),
+    [403, 404, 409],
+  ).catch((err) => log(`event ${reason} for ${about.kind} ${about.name}: ${(err as Error).message}`));
 }

@@ -22,6 +22,7 @@ import type { ObjectCache } from "./object-cache.ts";
 import { NAMESPACE_PATTERN, type NamespaceScope } from "./namespace-scope.ts";
 import { KUBERNETES_CAPABILITIES, type KubeDesiredSandbox, type KubernetesDriverOptions, type KubeSandboxObservation, type SandboxObject, type SandboxRequest, type SandboxSetObject } from "./objects.ts";
 import { runtimeUrl } from "./pod-spec.ts";
+import { InjectionConfigSource } from "./injection-config.ts";
 import { PodWriter } from "./pod-writer.ts";
 import { poolConnections } from "./pooled-connections.ts";
 import { SandboxObjects } from "./sandbox-object.ts";
@@ -40,6 +41,8 @@ export class KubernetesDriver implements Driver {
   readonly namespace: string;
   /** The cluster it talks to (the CRD syncs reuse it). */
   readonly kubeConfig: KubeConfig;
+  /** The injection config in force (the agent namespace's ConfigMaps) and whether it is valid. */
+  readonly injection: InjectionConfigSource;
   /** Counts API requests this driver sent (writes and status patches; informer traffic excluded). */
   requests = 0;
 
@@ -75,7 +78,8 @@ export class KubernetesDriver implements Driver {
       onSandbox: (o) => this.#requests.seen(o),
     });
     this.#status = new StatusWriter(this.#ctx);
-    this.#pods = new PodWriter(this.#ctx, this.#status, opts.runtimeImage);
+    this.injection = new InjectionConfigSource({ kubeConfig: opts.kubeConfig, core: this.#ctx.core, namespace: opts.namespace, log: (msg) => opts.log?.(msg), count: () => this.requests++ });
+    this.#pods = new PodWriter(this.#ctx, this.#status, opts.runtimeImage, () => this.injection.current());
     this.#sandboxes = new SandboxObjects(this.#ctx, this.#pods);
   }
 
@@ -99,7 +103,9 @@ export class KubernetesDriver implements Driver {
   async start(): Promise<void> {
     const w = this.#opts.watchNamespaces;
     const namespaces = new Set([this.namespace, ...(w === "all" ? await this.#ctx.namespacesWithSandboxes() : (w ?? []))]);
-    await Promise.all([...namespaces].map((ns) => this.watchNamespace(ns)));
+    // Without the ConfigMap read (RBAC of an older install) pods get the built-in agent-runtime.
+    const injection = this.injection.start().catch((err: unknown) => this.#opts.log?.(`injection config: ${(err as Error).message}; using the built-in`));
+    await Promise.all([...[...namespaces].map((ns) => this.watchNamespace(ns)), injection]);
   }
 
   /** Starts watching a namespace (once) and resolves after its first list; its SandboxSets are then
@@ -110,7 +116,7 @@ export class KubernetesDriver implements Driver {
 
   async stop(): Promise<void> {
     for (const t of this.#statusTimers.values()) clearTimeout(t);
-    await Promise.all(this.#ctx.all().map((sc) => sc.stop()));
+    await Promise.all([...this.#ctx.all().map((sc) => sc.stop()), this.injection.stop()]);
   }
 
   async ensure(desired: DesiredSandbox): Promise<KubeSandboxObservation> {

@@ -14,13 +14,15 @@ export interface SandboxObject extends KubernetesObject {
     template?: V1PodTemplateSpec;
     volumeClaimTemplates?: VolumeClaimTemplate[];
     pauseStrategy?: { type?: string };
+    /** Optional components to inject (csi, traffic-proxy); the agent-runtime always is. */
+    runtimes?: { name: string }[];
   };
   status?: SandboxStatus;
 }
 
 /** A SandboxSet as the driver reads it. */
 export interface SandboxSetObject extends KubernetesObject {
-  spec: { replicas?: number; template?: V1PodTemplateSpec; volumeClaimTemplates?: VolumeClaimTemplate[] };
+  spec: { replicas?: number; template?: V1PodTemplateSpec; volumeClaimTemplates?: VolumeClaimTemplate[]; runtimes?: { name: string }[] };
   status?: { updateRevision?: string };
 }
 

@@ -5,6 +5,7 @@
 import type { V1Pod } from "@kubernetes/client-node";
 import { EventReason, ReadyReason } from "../../../schema/crd/conditions.ts";
 import { ANNOTATION, GROUP, LABEL, VERSION } from "../../../schema/crd/labels.ts";
+import type { InjectionConfig } from "../../../schema/crd/injection.ts";
 import { userAnnotations, userLabels } from "../../../schema/crd/user-metadata.ts";
 import { SandboxNotFoundError, TerminalError, type InplaceUpdate } from "../driver.ts";
 import { ownerRef, type DriverContext } from "./context.ts";
@@ -18,13 +19,15 @@ export class PodWriter {
   readonly #ctx: DriverContext;
   readonly #status: StatusWriter;
   readonly #runtimeImage: string;
+  readonly #injection: () => InjectionConfig;
   /** The runtime's access token per sandbox, sent with freeze/thaw. */
   readonly #tokens = new Map<string, string>();
 
-  constructor(ctx: DriverContext, status: StatusWriter, runtimeImage: string) {
+  constructor(ctx: DriverContext, status: StatusWriter, runtimeImage: string, injection: () => InjectionConfig) {
     this.#ctx = ctx;
     this.#status = status;
     this.#runtimeImage = runtimeImage;
+    this.#injection = injection;
   }
 
   async patch(sc: NamespaceScope, pod: V1Pod, body: object): Promise<void> {
@@ -60,6 +63,8 @@ export class PodWriter {
       annotations: userAnnotations(d.annotations),
       owner: ownerRef(sbx),
       runtimeImage: this.#runtimeImage,
+      injection: this.#injection(),
+      runtimes: sbx.spec.runtimes,
       resources: d.resources,
     });
     this.#ctx.count();

@@ -60,7 +60,7 @@ export class SandboxObjects {
         finalizers: [SANDBOX_FINALIZER],
         ownerReferences,
       },
-      spec: { template, volumeClaimTemplates: vcts, paused: d.state === "Paused", pauseStrategy: { type: "Stop" } },
+      spec: { template, volumeClaimTemplates: vcts, paused: d.state === "Paused", pauseStrategy: { type: "Stop" }, ...(set?.spec.runtimes ? { runtimes: set.spec.runtimes } : {}) },
     };
     this.#ctx.count();
     const created = (await this.#ctx.custom.createNamespacedCustomObject({ group: GROUP, version: VERSION, namespace: sc.namespace, plural: PLURAL.sandbox, body })) as SandboxObject;

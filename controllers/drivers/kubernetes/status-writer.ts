@@ -4,7 +4,7 @@
 import { ANNOTATION, API_VERSION, GROUP, VERSION } from "../../../schema/crd/labels.ts";
 import { EventReason, ReadyReason } from "../../../schema/crd/conditions.ts";
 import type { DriverContext } from "./context.ts";
-import { mergePatch, PLURAL, stableJson, tolerate } from "./kube-api.ts";
+import { mergePatch, PLURAL, postEvent, stableJson, tolerate } from "./kube-api.ts";
 import type { NamespaceScope } from "./namespace-scope.ts";
 import type { KubeSandboxObservation, SandboxObject } from "./objects.ts";
 import { runtimeUrl } from "./pod-spec.ts";
@@ -106,24 +106,8 @@ export class StatusWriter {
 
   /** An Event about a Sandbox; best effort (a refused Event is logged, never an ensure's failure). */
   async event(sc: NamespaceScope, sbx: SandboxObject, type: "Normal" | "Warning", reason: string, message: string): Promise<void> {
-    const now = new Date(this.#ctx.now());
     this.#ctx.count();
-    await tolerate(
-      this.#ctx.core.createNamespacedEvent({
-        namespace: sc.namespace,
-        body: {
-          metadata: { generateName: `${sbx.metadata!.name!.slice(0, 200)}.`, namespace: sc.namespace },
-          involvedObject: { apiVersion: API_VERSION, kind: "Sandbox", name: sbx.metadata!.name!, namespace: sc.namespace, uid: sbx.metadata!.uid },
-          type,
-          reason,
-          message,
-          source: { component: "sandbox-agent" },
-          firstTimestamp: now,
-          lastTimestamp: now,
-          count: 1,
-        },
-      }),
-      [403, 404, 409],
-    ).catch((err) => this.#ctx.log(`event ${reason} for ${sbx.metadata!.name}: ${(err as Error).message}`));
+    const about = { apiVersion: API_VERSION, kind: "Sandbox", name: sbx.metadata!.name!, namespace: sc.namespace, uid: sbx.metadata!.uid };
+    await postEvent(this.#ctx.core, about, type, reason, message, new Date(this.#ctx.now()), (msg) => this.#ctx.log(msg));
   }
 }
