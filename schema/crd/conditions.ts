@@ -91,6 +91,10 @@ export const EventReason = {
   InplaceUpdated: "InplaceUpdated",
   /** The first failure of a retried change (Warning; the Ready condition carries the latest). */
   ReconcileError: "ReconcileError",
+  /** On the injection ConfigMap: refused (Warning; the last good config stays in force). */
+  InvalidInjectionConfig: "InvalidInjectionConfig",
+  /** On the injection ConfigMap: accepted after a refusal (Normal). */
+  InjectionConfigApplied: "InjectionConfigApplied",
 } as const;
 
 /** Returns `conditions` with `next` set, keeping lastTransitionTime when the status did not change. */

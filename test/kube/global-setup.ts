@@ -17,6 +17,8 @@ export default async function setup(project: TestProject) {
     cluster.kubectl(["apply", "-k", "k8s/"]);
     cluster.kubectl(["wait", "--for=condition=Established", "--timeout=60s", "crd", "--all"]);
     cluster.kubectl(["create", "clusterrolebinding", "sandbox-agent-test", "--clusterrole=sandbox-agent", `--user=${AGENT_USER}`]);
+    // Each test's namespace is the agent's own: it reads the injection ConfigMaps there.
+    cluster.kubectl(["create", "clusterrolebinding", "sandbox-agent-injection-test", "--clusterrole=sandbox-agent-injection-config", `--user=${AGENT_USER}`]);
   } catch (err) {
     await cluster.stop();
     throw err;

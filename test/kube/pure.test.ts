@@ -9,6 +9,7 @@ import { userLabels } from "../../schema/crd/user-metadata.ts";
 import { claimMetadataProblem } from "../../controllers/agent/kube-sync/sandboxclaim-sync.ts";
 import { watchNamespacesFlag } from "../../controllers/drivers/kubernetes/flags.ts";
 import { WorkQueue } from "../../controllers/lib/work-queue.ts";
+import { BUILTIN_INJECTION, mergeInjection, parseInjectionConfig } from "../../schema/crd/injection.ts";
 
 const pod = (status: V1Pod["status"], meta: V1Pod["metadata"] = {}): V1Pod => ({ metadata: { name: "p", uid: "u1", ...meta }, status });
 const ready = { phase: "Running", podIP: "10.0.0.1", conditions: [{ type: "Ready", status: "True" }] };
@@ -111,6 +112,49 @@ describe("buildPod", () => {
       resources: { cpuCount: 1, memoryMB: 512 },
     });
     expect(p.metadata!.annotations).toEqual({ from: "template", shared: "user", owner: "ci" });
+  });
+});
+
+describe("injection config", () => {
+  const rt = JSON.stringify({ image: "rt:2" });
+  it.each([
+    ["an unknown key", { sidecar: rt }, /key "sidecar" is no component/],
+    ["not JSON", { "agent-runtime": "{image: rt}" }, /agent-runtime: not JSON/],
+    ["an unknown field", { "agent-runtime": JSON.stringify({ imag: "x" }) }, /agent-runtime: .*imag/],
+    ["a bad quantity", { csi: JSON.stringify({ image: "c", resources: { requests: { memory: "lots" } } }) }, /csi: resources\.requests\.memory/],
+    ["a probe with two handlers", { "agent-runtime": JSON.stringify({ livenessProbe: { httpGet: { path: "/health", port: 1 }, tcpSocket: { port: 1 } } }) }, /exactly one of/],
+    ["csi without an image", { csi: JSON.stringify({ kind: "sidecar" }) }, /csi: image: required/],
+  ])("refuses %s", (_name, data, want) => {
+    const r = parseInjectionConfig(data);
+    expect(r.ok).toBe(false);
+    expect(!r.ok && r.message).toMatch(want);
+  });
+
+  it("the user's components replace the system's by name; the built-in runtime stands where neither names one", () => {
+    const system = { csi: { kind: "sidecar" as const, image: "csi:1" } };
+    expect(mergeInjection(system, { "agent-runtime": { kind: "sidecar", image: "rt:2" } })).toEqual({ "agent-runtime": { kind: "sidecar", image: "rt:2" }, csi: system.csi });
+    expect(mergeInjection(system, {})["agent-runtime"]).toEqual(BUILTIN_INJECTION["agent-runtime"]);
+  });
+
+  it("injects in one order whatever the order of runtimes and of the config's keys", () => {
+    const config = parseInjectionConfig({ "traffic-proxy": JSON.stringify({ image: "tp" }), csi: JSON.stringify({ image: "c" }), "agent-runtime": rt });
+    if (!config.ok) throw new Error(config.message);
+    const build = (runtimes: { name: string }[]) =>
+      buildPod({
+        name: "p",
+        namespace: "ns",
+        template: { spec: { containers: [{ name: "main", image: "img" }] } },
+        volumeClaimTemplates: [],
+        labels: {},
+        owner: { apiVersion: "agents.kruise.io/v1alpha1", kind: "Sandbox", name: "p", uid: "u" },
+        runtimeImage: "rt:1",
+        injection: mergeInjection({}, config.config),
+        runtimes,
+        resources: { cpuCount: 1, memoryMB: 512 },
+      }).spec!.containers.map((c) => c.name);
+    expect(build([{ name: "traffic-proxy" }, { name: "csi" }])).toEqual(["main", "agent-runtime", "csi", "traffic-proxy"]);
+    expect(build([{ name: "csi" }, { name: "traffic-proxy" }])).toEqual(["main", "agent-runtime", "csi", "traffic-proxy"]);
+    expect(build([])).toEqual(["main", "agent-runtime"]);
   });
 });
 

@@ -3,7 +3,7 @@
 // the namespace), started the first time a sandbox of that team is ensured.
 import type { CoreV1Api, CustomObjectsApi, KubeConfig, V1PersistentVolumeClaim, V1Pod } from "@kubernetes/client-node";
 import { GROUP, LABEL, VERSION } from "../../../schema/crd/labels.ts";
-import type { SandboxObject, SandboxSetObject } from "./kubernetes-driver.ts";
+import type { SandboxObject, SandboxSetObject } from "./objects.ts";
 import { ObjectCache } from "./object-cache.ts";
 import { PoolStatus } from "./pool-status.ts";
 import { slimCustom, slimPod, slimPvc } from "./slim.ts";

@@ -1,9 +1,12 @@
 // Pure construction of a sandbox's Pod and PVCs from its template (a SandboxSet's, or a plain
-// image). The agent-runtime is injected as a sidecar sharing the pod's network and process
-// namespace, so the edge reaches envd at <podIP>:49983 whatever image the sandbox runs.
+// image). The injection config's components are added (inject.ts): the agent-runtime as a sidecar
+// sharing the pod's network and process namespace, so the edge reaches envd at <podIP>:49983
+// whatever image the sandbox runs.
 import { createHash } from "node:crypto";
-import type { V1Container, V1OwnerReference, V1PersistentVolumeClaim, V1Pod, V1PodTemplateSpec, V1Volume } from "@kubernetes/client-node";
-import { LABEL, RUNTIME_CONTAINER, RUNTIME_PORT } from "../../../schema/crd/labels.ts";
+import type { V1OwnerReference, V1PersistentVolumeClaim, V1Pod, V1PodTemplateSpec, V1Volume } from "@kubernetes/client-node";
+import { BUILTIN_INJECTION, type InjectionConfig } from "../../../schema/crd/injection.ts";
+import { ANNOTATION, LABEL, RUNTIME_PORT } from "../../../schema/crd/labels.ts";
+import { injectComponents } from "./inject.ts";
 
 export interface VolumeClaimTemplate {
   metadata: { name: string; labels?: Record<string, string>; annotations?: Record<string, string> };
@@ -20,7 +23,12 @@ export interface PodInput {
   /** The user's annotations (the pod's own, not its PVCs'). */
   annotations?: Record<string, string>;
   owner: V1OwnerReference;
+  /** Image of the agent-runtime where the injection config names none. */
   runtimeImage: string;
+  /** The components in force (the built-in agent-runtime when absent). */
+  injection?: InjectionConfig;
+  /** The template's `runtimes`: which optional components it asks for. */
+  runtimes?: { name?: string }[];
   resources: { cpuCount: number; memoryMB: number };
 }
 
@@ -54,16 +62,6 @@ export function buildPvc(vct: VolumeClaimTemplate, input: Pick<PodInput, "name" 
   };
 }
 
-function runtimeSidecar(image: string): V1Container {
-  return {
-    name: RUNTIME_CONTAINER,
-    image,
-    args: ["--port", String(RUNTIME_PORT)],
-    ports: [{ name: "envd", containerPort: RUNTIME_PORT }],
-    readinessProbe: { httpGet: { path: "/health", port: RUNTIME_PORT }, periodSeconds: 1 },
-  };
-}
-
 export function buildPod(input: PodInput): V1Pod {
   const spec = structuredClone(input.template.spec ?? { containers: [] });
   const [main] = spec.containers;
@@ -72,7 +70,7 @@ export function buildPod(input: PodInput): V1Pod {
     const memory = `${input.resources.memoryMB}Mi`;
     main.resources = { requests: { cpu, memory }, limits: { cpu, memory } };
   }
-  if (!spec.containers.some((c) => c.name === RUNTIME_CONTAINER)) spec.containers.push(runtimeSidecar(input.runtimeImage));
+  injectComponents(spec, input.injection ?? BUILTIN_INJECTION, input.runtimes, input.runtimeImage);
   spec.shareProcessNamespace ??= true;
   spec.automountServiceAccountToken ??= false;
   const claimVolumes: V1Volume[] = input.volumeClaimTemplates.map((vct) => ({
@@ -93,4 +91,10 @@ export function buildPod(input: PodInput): V1Pod {
     },
     spec,
   };
+}
+
+/** Where a pod's runtime answers: the runtime-url annotation, else `http://<podIP>:49983`. */
+export function runtimeUrl(pod: V1Pod | undefined): string | undefined {
+  if (!pod) return undefined;
+  return pod.metadata?.annotations?.[ANNOTATION.runtimeUrl] ?? (pod.status?.podIP ? `http://${pod.status.podIP}:${RUNTIME_PORT}` : undefined);
 }

@@ -5,7 +5,7 @@ import { PatchStrategy, setHeaderOptions, type CustomObjectsApi } from "@kuberne
 import { GROUP, LABEL, VERSION } from "../../../schema/crd/labels.ts";
 import type { ObjectCache } from "./object-cache.ts";
 import { templateHash } from "./pod-spec.ts";
-import type { SandboxObject, SandboxSetObject } from "./kubernetes-driver.ts";
+import type { SandboxObject, SandboxSetObject } from "./objects.ts";
 
 const mergePatch = setHeaderOptions("Content-Type", PatchStrategy.MergePatch);
 

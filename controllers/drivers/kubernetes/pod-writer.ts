@@ -1,0 +1,161 @@
+// A sandbox's Pod and PVCs: created from the Sandbox's template (pod-spec.ts), relabelled,
+// deleted on a Stop pause or destroy, changed in place on a claim (the main container's image by
+// a strategic patch, its CPU through the resize subresource), and its runtime called to freeze
+// and thaw.
+import type { V1Pod } from "@kubernetes/client-node";
+import { EventReason, ReadyReason } from "../../../schema/crd/conditions.ts";
+import { ANNOTATION, GROUP, LABEL, VERSION } from "../../../schema/crd/labels.ts";
+import type { InjectionConfig } from "../../../schema/crd/injection.ts";
+import { userAnnotations, userLabels } from "../../../schema/crd/user-metadata.ts";
+import { SandboxNotFoundError, TerminalError, type InplaceUpdate } from "../driver.ts";
+import { ownerRef, type DriverContext } from "./context.ts";
+import { apiMessage, mergePatch, PLURAL, stableJson, statusCode, strategicPatch, tolerate } from "./kube-api.ts";
+import type { NamespaceScope } from "./namespace-scope.ts";
+import { idLabel, type KubeDesiredSandbox, type SandboxObject } from "./objects.ts";
+import { buildPod, buildPvc, imageTemplate, runtimeUrl } from "./pod-spec.ts";
+import type { StatusWriter } from "./status-writer.ts";
+
+export class PodWriter {
+  readonly #ctx: DriverContext;
+  readonly #status: StatusWriter;
+  readonly #runtimeImage: string;
+  readonly #injection: () => InjectionConfig;
+  /** The runtime's access token per sandbox, sent with freeze/thaw. */
+  readonly #tokens = new Map<string, string>();
+
+  constructor(ctx: DriverContext, status: StatusWriter, runtimeImage: string, injection: () => InjectionConfig) {
+    this.#ctx = ctx;
+    this.#status = status;
+    this.#runtimeImage = runtimeImage;
+    this.#injection = injection;
+  }
+
+  async patch(sc: NamespaceScope, pod: V1Pod, body: object): Promise<void> {
+    this.#ctx.count();
+    const updated = await tolerate(this.#ctx.core.patchNamespacedPod({ name: pod.metadata!.name!, namespace: sc.namespace, body }, mergePatch), [404]);
+    if (updated) sc.pods.remember(updated);
+  }
+
+  async ensurePvcs(sc: NamespaceScope, sbx: SandboxObject): Promise<void> {
+    const labels = { [LABEL.sandboxId]: sbx.metadata!.labels![LABEL.sandboxId]! };
+    for (const vct of sbx.spec.volumeClaimTemplates ?? []) {
+      const body = buildPvc(vct, { name: sbx.metadata!.name!, namespace: sc.namespace, labels, owner: ownerRef(sbx) });
+      if (sc.pvcs.get(body.metadata!.name!)) continue;
+      this.#ctx.count();
+      const created = await tolerate(this.#ctx.core.createNamespacedPersistentVolumeClaim({ namespace: sc.namespace, body }), [409]);
+      if (created) sc.pvcs.remember(created);
+    }
+  }
+
+  async create(sc: NamespaceScope, sbx: SandboxObject, d: KubeDesiredSandbox): Promise<void> {
+    const labels = {
+      ...userLabels(d.labels),
+      ...Object.fromEntries(
+        [LABEL.sandboxId, LABEL.pool, LABEL.template, LABEL.claimed, LABEL.templateHash].flatMap((k) => (sbx.metadata?.labels?.[k] ? [[k, sbx.metadata.labels[k]]] : [])),
+      ),
+    };
+    const body = buildPod({
+      name: sbx.metadata!.name!,
+      namespace: sc.namespace,
+      template: sbx.spec.template ?? imageTemplate(d.template),
+      volumeClaimTemplates: sbx.spec.volumeClaimTemplates ?? [],
+      labels,
+      annotations: userAnnotations(d.annotations),
+      owner: ownerRef(sbx),
+      runtimeImage: this.#runtimeImage,
+      injection: this.#injection(),
+      runtimes: sbx.spec.runtimes,
+      resources: d.resources,
+    });
+    this.#ctx.count();
+    try {
+      const created = await this.#ctx.core.createNamespacedPod({ namespace: sc.namespace, body });
+      sc.pods.remember(created);
+      await this.#status.event(sc, sbx, "Normal", EventReason.PodCreated, `created pod ${body.metadata!.name}`);
+    } catch (err) {
+      if (statusCode(err) === 409) return; // the old pod of a Stop pause is still terminating
+      // Invalid: the same pod is refused every time. Other refusals (quota, admission) may clear.
+      if (statusCode(err) === 422) throw new TerminalError(ReadyReason.PodCreateFailed, `the API server refused pod ${body.metadata!.name}: ${apiMessage(err)}`);
+      throw err;
+    }
+  }
+
+  async delete(sc: NamespaceScope, pod: V1Pod, graceSeconds: number): Promise<void> {
+    if (pod.metadata?.deletionTimestamp) return;
+    this.#ctx.count();
+    await tolerate(this.#ctx.core.deleteNamespacedPod({ name: pod.metadata!.name!, namespace: sc.namespace, gracePeriodSeconds: graceSeconds }), [404]);
+    sc.pods.forget(pod.metadata!.name!);
+  }
+
+  /** Deletes a sandbox's pods (no grace) and PVCs. */
+  async deleteAll(sc: NamespaceScope, id: string): Promise<void> {
+    const label = idLabel(id);
+    for (const pod of sc.pods.forSandbox(label)) await this.delete(sc, pod, 0);
+    for (const pvc of sc.pvcs.forSandbox(label)) {
+      this.#ctx.count();
+      await tolerate(this.#ctx.core.deleteNamespacedPersistentVolumeClaim({ name: pvc.metadata!.name!, namespace: sc.namespace }), [404]);
+      sc.pvcs.forget(pvc.metadata!.name!);
+    }
+    this.#tokens.delete(id);
+  }
+
+  /** What the inplace-update annotation says once `u` is applied to the pod `podUid` (a pod made
+   * again after a Stop pause is built from the template and gets the update again). */
+  #inplaceRecord(u: InplaceUpdate, podUid: string | undefined): string {
+    return stableJson({ ...u, pod: podUid });
+  }
+
+  /** Whether `d` asks for an in-place update the current pod has not had yet. */
+  inplacePending(sbx: SandboxObject, d: KubeDesiredSandbox): boolean {
+    const u = d.inplaceUpdate;
+    if (!u || (!u.image && !u.cpuCount)) return false;
+    return sbx.metadata?.annotations?.[ANNOTATION.inplaceUpdate] !== this.#inplaceRecord(u, this.#ctx.pod(d.id)?.metadata?.uid);
+  }
+
+  /** Changes the main container's image and CPU without recreating the pod, then records it. */
+  async inplace(sc: NamespaceScope, sbx: SandboxObject, pod: V1Pod, u: InplaceUpdate): Promise<SandboxObject> {
+    const { core, custom } = this.#ctx;
+    const name = pod.metadata!.name!;
+    const container = sbx.spec.template?.spec?.containers?.[0]?.name ?? "sandbox";
+    if (u.image) {
+      this.#ctx.count();
+      const updated = await core
+        .patchNamespacedPod({ name, namespace: sc.namespace, body: { spec: { containers: [{ name: container, image: u.image }] } } }, strategicPatch)
+        .catch((err: unknown) => {
+          throw new Error(`in-place image change of pod ${name}: ${apiMessage(err)}`);
+        });
+      sc.pods.remember(updated);
+    }
+    if (u.cpuCount) {
+      const cpu = String(u.cpuCount);
+      this.#ctx.count();
+      // The resize subresource is the only way to change resources of a running pod; a cluster
+      // without in-place resize answers 404 (no subresource) or 422 (feature off): a clear error.
+      const updated = await core
+        .patchNamespacedPodResize({ name, namespace: sc.namespace, body: { spec: { containers: [{ name: container, resources: { requests: { cpu }, limits: { cpu } } }] } } }, strategicPatch)
+        .catch((err: unknown) => {
+          throw new Error(`in-place resize of pod ${name}: ${apiMessage(err)}`);
+        });
+      sc.pods.remember(updated);
+    }
+    this.#ctx.count();
+    const updated = (await custom.patchNamespacedCustomObject(
+      { group: GROUP, version: VERSION, namespace: sc.namespace, plural: PLURAL.sandbox, name: sbx.metadata!.name!, body: { metadata: { annotations: { [ANNOTATION.inplaceUpdate]: this.#inplaceRecord(u, pod.metadata?.uid) } } } },
+      mergePatch,
+    )) as SandboxObject;
+    await this.#status.event(sc, sbx, "Normal", EventReason.InplaceUpdated, `in place: ${[u.image && `image ${u.image}`, u.cpuCount && `cpu ${u.cpuCount}`].filter(Boolean).join(", ")}`);
+    return sc.sandboxes.remember(updated);
+  }
+
+  setToken(id: string, token: string): void {
+    this.#tokens.set(id, token);
+  }
+
+  async runtimeCall(id: string, path: "/freeze" | "/unfreeze"): Promise<void> {
+    const url = runtimeUrl(this.#ctx.pod(id));
+    if (!url) throw new SandboxNotFoundError(id, "no running pod with an IP");
+    const token = this.#tokens.get(id);
+    const res = await fetch(`${url}${path}`, { method: "POST", headers: token ? { "X-Access-Token": token } : {}, signal: AbortSignal.timeout(10_000) });
+    if (!res.ok) throw new Error(`runtime ${path} for ${id}: HTTP ${res.status} ${await res.text()}`);
+  }
+}

@@ -1,0 +1,113 @@
+// The Sandbox's status, conditions and Events: the status computed from the pod (pod-state.ts)
+// or, while an ensure is retried or has failed for good, from that failure; patched only when it
+// differs from the stored one, with one Event per new failure reason.
+import { ANNOTATION, API_VERSION, GROUP, VERSION } from "../../../schema/crd/labels.ts";
+import { EventReason, ReadyReason } from "../../../schema/crd/conditions.ts";
+import type { DriverContext } from "./context.ts";
+import { mergePatch, PLURAL, postEvent, stableJson, tolerate } from "./kube-api.ts";
+import type { NamespaceScope } from "./namespace-scope.ts";
+import type { KubeSandboxObservation, SandboxObject } from "./objects.ts";
+import { runtimeUrl } from "./pod-spec.ts";
+import { sandboxState, sandboxStatus, type SandboxFacts, type SandboxStatus } from "./pod-state.ts";
+
+export class StatusWriter {
+  readonly #ctx: DriverContext;
+  /** Last Ready reason an Event was emitted for, per sandbox, so each transition is reported once. */
+  readonly #eventReason = new Map<string, string>();
+  /** The last failed ensure of each sandbox still being retried, shown as its Ready condition. */
+  readonly #failing = new Map<string, { reason: ReadyReason; message: string }>();
+
+  constructor(ctx: DriverContext) {
+    this.#ctx = ctx;
+  }
+
+  /** What a sandbox's phase and status are computed from. */
+  facts(sbx: SandboxObject | undefined, id: string): SandboxFacts {
+    const pod = this.#ctx.pod(id);
+    return {
+      paused: Boolean(sbx?.spec.paused),
+      pauseStrategy: sbx?.metadata?.annotations?.[ANNOTATION.pauseStrategy] === "Freeze" ? "Freeze" : "Stop",
+      frozen: Boolean(pod) && sbx?.metadata?.annotations?.[ANNOTATION.frozenPod] === pod?.metadata?.uid,
+      pod,
+    };
+  }
+
+  /** What the driver reports of a sandbox (from the informers; `deferredGeneration`: one accepted
+   * but not written yet). */
+  observe(id: string, deferredGeneration = 0): KubeSandboxObservation | undefined {
+    const sbx = this.#ctx.sandbox(id);
+    const pod = this.#ctx.pod(id);
+    if (!sbx && !pod) return undefined;
+    const enforced = { cpu: true, memory: true, pids: false, network: false };
+    if (!sbx) {
+      return { id, generation: 0, phase: "Failed", level: "kubernetes", createdAt: pod!.metadata?.creationTimestamp?.toString() ?? "", enforced, ready: false, message: "pod without a Sandbox (orphan)" };
+    }
+    const facts = this.facts(sbx, id);
+    const state = sandboxState(facts);
+    return {
+      id,
+      generation: Math.max(Number(sbx.metadata?.annotations?.[ANNOTATION.generation] ?? 0), deferredGeneration),
+      phase: state.driverPhase,
+      pauseStrategy: facts.paused ? facts.pauseStrategy : undefined,
+      level: "kubernetes",
+      createdAt: new Date(String(sbx.metadata?.creationTimestamp ?? this.#ctx.now())).toISOString(),
+      enforced,
+      ready: state.ready,
+      endpoint: state.driverPhase === "Running" ? runtimeUrl(pod) : undefined,
+      reason: state.reason,
+      message: state.message || undefined,
+    };
+  }
+
+  /** Shows `failure` as the sandbox's Ready condition until `succeeded` (or `forget`). */
+  failing(id: string, failure: { reason: ReadyReason; message: string }): void {
+    this.#failing.set(id, failure);
+  }
+
+  succeeded(id: string): void {
+    this.#failing.delete(id);
+  }
+
+  forget(id: string): void {
+    this.#eventReason.delete(id);
+    this.#failing.delete(id);
+  }
+
+  /** Writes the Sandbox status when it differs from what is stored, and an Event per new failure reason. */
+  async write(id: string): Promise<void> {
+    const ctx = this.#ctx;
+    const sc = ctx.scopeOf(id);
+    const sbx = ctx.sandbox(id);
+    if (!sbx || sbx.metadata?.deletionTimestamp) return;
+    const facts = this.facts(sbx, id);
+    const failing = this.#failing.get(id);
+    const state = failing ? { ...sandboxState(facts), ready: false, ...failing } : sandboxState(facts);
+    const now = new Date(ctx.now()).toISOString();
+    const status = sandboxStatus(sbx.status, state, facts, sbx.metadata?.generation, now);
+    const comparable = (s: SandboxStatus | undefined) => stableJson({ ...s, conditions: s?.conditions?.map((c) => ({ ...c, lastTransitionTime: "" })) });
+    if (comparable(sbx.status) !== comparable(status)) {
+      ctx.count();
+      const updated = await tolerate(
+        ctx.custom.patchNamespacedCustomObjectStatus(
+          { group: GROUP, version: VERSION, namespace: sc.namespace, plural: PLURAL.sandbox, name: sbx.metadata!.name!, body: { status } },
+          mergePatch,
+        ) as Promise<SandboxObject>,
+        [404],
+      );
+      if (updated) sc.sandboxes.remember(updated);
+    }
+    if (this.#eventReason.get(id) !== state.reason) {
+      this.#eventReason.set(id, state.reason);
+      if (state.reason === "Unschedulable") await this.event(sc, sbx, "Warning", EventReason.FailedScheduling, state.message);
+      if (state.reason === "ImagePullFailed") await this.event(sc, sbx, "Warning", EventReason.ImagePullFailed, state.message);
+      if (state.reason === ReadyReason.ReconcileError) await this.event(sc, sbx, "Warning", EventReason.ReconcileError, state.message);
+    }
+  }
+
+  /** An Event about a Sandbox; best effort (a refused Event is logged, never an ensure's failure). */
+  async event(sc: NamespaceScope, sbx: SandboxObject, type: "Normal" | "Warning", reason: string, message: string): Promise<void> {
+    this.#ctx.count();
+    const about = { apiVersion: API_VERSION, kind: "Sandbox", name: sbx.metadata!.name!, namespace: sc.namespace, uid: sbx.metadata!.uid };
+    await postEvent(this.#ctx.core, about, type, reason, message, new Date(this.#ctx.now()), (msg) => this.#ctx.log(msg));
+  }
+}

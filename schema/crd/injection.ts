@@ -1,0 +1,105 @@
+import { z } from "zod";
+
+/*
+ * The injection configuration (OpenKruise Agents `sandbox-injection-config`, §1.1 `runtimes`, §5.1):
+ * which containers the kubernetes driver adds to a sandbox pod beside the template's. A ConfigMap
+ * holds one key per component, its value the component as JSON:
+ *
+ *   data:
+ *     agent-runtime: '{"kind":"sidecar","image":"…","args":["--port","49983"],"livenessProbe":{…}}'
+ *
+ * The system ConfigMap (`sandbox-injection-config`, installed by k8s/) holds the defaults; the user
+ * ConfigMap (`sandbox-injection-config-user`) replaces whole components by name, and a component
+ * it does not name keeps the system's. Both live in the agent's namespace.
+ */
+
+export const SYSTEM_INJECTION_CONFIGMAP = "sandbox-injection-config";
+export const USER_INJECTION_CONFIGMAP = "sandbox-injection-config-user";
+
+/** Every component, in injection order. A pod's injected containers always come in this order
+ * (whatever the order of the ConfigMap's keys or the template's `runtimes`), so a config change
+ * never reorders the spec of pods built later against those built before. */
+export const INJECTION_COMPONENTS = ["agent-runtime", "csi", "traffic-proxy"] as const;
+export type InjectionComponentName = (typeof INJECTION_COMPONENTS)[number];
+
+const name = z.string().regex(/^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/, "a DNS-1123 label");
+const quantity = z.string().regex(/^[0-9]+(\.[0-9]+)?(m|k|Ki|Mi|Gi|Ti|M|G|T)?$/, "a Kubernetes quantity such as 100m or 128Mi");
+const resourceList = z.strictObject({ cpu: quantity.optional(), memory: quantity.optional(), "ephemeral-storage": quantity.optional() });
+const port = z.number().int().min(1).max(65535);
+
+/** The probe shapes the data plane needs (an HTTP GET, a TCP connect or a command). */
+export const InjectedProbeSchema = z
+  .strictObject({
+    httpGet: z.strictObject({ path: z.string().startsWith("/").max(1024), port, scheme: z.enum(["HTTP", "HTTPS"]).optional() }).optional(),
+    tcpSocket: z.strictObject({ port }).optional(),
+    exec: z.strictObject({ command: z.array(z.string()).min(1) }).optional(),
+    initialDelaySeconds: z.number().int().min(0).optional(),
+    periodSeconds: z.number().int().min(1).optional(),
+    timeoutSeconds: z.number().int().min(1).optional(),
+    failureThreshold: z.number().int().min(1).optional(),
+    successThreshold: z.number().int().min(1).optional(),
+  })
+  .refine((p) => [p.httpGet, p.tcpSocket, p.exec].filter(Boolean).length === 1, "exactly one of httpGet, tcpSocket, exec");
+export type InjectedProbe = z.infer<typeof InjectedProbeSchema>;
+
+export const InjectionComponentSchema = z.strictObject({
+  /** `init`: an init container (runs to completion before the template's); `sidecar`: runs beside them. */
+  kind: z.enum(["init", "sidecar"]).default("sidecar"),
+  /** The agent-runtime may omit it: the agent's `--runtime-image` is used. */
+  image: z.string().min(1).max(512).optional(),
+  command: z.array(z.string()).optional(),
+  args: z.array(z.string()).optional(),
+  env: z.array(z.strictObject({ name: z.string().min(1), value: z.string() })).optional(),
+  resources: z.strictObject({ requests: resourceList.optional(), limits: resourceList.optional() }).optional(),
+  ports: z.array(z.strictObject({ name: z.string().max(15).optional(), containerPort: port })).optional(),
+  volumeMounts: z.array(z.strictObject({ name, mountPath: z.string().startsWith("/"), subPath: z.string().optional(), readOnly: z.boolean().optional() })).optional(),
+  /** Pod volumes the component's mounts need that the template does not declare (emptyDir only). */
+  volumes: z.array(z.strictObject({ name, emptyDir: z.strictObject({ medium: z.enum(["", "Memory"]).optional(), sizeLimit: quantity.optional() }) })).optional(),
+  readinessProbe: InjectedProbeSchema.optional(),
+  /** Startup and liveness probes of the data plane (the runtime's /health). */
+  startupProbe: InjectedProbeSchema.optional(),
+  livenessProbe: InjectedProbeSchema.optional(),
+});
+export type InjectionComponent = z.infer<typeof InjectionComponentSchema>;
+
+/** A parsed ConfigMap: the components it names. */
+export type InjectionConfig = Partial<Record<InjectionComponentName, InjectionComponent>>;
+
+/** The built-in defaults, used until a system ConfigMap is read (and where it names no agent-runtime):
+ * the runtime on 49983 with a readiness probe, as the driver always injected it. */
+export const BUILTIN_INJECTION: InjectionConfig = {
+  "agent-runtime": {
+    kind: "sidecar",
+    args: ["--port", "49983"],
+    ports: [{ name: "envd", containerPort: 49983 }],
+    readinessProbe: { httpGet: { path: "/health", port: 49983 }, periodSeconds: 1 },
+  },
+};
+
+/** Parses a ConfigMap's `data`: every key must be a component and every value one as JSON. */
+export function parseInjectionConfig(data: Record<string, string> | undefined): { ok: true; config: InjectionConfig } | { ok: false; message: string } {
+  const config: InjectionConfig = {};
+  for (const [key, raw] of Object.entries(data ?? {})) {
+    if (!(INJECTION_COMPONENTS as readonly string[]).includes(key)) return { ok: false, message: `key "${key}" is no component (${INJECTION_COMPONENTS.join(", ")})` };
+    let json: unknown;
+    try {
+      json = JSON.parse(raw);
+    } catch (err) {
+      return { ok: false, message: `${key}: not JSON: ${(err as Error).message}` };
+    }
+    const parsed = InjectionComponentSchema.safeParse(json);
+    if (!parsed.success) {
+      const issue = parsed.error.issues[0]!;
+      return { ok: false, message: `${key}: ${issue.path.join(".") || "(value)"}: ${issue.message}` };
+    }
+    if (key !== "agent-runtime" && !parsed.data.image) return { ok: false, message: `${key}: image: required (only the agent-runtime defaults to the agent's --runtime-image)` };
+    config[key as InjectionComponentName] = parsed.data;
+  }
+  return { ok: true, config };
+}
+
+/** The components in force: the user's replace the system's by name; the rest keep the system's,
+ * and the built-in agent-runtime stands where neither names one. */
+export function mergeInjection(system: InjectionConfig, user: InjectionConfig): InjectionConfig {
+  return { ...BUILTIN_INJECTION, ...system, ...user };
+}
