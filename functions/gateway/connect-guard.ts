@@ -7,12 +7,12 @@
 // lost" message: the SDK then probes /health, gets the gateway's 502 and reports the sandbox as
 // killed or expired, exactly as it does against E2B.
 
-const END_STREAM = 0x02;
+export const END_STREAM = 0x02;
 const HEADER = 5;
 
 const LOST = new TextEncoder().encode(JSON.stringify({ error: { code: "unknown", message: "Network connection lost (gateway)" } }));
 
-function envelope(flags: number, payload: Uint8Array): Uint8Array {
+export function envelope(flags: number, payload: Uint8Array): Uint8Array {
   const out = new Uint8Array(HEADER + payload.length);
   out[0] = flags;
   new DataView(out.buffer).setUint32(1, payload.length);

@@ -7,6 +7,7 @@ import { ErrorCode } from "../../schema/errors.ts";
 import { isUnnamedSignedFileRequest, SIGNATURE_HEADER, signIngress } from "../../schema/ingress/signature.ts";
 import { sandboxStub } from "../../durable-objects/sandbox/stub.ts";
 import type { AppEnv, Env } from "../env.ts";
+import { agentUnavailable } from "./agent-unavailable.ts";
 import { guardConnectStream, isConnectStream } from "./connect-guard.ts";
 import { forgetIngress, ingressUrl, signingKey } from "./ingress-client.ts";
 import { ENVD_PORT, gatewayTarget, type GatewayTarget } from "./target.ts";
@@ -46,8 +47,10 @@ async function authorised(req: Request, url: URL, t: GatewayTarget, route: { env
 const SIGNED_URL_CLUSTERS = ["local"];
 
 async function forward(env: Env, req: Request, url: URL, t: GatewayTarget, cluster: string): Promise<Response> {
+  // The sandbox is alive as far as its group knows: no ingress means its agent is away, and the
+  // client must hear "retry", not "not found" (agent-unavailable.ts).
   const base = await ingressUrl(env, cluster, Date.now());
-  if (!base) return notFound(t.sandboxId);
+  if (!base) return agentUnavailable(req, t.sandboxId);
   const pathAndQuery = url.pathname + url.search;
   const headers = new Headers(req.headers);
   if (t.sandboxId) headers.set("e2b-sandbox-id", t.sandboxId);
@@ -65,7 +68,7 @@ async function forward(env: Env, req: Request, url: URL, t: GatewayTarget, clust
     });
   } catch {
     forgetIngress(cluster);
-    return notFound(t.sandboxId);
+    return agentUnavailable(req, t.sandboxId);
   }
   if (!upstream.body || !isConnectStream(upstream.headers.get("content-type"))) return upstream;
   return new Response(guardConnectStream(upstream.body), upstream);

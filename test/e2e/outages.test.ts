@@ -90,3 +90,69 @@ describe("an sqld outage", () => {
     await Promise.all(told.map((s) => s.kill().catch(() => false)));
   }, 120_000);
 });
+
+/** What a user would hold against an error: its message must name the agent, not a dead sandbox. */
+function expectAgentAway(err: unknown): void {
+  expect(err).toBeInstanceOf(Error);
+  const message = (err as Error).message;
+  expect(message).toMatch(/agent .* is not connected/);
+  expect(message).not.toMatch(/killed or reached its end of life|not running anymore|not found/i);
+}
+
+describe("the agent away", () => {
+  it("commands.run and files.read while the agent is down name the agent, not a killed sandbox, and work again once it is back", async () => {
+    const sbx = await Sandbox.create(opts());
+    await sbx.files.write("/home/user/kept.txt", "kept");
+    // On purpose (not restarted by its supervisor); SIGKILL leaves the sandbox running.
+    await sys.stopAgent("SIGKILL");
+    try {
+      expectAgentAway(await sbx.commands.run("echo hi").catch((e: unknown) => e));
+      expectAgentAway(await sbx.files.read("/home/user/kept.txt").catch((e: unknown) => e));
+      // Once the edge has seen the session close too (not only the ingress refusing).
+      await eventually(async () => {
+        const res = await fetch(`${sys.apiUrl}/admin/clusters/local`, { headers: { "x-api-key": sys.apiKey } });
+        expect(((await res.json()) as { connected: boolean }).connected).toBe(false);
+      }, 30_000);
+      expectAgentAway(await sbx.commands.run("echo hi").catch((e: unknown) => e));
+      expectAgentAway(await sbx.files.read("/home/user/kept.txt").catch((e: unknown) => e));
+    } finally {
+      await sys.startAgent();
+    }
+    const r = await eventually(() => sbx.commands.run("echo back"), 30_000);
+    expect(r.stdout).toBe("back\n");
+    expect(await sbx.files.read("/home/user/kept.txt")).toBe("kept");
+    await sbx.kill();
+  }, 90_000);
+});
+
+describe("supervision", () => {
+  it("kill -9 of sqld, workerd and the agent under light load: each is restarted and reported, and create + command work again", async () => {
+    const steady = await Sandbox.create({ ...opts(), timeoutMs: 600_000 });
+    let loading = true;
+    const load = (async () => {
+      while (loading) {
+        await steady.commands.run("true").catch(() => undefined);
+        await Sandbox.list(opts()).nextItems().catch(() => undefined);
+        await sleep(100);
+      }
+    })();
+    try {
+      for (const part of ["sqld", "edge", "agent"] as const) {
+        const supervisor = sys.parts[part];
+        const before = supervisor.restarts;
+        process.kill(supervisor.current!.pid, "SIGKILL");
+        await eventually(async () => expect(supervisor.restarts).toBeGreaterThan(before), 60_000);
+        expect(supervisorLog).toContainEqual(expect.stringMatching(new RegExp(`^${supervisor.name} exited \\(killed by SIGKILL\\); restarting in`)));
+        const sbx = await eventually(() => Sandbox.create(opts()), 60_000);
+        const r = await eventually(() => sbx.commands.run(`echo after ${part}`), 30_000);
+        expect(r.stdout).toBe(`after ${part}\n`);
+        await sbx.kill();
+      }
+    } finally {
+      loading = false;
+      await load;
+    }
+    expect((await eventually(() => steady.commands.run("echo still here"), 30_000)).stdout).toBe("still here\n");
+    await steady.kill();
+  }, 240_000);
+});
