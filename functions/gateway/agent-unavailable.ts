@@ -18,13 +18,17 @@ export function agentUnavailableMessage(sandboxId: string): string {
   return `The agent of ${who}'s cluster is not connected (it may be restarting); the sandbox was not killed. Retry in a few seconds.`;
 }
 
+/** The end-stream envelope of a Connect stream cut or refused because the agent is away. */
+export function agentUnavailableEnd(sandboxId: string): Uint8Array {
+  return envelope(END_STREAM, new TextEncoder().encode(JSON.stringify({ error: { code: "aborted", message: agentUnavailableMessage(sandboxId) } })));
+}
+
 export function agentUnavailable(req: Request, sandboxId: string): Response {
   const message = agentUnavailableMessage(sandboxId);
   const headers = { "access-control-allow-origin": "*", "retry-after": RETRY_AFTER_S };
   const contentType = req.headers.get("content-type");
   if (isConnectStream(contentType)) {
-    const end = envelope(END_STREAM, new TextEncoder().encode(JSON.stringify({ error: { code: "aborted", message } })));
-    return new Response(end, { status: 200, headers: { ...headers, "content-type": contentType! } });
+    return new Response(agentUnavailableEnd(sandboxId), { status: 200, headers: { ...headers, "content-type": contentType! } });
   }
   if (req.headers.has("connect-protocol-version")) {
     return Response.json({ code: "aborted", message }, { status: 409, headers });

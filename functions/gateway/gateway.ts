@@ -7,7 +7,7 @@ import { ErrorCode } from "../../schema/errors.ts";
 import { isUnnamedSignedFileRequest, SIGNATURE_HEADER, signIngress } from "../../schema/ingress/signature.ts";
 import { sandboxStub } from "../../durable-objects/sandbox/stub.ts";
 import type { AppEnv, Env } from "../env.ts";
-import { agentUnavailable } from "./agent-unavailable.ts";
+import { agentUnavailable, agentUnavailableEnd } from "./agent-unavailable.ts";
 import { guardConnectStream, isConnectStream } from "./connect-guard.ts";
 import { forgetIngress, ingressUrl, signingKey } from "./ingress-client.ts";
 import { ENVD_PORT, gatewayTarget, type GatewayTarget } from "./target.ts";
@@ -71,7 +71,29 @@ async function forward(env: Env, req: Request, url: URL, t: GatewayTarget, clust
     return agentUnavailable(req, t.sandboxId);
   }
   if (!upstream.body || !isConnectStream(upstream.headers.get("content-type"))) return upstream;
-  return new Response(guardConnectStream(upstream.body), upstream);
+  const cut = async () => {
+    if (await ingressAnswers(base)) return undefined;
+    forgetIngress(cluster);
+    return agentUnavailableEnd(t.sandboxId);
+  };
+  return new Response(guardConnectStream(upstream.body, cut), upstream);
+}
+
+/** Bound on asking the ingress whether it is there at all. */
+const INGRESS_PROBE_MS = 1_000;
+
+/**
+ * Whether the agent's ingress answers at all (any status: unsigned requests are refused). A cut
+ * stream whose ingress does not answer was cut by the agent going away, not by the sandbox.
+ */
+async function ingressAnswers(base: string): Promise<boolean> {
+  try {
+    const res = await fetch(new URL("/", base), { method: "HEAD", signal: AbortSignal.timeout(INGRESS_PROBE_MS) });
+    await res.body?.cancel();
+    return true;
+  } catch {
+    return false;
+  }
 }
 
 /** Hono middleware: handles data-plane requests, passes everything else on. */

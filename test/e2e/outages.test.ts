@@ -100,12 +100,15 @@ function expectAgentAway(err: unknown): void {
 }
 
 describe("the agent away", () => {
-  it("commands.run and files.read while the agent is down name the agent, not a killed sandbox, and work again once it is back", async () => {
+  it("commands.run, files.read and a stream cut by the agent's death name the agent, not a killed sandbox, and work again once it is back", async () => {
     const sbx = await Sandbox.create(opts());
     await sbx.files.write("/home/user/kept.txt", "kept");
+    const running = await sbx.commands.run("sleep 120", { background: true });
     // On purpose (not restarted by its supervisor); SIGKILL leaves the sandbox running.
     await sys.stopAgent("SIGKILL");
     try {
+      // A stream open when the agent went: cut, and said so.
+      expectAgentAway(await running.wait().catch((e: unknown) => e));
       expectAgentAway(await sbx.commands.run("echo hi").catch((e: unknown) => e));
       expectAgentAway(await sbx.files.read("/home/user/kept.txt").catch((e: unknown) => e));
       // Once the edge has seen the session close too (not only the ingress refusing).
