@@ -1,14 +1,18 @@
 // `npm start`: the whole system on this machine. sqld (state store) + migrations, the edge bundle on
 // workerd, the agent with the local driver, a seeded admin key and a `base` template with a small
 // warm pool. Prints the three E2B_* variables to export. State lives in .data/ (override with
-// SBX_DATA_DIR), so a restart keeps keys, templates and sandboxes. Ctrl-C stops everything.
+// SBX_DATA_DIR), so a restart keeps keys, templates and sandboxes. A part that dies is started
+// again with backoff (scripts/lib/supervisor.ts), and the launcher stays in charge until Ctrl-C,
+// which stops everything (the agent first: it stops the sandboxes' processes and keeps their files).
 import { resolve } from "node:path";
+import { quotaDefaults } from "./lib/edge.ts";
 import { startSystem } from "./lib/system.ts";
 
 const dataDir = resolve(process.env.SBX_DATA_DIR ?? ".data");
 const edgePort = Number(process.env.PORT ?? 8787);
 console.log(`starting: sqld, the edge on workerd (port ${edgePort}), the agent (local driver); state in ${dataDir}`);
-const sys = await startSystem({ dataDir, edgePort, baseReplicas: Number(process.env.BASE_POOL ?? 2), agentOutput: "inherit", onExit: "stop" });
+// Teams get wrangler.toml's default quotas, as a deployment does (the admin API changes them).
+const sys = await startSystem({ dataDir, edgePort, baseReplicas: Number(process.env.BASE_POOL ?? 2), agentOutput: "inherit", onExit: "stop", edgeVars: quotaDefaults() });
 
 console.log(`
 Ready. Sandboxes run with isolation level: ${sys.isolation}
@@ -17,7 +21,12 @@ Ready. Sandboxes run with isolation level: ${sys.isolation}
   export E2B_SANDBOX_URL=${sys.apiUrl}
   export E2B_API_KEY=${sys.apiKey}
 
+A part that dies (sqld, workerd, the agent) is restarted; restarts are reported here.
 Ctrl-C stops everything (sandboxes and state are kept in ${dataDir}).`);
+
+// The parts run in process groups of their own, so Ctrl-C reaches only this process, which stops
+// them in order. Held open so the launcher never ends on its own while a part is down.
+setInterval(() => undefined, 1 << 30);
 
 let stopping = false;
 for (const sig of ["SIGINT", "SIGTERM"] as const) {
@@ -25,6 +34,12 @@ for (const sig of ["SIGINT", "SIGTERM"] as const) {
     if (stopping) return;
     stopping = true;
     console.log("\nstopping…");
-    void sys.stop().then(() => process.exit(0));
+    void sys.stop().then(
+      () => process.exit(0),
+      (err: unknown) => {
+        console.error("stopping failed:", err);
+        process.exit(1);
+      },
+    );
   });
 }

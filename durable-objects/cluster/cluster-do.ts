@@ -296,8 +296,10 @@ export class ClusterDO extends DurableObject<Env> {
 
   private onSocketGone(ws: WebSocket): void {
     const att = ws.deserializeAttachment() as Attachment | null;
-    // A replaced socket closing later must not mark the newer session disconnected.
-    if (att?.helloAt != null && this.agentSocket() === null) this.apply({ type: "disconnect" });
+    // A replaced socket closing later must not mark the newer session disconnected. The socket
+    // that is going may still be listed while its close or error is handled (an agent killed
+    // without a close frame): it does not count as the session.
+    if (att?.helloAt != null && this.agentSocket(ws) === null) this.apply({ type: "disconnect" });
   }
 
   private apply(event: ClusterEvent): { seqs?: number[] } {
@@ -515,9 +517,10 @@ export class ClusterDO extends DurableObject<Env> {
     });
   }
 
-  /** The socket of the current agent session (hello done), if any. */
-  private agentSocket(): WebSocket | null {
+  /** The socket of the current agent session (hello done), if any, other than `going`. */
+  private agentSocket(going?: WebSocket): WebSocket | null {
     for (const ws of this.ctx.getWebSockets()) {
+      if (ws === going) continue;
       const att = ws.deserializeAttachment() as Attachment | null;
       if (att?.helloAt != null) return ws;
     }

@@ -19,8 +19,8 @@ export interface EnqueueOptions {
   /**
    * Index ops to commit with the intents (a create's row): queued for SandboxIndexDO with other
    * enqueues' ops in one call, tried once before the answer, which says how it went (`indexed`).
-   * Never retried here: a later retry could land after the sandbox's own later writes (a kill's
-   * delete) and bring a deleted row back; the owner rewrites it in its own ordered queue.
+   * Never retried here: the owner keeps the op until it is committed and rewrites it in its own
+   * ordered queue, behind the sandbox's later writes.
    */
   index?: IndexOp[];
 }

@@ -29,7 +29,7 @@ export class IndexQueue {
 
   /**
    * Resolves once the op's batch is committed (true), or has failed its last attempt (false, and
-   * logged: a lost batch costs index freshness until the sandbox's next write).
+   * logged; a sandbox group's outbox sends it again later).
    */
   push(op: IndexOp): Promise<boolean> {
     return new Promise((done) => {

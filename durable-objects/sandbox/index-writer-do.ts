@@ -3,15 +3,19 @@
 // new rows queue, and the next batch carries all of them in one request. sqld takes ~500 single
 // writes/s but ~9,000 batched rows/s, so this keeps the index off the create path's critical
 // cost. A write resolves once its batch is committed, so a client's own change is listable when
-// its reply arrives. Knob: MAX_BATCH rows per request. No storage: the sandbox groups own the truth and
-// a lost batch only costs index freshness (the caller logs it; the next change rewrites the row).
+// its reply arrives. Knob: MAX_BATCH rows per request. No storage: the sandbox groups own the truth
+// and keep every op until it is confirmed here (their index outbox), sending it again after a
+// failure, so an sqld outage delays rows but loses none. Every so often a batch also removes old
+// tombstones (sandbox-index.ts).
 import { DurableObject } from "cloudflare:workers";
 import type { Env } from "../env.ts";
 import { getDb } from "../store/db.ts";
-import { applyIndexBatch, type IndexOp } from "../store/sandbox-index.ts";
+import { applyIndexBatch, TOMBSTONE_KEEP_MS, type IndexOp } from "../store/sandbox-index.ts";
 
 export const INDEX_WRITER_NAME = "sandboxes";
 const MAX_BATCH = 500;
+/** How often a batch also sweeps old tombstones. */
+const SWEEP_EVERY_MS = 60_000;
 
 interface Queued {
   op: IndexOp;
@@ -23,6 +27,7 @@ export type IndexWriteResult = { ok: true } | { ok: false; error: string };
 export class SandboxIndexDO extends DurableObject<Env> {
   private queue: Queued[] = [];
   private flushing = false;
+  private sweptAt = 0;
 
   /** Queues the ops (in order) and resolves once their batch is committed. */
   write(ops: IndexOp[]): Promise<IndexWriteResult> {
@@ -45,8 +50,11 @@ export class SandboxIndexDO extends DurableObject<Env> {
       while (this.queue.length > 0) {
         const batch = this.queue.splice(0, MAX_BATCH);
         let result: IndexWriteResult = { ok: true };
+        const now = Date.now();
+        const sweep = now - this.sweptAt >= SWEEP_EVERY_MS;
         try {
-          await applyIndexBatch(getDb(this.env), batch.map((q) => q.op));
+          await applyIndexBatch(getDb(this.env), batch.map((q) => q.op), sweep ? now - TOMBSTONE_KEEP_MS : undefined);
+          if (sweep) this.sweptAt = now;
         } catch (err) {
           result = { ok: false, error: String(err) };
         }

@@ -10,7 +10,7 @@
 // unhandled rejections under the vitest plugin).
 import { DurableObject } from "cloudflare:workers";
 import type { Env } from "../env.ts";
-import type { IndexOp } from "../store/sandbox-index.ts";
+import { tombstone, type IndexOp } from "../store/sandbox-index.ts";
 import { ErrorCode, sandboxNotFoundMessage, type Refusal } from "../../schema/errors.ts";
 import type { Endpoint, Intent, Observation, PauseStrategy } from "../../schema/protocol/index.ts";
 import { CoarseTimers } from "../cluster/coarse-timers.ts";
@@ -18,6 +18,7 @@ import { TurnWrites } from "../turn-writes.ts";
 import type { EnqueueOptions, EnqueueResult } from "../cluster/rpc.ts";
 import type { SandboxEvent } from "./events.ts";
 import { indexRow, routeInfo, sandboxInfo, type RouteInfo, type SandboxInfo } from "./info.ts";
+import { IndexOutbox } from "./index-outbox.ts";
 import { IndexQueue, type IndexWriter } from "./index-queue.ts";
 import { INDEX_WRITER_NAME } from "./index-writer-do.ts";
 import { dueAt, transition, visibleTo } from "./machine.ts";
@@ -81,6 +82,8 @@ export class SandboxGroupDO extends DurableObject<Env> {
   /** Slots kept in memory beyond those in use; older idle ones are dropped and reloaded on demand. */
   private maxSlots = 1_000;
   private readonly indexQueue = new IndexQueue(() => this.indexWriter(), (p) => this.ctx.waitUntil(p));
+  /** Index ops kept until libSQL has them (set in the constructor: it needs the store). */
+  private readonly indexOutbox: IndexOutbox;
   private readonly timers = new CoarseTimers();
   /** The team quota: reserve before a resume, release/assert after a committed transition. */
   private readonly quota = new QuotaLink(this.env, (p) => this.ctx.waitUntil(p));
@@ -100,8 +103,11 @@ export class SandboxGroupDO extends DurableObject<Env> {
     super(ctx, env);
     this.store = openSandboxStore(ctx.storage.sql);
     this.stored = new Set(this.store.ids());
+    this.indexOutbox = new IndexOutbox(this.store, this.indexQueue, (w) => this.turn.defer(w), (at) => this.arm(at));
     void ctx.blockConcurrencyWhile(async () => {
       this.alarmAt = await ctx.storage.getAlarm();
+      // What a previous instance left unconfirmed goes out again soon.
+      if (this.store.outbox(1).length > 0) this.arm(Date.now());
     });
   }
 
@@ -274,6 +280,7 @@ export class SandboxGroupDO extends DurableObject<Env> {
     this.arm(this.store.nextDue(now));
     if (due.length > 0) this.arm(now + RETRY_MS);
     this.ctx.waitUntil(Promise.all(due.map((id) => this.fire(id, now))));
+    this.indexOutbox.resendDue(now, (p) => this.ctx.waitUntil(p));
   }
 
   private async fire(id: string, now: number): Promise<void> {
@@ -314,12 +321,13 @@ export class SandboxGroupDO extends DurableObject<Env> {
     const slot = this.slot(id);
     slot.busy++;
     try {
-      const t = transition(slot.state, ev, Date.now());
+      const now = Date.now();
+      const before = slot.state;
+      const t = transition(before, ev, now);
       if (!t.result.ok) return t.result;
       // The machine hands back the very same object when nothing changed (e.g. the agent's
       // observation of a re-init its ack already reported): no write then.
       const changed = t.state !== slot.state;
-      const before = slot.state;
       slot.state = t.state;
       let intent: Intent | null = null;
       let purged = false;
@@ -329,21 +337,24 @@ export class SandboxGroupDO extends DurableObject<Env> {
         else if (e.kind === "index" && slot.state) ops.push({ kind: "upsert", row: indexRow(slot.state) });
         else if (e.kind === "purge") purged = this.purge(id, slot);
       }
-      if (intent && slot.state) slot.undelivered = { intent, retryAt: Date.now() + ackWait(awaitAckMs) + RETRY_MS };
+      // The sandbox is gone: its row becomes a tombstone, which no late write of it can undo.
+      if (purged && before) ops.push({ kind: "upsert", row: tombstone(indexRow(before), now) });
+      if (intent && slot.state) slot.undelivered = { intent, retryAt: now + ackWait(awaitAckMs) + RETRY_MS };
       if ((changed || intent) && slot.state) this.save(id, slot);
+      // Committed with the change: kept until libSQL has them, sent again if it does not.
+      this.indexOutbox.record(id, ops, now);
       const unsaved = await this.settled();
       if (unsaved) return { ok: false, error: unsaved };
       notify(slot);
       const quota = this.quota.follow(before, slot.state, ev.type);
-      if (purged) void this.index({ kind: "delete", id });
       // A create's index row travels with its intent: ClusterDO commits it, batched with other
       // creates' rows, before it answers. That spares a SandboxIndexDO call per create (~0.8 calls
       // per create under load, each about as costly as the create's own DO calls). ClusterDO tries it
-      // once: the row is listable as soon as it commits, so a kill (and its delete) can follow
-      // before the create answers, and a later retry there could bring the deleted row back. A
-      // failed try is rewritten below, in this group's own ordered queue.
+      // once: the row is listable as soon as it commits, so a kill can follow before the create
+      // answers. A failed try is rewritten below, in this group's own ordered queue, and the
+      // outbox keeps it until it commits.
       const carried = ev.type === "create" && intent && slot.state ? ops.splice(0) : [];
-      const writes = ops.map((op) => this.index(op));
+      const writes = ops.map((op) => this.indexOutbox.send(op));
       // A client's own change is in the index before its reply (list right after kill must not
       // show the sandbox); the write runs beside the enqueue. Agent- and timer-driven writes do
       // not hold anyone up.
@@ -354,7 +365,11 @@ export class SandboxGroupDO extends DurableObject<Env> {
         await readYourWrites;
         return { ...t.result, acked: true };
       }
-      const [res] = await Promise.all([this.send(id, slot, intent, awaitAckMs, carried), readYourWrites]);
+      const sent = this.send(id, slot, intent, awaitAckMs, carried);
+      const [res] = await Promise.all([
+        carried.length ? this.indexOutbox.carried(carried[0]!, sent, (r) => r.ok && r.indexed === true) : sent,
+        readYourWrites,
+      ]);
       // A create ClusterDO did not take is killed by its caller; the kill writes the row.
       if (!res.ok) {
         await this.settled(); // the intent marked undelivered
@@ -362,7 +377,7 @@ export class SandboxGroupDO extends DurableObject<Env> {
       }
       // The carried row did not commit: written again here, as the sandbox is now, behind any
       // later write of it (a kill that came meanwhile) in this group's ordered queue.
-      if (carried.length && res.indexed === false && slot.state) await this.index({ kind: "upsert", row: indexRow(slot.state) });
+      if (carried.length && res.indexed === false && slot.state) await this.indexOutbox.send({ kind: "upsert", row: indexRow(slot.state) });
       // A stale-dropped intent (seq 0: ClusterDO already holds this generation or a newer one)
       // was not acknowledged by anyone.
       const acked = awaitAckMs === 0 || (!res.timedOut && res.seqs.every((s) => s > 0));
@@ -514,11 +529,6 @@ export class SandboxGroupDO extends DurableObject<Env> {
     if (due === null || (this.alarmAt !== null && this.alarmAt <= due)) return;
     this.alarmAt = due;
     void this.ctx.storage.setAlarm(due);
-  }
-
-  /** Index ops of the group's sandboxes leave in one SandboxIndexDO call per flush (IndexQueue). */
-  private index(op: IndexOp): Promise<boolean> {
-    return this.indexQueue.push(op);
   }
 
   /** `boundMs`: the caller's whole bound, for the message, when `ms` is what is left of it. */

@@ -1,7 +1,10 @@
-// A sandbox group's SQLite table: one row per sandbox (its spec, its state, an intent ClusterDO
-// did not take yet, and when its timer is due). The spec is fixed at create and written once;
-// later writes carry only the small changing part. Rows are read one at a time, when a sandbox is
-// first touched by this object instance; the alarm asks for the due ones through the `due` index.
+// A sandbox group's SQLite tables. `sandboxes`: one row per sandbox (its spec, its state, an intent
+// ClusterDO did not take yet, and when its timer is due). The spec is fixed at create and written
+// once; later writes carry only the small changing part. Rows are read one at a time, when a
+// sandbox is first touched by this object instance; the alarm asks for the due ones through the
+// `due` index. `index_outbox`: the newest libSQL index op per sandbox that the index has not
+// confirmed, written in the same commit as the change that made it (see IndexOutbox).
+import type { IndexOp } from "../store/sandbox-index.ts";
 import type { Intent } from "../../schema/protocol/index.ts";
 import type { SandboxState } from "./state.ts";
 
@@ -26,7 +29,15 @@ CREATE TABLE IF NOT EXISTS sandboxes (
   id TEXT PRIMARY KEY, spec TEXT NOT NULL, state TEXT NOT NULL, undelivered TEXT, due INTEGER
 );
 CREATE INDEX IF NOT EXISTS sandboxes_due ON sandboxes (due) WHERE due IS NOT NULL;
+CREATE TABLE IF NOT EXISTS index_outbox (id TEXT PRIMARY KEY, rev INTEGER NOT NULL, op TEXT NOT NULL);
 `;
+
+/** An index op and the revision of the row it writes (newer revisions replace older ones). */
+export interface OutboxEntry {
+  id: string;
+  rev: number;
+  op: IndexOp;
+}
 
 export interface SandboxStore {
   /** Every stored id (read once per object instance, so a new id costs no lookup). */
@@ -41,6 +52,12 @@ export interface SandboxStore {
   dueIds(now: number): string[];
   /** The earliest due time of any sandbox (later than `after`, when given), or null. */
   nextDue(after?: number): number | null;
+  /** Keeps `entry` unless a newer revision of the sandbox's row is kept already. */
+  outboxPut(entry: OutboxEntry): void;
+  /** The index committed revision `rev` (or a newer one) of the sandbox's row. */
+  outboxDone(id: string, rev: number): void;
+  /** Up to `limit` entries the index has not confirmed. */
+  outbox(limit: number): OutboxEntry[];
 }
 
 export function openSandboxStore(sql: Sql): SandboxStore {
@@ -74,6 +91,21 @@ export function openSandboxStore(sql: Sql): SandboxStore {
     },
     nextDue(after = -1) {
       return sql.exec<{ due: number | null }>("SELECT MIN(due) AS due FROM sandboxes WHERE due > ?", after).toArray()[0]?.due ?? null;
+    },
+    outboxPut(e) {
+      sql.exec(
+        "INSERT INTO index_outbox (id, rev, op) VALUES (?, ?, ?) ON CONFLICT (id) DO UPDATE SET rev = excluded.rev, op = excluded.op WHERE excluded.rev > index_outbox.rev",
+        e.id, e.rev, JSON.stringify(e.op),
+      );
+    },
+    outboxDone(id, rev) {
+      sql.exec("DELETE FROM index_outbox WHERE id = ? AND rev <= ?", id, rev);
+    },
+    outbox(limit) {
+      return sql
+        .exec<{ id: string; rev: number; op: string }>("SELECT id, rev, op FROM index_outbox LIMIT ?", limit)
+        .toArray()
+        .map((r) => ({ id: r.id, rev: r.rev, op: JSON.parse(r.op) as IndexOp }));
     },
   };
 }

@@ -1,31 +1,45 @@
 // The sandbox index `list` pages through. SandboxGroupDOs write rows through SandboxIndexDO, which
 // batches them (applyIndexBatch); routes read pages here.
 import type { InStatement, InValue } from "@libsql/client/web";
-import { and, asc, desc, eq, getTableColumns, gte, inArray, lt, gt, or, sql, type Column, type SQL } from "drizzle-orm";
+import { and, asc, desc, eq, ne, getTableColumns, gte, inArray, lt, gt, or, sql, type Column, type SQL } from "drizzle-orm";
 import { sandboxes } from "../../schema/db/tables.ts";
 import type { Db } from "./db.ts";
 
 export type IndexRow = typeof sandboxes.$inferSelect;
 
-/** A change to the index; SandboxIndexDO applies many in one request. */
-export type IndexOp = { kind: "upsert"; row: IndexRow } | { kind: "delete"; id: string };
+/**
+ * A change to the index; SandboxIndexDO applies many in one request. Every op is a whole row with
+ * its revision, and a sandbox that is gone is a tombstone row (`tombstone()`), never a DELETE: a
+ * late write of an older revision (a retry, a batch that lost its answer) then finds a newer row
+ * and changes nothing, where after a DELETE it would bring the sandbox back into the list.
+ */
+export type IndexOp = { kind: "upsert"; row: IndexRow };
+
+/** `phase` of a tombstone: the sandbox is gone. Such rows have state killed, so no list shows them. */
+export const TOMBSTONE_PHASE = "Deleted";
+/** Tombstones are removed this long after the sandbox went (far longer than any write is late). */
+export const TOMBSTONE_KEEP_MS = 10 * 60_000;
+
+/** The row of a sandbox that is gone, one revision past its last row; `endAt` is when it went. */
+export function tombstone(last: IndexRow, at: number): IndexRow {
+  return { ...last, state: "killed", phase: TOMBSTONE_PHASE, endAt: at, rev: last.rev + 1 };
+}
 
 /**
  * Applies ops in one libSQL request: one multi-row upsert (a row lands only if its `rev` is newer
- * than the stored one, so writes may race or arrive out of order safely), then the deletes. The
- * SQL is written out once from the table's columns rather than built by drizzle per batch: the
- * query builder was ~2 % of the edge's CPU per create.
+ * than the stored one, so writes may race or arrive out of order safely), then, with
+ * `sweepBefore`, the removal of tombstones older than that. The SQL is written out once from the
+ * table's columns rather than built by drizzle per batch: the query builder was ~2 % of the
+ * edge's CPU per create.
  */
-export async function applyIndexBatch(db: Db, ops: readonly IndexOp[]): Promise<void> {
+export async function applyIndexBatch(db: Db, ops: readonly IndexOp[], sweepBefore?: number): Promise<void> {
   const newest = new Map<string, IndexRow>();
-  const deleted: string[] = [];
   for (const op of ops) {
-    if (op.kind === "delete") deleted.push(op.id);
-    else if ((newest.get(op.row.id)?.rev ?? -1) < op.row.rev) newest.set(op.row.id, op.row);
+    if ((newest.get(op.row.id)?.rev ?? -1) < op.row.rev) newest.set(op.row.id, op.row);
   }
   const statements: InStatement[] = [];
   if (newest.size > 0) statements.push(upsert([...newest.values()]));
-  if (deleted.length > 0) statements.push({ sql: `DELETE FROM sandboxes WHERE id IN (${deleted.map(() => "?").join(", ")})`, args: deleted });
+  if (sweepBefore !== undefined) statements.push({ sql: `DELETE FROM sandboxes WHERE phase = ? AND end_at < ?`, args: [TOMBSTONE_PHASE, sweepBefore] });
   if (statements.length > 0) await db.$client.batch(statements, "write");
 }
 
@@ -116,7 +130,8 @@ export async function listRunningOfTeam(db: Db, teamId: string): Promise<{ id: s
     .where(and(eq(sandboxes.teamId, teamId), eq(sandboxes.state, "running")));
 }
 
+/** The index row of a sandbox; undefined when there is none or only its tombstone. */
 export async function getIndexRow(db: Db, id: string): Promise<IndexRow | undefined> {
-  const rows = await db.select().from(sandboxes).where(eq(sandboxes.id, id)).limit(1);
+  const rows = await db.select().from(sandboxes).where(and(eq(sandboxes.id, id), ne(sandboxes.phase, TOMBSTONE_PHASE))).limit(1);
   return rows[0];
 }

@@ -5,14 +5,15 @@
 // a killed sandbox. This guard forwards whole envelopes only and, if the upstream errors or ends
 // without an end-stream envelope, appends one carrying code `unknown` and a "Network connection
 // lost" message: the SDK then probes /health, gets the gateway's 502 and reports the sandbox as
-// killed or expired, exactly as it does against E2B.
+// killed or expired, exactly as it does against E2B. The caller may name another end for a cut
+// stream (the gateway's, when the sandbox's agent itself went away: agent-unavailable.ts).
 
-const END_STREAM = 0x02;
+export const END_STREAM = 0x02;
 const HEADER = 5;
 
 const LOST = new TextEncoder().encode(JSON.stringify({ error: { code: "unknown", message: "Network connection lost (gateway)" } }));
 
-function envelope(flags: number, payload: Uint8Array): Uint8Array {
+export function envelope(flags: number, payload: Uint8Array): Uint8Array {
   const out = new Uint8Array(HEADER + payload.length);
   out[0] = flags;
   new DataView(out.buffer).setUint32(1, payload.length);
@@ -24,8 +25,11 @@ export function isConnectStream(contentType: string | null): boolean {
   return !!contentType && contentType.startsWith("application/connect+");
 }
 
-/** Wraps an upstream Connect stream body; see the module comment. */
-export function guardConnectStream(upstream: ReadableStream<Uint8Array>): ReadableStream<Uint8Array> {
+/**
+ * Wraps an upstream Connect stream body; see the module comment. `endWhenCut`: the end-stream
+ * envelope to append when the upstream is cut (undefined, or none given: the "connection lost" one).
+ */
+export function guardConnectStream(upstream: ReadableStream<Uint8Array>, endWhenCut?: () => Promise<Uint8Array | undefined>): ReadableStream<Uint8Array> {
   const reader = upstream.getReader();
   let pending = new Uint8Array(0);
   let ended = false;
@@ -59,12 +63,10 @@ export function guardConnectStream(upstream: ReadableStream<Uint8Array>): Readab
         try {
           result = await reader.read();
         } catch {
-          if (!ended) controller.enqueue(envelope(END_STREAM, LOST));
-          controller.close();
-          return;
+          result = { done: true, value: undefined };
         }
         if (result.done) {
-          if (!ended) controller.enqueue(envelope(END_STREAM, LOST));
+          if (!ended) controller.enqueue((await endWhenCut?.()) ?? envelope(END_STREAM, LOST));
           controller.close();
           return;
         }

@@ -7,6 +7,7 @@ import { ErrorCode } from "../../schema/errors.ts";
 import { isUnnamedSignedFileRequest, SIGNATURE_HEADER, signIngress } from "../../schema/ingress/signature.ts";
 import { sandboxStub } from "../../durable-objects/sandbox/stub.ts";
 import type { AppEnv, Env } from "../env.ts";
+import { agentUnavailable, agentUnavailableEnd } from "./agent-unavailable.ts";
 import { guardConnectStream, isConnectStream } from "./connect-guard.ts";
 import { forgetIngress, ingressUrl, signingKey } from "./ingress-client.ts";
 import { ENVD_PORT, gatewayTarget, type GatewayTarget } from "./target.ts";
@@ -46,8 +47,10 @@ async function authorised(req: Request, url: URL, t: GatewayTarget, route: { env
 const SIGNED_URL_CLUSTERS = ["local"];
 
 async function forward(env: Env, req: Request, url: URL, t: GatewayTarget, cluster: string): Promise<Response> {
+  // The sandbox is alive as far as its group knows: no ingress means its agent is away, and the
+  // client must hear "retry", not "not found" (agent-unavailable.ts).
   const base = await ingressUrl(env, cluster, Date.now());
-  if (!base) return notFound(t.sandboxId);
+  if (!base) return agentUnavailable(req, t.sandboxId);
   const pathAndQuery = url.pathname + url.search;
   const headers = new Headers(req.headers);
   if (t.sandboxId) headers.set("e2b-sandbox-id", t.sandboxId);
@@ -65,10 +68,32 @@ async function forward(env: Env, req: Request, url: URL, t: GatewayTarget, clust
     });
   } catch {
     forgetIngress(cluster);
-    return notFound(t.sandboxId);
+    return agentUnavailable(req, t.sandboxId);
   }
   if (!upstream.body || !isConnectStream(upstream.headers.get("content-type"))) return upstream;
-  return new Response(guardConnectStream(upstream.body), upstream);
+  const cut = async () => {
+    if (await ingressAnswers(base)) return undefined;
+    forgetIngress(cluster);
+    return agentUnavailableEnd(t.sandboxId);
+  };
+  return new Response(guardConnectStream(upstream.body, cut), upstream);
+}
+
+/** Bound on asking the ingress whether it is there at all. */
+const INGRESS_PROBE_MS = 1_000;
+
+/**
+ * Whether the agent's ingress answers at all (any status: unsigned requests are refused). A cut
+ * stream whose ingress does not answer was cut by the agent going away, not by the sandbox.
+ */
+async function ingressAnswers(base: string): Promise<boolean> {
+  try {
+    const res = await fetch(new URL("/", base), { method: "HEAD", signal: AbortSignal.timeout(INGRESS_PROBE_MS) });
+    await res.body?.cancel();
+    return true;
+  } catch {
+    return false;
+  }
 }
 
 /** Hono middleware: handles data-plane requests, passes everything else on. */

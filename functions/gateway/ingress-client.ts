@@ -1,11 +1,13 @@
 // How the gateway reaches a cluster's ingress: its URL (from the ClusterDO, which learns it from the
 // agent's hello) and the signing key derived from the cluster token. Both are cached per isolate:
-// the URL for a few seconds (an agent restart may move it; a failed forward drops the entry), the
-// key for the life of the isolate.
+// the URL for a few seconds (an agent restart may move it; a failed forward drops the entry), its
+// absence for half a second, the key for the life of the isolate.
 import { ingressKey, SIGNATURE_HEADER, signIngress } from "../../schema/ingress/signature.ts";
 import type { Env } from "../env.ts";
 
 const URL_TTL_MS = 5_000;
+/** "Not connected" is kept shorter: a restarted agent is served again as soon as it is back. */
+const DOWN_TTL_MS = 500;
 const urls = new Map<string, { url: string | null; until: number }>();
 let keyFor: { token: string; key: Promise<CryptoKey> } | undefined;
 
@@ -19,7 +21,7 @@ export async function ingressUrl(env: Env, cluster: string, now: number): Promis
   if (cached && cached.until > now) return cached.url;
   const status = await env.CLUSTER.get(env.CLUSTER.idFromName(cluster)).status();
   const url = status.connected ? status.ingressUrl : null;
-  urls.set(cluster, { url, until: now + URL_TTL_MS });
+  urls.set(cluster, { url, until: now + (url ? URL_TTL_MS : DOWN_TTL_MS) });
   return url;
 }
 

@@ -39,6 +39,12 @@ export function buildEdge(outDir: string): void {
   if (res.status !== 0) throw new Error(`edge build failed:\n${res.stdout}\n${res.stderr}`);
 }
 
+/** The default team quotas of wrangler.toml's [vars] (`QUOTA_*`), as a deployment gets them. */
+export function quotaDefaults(): Record<string, string> {
+  const text = readFileSync(join(ROOT, "wrangler.toml"), "utf8");
+  return Object.fromEntries([...text.matchAll(/^(QUOTA_[A-Z_]+)\s*=\s*"([^"]*)"/gm)].map((m) => [m[1]!, m[2]!]));
+}
+
 interface WranglerFacts {
   compatibilityDate: string;
   compatibilityFlags: string[];

@@ -1,6 +1,9 @@
 // The whole local system in one call: sqld, migrations, the edge on workerd, the agent with the
 // local driver (as a child process, so it can be restarted or killed like the real thing), and the
 // seeded admin key and `base` template. `npm start`, the e2e tests and the benchmarks share it.
+// Each of the three runs under a Supervisor: one that dies is started again (same port, same
+// data), so the system heals without a person; stop() and the stop methods below are the only
+// way to end them.
 import { spawn, type ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { existsSync, mkdirSync, openSync, readFileSync, writeFileSync } from "node:fs";
@@ -8,7 +11,9 @@ import { join, resolve } from "node:path";
 import { migrate } from "../migrate.ts";
 import { seed } from "../seed.ts";
 import { startEdge, type Edge } from "./edge.ts";
+import { exitOf, stopChild } from "./service.ts";
 import { freePort, startSqld, type Sqld } from "./sqld.ts";
+import { describeExit, Supervisor, type Exit, type Running } from "./supervisor.ts";
 
 const ROOT = resolve(import.meta.dirname, "../..");
 const NODE = join(ROOT, "node_modules/.bin/node");
@@ -21,6 +26,9 @@ export interface SystemOptions {
   ingressPort?: number;
   /** Warm members of the `base` pool. */
   baseReplicas?: number;
+  /** Extra text bindings of the edge, e.g. the default team quotas (`quotaDefaults()`); tests and
+   * benchmarks run without quotas unless they set them through the admin API. */
+  edgeVars?: Record<string, string>;
   /** Cap the local driver's isolation (tests of the degraded level). */
   level?: "bwrap+cgroup" | "bwrap" | "process";
   /** Where the agent's output goes: a file path, or "inherit". Default `<dataDir>/agent.log`. */
@@ -31,6 +39,13 @@ export interface SystemOptions {
   onExit?: "keep" | "stop" | "destroy";
   /** Serve the agent's embedded runtime directly on this loopback port too (benchmarks). */
   runtimePort?: number;
+  /** Where the supervisors report restarts (default: console.log). */
+  log?: (line: string) => void;
+}
+
+/** The agent process, as its supervisor sees it. */
+interface AgentProcess extends Running {
+  child: ChildProcess;
 }
 
 interface Secrets {
@@ -49,7 +64,10 @@ export interface System {
   agent: ChildProcess;
   /** The isolation level the agent reported. */
   isolation: string;
+  /** The supervisor of each part (pid of the running instance, restart count, stop/start). */
+  parts: { sqld: Supervisor<Sqld>; edge: Supervisor<Edge>; agent: Supervisor<AgentProcess> };
   startAgent(): Promise<void>;
+  /** Stops the agent on purpose (not restarted until startAgent). */
   stopAgent(signal?: NodeJS.Signals): Promise<void>;
   restartEdge(): Promise<void>;
   stop(): Promise<void>;
@@ -74,80 +92,109 @@ export async function startSystem(opts: SystemOptions): Promise<System> {
   mkdirSync(dataDir, { recursive: true, mode: 0o700 });
   const secrets = await loadSecrets(dataDir, opts.ingressPort);
 
-  const sqld = await startSqld({ dir: join(dataDir, "sqld") });
-  await migrate(sqld.url);
+  const log = opts.log ?? ((line: string) => console.log(`[supervisor] ${line}`));
+  // Ports are fixed at the first start, so a restarted part is found where it was.
+  const sqldPort = await freePort();
+  const sqldUrl = `http://127.0.0.1:${sqldPort}`;
+  const sqld = new Supervisor("sqld", () => startSqld({ dir: join(dataDir, "sqld"), port: sqldPort }), log);
 
-  const edgeVars = { LIBSQL_URL: sqld.url, KEY_PEPPER: secrets.pepper, ADMIN_API_KEY: secrets.adminApiKey, CLUSTER_TOKEN: secrets.clusterToken };
-  const edgePort = opts.edgePort ?? 0;
-  let edge = await startEdge({ dir: join(dataDir, "edge"), port: edgePort, vars: edgeVars, skipBuild: opts.skipBuild });
+  const edgeVars = { ...opts.edgeVars, LIBSQL_URL: sqldUrl, KEY_PEPPER: secrets.pepper, ADMIN_API_KEY: secrets.adminApiKey, CLUSTER_TOKEN: secrets.clusterToken };
+  const edgePort = opts.edgePort || (await freePort());
+  let built = opts.skipBuild ?? false;
+  const edge = new Supervisor(
+    "workerd",
+    async () => {
+      const e = await startEdge({ dir: join(dataDir, "edge"), port: edgePort, vars: edgeVars, skipBuild: built });
+      built = true;
+      return e;
+    },
+    log,
+  );
+  const edgeUrl = `http://127.0.0.1:${edgePort}`;
 
-  let agent!: ChildProcess;
   let isolation = "unknown";
-  const startAgent = async () => {
-    const out = opts.agentOutput === "inherit" ? "inherit" : openSync(opts.agentOutput ?? join(dataDir, "agent.log"), "a");
-    const args = ["controllers/agent/main.ts", "--edge", edge.url, "--data-dir", join(dataDir, "agent"), "--ingress-port", String(secrets.ingressPort)];
+  const agentLog = opts.agentOutput ?? join(dataDir, "agent.log");
+  const launchAgent = async (): Promise<AgentProcess> => {
+    const out = opts.agentOutput === "inherit" ? "inherit" : openSync(agentLog, "a");
+    const args = ["controllers/agent/main.ts", "--edge", edgeUrl, "--data-dir", join(dataDir, "agent"), "--ingress-port", String(secrets.ingressPort)];
     if (opts.level) args.push("--level", opts.level);
     args.push("--on-exit", opts.onExit ?? "destroy");
     if (opts.runtimePort) args.push("--runtime-port", String(opts.runtimePort));
     // SBX_AGENT_NODE_ARGS passes flags to the agent's Node (e.g. --cpu-prof for profiling).
     const nodeArgs = process.env.SBX_AGENT_NODE_ARGS?.split(" ").filter(Boolean) ?? [];
-    agent = spawn(NODE, [...nodeArgs, ...args], { cwd: ROOT, env: { ...process.env, CLUSTER_TOKEN: secrets.clusterToken }, stdio: ["ignore", out, out] });
-    await waitForAgent();
+    const child = spawn(NODE, [...nodeArgs, ...args], {
+      cwd: ROOT,
+      env: { ...process.env, CLUSTER_TOKEN: secrets.clusterToken },
+      stdio: ["ignore", out, out],
+      detached: true,
+    });
+    const exited = exitOf(child);
+    const agent: AgentProcess = { child, pid: child.pid!, exited, stop: (signal) => stopChild(child, exited, signal, 10_000) };
+    try {
+      isolation = await waitForAgent(child, exited);
+    } catch (err) {
+      await agent.stop("SIGKILL");
+      throw err;
+    }
+    return agent;
   };
   // The agent is up when the edge's ClusterDO reports it connected.
-  const waitForAgent = async () => {
+  const waitForAgent = async (child: ChildProcess, exited: Promise<Exit>): Promise<string> => {
+    let exit: Exit | null = null;
+    void exited.then((e) => (exit = e));
     const deadline = Date.now() + 30_000;
     for (;;) {
-      if (agent.exitCode !== null) throw new Error(`agent exited with ${agent.exitCode}; see ${opts.agentOutput ?? join(dataDir, "agent.log")}`);
-      const res = await fetch(`${edge.url}/admin/clusters/local`, { headers: { "x-api-key": secrets.adminApiKey } }).catch(() => undefined);
+      if (exit) throw new Error(`agent exited (${describeExit(exit)}); see ${opts.agentOutput === "inherit" ? "its output above" : agentLog}`);
+      const res = await fetch(`${edgeUrl}/admin/clusters/local`, { headers: { "x-api-key": secrets.adminApiKey } }).catch(() => undefined);
       if (res?.ok) {
-        const status = (await res.json()) as { connected: boolean; isolation: string | null };
-        if (status.connected) {
-          isolation = status.isolation ?? "unknown";
-          return;
-        }
+        const status = (await res.json()) as { connected: boolean; isolation: string | null; agentId: string | null };
+        if (status.connected && child.exitCode === null) return status.isolation ?? "unknown";
       }
       if (Date.now() > deadline) throw new Error("agent did not connect to the edge within 30 s");
       await new Promise((r) => setTimeout(r, 100));
     }
   };
-  const stopAgent = async (signal: NodeJS.Signals = "SIGTERM") => {
-    if (agent.exitCode !== null || agent.signalCode !== null) return;
-    const exited = new Promise<void>((ok) => agent.once("exit", () => ok()));
-    agent.kill(signal);
-    const timer = setTimeout(() => agent.kill("SIGKILL"), 10_000);
-    await exited;
-    clearTimeout(timer);
-  };
+  const agent = new Supervisor("agent", launchAgent, log);
 
-  await startAgent();
-  await seed({ libsqlUrl: sqld.url, adminApiKey: secrets.adminApiKey, pepper: secrets.pepper, baseReplicas: opts.baseReplicas ?? 2, edgeUrl: edge.url });
+  try {
+    await sqld.start();
+    await migrate(sqldUrl);
+    await edge.start();
+    await agent.start();
+    await seed({ libsqlUrl: sqldUrl, adminApiKey: secrets.adminApiKey, pepper: secrets.pepper, baseReplicas: opts.baseReplicas ?? 2, edgeUrl });
+  } catch (err) {
+    // The parts run detached: nothing else would stop them.
+    await agent.stop();
+    await edge.stop();
+    await sqld.stop();
+    throw err;
+  }
 
   const system: System = {
-    get apiUrl() {
-      return edge.url;
-    },
+    apiUrl: edgeUrl,
     apiKey: secrets.adminApiKey,
     get edge() {
-      return edge;
+      return edge.current!;
     },
-    sqld,
+    get sqld() {
+      return sqld.current!;
+    },
     secrets,
     get agent() {
-      return agent;
+      return agent.current!.child;
     },
     get isolation() {
       return isolation;
     },
-    startAgent,
-    stopAgent,
+    parts: { sqld, edge, agent },
+    startAgent: () => agent.start(),
+    stopAgent: (signal) => agent.stop(signal),
     async restartEdge() {
-      const port = edge.port;
       await edge.stop();
-      edge = await startEdge({ dir: join(dataDir, "edge"), port, vars: edgeVars, skipBuild: true });
+      await edge.start();
     },
     async stop() {
-      await stopAgent();
+      await agent.stop();
       await edge.stop();
       await sqld.stop();
     },

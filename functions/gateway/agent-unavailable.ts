@@ -1,0 +1,37 @@
+// The gateway's answer while a sandbox's cluster agent is not connected (restarting, or its
+// ingress unreachable). The sandbox is alive as far as the edge knows, so the answer must read as
+// "retry", never as the sandbox's death. Each shape is what the e2b SDKs make of it:
+// - A Connect server stream (commands.run, watchDir): a 200 stream whose one end-stream message
+//   is the error `aborted`. A non-200 answer reaches the SDK as a bare "HTTP 503" with code
+//   `unavailable`, and commands.run turns `unavailable` into "Sandbox is probably not running
+//   anymore"; `aborted` reaches the user as SandboxError with this message.
+// - A Connect unary call: HTTP 409 with Connect's error JSON {code: "aborted", message}.
+// - Plain HTTP (files, /health, user ports): 503 with Retry-After. Not 502: that is E2B's answer
+//   for a sandbox that is gone, and the SDK's health probe (isRunning(), and the probe after a
+//   dropped stream) reads a 502 as "the sandbox was killed or reached its end of life".
+import { envelope, END_STREAM, isConnectStream } from "./connect-guard.ts";
+
+const RETRY_AFTER_S = "2";
+
+export function agentUnavailableMessage(sandboxId: string): string {
+  const who = sandboxId ? `sandbox ${sandboxId}` : "this sandbox";
+  return `The agent of ${who}'s cluster is not connected (it may be restarting); the sandbox was not killed. Retry in a few seconds.`;
+}
+
+/** The end-stream envelope of a Connect stream cut or refused because the agent is away. */
+export function agentUnavailableEnd(sandboxId: string): Uint8Array {
+  return envelope(END_STREAM, new TextEncoder().encode(JSON.stringify({ error: { code: "aborted", message: agentUnavailableMessage(sandboxId) } })));
+}
+
+export function agentUnavailable(req: Request, sandboxId: string): Response {
+  const message = agentUnavailableMessage(sandboxId);
+  const headers = { "access-control-allow-origin": "*", "retry-after": RETRY_AFTER_S };
+  const contentType = req.headers.get("content-type");
+  if (isConnectStream(contentType)) {
+    return new Response(agentUnavailableEnd(sandboxId), { status: 200, headers: { ...headers, "content-type": contentType! } });
+  }
+  if (req.headers.has("connect-protocol-version")) {
+    return Response.json({ code: "aborted", message }, { status: 409, headers });
+  }
+  return Response.json({ sandboxId, code: 503, message }, { status: 503, headers });
+}
