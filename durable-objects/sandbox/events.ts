@@ -16,6 +16,12 @@ export type SandboxEvent =
   | { type: "refresh"; durationS: number }
   /** E2B updateNetwork: replaces the egress rules (an omitted list clears it) of a running sandbox. */
   | { type: "updateNetwork"; allowOut?: string[]; denyOut?: string[]; allowInternetAccess: boolean | null }
+  /**
+   * Compensation: the create this instance ran did not complete (ClusterDO did not take it, no
+   * ack in time, the agent failed it, it did not become ready). The sandbox is killed, so ClusterDO
+   * and the agent drop whatever they took; nothing to do if it is gone or already terminating.
+   */
+  | { type: "abandon" }
   | { type: "observe"; obs: Observation }
   | { type: "ack"; generation: number; result: AckResult; message?: string }
   | { type: "alarm" };

@@ -50,6 +50,10 @@ export function transition(current: SandboxState | null, ev: SandboxEvent, now: 
       return s ? unlessUnchanged(current, ack(s, ev, now)) : ok(null, []);
     case "alarm":
       return s ? unlessUnchanged(current, alarm(s, now)) : ok(null, []);
+    case "abandon":
+      // The row stays, as a kill whose delete intent the alarm delivers until ClusterDO takes it
+      // (ClusterDO may have taken the create before its answer was lost).
+      return s && s.phase !== "Terminating" ? kill(s, now) : ok(current, []);
     default:
       break;
   }

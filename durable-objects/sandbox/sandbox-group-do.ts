@@ -25,7 +25,8 @@ import { dueAt, transition, visibleTo } from "./machine.ts";
 import { counts, type Held } from "../quota/ledger.ts";
 import { QuotaLink } from "./quota-link.ts";
 import type { Access, Result, SandboxSpec, SandboxState } from "./state.ts";
-import { openSandboxStore, type SandboxStore, type Undelivered } from "./store.ts";
+import { notify, SlotCache, type Slot } from "./slot-cache.ts";
+import { openSandboxStore, type SandboxStore } from "./store.ts";
 
 export { sandboxGroupOf } from "./stub.ts";
 
@@ -49,38 +50,18 @@ const ENQUEUE_GRACE_MS = 10_000;
 /** ClusterDO's own bound on an ack wait (cluster-do.ts MAX_AWAIT_MS). */
 const MAX_ACK_WAIT_MS = 30_000;
 
-/** One sandbox of the group, as this object instance holds it. */
-interface Slot {
-  state: SandboxState | null;
-  /**
-   * The newest intent ClusterDO has not confirmed taking. Written in the same row write as the
-   * transition that made it, so an instance that dies before the enqueue answers leaves it for the
-   * alarm; cleared only by the success of that generation or a newer one.
-   */
-  undelivered: Undelivered | null;
-  /** waitRunning() callers, woken after every transition. */
-  waiters: Set<() => void>;
-  /** Operations holding this slot across an await: a slot in use is never evicted. */
-  busy: number;
-  /** Generation of the newest enqueue in flight from this instance (0: none). */
-  sending: number;
-  /** `undelivered` changed in memory and its row is not written yet. */
-  dirty: boolean;
-}
-
 type Applied = Result<{ resumed?: boolean; acked?: boolean; failure?: Refusal }>;
 
 export class SandboxGroupDO extends DurableObject<Env> {
   private readonly store: SandboxStore;
-  private readonly slots = new Map<string, Slot>();
+  /** The sandboxes in memory (set in the constructor: loading needs the store). */
+  private readonly slots: SlotCache;
   /** Ids with a row: a create (always a new id) or a probe of an unknown one reads nothing. */
   private readonly stored: Set<string>;
   /** Sandboxes whose alarm work is running, so an early re-fire does not run it twice. */
   private readonly firing = new Set<string>();
   /** The alarm time this instance set (null: none, or unknown until the constructor read it). */
   private alarmAt: number | null = null;
-  /** Slots kept in memory beyond those in use; older idle ones are dropped and reloaded on demand. */
-  private maxSlots = 1_000;
   private readonly indexQueue = new IndexQueue(() => this.indexWriter(), (p) => this.ctx.waitUntil(p));
   /** Index ops kept until libSQL has them (set in the constructor: it needs the store). */
   private readonly indexOutbox: IndexOutbox;
@@ -103,6 +84,11 @@ export class SandboxGroupDO extends DurableObject<Env> {
     super(ctx, env);
     this.store = openSandboxStore(ctx.storage.sql);
     this.stored = new Set(this.store.ids());
+    this.slots = new SlotCache((id) => {
+      if (!this.stored.has(id)) return null;
+      this.turn.flush();
+      return this.store.load(id);
+    });
     this.indexOutbox = new IndexOutbox(this.store, this.indexQueue, (w) => this.turn.defer(w), (at) => this.arm(at));
     void ctx.blockConcurrencyWhile(async () => {
       this.alarmAt = await ctx.storage.getAlarm();
@@ -114,7 +100,7 @@ export class SandboxGroupDO extends DurableObject<Env> {
   /** Takes over a claimed member: records it, sends the owner's first intent, waits for the ack. */
   async create(id: string, input: CreateInput): Promise<Result<{ sandbox: SandboxInfo }>> {
     if (input.spec.id !== id) return { ok: false, error: { code: ErrorCode.badRequest, message: `spec id ${input.spec.id} is not ${id}` } };
-    const slot = this.slot(id);
+    const slot = this.slots.get(id);
     const deadline = Date.now() + input.waitMs;
     slot.busy++;
     try {
@@ -126,20 +112,20 @@ export class SandboxGroupDO extends DurableObject<Env> {
         endpoint: input.endpoint,
       }, input.waitMs);
       if (!t.ok) return t;
+      // Every way a create does not complete is answered after the machine's compensation
+      // (`abandon`: the sandbox is killed, its row kept until ClusterDO takes the delete).
       if (t.failure) {
-        // ClusterDO may have taken the intent before its answer was lost: the row stays, as a
-        // kill whose delete intent the alarm delivers until ClusterDO takes it.
-        await this.apply(id, { type: "kill" }, 0);
+        await this.apply(id, { type: "abandon" }, 0);
         return { ok: false, error: t.failure };
       }
       if (!t.acked) {
         const message = `The cluster did not take sandbox "${id}" within ${input.waitMs} ms${retryDetail(slot.state)}`;
-        await this.apply(id, { type: "kill" }, 0);
+        await this.apply(id, { type: "abandon" }, 0);
         return { ok: false, error: { code: ErrorCode.placementTimeout, message } };
       }
       if (slot.state?.phase === "Failed") {
         const error = { code: ErrorCode.createFailed, message: failureMessage(slot.state) };
-        await this.apply(id, { type: "kill" }, 0);
+        await this.apply(id, { type: "abandon" }, 0);
         return { ok: false, error };
       }
       // A kill may have landed while the ack was awaited.
@@ -149,7 +135,7 @@ export class SandboxGroupDO extends DurableObject<Env> {
         // have the client's first request fail (the gateway serves Running sandboxes only).
         const ready = await this.waitRunning(id, Math.max(0, deadline - Date.now()), input.waitMs);
         if (!ready.ok) {
-          if (ready.error.code !== ErrorCode.sandboxNotFound) await this.apply(id, { type: "kill" }, 0);
+          if (ready.error.code !== ErrorCode.sandboxNotFound) await this.apply(id, { type: "abandon" }, 0);
           return ready;
         }
         return { ok: true, sandbox: sandboxInfo(ready.state) };
@@ -157,12 +143,12 @@ export class SandboxGroupDO extends DurableObject<Env> {
       return { ok: true, sandbox: sandboxInfo(slot.state) };
     } finally {
       slot.busy--;
-      this.release(id, slot);
+      this.slots.release(id, slot);
     }
   }
   async info(id: string, access: Access): Promise<Result<{ sandbox: SandboxInfo }>> {
     await this.settled(); // what is answered is stored (or, after a failed batch, reloaded)
-    const s = this.find(id)?.state ?? null;
+    const s = this.slots.find(id)?.state ?? null;
     if (!visibleTo(s, access) || s.phase === "Failed") return notFound(id);
     return { ok: true, sandbox: sandboxInfo(s) };
   }
@@ -190,12 +176,12 @@ export class SandboxGroupDO extends DurableObject<Env> {
     update: { allowOut?: string[]; denyOut?: string[]; allowInternetAccess: boolean | null },
     waitMs: number = DEFAULT_WAIT_MS,
   ): Promise<Result> {
-    if (!visibleTo(this.find(id)?.state ?? null, access)) return notFound(id);
+    if (!visibleTo(this.slots.find(id)?.state ?? null, access)) return notFound(id);
     const t = await this.apply(id, { type: "updateNetwork", ...update }, waitMs);
     if (!t.ok) return t;
     if (t.failure) return { ok: false, error: t.failure };
     if (!t.acked) return { ok: false, error: { code: ErrorCode.placementTimeout, message: `The cluster did not apply the network rules of sandbox "${id}" within ${waitMs} ms (they apply when it does)` } };
-    if (this.find(id)?.state?.phase === "Failed") return { ok: false, error: { code: ErrorCode.conflict, message: `Sandbox "${id}" failed applying the network rules` } };
+    if (this.slots.find(id)?.state?.phase === "Failed") return { ok: false, error: { code: ErrorCode.conflict, message: `Sandbox "${id}" failed applying the network rules` } };
     return { ok: true };
   }
 
@@ -205,7 +191,7 @@ export class SandboxGroupDO extends DurableObject<Env> {
     access: Access,
     opts: { timeoutS: number; memory?: boolean; waitMs?: number },
   ): Promise<Result<{ sandbox: SandboxInfo; resumed: boolean }>> {
-    const s = this.find(id)?.state ?? null;
+    const s = this.slots.find(id)?.state ?? null;
     if (!visibleTo(s, access)) return notFound(id);
     if (s.phase === "Pausing" || s.phase === "Paused") {
       const reserved = await this.quota.beforeResume(s);
@@ -222,7 +208,7 @@ export class SandboxGroupDO extends DurableObject<Env> {
   /** Gateway: where the sandbox lives and its tokens, in whatever state it is. */
   async route(id: string): Promise<Result<{ route: RouteInfo }>> {
     await this.settled();
-    const s = this.find(id)?.state;
+    const s = this.slots.find(id)?.state;
     if (!s || s.phase === "Terminating") return notFound(id);
     return { ok: true, route: routeInfo(s) };
   }
@@ -233,7 +219,7 @@ export class SandboxGroupDO extends DurableObject<Env> {
    * auto-resume, timeout, failed).
    */
   async wake(id: string, waitMs: number = DEFAULT_WAIT_MS): Promise<Result<{ route: RouteInfo; resumed: boolean }>> {
-    const s = this.find(id)?.state;
+    const s = this.slots.find(id)?.state;
     if (!s || s.phase === "Terminating") return notFound(id);
     if ((s.phase === "Pausing" || s.phase === "Paused") && s.spec.lifecycle.autoResume) {
       const reserved = await this.quota.beforeResume(s);
@@ -257,7 +243,7 @@ export class SandboxGroupDO extends DurableObject<Env> {
     await this.settled();
     const out: Record<string, Held> = {};
     for (const id of ids) {
-      const s = this.find(id)?.state;
+      const s = this.slots.find(id)?.state;
       out[id] = s ? { known: true, counted: counts(s.phase), generation: s.generation } : { known: false };
     }
     return out;
@@ -266,7 +252,7 @@ export class SandboxGroupDO extends DurableObject<Env> {
   /** Operators and tests: the full state (phase, conditions, generations, timers). */
   async inspect(id: string): Promise<SandboxState | null> {
     await this.settled();
-    return this.find(id)?.state ?? null;
+    return this.slots.find(id)?.state ?? null;
   }
 
   override async alarm(): Promise<void> {
@@ -285,7 +271,7 @@ export class SandboxGroupDO extends DurableObject<Env> {
 
   private async fire(id: string, now: number): Promise<void> {
     this.firing.add(id);
-    const slot = this.slot(id);
+    const slot = this.slots.get(id);
     slot.busy++;
     try {
       const u = slot.undelivered;
@@ -301,12 +287,12 @@ export class SandboxGroupDO extends DurableObject<Env> {
     } finally {
       slot.busy--;
       this.firing.delete(id);
-      this.release(id, slot);
+      this.slots.release(id, slot);
     }
   }
 
   private async applyVisible(id: string, access: Access, ev: SandboxEvent): Promise<Result> {
-    if (!visibleTo(this.find(id)?.state ?? null, access)) return notFound(id);
+    if (!visibleTo(this.slots.find(id)?.state ?? null, access)) return notFound(id);
     const t = await this.apply(id, ev, 0);
     if (!t.ok) return t;
     return { ok: true };
@@ -318,7 +304,7 @@ export class SandboxGroupDO extends DurableObject<Env> {
    * alarm sends it again). `acked`: with `awaitAckMs`, the agent acknowledged it in time.
    */
   private async apply(id: string, ev: SandboxEvent, awaitAckMs: number): Promise<Applied> {
-    const slot = this.slot(id);
+    const slot = this.slots.get(id);
     slot.busy++;
     try {
       const now = Date.now();
@@ -370,7 +356,7 @@ export class SandboxGroupDO extends DurableObject<Env> {
         carried.length ? this.indexOutbox.carried(carried[0]!, sent, (r) => r.ok && r.indexed === true) : sent,
         readYourWrites,
       ]);
-      // A create ClusterDO did not take is killed by its caller; the kill writes the row.
+      // A create ClusterDO did not take is abandoned by its caller, which writes the row.
       if (!res.ok) {
         await this.settled(); // the intent marked undelivered
         return { ...t.result, acked: false, failure: res.error };
@@ -390,7 +376,7 @@ export class SandboxGroupDO extends DurableObject<Env> {
       return { ...t.result, acked };
     } finally {
       slot.busy--;
-      this.release(id, slot);
+      this.slots.release(id, slot);
     }
   }
 
@@ -435,51 +421,6 @@ export class SandboxGroupDO extends DurableObject<Env> {
   /** The index writer's stub (one method, so tests can make it fail). */
   private indexWriter(): IndexWriter {
     return this.env.SANDBOX_INDEX.get(this.env.SANDBOX_INDEX.idFromName(INDEX_WRITER_NAME));
-  }
-
-  /** The sandbox's slot, loaded from its row (or empty, for a create). */
-  private slot(id: string): Slot {
-    let slot = this.find(id);
-    if (!slot) {
-      slot = newSlot(null, null);
-      this.slots.set(id, slot);
-    }
-    return slot;
-  }
-
-  /** The slot of a stored sandbox; null (and nothing cached) for an unknown id. */
-  private find(id: string): Slot | null {
-    const cached = this.slots.get(id);
-    if (cached) return cached;
-    if (!this.stored.has(id)) return null;
-    this.turn.flush();
-    const row = this.store.load(id);
-    if (!row) return null;
-    const slot = newSlot(row.state, row.undelivered);
-    // Reads (route, info) load slots too: the bound holds for them, and a slot just loaded is
-    // never the one dropped.
-    if (this.slots.size >= this.maxSlots) this.trim();
-    this.slots.set(id, slot);
-    return slot;
-  }
-
-  /**
-   * A slot nobody uses: an empty one goes at once (probes of unknown ids do not pile up); beyond
-   * maxSlots the oldest idle ones go too. Every change is in the row before anything is awaited,
-   * so a dropped slot is reloaded as it was.
-   */
-  private release(id: string, slot: Slot): void {
-    if (slot.busy > 0 || slot.waiters.size > 0 || this.slots.get(id) !== slot) return;
-    if (!slot.state && !slot.undelivered) this.slots.delete(id);
-    else if (this.slots.size > this.maxSlots) this.trim();
-  }
-
-  /** Drops the oldest idle slots down to 90 % of the bound (slots in use stay). */
-  private trim(): void {
-    for (const [id, s] of this.slots) {
-      if (this.slots.size <= this.maxSlots * 0.9) return;
-      if (s.busy === 0 && s.waiters.size === 0 && !s.dirty) this.slots.delete(id);
-    }
   }
 
   private save(id: string, slot: Slot): void {
@@ -533,7 +474,7 @@ export class SandboxGroupDO extends DurableObject<Env> {
 
   /** `boundMs`: the caller's whole bound, for the message, when `ms` is what is left of it. */
   private async waitRunning(id: string, ms: number, boundMs = ms): Promise<Result<{ state: SandboxState }>> {
-    const slot = this.slot(id);
+    const slot = this.slots.get(id);
     const deadline = Date.now() + ms;
     try {
       for (;;) {
@@ -554,13 +495,9 @@ export class SandboxGroupDO extends DurableObject<Env> {
         });
       }
     } finally {
-      this.release(id, slot);
+      this.slots.release(id, slot);
     }
   }
-}
-
-function newSlot(state: SandboxState | null, undelivered: Undelivered | null): Slot {
-  return { state, undelivered, waiters: new Set(), busy: 0, sending: 0, dirty: false };
 }
 
 /** How long ClusterDO may hold an enqueue waiting for acks. */
@@ -574,10 +511,6 @@ function bounded(p: Promise<EnqueueResult>, ms: number, timers: CoarseTimers): P
     const cancel = timers.after(ms, () => resolve({ ok: false, error: { code: ErrorCode.internal, message: `no answer from the cluster within ${ms} ms` } }));
     p.then(resolve, reject).finally(cancel);
   });
-}
-
-function notify(slot: Slot): void {
-  for (const w of [...slot.waiters]) w();
 }
 
 function failureMessage(s: SandboxState): string {

@@ -540,9 +540,9 @@ describe("lost calls are retried, memory is bounded", () => {
 
   it("a group keeps a bounded number of idle sandboxes in memory and reloads the others from their rows", async () => {
     const [first, second] = await sameGroupPair({ timeout: 600 });
-    const slots = () => runInDurableObject(sandboxGroupStub(env, first), (i: SandboxGroupDO) => (i as unknown as { slots: Map<string, unknown> }).slots.size);
+    const slots = () => runInDurableObject(sandboxGroupStub(env, first), (i: SandboxGroupDO) => (i as unknown as { slots: { size: number } }).slots.size);
     await runInDurableObject(sandboxGroupStub(env, first), (i: SandboxGroupDO) => {
-      (i as unknown as { maxSlots: number }).maxSlots = 1;
+      (i as unknown as { slots: { maxSlots: number } }).slots.maxSlots = 1;
     });
     try {
       await expectStatus(call(`/sandboxes/${first}/timeout`, { key: team.key, body: { timeout: 900 } }), 204);
@@ -554,7 +554,7 @@ describe("lost calls are retried, memory is bounded", () => {
       expect(await slots()).toBeLessThanOrEqual(1);
     } finally {
       await runInDurableObject(sandboxGroupStub(env, first), (i: SandboxGroupDO) => {
-        (i as unknown as { maxSlots: number }).maxSlots = 1_000;
+        (i as unknown as { slots: { maxSlots: number } }).slots.maxSlots = 1_000;
       });
     }
   });

@@ -74,6 +74,10 @@ const rows: Row[] = [
   { name: "kill sends a delete intent and starts the purge grace", from: at("Running"), ev: { type: "kill" }, now: T0 + S, phase: "Terminating", state: { generation: 3, desired: "deleted", purgeAt: T0 + S + PURGE_GRACE_MS }, effects: ["intent:deleted:3", "index"] },
   { name: "kill of a Failed sandbox is allowed", from: at("Failed"), ev: { type: "kill" }, phase: "Terminating", effects: ["intent:deleted:3", "index"] },
   { name: "kill twice is not found", from: at("Terminating", { desired: "deleted" }), ev: { type: "kill" }, phase: "Terminating", effects: [], result: { ok: false, code: "sandbox_not_found" } },
+  { name: "abandon (a create that did not complete) kills a Pending sandbox", from: at("Pending"), ev: { type: "abandon" }, now: T0 + S, phase: "Terminating", state: { generation: 3, desired: "deleted", purgeAt: T0 + S + PURGE_GRACE_MS }, effects: ["intent:deleted:3", "index"] },
+  { name: "abandon kills a sandbox the agent failed", from: at("Failed"), ev: { type: "abandon" }, phase: "Terminating", effects: ["intent:deleted:3", "index"] },
+  { name: "abandon of a sandbox a kill already took is a no-op, not a refusal", from: at("Terminating", { desired: "deleted", generation: 3 }), ev: { type: "abandon" }, phase: "Terminating", state: { generation: 3 }, effects: [] },
+  { name: "abandon of a sandbox already gone is a no-op", from: null, ev: { type: "abandon" }, phase: null, effects: [] },
   { name: "Deleted observed after kill forgets the sandbox", from: at("Terminating", { desired: "deleted", generation: 3 }), ev: obs("Deleted", 3), phase: null, effects: ["purge"] },
   { name: "setTimeout overwrites the end (may shorten)", from: at("Running"), ev: { type: "setTimeout", timeoutS: 5 }, now: T0 + 10 * S, phase: "Running", state: { endAt: T0 + 15 * S }, effects: ["index"] },
   { name: "setTimeout on a paused sandbox is a conflict", from: at("Paused"), ev: { type: "setTimeout", timeoutS: 5 }, phase: "Paused", effects: [], result: { ok: false, code: "conflict" } },
@@ -135,6 +139,11 @@ describe("sandbox machine", () => {
     expect(transition(acked, { type: "alarm" }, T0 + 2 * S).state).toBe(acked);
     expect(transition(acked, obs("Running", 2, false), T0 + 2 * S).state).toMatchObject({ phase: "Running", conditions: expect.arrayContaining([expect.objectContaining({ type: "Ready", status: "False" })]) });
     expect(transition(acked, { ...obs("Running", 2), obs: { ...(obs("Running", 2) as { obs: Observation }).obs, endpoint: { runtime: "http://10.0.0.2:49983" } } } as SandboxEvent, T0 + 2 * S).state).not.toBe(acked);
+  });
+
+  it("abandon of a terminating sandbox hands back the very same state (nothing to write)", () => {
+    const s = at("Terminating", { desired: "deleted", generation: 3 });
+    expect(transition(s, { type: "abandon" }, T0).state).toBe(s);
   });
 
   it("bumps the index revision on every index write", () => {
