@@ -25,6 +25,7 @@ import { sandboxGroupOf, sandboxGroupStub } from "../sandbox/stub.ts";
 import { CoarseTimers } from "./coarse-timers.ts";
 import { TurnWrites } from "../turn-writes.ts";
 import { CrdSync } from "./crd-sync.ts";
+import { ObservationRouter } from "./observation-router.ts";
 import { nextRedelivery, transition, type ClusterEffect, type ClusterEvent, type ClusterState } from "./machine.ts";
 import type { ClusterStatus, EnqueueOptions, EnqueueResult } from "./rpc.ts";
 import { openClusterStore, type ClusterStore } from "./store.ts";
@@ -40,8 +41,6 @@ const LIVENESS_MS = 3 * HEARTBEAT_MS;
 const FRAME_BATCH = 256;
 /** Delay for deleting acked outbox rows in one batch. */
 const ACK_FLUSH_MS = 50;
-/** Bound on remembered confirmations (see repeatsAck). */
-const MAX_CONFIRMED = 10_000;
 /** The longest an `enqueue` may wait for acks. */
 const MAX_AWAIT_MS = 30_000;
 /** Pause before each retry of an owner's observeBatch that failed (then it is dropped and logged). */
@@ -70,17 +69,10 @@ export class ClusterDO extends DurableObject<Env> {
    */
   private readonly turn = new TurnWrites("cluster", this.ctx.storage, () => {
     this.state = null;
-    this.confirmed.clear();
+    this.observations.reset();
   });
-  /** Applied acks their owner awaited, by sandbox: the observation repeating one is not routed. */
-  private confirmed = new Map<string, { generation: number; endpoint: string }>();
-  /**
-   * Sandboxes with an awaited enqueue (knownEndpoint) in flight → whether an observation of them
-   * was routed meanwhile: then the owner's endpoint may have moved, and the ack confirms nothing.
-   */
-  private watching = new Map<string, boolean>();
-  /** Observations not routed as repeats of an ack, until a re-sent intent asks for them (see enqueue). */
-  private held = new Map<string, Observation>();
+  /** Which sandbox observations go to their groups (repeats of an awaited ack do not). */
+  private readonly observations = new ObservationRouter();
   /** Per-owner delivery chains, so one owner sees its observations in arrival order. */
   private routes = new Map<string, Promise<void>>();
   private sessionId = "";
@@ -127,7 +119,7 @@ export class ClusterDO extends DurableObject<Env> {
     // Queued first; the answer waits for their commit (the create's read-your-writes).
     const indexed = opts.index?.length ? Promise.all(opts.index.map((op) => this.indexQueue.push(op))).then((r) => r.every(Boolean)) : null;
     const { seqs = [] } = this.apply({ type: "enqueue", intents });
-    this.resendHeld(intents, seqs);
+    for (const h of this.observations.resent(intents, seqs)) this.route({ kind: "sandbox" }, [h]);
     const connected = this.state!.connected;
     const waitMs = Math.min(opts.awaitAckMs ?? 0, MAX_AWAIT_MS);
     // Durably queued before any answer (the output gate holds it until their commit). An ack
@@ -146,16 +138,14 @@ export class ClusterDO extends DurableObject<Env> {
     }
     const known = opts.knownEndpoint === undefined ? null : JSON.stringify(opts.knownEndpoint);
     const watched = known === null ? [] : intents.map((i) => i.sandboxId);
-    for (const id of watched) this.watching.set(id, false);
+    this.observations.watch(watched);
     const [{ acks, timedOut }, committed] = await Promise.all([
       this.awaitAcks(seqs.filter((s) => s > 0), waitMs, (a) => {
-        if (known !== null && a.result === "applied" && this.watching.get(a.sandboxId) === false && this.state!.desired.get(a.sandboxId)?.state === "running") {
-          this.confirm(a, known);
-        }
+        if (known !== null) this.observations.acked(a, known, this.state!.desired.get(a.sandboxId)?.state === "running");
       }),
       indexed,
     ]);
-    for (const id of watched) this.watching.delete(id);
+    this.observations.unwatch(watched);
     return { ok: true, seqs, connected, acks, timedOut, ...(committed === null ? {} : { indexed: committed }) };
   }
 
@@ -362,7 +352,7 @@ export class ClusterDO extends DurableObject<Env> {
           break;
         case "route":
           if (e.owner.kind !== "sandbox") this.route(e.owner, e.observations);
-          else for (const o of e.observations) if (!this.repeatsAck(o)) this.routed(o, toGroups);
+          else for (const o of this.observations.route(e.observations)) pushTo(toGroups, sandboxGroupOf(o.sandboxId), o);
           break;
         case "acked":
           for (const a of e.items) {
@@ -452,48 +442,6 @@ export class ClusterDO extends DurableObject<Env> {
   /** A sandbox's group (one method, so tests can make the call fail). */
   private group(sandboxId: string): Pick<ReturnType<typeof sandboxGroupStub>, "observeBatch"> {
     return sandboxGroupStub(this.env, sandboxId);
-  }
-
-  /** An observation on its way to its sandbox's group: it voids a pending confirmation and a held one. */
-  private routed(o: Observation, toGroups: Map<string, Observation[]>): void {
-    if (this.watching.has(o.sandboxId)) this.watching.set(o.sandboxId, true);
-    this.held.delete(o.sandboxId);
-    pushTo(toGroups, sandboxGroupOf(o.sandboxId), o);
-  }
-
-  /**
-   * A group re-sends an intent ClusterDO already holds (seq 0) when it lost the enqueue's answer
-   * (its instance died, the reply was lost): it never applied that ack, so the observation held
-   * back as the ack's repeat goes to it after all.
-   */
-  private resendHeld(intents: Intent[], seqs: number[]): void {
-    if (this.held.size === 0) return;
-    intents.forEach((i, k) => {
-      const h = seqs[k] === 0 && i.owner.kind === "sandbox" ? this.held.get(i.sandboxId) : undefined;
-      if (!h || h.generation < i.generation) return;
-      this.held.delete(i.sandboxId);
-      this.route({ kind: "sandbox" }, [h]);
-    });
-  }
-
-  /** Remembers an applied ack its owner awaited (see EnqueueOptions.knownEndpoint). */
-  private confirm(a: AckItem, endpoint: string): void {
-    // Bounded: an agent that never observes (or a lost session) must not grow this forever.
-    if (this.confirmed.size >= MAX_CONFIRMED) this.confirmed.clear();
-    this.confirmed.set(a.sandboxId, { generation: a.generation, endpoint });
-  }
-
-  /** Whether an observation only repeats an applied ack its owner awaited; each is used once. */
-  private repeatsAck(obs: Observation): boolean {
-    const c = this.confirmed.get(obs.sandboxId);
-    if (!c || obs.generation < c.generation) return false;
-    this.confirmed.delete(obs.sandboxId);
-    const repeats = obs.generation === c.generation && obs.phase === "Running" && obs.ready && JSON.stringify(obs.endpoint ?? null) === c.endpoint;
-    if (repeats) {
-      if (this.held.size >= MAX_CONFIRMED) this.held.clear();
-      this.held.set(obs.sandboxId, obs);
-    }
-    return repeats;
   }
 
   private awaitAcks(seqs: number[], ms: number, onAck: (a: AckItem) => void): Promise<{ acks: AckItem[]; timedOut: boolean }> {
