@@ -22,7 +22,7 @@ import {
 import { IndexQueue } from "../sandbox/index-queue.ts";
 import { INDEX_WRITER_NAME } from "../sandbox/index-writer-do.ts";
 import { sandboxGroupOf, sandboxGroupStub } from "../sandbox/stub.ts";
-import { CoarseTimers } from "./coarse-timers.ts";
+import { CoarseTimers } from "../coarse-timers.ts";
 import { TurnWrites } from "../turn-writes.ts";
 import { CrdSync } from "./crd-sync.ts";
 import { ObservationRouter } from "./observation-router.ts";

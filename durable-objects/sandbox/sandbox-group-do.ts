@@ -13,7 +13,7 @@ import type { Env } from "../env.ts";
 import { tombstone, type IndexOp } from "../store/sandbox-index.ts";
 import { ErrorCode, sandboxNotFoundMessage, type Refusal } from "../../schema/errors.ts";
 import type { Endpoint, Intent, Observation, PauseStrategy } from "../../schema/protocol/index.ts";
-import { CoarseTimers } from "../cluster/coarse-timers.ts";
+import { CoarseTimers } from "../coarse-timers.ts";
 import { TurnWrites } from "../turn-writes.ts";
 import type { EnqueueOptions, EnqueueResult } from "../cluster/rpc.ts";
 import type { SandboxEvent } from "./events.ts";

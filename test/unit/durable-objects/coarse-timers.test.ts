@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { CoarseTimers } from "../../../../durable-objects/cluster/coarse-timers.ts";
+import { CoarseTimers } from "../../../durable-objects/coarse-timers.ts";
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
