@@ -2,12 +2,12 @@
 // Objects all see. Lives beneath functions/ so nothing here imports a route.
 import type { ClusterDO } from "./cluster/cluster-do.ts";
 import type { PoolDO } from "./pool/pool-do.ts";
-import type { SandboxIndexDO } from "./sandbox/index-writer-do.ts";
+import type { SandboxIndexDO } from "./sandbox/sandbox-index-do.ts";
 import type { SandboxGroupDO } from "./sandbox/sandbox-group-do.ts";
 import type { TeamQuotaDO } from "./quota/team-quota-do.ts";
 
 export interface Env {
-  /** Sandboxes live in groups (SandboxGroupDO): reach one with `sandboxStub(env, id)`. */
+  /** Sandboxes live in groups (SandboxGroupDO): reach one with `sandboxHandle(env, id)`. */
   SANDBOX_GROUP: DurableObjectNamespace<SandboxGroupDO>;
   POOL: DurableObjectNamespace<PoolDO>;
   CLUSTER: DurableObjectNamespace<ClusterDO>;

@@ -16,7 +16,7 @@ import { unserved } from "./api/unserved.ts";
 import { requireApiKey } from "./auth/middleware.ts";
 import type { AppEnv } from "./env.ts";
 export { SandboxGroupDO } from "../durable-objects/sandbox/sandbox-group-do.ts";
-export { SandboxIndexDO } from "../durable-objects/sandbox/index-writer-do.ts";
+export { SandboxIndexDO } from "../durable-objects/sandbox/sandbox-index-do.ts";
 export { PoolDO } from "../durable-objects/pool/pool-do.ts";
 export { ClusterDO } from "../durable-objects/cluster/cluster-do.ts";
 export { TeamQuotaDO } from "../durable-objects/quota/team-quota-do.ts";

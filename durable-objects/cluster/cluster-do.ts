@@ -20,7 +20,7 @@ import {
   type Owner,
 } from "../../schema/protocol/index.ts";
 import { IndexQueue } from "../sandbox/index-queue.ts";
-import { INDEX_WRITER_NAME } from "../sandbox/index-writer-do.ts";
+import { INDEX_WRITER_NAME } from "../sandbox/sandbox-index-do.ts";
 import { sandboxGroupOf, sandboxGroupStub } from "../sandbox/stub.ts";
 import { CoarseTimers } from "../coarse-timers.ts";
 import { TurnWrites } from "../turn-writes.ts";

@@ -29,7 +29,7 @@ import { KeyedSerial } from "../../lib/keyed-serial.ts";
 import { listIndex } from "../store/sandbox-index.ts";
 import { getTemplate } from "../store/templates.ts";
 import { findTeamByName } from "../store/teams.ts";
-import { sandboxStub } from "../sandbox/stub.ts";
+import { sandboxHandle } from "../sandbox/stub.ts";
 import type { DesiredEntry } from "./machine.ts";
 
 type Sql = Pick<SqlStorage, "exec">;
@@ -173,7 +173,7 @@ export class CrdSync {
   }
 
   async #request(item: SandboxRequestItem): Promise<Omit<ReplyItem, "id">> {
-    const stub = sandboxStub(this.#o.env, item.sandboxId);
+    const stub = sandboxHandle(this.#o.env, item.sandboxId);
     const st = await stub.inspect();
     if (!st || st.phase === "Terminating") return this.#poolMemberRequest(item);
     if (st.spec.cluster !== this.#o.cluster()) return refused({ code: "forbidden", message: `sandbox ${item.sandboxId} runs on cluster ${st.spec.cluster}` });

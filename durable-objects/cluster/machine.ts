@@ -56,7 +56,11 @@ export function initialState(nextSeq = 1): ClusterState {
   return { nextSeq, desired: new Map(), outbox: new Map(), pendingSeq: new Map(), connected: false };
 }
 
-/** Applies one event; `seqs` answers `enqueue` (0 for an intent dropped as stale or duplicate). */
+/**
+ * Applies one event; `seqs` answers `enqueue` (0 for an intent dropped as stale or duplicate).
+ * Deterministic, no I/O; it mutates `state` in place on purpose (and returns it), so an event
+ * costs O(1) however many sandboxes the cluster holds.
+ */
 export function transition(
   state: ClusterState,
   event: ClusterEvent,

@@ -18,7 +18,7 @@ import type { ClaimResult } from "../pool/rpc.ts";
 import { poolName, poolStub } from "../pool/stub.ts";
 import type { Resources } from "../quota/ledger.ts";
 import { quotaStub } from "../quota/stub.ts";
-import { sandboxStub } from "../sandbox/stub.ts";
+import { sandboxHandle } from "../sandbox/stub.ts";
 import { getDb } from "../store/db.ts";
 import { resolveTemplateCached } from "../store/template-cache.ts";
 import { refusalsAsResult } from "./result.ts";
@@ -57,7 +57,7 @@ async function create(env: Env, caller: Caller, { version, body, ext }: CreateSa
   }
   const timeout = body.timeout === undefined ? (version === "v1" ? V1_DEFAULT_TIMEOUT_S : DEFAULT_TIMEOUT_S) : body.timeout || DEFAULT_TIMEOUT_S;
   const spec = buildSpec(caller, template, body, ext, claimed, resources, version);
-  const res = await sandboxStub(env, claimed.sandboxId).create({
+  const res = await sandboxHandle(env, claimed.sandboxId).create({
     spec,
     timeoutS: timeout,
     claimedGeneration: claimed.generation,

@@ -3,7 +3,7 @@
 // each SandboxGroupDO for its sandboxes' ops, and by ClusterDO for the create ops that travel with
 // an enqueue (see EnqueueOptions.index).
 import type { IndexOp } from "../store/sandbox-index.ts";
-import type { SandboxIndexDO } from "./index-writer-do.ts";
+import type { SandboxIndexDO } from "./sandbox-index-do.ts";
 
 /** Attempts of a batch after the first, and the pause before each (the default schedule). */
 const RETRY_MS = [250, 1_000];

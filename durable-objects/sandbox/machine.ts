@@ -39,6 +39,7 @@ export interface Transition {
   result: Result<{ resumed?: boolean }>;
 }
 
+/** Deterministic, no I/O; `current` is never mutated (transitions change a copy). */
 export function transition(current: SandboxState | null, ev: SandboxEvent, now: number): Transition {
   const s = current && copy(current);
   switch (ev.type) {

@@ -20,7 +20,7 @@ import type { SandboxEvent } from "./events.ts";
 import { indexRow, routeInfo, sandboxInfo, type RouteInfo, type SandboxInfo } from "./info.ts";
 import { IndexOutbox } from "./index-outbox.ts";
 import { IndexQueue, type IndexWriter } from "./index-queue.ts";
-import { INDEX_WRITER_NAME } from "./index-writer-do.ts";
+import { INDEX_WRITER_NAME } from "./sandbox-index-do.ts";
 import { dueAt, transition, visibleTo } from "./machine.ts";
 import { counts, type Held } from "../quota/ledger.ts";
 import { QuotaLink } from "./quota-link.ts";

@@ -25,7 +25,11 @@ export function sandboxGroupStub(env: Env, sandboxId: string) {
   return env.SANDBOX_GROUP.get(env.SANDBOX_GROUP.idFromName(sandboxGroupOf(sandboxId)));
 }
 
-export function sandboxStub(env: Env, sandboxId: string): SandboxHandle {
+/**
+ * One sandbox's RPCs as a plain object, not a Durable Object stub: each method calls the
+ * sandbox's group (sandboxGroupStub) with the sandbox id bound as its first argument.
+ */
+export function sandboxHandle(env: Env, sandboxId: string): SandboxHandle {
   const group = sandboxGroupStub(env, sandboxId) as unknown as Record<SandboxMethod, (id: string, ...args: unknown[]) => unknown>;
   return Object.fromEntries(SANDBOX_METHODS.map((m) => [m, (...args: unknown[]) => group[m](sandboxId, ...args)])) as SandboxHandle;
 }

@@ -11,7 +11,7 @@ import type { AppEnv, Env } from "../env.ts";
 import { edgeFetch } from "../gateway/ingress-client.ts";
 import { ENVD_PORT } from "../gateway/target.ts";
 import type { Access } from "../../durable-objects/sandbox/state.ts";
-import { accessOf, sandboxStub } from "./stubs.ts";
+import { accessOf, sandboxHandle } from "./stubs.ts";
 
 /** E2B's SandboxMetric. */
 export interface SandboxMetric {
@@ -44,7 +44,7 @@ const RUNTIME_TIMEOUT_MS = 5_000;
  * caller's (or does not exist), [] when it is not running or its runtime does not answer. */
 async function sample(env: Env, id: string, access: Access): Promise<SandboxMetric[] | null> {
   if (!SANDBOX_ID_PATTERN.test(id)) return null;
-  const stub = sandboxStub(env, id);
+  const stub = sandboxHandle(env, id);
   const info = await stub.info(access);
   if (!info.ok) return null;
   if (info.sandbox.state !== "running") return [];

@@ -15,7 +15,7 @@ import { renderDetail, renderListed, renderSandbox } from "./render.ts";
 import { assertNetworkSupported } from "../../schema/api/network-support.ts";
 import { createSandboxRoute } from "./sandbox-create.ts";
 import { manySandboxMetricsRoute, sandboxMetricsRoute } from "./sandbox-metrics.ts";
-import { accessOf, sandboxStub } from "./stubs.ts";
+import { accessOf, sandboxHandle } from "./stubs.ts";
 
 export const sandboxes = new Hono<AppEnv>();
 
@@ -24,7 +24,7 @@ export const sandboxes = new Hono<AppEnv>();
 function target(c: Context<AppEnv>) {
   const id = c.req.param("id") ?? "";
   if (!SANDBOX_ID_PATTERN.test(id)) throw new ApiError("sandbox_not_found", sandboxNotFoundMessage(id));
-  return { id, stub: sandboxStub(c.env, id), access: accessOf(c.get("caller")) };
+  return { id, stub: sandboxHandle(c.env, id), access: accessOf(c.get("caller")) };
 }
 
 function fail(id: string, error: Refusal): never {
@@ -155,7 +155,7 @@ sandboxes.get("/snapshots", async (c) => {
   if (sandboxId) {
     const access = accessOf(c.get("caller"));
     if (!SANDBOX_ID_PATTERN.test(sandboxId)) throw new ApiError("sandbox_not_found", sandboxNotFoundMessage(sandboxId));
-    const info = await sandboxStub(c.env, sandboxId).info(access);
+    const info = await sandboxHandle(c.env, sandboxId).info(access);
     if (!info.ok) fail(sandboxId, info.error);
   }
   throw new ApiError("not_implemented", "Snapshots are not supported by this server yet");

@@ -9,7 +9,7 @@ import { SANDBOX_ID_PATTERN } from "../../schema/protocol/ids.ts";
 import { ApiError } from "../api-error.ts";
 import { requireApiKey } from "../auth/middleware.ts";
 import type { AppEnv } from "../env.ts";
-import { accessOf, sandboxStub } from "./stubs.ts";
+import { accessOf, sandboxHandle } from "./stubs.ts";
 
 export const unserved = new Hono<AppEnv>();
 
@@ -29,6 +29,6 @@ for (const [method, path] of E2B_ROUTES) {
 }
 
 async function assertVisible(c: Context<AppEnv>, id: string): Promise<void> {
-  const info = SANDBOX_ID_PATTERN.test(id) ? await sandboxStub(c.env, id).info(accessOf(c.get("caller"))) : undefined;
+  const info = SANDBOX_ID_PATTERN.test(id) ? await sandboxHandle(c.env, id).info(accessOf(c.get("caller"))) : undefined;
   if (!info?.ok) throw new ApiError("sandbox_not_found", sandboxNotFoundMessage(id));
 }

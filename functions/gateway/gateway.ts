@@ -5,7 +5,7 @@
 import type { MiddlewareHandler } from "hono";
 import { ErrorCode } from "../../schema/errors.ts";
 import { isUnnamedSignedFileRequest, SIGNATURE_HEADER, signIngress } from "../../schema/ingress/signature.ts";
-import { sandboxStub } from "../../durable-objects/sandbox/stub.ts";
+import { sandboxHandle } from "../../durable-objects/sandbox/stub.ts";
 import type { AppEnv, Env } from "../env.ts";
 import { agentUnavailable, agentUnavailableEnd } from "./agent-unavailable.ts";
 import { guardConnectStream, isConnectStream } from "./connect-guard.ts";
@@ -113,7 +113,7 @@ export function gateway(): MiddlewareHandler<AppEnv> {
 
     const url = new URL(req.url);
     // Straight to the sandbox's group: one Durable Object call per request, not two.
-    const stub = sandboxStub(c.env, target.sandboxId);
+    const stub = sandboxHandle(c.env, target.sandboxId);
     const found = await stub.route();
     if (!found.ok) return notFound(target.sandboxId);
     let route = found.route;

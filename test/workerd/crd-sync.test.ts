@@ -4,7 +4,7 @@
 // and answers each with a reply. The edge stays the authority: stale generations are refused.
 import { env, exports } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
-import { sandboxStub } from "../../durable-objects/sandbox/stub.ts";
+import { sandboxHandle } from "../../durable-objects/sandbox/stub.ts";
 import { CLAIM_METADATA_KEY } from "../../schema/protocol/index.ts";
 import { CrdLink } from "../support/crd-link.ts";
 import { fetchTransport, ScriptedAgent } from "../support/scripted-agent.ts";
@@ -122,7 +122,7 @@ describe("kubectl requests over the agent link", () => {
     const { agent, crd } = await connect(cluster);
     const created = await expectStatus(call("/v2/sandboxes", { key: team.key, body: { templateID: team.template } }), 201);
     const id = created.sandboxID as string;
-    const stub = sandboxStub(env, id);
+    const stub = sandboxHandle(env, id);
     return { team, agent, crd, id, generation: async () => (await stub.inspect())!.generation };
   }
 

@@ -6,9 +6,9 @@ import { env } from "cloudflare:workers";
 import { runInDurableObject } from "cloudflare:test";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { ClusterDO } from "../../durable-objects/cluster/cluster-do.ts";
-import { INDEX_WRITER_NAME } from "../../durable-objects/sandbox/index-writer-do.ts";
+import { INDEX_WRITER_NAME } from "../../durable-objects/sandbox/sandbox-index-do.ts";
 import type { SandboxGroupDO } from "../../durable-objects/sandbox/sandbox-group-do.ts";
-import { sandboxGroupStub, sandboxStub } from "../../durable-objects/sandbox/stub.ts";
+import { sandboxGroupStub, sandboxHandle } from "../../durable-objects/sandbox/stub.ts";
 import { getDb } from "../../durable-objects/store/db.ts";
 import { getIndexRow, type IndexOp } from "../../durable-objects/store/sandbox-index.ts";
 import type { ScriptedAgent } from "../support/scripted-agent.ts";
@@ -102,7 +102,7 @@ describe("index durability", () => {
     expect(running?.state).toBe("running");
     await expectStatus(call(`/sandboxes/${id}`, { key: team.key, method: "DELETE" }), 204);
     await agent.waitUntil(() => !agent.sandboxes.has(id));
-    await eventually(async () => (await sandboxStub(env, id).inspect()) === null);
+    await eventually(async () => (await sandboxHandle(env, id).inspect()) === null);
     await eventually(async () => (await getIndexRow(getDb(env), id)) === undefined);
     // What a retried or delayed batch would deliver now: the row as it was while running.
     const writer = env.SANDBOX_INDEX.get(env.SANDBOX_INDEX.idFromName(INDEX_WRITER_NAME));

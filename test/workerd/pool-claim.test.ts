@@ -6,7 +6,7 @@ import { env } from "cloudflare:workers";
 import type { PoolDO } from "../../durable-objects/pool/pool-do.ts";
 import { describe, expect, it } from "vitest";
 import type { Claimed } from "../../durable-objects/pool/rpc.ts";
-import { sandboxStub } from "../../functions/api/stubs.ts";
+import { sandboxHandle } from "../../functions/api/stubs.ts";
 import { TemplateSpec } from "../../schema/api/template.ts";
 import { IntentSchema } from "../../schema/protocol/index.ts";
 import { holdTurnWrites, startAgent, unique } from "./helpers.ts";
@@ -167,10 +167,10 @@ describe("PoolDO", () => {
     await pool.configure(config(name, 3));
     await agent.waitUntil(() => agent.running().length === 3);
     const members = agent.running();
-    for (const id of members) expect(await sandboxStub(env, id).inspect()).toBeNull();
+    for (const id of members) expect(await sandboxHandle(env, id).inspect()).toBeNull();
     await pool.configure(config(name, 1));
     await agent.waitUntil(() => agent.running().length === 1);
-    for (const id of members) expect(await sandboxStub(env, id).inspect()).toBeNull();
+    for (const id of members) expect(await sandboxHandle(env, id).inspect()).toBeNull();
     await pool.destroy();
   });
 

@@ -2,7 +2,7 @@
 // a scripted agent on the other end of the real WebSocket protocol, the index in a real sqld.
 import { env } from "cloudflare:workers";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { sandboxStub } from "../../../durable-objects/sandbox/stub.ts";
+import { sandboxHandle } from "../../../durable-objects/sandbox/stub.ts";
 import type { ScriptedAgent } from "../../support/scripted-agent.ts";
 import { call, createTeam, expectError, expectStatus, secondKey, startAgent, unique, type TestTeam } from "../helpers.ts";
 
@@ -156,7 +156,7 @@ describe("ownership", () => {
     await expectError(call("/v2/sandboxes", { key: creator.key }), 401);
     expect(ids(await expectStatus(call("/v2/sandboxes", { key: survivor }), 200))).toContain(sbx.sandboxID);
     // The creating key stays an attribute of what is stored.
-    expect((await sandboxStub(env, sbx.sandboxID).inspect())?.spec.keyId).toBe(creator.id);
+    expect((await sandboxHandle(env, sbx.sandboxID).inspect())?.spec.keyId).toBe(creator.id);
     await expectStatus(call(`/sandboxes/${sbx.sandboxID}`, { key: survivor, method: "DELETE" }), 204);
     expect(ids(await expectStatus(call("/v2/sandboxes", { key: survivor }), 200))).not.toContain(sbx.sandboxID);
   });
@@ -227,7 +227,7 @@ describe("an agent that acks a create as accepted and starts it later", () => {
     try {
       const sbx = await expectStatus(call("/v2/sandboxes", { key: slow.key, body: { templateID: slow.template } }), 201);
       expect(slowAgent.received.find((r) => r.intent.sandboxId === sbx.sandboxID)).toBeDefined();
-      const route = await sandboxStub(env, sbx.sandboxID).route();
+      const route = await sandboxHandle(env, sbx.sandboxID).route();
       expect(route).toMatchObject({ ok: true, route: { phase: "Running" } });
     } finally {
       slowAgent.disconnect();

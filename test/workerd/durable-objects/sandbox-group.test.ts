@@ -7,7 +7,7 @@ import { getDb } from "../../../durable-objects/store/db.ts";
 import { getIndexRow } from "../../../durable-objects/store/sandbox-index.ts";
 import type { ClusterDO } from "../../../durable-objects/cluster/cluster-do.ts";
 import type { SandboxGroupDO } from "../../../durable-objects/sandbox/sandbox-group-do.ts";
-import { sandboxGroupOf, sandboxGroupStub, sandboxStub } from "../../../durable-objects/sandbox/stub.ts";
+import { sandboxGroupOf, sandboxGroupStub, sandboxHandle } from "../../../durable-objects/sandbox/stub.ts";
 import type { IndexOp } from "../../../durable-objects/store/sandbox-index.ts";
 import type { Intent, Observation } from "../../../schema/protocol/index.ts";
 import type { ScriptedAgent } from "../../support/scripted-agent.ts";
@@ -24,7 +24,7 @@ beforeAll(async () => {
 afterAll(() => agent.disconnect());
 
 function stub(id: string) {
-  return sandboxStub(env, id);
+  return sandboxHandle(env, id);
 }
 
 async function create(body: Record<string, unknown> = {}): Promise<string> {
