@@ -154,6 +154,12 @@ export function resolvConf(host = readOr("/etc/resolv.conf") ?? "nameserver 1.1.
   return up && nameservers(up).some((ip) => !isLoopback(ip)) ? up : host;
 }
 
+/** The IPv4 resolvers a sandbox's /etc/resolv.conf names (what the host's network must let it
+ * reach on port 53, even where they are in a private range). */
+export function sandboxResolvers(): string[] {
+  return nameservers(resolvConf()).filter((ip) => /^\d{1,3}(\.\d{1,3}){3}$/.test(ip) && !isLoopback(ip));
+}
+
 function writeEtc(etc: string, base: string, hostname: string): void {
   mkdirSync(etc, { recursive: true });
   for (const name of readdirSync(base)) {
