@@ -160,7 +160,7 @@ describe("sandboxes with internet access in a network namespace of their own", (
     for (const range of ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10"]) expect(dropped).toContain(range);
     expect(table).toMatch(/iifname "kruise0" ip6 daddr fc00::\/7 drop/);
     // The sandbox's resolvers (here in 10/8), on port 53 only, before the drops.
-    const resolvers = [...readFileSync(join(layoutFor(dataDir, d.id).etc, "resolv.conf"), "utf8").matchAll(/^nameserver (\d+\.\d+\.\d+\.\d+)$/gm)].map((m) => m[1]!);
+    const resolvers = [...(await sh(d.id, "cat /etc/resolv.conf")).matchAll(/^nameserver (\d+\.\d+\.\d+\.\d+)$/gm)].map((m) => m[1]!);
     for (const ip of resolvers) expect(table.indexOf(ip)).toBeLessThan(table.indexOf("10.0.0.0/8"));
     if (resolvers.length) expect(table).toMatch(/ip daddr [^\n]+ meta l4proto \{ tcp, udp \} th dport 53 accept/);
   });
