@@ -44,8 +44,16 @@ export function isMounted(at: string): boolean {
   }
 }
 
-/** Tries the whole path once (format, loop-mount, write, unmount) in a scratch directory. */
+let probed: { level: DiskLevel; reason?: string } | undefined;
+
+/** Tries the whole path once per process (format, loop-mount, write, unmount) in a scratch
+ * directory: ~20 ms on a quiet machine, and the host does not change between drivers. */
 export function probeDisk(): { level: DiskLevel; reason?: string } {
+  probed ??= probeOnce();
+  return probed;
+}
+
+function probeOnce(): { level: DiskLevel; reason?: string } {
   if (process.getuid?.() !== 0) return { level: "none", reason: "the agent is not root (loop mounts need root)" };
   if (!existsSync("/dev/loop-control")) return { level: "none", reason: "no loop devices (/dev/loop-control is missing: modprobe loop)" };
   if (!/\text4$/m.test(readOrEmpty("/proc/filesystems"))) return { level: "none", reason: "the kernel has no ext4" };
