@@ -475,14 +475,13 @@ export class LocalDriver implements Driver {
       const rec = readRecord(layoutFor(this.#dataDir, id).record);
       if (!rec) throw new SandboxNotFoundError(id);
       const layout = this.#layout(id, rec);
-      await this.#mountDisk(rec);
       // An atomic freeze gives a consistent layer; signal-based freezing is not worth the risk.
       const freeze = rec.cgroups && rec.phase !== "Stopped" && alive(rec.nsInit) && !isFrozen(rec.cgroups);
       if (freeze) await setFrozen(rec.cgroups!, true);
       try {
         const snapId = `${id}-${Date.now().toString(36)}-${randomBytes(3).toString("hex")}`;
         const location = join(this.#dataDir, "snapshots", `${snapId}.tar`);
-        const bytes = await saveLayer(layout.layer, location);
+        const bytes = await this.#withDisk(rec, () => saveLayer(layout.layer, location));
         return { id: snapId, sandboxId: id, location, bytes, createdAt: new Date().toISOString() };
       } finally {
         if (freeze) await setFrozen(rec.cgroups!, false);
@@ -490,13 +489,23 @@ export class LocalDriver implements Driver {
     });
   }
 
+  /** Runs `fn` on the sandbox's files: a stopped sandbox's disk is mounted for it, and unmounted
+   * again after. */
+  async #withDisk<T>(rec: SandboxRecord, fn: () => Promise<T>): Promise<T> {
+    await this.#mountDisk(rec);
+    try {
+      return await fn();
+    } finally {
+      if (rec.disk && rec.phase === "Stopped") await unmountDisk(this.#spawner, this.#layout(rec.id, rec).disk);
+    }
+  }
+
   restoreFs(id: string, snapshot: SnapshotRef): Promise<void> {
     return this.#locked(id, async () => {
       const rec = readRecord(layoutFor(this.#dataDir, id).record);
       if (!rec) throw new SandboxNotFoundError(id);
       if (!existsSync(snapshot.location)) throw new Error(`snapshot ${snapshot.id} is gone (${snapshot.location})`);
-      await this.#mountDisk(rec);
-      await restoreLayer(this.#layout(id, rec).layer, snapshot.location);
+      await this.#withDisk(rec, () => restoreLayer(this.#layout(id, rec).layer, snapshot.location));
     });
   }
 

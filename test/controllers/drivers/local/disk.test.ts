@@ -118,6 +118,11 @@ describe("a disk of its own per sandbox", () => {
     expect(isMounted(layout.disk)).toBe(false);
     expect(loopsUnder(layout.dir)).toEqual([]);
     expect(existsSync(layout.image)).toBe(true);
+    // A snapshot of the stopped sandbox mounts its disk for the copy only.
+    const snap = await driver.snapshotFs(d.id);
+    expect(execFileSync("tar", ["-xOf", snap.location, "./home/user/kept"], { encoding: "utf8" })).toBe("kept\n");
+    expect(isMounted(layout.disk)).toBe(false);
+    await driver.deleteSnapshot(snap);
     // A restart while stopped, then resume: mounted again, files there.
     driver.dispose();
     driver = new LocalDriver({ dataDir, cgroupName });
