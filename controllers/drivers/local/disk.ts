@@ -11,7 +11,7 @@
 // mkfs.ext4. The cost is one mkfs and one mount per create (measured in `npm run bench -- local`,
 // `local.disk_create_p50_ms`), run through the spawner so the agent's event loop never waits on it.
 import { spawnSync } from "node:child_process";
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, statfsSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import type { LaunchedExit } from "../../runtime/process/launcher.ts";
@@ -102,8 +102,14 @@ async function run(spawner: Spawner, args: string[]): Promise<void> {
 export async function mountDisk(spawner: Spawner, image: string, at: string, sizeMB: number): Promise<void> {
   if (isMounted(at)) return;
   mkdirSync(at, { recursive: true });
-  if (existsSync(image)) await run(spawner, ["mount", "-o", MOUNT_OPTIONS, image, at]);
-  else await run(spawner, ["/bin/sh", "-c", CREATE, "sh", image, at, String(Math.max(MIN_DISK_MB, Math.ceil(sizeMB)))]);
+  if (existsSync(image)) return run(spawner, ["mount", "-o", MOUNT_OPTIONS, image, at]);
+  const mb = Math.max(MIN_DISK_MB, Math.ceil(sizeMB));
+  // Disks are sparse, so together they may promise more than the host has; one that could fill
+  // the host on its own is refused.
+  const st = statfsSync(dirname(image));
+  const freeMB = Math.floor((st.bavail * st.bsize) / (1024 * 1024));
+  if (mb > freeMB) throw new Error(`a disk of ${mb} MB is larger than the ${freeMB} MB free on the host`);
+  await run(spawner, ["/bin/sh", "-c", CREATE, "sh", image, at, String(mb)]);
 }
 
 /** Unmounts the disk at `at` (the loop device goes with it: mount sets autoclear). A disk still

@@ -89,6 +89,13 @@ describe("a disk of its own per sandbox", () => {
     expect((await sh(a.id, "rm /home/user/fill && echo ok > /tmp/again && cat /tmp/again")).stdout.trim()).toBe("ok");
   });
 
+  it("a disk larger than the host's free space is refused, saying so", async () => {
+    const d = desired(1024 * 1024 * 1024);
+    await expect(driver.ensure(d)).rejects.toThrow(/^a disk of 1073741824 MB is larger than the \d+ MB free on the host$/);
+    await driver.destroy(d.id);
+    expect(existsSync(layoutFor(dataDir, d.id).dir)).toBe(false);
+  });
+
   it("its /proc/self/mountinfo shows paths inside its own disk, never the host's data directory", async () => {
     const d = desired(16);
     await driver.ensure(d);
