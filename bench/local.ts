@@ -121,7 +121,9 @@ async function sharedRuntimeChild(dataDir: string, cgroupName: string, ids: stri
 export async function run(ctx: Partial<BenchContext> = {}): Promise<Figures> {
   const dataDir = mkdtempSync(join(ctx.dir ?? tmpdir(), "bench-local-"));
   const cgroupName = `kruise-bench-${process.pid}`;
-  const driver = new LocalDriver({ dataDir, cgroupName });
+  // Spare disks as the agent keeps them: in this burst of sequential starts some find one ready
+  // and some format their own (diskFigures compares the kinds one by one).
+  const driver = new LocalDriver({ dataDir, cgroupName, spareDisks: 2 });
   const ids = Array.from({ length: SANDBOXES }, (_, i) => `bench${process.pid}x${i}`);
   const figures: Figures = {};
   try {
