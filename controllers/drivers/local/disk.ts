@@ -8,8 +8,9 @@
 // unmount and one unlink whatever the sandbox wrote; a snapshot or fork can later copy one file;
 // inodes and metadata are the sandbox's own (a shared file system's inodes or journal are one
 // pool any sandbox can exhaust); and it needs no quota tools, only root, loop devices and
-// mkfs.ext4. The cost is one mkfs and one mount per create (measured in `npm run bench -- local`,
-// `local.disk_create_p50_ms`), run through the spawner so the agent's event loop never waits on it.
+// mkfs.ext4. The cost is one mkfs and one mount per create (`node bench/local.ts --disk`), run
+// through the spawner so the agent's event loop never waits on it, and taken off the create path
+// altogether by disks made ahead (spare-disks.ts).
 import { spawnSync } from "node:child_process";
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, statfsSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
