@@ -3,6 +3,7 @@
 // runtime costs per sandbox when shared versus one Node process per sandbox.
 //   node bench/local.ts            prints the figures as JSON
 //   node bench/local.ts --own-network   only the figures of sandbox networks (veth + NAT vs host)
+//   node bench/local.ts --disk          only the figures of a disk per sandbox (disk.ts) vs none
 // `run(ctx)` is what bench/run.ts calls.
 import { spawn, spawnSync } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
@@ -121,7 +122,9 @@ async function sharedRuntimeChild(dataDir: string, cgroupName: string, ids: stri
 export async function run(ctx: Partial<BenchContext> = {}): Promise<Figures> {
   const dataDir = mkdtempSync(join(ctx.dir ?? tmpdir(), "bench-local-"));
   const cgroupName = `kruise-bench-${process.pid}`;
-  const driver = new LocalDriver({ dataDir, cgroupName });
+  // Spare disks as the agent keeps them: in this burst of sequential starts some find one ready
+  // and some format their own (diskFigures compares the kinds one by one).
+  const driver = new LocalDriver({ dataDir, cgroupName, spareDisks: 2 });
   const ids = Array.from({ length: SANDBOXES }, (_, i) => `bench${process.pid}x${i}`);
   const figures: Figures = {};
   try {
@@ -221,12 +224,58 @@ export async function run(ctx: Partial<BenchContext> = {}): Promise<Figures> {
     });
   } finally {
     for (const id of ids) await driver.destroy(id).catch(() => {});
-    driver.dispose();
+    await driver.dispose();
     rmSync(dataDir, { recursive: true, force: true });
   }
   Object.assign(figures, await egressFigures(ctx));
   Object.assign(figures, await ownNetworkFigures(ctx));
+  Object.assign(figures, await diskFigures(ctx));
   return figures;
+}
+
+/** Create (ensure until Running) and destroy with a disk of its own per sandbox (mkfs + loop
+ * mount of a 1 GiB sparse image, the template default), with one taken from the spare disks
+ * (spare-disks.ts: made in the background, as the agent does), and without one, in turn so load
+ * from elsewhere hits all three alike. */
+async function diskFigures(ctx: Partial<BenchContext>): Promise<Figures> {
+  const dirs = [mkdtempSync(join(ctx.dir ?? tmpdir(), "bench-disk-")), mkdtempSync(join(ctx.dir ?? tmpdir(), "bench-nodisk-"))];
+  dirs.push(mkdtempSync(join(ctx.dir ?? tmpdir(), "bench-spare-")));
+  const withDisk = new LocalDriver({ dataDir: dirs[0]!, cgroupName: `kruise-bench-${process.pid}-disk` });
+  const without = new LocalDriver({ dataDir: dirs[1]!, cgroupName: `kruise-bench-${process.pid}-nodisk`, disk: false });
+  const spare = new LocalDriver({ dataDir: dirs[2]!, cgroupName: `kruise-bench-${process.pid}-spare`, spareDisks: 2 });
+  const kinds = [["disk", withDisk], ["none", without], ["spare", spare]] as const;
+  const creates = { disk: [] as number[], none: [] as number[], spare: [] as number[] };
+  const destroys = { disk: [] as number[], none: [] as number[], spare: [] as number[] };
+  let seq = 0;
+  try {
+    for (let i = 0; i < 20; i++) {
+      for (const [kind, driver] of kinds) {
+        const d = { ...desired(`bdisk${process.pid}x${seq++}`), resources: { cpuCount: 1, memoryMB: 512, diskSizeMB: 1024 } };
+        let t = performance.now();
+        await driver.ensure(d);
+        creates[kind].push(performance.now() - t);
+        t = performance.now();
+        await driver.destroy(d.id);
+        destroys[kind].push(performance.now() - t);
+      }
+    }
+    return {
+      "local.disk_level_quota": { value: withDisk.capabilities.disk === "quota" ? 1 : 0, unit: "bool" },
+      "local.disk_create_p50_ms": { value: round(pct(creates.disk, 50)), unit: "ms" },
+      "local.no_disk_create_p50_ms": { value: round(pct(creates.none, 50)), unit: "ms" },
+      "local.disk_extra_create_ms": { value: round(pct(creates.disk, 50) - pct(creates.none, 50)), unit: "ms" },
+      "local.spare_disk_create_p50_ms": { value: round(pct(creates.spare, 50)), unit: "ms" },
+      "local.spare_disk_extra_create_ms": { value: round(pct(creates.spare, 50) - pct(creates.none, 50)), unit: "ms" },
+      "local.disk_destroy_p50_ms": { value: round(pct(destroys.disk, 50)), unit: "ms" },
+      "local.no_disk_destroy_p50_ms": { value: round(pct(destroys.none, 50)), unit: "ms" },
+    };
+  } finally {
+    for (const [, driver] of kinds) {
+      for (const s of await driver.list()) await driver.destroy(s.id).catch(() => {});
+      await driver.dispose();
+    }
+    for (const dir of dirs) rmSync(dir, { recursive: true, force: true });
+  }
 }
 
 /** A TCP server answering each connection's first byte with one byte, bound to `bind:port`. */
@@ -293,7 +342,7 @@ async function ownNetworkFigures(ctx: Partial<BenchContext>): Promise<Figures> {
   } finally {
     for (const [driver, dir] of [[own, dirs[0]!], [shared, dirs[1]!]] as const) {
       for (const s of await driver.list()) await driver.destroy(s.id).catch(() => {});
-      driver.dispose();
+      await driver.dispose();
       rmSync(dir, { recursive: true, force: true });
     }
   }
@@ -305,6 +354,8 @@ if (process.argv[1] === fileURLToPath(import.meta.url)) {
     await sharedRuntimeChild(dataDir!, cgroupName!, ids);
   } else if (process.argv[2] === "--own-network") {
     console.log(JSON.stringify(await ownNetworkFigures({}), null, 2));
+  } else if (process.argv[2] === "--disk") {
+    console.log(JSON.stringify(await diskFigures({}), null, 2));
   } else {
     console.log(JSON.stringify(await run(), null, 2));
   }

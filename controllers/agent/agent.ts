@@ -62,7 +62,7 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
   const id = agentId(opts.dataDir);
   // Each installation gets its own cgroup subtree: the driver treats cgroups without a record as
   // its own leftovers, so two agents on one host must never share one.
-  const driver = opts.driver ?? new LocalDriver({ dataDir: join(opts.dataDir, "local"), level: opts.level, cgroupName: `kruise-${id.slice(-12)}` });
+  const driver = opts.driver ?? new LocalDriver({ dataDir: join(opts.dataDir, "local"), level: opts.level, cgroupName: `kruise-${id.slice(-12)}`, spareDisks: 2 });
   const runtime = createRuntime({ onError: (err) => log(`runtime error: ${(err as Error)?.stack ?? err}`) });
   const store = new IntentStore(join(opts.dataDir, "intents"));
 
@@ -113,7 +113,8 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
     hello: async () => ({
       agentId: id,
       driver: driver.name,
-      isolation: driver.capabilities.level,
+      // What `npm start` prints: the level, and how a sandbox's disk is bounded where the driver says.
+      isolation: driver.capabilities.disk ? `${driver.capabilities.level}, disk ${driver.capabilities.disk}` : driver.capabilities.level,
       ingress: { url: ingressUrl },
       capabilities: { pauseStrategies: driver.capabilities.snapshotFs ? ["Freeze", "Stop"] : ["Freeze"] },
       inventory: await reconciler.inventory(),
@@ -159,7 +160,7 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
         }
       }
       // Nothing of this installation is left in the cgroup tree after a destroy.
-      if (onExit === "destroy" && driver instanceof LocalDriver) driver.dispose();
+      if (onExit === "destroy" && driver instanceof LocalDriver) await driver.dispose();
     },
   };
 }

@@ -86,7 +86,7 @@ if (driver) {
   });
 }
 const caps = agent.driver.capabilities;
-console.log(`[agent] driver ${agent.driver.name}, isolation ${caps.level}; ingress ${agent.ingressUrl}`);
+console.log(`[agent] driver ${agent.driver.name}, isolation ${caps.level}${caps.disk ? `, disk ${caps.disk}` : ""}; ingress ${agent.ingressUrl}`);
 for (const note of caps.notes) console.log(`[agent]   ${note}`);
 agent.link.whenConnected().then(() => console.log("[agent] connected to the edge"));
 

@@ -42,7 +42,7 @@ export function desiredFor(intent: Intent): DesiredSandbox {
     template: t.image,
     state: intent.desired.state === "paused" ? "Paused" : "Running",
     pauseStrategy: intent.desired.pauseStrategy,
-    resources: { cpuCount: t.resources.cpuCount, memoryMB: t.resources.memoryMB },
+    resources: { cpuCount: t.resources.cpuCount, memoryMB: t.resources.memoryMB, diskSizeMB: t.resources.diskSizeMB },
     allowInternetAccess: intent.allowInternetAccess,
     egress: intent.egress,
     pool: t.id,

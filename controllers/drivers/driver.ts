@@ -24,7 +24,8 @@ export interface DesiredSandbox {
    * layer (`/home/user`, `/tmp`, `/root`), ends every process, and the next Running starts fresh
    * processes on the same files. */
   pauseStrategy: "Freeze" | "Stop";
-  resources: { cpuCount: number; memoryMB: number; pidsMax?: number };
+  /** `diskSizeMB`: the most the sandbox can write (its disk), when the driver can limit it. */
+  resources: { cpuCount: number; memoryMB: number; pidsMax?: number; diskSizeMB?: number };
   /** False: the sandbox gets no network at all (not even the host's loopback). */
   allowInternetAccess: boolean;
   /** E2B egress rules (`network.allowOut/denyOut`) to enforce; null or absent: none. */
@@ -72,7 +73,7 @@ export interface SandboxObservation {
   level: IsolationLevel;
   createdAt: string;
   /** Which parts of `resources`/`allowInternetAccess` are actually enforced for this sandbox. */
-  enforced: { cpu: boolean; memory: boolean; pids: boolean; network: boolean };
+  enforced: { cpu: boolean; memory: boolean; pids: boolean; network: boolean; disk?: boolean };
   /** Why the phase is what it is, for Failed in particular. */
   message?: string;
   /** Drivers without a host view (capabilities.hostView false): the runtime's own address, and
@@ -107,6 +108,9 @@ export interface DriverCapabilities {
   /** `allowInternetAccess: false` is enforceable. */
   networkIsolation: boolean;
   limits: { cpu: boolean; memory: boolean; pids: boolean };
+  /** How a sandbox's writes are bounded: `quota`, a disk of its own of `diskSizeMB` (ENOSPC
+   * inside when full); `none`, not at all. Absent: the driver does not say. */
+  disk?: "quota" | "none";
   /** `cgroup`: atomic freeze of the whole tree. `signal`: SIGSTOP/SIGCONT to every process the
    * driver can find, which a process forking at that moment may outrun. */
   freeze: "cgroup" | "signal";

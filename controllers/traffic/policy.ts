@@ -23,7 +23,7 @@
 // judges other ports by address alone; the proxy knows the name on every port, because it
 // resolves it itself, so a domain rule applies on any port.
 import type { EgressPolicy } from "../../schema/protocol/egress.ts";
-import { cidrContains, formatIp, parseCidr, parseIp, type Ip } from "../../schema/egress/address.ts";
+import { cidrContains, cidrWithin, formatIp, parseCidr, parseIp, privateRange, type Ip } from "../../schema/egress/address.ts";
 import { normalizeHost, parseRule, policyErrors, type Rule } from "../../schema/egress/rules.ts";
 import type { Refuse } from "./host-reach.ts";
 
@@ -114,6 +114,23 @@ function never(ip: Ip, shown: string, refuse: Refuse | undefined): string | unde
   return why && `${shown} ${why}`;
 }
 
+/** For an address in a private range (schema/egress/address.ts: the host's LAN and VPC
+ * neighbours): the allowOut entry that opens it, an address or block inside that range, or why it
+ * is refused. Broader entries (`0.0.0.0/0`, a domain allowed by name) do not open private ranges:
+ * they were meant for the internet, not for what happens to sit next to the host. Undefined for an
+ * address in no private range. */
+function privateVerdict(policy: CompiledPolicy, ip: Ip, shown: string): { denied: string } | { rule: string } | undefined {
+  const forms = [ip, embeddedV4(ip)].filter((f): f is Ip => f !== undefined);
+  for (const f of forms) {
+    const range = privateRange(f);
+    if (!range) continue;
+    const open = policy.allow.find((r) => r.kind === "cidr" && cidrWithin(r.cidr, range.cidr) && cidrContains(r.cidr, f));
+    if (open) return { rule: open.text };
+    return { denied: `${shown} is in the private range ${range.text}, reached only when allowOut names an address or block inside it` };
+  }
+  return undefined;
+}
+
 /** The verdict of the rules on one address that is not `never` refused: why it may not be
  * connected to, or the allowOut entry that admitted it (none when no rule names it). */
 function judge(policy: CompiledPolicy, ip: Ip, shown: string): { denied: string } | { rule?: string } {
@@ -146,7 +163,7 @@ export function decide(policy: CompiledPolicy, host: string, resolved: string[],
     const shown = literal ? name : `${name} (${formatIp(ip)})`;
     // A name allowed by name passes at any address but the ones that are never destinations.
     const refused = never(ip, shown, refuse);
-    const j = refused ? { denied: refused } : byName ? { rule: byName.text } : judge(policy, ip, shown);
+    const j = refused ? { denied: refused } : (privateVerdict(policy, ip, shown) ?? (byName ? { rule: byName.text } : judge(policy, ip, shown)));
     if (!("denied" in j)) passed.push({ ip, rule: j.rule });
     else denial ||= j.denied;
   }

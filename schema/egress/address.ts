@@ -99,3 +99,23 @@ export function formatIp(ip: Ip): string {
   for (let s = 112n; s >= 0n; s -= 16n) groups.push(((ip.n >> s) & 0xffffn).toString(16));
   return groups.join(":");
 }
+
+/** Private and shared address space (RFC 1918, RFC 6598 carrier-grade NAT, RFC 4193 unique local
+ * IPv6): the host's LAN and cloud VPC neighbours, which a sandbox reaches only when its allowOut
+ * names an address or block inside one of them (the nftables table of the local driver drops
+ * them for sandboxes without rules; the traffic-proxy refuses them otherwise). */
+export const PRIVATE_RANGES = ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "fc00::/7"] as const;
+
+const PRIVATE_BLOCKS = PRIVATE_RANGES.map((r) => [r, parseCidr(r)!] as const);
+
+/** The private range `ip` is in, as its block and its text, if any. */
+export function privateRange(ip: Ip): { text: string; cidr: Cidr } | undefined {
+  const hit = PRIVATE_BLOCKS.find(([, c]) => cidrContains(c, ip));
+  return hit && { text: hit[0], cidr: hit[1] };
+}
+
+/** Whether every address of `inner` is in `outer`. */
+export function cidrWithin(inner: Cidr, outer: Cidr): boolean {
+  if (inner.v6 !== outer.v6 || inner.bits < outer.bits) return false;
+  return inner.base >> BigInt(inner.bits - outer.bits) === outer.base;
+}

@@ -2,7 +2,9 @@
 // the host, with an address from the documentation range 198.51.100.0/24 (the host's own
 // uplink here is in 192.0.2.0/24) and a small HTTP server that answers with the address it saw
 // the client come from. Optionally it also owns 169.254.169.254 (a cloud metadata address),
-// routed from the host, so a test can show the host reaches it and a sandbox does not.
+// routed from the host, so a test can show the host reaches it and a sandbox does not; and
+// `privateIp`, an address in a private range (172.30.<k>.2, as a LAN or VPC neighbour of the host
+// would have), routed from the host the same way.
 import { execFileSync, spawn, type ChildProcess } from "node:child_process";
 import { existsSync } from "node:fs";
 import { setTimeout as sleep } from "node:timers/promises";
@@ -26,6 +28,8 @@ export interface Outside {
   ns: string;
   /** The host's address on the link to it: what a NAT'd client looks like from there. */
   hostIp: string;
+  /** With `privateHost`: its address in 172.16.0.0/12, reachable from the host. */
+  privateIp?: string;
   stop(): void;
 }
 
@@ -55,12 +59,13 @@ export async function serveIn(outside: Pick<Outside, "ns">, port: number, argv: 
   return server;
 }
 
-export async function startOutside(opts: { metadata?: boolean } = {}): Promise<Outside> {
+export async function startOutside(opts: { metadata?: boolean; privateHost?: boolean } = {}): Promise<Outside> {
   let k = 1 + Math.floor(Math.random() * 62);
   while (existsSync(`/sys/class/net/kto${k}`)) k = 1 + (k % 62);
   const [ns, veth] = [`kruise-outside-${k}`, `kto${k}`];
   const hostIp = `198.51.100.${4 * k + 1}`;
   const outIp = `198.51.100.${4 * k + 2}`;
+  const privateIp = opts.privateHost ? `172.30.${k}.2` : undefined;
   ip("netns", "add", ns);
   ip("link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns);
   ip("addr", "add", `${hostIp}/30`, "dev", veth);
@@ -73,15 +78,21 @@ export async function startOutside(opts: { metadata?: boolean } = {}): Promise<O
     ip("-n", ns, "addr", "add", `${METADATA_IP}/32`, "dev", "lo");
     ip("route", "replace", `${METADATA_IP}/32`, "via", outIp);
   }
+  if (privateIp) {
+    ip("-n", ns, "addr", "add", `${privateIp}/32`, "dev", "lo");
+    ip("route", "replace", `${privateIp}/32`, "via", outIp);
+  }
   const server: ChildProcess = spawn("ip", ["netns", "exec", ns, "python3", "-c", SERVER], { stdio: "ignore" });
   await waitServing(ns);
   return {
     ip: outIp,
     ns,
     hostIp,
+    privateIp,
     stop() {
       server.kill("SIGKILL");
       if (opts.metadata) execFileSync("ip", ["route", "del", `${METADATA_IP}/32`, "via", outIp], { stdio: "ignore" });
+      if (privateIp) execFileSync("ip", ["route", "del", `${privateIp}/32`, "via", outIp], { stdio: "ignore" });
       execFileSync("ip", ["netns", "del", ns], { stdio: "ignore" });
     },
   };

@@ -21,7 +21,9 @@ import { cgroupPids, cgroupSetFor, createCgroups, isFrozen, killAndRemove, listC
 import { alive, discoverHolder, signalSandbox, startHolder } from "./holder.ts";
 import { EGRESS_MAX_CONNECTIONS, EGRESS_PROXY_PORT, egressRules, LocalEgress, networkMode, proxyEnv } from "./egress.ts";
 import { restoreLayer, saveLayer } from "./layer-archive.ts";
-import { bwrapMountArgs, layoutFor, mountsFor, prepareLayout } from "./layout.ts";
+import { mountDisk, unmountDisk, unmountDiskSync } from "./disk.ts";
+import { SpareDisks } from "./spare-disks.ts";
+import { bwrapMountArgs, layoutFor, mountsFor, prepareLayout, type SandboxLayout } from "./layout.ts";
 import { LocalSandboxView } from "./local-view.ts";
 import { PortRelay } from "./port-relay.ts";
 import { probeHost } from "./probe.ts";
@@ -55,6 +57,14 @@ export interface LocalDriverOptions {
   /** The bridge and address range of sandboxes with internet access (sandbox-net.ts), or false
    * to have them share the host's network as before (also `KRUISE_LOCAL_NETNS=off`). */
   network?: SandboxNetOptions | false;
+  /** False: no disk of its own per sandbox, writes go to the data directory unbounded (also
+   * `KRUISE_LOCAL_DISK=off`, for comparison in benchmarks). */
+  disk?: boolean;
+  /** Disk size when the desired sandbox does not say (MB). Default 1024, E2B's template default. */
+  defaultDiskMB?: number;
+  /** Disks to keep formatted and mounted ahead of creates, per size recently asked for
+   * (spare-disks.ts). Default 0: each create formats its own. */
+  spareDisks?: number;
 }
 
 const LEVEL_ORDER: IsolationLevel[] = ["kubernetes", "bwrap+cgroup", "bwrap", "process"];
@@ -67,6 +77,8 @@ export class LocalDriver implements Driver {
   readonly #dataDir: string;
   readonly #cgroups: CgroupLayout | undefined;
   readonly #pidsMax: number;
+  readonly #diskMB: number;
+  readonly #spares: SpareDisks | undefined;
   readonly #locks = new Map<string, Promise<unknown>>();
   /** The last record written or read per sandbox: what views ask on every call. */
   readonly #records = new Map<string, SandboxRecord>();
@@ -87,11 +99,13 @@ export class LocalDriver implements Driver {
   constructor(opts: LocalDriverOptions) {
     this.#dataDir = opts.dataDir;
     this.#pidsMax = opts.defaultPidsMax ?? 4096;
+    this.#diskMB = opts.defaultDiskMB ?? 1024;
     this.#egressPort = opts.egressProxyPort ?? EGRESS_PROXY_PORT;
     this.#egressMax = opts.egressMaxConnections ?? EGRESS_MAX_CONNECTIONS;
     this.#spawner = opts.spawner ?? new Spawner(process.env.KRUISE_LOCAL_SPAWNER === "off" ? IN_PROCESS : undefined);
     this.#spawner.warm();
-    const probe = probeHost({ cgroupName: opts.cgroupName ?? "kruise-sandboxes", cgroupParent: opts.cgroupParent, want: opts.level });
+    const disk = opts.disk !== false && process.env.KRUISE_LOCAL_DISK !== "off";
+    const probe = probeHost({ cgroupName: opts.cgroupName ?? "kruise-sandboxes", cgroupParent: opts.cgroupParent, want: opts.level, disk });
     if (opts.level && LEVEL_ORDER.indexOf(opts.level) < LEVEL_ORDER.indexOf(probe.capabilities.level)) {
       throw new UnsupportedError(`isolation level ${opts.level}`, `this host offers ${probe.capabilities.level}: ${probe.capabilities.notes.join("; ")}`);
     }
@@ -104,18 +118,36 @@ export class LocalDriver implements Driver {
     // It makes every sandbox's veth: the first create should not wait for perl to start.
     if (this.#net) this.#relay.warm();
     mkdirSync(join(this.#dataDir, "sandboxes"), { recursive: true });
+    this.#spares = this.capabilities.disk === "quota" && opts.spareDisks ? new SpareDisks(this.#dataDir, this.#spawner, opts.spareDisks) : undefined;
     // What a previous agent was still deleting when it stopped.
     mkdirSync(join(this.#dataDir, "trash"), { recursive: true });
-    for (const name of readdirSync(join(this.#dataDir, "trash"))) void rm(join(this.#dataDir, "trash", name), { recursive: true, force: true }).catch(() => {});
+    for (const name of readdirSync(join(this.#dataDir, "trash"))) {
+      // Not unmounted when it was moved there (still busy then): never delete through a mount.
+      unmountDiskSync(join(this.#dataDir, "trash", name, "disk"));
+      void rm(join(this.#dataDir, "trash", name), { recursive: true, force: true }).catch(() => {});
+    }
   }
 
-  /** Removes the driver's (empty) parent cgroups and stops its spawner; sandboxes themselves are
-   * left alone. */
-  dispose(): void {
+  /** Removes the driver's (empty) parent cgroups and spare disks and stops its spawner; sandboxes
+   * themselves are left alone. Done when the spare disks are (the data directory may go next). */
+  async dispose(): Promise<void> {
     if (this.#cgroups) removeParents(this.#cgroups);
+    await this.#spares?.dispose();
     void this.#spawner.dispose();
     this.#relay.dispose();
     this.#egress.dispose();
+  }
+
+  /** Where a sandbox's files are: on its own disk when its record says it has one. */
+  #layout(id: string, rec = this.#record(id)): SandboxLayout {
+    return layoutFor(this.#dataDir, id, rec?.disk !== undefined);
+  }
+
+  /** Mounts the sandbox's disk (formatting it at first use) before anything touches its files. */
+  async #mountDisk(rec: SandboxRecord): Promise<void> {
+    if (!rec.disk) return;
+    const layout = this.#layout(rec.id, rec);
+    await mountDisk(this.#spawner, layout.image, layout.disk, rec.disk.sizeMB);
   }
 
   #save(rec: SandboxRecord): void {
@@ -153,15 +185,19 @@ export class LocalDriver implements Driver {
   }
 
   async #converge(d: DesiredSandbox): Promise<SandboxObservation> {
-    const layout = layoutFor(this.#dataDir, d.id);
-    let rec = readRecord(layout.record);
+    let rec = readRecord(layoutFor(this.#dataDir, d.id).record);
     if (!rec) {
-      mkdirSync(layout.dir, { recursive: true });
-      rec = { id: d.id, generation: d.generation, level: this.capabilities.level, desired: d, createdAt: new Date().toISOString(), phase: "Pending" };
+      const disk = this.capabilities.disk === "quota" ? { sizeMB: d.resources.diskSizeMB ?? this.#diskMB } : undefined;
+      rec = { id: d.id, generation: d.generation, level: this.capabilities.level, desired: d, createdAt: new Date().toISOString(), phase: "Pending", disk };
+      const layout = this.#layout(d.id, rec);
+      // A spare disk arrives as the whole sandbox directory, mounted.
+      if (!(disk && !existsSync(layout.dir) && this.#spares?.take(disk.sizeMB, layout.dir))) mkdirSync(layout.dir, { recursive: true });
       this.#save(rec);
+      await this.#mountDisk(rec);
       prepareLayout(layout, d.id);
       if (d.restoreFrom) await restoreLayer(layout.layer, d.restoreFrom.location);
     }
+    const layout = this.#layout(d.id, rec);
     // A holder's network namespace is fixed when it starts: a sandbox that moves between the
     // host's network and one of its own (a warm member claimed with allowInternetAccess: false or
     // with egress rules, where sandboxes with internet access share the host's network) gets a new
@@ -188,6 +224,8 @@ export class LocalDriver implements Driver {
       await this.#endProcesses(rec);
       rec = { ...rec, phase: "Stopped", holder: undefined, nsInit: undefined };
       this.#save(rec);
+      // Its files stay in the image; a stopped sandbox holds no loop device.
+      await unmountDisk(this.#spawner, layout.disk);
     }
     // The veth goes before the listener comes: a sandbox moving behind the proxy never has both.
     const final = await this.#syncNet(readRecord(layout.record) ?? rec);
@@ -252,7 +290,8 @@ export class LocalDriver implements Driver {
   }
 
   async #start(rec: SandboxRecord): Promise<SandboxRecord> {
-    const layout = layoutFor(this.#dataDir, rec.id);
+    const layout = this.#layout(rec.id, rec);
+    await this.#mountDisk(rec);
     prepareLayout(layout, rec.id);
     const cgroups = this.#cgroups ? cgroupSetFor(this.#cgroups, rec.id) : undefined;
     if (this.#cgroups && cgroups) {
@@ -332,7 +371,7 @@ export class LocalDriver implements Driver {
 
   #enforced(rec: SandboxRecord): SandboxObservation["enforced"] {
     const limits = rec.cgroups ? this.capabilities.limits : { cpu: false, memory: false, pids: false };
-    return { ...limits, network: rec.level !== "process" || networkMode(rec.desired) === "host" };
+    return { ...limits, network: rec.level !== "process" || networkMode(rec.desired) === "host", disk: rec.disk !== undefined };
   }
 
   async observe(id: string): Promise<SandboxObservation | undefined> {
@@ -365,7 +404,7 @@ export class LocalDriver implements Driver {
     const rec = this.#running(id);
     return new LocalSandboxView({
       id,
-      mounts: mountsFor(layoutFor(this.#dataDir, id)),
+      mounts: mountsFor(this.#layout(id, rec)),
       namespaces: rec.level !== "process",
       launcher: this.#spawner,
       target: () => {
@@ -433,16 +472,16 @@ export class LocalDriver implements Driver {
 
   snapshotFs(id: string): Promise<SnapshotRef> {
     return this.#locked(id, async () => {
-      const layout = layoutFor(this.#dataDir, id);
-      const rec = readRecord(layout.record);
+      const rec = readRecord(layoutFor(this.#dataDir, id).record);
       if (!rec) throw new SandboxNotFoundError(id);
+      const layout = this.#layout(id, rec);
       // An atomic freeze gives a consistent layer; signal-based freezing is not worth the risk.
       const freeze = rec.cgroups && rec.phase !== "Stopped" && alive(rec.nsInit) && !isFrozen(rec.cgroups);
       if (freeze) await setFrozen(rec.cgroups!, true);
       try {
         const snapId = `${id}-${Date.now().toString(36)}-${randomBytes(3).toString("hex")}`;
         const location = join(this.#dataDir, "snapshots", `${snapId}.tar`);
-        const bytes = await saveLayer(layout.layer, location);
+        const bytes = await this.#withDisk(rec, () => saveLayer(layout.layer, location));
         return { id: snapId, sandboxId: id, location, bytes, createdAt: new Date().toISOString() };
       } finally {
         if (freeze) await setFrozen(rec.cgroups!, false);
@@ -450,12 +489,23 @@ export class LocalDriver implements Driver {
     });
   }
 
+  /** Runs `fn` on the sandbox's files: a stopped sandbox's disk is mounted for it, and unmounted
+   * again after. */
+  async #withDisk<T>(rec: SandboxRecord, fn: () => Promise<T>): Promise<T> {
+    await this.#mountDisk(rec);
+    try {
+      return await fn();
+    } finally {
+      if (rec.disk && rec.phase === "Stopped") await unmountDisk(this.#spawner, this.#layout(rec.id, rec).disk);
+    }
+  }
+
   restoreFs(id: string, snapshot: SnapshotRef): Promise<void> {
     return this.#locked(id, async () => {
-      const layout = layoutFor(this.#dataDir, id);
-      if (!readRecord(layout.record)) throw new SandboxNotFoundError(id);
+      const rec = readRecord(layoutFor(this.#dataDir, id).record);
+      if (!rec) throw new SandboxNotFoundError(id);
       if (!existsSync(snapshot.location)) throw new Error(`snapshot ${snapshot.id} is gone (${snapshot.location})`);
-      await restoreLayer(layout.layer, snapshot.location);
+      await this.#withDisk(rec, () => restoreLayer(this.#layout(id, rec).layer, snapshot.location));
     });
   }
 
@@ -482,6 +532,8 @@ export class LocalDriver implements Driver {
       const layout = layoutFor(this.#dataDir, id);
       const rec = readRecord(layout.record);
       await this.#endProcesses(rec ?? { id });
+      // Before the directory moves: the trash is deleted file by file, never through a mount.
+      await unmountDisk(this.#spawner, layout.disk);
       // While the record still names the address, so no other driver takes the lease over first.
       this.#net?.release(rec?.net?.address, layout.record);
       this.#removeDir(layout.dir);

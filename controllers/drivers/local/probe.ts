@@ -4,6 +4,7 @@ import { spawnSync } from "node:child_process";
 import { existsSync } from "node:fs";
 import type { DriverCapabilities, IsolationLevel } from "../driver.ts";
 import { detectCgroups, type CgroupLayout } from "./cgroups.ts";
+import { probeDisk } from "./disk.ts";
 
 export interface ProbeResult {
   capabilities: DriverCapabilities;
@@ -27,7 +28,7 @@ function probeBwrap(): string | undefined {
 
 /** Probes the host. `want` caps the level (a weaker level may be asked for; a stronger one than the
  * host offers is an error the caller raises). */
-export function probeHost(opts: { cgroupName: string; cgroupParent?: string; want?: IsolationLevel }): ProbeResult {
+export function probeHost(opts: { cgroupName: string; cgroupParent?: string; want?: IsolationLevel; disk?: boolean }): ProbeResult {
   const notes: string[] = [];
   const wantIdx = opts.want ? LEVELS.indexOf(opts.want) : 0;
   const bwrapError = wantIdx <= 1 ? probeBwrap() : "not requested";
@@ -50,6 +51,9 @@ export function probeHost(opts: { cgroupName: string; cgroupParent?: string; wan
   if (level !== "bwrap+cgroup") notes.push("no cpu/memory/pids limits without cgroups");
   notes.push("no memory snapshot: CRIU 3.17 fails on kernels >= 6.13 (criu#2532)");
   const ns = level !== "process";
+  // A disk of its own only means something where the sandbox sees nothing else to write to.
+  const disk = !ns ? { level: "none" as const, reason: "at process level sandboxes write anywhere the agent's user may" } : opts.disk === false ? { level: "none" as const, reason: "turned off (KRUISE_LOCAL_DISK=off)" } : probeDisk();
+  notes.push(disk.level === "quota" ? "disk: quota (a loop-mounted ext4 image per sandbox of the template's diskSizeMB; ENOSPC inside when full)" : `disk: none, sandboxes can fill the host's disk: ${disk.reason}`);
   return {
     cgroups,
     capabilities: {
@@ -57,6 +61,7 @@ export function probeHost(opts: { cgroupName: string; cgroupParent?: string; wan
       rootView: ns,
       networkIsolation: ns,
       limits,
+      disk: disk.level,
       freeze: cgroups ? "cgroup" : "signal",
       kill: cgroups ? "cgroup" : ns ? "namespace" : "signal",
       snapshotFs: true,

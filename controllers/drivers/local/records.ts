@@ -32,6 +32,9 @@ export interface SandboxRecord {
   sharesHostNet?: boolean;
   /** Its address on the sandbox bridge (sandbox-net.ts), leased until destroy. */
   net?: SandboxAddress;
+  /** Its own disk (disk.ts), which holds its layer and /etc; absent: they are in the data
+   * directory without a limit (a host without loop mounts, or a record of an older agent). */
+  disk?: { sizeMB: number };
 }
 
 /** Where a sandbox with internet access is on the sandbox bridge. */

@@ -3,7 +3,9 @@
 // talk to each other, IPv4 forwarding, and one nftables table owned by the agent that
 // masquerades sandbox traffic leaving by any other interface and drops what a sandbox sends to
 // the host itself (also to its services published by DNAT: docker -p, NodePort, ClusterIP), to
-// other local bridges' networks, to link-local addresses (cloud metadata) or into another sandbox.
+// other local bridges' networks, to link-local addresses (cloud metadata), into another sandbox,
+// or to private ranges (10/8, 172.16/12, 192.168/16, 100.64/10, fc00::/7: the host's LAN and VPC
+// neighbours), except DNS to the resolvers the sandbox's resolv.conf names.
 //
 // Addresses are leased host-wide (address-leases.ts), because several drivers (agents, test
 // suites) may share the bridge; the sandbox's record keeps its address, so an agent restart keeps
@@ -13,7 +15,9 @@
 import { spawnSync } from "node:child_process";
 import { existsSync, readFileSync, readdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
+import { PRIVATE_RANGES } from "../../../schema/egress/address.ts";
 import { AddressLeases, toIp } from "./address-leases.ts";
+import { sandboxResolvers } from "./layout.ts";
 import type { ProcRef, SandboxAddress } from "./records.ts";
 import type { PortRelay } from "./port-relay.ts";
 
@@ -84,9 +88,13 @@ function otherBridgeNets(bridge: string): string[] {
   return [...new Set(nets)];
 }
 
-/** The nftables table, replaced whole in one transaction (add + delete + define). */
-function ruleset(table: string, bridge: string, subnet: string, bridgeNets: string[]): string {
+/** The nftables table, replaced whole in one transaction (add + delete + define). `resolvers`
+ * are let through on port 53 before the private ranges are dropped: a host's resolver is often in
+ * one (a VPC's, a LAN router). */
+export function ruleset(table: string, bridge: string, subnet: string, bridgeNets: string[], resolvers: string[] = []): string {
   const br = JSON.stringify(bridge);
+  const v4 = PRIVATE_RANGES.filter((r) => !r.includes(":"));
+  const v6 = PRIVATE_RANGES.filter((r) => r.includes(":"));
   return `add table inet ${table}
 delete table inet ${table}
 table inet ${table} {
@@ -99,6 +107,8 @@ table inet ${table} {
     iifname ${br} ct status dnat drop
     iifname ${br} ip daddr 169.254.0.0/16 drop
 ${bridgeNets.length ? `    iifname ${br} ip daddr { ${bridgeNets.join(", ")} } drop\n` : ""}    iifname ${br} oifname ${br} drop
+${resolvers.length ? `    iifname ${br} ip daddr { ${resolvers.join(", ")} } meta l4proto { tcp, udp } th dport 53 accept\n` : ""}    iifname ${br} ip daddr { ${v4.join(", ")} } drop
+    iifname ${br} ip6 daddr { ${v6.join(", ")} } drop
     oifname ${br} ct state established,related accept
     oifname ${br} drop
     iifname ${br} meta nfproto ipv6 drop
@@ -180,7 +190,7 @@ export class SandboxNet {
     if (ipError) return fail(`${ipError} (install iproute2)`);
     const table = `kruise_${this.bridge.replace(/[^A-Za-z0-9_]/g, "_")}`;
     this.#otherNets = otherBridgeNets(this.bridge);
-    const nftError = run("nft", ["-f", "-"], ruleset(table, this.bridge, this.subnet, this.#otherNets));
+    const nftError = run("nft", ["-f", "-"], ruleset(table, this.bridge, this.subnet, this.#otherNets, sandboxResolvers()));
     if (nftError) return fail(`${nftError} (install nftables)`);
     try {
       writeFileSync("/proc/sys/net/ipv4/ip_forward", "1");

@@ -23,6 +23,8 @@ interface Written {
   metadata?: Record<string, string>;
 }
 
+const isFull = (err: unknown) => ["ENOSPC", "EDQUOT"].includes((err as NodeJS.ErrnoException)?.code ?? "");
+
 function decoded(req: IncomingMessage, body: Readable): Readable {
   const enc = (req.headers["content-encoding"] ?? "identity").toLowerCase();
   if (enc === "gzip") return body.pipe(createGunzip());
@@ -39,7 +41,7 @@ async function writeOne(sbx: RuntimeSandbox, user: SandboxUser, rawPath: string,
     await chown(host, user.uid, user.gid);
   } catch (err) {
     const code = (err as NodeJS.ErrnoException).code;
-    if (code === "ENOSPC" || code === "EDQUOT") throw new HttpError(507, "not enough disk space available");
+    if (isFull(err)) throw new HttpError(507, "not enough disk space available");
     if (code === "ENOTDIR" || code === "EISDIR") throw new HttpError(400, `path '${path}' is not a valid file path`);
     if (code === "Z_DATA_ERROR" || code === "Z_BUF_ERROR") throw new HttpError(400, "invalid gzip body");
     throw err;
@@ -78,6 +80,8 @@ export async function postFiles(req: IncomingMessage, res: ServerResponse, sbx: 
     written.push(await writeOne(sbx, user, target, data, meta.metadata));
   }).catch((err: unknown) => {
     if (err instanceof MultipartError) throw new HttpError(400, `invalid multipart body: ${err.message}`);
+    // A part's write error (a full disk) can end the parse before writeOne's own mapping does.
+    if (isFull(err)) throw new HttpError(507, "not enough disk space available");
     throw err;
   });
   if (!written.length) throw new HttpError(400, "no file part in the multipart body");

@@ -125,9 +125,9 @@ describe("egress policy", () => {
   });
 
   it("a name not allowed by name is judged by each address; a denied address is never the one used", () => {
-    const p = policy(["9.9.9.9"], ["10.0.0.0/8"]);
-    expect(decide(p, "mixed.test", ["10.0.0.1", "1.1.1.1", "10.0.0.2", "9.9.9.9"])).toEqual({ allowed: true, addresses: ["1.1.1.1", "9.9.9.9"] });
-    expect(decide(p, "inside.test", ["10.0.0.1", "10.0.0.2"])).toEqual({ allowed: false, reason: 'inside.test (10.0.0.1) is denied by denyOut "10.0.0.0/8"' });
+    const p = policy(["9.9.9.9"], ["203.0.113.0/24"]);
+    expect(decide(p, "mixed.test", ["203.0.113.1", "1.1.1.1", "203.0.113.2", "9.9.9.9"])).toEqual({ allowed: true, addresses: ["1.1.1.1", "9.9.9.9"] });
+    expect(decide(p, "inside.test", ["203.0.113.1", "203.0.113.2"])).toEqual({ allowed: false, reason: 'inside.test (203.0.113.1) is denied by denyOut "203.0.113.0/24"' });
     expect(decide(p, "nowhere.test", [])).toEqual({ allowed: false, reason: "nowhere.test did not resolve to any address" });
   });
 
@@ -165,7 +165,7 @@ describe("what the proxy refuses whatever the rules say (host-reach.ts)", () => 
     for (const host of ["192.0.2.10", "2001:db8::5", "::ffff:192.0.2.10"]) expect(reason(host), host).toContain("is an address of the agent's host");
     expect(reason("10.88.0.1")).toContain("is an address of the agent's host");
     expect(reason("10.88.200.3")).toBe("10.88.200.3 is in the sandbox network 10.88.0.0/16 (other sandboxes), never reached through the proxy");
-    expect(reason("10.89.0.1")).toBe("allowed");
+    expect(reason("10.89.0.1")).toBe("10.89.0.1 is in the private range 10.0.0.0/8, reached only when allowOut names an address or block inside it");
     expect(reason("192.0.2.11")).toBe("allowed");
     // A name allowed by name passes only at its other addresses.
     expect(reason("api.example.com", ["127.0.0.1"])).toBe("api.example.com (127.0.0.1) is loopback, never reached through the proxy (a sandbox's own loopback is not proxied; the proxy's would be the host's)");
@@ -176,7 +176,7 @@ describe("what the proxy refuses whatever the rules say (host-reach.ts)", () => 
     const withContainers = refuseHost({ subnets: ["10.88.0.0/16"], hostNets: ["172.17.0.0/16"], interfaces: () => [] });
     const v = decide(everything, "172.17.0.2", [], withContainers);
     expect(v).toEqual({ allowed: false, reason: "172.17.0.2 is in 172.17.0.0/16, a network of the host's own containers or VMs, never reached through the proxy" });
-    expect(decide(everything, "172.18.0.2", [], withContainers).allowed).toBe(true);
+    expect(decide(everything, "198.18.0.2", [], withContainers).allowed).toBe(true);
     expect(() => refuseHost({ hostNets: ["nope"] })).toThrow(/host network "nope" is not an address block/);
   });
 
@@ -186,6 +186,33 @@ describe("what the proxy refuses whatever the rules say (host-reach.ts)", () => 
     expect(decide(names, "files.pythonhosted.org", ["198.51.100.7"], agent)).toMatchObject({ allowed: true, rule: "*.pythonhosted.org" });
     expect(decide(names, "other.example.com", ["198.51.100.6"], agent).allowed).toBe(false);
     expect(decide(names, "files.pythonhosted.org", ["192.0.2.10"], agent)).toMatchObject({ allowed: false, reason: expect.stringContaining("is an address of the agent's host") });
+  });
+
+  it("private ranges (LAN, VPC, CGNAT, ULA) pass only when allowOut names an address or block inside them", () => {
+    const reason = (p: ReturnType<typeof policy>, host: string, resolved: string[] = []) => {
+      const v = decide(p, host, resolved, agent);
+      return v.allowed ? `allowed by ${v.rule}` : v.reason;
+    };
+    const broad = policy(["0.0.0.0/0", "*.corp.example", "::/0"], []);
+    for (const [host, range] of [["10.1.2.3", "10.0.0.0/8"], ["172.16.0.9", "172.16.0.0/12"], ["172.31.255.1", "172.16.0.0/12"], ["192.168.1.1", "192.168.0.0/16"], ["100.64.0.1", "100.64.0.0/10"], ["fd12::1", "fc00::/7"], ["::ffff:192.168.1.1", "192.168.0.0/16"], ["64:ff9b::10.1.2.3", "10.0.0.0/8"]]) {
+      expect(reason(broad, host!), host).toContain(`is in the private range ${range}`);
+    }
+    // Neither ALL_TRAFFIC nor a domain allowed by name reaches a private address it resolves to.
+    expect(reason(broad, "db.corp.example", ["10.1.2.3", "198.51.100.6"])).toBe("allowed by *.corp.example");
+    expect(decide(broad, "db.corp.example", ["10.1.2.3", "198.51.100.6"], agent)).toMatchObject({ addresses: ["198.51.100.6"] });
+    expect(reason(broad, "db.corp.example", ["10.1.2.3"])).toContain("db.corp.example (10.1.2.3) is in the private range 10.0.0.0/8");
+    // Just outside the ranges: the internet.
+    for (const host of ["172.32.0.1", "192.169.0.1", "100.128.0.1", "11.0.0.1"]) expect(reason(broad, host), host).toBe("allowed by 0.0.0.0/0");
+    // Named inside a range: opened, for that address or block only, over a denyOut too.
+    const named = policy(["10.1.2.3", "192.168.7.0/24", "fd00:1::/32"], ["0.0.0.0/0"]);
+    expect(reason(named, "10.1.2.3")).toBe("allowed by 10.1.2.3");
+    expect(reason(named, "10.1.2.4")).toContain("is in the private range 10.0.0.0/8");
+    expect(reason(named, "192.168.7.200")).toBe("allowed by 192.168.7.0/24");
+    expect(reason(named, "fd00:1::5")).toBe("allowed by fd00:1::/32");
+    expect(reason(named, "db.internal", ["192.168.7.9"])).toBe("allowed by 192.168.7.0/24");
+    // A block wider than the range is not a block inside it.
+    expect(reason(policy(["10.0.0.0/7"], []), "10.1.2.3")).toContain("is in the private range 10.0.0.0/8");
+    expect(reason(policy(["10.0.0.0/8"], []), "10.1.2.3")).toBe("allowed by 10.0.0.0/8");
   });
 
   it("the sidecar refuses loopback and link-local only: its host addresses are its pod's", () => {

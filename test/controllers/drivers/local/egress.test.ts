@@ -103,7 +103,7 @@ beforeAll(async () => {
   // On every address: the host's loopback, its address on the link to `a`, the bridge.
   await new Promise<void>((ok) => host.listen(0, "0.0.0.0", ok));
   port = (host.address() as { port: number }).port;
-  a = await startOutside();
+  a = await startOutside({ privateHost: true });
   b = await startOutside();
   STRICT = { allowOut: [a.ip], denyOut: ["0.0.0.0/0"] };
 });
@@ -155,6 +155,18 @@ describe("local sandboxes with egress rules", () => {
     expect(await curl(d.id, "169.254.169.254")).toContain(`${denied} 169.254.169.254 is link-local`);
     // TLS alike: refused before any tunnel.
     expect(await sh(d.id, `env -u NO_PROXY -u no_proxy curl -s -m 5 -o /dev/null -w '%{http_connect}' https://127.0.0.1:${port}/; echo " $?"`)).toBe("403 56");
+  });
+
+  it("private ranges are refused unless allowOut names an address or block inside them", async () => {
+    // `a` also answers at a private address (a LAN or VPC neighbour of the host's stand-in).
+    const broad = desired({ egress: { allowOut: ["0.0.0.0/0"], denyOut: [] } });
+    const named = desired({ egress: { allowOut: [a.privateIp!], denyOut: ["0.0.0.0/0"] } });
+    const block = desired({ egress: { allowOut: ["172.30.0.0/16"], denyOut: [] } });
+    await Promise.all([driver.ensure(broad), driver.ensure(named), driver.ensure(block)]);
+    expect(await curl(broad.id, a.ip)).toBe(fromA());
+    expect(await curl(broad.id, a.privateIp!)).toBe(`traffic-proxy: egress denied: ${a.privateIp} is in the private range 172.16.0.0/12, reached only when allowOut names an address or block inside it`);
+    expect(await curl(named.id, a.privateIp!)).toBe(fromA());
+    expect(await curl(block.id, a.privateIp!)).toBe(fromA());
   });
 
   it("a warm member claimed with rules moves behind the proxy; new rules apply to the next request", async () => {

@@ -22,6 +22,6 @@ export function shIn(driver: LocalDriver, id: string, script: string, user = USE
 /** Destroys every sandbox of the driver, stops it and removes its data dir. */
 export async function destroyAll(driver: LocalDriver, dataDir: string): Promise<void> {
   for (const s of await driver.list()) await driver.destroy(s.id);
-  driver.dispose();
+  await driver.dispose();
   rmSync(dataDir, { recursive: true, force: true });
 }

@@ -91,7 +91,7 @@ async function gone(path: string): Promise<boolean> {
 }
 
 beforeAll(async () => {
-  outside = await startOutside({ metadata: true });
+  outside = await startOutside({ metadata: true, privateHost: true });
   hostService = createServer((s) => s.on("error", () => {}).end("host secret\n"));
   await new Promise<void>((ok) => hostService.listen(0, "0.0.0.0", ok));
   hostPort = (hostService.address() as { port: number }).port;
@@ -145,6 +145,24 @@ describe("sandboxes with internet access in a network namespace of their own", (
     expect(await sh(d.id, `curl -s -m 5 http://${outside.ip}/`)).toBe(`outside saw ${outside.hostIp}`);
     expect(await hostConnects(METADATA_IP, 80)).toBe(true);
     expect(await tcpFrom(d.id, METADATA_IP, 80)).not.toBe("0");
+  });
+
+  it("private ranges (the host's LAN and VPC neighbours) are out of reach; DNS to the host's resolvers is let through", async () => {
+    const d = desired();
+    await driver.ensure(d);
+    // A stand-in neighbour at 172.30.<k>.2, in a namespace of the test's own: the host reaches it.
+    expect(await hostConnects(outside.privateIp!, 80)).toBe(true);
+    expect(await tcpFrom(d.id, outside.privateIp!, 80)).not.toBe("0");
+    expect(await sh(d.id, `curl -s -m 5 http://${outside.ip}/`)).toBe(`outside saw ${outside.hostIp}`);
+    const table = execFileSync("nft", ["list", "table", "inet", "kruise_kruise0"], { encoding: "utf8" });
+    const drop = /iifname "kruise0" ip daddr \{ ([^}]+) \} drop/g;
+    const dropped = [...table.matchAll(drop)].flatMap((m) => m[1]!.split(", "));
+    for (const range of ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10"]) expect(dropped).toContain(range);
+    expect(table).toMatch(/iifname "kruise0" ip6 daddr fc00::\/7 drop/);
+    // The sandbox's resolvers (here in 10/8), on port 53 only, before the drops.
+    const resolvers = [...(await sh(d.id, "cat /etc/resolv.conf")).matchAll(/^nameserver (\d+\.\d+\.\d+\.\d+)$/gm)].map((m) => m[1]!);
+    for (const ip of resolvers) expect(table.indexOf(ip)).toBeLessThan(table.indexOf("10.0.0.0/8"));
+    if (resolvers.length) expect(table).toMatch(/ip daddr [^\n]+ meta l4proto \{ tcp, udp \} th dport 53 accept/);
   });
 
   it("keeps its address and user ports across an agent restart; destroy leaves no veth and frees the address", async () => {
