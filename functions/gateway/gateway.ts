@@ -118,6 +118,9 @@ export function gateway(): MiddlewareHandler<AppEnv> {
     if (!found.ok) return notFound(target.sandboxId);
     let route = found.route;
     if (!(await authorised(req, url, target, route))) {
+      // envd's own answer for its port; a user port without its traffic token is refused as
+      // E2B's proxy refuses it, with 403.
+      if (target.port !== ENVD_PORT) return json(403, { code: 403, message: `sandbox ${target.sandboxId} port ${target.port} needs a valid e2b-traffic-access-token header (allowPublicTraffic is false)` });
       return json(401, { code: 401, message: "unauthorized access, please provide a valid access token or method signing if supported" });
     }
     if (route.state === "paused" || route.phase !== "Running") {

@@ -77,9 +77,12 @@ describe("network", () => {
     const { apiUrl } = e2b();
     const headers = { "e2b-sandbox-id": sbx.sandboxId, "e2b-sandbox-port": "8001" };
 
+    // E2B's proxy answers a missing or wrong traffic token with 403 (401 is envd's, for its port).
     const denied = await fetch(`${apiUrl}/index.html`, { headers });
-    expect(denied.status).toBe(401);
-    expect(await denied.json()).toMatchObject({ code: 401 });
+    expect(denied.status).toBe(403);
+    expect(await denied.json()).toMatchObject({ code: 403, message: expect.stringContaining("e2b-traffic-access-token") });
+    const wrong = await fetch(`${apiUrl}/index.html`, { headers: { ...headers, "e2b-traffic-access-token": "0".repeat(48) } });
+    expect(wrong.status).toBe(403);
 
     let res: Response | undefined;
     const deadline = Date.now() + 10_000;
