@@ -7,9 +7,11 @@ import { join } from "node:path";
 import type { Driver } from "../drivers/driver.ts";
 import { LocalDriver } from "../drivers/local/local-driver.ts";
 import { createRuntime } from "../runtime/runtime.ts";
+import { observeRuntimeProcesses, observeSandboxStates } from "../lib/metrics.ts";
 import { createIngress } from "./ingress.ts";
 import { IntentStore } from "./intent-store.ts";
 import { Link } from "./link.ts";
+import { startMetricsServer, type MetricsServer } from "./metrics-server.ts";
 import { Reconciler, desiredFor } from "./reconciler.ts";
 
 export interface AgentOptions {
@@ -28,6 +30,10 @@ export interface AgentOptions {
   /** Also serve the embedded runtime directly on this loopback port (token auth only, no edge
    * signature): what a pod sidecar exposes. The benchmarks use it as the no-gateway baseline. */
   runtimePort?: number;
+  /** Serve Prometheus metrics at /metrics on this port (0 or absent: off). */
+  metricsPort?: number;
+  /** Its listen address (default loopback). */
+  metricsHost?: string;
   log?: (msg: string) => void;
 }
 
@@ -44,6 +50,8 @@ export interface Agent {
   ingressUrl: string;
   link: Link;
   reconciler: Reconciler;
+  /** Where /metrics is served, when it is. */
+  metricsUrl?: string;
   stop(onExit?: OnExit): Promise<void>;
 }
 
@@ -133,6 +141,9 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
   link.heartbeatStats = () => ({ sandboxes: store.ids().length, pending: reconciler.queue.depth });
 
   if (opts.runtimePort !== undefined) await runtime.listen({ port: opts.runtimePort, host: "127.0.0.1" });
+  observeSandboxStates(() => reconciler.phaseCounts());
+  observeRuntimeProcesses(() => runtime.processCount());
+  const metrics: MetricsServer | undefined = opts.metricsPort ? await startMetricsServer(opts.metricsPort, opts.metricsHost) : undefined;
 
   await reconciler.resumeAll();
   link.start();
@@ -142,7 +153,9 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
     ingressUrl,
     link,
     reconciler,
+    metricsUrl: metrics?.url,
     async stop(onExit: OnExit = "keep") {
+      await metrics?.close();
       link.close();
       reconciler.queue.close();
       await reconciler.queue.idle();

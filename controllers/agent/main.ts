@@ -1,7 +1,7 @@
 // The in-cluster agent (local driver by default).
 //   node controllers/agent/main.ts --edge http://127.0.0.1:8787 --data-dir .data/agent
 //        [--cluster local] [--ingress-port 0] [--ingress-host 127.0.0.1] [--level bwrap+cgroup|bwrap|process]
-//        [--on-exit keep|stop|destroy]
+//        [--on-exit keep|stop|destroy] [--metrics-port 0] [--metrics-host 127.0.0.1]
 //        [--driver local|kubernetes [--kubeconfig PATH] [--namespace NS] [--runtime-image IMAGE]
 //                                   [--watch-namespaces A,B | --all-namespaces]]
 // Env: CLUSTER_TOKEN (required; the shared secret the edge's ClusterDO checks), EDGE_URL.
@@ -26,6 +26,9 @@ const { values } = parseArgs({
     "on-exit": { type: "string", default: "keep" },
     // Serve the embedded runtime directly on 127.0.0.1:PORT as well (benchmarks, debugging).
     "runtime-port": { type: "string" },
+    // Prometheus metrics at /metrics on this port (0: off), on --metrics-host (loopback by default).
+    "metrics-port": { type: "string", default: "0" },
+    "metrics-host": { type: "string", default: "127.0.0.1" },
     driver: { type: "string", default: "local" },
     ...KUBERNETES_FLAGS,
   },
@@ -44,6 +47,11 @@ if (!["keep", "stop", "destroy"].includes(onExit)) {
 const level = values.level as "bwrap+cgroup" | "bwrap" | "process" | undefined;
 if (values.driver !== "local" && values.driver !== "kubernetes") {
   console.error("agent: --driver must be local or kubernetes");
+  process.exit(2);
+}
+const metricsPort = Number(values["metrics-port"]);
+if (!Number.isInteger(metricsPort) || metricsPort < 0 || metricsPort > 65535) {
+  console.error("agent: --metrics-port must be a port number (0: off)");
   process.exit(2);
 }
 try {
@@ -70,6 +78,8 @@ const agent = await startAgent({
   ingressPort: Number(values["ingress-port"]),
   level,
   runtimePort: values["runtime-port"] === undefined ? undefined : Number(values["runtime-port"]),
+  metricsPort,
+  metricsHost: values["metrics-host"],
 });
 requeue = (id) => agent.reconciler.queue.add(id);
 let crd: CrdLink | undefined;
@@ -88,6 +98,7 @@ if (driver) {
 const caps = agent.driver.capabilities;
 console.log(`[agent] driver ${agent.driver.name}, isolation ${caps.level}; ingress ${agent.ingressUrl}`);
 for (const note of caps.notes) console.log(`[agent]   ${note}`);
+if (agent.metricsUrl) console.log(`[agent] metrics at ${agent.metricsUrl}`);
 agent.link.whenConnected().then(() => console.log("[agent] connected to the edge"));
 
 for (const sig of ["SIGINT", "SIGTERM"] as const) {

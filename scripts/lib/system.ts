@@ -49,6 +49,8 @@ export interface System {
   agent: ChildProcess;
   /** The isolation level the agent reported. */
   isolation: string;
+  /** The agent's Prometheus endpoint (loopback). */
+  metricsUrl: string;
   startAgent(): Promise<void>;
   stopAgent(signal?: NodeJS.Signals): Promise<void>;
   restartEdge(): Promise<void>;
@@ -83,12 +85,14 @@ export async function startSystem(opts: SystemOptions): Promise<System> {
 
   let agent!: ChildProcess;
   let isolation = "unknown";
+  const metricsPort = await freePort();
   const startAgent = async () => {
     const out = opts.agentOutput === "inherit" ? "inherit" : openSync(opts.agentOutput ?? join(dataDir, "agent.log"), "a");
     const args = ["controllers/agent/main.ts", "--edge", edge.url, "--data-dir", join(dataDir, "agent"), "--ingress-port", String(secrets.ingressPort)];
     if (opts.level) args.push("--level", opts.level);
     args.push("--on-exit", opts.onExit ?? "destroy");
     if (opts.runtimePort) args.push("--runtime-port", String(opts.runtimePort));
+    args.push("--metrics-port", String(metricsPort));
     // SBX_AGENT_NODE_ARGS passes flags to the agent's Node (e.g. --cpu-prof for profiling).
     const nodeArgs = process.env.SBX_AGENT_NODE_ARGS?.split(" ").filter(Boolean) ?? [];
     agent = spawn(NODE, [...nodeArgs, ...args], { cwd: ROOT, env: { ...process.env, CLUSTER_TOKEN: secrets.clusterToken }, stdio: ["ignore", out, out] });
@@ -139,6 +143,7 @@ export async function startSystem(opts: SystemOptions): Promise<System> {
     get isolation() {
       return isolation;
     },
+    metricsUrl: `http://127.0.0.1:${metricsPort}/metrics`,
     startAgent,
     stopAgent,
     async restartEdge() {

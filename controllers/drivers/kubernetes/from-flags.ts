@@ -4,6 +4,7 @@
 // Without --kubeconfig the usual lookup applies (KUBECONFIG, ~/.kube/config, or the in-cluster
 // service account when running as the Deployment in k8s/).
 import { KubeConfig } from "@kubernetes/client-node";
+import { countRequests } from "./kube-api.ts";
 import { KUBERNETES_FLAGS, watchNamespacesFlag } from "./flags.ts";
 import { KubernetesDriver, type SandboxRequest } from "./kubernetes-driver.ts";
 
@@ -15,6 +16,7 @@ export async function kubernetesDriverFromFlags(
   const kc = new KubeConfig();
   if (flags.kubeconfig) kc.loadFromFile(flags.kubeconfig);
   else kc.loadFromDefault();
+  countRequests(kc);
   const driver = new KubernetesDriver({
     kubeConfig: kc,
     namespace: flags.namespace ?? "default",
