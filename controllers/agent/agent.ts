@@ -7,6 +7,7 @@ import { join } from "node:path";
 import type { Driver } from "../drivers/driver.ts";
 import { LocalDriver } from "../drivers/local/local-driver.ts";
 import { createRuntime } from "../runtime/runtime.ts";
+import { logger } from "../lib/log.ts";
 import { observeRuntimeProcesses, observeSandboxStates } from "../lib/metrics.ts";
 import { createIngress } from "./ingress.ts";
 import { IntentStore } from "./intent-store.ts";
@@ -66,12 +67,14 @@ function agentId(dataDir: string): string {
 
 export async function startAgent(opts: AgentOptions): Promise<Agent> {
   mkdirSync(opts.dataDir, { recursive: true });
-  const log = opts.log ?? ((m: string) => console.log(`[agent] ${m}`));
+  const agentLog = logger("agent");
+  const log = opts.log ?? ((m: string) => agentLog.info(m));
   const id = agentId(opts.dataDir);
   // Each installation gets its own cgroup subtree: the driver treats cgroups without a record as
   // its own leftovers, so two agents on one host must never share one.
   const driver = opts.driver ?? new LocalDriver({ dataDir: join(opts.dataDir, "local"), level: opts.level, cgroupName: `kruise-${id.slice(-12)}` });
-  const runtime = createRuntime({ onError: (err) => log(`runtime error: ${(err as Error)?.stack ?? err}`) });
+  const runtimeLog = logger("runtime");
+  const runtime = createRuntime({ onError: (err) => (opts.log ? log(`runtime error: ${(err as Error)?.stack ?? err}`) : runtimeLog.error("request failed", { error: (err as Error)?.stack ?? String(err) })) });
   const store = new IntentStore(join(opts.dataDir, "intents"));
 
   // Acks wait until the reconciler has acted on the generation they deliver.
@@ -82,6 +85,7 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
     driver,
     runtime,
     report: (obs) => link.observe(obs),
+    onError: (id, err) => agentLog.error("reconcile failed, retrying", { sandboxId: id, error: err }),
     settled(id, generation, result, message) {
       const waiting = waitingAcks.get(id);
       if (!waiting) return;
@@ -117,7 +121,7 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
     edgeUrl: opts.edgeUrl,
     clusterId: opts.clusterId ?? "local",
     token: opts.clusterToken,
-    log,
+    log: opts.log,
     hello: async () => ({
       agentId: id,
       driver: driver.name,

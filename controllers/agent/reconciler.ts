@@ -6,6 +6,9 @@ import type { Runtime } from "../runtime/runtime.ts";
 import type { Intent, ObservationInput, ObservedPhase } from "../../schema/protocol/index.ts";
 import type { IntentStore } from "./intent-store.ts";
 import { WorkQueue, type Backoff, type WorkResult } from "../lib/work-queue.ts";
+import { logger } from "../lib/log.ts";
+
+const LOG = logger("reconciler");
 
 export interface ReconcilerDeps {
   store: IntentStore;
@@ -18,7 +21,7 @@ export interface ReconcilerDeps {
   now?: () => number;
   /** Retry spacing of failed passes (default: the work queue's). */
   backoff?: Backoff;
-  /** Where a failed pass is logged (default: console.error). */
+  /** Where a failed pass is logged (default: the work queue's logger). */
   onError?: (id: string, err: unknown) => void;
 }
 
@@ -137,7 +140,7 @@ export class Reconciler {
         this.#d.settled(id, intent.generation, "applied");
       }
       this.#reported.delete(id);
-      this.#phases.delete(id);
+      if (this.#phases.delete(id)) LOG.info("phase", { sandboxId: id, generation: intent?.generation ?? 0, phase: "Deleted" });
       this.#d.report({ sandboxId: id, generation: intent?.generation ?? 0, phase: "Deleted", ready: false, observedAt: this.#now() });
       return;
     }
@@ -266,8 +269,11 @@ export class Reconciler {
    * round of work for nothing. A reconnect sends the whole inventory anyway.
    */
   #report(obs: ObservationInput): void {
+    const was = this.#phases.get(obs.sandboxId)?.phase;
     if (obs.phase === "Deleted") this.#phases.delete(obs.sandboxId);
     else this.#phases.set(obs.sandboxId, { phase: obs.phase, pool: this.#d.store.get(obs.sandboxId)?.owner.kind === "pool" });
+    // One line per phase change (not per pass): what an operator greps a sandbox's history for.
+    if (was !== obs.phase) LOG.info("phase", { sandboxId: obs.sandboxId, generation: obs.generation, phase: obs.phase, from: was, reason: obs.reason });
     const key = `${obs.generation}|${obs.phase}|${obs.ready}|${obs.endpoint?.runtime ?? ""}|${obs.reason ?? ""}|${obs.message ?? ""}|${obs.revision ?? ""}`;
     if (this.#reported.get(obs.sandboxId) === key) return;
     this.#reported.set(obs.sandboxId, key);

@@ -16,6 +16,7 @@
 //
 // A queue given a `name` is measured (metrics.ts): its depth when scraped, and each pass's time
 // and result under that name.
+import { logger } from "./log.ts";
 import { reconcileTime, reconcileTotal, trackQueue } from "./metrics.ts";
 
 export type WorkResult = { requeueAfterMs?: number } | void;
@@ -65,7 +66,7 @@ export class WorkQueue {
     this.#backoff = opts.backoff ?? DEFAULT_BACKOFF;
     this.#concurrency = opts.concurrency ?? 8;
     this.#urgentConcurrency = opts.urgentConcurrency ?? this.#concurrency;
-    this.#onError = opts.onError ?? ((key, err) => console.error(`reconcile ${key}:`, err));
+    this.#onError = opts.onError ?? ((key, err) => logger("workqueue").error("work failed, retrying", { queue: opts.name, key, error: err }));
   }
 
   add(key: string, opts: { urgent?: boolean } = {}): void {
