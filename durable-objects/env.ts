@@ -1,6 +1,7 @@
 // The Worker's bindings, and who is calling: what the routes, the operations and the Durable
 // Objects all see. Lives beneath functions/ so nothing here imports a route.
 import type { ClusterDO } from "./cluster/cluster-do.ts";
+import type { EdgeMetricsDO } from "./metrics/metrics-do.ts";
 import type { PoolDO } from "./pool/pool-do.ts";
 import type { SandboxIndexDO } from "./sandbox/sandbox-index-do.ts";
 import type { SandboxGroupDO } from "./sandbox/sandbox-group-do.ts";
@@ -15,6 +16,8 @@ export interface Env {
   SANDBOX_INDEX: DurableObjectNamespace<SandboxIndexDO>;
   /** One per team (`idFromName(teamId)`): its quota and reservations. */
   TEAM_QUOTA: DurableObjectNamespace<TeamQuotaDO>;
+  /** One object (`idFromName("edge")`): the edge's metric counts summed over isolates. */
+  EDGE_METRICS: DurableObjectNamespace<EdgeMetricsDO>;
   /** libSQL (sqld locally, Turso in production). */
   LIBSQL_URL: string;
   LIBSQL_AUTH_TOKEN?: string;

@@ -6,6 +6,7 @@ import { agentLink } from "./agent-link.ts";
 import { notFound, onError } from "./api-error.ts";
 import { gateway } from "./gateway/gateway.ts";
 import { adminClusters } from "./api/admin-clusters.ts";
+import { adminMetrics, measureRequests } from "./api/admin-metrics.ts";
 import { adminQuotas } from "./api/admin-quotas.ts";
 import { adminTemplates } from "./api/admin-templates.ts";
 import { apiKeys } from "./api/api-keys.ts";
@@ -20,6 +21,7 @@ export { SandboxIndexDO } from "../durable-objects/sandbox/sandbox-index-do.ts";
 export { PoolDO } from "../durable-objects/pool/pool-do.ts";
 export { ClusterDO } from "../durable-objects/cluster/cluster-do.ts";
 export { TeamQuotaDO } from "../durable-objects/quota/team-quota-do.ts";
+export { EdgeMetricsDO } from "../durable-objects/metrics/metrics-do.ts";
 
 const app = new Hono<AppEnv>();
 app.onError(onError);
@@ -28,6 +30,7 @@ app.notFound(notFound);
 // Data-plane requests (E2b-Sandbox-Id header or {port}-{id}.{domain} host) never reach the
 // control plane: the gateway answers them, including envd's own /health.
 app.use("*", gateway());
+app.use("*", measureRequests());
 app.get("/health", (c) => c.json({ ok: true }));
 app.route("/", agentLink);
 
@@ -40,6 +43,7 @@ app.route("/", teams);
 app.route("/", templates);
 app.route("/", adminTemplates);
 app.route("/", adminClusters);
+app.route("/", adminMetrics);
 app.route("/", adminQuotas);
 // Last: E2B routes none of the above serves answer 501, not 404 (api/unserved.ts).
 app.route("/", unserved);

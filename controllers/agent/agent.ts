@@ -7,9 +7,12 @@ import { join } from "node:path";
 import type { Driver } from "../drivers/driver.ts";
 import { LocalDriver } from "../drivers/local/local-driver.ts";
 import { createRuntime } from "../runtime/runtime.ts";
+import { logger } from "../lib/log.ts";
+import { observeRuntimeProcesses, observeSandboxStates } from "../lib/metrics.ts";
 import { createIngress } from "./ingress.ts";
 import { IntentStore } from "./intent-store.ts";
 import { Link } from "./link.ts";
+import { startMetricsServer, type MetricsServer } from "./metrics-server.ts";
 import { Reconciler, desiredFor } from "./reconciler.ts";
 
 export interface AgentOptions {
@@ -28,6 +31,10 @@ export interface AgentOptions {
   /** Also serve the embedded runtime directly on this loopback port (token auth only, no edge
    * signature): what a pod sidecar exposes. The benchmarks use it as the no-gateway baseline. */
   runtimePort?: number;
+  /** Serve Prometheus metrics at /metrics on this port (0 or absent: off). */
+  metricsPort?: number;
+  /** Its listen address (default loopback). */
+  metricsHost?: string;
   log?: (msg: string) => void;
 }
 
@@ -44,6 +51,8 @@ export interface Agent {
   ingressUrl: string;
   link: Link;
   reconciler: Reconciler;
+  /** Where /metrics is served, when it is. */
+  metricsUrl?: string;
   stop(onExit?: OnExit): Promise<void>;
 }
 
@@ -58,12 +67,14 @@ function agentId(dataDir: string): string {
 
 export async function startAgent(opts: AgentOptions): Promise<Agent> {
   mkdirSync(opts.dataDir, { recursive: true });
-  const log = opts.log ?? ((m: string) => console.log(`[agent] ${m}`));
+  const agentLog = logger("agent");
+  const log = opts.log ?? ((m: string) => agentLog.info(m));
   const id = agentId(opts.dataDir);
   // Each installation gets its own cgroup subtree: the driver treats cgroups without a record as
   // its own leftovers, so two agents on one host must never share one.
   const driver = opts.driver ?? new LocalDriver({ dataDir: join(opts.dataDir, "local"), level: opts.level, cgroupName: `kruise-${id.slice(-12)}`, spareDisks: 2 });
-  const runtime = createRuntime({ onError: (err) => log(`runtime error: ${(err as Error)?.stack ?? err}`) });
+  const runtimeLog = logger("runtime");
+  const runtime = createRuntime({ onError: (err) => (opts.log ? log(`runtime error: ${(err as Error)?.stack ?? err}`) : runtimeLog.error("request failed", { error: (err as Error)?.stack ?? String(err) })) });
   const store = new IntentStore(join(opts.dataDir, "intents"));
 
   // Acks wait until the reconciler has acted on the generation they deliver.
@@ -74,6 +85,7 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
     driver,
     runtime,
     report: (obs) => link.observe(obs),
+    onError: (id, err) => agentLog.error("reconcile failed, retrying", { sandboxId: id, error: err }),
     settled(id, generation, result, message) {
       const waiting = waitingAcks.get(id);
       if (!waiting) return;
@@ -109,7 +121,7 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
     edgeUrl: opts.edgeUrl,
     clusterId: opts.clusterId ?? "local",
     token: opts.clusterToken,
-    log,
+    log: opts.log,
     hello: async () => ({
       agentId: id,
       driver: driver.name,
@@ -134,6 +146,9 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
   link.heartbeatStats = () => ({ sandboxes: store.ids().length, pending: reconciler.queue.depth });
 
   if (opts.runtimePort !== undefined) await runtime.listen({ port: opts.runtimePort, host: "127.0.0.1" });
+  observeSandboxStates(() => reconciler.phaseCounts());
+  observeRuntimeProcesses(() => runtime.processCount());
+  const metrics: MetricsServer | undefined = opts.metricsPort ? await startMetricsServer(opts.metricsPort, opts.metricsHost) : undefined;
 
   await reconciler.resumeAll();
   link.start();
@@ -143,7 +158,9 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
     ingressUrl,
     link,
     reconciler,
+    metricsUrl: metrics?.url,
     async stop(onExit: OnExit = "keep") {
+      await metrics?.close();
       link.close();
       reconciler.queue.close();
       await reconciler.queue.idle();

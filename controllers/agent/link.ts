@@ -22,6 +22,9 @@ import {
   type Welcome,
 } from "../../schema/protocol/index.ts";
 import { backoffMs, type Backoff } from "../lib/work-queue.ts";
+import { logger } from "../lib/log.ts";
+
+const LOG = logger("link");
 
 export interface LinkOptions {
   /** Edge base URL, e.g. http://127.0.0.1:8787 (ws/wss is derived). */
@@ -152,7 +155,8 @@ export class Link {
   }
 
   #log(msg: string): void {
-    (this.#o.log ?? console.log)(msg);
+    if (this.#o.log) this.#o.log(msg);
+    else LOG.warn(msg, { cluster: this.#o.clusterId });
   }
 
   #connect(): void {

@@ -1,7 +1,7 @@
 // The in-cluster agent (local driver by default).
 //   node controllers/agent/main.ts --edge http://127.0.0.1:8787 --data-dir .data/agent
 //        [--cluster local] [--ingress-port 0] [--ingress-host 127.0.0.1] [--level bwrap+cgroup|bwrap|process]
-//        [--on-exit keep|stop|destroy]
+//        [--on-exit keep|stop|destroy] [--metrics-port 0] [--metrics-host 127.0.0.1] [--log-format json|text]
 //        [--driver local|kubernetes [--kubeconfig PATH] [--namespace NS] [--runtime-image IMAGE]
 //                                   [--watch-namespaces A,B | --all-namespaces]]
 // Env: CLUSTER_TOKEN (required; the shared secret the edge's ClusterDO checks), EDGE_URL.
@@ -12,6 +12,7 @@ import { parseArgs } from "node:util";
 import { startAgent, type OnExit } from "./agent.ts";
 import type { CrdLink, KubectlRequests } from "./crd-link.ts";
 import { KUBERNETES_FLAGS, watchNamespacesFlag } from "../drivers/kubernetes/flags.ts";
+import { configureLogs, logger, parseLogFormat } from "../lib/log.ts";
 
 const { values } = parseArgs({
   options: {
@@ -26,31 +27,39 @@ const { values } = parseArgs({
     "on-exit": { type: "string", default: "keep" },
     // Serve the embedded runtime directly on 127.0.0.1:PORT as well (benchmarks, debugging).
     "runtime-port": { type: "string" },
+    // Prometheus metrics at /metrics on this port (0: off), on --metrics-host (loopback by default).
+    "metrics-port": { type: "string", default: "0" },
+    "metrics-host": { type: "string", default: "127.0.0.1" },
+    // One JSON object per line (the default when stdout is not a terminal) or text for a person.
+    "log-format": { type: "string" },
     driver: { type: "string", default: "local" },
     ...KUBERNETES_FLAGS,
   },
 });
 
-const token = process.env.CLUSTER_TOKEN;
-if (!values.edge || !token) {
-  console.error("agent: --edge (or EDGE_URL) and CLUSTER_TOKEN are required");
-  process.exit(2);
-}
-const onExit = values["on-exit"] as OnExit;
-if (!["keep", "stop", "destroy"].includes(onExit)) {
-  console.error("agent: --on-exit must be keep, stop or destroy");
-  process.exit(2);
-}
-const level = values.level as "bwrap+cgroup" | "bwrap" | "process" | undefined;
-if (values.driver !== "local" && values.driver !== "kubernetes") {
-  console.error("agent: --driver must be local or kubernetes");
+const log = logger("agent");
+/** A bad flag or environment: said once, and the agent exits 2. */
+function usage(msg: string): never {
+  log.error(msg);
   process.exit(2);
 }
 try {
+  configureLogs({ format: parseLogFormat(values["log-format"]) });
+} catch (err) {
+  usage((err as Error).message);
+}
+const token = process.env.CLUSTER_TOKEN;
+if (!values.edge || !token) usage("--edge (or EDGE_URL) and CLUSTER_TOKEN are required");
+const onExit = values["on-exit"] as OnExit;
+if (!["keep", "stop", "destroy"].includes(onExit)) usage("--on-exit must be keep, stop or destroy");
+const level = values.level as "bwrap+cgroup" | "bwrap" | "process" | undefined;
+if (values.driver !== "local" && values.driver !== "kubernetes") usage("--driver must be local or kubernetes");
+const metricsPort = Number(values["metrics-port"]);
+if (!Number.isInteger(metricsPort) || metricsPort < 0 || metricsPort > 65535) usage("--metrics-port must be a port number (0: off)");
+try {
   watchNamespacesFlag(values);
 } catch (err) {
-  console.error(`agent: ${(err as Error).message}`);
-  process.exit(2);
+  usage((err as Error).message);
 }
 // The kubernetes driver tells the reconciler when a pod changes (ready, IP, lost) instead of polling.
 let requeue: (id: string) => void = () => {};
@@ -70,9 +79,12 @@ const agent = await startAgent({
   ingressPort: Number(values["ingress-port"]),
   level,
   runtimePort: values["runtime-port"] === undefined ? undefined : Number(values["runtime-port"]),
+  metricsPort,
+  metricsHost: values["metrics-host"],
 });
 requeue = (id) => agent.reconciler.queue.add(id);
 let crd: CrdLink | undefined;
+const crdLog = logger("crd");
 if (driver) {
   crd = await (await import("./crd-link.ts")).startCrdLink({
     link: agent.link,
@@ -82,13 +94,13 @@ if (driver) {
     watchNamespaces: watchNamespacesFlag(values),
     cluster: values.cluster!,
     requests,
-    log: (m) => console.log(`[crd] ${m}`),
+    log: (m) => crdLog.info(m),
   });
 }
 const caps = agent.driver.capabilities;
-console.log(`[agent] driver ${agent.driver.name}, isolation ${caps.level}${caps.disk ? `, disk ${caps.disk}` : ""}; ingress ${agent.ingressUrl}`);
-for (const note of caps.notes) console.log(`[agent]   ${note}`);
-agent.link.whenConnected().then(() => console.log("[agent] connected to the edge"));
+log.info("started", { driver: agent.driver.name, isolation: caps.level, disk: caps.disk, ingress: agent.ingressUrl, metrics: agent.metricsUrl, cluster: values.cluster });
+for (const note of caps.notes) log.info(note, { driver: agent.driver.name });
+agent.link.whenConnected().then(() => log.info("connected to the edge", { edge: values.edge, cluster: values.cluster }));
 
 for (const sig of ["SIGINT", "SIGTERM"] as const) {
   process.once(sig, () => void (crd?.stop() ?? Promise.resolve()).then(() => agent.stop(onExit)).then(() => process.exit(0)));

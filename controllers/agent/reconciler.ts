@@ -6,6 +6,9 @@ import type { Runtime } from "../runtime/runtime.ts";
 import type { Intent, ObservationInput, ObservedPhase } from "../../schema/protocol/index.ts";
 import type { IntentStore } from "./intent-store.ts";
 import { WorkQueue, type Backoff, type WorkResult } from "../lib/work-queue.ts";
+import { logger } from "../lib/log.ts";
+
+const LOG = logger("reconciler");
 
 export interface ReconcilerDeps {
   store: IntentStore;
@@ -18,7 +21,7 @@ export interface ReconcilerDeps {
   now?: () => number;
   /** Retry spacing of failed passes (default: the work queue's). */
   backoff?: Backoff;
-  /** Where a failed pass is logged (default: console.error). */
+  /** Where a failed pass is logged (default: the work queue's logger). */
   onError?: (id: string, err: unknown) => void;
 }
 
@@ -81,6 +84,21 @@ export class Reconciler {
 
   /** What was last reported per sandbox (generation, phase, readiness, endpoint, reason). */
   readonly #reported = new Map<string, string>();
+  /** The phase last reported per sandbox and whether a pool owns it: the metrics' sandboxes by state. */
+  readonly #phases = new Map<string, { phase: ObservedPhase; pool: boolean }>();
+
+  /** Sandboxes by last reported phase and owner (`pool` or `sandbox`), for the metrics gauge. */
+  *phaseCounts(): Iterable<[{ state: string; owner: string }, number]> {
+    const counts = new Map<string, number>();
+    for (const { phase, pool } of this.#phases.values()) {
+      const key = `${phase}|${pool ? "pool" : "sandbox"}`;
+      counts.set(key, (counts.get(key) ?? 0) + 1);
+    }
+    for (const [key, n] of counts) {
+      const [state, owner] = key.split("|") as [string, string];
+      yield [{ state, owner }, n];
+    }
+  }
 
   /** The remote runtime URL of a sandbox (undefined: the embedded runtime serves it). */
   endpoint(id: string): string | undefined {
@@ -93,7 +111,7 @@ export class Reconciler {
     // Where the runtime lives in a pod, a claim's pass is mostly waiting (the driver answers a warm
     // member from its cache, then one HTTP /init): with the default 8 urgent workers, 50
     // concurrent creates waited a median 430 ms in the queue for a free worker (kube bench, 200 pods).
-    this.queue = new WorkQueue({ work: (id) => this.reconcile(id), urgentConcurrency: deps.driver.capabilities.hostView ? undefined : 64, backoff: deps.backoff, onError: deps.onError });
+    this.queue = new WorkQueue({ name: "sandbox", work: (id) => this.reconcile(id), urgentConcurrency: deps.driver.capabilities.hostView ? undefined : 64, backoff: deps.backoff, onError: deps.onError });
   }
 
   /** Accepts an intent if it is newer than the stored one and schedules the sandbox. */
@@ -122,6 +140,7 @@ export class Reconciler {
         this.#d.settled(id, intent.generation, "applied");
       }
       this.#reported.delete(id);
+      if (this.#phases.delete(id)) LOG.info("phase", { sandboxId: id, generation: intent?.generation ?? 0, phase: "Deleted" });
       this.#d.report({ sandboxId: id, generation: intent?.generation ?? 0, phase: "Deleted", ready: false, observedAt: this.#now() });
       return;
     }
@@ -250,6 +269,11 @@ export class Reconciler {
    * round of work for nothing. A reconnect sends the whole inventory anyway.
    */
   #report(obs: ObservationInput): void {
+    const was = this.#phases.get(obs.sandboxId)?.phase;
+    if (obs.phase === "Deleted") this.#phases.delete(obs.sandboxId);
+    else this.#phases.set(obs.sandboxId, { phase: obs.phase, pool: this.#d.store.get(obs.sandboxId)?.owner.kind === "pool" });
+    // One line per phase change (not per pass): what an operator greps a sandbox's history for.
+    if (was !== obs.phase) LOG.info("phase", { sandboxId: obs.sandboxId, generation: obs.generation, phase: obs.phase, from: was, reason: obs.reason });
     const key = `${obs.generation}|${obs.phase}|${obs.ready}|${obs.endpoint?.runtime ?? ""}|${obs.reason ?? ""}|${obs.message ?? ""}|${obs.revision ?? ""}`;
     if (this.#reported.get(obs.sandboxId) === key) return;
     this.#reported.set(obs.sandboxId, key);

@@ -13,6 +13,11 @@
 // SandboxSet and SandboxClaim syncs (per object) use a WorkQueue; the informers' relist/rewatch,
 // the edge link's reconnect and kubectl requests use `backoffMs`. Neutral ground: drivers and
 // the agent both import it, neither imports the other for it.
+//
+// A queue given a `name` is measured (metrics.ts): its depth when scraped, and each pass's time
+// and result under that name.
+import { logger } from "./log.ts";
+import { reconcileTime, reconcileTotal, trackQueue } from "./metrics.ts";
 
 export type WorkResult = { requeueAfterMs?: number } | void;
 
@@ -34,6 +39,7 @@ export class WorkQueue {
   readonly #concurrency: number;
   readonly #urgentConcurrency: number;
   readonly #onError: (key: string, err: unknown) => void;
+  readonly #name: string | undefined;
   readonly #backoff: Backoff;
   readonly #queued = new Set<string>();
   readonly #urgent = new Set<string>();
@@ -51,12 +57,16 @@ export class WorkQueue {
     urgentConcurrency?: number;
     onError?: (key: string, err: unknown) => void;
     backoff?: Backoff;
+    /** The queue's name in metrics (`controller` and `name` labels); unnamed queues are not measured. */
+    name?: string;
   }) {
     this.#work = opts.work;
+    this.#name = opts.name;
+    if (opts.name) trackQueue(opts.name, this);
     this.#backoff = opts.backoff ?? DEFAULT_BACKOFF;
     this.#concurrency = opts.concurrency ?? 8;
     this.#urgentConcurrency = opts.urgentConcurrency ?? this.#concurrency;
-    this.#onError = opts.onError ?? ((key, err) => console.error(`reconcile ${key}:`, err));
+    this.#onError = opts.onError ?? ((key, err) => logger("workqueue").error("work failed, retrying", { queue: opts.name, key, error: err }));
   }
 
   add(key: string, opts: { urgent?: boolean } = {}): void {
@@ -144,16 +154,26 @@ export class WorkQueue {
   }
 
   async #run(key: string): Promise<void> {
+    const started = this.#name ? performance.now() : 0;
+    let outcome = "success";
     try {
       const result = await this.#work(key);
       this.#failures.delete(key);
-      if (result?.requeueAfterMs !== undefined) this.addAfter(key, result.requeueAfterMs);
+      if (result?.requeueAfterMs !== undefined) {
+        outcome = "requeue_after";
+        this.addAfter(key, result.requeueAfterMs);
+      }
     } catch (err) {
+      outcome = "error";
       this.#onError(key, err);
       const n = (this.#failures.get(key) ?? 0) + 1;
       this.#failures.set(key, n);
       this.addAfter(key, this.retryDelay(n));
     } finally {
+      if (this.#name) {
+        reconcileTime.observe({ controller: this.#name }, (performance.now() - started) / 1000);
+        reconcileTotal.inc({ controller: this.#name, result: outcome });
+      }
       this.#running.delete(key);
       this.#runningUrgent.delete(key);
       if (this.#dirty.delete(key)) this.#queued.add(key);

@@ -37,6 +37,8 @@ export interface Runtime {
   /** Kills the sandbox's processes, closes its watchers and cuts its open streams. */
   removeSandbox(id: string): boolean;
   getSandbox(id: string): RuntimeSandbox | undefined;
+  /** Live processes across the sandboxes it serves (the agent's metrics read it when scraped). */
+  processCount(): number;
   /** Stops / resumes the sandbox's user processes (see http/freeze.ts). */
   freeze(id: string): Promise<void>;
   thaw(id: string): Promise<void>;
@@ -160,6 +162,11 @@ export function createRuntime(opts: RuntimeOptions = {}): Runtime {
       return true;
     },
     getSandbox: (id) => sandboxes.get(id) ?? (single?.id === id ? single : undefined),
+    processCount() {
+      let n = single?.processes.live().length ?? 0;
+      for (const sbx of sandboxes.values()) n += sbx.processes.live().length;
+      return n;
+    },
     freeze: (id) => freezeSandbox(mustGet(id)),
     thaw: (id) => thawSandbox(mustGet(id)),
     async listen(target) {

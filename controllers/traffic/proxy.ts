@@ -16,6 +16,7 @@ import type { Duplex } from "node:stream";
 import { normalizeHost } from "../../schema/egress/rules.ts";
 import { refuseLocal, type Refuse } from "./host-reach.ts";
 import { decide, needsAddresses, type CompiledPolicy, type Verdict } from "./policy.ts";
+import { egressDecisions } from "../lib/metrics.ts";
 
 export interface TrafficProxyOptions {
   /** The compiled rules of a sandbox (the tag its connection came with; "" on a TCP listener).
@@ -39,6 +40,10 @@ export interface TrafficProxyOptions {
 const HOP_BY_HOP = new Set(["connection", "proxy-connection", "keep-alive", "proxy-authorization", "proxy-authenticate", "te", "trailer", "transfer-encoding", "upgrade"]);
 /** The longest tag line a relay sends (a sandbox id is at most 64 characters). */
 const MAX_TAG = 80;
+
+// Counted per verdict (a connection or a plain-HTTP request), never per sandbox or host.
+const ALLOWED = egressDecisions.labels({ decision: "allow" });
+const DENIED = egressDecisions.labels({ decision: "deny" });
 
 /** A connection to a destination, kept while it is open so a rule change can end it. */
 interface Open {
@@ -158,7 +163,10 @@ export class TrafficProxy {
   async #check(socket: object, host: string): Promise<Verdict | { status: number; reason: string }> {
     const tag = this.#tags.get(socket) ?? "";
     const policy = this.#o.policyFor(tag);
-    if (typeof policy === "string") return { allowed: false, reason: policy };
+    if (typeof policy === "string") {
+      DENIED.inc();
+      return { allowed: false, reason: policy };
+    }
     let addresses: string[] = [];
     if (needsAddresses(policy, host)) {
       try {
@@ -168,6 +176,7 @@ export class TrafficProxy {
       }
     }
     const verdict = decide(policy, host, addresses, this.#refuse);
+    (verdict.allowed ? ALLOWED : DENIED).inc();
     if (!verdict.allowed) this.#o.log?.(`traffic-proxy: ${tag || "sandbox"}: denied ${verdict.reason}`);
     return verdict;
   }

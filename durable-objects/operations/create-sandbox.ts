@@ -22,6 +22,8 @@ import { sandboxHandle } from "../sandbox/stub.ts";
 import { getDb } from "../store/db.ts";
 import { resolveTemplateCached } from "../store/template-cache.ts";
 import { refusalsAsResult } from "./result.ts";
+import { countEvent, flushDue, timedMs } from "../metrics/edge-metrics.ts";
+import { EDGE } from "../metrics/families.ts";
 
 export type CreateBody = z.infer<typeof NewSandbox>;
 
@@ -35,13 +37,17 @@ export interface CreateSandboxInput {
 
 /** Creates a sandbox for `caller`'s team. Anything but a refusal (a bug, a broken binding) throws. */
 export async function createSandbox(env: Env, caller: Caller, input: CreateSandboxInput): Promise<Result<{ sandbox: SandboxInfo }>> {
-  return refusalsAsResult(async () => ({ sandbox: await create(env, caller, input) }));
+  const res = await refusalsAsResult(async () => ({ sandbox: await create(env, caller, input) }));
+  countEvent(EDGE.creates, { result: res.ok ? "ok" : res.error.code });
+  // The route's request flushes too; a CRD claim runs in ClusterDO, which has no request to.
+  void flushDue(env);
+  return res;
 }
 
 async function create(env: Env, caller: Caller, { version, body, ext }: CreateSandboxInput): Promise<SandboxInfo> {
   if (body.autoResume?.enabled && !body.autoPause) throw new ApiError("bad_request", "autoResume needs autoPause (lifecycle onTimeout: pause)");
   if (body.autoResume?.enabled && body.autoPauseMemory === false) throw new ApiError("bad_request", "autoResume cannot be combined with autoPauseMemory: false");
-  const template = await resolveTemplateCached(getDb(env), caller.teamId, body.templateID);
+  const template = await timedMs(EDGE.createStage, { stage: "template" }, () => resolveTemplateCached(getDb(env), caller.teamId, body.templateID));
   if (!template) throw new ApiError("template_not_found", `Template "${body.templateID}" not found`);
 
   const resources: Resources = {
@@ -49,7 +55,8 @@ async function create(env: Env, caller: Caller, { version, body, ext }: CreateSa
     cpu: ext.inplaceUpdate?.cpuCount ? Math.max(1, Math.floor(ext.inplaceUpdate.cpuCount)) : template.spec.cpuCount,
     memoryMB: template.spec.memoryMB,
   };
-  const claimed = await claim(env, caller, template, resources);
+  const claimed = await timedMs(EDGE.createStage, { stage: "claim" }, () => claim(env, caller, template, resources));
+  countEvent(EDGE.claims, { stock: claimed.warm ? "warm" : "cold" });
   if (!claimed.warm && !ext.createOnNoStock) {
     // Nobody creates the minted id: its reservation goes (or the reconcile drops it).
     await quotaStub(env, caller.teamId).release(claimed.sandboxId, claimed.generation + 1).catch(() => undefined);
@@ -57,13 +64,8 @@ async function create(env: Env, caller: Caller, { version, body, ext }: CreateSa
   }
   const timeout = body.timeout === undefined ? (version === "v1" ? V1_DEFAULT_TIMEOUT_S : DEFAULT_TIMEOUT_S) : body.timeout || DEFAULT_TIMEOUT_S;
   const spec = buildSpec(caller, template, body, ext, claimed, resources, version);
-  const res = await sandboxHandle(env, claimed.sandboxId).create({
-    spec,
-    timeoutS: timeout,
-    claimedGeneration: claimed.generation,
-    endpoint: claimed.endpoint,
-    waitMs: ext.waitReadyMs ?? DEFAULT_WAIT_MS,
-  });
+  const input = { spec, timeoutS: timeout, claimedGeneration: claimed.generation, endpoint: claimed.endpoint, waitMs: ext.waitReadyMs ?? DEFAULT_WAIT_MS };
+  const res = await timedMs(EDGE.createStage, { stage: "start" }, () => timedMs(EDGE.doCall, { object: "sandbox_group", method: "create" }, () => sandboxHandle(env, claimed.sandboxId).create(input)));
   if (!res.ok) throw ApiError.from(res.error);
   return res.sandbox;
 }
@@ -74,7 +76,7 @@ async function claim(env: Env, caller: Caller, template: TemplateRecord, resourc
   const req = { teamId: caller.teamId, teamName: caller.teamName, pool: poolName(template.teamId, template.templateId), ...resources };
   const viaQuota = async (): Promise<ClaimResult> => {
     try {
-      return await quota.claim(req);
+      return await timedMs<ClaimResult>(EDGE.doCall, { object: "team_quota", method: "claim" }, () => quota.claim(req));
     } catch (err) {
       throw new ApiError("quota_unavailable", `The quota of team "${caller.teamName}" is unavailable (${String(err)}); the create is refused`);
     }

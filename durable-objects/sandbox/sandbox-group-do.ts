@@ -27,6 +27,8 @@ import { QuotaLink } from "./quota-link.ts";
 import type { Access, Result, SandboxSpec, SandboxState } from "./state.ts";
 import { notify, SlotCache, type Slot } from "./slot-cache.ts";
 import { openSandboxStore, type SandboxStore } from "./store.ts";
+import { countInObject } from "../metrics/edge-metrics.ts";
+import { EDGE } from "../metrics/families.ts";
 
 export { sandboxGroupOf } from "./stub.ts";
 
@@ -200,6 +202,7 @@ export class SandboxGroupDO extends DurableObject<Env> {
     const waitMs = opts.waitMs ?? DEFAULT_WAIT_MS;
     const t = await this.apply(id, { type: "connect", timeoutS: opts.timeoutS, memory: opts.memory }, waitMs);
     if (!t.ok) return t;
+    if (t.resumed) countInObject(this.env, EDGE.wakeups, { via: "connect" });
     const ready = await this.waitRunning(id, waitMs);
     if (!ready.ok) return ready;
     return { ok: true, sandbox: sandboxInfo(ready.state), resumed: t.resumed === true };
@@ -227,6 +230,7 @@ export class SandboxGroupDO extends DurableObject<Env> {
     }
     const t = await this.apply(id, { type: "wake" }, waitMs);
     if (!t.ok) return t;
+    if (t.resumed) countInObject(this.env, EDGE.wakeups, { via: "traffic" });
     const ready = await this.waitRunning(id, waitMs);
     if (!ready.ok) return ready;
     return { ok: true, route: routeInfo(ready.state), resumed: t.resumed === true };

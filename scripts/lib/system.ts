@@ -66,6 +66,8 @@ export interface System {
   isolation: string;
   /** The supervisor of each part (pid of the running instance, restart count, stop/start). */
   parts: { sqld: Supervisor<Sqld>; edge: Supervisor<Edge>; agent: Supervisor<AgentProcess> };
+  /** The agent's Prometheus endpoint (loopback). */
+  metricsUrl: string;
   startAgent(): Promise<void>;
   /** Stops the agent on purpose (not restarted until startAgent). */
   stopAgent(signal?: NodeJS.Signals): Promise<void>;
@@ -113,6 +115,7 @@ export async function startSystem(opts: SystemOptions): Promise<System> {
   const edgeUrl = `http://127.0.0.1:${edgePort}`;
 
   let isolation = "unknown";
+  const metricsPort = await freePort();
   const agentLog = opts.agentOutput ?? join(dataDir, "agent.log");
   const launchAgent = async (): Promise<AgentProcess> => {
     const out = opts.agentOutput === "inherit" ? "inherit" : openSync(agentLog, "a");
@@ -120,6 +123,7 @@ export async function startSystem(opts: SystemOptions): Promise<System> {
     if (opts.level) args.push("--level", opts.level);
     args.push("--on-exit", opts.onExit ?? "destroy");
     if (opts.runtimePort) args.push("--runtime-port", String(opts.runtimePort));
+    args.push("--metrics-port", String(metricsPort));
     // SBX_AGENT_NODE_ARGS passes flags to the agent's Node (e.g. --cpu-prof for profiling).
     const nodeArgs = process.env.SBX_AGENT_NODE_ARGS?.split(" ").filter(Boolean) ?? [];
     const child = spawn(NODE, [...nodeArgs, ...args], {
@@ -189,6 +193,7 @@ export async function startSystem(opts: SystemOptions): Promise<System> {
     parts: { sqld, edge, agent },
     startAgent: () => agent.start(),
     stopAgent: (signal) => agent.stop(signal),
+    metricsUrl: `http://127.0.0.1:${metricsPort}/metrics`,
     async restartEdge() {
       await edge.stop();
       await edge.start();

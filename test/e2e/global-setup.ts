@@ -9,14 +9,14 @@ import { startSystem } from "../../scripts/lib/system.ts";
 
 declare module "vitest" {
   export interface ProvidedContext {
-    e2b: { apiUrl: string; apiKey: string; dataDir: string; isolation: string };
+    e2b: { apiUrl: string; apiKey: string; dataDir: string; isolation: string; metricsUrl: string };
   }
 }
 
 export default async function setup(project: TestProject) {
   const dataDir = mkdtempSync(join(tmpdir(), "sbx-e2e-"));
   const sys = await startSystem({ dataDir, baseReplicas: 3 });
-  project.provide("e2b", { apiUrl: sys.apiUrl, apiKey: sys.apiKey, dataDir, isolation: sys.isolation });
+  project.provide("e2b", { apiUrl: sys.apiUrl, apiKey: sys.apiKey, dataDir, isolation: sys.isolation, metricsUrl: sys.metricsUrl });
   return async () => {
     await sys.stop();
     rmSync(dataDir, { recursive: true, force: true });

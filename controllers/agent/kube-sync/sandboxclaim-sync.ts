@@ -116,6 +116,7 @@ export class SandboxClaimSync {
     this.#now = opts.now ?? Date.now;
     this.#custom = opts.kubeConfig.makeApiClient(CustomObjectsApi);
     this.#queue = new WorkQueue({
+      name: "sandboxclaim",
       work: async (name) => {
         const after = await this.reconcile(name);
         return after === undefined ? undefined : { requeueAfterMs: after };

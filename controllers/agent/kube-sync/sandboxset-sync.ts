@@ -125,6 +125,7 @@ export class SandboxSetSync {
   constructor(opts: SandboxSetSyncOptions) {
     this.#o = opts;
     this.#queue = new WorkQueue({
+      name: "sandboxset",
       work: (name) => (name === INVENTORY ? this.#prune() : this.#push(name)),
       backoff: { baseMs: opts.retryMs ?? 1000, maxMs: 30_000 },
       onError: (name, err) => opts.log?.(`sandboxset ${name}: ${(err as Error).message}`),

@@ -4,6 +4,8 @@
 // Without --kubeconfig the usual lookup applies (KUBECONFIG, ~/.kube/config, or the in-cluster
 // service account when running as the Deployment in k8s/).
 import { KubeConfig } from "@kubernetes/client-node";
+import { logger } from "../../lib/log.ts";
+import { countRequests } from "./kube-api.ts";
 import { KUBERNETES_FLAGS, watchNamespacesFlag } from "./flags.ts";
 import { KubernetesDriver, type SandboxRequest } from "./kubernetes-driver.ts";
 
@@ -12,9 +14,11 @@ export async function kubernetesDriverFromFlags(
   onChange?: (id: string) => void,
   onRequest?: (req: SandboxRequest) => void,
 ): Promise<KubernetesDriver> {
+  const kubeLog = logger("kubernetes");
   const kc = new KubeConfig();
   if (flags.kubeconfig) kc.loadFromFile(flags.kubeconfig);
   else kc.loadFromDefault();
+  countRequests(kc);
   const driver = new KubernetesDriver({
     kubeConfig: kc,
     namespace: flags.namespace ?? "default",
@@ -22,7 +26,7 @@ export async function kubernetesDriverFromFlags(
     onChange,
     onRequest,
     watchNamespaces: watchNamespacesFlag(flags),
-    log: (m) => console.log(`[kubernetes] ${m}`),
+    log: (m) => kubeLog.info(m),
   });
   await driver.start();
   return driver;

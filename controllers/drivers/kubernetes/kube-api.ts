@@ -1,6 +1,7 @@
 // Small helpers around the API clients: patch content types, the plurals of our resources, the
 // status code and message of a failed request, and tolerating the codes a retry makes harmless.
-import { PatchStrategy, setHeaderOptions, type CoreV1Api, type V1ObjectReference } from "@kubernetes/client-node";
+import { PatchStrategy, setHeaderOptions, type CoreV1Api, type KubeConfig, type V1ObjectReference } from "@kubernetes/client-node";
+import { kubeApiRequests } from "../../lib/metrics.ts";
 
 export const mergePatch = setHeaderOptions("Content-Type", PatchStrategy.MergePatch);
 export const strategicPatch = setHeaderOptions("Content-Type", PatchStrategy.StrategicMergePatch);
@@ -59,4 +60,33 @@ export async function postEvent(core: CoreV1Api, about: V1ObjectReference & { na
     }),
     [403, 404, 409],
   ).catch((err) => log(`event ${reason} for ${about.kind} ${about.name}: ${(err as Error).message}`));
+}
+
+/** Resources counted by name; anything else is `other`, so the label set stays bounded. */
+const RESOURCES = new Set(["pods", "events", "configmaps", "namespaces", "sandboxes", "sandboxsets", "sandboxclaims", "leases", "secrets"]);
+
+/** The Kubernetes verb and resource of a request to the API server, from its method and URL. */
+export function requestKind(method: string, url: string): { verb: string; resource: string } {
+  const u = new URL(url);
+  // /api/v1[/namespaces/NS]/RESOURCE[/NAME[/SUB]] or /apis/GROUP/VERSION[/namespaces/NS]/RESOURCE[/NAME[/SUB]]
+  const parts = u.pathname.split("/").filter(Boolean);
+  let rest = parts[0] === "api" ? parts.slice(2) : parts.slice(3);
+  if (rest[0] === "namespaces" && rest.length > 2) rest = rest.slice(2);
+  const resource = RESOURCES.has(rest[0] ?? "") ? rest[0]! : "other";
+  const named = rest.length > 1;
+  const m = method.toUpperCase();
+  const verb = m === "GET" ? (u.searchParams.get("watch") === "true" ? "watch" : named ? "get" : "list") : m === "POST" ? "create" : m === "PUT" ? "update" : m === "PATCH" ? "patch" : m === "DELETE" ? (named ? "delete" : "deletecollection") : "other";
+  return { verb, resource };
+}
+
+/**
+ * Counts every request made with this KubeConfig (the API clients and the watches all authenticate
+ * through `applySecurityAuthentication`, once per request): one counter increment each.
+ */
+export function countRequests(kc: KubeConfig): void {
+  const apply = kc.applySecurityAuthentication.bind(kc);
+  kc.applySecurityAuthentication = async (ctx) => {
+    kubeApiRequests.inc(requestKind(ctx.getHttpMethod(), ctx.getUrl()));
+    return apply(ctx);
+  };
 }

@@ -1,0 +1,72 @@
+// The agent's structured logs: one line per event, JSON by default where nobody reads the output
+// on a terminal (`--log-format json`: {time, level, msg, component, ...fields}, one object per
+// line, for a collector), text for a person at a TTY. Ids go in fields (`sandboxId`), never into
+// the message, so a collector can filter on them. Neutral ground: the agent, the drivers and the
+// work queue log through here; the format is set once, by main.ts.
+
+export type LogLevel = "debug" | "info" | "warn" | "error";
+export type LogFormat = "json" | "text";
+export type LogFields = Record<string, unknown>;
+
+export interface Logger {
+  debug(msg: string, fields?: LogFields): void;
+  info(msg: string, fields?: LogFields): void;
+  warn(msg: string, fields?: LogFields): void;
+  error(msg: string, fields?: LogFields): void;
+  /** The same logger with these fields on every line. */
+  with(fields: LogFields): Logger;
+}
+
+interface Sink {
+  format: LogFormat;
+  write(line: string, level: LogLevel): void;
+  now(): Date;
+}
+
+const defaultWrite = (line: string, level: LogLevel) => (level === "error" || level === "warn" ? process.stderr : process.stdout).write(`${line}\n`);
+
+const sink: Sink = {
+  format: process.stdout.isTTY ? "text" : "json",
+  write: defaultWrite,
+  now: () => new Date(),
+};
+
+/** Sets the format (and, for tests, where lines go and the clock) for every logger. */
+export function configureLogs(opts: { format?: LogFormat; write?: (line: string, level: LogLevel) => void; now?: () => Date }): void {
+  if (opts.format) sink.format = opts.format;
+  if (opts.write) sink.write = opts.write;
+  if (opts.now) sink.now = opts.now;
+}
+
+export function parseLogFormat(v: string | undefined): LogFormat | undefined {
+  if (v === undefined) return undefined;
+  if (v === "json" || v === "text") return v;
+  throw new Error(`--log-format must be json or text, not ${JSON.stringify(v)}`);
+}
+
+/** An Error becomes its message (and stack at debug-worthy depth is left to the message). */
+function plain(v: unknown): unknown {
+  return v instanceof Error ? v.message : v;
+}
+
+export function formatLine(format: LogFormat, time: Date, level: LogLevel, component: string, msg: string, fields: LogFields): string {
+  if (format === "json") {
+    const out: LogFields = { time: time.toISOString(), level, msg, component };
+    for (const [k, v] of Object.entries(fields)) if (v !== undefined && !(k in out)) out[k] = plain(v);
+    return JSON.stringify(out);
+  }
+  let line = `${time.toISOString()} ${level.toUpperCase().padEnd(5)} [${component}] ${msg}`;
+  for (const [k, v] of Object.entries(fields)) if (v !== undefined) line += ` ${k}=${typeof v === "string" ? (/[\s"=]/.test(v) ? JSON.stringify(v) : v) : JSON.stringify(plain(v))}`;
+  return line;
+}
+
+export function logger(component: string, base: LogFields = {}): Logger {
+  const emit = (level: LogLevel) => (msg: string, fields: LogFields = {}) => sink.write(formatLine(sink.format, sink.now(), level, component, msg, { ...base, ...fields }), level);
+  return {
+    debug: emit("debug"),
+    info: emit("info"),
+    warn: emit("warn"),
+    error: emit("error"),
+    with: (fields) => logger(component, { ...base, ...fields }),
+  };
+}

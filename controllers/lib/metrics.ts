@@ -1,0 +1,95 @@
+// The agent's Prometheus metrics (prom-client), in one registry that `/metrics` exposes
+// (controllers/agent/metrics-server.ts). Neutral ground like the work queue: the agent, the drivers
+// and the traffic proxy count here without importing each other.
+//
+// Names follow controller-runtime and client-go where OpenKruise's controllers (built on them)
+// publish the same thing (`workqueue_depth`, `controller_runtime_reconcile_time_seconds`); the
+// rest are `sandbox_agent_*`. Labels are bounded sets (a state, a queue's name, a verb, a
+// resource, a decision): never a sandbox id. Hot paths only increment or observe; gauges whose
+// value lives elsewhere (sandbox states, queue depths, processes) are read when scraped.
+import { Counter, Gauge, Histogram, Registry } from "prom-client";
+
+export const registry = new Registry();
+
+/** Reconcile passes by queue, in seconds (controller-runtime's name and buckets' spirit). */
+export const reconcileTime = new Histogram({
+  name: "controller_runtime_reconcile_time_seconds",
+  help: "Length of time per reconciliation per controller.",
+  labelNames: ["controller"] as const,
+  buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30],
+  registers: [registry],
+});
+
+export const reconcileTotal = new Counter({
+  name: "controller_runtime_reconcile_total",
+  help: "Total number of reconciliations per controller.",
+  labelNames: ["controller", "result"] as const,
+  registers: [registry],
+});
+
+/** Named work queues whose depth a scrape reads (a queue registers itself when given a name). */
+const queues = new Map<string, { depth: number }>();
+
+export function trackQueue(name: string, queue: { depth: number }): void {
+  queues.set(name, queue);
+}
+
+new Gauge({
+  name: "workqueue_depth",
+  help: "Current depth of workqueue (keys waiting or being worked on).",
+  labelNames: ["name"] as const,
+  registers: [registry],
+  collect() {
+    this.reset();
+    for (const [name, q] of queues) this.set({ name }, q.depth);
+  },
+});
+
+/** Where a scrape reads the sandboxes by state (the reconciler's last observations). */
+let sandboxStates: () => Iterable<[{ state: string; owner: string }, number]> = () => [];
+
+export function observeSandboxStates(read: typeof sandboxStates): void {
+  sandboxStates = read;
+}
+
+new Gauge({
+  name: "sandbox_agent_sandboxes",
+  help: "Sandboxes of this agent by observed state and owner (pool: a warm member; sandbox: claimed or created for a user).",
+  labelNames: ["state", "owner"] as const,
+  registers: [registry],
+  collect() {
+    this.reset();
+    for (const [labels, n] of sandboxStates()) this.set(labels, n);
+  },
+});
+
+let runtimeProcesses: () => number = () => 0;
+
+export function observeRuntimeProcesses(read: () => number): void {
+  runtimeProcesses = read;
+}
+
+new Gauge({
+  name: "sandbox_agent_runtime_processes",
+  help: "Live processes started through the embedded runtime (commands and PTYs) across its sandboxes.",
+  registers: [registry],
+  collect() {
+    this.set(runtimeProcesses());
+  },
+});
+
+/** Requests to the Kubernetes API server, by Kubernetes verb and resource (kube-api.ts). */
+export const kubeApiRequests = new Counter({
+  name: "sandbox_agent_kube_api_requests_total",
+  help: "Requests the agent made to the Kubernetes API server, by verb and resource.",
+  labelNames: ["verb", "resource"] as const,
+  registers: [registry],
+});
+
+/** Egress verdicts of the traffic proxy (controllers/traffic/proxy.ts). */
+export const egressDecisions = new Counter({
+  name: "sandbox_egress_decisions_total",
+  help: "Egress connections and requests the traffic proxy allowed or denied.",
+  labelNames: ["decision"] as const,
+  registers: [registry],
+});

@@ -1,0 +1,72 @@
+// What this isolate counted since its last flush, and the flush into EdgeMetricsDO.
+//
+// Workers share no memory across isolates, and an isolate's own counters vanish with it, so a
+// per-isolate registry would answer each scrape with whichever isolate served it. Instead every
+// isolate (the Worker's and the Durable Objects') adds into a small module-level `Counts` (a map
+// increment: the hot path's whole cost) and, at most once per FLUSH_MS and only with something to
+// say, hands it to the one EdgeMetricsDO in the background. /admin/metrics flushes its own isolate
+// first, then reads the sum. Cost: one DO call per active isolate per FLUSH_MS; what an isolate
+// counted in its last FLUSH_MS before being evicted is lost (a scrape's numbers are a lower bound
+// by at most that much), and a failed flush is merged back to go out with the next.
+import type { Env } from "../env.ts";
+import { addCount, addObservation, emptyCounts, isEmpty, mergeCounts, seriesKey, type Counts, type Labels } from "./counts.ts";
+
+export const FLUSH_MS = 5_000;
+
+let pending: Counts = emptyCounts();
+let lastFlush = 0;
+let inflight: Promise<void> | null = null;
+
+export function metricsStub(env: Env) {
+  return env.EDGE_METRICS.get(env.EDGE_METRICS.idFromName("edge"));
+}
+
+/** Counts one event (`edge_*_total`) of this isolate. */
+export function countEvent(name: string, labels?: Labels, n = 1): void {
+  addCount(pending, seriesKey(name, labels), n);
+}
+
+/** Records a duration in milliseconds into a histogram of this isolate. */
+export function observeMs(name: string, labels: Labels | undefined, ms: number): void {
+  addObservation(pending, seriesKey(name, labels), ms);
+}
+
+/** Times `work` into a histogram (failures too: a refused call's latency is latency). */
+export async function timedMs<T>(name: string, labels: Labels, work: () => Promise<T>): Promise<T> {
+  const started = Date.now();
+  try {
+    return await work();
+  } finally {
+    observeMs(name, labels, Date.now() - started);
+  }
+}
+
+/**
+ * Starts a flush when one is due (something counted, FLUSH_MS since the last). Returns the flush
+ * in flight, if any, for a request's `waitUntil`.
+ */
+export function flushDue(env: Env, now = Date.now()): Promise<void> | undefined {
+  if (inflight || isEmpty(pending) || now - lastFlush < FLUSH_MS) return inflight ?? undefined;
+  return flushNow(env, now);
+}
+
+/** Flushes what this isolate holds now (after any flush in flight). */
+export async function flushNow(env: Env, now = Date.now()): Promise<void> {
+  while (inflight) await inflight;
+  if (isEmpty(pending)) return;
+  const delta = pending;
+  pending = emptyCounts();
+  lastFlush = now;
+  inflight = metricsStub(env)
+    .add(delta)
+    .catch(() => mergeCounts(pending, delta))
+    .finally(() => (inflight = null));
+  await inflight;
+}
+
+/** Counts and schedules a flush from a Durable Object (it has no request's waitUntil: the flush
+ * runs while the object lives, as its other background work does). */
+export function countInObject(env: Env, name: string, labels?: Labels): void {
+  countEvent(name, labels);
+  void flushDue(env);
+}

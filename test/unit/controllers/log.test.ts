@@ -1,0 +1,36 @@
+// The agent's structured log lines: one JSON object per line with time, level, msg, component and
+// the fields (ids as fields, errors as their message), or a text line for a terminal.
+import { describe, expect, it } from "vitest";
+import { configureLogs, formatLine, logger, parseLogFormat, type LogLevel } from "../../../controllers/lib/log.ts";
+
+const T = new Date("2026-12-01T10:00:00.000Z");
+
+describe("agent logs", () => {
+  it("json: one object per line with the fixed keys first and the fields after", () => {
+    const lines: [string, LogLevel][] = [];
+    configureLogs({ format: "json", write: (l, level) => lines.push([l, level]), now: () => T });
+    const log = logger("reconciler").with({ cluster: "local" });
+    log.info("phase", { sandboxId: "sbx-1", phase: "Running", reason: undefined });
+    log.error("reconcile failed", { sandboxId: "sbx-2", error: new Error("boom\nsecond line") });
+    expect(lines.map(([l]) => l.includes("\n"))).toEqual([false, false]);
+    expect(lines.map(([l, level]) => [JSON.parse(l), level])).toEqual([
+      [{ time: "2026-12-01T10:00:00.000Z", level: "info", msg: "phase", component: "reconciler", cluster: "local", sandboxId: "sbx-1", phase: "Running" }, "info"],
+      [{ time: "2026-12-01T10:00:00.000Z", level: "error", msg: "reconcile failed", component: "reconciler", cluster: "local", sandboxId: "sbx-2", error: "boom\nsecond line" }, "error"],
+    ]);
+  });
+
+  it("a field cannot overwrite the fixed keys", () => {
+    const line = JSON.parse(formatLine("json", T, "warn", "link", "edge error", { msg: "forged", level: "debug", code: 4 }));
+    expect(line).toEqual({ time: "2026-12-01T10:00:00.000Z", level: "warn", msg: "edge error", component: "link", code: 4 });
+  });
+
+  it("text: time, level, component, message, then key=value (quoted when needed)", () => {
+    expect(formatLine("text", T, "info", "agent", "started", { driver: "local", note: "two words", port: 9 })).toBe('2026-12-01T10:00:00.000Z INFO  [agent] started driver=local note="two words" port=9');
+  });
+
+  it("--log-format takes json or text only", () => {
+    expect(parseLogFormat("json")).toBe("json");
+    expect(parseLogFormat(undefined)).toBeUndefined();
+    expect(() => parseLogFormat("xml")).toThrow(/json or text/);
+  });
+});

@@ -1,0 +1,56 @@
+// GET /admin/metrics inside workerd with the scripted agent on the real agent link: admin only,
+// Prometheus text that an independent parser reads, and counts that follow what was done through
+// the public API (creates, a refused create, a pause and a connect that resumes).
+import { afterAll, describe, expect, it } from "vitest";
+import type { ScriptedAgent } from "../support/scripted-agent.ts";
+import { parsePrometheus, value, type Scrape } from "../support/prometheus-text.ts";
+import { call, createTeam, expectError, expectStatus, startAgent, unique } from "./helpers.ts";
+
+const agents: ScriptedAgent[] = [];
+afterAll(() => agents.forEach((a) => a.disconnect()));
+
+async function scrape(): Promise<Scrape> {
+  const res = await call("/admin/metrics");
+  expect(res.status).toBe(200);
+  expect(res.headers.get("content-type")).toMatch(/^text\/plain; version=0\.0\.4/);
+  return parsePrometheus(await res.text());
+}
+
+describe("/admin/metrics", () => {
+  it("needs the admin key: 401 without a key, 403 with a team's", async () => {
+    await expectError(call("/admin/metrics", { key: null }), 401);
+    const team = await createTeam(unique("m-auth"));
+    await expectError(call("/admin/metrics", { key: team.key }), 403);
+  });
+
+  it("counts creates, claims, refusals by code, per-stage latency and a resume", async () => {
+    const team = await createTeam(unique("m-count"));
+    agents.push(await startAgent(team.cluster));
+    const before = await scrape();
+    const create = (templateID: string) => call("/v2/sandboxes", { key: team.key, body: { templateID, timeout: 300 } });
+    const made = await Promise.all([0, 1, 2].map(async () => (await expectStatus(create(team.template), 201)).sandboxID as string));
+    await expectError(create(`${team.template}-missing`), 404);
+    await expectStatus(call(`/sandboxes/${made[0]}/pause`, { key: team.key, body: {} }), 204);
+    await expectStatus(call(`/v2/sandboxes/${made[0]}/connect`, { key: team.key, body: { timeout: 60 } }), 201);
+    const after = await scrape();
+
+    const delta = (name: string, labels: Record<string, string> = {}) => value(after, name, labels) - value(before, name, labels);
+    expect(after.types.get("edge_sandbox_creates_total")).toBe("COUNTER");
+    expect(delta("edge_sandbox_creates_total", { result: "ok" })).toBe(3);
+    expect(delta("edge_sandbox_creates_total", { result: "template_not_found" })).toBe(1);
+    expect(delta("edge_errors_total", { code: "template_not_found" })).toBe(1);
+    // The team's pool has no warm members: every claim makes a new sandbox.
+    expect(delta("edge_pool_claims_total", { stock: "cold" })).toBe(3);
+    expect(delta("edge_sandbox_wakeups_total", { via: "connect" })).toBe(1);
+    expect(delta("edge_http_requests_total", { route: "/v2/sandboxes", method: "POST", status: "201" })).toBe(3);
+    expect(after.types.get("edge_create_stage_duration_ms")).toBe("HISTOGRAM");
+    for (const stage of ["claim", "start"]) {
+      expect(delta("edge_create_stage_duration_ms_count", { stage })).toBe(3);
+      expect(delta("edge_create_stage_duration_ms_bucket", { stage, le: "+Inf" })).toBe(3);
+    }
+    expect(delta("edge_create_stage_duration_ms_count", { stage: "template" })).toBe(4);
+    expect(delta("edge_do_call_duration_ms_count", { object: "sandbox_group", method: "create" })).toBe(3);
+    // Bounded labels: no series names a sandbox.
+    for (const s of after.samples) for (const v of Object.values(s.labels)) expect(made).not.toContain(v);
+  });
+});
