@@ -5,7 +5,7 @@
 import { createServer, request as httpRequest, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import { connect } from "node:net";
 import type { Duplex } from "node:stream";
-import { SIGNATURE_HEADER, ingressKey, isUnnamedSignedFileRequest, verifyIngress } from "../../schema/ingress/signature.ts";
+import { MASK_HOST_HEADER, SIGNATURE_HEADER, ingressKey, isUnnamedSignedFileRequest, verifyIngress } from "../../schema/ingress/signature.ts";
 import { SANDBOX_ID_PATTERN } from "../../schema/protocol/ids.ts";
 import type { Runtime } from "../runtime/runtime.ts";
 
@@ -65,6 +65,10 @@ export async function createIngress(opts: IngressOptions): Promise<Server> {
     const verdict = await verifyIngress(key, typeof signature === "string" ? signature : undefined, { sandboxId, port, method: req.method ?? "GET", pathAndQuery: req.url ?? "/" }, now());
     if (!verdict.ok) return { status: 401, message: `request not signed by the edge (${verdict.reason})` };
     delete req.headers[SIGNATURE_HEADER];
+    // E2B's maskRequestHost: the edge names the Host the user port sees (signed request only).
+    const mask = req.headers[MASK_HOST_HEADER];
+    delete req.headers[MASK_HOST_HEADER];
+    if (typeof mask === "string" && mask && port !== ENVD_PORT) req.headers.host = mask;
     return { sandboxId, port };
   }
 
@@ -91,7 +95,10 @@ export async function createIngress(opts: IngressOptions): Promise<Server> {
     upstream.once("error", () => socket.destroy());
     const lines = [`${req.method} ${req.url} HTTP/1.1`];
     for (let i = 0; i < req.rawHeaders.length; i += 2) {
-      if (req.rawHeaders[i]!.toLowerCase() !== SIGNATURE_HEADER) lines.push(`${req.rawHeaders[i]}: ${req.rawHeaders[i + 1]}`);
+      const name = req.rawHeaders[i]!.toLowerCase();
+      if (name === SIGNATURE_HEADER || name === MASK_HOST_HEADER) continue;
+      // The Host admit() settled on (the edge's mask, when the sandbox has one).
+      lines.push(name === "host" ? `Host: ${req.headers.host}` : `${req.rawHeaders[i]}: ${req.rawHeaders[i + 1]}`);
     }
     upstream.write(`${lines.join("\r\n")}\r\n\r\n`);
     if (head.length) upstream.write(head);

@@ -42,6 +42,8 @@ export interface RouteInfo {
   /** Required on user-port traffic when `allowPublicTraffic` is false. */
   trafficAccessToken: string | null;
   allowPublicTraffic: boolean;
+  /** E2B's `network.maskRequestHost`: the Host header user ports receive (`${PORT}` filled in). */
+  maskRequestHost: string | null;
   autoResume: boolean;
 }
 
@@ -83,6 +85,7 @@ export function routeInfo(s: SandboxState): RouteInfo {
     envdAccessToken: s.spec.envdAccessToken,
     trafficAccessToken: s.spec.trafficAccessToken,
     allowPublicTraffic: s.spec.network?.allowPublicTraffic ?? true,
+    maskRequestHost: s.spec.network?.maskRequestHost ?? null,
     autoResume: s.spec.lifecycle.autoResume,
   };
 }

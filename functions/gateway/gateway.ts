@@ -4,7 +4,7 @@
 // and streams both ways without buffering.
 import type { MiddlewareHandler } from "hono";
 import { ErrorCode } from "../../schema/errors.ts";
-import { isUnnamedSignedFileRequest, SIGNATURE_HEADER, signIngress } from "../../schema/ingress/signature.ts";
+import { isUnnamedSignedFileRequest, MASK_HOST_HEADER, SIGNATURE_HEADER, signIngress } from "../../schema/ingress/signature.ts";
 import { sandboxHandle } from "../../durable-objects/sandbox/stub.ts";
 import type { AppEnv, Env } from "../env.ts";
 import { agentUnavailable, agentUnavailableEnd } from "./agent-unavailable.ts";
@@ -46,7 +46,7 @@ async function authorised(req: Request, url: URL, t: GatewayTarget, route: { env
 /** The clusters an unnamed signed URL may belong to; one today (see docs/ARCHITECTURE.md). */
 const SIGNED_URL_CLUSTERS = ["local"];
 
-async function forward(env: Env, req: Request, url: URL, t: GatewayTarget, cluster: string): Promise<Response> {
+async function forward(env: Env, req: Request, url: URL, t: GatewayTarget, cluster: string, maskRequestHost: string | null = null): Promise<Response> {
   // The sandbox is alive as far as its group knows: no ingress means its agent is away, and the
   // client must hear "retry", not "not found" (agent-unavailable.ts).
   const base = await ingressUrl(env, cluster, Date.now());
@@ -56,6 +56,8 @@ async function forward(env: Env, req: Request, url: URL, t: GatewayTarget, clust
   if (t.sandboxId) headers.set("e2b-sandbox-id", t.sandboxId);
   else headers.delete("e2b-sandbox-id");
   headers.set("e2b-sandbox-port", String(t.port));
+  headers.delete(MASK_HOST_HEADER);
+  if (maskRequestHost && t.port !== ENVD_PORT) headers.set(MASK_HOST_HEADER, maskRequestHost.replaceAll("${PORT}", String(t.port)));
   headers.set(SIGNATURE_HEADER, await signIngress(await signingKey(env), { sandboxId: t.sandboxId, port: t.port, method: req.method, pathAndQuery }, Date.now()));
   headers.delete("host");
   let upstream: Response;
@@ -132,6 +134,6 @@ export function gateway(): MiddlewareHandler<AppEnv> {
       }
       route = woken.route;
     }
-    return forward(c.env, req, url, target, route.cluster);
+    return forward(c.env, req, url, target, route.cluster, route.maskRequestHost);
   };
 }

@@ -67,7 +67,13 @@ export const SandboxNetworkConfig = z
   .object({
     ...egressFields,
     allowPublicTraffic: z.boolean().optional(),
-    maskRequestHost: z.string().max(MAX_NAME_LENGTH).optional(),
+    // The Host header user ports receive (`${PORT}` becomes the port): a host[:port], nothing that
+    // could split or extend the request head.
+    maskRequestHost: z
+      .string()
+      .max(MAX_NAME_LENGTH)
+      .regex(/^(?:[A-Za-z0-9._~:[\]-]|\$\{PORT\})+$/, 'maskRequestHost must be a host[:port], optionally with "${PORT}"')
+      .optional(),
     httpsPorts: z.array(z.int().min(1).max(65535)).max(MAX_LIST_ITEMS).optional(),
   })
   .superRefine(refineEgress);
@@ -82,12 +88,11 @@ export type SandboxNetworkUpdateConfig = z.infer<typeof SandboxNetworkUpdateConf
 /** The parts of a create or network update this server accepts in shape but does not enforce
  * yet (a 501 names them), rather than storing them as if they applied. */
 export function unsupportedNetworkFields(
-  n: { egressProxy?: unknown; rules?: Record<string, unknown>; maskRequestHost?: string; httpsPorts?: number[]; dnsServers?: string[] } | undefined,
+  n: { egressProxy?: unknown; rules?: Record<string, unknown>; httpsPorts?: number[]; dnsServers?: string[] } | undefined,
 ): string[] {
   const out: string[] = [];
   if (n?.egressProxy) out.push("network.egressProxy");
   if (n?.rules && Object.keys(n.rules).length) out.push("network.rules");
-  if (n?.maskRequestHost) out.push("network.maskRequestHost");
   if (n?.httpsPorts?.length) out.push("network.httpsPorts");
   // Names are resolved by the egress proxy; there is no DNS server a sandbox with rules can reach.
   if (n?.dnsServers?.length) out.push("network.dnsServers");

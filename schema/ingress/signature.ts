@@ -64,3 +64,8 @@ export async function verifyIngress(key: CryptoKey, header: string | null | unde
   const ok = await crypto.subtle.verify("HMAC", key, mac, canonical(target, expires));
   return ok ? { ok: true } : { ok: false, reason: "mismatch" };
 }
+
+/** Set by the edge on a user-port request of a sandbox with E2B's `network.maskRequestHost`: the
+ * Host header the port receives. The gateway drops any client's own, and the ingress takes it
+ * only on a request the edge signed. */
+export const MASK_HOST_HEADER = "e2b-mask-host";

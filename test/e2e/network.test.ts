@@ -94,4 +94,36 @@ describe("network", () => {
     expect(res?.status).toBe(200);
     expect(await res!.text()).toBe("private page");
   });
+
+  it("network.maskRequestHost is the Host header the sandbox's user ports receive (${PORT} filled in); without it a client cannot set one", async () => {
+    const server = `python3 -c '
+import http.server
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        b = (self.headers.get("Host") or "").encode()
+        self.send_response(200); self.send_header("content-length", str(len(b))); self.end_headers(); self.wfile.write(b)
+    def log_message(self, *a): pass
+http.server.HTTPServer(("0.0.0.0", 8003), H).serve_forever()'`;
+    const masked = await Sandbox.create({ ...e2b(), network: { maskRequestHost: "localhost:${PORT}" } });
+    const plain = await Sandbox.create(e2b());
+    created.push(masked, plain);
+    const { apiUrl } = e2b();
+    const hostSeen = async (sbx: Sandbox, extra: Record<string, string> = {}) => {
+      const deadline = Date.now() + 10_000;
+      for (;;) {
+        const res = await fetch(`${apiUrl}/`, { headers: { "e2b-sandbox-id": sbx.sandboxId, "e2b-sandbox-port": "8003", ...extra } });
+        const body = await res.text();
+        if (res.status === 200 || Date.now() > deadline) return body;
+        await sleep(200);
+      }
+    };
+    await masked.commands.run(server, { background: true });
+    await plain.commands.run(server, { background: true });
+    expect(await hostSeen(masked)).toBe("localhost:8003");
+    // A client's own mask header is dropped by the gateway: it is the edge's to set.
+    const unmasked = await hostSeen(plain, { "e2b-mask-host": "evil.example" });
+    expect(unmasked).not.toBe("evil.example");
+    expect(unmasked).not.toBe("");
+  });
 });
+

@@ -34,10 +34,9 @@ describe("network rules at create", () => {
 });
 
 describe("unenforced network options", () => {
-  it("egressProxy, rules, maskRequestHost, httpsPorts, dnsServers and iam are a 501 naming them, at create and at update", async () => {
+  it("egressProxy, rules, httpsPorts, dnsServers and iam are a 501 naming them, at create and at update", async () => {
     await expectError(create({ egressProxy: { address: "proxy.example:3128" } }), 501, /network\.egressProxy is not supported/);
     await expectError(create({ rules: { "api.example.com": [{ transform: { headers: { a: "b" } } }] } }), 501, /network\.rules is not supported/);
-    await expectError(create({ maskRequestHost: "x.example" }), 501, /network\.maskRequestHost is not supported/);
     await expectError(create({ httpsPorts: [8443] }), 501, /network\.httpsPorts is not supported/);
     await expectError(create({ dnsServers: ["1.1.1.1"] }), 501, /network\.dnsServers is not supported/);
     await expectError(call("/v2/sandboxes", { key: team.key, body: { templateID: team.template, iam: { tokens: { gh: { audience: "https://api.github.com", tokenType: "access_token" } } } } }), 501, /iam is not supported/);
@@ -83,5 +82,13 @@ describe("updateNetwork", () => {
     await expectStatus(call(`/sandboxes/${sbx.sandboxID}/pause`, { key: team.key, body: {} }), 204);
     await agent.waitUntil(() => agent.sandboxes.get(sbx.sandboxID)?.phase === "Paused");
     await expectError(update(sbx.sandboxID, { allowOut: ["1.1.1.1"] }), 409, /is not running/);
+  });
+});
+
+describe("maskRequestHost", () => {
+  it("is taken at create (the gateway sends it to the sandbox's user ports), and a value that is no host[:port] is a 400", async () => {
+    await expectStatus(create({ maskRequestHost: "localhost:${PORT}" }), 201);
+    await expectError(create({ maskRequestHost: "a.example\r\nX-Evil: 1" }), 400, /maskRequestHost must be a host/);
+    await expectError(create({ maskRequestHost: "a b" }), 400, /maskRequestHost/);
   });
 });
