@@ -21,8 +21,40 @@ export async function readJson<T extends z.ZodType>(c: Context, schema: T, opts:
 
 export function parseOr400<T extends z.ZodType>(schema: T, value: unknown, what: string): z.infer<T> {
   const parsed = schema.safeParse(value);
-  if (!parsed.success) throw new ApiError("bad_request", `Invalid ${what}: ${z.prettifyError(parsed.error).replaceAll("\n", "; ")}`);
+  if (!parsed.success) throw new ApiError("bad_request", `Invalid ${what}: ${describeIssues(parsed.error, value)}`);
   return parsed.data;
+}
+
+/** Each problem with where it is and the value refused, e.g. `teamName "Bad_Name": must be a DNS-1123
+ * label`, so a client sees what to fix. Shown values are cut at 64 characters. */
+export function describeIssues(error: z.ZodError, value: unknown): string {
+  return error.issues
+    .map((issue) => {
+      const where = issue.path.map(String).join(".");
+      const shown = shownValue(valueAt(value, issue.path));
+      const subject = [where, shown].filter(Boolean).join(" ");
+      if (!subject) return issue.message;
+      // A message that starts with the field's own name reads on from the value.
+      const field = issue.path.at(-1);
+      if (typeof field === "string" && issue.message.startsWith(`${field} `)) return `${subject} ${issue.message.slice(field.length + 1)}`;
+      return `${subject}: ${issue.message}`;
+    })
+    .join("; ");
+}
+
+function valueAt(value: unknown, path: PropertyKey[]): unknown {
+  let v = value;
+  for (const key of path) {
+    if (v === null || typeof v !== "object") return undefined;
+    v = (v as Record<PropertyKey, unknown>)[key];
+  }
+  return v;
+}
+
+function shownValue(v: unknown): string | undefined {
+  if (typeof v === "string") return JSON.stringify(v.length > 64 ? `${v.slice(0, 64)}…` : v);
+  if (typeof v === "number" || typeof v === "boolean") return String(v);
+  return undefined;
 }
 
 async function readText(req: Request, limit: number): Promise<string> {
