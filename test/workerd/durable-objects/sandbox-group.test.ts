@@ -221,6 +221,7 @@ describe("gateway RPCs", () => {
         envdAccessToken: sbx.envdAccessToken,
         trafficAccessToken: sbx.trafficAccessToken,
         allowPublicTraffic: false,
+        maskRequestHost: null,
         autoResume: false,
       },
     });
