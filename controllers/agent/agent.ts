@@ -176,8 +176,10 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
           if (intent?.template) await driver.ensure({ ...desiredFor(intent), state: "Paused", pauseStrategy: "Stop" });
         }
       }
-      // Nothing of this installation is left in the cgroup tree after a destroy.
+      // Nothing of this installation is left in the cgroup tree after a destroy; after a stop, no
+      // spare disk is left mounted either (stopped sandboxes' disks are unmounted already).
       if (onExit === "destroy" && driver instanceof LocalDriver) await driver.dispose();
+      else if (driver instanceof LocalDriver) await driver.releaseSpares();
     },
   };
 }

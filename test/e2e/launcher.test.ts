@@ -106,5 +106,7 @@ describe("npm start", () => {
     launcher.kill("SIGINT");
     expect(await exited).toBe(0);
     for (const pid of Object.values(again)) expect(alive(pid!)).toBe(false);
+    // No disk of the installation stays mounted: stopped sandboxes' disks and the spares are released.
+    expect(readFileSync("/proc/mounts", "utf8")).not.toContain(dataDir);
   }, 360_000);
 });

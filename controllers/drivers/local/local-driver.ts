@@ -128,6 +128,12 @@ export class LocalDriver implements Driver {
     }
   }
 
+  /** Unmounts and deletes the spare disks (an agent that stops its sandboxes leaves no loop
+   * device mounted; the next start makes new spares). */
+  async releaseSpares(): Promise<void> {
+    await this.#spares?.dispose();
+  }
+
   /** Removes the driver's (empty) parent cgroups and spare disks and stops its spawner; sandboxes
    * themselves are left alone. Done when the spare disks are (the data directory may go next). */
   async dispose(): Promise<void> {
