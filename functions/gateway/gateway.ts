@@ -68,7 +68,13 @@ async function forward(env: Env, req: Request, url: URL, t: GatewayTarget, clust
       body: req.method === "GET" || req.method === "HEAD" ? null : req.body,
       redirect: "manual",
     });
-  } catch {
+  } catch (err) {
+    // Either the agent is away, or the ingress ended this one exchange (e.g. it answered an
+    // upload early and closed while the body was still being sent). Only an ingress that does
+    // not answer at all means away: one failed request must not make every other one "retry".
+    if (await ingressAnswers(base)) {
+      return Response.json({ code: 500, message: `the request to sandbox ${t.sandboxId || "(signed URL)"} port ${t.port} was cut on its way (${String(err)})` }, { status: 500 });
+    }
     forgetIngress(cluster);
     return agentUnavailable(req, t.sandboxId);
   }
