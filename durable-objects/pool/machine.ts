@@ -138,16 +138,54 @@ export function nextCreateDeadline(state: PoolState, timeoutMs = DEFAULT_CREATE_
   return oldest === null ? null : oldest + timeoutMs;
 }
 
-/** `maxUnavailable` against `replicas`, percentages rounded up (as Kubernetes does for it). */
+/**
+ * `maxUnavailable` against `replicas`: a percentage rounds up (OpenKruise's SandboxSet,
+ * openkruise-agents.md §1.2: `GetScaledValueFromIntOrPercent(…, roundUp=true)`), so any non-zero
+ * percentage of a non-empty pool allows at least 1; `0` and `"0%"` allow none.
+ */
 export function scaled(value: number | string, total: number): number {
   if (typeof value === "number") return value;
   return Math.ceil((Number.parseInt(value, 10) * total) / 100);
 }
 
+/** The rolling update's progress, as SandboxSet `.status` shows it. */
+export interface Rollout {
+  updateRevision: string | null;
+  /** The revision of the oldest unclaimed member not yet replaced; `updateRevision` once done. */
+  currentRevision: string | null;
+  updatedReplicas: number;
+  updatedAvailableReplicas: number;
+  /** `updateStrategy.maxUnavailable` resolved against `replicas`. */
+  maxUnavailable: number;
+}
+
+/** O(revisions): reads queue sizes and heads only (status, not the claim path). */
+export function rollout(state: PoolState): Rollout {
+  const cfg = state.config;
+  if (!cfg) return { updateRevision: null, currentRevision: null, updatedReplicas: 0, updatedAvailableReplicas: 0, maxUnavailable: 0 };
+  const { updated, updatedAvailable } = counts(state);
+  let oldest: Member | undefined;
+  for (const queues of [state.available, state.creating]) {
+    for (const [rev, q] of queues) {
+      const head = rev === cfg.revision ? undefined : q.peek()?.m;
+      if (head && (!oldest || head.createdAt < oldest.createdAt)) oldest = head;
+    }
+  }
+  return {
+    updateRevision: cfg.revision,
+    currentRevision: oldest?.revision ?? cfg.revision,
+    updatedReplicas: updated,
+    updatedAvailableReplicas: updatedAvailable,
+    maxUnavailable: scaled(cfg.spec.updateStrategy.maxUnavailable, cfg.spec.replicas),
+  };
+}
+
 function claimOne(state: PoolState, ctx: Context, effects: PoolEffect[]): ClaimReply {
   if (!state.config) return refuse("template_not_found", "this template has no pool configured");
   const rev = state.config.revision;
-  const m = popBest(state.available, rev) ?? popBest(state.creating, rev);
+  // The current revision first, even still creating: once one exists, an old member is never
+  // handed out (it is only there until the rolling update replaces it).
+  const m = takeFrom(state.available, rev) ?? takeFrom(state.creating, rev) ?? popOther(state.available, rev) ?? popOther(state.creating, rev);
   if (m) {
     const from = m.state;
     unpool(state, m);
@@ -160,14 +198,17 @@ function claimOne(state: PoolState, ctx: Context, effects: PoolEffect[]): ClaimR
   return { ok: true, member: fresh, state: "new" };
 }
 
-/** The oldest member of the current revision, else the oldest of any other revision. */
-function popBest(queues: Map<string, Fifo<Entry>>, rev: string): Member | undefined {
-  const current = queues.get(rev);
-  const m = current ? take(current) : undefined;
-  if (m) return m;
-  for (const q of queues.values()) {
-    const other = take(q);
-    if (other) return other;
+function takeFrom(queues: Map<string, Fifo<Entry>>, rev: string): Member | undefined {
+  const q = queues.get(rev);
+  return q ? take(q) : undefined;
+}
+
+/** The head of the first non-empty queue of another revision (only when the current has none). */
+function popOther(queues: Map<string, Fifo<Entry>>, rev: string): Member | undefined {
+  for (const [r, q] of queues) {
+    if (r === rev) continue;
+    const m = take(q);
+    if (m) return m;
   }
   return undefined;
 }
@@ -262,7 +303,13 @@ function scaleUp(state: PoolState, ctx: Context, effects: PoolEffect[]): void {
   effects.push({ type: "create", members: created });
 }
 
-/** Deletes every old-revision creating member, and old available ones within the update budget. */
+/**
+ * Deletes every old-revision creating member (already unavailable: its replacement costs nothing),
+ * and old available ones, oldest first, while fewer than `maxUnavailable` of `replicas` are
+ * unavailable. Unavailable = not ready, whatever the revision: members creating (old ones being
+ * replaced included), and those a failure or a timeout took out (their replacements are creating).
+ * Runs only when the pool is full, so `replicas − available` is exactly that number.
+ */
 function rollOldRevision(state: PoolState, effects: PoolEffect[]): void {
   const cfg = state.config;
   if (!cfg) return;
@@ -270,9 +317,10 @@ function rollOldRevision(state: PoolState, effects: PoolEffect[]): void {
   for (const [rev, q] of state.creating) {
     if (rev === cfg.revision) continue;
     for (let m = take(q); m; m = take(q)) victims.push(m);
+    state.creating.delete(rev);
   }
-  const updatedCreating = state.creating.get(cfg.revision)?.size ?? 0;
-  let budget = scaled(cfg.spec.updateStrategy.maxUnavailable, cfg.spec.replicas) - updatedCreating;
+  const available = sumSizes(state.available);
+  let budget = scaled(cfg.spec.updateStrategy.maxUnavailable, cfg.spec.replicas) - (cfg.spec.replicas - available);
   for (const [rev, q] of state.available) {
     if (rev === cfg.revision) continue;
     for (; budget > 0; budget--) {
@@ -280,6 +328,8 @@ function rollOldRevision(state: PoolState, effects: PoolEffect[]): void {
       if (!m) break;
       victims.push(m);
     }
+    // Drained queues of old revisions go, so a claim's fallback scan stays short.
+    if (q.size === 0) state.available.delete(rev);
   }
   if (!victims.length) return;
   for (const m of victims) unpool(state, m);

@@ -47,6 +47,14 @@ export interface PoolStatus {
   creating: number;
   updatedAvailable: number;
   updated: number;
+  /** The rolling update (SandboxSet `.status` names): done when `currentRevision` equals
+   * `updateRevision` and `updatedAvailableReplicas` equals `replicas`. */
+  updateRevision: string | null;
+  currentRevision: string | null;
+  updatedReplicas: number;
+  updatedAvailableReplicas: number;
+  /** `spec.updateStrategy.maxUnavailable` resolved against `replicas`. */
+  maxUnavailable: number;
   /** Lifetime counters of this pool object. */
   claimed: number;
   createdOnDemand: number;
