@@ -20,6 +20,8 @@ export interface Member {
   generation: number;
   createdAt: number;
   endpoint: Endpoint | null;
+  /** It has been available once: creating again means it stopped being ready (it may recover). */
+  readyOnce?: boolean;
   /** Ticket of its live queue entry (entries with another ticket are dead); -1 = not queued. */
   slot: number;
 }
@@ -228,6 +230,7 @@ function observe(state: PoolState, obs: Observation, effects: PoolEffect[]): boo
         m.state = want;
         enqueue(state, m);
       }
+      if (want === "available") m.readyOnce = true;
       effects.push({ type: "update", member: m });
       return true;
     }
@@ -304,23 +307,31 @@ function scaleUp(state: PoolState, ctx: Context, effects: PoolEffect[]): void {
 }
 
 /**
- * Deletes every old-revision creating member (already unavailable: its replacement costs nothing),
- * and old available ones, oldest first, while fewer than `maxUnavailable` of `replicas` are
- * unavailable. Unavailable = not ready, whatever the revision: members creating (old ones being
- * replaced included), and those a failure or a timeout took out (their replacements are creating).
- * Runs only when the pool is full, so `replicas − available` is exactly that number.
+ * Deletes every old-revision member still creating that was never ready (its replacement costs
+ * no availability), then old ones that were ready (first those that stopped being ready, which
+ * may recover and so wait for the budget, then available ones, oldest first) while fewer than
+ * `maxUnavailable` of `replicas` are unavailable. Unavailable = not ready, whatever the revision:
+ * members creating (old ones included), and those a failure or a timeout took out (their
+ * replacements are creating). Runs only when the pool is full, so that is `replicas − available`.
  */
 function rollOldRevision(state: PoolState, effects: PoolEffect[]): void {
   const cfg = state.config;
   if (!cfg) return;
   const victims: Member[] = [];
+  const unready: Member[] = [];
   for (const [rev, q] of state.creating) {
     if (rev === cfg.revision) continue;
-    for (let m = take(q); m; m = take(q)) victims.push(m);
-    state.creating.delete(rev);
+    for (const { m } of q.values()) (m.readyOnce ? unready : victims).push(m);
   }
+  for (const m of victims) unpool(state, m);
   const available = sumSizes(state.available);
   let budget = scaled(cfg.spec.updateStrategy.maxUnavailable, cfg.spec.replicas) - (cfg.spec.replicas - available);
+  // Those that stopped being ready first: replacing them costs no more availability.
+  for (const m of unready) {
+    if (budget <= 0) break;
+    victims.push(m);
+    budget--;
+  }
   for (const [rev, q] of state.available) {
     if (rev === cfg.revision) continue;
     for (; budget > 0; budget--) {
@@ -328,8 +339,10 @@ function rollOldRevision(state: PoolState, effects: PoolEffect[]): void {
       if (!m) break;
       victims.push(m);
     }
-    // Drained queues of old revisions go, so a claim's fallback scan stays short.
-    if (q.size === 0) state.available.delete(rev);
+  }
+  // Drained queues of old revisions go, so a claim's fallback scan stays short.
+  for (const queues of [state.available, state.creating]) {
+    for (const [rev, q] of queues) if (rev !== cfg.revision && q.size === 0) queues.delete(rev);
   }
   if (!victims.length) return;
   for (const m of victims) unpool(state, m);

@@ -14,7 +14,8 @@ export interface Setup {
   revision?: string;
   scaleMax?: IntOrPercent;
   updateMax?: IntOrPercent;
-  /** Members oldest first, as `id:state:revision` (state a = available, c = creating). */
+  /** Members oldest first, as `id:state:revision` (state a = available, c = creating, u = creating
+   * again after having been available). */
   members?: string[];
   configured?: boolean;
 }
@@ -33,7 +34,7 @@ export function pool(s: Setup): PoolState {
   if (s.configured !== false) st.config = { ...config(s), cluster: "local" };
   for (const [i, desc] of (s.members ?? []).entries()) {
     const [id, state, revision] = desc.split(":") as [string, string, string];
-    addMember(st, { id: id as SandboxId, state: state === "a" ? "available" : "creating", revision, generation: 1, createdAt: NOW - 1000 + i, endpoint: null, slot: -1 });
+    addMember(st, { id: id as SandboxId, state: state === "a" ? "available" : "creating", revision, generation: 1, createdAt: NOW - 1000 + i, endpoint: null, readyOnce: state !== "c", slot: -1 });
   }
   return st;
 }

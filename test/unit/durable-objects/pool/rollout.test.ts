@@ -74,11 +74,30 @@ const rows: Row[] = [
     inventory: ["b:a:r1", "c:a:r1", "new1:c:r2", "new2:c:r2"],
   },
   {
-    name: "a member that stops being ready is unavailable: it uses the whole budget of 1",
+    name: "an old member that stops being ready uses the whole budget of 1, and is kept (it may recover)",
     setup: r2(4, 1, old4),
     event: { type: "observe", observation: obs("a", "Running", false) },
-    effects: ["update:a=creating", "delete:a@2", "create:new1(r2)"],
-    inventory: ["b:a:r1", "c:a:r1", "d:a:r1", "new1:c:r2"],
+    effects: ["update:a=creating"],
+    inventory: ["a:c:r1", "b:a:r1", "c:a:r1", "d:a:r1"],
+  },
+  {
+    name: "with budget left, an old member that stopped being ready is replaced before a ready one",
+    setup: r2(4, 2, old4),
+    event: { type: "observe", observation: obs("b", "Running", false) },
+    effects: ["update:b=creating", "delete:b@2", "create:new1(r2)"],
+    inventory: ["a:a:r1", "c:a:r1", "d:a:r1", "new1:c:r2"],
+  },
+  {
+    name: "an old member that stopped being ready is not replaced outside the budget",
+    setup: r2(4, 1, ["a:u:r1", "b:a:r1", "c:a:r1", "d:a:r1"]),
+    event: { type: "tick" },
+    effects: [],
+  },
+  {
+    name: "an old member that recovers is counted available again, and the rollout goes on",
+    setup: r2(4, 1, ["a:u:r1", "b:a:r1", "c:a:r1", "d:a:r1"]),
+    event: { type: "observe", observation: obs("a", "Running", true) },
+    effects: ["update:a=available", "delete:b@2", "create:new1(r2)"],
   },
   {
     name: "a failed replacement is replaced, and no further old member goes while it creates",
