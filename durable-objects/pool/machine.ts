@@ -20,6 +20,8 @@ export interface Member {
   generation: number;
   createdAt: number;
   endpoint: Endpoint | null;
+  /** It has been available once: creating again means it stopped being ready (it may recover). */
+  readyOnce?: boolean;
   /** Ticket of its live queue entry (entries with another ticket are dead); -1 = not queued. */
   slot: number;
 }
@@ -75,7 +77,9 @@ export function initialState(): PoolState {
   return { config: null, members: new Map(), available: new Map(), creating: new Map(), claimed: 0, createdOnDemand: 0, nextSlot: 0 };
 }
 
-/** Applies one event; returns the effects to perform and, for `claim`, the reply. */
+/** Applies one event; returns the effects to perform and, for `claim`, the reply. Deterministic, no
+ * I/O; it changes `state` in place on purpose (a pool holds thousands of members, and the shell owns
+ * the only copy). */
 export function transition(
   state: PoolState,
   event: PoolEvent,
@@ -138,16 +142,54 @@ export function nextCreateDeadline(state: PoolState, timeoutMs = DEFAULT_CREATE_
   return oldest === null ? null : oldest + timeoutMs;
 }
 
-/** `maxUnavailable` against `replicas`, percentages rounded up (as Kubernetes does for it). */
+/**
+ * `maxUnavailable` against `replicas`: a percentage rounds up (OpenKruise's SandboxSet,
+ * openkruise-agents.md §1.2: `GetScaledValueFromIntOrPercent(…, roundUp=true)`), so any non-zero
+ * percentage of a non-empty pool allows at least 1; `0` and `"0%"` allow none.
+ */
 export function scaled(value: number | string, total: number): number {
   if (typeof value === "number") return value;
   return Math.ceil((Number.parseInt(value, 10) * total) / 100);
 }
 
+/** The rolling update's progress, as SandboxSet `.status` shows it. */
+export interface Rollout {
+  updateRevision: string | null;
+  /** The revision of the oldest unclaimed member not yet replaced; `updateRevision` once done. */
+  currentRevision: string | null;
+  updatedReplicas: number;
+  updatedAvailableReplicas: number;
+  /** `updateStrategy.maxUnavailable` resolved against `replicas`. */
+  maxUnavailable: number;
+}
+
+/** O(revisions): reads queue sizes and heads only (status, not the claim path). */
+export function rollout(state: PoolState): Rollout {
+  const cfg = state.config;
+  if (!cfg) return { updateRevision: null, currentRevision: null, updatedReplicas: 0, updatedAvailableReplicas: 0, maxUnavailable: 0 };
+  const { updated, updatedAvailable } = counts(state);
+  let oldest: Member | undefined;
+  for (const queues of [state.available, state.creating]) {
+    for (const [rev, q] of queues) {
+      const head = rev === cfg.revision ? undefined : q.peek()?.m;
+      if (head && (!oldest || head.createdAt < oldest.createdAt)) oldest = head;
+    }
+  }
+  return {
+    updateRevision: cfg.revision,
+    currentRevision: oldest?.revision ?? cfg.revision,
+    updatedReplicas: updated,
+    updatedAvailableReplicas: updatedAvailable,
+    maxUnavailable: scaled(cfg.spec.updateStrategy.maxUnavailable, cfg.spec.replicas),
+  };
+}
+
 function claimOne(state: PoolState, ctx: Context, effects: PoolEffect[]): ClaimReply {
   if (!state.config) return refuse("template_not_found", "this template has no pool configured");
   const rev = state.config.revision;
-  const m = popBest(state.available, rev) ?? popBest(state.creating, rev);
+  // The current revision first, even still creating: once one exists, an old member is never
+  // handed out (it is only there until the rolling update replaces it).
+  const m = takeFrom(state.available, rev) ?? takeFrom(state.creating, rev) ?? popOther(state.available, rev) ?? popOther(state.creating, rev);
   if (m) {
     const from = m.state;
     unpool(state, m);
@@ -160,14 +202,17 @@ function claimOne(state: PoolState, ctx: Context, effects: PoolEffect[]): ClaimR
   return { ok: true, member: fresh, state: "new" };
 }
 
-/** The oldest member of the current revision, else the oldest of any other revision. */
-function popBest(queues: Map<string, Fifo<Entry>>, rev: string): Member | undefined {
-  const current = queues.get(rev);
-  const m = current ? take(current) : undefined;
-  if (m) return m;
-  for (const q of queues.values()) {
-    const other = take(q);
-    if (other) return other;
+function takeFrom(queues: Map<string, Fifo<Entry>>, rev: string): Member | undefined {
+  const q = queues.get(rev);
+  return q ? take(q) : undefined;
+}
+
+/** The head of the first non-empty queue of another revision (only when the current has none). */
+function popOther(queues: Map<string, Fifo<Entry>>, rev: string): Member | undefined {
+  for (const [r, q] of queues) {
+    if (r === rev) continue;
+    const m = take(q);
+    if (m) return m;
   }
   return undefined;
 }
@@ -187,6 +232,7 @@ function observe(state: PoolState, obs: Observation, effects: PoolEffect[]): boo
         m.state = want;
         enqueue(state, m);
       }
+      if (want === "available") m.readyOnce = true;
       effects.push({ type: "update", member: m });
       return true;
     }
@@ -262,17 +308,32 @@ function scaleUp(state: PoolState, ctx: Context, effects: PoolEffect[]): void {
   effects.push({ type: "create", members: created });
 }
 
-/** Deletes every old-revision creating member, and old available ones within the update budget. */
+/**
+ * Deletes every old-revision member still creating that was never ready (its replacement costs
+ * no availability), then old ones that were ready (first those that stopped being ready, which
+ * may recover and so wait for the budget, then available ones, oldest first) while fewer than
+ * `maxUnavailable` of `replicas` are unavailable. Unavailable = not ready, whatever the revision:
+ * members creating (old ones included), and those a failure or a timeout took out (their
+ * replacements are creating). Runs only when the pool is full, so that is `replicas − available`.
+ */
 function rollOldRevision(state: PoolState, effects: PoolEffect[]): void {
   const cfg = state.config;
   if (!cfg) return;
   const victims: Member[] = [];
+  const unready: Member[] = [];
   for (const [rev, q] of state.creating) {
     if (rev === cfg.revision) continue;
-    for (let m = take(q); m; m = take(q)) victims.push(m);
+    for (const { m } of q.values()) (m.readyOnce ? unready : victims).push(m);
   }
-  const updatedCreating = state.creating.get(cfg.revision)?.size ?? 0;
-  let budget = scaled(cfg.spec.updateStrategy.maxUnavailable, cfg.spec.replicas) - updatedCreating;
+  for (const m of victims) unpool(state, m);
+  const available = sumSizes(state.available);
+  let budget = scaled(cfg.spec.updateStrategy.maxUnavailable, cfg.spec.replicas) - (cfg.spec.replicas - available);
+  // Those that stopped being ready first: replacing them costs no more availability.
+  for (const m of unready) {
+    if (budget <= 0) break;
+    victims.push(m);
+    budget--;
+  }
   for (const [rev, q] of state.available) {
     if (rev === cfg.revision) continue;
     for (; budget > 0; budget--) {
@@ -280,6 +341,10 @@ function rollOldRevision(state: PoolState, effects: PoolEffect[]): void {
       if (!m) break;
       victims.push(m);
     }
+  }
+  // Drained queues of old revisions go, so a claim's fallback scan stays short.
+  for (const queues of [state.available, state.creating]) {
+    for (const [rev, q] of queues) if (rev !== cfg.revision && q.size === 0) queues.delete(rev);
   }
   if (!victims.length) return;
   for (const m of victims) unpool(state, m);

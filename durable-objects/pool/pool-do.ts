@@ -5,7 +5,7 @@ import { DurableObject } from "cloudflare:workers";
 import type { Env } from "../env.ts";
 import { ErrorCode } from "../../schema/errors.ts";
 import { newSandboxId, type Intent, type Observation, type SandboxId } from "../../schema/protocol/index.ts";
-import { addMember, counts, initialState, nextCreateDeadline, transition, type Member, type PoolEffect, type PoolEvent, type PoolState } from "./machine.ts";
+import { addMember, counts, initialState, nextCreateDeadline, rollout, transition, type Member, type PoolEffect, type PoolEvent, type PoolState } from "./machine.ts";
 import { memberIntent } from "./member-intent.ts";
 import type { ClaimResult, ConfigureResult, ObserveResult, PoolConfig, PoolStatus } from "./rpc.ts";
 import { TurnWrites } from "../turn-writes.ts";
@@ -120,6 +120,7 @@ export class PoolDO extends DurableObject<Env> {
       replicas: st.config?.spec.replicas ?? 0,
       revision: st.config?.revision ?? null,
       ...c,
+      ...rollout(st),
       claimed: st.claimed,
       createdOnDemand: st.createdOnDemand,
     };

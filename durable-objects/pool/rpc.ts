@@ -5,7 +5,7 @@ import type { TemplateRecord, TemplateSpec as SandboxSetSpec } from "../../schem
 import type { Endpoint, SandboxId, TemplateSpec } from "../../schema/protocol/index.ts";
 
 /**
- * A claimed sandbox, now the caller's: it must hand it to `sandboxStub(env, sandboxId).create(...)`,
+ * A claimed sandbox, now the caller's: it must hand it to `sandboxHandle(env, sandboxId).create(...)`,
  * which sends an intent with owner `{kind:"sandbox"}` and a generation above `generation`.
  * - `state: "available"`: a warm member, running and ready at `endpoint`;
  * - `state: "creating"`: a warm member still starting (its Running observation goes to the
@@ -47,6 +47,14 @@ export interface PoolStatus {
   creating: number;
   updatedAvailable: number;
   updated: number;
+  /** The rolling update (SandboxSet `.status` names): done when `currentRevision` equals
+   * `updateRevision` and `updatedAvailableReplicas` equals `replicas`. */
+  updateRevision: string | null;
+  currentRevision: string | null;
+  updatedReplicas: number;
+  updatedAvailableReplicas: number;
+  /** `spec.updateStrategy.maxUnavailable` resolved against `replicas`. */
+  maxUnavailable: number;
   /** Lifetime counters of this pool object. */
   claimed: number;
   createdOnDemand: number;

@@ -15,7 +15,7 @@ const SCHEMA = `
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS members (
   id TEXT PRIMARY KEY, state TEXT NOT NULL, revision TEXT NOT NULL, generation INTEGER NOT NULL,
-  created_at INTEGER NOT NULL, endpoint TEXT, ord INTEGER NOT NULL
+  created_at INTEGER NOT NULL, endpoint TEXT, ord INTEGER NOT NULL, ready_once INTEGER NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS pending_intents (sandbox_id TEXT PRIMARY KEY, cluster TEXT NOT NULL, intent TEXT NOT NULL);
 `;
@@ -38,6 +38,9 @@ export interface PoolStore {
 
 export function openPoolStore(sql: Sql): PoolStore {
   sql.exec(SCHEMA);
+  // Tables created before members remembered having been ready.
+  const columns = sql.exec<{ name: string }>("PRAGMA table_info(members)").toArray();
+  if (!columns.some((c) => c.name === "ready_once")) sql.exec("ALTER TABLE members ADD COLUMN ready_once INTEGER NOT NULL DEFAULT 0");
   const meta = (key: string): string | null => {
     const row = sql.exec<{ value: string }>("SELECT value FROM meta WHERE key = ?", key).toArray()[0];
     return row ? row.value : null;
@@ -57,8 +60,8 @@ export function openPoolStore(sql: Sql): PoolStore {
     saveCounters: (claimed, createdOnDemand) => setMeta("counters", JSON.stringify({ claimed, createdOnDemand })),
     loadMembers: () =>
       sql
-        .exec<{ id: string; state: string; revision: string; generation: number; created_at: number; endpoint: string | null }>(
-          "SELECT id, state, revision, generation, created_at, endpoint FROM members ORDER BY ord",
+        .exec<{ id: string; state: string; revision: string; generation: number; created_at: number; endpoint: string | null; ready_once: number }>(
+          "SELECT id, state, revision, generation, created_at, endpoint, ready_once FROM members ORDER BY ord",
         )
         .toArray()
         .map((r) => ({
@@ -68,6 +71,7 @@ export function openPoolStore(sql: Sql): PoolStore {
           generation: r.generation,
           createdAt: r.created_at,
           endpoint: r.endpoint ? (JSON.parse(r.endpoint) as Endpoint) : null,
+          readyOnce: r.ready_once === 1 || r.state === "available",
           slot: -1,
         })),
     insertMembers: (members) => {
@@ -80,8 +84,8 @@ export function openPoolStore(sql: Sql): PoolStore {
     },
     updateMember: (m) =>
       sql.exec(
-        "UPDATE members SET state = ?, endpoint = ?, ord = ? WHERE id = ?",
-        m.state, m.endpoint ? JSON.stringify(m.endpoint) : null, m.slot, m.id,
+        "UPDATE members SET state = ?, endpoint = ?, ord = ?, ready_once = ? WHERE id = ?",
+        m.state, m.endpoint ? JSON.stringify(m.endpoint) : null, m.slot, m.readyOnce ? 1 : 0, m.id,
       ),
     deleteMembers: (ids) => {
       for (const id of ids) sql.exec("DELETE FROM members WHERE id = ?", id);

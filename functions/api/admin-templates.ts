@@ -3,8 +3,11 @@
 // (durable-objects/operations/templates.ts), which the CRD sync applies a cluster's SandboxSets
 // through too.
 //   GET    /admin/teams/{team}/templates                 list with pool status
-//   GET    /admin/teams/{team}/templates/{id}            one, with pool status
-//   PUT    /admin/teams/{team}/templates/{id}            create or replace {public?, spec}
+//   GET    /admin/teams/{team}/templates/{id}            one, with pool status (counts and the rolling
+//                                                        update: updateRevision, currentRevision,
+//                                                        updatedReplicas, updatedAvailableReplicas)
+//   PUT    /admin/teams/{team}/templates/{id}            create or replace {public?, spec}; a new
+//                                                        revision rolls the pool (spec.updateStrategy)
 //   POST   /admin/teams/{team}/templates/{id}/scale      {replicas}
 //   DELETE /admin/teams/{team}/templates/{id}            delete (drains the warm pool)
 import { Hono, type Context } from "hono";

@@ -30,6 +30,12 @@ export const TemplateSpec = z.strictObject({
   pauseStrategy: z.enum(["Freeze", "Stop"]).default("Freeze"),
   scaleStrategy: z.strictObject({ maxUnavailable: IntOrPercent.optional() }).default({}),
   updateStrategy: z.strictObject({ maxUnavailable: IntOrPercent.default("20%") }).default({ maxUnavailable: "20%" }),
+  /**
+   * The revision the cluster computed for a SandboxSet synced from Kubernetes (its pod template's
+   * hash, `status.updateRevision`). Part of this spec's revision, so a change the fields above do
+   * not map (a command, a volume, a label) still rolls the pool. Absent for admin-API templates.
+   */
+  sourceRevision: z.string().regex(/^[a-z0-9]{1,64}$/, "sourceRevision is [a-z0-9], at most 64").optional(),
 });
 export type TemplateSpec = z.infer<typeof TemplateSpec>;
 

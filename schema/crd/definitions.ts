@@ -126,8 +126,11 @@ export const sandboxSet = crd({
     { name: "REPLICAS", type: "integer", jsonPath: ".status.replicas" },
     { name: "AVAILABLE", type: "integer", jsonPath: ".status.availableReplicas" },
     { name: "UPDATED", type: "integer", jsonPath: ".status.updatedReplicas" },
+    { name: "UPDATED_AVAILABLE", type: "integer", jsonPath: ".status.updatedAvailableReplicas" },
+    // A rollout is done when the two revisions agree and UPDATED_AVAILABLE equals DESIRED.
+    { name: "CURRENT_REVISION", type: "string", jsonPath: ".status.currentRevision" },
+    { name: "UPDATE_REVISION", type: "string", jsonPath: ".status.updateRevision" },
     { name: "AGE", type: "date", jsonPath: ".metadata.creationTimestamp" },
-    { name: "REVISION", type: "string", jsonPath: ".status.updateRevision", priority: 1 },
   ],
 });
 

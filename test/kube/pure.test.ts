@@ -68,6 +68,7 @@ describe("poolSpecOf", () => {
       pauseStrategy: "Freeze",
       scaleStrategy: { maxUnavailable: "50%" },
       updateStrategy: { maxUnavailable: "20%" },
+      sourceRevision: expect.stringMatching(/^[0-9a-f]{10}$/),
     });
   });
 

@@ -1,6 +1,7 @@
 // CRD sync, cluster → edge: every SandboxSet in the namespace becomes the edge's template of the
 // same name in the team named like the namespace, so the edge's PoolDO keeps its warm pool
-// (replicas, image, CPU, memory, env, pause strategy, scale and update budgets). The edge stays
+// (replicas, image, CPU, memory, env, pause strategy, scale and update budgets, and the pod
+// template's revision, so any template change rolls the pool). The edge stays
 // the authority for sandboxes; this only hands it the platform team's spec. Level-based: on start
 // every SandboxSet is pushed again, together with the namespace's inventory so the edge drops
 // what was deleted while the agent was down; a failed push is retried until it lands.
@@ -14,6 +15,7 @@ import { WorkQueue } from "../../lib/work-queue.ts";
 import type { ObjectCache } from "../../drivers/kubernetes/object-cache.ts";
 import type { SandboxSetObject } from "../../drivers/kubernetes/kubernetes-driver.ts";
 import { RUNTIME_CONTAINER } from "../../../schema/crd/labels.ts";
+import { poolRevision } from "../../drivers/kubernetes/pool-status.ts";
 
 /** The edge's template spec (schema/api/template.ts `TemplateSpec` input) a SandboxSet maps to. */
 export type PoolSpec = z.input<typeof TemplateSpec> & { cluster: string; replicas: number; image: string; cpuCount: number; memoryMB: number };
@@ -93,6 +95,9 @@ export function poolSpecOf(set: SandboxSetObject & { spec: { pauseStrategy?: { t
     pauseStrategy: set.spec.pauseStrategy?.type === "Freeze" ? "Freeze" : "Stop",
     scaleStrategy: set.spec.scaleStrategy?.maxUnavailable === undefined ? {} : { maxUnavailable: set.spec.scaleStrategy.maxUnavailable },
     updateStrategy: { maxUnavailable: set.spec.updateStrategy?.maxUnavailable ?? "20%" },
+    // Every change to the pod template is a new revision on the edge too (members are built from
+    // the SandboxSet's template as the cluster has it, labelled with this hash).
+    sourceRevision: poolRevision(set),
   };
 }
 

@@ -1,5 +1,6 @@
 // SandboxSet `.status` from the Sandboxes the agent sees: how many warm (unclaimed) members exist,
-// how many are Ready, how many run the current revision. Written only when it changed, at most
+// how many are Ready, how many run the current revision, and which revision the rolling update
+// (run by the edge's PoolDO) still replaces. Written only when it changed, at most
 // once per pool per tick, so a burst of pod events costs one status patch.
 import { PatchStrategy, setHeaderOptions, type CustomObjectsApi } from "@kubernetes/client-node";
 import { GROUP, LABEL, VERSION } from "../../../schema/crd/labels.ts";
@@ -9,9 +10,19 @@ import type { SandboxObject, SandboxSetObject } from "./objects.ts";
 
 const mergePatch = setHeaderOptions("Content-Type", PatchStrategy.MergePatch);
 
-/** The pool's revision: a hash of what its members are built from. */
+/**
+ * The pool's revision: a hash of what its members are built from (openkruise-agents.md §1.2:
+ * template, volumes, runtimes, pause strategy). The last two only when set, so the revision of a
+ * SandboxSet without them is what it was before they counted (no rollout on an agent upgrade).
+ */
 export function poolRevision(set: SandboxSetObject): string {
-  return templateHash({ template: set.spec.template, volumeClaimTemplates: set.spec.volumeClaimTemplates ?? [] });
+  const { runtimes, pauseStrategy } = set.spec as SandboxSetObject["spec"] & { pauseStrategy?: unknown };
+  return templateHash({
+    template: set.spec.template,
+    volumeClaimTemplates: set.spec.volumeClaimTemplates ?? [],
+    ...(runtimes?.length ? { runtimes } : {}),
+    ...(pauseStrategy ? { pauseStrategy } : {}),
+  });
 }
 
 export interface PoolCounts {
@@ -33,6 +44,14 @@ export function poolCounts(set: SandboxSetObject, sandboxes: SandboxObject[]): P
   );
   const ready = (s: SandboxObject) => s.status?.conditions?.some((c) => c.type === "Ready" && c.status === "True") ?? false;
   const updated = members.filter((s) => s.metadata?.labels?.[LABEL.templateHash] === revision);
+  // The revision of the oldest member not yet replaced (as a StatefulSet's currentRevision): the
+  // update revision again once the rolling update is done.
+  let oldest: SandboxObject | undefined;
+  for (const s of members) {
+    if (s.metadata?.labels?.[LABEL.templateHash] === revision) continue;
+    if (!oldest || createdAt(s) < createdAt(oldest)) oldest = s;
+  }
+  const current = oldest?.metadata?.labels?.[LABEL.templateHash] ?? revision;
   return {
     observedGeneration: set.metadata?.generation,
     replicas: members.length,
@@ -40,9 +59,14 @@ export function poolCounts(set: SandboxSetObject, sandboxes: SandboxObject[]): P
     updatedReplicas: updated.length,
     updatedAvailableReplicas: updated.filter(ready).length,
     updateRevision: revision,
-    currentRevision: `${name}-${revision}`,
+    currentRevision: `${name}-${current}`,
     selector: `${LABEL.pool}=${name},${LABEL.claimed}=false`,
   };
+}
+
+function createdAt(s: SandboxObject): number {
+  const t = s.metadata?.creationTimestamp;
+  return t ? new Date(t).getTime() : 0;
 }
 
 export class PoolStatus {
