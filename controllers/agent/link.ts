@@ -164,9 +164,8 @@ export class Link {
     const url = new URL("/agent/v1/connect", this.#o.edgeUrl);
     url.protocol = url.protocol === "https:" ? "wss:" : "ws:";
     url.searchParams.set("cluster", this.#o.clusterId);
-    // No permessage-deflate (Node's built-in WebSocket always offers it and workerd accepts):
-    // frames are small JSON, and zlib cost ~5.6 ms of the agent's event loop per create, plus the
-    // edge's share (measured with bench/e2e.ts and a CPU profile of the agent).
+    // No permessage-deflate: frames are small JSON and zlib costs more than it saves
+    // (docs/decisions/no-websocket-compression.md).
     const ws = new WebSocket(url, { headers: { authorization: `Bearer ${this.#o.token}` }, perMessageDeflate: false });
     this.#ws = ws;
     ws.onopen = () => void this.#sendHello(ws);

@@ -109,8 +109,8 @@ export class Reconciler {
     this.#d = deps;
     this.#now = deps.now ?? Date.now;
     // Where the runtime lives in a pod, a claim's pass is mostly waiting (the driver answers a warm
-    // member from its cache, then one HTTP /init): with the default 8 urgent workers, 50
-    // concurrent creates waited a median 430 ms in the queue for a free worker (kube bench, 200 pods).
+    // member from its cache, then one HTTP /init), so more passes run at once
+    // (docs/decisions/reconcile-concurrency.md).
     this.queue = new WorkQueue({ name: "sandbox", work: (id) => this.reconcile(id), urgentConcurrency: deps.driver.capabilities.hostView ? undefined : 64, backoff: deps.backoff, onError: deps.onError });
   }
 

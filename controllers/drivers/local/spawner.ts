@@ -1,11 +1,8 @@
 // Forking from a small process instead of the agent.
 //
 // fork() copies the parent's page tables, so its cost grows with the parent's memory, and Node
-// does it on the event loop thread. Measured on the 2-core test machine (child_process.spawn of
-// /bin/true, median): 1.2 ms from a 50 MB process, 3.2 ms at 100 MB, 12.5 ms at 176 MB, 26 ms at
-// 314 MB. The agent holds the runtime for every sandbox (~160 MB RSS), so each command and each
-// holder stopped its event loop for 10+ ms, and 20 concurrent creates queued behind each other's
-// forks. The spawner is a plain Node process that loads nothing but Node's own modules (~40 MB):
+// does it on the event loop thread; the agent is large (docs/decisions/spawner.md has the figures).
+// The spawner is a plain Node process that loads nothing but Node's own modules:
 // it forks on the agent's behalf and hands the pipes back as file descriptors, so output flows
 // straight from the command to the agent. Terminals are relayed (node-pty keeps its master here).
 //
