@@ -30,7 +30,7 @@ describe("a killed process leaves no zombie", () => {
   });
 });
 
-describe.skip("files anywhere the user may reach", () => {
+describe("files anywhere the user may reach", () => {
   it("reads /proc/self/status, /etc/passwd and lists /", async () => {
     expect(await sbx.files.read("/proc/self/status")).toMatch(/^Name:/m);
     expect(await sbx.files.read("/etc/passwd")).toMatch(/^user:x:1000:1000:/m);
@@ -66,7 +66,7 @@ describe.skip("files anywhere the user may reach", () => {
 
   it("a refused large upload still answers its error, not a broken pipe", async () => {
     const big = new Uint8Array(64 * 1024 * 1024);
-    const err = await sbx.files.write("/opt/big", big).catch((e: unknown) => e);
+    const err = await sbx.files.write("/opt/big", big.buffer).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(SandboxError);
     expect((err as Error).message).toMatch(/read-only file system/);
   });
