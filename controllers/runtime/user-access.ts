@@ -63,6 +63,6 @@ export function checkAccess(view: SandboxView, user: SandboxUser, host: string, 
     if (d && !grants(d, user, X)) throw new PermissionDeniedError(target);
   }
   if (!st || existing !== target) return;
-  const need = want === "read" ? R : want === "list" ? R | X : 0;
+  const need = want === "read" ? R : want === "list" ? (st.isDirectory() ? R | X : R) : 0;
   if (need && !grants(st, user, need)) throw new PermissionDeniedError(target);
 }
