@@ -29,7 +29,12 @@ it("metadata written through the API and set inside survive an agent restart", a
     await sys.stopAgent();
     await sys.startAgent();
     const again = await Sandbox.connect(sbx.sandboxId, opts());
-    expect((await again.files.getInfo("/home/user/kept.txt")).metadata).toEqual({ origin: "api", inside: "yes" });
+    // The new agent takes its running sandboxes back in the background; ask until it has.
+    const info = await expect
+      .poll(() => again.files.getInfo("/home/user/kept.txt").catch(() => undefined), { timeout: 30_000, interval: 250 })
+      .toBeDefined()
+      .then(() => again.files.getInfo("/home/user/kept.txt"));
+    expect(info.metadata).toEqual({ origin: "api", inside: "yes" });
   } finally {
     await sbx.kill().catch(() => false);
   }
