@@ -26,7 +26,7 @@ it("metadata written through the API and set inside survive an agent restart", a
   try {
     await sbx.files.write("/home/user/kept.txt", "k", { metadata: { origin: "api" } });
     await sbx.commands.run(`python3 -c "import os; os.setxattr('/home/user/kept.txt', 'user.e2b.inside', b'yes')"`);
-    await sys.stopAgent();
+    await sys.stopAgent("SIGKILL");
     await sys.startAgent();
     const again = await Sandbox.connect(sbx.sandboxId, opts());
     // The new agent takes its running sandboxes back in the background; ask until it has.
