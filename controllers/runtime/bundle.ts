@@ -1,7 +1,8 @@
 // Bundles the runtime into one ES module for sandboxes (pod sidecar image, `npm run
 // build:runtime`). Running the bundle instead of the .ts sources saves ~30 MB of RSS: no
 // TypeScript stripping (its WebAssembly memory never shrinks) and one module instead of
-// hundreds. @lydell/node-pty stays external (native addon): ship node_modules/@lydell beside it.
+// hundreds. @lydell/node-pty and @napi-rs/xattr stay external (native addons): ship
+// node_modules/@lydell and node_modules/@napi-rs beside it.
 //   node controllers/runtime/bundle.ts [outfile]   (default dist/runtime/main.mjs)
 import { resolve } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -14,7 +15,7 @@ export async function bundleRuntime(outfile: string): Promise<string> {
     platform: "node",
     format: "esm",
     target: "node22",
-    external: ["@lydell/node-pty"],
+    external: ["@lydell/node-pty", "@napi-rs/xattr"],
     outfile,
     logLevel: "warning",
   });

@@ -2,6 +2,7 @@
 // not_found (FileNotFoundError), a client mistake is never internal.
 import { Code, ConnectError } from "@connectrpc/connect";
 import { PathOutsideSandboxError } from "./sandbox-view.ts";
+import { PermissionDeniedError } from "./user-access.ts";
 
 const CODES: Record<string, Code> = {
   ENOENT: Code.NotFound,
@@ -22,6 +23,7 @@ const CODES: Record<string, Code> = {
 export function fsError(err: unknown, sandboxPath: string, action = "access"): ConnectError {
   if (err instanceof ConnectError) return err;
   if (err instanceof PathOutsideSandboxError) return new ConnectError(err.message, Code.PermissionDenied);
+  if (err instanceof PermissionDeniedError) return new ConnectError(`cannot ${action} '${sandboxPath}': permission denied`, Code.PermissionDenied);
   const code = (err as NodeJS.ErrnoException).code ?? "";
   if (code === "ENOENT") return new ConnectError(`path '${sandboxPath}' does not exist`, Code.NotFound);
   const reason = (err as Error).message?.replace(/^\w+: /, "").replace(/, \w+ '.*'$/, "") ?? String(err);

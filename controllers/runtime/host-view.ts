@@ -1,28 +1,10 @@
 // The identity view: the sandbox is the host itself (a Kubernetes pod sidecar, or the runtime
 // started standalone). Paths map one to one; processes switch to the requested user via uid/gid
 // when the runtime runs as root.
-import { readFileSync, statSync } from "node:fs";
-import { resolve } from "node:path";
-import { parseGroup, parsePasswd, type PasswdEntry } from "./passwd.ts";
+import { realpathSync } from "node:fs";
+import { basename, dirname, join, resolve } from "node:path";
+import { cachedFile, parseGroup, parsePasswd, type PasswdEntry } from "./passwd.ts";
 import type { HostCommand, SandboxUser, SandboxView, SpawnRequest } from "./sandbox-view.ts";
-
-/** Re-reads a file only when its mtime changes, so `useradd` during a run is picked up. */
-function cachedFile<T>(path: string, parse: (text: string) => T, empty: T): () => T {
-  let mtime = -1;
-  let value = empty;
-  return () => {
-    try {
-      const m = statSync(path).mtimeMs;
-      if (m !== mtime) {
-        value = parse(readFileSync(path, "utf8"));
-        mtime = m;
-      }
-    } catch {
-      value = empty;
-    }
-    return value;
-  };
-}
 
 export class UserSwitchError extends Error {
   constructor(user: string) {
@@ -37,12 +19,21 @@ export class HostView implements SandboxView {
   #asRoot = process.getuid?.() === 0;
 
   constructor(opts: { passwdPath?: string; groupPath?: string } = {}) {
-    this.#passwd = cachedFile(opts.passwdPath ?? "/etc/passwd", parsePasswd, []);
-    this.#groups = cachedFile(opts.groupPath ?? "/etc/group", parseGroup, new Map());
+    this.#passwd = cachedFile(() => opts.passwdPath ?? "/etc/passwd", parsePasswd, []);
+    this.#groups = cachedFile(() => opts.groupPath ?? "/etc/group", parseGroup, new Map());
   }
 
-  toHost(sandboxPath: string): string {
-    return resolve(sandboxPath);
+  /** Links resolved as the kernel would (the sandbox is the host); a path that does not exist
+   * (yet) stays as written. */
+  toHost(sandboxPath: string, opts?: { followFinal?: boolean }): string {
+    const path = resolve(sandboxPath);
+    try {
+      if (opts?.followFinal ?? true) return realpathSync(path);
+      const dir = realpathSync(dirname(path));
+      return path === "/" ? path : join(dir, basename(path));
+    } catch {
+      return path;
+    }
   }
 
   toSandbox(hostPath: string): string {

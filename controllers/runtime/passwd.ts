@@ -1,4 +1,5 @@
-// Parsers for /etc/passwd and /etc/group, the sandbox's own user database.
+// Parsers for /etc/passwd and /etc/group, the sandbox's own user database, and a cache of them.
+import { readFileSync, statSync } from "node:fs";
 
 export interface PasswdEntry {
   name: string;
@@ -31,4 +32,30 @@ export function parseGroup(text: string): Map<number, string> {
     if (Number.isInteger(gid) && !out.has(gid)) out.set(gid, f[0]!);
   }
   return out;
+}
+
+/** Re-reads a file only when its mtime changes, so `useradd` during a run is picked up. With
+ * `recheckMs`, the mtime is looked at no more than once in that window: a listing of a thousand
+ * entries asks for names a thousand times and must not stat the file each time. */
+export function cachedFile<T>(path: () => string, parse: (text: string) => T, empty: T, recheckMs = 0): () => T {
+  let mtime = -1;
+  let checked = -Infinity;
+  let value = empty;
+  return () => {
+    const now = performance.now();
+    if (recheckMs > 0 && now - checked < recheckMs) return value;
+    checked = now;
+    try {
+      const file = path();
+      const m = statSync(file).mtimeMs;
+      if (m !== mtime) {
+        value = parse(readFileSync(file, "utf8"));
+        mtime = m;
+      }
+    } catch {
+      value = empty;
+      mtime = -1;
+    }
+    return value;
+  };
 }

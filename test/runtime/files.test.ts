@@ -1,7 +1,7 @@
 import { randomBytes } from "node:crypto";
 import { FileNotFoundError, InvalidArgumentError } from "e2b";
 import { describe, expect, it } from "vitest";
-import { useSandboxWithDir } from "./support/harness.ts";
+import { startHarness, useSandboxWithDir } from "./support/harness.ts";
 
 const fx = useSandboxWithDir("rt-files");
 
@@ -68,6 +68,29 @@ describe("write and read", () => {
     expect((await fx.sbx.files.getInfo(`${fx.dir}/meta.txt`)).metadata).toEqual({ owner: "team-a", kind: "report" });
     await fx.sbx.files.write(`${fx.dir}/meta.txt`, "y");
     expect((await fx.sbx.files.getInfo(`${fx.dir}/meta.txt`)).metadata).toBeUndefined();
+  });
+
+  it("keeps metadata in user.e2b.* xattrs: set from inside, and kept by a new runtime", async () => {
+    const f = `${fx.dir}/xattr.txt`;
+    await fx.sbx.files.write(f, "x", { metadata: { stage: "raw" } });
+    const seen = await fx.sbx.commands.run(`python3 -c "import os; print(os.getxattr('${f}', 'user.e2b.stage').decode())"`);
+    expect(seen.stdout).toBe("raw\n");
+    await fx.sbx.commands.run(`python3 -c "import os; os.setxattr('${f}', 'user.e2b.by', b'inside')"`);
+    expect((await fx.sbx.files.getInfo(f)).metadata).toEqual({ stage: "raw", by: "inside" });
+    // Another runtime (a restart) finds the same metadata on the file.
+    const other = await startHarness();
+    try {
+      const sbx = await other.create();
+      expect((await sbx.files.getInfo(f)).metadata).toEqual({ stage: "raw", by: "inside" });
+      expect((await sbx.files.list(fx.dir)).find((e) => e.name === "xattr.txt")?.metadata).toEqual({ stage: "raw", by: "inside" });
+    } finally {
+      await other.close();
+    }
+  });
+
+  it("reads kernel files that report a size of 0, and lists /", async () => {
+    expect(await fx.sbx.files.read("/proc/self/status")).toMatch(/^Name:/m);
+    expect((await fx.sbx.files.list("/")).map((e) => e.name)).toContain("proc");
   });
 
   it("reports a missing file as FileNotFoundError, also for streams", async () => {

@@ -231,6 +231,9 @@ export function bwrapMountArgs(layout: SandboxLayout): string[] {
     "--perms", "1777", "--tmpfs", "/dev/shm",
     // Needed before anything is bound below /run (toolchain.md §10.21).
     "--tmpfs", "/run",
+    // bwrap's own root is a tmpfs: read-only, so that nothing (the runtime writing through
+    // /proc/<holder>/root included) puts files outside the layer, in memory nobody accounts for.
+    "--remount-ro", "/",
   );
   return args;
 }

@@ -21,6 +21,9 @@ import { SandboxNotFoundError } from "../driver.ts";
 import { helperEnv, PERL, syscallNumbers } from "./host-helpers.ts";
 import { USERS, type Mount } from "./layout.ts";
 import { resolveSandboxPath, sandboxPathOf } from "./path-resolver.ts";
+import { cachedFile, parseGroup, parsePasswd } from "../../runtime/passwd.ts";
+
+const NAME_RECHECK_MS = 1_000;
 
 export const ENTER_SCRIPT = fileURLToPath(new URL("./enter.pl", import.meta.url));
 /** Environment variable carried by every process of a sandbox; how sandboxes without a cgroup
@@ -65,10 +68,10 @@ export class LocalSandboxView implements SandboxView {
   }
 
   toHost(sandboxPath: string, opts?: { followFinal?: boolean }): string {
-    const r = resolveSandboxPath(this.#o.mounts, sandboxPath, opts?.followFinal ?? true);
-    if (r.mount.writable || !this.#o.namespaces) return r.hostPath;
-    const prefix = `/proc/${this.#current().nsPid}/root`;
-    return r.sandboxPath === "/" ? `${prefix}/` : `${prefix}${r.sandboxPath}`;
+    const root = this.#o.namespaces ? () => `/proc/${this.#current().nsPid}/root` : undefined;
+    const r = resolveSandboxPath(this.#o.mounts, sandboxPath, opts?.followFinal ?? true, root);
+    if (r.mount.writable || !root) return r.hostPath;
+    return r.sandboxPath === "/" ? `${root()}/` : `${root()}${r.sandboxPath}`;
   }
 
   toSandbox(hostPath: string): string {
@@ -79,6 +82,23 @@ export class LocalSandboxView implements SandboxView {
 
   lookupUser(name: string): SandboxUser | undefined {
     return USERS.find((u) => u.name === name);
+  }
+
+  /** Names from the sandbox's own /etc/passwd and /etc/group (its `/etc` mount, readable while
+   * the sandbox is paused too), re-read when they change, looked at no more than once a second. */
+  readonly #passwd = cachedFile(() => this.#etcFile("passwd"), parsePasswd, [], NAME_RECHECK_MS);
+  readonly #groups = cachedFile(() => this.#etcFile("group"), parseGroup, new Map<number, string>(), NAME_RECHECK_MS);
+
+  #etcFile(name: string): string {
+    return resolveSandboxPath(this.#o.mounts, `/etc/${name}`).hostPath;
+  }
+
+  userName(uid: number): string | undefined {
+    return this.#passwd().find((u) => u.uid === uid)?.name;
+  }
+
+  groupName(gid: number): string | undefined {
+    return this.#groups().get(gid);
   }
 
   /** Memory and CPU from the sandbox's cgroups (v2 names first, then v1 on a hybrid host); a

@@ -1,10 +1,15 @@
 // Resolves a sandbox path to a host path the way a process inside the sandbox would, without
 // entering the sandbox: walk the path one component at a time over the mount table, and when a
 // component is a symlink, restart from its target *as a sandbox path*. `..` at `/` stays at `/`,
-// so no link can lead outside the table; kernel file systems (/proc, /dev, ...) and anything the
-// table does not cover are refused. Known limit: a sandbox process that swaps a directory for a
-// link between this walk and the runtime's use of the result can redirect that one operation
-// (time-of-check/time-of-use); opening with O_NOFOLLOW/openat2 RESOLVE_IN_ROOT would close it.
+// so no link can lead outside the sandbox. With `root` (the sandbox's `/` as its holder sees it,
+// `/proc/<holder>/root`), what the table does not cover (/opt, /proc, /dev, ...) is looked up
+// there, component by component as well: the kernel's `/proc/<pid>/root` jump would follow an
+// absolute link from the *host's* root, so no link is ever left to the kernel. Without `root`
+// (no namespaces) such paths are refused. `/proc/self` names the caller; the runtime is not a
+// process of the sandbox, so the sandbox's pid 1 stands in for it. Known limit: a sandbox
+// process that swaps a directory for a link between this walk and the runtime's use of the
+// result can redirect that one operation (time-of-check/time-of-use); opening with
+// O_NOFOLLOW/openat2 RESOLVE_IN_ROOT would close it.
 import { lstatSync, readlinkSync } from "node:fs";
 import { PathOutsideSandboxError } from "../../runtime/sandbox-view.ts";
 import { VIRTUAL_DIRS, type Mount } from "./layout.ts";
@@ -22,18 +27,26 @@ function under(path: string, prefix: string): boolean {
   return prefix === "/" || path === prefix || path.startsWith(`${prefix}/`);
 }
 
-/** The mount that serves `sandboxPath` (longest prefix), refusing paths the table does not own. */
-export function mountOf(mounts: Mount[], sandboxPath: string): Mount {
-  if (VIRTUAL_DIRS.some((v) => under(sandboxPath, v))) throw new PathOutsideSandboxError(sandboxPath);
+/** The mount that serves `sandboxPath` (longest prefix); what the table does not own is served
+ * by `root` when given (read-only as far as the table knows), and refused otherwise. */
+export function mountOf(mounts: Mount[], sandboxPath: string, root?: () => string): Mount {
+  const outside = (): Mount => {
+    if (!root) throw new PathOutsideSandboxError(sandboxPath);
+    return { at: "/", host: root(), writable: false };
+  };
+  if (VIRTUAL_DIRS.some((v) => under(sandboxPath, v))) return outside();
   let best: Mount | undefined;
   for (const m of mounts) if (under(sandboxPath, m.at) && (!best || m.at.length > best.at.length)) best = m;
-  if (!best) throw new PathOutsideSandboxError(sandboxPath);
+  if (!best) return outside();
   // Under the bare root only the skeleton's top-level entries exist (`/home`, the `/bin` link...).
   if (best.at === "/" && sandboxPath !== "/" && (sandboxPath.indexOf("/", 1) !== -1 || lstatLink(`${best.host}${sandboxPath}`) === undefined)) {
-    throw new PathOutsideSandboxError(sandboxPath);
+    return outside();
   }
   return best;
 }
+
+/** What `/proc/self` and `/proc/thread-self` stand for when the runtime looks (see above). */
+const PROC_SELF: Record<string, string[]> = { self: ["proc", "1"], "thread-self": ["proc", "1", "task", "1"] };
 
 export function hostPathOf(mount: Mount, sandboxPath: string): string {
   const rest = mount.at === "/" ? sandboxPath.slice(1) : sandboxPath.slice(mount.at.length + 1);
@@ -48,7 +61,7 @@ function lstatLink(host: string): boolean | undefined {
   }
 }
 
-export function resolveSandboxPath(mounts: Mount[], path: string, followFinal = true): Resolved {
+export function resolveSandboxPath(mounts: Mount[], path: string, followFinal = true, root?: () => string): Resolved {
   if (!path.startsWith("/")) throw new PathOutsideSandboxError(path);
   let pending = path.split("/");
   let done: string[] = [];
@@ -61,10 +74,14 @@ export function resolveSandboxPath(mounts: Mount[], path: string, followFinal = 
       continue;
     }
     done.push(part);
+    if (root && done.length === 2 && done[0] === "proc" && PROC_SELF[part]) {
+      done = [...PROC_SELF[part]!];
+      continue;
+    }
     const last = pending.every((p) => p === "" || p === ".");
     if (last && !followFinal) continue;
     const sandboxPath = `/${done.join("/")}`;
-    const mount = mountOf(mounts, sandboxPath);
+    const mount = mountOf(mounts, sandboxPath, root);
     const host = hostPathOf(mount, sandboxPath);
     if (lstatLink(host) !== true) continue;
     if (++links > MAX_LINKS) throw new PathOutsideSandboxError(path);
@@ -74,7 +91,7 @@ export function resolveSandboxPath(mounts: Mount[], path: string, followFinal = 
     pending = [...target.split("/"), ...pending];
   }
   const sandboxPath = `/${done.join("/")}`;
-  const mount = mountOf(mounts, sandboxPath);
+  const mount = mountOf(mounts, sandboxPath, root);
   return { sandboxPath, mount, hostPath: hostPathOf(mount, sandboxPath) };
 }
 

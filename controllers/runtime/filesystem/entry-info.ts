@@ -51,6 +51,6 @@ export async function entryInfo(sbx: RuntimeSandbox, sandboxPath: string, hostPa
     group: sbx.view.groupName?.(gid) ?? String(gid),
     modifiedTime: { seconds: st.mtimeNs / 1_000_000_000n, nanos: Number(st.mtimeNs % 1_000_000_000n) },
     symlinkTarget: target,
-    metadata: sbx.metadata.get(st),
+    metadata: await sbx.metadata.get(hostPath, st),
   };
 }

@@ -1,5 +1,5 @@
 import { Code, ConnectError, type HandlerContext } from "@connectrpc/connect";
-import { realpath, stat } from "node:fs/promises";
+import { stat } from "node:fs/promises";
 import type { ListDirRequest } from "../../../schema/envd/gen/filesystem/filesystem_pb.js";
 import { fsError } from "../fs-errors.ts";
 import { entryInfo } from "./entry-info.ts";
@@ -9,9 +9,11 @@ import { walk } from "./walk.ts";
 /** Depth 0 is treated as 1. A symlinked root is followed and entries are reported under the
  * resolved directory, as envd does. */
 export async function listDir(req: ListDirRequest, ctx: HandlerContext) {
-  const r = resolveRequestPath(ctx, req.path);
+  const r = resolveRequestPath(ctx, req.path, { want: "list" });
   try {
-    const root = await realpath(r.host);
+    // The view has resolved every link already (its own way: a kernel realpath of a path through
+    // `/proc/<pid>/root` would name the host's side of it).
+    const root = r.host;
     if (!(await stat(root)).isDirectory()) throw new ConnectError(`path '${r.path}' is not a directory`, Code.InvalidArgument);
     const sandboxRoot = r.sbx.view.toSandbox(root);
     const prefix = sandboxRoot === "/" ? "" : sandboxRoot;

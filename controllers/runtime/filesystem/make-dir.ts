@@ -7,7 +7,7 @@ import { mkdirsAs } from "./mkdirs.ts";
 import { resolveRequestPath } from "./resolve.ts";
 
 export async function makeDir(req: MakeDirRequest, ctx: HandlerContext) {
-  const r = resolveRequestPath(ctx, req.path);
+  const r = resolveRequestPath(ctx, req.path, { want: "none" });
   const existing = await lstat(r.host).catch(() => undefined);
   if (existing?.isDirectory()) throw new ConnectError(`directory '${r.path}' already exists`, Code.AlreadyExists);
   if (existing) throw new ConnectError(`path '${r.path}' already exists and is not a directory`, Code.InvalidArgument);

@@ -8,8 +8,8 @@ import { mkdirsAs } from "./mkdirs.ts";
 import { resolveRequestPath } from "./resolve.ts";
 
 export async function move(req: MoveRequest, ctx: HandlerContext) {
-  const src = resolveRequestPath(ctx, req.source, { followFinal: false });
-  const dst = resolveRequestPath(ctx, req.destination, { followFinal: false });
+  const src = resolveRequestPath(ctx, req.source, { followFinal: false, want: "none" });
+  const dst = resolveRequestPath(ctx, req.destination, { followFinal: false, want: "none" });
   try {
     await lstat(src.host);
   } catch (err) {

@@ -28,7 +28,7 @@ export interface WatchRequestLike {
 }
 
 export async function openWatcher(ctx: HandlerContext, req: WatchRequestLike, onEvent?: (ev: DirEvent) => void): Promise<{ r: Resolved; watcher: DirWatcher }> {
-  const r = resolveRequestPath(ctx, req.path);
+  const r = resolveRequestPath(ctx, req.path, { want: "list" });
   const st = await stat(r.host).catch((err) => {
     throw fsError(err, r.path, "watch");
   });

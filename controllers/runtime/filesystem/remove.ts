@@ -6,7 +6,7 @@ import { resolveRequestPath } from "./resolve.ts";
 
 /** rm -rf: a path that does not exist is success. */
 export async function remove(req: RemoveRequest, ctx: HandlerContext) {
-  const r = resolveRequestPath(ctx, req.path, { followFinal: false });
+  const r = resolveRequestPath(ctx, req.path, { followFinal: false, want: "none" });
   try {
     await rm(r.host, { recursive: true, force: true });
     return {};

@@ -5,6 +5,7 @@ import { sandboxOf, userOf } from "../request-context.ts";
 import type { RuntimeSandbox } from "../sandbox.ts";
 import type { SandboxUser } from "../sandbox-view.ts";
 import { fsError } from "../fs-errors.ts";
+import { checkAccess, type Want } from "../user-access.ts";
 
 export interface Resolved {
   sbx: RuntimeSandbox;
@@ -13,12 +14,15 @@ export interface Resolved {
   host: string;
 }
 
-export function resolveRequestPath(ctx: HandlerContext, path: string, opts: { followFinal?: boolean } = {}): Resolved {
+/** `want` is checked against the acting user's rights (user-access.ts). */
+export function resolveRequestPath(ctx: HandlerContext, path: string, opts: { followFinal?: boolean; want?: Want } = {}): Resolved {
   const sbx = sandboxOf(ctx);
   const user = userOf(ctx, sbx);
   const p = sbx.resolvePath(path, user);
   try {
-    return { sbx, user, path: p, host: sbx.view.toHost(p, opts) };
+    const host = sbx.view.toHost(p, opts);
+    checkAccess(sbx.view, user, host, opts.want ?? "reach");
+    return { sbx, user, path: p, host };
   } catch (err) {
     throw fsError(err, p);
   }

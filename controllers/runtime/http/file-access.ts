@@ -2,6 +2,7 @@
 import type { IncomingMessage } from "node:http";
 import type { RuntimeSandbox } from "../sandbox.ts";
 import type { SandboxUser } from "../sandbox-view.ts";
+import { checkAccess, PermissionDeniedError, type Want } from "../user-access.ts";
 import { HttpError } from "./respond.ts";
 import { checkFileAccess, type FileOperation } from "./signature.ts";
 
@@ -33,11 +34,20 @@ export function authorizeFiles(req: IncomingMessage, sbx: RuntimeSandbox, url: U
   return { user, rawPath };
 }
 
-export function hostPathFor(sbx: RuntimeSandbox, user: SandboxUser, rawPath: string): { path: string; host: string } {
+/** The user's path on the host, after checking `want` against the user's rights. */
+export function hostPathFor(sbx: RuntimeSandbox, user: SandboxUser, rawPath: string, want: Want): { path: string; host: string } {
   const path = sbx.resolvePath(rawPath, user);
+  let host: string;
   try {
-    return { path, host: sbx.view.toHost(path) };
+    host = sbx.view.toHost(path);
   } catch (err) {
     throw new HttpError(403, (err as Error).message);
   }
+  try {
+    checkAccess(sbx.view, user, host, want);
+  } catch (err) {
+    if (!(err instanceof PermissionDeniedError)) throw err;
+    throw new HttpError(403, `error opening file '${path}': permission denied`);
+  }
+  return { path, host };
 }

@@ -1,8 +1,9 @@
 // GET /files: download one file, whole or a Range, gzip-encoded when the client accepts it.
 import { createReadStream } from "node:fs";
-import { open } from "node:fs/promises";
+import { open, type FileHandle } from "node:fs/promises";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { posix } from "node:path";
+import { Readable } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import { createGzip } from "node:zlib";
 import type { RuntimeSandbox } from "../sandbox.ts";
@@ -10,10 +11,26 @@ import { chooseEncoding, parseRange } from "./content-negotiation.ts";
 import { authorizeFiles, hostPathFor } from "./file-access.ts";
 import { HttpError } from "./respond.ts";
 
+/** The most read of a file that reports a size of 0 (kernel files are far smaller). */
+const PSEUDO_FILE_MAX = 16 * 1024 * 1024;
+
+async function readBounded(fh: FileHandle, max: number): Promise<Buffer> {
+  const chunks: Buffer[] = [];
+  let total = 0;
+  while (total < max) {
+    const buf = Buffer.alloc(Math.min(64 * 1024, max - total));
+    const { bytesRead } = await fh.read(buf, 0, buf.length, null);
+    if (bytesRead === 0) break;
+    chunks.push(buf.subarray(0, bytesRead));
+    total += bytesRead;
+  }
+  return Buffer.concat(chunks);
+}
+
 export async function getFiles(req: IncomingMessage, res: ServerResponse, sbx: RuntimeSandbox, url: URL): Promise<void> {
   const { user, rawPath } = authorizeFiles(req, sbx, url, "read");
   if (!rawPath) throw new HttpError(400, "path is required");
-  const { path, host } = hostPathFor(sbx, user, rawPath);
+  const { path, host } = hostPathFor(sbx, user, rawPath, "read");
   const fh = await open(host, "r").catch((err: NodeJS.ErrnoException) => {
     if (err.code === "ENOENT" || err.code === "ENOTDIR") throw new HttpError(404, `path '${path}' does not exist`);
     if (err.code === "EACCES" || err.code === "EPERM") throw new HttpError(403, `error opening file '${path}': permission denied`);
@@ -25,7 +42,16 @@ export async function getFiles(req: IncomingMessage, res: ServerResponse, sbx: R
     if (st.isDirectory()) throw new HttpError(400, `path '${path}' is a directory`);
     const encoding = chooseEncoding(req.headers["accept-encoding"]);
     if (!encoding) throw new HttpError(406, "no acceptable encoding found, supported: [identity, gzip]");
-    const range = parseRange(req.headers.range, st.size);
+    // Kernel files (/proc, /sys) report a size of 0 and have content: read them whole (they are
+    // small; bounded) so the length is exact, as the SDK reads `Content-Length: 0` as empty.
+    const pseudo = st.isFile() && st.size === 0 ? await readBounded(fh, PSEUDO_FILE_MAX) : undefined;
+    const size = pseudo?.length ?? st.size;
+    const body = (start?: number, end?: number): Readable => {
+      if (pseudo) return Readable.from([pseudo.subarray(start ?? 0, end === undefined ? undefined : end + 1)]);
+      handedOver = true;
+      return createReadStream("", { fd: fh, start, end });
+    };
+    const range = parseRange(req.headers.range, size);
     const headers: Record<string, string | number> = {
       "content-type": "application/octet-stream",
       "content-disposition": `inline; filename="${posix.basename(path).replace(/["\\]/g, "_")}"`,
@@ -34,30 +60,27 @@ export async function getFiles(req: IncomingMessage, res: ServerResponse, sbx: R
       vary: "Accept-Encoding",
     };
     if (range === "unsatisfiable") {
-      res.writeHead(416, { "content-range": `bytes */${st.size}` }).end();
+      res.writeHead(416, { "content-range": `bytes */${size}` }).end();
       return;
     }
     if (req.method === "HEAD") {
-      res.writeHead(200, { ...headers, "content-length": st.size }).end();
+      res.writeHead(200, { ...headers, "content-length": size }).end();
       return;
     }
     if (range) {
-      res.writeHead(206, { ...headers, "content-range": `bytes ${range.start}-${range.end}/${st.size}`, "content-length": range.end - range.start + 1 });
-      handedOver = true;
-      await pipeline(createReadStream("", { fd: fh, start: range.start, end: range.end }), res);
+      res.writeHead(206, { ...headers, "content-range": `bytes ${range.start}-${range.end}/${size}`, "content-length": range.end - range.start + 1 });
+      await pipeline(body(range.start, range.end), res);
       return;
     }
     // Small or empty files go out identity-encoded with an exact length: the SDK reads
     // `Content-Length: 0` as the empty-file signal, and gzip only adds overhead there.
-    if (encoding === "gzip" && st.size > 0) {
+    if (encoding === "gzip" && size > 0) {
       res.writeHead(200, { ...headers, "content-encoding": "gzip" });
-      handedOver = true;
-      await pipeline(createReadStream("", { fd: fh }), createGzip({ level: 1 }), res);
+      await pipeline(body(), createGzip({ level: 1 }), res);
       return;
     }
-    res.writeHead(200, { ...headers, "content-length": st.size });
-    handedOver = true;
-    await pipeline(createReadStream("", { fd: fh }), res);
+    res.writeHead(200, { ...headers, "content-length": size });
+    await pipeline(body(), res);
   } finally {
     if (!handedOver) await fh.close();
   }

@@ -2,10 +2,10 @@
 // filename) or a raw octet-stream body (the `path` query names the target), optionally
 // gzip-encoded. Parent directories are created; files are truncated and belong to the user.
 import { createWriteStream, type BigIntStats } from "node:fs";
-import { chown, lstat, stat } from "node:fs/promises";
+import { lstat, open, stat } from "node:fs/promises";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { posix } from "node:path";
-import type { Readable } from "node:stream";
+import { PassThrough, type Readable } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import { createGunzip } from "node:zlib";
 import { mkdirsAs } from "../filesystem/mkdirs.ts";
@@ -13,7 +13,7 @@ import type { RuntimeSandbox } from "../sandbox.ts";
 import type { SandboxUser } from "../sandbox-view.ts";
 import { authorizeFiles, hostPathFor } from "./file-access.ts";
 import { boundaryOf, MultipartError, readMultipart } from "./multipart.ts";
-import { HttpError, sendJson } from "./respond.ts";
+import { drainUpload, HttpError, sendJson } from "./respond.ts";
 import { parseMetadataHeaders } from "./upload-metadata.ts";
 
 interface Written {
@@ -23,7 +23,6 @@ interface Written {
   metadata?: Record<string, string>;
 }
 
-const isFull = (err: unknown) => ["ENOSPC", "EDQUOT"].includes((err as NodeJS.ErrnoException)?.code ?? "");
 
 function decoded(req: IncomingMessage, body: Readable): Readable {
   const enc = (req.headers["content-encoding"] ?? "identity").toLowerCase();
@@ -32,27 +31,70 @@ function decoded(req: IncomingMessage, body: Readable): Readable {
   return body;
 }
 
+/** Go's os.PathError text (`open /opt/a: read-only file system`), as envd's messages carry it. */
+function goError(err: unknown, op: string, path: string): string {
+  const reason = ((err as Error).message ?? String(err)).replace(/^\w+: /, "").replace(/, \w+ '.*'$/, "");
+  return `${op} ${path}: ${reason}`;
+}
+
+function diskFull(err: unknown): boolean {
+  const code = (err as NodeJS.ErrnoException).code;
+  return code === "ENOSPC" || code === "EDQUOT";
+}
+
 async function writeOne(sbx: RuntimeSandbox, user: SandboxUser, rawPath: string, data: Readable, metadata: Record<string, string>): Promise<Written> {
-  const { path, host } = hostPathFor(sbx, user, rawPath);
+  const { path, host } = hostPathFor(sbx, user, rawPath, "none");
   if ((await stat(host).catch(() => undefined))?.isDirectory()) throw new HttpError(400, `path '${path}' is a directory`);
+  // envd's order and answers: directories first, then the open, each failure a 500 naming it
+  // (a read-only file system included), a full disk 507.
   try {
     await mkdirsAs(posix.dirname(host), user);
-    await pipeline(data, createWriteStream(host, { mode: 0o644 }));
-    await chown(host, user.uid, user.gid);
   } catch (err) {
+    if (diskFull(err)) throw new HttpError(507, "not enough disk space available");
+    if ((err as NodeJS.ErrnoException).code === "ENOTDIR") throw new HttpError(400, `path '${path}' is not a valid file path`);
+    throw new HttpError(500, `error ensuring directories: ${goError(err, "mkdir", posix.dirname(path))}`);
+  }
+  let fh;
+  try {
+    fh = await open(host, "w", 0o644);
+  } catch (err) {
+    if (diskFull(err)) throw new HttpError(507, "not enough disk space available");
     const code = (err as NodeJS.ErrnoException).code;
-    if (isFull(err)) throw new HttpError(507, "not enough disk space available");
     if (code === "ENOTDIR" || code === "EISDIR") throw new HttpError(400, `path '${path}' is not a valid file path`);
+    throw new HttpError(500, `error opening file: ${goError(err, "open", path)}`);
+  }
+  try {
+    await fh.chown(user.uid, user.gid);
+    // The stream owns the handle from here and closes it, on error too.
+    await pipeline(data, createWriteStream("", { fd: fh }));
+  } catch (err) {
+    await fh.close().catch(() => {});
+    const code = (err as NodeJS.ErrnoException).code;
+    if (diskFull(err)) throw new HttpError(507, "not enough disk space available");
     if (code === "Z_DATA_ERROR" || code === "Z_BUF_ERROR") throw new HttpError(400, "invalid gzip body");
     throw err;
   }
-  sbx.metadata.set((await lstat(host, { bigint: true })) as BigIntStats, metadata);
+  await sbx.metadata.set(host, (await lstat(host, { bigint: true })) as BigIntStats, metadata);
   const out: Written = { path, name: posix.basename(path), type: "file" };
   if (Object.keys(metadata).length) out.metadata = metadata;
   return out;
 }
 
 export async function postFiles(req: IncomingMessage, res: ServerResponse, sbx: RuntimeSandbox, url: URL): Promise<void> {
+  // Consumers get a pipe, never `req` itself: a failed write destroys its source, and the rest of
+  // the upload must still be read before the error is answered (drainUpload).
+  const body = req.pipe(new PassThrough());
+  try {
+    sendJson(res, 200, await receive(req, body, sbx, url));
+  } catch (err) {
+    req.unpipe(body);
+    body.destroy();
+    await drainUpload(req, res);
+    throw err;
+  }
+}
+
+async function receive(req: IncomingMessage, body: Readable, sbx: RuntimeSandbox, url: URL): Promise<Written[]> {
   const { user, rawPath } = authorizeFiles(req, sbx, url, "write");
   const meta = parseMetadataHeaders(req.headers);
   if ("error" in meta) throw new HttpError(400, meta.error);
@@ -60,8 +102,7 @@ export async function postFiles(req: IncomingMessage, res: ServerResponse, sbx: 
 
   if (!type.startsWith("multipart/form-data")) {
     if (!rawPath) throw new HttpError(400, "path query parameter is required for an octet-stream upload");
-    sendJson(res, 200, [await writeOne(sbx, user, rawPath, decoded(req, req), meta.metadata)]);
-    return;
+    return [await writeOne(sbx, user, rawPath, decoded(req, body), meta.metadata)];
   }
 
   const boundary = boundaryOf(type);
@@ -70,7 +111,7 @@ export async function postFiles(req: IncomingMessage, res: ServerResponse, sbx: 
   // it collide); otherwise each part's filename does.
   const seen = new Set<string>();
   const written: Written[] = [];
-  await readMultipart(decoded(req, req), boundary, async (info, data) => {
+  await readMultipart(decoded(req, body), boundary, async (info, data) => {
     if (info.name !== "file") return void data.resume();
     const target = rawPath || info.filename;
     if (!target) throw new HttpError(400, "a file part has no filename and no path query was given");
@@ -81,9 +122,9 @@ export async function postFiles(req: IncomingMessage, res: ServerResponse, sbx: 
   }).catch((err: unknown) => {
     if (err instanceof MultipartError) throw new HttpError(400, `invalid multipart body: ${err.message}`);
     // A part's write error (a full disk) can end the parse before writeOne's own mapping does.
-    if (isFull(err)) throw new HttpError(507, "not enough disk space available");
+    if (diskFull(err)) throw new HttpError(507, "not enough disk space available");
     throw err;
   });
   if (!written.length) throw new HttpError(400, "no file part in the multipart body");
-  sendJson(res, 200, written);
+  return written;
 }

@@ -26,3 +26,37 @@ export class HttpError extends Error {
     this.status = status;
   }
 }
+
+/** The most of a refused upload read (and dropped) so the client sees the answer: a server that
+ * answers and closes while the client still sends makes it report EPIPE / "fetch failed"
+ * instead of the error. Past this (or the declared length, when smaller) the connection is
+ * closed after the answer. */
+export const DRAIN_MAX_BYTES = 1024 ** 3;
+
+/** Reads and drops the rest of `req`'s body, bounded by DRAIN_MAX_BYTES. */
+export async function drainUpload(req: IncomingMessage, res: ServerResponse): Promise<void> {
+  if (req.complete || req.destroyed) return;
+  const declared = Number(req.headers["content-length"]);
+  const limit = Number.isFinite(declared) && declared >= 0 ? Math.min(declared, DRAIN_MAX_BYTES) : DRAIN_MAX_BYTES;
+  let seen = 0;
+  await new Promise<void>((resolve) => {
+    const done = () => {
+      req.off("data", onData);
+      req.off("end", done);
+      req.off("close", done);
+      resolve();
+    };
+    const onData = (chunk: Buffer) => {
+      seen += chunk.length;
+      if (seen >= limit && !req.complete) {
+        res.setHeader("connection", "close");
+        req.pause();
+        done();
+      }
+    };
+    req.on("data", onData);
+    req.once("end", done);
+    req.once("close", done);
+    req.resume();
+  });
+}

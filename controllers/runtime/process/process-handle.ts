@@ -1,5 +1,6 @@
 // One process started by Start: its pipes or pseudo-terminal, the streams attached to it, and
 // its end once it exited. Output is not replayed: a stream sees what arrives after it attached.
+import { readFileSync } from "node:fs";
 import type { Readable, Writable } from "node:stream";
 import type { HostCommand } from "../sandbox-view.ts";
 import { exitInfo, type EndInfo } from "./exit-status.ts";
@@ -157,10 +158,17 @@ export class ProcessHandle {
 
   signal(sig: NodeJS.Signals): void {
     if (this.end) return;
-    try {
-      process.kill(this.hostPid, sig);
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== "ESRCH") throw err;
+    // A wrapper that forked into the sandbox (pid ≠ hostPid) cannot forward SIGKILL, and killing
+    // it orphans the command to the host's pid 1, which reaps it seconds later (a zombie the
+    // sandbox still sees). Kill the command itself: the wrapper reaps it at once and then ends
+    // with the same signal, so the exit status reads the same.
+    const targets = sig === "SIGKILL" && this.pid !== this.hostPid ? childrenOf(this.hostPid) : [];
+    for (const pid of targets.length ? targets : [this.hostPid]) {
+      try {
+        process.kill(pid, sig);
+      } catch (err) {
+        if ((err as NodeJS.ErrnoException).code !== "ESRCH") throw err;
+      }
     }
   }
 
@@ -172,5 +180,13 @@ export class ProcessHandle {
     } catch {
       this.signal(sig);
     }
+  }
+}
+
+function childrenOf(pid: number): number[] {
+  try {
+    return readFileSync(`/proc/${pid}/task/${pid}/children`, "utf8").trim().split(" ").filter(Boolean).map(Number);
+  } catch {
+    return [];
   }
 }
