@@ -88,7 +88,7 @@ describe("updateNetwork", () => {
 describe("maskRequestHost", () => {
   it("is taken at create (the gateway sends it to the sandbox's user ports), and a value that is no host[:port] is a 400", async () => {
     await expectStatus(create({ maskRequestHost: "localhost:${PORT}" }), 201);
-    await expectError(create({ maskRequestHost: "a.example\r\nX-Evil: 1" }), 400, /maskRequestHost must be a host/);
+    await expectError(create({ maskRequestHost: "a.example\r\nX-Evil: 1" }), 400, /network.maskRequestHost "a.example.*" must be a host\[:port\]/);
     await expectError(create({ maskRequestHost: "a b" }), 400, /maskRequestHost/);
   });
 });
