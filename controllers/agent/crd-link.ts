@@ -1,7 +1,7 @@
 // The cluster's custom resources over the agent's session (`--driver kubernetes`): SandboxSets and
-// SandboxClaims of the watched namespaces (the agent's own, `--watch-namespaces`, or with
+// SandboxClaims of the watched namespaces, and the team quota annotated on each such Namespace, (the agent's own, `--watch-namespaces`, or with
 // `--all-namespaces` every namespace holding one; team = namespace) go to the edge as
-// `sandboxsets`/`claims` items, and kubectl edits
+// `sandboxsets`/`claims`/`quotas` items, and kubectl edits
 // of a Sandbox (spec.paused, delete) as `requests`. The edge decides; the driver acts only on the
 // intents that follow. Everything is level-based and retried (with the work queue's backoff) until the edge answers.
 import type { KubeConfig } from "@kubernetes/client-node";
@@ -9,6 +9,7 @@ import type { KubernetesDriver, SandboxRequest } from "../drivers/kubernetes/kub
 import { LinkClaimer, SandboxClaimSync } from "./kube-sync/sandboxclaim-sync.ts";
 import { NamespaceDiscovery } from "../drivers/kubernetes/namespace-discovery.ts";
 import { LinkPoolSink, SandboxSetSync } from "./kube-sync/sandboxset-sync.ts";
+import { NamespaceQuotaSync } from "./kube-sync/namespace-quota-sync.ts";
 import type { Link } from "./link.ts";
 import { backoffMs } from "../lib/work-queue.ts";
 
@@ -26,11 +27,14 @@ export interface CrdLinkOptions {
   requests?: KubectlRequests;
   log?: (msg: string) => void;
   retryMs?: number;
+  /** How often each namespace's quota annotations are read (default 10 s). */
+  quotaPollMs?: number;
 }
 
 export interface NamespaceSync {
   sets: SandboxSetSync;
   claims: SandboxClaimSync;
+  quota: NamespaceQuotaSync;
 }
 
 export interface CrdLink {
@@ -110,9 +114,11 @@ export async function startCrdLink(o: CrdLinkOptions): Promise<CrdLink> {
       const scope = await o.driver.watchNamespace(ns);
       const sets = new SandboxSetSync({ sandboxSets: scope.sandboxSets, namespace: ns, cluster: o.cluster, sink, log, retryMs });
       const claims = new SandboxClaimSync({ kubeConfig: o.kubeConfig, namespace: ns, claimer, log, retryMs, onClaimed: (ids, name) => o.driver.labelClaimed(ids, name) });
+      const quota = new NamespaceQuotaSync({ kubeConfig: o.kubeConfig, namespace: ns, link: o.link, pollMs: o.quotaPollMs, log });
       await claims.start();
       sets.start();
-      return { sets, claims };
+      quota.start();
+      return { sets, claims, quota };
     })();
     namespaces.set(ns, started);
     return started;
@@ -138,6 +144,7 @@ export async function startCrdLink(o: CrdLinkOptions): Promise<CrdLink> {
         const s = await started.catch(() => undefined);
         s?.sets.stop();
         await s?.claims.stop();
+        await s?.quota.stop();
       }
     },
   };

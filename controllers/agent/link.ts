@@ -19,8 +19,10 @@ import {
   type ReplyItem,
   type SandboxRequestItem,
   type SandboxSetItemInput,
+  type TeamQuotaItem,
   type Welcome,
 } from "../../schema/protocol/index.ts";
+import { MAX_MESSAGE_LENGTH } from "../../schema/api/limits.ts";
 import { backoffMs, type Backoff } from "../lib/work-queue.ts";
 import { logger } from "../lib/log.ts";
 
@@ -48,7 +50,8 @@ const REPLY_TIMEOUT_MS = 60_000;
 export type EdgeCall =
   | { type: "sandboxsets"; item: DistributiveOmit<SandboxSetItemInput, "id"> }
   | { type: "requests"; item: Omit<SandboxRequestItem, "id"> }
-  | { type: "claims"; item: Omit<ClaimItemInput, "id"> };
+  | { type: "claims"; item: Omit<ClaimItemInput, "id"> }
+  | { type: "quotas"; item: Omit<TeamQuotaItem, "id"> };
 type DistributiveOmit<T, K extends keyof T> = T extends unknown ? Omit<T, K> : never;
 
 interface Waiting {
@@ -142,7 +145,8 @@ export class Link {
   }
 
   ack(item: AckInput): void {
-    this.#pendingAcks.push(item);
+    // The frame bounds a message (schema/protocol/messages.ts); an error's text may be longer.
+    this.#pendingAcks.push(item.message && item.message.length > MAX_MESSAGE_LENGTH ? { ...item, message: item.message.slice(0, MAX_MESSAGE_LENGTH) } : item);
     this.#scheduleFlush();
   }
 

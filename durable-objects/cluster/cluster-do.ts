@@ -193,6 +193,7 @@ export class ClusterDO extends DurableObject<Env> {
       case "sandboxsets":
       case "requests":
       case "claims":
+      case "quotas":
         this.crd ??= new CrdSync({
           env: this.env,
           sql: this.ctx.storage.sql,

@@ -16,7 +16,10 @@ import {
   type SandboxId,
   type SandboxRequestItem,
   type SandboxSetItem,
+  type TeamQuotaItem,
 } from "../../schema/protocol/index.ts";
+import { MAX_MESSAGE_LENGTH } from "../../schema/api/limits.ts";
+import { applyTeamQuota, CRD_QUOTA_SCHEMA } from "./crd-quota.ts";
 import { annotationsProblem } from "../../schema/crd/user-metadata.ts";
 import { checkInplaceUpdate, parseCreateExtensions } from "../../schema/api/extensions.ts";
 import { NewSandboxV2 } from "../../schema/api/sandbox.ts";
@@ -69,10 +72,11 @@ export class CrdSync {
   constructor(opts: CrdSyncOptions) {
     this.#o = opts;
     opts.sql.exec(SCHEMA);
+    opts.sql.exec(CRD_QUOTA_SCHEMA);
   }
 
   /** Starts every item; each is answered when done (the socket is never held up). */
-  handle(msg: { type: "sandboxsets"; items: SandboxSetItem[] } | { type: "requests"; items: SandboxRequestItem[] } | { type: "claims"; items: ClaimItem[] }): void {
+  handle(msg: { type: "sandboxsets"; items: SandboxSetItem[] } | { type: "requests"; items: SandboxRequestItem[] } | { type: "claims"; items: ClaimItem[] } | { type: "quotas"; items: TeamQuotaItem[] }): void {
     for (const item of msg.items) {
       switch (msg.type) {
         case "sandboxsets": {
@@ -91,6 +95,11 @@ export class CrdSync {
           this.#answer(claim.id, `claim:${claim.claim.uid}`, this.#serial(`claim:${claim.claim.uid}`, () => this.#claim(claim)));
           break;
         }
+        case "quotas": {
+          const q = item as TeamQuotaItem;
+          this.#answer(q.id, `quota:${q.namespace}`, this.#serial(`quota:${q.namespace}`, () => applyTeamQuota(this.#o.env, this.#o.sql, this.#o.cluster(), q)));
+          break;
+        }
       }
     }
   }
@@ -107,7 +116,8 @@ export class CrdSync {
         if (!known) this.#o.log?.(`cluster: crd sync ${what}: ${String(err)}`);
         return { result: "rejected", code: known ? err.code : "internal_server_error", message: known ? err.message : String(err) };
       })
-      .then((reply) => this.#o.reply([{ id, ...reply }]));
+      // A reply's message is bounded (schema/protocol/crd-sync.ts); a refusal's text may be longer.
+      .then((reply) => this.#o.reply([{ id, ...reply, ...(reply.message && { message: reply.message.slice(0, MAX_MESSAGE_LENGTH) }) }]));
   }
 
   #record(namespace: string, name: string): SetRecord | undefined {

@@ -12,6 +12,7 @@ import type { AppEnv } from "../env.ts";
 import { audit } from "../../durable-objects/store/audit.ts";
 import { getDb } from "../../durable-objects/store/db.ts";
 import { teamOr404 } from "./admin-templates.ts";
+import { setTeamQuota } from "../../durable-objects/operations/quotas.ts";
 import { quotaStub } from "./stubs.ts";
 
 export const adminQuotas = new Hono<AppEnv>();
@@ -27,7 +28,7 @@ adminQuotas.get("/admin/teams/:team/quota", async (c) => {
 adminQuotas.put("/admin/teams/:team/quota", async (c) => {
   const team = await teamOr404(c, parseOr400(TeamName, c.req.param("team"), "team name"));
   const body = await readJson(c, TeamQuotaUpdate);
-  const res = await quotaStub(c.env, team.id).setLimits(body);
+  const res = await setTeamQuota(c.env, team.id, body);
   if (!res.ok) throw ApiError.from(res.error);
   c.executionCtx.waitUntil(audit(getDb(c.env), { teamId: team.id, keyId: c.get("caller").keyId, action: "quota.put", target: team.name, detail: body }).catch(() => {}));
   return c.json({ team: team.name, ...res.status });

@@ -30,6 +30,12 @@ export const MAX_LIST_ITEMS = 64;
 /** Any other free-form string in a request (names, hosts, images, cursors). */
 export const MAX_NAME_LENGTH = 256;
 export const MAX_PATH_LENGTH = 4096;
+/** Agent link frames (schema/protocol): items of one CRD frame (the agent sends one), sandboxes of
+ * one hello inventory or observation/ack batch (a cluster's whole fleet), and the reason/message
+ * strings a reply carries. */
+export const MAX_CRD_FRAME_ITEMS = MAX_LIST_ITEMS;
+export const MAX_FRAME_SANDBOXES = 100_000;
+export const MAX_MESSAGE_LENGTH = 4096;
 /** List page size bounds. */
 export const MAX_LIST_LIMIT = 100;
 /** envd version reported for sandboxes; ≥ 0.6.4 unlocks every SDK feature gate. */

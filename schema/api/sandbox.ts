@@ -25,7 +25,7 @@ export const SandboxMetadata = z
 export type SandboxMetadata = z.infer<typeof SandboxMetadata>;
 
 /** A map bounded in entries, with a message naming the bound. */
-function boundedRecord<V extends z.ZodType>(key: z.ZodString, value: V, max: number, what: string) {
+export function boundedRecord<V extends z.ZodType>(key: z.ZodString, value: V, max: number, what: string) {
   return z.record(key, value).refine((m) => Object.keys(m).length <= max, `at most ${max} ${what}`);
 }
 

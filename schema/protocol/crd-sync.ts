@@ -1,6 +1,19 @@
 import { z } from "zod";
 import { TemplateSpec, TemplateId } from "../api/template.ts";
 import { TeamName } from "../api/team.ts";
+import { TeamQuotaUpdate } from "../api/quota.ts";
+import { boundedRecord } from "../api/sandbox.ts";
+import {
+  MAX_CRD_FRAME_ITEMS,
+  MAX_ENV_NAME_LENGTH,
+  MAX_ENV_VALUE_LENGTH,
+  MAX_ENV_VARS,
+  MAX_MESSAGE_LENGTH,
+  MAX_METADATA_ENTRIES,
+  MAX_METADATA_KEY_BYTES,
+  MAX_METADATA_VALUE_BYTES,
+  MAX_NAME_LENGTH,
+} from "../api/limits.ts";
 import { SandboxIdSchema } from "./ids.ts";
 import { InplaceUpdateSchema } from "./intent.ts";
 
@@ -15,14 +28,19 @@ import { InplaceUpdateSchema } from "./intent.ts";
  *                               team = namespace
  *   agent → edge  requests      kubectl edits of a Sandbox (spec.paused, delete): pause, resume, kill
  *   agent → edge  claims        a SandboxClaim: take `replicas` sandboxes from the team's pool
+ *   agent → edge  quotas        the team quota set on the namespace (annotations), `{}` when removed
  *   edge  → agent replies       one per item, by `id`
  *
  * The edge advertises these in `welcome.features`; an agent sends them only to an edge that does,
  * so either side may be older without breaking the session.
+ *
+ * Every list, map and string is bounded (schema/api/limits.ts) so a hostile or broken cluster object
+ * cannot make an unbounded frame: a frame past a bound is a protocol error (`bad_frame`, 4400), and
+ * the agent, which parses its own frames with these schemas, refuses such an item before sending.
  */
 
 /** Features an edge may list in `welcome.features`. */
-export const CRD_SYNC_FEATURES = ["sandboxsets", "requests", "claims"] as const;
+export const CRD_SYNC_FEATURES = ["sandboxsets", "requests", "claims", "quotas"] as const;
 export type CrdSyncFeature = (typeof CRD_SYNC_FEATURES)[number];
 
 /** E2B metadata key marking the sandboxes a SandboxClaim took (value: the claim's uid). Metadata
@@ -32,14 +50,20 @@ export const CLAIM_METADATA_KEY = "kruise-claim-uid";
 /** Correlates an item with its reply; unique per agent session (the agent mints them). */
 export const ItemIdSchema = z.string().min(1).max(64);
 
+/** SandboxSets of one namespace an inventory may list (a team's templates). */
+export const MAX_TEMPLATES_PER_NAMESPACE = 1000;
+
 /** Object identity in the cluster: the namespace is the team's name. */
 const ObjectRef = {
   id: ItemIdSchema,
   namespace: TeamName,
   name: TemplateId,
   /** metadata.uid: a SandboxSet deleted and re-created under the same name is a new object. */
-  uid: z.string().min(1),
+  uid: z.string().min(1).max(MAX_NAME_LENGTH),
 };
+
+/** The items of one frame: at least one, at most MAX_CRD_FRAME_ITEMS. */
+const items = <T extends z.ZodType>(item: T) => z.array(item).min(1).max(MAX_CRD_FRAME_ITEMS, `at most ${MAX_CRD_FRAME_ITEMS} items per frame`);
 
 export const SandboxSetUpsertSchema = z.object({
   ...ObjectRef,
@@ -51,12 +75,12 @@ export const SandboxSetUpsertSchema = z.object({
 export const SandboxSetDeletionSchema = z.object({ ...ObjectRef, deleted: z.literal(true) });
 /** Every SandboxSet the namespace holds now: the edge deletes those it got from this cluster that
  * are missing (deleted while the agent was down). Templates made otherwise are not touched. */
-export const SandboxSetInventorySchema = z.object({ id: ItemIdSchema, namespace: TeamName, present: z.array(TemplateId) });
+export const SandboxSetInventorySchema = z.object({ id: ItemIdSchema, namespace: TeamName, present: z.array(TemplateId).max(MAX_TEMPLATES_PER_NAMESPACE, `at most ${MAX_TEMPLATES_PER_NAMESPACE} SandboxSets per namespace`) });
 export const SandboxSetItemSchema = z.union([SandboxSetDeletionSchema, SandboxSetInventorySchema, SandboxSetUpsertSchema]);
 export type SandboxSetItem = z.infer<typeof SandboxSetItemSchema>;
 export type SandboxSetItemInput = z.input<typeof SandboxSetItemSchema>;
 
-export const SandboxSetsSchema = z.object({ type: z.literal("sandboxsets"), items: z.array(SandboxSetItemSchema).min(1) });
+export const SandboxSetsSchema = z.object({ type: z.literal("sandboxsets"), items: items(SandboxSetItemSchema) });
 
 export const SandboxRequestItemSchema = z.object({
   id: ItemIdSchema,
@@ -68,22 +92,25 @@ export const SandboxRequestItemSchema = z.object({
 });
 export type SandboxRequestItem = z.infer<typeof SandboxRequestItemSchema>;
 
-export const RequestsSchema = z.object({ type: z.literal("requests"), items: z.array(SandboxRequestItemSchema).min(1) });
+export const RequestsSchema = z.object({ type: z.literal("requests"), items: items(SandboxRequestItemSchema) });
 
-const StringMap = z.record(z.string(), z.string());
+/** The claim's maps, bounded as an E2B create's envVars and metadata are (their names and keys
+ * are checked by the create itself, as an item's refusal, not here). */
+const ClaimEnvVars = boundedRecord(z.string().max(MAX_ENV_NAME_LENGTH), z.string().max(MAX_ENV_VALUE_LENGTH), MAX_ENV_VARS, "env vars");
+const ClaimMetadata = (what: string) => boundedRecord(z.string().max(MAX_METADATA_KEY_BYTES), z.string().max(MAX_METADATA_VALUE_BYTES), MAX_METADATA_ENTRIES, what);
 
 export const ClaimItemSchema = z.object({
   id: ItemIdSchema,
   namespace: TeamName,
-  claim: z.object({ name: z.string().min(1), uid: z.string().min(1) }),
+  claim: z.object({ name: z.string().min(1).max(MAX_NAME_LENGTH), uid: z.string().min(1).max(MAX_NAME_LENGTH) }),
   /** The SandboxSet (template) of the namespace's team to claim from. */
   templateName: TemplateId,
   /** Sandboxes the claim wants in all; the edge counts those it already has for `claim.uid`, so a
    * repeated item never claims twice. */
   replicas: z.int().min(1).max(1000),
-  envVars: StringMap.default({}),
-  labels: StringMap.default({}),
-  annotations: StringMap.default({}),
+  envVars: ClaimEnvVars.default({}),
+  labels: ClaimMetadata("labels").default({}),
+  annotations: ClaimMetadata("annotations").default({}),
   /** E2B timeout of each claimed sandbox, seconds (absent: the edge's default). */
   timeoutS: z.int().positive().optional(),
   /** Create a member when the pool has none available (OpenKruise default true). */
@@ -96,7 +123,18 @@ export const ClaimItemSchema = z.object({
 export type ClaimItem = z.infer<typeof ClaimItemSchema>;
 export type ClaimItemInput = z.input<typeof ClaimItemSchema>;
 
-export const ClaimsSchema = z.object({ type: z.literal("claims"), items: z.array(ClaimItemSchema).min(1) });
+export const ClaimsSchema = z.object({ type: z.literal("claims"), items: items(ClaimItemSchema) });
+
+/**
+ * The team quota a platform team set on the team's Namespace (annotations `quota.agents.kruise.io/*`,
+ * controllers/agent/kube-sync/namespace-quota-sync.ts), the admin API's `PUT /admin/teams/{team}/quota`
+ * body: a limit left out takes the deployment's default, so `{}` (every annotation removed) returns
+ * the team to the defaults.
+ */
+export const TeamQuotaItemSchema = z.object({ id: ItemIdSchema, namespace: TeamName, limits: TeamQuotaUpdate });
+export type TeamQuotaItem = z.infer<typeof TeamQuotaItemSchema>;
+
+export const QuotasSchema = z.object({ type: z.literal("quotas"), items: items(TeamQuotaItemSchema) });
 
 /**
  * `applied`: done (for claims: all `replicas` are claimed); `stale`: superseded by what the edge
@@ -106,11 +144,11 @@ export const ClaimsSchema = z.object({ type: z.literal("claims"), items: z.array
 export const ReplyItemSchema = z.object({
   id: ItemIdSchema,
   result: z.enum(["applied", "stale", "rejected"]),
-  code: z.string().optional(),
-  message: z.string().optional(),
-  /** Claims: every sandbox the claim holds (earlier ones included). */
-  sandboxIds: z.array(SandboxIdSchema).optional(),
+  code: z.string().max(MAX_NAME_LENGTH).optional(),
+  message: z.string().max(MAX_MESSAGE_LENGTH).optional(),
+  /** Claims: every sandbox the claim holds (earlier ones included; at most `replicas`). */
+  sandboxIds: z.array(SandboxIdSchema).max(1000).optional(),
 });
 export type ReplyItem = z.infer<typeof ReplyItemSchema>;
 
-export const RepliesSchema = z.object({ type: z.literal("replies"), items: z.array(ReplyItemSchema).min(1) });
+export const RepliesSchema = z.object({ type: z.literal("replies"), items: items(ReplyItemSchema) });

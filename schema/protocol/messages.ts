@@ -2,7 +2,8 @@ import { z } from "zod";
 import { SandboxIdSchema } from "./ids.ts";
 import { IntentSchema, PauseStrategySchema } from "./intent.ts";
 import { ObservationSchema } from "./observation.ts";
-import { ClaimsSchema, RepliesSchema, RequestsSchema, SandboxSetsSchema } from "./crd-sync.ts";
+import { ClaimsSchema, QuotasSchema, RepliesSchema, RequestsSchema, SandboxSetsSchema } from "./crd-sync.ts";
+import { MAX_FRAME_SANDBOXES, MAX_MESSAGE_LENGTH, MAX_NAME_LENGTH, MAX_PATH_LENGTH } from "../api/limits.ts";
 
 /*
  * The session, over one WebSocket (`GET /agent/v1/connect?cluster=<id>`,
@@ -23,11 +24,17 @@ import { ClaimsSchema, RepliesSchema, RequestsSchema, SandboxSetsSchema } from "
  *                                (hibernation auto-response). Silence (no frame, no ping) for 3
  *                                intervals: the edge closes the socket (4408) and the agent redials
  *   edge  → agent error          before the edge closes the socket for a protocol error
- *   agent → edge  sandboxsets, requests, claims; edge → agent replies: the cluster's custom
- *                                resources (kubernetes driver), see crd-sync.ts
+ *   agent → edge  sandboxsets, requests, claims, quotas; edge → agent replies: the cluster's
+ *                                custom resources (kubernetes driver), see crd-sync.ts
+ *
+ * What the agent sends is bounded (schema/api/limits.ts): names, lists of sandboxes (a cluster's
+ * fleet at most) and messages, so a broken agent cannot send an unbounded frame (bad_frame).
  *
  * Delivery is at-least-once and the agent is level-based, so duplicates are harmless.
  */
+
+/** A list about sandboxes in one frame: at most a cluster's fleet. */
+const sandboxes = <T extends z.ZodType>(item: T) => z.array(item).max(MAX_FRAME_SANDBOXES, `at most ${MAX_FRAME_SANDBOXES} sandboxes per frame`);
 
 export const CapacitySchema = z.object({
   sandboxes: z.number().int().nonnegative().optional(),
@@ -39,20 +46,20 @@ export const HelloSchema = z.object({
   type: z.literal("hello"),
   protocol: z.number().int(),
   /** Stable per agent installation (survives restarts); used in logs and status. */
-  agentId: z.string().min(1),
-  agentVersion: z.string().default("0.0.0"),
+  agentId: z.string().min(1).max(MAX_NAME_LENGTH),
+  agentVersion: z.string().max(MAX_NAME_LENGTH).default("0.0.0"),
   /** Which driver applies intents (`local`, `kubernetes`) and the isolation it achieved. */
-  driver: z.string().min(1),
-  isolation: z.string().default("unknown"),
+  driver: z.string().min(1).max(MAX_NAME_LENGTH),
+  isolation: z.string().max(MAX_NAME_LENGTH).default("unknown"),
   /** Where the edge sends data-plane requests for this cluster's sandboxes (the agent's ingress). */
-  ingress: z.object({ url: z.string().min(1) }),
+  ingress: z.object({ url: z.string().min(1).max(MAX_PATH_LENGTH) }),
   capabilities: z
-    .object({ pauseStrategies: z.array(PauseStrategySchema).default(["Freeze"]) })
+    .object({ pauseStrategies: z.array(PauseStrategySchema).max(8).default(["Freeze"]) })
     .prefault({}),
     /** What the cluster can still take (for placement across clusters); omitted = unknown. */
   capacity: CapacitySchema.optional(),
   /** Every sandbox the agent manages right now, as observations. Full, not incremental. */
-  inventory: z.array(ObservationSchema),
+  inventory: sandboxes(ObservationSchema),
 });
 export type Hello = z.infer<typeof HelloSchema>;
 export type HelloInput = z.input<typeof HelloSchema>;
@@ -71,15 +78,15 @@ export const AckItemSchema = z.object({
   sandboxId: SandboxIdSchema,
   generation: z.number().int().nonnegative(),
   result: AckResultSchema,
-  message: z.string().optional(),
+  message: z.string().max(MAX_MESSAGE_LENGTH).optional(),
 });
 export type AckItem = z.infer<typeof AckItemSchema>;
 
-export const AckSchema = z.object({ type: z.literal("ack"), items: z.array(AckItemSchema).min(1) });
+export const AckSchema = z.object({ type: z.literal("ack"), items: sandboxes(AckItemSchema).min(1) });
 
 export const ObservationsSchema = z.object({
   type: z.literal("observations"),
-  items: z.array(ObservationSchema).min(1),
+  items: sandboxes(ObservationSchema).min(1),
 });
 
 export const HeartbeatSchema = z.object({
@@ -101,6 +108,7 @@ export const AgentMessageSchema = z.discriminatedUnion("type", [
   SandboxSetsSchema,
   RequestsSchema,
   ClaimsSchema,
+  QuotasSchema,
 ]);
 export type AgentMessage = z.infer<typeof AgentMessageSchema>;
 export type AgentMessageInput = z.input<typeof AgentMessageSchema>;

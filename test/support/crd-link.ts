@@ -1,10 +1,10 @@
 // The CRD-sync side of a scripted agent (schema/protocol/crd-sync.ts): sends `sandboxsets`,
-// `requests` and `claims` items through the ScriptedAgent's socket and collects the edge's
+// `requests`, `claims` and `quotas` items through the ScriptedAgent's socket and collects the edge's
 // `replies` by tapping the transport, so scripted-agent.ts itself stays untouched.
 import { parseFrame, RepliesSchema, type ReplyItem } from "../../schema/protocol/index.ts";
 import type { ScriptedAgent, Transport } from "./scripted-agent.ts";
 
-type CrdType = "sandboxsets" | "requests" | "claims";
+type CrdType = "sandboxsets" | "requests" | "claims" | "quotas";
 
 export class CrdLink {
   readonly replies = new Map<string, ReplyItem>();
