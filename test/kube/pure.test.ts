@@ -30,6 +30,7 @@ describe("sandboxState", () => {
     ["stop-paused, pod gone", { paused: true, pauseStrategy: "Stop", frozen: false, pod: undefined }, { driverPhase: "Stopped", reason: "Paused", ready: false }],
     ["stop-pausing, pod still there", { paused: true, pauseStrategy: "Stop", frozen: false, pod: pod(ready) }, { driverPhase: "Running", reason: "Paused", ready: false }],
     ["frozen", { paused: true, pauseStrategy: "Freeze", frozen: true, pod: pod(ready) }, { driverPhase: "Paused", reason: "Paused", ready: false }],
+    ["frozen by freeze() without a pause intent", { paused: false, pauseStrategy: "Stop", frozen: true, pod: pod(ready) }, { driverPhase: "Paused", reason: "Paused", ready: false }],
     ["pod failed", { paused: false, pauseStrategy: "Stop", frozen: false, pod: pod({ phase: "Failed", message: "OOMKilled" }) }, { driverPhase: "Failed", reason: "StartContainerFailed", ready: false }],
   ];
   it.each(rows)("%s", (_name, facts, want) => {

@@ -53,7 +53,8 @@ export function sandboxState(f: SandboxFacts): SandboxState {
     if (!pod) return { driverPhase: "Stopped", crPhase: "Paused", ready: false, reason: ReadyReason.Paused, message: "" };
     return { driverPhase: "Running", crPhase: "Running", ready: false, reason: ReadyReason.Paused, message: "pod terminating for pause" };
   }
-  if (f.paused && f.frozen && pod && !terminating) return { driverPhase: "Paused", crPhase: "Paused", ready: false, reason: ReadyReason.Paused, message: "" };
+  // Frozen is Paused whether an intent or a direct freeze() did it: its processes do not run.
+  if (f.frozen && pod && !terminating) return { driverPhase: "Paused", crPhase: "Paused", ready: false, reason: ReadyReason.Paused, message: "" };
   if (!pod || terminating) {
     return { driverPhase: "Pending", crPhase: f.paused ? "Paused" : "Resuming", ready: false, reason: ReadyReason.PodStarting, message: terminating ? "old pod terminating" : "creating pod" };
   }

@@ -48,7 +48,7 @@ export class StatusWriter {
       id,
       generation: Math.max(Number(sbx.metadata?.annotations?.[ANNOTATION.generation] ?? 0), deferredGeneration),
       phase: state.driverPhase,
-      pauseStrategy: facts.paused ? facts.pauseStrategy : undefined,
+      pauseStrategy: facts.paused ? facts.pauseStrategy : facts.frozen ? "Freeze" : undefined,
       level: "kubernetes",
       createdAt: new Date(String(sbx.metadata?.creationTimestamp ?? this.#ctx.now())).toISOString(),
       enforced,

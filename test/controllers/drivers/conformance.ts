@@ -1,25 +1,37 @@
 // One behaviour suite for every sandbox driver. A driver is held to what its capabilities claim:
 // where it reports a capability missing, the case checks that it says so (UnsupportedError, or
-// `enforced: false`) instead of being skipped, and the test name states why.
+// `enforced: false`) instead of being skipped, and the test name states why. A driver without a
+// host view (kubernetes: the runtime runs in each pod) is checked to refuse exec and view; its
+// states are checked through ensure/observe, with `settle` waiting for a sandbox to run.
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { setTimeout as sleep } from "node:timers/promises";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { UnsupportedError, type DesiredSandbox, type Driver } from "../../../controllers/drivers/driver.ts";
+import { UnsupportedError, type DesiredSandbox, type Driver, type SandboxObservation } from "../../../controllers/drivers/driver.ts";
 import { PathOutsideSandboxError, type SandboxUser } from "../../../controllers/runtime/sandbox-view.ts";
 
 export interface ConformanceOptions {
   /** Creates the driver under test (called once, when the suite is collected). */
   make: () => Driver;
-  /** A second driver over the same state, as a restarted agent would build it. */
-  restart: () => Driver;
+  /** A second driver over the same state, as a restarted agent would build it (and started). */
+  restart: () => Driver | Promise<Driver>;
+  /** Stops a driver `restart` made (its informers), leaving the sandboxes as they are. */
+  retire?: (driver: Driver) => void | Promise<void>;
   /** Frees whatever `make` set up once every sandbox is destroyed. */
   dispose?: (driver: Driver) => void | Promise<void>;
   /** Starts a stand-in for the internet: an HTTP server at `url` answering 200, which a sandbox
    * with internet access reaches and one without does not. Without it, "internet access" is
    * checked as a default route only. */
   internet?: () => Promise<{ url: string; stop(): void }>;
+  /** Async set-up once the suite runs (e.g. a cluster namespace and the driver's informers). */
+  start?: (driver: Driver) => Promise<void>;
+  /** For drivers whose sandboxes come up after `ensure` returns (a pod the kubelet starts): waits
+   * until `id` runs. Absent: `ensure` returns a running sandbox. */
+  settle?: (driver: Driver, id: string) => Promise<void>;
+  /** How a driver without network isolation answers `allowInternetAccess: false`: `refused`
+   * (UnsupportedError, the default) or `unenforced` (created, `enforced.network` false). */
+  networkOff?: "refused" | "unenforced";
 }
 
 const USER: SandboxUser = { name: "user", uid: 1000, gid: 1000, home: "/home/user", shell: "/bin/bash" };
@@ -38,6 +50,37 @@ export function describeDriverConformance(title: string, opts: ConformanceOption
 
   function sh(id: string, script: string, d: Driver = driver) {
     return d.exec(id, { cmd: "/bin/bash", args: ["-c", script], cwd: "/home/user", env: { PATH: "/usr/bin:/bin", HOME: "/home/user" }, user: USER }, { timeoutMs: 20_000 });
+  }
+
+  /** ensure, then (with `settle`) waits until the sandbox runs and reads it back. */
+  async function up(d: DesiredSandbox): Promise<SandboxObservation> {
+    const o = await driver.ensure(d);
+    if (!opts.settle) return o;
+    await opts.settle(driver, d.id);
+    return (await driver.observe(d.id))!;
+  }
+
+  /** Without a host view, nothing reaches inside through the driver: it says so. */
+  async function expectNoWayIn(id: string): Promise<void> {
+    expect(() => driver.view(id)).toThrow(UnsupportedError);
+    await expect(sh(id, "true")).rejects.toBeInstanceOf(UnsupportedError);
+  }
+
+  function itViewRefused(title: string): void {
+    it(title, async () => {
+      const d = desired();
+      await up(d);
+      expect(() => driver.view(d.id)).toThrow(UnsupportedError);
+    });
+  }
+
+  /** A limit the driver enforces where nothing here can watch it work (no host view). */
+  function itLimitReported(kind: "memory" | "cpu" | "pids", resources: DesiredSandbox["resources"], load: string): void {
+    it(`${kind} limit is reported enforced (not observed from inside: no host view to run ${load})`, async () => {
+      const d = desired({ resources });
+      expect((await driver.ensure(d)).enforced[kind]).toBe(true);
+      await expectNoWayIn(d.id);
+    });
   }
 
   /** Starts a busy counter in the background; its value is read from the host through toHost. */
@@ -66,6 +109,7 @@ export function describeDriverConformance(title: string, opts: ConformanceOption
     let server: Server;
     let port = 0;
     beforeAll(async () => {
+      await opts.start?.(driver);
       server = createServer((_, res) => res.end("host"));
       await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
       port = (server.address() as AddressInfo).port;
@@ -78,14 +122,20 @@ export function describeDriverConformance(title: string, opts: ConformanceOption
 
     it("ensure creates a running sandbox, and ensuring again changes nothing", async () => {
       const d = desired();
-      const first = await driver.ensure(d);
+      const first = await up(d);
       expect(first).toMatchObject({ id: d.id, phase: "Running", generation: 1, level: caps.level });
       const again = await driver.ensure({ ...d, generation: 2 });
       expect(again).toMatchObject({ phase: "Running", generation: 2, createdAt: first.createdAt });
       expect((await driver.list()).map((s) => s.id)).toContain(d.id);
     });
 
-    it(caps.rootView ? "a command runs as `user` in /home/user" : "a command runs as uid 1000 in the layer's /home/user (no root view: it sees the host path)", async () => {
+    if (!caps.hostView) {
+      it("exec is refused with UnsupportedError (no host view: commands run through the sandbox's own runtime)", async () => {
+        const d = desired();
+        await up(d);
+        await expect(sh(d.id, "id -u; pwd")).rejects.toBeInstanceOf(UnsupportedError);
+      });
+    } else it(caps.rootView ? "a command runs as `user` in /home/user" : "a command runs as uid 1000 in the layer's /home/user (no root view: it sees the host path)", async () => {
       const d = desired();
       await driver.ensure(d);
       const r = await sh(d.id, "id -u; pwd");
@@ -100,7 +150,9 @@ export function describeDriverConformance(title: string, opts: ConformanceOption
       }
     });
 
-    it("files written through toHost appear inside, and files written inside appear through toHost", async () => {
+    if (!caps.hostView) {
+      itViewRefused("view (toHost/toSandbox) is refused with UnsupportedError (no host view: files go through the sandbox's own runtime)");
+    } else it("files written through toHost appear inside, and files written inside appear through toHost", async () => {
       const d = desired();
       await driver.ensure(d);
       const view = driver.view(d.id);
@@ -110,7 +162,17 @@ export function describeDriverConformance(title: string, opts: ConformanceOption
       expect(view.toSandbox(view.toHost("/home/user/from-inside.txt"))).toBe("/home/user/from-inside.txt");
     });
 
-    it(`freeze stops a busy loop and thaw resumes it (${caps.freeze} freeze)`, async () => {
+    if (!caps.hostView) {
+      it(`freeze reports Paused and thaw Running (${caps.freeze} freeze by the sandbox's own runtime; no host view to watch its processes stop)`, async () => {
+        const d = desired();
+        await up(d);
+        await driver.freeze(d.id);
+        expect((await driver.observe(d.id))?.phase).toBe("Paused");
+        await driver.thaw(d.id);
+        expect((await driver.observe(d.id))?.phase).toBe("Running");
+        await expectNoWayIn(d.id);
+      });
+    } else it(`freeze stops a busy loop and thaw resumes it (${caps.freeze} freeze)`, async () => {
       const d = desired();
       await driver.ensure(d);
       const counter = await startCounter(d.id);
@@ -124,19 +186,31 @@ export function describeDriverConformance(title: string, opts: ConformanceOption
       await expectMoving(counter, a);
     });
 
-    it("ensure with state Paused/Freeze and back to Running converges the same way", async () => {
+    it(caps.hostView ? "ensure with state Paused/Freeze and back to Running converges the same way" : "ensure with state Paused/Freeze and back to Running converges (no host view: the processes are not watched)", async () => {
       const d = desired();
-      await driver.ensure(d);
-      const counter = await startCounter(d.id);
+      await up(d);
+      const counter = caps.hostView ? await startCounter(d.id) : undefined;
       expect(await driver.ensure({ ...d, generation: 2, state: "Paused" })).toMatchObject({ phase: "Paused", pauseStrategy: "Freeze" });
-      const a = counter();
-      await sleep(200);
-      expect(counter()).toBe(a);
-      expect((await driver.ensure({ ...d, generation: 3 })).phase).toBe("Running");
-      await expectMoving(counter, a);
+      if (counter) {
+        const a = counter();
+        await sleep(200);
+        expect(counter()).toBe(a);
+        expect((await driver.ensure({ ...d, generation: 3 })).phase).toBe("Running");
+        await expectMoving(counter, a);
+      } else {
+        expect((await driver.ensure({ ...d, generation: 3 })).phase).toBe("Running");
+      }
     });
 
-    it("Stop pause keeps the files and drops the processes; resume starts fresh on the same files", async () => {
+    if (!caps.hostView) {
+      it("Stop pause reports Stopped and resume runs it again (no host view: the kept files and dropped processes are not checked from here)", async () => {
+        const d = desired();
+        await up(d);
+        expect(await driver.ensure({ ...d, generation: 2, state: "Paused", pauseStrategy: "Stop" })).toMatchObject({ phase: "Stopped", pauseStrategy: "Stop", generation: 2 });
+        expect(await driver.observe(d.id)).toMatchObject({ phase: "Stopped" });
+        expect(await up({ ...d, generation: 3, state: "Running" })).toMatchObject({ phase: "Running", generation: 3 });
+      });
+    } else it("Stop pause keeps the files and drops the processes; resume starts fresh on the same files", async () => {
       const d = desired();
       await driver.ensure(d);
       const counter = await startCounter(d.id);
@@ -158,7 +232,16 @@ export function describeDriverConformance(title: string, opts: ConformanceOption
       expect(counter()).toBe(b);
     });
 
-    it("snapshotFs saves the layer and restoreFs brings it back, also into a new sandbox", async () => {
+    if (!caps.snapshotFs) {
+      it("snapshotFs, restoreFs and deleteSnapshot are refused with UnsupportedError (no filesystem snapshots at this level)", async () => {
+        const d = desired();
+        await up(d);
+        await expect(driver.snapshotFs(d.id)).rejects.toBeInstanceOf(UnsupportedError);
+        const ref = { id: `${d.id}-snap`, sandboxId: d.id, location: "", bytes: 0, createdAt: new Date(0).toISOString() };
+        await expect(driver.restoreFs(d.id, ref)).rejects.toBeInstanceOf(UnsupportedError);
+        await expect(driver.deleteSnapshot(ref)).rejects.toBeInstanceOf(UnsupportedError);
+      });
+    } else it("snapshotFs saves the layer and restoreFs brings it back, also into a new sandbox", async () => {
       const d = desired();
       await driver.ensure(d);
       await sh(d.id, "mkdir -p dir && echo one > dir/a && ln -s dir/a link");
@@ -174,8 +257,8 @@ export function describeDriverConformance(title: string, opts: ConformanceOption
 
     it("destroy leaves nothing behind and is idempotent", async () => {
       const d = desired();
-      await driver.ensure(d);
-      await startCounter(d.id);
+      await up(d);
+      if (caps.hostView) await startCounter(d.id);
       await driver.destroy(d.id);
       expect(await driver.observe(d.id)).toBeUndefined();
       expect((await driver.list()).map((s) => s.id)).not.toContain(d.id);
@@ -205,13 +288,19 @@ export function describeDriverConformance(title: string, opts: ConformanceOption
           internet.stop();
         }
       });
+    } else if (opts.networkOff === "unenforced") {
+      it("allowInternetAccess=false is accepted and reported not enforced (no network isolation at this level)", async () => {
+        expect((await driver.ensure(desired({ allowInternetAccess: false }))).enforced.network).toBe(false);
+      });
     } else {
       it("allowInternetAccess=false is refused with UnsupportedError (no network namespace at this level)", async () => {
         await expect(driver.ensure(desired({ allowInternetAccess: false }))).rejects.toBeInstanceOf(UnsupportedError);
       });
     }
 
-    if (caps.limits.memory) {
+    if (caps.limits.memory && !caps.hostView) {
+      itLimitReported("memory", { cpuCount: 1, memoryMB: 64 }, "an allocator");
+    } else if (caps.limits.memory) {
       it("memory limit kills an allocator", async () => {
         const d = desired({ resources: { cpuCount: 1, memoryMB: 64 } });
         expect((await driver.ensure(d)).enforced.memory).toBe(true);
@@ -225,7 +314,9 @@ export function describeDriverConformance(title: string, opts: ConformanceOption
       });
     }
 
-    if (caps.limits.cpu) {
+    if (caps.limits.cpu && !caps.hostView) {
+      itLimitReported("cpu", { cpuCount: 0.25, memoryMB: 256 }, "a busy loop");
+    } else if (caps.limits.cpu) {
       it("cpu limit throttles a busy loop to its share", async () => {
         const d = desired({ resources: { cpuCount: 0.25, memoryMB: 256 } });
         expect((await driver.ensure(d)).enforced.cpu).toBe(true);
@@ -238,7 +329,9 @@ export function describeDriverConformance(title: string, opts: ConformanceOption
       });
     }
 
-    if (caps.limits.pids) {
+    if (caps.limits.pids && !caps.hostView) {
+      itLimitReported("pids", { cpuCount: 1, memoryMB: 256, pidsMax: 32 }, "a fork bomb");
+    } else if (caps.limits.pids) {
       it("pids limit stops a fork bomb", async () => {
         const d = desired({ resources: { cpuCount: 1, memoryMB: 256, pidsMax: 32 } });
         expect((await driver.ensure(d)).enforced.pids).toBe(true);
@@ -253,7 +346,9 @@ export function describeDriverConformance(title: string, opts: ConformanceOption
       });
     }
 
-    it("symlinks that point out of the sandbox resolve inside it or are refused", async () => {
+    if (!caps.hostView) {
+      itViewRefused("symlinks out of the sandbox: path mapping is refused with UnsupportedError (no host view: the sandbox's own runtime resolves paths inside it)");
+    } else it("symlinks that point out of the sandbox resolve inside it or are refused", async () => {
       const d = desired();
       await driver.ensure(d);
       await sh(d.id, "ln -s / rootlink; ln -s ../../../../../../etc/hostname up; ln -s /proc/1/root proclink; ln -s /work wk");
@@ -277,14 +372,18 @@ export function describeDriverConformance(title: string, opts: ConformanceOption
       expect(view.toHost("/home/user/rootlink/home/user/up", { followFinal: false })).toBe(view.toHost("/home/user/up", { followFinal: false }));
     });
 
-    it("list() on a restarted driver finds the running sandboxes, and they keep working", async () => {
+    it(caps.hostView ? "list() on a restarted driver finds the running sandboxes, and they keep working" : "list() on a restarted driver finds the running sandboxes (no host view: their files are not read from here)", async () => {
       const d = desired();
-      await driver.ensure(d);
-      await sh(d.id, "echo before > restart.txt");
-      const next = opts.restart();
-      const found = (await next.list()).find((s) => s.id === d.id);
-      expect(found).toMatchObject({ phase: "Running", generation: 1 });
-      expect((await sh(d.id, "cat restart.txt", next)).stdout).toBe("before\n");
+      await up(d);
+      if (caps.hostView) await sh(d.id, "echo before > restart.txt");
+      const next = await opts.restart();
+      try {
+        const found = (await next.list()).find((s) => s.id === d.id);
+        expect(found).toMatchObject({ phase: "Running", generation: 1 });
+        if (caps.hostView) expect((await sh(d.id, "cat restart.txt", next)).stdout).toBe("before\n");
+      } finally {
+        await opts.retire?.(next);
+      }
     });
   });
 }
