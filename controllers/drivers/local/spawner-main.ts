@@ -134,4 +134,10 @@ const server = createServer((conn) => {
   conn.on("data", onData);
   conn.on("error", () => {});
 });
+// A socket that cannot be made (the driver was disposed and its private directory removed while
+// this process started) means nobody will use this spawner: leave quietly, not with a crash trace.
+server.once("error", (err) => {
+  process.stderr.write(`spawner: cannot listen on ${socketPath} (${(err as NodeJS.ErrnoException).code}); exiting\n`);
+  process.exit(1);
+});
 server.listen(socketPath, () => send({ t: "ready", pid: process.pid }));
