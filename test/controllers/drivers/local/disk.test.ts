@@ -115,7 +115,7 @@ describe("a disk of its own per sandbox", () => {
     await sh(d.id, "echo kept > /home/user/kept");
     expect(loopsUnder(layout.dir)).toHaveLength(1);
     // A new agent on the same data directory adopts the running sandbox and its mounted disk.
-    driver.dispose();
+    await driver.dispose();
     driver = new LocalDriver({ dataDir, cgroupName });
     expect((await driver.ensure(d)).phase).toBe("Running");
     expect((await sh(d.id, "cat /home/user/kept")).stdout).toBe("kept\n");
@@ -131,7 +131,7 @@ describe("a disk of its own per sandbox", () => {
     expect(isMounted(layout.disk)).toBe(false);
     await driver.deleteSnapshot(snap);
     // A restart while stopped, then resume: mounted again, files there.
-    driver.dispose();
+    await driver.dispose();
     driver = new LocalDriver({ dataDir, cgroupName });
     expect((await driver.ensure({ ...d, generation: 3, state: "Running" })).phase).toBe("Running");
     expect((await sh(d.id, "cat /home/user/kept")).stdout).toBe("kept\n");
@@ -194,7 +194,7 @@ describe("a disk of its own per sandbox", () => {
     const trashed = join(dataDir, "trash", "leftover.x");
     renameSync(join(dataDir, "sandboxes", "leftover"), trashed);
     expect(isMounted(join(trashed, "disk"))).toBe(true);
-    driver.dispose();
+    await driver.dispose();
     driver = new LocalDriver({ dataDir, cgroupName });
     expect(isMounted(join(trashed, "disk"))).toBe(false);
     for (let i = 0; i < 100 && existsSync(trashed); i++) await sleep(50);

@@ -205,8 +205,11 @@ describe("local sandboxes with egress rules", () => {
     await driver.ensure({ ...d, generation: 2, state: "Paused" });
     await driver.ensure({ ...d, generation: 3 });
     expect(await curl(d.id, a.ip)).toBe(fromA());
-    // A new agent: the old one's relay (and its listeners) died with it.
-    driver.dispose();
+    // A new agent: the old one's relay (and its listeners) died with it. dispose() is async, and
+    // the relay's sockets close only once the process is gone: wait for both.
+    const oldRelay = relayPid();
+    await driver.dispose();
+    for (const deadline = Date.now() + 5_000; oldRelay && childrenOf(process.pid).some((p) => p.pid === oldRelay) && Date.now() < deadline; ) await sleep(50);
     driver = new LocalDriver({ dataDir, cgroupName });
     await driver.ensure({ ...d, generation: 3 });
     expect(await curl(d.id, a.ip)).toBe(fromA());

@@ -171,7 +171,7 @@ describe("sandboxes with internet access in a network namespace of their own", (
     await serve(d.id, 8000, "before restart");
     const before = recordOf(d.id).net!;
     expect(existsSync(`/sys/class/net/${before.veth}`)).toBe(true);
-    driver.dispose();
+    await driver.dispose();
     driver = new LocalDriver({ dataDir, cgroupName });
     await driver.ensure(d);
     expect(recordOf(d.id).net).toEqual(before);
@@ -222,11 +222,11 @@ describe("sandboxes with internet access in a network namespace of their own", (
 
   it("a sandbox started on the host's network (an older agent) moves to a namespace of its own at its next ensure", async () => {
     const d = desired();
-    driver.dispose();
+    await driver.dispose();
     driver = new LocalDriver({ dataDir, cgroupName, network: false });
     await driver.ensure(d);
     expect(recordOf(d.id).sharesHostNet).toBe(true);
-    driver.dispose();
+    await driver.dispose();
     driver = new LocalDriver({ dataDir, cgroupName });
     await driver.ensure(d);
     expect(recordOf(d.id).sharesHostNet).toBe(false);
@@ -239,7 +239,7 @@ describe("sandboxes with internet access in a network namespace of their own", (
     const published = await startPublished(outside.ip);
     onTestFinished(() => published.stop());
     // The other bridges' networks are read when the driver sets up: this container came after.
-    driver.dispose();
+    await driver.dispose();
     driver = new LocalDriver({ dataDir, cgroupName });
     const d = desired();
     await driver.ensure(d);

@@ -48,7 +48,7 @@ beforeAll(async () => {
 afterAll(async () => {
   await runtime?.close();
   for (const id of ids) await driver.destroy(id);
-  driver.dispose();
+  await driver.dispose();
   rmSync(dataDir, { recursive: true, force: true });
 });
 
