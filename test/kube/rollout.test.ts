@@ -133,7 +133,7 @@ describe("SandboxSet rolling update with kubectl", () => {
         const row = sample();
         return isNew(row) && done(row) ? row : undefined;
       },
-      90_000,
+      180_000,
     );
     expect(overBudget).toBe(0);
     expect(seen).toContain(`roll-${rev1}→${end.UPDATE_REVISION}`);
@@ -143,5 +143,5 @@ describe("SandboxSet rolling update with kubectl", () => {
 
     // The claimed sandbox's pod was never touched.
     expect(pods(`agents.kruise.io/sandbox-id=${claimedId}`).map((p) => p.metadata.uid)).toEqual([claimedPod.metadata.uid]);
-  }, 300_000);
+  }, 420_000);
 });
