@@ -6,6 +6,7 @@ import type { z } from "zod";
 import {
   AckItemSchema,
   AgentMessageSchema,
+  boundedObservation,
   EdgeMessageSchema,
   PING_FRAME,
   PROTOCOL_VERSION,
@@ -140,7 +141,7 @@ export class Link {
   }
 
   observe(obs: ObservationInput): void {
-    this.#pendingObs.set(obs.sandboxId, obs);
+    this.#pendingObs.set(obs.sandboxId, boundedObservation(obs));
     this.#scheduleFlush();
   }
 
@@ -192,7 +193,7 @@ export class Link {
       const hello = await this.#o.hello();
       // The inventory is the truth at this moment; buffered observations it covers are redundant.
       this.#pendingObs.clear();
-      this.#send(ws, { type: "hello", protocol: PROTOCOL_VERSION, ...hello });
+      this.#send(ws, { type: "hello", protocol: PROTOCOL_VERSION, ...hello, inventory: hello.inventory.map(boundedObservation) });
     } catch (err) {
       this.#log(`hello failed: ${(err as Error).message}`);
       ws.close(1011, "hello failed");

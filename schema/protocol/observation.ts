@@ -1,4 +1,5 @@
 import { z } from "zod";
+import { MAX_LIST_ITEMS, MAX_MESSAGE_LENGTH, MAX_NAME_LENGTH, MAX_PATH_LENGTH } from "../api/limits.ts";
 import { SandboxIdSchema } from "./ids.ts";
 
 /**
@@ -24,9 +25,9 @@ export type ObservedPhase = z.infer<typeof ObservedPhaseSchema>;
  */
 export const EndpointSchema = z.object({
   /** Base URL of the runtime as the ingress sees it, e.g. `http://10.0.0.7:49983` or `unix:/run/sbx/x.sock`. */
-  runtime: z.string().min(1),
+  runtime: z.string().min(1).max(MAX_PATH_LENGTH),
   /** Host the ingress uses for user ports (`{port}-{id}` routing); omitted when same as runtime's. */
-  host: z.string().min(1).optional(),
+  host: z.string().min(1).max(MAX_NAME_LENGTH).optional(),
 });
 export type Endpoint = z.infer<typeof EndpointSchema>;
 
@@ -38,10 +39,10 @@ export type Endpoint = z.infer<typeof EndpointSchema>;
  * `PostStartHook`, `ReadinessProbe`, `RuntimeInit`).
  */
 export const ObservedConditionSchema = z.object({
-  type: z.string().min(1),
+  type: z.string().min(1).max(MAX_NAME_LENGTH),
   status: z.enum(["True", "False", "Unknown"]),
-  reason: z.string().optional(),
-  message: z.string().optional(),
+  reason: z.string().max(MAX_NAME_LENGTH).optional(),
+  message: z.string().max(MAX_MESSAGE_LENGTH).optional(),
   /** Agent clock, ms since the epoch. */
   lastTransitionTime: z.number().int().nonnegative().optional(),
 });
@@ -56,14 +57,36 @@ export const ObservationSchema = z.object({
   ready: z.boolean(),
   endpoint: EndpointSchema.nullable().default(null),
   /** Machine-readable CamelCase reason (e.g. `ImagePullFailed`, `OOMKilled`), and a message. */
-  reason: z.string().optional(),
-  message: z.string().optional(),
+  reason: z.string().max(MAX_NAME_LENGTH).optional(),
+  message: z.string().max(MAX_MESSAGE_LENGTH).optional(),
   /** Template revision the sandbox actually runs (lets the pool count updated members). */
-  revision: z.string().optional(),
+  revision: z.string().max(MAX_NAME_LENGTH).optional(),
   /** Agent clock, ms since the epoch. */
   observedAt: z.number().int().nonnegative(),
   startedAt: z.number().int().nonnegative().optional(),
-  conditions: z.array(ObservedConditionSchema).optional(),
+  conditions: z.array(ObservedConditionSchema).max(MAX_LIST_ITEMS).optional(),
 });
 export type Observation = z.infer<typeof ObservationSchema>;
 export type ObservationInput = z.input<typeof ObservationSchema>;
+
+/**
+ * The observation cut to the schema's bounds. Reasons and messages carry error text (an API
+ * server's, a driver's), whose length nobody controls; the agent cuts it before sending, so one
+ * long error cannot make its frame refused (which would close the session).
+ */
+export function boundedObservation<T extends ObservationInput>(o: T): T {
+  const cut = (s: string | undefined, max: number) => (s !== undefined && s.length > max ? `${s.slice(0, max - 1)}…` : s);
+  const out: T = { ...o };
+  if (o.reason !== undefined) out.reason = cut(o.reason, MAX_NAME_LENGTH);
+  if (o.message !== undefined) out.message = cut(o.message, MAX_MESSAGE_LENGTH);
+  if (o.revision !== undefined) out.revision = cut(o.revision, MAX_NAME_LENGTH);
+  if (o.conditions) {
+    out.conditions = o.conditions.slice(0, MAX_LIST_ITEMS).map((c) => ({
+      ...c,
+      type: cut(c.type, MAX_NAME_LENGTH)!,
+      ...(c.reason !== undefined ? { reason: cut(c.reason, MAX_NAME_LENGTH) } : {}),
+      ...(c.message !== undefined ? { message: cut(c.message, MAX_MESSAGE_LENGTH) } : {}),
+    }));
+  }
+  return out;
+}

@@ -1,16 +1,19 @@
 // The agent is untrusted: a malformed ack or observations frame (the two that come with every
-// create) closes the session without touching any state, and the intent it would have acked is
-// delivered again to the next session.
+// create), or one past a bound, closes the session without touching any state, and the intent it
+// would have acked is delivered again to the next session.
 import { env, exports } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
 import { IntentSchema } from "../../schema/protocol/index.ts";
 import { fetchTransport, ScriptedAgent } from "../support/scripted-agent.ts";
 
 describe("agent frames", () => {
-  it("a malformed ack or observations frame closes the session and changes nothing", async () => {
+  it("a malformed or unbounded ack or observations frame closes the session and changes nothing", async () => {
     for (const [n, bad] of [
       { type: "ack", items: [{ seq: 1, sandboxId: "sbxframe0", generation: -1, result: "applied" }] },
       { type: "observations", items: [{ sandboxId: "sbxframe1", generation: 1, phase: "Running", ready: "yes", observedAt: 1 }] },
+      // Past a bound: an error message longer than any the edge keeps (the agent cuts its own).
+      { type: "observations", items: [{ sandboxId: "sbxframe2", generation: 1, phase: "Running", ready: true, observedAt: 1, message: "x".repeat(5000) }] },
+      { type: "observations", items: [{ sandboxId: "sbxframe3", generation: 1, phase: "Running", ready: true, observedAt: 1, conditions: Array.from({ length: 65 }, (_, i) => ({ type: `C${i}`, status: "True" })) }] },
     ].entries()) {
       const cluster = `c-frames-${n}`;
       const stub = env.CLUSTER.get(env.CLUSTER.idFromName(cluster));
