@@ -23,7 +23,7 @@ import {
   type TeamQuotaItem,
   type Welcome,
 } from "../../schema/protocol/index.ts";
-import { MAX_MESSAGE_LENGTH } from "../../schema/api/limits.ts";
+import { clipText, MAX_MESSAGE_LENGTH } from "../../schema/api/limits.ts";
 import { backoffMs, type Backoff } from "../lib/work-queue.ts";
 import { logger } from "../lib/log.ts";
 
@@ -147,7 +147,7 @@ export class Link {
 
   ack(item: AckInput): void {
     // The frame bounds a message (schema/protocol/messages.ts); an error's text may be longer.
-    this.#pendingAcks.push(item.message && item.message.length > MAX_MESSAGE_LENGTH ? { ...item, message: item.message.slice(0, MAX_MESSAGE_LENGTH) } : item);
+    this.#pendingAcks.push(item.message ? { ...item, message: clipText(item.message, MAX_MESSAGE_LENGTH) } : item);
     this.#scheduleFlush();
   }
 

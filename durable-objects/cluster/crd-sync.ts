@@ -18,7 +18,7 @@ import {
   type SandboxSetItem,
   type TeamQuotaItem,
 } from "../../schema/protocol/index.ts";
-import { MAX_MESSAGE_LENGTH } from "../../schema/api/limits.ts";
+import { clipText, MAX_MESSAGE_LENGTH } from "../../schema/api/limits.ts";
 import { applyTeamQuota, CRD_QUOTA_SCHEMA } from "./crd-quota.ts";
 import { annotationsProblem } from "../../schema/crd/user-metadata.ts";
 import { checkInplaceUpdate, parseCreateExtensions } from "../../schema/api/extensions.ts";
@@ -117,7 +117,7 @@ export class CrdSync {
         return { result: "rejected", code: known ? err.code : "internal_server_error", message: known ? err.message : String(err) };
       })
       // A reply's message is bounded (schema/protocol/crd-sync.ts); a refusal's text may be longer.
-      .then((reply) => this.#o.reply([{ id, ...reply, ...(reply.message && { message: reply.message.slice(0, MAX_MESSAGE_LENGTH) }) }]));
+      .then((reply) => this.#o.reply([{ id, ...reply, ...(reply.message && { message: clipText(reply.message, MAX_MESSAGE_LENGTH) }) }]));
   }
 
   #record(namespace: string, name: string): SetRecord | undefined {

@@ -40,3 +40,9 @@ export const MAX_MESSAGE_LENGTH = 4096;
 export const MAX_LIST_LIMIT = 100;
 /** envd version reported for sandboxes; ≥ 0.6.4 unlocks every SDK feature gate. */
 export const DEFAULT_ENVD_VERSION = "0.6.4";
+
+/** Text cut to `max` characters (the last one an ellipsis), for error text whose length nobody
+ * controls (an API server's, a driver's) sent where a bound applies. */
+export function clipText(s: string, max: number): string {
+  return s.length > max ? `${s.slice(0, max - 1)}…` : s;
+}

@@ -1,5 +1,5 @@
 import { z } from "zod";
-import { MAX_LIST_ITEMS, MAX_MESSAGE_LENGTH, MAX_NAME_LENGTH, MAX_PATH_LENGTH } from "../api/limits.ts";
+import { clipText, MAX_LIST_ITEMS, MAX_MESSAGE_LENGTH, MAX_NAME_LENGTH, MAX_PATH_LENGTH } from "../api/limits.ts";
 import { SandboxIdSchema } from "./ids.ts";
 
 /**
@@ -75,17 +75,16 @@ export type ObservationInput = z.input<typeof ObservationSchema>;
  * long error cannot make its frame refused (which would close the session).
  */
 export function boundedObservation<T extends ObservationInput>(o: T): T {
-  const cut = (s: string | undefined, max: number) => (s !== undefined && s.length > max ? `${s.slice(0, max - 1)}…` : s);
   const out: T = { ...o };
-  if (o.reason !== undefined) out.reason = cut(o.reason, MAX_NAME_LENGTH);
-  if (o.message !== undefined) out.message = cut(o.message, MAX_MESSAGE_LENGTH);
-  if (o.revision !== undefined) out.revision = cut(o.revision, MAX_NAME_LENGTH);
+  if (o.reason !== undefined) out.reason = clipText(o.reason, MAX_NAME_LENGTH);
+  if (o.message !== undefined) out.message = clipText(o.message, MAX_MESSAGE_LENGTH);
+  if (o.revision !== undefined) out.revision = clipText(o.revision, MAX_NAME_LENGTH);
   if (o.conditions) {
     out.conditions = o.conditions.slice(0, MAX_LIST_ITEMS).map((c) => ({
       ...c,
-      type: cut(c.type, MAX_NAME_LENGTH)!,
-      ...(c.reason !== undefined ? { reason: cut(c.reason, MAX_NAME_LENGTH) } : {}),
-      ...(c.message !== undefined ? { message: cut(c.message, MAX_MESSAGE_LENGTH) } : {}),
+      type: clipText(c.type, MAX_NAME_LENGTH),
+      ...(c.reason !== undefined ? { reason: clipText(c.reason, MAX_NAME_LENGTH) } : {}),
+      ...(c.message !== undefined ? { message: clipText(c.message, MAX_MESSAGE_LENGTH) } : {}),
     }));
   }
   return out;
