@@ -12,6 +12,8 @@ import { LinkPoolSink, SandboxSetSync } from "./kube-sync/sandboxset-sync.ts";
 import { NamespaceQuotaSync } from "./kube-sync/namespace-quota-sync.ts";
 import type { Link } from "./link.ts";
 import { backoffMs } from "../lib/work-queue.ts";
+import { CommitController } from "../drivers/kubernetes/commit/commit-controller.ts";
+import type { CommitJobOptions } from "../drivers/kubernetes/commit/job-spec.ts";
 
 export interface CrdLinkOptions {
   link: Link;
@@ -29,12 +31,15 @@ export interface CrdLinkOptions {
   retryMs?: number;
   /** How often each namespace's quota annotations are read (default 10 s). */
   quotaPollMs?: number;
+  /** The Commit controller (feature gate `Commit`); absent: Commits are not looked at. */
+  commit?: { enabled: boolean; job: CommitJobOptions };
 }
 
 export interface NamespaceSync {
   sets: SandboxSetSync;
   claims: SandboxClaimSync;
   quota: NamespaceQuotaSync;
+  commits?: CommitController;
 }
 
 export interface CrdLink {
@@ -115,10 +120,12 @@ export async function startCrdLink(o: CrdLinkOptions): Promise<CrdLink> {
       const sets = new SandboxSetSync({ sandboxSets: scope.sandboxSets, namespace: ns, cluster: o.cluster, sink, log, retryMs });
       const claims = new SandboxClaimSync({ kubeConfig: o.kubeConfig, namespace: ns, claimer, log, retryMs, onClaimed: (ids, name) => o.driver.labelClaimed(ids, name) });
       const quota = new NamespaceQuotaSync({ kubeConfig: o.kubeConfig, namespace: ns, link: o.link, pollMs: o.quotaPollMs, log });
+      const commits = o.commit && new CommitController({ kubeConfig: o.kubeConfig, namespace: ns, enabled: o.commit.enabled, job: o.commit.job, log });
       await claims.start();
       sets.start();
       quota.start();
-      return { sets, claims, quota };
+      await commits?.start();
+      return { sets, claims, quota, commits };
     })();
     namespaces.set(ns, started);
     return started;
@@ -145,6 +152,7 @@ export async function startCrdLink(o: CrdLinkOptions): Promise<CrdLink> {
         s?.sets.stop();
         await s?.claims.stop();
         await s?.quota.stop();
+        await s?.commits?.stop();
       }
     },
   };

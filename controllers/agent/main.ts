@@ -11,7 +11,7 @@
 import { parseArgs } from "node:util";
 import { startAgent, type OnExit } from "./agent.ts";
 import type { CrdLink, KubectlRequests } from "./crd-link.ts";
-import { KUBERNETES_FLAGS, watchNamespacesFlag } from "../drivers/kubernetes/flags.ts";
+import { featureGatesFlag, KUBERNETES_FLAGS, watchNamespacesFlag } from "../drivers/kubernetes/flags.ts";
 import { configureLogs, logger, parseLogFormat } from "../lib/log.ts";
 
 const { values } = parseArgs({
@@ -58,6 +58,7 @@ const metricsPort = Number(values["metrics-port"]);
 if (!Number.isInteger(metricsPort) || metricsPort < 0 || metricsPort > 65535) usage("--metrics-port must be a port number (0: off)");
 try {
   watchNamespacesFlag(values);
+  featureGatesFlag(values["feature-gates"]);
 } catch (err) {
   usage((err as Error).message);
 }
@@ -95,6 +96,7 @@ if (driver) {
     cluster: values.cluster!,
     requests,
     log: (m) => crdLog.info(m),
+    commit: { enabled: featureGatesFlag(values["feature-gates"]).Commit, job: { image: values["commit-image"]! } },
   });
 }
 const caps = agent.driver.capabilities;

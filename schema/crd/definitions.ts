@@ -220,6 +220,52 @@ export const checkpoint = crd({
   ],
 });
 
+/**
+ * A sandbox container's file system committed to an image and pushed (upstream `commit_types.go`,
+ * behind the `Commit` feature gate, default off). The spec is immutable: a Commit is one run.
+ */
+export const commit = crd({
+  kind: "Commit",
+  plural: "commits",
+  shortNames: ["cmt"],
+  spec: obj(
+    {
+      podName: str({ minLength: 1, maxLength: 253 }),
+      /** The container to commit; the pod's first container when absent. */
+      containerName: str({ maxLength: 63 }),
+      /** Where to push, e.g. `registry.example.com/team/app:v2`. */
+      image: str({ minLength: 1, maxLength: 512 }),
+      /** Squash the newest N layers into one (0: keep them). */
+      squashLayer: int32({ minimum: 0, maximum: 127, default: 0 }),
+      /** The commit job's deadline (0: none). */
+      timeoutSeconds: int32({ minimum: 0, default: 0 }),
+      /** Delete the Commit (and its job) this long after it finished. */
+      ttl: duration(),
+      /** Registry credentials: names of `kubernetes.io/dockerconfigjson` Secrets in the namespace. */
+      registryAuth: obj({ secrets: arr(str({ pattern: "^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$" }), { maxItems: 16 }) }),
+    },
+    { required: ["podName", "image"] },
+  ),
+  specRules: [{ rule: "self == oldSelf", message: "spec is immutable" }],
+  status: obj({
+    observedGeneration: int64(),
+    phase: enumOf(["Pending", "Running", "Succeeded", "Failed"]),
+    message: str(),
+    /** The pushed image's digest (`sha256:…`). */
+    commitID: str(),
+    startTime: time(),
+    completionTime: time(),
+    conditions,
+  }),
+  columns: [
+    { name: "PHASE", type: "string", jsonPath: ".status.phase" },
+    { name: "POD", type: "string", jsonPath: ".spec.podName" },
+    { name: "IMAGE", type: "string", jsonPath: ".spec.image" },
+    { name: "COMMIT_ID", type: "string", jsonPath: ".status.commitID", priority: 1 },
+    { name: "AGE", type: "date", jsonPath: ".metadata.creationTimestamp" },
+  ],
+});
+
 export const sandboxUpdateOps = crd({
   kind: "SandboxUpdateOps",
   plural: "sandboxupdateops",
@@ -394,6 +440,7 @@ export const CRDS = [
   sandboxTemplate,
   sandboxClaim,
   checkpoint,
+  commit,
   sandboxUpdateOps,
   poolAutoscaler,
   trafficPolicy,

@@ -15,6 +15,7 @@ import { WorkQueue } from "../../lib/work-queue.ts";
 import { ObjectCache } from "../../drivers/kubernetes/object-cache.ts";
 import { parseQuantity } from "./sandboxset-sync.ts";
 import { slimCustom } from "../../drivers/kubernetes/slim.ts";
+import { durationMs } from "../../../schema/crd/duration.ts";
 
 export { CLAIM_METADATA_KEY } from "../../../schema/protocol/index.ts";
 
@@ -75,16 +76,7 @@ export function claimMetadataProblem(spec: Pick<SandboxClaimObject["spec"], "lab
   return problem && `spec.annotations: ${problem}`;
 }
 
-/** A Go duration as milliseconds (`1m`, `90s`, `1h30m`; negative = never). */
-export function durationMs(d: string | undefined, fallback: number): number {
-  if (!d) return fallback;
-  const sign = d.startsWith("-") ? -1 : 1;
-  let ms = 0;
-  for (const [, n, unit] of d.replace(/^-/, "").matchAll(/([0-9.]+)(ns|us|µs|ms|s|m|h)/g)) {
-    ms += Number(n) * { ns: 1e-6, us: 1e-3, µs: 1e-3, ms: 1, s: 1e3, m: 6e4, h: 3.6e6 }[unit as "s"];
-  }
-  return sign * ms;
-}
+export { durationMs };
 
 const mergePatch = setHeaderOptions("Content-Type", PatchStrategy.MergePatch);
 

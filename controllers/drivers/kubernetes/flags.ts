@@ -7,7 +7,26 @@ export const KUBERNETES_FLAGS = {
   "watch-namespaces": { type: "string" },
   "all-namespaces": { type: "boolean", default: false },
   "runtime-image": { type: "string", default: "ghcr.io/kruise-edge/sandbox-agent:0.1.0" },
+  // Upstream's gates, `Name=true,Other=false`; known: Commit (default off).
+  "feature-gates": { type: "string", default: "" },
+  // The image the Commit controller's Jobs run (k8s/commit/commit.sh as its entrypoint).
+  "commit-image": { type: "string", default: "ghcr.io/kruise-edge/sandbox-commit:0.1.0" },
 } as const;
+
+const GATES = { Commit: false } as const;
+export type FeatureGates = Record<keyof typeof GATES, boolean>;
+
+/** `--feature-gates Commit=true`: the known gates with their defaults; an unknown gate or a value
+ * other than true/false is an error (a typo would otherwise silently keep a feature off). */
+export function featureGatesFlag(value: string | undefined): FeatureGates {
+  const gates: FeatureGates = { ...GATES };
+  for (const part of (value ?? "").split(",").map((p) => p.trim()).filter(Boolean)) {
+    const m = /^([A-Za-z]+)=(true|false)$/.exec(part);
+    if (!m || !(m[1]! in GATES)) throw new Error(`--feature-gates: ${JSON.stringify(part)} is not Name=true|false of ${Object.keys(GATES).join(", ")}`);
+    gates[m[1] as keyof FeatureGates] = m[2] === "true";
+  }
+  return gates;
+}
 
 /** `--watch-namespaces a,b` / `--all-namespaces` as the driver's and the CRD link's option. */
 export function watchNamespacesFlag(flags: { "watch-namespaces"?: string; "all-namespaces"?: boolean }): string[] | "all" | undefined {
