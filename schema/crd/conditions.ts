@@ -27,6 +27,9 @@ export const SandboxConditionType = {
   SandboxPaused: "SandboxPaused",
   /** Set while and after a Stop-paused sandbox gets a new pod. */
   SandboxResumed: "SandboxResumed",
+  /** The data plane (the agent-runtime container): ready, or restarting after its liveness probe
+   * failed or it exited; the kubelet restarts it in the same pod, so the sandbox is kept. */
+  RuntimeHealthy: "RuntimeHealthy",
 } as const;
 
 export const ReadyReason = {
@@ -95,6 +98,8 @@ export const EventReason = {
   InvalidInjectionConfig: "InvalidInjectionConfig",
   /** On the injection ConfigMap: accepted after a refusal (Normal). */
   InjectionConfigApplied: "InjectionConfigApplied",
+  /** On the Sandbox: its agent-runtime container was restarted by the kubelet (Warning). */
+  RuntimeRestarted: "RuntimeRestarted",
 } as const;
 
 /** Returns `conditions` with `next` set, keeping lastTransitionTime when the status did not change. */

@@ -1,6 +1,7 @@
 // Pure reading of what a pod (and its Sandbox) says: the driver's phase, readiness with a reason,
 // and the Sandbox status the agent writes back. Kept free of I/O so the mapping is table-testable.
-import type { V1Pod } from "@kubernetes/client-node";
+import type { V1ContainerStatus, V1Pod } from "@kubernetes/client-node";
+import { RUNTIME_CONTAINER } from "../../../schema/crd/labels.ts";
 import { PausedReason, ReadyReason, SandboxConditionType, setCondition, type Condition, type SandboxPhase } from "../../../schema/crd/conditions.ts";
 import type { SandboxPhase as DriverPhase } from "../driver.ts";
 
@@ -66,6 +67,36 @@ export function sandboxState(f: SandboxFacts): SandboxState {
   return { driverPhase: "Pending", crPhase: "Pending", ...r };
 }
 
+/** The runtime container's status (a regular container, or an init container run as a sidecar). */
+export function runtimeContainer(pod: V1Pod | undefined): V1ContainerStatus | undefined {
+  const all = [...(pod?.status?.containerStatuses ?? []), ...(pod?.status?.initContainerStatuses ?? [])];
+  return all.find((c) => c.name === RUNTIME_CONTAINER);
+}
+
+/**
+ * The `RuntimeHealthy` condition: the data plane answers (the container is ready), or it is being
+ * restarted by the kubelet after its liveness probe failed or it exited. Pod status cannot tell a
+ * probe kill from a crash, so the message gives the last exit as the kubelet recorded it.
+ * Undefined while the pod has no status for the runtime (not started yet, or no pod).
+ */
+export function runtimeHealth(pod: V1Pod | undefined): Omit<Condition, "lastTransitionTime"> | undefined {
+  const rt = runtimeContainer(pod);
+  if (!rt) return undefined;
+  const last = rt.lastState?.terminated;
+  const restarts = rt.restartCount ?? 0;
+  const lastExit = last ? `; last exit: ${last.reason ?? "terminated"}, code ${last.exitCode}${last.finishedAt ? ` at ${new Date(last.finishedAt).toISOString()}` : ""}` : "";
+  if (rt.ready) {
+    return restarts > 0
+      ? { type: SandboxConditionType.RuntimeHealthy, status: "True", reason: "RuntimeRecovered", message: `${RUNTIME_CONTAINER} ready after ${restarts} restart${restarts === 1 ? "" : "s"}${lastExit}` }
+      : { type: SandboxConditionType.RuntimeHealthy, status: "True", reason: "RuntimeReady", message: "" };
+  }
+  if (restarts > 0 || last) {
+    const waiting = rt.state?.waiting?.reason ? ` (${rt.state.waiting.reason})` : "";
+    return { type: SandboxConditionType.RuntimeHealthy, status: "False", reason: "RuntimeRestarting", message: `${RUNTIME_CONTAINER} is being restarted${waiting}: its liveness probe failed or it exited, ${restarts} restart${restarts === 1 ? "" : "s"}${lastExit}` };
+  }
+  return { type: SandboxConditionType.RuntimeHealthy, status: "False", reason: "RuntimeNotReady", message: `${RUNTIME_CONTAINER} is not ready yet` };
+}
+
 export interface SandboxStatus {
   observedGeneration?: number;
   phase: SandboxPhase;
@@ -86,6 +117,8 @@ export function sandboxStatus(prev: SandboxStatus | undefined, s: SandboxState, 
     conditions = conditions.filter((c) => c.type !== SandboxConditionType.SandboxPaused);
   }
   const pod = f.pod;
+  const runtime = runtimeHealth(pod);
+  conditions = runtime ? setCondition(conditions, { ...runtime, observedGeneration: generation }, now) : conditions.filter((c) => c.type !== SandboxConditionType.RuntimeHealthy);
   return {
     observedGeneration: generation,
     phase: s.crPhase,

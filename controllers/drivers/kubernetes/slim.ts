@@ -2,7 +2,7 @@
 // managedFields is several KiB; these projections are a few hundred bytes, and identical pod
 // templates of a pool's Sandboxes are shared (interned) rather than stored once per sandbox.
 import type { KubernetesObject, V1ObjectMeta, V1Pod } from "@kubernetes/client-node";
-import { ANNOTATION } from "../../../schema/crd/labels.ts";
+import { ANNOTATION, RUNTIME_CONTAINER } from "../../../schema/crd/labels.ts";
 
 const iso = (v: unknown): string | undefined => (v instanceof Date ? v.toISOString() : (v as string | undefined) ?? undefined);
 
@@ -48,8 +48,17 @@ function meta(m: V1ObjectMeta | undefined, keepAnnotations?: readonly string[]):
 
 export function slimPod(raw: V1Pod): V1Pod {
   const s = raw.status;
-  const waiting = (list: NonNullable<V1Pod["status"]>["containerStatuses"]) =>
-    list?.filter((c) => c.state?.waiting).map((c) => ({ name: c.name, state: { waiting: { reason: c.state!.waiting!.reason, message: c.state!.waiting!.message } } }) as never);
+  // Waiting containers (their reason is the Ready reason), and the runtime container always: its
+  // readiness and restarts are the RuntimeHealthy condition (pod-state.ts `runtimeHealth`).
+  const kept = (list: NonNullable<V1Pod["status"]>["containerStatuses"]) =>
+    list
+      ?.filter((c) => c.state?.waiting || c.name === RUNTIME_CONTAINER)
+      .map((c) => {
+        const out: Record<string, unknown> = { name: c.name, state: c.state?.waiting ? { waiting: { reason: c.state.waiting.reason, message: c.state.waiting.message } } : {} };
+        if (c.name !== RUNTIME_CONTAINER) return out as never;
+        const last = c.lastState?.terminated;
+        return { ...out, ready: c.ready, restartCount: c.restartCount, ...(last ? { lastState: { terminated: { exitCode: last.exitCode, reason: last.reason, finishedAt: iso(last.finishedAt) } } } : {}) } as never;
+      });
   return {
     metadata: meta(raw.metadata, POD_ANNOTATIONS),
     spec: { nodeName: raw.spec?.nodeName } as never,
@@ -59,8 +68,8 @@ export function slimPod(raw: V1Pod): V1Pod {
           podIP: s.podIP,
           message: s.message,
           conditions: s.conditions?.filter((c) => c.type === "Ready" || c.type === "PodScheduled").map((c) => ({ type: c.type, status: c.status, reason: c.reason, message: c.message }) as never),
-          containerStatuses: waiting(s.containerStatuses),
-          initContainerStatuses: waiting(s.initContainerStatuses),
+          containerStatuses: kept(s.containerStatuses),
+          initContainerStatuses: kept(s.initContainerStatuses),
         }
       : undefined,
   };

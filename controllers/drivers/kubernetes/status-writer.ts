@@ -8,12 +8,14 @@ import { mergePatch, PLURAL, postEvent, stableJson, tolerate } from "./kube-api.
 import type { NamespaceScope } from "./namespace-scope.ts";
 import type { KubeSandboxObservation, SandboxObject } from "./objects.ts";
 import { runtimeUrl } from "./pod-spec.ts";
-import { sandboxState, sandboxStatus, type SandboxFacts, type SandboxStatus } from "./pod-state.ts";
+import { runtimeContainer, runtimeHealth, sandboxState, sandboxStatus, type SandboxFacts, type SandboxStatus } from "./pod-state.ts";
 
 export class StatusWriter {
   readonly #ctx: DriverContext;
   /** Last Ready reason an Event was emitted for, per sandbox, so each transition is reported once. */
   readonly #eventReason = new Map<string, string>();
+  /** The runtime container's restart count last seen per sandbox (a rise is an Event). */
+  readonly #runtimeRestarts = new Map<string, number>();
   /** The last failed ensure of each sandbox still being retried, shown as its Ready condition. */
   readonly #failing = new Map<string, { reason: ReadyReason; message: string }>();
 
@@ -70,6 +72,7 @@ export class StatusWriter {
 
   forget(id: string): void {
     this.#eventReason.delete(id);
+    this.#runtimeRestarts.delete(id);
     this.#failing.delete(id);
   }
 
@@ -96,6 +99,10 @@ export class StatusWriter {
       );
       if (updated) sc.sandboxes.remember(updated);
     }
+    const restarts = runtimeContainer(facts.pod)?.restartCount ?? 0;
+    const seen = this.#runtimeRestarts.get(id);
+    this.#runtimeRestarts.set(id, restarts);
+    if (seen !== undefined && restarts > seen) await this.event(sc, sbx, "Warning", EventReason.RuntimeRestarted, runtimeHealth(facts.pod)?.message ?? `${restarts} restarts`);
     if (this.#eventReason.get(id) !== state.reason) {
       this.#eventReason.set(id, state.reason);
       if (state.reason === "Unschedulable") await this.event(sc, sbx, "Warning", EventReason.FailedScheduling, state.message);
