@@ -118,7 +118,7 @@ export async function startCrdLink(o: CrdLinkOptions): Promise<CrdLink> {
       // The driver's informers of the namespace hold its SandboxSets (and its Sandboxes from now on).
       const scope = await o.driver.watchNamespace(ns);
       const sets = new SandboxSetSync({ sandboxSets: scope.sandboxSets, namespace: ns, cluster: o.cluster, sink, log, retryMs });
-      const claims = new SandboxClaimSync({ kubeConfig: o.kubeConfig, namespace: ns, claimer, log, retryMs, onClaimed: (ids, name) => o.driver.labelClaimed(ids, name) });
+      const claims = new SandboxClaimSync({ kubeConfig: o.kubeConfig, namespace: ns, claimer, log, retryMs, onClaimed: (ids, name, mounts) => o.driver.labelClaimed(ids, name, mounts) });
       const quota = new NamespaceQuotaSync({ kubeConfig: o.kubeConfig, namespace: ns, link: o.link, pollMs: o.quotaPollMs, log });
       const commits = o.commit && new CommitController({ kubeConfig: o.kubeConfig, namespace: ns, enabled: o.commit.enabled, job: o.commit.job, log });
       await claims.start();

@@ -30,6 +30,8 @@ export const SandboxConditionType = {
   /** The data plane (the agent-runtime container): ready, or restarting after its liveness probe
    * failed or it exited; the kubelet restarts it in the same pod, so the sandbox is kept. */
   RuntimeHealthy: "RuntimeHealthy",
+  /** A claim's dynamic CSI mounts are made in the current pod (False: which failed and why). */
+  VolumesMounted: "VolumesMounted",
 } as const;
 
 export const ReadyReason = {
@@ -100,6 +102,8 @@ export const EventReason = {
   InjectionConfigApplied: "InjectionConfigApplied",
   /** On the Sandbox: its agent-runtime container was restarted by the kubelet (Warning). */
   RuntimeRestarted: "RuntimeRestarted",
+  /** On the Sandbox: a dynamic CSI mount failed (Warning; retried). */
+  VolumeMountFailed: "VolumeMountFailed",
 } as const;
 
 /** Returns `conditions` with `next` set, keeping lastTransitionTime when the status did not change. */

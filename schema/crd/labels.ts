@@ -43,6 +43,10 @@ export const ANNOTATION = {
   pauseStrategy: "agents.kruise.io/pause-strategy",
   /** JSON of the last in-place update applied to the running pod (a claim's `inplaceUpdate`). */
   inplaceUpdate: "agents.kruise.io/inplace-update",
+  /** JSON `[]CSIMountConfig`: the claim's dynamic mounts, made after claim and after every resume. */
+  csiVolumeConfig: "e2b.agents.kruise.io/csi-volume-config",
+  /** UID of the pod whose CSI mounts were made (a new pod, after a Stop resume, mounts again). */
+  csiMountedPod: "agents.kruise.io/csi-mounted-pod",
 } as const;
 
 /** Finalizer that keeps a Sandbox until its pod is gone (added by this agent on create). */

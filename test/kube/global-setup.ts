@@ -19,6 +19,7 @@ export default async function setup(project: TestProject) {
     cluster.kubectl(["create", "clusterrolebinding", "sandbox-agent-test", "--clusterrole=sandbox-agent", `--user=${AGENT_USER}`]);
     // Each test's namespace is the agent's own: it reads the injection ConfigMaps there.
     cluster.kubectl(["create", "clusterrolebinding", "sandbox-agent-injection-test", "--clusterrole=sandbox-agent-injection-config", `--user=${AGENT_USER}`]);
+    cluster.kubectl(["create", "clusterrolebinding", "sandbox-agent-volumes-test", "--clusterrole=sandbox-agent-volumes", `--user=${AGENT_USER}`]);
   } catch (err) {
     await cluster.stop();
     throw err;

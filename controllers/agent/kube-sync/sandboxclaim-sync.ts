@@ -16,6 +16,7 @@ import { ObjectCache } from "../../drivers/kubernetes/object-cache.ts";
 import { parseQuantity } from "./sandboxset-sync.ts";
 import { slimCustom } from "../../drivers/kubernetes/slim.ts";
 import { durationMs } from "../../../schema/crd/duration.ts";
+import { csiMountsProblem, type CsiMountConfig } from "../../../schema/crd/csi-mount.ts";
 
 export { CLAIM_METADATA_KEY } from "../../../schema/protocol/index.ts";
 
@@ -32,6 +33,7 @@ export interface SandboxClaimObject extends KubernetesObject {
     createOnNoStock?: boolean;
     waitReadyTimeout?: string;
     inplaceUpdate?: { image?: string; resources?: { limits?: Record<string, string>; requests?: Record<string, string> } };
+    dynamicVolumesMount?: CsiMountConfig[];
   };
   status?: { phase?: "Claiming" | "Completed"; claimedReplicas?: number; claimStartTime?: string; completionTime?: string; message?: string; conditions?: Condition[] };
 }
@@ -67,7 +69,9 @@ function inplaceOf(u: SandboxClaimObject["spec"]["inplaceUpdate"]): { image?: st
 
 /** Why the claim's labels or annotations cannot go on its Sandboxes (undefined: they can). The
  * API server would refuse the Sandbox's update, so the claim is refused before anything is taken. */
-export function claimMetadataProblem(spec: Pick<SandboxClaimObject["spec"], "labels" | "annotations">): string | undefined {
+export function claimMetadataProblem(spec: Pick<SandboxClaimObject["spec"], "labels" | "annotations" | "dynamicVolumesMount">): string | undefined {
+  const mounts = spec.dynamicVolumesMount ? csiMountsProblem(spec.dynamicVolumesMount, "spec.dynamicVolumesMount") : undefined;
+  if (mounts) return mounts;
   for (const [k, v] of Object.entries(spec.labels ?? {})) {
     const problem = labelProblem(k, v);
     if (problem) return `spec.labels: ${problem}`;
@@ -89,7 +93,7 @@ export interface SandboxClaimSyncOptions {
   /** How often an unfinished claim is looked at again. */
   retryMs?: number;
   /** Called with the sandboxes the claim holds after each pass (the driver labels them). */
-  onClaimed?: (sandboxIds: string[], claimName: string) => Promise<void>;
+  onClaimed?: (sandboxIds: string[], claimName: string, mounts: CsiMountConfig[]) => Promise<void>;
 }
 
 export class SandboxClaimSync {
@@ -184,7 +188,7 @@ export class SandboxClaimSync {
       inplaceUpdate: inplaceOf(claim.spec.inplaceUpdate),
     });
     // A label that cannot be written is no reason to hold back the claim's status.
-    if (r.sandboxIds.length) await this.#o.onClaimed?.(r.sandboxIds, name).catch((err: unknown) => this.#o.log?.(`sandboxclaim ${name}: claim-name label: ${(err as Error).message}`));
+    if (r.sandboxIds.length) await this.#o.onClaimed?.(r.sandboxIds, name, claim.spec.dynamicVolumesMount ?? []).catch((err: unknown) => this.#o.log?.(`sandboxclaim ${name}: claim-name label: ${(err as Error).message}`));
     const have = r.sandboxIds.length;
     const notFound = r.notFound;
     const lastError = r.error;

@@ -28,6 +28,8 @@ import { poolConnections } from "./pooled-connections.ts";
 import { SandboxObjects } from "./sandbox-object.ts";
 import { Scopes } from "./scopes.ts";
 import { StatusWriter } from "./status-writer.ts";
+import { CsiMounter } from "./csi-mounts.ts";
+import type { CsiMountConfig } from "../../../schema/crd/csi-mount.ts";
 import { UserRequests } from "./user-requests.ts";
 
 export { idLabel, sandboxName } from "./objects.ts";
@@ -52,6 +54,7 @@ export class KubernetesDriver implements Driver {
   readonly #pods: PodWriter;
   readonly #sandboxes: SandboxObjects;
   readonly #requests: UserRequests;
+  readonly #mounts: CsiMounter;
   readonly #statusTimers = new Map<string, NodeJS.Timeout>();
   /** Each sandbox's chain of writes (see #serial). */
   readonly #writes = new KeyedSerial();
@@ -81,6 +84,24 @@ export class KubernetesDriver implements Driver {
     this.injection = new InjectionConfigSource({ kubeConfig: opts.kubeConfig, core: this.#ctx.core, namespace: opts.namespace, log: (msg) => opts.log?.(msg), count: () => this.requests++ });
     this.#pods = new PodWriter(this.#ctx, this.#status, opts.runtimeImage, () => this.injection.current());
     this.#sandboxes = new SandboxObjects(this.#ctx, this.#pods);
+    this.#mounts = new CsiMounter(this.#ctx, {
+      token: (id) => this.#pods.token(id),
+      markMounted: (id, podUid) =>
+        this.#serial(id, async () => {
+          const sbx = this.#ctx.sandbox(id);
+          if (sbx) await this.#sandboxes.patchMetadata(id, sbx, { annotations: { [ANNOTATION.csiMountedPod]: podUid } }, true);
+        }),
+      changed: (id, failure) => {
+        if (failure) {
+          void this.#serial(id, async () => {
+            const sbx = this.#ctx.sandbox(id);
+            if (sbx) await this.#status.event(this.#ctx.scopeOf(id), sbx, "Warning", EventReason.VolumeMountFailed, failure);
+          });
+        }
+        this.#scheduleStatus(id);
+      },
+    });
+    this.#status.more = (id, conditions, now) => this.#mounts.withCondition(id, conditions, now);
   }
 
   /** The home namespace's informers (the SandboxSet sync and tests read them). */
@@ -116,6 +137,7 @@ export class KubernetesDriver implements Driver {
 
   async stop(): Promise<void> {
     for (const t of this.#statusTimers.values()) clearTimeout(t);
+    this.#mounts.stop();
     await Promise.all([...this.#ctx.all().map((sc) => sc.stop()), this.injection.stop()]);
   }
 
@@ -243,6 +265,7 @@ export class KubernetesDriver implements Driver {
       if (this.#deferred.get(id) === pending) this.#deferred.delete(id);
     }
     await this.#status.write(id);
+    this.#mounts.check(id, this.#status.observe(id)?.ready ?? false);
   }
 
   view(_id: string): never {
@@ -271,13 +294,20 @@ export class KubernetesDriver implements Driver {
    * selector for a claim's sandboxes); the intent cannot carry it, as it names the claim only by
    * uid. In each sandbox's write chain; one already labelled, or not (yet) here, is skipped.
    */
-  async labelClaimed(ids: string[], claimName: string): Promise<void> {
+  async labelClaimed(ids: string[], claimName: string, mounts: CsiMountConfig[] = []): Promise<void> {
+    const csi = mounts.length ? JSON.stringify(mounts) : undefined;
     await Promise.all(
       ids.map((id) =>
         this.#serial(id, async () => {
           const sbx = this.#ctx.sandbox(id);
-          if (!sbx || sbx.metadata?.deletionTimestamp || sbx.metadata?.labels?.[LABEL.claimName] === claimName) return;
-          await this.#sandboxes.patchMetadata(id, sbx, { labels: { [LABEL.claimName]: claimName } }, true);
+          const meta = sbx?.metadata;
+          if (!sbx || meta?.deletionTimestamp) return;
+          const labelled = meta?.labels?.[LABEL.claimName] === claimName;
+          // The claim's dynamic mounts: written once, made once the pod is Ready (csi-mounts.ts).
+          const annotate = csi !== undefined && meta?.annotations?.[ANNOTATION.csiVolumeConfig] === undefined;
+          if (labelled && !annotate) return;
+          const updated = await this.#sandboxes.patchMetadata(id, sbx, { labels: { [LABEL.claimName]: claimName }, ...(annotate ? { annotations: { [ANNOTATION.csiVolumeConfig]: csi } } : {}) }, true);
+          if (updated && annotate) this.#scheduleStatus(id);
         }),
       ),
     );
@@ -301,6 +331,7 @@ export class KubernetesDriver implements Driver {
       await this.#pods.deleteAll(sc, id);
       await this.#sandboxes.delete(sc, id);
       this.#status.forget(id);
+      this.#mounts.forget(id);
       this.#deferred.delete(id);
     });
   }

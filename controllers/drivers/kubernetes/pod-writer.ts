@@ -151,6 +151,10 @@ export class PodWriter {
     this.#tokens.set(id, token);
   }
 
+  token(id: string): string | undefined {
+    return this.#tokens.get(id);
+  }
+
   async runtimeCall(id: string, path: "/freeze" | "/unfreeze"): Promise<void> {
     const url = runtimeUrl(this.#ctx.pod(id));
     if (!url) throw new SandboxNotFoundError(id, "no running pod with an IP");

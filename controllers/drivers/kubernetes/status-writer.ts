@@ -14,6 +14,8 @@ export class StatusWriter {
   readonly #ctx: DriverContext;
   /** Last Ready reason an Event was emitted for, per sandbox, so each transition is reported once. */
   readonly #eventReason = new Map<string, string>();
+  /** Conditions other parts own (the CSI mounts'), added to every status written. */
+  more: (id: string, conditions: SandboxStatus["conditions"], now: string) => SandboxStatus["conditions"] = (_id, c) => c;
   /** The runtime container's restart count last seen per sandbox (a rise is an Event). */
   readonly #runtimeRestarts = new Map<string, number>();
   /** The last failed ensure of each sandbox still being retried, shown as its Ready condition. */
@@ -87,6 +89,7 @@ export class StatusWriter {
     const state = failing ? { ...sandboxState(facts), ready: false, ...failing } : sandboxState(facts);
     const now = new Date(ctx.now()).toISOString();
     const status = sandboxStatus(sbx.status, state, facts, sbx.metadata?.generation, now);
+    status.conditions = this.more(id, status.conditions, now);
     const comparable = (s: SandboxStatus | undefined) => stableJson({ ...s, conditions: s?.conditions?.map((c) => ({ ...c, lastTransitionTime: "" })) });
     if (comparable(sbx.status) !== comparable(status)) {
       ctx.count();
