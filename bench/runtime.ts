@@ -1,11 +1,15 @@
 // agent-runtime benchmark: SDK command overhead against a direct spawn, idle memory, memory
-// growth over 1000 commands, and 100 MB file throughput. The runtime runs as its own process,
+// growth over 1000 commands, and 100 MB file throughput; and the ratios of issue 16.3, each
+// against its floor measured interleaved in the same run: cold start against a bare Node HTTP
+// server's, a 2,000-entry listing against readdir + lstat, 1 MB of stdout against a direct
+// spawn's, run p99 against the direct spawn's p99. The runtime runs as its own process,
 // standalone and bundled as sandboxes run it (controllers/runtime/bundle.ts), so its RSS is its
 // own; the SDK talks to it over loopback. Idle RSS is also taken for the .ts sources.
 //   node bench/runtime.ts            prints the figures
 //   npm run bench -- runtime         as part of bench/results.json
 import { spawn, type ChildProcess } from "node:child_process";
-import { readFileSync } from "node:fs";
+import { readFileSync, writeFileSync } from "node:fs";
+import { lstat, readdir } from "node:fs/promises";
 import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
 import { resolve } from "node:path";
@@ -62,6 +66,38 @@ async function fakeControlPlane(): Promise<{ url: string; close(): void }> {
   return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, close: () => server.close() };
 }
 
+/** exec → first 2xx of GET /health, and the process's VmRSS then. */
+async function coldStart(args: string[]): Promise<{ ms: number; rss: number }> {
+  const t = performance.now();
+  // As a pod starts it: the launcher sets the allocator (no re-exec; k8s/injection-config.yaml).
+  const child = spawn(process.execPath, args, { cwd: ROOT, stdio: ["ignore", "pipe", "inherit"], env: { ...process.env, MALLOC_ARENA_MAX: "2" } });
+  try {
+    const url = await new Promise<string>((res, rej) => {
+      let out = "";
+      child.stdout!.on("data", (d) => {
+        out += d;
+        const m = /listening on (http:\/\/\S+)/.exec(out);
+        if (m) res(m[1]!);
+      });
+      child.once("exit", (code) => rej(new Error(`exited ${code}`)));
+    });
+    for (;;) {
+      const ok = await fetch(`${url}/health`).then((r) => r.status < 300, () => false);
+      if (ok) break;
+      await sleep(1);
+    }
+    return { ms: performance.now() - t, rss: rssMB(child.pid!) };
+  } finally {
+    child.kill("SIGKILL");
+  }
+}
+
+/** The floor of a cold start: Node itself serving HTTP, nothing loaded. */
+const BARE_SERVER = `const s = require("node:http").createServer((q, r) => r.writeHead(204).end()); s.listen(0, "127.0.0.1", () => console.log("listening on http://127.0.0.1:" + s.address().port));`;
+
+const quantile = (xs: number[], q: number) => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor(xs.length * q))]!;
+const spread = (xs: number[]) => `p25 ${quantile(xs, 0.25).toFixed(2)}, p75 ${quantile(xs, 0.75).toFixed(2)}`;
+
 /** The floor: the same command with the environment the runtime gives it. */
 const BASH_ENV = { PATH: "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", HOME: "/root", USER: "root", LOGNAME: "root" };
 function spawnBash(): Promise<void> {
@@ -110,7 +146,22 @@ export async function run(_ctx?: unknown): Promise<Figures> {
   mkdirSync(join(ROOT, "dist"), { recursive: true });
   // Inside the repository, so the bundle resolves its one external (@lydell/node-pty).
   const dir = mkdtempSync(join(ROOT, "dist", "runtime-bench-"));
-  const bundle = await bundleRuntime(join(dir, "main.mjs"));
+  const bundle = await bundleRuntime(join(dir, "main.cjs"));
+  const bare = join(dir, "bare.cjs");
+  writeFileSync(bare, BARE_SERVER);
+  // Cold start, both sides interleaved (one of each per round).
+  const cold: number[] = [];
+  const coldBare: number[] = [];
+  const coldRatios: number[] = [];
+  let bareRss = 0;
+  for (let i = 0; i < 11; i++) {
+    const r = await coldStart([bundle, "--port", "0", "--host", "127.0.0.1"]);
+    const b = await coldStart([bare]);
+    cold.push(r.ms);
+    coldBare.push(b.ms);
+    coldRatios.push(r.ms / b.ms);
+    bareRss = b.rss;
+  }
   const api = await fakeControlPlane();
   const fromSource = await idleRss("controllers/runtime/main.ts", api.url);
   const idle = await idleRss(bundle, api.url);
@@ -128,6 +179,37 @@ export async function run(_ctx?: unknown): Promise<Figures> {
     for (let i = 0; i < 200; i++) {
       viaSdk.push(await timed(() => sbx.commands.run("true")));
       direct.push(await timed(spawnBash));
+    }
+
+    const runRatio = quantile(viaSdk, 0.99) / quantile(direct, 0.99);
+
+    // A 2,000-entry listing against readdir + lstat of each, interleaved.
+    const listDir = `/tmp/runtime-bench-list-${process.pid}`;
+    mkdirSync(listDir, { recursive: true });
+    for (let i = 0; i < 2000; i++) writeFileSync(`${listDir}/f${i}`, "x");
+    const listSdk: number[] = [];
+    const listFloor: number[] = [];
+    await sbx.files.list(listDir);
+    for (let i = 0; i < 15; i++) {
+      listSdk.push(await timed(() => sbx.files.list(listDir)));
+      listFloor.push(await timed(async () => {
+        for (const name of await readdir(listDir)) await lstat(`${listDir}/${name}`, { bigint: true });
+      }));
+    }
+    rmSync(listDir, { recursive: true, force: true });
+
+    // 1 MB of stdout through the SDK against reading the same command's output from a direct spawn.
+    const mb = "head -c 1048576 /dev/zero | tr '\\0' a";
+    const outSdk: number[] = [];
+    const outFloor: number[] = [];
+    for (let i = 0; i < 15; i++) {
+      outSdk.push(await timed(() => sbx.commands.run(mb)));
+      outFloor.push(await timed(() => new Promise<void>((res, rej) => {
+        const c = spawn("/bin/bash", ["-l", "-c", mb], { stdio: ["ignore", "pipe", "ignore"], env: BASH_ENV, cwd: "/root" });
+        c.stdout.resume();
+        c.once("exit", () => res());
+        c.once("error", rej);
+      })));
     }
 
     // Growth is measured from a warmed-up working set (heap and malloc arenas settle within a
@@ -155,9 +237,16 @@ export async function run(_ctx?: unknown): Promise<Figures> {
 
     return {
       "runtime.run_overhead_ratio": { value: median(viaSdk) / median(direct), unit: "x", target: "<= 1.5" },
+      "runtime.run_p99_ratio": { value: runRatio, unit: "x", target: "<= 1.4" },
+      "runtime.cold_start_ms": { value: median(cold), unit: "ms" },
+      "runtime.bare_node_server_start_ms": { value: median(coldBare), unit: "ms" },
+      "runtime.cold_start_ratio": { value: median(coldRatios), unit: `x (${spread(coldRatios)})`, target: "<= 1.0" },
+      "runtime.bare_node_server_rss_mb": { value: bareRss, unit: "MB" },
+      "runtime.list_2000_ratio": { value: median(listSdk) / median(listFloor), unit: "x", target: "<= 2.0" },
+      "runtime.stdout_1mb_ratio": { value: median(outSdk) / median(outFloor), unit: "x", target: "<= 3.5" },
       "runtime.run_median_ms": { value: median(viaSdk), unit: "ms" },
       "runtime.direct_spawn_median_ms": { value: median(direct), unit: "ms" },
-      "runtime.idle_rss_mb": { value: idle.rss, unit: "MB", target: "<= 60" },
+      "runtime.idle_rss_mb": { value: idle.rss, unit: "MB", target: "<= 35 (floor: bare_node_server_rss_mb)" },
       "runtime.idle_private_mb": { value: idle.anon, unit: "MB" },
       "runtime.idle_rss_mb_from_source": { value: fromSource.rss, unit: "MB" },
       "runtime.embedded_heap_per_idle_sandbox_kb": { value: perSandbox, unit: "KB" },

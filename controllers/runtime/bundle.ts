@@ -3,7 +3,7 @@
 // TypeScript stripping (its WebAssembly memory never shrinks) and one module instead of
 // hundreds. @lydell/node-pty and @napi-rs/xattr stay external (native addons): ship
 // node_modules/@lydell and node_modules/@napi-rs beside it.
-//   node controllers/runtime/bundle.ts [outfile]   (default dist/runtime/main.mjs)
+//   node controllers/runtime/bundle.ts [outfile]   (default dist/runtime/main.cjs)
 import { resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { build } from "esbuild";
@@ -13,7 +13,7 @@ export async function bundleRuntime(outfile: string): Promise<string> {
     entryPoints: [fileURLToPath(new URL("./main.ts", import.meta.url))],
     bundle: true,
     platform: "node",
-    format: "esm",
+    format: "cjs",
     target: "node22",
     external: ["@lydell/node-pty", "@napi-rs/xattr"],
     outfile,
@@ -23,6 +23,6 @@ export async function bundleRuntime(outfile: string): Promise<string> {
 }
 
 if (process.argv[1] && resolve(process.argv[1]) === fileURLToPath(import.meta.url)) {
-  const out = await bundleRuntime(resolve(process.argv[2] ?? "dist/runtime/main.mjs"));
+  const out = await bundleRuntime(resolve(process.argv[2] ?? "dist/runtime/main.cjs"));
   console.log(`wrote ${out}`);
 }

@@ -24,6 +24,7 @@ if (!values.socket && !(Number.isInteger(port) && port >= 0 && port < 65536)) {
   console.error(`invalid --port ${values.port}`);
   process.exit(2);
 }
+async function main(): Promise<void> {
 const runtime = createRuntime({
   single: {
     view: new HostView(),
@@ -42,3 +43,5 @@ console.log(`agent-runtime (envd ${ENVD_VERSION}) listening on ${where}`);
 for (const sig of ["SIGINT", "SIGTERM"] as const) {
   process.once(sig, () => void runtime.close().then(() => process.exit(0)));
 }
+}
+void main();

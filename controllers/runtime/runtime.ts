@@ -1,11 +1,8 @@
 // The agent-runtime: one HTTP server (or request handler) serving envd's Connect RPC and plain
 // HTTP API for one sandbox (standalone, pod sidecar) or many (the local driver registers them
 // and requests are routed by the E2b-Sandbox-Id header).
-import { createContextValues } from "@connectrpc/connect";
-import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { rmSync } from "node:fs";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
-import { filesystemService } from "./filesystem/service.ts";
 import { getEnvs } from "./http/envs.ts";
 import { getFiles } from "./http/files-get.ts";
 import { postFiles } from "./http/files-post.ts";
@@ -15,8 +12,6 @@ import { postInit } from "./http/init.ts";
 import { getMetrics } from "./http/metrics.ts";
 import { HttpError, sendError, sendJson, type HttpHandler } from "./http/respond.ts";
 import { signatureMatches } from "./http/signature.ts";
-import { processService } from "./process/service.ts";
-import { sandboxKey } from "./request-context.ts";
 import { RuntimeSandbox, type SandboxOptions } from "./sandbox.ts";
 import type { SandboxView } from "./sandbox-view.ts";
 
@@ -75,14 +70,11 @@ export function createRuntime(opts: RuntimeOptions = {}): Runtime {
   const single = opts.single ? new RuntimeSandbox(opts.single.id ?? "default", opts.single.view, opts.single.options) : undefined;
   const bySocket = new WeakMap<IncomingMessage, RuntimeSandbox>();
 
-  const rpc = connectNodeAdapter({
-    routes: (router) => {
-      processService(router);
-      filesystemService(router);
-    },
-    contextValues: (req) => createContextValues().set(sandboxKey, bySocket.get(req as IncomingMessage)),
-    jsonOptions: { ignoreUnknownFields: true },
-  });
+  // The Connect services, built on first use (see rpc.ts); `listen` starts building them at once.
+  let rpc: Promise<(req: IncomingMessage, res: ServerResponse) => void> | undefined;
+  const rpcHandler = () => (rpc ??= import("./rpc.ts").then((m) => m.rpcHandler((req) => bySocket.get(req))));
+  // Embedded (the local driver's agent): nothing waits on readiness, so build them now.
+  if (!opts.single) setImmediate(() => void rpcHandler());
 
   /** A signed /files URL carries no sandbox id: find the sandbox whose token signed it. */
   function bySignature(req: IncomingMessage, url: URL): RuntimeSandbox | undefined {
@@ -127,7 +119,7 @@ export function createRuntime(opts: RuntimeOptions = {}): Runtime {
     }
     if (isRpc) {
       bySocket.set(req, sbx);
-      return rpc(req, res);
+      return (await rpcHandler())(req, res);
     }
     await endpoint!.handler(req, res, sbx, url);
   }
@@ -179,6 +171,8 @@ export function createRuntime(opts: RuntimeOptions = {}): Runtime {
           server.listen(target.socket, resolve);
         } else server.listen(target.port, target.host, resolve);
       });
+      // After the first /health can be answered, not before.
+      setImmediate(() => void rpcHandler());
       return server;
     },
     async close() {
