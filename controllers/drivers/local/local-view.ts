@@ -50,6 +50,8 @@ export interface LocalViewOptions {
   target: () => ViewTarget | undefined;
   /** Who forks the sandbox's processes (the driver's spawner); absent: the runtime itself. */
   launcher?: ProcessLauncher;
+  /** Host ids of a sandbox user's files (id-map.ts). */
+  hostOwner?: (uid: number, gid: number) => { uid: number; gid: number };
 }
 
 export class LocalSandboxView implements SandboxView {
@@ -78,6 +80,10 @@ export class LocalSandboxView implements SandboxView {
     const m = /^\/proc\/\d+\/root(?=\/|$)/.exec(hostPath);
     if (m && this.#o.namespaces) return hostPath.slice(m[0].length) || "/";
     return sandboxPathOf(this.#o.mounts, hostPath);
+  }
+
+  hostOwner(uid: number, gid: number): { uid: number; gid: number } {
+    return this.#o.hostOwner?.(uid, gid) ?? { uid, gid };
   }
 
   lookupUser(name: string): SandboxUser | undefined {
