@@ -542,7 +542,18 @@ export class LocalDriver implements Driver {
       const rec = readRecord(layoutFor(this.#dataDir, id).record);
       if (!rec) throw new SandboxNotFoundError(id);
       if (!existsSync(snapshot.location)) throw new Error(`snapshot ${snapshot.id} is gone (${snapshot.location})`);
-      await this.#withDisk(rec, () => restoreLayer(this.#layout(id, rec).layer, snapshot.location, !rec.root));
+      const layout = this.#layout(id, rec);
+      if (rec.root && rec.phase !== "Stopped" && alive(rec.nsInit)) {
+        // An overlay's upper directory must not change under its mount: the running sandbox's
+        // processes end, its root is mounted again on the restored upper, and a new holder starts
+        // (as a VM restored from a disk snapshot reboots).
+        await this.#endProcesses(rec);
+        await unmountRoot(this.#spawner, layout.merged);
+        await restoreLayer(layout.layer, snapshot.location, false);
+        await this.#syncEgress(await this.#syncNet(await this.#start(rec)));
+        return;
+      }
+      await this.#withDisk(rec, () => restoreLayer(layout.layer, snapshot.location, !rec.root));
     });
   }
 

@@ -86,8 +86,10 @@ export class LocalSandboxView implements SandboxView {
     return this.#o.hostOwner?.(uid, gid) ?? { uid, gid };
   }
 
+  /** From the sandbox's own /etc/passwd (a user added inside is one the API can act as), else
+   * the template's users. */
   lookupUser(name: string): SandboxUser | undefined {
-    return USERS.find((u) => u.name === name);
+    return this.#passwd().find((u) => u.name === name) ?? USERS.find((u) => u.name === name);
   }
 
   /** Names from the sandbox's own /etc/passwd and /etc/group (its `/etc` mount, readable while

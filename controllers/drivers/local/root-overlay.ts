@@ -62,7 +62,7 @@ export interface OverlayPaths {
 }
 
 /** Mounts the sandbox's root at `paths.merged` unless it is mounted (an agent restart finds it
- * so). Returns whether the upper directory is new (the identity files are written then). */
+ * so). Returns whether it is mounted for the first time (the identity files are written then). */
 export async function mountRoot(spawner: Spawner, store: RootfsStore, root: RootRecord, paths: OverlayPaths): Promise<boolean> {
   if (isMounted(paths.merged)) return false;
   // overlayfs shows its options, as given, in the sandbox's /proc/self/mountinfo: relative paths
@@ -77,7 +77,9 @@ export async function mountRoot(spawner: Spawner, store: RootfsStore, root: Root
     symlinkSync(tree, join(links, String(i)));
     return `layers/${i}`;
   });
-  const fresh = !existsSync(paths.upper);
+  // New sandbox: no work directory yet (a sandbox made from a snapshot has an upper already, but
+  // gets an identity of its own all the same).
+  const fresh = !existsSync(paths.work);
   mkdirSync(paths.upper, { recursive: true, mode: 0o755 });
   mkdirSync(paths.work, { recursive: true, mode: 0o700 });
   mkdirSync(paths.merged, { recursive: true });
