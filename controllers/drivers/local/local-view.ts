@@ -50,6 +50,8 @@ export interface LocalViewOptions {
   target: () => ViewTarget | undefined;
   /** Who forks the sandbox's processes (the driver's spawner); absent: the runtime itself. */
   launcher?: ProcessLauncher;
+  /** Host ids of a sandbox user's files (id-map.ts). */
+  hostOwner?: (uid: number, gid: number) => { uid: number; gid: number };
 }
 
 export class LocalSandboxView implements SandboxView {
@@ -80,8 +82,14 @@ export class LocalSandboxView implements SandboxView {
     return sandboxPathOf(this.#o.mounts, hostPath);
   }
 
+  hostOwner(uid: number, gid: number): { uid: number; gid: number } {
+    return this.#o.hostOwner?.(uid, gid) ?? { uid, gid };
+  }
+
+  /** From the sandbox's own /etc/passwd (a user added inside is one the API can act as), else
+   * the template's users. */
   lookupUser(name: string): SandboxUser | undefined {
-    return USERS.find((u) => u.name === name);
+    return this.#passwd().find((u) => u.name === name) ?? USERS.find((u) => u.name === name);
   }
 
   /** Names from the sandbox's own /etc/passwd and /etc/group (its `/etc` mount, readable while
