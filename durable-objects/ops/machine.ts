@@ -63,8 +63,9 @@ export interface OpsState {
 }
 
 export type OpsInput =
-  /** The team's sandboxes and each template's current revision (null: the template is gone). */
-  | { type: "select"; candidates: OpsCandidate[]; targets: Record<string, string | null> }
+  /** The team's sandboxes, each template's current revision (null: the template is gone), and
+   * clusters whose driver cannot recreate a sandbox (why), whose sandboxes are left alone. */
+  | { type: "select"; candidates: OpsCandidate[]; targets: Record<string, string | null>; unsupported?: Record<string, string> }
   | { type: "progress"; outcomes: Record<string, UpgradeOutcome> }
   | { type: "change"; paused?: boolean; maxUnavailable?: number | string }
   /** Retry the failed members (a Failed run continues). */
@@ -83,7 +84,7 @@ export function transition(current: OpsState, ev: OpsInput, now: number): OpsSta
   const s: OpsState = { ...current, members: current.members.map((m) => ({ ...m })), events: [...current.events], conditions: [...current.conditions], updatedAt: now };
   switch (ev.type) {
     case "select":
-      if (s.phase === "Pending") select(s, ev.candidates, ev.targets, now);
+      if (s.phase === "Pending") select(s, ev.candidates, ev.targets, ev.unsupported ?? {}, now);
       break;
     case "progress":
       progress(s, ev.outcomes, now);
@@ -123,7 +124,7 @@ export function active(s: OpsState): boolean {
   return s.phase === "Pending" || (s.phase === "Updating" && inFlight(s).length > 0);
 }
 
-function select(s: OpsState, candidates: OpsCandidate[], targets: Record<string, string | null>, now: number): void {
+function select(s: OpsState, candidates: OpsCandidate[], targets: Record<string, string | null>, unsupported: Record<string, string>, now: number): void {
   if (s.spec.updateStrategy.type === "CheckpointRestore") {
     s.phase = "Failed";
     const msg = "updateStrategy CheckpointRestore is not supported yet (it needs sandbox snapshots); use Recreate";
@@ -133,8 +134,13 @@ function select(s: OpsState, candidates: OpsCandidate[], targets: Record<string,
   }
   const states = new Set<string>(s.spec.stateFilter.states);
   const missing = new Set<string>();
+  const left = new Map<string, number>();
   for (const c of [...candidates].sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0))) {
     if (!states.has(c.phase) || !selectorMatches(s.spec.selector, c.labels)) continue;
+    if (unsupported[c.cluster]) {
+      left.set(c.cluster, (left.get(c.cluster) ?? 0) + 1);
+      continue;
+    }
     const to = targets[c.templateId];
     if (!to) {
       missing.add(c.templateId);
@@ -144,6 +150,7 @@ function select(s: OpsState, candidates: OpsCandidate[], targets: Record<string,
     s.members.push({ id: c.id, templateId: c.templateId, from: c.revision, to, paused: c.phase === "Paused", status: "Pending", attempt: 0, updatedAt: now });
   }
   for (const t of missing) event(s, now, "Warning", "TemplateNotFound", `template "${t}" no longer exists: its sandboxes are not upgraded`);
+  for (const [cluster, n] of left) event(s, now, "Warning", "RecreateNotSupported", `${n} selected sandboxes on cluster "${cluster}" are left alone: ${unsupported[cluster]}`);
   s.phase = "Updating";
   event(s, now, "Normal", "Selected", `${s.members.length} sandboxes to upgrade`);
 }

@@ -7,6 +7,8 @@ import type { Phase, SandboxState } from "./state.ts";
 export interface OpsCandidate {
   id: string;
   templateId: string;
+  /** The cluster it runs on (whose driver does the Recreate). */
+  cluster: string;
   labels: Record<string, string>;
   phase: Phase;
   /** The template revision it runs. */
@@ -29,7 +31,7 @@ export interface UpgradeOutcome {
 }
 
 export function opsCandidate(s: SandboxState): OpsCandidate {
-  return { id: s.spec.id, templateId: s.spec.templateId, labels: s.spec.labels, phase: s.phase, revision: s.spec.template.revision };
+  return { id: s.spec.id, templateId: s.spec.templateId, cluster: s.spec.cluster, labels: s.spec.labels, phase: s.phase, revision: s.spec.template.revision };
 }
 
 /** Where the upgrade to (`revision`, `attempt`) of `s` stands. */

@@ -63,6 +63,8 @@ export function tcpTransport(baseUrl: string, token: string, cluster = "local"):
 
 export interface ScriptedAgentOptions {
   agentId?: string;
+  /** The driver its hello names (default `scripted`). */
+  driver?: string;
   ingressUrl?: string;
   /** Sandboxes the agent claims to run in its next hello (default: what it runs now). */
   inventory?: ObservationInput[];
@@ -109,6 +111,7 @@ export class ScriptedAgent {
   constructor(opts: ScriptedAgentOptions = {}) {
     this.opts = {
       agentId: opts.agentId ?? "scripted-agent",
+      driver: opts.driver ?? "scripted",
       ingressUrl: opts.ingressUrl ?? "http://127.0.0.1:0",
       ackDelayMs: opts.ackDelayMs ?? 0,
       readyDelayMs: opts.readyDelayMs ?? 0,
@@ -142,7 +145,7 @@ export class ScriptedAgent {
       type: "hello",
       protocol: this.opts.protocol,
       agentId: this.opts.agentId,
-      driver: "scripted",
+      driver: this.opts.driver,
       isolation: "none",
       ingress: { url: this.opts.ingressUrl },
       inventory,

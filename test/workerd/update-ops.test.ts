@@ -116,6 +116,22 @@ describe("update ops through the admin API", () => {
     await expectError(call(opsPath), 404);
   });
 
+  it("leaves alone the sandboxes of a cluster whose agent runs the kubernetes driver (no Recreate there yet), and says so", async () => {
+    const team = await createTeam(unique("ops-kube"));
+    const agent = await startAgent(team.cluster, { driver: "kubernetes" });
+    const tplPath = `/admin/teams/${team.name}/templates/${team.template}`;
+    const id = (await expectStatus(call("/sandboxes", { key: team.key, body: { templateID: team.template } }), 201)).sandboxID;
+    const rev2 = (await expectStatus(call(tplPath, { method: "PUT", body: { spec: { cluster: team.cluster, image: "base-k" } } }), 200)).revision;
+    await expectStatus(call(`/admin/teams/${team.name}/updateops`, { body: { name: "k", selector: {} } }), 201);
+    const done = await waitFor(async () => {
+      const s = await expectStatus(call(`/admin/teams/${team.name}/updateops/k`), 200);
+      return s.phase === "Completed" ? s : undefined;
+    }, { what: "the run to answer" });
+    expect(done).toMatchObject({ replicas: 0, updatedReplicas: 0 });
+    expect(done.events.find((e: { reason: string }) => e.reason === "RecreateNotSupported").message).toContain("kubernetes driver does not recreate");
+    expect(agent.received.filter((r) => r.intent.sandboxId === id && r.intent.template?.revision === rev2)).toHaveLength(0);
+  });
+
   it("answers CheckpointRestore as not supported yet, and refuses bad input with 4xx", async () => {
     const team = await createTeam(unique("ops-bad"));
     const cr = await expectStatus(call(`/admin/teams/${team.name}/updateops`, { body: { name: "cr", selector: {}, updateStrategy: { type: "CheckpointRestore" } } }), 201);

@@ -8,7 +8,7 @@ import type { OpsCandidate, UpgradeOutcome } from "../../../../durable-objects/s
 const NOW = 1_000_000;
 
 function sandboxes(n: number, over: Partial<OpsCandidate> = {}): OpsCandidate[] {
-  return Array.from({ length: n }, (_, i) => ({ id: `s${String(i).padStart(3, "0")}`, templateId: "t", labels: { app: "a" }, phase: "Running" as const, revision: "r1", ...over }));
+  return Array.from({ length: n }, (_, i) => ({ id: `s${String(i).padStart(3, "0")}`, templateId: "t", cluster: "local", labels: { app: "a" }, phase: "Running" as const, revision: "r1", ...over }));
 }
 
 function run(spec: unknown, candidates: OpsCandidate[], targets: Record<string, string | null> = { t: "r2" }): OpsState {
@@ -23,12 +23,12 @@ const updating = (s: OpsState) => inFlight(s).map((m) => m.id);
 describe("update ops machine", () => {
   it("selects by label selector, stateFilter and revision, in id order", () => {
     const c: OpsCandidate[] = [
-      { id: "b", templateId: "t", labels: { app: "a" }, phase: "Running", revision: "r1" },
-      { id: "a", templateId: "t", labels: { app: "a" }, phase: "Paused", revision: "r1" },
-      { id: "c", templateId: "t", labels: { app: "other" }, phase: "Running", revision: "r1" },
-      { id: "d", templateId: "t", labels: { app: "a" }, phase: "Running", revision: "r2" }, // already there
-      { id: "e", templateId: "t", labels: { app: "a" }, phase: "Pausing", revision: "r1" },
-      { id: "f", templateId: "gone", labels: { app: "a" }, phase: "Running", revision: "r1" },
+      { id: "b", templateId: "t", cluster: "local", labels: { app: "a" }, phase: "Running", revision: "r1" },
+      { id: "a", cluster: "local", templateId: "t", labels: { app: "a" }, phase: "Paused", revision: "r1" },
+      { id: "c", cluster: "local", templateId: "t", labels: { app: "other" }, phase: "Running", revision: "r1" },
+      { id: "d", cluster: "local", templateId: "t", labels: { app: "a" }, phase: "Running", revision: "r2" }, // already there
+      { id: "e", cluster: "local", templateId: "t", labels: { app: "a" }, phase: "Pausing", revision: "r1" },
+      { id: "f", cluster: "local", templateId: "gone", labels: { app: "a" }, phase: "Running", revision: "r1" },
     ];
     const s = run({ selector: { matchLabels: { app: "a" } }, stateFilter: { states: ["Running", "Paused"] }, updateStrategy: { maxUnavailable: 5 } }, c, { t: "r2", gone: null });
     expect(s.members.map((m) => [m.id, m.paused])).toEqual([["a", true], ["b", false]]);
@@ -92,6 +92,13 @@ describe("update ops machine", () => {
     expect(s.members.map((m) => m.id)).toEqual(["s001"]);
     expect(updating(s)).toEqual(["s001"]);
     expect(run({ selector: { matchLabels: { app: "none" } } }, sandboxes(3)).phase).toBe("Completed");
+  });
+
+  it("leaves alone the sandboxes of a cluster whose driver cannot recreate, and says so", () => {
+    const c = [...sandboxes(2), ...sandboxes(1, { id: "k1", cluster: "kube" })];
+    const s = transition(initialState("ops", "team", UpdateOpsSpec.parse({ selector: {} }), NOW), { type: "select", candidates: c, targets: { t: "r2" }, unsupported: { kube: "no recreate" } }, NOW);
+    expect(s.members.map((m) => m.id)).toEqual(["s000", "s001"]);
+    expect(s.events.find((e) => e.reason === "RecreateNotSupported")).toMatchObject({ type: "Warning", message: expect.stringContaining("1 selected sandboxes on cluster \"kube\"") });
   });
 
   it("CheckpointRestore is accepted and answered as not supported yet", () => {
