@@ -6,6 +6,7 @@ import type { PoolDO } from "./pool/pool-do.ts";
 import type { SandboxIndexDO } from "./sandbox/sandbox-index-do.ts";
 import type { SandboxGroupDO } from "./sandbox/sandbox-group-do.ts";
 import type { TeamQuotaDO } from "./quota/team-quota-do.ts";
+import type { UpdateOpsDO } from "./ops/update-ops-do.ts";
 
 export interface Env {
   /** Sandboxes live in groups (SandboxGroupDO): reach one with `sandboxHandle(env, id)`. */
@@ -18,6 +19,8 @@ export interface Env {
   TEAM_QUOTA: DurableObjectNamespace<TeamQuotaDO>;
   /** One object (`idFromName("edge")`): the edge's metric counts summed over isolates. */
   EDGE_METRICS: DurableObjectNamespace<EdgeMetricsDO>;
+  /** One per update ops run (`idFromName(teamId/name)`, ops/stub.ts). */
+  UPDATE_OPS: DurableObjectNamespace<UpdateOpsDO>;
   /** libSQL (sqld locally, Turso in production). */
   LIBSQL_URL: string;
   LIBSQL_AUTH_TOKEN?: string;

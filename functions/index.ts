@@ -9,6 +9,7 @@ import { adminClusters } from "./api/admin-clusters.ts";
 import { adminMetrics, measureRequests } from "./api/admin-metrics.ts";
 import { adminQuotas } from "./api/admin-quotas.ts";
 import { adminTemplates } from "./api/admin-templates.ts";
+import { adminUpdateOps } from "./api/admin-update-ops.ts";
 import { apiKeys } from "./api/api-keys.ts";
 import { sandboxes } from "./api/sandboxes.ts";
 import { teams } from "./api/teams.ts";
@@ -22,6 +23,7 @@ export { PoolDO } from "../durable-objects/pool/pool-do.ts";
 export { ClusterDO } from "../durable-objects/cluster/cluster-do.ts";
 export { TeamQuotaDO } from "../durable-objects/quota/team-quota-do.ts";
 export { EdgeMetricsDO } from "../durable-objects/metrics/metrics-do.ts";
+export { UpdateOpsDO } from "../durable-objects/ops/update-ops-do.ts";
 
 const app = new Hono<AppEnv>();
 app.onError(onError);
@@ -45,6 +47,7 @@ app.route("/", adminTemplates);
 app.route("/", adminClusters);
 app.route("/", adminMetrics);
 app.route("/", adminQuotas);
+app.route("/", adminUpdateOps);
 // Last: E2B routes none of the above serves answer 501, not 404 (api/unserved.ts).
 app.route("/", unserved);
 

@@ -43,6 +43,7 @@ export function desiredFor(intent: Intent): DesiredSandbox {
     id: intent.sandboxId,
     generation: intent.generation,
     template: t.image,
+    revision: t.revision,
     state: intent.desired.state === "paused" ? "Paused" : "Running",
     pauseStrategy: intent.desired.pauseStrategy,
     resources: { cpuCount: t.resources.cpuCount, memoryMB: t.resources.memoryMB, diskSizeMB: t.resources.diskSizeMB },

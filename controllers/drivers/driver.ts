@@ -19,6 +19,10 @@ export interface DesiredSandbox {
   /** Root filesystem / image name (the protocol's `template.image`, not the template id); the
    * local driver has `base` (users `root` and `user`). */
   template: string;
+  /** The template's revision. A claimed sandbox whose revision changes is recreated (an update
+   * ops run's Recreate): a new runtime from the new template, on the same files where the driver
+   * keeps them (local: its disk; kubernetes: its PVCs). */
+  revision?: string;
   state: "Running" | "Paused";
   /** Used when `state` is Paused. Freeze keeps memory and releases CPU; Stop keeps the writable
    * layer (`/home/user`, `/tmp`, `/root`), ends every process, and the next Running starts fresh

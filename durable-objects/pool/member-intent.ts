@@ -1,7 +1,20 @@
-import type { Intent } from "../../schema/protocol/index.ts";
+import type { TemplateSpec as SandboxSetSpec } from "../../schema/api/template.ts";
+import type { Intent, TemplateSpec } from "../../schema/protocol/index.ts";
 import type { Member, PoolState } from "./machine.ts";
 
 type Config = NonNullable<PoolState["config"]>;
+
+/** What a sandbox of `templateId` at `revision` runs (the intent's `template`). */
+export function protocolTemplate(templateId: string, revision: string, spec: SandboxSetSpec): TemplateSpec {
+  return {
+    id: templateId,
+    revision,
+    image: spec.image,
+    user: spec.user,
+    workdir: spec.workdir,
+    resources: { cpuCount: spec.cpuCount, memoryMB: spec.memoryMB, diskSizeMB: spec.diskSizeMB },
+  };
+}
 
 /** The pool's intent for one of its unclaimed members: run it warm, or delete it. */
 export function memberIntent(cfg: Config, m: Member, state: "running" | "deleted", now: number): Intent {
@@ -11,14 +24,7 @@ export function memberIntent(cfg: Config, m: Member, state: "running" | "deleted
     generation: m.generation,
     owner: { kind: "pool", id: `${cfg.teamId}/${cfg.templateId}` },
     desired: { state, pauseStrategy: spec.pauseStrategy },
-    template: {
-      id: cfg.templateId,
-      revision: m.revision,
-      image: spec.image,
-      user: spec.user,
-      workdir: spec.workdir,
-      resources: { cpuCount: spec.cpuCount, memoryMB: spec.memoryMB, diskSizeMB: spec.diskSizeMB },
-    },
+    template: protocolTemplate(cfg.templateId, m.revision, spec),
     envVars: spec.env,
     // Warm members get their access token and network policy when claimed (runtime re-init).
     envdAccessToken: null,

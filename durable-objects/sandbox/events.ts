@@ -1,6 +1,6 @@
 // Inputs of the sandbox machine: client commands (already authorised by the shell), agent
 // observations and acks, and the alarm.
-import type { AckResult, Endpoint, Observation, PauseStrategy } from "../../schema/protocol/index.ts";
+import type { AckResult, Endpoint, Observation, PauseStrategy, TemplateSpec } from "../../schema/protocol/index.ts";
 import type { SandboxSpec } from "./state.ts";
 
 export type SandboxEvent =
@@ -22,6 +22,11 @@ export type SandboxEvent =
    * and the agent drop whatever they took; nothing to do if it is gone or already terminating.
    */
   | { type: "abandon" }
+  /**
+   * An update ops run (Recreate): run the sandbox from `template` (a new revision) on the same
+   * files; a paused one stays paused. `attempt` > the last one retries a failed upgrade.
+   */
+  | { type: "upgrade"; template: TemplateSpec; attempt: number }
   | { type: "observe"; obs: Observation }
   | { type: "ack"; generation: number; result: AckResult; message?: string }
   | { type: "alarm" };

@@ -13,6 +13,8 @@
 //   SandboxPaused      Pending (pause sent), FreezePauseSucceed (cgroup-frozen, memory kept),
 //                      StopPauseSucceed (released, filesystem kept)
 //   SandboxResumed     ResumePod (resume sent: False; observed running: True)
+//   Upgrading          UpgradePod (an ops run's new revision sent: False), Succeeded (observed
+//                      running, or paused, at it: True), UpgradePodFailed (the agent failed it)
 import { MIN_RESUME_TIMEOUT_S } from "../../schema/api/limits.ts";
 import { ErrorCode, sandboxNotFoundMessage, type Refusal } from "../../schema/errors.ts";
 import { egressOf, type Intent, type Observation, type PauseStrategy, type SandboxId } from "../../schema/protocol/index.ts";
@@ -51,6 +53,8 @@ export function transition(current: SandboxState | null, ev: SandboxEvent, now: 
       return s ? unlessUnchanged(current, ack(s, ev, now)) : ok(null, []);
     case "alarm":
       return s ? unlessUnchanged(current, alarm(s, now)) : ok(null, []);
+    case "upgrade":
+      return s && s.phase !== "Terminating" ? upgrade(current!, s, ev, now) : refuse(s, ErrorCode.sandboxNotFound, sandboxNotFoundMessage(current?.spec.id ?? ""));
     case "abandon":
       // The row stays, as a kill whose delete intent the alarm delivers until ClusterDO takes it
       // (ClusterDO may have taken the create before its answer was lost).
@@ -174,6 +178,39 @@ function updateNetwork(s: SandboxState, ev: Extract<SandboxEvent, { type: "updat
   s.spec = { ...s.spec, network: Object.keys(network).length ? network : null, allowInternetAccess: ev.allowInternetAccess };
   s.generation++;
   return ok(s, [sendIntent(s, now)]);
+}
+
+/**
+ * Recreate: the newest intent carries the new template (the agent replaces the runtime and keeps
+ * the files). Idempotent by (revision, attempt), so an ops run that lost the answer asks again
+ * safely; a sandbox the agent failed at it can be retried with the next attempt. A paused
+ * sandbox is upgraded paused and stays paused: its resume gives the new version.
+ */
+function upgrade(current: SandboxState, s: SandboxState, ev: Extract<SandboxEvent, { type: "upgrade" }>, now: number): Transition {
+  const u = s.upgrade;
+  if (u && u.revision === ev.template.revision && u.attempt >= ev.attempt) return ok(current, []);
+  const retry = s.phase === "Failed" && u !== undefined && !u.done;
+  if (s.phase === "Failed" && !retry) return refuse(s, ErrorCode.conflict, `Sandbox "${s.spec.id}" has failed`);
+  if (s.phase !== "Running" && s.phase !== "Paused" && !retry) return refuse(s, ErrorCode.conflict, `Sandbox "${s.spec.id}" is ${s.phase}; it is upgraded once that settles`);
+  const before = { phase: s.phase, endAt: s.endAt };
+  const paused = retry ? u.paused : s.phase === "Paused";
+  if (retry) {
+    s.phase = paused ? "Pausing" : "Pending";
+    s.desired = paused ? "paused" : "running";
+  }
+  s.spec = { ...s.spec, template: ev.template };
+  s.generation++;
+  s.upgrade = { revision: ev.template.revision, attempt: ev.attempt, generation: s.generation, paused, done: false };
+  setCondition(s, "Upgrading", "False", "UpgradePod", now);
+  if (!paused) setCondition(s, "Ready", "False", "Upgrading", now);
+  return ok(s, changed(s, before) ? [sendIntent(s, now), index(s)] : [sendIntent(s, now)]);
+}
+
+/** The sandbox runs (or rests paused) at the generation its upgrade sent: the upgrade is done. */
+function upgradeDone(s: SandboxState, now: number): void {
+  if (!s.upgrade || s.upgrade.done || s.observedGeneration < s.upgrade.generation) return;
+  s.upgrade = { ...s.upgrade, done: true };
+  setCondition(s, "Upgrading", "True", "Succeeded", now);
 }
 
 function startPause(s: SandboxState, strategy: PauseStrategy, now: number): Transition {
@@ -310,12 +347,14 @@ function becomeRunning(s: SandboxState, now: number): void {
   if (s.phase === "Pending" || s.phase === "Resuming") s.phase = "Running";
   setCondition(s, "Ready", "True", "RuntimeReady", now);
   setCondition(s, "RuntimeInitialized", "True", "Succeeded", now);
+  upgradeDone(s, now);
 }
 
 function becomePaused(s: SandboxState, now: number): void {
   s.phase = "Paused";
   setCondition(s, "Ready", "False", "Paused", now); // replaces a retry's reason
   setCondition(s, "SandboxPaused", "True", s.pauseStrategy === "Stop" ? "StopPauseSucceed" : "FreezePauseSucceed", now);
+  upgradeDone(s, now);
 }
 
 /**
@@ -330,6 +369,7 @@ function retrying(s: SandboxState, obs: Observation, now: number): void {
 function fail(s: SandboxState, reason: string, message: string | undefined, now: number): void {
   s.phase = "Failed";
   setCondition(s, "Ready", "False", reason, now, message);
+  if (s.upgrade && !s.upgrade.done) setCondition(s, "Upgrading", "False", "UpgradePodFailed", now, message ?? reason);
 }
 
 /** Index rows carry what list shows; a phase change E2B cannot see (Pending → Running) is not written. */

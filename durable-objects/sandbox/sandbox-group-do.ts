@@ -27,6 +27,7 @@ import { QuotaLink } from "./quota-link.ts";
 import type { Access, Result, SandboxSpec, SandboxState } from "./state.ts";
 import { notify, SlotCache, type Slot } from "./slot-cache.ts";
 import { openSandboxStore, type SandboxStore } from "./store.ts";
+import { opsCandidate, upgradeOutcome, type OpsCandidate, type UpgradeOutcome, type UpgradeRequest } from "./upgrade.ts";
 import { countInObject } from "../metrics/edge-metrics.ts";
 import { EDGE } from "../metrics/families.ts";
 
@@ -250,6 +251,39 @@ export class SandboxGroupDO extends DurableObject<Env> {
       const s = this.slots.find(id)?.state;
       out[id] = s ? { known: true, counted: counts(s.phase), generation: s.generation } : { known: false };
     }
+    return out;
+  }
+
+  /** An update ops run's selection: this group's sandboxes of `teamId` among `ids`. */
+  async opsCandidates(teamId: string, ids: string[]): Promise<OpsCandidate[]> {
+    await this.settled();
+    const out: OpsCandidate[] = [];
+    for (const id of ids) {
+      const s = this.slots.find(id)?.state;
+      if (s && s.spec.teamId === teamId && s.phase !== "Terminating") out.push(opsCandidate(s));
+    }
+    return out;
+  }
+
+  /**
+   * An update ops run's upgrades: starts each one not started yet (idempotent by revision and
+   * attempt, so a run that lost an answer asks again safely) and answers where each stands.
+   */
+  async upgradeBatch(items: UpgradeRequest[]): Promise<Record<string, UpgradeOutcome>> {
+    const out: Record<string, UpgradeOutcome> = {};
+    await Promise.all(
+      items.map(async (it) => {
+        const s = this.slots.find(it.id)?.state ?? null;
+        if (!s || s.spec.teamId !== it.teamId) {
+          out[it.id] = { status: "gone" };
+          return;
+        }
+        const t = await this.apply(it.id, { type: "upgrade", template: it.template, attempt: it.attempt }, 0);
+        const now = upgradeOutcome(this.slots.find(it.id)?.state ?? null, it.template.revision, it.attempt);
+        if (t.ok || now.status !== "waiting") out[it.id] = now;
+        else out[it.id] = { status: s.phase === "Failed" ? "failed" : "waiting", message: t.error.message };
+      }),
+    );
     return out;
   }
 

@@ -7,7 +7,7 @@ import type { SandboxNetworkConfig } from "../../schema/api/sandbox.ts";
 
 export type Phase = "Pending" | "Running" | "Pausing" | "Paused" | "Resuming" | "Terminating" | "Failed";
 
-export type ConditionType = "Ready" | "SandboxPaused" | "SandboxResumed" | "RuntimeInitialized";
+export type ConditionType = "Ready" | "SandboxPaused" | "SandboxResumed" | "RuntimeInitialized" | "Upgrading";
 
 export interface Condition {
   type: ConditionType;
@@ -76,6 +76,18 @@ export interface SandboxState {
   endpoint: Endpoint | null;
   /** Revision of the index row; bumped on every index write. */
   rev: number;
+  /** The last upgrade an update ops run asked for (durable-objects/ops/): its target revision
+   * and attempt (the idempotency key: the same pair is never applied twice), the generation of
+   * its intent, whether the sandbox was paused then (it stays paused), and whether it finished. */
+  upgrade?: SandboxUpgrade;
+}
+
+export interface SandboxUpgrade {
+  revision: string;
+  attempt: number;
+  generation: number;
+  paused: boolean;
+  done: boolean;
 }
 
 /** Who asks: sandboxes belong to the team (every key of it), the admin key sees all. */

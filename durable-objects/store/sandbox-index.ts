@@ -135,3 +135,12 @@ export async function getIndexRow(db: Db, id: string): Promise<IndexRow | undefi
   const rows = await db.select().from(sandboxes).where(and(eq(sandboxes.id, id), ne(sandboxes.phase, TOMBSTONE_PHASE))).limit(1);
   return rows[0];
 }
+
+/** A team's listed sandboxes (running or paused) by id: an update ops run's candidates. */
+export async function listLiveIdsOfTeam(db: Db, teamId: string): Promise<string[]> {
+  const rows = await db
+    .select({ id: sandboxes.id })
+    .from(sandboxes)
+    .where(and(eq(sandboxes.teamId, teamId), inArray(sandboxes.state, ["running", "paused"])));
+  return rows.map((r) => r.id);
+}

@@ -63,6 +63,8 @@ export function tcpTransport(baseUrl: string, token: string, cluster = "local"):
 
 export interface ScriptedAgentOptions {
   agentId?: string;
+  /** The driver its hello names (default `scripted`). */
+  driver?: string;
   ingressUrl?: string;
   /** Sandboxes the agent claims to run in its next hello (default: what it runs now). */
   inventory?: ObservationInput[];
@@ -77,6 +79,8 @@ export interface ScriptedAgentOptions {
   ping?: boolean;
   /** Return a message to refuse an intent (acked `rejected`, nothing applied). */
   reject?: (intent: Intent) => string | undefined;
+  /** Intents to hold: acked `accepted`, not acted on until `release(sandboxId)` (a slow upgrade). */
+  hold?: (intent: Intent) => boolean;
 }
 
 /** What the scripted agent pretends runs on its cluster. */
@@ -101,10 +105,13 @@ export class ScriptedAgent {
   private flushScheduled = false;
   private waiters: (() => void)[] = [];
   private pinger: ReturnType<typeof setInterval> | null = null;
+  /** Held intents' completions by sandbox id (see `hold`). */
+  readonly held = new Map<string, () => void>();
 
   constructor(opts: ScriptedAgentOptions = {}) {
     this.opts = {
       agentId: opts.agentId ?? "scripted-agent",
+      driver: opts.driver ?? "scripted",
       ingressUrl: opts.ingressUrl ?? "http://127.0.0.1:0",
       ackDelayMs: opts.ackDelayMs ?? 0,
       readyDelayMs: opts.readyDelayMs ?? 0,
@@ -113,6 +120,7 @@ export class ScriptedAgent {
       endpoint: opts.endpoint ?? ((id) => ({ runtime: `http://${id}.scripted.invalid:49983` })),
       ping: opts.ping ?? true,
       reject: opts.reject ?? (() => undefined),
+      hold: opts.hold ?? (() => false),
     };
     this.inventory = opts.inventory;
   }
@@ -137,7 +145,7 @@ export class ScriptedAgent {
       type: "hello",
       protocol: this.opts.protocol,
       agentId: this.opts.agentId,
-      driver: "scripted",
+      driver: this.opts.driver,
       isolation: "none",
       ingress: { url: this.opts.ingressUrl },
       inventory,
@@ -204,6 +212,11 @@ export class ScriptedAgent {
     });
   }
 
+  /** Acts on a held intent of `id` (see `hold`). */
+  release(id: string): void {
+    this.held.get(id)?.();
+  }
+
   /** Ids of the sandboxes it currently runs (phase Running). */
   running(): string[] {
     return [...this.sandboxes].filter(([, s]) => s.phase === "Running").map(([id]) => id);
@@ -255,6 +268,13 @@ export class ScriptedAgent {
       if (this.opts.observe) this.report(this.observation(id, s));
       this.notify();
     };
+    if (this.opts.hold(intent)) {
+      this.held.set(id, () => {
+        this.held.delete(id);
+        settle();
+      });
+      return this.ack({ seq, sandboxId: id, generation: intent.generation, result: "accepted" });
+    }
     const creating = s.phase === "Pending" && intent.desired.state === "running";
     // Re-init, pause and delete are done before the ack, as the real agent does; a create is
     // acked as accepted and reported Running once "started".

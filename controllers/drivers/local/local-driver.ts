@@ -238,9 +238,12 @@ export class LocalDriver implements Driver {
     // holder, and its processes with it. Between internet access in a namespace of its own, no
     // network and rules, only its veth (#syncNet) and the proxy listener (#syncEgress) change.
     const networkChanged = this.#sharesHostNet(rec) !== this.#wantsHostNet(d) && rec.phase !== "Stopped" && rec.level !== "process";
+    // Recreate (update ops): a claimed sandbox moved to another revision gets a new holder, and
+    // processes, on the files it has; a stopped one gets it when it next starts.
+    const recreate = d.claimed === true && rec.desired.claimed === true && d.revision !== undefined && rec.desired.revision !== undefined && d.revision !== rec.desired.revision && rec.phase !== "Stopped";
     rec = { ...rec, generation: d.generation, desired: d };
     this.#save(rec);
-    if (networkChanged) {
+    if (networkChanged || recreate) {
       await this.#endProcesses(rec);
       rec = { ...rec, phase: "Stopped", holder: undefined, nsInit: undefined };
       this.#save(rec);

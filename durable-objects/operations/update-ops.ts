@@ -1,0 +1,34 @@
+// Update ops runs (SandboxUpdateOps): the admin API (functions/api/admin-update-ops.ts) and
+// ClusterDO's synced CRDs both come here, so a run behaves the same whichever door it came in by.
+import type { Env } from "../env.ts";
+import type { UpdateOpsSpec } from "../../schema/api/update-ops.ts";
+import type { OpsResult } from "../ops/update-ops-do.ts";
+import { opsStub } from "../ops/stub.ts";
+import type { Result } from "../sandbox/state.ts";
+
+export interface OpsTeam {
+  id: string;
+  name: string;
+}
+
+/** Starts the run, or applies what may change (`paused`, `maxUnavailable`) to the one of that name. */
+export function startUpdateOps(env: Env, team: OpsTeam, name: string, spec: UpdateOpsSpec): Promise<OpsResult> {
+  return opsStub(env, team.id, name).start({ name, teamId: team.id, spec });
+}
+
+export function changeUpdateOps(env: Env, team: OpsTeam, name: string, change: { paused?: boolean; maxUnavailable?: number | string }): Promise<OpsResult> {
+  return opsStub(env, team.id, name).change(change);
+}
+
+/** Retries the failed sandboxes of a run. */
+export function resumeUpdateOps(env: Env, team: OpsTeam, name: string): Promise<OpsResult> {
+  return opsStub(env, team.id, name).resume();
+}
+
+export function updateOpsStatus(env: Env, team: OpsTeam, name: string): Promise<OpsResult> {
+  return opsStub(env, team.id, name).status();
+}
+
+export function removeUpdateOps(env: Env, team: OpsTeam, name: string): Promise<Result> {
+  return opsStub(env, team.id, name).remove();
+}

@@ -1,0 +1,220 @@
+// One SandboxUpdateOps run (OpenKruise §1.6, §2.4) as a pure machine: `transition(state, event,
+// now)` returns the next state; the shell (update-ops-do.ts) asks the sandboxes' groups to start
+// or report every member `inFlight()` names, and feeds their answers back as `progress`.
+//
+// A run selects once (`select`: claimed sandboxes of the team whose labels match the selector,
+// whose phase is in `stateFilter` and whose template has a newer revision), then upgrades them in
+// id order, at most `maxUnavailable` (a number, or a percentage of the members rounded up)
+// unavailable at a time, members being upgraded and failed ones both counted. `paused` starts
+// nothing new. A member whose upgrade fails fails alone; once failures use up the whole budget
+// with nothing left in flight the run is Failed (so are runs that end with failures), and
+// `resume` retries the failed members with their next attempt.
+import { scaled } from "../pool/machine.ts";
+import type { UpdateOpsSpec } from "../../schema/api/update-ops.ts";
+import { selectorMatches } from "../../schema/api/update-ops.ts";
+import type { OpsCandidate, UpgradeOutcome } from "../sandbox/upgrade.ts";
+
+export type OpsPhase = "Pending" | "Updating" | "Completed" | "Failed";
+export type MemberStatus = "Pending" | "Updating" | "Succeeded" | "Failed";
+
+/** One sandbox's status line. */
+export interface OpsMember {
+  id: string;
+  templateId: string;
+  /** Revision it ran when selected, and the one it is upgraded to. */
+  from: string;
+  to: string;
+  /** Paused when selected: upgraded paused, it stays paused. */
+  paused: boolean;
+  status: MemberStatus;
+  /** Upgrades asked so far (the group applies each attempt once). */
+  attempt: number;
+  message?: string;
+  updatedAt: number;
+}
+
+export interface OpsCondition {
+  type: "Progressing";
+  status: "True" | "False";
+  reason: string;
+  message?: string;
+  lastTransitionTime: number;
+}
+
+/** Kubernetes-style events, newest last (bounded). */
+export interface OpsEvent {
+  at: number;
+  type: "Normal" | "Warning";
+  reason: string;
+  sandboxId?: string;
+  message: string;
+}
+
+export interface OpsState {
+  name: string;
+  teamId: string;
+  spec: UpdateOpsSpec;
+  phase: OpsPhase;
+  members: OpsMember[];
+  conditions: OpsCondition[];
+  events: OpsEvent[];
+  createdAt: number;
+  updatedAt: number;
+}
+
+export type OpsInput =
+  /** The team's sandboxes, each template's current revision (null: the template is gone), and
+   * clusters whose driver cannot recreate a sandbox (why), whose sandboxes are left alone. */
+  | { type: "select"; candidates: OpsCandidate[]; targets: Record<string, string | null>; unsupported?: Record<string, string> }
+  | { type: "progress"; outcomes: Record<string, UpgradeOutcome> }
+  | { type: "change"; paused?: boolean; maxUnavailable?: number | string }
+  /** Retry the failed members (a Failed run continues). */
+  | { type: "resume" };
+
+export const MAX_EVENTS = 200;
+
+export function initialState(name: string, teamId: string, spec: UpdateOpsSpec, now: number): OpsState {
+  const s: OpsState = { name, teamId, spec, phase: "Pending", members: [], conditions: [], events: [], createdAt: now, updatedAt: now };
+  setProgressing(s, "True", "Selecting", "selecting sandboxes", now);
+  return s;
+}
+
+/** Deterministic; `current` is not mutated. */
+export function transition(current: OpsState, ev: OpsInput, now: number): OpsState {
+  const s: OpsState = { ...current, members: current.members.map((m) => ({ ...m })), events: [...current.events], conditions: [...current.conditions], updatedAt: now };
+  switch (ev.type) {
+    case "select":
+      if (s.phase === "Pending") select(s, ev.candidates, ev.targets, ev.unsupported ?? {}, now);
+      break;
+    case "progress":
+      progress(s, ev.outcomes, now);
+      break;
+    case "change":
+      s.spec = {
+        ...s.spec,
+        ...(ev.paused === undefined ? {} : { paused: ev.paused }),
+        updateStrategy: { ...s.spec.updateStrategy, ...(ev.maxUnavailable === undefined ? {} : { maxUnavailable: ev.maxUnavailable }) },
+      };
+      break;
+    case "resume":
+      for (const m of s.members.filter((x) => x.status === "Failed")) {
+        Object.assign(m, { status: "Pending", message: undefined, updatedAt: now });
+        event(s, now, "Normal", "UpgradeRetried", "retrying the failed upgrade", m.id);
+      }
+      if (s.phase === "Failed" && s.spec.updateStrategy.type === "Recreate") s.phase = "Updating";
+      break;
+  }
+  if (s.phase === "Updating") schedule(s, now);
+  return s;
+}
+
+/** Members whose group must be asked: started or polled (idempotent either way). */
+export function inFlight(s: OpsState): OpsMember[] {
+  return s.members.filter((m) => m.status === "Updating");
+}
+
+/** The `.status` counts of the CRD (and the admin API). */
+export function counts(s: OpsState): { replicas: number; updatedReplicas: number; failedReplicas: number; updatingReplicas: number } {
+  const n = (st: MemberStatus) => s.members.filter((m) => m.status === st).length;
+  return { replicas: s.members.length, updatedReplicas: n("Succeeded"), failedReplicas: n("Failed"), updatingReplicas: n("Updating") };
+}
+
+/** Whether the shell has work left (its alarm). */
+export function active(s: OpsState): boolean {
+  return s.phase === "Pending" || (s.phase === "Updating" && inFlight(s).length > 0);
+}
+
+function select(s: OpsState, candidates: OpsCandidate[], targets: Record<string, string | null>, unsupported: Record<string, string>, now: number): void {
+  if (s.spec.updateStrategy.type === "CheckpointRestore") {
+    s.phase = "Failed";
+    const msg = "updateStrategy CheckpointRestore is not supported yet (it needs sandbox snapshots); use Recreate";
+    setProgressing(s, "False", "StrategyNotSupported", msg, now);
+    event(s, now, "Warning", "StrategyNotSupported", msg);
+    return;
+  }
+  const states = new Set<string>(s.spec.stateFilter.states);
+  const missing = new Set<string>();
+  const left = new Map<string, number>();
+  for (const c of [...candidates].sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0))) {
+    if (!states.has(c.phase) || !selectorMatches(s.spec.selector, c.labels)) continue;
+    if (unsupported[c.cluster]) {
+      left.set(c.cluster, (left.get(c.cluster) ?? 0) + 1);
+      continue;
+    }
+    const to = targets[c.templateId];
+    if (!to) {
+      missing.add(c.templateId);
+      continue;
+    }
+    if (to === c.revision) continue; // already at it (OpenKruise: NoNeedUpdate)
+    s.members.push({ id: c.id, templateId: c.templateId, from: c.revision, to, paused: c.phase === "Paused", status: "Pending", attempt: 0, updatedAt: now });
+  }
+  for (const t of missing) event(s, now, "Warning", "TemplateNotFound", `template "${t}" no longer exists: its sandboxes are not upgraded`);
+  for (const [cluster, n] of left) event(s, now, "Warning", "RecreateNotSupported", `${n} selected sandboxes on cluster "${cluster}" are left alone: ${unsupported[cluster]}`);
+  s.phase = "Updating";
+  event(s, now, "Normal", "Selected", `${s.members.length} sandboxes to upgrade`);
+}
+
+function progress(s: OpsState, outcomes: Record<string, UpgradeOutcome>, now: number): void {
+  const gone = new Set<string>();
+  for (const m of s.members) {
+    const o = outcomes[m.id];
+    if (!o || m.status !== "Updating") continue;
+    if (o.status === "gone") {
+      gone.add(m.id);
+      event(s, now, "Normal", "SandboxGone", "the sandbox was deleted; it is no longer part of the run", m.id);
+    } else if (o.status === "succeeded") {
+      Object.assign(m, { status: "Succeeded", message: undefined, updatedAt: now });
+      event(s, now, "Normal", "UpgradeSucceeded", `upgraded to revision ${m.to}${m.paused ? " (stays paused)" : ""}`, m.id);
+    } else if (o.status === "failed") {
+      Object.assign(m, { status: "Failed", message: o.message ?? "the upgrade failed", updatedAt: now });
+      event(s, now, "Warning", "UpgradeFailed", m.message!, m.id);
+    } else if (o.message !== m.message) {
+      m.message = o.message;
+      m.updatedAt = now;
+    }
+  }
+  if (gone.size) s.members = s.members.filter((m) => !gone.has(m.id));
+}
+
+/** Starts what the budget allows and settles the phase. */
+function schedule(s: OpsState, now: number): void {
+  const c = counts(s);
+  const pending = s.members.filter((m) => m.status === "Pending");
+  const budget = scaled(s.spec.updateStrategy.maxUnavailable, c.replicas) - c.updatingReplicas - c.failedReplicas;
+  if (!s.spec.paused) {
+    for (const m of pending.slice(0, Math.max(0, budget))) {
+      Object.assign(m, { status: "Updating", attempt: m.attempt + 1, message: undefined, updatedAt: now });
+      event(s, now, "Normal", "UpgradeStarted", `upgrading from revision ${m.from} to ${m.to}${m.paused ? " (paused)" : ""}`, m.id);
+    }
+  }
+  const after = counts(s);
+  const left = s.members.filter((m) => m.status === "Pending").length;
+  if (after.updatingReplicas === 0 && left === 0) {
+    s.phase = after.failedReplicas > 0 ? "Failed" : "Completed";
+    const msg = `${after.updatedReplicas} upgraded, ${after.failedReplicas} failed`;
+    setProgressing(s, "False", after.failedReplicas > 0 ? "SandboxesFailed" : "Completed", msg, now);
+    event(s, now, after.failedReplicas > 0 ? "Warning" : "Normal", s.phase, msg);
+  } else if (after.updatingReplicas === 0 && after.failedReplicas > 0 && budget <= 0) {
+    s.phase = "Failed";
+    const msg = `${after.failedReplicas} failed upgrades use up maxUnavailable; ${left} not started (resume retries the failed ones)`;
+    setProgressing(s, "False", "TooManyFailed", msg, now);
+    event(s, now, "Warning", "TooManyFailed", msg);
+  } else if (s.spec.paused) {
+    setProgressing(s, "True", "Paused", `paused: ${after.updatingReplicas} upgrading, ${left} waiting`, now);
+  } else {
+    setProgressing(s, "True", "Updating", `${after.updatedReplicas}/${after.replicas} upgraded`, now);
+  }
+}
+
+function setProgressing(s: OpsState, status: OpsCondition["status"], reason: string, message: string, now: number): void {
+  const prev = s.conditions.find((c) => c.type === "Progressing");
+  if (prev && prev.status === status && prev.reason === reason && prev.message === message) return;
+  const lastTransitionTime = prev && prev.status === status ? prev.lastTransitionTime : now;
+  s.conditions = [...s.conditions.filter((c) => c.type !== "Progressing"), { type: "Progressing", status, reason, message, lastTransitionTime }];
+}
+
+function event(s: OpsState, at: number, type: OpsEvent["type"], reason: string, message: string, sandboxId?: string): void {
+  s.events.push({ at, type, reason, message, ...(sandboxId ? { sandboxId } : {}) });
+  if (s.events.length > MAX_EVENTS) s.events.splice(0, s.events.length - MAX_EVENTS);
+}

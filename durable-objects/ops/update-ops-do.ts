@@ -1,0 +1,198 @@
+// UpdateOpsDO: one SandboxUpdateOps run (`idFromName(teamId/name)`, ops/stub.ts). A thin shell
+// around machine.ts: it stores the run (store.ts), selects the candidates once (the team's
+// listed sandboxes from the libSQL index, their facts from their groups, each template's current
+// revision from the store), and while members are in flight its alarm asks their groups to start
+// or report each upgrade (SandboxGroupDO.upgradeBatch, idempotent by revision and attempt).
+//
+// Nothing is done twice and nothing skipped across a restart of the edge or the agent: a member
+// is marked Updating with its attempt, and stored, before any group is asked; the group applies a
+// (revision, attempt) once and answers where it stands however often it is asked; the member
+// leaves Updating only on the group's answer. Every RPC resolves to a typed result.
+import { DurableObject } from "cloudflare:workers";
+import type { Env } from "../env.ts";
+import { ErrorCode } from "../../schema/errors.ts";
+import type { UpdateOpsSpec } from "../../schema/api/update-ops.ts";
+import type { TemplateSpec } from "../../schema/protocol/index.ts";
+import { protocolTemplate } from "../pool/member-intent.ts";
+import { sandboxGroupOf, sandboxGroupStub } from "../sandbox/stub.ts";
+import type { OpsCandidate, UpgradeOutcome, UpgradeRequest } from "../sandbox/upgrade.ts";
+import type { Result } from "../sandbox/state.ts";
+import { getDb } from "../store/db.ts";
+import { listLiveIdsOfTeam } from "../store/sandbox-index.ts";
+import { resolveTemplate } from "../store/templates.ts";
+import { active, counts, inFlight, initialState, transition, type OpsInput, type OpsState } from "./machine.ts";
+import { OpsStore, type Stored } from "./store.ts";
+
+/** How often a run in flight asks its sandboxes' groups. */
+const POLL_MS = 500;
+
+/** A run as the admin API and the CRD's `.status` show it. */
+export interface OpsView extends ReturnType<typeof counts> {
+  name: string;
+  phase: OpsState["phase"];
+  spec: UpdateOpsSpec;
+  conditions: OpsState["conditions"];
+  /** Per-sandbox status lines. */
+  sandboxes: { id: string; status: string; from: string; to: string; paused: boolean; attempt: number; message?: string }[];
+  events: OpsState["events"];
+  createdAt: number;
+  updatedAt: number;
+}
+
+export interface StartOps {
+  name: string;
+  teamId: string;
+  spec: UpdateOpsSpec;
+}
+
+export type OpsResult = Result<{ ops: OpsView; created?: boolean }>;
+
+export class UpdateOpsDO extends DurableObject<Env> {
+  private readonly store = new OpsStore(this.ctx.storage.sql);
+  private run: Stored | null | undefined;
+  /** RPCs and the alarm take turns: each reads, steps and stores the run whole. */
+  private queue: Promise<unknown> = Promise.resolve();
+
+  /** Creates the run, or (same name again, e.g. a repeated kubectl apply) applies what may change. */
+  async start(input: StartOps): Promise<OpsResult> {
+    return this.locked(async () => {
+      const run = this.load();
+      if (run) {
+        const was = run.state.spec;
+        if (JSON.stringify(was.selector) !== JSON.stringify(input.spec.selector) || was.updateStrategy.type !== input.spec.updateStrategy.type || JSON.stringify(was.stateFilter) !== JSON.stringify(input.spec.stateFilter)) {
+          return refuse(ErrorCode.conflict, `update ops "${input.name}" exists; its selector, stateFilter and strategy type cannot change`);
+        }
+        return this.step({ type: "change", paused: input.spec.paused, maxUnavailable: input.spec.updateStrategy.maxUnavailable });
+      }
+      this.run = { state: initialState(input.name, input.teamId, input.spec, Date.now()), targets: {} };
+      this.store.save(this.run);
+      await this.ctx.storage.setAlarm(Date.now());
+      return { ok: true, ops: view(this.run.state), created: true };
+    });
+  }
+
+  async change(ch: { paused?: boolean; maxUnavailable?: number | string }): Promise<OpsResult> {
+    return this.locked(() => this.step({ type: "change", ...ch }));
+  }
+
+  /** Retries the failed members (a Failed run carries on). */
+  async resume(): Promise<OpsResult> {
+    return this.locked(() => this.step({ type: "resume" }));
+  }
+
+  async status(): Promise<OpsResult> {
+    return this.locked(async () => {
+      const run = this.load();
+      return run ? { ok: true, ops: view(run.state) } : notFound();
+    });
+  }
+
+  /** Forgets the run; upgrades under way finish on their own, nothing new starts. */
+  async remove(): Promise<Result> {
+    return this.locked(async () => {
+      if (!this.load()) return notFound();
+      this.store.clear();
+      this.run = null;
+      await this.ctx.storage.deleteAlarm();
+      return { ok: true };
+    });
+  }
+
+  override async alarm(): Promise<void> {
+    await this.locked(async () => {
+      const run = this.load();
+      if (!run || !active(run.state)) return;
+      try {
+        if (run.state.phase === "Pending") await this.select(run);
+        // Twice: members the first answers let start are started in the same alarm.
+        for (let i = 0; i < 2 && this.run && inFlight(this.run.state).length > 0; i++) await this.poll(this.run);
+      } catch (err) {
+        console.error(`update ops ${run.state.name}: step failed`, err);
+      }
+      if (this.run && active(this.run.state)) await this.ctx.storage.setAlarm(Date.now() + POLL_MS);
+    });
+  }
+
+  /** The team's listed sandboxes, their facts from their groups, each template's current revision. */
+  private async select(run: Stored): Promise<void> {
+    const db = getDb(this.env);
+    const teamId = run.state.teamId;
+    const byGroup = new Map<string, string[]>();
+    for (const id of await listLiveIdsOfTeam(db, teamId)) byGroup.set(sandboxGroupOf(id), [...(byGroup.get(sandboxGroupOf(id)) ?? []), id]);
+    const found = await Promise.all([...byGroup.values()].map((ids) => sandboxGroupStub(this.env, ids[0]!).opsCandidates(teamId, ids)));
+    const candidates: OpsCandidate[] = found.flat();
+    const targets: Record<string, TemplateSpec> = {};
+    const revisions: Record<string, string | null> = {};
+    for (const templateId of new Set(candidates.map((c) => c.templateId))) {
+      const rec = await resolveTemplate(db, teamId, templateId);
+      revisions[templateId] = rec?.revision ?? null;
+      if (rec) targets[templateId] = protocolTemplate(templateId, rec.revision, rec.spec);
+    }
+    // The kubernetes driver does not rebuild a claimed sandbox's pod on a new revision yet: its
+    // sandboxes would be reported upgraded while their pods stay as they were.
+    const unsupported: Record<string, string> = {};
+    for (const cluster of new Set(candidates.map((c) => c.cluster))) {
+      const status = await this.env.CLUSTER.get(this.env.CLUSTER.idFromName(cluster)).status();
+      if (status.driver === "kubernetes") unsupported[cluster] = "the kubernetes driver does not recreate sandboxes yet";
+    }
+    this.save({ state: transition(run.state, { type: "select", candidates, targets: revisions, unsupported }, Date.now()), targets });
+  }
+
+  /** Asks the groups of the members in flight to start or report their upgrades. */
+  private async poll(run: Stored): Promise<void> {
+    const byGroup = new Map<string, UpgradeRequest[]>();
+    for (const m of inFlight(run.state)) {
+      const req = { id: m.id, teamId: run.state.teamId, template: run.targets[m.templateId]!, attempt: m.attempt };
+      byGroup.set(sandboxGroupOf(m.id), [...(byGroup.get(sandboxGroupOf(m.id)) ?? []), req]);
+    }
+    const answers = await Promise.all([...byGroup.values()].map((items) => sandboxGroupStub(this.env, items[0]!.id).upgradeBatch(items)));
+    const outcomes: Record<string, UpgradeOutcome> = Object.assign({}, ...answers);
+    this.save({ ...run, state: transition(run.state, { type: "progress", outcomes }, Date.now()) });
+  }
+
+  private async step(ev: OpsInput): Promise<OpsResult> {
+    const run = this.load();
+    if (!run) return notFound();
+    this.save({ ...run, state: transition(run.state, ev, Date.now()) });
+    if (active(this.run!.state)) await this.ctx.storage.setAlarm(Date.now());
+    return { ok: true, ops: view(this.run!.state) };
+  }
+
+  private load(): Stored | null {
+    if (this.run === undefined) this.run = this.store.load();
+    return this.run;
+  }
+
+  private save(run: Stored): void {
+    this.store.save(run);
+    this.run = run;
+  }
+
+  private locked<T>(fn: () => Promise<T>): Promise<T> {
+    const next = this.queue.then(fn, fn);
+    this.queue = next.catch(() => undefined);
+    return next;
+  }
+}
+
+function view(s: OpsState): OpsView {
+  return {
+    name: s.name,
+    phase: s.phase,
+    spec: s.spec,
+    ...counts(s),
+    conditions: s.conditions,
+    sandboxes: s.members.map((m) => ({ id: m.id, status: m.status, from: m.from, to: m.to, paused: m.paused, attempt: m.attempt, ...(m.message ? { message: m.message } : {}) })),
+    events: s.events,
+    createdAt: s.createdAt,
+    updatedAt: s.updatedAt,
+  };
+}
+
+function refuse(code: (typeof ErrorCode)[keyof typeof ErrorCode], message: string): { ok: false; error: { code: typeof code; message: string } } {
+  return { ok: false, error: { code, message } };
+}
+
+function notFound() {
+  return refuse(ErrorCode.notFound, "update ops not found");
+}

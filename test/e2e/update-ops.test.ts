@@ -1,0 +1,73 @@
+// An update ops run on the local driver, driven through the admin API and seen through the real
+// E2B SDK: after a template change, Recreate gives each selected sandbox a new runtime (its old
+// processes are gone) on the same files; a paused one is upgraded paused,
+// keeps its files and runs the new version when resumed; one outside the selector is untouched.
+import { Sandbox } from "e2b";
+import { afterAll, describe, expect, inject, it } from "vitest";
+import { waitFor } from "../support/wait-for.ts";
+import { e2b, uniqueTag } from "./sdk.ts";
+
+const tag = uniqueTag();
+const template = `ops${tag}`;
+const made: Sandbox[] = [];
+
+async function admin(path: string, init: { method?: string; body?: unknown } = {}): Promise<any> {
+  const { apiUrl, apiKey } = inject("e2b");
+  const res = await fetch(new URL(path, apiUrl), {
+    method: init.method ?? (init.body === undefined ? "GET" : "POST"),
+    headers: { "content-type": "application/json", "x-api-key": apiKey },
+    body: init.body === undefined ? undefined : JSON.stringify(init.body),
+  });
+  const text = await res.text();
+  expect(res.status, text).toBeLessThan(300);
+  return text ? JSON.parse(text) : null;
+}
+
+afterAll(async () => {
+  await Promise.all(made.map((s) => s.kill().catch(() => false)));
+  await admin(`/admin/teams/admin/updateops/${template}`, { method: "DELETE" }).catch(() => undefined);
+  await admin(`/admin/teams/admin/templates/${template}`, { method: "DELETE" }).catch(() => undefined);
+});
+
+describe("update ops on the local driver", () => {
+  it("Recreate keeps each sandbox's files, replaces its processes, and a paused one stays paused", async () => {
+    await admin(`/admin/teams/admin/templates/${template}`, { method: "PUT", body: { spec: { replicas: 0, memoryMB: 256 } } });
+    const create = async (group: string) => {
+      const s = await Sandbox.create(template, { ...e2b(), metadata: { "label:ops": group }, timeoutMs: 600_000 });
+      made.push(s);
+      return s;
+    };
+    const [a, b, outside] = [await create(tag), await create(tag), await create("other")];
+    for (const s of [a, b, outside]) {
+      await s.files.write("/home/user/keep.txt", `kept by ${s.sandboxId}`);
+      await s.commands.run("sleep 100001", { background: true });
+    }
+    const sleepers = async (s: Sandbox) => (await s.commands.run("pgrep -cf '^sleep 10000[1]' || true")).stdout.trim();
+    expect(await sleepers(a)).toBe("1");
+    expect(await b.pause()).toBe(true);
+
+    await admin(`/admin/teams/admin/templates/${template}`, { method: "PUT", body: { spec: { replicas: 0, memoryMB: 384 } } });
+    await admin("/admin/teams/admin/updateops", {
+      body: { name: template, selector: { matchLabels: { ops: tag } }, updateStrategy: { maxUnavailable: 1 }, stateFilter: { states: ["Running", "Paused"] } },
+    });
+    const done = await waitFor(
+      async () => {
+        const s = await admin(`/admin/teams/admin/updateops/${template}`);
+        return s.phase === "Completed" || s.phase === "Failed" ? s : undefined;
+      },
+      { what: "the run to finish", timeoutMs: 60_000, intervalMs: 200 },
+    );
+    expect(done, JSON.stringify(done)).toMatchObject({ phase: "Completed", replicas: 2, updatedReplicas: 2, failedReplicas: 0 });
+
+    // The running one: same files, a new runtime (the old background process is gone).
+    expect(await a.files.read("/home/user/keep.txt")).toBe(`kept by ${a.sandboxId}`);
+    expect(await sleepers(a)).toBe("0");
+    // The paused one is still paused; resumed, it runs the new version on its own files.
+    expect((await Sandbox.getInfo(b.sandboxId, e2b())).state).toBe("paused");
+    const resumed = await Sandbox.connect(b.sandboxId, e2b());
+    expect(await resumed.files.read("/home/user/keep.txt")).toBe(`kept by ${b.sandboxId}`);
+    expect(await sleepers(resumed)).toBe("0");
+    // Outside the selector: untouched (its process still runs).
+    expect(await sleepers(outside)).toBe("1");
+  });
+});

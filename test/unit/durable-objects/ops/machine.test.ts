@@ -1,0 +1,111 @@
+// The update ops machine: selection, batches under maxUnavailable (updating and failed members
+// counted), paused, the end states, resume after failure.
+import { describe, expect, it } from "vitest";
+import { counts, inFlight, initialState, transition, type OpsInput, type OpsState } from "../../../../durable-objects/ops/machine.ts";
+import { UpdateOpsSpec } from "../../../../schema/api/update-ops.ts";
+import type { OpsCandidate, UpgradeOutcome } from "../../../../durable-objects/sandbox/upgrade.ts";
+
+const NOW = 1_000_000;
+
+function sandboxes(n: number, over: Partial<OpsCandidate> = {}): OpsCandidate[] {
+  return Array.from({ length: n }, (_, i) => ({ id: `s${String(i).padStart(3, "0")}`, templateId: "t", cluster: "local", labels: { app: "a" }, phase: "Running" as const, revision: "r1", ...over }));
+}
+
+function run(spec: unknown, candidates: OpsCandidate[], targets: Record<string, string | null> = { t: "r2" }): OpsState {
+  const s = initialState("ops", "team", UpdateOpsSpec.parse(spec), NOW);
+  return transition(s, { type: "select", candidates, targets }, NOW);
+}
+
+const step = (s: OpsState, ev: OpsInput) => transition(s, ev, NOW + 1);
+const outcome = (s: OpsState, status: UpgradeOutcome["status"], message?: string) => step(s, { type: "progress", outcomes: Object.fromEntries(inFlight(s).map((m) => [m.id, { status, message }])) });
+const updating = (s: OpsState) => inFlight(s).map((m) => m.id);
+
+describe("update ops machine", () => {
+  it("selects by label selector, stateFilter and revision, in id order", () => {
+    const c: OpsCandidate[] = [
+      { id: "b", templateId: "t", cluster: "local", labels: { app: "a" }, phase: "Running", revision: "r1" },
+      { id: "a", cluster: "local", templateId: "t", labels: { app: "a" }, phase: "Paused", revision: "r1" },
+      { id: "c", cluster: "local", templateId: "t", labels: { app: "other" }, phase: "Running", revision: "r1" },
+      { id: "d", cluster: "local", templateId: "t", labels: { app: "a" }, phase: "Running", revision: "r2" }, // already there
+      { id: "e", cluster: "local", templateId: "t", labels: { app: "a" }, phase: "Pausing", revision: "r1" },
+      { id: "f", cluster: "local", templateId: "gone", labels: { app: "a" }, phase: "Running", revision: "r1" },
+    ];
+    const s = run({ selector: { matchLabels: { app: "a" } }, stateFilter: { states: ["Running", "Paused"] }, updateStrategy: { maxUnavailable: 5 } }, c, { t: "r2", gone: null });
+    expect(s.members.map((m) => [m.id, m.paused])).toEqual([["a", true], ["b", false]]);
+    expect(s.events.map((e) => e.reason)).toContain("TemplateNotFound");
+    const runningOnly = run({ selector: { matchExpressions: [{ key: "app", operator: "In", values: ["a"] }] } }, c, { t: "r2", gone: null });
+    expect(runningOnly.members.map((m) => m.id)).toEqual(["b"]);
+  });
+
+  it("upgrades in batches of maxUnavailable, a percentage of the members rounded up", () => {
+    let s = run({ selector: {}, updateStrategy: { maxUnavailable: "10%" } }, sandboxes(25)); // ceil(2.5) = 3
+    expect(updating(s)).toEqual(["s000", "s001", "s002"]);
+    s = step(s, { type: "progress", outcomes: { s000: { status: "succeeded" }, s001: { status: "updating" }, s002: { status: "waiting" } } });
+    expect(updating(s)).toEqual(["s001", "s002", "s003"]);
+    let rounds = 0;
+    while (s.phase === "Updating" && rounds++ < 100) s = outcome(s, "succeeded");
+    expect(s.phase).toBe("Completed");
+    expect(counts(s)).toEqual({ replicas: 25, updatedReplicas: 25, failedReplicas: 0, updatingReplicas: 0 });
+    expect(s.conditions[0]).toMatchObject({ type: "Progressing", status: "False", reason: "Completed" });
+  });
+
+  it("counts failed members against maxUnavailable, fails a sandbox alone, and the run once failures use the budget", () => {
+    let s = run({ selector: {}, updateStrategy: { maxUnavailable: 2 } }, sandboxes(5));
+    s = step(s, { type: "progress", outcomes: { s000: { status: "failed", message: "UpgradePodFailed: boom" }, s001: { status: "succeeded" } } });
+    // One failed holds one slot: one more starts, not two.
+    expect(updating(s)).toEqual(["s002"]);
+    expect(s.members.find((m) => m.id === "s000")).toMatchObject({ status: "Failed", message: "UpgradePodFailed: boom" });
+    s = outcome(s, "failed", "again");
+    expect(s.phase).toBe("Failed");
+    expect(s.conditions[0]).toMatchObject({ reason: "TooManyFailed" });
+    expect(counts(s)).toMatchObject({ updatedReplicas: 1, failedReplicas: 2, updatingReplicas: 0 });
+    // Resume retries the failed ones with their next attempt, then carries on.
+    s = step(s, { type: "resume" });
+    expect(s.phase).toBe("Updating");
+    expect(inFlight(s).map((m) => [m.id, m.attempt])).toEqual([["s000", 2], ["s002", 2]]);
+    while (s.phase === "Updating") s = outcome(s, "succeeded");
+    expect(s.phase).toBe("Completed");
+    expect(counts(s).updatedReplicas).toBe(5);
+  });
+
+  it("a run that ends with failures is Failed, and says how many", () => {
+    let s = run({ selector: {}, updateStrategy: { maxUnavailable: 3 } }, sandboxes(2));
+    s = step(s, { type: "progress", outcomes: { s000: { status: "failed" }, s001: { status: "succeeded" } } });
+    expect(s.phase).toBe("Failed");
+    expect(s.conditions[0]).toMatchObject({ reason: "SandboxesFailed", message: "1 upgraded, 1 failed" });
+  });
+
+  it("paused starts nothing new; those under way finish; unpausing carries on", () => {
+    let s = run({ selector: {}, updateStrategy: { maxUnavailable: 2 } }, sandboxes(4));
+    s = step(s, { type: "change", paused: true });
+    s = outcome(s, "succeeded");
+    expect(updating(s)).toEqual([]);
+    expect(s.phase).toBe("Updating");
+    expect(s.conditions[0]).toMatchObject({ reason: "Paused" });
+    s = step(s, { type: "change", paused: false });
+    expect(updating(s)).toEqual(["s002", "s003"]);
+  });
+
+  it("a deleted sandbox leaves the run; nothing selected completes at once", () => {
+    let s = run({ selector: {} }, sandboxes(2));
+    s = outcome(s, "gone");
+    expect(s.members.map((m) => m.id)).toEqual(["s001"]);
+    expect(updating(s)).toEqual(["s001"]);
+    expect(run({ selector: { matchLabels: { app: "none" } } }, sandboxes(3)).phase).toBe("Completed");
+  });
+
+  it("leaves alone the sandboxes of a cluster whose driver cannot recreate, and says so", () => {
+    const c = [...sandboxes(2), ...sandboxes(1, { id: "k1", cluster: "kube" })];
+    const s = transition(initialState("ops", "team", UpdateOpsSpec.parse({ selector: {} }), NOW), { type: "select", candidates: c, targets: { t: "r2" }, unsupported: { kube: "no recreate" } }, NOW);
+    expect(s.members.map((m) => m.id)).toEqual(["s000", "s001"]);
+    expect(s.events.find((e) => e.reason === "RecreateNotSupported")).toMatchObject({ type: "Warning", message: expect.stringContaining("1 selected sandboxes on cluster \"kube\"") });
+  });
+
+  it("CheckpointRestore is accepted and answered as not supported yet", () => {
+    const s = run({ selector: {}, updateStrategy: { type: "CheckpointRestore" } }, sandboxes(2));
+    expect(s.phase).toBe("Failed");
+    expect(s.members).toEqual([]);
+    expect(s.conditions[0]).toMatchObject({ status: "False", reason: "StrategyNotSupported" });
+    expect(step(s, { type: "resume" }).phase).toBe("Failed");
+  });
+});

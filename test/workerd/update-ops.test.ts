@@ -1,0 +1,149 @@
+// Update ops runs through the admin API, with the scripted agent on the real agent link holding
+// each upgrade until the test releases it: batches never exceed maxUnavailable (a failed sandbox
+// counted), a failure fails that sandbox, resume retries it, a paused sandbox is upgraded and
+// stays paused, a sandbox outside the selector is left alone, and each upgrade is sent once.
+import { describe, expect, it } from "vitest";
+import type { Intent } from "../../schema/protocol/index.ts";
+import { waitFor } from "../support/wait-for.ts";
+import { call, createTeam, expectError, expectStatus, startAgent, unique } from "./helpers.ts";
+
+describe("update ops through the admin API", () => {
+  it("upgrades the selected sandboxes in batches of maxUnavailable, fails one alone, resumes it, keeps a paused one paused", async () => {
+    const team = await createTeam(unique("ops"));
+    const tplPath = `/admin/teams/${team.name}/templates/${team.template}`;
+    let rev1 = "";
+    const failing = new Set<string>();
+    let holding = true;
+    const isUpgrade = (i: Intent) => holding && i.owner.kind === "sandbox" && rev1 !== "" && i.template !== null && i.template.revision !== rev1;
+    const agent = await startAgent(team.cluster, { hold: isUpgrade });
+    /** The agent fails the held upgrade of `id` (a terminal error, as the real one reports it). */
+    const fail = (id: string) => {
+      agent.held.delete(id);
+      agent.report({ sandboxId: id, generation: agent.sandboxes.get(id)!.generation, phase: "Failed", ready: false, reason: "ImagePullFailed", message: "the new image does not start", observedAt: Date.now() });
+    };
+    rev1 = (await expectStatus(call(tplPath), 200)).revision;
+    const create = async (app: string) =>
+      (await expectStatus(call("/sandboxes", { key: team.key, body: { templateID: team.template, timeout: 600, metadata: { "label:app": app } } }), 201)).sandboxID as string;
+    const web: string[] = [];
+    for (let i = 0; i < 5; i++) web.push(await create("web"));
+    const other = await create("other");
+    const paused = web[4]!;
+    await expectStatus(call(`/sandboxes/${paused}/pause`, { key: team.key, body: {} }), 204);
+
+    const rev2: string = (await expectStatus(call(tplPath, { method: "PUT", body: { spec: { cluster: team.cluster, image: "base-v2" } } }), 200)).revision;
+    expect(rev2).not.toBe(rev1);
+    const upgrades = (id: string) => agent.received.filter((r) => r.intent.sandboxId === id && r.intent.template?.revision === rev2).map((r) => r.intent);
+    // The first running one in id order fails (the agent cannot start its new version).
+    const failed = [...web].sort().find((id) => id !== paused)!;
+    failing.add(failed);
+
+    const opsPath = `/admin/teams/${team.name}/updateops/roll`;
+    const body = { name: "roll", selector: { matchLabels: { app: "web" } }, updateStrategy: { maxUnavailable: "40%" }, stateFilter: { states: ["Running", "Paused"] } };
+    const created = await expectStatus(call(`/admin/teams/${team.name}/updateops`, { body }), 201);
+    expect(created).toMatchObject({ name: "roll", spec: { updateStrategy: { type: "Recreate", maxUnavailable: "40%" } } });
+    const status = () => expectStatus(call(opsPath), 200);
+
+    // 40% of 5 = 2 unavailable at most; the failed one holds a slot until the run is resumed.
+    let maxHeld = 0;
+    while (!["Completed", "Failed"].includes((await status()).phase)) {
+      await waitFor(async () => agent.held.size > 0 || ["Completed", "Failed"].includes((await status()).phase), { what: "an upgrade in flight or the end" });
+      const s = await status();
+      maxHeld = Math.max(maxHeld, agent.held.size);
+      expect(agent.held.size + s.failedReplicas).toBeLessThanOrEqual(2);
+      expect(s.updatingReplicas + s.failedReplicas).toBeLessThanOrEqual(2);
+      const next = [...agent.held.keys()][0];
+      if (next) {
+        const fails = failing.has(next);
+        if (fails) fail(next);
+        else agent.release(next);
+        const want = fails ? "Failed" : "Succeeded";
+        await waitFor(async () => (await status()).sandboxes.find((l: { id: string }) => l.id === next).status === want, { what: `${next} ${want}` });
+      }
+    }
+    expect(maxHeld).toBeGreaterThanOrEqual(1);
+    const failedRun = await status();
+    expect(failedRun).toMatchObject({ phase: "Failed", replicas: 5, updatedReplicas: 4, failedReplicas: 1, updatingReplicas: 0 });
+    expect(failedRun.conditions[0]).toMatchObject({ type: "Progressing", status: "False", reason: "SandboxesFailed" });
+    expect(failedRun.sandboxes.find((l: { id: string }) => l.id === failed)).toMatchObject({ status: "Failed", message: expect.stringContaining("the new image does not start") });
+    expect(failedRun.events.filter((e: { reason: string }) => e.reason === "UpgradeSucceeded")).toHaveLength(4);
+
+    // Resume retries the failed sandbox with its next attempt.
+    failing.clear();
+    expect((await expectStatus(call(`${opsPath}/resume`, { method: "POST" }), 200)).phase).toBe("Updating");
+    await waitFor(() => agent.held.has(failed), { what: "the retried upgrade" });
+    agent.release(failed);
+    await waitFor(async () => (await status()).phase === "Completed", { what: "the run to complete" });
+    expect(await status()).toMatchObject({ replicas: 5, updatedReplicas: 5, failedReplicas: 0 });
+
+    // Each sandbox got its new version once (the failed one twice: its retry), nothing else did.
+    for (const id of web) expect(upgrades(id)).toHaveLength(id === failed ? 2 : 1);
+    expect(upgrades(other)).toHaveLength(0);
+    holding = false;
+    // The paused one was upgraded paused and is still paused; resuming it runs the new version.
+    expect(upgrades(paused)[0]!.desired.state).toBe("paused");
+    expect((await expectStatus(call(`/sandboxes/${paused}`, { key: team.key }), 200)).state).toBe("paused");
+    await expectStatus(call(`/sandboxes/${paused}/connect`, { key: team.key, body: { timeout: 300 } }), 201);
+    expect(agent.sandboxes.get(paused)!.intent).toMatchObject({ desired: { state: "running" }, template: { revision: rev2 } });
+    for (const id of web.filter((x) => x !== paused)) expect((await expectStatus(call(`/sandboxes/${id}`, { key: team.key }), 200)).state).toBe("running");
+  });
+
+  it("pauses between batches and carries on when unpaused; a second apply of the same run changes only what may change", async () => {
+    const team = await createTeam(unique("ops-pause"));
+    const tplPath = `/admin/teams/${team.name}/templates/${team.template}`;
+    let rev1 = "";
+    const agent = await startAgent(team.cluster, { hold: (i) => i.owner.kind === "sandbox" && rev1 !== "" && i.template?.revision !== rev1 });
+    rev1 = (await expectStatus(call(tplPath), 200)).revision;
+    for (let i = 0; i < 3; i++) await expectStatus(call("/sandboxes", { key: team.key, body: { templateID: team.template } }), 201);
+    await expectStatus(call(tplPath, { method: "PUT", body: { spec: { cluster: team.cluster, image: "base-v3" } } }), 200);
+    const opsPath = `/admin/teams/${team.name}/updateops/p`;
+    await expectStatus(call(`/admin/teams/${team.name}/updateops`, { body: { name: "p", selector: {} } }), 201);
+    await waitFor(() => agent.held.size === 1, { what: "the first upgrade" });
+    expect((await expectStatus(call(opsPath, { method: "PATCH", body: { paused: true } }), 200)).spec.paused).toBe(true);
+    agent.release([...agent.held.keys()][0]!);
+    await waitFor(async () => (await expectStatus(call(opsPath), 200)).updatedReplicas === 1, { what: "the first upgrade done" });
+    const pausedRun = await expectStatus(call(opsPath), 200);
+    expect(pausedRun).toMatchObject({ phase: "Updating", updatingReplicas: 0, conditions: [{ reason: "Paused" }] });
+    expect(agent.held.size).toBe(0);
+    // kubectl apply again, unpaused and wider: the same run carries on.
+    const again = await expectStatus(call(`/admin/teams/${team.name}/updateops`, { body: { name: "p", selector: {}, paused: false, updateStrategy: { maxUnavailable: 2 } } }), 200);
+    expect(again.replicas).toBe(3);
+    await waitFor(() => agent.held.size === 2, { what: "two upgrades at once" });
+    for (const id of [...agent.held.keys()]) agent.release(id);
+    await waitFor(async () => (await expectStatus(call(opsPath), 200)).phase === "Completed", { what: "completion" });
+    // What may not change is refused.
+    await expectError(call(`/admin/teams/${team.name}/updateops`, { body: { name: "p", selector: { matchLabels: { a: "b" } } } }), 409, /cannot change/);
+    await expectStatus(call(opsPath, { method: "DELETE" }), 204);
+    await expectError(call(opsPath), 404);
+  });
+
+  it("leaves alone the sandboxes of a cluster whose agent runs the kubernetes driver (no Recreate there yet), and says so", async () => {
+    const team = await createTeam(unique("ops-kube"));
+    const agent = await startAgent(team.cluster, { driver: "kubernetes" });
+    const tplPath = `/admin/teams/${team.name}/templates/${team.template}`;
+    const id = (await expectStatus(call("/sandboxes", { key: team.key, body: { templateID: team.template } }), 201)).sandboxID;
+    const rev2 = (await expectStatus(call(tplPath, { method: "PUT", body: { spec: { cluster: team.cluster, image: "base-k" } } }), 200)).revision;
+    await expectStatus(call(`/admin/teams/${team.name}/updateops`, { body: { name: "k", selector: {} } }), 201);
+    const done = await waitFor(async () => {
+      const s = await expectStatus(call(`/admin/teams/${team.name}/updateops/k`), 200);
+      return s.phase === "Completed" ? s : undefined;
+    }, { what: "the run to answer" });
+    expect(done).toMatchObject({ replicas: 0, updatedReplicas: 0 });
+    expect(done.events.find((e: { reason: string }) => e.reason === "RecreateNotSupported").message).toContain("kubernetes driver does not recreate");
+    expect(agent.received.filter((r) => r.intent.sandboxId === id && r.intent.template?.revision === rev2)).toHaveLength(0);
+  });
+
+  it("answers CheckpointRestore as not supported yet, and refuses bad input with 4xx", async () => {
+    const team = await createTeam(unique("ops-bad"));
+    const cr = await expectStatus(call(`/admin/teams/${team.name}/updateops`, { body: { name: "cr", selector: {}, updateStrategy: { type: "CheckpointRestore" } } }), 201);
+    expect(cr.name).toBe("cr");
+    await waitFor(async () => (await expectStatus(call(`/admin/teams/${team.name}/updateops/cr`), 200)).phase === "Failed", { what: "the run to answer" });
+    expect((await expectStatus(call(`/admin/teams/${team.name}/updateops/cr`), 200)).conditions[0]).toMatchObject({ reason: "StrategyNotSupported", message: expect.stringContaining("not supported yet") });
+    await expectError(call(`/admin/teams/${team.name}/updateops`, { body: { name: "x" } }), 400, /selector/);
+    await expectError(call(`/admin/teams/${team.name}/updateops`, { body: { name: "Bad_Name", selector: {} } }), 400, /DNS-1123/);
+    await expectError(call(`/admin/teams/${team.name}/updateops`, { body: { name: "x", selector: {}, updateStrategy: { maxUnavailable: "lots" } } }), 400);
+    await expectError(call(`/admin/teams/${team.name}/updateops`, { body: { name: "x", selector: {}, patch: {} } }), 400);
+    await expectError(call(`/admin/teams/no-such-team/updateops`, { body: { name: "x", selector: {} } }), 404);
+    await expectError(call(`/admin/teams/${team.name}/updateops/none`), 404);
+    await expectError(call(`/admin/teams/${team.name}/updateops`, { key: team.key, body: { name: "x", selector: {} } }), 403);
+  });
+});
