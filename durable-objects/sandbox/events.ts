@@ -1,7 +1,7 @@
 // Inputs of the sandbox machine: client commands (already authorised by the shell), agent
 // observations and acks, and the alarm.
 import type { AckResult, Endpoint, Observation, PauseStrategy } from "../../schema/protocol/index.ts";
-import type { SandboxSpec } from "./state.ts";
+import type { Condition, HookConditionType, SandboxSpec } from "./state.ts";
 
 export type SandboxEvent =
   | { type: "create"; spec: SandboxSpec; timeoutS: number; generation: number; endpoint: Endpoint | null }
@@ -24,4 +24,6 @@ export type SandboxEvent =
   | { type: "abandon" }
   | { type: "observe"; obs: Observation }
   | { type: "ack"; generation: number; result: AckResult; message?: string }
-  | { type: "alarm" };
+  | { type: "alarm" }
+  /** A lifecycle hook ran (hooks/run-hook.ts): its condition, replacing the last run's. */
+  | { type: "hook"; condition: Omit<Condition, "lastTransitionTime"> & { type: HookConditionType } };
