@@ -3,6 +3,7 @@
 import type { ClusterDO } from "./cluster/cluster-do.ts";
 import type { EdgeMetricsDO } from "./metrics/metrics-do.ts";
 import type { PoolDO } from "./pool/pool-do.ts";
+import type { ProbeDO } from "./probes/probe-do.ts";
 import type { SandboxIndexDO } from "./sandbox/sandbox-index-do.ts";
 import type { SandboxGroupDO } from "./sandbox/sandbox-group-do.ts";
 import type { TeamQuotaDO } from "./quota/team-quota-do.ts";
@@ -18,6 +19,8 @@ export interface Env {
   TEAM_QUOTA: DurableObjectNamespace<TeamQuotaDO>;
   /** One object (`idFromName("edge")`): the edge's metric counts summed over isolates. */
   EDGE_METRICS: DurableObjectNamespace<EdgeMetricsDO>;
+  /** One per sandbox with an auto-pause policy (`idFromName(sandboxId)`): its probe and wake. */
+  PROBE: DurableObjectNamespace<ProbeDO>;
   /** libSQL (sqld locally, Turso in production). */
   LIBSQL_URL: string;
   LIBSQL_AUTH_TOKEN?: string;

@@ -24,6 +24,7 @@ export { PoolDO } from "../durable-objects/pool/pool-do.ts";
 export { ClusterDO } from "../durable-objects/cluster/cluster-do.ts";
 export { TeamQuotaDO } from "../durable-objects/quota/team-quota-do.ts";
 export { EdgeMetricsDO } from "../durable-objects/metrics/metrics-do.ts";
+export { ProbeDO } from "../durable-objects/probes/probe-do.ts";
 
 const app = new Hono<AppEnv>();
 app.onError(onError);

@@ -11,7 +11,7 @@ import type { Hook, HookName } from "../../schema/api/hooks.ts";
 import type { Env } from "../env.ts";
 import { edgeFetch } from "../ingress-client.ts";
 import type { HookConditionType } from "../sandbox/state.ts";
-import { decodeProcessStream, startRequestBody } from "./connect-stream.ts";
+import { decodeProcessStream, startRequestBody, type ProcessRun } from "./connect-stream.ts";
 
 const ENVD_PORT = 49983;
 /** Output kept for the condition's message. */
@@ -40,18 +40,9 @@ export async function runHook(env: Env, target: HookTarget, hook: Hook): Promise
   const timedOut = () => Date.now() - started >= timeoutMs - 50;
   try {
     if (hook.exec) {
-      const res = await edgeFetch(env, {
-        ...target,
-        port: ENVD_PORT,
-        method: "POST",
-        pathAndQuery: "/process.Process/Start",
-        headers: { "content-type": "application/connect+json", "connect-protocol-version": "1", authorization: `Basic ${btoa("root:")}` },
-        body: startRequestBody(hook.exec.command),
-        timeoutMs,
-      });
-      if (!res) return timedOut() ? timeout(hook) : { ok: false, reason: "Unreachable", message: "the sandbox's runtime did not answer" };
-      if (!res.ok) return { ok: false, reason: "Failed", message: `the runtime refused the command: HTTP ${res.status} ${clip(await res.text())}` };
-      const run = decodeProcessStream(await readBounded(res));
+      const run = await execInSandbox(env, target, hook.exec.command, timeoutMs);
+      if (run === null) return timedOut() ? timeout(hook) : { ok: false, reason: "Unreachable", message: "the sandbox's runtime did not answer" };
+      if ("refused" in run) return { ok: false, reason: "Failed", message: run.refused };
       const output = clip([run.stderr, run.stdout].filter(Boolean).join("\n").trim());
       // The end event's own error only repeats a non-zero exit ("exit status 3"): the code says it.
       if (run.exitCode === null) {
@@ -70,6 +61,25 @@ export async function runHook(env: Env, target: HookTarget, hook: Hook): Promise
   } catch (err) {
     return timedOut() ? timeout(hook) : { ok: false, reason: "Failed", message: clip(String(err)) };
   }
+}
+
+/**
+ * Runs `command` inside the sandbox as root through its runtime and waits for it (at most
+ * `timeoutMs`): its output and exit code; null when the runtime did not answer in time.
+ */
+export async function execInSandbox(env: Env, target: HookTarget, command: string[], timeoutMs: number): Promise<ProcessRun | { refused: string } | null> {
+  const res = await edgeFetch(env, {
+    ...target,
+    port: ENVD_PORT,
+    method: "POST",
+    pathAndQuery: "/process.Process/Start",
+    headers: { "content-type": "application/connect+json", "connect-protocol-version": "1", authorization: `Basic ${btoa("root:")}` },
+    body: startRequestBody(command),
+    timeoutMs,
+  });
+  if (!res) return null;
+  if (!res.ok) return { refused: `the runtime refused the command: HTTP ${res.status} ${clip(await res.text())}` };
+  return decodeProcessStream(await readBounded(res));
 }
 
 export interface HookVerdict {
