@@ -33,6 +33,14 @@ export async function connectSandbox(env: Env, id: string, access: Access, opts:
   return res;
 }
 
+/** After a wake-on-traffic resumed the sandbox (the gateway, beside the forwarded request). */
+export async function afterWake(env: Env, id: string, teamId: string): Promise<void> {
+  const h = sandboxHandle(env, id);
+  const access = { teamId, admin: true };
+  const info = await h.info(access);
+  if (info.ok) await runLifecycleHook(env, h, access, info.sandbox, "postResume");
+}
+
 /** Runs the template's hook `name` if it has one; null when there is none. */
 export async function runLifecycleHook(env: Env, h: SandboxHandle, access: Access, sandbox: SandboxInfo, name: HookName): Promise<HookVerdict | null> {
   const template = await resolveTemplateCached(getDb(env), sandbox.teamId, sandbox.templateId);

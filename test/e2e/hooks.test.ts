@@ -4,6 +4,7 @@
 // a resume runs postResume inside it. Each run is a condition on the sandbox (admin view).
 import { Sandbox } from "e2b";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
+import { waitFor } from "../support/wait-for.ts";
 import { e2b, uniqueTag } from "./sdk.ts";
 
 const template = `hooks${uniqueTag()}`;
@@ -67,6 +68,18 @@ describe("lifecycle hooks", () => {
     expect((await resumed.files.read("/tmp/pre-pause")).trim()).toBe("flushed");
     expect((await resumed.files.read("/tmp/post-resume")).trim()).toBe("resumed");
     expect(await conditions()).toContainEqual(expect.objectContaining({ type: "PostResumeHook", status: "True", reason: "Succeeded" }));
+  });
+
+  it("a wake on traffic runs postResume too", async () => {
+    const woke = await Sandbox.create(template, { ...e2b(), lifecycle: { onTimeout: "pause", autoResume: true } });
+    try {
+      await woke.files.write("/tmp/idle", "");
+      expect(await woke.pause()).toBe(true);
+      expect((await woke.files.read("/tmp/idle")).trim()).toBe(""); // plain traffic wakes it
+      await waitFor(async () => (await woke.files.read("/tmp/post-resume")).trim() === "resumed", { what: "postResume after the wake" });
+    } finally {
+      await woke.kill().catch(() => false);
+    }
   });
 
   it("refuses a hook with both exec and http, or neither, with a 400", async () => {
