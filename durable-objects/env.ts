@@ -3,6 +3,7 @@
 import type { ClusterDO } from "./cluster/cluster-do.ts";
 import type { EdgeMetricsDO } from "./metrics/metrics-do.ts";
 import type { PoolDO } from "./pool/pool-do.ts";
+import type { ProbeDO } from "./probes/probe-do.ts";
 import type { SandboxIndexDO } from "./sandbox/sandbox-index-do.ts";
 import type { SandboxGroupDO } from "./sandbox/sandbox-group-do.ts";
 import type { TeamQuotaDO } from "./quota/team-quota-do.ts";
@@ -21,6 +22,8 @@ export interface Env {
   EDGE_METRICS: DurableObjectNamespace<EdgeMetricsDO>;
   /** One per update ops run (`idFromName(teamId/name)`, ops/stub.ts). */
   UPDATE_OPS: DurableObjectNamespace<UpdateOpsDO>;
+  /** One per sandbox with an auto-pause policy (`idFromName(sandboxId)`): its probe and wake. */
+  PROBE: DurableObjectNamespace<ProbeDO>;
   /** libSQL (sqld locally, Turso in production). */
   LIBSQL_URL: string;
   LIBSQL_AUTH_TOKEN?: string;

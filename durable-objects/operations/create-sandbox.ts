@@ -67,6 +67,7 @@ async function create(env: Env, caller: Caller, { version, body, ext }: CreateSa
   const input = { spec, timeoutS: timeout, claimedGeneration: claimed.generation, endpoint: claimed.endpoint, waitMs: ext.waitReadyMs ?? DEFAULT_WAIT_MS };
   const res = await timedMs(EDGE.createStage, { stage: "start" }, () => timedMs(EDGE.doCall, { object: "sandbox_group", method: "create" }, () => sandboxHandle(env, claimed.sandboxId).create(input)));
   if (!res.ok) throw ApiError.from(res.error);
+  if (ext.autoPausePolicy) await env.PROBE.get(env.PROBE.idFromName(claimed.sandboxId)).start(claimed.sandboxId, caller.teamId, ext.autoPausePolicy);
   return res.sandbox;
 }
 

@@ -7,7 +7,9 @@ import { ErrorCode } from "../../schema/errors.ts";
 import { newSandboxId, type Intent, type Observation, type SandboxId } from "../../schema/protocol/index.ts";
 import { addMember, counts, initialState, nextCreateDeadline, rollout, transition, type Member, type PoolEffect, type PoolEvent, type PoolState } from "./machine.ts";
 import { memberIntent } from "./member-intent.ts";
-import type { ClaimResult, ConfigureResult, ObserveResult, PoolConfig, PoolStatus } from "./rpc.ts";
+import type { AutoscalerResult, ClaimResult, ConfigureResult, ObserveResult, PoolConfig, PoolStatus } from "./rpc.ts";
+import type { AutoscalerSpec } from "../../schema/api/autoscaler.ts";
+import { AutoscaleHost } from "./autoscale-host.ts";
 import { TurnWrites } from "../turn-writes.ts";
 import { openPoolStore, type Outgoing, type PoolStore } from "./store.ts";
 
@@ -17,6 +19,7 @@ const RETRY_MS = 2_000;
 export class PoolDO extends DurableObject<Env> {
   private state: PoolState | null = null;
   private store: PoolStore | null = null;
+  private autoscale: AutoscaleHost | null = null;
   /** Intents persisted in `pending_intents` and not yet accepted by their ClusterDO. */
   private outgoing = new Map<SandboxId, Outgoing>();
   private flushing: Promise<void> | null = null;
@@ -41,7 +44,9 @@ export class PoolDO extends DurableObject<Env> {
     // Members cannot move between clusters: the old cluster's are deleted there, and the pool
     // warms up again on the new one.
     if (current && current.cluster !== (config.cluster ?? "local")) this.apply({ type: "destroy" });
-    this.apply({ type: "configure", config });
+    // An autoscaler owns the size: a new spec (a template PUT, a synced SandboxSet) keeps it.
+    const managed = this.autoscale!.managedReplicas();
+    this.apply({ type: "configure", config: managed === null ? config : { ...config, spec: { ...config.spec, replicas: managed } } });
     return { ok: true, status: this.statusNow() };
   }
 
@@ -51,6 +56,7 @@ export class PoolDO extends DurableObject<Env> {
     const cfg = st.config;
     const reply = this.apply({ type: "claim" });
     if (reply && !reply.ok) return reply;
+    if (this.autoscale!.claimed(Date.now())) this.armAt(this.autoscale!.due!);
     if (!reply || !cfg) return { ok: false, error: { code: ErrorCode.internal, message: "claim produced no reply" } };
     try {
       await this.turn.written;
@@ -99,10 +105,42 @@ export class PoolDO extends DurableObject<Env> {
     return this.statusNow();
   }
 
+  /** Sets (null: removes) the pool's PoolAutoscaler and evaluates it at once. */
+  async setAutoscaler(spec: AutoscalerSpec | null): Promise<AutoscalerResult> {
+    this.load();
+    this.turn.flush();
+    this.autoscale!.set(spec, Date.now());
+    this.autoscaleNow();
+    return { ok: true, status: this.autoscalerStatusNow() };
+  }
+
+  async autoscalerStatus(): Promise<AutoscalerResult> {
+    this.load();
+    return { ok: true, status: this.autoscalerStatusNow() };
+  }
+
   override async alarm(): Promise<void> {
     this.alarmAt = null;
+    // The evaluation first: it moves its due time on, so the tick's re-arm does not fire again now.
+    this.autoscaleNow();
     this.apply({ type: "tick" });
     await this.kick();
+  }
+
+  /** Runs the autoscaler's evaluation if one is due, applies its size, and re-arms the alarm. */
+  private autoscaleNow(): void {
+    const st = this.load();
+    const cfg = st.config;
+    const host = this.autoscale!;
+    const { available, creating } = counts(st);
+    const desired = host.run(cfg && { replicas: cfg.spec.replicas, available, total: available + creating }, Date.now());
+    if (cfg && desired !== null) this.apply({ type: "configure", config: { ...cfg, spec: { ...cfg.spec, replicas: desired } } });
+    if (host.due !== null) this.armAt(Math.max(host.due, Date.now()));
+  }
+
+  private autoscalerStatusNow() {
+    const st = this.load();
+    return this.autoscale!.status(st.config?.spec.replicas ?? 0, counts(st).available);
   }
 
   /** Starts a flush unless one runs; the running one picks up intents queued meanwhile. */
@@ -236,7 +274,12 @@ export class PoolDO extends DurableObject<Env> {
   private armAlarm(now: number, retry = false): void {
     const st = this.state!;
     const due = retry || this.outgoing.size ? now + RETRY_MS : nextCreateDeadline(st);
-    if (due === null || (this.alarmAt !== null && this.alarmAt <= due)) return;
+    if (due !== null) this.armAt(due);
+    if (this.autoscale?.due != null) this.armAt(this.autoscale.due);
+  }
+
+  private armAt(due: number): void {
+    if (this.alarmAt !== null && this.alarmAt <= due) return;
     this.alarmAt = due;
     void this.ctx.storage.setAlarm(due);
   }
@@ -264,6 +307,7 @@ export class PoolDO extends DurableObject<Env> {
       }
     }
     this.store = store;
+    this.autoscale = new AutoscaleHost(store);
     this.state = st;
     if (this.outgoing.size) void this.kick();
     return st;

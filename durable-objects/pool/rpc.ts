@@ -1,6 +1,7 @@
 // The PoolDO's RPC surface (what the create route, the admin API and ClusterDO call). Every
 // method resolves to a typed result; none throws across the RPC boundary.
 import type { Refusal } from "../../schema/errors.ts";
+import type { AutoscalerSpec } from "../../schema/api/autoscaler.ts";
 import type { TemplateRecord, TemplateSpec as SandboxSetSpec } from "../../schema/api/template.ts";
 import type { Endpoint, SandboxId, TemplateSpec } from "../../schema/protocol/index.ts";
 
@@ -62,3 +63,20 @@ export interface PoolStatus {
 
 export type ConfigureResult = { ok: true; status: PoolStatus } | { ok: false; error: Refusal };
 export type ObserveResult = { ok: true; applied: number } | { ok: false; error: Refusal };
+
+/** A pool's PoolAutoscaler as the admin API shows it (the CRD's `.status` names, plus the last
+ * decision and the latest events). */
+export interface AutoscalerStatus {
+  configured: boolean;
+  spec: AutoscalerSpec | null;
+  suspended: boolean;
+  currentReplicas: number;
+  desiredReplicas: number;
+  lastScaleTime: string | null;
+  currentCapacity: { available: number };
+  appliedCronPolicies: { name: string; lastScheduleTime: string }[];
+  lastDecision: { time: string; reason: string; message: string; currentReplicas: number; desiredReplicas: number } | null;
+  conditions: { type: string; status: "True" | "False"; reason: string; message: string }[];
+  events: { time: string; type: string; reason: string; message: string }[];
+}
+export type AutoscalerResult = { ok: true; status: AutoscalerStatus } | { ok: false; error: Refusal };

@@ -2,6 +2,7 @@
 // claim costs the same with 100 or 10,000 members; reads happen once, when the object loads.
 import type { Endpoint, Intent, SandboxId } from "../../schema/protocol/index.ts";
 import type { Member, PoolState } from "./machine.ts";
+import type { AutoscalerState } from "./autoscaler.ts";
 
 type Sql = Pick<SqlStorage, "exec">;
 type Config = PoolState["config"];
@@ -25,6 +26,9 @@ export interface PoolStore {
   saveConfig(config: Config): void;
   loadCounters(): { claimed: number; createdOnDemand: number };
   saveCounters(claimed: number, createdOnDemand: number): void;
+  /** The autoscaler (spec, last decision, events; not its samples), or null when none is set. */
+  loadAutoscaler(): Omit<AutoscalerState, "samples"> | null;
+  saveAutoscaler(state: AutoscalerState | null): void;
   /** Members in queue order (`ord` is the member's queue ticket when it was last written). */
   loadMembers(): Member[];
   insertMembers(members: Member[]): void;
@@ -58,6 +62,15 @@ export function openPoolStore(sql: Sql): PoolStore {
       return v ? (JSON.parse(v) as { claimed: number; createdOnDemand: number }) : { claimed: 0, createdOnDemand: 0 };
     },
     saveCounters: (claimed, createdOnDemand) => setMeta("counters", JSON.stringify({ claimed, createdOnDemand })),
+    loadAutoscaler: () => {
+      const v = meta("autoscaler");
+      return v ? (JSON.parse(v) as Omit<AutoscalerState, "samples">) : null;
+    },
+    saveAutoscaler: (state) => {
+      if (!state) return void sql.exec("DELETE FROM meta WHERE key = 'autoscaler'");
+      const { samples: _samples, ...kept } = state;
+      setMeta("autoscaler", JSON.stringify(kept));
+    },
     loadMembers: () =>
       sql
         .exec<{ id: string; state: string; revision: string; generation: number; created_at: number; endpoint: string | null; ready_once: number }>(

@@ -1,7 +1,7 @@
 // Inputs of the sandbox machine: client commands (already authorised by the shell), agent
 // observations and acks, and the alarm.
 import type { AckResult, Endpoint, Observation, PauseStrategy, TemplateSpec } from "../../schema/protocol/index.ts";
-import type { SandboxSpec } from "./state.ts";
+import type { Condition, HookConditionType, SandboxSpec } from "./state.ts";
 
 export type SandboxEvent =
   | { type: "create"; spec: SandboxSpec; timeoutS: number; generation: number; endpoint: Endpoint | null }
@@ -29,4 +29,6 @@ export type SandboxEvent =
   | { type: "upgrade"; template: TemplateSpec; attempt: number }
   | { type: "observe"; obs: Observation }
   | { type: "ack"; generation: number; result: AckResult; message?: string }
-  | { type: "alarm" };
+  | { type: "alarm" }
+  /** A lifecycle hook ran (hooks/run-hook.ts): its condition, replacing the last run's. */
+  | { type: "hook"; condition: Omit<Condition, "lastTransitionTime"> & { type: HookConditionType } };

@@ -80,6 +80,9 @@ export function transition(current: SandboxState | null, ev: SandboxEvent, now: 
       return wake(s, now);
     case "updateNetwork":
       return updateNetwork(s, ev, now);
+    case "hook":
+      setCondition(s, ev.condition.type, ev.condition.status, ev.condition.reason, now, ev.condition.message);
+      return ok(s, []);
     default:
       return assertNever(ev);
   }

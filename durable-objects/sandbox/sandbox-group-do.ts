@@ -168,6 +168,11 @@ export class SandboxGroupDO extends DurableObject<Env> {
     return this.applyVisible(id, access, { type: "refresh", durationS });
   }
 
+  /** A lifecycle hook ran: its condition on the sandbox (hooks/run-hook.ts). */
+  async recordHook(id: string, access: Access, condition: Extract<SandboxEvent, { type: "hook" }>["condition"]): Promise<Result> {
+    return this.applyVisible(id, access, { type: "hook", condition });
+  }
+
   async pause(id: string, access: Access, strategy?: PauseStrategy): Promise<Result> {
     return this.applyVisible(id, access, { type: "pause", strategy });
   }

@@ -7,7 +7,9 @@ import type { SandboxNetworkConfig } from "../../schema/api/sandbox.ts";
 
 export type Phase = "Pending" | "Running" | "Pausing" | "Paused" | "Resuming" | "Terminating" | "Failed";
 
-export type ConditionType = "Ready" | "SandboxPaused" | "SandboxResumed" | "RuntimeInitialized" | "Upgrading";
+export type ConditionType = "Ready" | "SandboxPaused" | "SandboxResumed" | "RuntimeInitialized" | "Upgrading" | HookConditionType;
+/** One per lifecycle hook (hooks/run-hook.ts): its last run. */
+export type HookConditionType = "PrePauseHook" | "PostResumeHook" | "PreUpgradeHook" | "PostUpgradeHook";
 
 export interface Condition {
   type: ConditionType;

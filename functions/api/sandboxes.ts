@@ -16,6 +16,7 @@ import { assertNetworkSupported } from "../../schema/api/network-support.ts";
 import { createSandboxRoute } from "./sandbox-create.ts";
 import { manySandboxMetricsRoute, sandboxMetricsRoute } from "./sandbox-metrics.ts";
 import { accessOf, sandboxHandle } from "./stubs.ts";
+import { connectSandbox, pauseSandbox } from "../../durable-objects/operations/pause-resume.ts";
 
 export const sandboxes = new Hono<AppEnv>();
 
@@ -95,7 +96,7 @@ sandboxes.post("/sandboxes/:id/pause", async (c) => {
   const { id, stub, access } = target(c);
   const body = await readJson(c, SandboxPauseRequest, { emptyAs: {} });
   const strategy = body.memory === undefined ? undefined : body.memory ? "Freeze" : "Stop";
-  const res = await stub.pause(access, strategy);
+  const res = await pauseSandbox(c.env, id, access, strategy);
   if (!res.ok) fail(id, res.error);
   return c.body(null, 204);
 });
@@ -105,7 +106,7 @@ function connectRoute(version: "v1" | "v2") {
     const { id, stub, access } = target(c);
     const body = await readJson(c, ConnectSandbox, { emptyAs: {} });
     if (version === "v1" && body.timeout === undefined) throw new ApiError("bad_request", "Invalid body: timeout is required");
-    const res = await stub.connectSandbox(access, { timeoutS: body.timeout ?? DEFAULT_TIMEOUT_S, memory: body.memory });
+    const res = await connectSandbox(c.env, id, access, { timeoutS: body.timeout ?? DEFAULT_TIMEOUT_S, memory: body.memory });
     if (!res.ok) fail(id, res.error);
     return c.json(renderSandbox(res.sandbox, c.env.SANDBOX_DOMAIN), res.resumed ? 201 : 200);
   };
@@ -121,7 +122,7 @@ sandboxes.post("/sandboxes/:id/resume", async (c) => {
   if (!info.ok) fail(id, info.error);
   if (info.sandbox.state !== "paused") throw new ApiError("conflict", `Sandbox "${id}" is already running`);
   const timeoutS = Math.max(body.timeout ?? V1_DEFAULT_TIMEOUT_S, MIN_RESUME_TIMEOUT_S);
-  const res = await stub.connectSandbox(access, { timeoutS, memory: body.memory });
+  const res = await connectSandbox(c.env, id, access, { timeoutS, memory: body.memory });
   if (!res.ok) fail(id, res.error);
   return c.json(renderSandbox(res.sandbox, c.env.SANDBOX_DOMAIN), 201);
 });

@@ -11,6 +11,7 @@ import { agentUnavailable, agentUnavailableEnd } from "./agent-unavailable.ts";
 import { guardConnectStream, isConnectStream } from "./connect-guard.ts";
 import { forgetIngress, ingressUrl, signingKey } from "./ingress-client.ts";
 import { ENVD_PORT, gatewayTarget, type GatewayTarget } from "./target.ts";
+import { afterWake } from "../../durable-objects/operations/pause-resume.ts";
 
 /** Bound on holding a request while its sandbox wakes. */
 const WAKE_WAIT_MS = 15_000;
@@ -139,6 +140,8 @@ export function gateway(): MiddlewareHandler<AppEnv> {
         return json(503, { code: 503, message: `sandbox ${target.sandboxId} is waking up: ${woken.error.message}` }, { "retry-after": "1" });
       }
       route = woken.route;
+      // postResume runs beside the request that woke it (not before: traffic waits on no hook).
+      if (woken.resumed) c.executionCtx.waitUntil(afterWake(c.env, target.sandboxId, route.teamId).catch(() => {}));
     }
     return forward(c.env, req, url, target, route.cluster, route.maskRequestHost);
   };

@@ -7,6 +7,7 @@
 import { annotationsProblem, isQualifiedName, isReservedKey, labelProblem } from "../crd/user-metadata.ts";
 import type { InplaceUpdate } from "../protocol/intent.ts";
 import { ApiError } from "../errors.ts";
+import { AutoPausePolicy } from "./auto-pause.ts";
 
 const EXT = "e2b.agents.kruise.io/";
 /** OpenKruise extensions that depend on Pods/CSI and have no meaning on this edge yet. */
@@ -40,6 +41,8 @@ export interface CreateExtensions {
   /** `image`, `cpu-limit` / `cpu-request`: the claimed member changed in place (CPU in cores:
    * the limit, else the request, as the driver sets both). Undefined when none was given. */
   inplaceUpdate?: InplaceUpdate;
+  /** `auto-pause-policy` (JSON, schema/api/auto-pause.ts): pause when a probe says idle. */
+  autoPausePolicy?: AutoPausePolicy;
 }
 
 export function parseCreateExtensions(input: Record<string, string> = {}): CreateExtensions {
@@ -97,6 +100,18 @@ function applyExtension(out: CreateExtensions, cpu: { limit?: number; request?: 
       return;
     case "memory":
       throw new ApiError("bad_request", `metadata extension "${key}": memory cannot be changed in place, only "${EXT}cpu-request" / "${EXT}cpu-limit"`);
+    case "auto-pause-policy": {
+      let json: unknown;
+      try {
+        json = JSON.parse(value);
+      } catch {
+        throw new ApiError("bad_request", `metadata "${key}" is not JSON`);
+      }
+      const parsed = AutoPausePolicy.safeParse(json);
+      if (!parsed.success) throw new ApiError("bad_request", `metadata "${key}": ${parsed.error.issues.map((i) => `${i.path.join(".") || "policy"}: ${i.message}`).join("; ")}`);
+      out.autoPausePolicy = parsed.data;
+      return;
+    }
     case "never-timeout":
       out.neverTimeout = bool(value, key);
       return;

@@ -3,6 +3,7 @@
 import { z } from "zod";
 import { DEFAULT_ENVD_VERSION, MAX_NAME_LENGTH, MAX_PATH_LENGTH } from "./limits.ts";
 import { EnvVars } from "./sandbox.ts";
+import { Lifecycle } from "./hooks.ts";
 
 /** Absolute count or a percentage of replicas, as Kubernetes IntOrString. */
 export const IntOrPercent = z.union([z.int().min(0), z.string().regex(/^\d{1,3}%$/, "a percentage like 20%")]);
@@ -35,6 +36,8 @@ export const TemplateSpec = z.strictObject({
    * hash, `status.updateRevision`). Part of this spec's revision, so a change the fields above do
    * not map (a command, a volume, a label) still rolls the pool. Absent for admin-API templates.
    */
+  /** Lifecycle hooks of every sandbox of this template (schema/api/hooks.ts). */
+  lifecycle: Lifecycle.optional(),
   sourceRevision: z.string().regex(/^[a-z0-9]{1,64}$/, "sourceRevision is [a-z0-9], at most 64").optional(),
 });
 export type TemplateSpec = z.infer<typeof TemplateSpec>;
@@ -100,9 +103,9 @@ export const TemplateWithBuilds = z.object({
   ),
 });
 
-/** Fields of the spec that change what a member is; replicas and strategies do not. */
+/** Fields of the spec that change what a member is; replicas, strategies and hooks do not. */
 export function templateRevision(spec: TemplateSpec): string {
-  const { replicas: _r, scaleStrategy: _s, updateStrategy: _u, ...shape } = spec;
+  const { replicas: _r, scaleStrategy: _s, updateStrategy: _u, lifecycle: _l, ...shape } = spec;
   return fnv32(canonicalJson(shape));
 }
 

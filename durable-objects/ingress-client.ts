@@ -1,0 +1,63 @@
+// How the gateway reaches a cluster's ingress: its URL (from the ClusterDO, which learns it from the
+// agent's hello) and the signing key derived from the cluster token. Both are cached per isolate:
+// the URL for a few seconds (an agent restart may move it; a failed forward drops the entry), its
+// absence for half a second, the key for the life of the isolate. Here, not in functions/, because
+// objects call sandboxes' runtimes too (lifecycle hooks, hooks/run-hook.ts).
+import { ingressKey, SIGNATURE_HEADER, signIngress } from "../schema/ingress/signature.ts";
+import type { Env } from "./env.ts";
+
+const URL_TTL_MS = 5_000;
+/** "Not connected" is kept shorter: a restarted agent is served again as soon as it is back. */
+const DOWN_TTL_MS = 500;
+const urls = new Map<string, { url: string | null; until: number }>();
+let keyFor: { token: string; key: Promise<CryptoKey> } | undefined;
+
+export function signingKey(env: Env): Promise<CryptoKey> {
+  if (!keyFor || keyFor.token !== env.CLUSTER_TOKEN) keyFor = { token: env.CLUSTER_TOKEN, key: ingressKey(env.CLUSTER_TOKEN) };
+  return keyFor.key;
+}
+
+export async function ingressUrl(env: Env, cluster: string, now: number): Promise<string | null> {
+  const cached = urls.get(cluster);
+  if (cached && cached.until > now) return cached.url;
+  const status = await env.CLUSTER.get(env.CLUSTER.idFromName(cluster)).status();
+  const url = status.connected ? status.ingressUrl : null;
+  urls.set(cluster, { url, until: now + (url ? URL_TTL_MS : DOWN_TTL_MS) });
+  return url;
+}
+
+export function forgetIngress(cluster: string): void {
+  urls.delete(cluster);
+}
+
+/** A request the edge itself makes to a sandbox's runtime (not a forwarded client request). */
+export interface EdgeCall {
+  cluster: string;
+  sandboxId: string;
+  port: number;
+  method: "GET" | "POST";
+  pathAndQuery: string;
+  /** Sent as is (the signature does not cover bodies), with these extra headers. */
+  body?: BodyInit;
+  headers?: Record<string, string>;
+  /** The sandbox's envd token, sent as X-Access-Token; null when the runtime is unsecured. */
+  accessToken: string | null;
+  timeoutMs: number;
+}
+
+/** Signs and sends `call` to the cluster's ingress; null when the ingress is unknown or unreachable
+ * (the caller decides what that means for its answer). */
+export async function edgeFetch(env: Env, call: EdgeCall): Promise<Response | null> {
+  const base = await ingressUrl(env, call.cluster, Date.now());
+  if (!base) return null;
+  const headers = new Headers({ "e2b-sandbox-id": call.sandboxId, "e2b-sandbox-port": String(call.port) });
+  headers.set(SIGNATURE_HEADER, await signIngress(await signingKey(env), { sandboxId: call.sandboxId, port: call.port, method: call.method, pathAndQuery: call.pathAndQuery }, Date.now()));
+  if (call.accessToken !== null) headers.set("x-access-token", call.accessToken);
+  for (const [k, v] of Object.entries(call.headers ?? {})) headers.set(k, v);
+  try {
+    return await fetch(new URL(call.pathAndQuery, base), { method: call.method, headers, body: call.body, signal: AbortSignal.timeout(call.timeoutMs) });
+  } catch {
+    forgetIngress(call.cluster);
+    return null;
+  }
+}

@@ -1,0 +1,100 @@
+// ProbeDO: one per sandbox with an auto-pause policy (`idFromName(sandboxId)`), a thin shell over
+// probes/machine.ts. Its alarm runs the probe inside the sandbox every `periodSeconds` through the
+// sandbox's runtime (hooks/run-hook.ts `execInSandbox`) while the sandbox runs; when the machine
+// says idle it pauses the sandbox through the pause operation (so the prePause hook runs and a
+// failing one keeps it running), then wakes it at the scheduled time through the connect
+// operation (postResume runs). While the sandbox is paused, whoever resumed it (traffic, a
+// connect, the schedule) restarts the count from scratch. It stops when the sandbox is gone.
+//
+// Why an object of its own and not the sandbox's group: the probe is an outbound call per sandbox
+// per period that may take seconds; the group's alarm serves 1,000s of sandboxes' timers and must
+// never wait on one of them.
+import { DurableObject } from "cloudflare:workers";
+import { AutoPausePolicy } from "../../schema/api/auto-pause.ts";
+import { goDuration } from "../../schema/api/extensions.ts";
+import type { Env } from "../env.ts";
+import { execInSandbox } from "../hooks/run-hook.ts";
+import { connectSandbox, pauseSandbox } from "../operations/pause-resume.ts";
+import { sandboxHandle } from "../sandbox/stub.ts";
+import { initialProbe, isIdle, nextResume, observeProbe, type ProbeResult, type ProbeState } from "./machine.ts";
+
+/** The timeout a scheduled wake gives the resumed sandbox (E2B's minimum resume timeout). */
+const WAKE_TIMEOUT_S = 300;
+
+interface Stored {
+  sandboxId: string;
+  teamId: string;
+  policy: AutoPausePolicy;
+  probe: ProbeState;
+  /** Set while paused by this policy with a scheduled wake. */
+  wakeAt: number | null;
+  pauses: number;
+}
+
+export interface ProbeStatus {
+  probe: ProbeState;
+  wakeAt: number | null;
+  pauses: number;
+}
+
+export class ProbeDO extends DurableObject<Env> {
+  /** Starts (or replaces) the policy of `sandboxId`; the first probe runs one period from now. */
+  async start(sandboxId: string, teamId: string, policy: AutoPausePolicy): Promise<void> {
+    const now = Date.now();
+    const st: Stored = { sandboxId, teamId, policy: AutoPausePolicy.parse(policy), probe: initialProbe(now), wakeAt: null, pauses: 0 };
+    await this.ctx.storage.put("state", st);
+    await this.ctx.storage.setAlarm(now + st.policy.probe.periodSeconds * 1000);
+  }
+
+  async status(): Promise<ProbeStatus | null> {
+    const st = await this.ctx.storage.get<Stored>("state");
+    return st ? { probe: st.probe, wakeAt: st.wakeAt, pauses: st.pauses } : null;
+  }
+
+  override async alarm(): Promise<void> {
+    const st = await this.ctx.storage.get<Stored>("state");
+    if (!st) return;
+    const now = Date.now();
+    const period = st.policy.probe.periodSeconds * 1000;
+    const access = { teamId: st.teamId, admin: true };
+    const h = sandboxHandle(this.env, st.sandboxId);
+    const found = await h.route();
+    if (!found.ok) return this.ctx.storage.deleteAll(); // killed: nothing to probe
+    const route = found.route;
+    let next = now + period;
+    if (route.state === "paused") {
+      st.probe = initialProbe(now);
+      if (st.wakeAt !== null && now >= st.wakeAt) {
+        const woke = await connectSandbox(this.env, st.sandboxId, access, { timeoutS: WAKE_TIMEOUT_S });
+        if (woke.ok) st.wakeAt = null;
+      } else if (st.wakeAt !== null) next = Math.min(next, st.wakeAt);
+    } else if (route.phase === "Running") {
+      st.wakeAt = null;
+      st.probe = observeProbe(st.probe, await this.runProbe(st, route.cluster, route.envdAccessToken), now);
+      if (isIdle(st.probe, new RegExp(st.policy.messageRegex), goDuration(st.policy.thresholdDuration, "thresholdDuration"), now)) {
+        const paused = await pauseSandbox(this.env, st.sandboxId, access);
+        if (paused.ok) {
+          st.pauses++;
+          st.wakeAt = nextResume(st.policy.resume, now);
+          st.probe = initialProbe(now);
+          if (st.wakeAt !== null) next = Math.min(next, st.wakeAt);
+        }
+      }
+    }
+    await this.ctx.storage.put("state", st);
+    await this.ctx.storage.setAlarm(next);
+  }
+
+  private async runProbe(st: Stored, cluster: string, accessToken: string | null): Promise<ProbeResult> {
+    const timeoutMs = st.policy.probe.timeoutSeconds * 1000;
+    try {
+      const run = await execInSandbox(this.env, { cluster, sandboxId: st.sandboxId, accessToken }, st.policy.probe.exec.command, timeoutMs);
+      if (run === null) return { ok: false, reason: "Timeout", message: `no answer within ${st.policy.probe.timeoutSeconds} s` };
+      if ("refused" in run) return { ok: false, reason: "Error", message: run.refused };
+      if (run.exitCode !== 0) return { ok: false, reason: "Error", message: `exit code ${run.exitCode ?? "none"}: ${run.stderr.trim()}` };
+      return { ok: true, output: run.stdout };
+    } catch (err) {
+      return { ok: false, reason: "Timeout", message: String(err) };
+    }
+  }
+}

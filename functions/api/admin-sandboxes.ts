@@ -1,0 +1,24 @@
+// Admin view of one sandbox's machine: GET /admin/sandboxes/{id} → its phase and OpenKruise
+// conditions (Ready, SandboxPaused, the lifecycle hooks' PrePauseHook/PostResumeHook, …), which
+// E2B's sandbox detail has no field for.
+import { Hono } from "hono";
+import { sandboxNotFoundMessage } from "../../schema/errors.ts";
+import { SANDBOX_ID_PATTERN } from "../../schema/protocol/ids.ts";
+import { ApiError } from "../api-error.ts";
+import { requireAdmin } from "../auth/middleware.ts";
+import type { AppEnv } from "../env.ts";
+import { sandboxHandle } from "./stubs.ts";
+
+export const adminSandboxes = new Hono<AppEnv>();
+adminSandboxes.use("/admin/*", requireAdmin());
+
+adminSandboxes.get("/admin/sandboxes/:id", async (c) => {
+  const id = c.req.param("id");
+  const st = SANDBOX_ID_PATTERN.test(id) ? await sandboxHandle(c.env, id).inspect() : null;
+  if (!st) throw new ApiError("sandbox_not_found", sandboxNotFoundMessage(id));
+  return c.json({
+    sandboxId: id,
+    phase: st.phase,
+    conditions: st.conditions.map((x) => ({ ...x, lastTransitionTime: new Date(x.lastTransitionTime).toISOString() })),
+  });
+});

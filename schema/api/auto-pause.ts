@@ -1,0 +1,46 @@
+// Auto-pause by probe (OpenKruise Agents §1.1.3, Sandbox `spec.probes` + `autoPausePolicy`): an
+// exec probe run inside the sandbox every `periodSeconds`; while its trimmed output matches
+// `messageRegex` continuously for `thresholdDuration` the sandbox is idle and pauses (with its
+// lifecycle's strategy and prePause hook); a scheduled wake (`resume.at`, or the next minute of
+// `resume.schedule` in `resume.timeZone`) resumes it. An E2B create asks for it with the metadata
+// extension `e2b.agents.kruise.io/auto-pause-policy` (JSON of this shape; upstream reads probes
+// only from the Sandbox CRD and names no E2B extension for them).
+import { z } from "zod";
+import { isTimeZone, parseCron } from "../../lib/cron.ts";
+import { CronSchedule } from "./autoscaler.ts";
+
+/** Probe output longer than this is cut before matching (upstream keeps a condition message). */
+export const MAX_PROBE_MESSAGE = 1024;
+
+const GoDuration = z.string().regex(/^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$/, "a duration like 30s or 5m");
+
+export const AutoPausePolicy = z
+  .strictObject({
+    probe: z.strictObject({
+      exec: z.strictObject({ command: z.array(z.string().max(4096)).min(1).max(64) }),
+      periodSeconds: z.int().min(1).max(3600).default(10),
+      timeoutSeconds: z.int().min(1).max(60).default(5),
+    }),
+    messageRegex: z.string().min(1).max(256),
+    thresholdDuration: GoDuration,
+    resume: z
+      .strictObject({ at: z.iso.datetime({ offset: true }).optional(), schedule: CronSchedule.optional(), timeZone: z.string().max(64).optional() })
+      .refine((r) => (r.at === undefined) !== (r.schedule === undefined), { message: "resume has exactly one of at and schedule" })
+      .optional(),
+  })
+  .superRefine((p, ctx) => {
+    try {
+      new RegExp(p.messageRegex);
+    } catch (err) {
+      ctx.addIssue({ code: "custom", path: ["messageRegex"], message: `does not compile: ${(err as Error).message}` });
+    }
+    if (p.resume?.schedule) {
+      try {
+        parseCron(p.resume.schedule);
+      } catch (err) {
+        ctx.addIssue({ code: "custom", path: ["resume", "schedule"], message: (err as Error).message });
+      }
+    }
+    if (p.resume?.timeZone && !isTimeZone(p.resume.timeZone)) ctx.addIssue({ code: "custom", path: ["resume", "timeZone"], message: `"${p.resume.timeZone}" is not an IANA time zone` });
+  });
+export type AutoPausePolicy = z.infer<typeof AutoPausePolicy>;

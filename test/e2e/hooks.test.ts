@@ -1,0 +1,91 @@
+// Lifecycle hooks of a template, through the real e2b SDK against the whole local system: a
+// prePause exec hook that fails keeps the sandbox running and the pause answers 409 with the
+// hook's output (the SDK's pause reports false); once the hook passes the sandbox pauses, and
+// a resume runs postResume inside it. Each run is a condition on the sandbox (admin view).
+import { Sandbox } from "e2b";
+import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
+import { waitFor } from "../support/wait-for.ts";
+import { e2b, uniqueTag } from "./sdk.ts";
+
+const template = `hooks${uniqueTag()}`;
+let sbx: Sandbox;
+
+function api(path: string, init: { method?: string; body?: unknown } = {}) {
+  const { apiUrl, apiKey } = inject("e2b");
+  return fetch(new URL(path, apiUrl), {
+    method: init.method ?? "GET",
+    headers: { "content-type": "application/json", "x-api-key": apiKey },
+    body: init.body === undefined ? undefined : JSON.stringify(init.body),
+  });
+}
+
+beforeAll(async () => {
+  const prePause = "if [ -e /tmp/idle ]; then echo flushed > /tmp/pre-pause; else echo 'busy: a job is running' >&2; exit 3; fi";
+  const res = await api(`/admin/teams/admin/templates/${template}`, {
+    method: "PUT",
+    body: {
+      spec: {
+        replicas: 0,
+        lifecycle: {
+          prePause: { exec: { command: ["sh", "-c", prePause] }, timeoutSeconds: 20 },
+          postResume: { exec: { command: ["sh", "-c", "echo resumed >> /tmp/post-resume"] }, failurePolicy: "Ignore" },
+        },
+      },
+    },
+  });
+  expect(res.status, await res.text()).toBeLessThan(300);
+  sbx = await Sandbox.create(template, e2b());
+});
+
+afterAll(async () => {
+  await sbx?.kill().catch(() => false);
+  await api(`/admin/teams/admin/templates/${template}`, { method: "DELETE" });
+});
+
+const conditions = async () => (await (await api(`/admin/sandboxes/${sbx.sandboxId}`)).json()).conditions as { type: string; status: string; reason: string; message: string }[];
+
+describe("lifecycle hooks", () => {
+  it("a failing prePause (Fail) keeps the sandbox running and the pause gets 409 with the hook's message", async () => {
+    const res = await api(`/sandboxes/${sbx.sandboxId}/pause`, { method: "POST", body: {} });
+    expect(res.status).toBe(409);
+    const body = (await res.json()) as { code: number; message: string };
+    expect(body.message).toContain("prePause hook failed: exit code 3");
+    expect(body.message).toContain("busy: a job is running");
+    expect(await sbx.pause()).toBe(false); // the SDK reads any 409 as "not paused"
+    expect(await sbx.isRunning()).toBe(true);
+    expect((await sbx.commands.run("echo still here")).stdout.trim()).toBe("still here");
+    expect(await conditions()).toContainEqual(expect.objectContaining({ type: "PrePauseHook", status: "False", reason: "Failed" }));
+  });
+
+  it("a passing prePause lets the pause go on; a resume runs postResume inside the sandbox", async () => {
+    await sbx.files.write("/tmp/idle", "");
+    expect(await sbx.pause()).toBe(true);
+    expect((await Sandbox.getInfo(sbx.sandboxId, e2b())).state).toBe("paused");
+    expect(await conditions()).toContainEqual(expect.objectContaining({ type: "PrePauseHook", status: "True", reason: "Succeeded" }));
+
+    const resumed = await Sandbox.connect(sbx.sandboxId, e2b());
+    expect(await resumed.isRunning()).toBe(true);
+    expect((await resumed.files.read("/tmp/pre-pause")).trim()).toBe("flushed");
+    expect((await resumed.files.read("/tmp/post-resume")).trim()).toBe("resumed");
+    expect(await conditions()).toContainEqual(expect.objectContaining({ type: "PostResumeHook", status: "True", reason: "Succeeded" }));
+  });
+
+  it("a wake on traffic runs postResume too", async () => {
+    const woke = await Sandbox.create(template, { ...e2b(), lifecycle: { onTimeout: "pause", autoResume: true } });
+    try {
+      await woke.files.write("/tmp/idle", "");
+      expect(await woke.pause()).toBe(true);
+      expect((await woke.files.read("/tmp/idle")).trim()).toBe(""); // plain traffic wakes it
+      await waitFor(async () => (await woke.files.read("/tmp/post-resume")).trim() === "resumed", { what: "postResume after the wake" });
+    } finally {
+      await woke.kill().catch(() => false);
+    }
+  });
+
+  it("refuses a hook with both exec and http, or neither, with a 400", async () => {
+    for (const hook of [{ exec: { command: ["true"] }, http: { port: 8080 } }, { timeoutSeconds: 5 }]) {
+      const res = await api(`/admin/teams/admin/templates/${template}`, { method: "PUT", body: { spec: { lifecycle: { prePause: hook } } } });
+      expect(res.status).toBe(400);
+    }
+  });
+});
