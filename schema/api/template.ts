@@ -36,6 +36,10 @@ export const TemplateSpec = z.strictObject({
    * not map (a command, a volume, a label) still rolls the pool. Absent for admin-API templates.
    */
   sourceRevision: z.string().regex(/^[a-z0-9]{1,64}$/, "sourceRevision is [a-z0-9], at most 64").optional(),
+  /** A built template's start and ready commands (E2B setStartCmd/setReadyCmd), kept for the
+   * sandbox start that will run them (not run yet). */
+  startCmd: z.string().max(MAX_PATH_LENGTH).optional(),
+  readyCmd: z.string().max(MAX_PATH_LENGTH).optional(),
 });
 export type TemplateSpec = z.infer<typeof TemplateSpec>;
 
