@@ -3,7 +3,11 @@
 // validation of every step kind, signed upload links, the build frame the agent gets, its log
 // lines and result coming back through status, and 501 for a cluster without a builder.
 import { describe, expect, it } from "vitest";
-import { MAX_TEMPLATE_FILE_BYTES } from "../../../schema/api/template-build.ts";
+import { env } from "cloudflare:workers";
+import { eq } from "drizzle-orm";
+import { getDb } from "../../../durable-objects/store/db.ts";
+import { BUILD_SILENCE_MS, MAX_TEMPLATE_FILE_BYTES } from "../../../schema/api/template-build.ts";
+import { templateBuilds } from "../../../schema/db/tables.ts";
 import { call, createTeam, expectError, expectStatus, startAgent, unique } from "../helpers.ts";
 
 const HASH = "a".repeat(64);
@@ -125,6 +129,26 @@ describe("template build API", () => {
       let s: any;
       await poll(async () => (s = await expectStatus(call(`/templates/${team.template}/builds/${id}/status`, { key: team.key }), 200)).status === "error");
       expect(s.reason).toMatchObject({ message: "step 1 (RUN) failed: exit code 3", step: "1", logEntries: [{ message: "boom", level: "error" }] });
+    } finally {
+      agent.disconnect();
+    }
+  });
+
+  it("a build whose agent reports nothing for 30 minutes is failed, saying so", async () => {
+    const team = await createTeam(unique("tb-silent"));
+    const agent = await startAgent(team.cluster, { builder: true });
+    try {
+      const { buildID: id } = await requestBuild(team.key, team.template);
+      await expectStatus(call(`/v2/templates/${team.template}/builds/${id}`, { key: team.key, body: {} }), 202);
+      const status = () => expectStatus(call(`/templates/${team.template}/builds/${id}/status`, { key: team.key }), 200);
+      expect((await status()).status).toBe("building");
+      // The agent went away mid-build: its last word is older than the silence bound.
+      await getDb(env).update(templateBuilds).set({ updatedAt: Date.now() - BUILD_SILENCE_MS - 1000 }).where(eq(templateBuilds.id, id));
+      expect(await status()).toMatchObject({ status: "error", reason: { message: expect.stringMatching(/reported nothing for 30 minutes/) } });
+      // Its events after that change nothing.
+      agent.sendFrame({ type: "buildEvents", items: [{ buildId: id, logs: [], result: { status: "ready", user: "user", workdir: "/", env: {} } }] });
+      await new Promise((r) => setTimeout(r, 200));
+      expect((await status()).status).toBe("error");
     } finally {
       agent.disconnect();
     }
