@@ -16,6 +16,7 @@ import { startMetricsServer, type MetricsServer } from "./metrics-server.ts";
 import { Reconciler, desiredFor } from "./reconciler.ts";
 import { TemplateBuilder } from "../drivers/local/builder/builder.ts";
 import { RootfsStore } from "../drivers/local/rootfs/store.ts";
+import { detectCgroups } from "../drivers/local/cgroups.ts";
 import { MAX_TEMPLATE_FILE_BYTES } from "../../schema/api/template-build.ts";
 
 export interface AgentOptions {
@@ -134,6 +135,8 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
     driver.name === "local" && process.getuid?.() === 0
       ? new TemplateBuilder({
           store: new RootfsStore(),
+          // Not under the driver's parent: the driver takes cgroups it has no record of for leftovers.
+          cgroups: detectCgroups(`kruise-builds-${id.slice(-12)}`).layout,
           fetchFile: (path) => fetchEdgeFile(opts.edgeUrl, opts.clusterToken, path),
           send: (items) => link.sendBuildEvents(items),
           log: (msg, fields) => agentLog.info(msg, fields),
@@ -186,7 +189,7 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
     async stop(onExit: OnExit = "keep") {
       await metrics?.close();
       link.close();
-      builder?.stop();
+      builder?.dispose();
       reconciler.queue.close();
       await reconciler.queue.idle();
       const closed = new Promise<void>((ok) => ingress.close(() => ok()));

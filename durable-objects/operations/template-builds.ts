@@ -95,6 +95,8 @@ export async function startBuild(env: Env, caller: Caller, templateId: string, b
     from,
     steps: body.steps,
     force: body.force,
+    cpuCount: b.cpuCount,
+    memoryMB: b.memoryMB,
     output: b.image,
     filesPath: `/agent/v1/builds/${b.id}/files/`,
   });

@@ -29,6 +29,9 @@ export const BuildFrameSchema = z.object({
   from: z.union([z.object({ rootfs: RootfsName }), z.object({ image: z.string().min(1).max(MAX_NAME_LENGTH) })]),
   steps: z.array(TemplateStep).max(MAX_BUILD_STEPS),
   force: z.boolean(),
+  /** Each step's cgroup limits: the build's CPU and memory (as reserved in the team quota). */
+  cpuCount: z.int().min(1).max(256).default(1),
+  memoryMB: z.int().min(128).max(1_048_576).default(512),
   /** The RootfsStore template the result is published as. */
   output: RootfsName,
   /** Where the agent fetches a copy step's archive, by filesHash: a path on the edge, sent with

@@ -114,6 +114,19 @@ describe("Template.build (JS SDK)", () => {
     expect(await Template.aliasExists(`${name}-fail`, e2b())).toBe(true); // the build is there, errored
   });
 
+  it("a step is held to the build's memory: past it the step is killed and the build says so", async () => {
+    const logs: LogEntry[] = [];
+    const hungry = Template()
+      .fromBaseImage()
+      .runCmd(`python3 -c 'b = bytearray(b"x") * (64 * 1024 * 1024); print("64 MiB fits")'`)
+      .runCmd(`python3 -c 'b = bytearray(b"x") * (400 * 1024 * 1024); print("400 MiB fits")'`);
+    const err = await Template.build(hungry, `${name}-mem`, { ...opts(logs), memoryMB: 256 }).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(BuildError);
+    expect((err as Error).message).toContain("exit code 137 (killed; the build has 256 MiB of memory)");
+    expect(messages(logs)).toContain("64 MiB fits");
+    expect(messages(logs)).not.toContain("400 MiB fits");
+  });
+
   it("an image this server cannot pull is a build error that says so", async () => {
     const err = await Template.build(Template().fromImage("python:3").runCmd("true"), `${name}-py`, e2b()).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(BuildError);

@@ -8,11 +8,14 @@ import { clipText, MAX_MESSAGE_LENGTH } from "../../../../schema/api/limits.ts";
 import { MAX_BUILD_LOG_ENTRIES } from "../../../../schema/api/template-build.ts";
 import type { BuildEvents, BuildFrame, BuildLog, BuildResult } from "../../../../schema/protocol/build.ts";
 import type { RootfsStore } from "../rootfs/store.ts";
+import { cgroupSetFor, createCgroups, killAndRemove, procsFiles, removeParents, type CgroupLayout } from "../cgroups.ts";
 import { describeStep, layerIdOf, planSteps, rootfsForImage, type PlannedStep } from "./plan.ts";
 import { runStep, type SandboxStep } from "./sandbox.ts";
 
 export interface BuilderOptions {
   store: RootfsStore;
+  /** Where each step gets a cgroup with the build's CPU, memory and pids limits (none: unlimited). */
+  cgroups?: CgroupLayout;
   /** Fetches a copy step's archive from the edge (`filesPath` + hash, with the cluster token). */
   fetchFile(path: string): Promise<Uint8Array>;
   /** Sends events; false when the link is down (they are sent with the next batch). */
@@ -22,6 +25,16 @@ export interface BuilderOptions {
   stepTimeoutMs?: number;
   /** How often log lines leave in one frame. */
   flushMs?: number;
+}
+
+/** Processes one step may have at once. */
+const STEP_PIDS = 4096;
+
+function exitText(code: number | null, memoryMB: number): string {
+  if (code === null) return "killed (timeout)";
+  // 137 = SIGKILL: in a step with a memory limit, almost always the OOM killer.
+  if (code === 137) return `exit code 137 (killed; the build has ${memoryMB} MiB of memory)`;
+  return `exit code ${code}`;
 }
 
 class StepFailed extends Error {
@@ -84,6 +97,12 @@ export class TemplateBuilder {
     this.#timer = undefined;
   }
 
+  /** Stops and removes the builder's parent cgroups (steps' own are removed as each ends). */
+  dispose(): void {
+    this.stop();
+    if (this.#o.cgroups) removeParents(this.#o.cgroups);
+  }
+
   #arm(): void {
     this.#timer ??= setInterval(() => this.#flush(), this.#o.flushMs ?? 250);
     this.#timer.unref();
@@ -143,9 +162,13 @@ export class TemplateBuilder {
     const store = this.#o.store;
     const started = Date.now();
     const staging = store.stagingDir(id);
+    const layout = this.#o.cgroups;
+    const cg = layout && cgroupSetFor(layout, `${frame.buildId.slice(0, 36)}-${p.label}`);
     try {
+      if (layout && cg) createCgroups(layout, cg, { cpuCount: frame.cpuCount, memoryMB: frame.memoryMB, pidsMax: STEP_PIDS });
       const step = await this.#sandboxStep(frame, p, staging);
       const code = await runStep({
+        cgroupProcs: cg && procsFiles(cg),
         lowers: lowers.map((l) => store.layerTree(l)),
         staging,
         config: p.config,
@@ -153,10 +176,11 @@ export class TemplateBuilder {
         timeoutMs: this.#o.stepTimeoutMs ?? 30 * 60_000,
         onLine: (l, stream) => ev.add(l, stream === "stderr" ? "warn" : "info", p.label),
       });
-      if (code !== 0) throw new StepFailed(`step ${p.label} (${p.step.type}) failed: ${code === null ? "killed (timeout)" : `exit code ${code}`}`, p.label);
+      if (code !== 0) throw new StepFailed(`step ${p.label} (${p.step.type}) failed: ${exitText(code, frame.memoryMB)}`, p.label);
       rmSync(join(staging, "files"), { force: true });
       await store.commitLayer(staging, { id, kind: "build", source: { step: p.step.type, key: p.key } }, started, "");
     } finally {
+      if (cg) await killAndRemove(cg).catch((err: Error) => this.#o.log?.(`build ${frame.buildId}: ${err.message}`));
       rmSync(staging, { recursive: true, force: true });
     }
   }

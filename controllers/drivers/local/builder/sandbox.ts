@@ -65,8 +65,13 @@ export interface StepRun {
   step: SandboxStep;
   onLine(line: string, stream: "stdout" | "stderr"): void;
   timeoutMs: number;
+  /** cgroup.procs files bwrap joins before it starts anything (the step's limits). */
+  cgroupProcs?: string[];
   signal?: AbortSignal;
 }
+
+/** Joins the cgroups named by its first arguments (our own paths), then execs the rest. */
+const JOIN = String.raw`n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 125; shift; n=$((n-1)); done; exec "$@"`;
 
 /** Runs the step; resolves with its exit code (null: killed, e.g. by the timeout). */
 export async function runStep(r: StepRun): Promise<number | null> {
@@ -108,9 +113,15 @@ function bwrap(root: string, r: StepRun): Promise<number | null> {
   writeFileSync(argsFile, args.map((a) => `${a}\0`).join(""), { mode: 0o600 });
   const fd = openSync(argsFile, "r");
   return new Promise((resolve, reject) => {
-    const child = spawn("bwrap", ["--args", "3", "--", ...command], { stdio: ["ignore", "pipe", "pipe", fd], env: { PATH }, signal: r.signal });
+    const procs = r.cgroupProcs ?? [];
+    const argv = ["-c", JOIN, "sh", String(procs.length), ...procs, "bwrap", "--args", "3", "--", ...command];
+    const child = spawn("/bin/sh", argv, { stdio: ["ignore", "pipe", "pipe", fd], env: { PATH }, signal: r.signal });
     closeSync(fd);
-    const timer = setTimeout(() => child.kill("SIGKILL"), r.timeoutMs);
+    let timedOut = false;
+    const timer = setTimeout(() => {
+      timedOut = true;
+      child.kill("SIGKILL");
+    }, r.timeoutMs);
     for (const [stream, name] of [[child.stdout!, "stdout"], [child.stderr!, "stderr"]] as const) {
       let rest = "";
       stream.setEncoding("utf8");
@@ -122,6 +133,7 @@ function bwrap(root: string, r: StepRun): Promise<number | null> {
       stream.on("end", () => rest && r.onLine(rest, name));
     }
     child.on("error", (err) => (clearTimeout(timer), reject(err)));
-    child.on("close", (code) => (clearTimeout(timer), resolve(code)));
+    // Killed by a signal (the OOM killer takes bwrap too): reported as a shell would, 128 + 9.
+    child.on("close", (code) => (clearTimeout(timer), resolve(code ?? (timedOut ? null : 137))));
   });
 }
