@@ -27,7 +27,7 @@ agentLink.get(AGENT_LINK_PATH, async (c) => {
 });
 
 /** Constant-time comparison: both sides are hashed first, so length does not leak either. */
-async function sameSecret(a: string, b: string): Promise<boolean> {
+export async function sameSecret(a: string, b: string): Promise<boolean> {
   const enc = new TextEncoder();
   const [da, db] = await Promise.all([crypto.subtle.digest("SHA-256", enc.encode(a)), crypto.subtle.digest("SHA-256", enc.encode(b))]);
   return crypto.subtle.timingSafeEqual(da, db);

@@ -16,6 +16,7 @@ import { apiKeys } from "./api/api-keys.ts";
 import { sandboxes } from "./api/sandboxes.ts";
 import { teams } from "./api/teams.ts";
 import { templates } from "./api/templates.ts";
+import { templateBuilds } from "./api/template-builds.ts";
 import { unserved } from "./api/unserved.ts";
 import { requireApiKey } from "./auth/middleware.ts";
 import type { AppEnv } from "./env.ts";
@@ -40,11 +41,13 @@ app.get("/health", (c) => c.json({ ok: true }));
 app.route("/", agentLink);
 
 // Authentication is attached to the control-plane paths only, so an unknown path is a 404.
-const authenticated = ["/sandboxes", "/sandboxes/*", "/v2/sandboxes", "/v2/sandboxes/*", "/api-keys", "/api-keys/*", "/teams", "/templates", "/templates/*", "/snapshots", "/admin/*"];
+const authenticated = ["/sandboxes", "/sandboxes/*", "/v2/sandboxes", "/v2/sandboxes/*", "/api-keys", "/api-keys/*", "/teams", "/templates", "/templates/*", "/v2/templates", "/v2/templates/*", "/v3/templates", "/snapshots", "/admin/*"];
 for (const path of authenticated) app.use(path, requireApiKey());
 app.route("/", sandboxes);
 app.route("/", apiKeys);
 app.route("/", teams);
+// Before `templates`: DELETE /templates/tags is not a template's id.
+app.route("/", templateBuilds);
 app.route("/", templates);
 app.route("/", adminTemplates);
 app.route("/", adminAutoscalers);

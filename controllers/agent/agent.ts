@@ -14,6 +14,10 @@ import { IntentStore } from "./intent-store.ts";
 import { Link } from "./link.ts";
 import { startMetricsServer, type MetricsServer } from "./metrics-server.ts";
 import { Reconciler, desiredFor } from "./reconciler.ts";
+import { TemplateBuilder } from "../drivers/local/builder/builder.ts";
+import { RootfsStore } from "../drivers/local/rootfs/store.ts";
+import { detectCgroups } from "../drivers/local/cgroups.ts";
+import { MAX_TEMPLATE_FILE_BYTES } from "../../schema/api/template-build.ts";
 
 export interface AgentOptions {
   edgeUrl: string;
@@ -57,6 +61,15 @@ export interface Agent {
 }
 
 /** A stable id per installation, so the edge's logs and status name the same agent across restarts. */
+/** A copy step's archive from the edge, with the cluster token (at most the edge's own bound). */
+async function fetchEdgeFile(edgeUrl: string, token: string, path: string): Promise<Uint8Array> {
+  const res = await fetch(new URL(path, edgeUrl), { headers: { authorization: `Bearer ${token}` } });
+  if (!res.ok) throw new Error(`fetching a copy step's files failed: ${res.status} ${(await res.text()).slice(0, 200)}`);
+  const data = new Uint8Array(await res.arrayBuffer());
+  if (data.byteLength > MAX_TEMPLATE_FILE_BYTES) throw new Error("a copy step's files are larger than the edge allows");
+  return data;
+}
+
 function agentId(dataDir: string): string {
   const file = join(dataDir, "agent-id");
   if (existsSync(file)) return readFileSync(file, "utf8").trim();
@@ -117,6 +130,19 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
   const addr = ingress.address() as AddressInfo;
   const ingressUrl = opts.ingressUrl ?? `http://${addr.address}:${addr.port}`;
 
+  // Template builds need the local driver as root (overlay mounts, bubblewrap).
+  const builder =
+    driver.name === "local" && process.getuid?.() === 0
+      ? new TemplateBuilder({
+          store: new RootfsStore(),
+          // Not under the driver's parent: the driver takes cgroups it has no record of for leftovers.
+          cgroups: detectCgroups(`kruise-builds-${id.slice(-12)}`).layout,
+          fetchFile: (path) => fetchEdgeFile(opts.edgeUrl, opts.clusterToken, path),
+          send: (items) => link.sendBuildEvents(items),
+          log: (msg, fields) => agentLog.info(msg, fields),
+        })
+      : undefined;
+
   link = new Link({
     edgeUrl: opts.edgeUrl,
     clusterId: opts.clusterId ?? "local",
@@ -128,9 +154,10 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
       // What `npm start` prints: the level, and how a sandbox's disk is bounded where the driver says.
       isolation: driver.capabilities.disk ? `${driver.capabilities.level}, disk ${driver.capabilities.disk}` : driver.capabilities.level,
       ingress: { url: ingressUrl },
-      capabilities: { pauseStrategies: driver.capabilities.snapshotFs ? ["Freeze", "Stop"] : ["Freeze"] },
+      capabilities: { pauseStrategies: driver.capabilities.snapshotFs ? ["Freeze", "Stop"] : ["Freeze"], builder: builder !== undefined },
       inventory: await reconciler.inventory(),
     }),
+    onBuild: (frame) => builder?.start(frame),
     onIntent(seq, intent) {
       if (reconciler.offer(intent) === "stale") {
         // Already have it: ack at once, and re-report so an edge that lost our observation converges.
@@ -162,6 +189,7 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
     async stop(onExit: OnExit = "keep") {
       await metrics?.close();
       link.close();
+      builder?.dispose();
       reconciler.queue.close();
       await reconciler.queue.idle();
       const closed = new Promise<void>((ok) => ingress.close(() => ok()));

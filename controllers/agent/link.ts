@@ -23,6 +23,7 @@ import {
   type TeamQuotaItem,
   type Welcome,
 } from "../../schema/protocol/index.ts";
+import { BUILD_FEATURE, type BuildEvents, type BuildFrame } from "../../schema/protocol/build.ts";
 import { clipText, MAX_MESSAGE_LENGTH } from "../../schema/api/limits.ts";
 import { backoffMs, type Backoff } from "../lib/work-queue.ts";
 import { logger } from "../lib/log.ts";
@@ -39,6 +40,8 @@ export interface LinkOptions {
   /** Called for each delivered intent; returns the ack result or null to ack later via ack(). */
   onIntent(seq: number, intent: Intent): "stale" | "pending";
   onWelcome?(w: Welcome): void;
+  /** A template build the edge hands over (schema/protocol/build.ts). */
+  onBuild?(build: BuildFrame): void;
   log?: (msg: string) => void;
 }
 
@@ -91,6 +94,17 @@ export class Link {
 
   start(): void {
     this.#connect();
+  }
+
+  /**
+   * Sends build events now if the session is up; false when not (the builder keeps them and
+   * tries again with its next batch). Builds are not redelivered, so nothing is queued here.
+   */
+  sendBuildEvents(items: BuildEvents["items"]): boolean {
+    const ws = this.#ws;
+    if (!ws || !this.#welcomed || ws.readyState !== WebSocket.OPEN || !this.#features.has(BUILD_FEATURE)) return false;
+    this.#send(ws, { type: "buildEvents", items });
+    return true;
   }
 
   /** Resolves at the next welcome (or at once if connected). */
@@ -239,6 +253,9 @@ export class Link {
         }
         return;
       }
+      case "build":
+        this.#o.onBuild?.(msg);
+        return;
       case "error":
         this.#log(`edge error: ${msg.code}: ${msg.message}`);
         return;

@@ -25,6 +25,9 @@ import { sandboxGroupOf, sandboxGroupStub } from "../sandbox/stub.ts";
 import { CoarseTimers } from "../coarse-timers.ts";
 import { TurnWrites } from "../turn-writes.ts";
 import { CrdSync } from "./crd-sync.ts";
+import { BUILD_FEATURE, type BuildEvents, type BuildFrame } from "../../schema/protocol/build.ts";
+import { recordBuildEvents } from "../operations/template-builds.ts";
+import type { Result } from "../sandbox/state.ts";
 import { ObservationRouter } from "./observation-router.ts";
 import { nextRedelivery, transition, type ClusterEffect, type ClusterEvent, type ClusterState } from "./machine.ts";
 import type { ClusterStatus, EnqueueOptions, EnqueueResult } from "./rpc.ts";
@@ -82,6 +85,8 @@ export class ClusterDO extends DurableObject<Env> {
   /** The redelivery alarm this instance set (null: none, or unknown after a restart). */
   private alarmAt: number | null = null;
   private crd: CrdSync | null = null;
+  /** Build events go to libSQL one frame after another, so a build's end follows its logs. */
+  private builds: Promise<void> = Promise.resolve();
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
@@ -149,6 +154,22 @@ export class ClusterDO extends DurableObject<Env> {
     return { ok: true, seqs, connected, acks, timedOut, ...(committed === null ? {} : { indexed: committed }) };
   }
 
+  /**
+   * Hands a template build to the agent (build.ts). Not queued: a build is refused unless the agent
+   * is connected now and has a builder (501 for a cluster without one, e.g. the kubernetes driver).
+   */
+  async startBuild(frame: Omit<BuildFrame, "type">): Promise<Result> {
+    this.load();
+    const store = this.store!;
+    if (store.getMeta("builder") !== "1") {
+      const driver = store.getMeta("driver");
+      return { ok: false, error: { code: ErrorCode.notImplemented, message: `cluster "${store.getMeta("cluster") ?? "?"}" has no template builder${driver ? ` (its agent runs the ${driver} driver)` : ""}: template builds need an agent with the local driver` } };
+    }
+    if (!this.state!.connected || !this.agentSocket()) return { ok: false, error: { code: ErrorCode.capacityUnavailable, message: "the cluster's agent is not connected; retry the build later" } };
+    this.send({ type: "build", ...frame });
+    return { ok: true };
+  }
+
   async status(): Promise<ClusterStatus> {
     const st = this.load();
     const ws = this.agentSocket();
@@ -190,6 +211,8 @@ export class ClusterDO extends DurableObject<Env> {
         return;
       case "heartbeat":
         return;
+      case "buildEvents":
+        return this.onBuildEvents(msg);
       case "sandboxsets":
       case "requests":
       case "claims":
@@ -249,9 +272,17 @@ export class ClusterDO extends DurableObject<Env> {
     store.setMeta("driver", hello.driver);
     store.setMeta("isolation", hello.isolation);
     store.setMeta("ingressUrl", hello.ingress.url);
+    store.setMeta("builder", hello.capabilities.builder ? "1" : "0");
     store.setMeta("sessionId", sessionId);
     this.sessionId = sessionId;
     this.apply({ type: "hello", hello });
+  }
+
+  private onBuildEvents(msg: BuildEvents): void {
+    const cluster = this.store!.getMeta("cluster") ?? "local";
+    const next = this.builds.then(() => recordBuildEvents(this.env, cluster, msg.items)).catch((err) => console.error("cluster: build events not recorded", err));
+    this.builds = next;
+    this.ctx.waitUntil(next);
   }
 
   /**
@@ -348,7 +379,7 @@ export class ClusterDO extends DurableObject<Env> {
             sessionId: this.sessionId || (store.getMeta("sessionId") ?? ""),
             heartbeatIntervalMs: HEARTBEAT_MS,
             resync: e.resync,
-            features: [...CRD_SYNC_FEATURES],
+            features: [...CRD_SYNC_FEATURES, BUILD_FEATURE],
           });
           break;
         case "route":

@@ -2,7 +2,7 @@
 // pool truth; these tables are written through from them and can be rebuilt from them.
 // Times are integer milliseconds since the epoch; JSON columns hold zod-validated shapes from
 // schema/api.
-import { index, integer, primaryKey, sqliteTable, text } from "drizzle-orm/sqlite-core";
+import { blob, index, integer, primaryKey, sqliteTable, text } from "drizzle-orm/sqlite-core";
 
 /** A team; its name is the Kubernetes namespace its sandboxes live in. */
 export const teams = sqliteTable("teams", {
@@ -105,4 +105,72 @@ export const auditEvents = sqliteTable(
     detail: text("detail", { mode: "json" }).$type<Record<string, unknown>>(),
   },
   (t) => [index("audit_team_at").on(t.teamId, t.at)],
+);
+
+/** Template builds (E2B `Template.build`): one row per build, its state and what it asked for. */
+export const templateBuilds = sqliteTable(
+  "template_builds",
+  {
+    id: text("id").primaryKey(),
+    teamId: text("team_id").notNull(),
+    teamName: text("team_name").notNull(),
+    templateId: text("template_id").notNull(),
+    /** The cluster whose agent runs the build. */
+    cluster: text("cluster").notNull(),
+    /** waiting | building | ready | error */
+    status: text("status").notNull(),
+    cpuCount: integer("cpu_count").notNull(),
+    memoryMB: integer("memory_mb").notNull(),
+    tags: text("tags", { mode: "json" }).$type<string[]>().notNull(),
+    /** TemplateBuildStart's startCmd/readyCmd, kept for the template. */
+    startCmd: text("start_cmd"),
+    readyCmd: text("ready_cmd"),
+    reason: text("reason", { mode: "json" }).$type<{ message: string; step?: string }>(),
+    /** The RootfsStore template the agent publishes (the template's spec.image once ready). */
+    image: text("image").notNull(),
+    createdAt: integer("created_at").notNull(),
+    updatedAt: integer("updated_at").notNull(),
+    finishedAt: integer("finished_at"),
+  },
+  (t) => [index("template_builds_team").on(t.teamId, t.templateId, t.createdAt)],
+);
+
+/** Log entries of a build, in the agent's order (seq); a repeated entry is ignored. */
+export const templateBuildLogs = sqliteTable(
+  "template_build_logs",
+  {
+    buildId: text("build_id").notNull(),
+    seq: integer("seq").notNull(),
+    at: integer("at").notNull(),
+    level: text("level").notNull(),
+    step: text("step"),
+    message: text("message").notNull(),
+  },
+  (t) => [primaryKey({ columns: [t.buildId, t.seq] })],
+);
+
+/** Uploaded `copy` archives, content-addressed per team by the SDK's files hash. */
+export const templateFiles = sqliteTable(
+  "template_files",
+  {
+    teamId: text("team_id").notNull(),
+    hash: text("hash").notNull(),
+    size: integer("size").notNull(),
+    data: blob("data", { mode: "buffer" }).notNull(),
+    createdAt: integer("created_at").notNull(),
+  },
+  (t) => [primaryKey({ columns: [t.teamId, t.hash] })],
+);
+
+/** Tags of a team's template: each names one build. */
+export const templateTags = sqliteTable(
+  "template_tags",
+  {
+    teamId: text("team_id").notNull(),
+    templateId: text("template_id").notNull(),
+    tag: text("tag").notNull(),
+    buildId: text("build_id").notNull(),
+    createdAt: integer("created_at").notNull(),
+  },
+  (t) => [primaryKey({ columns: [t.teamId, t.templateId, t.tag] })],
 );

@@ -6,3 +6,4 @@ export * from "./intent.ts";
 export * from "./messages.ts";
 export * from "./observation.ts";
 export * from "./version.ts";
+export * from "./build.ts";

@@ -3,6 +3,7 @@ import { SandboxIdSchema } from "./ids.ts";
 import { IntentSchema, PauseStrategySchema } from "./intent.ts";
 import { ObservationSchema } from "./observation.ts";
 import { ClaimsSchema, QuotasSchema, RepliesSchema, RequestsSchema, SandboxSetsSchema } from "./crd-sync.ts";
+import { BuildEventsSchema, BuildFrameSchema } from "./build.ts";
 import { MAX_FRAME_SANDBOXES, MAX_MESSAGE_LENGTH, MAX_NAME_LENGTH, MAX_PATH_LENGTH } from "../api/limits.ts";
 
 /*
@@ -26,6 +27,7 @@ import { MAX_FRAME_SANDBOXES, MAX_MESSAGE_LENGTH, MAX_NAME_LENGTH, MAX_PATH_LENG
  *   edge  → agent error          before the edge closes the socket for a protocol error
  *   agent → edge  sandboxsets, requests, claims, quotas; edge → agent replies: the cluster's
  *                                custom resources (kubernetes driver), see crd-sync.ts
+ *   edge  → agent build; agent → edge buildEvents: template builds, see build.ts
  *
  * What the agent sends is bounded (schema/api/limits.ts): names, lists of sandboxes (a cluster's
  * fleet at most) and messages, so a broken agent cannot send an unbounded frame (bad_frame).
@@ -54,7 +56,11 @@ export const HelloSchema = z.object({
   /** Where the edge sends data-plane requests for this cluster's sandboxes (the agent's ingress). */
   ingress: z.object({ url: z.string().min(1).max(MAX_PATH_LENGTH) }),
   capabilities: z
-    .object({ pauseStrategies: z.array(PauseStrategySchema).max(8).default(["Freeze"]) })
+    .object({
+      pauseStrategies: z.array(PauseStrategySchema).max(8).default(["Freeze"]),
+      /** Whether this agent builds templates (build.ts); a cluster without a builder answers 501. */
+      builder: z.boolean().default(false),
+    })
     .prefault({}),
     /** What the cluster can still take (for placement across clusters); omitted = unknown. */
   capacity: CapacitySchema.optional(),
@@ -109,6 +115,7 @@ export const AgentMessageSchema = z.discriminatedUnion("type", [
   RequestsSchema,
   ClaimsSchema,
   QuotasSchema,
+  BuildEventsSchema,
 ]);
 export type AgentMessage = z.infer<typeof AgentMessageSchema>;
 export type AgentMessageInput = z.input<typeof AgentMessageSchema>;
@@ -149,6 +156,7 @@ export const EdgeMessageSchema = z.discriminatedUnion("type", [
   IntentsSchema,
   ProtocolErrorSchema,
   RepliesSchema,
+  BuildFrameSchema,
 ]);
 export type EdgeMessage = z.infer<typeof EdgeMessageSchema>;
 

@@ -10,6 +10,7 @@ import {
   PONG_FRAME,
   PROTOCOL_VERSION,
   type AckItem,
+  type BuildFrame,
   type AgentMessageInput,
   type Endpoint,
   type Intent,
@@ -65,6 +66,8 @@ export interface ScriptedAgentOptions {
   agentId?: string;
   /** The driver its hello names (default `scripted`). */
   driver?: string;
+  /** Says it has a template builder (hello capabilities.builder); builds land in `builds`. */
+  builder?: boolean;
   ingressUrl?: string;
   /** Sandboxes the agent claims to run in its next hello (default: what it runs now). */
   inventory?: ObservationInput[];
@@ -92,6 +95,8 @@ export interface FakeSandbox {
 
 export class ScriptedAgent {
   readonly sandboxes = new Map<string, FakeSandbox>();
+  /** Every build frame received. */
+  readonly builds: BuildFrame[] = [];
   /** Every intent received, in arrival order (including duplicates and stale ones). */
   readonly received: { seq: number; intent: Intent }[] = [];
   readonly errors: string[] = [];
@@ -121,6 +126,7 @@ export class ScriptedAgent {
       ping: opts.ping ?? true,
       reject: opts.reject ?? (() => undefined),
       hold: opts.hold ?? (() => false),
+      builder: opts.builder ?? false,
     };
     this.inventory = opts.inventory;
   }
@@ -148,6 +154,7 @@ export class ScriptedAgent {
       driver: this.opts.driver,
       isolation: "none",
       ingress: { url: this.opts.ingressUrl },
+      capabilities: { builder: this.opts.builder },
       inventory,
     });
     await this.waitUntil(() => this.welcome !== null || this.closed !== null, timeoutMs);
@@ -240,6 +247,9 @@ export class ScriptedAgent {
       case "intents":
         for (const item of msg.items) this.apply(item.seq, item.intent);
         break;
+      case "build":
+        this.builds.push(msg);
+        break;
       case "replies":
         break; // CRD sync answers: test/support/crd-link.ts taps them off the socket
       default:
@@ -318,7 +328,7 @@ export class ScriptedAgent {
     });
   }
 
-  private sendFrame(msg: AgentMessageInput): void {
+  sendFrame(msg: AgentMessageInput): void {
     try {
       this.ws?.send(JSON.stringify(msg));
     } catch (err) {

@@ -51,8 +51,8 @@ describe("E2B routes this server does not serve", () => {
     ["GET", "/volumes"],
     ["POST", "/secrets"],
     ["DELETE", "/secrets/s1"],
-    ["POST", "/v3/templates"],
-    ["GET", "/templates/aliases/my-alias"],
+    ["PATCH", "/templates/t1"],
+    ["POST", "/templates/t1/builds/b1"],
     ["GET", "/teams/t1/metrics"],
     ["POST", "/access-tokens"],
   ];

@@ -14,7 +14,7 @@ import { treeSize } from "./tree-size.ts";
 
 export interface LayerInfo {
   id: string;
-  kind: "debian" | "oci";
+  kind: "debian" | "oci" | "build";
   /** Seconds the build or import took. */
   seconds: number;
   bytes: number;

@@ -62,7 +62,7 @@ function summarize(effects: ClusterEffect[]): string[] {
 }
 
 function hello(inventory: Observation[]): ClusterEvent {
-  return { type: "hello", hello: { type: "hello", protocol: 1, agentId: "a", agentVersion: "0", driver: "scripted", isolation: "none", ingress: { url: "http://i" }, capabilities: { pauseStrategies: ["Freeze"] }, inventory } };
+  return { type: "hello", hello: { type: "hello", protocol: 1, agentId: "a", agentVersion: "0", driver: "scripted", isolation: "none", ingress: { url: "http://i" }, capabilities: { pauseStrategies: ["Freeze"], builder: false }, inventory } };
 }
 
 interface Row {

@@ -1,0 +1,204 @@
+// The template builder of the local driver: runs the builds the edge hands the agent (schema/
+// protocol/build.ts), each step in a build sandbox (sandbox.ts) over the layers below it, and
+// publishes the result in the RootfsStore as layers plus a template the edge then names in the
+// template's `spec.image`. Steps whose key (plan.ts) already has a layer are not run again.
+import { rmSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { clipText, MAX_MESSAGE_LENGTH } from "../../../../schema/api/limits.ts";
+import { MAX_BUILD_LOG_ENTRIES } from "../../../../schema/api/template-build.ts";
+import type { BuildEvents, BuildFrame, BuildLog, BuildResult } from "../../../../schema/protocol/build.ts";
+import type { RootfsStore } from "../rootfs/store.ts";
+import { cgroupSetFor, createCgroups, killAndRemove, procsFiles, removeParents, type CgroupLayout } from "../cgroups.ts";
+import { describeStep, layerIdOf, planSteps, rootfsForImage, type PlannedStep } from "./plan.ts";
+import { runStep, type SandboxStep } from "./sandbox.ts";
+
+export interface BuilderOptions {
+  store: RootfsStore;
+  /** Where each step gets a cgroup with the build's CPU, memory and pids limits (none: unlimited). */
+  cgroups?: CgroupLayout;
+  /** Fetches a copy step's archive from the edge (`filesPath` + hash, with the cluster token). */
+  fetchFile(path: string): Promise<Uint8Array>;
+  /** Sends events; false when the link is down (they are sent with the next batch). */
+  send(items: BuildEvents["items"]): boolean;
+  log?: (msg: string, fields?: Record<string, unknown>) => void;
+  /** Longest one step may run. */
+  stepTimeoutMs?: number;
+  /** How often log lines leave in one frame. */
+  flushMs?: number;
+}
+
+/** Processes one step may have at once. */
+const STEP_PIDS = 4096;
+
+function exitText(code: number | null, memoryMB: number): string {
+  if (code === null) return "killed (timeout)";
+  // 137 = SIGKILL: in a step with a memory limit, almost always the OOM killer.
+  if (code === 137) return `exit code 137 (killed; the build has ${memoryMB} MiB of memory)`;
+  return `exit code ${code}`;
+}
+
+class StepFailed extends Error {
+  readonly step: string;
+  constructor(message: string, step: string) {
+    super(message);
+    this.step = step;
+  }
+}
+
+/** One build's outgoing events: numbered, bounded, batched. */
+class Events {
+  seq = 0;
+  pending: BuildLog[] = [];
+  result: BuildResult | undefined;
+  readonly buildId: string;
+  constructor(buildId: string) {
+    this.buildId = buildId;
+  }
+  add(message: string, level: BuildLog["level"] = "info", step?: string): void {
+    if (this.seq >= MAX_BUILD_LOG_ENTRIES) return;
+    const last = this.seq === MAX_BUILD_LOG_ENTRIES - 1;
+    this.pending.push({ seq: this.seq++, at: Date.now(), level: last ? "warn" : level, message: last ? "… more output was cut" : clipText(message, MAX_MESSAGE_LENGTH), ...(step ? { step } : {}) });
+  }
+}
+
+export class TemplateBuilder {
+  readonly #o: BuilderOptions;
+  readonly #builds = new Map<string, Events>();
+  #timer: NodeJS.Timeout | undefined;
+
+  constructor(opts: BuilderOptions) {
+    this.#o = opts;
+  }
+
+  /** Starts a build in the background; its events leave through `send`. A repeat is ignored. */
+  start(frame: BuildFrame): void {
+    if (this.#builds.has(frame.buildId)) return;
+    const ev = new Events(frame.buildId);
+    this.#builds.set(frame.buildId, ev);
+    this.#arm();
+    void this.#run(frame, ev)
+      .then(
+        (r) => (ev.result = r),
+        (err: Error) => {
+          const step = err instanceof StepFailed ? err.step : undefined;
+          ev.add(err.message, "error", step);
+          ev.result = { status: "error", message: clipText(err.message, MAX_MESSAGE_LENGTH), ...(step ? { step } : {}) };
+        },
+      )
+      .then(() => this.#flush());
+  }
+
+  get active(): number {
+    return this.#builds.size;
+  }
+
+  stop(): void {
+    clearInterval(this.#timer);
+    this.#timer = undefined;
+  }
+
+  /** Stops and removes the builder's parent cgroups (steps' own are removed as each ends). */
+  dispose(): void {
+    this.stop();
+    if (this.#o.cgroups) removeParents(this.#o.cgroups);
+  }
+
+  #arm(): void {
+    this.#timer ??= setInterval(() => this.#flush(), this.#o.flushMs ?? 250);
+    this.#timer.unref();
+  }
+
+  #flush(): void {
+    const items: BuildEvents["items"] = [];
+    for (const ev of this.#builds.values()) {
+      if (!ev.pending.length && !ev.result) continue;
+      const logs = ev.pending.slice(0, 500);
+      const done = ev.result && logs.length === ev.pending.length ? ev.result : undefined;
+      items.push({ buildId: ev.buildId, logs, ...(done ? { result: done } : {}) });
+      if (items.length === 64) break;
+    }
+    if (!items.length || !this.#o.send(items)) return;
+    for (const it of items) {
+      const ev = this.#builds.get(it.buildId)!;
+      ev.pending.splice(0, it.logs.length);
+      if (it.result) this.#builds.delete(it.buildId);
+    }
+    if (!this.#builds.size) this.stop();
+  }
+
+  async #run(frame: BuildFrame, ev: Events): Promise<BuildResult> {
+    const store = this.#o.store;
+    const baseName = "rootfs" in frame.from ? frame.from.rootfs : rootfsForImage(frame.from.image, (n) => store.template(n) !== undefined);
+    if (!baseName || !store.templateTrees(baseName)) {
+      const what = "image" in frame.from ? `image "${frame.from.image}" cannot be pulled: this server has no registry access, and no rootfs template of that name was imported (rootfs/cli.ts import)` : `the base template's root filesystem "${frame.from.rootfs}" is not on this machine`;
+      throw new StepFailed(what, "base");
+    }
+    const baseLayers = store.template(baseName)!.layers;
+    ev.add(`FROM ${baseName} (${baseLayers.length} layer${baseLayers.length === 1 ? "" : "s"})`, "info", "base");
+    const plan = planSteps({ teamId: frame.teamId, buildId: frame.buildId, baseLayers, steps: frame.steps, force: frame.force });
+    const layers = [...baseLayers];
+    for (const p of plan.steps) {
+      const line = describeStep(p, plan.steps.length);
+      if (!p.layer) {
+        ev.add(line, "info", p.label);
+        continue;
+      }
+      const id = layerIdOf(p.key);
+      if (!p.forced && store.layer(id)) {
+        ev.add(`CACHED ${line}`, "info", p.label);
+        layers.push(id);
+        continue;
+      }
+      ev.add(line, "info", p.label);
+      await this.#buildLayer(frame, p, id, layers, ev);
+      layers.push(id);
+    }
+    store.putTemplate(frame.output, layers);
+    ev.add(`Template ${frame.output} ready: ${layers.length} layers`, "info", "finalize");
+    return { status: "ready", user: plan.config.user, workdir: plan.config.workdir, env: plan.config.env };
+  }
+
+  async #buildLayer(frame: BuildFrame, p: PlannedStep, id: string, lowers: string[], ev: Events): Promise<void> {
+    const store = this.#o.store;
+    const started = Date.now();
+    const staging = store.stagingDir(id);
+    const layout = this.#o.cgroups;
+    const cg = layout && cgroupSetFor(layout, `${frame.buildId.slice(0, 36)}-${p.label}`);
+    try {
+      if (layout && cg) createCgroups(layout, cg, { cpuCount: frame.cpuCount, memoryMB: frame.memoryMB, pidsMax: STEP_PIDS });
+      const step = await this.#sandboxStep(frame, p, staging);
+      const code = await runStep({
+        cgroupProcs: cg && procsFiles(cg),
+        lowers: lowers.map((l) => store.layerTree(l)),
+        staging,
+        config: p.config,
+        step,
+        timeoutMs: this.#o.stepTimeoutMs ?? 30 * 60_000,
+        onLine: (l, stream) => ev.add(l, stream === "stderr" ? "warn" : "info", p.label),
+      });
+      if (code !== 0) throw new StepFailed(`step ${p.label} (${p.step.type}) failed: ${exitText(code, frame.memoryMB)}`, p.label);
+      rmSync(join(staging, "files"), { force: true });
+      await store.commitLayer(staging, { id, kind: "build", source: { step: p.step.type, key: p.key } }, started, "");
+    } finally {
+      if (cg) await killAndRemove(cg).catch((err: Error) => this.#o.log?.(`build ${frame.buildId}: ${err.message}`));
+      rmSync(staging, { recursive: true, force: true });
+    }
+  }
+
+  async #sandboxStep(frame: BuildFrame, p: PlannedStep, staging: string): Promise<SandboxStep> {
+    const a = p.step.args;
+    switch (p.step.type) {
+      case "RUN":
+        return { kind: "run", command: a[0]!, user: a[1] || p.config.user };
+      case "WORKDIR":
+        return { kind: "workdir", dir: a[0]! };
+      case "COPY": {
+        const archive = join(staging, "files");
+        writeFileSync(archive, await this.#o.fetchFile(`${frame.filesPath}${p.step.filesHash}`));
+        return { kind: "copy", src: a[0]!, dest: a[1]!, owner: a[2] || p.config.user, mode: a[3] ?? "", archive };
+      }
+      default:
+        throw new Error(`step ${p.step.type} makes no layer`);
+    }
+  }
+}

@@ -1,0 +1,139 @@
+// One build step in a build sandbox: the parent layers and a fresh upper directory as an overlay,
+// entered by bubblewrap with new mount, pid, ipc, uts, cgroup and network namespaces (loopback
+// only: no step has egress yet), no host path visible, Docker's default capability set for root
+// inside (a build installs packages and chowns files; no CAP_SYS_ADMIN, no mounts), and the
+// step's user set inside by setpriv. What the tenant sent (commands, paths, env) is only ever
+// positional arguments of our fixed scripts inside the sandbox: never a host process's options or
+// environment.
+import { spawn, spawnSync } from "node:child_process";
+import { closeSync, mkdirSync, openSync, rmSync, writeFileSync } from "node:fs";
+import { join, relative } from "node:path";
+import type { BuildConfig } from "./plan.ts";
+
+const CAPS = ["CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER", "CAP_FSETID", "CAP_KILL", "CAP_SETGID", "CAP_SETUID", "CAP_SETPCAP", "CAP_NET_BIND_SERVICE", "CAP_SYS_CHROOT", "CAP_MKNOD", "CAP_AUDIT_WRITE", "CAP_SETFCAP"];
+const PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+/** Where a copy step's archive is bound read-only inside the sandbox. */
+const FILES = "/run/e2b-build/files";
+
+/** Runs as root inside: switches to the step's user with a clean environment plus the template's
+ * env, enters the workdir, runs the command with bash (sh without it). $1 user, $2 workdir,
+ * $3 command, then NAME=value pairs. */
+const RUN = String.raw`u="$1"; d="$2"; c="$3"; shift 3
+g=$(id -g "$u") || { echo "user $u does not exist in the template" >&2; exit 1; }
+command -v setpriv >/dev/null || { echo "setpriv (util-linux) is missing from the template" >&2; exit 1; }
+sh=/bin/sh; [ -x /bin/bash ] && sh=/bin/bash
+exec setpriv --reuid="$u" --regid="$g" --init-groups --reset-env env "$@" "$sh" -c 'cd "$0" 2>/dev/null || cd /; exec "$1" -c "$2"' "$d" "$sh" "$c"`;
+
+/** $1 dir, $2 user: creates the workdir owned by the user (as E2B's setWorkdir does). */
+const WORKDIR = String.raw`[ -d "$1" ] || { mkdir -p "$1" && chown "$2": "$1"; }`;
+
+/** $1 src (a path or glob in the upload), $2 dest, $3 owner, $4 mode, $5 workdir. */
+const COPY = String.raw`set -e
+src="$1"; dest="$2"; owner="$3"; mode="$4"
+case "$dest" in /*) ;; *) dest="$5/$dest";; esac
+t=$(mktemp -d)
+tar -xf ${FILES} -C "$t" --no-same-owner
+cd "$t"
+found=0
+for s in $src; do
+  [ -e "$s" ] || [ -L "$s" ] || continue
+  found=1
+  if [ -d "$s" ] && [ ! -L "$s" ]; then mkdir -p "$dest"; cp -a "$s/." "$dest/"; target="$dest"
+  else
+    case "$dest" in
+      */) mkdir -p "$dest"; target="$dest$(basename "$s")";;
+      *) if [ -d "$dest" ]; then target="$dest/$(basename "$s")"; else mkdir -p "$(dirname "$dest")"; target="$dest"; fi;;
+    esac
+    cp -a "$s" "$target"
+  fi
+  [ -z "$owner" ] || chown -R "$owner": "$target"
+  [ -z "$mode" ] || chmod "$mode" "$target"
+done
+[ "$found" = 1 ] || { echo "copy: $src matched nothing in the upload" >&2; exit 1; }`;
+
+export type SandboxStep =
+  | { kind: "run"; command: string; user: string }
+  | { kind: "workdir"; dir: string }
+  | { kind: "copy"; src: string; dest: string; owner: string; mode: string; archive: string };
+
+export interface StepRun {
+  /** Layer trees, bottom first. */
+  lowers: string[];
+  /** The staging directory: `rootfs/` becomes the layer (the upper dir); `work/`, `merged/` go. */
+  staging: string;
+  config: BuildConfig;
+  step: SandboxStep;
+  onLine(line: string, stream: "stdout" | "stderr"): void;
+  timeoutMs: number;
+  /** cgroup.procs files bwrap joins before it starts anything (the step's limits). */
+  cgroupProcs?: string[];
+  signal?: AbortSignal;
+}
+
+/** Joins the cgroups named by its first arguments (our own paths), then execs the rest. */
+const JOIN = String.raw`n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 125; shift; n=$((n-1)); done; exec "$@"`;
+
+/** Runs the step; resolves with its exit code (null: killed, e.g. by the timeout). */
+export async function runStep(r: StepRun): Promise<number | null> {
+  const upper = join(r.staging, "rootfs");
+  const work = join(r.staging, "work");
+  const merged = join(r.staging, "merged");
+  for (const d of [upper, work, merged]) mkdirSync(d, { recursive: true });
+  // Relative lowerdirs (from the layers' common parent) keep the option within one page.
+  const base = join(r.staging, "..");
+  const lowers = [...r.lowers].reverse().map((l) => relative(base, l));
+  const mount = spawnSync("mount", ["-t", "overlay", "overlay", "-o", `lowerdir=${lowers.join(":")},upperdir=${upper},workdir=${work}`, merged], { cwd: base, encoding: "utf8" });
+  if (mount.status !== 0) throw new Error(`overlay mount failed: ${(mount.stderr || mount.error?.message || "").trim()}`);
+  try {
+    return await bwrap(merged, r);
+  } finally {
+    spawnSync("umount", ["-l", merged]);
+    rmSync(work, { recursive: true, force: true });
+    rmSync(merged, { recursive: true, force: true });
+    rmSync(join(r.staging, "bwrap-args"), { force: true });
+  }
+}
+
+function bwrap(root: string, r: StepRun): Promise<number | null> {
+  const s = r.step;
+  const args = ["--bind", root, "/", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/run"];
+  if (s.kind === "copy") args.push("--ro-bind", s.archive, FILES);
+  args.push("--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-net", "--unshare-cgroup-try", "--hostname", "build", "--die-with-parent", "--new-session");
+  args.push("--cap-drop", "ALL", ...CAPS.flatMap((c) => ["--cap-add", c]));
+  args.push("--clearenv", "--setenv", "PATH", PATH, "--setenv", "HOME", "/root", "--chdir", "/");
+  const env = Object.entries(r.config.env).map(([k, v]) => `${k}=${v}`);
+  const command = ["/bin/sh", "-c"];
+  if (s.kind === "run") command.push(RUN, "sh", s.user, r.config.workdir, s.command, ...env);
+  else if (s.kind === "workdir") command.push(WORKDIR, "sh", s.dir, r.config.user);
+  else command.push(COPY, "sh", s.src, s.dest, s.owner, s.mode, r.config.workdir);
+  // Options through a file (NUL-terminated, as bwrap reads them; a file, not a pipe: bwrap does
+  // not wait on a non-blocking socket): pid 1 inside (bwrap) shows `bwrap --args 3 -- <command>`,
+  // not the host path of the merged tree.
+  const argsFile = join(r.staging, "bwrap-args");
+  writeFileSync(argsFile, args.map((a) => `${a}\0`).join(""), { mode: 0o600 });
+  const fd = openSync(argsFile, "r");
+  return new Promise((resolve, reject) => {
+    const procs = r.cgroupProcs ?? [];
+    const argv = ["-c", JOIN, "sh", String(procs.length), ...procs, "bwrap", "--args", "3", "--", ...command];
+    const child = spawn("/bin/sh", argv, { stdio: ["ignore", "pipe", "pipe", fd], env: { PATH }, signal: r.signal });
+    closeSync(fd);
+    let timedOut = false;
+    const timer = setTimeout(() => {
+      timedOut = true;
+      child.kill("SIGKILL");
+    }, r.timeoutMs);
+    for (const [stream, name] of [[child.stdout!, "stdout"], [child.stderr!, "stderr"]] as const) {
+      let rest = "";
+      stream.setEncoding("utf8");
+      stream.on("data", (chunk: string) => {
+        const lines = (rest + chunk).split("\n");
+        rest = lines.pop()!;
+        for (const l of lines) r.onLine(l, name);
+      });
+      stream.on("end", () => rest && r.onLine(rest, name));
+    }
+    child.on("error", (err) => (clearTimeout(timer), reject(err)));
+    // Killed by a signal (the OOM killer takes bwrap too): reported as a shell would, 128 + 9.
+    child.on("close", (code) => (clearTimeout(timer), resolve(code ?? (timedOut ? null : 137))));
+  });
+}

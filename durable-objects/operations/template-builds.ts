@@ -1,0 +1,197 @@
+// E2B template builds (`Template.build`): request, start, record what the agent reports, and read
+// status and logs. Build state lives in libSQL (store/template-builds.ts): builds are read by any
+// isolate polling status, are few and write in batches (a frame of log lines is one insert), and
+// a finished build becomes a template row in the same database. The agent runs the steps
+// (controllers/drivers/local/builder/); ClusterDO hands it the build and its events come back here.
+import { MAX_BUILD_LOG_ENTRIES, MAX_TEAM_BUILDS, BUILD_SILENCE_MS, type BuildLogEntry, type BuildStatus, type TemplateBuildInfo, type TemplateBuildStart } from "../../schema/api/template-build.ts";
+import { TemplateSpec } from "../../schema/api/template.ts";
+import { ApiError } from "../../schema/errors.ts";
+import type { BuildEvents } from "../../schema/protocol/build.ts";
+import type { Caller, Env } from "../env.ts";
+import { quotaStub } from "../quota/stub.ts";
+import { getDb } from "../store/db.ts";
+import { activeBuilds, hasFile, getBuild, insertBuild, lastLogs, logsFrom, moveBuild, putTags, touchBuild, appendLogs, type BuildRow, type LogRow } from "../store/template-builds.ts";
+import { getTemplate, resolveTemplate } from "../store/templates.ts";
+import { putTemplate } from "./templates.ts";
+
+/** What `POST /v3/templates` answers (E2B TemplateRequestResponseV3). */
+export interface BuildRequested {
+  templateID: string;
+  buildID: string;
+  public: boolean;
+  aliases: string[];
+  names: string[];
+  tags: string[];
+}
+
+export interface RequestBuildInput {
+  name: string;
+  tags: string[];
+  cpuCount?: number;
+  memoryMB?: number;
+}
+
+/** Registers a build of the caller's template `name` (waiting for its start). */
+export async function requestBuild(env: Env, caller: Caller, input: RequestBuildInput): Promise<BuildRequested> {
+  const db = getDb(env);
+  const visible = await resolveTemplate(db, caller.teamId, input.name);
+  if (visible && visible.teamId !== caller.teamId) throw new ApiError("conflict", `template name "${input.name}" is taken by a public template; choose another name`);
+  const spec = visible?.spec ?? TemplateSpec.parse({});
+  const id = crypto.randomUUID();
+  const now = Date.now();
+  await insertBuild(db, {
+    id,
+    teamId: caller.teamId,
+    teamName: caller.teamName,
+    templateId: input.name,
+    cluster: spec.cluster,
+    status: "waiting",
+    cpuCount: input.cpuCount ?? spec.cpuCount,
+    memoryMB: input.memoryMB ?? spec.memoryMB,
+    tags: input.tags,
+    startCmd: null,
+    readyCmd: null,
+    reason: null,
+    image: `b-${id}`,
+    createdAt: now,
+    updatedAt: now,
+    finishedAt: null,
+  });
+  return { templateID: input.name, buildID: id, public: visible?.public ?? false, aliases: [input.name], names: [input.name], tags: input.tags };
+}
+
+/** The build if the caller's team owns it and it belongs to `templateId`, else E2B's 404. */
+export async function visibleBuild(env: Env, caller: Caller, templateId: string, buildId: string): Promise<BuildRow> {
+  const b = await getBuild(getDb(env), buildId);
+  if (!b || b.templateId !== templateId || (b.teamId !== caller.teamId && !caller.admin)) throw new ApiError("template_not_found", `Build "${buildId}" of template "${templateId}" not found`);
+  return b;
+}
+
+/** Starts a waiting build on its cluster's agent (`POST /v2/templates/{id}/builds/{buildID}`). */
+export async function startBuild(env: Env, caller: Caller, templateId: string, buildId: string, body: TemplateBuildStart): Promise<void> {
+  const db = getDb(env);
+  const b = await visibleBuild(env, caller, templateId, buildId);
+  if (b.status !== "waiting") throw new ApiError("conflict", `build "${buildId}" was already started (${b.status})`);
+  if (body.fromImageRegistry !== undefined) throw new ApiError("bad_request", "fromImageRegistry: this server pulls no images from registries; build from a template or a known base image");
+  let from: { rootfs: string } | { image: string } = { image: body.fromImage ?? "e2bdev/base" };
+  if (body.fromTemplate) {
+    const base = await resolveTemplate(db, b.teamId, body.fromTemplate.name);
+    if (!base) throw new ApiError("bad_request", `fromTemplate: template "${body.fromTemplate.name}" not found`);
+    from = { rootfs: base.spec.image };
+  }
+  for (const [i, s] of body.steps.entries()) {
+    if (s.type === "COPY" && !(await hasFile(db, b.teamId, s.filesHash!))) throw new ApiError("bad_request", `steps.${i}: the files of COPY ${JSON.stringify(s.args[0]!.slice(0, 64))} were not uploaded (hash ${s.filesHash})`);
+  }
+  if ((await activeBuilds(db, b.teamId)) >= MAX_TEAM_BUILDS) throw new ApiError("quota_exceeded", `team "${b.teamName}" already runs ${MAX_TEAM_BUILDS} builds; wait for one to finish`);
+  const reserved = await quotaStub(env, b.teamId).reserve({ teamId: b.teamId, teamName: b.teamName, sandboxId: quotaKey(b.id), generation: 1, cpu: b.cpuCount, memoryMB: b.memoryMB });
+  if (!reserved.ok) throw ApiError.from(reserved.error);
+  if (!(await moveBuild(db, b.id, ["waiting"], { status: "building", startCmd: body.startCmd ?? null, readyCmd: body.readyCmd ?? null }))) {
+    await releaseQuota(env, b);
+    throw new ApiError("conflict", `build "${buildId}" was already started`);
+  }
+  const sent = await env.CLUSTER.get(env.CLUSTER.idFromName(b.cluster)).startBuild({
+    buildId: b.id,
+    teamId: b.teamId,
+    from,
+    steps: body.steps,
+    force: body.force,
+    cpuCount: b.cpuCount,
+    memoryMB: b.memoryMB,
+    output: b.image,
+    filesPath: `/agent/v1/builds/${b.id}/files/`,
+  });
+  if (!sent.ok) {
+    await finish(env, b, { status: "error", reason: { message: sent.error.message } });
+    throw ApiError.from(sent.error);
+  }
+}
+
+/** The key a build's resources are reserved under in the team's quota (beside its sandboxes). */
+function quotaKey(buildId: string): string {
+  return `build-${buildId}`;
+}
+
+async function releaseQuota(env: Env, b: BuildRow): Promise<void> {
+  const r = await quotaStub(env, b.teamId).release(quotaKey(b.id), 1);
+  if (!r.ok) console.warn(`build ${b.id}: quota release failed: ${r.error.message}`);
+}
+
+async function finish(env: Env, b: BuildRow, to: { status: "ready" | "error"; reason?: { message: string; step?: string } }): Promise<boolean> {
+  const now = Date.now();
+  const moved = await moveBuild(getDb(env), b.id, ["building", "waiting"], { status: to.status, reason: to.reason ?? null, finishedAt: now });
+  if (moved) await releaseQuota(env, b);
+  return moved;
+}
+
+/** What the cluster's agent reported (ClusterDO's `buildEvents`); only for builds it runs. */
+export async function recordBuildEvents(env: Env, cluster: string, items: BuildEvents["items"]): Promise<void> {
+  const db = getDb(env);
+  for (const item of items) {
+    const b = await getBuild(db, item.buildId);
+    if (!b || b.cluster !== cluster || b.status !== "building") continue;
+    await appendLogs(db, b.id, item.logs, MAX_BUILD_LOG_ENTRIES);
+    const r = item.result;
+    if (!r) {
+      await touchBuild(db, b.id);
+      continue;
+    }
+    if (r.status === "error") {
+      await finish(env, b, { status: "error", reason: { message: r.message, ...(r.step ? { step: r.step } : {}) } });
+      continue;
+    }
+    const existing = await getTemplate(db, b.teamId, b.templateId);
+    const spec = TemplateSpec.safeParse({
+      ...(existing?.spec ?? {}),
+      cluster: b.cluster,
+      image: b.image,
+      cpuCount: b.cpuCount,
+      memoryMB: b.memoryMB,
+      user: r.user,
+      workdir: r.workdir,
+      env: r.env,
+      ...(b.startCmd ? { startCmd: b.startCmd } : {}),
+      ...(b.readyCmd ? { readyCmd: b.readyCmd } : {}),
+    });
+    if (!spec.success) {
+      await finish(env, b, { status: "error", reason: { message: `the built template is not valid: ${spec.error.issues[0]?.message ?? "?"}`, step: "finalize" } });
+      continue;
+    }
+    const put = await putTemplate(env, { teamName: b.teamName, templateId: b.templateId, public: existing?.public ?? false, spec: spec.data });
+    if (!put.ok) {
+      await finish(env, b, { status: "error", reason: { message: `the template could not be registered: ${put.error.message}`, step: "finalize" } });
+      continue;
+    }
+    await putTags(db, b.teamId, b.templateId, b.tags, b.id);
+    await finish(env, b, { status: "ready" });
+  }
+}
+
+function entry(l: LogRow): BuildLogEntry {
+  return { timestamp: new Date(l.at).toISOString(), level: l.level as BuildLogEntry["level"], message: l.message, ...(l.step ? { step: l.step } : {}) };
+}
+
+/** Fails a build whose agent went silent (restarted or gone); answers the row as it is now. */
+async function expireSilent(env: Env, b: BuildRow, now = Date.now()): Promise<BuildRow> {
+  if (b.status !== "building" || now - b.updatedAt < BUILD_SILENCE_MS) return b;
+  const reason = { message: `the builder reported nothing for ${BUILD_SILENCE_MS / 60_000} minutes (agent restarted or gone)` };
+  if (await finish(env, b, { status: "error", reason })) return { ...b, status: "error", reason };
+  return (await getBuild(getDb(env), b.id)) ?? b;
+}
+
+/** `GET /templates/{id}/builds/{buildID}/status?logsOffset=N`: entries from the N-th on. */
+export async function buildStatus(env: Env, caller: Caller, templateId: string, buildId: string, logsOffset: number): Promise<TemplateBuildInfo> {
+  const db = getDb(env);
+  const b = await expireSilent(env, await visibleBuild(env, caller, templateId, buildId));
+  const entries = (await logsFrom(db, b.id, logsOffset, 100)).map(entry);
+  const info: TemplateBuildInfo = {
+    templateID: b.templateId,
+    buildID: b.id,
+    status: b.status as BuildStatus,
+    logEntries: entries,
+    logs: entries.map((e) => `[${e.timestamp}] ${e.message}`),
+  };
+  if (b.status === "error" && b.reason) info.reason = { ...b.reason, logEntries: (await lastLogs(db, b.id, 20)).map(entry) };
+  return info;
+}
+
+export { entry as buildLogEntry };

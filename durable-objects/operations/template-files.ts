@@ -1,0 +1,67 @@
+// The files of `copy` steps. The SDK asks for an upload link per archive (`GET
+// /templates/{id}/files/{hash}`) and PUTs the tar there; the link is the edge's own, signed, and
+// the archive is stored in libSQL under (team, hash), one blob of at most MAX_TEMPLATE_FILE_BYTES. Why
+// libSQL: the edge is the one place every agent and every isolate reaches, the link needs no
+// agent to be connected when the SDK uploads (before the build starts), and content addressing
+// per team makes a second build upload nothing.
+// (Chunking would lift the bound; not done.) The agent fetches an archive with its cluster
+// token, only for a build it runs.
+import { ApiError } from "../../schema/errors.ts";
+import type { Caller, Env } from "../env.ts";
+import { getDb } from "../store/db.ts";
+import { buildsOf, getBuild, getFile, hasFile, putFile } from "../store/template-builds.ts";
+
+/** How long an upload link stays valid. */
+const UPLOAD_TTL_S = 15 * 60;
+const enc = new TextEncoder();
+const keys = new Map<string, Promise<CryptoKey>>();
+
+function signingKey(env: Env): Promise<CryptoKey> {
+  let k = keys.get(env.KEY_PEPPER);
+  if (!k) {
+    k = (async () => {
+      const root = await crypto.subtle.importKey("raw", enc.encode(env.KEY_PEPPER), { name: "HMAC", hash: "SHA-256" }, false, ["sign"]);
+      const derived = await crypto.subtle.sign("HMAC", root, enc.encode("sandbox-edge template files v1"));
+      return crypto.subtle.importKey("raw", derived, { name: "HMAC", hash: "SHA-256" }, false, ["sign", "verify"]);
+    })();
+    keys.set(env.KEY_PEPPER, k);
+  }
+  return k;
+}
+
+const canonical = (teamId: string, hash: string, expires: number) => enc.encode(`PUT\n${teamId}\n${hash}\n${expires}`);
+const hex = (b: ArrayBuffer) => [...new Uint8Array(b)].map((x) => x.toString(16).padStart(2, "0")).join("");
+
+/** `GET /templates/{id}/files/{hash}`: present, or where to PUT the archive. */
+export async function fileUploadLink(env: Env, caller: Caller, origin: string, templateId: string, hash: string): Promise<{ present: boolean; url?: string }> {
+  const db = getDb(env);
+  if (!(await buildsOf(db, caller.teamId, templateId)).length) throw new ApiError("template_not_found", `Template "${templateId}" not found`);
+  if (await hasFile(db, caller.teamId, hash)) return { present: true };
+  const expires = Math.floor(Date.now() / 1000) + UPLOAD_TTL_S;
+  const mac = hex(await crypto.subtle.sign("HMAC", await signingKey(env), canonical(caller.teamId, hash, expires)));
+  const url = new URL(`/template-files/${encodeURIComponent(caller.teamId)}/${hash}`, origin);
+  url.searchParams.set("expires", String(expires));
+  url.searchParams.set("signature", mac);
+  return { present: false, url: url.toString() };
+}
+
+/** Checks the signature of an upload link's `PUT` (before its body is read). */
+export async function verifyUpload(env: Env, teamId: string, hash: string, expires: number, signature: string): Promise<void> {
+  if (!Number.isInteger(expires) || expires < Date.now() / 1000) throw new ApiError("forbidden", "upload link expired");
+  const mac = /^[a-f0-9]{64}$/.test(signature) ? new Uint8Array(signature.match(/../g)!.map((x) => parseInt(x, 16))) : new Uint8Array(32);
+  if (!(await crypto.subtle.verify("HMAC", await signingKey(env), mac, canonical(teamId, hash, expires)))) throw new ApiError("forbidden", "upload link signature does not match");
+}
+
+/** Stores a verified upload (the route bounds it at MAX_TEMPLATE_FILE_BYTES). */
+export async function storeUpload(env: Env, teamId: string, hash: string, data: ArrayBuffer): Promise<void> {
+  await putFile(getDb(env), teamId, hash, data);
+}
+
+/** An archive for the agent running `buildId` (authenticated by the route with the cluster token). */
+export async function agentFile(env: Env, buildId: string, hash: string): Promise<ArrayBuffer> {
+  const db = getDb(env);
+  const b = await getBuild(db, buildId);
+  const data = b && b.status === "building" ? await getFile(db, b.teamId, hash) : undefined;
+  if (!data) throw new ApiError("not_found", `no file ${hash} for a running build ${buildId}`);
+  return data;
+}

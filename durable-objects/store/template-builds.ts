@@ -1,0 +1,141 @@
+// Template builds in libSQL: build rows, their log entries, uploaded copy archives and tags. The
+// build operations (operations/template-builds.ts) are the only writers.
+import { and, asc, desc, eq, gte, inArray, lte, sql } from "drizzle-orm";
+import type { BuildStatus } from "../../schema/api/template-build.ts";
+import { templateBuildLogs, templateBuilds, templateTags } from "../../schema/db/tables.ts";
+import type { BuildLog } from "../../schema/protocol/build.ts";
+import type { Db } from "./db.ts";
+
+export type BuildRow = typeof templateBuilds.$inferSelect;
+
+export async function insertBuild(db: Db, row: BuildRow): Promise<void> {
+  await db.insert(templateBuilds).values(row);
+}
+
+export async function getBuild(db: Db, id: string): Promise<BuildRow | undefined> {
+  return (await db.select().from(templateBuilds).where(eq(templateBuilds.id, id)).limit(1))[0];
+}
+
+/** Moves a build on only from one of `from`; false when it was elsewhere (a repeat, a race). */
+export async function moveBuild(db: Db, id: string, from: BuildStatus[], set: Partial<BuildRow>): Promise<boolean> {
+  const rows = await db
+    .update(templateBuilds)
+    .set({ ...set, updatedAt: set.updatedAt ?? Date.now() })
+    .where(and(eq(templateBuilds.id, id), inArray(templateBuilds.status, from)))
+    .returning({ id: templateBuilds.id });
+  return rows.length > 0;
+}
+
+export async function touchBuild(db: Db, id: string, now = Date.now()): Promise<void> {
+  await db.update(templateBuilds).set({ updatedAt: now }).where(and(eq(templateBuilds.id, id), eq(templateBuilds.status, "building")));
+}
+
+export async function activeBuilds(db: Db, teamId: string): Promise<number> {
+  const rows = await db
+    .select({ n: sql<number>`count(*)` })
+    .from(templateBuilds)
+    .where(and(eq(templateBuilds.teamId, teamId), eq(templateBuilds.status, "building")));
+  return Number(rows[0]?.n ?? 0);
+}
+
+export async function buildsOf(db: Db, teamId: string, templateId: string): Promise<BuildRow[]> {
+  return db
+    .select()
+    .from(templateBuilds)
+    .where(and(eq(templateBuilds.teamId, teamId), eq(templateBuilds.templateId, templateId)))
+    .orderBy(desc(templateBuilds.createdAt))
+    .limit(100);
+}
+
+export async function deleteBuildsOf(db: Db, teamId: string, templateId: string): Promise<number> {
+  const ids = (await buildsOf(db, teamId, templateId)).map((b) => b.id);
+  if (ids.length) await db.delete(templateBuildLogs).where(inArray(templateBuildLogs.buildId, ids));
+  await db.delete(templateTags).where(and(eq(templateTags.teamId, teamId), eq(templateTags.templateId, templateId)));
+  const rows = await db.delete(templateBuilds).where(and(eq(templateBuilds.teamId, teamId), eq(templateBuilds.templateId, templateId))).returning({ id: templateBuilds.id });
+  return rows.length;
+}
+
+/** Appends entries the agent numbered; a repeated seq is ignored, entries past `max` dropped. */
+export async function appendLogs(db: Db, buildId: string, logs: BuildLog[], max: number): Promise<void> {
+  const kept = logs.filter((l) => l.seq < max);
+  if (!kept.length) return;
+  await db
+    .insert(templateBuildLogs)
+    .values(kept.map((l) => ({ buildId, seq: l.seq, at: l.at, level: l.level, step: l.step ?? null, message: l.message })))
+    .onConflictDoNothing();
+}
+
+export type LogRow = typeof templateBuildLogs.$inferSelect;
+
+/** Entries from the `offset`-th on (the SDK's logsOffset), in order. */
+export async function logsFrom(db: Db, buildId: string, offset: number, limit: number): Promise<LogRow[]> {
+  return db
+    .select()
+    .from(templateBuildLogs)
+    .where(and(eq(templateBuildLogs.buildId, buildId), gte(templateBuildLogs.seq, offset)))
+    .orderBy(asc(templateBuildLogs.seq))
+    .limit(limit);
+}
+
+/** Entries at or after (forward) / at or before (backward) a time, optionally one level. */
+export async function logsByTime(db: Db, buildId: string, q: { cursor?: number; limit: number; direction: "forward" | "backward"; level?: string }): Promise<LogRow[]> {
+  const where = [eq(templateBuildLogs.buildId, buildId)];
+  if (q.cursor !== undefined) where.push(q.direction === "forward" ? gte(templateBuildLogs.at, q.cursor) : lte(templateBuildLogs.at, q.cursor));
+  if (q.level) where.push(eq(templateBuildLogs.level, q.level));
+  const rows = await db
+    .select()
+    .from(templateBuildLogs)
+    .where(and(...where))
+    .orderBy(q.direction === "forward" ? asc(templateBuildLogs.seq) : desc(templateBuildLogs.seq))
+    .limit(q.limit);
+  return rows;
+}
+
+/** The last entries of a build (a failed build's reason carries them). */
+export async function lastLogs(db: Db, buildId: string, n: number): Promise<LogRow[]> {
+  const rows = await db.select().from(templateBuildLogs).where(eq(templateBuildLogs.buildId, buildId)).orderBy(desc(templateBuildLogs.seq)).limit(n);
+  return rows.reverse();
+}
+
+// Blobs go through the client by hand: drizzle's buffer mode wants node's Buffer.
+export async function hasFile(db: Db, teamId: string, hash: string): Promise<boolean> {
+  const r = await db.$client.execute({ sql: "SELECT 1 FROM template_files WHERE team_id = ? AND hash = ?", args: [teamId, hash] });
+  return r.rows.length > 0;
+}
+
+export async function putFile(db: Db, teamId: string, hash: string, data: ArrayBuffer, now = Date.now()): Promise<void> {
+  await db.$client.execute({
+    sql: "INSERT INTO template_files (team_id, hash, size, data, created_at) VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+    args: [teamId, hash, data.byteLength, data, now],
+  });
+}
+
+export async function getFile(db: Db, teamId: string, hash: string): Promise<ArrayBuffer | undefined> {
+  const r = await db.$client.execute({ sql: "SELECT data FROM template_files WHERE team_id = ? AND hash = ?", args: [teamId, hash] });
+  const v = r.rows[0]?.data;
+  return v instanceof ArrayBuffer ? v : undefined;
+}
+
+export async function putTags(db: Db, teamId: string, templateId: string, tags: string[], buildId: string, now = Date.now()): Promise<void> {
+  if (!tags.length) return;
+  await db
+    .insert(templateTags)
+    .values(tags.map((tag) => ({ teamId, templateId, tag, buildId, createdAt: now })))
+    .onConflictDoUpdate({ target: [templateTags.teamId, templateTags.templateId, templateTags.tag], set: { buildId, createdAt: now } });
+}
+
+export async function deleteTags(db: Db, teamId: string, templateId: string, tags: string[]): Promise<number> {
+  const rows = await db
+    .delete(templateTags)
+    .where(and(eq(templateTags.teamId, teamId), eq(templateTags.templateId, templateId), inArray(templateTags.tag, tags)))
+    .returning({ tag: templateTags.tag });
+  return rows.length;
+}
+
+export async function tagsOf(db: Db, teamId: string, templateId: string) {
+  return db
+    .select()
+    .from(templateTags)
+    .where(and(eq(templateTags.teamId, teamId), eq(templateTags.templateId, templateId)))
+    .orderBy(asc(templateTags.tag));
+}

@@ -1,0 +1,73 @@
+import { z } from "zod";
+import { MAX_MESSAGE_LENGTH, MAX_NAME_LENGTH, MAX_PATH_LENGTH } from "../api/limits.ts";
+import { EnvVars } from "../api/sandbox.ts";
+import { MAX_BUILD_STEPS, TemplateStep } from "../api/template-build.ts";
+
+/*
+ * Template builds over the agent's session (only with an edge listing "builds" in
+ * welcome.features, and to an agent whose hello says `capabilities.builder`):
+ *
+ *   edge  → agent build        one build: its base, steps, and the rootfs template to produce
+ *   agent → edge  buildEvents  log lines as they happen (batched), and once the end: ready with
+ *                              the template's final config, or error with the reason
+ *
+ * A build is not redelivered: an agent that restarts mid-build loses it, and the edge fails a
+ * build that reports nothing for BUILD_SILENCE_MS.
+ */
+export const BUILD_FEATURE = "builds";
+
+const BuildId = z.string().regex(/^[a-z0-9-]{1,64}$/);
+/** A rootfs template name in the agent's RootfsStore. */
+const RootfsName = z.string().regex(/^[a-z0-9][a-z0-9._-]{0,62}$/);
+
+export const BuildFrameSchema = z.object({
+  type: z.literal("build"),
+  buildId: BuildId,
+  /** The owning team's id: part of every step's cache key, so no team reuses another's layers. */
+  teamId: z.string().min(1).max(MAX_NAME_LENGTH),
+  /** Base: a rootfs template name (from another template), or an image reference to map. */
+  from: z.union([z.object({ rootfs: RootfsName }), z.object({ image: z.string().min(1).max(MAX_NAME_LENGTH) })]),
+  steps: z.array(TemplateStep).max(MAX_BUILD_STEPS),
+  force: z.boolean(),
+  /** Each step's cgroup limits: the build's CPU and memory (as reserved in the team quota). */
+  cpuCount: z.int().min(1).max(256).default(1),
+  memoryMB: z.int().min(128).max(1_048_576).default(512),
+  /** The RootfsStore template the result is published as. */
+  output: RootfsName,
+  /** Where the agent fetches a copy step's archive, by filesHash: a path on the edge, sent with
+   * the cluster token. */
+  filesPath: z.string().max(MAX_PATH_LENGTH),
+});
+export type BuildFrame = z.infer<typeof BuildFrameSchema>;
+
+export const BuildLogSchema = z.object({
+  /** Per build, from 0, increasing: the edge keeps the first copy of each. */
+  seq: z.int().min(0),
+  at: z.int().min(0),
+  level: z.enum(["debug", "info", "warn", "error"]),
+  message: z.string().max(MAX_MESSAGE_LENGTH),
+  /** E2B's step label: "base", the step's index from 1, or "finalize". */
+  step: z.string().max(16).optional(),
+});
+export type BuildLog = z.infer<typeof BuildLogSchema>;
+
+export const BuildResultSchema = z.union([
+  z.object({
+    status: z.literal("ready"),
+    /** What every sandbox of the template starts with (the last USER, WORKDIR, ENV). */
+    user: z.string().max(32),
+    workdir: z.string().max(MAX_PATH_LENGTH),
+    env: EnvVars,
+  }),
+  z.object({ status: z.literal("error"), message: z.string().max(MAX_MESSAGE_LENGTH), step: z.string().max(16).optional() }),
+]);
+export type BuildResult = z.infer<typeof BuildResultSchema>;
+
+export const BuildEventsSchema = z.object({
+  type: z.literal("buildEvents"),
+  items: z
+    .array(z.object({ buildId: BuildId, logs: z.array(BuildLogSchema).max(500), result: BuildResultSchema.optional() }))
+    .min(1)
+    .max(64),
+});
+export type BuildEvents = z.infer<typeof BuildEventsSchema>;

@@ -1,0 +1,135 @@
+// Template builds through the real e2b JS SDK (`Template.build`) against the whole local system
+// (issue 12.1): every local step kind runs in a build sandbox and lands as RootfsStore layers, a
+// second build is served from the cache, a failing step fails the build with its output, an image
+// this server cannot pull is a build error saying so. The template's spec.image names the built
+// rootfs; a sandbox of it sees those files once the local driver mounts template roots (not on
+// this branch: its driver still refuses templates other than base).
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { BuildError, Template, waitForTimeout, type LogEntry } from "e2b";
+import { afterAll, describe, expect, it } from "vitest";
+import { RootfsStore } from "../../controllers/drivers/local/rootfs/store.ts";
+import { e2b, uniqueTag } from "./sdk.ts";
+
+const store = new RootfsStore();
+const context = mkdtempSync(join(tmpdir(), "tpl-ctx-"));
+writeFileSync(join(context, "hello.txt"), "hello from the upload\n");
+mkdirSync(join(context, "sub"));
+writeFileSync(join(context, "sub", "a.txt"), "a\n");
+const outputs: string[] = [];
+
+afterAll(async () => {
+  rmSync(context, { recursive: true, force: true });
+  // This run's layers (its team's keys are new each run) and templates leave the shared cache.
+  const base = new Set(store.template("base")?.layers ?? []);
+  for (const name of outputs) {
+    for (const id of store.template(name)?.layers ?? []) if (!base.has(id)) store.removeLayer(id);
+    rmSync(join(store.root, "templates", `${name}.json`), { force: true });
+  }
+});
+
+function opts(logs: LogEntry[]) {
+  return { ...e2b(), onBuildLogs: (l: LogEntry) => logs.push(l) };
+}
+
+/** A file of the built rootfs, read from its top-most layer that has it. */
+function builtFile(image: string, path: string): string | undefined {
+  const trees = store.templateTrees(image) ?? [];
+  for (const t of [...trees].reverse()) if (existsSync(join(t, path))) return readFileSync(join(t, path), "utf8");
+  return undefined;
+}
+
+async function imageOf(name: string): Promise<string> {
+  const res = await fetch(`${e2b().apiUrl}/teams`, { headers: { "x-api-key": e2b().apiKey } });
+  const team = ((await res.json()) as { name: string; isDefault: boolean }[]).find((t) => t.isDefault)!;
+  const r = await fetch(`${e2b().apiUrl}/admin/teams/${team.name}/templates/${name}`, { headers: { "x-api-key": e2b().apiKey } });
+  if (!r.ok) throw new Error(`template ${name}: ${r.status} ${await r.text()}`);
+  return ((await r.json()) as { spec: { image: string } }).spec.image;
+}
+
+const messages = (logs: LogEntry[]) => logs.map((l) => l.message);
+
+describe("Template.build (JS SDK)", () => {
+  const name = `tpl-${uniqueTag()}`;
+  const template = () =>
+    Template({ fileContextPath: context })
+      .fromBaseImage()
+      .setEnvs({ GREETING: "hi there" })
+      .copy("hello.txt", "/home/user/hello.txt")
+      .copy("sub", "/opt/sub/")
+      .runCmd('echo "$GREETING" > /home/user/greet.txt')
+      .setWorkdir("/app")
+      .runCmd("pwd > where.txt && id -un >> where.txt")
+      .runCmd("id -un > /root-made.txt", { user: "root" })
+      .setUser("root")
+      .runCmd("id -un > /app/last.txt")
+      .setStartCmd("sleep infinity", waitForTimeout(1000));
+
+  it("runs every local step kind in a build sandbox and publishes the result as layers", async () => {
+    const logs: LogEntry[] = [];
+    const built = await Template.build(template(), name, opts(logs));
+    const image = await imageOf(name);
+    outputs.push(image);
+    expect(image).toBe(`b-${built.buildId}`);
+    expect(builtFile(image, "home/user/hello.txt")).toBe("hello from the upload\n");
+    expect(builtFile(image, "opt/sub/a.txt")).toBe("a\n");
+    expect(builtFile(image, "home/user/greet.txt")).toBe("hi there\n");
+    expect(builtFile(image, "app/where.txt")).toBe("/app\nuser\n");
+    expect(builtFile(image, "root-made.txt")).toBe("root\n");
+    expect(builtFile(image, "app/last.txt")).toBe("root\n");
+    // The layers below are untouched: the base's tree has none of it.
+    expect(existsSync(join(store.layerTree(store.template("base")!.layers[0]!), "app"))).toBe(false);
+    expect(messages(logs).some((m) => m.includes("RUN pwd > where.txt"))).toBe(true);
+    expect(messages(logs).some((m) => m.startsWith("CACHED"))).toBe(false);
+    expect(await Template.aliasExists(name, e2b())).toBe(true);
+    expect(await Template.aliasExists(`${name}-nope`, e2b())).toBe(false);
+  });
+
+  it("a second build of the same steps is served from the cache", async () => {
+    const logs: LogEntry[] = [];
+    const built = await Template.build(template(), name, opts(logs));
+    outputs.push(`b-${built.buildId}`);
+    const cached = messages(logs).filter((m) => m.startsWith("CACHED"));
+    // Every step that makes a layer: 2 copies, 4 runs, the workdir.
+    expect(cached).toHaveLength(7);
+    expect(builtFile(`b-${built.buildId}`, "app/where.txt")).toBe("/app\nuser\n");
+  });
+
+  it("a build from the built template stacks on its layers", async () => {
+    const logs: LogEntry[] = [];
+    const built = await Template.build(Template().fromTemplate(name).runCmd("cat /home/user/greet.txt"), `${name}-child`, opts(logs));
+    outputs.push(`b-${built.buildId}`);
+    expect(messages(logs)).toContain("hi there");
+  });
+
+  it("a failing step fails the build with its output in the logs", async () => {
+    const logs: LogEntry[] = [];
+    const failing = Template().fromBaseImage().runCmd("echo about-to-fail; echo on-stderr >&2; exit 3");
+    const err = await Template.build(failing, `${name}-fail`, opts(logs)).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(BuildError);
+    expect((err as Error).message).toContain("exit code 3");
+    expect(messages(logs)).toContain("about-to-fail");
+    expect(messages(logs)).toContain("on-stderr");
+    expect(await Template.aliasExists(`${name}-fail`, e2b())).toBe(true); // the build is there, errored
+  });
+
+  it("a step is held to the build's memory: past it the step is killed and the build says so", async () => {
+    const logs: LogEntry[] = [];
+    const hungry = Template()
+      .fromBaseImage()
+      .runCmd(`python3 -c 'b = bytearray(b"x") * (64 * 1024 * 1024); print("64 MiB fits")'`)
+      .runCmd(`python3 -c 'b = bytearray(b"x") * (400 * 1024 * 1024); print("400 MiB fits")'`);
+    const err = await Template.build(hungry, `${name}-mem`, { ...opts(logs), memoryMB: 256 }).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(BuildError);
+    expect((err as Error).message).toContain("exit code 137 (killed; the build has 256 MiB of memory)");
+    expect(messages(logs)).toContain("64 MiB fits");
+    expect(messages(logs)).not.toContain("400 MiB fits");
+  });
+
+  it("an image this server cannot pull is a build error that says so", async () => {
+    const err = await Template.build(Template().fromImage("python:3").runCmd("true"), `${name}-py`, e2b()).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(BuildError);
+    expect((err as Error).message).toMatch(/image "python:3" cannot be pulled/);
+  });
+});

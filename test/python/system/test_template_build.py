@@ -1,0 +1,94 @@
+"""Template builds through the official e2b Python SDK (`Template.build`, issue 12.1): the local
+step kinds run in build sandboxes and land as RootfsStore layers; the same build again is served
+from the cache, skip_cache rebuilds; a failing step raises BuildException with its output in the
+logs. A sandbox of the result sees its files once the local driver mounts template roots (not on
+this branch), so the files are read from the layers."""
+import json
+import os
+import pathlib
+import shutil
+import tempfile
+import uuid
+
+import pytest
+from e2b import Template
+from e2b.exceptions import BuildException
+
+STORE = pathlib.Path(os.environ.get("SBX_ROOTFS_DIR") or pathlib.Path.home() / ".cache" / "sandbox-edge" / "rootfs")
+
+
+def _layers(image):
+    return json.loads((STORE / "templates" / f"{image}.json").read_text())["layers"]
+
+
+def _built_file(image, path):
+    for layer in reversed(_layers(image)):
+        f = STORE / "layers" / layer / "rootfs" / path
+        if f.exists():
+            return f.read_text()
+    return None
+
+
+@pytest.fixture
+def built(system):
+    images = []
+    yield images
+    base = set(_layers("base"))
+    for image in images:
+        for layer in _layers(image):
+            if layer not in base:
+                shutil.rmtree(STORE / "layers" / layer, ignore_errors=True)
+        (STORE / "templates" / f"{image}.json").unlink(missing_ok=True)
+
+
+@pytest.fixture
+def context():
+    d = tempfile.mkdtemp(prefix="tpl-py-")
+    pathlib.Path(d, "data.txt").write_text("from python\n")
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def _template(context):
+    return (
+        Template(file_context_path=context)
+        .from_base_image()
+        .set_envs({"X": "y z"})
+        .copy("data.txt", "/home/user/data.txt")
+        .run_cmd('cat /home/user/data.txt > /home/user/copy.txt && echo "$X" >> /home/user/copy.txt')
+        .set_workdir("/srv")
+        .set_user("root")
+        .run_cmd("id -un > who.txt")
+    )
+
+
+def test_build_cache_and_skip_cache(context, built):
+    name = f"py-{uuid.uuid4().hex[:10]}"
+    logs = []
+    info = Template.build(_template(context), name, on_build_logs=logs.append)
+    image = f"b-{info.build_id}"
+    built.append(image)
+    assert _built_file(image, "home/user/copy.txt") == "from python\ny z\n"
+    assert _built_file(image, "srv/who.txt") == "root\n"
+    assert not [l for l in logs if l.message.startswith("CACHED")]
+    assert Template.exists(name)
+
+    logs = []
+    again = Template.build(_template(context), name, on_build_logs=logs.append)
+    built.append(f"b-{again.build_id}")
+    # copy, run, workdir, run: every step that makes a layer
+    assert len([l for l in logs if l.message.startswith("CACHED")]) == 4
+
+    logs = []
+    forced = Template.build(_template(context), name, skip_cache=True, on_build_logs=logs.append)
+    built.append(f"b-{forced.build_id}")
+    assert not [l for l in logs if l.message.startswith("CACHED")]
+    assert _built_file(f"b-{forced.build_id}", "srv/who.txt") == "root\n"
+
+
+def test_failing_step(system):
+    logs = []
+    failing = Template().from_base_image().run_cmd("echo py-before-failure; exit 7")
+    with pytest.raises(BuildException, match="exit code 7"):
+        Template.build(failing, f"py-fail-{uuid.uuid4().hex[:8]}", on_build_logs=logs.append)
+    assert "py-before-failure" in [l.message for l in logs]

@@ -1,0 +1,178 @@
+// E2B's template build routes against the Worker in workerd, with real sqld and a scripted agent
+// that says it has a builder: auth, per-team visibility (another team's build is E2B's 404),
+// validation of every step kind, signed upload links, the build frame the agent gets, its log
+// lines and result coming back through status, and 501 for a cluster without a builder.
+import { describe, expect, it } from "vitest";
+import { env } from "cloudflare:workers";
+import { eq } from "drizzle-orm";
+import { getDb } from "../../../durable-objects/store/db.ts";
+import { BUILD_SILENCE_MS, MAX_TEMPLATE_FILE_BYTES } from "../../../schema/api/template-build.ts";
+import { templateBuilds } from "../../../schema/db/tables.ts";
+import { call, createTeam, expectError, expectStatus, startAgent, unique } from "../helpers.ts";
+
+const HASH = "a".repeat(64);
+
+async function requestBuild(key: string, name: string) {
+  return expectStatus(call("/v3/templates", { key, body: { name, cpuCount: 1, memoryMB: 512 } }), 202);
+}
+
+describe("template build API", () => {
+  it("needs a key and refuses malformed requests with 400 naming the problem", async () => {
+    const team = await createTeam(unique("tb-val"));
+    await expectError(call("/v3/templates", { key: null, body: { name: "x" } }), 401);
+    await expectError(call("/v3/templates", { key: team.key, body: { name: "Bad Name" } }), 400, /template name/);
+    await expectError(call("/v3/templates", { key: team.key, body: {} }), 400, /name is required/);
+    await expectError(call("/v3/templates", { key: team.key, body: { name: "base" } }), 409, /public template/);
+    const { buildID } = await requestBuild(team.key, team.template);
+    const start = (body: unknown) => call(`/v2/templates/${team.template}/builds/${buildID}`, { key: team.key, body });
+    await expectError(start({ steps: [{ type: "RUN", args: ["true", "Not A User"] }] }), 400, /RUN's user/);
+    await expectError(start({ steps: [{ type: "ENV", args: ["1BAD", "x"] }] }), 400, /not a variable name/);
+    await expectError(start({ steps: [{ type: "COPY", args: ["a", "/a"] }] }), 400, /filesHash/);
+    await expectError(start({ steps: [{ type: "COPY", args: ["../etc", "/a"], filesHash: HASH }] }), 400, /inside the build context/);
+    await expectError(start({ steps: [{ type: "WORKDIR", args: ["relative"] }] }), 400, /absolute path/);
+    await expectError(start({ steps: [{ type: "EXPOSE", args: ["80"] }] }), 400);
+    await expectError(start({ steps: Array.from({ length: 65 }, () => ({ type: "RUN", args: ["true"] })) }), 400, /at most 64 steps/);
+    await expectError(start({ steps: [{ type: "RUN", args: ["x".repeat(70_000)] }] }), 400);
+    await expectError(start({ steps: [{ type: "COPY", args: ["a", "/a"], filesHash: HASH }] }), 400, /were not uploaded/);
+    await expectError(start({ fromImageRegistry: { type: "registry", username: "u", password: "p" } }), 400, /registries/);
+    await expectError(start({ fromTemplate: "nope-nope" }), 400, /not found/);
+  });
+
+  it("runs a build on the cluster's builder: upload, start, logs as they come, ready; another team sees none of it", async () => {
+    const team = await createTeam(unique("tb-flow"));
+    const other = await createTeam(unique("tb-other"));
+    const agent = await startAgent(team.cluster, { builder: true });
+    try {
+      const req = await requestBuild(team.key, team.template);
+      expect(req).toMatchObject({ templateID: team.template, aliases: [team.template], names: [team.template] });
+      const id = req.buildID as string;
+
+      // Upload link: signed, served by the edge; a second ask says present.
+      const link = await expectStatus(call(`/templates/${team.template}/files/${HASH}`, { key: team.key }), 201);
+      expect(link.present).toBe(false);
+      const url = new URL(link.url);
+      const forged = new URL(url);
+      forged.searchParams.set("signature", "0".repeat(64));
+      await expectError(call(`${forged.pathname}${forged.search}`, { key: null, method: "PUT", raw: "x" }), 403, /signature/);
+      await expectError(call(`${url.pathname}${url.search}`, { key: null, method: "PUT", raw: "x".repeat(MAX_TEMPLATE_FILE_BYTES + 1) }), 413);
+      await expectStatus(call(`${url.pathname}${url.search}`, { key: null, method: "PUT", raw: "tar bytes" }), 201);
+      expect(await expectStatus(call(`/templates/${team.template}/files/${HASH}`, { key: team.key }), 201)).toEqual({ present: true });
+      await expectError(call(`/templates/${team.template}/files/${HASH}`, { key: other.key }), 404);
+
+      // Another team can neither start, read nor delete it.
+      await expectError(call(`/v2/templates/${team.template}/builds/${id}`, { key: other.key, body: {} }), 404);
+      await expectError(call(`/templates/${team.template}/builds/${id}/status`, { key: other.key }), 404);
+      await expectError(call(`/templates/${team.template}/builds/${id}/logs`, { key: other.key }), 404);
+
+      const steps = [
+        { type: "COPY", args: ["a.txt", "/home/user/a.txt"], filesHash: HASH },
+        { type: "RUN", args: ["echo hi", "root"] },
+      ];
+      await expectStatus(call(`/v2/templates/${team.template}/builds/${id}`, { key: team.key, body: { fromTemplate: "base", steps, startCmd: "sleep 1", readyCmd: "true" } }), 202);
+      await expectError(call(`/v2/templates/${team.template}/builds/${id}`, { key: team.key, body: {} }), 409, /already started/);
+      await agent.waitUntil(() => agent.builds.length === 1);
+      const frame = agent.builds[0]!;
+      expect(frame).toMatchObject({ buildId: id, from: { rootfs: "base" }, output: `b-${id}`, force: false });
+      expect(frame.steps.map((s) => s.type)).toEqual(["COPY", "RUN"]);
+
+      // The agent fetches the archive with the cluster token only.
+      await expectError(call(`${frame.filesPath}${HASH}`, { key: null }), 401);
+      const file = await call(`${frame.filesPath}${HASH}`, { key: null, headers: { authorization: "Bearer test-cluster-token" } });
+      expect(await file.text()).toBe("tar bytes");
+
+      const status = () => expectStatus(call(`/templates/${team.template}/builds/${id}/status?logsOffset=0`, { key: team.key }), 200);
+      expect(await status()).toMatchObject({ status: "building", logEntries: [] });
+      const log = (seq: number, message: string, step?: string) => ({ seq, at: Date.now(), level: "info" as const, message, ...(step ? { step } : {}) });
+      agent.sendFrame({ type: "buildEvents", items: [{ buildId: id, logs: [log(0, "FROM base", "base"), log(1, "[2/2] RUN echo hi", "2")] }] });
+      await poll(async () => (await status()).logEntries.length === 2);
+      // A repeated entry is kept once; logsOffset skips what the SDK has.
+      agent.sendFrame({ type: "buildEvents", items: [{ buildId: id, logs: [log(1, "[2/2] RUN echo hi", "2"), log(2, "hi", "2")], result: { status: "ready", user: "root", workdir: "/app", env: { A: "b" } } }] });
+      await poll(async () => (await status()).status === "ready");
+      const tail = await expectStatus(call(`/templates/${team.template}/builds/${id}/status?logsOffset=2`, { key: team.key }), 200);
+      expect(tail.logEntries.map((e: { message: string }) => e.message)).toEqual(["hi"]);
+      const logs = await expectStatus(call(`/templates/${team.template}/builds/${id}/logs`, { key: team.key }), 200);
+      expect(logs.logs.map((e: { message: string }) => e.message)).toEqual(["FROM base", "[2/2] RUN echo hi", "hi"]);
+
+      // The template now names the built rootfs, with the build's config.
+      const t = await expectStatus(call(`/admin/teams/${team.name}/templates/${team.template}`), 200);
+      expect(t.spec).toMatchObject({ image: `b-${id}`, user: "root", workdir: "/app", env: { A: "b" }, startCmd: "sleep 1", readyCmd: "true" });
+      expect(await expectStatus(call(`/templates/aliases/${team.template}`, { key: team.key }), 200)).toEqual({ templateID: team.template, public: false });
+      await expectError(call(`/templates/aliases/${team.template}`, { key: other.key }), 404);
+
+      // Tags name builds.
+      await expectStatus(call("/templates/tags", { key: team.key, body: { target: team.template, tags: ["v1"] } }), 201);
+      const tags = await expectStatus(call(`/templates/${team.template}/tags`, { key: team.key }), 200);
+      expect(tags).toMatchObject([{ tag: "v1", buildID: id }]);
+      await expectError(call("/templates/tags", { key: other.key, body: { target: team.template, tags: ["v1"] } }), 404);
+      await expectStatus(call("/templates/tags", { key: team.key, method: "DELETE", body: { name: team.template, tags: ["v1"] } }), 204);
+
+      await expectError(call(`/templates/${team.template}`, { key: other.key, method: "DELETE" }), 404);
+      await expectStatus(call(`/templates/${team.template}`, { key: team.key, method: "DELETE" }), 204);
+      await expectError(call(`/templates/${team.template}/builds/${id}/status`, { key: team.key }), 404);
+    } finally {
+      agent.disconnect();
+    }
+  });
+
+  it("a failing build is status error with the reason and its last log lines", async () => {
+    const team = await createTeam(unique("tb-fail"));
+    const agent = await startAgent(team.cluster, { builder: true });
+    try {
+      const { buildID: id } = await requestBuild(team.key, team.template);
+      await expectStatus(call(`/v2/templates/${team.template}/builds/${id}`, { key: team.key, body: { steps: [{ type: "RUN", args: ["exit 3"] }] } }), 202);
+      await agent.waitUntil(() => agent.builds.length === 1);
+      expect(agent.builds[0]!.from).toEqual({ image: "e2bdev/base" });
+      agent.sendFrame({
+        type: "buildEvents",
+        items: [{ buildId: id, logs: [{ seq: 0, at: Date.now(), level: "error", message: "boom", step: "1" }], result: { status: "error", message: "step 1 (RUN) failed: exit code 3", step: "1" } }],
+      });
+      let s: any;
+      await poll(async () => (s = await expectStatus(call(`/templates/${team.template}/builds/${id}/status`, { key: team.key }), 200)).status === "error");
+      expect(s.reason).toMatchObject({ message: "step 1 (RUN) failed: exit code 3", step: "1", logEntries: [{ message: "boom", level: "error" }] });
+    } finally {
+      agent.disconnect();
+    }
+  });
+
+  it("a build whose agent reports nothing for 30 minutes is failed, saying so", async () => {
+    const team = await createTeam(unique("tb-silent"));
+    const agent = await startAgent(team.cluster, { builder: true });
+    try {
+      const { buildID: id } = await requestBuild(team.key, team.template);
+      await expectStatus(call(`/v2/templates/${team.template}/builds/${id}`, { key: team.key, body: {} }), 202);
+      const status = () => expectStatus(call(`/templates/${team.template}/builds/${id}/status`, { key: team.key }), 200);
+      expect((await status()).status).toBe("building");
+      // The agent went away mid-build: its last word is older than the silence bound.
+      await getDb(env).update(templateBuilds).set({ updatedAt: Date.now() - BUILD_SILENCE_MS - 1000 }).where(eq(templateBuilds.id, id));
+      expect(await status()).toMatchObject({ status: "error", reason: { message: expect.stringMatching(/reported nothing for 30 minutes/) } });
+      // Its events after that change nothing.
+      agent.sendFrame({ type: "buildEvents", items: [{ buildId: id, logs: [], result: { status: "ready", user: "user", workdir: "/", env: {} } }] });
+      await new Promise((r) => setTimeout(r, 200));
+      expect((await status()).status).toBe("error");
+    } finally {
+      agent.disconnect();
+    }
+  });
+
+  it("a cluster without a builder answers 501 and says so", async () => {
+    const team = await createTeam(unique("tb-nobuilder"));
+    const agent = await startAgent(team.cluster);
+    try {
+      const { buildID: id } = await requestBuild(team.key, team.template);
+      await expectError(call(`/v2/templates/${team.template}/builds/${id}`, { key: team.key, body: {} }), 501, /no template builder/);
+      const s = await expectStatus(call(`/templates/${team.template}/builds/${id}/status`, { key: team.key }), 200);
+      expect(s).toMatchObject({ status: "error", reason: { message: expect.stringMatching(/no template builder/) } });
+      expect(agent.builds).toEqual([]);
+    } finally {
+      agent.disconnect();
+    }
+  });
+});
+
+async function poll(ok: () => Promise<boolean>, timeoutMs = 5_000): Promise<void> {
+  const until = Date.now() + timeoutMs;
+  while (!(await ok())) {
+    if (Date.now() > until) throw new Error("condition not met");
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
