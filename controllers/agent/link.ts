@@ -16,6 +16,7 @@ import {
   type CrdSyncFeature,
   type HelloInput,
   type Intent,
+  type LogsRequest,
   type ObservationInput,
   type ReplyItem,
   type SandboxRequestItem,
@@ -24,6 +25,7 @@ import {
   type Welcome,
 } from "../../schema/protocol/index.ts";
 import { clipText, MAX_MESSAGE_LENGTH } from "../../schema/api/limits.ts";
+import type { SandboxLogEntry } from "../../schema/api/sandbox-logs.ts";
 import { backoffMs, type Backoff } from "../lib/work-queue.ts";
 import { logger } from "../lib/log.ts";
 
@@ -39,6 +41,8 @@ export interface LinkOptions {
   /** Called for each delivered intent; returns the ack result or null to ack later via ack(). */
   onIntent(seq: number, intent: Intent): "stale" | "pending";
   onWelcome?(w: Welcome): void;
+  /** A sandbox's logs for the edge (E2B's logs routes); absent: answered empty. */
+  onLogsRequest?(req: LogsRequest): SandboxLogEntry[];
   log?: (msg: string) => void;
 }
 
@@ -239,6 +243,9 @@ export class Link {
         }
         return;
       }
+      case "logsRequest":
+        this.#send(ws, { type: "logs", id: msg.id, entries: this.#o.onLogsRequest?.(msg) ?? [] });
+        return;
       case "error":
         this.#log(`edge error: ${msg.code}: ${msg.message}`);
         return;

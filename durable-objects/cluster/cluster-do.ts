@@ -18,6 +18,7 @@ import {
   type Intent,
   type Observation,
   type Owner,
+  type SandboxId,
 } from "../../schema/protocol/index.ts";
 import { IndexQueue } from "../sandbox/index-queue.ts";
 import { INDEX_WRITER_NAME } from "../sandbox/sandbox-index-do.ts";
@@ -27,7 +28,8 @@ import { TurnWrites } from "../turn-writes.ts";
 import { CrdSync } from "./crd-sync.ts";
 import { ObservationRouter } from "./observation-router.ts";
 import { nextRedelivery, transition, type ClusterEffect, type ClusterEvent, type ClusterState } from "./machine.ts";
-import type { ClusterStatus, EnqueueOptions, EnqueueResult } from "./rpc.ts";
+import type { ClusterStatus, EnqueueOptions, EnqueueResult, LogsResult } from "./rpc.ts";
+import type { SandboxLogEntry, SandboxLogsQuery } from "../../schema/api/sandbox-logs.ts";
 import { openClusterStore, type ClusterStore } from "./store.ts";
 
 /** Header the agent-link route uses to pass the cluster name (a DO does not know its own name). */
@@ -43,6 +45,8 @@ const FRAME_BATCH = 256;
 const ACK_FLUSH_MS = 50;
 /** The longest an `enqueue` may wait for acks. */
 const MAX_AWAIT_MS = 30_000;
+/** How long a logs request waits for the agent's answer. */
+const LOGS_WAIT_MS = 5_000;
 /** Pause before each retry of an owner's observeBatch that failed (then it is dropped and logged). */
 const ROUTE_RETRY_MS = [100, 1_000];
 
@@ -82,6 +86,8 @@ export class ClusterDO extends DurableObject<Env> {
   /** The redelivery alarm this instance set (null: none, or unknown after a restart). */
   private alarmAt: number | null = null;
   private crd: CrdSync | null = null;
+  /** Logs requests sent to the agent, by id, until it answers (or the wait ends). */
+  private logsWaiters = new Map<string, (entries: SandboxLogEntry[]) => void>();
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
@@ -149,6 +155,27 @@ export class ClusterDO extends DurableObject<Env> {
     return { ok: true, seqs, connected, acks, timedOut, ...(committed === null ? {} : { indexed: committed }) };
   }
 
+  /** A sandbox's log entries from its agent (E2B's logs routes; the caller checked the access). */
+  async logs(sandboxId: string, query: SandboxLogsQuery): Promise<LogsResult> {
+    this.load();
+    if (!this.agentSocket()) return { ok: false, error: { code: ErrorCode.agentUnavailable, message: `the agent of sandbox "${sandboxId}" is not connected; retry` } };
+    const id = crypto.randomUUID();
+    const entries = await new Promise<SandboxLogEntry[] | null>((resolve) => {
+      const cancel = this.timers.after(LOGS_WAIT_MS, () => {
+        this.logsWaiters.delete(id);
+        resolve(null);
+      });
+      this.logsWaiters.set(id, (e) => {
+        cancel();
+        this.logsWaiters.delete(id);
+        resolve(e);
+      });
+      this.send({ type: "logsRequest", id, sandboxId: sandboxId as SandboxId, query });
+    });
+    if (!entries) return { ok: false, error: { code: ErrorCode.agentUnavailable, message: `the agent of sandbox "${sandboxId}" did not answer within ${LOGS_WAIT_MS} ms; retry` } };
+    return { ok: true, entries };
+  }
+
   async status(): Promise<ClusterStatus> {
     const st = this.load();
     const ws = this.agentSocket();
@@ -189,6 +216,9 @@ export class ClusterDO extends DurableObject<Env> {
         this.apply({ type: "observations", items: msg.items });
         return;
       case "heartbeat":
+        return;
+      case "logs":
+        this.logsWaiters.get(msg.id)?.(msg.entries);
         return;
       case "sandboxsets":
       case "requests":

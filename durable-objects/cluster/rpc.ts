@@ -3,6 +3,7 @@
 import type { Refusal } from "../../schema/errors.ts";
 import type { IndexOp } from "../store/sandbox-index.ts";
 import type { AckItem, Endpoint } from "../../schema/protocol/index.ts";
+import type { SandboxLogEntry } from "../../schema/api/sandbox-logs.ts";
 
 export interface EnqueueOptions {
   /**
@@ -55,3 +56,5 @@ export interface ClusterStatus {
   pending: number;
   sandboxes: number;
 }
+
+export type LogsResult = { ok: true; entries: SandboxLogEntry[] } | { ok: false; error: Refusal };

@@ -16,6 +16,7 @@ import type { Endpoint, Intent, Observation, PauseStrategy } from "../../schema/
 import { CoarseTimers } from "../coarse-timers.ts";
 import { TurnWrites } from "../turn-writes.ts";
 import type { EnqueueOptions, EnqueueResult } from "../cluster/rpc.ts";
+import type { SandboxLogEntry, SandboxLogsQuery } from "../../schema/api/sandbox-logs.ts";
 import type { SandboxEvent } from "./events.ts";
 import { indexRow, routeInfo, sandboxInfo, type RouteInfo, type SandboxInfo } from "./info.ts";
 import { IndexOutbox } from "./index-outbox.ts";
@@ -153,6 +154,18 @@ export class SandboxGroupDO extends DurableObject<Env> {
     const s = this.slots.find(id)?.state ?? null;
     if (!visibleTo(s, access) || s.phase === "Failed") return notFound(id);
     return { ok: true, sandbox: sandboxInfo(s) };
+  }
+
+  /** E2B's sandbox logs, from the sandbox's agent (held there, bounded, while the sandbox exists). */
+  async logs(id: string, access: Access, query: SandboxLogsQuery): Promise<Result<{ entries: SandboxLogEntry[] }>> {
+    await this.settled();
+    const s = this.slots.find(id)?.state ?? null;
+    if (!visibleTo(s, access) || s.phase === "Failed") return notFound(id);
+    try {
+      return await this.cluster(s.spec.cluster).logs(id, query);
+    } catch (err) {
+      return { ok: false, error: { code: ErrorCode.agentUnavailable, message: `cluster ${s.spec.cluster}: ${String(err)}` } };
+    }
   }
 
   async kill(id: string, access: Access): Promise<Result> {
@@ -418,7 +431,7 @@ export class SandboxGroupDO extends DurableObject<Env> {
   }
 
   /** The ClusterDO stub for a cluster (one method, so tests can make it fail or stall). */
-  private cluster(name: string): Pick<DurableObjectStub<import("../cluster/cluster-do.ts").ClusterDO>, "enqueue"> {
+  private cluster(name: string): Pick<DurableObjectStub<import("../cluster/cluster-do.ts").ClusterDO>, "enqueue" | "logs"> {
     return this.env.CLUSTER.get(this.env.CLUSTER.idFromName(name));
   }
 

@@ -3,6 +3,7 @@ import { SandboxIdSchema } from "./ids.ts";
 import { IntentSchema, PauseStrategySchema } from "./intent.ts";
 import { ObservationSchema } from "./observation.ts";
 import { ClaimsSchema, QuotasSchema, RepliesSchema, RequestsSchema, SandboxSetsSchema } from "./crd-sync.ts";
+import { MAX_LOGS_LIMIT, SandboxLogEntrySchema, SandboxLogsQuerySchema } from "../api/sandbox-logs.ts";
 import { MAX_FRAME_SANDBOXES, MAX_MESSAGE_LENGTH, MAX_NAME_LENGTH, MAX_PATH_LENGTH } from "../api/limits.ts";
 
 /*
@@ -26,6 +27,8 @@ import { MAX_FRAME_SANDBOXES, MAX_MESSAGE_LENGTH, MAX_NAME_LENGTH, MAX_PATH_LENG
  *   edge  → agent error          before the edge closes the socket for a protocol error
  *   agent → edge  sandboxsets, requests, claims, quotas; edge → agent replies: the cluster's
  *                                custom resources (kubernetes driver), see crd-sync.ts
+ *   edge  → agent logsRequest    a sandbox's logs (E2B's logs routes); the agent answers `logs`
+ *                                with the same id (an older agent ignores it: the edge times out)
  *
  * What the agent sends is bounded (schema/api/limits.ts): names, lists of sandboxes (a cluster's
  * fleet at most) and messages, so a broken agent cannot send an unbounded frame (bad_frame).
@@ -99,6 +102,13 @@ export const HeartbeatSchema = z.object({
   capacity: CapacitySchema.optional(),
 });
 
+/** The agent's answer to a logsRequest: at most a page of entries (schema/api/sandbox-logs.ts). */
+export const LogsSchema = z.object({
+  type: z.literal("logs"),
+  id: z.string().min(1).max(64),
+  entries: z.array(SandboxLogEntrySchema).max(MAX_LOGS_LIMIT),
+});
+
 /** Every frame the agent may send (except the raw ping, which the edge runtime answers itself). */
 export const AgentMessageSchema = z.discriminatedUnion("type", [
   HelloSchema,
@@ -109,6 +119,7 @@ export const AgentMessageSchema = z.discriminatedUnion("type", [
   RequestsSchema,
   ClaimsSchema,
   QuotasSchema,
+  LogsSchema,
 ]);
 export type AgentMessage = z.infer<typeof AgentMessageSchema>;
 export type AgentMessageInput = z.input<typeof AgentMessageSchema>;
@@ -143,12 +154,21 @@ export const ProtocolErrorSchema = z.object({
   message: z.string(),
 });
 
+export const LogsRequestSchema = z.object({
+  type: z.literal("logsRequest"),
+  id: z.string().min(1).max(64),
+  sandboxId: SandboxIdSchema,
+  query: SandboxLogsQuerySchema,
+});
+export type LogsRequest = z.infer<typeof LogsRequestSchema>;
+
 /** Every frame the edge may send (except the raw pong). */
 export const EdgeMessageSchema = z.discriminatedUnion("type", [
   WelcomeSchema,
   IntentsSchema,
   ProtocolErrorSchema,
   RepliesSchema,
+  LogsRequestSchema,
 ]);
 export type EdgeMessage = z.infer<typeof EdgeMessageSchema>;
 
