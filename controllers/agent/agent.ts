@@ -144,8 +144,8 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
       inventory: await reconciler.inventory(),
     }),
     onLogsRequest: (req) => sandboxLogs.query(req.sandboxId, req.query),
-    onIntent(seq, intent) {
-      if (reconciler.offer(intent) === "stale") {
+    onIntent(seq, intent, traceparent) {
+      if (reconciler.offer(intent, traceparent) === "stale") {
         // Already have it: ack at once, and re-report so an edge that lost our observation converges.
         reconciler.queue.add(intent.sandboxId);
         return "stale";

@@ -39,7 +39,7 @@ export interface LinkOptions {
   /** Builds the hello (its inventory must be current at the time of each connect). */
   hello(): Promise<Omit<HelloInput, "type" | "protocol">>;
   /** Called for each delivered intent; returns the ack result or null to ack later via ack(). */
-  onIntent(seq: number, intent: Intent): "stale" | "pending";
+  onIntent(seq: number, intent: Intent, traceparent?: string): "stale" | "pending";
   onWelcome?(w: Welcome): void;
   /** A sandbox's logs for the edge (E2B's logs routes); absent: answered empty. */
   onLogsRequest?(req: LogsRequest): SandboxLogEntry[];
@@ -226,8 +226,8 @@ export class Link {
         return;
       }
       case "intents": {
-        for (const { seq, intent } of msg.items) {
-          if (this.#o.onIntent(seq, intent) === "stale") {
+        for (const { seq, intent, traceparent } of msg.items) {
+          if (this.#o.onIntent(seq, intent, traceparent) === "stale") {
             this.ack({ seq, sandboxId: intent.sandboxId, generation: intent.generation, result: "stale" });
           }
         }

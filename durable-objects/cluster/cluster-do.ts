@@ -64,7 +64,9 @@ export class ClusterDO extends DurableObject<Env> {
   /** Index rows that came with enqueues (EnqueueOptions.index), committed in shared batches. */
   private readonly indexQueue = new IndexQueue(() => this.env.SANDBOX_INDEX.get(this.env.SANDBOX_INDEX.idFromName(INDEX_WRITER_NAME)), (p) => this.ctx.waitUntil(p), []);
   /** Intents to write to the agent at the end of this turn (see flushIntents). */
-  private unsent: { seq: number; intent: Intent }[] = [];
+  private unsent: { seq: number; intent: Intent; traceparent?: string }[] = [];
+  /** The trace context of intents enqueued this turn, by seq, until they are sent. */
+  private traces = new Map<number, string>();
   private unsentFlush: ReturnType<typeof setTimeout> | null = null;
   /**
    * The outbox writes of this turn's enqueues: they share one commit, and each enqueue answers
@@ -125,6 +127,7 @@ export class ClusterDO extends DurableObject<Env> {
     // Queued first; the answer waits for their commit (the create's read-your-writes).
     const indexed = opts.index?.length ? Promise.all(opts.index.map((op) => this.indexQueue.push(op))).then((r) => r.every(Boolean)) : null;
     const { seqs = [] } = this.apply({ type: "enqueue", intents });
+    if (opts.traceparent) for (const s of seqs) if (s > 0) this.traces.set(s, opts.traceparent);
     for (const h of this.observations.resent(intents, seqs)) this.route({ kind: "sandbox" }, [h]);
     const connected = this.state!.connected;
     const waitMs = Math.min(opts.awaitAckMs ?? 0, MAX_AWAIT_MS);
@@ -421,6 +424,14 @@ export class ClusterDO extends DurableObject<Env> {
     this.unsentFlush = null;
     this.turn.flush();
     const items = this.unsent.splice(0);
+    // The trace context of a fresh enqueue (known once its seqs were assigned) rides with it.
+    if (this.traces.size) {
+      for (const item of items) {
+        const traceparent = this.traces.get(item.seq);
+        if (traceparent) item.traceparent = traceparent;
+      }
+      this.traces.clear();
+    }
     for (let i = 0; i < items.length; i += FRAME_BATCH) this.send({ type: "intents", items: items.slice(i, i + FRAME_BATCH) });
   }
 

@@ -24,6 +24,9 @@ export interface EnqueueOptions {
    * ordered queue, behind the sandbox's later writes.
    */
   index?: IndexOp[];
+  /** The W3C trace context of the request behind these intents, carried in their frame to the
+   * agent (first delivery only; a redelivery is not part of the request). */
+  traceparent?: string;
 }
 
 export type EnqueueResult =

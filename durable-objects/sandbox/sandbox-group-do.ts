@@ -14,6 +14,7 @@ import { tombstone, type IndexOp } from "../store/sandbox-index.ts";
 import { ErrorCode, sandboxNotFoundMessage, type Refusal } from "../../schema/errors.ts";
 import type { Endpoint, Intent, Observation, PauseStrategy } from "../../schema/protocol/index.ts";
 import { CoarseTimers } from "../coarse-timers.ts";
+import { currentTraceparent, edgeSpan, flushEdgeTraces } from "../tracing/edge-tracing.ts";
 import { TurnWrites } from "../turn-writes.ts";
 import type { EnqueueOptions, EnqueueResult } from "../cluster/rpc.ts";
 import type { SandboxLogEntry, SandboxLogsQuery } from "../../schema/api/sandbox-logs.ts";
@@ -41,6 +42,8 @@ export interface CreateInput {
   endpoint: Endpoint | null;
   /** Bound on waiting for the agent to acknowledge the claim. */
   waitMs: number;
+  /** The caller's trace context (tracing on). */
+  traceparent?: string;
 }
 
 /** Default bound on waiting for the agent (create, resume, wake). */
@@ -113,7 +116,7 @@ export class SandboxGroupDO extends DurableObject<Env> {
         timeoutS: input.timeoutS,
         generation: input.claimedGeneration + 1,
         endpoint: input.endpoint,
-      }, input.waitMs);
+      }, input.waitMs, input.traceparent);
       if (!t.ok) return t;
       // Every way a create does not complete is answered after the machine's compensation
       // (`abandon`: the sandbox is killed, its row kept until ClusterDO takes the delete).
@@ -213,7 +216,7 @@ export class SandboxGroupDO extends DurableObject<Env> {
       if (!reserved.ok) return reserved;
     }
     const waitMs = opts.waitMs ?? DEFAULT_WAIT_MS;
-    const t = await this.apply(id, { type: "connect", timeoutS: opts.timeoutS, memory: opts.memory }, waitMs);
+    const t = await this.apply(id, { type: "connect", timeoutS: opts.timeoutS, memory: opts.memory }, waitMs, access.traceparent);
     if (!t.ok) return t;
     if (t.resumed) countInObject(this.env, EDGE.wakeups, { via: "connect" });
     const ready = await this.waitRunning(id, waitMs);
@@ -310,7 +313,7 @@ export class SandboxGroupDO extends DurableObject<Env> {
 
   private async applyVisible(id: string, access: Access, ev: SandboxEvent): Promise<Result> {
     if (!visibleTo(this.slots.find(id)?.state ?? null, access)) return notFound(id);
-    const t = await this.apply(id, ev, 0);
+    const t = await this.apply(id, ev, 0, access.traceparent);
     if (!t.ok) return t;
     return { ok: true };
   }
@@ -320,7 +323,7 @@ export class SandboxGroupDO extends DurableObject<Env> {
    * enqueue. `failure`: ClusterDO did not confirm taking the intent (it stays undelivered and the
    * alarm sends it again). `acked`: with `awaitAckMs`, the agent acknowledged it in time.
    */
-  private async apply(id: string, ev: SandboxEvent, awaitAckMs: number): Promise<Applied> {
+  private async apply(id: string, ev: SandboxEvent, awaitAckMs: number, traceparent?: string): Promise<Applied> {
     const slot = this.slots.get(id);
     slot.busy++;
     try {
@@ -368,7 +371,7 @@ export class SandboxGroupDO extends DurableObject<Env> {
         await readYourWrites;
         return { ...t.result, acked: true };
       }
-      const sent = this.send(id, slot, intent, awaitAckMs, carried);
+      const sent = traceparent ? this.tracedSend(id, slot, intent, awaitAckMs, carried, traceparent) : this.send(id, slot, intent, awaitAckMs, carried);
       const [res] = await Promise.all([
         carried.length ? this.indexOutbox.carried(carried[0]!, sent, (r) => r.ok && r.indexed === true) : sent,
         readYourWrites,
@@ -397,14 +400,25 @@ export class SandboxGroupDO extends DurableObject<Env> {
     }
   }
 
+  /** `send` as a span of the caller's trace, whose context rides with the intent to the agent. */
+  private async tracedSend(id: string, slot: Slot, intent: Intent, awaitAckMs: number, index: IndexOp[], traceparent: string): Promise<EnqueueResult> {
+    try {
+      return await edgeSpan(this.env, "ClusterDO.enqueue", { "sandbox.id": id, "sandbox.generation": intent.generation, "sandbox.desired": intent.desired.state }, () => this.send(id, slot, intent, awaitAckMs, index, currentTraceparent()), traceparent);
+    } finally {
+      const flushing = flushEdgeTraces();
+      if (flushing) this.ctx.waitUntil(flushing);
+    }
+  }
+
   /**
    * Hands one intent (and index ops to commit with it) to the sandbox's ClusterDO, bounded;
    * settles `undelivered` by generation.
    */
-  private async send(id: string, slot: Slot, intent: Intent, awaitAckMs: number, index: IndexOp[] = []): Promise<EnqueueResult> {
+  private async send(id: string, slot: Slot, intent: Intent, awaitAckMs: number, index: IndexOp[] = [], traceparent?: string): Promise<EnqueueResult> {
     const cluster = slot.state!.spec.cluster;
     const opts: EnqueueOptions = awaitAckMs > 0 ? { awaitAckMs, knownEndpoint: slot.state!.endpoint } : {};
     if (index.length) opts.index = index;
+    if (traceparent) opts.traceparent = traceparent;
     slot.sending = Math.max(slot.sending, intent.generation);
     let res: EnqueueResult;
     try {

@@ -142,9 +142,14 @@ export const WelcomeSchema = z.object({
 });
 export type Welcome = z.infer<typeof WelcomeSchema>;
 
+/** A W3C traceparent header value (version 00). */
+export const TraceparentSchema = z.string().regex(/^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$/, "a W3C traceparent");
+
 export const IntentsSchema = z.object({
   type: z.literal("intents"),
-  items: z.array(z.object({ seq: z.number().int().nonnegative(), intent: IntentSchema })).min(1),
+  /** `traceparent`: the W3C trace context of the request that caused the intent (when traced),
+   * so the agent's reconcile of it joins the request's trace. */
+  items: z.array(z.object({ seq: z.number().int().nonnegative(), intent: IntentSchema, traceparent: TraceparentSchema.optional() })).min(1),
 });
 export type Intents = z.infer<typeof IntentsSchema>;
 
