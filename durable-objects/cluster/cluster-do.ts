@@ -31,6 +31,9 @@ import { nextRedelivery, transition, type ClusterEffect, type ClusterEvent, type
 import type { ClusterStatus, EnqueueOptions, EnqueueResult, LogsResult } from "./rpc.ts";
 import type { SandboxLogEntry, SandboxLogsQuery } from "../../schema/api/sandbox-logs.ts";
 import { openClusterStore, type ClusterStore } from "./store.ts";
+import { edgeLogger } from "../tracing/edge-log.ts";
+
+const LOG = edgeLogger("cluster");
 
 /** Header the agent-link route uses to pass the cluster name (a DO does not know its own name). */
 export const CLUSTER_HEADER = "X-Cluster-Id";
@@ -233,7 +236,7 @@ export class ClusterDO extends DurableObject<Env> {
           cluster: () => this.store!.getMeta("cluster") ?? "local",
           desired: (id) => this.load().desired.get(id),
           reply: (items) => this.send({ type: "replies", items }),
-          log: (m) => console.warn(m),
+          log: (m) => LOG.warn(m),
         });
         this.crd.handle(msg);
         return;
@@ -442,7 +445,7 @@ export class ClusterDO extends DurableObject<Env> {
       ws.send(JSON.stringify(msg));
     } catch (err) {
       // The socket died under us: webSocketClose follows and marks the session disconnected.
-      console.warn(`cluster: send failed: ${String(err)}`);
+      LOG.warn("send failed", { error: err });
     }
   }
 
@@ -473,7 +476,7 @@ export class ClusterDO extends DurableObject<Env> {
         return;
       } catch (err) {
         if (attempt >= ROUTE_RETRY_MS.length) {
-          console.warn(`cluster: routing ${observations.length} observations to ${owner.kind} failed ${attempt + 1} times: ${String(err)}`);
+          LOG.warn("routing observations failed; dropped", { observations: observations.length, owner: owner.kind, attempts: attempt + 1, error: err });
           return;
         }
         await new Promise((r) => setTimeout(r, ROUTE_RETRY_MS[attempt]));

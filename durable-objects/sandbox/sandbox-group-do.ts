@@ -31,6 +31,9 @@ import { notify, SlotCache, type Slot } from "./slot-cache.ts";
 import { openSandboxStore, type SandboxStore } from "./store.ts";
 import { countInObject } from "../metrics/edge-metrics.ts";
 import { EDGE } from "../metrics/families.ts";
+import { edgeLogger } from "../tracing/edge-log.ts";
+
+const LOG = edgeLogger("sandbox-group");
 
 export { sandboxGroupOf } from "./stub.ts";
 
@@ -303,7 +306,7 @@ export class SandboxGroupDO extends DurableObject<Env> {
       }
       await this.apply(id, { type: "alarm" }, 0);
     } catch (err) {
-      console.error(`sandbox ${id}: alarm work failed`, err);
+      LOG.error("alarm work failed", { sandboxId: id, error: err });
     } finally {
       slot.busy--;
       this.firing.delete(id);

@@ -15,7 +15,8 @@ import { BatchSpanProcessor, TracerProvider } from "@opentelemetry/sdk-trace";
 
 export const EDGE_SCOPE = "sandbox-edge";
 const propagator = new W3CTraceContextPropagator();
-const current = new AsyncLocalStorage<Context>();
+/** The current request's id (its trace id) and, when traced, the current span's context. */
+const current = new AsyncLocalStorage<{ id: string; ctx: Context | null }>();
 let provider: TracerProvider | null = null;
 let providerFor: string | null = null;
 
@@ -46,14 +47,19 @@ export function tracingOn(env: TracingEnv): boolean {
   return Boolean(env.OTEL_EXPORTER_OTLP_ENDPOINT);
 }
 
+/** The trace id of the request or traced call this code runs in ("" outside one). */
+export function currentTraceId(): string {
+  return current.getStore()?.id ?? "";
+}
+
 function contextOf(traceparent: string | undefined): Context {
-  if (!traceparent) return current.getStore() ?? ROOT_CONTEXT;
+  if (!traceparent) return current.getStore()?.ctx ?? ROOT_CONTEXT;
   return propagator.extract(ROOT_CONTEXT, { traceparent }, { get: (c, k) => c[k], keys: (c) => Object.keys(c) });
 }
 
 /** The traceparent of the current span (undefined when none records). */
 export function currentTraceparent(): string | undefined {
-  const ctx = current.getStore();
+  const ctx = current.getStore()?.ctx;
   if (!ctx || !trace.getSpan(ctx)?.isRecording()) return undefined;
   const carrier: Record<string, string> = {};
   propagator.inject(ctx, carrier, { set: (c, k, v) => (c[k] = v) });
@@ -69,7 +75,7 @@ export async function edgeSpan<T>(env: TracingEnv, name: string, attributes: Att
   if (!t) return work();
   const span = t.startSpan(name, { attributes, kind }, contextOf(parent));
   try {
-    return await current.run(trace.setSpan(ROOT_CONTEXT, span), work);
+    return await current.run({ id: span.spanContext().traceId, ctx: trace.setSpan(ROOT_CONTEXT, span) }, work);
   } catch (err) {
     span.setStatus({ code: SpanStatusCode.ERROR, message: (err as Error)?.message ?? String(err) });
     throw err;
@@ -87,11 +93,11 @@ export function startRequestSpan(env: TracingEnv, name: string, traceparent: str
   const t = tracer(env);
   if (!t) {
     const id = valid ? valid.slice(3, 35) : randomTraceId();
-    return { id, span: null, run: (work) => work() };
+    return { id, span: null, run: (work) => current.run({ id, ctx: null }, work) };
   }
   const span = t.startSpan(name, { kind: SpanKind.SERVER }, valid ? contextOf(valid) : ROOT_CONTEXT);
-  const ctx = trace.setSpan(ROOT_CONTEXT, span);
-  return { id: span.spanContext().traceId, span, run: (work) => current.run(ctx, work) };
+  const scope = { id: span.spanContext().traceId, ctx: trace.setSpan(ROOT_CONTEXT, span) };
+  return { id: scope.id, span, run: (work) => current.run(scope, work) };
 }
 
 function randomTraceId(): string {
