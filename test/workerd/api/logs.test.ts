@@ -78,3 +78,17 @@ describe("an agent that is not connected", () => {
     await expectError(call(`/v2/sandboxes/${own}/logs`, { key: team.key }), 503, /not connected; retry/);
   });
 });
+
+describe("request ids", () => {
+  it("every control-plane answer, an error too, carries X-Request-Id: the caller's trace id, or a fresh one", async () => {
+    const traced = await call("/v2/sandboxes", { key: team.key, headers: { traceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01" } });
+    expect(traced.headers.get("x-request-id")).toBe("4bf92f3577b34da6a3ce929d0e0e4736");
+    const refused = await call("/v2/sandboxes", { key: null });
+    expect(refused.status).toBe(401);
+    const a = refused.headers.get("x-request-id");
+    const b = (await call("/v2/sandboxes", { key: null })).headers.get("x-request-id");
+    expect(a).toMatch(/^[0-9a-f]{32}$/);
+    expect(b).toMatch(/^[0-9a-f]{32}$/);
+    expect(a).not.toBe(b);
+  });
+});
