@@ -6,6 +6,8 @@
 // interleaved rounds see the same load, so a change of a few percent in workerd CPU per create
 // shows. Prints workerd CPU per create, creates/s and p50 per round, and the medians.
 // Not part of `npm run bench` (it writes no figures): a tool for deciding whether a cut pays.
+// `--tracing`: both sides serve the working tree, B with OTEL_EXPORTER_OTLP_ENDPOINT to a real
+// collector (tools/otelcol), and it prints `obs.tracing_overhead_ratio` (B's creates/s over A's).
 import { spawnSync } from "node:child_process";
 import { cpSync, mkdirSync, mkdtempSync, rmSync, symlinkSync } from "node:fs";
 import { join, resolve } from "node:path";
@@ -15,6 +17,7 @@ import { startSqld } from "../scripts/lib/sqld.ts";
 import { migrate } from "../scripts/migrate.ts";
 import { seed } from "../scripts/seed.ts";
 import { ScriptedAgent, tcpTransport } from "../test/support/scripted-agent.ts";
+import { startCollector, type Collector } from "../test/support/otel-collector.ts";
 import { cpuMs, median, timedConcurrently } from "./stats.ts";
 
 const ROOT = resolve(import.meta.dirname, "..");
@@ -28,6 +31,7 @@ const { values: opt } = parseArgs({
     rounds: { type: "string", default: "6" },
     creates: { type: "string", default: "1500" },
     replicas: { type: "string", default: "600" },
+    tracing: { type: "boolean", default: false },
   },
 });
 const rounds = Number(opt.rounds);
@@ -37,6 +41,7 @@ const replicas = Number(opt.replicas);
 const tmp = mkdtempSync("/dev/shm/sbx-edge-ab-");
 const sqld = await startSqld({ dir: join(tmp, "sqld") });
 const sides: { name: string; edge: Edge; agent: ScriptedAgent; cpu: number[]; rate: number[]; p50: number[] }[] = [];
+let collector: Collector | undefined;
 try {
   await migrate(sqld.url);
   await seed({ libsqlUrl: sqld.url, adminApiKey: ADMIN_KEY, pepper: "ab-pepper", baseReplicas: 0 });
@@ -45,14 +50,18 @@ try {
   const archive = spawnSync("sh", ["-c", `git archive ${JSON.stringify(opt.base)} | tar -x -C ${JSON.stringify(tree)}`], { cwd: ROOT, encoding: "utf8" });
   if (archive.status !== 0) throw new Error(`git archive ${opt.base}: ${archive.stderr}`);
   symlinkSync(join(ROOT, "node_modules"), join(tree, "node_modules"));
-  const bundles = { [`A (${opt.base})`]: join(tmp, "bundle-a"), "B (working tree)": join(tmp, "bundle-b") };
-  build(tree, join(tmp, "bundle-a"));
+  const bundles = opt.tracing
+    ? { "A (tracing off)": join(tmp, "bundle-b"), "B (tracing to a collector)": join(tmp, "bundle-b") }
+    : { [`A (${opt.base})`]: join(tmp, "bundle-a"), "B (working tree)": join(tmp, "bundle-b") };
+  if (!opt.tracing) build(tree, join(tmp, "bundle-a"));
   build(ROOT, join(tmp, "bundle-b"));
+  if (opt.tracing) collector = await startCollector(tmp);
   const vars = { LIBSQL_URL: sqld.url, KEY_PEPPER: "ab-pepper", ADMIN_API_KEY: ADMIN_KEY, CLUSTER_TOKEN };
   for (const [name, bundle] of Object.entries(bundles)) {
     const dir = join(tmp, `edge-${sides.length}`);
     cpSync(bundle, join(dir, "bundle"), { recursive: true });
-    const edge = await startEdge({ dir, vars, skipBuild: true });
+    const traced: Record<string, string> = collector && sides.length === 1 ? { OTEL_EXPORTER_OTLP_ENDPOINT: collector.endpoint } : {};
+    const edge = await startEdge({ dir, vars: { ...vars, ...traced }, skipBuild: true });
     const agent = new ScriptedAgent({ agentId: `ab-${sides.length}` });
     await agent.connect(tcpTransport(edge.url, CLUSTER_TOKEN, "local"));
     sides.push({ name, edge, agent, cpu: [], rate: [], p50: [] });
@@ -77,12 +86,17 @@ try {
   for (const s of sides) {
     console.log(`${s.name}\n  workerd ms/create ${fmt(s.cpu, 2)}\n  creates/s ${fmt(s.rate, 0)}\n  p50 ms ${fmt(s.p50, 0)}`);
   }
+  if (collector) {
+    const ratio = median(sides[1]!.rate) / median(sides[0]!.rate);
+    console.log(`obs.tracing_overhead_ratio ${ratio.toFixed(3)} (spans received: ${collector.spans().length})`);
+  }
 } finally {
   for (const s of sides) {
     s.agent.disconnect();
     await s.edge.stop();
   }
   await sqld.stop();
+  await collector?.stop();
   rmSync(tmp, { recursive: true, force: true });
 }
 

@@ -35,6 +35,8 @@ export interface Env {
   CLUSTER_TOKEN: string;
   /** Domain returned to SDKs as `domain` (null when unset: the SDK falls back to E2B_DOMAIN). */
   SANDBOX_DOMAIN?: string;
+  /** OTLP/HTTP collector base URL for traces; unset: tracing off. */
+  OTEL_EXPORTER_OTLP_ENDPOINT?: string;
   /** Default team quotas (schema/api/quota.ts); unset is no limit. The admin API overrides them per team. */
   QUOTA_RUNNING_SANDBOXES?: string;
   QUOTA_VCPUS?: string;

@@ -6,6 +6,10 @@
 // commit); every other write or read of the same tables runs `flush()` first, so the store never
 // falls behind what it is asked, and nothing that depends on the writes leaves before them.
 
+import { edgeLogger } from "./tracing/edge-log.ts";
+
+const LOG = edgeLogger("storage");
+
 export class TurnWrites {
   private writes: (() => void)[] = [];
   private settle: { promise: Promise<void>; resolve: () => void; reject: (err: unknown) => void } | null = null;
@@ -65,7 +69,7 @@ export class TurnWrites {
       });
       settle.resolve();
     } catch (err) {
-      console.error(`${this.what}: deferred writes failed, reloading what is stored`, err);
+      LOG.error("deferred writes failed, reloading what is stored", { object: this.what, error: err });
       this.reset();
       settle.reject(err);
     }

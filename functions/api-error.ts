@@ -3,6 +3,9 @@
 // throw it too. Anything that is not an ApiError is a bug: logged, plain 500.
 import type { Context } from "hono";
 import { ApiError, errorStatus, semanticErrorCodes, type ErrorCode } from "../schema/errors.ts";
+import { edgeLogger } from "../durable-objects/tracing/edge-log.ts";
+
+const LOG = edgeLogger("api");
 
 export { ApiError };
 
@@ -15,7 +18,7 @@ export function errorResponse(code: ErrorCode, message: string): Response {
 
 export function onError(err: Error, _c: Context): Response {
   if (err instanceof ApiError) return errorResponse(err.code, err.message);
-  console.error("unhandled error", err);
+  LOG.error("unhandled error", { error: err });
   return errorResponse("internal_server_error", "Internal server error");
 }
 

@@ -20,6 +20,7 @@ import { templateBuilds } from "./api/template-builds.ts";
 import { unserved } from "./api/unserved.ts";
 import { requireApiKey } from "./auth/middleware.ts";
 import type { AppEnv } from "./env.ts";
+import { traceRequests, traced } from "./tracing.ts";
 export { SandboxGroupDO } from "../durable-objects/sandbox/sandbox-group-do.ts";
 export { SandboxIndexDO } from "../durable-objects/sandbox/sandbox-index-do.ts";
 export { PoolDO } from "../durable-objects/pool/pool-do.ts";
@@ -36,13 +37,14 @@ app.notFound(notFound);
 // Data-plane requests (E2b-Sandbox-Id header or {port}-{id}.{domain} host) never reach the
 // control plane: the gateway answers them, including envd's own /health.
 app.use("*", gateway());
+app.use("*", traceRequests());
 app.use("*", measureRequests());
 app.get("/health", (c) => c.json({ ok: true }));
 app.route("/", agentLink);
 
 // Authentication is attached to the control-plane paths only, so an unknown path is a 404.
 const authenticated = ["/sandboxes", "/sandboxes/*", "/v2/sandboxes", "/v2/sandboxes/*", "/api-keys", "/api-keys/*", "/teams", "/templates", "/templates/*", "/v2/templates", "/v2/templates/*", "/v3/templates", "/snapshots", "/admin/*"];
-for (const path of authenticated) app.use(path, requireApiKey());
+for (const path of authenticated) app.use(path, traced("auth.api_key", requireApiKey()));
 app.route("/", sandboxes);
 app.route("/", apiKeys);
 app.route("/", teams);

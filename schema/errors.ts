@@ -22,6 +22,8 @@ export const ErrorCode = {
   quotaExceeded: "quota_exceeded",
   /** The team's quota could not be read or written: the create is refused, never let through. */
   quotaUnavailable: "quota_unavailable",
+  /** The sandbox's agent is not connected, or did not answer in time (retry). */
+  agentUnavailable: "agent_unavailable",
   internal: "internal_server_error",
 } as const;
 
@@ -46,6 +48,7 @@ export const errorStatus = {
   not_implemented: 501,
   quota_exceeded: 429,
   quota_unavailable: 503,
+  agent_unavailable: 503,
   internal_server_error: 500,
 } as const satisfies Record<ErrorCode, number>;
 

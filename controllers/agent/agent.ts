@@ -7,7 +7,7 @@ import { join } from "node:path";
 import type { Driver } from "../drivers/driver.ts";
 import { LocalDriver } from "../drivers/local/local-driver.ts";
 import { createRuntime } from "../runtime/runtime.ts";
-import { logger } from "../lib/log.ts";
+import { logger, tapLogs } from "../lib/log.ts";
 import { observeRuntimeProcesses, observeSandboxStates } from "../lib/metrics.ts";
 import { createIngress } from "./ingress.ts";
 import { IntentStore } from "./intent-store.ts";
@@ -18,6 +18,7 @@ import { TemplateBuilder } from "../drivers/local/builder/builder.ts";
 import { RootfsStore } from "../drivers/local/rootfs/store.ts";
 import { detectCgroups } from "../drivers/local/cgroups.ts";
 import { MAX_TEMPLATE_FILE_BYTES } from "../../schema/api/template-build.ts";
+import { SandboxLogs } from "./sandbox-logs.ts";
 
 export interface AgentOptions {
   edgeUrl: string;
@@ -55,6 +56,8 @@ export interface Agent {
   ingressUrl: string;
   link: Link;
   reconciler: Reconciler;
+  /** Each sandbox's recent log entries (append a start command's output here). */
+  sandboxLogs: SandboxLogs;
   /** Where /metrics is served, when it is. */
   metricsUrl?: string;
   stop(onExit?: OnExit): Promise<void>;
@@ -89,6 +92,15 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
   const runtimeLog = logger("runtime");
   const runtime = createRuntime({ onError: (err) => (opts.log ? log(`runtime error: ${(err as Error)?.stack ?? err}`) : runtimeLog.error("request failed", { error: (err as Error)?.stack ?? String(err) })) });
   const store = new IntentStore(join(opts.dataDir, "intents"));
+  // Every line about a sandbox is also that sandbox's log (E2B's logs routes), until it is deleted.
+  const sandboxLogs = new SandboxLogs();
+  const untap = tapLogs((level, component, msg, fields, time) => {
+    const id = fields.sandboxId;
+    if (typeof id !== "string") return;
+    if (msg === "phase" && fields.phase === "Deleted") return sandboxLogs.drop(id);
+    if (!store.get(id)) return; // not ours (another agent in this process), or gone
+    sandboxLogs.append(id, level, msg, { component, ...fields }, time.getTime());
+  });
 
   // Acks wait until the reconciler has acted on the generation they deliver.
   const waitingAcks = new Map<string, { seq: number; generation: number }[]>();
@@ -158,8 +170,9 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
       inventory: await reconciler.inventory(),
     }),
     onBuild: (frame) => builder?.start(frame),
-    onIntent(seq, intent) {
-      if (reconciler.offer(intent) === "stale") {
+    onLogsRequest: (req) => sandboxLogs.query(req.sandboxId, req.query),
+    onIntent(seq, intent, traceparent) {
+      if (reconciler.offer(intent, traceparent) === "stale") {
         // Already have it: ack at once, and re-report so an edge that lost our observation converges.
         reconciler.queue.add(intent.sandboxId);
         return "stale";
@@ -185,8 +198,10 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
     ingressUrl,
     link,
     reconciler,
+    sandboxLogs,
     metricsUrl: metrics?.url,
     async stop(onExit: OnExit = "keep") {
+      untap();
       await metrics?.close();
       link.close();
       builder?.dispose();

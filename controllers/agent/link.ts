@@ -16,6 +16,7 @@ import {
   type CrdSyncFeature,
   type HelloInput,
   type Intent,
+  type LogsRequest,
   type ObservationInput,
   type ReplyItem,
   type SandboxRequestItem,
@@ -25,6 +26,7 @@ import {
 } from "../../schema/protocol/index.ts";
 import { BUILD_FEATURE, type BuildEvents, type BuildFrame } from "../../schema/protocol/build.ts";
 import { clipText, MAX_MESSAGE_LENGTH } from "../../schema/api/limits.ts";
+import type { SandboxLogEntry } from "../../schema/api/sandbox-logs.ts";
 import { backoffMs, type Backoff } from "../lib/work-queue.ts";
 import { logger } from "../lib/log.ts";
 
@@ -38,10 +40,12 @@ export interface LinkOptions {
   /** Builds the hello (its inventory must be current at the time of each connect). */
   hello(): Promise<Omit<HelloInput, "type" | "protocol">>;
   /** Called for each delivered intent; returns the ack result or null to ack later via ack(). */
-  onIntent(seq: number, intent: Intent): "stale" | "pending";
+  onIntent(seq: number, intent: Intent, traceparent?: string): "stale" | "pending";
   onWelcome?(w: Welcome): void;
   /** A template build the edge hands over (schema/protocol/build.ts). */
   onBuild?(build: BuildFrame): void;
+  /** A sandbox's logs for the edge (E2B's logs routes); absent: answered empty. */
+  onLogsRequest?(req: LogsRequest): SandboxLogEntry[];
   log?: (msg: string) => void;
 }
 
@@ -236,8 +240,8 @@ export class Link {
         return;
       }
       case "intents": {
-        for (const { seq, intent } of msg.items) {
-          if (this.#o.onIntent(seq, intent) === "stale") {
+        for (const { seq, intent, traceparent } of msg.items) {
+          if (this.#o.onIntent(seq, intent, traceparent) === "stale") {
             this.ack({ seq, sandboxId: intent.sandboxId, generation: intent.generation, result: "stale" });
           }
         }
@@ -255,6 +259,9 @@ export class Link {
       }
       case "build":
         this.#o.onBuild?.(msg);
+        return;
+      case "logsRequest":
+        this.#send(ws, { type: "logs", id: msg.id, entries: this.#o.onLogsRequest?.(msg) ?? [] });
         return;
       case "error":
         this.#log(`edge error: ${msg.code}: ${msg.message}`);

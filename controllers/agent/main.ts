@@ -2,9 +2,11 @@
 //   node controllers/agent/main.ts --edge http://127.0.0.1:8787 --data-dir .data/agent
 //        [--cluster local] [--ingress-port 0] [--ingress-host 127.0.0.1] [--level bwrap+cgroup|bwrap|process]
 //        [--on-exit keep|stop|destroy] [--metrics-port 0] [--metrics-host 127.0.0.1] [--log-format json|text]
+//        [--otlp-endpoint http://collector:4318]
 //        [--driver local|kubernetes [--kubeconfig PATH] [--namespace NS] [--runtime-image IMAGE]
 //                                   [--watch-namespaces A,B | --all-namespaces]]
-// Env: CLUSTER_TOKEN (required; the shared secret the edge's ClusterDO checks), EDGE_URL.
+// Env: CLUSTER_TOKEN (required; the shared secret the edge's ClusterDO checks), EDGE_URL,
+// OTEL_EXPORTER_OTLP_ENDPOINT (the --otlp-endpoint default: traces off when neither is set).
 // With --driver kubernetes the SandboxSets and SandboxClaims of the namespace (and of the watched
 // ones: each namespace is a team), and kubectl edits of Sandboxes, go to the edge over the same
 // session (crd-link.ts).
@@ -13,6 +15,7 @@ import { startAgent, type OnExit } from "./agent.ts";
 import type { CrdLink, KubectlRequests } from "./crd-link.ts";
 import { featureGatesFlag, KUBERNETES_FLAGS, watchNamespacesFlag } from "../drivers/kubernetes/flags.ts";
 import { configureLogs, logger, parseLogFormat } from "../lib/log.ts";
+import { startTracing } from "../lib/tracing.ts";
 
 const { values } = parseArgs({
   options: {
@@ -32,6 +35,8 @@ const { values } = parseArgs({
     "metrics-host": { type: "string", default: "127.0.0.1" },
     // One JSON object per line (the default when stdout is not a terminal) or text for a person.
     "log-format": { type: "string" },
+    // OpenTelemetry traces to this OTLP/HTTP collector (off when empty).
+    "otlp-endpoint": { type: "string", default: process.env.OTEL_EXPORTER_OTLP_ENDPOINT ?? "" },
     driver: { type: "string", default: "local" },
     ...KUBERNETES_FLAGS,
   },
@@ -62,6 +67,8 @@ try {
 } catch (err) {
   usage((err as Error).message);
 }
+if (values["otlp-endpoint"] && !/^https?:\/\/[^\s]+$/.test(values["otlp-endpoint"])) usage("--otlp-endpoint must be an http(s) URL");
+const stopTracing = values["otlp-endpoint"] ? startTracing({ endpoint: values["otlp-endpoint"], serviceName: "sandbox-agent" }) : async () => {};
 // The kubernetes driver tells the reconciler when a pod changes (ready, IP, lost) instead of polling.
 let requeue: (id: string) => void = () => {};
 // kubectl edits reach the edge once the link exists; the driver reports each edit once, some of
@@ -100,10 +107,10 @@ if (driver) {
   });
 }
 const caps = agent.driver.capabilities;
-log.info("started", { driver: agent.driver.name, isolation: caps.level, disk: caps.disk, ingress: agent.ingressUrl, metrics: agent.metricsUrl, cluster: values.cluster });
+log.info("started", { driver: agent.driver.name, isolation: caps.level, disk: caps.disk, ingress: agent.ingressUrl, metrics: agent.metricsUrl, cluster: values.cluster, traces: values["otlp-endpoint"] || undefined });
 for (const note of caps.notes) log.info(note, { driver: agent.driver.name });
 agent.link.whenConnected().then(() => log.info("connected to the edge", { edge: values.edge, cluster: values.cluster }));
 
 for (const sig of ["SIGINT", "SIGTERM"] as const) {
-  process.once(sig, () => void (crd?.stop() ?? Promise.resolve()).then(() => agent.stop(onExit)).then(() => process.exit(0)));
+  process.once(sig, () => void (crd?.stop() ?? Promise.resolve()).then(() => agent.stop(onExit)).then(stopTracing).then(() => process.exit(0)));
 }

@@ -7,6 +7,8 @@ import type { Intent, ObservationInput, ObservedPhase } from "../../schema/proto
 import type { IntentStore } from "./intent-store.ts";
 import { WorkQueue, type Backoff, type WorkResult } from "../lib/work-queue.ts";
 import { logger } from "../lib/log.ts";
+import type { Context } from "@opentelemetry/api";
+import { parentFrom, RUNTIME_SCOPE, traceIdOf, tracingOn, withSpan } from "../lib/tracing.ts";
 
 const LOG = logger("reconciler");
 
@@ -85,6 +87,8 @@ export class Reconciler {
 
   /** What was last reported per sandbox (generation, phase, readiness, endpoint, reason). */
   readonly #reported = new Map<string, string>();
+  /** The trace context of each sandbox's newest intent, until it is acted on (tracing on only). */
+  readonly #traces = new Map<string, string>();
   /** The phase last reported per sandbox and whether a pool owns it: the metrics' sandboxes by state. */
   readonly #phases = new Map<string, { phase: ObservedPhase; pool: boolean }>();
 
@@ -116,26 +120,40 @@ export class Reconciler {
   }
 
   /** Accepts an intent if it is newer than the stored one and schedules the sandbox. */
-  offer(intent: Intent): "stale" | "queued" {
+  offer(intent: Intent, traceparent?: string): "stale" | "queued" {
     if (!this.#d.store.offer(intent)) {
       // The edge re-sent what we have: it may have lost our observation, so the next one goes out.
       this.#reported.delete(intent.sandboxId);
       return "stale";
     }
+    if (traceparent && tracingOn()) this.#traces.set(intent.sandboxId, traceparent);
     // A sandbox's own intents (claim, pause, resume, kill) have a client waiting on them; the
     // pool's (warming members up, scaling down) do not, and must not hold them up.
     this.queue.add(intent.sandboxId, { urgent: intent.owner.kind === "sandbox" });
     return "queued";
   }
 
-  /** One pass for one sandbox. */
-  async reconcile(id: string): Promise<WorkResult> {
-    const { store, driver, runtime } = this.#d;
+  /** One pass for one sandbox; a span of the intent's trace while it has one. */
+  reconcile(id: string): Promise<WorkResult> {
+    const traced = this.#traces.get(id);
+    if (!traced) return this.#pass(id);
+    const intent = this.#d.store.get(id);
+    const attrs = { "sandbox.id": id, "sandbox.generation": intent?.generation ?? 0, "sandbox.desired": intent?.desired.state ?? "deleted", "agent.driver": this.#d.driver.name };
+    return withSpan("reconcile", parentFrom(traced), attrs, async (ctx) => {
+      const out = await this.#pass(id, ctx);
+      // Converged (or final): later passes are not this request's.
+      if (out === undefined) this.#traces.delete(id);
+      return out;
+    });
+  }
+
+  async #pass(id: string, ctx = parentFrom(undefined)): Promise<WorkResult> {
+    const { store, driver } = this.#d;
     const intent = store.get(id);
 
     if (!intent || intent.desired.state === "deleted") {
       this.#unregister(id);
-      await driver.destroy(id);
+      await withSpan("driver.destroy", ctx, { "sandbox.id": id }, () => driver.destroy(id));
       if (intent) {
         store.forget(id);
         this.#d.settled(id, intent.generation, "applied");
@@ -151,19 +169,20 @@ export class Reconciler {
       // A runtime in a pod is reached by the driver too (freeze/thaw): it needs the token. Drivers
       // with a host view never get it, so it is not written into their records.
       const desired = driver.capabilities.hostView ? desiredFor(intent) : { ...desiredFor(intent), accessToken: intent.envdAccessToken };
-      obs = await driver.ensure(desired);
+      obs = await withSpan("driver.ensure", ctx, { "sandbox.id": id, "sandbox.state": desired.state }, () => driver.ensure(desired));
     } catch (err) {
       return this.#ensureFailed(intent, err);
     }
 
-    if (!driver.capabilities.hostView) return this.#reconcileRemote(intent, obs);
+    if (!driver.capabilities.hostView) return this.#reconcileRemote(intent, obs, ctx);
 
-    if (obs.phase === "Running") this.#register(intent);
+    if (obs.phase === "Running") await withSpan("runtime.register", ctx, { "sandbox.id": id }, () => this.#register(intent), RUNTIME_SCOPE);
     else if (obs.phase !== "Paused") this.#unregister(id); // Stop-paused, failed: cut its streams
     // A frozen sandbox stays registered: its processes and open streams resume on thaw.
 
     const ready = obs.phase === "Running" && this.#configured.get(id) === intent.generation;
-    this.#report({
+    this.#report(
+      {
       sandboxId: id,
       generation: intent.generation,
       phase: phaseOf(obs),
@@ -174,7 +193,9 @@ export class Reconciler {
       message: obs.message,
       observedAt: this.#now(),
       startedAt: Date.parse(obs.createdAt) || undefined,
-    });
+      },
+      traceIdOf(ctx),
+    );
     const converged = intent.desired.state === "running" ? ready : obs.phase === "Paused" || obs.phase === "Stopped";
     this.#settle(intent, converged, obs.phase, obs.message);
     // Pending sandboxes are looked at again soon; the rest wait for the next intent.
@@ -211,7 +232,7 @@ export class Reconciler {
   }
 
   /** The remote-runtime half of reconcile: re-init the pod's runtime once per generation. */
-  async #reconcileRemote(intent: Intent, obs: SandboxObservation): Promise<WorkResult> {
+  async #reconcileRemote(intent: Intent, obs: SandboxObservation, ctx: Context): Promise<WorkResult> {
     const id = intent.sandboxId;
     let ready = false;
     let reason = obs.reason;
@@ -220,7 +241,7 @@ export class Reconciler {
       this.#endpoints.set(id, obs.endpoint);
       try {
         if (this.#configured.get(id) !== intent.generation) {
-          await initRemote(obs.endpoint, intent);
+          await withSpan("runtime.init", ctx, { "sandbox.id": id }, () => initRemote(obs.endpoint!, intent), RUNTIME_SCOPE);
           this.#configured.set(id, intent.generation);
         }
         ready = true;
@@ -269,12 +290,12 @@ export class Reconciler {
    * mostly repeat themselves; each repeat cost the edge's ClusterDO and the sandbox's group a
    * round of work for nothing. A reconnect sends the whole inventory anyway.
    */
-  #report(obs: ObservationInput): void {
+  #report(obs: ObservationInput, traceId = ""): void {
     const was = this.#phases.get(obs.sandboxId)?.phase;
     if (obs.phase === "Deleted") this.#phases.delete(obs.sandboxId);
     else this.#phases.set(obs.sandboxId, { phase: obs.phase, pool: this.#d.store.get(obs.sandboxId)?.owner.kind === "pool" });
     // One line per phase change (not per pass): what an operator greps a sandbox's history for.
-    if (was !== obs.phase) LOG.info("phase", { sandboxId: obs.sandboxId, generation: obs.generation, phase: obs.phase, from: was, reason: obs.reason });
+    if (was !== obs.phase) LOG.info("phase", { sandboxId: obs.sandboxId, generation: obs.generation, phase: obs.phase, from: was, reason: obs.reason, traceId: traceId || undefined });
     const key = `${obs.generation}|${obs.phase}|${obs.ready}|${obs.endpoint?.runtime ?? ""}|${obs.reason ?? ""}|${obs.message ?? ""}|${obs.revision ?? ""}`;
     if (this.#reported.get(obs.sandboxId) === key) return;
     this.#reported.set(obs.sandboxId, key);

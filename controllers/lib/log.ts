@@ -31,6 +31,17 @@ const sink: Sink = {
   now: () => new Date(),
 };
 
+/** Sees every line before it is formatted (the agent keeps each sandbox's lines for E2B's logs
+ * routes: controllers/agent/sandbox-logs.ts). */
+export type LogTap = (level: LogLevel, component: string, msg: string, fields: LogFields, time: Date) => void;
+const taps = new Set<LogTap>();
+
+/** Adds a tap; returns its removal. */
+export function tapLogs(tap: LogTap): () => void {
+  taps.add(tap);
+  return () => void taps.delete(tap);
+}
+
 /** Sets the format (and, for tests, where lines go and the clock) for every logger. */
 export function configureLogs(opts: { format?: LogFormat; write?: (line: string, level: LogLevel) => void; now?: () => Date }): void {
   if (opts.format) sink.format = opts.format;
@@ -61,7 +72,12 @@ export function formatLine(format: LogFormat, time: Date, level: LogLevel, compo
 }
 
 export function logger(component: string, base: LogFields = {}): Logger {
-  const emit = (level: LogLevel) => (msg: string, fields: LogFields = {}) => sink.write(formatLine(sink.format, sink.now(), level, component, msg, { ...base, ...fields }), level);
+  const emit = (level: LogLevel) => (msg: string, fields: LogFields = {}) => {
+    const all = { ...base, ...fields };
+    const time = sink.now();
+    for (const tap of taps) tap(level, component, msg, all, time);
+    sink.write(formatLine(sink.format, time, level, component, msg, all), level);
+  };
   return {
     debug: emit("debug"),
     info: emit("info"),

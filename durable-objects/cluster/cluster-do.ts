@@ -18,6 +18,7 @@ import {
   type Intent,
   type Observation,
   type Owner,
+  type SandboxId,
 } from "../../schema/protocol/index.ts";
 import { IndexQueue } from "../sandbox/index-queue.ts";
 import { INDEX_WRITER_NAME } from "../sandbox/sandbox-index-do.ts";
@@ -30,8 +31,12 @@ import { recordBuildEvents } from "../operations/template-builds.ts";
 import type { Result } from "../sandbox/state.ts";
 import { ObservationRouter } from "./observation-router.ts";
 import { nextRedelivery, transition, type ClusterEffect, type ClusterEvent, type ClusterState } from "./machine.ts";
-import type { ClusterStatus, EnqueueOptions, EnqueueResult } from "./rpc.ts";
+import type { ClusterStatus, EnqueueOptions, EnqueueResult, LogsResult } from "./rpc.ts";
+import type { SandboxLogEntry, SandboxLogsQuery } from "../../schema/api/sandbox-logs.ts";
 import { openClusterStore, type ClusterStore } from "./store.ts";
+import { edgeLogger } from "../tracing/edge-log.ts";
+
+const LOG = edgeLogger("cluster");
 
 /** Header the agent-link route uses to pass the cluster name (a DO does not know its own name). */
 export const CLUSTER_HEADER = "X-Cluster-Id";
@@ -46,6 +51,8 @@ const FRAME_BATCH = 256;
 const ACK_FLUSH_MS = 50;
 /** The longest an `enqueue` may wait for acks. */
 const MAX_AWAIT_MS = 30_000;
+/** How long a logs request waits for the agent's answer. */
+const LOGS_WAIT_MS = 5_000;
 /** Pause before each retry of an owner's observeBatch that failed (then it is dropped and logged). */
 const ROUTE_RETRY_MS = [100, 1_000];
 
@@ -63,7 +70,9 @@ export class ClusterDO extends DurableObject<Env> {
   /** Index rows that came with enqueues (EnqueueOptions.index), committed in shared batches. */
   private readonly indexQueue = new IndexQueue(() => this.env.SANDBOX_INDEX.get(this.env.SANDBOX_INDEX.idFromName(INDEX_WRITER_NAME)), (p) => this.ctx.waitUntil(p), []);
   /** Intents to write to the agent at the end of this turn (see flushIntents). */
-  private unsent: { seq: number; intent: Intent }[] = [];
+  private unsent: { seq: number; intent: Intent; traceparent?: string }[] = [];
+  /** The trace context of intents enqueued this turn, by seq, until they are sent. */
+  private traces = new Map<number, string>();
   private unsentFlush: ReturnType<typeof setTimeout> | null = null;
   /**
    * The outbox writes of this turn's enqueues: they share one commit, and each enqueue answers
@@ -87,6 +96,8 @@ export class ClusterDO extends DurableObject<Env> {
   private crd: CrdSync | null = null;
   /** Build events go to libSQL one frame after another, so a build's end follows its logs. */
   private builds: Promise<void> = Promise.resolve();
+  /** Logs requests sent to the agent, by id, until it answers (or the wait ends). */
+  private logsWaiters = new Map<string, (entries: SandboxLogEntry[]) => void>();
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
@@ -124,6 +135,7 @@ export class ClusterDO extends DurableObject<Env> {
     // Queued first; the answer waits for their commit (the create's read-your-writes).
     const indexed = opts.index?.length ? Promise.all(opts.index.map((op) => this.indexQueue.push(op))).then((r) => r.every(Boolean)) : null;
     const { seqs = [] } = this.apply({ type: "enqueue", intents });
+    if (opts.traceparent) for (const s of seqs) if (s > 0) this.traces.set(s, opts.traceparent);
     for (const h of this.observations.resent(intents, seqs)) this.route({ kind: "sandbox" }, [h]);
     const connected = this.state!.connected;
     const waitMs = Math.min(opts.awaitAckMs ?? 0, MAX_AWAIT_MS);
@@ -170,6 +182,27 @@ export class ClusterDO extends DurableObject<Env> {
     return { ok: true };
   }
 
+  /** A sandbox's log entries from its agent (E2B's logs routes; the caller checked the access). */
+  async logs(sandboxId: string, query: SandboxLogsQuery): Promise<LogsResult> {
+    this.load();
+    if (!this.agentSocket()) return { ok: false, error: { code: ErrorCode.agentUnavailable, message: `the agent of sandbox "${sandboxId}" is not connected; retry` } };
+    const id = crypto.randomUUID();
+    const entries = await new Promise<SandboxLogEntry[] | null>((resolve) => {
+      const cancel = this.timers.after(LOGS_WAIT_MS, () => {
+        this.logsWaiters.delete(id);
+        resolve(null);
+      });
+      this.logsWaiters.set(id, (e) => {
+        cancel();
+        this.logsWaiters.delete(id);
+        resolve(e);
+      });
+      this.send({ type: "logsRequest", id, sandboxId: sandboxId as SandboxId, query });
+    });
+    if (!entries) return { ok: false, error: { code: ErrorCode.agentUnavailable, message: `the agent of sandbox "${sandboxId}" did not answer within ${LOGS_WAIT_MS} ms; retry` } };
+    return { ok: true, entries };
+  }
+
   async status(): Promise<ClusterStatus> {
     const st = this.load();
     const ws = this.agentSocket();
@@ -213,6 +246,9 @@ export class ClusterDO extends DurableObject<Env> {
         return;
       case "buildEvents":
         return this.onBuildEvents(msg);
+      case "logs":
+        this.logsWaiters.get(msg.id)?.(msg.entries);
+        return;
       case "sandboxsets":
       case "requests":
       case "claims":
@@ -223,7 +259,7 @@ export class ClusterDO extends DurableObject<Env> {
           cluster: () => this.store!.getMeta("cluster") ?? "local",
           desired: (id) => this.load().desired.get(id),
           reply: (items) => this.send({ type: "replies", items }),
-          log: (m) => console.warn(m),
+          log: (m) => LOG.warn(m),
         });
         this.crd.handle(msg);
         return;
@@ -422,6 +458,14 @@ export class ClusterDO extends DurableObject<Env> {
     this.unsentFlush = null;
     this.turn.flush();
     const items = this.unsent.splice(0);
+    // The trace context of a fresh enqueue (known once its seqs were assigned) rides with it.
+    if (this.traces.size) {
+      for (const item of items) {
+        const traceparent = this.traces.get(item.seq);
+        if (traceparent) item.traceparent = traceparent;
+      }
+      this.traces.clear();
+    }
     for (let i = 0; i < items.length; i += FRAME_BATCH) this.send({ type: "intents", items: items.slice(i, i + FRAME_BATCH) });
   }
 
@@ -432,7 +476,7 @@ export class ClusterDO extends DurableObject<Env> {
       ws.send(JSON.stringify(msg));
     } catch (err) {
       // The socket died under us: webSocketClose follows and marks the session disconnected.
-      console.warn(`cluster: send failed: ${String(err)}`);
+      LOG.warn("send failed", { error: err });
     }
   }
 
@@ -463,7 +507,7 @@ export class ClusterDO extends DurableObject<Env> {
         return;
       } catch (err) {
         if (attempt >= ROUTE_RETRY_MS.length) {
-          console.warn(`cluster: routing ${observations.length} observations to ${owner.kind} failed ${attempt + 1} times: ${String(err)}`);
+          LOG.warn("routing observations failed; dropped", { observations: observations.length, owner: owner.kind, attempts: attempt + 1, error: err });
           return;
         }
         await new Promise((r) => setTimeout(r, ROUTE_RETRY_MS[attempt]));

@@ -3,6 +3,7 @@
 import type { Refusal } from "../../schema/errors.ts";
 import type { IndexOp } from "../store/sandbox-index.ts";
 import type { AckItem, Endpoint } from "../../schema/protocol/index.ts";
+import type { SandboxLogEntry } from "../../schema/api/sandbox-logs.ts";
 
 export interface EnqueueOptions {
   /**
@@ -23,6 +24,9 @@ export interface EnqueueOptions {
    * ordered queue, behind the sandbox's later writes.
    */
   index?: IndexOp[];
+  /** The W3C trace context of the request behind these intents, carried in their frame to the
+   * agent (first delivery only; a redelivery is not part of the request). */
+  traceparent?: string;
 }
 
 export type EnqueueResult =
@@ -55,3 +59,5 @@ export interface ClusterStatus {
   pending: number;
   sandboxes: number;
 }
+
+export type LogsResult = { ok: true; entries: SandboxLogEntry[] } | { ok: false; error: Refusal };

@@ -12,6 +12,9 @@ import type { AutoscalerSpec } from "../../schema/api/autoscaler.ts";
 import { AutoscaleHost } from "./autoscale-host.ts";
 import { TurnWrites } from "../turn-writes.ts";
 import { openPoolStore, type Outgoing, type PoolStore } from "./store.ts";
+import { edgeLogger } from "../tracing/edge-log.ts";
+
+const LOG = edgeLogger("pool");
 
 /** Retry delay for intents ClusterDO did not accept, and the check interval for stuck creates. */
 const RETRY_MS = 2_000;
@@ -262,10 +265,10 @@ export class PoolDO extends DurableObject<Env> {
   private async enqueue(cluster: string, intents: Intent[]): Promise<boolean> {
     try {
       const res = await this.env.CLUSTER.get(this.env.CLUSTER.idFromName(cluster)).enqueue(intents);
-      if (!res.ok) console.warn(`pool: cluster ${cluster} refused ${intents.length} intents: ${res.error.message}`);
+      if (!res.ok) LOG.warn("cluster refused intents", { cluster, intents: intents.length, error: res.error.message });
       return res.ok;
     } catch (err) {
-      console.warn(`pool: cluster ${cluster} unreachable: ${String(err)}`);
+      LOG.warn("cluster unreachable", { cluster, error: err });
       return false;
     }
   }

@@ -20,6 +20,9 @@ import { sandboxGroupOf, sandboxGroupStub } from "../sandbox/stub.ts";
 import { TurnWrites } from "../turn-writes.ts";
 import { Ledger, overMessage, stale, type Held, type QuotaRequest, type Reservation, type Resources } from "./ledger.ts";
 import { openQuotaStore, type QuotaStore } from "./store.ts";
+import { edgeLogger } from "../tracing/edge-log.ts";
+
+const LOG = edgeLogger("team-quota");
 
 /** How often the reservations are checked against the groups while there are any. */
 const RECONCILE_EVERY_MS = 5 * 60_000;
@@ -277,7 +280,7 @@ export class TeamQuotaDO extends DurableObject<Env> {
           try {
             held = await sandboxGroupStub(this.env, entries[0]![0]).quotaHeld(entries.map(([id]) => id));
           } catch (err) {
-            console.error("team quota: reconcile could not ask a sandbox group", err);
+            LOG.error("reconcile could not ask a sandbox group", { error: err });
             return;
           }
           const now = Date.now();

@@ -4,6 +4,9 @@
 // an enqueue (see EnqueueOptions.index).
 import type { IndexOp } from "../store/sandbox-index.ts";
 import type { SandboxIndexDO } from "./sandbox-index-do.ts";
+import { edgeLogger } from "../tracing/edge-log.ts";
+
+const LOG = edgeLogger("index");
 
 /** Attempts of a batch after the first, and the pause before each (the default schedule). */
 const RETRY_MS = [250, 1_000];
@@ -58,7 +61,7 @@ export class IndexQueue {
           break;
         }
         if (attempt >= this.retryMs.length) {
-          console.error(`index write of ${batch.length} ops failed ${attempt + 1} times`, error);
+          LOG.error("index write failed", { ops: batch.length, attempts: attempt + 1, error });
           break;
         }
         await new Promise((r) => setTimeout(r, this.retryMs[attempt]));

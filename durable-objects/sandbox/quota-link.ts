@@ -8,6 +8,9 @@ import { ErrorCode, type Refusal } from "../../schema/errors.ts";
 import { counts } from "../quota/ledger.ts";
 import type { SandboxEvent } from "./events.ts";
 import type { Result, SandboxState } from "./state.ts";
+import { edgeLogger } from "../tracing/edge-log.ts";
+
+const LOG = edgeLogger("sandbox-group");
 
 const RETRIES_MS = [250, 1_000, 4_000];
 
@@ -74,5 +77,5 @@ async function retry(send: () => Promise<Result>, what: string): Promise<void> {
     await new Promise((r) => setTimeout(r, ms));
     if (await attempt(send)) return;
   }
-  console.error(`team quota: ${what} failed ${RETRIES_MS.length + 1} times; the quota's reconcile will find it`);
+  LOG.error("team quota call failed; the quota's reconcile will find it", { what, attempts: RETRIES_MS.length + 1 });
 }

@@ -14,8 +14,10 @@ import { tombstone, type IndexOp } from "../store/sandbox-index.ts";
 import { ErrorCode, sandboxNotFoundMessage, type Refusal } from "../../schema/errors.ts";
 import type { Endpoint, Intent, Observation, PauseStrategy } from "../../schema/protocol/index.ts";
 import { CoarseTimers } from "../coarse-timers.ts";
+import { currentTraceparent, edgeSpan, flushEdgeTraces } from "../tracing/edge-tracing.ts";
 import { TurnWrites } from "../turn-writes.ts";
 import type { EnqueueOptions, EnqueueResult } from "../cluster/rpc.ts";
+import type { SandboxLogEntry, SandboxLogsQuery } from "../../schema/api/sandbox-logs.ts";
 import type { SandboxEvent } from "./events.ts";
 import { indexRow, routeInfo, sandboxInfo, type RouteInfo, type SandboxInfo } from "./info.ts";
 import { IndexOutbox } from "./index-outbox.ts";
@@ -30,6 +32,9 @@ import { openSandboxStore, type SandboxStore } from "./store.ts";
 import { opsCandidate, upgradeOutcome, type OpsCandidate, type UpgradeOutcome, type UpgradeRequest } from "./upgrade.ts";
 import { countInObject } from "../metrics/edge-metrics.ts";
 import { EDGE } from "../metrics/families.ts";
+import { edgeLogger } from "../tracing/edge-log.ts";
+
+const LOG = edgeLogger("sandbox-group");
 
 export { sandboxGroupOf } from "./stub.ts";
 
@@ -41,6 +46,8 @@ export interface CreateInput {
   endpoint: Endpoint | null;
   /** Bound on waiting for the agent to acknowledge the claim. */
   waitMs: number;
+  /** The caller's trace context (tracing on). */
+  traceparent?: string;
 }
 
 /** Default bound on waiting for the agent (create, resume, wake). */
@@ -113,7 +120,7 @@ export class SandboxGroupDO extends DurableObject<Env> {
         timeoutS: input.timeoutS,
         generation: input.claimedGeneration + 1,
         endpoint: input.endpoint,
-      }, input.waitMs);
+      }, input.waitMs, input.traceparent);
       if (!t.ok) return t;
       // Every way a create does not complete is answered after the machine's compensation
       // (`abandon`: the sandbox is killed, its row kept until ClusterDO takes the delete).
@@ -154,6 +161,18 @@ export class SandboxGroupDO extends DurableObject<Env> {
     const s = this.slots.find(id)?.state ?? null;
     if (!visibleTo(s, access) || s.phase === "Failed") return notFound(id);
     return { ok: true, sandbox: sandboxInfo(s) };
+  }
+
+  /** E2B's sandbox logs, from the sandbox's agent (held there, bounded, while the sandbox exists). */
+  async logs(id: string, access: Access, query: SandboxLogsQuery): Promise<Result<{ entries: SandboxLogEntry[] }>> {
+    await this.settled();
+    const s = this.slots.find(id)?.state ?? null;
+    if (!visibleTo(s, access) || s.phase === "Failed") return notFound(id);
+    try {
+      return await this.cluster(s.spec.cluster).logs(id, query);
+    } catch (err) {
+      return { ok: false, error: { code: ErrorCode.agentUnavailable, message: `cluster ${s.spec.cluster}: ${String(err)}` } };
+    }
   }
 
   async kill(id: string, access: Access): Promise<Result> {
@@ -206,7 +225,7 @@ export class SandboxGroupDO extends DurableObject<Env> {
       if (!reserved.ok) return reserved;
     }
     const waitMs = opts.waitMs ?? DEFAULT_WAIT_MS;
-    const t = await this.apply(id, { type: "connect", timeoutS: opts.timeoutS, memory: opts.memory }, waitMs);
+    const t = await this.apply(id, { type: "connect", timeoutS: opts.timeoutS, memory: opts.memory }, waitMs, access.traceparent);
     if (!t.ok) return t;
     if (t.resumed) countInObject(this.env, EDGE.wakeups, { via: "connect" });
     const ready = await this.waitRunning(id, waitMs);
@@ -326,7 +345,7 @@ export class SandboxGroupDO extends DurableObject<Env> {
       }
       await this.apply(id, { type: "alarm" }, 0);
     } catch (err) {
-      console.error(`sandbox ${id}: alarm work failed`, err);
+      LOG.error("alarm work failed", { sandboxId: id, error: err });
     } finally {
       slot.busy--;
       this.firing.delete(id);
@@ -336,7 +355,7 @@ export class SandboxGroupDO extends DurableObject<Env> {
 
   private async applyVisible(id: string, access: Access, ev: SandboxEvent): Promise<Result> {
     if (!visibleTo(this.slots.find(id)?.state ?? null, access)) return notFound(id);
-    const t = await this.apply(id, ev, 0);
+    const t = await this.apply(id, ev, 0, access.traceparent);
     if (!t.ok) return t;
     return { ok: true };
   }
@@ -346,7 +365,7 @@ export class SandboxGroupDO extends DurableObject<Env> {
    * enqueue. `failure`: ClusterDO did not confirm taking the intent (it stays undelivered and the
    * alarm sends it again). `acked`: with `awaitAckMs`, the agent acknowledged it in time.
    */
-  private async apply(id: string, ev: SandboxEvent, awaitAckMs: number): Promise<Applied> {
+  private async apply(id: string, ev: SandboxEvent, awaitAckMs: number, traceparent?: string): Promise<Applied> {
     const slot = this.slots.get(id);
     slot.busy++;
     try {
@@ -394,7 +413,7 @@ export class SandboxGroupDO extends DurableObject<Env> {
         await readYourWrites;
         return { ...t.result, acked: true };
       }
-      const sent = this.send(id, slot, intent, awaitAckMs, carried);
+      const sent = traceparent ? this.tracedSend(id, slot, intent, awaitAckMs, carried, traceparent) : this.send(id, slot, intent, awaitAckMs, carried);
       const [res] = await Promise.all([
         carried.length ? this.indexOutbox.carried(carried[0]!, sent, (r) => r.ok && r.indexed === true) : sent,
         readYourWrites,
@@ -423,14 +442,25 @@ export class SandboxGroupDO extends DurableObject<Env> {
     }
   }
 
+  /** `send` as a span of the caller's trace, whose context rides with the intent to the agent. */
+  private async tracedSend(id: string, slot: Slot, intent: Intent, awaitAckMs: number, index: IndexOp[], traceparent: string): Promise<EnqueueResult> {
+    try {
+      return await edgeSpan(this.env, "ClusterDO.enqueue", { "sandbox.id": id, "sandbox.generation": intent.generation, "sandbox.desired": intent.desired.state }, () => this.send(id, slot, intent, awaitAckMs, index, currentTraceparent()), traceparent);
+    } finally {
+      const flushing = flushEdgeTraces();
+      if (flushing) this.ctx.waitUntil(flushing);
+    }
+  }
+
   /**
    * Hands one intent (and index ops to commit with it) to the sandbox's ClusterDO, bounded;
    * settles `undelivered` by generation.
    */
-  private async send(id: string, slot: Slot, intent: Intent, awaitAckMs: number, index: IndexOp[] = []): Promise<EnqueueResult> {
+  private async send(id: string, slot: Slot, intent: Intent, awaitAckMs: number, index: IndexOp[] = [], traceparent?: string): Promise<EnqueueResult> {
     const cluster = slot.state!.spec.cluster;
     const opts: EnqueueOptions = awaitAckMs > 0 ? { awaitAckMs, knownEndpoint: slot.state!.endpoint } : {};
     if (index.length) opts.index = index;
+    if (traceparent) opts.traceparent = traceparent;
     slot.sending = Math.max(slot.sending, intent.generation);
     let res: EnqueueResult;
     try {
@@ -457,7 +487,7 @@ export class SandboxGroupDO extends DurableObject<Env> {
   }
 
   /** The ClusterDO stub for a cluster (one method, so tests can make it fail or stall). */
-  private cluster(name: string): Pick<DurableObjectStub<import("../cluster/cluster-do.ts").ClusterDO>, "enqueue"> {
+  private cluster(name: string): Pick<DurableObjectStub<import("../cluster/cluster-do.ts").ClusterDO>, "enqueue" | "logs"> {
     return this.env.CLUSTER.get(this.env.CLUSTER.idFromName(name));
   }
 

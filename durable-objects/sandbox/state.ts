@@ -96,6 +96,8 @@ export interface SandboxUpgrade {
 export interface Access {
   teamId: string;
   admin: boolean;
+  /** The caller's W3C trace context, when traced (sandboxHandle adds it). */
+  traceparent?: string;
 }
 
 /** E2B's view of a phase: what `state` lists and getInfo report; killed/failed are never shown. */

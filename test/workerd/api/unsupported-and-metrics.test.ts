@@ -22,8 +22,6 @@ afterAll(() => agent.disconnect());
 
 const unsupported: { name: string; method: string; path: (id: string) => string; body?: unknown }[] = [
   { name: "createSnapshot", method: "POST", path: (id) => `/sandboxes/${id}/snapshots`, body: {} },
-  { name: "logs v1", method: "GET", path: (id) => `/sandboxes/${id}/logs` },
-  { name: "logs v2", method: "GET", path: (id) => `/v2/sandboxes/${id}/logs` },
   { name: "listSnapshots by sandbox", method: "GET", path: (id) => `/snapshots?sandboxID=${id}` },
   // Unserved routes of E2B's spec, answered by api/unserved.ts (fork was a 404 route the SDK
   // reported as "sandbox not found").

@@ -1,0 +1,90 @@
+// Traces over the whole local system, received by a real OpenTelemetry Collector (built from Go
+// modules, tools/otelcol): a create and a resume are each one trace, whose id the edge echoes in
+// X-Request-Id, spanning the edge's request, its Durable Object calls, the agent's reconcile and
+// driver step, and the runtime's registration of the sandbox.
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { startSystem, type System } from "../../scripts/lib/system.ts";
+import { startCollector, type Collector, type ReceivedSpan } from "../support/otel-collector.ts";
+import { waitFor } from "../support/wait-for.ts";
+
+let dir: string;
+let collector: Collector;
+let sys: System;
+
+beforeAll(async () => {
+  dir = mkdtempSync(join(tmpdir(), "sbx-trace-"));
+  collector = await startCollector(dir);
+  sys = await startSystem({ dataDir: join(dir, "system"), baseReplicas: 1, otlpEndpoint: collector.endpoint });
+}, 900_000);
+
+afterAll(async () => {
+  await sys?.stop();
+  await collector?.stop();
+  rmSync(dir, { recursive: true, force: true });
+});
+
+/** A control-plane call as the SDK makes it (X-API-KEY), with its request id. */
+async function api(method: string, path: string, body?: unknown, headers: Record<string, string> = {}) {
+  const res = await fetch(`${sys.apiUrl}${path}`, { method, headers: { "x-api-key": sys.apiKey, "content-type": "application/json", ...headers }, body: body === undefined ? undefined : JSON.stringify(body) });
+  const text = await res.text();
+  return { status: res.status, requestId: res.headers.get("x-request-id") ?? "", body: text ? JSON.parse(text) : null };
+}
+
+/** The trace's spans once the agent's runtime step has arrived. */
+async function traceOf(traceId: string): Promise<ReceivedSpan[]> {
+  return waitFor(() => {
+    const spans = collector.spans().filter((s) => s.traceId === traceId);
+    return spans.some((s) => s.scope === "agent-runtime") && spans.some((s) => s.service === "sandbox-edge" && s.name.startsWith("POST")) ? spans : undefined;
+  }, 30_000);
+}
+
+function expectChain(spans: ReceivedSpan[], request: string, doCall: string) {
+  const by = (name: string) => spans.find((s) => s.name === name);
+  const root = by(request);
+  expect(root, `${request} in ${spans.map((s) => s.name)}`).toMatchObject({ service: "sandbox-edge", parentSpanId: "" });
+  expect(spans.find((s) => s.name === "auth.api_key")?.parentSpanId).toBe(root!.spanId);
+  const call = by(doCall);
+  expect(call?.parentSpanId).toBe(root!.spanId);
+  const enqueue = by("ClusterDO.enqueue");
+  expect(enqueue?.parentSpanId).toBe(call!.spanId);
+  const reconcile = spans.find((s) => s.name === "reconcile" && s.parentSpanId === enqueue!.spanId);
+  expect(reconcile).toMatchObject({ service: "sandbox-agent", scope: "sandbox-agent" });
+  expect(spans.find((s) => s.name === "driver.ensure")?.parentSpanId).toBe(reconcile!.spanId);
+  expect(spans.find((s) => s.name === "runtime.register")).toMatchObject({ scope: "agent-runtime", parentSpanId: reconcile!.spanId });
+}
+
+describe("traces", () => {
+  it("a create is one trace from the edge's request through the agent to the runtime, its id in X-Request-Id", async () => {
+    const created = await api("POST", "/v2/sandboxes", { templateID: "base" });
+    expect(created.status).toBe(201);
+    expect(created.requestId).toMatch(/^[0-9a-f]{32}$/);
+    const spans = await traceOf(created.requestId);
+    expectChain(spans, "POST /v2/sandboxes", "SandboxGroupDO.create");
+    expect(spans.find((s) => s.name === "reconcile")?.attributes["sandbox.id"]).toBe(created.body.sandboxID);
+    await api("DELETE", `/sandboxes/${created.body.sandboxID}`);
+  });
+
+  it("a resume (connect to a paused sandbox) is one trace too, under the caller's own traceparent", async () => {
+    const created = await api("POST", "/v2/sandboxes", { templateID: "base" });
+    const id = created.body.sandboxID as string;
+    expect((await api("POST", `/sandboxes/${id}/pause`, {})).status).toBe(204);
+    const traceId = [...crypto.getRandomValues(new Uint8Array(16))].map((b) => b.toString(16).padStart(2, "0")).join("");
+    const resumed = await api("POST", `/v2/sandboxes/${id}/connect`, { timeout: 60 }, { traceparent: `00-${traceId}-00f067aa0ba902b7-01` });
+    expect(resumed.status).toBe(201);
+    expect(resumed.requestId).toBe(traceId);
+    const spans = await traceOf(traceId);
+    // The caller's span is the request span's parent: the trace joins the caller's.
+    expect(spans.find((s) => s.name === "POST /v2/sandboxes/:id/connect")?.parentSpanId).toBe("00f067aa0ba902b7");
+    expectChain(spans.map((s) => (s.parentSpanId === "00f067aa0ba902b7" ? { ...s, parentSpanId: "" } : s)), "POST /v2/sandboxes/:id/connect", "SandboxGroupDO.connectSandbox");
+    expect(spans.find((s) => s.name === "reconcile")?.attributes["sandbox.desired"]).toBe("running");
+    await api("DELETE", `/sandboxes/${id}`);
+  });
+
+  it("every request carries its trace id", async () => {
+    const listed = await api("GET", "/v2/sandboxes");
+    expect(listed.requestId).toMatch(/^[0-9a-f]{32}$/);
+  });
+});
