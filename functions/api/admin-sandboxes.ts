@@ -1,6 +1,6 @@
 // Admin view of one sandbox's machine: GET /admin/sandboxes/{id} → its phase and OpenKruise
 // conditions (Ready, SandboxPaused, the lifecycle hooks' PrePauseHook/PostResumeHook, …), which
-// E2B's sandbox detail has no field for.
+// E2B's sandbox detail has no field for; and, for a sandbox with an auto-pause policy, its probe.
 import { Hono } from "hono";
 import { sandboxNotFoundMessage } from "../../schema/errors.ts";
 import { SANDBOX_ID_PATTERN } from "../../schema/protocol/ids.ts";
@@ -16,9 +16,16 @@ adminSandboxes.get("/admin/sandboxes/:id", async (c) => {
   const id = c.req.param("id");
   const st = SANDBOX_ID_PATTERN.test(id) ? await sandboxHandle(c.env, id).inspect() : null;
   if (!st) throw new ApiError("sandbox_not_found", sandboxNotFoundMessage(id));
+  const probe = await c.env.PROBE.get(c.env.PROBE.idFromName(id)).status();
   return c.json({
     sandboxId: id,
     phase: st.phase,
     conditions: st.conditions.map((x) => ({ ...x, lastTransitionTime: new Date(x.lastTransitionTime).toISOString() })),
+    // The auto-pause probe's condition (upstream's `agents.kruise.io/<probe>`), its pauses and wake.
+    autoPause: probe && {
+      probe: { status: probe.probe.status, message: probe.probe.message, lastTransitionTime: new Date(probe.probe.since).toISOString() },
+      pauses: probe.pauses,
+      wakeAt: probe.wakeAt === null ? null : new Date(probe.wakeAt).toISOString(),
+    },
   });
 });

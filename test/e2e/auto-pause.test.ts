@@ -4,7 +4,7 @@
 // threshold the sandbox pauses, traffic wakes it (auto-resume), and a scheduled wake resumes it
 // with no traffic at all.
 import { Sandbox } from "e2b";
-import { afterAll, describe, expect, it } from "vitest";
+import { afterAll, describe, expect, inject, it } from "vitest";
 import { waitFor } from "../support/wait-for.ts";
 import { e2b, sleep } from "./sdk.ts";
 
@@ -25,6 +25,11 @@ async function create(policy: Record<string, unknown>): Promise<Sandbox> {
 
 const probe = { exec: { command: ["cat", "/tmp/activity"] }, periodSeconds: 1, timeoutSeconds: 5 };
 const state = async (sbx: Sandbox) => (await Sandbox.getInfo(sbx.sandboxId, e2b())).state;
+/** The admin view of the sandbox: its conditions and its auto-pause probe. */
+async function admin(sbx: Sandbox) {
+  const { apiUrl, apiKey } = inject("e2b");
+  return (await (await fetch(new URL(`/admin/sandboxes/${sbx.sandboxId}`, apiUrl), { headers: { "x-api-key": apiKey } })).json()) as any;
+}
 
 describe("auto-pause by probe", () => {
   it("a busy sandbox keeps running, an idle one pauses, and traffic wakes it", async () => {
@@ -32,6 +37,7 @@ describe("auto-pause by probe", () => {
     await sbx.files.write("/tmp/activity", "busy\n");
     await sleep(4_000); // two thresholds of probes that say busy
     expect(await state(sbx)).toBe("running");
+    expect(await admin(sbx)).toMatchObject({ autoPause: { probe: { status: "True", message: "busy" }, pauses: 0 } });
 
     await sbx.files.write("/tmp/activity", "idle\n");
     await waitFor(async () => (await state(sbx)) === "paused", { timeoutMs: 30_000, intervalMs: 200, what: "the probe to pause the sandbox" });
@@ -40,6 +46,7 @@ describe("auto-pause by probe", () => {
     expect((await sbx.files.read("/tmp/activity")).trim()).toBe("idle");
     await sbx.files.write("/tmp/activity", "busy\n");
     expect(await state(sbx)).toBe("running");
+    expect((await admin(sbx)).autoPause.pauses).toBe(1);
   });
 
   it("a scheduled wake (resume.at) resumes a probe-paused sandbox without traffic", async () => {
