@@ -20,9 +20,9 @@ import {
 import { cgroupPids, cgroupSetFor, createCgroups, isFrozen, killAndRemove, listCgroupIds, procsFiles, removeParents, setFrozen, type CgroupLayout } from "./cgroups.ts";
 import { alive, discoverHolder, signalSandbox, startHolder } from "./holder.ts";
 import { EGRESS_MAX_CONNECTIONS, EGRESS_PROXY_PORT, egressRules, LocalEgress, networkMode, proxyEnv } from "./egress.ts";
-import { restoreLayer, saveLayer } from "./layer-archive.ts";
 import { mountDisk, unmountDisk, unmountDiskSync } from "./disk.ts";
 import { SpareDisks } from "./spare-disks.ts";
+import { LocalSnapshots } from "./snapshots.ts";
 import { bwrapMountArgs, layoutFor, mountsFor, prepareLayout, type SandboxLayout } from "./layout.ts";
 import { LocalSandboxView } from "./local-view.ts";
 import { PortRelay } from "./port-relay.ts";
@@ -79,6 +79,7 @@ export class LocalDriver implements Driver {
   readonly #pidsMax: number;
   readonly #diskMB: number;
   readonly #spares: SpareDisks | undefined;
+  readonly #snapshots: LocalSnapshots;
   readonly #locks = new Map<string, Promise<unknown>>();
   /** The last record written or read per sandbox: what views ask on every call. */
   readonly #records = new Map<string, SandboxRecord>();
@@ -118,6 +119,7 @@ export class LocalDriver implements Driver {
     // It makes every sandbox's veth: the first create should not wait for perl to start.
     if (this.#net) this.#relay.warm();
     mkdirSync(join(this.#dataDir, "sandboxes"), { recursive: true });
+    this.#snapshots = new LocalSnapshots(this.#dataDir, this.#spawner);
     this.#spares = this.capabilities.disk === "quota" && opts.spareDisks ? new SpareDisks(this.#dataDir, this.#spawner, opts.spareDisks) : undefined;
     // What a previous agent was still deleting when it stopped.
     mkdirSync(join(this.#dataDir, "trash"), { recursive: true });
@@ -193,15 +195,20 @@ export class LocalDriver implements Driver {
   async #converge(d: DesiredSandbox): Promise<SandboxObservation> {
     let rec = readRecord(layoutFor(this.#dataDir, d.id).record);
     if (!rec) {
-      const disk = this.capabilities.disk === "quota" ? { sizeMB: d.resources.diskSizeMB ?? this.#diskMB } : undefined;
+      const snap = d.restoreFrom && this.#snapshots.need(d.restoreFrom.id);
+      // A disk snapshot is the new sandbox's disk, at the snapshot's size.
+      const fromImage = snap?.kind === "disk" && this.capabilities.disk === "quota";
+      const disk = this.capabilities.disk === "quota" ? { sizeMB: fromImage ? snap.sizeMB! : (d.resources.diskSizeMB ?? this.#diskMB) } : undefined;
       rec = { id: d.id, generation: d.generation, level: this.capabilities.level, desired: d, createdAt: new Date().toISOString(), phase: "Pending", disk };
       const layout = this.#layout(d.id, rec);
       // A spare disk arrives as the whole sandbox directory, mounted.
-      if (!(disk && !existsSync(layout.dir) && this.#spares?.take(disk.sizeMB, layout.dir))) mkdirSync(layout.dir, { recursive: true });
+      if (!(disk && !snap && !existsSync(layout.dir) && this.#spares?.take(disk.sizeMB, layout.dir))) mkdirSync(layout.dir, { recursive: true });
+      if (fromImage && !existsSync(layout.image)) await this.#snapshots.copyImage(snap, layout.image);
       this.#save(rec);
       await this.#mountDisk(rec);
+      // Its own identity (hostname, hosts) is written over the snapshot's.
       prepareLayout(layout, d.id);
-      if (d.restoreFrom) await restoreLayer(layout.layer, d.restoreFrom.location);
+      if (snap && !fromImage) await this.#snapshots.fillLayer(snap, layout.layer);
     }
     const layout = this.#layout(d.id, rec);
     // A holder's network namespace is fixed when it starts: a sandbox that moves between the
@@ -476,19 +483,21 @@ export class LocalDriver implements Driver {
     return this.#locked(id, async () => this.#thaw(this.#running(id)));
   }
 
-  snapshotFs(id: string): Promise<SnapshotRef> {
+  /** Copies the sandbox's disk (or, without one, its layer) to snapshot `snapshotId` (new id when
+   * absent), a running sandbox frozen for the copy and then put back as it was (snapshots.ts). */
+  snapshotFs(id: string, snapshotId?: string): Promise<SnapshotRef> {
     return this.#locked(id, async () => {
       const rec = readRecord(layoutFor(this.#dataDir, id).record);
       if (!rec) throw new SandboxNotFoundError(id);
       const layout = this.#layout(id, rec);
-      // An atomic freeze gives a consistent layer; signal-based freezing is not worth the risk.
+      // An atomic freeze gives a consistent copy; signal-based freezing is not worth the risk.
       const freeze = rec.cgroups && rec.phase !== "Stopped" && alive(rec.nsInit) && !isFrozen(rec.cgroups);
       if (freeze) await setFrozen(rec.cgroups!, true);
       try {
-        const snapId = `${id}-${Date.now().toString(36)}-${randomBytes(3).toString("hex")}`;
-        const location = join(this.#dataDir, "snapshots", `${snapId}.tar`);
-        const bytes = await this.#withDisk(rec, () => saveLayer(layout.layer, location));
-        return { id: snapId, sandboxId: id, location, bytes, createdAt: new Date().toISOString() };
+        const snapId = snapshotId ?? `${id}-${Date.now().toString(36)}-${randomBytes(3).toString("hex")}`.toLowerCase();
+        const source = rec.disk ? { kind: "disk" as const, image: layout.image, mountedAt: layout.disk, sizeMB: rec.disk.sizeMB } : { kind: "layer" as const, layer: layout.layer };
+        const meta = await this.#snapshots.take(snapId, id, source);
+        return { id: meta.id, sandboxId: id, location: this.#snapshots.path(meta.id), bytes: meta.bytes, createdAt: meta.createdAt };
       } finally {
         if (freeze) await setFrozen(rec.cgroups!, false);
       }
@@ -506,12 +515,12 @@ export class LocalDriver implements Driver {
     }
   }
 
-  restoreFs(id: string, snapshot: SnapshotRef): Promise<void> {
+  restoreFs(id: string, snapshot: Pick<SnapshotRef, "id">): Promise<void> {
     return this.#locked(id, async () => {
       const rec = readRecord(layoutFor(this.#dataDir, id).record);
       if (!rec) throw new SandboxNotFoundError(id);
-      if (!existsSync(snapshot.location)) throw new Error(`snapshot ${snapshot.id} is gone (${snapshot.location})`);
-      await this.#withDisk(rec, () => restoreLayer(this.#layout(id, rec).layer, snapshot.location));
+      const snap = this.#snapshots.need(snapshot.id);
+      await this.#withDisk(rec, () => this.#snapshots.fillLayer(snap, this.#layout(id, rec).layer));
     });
   }
 
@@ -529,8 +538,8 @@ export class LocalDriver implements Driver {
     void rm(trash, { recursive: true, force: true }).catch(() => {});
   }
 
-  async deleteSnapshot(snapshot: SnapshotRef): Promise<void> {
-    rmSync(snapshot.location, { force: true });
+  async deleteSnapshot(snapshot: Pick<SnapshotRef, "id">): Promise<void> {
+    await this.#snapshots.delete(snapshot.id);
   }
 
   destroy(id: string): Promise<void> {
