@@ -39,6 +39,8 @@ export interface LinkOptions {
   /** Called for each delivered intent; returns the ack result or null to ack later via ack(). */
   onIntent(seq: number, intent: Intent): "stale" | "pending";
   onWelcome?(w: Welcome): void;
+  /** Snapshots the edge no longer has (a deleted E2B snapshot): free them. */
+  onSnapshotDeletes?(ids: string[]): void;
   log?: (msg: string) => void;
 }
 
@@ -241,6 +243,9 @@ export class Link {
       }
       case "error":
         this.#log(`edge error: ${msg.code}: ${msg.message}`);
+        return;
+      case "snapshotDeletes":
+        this.#o.onSnapshotDeletes?.(msg.ids);
         return;
       default: {
         const never: never = msg;

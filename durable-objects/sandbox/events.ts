@@ -22,6 +22,9 @@ export type SandboxEvent =
    * and the agent drop whatever they took; nothing to do if it is gone or already terminating.
    */
   | { type: "abandon" }
+  /** E2B createSnapshot (and fork): the agent takes snapshot `snapshotId` of a running or paused
+   * sandbox with the next generation, which leaves its state as it was. */
+  | { type: "snapshot"; snapshotId: string }
   | { type: "observe"; obs: Observation }
   | { type: "ack"; generation: number; result: AckResult; message?: string }
   | { type: "alarm" };

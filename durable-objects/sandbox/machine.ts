@@ -13,6 +13,8 @@
 //   SandboxPaused      Pending (pause sent), FreezePauseSucceed (cgroup-frozen, memory kept),
 //                      StopPauseSucceed (released, filesystem kept)
 //   SandboxResumed     ResumePod (resume sent: False; observed running: True)
+// A snapshot is an intent of its own generation with the same desired state: the agent freezes
+// the sandbox for the copy and leaves it as it was; a snapshot it could not take does not fail it.
 import { MIN_RESUME_TIMEOUT_S } from "../../schema/api/limits.ts";
 import { ErrorCode, sandboxNotFoundMessage, type Refusal } from "../../schema/errors.ts";
 import { egressOf, type Intent, type Observation, type PauseStrategy, type SandboxId } from "../../schema/protocol/index.ts";
@@ -76,6 +78,8 @@ export function transition(current: SandboxState | null, ev: SandboxEvent, now: 
       return wake(s, now);
     case "updateNetwork":
       return updateNetwork(s, ev, now);
+    case "snapshot":
+      return snapshot(s, ev.snapshotId, now);
     default:
       return assertNever(ev);
   }
@@ -176,6 +180,13 @@ function updateNetwork(s: SandboxState, ev: Extract<SandboxEvent, { type: "updat
   return ok(s, [sendIntent(s, now)]);
 }
 
+function snapshot(s: SandboxState, snapshotId: string, now: number): Transition {
+  if (s.phase !== "Running" && s.phase !== "Paused") return refuse(s, ErrorCode.conflict, `Sandbox "${s.spec.id}" is ${s.phase.toLowerCase()}; retry the snapshot once it is running or paused`);
+  s.generation++;
+  s.snapshot = { id: snapshotId, generation: s.generation };
+  return ok(s, [sendIntent(s, now)]);
+}
+
 function startPause(s: SandboxState, strategy: PauseStrategy, now: number): Transition {
   s.phase = "Pausing";
   s.desired = "paused";
@@ -270,6 +281,8 @@ function observe(s: SandboxState, obs: Observation, now: number): Transition {
 function ack(s: SandboxState, ev: Extract<SandboxEvent, { type: "ack" }>, now: number): Transition {
   if (ev.generation !== s.generation) return ok(s, []);
   const before = { phase: s.phase, endAt: s.endAt };
+  // The snapshot's answer (taken or not, which the caller reads in the ack): asked no more.
+  if (s.snapshot?.generation === ev.generation) s.snapshot = null;
   if (ev.result === "rejected") {
     if (s.desired === "deleted") return ok(null, [{ kind: "purge" }]);
     fail(s, "IntentRejected", ev.message, now);
@@ -352,6 +365,8 @@ function sendIntent(s: SandboxState, now: number): SandboxEffect {
     egress: egressOf(s.spec.network),
     team: s.spec.teamName ?? null,
     ...(s.spec.inplaceUpdate ? { inplaceUpdate: s.spec.inplaceUpdate } : {}),
+    ...(s.spec.restoreFrom ? { restoreFrom: s.spec.restoreFrom } : {}),
+    ...(s.snapshot?.generation === s.generation ? { snapshot: { id: s.snapshot.id } } : {}),
     issuedAt: now,
   };
   return { kind: "intent", intent };

@@ -54,6 +54,8 @@ export interface SandboxSpec {
   /** The create's in-place change of the claimed member (image, CPU), sent with every intent so
    * a redelivered or later one (pause, resume) still asks for it. */
   inplaceUpdate?: InplaceUpdate;
+  /** Made from this snapshot: every intent names it (a sandbox lost on its cluster is remade so). */
+  restoreFrom?: { id: string };
 }
 
 export interface SandboxState {
@@ -76,6 +78,8 @@ export interface SandboxState {
   endpoint: Endpoint | null;
   /** Revision of the index row; bumped on every index write. */
   rev: number;
+  /** A snapshot asked of the agent with the intent of `generation` (until its ack). */
+  snapshot?: { id: string; generation: number } | null;
 }
 
 /** Who asks: sandboxes belong to the team (every key of it), the admin key sees all. */

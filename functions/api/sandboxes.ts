@@ -145,18 +145,6 @@ sandboxes.put("/sandboxes/:id/network", async (c) => {
   if (!res.ok) fail(id, res.error);
   return c.body(null, 204);
 });
-sandboxes.post("/sandboxes/:id/snapshots", notSupported("Snapshots"));
 sandboxes.get("/sandboxes/:id/logs", notSupported("Sandbox logs"));
 sandboxes.get("/v2/sandboxes/:id/logs", notSupported("Sandbox logs"));
 
-/** No snapshot can exist here; a sandboxID filter still names a sandbox the caller must see. */
-sandboxes.get("/snapshots", async (c) => {
-  const sandboxId = c.req.query("sandboxID");
-  if (sandboxId) {
-    const access = accessOf(c.get("caller"));
-    if (!SANDBOX_ID_PATTERN.test(sandboxId)) throw new ApiError("sandbox_not_found", sandboxNotFoundMessage(sandboxId));
-    const info = await sandboxHandle(c.env, sandboxId).info(access);
-    if (!info.ok) fail(sandboxId, info.error);
-  }
-  throw new ApiError("not_implemented", "Snapshots are not supported by this server yet");
-});

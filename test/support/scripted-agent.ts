@@ -77,6 +77,8 @@ export interface ScriptedAgentOptions {
   ping?: boolean;
   /** Return a message to refuse an intent (acked `rejected`, nothing applied). */
   reject?: (intent: Intent) => string | undefined;
+  /** Why the snapshot an intent asks for is not taken (carried by its ack); default: taken. */
+  failSnapshot?: (intent: Intent) => { reason: string; message: string } | undefined;
 }
 
 /** What the scripted agent pretends runs on its cluster. */
@@ -91,6 +93,8 @@ export class ScriptedAgent {
   /** Every intent received, in arrival order (including duplicates and stale ones). */
   readonly received: { seq: number; intent: Intent }[] = [];
   readonly errors: string[] = [];
+  /** Snapshot ids the edge asked it to free (snapshotDeletes frames). */
+  readonly snapshotDeletes: string[] = [];
   welcome: Welcome | null = null;
   closed: { code: number } | null = null;
   private ws: SocketLike | null = null;
@@ -113,6 +117,7 @@ export class ScriptedAgent {
       endpoint: opts.endpoint ?? ((id) => ({ runtime: `http://${id}.scripted.invalid:49983` })),
       ping: opts.ping ?? true,
       reject: opts.reject ?? (() => undefined),
+      failSnapshot: opts.failSnapshot ?? (() => undefined),
     };
     this.inventory = opts.inventory;
   }
@@ -229,6 +234,9 @@ export class ScriptedAgent {
         break;
       case "replies":
         break; // CRD sync answers: test/support/crd-link.ts taps them off the socket
+      case "snapshotDeletes":
+        this.snapshotDeletes.push(...msg.ids);
+        break;
       default:
         msg satisfies never;
     }
@@ -245,6 +253,7 @@ export class ScriptedAgent {
     }
     const refusal = this.opts.reject(intent);
     if (refusal) return this.ack({ seq, sandboxId: id, generation: intent.generation, result: "rejected", message: refusal });
+    const snapshotError = intent.snapshot ? this.opts.failSnapshot(intent) : undefined;
     const s: FakeSandbox = { generation: intent.generation, phase: current?.phase ?? "Pending", intent };
     this.sandboxes.set(id, s);
     const settle = () => {
@@ -260,7 +269,7 @@ export class ScriptedAgent {
     // acked as accepted and reported Running once "started".
     if (!creating) settle();
     this.after(this.opts.ackDelayMs, () =>
-      this.ack({ seq, sandboxId: id, generation: intent.generation, result: creating ? "accepted" : "applied" }),
+      this.ack({ seq, sandboxId: id, generation: intent.generation, result: creating ? "accepted" : "applied", ...(snapshotError ? { snapshotError } : {}) }),
     );
     if (creating) this.after(this.opts.readyDelayMs, settle);
   }

@@ -21,13 +21,8 @@ beforeAll(async () => {
 afterAll(() => agent.disconnect());
 
 const unsupported: { name: string; method: string; path: (id: string) => string; body?: unknown }[] = [
-  { name: "createSnapshot", method: "POST", path: (id) => `/sandboxes/${id}/snapshots`, body: {} },
   { name: "logs v1", method: "GET", path: (id) => `/sandboxes/${id}/logs` },
   { name: "logs v2", method: "GET", path: (id) => `/v2/sandboxes/${id}/logs` },
-  { name: "listSnapshots by sandbox", method: "GET", path: (id) => `/snapshots?sandboxID=${id}` },
-  // Unserved routes of E2B's spec, answered by api/unserved.ts (fork was a 404 route the SDK
-  // reported as "sandbox not found").
-  { name: "fork", method: "POST", path: (id) => `/sandboxes/${id}/fork`, body: {} },
 ];
 
 describe("routes not implemented yet", () => {
@@ -39,11 +34,6 @@ describe("routes not implemented yet", () => {
       await expectError(call(r.path(own), { key: null, method: r.method, body: r.body }), 401);
     });
   }
-
-  it("listSnapshots without a filter is 501 for an authenticated caller only", async () => {
-    await expectError(call("/snapshots", { key: team.key }), 501, /Snapshots are not supported/);
-    await expectError(call("/snapshots", { key: null }), 401);
-  });
 });
 
 describe("E2B routes this server does not serve", () => {
