@@ -133,14 +133,14 @@ export class LocalDriver implements Driver {
   /** Unmounts and deletes the spare disks (an agent that stops its sandboxes leaves no loop
    * device mounted; the next start makes new spares). */
   async releaseSpares(): Promise<void> {
-    await this.#spares?.dispose();
+    await Promise.all([this.#spares?.dispose(), this.#snapshots.dispose()]);
   }
 
   /** Removes the driver's (empty) parent cgroups and spare disks and stops its spawner; sandboxes
    * themselves are left alone. Done when the spare disks are (the data directory may go next). */
   async dispose(): Promise<void> {
     if (this.#cgroups) removeParents(this.#cgroups);
-    await this.#spares?.dispose();
+    await Promise.all([this.#spares?.dispose(), this.#snapshots.dispose()]);
     void this.#spawner.dispose();
     this.#relay.dispose();
     this.#egress.dispose();
@@ -201,9 +201,11 @@ export class LocalDriver implements Driver {
       const disk = this.capabilities.disk === "quota" ? { sizeMB: fromImage ? snap.sizeMB! : (d.resources.diskSizeMB ?? this.#diskMB) } : undefined;
       rec = { id: d.id, generation: d.generation, level: this.capabilities.level, desired: d, createdAt: new Date().toISOString(), phase: "Pending", disk };
       const layout = this.#layout(d.id, rec);
-      // A spare disk arrives as the whole sandbox directory, mounted.
-      if (!(disk && !snap && !existsSync(layout.dir) && this.#spares?.take(disk.sizeMB, layout.dir))) mkdirSync(layout.dir, { recursive: true });
-      if (fromImage && !existsSync(layout.image)) await this.#snapshots.copyImage(snap, layout.image);
+      // A spare disk, or a snapshot's copy made ahead, arrives as the whole sandbox directory, mounted.
+      const fresh = !existsSync(layout.dir);
+      const taken = fresh && (fromImage ? this.#snapshots.takeCopy(snap, layout.dir) : disk && !snap && this.#spares?.take(disk.sizeMB, layout.dir));
+      if (!taken) mkdirSync(layout.dir, { recursive: true });
+      if (fromImage && !existsSync(layout.image)) await this.#snapshots.copyImage(snap, layout.image, layout.disk);
       this.#save(rec);
       await this.#mountDisk(rec);
       // Its own identity (hostname, hosts) is written over the snapshot's.

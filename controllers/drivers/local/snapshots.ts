@@ -19,7 +19,8 @@ import { existsSync, mkdirSync, readFileSync, readdirSync, renameSync, statSync,
 import { rm } from "node:fs/promises";
 import { join } from "node:path";
 import { TerminalError } from "../driver.ts";
-import { isMounted, runHelper } from "./disk.ts";
+import { isMounted, MOUNT_OPTIONS, runHelper } from "./disk.ts";
+import { SnapshotCopies } from "./snapshot-copies.ts";
 import type { Spawner } from "./spawner.ts";
 
 /** Snapshot ids name directories: the edge makes them, the driver still refuses anything else. */
@@ -30,6 +31,8 @@ const COPY_MOUNTED = `set -e; fsfreeze -f "$2"; trap 'fsfreeze -u "$2"' EXIT; ${
 /** $1 source, $2 destination (a file, or a directory copied with owners, modes, links, xattrs). */
 const COPY_FILE = `set -e; ${COPY} "$1" "$2"`;
 const COPY_TREE = `set -e; mkdir -p "$2"; cp -a --sparse=always --reflink=auto "$1/." "$2/"`;
+/** $1 snapshot image, $2 the new sandbox's image, $3 where it is mounted: one helper run, not two. */
+const COPY_AND_MOUNT = `set -e; ${COPY} "$1" "$2.new"; mv "$2.new" "$2"; mkdir -p "$3"; mount -o ${MOUNT_OPTIONS} "$2" "$3"`;
 /** $1 layer: empties its directories (bind-mounted into a running sandbox: emptied, never replaced). */
 const EMPTY_LAYER = `set -e; for d in home/user root tmp; do mkdir -p "$1/$d"; find "$1/$d" -mindepth 1 -maxdepth 1 -exec rm -rf {} +; done`;
 
@@ -51,10 +54,12 @@ export type SnapshotSource = { kind: "disk"; image: string; mountedAt: string; s
 export class LocalSnapshots {
   readonly #dir: string;
   readonly #spawner: Spawner;
+  readonly #copies: SnapshotCopies;
 
   constructor(dataDir: string, spawner: Spawner) {
     this.#dir = join(dataDir, "snapshots");
     this.#spawner = spawner;
+    this.#copies = new SnapshotCopies(dataDir, spawner, (id, image, at) => this.copyImage(this.need(id), image, at));
     mkdirSync(this.#dir, { recursive: true });
     // What an interrupted copy left; older tar snapshots are not this driver's format any more.
     for (const name of readdirSync(this.#dir)) {
@@ -117,10 +122,21 @@ export class LocalSnapshots {
     return meta;
   }
 
-  /** A new sandbox's disk image starts as a copy of the snapshot's (before it is mounted). */
-  async copyImage(meta: SnapshotMeta, image: string): Promise<void> {
-    await this.#sh(COPY_FILE, join(this.path(meta.id), "disk.img"), `${image}.new`);
-    renameSync(`${image}.new`, image);
+  /** Moves a copy of the snapshot's disk made ahead to `dir` (a new sandbox's directory, which
+   * must not exist), mounted; false when none is ready (copyImage then). Either way the next
+   * sandbox from it will find one. */
+  takeCopy(meta: SnapshotMeta, dir: string): boolean {
+    return this.#copies.take(meta.id, dir);
+  }
+
+  /** Releases the copies made ahead (the driver stops). */
+  dispose(): Promise<void> {
+    return this.#copies.dispose();
+  }
+
+  /** A new sandbox's disk image starts as a copy of the snapshot's, mounted at `at`. */
+  async copyImage(meta: SnapshotMeta, image: string, at: string): Promise<void> {
+    await this.#sh(COPY_AND_MOUNT, join(this.path(meta.id), "disk.img"), image, at);
   }
 
   /** Replaces the contents of `layer` (mounted or not) with the snapshot's layer. */
@@ -132,8 +148,7 @@ export class LocalSnapshots {
     const scratch = join(this.#dir, `${meta.id}.${process.pid}.${Date.now()}.partial`);
     mkdirSync(join(scratch, "m"), { recursive: true });
     try {
-      await this.copyImage(meta, join(scratch, "disk.img"));
-      await runHelper(this.#spawner, ["mount", "-o", "loop,nosuid,nodev", join(scratch, "disk.img"), join(scratch, "m")]);
+      await this.copyImage(meta, join(scratch, "disk.img"), join(scratch, "m"));
       try {
         await this.#sh(COPY_TREE, join(scratch, "m", "layer"), layer);
       } finally {
@@ -147,6 +162,7 @@ export class LocalSnapshots {
   /** Frees a snapshot; sandboxes made from it have their own copies. Unknown ids are fine. */
   async delete(id: string): Promise<void> {
     const path = this.path(id);
+    this.#copies.drop(id);
     const trash = `${path}.${process.pid}.deleting.partial`;
     try {
       renameSync(path, trash);
