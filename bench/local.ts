@@ -1,4 +1,4 @@
-// Local driver figures: sandbox start, freeze/thaw, command() spawn overhead, memory per idle
+// Local driver figures: sandbox start, freeze/thaw, command() spawn overhead, snapshots (snapshots.ts), memory per idle
 // sandbox over 50 (the holders only: e2e.idle_sandbox_overhead_mb's driver part), and what the
 // runtime costs per sandbox when shared versus one Node process per sandbox.
 //   node bench/local.ts            prints the figures as JSON
@@ -22,6 +22,7 @@ import { inProcessLauncher, spawnHost, type ProcessLauncher } from "../controlle
 import type { HostCommand, SandboxUser } from "../controllers/runtime/sandbox-view.ts";
 import { run as egressFigures } from "./egress.ts";
 import { rootfsFigures } from "./rootfs.ts";
+import { run as snapshotFigures } from "./snapshots.ts";
 import type { BenchContext, Figures } from "./run.ts";
 import { percentile as pct, pssKB, round } from "./stats.ts";
 
@@ -233,6 +234,7 @@ export async function run(ctx: Partial<BenchContext> = {}): Promise<Figures> {
   Object.assign(figures, await ownNetworkFigures(ctx));
   Object.assign(figures, await diskFigures(ctx));
   Object.assign(figures, await rootfsFigures(ctx));
+  Object.assign(figures, await snapshotFigures(ctx));
   return figures;
 }
 

@@ -14,6 +14,7 @@ import { adminAutoscalers } from "./api/admin-autoscalers.ts";
 import { adminSandboxes } from "./api/admin-sandboxes.ts";
 import { apiKeys } from "./api/api-keys.ts";
 import { sandboxes } from "./api/sandboxes.ts";
+import { snapshots } from "./api/snapshots.ts";
 import { teams } from "./api/teams.ts";
 import { templates } from "./api/templates.ts";
 import { templateBuilds } from "./api/template-builds.ts";
@@ -46,6 +47,7 @@ app.route("/", agentLink);
 const authenticated = ["/sandboxes", "/sandboxes/*", "/v2/sandboxes", "/v2/sandboxes/*", "/api-keys", "/api-keys/*", "/teams", "/templates", "/templates/*", "/v2/templates", "/v2/templates/*", "/v3/templates", "/snapshots", "/admin/*"];
 for (const path of authenticated) app.use(path, traced("auth.api_key", requireApiKey()));
 app.route("/", sandboxes);
+app.route("/", snapshots);
 app.route("/", apiKeys);
 app.route("/", teams);
 // Before `templates`: DELETE /templates/tags is not a template's id.

@@ -111,14 +111,14 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
     runtime,
     report: (obs) => link.observe(obs),
     onError: (id, err) => agentLog.error("reconcile failed, retrying", { sandboxId: id, error: err }),
-    settled(id, generation, result, message) {
+    settled(id, generation, result, message, snapshotError) {
       const waiting = waitingAcks.get(id);
       if (!waiting) return;
       const done = waiting.filter((w) => w.generation <= generation);
       const rest = waiting.filter((w) => w.generation > generation);
       if (rest.length) waitingAcks.set(id, rest);
       else waitingAcks.delete(id);
-      for (const w of done) link.ack({ seq: w.seq, sandboxId: id, generation: w.generation, result, message });
+      for (const w of done) link.ack({ seq: w.seq, sandboxId: id, generation: w.generation, result, message, ...(w.generation === generation && snapshotError ? { snapshotError } : {}) });
     },
   });
 
@@ -171,6 +171,11 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
     }),
     onBuild: (frame) => builder?.start(frame),
     onLogsRequest: (req) => sandboxLogs.query(req.sandboxId, req.query),
+    onSnapshotDeletes(ids) {
+      for (const snapshotId of ids) {
+        driver.deleteSnapshot({ id: snapshotId }).catch((err: unknown) => agentLog.error("snapshot delete failed", { snapshotId, error: err }));
+      }
+    },
     onIntent(seq, intent, traceparent) {
       if (reconciler.offer(intent, traceparent) === "stale") {
         // Already have it: ack at once, and re-report so an edge that lost our observation converges.

@@ -39,11 +39,24 @@ export class IntentStore {
   offer(intent: Intent): boolean {
     const have = this.#intents.get(intent.sandboxId);
     if (have && have.generation >= intent.generation) return false;
+    this.#write(intent);
+    return true;
+  }
+
+  /** The one-time request of this generation (its snapshot) was acted on: kept without it, so a
+   * restarted agent does not take it again (a snapshot deleted since would come back). */
+  snapshotDone(id: string, generation: number): void {
+    const have = this.#intents.get(id);
+    if (!have || have.generation !== generation || !have.snapshot) return;
+    const { snapshot: _, ...rest } = have;
+    this.#write(rest);
+  }
+
+  #write(intent: Intent): void {
     const file = join(this.#dir, `${intent.sandboxId}.json`);
     writeFileSync(`${file}.tmp`, JSON.stringify(intent), { mode: 0o600 });
     renameSync(`${file}.tmp`, file);
     this.#intents.set(intent.sandboxId, intent);
-    return true;
   }
 
   forget(id: string): void {

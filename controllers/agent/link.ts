@@ -46,6 +46,8 @@ export interface LinkOptions {
   onBuild?(build: BuildFrame): void;
   /** A sandbox's logs for the edge (E2B's logs routes); absent: answered empty. */
   onLogsRequest?(req: LogsRequest): SandboxLogEntry[];
+  /** Snapshots the edge no longer has (a deleted E2B snapshot): free them. */
+  onSnapshotDeletes?(ids: string[]): void;
   log?: (msg: string) => void;
 }
 
@@ -265,6 +267,9 @@ export class Link {
         return;
       case "error":
         this.#log(`edge error: ${msg.code}: ${msg.message}`);
+        return;
+      case "snapshotDeletes":
+        this.#o.onSnapshotDeletes?.(msg.ids);
         return;
       default: {
         const never: never = msg;

@@ -18,13 +18,20 @@ export interface ReconcilerDeps {
   runtime: Runtime;
   /** Sends an observation to the edge (buffered by the link while disconnected). */
   report(obs: ObservationInput): void;
-  /** Called once a generation has been acted on: converged (`applied`) or still converging. */
-  settled(id: string, generation: number, result: "applied" | "accepted", message?: string): void;
+  /** Called once a generation has been acted on: converged (`applied`) or still converging;
+   * `snapshotError` when the snapshot it asked for could not be taken. */
+  settled(id: string, generation: number, result: "applied" | "accepted", message?: string, snapshotError?: SnapshotError): void;
   now?: () => number;
   /** Retry spacing of failed passes (default: the work queue's). */
   backoff?: Backoff;
   /** Where a failed pass is logged (default: the work queue's logger). */
   onError?: (id: string, err: unknown) => void;
+}
+
+/** Why a snapshot an intent asked for was not taken (CamelCase reason, e.g. `Unsupported`). */
+export interface SnapshotError {
+  reason: string;
+  message: string;
 }
 
 /** The Ready reason while a transient failure of `driver.ensure` is being retried. */
@@ -57,6 +64,7 @@ export function desiredFor(intent: Intent): DesiredSandbox {
     labels: intent.labels,
     annotations: intent.annotations,
     inplaceUpdate: intent.inplaceUpdate,
+    restoreFrom: intent.restoreFrom,
   };
 }
 
@@ -82,6 +90,8 @@ export class Reconciler {
   readonly #now: () => number;
   /** The generation whose token and env the runtime holds for each registered sandbox. */
   readonly #configured = new Map<string, number>();
+  /** A snapshot that failed, by sandbox, until the ack of its generation carries it. */
+  readonly #snapshotErrors = new Map<string, SnapshotError & { generation: number }>();
   /** Where the runtime of each sandbox lives, for drivers without a host view. */
   readonly #endpoints = new Map<string, string>();
 
@@ -174,6 +184,7 @@ export class Reconciler {
       return this.#ensureFailed(intent, err);
     }
 
+    if (intent.snapshot && store.get(id)?.snapshot) await this.#snapshot(intent, obs);
     if (!driver.capabilities.hostView) return this.#reconcileRemote(intent, obs, ctx);
 
     if (obs.phase === "Running") await withSpan("runtime.register", ctx, { "sandbox.id": id }, () => this.#register(intent), RUNTIME_SCOPE);
@@ -231,6 +242,25 @@ export class Reconciler {
     throw err;
   }
 
+  /**
+   * Takes the snapshot the intent asks for (the driver freezes a running sandbox for the copy and
+   * puts it back). Taking one that exists returns it, so a second pass is harmless. A failure is
+   * not retried: the generation's ack carries it, and the edge answers the client that asked;
+   * the sandbox itself is unchanged.
+   */
+  async #snapshot(intent: Intent, obs: SandboxObservation): Promise<void> {
+    const id = intent.sandboxId;
+    if (obs.phase === "Pending" || obs.phase === "Failed") return; // not there yet: next pass
+    try {
+      await this.#d.driver.snapshotFs(id, intent.snapshot!.id);
+    } catch (err) {
+      const message = (err as Error)?.message ?? String(err);
+      LOG.warn("snapshot failed", { sandboxId: id, snapshotId: intent.snapshot!.id, error: message });
+      this.#snapshotErrors.set(id, { generation: intent.generation, reason: isTerminal(err) ? err.reason : "SnapshotFailed", message });
+    }
+    this.#d.store.snapshotDone(id, intent.generation);
+  }
+
   /** The remote-runtime half of reconcile: re-init the pod's runtime once per generation. */
   async #reconcileRemote(intent: Intent, obs: SandboxObservation, ctx: Context): Promise<WorkResult> {
     const id = intent.sandboxId;
@@ -281,7 +311,10 @@ export class Reconciler {
   #settle(intent: Intent, converged: boolean, phase: SandboxObservation["phase"], message?: string): void {
     const starting = !converged && intent.owner.kind === "sandbox" && intent.desired.state === "running" && phase !== "Failed";
     if (starting) return;
-    this.#d.settled(intent.sandboxId, intent.generation, converged ? "applied" : "accepted", message);
+    const failed = this.#snapshotErrors.get(intent.sandboxId);
+    this.#snapshotErrors.delete(intent.sandboxId);
+    const snapshotError = failed?.generation === intent.generation ? { reason: failed.reason, message: failed.message } : undefined;
+    this.#d.settled(intent.sandboxId, intent.generation, converged ? "applied" : "accepted", message, snapshotError);
   }
 
   /**

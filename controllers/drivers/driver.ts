@@ -34,8 +34,9 @@ export interface DesiredSandbox {
   allowInternetAccess: boolean;
   /** E2B egress rules (`network.allowOut/denyOut`) to enforce; null or absent: none. */
   egress?: EgressPolicy | null;
-  /** Fill the writable layer from this snapshot when the sandbox is first created. */
-  restoreFrom?: SnapshotRef;
+  /** Start the sandbox's private state (its disk, or its layer) as a copy of this snapshot when
+   * it is first created; its own identity (hostname, hosts) is written over the snapshot's. */
+  restoreFrom?: Pick<SnapshotRef, "id">;
   /** The pool (template id = SandboxSet name) the sandbox is built from, for drivers that build
    * sandboxes from a pool's own spec (kubernetes: the SandboxSet's pod template). */
   pool?: string;
@@ -87,11 +88,12 @@ export interface SandboxObservation {
   reason?: string;
 }
 
-/** A saved writable layer. Opaque to callers except for `id`. */
+/** A saved writable state (the local driver: the sandbox's disk image, or its layer directory).
+ * Opaque to callers except for `id`, which is all a driver needs to find it again. */
 export interface SnapshotRef {
   id: string;
   sandboxId: string;
-  /** Driver-specific location (a tar file for `local`). */
+  /** Driver-specific location (a directory under the data dir for `local`). */
   location: string;
   bytes: number;
   createdAt: string;
@@ -156,12 +158,14 @@ export interface Driver {
   exec(id: string, req: SpawnRequest, opts?: { timeoutMs?: number; stdin?: string }): Promise<ExecResult>;
   freeze(id: string): Promise<void>;
   thaw(id: string): Promise<void>;
-  /** Saves the writable layer; the sandbox keeps its state (a running one is frozen while saved
-   * when the driver can freeze atomically). */
-  snapshotFs(id: string): Promise<SnapshotRef>;
+  /** Saves the writable state as snapshot `snapshotId` (a new id when absent; taking one that
+   * exists returns it); the sandbox keeps its state (a running one is frozen while saved when the
+   * driver can freeze atomically, then put back). Snapshots survive agent restarts. */
+  snapshotFs(id: string, snapshotId?: string): Promise<SnapshotRef>;
   /** Replaces the writable layer's contents with a snapshot's. */
-  restoreFs(id: string, snapshot: SnapshotRef): Promise<void>;
-  deleteSnapshot(snapshot: SnapshotRef): Promise<void>;
+  restoreFs(id: string, snapshot: Pick<SnapshotRef, "id">): Promise<void>;
+  /** Frees a snapshot (unknown ids are fine); sandboxes made from it keep their own copies. */
+  deleteSnapshot(snapshot: Pick<SnapshotRef, "id">): Promise<void>;
   /** Ends every process, removes cgroups and the writable layer. Unknown ids are fine. */
   destroy(id: string): Promise<void>;
 }

@@ -203,6 +203,17 @@ export class ClusterDO extends DurableObject<Env> {
     return { ok: true, entries };
   }
 
+  /**
+   * Asks the agent to free snapshots the edge deleted. Best effort: sent only while it is
+   * connected (`sent` says whether it was); nothing is queued for a later session.
+   */
+  async deleteSnapshots(ids: string[]): Promise<{ ok: true; sent: boolean }> {
+    this.load();
+    if (ids.length === 0 || !this.agentSocket()) return { ok: true, sent: false };
+    this.send({ type: "snapshotDeletes", ids });
+    return { ok: true, sent: true };
+  }
+
   async status(): Promise<ClusterStatus> {
     const st = this.load();
     const ws = this.agentSocket();

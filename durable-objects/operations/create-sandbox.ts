@@ -21,6 +21,7 @@ import { quotaStub } from "../quota/stub.ts";
 import { sandboxHandle } from "../sandbox/stub.ts";
 import { getDb } from "../store/db.ts";
 import { resolveTemplateCached } from "../store/template-cache.ts";
+import { resolveSnapshotRef, type SnapshotRow } from "../store/snapshots.ts";
 import { refusalsAsResult } from "./result.ts";
 import { countEvent, flushDue, timedMs } from "../metrics/edge-metrics.ts";
 import { EDGE } from "../metrics/families.ts";
@@ -47,23 +48,28 @@ export async function createSandbox(env: Env, caller: Caller, input: CreateSandb
 async function create(env: Env, caller: Caller, { version, body, ext }: CreateSandboxInput): Promise<SandboxInfo> {
   if (body.autoResume?.enabled && !body.autoPause) throw new ApiError("bad_request", "autoResume needs autoPause (lifecycle onTimeout: pause)");
   if (body.autoResume?.enabled && body.autoPauseMemory === false) throw new ApiError("bad_request", "autoResume cannot be combined with autoPauseMemory: false");
-  const template = await timedMs(EDGE.createStage, { stage: "template" }, () => resolveTemplateCached(getDb(env), caller.teamId, body.templateID));
-  if (!template) throw new ApiError("template_not_found", `Template "${body.templateID}" not found`);
+  const { template, snapshot } = await timedMs(EDGE.createStage, { stage: "template" }, () => templateOrSnapshot(env, caller, body.templateID));
 
   const resources: Resources = {
     // E2B reports whole cores (OpenKruise floors the limit); never 0 for a fractional one.
     cpu: ext.inplaceUpdate?.cpuCount ? Math.max(1, Math.floor(ext.inplaceUpdate.cpuCount)) : template.spec.cpuCount,
     memoryMB: template.spec.memoryMB,
   };
-  const claimed = await timedMs(EDGE.createStage, { stage: "claim" }, () => claim(env, caller, template, resources));
+  const claimed = await timedMs(EDGE.createStage, { stage: "claim" }, () => claim(env, caller, template, resources, snapshot !== undefined));
   countEvent(EDGE.claims, { stock: claimed.warm ? "warm" : "cold" });
-  if (!claimed.warm && !ext.createOnNoStock) {
+  if (snapshot && claimed.cluster !== snapshot.cluster) {
+    await quotaStub(env, caller.teamId).release(claimed.sandboxId, claimed.generation + 1).catch(() => undefined);
+    throw new ApiError("conflict", `Snapshot "${body.templateID}" is on cluster "${snapshot.cluster}", its template's sandboxes now run on "${claimed.cluster}"`);
+  }
+  if (!claimed.warm && !ext.createOnNoStock && !snapshot) {
     // Nobody creates the minted id: its reservation goes (or the reconcile drops it).
     await quotaStub(env, caller.teamId).release(claimed.sandboxId, claimed.generation + 1).catch(() => undefined);
     throw new ApiError("sandbox_capacity_unavailable", `No warm sandbox of template "${body.templateID}" is available`);
   }
   const timeout = body.timeout === undefined ? (version === "v1" ? V1_DEFAULT_TIMEOUT_S : DEFAULT_TIMEOUT_S) : body.timeout || DEFAULT_TIMEOUT_S;
   const spec = buildSpec(caller, template, body, ext, claimed, resources, version);
+  // Its own id, tokens and hostname; its files start as the snapshot's.
+  if (snapshot) Object.assign(spec, { templateId: template.templateId, restoreFrom: { id: snapshot.id } });
   const input = { spec, timeoutS: timeout, claimedGeneration: claimed.generation, endpoint: claimed.endpoint, waitMs: ext.waitReadyMs ?? DEFAULT_WAIT_MS };
   const res = await timedMs(EDGE.createStage, { stage: "start" }, () => timedMs(EDGE.doCall, { object: "sandbox_group", method: "create" }, () => sandboxHandle(env, claimed.sandboxId).create(input)));
   if (!res.ok) throw ApiError.from(res.error);
@@ -71,10 +77,26 @@ async function create(env: Env, caller: Caller, { version, body, ext }: CreateSa
   return res.sandbox;
 }
 
-/** Claims through the caller's team quota; fails closed when the quota cannot be reached (503). */
-async function claim(env: Env, caller: Caller, template: TemplateRecord, resources: Resources) {
+/**
+ * The template a create names, or the team's snapshot it names (E2B `Sandbox.create(snapshotId)`)
+ * with the template of the snapshot's source sandbox.
+ */
+async function templateOrSnapshot(env: Env, caller: Caller, ref: string): Promise<{ template: TemplateRecord; snapshot?: SnapshotRow }> {
+  const db = getDb(env);
+  const template = await resolveTemplateCached(db, caller.teamId, ref);
+  if (template) return { template };
+  const snapshot = await resolveSnapshotRef(db, { id: caller.teamId, name: caller.teamName }, ref);
+  const source = snapshot && (await resolveTemplateCached(db, caller.teamId, snapshot.templateId));
+  if (!snapshot) throw new ApiError("template_not_found", `Template "${ref}" not found`);
+  if (!source) throw new ApiError("template_not_found", `Template "${snapshot.templateId}" of snapshot "${ref}" not found`);
+  return { template: source, snapshot };
+}
+
+/** Claims through the caller's team quota; fails closed when the quota cannot be reached (503).
+ * `fresh`: a new sandbox, never a warm member (one made from a snapshot). */
+async function claim(env: Env, caller: Caller, template: TemplateRecord, resources: Resources, fresh = false) {
   const quota = quotaStub(env, caller.teamId);
-  const req = { teamId: caller.teamId, teamName: caller.teamName, pool: poolName(template.teamId, template.templateId), ...resources };
+  const req = { teamId: caller.teamId, teamName: caller.teamName, pool: poolName(template.teamId, template.templateId), ...resources, ...(fresh ? { fresh } : {}) };
   const viaQuota = async (): Promise<ClaimResult> => {
     try {
       return await timedMs<ClaimResult>(EDGE.doCall, { object: "team_quota", method: "claim" }, () => quota.claim(req));

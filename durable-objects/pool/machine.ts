@@ -44,7 +44,8 @@ export interface PoolState {
 
 export type PoolEvent =
   | { type: "configure"; config: PoolConfig }
-  | { type: "claim" }
+  /** `fresh`: a new member whatever the stock (a sandbox made from a snapshot starts from its copy). */
+  | { type: "claim"; fresh?: boolean }
   | { type: "observe"; observation: Observation }
   | { type: "tick" }
   | { type: "destroy" };
@@ -93,7 +94,7 @@ export function transition(
       reconcile(state, ctx, effects);
       return { state, effects };
     case "claim": {
-      const claim = claimOne(state, ctx, effects);
+      const claim = claimOne(state, ctx, effects, event.fresh === true);
       if (claim.ok) reconcile(state, ctx, effects);
       return { state, effects, claim };
     }
@@ -184,12 +185,12 @@ export function rollout(state: PoolState): Rollout {
   };
 }
 
-function claimOne(state: PoolState, ctx: Context, effects: PoolEffect[]): ClaimReply {
+function claimOne(state: PoolState, ctx: Context, effects: PoolEffect[], mint: boolean): ClaimReply {
   if (!state.config) return refuse("template_not_found", "this template has no pool configured");
   const rev = state.config.revision;
   // The current revision first, even still creating: once one exists, an old member is never
   // handed out (it is only there until the rolling update replaces it).
-  const m = takeFrom(state.available, rev) ?? takeFrom(state.creating, rev) ?? popOther(state.available, rev) ?? popOther(state.creating, rev);
+  const m = mint ? undefined : takeFrom(state.available, rev) ?? takeFrom(state.creating, rev) ?? popOther(state.available, rev) ?? popOther(state.creating, rev);
   if (m) {
     const from = m.state;
     unpool(state, m);

@@ -53,11 +53,11 @@ export class PoolDO extends DurableObject<Env> {
     return { ok: true, status: this.statusNow() };
   }
 
-  /** Pops the best unclaimed member in O(1), or mints an id when there is no stock. */
-  async claim(): Promise<ClaimResult> {
+  /** Pops the best unclaimed member in O(1), or mints an id when there is no stock (or `fresh`). */
+  async claim(opts: { fresh?: boolean } = {}): Promise<ClaimResult> {
     const st = this.load();
     const cfg = st.config;
-    const reply = this.apply({ type: "claim" });
+    const reply = this.apply({ type: "claim", fresh: opts.fresh });
     if (reply && !reply.ok) return reply;
     if (this.autoscale!.claimed(Date.now())) this.armAt(this.autoscale!.due!);
     if (!reply || !cfg) return { ok: false, error: { code: ErrorCode.internal, message: "claim produced no reply" } };

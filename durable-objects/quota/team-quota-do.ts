@@ -34,6 +34,8 @@ export interface QuotaClaim extends Resources {
   teamName: string;
   /** The PoolDO to claim from (`poolName` in functions/api/stubs.ts). */
   pool: string;
+  /** A new sandbox whatever the pool's stock (one made from a snapshot). */
+  fresh?: boolean;
 }
 
 export interface QuotaReserve extends Resources {
@@ -84,7 +86,7 @@ export class TeamQuotaDO extends DurableObject<Env> {
     }
     let claimed: ClaimResult;
     try {
-      claimed = await this.env.POOL.get(this.env.POOL.idFromName(req.pool)).claim();
+      claimed = await this.env.POOL.get(this.env.POOL.idFromName(req.pool)).claim({ fresh: req.fresh });
     } catch (err) {
       claimed = { ok: false, error: { code: ErrorCode.internal, message: `pool ${req.pool}: ${String(err)}` } };
     }

@@ -27,6 +27,9 @@ export type SandboxEvent =
    * files; a paused one stays paused. `attempt` > the last one retries a failed upgrade.
    */
   | { type: "upgrade"; template: TemplateSpec; attempt: number }
+  /** E2B createSnapshot (and fork): the agent takes snapshot `snapshotId` of a running or paused
+   * sandbox with the next generation, which leaves its state as it was. */
+  | { type: "snapshot"; snapshotId: string }
   | { type: "observe"; obs: Observation }
   | { type: "ack"; generation: number; result: AckResult; message?: string }
   | { type: "alarm" }

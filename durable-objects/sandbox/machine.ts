@@ -15,6 +15,8 @@
 //   SandboxResumed     ResumePod (resume sent: False; observed running: True)
 //   Upgrading          UpgradePod (an ops run's new revision sent: False), Succeeded (observed
 //                      running, or paused, at it: True), UpgradePodFailed (the agent failed it)
+// A snapshot is an intent of its own generation with the same desired state: the agent freezes
+// the sandbox for the copy and leaves it as it was; a snapshot it could not take does not fail it.
 import { MIN_RESUME_TIMEOUT_S } from "../../schema/api/limits.ts";
 import { ErrorCode, sandboxNotFoundMessage, type Refusal } from "../../schema/errors.ts";
 import { egressOf, type Intent, type Observation, type PauseStrategy, type SandboxId } from "../../schema/protocol/index.ts";
@@ -83,6 +85,8 @@ export function transition(current: SandboxState | null, ev: SandboxEvent, now: 
     case "hook":
       setCondition(s, ev.condition.type, ev.condition.status, ev.condition.reason, now, ev.condition.message);
       return ok(s, []);
+    case "snapshot":
+      return snapshot(s, ev.snapshotId, now);
     default:
       return assertNever(ev);
   }
@@ -216,6 +220,13 @@ function upgradeDone(s: SandboxState, now: number): void {
   setCondition(s, "Upgrading", "True", "Succeeded", now);
 }
 
+function snapshot(s: SandboxState, snapshotId: string, now: number): Transition {
+  if (s.phase !== "Running" && s.phase !== "Paused") return refuse(s, ErrorCode.conflict, `Sandbox "${s.spec.id}" is ${s.phase.toLowerCase()}; retry the snapshot once it is running or paused`);
+  s.generation++;
+  s.snapshot = { id: snapshotId, generation: s.generation };
+  return ok(s, [sendIntent(s, now)]);
+}
+
 function startPause(s: SandboxState, strategy: PauseStrategy, now: number): Transition {
   s.phase = "Pausing";
   s.desired = "paused";
@@ -310,6 +321,8 @@ function observe(s: SandboxState, obs: Observation, now: number): Transition {
 function ack(s: SandboxState, ev: Extract<SandboxEvent, { type: "ack" }>, now: number): Transition {
   if (ev.generation !== s.generation) return ok(s, []);
   const before = { phase: s.phase, endAt: s.endAt };
+  // The snapshot's answer (taken or not, which the caller reads in the ack): asked no more.
+  if (s.snapshot?.generation === ev.generation) s.snapshot = null;
   if (ev.result === "rejected") {
     if (s.desired === "deleted") return ok(null, [{ kind: "purge" }]);
     fail(s, "IntentRejected", ev.message, now);
@@ -395,6 +408,8 @@ function sendIntent(s: SandboxState, now: number): SandboxEffect {
     egress: egressOf(s.spec.network),
     team: s.spec.teamName ?? null,
     ...(s.spec.inplaceUpdate ? { inplaceUpdate: s.spec.inplaceUpdate } : {}),
+    ...(s.spec.restoreFrom ? { restoreFrom: s.spec.restoreFrom } : {}),
+    ...(s.snapshot?.generation === s.generation ? { snapshot: { id: s.snapshot.id } } : {}),
     issuedAt: now,
   };
   return { kind: "intent", intent };

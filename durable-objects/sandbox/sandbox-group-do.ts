@@ -12,7 +12,7 @@ import { DurableObject } from "cloudflare:workers";
 import type { Env } from "../env.ts";
 import { tombstone, type IndexOp } from "../store/sandbox-index.ts";
 import { ErrorCode, sandboxNotFoundMessage, type Refusal } from "../../schema/errors.ts";
-import type { Endpoint, Intent, Observation, PauseStrategy } from "../../schema/protocol/index.ts";
+import type { AckItem, Endpoint, Intent, Observation, PauseStrategy } from "../../schema/protocol/index.ts";
 import { CoarseTimers } from "../coarse-timers.ts";
 import { currentTraceparent, edgeSpan, flushEdgeTraces } from "../tracing/edge-tracing.ts";
 import { TurnWrites } from "../turn-writes.ts";
@@ -60,7 +60,17 @@ const ENQUEUE_GRACE_MS = 10_000;
 /** ClusterDO's own bound on an ack wait (cluster-do.ts MAX_AWAIT_MS). */
 const MAX_ACK_WAIT_MS = 30_000;
 
-type Applied = Result<{ resumed?: boolean; acked?: boolean; failure?: Refusal }>;
+/** `ack`: the agent's answer to the intent this event sent, when it came in time. */
+type Applied = Result<{ resumed?: boolean; acked?: boolean; failure?: Refusal; ack?: AckItem }>;
+
+/** What a taken snapshot needs from its source to make sandboxes of it later. */
+export interface SnapshotSource {
+  teamId: string;
+  /** Absent for sandboxes created before the team's name was kept. */
+  teamName?: string;
+  templateId: string;
+  cluster: string;
+}
 
 export class SandboxGroupDO extends DurableObject<Env> {
   private readonly store: SandboxStore;
@@ -210,6 +220,28 @@ export class SandboxGroupDO extends DurableObject<Env> {
     if (!t.acked) return { ok: false, error: { code: ErrorCode.placementTimeout, message: `The cluster did not apply the network rules of sandbox "${id}" within ${waitMs} ms (they apply when it does)` } };
     if (this.slots.find(id)?.state?.phase === "Failed") return { ok: false, error: { code: ErrorCode.conflict, message: `Sandbox "${id}" failed applying the network rules` } };
     return { ok: true };
+  }
+
+  /**
+   * E2B createSnapshot: the agent takes snapshot `snapshotId` of the sandbox (frozen for the
+   * copy, then as it was) with the next generation; answered once it has, bounded by `waitMs`.
+   * A driver that cannot take snapshots answers 501 naming why; another failure leaves the
+   * sandbox as it was.
+   */
+  async snapshot(id: string, access: Access, snapshotId: string, waitMs: number): Promise<Result<{ source: SnapshotSource }>> {
+    const s = this.slots.find(id)?.state ?? null;
+    if (!visibleTo(s, access)) return notFound(id);
+    const source = { teamId: s.spec.teamId, teamName: s.spec.teamName, templateId: s.spec.templateId, cluster: s.spec.cluster };
+    const t = await this.apply(id, { type: "snapshot", snapshotId }, waitMs);
+    if (!t.ok) return t;
+    if (t.failure) return { ok: false, error: t.failure };
+    if (!t.acked || !t.ack) return { ok: false, error: { code: ErrorCode.placementTimeout, message: `The cluster did not take the snapshot of sandbox "${id}" within ${waitMs} ms` } };
+    const failed = t.ack.snapshotError ?? (t.ack.result === "rejected" ? { reason: "IntentRejected", message: t.ack.message ?? "the agent rejected the intent" } : undefined);
+    if (failed) {
+      const code = failed.reason === "Unsupported" ? ErrorCode.notImplemented : ErrorCode.internal;
+      return { ok: false, error: { code, message: `The snapshot of sandbox "${id}" was not taken: ${failed.message}` } };
+    }
+    return { ok: true, source };
   }
 
   /** E2B connect (and the deprecated resume): `resumed` tells 201 from 200. */
@@ -429,13 +461,16 @@ export class SandboxGroupDO extends DurableObject<Env> {
       // A stale-dropped intent (seq 0: ClusterDO already holds this generation or a newer one)
       // was not acknowledged by anyone.
       const acked = awaitAckMs === 0 || (!res.timedOut && res.seqs.every((s) => s > 0));
+      let ack: AckItem | undefined;
       for (const a of res.acks) {
-        if (a.sandboxId === id) await this.apply(id, { type: "ack", generation: a.generation, result: a.result, message: a.message }, 0);
+        if (a.sandboxId !== id) continue;
+        if (a.generation === intent.generation) ack = a;
+        await this.apply(id, { type: "ack", generation: a.generation, result: a.result, message: a.message }, 0);
       }
       if (slot.dirty && slot.state) this.save(id, slot);
       const unsavedAck = await this.settled();
       if (unsavedAck) return { ok: false, error: unsavedAck };
-      return { ...t.result, acked };
+      return { ...t.result, acked, ...(ack ? { ack } : {}) };
     } finally {
       slot.busy--;
       this.slots.release(id, slot);

@@ -56,6 +56,8 @@ export interface SandboxSpec {
   /** The create's in-place change of the claimed member (image, CPU), sent with every intent so
    * a redelivered or later one (pause, resume) still asks for it. */
   inplaceUpdate?: InplaceUpdate;
+  /** Made from this snapshot: every intent names it (a sandbox lost on its cluster is remade so). */
+  restoreFrom?: { id: string };
 }
 
 export interface SandboxState {
@@ -82,6 +84,8 @@ export interface SandboxState {
    * and attempt (the idempotency key: the same pair is never applied twice), the generation of
    * its intent, whether the sandbox was paused then (it stays paused), and whether it finished. */
   upgrade?: SandboxUpgrade;
+  /** A snapshot asked of the agent with the intent of `generation` (until its ack). */
+  snapshot?: { id: string; generation: number } | null;
 }
 
 export interface SandboxUpgrade {

@@ -55,7 +55,7 @@ export function encodeCursor(c: Cursor): string {
   return btoa(`${c.startedAt}__${c.id}`).replaceAll("+", "-").replaceAll("/", "_").replace(/=+$/, "");
 }
 
-function decodeCursor(token: string): Cursor {
+export function decodeCursor(token: string): Cursor {
   let text: string;
   try {
     text = atob(token.replaceAll("-", "+").replaceAll("_", "/"));

@@ -128,16 +128,6 @@ sandboxes.post("/sandboxes/:id/resume", async (c) => {
   return c.json(renderSandbox(res.sandbox, c.env.SANDBOX_DOMAIN), 201);
 });
 
-/** A feature the SDK calls that this server lacks. The caller's own sandbox gets 501 (a bare 404
- * would make the SDK report a live sandbox as not found); anyone else's, the usual 404. */
-function notSupported(feature: string) {
-  return async (c: Context<AppEnv>) => {
-    const { id, stub, access } = target(c);
-    const info = await stub.info(access);
-    if (!info.ok) fail(id, info.error);
-    throw new ApiError("not_implemented", `${feature} is not supported by this server yet`);
-  };
-}
 /** E2B updateNetwork: answered once the agent applies the rules (the gateway's wait bound). */
 sandboxes.put("/sandboxes/:id/network", async (c) => {
   const { id, stub, access } = target(c);
@@ -147,18 +137,6 @@ sandboxes.put("/sandboxes/:id/network", async (c) => {
   if (!res.ok) fail(id, res.error);
   return c.body(null, 204);
 });
-sandboxes.post("/sandboxes/:id/snapshots", notSupported("Snapshots"));
 sandboxes.get("/sandboxes/:id/logs", sandboxLogsRoute("v1"));
 sandboxes.get("/v2/sandboxes/:id/logs", sandboxLogsRoute("v2"));
 
-/** No snapshot can exist here; a sandboxID filter still names a sandbox the caller must see. */
-sandboxes.get("/snapshots", async (c) => {
-  const sandboxId = c.req.query("sandboxID");
-  if (sandboxId) {
-    const access = accessOf(c.get("caller"));
-    if (!SANDBOX_ID_PATTERN.test(sandboxId)) throw new ApiError("sandbox_not_found", sandboxNotFoundMessage(sandboxId));
-    const info = await sandboxHandle(c.env, sandboxId).info(access);
-    if (!info.ok) fail(sandboxId, info.error);
-  }
-  throw new ApiError("not_implemented", "Snapshots are not supported by this server yet");
-});

@@ -78,7 +78,11 @@ export const sandboxes = sqliteTable(
   ],
 );
 
-/** Snapshots taken from sandboxes (filled by the snapshot routes of a later issue). */
+/**
+ * Snapshots of sandboxes' private state (E2B `createSnapshot`), owned by the team and outliving
+ * the source sandbox. The files are on the agent of `cluster`; a row is written once the agent
+ * has taken the snapshot, and deleted before the agent is asked to free it.
+ */
 export const snapshots = sqliteTable(
   "snapshots",
   {
@@ -86,10 +90,16 @@ export const snapshots = sqliteTable(
     teamId: text("team_id").notNull(),
     keyId: text("key_id").notNull(),
     sandboxId: text("sandbox_id").notNull(),
+    /** E2B full names (`team/name:default`); empty for an unnamed snapshot. */
     names: text("names", { mode: "json" }).$type<string[]>().notNull(),
     createdAt: integer("created_at").notNull(),
+    /** The name given at create (unique per team: a new snapshot of that name replaces the old). */
+    name: text("name"),
+    /** The source sandbox's template: sandboxes from the snapshot take its resources and pool. */
+    templateId: text("template_id").notNull().default(""),
+    cluster: text("cluster").notNull().default("local"),
   },
-  (t) => [index("snapshots_team").on(t.teamId, t.createdAt)],
+  (t) => [index("snapshots_team").on(t.teamId, t.createdAt), index("snapshots_team_name").on(t.teamId, t.name)],
 );
 
 /** Audit trail of control-plane actions (key created/deleted, template changed, ...). */

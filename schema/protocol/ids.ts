@@ -23,3 +23,7 @@ export function newSandboxId(): SandboxId {
   }
   return id as SandboxId;
 }
+
+/** Snapshot ids name a directory on the agent: the edge mints 20 characters of [a-z0-9]. */
+export const SNAPSHOT_ID_PATTERN = /^[a-z0-9]{1,64}$/;
+export const SnapshotIdSchema = z.string().regex(SNAPSHOT_ID_PATTERN, "snapshot ids are 1-64 characters of [a-z0-9]");

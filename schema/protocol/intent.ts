@@ -1,5 +1,5 @@
 import { z } from "zod";
-import { SandboxIdSchema } from "./ids.ts";
+import { SandboxIdSchema, SnapshotIdSchema } from "./ids.ts";
 import { EgressPolicySchema } from "./egress.ts";
 
 /**
@@ -80,6 +80,13 @@ export const IntentSchema = z
     team: z.string().min(1).nullable().default(null),
     /** Set on a claimed member's intents when the claim changes it in place (drivers that can). */
     inplaceUpdate: InplaceUpdateSchema.optional(),
+    /** Take this snapshot of the sandbox's private state while applying this generation (the
+     * sandbox frozen for the copy, then as `desired` says); acked once it is taken, `rejected`
+     * with the reason when it cannot be. Only the generation that asks carries it. */
+    snapshot: z.object({ id: SnapshotIdSchema }).optional(),
+    /** Create the sandbox's private state as a copy of this snapshot (used when it is first made;
+     * every intent of a sandbox made from a snapshot carries it, so a lost sandbox is remade so). */
+    restoreFrom: z.object({ id: SnapshotIdSchema }).optional(),
     /** Edge clock, ms since the epoch, when the owner issued it (diagnostics only). */
     issuedAt: z.number().int().nonnegative(),
   })

@@ -1,5 +1,5 @@
 import { z } from "zod";
-import { SandboxIdSchema } from "./ids.ts";
+import { SandboxIdSchema, SnapshotIdSchema } from "./ids.ts";
 import { IntentSchema, PauseStrategySchema } from "./intent.ts";
 import { ObservationSchema } from "./observation.ts";
 import { ClaimsSchema, QuotasSchema, RepliesSchema, RequestsSchema, SandboxSetsSchema } from "./crd-sync.ts";
@@ -26,6 +26,7 @@ import { MAX_FRAME_SANDBOXES, MAX_MESSAGE_LENGTH, MAX_NAME_LENGTH, MAX_PATH_LENG
  *                                (hibernation auto-response). Silence (no frame, no ping) for 3
  *                                intervals: the edge closes the socket (4408) and the agent redials
  *   edge  → agent error          before the edge closes the socket for a protocol error
+ *   edge  → agent snapshotDeletes  snapshots to free (best effort: sent while connected)
  *   agent → edge  sandboxsets, requests, claims, quotas; edge → agent replies: the cluster's
  *                                custom resources (kubernetes driver), see crd-sync.ts
  *   edge  → agent build; agent → edge buildEvents: template builds, see build.ts
@@ -88,6 +89,9 @@ export const AckItemSchema = z.object({
   generation: z.number().int().nonnegative(),
   result: AckResultSchema,
   message: z.string().max(MAX_MESSAGE_LENGTH).optional(),
+  /** The snapshot this generation asked for was not taken (the sandbox is as the intent says):
+   * a CamelCase reason (`Unsupported`: the driver cannot take snapshots) and the error. */
+  snapshotError: z.object({ reason: z.string().max(MAX_NAME_LENGTH), message: z.string().max(MAX_MESSAGE_LENGTH) }).optional(),
 });
 export type AckItem = z.infer<typeof AckItemSchema>;
 
@@ -174,6 +178,12 @@ export const LogsRequestSchema = z.object({
 });
 export type LogsRequest = z.infer<typeof LogsRequestSchema>;
 
+/** Snapshots to free on the agent (a deleted E2B snapshot). Unknown ids are fine. */
+export const SnapshotDeletesSchema = z.object({
+  type: z.literal("snapshotDeletes"),
+  ids: z.array(SnapshotIdSchema).min(1).max(1000),
+});
+
 /** Every frame the edge may send (except the raw pong). */
 export const EdgeMessageSchema = z.discriminatedUnion("type", [
   WelcomeSchema,
@@ -182,6 +192,7 @@ export const EdgeMessageSchema = z.discriminatedUnion("type", [
   RepliesSchema,
   BuildFrameSchema,
   LogsRequestSchema,
+  SnapshotDeletesSchema,
 ]);
 export type EdgeMessage = z.infer<typeof EdgeMessageSchema>;
 

@@ -86,6 +86,8 @@ export interface ScriptedAgentOptions {
   reject?: (intent: Intent) => string | undefined;
   /** Intents to hold: acked `accepted`, not acted on until `release(sandboxId)` (a slow upgrade). */
   hold?: (intent: Intent) => boolean;
+  /** Why the snapshot an intent asks for is not taken (carried by its ack); default: taken. */
+  failSnapshot?: (intent: Intent) => { reason: string; message: string } | undefined;
 }
 
 /** What the scripted agent pretends runs on its cluster. */
@@ -105,6 +107,8 @@ export class ScriptedAgent {
   /** What it answers logs requests from, and the requests it got. */
   readonly logs = new SandboxLogs();
   readonly logsRequests: LogsRequest[] = [];
+  /** Snapshot ids the edge asked it to free (snapshotDeletes frames). */
+  readonly snapshotDeletes: string[] = [];
   welcome: Welcome | null = null;
   closed: { code: number } | null = null;
   private ws: SocketLike | null = null;
@@ -132,6 +136,7 @@ export class ScriptedAgent {
       reject: opts.reject ?? (() => undefined),
       hold: opts.hold ?? (() => false),
       builder: opts.builder ?? false,
+      failSnapshot: opts.failSnapshot ?? (() => undefined),
     };
     this.inventory = opts.inventory;
   }
@@ -262,6 +267,9 @@ export class ScriptedAgent {
         this.logsRequests.push(msg);
         this.sendFrame({ type: "logs", id: msg.id, entries: this.logs.query(msg.sandboxId, msg.query) });
         break;
+      case "snapshotDeletes":
+        this.snapshotDeletes.push(...msg.ids);
+        break;
       default:
         msg satisfies never;
     }
@@ -278,6 +286,7 @@ export class ScriptedAgent {
     }
     const refusal = this.opts.reject(intent);
     if (refusal) return this.ack({ seq, sandboxId: id, generation: intent.generation, result: "rejected", message: refusal });
+    const snapshotError = intent.snapshot ? this.opts.failSnapshot(intent) : undefined;
     const s: FakeSandbox = { generation: intent.generation, phase: current?.phase ?? "Pending", intent };
     this.sandboxes.set(id, s);
     const settle = () => {
@@ -300,7 +309,7 @@ export class ScriptedAgent {
     // acked as accepted and reported Running once "started".
     if (!creating) settle();
     this.after(this.opts.ackDelayMs, () =>
-      this.ack({ seq, sandboxId: id, generation: intent.generation, result: creating ? "accepted" : "applied" }),
+      this.ack({ seq, sandboxId: id, generation: intent.generation, result: creating ? "accepted" : "applied", ...(snapshotError ? { snapshotError } : {}) }),
     );
     if (creating) this.after(this.opts.readyDelayMs, settle);
   }

@@ -35,6 +35,9 @@ import { UserRequests } from "./user-requests.ts";
 export { idLabel, sandboxName } from "./objects.ts";
 export type { KubeDesiredSandbox, KubernetesDriverOptions, KubeSandboxObservation, SandboxObject, SandboxRequest, SandboxSetObject } from "./objects.ts";
 
+/** Why: no Checkpoint controller yet (Stop pause keeps PVC data only). */
+const SNAPSHOTS_UNSUPPORTED = "the kubernetes driver does not take snapshots yet (no Checkpoint controller in this cluster)";
+
 export class KubernetesDriver implements Driver {
   readonly name = "kubernetes";
   readonly capabilities: DriverCapabilities = KUBERNETES_CAPABILITIES;
@@ -143,6 +146,7 @@ export class KubernetesDriver implements Driver {
 
   async ensure(desired: DesiredSandbox): Promise<KubeSandboxObservation> {
     const d = desired as KubeDesiredSandbox;
+    if (d.restoreFrom) throw new UnsupportedError("sandboxes from snapshots", SNAPSHOTS_UNSUPPORTED);
     const ctx = this.#ctx;
     if (d.accessToken) this.#pods.setToken(d.id, d.accessToken);
     // The team's objects are only seen once its namespace is watched.
@@ -313,16 +317,16 @@ export class KubernetesDriver implements Driver {
     );
   }
 
-  async snapshotFs(_id: string): Promise<SnapshotRef> {
-    throw new UnsupportedError("snapshotFs", "no checkpoint controller in this cluster; Stop pause keeps PVC data only");
+  async snapshotFs(_id: string, _snapshotId?: string): Promise<SnapshotRef> {
+    throw new UnsupportedError("snapshots", SNAPSHOTS_UNSUPPORTED);
   }
 
-  async restoreFs(_id: string, _snapshot: SnapshotRef): Promise<void> {
-    throw new UnsupportedError("restoreFs", "no checkpoint controller in this cluster");
+  async restoreFs(_id: string, _snapshot: Pick<SnapshotRef, "id">): Promise<void> {
+    throw new UnsupportedError("restoreFs", SNAPSHOTS_UNSUPPORTED);
   }
 
-  async deleteSnapshot(_snapshot: SnapshotRef): Promise<void> {
-    throw new UnsupportedError("deleteSnapshot", "no checkpoint controller in this cluster");
+  async deleteSnapshot(_snapshot: Pick<SnapshotRef, "id">): Promise<void> {
+    throw new UnsupportedError("deleteSnapshot", SNAPSHOTS_UNSUPPORTED);
   }
 
   async destroy(id: string): Promise<void> {

@@ -13,6 +13,7 @@
 // altogether by disks made ahead (spare-disks.ts).
 import { spawnSync } from "node:child_process";
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, statfsSync, writeFileSync } from "node:fs";
+import { rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import type { LaunchedExit } from "../../runtime/process/launcher.ts";
@@ -28,7 +29,7 @@ const ENV = { PATH: "/usr/sbin:/usr/bin:/sbin:/bin" };
 const MKFS = ["mkfs.ext4", "-q", "-F", "-m", "0", "-E", "nodiscard,lazy_itable_init=1,lazy_journal_init=1"];
 /** Nothing on a sandbox's disk is a device or set-uid for the host; its inode tables are not
  * zeroed in the background (checksummed group descriptors say which are unused). */
-const MOUNT_OPTIONS = "loop,nosuid,nodev,noinit_itable";
+export const MOUNT_OPTIONS = "loop,nosuid,nodev,noinit_itable";
 /** Smallest disk: ext4 needs room for its own metadata and journal. */
 export const MIN_DISK_MB = 8;
 
@@ -95,7 +96,7 @@ export async function runHelper(spawner: Spawner, args: string[], cwd = "/"): Pr
   err.on("data", (c) => (text += String(c).slice(0, 2000)));
   err.on("error", () => {});
   const exit = await new Promise<LaunchedExit>((ok) => child.onExit(ok));
-  if (exit.error || exit.code !== 0) throw new Error(`${args[0] === "/bin/sh" ? "mkfs/mount" : args[0]}: ${exit.error ?? (text.trim() || `exit ${exit.code ?? exit.signal}`)}`);
+  if (exit.error || exit.code !== 0) throw new Error(`${args[0] === "/bin/sh" ? "sh" : args[0]}: ${exit.error ?? (text.trim() || `exit ${exit.code ?? exit.signal}`)}`);
 }
 
 /** Mounts the sandbox's image at `at`, formatting a new one of `sizeMB` first when there is none.
@@ -123,6 +124,18 @@ export async function unmountDisk(spawner: Spawner, at: string): Promise<void> {
   } catch {
     if (isMounted(at)) await runHelper(spawner, ["umount", "-l", at]);
   }
+}
+
+/** Unmounts the disk at `<dir>/disk` and deletes `dir` (a spare disk, a snapshot's copy made
+ * ahead); never deletes through a mount, so a disk that will not unmount keeps its directory. */
+export async function removeDiskDir(spawner: Spawner, dir: string): Promise<void> {
+  const disk = join(dir, "disk");
+  try {
+    await unmountDisk(spawner, disk);
+  } catch {
+    return;
+  }
+  if (!isMounted(disk)) await rm(dir, { recursive: true, force: true }).catch(() => {});
 }
 
 /** The same, synchronously, for what a previous agent left in the trash (at start, rarely). */

@@ -20,9 +20,9 @@ import {
 import { cgroupPids, cgroupSetFor, createCgroups, isFrozen, killAndRemove, listCgroupIds, procsFiles, removeParents, setFrozen, type CgroupLayout } from "./cgroups.ts";
 import { alive, discoverHolder, signalSandbox, startHolder } from "./holder.ts";
 import { EGRESS_MAX_CONNECTIONS, EGRESS_PROXY_PORT, egressRules, LocalEgress, networkMode, proxyEnv } from "./egress.ts";
-import { restoreLayer, saveLayer } from "./layer-archive.ts";
 import { mountDisk, unmountDisk, unmountDiskSync } from "./disk.ts";
 import { SpareDisks } from "./spare-disks.ts";
+import { LocalSnapshots } from "./snapshots.ts";
 import { bwrapMountArgs, layoutFor, mountsFor, prepareLayout, type SandboxLayout } from "./layout.ts";
 import { bwrapRootArgs, HOST_VIEW_IMAGE, mountRoot, rootFor, unmountRoot, writeIdentity } from "./root-overlay.ts";
 import { RootfsStore } from "./rootfs/store.ts";
@@ -86,6 +86,7 @@ export class LocalDriver implements Driver {
   readonly #pidsMax: number;
   readonly #diskMB: number;
   readonly #spares: SpareDisks | undefined;
+  readonly #snapshots: LocalSnapshots;
   readonly #locks = new Map<string, Promise<unknown>>();
   /** The last record written or read per sandbox: what views ask on every call. */
   readonly #records = new Map<string, SandboxRecord>();
@@ -130,6 +131,7 @@ export class LocalDriver implements Driver {
     // It makes every sandbox's veth: the first create should not wait for perl to start.
     if (this.#net) this.#relay.warm();
     mkdirSync(join(this.#dataDir, "sandboxes"), { recursive: true });
+    this.#snapshots = new LocalSnapshots(this.#dataDir, this.#spawner);
     this.#spares = this.capabilities.disk === "quota" && opts.spareDisks ? new SpareDisks(this.#dataDir, this.#spawner, opts.spareDisks) : undefined;
     // What a previous agent was still deleting when it stopped.
     mkdirSync(join(this.#dataDir, "trash"), { recursive: true });
@@ -144,14 +146,14 @@ export class LocalDriver implements Driver {
   /** Unmounts and deletes the spare disks (an agent that stops its sandboxes leaves no loop
    * device mounted; the next start makes new spares). */
   async releaseSpares(): Promise<void> {
-    await this.#spares?.dispose();
+    await Promise.all([this.#spares?.dispose(), this.#snapshots.dispose()]);
   }
 
   /** Removes the driver's (empty) parent cgroups and spare disks and stops its spawner; sandboxes
    * themselves are left alone. Done when the spare disks are (the data directory may go next). */
   async dispose(): Promise<void> {
     if (this.#cgroups) removeParents(this.#cgroups);
-    await this.#spares?.dispose();
+    await Promise.all([this.#spares?.dispose(), this.#snapshots.dispose()]);
     void this.#spawner.dispose();
     this.#relay.dispose();
     this.#egress.dispose();
@@ -220,16 +222,24 @@ export class LocalDriver implements Driver {
   async #converge(d: DesiredSandbox): Promise<SandboxObservation> {
     let rec = readRecord(layoutFor(this.#dataDir, d.id).record);
     if (!rec) {
-      const disk = this.capabilities.disk === "quota" ? { sizeMB: d.resources.diskSizeMB ?? this.#diskMB } : undefined;
-      const root = this.#rootFor(d.template);
+      const snap = d.restoreFrom && this.#snapshots.need(d.restoreFrom.id);
+      // A disk snapshot is the new sandbox's disk, at the snapshot's size.
+      const fromImage = snap?.kind === "disk" && this.capabilities.disk === "quota";
+      const disk = this.capabilities.disk === "quota" ? { sizeMB: fromImage ? snap.sizeMB! : (d.resources.diskSizeMB ?? this.#diskMB) } : undefined;
+      // A sandbox made from a snapshot mounts the layers its source had (its upper was made over them).
+      const root = snap ? snap.root : this.#rootFor(d.template);
       rec = { id: d.id, generation: d.generation, level: this.capabilities.level, desired: d, createdAt: new Date().toISOString(), phase: "Pending", disk, root };
       const layout = this.#layout(d.id, rec);
-      // A spare disk arrives as the whole sandbox directory, mounted.
-      if (!(disk && !existsSync(layout.dir) && this.#spares?.take(disk.sizeMB, layout.dir))) mkdirSync(layout.dir, { recursive: true });
+      // A spare disk, or a snapshot's copy made ahead, arrives as the whole sandbox directory, mounted.
+      const fresh = !existsSync(layout.dir);
+      const taken = fresh && (fromImage ? this.#snapshots.takeCopy(snap, layout.dir) : disk && !snap && this.#spares?.take(disk.sizeMB, layout.dir));
+      if (!taken) mkdirSync(layout.dir, { recursive: true });
+      if (fromImage && !existsSync(layout.image)) await this.#snapshots.copyImage(snap, layout.image, layout.disk);
       this.#save(rec);
       await this.#mountDisk(rec);
+      // The host view's identity files; a root's are written where it is mounted (writeIdentity).
       if (!root) prepareLayout(layout, d.id);
-      if (d.restoreFrom) await restoreLayer(layout.layer, d.restoreFrom.location, !root);
+      if (snap && !fromImage) await this.#snapshots.fillLayer(snap, layout.layer);
     }
     const layout = this.#layout(d.id, rec);
     // A holder's network namespace is fixed when it starts: a sandbox that moves between the
@@ -510,19 +520,21 @@ export class LocalDriver implements Driver {
     return this.#locked(id, async () => this.#thaw(this.#running(id)));
   }
 
-  snapshotFs(id: string): Promise<SnapshotRef> {
+  /** Copies the sandbox's disk (or, without one, its layer) to snapshot `snapshotId` (new id when
+   * absent), a running sandbox frozen for the copy and then put back as it was (snapshots.ts). */
+  snapshotFs(id: string, snapshotId?: string): Promise<SnapshotRef> {
     return this.#locked(id, async () => {
       const rec = readRecord(layoutFor(this.#dataDir, id).record);
       if (!rec) throw new SandboxNotFoundError(id);
       const layout = this.#layout(id, rec);
-      // An atomic freeze gives a consistent layer; signal-based freezing is not worth the risk.
+      // An atomic freeze gives a consistent copy; signal-based freezing is not worth the risk.
       const freeze = rec.cgroups && rec.phase !== "Stopped" && alive(rec.nsInit) && !isFrozen(rec.cgroups);
       if (freeze) await setFrozen(rec.cgroups!, true);
       try {
-        const snapId = `${id}-${Date.now().toString(36)}-${randomBytes(3).toString("hex")}`;
-        const location = join(this.#dataDir, "snapshots", `${snapId}.tar`);
-        const bytes = await this.#withDisk(rec, () => saveLayer(layout.layer, location));
-        return { id: snapId, sandboxId: id, location, bytes, createdAt: new Date().toISOString() };
+        const snapId = snapshotId ?? `${id}-${Date.now().toString(36)}-${randomBytes(3).toString("hex")}`.toLowerCase();
+        const source = rec.disk ? { kind: "disk" as const, image: layout.image, mountedAt: layout.disk, sizeMB: rec.disk.sizeMB } : { kind: "layer" as const, layer: layout.layer };
+        const meta = await this.#snapshots.take(snapId, id, source, rec.root);
+        return { id: meta.id, sandboxId: id, location: this.#snapshots.path(meta.id), bytes: meta.bytes, createdAt: meta.createdAt };
       } finally {
         if (freeze) await setFrozen(rec.cgroups!, false);
       }
@@ -540,11 +552,11 @@ export class LocalDriver implements Driver {
     }
   }
 
-  restoreFs(id: string, snapshot: SnapshotRef): Promise<void> {
+  restoreFs(id: string, snapshot: Pick<SnapshotRef, "id">): Promise<void> {
     return this.#locked(id, async () => {
       const rec = readRecord(layoutFor(this.#dataDir, id).record);
       if (!rec) throw new SandboxNotFoundError(id);
-      if (!existsSync(snapshot.location)) throw new Error(`snapshot ${snapshot.id} is gone (${snapshot.location})`);
+      const snap = this.#snapshots.need(snapshot.id);
       const layout = this.#layout(id, rec);
       if (rec.root && rec.phase !== "Stopped" && alive(rec.nsInit)) {
         // An overlay's upper directory must not change under its mount: the running sandbox's
@@ -552,11 +564,11 @@ export class LocalDriver implements Driver {
         // (as a VM restored from a disk snapshot reboots).
         await this.#endProcesses(rec);
         await unmountRoot(this.#spawner, layout.merged);
-        await restoreLayer(layout.layer, snapshot.location, false);
+        await this.#snapshots.fillLayer(snap, layout.layer);
         await this.#syncEgress(await this.#syncNet(await this.#start(rec)));
         return;
       }
-      await this.#withDisk(rec, () => restoreLayer(layout.layer, snapshot.location, !rec.root));
+      await this.#withDisk(rec, () => this.#snapshots.fillLayer(snap, layout.layer));
     });
   }
 
@@ -574,8 +586,8 @@ export class LocalDriver implements Driver {
     void rm(trash, { recursive: true, force: true }).catch(() => {});
   }
 
-  async deleteSnapshot(snapshot: SnapshotRef): Promise<void> {
-    rmSync(snapshot.location, { force: true });
+  async deleteSnapshot(snapshot: Pick<SnapshotRef, "id">): Promise<void> {
+    await this.#snapshots.delete(snapshot.id);
   }
 
   destroy(id: string): Promise<void> {

@@ -7,9 +7,8 @@
 // sandboxes do (the next driver takes over the ones still mounted).
 import { randomBytes } from "node:crypto";
 import { mkdirSync, readdirSync, renameSync } from "node:fs";
-import { rm } from "node:fs/promises";
 import { join } from "node:path";
-import { isMounted, mountDisk, unmountDisk } from "./disk.ts";
+import { isMounted, mountDisk, removeDiskDir } from "./disk.ts";
 import type { Spawner } from "./spawner.ts";
 
 /** Sizes kept in stock at once (the most recently asked for). */
@@ -111,14 +110,8 @@ export class SpareDisks {
   }
 
   /** Unmounts and deletes a spare; never deletes through a mount. */
-  async #discard(path: string): Promise<void> {
-    const disk = join(path, "disk");
-    try {
-      await unmountDisk(this.#spawner, disk);
-    } catch {
-      return;
-    }
-    if (!isMounted(disk)) await rm(path, { recursive: true, force: true }).catch(() => {});
+  #discard(path: string): Promise<void> {
+    return removeDiskDir(this.#spawner, path);
   }
 
   /** Ready spares (tests and benchmarks). */

@@ -33,6 +33,9 @@ class ScriptedDriver implements Driver {
     notes: [],
   };
   readonly calls = new Map<string, number>();
+  /** Snapshots taken (sandbox:snapshot); `snapshotFails` makes the next ones throw. */
+  readonly snapshots: string[] = [];
+  snapshotFails: Error | undefined = new UnsupportedError("snapshots", "scripted");
   readonly #running = new Map<string, SandboxObservation>();
   readonly script: Record<string, Step[]>;
   constructor(script: Record<string, Step[]>) {
@@ -62,8 +65,10 @@ class ScriptedDriver implements Driver {
   }
   async freeze() {}
   async thaw() {}
-  async snapshotFs(): Promise<never> {
-    throw new UnsupportedError("snapshotFs", "scripted");
+  async snapshotFs(id: string, snapshotId = "x") {
+    if (this.snapshotFails) throw this.snapshotFails;
+    this.snapshots.push(`${id}:${snapshotId}`);
+    return { id: snapshotId, sandboxId: id, location: "", bytes: 0, createdAt: "" };
   }
   async restoreFs() {}
   async deleteSnapshot() {}
@@ -95,17 +100,18 @@ function harness(script: Record<string, Step[]>) {
   dirs.push(dir);
   const driver = new ScriptedDriver(script);
   const reports: ObservationInput[] = [];
-  const acks: { id: string; generation: number; result: string; message?: string }[] = [];
+  const acks: { id: string; generation: number; result: string; message?: string; snapshotError?: { reason: string; message: string } }[] = [];
+  const store = new IntentStore(dir);
   const reconciler = new Reconciler({
-    store: new IntentStore(dir),
+    store,
     driver,
     runtime: createRuntime({ onError: () => {} }),
     report: (o) => reports.push(o),
-    settled: (id, generation, result, message) => acks.push({ id, generation, result, message }),
+    settled: (id, generation, result, message, snapshotError) => acks.push({ id, generation, result, message, ...(snapshotError ? { snapshotError } : {}) }),
     backoff: { baseMs: 1, maxMs: 8 },
     onError: () => {},
   });
-  return { driver, reports, acks, reconciler };
+  return { driver, reports, acks, reconciler, store };
 }
 
 const transient = (msg = "cgroup write: EBUSY") => new Error(msg);
@@ -195,6 +201,29 @@ describe("Reconciler", () => {
     await waitFor(() => acks.length === 2, { what: "the second ack" });
     expect(reports.map(describeReport)).toEqual(["Running:ready", "Running:ReconcileError", "Running:ready"]);
     expect(acks.map((a) => `${a.generation}:${a.result}`)).toEqual(["2:applied", "3:applied"]);
+    reconciler.queue.close();
+  });
+
+  it("takes the snapshot an intent asks for once, acks it applied; a failure rides the ack with its reason and leaves the sandbox running", async () => {
+    const { driver, acks, reconciler, store } = harness({});
+    reconciler.offer(intent("s4"));
+    await waitFor(() => acks.length === 1);
+    driver.snapshotFails = undefined;
+    reconciler.offer(intent("s4", { generation: 3, snapshot: { id: "snapa" } }));
+    await waitFor(() => acks.length === 2, { what: "the snapshot's ack" });
+    expect(driver.snapshots).toEqual(["s4:snapa"]);
+    expect(acks[1]).toEqual({ id: "s4", generation: 3, result: "applied" });
+    // Done: stored without it, so another pass (an agent restart) does not take it again.
+    expect(store.get("s4")?.snapshot).toBeUndefined();
+    reconciler.queue.add("s4");
+    await reconciler.queue.idle();
+    expect(driver.snapshots).toEqual(["s4:snapa"]);
+
+    driver.snapshotFails = new UnsupportedError("snapshots", "no Checkpoint controller");
+    reconciler.offer(intent("s4", { generation: 4, snapshot: { id: "snapb" } }));
+    await waitFor(() => acks.some((a) => a.generation === 4), { what: "the failed snapshot's ack" });
+    expect(acks.find((a) => a.generation === 4)).toMatchObject({ generation: 4, result: "applied", snapshotError: { reason: "Unsupported", message: "snapshots is not supported: no Checkpoint controller" } });
+    expect(await driver.observe("s4")).toMatchObject({ phase: "Running" });
     reconciler.queue.close();
   });
 });

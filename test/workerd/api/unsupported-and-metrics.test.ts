@@ -1,6 +1,5 @@
-// Metrics routes and the SDK routes this server lacks: the caller's own sandbox gets a 501 that the
-// SDK reports as "not supported" (a bare 404 would read as SandboxNotFoundError), anyone else's a
-// 404. The scripted agent has no runtime behind its ingress, so a running sandbox's sample is
+// Metrics routes, and E2B's routes this server does not serve (a 501 naming them, after the key
+// check). The scripted agent has no runtime behind its ingress, so a running sandbox's sample is
 // absent here (the e2e test reads real figures through the real ingress).
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { ScriptedAgent } from "../../support/scripted-agent.ts";
@@ -19,30 +18,6 @@ beforeAll(async () => {
   own = (await expectStatus(call("/v2/sandboxes", { key: team.key, body: { templateID: team.template } }), 201)).sandboxID;
 });
 afterAll(() => agent.disconnect());
-
-const unsupported: { name: string; method: string; path: (id: string) => string; body?: unknown }[] = [
-  { name: "createSnapshot", method: "POST", path: (id) => `/sandboxes/${id}/snapshots`, body: {} },
-  { name: "listSnapshots by sandbox", method: "GET", path: (id) => `/snapshots?sandboxID=${id}` },
-  // Unserved routes of E2B's spec, answered by api/unserved.ts (fork was a 404 route the SDK
-  // reported as "sandbox not found").
-  { name: "fork", method: "POST", path: (id) => `/sandboxes/${id}/fork`, body: {} },
-];
-
-describe("routes not implemented yet", () => {
-  for (const r of unsupported) {
-    it(`${r.name}: 501 for the caller's sandbox, 404 for another team's or an unknown one`, async () => {
-      await expectError(call(r.path(own), { key: team.key, method: r.method, body: r.body }), 501, /not supported by this server yet/);
-      await expectError(call(r.path(own), { key: other.key, method: r.method, body: r.body }), 404, /doesn't exist or you don't have access/);
-      await expectError(call(r.path("nosuchsandbox0000000"), { key: team.key, method: r.method, body: r.body }), 404);
-      await expectError(call(r.path(own), { key: null, method: r.method, body: r.body }), 401);
-    });
-  }
-
-  it("listSnapshots without a filter is 501 for an authenticated caller only", async () => {
-    await expectError(call("/snapshots", { key: team.key }), 501, /Snapshots are not supported/);
-    await expectError(call("/snapshots", { key: null }), 401);
-  });
-});
 
 describe("E2B routes this server does not serve", () => {
   const routes: [method: string, path: string][] = [

@@ -132,8 +132,11 @@ describe("a disk of its own per sandbox", () => {
     expect(existsSync(layout.image)).toBe(true);
     // A snapshot of the stopped sandbox mounts its disk for the copy only.
     const snap = await driver.snapshotFs(d.id);
-    expect(execFileSync("tar", ["-xOf", snap.location, "./home/user/kept"], { encoding: "utf8" })).toBe("kept\n");
     expect(isMounted(layout.disk)).toBe(false);
+    const copy = desired(16);
+    await driver.ensure({ ...copy, restoreFrom: snap });
+    expect((await sh(copy.id, "cat /home/user/kept")).stdout).toBe("kept\n");
+    await driver.destroy(copy.id);
     await driver.deleteSnapshot(snap);
     // A restart while stopped, then resume: mounted again, files there.
     await driver.dispose();

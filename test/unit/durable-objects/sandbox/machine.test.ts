@@ -183,4 +183,27 @@ describe("sandbox machine", () => {
     expect(stuck.conditions).toContainEqual(expect.objectContaining({ type: "Ready", reason: "ReconcileError" }));
     expect(transition(stuck, obs("Paused", 3), T0 + 2 * S).state).toMatchObject({ phase: "Paused", conditions: expect.arrayContaining([expect.objectContaining({ type: "Ready", status: "False", reason: "Paused" })]) });
   });
+
+  it("a snapshot is the next generation with the same desired state, only while running or paused; its ack (taken or not) never fails the sandbox", () => {
+    const intentOf = (t: ReturnType<typeof transition>) => (t.effects[0] as Extract<(typeof t.effects)[number], { kind: "intent" }>).intent;
+    for (const phase of ["Running", "Paused"] as const) {
+      const s = at(phase, { desired: phase === "Running" ? "running" : "paused" });
+      const t = transition(s, { type: "snapshot", snapshotId: "snap1" }, T0);
+      expect(t.result.ok).toBe(true);
+      expect(t.effects.map((e) => e.kind)).toEqual(["intent"]);
+      expect(intentOf(t)).toMatchObject({ generation: s.generation + 1, desired: { state: s.desired }, snapshot: { id: "snap1" } });
+      expect(t.state).toMatchObject({ phase, snapshot: { id: "snap1", generation: s.generation + 1 } });
+      // Acked either way: asked no more, the phase as it was; a later intent does not carry it.
+      const acked = transition(t.state, { type: "ack", generation: s.generation + 1, result: "applied" }, T0 + S).state!;
+      expect(acked).toMatchObject({ phase, snapshot: null });
+      expect(intentOf(transition(acked, { type: "kill" }, T0 + 2 * S)).snapshot).toBeUndefined();
+    }
+    for (const phase of ["Pending", "Pausing", "Resuming"] as const) {
+      expect(transition(at(phase), { type: "snapshot", snapshotId: "snap1" }, T0).result).toMatchObject({ ok: false, error: { code: "conflict" } });
+    }
+    expect(transition(at("Terminating"), { type: "snapshot", snapshotId: "snap1" }, T0).result).toMatchObject({ ok: false, error: { code: "sandbox_not_found" } });
+    // A sandbox made from a snapshot names it in every intent.
+    const fromSnap = at("Running", {}, { restoreFrom: { id: "snap1" } });
+    expect(intentOf(transition(fromSnap, { type: "pause" }, T0)).restoreFrom).toEqual({ id: "snap1" });
+  });
 });
