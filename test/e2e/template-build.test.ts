@@ -4,7 +4,7 @@
 // this server cannot pull is a build error saying so. The template's spec.image names the built
 // rootfs; a sandbox of it sees those files once the local driver mounts template roots (not on
 // this branch: its driver still refuses templates other than base).
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { BuildError, Template, waitForTimeout, type LogEntry } from "e2b";
@@ -18,14 +18,17 @@ writeFileSync(join(context, "hello.txt"), "hello from the upload\n");
 mkdirSync(join(context, "sub"));
 writeFileSync(join(context, "sub", "a.txt"), "a\n");
 const outputs: string[] = [];
+const startedAt = Date.now();
 
 afterAll(async () => {
   rmSync(context, { recursive: true, force: true });
   // This run's layers (its team's keys are new each run) and templates leave the shared cache.
-  const base = new Set(store.template("base")?.layers ?? []);
-  for (const name of outputs) {
-    for (const id of store.template(name)?.layers ?? []) if (!base.has(id)) store.removeLayer(id);
-    rmSync(join(store.root, "templates", `${name}.json`), { force: true });
+  for (const name of outputs) rmSync(join(store.root, "templates", `${name}.json`), { force: true });
+  // Then every step layer this run made that no template names (failed builds leave their prefix).
+  const used = new Set(store.templates().flatMap((t) => t.layers));
+  for (const id of readdirSync(join(store.root, "layers"))) {
+    const info = id.startsWith("step-") ? store.layer(id) : undefined;
+    if (info?.kind === "build" && Date.parse(info.createdAt) >= startedAt && !used.has(id)) store.removeLayer(id);
   }
 });
 

@@ -4,6 +4,7 @@ from the cache, skip_cache rebuilds; a failing step raises BuildException with i
 logs. A sandbox of the result sees its files once the local driver mounts template roots (not on
 this branch), so the files are read from the layers."""
 import json
+import time
 import os
 import pathlib
 import shutil
@@ -29,16 +30,18 @@ def _built_file(image, path):
     return None
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def built(system):
+    started = time.time() - 1
     images = []
     yield images
-    base = set(_layers("base"))
     for image in images:
-        for layer in _layers(image):
-            if layer not in base:
-                shutil.rmtree(STORE / "layers" / layer, ignore_errors=True)
         (STORE / "templates" / f"{image}.json").unlink(missing_ok=True)
+    # Then every step layer made since the start that no template names (failed builds too).
+    used = {l for t in (STORE / "templates").glob("*.json") for l in json.loads(t.read_text())["layers"]}
+    for d in (STORE / "layers").glob("step-*"):
+        if d.name not in used and d.stat().st_mtime >= started:
+            shutil.rmtree(d, ignore_errors=True)
 
 
 @pytest.fixture
@@ -88,7 +91,7 @@ def test_build_cache_and_skip_cache(context, built):
     assert _built_file(f"b-{forced.build_id}", "srv/who.txt") == "root\n"
 
 
-def test_failing_step(system):
+def test_failing_step(built):
     logs = []
     failing = Template().from_base_image().set_envs({"RUN_ID": uuid.uuid4().hex}).run_cmd("echo py-before-failure; exit 7")
     with pytest.raises(BuildException, match="exit code 7"):
