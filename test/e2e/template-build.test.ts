@@ -4,7 +4,7 @@
 // this server cannot pull is a build error saying so. The template's spec.image names the built
 // rootfs; a sandbox of it sees those files once the local driver mounts template roots (not on
 // this branch: its driver still refuses templates other than base).
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { BuildError, Template, waitForTimeout, type LogEntry } from "e2b";
@@ -18,14 +18,17 @@ writeFileSync(join(context, "hello.txt"), "hello from the upload\n");
 mkdirSync(join(context, "sub"));
 writeFileSync(join(context, "sub", "a.txt"), "a\n");
 const outputs: string[] = [];
+const startedAt = Date.now();
 
 afterAll(async () => {
   rmSync(context, { recursive: true, force: true });
   // This run's layers (its team's keys are new each run) and templates leave the shared cache.
-  const base = new Set(store.template("base")?.layers ?? []);
-  for (const name of outputs) {
-    for (const id of store.template(name)?.layers ?? []) if (!base.has(id)) store.removeLayer(id);
-    rmSync(join(store.root, "templates", `${name}.json`), { force: true });
+  for (const name of outputs) rmSync(join(store.root, "templates", `${name}.json`), { force: true });
+  // Then every step layer this run made that no template names (failed builds leave their prefix).
+  const used = new Set(store.templates().flatMap((t) => t.layers));
+  for (const id of readdirSync(join(store.root, "layers"))) {
+    const info = id.startsWith("step-") ? store.layer(id) : undefined;
+    if (info?.kind === "build" && Date.parse(info.createdAt) >= startedAt && !used.has(id)) store.removeLayer(id);
   }
 });
 
@@ -51,11 +54,13 @@ async function imageOf(name: string): Promise<string> {
 const messages = (logs: LogEntry[]) => logs.map((l) => l.message);
 
 describe("Template.build (JS SDK)", () => {
-  const name = `tpl-${uniqueTag()}`;
+  const run = uniqueTag();
+  const name = `tpl-${run}`;
   const template = () =>
     Template({ fileContextPath: context })
       .fromBaseImage()
-      .setEnvs({ GREETING: "hi there" })
+      // The cache outlives a run (the seeded team keeps its id): this run's steps are its own.
+      .setEnvs({ GREETING: "hi there", RUN_ID: run })
       .copy("hello.txt", "/home/user/hello.txt")
       .copy("sub", "/opt/sub/")
       .runCmd('echo "$GREETING" > /home/user/greet.txt')
@@ -98,14 +103,14 @@ describe("Template.build (JS SDK)", () => {
 
   it("a build from the built template stacks on its layers", async () => {
     const logs: LogEntry[] = [];
-    const built = await Template.build(Template().fromTemplate(name).runCmd("cat /home/user/greet.txt"), `${name}-child`, opts(logs));
+    const built = await Template.build(Template().fromTemplate(name).setEnvs({ RUN_ID: run }).runCmd("cat /home/user/greet.txt"), `${name}-child`, opts(logs));
     outputs.push(`b-${built.buildId}`);
     expect(messages(logs)).toContain("hi there");
   });
 
   it("a failing step fails the build with its output in the logs", async () => {
     const logs: LogEntry[] = [];
-    const failing = Template().fromBaseImage().runCmd("echo about-to-fail; echo on-stderr >&2; exit 3");
+    const failing = Template().fromBaseImage().setEnvs({ RUN_ID: run }).runCmd("echo about-to-fail; echo on-stderr >&2; exit 3");
     const err = await Template.build(failing, `${name}-fail`, opts(logs)).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(BuildError);
     expect((err as Error).message).toContain("exit code 3");
@@ -118,6 +123,7 @@ describe("Template.build (JS SDK)", () => {
     const logs: LogEntry[] = [];
     const hungry = Template()
       .fromBaseImage()
+      .setEnvs({ RUN_ID: run })
       .runCmd(`python3 -c 'b = bytearray(b"x") * (64 * 1024 * 1024); print("64 MiB fits")'`)
       .runCmd(`python3 -c 'b = bytearray(b"x") * (400 * 1024 * 1024); print("400 MiB fits")'`);
     const err = await Template.build(hungry, `${name}-mem`, { ...opts(logs), memoryMB: 256 }).catch((e: unknown) => e);

@@ -4,6 +4,7 @@ from the cache, skip_cache rebuilds; a failing step raises BuildException with i
 logs. A sandbox of the result sees its files once the local driver mounts template roots (not on
 this branch), so the files are read from the layers."""
 import json
+import time
 import os
 import pathlib
 import shutil
@@ -29,16 +30,18 @@ def _built_file(image, path):
     return None
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def built(system):
+    started = time.time() - 1
     images = []
     yield images
-    base = set(_layers("base"))
     for image in images:
-        for layer in _layers(image):
-            if layer not in base:
-                shutil.rmtree(STORE / "layers" / layer, ignore_errors=True)
         (STORE / "templates" / f"{image}.json").unlink(missing_ok=True)
+    # Then every step layer made since the start that no template names (failed builds too).
+    used = {l for t in (STORE / "templates").glob("*.json") for l in json.loads(t.read_text())["layers"]}
+    for d in (STORE / "layers").glob("step-*"):
+        if d.name not in used and d.stat().st_mtime >= started:
+            shutil.rmtree(d, ignore_errors=True)
 
 
 @pytest.fixture
@@ -49,11 +52,12 @@ def context():
     shutil.rmtree(d, ignore_errors=True)
 
 
-def _template(context):
+def _template(context, run):
+    # The cache outlives a run (the seeded team keeps its id): RUN_ID makes this run's steps its own.
     return (
         Template(file_context_path=context)
         .from_base_image()
-        .set_envs({"X": "y z"})
+        .set_envs({"X": "y z", "RUN_ID": run})
         .copy("data.txt", "/home/user/data.txt")
         .run_cmd('cat /home/user/data.txt > /home/user/copy.txt && echo "$X" >> /home/user/copy.txt')
         .set_workdir("/srv")
@@ -63,9 +67,10 @@ def _template(context):
 
 
 def test_build_cache_and_skip_cache(context, built):
-    name = f"py-{uuid.uuid4().hex[:10]}"
+    run = uuid.uuid4().hex[:10]
+    name = f"py-{run}"
     logs = []
-    info = Template.build(_template(context), name, on_build_logs=logs.append)
+    info = Template.build(_template(context, run), name, on_build_logs=logs.append)
     image = f"b-{info.build_id}"
     built.append(image)
     assert _built_file(image, "home/user/copy.txt") == "from python\ny z\n"
@@ -74,21 +79,21 @@ def test_build_cache_and_skip_cache(context, built):
     assert Template.exists(name)
 
     logs = []
-    again = Template.build(_template(context), name, on_build_logs=logs.append)
+    again = Template.build(_template(context, run), name, on_build_logs=logs.append)
     built.append(f"b-{again.build_id}")
     # copy, run, workdir, run: every step that makes a layer
     assert len([l for l in logs if l.message.startswith("CACHED")]) == 4
 
     logs = []
-    forced = Template.build(_template(context), name, skip_cache=True, on_build_logs=logs.append)
+    forced = Template.build(_template(context, run), name, skip_cache=True, on_build_logs=logs.append)
     built.append(f"b-{forced.build_id}")
     assert not [l for l in logs if l.message.startswith("CACHED")]
     assert _built_file(f"b-{forced.build_id}", "srv/who.txt") == "root\n"
 
 
-def test_failing_step(system):
+def test_failing_step(built):
     logs = []
-    failing = Template().from_base_image().run_cmd("echo py-before-failure; exit 7")
+    failing = Template().from_base_image().set_envs({"RUN_ID": uuid.uuid4().hex}).run_cmd("echo py-before-failure; exit 7")
     with pytest.raises(BuildException, match="exit code 7"):
         Template.build(failing, f"py-fail-{uuid.uuid4().hex[:8]}", on_build_logs=logs.append)
     assert "py-before-failure" in [l.message for l in logs]
