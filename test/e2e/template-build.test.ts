@@ -7,7 +7,7 @@
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { BuildError, Template, waitForTimeout, type LogEntry } from "e2b";
+import { BuildError, Sandbox, Template, waitForTimeout, type LogEntry } from "e2b";
 import { afterAll, describe, expect, it } from "vitest";
 import { RootfsStore } from "../../controllers/drivers/local/rootfs/store.ts";
 import { e2b, uniqueTag } from "./sdk.ts";
@@ -99,6 +99,16 @@ describe("Template.build (JS SDK)", () => {
     // Every step that makes a layer: 2 copies, 4 runs, the workdir.
     expect(cached).toHaveLength(7);
     expect(builtFile(`b-${built.buildId}`, "app/where.txt")).toBe("/app\nuser\n");
+  });
+
+  it("Sandbox.create(alias) runs on the built root filesystem, with the template's env and workdir", async () => {
+    const sbx = await Sandbox.create(name, e2b());
+    try {
+      const r = await sbx.commands.run("cat /home/user/hello.txt /home/user/greet.txt /app/where.txt; echo $GREETING; pwd", { user: "root" });
+      expect(r.stdout).toBe("hello from the upload\nhi there\n/app\nuser\nhi there\n/app\n");
+    } finally {
+      await sbx.kill();
+    }
   });
 
   it("a build from the built template stacks on its layers", async () => {
