@@ -1,8 +1,8 @@
 // getMetrics() through the real e2b SDK: the edge asks the sandbox's runtime through the ingress,
 // and the runtime reports the sandbox's own cgroup figures (the local driver shares one runtime
-// across sandboxes). createSnapshot(), which this server lacks, says so instead of "not found".
+// across sandboxes).
 import { readFileSync } from "node:fs";
-import { Sandbox, SandboxNotFoundError } from "e2b";
+import { Sandbox } from "e2b";
 import { afterAll, describe, expect, it } from "vitest";
 import { e2b, sleep } from "./sdk.ts";
 
@@ -50,16 +50,3 @@ describe("metrics", () => {
   });
 });
 
-describe("features this server lacks", () => {
-  it("createSnapshot rejects as not supported, not as a missing sandbox", async () => {
-    const sbx = await Sandbox.create({ ...e2b() });
-    created.push(sbx);
-    const err = await sbx.createSnapshot().then(
-      () => null,
-      (e: unknown) => e,
-    );
-    expect(err).toBeInstanceOf(Error);
-    expect(err).not.toBeInstanceOf(SandboxNotFoundError);
-    expect((err as Error).message).toMatch(/not supported by this server yet/);
-  });
-});
