@@ -237,8 +237,10 @@ export class LocalDriver implements Driver {
       if (fromImage && !existsSync(layout.image)) await this.#snapshots.copyImage(snap, layout.image, layout.disk);
       this.#save(rec);
       await this.#mountDisk(rec);
-      // The host view's identity files; a root's are written where it is mounted (writeIdentity).
+      // The host view's identity files; a root's are written where it is first mounted
+      // (writeIdentity), which a work directory copied from the snapshot's disk would hide.
       if (!root) prepareLayout(layout, d.id);
+      else if (snap) rmSync(layout.work, { recursive: true, force: true });
       if (snap && !fromImage) await this.#snapshots.fillLayer(snap, layout.layer);
     }
     const layout = this.#layout(d.id, rec);
