@@ -31,7 +31,27 @@ function statusReply(s: AutoscalerStatus): AutoscalerStatusReply {
   return { suspended, currentReplicas, desiredReplicas, lastScaleTime, currentCapacity, appliedCronPolicies, lastDecision, conditions, events };
 }
 
-export async function applyPoolAutoscaler(env: Env, sql: Sql, item: PoolAutoscalerItem): Promise<Omit<ReplyItem, "id">> {
+type ObjectItem = Exclude<PoolAutoscalerItem, { present: string[] }>;
+
+/** Removes what this cluster synced into the namespace and no longer has; `serial` runs each
+ * removal in that object's own chain, so it cannot interleave with an upsert of the same name. */
+export async function prunePoolAutoscalers(
+  env: Env,
+  sql: Sql,
+  namespace: string,
+  present: string[],
+  serial: (name: string, work: () => Promise<Omit<ReplyItem, "id">>) => Promise<Omit<ReplyItem, "id">>,
+): Promise<Omit<ReplyItem, "id">> {
+  const keep = new Set(present);
+  const gone = sql
+    .exec<{ name: string; uid: string }>("SELECT name, uid FROM crd_autoscalers WHERE namespace = ? AND deleted = 0", namespace)
+    .toArray()
+    .filter((r) => !keep.has(r.name));
+  for (const r of gone) await serial(r.name, () => applyPoolAutoscaler(env, sql, { id: "", namespace, name: r.name, uid: r.uid, deleted: true }));
+  return { result: "applied", message: gone.length ? `removed ${gone.map((r) => r.name).join(", ")}` : "nothing to remove" };
+}
+
+export async function applyPoolAutoscaler(env: Env, sql: Sql, item: ObjectItem): Promise<Omit<ReplyItem, "id">> {
   const prev = sql
     .exec<Row>("SELECT uid, generation, target, deleted FROM crd_autoscalers WHERE namespace = ? AND name = ?", item.namespace, item.name)
     .toArray()[0];

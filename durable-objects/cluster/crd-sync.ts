@@ -21,7 +21,7 @@ import {
 } from "../../schema/protocol/index.ts";
 import { clipText, MAX_MESSAGE_LENGTH } from "../../schema/api/limits.ts";
 import { applyTeamQuota, CRD_QUOTA_SCHEMA } from "./crd-quota.ts";
-import { applyPoolAutoscaler, CRD_AUTOSCALER_SCHEMA } from "./crd-autoscalers.ts";
+import { applyPoolAutoscaler, CRD_AUTOSCALER_SCHEMA, prunePoolAutoscalers } from "./crd-autoscalers.ts";
 import { annotationsProblem } from "../../schema/crd/user-metadata.ts";
 import { checkInplaceUpdate, parseCreateExtensions } from "../../schema/api/extensions.ts";
 import { NewSandboxV2 } from "../../schema/api/sandbox.ts";
@@ -105,8 +105,9 @@ export class CrdSync {
         }
         case "autoscalers": {
           const a = item as PoolAutoscalerItem;
-          const key = `pa:${a.namespace}/${a.name}`;
-          this.#answer(a.id, key, this.#serial(key, () => applyPoolAutoscaler(this.#o.env, this.#o.sql, a)));
+          const serial = (name: string, work: () => Promise<Omit<ReplyItem, "id">>) => this.#serial(`pa:${a.namespace}/${name}`, work);
+          if ("present" in a) this.#answer(a.id, `pas:${a.namespace}`, prunePoolAutoscalers(this.#o.env, this.#o.sql, a.namespace, a.present, serial));
+          else this.#answer(a.id, `pa:${a.namespace}/${a.name}`, serial(a.name, () => applyPoolAutoscaler(this.#o.env, this.#o.sql, a)));
           break;
         }
       }

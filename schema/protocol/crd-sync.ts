@@ -32,8 +32,9 @@ import { AutoscalerSpec } from "../api/autoscaler.ts";
  *   agent → edge  quotas        the team quota set on the namespace (annotations), `{}` when removed
  *   agent → edge  autoscalers   a PoolAutoscaler: upserts `{namespace, name, uid, generation, target,
  *                               spec}` set the autoscaler of the pool of SandboxSet `target`,
- *                               deletions remove it, `{…, status: true}` asks for its status; every
- *                               reply carries the autoscaler's status (the admin API's GET)
+ *                               deletions remove it, `{…, status: true}` asks for its status (every
+ *                               reply to these carries it: the admin API's GET), and after each
+ *                               (re)start the namespace's inventory `{namespace, present}`
  *   edge  → agent replies       one per item, by `id`
  *
  * The edge advertises these in `welcome.features`; an agent sends them only to an edge that does,
@@ -152,7 +153,10 @@ export const PoolAutoscalerUpsertSchema = z.object({
 });
 export const PoolAutoscalerDeletionSchema = z.object({ ...PoolAutoscalerRef, deleted: z.literal(true) });
 export const PoolAutoscalerStatusQuerySchema = z.object({ ...PoolAutoscalerRef, status: z.literal(true) });
-export const PoolAutoscalerItemSchema = z.union([PoolAutoscalerDeletionSchema, PoolAutoscalerStatusQuerySchema, PoolAutoscalerUpsertSchema]);
+/** Every PoolAutoscaler the namespace holds now: the edge removes those it got from this cluster
+ * that are missing (deleted while the agent was down). */
+export const PoolAutoscalerInventorySchema = z.object({ id: ItemIdSchema, namespace: TeamName, present: z.array(z.string().min(1).max(MAX_NAME_LENGTH)).max(MAX_TEMPLATES_PER_NAMESPACE) });
+export const PoolAutoscalerItemSchema = z.union([PoolAutoscalerDeletionSchema, PoolAutoscalerStatusQuerySchema, PoolAutoscalerInventorySchema, PoolAutoscalerUpsertSchema]);
 export type PoolAutoscalerItem = z.infer<typeof PoolAutoscalerItemSchema>;
 export type PoolAutoscalerItemInput = z.input<typeof PoolAutoscalerItemSchema>;
 export const AutoscalersSchema = z.object({ type: z.literal("autoscalers"), items: items(PoolAutoscalerItemSchema) });

@@ -2,7 +2,8 @@
 // real API server: a PoolAutoscaler applied with kubectl sizes its SandboxSet's pool on the edge
 // (minReplicas, then a cron window's replicas), its status subresource shows the edge's last
 // decision and conditions, each scale is a Kubernetes Event on it, a target the edge does not
-// have is FailedGetTarget, and kubectl delete removes the autoscaler from the pool.
+// have is FailedGetTarget, an older generation is stale, and kubectl delete removes the autoscaler
+// from the pool (also when it happened while the agent was down).
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startTestEdge, type TestEdge } from "./support/edge.ts";
 import { startKubeAgent, type KubeAgent } from "./support/kube-agent.ts";
@@ -94,6 +95,14 @@ describe("PoolAutoscaler → edge over the agent link", () => {
     expect(events("pool-pa").filter((e) => e.reason === "SuccessfulRescale").length).toBeLessThanOrEqual(2);
   });
 
+  it("an older generation arriving late is stale (the edge keeps the newest)", async () => {
+    const pa = k.crd.namespaces.get(ns)!;
+    const obj = (await pa).autoscalers.autoscalers.get("pool-pa")!;
+    const late = { namespace: ns, name: "pool-pa", uid: obj.metadata!.uid!, generation: obj.metadata!.generation! - 1, target: "pool", spec: { minReplicas: 0, maxReplicas: 1 } };
+    expect((await k.agent.link.call({ type: "autoscalers", item: late })).result).toBe("stale");
+    expect(await edgeAutoscaler("pool")).toMatchObject({ configured: true, desiredReplicas: 3 });
+  });
+
   it("a PoolAutoscaler whose SandboxSet the edge does not have says FailedGetTarget", async () => {
     kubectlOk(["-n", ns, "apply", "-f", "-"], paYaml("orphan-pa", "missing"));
     const st = await until("FailedGetTarget", () => paStatus("orphan-pa").conditions?.find((c) => c.type === "AbleToScale" && c.status === "False"), 20_000);
@@ -106,5 +115,15 @@ describe("PoolAutoscaler → edge over the agent link", () => {
     kubectlOk(["-n", ns, "delete", "pa", "pool-pa"]);
     await until("autoscaler gone from the edge", async () => !(await edgeAutoscaler("pool")).configured, 20_000);
     expect(podsOf("pool").length).toBe(3);
+  });
+
+  it("one deleted while the agent was down is removed from the edge after its restart", async () => {
+    kubectlOk(["-n", ns, "apply", "-f", "-"], paYaml("again-pa", "pool"));
+    await until("autoscaler on the edge", async () => (await edgeAutoscaler("pool")).configured, 20_000);
+    await k.stop();
+    kubectlOk(["-n", ns, "delete", "pa", "again-pa"]);
+    expect((await edgeAutoscaler("pool")).configured).toBe(true);
+    k = await startKubeAgent(edge, ns, CLUSTER);
+    await until("autoscaler gone after the restart", async () => !(await edgeAutoscaler("pool")).configured, 20_000);
   });
 });

@@ -5,7 +5,8 @@
 // onto the object's status subresource (the last decision and why, the conditions, the replicas),
 // and each scale the edge reports (`SuccessfulRescale`, `ScaleBlocked`, `CronPolicyActive`) becomes
 // a Kubernetes Event on the object. Level-based: a restarted agent pushes every object again (the
-// edge keeps the newest generation per uid); Event names are derived from the scale's time, so
+// edge keeps the newest generation per uid) and then the namespace's inventory (the edge drops
+// those deleted while it was down); Event names are derived from the scale's time, so
 // one posted before a restart is not posted twice.
 //
 // Upstream fields with no equivalent here: `scaleTargetRef.kind` (SandboxSet is the only target)
@@ -29,6 +30,8 @@ import { slimCustom } from "../../drivers/kubernetes/slim.ts";
 import { mergePatch, postEvent, stableJson } from "../../drivers/kubernetes/kube-api.ts";
 
 const PLURAL = "poolautoscalers";
+/** Queue key of the inventory push (no object name has underscores). */
+const INVENTORY = "__inventory__";
 const KIND = "PoolAutoscaler";
 
 export interface PoolAutoscalerObject extends KubernetesObject {
@@ -136,6 +139,7 @@ export class PoolAutoscalerSync {
     this.#queue = new WorkQueue({
       name: "poolautoscaler",
       work: async (name) => {
+        if (name === INVENTORY) return void (await this.#prune());
         const present = await this.reconcile(name);
         return present ? { requeueAfterMs: opts.statusMs ?? 5000 } : undefined;
       },
@@ -160,6 +164,13 @@ export class PoolAutoscalerSync {
   async start(): Promise<void> {
     await this.autoscalers.start();
     for (const pa of this.autoscalers.list()) this.#queue.add(pa.metadata!.name!);
+    this.#queue.add(INVENTORY);
+  }
+
+  /** Tells the edge every object the namespace holds, so it drops those deleted while we were down. */
+  async #prune(): Promise<void> {
+    const reply = await this.#call({ namespace: this.#o.namespace, present: this.autoscalers.list().map((pa) => pa.metadata!.name!) });
+    if (reply.result === "rejected") throw new Error(`edge refused the PoolAutoscaler inventory: ${reply.code}: ${reply.message}`);
   }
 
   async stop(): Promise<void> {
