@@ -1,7 +1,7 @@
 // The cluster's custom resources over the agent's session (`--driver kubernetes`): SandboxSets and
-// SandboxClaims of the watched namespaces, and the team quota annotated on each such Namespace, (the agent's own, `--watch-namespaces`, or with
+// SandboxClaims (and PoolAutoscalers) of the watched namespaces, and the team quota annotated on each such Namespace, (the agent's own, `--watch-namespaces`, or with
 // `--all-namespaces` every namespace holding one; team = namespace) go to the edge as
-// `sandboxsets`/`claims`/`quotas` items, and kubectl edits
+// `sandboxsets`/`claims`/`quotas`/`autoscalers` items, and kubectl edits
 // of a Sandbox (spec.paused, delete) as `requests`. The edge decides; the driver acts only on the
 // intents that follow. Everything is level-based and retried (with the work queue's backoff) until the edge answers.
 import type { KubeConfig } from "@kubernetes/client-node";
@@ -10,6 +10,7 @@ import { LinkClaimer, SandboxClaimSync } from "./kube-sync/sandboxclaim-sync.ts"
 import { NamespaceDiscovery } from "../drivers/kubernetes/namespace-discovery.ts";
 import { LinkPoolSink, SandboxSetSync } from "./kube-sync/sandboxset-sync.ts";
 import { NamespaceQuotaSync } from "./kube-sync/namespace-quota-sync.ts";
+import { PoolAutoscalerSync } from "./kube-sync/poolautoscaler-sync.ts";
 import type { Link } from "./link.ts";
 import { backoffMs } from "../lib/work-queue.ts";
 import { CommitController } from "../drivers/kubernetes/commit/commit-controller.ts";
@@ -31,6 +32,8 @@ export interface CrdLinkOptions {
   retryMs?: number;
   /** How often each namespace's quota annotations are read (default 10 s). */
   quotaPollMs?: number;
+  /** How often each PoolAutoscaler's status is read from the edge (default 5 s). */
+  autoscalerStatusMs?: number;
   /** The Commit controller (feature gate `Commit`); absent: Commits are not looked at. */
   commit?: { enabled: boolean; job: CommitJobOptions };
 }
@@ -39,6 +42,7 @@ export interface NamespaceSync {
   sets: SandboxSetSync;
   claims: SandboxClaimSync;
   quota: NamespaceQuotaSync;
+  autoscalers: PoolAutoscalerSync;
   commits?: CommitController;
 }
 
@@ -120,12 +124,14 @@ export async function startCrdLink(o: CrdLinkOptions): Promise<CrdLink> {
       const sets = new SandboxSetSync({ sandboxSets: scope.sandboxSets, namespace: ns, cluster: o.cluster, sink, log, retryMs });
       const claims = new SandboxClaimSync({ kubeConfig: o.kubeConfig, namespace: ns, claimer, log, retryMs, onClaimed: (ids, name, mounts) => o.driver.labelClaimed(ids, name, mounts) });
       const quota = new NamespaceQuotaSync({ kubeConfig: o.kubeConfig, namespace: ns, link: o.link, pollMs: o.quotaPollMs, log });
+      const autoscalers = new PoolAutoscalerSync({ kubeConfig: o.kubeConfig, namespace: ns, link: o.link, log, retryMs, statusMs: o.autoscalerStatusMs });
       const commits = o.commit && new CommitController({ kubeConfig: o.kubeConfig, namespace: ns, enabled: o.commit.enabled, job: o.commit.job, log });
       await claims.start();
       sets.start();
       quota.start();
+      await autoscalers.start();
       await commits?.start();
-      return { sets, claims, quota, commits };
+      return { sets, claims, quota, autoscalers, commits };
     })();
     namespaces.set(ns, started);
     return started;
@@ -152,6 +158,7 @@ export async function startCrdLink(o: CrdLinkOptions): Promise<CrdLink> {
         s?.sets.stop();
         await s?.claims.stop();
         await s?.quota.stop();
+        await s?.autoscalers.stop();
         await s?.commits?.stop();
       }
     },

@@ -22,6 +22,7 @@ import {
   type SandboxRequestItem,
   type SandboxSetItemInput,
   type TeamQuotaItem,
+  type PoolAutoscalerItemInput,
   type Welcome,
 } from "../../schema/protocol/index.ts";
 import { BUILD_FEATURE, type BuildEvents, type BuildFrame } from "../../schema/protocol/build.ts";
@@ -61,7 +62,8 @@ export type EdgeCall =
   | { type: "sandboxsets"; item: DistributiveOmit<SandboxSetItemInput, "id"> }
   | { type: "requests"; item: Omit<SandboxRequestItem, "id"> }
   | { type: "claims"; item: Omit<ClaimItemInput, "id"> }
-  | { type: "quotas"; item: Omit<TeamQuotaItem, "id"> };
+  | { type: "quotas"; item: Omit<TeamQuotaItem, "id"> }
+  | { type: "autoscalers"; item: DistributiveOmit<PoolAutoscalerItemInput, "id"> };
 type DistributiveOmit<T, K extends keyof T> = T extends unknown ? Omit<T, K> : never;
 
 interface Waiting {

@@ -264,6 +264,7 @@ export class ClusterDO extends DurableObject<Env> {
       case "requests":
       case "claims":
       case "quotas":
+      case "autoscalers":
         this.crd ??= new CrdSync({
           env: this.env,
           sql: this.ctx.storage.sql,

@@ -17,9 +17,11 @@ import {
   type SandboxRequestItem,
   type SandboxSetItem,
   type TeamQuotaItem,
+  type PoolAutoscalerItem,
 } from "../../schema/protocol/index.ts";
 import { clipText, MAX_MESSAGE_LENGTH } from "../../schema/api/limits.ts";
 import { applyTeamQuota, CRD_QUOTA_SCHEMA } from "./crd-quota.ts";
+import { applyPoolAutoscaler, CRD_AUTOSCALER_SCHEMA, prunePoolAutoscalers } from "./crd-autoscalers.ts";
 import { annotationsProblem } from "../../schema/crd/user-metadata.ts";
 import { checkInplaceUpdate, parseCreateExtensions } from "../../schema/api/extensions.ts";
 import { NewSandboxV2 } from "../../schema/api/sandbox.ts";
@@ -73,10 +75,11 @@ export class CrdSync {
     this.#o = opts;
     opts.sql.exec(SCHEMA);
     opts.sql.exec(CRD_QUOTA_SCHEMA);
+    opts.sql.exec(CRD_AUTOSCALER_SCHEMA);
   }
 
   /** Starts every item; each is answered when done (the socket is never held up). */
-  handle(msg: { type: "sandboxsets"; items: SandboxSetItem[] } | { type: "requests"; items: SandboxRequestItem[] } | { type: "claims"; items: ClaimItem[] } | { type: "quotas"; items: TeamQuotaItem[] }): void {
+  handle(msg: { type: "sandboxsets"; items: SandboxSetItem[] } | { type: "requests"; items: SandboxRequestItem[] } | { type: "claims"; items: ClaimItem[] } | { type: "quotas"; items: TeamQuotaItem[] } | { type: "autoscalers"; items: PoolAutoscalerItem[] }): void {
     for (const item of msg.items) {
       switch (msg.type) {
         case "sandboxsets": {
@@ -98,6 +101,13 @@ export class CrdSync {
         case "quotas": {
           const q = item as TeamQuotaItem;
           this.#answer(q.id, `quota:${q.namespace}`, this.#serial(`quota:${q.namespace}`, () => applyTeamQuota(this.#o.env, this.#o.sql, this.#o.cluster(), q)));
+          break;
+        }
+        case "autoscalers": {
+          const a = item as PoolAutoscalerItem;
+          const serial = (name: string, work: () => Promise<Omit<ReplyItem, "id">>) => this.#serial(`pa:${a.namespace}/${name}`, work);
+          if ("present" in a) this.#answer(a.id, `pas:${a.namespace}`, prunePoolAutoscalers(this.#o.env, this.#o.sql, a.namespace, a.present, serial));
+          else this.#answer(a.id, `pa:${a.namespace}/${a.name}`, serial(a.name, () => applyPoolAutoscaler(this.#o.env, this.#o.sql, a)));
           break;
         }
       }

@@ -1,5 +1,5 @@
 // Setting and removing a pool's PoolAutoscaler: the template must exist (its pool is the target).
-// The admin API calls this; a synced PoolAutoscaler CRD would too.
+// The admin API calls this, and so does ClusterDO for a synced PoolAutoscaler (cluster/crd-autoscalers.ts).
 import type { AutoscalerSpec } from "../../schema/api/autoscaler.ts";
 import { ApiError } from "../../schema/errors.ts";
 import type { Env } from "../env.ts";

@@ -346,6 +346,8 @@ export const poolAutoscaler = crd({
     suspended: bool(),
     appliedCronPolicies: arr(obj({ name: str(), lastScheduleTime: time() })),
     currentCapacity: obj({ available: int32() }),
+    /** Not upstream: the edge's last evaluation, what it wanted and why. */
+    lastDecision: obj({ time: time(), reason: str(), message: str({ maxLength: 32768 }), currentReplicas: int32(), desiredReplicas: int32() }),
     conditions,
   }),
   columns: [

@@ -16,6 +16,7 @@ import {
 } from "../api/limits.ts";
 import { SandboxIdSchema } from "./ids.ts";
 import { InplaceUpdateSchema } from "./intent.ts";
+import { AutoscalerSpec } from "../api/autoscaler.ts";
 
 /*
  * The cluster's custom resources over the agent's session (kubernetes driver): the platform team
@@ -29,6 +30,11 @@ import { InplaceUpdateSchema } from "./intent.ts";
  *   agent → edge  requests      kubectl edits of a Sandbox (spec.paused, delete): pause, resume, kill
  *   agent → edge  claims        a SandboxClaim: take `replicas` sandboxes from the team's pool
  *   agent → edge  quotas        the team quota set on the namespace (annotations), `{}` when removed
+ *   agent → edge  autoscalers   a PoolAutoscaler: upserts `{namespace, name, uid, generation, target,
+ *                               spec}` set the autoscaler of the pool of SandboxSet `target`,
+ *                               deletions remove it, `{…, status: true}` asks for its status (every
+ *                               reply to these carries it: the admin API's GET), and after each
+ *                               (re)start the namespace's inventory `{namespace, present}`
  *   edge  → agent replies       one per item, by `id`
  *
  * The edge advertises these in `welcome.features`; an agent sends them only to an edge that does,
@@ -40,7 +46,7 @@ import { InplaceUpdateSchema } from "./intent.ts";
  */
 
 /** Features an edge may list in `welcome.features`. */
-export const CRD_SYNC_FEATURES = ["sandboxsets", "requests", "claims", "quotas"] as const;
+export const CRD_SYNC_FEATURES = ["sandboxsets", "requests", "claims", "quotas", "autoscalers"] as const;
 export type CrdSyncFeature = (typeof CRD_SYNC_FEATURES)[number];
 
 /** E2B metadata key marking the sandboxes a SandboxClaim took (value: the claim's uid). Metadata
@@ -136,6 +142,42 @@ export type TeamQuotaItem = z.infer<typeof TeamQuotaItemSchema>;
 
 export const QuotasSchema = z.object({ type: z.literal("quotas"), items: items(TeamQuotaItemSchema) });
 
+const PoolAutoscalerRef = { ...ObjectRef, name: z.string().min(1).max(MAX_NAME_LENGTH) };
+export const PoolAutoscalerUpsertSchema = z.object({
+  ...PoolAutoscalerRef,
+  /** metadata.generation: for one uid, an older generation never overwrites a newer one. */
+  generation: z.int().nonnegative(),
+  /** spec.scaleTargetRef.name: the SandboxSet (template of team = namespace) whose pool it sizes. */
+  target: TemplateId,
+  spec: AutoscalerSpec,
+});
+export const PoolAutoscalerDeletionSchema = z.object({ ...PoolAutoscalerRef, deleted: z.literal(true) });
+export const PoolAutoscalerStatusQuerySchema = z.object({ ...PoolAutoscalerRef, status: z.literal(true) });
+/** Every PoolAutoscaler the namespace holds now: the edge removes those it got from this cluster
+ * that are missing (deleted while the agent was down). */
+export const PoolAutoscalerInventorySchema = z.object({ id: ItemIdSchema, namespace: TeamName, present: z.array(z.string().min(1).max(MAX_NAME_LENGTH)).max(MAX_TEMPLATES_PER_NAMESPACE) });
+export const PoolAutoscalerItemSchema = z.union([PoolAutoscalerDeletionSchema, PoolAutoscalerStatusQuerySchema, PoolAutoscalerInventorySchema, PoolAutoscalerUpsertSchema]);
+export type PoolAutoscalerItem = z.infer<typeof PoolAutoscalerItemSchema>;
+export type PoolAutoscalerItemInput = z.input<typeof PoolAutoscalerItemSchema>;
+export const AutoscalersSchema = z.object({ type: z.literal("autoscalers"), items: items(PoolAutoscalerItemSchema) });
+
+const Text = z.string().max(MAX_MESSAGE_LENGTH);
+const Word = z.string().max(MAX_NAME_LENGTH);
+const Replicas = z.int().nonnegative();
+/** The autoscaler's status as the admin API's GET shows it (durable-objects/pool/rpc.ts), bounded. */
+export const AutoscalerStatusReplySchema = z.object({
+  suspended: z.boolean(),
+  currentReplicas: Replicas,
+  desiredReplicas: Replicas,
+  lastScaleTime: Word.nullable(),
+  currentCapacity: z.object({ available: Replicas }),
+  appliedCronPolicies: z.array(z.object({ name: Word, lastScheduleTime: Word })).max(32),
+  lastDecision: z.object({ time: Word, reason: Word, message: Text, currentReplicas: Replicas, desiredReplicas: Replicas }).nullable(),
+  conditions: z.array(z.object({ type: Word, status: z.enum(["True", "False"]), reason: Word, message: Text })).max(8),
+  events: z.array(z.object({ time: Word, type: Word, reason: Word, message: Text })).max(50),
+});
+export type AutoscalerStatusReply = z.infer<typeof AutoscalerStatusReplySchema>;
+
 /**
  * `applied`: done (for claims: all `replicas` are claimed); `stale`: superseded by what the edge
  * already has (older generation, request against an older sandbox generation); `rejected`: not
@@ -148,6 +190,8 @@ export const ReplyItemSchema = z.object({
   message: z.string().max(MAX_MESSAGE_LENGTH).optional(),
   /** Claims: every sandbox the claim holds (earlier ones included; at most `replicas`). */
   sandboxIds: z.array(SandboxIdSchema).max(1000).optional(),
+  /** Autoscalers: the pool autoscaler's status after the item (absent once deleted). */
+  autoscaler: AutoscalerStatusReplySchema.optional(),
 });
 export type ReplyItem = z.infer<typeof ReplyItemSchema>;
 

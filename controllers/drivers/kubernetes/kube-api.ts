@@ -41,13 +41,14 @@ export async function tolerate<T>(p: Promise<T>, codes: number[]): Promise<T | u
   }
 }
 
-/** Creates an Event about `about`; best effort (refused or failed: logged, never thrown). */
-export async function postEvent(core: CoreV1Api, about: V1ObjectReference & { name: string; namespace: string }, type: "Normal" | "Warning", reason: string, message: string, now: Date, log: (msg: string) => void): Promise<void> {
+/** Creates an Event about `about`; best effort (refused or failed: logged, never thrown). A given
+ * `name` makes it idempotent (an Event of that name already there is left as it is). */
+export async function postEvent(core: CoreV1Api, about: V1ObjectReference & { name: string; namespace: string }, type: "Normal" | "Warning", reason: string, message: string, now: Date, log: (msg: string) => void, name?: string): Promise<void> {
   await tolerate(
     core.createNamespacedEvent({
       namespace: about.namespace,
       body: {
-        metadata: { generateName: `${about.name.slice(0, 200)}.`, namespace: about.namespace },
+        metadata: { ...(name ? { name } : { generateName: `${about.name.slice(0, 200)}.` }), namespace: about.namespace },
         involvedObject: about,
         type,
         reason,

@@ -48,7 +48,7 @@ export async function startKubeAgent(
   );
   agent = await startAgent({ edgeUrl: edge.url, clusterToken: edge.clusterToken, clusterId: cluster, dataDir, driver, log: (m) => process.env.KUBE_LOG && console.log(`[agent] ${m}`) });
   await agent.link.whenConnected();
-  const crd: CrdLink = await startCrdLink({ link: agent.link, driver, kubeConfig: driver.kubeConfig, namespace, watchNamespaces: watchNamespacesFlag(flags), cluster, requests, retryMs: 200, quotaPollMs: 200, log: (m) => {
+  const crd: CrdLink = await startCrdLink({ link: agent.link, driver, kubeConfig: driver.kubeConfig, namespace, watchNamespaces: watchNamespacesFlag(flags), cluster, requests, retryMs: 200, quotaPollMs: 200, autoscalerStatusMs: 300, log: (m) => {
     logs.push(m);
     if (process.env.KUBE_LOG) console.log(`[crd] ${m}`);
   } });
