@@ -13,6 +13,7 @@ import { NamespaceQuotaSync } from "./kube-sync/namespace-quota-sync.ts";
 import type { Link } from "./link.ts";
 import { backoffMs } from "../lib/work-queue.ts";
 import { CommitController } from "../drivers/kubernetes/commit/commit-controller.ts";
+import { CheckpointController } from "../drivers/kubernetes/checkpoint/checkpoint-controller.ts";
 import type { CommitJobOptions } from "../drivers/kubernetes/commit/job-spec.ts";
 
 export interface CrdLinkOptions {
@@ -40,6 +41,7 @@ export interface NamespaceSync {
   claims: SandboxClaimSync;
   quota: NamespaceQuotaSync;
   commits?: CommitController;
+  checkpoints: CheckpointController;
 }
 
 export interface CrdLink {
@@ -125,7 +127,10 @@ export async function startCrdLink(o: CrdLinkOptions): Promise<CrdLink> {
       sets.start();
       quota.start();
       await commits?.start();
-      return { sets, claims, quota, commits };
+      // Snapshots are Checkpoints (the driver makes them); this one rebuilds an unhealthy one.
+      const checkpoints = new CheckpointController({ kubeConfig: o.kubeConfig, namespace: ns, log });
+      await checkpoints.start();
+      return { sets, claims, quota, commits, checkpoints };
     })();
     namespaces.set(ns, started);
     return started;
@@ -153,6 +158,7 @@ export async function startCrdLink(o: CrdLinkOptions): Promise<CrdLink> {
         await s?.claims.stop();
         await s?.quota.stop();
         await s?.commits?.stop();
+        await s?.checkpoints.stop();
       }
     },
   };
