@@ -14,6 +14,7 @@ import { PoolAutoscalerSync } from "./kube-sync/poolautoscaler-sync.ts";
 import type { Link } from "./link.ts";
 import { backoffMs } from "../lib/work-queue.ts";
 import { CommitController } from "../drivers/kubernetes/commit/commit-controller.ts";
+import { CheckpointController } from "../drivers/kubernetes/checkpoint/checkpoint-controller.ts";
 import type { CommitJobOptions } from "../drivers/kubernetes/commit/job-spec.ts";
 
 export interface CrdLinkOptions {
@@ -44,6 +45,7 @@ export interface NamespaceSync {
   quota: NamespaceQuotaSync;
   autoscalers: PoolAutoscalerSync;
   commits?: CommitController;
+  checkpoints: CheckpointController;
 }
 
 export interface CrdLink {
@@ -131,7 +133,10 @@ export async function startCrdLink(o: CrdLinkOptions): Promise<CrdLink> {
       quota.start();
       await autoscalers.start();
       await commits?.start();
-      return { sets, claims, quota, autoscalers, commits };
+      // Snapshots are Checkpoints (the driver makes them); this one rebuilds an unhealthy one.
+      const checkpoints = new CheckpointController({ kubeConfig: o.kubeConfig, namespace: ns, log });
+      await checkpoints.start();
+      return { sets, claims, quota, autoscalers, commits, checkpoints };
     })();
     namespaces.set(ns, started);
     return started;
@@ -160,6 +165,7 @@ export async function startCrdLink(o: CrdLinkOptions): Promise<CrdLink> {
         await s?.quota.stop();
         await s?.autoscalers.stop();
         await s?.commits?.stop();
+        await s?.checkpoints.stop();
       }
     },
   };

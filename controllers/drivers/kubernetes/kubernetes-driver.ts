@@ -16,7 +16,7 @@ import { EventReason, ReadyReason } from "../../../schema/crd/conditions.ts";
 import { ANNOTATION, LABEL } from "../../../schema/crd/labels.ts";
 import type { SpawnRequest } from "../../runtime/sandbox-view.ts";
 import { KeyedSerial } from "../../../lib/keyed-serial.ts";
-import { isTerminal, TerminalError, UnsupportedError, type DesiredSandbox, type Driver, type DriverCapabilities, type ExecResult, type SnapshotRef } from "../driver.ts";
+import { isTerminal, SandboxNotFoundError, TerminalError, UnsupportedError, type DesiredSandbox, type Driver, type DriverCapabilities, type ExecResult, type SnapshotRef } from "../driver.ts";
 import { apiMessage } from "./kube-api.ts";
 import type { ObjectCache } from "./object-cache.ts";
 import { NAMESPACE_PATTERN, type NamespaceScope } from "./namespace-scope.ts";
@@ -29,6 +29,7 @@ import { SandboxObjects } from "./sandbox-object.ts";
 import { Scopes } from "./scopes.ts";
 import { StatusWriter } from "./status-writer.ts";
 import { CsiMounter } from "./csi-mounts.ts";
+import { CheckpointSnapshots } from "./checkpoint/snapshots.ts";
 import type { CsiMountConfig } from "../../../schema/crd/csi-mount.ts";
 import { UserRequests } from "./user-requests.ts";
 
@@ -36,7 +37,6 @@ export { idLabel, sandboxName } from "./objects.ts";
 export type { KubeDesiredSandbox, KubernetesDriverOptions, KubeSandboxObservation, SandboxObject, SandboxRequest, SandboxSetObject } from "./objects.ts";
 
 /** Why: no Checkpoint controller yet (Stop pause keeps PVC data only). */
-const SNAPSHOTS_UNSUPPORTED = "the kubernetes driver does not take snapshots yet (no Checkpoint controller in this cluster)";
 
 export class KubernetesDriver implements Driver {
   readonly name = "kubernetes";
@@ -58,6 +58,7 @@ export class KubernetesDriver implements Driver {
   readonly #sandboxes: SandboxObjects;
   readonly #requests: UserRequests;
   readonly #mounts: CsiMounter;
+  readonly #checkpoints: CheckpointSnapshots;
   readonly #statusTimers = new Map<string, NodeJS.Timeout>();
   /** Each sandbox's chain of writes (see #serial). */
   readonly #writes = new KeyedSerial();
@@ -105,6 +106,7 @@ export class KubernetesDriver implements Driver {
       },
     });
     this.#status.more = (id, conditions, now) => this.#mounts.withCondition(id, conditions, now);
+    this.#checkpoints = new CheckpointSnapshots(this.#ctx, { waitMs: opts.checkpointWaitMs });
   }
 
   /** The home namespace's informers (the SandboxSet sync and tests read them). */
@@ -145,13 +147,15 @@ export class KubernetesDriver implements Driver {
   }
 
   async ensure(desired: DesiredSandbox): Promise<KubeSandboxObservation> {
-    const d = desired as KubeDesiredSandbox;
-    if (d.restoreFrom) throw new UnsupportedError("sandboxes from snapshots", SNAPSHOTS_UNSUPPORTED);
+    let d = desired as KubeDesiredSandbox;
     const ctx = this.#ctx;
     if (d.accessToken) this.#pods.setToken(d.id, d.accessToken);
     // The team's objects are only seen once its namespace is watched.
     if (d.namespace && d.namespace !== this.namespace && NAMESPACE_PATTERN.test(d.namespace)) await ctx.scope(d.namespace).start();
     const sbx = ctx.sandbox(d.id);
+    // A new sandbox from a snapshot names the checkpoint its engine restores (one that exists
+    // was made with it, and keeps it whatever became of the snapshot since).
+    if (d.restoreFrom && !sbx) d = { ...d, restoreCheckpointId: await this.#checkpoints.restoreId(d.namespace ?? this.namespace, d.restoreFrom.id) };
     const live = sbx && ctx.pod(d.id);
     if (sbx && live && d.state === "Running" && !sbx.spec.paused && !live.metadata?.deletionTimestamp && !this.#status.facts(sbx, d.id).frozen && !this.#pods.inplacePending(sbx, d)) {
       // Running and staying so: only labels, owner and annotations can differ; write them behind.
@@ -317,16 +321,20 @@ export class KubernetesDriver implements Driver {
     );
   }
 
-  async snapshotFs(_id: string, _snapshotId?: string): Promise<SnapshotRef> {
-    throw new UnsupportedError("snapshots", SNAPSHOTS_UNSUPPORTED);
+  /** A Checkpoint for the cluster's checkpoint engine, waited on (checkpoint/snapshots.ts). */
+  async snapshotFs(id: string, snapshotId?: string): Promise<SnapshotRef> {
+    const sbx = this.#ctx.sandbox(id);
+    if (!sbx) throw new SandboxNotFoundError(id);
+    const snapId = snapshotId ?? `${id}-${Date.now().toString(36)}`;
+    return this.#checkpoints.take(this.#ctx.scopeOf(id), sbx, this.#ctx.pod(id)?.metadata?.name, id, snapId);
   }
 
   async restoreFs(_id: string, _snapshot: Pick<SnapshotRef, "id">): Promise<void> {
-    throw new UnsupportedError("restoreFs", SNAPSHOTS_UNSUPPORTED);
+    throw new UnsupportedError("restoreFs", "a running pod's files are not replaced in place; a new sandbox from the snapshot restores its checkpoint");
   }
 
-  async deleteSnapshot(_snapshot: Pick<SnapshotRef, "id">): Promise<void> {
-    throw new UnsupportedError("deleteSnapshot", SNAPSHOTS_UNSUPPORTED);
+  async deleteSnapshot(snapshot: Pick<SnapshotRef, "id">): Promise<void> {
+    await this.#checkpoints.delete(this.#ctx.all(), snapshot.id);
   }
 
   async destroy(id: string): Promise<void> {

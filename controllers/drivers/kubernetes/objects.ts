@@ -35,6 +35,9 @@ export interface KubeDesiredSandbox extends DesiredSandbox {
   pool?: string;
   /** False while a warm pool member; true once claimed or when created on demand. */
   claimed?: boolean;
+  /** Set by the driver for a new sandbox made from a snapshot: the checkpoint its engine restores
+   * (checkpoint/snapshots.ts), written on its Sandbox and pod. */
+  restoreCheckpointId?: string;
   /** The runtime's access token, sent with freeze/thaw once the sandbox has one. */
   accessToken?: string | null;
 }
@@ -95,6 +98,8 @@ export interface KubernetesDriverOptions {
   namespace: string;
   /** Image of the injected agent-runtime sidecar. */
   runtimeImage: string;
+  /** How long a snapshot waits for the checkpoint engine (default 60 s, upstream's). */
+  checkpointWaitMs?: number;
   /** Told whenever a sandbox's objects change (pod ready, IP assigned, pod lost). */
   onChange?: (id: string) => void;
   /** A user changed a Sandbox with kubectl (patched spec.paused, or deleted it). The edge decides:

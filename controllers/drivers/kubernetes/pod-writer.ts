@@ -2,6 +2,7 @@
 // deleted on a Stop pause or destroy, changed in place on a claim (the main container's image by
 // a strategic patch, its CPU through the resize subresource), and its runtime called to freeze
 // and thaw.
+import { RESTORE_ANNOTATION } from "./checkpoint/snapshots.ts";
 import type { V1Pod } from "@kubernetes/client-node";
 import { EventReason, ReadyReason } from "../../../schema/crd/conditions.ts";
 import { ANNOTATION, GROUP, LABEL, VERSION } from "../../../schema/crd/labels.ts";
@@ -60,7 +61,7 @@ export class PodWriter {
       template: sbx.spec.template ?? imageTemplate(d.template),
       volumeClaimTemplates: sbx.spec.volumeClaimTemplates ?? [],
       labels,
-      annotations: userAnnotations(d.annotations),
+      annotations: { ...userAnnotations(d.annotations), ...(d.restoreCheckpointId ? { [RESTORE_ANNOTATION]: d.restoreCheckpointId } : {}) },
       owner: ownerRef(sbx),
       runtimeImage: this.#runtimeImage,
       injection: this.#injection(),

@@ -2,6 +2,7 @@
 // labels, annotations, finalizer and owner a sandbox carries; brought in line with each intent
 // (claim, user metadata, generation, pause); annotated when frozen; labelled with its claim; and
 // deleted last on destroy (its finalizer is ours).
+import { RESTORE_ANNOTATION } from "./checkpoint/snapshots.ts";
 import { ANNOTATION, API_VERSION, GROUP, LABEL, SANDBOX_FINALIZER, VERSION } from "../../../schema/crd/labels.ts";
 import { userAnnotations, userLabels } from "../../../schema/crd/user-metadata.ts";
 import type { V1PodTemplateSpec } from "@kubernetes/client-node";
@@ -56,6 +57,7 @@ export class SandboxObjects {
           [ANNOTATION.generation]: String(d.generation),
           [ANNOTATION.pauseStrategy]: d.pauseStrategy,
           [ANNOTATION.desiredPaused]: String(d.state === "Paused"),
+          ...(d.restoreCheckpointId ? { [RESTORE_ANNOTATION]: d.restoreCheckpointId } : {}),
         },
         finalizers: [SANDBOX_FINALIZER],
         ownerReferences,
