@@ -14,9 +14,11 @@ import { createServer as createHttpServer, request as httpRequest, type Incoming
 import { connect, createServer as createNetServer, type Server as NetServer, type Socket } from "node:net";
 import type { Duplex } from "node:stream";
 import { normalizeHost } from "../../schema/egress/rules.ts";
+import { parseIp } from "../../schema/egress/address.ts";
 import { refuseLocal, type Refuse } from "./host-reach.ts";
 import { decide, needsAddresses, type CompiledPolicy, type Verdict } from "./policy.ts";
 import { egressDecisions } from "../lib/metrics.ts";
+import { MAX_SNIFF, sniff, type Sniffed } from "./sniff.ts";
 
 export interface TrafficProxyOptions {
   /** The compiled rules of a sandbox (the tag its connection came with; "" on a TCP listener).
@@ -39,7 +41,7 @@ export interface TrafficProxyOptions {
 /** Request headers that describe the hop to the proxy, not the request. */
 const HOP_BY_HOP = new Set(["connection", "proxy-connection", "keep-alive", "proxy-authorization", "proxy-authenticate", "te", "trailer", "transfer-encoding", "upgrade"]);
 /** The longest tag line a relay sends (a sandbox id is at most 64 characters). */
-const MAX_TAG = 80;
+const MAX_TAG = 100;
 
 // Counted per verdict (a connection or a plain-HTTP request), never per sandbox or host.
 const ALLOWED = egressDecisions.labels({ decision: "allow" });
@@ -151,9 +153,13 @@ export class TrafficProxy {
         return;
       }
       socket.off("data", onData).pause();
-      this.#tags.set(socket, buf.subarray(0, nl).toString());
+      // "<sandbox>", or "<sandbox> <ip> <port>" for a connection the redirect in its namespace
+      // brought (where it was going, from the kernel), which speaks its own protocol, not ours.
+      const [tag = "", ip, port] = buf.subarray(0, nl).toString().split(" ");
+      this.#tags.set(socket, tag);
       const rest = buf.subarray(nl + 1);
       if (rest.length) socket.unshift(rest);
+      if (ip !== undefined) return void this.#transparent(socket, ip, Number(port));
       this.server.emit("connection", socket);
       socket.resume();
     };
@@ -179,6 +185,74 @@ export class TrafficProxy {
     (verdict.allowed ? ALLOWED : DENIED).inc();
     if (!verdict.allowed) this.#o.log?.(`traffic-proxy: ${tag || "sandbox"}: denied ${verdict.reason}`);
     return verdict;
+  }
+
+  /** A connection redirected on its way to ip:port, with no proxy protocol: allowed when the rules
+   * admit that address, or else the name its first bytes ask for (SNI, Host) when that name is
+   * allowed and resolves to that very address (so a name cannot be borrowed for another server).
+   * Connected only to ip:port, the bytes read so far sent first. */
+  async #transparent(client: Socket, ip: string, port: number): Promise<void> {
+    this.#sockets.add(client);
+    client.once("close", () => this.#sockets.delete(client));
+    client.on("error", () => client.destroy());
+    const tag = this.#tags.get(client) ?? "";
+    const policy = this.#o.policyFor(tag);
+    const where = `${ip}:${port}`;
+    if (!parseIp(ip) || !(port >= 1 && port <= 65535)) return void client.destroy();
+    let verdict: Verdict = typeof policy === "string" ? { allowed: false, reason: policy } : decide(policy, ip, [], this.#refuse);
+    let head: Buffer = Buffer.alloc(0);
+    let seen: Sniffed;
+    if (!verdict.allowed && typeof policy !== "string") {
+      [head, seen] = await this.#sniffHead(client);
+      const name = seen && "name" in seen ? seen.name : undefined;
+      if (name && !parseIp(name)) {
+        const byName = decide(policy, name, [ip], this.#refuse);
+        const addresses = byName.allowed ? await this.#resolve(name).catch(() => [] as string[]) : [];
+        if (byName.allowed && addresses.some((a) => normalizeHost(a) === ip)) verdict = byName;
+        else verdict = { allowed: false, reason: byName.allowed ? `${name} does not resolve to ${ip}` : byName.reason };
+      }
+    }
+    (verdict.allowed ? ALLOWED : DENIED).inc();
+    if (!verdict.allowed) {
+      this.#o.log?.(`traffic-proxy: ${tag || "sandbox"}: denied ${where}: ${verdict.reason}`);
+      if (seen?.kind === "http") return void client.end(rawReply("403 Forbidden", `traffic-proxy: egress denied: ${verdict.reason}\n`));
+      return void client.destroy();
+    }
+    let upstream: Socket;
+    try {
+      upstream = await connectAny([ip], port, this.#o.connectTimeoutMs ?? 10_000);
+    } catch {
+      return void client.destroy();
+    }
+    upstream.on("error", () => client.destroy());
+    client.on("close", () => upstream.destroy());
+    upstream.on("close", () => client.destroy());
+    this.#track(client, seen && "name" in seen && seen.name ? seen.name : ip, upstream, client);
+    if (head.length) upstream.write(head);
+    client.pipe(upstream).on("error", () => {});
+    upstream.pipe(client);
+    client.resume();
+  }
+
+  /** The first bytes of a redirected connection, until they name a host or cannot (at most
+   * MAX_SNIFF bytes, or whatever came within the first-request timeout). */
+  #sniffHead(client: Socket): Promise<[Buffer, Sniffed]> {
+    return new Promise((resolve) => {
+      let buf: Buffer = Buffer.alloc(0);
+      const done = (s: Sniffed) => {
+        clearTimeout(timer);
+        client.off("data", onData).off("end", onEnd).pause();
+        resolve([buf, s]);
+      };
+      const onData = (chunk: Buffer) => {
+        buf = Buffer.concat([buf, chunk]);
+        const s = sniff(buf);
+        if (s || buf.length >= MAX_SNIFF) done(s ?? { kind: "other" });
+      };
+      const onEnd = () => done(sniff(buf));
+      const timer = setTimeout(() => done(sniff(buf)), this.#o.firstRequestTimeoutMs ?? 10_000).unref();
+      client.on("data", onData).once("end", onEnd).resume();
+    });
   }
 
   async #forward(req: IncomingMessage, res: ServerResponse): Promise<void> {

@@ -38,6 +38,7 @@ my ($path, $setns_nr, $prctl_nr, $proxy);
 my ($srv, $own_net, $own_ns, $relay);
 my %egress;     # tag => listener in the sandbox's network namespace
 my %egress_at;  # tag => "<net namespace> <port>" of that listener
+my %egress_ns;  # tag => that network namespace (an open handle), to undo the redirect in
 my %limit;      # tag => [max connections, cgroup.procs files]
 my %kid;        # pid of an egress child => its tag
 my %open;       # tag => how many egress children run
@@ -151,6 +152,14 @@ sub join_cgroups {
 sub close_egress {
   my ($tag) = @_;
   close(delete $egress{$tag}) if $egress{$tag};
+  if (my $ns = delete $egress_ns{$tag}) {
+    # Its namespace may get a veth next (internet access): nothing may send its TCP to a listener
+    # that is gone.
+    if (syscall($setns_nr, fileno($ns), 0x40000000) == 0) {
+      unredirect();
+      syscall($setns_nr, fileno($own_ns), 0x40000000) == 0 or die "port-relay.pl: cannot return to its own network namespace: $!\n";
+    }
+  }
   delete $egress_at{$tag};
   delete $limit{$tag};
   my @pids = grep { $kid{$_} eq $tag } keys %kid;
@@ -191,10 +200,13 @@ sub command {
     && bind($l, sockaddr_in($port, INADDR_LOOPBACK))
     && listen($l, 128);
   my $why_not = "listen on 127.0.0.1:$port: $!";
+  my $why_no_redirect = $ok ? redirect_all($port) : undef;
   # Staying in a sandbox's namespace would put every later listener and child in the wrong place.
   syscall($setns_nr, fileno($own_ns), 0x40000000) == 0 or die "port-relay.pl: cannot return to its own network namespace: $!\n";
   return $why_not unless $ok;
+  return $why_no_redirect if $why_no_redirect;
   fcntl($l, F_SETFL, fcntl($l, F_GETFL, 0) | O_NONBLOCK);
+  $egress_ns{$tag} = $ns;
   $egress{$tag} = $l;
   $egress_at{$tag} = "$net $port";
   $limit{$tag} = [$max, $procs];
@@ -219,7 +231,48 @@ sub egress {
   my ($c, $tag) = @_;
   socket(my $p, PF_UNIX, SOCK_STREAM, 0) or exit 0;
   connect($p, pack_sockaddr_un($proxy)) or exit 0;  # no proxy: the client sees the connection close
-  pump($c, $p, '', 1) if put($p, "$tag\n");
+  pump($c, $p, '', 1) if put($p, tag_line($tag, getsockopt($c, 0, 80), getsockname($c)));  # SOL_IP, SO_ORIGINAL_DST
+}
+
+# The line the proxy reads before the sandbox's bytes: "<tag>" for a connection to the listener
+# itself (HTTP_PROXY), "<tag> <ip> <port>" for one the redirect brought (its original destination,
+# from conntrack; the kernel's, never the sandbox's word).
+sub tag_line {
+  my ($tag, $orig, $local) = @_;
+  return "$tag\n" unless defined $orig && length($orig) >= 8 && defined $local;
+  my ($port, $addr) = (unpack('n', substr($orig, 2, 2)), substr($orig, 4, 4));
+  my ($lport, $laddr) = sockaddr_in($local);
+  return "$tag\n" if $addr eq $laddr && $port == $lport;
+  return "$tag " . inet_ntoa($addr) . " $port\n";
+}
+
+# Inside a sandbox's network namespace (the caller has entered it): every TCP connection but to
+# its own loopback goes to the egress listener on <port>, which learns where it was going from
+# SO_ORIGINAL_DST. A default route through lo (at the lowest priority, so a veth's route added
+# later wins) lets connect() get as far as the redirect. The sandbox's processes have no
+# CAP_NET_ADMIN over this namespace (it belongs to the host's user namespace), so they cannot
+# undo either. Undef, or why not.
+my $NFT_RESET = "table ip kruise_egress {}\ndelete table ip kruise_egress\n";
+sub redirect_all {
+  my ($port) = @_;
+  my $lo = ifindex('lo') or return 'no lo';
+  # RTM_NEWROUTE (CREATE|REPLACE): default, main table, boot protocol, link scope, unicast; RTA_OIF, RTA_PREFSRC, RTA_PRIORITY
+  my $err = rtnl(24, 0x500, lo_route($lo));
+  return "route through lo: $err" if $err;
+  return nft($NFT_RESET . "table ip kruise_egress {\n chain out {\n  type nat hook output priority -100; policy accept;\n"
+    . "  ip daddr { 127.0.0.0/8, 0.0.0.0/8 } return\n  meta l4proto tcp redirect to :$port\n }\n}\n");
+}
+sub lo_route { pack('CCCCCCCCL', 2, 0, 0, 0, 254, 3, 253, 1, 0) . nla(4, pack('L', $_[0])) . nla(7, inet_aton('127.0.0.1')) . nla(6, pack('L', 0xfffffff0)) }
+sub unredirect {
+  my $lo = ifindex('lo');
+  rtnl(25, 0, lo_route($lo)) if $lo;  # RTM_DELROUTE; gone already is fine
+  nft($NFT_RESET);
+}
+sub nft {
+  open(my $n, '|-', 'nft', '-f', '-') or return "nft: $!";
+  print $n $_[0];
+  close $n;
+  return $? ? "nft exited with status " . ($? >> 8) : undef;
 }
 
 sub answer { syswrite($_[0], "$_[1]\n"); exit 0; }
@@ -363,6 +416,7 @@ sub veth {
   $err = $host ? rtnl(19, 0, ifinfo(7, 0, $host, 0, 0) . nla(12 | 0x8000, nla(33, pack('C', 1)))) : 'gone';
   return undo_veth($name, "isolate $name: $err") if $err;
   syscall($setns_nr, fileno($ns), 0x40000000) == 0 or return undo_veth($name, "setns: $!");  # CLONE_NEWNET
+  unredirect();  # a sandbox that had rules: its TCP goes out by eth0 now
   my $eth0 = ifindex('eth0');
   my $ip = inet_aton($addr);
   $err = !$eth0 ? 'no eth0'

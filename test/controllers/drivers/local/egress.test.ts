@@ -42,9 +42,13 @@ const curl = (id: string, host: string) => sh(id, `curl -s -m 5 http://${host}/`
 const curlHost = (id: string, ip: string, p = port) => sh(id, `env -u NO_PROXY -u no_proxy curl -s -m 5 http://${ip}:${p}/`);
 /** What `a` answers a request the proxy forwarded (it sees the host's address on its link). */
 const fromA = () => `outside saw ${a.hostIp}`;
-/** Whether a plain TCP connect (no proxy) from inside reaches `ip`'s port 80. */
+/** Whether raw TCP (no proxy, bytes that are not HTTP) from inside gets an answer from port 80
+ * of `ip`: the stand-in's server answers them with an error page. The connect itself always
+ * succeeds in a sandbox with rules (it ends at the redirect), so only an answer proves the way out. */
 const rawConnect = (id: string, ip: string) =>
-  sh(id, `python3 -c 'import socket; s=socket.socket(); s.settimeout(2); print(s.connect_ex(("${ip}", 80)))'`).then((out) => out === "0");
+  sh(id, `python3 -c 'import socket; s=socket.create_connection(("${ip}", 80), 3); s.settimeout(3); s.sendall(b"hello\\r\\n\\r\\n"); print(b"400" in s.recv(4096))'`).then((out) => out === "True");
+/** curl with no proxy variables at all: only the redirect in the sandbox's namespace governs it. */
+const curlDirect = (id: string, url: string, args = "") => sh(id, `env -u HTTP_PROXY -u http_proxy -u HTTPS_PROXY -u https_proxy curl -s -m 5 ${url} ${args}`);
 
 /** The processes whose parent is `parent`, with their command lines. */
 function childrenOf(parent: number): { pid: number; cmdline: string }[] {
@@ -124,12 +128,29 @@ describe("local sandboxes with egress rules", () => {
     expect(await curl(d.id, b.ip)).toBe(`traffic-proxy: egress denied: ${b.ip} is denied by denyOut "0.0.0.0/0"`);
     // TLS goes by CONNECT, refused before any tunnel.
     expect(await sh(d.id, `curl -s -m 5 -o /dev/null -w '%{http_connect}' https://${b.ip}/; echo " $?"`)).toBe("403 56");
-    expect(await rawConnect(d.id, a.ip)).toBe(false);
+    // A process that ignores the proxy variables is governed all the same: every TCP connection
+    // is redirected to the proxy, which judges where it was going.
+    expect(await rawConnect(d.id, a.ip)).toBe(true);
     expect(await rawConnect(d.id, b.ip)).toBe(false);
-    // A process that ignores the proxy variables has no way out at all: loopback is the only
-    // interface, and there is no route.
+    expect(await curlDirect(d.id, `http://${a.ip}/`)).toBe(fromA());
+    expect(await curlDirect(d.id, `http://${b.ip}/`)).toBe(`traffic-proxy: egress denied: ${b.ip} is denied by denyOut "0.0.0.0/0"`);
+    // TLS without CONNECT and without a name (an address) is judged by the address: refused.
+    expect(await curlDirect(d.id, `https://${b.ip}/`, "-k -o /dev/null; echo $?")).toMatch(/^(35|52|56)$/);
+    // Loopback is the only interface; the one route leads through it to the redirect.
     expect(await sh(d.id, "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '")).toBe("lo");
-    expect(await sh(d.id, "tail -n +2 /proc/net/route | wc -l")).toBe("0");
+    expect(await sh(d.id, "tail -n +2 /proc/net/route | cut -f1 | sort -u")).toBe("lo");
+  });
+
+  it("the sandbox cannot remove the redirect: root inside has no CAP_NET_ADMIN over its network namespace", async () => {
+    const d = desired();
+    await driver.ensure(d);
+    const root = { name: "root", uid: 0, gid: 0, home: "/root", shell: "/bin/bash" };
+    const tryAll = "nft flush ruleset 2>&1; echo nft=$?; ip route del default dev lo 2>&1; echo ip=$?";
+    const out = (await shIn(driver, d.id, tryAll, root)).stdout;
+    expect(out).toMatch(/nft=[1-9]/);
+    expect(out).toMatch(/ip=[1-9]/);
+    expect(await rawConnect(d.id, b.ip)).toBe(false);
+    expect(await curlDirect(d.id, `http://${b.ip}/`)).toMatch(/^traffic-proxy: egress denied/);
   });
 
   it("rules that allow everything still reach neither the host (loopback, its addresses, the bridge) nor another sandbox nor link-local", async () => {
@@ -175,7 +196,8 @@ describe("local sandboxes with egress rules", () => {
     const direct = () => sh(d.id, `env -u HTTP_PROXY -u http_proxy curl -s -m 3 http://${a.ip}/`);
     expect(await direct()).toBe(fromA());
     await driver.ensure({ ...d, generation: 2, egress: STRICT });
-    expect(await direct()).toBe("");
+    // Behind the proxy now, without proxy variables too: `a` is allowed, `b` is not.
+    expect(await direct()).toBe(fromA());
     expect(await rawConnect(d.id, b.ip)).toBe(false);
     expect(await curl(d.id, b.ip)).toMatch(/^traffic-proxy: egress denied/);
     expect(await curl(d.id, a.ip)).toBe(fromA());
