@@ -19,6 +19,7 @@ import { refuseLocal, type Refuse } from "./host-reach.ts";
 import { decide, needsAddresses, type CompiledPolicy, type Verdict } from "./policy.ts";
 import { egressDecisions } from "../lib/metrics.ts";
 import { MAX_SNIFF, sniff, type Sniffed } from "./sniff.ts";
+import { SandboxResolver } from "./resolver.ts";
 
 export interface TrafficProxyOptions {
   /** The compiled rules of a sandbox (the tag its connection came with; "" on a TCP listener).
@@ -42,6 +43,9 @@ export interface TrafficProxyOptions {
 const HOP_BY_HOP = new Set(["connection", "proxy-connection", "keep-alive", "proxy-authorization", "proxy-authenticate", "te", "trailer", "transfer-encoding", "upgrade"]);
 /** The longest tag line a relay sends (a sandbox id is at most 64 characters). */
 const MAX_TAG = 100;
+/** The tag line of the relay's one connection that carries its sandboxes' DNS over UDP: frames of
+ * a 2-byte length, then "<sandbox> <the relay's token>\n" and the query (echoed in the answer). */
+const DNS_CHANNEL = "*dns";
 
 // Counted per verdict (a connection or a plain-HTTP request), never per sandbox or host.
 const ALLOWED = egressDecisions.labels({ decision: "allow" });
@@ -104,11 +108,14 @@ export class TrafficProxy {
   readonly #conns = new Map<string, Set<Open>>();
   /** Closes a client connection that has not sent a whole first request in time. */
   readonly #idle = new WeakMap<object, NodeJS.Timeout>();
+  /** The sandboxes' DNS (their port 53, redirected), and what it answered them. */
+  readonly #dns: SandboxResolver;
 
   constructor(opts: TrafficProxyOptions) {
     this.#o = opts;
     this.#resolve = opts.resolve ?? systemResolve;
     this.#refuse = opts.refuse ?? refuseLocal;
+    this.#dns = new SandboxResolver(this.#resolve, this.#refuse);
     this.server = createHttpServer({ keepAliveTimeout: 30_000 });
     const started = (req: IncomingMessage) => clearTimeout(this.#idle.get(req.socket));
     this.server.on("request", (req, res) => void this.#forward(req, res));
@@ -159,6 +166,8 @@ export class TrafficProxy {
       this.#tags.set(socket, tag);
       const rest = buf.subarray(nl + 1);
       if (rest.length) socket.unshift(rest);
+      if (tag === DNS_CHANNEL) return void this.#dnsFrames(socket, true);
+      if (ip !== undefined && Number(port) === 53) return void this.#dnsFrames(socket, false);
       if (ip !== undefined) return void this.#transparent(socket, ip, Number(port));
       this.server.emit("connection", socket);
       socket.resume();
@@ -207,9 +216,15 @@ export class TrafficProxy {
       const name = seen && "name" in seen ? seen.name : undefined;
       if (name && !parseIp(name)) {
         const byName = decide(policy, name, [ip], this.#refuse);
-        const addresses = byName.allowed ? await this.#resolve(name).catch(() => [] as string[]) : [];
-        if (byName.allowed && addresses.some((a) => normalizeHost(a) === ip)) verdict = byName;
+        const answered = this.#dns.namesFor(tag, ip).includes(name);
+        const addresses = byName.allowed && !answered ? await this.#resolve(name).catch(() => [] as string[]) : [];
+        if (byName.allowed && (answered || addresses.some((a) => normalizeHost(a) === ip))) verdict = byName;
         else verdict = { allowed: false, reason: byName.allowed ? `${name} does not resolve to ${ip}` : byName.reason };
+      } else {
+        // No name in the bytes (ssh, a database): the names this sandbox looked up and was
+        // answered this address for.
+        const admitted = this.#dns.namesFor(tag, ip).map((n) => decide(policy, n, [ip], this.#refuse)).find((v) => v.allowed);
+        if (admitted) verdict = admitted;
       }
     }
     (verdict.allowed ? ALLOWED : DENIED).inc();
@@ -232,6 +247,40 @@ export class TrafficProxy {
     client.pipe(upstream).on("error", () => {});
     upstream.pipe(client);
     client.resume();
+  }
+
+  /** DNS messages, each behind a 2-byte length (DNS over TCP, RFC 1035 4.2.2): from a sandbox's
+   * redirected TCP port 53 (`channel` false, its tag already known), or the relay's channel for
+   * UDP, whose frames each start with "<sandbox> <token>\n" (echoed before the answer). */
+  #dnsFrames(socket: Socket, channel: boolean): void {
+    const tag = this.#tags.get(socket) ?? "";
+    this.#sockets.add(socket);
+    socket.once("close", () => this.#sockets.delete(socket));
+    let buf = Buffer.alloc(0);
+    socket.on("error", () => socket.destroy());
+    socket.on("data", (chunk: Buffer) => {
+      buf = Buffer.concat([buf, chunk]);
+      while (buf.length >= 2 && buf.length >= 2 + buf.readUInt16BE(0)) {
+        const frame = buf.subarray(2, 2 + buf.readUInt16BE(0));
+        buf = buf.subarray(2 + frame.length);
+        const nl = channel ? frame.indexOf(0x0a) : -1;
+        if (channel && (nl < 0 || nl > MAX_TAG)) return void socket.destroy();
+        const head = frame.subarray(0, nl + 1);
+        const sandbox = channel ? head.toString().split(" ")[0]! : tag;
+        void this.#dns.answer(sandbox, this.#o.policyFor(sandbox), frame.subarray(nl + 1)).then((out) => {
+          if (out.denied !== undefined) {
+            DENIED.inc();
+            this.#o.log?.(`traffic-proxy: ${sandbox || "sandbox"}: denied DNS ${out.name}: ${out.denied}`);
+          }
+          if (!out.answer || socket.destroyed) return;
+          const reply = Buffer.concat([head, out.answer]);
+          const len = Buffer.alloc(2);
+          len.writeUInt16BE(reply.length);
+          socket.write(Buffer.concat([len, reply]));
+        });
+      }
+    });
+    socket.resume();
   }
 
   /** The first bytes of a redirected connection, until they name a host or cannot (at most
