@@ -14,9 +14,12 @@ import { createServer as createHttpServer, request as httpRequest, type Incoming
 import { connect, createServer as createNetServer, type Server as NetServer, type Socket } from "node:net";
 import type { Duplex } from "node:stream";
 import { normalizeHost } from "../../schema/egress/rules.ts";
+import { parseIp } from "../../schema/egress/address.ts";
 import { refuseLocal, type Refuse } from "./host-reach.ts";
 import { decide, needsAddresses, type CompiledPolicy, type Verdict } from "./policy.ts";
 import { egressDecisions } from "../lib/metrics.ts";
+import { MAX_SNIFF, sniff, type Sniffed } from "./sniff.ts";
+import { SandboxResolver } from "./resolver.ts";
 
 export interface TrafficProxyOptions {
   /** The compiled rules of a sandbox (the tag its connection came with; "" on a TCP listener).
@@ -39,7 +42,10 @@ export interface TrafficProxyOptions {
 /** Request headers that describe the hop to the proxy, not the request. */
 const HOP_BY_HOP = new Set(["connection", "proxy-connection", "keep-alive", "proxy-authorization", "proxy-authenticate", "te", "trailer", "transfer-encoding", "upgrade"]);
 /** The longest tag line a relay sends (a sandbox id is at most 64 characters). */
-const MAX_TAG = 80;
+const MAX_TAG = 100;
+/** The tag line of the relay's one connection that carries its sandboxes' DNS over UDP: frames of
+ * a 2-byte length, then "<sandbox> <the relay's token>\n" and the query (echoed in the answer). */
+const DNS_CHANNEL = "*dns";
 
 // Counted per verdict (a connection or a plain-HTTP request), never per sandbox or host.
 const ALLOWED = egressDecisions.labels({ decision: "allow" });
@@ -102,11 +108,14 @@ export class TrafficProxy {
   readonly #conns = new Map<string, Set<Open>>();
   /** Closes a client connection that has not sent a whole first request in time. */
   readonly #idle = new WeakMap<object, NodeJS.Timeout>();
+  /** The sandboxes' DNS (their port 53, redirected), and what it answered them. */
+  readonly #dns: SandboxResolver;
 
   constructor(opts: TrafficProxyOptions) {
     this.#o = opts;
     this.#resolve = opts.resolve ?? systemResolve;
     this.#refuse = opts.refuse ?? refuseLocal;
+    this.#dns = new SandboxResolver(this.#resolve, this.#refuse);
     this.server = createHttpServer({ keepAliveTimeout: 30_000 });
     const started = (req: IncomingMessage) => clearTimeout(this.#idle.get(req.socket));
     this.server.on("request", (req, res) => void this.#forward(req, res));
@@ -151,9 +160,15 @@ export class TrafficProxy {
         return;
       }
       socket.off("data", onData).pause();
-      this.#tags.set(socket, buf.subarray(0, nl).toString());
+      // "<sandbox>", or "<sandbox> <ip> <port>" for a connection the redirect in its namespace
+      // brought (where it was going, from the kernel), which speaks its own protocol, not ours.
+      const [tag = "", ip, port] = buf.subarray(0, nl).toString().split(" ");
+      this.#tags.set(socket, tag);
       const rest = buf.subarray(nl + 1);
       if (rest.length) socket.unshift(rest);
+      if (tag === DNS_CHANNEL) return void this.#dnsFrames(socket, true);
+      if (ip !== undefined && Number(port) === 53) return void this.#dnsFrames(socket, false);
+      if (ip !== undefined) return void this.#transparent(socket, ip, Number(port));
       this.server.emit("connection", socket);
       socket.resume();
     };
@@ -179,6 +194,114 @@ export class TrafficProxy {
     (verdict.allowed ? ALLOWED : DENIED).inc();
     if (!verdict.allowed) this.#o.log?.(`traffic-proxy: ${tag || "sandbox"}: denied ${verdict.reason}`);
     return verdict;
+  }
+
+  /** A connection redirected on its way to ip:port, with no proxy protocol: allowed when the rules
+   * admit that address, or else the name its first bytes ask for (SNI, Host) when that name is
+   * allowed and resolves to that very address (so a name cannot be borrowed for another server).
+   * Connected only to ip:port, the bytes read so far sent first. */
+  async #transparent(client: Socket, ip: string, port: number): Promise<void> {
+    this.#sockets.add(client);
+    client.once("close", () => this.#sockets.delete(client));
+    client.on("error", () => client.destroy());
+    const tag = this.#tags.get(client) ?? "";
+    const policy = this.#o.policyFor(tag);
+    const where = `${ip}:${port}`;
+    if (!parseIp(ip) || !(port >= 1 && port <= 65535)) return void client.destroy();
+    let verdict: Verdict = typeof policy === "string" ? { allowed: false, reason: policy } : decide(policy, ip, [], this.#refuse);
+    let head: Buffer = Buffer.alloc(0);
+    let seen: Sniffed;
+    if (!verdict.allowed && typeof policy !== "string") {
+      [head, seen] = await this.#sniffHead(client);
+      const name = seen && "name" in seen ? seen.name : undefined;
+      if (name && !parseIp(name)) {
+        const byName = decide(policy, name, [ip], this.#refuse);
+        const answered = this.#dns.namesFor(tag, ip).includes(name);
+        const addresses = byName.allowed && !answered ? await this.#resolve(name).catch(() => [] as string[]) : [];
+        if (byName.allowed && (answered || addresses.some((a) => normalizeHost(a) === ip))) verdict = byName;
+        else verdict = { allowed: false, reason: byName.allowed ? `${name} does not resolve to ${ip}` : byName.reason };
+      } else {
+        // No name in the bytes (ssh, a database): the names this sandbox looked up and was
+        // answered this address for.
+        const admitted = this.#dns.namesFor(tag, ip).map((n) => decide(policy, n, [ip], this.#refuse)).find((v) => v.allowed);
+        if (admitted) verdict = admitted;
+      }
+    }
+    (verdict.allowed ? ALLOWED : DENIED).inc();
+    if (!verdict.allowed) {
+      this.#o.log?.(`traffic-proxy: ${tag || "sandbox"}: denied ${where}: ${verdict.reason}`);
+      if (seen?.kind === "http") return void client.end(rawReply("403 Forbidden", `traffic-proxy: egress denied: ${verdict.reason}\n`));
+      return void client.destroy();
+    }
+    let upstream: Socket;
+    try {
+      upstream = await connectAny([ip], port, this.#o.connectTimeoutMs ?? 10_000);
+    } catch {
+      return void client.destroy();
+    }
+    upstream.on("error", () => client.destroy());
+    client.on("close", () => upstream.destroy());
+    upstream.on("close", () => client.destroy());
+    this.#track(client, seen && "name" in seen && seen.name ? seen.name : ip, upstream, client);
+    if (head.length) upstream.write(head);
+    client.pipe(upstream).on("error", () => {});
+    upstream.pipe(client);
+    client.resume();
+  }
+
+  /** DNS messages, each behind a 2-byte length (DNS over TCP, RFC 1035 4.2.2): from a sandbox's
+   * redirected TCP port 53 (`channel` false, its tag already known), or the relay's channel for
+   * UDP, whose frames each start with "<sandbox> <token>\n" (echoed before the answer). */
+  #dnsFrames(socket: Socket, channel: boolean): void {
+    const tag = this.#tags.get(socket) ?? "";
+    this.#sockets.add(socket);
+    socket.once("close", () => this.#sockets.delete(socket));
+    let buf = Buffer.alloc(0);
+    socket.on("error", () => socket.destroy());
+    socket.on("data", (chunk: Buffer) => {
+      buf = Buffer.concat([buf, chunk]);
+      while (buf.length >= 2 && buf.length >= 2 + buf.readUInt16BE(0)) {
+        const frame = buf.subarray(2, 2 + buf.readUInt16BE(0));
+        buf = buf.subarray(2 + frame.length);
+        const nl = channel ? frame.indexOf(0x0a) : -1;
+        if (channel && (nl < 0 || nl > MAX_TAG)) return void socket.destroy();
+        const head = frame.subarray(0, nl + 1);
+        const sandbox = channel ? head.toString().split(" ")[0]! : tag;
+        void this.#dns.answer(sandbox, this.#o.policyFor(sandbox), frame.subarray(nl + 1)).then((out) => {
+          if (out.denied !== undefined) {
+            DENIED.inc();
+            this.#o.log?.(`traffic-proxy: ${sandbox || "sandbox"}: denied DNS ${out.name}: ${out.denied}`);
+          }
+          if (!out.answer || socket.destroyed) return;
+          const reply = Buffer.concat([head, out.answer]);
+          const len = Buffer.alloc(2);
+          len.writeUInt16BE(reply.length);
+          socket.write(Buffer.concat([len, reply]));
+        });
+      }
+    });
+    socket.resume();
+  }
+
+  /** The first bytes of a redirected connection, until they name a host or cannot (at most
+   * MAX_SNIFF bytes, or whatever came within the first-request timeout). */
+  #sniffHead(client: Socket): Promise<[Buffer, Sniffed]> {
+    return new Promise((resolve) => {
+      let buf: Buffer = Buffer.alloc(0);
+      const done = (s: Sniffed) => {
+        clearTimeout(timer);
+        client.off("data", onData).off("end", onEnd).pause();
+        resolve([buf, s]);
+      };
+      const onData = (chunk: Buffer) => {
+        buf = Buffer.concat([buf, chunk]);
+        const s = sniff(buf);
+        if (s || buf.length >= MAX_SNIFF) done(s ?? { kind: "other" });
+      };
+      const onEnd = () => done(sniff(buf));
+      const timer = setTimeout(() => done(sniff(buf)), this.#o.firstRequestTimeoutMs ?? 10_000).unref();
+      client.on("data", onData).once("end", onEnd).resume();
+    });
   }
 
   async #forward(req: IncomingMessage, res: ServerResponse): Promise<void> {

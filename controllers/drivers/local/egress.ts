@@ -53,6 +53,8 @@ export class LocalEgress {
   /** Compiled rules per rules object (records are replaced, not mutated, when they change). */
   readonly #compiled = new WeakMap<EgressPolicy, CompiledPolicy | string>();
   #proxy: TrafficProxy | undefined;
+  /** Name resolution for the proxy (its checks and the sandboxes' DNS); set before `start`. */
+  resolve: ((host: string) => Promise<string[]>) | undefined;
   #listening: Promise<void> | undefined;
 
   /** `subnets`: the address ranges of sandboxes with a network of their own and of the host's
@@ -85,7 +87,12 @@ export class LocalEgress {
   /** Starts the proxy if it is not running. */
   start(): Promise<void> {
     if (!this.#listening) {
-      this.#proxy = new TrafficProxy({ policyFor: (id) => this.#policyFor(id), refuse: refuseHost({ subnets: this.#subnets().sandboxes, hostNets: this.#subnets().host }) });
+      this.#proxy = new TrafficProxy({
+        policyFor: (id) => this.#policyFor(id),
+        refuse: refuseHost({ subnets: this.#subnets().sandboxes, hostNets: this.#subnets().host }),
+        ...(this.resolve ? { resolve: this.resolve } : {}),
+        log: (line) => console.error(line),
+      });
       this.#listening = this.#proxy.listenTagged(this.socket);
       this.#listening.catch(() => (this.#listening = undefined));
     }

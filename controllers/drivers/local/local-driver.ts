@@ -57,6 +57,9 @@ export interface LocalDriverOptions {
   /** Open connections through that port per sandbox at most (each holds a relay process in the
    * sandbox's cgroups). Default 256, and never more than the sandbox's pids limit. */
   egressMaxConnections?: number;
+  /** How the traffic-proxy resolves names (for its checks and the sandboxes' DNS). Default: the
+   * host's resolver (getaddrinfo). Tests give a stand-in, since they may not ask real DNS. */
+  egressResolve?: (host: string) => Promise<string[]>;
   /** The bridge and address range of sandboxes with internet access (sandbox-net.ts), or false
    * to have them share the host's network as before (also `KRUISE_LOCAL_NETNS=off`). */
   network?: SandboxNetOptions | false;
@@ -113,6 +116,7 @@ export class LocalDriver implements Driver {
     this.#diskMB = opts.defaultDiskMB ?? 1024;
     this.#egressPort = opts.egressProxyPort ?? EGRESS_PROXY_PORT;
     this.#egressMax = opts.egressMaxConnections ?? EGRESS_MAX_CONNECTIONS;
+    if (opts.egressResolve) this.#egress.resolve = opts.egressResolve;
     this.#spawner = opts.spawner ?? new Spawner(process.env.KRUISE_LOCAL_SPAWNER === "off" ? IN_PROCESS : undefined);
     this.#spawner.warm();
     const disk = opts.disk !== false && process.env.KRUISE_LOCAL_DISK !== "off";

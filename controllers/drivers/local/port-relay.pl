@@ -18,7 +18,9 @@
 # count them, and a connection beyond <max connections> open ones, or arriving when the
 # sandbox's pids.max is reached, is closed at once. "close <tag>\n" closes the listener and kills
 # the tag's children. One answer line per command, in order: "ok" or the reason. The egress port
-# is not a user port: an inbound request for it is refused.
+# is not a user port: an inbound request for it is refused. With the listener, the namespace gets a
+# redirect of all its TCP (and UDP/TCP port 53) to that port (`redirect_all`), and a UDP socket on
+# it whose DNS queries go to the proxy over one "*dns" connection, framed with the tag.
 #
 # Sandbox networks (sandbox-net.ts), over netlink and without a process: on
 # "veth <ns pid> <start> <name> <mac> <mtu> <bridge ifindex> <address>/<prefix> <gateway>\n" the
@@ -38,6 +40,10 @@ my ($path, $setns_nr, $prctl_nr, $proxy);
 my ($srv, $own_net, $own_ns, $relay);
 my %egress;     # tag => listener in the sandbox's network namespace
 my %egress_at;  # tag => "<net namespace> <port>" of that listener
+my %egress_ns;  # tag => that network namespace (an open handle), to undo the redirect in
+my %udp;        # tag => UDP socket on the listener's address there: its DNS, redirected
+my $dns;        # the one connection to the proxy that carries DNS over UDP ("*dns")
+my $dns_in = '';  # bytes read from it, not yet a whole frame
 my %limit;      # tag => [max connections, cgroup.procs files]
 my %kid;        # pid of an egress child => its tag
 my %open;       # tag => how many egress children run
@@ -72,8 +78,13 @@ sub main {
     my $rin = '';
     vec($rin, fileno($srv), 1) = 1;
     vec($rin, fileno(STDIN), 1) = 1;
-    vec($rin, fileno($_), 1) = 1 for values %egress;
+    vec($rin, fileno($_), 1) = 1 for values %egress, values %udp;
+    vec($rin, fileno($dns), 1) = 1 if $dns;
     next if select(my $rout = $rin, undef, undef, undef) < 0;  # EINTR
+    for my $tag (keys %udp) {
+      dns_query($tag) if $udp{$tag} && vec($rout, fileno($udp{$tag}), 1);
+    }
+    dns_answers() if $dns && vec($rout, fileno($dns), 1);
     if (vec($rout, fileno($srv), 1) && accept(my $c, $srv)) {
       child($c, sub { serve($c) });
     }
@@ -106,7 +117,8 @@ sub child {
   if (!defined $pid) { close $c; return 0; }
   if ($pid == 0) {
     close $srv;
-    close $_ for values %egress;
+    close $_ for values %egress, values %udp;
+    close $dns if $dns;
     close STDIN;
     close STDOUT;
     syscall($prctl_nr, 1, 9, 0, 0, 0);  # dies with the relay (cleared by fork)
@@ -151,6 +163,15 @@ sub join_cgroups {
 sub close_egress {
   my ($tag) = @_;
   close(delete $egress{$tag}) if $egress{$tag};
+  close(delete $udp{$tag}) if $udp{$tag};
+  if (my $ns = delete $egress_ns{$tag}) {
+    # Its namespace may get a veth next (internet access): nothing may send its TCP to a listener
+    # that is gone.
+    if (syscall($setns_nr, fileno($ns), 0x40000000) == 0) {
+      unredirect();
+      syscall($setns_nr, fileno($own_ns), 0x40000000) == 0 or die "port-relay.pl: cannot return to its own network namespace: $!\n";
+    }
+  }
   delete $egress_at{$tag};
   delete $limit{$tag};
   my @pids = grep { $kid{$_} eq $tag } keys %kid;
@@ -191,10 +212,19 @@ sub command {
     && bind($l, sockaddr_in($port, INADDR_LOOPBACK))
     && listen($l, 128);
   my $why_not = "listen on 127.0.0.1:$port: $!";
+  my $u;
+  if ($ok && !(socket($u, PF_INET, SOCK_DGRAM, 0) && bind($u, sockaddr_in($port, INADDR_LOOPBACK)))) {
+    ($ok, $why_not) = (0, "UDP on 127.0.0.1:$port: $!");
+  }
+  my $why_no_redirect = $ok ? redirect_all($port) : undef;
   # Staying in a sandbox's namespace would put every later listener and child in the wrong place.
   syscall($setns_nr, fileno($own_ns), 0x40000000) == 0 or die "port-relay.pl: cannot return to its own network namespace: $!\n";
   return $why_not unless $ok;
+  return $why_no_redirect if $why_no_redirect;
   fcntl($l, F_SETFL, fcntl($l, F_GETFL, 0) | O_NONBLOCK);
+  $egress_ns{$tag} = $ns;
+  fcntl($u, F_SETFL, fcntl($u, F_GETFL, 0) | O_NONBLOCK);
+  $udp{$tag} = $u;
   $egress{$tag} = $l;
   $egress_at{$tag} = "$net $port";
   $limit{$tag} = [$max, $procs];
@@ -219,7 +249,85 @@ sub egress {
   my ($c, $tag) = @_;
   socket(my $p, PF_UNIX, SOCK_STREAM, 0) or exit 0;
   connect($p, pack_sockaddr_un($proxy)) or exit 0;  # no proxy: the client sees the connection close
-  pump($c, $p, '', 1) if put($p, "$tag\n");
+  pump($c, $p, '', 1) if put($p, tag_line($tag, getsockopt($c, 0, 80), getsockname($c)));  # SOL_IP, SO_ORIGINAL_DST
+}
+
+# The line the proxy reads before the sandbox's bytes: "<tag>" for a connection to the listener
+# itself (HTTP_PROXY), "<tag> <ip> <port>" for one the redirect brought (its original destination,
+# from conntrack; the kernel's, never the sandbox's word).
+sub tag_line {
+  my ($tag, $orig, $local) = @_;
+  return "$tag\n" unless defined $orig && length($orig) >= 8 && defined $local;
+  my ($port, $addr) = (unpack('n', substr($orig, 2, 2)), substr($orig, 4, 4));
+  my ($lport, $laddr) = sockaddr_in($local);
+  return "$tag\n" if $addr eq $laddr && $port == $lport;
+  return "$tag " . inet_ntoa($addr) . " $port\n";
+}
+
+# Inside a sandbox's network namespace (the caller has entered it): every TCP connection but to
+# its own loopback goes to the egress listener on <port>, which learns where it was going from
+# SO_ORIGINAL_DST. A default route through lo (at the lowest priority, so a veth's route added
+# later wins) lets connect() get as far as the redirect. The sandbox's processes have no
+# CAP_NET_ADMIN over this namespace (it belongs to the host's user namespace), so they cannot
+# undo either. Undef, or why not.
+my $NFT_RESET = "table ip kruise_egress {}\ndelete table ip kruise_egress\n";
+sub redirect_all {
+  my ($port) = @_;
+  my $lo = ifindex('lo') or return 'no lo';
+  # RTM_NEWROUTE (CREATE|REPLACE): default, main table, boot protocol, link scope, unicast; RTA_OIF, RTA_PREFSRC, RTA_PRIORITY
+  my $err = rtnl(24, 0x500, lo_route($lo));
+  return "route through lo: $err" if $err;
+  # getaddrinfo's AI_ADDRCONFIG (getent, many clients) asks for A records only when the host has
+  # an IPv4 address other than 127.0.0.1: lo gets 127.0.0.2 too, so names resolve.
+  $err = rtnl(20, 0x500, lo_addr($lo));  # RTM_NEWADDR (CREATE|REPLACE)
+  return "address on lo: $err" if $err;
+  # DNS first, wherever it is sent (a resolv.conf naming 127.0.0.53 too): the proxy answers it.
+  return nft($NFT_RESET . "table ip kruise_egress {\n chain out {\n  type nat hook output priority -100; policy accept;\n"
+    . "  meta l4proto { tcp, udp } th dport 53 redirect to :$port\n"
+    . "  ip daddr { 127.0.0.0/8, 0.0.0.0/8 } return\n  meta l4proto tcp redirect to :$port\n }\n}\n");
+}
+sub lo_route { pack('CCCCCCCCL', 2, 0, 0, 0, 254, 3, 253, 1, 0) . nla(4, pack('L', $_[0])) . nla(7, inet_aton('127.0.0.1')) . nla(6, pack('L', 0xfffffff0)) }
+# AF_INET, /32, host scope on lo; IFA_LOCAL, IFA_ADDRESS
+sub lo_addr { my $ip = inet_aton('127.0.0.2'); pack('CCCCL', 2, 32, 0, 254, $_[0]) . nla(2, $ip) . nla(1, $ip) }
+sub unredirect {
+  my $lo = ifindex('lo');
+  rtnl(25, 0, lo_route($lo)) if $lo;  # RTM_DELROUTE; gone already is fine
+  rtnl(21, 0, lo_addr($lo)) if $lo;  # RTM_DELADDR
+  nft($NFT_RESET);
+}
+sub nft {
+  open(my $n, '|-', 'nft', '-f', '-') or return "nft: $!";
+  print $n $_[0];
+  close $n;
+  return $? ? "nft exited with status " . ($? >> 8) : undef;
+}
+
+# A DNS query the sandbox sent (to port 53 anywhere; the redirect brought it to its UDP socket):
+# framed for the proxy with the tag and the sender's address as the token the answer comes back
+# with. Without a proxy connection the query is dropped (the client asks again).
+sub dns_query {
+  my ($tag) = @_;
+  my $from = recv($udp{$tag}, my $q, 4096, 0);
+  return unless defined $from && length $q;
+  unless ($dns) {
+    socket($dns, PF_UNIX, SOCK_STREAM, 0) && connect($dns, pack_sockaddr_un($proxy)) && put($dns, "*dns\n") or return undef $dns;
+    $dns_in = '';
+  }
+  my $frame = "$tag " . unpack('H*', $from) . "\n" . $q;
+  undef $dns unless put($dns, pack('n', length $frame) . $frame);
+}
+
+# Answers from the proxy, each sent back from the socket the query came to (so conntrack gives
+# it the address the query was sent to as its source).
+sub dns_answers {
+  my $n = sysread($dns, $dns_in, 65536, length $dns_in);
+  unless ($n) { undef $dns; return; }
+  while (length($dns_in) >= 2 && length($dns_in) >= 2 + unpack('n', $dns_in)) {
+    my $frame = substr($dns_in, 2, unpack('n', $dns_in));
+    $dns_in = substr($dns_in, 2 + length $frame);
+    my ($tag, $to, $answer) = $frame =~ /^([A-Za-z0-9_-]{1,64}) ([0-9a-f]{1,64})\n(.*)\z/s or next;
+    send($udp{$tag}, $answer, 0, pack('H*', $to)) if $udp{$tag};
+  }
 }
 
 sub answer { syswrite($_[0], "$_[1]\n"); exit 0; }
@@ -363,6 +471,7 @@ sub veth {
   $err = $host ? rtnl(19, 0, ifinfo(7, 0, $host, 0, 0) . nla(12 | 0x8000, nla(33, pack('C', 1)))) : 'gone';
   return undo_veth($name, "isolate $name: $err") if $err;
   syscall($setns_nr, fileno($ns), 0x40000000) == 0 or return undo_veth($name, "setns: $!");  # CLONE_NEWNET
+  unredirect();  # a sandbox that had rules: its TCP goes out by eth0 now
   my $eth0 = ifindex('eth0');
   my $ip = inet_aton($addr);
   $err = !$eth0 ? 'no eth0'

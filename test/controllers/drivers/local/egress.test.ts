@@ -19,7 +19,11 @@ import { desiredSandbox, destroyAll, shIn } from "./fixture.ts";
 
 const dataDir = mkdtempSync(join(tmpdir(), "local-egress-"));
 const cgroupName = `kruise-test-${process.pid}-egress`;
-let driver = new LocalDriver({ dataDir, cgroupName });
+/** DNS for the proxy: names the stand-ins answer to (set once they exist); any other name does
+ * not exist. Never the host's resolver, which would ask real DNS servers. */
+const names: Record<string, string[]> = {};
+const egressResolve = async (host: string) => names[host] ?? Promise.reject(Object.assign(new Error(`${host} not found`), { code: "ENOTFOUND" }));
+let driver = new LocalDriver({ dataDir, cgroupName, egressResolve });
 let a: Outside;
 let b: Outside;
 /** Allows `a` only (set once `a` exists). */
@@ -42,9 +46,13 @@ const curl = (id: string, host: string) => sh(id, `curl -s -m 5 http://${host}/`
 const curlHost = (id: string, ip: string, p = port) => sh(id, `env -u NO_PROXY -u no_proxy curl -s -m 5 http://${ip}:${p}/`);
 /** What `a` answers a request the proxy forwarded (it sees the host's address on its link). */
 const fromA = () => `outside saw ${a.hostIp}`;
-/** Whether a plain TCP connect (no proxy) from inside reaches `ip`'s port 80. */
+/** Whether raw TCP (no proxy, bytes that are not HTTP) from inside gets an answer from port 80
+ * of `ip`: the stand-in's server answers them with an error page. The connect itself always
+ * succeeds in a sandbox with rules (it ends at the redirect), so only an answer proves the way out. */
 const rawConnect = (id: string, ip: string) =>
-  sh(id, `python3 -c 'import socket; s=socket.socket(); s.settimeout(2); print(s.connect_ex(("${ip}", 80)))'`).then((out) => out === "0");
+  sh(id, `python3 -c 'import socket; s=socket.create_connection(("${ip}", 80), 3); s.settimeout(3); s.sendall(b"hello\\r\\n\\r\\n"); print(b"400" in s.recv(4096))'`).then((out) => out === "True");
+/** curl with no proxy variables at all: only the redirect in the sandbox's namespace governs it. */
+const curlDirect = (id: string, url: string, args = "") => sh(id, `env -u HTTP_PROXY -u http_proxy -u HTTPS_PROXY -u https_proxy curl -s -m 5 ${url} ${args}`);
 
 /** The processes whose parent is `parent`, with their command lines. */
 function childrenOf(parent: number): { pid: number; cmdline: string }[] {
@@ -106,6 +114,7 @@ beforeAll(async () => {
   a = await startOutside({ privateHost: true });
   b = await startOutside();
   STRICT = { allowOut: [a.ip], denyOut: ["0.0.0.0/0"] };
+  Object.assign(names, { localhost: ["::1", "127.0.0.1"], "a.example.test": [a.ip], "b.example.test": [b.ip], "alias-of-a.test": [a.ip] });
 });
 
 afterAll(async () => {
@@ -124,12 +133,57 @@ describe("local sandboxes with egress rules", () => {
     expect(await curl(d.id, b.ip)).toBe(`traffic-proxy: egress denied: ${b.ip} is denied by denyOut "0.0.0.0/0"`);
     // TLS goes by CONNECT, refused before any tunnel.
     expect(await sh(d.id, `curl -s -m 5 -o /dev/null -w '%{http_connect}' https://${b.ip}/; echo " $?"`)).toBe("403 56");
-    expect(await rawConnect(d.id, a.ip)).toBe(false);
+    // A process that ignores the proxy variables is governed all the same: every TCP connection
+    // is redirected to the proxy, which judges where it was going.
+    expect(await rawConnect(d.id, a.ip)).toBe(true);
     expect(await rawConnect(d.id, b.ip)).toBe(false);
-    // A process that ignores the proxy variables has no way out at all: loopback is the only
-    // interface, and there is no route.
+    expect(await curlDirect(d.id, `http://${a.ip}/`)).toBe(fromA());
+    expect(await curlDirect(d.id, `http://${b.ip}/`)).toBe(`traffic-proxy: egress denied: ${b.ip} is denied by denyOut "0.0.0.0/0"`);
+    // TLS without CONNECT and without a name (an address) is judged by the address: refused.
+    expect(await curlDirect(d.id, `https://${b.ip}/`, "-k -o /dev/null; echo $?")).toMatch(/^(35|52|56)$/);
+    // Loopback is the only interface; the one route leads through it to the redirect.
     expect(await sh(d.id, "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '")).toBe("lo");
-    expect(await sh(d.id, "tail -n +2 /proc/net/route | wc -l")).toBe("0");
+    expect(await sh(d.id, "tail -n +2 /proc/net/route | cut -f1 | sort -u")).toBe("lo");
+  });
+
+  it("DNS comes from the proxy: a name the rules admit resolves and its address is reached by name rule, even by raw TCP; others do not resolve", async () => {
+    const d = desired({ egress: { allowOut: ["*.example.test"], denyOut: ["0.0.0.0/0"] } });
+    await driver.ensure(d);
+    expect(await sh(d.id, "getent ahostsv4 a.example.test | head -1 | cut -d' ' -f1")).toBe(a.ip);
+    // Not admissible by any rule (and denyOut covers every address): NXDOMAIN, never looked up.
+    expect(await sh(d.id, "getent hosts alias-of-a.test; echo $?")).toBe("2");
+    // Over TCP too (python: a DNS query by hand, to the resolver resolv.conf names).
+    const tcpQuery = [
+      "import socket, struct",
+      'ns = [l.split()[1] for l in open("/etc/resolv.conf") if l.startswith("nameserver")][0]',
+      'q = struct.pack("!HHHHHH", 7, 0x100, 1, 0, 0, 0) + b"".join(bytes([len(p)]) + p for p in b"b.example.test".split(b".")) + b"\\0" + struct.pack("!HH", 1, 1)',
+      "s = socket.create_connection((ns, 53), 3); s.sendall(struct.pack(\"!H\", len(q)) + q)",
+      "r = s.recv(512)[2:]; print(r[3] & 15, socket.inet_ntoa(r[-4:]))",
+    ].join("\n");
+    expect(await sh(d.id, `python3 -c '${tcpQuery}'`)).toBe(`0 ${b.ip}`);
+    // By name, without proxy variables: the Host names it.
+    expect(await curlDirect(d.id, "http://a.example.test/")).toBe(fromA());
+    // Raw TCP by name, no name in the bytes: admitted because this sandbox was answered that
+    // address for a name the rules allow.
+    expect(await rawConnect(d.id, "b.example.test")).toBe(true);
+    // The same address under a name the rules do not allow, by Host: refused.
+    expect(await curlDirect(d.id, `http://${a.ip}/`, "-H 'Host: alias-of-a.test'")).toMatch(/^traffic-proxy: egress denied: alias-of-a.test is not allowed by name/);
+  });
+
+  it("the sandbox cannot remove the redirect: root inside has no CAP_NET_ADMIN over its network namespace (userns must keep it so)", async () => {
+    const d = desired();
+    await driver.ensure(d);
+    const root = { name: "root", uid: 0, gid: 0, home: "/root", shell: "/bin/bash" };
+    // The sandbox's image has no nft; what nft would do (netlink to the namespace's netfilter and
+    // routes) needs CAP_NET_ADMIN, which root inside lacks (bit 12 of its effective set).
+    const capEff = BigInt(`0x${(await shIn(driver, d.id, "grep CapEff /proc/self/status | cut -f2", root)).stdout.trim()}`);
+    expect((capEff >> 12n) & 1n).toBe(0n);
+    const out = await shIn(driver, d.id, "ip route del default dev lo; echo ip=$?; ip addr del 127.0.0.2/32 dev lo; echo addr=$?", root);
+    expect(out.stdout).toMatch(/ip=[1-9]/);
+    expect(out.stdout).toMatch(/addr=[1-9]/);
+    expect(out.stderr).toContain("Operation not permitted");
+    expect(await rawConnect(d.id, b.ip)).toBe(false);
+    expect(await curlDirect(d.id, `http://${b.ip}/`)).toMatch(/^traffic-proxy: egress denied/);
   });
 
   it("rules that allow everything still reach neither the host (loopback, its addresses, the bridge) nor another sandbox nor link-local", async () => {
@@ -175,7 +229,8 @@ describe("local sandboxes with egress rules", () => {
     const direct = () => sh(d.id, `env -u HTTP_PROXY -u http_proxy curl -s -m 3 http://${a.ip}/`);
     expect(await direct()).toBe(fromA());
     await driver.ensure({ ...d, generation: 2, egress: STRICT });
-    expect(await direct()).toBe("");
+    // Behind the proxy now, without proxy variables too: `a` is allowed, `b` is not.
+    expect(await direct()).toBe(fromA());
     expect(await rawConnect(d.id, b.ip)).toBe(false);
     expect(await curl(d.id, b.ip)).toMatch(/^traffic-proxy: egress denied/);
     expect(await curl(d.id, a.ip)).toBe(fromA());
@@ -210,7 +265,7 @@ describe("local sandboxes with egress rules", () => {
     const oldRelay = relayPid();
     await driver.dispose();
     for (const deadline = Date.now() + 5_000; oldRelay && childrenOf(process.pid).some((p) => p.pid === oldRelay) && Date.now() < deadline; ) await sleep(50);
-    driver = new LocalDriver({ dataDir, cgroupName });
+    driver = new LocalDriver({ dataDir, cgroupName, egressResolve });
     await driver.ensure({ ...d, generation: 3 });
     expect(await curl(d.id, a.ip)).toBe(fromA());
     expect(await curl(d.id, b.ip)).toMatch(/^traffic-proxy: egress denied/);

@@ -212,8 +212,10 @@ describe("sandboxes with internet access in a network namespace of their own", (
     expect(recordOf(d.id).nsInit).toEqual(nsInit);
     expect(await gone(`/sys/class/net/${net!.veth}`)).toBe(true);
     expect(await sh(d.id, "ip -o link | cut -d: -f2 | tr -d ' ' | tr '\\n' ' '")).toBe("lo");
-    expect(await tcpFrom(d.id, outside.ip, 80)).not.toBe("0");
+    // Its TCP ends at the proxy now (the redirect in its namespace), which denies it.
+    expect(await sh(d.id, `env -u HTTP_PROXY -u http_proxy curl -s -m 5 http://${outside.ip}/`)).toMatch(/^traffic-proxy: egress denied/);
     await driver.ensure({ ...d, generation: 3, allowInternetAccess: false });
+    // No network: the redirect went with the listener, and nothing connects.
     expect(await tcpFrom(d.id, outside.ip, 80)).not.toBe("0");
     await driver.ensure({ ...d, generation: 4 });
     expect(recordOf(d.id).net!.address).toBe(net!.address);
