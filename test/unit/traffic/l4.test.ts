@@ -44,10 +44,10 @@ describe("TrafficPolicy L4", () => {
     expect(decideL4([team], { app: "db" }, to("203.0.113.5", 8050))).toBeUndefined();
     expect(decideL4([team], web, to("203.0.113.5", 8050))).toEqual({ allowed: true, by: "TrafficPolicy team-a/web rule 2 (allow)" });
     expect(decideL4([team], web, to("203.0.113.66", 8050))).toEqual({ allowed: false, by: "TrafficPolicy team-a/web rule 1 (reject)" });
-    expect(decideL4([team], web, to("203.0.113.5", 8101)).allowed).toBe(false);
+    expect(decideL4([team], web, to("203.0.113.5", 8101))!.allowed).toBe(false);
     expect(decideL4([team], web, to("203.0.113.5", 8050, [], "UDP"))!.by).toMatch(/^no rule matched \(team-a\/web/);
     // The rule without `to` opens nothing.
-    expect(decideL4([team], web, to("192.0.2.1", 22)).allowed).toBe(false);
+    expect(decideL4([team], web, to("192.0.2.1", 22))!.allowed).toBe(false);
   });
 
   it("lower priority first; team policies before global ones whatever their priority", () => {
@@ -59,10 +59,10 @@ describe("TrafficPolicy L4", () => {
   });
 
   it("FQDN peers match the destination's names (wildcards: subdomains only), never its address alone", () => {
-    expect(decideL4([team], web, to("192.0.2.9", 443, ["files.pypi.test"])).allowed).toBe(true);
-    expect(decideL4([team], web, to("192.0.2.9", 443, ["pypi.test"])).allowed).toBe(false);
-    expect(decideL4([team], web, to("192.0.2.9", 443)).allowed).toBe(false);
-    expect(decideL4([team], web, to("192.0.2.9", 80, ["files.pypi.test"])).allowed).toBe(false);
+    expect(decideL4([team], web, to("192.0.2.9", 443, ["files.pypi.test"]))!.allowed).toBe(true);
+    expect(decideL4([team], web, to("192.0.2.9", 443, ["pypi.test"]))!.allowed).toBe(false);
+    expect(decideL4([team], web, to("192.0.2.9", 443))!.allowed).toBe(false);
+    expect(decideL4([team], web, to("192.0.2.9", 80, ["files.pypi.test"]))!.allowed).toBe(false);
   });
 
   it("E2B's allowOut/denyOut on this engine agree with the proxy's E2B decision for public destinations", () => {
