@@ -31,6 +31,8 @@ import { readRecord, recordedIds, writeRecord, type ProcRef, type SandboxRecord 
 import { SandboxNet, type SandboxNetOptions } from "./sandbox-net.ts";
 import { IN_PROCESS, Spawner } from "./spawner.ts";
 import type { LaunchedExit } from "../../runtime/process/launcher.ts";
+import { UidRanges, type IdRange } from "./uid-range.ts";
+import { chownLayer, letOwnersPass, openUserns, probeUserns } from "./userns.ts";
 
 export interface LocalDriverOptions {
   /** Where sandboxes (records, layers) and snapshots live. */
@@ -65,6 +67,10 @@ export interface LocalDriverOptions {
   /** Disks to keep formatted and mounted ahead of creates, per size recently asked for
    * (spare-disks.ts). Default 0: each create formats its own. */
   spareDisks?: number;
+  /** Each sandbox's uids 0..65535 in a user namespace mapped to a host range of its own from
+   * `uidBase` (default 2^20; uid-range.ts, README.md "User namespace"), or false for none as
+   * before (also `KRUISE_LOCAL_USERNS=off`). */
+  userns?: { uidBase?: number } | false;
 }
 
 const LEVEL_ORDER: IsolationLevel[] = ["kubernetes", "bwrap+cgroup", "bwrap", "process"];
@@ -95,6 +101,8 @@ export class LocalDriver implements Driver {
   readonly #egressMax: number;
   /** Undefined: sandboxes with internet access share the host's network (`--share-net`). */
   readonly #net: SandboxNet | undefined;
+  /** Undefined: sandboxes have no user namespace (root inside without capabilities). */
+  readonly #uids: UidRanges | undefined;
 
   constructor(opts: LocalDriverOptions) {
     this.#dataDir = opts.dataDir;
@@ -114,7 +122,13 @@ export class LocalDriver implements Driver {
     const net = probe.capabilities.networkIsolation && !netOff ? SandboxNet.open(opts.network || {}) : undefined;
     this.#net = typeof net === "string" ? undefined : net;
     const netNote = typeof net === "string" ? [`sandboxes with internet access share the host's network and its loopback: ${net}`] : [];
-    this.capabilities = { ...probe.capabilities, notes: [...probe.capabilities.notes, ...netNote] };
+    const usernsOff = opts.userns === false || process.env.KRUISE_LOCAL_USERNS === "off";
+    const usernsError = probe.capabilities.level === "process" ? "no namespaces at process level" : usernsOff ? "turned off (KRUISE_LOCAL_USERNS=off)" : (probeUserns() ?? letOwnersPass(this.#dataDir));
+    this.#uids = usernsError ? undefined : new UidRanges((opts.userns || {}).uidBase);
+    const usernsNote = usernsError
+      ? `no user namespace: root inside has no capabilities and cannot use sudo (${usernsError})`
+      : "user namespace: each sandbox's uids 0..65535 are a host range of its own; root inside has a container's capabilities there and none on the host";
+    this.capabilities = { ...probe.capabilities, notes: [...probe.capabilities.notes, ...netNote, usernsNote] };
     // It makes every sandbox's veth: the first create should not wait for perl to start.
     if (this.#net) this.#relay.warm();
     mkdirSync(join(this.#dataDir, "sandboxes"), { recursive: true });
@@ -196,6 +210,7 @@ export class LocalDriver implements Driver {
       const disk = this.capabilities.disk === "quota" ? { sizeMB: d.resources.diskSizeMB ?? this.#diskMB } : undefined;
       rec = { id: d.id, generation: d.generation, level: this.capabilities.level, desired: d, createdAt: new Date().toISOString(), phase: "Pending", disk };
       const layout = this.#layout(d.id, rec);
+      if (this.#uids) rec.userns = this.#uids.keep(undefined, layout.record);
       // A spare disk arrives as the whole sandbox directory, mounted.
       if (!(disk && !existsSync(layout.dir) && this.#spares?.take(disk.sizeMB, layout.dir))) mkdirSync(layout.dir, { recursive: true });
       this.#save(rec);
@@ -318,10 +333,32 @@ export class LocalDriver implements Driver {
       ? ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", hostNet ? "--share-net" : "--unshare-net",
          "--hostname", rec.id, "--cap-drop", "ALL", "--chdir", "/", ...bwrapMountArgs(layout)]
       : undefined;
-    const started = await startHolder({ id: rec.id, bwrapArgs, cgroupProcs: cgroups ? procsFiles(cgroups) : [], cwd: layout.dir, log: layout.log, onNamespaces: attach }, this.#spawner);
+    if (ns && next.userns) {
+      next = { ...next, userns: this.#keepRange(next, layout) };
+      this.#save(next);
+    }
+    const userns = ns && next.userns ? await openUserns(this.#spawner, next.userns, [], layout.log) : undefined;
+    let started;
+    try {
+      started = await startHolder(
+        { id: rec.id, bwrapArgs, cgroupProcs: cgroups ? procsFiles(cgroups) : [], cwd: layout.dir, log: layout.log, onNamespaces: attach, userns },
+        this.#spawner,
+      );
+    } finally {
+      await userns?.end();
+    }
     next = { ...next, phase: "Running", holder: started.holder, nsInit: started.nsInit, net: next.net && { address: next.net.address, veth } };
     this.#save(next);
     return next;
+  }
+
+  /** The range of a sandbox with a user namespace whose holder is about to start, leased again
+   * (leases vanish with a reboot), its layer given to it. */
+  #keepRange(rec: SandboxRecord, layout: SandboxLayout): IdRange {
+    if (!this.#uids) throw new Error(`sandbox ${rec.id} has a user namespace, which this driver cannot make: ${this.capabilities.notes.find((n) => n.startsWith("no user namespace"))}`);
+    const range = this.#uids.keep(rec.userns, layout.record);
+    chownLayer(layout.layer, range);
+    return range;
   }
 
   /** Ends every process of the sandbox and removes its cgroups; the layer stays. */
@@ -542,6 +579,7 @@ export class LocalDriver implements Driver {
       await unmountDisk(this.#spawner, layout.disk);
       // While the record still names the address, so no other driver takes the lease over first.
       this.#net?.release(rec?.net?.address, layout.record);
+      this.#uids?.release(rec?.userns, layout.record);
       this.#removeDir(layout.dir);
       this.#records.delete(id);
     });

@@ -21,6 +21,7 @@ import { SandboxNotFoundError } from "../driver.ts";
 import { helperEnv, PERL, syscallNumbers } from "./host-helpers.ts";
 import { USERS, type Mount } from "./layout.ts";
 import { resolveSandboxPath, sandboxPathOf } from "./path-resolver.ts";
+import { SANDBOX_CAPS } from "./userns.ts";
 import { cachedFile, parseGroup, parsePasswd } from "../../runtime/passwd.ts";
 
 const NAME_RECHECK_MS = 1_000;
@@ -130,7 +131,7 @@ export class LocalSandboxView implements SandboxView {
     // Without a root view the process sees host paths, so its cwd is the host side of the layer.
     const cwd = this.#o.namespaces ? req.cwd : this.toHost(req.cwd);
     const joins = t.cgroupProcs.length > 0 ? t.cgroupProcs.join(":") : "-";
-    const args = [ENTER_SCRIPT, SANDBOX_ENV_FILE, String(t.nsPid ?? 0), String(req.user.uid), String(req.user.gid), cwd, joins, String(nr.setns), String(nr.prctl), "--", req.cmd, ...req.args];
+    const args = [ENTER_SCRIPT, SANDBOX_ENV_FILE, String(t.nsPid ?? 0), String(req.user.uid), String(req.user.gid), cwd, joins, String(nr.setns), String(nr.prctl), SANDBOX_CAPS.join(","), "--", req.cmd, ...req.args];
     const marker = { [MARKER_ENV]: this.#o.id };
     return { file: PERL, args, cwd: "/", env: helperEnv(marker), sandboxEnv: { ...t.env, ...req.env, ...marker } };
   }

@@ -5,6 +5,7 @@ import { readFileSync, readdirSync, renameSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { DesiredSandbox, IsolationLevel } from "../driver.ts";
 import type { CgroupSet } from "./cgroups.ts";
+import type { IdRange } from "./uid-range.ts";
 
 /** A live process, identified by pid and kernel start time (so a reused pid is not mistaken). */
 export interface ProcRef {
@@ -35,6 +36,9 @@ export interface SandboxRecord {
   /** Its own disk (disk.ts), which holds its layer and /etc; absent: they are in the data
    * directory without a limit (a host without loop mounts, or a record of an older agent). */
   disk?: { sizeMB: number };
+  /** The host ids its user namespace maps its 0..65535 to (uid-range.ts), leased until destroy;
+   * absent: no user namespace (`process` level, turned off, or a record of an older agent). */
+  userns?: IdRange;
 }
 
 /** Where a sandbox with internet access is on the sandbox bridge. */
@@ -54,7 +58,8 @@ export function readRecord(file: string): SandboxRecord | undefined {
 
 export function writeRecord(file: string, record: SandboxRecord): void {
   const tmp = `${file}.${process.pid}.tmp`;
-  writeFileSync(tmp, JSON.stringify(record, null, 2));
+  // Only the agent reads records: the data directory lets sandboxes' host uids pass (userns.ts).
+  writeFileSync(tmp, JSON.stringify(record, null, 2), { mode: 0o600 });
   renameSync(tmp, file);
 }
 
