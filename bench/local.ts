@@ -4,6 +4,7 @@
 //   node bench/local.ts            prints the figures as JSON
 //   node bench/local.ts --own-network   only the figures of sandbox networks (veth + NAT vs host)
 //   node bench/local.ts --disk          only the figures of a disk per sandbox (disk.ts) vs none
+// The root filesystem figures (rooted vs host view) are bench/rootfs.ts's.
 // `run(ctx)` is what bench/run.ts calls.
 import { spawn, spawnSync } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
@@ -20,6 +21,7 @@ import { readRecord } from "../controllers/drivers/local/records.ts";
 import { inProcessLauncher, spawnHost, type ProcessLauncher } from "../controllers/runtime/process/launcher.ts";
 import type { HostCommand, SandboxUser } from "../controllers/runtime/sandbox-view.ts";
 import { run as egressFigures } from "./egress.ts";
+import { rootfsFigures } from "./rootfs.ts";
 import type { BenchContext, Figures } from "./run.ts";
 import { percentile as pct, pssKB, round } from "./stats.ts";
 
@@ -230,6 +232,7 @@ export async function run(ctx: Partial<BenchContext> = {}): Promise<Figures> {
   Object.assign(figures, await egressFigures(ctx));
   Object.assign(figures, await ownNetworkFigures(ctx));
   Object.assign(figures, await diskFigures(ctx));
+  Object.assign(figures, await rootfsFigures(ctx));
   return figures;
 }
 

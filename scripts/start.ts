@@ -5,17 +5,20 @@
 // again with backoff (scripts/lib/supervisor.ts), and the launcher stays in charge until Ctrl-C,
 // which stops everything (the agent first: it stops the sandboxes' processes and keeps their files).
 import { resolve } from "node:path";
+import { buildBaseInBackground } from "./lib/base-rootfs.ts";
 import { quotaDefaults } from "./lib/edge.ts";
 import { startSystem } from "./lib/system.ts";
 
 const dataDir = resolve(process.env.SBX_DATA_DIR ?? ".data");
 const edgePort = Number(process.env.PORT ?? 8787);
 console.log(`starting: sqld, the edge on workerd (port ${edgePort}), the agent (local driver); state in ${dataDir}`);
+// Not waited for: the system serves meanwhile (base sandboxes see the host until it is ready).
+const builder = buildBaseInBackground((line) => console.log(`[base rootfs] ${line}`));
 // Teams get wrangler.toml's default quotas, as a deployment does (the admin API changes them).
 const sys = await startSystem({ dataDir, edgePort, baseReplicas: Number(process.env.BASE_POOL ?? 2), agentOutput: "inherit", onExit: "stop", edgeVars: quotaDefaults() });
 
 console.log(`
-Ready. Sandboxes run with isolation level: ${sys.isolation}
+Ready. Sandboxes run with isolation level: ${sys.isolation}${builder && builder.exitCode === null ? "\n(the base template is still being built: sandboxes see the host's files until it is ready)" : ""}
 
   export E2B_API_URL=${sys.apiUrl}
   export E2B_SANDBOX_URL=${sys.apiUrl}

@@ -84,6 +84,9 @@ export interface SandboxView {
    * number" (envd does the same for ids missing from the sandbox's user database). */
   userName?(uid: number): string | undefined;
   groupName?(gid: number): string | undefined;
+  /** The host's ids for a sandbox user's uid and gid, given to files the runtime creates for that
+   * user (with a user namespace they differ). Absent: the same ids. */
+  hostOwner?(uid: number, gid: number): { uid: number; gid: number };
   /** Builds the host command that runs `req` inside the sandbox. */
   command(req: SpawnRequest): HostCommand;
   /** Who starts host commands; absent means the runtime forks them itself. */

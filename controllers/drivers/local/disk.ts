@@ -88,8 +88,8 @@ function readOrEmpty(file: string): string {
 }
 
 /** Runs a helper to its end through the spawner (not forked from the agent: see spawner.ts). */
-async function run(spawner: Spawner, args: string[]): Promise<void> {
-  const child = await spawner.spawn({ file: args[0]!, args: args.slice(1), cwd: "/", env: ENV }, { detached: false, stdio: ["ignore", "ignore", "pipe"] });
+export async function runHelper(spawner: Spawner, args: string[], cwd = "/"): Promise<void> {
+  const child = await spawner.spawn({ file: args[0]!, args: args.slice(1), cwd, env: ENV }, { detached: false, stdio: ["ignore", "ignore", "pipe"] });
   const err = child.pipes.get(2)!;
   let text = "";
   err.on("data", (c) => (text += String(c).slice(0, 2000)));
@@ -103,14 +103,14 @@ async function run(spawner: Spawner, args: string[]): Promise<void> {
 export async function mountDisk(spawner: Spawner, image: string, at: string, sizeMB: number): Promise<void> {
   if (isMounted(at)) return;
   mkdirSync(at, { recursive: true });
-  if (existsSync(image)) return run(spawner, ["mount", "-o", MOUNT_OPTIONS, image, at]);
+  if (existsSync(image)) return runHelper(spawner, ["mount", "-o", MOUNT_OPTIONS, image, at]);
   const mb = Math.max(MIN_DISK_MB, Math.ceil(sizeMB));
   // Disks are sparse, so together they may promise more than the host has; one that could fill
   // the host on its own is refused.
   const st = statfsSync(dirname(image));
   const freeMB = Math.floor((st.bavail * st.bsize) / (1024 * 1024));
   if (mb > freeMB) throw new Error(`a disk of ${mb} MB is larger than the ${freeMB} MB free on the host`);
-  await run(spawner, ["/bin/sh", "-c", CREATE, "sh", image, at, String(mb)]);
+  await runHelper(spawner, ["/bin/sh", "-c", CREATE, "sh", image, at, String(mb)]);
 }
 
 /** Unmounts the disk at `at` (the loop device goes with it: mount sets autoclear). A disk still
@@ -119,9 +119,9 @@ export async function mountDisk(spawner: Spawner, image: string, at: string, siz
 export async function unmountDisk(spawner: Spawner, at: string): Promise<void> {
   if (!isMounted(at)) return;
   try {
-    await run(spawner, ["umount", at]);
+    await runHelper(spawner, ["umount", at]);
   } catch {
-    if (isMounted(at)) await run(spawner, ["umount", "-l", at]);
+    if (isMounted(at)) await runHelper(spawner, ["umount", "-l", at]);
   }
 }
 

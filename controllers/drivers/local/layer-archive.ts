@@ -15,8 +15,14 @@ export async function saveLayer(layer: string, file: string): Promise<number> {
   return statSync(file).size;
 }
 
-export async function restoreLayer(layer: string, file: string): Promise<void> {
-  for (const d of LAYER_DIRS) {
+/** `dirs` false: `layer` is a root's upper directory, emptied whole (its top-level directories
+ * would otherwise hide the template's own, with their owners). */
+export async function restoreLayer(layer: string, file: string, dirs = true): Promise<void> {
+  if (!dirs) {
+    mkdirSync(layer, { recursive: true });
+    for (const name of readdirSync(layer)) rmSync(join(layer, name), { recursive: true, force: true });
+  }
+  for (const d of dirs ? LAYER_DIRS : []) {
     const dir = join(layer, d);
     mkdirSync(dir, { recursive: true });
     for (const name of readdirSync(dir)) rmSync(join(dir, name), { recursive: true, force: true });

@@ -9,7 +9,11 @@
 // or, when the sandbox has a disk of its own (disk.ts), the same inside its image:
 //   <dataDir>/sandboxes/<id>/disk.img        ext4 image, mounted at
 //   <dataDir>/sandboxes/<id>/disk/{etc,layer/{home/user,root,tmp}}
-// (/etc copied rather than linked: a hard link cannot cross file systems). Bind mounts from the
+// (/etc copied rather than linked: a hard link cannot cross file systems). A sandbox whose template
+// is a root filesystem (root-overlay.ts) has none of these but the record and disk: its `/` is an
+// overlay mounted at
+//   <dataDir>/sandboxes/<id>/root                 upper and work directories on its disk:
+//   <dataDir>/sandboxes/<id>/disk/{upper,work}    (or in its directory when it has no disk) Bind mounts from the
 // image show paths inside it in the sandbox's /proc/self/mountinfo, never the data directory.
 // Sharing what is the same for every sandbox took a sandbox's start from ~160 file system calls to
 // ~40 (each a few tens of µs on this machine's disk, on the agent's event loop).
@@ -55,13 +59,24 @@ export interface SandboxLayout {
   rootfs: string;
   layer: string;
   log: string;
+  /** Its root (when it has one of its own): the overlay's mount point, upper and work dirs. */
+  merged: string;
+  upper: string;
+  work: string;
+  /** The sandbox's `/` is its overlay (`merged`), not a view of the host. */
+  rooted: boolean;
 }
 
-export function layoutFor(dataDir: string, id: string, onDisk = false): SandboxLayout {
+export function layoutFor(dataDir: string, id: string, onDisk = false, rooted = false): SandboxLayout {
   const dir = join(dataDir, "sandboxes", id);
   const disk = join(dir, "disk");
   const files = onDisk ? disk : dir;
+  const upper = join(files, "upper");
   return {
+    merged: join(dir, "root"),
+    upper,
+    work: join(files, "work"),
+    rooted,
     dir,
     image: join(dir, "disk.img"),
     disk,
@@ -70,7 +85,8 @@ export function layoutFor(dataDir: string, id: string, onDisk = false): SandboxL
     etc: join(files, "etc"),
     etcBase: join(dataDir, "etc-base"),
     rootfs: join(dataDir, "rootfs"),
-    layer: join(files, "layer"),
+    // What snapshots save: with a root of its own, everything the sandbox wrote.
+    layer: rooted ? upper : join(files, "layer"),
     log: join(dir, "holder.log"),
   };
 }
@@ -94,6 +110,8 @@ function baseEntries(): BaseEntry[] {
 
 /** The mount table, most specific last (the resolver picks the longest match). */
 export function mountsFor(layout: SandboxLayout): Mount[] {
+  // Its own root covers every path but the kernel's (VIRTUAL_DIRS, reached through its holder).
+  if (layout.rooted) return [{ at: "/", host: layout.merged, writable: true }];
   const mounts: Mount[] = [{ at: "/", host: layout.rootfs, writable: false }];
   for (const e of baseEntries()) if (!e.link) mounts.push({ at: `/${e.name}`, host: `/${e.name}`, writable: false });
   mounts.push({ at: "/etc", host: layout.etc, writable: false });

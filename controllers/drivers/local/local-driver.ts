@@ -24,6 +24,9 @@ import { restoreLayer, saveLayer } from "./layer-archive.ts";
 import { mountDisk, unmountDisk, unmountDiskSync } from "./disk.ts";
 import { SpareDisks } from "./spare-disks.ts";
 import { bwrapMountArgs, layoutFor, mountsFor, prepareLayout, type SandboxLayout } from "./layout.ts";
+import { bwrapRootArgs, HOST_VIEW_IMAGE, mountRoot, rootFor, unmountRoot, writeIdentity } from "./root-overlay.ts";
+import { RootfsStore } from "./rootfs/store.ts";
+import { IDENTITY } from "./id-map.ts";
 import { LocalSandboxView } from "./local-view.ts";
 import { PortRelay } from "./port-relay.ts";
 import { probeHost } from "./probe.ts";
@@ -32,7 +35,7 @@ import { SandboxNet, type SandboxNetOptions } from "./sandbox-net.ts";
 import { IN_PROCESS, Spawner } from "./spawner.ts";
 import type { LaunchedExit } from "../../runtime/process/launcher.ts";
 import { UidRanges, type IdRange } from "./uid-range.ts";
-import { chownLayer, letOwnersPass, openUserns, probeUserns } from "./userns.ts";
+import { allowSetuid, chownLayer, letOwnersPass, openUserns, probeUserns, unmountUnderSync, type IdmapMount, type OpenUserns } from "./userns.ts";
 
 export interface LocalDriverOptions {
   /** Where sandboxes (records, layers) and snapshots live. */
@@ -67,6 +70,10 @@ export interface LocalDriverOptions {
   /** Disks to keep formatted and mounted ahead of creates, per size recently asked for
    * (spare-disks.ts). Default 0: each create formats its own. */
   spareDisks?: number;
+  /** Where template root filesystems are (rootfs/store.ts; default `~/.cache/sandbox-edge/rootfs`),
+   * or false for the host view only (also `KRUISE_LOCAL_ROOTFS=off`). Levels without namespaces
+   * always get the host view. */
+  rootfs?: RootfsStore | false;
   /** Each sandbox's uids 0..65535 in a user namespace mapped to a host range of its own from
    * `uidBase` (default 2^20; uid-range.ts, README.md "User namespace"), or false for none as
    * before (also `KRUISE_LOCAL_USERNS=off`). */
@@ -101,6 +108,9 @@ export class LocalDriver implements Driver {
   readonly #egressMax: number;
   /** Undefined: sandboxes with internet access share the host's network (`--share-net`). */
   readonly #net: SandboxNet | undefined;
+  readonly #rootfs: RootfsStore | undefined;
+  /** `base` was asked for before it was built (said once per driver). */
+  #hostViewLogged = false;
   /** Undefined: sandboxes have no user namespace (root inside without capabilities). */
   readonly #uids: UidRanges | undefined;
 
@@ -129,6 +139,8 @@ export class LocalDriver implements Driver {
       ? `no user namespace: root inside has no capabilities and cannot use sudo (${usernsError})`
       : "user namespace: each sandbox's uids 0..65535 are a host range of its own; root inside has a container's capabilities there and none on the host";
     this.capabilities = { ...probe.capabilities, notes: [...probe.capabilities.notes, ...netNote, usernsNote] };
+    const rootsOff = opts.rootfs === false || process.env.KRUISE_LOCAL_ROOTFS === "off" || this.capabilities.level === "process";
+    this.#rootfs = rootsOff ? undefined : opts.rootfs || new RootfsStore();
     // It makes every sandbox's veth: the first create should not wait for perl to start.
     if (this.#net) this.#relay.warm();
     mkdirSync(join(this.#dataDir, "sandboxes"), { recursive: true });
@@ -137,6 +149,8 @@ export class LocalDriver implements Driver {
     mkdirSync(join(this.#dataDir, "trash"), { recursive: true });
     for (const name of readdirSync(join(this.#dataDir, "trash"))) {
       // Not unmounted when it was moved there (still busy then): never delete through a mount.
+      unmountDiskSync(join(this.#dataDir, "trash", name, "root"));
+      unmountUnderSync(join(this.#dataDir, "trash", name, "layers"));
       unmountDiskSync(join(this.#dataDir, "trash", name, "disk"));
       void rm(join(this.#dataDir, "trash", name), { recursive: true, force: true }).catch(() => {});
     }
@@ -160,7 +174,24 @@ export class LocalDriver implements Driver {
 
   /** Where a sandbox's files are: on its own disk when its record says it has one. */
   #layout(id: string, rec = this.#record(id)): SandboxLayout {
-    return layoutFor(this.#dataDir, id, rec?.disk !== undefined);
+    return layoutFor(this.#dataDir, id, rec?.disk !== undefined, rec?.root !== undefined);
+  }
+
+  /** The root a new sandbox of `image` gets (undefined: the host view), or a TerminalError. */
+  #rootFor(image: string) {
+    const root = rootFor(this.#rootfs, image);
+    if (!root && this.#rootfs && !this.#hostViewLogged) {
+      this.#hostViewLogged = true;
+      console.warn(`local driver: template ${HOST_VIEW_IMAGE} is not built yet in ${this.#rootfs.root}; its sandboxes get the view of the host until it is (npm start builds it)`);
+    }
+    return root;
+  }
+
+  /** Mounts a rooted sandbox's overlay (its disk first), writing its identity into a new one. */
+  async #mountRoot(rec: SandboxRecord, layout: SandboxLayout, ids?: IdRange, idmap?: (mounts: IdmapMount[]) => Promise<void>): Promise<void> {
+    if (!rec.root) return;
+    if (!this.#rootfs) throw new UnsupportedError(`image ${rec.root.image}`, "this driver was started without root filesystems");
+    if (await mountRoot(this.#spawner, this.#rootfs, rec.root, layout, ids, idmap)) writeIdentity(layout.merged, rec.id, ids);
   }
 
   /** Mounts the sandbox's disk (formatting it at first use) before anything touches its files. */
@@ -193,9 +224,6 @@ export class LocalDriver implements Driver {
 
   ensure(desired: DesiredSandbox): Promise<SandboxObservation> {
     if (!ID_PATTERN.test(desired.id)) return Promise.reject(new Error(`invalid sandbox id ${JSON.stringify(desired.id)}`));
-    if (desired.template !== "base") {
-      return Promise.reject(new UnsupportedError(`template ${desired.template}`, "the local driver has only the base template"));
-    }
     const mode = networkMode(desired);
     if (mode !== "host" && !this.capabilities.networkIsolation) {
       const what = mode === "none" ? "allowInternetAccess=false" : "network egress rules";
@@ -208,15 +236,16 @@ export class LocalDriver implements Driver {
     let rec = readRecord(layoutFor(this.#dataDir, d.id).record);
     if (!rec) {
       const disk = this.capabilities.disk === "quota" ? { sizeMB: d.resources.diskSizeMB ?? this.#diskMB } : undefined;
-      rec = { id: d.id, generation: d.generation, level: this.capabilities.level, desired: d, createdAt: new Date().toISOString(), phase: "Pending", disk };
+      const root = this.#rootFor(d.template);
+      rec = { id: d.id, generation: d.generation, level: this.capabilities.level, desired: d, createdAt: new Date().toISOString(), phase: "Pending", disk, root };
       const layout = this.#layout(d.id, rec);
       if (this.#uids) rec.userns = this.#uids.keep(undefined, layout.record);
       // A spare disk arrives as the whole sandbox directory, mounted.
       if (!(disk && !existsSync(layout.dir) && this.#spares?.take(disk.sizeMB, layout.dir))) mkdirSync(layout.dir, { recursive: true });
       this.#save(rec);
       await this.#mountDisk(rec);
-      prepareLayout(layout, d.id);
-      if (d.restoreFrom) await restoreLayer(layout.layer, d.restoreFrom.location);
+      if (!root) prepareLayout(layout, d.id);
+      if (d.restoreFrom) await restoreLayer(layout.layer, d.restoreFrom.location, !root);
     }
     const layout = this.#layout(d.id, rec);
     // A holder's network namespace is fixed when it starts: a sandbox that moves between the
@@ -246,6 +275,7 @@ export class LocalDriver implements Driver {
       rec = { ...rec, phase: "Stopped", holder: undefined, nsInit: undefined };
       this.#save(rec);
       // Its files stay in the image; a stopped sandbox holds no loop device.
+      await unmountRoot(this.#spawner, layout.merged);
       await unmountDisk(this.#spawner, layout.disk);
     }
     // The veth goes before the listener comes: a sandbox moving behind the proxy never has both.
@@ -313,7 +343,31 @@ export class LocalDriver implements Driver {
   async #start(rec: SandboxRecord): Promise<SandboxRecord> {
     const layout = this.#layout(rec.id, rec);
     await this.#mountDisk(rec);
-    prepareLayout(layout, rec.id);
+    const ns = this.capabilities.level !== "process";
+    if (ns && rec.userns) {
+      rec = { ...rec, userns: this.#keepRange(rec) };
+      this.#save(rec);
+    }
+    const range = ns ? rec.userns : undefined;
+    // The user namespace is made before the root is mounted (its ID-mapped layers need it) and
+    // let go once the holder has joined it.
+    const userns: { open?: OpenUserns } = {};
+    const openNs = async (mounts: IdmapMount[]) => void (userns.open = await openUserns(this.#spawner, range!, mounts, layout.log));
+    try {
+      if (rec.root) {
+        await this.#mountRoot(rec, layout, range, range && openNs);
+      } else {
+        prepareLayout(layout, rec.id);
+        if (range) chownLayer(layout.layer, range);
+      }
+      if (range && !userns.open) await openNs([]);
+      return await this.#startHolder(rec, layout, userns.open);
+    } finally {
+      await userns.open?.end();
+    }
+  }
+
+  async #startHolder(rec: SandboxRecord, layout: SandboxLayout, userns: OpenUserns | undefined): Promise<SandboxRecord> {
     const cgroups = this.#cgroups ? cgroupSetFor(this.#cgroups, rec.id) : undefined;
     if (this.#cgroups && cgroups) {
       const r = rec.desired.resources;
@@ -331,34 +385,24 @@ export class LocalDriver implements Driver {
     this.#save(next);
     const bwrapArgs = ns
       ? ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", hostNet ? "--share-net" : "--unshare-net",
-         "--hostname", rec.id, "--cap-drop", "ALL", "--chdir", "/", ...bwrapMountArgs(layout)]
+         "--hostname", rec.id, "--cap-drop", "ALL", "--chdir", "/", ...(rec.root ? bwrapRootArgs(layout.merged) : bwrapMountArgs(layout))]
       : undefined;
-    if (ns && next.userns) {
-      next = { ...next, userns: this.#keepRange(next, layout) };
-      this.#save(next);
-    }
-    const userns = ns && next.userns ? await openUserns(this.#spawner, next.userns, [], layout.log) : undefined;
-    let started;
-    try {
-      started = await startHolder(
-        { id: rec.id, bwrapArgs, cgroupProcs: cgroups ? procsFiles(cgroups) : [], cwd: layout.dir, log: layout.log, onNamespaces: attach, userns },
-        this.#spawner,
-      );
-    } finally {
-      await userns?.end();
-    }
+    const started = await startHolder(
+      { id: rec.id, bwrapArgs, cgroupProcs: cgroups ? procsFiles(cgroups) : [], cwd: layout.dir, log: layout.log, onNamespaces: attach, userns },
+      this.#spawner,
+    );
+    // A root of its own with its own user namespace: setuid programs (sudo) work there.
+    if (userns && rec.root) await allowSetuid(this.#spawner, started.nsInit.pid);
     next = { ...next, phase: "Running", holder: started.holder, nsInit: started.nsInit, net: next.net && { address: next.net.address, veth } };
     this.#save(next);
     return next;
   }
 
   /** The range of a sandbox with a user namespace whose holder is about to start, leased again
-   * (leases vanish with a reboot), its layer given to it. */
-  #keepRange(rec: SandboxRecord, layout: SandboxLayout): IdRange {
+   * (leases vanish with a reboot). */
+  #keepRange(rec: SandboxRecord): IdRange {
     if (!this.#uids) throw new Error(`sandbox ${rec.id} has a user namespace, which this driver cannot make: ${this.capabilities.notes.find((n) => n.startsWith("no user namespace"))}`);
-    const range = this.#uids.keep(rec.userns, layout.record);
-    chownLayer(layout.layer, range);
-    return range;
+    return this.#uids.keep(rec.userns, layoutFor(this.#dataDir, rec.id).record);
   }
 
   /** Ends every process of the sandbox and removes its cgroups; the layer stays. */
@@ -450,6 +494,7 @@ export class LocalDriver implements Driver {
       mounts: mountsFor(this.#layout(id, rec)),
       namespaces: rec.level !== "process",
       launcher: this.#spawner,
+      ids: () => this.#record(id)?.userns ?? IDENTITY,
       target: () => {
         const now = this.#record(id);
         if (!now || now.phase === "Stopped" || !now.nsInit) return undefined;
@@ -548,7 +593,18 @@ export class LocalDriver implements Driver {
       const rec = readRecord(layoutFor(this.#dataDir, id).record);
       if (!rec) throw new SandboxNotFoundError(id);
       if (!existsSync(snapshot.location)) throw new Error(`snapshot ${snapshot.id} is gone (${snapshot.location})`);
-      await this.#withDisk(rec, () => restoreLayer(this.#layout(id, rec).layer, snapshot.location));
+      const layout = this.#layout(id, rec);
+      if (rec.root && rec.phase !== "Stopped" && alive(rec.nsInit)) {
+        // An overlay's upper directory must not change under its mount: the running sandbox's
+        // processes end, its root is mounted again on the restored upper, and a new holder starts
+        // (as a VM restored from a disk snapshot reboots).
+        await this.#endProcesses(rec);
+        await unmountRoot(this.#spawner, layout.merged);
+        await restoreLayer(layout.layer, snapshot.location, false);
+        await this.#syncEgress(await this.#syncNet(await this.#start(rec)));
+        return;
+      }
+      await this.#withDisk(rec, () => restoreLayer(layout.layer, snapshot.location, !rec.root));
     });
   }
 
@@ -576,6 +632,7 @@ export class LocalDriver implements Driver {
       const rec = readRecord(layout.record);
       await this.#endProcesses(rec ?? { id });
       // Before the directory moves: the trash is deleted file by file, never through a mount.
+      await unmountRoot(this.#spawner, layout.merged);
       await unmountDisk(this.#spawner, layout.disk);
       // While the record still names the address, so no other driver takes the lease over first.
       this.#net?.release(rec?.net?.address, layout.record);

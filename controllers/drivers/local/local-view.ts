@@ -22,6 +22,10 @@ import { helperEnv, PERL, syscallNumbers } from "./host-helpers.ts";
 import { USERS, type Mount } from "./layout.ts";
 import { resolveSandboxPath, sandboxPathOf } from "./path-resolver.ts";
 import { SANDBOX_CAPS } from "./userns.ts";
+import { IDENTITY, idToHost, idToSandbox, type IdMapping } from "./id-map.ts";
+
+/** What a user namespace shows for an id it does not map (/proc/sys/kernel/overflowuid). */
+const OVERFLOW_ID = 65534;
 import { cachedFile, parseGroup, parsePasswd } from "../../runtime/passwd.ts";
 
 const NAME_RECHECK_MS = 1_000;
@@ -51,6 +55,9 @@ export interface LocalViewOptions {
   target: () => ViewTarget | undefined;
   /** Who forks the sandbox's processes (the driver's spawner); absent: the runtime itself. */
   launcher?: ProcessLauncher;
+  /** How the sandbox's ids map to the host's (id-map.ts; its user namespace's range, or the
+   * identity without one). */
+  ids?: () => IdMapping;
 }
 
 export class LocalSandboxView implements SandboxView {
@@ -81,8 +88,24 @@ export class LocalSandboxView implements SandboxView {
     return sandboxPathOf(this.#o.mounts, hostPath);
   }
 
+  #ids(): IdMapping {
+    return this.#o.ids?.() ?? IDENTITY;
+  }
+
+  hostOwner(uid: number, gid: number): { uid: number; gid: number } {
+    const ids = this.#ids();
+    return { uid: idToHost(ids, uid), gid: idToHost(ids, gid) };
+  }
+
+  /** A host id as the sandbox sees it: one outside its range is the kernel's overflow id. */
+  #inside(hostId: number): number {
+    return idToSandbox(this.#ids(), hostId) ?? OVERFLOW_ID;
+  }
+
+  /** From the sandbox's own /etc/passwd (a user added inside is one the API can act as), else
+   * the template's users. */
   lookupUser(name: string): SandboxUser | undefined {
-    return USERS.find((u) => u.name === name);
+    return this.#passwd().find((u) => u.name === name) ?? USERS.find((u) => u.name === name);
   }
 
   /** Names from the sandbox's own /etc/passwd and /etc/group (its `/etc` mount, readable while
@@ -94,12 +117,13 @@ export class LocalSandboxView implements SandboxView {
     return resolveSandboxPath(this.#o.mounts, `/etc/${name}`).hostPath;
   }
 
-  userName(uid: number): string | undefined {
+  userName(hostUid: number): string | undefined {
+    const uid = this.#inside(hostUid);
     return this.#passwd().find((u) => u.uid === uid)?.name;
   }
 
-  groupName(gid: number): string | undefined {
-    return this.#groups().get(gid);
+  groupName(hostGid: number): string | undefined {
+    return this.#groups().get(this.#inside(hostGid));
   }
 
   /** Memory and CPU from the sandbox's cgroups (v2 names first, then v1 on a hybrid host); a

@@ -38,8 +38,9 @@ export function mountOf(mounts: Mount[], sandboxPath: string, root?: () => strin
   let best: Mount | undefined;
   for (const m of mounts) if (under(sandboxPath, m.at) && (!best || m.at.length > best.at.length)) best = m;
   if (!best) return outside();
-  // Under the bare root only the skeleton's top-level entries exist (`/home`, the `/bin` link...).
-  if (best.at === "/" && sandboxPath !== "/" && (sandboxPath.indexOf("/", 1) !== -1 || lstatLink(`${best.host}${sandboxPath}`) === undefined)) {
+  // Under the host view's bare root only the skeleton's top-level entries exist (`/home`, the
+  // `/bin` link...); a sandbox's own root (writable) has everything.
+  if (best.at === "/" && !best.writable && sandboxPath !== "/" && (sandboxPath.indexOf("/", 1) !== -1 || lstatLink(`${best.host}${sandboxPath}`) === undefined)) {
     return outside();
   }
   return best;

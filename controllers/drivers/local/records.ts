@@ -5,6 +5,7 @@ import { readFileSync, readdirSync, renameSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { DesiredSandbox, IsolationLevel } from "../driver.ts";
 import type { CgroupSet } from "./cgroups.ts";
+import type { RootRecord } from "./root-overlay.ts";
 import type { IdRange } from "./uid-range.ts";
 
 /** A live process, identified by pid and kernel start time (so a reused pid is not mistaken). */
@@ -36,6 +37,9 @@ export interface SandboxRecord {
   /** Its own disk (disk.ts), which holds its layer and /etc; absent: they are in the data
    * directory without a limit (a host without loop mounts, or a record of an older agent). */
   disk?: { sizeMB: number };
+  /** Its `/` is an overlay of these template layers (root-overlay.ts); absent: the host view
+   * (`base` not built yet when it was created, `process` level, or a record of an older agent). */
+  root?: RootRecord;
   /** The host ids its user namespace maps its 0..65535 to (uid-range.ts), leased until destroy;
    * absent: no user namespace (`process` level, turned off, or a record of an older agent). */
   userns?: IdRange;

@@ -7,13 +7,11 @@
 // namespaces (/etc/subuid, /etc/subgid); no range includes host root.
 import { readFileSync } from "node:fs";
 import { FileLeases } from "./address-leases.ts";
+import type { IdMapping } from "./id-map.ts";
 import { readRecord } from "./records.ts";
 
 /** Ids a sandbox's user namespace maps: its `0..size-1` are the host's `base..base+size-1`. */
-export interface IdRange {
-  base: number;
-  size: number;
-}
+export type IdRange = IdMapping;
 
 export const RANGE_SIZE = 65536;
 /** Above any id a Debian-like host gives its users (< 2^16, or subuid ranges from 100000 that

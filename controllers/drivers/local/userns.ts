@@ -13,8 +13,10 @@ import { fileURLToPath } from "node:url";
 import { helperEnv, PERL, syscallNumbers } from "./host-helpers.ts";
 import { RANGE_SIZE, type IdRange } from "./uid-range.ts";
 import type { Spawner } from "./spawner.ts";
+import { runHelper } from "./disk.ts";
 
 export const USERNS_SCRIPT = fileURLToPath(new URL("./userns.pl", import.meta.url));
+export const ALLOW_SETUID_SCRIPT = fileURLToPath(new URL("./allow-setuid.pl", import.meta.url));
 
 /** What bwrap's holder needs to start inside the namespace: a path to open as its `--userns` fd
  * (valid until `end`), and the host uid it runs as (the range's 0, the namespace's owner). */
@@ -118,3 +120,38 @@ export function letOwnersPass(dataDir: string): string | undefined {
  * the mounts and namespaces it owns (`mount -t tmpfs` inside works; nothing on the host is
  * reachable with it). enter.pl keeps these only when it joins a user namespace. */
 export const SANDBOX_CAPS = [0, 1, 3, 4, 5, 6, 7, 8, 10, 13, 18, 21, 27, 29, 31];
+
+/** Mount points strictly below `dir` in the host's mount table, deepest first (ID-mapped mounts
+ * are on the same device as their directory, so the device test of disk.ts cannot see them). */
+export function mountsUnder(dir: string, mountinfo = readFileSync("/proc/self/mountinfo", "utf8")): string[] {
+  const prefix = `${dir.replace(/\/+$/, "")}/`;
+  const unescape = (p: string) => p.replace(/\\([0-7]{3})/g, (_, o: string) => String.fromCharCode(parseInt(o, 8)));
+  const points = mountinfo.split("\n").map((l) => l.split(" ")[4]).filter((p): p is string => p !== undefined).map(unescape);
+  return [...new Set(points.filter((p) => p.startsWith(prefix)))].sort((a, b) => b.length - a.length);
+}
+
+/** Unmounts every mount below `dir` (lazily where one is busy). */
+export async function unmountUnder(spawner: Spawner, dir: string): Promise<void> {
+  for (const at of mountsUnder(dir)) {
+    try {
+      await runHelper(spawner, ["umount", at]);
+    } catch {
+      if (mountsUnder(dirname(at)).includes(at)) await runHelper(spawner, ["umount", "-l", at]);
+    }
+  }
+}
+
+/** The same, synchronously (a driver's start, emptying the trash). */
+export function unmountUnderSync(dir: string): void {
+  for (const at of mountsUnder(dir)) {
+    const r = spawnSync("umount", [at], { env: helperEnv(), timeout: 20_000 });
+    if (r.status !== 0) spawnSync("umount", ["-l", at], { env: helperEnv(), timeout: 20_000 });
+  }
+}
+
+/** bwrap mounts the sandbox's `/` nosuid; a sandbox of its own user namespace gets it without,
+ * so that `sudo` works (allow-setuid.pl). */
+export async function allowSetuid(spawner: Spawner, holderInit: number): Promise<void> {
+  const nr = syscallNumbers();
+  await runHelper(spawner, [PERL, ALLOW_SETUID_SCRIPT, String(holderInit), String(nr.setns), String(nr.mount)]);
+}

@@ -12,7 +12,7 @@ export async function makeDir(req: MakeDirRequest, ctx: HandlerContext) {
   if (existing?.isDirectory()) throw new ConnectError(`directory '${r.path}' already exists`, Code.AlreadyExists);
   if (existing) throw new ConnectError(`path '${r.path}' already exists and is not a directory`, Code.InvalidArgument);
   try {
-    await mkdirsAs(r.host, r.user);
+    await mkdirsAs(r.host, r.user, r.sbx.view);
     return { entry: await entryInfo(r.sbx, r.path, r.host) };
   } catch (err) {
     throw fsError(err, r.path, "create directory");

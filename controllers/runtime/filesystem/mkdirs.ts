@@ -3,9 +3,16 @@
 // system as ENOENT), so a failure names its real cause as Go's MkdirAll does.
 import { chown, mkdir, stat } from "node:fs/promises";
 import { posix } from "node:path";
-import type { SandboxUser } from "../sandbox-view.ts";
+import type { SandboxUser, SandboxView } from "../sandbox-view.ts";
 
-export async function mkdirsAs(host: string, user: SandboxUser): Promise<void> {
+/** The ids a file created for `user` gets on the host (the view maps them when it has a user
+ * namespace). */
+export function ownerOnHost(view: Pick<SandboxView, "hostOwner">, user: SandboxUser): { uid: number; gid: number } {
+  return view.hostOwner?.(user.uid, user.gid) ?? { uid: user.uid, gid: user.gid };
+}
+
+export async function mkdirsAs(host: string, user: SandboxUser, view: Pick<SandboxView, "hostOwner">): Promise<void> {
+  const owner = ownerOnHost(view, user);
   const missing: string[] = [];
   let cur = host;
   while (!(await stat(cur).catch(() => undefined))) {
@@ -18,6 +25,6 @@ export async function mkdirsAs(host: string, user: SandboxUser): Promise<void> {
     await mkdir(dir, { mode: 0o755 }).catch((err: NodeJS.ErrnoException) => {
       if (err.code !== "EEXIST") throw err;
     });
-    await chown(dir, user.uid, user.gid);
+    await chown(dir, owner.uid, owner.gid);
   }
 }

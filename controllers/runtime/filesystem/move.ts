@@ -16,7 +16,7 @@ export async function move(req: MoveRequest, ctx: HandlerContext) {
     throw fsError(err, src.path, "move");
   }
   try {
-    await mkdirsAs(posix.dirname(dst.host), dst.user);
+    await mkdirsAs(posix.dirname(dst.host), dst.user, dst.sbx.view);
     await rename(src.host, dst.host).catch(async (err: NodeJS.ErrnoException) => {
       // Across mounts rename fails; copy then delete, as mv does.
       if (err.code !== "EXDEV") throw err;

@@ -8,7 +8,7 @@ import { posix } from "node:path";
 import { PassThrough, type Readable } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import { createGunzip } from "node:zlib";
-import { mkdirsAs } from "../filesystem/mkdirs.ts";
+import { mkdirsAs, ownerOnHost } from "../filesystem/mkdirs.ts";
 import type { RuntimeSandbox } from "../sandbox.ts";
 import type { SandboxUser } from "../sandbox-view.ts";
 import { authorizeFiles, hostPathFor } from "./file-access.ts";
@@ -48,7 +48,7 @@ async function writeOne(sbx: RuntimeSandbox, user: SandboxUser, rawPath: string,
   // envd's order and answers: directories first, then the open, each failure a 500 naming it
   // (a read-only file system included), a full disk 507.
   try {
-    await mkdirsAs(posix.dirname(host), user);
+    await mkdirsAs(posix.dirname(host), user, sbx.view);
   } catch (err) {
     if (diskFull(err)) throw new HttpError(507, "not enough disk space available");
     if ((err as NodeJS.ErrnoException).code === "ENOTDIR") throw new HttpError(400, `path '${path}' is not a valid file path`);
@@ -64,7 +64,8 @@ async function writeOne(sbx: RuntimeSandbox, user: SandboxUser, rawPath: string,
     throw new HttpError(500, `error opening file: ${goError(err, "open", path)}`);
   }
   try {
-    await fh.chown(user.uid, user.gid);
+    const owner = ownerOnHost(sbx.view, user);
+    await fh.chown(owner.uid, owner.gid);
     // The stream owns the handle from here and closes it, on error too.
     await pipeline(data, createWriteStream("", { fd: fh }));
   } catch (err) {

@@ -12,6 +12,7 @@ import type { DesiredSandbox } from "../../../../controllers/drivers/driver.ts";
 import { isMounted } from "../../../../controllers/drivers/local/disk.ts";
 import { LocalDriver } from "../../../../controllers/drivers/local/local-driver.ts";
 import { layoutFor } from "../../../../controllers/drivers/local/layout.ts";
+import { readRecord } from "../../../../controllers/drivers/local/records.ts";
 import { desiredSandbox, destroyAll, shIn } from "./fixture.ts";
 
 const dataDir = mkdtempSync(join(tmpdir(), "local-disk-"));
@@ -100,11 +101,15 @@ describe("a disk of its own per sandbox", () => {
     const d = desired(16);
     await driver.ensure(d);
     const info = (await sh(d.id, "cat /proc/self/mountinfo")).stdout;
-    expect(info).toContain(" /home/user ");
     for (const part of [dataDir, basename(dataDir), "/sandboxes/", d.id + "/"]) expect(info, part).not.toContain(part);
-    // The root field of the writable binds is a path inside the image.
-    const home = info.split("\n").find((l) => l.split(" ")[4] === "/home/user")!;
-    expect(home.split(" ")[3]).toBe("/layer/home/user");
+    if (readRecord(layoutFor(dataDir, d.id).record)?.root) {
+      // A root of its own (root-overlay.ts): the overlay names its upper directory inside the image.
+      expect(info.split("\n")[0]).toMatch(/ \/ \/ .* - overlay overlay .*upperdir=disk\/upper,workdir=disk\/work/);
+    } else {
+      // The host view: the root field of the writable binds is a path inside the image.
+      const home = info.split("\n").find((l) => l.split(" ")[4] === "/home/user")!;
+      expect(home.split(" ")[3]).toBe("/layer/home/user");
+    }
     await driver.destroy(d.id);
   });
 

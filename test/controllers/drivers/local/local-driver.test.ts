@@ -8,7 +8,10 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { afterAll, describe, expect, it } from "vitest";
 import type { DesiredSandbox } from "../../../../controllers/drivers/driver.ts";
 import { LocalDriver } from "../../../../controllers/drivers/local/local-driver.ts";
+import { layoutFor } from "../../../../controllers/drivers/local/layout.ts";
 import { MARKER_ENV } from "../../../../controllers/drivers/local/local-view.ts";
+import { readRecord } from "../../../../controllers/drivers/local/records.ts";
+import { RootfsStore } from "../../../../controllers/drivers/local/rootfs/store.ts";
 import { spawnHost } from "../../../../controllers/runtime/process/launcher.ts";
 import type { SandboxUser } from "../../../../controllers/runtime/sandbox-view.ts";
 import { desiredSandbox, destroyAll, shIn, USER } from "./fixture.ts";
@@ -76,10 +79,21 @@ describe(`local driver on this host (level ${driver.capabilities.level})`, () =>
     const r = await sh(d.id, "id -u; grep -E '^Cap(Eff|Bnd)' /proc/self/status; grep NoNewPrivs /proc/self/status; touch /usr/x /etc/x 2>&1", ROOT);
     // Without a user namespace: no capabilities and no-new-privs (userns.test.ts).
     expect(r.stdout).toMatch(/^0\nCapEff:\t00000000a82425fb\nCapBnd:\t00000000a82425fb\nNoNewPrivs:\t0\n/);
-    expect(r.stdout).toContain("Read-only file system");
-    expect(() => writeFileSync(driver.view(d.id).toHost("/usr/kruise-test"), "x")).toThrow(/EROFS/);
-    expect(() => writeFileSync(driver.view(d.id).toHost("/etc/passwd"), "x")).toThrow(/EROFS/);
-    expect(readFileSync(driver.view(d.id).toHost("/etc/passwd"), "utf8")).toContain("user:x:1000:1000:user:/home/user:/bin/bash");
+    expect(readFileSync(driver.view(d.id).toHost("/etc/passwd"), "utf8")).toMatch(/^user:x:1000:1000:.*:\/home\/user:\/bin\/bash$/m);
+    const rooted = readRecord(layoutFor(dataDir, d.id).record)?.root;
+    if (!rooted) {
+      // The host view: the host's /usr and the synthetic /etc are read-only.
+      expect(r.stdout).toContain("Read-only file system");
+      expect(() => writeFileSync(driver.view(d.id).toHost("/usr/kruise-test"), "x")).toThrow(/EROFS/);
+      expect(() => writeFileSync(driver.view(d.id).toHost("/etc/passwd"), "x")).toThrow(/EROFS/);
+      return;
+    }
+    // A root of its own: root inside writes its /usr and /etc (into its upper directory); the
+    // template's shared layers stay as they were.
+    expect(r.stdout).not.toContain("Read-only file system");
+    writeFileSync(driver.view(d.id).toHost("/usr/kruise-test"), "x");
+    expect((await sh(d.id, "cat /usr/kruise-test /usr/x /etc/x && echo ok")).stdout).toBe("xok\n");
+    for (const tree of new RootfsStore().templateTrees("base")!) for (const f of ["usr/x", "etc/x", "usr/kruise-test"]) expect(existsSync(join(tree, f))).toBe(false);
   });
 
   it("the base system works for `user`: python3, awk through /etc/alternatives, writable /dev/shm and /tmp", async () => {
@@ -106,7 +120,7 @@ describe(`local driver on this host (level ${driver.capabilities.level})`, () =>
     expect(() => view.command({ cmd: "/bin/true", args: [], cwd: "/", env: {}, user: USER })).toThrow(/not running/);
     await driver.ensure({ ...d, generation: 3 });
     expect(await run("cat /etc/hostname")).toBe(`${d.id}\n`);
-    const before = view.toHost("/usr/bin/env");
+    const before = view.toHost("/proc/1/status");
     process.kill(Number(/^\/proc\/(\d+)\//.exec(before)![1]), "SIGKILL");
     for (let i = 0; i < 100 && (await driver.observe(d.id))?.phase !== "Failed"; i++) await sleep(10);
     expect((await driver.ensure({ ...d, generation: 4 })).phase).toBe("Running");

@@ -80,3 +80,36 @@ describe("local SandboxView paths", () => {
     expect(() => view.toSandbox("/work/main")).toThrow(PathOutsideSandboxError);
   });
 });
+
+describe("local SandboxView paths with a root filesystem of its own", () => {
+  // The overlay's mount point stands in as a plain directory: the walk only reads it.
+  const rooted = layoutFor(dataDir, "r1", false, true);
+  const root = rooted.merged;
+  for (const d of ["etc", "opt/app", "usr/bin", "home/user", "tmp"]) mkdirSync(join(root, d), { recursive: true });
+  writeFileSync(join(root, "etc/passwd"), "root:x:0:0:root:/root:/bin/bash\nuser:x:1000:1000::/home/user:/bin/bash\nextra:x:1234:1234::/home/extra:/bin/sh\n");
+  symlinkSync("/etc/passwd", join(root, "opt/abs"));
+  symlinkSync("../../../../../../etc/passwd", join(root, "opt/up"));
+  symlinkSync(dataDir, join(root, "opt/hostdir"));
+  symlinkSync("usr/bin", join(root, "bin"));
+  const v = new LocalSandboxView({ id: "r1", mounts: mountsFor(rooted), namespaces: true, target: () => ({ nsPid: 4242, cgroupProcs: [] }) });
+
+  it("maps every path to the sandbox's root, writable, links resolved inside it", () => {
+    expect(v.toHost("/")).toBe(root);
+    expect(v.toHost("/opt/app/new/file")).toBe(join(root, "opt/app/new/file"));
+    expect(v.toHost("/srv/missing")).toBe(join(root, "srv/missing"));
+    expect(v.toHost("/bin/env")).toBe(join(root, "usr/bin/env"));
+    expect(v.toHost("/opt/abs")).toBe(join(root, "etc/passwd"));
+    expect(v.toHost("/opt/up")).toBe(join(root, "etc/passwd"));
+    expect(v.toHost("/opt/hostdir/sandboxes")).toBe(join(root, dataDir, "sandboxes"));
+    expect(v.toSandbox(join(root, "opt/app"))).toBe("/opt/app");
+    expect(v.toSandbox(root)).toBe("/");
+  });
+
+  it("reaches the kernel's directories through the holder, and users through the sandbox's /etc/passwd", () => {
+    expect(v.toHost("/proc/1/status")).toBe("/proc/4242/root/proc/1/status");
+    expect(v.toHost("/dev/shm/x")).toBe("/proc/4242/root/dev/shm/x");
+    expect(v.lookupUser("extra")).toEqual({ name: "extra", uid: 1234, gid: 1234, home: "/home/extra", shell: "/bin/sh" });
+    expect(v.userName(1234)).toBe("extra");
+    expect(v.hostOwner(1000, 1000)).toEqual({ uid: 1000, gid: 1000 });
+  });
+});

@@ -54,8 +54,27 @@ describe("user namespace", () => {
     const rec = readRecord(join(dataDir, "sandboxes", a.id, "record.json"))!;
     expect(hostUids(rec.holder!.pid)).toEqual([ra.base, ra.base]);
     expect(hostUids(rec.nsInit!.pid)).toEqual([ra.base, ra.base]);
-    // The writable layer belongs to the range.
-    expect(statSync(join(dataDir, "sandboxes", a.id, "disk", "layer", "home", "user")).uid).toBe(ra.base + 1000);
+    // What it writes belongs to the range on the host; the template's files, owned by host root
+    // and shared, show as its root's (ID-mapped layers) without a copy.
+    const rooted = rec.root !== undefined;
+    const upper = rooted ? join(dataDir, "sandboxes", a.id, "disk", "upper") : join(dataDir, "sandboxes", a.id, "disk", "layer", "root");
+    expect(statSync(upper).uid).toBe(ra.base);
+    const owners = await shIn(driver, a.id, "touch /home/user/mine; stat -c %U /home/user/mine /home/user /root /usr/bin/env /");
+    expect(owners.stdout).toBe(rooted ? "user\nuser\nroot\nroot\nroot\n" : "user\nuser\nroot\nnobody\nnobody\n");
+    const view = driver.view(a.id);
+    expect(statSync(view.toHost("/home/user/mine")).uid).toBe(ra.base + 1000);
+    expect(view.userName!(ra.base + 1000)).toBe("user");
+    expect(view.hostOwner!(1000, 1000)).toEqual({ uid: ra.base + 1000, gid: ra.base + 1000 });
+  });
+
+  it("sudo works for `user` where the template has it, and root's capabilities stay inside", async (ctx) => {
+    const d = desiredSandbox("un");
+    await driver.ensure(d);
+    if (!readRecord(join(dataDir, "sandboxes", d.id, "record.json"))!.root) ctx.skip(); // the host view has no sudo: base is not built
+    const r = await shIn(driver, d.id, "sudo -n whoami; sudo -n id -u; sudo -n mount -t tmpfs none /mnt && sudo -n touch /mnt/x && echo mounted; sudo -n sh -c 'echo hi > /opt/by-root' && stat -c %U /opt/by-root");
+    expect(r.stdout).toBe("root\n0\nmounted\nroot\n");
+    const range0 = range(d.id).base;
+    expect(statSync(join(dataDir, "sandboxes", d.id, "disk", "upper", "opt", "by-root")).uid).toBe(range0);
   });
 
   it("root inside mounts a tmpfs, keeps a container's capabilities, and still cannot touch the host", async () => {

@@ -1,0 +1,43 @@
+// `npm start`'s part of the `base` template's root filesystem: when it is not built yet, build it
+// in the background (minutes, from Debian's archive: controllers/drivers/local/rootfs/README.md)
+// and report progress, while the system serves sandboxes with the view of the host. The agent
+// looks the template up at every create, so sandboxes created once it is ready get it; those
+// created before keep the host view until they are killed.
+import { spawn, type ChildProcess } from "node:child_process";
+import { createInterface } from "node:readline";
+import { RootfsStore } from "../../controllers/drivers/local/rootfs/store.ts";
+
+export type Log = (line: string) => void;
+
+/** mmdebstrap's own stage lines (`I: downloading packages...`) and dpkg's per-package steps; the
+ * rest (hundreds of lines per package) is left out of the terminal. */
+export function progressLine(line: string, state: { configured: number }): string | undefined {
+  const m = /^\[rootfs\] (mmdebstrap: )?(.*)$/.exec(line);
+  if (!m) return line.trim() ? line : undefined;
+  if (!m[1]) return m[2];
+  const text = m[2]!;
+  if (/^I: /.test(text)) return text.slice(3);
+  if (/^Setting up /.test(text) && ++state.configured % 50 === 0) return `configured ${state.configured} packages`;
+  if (/^E: /.test(text)) return text;
+  return undefined;
+}
+
+/** Starts the build when `base` is missing; undefined when it is there. The builder gets
+ * Ctrl-C with the terminal's process group and cleans up after itself (mmdebstrap does). */
+export function buildBaseInBackground(log: Log, store = new RootfsStore()): ChildProcess | undefined {
+  if (store.templateTrees("base")) return undefined;
+  log(`the base template's root filesystem is not built yet in ${store.root}: building it in the background (minutes); until it is ready, sandboxes see the host's files (today's view)`);
+  const child = spawn(process.execPath, ["controllers/drivers/local/rootfs/cli.ts", "build-base"], { stdio: ["ignore", "pipe", "pipe"] });
+  const state = { configured: 0 };
+  for (const stream of [child.stdout!, child.stderr!]) {
+    createInterface({ input: stream }).on("line", (line) => {
+      const shown = progressLine(line, state);
+      if (shown !== undefined) log(shown);
+    });
+  }
+  child.on("close", (code, signal) => {
+    if (code === 0) log("the base template is ready: sandboxes created from now on get a root filesystem of their own");
+    else log(`building the base template failed (${signal ?? `exit ${code}`}); sandboxes keep the host's view. See the lines above; retry with: node controllers/drivers/local/rootfs/cli.ts build-base`);
+  });
+  return child;
+}

@@ -1,0 +1,44 @@
+// npm start's progress lines while it builds `base` in the background: mmdebstrap's stages and a
+// count of configured packages, not its hundreds of lines per package; an empty store is "not
+// built" and a built one needs no builder.
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { expect, it } from "vitest";
+import { buildBaseInBackground, progressLine } from "../../../scripts/lib/base-rootfs.ts";
+import { RootfsStore } from "../../../controllers/drivers/local/rootfs/store.ts";
+
+it("shows stages, every 50th configured package, errors and the builder's own lines; hides the rest", () => {
+  const state = { configured: 0 };
+  const lines = [
+    "[rootfs] building debian-bookworm-abc (Debian bookworm minbase + 14 packages) into /x: downloads from Debian's archive, takes minutes",
+    "[rootfs] mmdebstrap: I: downloading packages with apt...",
+    "[rootfs] mmdebstrap: Get:1 http://deb.debian.org/debian bookworm/main amd64 libc6 amd64 2.36-9 [2757 kB]",
+    ...Array.from({ length: 120 }, (_, i) => `[rootfs] mmdebstrap: Setting up pkg${i} (1.0) ...`),
+    "[rootfs] mmdebstrap: E: apt-get failed",
+    "",
+  ];
+  const shown = lines.map((l) => progressLine(l, state)).filter((l) => l !== undefined);
+  expect(shown).toEqual([
+    "building debian-bookworm-abc (Debian bookworm minbase + 14 packages) into /x: downloads from Debian's archive, takes minutes",
+    "downloading packages with apt...",
+    "configured 50 packages",
+    "configured 100 packages",
+    "E: apt-get failed",
+  ]);
+});
+
+it("starts no builder when base is in the store", () => {
+  const dir = mkdtempSync(join(tmpdir(), "base-rootfs-"));
+  try {
+    const store = new RootfsStore(dir);
+    mkdirSync(join(dir, "layers", "l1", "rootfs"), { recursive: true });
+    writeFileSync(join(dir, "layers", "l1", "layer.json"), JSON.stringify({ id: "l1" }));
+    store.putTemplate("base", ["l1"]);
+    const logged: string[] = [];
+    expect(buildBaseInBackground((l) => logged.push(l), store)).toBeUndefined();
+    expect(logged).toEqual([]);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
