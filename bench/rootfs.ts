@@ -1,10 +1,11 @@
 // A root filesystem of its own per sandbox (controllers/drivers/local/root-overlay.ts) against
 // today's view of the host, in the same run, creates interleaved so load from elsewhere on the
 // machine hits both alike; and what a new rooted sandbox's private disk holds (the template's
-// layers are shared, so near nothing). Both drivers keep spare disks as the agent does, so the
+// layers are shared, so near nothing: the used space its file system reports, and the blocks the
+// host gives its sparse image, ext4's metadata and journal included). Both drivers keep spare disks as the agent does, so the
 // difference is the overlay (mount, identity files), not mkfs.
 //   node bench/rootfs.ts     prints the figures as JSON (called from bench/local.ts's run)
-import { mkdtempSync, rmSync, statfsSync } from "node:fs";
+import { mkdtempSync, rmSync, statSync, statfsSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -32,6 +33,7 @@ export async function rootfsFigures(ctx: Partial<BenchContext>): Promise<Figures
   const kinds = [["rootfs", rooted, dirs[0]!], ["host", hostView, dirs[1]!]] as const;
   const creates = { rootfs: [] as number[], host: [] as number[] };
   const usedKB: number[] = [];
+  const imageKB: number[] = [];
   let seq = 0;
   try {
     for (let i = 0; i < PAIRS; i++) {
@@ -41,14 +43,18 @@ export async function rootfsFigures(ctx: Partial<BenchContext>): Promise<Figures
         await driver.ensure(d);
         creates[kind].push(performance.now() - t);
         if (kind === "rootfs") {
-          const s = statfsSync(layoutFor(dataDir, d.id, true, true).disk);
+          const layout = layoutFor(dataDir, d.id, true, true);
+          const s = statfsSync(layout.disk);
           usedKB.push(((s.blocks - s.bfree) * s.bsize) / 1024);
+          // What the host gives the sparse image: the file system's own metadata and journal too.
+          imageKB.push((statSync(layout.image).blocks * 512) / 1024);
         }
         await driver.destroy(d.id);
       }
     }
     return {
       "local.sandbox_private_disk_kb_at_start": { value: round(pct(usedKB, 50)), unit: "KB", target: "<= 1024" },
+      "local.sandbox_disk_image_host_kb_at_start": { value: round(pct(imageKB, 50)), unit: "KB" },
       "local.create_rootfs_p50_ms": { value: round(pct(creates.rootfs, 50)), unit: "ms" },
       "local.create_host_view_p50_ms": { value: round(pct(creates.host, 50)), unit: "ms" },
       "local.rootfs_extra_create_ms": { value: round(pct(creates.rootfs, 50) - pct(creates.host, 50)), unit: "ms" },

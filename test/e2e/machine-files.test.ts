@@ -57,18 +57,20 @@ describe("files anywhere the user may reach", () => {
     expect(listed).toMatchObject({ name: "c.txt", owner: "user", group: "user" });
   });
 
-  it("a write to a read-only file system is envd's error", async () => {
-    const err = await sbx.files.write("/opt/new-file", "x").catch((e: unknown) => e);
+  // With a root filesystem of its own, /opt and the rest of / are writable (root-filesystem.test.ts);
+  // procfs refuses new files, as it does under envd on a VM.
+  it("a write the kernel refuses is envd's error, with Go's error text", async () => {
+    const err = await sbx.files.write("/proc/sys/new-file", "x").catch((e: unknown) => e);
     expect(err).toBeInstanceOf(SandboxError);
-    expect((err as Error).message).toMatch(/read-only file system/);
+    expect((err as Error).message).toMatch(/error opening file: open \/proc\/sys\/new-file: no such file or directory/);
     expect((err as Error).message).not.toMatch(/outside the sandbox/);
   });
 
   it("a refused large upload still answers its error, not a broken pipe", async () => {
     const big = new Uint8Array(64 * 1024 * 1024);
-    const err = await sbx.files.write("/opt/big", big.buffer).catch((e: unknown) => e);
+    const err = await sbx.files.write("/proc/sys/big", big.buffer).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(SandboxError);
-    expect((err as Error).message).toMatch(/read-only file system/);
+    expect((err as Error).message).toMatch(/open \/proc\/sys\/big: no such file or directory/);
   });
 
   it("metadata is user.e2b.* xattrs, visible both ways", async () => {
