@@ -128,6 +128,17 @@ sub main {
     fail("exec $cmd[0]: $!");
   }
 
+  if ($userns) {
+    # This side stays out of the sandbox's pid namespace and root, but joined its user namespace:
+    # it becomes the sandbox's root too (its range's first uid on the host, never host root), which
+    # can still signal and reap the child. Changing ids clears the parent-death signal.
+    $) = "0 0";
+    $( = 0;
+    ($<, $>) = (0, 0);
+    fail("setuid 0 in the user namespace: $!") if $< != 0 || $> != 0;
+    syscall($prctl_nr, 1, 9, 0, 0, 0);  # PR_SET_PDEATHSIG SIGKILL
+    if (getppid() != $starter) { kill 'KILL', $child; exit 137; }
+  }
   my $tty = -t STDIN;
   for my $sig (qw(TERM HUP USR1 USR2 ALRM CONT), $tty ? () : qw(INT QUIT)) {
     $SIG{$sig} = sub { kill $sig, $child; };
