@@ -1,12 +1,14 @@
 // Starts a throwaway system (as `npm start` does, in a temp dir) for test runners in other
 // languages: prints one JSON line {apiUrl, apiKey, dataDir} when ready, stops everything and
 // removes the dir on SIGTERM/SIGINT or when stdin closes. Used by test/python/system.
-import { mkdtempSync, rmSync } from "node:fs";
+import { chmodSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { startSystem } from "./lib/system.ts";
 
 const dataDir = mkdtempSync(join(process.env.SBX_TMP ?? tmpdir(), "sbx-sys-"));
+// Sandboxes' holders pass through it as unprivileged uids (controllers/drivers/local/README.md).
+chmodSync(dataDir, 0o711);
 const sys = await startSystem({ dataDir, baseReplicas: Number(process.env.BASE_POOL ?? 2) });
 console.log(JSON.stringify({ apiUrl: sys.apiUrl, apiKey: sys.apiKey, dataDir }));
 

@@ -1,6 +1,6 @@
-// Sandbox addresses leased host-wide: one file per address in a directory under /run, naming the
-// record of the sandbox that holds it, because several drivers (agents, test suites) may share a
-// bridge. Creating a lease is one exclusive create; taking over a stale one (its record is gone or
+// Leases held host-wide (sandbox addresses; uid ranges, uid-range.ts): one file per lease in a
+// directory under /run, naming the record of the sandbox that holds it, because several drivers
+// (agents, test suites) share the bridge and the host's uids. Creating a lease is one exclusive create; taking over a stale one (its record is gone or
 // names another address) is a compare-and-swap under flock on the directory, so two drivers never
 // both take the same stale lease (Node has no flock: a short perl does it, and only then).
 import { spawnSync } from "node:child_process";
@@ -31,18 +31,30 @@ exit 0;
 /** An IPv4 address from its number (the lease arithmetic works on numbers). */
 export const toIp = (n: number) => [24, 16, 8, 0].map((s) => Math.floor(n / 2 ** s) % 256).join(".");
 
-export class AddressLeases {
-  readonly #dir: string;
-  readonly #base: number;
-  readonly #size: number;
-  /** Offset tried next: leasing walks the range instead of re-trying the low addresses. */
-  #hint = 2;
+/** What distinguishes one kind of host-wide lease: the names of its leases and when a lease is
+ * still its record's. */
+export interface LeaseKind {
+  /** Lease names are `name(offset)` for offsets first..last. */
+  first: number;
+  last: number;
+  name: (offset: number) => string;
+  /** Whether the sandbox whose record is `recordFile` still uses the lease `name`. */
+  held: (recordFile: string, name: string) => boolean;
+  /** Says what ran out. */
+  exhausted: string;
+}
 
-  /** Leases of the range `base`/`prefix` (the bridge takes offset 1) in `dir`. */
-  constructor(dir: string, base: number, prefix: number) {
+/** Leases of one kind, one file each in `dir`. */
+export class FileLeases {
+  readonly #dir: string;
+  readonly #kind: LeaseKind;
+  /** Offset tried next: leasing walks the range instead of re-trying the low ones. */
+  #hint: number;
+
+  constructor(dir: string, kind: LeaseKind) {
     this.#dir = dir;
-    this.#base = base;
-    this.#size = 2 ** (32 - prefix);
+    this.#kind = kind;
+    this.#hint = kind.first;
   }
 
   /** Makes the lease directory (0700: leases name records, which only the agent reads). */
@@ -50,30 +62,32 @@ export class AddressLeases {
     mkdirSync(this.#dir, { recursive: true, mode: 0o700 });
   }
 
-  /** A free address, leased to the sandbox whose record is `recordFile`. A lease whose record is
-   * gone or names another address (a driver that stopped without destroying) is taken over once
-   * it is older than a minute. */
-  lease(recordFile: string): string {
-    for (let tried = 0; tried < this.#size - 3; tried++) {
+  /** A free lease for the sandbox whose record is `recordFile`; `usable` may pass over some. A
+   * lease whose record is gone or no longer names it (a driver that stopped without destroying)
+   * is taken over once it is older than a minute. */
+  lease(recordFile: string, usable: (offset: number) => boolean = () => true): string {
+    const { first, last } = this.#kind;
+    for (let tried = 0; tried <= last - first; tried++) {
       const offset = this.#hint;
-      this.#hint = this.#hint + 1 >= this.#size - 1 ? 2 : this.#hint + 1;
-      const ip = toIp(this.#base + offset);
-      if (this.#take(ip, recordFile)) return ip;
+      this.#hint = this.#hint + 1 > last ? first : this.#hint + 1;
+      if (!usable(offset)) continue;
+      const name = this.#kind.name(offset);
+      if (this.#take(name, recordFile)) return name;
     }
-    throw new Error(`no free sandbox address left in ${toIp(this.#base)}/${32 - Math.log2(this.#size)}`);
+    throw new Error(this.#kind.exhausted);
   }
 
-  /** `address` (the one the sandbox's record keeps) if its lease is, or can again be, this
-   * sandbox's; otherwise a new address. Leases live in /run and vanish with a reboot while
-   * records stay, and another sandbox may have leased the address since. */
-  keep(address: string | undefined, recordFile: string): string {
-    if (address && this.#take(address, recordFile)) return address;
-    return this.lease(recordFile);
+  /** `name` (the one the sandbox's record keeps) if its lease is, or can again be, this
+   * sandbox's; otherwise a new one. Leases live in /run and vanish with a reboot while records
+   * stay, and another sandbox may have leased the same since. */
+  keep(name: string | undefined, recordFile: string, usable?: (offset: number) => boolean): string {
+    if (name && this.#take(name, recordFile)) return name;
+    return this.lease(recordFile, usable);
   }
 
-  /** Whether the lease of `ip` is now `recordFile`'s: created, already its own, or taken over. */
-  #take(ip: string, recordFile: string): boolean {
-    const file = join(this.#dir, ip);
+  /** Whether the lease `name` is now `recordFile`'s: created, already its own, or taken over. */
+  #take(name: string, recordFile: string): boolean {
+    const file = join(this.#dir, name);
     try {
       writeFileSync(file, recordFile, { flag: "wx", mode: 0o600 });
       return true;
@@ -82,7 +96,7 @@ export class AddressLeases {
     }
     const held = this.#holder(file);
     if (held === recordFile) return true;
-    if (held === undefined || !this.#stale(file, held, ip)) return false;
+    if (held === undefined || !this.#stale(file, held, name)) return false;
     const r = spawnSync(PERL, ["-e", TAKEOVER, this.#dir, file, held, recordFile], { env: helperEnv(), timeout: 10_000 });
     return r.status === 0;
   }
@@ -95,24 +109,38 @@ export class AddressLeases {
     }
   }
 
-  #stale(file: string, held: string, ip: string): boolean {
+  #stale(file: string, held: string, name: string): boolean {
     try {
       if (Date.now() - statSync(file).mtimeMs < LEASE_GRACE_MS) return false;
     } catch {
       return false;
     }
-    return readRecord(held)?.net?.address !== ip;
+    return !this.#kind.held(held, name);
   }
 
-  /** Frees `address` if `recordFile` holds it (another driver may have taken it over). */
-  release(address: string | undefined, recordFile: string): void {
-    if (!address) return;
-    const file = join(this.#dir, address);
+  /** Frees `name` if `recordFile` holds it (another driver may have taken it over). */
+  release(name: string | undefined, recordFile: string): void {
+    if (!name) return;
+    const file = join(this.#dir, name);
     if (this.#holder(file) !== recordFile) return;
     try {
       unlinkSync(file);
     } catch {
       // already released
     }
+  }
+}
+
+/** Sandbox addresses of the range `base`/`prefix` (the bridge takes offset 1), leased in `dir`. */
+export class AddressLeases extends FileLeases {
+  constructor(dir: string, base: number, prefix: number) {
+    const size = 2 ** (32 - prefix);
+    super(dir, {
+      first: 2,
+      last: size - 2,
+      name: (offset) => toIp(base + offset),
+      held: (recordFile, ip) => readRecord(recordFile)?.net?.address === ip,
+      exhausted: `no free sandbox address left in ${toIp(base)}/${prefix}`,
+    });
   }
 }

@@ -2,7 +2,7 @@
 # Runs one command inside a local sandbox: joins the sandbox's cgroups, enters the namespaces and
 # root of its holder process, switches user, and execs. Usage (built by local-view.ts):
 #   enter.pl <env file> <holder-pid|0> <uid> <gid> <cwd> <cgroup.procs files, ':'-joined|->
-#            <setns nr> <prctl nr> -- cmd args...
+#            <setns nr> <prctl nr> <capabilities kept in a user namespace, ','-joined|-> -- cmd args...
 #
 # This process is root in the host's namespaces until the child below drops its privileges, so
 # nothing a tenant sent may reach it as something perl or the loader interprets. Its own
@@ -33,8 +33,10 @@ sub parse_env {
 }
 
 sub main {
-  my ($envfile, $target, $uid, $gid, $cwd, $cgroups, $setns_nr, $prctl_nr, $sep, @cmd) = @ARGV;
-  fail('bad arguments') unless defined $sep && $sep eq '--' && @cmd && $prctl_nr =~ /\A\d+\z/ && $setns_nr =~ /\A\d+\z/;
+  my ($envfile, $target, $uid, $gid, $cwd, $cgroups, $setns_nr, $prctl_nr, $keepcaps, $sep, @cmd) = @ARGV;
+  fail('bad arguments') unless defined $sep && $sep eq '--' && @cmd && $prctl_nr =~ /\A\d+\z/ && $setns_nr =~ /\A\d+\z/
+    && $keepcaps =~ /\A(-|\d+(,\d+)*)\z/ && $uid =~ /\A\d+\z/ && $gid =~ /\A\d+\z/;
+  my %keep = map { $_ => 1 } ($keepcaps eq '-' ? () : split(/,/, $keepcaps));
 
   open(my $ef, '<', $envfile) or fail("environment file: $!");
   my $data = do { local $/; <$ef> };
@@ -60,13 +62,26 @@ sub main {
   }
 
   my $rootfh;
+  # The holder's namespaces belong to a user namespace of the sandbox's own (userns.ts): join it
+  # first, which gives this process every capability there (and none more on the host), so that
+  # it may join the namespaces that user namespace owns.
+  my $userns = 0;
   if ($target) {
     opendir($rootfh, "/proc/$target/root") or fail("holder $target: $!");
     my @fds;
+    my $theirs = readlink("/proc/$target/ns/user");
+    if (defined $theirs && $theirs ne (readlink('/proc/self/ns/user') // '')) {
+      open(my $fh, '<', "/proc/$target/ns/user") or fail("open user namespace: $!");
+      push @fds, ['user', $fh];
+      $userns = 1;
+    }
     # mnt last: after it, /proc/$target is no longer the host's view.
     for my $ns (qw(cgroup ipc uts net pid mnt)) {
       my $path = "/proc/$target/ns/$ns";
       next unless -e $path;
+      # One the holder shares with the host (the host's network): already ours, and once in the
+      # sandbox's user namespace we would have no right to join it again.
+      next if $userns && readlink($path) eq (readlink("/proc/self/ns/$ns") // '');
       open(my $fh, '<', $path) or fail("open $path: $!");
       push @fds, [$ns, $fh];
     }
@@ -85,7 +100,17 @@ sub main {
       chroot('.') or fail("chroot: $!");
     }
     chdir($cwd) or fail("chdir $cwd: $!");
-    if ($< == 0) {
+    if ($userns) {
+      # Root inside a user namespace holds capabilities over that namespace's own objects only,
+      # so it keeps a container's set ($keepcaps; userns.ts SANDBOX_CAPS), and setuid programs
+      # (sudo) work: no NO_NEW_PRIVS. uid and gid are the sandbox's; the kernel maps them.
+      for my $cap (0 .. 63) { next if $keep{$cap}; last if syscall($prctl_nr, 24, $cap, 0, 0, 0) != 0; }
+      $) = "$gid $gid";
+      $( = $gid;
+      fail("setgid $gid: $!") if $( != $gid;
+      ($<, $>) = ($uid, $uid);
+      fail("setuid $uid: $!") if $< != $uid || $> != $uid;
+    } elsif ($< == 0) {
       # Sandbox root is uid 0 without capabilities (PR_CAPBSET_DROP for each one), and no process
       # can gain any back through a setuid binary of the shared base (PR_SET_NO_NEW_PRIVS).
       for my $cap (0 .. 63) { last if syscall($prctl_nr, 24, $cap, 0, 0, 0) != 0; }
@@ -103,6 +128,17 @@ sub main {
     fail("exec $cmd[0]: $!");
   }
 
+  if ($userns) {
+    # This side stays out of the sandbox's pid namespace and root, but joined its user namespace:
+    # it becomes the sandbox's root too (its range's first uid on the host, never host root), which
+    # can still signal and reap the child. Changing ids clears the parent-death signal.
+    $) = "0 0";
+    $( = 0;
+    ($<, $>) = (0, 0);
+    fail("setuid 0 in the user namespace: $!") if $< != 0 || $> != 0;
+    syscall($prctl_nr, 1, 9, 0, 0, 0);  # PR_SET_PDEATHSIG SIGKILL
+    if (getppid() != $starter) { kill 'KILL', $child; exit 137; }
+  }
   my $tty = -t STDIN;
   for my $sig (qw(TERM HUP USR1 USR2 ALRM CONT), $tty ? () : qw(INT QUIT)) {
     $SIG{$sig} = sub { kill $sig, $child; };

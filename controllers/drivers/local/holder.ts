@@ -14,8 +14,10 @@ import type { ProcRef } from "./records.ts";
 import type { SpawnedProcess, Spawner } from "./spawner.ts";
 
 const SLEEP = "/usr/bin/sleep";
+const SETPRIV = "/usr/bin/setpriv";
 const INFO_FD = 3;
 const ARGS_FD = 4;
+const USERNS_FD = 5;
 /** Joins the cgroups listed in $KRUISE_CGROUPS before exec, so no process of the sandbox ever
  * runs outside them. The sandbox's pid 1 keeps the environment it execs with, and every process
  * inside can read it: the host paths (cgroups, the sandbox's directory in PWD) and the spawner's
@@ -63,21 +65,47 @@ export interface HolderSpec {
   /** Runs as soon as the sandbox's pid 1 exists (its namespaces do), alongside bwrap's mounts;
    * the start waits for it. */
   onNamespaces?: (nsInit: ProcRef) => Promise<void>;
+  /** Start inside this user namespace (userns.ts): bwrap runs as its owner, the range's first host
+   * uid, with no capability on the host, and creates the sandbox's namespaces inside it. */
+  userns?: { nsPath: string; owner: number };
+}
+
+/** bwrap as the user namespace's owner: it joins the namespace (`--userns`) and so holds
+ * capabilities only there. Its bind sources (under the root-only data directory, which that uid
+ * may not traverse) come as descriptors the spawner opened as root (`--bind-fd`). */
+function inUserns(bwrapArgs: string[], owner: number): { argv: string[]; args: string[]; fds: string[] } {
+  const args: string[] = ["--userns", String(USERNS_FD)];
+  const fds: string[] = [];
+  for (let i = 0; i < bwrapArgs.length; i++) {
+    const a = bwrapArgs[i]!;
+    if ((a === "--bind" || a === "--ro-bind") && i + 2 < bwrapArgs.length) {
+      fds.push(bwrapArgs[i + 1]!);
+      args.push(`${a}-fd`, String(USERNS_FD + fds.length), bwrapArgs[i + 2]!);
+      i += 2;
+    } else {
+      args.push(a);
+    }
+  }
+  const argv = [SETPRIV, `--reuid=${owner}`, `--regid=${owner}`, "--clear-groups", "bwrap", "--args", String(ARGS_FD), "--", SLEEP, "infinity"];
+  return { argv, args, fds };
 }
 
 /** Starts the holder (forked by `spawner`) and waits until the sandbox is ready for processes to join. */
 export async function startHolder(spec: HolderSpec, spawner: Spawner): Promise<StartedHolder> {
   const env = helperEnv({ [MARKER_ENV]: spec.id, KRUISE_CGROUPS: spec.cgroupProcs.join(":") });
-  const argv = spec.bwrapArgs ? ["bwrap", "--args", String(ARGS_FD), "--", SLEEP, "infinity"] : [SLEEP, "infinity"];
+  const ns = spec.bwrapArgs && spec.userns ? inUserns(spec.bwrapArgs, spec.userns.owner) : undefined;
+  const bwrapArgs = ns?.args ?? spec.bwrapArgs;
+  const argv = ns?.argv ?? (spec.bwrapArgs ? ["bwrap", "--args", String(ARGS_FD), "--", SLEEP, "infinity"] : [SLEEP, "infinity"]);
   // NUL-terminated, as bwrap reads them (to the end; then it closes the fd). A file, not a pipe:
   // the sockets Node gives a child as extra fds are non-blocking, and bwrap does not wait on them.
   const argsFile = `${spec.log}.bwrap-args`;
-  if (spec.bwrapArgs) writeFileSync(argsFile, [...spec.bwrapArgs, "--info-fd", String(INFO_FD), ""].join("\0"), { mode: 0o600 });
+  if (bwrapArgs) writeFileSync(argsFile, [...bwrapArgs, "--info-fd", String(INFO_FD), ""].join("\0"), { mode: 0o600 });
+  const extra = ns ? [{ read: spec.userns!.nsPath }, ...ns.fds.map((read) => ({ read }))] : [];
   let child: SpawnedProcess;
   try {
     child = await spawner.spawn(
       { file: "/bin/sh", args: ["-c", JOIN_SHIM, "sh", ...argv], cwd: spec.cwd, env },
-      { detached: true, stdio: ["ignore", "ignore", { append: spec.log }, ...(spec.bwrapArgs ? (["pipe", { read: argsFile }] as const) : [])] },
+      { detached: true, stdio: ["ignore", "ignore", { append: spec.log }, ...(bwrapArgs ? (["pipe", { read: argsFile }] as const) : []), ...extra] },
     );
   } finally {
     if (spec.bwrapArgs) rmSync(argsFile, { force: true });

@@ -22,13 +22,19 @@ export function helperEnv(own: Record<string, string> = {}): Record<string, stri
 export interface SyscallNumbers {
   setns: number;
   prctl: number;
+  unshare: number;
+  mount: number;
+  /** The mount API (5.2+); numbered alike on every architecture since 5.1's unified table. */
+  openTree: number;
+  mountSetattr: number;
+  moveMount: number;
 }
 
 /** From the kernel's syscall tables: arch/x86/entry/syscalls/syscall_64.tbl and
  * include/uapi/asm-generic/unistd.h (arm64). */
 const SYSCALLS: Record<string, SyscallNumbers> = {
-  x64: { setns: 308, prctl: 157 },
-  arm64: { setns: 268, prctl: 167 },
+  x64: { setns: 308, prctl: 157, unshare: 272, mount: 165, openTree: 428, mountSetattr: 442, moveMount: 429 },
+  arm64: { setns: 268, prctl: 167, unshare: 97, mount: 40, openTree: 428, mountSetattr: 442, moveMount: 429 },
 };
 
 export function syscallNumbers(cpu: string = arch()): SyscallNumbers {

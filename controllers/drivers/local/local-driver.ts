@@ -26,7 +26,8 @@ import { LocalSnapshots } from "./snapshots.ts";
 import { bwrapMountArgs, layoutFor, mountsFor, prepareLayout, type SandboxLayout } from "./layout.ts";
 import { bwrapRootArgs, HOST_VIEW_IMAGE, mountRoot, rootFor, unmountRoot, writeIdentity } from "./root-overlay.ts";
 import { RootfsStore } from "./rootfs/store.ts";
-import { IDENTITY, idToHost } from "./id-map.ts";
+import { IDENTITY } from "./id-map.ts";
+import { shiftOwners } from "./shift-owners.ts";
 import { LocalSandboxView } from "./local-view.ts";
 import { PortRelay } from "./port-relay.ts";
 import { probeHost } from "./probe.ts";
@@ -34,6 +35,8 @@ import { readRecord, recordedIds, writeRecord, type ProcRef, type SandboxRecord 
 import { SandboxNet, type SandboxNetOptions } from "./sandbox-net.ts";
 import { IN_PROCESS, Spawner } from "./spawner.ts";
 import type { LaunchedExit } from "../../runtime/process/launcher.ts";
+import { UidRanges, type IdRange } from "./uid-range.ts";
+import { allowSetuid, chownLayer, letOwnersPass, openUserns, probeUserns, unmountUnderSync, type IdmapMount, type OpenUserns } from "./userns.ts";
 
 export interface LocalDriverOptions {
   /** Where sandboxes (records, layers) and snapshots live. */
@@ -75,6 +78,10 @@ export interface LocalDriverOptions {
    * or false for the host view only (also `KRUISE_LOCAL_ROOTFS=off`). Levels without namespaces
    * always get the host view. */
   rootfs?: RootfsStore | false;
+  /** Each sandbox's uids 0..65535 in a user namespace mapped to a host range of its own from
+   * `uidBase` (default 2^20; uid-range.ts, README.md "User namespace"), or false for none as
+   * before (also `KRUISE_LOCAL_USERNS=off`). */
+  userns?: { uidBase?: number } | false;
 }
 
 const LEVEL_ORDER: IsolationLevel[] = ["kubernetes", "bwrap+cgroup", "bwrap", "process"];
@@ -109,6 +116,8 @@ export class LocalDriver implements Driver {
   readonly #rootfs: RootfsStore | undefined;
   /** `base` was asked for before it was built (said once per driver). */
   #hostViewLogged = false;
+  /** Undefined: sandboxes have no user namespace (root inside without capabilities). */
+  readonly #uids: UidRanges | undefined;
 
   constructor(opts: LocalDriverOptions) {
     this.#dataDir = opts.dataDir;
@@ -129,7 +138,13 @@ export class LocalDriver implements Driver {
     const net = probe.capabilities.networkIsolation && !netOff ? SandboxNet.open(opts.network || {}) : undefined;
     this.#net = typeof net === "string" ? undefined : net;
     const netNote = typeof net === "string" ? [`sandboxes with internet access share the host's network and its loopback: ${net}`] : [];
-    this.capabilities = { ...probe.capabilities, notes: [...probe.capabilities.notes, ...netNote] };
+    const usernsOff = opts.userns === false || process.env.KRUISE_LOCAL_USERNS === "off";
+    const usernsError = probe.capabilities.level === "process" ? "no namespaces at process level" : usernsOff ? "turned off (KRUISE_LOCAL_USERNS=off)" : (probeUserns() ?? letOwnersPass(this.#dataDir));
+    this.#uids = usernsError ? undefined : new UidRanges((opts.userns || {}).uidBase);
+    const usernsNote = usernsError
+      ? `no user namespace: root inside has no capabilities and cannot use sudo (${usernsError})`
+      : "user namespace: each sandbox's uids 0..65535 are a host range of its own; root inside has a container's capabilities there and none on the host";
+    this.capabilities = { ...probe.capabilities, notes: [...probe.capabilities.notes, ...netNote, usernsNote] };
     const rootsOff = opts.rootfs === false || process.env.KRUISE_LOCAL_ROOTFS === "off" || this.capabilities.level === "process";
     this.#rootfs = rootsOff ? undefined : opts.rootfs || new RootfsStore();
     // It makes every sandbox's veth: the first create should not wait for perl to start.
@@ -142,6 +157,7 @@ export class LocalDriver implements Driver {
     for (const name of readdirSync(join(this.#dataDir, "trash"))) {
       // Not unmounted when it was moved there (still busy then): never delete through a mount.
       unmountDiskSync(join(this.#dataDir, "trash", name, "root"));
+      unmountUnderSync(join(this.#dataDir, "trash", name, "layers"));
       unmountDiskSync(join(this.#dataDir, "trash", name, "disk"));
       void rm(join(this.#dataDir, "trash", name), { recursive: true, force: true }).catch(() => {});
     }
@@ -179,10 +195,10 @@ export class LocalDriver implements Driver {
   }
 
   /** Mounts a rooted sandbox's overlay (its disk first), writing its identity into a new one. */
-  async #mountRoot(rec: SandboxRecord, layout: SandboxLayout): Promise<void> {
+  async #mountRoot(rec: SandboxRecord, layout: SandboxLayout, ids?: IdRange, idmap?: (mounts: IdmapMount[]) => Promise<void>): Promise<void> {
     if (!rec.root) return;
     if (!this.#rootfs) throw new UnsupportedError(`image ${rec.root.image}`, "this driver was started without root filesystems");
-    if (await mountRoot(this.#spawner, this.#rootfs, rec.root, layout)) writeIdentity(layout.merged, rec.id);
+    if (await mountRoot(this.#spawner, this.#rootfs, rec.root, layout, ids, idmap)) writeIdentity(layout.merged, rec.id, ids);
   }
 
   /** Mounts the sandbox's disk (formatting it at first use) before anything touches its files. */
@@ -234,6 +250,7 @@ export class LocalDriver implements Driver {
       const root = snap ? snap.root : this.#rootFor(d.template);
       rec = { id: d.id, generation: d.generation, level: this.capabilities.level, desired: d, createdAt: new Date().toISOString(), phase: "Pending", disk, root };
       const layout = this.#layout(d.id, rec);
+      if (this.#uids) rec.userns = this.#uids.keep(undefined, layout.record);
       // A spare disk, or a snapshot's copy made ahead, arrives as the whole sandbox directory, mounted.
       const fresh = !existsSync(layout.dir);
       const taken = fresh && (fromImage ? this.#snapshots.takeCopy(snap, layout.dir) : disk && !snap && this.#spares?.take(disk.sizeMB, layout.dir));
@@ -246,6 +263,8 @@ export class LocalDriver implements Driver {
       if (!root) prepareLayout(layout, d.id);
       else if (snap) rmSync(layout.work, { recursive: true, force: true });
       if (snap && !fromImage) await this.#snapshots.fillLayer(snap, layout.layer);
+      // The snapshot's files carry its source's host ids: moved into this sandbox's range.
+      if (snap) await shiftOwners(layout.layer, snap.userns ?? IDENTITY, rec.userns ?? IDENTITY);
     }
     const layout = this.#layout(d.id, rec);
     // A holder's network namespace is fixed when it starts: a sandbox that moves between the
@@ -346,8 +365,31 @@ export class LocalDriver implements Driver {
   async #start(rec: SandboxRecord): Promise<SandboxRecord> {
     const layout = this.#layout(rec.id, rec);
     await this.#mountDisk(rec);
-    if (rec.root) await this.#mountRoot(rec, layout);
-    else prepareLayout(layout, rec.id);
+    const ns = this.capabilities.level !== "process";
+    if (ns && rec.userns) {
+      rec = { ...rec, userns: this.#keepRange(rec) };
+      this.#save(rec);
+    }
+    const range = ns ? rec.userns : undefined;
+    // The user namespace is made before the root is mounted (its ID-mapped layers need it) and
+    // let go once the holder has joined it.
+    const userns: { open?: OpenUserns } = {};
+    const openNs = async (mounts: IdmapMount[]) => void (userns.open = await openUserns(this.#spawner, range!, mounts, layout.log));
+    try {
+      if (rec.root) {
+        await this.#mountRoot(rec, layout, range, range && openNs);
+      } else {
+        prepareLayout(layout, rec.id);
+        if (range) chownLayer(layout.layer, range);
+      }
+      if (range && !userns.open) await openNs([]);
+      return await this.#startHolder(rec, layout, userns.open);
+    } finally {
+      await userns.open?.end();
+    }
+  }
+
+  async #startHolder(rec: SandboxRecord, layout: SandboxLayout, userns: OpenUserns | undefined): Promise<SandboxRecord> {
     const cgroups = this.#cgroups ? cgroupSetFor(this.#cgroups, rec.id) : undefined;
     if (this.#cgroups && cgroups) {
       const r = rec.desired.resources;
@@ -367,10 +409,22 @@ export class LocalDriver implements Driver {
       ? ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", hostNet ? "--share-net" : "--unshare-net",
          "--hostname", rec.id, "--cap-drop", "ALL", "--chdir", "/", ...(rec.root ? bwrapRootArgs(layout.merged) : bwrapMountArgs(layout))]
       : undefined;
-    const started = await startHolder({ id: rec.id, bwrapArgs, cgroupProcs: cgroups ? procsFiles(cgroups) : [], cwd: layout.dir, log: layout.log, onNamespaces: attach }, this.#spawner);
+    const started = await startHolder(
+      { id: rec.id, bwrapArgs, cgroupProcs: cgroups ? procsFiles(cgroups) : [], cwd: layout.dir, log: layout.log, onNamespaces: attach, userns },
+      this.#spawner,
+    );
+    // A root of its own with its own user namespace: setuid programs (sudo) work there.
+    if (userns && rec.root) await allowSetuid(this.#spawner, started.nsInit.pid);
     next = { ...next, phase: "Running", holder: started.holder, nsInit: started.nsInit, net: next.net && { address: next.net.address, veth } };
     this.#save(next);
     return next;
+  }
+
+  /** The range of a sandbox with a user namespace whose holder is about to start, leased again
+   * (leases vanish with a reboot). */
+  #keepRange(rec: SandboxRecord): IdRange {
+    if (!this.#uids) throw new Error(`sandbox ${rec.id} has a user namespace, which this driver cannot make: ${this.capabilities.notes.find((n) => n.startsWith("no user namespace"))}`);
+    return this.#uids.keep(rec.userns, layoutFor(this.#dataDir, rec.id).record);
   }
 
   /** Ends every process of the sandbox and removes its cgroups; the layer stays. */
@@ -462,7 +516,7 @@ export class LocalDriver implements Driver {
       mounts: mountsFor(this.#layout(id, rec)),
       namespaces: rec.level !== "process",
       launcher: this.#spawner,
-      hostOwner: (uid, gid) => ({ uid: idToHost(IDENTITY, uid), gid: idToHost(IDENTITY, gid) }),
+      ids: () => this.#record(id)?.userns ?? IDENTITY,
       target: () => {
         const now = this.#record(id);
         if (!now || now.phase === "Stopped" || !now.nsInit) return undefined;
@@ -539,7 +593,7 @@ export class LocalDriver implements Driver {
       try {
         const snapId = snapshotId ?? `${id}-${Date.now().toString(36)}-${randomBytes(3).toString("hex")}`.toLowerCase();
         const source = rec.disk ? { kind: "disk" as const, image: layout.image, mountedAt: layout.disk, sizeMB: rec.disk.sizeMB } : { kind: "layer" as const, layer: layout.layer };
-        const meta = await this.#snapshots.take(snapId, id, source, rec.root);
+        const meta = await this.#snapshots.take(snapId, id, source, rec.root, rec.userns);
         return { id: meta.id, sandboxId: id, location: this.#snapshots.path(meta.id), bytes: meta.bytes, createdAt: meta.createdAt };
       } finally {
         if (freeze) await setFrozen(rec.cgroups!, false);
@@ -571,10 +625,14 @@ export class LocalDriver implements Driver {
         await this.#endProcesses(rec);
         await unmountRoot(this.#spawner, layout.merged);
         await this.#snapshots.fillLayer(snap, layout.layer);
+        await shiftOwners(layout.layer, snap.userns ?? IDENTITY, rec.userns ?? IDENTITY);
         await this.#syncEgress(await this.#syncNet(await this.#start(rec)));
         return;
       }
-      await this.#withDisk(rec, () => this.#snapshots.fillLayer(snap, layout.layer));
+      await this.#withDisk(rec, async () => {
+        await this.#snapshots.fillLayer(snap, layout.layer);
+        await shiftOwners(layout.layer, snap.userns ?? IDENTITY, rec.userns ?? IDENTITY);
+      });
     });
   }
 
@@ -606,6 +664,7 @@ export class LocalDriver implements Driver {
       await unmountDisk(this.#spawner, layout.disk);
       // While the record still names the address, so no other driver takes the lease over first.
       this.#net?.release(rec?.net?.address, layout.record);
+      this.#uids?.release(rec?.userns, layout.record);
       this.#removeDir(layout.dir);
       this.#records.delete(id);
     });

@@ -21,6 +21,11 @@ import { SandboxNotFoundError } from "../driver.ts";
 import { helperEnv, PERL, syscallNumbers } from "./host-helpers.ts";
 import { USERS, type Mount } from "./layout.ts";
 import { resolveSandboxPath, sandboxPathOf } from "./path-resolver.ts";
+import { SANDBOX_CAPS } from "./userns.ts";
+import { IDENTITY, idToHost, idToSandbox, type IdMapping } from "./id-map.ts";
+
+/** What a user namespace shows for an id it does not map (/proc/sys/kernel/overflowuid). */
+const OVERFLOW_ID = 65534;
 import { cachedFile, parseGroup, parsePasswd } from "../../runtime/passwd.ts";
 
 const NAME_RECHECK_MS = 1_000;
@@ -50,8 +55,9 @@ export interface LocalViewOptions {
   target: () => ViewTarget | undefined;
   /** Who forks the sandbox's processes (the driver's spawner); absent: the runtime itself. */
   launcher?: ProcessLauncher;
-  /** Host ids of a sandbox user's files (id-map.ts). */
-  hostOwner?: (uid: number, gid: number) => { uid: number; gid: number };
+  /** How the sandbox's ids map to the host's (id-map.ts; its user namespace's range, or the
+   * identity without one). */
+  ids?: () => IdMapping;
 }
 
 export class LocalSandboxView implements SandboxView {
@@ -82,8 +88,18 @@ export class LocalSandboxView implements SandboxView {
     return sandboxPathOf(this.#o.mounts, hostPath);
   }
 
+  #ids(): IdMapping {
+    return this.#o.ids?.() ?? IDENTITY;
+  }
+
   hostOwner(uid: number, gid: number): { uid: number; gid: number } {
-    return this.#o.hostOwner?.(uid, gid) ?? { uid, gid };
+    const ids = this.#ids();
+    return { uid: idToHost(ids, uid), gid: idToHost(ids, gid) };
+  }
+
+  /** A host id as the sandbox sees it: one outside its range is the kernel's overflow id. */
+  #inside(hostId: number): number {
+    return idToSandbox(this.#ids(), hostId) ?? OVERFLOW_ID;
   }
 
   /** From the sandbox's own /etc/passwd (a user added inside is one the API can act as), else
@@ -101,12 +117,13 @@ export class LocalSandboxView implements SandboxView {
     return resolveSandboxPath(this.#o.mounts, `/etc/${name}`).hostPath;
   }
 
-  userName(uid: number): string | undefined {
+  userName(hostUid: number): string | undefined {
+    const uid = this.#inside(hostUid);
     return this.#passwd().find((u) => u.uid === uid)?.name;
   }
 
-  groupName(gid: number): string | undefined {
-    return this.#groups().get(gid);
+  groupName(hostGid: number): string | undefined {
+    return this.#groups().get(this.#inside(hostGid));
   }
 
   /** Memory and CPU from the sandbox's cgroups (v2 names first, then v1 on a hybrid host); a
@@ -138,7 +155,7 @@ export class LocalSandboxView implements SandboxView {
     // Without a root view the process sees host paths, so its cwd is the host side of the layer.
     const cwd = this.#o.namespaces ? req.cwd : this.toHost(req.cwd);
     const joins = t.cgroupProcs.length > 0 ? t.cgroupProcs.join(":") : "-";
-    const args = [ENTER_SCRIPT, SANDBOX_ENV_FILE, String(t.nsPid ?? 0), String(req.user.uid), String(req.user.gid), cwd, joins, String(nr.setns), String(nr.prctl), "--", req.cmd, ...req.args];
+    const args = [ENTER_SCRIPT, SANDBOX_ENV_FILE, String(t.nsPid ?? 0), String(req.user.uid), String(req.user.gid), cwd, joins, String(nr.setns), String(nr.prctl), SANDBOX_CAPS.join(","), "--", req.cmd, ...req.args];
     const marker = { [MARKER_ENV]: this.#o.id };
     return { file: PERL, args, cwd: "/", env: helperEnv(marker), sandboxEnv: { ...t.env, ...req.env, ...marker } };
   }

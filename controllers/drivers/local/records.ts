@@ -6,6 +6,7 @@ import { join } from "node:path";
 import type { DesiredSandbox, IsolationLevel } from "../driver.ts";
 import type { CgroupSet } from "./cgroups.ts";
 import type { RootRecord } from "./root-overlay.ts";
+import type { IdRange } from "./uid-range.ts";
 
 /** A live process, identified by pid and kernel start time (so a reused pid is not mistaken). */
 export interface ProcRef {
@@ -39,6 +40,9 @@ export interface SandboxRecord {
   /** Its `/` is an overlay of these template layers (root-overlay.ts); absent: the host view
    * (`base` not built yet when it was created, `process` level, or a record of an older agent). */
   root?: RootRecord;
+  /** The host ids its user namespace maps its 0..65535 to (uid-range.ts), leased until destroy;
+   * absent: no user namespace (`process` level, turned off, or a record of an older agent). */
+  userns?: IdRange;
 }
 
 /** Where a sandbox with internet access is on the sandbox bridge. */
@@ -58,7 +62,8 @@ export function readRecord(file: string): SandboxRecord | undefined {
 
 export function writeRecord(file: string, record: SandboxRecord): void {
   const tmp = `${file}.${process.pid}.tmp`;
-  writeFileSync(tmp, JSON.stringify(record, null, 2));
+  // Only the agent reads records: the data directory lets sandboxes' host uids pass (userns.ts).
+  writeFileSync(tmp, JSON.stringify(record, null, 2), { mode: 0o600 });
   renameSync(tmp, file);
 }
 

@@ -9,13 +9,15 @@
 // inside the namespaces after bwrap pivoted would not be the root its processes already hold.
 // A host mount also outlives the agent as the disk's mount does, and lets the files API write
 // to the sandbox's files at a host path. A Stop pause and destroy unmount it (before the disk).
-import { existsSync, mkdirSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
-import { join, relative } from "node:path";
+import { chownSync, existsSync, lchownSync, mkdirSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import { dirname, join, relative } from "node:path";
 import { TerminalError } from "../driver.ts";
 import { isMounted, runHelper, unmountDisk } from "./disk.ts";
 import { resolvConf } from "./layout.ts";
 import { RootfsStore, validTemplateName } from "./rootfs/store.ts";
 import type { Spawner } from "./spawner.ts";
+import { IDENTITY, idToHost, type IdMapping } from "./id-map.ts";
+import { unmountUnder, type IdmapMount } from "./userns.ts";
 
 /** What a sandbox's record keeps of its root: the image and the layers it had at create, so a
  * template rebuilt later never changes the lower layers under an existing upper directory. */
@@ -63,26 +65,34 @@ export interface OverlayPaths {
 
 /** Mounts the sandbox's root at `paths.merged` unless it is mounted (an agent restart finds it
  * so). Returns whether it is mounted for the first time (the identity files are written then). */
-export async function mountRoot(spawner: Spawner, store: RootfsStore, root: RootRecord, paths: OverlayPaths): Promise<boolean> {
+export async function mountRoot(spawner: Spawner, store: RootfsStore, root: RootRecord, paths: OverlayPaths, ids?: IdMapping, idmap?: (mounts: IdmapMount[]) => Promise<void>): Promise<boolean> {
   if (isMounted(paths.merged)) return false;
   // overlayfs shows its options, as given, in the sandbox's /proc/self/mountinfo: relative paths
   // from the sandbox's directory (`lowerdir=layers/0,upperdir=disk/upper`) name no host path, and
-  // the lower layers are reached through links there.
+  // the lower layers are reached through links there. With a user namespace (`idmap`) they are
+  // ID-mapped mounts of the layers instead (userns.ts): host root's files there show as the
+  // sandbox's root, without a copy per sandbox.
   const links = join(paths.dir, "layers");
+  await unmountUnder(spawner, links);
   rmSync(links, { recursive: true, force: true });
   mkdirSync(links);
+  const mounts: IdmapMount[] = [];
   const lower = root.layers.map((id, i) => {
     const tree = store.layerTree(id);
     if (!existsSync(tree)) throw new Error(`layer ${id} of image ${root.image} is gone from ${store.root} (pruned or rebuilt?)`);
-    symlinkSync(tree, join(links, String(i)));
+    if (idmap) mounts.push({ source: tree, target: join(links, String(i)) });
+    else symlinkSync(tree, join(links, String(i)));
     return `layers/${i}`;
   });
+  if (idmap) await idmap(mounts);
   // New sandbox: no work directory yet (a sandbox made from a snapshot has an upper already, but
   // gets an identity of its own all the same).
   const fresh = !existsSync(paths.work);
   mkdirSync(paths.upper, { recursive: true, mode: 0o755 });
   mkdirSync(paths.work, { recursive: true, mode: 0o700 });
   mkdirSync(paths.merged, { recursive: true });
+  // The root directory's owner is the upper directory's: the sandbox's root, as the host sees it.
+  if (ids) chownSync(paths.upper, ids.base, ids.base);
   const rel = (p: string) => optionPath(relative(paths.dir, p));
   // overlayfs lists lower layers top first.
   const options = `lowerdir=${lower.reverse().join(":")},upperdir=${rel(paths.upper)},workdir=${rel(paths.work)}`;
@@ -92,19 +102,27 @@ export async function mountRoot(spawner: Spawner, store: RootfsStore, root: Root
 
 /** Unmounts the root as a disk is (lazily when something still holds a file in it: a namespace
  * being torn down). Idempotent. */
-export function unmountRoot(spawner: Spawner, merged: string): Promise<void> {
-  return unmountDisk(spawner, merged);
+export async function unmountRoot(spawner: Spawner, merged: string): Promise<void> {
+  await unmountDisk(spawner, merged);
+  await unmountUnder(spawner, join(dirname(merged), "layers"));
 }
 
 /** The sandbox's own identity in its upper directory (through the mounted root): its hostname,
  * its hosts file, and the host's resolvers. Written once, when its root is new; the sandbox may
  * change them after. */
-export function writeIdentity(merged: string, hostname: string): void {
+export function writeIdentity(merged: string, hostname: string, ids: IdMapping = IDENTITY): void {
   const etc = join(merged, "etc");
   mkdirSync(etc, { recursive: true });
-  writeFileSync(join(etc, "hostname"), `${hostname}\n`);
-  writeFileSync(join(etc, "hosts"), `127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t${hostname}\n`);
-  writeFileSync(join(etc, "resolv.conf"), resolvConf());
+  const files: Record<string, string> = {
+    hostname: `${hostname}\n`,
+    hosts: `127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t${hostname}\n`,
+    "resolv.conf": resolvConf(),
+  };
+  for (const [name, text] of Object.entries(files)) {
+    writeFileSync(join(etc, name), text);
+    // Written by the host's root: owned by the sandbox's root, as the template's /etc is.
+    lchownSync(join(etc, name), idToHost(ids, 0), idToHost(ids, 0));
+  }
 }
 
 /** bubblewrap arguments for a sandbox whose `/` is its overlay: the kernel file systems a Linux

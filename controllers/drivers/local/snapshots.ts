@@ -23,6 +23,7 @@ import { isMounted, MOUNT_OPTIONS, runHelper } from "./disk.ts";
 import { SnapshotCopies } from "./snapshot-copies.ts";
 import type { Spawner } from "./spawner.ts";
 import type { RootRecord } from "./root-overlay.ts";
+import type { IdMapping } from "./id-map.ts";
 
 /** Snapshot ids name directories: the edge makes them, the driver still refuses anything else. */
 const SNAPSHOT_ID = /^[a-z0-9][a-z0-9_-]{0,63}$/;
@@ -53,6 +54,8 @@ export interface SnapshotMeta {
    * over exactly these layers, so a sandbox made from it mounts the same ones. Absent: the
    * source had the host view, and its layer directories are what it holds. */
   root?: RootRecord;
+  /** The source's id range (uid-range.ts): the host ids its files carry; absent: host ids. */
+  userns?: IdMapping;
 }
 
 /** What a sandbox holds that a snapshot copies: its disk, or its layer directory. */
@@ -90,7 +93,7 @@ export class LocalSnapshots {
 
   /** Copies `source` into snapshot `id`. Idempotent: a snapshot that exists is returned as it is
    * (an agent restarted after the copy, the intent redelivered). The caller has frozen the sandbox. */
-  async take(id: string, sandboxId: string, source: SnapshotSource, root?: RootRecord): Promise<SnapshotMeta> {
+  async take(id: string, sandboxId: string, source: SnapshotSource, root?: RootRecord, userns?: IdMapping): Promise<SnapshotMeta> {
     const done = this.meta(id);
     if (done) return done;
     const final = this.path(id);
@@ -113,6 +116,7 @@ export class LocalSnapshots {
         bytes: allocated(partial),
         createdAt: new Date().toISOString(),
         ...(root ? { root } : {}),
+        ...(userns ? { userns } : {}),
       };
       writeFileSync(join(partial, "meta.json"), JSON.stringify(meta));
       renameSync(partial, final);

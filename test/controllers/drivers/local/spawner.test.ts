@@ -17,7 +17,7 @@ const { setns, prctl } = syscallNumbers();
 /** A command run through enter.pl at `process` level (no namespaces), as the local view builds it. */
 const entered = (cmd: string[]) => ({
   file: "/usr/bin/perl",
-  args: [ENTER_SCRIPT, SANDBOX_ENV_FILE, "0", "0", "0", "/", "-", String(setns), String(prctl), "--", ...cmd],
+  args: [ENTER_SCRIPT, SANDBOX_ENV_FILE, "0", "0", "0", "/", "-", String(setns), String(prctl), "-", "--", ...cmd],
   cwd: "/",
   env: { PATH: "/usr/bin:/bin" },
   sandboxEnv: { PATH: "/usr/bin:/bin" },

@@ -9,6 +9,7 @@ import { fileURLToPath } from "node:url";
 import { afterAll, describe, expect, it } from "vitest";
 import { helperEnv, PERL, syscallNumbers } from "../../../../controllers/drivers/local/host-helpers.ts";
 import { ENTER_SCRIPT } from "../../../../controllers/drivers/local/local-view.ts";
+import { ALLOW_SETUID_SCRIPT, USERNS_SCRIPT } from "../../../../controllers/drivers/local/userns.ts";
 import { encodeEnv, handOver, SANDBOX_ENV_FILE } from "../../../../controllers/runtime/process/launcher.ts";
 import { HOST_LOADER_SAW_IT, hostileEnv, parseEnv0 } from "../../../support/hostile-env.ts";
 
@@ -28,7 +29,7 @@ function perlWith(script: string, code: string, lines: string[]): string[] {
 }
 
 describe("helper scripts", () => {
-  for (const script of [ENTER_SCRIPT, RELAY_SCRIPT]) {
+  for (const script of [ENTER_SCRIPT, RELAY_SCRIPT, USERNS_SCRIPT, ALLOW_SETUID_SCRIPT]) {
     it(`${script.split("/").pop()} compiles (perl -c)`, () => {
       const r = spawnSync(PERL, ["-c", script], { env: helperEnv(), encoding: "utf8" });
       expect(r.stderr).toContain("syntax OK");
@@ -134,8 +135,8 @@ describe("enter.pl's environment file", () => {
 
 describe("syscall numbers", () => {
   it("one table per architecture; any other is refused by name", () => {
-    expect(syscallNumbers("x64")).toEqual({ setns: 308, prctl: 157 });
-    expect(syscallNumbers("arm64")).toEqual({ setns: 268, prctl: 167 });
+    expect(syscallNumbers("x64")).toEqual({ setns: 308, prctl: 157, unshare: 272, mount: 165, openTree: 428, mountSetattr: 442, moveMount: 429 });
+    expect(syscallNumbers("arm64")).toEqual({ setns: 268, prctl: 167, unshare: 97, mount: 40, openTree: 428, mountSetattr: 442, moveMount: 429 });
     expect(() => syscallNumbers("riscv64")).toThrow(/no syscall numbers for riscv64 \(supported: x64, arm64\)/);
   });
 });
@@ -166,7 +167,7 @@ describe("environment handover", () => {
       const gid = String(process.getgid!());
       const host = {
         file: PERL,
-        args: [ENTER_SCRIPT, SANDBOX_ENV_FILE, "0", uid, gid, "/", "-", String(setns), String(prctl), "--", "/usr/bin/env", "-0"],
+        args: [ENTER_SCRIPT, SANDBOX_ENV_FILE, "0", uid, gid, "/", "-", String(setns), String(prctl), "-", "--", "/usr/bin/env", "-0"],
         cwd: "/",
         env: helperEnv(),
         sandboxEnv: { PATH: "/usr/bin:/bin", ...hostile.env },

@@ -1,0 +1,84 @@
+#!/usr/bin/perl
+# Makes a user namespace that maps uid and gid 0..<count>-1 to <base>..<base>+<count>-1 on the
+# host, and ID-mapped mounts through it. Usage (built by userns.ts):
+#   userns.pl <base> <count> <unshare nr> <open_tree nr> <mount_setattr nr> <move_mount nr>
+#             [<source dir> <target dir>]...
+#
+# Each <source dir> is cloned (open_tree), made read-only and ID-mapped with the namespace's
+# mapping (mount_setattr MOUNT_ATTR_IDMAP), and attached at <target dir> (move_mount): files owned
+# by host uid 0 there appear owned by <base>, which is root inside a sandbox with that mapping,
+# without a copy. The mount keeps the mapping, not the namespace, so any namespace with the same
+# mapping sees the same owners.
+# Then it prints the pid of a process inside the namespace and keeps it alive until its stdin
+# ends, so the caller can hand /proc/<pid>/ns/user to bwrap (`--userns`) meanwhile.
+#
+# Runs as root in the host's namespaces. The driver fixes its environment (host-helpers.ts) and
+# builds every argument (numbers it computed, directories under its own data directory and the
+# template store); nothing a tenant sent is among them. No modules (see enter.pl).
+
+sub fail { print STDERR "userns.pl: $_[0]\n"; exit 127; }
+
+sub main {
+  my ($base, $count, $unshare_nr, $open_tree_nr, $setattr_nr, $move_nr, @pairs) = @ARGV;
+  for ($base, $count, $unshare_nr, $open_tree_nr, $setattr_nr, $move_nr) {
+    fail('bad arguments') unless defined $_ && /\A\d+\z/;
+  }
+  fail('bad arguments') if @pairs % 2 || $count < 1 || $base < 1 || $base + $count > 4294967295;
+
+  pipe(my $ready_r, my $ready_w) or fail("pipe: $!");
+  pipe(my $hold_r, my $hold_w) or fail("pipe: $!");
+  my $child = fork();
+  fail("fork: $!") unless defined $child;
+  if ($child == 0) {
+    close($ready_r);
+    close($hold_w);
+    # The namespace's owner is the creator's euid: <base>, the sandbox's own root, never host root.
+    $) = "$base $base";
+    $( = $base;
+    ($<, $>) = ($base, $base);
+    if ($< != $base || $> != $base) { print $ready_w "setuid: $!\n"; exit 1; }
+    syscall($unshare_nr, 0x10000000) == 0 or do { print $ready_w "unshare: $!\n"; exit 1; };  # CLONE_NEWUSER
+    print $ready_w "ok\n";
+    close($ready_w);
+    my $b;
+    sysread($hold_r, $b, 1);  # until the parent goes
+    exit 0;
+  }
+  close($ready_w);
+  close($hold_r);
+  my $line = <$ready_r>;
+  fail("child: " . ($line // "no answer")) unless defined $line && $line eq "ok\n";
+
+  for my $map (qw(uid_map gid_map)) {
+    open(my $fh, '>', "/proc/$child/$map") or fail("open $map: $!");
+    print $fh "0 $base $count\n";
+    close($fh) or fail("write $map: $!");
+  }
+  open(my $ns, '<', "/proc/$child/ns/user") or fail("open user namespace: $!");
+
+  while (my ($src, $dst) = splice(@pairs, 0, 2)) {
+    # AT_FDCWD, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC
+    my $fd = syscall($open_tree_nr, -100, $src, 1 | 0x80000);
+    fail("open_tree $src: $!") if $fd < 0;
+    # struct mount_attr { attr_set, attr_clr, propagation, userns_fd }: MOUNT_ATTR_IDMAP | RDONLY
+    my $attr = pack('QQQQ', 0x00100000 | 1, 0, 0, fileno($ns));
+    my ($empty1, $empty2) = ('', '');  # syscall() may write into string arguments: not literals
+    syscall($setattr_nr, $fd, $empty1, 0x1000, $attr, length($attr)) == 0 or fail("mount_setattr $src: $!");  # AT_EMPTY_PATH
+    syscall($move_nr, $fd, $empty2, -100, $dst, 4) == 0 or fail("move_mount $dst: $!");  # MOVE_MOUNT_F_EMPTY_PATH
+    POSIX_close($fd);
+  }
+
+  $| = 1;
+  print "$child\n";
+  my $b;
+  1 while sysread(STDIN, $b, 4096);
+  kill 'KILL', $child;
+  waitpid($child, 0);
+  exit 0;
+}
+
+# close(2) on a raw descriptor without loading POSIX.
+sub POSIX_close { open(my $fh, '<&=', $_[0]) and close($fh); }
+
+main() unless caller;
+1;

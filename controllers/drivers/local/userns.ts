@@ -1,0 +1,157 @@
+// A sandbox's user namespace: its uids and gids 0..65535 are a host range of its own
+// (uid-range.ts), so root inside holds capabilities only over what that namespace owns (its mount,
+// pid, network, ipc and uts namespaces, files owned by its range) and is an unprivileged uid on
+// the host. README.md ("User namespace") has the whole picture.
+//
+// `userns.pl` makes the namespace and the ID-mapped mounts; bwrap joins it (`--userns`) and
+// creates the sandbox's other namespaces inside it, so they belong to it; `enter.pl` joins it
+// first when a command enters.
+import { spawnSync } from "node:child_process";
+import { chmodSync, chownSync, existsSync, mkdirSync, readFileSync, statSync } from "node:fs";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+import { helperEnv, PERL, syscallNumbers } from "./host-helpers.ts";
+import { RANGE_SIZE, type IdRange } from "./uid-range.ts";
+import type { Spawner } from "./spawner.ts";
+import { runHelper } from "./disk.ts";
+
+export const USERNS_SCRIPT = fileURLToPath(new URL("./userns.pl", import.meta.url));
+export const ALLOW_SETUID_SCRIPT = fileURLToPath(new URL("./allow-setuid.pl", import.meta.url));
+
+/** What bwrap's holder needs to start inside the namespace: a path to open as its `--userns` fd
+ * (valid until `end`), and the host uid it runs as (the range's 0, the namespace's owner). */
+export interface OpenUserns {
+  nsPath: string;
+  owner: number;
+  /** Lets the helper's process go; the namespace lives on in whatever joined it. */
+  end(): Promise<void>;
+}
+
+/** An ID-mapped mount to make: `source` (a host directory) appears read-only at `target` with
+ * host uid/gid 0..size-1 shown as the range's. */
+export interface IdmapMount {
+  source: string;
+  target: string;
+}
+
+/** Makes the namespace of `range` (and the ID-mapped mounts asked for) through `userns.pl`,
+ * forked by `spawner`. */
+export async function openUserns(spawner: Spawner, range: IdRange, mounts: IdmapMount[], log: string): Promise<OpenUserns> {
+  const nr = syscallNumbers();
+  for (const m of mounts) mkdirSync(m.target, { recursive: true });
+  const args = [USERNS_SCRIPT, String(range.base), String(range.size), String(nr.unshare), String(nr.openTree), String(nr.mountSetattr), String(nr.moveMount), ...mounts.flatMap((m) => [m.source, m.target])];
+  const child = await spawner.spawn({ file: PERL, args, cwd: "/", env: helperEnv() }, { detached: false, stdio: ["pipe", "pipe", { append: log }] });
+  const [stdin, stdout] = [child.pipes.get(0)!, child.pipes.get(1)!];
+  stdin.on("error", () => {});
+  const exited = new Promise<string>((resolve) => child.onExit((e) => resolve(`${e.error ?? e.signal ?? `exit ${e.code}`}`)));
+  let text = "";
+  stdout.on("data", (c) => (text += String(c)));
+  const line = await new Promise<string | undefined>((resolve) => {
+    stdout.on("data", () => text.includes("\n") && resolve(text));
+    stdout.once("close", () => resolve(undefined));
+    stdout.once("error", () => resolve(undefined));
+  });
+  const pid = line && /^\d+\n/.test(line) ? Number(line.split("\n")[0]) : undefined;
+  const end = async () => {
+    stdin.end();
+    await exited;
+  };
+  if (pid === undefined) {
+    await end();
+    throw new Error(`user namespace helper failed (${await exited}): ${lastLine(log)}`);
+  }
+  return { nsPath: `/proc/${pid}/ns/user`, owner: range.base, end };
+}
+
+function lastLine(file: string): string {
+  try {
+    return readFileSync(file, "utf8").trimEnd().split("\n").at(-1)!.slice(-300);
+  } catch {
+    return "no log";
+  }
+}
+
+let probed: string | undefined | null = null;
+
+/** Why user namespaces cannot be used here, or undefined when they can: tried for real once per
+ * process (a namespace with a range of the lease-free top slot, mapped and dropped at once). */
+export function probeUserns(): string | undefined {
+  if (probed !== null) return probed;
+  probed = (() => {
+    if (process.getuid?.() !== 0) return "the agent is not root";
+    if (!existsSync("/usr/bin/setpriv")) return "/usr/bin/setpriv (util-linux) is missing: bwrap must start as the range's owner";
+    const nr = syscallNumbers();
+    const top = 2 ** 32 - 2 - RANGE_SIZE;
+    const r = spawnSync(PERL, [USERNS_SCRIPT, String(top), String(RANGE_SIZE), String(nr.unshare), String(nr.openTree), String(nr.mountSetattr), String(nr.moveMount)], { env: helperEnv(), input: "", encoding: "utf8", timeout: 10_000 });
+    if (r.error) return `userns.pl: ${r.error.message}`;
+    if (r.status !== 0 || !/^\d+\n$/.test(r.stdout)) return `cannot make a user namespace: ${r.stderr.trim() || `exit ${r.status}`}`;
+    return undefined;
+  })();
+  return probed;
+}
+
+/** Gives the layer's top directories (host view: /home/user, /root, /tmp) to the range's ids of
+ * their owners inside (user 1000, root 0). */
+export function chownLayer(layer: string, range: IdRange): void {
+  for (const [dir, id] of [["home/user", 1000], ["root", 0], ["tmp", 0]] as const) {
+    chownSync(join(layer, dir), range.base + id, range.base + id);
+  }
+}
+
+/** bwrap starts as the range's owner, an unprivileged host uid, and resolves the paths of what it
+ * binds (its `--bind-fd` sources too): the data directory and every directory above it must let
+ * other users pass (search only, never list). Makes the data directory so; returns why it cannot
+ * be when a directory above it does not. */
+export function letOwnersPass(dataDir: string): string | undefined {
+  for (const dir of [dataDir, join(dataDir, "sandboxes")]) {
+    mkdirSync(dir, { recursive: true });
+    const mode = statSync(dir).mode & 0o7777;
+    if ((mode & 0o001) === 0) chmodSync(dir, mode | 0o001);
+  }
+  for (let dir = dirname(resolve(dataDir)); ; dir = dirname(dir)) {
+    if ((statSync(dir).mode & 0o001) === 0) return `${dir}, above the data directory, does not let other users pass (mode ${(statSync(dir).mode & 0o777).toString(8)}): sandboxes' holders start as unprivileged uids`;
+    if (dir === "/") return undefined;
+  }
+}
+
+/** Capabilities root inside keeps (its bounding set), by number: Docker's default set (CHOWN,
+ * DAC_OVERRIDE, FOWNER, FSETID, KILL, SETGID, SETUID, SETPCAP, NET_BIND_SERVICE, NET_RAW,
+ * SYS_CHROOT, MKNOD, AUDIT_WRITE, SETFCAP) plus SYS_ADMIN, which the user namespace confines to
+ * the mounts and namespaces it owns (`mount -t tmpfs` inside works; nothing on the host is
+ * reachable with it). enter.pl keeps these only when it joins a user namespace. */
+export const SANDBOX_CAPS = [0, 1, 3, 4, 5, 6, 7, 8, 10, 13, 18, 21, 27, 29, 31];
+
+/** Mount points strictly below `dir` in the host's mount table, deepest first (ID-mapped mounts
+ * are on the same device as their directory, so the device test of disk.ts cannot see them). */
+export function mountsUnder(dir: string, mountinfo = readFileSync("/proc/self/mountinfo", "utf8")): string[] {
+  const prefix = `${dir.replace(/\/+$/, "")}/`;
+  const unescape = (p: string) => p.replace(/\\([0-7]{3})/g, (_, o: string) => String.fromCharCode(parseInt(o, 8)));
+  const points = mountinfo.split("\n").map((l) => l.split(" ")[4]).filter((p): p is string => p !== undefined).map(unescape);
+  return [...new Set(points.filter((p) => p.startsWith(prefix)))].sort((a, b) => b.length - a.length);
+}
+
+/** Unmounts every mount below `dir` (lazily where one is busy). */
+export async function unmountUnder(spawner: Spawner, dir: string): Promise<void> {
+  for (const at of mountsUnder(dir)) {
+    try {
+      await runHelper(spawner, ["umount", at]);
+    } catch {
+      if (mountsUnder(dirname(at)).includes(at)) await runHelper(spawner, ["umount", "-l", at]);
+    }
+  }
+}
+
+/** The same, synchronously (a driver's start, emptying the trash). */
+export function unmountUnderSync(dir: string): void {
+  for (const at of mountsUnder(dir)) {
+    const r = spawnSync("umount", [at], { env: helperEnv(), timeout: 20_000 });
+    if (r.status !== 0) spawnSync("umount", ["-l", at], { env: helperEnv(), timeout: 20_000 });
+  }
+}
+
+/** bwrap mounts the sandbox's `/` nosuid; a sandbox of its own user namespace gets it without,
+ * so that `sudo` works (allow-setuid.pl). */
+export async function allowSetuid(spawner: Spawner, holderInit: number): Promise<void> {
+  const nr = syscallNumbers();
+  await runHelper(spawner, [PERL, ALLOW_SETUID_SCRIPT, String(holderInit), String(nr.setns), String(nr.mount)]);
+}
