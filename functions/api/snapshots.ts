@@ -7,6 +7,7 @@ import { errorStatus, sandboxNotFoundMessage, type Refusal } from "../../schema/
 import { SANDBOX_ID_PATTERN } from "../../schema/protocol/ids.ts";
 import { createSnapshot, deleteSnapshot, forkSandbox, listSnapshots } from "../../durable-objects/operations/snapshots.ts";
 import { ApiError } from "../api-error.ts";
+import { TemplateId } from "../../schema/api/template.ts";
 import { parseOr400, readJson } from "../body.ts";
 import type { AppEnv } from "../env.ts";
 import { decodeCursor, encodeCursor } from "./list-query.ts";
@@ -50,8 +51,10 @@ snapshots.delete("/templates/:templateId", async (c, next) => {
   const res = await deleteSnapshot(c.env, caller, ref);
   if (!res.ok) throw ApiError.from(res.error);
   if (res.found) return c.body(null, 204);
-  // Not one of the team's snapshots: the template route decides (a template, its builds, or 404).
-  return next();
+  // Not one of the team's snapshots: a template id goes on to the template route (a template, its
+  // builds, or 404); anything else (a snapshot's `team/name:tag` form) is not found.
+  if (TemplateId.safeParse(ref).success) return next();
+  throw new ApiError("template_not_found", `Snapshot or template "${ref.slice(0, 128)}" not found`);
 });
 
 snapshots.post("/sandboxes/:id/fork", async (c) => {
