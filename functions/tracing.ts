@@ -31,7 +31,8 @@ export function traceRequests(): MiddlewareHandler<AppEnv> {
 /** A middleware's own work as a span (what it hands to `next` is not part of it). */
 export function traced(name: string, mw: MiddlewareHandler<AppEnv>): MiddlewareHandler<AppEnv> {
   return async function tracedMiddleware(c, next) {
-    if (!c.env.OTEL_EXPORTER_OTLP_ENDPOINT) return mw(c, next);
+    // Off, or a second run for the same request (two mounted patterns match `/sandboxes`).
+    if (!c.env.OTEL_EXPORTER_OTLP_ENDPOINT || c.get("caller")) return mw(c, next);
     let downstream: Promise<void> | undefined;
     const out = await edgeSpan(c.env, name, {}, () =>
       mw(c, () => {

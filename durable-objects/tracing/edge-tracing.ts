@@ -38,19 +38,28 @@ function tracer(env: TracingEnv) {
   return provider!.getTracer(EDGE_SCOPE);
 }
 
-/** How often a request's end exports what the isolate buffered (between, the batch timer does). */
+/** How often the isolate exports what it buffered. */
 const FLUSH_MS = 1_000;
 let lastFlush = 0;
+let pending: Promise<void> | null = null;
 
 /**
- * Exports what this isolate has buffered, at most every FLUSH_MS (for `waitUntil` at the end of a
- * request or DO call). An export per request cost ~40 % more workerd CPU per create; up to FLUSH_MS
- * of an evicted isolate's spans can be lost, as with the edge's metrics.
+ * The isolate's next export, at most one per FLUSH_MS, for `waitUntil` at the end of a request or
+ * DO call: every caller until it runs gets the same one, so each span is exported within about
+ * FLUSH_MS (workerd drops a request's timers when it ends, so the batch timer cannot be relied on).
+ * An export per request cost ~40 % more workerd CPU per create.
  */
 export function flushEdgeTraces(now = Date.now()): Promise<void> | undefined {
-  if (!provider || now - lastFlush < FLUSH_MS) return undefined;
-  lastFlush = now;
-  return provider.forceFlush();
+  if (!provider) return undefined;
+  if (pending) return pending;
+  const p = provider;
+  const wait = Math.max(0, lastFlush + FLUSH_MS - now);
+  pending = (wait ? new Promise<void>((r) => setTimeout(r, wait)) : Promise.resolve()).then(() => {
+    lastFlush = Date.now();
+    pending = null;
+    return p.forceFlush();
+  });
+  return pending;
 }
 
 export function tracingOn(env: TracingEnv): boolean {

@@ -41,6 +41,14 @@ async function traceOf(traceId: string): Promise<ReceivedSpan[]> {
   }, 30_000);
 }
 
+/** The trace's spans once every one of `names` has arrived. */
+async function spansNamed(traceId: string, names: string[]): Promise<ReceivedSpan[]> {
+  return waitFor(() => {
+    const spans = collector.spans().filter((s) => s.traceId === traceId);
+    return names.every((n) => spans.some((s) => s.name === n)) ? spans : undefined;
+  }, 30_000);
+}
+
 function expectChain(spans: ReceivedSpan[], request: string, doCall: string) {
   const by = (name: string) => spans.find((s) => s.name === name);
   const root = by(request);
@@ -67,10 +75,14 @@ describe("traces", () => {
     await api("DELETE", `/sandboxes/${created.body.sandboxID}`);
   });
 
-  it("a resume (connect to a paused sandbox) is one trace too, under the caller's own traceparent", async () => {
+  it("a resume (connect to a paused sandbox) is one trace too, under the caller's own traceparent; so are the pause and the kill", async () => {
     const created = await api("POST", "/v2/sandboxes", { templateID: "base" });
     const id = created.body.sandboxID as string;
-    expect((await api("POST", `/sandboxes/${id}/pause`, {})).status).toBe(204);
+    const paused = await api("POST", `/sandboxes/${id}/pause`, {});
+    expect(paused.status).toBe(204);
+    // The pause is a trace of its own down to the driver (the sandbox is not registered again).
+    const pause = await spansNamed(paused.requestId, ["POST /sandboxes/:id/pause", "SandboxGroupDO.pause", "ClusterDO.enqueue", "reconcile", "driver.ensure"]);
+    expect(pause.find((s) => s.name === "driver.ensure")?.attributes["sandbox.state"]).toBe("Paused");
     const traceId = [...crypto.getRandomValues(new Uint8Array(16))].map((b) => b.toString(16).padStart(2, "0")).join("");
     const resumed = await api("POST", `/v2/sandboxes/${id}/connect`, { timeout: 60 }, { traceparent: `00-${traceId}-00f067aa0ba902b7-01` });
     expect(resumed.status).toBe(201);
@@ -80,7 +92,9 @@ describe("traces", () => {
     expect(spans.find((s) => s.name === "POST /v2/sandboxes/:id/connect")?.parentSpanId).toBe("00f067aa0ba902b7");
     expectChain(spans.map((s) => (s.parentSpanId === "00f067aa0ba902b7" ? { ...s, parentSpanId: "" } : s)), "POST /v2/sandboxes/:id/connect", "SandboxGroupDO.connectSandbox");
     expect(spans.find((s) => s.name === "reconcile")?.attributes["sandbox.desired"]).toBe("running");
-    await api("DELETE", `/sandboxes/${id}`);
+    const killed = await api("DELETE", `/sandboxes/${id}`);
+    expect(killed.status).toBe(204);
+    await spansNamed(killed.requestId, ["DELETE /sandboxes/:id", "SandboxGroupDO.kill", "ClusterDO.enqueue", "reconcile", "driver.destroy"]);
   });
 
   it("every request carries its trace id", async () => {
