@@ -99,6 +99,27 @@ describe.skipIf(!built)(title, { timeout: 60_000 }, () => {
     expect(mountsUnder(layout.dir)).toEqual([]);
   });
 
+  it("without a disk of its own (KRUISE_LOCAL_DISK=off) the upper directory is in the sandbox's directory; Freeze and Stop keep writes", async () => {
+    const noDiskDir = mkdtempSync(join(tmpdir(), "local-root-nodisk-"));
+    const noDisk = new LocalDriver({ dataDir: noDiskDir, cgroupName: `${cgroupName}n`, disk: false });
+    try {
+      const d = desiredSandbox("rn", { pauseStrategy: "Freeze" });
+      await noDisk.ensure(d);
+      const layout = layoutFor(noDiskDir, d.id, false, true);
+      await shIn(noDisk, d.id, "echo w > /opt/w", ROOT);
+      expect(readFileSync(join(layout.upper, "opt/w"), "utf8")).toBe("w\n");
+      expect((await noDisk.ensure({ ...d, generation: 2, state: "Paused" })).phase).toBe("Paused");
+      expect((await noDisk.ensure({ ...d, generation: 3, state: "Running" })).phase).toBe("Running");
+      expect((await noDisk.ensure({ ...d, generation: 4, state: "Paused", pauseStrategy: "Stop" })).phase).toBe("Stopped");
+      expect(isMounted(layout.merged)).toBe(false);
+      expect((await noDisk.ensure({ ...d, generation: 5, state: "Running", pauseStrategy: "Stop" })).phase).toBe("Running");
+      expect((await shIn(noDisk, d.id, "cat /opt/w")).stdout).toBe("w\n");
+    } finally {
+      await destroyAll(noDisk, noDiskDir);
+    }
+    expect(mountsUnder(noDiskDir)).toEqual([]);
+  });
+
   it("an image that does not exist fails at once, naming it; without any root filesystem `base` is the host view", async () => {
     const d = desiredSandbox("rx", { template: "no-such-image" });
     const err = await driver.ensure(d).catch((e: unknown) => e);
