@@ -12,7 +12,7 @@ import { kubeConfig } from "./support/namespace.ts";
 import { loopbackRuntime, type LoopbackRuntime } from "./support/settle.ts";
 
 const ns = `conformance-${Math.random().toString(36).slice(2, 8)}`;
-const options = () => ({ kubeConfig: kubeConfig("agent"), namespace: ns, runtimeImage: "ghcr.io/kruise-edge/sandbox-agent:test" });
+const options = () => ({ kubeConfig: kubeConfig("agent"), namespace: ns, runtimeImage: "ghcr.io/kruise-edge/sandbox-agent:test", checkpointWaitMs: 1000 });
 let kubelet: TestKubelet;
 let runtime: LoopbackRuntime;
 
