@@ -16,6 +16,8 @@ const { values } = parseArgs({
     user: { type: "string" },
     workdir: { type: "string" },
     "access-token": { type: "string" },
+    // The pod's CSI node plugin (dynamic mounts, POST /v1/storage/mounts).
+    "csi-socket": { type: "string" },
   },
 });
 
@@ -26,6 +28,7 @@ if (!values.socket && !(Number.isInteger(port) && port >= 0 && port < 65536)) {
 }
 async function main(): Promise<void> {
 const runtime = createRuntime({
+  csiSocket: values["csi-socket"] ?? process.env.CSI_ENDPOINT?.replace(/^unix:\/\//, ""),
   single: {
     view: new HostView(),
     options: {

@@ -12,6 +12,7 @@ import { postInit } from "./http/init.ts";
 import { getMetrics } from "./http/metrics.ts";
 import { HttpError, sendError, sendJson, type HttpHandler } from "./http/respond.ts";
 import { signatureMatches } from "./http/signature.ts";
+import { DEFAULT_CSI_SOCKET, postStorageMount } from "./http/storage-mounts.ts";
 import { RuntimeSandbox, type SandboxOptions } from "./sandbox.ts";
 import type { SandboxView } from "./sandbox-view.ts";
 
@@ -21,6 +22,8 @@ export interface RuntimeOptions {
   single?: { id?: string; view: SandboxView; options?: SandboxOptions };
   /** Called for unexpected errors (they become 500s). Defaults to console.error. */
   onError?: (err: unknown) => void;
+  /** The pod's CSI node plugin socket, for dynamic mounts (default DEFAULT_CSI_SOCKET). */
+  csiSocket?: string;
 }
 
 export type ListenTarget = { port: number; host?: string } | { socket: string };
@@ -64,6 +67,7 @@ const ROUTES: Record<string, { handler: HttpHandler; selfAuth?: boolean }> = {
 };
 
 export function createRuntime(opts: RuntimeOptions = {}): Runtime {
+  const routes: typeof ROUTES = { ...ROUTES, "POST /v1/storage/mounts": { handler: postStorageMount(opts.csiSocket ?? DEFAULT_CSI_SOCKET) } };
   const sandboxes = new Map<string, RuntimeSandbox>();
   const servers = new Set<Server>();
   const onError = opts.onError ?? ((err: unknown) => console.error("runtime:", err));
@@ -111,7 +115,7 @@ export function createRuntime(opts: RuntimeOptions = {}): Runtime {
     res.once("close", () => sbx.requests.delete(req));
 
     const isRpc = RPC_PREFIXES.some((p) => url.pathname.startsWith(p));
-    const endpoint = isRpc ? undefined : ROUTES[`${req.method} ${url.pathname}`];
+    const endpoint = isRpc ? undefined : routes[`${req.method} ${url.pathname}`];
     if (!isRpc && !endpoint) return sendError(res, 404, `no route for ${req.method} ${url.pathname}`);
     if (!endpoint?.selfAuth) {
       const token = req.headers["x-access-token"];
