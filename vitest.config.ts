@@ -47,6 +47,7 @@ export default defineConfig({
         test: {
           name: "local",
           include: ["test/controllers/**/*.test.ts"],
+          globalSetup: ["test/support/base-rootfs-setup.ts"],
           environment: "node",
           testTimeout: 30_000,
           hookTimeout: 60_000,
@@ -56,7 +57,7 @@ export default defineConfig({
         test: {
           name: "e2e",
           include: ["test/e2e/**/*.test.ts"],
-          globalSetup: ["test/e2e/global-setup.ts"],
+          globalSetup: ["test/support/base-rootfs-setup.ts", "test/e2e/global-setup.ts"],
           environment: "node",
           testTimeout: 60_000,
           hookTimeout: 120_000,

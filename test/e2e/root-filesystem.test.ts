@@ -2,8 +2,8 @@
 // root filesystem with its own writable layer on top, so E2B code that writes to /opt or /app
 // works, `python` and `pip` are Debian's (the host has no `python`), what it writes survives a
 // Stop pause and an agent restart, and a new sandbox starts clean. Runs its own system (it
-// restarts the agent). Real e2b JS SDK. Needs `base` built (CI builds it first): skipped, saying
-// so, only while it is not.
+// restarts the agent). Real e2b JS SDK. `base` is built (or reused) by the tier's global setup
+// (test/support/base-rootfs-setup.ts).
 import { FileType, Sandbox } from "e2b";
 import { existsSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -13,15 +13,12 @@ import { RootfsStore } from "../../controllers/drivers/local/rootfs/store.ts";
 import { startSystem, type System } from "../../scripts/lib/system.ts";
 
 const store = new RootfsStore();
-const built = store.templateTrees("base") !== undefined;
-const title = built ? "a root filesystem of its own" : `a root filesystem of its own: SKIPPED, the base template is not built in ${store.root} (rootfs/cli.ts build-base)`;
 
 let sys: System;
 let dataDir: string;
 const opts = () => ({ apiKey: sys.apiKey, apiUrl: sys.apiUrl, sandboxUrl: sys.apiUrl, requestTimeoutMs: 30_000 });
 
 beforeAll(async () => {
-  if (!built) return;
   dataDir = mkdtempSync(join(tmpdir(), "sbx-rootfs-"));
   sys = await startSystem({ dataDir });
 });
@@ -30,7 +27,7 @@ afterAll(async () => {
   if (dataDir) rmSync(dataDir, { recursive: true, force: true });
 });
 
-describe.skipIf(!built)(title, { timeout: 120_000 }, () => {
+describe("a root filesystem of its own", { timeout: 120_000 }, () => {
   it("files.write/read/list anywhere: /opt/a, /app/x (parents made, owned by the user), /", async () => {
     const sbx = await Sandbox.create(opts());
     try {

@@ -1,9 +1,8 @@
 // A root filesystem of its own per sandbox (root-overlay.ts): its `/` is an overlay of the `base`
 // template's layers with the upper directory on its own disk, so it sees Debian's tree (not the
 // host's), can write anywhere the kernel lets it, keeps what it wrote across a Stop pause and an
-// agent restart, and a new sandbox starts clean. Needs `base` built (`.ci/run` and `npm start` do
-// it; `node controllers/drivers/local/rootfs/cli.ts build-base` by hand): skipped, saying so,
-// only while it is not.
+// agent restart, and a new sandbox starts clean. `base` is built (or reused) by the tier's global
+// setup (test/support/base-rootfs-setup.ts).
 import { execFileSync } from "node:child_process";
 import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, statfsSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -17,7 +16,6 @@ import { RootfsStore } from "../../../../controllers/drivers/local/rootfs/store.
 import { desiredSandbox, destroyAll, shIn } from "./fixture.ts";
 
 const store = new RootfsStore();
-const built = store.templateTrees("base") !== undefined;
 const dataDir = mkdtempSync(join(tmpdir(), "local-root-"));
 const cgroupName = `kruise-test-${process.pid}-root`;
 let driver = new LocalDriver({ dataDir, cgroupName });
@@ -27,9 +25,8 @@ const mountsUnder = (dir: string) => readFileSync("/proc/self/mountinfo", "utf8"
 
 afterAll(() => destroyAll(driver, dataDir));
 
-const title = built ? "a root filesystem of its own" : `a root filesystem of its own: SKIPPED, the base template is not built in ${store.root} (rootfs/cli.ts build-base)`;
 
-describe.skipIf(!built)(title, { timeout: 60_000 }, () => {
+describe("a root filesystem of its own", { timeout: 60_000 }, () => {
   it("sees the template's tree, not the host's: python, pip, node, git from Debian's packages; its own hostname files", async () => {
     const d = desiredSandbox("ro");
     await driver.ensure(d);
