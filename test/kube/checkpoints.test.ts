@@ -137,7 +137,8 @@ describe("Checkpoint controller", () => {
     await unhealthy("sick");
     const first = await until("rebuild 1", async () => {
       const c = await getCp("sick");
-      return c.metadata.annotations?.[REBUILDS_ANNOTATION] === "1" && c;
+      // The count is written before the status: wait for both.
+      return c.metadata.annotations?.[REBUILDS_ANNOTATION] === "1" && c.status?.phase === "Creating" && c;
     });
     expect(first.status?.phase).toBe("Creating");
     expect(first.status?.conditions?.find((c) => c.type === "Rebuilding")).toMatchObject({ status: "True", reason: "Unhealthy", message: "rebuild 1 of 6: chunk 7 checksum mismatch" });
