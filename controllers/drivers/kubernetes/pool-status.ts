@@ -1,7 +1,8 @@
 // SandboxSet `.status` from the Sandboxes the agent sees: how many warm (unclaimed) members exist,
 // how many are Ready, how many run the current revision, and which revision the rolling update
-// (run by the edge's PoolDO) still replaces. Written only when it changed, at most
-// once per pool per tick, so a burst of pod events costs one status patch.
+// (run by the edge's PoolDO) still replaces. Written only when it changed, 50 ms after the first
+// change and then at most once a second per namespace, so a burst of claims and refills costs a
+// status patch a second, not one per claim (it is kubectl's view: the edge keeps its own counts).
 import { PatchStrategy, setHeaderOptions, type CustomObjectsApi } from "@kubernetes/client-node";
 import { GROUP, LABEL, VERSION } from "../../../schema/crd/labels.ts";
 import type { ObjectCache } from "./object-cache.ts";
@@ -9,6 +10,10 @@ import { templateHash } from "./pod-spec.ts";
 import type { SandboxObject, SandboxSetObject } from "./objects.ts";
 
 const mergePatch = setHeaderOptions("Content-Type", PatchStrategy.MergePatch);
+/** The first change of a quiet pool is written after this; */
+const SETTLE_MS = 50;
+/** later ones no sooner than this after the last write. */
+const MIN_INTERVAL_MS = 1000;
 
 /**
  * The pool's revision: a hash of what its members are built from (openkruise-agents.md §1.2:
@@ -79,6 +84,7 @@ export class PoolStatus {
   };
   readonly #dirty = new Set<string>();
   #timer?: NodeJS.Timeout;
+  #lastFlush = 0;
   /** Flushes run one after another: two in flight could land out of order and leave an older
    * count as the SandboxSet's status with no event left to correct it. */
   #chain: Promise<void> = Promise.resolve();
@@ -90,10 +96,13 @@ export class PoolStatus {
   touch(pool: string | undefined): void {
     if (!pool) return;
     this.#dirty.add(pool);
-    this.#timer ??= setTimeout(() => {
+    if (this.#timer) return;
+    const delay = Math.max(SETTLE_MS, this.#lastFlush + MIN_INTERVAL_MS - Date.now());
+    this.#timer = setTimeout(() => {
       this.#timer = undefined;
+      this.#lastFlush = Date.now();
       this.#chain = this.#chain.then(() => this.flush()).catch(() => {});
-    }, 50);
+    }, delay);
   }
 
   async flush(): Promise<void> {

@@ -69,7 +69,9 @@ function stopProcess(p: ChildProcess): Promise<void> {
   });
 }
 
-export async function startCluster(opts: { dir?: string } = {}): Promise<Cluster> {
+/** `auditLog`: the API server writes one JSON line per request (metadata only) to `<dir>/audit.log`,
+ * so a benchmark can tell whose request touched which object. */
+export async function startCluster(opts: { dir?: string; auditLog?: boolean } = {}): Promise<Cluster> {
   const bin = kubeBin();
   const shm = existsSync("/dev/shm") ? "/dev/shm" : undefined;
   const dir = opts.dir ?? mkdtempSync(join(shm ?? "/tmp", "sbx-kube-"));
@@ -104,6 +106,7 @@ export async function startCluster(opts: { dir?: string } = {}): Promise<Cluster
       `--service-account-key-file=${join(dir, "sa.pub")}`, `--service-account-signing-key-file=${join(dir, "sa.key")}`,
       "--service-cluster-ip-range=10.0.0.0/24", "--disable-admission-plugins=ServiceAccount", "--allow-privileged=true",
       "--v=0",
+      ...(opts.auditLog ? [`--audit-policy-file=${auditPolicy(dir)}`, `--audit-log-path=${join(dir, "audit.log")}`, "--audit-log-format=json"] : []),
     ],
     { stdio: ["ignore", openSync(apiLog, "a"), openSync(apiLog, "a")] },
   );
@@ -161,6 +164,14 @@ export async function startCluster(opts: { dir?: string } = {}): Promise<Cluster
     await cleanup();
     throw err;
   }
+}
+
+/** Metadata of every request, one event each (at completion), watches included; an Event's body
+ * too (what it is about). */
+function auditPolicy(dir: string): string {
+  const file = join(dir, "audit-policy.yaml");
+  writeFileSync(file, "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived, ResponseStarted]\nrules: [{ level: Request, resources: [{ group: \"\", resources: [events] }] }, { level: Metadata }]\n");
+  return file;
 }
 
 function spawnKubectl(kubeconfig: string, args: string[], input?: string): { status: number; stdout: string; stderr: string } {
