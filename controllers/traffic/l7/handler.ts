@@ -8,7 +8,8 @@ import type { Socket } from "node:net";
 import tls from "node:tls";
 import { RateLimiter } from "./rate.ts";
 import { decideRequest, decideTool, inspects, resolveSecrets, type L7Policy } from "./policy.ts";
-import { SseFilter, filterAnswer, screenRequest } from "./mcp.ts";
+import { SseFilter, filterAnswer, screenRequest, type ToolDecider } from "./mcp.ts";
+import { evaluateProfiles, profileToolVerdict, renderToken } from "./profile.ts";
 import { oneConnectionAgent, withHead } from "./streams.ts";
 import type { SandboxCa } from "./ca.ts";
 
@@ -121,24 +122,45 @@ export class L7Handler {
     };
     if (!policy) return refuse(403, "no L7 policy", "egress denied: the sandbox's policy changed");
     if (!this.#rate.take(conn.sandbox, policy.requestsPerMinute)) return refuse(429, "requestsPerMinute", `rate limit of ${policy.requestsPerMinute} requests per minute`);
-    const v = decideRequest(policy, host, method, path);
-    let rule = v.rule ?? conn.allowedBy;
-    if (v.action === "block") return refuse(403, rule, `${method} ${path.split("?")[0]} to ${host} is blocked by rule "${rule}"`);
-
+    const secrets = this.#o.secretsFor(conn.sandbox);
     const headers: http.OutgoingHttpHeaders = {};
     for (const [k, val] of Object.entries(req.headers)) if (!HOP.has(k) && val !== undefined) headers[k] = val;
-    for (const [k, val] of Object.entries(resolveSecrets(v.setHeaders, this.#o.secretsFor(conn.sandbox)))) {
-      for (const existing of Object.keys(headers)) if (existing.toLowerCase() === k.toLowerCase()) delete headers[existing];
-      headers[k] = val;
-    }
+    const setHeaders = (values: Record<string, string>) => {
+      for (const [k, val] of Object.entries(values)) {
+        for (const existing of Object.keys(headers)) if (existing.toLowerCase() === k.toLowerCase()) delete headers[existing];
+        headers[k] = val;
+      }
+    };
 
-    const mcp = policy.mcp.length > 0 && decideTool(policy, host, "") !== undefined;
+    // SecurityProfiles first (profile.ts), then E2B's network.rules / plain HTTP rules.
+    const prof = policy.profiles?.length ? evaluateProfiles(policy.profiles, host, method, path) : undefined;
+    if (prof?.terminal?.kind === "block") return refuse(prof.terminal.status, prof.terminal.rule, prof.terminal.body || `${method} ${path.split("?")[0]} to ${host} is blocked by rule "${prof.terminal.rule}"`);
+    let rule = prof?.matched.join(",") || conn.allowedBy;
+    if (prof) {
+      for (const name of prof.remove) delete headers[name];
+      setHeaders(prof.set);
+      for (const [h, [template, secret]] of Object.entries(prof.secretHeaders)) {
+        const value = secrets.get(secret);
+        // failStrategy Block: no credential, no request (the destination never sees a half-made one).
+        if (value === undefined) return refuse(403, rule, `rule "${rule}": credential "${secret}" is not available`);
+        setHeaders({ [h]: renderToken(template, value) });
+      }
+    }
+    const bypassed = prof?.terminal?.kind === "bypass";
+    const v = bypassed ? { action: "allow" as const, setHeaders: {} } : decideRequest(policy, host, method, path);
+    if (v.rule) rule = prof?.matched.length ? `${rule},${v.rule}` : v.rule;
+    if (v.action === "block") return refuse(403, rule, `${method} ${path.split("?")[0]} to ${host} is blocked by rule "${v.rule}"`);
+    setHeaders(resolveSecrets(v.setHeaders, secrets));
+
+    const profMcp = bypassed ? undefined : prof?.mcp;
+    const decide: ToolDecider = profMcp ? (tool) => profileToolVerdict(profMcp, tool) : (tool) => decideTool(policy, host, tool);
+    const mcp = !bypassed && (profMcp !== undefined || decideTool(policy, host, "") !== undefined);
     let body: Buffer | undefined;
     let tool: string | undefined;
     if (mcp && method === "POST") {
       body = await readBounded(req, this.#o.maxMcpBody ?? 4 << 20);
       if (!body) return refuse(413, "mcp", "MCP request body too large to screen");
-      const s = screenRequest(policy, host, body.toString("utf8"));
+      const s = screenRequest(decide, body.toString("utf8"));
       tool = s.calls.map((c) => c.tool).join(",") || undefined;
       if (s.calls[0]) rule = s.calls.map((c) => c.rule).join(",");
       const denied = s.calls.find((c) => !c.allowed);
@@ -162,14 +184,14 @@ export class L7Handler {
       if (mcp && type.includes("application/json")) {
         void readBounded(ur, this.#o.maxMcpBody ?? 4 << 20).then((b) => {
           if (!b) return void res.destroy();
-          const text = filterAnswer(policy, host, b.toString("utf8"));
+          const text = filterAnswer(decide, b.toString("utf8"));
           out["content-length"] = String(Buffer.byteLength(text));
           res.writeHead(ur.statusCode ?? 502, out).end(text);
         });
       } else if (mcp && type.includes("text/event-stream")) {
         delete out["content-length"];
         res.writeHead(ur.statusCode ?? 502, out);
-        const f = new SseFilter(policy, host);
+        const f = new SseFilter(decide);
         ur.setEncoding("utf8");
         ur.on("data", (c: string) => res.write(f.push(c)));
         ur.on("end", () => res.end(f.end()));

@@ -4,7 +4,10 @@
 // Every answer from a governed server whose result carries a `tools` list is filtered, whatever
 // request it answers: over the SSE transport answers come on another HTTP request than the one
 // that asked, and filtering by shape cannot be walked around by reusing ids.
-import { decideTool, type L7Policy } from "./policy.ts";
+import type { ToolVerdict } from "./policy.ts";
+
+/** The verdict for one tool of the server at hand (undefined: not governed). */
+export type ToolDecider = (tool: string) => ToolVerdict | undefined;
 
 /** JSON-RPC's server-error range; the SDKs surface the message. */
 export const TOOL_DENIED_CODE = -32001;
@@ -44,7 +47,7 @@ const deniedError = (id: Id, d: ToolDecision) => ({ jsonrpc: "2.0", id, error: {
 
 /** A request body to `server` (not JSON-RPC: nothing to screen). A batch with a denied call is
  * refused whole: each denied call gets its error, the others one saying why they were not sent. */
-export function screenRequest(p: L7Policy, server: string, body: string): Screened {
+export function screenRequest(decide: ToolDecider, body: string): Screened {
   const msg = parse(body);
   const out: Screened = { calls: [] };
   if (!msg) return out;
@@ -54,7 +57,7 @@ export function screenRequest(p: L7Policy, server: string, body: string): Screen
     if (typeof m !== "object" || m === null) continue;
     if (m.method !== "tools/call") continue;
     const tool = typeof m.params?.name === "string" ? m.params.name : "";
-    const v = decideTool(p, server, tool);
+    const v = decide(tool);
     if (!v) continue;
     const d = { tool, allowed: v.allowed, rule: v.rule };
     out.calls.push(d);
@@ -75,13 +78,13 @@ export function screenRequest(p: L7Policy, server: string, body: string): Screen
 
 /** An answer body (one JSON-RPC message or a batch) with denied tools left out of each result's
  * `tools`; anything else comes back unchanged. */
-export function filterAnswer(p: L7Policy, server: string, body: string): string {
+export function filterAnswer(decide: ToolDecider, body: string): string {
   const msg = parse(body);
   if (!msg) return body;
   let changed = false;
   for (const m of Array.isArray(msg) ? msg : [msg]) {
     if (!m || !Array.isArray(m.result?.tools)) continue;
-    m.result.tools = m.result.tools.filter((t: { name?: unknown }) => decideTool(p, server, String(t?.name ?? ""))?.allowed ?? true);
+    m.result.tools = m.result.tools.filter((t: { name?: unknown }) => decide(String(t?.name ?? ""))?.allowed ?? true);
     changed = true;
   }
   return changed ? JSON.stringify(msg) : body;
@@ -91,12 +94,10 @@ export function filterAnswer(p: L7Policy, server: string, body: string): string 
  * text to forward (whole events only; a partial event waits for its end). */
 export class SseFilter {
   #buf = "";
-  readonly #p: L7Policy;
-  readonly #server: string;
+  readonly #decide: ToolDecider;
 
-  constructor(p: L7Policy, server: string) {
-    this.#p = p;
-    this.#server = server;
+  constructor(decide: ToolDecider) {
+    this.#decide = decide;
   }
 
   push(chunk: string): string {
@@ -123,7 +124,7 @@ export class SseFilter {
     const lines = event.split(/\r?\n/);
     const data = lines.filter((l) => l.startsWith("data:")).map((l) => l.slice(5).replace(/^ /, ""));
     if (data.length === 0) return event;
-    const filtered = filterAnswer(this.#p, this.#server, data.join("\n"));
+    const filtered = filterAnswer(this.#decide, data.join("\n"));
     if (filtered === data.join("\n")) return event;
     return [...lines.filter((l) => !l.startsWith("data:")), `data: ${filtered}`].join("\n");
   }

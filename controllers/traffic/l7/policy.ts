@@ -2,6 +2,7 @@
 // what a request to them may do, which headers are set on it, and which MCP tools it may call.
 // Pure: the handler (handler.ts) asks, this answers with the deciding rule's name.
 import { secretRefs } from "../../../schema/api/secret.ts";
+import type { Profile } from "./profile.ts";
 
 export type RequestAction = "allow" | "block" | "bypass";
 
@@ -31,6 +32,8 @@ export interface L7Policy {
   mcp: McpRule[];
   /** Requests per minute this sandbox may send through inspection; absent: unlimited. */
   requestsPerMinute?: number;
+  /** SecurityProfiles selecting this sandbox (profile.ts), evaluated before `http`. */
+  profiles?: Profile[];
 }
 
 export const EMPTY_POLICY: L7Policy = { http: [], mcp: [] };
@@ -51,6 +54,7 @@ export function glob(pattern: string, s: string): boolean {
 
 /** Whether connections to `host` are opened and read (a bypass-only host is passed through). */
 export function inspects(p: L7Policy, host: string): boolean {
+  if (p.profiles?.some((pr) => pr.rules.some((r) => !r.actions.bypass && r.match.some((m) => m.domains.some((d) => d === "*" || hostScore(d, host) >= 0))))) return true;
   const rules = rulesFor(p.http, host);
   if (rules.some((r) => r.action !== "bypass")) return true;
   if (rules.length > 0) return false;

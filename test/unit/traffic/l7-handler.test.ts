@@ -114,3 +114,33 @@ describe("HTTPS inspection and credential injection", () => {
     expect(audit.at(-1)).toMatchObject({ rule: "requestsPerMinute", status: 429 });
   });
 });
+
+describe("SecurityProfile through the handler", () => {
+  it("adds a token from a secret by tokenTransformation, removes headers, and a block rule answers its status", async () => {
+    policy = {
+      http: [],
+      mcp: [],
+      profiles: [
+        {
+          name: "sp",
+          priority: 10,
+          rules: [
+            { name: "strip", match: [{ domains: ["api.test"] }], actions: { headerManipulation: { remove: ["x-leak"], set: [{ name: "x-from", value: "proxy" }] } } },
+            { name: "gh", match: [{ domains: ["api.test"] }], actions: { tokenTransformation: { credentialRef: { secret: { name: "gh" } }, apiKey: { valueTemplate: "token {{ .apiKey }}" } } } },
+            { name: "deny-put", match: [{ domains: ["api.test"], methods: ["PUT"] }], actions: { block: { statusCode: 405 } } },
+          ],
+        },
+      ],
+    };
+    const a = await request("api.test", ca.certPem, { headers: { "x-leak": "1", authorization: "mine" } });
+    const seen = (JSON.parse(a.body) as { headers: Record<string, string> }).headers;
+    expect(seen.authorization).toBe(`token ${SECRET}`);
+    expect(seen["x-from"]).toBe("proxy");
+    expect(seen["x-leak"]).toBeUndefined();
+    expect(audit.at(-1)).toMatchObject({ rule: "strip,gh", status: 200 });
+    const put = await request("api.test", ca.certPem, { method: "PUT" });
+    expect(put.status).toBe(405);
+    expect(put.body).toContain('"deny-put"');
+    expect(JSON.stringify(audit)).not.toContain(SECRET);
+  });
+});

@@ -66,24 +66,26 @@ describe("policy", () => {
 
 describe("MCP JSON-RPC", () => {
   const p: L7Policy = { http: [], mcp: [{ name: "no-rm", server: "m", tool: "rm", action: "deny" }, { name: "rest", server: "m", tool: "*", action: "allow" }] };
+  const onM = (tool: string) => decideTool(p, "m", tool);
+  const onOther = (tool: string) => decideTool(p, "other", tool);
 
   it("answers a denied call itself and refuses a batch carrying one whole; other bodies pass", () => {
-    const one = screenRequest(p, "m", JSON.stringify({ jsonrpc: "2.0", id: 7, method: "tools/call", params: { name: "rm" } }));
+    const one = screenRequest(onM, JSON.stringify({ jsonrpc: "2.0", id: 7, method: "tools/call", params: { name: "rm" } }));
     expect(JSON.parse(one.answer!)).toEqual({ jsonrpc: "2.0", id: 7, error: { code: TOOL_DENIED_CODE, message: 'tool "rm" is denied by MCP rule "no-rm"', data: { tool: "rm", rule: "no-rm" } } });
-    const batch = screenRequest(p, "m", JSON.stringify([{ jsonrpc: "2.0", id: 1, method: "tools/call", params: { name: "ls" } }, { jsonrpc: "2.0", id: 2, method: "tools/call", params: { name: "rm" } }]));
+    const batch = screenRequest(onM, JSON.stringify([{ jsonrpc: "2.0", id: 1, method: "tools/call", params: { name: "ls" } }, { jsonrpc: "2.0", id: 2, method: "tools/call", params: { name: "rm" } }]));
     const answers = JSON.parse(batch.answer!) as { id: number; error: { message: string } }[];
     expect(answers.map((a) => a.id)).toEqual([1, 2]);
     expect(answers[0]!.error.message).toContain("not sent");
     expect(batch.calls).toEqual([{ tool: "ls", allowed: true, rule: "rest" }, { tool: "rm", allowed: false, rule: "no-rm" }]);
-    expect(screenRequest(p, "m", JSON.stringify({ jsonrpc: "2.0", id: 1, method: "tools/call", params: { name: "ls" } })).answer).toBeUndefined();
-    expect(screenRequest(p, "m", "not json")).toEqual({ calls: [] });
+    expect(screenRequest(onM, JSON.stringify({ jsonrpc: "2.0", id: 1, method: "tools/call", params: { name: "ls" } })).answer).toBeUndefined();
+    expect(screenRequest(onM, "not json")).toEqual({ calls: [] });
   });
 
   it("filters tools out of list answers, in JSON and in SSE events split across chunks", () => {
     const list = { jsonrpc: "2.0", id: 1, result: { tools: [{ name: "ls" }, { name: "rm" }] } };
-    expect(JSON.parse(filterAnswer(p, "m", JSON.stringify(list))).result.tools).toEqual([{ name: "ls" }]);
-    expect(filterAnswer(p, "other", JSON.stringify(list))).toBe(JSON.stringify(list));
-    const f = new SseFilter(p, "m");
+    expect(JSON.parse(filterAnswer(onM, JSON.stringify(list))).result.tools).toEqual([{ name: "ls" }]);
+    expect(filterAnswer(onOther, JSON.stringify(list))).toBe(JSON.stringify(list));
+    const f = new SseFilter(onM);
     const stream = `event: message\ndata: ${JSON.stringify(list)}\n\n: ping\n\n`;
     let out = "";
     for (let i = 0; i < stream.length; i += 7) out += f.push(stream.slice(i, i + 7));
