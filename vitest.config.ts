@@ -24,6 +24,7 @@ export default defineConfig({
               bindings: {
                 LIBSQL_URL,
                 KEY_PEPPER: "test-pepper",
+                SECRETS_KEY: "test-secrets-key-0123456789abcdef0123456789",
                 ADMIN_API_KEY: "e2b_00000000000000000000000000000000000000ad",
                 CLUSTER_TOKEN: "test-cluster-token",
               },

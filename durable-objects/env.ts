@@ -29,6 +29,8 @@ export interface Env {
   LIBSQL_AUTH_TOKEN?: string;
   /** Secret pepper of the API-key HMAC. */
   KEY_PEPPER: string;
+  /** Encrypts team secrets at rest (at least 32 characters; functions/api/secrets.ts). Unset: /secrets answers 501. */
+  SECRETS_KEY?: string;
   /** The seeded admin key (`e2b_<hex>`): sees every team, may create keys for any team. */
   ADMIN_API_KEY: string;
   /** Shared secret the agent presents on its WebSocket. */

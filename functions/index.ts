@@ -14,6 +14,7 @@ import { adminAutoscalers } from "./api/admin-autoscalers.ts";
 import { adminSandboxes } from "./api/admin-sandboxes.ts";
 import { apiKeys } from "./api/api-keys.ts";
 import { sandboxes } from "./api/sandboxes.ts";
+import { secretsApi } from "./api/secrets.ts";
 import { snapshots } from "./api/snapshots.ts";
 import { teams } from "./api/teams.ts";
 import { templates } from "./api/templates.ts";
@@ -44,10 +45,11 @@ app.get("/health", (c) => c.json({ ok: true }));
 app.route("/", agentLink);
 
 // Authentication is attached to the control-plane paths only, so an unknown path is a 404.
-const authenticated = ["/sandboxes", "/sandboxes/*", "/v2/sandboxes", "/v2/sandboxes/*", "/api-keys", "/api-keys/*", "/teams", "/templates", "/templates/*", "/v2/templates", "/v2/templates/*", "/v3/templates", "/snapshots", "/admin/*"];
+const authenticated = ["/sandboxes", "/sandboxes/*", "/v2/sandboxes", "/v2/sandboxes/*", "/api-keys", "/api-keys/*", "/teams", "/templates", "/templates/*", "/v2/templates", "/v2/templates/*", "/v3/templates", "/snapshots", "/secrets", "/secrets/*", "/admin/*"];
 for (const path of authenticated) app.use(path, traced("auth.api_key", requireApiKey()));
 app.route("/", sandboxes);
 app.route("/", snapshots);
+app.route("/", secretsApi);
 app.route("/", apiKeys);
 app.route("/", teams);
 // Before `templates`: DELETE /templates/tags is not a template's id.

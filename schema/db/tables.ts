@@ -2,7 +2,7 @@
 // pool truth; these tables are written through from them and can be rebuilt from them.
 // Times are integer milliseconds since the epoch; JSON columns hold zod-validated shapes from
 // schema/api.
-import { blob, index, integer, primaryKey, sqliteTable, text } from "drizzle-orm/sqlite-core";
+import { blob, index, integer, primaryKey, sqliteTable, text, uniqueIndex } from "drizzle-orm/sqlite-core";
 
 /** A team; its name is the Kubernetes namespace its sandboxes live in. */
 export const teams = sqliteTable("teams", {
@@ -183,4 +183,33 @@ export const templateTags = sqliteTable(
     createdAt: integer("created_at").notNull(),
   },
   (t) => [primaryKey({ columns: [t.teamId, t.templateId, t.tag] })],
+);
+
+/** E2B secrets: metadata per team; the values are in `secret_versions`, encrypted. */
+export const secrets = sqliteTable(
+  "secrets",
+  {
+    id: text("id").primaryKey(),
+    teamId: text("team_id").notNull(),
+    /** Lower-case, unique within the team. */
+    name: text("name").notNull(),
+    currentVersion: integer("current_version").notNull(),
+    metadata: text("metadata", { mode: "json" }).$type<Record<string, string>>().notNull(),
+    createdAt: integer("created_at").notNull(),
+    updatedAt: integer("updated_at").notNull(),
+  },
+  (t) => [uniqueIndex("secrets_team_name").on(t.teamId, t.name)],
+);
+
+/** Each value a secret has had: AES-256-GCM under the Worker's SECRETS_KEY (durable-objects/store/secret-box.ts). */
+export const secretVersions = sqliteTable(
+  "secret_versions",
+  {
+    secretId: text("secret_id").notNull(),
+    version: integer("version").notNull(),
+    /** `v1.` + base64 of the 12-byte IV and the ciphertext; bound to team, secret and version. */
+    sealed: text("sealed").notNull(),
+    createdAt: integer("created_at").notNull(),
+  },
+  (t) => [primaryKey({ columns: [t.secretId, t.version] })],
 );

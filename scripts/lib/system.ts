@@ -53,6 +53,8 @@ interface AgentProcess extends Running {
 interface Secrets {
   adminApiKey: string;
   pepper: string;
+  /** Encrypts team secrets at rest (the edge's SECRETS_KEY). */
+  secretsKey: string;
   clusterToken: string;
   ingressPort: number;
 }
@@ -80,10 +82,13 @@ export interface System {
 /** Secrets are made once per data dir, so a restart keeps keys, tokens and the ingress port. */
 async function loadSecrets(dataDir: string, ingressPort?: number): Promise<Secrets> {
   const file = join(dataDir, "secrets.json");
-  if (existsSync(file)) return JSON.parse(readFileSync(file, "utf8")) as Secrets;
-  const secrets: Secrets = {
+  const kept = existsSync(file) ? (JSON.parse(readFileSync(file, "utf8")) as Secrets) : undefined;
+  // A data dir from before secrets keeps its keys and gains a secrets key.
+  if (kept?.secretsKey) return kept;
+  const secrets: Secrets = kept ? { ...kept, secretsKey: randomBytes(32).toString("hex") } : {
     adminApiKey: `e2b_${randomBytes(20).toString("hex")}`,
     pepper: randomBytes(32).toString("hex"),
+    secretsKey: randomBytes(32).toString("hex"),
     clusterToken: randomBytes(32).toString("hex"),
     ingressPort: ingressPort || (await freePort()),
   };
@@ -102,7 +107,7 @@ export async function startSystem(opts: SystemOptions): Promise<System> {
   const sqldUrl = `http://127.0.0.1:${sqldPort}`;
   const sqld = new Supervisor("sqld", () => startSqld({ dir: join(dataDir, "sqld"), port: sqldPort }), log);
 
-  const edgeVars = { ...opts.edgeVars, ...(opts.otlpEndpoint ? { OTEL_EXPORTER_OTLP_ENDPOINT: opts.otlpEndpoint } : {}), LIBSQL_URL: sqldUrl, KEY_PEPPER: secrets.pepper, ADMIN_API_KEY: secrets.adminApiKey, CLUSTER_TOKEN: secrets.clusterToken };
+  const edgeVars = { ...opts.edgeVars, ...(opts.otlpEndpoint ? { OTEL_EXPORTER_OTLP_ENDPOINT: opts.otlpEndpoint } : {}), LIBSQL_URL: sqldUrl, KEY_PEPPER: secrets.pepper, SECRETS_KEY: secrets.secretsKey, ADMIN_API_KEY: secrets.adminApiKey, CLUSTER_TOKEN: secrets.clusterToken };
   const edgePort = opts.edgePort || (await freePort());
   let built = opts.skipBuild ?? false;
   const edge = new Supervisor(

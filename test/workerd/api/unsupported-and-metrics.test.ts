@@ -22,8 +22,7 @@ afterAll(() => agent.disconnect());
 describe("E2B routes this server does not serve", () => {
   const routes: [method: string, path: string][] = [
     ["GET", "/volumes"],
-    ["POST", "/secrets"],
-    ["DELETE", "/secrets/s1"],
+    ["POST", "/volumes"],
     ["PATCH", "/templates/t1"],
     ["POST", "/templates/t1/builds/b1"],
     ["GET", "/teams/t1/metrics"],

@@ -1,0 +1,131 @@
+// MCP tool ACLs on JSON-RPC (streamable HTTP and SSE): a `tools/call` to a tool the policy denies
+// is answered by the proxy with a JSON-RPC error naming the rule and never sent; a `tools/list`
+// answer loses the tools the policy denies. Pure: bodies in, bodies out.
+// Every answer from a governed server whose result carries a `tools` list is filtered, whatever
+// request it answers: over the SSE transport answers come on another HTTP request than the one
+// that asked, and filtering by shape cannot be walked around by reusing ids.
+import type { ToolVerdict } from "./policy.ts";
+
+/** The verdict for one tool of the server at hand (undefined: not governed). */
+export type ToolDecider = (tool: string) => ToolVerdict | undefined;
+
+/** JSON-RPC's server-error range; the SDKs surface the message. */
+export const TOOL_DENIED_CODE = -32001;
+
+type Id = string | number | null;
+interface RpcMessage {
+  jsonrpc?: unknown;
+  id?: Id;
+  method?: unknown;
+  params?: { name?: unknown } & Record<string, unknown>;
+  result?: { tools?: unknown } & Record<string, unknown>;
+}
+
+export interface ToolDecision {
+  tool: string;
+  allowed: boolean;
+  rule: string;
+}
+
+export interface Screened {
+  /** Set when the request must not be sent: the JSON body to answer with (status 200). */
+  answer?: string;
+  /** Each `tools/call` and its verdict (for the audit). */
+  calls: ToolDecision[];
+}
+
+function parse(text: string): RpcMessage | RpcMessage[] | undefined {
+  try {
+    const v = JSON.parse(text) as unknown;
+    return typeof v === "object" && v !== null ? (v as RpcMessage | RpcMessage[]) : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+const deniedError = (id: Id, d: ToolDecision) => ({ jsonrpc: "2.0", id, error: { code: TOOL_DENIED_CODE, message: `tool "${d.tool}" is denied by MCP rule "${d.rule}"`, data: { tool: d.tool, rule: d.rule } } });
+
+/** A request body to `server` (not JSON-RPC: nothing to screen). A batch with a denied call is
+ * refused whole: each denied call gets its error, the others one saying why they were not sent. */
+export function screenRequest(decide: ToolDecider, body: string): Screened {
+  const msg = parse(body);
+  const out: Screened = { calls: [] };
+  if (!msg) return out;
+  const list = Array.isArray(msg) ? msg : [msg];
+  const denied = new Map<RpcMessage, ToolDecision>();
+  for (const m of list) {
+    if (typeof m !== "object" || m === null) continue;
+    if (m.method !== "tools/call") continue;
+    const tool = typeof m.params?.name === "string" ? m.params.name : "";
+    const v = decide(tool);
+    if (!v) continue;
+    const d = { tool, allowed: v.allowed, rule: v.rule };
+    out.calls.push(d);
+    if (!v.allowed) denied.set(m, d);
+  }
+  if (denied.size === 0) return out;
+  const first = [...denied.values()][0]!;
+  const answers = list
+    .filter((m) => m?.id !== undefined)
+    .map((m) => {
+      const d = denied.get(m);
+      if (d) return deniedError(m.id!, d);
+      return { jsonrpc: "2.0", id: m.id, error: { code: TOOL_DENIED_CODE, message: `not sent: the batch calls tool "${first.tool}", denied by MCP rule "${first.rule}"` } };
+    });
+  out.answer = JSON.stringify(Array.isArray(msg) ? answers : answers[0]);
+  return out;
+}
+
+/** An answer body (one JSON-RPC message or a batch) with denied tools left out of each result's
+ * `tools`; anything else comes back unchanged. */
+export function filterAnswer(decide: ToolDecider, body: string): string {
+  const msg = parse(body);
+  if (!msg) return body;
+  let changed = false;
+  for (const m of Array.isArray(msg) ? msg : [msg]) {
+    if (!m || !Array.isArray(m.result?.tools)) continue;
+    m.result.tools = m.result.tools.filter((t: { name?: unknown }) => decide(String(t?.name ?? ""))?.allowed ?? true);
+    changed = true;
+  }
+  return changed ? JSON.stringify(msg) : body;
+}
+
+/** An SSE stream's events filtered as `filterAnswer` does with each `data`: feed chunks, get the
+ * text to forward (whole events only; a partial event waits for its end). */
+export class SseFilter {
+  #buf = "";
+  readonly #decide: ToolDecider;
+
+  constructor(decide: ToolDecider) {
+    this.#decide = decide;
+  }
+
+  push(chunk: string): string {
+    this.#buf += chunk;
+    let out = "";
+    for (;;) {
+      const m = /\r?\n\r?\n/.exec(this.#buf);
+      if (!m) break;
+      const event = this.#buf.slice(0, m.index);
+      this.#buf = this.#buf.slice(m.index + m[0].length);
+      out += this.#event(event) + "\n\n";
+    }
+    return out;
+  }
+
+  /** What is left at the stream's end (an unterminated event, unfiltered data cannot carry a list). */
+  end(): string {
+    const rest = this.#buf;
+    this.#buf = "";
+    return rest ? this.#event(rest) : "";
+  }
+
+  #event(event: string): string {
+    const lines = event.split(/\r?\n/);
+    const data = lines.filter((l) => l.startsWith("data:")).map((l) => l.slice(5).replace(/^ /, ""));
+    if (data.length === 0) return event;
+    const filtered = filterAnswer(this.#decide, data.join("\n"));
+    if (filtered === data.join("\n")) return event;
+    return [...lines.filter((l) => !l.startsWith("data:")), `data: ${filtered}`].join("\n");
+  }
+}

@@ -1,0 +1,76 @@
+// MCP tool ACLs in the L7 handler against a real MCP server of the official TypeScript SDK
+// (streamable HTTP, stateless, answers as SSE) and its real client, on loopback stand-ins: the
+// client's tools/list lacks the denied tools, a denied tools/call is refused with a JSON-RPC error
+// naming the rule (the server never runs it), an allowed one runs; each call is audited.
+import http from "node:http";
+import type { AddressInfo } from "node:net";
+import { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
+import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
+import { StreamableHTTPServerTransport } from "@modelcontextprotocol/sdk/server/streamableHttp.js";
+import { afterAll, beforeAll, expect, it } from "vitest";
+import { SandboxCa } from "../../../controllers/traffic/l7/ca.ts";
+import { L7Handler, type AuditRecord } from "../../../controllers/traffic/l7/handler.ts";
+import type { L7Policy } from "../../../controllers/traffic/l7/policy.ts";
+import { startFront, type Front } from "../../support/l7-stand-ins.ts";
+
+const TOOLS = ["read_file", "read_dir", "write_file", "delete_repo"];
+const ran: string[] = [];
+let mcpServer: http.Server;
+let front: Front;
+const audit: AuditRecord[] = [];
+const policy: L7Policy = {
+  http: [],
+  mcp: [
+    { name: "no-deletes", server: "127.0.0.1", tool: "delete_*", action: "deny" },
+    { name: "reads", server: "127.0.0.1", tool: "read_*", action: "allow" },
+  ],
+};
+
+beforeAll(async () => {
+  mcpServer = http.createServer((req, res) => {
+    const server = new McpServer({ name: "stand-in", version: "1.0.0" });
+    for (const t of TOOLS) {
+      server.registerTool(t, { description: `the ${t} tool` }, async () => {
+        ran.push(t);
+        return { content: [{ type: "text", text: `${t} ran` }] };
+      });
+    }
+    const transport = new StreamableHTTPServerTransport({ sessionIdGenerator: undefined });
+    res.on("close", () => void transport.close().then(() => server.close()));
+    void server.connect(transport).then(() => transport.handleRequest(req, res));
+  });
+  await new Promise<void>((r) => mcpServer.listen(0, "127.0.0.1", r));
+  const ca = await SandboxCa.create("sbx-mcp");
+  const handler = new L7Handler({ policyFor: () => policy, secretsFor: () => new Map(), caFor: async () => ca, audit: (r) => audit.push(r) });
+  front = await startFront(handler, "sbx-mcp", (mcpServer.address() as AddressInfo).port);
+});
+
+afterAll(() => {
+  front?.close();
+  mcpServer?.close();
+});
+
+it("filters tools/list, refuses a denied or unlisted tools/call with the rule's name, runs an allowed one", async () => {
+  const client = new Client({ name: "sandbox-agent", version: "1.0.0" });
+  await client.connect(new StreamableHTTPClientTransport(new URL(`http://127.0.0.1:${front.port}/mcp`)));
+  try {
+    const listed = await client.listTools();
+    expect(listed.tools.map((t) => t.name).sort()).toEqual(["read_dir", "read_file"]);
+
+    await expect(client.callTool({ name: "delete_repo", arguments: {} })).rejects.toThrow(/tool "delete_repo" is denied by MCP rule "no-deletes"/);
+    await expect(client.callTool({ name: "write_file", arguments: {} })).rejects.toThrow(/tool "write_file" is denied by MCP rule "no MCP rule for 127\.0\.0\.1 allows "write_file""/);
+    const ok = await client.callTool({ name: "read_file", arguments: {} });
+    expect(ok.content).toEqual([{ type: "text", text: "read_file ran" }]);
+    expect(ran).toEqual(["read_file"]);
+
+    const calls = audit.filter((r) => r.tool);
+    expect(calls.map((r) => [r.tool, r.rule])).toEqual([
+      ["delete_repo", "no-deletes"],
+      ["write_file", 'no MCP rule for 127.0.0.1 allows "write_file"'],
+      ["read_file", "reads"],
+    ]);
+  } finally {
+    await client.close();
+  }
+});
