@@ -1,11 +1,17 @@
 // What the proxy's paths share: connecting to checked addresses, a raw HTTP reply for a client
 // that spoke HTTP, and the decision counters.
 import { connect, type Socket } from "node:net";
-import { egressDecisions } from "../lib/metrics.ts";
+import { egressDecisions, egressDenials } from "../lib/metrics.ts";
 
 // Counted per verdict (a connection, a plain-HTTP request or a DNS name), never per sandbox or host.
 export const ALLOWED = egressDecisions.labels({ decision: "allow" });
 export const DENIED = egressDecisions.labels({ decision: "deny" });
+
+/** Counts a refusal under both counters; `source` is a bounded kind (metrics.ts egressDenials). */
+export function denied(source: string): void {
+  DENIED.inc();
+  egressDenials.labels({ source }).inc();
+}
 
 /** A connection to the first of `addresses` (all checked) that accepts one, tried in turn, as a
  * client would for a name with several records (`localhost` is often ::1 first). */

@@ -14,9 +14,11 @@ import { createServer as createHttpServer, request as httpRequest, type Incoming
 import { createServer as createNetServer, type Server as NetServer, type Socket } from "node:net";
 import type { Duplex } from "node:stream";
 import { normalizeHost } from "../../schema/egress/rules.ts";
+import { parseIp } from "../../schema/egress/address.ts";
 import { refuseLocal, type Refuse } from "./host-reach.ts";
 import { decide, needsAddresses, type CompiledPolicy, type Verdict } from "./policy.ts";
-import { ALLOWED, DENIED, connectAny, rawReply } from "./connect.ts";
+import { ALLOWED, connectAny, denied, rawReply } from "./connect.ts";
+import { decideGoverned, type Governance } from "./governed.ts";
 import { SandboxResolver } from "./resolver.ts";
 import { MAX_TAG, RedirectedPath, type L7Hook } from "./redirected.ts";
 
@@ -36,6 +38,9 @@ export interface TrafficProxyOptions {
    * closed (each one holds a relay process on the local driver). Default 10 s. */
   firstRequestTimeoutMs?: number;
   log?: (line: string) => void;
+  /** TrafficPolicies that decide for a sandbox instead of `policyFor` when some select it
+   * (governed.ts); default none. */
+  governed?: (sandbox: string) => Governance | undefined;
   /** L7 policy for redirected connections (redirected.ts); none: bytes are only copied. */
   l7?: L7Hook;
 }
@@ -90,6 +95,7 @@ export class TrafficProxy {
     this.#dns = new SandboxResolver(this.#resolve, this.#refuse);
     this.#redirected = new RedirectedPath({
       policyFor: (sandbox) => opts.policyFor(sandbox),
+      governed: (sandbox) => opts.governed?.(sandbox),
       refuse: this.#refuse,
       resolve: this.#resolve,
       dns: this.#dns,
@@ -162,11 +168,13 @@ export class TrafficProxy {
     socket.on("data", onData).on("error", () => socket.destroy());
   }
 
-  async #check(socket: object, host: string): Promise<Verdict | { status: number; reason: string }> {
+  async #check(socket: object, host: string, port: number): Promise<Verdict | { status: number; reason: string }> {
     const tag = this.#tags.get(socket) ?? "";
+    const g = this.#o.governed?.(tag);
+    if (g) return this.#checkGoverned(tag, g, host, port);
     const policy = this.#o.policyFor(tag);
     if (typeof policy === "string") {
-      DENIED.inc();
+      denied("rules");
       return { allowed: false, reason: policy };
     }
     let addresses: string[] = [];
@@ -178,9 +186,37 @@ export class TrafficProxy {
       }
     }
     const verdict = decide(policy, host, addresses, this.#refuse);
-    (verdict.allowed ? ALLOWED : DENIED).inc();
-    if (!verdict.allowed) this.#o.log?.(`traffic-proxy: ${tag || "sandbox"}: denied ${verdict.reason}`);
+    if (verdict.allowed) ALLOWED.inc();
+    else {
+      denied("rules");
+      this.#o.log?.(`traffic-proxy: ${tag || "sandbox"}: denied ${verdict.reason}`);
+    }
     return verdict;
+  }
+
+  /** A proxied request of a sandbox TrafficPolicies govern: the addresses of `host` some rule
+   * allows at `port` (by the name or the address), the first refusal's rule otherwise. */
+  async #checkGoverned(tag: string, g: Governance, host: string, port: number): Promise<Verdict | { status: number; reason: string }> {
+    let addresses = [host];
+    if (!parseIp(host)) {
+      try {
+        addresses = await this.#resolve(host);
+      } catch (err) {
+        return { status: 502, reason: `cannot resolve ${host}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}` };
+      }
+    }
+    const names = parseIp(host) ? [] : [host];
+    const verdicts = addresses.map((ip) => ({ ip, v: decideGoverned(g, { ip, port, names }, this.#refuse) }));
+    const passed = verdicts.filter((x) => x.v.allowed);
+    if (passed.length) {
+      ALLOWED.inc();
+      return { allowed: true, addresses: passed.map((x) => x.ip), rule: passed[0]!.v.by };
+    }
+    const first = verdicts[0]?.v ?? { by: `${host} did not resolve to any address`, source: "default" };
+    denied(first.source);
+    const reason = `${host}:${port} ${verdicts.length > 1 ? `(${verdicts[0]!.ip}) ` : ""}is refused by ${first.by}`;
+    this.#o.log?.(`traffic-proxy: ${tag || "sandbox"}: denied ${reason}`);
+    return { allowed: false, reason };
   }
 
   async #forward(req: IncomingMessage, res: ServerResponse): Promise<void> {
@@ -192,7 +228,7 @@ export class TrafficProxy {
     }
     if (url.protocol !== "http:") return void res.writeHead(400, { "content-type": "text/plain" }).end(`traffic-proxy: ${url.protocol} is not proxied by absolute URI; use CONNECT\n`);
     const host = normalizeHost(url.hostname);
-    const v = await this.#check(req.socket, host);
+    const v = await this.#check(req.socket, host, Number(url.port || 80));
     if (!("addresses" in v)) return void res.writeHead("status" in v ? v.status : 403, { "content-type": "text/plain" }).end(`traffic-proxy: ${"status" in v ? "" : "egress denied: "}${v.reason}\n`);
     let socket: Socket;
     try {
@@ -226,7 +262,7 @@ export class TrafficProxy {
    * itself when that is refused or fails. */
   async #open(client: Duplex, host: string, port: number, ready: (upstream: Socket) => void): Promise<void> {
     client.on("error", () => client.destroy());
-    const v = await this.#check(client, normalizeHost(host));
+    const v = await this.#check(client, normalizeHost(host), port);
     if (!("addresses" in v)) {
       client.end(rawReply("status" in v ? `${v.status} Bad Gateway` : "403 Forbidden", `traffic-proxy: ${"status" in v ? "" : "egress denied: "}${v.reason}\n`));
       return;
@@ -303,10 +339,17 @@ export class TrafficProxy {
     const set = this.#conns.get(sandbox);
     if (!set) return 0;
     const policy = this.#o.policyFor(sandbox);
+    const g = this.#o.governed?.(sandbox);
     let ended = 0;
     for (const o of [...set]) {
       const address = o.upstream.remoteAddress;
-      const v: Verdict = typeof policy === "string" ? { allowed: false, reason: policy } : address ? decide(policy, o.host, [address], this.#refuse) : { allowed: false, reason: "closed" };
+      const port = o.upstream.remotePort ?? 0;
+      const byPolicy = (ip: string): Verdict => {
+        if (!g) return typeof policy === "string" ? { allowed: false, reason: policy } : decide(policy, o.host, [ip], this.#refuse);
+        const v = decideGoverned(g, { ip, port, names: parseIp(o.host) ? [] : [o.host] }, this.#refuse);
+        return v.allowed ? { allowed: true, addresses: [ip] } : { allowed: false, reason: v.by };
+      };
+      const v: Verdict = address ? byPolicy(address) : { allowed: false, reason: "closed" };
       if (v.allowed) continue;
       this.#o.log?.(`traffic-proxy: ${sandbox || "sandbox"}: ended a connection to ${o.host} after a rule change: ${v.reason}`);
       o.upstream.destroy();

@@ -8,7 +8,8 @@ import { normalizeHost } from "../../schema/egress/rules.ts";
 import { parseIp } from "../../schema/egress/address.ts";
 import type { Refuse } from "./host-reach.ts";
 import { decide, type CompiledPolicy, type Verdict } from "./policy.ts";
-import { ALLOWED, DENIED, connectAny, rawReply } from "./connect.ts";
+import { ALLOWED, connectAny, denied, rawReply } from "./connect.ts";
+import { decideGoverned, type Governance } from "./governed.ts";
 import { MAX_SNIFF, sniff, type Sniffed } from "./sniff.ts";
 import type { SandboxResolver } from "./resolver.ts";
 
@@ -44,6 +45,8 @@ export interface L7Hook {
 /** What the redirected path needs of the proxy it belongs to. */
 export interface RedirectedContext {
   policyFor(sandbox: string): CompiledPolicy | string;
+  /** TrafficPolicies deciding for the sandbox instead (governed.ts), when some select it. */
+  governed(sandbox: string): Governance | undefined;
   refuse: Refuse;
   resolve(host: string): Promise<string[]>;
   dns: SandboxResolver;
@@ -75,6 +78,8 @@ export class RedirectedPath {
     const policy = c.policyFor(sandbox);
     const where = `${ip}:${port}`;
     if (!parseIp(ip) || !(port >= 1 && port <= 65535)) return void client.destroy();
+    const g = c.governed(sandbox);
+    if (g) return this.#governed(sandbox, g, client, ip, port);
     let verdict: Verdict = typeof policy === "string" ? { allowed: false, reason: policy } : decide(policy, ip, [], c.refuse);
     let head: Buffer = Buffer.alloc(0);
     let seen: Sniffed;
@@ -95,13 +100,50 @@ export class RedirectedPath {
         if (admitted) verdict = admitted;
       }
     }
-    (verdict.allowed ? ALLOWED : DENIED).inc();
-    if (!verdict.allowed) {
-      c.log?.(`traffic-proxy: ${sandbox || "sandbox"}: denied ${where}: ${verdict.reason}`);
-      if (seen?.kind === "http") return void client.end(rawReply("403 Forbidden", `traffic-proxy: egress denied: ${verdict.reason}\n`));
-      return void client.destroy();
-    }
+    if (!verdict.allowed) return this.#refuse(sandbox, client, where, verdict.reason, seen, "rules");
+    ALLOWED.inc();
     const host = seen && "name" in seen && seen.name ? seen.name : ip;
+    return this.#pass(sandbox, client, ip, port, host, head, seen, verdict.rule ?? "allowed", l7);
+  }
+
+  /** A connection of a sandbox TrafficPolicies govern: judged by its address with the names its
+   * DNS was answered for it; else (or when L7 wants it) by the name its first bytes ask for, when
+   * that name was answered or resolves to this very address. */
+  async #governed(sandbox: string, g: Governance, client: Socket, ip: string, port: number): Promise<void> {
+    const c = this.#c;
+    const names = c.dns.namesFor(sandbox, ip);
+    let v = decideGoverned(g, { ip, port, names }, c.refuse);
+    const l7 = c.l7?.wants(sandbox, ip, port) ?? false;
+    let head: Buffer = Buffer.alloc(0);
+    let seen: Sniffed;
+    let host = ip;
+    if (!v.allowed || l7) {
+      [head, seen] = await this.#sniffHead(client);
+      const name = seen && "name" in seen ? seen.name : undefined;
+      const known = name !== undefined && names.includes(name);
+      if (name && !parseIp(name) && !known) {
+        const resolves = (await c.resolve(name).catch(() => [] as string[])).some((a) => normalizeHost(a) === ip);
+        if (resolves) v = decideGoverned(g, { ip, port, names: [...names, name] }, c.refuse);
+        else if (!v.allowed) v = { ...v, by: `${v.by}; ${name} does not resolve to ${ip}` };
+        if (resolves) host = name;
+      } else if (known) host = name;
+    }
+    if (!v.allowed) return this.#refuse(sandbox, client, `${ip}:${port}`, v.by, seen, v.source);
+    ALLOWED.inc();
+    return this.#pass(sandbox, client, ip, port, host, head, seen, v.by, l7);
+  }
+
+  /** Counts, logs (with the rule) and ends a refused connection; plain HTTP gets a 403 saying why. */
+  #refuse(sandbox: string, client: Socket, where: string, reason: string, seen: Sniffed, source: string): void {
+    denied(source);
+    this.#c.log?.(`traffic-proxy: ${sandbox || "sandbox"}: denied ${where}: ${reason}`);
+    if (seen?.kind === "http") return void client.end(rawReply("403 Forbidden", `traffic-proxy: egress denied: ${reason}\n`));
+    client.destroy();
+  }
+
+  /** Connects an allowed connection to ip:port (or hands it to the L7 handler) and copies bytes. */
+  async #pass(sandbox: string, client: Socket, ip: string, port: number, host: string, head: Buffer, seen: Sniffed, allowedBy: string, l7: boolean): Promise<void> {
+    const c = this.#c;
     const connectUpstream = async () => {
       const upstream = await connectAny([ip], port, c.connectTimeoutMs);
       upstream.on("error", () => client.destroy());
@@ -110,7 +152,7 @@ export class RedirectedPath {
       c.track(sandbox, host, upstream, client);
       return upstream;
     };
-    if (l7) return c.l7!.handle({ sandbox, ip, port, sniffed: seen, head, client, allowedBy: verdict.rule ?? "allowed", connectUpstream });
+    if (l7) return c.l7!.handle({ sandbox, ip, port, sniffed: seen, head, client, allowedBy, connectUpstream });
     let upstream: Socket;
     try {
       upstream = await connectUpstream();
@@ -140,9 +182,11 @@ export class RedirectedPath {
         if (channel && (nl < 0 || nl > MAX_TAG)) return void socket.destroy();
         const head = frame.subarray(0, nl + 1);
         const who = channel ? head.toString().split(" ")[0]! : sandbox;
-        void c.dns.answer(who, c.policyFor(who), frame.subarray(nl + 1)).then((out) => {
+        const g = c.governed(who);
+        const answered = g ? c.dns.answerGoverned(who, g, frame.subarray(nl + 1)) : c.dns.answer(who, c.policyFor(who), frame.subarray(nl + 1));
+        void answered.then((out) => {
           if (out.denied !== undefined) {
-            DENIED.inc();
+            denied("dns");
             c.log?.(`traffic-proxy: ${who || "sandbox"}: denied DNS ${out.name}: ${out.denied}`);
           }
           if (!out.answer || socket.destroyed) return;
