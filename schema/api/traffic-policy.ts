@@ -53,3 +53,28 @@ export const TrafficPolicyName = z.string().regex(/^[a-z0-9]([-.a-z0-9]{0,251}[a
 /** One policy as the edge sends it: `team` null for a GlobalTrafficPolicy (every team's sandboxes). */
 export const TrafficPolicyEntry = z.object({ team: TeamName.nullable(), name: TrafficPolicyName, spec: TrafficPolicySpec });
 export type TrafficPolicyEntry = z.infer<typeof TrafficPolicyEntry>;
+
+export interface LabelSelector {
+  matchLabels?: Record<string, string>;
+  matchExpressions?: { key: string; operator: "In" | "NotIn" | "Exists" | "DoesNotExist"; values?: string[] }[];
+}
+
+/** Whether a label selector (empty: everything) selects `labels`; the edge's status and the
+ * agent's engine (controllers/traffic/l4.ts) both use it. */
+export function selects(selector: LabelSelector | undefined, labels: Record<string, string>): boolean {
+  for (const [k, v] of Object.entries(selector?.matchLabels ?? {})) if (labels[k] !== v) return false;
+  for (const e of selector?.matchExpressions ?? []) {
+    const has = Object.hasOwn(labels, e.key);
+    const inValues = has && (e.values ?? []).includes(labels[e.key]!);
+    const ok = e.operator === "In" ? inValues : e.operator === "NotIn" ? !inValues : e.operator === "Exists" ? has : !has;
+    if (!ok) return false;
+  }
+  return true;
+}
+
+/** A sandbox's labels from its E2B metadata (`label:<k>` keys, schema/api/extensions.ts). */
+export function labelsFromMetadata(metadata: Record<string, string>): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const [k, v] of Object.entries(metadata)) if (k.startsWith("label:")) out[k.slice("label:".length)] = v;
+  return out;
+}
