@@ -176,6 +176,10 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
         driver.deleteSnapshot({ id: snapshotId }).catch((err: unknown) => agentLog.error("snapshot delete failed", { snapshotId, error: err }));
       }
     },
+    onTrafficPolicies(policies) {
+      if (!driver.setTrafficPolicies) return void agentLog.warn("traffic policies not enforced: the driver has no data plane for them", { driver: driver.name });
+      driver.setTrafficPolicies(policies).catch((err: unknown) => agentLog.error("traffic policies failed", { error: err }));
+    },
     onIntent(seq, intent, traceparent) {
       if (reconciler.offer(intent, traceparent) === "stale") {
         // Already have it: ack at once, and re-report so an edge that lost our observation converges.

@@ -1,6 +1,7 @@
 // The agent's session with its ClusterDO: one outbound WebSocket (no inbound port needed), hello
 // with the full inventory on every connect, intents in, acks and observations out, heartbeats,
 // and reconnect with capped, jittered backoff. Frames are parsed with the shared protocol schemas.
+import type { TrafficPolicyEntry } from "../../schema/api/traffic-policy.ts";
 import WebSocket from "ws";
 import type { z } from "zod";
 import {
@@ -49,6 +50,8 @@ export interface LinkOptions {
   onLogsRequest?(req: LogsRequest): SandboxLogEntry[];
   /** Snapshots the edge no longer has (a deleted E2B snapshot): free them. */
   onSnapshotDeletes?(ids: string[]): void;
+  /** The TrafficPolicies in force, whole (replaces the previous set). */
+  onTrafficPolicies?(policies: TrafficPolicyEntry[]): void;
   log?: (msg: string) => void;
 }
 
@@ -272,6 +275,9 @@ export class Link {
         return;
       case "snapshotDeletes":
         this.#o.onSnapshotDeletes?.(msg.ids);
+        return;
+      case "trafficPolicies":
+        this.#o.onTrafficPolicies?.(msg.policies);
         return;
       default: {
         const never: never = msg;
