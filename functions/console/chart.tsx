@@ -25,19 +25,19 @@ export function LatencyChart({ stages }: { stages: StageLatency[] }) {
   const finite = (ms: number | null) => (ms === null ? 0 : ms === Infinity ? MS_BUCKETS.at(-1)! * 2 : ms);
   // Log scale: stages differ by orders of magnitude.
   const max = Math.max(...rows.map((r) => finite(r.p95)), 1);
-  const scale = (ms: number) => (ms <= 0 ? 0 : (Math.log10(ms + 1) / Math.log10(max + 1)) * 220);
+  const scale = (ms: number) => (ms <= 0 ? 0 : (Math.log10(ms + 1) / Math.log10(max + 1)) * 150);
   const rowH = 44;
   return (
     <figure>
-      <svg role="img" aria-labelledby="latency-title" viewBox={`0 0 360 ${rows.length * rowH + 10}`} width="100%" style="max-width:40rem">
+      <svg role="img" aria-labelledby="latency-title" viewBox={`0 0 420 ${rows.length * rowH + 10}`} width="100%" style="max-width:40rem">
         <title id="latency-title">Create latency per stage: p50 and p95 in milliseconds</title>
         {rows.map((r, i) => (
           <g transform={`translate(0 ${i * rowH + 5})`}>
             <text x="0" y="15" class="chart-label">{r.stage}</text>
-            <rect x="100" y="4" height="14" width={scale(finite(r.p50))} class="bar-p50" />
-            <rect x="100" y="22" height="14" width={scale(finite(r.p95))} class="bar-p95" />
-            <text x={104 + scale(finite(r.p50))} y="15" class="chart-value">p50 {fmt(r.p50)}</text>
-            <text x={104 + scale(finite(r.p95))} y="33" class="chart-value">p95 {fmt(r.p95)}</text>
+            <rect x="90" y="4" height="14" width={scale(finite(r.p50))} class="bar-p50" />
+            <rect x="90" y="22" height="14" width={scale(finite(r.p95))} class="bar-p95" />
+            <text x={94 + scale(finite(r.p50))} y="15" class="chart-value">p50 {fmt(r.p50)}</text>
+            <text x={94 + scale(finite(r.p95))} y="33" class="chart-value">p95 {fmt(r.p95)}</text>
           </g>
         ))}
       </svg>
