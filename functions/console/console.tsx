@@ -15,6 +15,12 @@ import { LatencyChart } from "./chart.tsx";
 import { CONSOLE_STATES, clusters, killSandbox, pools, quotas, sandboxDetail, sandboxList, stageLatencies } from "./data.ts";
 import { LIVE_JS, Live, LoginPage, Page } from "./layout.tsx";
 import { Clusters, Pools, Quotas, SandboxTable, Timeline } from "./sections.tsx";
+import { OpsLookup, OpsRun } from "./ops.tsx";
+import { TeamName } from "../../schema/api/team.ts";
+import { UpdateOpsName } from "../../schema/api/update-ops.ts";
+import { getDb } from "../../durable-objects/store/db.ts";
+import { findTeamByName } from "../../durable-objects/store/teams.ts";
+import { updateOpsStatus } from "../../durable-objects/operations/update-ops.ts";
 import { csrfMatches, endSession, readSession, startSession, type ConsoleEnv } from "./session.ts";
 
 
@@ -173,4 +179,26 @@ consoleApp.post("/console/sandboxes/:id/kill", async (c) => {
   await checkedForm(c);
   if (!(await killSandbox(c.env, c.get("caller"), id))) throw new ApiError("sandbox_not_found", `Sandbox ${id} not found`);
   return c.redirect(`/console/sandboxes?killed=${id}`, 303);
+});
+
+consoleApp.get("/console/ops", async (c) => {
+  if (!c.get("caller").admin) throw new ApiError("forbidden", "Update ops runs need the admin key");
+  const teamQ = c.req.query("team") || undefined;
+  const nameQ = c.req.query("name") || undefined;
+  if (teamQ === undefined || nameQ === undefined) return render(c, "Update ops", {}, () => <OpsLookup />)();
+  if (!TeamName.safeParse(teamQ).success || !UpdateOpsName.safeParse(nameQ).success) throw new ApiError("bad_request", "team or run name is malformed");
+  const team = await findTeamByName(getDb(c.env), teamQ);
+  if (!team) throw new ApiError("not_found", `Team "${teamQ}" not found`);
+  const query = new URLSearchParams({ team: teamQ, name: nameQ });
+  return render(c, `Update ops ${nameQ}`, {
+    run: async () => {
+      const res = await updateOpsStatus(c.env, team, nameQ);
+      return res.ok ? <OpsRun ops={res.ops} /> : <p class="error">{res.error.message}</p>;
+    },
+  }, (p) => (
+    <>
+      <OpsLookup team={teamQ} name={nameQ} />
+      <Live id="run" label="Run" src={`/console/ops?${query}&fragment=run`}>{p.run}</Live>
+    </>
+  ))();
 });

@@ -50,6 +50,7 @@ export function Page(props: { title: string; who?: string; csrf?: string; childr
               <ul>
                 <li><a href="/console">Overview</a></li>
                 <li><a href="/console/sandboxes">Sandboxes</a></li>
+                <li><a href="/console/ops">Update ops</a></li>
                 <li>{props.who}</li>
                 <li>
                   <form class="inline" method="post" action="/console/logout">

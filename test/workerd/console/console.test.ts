@@ -154,3 +154,17 @@ describe("kill", () => {
     await expectStatus(call(`/sandboxes/${own}`, { key: team.key }), 404);
   });
 });
+
+describe("update ops runs", () => {
+  it("the admin sees a run's phase and sandboxes as the API has them; a team key is refused", async () => {
+    await expectStatus(call(`/admin/teams/${other.name}/updateops`, { body: { name: "console-run", selector: {}, paused: true } }), 201);
+    const api = await expectStatus(call(`/admin/teams/${other.name}/updateops/console-run`), 200);
+    const { cookie } = await login(ADMIN_KEY);
+    const body = await html(page(`/console/ops?team=${other.name}&name=console-run`, { cookie }));
+    expect(body).toContain(`Phase: <strong>${api.phase}</strong>`);
+    for (const s of api.sandboxes) expect(body).toContain(`data-ops-sandbox="${s.id}"`);
+    await html(page("/console/ops?team=..&name=x", { cookie }), 400);
+    const team = await login(other.key);
+    await html(page(`/console/ops?team=${other.name}&name=console-run`, { cookie: team.cookie }), 403);
+  });
+});
