@@ -21,6 +21,7 @@ import { teams } from "./api/teams.ts";
 import { templates } from "./api/templates.ts";
 import { templateBuilds } from "./api/template-builds.ts";
 import { unserved } from "./api/unserved.ts";
+import { consoleApp } from "./console/console.tsx";
 import { requireApiKey } from "./auth/middleware.ts";
 import type { AppEnv } from "./env.ts";
 import { traceRequests, traced } from "./tracing.ts";
@@ -64,6 +65,8 @@ app.route("/", adminClusters);
 app.route("/", adminMetrics);
 app.route("/", adminQuotas);
 app.route("/", adminUpdateOps);
+// The operator console: its own session cookie, not X-API-KEY (functions/console/).
+app.route("/", consoleApp);
 // Last: E2B routes none of the above serves answer 501, not 404 (api/unserved.ts).
 app.route("/", unserved);
 

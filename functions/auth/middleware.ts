@@ -64,7 +64,16 @@ async function hashOf(key: string, pepper: string): Promise<string> {
 }
 
 async function resolveCaller(env: Env, key: string, background: (p: Promise<unknown>) => void): Promise<Caller> {
-  const hash = await hashOf(key, env.KEY_PEPPER);
+  return callerOfHash(env, await hashOf(key, env.KEY_PEPPER), background);
+}
+
+/** The key's HMAC, for a session that must not hold the key itself (functions/console/). */
+export function keyHashOf(env: Env, key: string): Promise<string> {
+  return hashOf(key, env.KEY_PEPPER);
+}
+
+/** The caller a key's HMAC stands for (a deleted key is refused, after the cache's TTL at most). */
+export async function callerOfHash(env: Env, hash: string, background: (p: Promise<unknown>) => void): Promise<Caller> {
   if (timingSafeEqualHex(hash, await adminHash(env))) {
     return { keyId: ADMIN_KEY_ID, teamId: ADMIN_TEAM_ID, teamName: ADMIN_TEAM_NAME, admin: true };
   }

@@ -1,0 +1,124 @@
+// What the console shows, gathered from the same store functions, Durable Object methods and
+// operations the API routes call (never through HTTP). Scoped like the API: a team key sees its
+// team's sandboxes, pools and quota; the admin key sees every team's, the clusters and the edge's
+// latency histograms.
+import type { Caller, Env } from "../env.ts";
+import type { ClusterStatus } from "../../durable-objects/cluster/rpc.ts";
+import type { AutoscalerStatus, PoolStatus } from "../../durable-objects/pool/rpc.ts";
+import type { QuotaStatus } from "../../durable-objects/quota/team-quota-do.ts";
+import type { SandboxInfo } from "../../durable-objects/sandbox/info.ts";
+import type { SandboxLogEntry } from "../../schema/api/sandbox-logs.ts";
+import type { TemplateRecord } from "../../schema/api/template.ts";
+import { getDb } from "../../durable-objects/store/db.ts";
+import { listIndexWithRunning, type IndexRow } from "../../durable-objects/store/sandbox-index.ts";
+import { listTeams, type TeamRow } from "../../durable-objects/store/teams.ts";
+import { listTemplates } from "../../durable-objects/store/templates.ts";
+import { flushNow, metricsStub } from "../../durable-objects/metrics/edge-metrics.ts";
+import { EDGE } from "../../durable-objects/metrics/families.ts";
+import type { HistogramCounts } from "../../durable-objects/metrics/counts.ts";
+import { sandboxLogs } from "../../durable-objects/operations/sandbox-logs.ts";
+import { poolStub, quotaStub, sandboxHandle } from "../api/stubs.ts";
+import { accessOf } from "../api/stubs.ts";
+
+export const CONSOLE_STATES = ["running", "paused"] as const;
+export const CONSOLE_PAGE = 100;
+
+export interface PoolView {
+  template: TemplateRecord;
+  teamName: string;
+  pool: PoolStatus;
+  autoscaler: AutoscalerStatus | null;
+}
+
+/** The caller's own templates (the admin: every team's), not other teams' public ones. */
+async function ownTemplates(env: Env, caller: Caller): Promise<{ templates: TemplateRecord[]; teams: TeamRow[] }> {
+  const db = getDb(env);
+  const teams = await listTeams(db, caller.admin ? null : caller.teamId);
+  const ids = new Set(teams.map((t) => t.id));
+  const templates = (await listTemplates(db, caller.admin ? null : caller.teamId)).filter((t) => ids.has(t.teamId));
+  return { templates, teams };
+}
+
+export async function pools(env: Env, caller: Caller): Promise<PoolView[]> {
+  const { templates, teams } = await ownTemplates(env, caller);
+  const names = new Map(teams.map((t) => [t.id, t.name]));
+  return Promise.all(
+    templates.map(async (t) => {
+      const stub = poolStub(env, t.teamId, t.templateId);
+      const [pool, auto] = await Promise.all([stub.status(), stub.autoscalerStatus()]);
+      return { template: t, teamName: names.get(t.teamId) ?? t.teamId, pool, autoscaler: auto.ok && auto.status.configured ? auto.status : null };
+    }),
+  );
+}
+
+/** Clusters named by the templates' specs, with their agent's link (admin only). */
+export async function clusters(env: Env, caller: Caller): Promise<ClusterStatus[]> {
+  if (!caller.admin) return [];
+  const { templates } = await ownTemplates(env, caller);
+  const names = [...new Set(templates.map((t) => t.spec.cluster))].sort();
+  return Promise.all(names.map(async (n) => ({ ...(await env.CLUSTER.get(env.CLUSTER.idFromName(n)).status()), cluster: n })));
+}
+
+export async function quotas(env: Env, caller: Caller): Promise<{ team: TeamRow; status: QuotaStatus | null }[]> {
+  const { teams } = await ownTemplates(env, caller);
+  return Promise.all(
+    teams.map(async (team) => {
+      const res = await quotaStub(env, team.id).status();
+      return { team, status: res.ok ? res.status : null };
+    }),
+  );
+}
+
+export interface SandboxFilter {
+  state: (typeof CONSOLE_STATES)[number] | "all";
+  template?: string;
+}
+
+export async function sandboxList(env: Env, caller: Caller, f: SandboxFilter): Promise<{ rows: IndexRow[]; running: number; more: boolean }> {
+  const page = await listIndexWithRunning(getDb(env), {
+    teamId: caller.admin ? null : caller.teamId,
+    states: f.state === "all" ? [...CONSOLE_STATES] : [f.state],
+    metadata: [],
+    template: f.template,
+    order: "desc",
+    limit: CONSOLE_PAGE,
+  });
+  return { rows: page.rows, running: page.running, more: page.next !== undefined };
+}
+
+export interface SandboxDetail {
+  info: SandboxInfo;
+  /** The agent's entries (phase changes, processes), newest last; null when the agent is away. */
+  logs: SandboxLogEntry[] | null;
+}
+
+export async function sandboxDetail(env: Env, caller: Caller, id: string): Promise<SandboxDetail | null> {
+  const access = accessOf(caller);
+  const res = await sandboxHandle(env, id).info(access);
+  if (!res.ok) return null;
+  const logs = await sandboxLogs(env, id, access, { limit: 200, direction: "backward" });
+  return { info: res.sandbox, logs: logs.ok ? logs.entries.reverse() : null };
+}
+
+/** The same kill as DELETE /sandboxes/{id}: false when the caller may not see it or it is gone. */
+export async function killSandbox(env: Env, caller: Caller, id: string): Promise<boolean> {
+  const res = await sandboxHandle(env, id).kill(accessOf(caller));
+  return res.ok;
+}
+
+export interface StageLatency {
+  stage: string;
+  histogram: HistogramCounts;
+}
+
+/** The create's per-stage histograms, summed over isolates (admin only: they are every team's). */
+export async function stageLatencies(env: Env, caller: Caller): Promise<StageLatency[]> {
+  if (!caller.admin) return [];
+  await flushNow(env);
+  const totals = await metricsStub(env).snapshot();
+  const prefix = `${EDGE.createStage}{`;
+  return Object.entries(totals.histograms)
+    .filter(([k]) => k.startsWith(prefix))
+    .map(([k, histogram]) => ({ stage: /stage="([^"]*)"/.exec(k)?.[1] ?? k, histogram }))
+    .sort((a, b) => a.stage.localeCompare(b.stage));
+}

@@ -1,0 +1,142 @@
+/** @jsxImportSource hono/jsx */
+// The console's tables: each renders one data set from data.ts; the pages wrap them in Live
+// sections so the same component answers the page and its fragment.
+import type { ClusterStatus } from "../../durable-objects/cluster/rpc.ts";
+import type { IndexRow } from "../../durable-objects/store/sandbox-index.ts";
+import type { TeamRow } from "../../durable-objects/store/teams.ts";
+import type { QuotaStatus } from "../../durable-objects/quota/team-quota-do.ts";
+import type { PoolView, SandboxDetail } from "./data.ts";
+
+const iso = (ms: number | null) => (ms === null ? "–" : new Date(ms).toISOString().replace(".000Z", "Z"));
+
+export function Clusters({ rows }: { rows: ClusterStatus[] }) {
+  return (
+    <table>
+      <caption>Clusters and their agents</caption>
+      <thead><tr><th scope="col">Cluster</th><th scope="col">Agent</th><th scope="col">Driver</th><th scope="col">Last seen</th><th scope="col">Sandboxes</th><th scope="col">Unacked intents</th></tr></thead>
+      <tbody>
+        {rows.map((r) => (
+          <tr data-cluster={r.cluster ?? ""}>
+            <td>{r.cluster}</td>
+            <td class={r.connected ? "ok" : "bad"}>{r.connected ? `connected (${r.agentId ?? "?"})` : "disconnected"}</td>
+            <td>{r.driver ?? "–"} {r.isolation ? `/ ${r.isolation}` : ""}</td>
+            <td>{iso(r.lastSeenAt)}</td>
+            <td>{r.sandboxes}</td>
+            <td>{r.pending}</td>
+          </tr>
+        ))}
+      </tbody>
+    </table>
+  );
+}
+
+export function Pools({ rows }: { rows: PoolView[] }) {
+  return (
+    <table>
+      <caption>Pools (warm stock per template)</caption>
+      <thead><tr><th scope="col">Team</th><th scope="col">Template</th><th scope="col">Replicas</th><th scope="col">Available</th><th scope="col">Creating</th><th scope="col">Claimed</th><th scope="col">Revision (current / update)</th><th scope="col">Autoscaler's last decision</th></tr></thead>
+      <tbody>
+        {rows.map(({ template: t, teamName, pool: p, autoscaler: a }) => (
+          <tr data-template={t.templateId}>
+            <td>{teamName}</td>
+            <td>{t.templateId}</td>
+            <td>{p.replicas}</td>
+            <td data-field="available">{p.available}</td>
+            <td>{p.creating}</td>
+            <td data-field="claimed">{p.claimed}</td>
+            <td>{p.currentRevision ?? "–"} / {p.updateRevision ?? "–"}</td>
+            <td>{a?.lastDecision ? `${a.lastDecision.time}: ${a.lastDecision.currentReplicas} → ${a.lastDecision.desiredReplicas} (${a.lastDecision.reason}) ${a.lastDecision.message}` : a ? "none yet" : "no autoscaler"}</td>
+          </tr>
+        ))}
+      </tbody>
+    </table>
+  );
+}
+
+export function Quotas({ rows }: { rows: { team: TeamRow; status: QuotaStatus | null }[] }) {
+  const cell = (used: number, limit: number | null) => (limit === null ? `${used}` : `${used} of ${limit}`);
+  return (
+    <table>
+      <caption>Quota use per team</caption>
+      <thead><tr><th scope="col">Team</th><th scope="col">Running sandboxes</th><th scope="col">vCPUs</th><th scope="col">Memory (MB)</th><th scope="col">Creates this minute</th></tr></thead>
+      <tbody>
+        {rows.map(({ team, status: s }) => (
+          <tr data-team={team.name}>
+            <td>{team.name}</td>
+            {s ? (
+              <>
+                <td data-field="running">{cell(s.usage.runningSandboxes, s.limits.runningSandboxes)}</td>
+                <td>{cell(s.usage.vcpus, s.limits.vcpus)}</td>
+                <td>{cell(s.usage.memoryMB, s.limits.memoryMB)}</td>
+                <td>{cell(s.usage.createsPerMinute, s.limits.createsPerMinute)}</td>
+              </>
+            ) : (
+              <td colspan={4}>unavailable</td>
+            )}
+          </tr>
+        ))}
+      </tbody>
+    </table>
+  );
+}
+
+export function SandboxTable(props: { rows: IndexRow[]; running: number; more: boolean; csrf: string }) {
+  return (
+    <>
+      <p>{props.running} running in all. {props.more ? "Showing the newest 100." : ""}</p>
+      <table>
+        <caption>Sandboxes</caption>
+        <thead><tr><th scope="col">Sandbox</th><th scope="col">Template</th><th scope="col">State</th><th scope="col">Phase</th><th scope="col">Started</th><th scope="col"><span class="skip">Actions</span></th></tr></thead>
+        <tbody>
+          {props.rows.map((r) => (
+            <tr data-sandbox={r.id}>
+              <td><a href={`/console/sandboxes/${r.id}`}>{r.id}</a></td>
+              <td>{r.templateId}</td>
+              <td data-field="state">{r.state}</td>
+              <td>{r.phase}</td>
+              <td>{iso(r.startedAt)}</td>
+              <td><KillButton id={r.id} csrf={props.csrf} /></td>
+            </tr>
+          ))}
+        </tbody>
+      </table>
+    </>
+  );
+}
+
+export function KillButton({ id, csrf }: { id: string; csrf: string }) {
+  return (
+    <form class="inline" method="post" action={`/console/sandboxes/${id}/kill`}>
+      <input type="hidden" name="csrf" value={csrf} />
+      <button type="submit" class="danger" aria-label={`Kill sandbox ${id}`}>Kill</button>
+    </form>
+  );
+}
+
+/** The lifecycle timeline: start, each condition's last transition, the agent's entries, the end. */
+export function Timeline({ detail }: { detail: SandboxDetail }) {
+  const { info, logs } = detail;
+  const events: { at: number; what: string }[] = [{ at: info.startedAt, what: "started" }];
+  for (const c of info.conditions) events.push({ at: c.lastTransitionTime, what: `${c.type} = ${c.status} (${c.reason})${c.message ? `: ${c.message}` : ""}` });
+  for (const e of logs ?? []) {
+    const fields = Object.entries(e.fields).map(([k, v]) => `${k}=${v}`).join(" ");
+    events.push({ at: e.timestamp, what: `[agent ${e.level}] ${e.message}${fields ? ` ${fields}` : ""}` });
+  }
+  if (info.endAt !== null) events.push({ at: info.endAt, what: info.state === "paused" ? "deleted if still paused" : "ends (timeout)" });
+  events.sort((a, b) => a.at - b.at);
+  return (
+    <>
+      <dl>
+        <dt>State</dt><dd data-field="state">{info.state} ({info.phase})</dd>
+        <dt>Template</dt><dd>{info.templateId}</dd>
+        <dt>Resources</dt><dd>{info.cpuCount} vCPU, {info.memoryMB} MB</dd>
+      </dl>
+      {logs === null && <p>The agent did not answer: its entries are missing below.</p>}
+      <ol class="timeline">
+        {events.map((e) => (
+          <li><time datetime={new Date(e.at).toISOString()}>{iso(e.at)}</time> {e.what}</li>
+        ))}
+      </ol>
+    </>
+  );
+}

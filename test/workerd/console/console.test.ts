@@ -1,0 +1,170 @@
+// The operator console through the Worker: the login form and its session cookie (HttpOnly,
+// SameSite=Strict, Secure over https, the key never in a URL), team scoping (a team key sees only
+// its team's sandboxes; the admin sees every team's and the clusters), CSRF on the kill, and a kill
+// from the console seen through the E2B API.
+import { exports } from "cloudflare:workers";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { ScriptedAgent } from "../../support/scripted-agent.ts";
+import { ADMIN_KEY, call, createTeam, expectStatus, startAgent, unique, type TestTeam } from "../helpers.ts";
+
+let team: TestTeam;
+let other: TestTeam;
+let agent: ScriptedAgent;
+let own: string;
+let theirs: string;
+
+function page(path: string, init: { cookie?: string; method?: string; form?: Record<string, string>; headers?: Record<string, string>; origin?: string } = {}): Promise<Response> {
+  const headers: Record<string, string> = { ...init.headers };
+  if (init.cookie) headers.cookie = init.cookie;
+  let body: string | undefined;
+  if (init.form) {
+    headers["content-type"] = "application/x-www-form-urlencoded";
+    body = new URLSearchParams(init.form).toString();
+  }
+  return exports.default.fetch(`${init.origin ?? "http://edge.test"}${path}`, { method: init.method ?? (body !== undefined ? "POST" : "GET"), headers, body, redirect: "manual" });
+}
+
+async function login(key: string, origin?: string): Promise<{ cookie: string; setCookie: string; res: Response }> {
+  const res = await page("/console/login", { form: { key }, origin });
+  const setCookie = res.headers.get("set-cookie") ?? "";
+  return { cookie: setCookie.split(";")[0]!, setCookie, res };
+}
+
+async function html(res: Response | Promise<Response>, status = 200): Promise<string> {
+  const r = await res;
+  const text = await r.text();
+  expect({ status: r.status, text: text.slice(0, 300) }).toMatchObject({ status });
+  return text;
+}
+
+const csrfOf = (body: string) => /name="csrf" value="([0-9a-f]{32})"/.exec(body)?.[1] ?? "";
+
+beforeAll(async () => {
+  team = await createTeam(unique("console"));
+  other = await createTeam(unique("console-other"), { cluster: team.cluster });
+  agent = await startAgent(team.cluster);
+  own = (await expectStatus(call("/v2/sandboxes", { key: team.key, body: { templateID: team.template } }), 201)).sandboxID;
+  theirs = (await expectStatus(call("/v2/sandboxes", { key: other.key, body: { templateID: other.template } }), 201)).sandboxID;
+});
+afterAll(() => agent.disconnect());
+
+describe("signing in", () => {
+  it("sends a visitor without a session to the login form; a fragment request gets a 401", async () => {
+    const res = await page("/console");
+    expect(res.status).toBe(303);
+    expect(res.headers.get("location")).toBe("/console/login");
+    expect((await page("/console/sandboxes?fragment=list", { headers: { "x-console-fragment": "1" } })).status).toBe(401);
+    expect(await html(page("/console/login"))).toMatch(/<label for="key">/);
+  });
+
+  it("refuses a wrong or malformed key with the form again and no cookie", async () => {
+    for (const key of ["e2b_" + "1".repeat(40), "not-a-key"]) {
+      const { res, setCookie } = await login(key);
+      expect(await html(res, 401)).toMatch(/not valid/);
+      expect(setCookie).toBe("");
+    }
+  });
+
+  it("sets a signed HttpOnly SameSite=Strict cookie scoped to /console, Secure over https, without the key in it or in the redirect", async () => {
+    const { res, setCookie } = await login(team.key);
+    expect(res.status).toBe(303);
+    expect(res.headers.get("location")).toBe("/console");
+    expect(setCookie).toMatch(/HttpOnly/);
+    expect(setCookie).toMatch(/SameSite=Strict/);
+    expect(setCookie).toMatch(/Path=\/console/);
+    expect(setCookie).not.toMatch(/Secure/);
+    expect(decodeURIComponent(setCookie)).not.toContain(team.key);
+    expect((await login(team.key, "https://edge.test")).setCookie).toMatch(/Secure/);
+  });
+
+  it("refuses a tampered cookie", async () => {
+    const { cookie } = await login(team.key);
+    const tampered = cookie.replace(/%22exp%22%3A(\d)/, (_m, d) => `%22exp%22%3A${(Number(d) + 1) % 10}`);
+    expect(tampered).not.toBe(cookie);
+    expect((await page("/console", { cookie: tampered })).status).toBe(303);
+    expect((await page("/console", { cookie })).status).toBe(200);
+  });
+});
+
+describe("team scoping", () => {
+  it("a team key's console lists its team's sandboxes only, and another team's sandbox is a 404", async () => {
+    const { cookie } = await login(team.key);
+    const list = await html(page("/console/sandboxes?state=all", { cookie }));
+    expect(list).toContain(`data-sandbox="${own}"`);
+    expect(list).not.toContain(theirs);
+    await html(page(`/console/sandboxes/${theirs}`, { cookie }), 404);
+    expect(await html(page(`/console/sandboxes/${own}`, { cookie }))).toContain("started");
+    const overview = await html(page("/console", { cookie }));
+    expect(overview).toContain(`data-template="${team.template}"`);
+    expect(overview).not.toContain(other.template);
+    expect(overview).not.toContain('id="clusters"');
+  });
+
+  it("the admin's console lists every team's sandboxes and the clusters", async () => {
+    const { cookie } = await login(ADMIN_KEY);
+    const list = await html(page("/console/sandboxes?state=all", { cookie }));
+    expect(list).toContain(own);
+    expect(list).toContain(theirs);
+    const overview = await html(page("/console", { cookie }));
+    expect(overview).toMatch(new RegExp(`data-cluster="${team.cluster}"`));
+    expect(overview).toContain(`data-template="${other.template}"`);
+  });
+
+  it("a live fragment is the section alone", async () => {
+    const { cookie } = await login(team.key);
+    const frag = await html(page("/console/sandboxes?state=all&fragment=list", { cookie, headers: { "x-console-fragment": "1" } }));
+    expect(frag).toContain(own);
+    expect(frag).not.toContain("<html");
+  });
+
+  it("refuses a malformed filter with a 400 page", async () => {
+    const { cookie } = await login(team.key);
+    expect(await html(page("/console/sandboxes?state=exploded", { cookie }), 400)).toMatch(/state must be/);
+    expect(await html(page("/console/sandboxes?template=..%2F", { cookie }), 400)).toMatch(/template/);
+  });
+});
+
+describe("kill", () => {
+  it("is refused without the session's CSRF token or from another origin, and the sandbox lives on", async () => {
+    const { cookie } = await login(team.key);
+    const csrf = csrfOf(await html(page("/console/sandboxes", { cookie })));
+    expect(csrf).toMatch(/^[0-9a-f]{32}$/);
+    await html(page(`/console/sandboxes/${own}/kill`, { cookie, form: {} }), 403);
+    await html(page(`/console/sandboxes/${own}/kill`, { cookie, form: { csrf: "0".repeat(32) } }), 403);
+    await html(page(`/console/sandboxes/${own}/kill`, { cookie, form: { csrf }, headers: { origin: "http://evil.test" } }), 403);
+    // Another session's token is not this one's.
+    const second = await login(team.key);
+    await html(page(`/console/sandboxes/${own}/kill`, { cookie: second.cookie, form: { csrf } }), 403);
+    await expectStatus(call(`/sandboxes/${own}`, { key: team.key }), 200);
+  });
+
+  it("a team cannot kill another team's sandbox from the console", async () => {
+    const { cookie } = await login(team.key);
+    const csrf = csrfOf(await html(page("/console/sandboxes", { cookie })));
+    await html(page(`/console/sandboxes/${theirs}/kill`, { cookie, form: { csrf } }), 404);
+    await expectStatus(call(`/sandboxes/${theirs}`, { key: other.key }), 200);
+  });
+
+  it("with the token, kills: the API no longer has the sandbox", async () => {
+    const { cookie } = await login(team.key);
+    const csrf = csrfOf(await html(page("/console/sandboxes", { cookie })));
+    const res = await page(`/console/sandboxes/${own}/kill`, { cookie, form: { csrf } });
+    expect(res.status).toBe(303);
+    expect(res.headers.get("location")).toBe(`/console/sandboxes?killed=${own}`);
+    await expectStatus(call(`/sandboxes/${own}`, { key: team.key }), 404);
+  });
+});
+
+describe("update ops runs", () => {
+  it("the admin sees a run's phase and sandboxes as the API has them; a team key is refused", async () => {
+    await expectStatus(call(`/admin/teams/${other.name}/updateops`, { body: { name: "console-run", selector: {}, paused: true } }), 201);
+    const api = await expectStatus(call(`/admin/teams/${other.name}/updateops/console-run`), 200);
+    const { cookie } = await login(ADMIN_KEY);
+    const body = await html(page(`/console/ops?team=${other.name}&name=console-run`, { cookie }));
+    expect(body).toContain(`Phase: <strong>${api.phase}</strong>`);
+    for (const s of api.sandboxes) expect(body).toContain(`data-ops-sandbox="${s.id}"`);
+    await html(page("/console/ops?team=..&name=x", { cookie }), 400);
+    const team = await login(other.key);
+    await html(page(`/console/ops?team=${other.name}&name=console-run`, { cookie: team.cookie }), 403);
+  });
+});
