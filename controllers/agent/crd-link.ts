@@ -1,7 +1,7 @@
 // The cluster's custom resources over the agent's session (`--driver kubernetes`): SandboxSets and
-// SandboxClaims (and PoolAutoscalers) of the watched namespaces, and the team quota annotated on each such Namespace, (the agent's own, `--watch-namespaces`, or with
+// SandboxClaims (and PoolAutoscalers and SandboxUpdateOps) of the watched namespaces, and the team quota annotated on each such Namespace, (the agent's own, `--watch-namespaces`, or with
 // `--all-namespaces` every namespace holding one; team = namespace) go to the edge as
-// `sandboxsets`/`claims`/`quotas`/`autoscalers` items, and kubectl edits
+// `sandboxsets`/`claims`/`quotas`/`autoscalers`/`updateops` items, and kubectl edits
 // of a Sandbox (spec.paused, delete) as `requests`. The edge decides; the driver acts only on the
 // intents that follow. Everything is level-based and retried (with the work queue's backoff) until the edge answers.
 import type { KubeConfig } from "@kubernetes/client-node";
@@ -11,6 +11,7 @@ import { NamespaceDiscovery } from "../drivers/kubernetes/namespace-discovery.ts
 import { LinkPoolSink, SandboxSetSync } from "./kube-sync/sandboxset-sync.ts";
 import { NamespaceQuotaSync } from "./kube-sync/namespace-quota-sync.ts";
 import { PoolAutoscalerSync } from "./kube-sync/poolautoscaler-sync.ts";
+import { UpdateOpsSync } from "./kube-sync/updateops-sync.ts";
 import type { Link } from "./link.ts";
 import { backoffMs } from "../lib/work-queue.ts";
 import { CommitController } from "../drivers/kubernetes/commit/commit-controller.ts";
@@ -33,7 +34,7 @@ export interface CrdLinkOptions {
   retryMs?: number;
   /** How often each namespace's quota annotations are read (default 10 s). */
   quotaPollMs?: number;
-  /** How often each PoolAutoscaler's status is read from the edge (default 5 s). */
+  /** How often each PoolAutoscaler's and SandboxUpdateOps' status is read from the edge (default 5 s). */
   autoscalerStatusMs?: number;
   /** The Commit controller (feature gate `Commit`); absent: Commits are not looked at. */
   commit?: { enabled: boolean; job: CommitJobOptions };
@@ -44,6 +45,7 @@ export interface NamespaceSync {
   claims: SandboxClaimSync;
   quota: NamespaceQuotaSync;
   autoscalers: PoolAutoscalerSync;
+  updateOps: UpdateOpsSync;
   commits?: CommitController;
   checkpoints: CheckpointController;
 }
@@ -127,16 +129,18 @@ export async function startCrdLink(o: CrdLinkOptions): Promise<CrdLink> {
       const claims = new SandboxClaimSync({ kubeConfig: o.kubeConfig, namespace: ns, claimer, log, retryMs, onClaimed: (ids, name, mounts) => o.driver.labelClaimed(ids, name, mounts) });
       const quota = new NamespaceQuotaSync({ kubeConfig: o.kubeConfig, namespace: ns, link: o.link, pollMs: o.quotaPollMs, log });
       const autoscalers = new PoolAutoscalerSync({ kubeConfig: o.kubeConfig, namespace: ns, link: o.link, log, retryMs, statusMs: o.autoscalerStatusMs });
+      const updateOps = new UpdateOpsSync({ kubeConfig: o.kubeConfig, namespace: ns, link: o.link, log, retryMs, statusMs: o.autoscalerStatusMs });
       const commits = o.commit && new CommitController({ kubeConfig: o.kubeConfig, namespace: ns, enabled: o.commit.enabled, job: o.commit.job, log });
       await claims.start();
       sets.start();
       quota.start();
       await autoscalers.start();
+      await updateOps.start();
       await commits?.start();
       // Snapshots are Checkpoints (the driver makes them); this one rebuilds an unhealthy one.
       const checkpoints = new CheckpointController({ kubeConfig: o.kubeConfig, namespace: ns, log });
       await checkpoints.start();
-      return { sets, claims, quota, autoscalers, commits, checkpoints };
+      return { sets, claims, quota, autoscalers, updateOps, commits, checkpoints };
     })();
     namespaces.set(ns, started);
     return started;
@@ -164,6 +168,7 @@ export async function startCrdLink(o: CrdLinkOptions): Promise<CrdLink> {
         await s?.claims.stop();
         await s?.quota.stop();
         await s?.autoscalers.stop();
+        await s?.updateOps.stop();
         await s?.commits?.stop();
         await s?.checkpoints.stop();
       }

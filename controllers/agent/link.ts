@@ -24,6 +24,7 @@ import {
   type SandboxSetItemInput,
   type TeamQuotaItem,
   type PoolAutoscalerItemInput,
+  type UpdateOpsItemInput,
   type Welcome,
 } from "../../schema/protocol/index.ts";
 import { BUILD_FEATURE, type BuildEvents, type BuildFrame } from "../../schema/protocol/build.ts";
@@ -66,7 +67,8 @@ export type EdgeCall =
   | { type: "requests"; item: Omit<SandboxRequestItem, "id"> }
   | { type: "claims"; item: Omit<ClaimItemInput, "id"> }
   | { type: "quotas"; item: Omit<TeamQuotaItem, "id"> }
-  | { type: "autoscalers"; item: DistributiveOmit<PoolAutoscalerItemInput, "id"> };
+  | { type: "autoscalers"; item: DistributiveOmit<PoolAutoscalerItemInput, "id"> }
+  | { type: "updateops"; item: DistributiveOmit<UpdateOpsItemInput, "id"> };
 type DistributiveOmit<T, K extends keyof T> = T extends unknown ? Omit<T, K> : never;
 
 interface Waiting {

@@ -18,10 +18,12 @@ import {
   type SandboxSetItem,
   type TeamQuotaItem,
   type PoolAutoscalerItem,
+  type UpdateOpsItem,
 } from "../../schema/protocol/index.ts";
 import { clipText, MAX_MESSAGE_LENGTH } from "../../schema/api/limits.ts";
 import { applyTeamQuota, CRD_QUOTA_SCHEMA } from "./crd-quota.ts";
 import { applyPoolAutoscaler, CRD_AUTOSCALER_SCHEMA, prunePoolAutoscalers } from "./crd-autoscalers.ts";
+import { applyUpdateOps, CRD_UPDATE_OPS_SCHEMA, pruneUpdateOps } from "./crd-updateops.ts";
 import { annotationsProblem } from "../../schema/crd/user-metadata.ts";
 import { checkInplaceUpdate, parseCreateExtensions } from "../../schema/api/extensions.ts";
 import { NewSandboxV2 } from "../../schema/api/sandbox.ts";
@@ -76,10 +78,11 @@ export class CrdSync {
     opts.sql.exec(SCHEMA);
     opts.sql.exec(CRD_QUOTA_SCHEMA);
     opts.sql.exec(CRD_AUTOSCALER_SCHEMA);
+    opts.sql.exec(CRD_UPDATE_OPS_SCHEMA);
   }
 
   /** Starts every item; each is answered when done (the socket is never held up). */
-  handle(msg: { type: "sandboxsets"; items: SandboxSetItem[] } | { type: "requests"; items: SandboxRequestItem[] } | { type: "claims"; items: ClaimItem[] } | { type: "quotas"; items: TeamQuotaItem[] } | { type: "autoscalers"; items: PoolAutoscalerItem[] }): void {
+  handle(msg: { type: "sandboxsets"; items: SandboxSetItem[] } | { type: "requests"; items: SandboxRequestItem[] } | { type: "claims"; items: ClaimItem[] } | { type: "quotas"; items: TeamQuotaItem[] } | { type: "autoscalers"; items: PoolAutoscalerItem[] } | { type: "updateops"; items: UpdateOpsItem[] }): void {
     for (const item of msg.items) {
       switch (msg.type) {
         case "sandboxsets": {
@@ -108,6 +111,13 @@ export class CrdSync {
           const serial = (name: string, work: () => Promise<Omit<ReplyItem, "id">>) => this.#serial(`pa:${a.namespace}/${name}`, work);
           if ("present" in a) this.#answer(a.id, `pas:${a.namespace}`, prunePoolAutoscalers(this.#o.env, this.#o.sql, a.namespace, a.present, serial));
           else this.#answer(a.id, `pa:${a.namespace}/${a.name}`, serial(a.name, () => applyPoolAutoscaler(this.#o.env, this.#o.sql, a)));
+          break;
+        }
+        case "updateops": {
+          const u = item as UpdateOpsItem;
+          const serial = (name: string, work: () => Promise<Omit<ReplyItem, "id">>) => this.#serial(`suo:${u.namespace}/${name}`, work);
+          if ("present" in u) this.#answer(u.id, `suos:${u.namespace}`, pruneUpdateOps(this.#o.env, this.#o.sql, u.namespace, u.present, serial));
+          else this.#answer(u.id, `suo:${u.namespace}/${u.name}`, serial(u.name, () => applyUpdateOps(this.#o.env, this.#o.sql, u)));
           break;
         }
       }

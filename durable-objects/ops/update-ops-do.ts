@@ -128,14 +128,7 @@ export class UpdateOpsDO extends DurableObject<Env> {
       revisions[templateId] = rec?.revision ?? null;
       if (rec) targets[templateId] = protocolTemplate(templateId, rec.revision, rec.spec);
     }
-    // The kubernetes driver does not rebuild a claimed sandbox's pod on a new revision yet: its
-    // sandboxes would be reported upgraded while their pods stay as they were.
-    const unsupported: Record<string, string> = {};
-    for (const cluster of new Set(candidates.map((c) => c.cluster))) {
-      const status = await this.env.CLUSTER.get(this.env.CLUSTER.idFromName(cluster)).status();
-      if (status.driver === "kubernetes") unsupported[cluster] = "the kubernetes driver does not recreate sandboxes yet";
-    }
-    this.save({ state: transition(run.state, { type: "select", candidates, targets: revisions, unsupported }, Date.now()), targets });
+    this.save({ state: transition(run.state, { type: "select", candidates, targets: revisions }, Date.now()), targets });
   }
 
   /** Asks the groups of the members in flight to start or report their upgrades. */

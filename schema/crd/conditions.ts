@@ -94,6 +94,8 @@ export const EventReason = {
   Paused: "Paused",
   Resumed: "Resumed",
   InplaceUpdated: "InplaceUpdated",
+  /** On the Sandbox: its pod was replaced by one from a new template revision (update ops). */
+  Recreated: "Recreated",
   /** The first failure of a retried change (Warning; the Ready condition carries the latest). */
   ReconcileError: "ReconcileError",
   /** On the injection ConfigMap: refused (Warning; the last good config stays in force). */

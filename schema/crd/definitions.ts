@@ -292,6 +292,19 @@ export const sandboxUpdateOps = crd({
     failedReplicas: int32(),
     updatingReplicas: int32(),
     conditions,
+    /** One line per selected sandbox (this platform's addition: upstream shows counts only). */
+    sandboxes: arr(
+      obj({
+        sandboxID: str(),
+        status: enumOf(["Pending", "Updating", "Succeeded", "Failed"]),
+        fromRevision: str(),
+        toRevision: str(),
+        paused: bool(),
+        attempt: int32(),
+        message: str(),
+      }),
+      { maxItems: 1000 },
+    ),
   }),
   columns: [
     { name: "PHASE", type: "string", jsonPath: ".status.phase" },

@@ -47,6 +47,9 @@ export const ANNOTATION = {
   csiVolumeConfig: "e2b.agents.kruise.io/csi-volume-config",
   /** UID of the pod whose CSI mounts were made (a new pod, after a Stop resume, mounts again). */
   csiMountedPod: "agents.kruise.io/csi-mounted-pod",
+  /** The edge template revision the Sandbox's template is from; a claimed sandbox asked for
+   * another one is recreated (an update ops run's Recreate: a new pod, the PVCs kept). */
+  revision: "agents.kruise.io/edge-revision",
 } as const;
 
 /** Finalizer that keeps a Sandbox until its pod is gone (added by this agent on create). */

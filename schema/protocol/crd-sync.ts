@@ -17,6 +17,7 @@ import {
 import { SandboxIdSchema } from "./ids.ts";
 import { InplaceUpdateSchema } from "./intent.ts";
 import { AutoscalerSpec } from "../api/autoscaler.ts";
+import { UpdateOpsName, UpdateOpsSpec } from "../api/update-ops.ts";
 
 /*
  * The cluster's custom resources over the agent's session (kubernetes driver): the platform team
@@ -46,7 +47,7 @@ import { AutoscalerSpec } from "../api/autoscaler.ts";
  */
 
 /** Features an edge may list in `welcome.features`. */
-export const CRD_SYNC_FEATURES = ["sandboxsets", "requests", "claims", "quotas", "autoscalers"] as const;
+export const CRD_SYNC_FEATURES = ["sandboxsets", "requests", "claims", "quotas", "autoscalers", "updateops"] as const;
 export type CrdSyncFeature = (typeof CRD_SYNC_FEATURES)[number];
 
 /** E2B metadata key marking the sandboxes a SandboxClaim took (value: the claim's uid). Metadata
@@ -178,6 +179,47 @@ export const AutoscalerStatusReplySchema = z.object({
 });
 export type AutoscalerStatusReply = z.infer<typeof AutoscalerStatusReplySchema>;
 
+/*
+ * agent → edge  updateops   a SandboxUpdateOps: upserts `{namespace, name, uid, generation, spec}`
+ *                           start the run of team = namespace (or change `paused`/`maxUnavailable`
+ *                           of the one running), `retry` (a new token) retries its failed sandboxes,
+ *                           deletions remove it, `{…, status: true}` asks for its status, and the
+ *                           namespace's inventory removes runs deleted while the agent was down.
+ *                           Every answer carries the run's status (`updateOps`).
+ */
+const UpdateOpsRef = { id: ItemIdSchema, namespace: TeamName, name: UpdateOpsName, uid: z.string().min(1).max(MAX_NAME_LENGTH) };
+export const UpdateOpsUpsertSchema = z.object({
+  ...UpdateOpsRef,
+  generation: z.int().nonnegative(),
+  spec: UpdateOpsSpec,
+  /** The object's retry annotation: a value the edge has not seen for this uid retries the failed. */
+  retry: z.string().max(MAX_NAME_LENGTH).optional(),
+});
+export const UpdateOpsDeletionSchema = z.object({ ...UpdateOpsRef, deleted: z.literal(true) });
+export const UpdateOpsStatusQuerySchema = z.object({ ...UpdateOpsRef, status: z.literal(true) });
+export const UpdateOpsInventorySchema = z.object({ id: ItemIdSchema, namespace: TeamName, present: z.array(UpdateOpsName).max(MAX_TEMPLATES_PER_NAMESPACE) });
+export const UpdateOpsItemSchema = z.union([UpdateOpsDeletionSchema, UpdateOpsStatusQuerySchema, UpdateOpsInventorySchema, UpdateOpsUpsertSchema]);
+export type UpdateOpsItem = z.infer<typeof UpdateOpsItemSchema>;
+export type UpdateOpsItemInput = z.input<typeof UpdateOpsItemSchema>;
+export const UpdateOpsItemsSchema = z.object({ type: z.literal("updateops"), items: items(UpdateOpsItemSchema) });
+
+/** The sandboxes a run's status lists (the CRD's per-sandbox lines). */
+export const MAX_UPDATE_OPS_LINES = 1000;
+/** A run's status as the admin API shows it (durable-objects/ops/update-ops-do.ts), bounded. */
+export const UpdateOpsStatusReplySchema = z.object({
+  phase: z.enum(["Pending", "Updating", "Completed", "Failed"]),
+  replicas: z.int().nonnegative(),
+  updatedReplicas: z.int().nonnegative(),
+  failedReplicas: z.int().nonnegative(),
+  updatingReplicas: z.int().nonnegative(),
+  conditions: z.array(z.object({ type: Word, status: z.enum(["True", "False"]), reason: Word, message: Text.optional(), lastTransitionTime: z.number() })).max(8),
+  sandboxes: z
+    .array(z.object({ id: SandboxIdSchema, status: Word, from: Word, to: Word, paused: z.boolean(), attempt: z.int().nonnegative(), message: Text.optional() }))
+    .max(MAX_UPDATE_OPS_LINES),
+  events: z.array(z.object({ at: z.number(), type: z.enum(["Normal", "Warning"]), reason: Word, sandboxId: SandboxIdSchema.optional(), message: Text })).max(200),
+});
+export type UpdateOpsStatusReply = z.infer<typeof UpdateOpsStatusReplySchema>;
+
 /**
  * `applied`: done (for claims: all `replicas` are claimed); `stale`: superseded by what the edge
  * already has (older generation, request against an older sandbox generation); `rejected`: not
@@ -192,6 +234,8 @@ export const ReplyItemSchema = z.object({
   sandboxIds: z.array(SandboxIdSchema).max(1000).optional(),
   /** Autoscalers: the pool autoscaler's status after the item (absent once deleted). */
   autoscaler: AutoscalerStatusReplySchema.optional(),
+  /** Update ops: the run's status after the item (absent once deleted). */
+  updateOps: UpdateOpsStatusReplySchema.optional(),
 });
 export type ReplyItem = z.infer<typeof ReplyItemSchema>;
 

@@ -3,7 +3,7 @@ import { z } from "zod";
 import { SandboxIdSchema, SnapshotIdSchema } from "./ids.ts";
 import { IntentSchema, PauseStrategySchema } from "./intent.ts";
 import { ObservationSchema } from "./observation.ts";
-import { AutoscalersSchema, ClaimsSchema, QuotasSchema, RepliesSchema, RequestsSchema, SandboxSetsSchema } from "./crd-sync.ts";
+import { AutoscalersSchema, UpdateOpsItemsSchema, ClaimsSchema, QuotasSchema, RepliesSchema, RequestsSchema, SandboxSetsSchema } from "./crd-sync.ts";
 import { BuildEventsSchema, BuildFrameSchema } from "./build.ts";
 import { MAX_LOGS_LIMIT, SandboxLogEntrySchema, SandboxLogsQuerySchema } from "../api/sandbox-logs.ts";
 import { MAX_FRAME_SANDBOXES, MAX_MESSAGE_LENGTH, MAX_NAME_LENGTH, MAX_PATH_LENGTH } from "../api/limits.ts";
@@ -30,7 +30,7 @@ import { MAX_FRAME_SANDBOXES, MAX_MESSAGE_LENGTH, MAX_NAME_LENGTH, MAX_PATH_LENG
  *   edge  → agent snapshotDeletes  snapshots to free (best effort: sent while connected)
  *   edge  → agent trafficPolicies  every TrafficPolicy and GlobalTrafficPolicy in force, whole
  *                                (after each welcome and on every change; an older agent ignores it)
- *   agent → edge  sandboxsets, requests, claims, quotas, autoscalers; edge → agent replies: the cluster's
+ *   agent → edge  sandboxsets, requests, claims, quotas, autoscalers, updateops; edge → agent replies: the cluster's
  *                                custom resources (kubernetes driver), see crd-sync.ts
  *   edge  → agent build; agent → edge buildEvents: template builds, see build.ts
  *   edge  → agent logsRequest    a sandbox's logs (E2B's logs routes); the agent answers `logs`
@@ -133,6 +133,7 @@ export const AgentMessageSchema = z.discriminatedUnion("type", [
   ClaimsSchema,
   QuotasSchema,
   AutoscalersSchema,
+  UpdateOpsItemsSchema,
   BuildEventsSchema,
   LogsSchema,
 ]);

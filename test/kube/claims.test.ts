@@ -9,16 +9,15 @@
 import { Sandbox } from "e2b";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { CLAIM_METADATA_KEY } from "../../schema/protocol/index.ts";
-import { startTestEdge, type TestEdge } from "./support/edge.ts";
-import { runRuntimes, startKubeAgent, type KubeAgent } from "./support/kube-agent.ts";
-import { TestKubelet } from "./support/kubelet.ts";
-import { freshNamespace, kubeConfig, kubectl, kubectlOk, table, until } from "./support/namespace.ts";
+import type { TestEdge } from "./support/edge.ts";
+import type { KubeAgent } from "./support/kube-agent.ts";
+import { kubectl, kubectlOk, table, until } from "./support/namespace.ts";
+import { startKubeSystem, type KubeSystem } from "./support/system.ts";
 import { withSandboxSet } from "./support/sandbox-set.ts";
 
 let edge: TestEdge;
 let ns: string;
-let kubelet: TestKubelet;
-let runtimes: { stop(): void };
+let sys: KubeSystem;
 let k: KubeAgent;
 
 const claimStatus = (name: string) =>
@@ -56,21 +55,12 @@ const sbxOf = (id: string) => table(kubectlOk(["-n", ns, "get", "sbx", "-l", `ag
 const podOf = (id: string) => kubectlOk(["-n", ns, "get", "pods", "-l", `agents.kruise.io/sandbox-id=${id}`, "-o", "name"]).trim();
 
 beforeAll(async () => {
-  edge = await startTestEdge("claims");
-  ns = await freshNamespace("claims");
-  kubelet = new TestKubelet(kubeConfig(), ns);
-  await kubelet.start();
-  runtimes = await runRuntimes(ns);
-  k = await startKubeAgent(edge, ns, "kube-claims");
+  sys = await startKubeSystem("claims", "kube-claims", { runtimes: true });
+  ({ edge, ns, agent: k } = sys);
   await withSandboxSet(ns, "pool", { replicas: 2, available: 2 });
 }, 180_000);
 
-afterAll(async () => {
-  await k?.stop().catch(() => {});
-  runtimes?.stop();
-  await kubelet?.stop();
-  await edge?.stop();
-});
+afterAll(() => sys?.stop());
 
 describe("SandboxClaim → edge over the agent link", () => {
   it("claims replicas from the team's pool and reports Completed with AllReplicasClaimed", async () => {
@@ -125,10 +115,10 @@ spec: { templateName: pool, replicas: 2, envVars: { MODE: eval }, labels: { purp
   it("a restarted agent does not claim again, and puts back a claim annotation removed while it was down", async () => {
     const [first] = await claimed(claimStatus("batch").metadata.uid);
     const name = kubectlOk(["-n", ns, "get", "sbx", "-l", `agents.kruise.io/sandbox-id=${first!.sandboxID}`, "-o", "name"]).trim();
-    await k.stop();
-    kubectlOk(["-n", ns, "annotate", name, "owner-"]);
-    expect(objectsOf(first!.sandboxID).sbx!.annotations?.owner).toBeUndefined();
-    k = await startKubeAgent(edge, ns, "kube-claims");
+    k = await sys.restart(() => {
+      kubectlOk(["-n", ns, "annotate", name, "owner-"]);
+      expect(objectsOf(first!.sandboxID).sbx!.annotations?.owner).toBeUndefined();
+    });
     await until("annotation back", () => objectsOf(first!.sandboxID).sbx?.annotations?.owner === "ci", 30_000);
     const claim = claimStatus("batch");
     expect(claim.status!.claimedReplicas).toBe(2);
@@ -232,9 +222,7 @@ describe("kubectl edits of a Sandbox go through the edge", () => {
 
   it("an edit made while the agent was down reaches the edge when it is back", async () => {
     const name = kubectlOk(["-n", ns, "get", "sbx", "-l", `agents.kruise.io/sandbox-id=${id}`, "-o", "name"]).trim();
-    await k.stop();
-    kubectlOk(["-n", ns, "patch", name, "--type", "merge", "-p", '{"spec":{"paused":true}}']);
-    k = await startKubeAgent(edge, ns, "kube-claims");
+    k = await sys.restart(() => kubectlOk(["-n", ns, "patch", name, "--type", "merge", "-p", '{"spec":{"paused":true}}']));
     await until("edge says paused", async () => (await info(id)).state === "paused", 30_000);
     await until("pod gone", () => podOf(id) === "", 30_000);
     kubectlOk(["-n", ns, "patch", name, "--type", "merge", "-p", '{"spec":{"paused":false}}']);
@@ -244,12 +232,12 @@ describe("kubectl edits of a Sandbox go through the edge", () => {
 
   it("an edit made against a generation the edge has moved past is stale and ignored (the edge stays the authority)", async () => {
     const name = kubectlOk(["-n", ns, "get", "sbx", "-l", `agents.kruise.io/sandbox-id=${id}`, "-o", "name"]).trim();
-    await k.stop();
-    // Meanwhile the E2B API pauses and resumes it (the edge is two generations ahead of the object).
-    expect((await edge_(`/sandboxes/${id}/pause`, { method: "POST", body: "{}" })).status).toBe(204);
-    await edge_(`/sandboxes/${id}/connect`, { method: "POST", body: JSON.stringify({ timeout: 300 }) }).catch(() => {});
-    kubectlOk(["-n", ns, "patch", name, "--type", "merge", "-p", '{"spec":{"paused":true}}']);
-    k = await startKubeAgent(edge, ns, "kube-claims");
+    k = await sys.restart(async () => {
+      // Meanwhile the E2B API pauses and resumes it (the edge is two generations ahead of the object).
+      expect((await edge_(`/sandboxes/${id}/pause`, { method: "POST", body: "{}" })).status).toBe(204);
+      await edge_(`/sandboxes/${id}/connect`, { method: "POST", body: JSON.stringify({ timeout: 300 }) }).catch(() => {});
+      kubectlOk(["-n", ns, "patch", name, "--type", "merge", "-p", '{"spec":{"paused":true}}']);
+    });
     await until("the edge's answer", () => k.logs.some((l) => l.startsWith(`kubectl pause of ${id}: stale`)), 30_000);
     await until("edge says running", async () => (await info(id)).state === "running", 30_000);
     expect(podOf(id)).not.toBe("");

@@ -5,16 +5,13 @@
 // changes nothing, `kubectl get sbs` shows the revisions and counts moving to done, and a sandbox
 // claimed before the change keeps its pod.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startTestEdge, type TestEdge } from "./support/edge.ts";
-import { runRuntimes, startKubeAgent, type KubeAgent } from "./support/kube-agent.ts";
-import { TestKubelet } from "./support/kubelet.ts";
-import { freshNamespace, kubeConfig, kubectlOk, table, until } from "./support/namespace.ts";
+import type { TestEdge } from "./support/edge.ts";
+import { kubectlOk, table, until } from "./support/namespace.ts";
+import { startKubeSystem, type KubeSystem } from "./support/system.ts";
 
+let sys: KubeSystem;
 let edge: TestEdge;
 let ns: string;
-let kubelet: TestKubelet;
-let runtimes: { stop(): void };
-let k: KubeAgent;
 
 const apply = (image: string) =>
   kubectlOk(["-n", ns, "apply", "-f", "-"], `
@@ -55,20 +52,11 @@ const edgePool = async () =>
   ((await (await fetch(`${edge.url}/admin/teams/${ns}/templates/roll`, { headers: { "x-api-key": edge.adminKey } })).json()) as { pool: Record<string, unknown> }).pool;
 
 beforeAll(async () => {
-  edge = await startTestEdge("rollout");
-  ns = await freshNamespace("rollout");
-  kubelet = new TestKubelet(kubeConfig(), ns);
-  await kubelet.start();
-  runtimes = await runRuntimes(ns);
-  k = await startKubeAgent(edge, ns, "kube-rollout");
+  sys = await startKubeSystem("rollout", "kube-rollout", { runtimes: true });
+  ({ edge, ns } = sys);
 }, 180_000);
 
-afterAll(async () => {
-  await k?.stop().catch(() => {});
-  runtimes?.stop();
-  await kubelet?.stop();
-  await edge?.stop();
-});
+afterAll(() => sys?.stop());
 
 describe("SandboxSet rolling update with kubectl", () => {
   it("kubectl apply of a new template rolls the warm pool within maxUnavailable; kubectl get sbs shows it progressing to done", async () => {
@@ -125,8 +113,7 @@ describe("SandboxSet rolling update with kubectl", () => {
       const row = sample();
       return isNew(row) && row.UPDATED_AVAILABLE === "1" && row.CURRENT_REVISION === `roll-${rev1}`;
     }, 60_000);
-    await k.stop();
-    k = await startKubeAgent(edge, ns, "kube-rollout");
+    await sys.restart();
     const end = await until(
       "rollout done",
       () => {

@@ -116,7 +116,7 @@ describe("update ops through the admin API", () => {
     await expectError(call(opsPath), 404);
   });
 
-  it("leaves alone the sandboxes of a cluster whose agent runs the kubernetes driver (no Recreate there yet), and says so", async () => {
+  it("upgrades the sandboxes of a cluster whose agent runs the kubernetes driver (its driver recreates the pod)", async () => {
     const team = await createTeam(unique("ops-kube"));
     const agent = await startAgent(team.cluster, { driver: "kubernetes" });
     const tplPath = `/admin/teams/${team.name}/templates/${team.template}`;
@@ -127,9 +127,9 @@ describe("update ops through the admin API", () => {
       const s = await expectStatus(call(`/admin/teams/${team.name}/updateops/k`), 200);
       return s.phase === "Completed" ? s : undefined;
     }, { what: "the run to answer" });
-    expect(done).toMatchObject({ replicas: 0, updatedReplicas: 0 });
-    expect(done.events.find((e: { reason: string }) => e.reason === "RecreateNotSupported").message).toContain("kubernetes driver does not recreate");
-    expect(agent.received.filter((r) => r.intent.sandboxId === id && r.intent.template?.revision === rev2)).toHaveLength(0);
+    expect(done).toMatchObject({ replicas: 1, updatedReplicas: 1 });
+    expect(done.events.map((e: { reason: string }) => e.reason)).not.toContain("RecreateNotSupported");
+    expect(agent.received.filter((r) => r.intent.sandboxId === id && r.intent.template?.revision === rev2)).toHaveLength(1);
   });
 
   it("answers CheckpointRestore as not supported yet, and refuses bad input with 4xx", async () => {

@@ -5,6 +5,7 @@ import { kubeApiRequests } from "../../lib/metrics.ts";
 
 export const mergePatch = setHeaderOptions("Content-Type", PatchStrategy.MergePatch);
 export const strategicPatch = setHeaderOptions("Content-Type", PatchStrategy.StrategicMergePatch);
+export const jsonPatch = setHeaderOptions("Content-Type", PatchStrategy.JsonPatch);
 export const PLURAL = { sandbox: "sandboxes", sandboxSet: "sandboxsets" } as const;
 
 /** JSON with object keys sorted, so an object compares equal to the API server's copy of it. */

@@ -157,7 +157,7 @@ export class KubernetesDriver implements Driver {
     // was made with it, and keeps it whatever became of the snapshot since).
     if (d.restoreFrom && !sbx) d = { ...d, restoreCheckpointId: await this.#checkpoints.restoreId(d.namespace ?? this.namespace, d.restoreFrom.id) };
     const live = sbx && ctx.pod(d.id);
-    if (sbx && live && d.state === "Running" && !sbx.spec.paused && !live.metadata?.deletionTimestamp && !this.#status.facts(sbx, d.id).frozen && !this.#pods.inplacePending(sbx, d)) {
+    if (sbx && live && d.state === "Running" && !sbx.spec.paused && !live.metadata?.deletionTimestamp && !this.#status.facts(sbx, d.id).frozen && !this.#pods.inplacePending(sbx, d) && !this.#sandboxes.recreatePending(sbx, d)) {
       // Running and staying so: only labels, owner and annotations can differ; write them behind.
       this.#deferred.set(d.id, d);
       this.#status.succeeded(d.id);
@@ -191,7 +191,15 @@ export class KubernetesDriver implements Driver {
     const sc = sbx ? ctx.scopeOf(d.id) : await this.#scopeForNew(d);
     sbx = sbx ? await this.#sandboxes.update(sbx, d) : await this.#sandboxes.create(d, sc);
     if (sbx.metadata?.deletionTimestamp) throw new Error(`sandbox ${d.id} is being deleted`);
-    const pod = ctx.pod(d.id);
+    let pod = ctx.pod(d.id);
+    if (this.#sandboxes.recreatePending(sbx, d)) {
+      // Recreate (update ops): the old pod goes first, then the template changes, so a restart
+      // between the two finds the revision still pending and finishes the job.
+      if (pod) await this.#pods.delete(sc, pod, 0);
+      sbx = await this.#sandboxes.retemplate(sc, sbx, d);
+      await this.#status.event(sc, sbx, "Normal", EventReason.Recreated, `template revision ${d.revision}: ${pod ? `pod ${pod.metadata!.name} replaced` : "the next pod is new"}, PVCs kept`);
+      pod = undefined;
+    }
     const frozen = () => this.#status.facts(sbx, d.id).frozen;
     if (d.state === "Running") {
       await this.#pods.ensurePvcs(sc, sbx);

@@ -8,7 +8,7 @@ import { userAnnotations, userLabels } from "../../../schema/crd/user-metadata.t
 import type { V1PodTemplateSpec } from "@kubernetes/client-node";
 import { SandboxNotFoundError } from "../driver.ts";
 import type { DriverContext } from "./context.ts";
-import { mergePatch, PLURAL, tolerate } from "./kube-api.ts";
+import { jsonPatch, mergePatch, PLURAL, tolerate } from "./kube-api.ts";
 import type { NamespaceScope } from "./namespace-scope.ts";
 import { idLabel, sandboxName, type KubeDesiredSandbox, type SandboxObject, type SandboxSetObject } from "./objects.ts";
 import { imageTemplate, templateHash, type VolumeClaimTemplate } from "./pod-spec.ts";
@@ -57,6 +57,7 @@ export class SandboxObjects {
           [ANNOTATION.generation]: String(d.generation),
           [ANNOTATION.pauseStrategy]: d.pauseStrategy,
           [ANNOTATION.desiredPaused]: String(d.state === "Paused"),
+          ...(d.revision ? { [ANNOTATION.revision]: d.revision } : {}),
           ...(d.restoreCheckpointId ? { [RESTORE_ANNOTATION]: d.restoreCheckpointId } : {}),
         },
         finalizers: [SANDBOX_FINALIZER],
@@ -91,6 +92,8 @@ export class SandboxObjects {
     const addedAnnotations = Object.fromEntries(Object.entries(userAnnotations(d.annotations)).filter(([k, v]) => meta.annotations?.[k] !== v));
     const annotations = { ...addedAnnotations, ...(patch.metadata.annotations as Record<string, string> | undefined) };
     if (meta.annotations?.[ANNOTATION.generation] !== String(d.generation)) annotations[ANNOTATION.generation] = String(d.generation);
+    // A Sandbox made before revisions were recorded takes the one it is asked for (no recreate).
+    if (!meta.annotations?.[ANNOTATION.revision] && d.revision) annotations[ANNOTATION.revision] = d.revision;
     if (meta.annotations?.[ANNOTATION.pauseStrategy] !== d.pauseStrategy) annotations[ANNOTATION.pauseStrategy] = d.pauseStrategy;
     const paused = d.state === "Paused";
     if (meta.annotations?.[ANNOTATION.desiredPaused] !== String(paused)) annotations[ANNOTATION.desiredPaused] = String(paused);
@@ -110,6 +113,33 @@ export class SandboxObjects {
       ) as Promise<SandboxObject>,
       Object.keys(podMeta).length && pod ? this.#pods.patch(sc, pod, { metadata: podMeta }) : undefined,
     ]);
+    return sc.sandboxes.remember(updated);
+  }
+
+  /** Whether a claimed sandbox is asked for another template revision than its Sandbox's. */
+  recreatePending(sbx: SandboxObject, d: KubeDesiredSandbox): boolean {
+    const had = sbx.metadata?.annotations?.[ANNOTATION.revision];
+    return sbx.metadata?.labels?.[LABEL.claimed] === "true" && d.revision !== undefined && had !== undefined && had !== d.revision;
+  }
+
+  /** Puts the new revision's template on the Sandbox (the SandboxSet's as it is now, else the
+   * image's), so the next pod is built from it; the volume claim templates stay, so do the PVCs.
+   * A JSON patch: a merge patch would keep keys the new template dropped. */
+  async retemplate(sc: NamespaceScope, sbx: SandboxObject, d: KubeDesiredSandbox): Promise<SandboxObject> {
+    const set = sc.sandboxSets.get(d.pool ?? d.template);
+    const template = set?.spec.template ?? imageTemplate(d.template);
+    const esc = (k: string) => k.replaceAll("~", "~0").replaceAll("/", "~1");
+    const ops: object[] = [
+      { op: "replace", path: "/spec/template", value: template },
+      { op: "add", path: `/metadata/labels/${esc(LABEL.templateHash)}`, value: set ? poolRevision(set) : templateHash(template) },
+      { op: "add", path: `/metadata/annotations/${esc(ANNOTATION.revision)}`, value: d.revision },
+    ];
+    if (set?.spec.runtimes) ops.push({ op: "add", path: "/spec/runtimes", value: set.spec.runtimes });
+    this.#ctx.count();
+    const updated = (await this.#ctx.custom.patchNamespacedCustomObject(
+      { group: GROUP, version: VERSION, namespace: sc.namespace, plural: PLURAL.sandbox, name: sbx.metadata!.name!, body: ops },
+      jsonPatch,
+    )) as SandboxObject;
     return sc.sandboxes.remember(updated);
   }
 

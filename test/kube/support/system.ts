@@ -1,0 +1,46 @@
+// The kube tier's usual system for one test file: the real edge, a fresh namespace, the test
+// kubelet on it, optionally one real agent-runtime per pod (so claimed pods get their /init),
+// and the in-process agent with its CRD link. `restart()` stops the agent (sandboxes kept, as a
+// real restart) and starts a new one; `stop()` stops whatever runs then.
+import { startTestEdge, type TestEdge } from "./edge.ts";
+import { runRuntimes, startKubeAgent, type KubeAgent } from "./kube-agent.ts";
+import { TestKubelet } from "./kubelet.ts";
+import { freshNamespace, kubeConfig } from "./namespace.ts";
+
+export interface KubeSystem {
+  edge: TestEdge;
+  ns: string;
+  kubelet: TestKubelet;
+  /** The agent running now. */
+  agent: KubeAgent;
+  /** Restarts the agent (mid-run, mid-rollout), doing `whileDown` between, and returns the new one. */
+  restart(whileDown?: () => unknown): Promise<KubeAgent>;
+  stop(): Promise<void>;
+}
+
+export async function startKubeSystem(name: string, cluster: string, opts: { runtimes?: boolean } = {}): Promise<KubeSystem> {
+  const edge = await startTestEdge(name);
+  const ns = await freshNamespace(name);
+  const kubelet = new TestKubelet(kubeConfig(), ns);
+  await kubelet.start();
+  const runtimes = opts.runtimes ? await runRuntimes(ns) : undefined;
+  const sys: KubeSystem = {
+    edge,
+    ns,
+    kubelet,
+    agent: await startKubeAgent(edge, ns, cluster),
+    async restart(whileDown) {
+      await sys.agent.stop();
+      await whileDown?.();
+      sys.agent = await startKubeAgent(edge, ns, cluster);
+      return sys.agent;
+    },
+    async stop() {
+      await sys.agent.stop().catch(() => {});
+      runtimes?.stop();
+      await kubelet.stop();
+      await edge.stop();
+    },
+  };
+  return sys;
+}
