@@ -7,9 +7,10 @@
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { BuildError, Sandbox, SandboxError, Template, waitForPort, waitForTimeout, type LogEntry } from "e2b";
+import { BuildError, Sandbox, SandboxError, Template, waitForFile, waitForPort, waitForTimeout, type LogEntry } from "e2b";
 import { afterAll, describe, expect, it } from "vitest";
 import { RootfsStore } from "../../controllers/drivers/local/rootfs/store.ts";
+import { HOST_LOADER_SAW_IT, hostileEnv, parseEnv0 } from "../support/hostile-env.ts";
 import { e2b, uniqueTag } from "./sdk.ts";
 
 const store = new RootfsStore();
@@ -194,5 +195,40 @@ describe("setStartCmd / setReadyCmd (JS SDK)", () => {
     const err = await Sandbox.create(`${name}-never`, e2b()).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(SandboxError);
     expect((err as Error).message).toContain("the template's ready command did not pass within");
+  });
+});
+
+describe("a build's environment never reaches a host helper", () => {
+  it("setEnvs with loader, shell, perl and node start-up hooks reaches every step and the start command unchanged; no host process runs them", async () => {
+    const hostile = hostileEnv();
+    const run = uniqueTag();
+    const name = `tpl-env-${run}`;
+    try {
+      const logs: LogEntry[] = [];
+      const t = Template({ fileContextPath: context })
+        .fromBaseImage()
+        .setEnvs({ ...hostile.env, RUN_ID: run })
+        .runCmd("env -0 > /home/user/env-user")
+        .runCmd("env -0 > /env-root", { user: "root" })
+        .copy("hello.txt", "/home/user/h.txt")
+        .setWorkdir("/w")
+        .setStartCmd("env -0 > /tmp/env-start; sleep infinity", waitForFile("/tmp/env-start"));
+      const built = await Template.build(t, name, opts(logs));
+      const image = `b-${built.buildId}`;
+      outputs.push(image);
+      expect(hostile.ran()).toEqual([]);
+      expect(messages(logs).join("\n")).not.toContain(HOST_LOADER_SAW_IT);
+      expect(parseEnv0(builtFile(image, "home/user/env-user") ?? "")).toMatchObject(hostile.env);
+      expect(parseEnv0(builtFile(image, "env-root") ?? "")).toMatchObject(hostile.env);
+      const sbx = await Sandbox.create(name, e2b());
+      try {
+        expect(parseEnv0(await sbx.files.read("/tmp/env-start"))).toMatchObject(hostile.env);
+      } finally {
+        await sbx.kill();
+      }
+      expect(hostile.ran()).toEqual([]);
+    } finally {
+      hostile.dispose();
+    }
   });
 });
