@@ -19,6 +19,7 @@ import { RootfsStore } from "../drivers/local/rootfs/store.ts";
 import { detectCgroups } from "../drivers/local/cgroups.ts";
 import { MAX_TEMPLATE_FILE_BYTES } from "../../schema/api/template-build.ts";
 import { SandboxLogs } from "./sandbox-logs.ts";
+import { StartCommands } from "./start-commands.ts";
 
 export interface AgentOptions {
   edgeUrl: string;
@@ -105,10 +106,14 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
   // Acks wait until the reconciler has acted on the generation they deliver.
   const waitingAcks = new Map<string, { seq: number; generation: number }[]>();
   let link: Link;
-  const reconciler = new Reconciler({
+  // Templates' start and ready commands run through the embedded runtime: host-view drivers only
+  // (a pod's image starts its own entrypoint).
+  const starts = driver.capabilities.hostView ? new StartCommands({ logs: sandboxLogs, changed: (sid) => reconciler.queue.add(sid, { urgent: store.get(sid)?.owner.kind === "sandbox" }) }) : undefined;
+  const reconciler: Reconciler = new Reconciler({
     store,
     driver,
     runtime,
+    starts,
     report: (obs) => link.observe(obs),
     onError: (id, err) => agentLog.error("reconcile failed, retrying", { sandboxId: id, error: err }),
     settled(id, generation, result, message, snapshotError) {

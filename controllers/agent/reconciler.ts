@@ -9,6 +9,7 @@ import { WorkQueue, type Backoff, type WorkResult } from "../lib/work-queue.ts";
 import { logger } from "../lib/log.ts";
 import type { Context } from "@opentelemetry/api";
 import { parentFrom, RUNTIME_SCOPE, traceIdOf, tracingOn, withSpan } from "../lib/tracing.ts";
+import type { StartCommands } from "./start-commands.ts";
 
 const LOG = logger("reconciler");
 
@@ -26,7 +27,18 @@ export interface ReconcilerDeps {
   backoff?: Backoff;
   /** Where a failed pass is logged (default: the work queue's logger). */
   onError?: (id: string, err: unknown) => void;
+  /** Runs templates' start and ready commands (drivers with a host view); absent: none run. */
+  starts?: StartCommands;
 }
+
+/** How long a sandbox's ready command may take: a warm member has no client waiting; a sandbox of
+ * its own is being created, so it fails before the edge's create wait (10 s) gives up on it. */
+export function readyTimeoutMs(intent: Intent): number {
+  return intent.owner.kind === "pool" ? 120_000 : 8_000;
+}
+
+/** The Failed reason of a sandbox whose template's ready command never passed. */
+export const NOT_READY_REASON = "ReadyCommandFailed";
 
 /** Why a snapshot an intent asked for was not taken (CamelCase reason, e.g. `Unsupported`). */
 export interface SnapshotError {
@@ -101,6 +113,8 @@ export class Reconciler {
   readonly #traces = new Map<string, string>();
   /** The phase last reported per sandbox and whether a pool owns it: the metrics' sandboxes by state. */
   readonly #phases = new Map<string, { phase: ObservedPhase; pool: boolean }>();
+  /** When this reconciler started: a sandbox created before it was adopted (its start command runs). */
+  readonly #bootedAt: number;
 
   /** Sandboxes by last reported phase and owner (`pool` or `sandbox`), for the metrics gauge. */
   *phaseCounts(): Iterable<[{ state: string; owner: string }, number]> {
@@ -123,6 +137,7 @@ export class Reconciler {
   constructor(deps: ReconcilerDeps) {
     this.#d = deps;
     this.#now = deps.now ?? Date.now;
+    this.#bootedAt = Date.now();
     // Where the runtime lives in a pod, a claim's pass is mostly waiting (the driver answers a warm
     // member from its cache, then one HTTP /init), so more passes run at once
     // (docs/decisions/reconcile-concurrency.md).
@@ -191,26 +206,30 @@ export class Reconciler {
     else if (obs.phase !== "Paused") this.#unregister(id); // Stop-paused, failed: cut its streams
     // A frozen sandbox stays registered: its processes and open streams resume on thaw.
 
-    const ready = obs.phase === "Running" && this.#configured.get(id) === intent.generation;
+    let ready = obs.phase === "Running" && this.#configured.get(id) === intent.generation;
+    const start = ready ? this.#startStatus(intent, obs) : undefined;
+    if (start?.state === "starting") ready = false;
+    const notReady = start?.state === "failed" ? start.message : undefined;
+    if (notReady) ready = false;
     this.#report(
       {
       sandboxId: id,
       generation: intent.generation,
-      phase: phaseOf(obs),
+      phase: notReady ? "Failed" : phaseOf(obs),
       ready,
       endpoint: { runtime: EMBEDDED_ENDPOINT },
       revision: intent.template?.revision,
-      reason: obs.phase === "Failed" ? "SandboxFailed" : undefined,
-      message: obs.message,
+      reason: notReady ? NOT_READY_REASON : obs.phase === "Failed" ? "SandboxFailed" : undefined,
+      message: notReady ?? obs.message,
       observedAt: this.#now(),
       startedAt: Date.parse(obs.createdAt) || undefined,
       },
       traceIdOf(ctx),
     );
     const converged = intent.desired.state === "running" ? ready : obs.phase === "Paused" || obs.phase === "Stopped";
-    this.#settle(intent, converged, obs.phase, obs.message);
+    this.#settle(intent, converged, notReady ? "Failed" : obs.phase, notReady ?? obs.message);
     // Pending sandboxes are looked at again soon; the rest wait for the next intent.
-    return converged || obs.phase === "Failed" ? undefined : { requeueAfterMs: 250 };
+    return converged || obs.phase === "Failed" || notReady ? undefined : { requeueAfterMs: 250 };
   }
 
   /**
@@ -377,7 +396,17 @@ export class Reconciler {
     this.#configured.set(id, intent.generation);
   }
 
+  /** The template's start/ready commands of a running, registered sandbox (none: `undefined`). */
+  #startStatus(intent: Intent, obs: SandboxObservation) {
+    const t = intent.template;
+    const sbx = this.#d.runtime.getSandbox(intent.sandboxId);
+    if (!this.#d.starts || !t || !sbx || (!t.startCmd && !t.readyCmd)) return undefined;
+    const adopted = (Date.parse(obs.createdAt) || Infinity) < this.#bootedAt;
+    return this.#d.starts.status(intent.sandboxId, sbx, { startCmd: t.startCmd, readyCmd: t.readyCmd, user: t.user, workdir: t.workdir }, readyTimeoutMs(intent), adopted);
+  }
+
   #unregister(id: string): void {
+    this.#d.starts?.forget(id);
     this.#d.runtime.removeSandbox(id);
     this.#configured.delete(id);
   }

@@ -13,6 +13,8 @@ export function protocolTemplate(templateId: string, revision: string, spec: San
     user: spec.user,
     workdir: spec.workdir,
     resources: { cpuCount: spec.cpuCount, memoryMB: spec.memoryMB, diskSizeMB: spec.diskSizeMB },
+    ...(spec.startCmd ? { startCmd: spec.startCmd } : {}),
+    ...(spec.readyCmd ? { readyCmd: spec.readyCmd } : {}),
   };
 }
 

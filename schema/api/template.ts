@@ -39,8 +39,8 @@ export const TemplateSpec = z.strictObject({
   /** Lifecycle hooks of every sandbox of this template (schema/api/hooks.ts). */
   lifecycle: Lifecycle.optional(),
   sourceRevision: z.string().regex(/^[a-z0-9]{1,64}$/, "sourceRevision is [a-z0-9], at most 64").optional(),
-  /** A built template's start and ready commands (E2B setStartCmd/setReadyCmd), kept for the
-   * sandbox start that will run them (not run yet). */
+  /** A built template's start and ready commands (E2B setStartCmd/setReadyCmd): every sandbox
+   * of it starts the one and is ready once the other passes (controllers/agent/start-commands.ts). */
   startCmd: z.string().max(MAX_PATH_LENGTH).optional(),
   readyCmd: z.string().max(MAX_PATH_LENGTH).optional(),
 });

@@ -36,6 +36,10 @@ export const TemplateSpecSchema = z.object({
       diskSizeMB: z.number().int().positive().optional(),
     })
     .prefault({}),
+  /** A built template's start command (E2B setStartCmd), started in every sandbox of it. */
+  startCmd: z.string().max(4096).optional(),
+  /** Polled until it exits 0 before the sandbox is ready (E2B setReadyCmd). */
+  readyCmd: z.string().max(4096).optional(),
 });
 export type TemplateSpec = z.infer<typeof TemplateSpecSchema>;
 

@@ -2,14 +2,15 @@
 // (issue 12.1): every local step kind runs in a build sandbox and lands as RootfsStore layers, a
 // second build is served from the cache, a failing step fails the build with its output, an image
 // this server cannot pull is a build error saying so. The template's spec.image names the built
-// rootfs; a sandbox of it sees those files once the local driver mounts template roots (not on
-// this branch: its driver still refuses templates other than base).
+// rootfs, and a sandbox of it sees those files. setStartCmd/setReadyCmd: the sandbox runs the
+// start command and is handed out once the ready command passes, or the create fails saying so.
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { BuildError, Sandbox, Template, waitForTimeout, type LogEntry } from "e2b";
+import { BuildError, Sandbox, SandboxError, Template, waitForFile, waitForPort, waitForTimeout, type LogEntry } from "e2b";
 import { afterAll, describe, expect, it } from "vitest";
 import { RootfsStore } from "../../controllers/drivers/local/rootfs/store.ts";
+import { HOST_LOADER_SAW_IT, hostileEnv, parseEnv0 } from "../support/hostile-env.ts";
 import { e2b, uniqueTag } from "./sdk.ts";
 
 const store = new RootfsStore();
@@ -147,5 +148,87 @@ describe("Template.build (JS SDK)", () => {
     const err = await Template.build(Template().fromImage("python:3").runCmd("true"), `${name}-py`, e2b()).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(BuildError);
     expect((err as Error).message).toMatch(/image "python:3" cannot be pulled/);
+  });
+});
+
+/** The sandbox's log messages through E2B's logs API (`GET /v2/sandboxes/{id}/logs`). */
+async function sandboxLogs(id: string): Promise<{ level: string; message: string; fields: Record<string, string> }[]> {
+  const r = await fetch(`${e2b().apiUrl}/v2/sandboxes/${id}/logs?limit=1000`, { headers: { "x-api-key": e2b().apiKey } });
+  if (!r.ok) throw new Error(`logs of ${id}: ${r.status} ${await r.text()}`);
+  return ((await r.json()) as { logs: { level: string; message: string; fields: Record<string, string> }[] }).logs;
+}
+
+describe("setStartCmd / setReadyCmd (JS SDK)", () => {
+  const run = uniqueTag();
+  const name = `tpl-start-${run}`;
+
+  it("every sandbox of the template runs the start command as its user, in its workdir, with its env, and is handed out once the ready command passes", async () => {
+    const server = Template()
+      .fromBaseImage()
+      .setEnvs({ GREETING: "hello from the env", RUN_ID: run })
+      .setWorkdir("/srv")
+      .runCmd("echo served-file > /srv/index.txt", { user: "root" })
+      .setUser("user")
+      // Slow on purpose: the port opens a while after the process starts.
+      .setStartCmd('echo "starting as $(id -un) in $(pwd): $GREETING"; echo to-stderr >&2; sleep 2; exec python3 -u -m http.server 8000', waitForPort(8000));
+    const built = await Template.build(server, name, e2b());
+    outputs.push(`b-${built.buildId}`);
+    const sbx = await Sandbox.create(name, e2b());
+    try {
+      // Handed out only once the server listens: the first request needs no retry.
+      const r = await sbx.commands.run("curl -sf http://127.0.0.1:8000/index.txt");
+      expect(r.stdout).toBe("served-file\n");
+      const logs = await sandboxLogs(sbx.sandboxId);
+      const start = logs.filter((l) => l.fields.source === "start");
+      expect(start.map((l) => l.message)).toContain("starting as user in /srv: hello from the env");
+      expect(start.find((l) => l.message === "to-stderr")?.fields.stream).toBe("stderr");
+      expect(start.map((l) => l.message)).toContain("Serving HTTP on 0.0.0.0 port 8000 (http://0.0.0.0:8000/) ...");
+    } finally {
+      await sbx.kill();
+    }
+  });
+
+  it("a start command that never gets ready fails the create with a clear error after the ready timeout", async () => {
+    const never = Template().fromBaseImage().setEnvs({ RUN_ID: run }).setStartCmd("echo never-ready; sleep infinity", "test -f /tmp/does-not-exist");
+    const built = await Template.build(never, `${name}-never`, e2b());
+    outputs.push(`b-${built.buildId}`);
+    const err = await Sandbox.create(`${name}-never`, e2b()).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(SandboxError);
+    expect((err as Error).message).toContain("the template's ready command did not pass within");
+  });
+});
+
+describe("a build's environment never reaches a host helper", () => {
+  it("setEnvs with loader, shell, perl and node start-up hooks reaches every step and the start command unchanged; no host process runs them", async () => {
+    const hostile = hostileEnv();
+    const run = uniqueTag();
+    const name = `tpl-env-${run}`;
+    try {
+      const logs: LogEntry[] = [];
+      const t = Template({ fileContextPath: context })
+        .fromBaseImage()
+        .setEnvs({ ...hostile.env, RUN_ID: run })
+        .runCmd("env -0 > /home/user/env-user")
+        .runCmd("env -0 > /env-root", { user: "root" })
+        .copy("hello.txt", "/home/user/h.txt")
+        .setWorkdir("/w")
+        .setStartCmd("env -0 > /tmp/env-start; sleep infinity", waitForFile("/tmp/env-start"));
+      const built = await Template.build(t, name, opts(logs));
+      const image = `b-${built.buildId}`;
+      outputs.push(image);
+      expect(hostile.ran()).toEqual([]);
+      expect(messages(logs).join("\n")).not.toContain(HOST_LOADER_SAW_IT);
+      expect(parseEnv0(builtFile(image, "home/user/env-user") ?? "")).toMatchObject(hostile.env);
+      expect(parseEnv0(builtFile(image, "env-root") ?? "")).toMatchObject(hostile.env);
+      const sbx = await Sandbox.create(name, e2b());
+      try {
+        expect(parseEnv0(await sbx.files.read("/tmp/env-start"))).toMatchObject(hostile.env);
+      } finally {
+        await sbx.kill();
+      }
+      expect(hostile.ran()).toEqual([]);
+    } finally {
+      hostile.dispose();
+    }
   });
 });

@@ -32,7 +32,8 @@ export function hostileEnv(): HostileEnv {
     "sh-env.sh": `touch ${mark("sh-env")}\n`,
     "node-options.cjs": `require("fs").writeFileSync(${JSON.stringify(mark("node-options"))}, "");\n`,
     "python-startup.py": `open(${JSON.stringify(mark("python-startup"))}, "w")\n`,
-    "not-elf.so": "not a shared object\n",
+    // Longer than an ELF header: a shorter file makes the loader say "file too short" instead.
+    "not-elf.so": "not a shared object\n".repeat(64),
   };
   for (const [name, text] of Object.entries(payloads)) writeFileSync(join(dir, name), text, { mode: 0o644 });
   const before = new Set(readdirSync(dir));
