@@ -280,6 +280,7 @@ export class ClusterDO extends DurableObject<Env> {
       case "claims":
       case "quotas":
       case "autoscalers":
+      case "trafficpolicyobjects":
         this.crd ??= new CrdSync({
           env: this.env,
           sql: this.ctx.storage.sql,
