@@ -85,6 +85,7 @@ function agentId(dataDir: string): string {
 export async function startAgent(opts: AgentOptions): Promise<Agent> {
   mkdirSync(opts.dataDir, { recursive: true });
   const agentLog = logger("agent");
+  let trafficUnenforcedSaid = false;
   const log = opts.log ?? ((m: string) => agentLog.info(m));
   const id = agentId(opts.dataDir);
   // Each installation gets its own cgroup subtree: the driver treats cgroups without a record as
@@ -182,7 +183,12 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
       }
     },
     onTrafficPolicies(policies) {
-      if (!driver.setTrafficPolicies) return void agentLog.warn("traffic policies not enforced: the driver has no data plane for them", { driver: driver.name });
+      if (!driver.setTrafficPolicies) {
+        // Said once per agent (the set comes with every welcome and change).
+        if (policies.length && !trafficUnenforcedSaid) agentLog.warn("traffic policies not enforced: the driver has no data plane for them", { driver: driver.name });
+        trafficUnenforcedSaid ||= policies.length > 0;
+        return;
+      }
       driver.setTrafficPolicies(policies).catch((err: unknown) => agentLog.error("traffic policies failed", { error: err }));
     },
     onIntent(seq, intent, traceparent) {

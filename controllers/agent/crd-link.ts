@@ -12,6 +12,7 @@ import { LinkPoolSink, SandboxSetSync } from "./kube-sync/sandboxset-sync.ts";
 import { NamespaceQuotaSync } from "./kube-sync/namespace-quota-sync.ts";
 import { PoolAutoscalerSync } from "./kube-sync/poolautoscaler-sync.ts";
 import { UpdateOpsSync } from "./kube-sync/updateops-sync.ts";
+import { TrafficPolicySync } from "./kube-sync/trafficpolicy-sync.ts";
 import type { Link } from "./link.ts";
 import { backoffMs } from "../lib/work-queue.ts";
 import { CommitController } from "../drivers/kubernetes/commit/commit-controller.ts";
@@ -46,6 +47,7 @@ export interface NamespaceSync {
   quota: NamespaceQuotaSync;
   autoscalers: PoolAutoscalerSync;
   updateOps: UpdateOpsSync;
+  trafficPolicies: TrafficPolicySync;
   commits?: CommitController;
   checkpoints: CheckpointController;
 }
@@ -130,23 +132,29 @@ export async function startCrdLink(o: CrdLinkOptions): Promise<CrdLink> {
       const quota = new NamespaceQuotaSync({ kubeConfig: o.kubeConfig, namespace: ns, link: o.link, pollMs: o.quotaPollMs, log });
       const autoscalers = new PoolAutoscalerSync({ kubeConfig: o.kubeConfig, namespace: ns, link: o.link, log, retryMs, statusMs: o.autoscalerStatusMs });
       const updateOps = new UpdateOpsSync({ kubeConfig: o.kubeConfig, namespace: ns, link: o.link, log, retryMs, statusMs: o.autoscalerStatusMs });
+      const trafficPolicies = new TrafficPolicySync({ kubeConfig: o.kubeConfig, namespace: ns, link: o.link, log, retryMs, statusMs: o.autoscalerStatusMs });
       const commits = o.commit && new CommitController({ kubeConfig: o.kubeConfig, namespace: ns, enabled: o.commit.enabled, job: o.commit.job, log });
       await claims.start();
       sets.start();
       quota.start();
       await autoscalers.start();
       await updateOps.start();
+      await trafficPolicies.start();
       await commits?.start();
       // Snapshots are Checkpoints (the driver makes them); this one rebuilds an unhealthy one.
       const checkpoints = new CheckpointController({ kubeConfig: o.kubeConfig, namespace: ns, log });
       await checkpoints.start();
-      return { sets, claims, quota, autoscalers, updateOps, commits, checkpoints };
+      return { sets, claims, quota, autoscalers, updateOps, trafficPolicies, commits, checkpoints };
     })();
     namespaces.set(ns, started);
     return started;
   };
   const w = o.watchNamespaces;
   const home = await sync(o.namespace);
+  // GlobalTrafficPolicies are cluster-scoped: one sync for the cluster.
+  const globalTraffic = new TrafficPolicySync({ kubeConfig: o.kubeConfig, namespace: null, link: o.link, log, retryMs, statusMs: o.autoscalerStatusMs });
+  // Without the ClusterRoleBinding (k8s/rbac.yaml) they cannot be read: said, not fatal.
+  await globalTraffic.start().catch((err: unknown) => log(`globaltrafficpolicies: not synced: ${(err as Error).message}`));
   await Promise.all((w === "all" ? [] : (w ?? [])).map(sync));
   const discovery =
     w === "all"
@@ -161,6 +169,7 @@ export async function startCrdLink(o: CrdLinkOptions): Promise<CrdLink> {
     requests,
     async stop() {
       requests.stop();
+      await globalTraffic.stop();
       await discovery?.stop();
       for (const started of namespaces.values()) {
         const s = await started.catch(() => undefined);
@@ -169,6 +178,7 @@ export async function startCrdLink(o: CrdLinkOptions): Promise<CrdLink> {
         await s?.quota.stop();
         await s?.autoscalers.stop();
         await s?.updateOps.stop();
+        await s?.trafficPolicies.stop();
         await s?.commits?.stop();
         await s?.checkpoints.stop();
       }

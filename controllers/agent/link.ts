@@ -2,6 +2,7 @@
 // with the full inventory on every connect, intents in, acks and observations out, heartbeats,
 // and reconnect with capped, jittered backoff. Frames are parsed with the shared protocol schemas.
 import type { TrafficPolicyEntry } from "../../schema/api/traffic-policy.ts";
+import type { TrafficPolicyItemInput } from "../../schema/protocol/crd-sync.ts";
 import WebSocket from "ws";
 import type { z } from "zod";
 import {
@@ -68,7 +69,8 @@ export type EdgeCall =
   | { type: "claims"; item: Omit<ClaimItemInput, "id"> }
   | { type: "quotas"; item: Omit<TeamQuotaItem, "id"> }
   | { type: "autoscalers"; item: DistributiveOmit<PoolAutoscalerItemInput, "id"> }
-  | { type: "updateops"; item: DistributiveOmit<UpdateOpsItemInput, "id"> };
+  | { type: "updateops"; item: DistributiveOmit<UpdateOpsItemInput, "id"> }
+  | { type: "trafficpolicyobjects"; item: DistributiveOmit<TrafficPolicyItemInput, "id"> };
 type DistributiveOmit<T, K extends keyof T> = T extends unknown ? Omit<T, K> : never;
 
 interface Waiting {

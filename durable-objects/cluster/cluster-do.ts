@@ -281,6 +281,7 @@ export class ClusterDO extends DurableObject<Env> {
       case "quotas":
       case "autoscalers":
       case "updateops":
+      case "trafficpolicyobjects":
         this.crd ??= new CrdSync({
           env: this.env,
           sql: this.ctx.storage.sql,

@@ -19,7 +19,9 @@ import {
   type TeamQuotaItem,
   type PoolAutoscalerItem,
   type UpdateOpsItem,
+  type TrafficPolicyItem,
 } from "../../schema/protocol/index.ts";
+import { applyTrafficPolicy } from "./crd-traffic.ts";
 import { clipText, MAX_MESSAGE_LENGTH } from "../../schema/api/limits.ts";
 import { applyTeamQuota, CRD_QUOTA_SCHEMA } from "./crd-quota.ts";
 import { applyPoolAutoscaler, CRD_AUTOSCALER_SCHEMA, prunePoolAutoscalers } from "./crd-autoscalers.ts";
@@ -82,7 +84,7 @@ export class CrdSync {
   }
 
   /** Starts every item; each is answered when done (the socket is never held up). */
-  handle(msg: { type: "sandboxsets"; items: SandboxSetItem[] } | { type: "requests"; items: SandboxRequestItem[] } | { type: "claims"; items: ClaimItem[] } | { type: "quotas"; items: TeamQuotaItem[] } | { type: "autoscalers"; items: PoolAutoscalerItem[] } | { type: "updateops"; items: UpdateOpsItem[] }): void {
+  handle(msg: { type: "sandboxsets"; items: SandboxSetItem[] } | { type: "requests"; items: SandboxRequestItem[] } | { type: "claims"; items: ClaimItem[] } | { type: "quotas"; items: TeamQuotaItem[] } | { type: "autoscalers"; items: PoolAutoscalerItem[] } | { type: "updateops"; items: UpdateOpsItem[] } | { type: "trafficpolicyobjects"; items: TrafficPolicyItem[] }): void {
     for (const item of msg.items) {
       switch (msg.type) {
         case "sandboxsets": {
@@ -118,6 +120,12 @@ export class CrdSync {
           const serial = (name: string, work: () => Promise<Omit<ReplyItem, "id">>) => this.#serial(`suo:${u.namespace}/${name}`, work);
           if ("present" in u) this.#answer(u.id, `suos:${u.namespace}`, pruneUpdateOps(this.#o.env, this.#o.sql, u.namespace, u.present, serial));
           else this.#answer(u.id, `suo:${u.namespace}/${u.name}`, serial(u.name, () => applyUpdateOps(this.#o.env, this.#o.sql, u)));
+          break;
+        }
+        case "trafficpolicyobjects": {
+          const t = item as TrafficPolicyItem;
+          const key = `tp:${t.namespace ?? ""}/${t.name}`;
+          this.#answer(t.id, key, this.#serial(key, () => applyTrafficPolicy(this.#o.env, this.#o.cluster(), t)));
           break;
         }
       }

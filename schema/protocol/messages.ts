@@ -3,7 +3,7 @@ import { z } from "zod";
 import { SandboxIdSchema, SnapshotIdSchema } from "./ids.ts";
 import { IntentSchema, PauseStrategySchema } from "./intent.ts";
 import { ObservationSchema } from "./observation.ts";
-import { AutoscalersSchema, UpdateOpsItemsSchema, ClaimsSchema, QuotasSchema, RepliesSchema, RequestsSchema, SandboxSetsSchema } from "./crd-sync.ts";
+import { AutoscalersSchema, UpdateOpsItemsSchema, TrafficPolicyObjectsSchema, ClaimsSchema, QuotasSchema, RepliesSchema, RequestsSchema, SandboxSetsSchema } from "./crd-sync.ts";
 import { BuildEventsSchema, BuildFrameSchema } from "./build.ts";
 import { MAX_LOGS_LIMIT, SandboxLogEntrySchema, SandboxLogsQuerySchema } from "../api/sandbox-logs.ts";
 import { MAX_FRAME_SANDBOXES, MAX_MESSAGE_LENGTH, MAX_NAME_LENGTH, MAX_PATH_LENGTH } from "../api/limits.ts";
@@ -134,6 +134,7 @@ export const AgentMessageSchema = z.discriminatedUnion("type", [
   QuotasSchema,
   AutoscalersSchema,
   UpdateOpsItemsSchema,
+  TrafficPolicyObjectsSchema,
   BuildEventsSchema,
   LogsSchema,
 ]);

@@ -1,6 +1,8 @@
 // Egress rules of local sandboxes: which network a sandbox gets, and the one in-process
 // traffic-proxy that every sandbox with rules reaches through the port relay (README.md).
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
+import { z } from "zod";
+import { MAX_TRAFFIC_POLICIES, TrafficPolicyEntry } from "../../../schema/api/traffic-policy.ts";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { EgressPolicy } from "../../../schema/protocol/egress.ts";
@@ -94,6 +96,33 @@ export class LocalEgress {
       this.#compiled.set(rules, c);
     }
     return c;
+  }
+
+  #trafficFile: string | undefined;
+
+  /** Keeps the TrafficPolicies the edge sent in `file` and loads the last ones now, so an agent
+   * restart does not leave the sandboxes they govern ungoverned (or moved out from behind the
+   * proxy) until the edge sends them again. */
+  persistTraffic(file: string): void {
+    this.#trafficFile = file;
+    let json: unknown;
+    try {
+      json = JSON.parse(readFileSync(file, "utf8"));
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== "ENOENT") console.error(`local: ${file}: unreadable traffic policies, none loaded until the edge sends them: ${(err as Error).message}`);
+      return;
+    }
+    const parsed = z.array(TrafficPolicyEntry).max(MAX_TRAFFIC_POLICIES).safeParse(json);
+    if (parsed.success) this.traffic.replace(parsed.data);
+    else console.error(`local: ${file}: unreadable traffic policies, none loaded until the edge sends them: ${parsed.error.message}`);
+  }
+
+  /** Replaces the TrafficPolicies in force (and keeps them, see persistTraffic). */
+  setTraffic(entries: TrafficPolicyEntry[]): void {
+    this.traffic.replace(entries);
+    if (!this.#trafficFile) return;
+    writeFileSync(`${this.#trafficFile}.tmp`, JSON.stringify(entries));
+    renameSync(`${this.#trafficFile}.tmp`, this.#trafficFile);
   }
 
   /** Starts the proxy if it is not running. */

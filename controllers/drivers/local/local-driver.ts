@@ -127,6 +127,7 @@ export class LocalDriver implements Driver {
     this.#egressPort = opts.egressProxyPort ?? EGRESS_PROXY_PORT;
     this.#egressMax = opts.egressMaxConnections ?? EGRESS_MAX_CONNECTIONS;
     if (opts.egressResolve) this.#egress.resolve = opts.egressResolve;
+    this.#egress.persistTraffic(join(this.#dataDir, "traffic-policies.json"));
     this.#spawner = opts.spawner ?? new Spawner(process.env.KRUISE_LOCAL_SPAWNER === "off" ? IN_PROCESS : undefined);
     this.#spawner.warm();
     const disk = opts.disk !== false && process.env.KRUISE_LOCAL_DISK !== "off";
@@ -316,7 +317,7 @@ export class LocalDriver implements Driver {
    * network that changes (behind the proxy or out from behind it); open connections of governed
    * sandboxes are judged again. */
   async setTrafficPolicies(entries: TrafficPolicyEntry[]): Promise<void> {
-    this.#egress.traffic.replace(entries);
+    this.#egress.setTraffic(entries);
     for (const rec of this.#records.values()) {
       if (rec.phase === "Stopped") {
         this.#egress.revalidate(rec.id);

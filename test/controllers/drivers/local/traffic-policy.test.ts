@@ -6,6 +6,7 @@
 import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { setTimeout as sleep } from "node:timers/promises";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { TrafficPolicySpec, type TrafficPolicyEntry } from "../../../../schema/api/traffic-policy.ts";
 import { LocalDriver } from "../../../../controllers/drivers/local/local-driver.ts";
@@ -15,7 +16,8 @@ import { desiredSandbox, destroyAll, shIn } from "./fixture.ts";
 const dataDir = mkdtempSync(join(tmpdir(), "local-tp-"));
 const names: Record<string, string[]> = {};
 const egressResolve = async (host: string) => names[host] ?? Promise.reject(Object.assign(new Error(`${host} not found`), { code: "ENOTFOUND" }));
-const driver = new LocalDriver({ dataDir, cgroupName: `kruise-test-${process.pid}-tp`, egressResolve });
+const cgroupName = `kruise-test-${process.pid}-tp`;
+let driver = new LocalDriver({ dataDir, cgroupName, egressResolve });
 let a: Outside;
 let b: Outside;
 
@@ -71,6 +73,14 @@ describe("TrafficPolicies on local sandboxes", () => {
     expect(await raw(web.id, b.ip)).toBe(true);
     expect(await curl(web.id, `http://${b.ip}:81/`)).toMatch(/^exit|denied/);
     expect(driver.trafficTargets().map((t) => t.id).sort()).toEqual([web.id, other.id].sort());
+
+    // An agent restart keeps them in force before the edge sends them again (they are kept on disk).
+    await driver.dispose();
+    await sleep(500); // the old relay's listeners close once its process is gone
+    driver = new LocalDriver({ dataDir, cgroupName, egressResolve });
+    await driver.ensure(other);
+    expect(await curl(other.id, `http://${a.ip}/`)).toBe("traffic-proxy: egress denied: GlobalTrafficPolicy baseline rule 1 (reject)");
+    await driver.ensure(web);
 
     // No policy any more: the sandboxes are out from behind the proxy, with their internet access.
     await driver.setTrafficPolicies([]);
