@@ -95,7 +95,10 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
   const runtime = createRuntime({ onError: (err) => (opts.log ? log(`runtime error: ${(err as Error)?.stack ?? err}`) : runtimeLog.error("request failed", { error: (err as Error)?.stack ?? String(err) })) });
   const store = new IntentStore(join(opts.dataDir, "intents"));
   // Every line about a sandbox is also that sandbox's log (E2B's logs routes), until it is deleted.
-  const sandboxLogs = new SandboxLogs();
+  // Kept on disk too (bounded per sandbox), so an agent restart keeps them; a sandbox deleted
+  // while the agent was down is forgotten.
+  const sandboxLogs = new SandboxLogs(undefined, join(opts.dataDir, "sandbox-logs"));
+  sandboxLogs.retainOnly(store.ids());
   const untap = tapLogs((level, component, msg, fields, time) => {
     const id = fields.sandboxId;
     if (typeof id !== "string") return;

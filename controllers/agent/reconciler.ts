@@ -199,7 +199,7 @@ export class Reconciler {
       return this.#ensureFailed(intent, err);
     }
 
-    if (intent.snapshot && store.get(id)?.snapshot) await this.#snapshot(intent, obs);
+    if (intent.snapshot && store.get(id)?.snapshot) await this.#snapshot(intent, obs, ctx);
     if (!driver.capabilities.hostView) return this.#reconcileRemote(intent, obs, ctx);
 
     if (obs.phase === "Running") await withSpan("runtime.register", ctx, { "sandbox.id": id }, () => this.#register(intent), RUNTIME_SCOPE);
@@ -267,11 +267,12 @@ export class Reconciler {
    * not retried: the generation's ack carries it, and the edge answers the client that asked;
    * the sandbox itself is unchanged.
    */
-  async #snapshot(intent: Intent, obs: SandboxObservation): Promise<void> {
+  async #snapshot(intent: Intent, obs: SandboxObservation, ctx = parentFrom(undefined)): Promise<void> {
     const id = intent.sandboxId;
     if (obs.phase === "Pending" || obs.phase === "Failed") return; // not there yet: next pass
     try {
-      await this.#d.driver.snapshotFs(id, intent.snapshot!.id);
+      const snapshotId = intent.snapshot!.id;
+      await withSpan("driver.snapshotFs", ctx, { "sandbox.id": id, "snapshot.id": snapshotId }, () => this.#d.driver.snapshotFs(id, snapshotId));
     } catch (err) {
       const message = (err as Error)?.message ?? String(err);
       LOG.warn("snapshot failed", { sandboxId: id, snapshotId: intent.snapshot!.id, error: message });

@@ -18,6 +18,7 @@ import type { ClaimResult } from "../pool/rpc.ts";
 import { poolName, poolStub } from "../pool/stub.ts";
 import type { Resources } from "../quota/ledger.ts";
 import { quotaStub } from "../quota/stub.ts";
+import { currentTraceparent, edgeSpan } from "../tracing/edge-tracing.ts";
 import { sandboxHandle } from "../sandbox/stub.ts";
 import { getDb } from "../store/db.ts";
 import { resolveTemplateCached } from "../store/template-cache.ts";
@@ -99,7 +100,9 @@ async function claim(env: Env, caller: Caller, template: TemplateRecord, resourc
   const req = { teamId: caller.teamId, teamName: caller.teamName, pool: poolName(template.teamId, template.templateId), ...resources, ...(fresh ? { fresh } : {}) };
   const viaQuota = async (): Promise<ClaimResult> => {
     try {
-      return await timedMs<ClaimResult>(EDGE.doCall, { object: "team_quota", method: "claim" }, () => quota.claim(req));
+      return await timedMs<ClaimResult>(EDGE.doCall, { object: "team_quota", method: "claim" }, () =>
+        edgeSpan<ClaimResult>(env, "TeamQuotaDO.claim", { "team.id": caller.teamId, "pool.name": req.pool }, () => quota.claim({ ...req, traceparent: currentTraceparent() })),
+      );
     } catch (err) {
       throw new ApiError("quota_unavailable", `The quota of team "${caller.teamName}" is unavailable (${String(err)}); the create is refused`);
     }

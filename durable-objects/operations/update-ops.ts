@@ -4,6 +4,7 @@ import type { Env } from "../env.ts";
 import type { UpdateOpsSpec } from "../../schema/api/update-ops.ts";
 import type { OpsResult } from "../ops/update-ops-do.ts";
 import { opsStub } from "../ops/stub.ts";
+import { edgeSpan } from "../tracing/edge-tracing.ts";
 import type { Result } from "../sandbox/state.ts";
 
 export interface OpsTeam {
@@ -13,22 +14,27 @@ export interface OpsTeam {
 
 /** Starts the run, or applies what may change (`paused`, `maxUnavailable`) to the one of that name. */
 export function startUpdateOps(env: Env, team: OpsTeam, name: string, spec: UpdateOpsSpec): Promise<OpsResult> {
-  return opsStub(env, team.id, name).start({ name, teamId: team.id, spec });
+  return traced<OpsResult>(env, "start", team, name, () => opsStub(env, team.id, name).start({ name, teamId: team.id, spec }));
 }
 
 export function changeUpdateOps(env: Env, team: OpsTeam, name: string, change: { paused?: boolean; maxUnavailable?: number | string }): Promise<OpsResult> {
-  return opsStub(env, team.id, name).change(change);
+  return traced<OpsResult>(env, "change", team, name, () => opsStub(env, team.id, name).change(change));
 }
 
 /** Retries the failed sandboxes of a run. */
 export function resumeUpdateOps(env: Env, team: OpsTeam, name: string): Promise<OpsResult> {
-  return opsStub(env, team.id, name).resume();
+  return traced<OpsResult>(env, "resume", team, name, () => opsStub(env, team.id, name).resume());
 }
 
 export function updateOpsStatus(env: Env, team: OpsTeam, name: string): Promise<OpsResult> {
-  return opsStub(env, team.id, name).status();
+  return traced<OpsResult>(env, "status", team, name, () => opsStub(env, team.id, name).status());
 }
 
 export function removeUpdateOps(env: Env, team: OpsTeam, name: string): Promise<Result> {
-  return opsStub(env, team.id, name).remove();
+  return traced<Result>(env, "remove", team, name, () => opsStub(env, team.id, name).remove());
+}
+
+/** Each call on a run is a span of the caller's trace (the run's later steps, on its alarm, are not). */
+function traced<T>(env: Env, method: string, team: OpsTeam, name: string, work: () => Promise<T>): Promise<T> {
+  return edgeSpan(env, `UpdateOpsDO.${method}`, { "team.id": team.id, "ops.name": name }, work);
 }

@@ -21,6 +21,7 @@ import { TurnWrites } from "../turn-writes.ts";
 import { Ledger, overMessage, stale, type Held, type QuotaRequest, type Reservation, type Resources } from "./ledger.ts";
 import { openQuotaStore, type QuotaStore } from "./store.ts";
 import { edgeLogger } from "../tracing/edge-log.ts";
+import { edgeSpan, flushEdgeTraces } from "../tracing/edge-tracing.ts";
 
 const LOG = edgeLogger("team-quota");
 
@@ -36,6 +37,8 @@ export interface QuotaClaim extends Resources {
   pool: string;
   /** A new sandbox whatever the pool's stock (one made from a snapshot). */
   fresh?: boolean;
+  /** The caller's span: the pool call is its child. */
+  traceparent?: string;
 }
 
 export interface QuotaReserve extends Resources {
@@ -86,9 +89,15 @@ export class TeamQuotaDO extends DurableObject<Env> {
     }
     let claimed: ClaimResult;
     try {
-      claimed = await this.env.POOL.get(this.env.POOL.idFromName(req.pool)).claim({ fresh: req.fresh });
+      const pool = this.env.POOL.get(this.env.POOL.idFromName(req.pool));
+      const take = (): Promise<ClaimResult> => pool.claim({ fresh: req.fresh });
+      claimed = req.traceparent ? await edgeSpan(this.env, "PoolDO.claim", { "pool.name": req.pool }, take, req.traceparent) : await take();
     } catch (err) {
       claimed = { ok: false, error: { code: ErrorCode.internal, message: `pool ${req.pool}: ${String(err)}` } };
+    }
+    if (req.traceparent) {
+      const flushing = flushEdgeTraces();
+      if (flushing) this.ctx.waitUntil(flushing);
     }
     const ledger = this.ledger; // null if a failed write reset it meanwhile
     if (!claimed.ok) {

@@ -232,7 +232,7 @@ export class SandboxGroupDO extends DurableObject<Env> {
     const s = this.slots.find(id)?.state ?? null;
     if (!visibleTo(s, access)) return notFound(id);
     const source = { teamId: s.spec.teamId, teamName: s.spec.teamName, templateId: s.spec.templateId, cluster: s.spec.cluster };
-    const t = await this.apply(id, { type: "snapshot", snapshotId }, waitMs);
+    const t = await this.apply(id, { type: "snapshot", snapshotId }, waitMs, access.traceparent);
     if (!t.ok) return t;
     if (t.failure) return { ok: false, error: t.failure };
     if (!t.acked || !t.ack) return { ok: false, error: { code: ErrorCode.placementTimeout, message: `The cluster did not take the snapshot of sandbox "${id}" within ${waitMs} ms` } };

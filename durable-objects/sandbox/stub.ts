@@ -27,7 +27,7 @@ export function sandboxGroupStub(env: Env, sandboxId: string) {
 }
 
 /** Methods whose first argument (the caller's Access, or a create's input) carries the trace. */
-const TRACED: ReadonlySet<SandboxMethod> = new Set(["create", "info", "kill", "setTimeout", "refresh", "pause", "connectSandbox", "updateNetwork", "logs"]);
+const TRACED: ReadonlySet<SandboxMethod> = new Set(["create", "info", "kill", "setTimeout", "refresh", "pause", "connectSandbox", "updateNetwork", "logs", "snapshot"]);
 
 /**
  * One sandbox's RPCs as a plain object, not a Durable Object stub: each method calls the

@@ -4,7 +4,9 @@
 // The current span travels in an AsyncLocalStorage through a request (and through a Durable
 // Object's call); across a DO call or the agent link it travels as a W3C `traceparent`.
 //
-// A new step in a traced path (a snapshot, an ops run) is one line:
+// Traced beyond the request: SandboxGroupDO calls (sandbox/stub.ts), TeamQuotaDO.claim and, from
+// inside that object, PoolDO.claim (a create's claim), UpdateOpsDO.* (operations/update-ops.ts).
+// A new step in a traced path is one line:
 //   await edgeSpan(env, "SnapshotDO.create", { "sandbox.id": id }, () => work());
 import { AsyncLocalStorage } from "node:async_hooks";
 import { ROOT_CONTEXT, SpanKind, SpanStatusCode, trace, type Attributes, type Context, type Span } from "@opentelemetry/api";

@@ -1,7 +1,8 @@
 // Traces over the whole local system, received by a real OpenTelemetry Collector (built from Go
 // modules, tools/otelcol): a create and a resume are each one trace, whose id the edge echoes in
 // X-Request-Id, spanning the edge's request, its Durable Object calls, the agent's reconcile and
-// driver step, and the runtime's registration of the sandbox.
+// driver step, and the runtime's registration of the sandbox; a create's claim through TeamQuotaDO
+// and PoolDO, a snapshot down to the driver's copy, and the calls on an update ops run too.
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -72,6 +73,12 @@ describe("traces", () => {
     const spans = await traceOf(created.requestId);
     expectChain(spans, "POST /v2/sandboxes", "SandboxGroupDO.create");
     expect(spans.find((s) => s.name === "reconcile")?.attributes["sandbox.id"]).toBe(created.body.sandboxID);
+    // The claim: the team's quota object, and beneath it (from inside that object) the pool's.
+    const claim = await spansNamed(created.requestId, ["TeamQuotaDO.claim", "PoolDO.claim"]);
+    const root = claim.find((s) => s.name === "POST /v2/sandboxes")!;
+    const quota = claim.find((s) => s.name === "TeamQuotaDO.claim")!;
+    expect(quota.parentSpanId).toBe(root.spanId);
+    expect(claim.find((s) => s.name === "PoolDO.claim")).toMatchObject({ service: "sandbox-edge", parentSpanId: quota.spanId, attributes: { "pool.name": expect.any(String) } });
     await api("DELETE", `/sandboxes/${created.body.sandboxID}`);
   });
 
@@ -95,6 +102,31 @@ describe("traces", () => {
     const killed = await api("DELETE", `/sandboxes/${id}`);
     expect(killed.status).toBe(204);
     await spansNamed(killed.requestId, ["DELETE /sandboxes/:id", "SandboxGroupDO.kill", "ClusterDO.enqueue", "reconcile", "driver.destroy"]);
+  });
+
+  it("a snapshot is one trace from the request through the agent to the driver's copy", async () => {
+    const created = await api("POST", "/v2/sandboxes", { templateID: "base" });
+    const id = created.body.sandboxID as string;
+    const snap = await api("POST", `/sandboxes/${id}/snapshots`, {});
+    expect(snap.status).toBe(201);
+    const spans = await spansNamed(snap.requestId, ["POST /sandboxes/:id/snapshots", "SandboxGroupDO.snapshot", "ClusterDO.enqueue", "reconcile", "driver.snapshotFs"]);
+    const call = spans.find((s) => s.name === "SandboxGroupDO.snapshot")!;
+    expect(call.parentSpanId).toBe(spans.find((s) => s.name === "POST /sandboxes/:id/snapshots")!.spanId);
+    const enqueue = spans.find((s) => s.name === "ClusterDO.enqueue" && s.parentSpanId === call.spanId)!;
+    const reconcile = spans.find((s) => s.name === "reconcile" && s.parentSpanId === enqueue.spanId)!;
+    expect(spans.find((s) => s.name === "driver.snapshotFs")).toMatchObject({ service: "sandbox-agent", parentSpanId: reconcile.spanId, attributes: { "sandbox.id": id, "snapshot.id": expect.stringMatching(/^[a-z0-9]{20}$/) } });
+    await api("DELETE", `/sandboxes/${id}`);
+  });
+
+  it("each call on an update ops run is a span of the request's trace", async () => {
+    const name = `trace-${Date.now().toString(36)}`;
+    const started = await api("POST", "/admin/teams/admin/updateops", { name, selector: { matchLabels: { none: "none" } }, paused: true });
+    expect(started.status).toBe(201);
+    const spans = await spansNamed(started.requestId, ["POST /admin/teams/:team/updateops", "UpdateOpsDO.start"]);
+    expect(spans.find((s) => s.name === "UpdateOpsDO.start")).toMatchObject({ parentSpanId: spans.find((s) => s.name.startsWith("POST"))!.spanId, attributes: { "ops.name": name } });
+    const removed = await api("DELETE", `/admin/teams/admin/updateops/${name}`);
+    expect(removed.status).toBe(204);
+    await spansNamed(removed.requestId, ["UpdateOpsDO.remove"]);
   });
 
   it("every request carries its trace id", async () => {
