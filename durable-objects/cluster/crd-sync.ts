@@ -215,6 +215,12 @@ export class CrdSync {
     const st = await stub.inspect();
     if (!st || st.phase === "Terminating") return this.#poolMemberRequest(item);
     if (st.spec.cluster !== this.#o.cluster()) return refused({ code: "forbidden", message: `sandbox ${item.sandboxId} runs on cluster ${st.spec.cluster}` });
+    // A policy edit is not against a generation: the newest one the agent saw is what stands.
+    if (item.action === "autoPause") {
+      if (!item.autoPausePolicy) return refused({ code: "bad_request", message: "autoPause without a policy" });
+      await this.#o.env.PROBE.get(this.#o.env.PROBE.idFromName(item.sandboxId)).start(item.sandboxId, st.spec.teamId, item.autoPausePolicy);
+      return { result: "applied" };
+    }
     if (item.generation < st.generation) return { result: "stale", message: `made at generation ${item.generation}, the edge is at ${st.generation}` };
     // As the sandbox's team, so the E2B API's rules (and refusals) apply unchanged.
     const access = { teamId: st.spec.teamId, admin: false };

@@ -102,7 +102,8 @@ export function hookVerdict(name: HookName, hook: Pick<Hook, "failurePolicy">, o
   return { proceed: false, condition: { type, status: "False", reason: outcome.reason, message: outcome.message }, refusal: `${name} hook failed: ${outcome.message}` };
 }
 
-async function readBounded(res: Response): Promise<Uint8Array> {
+/** The first MiB of a response's body (the rest is dropped). */
+export async function readBounded(res: Response): Promise<Uint8Array> {
   const reader = res.body?.getReader();
   if (!reader) return new Uint8Array();
   const parts: Uint8Array[] = [];

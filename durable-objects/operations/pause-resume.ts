@@ -3,7 +3,7 @@
 // the pause with 409 and the hook's message), a `postResume` after a resume. Each run leaves its
 // condition on the sandbox and an audit row (the event). The E2B pause and connect/resume routes
 // call these; so does anything else that pauses or resumes on a user's behalf.
-import type { HookName } from "../../schema/api/hooks.ts";
+import type { Hook, HookName } from "../../schema/api/hooks.ts";
 import { ErrorCode } from "../../schema/errors.ts";
 import type { PauseStrategy } from "../../schema/protocol/index.ts";
 import type { Env } from "../env.ts";
@@ -25,6 +25,15 @@ export async function pauseSandbox(env: Env, id: string, access: Access, strateg
   return h.pause(access, strategy);
 }
 
+/** An update ops run's `preUpgrade`/`postUpgrade` on one of its sandboxes (the run's own hook, else
+ * the template's); null when there is none or the sandbox is gone. */
+export async function runUpgradeHook(env: Env, teamId: string, id: string, name: "preUpgrade" | "postUpgrade", given?: Hook): Promise<HookVerdict | null> {
+  const h = sandboxHandle(env, id);
+  const access = { teamId, admin: true };
+  const info = await h.info(access);
+  return info.ok ? runLifecycleHook(env, h, access, info.sandbox, name, given) : null;
+}
+
 /** E2B connect (and resume): `postResume` runs when it resumed the sandbox, before the answer. */
 export async function connectSandbox(env: Env, id: string, access: Access, opts: { timeoutS: number; memory?: boolean }) {
   const h = sandboxHandle(env, id);
@@ -41,10 +50,9 @@ export async function afterWake(env: Env, id: string, teamId: string): Promise<v
   if (info.ok) await runLifecycleHook(env, h, access, info.sandbox, "postResume");
 }
 
-/** Runs the template's hook `name` if it has one; null when there is none. */
-export async function runLifecycleHook(env: Env, h: SandboxHandle, access: Access, sandbox: SandboxInfo, name: HookName): Promise<HookVerdict | null> {
-  const template = await resolveTemplateCached(getDb(env), sandbox.teamId, sandbox.templateId);
-  const hook = template?.spec.lifecycle?.[name];
+/** Runs `given`, else the template's hook `name` if it has one; null when there is none. */
+export async function runLifecycleHook(env: Env, h: SandboxHandle, access: Access, sandbox: SandboxInfo, name: HookName, given?: Hook): Promise<HookVerdict | null> {
+  const hook = given ?? (await resolveTemplateCached(getDb(env), sandbox.teamId, sandbox.templateId))?.spec.lifecycle?.[name];
   if (!hook) return null;
   const found = await h.route();
   if (!found.ok) return null;

@@ -31,6 +31,8 @@ export interface OpsMember {
   attempt: number;
   message?: string;
   updatedAt: number;
+  /** The upgrade hooks that ran (and passed) for `attempt`: each runs once per attempt. */
+  hooks?: { attempt: number; pre?: true; post?: true };
 }
 
 export interface OpsCondition {
@@ -69,7 +71,10 @@ export type OpsInput =
   | { type: "progress"; outcomes: Record<string, UpgradeOutcome> }
   | { type: "change"; paused?: boolean; maxUnavailable?: number | string }
   /** Retry the failed members (a Failed run continues). */
-  | { type: "resume" };
+  | { type: "resume" }
+  /** A member's preUpgrade or postUpgrade hook ran for `attempt`: passed (or `Ignore`d), it is
+   * not run again for that attempt; failed, the member fails (the run goes on). */
+  | { type: "hooked"; id: string; attempt: number; stage: "pre" | "post"; proceed: boolean; reason: string; message: string; none?: true };
 
 export const MAX_EVENTS = 200;
 
@@ -88,6 +93,9 @@ export function transition(current: OpsState, ev: OpsInput, now: number): OpsSta
       break;
     case "progress":
       progress(s, ev.outcomes, now);
+      break;
+    case "hooked":
+      hooked(s, ev, now);
       break;
     case "change":
       s.spec = {
@@ -175,6 +183,22 @@ function progress(s: OpsState, outcomes: Record<string, UpgradeOutcome>, now: nu
     }
   }
   if (gone.size) s.members = s.members.filter((m) => !gone.has(m.id));
+}
+
+function hooked(s: OpsState, ev: Extract<OpsInput, { type: "hooked" }>, now: number): void {
+  const m = s.members.find((x) => x.id === ev.id);
+  if (!m || m.status !== "Updating" || m.attempt !== ev.attempt) return;
+  const name = ev.stage === "pre" ? "preUpgrade" : "postUpgrade";
+  // A member without that hook only notes it as done (no event).
+  if (!ev.none) event(s, now, ev.proceed ? "Normal" : "Warning", ev.stage === "pre" ? "PreUpgradeHook" : "PostUpgradeHook", `${name} ${ev.reason}: ${ev.message}`, m.id);
+  if (!ev.proceed) return progress(s, { [m.id]: { status: "failed", message: `${name} hook failed: ${ev.message}` } }, now);
+  const done = m.hooks?.attempt === m.attempt ? m.hooks : { attempt: m.attempt };
+  m.hooks = { ...done, [ev.stage]: true };
+}
+
+/** Whether the member's hook `stage` is still to run for its current attempt. */
+export function hookDue(m: OpsMember, stage: "pre" | "post"): boolean {
+  return !(m.hooks?.attempt === m.attempt && m.hooks[stage]);
 }
 
 /** Starts what the budget allows and settles the phase. */

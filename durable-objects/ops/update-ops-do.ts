@@ -20,7 +20,9 @@ import type { Result } from "../sandbox/state.ts";
 import { getDb } from "../store/db.ts";
 import { listLiveIdsOfTeam } from "../store/sandbox-index.ts";
 import { resolveTemplate } from "../store/templates.ts";
-import { active, counts, inFlight, initialState, transition, type OpsInput, type OpsState } from "./machine.ts";
+import { active, counts, hookDue, inFlight, initialState, transition, type OpsInput, type OpsState } from "./machine.ts";
+import type { Hook } from "../../schema/api/hooks.ts";
+import { runUpgradeHook } from "../operations/pause-resume.ts";
 import { OpsStore, type Stored } from "./store.ts";
 
 /** How often a run in flight asks its sandboxes' groups. */
@@ -131,16 +133,42 @@ export class UpdateOpsDO extends DurableObject<Env> {
     this.save({ state: transition(run.state, { type: "select", candidates, targets: revisions }, Date.now()), targets });
   }
 
-  /** Asks the groups of the members in flight to start or report their upgrades. */
+  /**
+   * Asks the groups of the members in flight to start or report their upgrades. A running member's
+   * preUpgrade hook runs before its group is first asked, its postUpgrade once the group reports it
+   * upgraded (before it counts as Succeeded); each once per attempt, stored before the next step.
+   * A paused member runs neither (nothing of it runs to run them in).
+   */
   private async poll(run: Stored): Promise<void> {
+    const lifecycle = run.state.spec.lifecycle;
+    const hook = (stage: "pre" | "post", ids: string[]) => this.hooks(run, stage, ids, stage === "pre" ? lifecycle?.preUpgrade : lifecycle?.postUpgrade);
+    await hook("pre", inFlight(this.run!.state).filter((m) => !m.paused && hookDue(m, "pre")).map((m) => m.id));
     const byGroup = new Map<string, UpgradeRequest[]>();
-    for (const m of inFlight(run.state)) {
+    for (const m of inFlight(this.run!.state)) {
       const req = { id: m.id, teamId: run.state.teamId, template: run.targets[m.templateId]!, attempt: m.attempt };
       byGroup.set(sandboxGroupOf(m.id), [...(byGroup.get(sandboxGroupOf(m.id)) ?? []), req]);
     }
     const answers = await Promise.all([...byGroup.values()].map((items) => sandboxGroupStub(this.env, items[0]!.id).upgradeBatch(items)));
     const outcomes: Record<string, UpgradeOutcome> = Object.assign({}, ...answers);
-    this.save({ ...run, state: transition(run.state, { type: "progress", outcomes }, Date.now()) });
+    const upgraded = inFlight(this.run!.state).filter((m) => outcomes[m.id]?.status === "succeeded" && !m.paused && hookDue(m, "post"));
+    await hook("post", upgraded.map((m) => m.id));
+    this.save({ ...this.run!, state: transition(this.run!.state, { type: "progress", outcomes }, Date.now()) });
+  }
+
+  /** Runs hook `stage` on the members `ids` (all at once) and records each outcome. */
+  private async hooks(run: Stored, stage: "pre" | "post", ids: string[], given: Hook | undefined): Promise<void> {
+    if (ids.length === 0) return;
+    const teamId = run.state.teamId;
+    const name = stage === "pre" ? "preUpgrade" : "postUpgrade";
+    const verdicts = await Promise.all(ids.map(async (id) => [id, await runUpgradeHook(this.env, teamId, id, name, given)] as const));
+    let state = this.run!.state;
+    for (const [id, v] of verdicts) {
+      const m = state.members.find((x) => x.id === id)!;
+      // No hook: nothing to run for this attempt.
+      const ev = v ? { proceed: v.proceed, reason: v.condition.reason, message: v.condition.message } : { proceed: true, reason: "None", message: "no hook", none: true as const };
+      state = transition(state, { type: "hooked", id, attempt: m.attempt, stage, ...ev }, Date.now());
+    }
+    this.save({ ...this.run!, state });
   }
 
   private async step(ev: OpsInput): Promise<OpsResult> {

@@ -1,6 +1,7 @@
 // ProbeDO: one per sandbox with an auto-pause policy (`idFromName(sandboxId)`), a thin shell over
 // probes/machine.ts. Its alarm runs the probe inside the sandbox every `periodSeconds` through the
-// sandbox's runtime (hooks/run-hook.ts `execInSandbox`) while the sandbox runs; when the machine
+// sandbox's runtime (hooks/run-hook.ts `execInSandbox`), or a GET to a port of the sandbox through
+// its cluster's ingress (an HTTP probe: the body is the output), while the sandbox runs; when the machine
 // says idle it pauses the sandbox through the pause operation (so the prePause hook runs and a
 // failing one keeps it running), then wakes it at the scheduled time through the connect
 // operation (postResume runs). While the sandbox is paused, whoever resumed it (traffic, a
@@ -13,7 +14,8 @@ import { DurableObject } from "cloudflare:workers";
 import { AutoPausePolicy } from "../../schema/api/auto-pause.ts";
 import { goDuration } from "../../schema/api/extensions.ts";
 import type { Env } from "../env.ts";
-import { execInSandbox } from "../hooks/run-hook.ts";
+import { execInSandbox, readBounded } from "../hooks/run-hook.ts";
+import { edgeFetch } from "../ingress-client.ts";
 import { connectSandbox, pauseSandbox } from "../operations/pause-resume.ts";
 import { sandboxHandle } from "../sandbox/stub.ts";
 import { initialProbe, isIdle, nextResume, observeProbe, type ProbeResult, type ProbeState } from "./machine.ts";
@@ -87,9 +89,18 @@ export class ProbeDO extends DurableObject<Env> {
 
   private async runProbe(st: Stored, cluster: string, accessToken: string | null): Promise<ProbeResult> {
     const timeoutMs = st.policy.probe.timeoutSeconds * 1000;
+    const noAnswer: ProbeResult = { ok: false, reason: "Timeout", message: `no answer within ${st.policy.probe.timeoutSeconds} s` };
     try {
-      const run = await execInSandbox(this.env, { cluster, sandboxId: st.sandboxId, accessToken }, st.policy.probe.exec.command, timeoutMs);
-      if (run === null) return { ok: false, reason: "Timeout", message: `no answer within ${st.policy.probe.timeoutSeconds} s` };
+      const http = st.policy.probe.http;
+      if (http) {
+        const res = await edgeFetch(this.env, { cluster, sandboxId: st.sandboxId, accessToken, port: http.port, method: "GET", pathAndQuery: http.path, timeoutMs });
+        if (!res) return { ...noAnswer, message: `nothing answered on port ${http.port} within ${st.policy.probe.timeoutSeconds} s` };
+        const body = new TextDecoder().decode(await readBounded(res));
+        if (res.status >= 400) return { ok: false, reason: "Error", message: `HTTP ${res.status}: ${body.trim().slice(0, 256)}` };
+        return { ok: true, output: body };
+      }
+      const run = await execInSandbox(this.env, { cluster, sandboxId: st.sandboxId, accessToken }, st.policy.probe.exec!.command, timeoutMs);
+      if (run === null) return noAnswer;
       if ("refused" in run) return { ok: false, reason: "Error", message: run.refused };
       if (run.exitCode !== 0) return { ok: false, reason: "Error", message: `exit code ${run.exitCode ?? "none"}: ${run.stderr.trim()}` };
       return { ok: true, output: run.stdout };

@@ -1,5 +1,5 @@
 // Auto-pause by probe (OpenKruise Agents §1.1.3, Sandbox `spec.probes` + `autoPausePolicy`): an
-// exec probe run inside the sandbox every `periodSeconds`; while its trimmed output matches
+// exec probe run inside the sandbox (or an HTTP GET to a port of it) every `periodSeconds`; while its trimmed output matches
 // `messageRegex` continuously for `thresholdDuration` the sandbox is idle and pauses (with its
 // lifecycle's strategy and prePause hook); a scheduled wake (`resume.at`, or the next minute of
 // `resume.schedule` in `resume.timeZone`) resumes it. An E2B create asks for it with the metadata
@@ -8,6 +8,7 @@
 import { z } from "zod";
 import { isTimeZone, parseCron } from "../../lib/cron.ts";
 import { CronSchedule } from "./autoscaler.ts";
+import { MAX_PATH_LENGTH } from "./limits.ts";
 
 /** Probe output longer than this is cut before matching (upstream keeps a condition message). */
 export const MAX_PROBE_MESSAGE = 1024;
@@ -16,11 +17,20 @@ const GoDuration = z.string().regex(/^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$/, "a durat
 
 export const AutoPausePolicy = z
   .strictObject({
-    probe: z.strictObject({
-      exec: z.strictObject({ command: z.array(z.string().max(4096)).min(1).max(64) }),
-      periodSeconds: z.int().min(1).max(3600).default(10),
-      timeoutSeconds: z.int().min(1).max(60).default(5),
-    }),
+    probe: z
+      .strictObject({
+        exec: z.strictObject({ command: z.array(z.string().max(4096)).min(1).max(64) }).optional(),
+        /** A GET to a port of the sandbox; its body (status < 400) is the probe's output. */
+        http: z
+          .strictObject({
+            port: z.int().min(1).max(65535),
+            path: z.string().max(MAX_PATH_LENGTH).regex(/^\/[^\s#]*$/, "an absolute path with an optional query").default("/"),
+          })
+          .optional(),
+        periodSeconds: z.int().min(1).max(3600).default(10),
+        timeoutSeconds: z.int().min(1).max(60).default(5),
+      })
+      .refine((p) => (p.exec === undefined) !== (p.http === undefined), { message: "a probe has exactly one of exec and http" }),
     messageRegex: z.string().min(1).max(256),
     thresholdDuration: GoDuration,
     resume: z

@@ -4,6 +4,7 @@
 import { z } from "zod";
 import { MAX_LIST_ITEMS, MAX_NAME_LENGTH } from "./limits.ts";
 import { IntOrPercent } from "./template.ts";
+import { Hook } from "./hooks.ts";
 
 const LabelValue = z.string().max(63);
 
@@ -38,6 +39,8 @@ export const UpdateOpsSpec = z.strictObject({
   stateFilter: z
     .strictObject({ states: z.array(z.enum(["Running", "Paused"])).min(1).max(2).default(["Running"]) })
     .default({ states: ["Running"] }),
+  /** Hooks of this run, in place of the template's own `lifecycle.preUpgrade`/`postUpgrade`. */
+  lifecycle: z.strictObject({ preUpgrade: Hook.optional(), postUpgrade: Hook.optional() }).optional(),
 });
 export type UpdateOpsSpec = z.infer<typeof UpdateOpsSpec>;
 

@@ -17,6 +17,7 @@ import {
 import { SandboxIdSchema } from "./ids.ts";
 import { InplaceUpdateSchema } from "./intent.ts";
 import { AutoscalerSpec } from "../api/autoscaler.ts";
+import { AutoPausePolicy } from "../api/auto-pause.ts";
 import { UpdateOpsName, UpdateOpsSpec } from "../api/update-ops.ts";
 import { TrafficPolicyName, TrafficPolicySpec } from "../api/traffic-policy.ts";
 
@@ -98,7 +99,9 @@ export const SandboxSetsSchema = z.object({ type: z.literal("sandboxsets"), item
 export const SandboxRequestItemSchema = z.object({
   id: ItemIdSchema,
   sandboxId: SandboxIdSchema,
-  action: z.enum(["pause", "resume", "kill"]),
+  /** `autoPause`: the Sandbox's probes/autoPausePolicy (kubectl) start the edge's probe. */
+  action: z.enum(["pause", "resume", "kill", "autoPause"]),
+  autoPausePolicy: AutoPausePolicy.optional(),
   /** The edge generation the Sandbox object showed when the user edited it: a request made
    * against an older generation than the edge's current one is answered `stale`. */
   generation: z.int().nonnegative(),

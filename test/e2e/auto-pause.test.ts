@@ -1,6 +1,6 @@
 // Auto-pause by probe through the real e2b SDK against the whole local system: a create with the
 // `e2b.agents.kruise.io/auto-pause-policy` metadata extension gets an exec probe run inside the
-// sandbox; while its output says busy the sandbox keeps running, once it has said idle for the
+// sandbox (or an HTTP probe to a port of it); while its output says busy the sandbox keeps running, once it has said idle for the
 // threshold the sandbox pauses, traffic wakes it (auto-resume), and a scheduled wake resumes it
 // with no traffic at all.
 import { Sandbox } from "e2b";
@@ -57,8 +57,27 @@ describe("auto-pause by probe", () => {
     await waitFor(async () => (await state(sbx)) === "running", { timeoutMs: 40_000, intervalMs: 200, what: "the scheduled wake" });
   });
 
+  it("an HTTP probe reads a port of the sandbox: busy keeps it running, idle pauses it", async () => {
+    const http = { http: { port: 8000, path: "/activity" }, periodSeconds: 1, timeoutSeconds: 5 };
+    const sbx = await create({ probe: http, messageRegex: "^idle$", thresholdDuration: "2s" });
+    await sbx.files.write("/tmp/www/activity", "busy\n");
+    await sbx.commands.run("cd /tmp/www && python3 -m http.server 8000 >/dev/null 2>&1", { background: true });
+    await waitFor(async () => (await admin(sbx)).autoPause?.probe?.message === "busy", { timeoutMs: 20_000, intervalMs: 200, what: "the HTTP probe's first answer" });
+    expect(await state(sbx)).toBe("running");
+    await sbx.files.write("/tmp/www/activity", "idle\n");
+    await waitFor(async () => (await state(sbx)) === "paused", { timeoutMs: 30_000, intervalMs: 200, what: "the HTTP probe to pause the sandbox" });
+    expect((await admin(sbx)).autoPause.pauses).toBe(1);
+  });
+
   it("refuses a malformed policy with a 400", async () => {
-    for (const bad of ["{", JSON.stringify({ probe, messageRegex: "(", thresholdDuration: "1s" }), JSON.stringify({ probe, messageRegex: "x", thresholdDuration: "soon" })]) {
+    const both = { ...probe, http: { port: 8000 } };
+    for (const bad of [
+      "{",
+      JSON.stringify({ probe, messageRegex: "(", thresholdDuration: "1s" }),
+      JSON.stringify({ probe, messageRegex: "x", thresholdDuration: "soon" }),
+      JSON.stringify({ probe: both, messageRegex: "x", thresholdDuration: "1s" }),
+      JSON.stringify({ probe: { http: { port: 8000, path: "no-slash" } }, messageRegex: "x", thresholdDuration: "1s" }),
+    ]) {
       await expect(Sandbox.create("base", { ...e2b(), metadata: { "e2b.agents.kruise.io/auto-pause-policy": bad } })).rejects.toThrow(/auto-pause-policy/);
     }
   });

@@ -25,9 +25,21 @@ async function admin(path: string, init: { method?: string; body?: unknown } = {
 
 afterAll(async () => {
   await Promise.all(made.map((s) => s.kill().catch(() => false)));
-  await admin(`/admin/teams/admin/updateops/${template}`, { method: "DELETE" }).catch(() => undefined);
-  await admin(`/admin/teams/admin/templates/${template}`, { method: "DELETE" }).catch(() => undefined);
+  for (const t of [template, `${template}h`]) {
+    await admin(`/admin/teams/admin/updateops/${t}`, { method: "DELETE" }).catch(() => undefined);
+    await admin(`/admin/teams/admin/templates/${t}`, { method: "DELETE" }).catch(() => undefined);
+  }
 });
+
+/** The run's status once it ended. */
+const ended = (name: string) =>
+  waitFor(
+    async () => {
+      const s = await admin(`/admin/teams/admin/updateops/${name}`);
+      return s.phase === "Completed" || s.phase === "Failed" ? s : undefined;
+    },
+    { what: `run ${name} to end`, timeoutMs: 90_000, intervalMs: 200 },
+  );
 
 describe("update ops on the local driver", () => {
   it("Recreate keeps each sandbox's files, replaces its processes, and a paused one stays paused", async () => {
@@ -69,5 +81,53 @@ describe("update ops on the local driver", () => {
     expect(await sleepers(resumed)).toBe("0");
     // Outside the selector: untouched (its process still runs).
     expect(await sleepers(outside)).toBe("1");
+  });
+
+  it("preUpgrade (exec, the template's) and postUpgrade (HTTP to a sandbox port, the run's) hooks: a failing one fails its sandbox only, each leaves a condition and an event", async () => {
+    const name = `${template}h`;
+    const pre = "if [ -e /home/user/busy ]; then echo 'busy: a job is running' >&2; exit 3; fi; echo pre >> /home/user/hooks.log";
+    const lifecycle = { preUpgrade: { exec: { command: ["sh", "-c", pre] }, timeoutSeconds: 20 } };
+    await admin(`/admin/teams/admin/templates/${name}`, { method: "PUT", body: { spec: { replicas: 0, memoryMB: 256, lifecycle } } });
+    const create = async () => {
+      const s = await Sandbox.create(name, { ...e2b(), metadata: { "label:hooks": tag }, timeoutMs: 600_000 });
+      made.push(s);
+      await s.commands.run("sleep 100002", { background: true });
+      return s;
+    };
+    const [ok, busy] = [await create(), await create()];
+    await busy.files.write("/home/user/busy", "");
+    const sleepers = async (s: Sandbox) => (await s.commands.run("pgrep -cf '^sleep 10000[2]' || true")).stdout.trim();
+
+    await admin(`/admin/teams/admin/templates/${name}`, { method: "PUT", body: { spec: { replicas: 0, memoryMB: 384, lifecycle } } });
+    await admin("/admin/teams/admin/updateops", {
+      body: { name, selector: { matchLabels: { hooks: tag } }, updateStrategy: { maxUnavailable: 2 }, lifecycle: { postUpgrade: { http: { port: 49983, path: "/health" }, timeoutSeconds: 20 } } },
+    });
+    const first = await ended(name);
+    expect(first, JSON.stringify(first)).toMatchObject({ phase: "Failed", replicas: 2, updatedReplicas: 1, failedReplicas: 1 });
+    const line = (id: string, s = first) => s.sandboxes.find((l: { id: string }) => l.id === id);
+    expect(line(busy.sandboxId)).toMatchObject({ status: "Failed", message: expect.stringContaining("preUpgrade hook failed: exit code 3") });
+    expect(line(busy.sandboxId).message).toContain("busy: a job is running");
+    const conditions = async (s: Sandbox) => (await admin(`/admin/sandboxes/${s.sandboxId}`)).conditions as { type: string; status: string; reason: string }[];
+    // The upgraded one: its preUpgrade ran in the old runtime (its file kept), postUpgrade against the new one.
+    expect((await ok.files.read("/home/user/hooks.log")).trim()).toBe("pre");
+    expect(await sleepers(ok)).toBe("0");
+    expect(await conditions(ok)).toEqual(expect.arrayContaining([
+      expect.objectContaining({ type: "PreUpgradeHook", status: "True", reason: "Succeeded" }),
+      expect.objectContaining({ type: "PostUpgradeHook", status: "True", reason: "Succeeded" }),
+    ]));
+    // The refused one was not upgraded: its process still runs.
+    expect(await sleepers(busy)).toBe("1");
+    expect(await conditions(busy)).toContainEqual(expect.objectContaining({ type: "PreUpgradeHook", status: "False", reason: "Failed" }));
+    const events = first.events.map((e: { reason: string; type: string; sandboxId?: string }) => `${e.reason}/${e.type}/${e.sandboxId}`);
+    expect(events).toEqual(expect.arrayContaining([`PreUpgradeHook/Normal/${ok.sandboxId}`, `PostUpgradeHook/Normal/${ok.sandboxId}`, `PreUpgradeHook/Warning/${busy.sandboxId}`]));
+
+    // The job done, resume retries it: its hook passes and the run completes.
+    await busy.files.remove("/home/user/busy");
+    await admin(`/admin/teams/admin/updateops/${name}/resume`, { body: {} });
+    const second = await ended(name);
+    expect(second, JSON.stringify(second)).toMatchObject({ phase: "Completed", updatedReplicas: 2, failedReplicas: 0 });
+    expect(line(busy.sandboxId, second)).toMatchObject({ status: "Succeeded", attempt: 2 });
+    expect(await sleepers(busy)).toBe("0");
+    expect((await busy.files.read("/home/user/hooks.log")).trim()).toBe("pre");
   });
 });

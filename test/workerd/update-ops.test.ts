@@ -85,7 +85,7 @@ describe("update ops through the admin API", () => {
     await expectStatus(call(`/sandboxes/${paused}/connect`, { key: team.key, body: { timeout: 300 } }), 201);
     expect(agent.sandboxes.get(paused)!.intent).toMatchObject({ desired: { state: "running" }, template: { revision: rev2 } });
     for (const id of web.filter((x) => x !== paused)) expect((await expectStatus(call(`/sandboxes/${id}`, { key: team.key }), 200)).state).toBe("running");
-  });
+  }, 60_000);
 
   it("pauses between batches and carries on when unpaused; a second apply of the same run changes only what may change", async () => {
     const team = await createTeam(unique("ops-pause"));

@@ -2,7 +2,8 @@
 // team = namespace on the edge (UpdateOpsDO, the same machine the admin API drives), sent as an
 // `updateops` item over the agent's session (the push, status and Events: edge-object-sync.ts).
 // `kubectl patch … spec.paused` pauses and unpauses it; a new value of the annotation
-// `agents.kruise.io/retry-failed` retries its failed sandboxes (the admin API's `resume`). The
+// `agents.kruise.io/retry-failed` retries its failed sandboxes (the admin API's `resume`);
+// `spec.lifecycle` (preUpgrade/postUpgrade exec hooks) is the run's hooks. The
 // status shows the phase, the counts, the Progressing condition and one line per sandbox; each
 // event of the run (UpgradeStarted, UpgradeSucceeded, UpgradeFailed, …) is a Kubernetes Event on
 // the object.
@@ -50,6 +51,8 @@ export function opsSpecOf(o: UpdateOpsObject): { spec: UpdateOpsSpec } | { probl
     ...(s.updateStrategy && { updateStrategy: s.updateStrategy }),
     paused: s.paused ?? false,
     ...(s.stateFilter && { stateFilter: s.stateFilter }),
+    // preUpgrade/postUpgrade: the CRD's exec hooks are the edge's (failurePolicy Fail).
+    ...(s.lifecycle !== undefined && s.lifecycle !== null && { lifecycle: s.lifecycle }),
   });
   return parsed.success ? { spec: parsed.data } : { problem: parsed.error.issues.map((i) => `spec.${i.path.join(".")}: ${i.message}`).join("; ") };
 }

@@ -71,7 +71,7 @@ export class KubernetesDriver implements Driver {
     this.namespace = opts.namespace;
     this.kubeConfig = opts.kubeConfig;
     poolConnections(opts.kubeConfig);
-    this.#requests = new UserRequests(opts.onRequest);
+    this.#requests = new UserRequests(opts.onRequest, (m) => opts.log?.(m));
     this.#ctx = new Scopes({
       kubeConfig: opts.kubeConfig,
       namespace: opts.namespace,

@@ -6,6 +6,8 @@ import { createHash } from "node:crypto";
 import type { DesiredSandbox, DriverCapabilities, SandboxObservation } from "../driver.ts";
 import type { VolumeClaimTemplate } from "./pod-spec.ts";
 import type { SandboxStatus } from "./pod-state.ts";
+import type { z } from "zod";
+import type { AutoPausePolicy } from "../../../schema/api/auto-pause.ts";
 
 /** A Sandbox object as the driver reads it. */
 export interface SandboxObject extends KubernetesObject {
@@ -53,7 +55,9 @@ export interface KubeSandboxObservation extends SandboxObservation {
 /** A change a user made to a Sandbox object, for the edge to apply (proposal: agent → edge `requests`). */
 export interface SandboxRequest {
   sandboxId: string;
-  action: "pause" | "resume" | "kill";
+  /** `autoPause`: the Sandbox's probes/autoPausePolicy, in `autoPausePolicy`. */
+  action: "pause" | "resume" | "kill" | "autoPause";
+  autoPausePolicy?: z.input<typeof AutoPausePolicy>;
   /** The edge generation (the agents.kruise.io/edge-generation annotation) the Sandbox showed when
    * the user edited it: the edge refuses an edit made against a generation it has moved past. Read
    * from the edited object itself, so an edit found by the first list after a restart keeps the

@@ -1,14 +1,13 @@
-// The Commit controller's shell: an informer on the namespace's Commits and a work queue, one
-// pass per Commit at a time. A pass reads the target pod, the commit Job and its pod (GETs: a
+// The Commit controller's shell (on custom-controller.ts: an informer on the namespace's Commits
+// and a work queue, one pass per Commit at a time). A pass reads the target pod, the commit Job and its pod (GETs: a
 // Commit is rare, so no informer on every Job and pod), asks `decideCommit`, and applies the
 // answer: create the Job, write the status, post the Event, delete after the ttl. Level-based: a
 // restarted agent finds the Job by name and carries on; nothing is created twice.
-import { BatchV1Api, CoreV1Api, CustomObjectsApi, type KubeConfig, type V1Job, type V1Pod } from "@kubernetes/client-node";
+import { BatchV1Api, type KubeConfig, type V1Job, type V1Pod } from "@kubernetes/client-node";
 import { GROUP, VERSION } from "../../../../schema/crd/labels.ts";
-import { WorkQueue } from "../../../lib/work-queue.ts";
 import { apiMessage, mergePatch, postEvent, statusCode, tolerate } from "../kube-api.ts";
-import { ObjectCache } from "../object-cache.ts";
-import { slimCustom } from "../slim.ts";
+import { CustomObjectController } from "../custom-controller.ts";
+import type { ObjectCache } from "../object-cache.ts";
 import { COMMIT_CONTAINER, COMMIT_UID_LABEL, commitJob, commitJobName, type CommitJobOptions } from "./job-spec.ts";
 import { decideCommit, jobCreated, jobRefused, type CommitDecision, type CommitExit, type CommitJob, type CommitSpec, type CommitStatus, type TargetPod } from "./machine.ts";
 import type { KubernetesObject } from "@kubernetes/client-node";
@@ -30,50 +29,20 @@ export interface CommitControllerOptions {
 
 const PLURAL = "commits";
 
-export class CommitController {
-  readonly commits: ObjectCache<CommitObject>;
+export class CommitController extends CustomObjectController<CommitObject> {
   readonly #o: CommitControllerOptions;
-  readonly #custom: CustomObjectsApi;
-  readonly #core: CoreV1Api;
   readonly #batch: BatchV1Api;
-  readonly #queue: WorkQueue;
   readonly #now: () => number;
 
   constructor(o: CommitControllerOptions) {
+    super({ kubeConfig: o.kubeConfig, namespace: o.namespace, plural: PLURAL, queue: "commit", log: o.log });
     this.#o = o;
     this.#now = o.now ?? Date.now;
-    this.#custom = o.kubeConfig.makeApiClient(CustomObjectsApi);
-    this.#core = o.kubeConfig.makeApiClient(CoreV1Api);
     this.#batch = o.kubeConfig.makeApiClient(BatchV1Api);
-    this.#queue = new WorkQueue({
-      name: "commit",
-      work: async (name) => {
-        const after = await this.reconcile(name);
-        return after === undefined ? undefined : { requeueAfterMs: after };
-      },
-      backoff: { baseMs: 1000, maxMs: 30_000 },
-      onError: (name, err) => o.log?.(`commit ${name}: ${(err as Error).message}`),
-    });
-    const ns = o.namespace;
-    this.commits = new ObjectCache<CommitObject>(o.kubeConfig, {
-      path: `/apis/${GROUP}/${VERSION}/namespaces/${ns}/${PLURAL}`,
-      list: () => this.#custom.listNamespacedCustomObject({ group: GROUP, version: VERSION, namespace: ns, plural: PLURAL }),
-      slim: slimCustom,
-      onError: (err) => o.log?.(`commits watch: ${(err as Error).message}`),
-    });
-    this.commits.onChange((c, verb) => {
-      if (verb !== "delete") this.#queue.add(c.metadata!.name!);
-    });
   }
 
-  async start(): Promise<void> {
-    await this.commits.start();
-    for (const c of this.commits.list()) this.#queue.add(c.metadata!.name!);
-  }
-
-  async stop(): Promise<void> {
-    this.#queue.close();
-    await this.commits.stop();
+  get commits(): ObjectCache<CommitObject> {
+    return this.objects;
   }
 
   /** One pass; answers when to look again (undefined: when the Commit changes). */
@@ -88,12 +57,12 @@ export class CommitController {
     const exit = job && (job.complete || job.failed) ? await this.#exit(c.metadata!.uid!) : null;
     let d = decideCommit({ ...base, pod, job, exit });
     if (d.createJob) d = await this.#createJob(c, base, d.createJob);
-    if (d.status) this.commits.remember(await this.#custom.patchNamespacedCustomObjectStatus({ group: GROUP, version: VERSION, namespace: ns, plural: PLURAL, name, body: { status: d.status } }, mergePatch));
-    if (d.event) await postEvent(this.#core, { apiVersion: `${GROUP}/${VERSION}`, kind: "Commit", name, namespace: ns, uid: c.metadata!.uid }, d.event.type, d.event.reason, d.event.message, new Date(base.now), this.#o.log ?? (() => {}));
+    if (d.status) this.commits.remember(await this.custom.patchNamespacedCustomObjectStatus({ group: GROUP, version: VERSION, namespace: ns, plural: PLURAL, name, body: { status: d.status } }, mergePatch));
+    if (d.event) await postEvent(this.core, { apiVersion: `${GROUP}/${VERSION}`, kind: "Commit", name, namespace: ns, uid: c.metadata!.uid }, d.event.type, d.event.reason, d.event.message, new Date(base.now), this.#o.log ?? (() => {}));
     if (d.delete) {
       // Background propagation: the Job (owned by the Commit) and its pod go with it.
       await tolerate(this.#batch.deleteNamespacedJob({ name: commitJobName(name), namespace: ns, propagationPolicy: "Background" }), [404]);
-      await tolerate(this.#custom.deleteNamespacedCustomObject({ group: GROUP, version: VERSION, namespace: ns, plural: PLURAL, name }), [404]);
+      await tolerate(this.custom.deleteNamespacedCustomObject({ group: GROUP, version: VERSION, namespace: ns, plural: PLURAL, name }), [404]);
     }
     return d.requeueAfterMs;
   }
@@ -110,7 +79,7 @@ export class CommitController {
   }
 
   async #targetPod(name: string): Promise<TargetPod | null> {
-    const pod = await tolerate(this.#core.readNamespacedPod({ name, namespace: this.#o.namespace }), [404]);
+    const pod = await tolerate(this.core.readNamespacedPod({ name, namespace: this.#o.namespace }), [404]);
     if (!pod) return null;
     const started = Object.fromEntries((pod.status?.containerStatuses ?? []).map((s) => [s.name, s.state?.running || s.state?.terminated ? s.containerID : undefined]));
     return { nodeName: pod.spec?.nodeName, containers: (pod.spec?.containers ?? []).map((x) => x.name), containerIds: started };
@@ -132,7 +101,7 @@ export class CommitController {
 
   /** The commit container's end, from the Job's pod; null when no pod shows it. */
   async #exit(uid: string): Promise<CommitExit | null> {
-    const pods: V1Pod[] = (await this.#core.listNamespacedPod({ namespace: this.#o.namespace, labelSelector: `${COMMIT_UID_LABEL}=${uid}` })).items;
+    const pods: V1Pod[] = (await this.core.listNamespacedPod({ namespace: this.#o.namespace, labelSelector: `${COMMIT_UID_LABEL}=${uid}` })).items;
     for (const p of pods) {
       const t = p.status?.containerStatuses?.find((s) => s.name === COMMIT_CONTAINER)?.state?.terminated;
       if (t) return { exitCode: t.exitCode, message: t.message ?? "" };

@@ -33,6 +33,11 @@ describe("opsSpecOf", () => {
     expect(opsSpecOf(suo({}))).toMatchObject({ spec: { updateStrategy: { type: "Recreate", maxUnavailable: 1 }, paused: false, stateFilter: { states: ["Running"] } } });
   });
 
+  it("passes the run's lifecycle hooks (the CRD's exec hooks)", () => {
+    const r = opsSpecOf(suo({ lifecycle: { preUpgrade: { exec: { command: ["sh", "-c", "sync"] }, timeoutSeconds: 30 } } }));
+    expect(r).toMatchObject({ spec: { lifecycle: { preUpgrade: { exec: { command: ["sh", "-c", "sync"] }, timeoutSeconds: 30, failurePolicy: "Fail" } } } });
+  });
+
   it("refuses patch, and says which field is bad", () => {
     expect(opsSpecOf(suo({ patch: { spec: {} } }))).toEqual({ problem: expect.stringContaining("spec.patch is not supported") });
     expect(opsSpecOf(suo({ stateFilter: { states: ["Sleeping"] } }))).toEqual({ problem: expect.stringContaining("spec.stateFilter.states") });

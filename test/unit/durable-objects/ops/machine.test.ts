@@ -1,7 +1,7 @@
 // The update ops machine: selection, batches under maxUnavailable (updating and failed members
 // counted), paused, the end states, resume after failure.
 import { describe, expect, it } from "vitest";
-import { counts, inFlight, initialState, transition, type OpsInput, type OpsState } from "../../../../durable-objects/ops/machine.ts";
+import { counts, hookDue, inFlight, initialState, transition, type OpsInput, type OpsState } from "../../../../durable-objects/ops/machine.ts";
 import { UpdateOpsSpec } from "../../../../schema/api/update-ops.ts";
 import type { OpsCandidate, UpgradeOutcome } from "../../../../durable-objects/sandbox/upgrade.ts";
 
@@ -107,5 +107,31 @@ describe("update ops machine", () => {
     expect(s.members).toEqual([]);
     expect(s.conditions[0]).toMatchObject({ status: "False", reason: "StrategyNotSupported" });
     expect(step(s, { type: "resume" }).phase).toBe("Failed");
+  });
+
+  it("a failing upgrade hook fails that sandbox, not the run; a passed hook is not due again in that attempt, but is after a retry", () => {
+    let s = run({ selector: {}, updateStrategy: { maxUnavailable: 2 } }, sandboxes(3));
+    const [a, b] = inFlight(s);
+    expect(hookDue(a!, "pre")).toBe(true);
+    s = step(s, { type: "hooked", id: a!.id, attempt: 1, stage: "pre", proceed: true, reason: "Succeeded", message: "exit code 0" });
+    s = step(s, { type: "hooked", id: b!.id, attempt: 1, stage: "pre", proceed: false, reason: "Failed", message: "exit code 3: busy" });
+    const m = (id: string) => s.members.find((x) => x.id === id)!;
+    expect(hookDue(m(a!.id), "pre")).toBe(false);
+    expect(hookDue(m(a!.id), "post")).toBe(true);
+    expect(m(b!.id)).toMatchObject({ status: "Failed", message: "preUpgrade hook failed: exit code 3: busy" });
+    expect(s.events.filter((e) => e.reason === "PreUpgradeHook").map((e) => [e.sandboxId, e.type])).toEqual([[a!.id, "Normal"], [b!.id, "Warning"]]);
+    // The budget of 2 holds the failed one; the run goes on with the others.
+    expect(s.phase).toBe("Updating");
+    expect(updating(s)).toEqual([a!.id]);
+    // A hook answer of an older attempt is ignored; no hook at all is noted without an event.
+    s = step(s, { type: "hooked", id: a!.id, attempt: 0, stage: "post", proceed: false, reason: "Failed", message: "late" });
+    expect(m(a!.id).status).toBe("Updating");
+    const events = s.events.length;
+    s = step(s, { type: "hooked", id: a!.id, attempt: 1, stage: "post", proceed: true, reason: "None", message: "no hook", none: true });
+    expect(s.events.length).toBe(events);
+    expect(hookDue(m(a!.id), "post")).toBe(false);
+    // Resumed, the failed one's next attempt runs its hook again.
+    s = step(s, { type: "resume" });
+    expect(hookDue(m(b!.id), "pre")).toBe(true);
   });
 });

@@ -1,0 +1,53 @@
+// Auto-pause from the Sandbox CRD: `kubectl patch` of a claimed Sandbox's spec.probes and
+// spec.autoPausePolicy reaches the edge (a `requests` item, action autoPause) and starts its
+// probe there (ProbeDO, the same as an E2B create's auto-pause-policy extension): while the exec
+// probe's output says busy the sandbox runs, once it says idle for the threshold the edge pauses
+// it.
+import { rmSync, writeFileSync } from "node:fs";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { kubectlOk, until } from "./support/namespace.ts";
+import { startKubeSystem, type KubeSystem } from "./support/system.ts";
+import { withSandboxSet } from "./support/sandbox-set.ts";
+
+let sys: KubeSystem;
+let key: string;
+const activity = `/tmp/kube-auto-pause-${process.pid}`;
+
+beforeAll(async () => {
+  sys = await startKubeSystem("autopause", "kube-autopause", { runtimes: true });
+  await withSandboxSet(sys.ns, "app", { replicas: 1, available: 1 });
+  const res = await fetch(`${sys.edge.url}/api-keys`, { method: "POST", headers: { "x-api-key": sys.edge.adminKey, "content-type": "application/json" }, body: JSON.stringify({ name: "ap", teamName: sys.ns }) });
+  key = ((await res.json()) as { key: string }).key;
+}, 180_000);
+
+afterAll(async () => {
+  rmSync(activity, { force: true });
+  await sys?.stop();
+});
+
+const edgeState = async (id: string) => ((await (await fetch(`${sys.edge.url}/sandboxes/${id}`, { headers: { "x-api-key": key } })).json()) as { state: string }).state;
+const sandboxName = (id: string) => kubectlOk(["-n", sys.ns, "get", "sbx", "-l", `agents.kruise.io/sandbox-id=${id}`, "-o", "name"]).trim();
+const patch = (name: string, spec: object) => kubectlOk(["-n", sys.ns, "patch", name, "--type", "merge", "-p", JSON.stringify({ spec })]);
+
+describe("auto-pause from the Sandbox CRD", () => {
+  it("kubectl patch of probes + autoPausePolicy: busy keeps it running, idle pauses it on the edge", async () => {
+    const created = await fetch(`${sys.edge.url}/sandboxes`, { method: "POST", headers: { "x-api-key": key, "content-type": "application/json" }, body: JSON.stringify({ templateID: "app", timeout: 600 }) });
+    expect(created.status).toBe(201);
+    const id = ((await created.json()) as { sandboxID: string }).sandboxID;
+    await until("running", async () => (await edgeState(id)) === "running", 30_000);
+    const name = sandboxName(id);
+
+    writeFileSync(activity, "busy\n");
+    patch(name, {
+      probes: [{ name: "activity", exec: { command: ["cat", activity] }, periodSeconds: 1, timeoutSeconds: 5 }],
+      autoPausePolicy: { pause: { whenProbedIdleState: { probe: "activity", messageRegex: "^idle$", thresholdDuration: "2s" } } },
+    });
+    const admin = async () => ((await (await fetch(`${sys.edge.url}/admin/sandboxes/${id}`, { headers: { "x-api-key": sys.edge.adminKey } })).json()) as { autoPause?: { probe?: { message?: string }; pauses: number } }).autoPause;
+    await until("the probe's first answer", async () => (await admin())?.probe?.message === "busy", 30_000);
+    expect(await edgeState(id)).toBe("running");
+
+    writeFileSync(activity, "idle\n");
+    await until("paused by the probe", async () => (await edgeState(id)) === "paused", 30_000);
+    expect((await admin())!.pauses).toBe(1);
+  });
+});
