@@ -157,6 +157,7 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
           fetchFile: (path) => fetchEdgeFile(opts.edgeUrl, opts.clusterToken, path),
           send: (items) => link.sendBuildEvents(items),
           log: (msg, fields) => agentLog.info(msg, fields),
+          journalDir: join(opts.dataDir, "builds"),
         })
       : undefined;
 
@@ -201,6 +202,8 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
   const metrics: MetricsServer | undefined = opts.metricsPort ? await startMetricsServer(opts.metricsPort, opts.metricsHost) : undefined;
 
   await reconciler.resumeAll();
+  // Builds a previous run was handed and did not finish go on (their events wait for the link).
+  builder?.resume();
   link.start();
 
   return {
