@@ -15,6 +15,7 @@ import { Link } from "./link.ts";
 import { startMetricsServer, type MetricsServer } from "./metrics-server.ts";
 import { Reconciler, desiredFor } from "./reconciler.ts";
 import { TemplateBuilder } from "../drivers/local/builder/builder.ts";
+import { RetiredTemplates } from "../drivers/local/builder/retire.ts";
 import { RootfsStore } from "../drivers/local/rootfs/store.ts";
 import { detectCgroups } from "../drivers/local/cgroups.ts";
 import { MAX_TEMPLATE_FILE_BYTES } from "../../schema/api/template-build.ts";
@@ -95,10 +96,16 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
   const store = new IntentStore(join(opts.dataDir, "intents"));
   // Every line about a sandbox is also that sandbox's log (E2B's logs routes), until it is deleted.
   const sandboxLogs = new SandboxLogs();
+  // A deleted template's built layers leave the store once no sandbox or snapshot mounts them
+  // (set once the builder is made; swept again whenever a sandbox goes).
+  let retired: RetiredTemplates | undefined;
   const untap = tapLogs((level, component, msg, fields, time) => {
     const id = fields.sandboxId;
     if (typeof id !== "string") return;
-    if (msg === "phase" && fields.phase === "Deleted") return sandboxLogs.drop(id);
+    if (msg === "phase" && fields.phase === "Deleted") {
+      void retired?.sweep().catch(() => {});
+      return sandboxLogs.drop(id);
+    }
     if (!store.get(id)) return; // not ours (another agent in this process), or gone
     sandboxLogs.append(id, level, msg, { component, ...fields }, time.getTime());
   });
@@ -160,6 +167,7 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
           journalDir: join(opts.dataDir, "builds"),
         })
       : undefined;
+  retired = builder && driver instanceof LocalDriver ? new RetiredTemplates(new RootfsStore(), () => driver.layersInUse()) : undefined;
 
   link = new Link({
     edgeUrl: opts.edgeUrl,
@@ -176,6 +184,7 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
       inventory: await reconciler.inventory(),
     }),
     onBuild: (frame) => builder?.start(frame),
+    onRootfsDeletes: (names) => void retired?.retire(names).then((gone) => gone.length && agentLog.info("built layers removed", { layers: gone.length })).catch((err: unknown) => agentLog.error("built layers not removed", { error: err })),
     onLogsRequest: (req) => sandboxLogs.query(req.sandboxId, req.query),
     onSnapshotDeletes(ids) {
       for (const snapshotId of ids) {
@@ -218,6 +227,7 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
       await metrics?.close();
       link.close();
       builder?.dispose();
+      retired?.dispose();
       reconciler.queue.close();
       await reconciler.queue.idle();
       const closed = new Promise<void>((ok) => ingress.close(() => ok()));

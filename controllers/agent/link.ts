@@ -49,6 +49,8 @@ export interface LinkOptions {
   onLogsRequest?(req: LogsRequest): SandboxLogEntry[];
   /** Snapshots the edge no longer has (a deleted E2B snapshot): free them. */
   onSnapshotDeletes?(ids: string[]): void;
+  /** A deleted template's built root filesystems (`b-<buildID>`), to free once unused. */
+  onRootfsDeletes?(names: string[]): void;
   log?: (msg: string) => void;
 }
 
@@ -269,6 +271,9 @@ export class Link {
         return;
       case "error":
         this.#log(`edge error: ${msg.code}: ${msg.message}`);
+        return;
+      case "rootfsDeletes":
+        this.#o.onRootfsDeletes?.(msg.names);
         return;
       case "snapshotDeletes":
         this.#o.onSnapshotDeletes?.(msg.ids);

@@ -27,6 +27,7 @@ import { MAX_FRAME_SANDBOXES, MAX_MESSAGE_LENGTH, MAX_NAME_LENGTH, MAX_PATH_LENG
  *                                intervals: the edge closes the socket (4408) and the agent redials
  *   edge  → agent error          before the edge closes the socket for a protocol error
  *   edge  → agent snapshotDeletes  snapshots to free (best effort: sent while connected)
+ *   edge  → agent rootfsDeletes    a deleted template's built root filesystems (best effort)
  *   agent → edge  sandboxsets, requests, claims, quotas, autoscalers; edge → agent replies: the cluster's
  *                                custom resources (kubernetes driver), see crd-sync.ts
  *   edge  → agent build; agent → edge buildEvents: template builds, see build.ts
@@ -185,6 +186,13 @@ export const SnapshotDeletesSchema = z.object({
   ids: z.array(SnapshotIdSchema).min(1).max(1000),
 });
 
+/** Built templates' root filesystems (`b-<buildID>`) to free on the agent (a deleted template):
+ * best effort, like snapshotDeletes. Unknown names are fine. */
+export const RootfsDeletesSchema = z.object({
+  type: z.literal("rootfsDeletes"),
+  names: z.array(z.string().regex(/^b-[a-z0-9-]{1,64}$/)).min(1).max(1000),
+});
+
 /** Every frame the edge may send (except the raw pong). */
 export const EdgeMessageSchema = z.discriminatedUnion("type", [
   WelcomeSchema,
@@ -194,6 +202,7 @@ export const EdgeMessageSchema = z.discriminatedUnion("type", [
   BuildFrameSchema,
   LogsRequestSchema,
   SnapshotDeletesSchema,
+  RootfsDeletesSchema,
 ]);
 export type EdgeMessage = z.infer<typeof EdgeMessageSchema>;
 

@@ -227,3 +227,27 @@ describe("a build's environment never reaches a host helper", () => {
     }
   });
 });
+
+describe("DELETE /templates/{id} frees the built layers", () => {
+  it("the template's record goes at once; its own layers stay while a sandbox mounts them and go after it", async () => {
+    const run = uniqueTag();
+    const name = `tpl-del-${run}`;
+    const built = await Template.build(Template().fromBaseImage().setEnvs({ RUN_ID: run }).runCmd(`echo ${run} > /mine.txt`, { user: "root" }), name, e2b());
+    const image = `b-${built.buildId}`;
+    outputs.push(image);
+    const own = store.template(image)!.layers.filter((l) => store.layer(l)?.kind === "build");
+    expect(own.length).toBeGreaterThan(0);
+    const sbx = await Sandbox.create(name, e2b());
+    try {
+      const res = await fetch(`${e2b().apiUrl}/templates/${name}`, { method: "DELETE", headers: { "x-api-key": e2b().apiKey } });
+      expect(res.status).toBe(204);
+      await expect.poll(() => store.template(image), { timeout: 10_000, interval: 100 }).toBeUndefined();
+      // Still mounted by the sandbox: kept, and the sandbox still reads its files.
+      expect(own.every((l) => store.layer(l))).toBe(true);
+      expect((await sbx.commands.run("cat /mine.txt")).stdout).toBe(`${run}\n`);
+    } finally {
+      await sbx.kill();
+    }
+    await expect.poll(() => own.filter((l) => store.layer(l)), { timeout: 30_000, interval: 200 }).toEqual([]);
+  });
+});

@@ -109,6 +109,8 @@ export class ScriptedAgent {
   readonly logsRequests: LogsRequest[] = [];
   /** Snapshot ids the edge asked it to free (snapshotDeletes frames). */
   readonly snapshotDeletes: string[] = [];
+  /** Built root filesystems the edge asked it to free (rootfsDeletes frames). */
+  readonly rootfsDeletes: string[] = [];
   welcome: Welcome | null = null;
   closed: { code: number } | null = null;
   private ws: SocketLike | null = null;
@@ -269,6 +271,9 @@ export class ScriptedAgent {
         break;
       case "snapshotDeletes":
         this.snapshotDeletes.push(...msg.ids);
+        break;
+      case "rootfsDeletes":
+        this.rootfsDeletes.push(...msg.names);
         break;
       default:
         msg satisfies never;
