@@ -15,6 +15,7 @@ import { Link } from "./link.ts";
 import { startMetricsServer, type MetricsServer } from "./metrics-server.ts";
 import { Reconciler, desiredFor } from "./reconciler.ts";
 import { TemplateBuilder } from "../drivers/local/builder/builder.ts";
+import { RetiredTemplates } from "../drivers/local/builder/retire.ts";
 import { RootfsStore } from "../drivers/local/rootfs/store.ts";
 import { detectCgroups } from "../drivers/local/cgroups.ts";
 import { MAX_TEMPLATE_FILE_BYTES } from "../../schema/api/template-build.ts";
@@ -99,10 +100,16 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
   // while the agent was down is forgotten.
   const sandboxLogs = new SandboxLogs(undefined, join(opts.dataDir, "sandbox-logs"));
   sandboxLogs.retainOnly(store.ids());
+  // A deleted template's built layers leave the store once no sandbox or snapshot mounts them
+  // (set once the builder is made; swept again whenever a sandbox goes).
+  let retired: RetiredTemplates | undefined;
   const untap = tapLogs((level, component, msg, fields, time) => {
     const id = fields.sandboxId;
     if (typeof id !== "string") return;
-    if (msg === "phase" && fields.phase === "Deleted") return sandboxLogs.drop(id);
+    if (msg === "phase" && fields.phase === "Deleted") {
+      void retired?.sweep().catch(() => {});
+      return sandboxLogs.drop(id);
+    }
     if (!store.get(id)) return; // not ours (another agent in this process), or gone
     sandboxLogs.append(id, level, msg, { component, ...fields }, time.getTime());
   });
@@ -161,8 +168,10 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
           fetchFile: (path) => fetchEdgeFile(opts.edgeUrl, opts.clusterToken, path),
           send: (items) => link.sendBuildEvents(items),
           log: (msg, fields) => agentLog.info(msg, fields),
+          journalDir: join(opts.dataDir, "builds"),
         })
       : undefined;
+  retired = builder && driver instanceof LocalDriver ? new RetiredTemplates(new RootfsStore(), () => driver.layersInUse()) : undefined;
 
   link = new Link({
     edgeUrl: opts.edgeUrl,
@@ -179,6 +188,7 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
       inventory: await reconciler.inventory(),
     }),
     onBuild: (frame) => builder?.start(frame),
+    onRootfsDeletes: (names) => void retired?.retire(names).then((gone) => gone.length && agentLog.info("built layers removed", { layers: gone.length })).catch((err: unknown) => agentLog.error("built layers not removed", { error: err })),
     onLogsRequest: (req) => sandboxLogs.query(req.sandboxId, req.query),
     onSnapshotDeletes(ids) {
       for (const snapshotId of ids) {
@@ -214,6 +224,8 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
   const metrics: MetricsServer | undefined = opts.metricsPort ? await startMetricsServer(opts.metricsPort, opts.metricsHost) : undefined;
 
   await reconciler.resumeAll();
+  // Builds a previous run was handed and did not finish go on (their events wait for the link).
+  builder?.resume();
   link.start();
 
   return {
@@ -228,6 +240,7 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
       await metrics?.close();
       link.close();
       builder?.dispose();
+      retired?.dispose();
       reconciler.queue.close();
       await reconciler.queue.idle();
       const closed = new Promise<void>((ok) => ingress.close(() => ok()));

@@ -54,6 +54,8 @@ export interface LinkOptions {
   onSnapshotDeletes?(ids: string[]): void;
   /** The TrafficPolicies in force, whole (replaces the previous set). */
   onTrafficPolicies?(policies: TrafficPolicyEntry[]): void;
+  /** A deleted template's built root filesystems (`b-<buildID>`), to free once unused. */
+  onRootfsDeletes?(names: string[]): void;
   log?: (msg: string) => void;
 }
 
@@ -276,6 +278,9 @@ export class Link {
         return;
       case "error":
         this.#log(`edge error: ${msg.code}: ${msg.message}`);
+        return;
+      case "rootfsDeletes":
+        this.#o.onRootfsDeletes?.(msg.names);
         return;
       case "snapshotDeletes":
         this.#o.onSnapshotDeletes?.(msg.ids);

@@ -206,9 +206,17 @@ export class ClusterDO extends DurableObject<Env> {
   }
 
   /**
-   * Asks the agent to free snapshots the edge deleted. Best effort: sent only while it is
-   * connected (`sent` says whether it was); nothing is queued for a later session.
+   * Asks the agent to free a deleted template's built root filesystems. Best effort: sent only
+   * while it is connected (`sent` says whether it was); nothing is queued for a later session.
    */
+  async deleteRootfs(names: string[]): Promise<{ ok: true; sent: boolean }> {
+    this.load();
+    if (names.length === 0 || !this.agentSocket()) return { ok: true, sent: false };
+    this.send({ type: "rootfsDeletes", names });
+    return { ok: true, sent: true };
+  }
+
+  /** Asks the agent to free snapshots the edge deleted (best effort, see deleteRootfs). */
   async deleteSnapshots(ids: string[]): Promise<{ ok: true; sent: boolean }> {
     this.load();
     if (ids.length === 0 || !this.agentSocket()) return { ok: true, sent: false };

@@ -37,11 +37,15 @@ export async function listTags(env: Env, caller: Caller, templateId: string) {
   return (await tagsOf(db, caller.teamId, templateId)).map((t) => ({ tag: t.tag, buildID: t.buildId, createdAt: new Date(t.createdAt).toISOString() }));
 }
 
-/** `DELETE /templates/{id}`: the caller's template, its pool and its builds. Built layers stay in
- * the agent's RootfsStore until `rootfs/cli.ts prune`. */
+/** `DELETE /templates/{id}`: the caller's template, its pool and its builds. Each cluster's agent
+ * is asked to free the builds' root filesystems (it keeps layers a sandbox still mounts). */
 export async function deleteTemplateAndBuilds(env: Env, caller: Caller, templateId: string): Promise<void> {
   const removed = await removeTemplate(env, caller.teamId, templateId);
   if (!removed.ok) throw ApiError.from(removed.error);
-  const builds = await deleteBuildsOf(getDb(env), caller.teamId, templateId);
+  const db = getDb(env);
+  const images = new Map<string, string[]>();
+  for (const b of await buildsOf(db, caller.teamId, templateId)) images.set(b.cluster, [...(images.get(b.cluster) ?? []), b.image]);
+  const builds = await deleteBuildsOf(db, caller.teamId, templateId);
   if (!removed.found && !builds) throw new ApiError("template_not_found", `Template "${templateId}" not found`);
+  for (const [cluster, names] of images) await env.CLUSTER.get(env.CLUSTER.idFromName(cluster)).deleteRootfs(names.slice(0, 1000));
 }

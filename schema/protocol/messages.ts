@@ -30,7 +30,8 @@ import { MAX_FRAME_SANDBOXES, MAX_MESSAGE_LENGTH, MAX_NAME_LENGTH, MAX_PATH_LENG
  *   edge  → agent snapshotDeletes  snapshots to free (best effort: sent while connected)
  *   edge  → agent trafficPolicies  every TrafficPolicy and GlobalTrafficPolicy in force, whole
  *                                (after each welcome and on every change; an older agent ignores it)
- *   agent → edge  sandboxsets, requests, claims, quotas, autoscalers, updateops; edge → agent replies: the cluster's
+ *   edge  → agent rootfsDeletes    a deleted template's built root filesystems (best effort)
+ *   agent → edge  sandboxsets, requests, claims, quotas, autoscalers, updateops, trafficpolicyobjects; edge → agent replies: the cluster's
  *                                custom resources (kubernetes driver), see crd-sync.ts
  *   edge  → agent build; agent → edge buildEvents: template builds, see build.ts
  *   edge  → agent logsRequest    a sandbox's logs (E2B's logs routes); the agent answers `logs`
@@ -197,6 +198,12 @@ export const TrafficPoliciesSchema = z.object({
   policies: z.array(TrafficPolicyEntry).max(MAX_TRAFFIC_POLICIES),
 });
 export type TrafficPolicies = z.infer<typeof TrafficPoliciesSchema>;
+/** Built templates' root filesystems (`b-<buildID>`) to free on the agent (a deleted template):
+ * best effort, like snapshotDeletes. Unknown names are fine. */
+export const RootfsDeletesSchema = z.object({
+  type: z.literal("rootfsDeletes"),
+  names: z.array(z.string().regex(/^b-[a-z0-9-]{1,64}$/)).min(1).max(1000),
+});
 
 /** Every frame the edge may send (except the raw pong). */
 export const EdgeMessageSchema = z.discriminatedUnion("type", [
@@ -208,6 +215,7 @@ export const EdgeMessageSchema = z.discriminatedUnion("type", [
   LogsRequestSchema,
   SnapshotDeletesSchema,
   TrafficPoliciesSchema,
+  RootfsDeletesSchema,
 ]);
 export type EdgeMessage = z.infer<typeof EdgeMessageSchema>;
 

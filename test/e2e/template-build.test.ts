@@ -4,12 +4,13 @@
 // this server cannot pull is a build error saying so. The template's spec.image names the built
 // rootfs, and a sandbox of it sees those files. setStartCmd/setReadyCmd: the sandbox runs the
 // start command and is handed out once the ready command passes, or the create fails saying so.
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { BuildError, Sandbox, SandboxError, Template, waitForFile, waitForPort, waitForTimeout, type LogEntry } from "e2b";
 import { afterAll, describe, expect, it } from "vitest";
 import { RootfsStore } from "../../controllers/drivers/local/rootfs/store.ts";
+import { removeBuiltLayers } from "../support/built-layers.ts";
 import { HOST_LOADER_SAW_IT, hostileEnv, parseEnv0 } from "../support/hostile-env.ts";
 import { e2b, uniqueTag } from "./sdk.ts";
 
@@ -24,13 +25,7 @@ const startedAt = Date.now();
 afterAll(async () => {
   rmSync(context, { recursive: true, force: true });
   // This run's layers (its team's keys are new each run) and templates leave the shared cache.
-  for (const name of outputs) rmSync(join(store.root, "templates", `${name}.json`), { force: true });
-  // Then every step layer this run made that no template names (failed builds leave their prefix).
-  const used = new Set(store.templates().flatMap((t) => t.layers));
-  for (const id of readdirSync(join(store.root, "layers"))) {
-    const info = id.startsWith("step-") ? store.layer(id) : undefined;
-    if (info?.kind === "build" && Date.parse(info.createdAt) >= startedAt && !used.has(id)) store.removeLayer(id);
-  }
+  removeBuiltLayers(store, outputs, startedAt);
 });
 
 function opts(logs: LogEntry[]) {
@@ -230,5 +225,29 @@ describe("a build's environment never reaches a host helper", () => {
     } finally {
       hostile.dispose();
     }
+  });
+});
+
+describe("DELETE /templates/{id} frees the built layers", () => {
+  it("the template's record goes at once; its own layers stay while a sandbox mounts them and go after it", async () => {
+    const run = uniqueTag();
+    const name = `tpl-del-${run}`;
+    const built = await Template.build(Template().fromBaseImage().setEnvs({ RUN_ID: run }).runCmd(`echo ${run} > /mine.txt`, { user: "root" }), name, e2b());
+    const image = `b-${built.buildId}`;
+    outputs.push(image);
+    const own = store.template(image)!.layers.filter((l) => store.layer(l)?.kind === "build");
+    expect(own.length).toBeGreaterThan(0);
+    const sbx = await Sandbox.create(name, e2b());
+    try {
+      const res = await fetch(`${e2b().apiUrl}/templates/${name}`, { method: "DELETE", headers: { "x-api-key": e2b().apiKey } });
+      expect(res.status).toBe(204);
+      await expect.poll(() => store.template(image), { timeout: 10_000, interval: 100 }).toBeUndefined();
+      // Still mounted by the sandbox: kept, and the sandbox still reads its files.
+      expect(own.every((l) => store.layer(l))).toBe(true);
+      expect((await sbx.commands.run("cat /mine.txt")).stdout).toBe(`${run}\n`);
+    } finally {
+      await sbx.kill();
+    }
+    await expect.poll(() => own.filter((l) => store.layer(l)), { timeout: 30_000, interval: 200 }).toEqual([]);
   });
 });

@@ -112,6 +112,8 @@ export class ScriptedAgent {
   trafficPolicies: TrafficPolicies["policies"] | null = null;
   /** Snapshot ids the edge asked it to free (snapshotDeletes frames). */
   readonly snapshotDeletes: string[] = [];
+  /** Built root filesystems the edge asked it to free (rootfsDeletes frames). */
+  readonly rootfsDeletes: string[] = [];
   welcome: Welcome | null = null;
   closed: { code: number } | null = null;
   private ws: SocketLike | null = null;
@@ -275,6 +277,9 @@ export class ScriptedAgent {
         break;
       case "trafficPolicies":
         this.trafficPolicies = msg.policies;
+        break;
+      case "rootfsDeletes":
+        this.rootfsDeletes.push(...msg.names);
         break;
       default:
         msg satisfies never;

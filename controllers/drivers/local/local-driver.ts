@@ -517,6 +517,14 @@ export class LocalDriver implements Driver {
     return rec && this.#observeRecord(rec);
   }
 
+  /** Template layers this driver's sandboxes and snapshots mount (a layer in it must stay). */
+  async layersInUse(): Promise<Set<string>> {
+    const used = new Set<string>();
+    for (const id of recordedIds(this.#dataDir)) for (const l of this.#record(id)?.root?.layers ?? []) used.add(l);
+    for (const id of this.#snapshots.ids()) for (const l of this.#snapshots.meta(id)?.root?.layers ?? []) used.add(l);
+    return used;
+  }
+
   async list(): Promise<SandboxObservation[]> {
     const out: SandboxObservation[] = [];
     const ids = new Set(recordedIds(this.#dataDir));

@@ -6,7 +6,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
 import { IntentStore } from "../../../controllers/agent/intent-store.ts";
-import { RETRY_REASON, Reconciler } from "../../../controllers/agent/reconciler.ts";
+import { NOT_READY_REASON, RETRY_REASON, Reconciler } from "../../../controllers/agent/reconciler.ts";
+import type { StartCommands, StartStatus } from "../../../controllers/agent/start-commands.ts";
 import { TerminalError, UnsupportedError, type DesiredSandbox, type Driver, type SandboxObservation } from "../../../controllers/drivers/driver.ts";
 import { createRuntime } from "../../../controllers/runtime/runtime.ts";
 import type { SandboxView } from "../../../controllers/runtime/sandbox-view.ts";
@@ -95,7 +96,7 @@ afterEach(() => {
 });
 
 /** A reconciler over the scripted driver with a fast backoff, recording reports and acks. */
-function harness(script: Record<string, Step[]>) {
+function harness(script: Record<string, Step[]>, starts?: StartCommands) {
   const dir = mkdtempSync(join(tmpdir(), "reconciler-"));
   dirs.push(dir);
   const driver = new ScriptedDriver(script);
@@ -110,6 +111,7 @@ function harness(script: Record<string, Step[]>) {
     settled: (id, generation, result, message, snapshotError) => acks.push({ id, generation, result, message, ...(snapshotError ? { snapshotError } : {}) }),
     backoff: { baseMs: 1, maxMs: 8 },
     onError: () => {},
+    starts,
   });
   return { driver, reports, acks, reconciler, store };
 }
@@ -168,6 +170,32 @@ describe("Reconciler", () => {
       expect(acks[0]?.message).toBe(failed.message);
       expect(reconciler.queue.failures("s1")).toBe(0); // nothing left to retry
     }
+    reconciler.queue.close();
+  });
+
+  it("a template with a ready command: Running but not ready (no ack) until it passes; one that fails is Failed with its message", async () => {
+    // The start machinery's answer per sandbox, as the test sets it (start-commands.ts runs the real one).
+    const answers = new Map<string, StartStatus>([["s1", { state: "starting" }], ["s2", { state: "starting" }]]);
+    const asked: string[] = [];
+    const starts = { status: (id: string) => (asked.push(id), answers.get(id)!), forget: () => {} } as unknown as StartCommands;
+    const { reports, acks, reconciler } = harness({}, starts);
+    const template = { id: "web", revision: "r1", image: "web", user: "user", workdir: "/srv", resources: { cpuCount: 1, memoryMB: 256 }, startCmd: "serve", readyCmd: "probe" };
+    reconciler.offer(intent("s1", { template }));
+    reconciler.offer(intent("s2", { template }));
+    await waitFor(() => asked.includes("s1") && asked.includes("s2"), { what: "both asked" });
+    await reconciler.queue.idle();
+    expect(reports.filter((o) => o.sandboxId === "s1").map((o) => `${o.phase}:${o.ready}`)).toEqual(["Running:false"]);
+    expect(acks).toEqual([]); // the client's create waits
+
+    answers.set("s1", { state: "ready" });
+    answers.set("s2", { state: "failed", message: "the template's ready command did not pass within 8 s" });
+    reconciler.queue.add("s1", { urgent: true });
+    reconciler.queue.add("s2", { urgent: true });
+    await waitFor(() => acks.length === 2, { what: "both acked" });
+    expect(reports.filter((o) => o.sandboxId === "s1").map((o) => `${o.phase}:${o.ready}`)).toEqual(["Running:false", "Running:true"]);
+    expect(reports.filter((o) => o.sandboxId === "s2").at(-1)).toMatchObject({ phase: "Failed", ready: false, reason: NOT_READY_REASON, message: "the template's ready command did not pass within 8 s" });
+    expect(acks.find((a) => a.id === "s1")?.result).toBe("applied");
+    expect(acks.find((a) => a.id === "s2")).toMatchObject({ result: "accepted", message: "the template's ready command did not pass within 8 s" });
     reconciler.queue.close();
   });
 

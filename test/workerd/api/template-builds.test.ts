@@ -2,7 +2,7 @@
 // that says it has a builder: auth, per-team visibility (another team's build is E2B's 404),
 // validation of every step kind, signed upload links, the build frame the agent gets, its log
 // lines and result coming back through status, and 501 for a cluster without a builder.
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, vi } from "vitest";
 import { env } from "cloudflare:workers";
 import { eq } from "drizzle-orm";
 import { getDb } from "../../../durable-objects/store/db.ts";
@@ -107,8 +107,11 @@ describe("template build API", () => {
       await expectStatus(call("/templates/tags", { key: team.key, method: "DELETE", body: { name: team.template, tags: ["v1"] } }), 204);
 
       await expectError(call(`/templates/${team.template}`, { key: other.key, method: "DELETE" }), 404);
+      expect(agent.rootfsDeletes).toEqual([]);
       await expectStatus(call(`/templates/${team.template}`, { key: team.key, method: "DELETE" }), 204);
       await expectError(call(`/templates/${team.template}/builds/${id}/status`, { key: team.key }), 404);
+      // The agent is asked to free the build's root filesystem.
+      await vi.waitFor(() => expect(agent.rootfsDeletes).toEqual([`b-${id}`]));
     } finally {
       agent.disconnect();
     }

@@ -11,6 +11,7 @@ import type { RootfsStore } from "../rootfs/store.ts";
 import { cgroupSetFor, createCgroups, killAndRemove, procsFiles, removeParents, type CgroupLayout } from "../cgroups.ts";
 import { describeStep, layerIdOf, planSteps, rootfsForImage, type PlannedStep } from "./plan.ts";
 import { runStep, type SandboxStep } from "./sandbox.ts";
+import { BuildJournal, removeDeadStaging } from "./journal.ts";
 
 export interface BuilderOptions {
   store: RootfsStore;
@@ -25,6 +26,8 @@ export interface BuilderOptions {
   stepTimeoutMs?: number;
   /** How often log lines leave in one frame. */
   flushMs?: number;
+  /** Where unfinished builds are kept, so a restarted agent resumes them (none: not kept). */
+  journalDir?: string;
 }
 
 /** Processes one step may have at once. */
@@ -64,17 +67,42 @@ class Events {
 export class TemplateBuilder {
   readonly #o: BuilderOptions;
   readonly #builds = new Map<string, Events>();
+  readonly #frames = new Map<string, BuildFrame>();
+  readonly #journal: BuildJournal | undefined;
   #timer: NodeJS.Timeout | undefined;
 
   constructor(opts: BuilderOptions) {
     this.#o = opts;
+    this.#journal = opts.journalDir ? new BuildJournal(opts.journalDir) : undefined;
+  }
+
+  /**
+   * Starts again every build a previous run of the agent was handed and did not finish (it died
+   * or was stopped mid-build): its finished steps are cached layers, so it goes on from the step
+   * that was cut, and the edge's build log says so. Returns how many.
+   */
+  resume(): number {
+    if (!this.#journal) return 0;
+    removeDeadStaging(join(this.#o.store.root, "layers"));
+    const entries = this.#journal.list((file, why) => this.#o.log?.(`build journal entry ${file} dropped: ${why}`));
+    for (const { frame, seq } of entries) {
+      this.#o.log?.("resuming a build after an agent restart", { buildId: frame.buildId });
+      this.start(frame, seq);
+    }
+    return entries.length;
   }
 
   /** Starts a build in the background; its events leave through `send`. A repeat is ignored. */
-  start(frame: BuildFrame): void {
+  start(frame: BuildFrame, resumeSeq?: number): void {
     if (this.#builds.has(frame.buildId)) return;
     const ev = new Events(frame.buildId);
+    if (resumeSeq !== undefined) {
+      ev.seq = resumeSeq;
+      ev.add("The agent restarted during this build: resuming it (finished steps are cached)", "warn");
+    }
     this.#builds.set(frame.buildId, ev);
+    this.#frames.set(frame.buildId, frame);
+    this.#journal?.put({ frame, seq: ev.seq - ev.pending.length });
     this.#arm();
     void this.#run(frame, ev)
       .then(
@@ -121,7 +149,11 @@ export class TemplateBuilder {
     for (const it of items) {
       const ev = this.#builds.get(it.buildId)!;
       ev.pending.splice(0, it.logs.length);
-      if (it.result) this.#builds.delete(it.buildId);
+      if (it.result) {
+        this.#builds.delete(it.buildId);
+        this.#frames.delete(it.buildId);
+        this.#journal?.done(it.buildId);
+      } else if (it.logs.length) this.#journal?.put({ frame: this.#frames.get(it.buildId)!, seq: ev.seq - ev.pending.length });
     }
     if (!this.#builds.size) this.stop();
   }

@@ -1,0 +1,75 @@
+// The builds this agent has been handed and not finished, on disk, so an agent that died mid-build
+// resumes them when it starts again (steps already committed are cached layers, so the build goes
+// on from the step that was cut). Each entry keeps the next log sequence number the edge has not
+// seen, so lines after the restart are new lines there, not repeats it drops.
+import { spawnSync } from "node:child_process";
+import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { BuildFrameSchema, type BuildFrame } from "../../../../schema/protocol/build.ts";
+
+export interface JournalEntry {
+  frame: BuildFrame;
+  /** The first log sequence number not yet delivered. */
+  seq: number;
+}
+
+export class BuildJournal {
+  readonly #dir: string;
+
+  constructor(dir: string) {
+    this.#dir = dir;
+    mkdirSync(dir, { recursive: true });
+  }
+
+  #file(buildId: string): string {
+    // Build ids are UUIDs (schema); anything else is not written.
+    if (!/^[A-Za-z0-9-]{1,64}$/.test(buildId)) throw new Error(`build id ${JSON.stringify(buildId)} is not a file name`);
+    return join(this.#dir, `${buildId}.json`);
+  }
+
+  put(entry: JournalEntry): void {
+    const f = this.#file(entry.frame.buildId);
+    writeFileSync(`${f}.tmp`, JSON.stringify(entry), { mode: 0o600 });
+    renameSync(`${f}.tmp`, f);
+  }
+
+  done(buildId: string): void {
+    rmSync(this.#file(buildId), { force: true });
+  }
+
+  /** Unfinished builds, parsed strictly (a damaged entry is dropped, with its reason). */
+  list(onBad: (file: string, why: string) => void): JournalEntry[] {
+    const out: JournalEntry[] = [];
+    for (const name of readdirSync(this.#dir)) {
+      if (!name.endsWith(".json")) continue;
+      try {
+        const raw = JSON.parse(readFileSync(join(this.#dir, name), "utf8")) as { frame: unknown; seq: unknown };
+        const frame = BuildFrameSchema.parse(raw.frame);
+        const seq = Number.isSafeInteger(raw.seq) && (raw.seq as number) >= 0 ? (raw.seq as number) : 0;
+        out.push({ frame, seq });
+      } catch (err) {
+        onBad(name, (err as Error).message);
+        rmSync(join(this.#dir, name), { force: true });
+      }
+    }
+    return out;
+  }
+}
+
+/** A dead builder's staging directories (`.build-<layer>-<pid>-<ms>` in the store's layers): the
+ * step's overlay may still be mounted there. Staging of live processes (another agent) stays. */
+export function removeDeadStaging(layersDir: string): void {
+  let names: string[];
+  try {
+    names = readdirSync(layersDir);
+  } catch {
+    return;
+  }
+  for (const name of names) {
+    const m = /^\.build-.+-(\d+)-\d+$/.exec(name);
+    if (!m || existsSync(`/proc/${m[1]}`)) continue;
+    const merged = join(layersDir, name, "merged");
+    spawnSync("umount", ["-l", merged]);
+    rmSync(join(layersDir, name), { recursive: true, force: true });
+  }
+}

@@ -1,0 +1,55 @@
+// Built templates the edge deleted (DELETE /templates/{id} sends their rootfs names over the link):
+// the record goes at once (no new sandbox can be made of a deleted template), and each of its
+// layers goes once no template record in the store names it (another template, or another agent
+// sharing the store, may have been built on the same cached steps) and no sandbox or snapshot of
+// this agent mounts it. Layers still mounted wait and are looked at again on every sweep.
+import { rmSync } from "node:fs";
+import { join } from "node:path";
+import type { RootfsStore } from "../rootfs/store.ts";
+
+/** Only what a build published (`b-<buildID>`): base and imported templates are not the edge's. */
+const BUILT = /^b-[a-z0-9-]{1,64}$/;
+
+export class RetiredTemplates {
+  readonly #store: RootfsStore;
+  readonly #inUse: () => Promise<Set<string>>;
+  /** Layers of deleted templates not removed yet. */
+  readonly #waiting = new Set<string>();
+  #timer: NodeJS.Timeout | undefined;
+
+  constructor(store: RootfsStore, inUse: () => Promise<Set<string>>) {
+    this.#store = store;
+    this.#inUse = inUse;
+  }
+
+  /** Retires the built templates of `names` (others are ignored) and sweeps; returns the layers removed. */
+  async retire(names: string[]): Promise<string[]> {
+    for (const name of names) {
+      if (!BUILT.test(name)) continue;
+      for (const l of this.#store.template(name)?.layers ?? []) this.#waiting.add(l);
+      rmSync(join(this.#store.root, "templates", `${name}.json`), { force: true });
+    }
+    return this.sweep();
+  }
+
+  /** Removes every waiting layer nothing uses any more; the rest are tried again in a minute. */
+  async sweep(): Promise<string[]> {
+    if (!this.#waiting.size) return [];
+    const used = await this.#inUse();
+    for (const t of this.#store.templates()) for (const l of t.layers) used.add(l);
+    const removed: string[] = [];
+    for (const l of this.#waiting) {
+      if (used.has(l)) continue;
+      this.#store.removeLayer(l);
+      this.#waiting.delete(l);
+      removed.push(l);
+    }
+    clearTimeout(this.#timer);
+    this.#timer = this.#waiting.size ? setTimeout(() => void this.sweep().catch(() => {}), 60_000).unref() : undefined;
+    return removed;
+  }
+
+  dispose(): void {
+    clearTimeout(this.#timer);
+  }
+}

@@ -1,0 +1,68 @@
+// What a deleted template's build leaves (builder/retire.ts) and the build journal (journal.ts)
+// against a real RootfsStore in a temporary directory: layers go once no template names them and
+// no sandbox mounts them; an unfinished build's entry survives a new journal, a finished one does not.
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterEach, describe, expect, it } from "vitest";
+import { BuildJournal } from "../../../../../controllers/drivers/local/builder/journal.ts";
+import { RetiredTemplates } from "../../../../../controllers/drivers/local/builder/retire.ts";
+import { RootfsStore } from "../../../../../controllers/drivers/local/rootfs/store.ts";
+import { BuildFrameSchema } from "../../../../../schema/protocol/build.ts";
+
+const dirs: string[] = [];
+afterEach(() => {
+  for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
+});
+function tmp(): string {
+  const d = mkdtempSync(join(tmpdir(), "build-retire-"));
+  dirs.push(d);
+  return d;
+}
+
+async function layer(store: RootfsStore, id: string): Promise<void> {
+  const staging = store.stagingDir(id);
+  mkdirSync(join(staging, "rootfs"));
+  writeFileSync(join(staging, "rootfs", "f"), id);
+  await store.commitLayer(staging, { id, kind: "build", source: { step: "RUN", key: id } }, Date.now(), "");
+}
+
+describe("RetiredTemplates", () => {
+  it("removes a deleted built template's record at once and its layers once nothing names or mounts them", async () => {
+    const store = new RootfsStore(tmp());
+    for (const id of ["base-1", "step-a", "step-b", "step-c"]) await layer(store, id);
+    store.putTemplate("b-one", ["base-1", "step-a", "step-b"]);
+    store.putTemplate("b-two", ["base-1", "step-a", "step-c"]); // shares step-a
+    store.putTemplate("base", ["base-1"]);
+    const mounted = new Set(["step-b"]);
+    const retired = new RetiredTemplates(store, async () => new Set(mounted));
+
+    expect(await retired.retire(["b-one", "base", "not-built"])).toEqual([]);
+    expect(store.template("b-one")).toBeUndefined();
+    expect(store.template("base")).toBeDefined(); // not a build's: never retired
+    expect(store.layer("step-a")).toBeDefined(); // b-two names it
+    expect(store.layer("step-b")).toBeDefined(); // a sandbox mounts it
+
+    mounted.clear();
+    expect(await retired.sweep()).toEqual(["step-b"]);
+    expect(await retired.retire(["b-two"])).toEqual(["step-a", "step-c"]);
+    expect(store.layer("base-1")).toBeDefined();
+    retired.dispose();
+  });
+});
+
+describe("BuildJournal", () => {
+  it("keeps unfinished builds with their next log seq, drops finished and damaged ones", () => {
+    const dir = tmp();
+    const frame = BuildFrameSchema.parse({ type: "build", buildId: "0b6f4c1e-1", teamId: "t", from: { rootfs: "base" }, steps: [], force: false, output: "b-0b6f4c1e-1", filesPath: "/agent/v1/builds/0b6f4c1e-1/files/", cpuCount: 1, memoryMB: 512 });
+    const j = new BuildJournal(dir);
+    j.put({ frame, seq: 7 });
+    j.put({ frame: { ...frame, buildId: "done-1", output: "b-done-1" }, seq: 1 });
+    j.done("done-1");
+    writeFileSync(join(dir, "bad.json"), "{");
+    const bad: string[] = [];
+    expect(new BuildJournal(dir).list((f) => bad.push(f))).toEqual([{ frame, seq: 7 }]);
+    expect(bad).toEqual(["bad.json"]);
+    expect(() => j.put({ frame: { ...frame, buildId: "../x" }, seq: 0 })).toThrow(/not a file name/);
+  });
+});
