@@ -488,6 +488,7 @@ export class LocalDriver implements Driver {
       level: rec.level,
       createdAt: rec.createdAt,
       enforced: this.#enforced(rec),
+      address: rec.net?.address,
     };
     if (rec.phase === "Stopped") return { ...base, phase: "Stopped", pauseStrategy: "Stop" };
     if (!alive(rec.nsInit)) {
