@@ -104,6 +104,10 @@ function contextsOf(sbx: RuntimeSandbox): Contexts {
   return c;
 }
 
+/** Both SDKs skip line types they do not know (their parsers switch on `type`). */
+const HEARTBEAT = `${JSON.stringify({ type: "keepalive" })}\n`;
+const HEARTBEAT_MS = 1_000;
+
 const describe = (k: Kernel) => ({ id: k.id, language: k.language, cwd: k.cwd });
 
 async function execute(req: IncomingMessage, res: ServerResponse, sbx: RuntimeSandbox): Promise<void> {
@@ -115,15 +119,21 @@ async function execute(req: IncomingMessage, res: ServerResponse, sbx: RuntimeSa
   res.flushHeaders();
   const run = kernel.execute(code, envVars, (line: OutputLine) => res.write(`${JSON.stringify(line)}\n`));
   let finished = false;
+  // A proxy on the way (workerd's gateway) notices that the client left only when it next writes
+  // to it, and a busy cell may print nothing for minutes: a line of a type the SDKs ignore, every
+  // second, makes the close reach this response.
+  const heartbeat = setInterval(() => res.write(HEARTBEAT), HEARTBEAT_MS);
   // The client gone before the cell ends (the SDK's timeout aborts the request): interrupt it, so
   // the context is free for the next cell, as E2B's server does.
   res.once("close", () => {
+    clearInterval(heartbeat);
     if (finished) return;
     LOG.info("cell interrupted: the client left before it ended", { sandboxId: sbx.id, context: kernel.id });
     run.cancel();
   });
   await run.done;
   finished = true;
+  clearInterval(heartbeat);
   res.end();
 }
 
