@@ -1,18 +1,15 @@
-// One code-interpreter context: a kernel driver (kernel-driver.py) running inside the sandbox as
+// One code-interpreter context: a kernel driver (kernel-driver-source.ts) running inside the sandbox as
 // the context's user, in the context's cwd, which starts a Jupyter kernel and relays its messages
 // as E2B's /execute lines over a pipe. Executions queue in the driver, one at a time per context,
 // as a Jupyter kernel runs them.
-import { readFileSync } from "node:fs";
 import { createInterface } from "node:readline";
 import type { LaunchedPipes } from "../process/launcher.ts";
 import { inProcessLauncher } from "../process/launcher.ts";
 import type { RuntimeSandbox } from "../sandbox.ts";
 import type { SandboxUser } from "../sandbox-view.ts";
+import { KERNEL_DRIVER_PY } from "./kernel-driver-source.ts";
 import { parseDriverLine, type OutputLine } from "../../../schema/interpreter/http.ts";
 
-/** Read once, when the first context starts (the runtime's cold start does not pay for it). */
-let driverScript: string | undefined;
-const script = () => (driverScript ??= readFileSync(new URL("./kernel-driver.py", import.meta.url), "utf8"));
 
 /** A driver line is one output (a PNG is the largest); longer ones are cut off and reported. */
 const MAX_LINE = 64 << 20;
@@ -53,7 +50,7 @@ export class Kernel {
 
   async #start(sbx: RuntimeSandbox, user: SandboxUser, kernelName: string): Promise<void> {
     const env = { PATH: DEFAULT_PATH, HOME: user.home, USER: user.name, LOGNAME: user.name, PYTHONUNBUFFERED: "1", ...sbx.envVars };
-    const host = sbx.view.command({ cmd: "/usr/bin/python3", args: ["-c", script(), kernelName], cwd: this.cwd, env, user });
+    const host = sbx.view.command({ cmd: "/usr/bin/python3", args: ["-c", KERNEL_DRIVER_PY, kernelName], cwd: this.cwd, env, user });
     const proc = await (sbx.view.launcher ?? inProcessLauncher).spawnPipes(host, true);
     this.#proc = proc;
     proc.stdin?.on("error", () => {});

@@ -1,4 +1,6 @@
-# The code interpreter's kernel driver: runs inside the sandbox as the sandbox's user, one per
+// The kernel driver's Python source, run inside the sandbox as `python3 -c <source> <kernel>`.
+// Kept as a string so the runtime's bundle (a pod's runtime) carries it too.
+export const KERNEL_DRIVER_PY = String.raw`# The code interpreter's kernel driver: runs inside the sandbox as the sandbox's user, one per
 # context. It starts a Jupyter kernel with jupyter_client (ZeroMQ) and speaks NDJSON with the
 # agent-runtime over stdin/stdout:
 #   in:  {"op":"execute","id":N,"code":"…","env":{…}}  {"op":"cancel","id":N}  {"op":"restart","id":N}
@@ -146,3 +148,4 @@ for raw in sys.stdin:
         jobs.put(cmd)
 
 km.shutdown_kernel(now=True)
+`;
