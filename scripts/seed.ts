@@ -56,6 +56,25 @@ export async function seed(opts: SeedOptions): Promise<void> {
   if (stored.length !== 1) throw new Error("admin key was not stored");
 }
 
+/** The names the code interpreter's template answers to: E2B's, and the one the current
+ * SDKs create by default. Both name the `code-interpreter` root filesystem. */
+export const CODE_INTERPRETER_TEMPLATES = ["code-interpreter-v1", "code-interpreter"] as const;
+
+/** Registers the public code-interpreter templates through a running edge's admin API, the SDKs'
+ * default with `replicas` warm members (the other name mints on demand). Only once the root
+ * filesystem exists: a pool of a missing one would fail every member. */
+export async function seedCodeInterpreter(edgeUrl: string, adminApiKey: string, replicas: number): Promise<void> {
+  for (const name of CODE_INTERPRETER_TEMPLATES) {
+    const spec = TemplateSpec.parse({ image: "code-interpreter", replicas: name === CODE_INTERPRETER_TEMPLATES[0] ? replicas : 0 });
+    const res = await fetch(new URL(`/admin/teams/${ADMIN_TEAM_NAME}/templates/${name}`, edgeUrl), {
+      method: "PUT",
+      headers: { "content-type": "application/json", "x-api-key": adminApiKey },
+      body: JSON.stringify({ public: true, spec }),
+    });
+    if (!res.ok) throw new Error(`seeding template ${name} through ${edgeUrl}: ${res.status} ${await res.text()}`);
+  }
+}
+
 if (import.meta.main) {
   const libsqlUrl = process.argv[2] ?? process.env.LIBSQL_URL;
   const adminApiKey = process.env.ADMIN_API_KEY;

@@ -5,15 +5,17 @@
 // again with backoff (scripts/lib/supervisor.ts), and the launcher stays in charge until Ctrl-C,
 // which stops everything (the agent first: it stops the sandboxes' processes and keeps their files).
 import { resolve } from "node:path";
-import { buildBaseInBackground } from "./lib/base-rootfs.ts";
+import { buildBaseInBackground, codeInterpreterRootfs } from "./lib/base-rootfs.ts";
 import { quotaDefaults } from "./lib/edge.ts";
 import { startSystem } from "./lib/system.ts";
+import { seedCodeInterpreter } from "./seed.ts";
 
 const dataDir = resolve(process.env.SBX_DATA_DIR ?? ".data");
 const edgePort = Number(process.env.PORT ?? 8787);
 console.log(`starting: sqld, the edge on workerd (port ${edgePort}), the agent (local driver); state in ${dataDir}`);
 // Not waited for: the system serves meanwhile (base sandboxes see the host until it is ready).
 const builder = buildBaseInBackground((line) => console.log(`[base rootfs] ${line}`));
+const codeInterpreter = codeInterpreterRootfs((line) => console.log(`[code-interpreter rootfs] ${line}`), builder);
 // Teams get wrangler.toml's default quotas, as a deployment does (the admin API changes them).
 const sys = await startSystem({ dataDir, edgePort, baseReplicas: Number(process.env.BASE_POOL ?? 2), agentOutput: "inherit", onExit: "stop", edgeVars: quotaDefaults() });
 
@@ -26,6 +28,14 @@ Ready. Sandboxes run with isolation level: ${sys.isolation}${builder && builder.
 
 A part that dies (sqld, workerd, the agent) is restarted; restarts are reported here.
 Ctrl-C stops everything (sandboxes and state are kept in ${dataDir}).`);
+
+// The code interpreter's templates (`code-interpreter-v1`, the SDKs' default, and
+// `code-interpreter`) join once their root filesystem is there, with a small warm pool.
+void codeInterpreter.then(async (ready) => {
+  if (!ready) return;
+  await seedCodeInterpreter(sys.apiUrl, sys.apiKey, Number(process.env.CODE_INTERPRETER_POOL ?? 1));
+  console.log("[code-interpreter] templates code-interpreter-v1 and code-interpreter are ready (runCode works)");
+}).catch((err: unknown) => console.error("registering the code-interpreter templates failed:", err));
 
 // The parts run in process groups of their own, so Ctrl-C reaches only this process, which stops
 // them in order. Held open so the launcher never ends on its own while a part is down.

@@ -4,12 +4,15 @@
 import { chmodSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { RootfsStore } from "../controllers/drivers/local/rootfs/store.ts";
 import { startSystem } from "./lib/system.ts";
 
 const dataDir = mkdtempSync(join(process.env.SBX_TMP ?? tmpdir(), "sbx-sys-"));
 // Sandboxes' holders pass through it as unprivileged uids (controllers/drivers/local/README.md).
 chmodSync(dataDir, 0o711);
-const sys = await startSystem({ dataDir, baseReplicas: Number(process.env.BASE_POOL ?? 2) });
+// The code-interpreter templates when their rootfs is built (.ci/run builds it), minted on demand.
+const codeInterpreterReplicas = new RootfsStore().templateTrees("code-interpreter") ? 0 : undefined;
+const sys = await startSystem({ dataDir, baseReplicas: Number(process.env.BASE_POOL ?? 2), codeInterpreterReplicas });
 console.log(JSON.stringify({ apiUrl: sys.apiUrl, apiKey: sys.apiKey, dataDir }));
 
 let stopping = false;

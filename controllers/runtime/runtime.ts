@@ -31,6 +31,9 @@ export type ListenTarget = { port: number; host?: string } | { socket: string };
 export interface Runtime {
   /** An http.RequestListener; mount it in your own server or use listen(). */
   readonly handler: (req: IncomingMessage, res: ServerResponse) => void;
+  /** The code interpreter's API (E2B's port 49999) for the sandbox the request names; loaded on
+   * its first request (interpreter/server.ts). */
+  readonly interpreter: (req: IncomingMessage, res: ServerResponse) => void;
   addSandbox(id: string, view: SandboxView, opts?: SandboxOptions): RuntimeSandbox;
   /** Kills the sandbox's processes, closes its watchers and cuts its open streams. */
   removeSandbox(id: string): boolean;
@@ -136,6 +139,20 @@ export function createRuntime(opts: RuntimeOptions = {}): Runtime {
     });
   };
 
+  let interpreterModule: Promise<typeof import("./interpreter/server.ts")> | undefined;
+  async function serveInterpreter(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const url = new URL(req.url ?? "/", "http://runtime");
+    for (const [k, v] of Object.entries(CORS)) res.setHeader(k, v);
+    if (req.method === "OPTIONS") return void res.writeHead(204).end();
+    const id = req.headers["e2b-sandbox-id"];
+    const sbx = (typeof id === "string" ? sandboxes.get(id) : undefined) ?? single;
+    if (!sbx) return sendJson(res, 502, { sandboxId: typeof id === "string" ? id : "", message: "The sandbox was not found", code: 502 });
+    sbx.requests.add(req);
+    res.once("close", () => sbx.requests.delete(req));
+    const m = await (interpreterModule ??= import("./interpreter/server.ts"));
+    await m.serveInterpreter(req, res, sbx, url);
+  }
+
   function mustGet(id: string): RuntimeSandbox {
     const sbx = sandboxes.get(id) ?? (single && (id === single.id) ? single : undefined);
     if (!sbx) throw new Error(`sandbox ${id} is not registered`);
@@ -144,6 +161,13 @@ export function createRuntime(opts: RuntimeOptions = {}): Runtime {
 
   return {
     handler,
+    interpreter: (req, res) => {
+      serveInterpreter(req, res).catch((err: unknown) => {
+        if (err instanceof HttpError) return sendError(res, err.status, err.message);
+        onError(err);
+        sendError(res, 500, (err as Error)?.message ?? String(err));
+      });
+    },
     addSandbox(id, view, sandboxOpts) {
       if (sandboxes.has(id)) throw new Error(`sandbox ${id} is already registered`);
       const sbx = new RuntimeSandbox(id, view, sandboxOpts);

@@ -43,6 +43,8 @@ export class RuntimeSandbox {
   readonly metadata = new MetadataStore();
   /** Requests in flight, so removing the sandbox can cut its open streams at the TCP level. */
   readonly requests = new Set<IncomingMessage>();
+  /** Run when the sandbox is removed (parts loaded on demand, like the code interpreter). */
+  readonly onClose = new Set<() => void>();
   envVars: Record<string, string> = {};
   defaultUser = "root";
   defaultWorkdir: string | undefined;
@@ -105,5 +107,7 @@ export class RuntimeSandbox {
     this.processes.killAll();
     for (const w of this.watchers.values()) w.close();
     this.watchers.clear();
+    for (const fn of this.onClose) fn();
+    this.onClose.clear();
   }
 }

@@ -27,7 +27,29 @@ export function progressLine(line: string, state: { configured: number }): strin
 export function buildBaseInBackground(log: Log, store = new RootfsStore()): ChildProcess | undefined {
   if (store.templateTrees("base")) return undefined;
   log(`the base template's root filesystem is not built yet in ${store.root}: building it in the background (minutes); until it is ready, sandboxes see the host's files (today's view)`);
-  const child = spawn(process.execPath, ["controllers/drivers/local/rootfs/cli.ts", "build-base"], { stdio: ["ignore", "pipe", "pipe"] });
+  const child = buildInBackground("build-base", log);
+  child.on("close", (code, signal) => {
+    if (code === 0) log("the base template is ready: sandboxes created from now on get a root filesystem of their own");
+    else log(`building the base template failed (${signal ?? `exit ${code}`}); sandboxes keep the host's view. See the lines above; retry with: node controllers/drivers/local/rootfs/cli.ts build-base`);
+  });
+  return child;
+}
+
+/** The code-interpreter template's root filesystem (base's packages plus Jupyter's Python kernel):
+ * resolves true once it exists (at once when cached), false when its build failed. Built after
+ * `base`'s own build, never beside it (two mmdebstraps on two cores help neither). */
+export async function codeInterpreterRootfs(log: Log, after: ChildProcess | undefined, store = new RootfsStore()): Promise<boolean> {
+  if (store.templateTrees("code-interpreter")) return true;
+  if (after && after.exitCode === null) await new Promise((r) => after.once("close", r));
+  log(`the code-interpreter template's root filesystem is not built yet in ${store.root}: building it in the background (minutes); it is registered once ready`);
+  const child = buildInBackground("build-code-interpreter", log);
+  const code = await new Promise<number | null>((r) => child.once("close", r));
+  if (code !== 0) log(`building the code-interpreter template failed; retry with: node controllers/drivers/local/rootfs/cli.ts build-code-interpreter`);
+  return code === 0;
+}
+
+function buildInBackground(command: string, log: Log): ChildProcess {
+  const child = spawn(process.execPath, ["controllers/drivers/local/rootfs/cli.ts", command], { stdio: ["ignore", "pipe", "pipe"] });
   const state = { configured: 0 };
   for (const stream of [child.stdout!, child.stderr!]) {
     createInterface({ input: stream }).on("line", (line) => {
@@ -35,9 +57,5 @@ export function buildBaseInBackground(log: Log, store = new RootfsStore()): Chil
       if (shown !== undefined) log(shown);
     });
   }
-  child.on("close", (code, signal) => {
-    if (code === 0) log("the base template is ready: sandboxes created from now on get a root filesystem of their own");
-    else log(`building the base template failed (${signal ?? `exit ${code}`}); sandboxes keep the host's view. See the lines above; retry with: node controllers/drivers/local/rootfs/cli.ts build-base`);
-  });
   return child;
 }

@@ -9,7 +9,7 @@ import { randomBytes } from "node:crypto";
 import { existsSync, mkdirSync, openSync, readFileSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { migrate } from "../migrate.ts";
-import { seed } from "../seed.ts";
+import { seed, seedCodeInterpreter } from "../seed.ts";
 import { startEdge, type Edge } from "./edge.ts";
 import { exitOf, stopChild } from "./service.ts";
 import { freePort, startSqld, type Sqld } from "./sqld.ts";
@@ -26,6 +26,9 @@ export interface SystemOptions {
   ingressPort?: number;
   /** Warm members of the `base` pool. */
   baseReplicas?: number;
+  /** Register the code-interpreter templates with this many warm members (their root filesystem
+   * must be built: scripts/lib/base-rootfs.ts). Unset: not registered. */
+  codeInterpreterReplicas?: number;
   /** Extra text bindings of the edge, e.g. the default team quotas (`quotaDefaults()`); tests and
    * benchmarks run without quotas unless they set them through the admin API. */
   edgeVars?: Record<string, string>;
@@ -174,6 +177,7 @@ export async function startSystem(opts: SystemOptions): Promise<System> {
     await edge.start();
     await agent.start();
     await seed({ libsqlUrl: sqldUrl, adminApiKey: secrets.adminApiKey, pepper: secrets.pepper, baseReplicas: opts.baseReplicas ?? 2, edgeUrl });
+    if (opts.codeInterpreterReplicas !== undefined) await seedCodeInterpreter(edgeUrl, secrets.adminApiKey, opts.codeInterpreterReplicas);
   } catch (err) {
     // The parts run detached: nothing else would stop them.
     await agent.stop();

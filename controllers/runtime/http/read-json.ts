@@ -3,12 +3,12 @@ import { HttpError } from "./respond.ts";
 
 const LIMIT = 1 << 20;
 
-export async function readJson(req: IncomingMessage): Promise<unknown> {
+export async function readJson(req: IncomingMessage, limit = LIMIT): Promise<unknown> {
   const chunks: Buffer[] = [];
   let size = 0;
   for await (const c of req as AsyncIterable<Buffer>) {
     size += c.length;
-    if (size > LIMIT) throw new HttpError(413, "request body is too large");
+    if (size > limit) throw new HttpError(413, "request body is too large");
     chunks.push(c);
   }
   const text = Buffer.concat(chunks).toString("utf8");

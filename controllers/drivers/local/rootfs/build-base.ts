@@ -4,7 +4,7 @@ import { execFile, spawn } from "node:child_process";
 import { createInterface } from "node:readline";
 import { join } from "node:path";
 import { promisify } from "node:util";
-import { baseRecipe, mmdebstrapArgs, recipeKey, type DebianRecipe } from "./recipe.ts";
+import { baseRecipe, codeInterpreterRecipe, mmdebstrapArgs, recipeKey, type DebianRecipe } from "./recipe.ts";
 import { RootfsStore, type LayerInfo } from "./store.ts";
 
 const run = promisify(execFile);
@@ -35,7 +35,16 @@ export function baseLayerId(recipe: DebianRecipe = baseRecipe()): string {
 }
 
 export async function ensureBaseRootfs(store = new RootfsStore(), log: Log = (l) => console.log(l)): Promise<BaseRootfs> {
-  const recipe = baseRecipe();
+  return ensureRecipeRootfs(store, "base", baseRecipe(), log);
+}
+
+/** The `code-interpreter` template: base's packages plus Jupyter's Python kernel, as a layer of its
+ * own built by the same recipe path (one mmdebstrap, cached by its recipe's hash). */
+export async function ensureCodeInterpreterRootfs(store = new RootfsStore(), log: Log = (l) => console.log(l)): Promise<BaseRootfs> {
+  return ensureRecipeRootfs(store, "code-interpreter", codeInterpreterRecipe(), log);
+}
+
+async function ensureRecipeRootfs(store: RootfsStore, name: string, recipe: DebianRecipe, log: Log): Promise<BaseRootfs> {
   const id = baseLayerId(recipe);
   let info = store.layer(id);
   const built = info === undefined;
@@ -44,7 +53,7 @@ export async function ensureBaseRootfs(store = new RootfsStore(), log: Log = (l)
     if (blocker) throw new Error(blocker);
     info = await buildLayer(store, id, recipe, log);
   }
-  if (store.template("base")?.layers.join() !== id) store.putTemplate("base", [id]);
+  if (store.template(name)?.layers.join() !== id) store.putTemplate(name, [id]);
   return { id, tree: store.layerTree(id), info, built };
 }
 

@@ -1,0 +1,151 @@
+// The kernel driver's Python source, run inside the sandbox as `python3 -c <source> <kernel>`.
+// Kept as a string so the runtime's bundle (a pod's runtime) carries it too.
+export const KERNEL_DRIVER_PY = String.raw`# The code interpreter's kernel driver: runs inside the sandbox as the sandbox's user, one per
+# context. It starts a Jupyter kernel with jupyter_client (ZeroMQ) and speaks NDJSON with the
+# agent-runtime over stdin/stdout:
+#   in:  {"op":"execute","id":N,"code":"…","env":{…}}  {"op":"cancel","id":N}  {"op":"restart","id":N}
+#   out: {"ready":true}  {"id":N,"line":{E2B output line}}  {"id":N,"done":true}
+# The output lines are E2B's /execute NDJSON (stdout, stderr, result, error, number_of_executions,
+# end_of_execution). Interrupts go straight to the kernel from the reader thread, so a cell that
+# never returns is still interruptible.
+import json, os, queue, sys, threading, time
+
+from jupyter_client.manager import KernelManager
+
+KERNEL = sys.argv[1] if len(sys.argv) > 1 else "python3"
+out_lock = threading.Lock()
+out = sys.stdout
+sys.stdout = sys.stderr  # nothing else may write to the protocol stream
+
+MIME = {"text/plain": "text", "text/html": "html", "text/markdown": "markdown", "image/png": "png",
+        "image/jpeg": "jpeg", "image/svg+xml": "svg", "application/pdf": "pdf", "text/latex": "latex",
+        "application/json": "json", "application/javascript": "javascript"}
+
+
+def send(msg):
+    data = json.dumps(msg, separators=(",", ":"), default=str)
+    with out_lock:
+        out.write(data + "\n")
+        out.flush()
+
+
+def now_us():
+    return int(time.time() * 1_000_000)
+
+
+def result_of(data, main):
+    res = {"type": "result", "is_main_result": main}
+    extra = {}
+    for mime, value in data.items():
+        if mime in MIME:
+            res[MIME[mime]] = value
+        elif mime == "application/vnd.e2b.data":
+            res["data"] = value
+        else:
+            extra[mime] = value
+    if extra:
+        res["extra"] = extra
+    return res
+
+
+km = KernelManager(kernel_name=KERNEL)
+km.start_kernel()
+kc = km.client()
+kc.start_channels()
+kc.wait_for_ready(timeout=120)
+
+jobs = queue.Queue()
+state = {"current": None, "cancelled": set()}
+
+
+def run(code, emit, silent=False):
+    """Runs one cell; emit(line) gets E2B output lines. Returns when the kernel is idle again."""
+    msg_id = kc.execute(code, silent=silent, store_history=not silent, allow_stdin=False)
+    while True:
+        try:
+            msg = kc.get_iopub_msg(timeout=1)
+        except queue.Empty:
+            if not km.is_alive():
+                emit({"type": "error", "name": "DeadKernelError", "value": "the kernel died", "traceback": ""})
+                km.restart_kernel(now=True)
+                return
+            continue
+        if msg["parent_header"].get("msg_id") != msg_id:
+            continue
+        kind, content = msg["msg_type"], msg["content"]
+        if kind == "stream":
+            emit({"type": "stdout" if content["name"] == "stdout" else "stderr", "text": content["text"], "timestamp": now_us()})
+        elif kind == "execute_result":
+            emit(result_of(content["data"], True))
+        elif kind == "display_data":
+            emit(result_of(content["data"], False))
+        elif kind == "error":
+            emit({"type": "error", "name": content["ename"], "value": content["evalue"], "traceback": "\n".join(content["traceback"])})
+        elif kind == "execute_input" and not silent:
+            emit({"type": "number_of_executions", "execution_count": content["execution_count"]})
+        elif kind == "status" and content["execution_state"] == "idle":
+            return
+
+
+def restore_env_code(keys):
+    return ("import os as _e2b_os\n"
+            "for _e2b_k, _e2b_v in _e2b_saved_env.items():\n"
+            "    _e2b_os.environ.pop(_e2b_k, None) if _e2b_v is None else _e2b_os.environ.__setitem__(_e2b_k, _e2b_v)\n"
+            "del _e2b_saved_env, _e2b_k, _e2b_v\n")
+
+
+def set_env_code(env):
+    # The values travel as a JSON string literal: data, never code.
+    return ("import os as _e2b_os, json as _e2b_json\n"
+            f"_e2b_new_env = _e2b_json.loads({json.dumps(json.dumps(env))})\n"
+            "_e2b_saved_env = {k: _e2b_os.environ.get(k) for k in _e2b_new_env}\n"
+            "_e2b_os.environ.update(_e2b_new_env)\n"
+            "del _e2b_new_env\n")
+
+
+def worker():
+    while True:
+        job = jobs.get()
+        jid = job["id"]
+        if jid in state["cancelled"]:
+            state["cancelled"].discard(jid)
+            send({"id": jid, "done": True})
+            continue
+        state["current"] = jid
+        try:
+            if job["op"] == "restart":
+                km.restart_kernel(now=True)
+                kc.wait_for_ready(timeout=120)
+            else:
+                env = job.get("env") or {}
+                if env:
+                    run(set_env_code(env), lambda line: None, silent=True)
+                run(job["code"], lambda line: send({"id": jid, "line": line}))
+                if env:
+                    run(restore_env_code(env), lambda line: None, silent=True)
+                send({"id": jid, "line": {"type": "end_of_execution"}})
+        except Exception as err:  # the runtime reports it; the driver keeps serving
+            send({"id": jid, "line": {"type": "error", "name": type(err).__name__, "value": str(err), "traceback": ""}})
+        finally:
+            state["current"] = None
+            send({"id": jid, "done": True})
+
+
+threading.Thread(target=worker, daemon=True).start()
+send({"ready": True, "pid": os.getpid()})
+
+for raw in sys.stdin:
+    try:
+        cmd = json.loads(raw)
+    except ValueError:
+        continue
+    if cmd.get("op") == "cancel":
+        if state["current"] == cmd["id"]:
+            km.interrupt_kernel()
+        else:
+            state["cancelled"].add(cmd["id"])
+    else:
+        jobs.put(cmd)
+
+km.shutdown_kernel(now=True)
+`;

@@ -1,0 +1,139 @@
+// One code-interpreter context: a kernel driver (kernel-driver-source.ts) running inside the sandbox as
+// the context's user, in the context's cwd, which starts a Jupyter kernel and relays its messages
+// as E2B's /execute lines over a pipe. Executions queue in the driver, one at a time per context,
+// as a Jupyter kernel runs them.
+import { createInterface } from "node:readline";
+import type { LaunchedPipes } from "../process/launcher.ts";
+import { inProcessLauncher } from "../process/launcher.ts";
+import type { RuntimeSandbox } from "../sandbox.ts";
+import type { SandboxUser } from "../sandbox-view.ts";
+import { KERNEL_DRIVER_PY } from "./kernel-driver-source.ts";
+import { parseDriverLine, type OutputLine } from "../../../schema/interpreter/http.ts";
+
+
+/** A driver line is one output (a PNG is the largest); longer ones are cut off and reported. */
+const MAX_LINE = 64 << 20;
+/** The driver's stderr kept to explain a failed start (the rest is dropped). */
+const STDERR_TAIL = 40;
+const DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+export class KernelStartError extends Error {}
+
+interface Job {
+  onLine(line: OutputLine): void;
+  done(): void;
+}
+
+export class Kernel {
+  readonly id: string;
+  readonly language: string;
+  readonly cwd: string;
+  #proc: LaunchedPipes | undefined;
+  #ready: Promise<void>;
+  #jobs = new Map<number, Job>();
+  #next = 0;
+  #stderr: string[] = [];
+  #exited = false;
+
+  constructor(id: string, language: string, cwd: string) {
+    this.id = id;
+    this.language = language;
+    this.cwd = cwd;
+    this.#ready = Promise.resolve();
+  }
+
+  /** Starts the driver and waits until its kernel answers. */
+  start(sbx: RuntimeSandbox, user: SandboxUser, kernelName: string): Promise<void> {
+    this.#ready = this.#start(sbx, user, kernelName);
+    return this.#ready;
+  }
+
+  async #start(sbx: RuntimeSandbox, user: SandboxUser, kernelName: string): Promise<void> {
+    const env = { PATH: DEFAULT_PATH, HOME: user.home, USER: user.name, LOGNAME: user.name, PYTHONUNBUFFERED: "1", ...sbx.envVars };
+    const host = sbx.view.command({ cmd: "/usr/bin/python3", args: ["-c", KERNEL_DRIVER_PY, kernelName], cwd: this.cwd, env, user });
+    const proc = await (sbx.view.launcher ?? inProcessLauncher).spawnPipes(host, true);
+    this.#proc = proc;
+    proc.stdin?.on("error", () => {});
+    createInterface({ input: proc.stderr, crlfDelay: Infinity }).on("line", (line) => {
+      this.#stderr.push(line.slice(0, 1000));
+      if (this.#stderr.length > STDERR_TAIL) this.#stderr.shift();
+    });
+    let ready!: () => void;
+    let failed!: (err: Error) => void;
+    const started = new Promise<void>((resolve, reject) => ((ready = resolve), (failed = reject)));
+    let pending = "";
+    proc.stdout.setEncoding("utf8");
+    proc.stdout.on("data", (chunk: string) => {
+      pending += chunk;
+      let nl: number;
+      while ((nl = pending.indexOf("\n")) >= 0) {
+        this.#onLine(pending.slice(0, nl), ready);
+        pending = pending.slice(nl + 1);
+      }
+      if (pending.length > MAX_LINE) {
+        pending = "";
+        this.#fail(`the kernel driver sent a line over ${MAX_LINE} bytes`);
+      }
+    });
+    proc.onExit((e) => {
+      this.#exited = true;
+      const why = `the ${this.language} kernel's driver exited (${e.signal ?? `code ${e.code}`})${this.#stderr.length ? `:\n${this.#stderr.join("\n")}` : ""}`;
+      failed(new KernelStartError(why));
+      this.#fail(why);
+    });
+    await started;
+  }
+
+  #onLine(text: string, ready: () => void): void {
+    const msg = parseDriverLine(text);
+    if (!msg) return;
+    if ("ready" in msg) return ready();
+    const job = this.#jobs.get(msg.id);
+    if (!job) return;
+    if ("done" in msg) {
+      this.#jobs.delete(msg.id);
+      job.done();
+    } else job.onLine(msg.line);
+  }
+
+  /** Ends every waiting execution with an error line (the driver is gone). */
+  #fail(why: string): void {
+    for (const [id, job] of this.#jobs) {
+      this.#jobs.delete(id);
+      job.onLine({ type: "error", name: "KernelDriverError", value: why, traceback: "" });
+      job.done();
+    }
+  }
+
+  #send(msg: unknown): void {
+    if (this.#exited) throw new KernelStartError(`the ${this.language} kernel is not running`);
+    this.#proc?.stdin?.write(`${JSON.stringify(msg)}\n`);
+  }
+
+  /** Queues a cell; `onLine` gets its output lines. `cancel` interrupts it (or drops it while it
+   * still waits its turn); the returned promise settles when the kernel is done with it. */
+  execute(code: string, env: Record<string, string> | undefined, onLine: (line: OutputLine) => void): { done: Promise<void>; cancel(): void } {
+    const id = ++this.#next;
+    const done = new Promise<void>((resolve) => this.#jobs.set(id, { onLine, done: resolve }));
+    this.#send({ op: "execute", id, code, env: env ?? {} });
+    return { done, cancel: () => this.#jobs.has(id) && this.#send({ op: "cancel", id }) };
+  }
+
+  /** A fresh kernel: every variable is gone, the context (id, cwd) stays. */
+  async restart(): Promise<void> {
+    await this.#ready;
+    const id = ++this.#next;
+    const done = new Promise<void>((resolve) => this.#jobs.set(id, { onLine: () => {}, done: resolve }));
+    this.#send({ op: "restart", id });
+    await done;
+  }
+
+  get alive(): boolean {
+    return !this.#exited;
+  }
+
+  /** Closing stdin makes the driver shut its kernel down and exit. */
+  close(): void {
+    this.#proc?.stdin?.end();
+  }
+}

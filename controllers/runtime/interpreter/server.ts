@@ -1,0 +1,187 @@
+// The code interpreter's HTTP API (port 49999 of a sandbox, E2B's Jupyter server's surface), served
+// by the agent-runtime for each sandbox it serves. Contexts are kernels inside the sandbox, each run
+// by a kernel driver (kernel.ts); the default context of a language starts with its first cell.
+// Loaded on the first request to the port, so sandboxes that never run code cost nothing here.
+import { randomUUID } from "node:crypto";
+import { stat } from "node:fs/promises";
+import type { IncomingMessage, ServerResponse } from "node:http";
+import { parseCreateContextRequest, parseExecuteRequest, type OutputLine } from "../../../schema/interpreter/http.ts";
+import { readJson } from "../http/read-json.ts";
+import { HttpError, sendJson } from "../http/respond.ts";
+import type { RuntimeSandbox } from "../sandbox.ts";
+import { logger } from "../../lib/log.ts";
+import { Kernel, KernelStartError } from "./kernel.ts";
+
+const LOG = logger("runtime");
+
+/** E2B's language names and the Jupyter kernel each runs on. Only Python's kernel is in the
+ * code-interpreter template today. */
+const KERNELS: Record<string, { language: string; kernel: string }> = {
+  python: { language: "python", kernel: "python3" },
+  python3: { language: "python", kernel: "python3" },
+};
+const DEFAULT_LANGUAGE = "python";
+/** The user kernels run as (E2B's), when the sandbox has it; else the sandbox's default user. */
+const KERNEL_USER = "user";
+
+class Contexts {
+  readonly byId = new Map<string, Kernel>();
+  readonly defaults = new Map<string, Promise<Kernel>>();
+  readonly sbx: RuntimeSandbox;
+  constructor(sbx: RuntimeSandbox) {
+    this.sbx = sbx;
+  }
+
+  user() {
+    const user = this.sbx.view.lookupUser(KERNEL_USER) ?? this.sbx.view.lookupUser(this.sbx.defaultUser);
+    if (!user) throw new HttpError(500, `the sandbox has neither user '${KERNEL_USER}' nor '${this.sbx.defaultUser}'`);
+    return user;
+  }
+
+  async create(language: string | undefined, cwd: string | undefined): Promise<Kernel> {
+    const lang = KERNELS[(language ?? DEFAULT_LANGUAGE).toLowerCase()];
+    if (!lang) throw new HttpError(400, `no kernel for language '${language}' in this sandbox (available: ${Object.keys(KERNELS).join(", ")})`);
+    const user = this.user();
+    const dir = cwd ?? this.sbx.defaultWorkdir ?? user.home;
+    let host: string;
+    try {
+      host = this.sbx.view.toHost(dir);
+    } catch (err) {
+      throw new HttpError(403, (err as Error).message);
+    }
+    if (!(await stat(host).then((s) => s.isDirectory(), () => false))) throw new HttpError(400, `cwd '${dir}' does not exist or is not a directory`);
+    const kernel = new Kernel(randomUUID(), lang.language, dir);
+    this.byId.set(kernel.id, kernel);
+    try {
+      await kernel.start(this.sbx, user, lang.kernel);
+    } catch (err) {
+      this.byId.delete(kernel.id);
+      kernel.close();
+      if (err instanceof KernelStartError) {
+        throw new HttpError(500, `could not start a ${lang.language} kernel in sandbox ${this.sbx.id} (does its template have Jupyter? the code-interpreter template does): ${err.message}`);
+      }
+      throw err;
+    }
+    return kernel;
+  }
+
+  /** The context a cell names, or its language's default context (started on first use). */
+  async forExecute(contextId: string | undefined, language: string | undefined): Promise<Kernel> {
+    if (contextId) {
+      const k = this.byId.get(contextId);
+      if (!k) throw new HttpError(404, `context ${contextId} not found`);
+      return k;
+    }
+    const lang = KERNELS[(language ?? DEFAULT_LANGUAGE).toLowerCase()];
+    if (!lang) throw new HttpError(400, `no kernel for language '${language}' in this sandbox (available: ${Object.keys(KERNELS).join(", ")})`);
+    let k = this.defaults.get(lang.language);
+    if (!k) {
+      k = this.create(lang.language, undefined);
+      this.defaults.set(lang.language, k);
+      k.catch(() => this.defaults.delete(lang.language));
+    }
+    const kernel = await k;
+    if (kernel.alive) return kernel;
+    this.defaults.delete(lang.language);
+    return this.forExecute(undefined, language);
+  }
+
+  close(): void {
+    for (const k of this.byId.values()) k.close();
+    this.byId.clear();
+    this.defaults.clear();
+  }
+}
+
+const bySandbox = new WeakMap<RuntimeSandbox, Contexts>();
+function contextsOf(sbx: RuntimeSandbox): Contexts {
+  let c = bySandbox.get(sbx);
+  if (!c) {
+    const created = new Contexts(sbx);
+    bySandbox.set(sbx, (c = created));
+    sbx.onClose.add(() => created.close());
+  }
+  return c;
+}
+
+/** Both SDKs skip line types they do not know (their parsers switch on `type`). */
+const HEARTBEAT = `${JSON.stringify({ type: "keepalive" })}\n`;
+const HEARTBEAT_MS = 1_000;
+
+const describe = (k: Kernel) => ({ id: k.id, language: k.language, cwd: k.cwd });
+
+async function execute(req: IncomingMessage, res: ServerResponse, sbx: RuntimeSandbox): Promise<void> {
+  const parsed = parseExecuteRequest(await readJson(req, 2 * (1 << 20)));
+  if (!parsed.ok) throw new HttpError(400, `invalid execute request: ${parsed.error}`);
+  const { code, contextId, language, envVars } = parsed.value;
+  const kernel = await contextsOf(sbx).forExecute(contextId, language);
+  res.writeHead(200, { "content-type": "application/x-ndjson", "cache-control": "no-store" });
+  res.flushHeaders();
+  const run = kernel.execute(code, envVars, (line: OutputLine) => res.write(`${JSON.stringify(line)}\n`));
+  let finished = false;
+  // A proxy on the way (workerd's gateway) notices that the client left only when it next writes
+  // to it, and a busy cell may print nothing for minutes: a line of a type the SDKs ignore, every
+  // second, makes the close reach this response.
+  const heartbeat = setInterval(() => res.write(HEARTBEAT), HEARTBEAT_MS);
+  // The client gone before the cell ends (the SDK's timeout aborts the request): interrupt it, so
+  // the context is free for the next cell, as E2B's server does.
+  res.once("close", () => {
+    clearInterval(heartbeat);
+    if (finished) return;
+    LOG.info("cell interrupted: the client left before it ended", { sandboxId: sbx.id, context: kernel.id });
+    run.cancel();
+  });
+  await run.done;
+  finished = true;
+  clearInterval(heartbeat);
+  res.end();
+}
+
+type Handler = (req: IncomingMessage, res: ServerResponse, sbx: RuntimeSandbox, id?: string) => Promise<void>;
+
+const ROUTES: { method: string; path: RegExp; handler: Handler }[] = [
+  { method: "GET", path: /^\/health$/, handler: async (_req, res) => void res.writeHead(200, { "content-type": "text/plain" }).end("OK") },
+  { method: "POST", path: /^\/execute$/, handler: execute },
+  {
+    method: "POST",
+    path: /^\/contexts$/,
+    handler: async (req, res, sbx) => {
+      const parsed = parseCreateContextRequest(await readJson(req));
+      if (!parsed.ok) throw new HttpError(400, `invalid context request: ${parsed.error}`);
+      sendJson(res, 200, describe(await contextsOf(sbx).create(parsed.value.language, parsed.value.cwd)));
+    },
+  },
+  { method: "GET", path: /^\/contexts$/, handler: async (_req, res, sbx) => sendJson(res, 200, [...contextsOf(sbx).byId.values()].filter((k) => k.alive).map(describe)) },
+  {
+    method: "DELETE",
+    path: /^\/contexts\/([^/]+)$/,
+    handler: async (_req, res, sbx, id) => {
+      const ctx = contextsOf(sbx);
+      const k = ctx.byId.get(id!);
+      if (!k) throw new HttpError(404, `context ${id} not found`);
+      ctx.byId.delete(id!);
+      for (const [lang, d] of ctx.defaults) if ((await d.catch(() => undefined)) === k) ctx.defaults.delete(lang);
+      k.close();
+      res.writeHead(204).end();
+    },
+  },
+  {
+    method: "POST",
+    path: /^\/contexts\/([^/]+)\/restart$/,
+    handler: async (_req, res, sbx, id) => {
+      const k = contextsOf(sbx).byId.get(id!);
+      if (!k) throw new HttpError(404, `context ${id} not found`);
+      await k.restart();
+      res.writeHead(204).end();
+    },
+  },
+];
+
+/** Serves one request to port 49999 of `sbx`. */
+export async function serveInterpreter(req: IncomingMessage, res: ServerResponse, sbx: RuntimeSandbox, url: URL): Promise<void> {
+  for (const r of ROUTES) {
+    const m = r.path.exec(url.pathname);
+    if (m && r.method === req.method) return r.handler(req, res, sbx, m[1] && decodeURIComponent(m[1]));
+  }
+  throw new HttpError(404, `no route for ${req.method} ${url.pathname} on the code interpreter`);
+}

@@ -1,0 +1,102 @@
+// The code interpreter (issue 12.2) through the real @e2b/code-interpreter SDK against the whole
+// local system: `Sandbox.create()` gets the SDK's default template (`code-interpreter-v1`, whose
+// root filesystem the tier's global setup builds), and runCode reaches port 49999, which the
+// agent-runtime serves by driving a Jupyter kernel inside the sandbox.
+import { Sandbox } from "@e2b/code-interpreter";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { seedCodeInterpreter } from "../../scripts/seed.ts";
+import { e2b } from "./sdk.ts";
+
+let sbx: Sandbox;
+
+beforeAll(async () => {
+  await seedCodeInterpreter(e2b().apiUrl, e2b().apiKey, 1);
+  sbx = await Sandbox.create(e2b());
+}, 120_000);
+afterAll(async () => {
+  await sbx?.kill();
+});
+
+describe("runCode (JS code-interpreter SDK)", { timeout: 120_000 }, () => {
+  it("keeps state between cells and answers the last expression as the main result", async () => {
+    const first = await sbx.runCode("x = 1");
+    expect(first.error).toBeUndefined();
+    const second = await sbx.runCode("x + 1");
+    expect(second.text).toBe("2");
+    expect(second.results[0]?.isMainResult).toBe(true);
+    expect(second.executionCount).toBeGreaterThan(first.executionCount!);
+  });
+
+  it("streams stdout and stderr to the callbacks, in order", async () => {
+    const out: string[] = [];
+    const err: string[] = [];
+    const exec = await sbx.runCode("import sys\nprint('one')\nprint('two', file=sys.stderr)\nprint('three')", {
+      onStdout: (m) => void out.push(m.line),
+      onStderr: (m) => void err.push(m.line),
+    });
+    expect(out.join("")).toBe("one\nthree\n");
+    expect(err.join("")).toBe("two\n");
+    expect(exec.logs.stdout.join("")).toBe("one\nthree\n");
+  });
+
+  it("reports an exception with its name, value and traceback", async () => {
+    const exec = await sbx.runCode("def f():\n    raise ValueError('bad value')\nf()");
+    expect(exec.error?.name).toBe("ValueError");
+    expect(exec.error?.value).toBe("bad value");
+    // IPython's traceback, colours and all, as E2B's server sends it.
+    expect(exec.error?.traceback).toContain("Traceback (most recent call last)");
+    expect(exec.error?.traceback).toContain("bad value");
+    // The context is still usable.
+    expect((await sbx.runCode("x")).text).toBe("1");
+  });
+
+  it("a matplotlib figure comes back as a PNG result; rich results keep their formats", async () => {
+    const exec = await sbx.runCode("import matplotlib.pyplot as plt\nplt.plot([1, 2, 3], [1, 4, 9])\nplt.show()");
+    expect(exec.error).toBeUndefined();
+    const png = exec.results.find((r) => r.png);
+    expect(png).toBeDefined();
+    expect(Buffer.from(png!.png!, "base64").subarray(1, 4).toString()).toBe("PNG");
+    const html = await sbx.runCode("import pandas as pd\npd.DataFrame({'a': [1, 2]})");
+    expect(html.results[0]?.html).toContain("<table");
+    expect(html.results[0]?.text).toContain("a");
+  });
+
+  it("contexts have their own variables and cwd; restart forgets, remove ends one", async () => {
+    const ctx = await sbx.createCodeContext({ cwd: "/tmp" });
+    expect(ctx).toMatchObject({ language: "python", cwd: "/tmp" });
+    expect((await sbx.runCode("import os; os.getcwd()", { context: ctx })).text).toBe("'/tmp'");
+    const missing = await sbx.runCode("x", { context: ctx });
+    expect(missing.error?.name).toBe("NameError");
+    await sbx.runCode("y = 5", { context: ctx });
+    expect((await sbx.runCode("y", { context: ctx })).text).toBe("5");
+    expect((await sbx.runCode("'y' in globals()")).text).toBe("False");
+    expect((await sbx.listCodeContexts()).map((c) => c.id)).toContain(ctx.id);
+    await sbx.restartCodeContext(ctx);
+    expect((await sbx.runCode("y", { context: ctx })).error?.name).toBe("NameError");
+    await sbx.removeCodeContext(ctx);
+    expect((await sbx.listCodeContexts()).map((c) => c.id)).not.toContain(ctx.id);
+    await expect(sbx.runCode("1", { context: ctx })).rejects.toThrow(/not found/);
+  });
+
+  it("env vars apply to one execution only", async () => {
+    const exec = await sbx.runCode("import os; os.environ.get('GREETING')", { envs: { GREETING: "hi there" } });
+    expect(exec.text).toBe("'hi there'");
+    expect((await sbx.runCode("import os; os.environ.get('GREETING')")).text).toBeUndefined();
+  });
+
+  it("a timeout interrupts a busy cell and the context stays usable", async () => {
+    await expect(sbx.runCode("import time\nwhile True: time.sleep(0.1)", { timeoutMs: 2_000 })).rejects.toThrow();
+    expect((await sbx.runCode("x + 41")).text).toBe("42");
+  });
+
+  it("a Freeze pause and resume keep the kernel's state", async () => {
+    await sbx.runCode("kept = 'across pause'");
+    expect(await sbx.pause()).toBe(true);
+    const resumed = await Sandbox.connect(sbx.sandboxId, e2b());
+    expect((await resumed.runCode("kept")).text).toBe("'across pause'");
+  });
+
+  it("an unknown language is a 400 (the JS SDK shows the status; the body says which are available)", async () => {
+    await expect(sbx.runCode("1", { language: "cobol" })).rejects.toThrow(/400 Bad Request/);
+  });
+});

@@ -1,0 +1,78 @@
+"""The code interpreter (issue 12.2) through the real e2b_code_interpreter Python SDK against the
+whole local system: Sandbox.create() gets the SDK's default template (code-interpreter-v1, which
+scripts/system-for-tests.ts registers once .ci/run has built its root filesystem), and run_code
+reaches port 49999, served by the agent-runtime driving a Jupyter kernel inside the sandbox."""
+import base64
+
+import pytest
+from e2b_code_interpreter import Sandbox
+
+
+@pytest.fixture(scope="module")
+def sbx(system):
+    s = Sandbox.create()
+    try:
+        yield s
+    finally:
+        s.kill()
+
+
+def test_state_is_kept_between_cells(sbx):
+    assert sbx.run_code("x = 1").error is None
+    ex = sbx.run_code("x + 1")
+    assert ex.text == "2"
+    assert ex.results[0].is_main_result
+
+
+def test_stdout_and_stderr_stream_to_callbacks(sbx):
+    out, err = [], []
+    ex = sbx.run_code(
+        "import sys\nprint('one')\nprint('two', file=sys.stderr)",
+        on_stdout=lambda m: out.append(m.line),
+        on_stderr=lambda m: err.append(m.line),
+    )
+    assert "".join(out) == "one\n"
+    assert "".join(err) == "two\n"
+    assert ex.logs.stdout == ["one\n"]
+
+
+def test_error_has_name_value_traceback(sbx):
+    ex = sbx.run_code("1 / 0")
+    assert ex.error.name == "ZeroDivisionError"
+    assert ex.error.value == "division by zero"
+    # IPython's traceback, colours and all, as E2B's server sends it.
+    assert "Traceback (most recent call last)" in ex.error.traceback
+    assert "division by zero" in ex.error.traceback
+
+
+def test_matplotlib_figure_is_a_png(sbx):
+    ex = sbx.run_code("import matplotlib.pyplot as plt\nplt.bar(['a', 'b'], [3, 5])\nplt.show()")
+    pngs = [r.png for r in ex.results if r.png]
+    assert pngs and base64.b64decode(pngs[0])[1:4] == b"PNG"
+
+
+def test_contexts_have_their_own_state_and_cwd(sbx):
+    ctx = sbx.create_code_context(cwd="/home/user")
+    assert ctx.cwd == "/home/user" and ctx.language == "python"
+    sbx.run_code("z = 'ctx'", context=ctx)
+    assert sbx.run_code("z", context=ctx).text == "'ctx'"
+    assert sbx.run_code("z").error.name == "NameError"
+    assert sbx.run_code("import os; os.getcwd()", context=ctx).text == "'/home/user'"
+    sbx.remove_code_context(ctx)
+    assert ctx.id not in [c.id for c in sbx.list_code_contexts()]
+
+
+def test_env_vars_per_execution(sbx):
+    assert sbx.run_code("import os; os.environ['ONLY_HERE']", envs={"ONLY_HERE": "yes"}).text == "'yes'"
+    assert sbx.run_code("import os; 'ONLY_HERE' in os.environ").text == "False"
+
+
+def test_timeout_interrupts_and_context_stays_usable(sbx):
+    with pytest.raises(Exception):
+        sbx.run_code("import time\nwhile True: time.sleep(0.1)", timeout=2)
+    assert sbx.run_code("x * 10").text == "10"
+
+
+def test_unknown_language_is_a_400_saying_why(sbx):
+    with pytest.raises(Exception, match="no kernel for language 'cobol'"):
+        sbx.run_code("1", language="cobol")
