@@ -167,8 +167,10 @@ export class SandboxGroupDO extends DurableObject<Env> {
         // ClusterDO to route it); a sandbox without a network of its own has none to wait for.
         await this.waitRunning(id, Math.min(ADDRESS_WAIT_MS, Math.max(0, deadline - Date.now())), input.waitMs, (s) => !!s.address);
       }
-      if (!slot.state || slot.state.phase === "Terminating") return notFound(id);
-      return { ok: true, sandbox: sandboxInfo(slot.state) };
+      // Re-read (TypeScript keeps the narrowing from before the waits): a kill may have landed.
+      const settled: SandboxState | null = slot.state;
+      if (!settled || settled.phase === "Terminating") return notFound(id);
+      return { ok: true, sandbox: sandboxInfo(settled) };
     } finally {
       slot.busy--;
       this.slots.release(id, slot);
