@@ -317,9 +317,11 @@ export class LocalDriver implements Driver {
    * network that changes (behind the proxy or out from behind it); open connections of governed
    * sandboxes are judged again. */
   async setTrafficPolicies(entries: TrafficPolicyEntry[]): Promise<void> {
+    const before = new Map([...this.#records.values()].map((r) => [r.id, this.#mode(r.desired)]));
     this.#egress.setTraffic(entries);
     for (const rec of this.#records.values()) {
-      if (rec.phase === "Stopped") {
+      // Only a sandbox whose network changes is converged again (the set comes with every welcome).
+      if (rec.phase === "Stopped" || before.get(rec.id) === this.#mode(rec.desired)) {
         this.#egress.revalidate(rec.id);
         continue;
       }
