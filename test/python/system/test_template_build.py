@@ -1,8 +1,8 @@
 """Template builds through the official e2b Python SDK (`Template.build`, issue 12.1): the local
 step kinds run in build sandboxes and land as RootfsStore layers; the same build again is served
 from the cache, skip_cache rebuilds; a failing step raises BuildException with its output in the
-logs. A sandbox of the result sees its files once the local driver mounts template roots (not on
-this branch), so the files are read from the layers."""
+logs. Files are read from the layers. set_start_cmd/set_ready_cmd: a sandbox of the template runs
+the start command and is handed out once the ready command passes, or its create fails saying so."""
 import json
 import time
 import os
@@ -12,8 +12,8 @@ import tempfile
 import uuid
 
 import pytest
-from e2b import Template
-from e2b.exceptions import BuildException
+from e2b import Sandbox, Template, wait_for_port
+from e2b.exceptions import BuildException, SandboxException
 
 STORE = pathlib.Path(os.environ.get("SBX_ROOTFS_DIR") or pathlib.Path.home() / ".cache" / "sandbox-edge" / "rootfs")
 
@@ -97,3 +97,30 @@ def test_failing_step(built):
     with pytest.raises(BuildException, match="exit code 7"):
         Template.build(failing, f"py-fail-{uuid.uuid4().hex[:8]}", on_build_logs=logs.append)
     assert "py-before-failure" in [l.message for l in logs]
+
+
+def test_start_and_ready_commands(built):
+    run = uuid.uuid4().hex[:10]
+    name = f"py-start-{run}"
+    server = (
+        Template()
+        .from_base_image()
+        .set_envs({"RUN_ID": run})
+        .set_workdir("/srv")
+        .run_cmd("echo py-served > /srv/index.txt", user="root")
+        .set_start_cmd("echo py-starting; sleep 2; exec python3 -u -m http.server 8001", wait_for_port(8001))
+    )
+    info = Template.build(server, name)
+    built.append(f"b-{info.build_id}")
+    sbx = Sandbox.create(name)
+    try:
+        # Handed out once the port listens: the first request needs no retry.
+        assert sbx.commands.run("curl -sf http://127.0.0.1:8001/index.txt").stdout == "py-served\n"
+    finally:
+        sbx.kill()
+
+    never = Template().from_base_image().set_envs({"RUN_ID": run}).set_start_cmd("sleep infinity", "false")
+    info = Template.build(never, f"{name}-never")
+    built.append(f"b-{info.build_id}")
+    with pytest.raises(SandboxException, match="ready command did not pass"):
+        Sandbox.create(f"{name}-never")
