@@ -175,8 +175,8 @@ describe("environment handover", () => {
       const h = handOver(host, () => dir);
       const r = spawnSync(host.file, h.args, { env: host.env, encoding: "utf8" });
       expect(hostile.ran()).toEqual([]);
-      // The command here is a host binary (/usr/bin/env) and is meant to get LD_PRELOAD, so the
-      // loader complains once, for it; a second complaint would be perl (enter.pl) loading it.
+      // Without a sandbox the command itself runs on the host and tries the preload once; the
+      // helper (perl) would have been a second try.
       expect(r.stderr.split(HOST_LOADER_SAW_IT).length - 1).toBe(1);
       expect(r.status).toBe(0);
       expect(parseEnv0(r.stdout)).toEqual(host.sandboxEnv);
