@@ -9,7 +9,8 @@ import tls from "node:tls";
 import { RateLimiter } from "./rate.ts";
 import { decideRequest, decideTool, inspects, resolveSecrets, type L7Policy } from "./policy.ts";
 import { SseFilter, filterAnswer, screenRequest, type ToolDecider } from "./mcp.ts";
-import { evaluateProfiles, profileToolVerdict, renderToken } from "./profile.ts";
+import { evaluateProfiles, profileToolVerdict, renderToken, type ProfileOutcome } from "./profile.ts";
+import { secretRefs } from "../../../schema/api/secret.ts";
 import { oneConnectionAgent, withHead } from "./streams.ts";
 import type { SandboxCa } from "./ca.ts";
 
@@ -136,6 +137,9 @@ export class L7Handler {
     const prof = policy.profiles?.length ? evaluateProfiles(policy.profiles, host, method, path) : undefined;
     if (prof?.terminal?.kind === "block") return refuse(prof.terminal.status, prof.terminal.rule, prof.terminal.body || `${method} ${path.split("?")[0]} to ${host} is blocked by rule "${prof.terminal.rule}"`);
     let rule = prof?.matched.join(",") || conn.allowedBy;
+    // A credential never crosses the network in clear text: not over plain HTTP.
+    const wantsSecret = Object.keys(prof?.secretHeaders ?? {}).length > 0 || (!bypassedBy(prof) && Object.values(decideRequest(policy, host, method, path).setHeaders).some((x) => secretRefs(x).length > 0));
+    if (wantsSecret && !ctx.tls) return refuse(403, rule, `credentials are only added to HTTPS requests; ${host} was asked over plain HTTP`);
     if (prof) {
       for (const name of prof.remove) delete headers[name];
       setHeaders(prof.set);
@@ -146,7 +150,7 @@ export class L7Handler {
         setHeaders({ [h]: renderToken(template, value) });
       }
     }
-    const bypassed = prof?.terminal?.kind === "bypass";
+    const bypassed = bypassedBy(prof);
     const v = bypassed ? { action: "allow" as const, setHeaders: {} } : decideRequest(policy, host, method, path);
     if (v.rule) rule = prof?.matched.length ? `${rule},${v.rule}` : v.rule;
     if (v.action === "block") return refuse(403, rule, `${method} ${path.split("?")[0]} to ${host} is blocked by rule "${v.rule}"`);
@@ -204,6 +208,8 @@ export class L7Handler {
     else req.pipe(up);
   }
 }
+
+const bypassedBy = (o: ProfileOutcome | undefined) => o?.terminal?.kind === "bypass";
 
 /** The whole body, or undefined past `max` bytes. */
 function readBounded(s: NodeJS.ReadableStream, max: number): Promise<Buffer | undefined> {
