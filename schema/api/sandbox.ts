@@ -2,6 +2,7 @@
 // `ListedSandbox`, ...; the v2 create/connect shapes from the e2b 2.51 SDK types).
 import { z } from "zod";
 import { policyErrors } from "../egress/rules.ts";
+import { transformErrors, type TransformRules } from "../egress/transforms.ts";
 import {
   MAX_EGRESS_RULE_LENGTH,
   MAX_EGRESS_RULES,
@@ -59,8 +60,9 @@ const egressFields = {
 
 /** Bad allowOut/denyOut entries are refused here rather than by the traffic-proxy later, which
  * would deny everything and name the entry only in its 403s. */
-function refineEgress(n: { allowOut?: string[]; denyOut?: string[] }, ctx: z.RefinementCtx): void {
+function refineEgress(n: { allowOut?: string[]; denyOut?: string[]; rules?: TransformRules }, ctx: z.RefinementCtx): void {
   for (const message of policyErrors({ allowOut: n.allowOut ?? [], denyOut: n.denyOut ?? [] })) ctx.addIssue({ code: "custom", message });
+  for (const message of transformErrors(n.rules ?? {})) ctx.addIssue({ code: "custom", message });
 }
 
 export const SandboxNetworkConfig = z
