@@ -84,6 +84,7 @@ function agentId(dataDir: string): string {
 export async function startAgent(opts: AgentOptions): Promise<Agent> {
   mkdirSync(opts.dataDir, { recursive: true });
   const agentLog = logger("agent");
+  let trafficUnenforcedSaid = false;
   const log = opts.log ?? ((m: string) => agentLog.info(m));
   const id = agentId(opts.dataDir);
   // Each installation gets its own cgroup subtree: the driver treats cgroups without a record as
@@ -175,6 +176,15 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
       for (const snapshotId of ids) {
         driver.deleteSnapshot({ id: snapshotId }).catch((err: unknown) => agentLog.error("snapshot delete failed", { snapshotId, error: err }));
       }
+    },
+    onTrafficPolicies(policies) {
+      if (!driver.setTrafficPolicies) {
+        // Said once per agent (the set comes with every welcome and change).
+        if (policies.length && !trafficUnenforcedSaid) agentLog.warn("traffic policies not enforced: the driver has no data plane for them", { driver: driver.name });
+        trafficUnenforcedSaid ||= policies.length > 0;
+        return;
+      }
+      driver.setTrafficPolicies(policies).catch((err: unknown) => agentLog.error("traffic policies failed", { error: err }));
     },
     onIntent(seq, intent, traceparent) {
       if (reconciler.offer(intent, traceparent) === "stale") {

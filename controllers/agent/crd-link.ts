@@ -11,6 +11,7 @@ import { NamespaceDiscovery } from "../drivers/kubernetes/namespace-discovery.ts
 import { LinkPoolSink, SandboxSetSync } from "./kube-sync/sandboxset-sync.ts";
 import { NamespaceQuotaSync } from "./kube-sync/namespace-quota-sync.ts";
 import { PoolAutoscalerSync } from "./kube-sync/poolautoscaler-sync.ts";
+import { TrafficPolicySync } from "./kube-sync/trafficpolicy-sync.ts";
 import type { Link } from "./link.ts";
 import { backoffMs } from "../lib/work-queue.ts";
 import { CommitController } from "../drivers/kubernetes/commit/commit-controller.ts";
@@ -44,6 +45,7 @@ export interface NamespaceSync {
   claims: SandboxClaimSync;
   quota: NamespaceQuotaSync;
   autoscalers: PoolAutoscalerSync;
+  trafficPolicies: TrafficPolicySync;
   commits?: CommitController;
   checkpoints: CheckpointController;
 }
@@ -127,22 +129,28 @@ export async function startCrdLink(o: CrdLinkOptions): Promise<CrdLink> {
       const claims = new SandboxClaimSync({ kubeConfig: o.kubeConfig, namespace: ns, claimer, log, retryMs, onClaimed: (ids, name, mounts) => o.driver.labelClaimed(ids, name, mounts) });
       const quota = new NamespaceQuotaSync({ kubeConfig: o.kubeConfig, namespace: ns, link: o.link, pollMs: o.quotaPollMs, log });
       const autoscalers = new PoolAutoscalerSync({ kubeConfig: o.kubeConfig, namespace: ns, link: o.link, log, retryMs, statusMs: o.autoscalerStatusMs });
+      const trafficPolicies = new TrafficPolicySync({ kubeConfig: o.kubeConfig, namespace: ns, link: o.link, log, retryMs, statusMs: o.autoscalerStatusMs });
       const commits = o.commit && new CommitController({ kubeConfig: o.kubeConfig, namespace: ns, enabled: o.commit.enabled, job: o.commit.job, log });
       await claims.start();
       sets.start();
       quota.start();
       await autoscalers.start();
+      await trafficPolicies.start();
       await commits?.start();
       // Snapshots are Checkpoints (the driver makes them); this one rebuilds an unhealthy one.
       const checkpoints = new CheckpointController({ kubeConfig: o.kubeConfig, namespace: ns, log });
       await checkpoints.start();
-      return { sets, claims, quota, autoscalers, commits, checkpoints };
+      return { sets, claims, quota, autoscalers, trafficPolicies, commits, checkpoints };
     })();
     namespaces.set(ns, started);
     return started;
   };
   const w = o.watchNamespaces;
   const home = await sync(o.namespace);
+  // GlobalTrafficPolicies are cluster-scoped: one sync for the cluster.
+  const globalTraffic = new TrafficPolicySync({ kubeConfig: o.kubeConfig, namespace: null, link: o.link, log, retryMs, statusMs: o.autoscalerStatusMs });
+  // Without the ClusterRoleBinding (k8s/rbac.yaml) they cannot be read: said, not fatal.
+  await globalTraffic.start().catch((err: unknown) => log(`globaltrafficpolicies: not synced: ${(err as Error).message}`));
   await Promise.all((w === "all" ? [] : (w ?? [])).map(sync));
   const discovery =
     w === "all"
@@ -157,6 +165,7 @@ export async function startCrdLink(o: CrdLinkOptions): Promise<CrdLink> {
     requests,
     async stop() {
       requests.stop();
+      await globalTraffic.stop();
       await discovery?.stop();
       for (const started of namespaces.values()) {
         const s = await started.catch(() => undefined);
@@ -164,6 +173,7 @@ export async function startCrdLink(o: CrdLinkOptions): Promise<CrdLink> {
         await s?.claims.stop();
         await s?.quota.stop();
         await s?.autoscalers.stop();
+        await s?.trafficPolicies.stop();
         await s?.commits?.stop();
         await s?.checkpoints.stop();
       }

@@ -1,6 +1,8 @@
 // The agent's session with its ClusterDO: one outbound WebSocket (no inbound port needed), hello
 // with the full inventory on every connect, intents in, acks and observations out, heartbeats,
 // and reconnect with capped, jittered backoff. Frames are parsed with the shared protocol schemas.
+import type { TrafficPolicyEntry } from "../../schema/api/traffic-policy.ts";
+import type { TrafficPolicyItemInput } from "../../schema/protocol/crd-sync.ts";
 import WebSocket from "ws";
 import type { z } from "zod";
 import {
@@ -49,6 +51,8 @@ export interface LinkOptions {
   onLogsRequest?(req: LogsRequest): SandboxLogEntry[];
   /** Snapshots the edge no longer has (a deleted E2B snapshot): free them. */
   onSnapshotDeletes?(ids: string[]): void;
+  /** The TrafficPolicies in force, whole (replaces the previous set). */
+  onTrafficPolicies?(policies: TrafficPolicyEntry[]): void;
   log?: (msg: string) => void;
 }
 
@@ -63,7 +67,8 @@ export type EdgeCall =
   | { type: "requests"; item: Omit<SandboxRequestItem, "id"> }
   | { type: "claims"; item: Omit<ClaimItemInput, "id"> }
   | { type: "quotas"; item: Omit<TeamQuotaItem, "id"> }
-  | { type: "autoscalers"; item: DistributiveOmit<PoolAutoscalerItemInput, "id"> };
+  | { type: "autoscalers"; item: DistributiveOmit<PoolAutoscalerItemInput, "id"> }
+  | { type: "trafficpolicyobjects"; item: DistributiveOmit<TrafficPolicyItemInput, "id"> };
 type DistributiveOmit<T, K extends keyof T> = T extends unknown ? Omit<T, K> : never;
 
 interface Waiting {
@@ -272,6 +277,9 @@ export class Link {
         return;
       case "snapshotDeletes":
         this.#o.onSnapshotDeletes?.(msg.ids);
+        return;
+      case "trafficPolicies":
+        this.#o.onTrafficPolicies?.(msg.policies);
         return;
       default: {
         const never: never = msg;

@@ -4,6 +4,7 @@
 // harmless. A driver that cannot do something says so with UnsupportedError; it never returns a
 // success that did nothing. Errors say whether to retry: TerminalError (and UnsupportedError) is
 // final for that spec, anything else is transient (docs/ARCHITECTURE.md, "Error model").
+import type { TrafficPolicyEntry } from "../../schema/api/traffic-policy.ts";
 import type { Duplex } from "node:stream";
 import type { EgressPolicy } from "../../schema/protocol/egress.ts";
 import type { SandboxView, SpawnRequest } from "../runtime/sandbox-view.ts";
@@ -166,6 +167,10 @@ export interface Driver {
   restoreFs(id: string, snapshot: Pick<SnapshotRef, "id">): Promise<void>;
   /** Frees a snapshot (unknown ids are fine); sandboxes made from it keep their own copies. */
   deleteSnapshot(snapshot: Pick<SnapshotRef, "id">): Promise<void>;
+  /** Replaces the TrafficPolicies / GlobalTrafficPolicies in force (the edge's whole set); a
+   * sandbox they select has every connection decided by them. Absent: the driver has no data
+   * plane for them (the agent says so). */
+  setTrafficPolicies?(policies: TrafficPolicyEntry[]): Promise<void>;
   /** Ends every process, removes cgroups and the writable layer. Unknown ids are fine. */
   destroy(id: string): Promise<void>;
 }

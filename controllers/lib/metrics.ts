@@ -93,3 +93,13 @@ export const egressDecisions = new Counter({
   labelNames: ["decision"] as const,
   registers: [registry],
 });
+
+/** Egress refusals by what refused them (controllers/traffic/governed.ts `source`: TrafficPolicy,
+ * GlobalTrafficPolicy, e2b, default, floor; `rules`: E2B's rules alone, policy.ts; `dns`: a name
+ * refused): a bounded label, never a policy, sandbox or host name (those go to the log line). */
+export const egressDenials = new Counter({
+  name: "sandbox_egress_denied_total",
+  help: "Egress connections and DNS names the traffic proxy refused, by what refused them.",
+  labelNames: ["source"] as const,
+  registers: [registry],
+});

@@ -19,6 +19,9 @@
 // - Ports: none = every port; `protocol` without `port` = every port of that protocol; `endPort`
 //   makes a range. Protocol defaults to TCP when a port is given.
 import { cidrContains, parseCidr, parseIp } from "../../schema/egress/address.ts";
+import { selects, type LabelSelector } from "../../schema/api/traffic-policy.ts";
+
+export { selects, type LabelSelector };
 
 export type L4Protocol = "TCP" | "UDP" | "ICMP" | "SCTP";
 export interface L4Peer {
@@ -34,10 +37,6 @@ export interface L4Rule {
   action: "allow" | "reject";
   to?: L4Peer[];
   ports?: L4Port[];
-}
-export interface LabelSelector {
-  matchLabels?: Record<string, string>;
-  matchExpressions?: { key: string; operator: "In" | "NotIn" | "Exists" | "DoesNotExist"; values?: string[] }[];
 }
 export interface L4Policy {
   /** "namespace/name" for a TrafficPolicy, "name" for a global one: how a verdict names it. */
@@ -57,17 +56,6 @@ export interface L4Verdict {
   allowed: boolean;
   /** Which rule decided, e.g. `TrafficPolicy team-a/web rule 2 (reject)`, or the default. */
   by: string;
-}
-
-export function selects(selector: LabelSelector | undefined, labels: Record<string, string>): boolean {
-  for (const [k, v] of Object.entries(selector?.matchLabels ?? {})) if (labels[k] !== v) return false;
-  for (const e of selector?.matchExpressions ?? []) {
-    const has = Object.hasOwn(labels, e.key);
-    const inValues = has && (e.values ?? []).includes(labels[e.key]!);
-    const ok = e.operator === "In" ? inValues : e.operator === "NotIn" ? !inValues : e.operator === "Exists" ? has : !has;
-    if (!ok) return false;
-  }
-  return true;
 }
 
 /** The policies that select a sandbox with `labels`, in the order their rules are tried. */

@@ -106,7 +106,7 @@ export function needsAddresses(policy: CompiledPolicy, host: string): boolean {
 /** Why an address may never be connected to, whatever the rules say: 0.0.0.0/8 and ::, and what
  * `refuse` names (the proxy's own reach, host-reach.ts), in the address's own form and the IPv4
  * form it carries. */
-function never(ip: Ip, shown: string, refuse: Refuse | undefined): string | undefined {
+export function never(ip: Ip, shown: string, refuse: Refuse | undefined): string | undefined {
   if (neverDestination(ip)) return `${shown} is not a destination (0.0.0.0/8 and :: reach this host's own loopback)`;
   if (!refuse) return undefined;
   const v4 = embeddedV4(ip);

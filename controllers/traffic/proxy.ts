@@ -11,15 +11,16 @@
 //   byte of the sandbox, names the sandbox (the local driver's form, see README.md).
 import { lookup } from "node:dns/promises";
 import { createServer as createHttpServer, request as httpRequest, type IncomingMessage, type OutgoingHttpHeaders, type Server, type ServerResponse } from "node:http";
-import { connect, createServer as createNetServer, type Server as NetServer, type Socket } from "node:net";
+import { createServer as createNetServer, type Server as NetServer, type Socket } from "node:net";
 import type { Duplex } from "node:stream";
 import { normalizeHost } from "../../schema/egress/rules.ts";
 import { parseIp } from "../../schema/egress/address.ts";
 import { refuseLocal, type Refuse } from "./host-reach.ts";
 import { decide, needsAddresses, type CompiledPolicy, type Verdict } from "./policy.ts";
-import { egressDecisions } from "../lib/metrics.ts";
-import { MAX_SNIFF, sniff, type Sniffed } from "./sniff.ts";
+import { ALLOWED, connectAny, denied, rawReply } from "./connect.ts";
+import { decideGoverned, type Governance } from "./governed.ts";
 import { SandboxResolver } from "./resolver.ts";
+import { MAX_TAG, RedirectedPath, type L7Hook } from "./redirected.ts";
 
 export interface TrafficProxyOptions {
   /** The compiled rules of a sandbox (the tag its connection came with; "" on a TCP listener).
@@ -37,19 +38,19 @@ export interface TrafficProxyOptions {
    * closed (each one holds a relay process on the local driver). Default 10 s. */
   firstRequestTimeoutMs?: number;
   log?: (line: string) => void;
+  /** TrafficPolicies that decide for a sandbox instead of `policyFor` when some select it
+   * (governed.ts); default none. */
+  governed?: (sandbox: string) => Governance | undefined;
+  /** L7 policy for redirected connections (redirected.ts); none: bytes are only copied. */
+  l7?: L7Hook;
 }
 
 /** Request headers that describe the hop to the proxy, not the request. */
 const HOP_BY_HOP = new Set(["connection", "proxy-connection", "keep-alive", "proxy-authorization", "proxy-authenticate", "te", "trailer", "transfer-encoding", "upgrade"]);
-/** The longest tag line a relay sends (a sandbox id is at most 64 characters). */
-const MAX_TAG = 100;
 /** The tag line of the relay's one connection that carries its sandboxes' DNS over UDP: frames of
  * a 2-byte length, then "<sandbox> <the relay's token>\n" and the query (echoed in the answer). */
 const DNS_CHANNEL = "*dns";
 
-// Counted per verdict (a connection or a plain-HTTP request), never per sandbox or host.
-const ALLOWED = egressDecisions.labels({ decision: "allow" });
-const DENIED = egressDecisions.labels({ decision: "deny" });
 
 /** A connection to a destination, kept while it is open so a rule change can end it. */
 interface Open {
@@ -68,32 +69,6 @@ function splitAuthority(authority: string): { host: string; port: number } | und
   return m && port >= 1 && port <= 65535 ? { host: m[1]!, port } : undefined;
 }
 
-/** A connection to the first of `addresses` (all checked) that accepts one, tried in turn, as a
- * client would for a name with several records (`localhost` is often ::1 first). */
-function connectAny(addresses: string[], port: number, timeoutMs: number): Promise<Socket> {
-  return new Promise((resolve, reject) => {
-    const attempt = (i: number, last?: Error) => {
-      if (i >= addresses.length) return reject(last ?? new Error("no address"));
-      const socket = connect({ host: addresses[i]!, port, allowHalfOpen: true });
-      const timer = setTimeout(() => socket.destroy(new Error("timed out")), timeoutMs);
-      socket.once("connect", () => {
-        clearTimeout(timer);
-        resolve(socket.off("error", next));
-      });
-      const next = (err: Error) => {
-        clearTimeout(timer);
-        attempt(i + 1, err);
-      };
-      socket.once("error", next);
-    };
-    attempt(0);
-  });
-}
-
-function rawReply(status: string, body: string): string {
-  return `HTTP/1.1 ${status}\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`;
-}
-
 export class TrafficProxy {
   readonly server: Server;
   readonly #o: TrafficProxyOptions;
@@ -110,12 +85,30 @@ export class TrafficProxy {
   readonly #idle = new WeakMap<object, NodeJS.Timeout>();
   /** The sandboxes' DNS (their port 53, redirected), and what it answered them. */
   readonly #dns: SandboxResolver;
+  /** Connections and DNS the redirect in a sandbox's namespace brings (redirected.ts). */
+  readonly #redirected: RedirectedPath;
 
   constructor(opts: TrafficProxyOptions) {
     this.#o = opts;
     this.#resolve = opts.resolve ?? systemResolve;
     this.#refuse = opts.refuse ?? refuseLocal;
     this.#dns = new SandboxResolver(this.#resolve, this.#refuse);
+    this.#redirected = new RedirectedPath({
+      policyFor: (sandbox) => opts.policyFor(sandbox),
+      governed: (sandbox) => opts.governed?.(sandbox),
+      refuse: this.#refuse,
+      resolve: this.#resolve,
+      dns: this.#dns,
+      log: opts.log,
+      connectTimeoutMs: opts.connectTimeoutMs ?? 10_000,
+      firstRequestTimeoutMs: opts.firstRequestTimeoutMs ?? 10_000,
+      adopt: (socket) => {
+        this.#sockets.add(socket);
+        socket.once("close", () => this.#sockets.delete(socket));
+      },
+      track: (sandbox, host, upstream, client) => this.#trackTag(sandbox, host, upstream, client),
+      l7: opts.l7,
+    });
     this.server = createHttpServer({ keepAliveTimeout: 30_000 });
     const started = (req: IncomingMessage) => clearTimeout(this.#idle.get(req.socket));
     this.server.on("request", (req, res) => void this.#forward(req, res));
@@ -166,20 +159,22 @@ export class TrafficProxy {
       this.#tags.set(socket, tag);
       const rest = buf.subarray(nl + 1);
       if (rest.length) socket.unshift(rest);
-      if (tag === DNS_CHANNEL) return void this.#dnsFrames(socket, true);
-      if (ip !== undefined && Number(port) === 53) return void this.#dnsFrames(socket, false);
-      if (ip !== undefined) return void this.#transparent(socket, ip, Number(port));
+      if (tag === DNS_CHANNEL) return void this.#redirected.dnsFrames(tag, socket, true);
+      if (ip !== undefined && Number(port) === 53) return void this.#redirected.dnsFrames(tag, socket, false);
+      if (ip !== undefined) return void this.#redirected.connection(tag, socket, ip, Number(port));
       this.server.emit("connection", socket);
       socket.resume();
     };
     socket.on("data", onData).on("error", () => socket.destroy());
   }
 
-  async #check(socket: object, host: string): Promise<Verdict | { status: number; reason: string }> {
+  async #check(socket: object, host: string, port: number): Promise<Verdict | { status: number; reason: string }> {
     const tag = this.#tags.get(socket) ?? "";
+    const g = this.#o.governed?.(tag);
+    if (g) return this.#checkGoverned(tag, g, host, port);
     const policy = this.#o.policyFor(tag);
     if (typeof policy === "string") {
-      DENIED.inc();
+      denied("rules");
       return { allowed: false, reason: policy };
     }
     let addresses: string[] = [];
@@ -191,117 +186,37 @@ export class TrafficProxy {
       }
     }
     const verdict = decide(policy, host, addresses, this.#refuse);
-    (verdict.allowed ? ALLOWED : DENIED).inc();
-    if (!verdict.allowed) this.#o.log?.(`traffic-proxy: ${tag || "sandbox"}: denied ${verdict.reason}`);
+    if (verdict.allowed) ALLOWED.inc();
+    else {
+      denied("rules");
+      this.#o.log?.(`traffic-proxy: ${tag || "sandbox"}: denied ${verdict.reason}`);
+    }
     return verdict;
   }
 
-  /** A connection redirected on its way to ip:port, with no proxy protocol: allowed when the rules
-   * admit that address, or else the name its first bytes ask for (SNI, Host) when that name is
-   * allowed and resolves to that very address (so a name cannot be borrowed for another server).
-   * Connected only to ip:port, the bytes read so far sent first. */
-  async #transparent(client: Socket, ip: string, port: number): Promise<void> {
-    this.#sockets.add(client);
-    client.once("close", () => this.#sockets.delete(client));
-    client.on("error", () => client.destroy());
-    const tag = this.#tags.get(client) ?? "";
-    const policy = this.#o.policyFor(tag);
-    const where = `${ip}:${port}`;
-    if (!parseIp(ip) || !(port >= 1 && port <= 65535)) return void client.destroy();
-    let verdict: Verdict = typeof policy === "string" ? { allowed: false, reason: policy } : decide(policy, ip, [], this.#refuse);
-    let head: Buffer = Buffer.alloc(0);
-    let seen: Sniffed;
-    if (!verdict.allowed && typeof policy !== "string") {
-      [head, seen] = await this.#sniffHead(client);
-      const name = seen && "name" in seen ? seen.name : undefined;
-      if (name && !parseIp(name)) {
-        const byName = decide(policy, name, [ip], this.#refuse);
-        const answered = this.#dns.namesFor(tag, ip).includes(name);
-        const addresses = byName.allowed && !answered ? await this.#resolve(name).catch(() => [] as string[]) : [];
-        if (byName.allowed && (answered || addresses.some((a) => normalizeHost(a) === ip))) verdict = byName;
-        else verdict = { allowed: false, reason: byName.allowed ? `${name} does not resolve to ${ip}` : byName.reason };
-      } else {
-        // No name in the bytes (ssh, a database): the names this sandbox looked up and was
-        // answered this address for.
-        const admitted = this.#dns.namesFor(tag, ip).map((n) => decide(policy, n, [ip], this.#refuse)).find((v) => v.allowed);
-        if (admitted) verdict = admitted;
+  /** A proxied request of a sandbox TrafficPolicies govern: the addresses of `host` some rule
+   * allows at `port` (by the name or the address), the first refusal's rule otherwise. */
+  async #checkGoverned(tag: string, g: Governance, host: string, port: number): Promise<Verdict | { status: number; reason: string }> {
+    let addresses = [host];
+    if (!parseIp(host)) {
+      try {
+        addresses = await this.#resolve(host);
+      } catch (err) {
+        return { status: 502, reason: `cannot resolve ${host}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}` };
       }
     }
-    (verdict.allowed ? ALLOWED : DENIED).inc();
-    if (!verdict.allowed) {
-      this.#o.log?.(`traffic-proxy: ${tag || "sandbox"}: denied ${where}: ${verdict.reason}`);
-      if (seen?.kind === "http") return void client.end(rawReply("403 Forbidden", `traffic-proxy: egress denied: ${verdict.reason}\n`));
-      return void client.destroy();
+    const names = parseIp(host) ? [] : [host];
+    const verdicts = addresses.map((ip) => ({ ip, v: decideGoverned(g, { ip, port, names }, this.#refuse) }));
+    const passed = verdicts.filter((x) => x.v.allowed);
+    if (passed.length) {
+      ALLOWED.inc();
+      return { allowed: true, addresses: passed.map((x) => x.ip), rule: passed[0]!.v.by };
     }
-    let upstream: Socket;
-    try {
-      upstream = await connectAny([ip], port, this.#o.connectTimeoutMs ?? 10_000);
-    } catch {
-      return void client.destroy();
-    }
-    upstream.on("error", () => client.destroy());
-    client.on("close", () => upstream.destroy());
-    upstream.on("close", () => client.destroy());
-    this.#track(client, seen && "name" in seen && seen.name ? seen.name : ip, upstream, client);
-    if (head.length) upstream.write(head);
-    client.pipe(upstream).on("error", () => {});
-    upstream.pipe(client);
-    client.resume();
-  }
-
-  /** DNS messages, each behind a 2-byte length (DNS over TCP, RFC 1035 4.2.2): from a sandbox's
-   * redirected TCP port 53 (`channel` false, its tag already known), or the relay's channel for
-   * UDP, whose frames each start with "<sandbox> <token>\n" (echoed before the answer). */
-  #dnsFrames(socket: Socket, channel: boolean): void {
-    const tag = this.#tags.get(socket) ?? "";
-    this.#sockets.add(socket);
-    socket.once("close", () => this.#sockets.delete(socket));
-    let buf = Buffer.alloc(0);
-    socket.on("error", () => socket.destroy());
-    socket.on("data", (chunk: Buffer) => {
-      buf = Buffer.concat([buf, chunk]);
-      while (buf.length >= 2 && buf.length >= 2 + buf.readUInt16BE(0)) {
-        const frame = buf.subarray(2, 2 + buf.readUInt16BE(0));
-        buf = buf.subarray(2 + frame.length);
-        const nl = channel ? frame.indexOf(0x0a) : -1;
-        if (channel && (nl < 0 || nl > MAX_TAG)) return void socket.destroy();
-        const head = frame.subarray(0, nl + 1);
-        const sandbox = channel ? head.toString().split(" ")[0]! : tag;
-        void this.#dns.answer(sandbox, this.#o.policyFor(sandbox), frame.subarray(nl + 1)).then((out) => {
-          if (out.denied !== undefined) {
-            DENIED.inc();
-            this.#o.log?.(`traffic-proxy: ${sandbox || "sandbox"}: denied DNS ${out.name}: ${out.denied}`);
-          }
-          if (!out.answer || socket.destroyed) return;
-          const reply = Buffer.concat([head, out.answer]);
-          const len = Buffer.alloc(2);
-          len.writeUInt16BE(reply.length);
-          socket.write(Buffer.concat([len, reply]));
-        });
-      }
-    });
-    socket.resume();
-  }
-
-  /** The first bytes of a redirected connection, until they name a host or cannot (at most
-   * MAX_SNIFF bytes, or whatever came within the first-request timeout). */
-  #sniffHead(client: Socket): Promise<[Buffer, Sniffed]> {
-    return new Promise((resolve) => {
-      let buf: Buffer = Buffer.alloc(0);
-      const done = (s: Sniffed) => {
-        clearTimeout(timer);
-        client.off("data", onData).off("end", onEnd).pause();
-        resolve([buf, s]);
-      };
-      const onData = (chunk: Buffer) => {
-        buf = Buffer.concat([buf, chunk]);
-        const s = sniff(buf);
-        if (s || buf.length >= MAX_SNIFF) done(s ?? { kind: "other" });
-      };
-      const onEnd = () => done(sniff(buf));
-      const timer = setTimeout(() => done(sniff(buf)), this.#o.firstRequestTimeoutMs ?? 10_000).unref();
-      client.on("data", onData).once("end", onEnd).resume();
-    });
+    const first = verdicts[0]?.v ?? { by: `${host} did not resolve to any address`, source: "default" };
+    denied(first.source);
+    const reason = `${host}:${port} ${verdicts.length > 1 ? `(${verdicts[0]!.ip}) ` : ""}is refused by ${first.by}`;
+    this.#o.log?.(`traffic-proxy: ${tag || "sandbox"}: denied ${reason}`);
+    return { allowed: false, reason };
   }
 
   async #forward(req: IncomingMessage, res: ServerResponse): Promise<void> {
@@ -313,7 +228,7 @@ export class TrafficProxy {
     }
     if (url.protocol !== "http:") return void res.writeHead(400, { "content-type": "text/plain" }).end(`traffic-proxy: ${url.protocol} is not proxied by absolute URI; use CONNECT\n`);
     const host = normalizeHost(url.hostname);
-    const v = await this.#check(req.socket, host);
+    const v = await this.#check(req.socket, host, Number(url.port || 80));
     if (!("addresses" in v)) return void res.writeHead("status" in v ? v.status : 403, { "content-type": "text/plain" }).end(`traffic-proxy: ${"status" in v ? "" : "egress denied: "}${v.reason}\n`);
     let socket: Socket;
     try {
@@ -347,7 +262,7 @@ export class TrafficProxy {
    * itself when that is refused or fails. */
   async #open(client: Duplex, host: string, port: number, ready: (upstream: Socket) => void): Promise<void> {
     client.on("error", () => client.destroy());
-    const v = await this.#check(client, normalizeHost(host));
+    const v = await this.#check(client, normalizeHost(host), port);
     if (!("addresses" in v)) {
       client.end(rawReply("status" in v ? `${v.status} Bad Gateway` : "403 Forbidden", `traffic-proxy: ${"status" in v ? "" : "egress denied: "}${v.reason}\n`));
       return;
@@ -402,7 +317,10 @@ export class TrafficProxy {
    * `client` is what ends the client's side: the response of a forwarded request, or the socket
    * of a tunnel or upgrade. */
   #track(clientSocket: object, host: string, upstream: Socket, client: Duplex | ServerResponse): void {
-    const tag = this.#tags.get(clientSocket) ?? "";
+    this.#trackTag(this.#tags.get(clientSocket) ?? "", host, upstream, client);
+  }
+
+  #trackTag(tag: string, host: string, upstream: Socket, client: Duplex | ServerResponse): void {
     let set = this.#conns.get(tag);
     if (!set) this.#conns.set(tag, (set = new Set()));
     const entry: Open = { host, upstream, client: client as Duplex };
@@ -421,10 +339,17 @@ export class TrafficProxy {
     const set = this.#conns.get(sandbox);
     if (!set) return 0;
     const policy = this.#o.policyFor(sandbox);
+    const g = this.#o.governed?.(sandbox);
     let ended = 0;
     for (const o of [...set]) {
       const address = o.upstream.remoteAddress;
-      const v: Verdict = typeof policy === "string" ? { allowed: false, reason: policy } : address ? decide(policy, o.host, [address], this.#refuse) : { allowed: false, reason: "closed" };
+      const port = o.upstream.remotePort ?? 0;
+      const byPolicy = (ip: string): Verdict => {
+        if (!g) return typeof policy === "string" ? { allowed: false, reason: policy } : decide(policy, o.host, [ip], this.#refuse);
+        const v = decideGoverned(g, { ip, port, names: parseIp(o.host) ? [] : [o.host] }, this.#refuse);
+        return v.allowed ? { allowed: true, addresses: [ip] } : { allowed: false, reason: v.by };
+      };
+      const v: Verdict = address ? byPolicy(address) : { allowed: false, reason: "closed" };
       if (v.allowed) continue;
       this.#o.log?.(`traffic-proxy: ${sandbox || "sandbox"}: ended a connection to ${o.host} after a rule change: ${v.reason}`);
       o.upstream.destroy();

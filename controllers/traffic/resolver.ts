@@ -8,6 +8,7 @@
 import { decide, needsAddresses, type CompiledPolicy } from "./policy.ts";
 import type { Refuse } from "./host-reach.ts";
 import { buildAnswer, formErr, parseQuery, RCODE } from "./dns-wire.ts";
+import { admitName, type Governance } from "./governed.ts";
 
 /** Names remembered per sandbox at most (the oldest go first), and for how long. */
 const MAX_REMEMBERED = 1024;
@@ -40,17 +41,35 @@ export class SandboxResolver {
       const v = decide(policy, q.name, []);
       return { answer: buildAnswer(q, RCODE.nxDomain), denied: v.allowed ? "not resolvable" : v.reason, name: q.name };
     }
-    let addresses: string[];
-    try {
-      addresses = await this.#resolve(q.name);
-    } catch (err) {
-      const code = (err as NodeJS.ErrnoException).code;
-      return { answer: buildAnswer(q, code === "ENOTFOUND" || code === "ENODATA" ? RCODE.nxDomain : RCODE.servFail), name: q.name };
-    }
+    const addresses = await this.#lookup(q);
+    if (!Array.isArray(addresses)) return addresses;
     const v = decide(policy, q.name, addresses, this.#refuse);
     if (!v.allowed) return { answer: buildAnswer(q, RCODE.nxDomain), denied: v.reason, name: q.name };
     this.#remember(sandbox, q.name, v.addresses);
     return { answer: buildAnswer(q, RCODE.noError, v.addresses), name: q.name };
+  }
+
+  /** The answer for a sandbox TrafficPolicies govern (governed.ts): the name is looked up and
+   * answered with the addresses some rule allows on some port (by the name or the address). */
+  async answerGoverned(sandbox: string, g: Governance, msg: Buffer): Promise<DnsOutcome> {
+    const q = parseQuery(msg);
+    if (!q) return { answer: formErr(msg) };
+    const addresses = await this.#lookup(q);
+    if (!Array.isArray(addresses)) return addresses;
+    const v = admitName(g, q.name, addresses, this.#refuse);
+    if ("denied" in v) return { answer: buildAnswer(q, RCODE.nxDomain), denied: v.denied, name: q.name };
+    this.#remember(sandbox, q.name, v.addresses);
+    return { answer: buildAnswer(q, RCODE.noError, v.addresses), name: q.name };
+  }
+
+  /** The name's addresses, or the answer for a name that does not resolve. */
+  async #lookup(q: NonNullable<ReturnType<typeof parseQuery>>): Promise<string[] | DnsOutcome> {
+    try {
+      return await this.#resolve(q.name);
+    } catch (err) {
+      const code = (err as NodeJS.ErrnoException).code;
+      return { answer: buildAnswer(q, code === "ENOTFOUND" || code === "ENODATA" ? RCODE.nxDomain : RCODE.servFail), name: q.name };
+    }
   }
 
   #remember(sandbox: string, name: string, addresses: string[]): void {

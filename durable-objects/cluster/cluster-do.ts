@@ -35,6 +35,8 @@ import type { ClusterStatus, EnqueueOptions, EnqueueResult, LogsResult } from ".
 import type { SandboxLogEntry, SandboxLogsQuery } from "../../schema/api/sandbox-logs.ts";
 import { openClusterStore, type ClusterStore } from "./store.ts";
 import { edgeLogger } from "../tracing/edge-log.ts";
+import { getDb } from "../store/db.ts";
+import { listTrafficPolicies } from "../store/traffic-policies.ts";
 
 const LOG = edgeLogger("cluster");
 
@@ -214,6 +216,19 @@ export class ClusterDO extends DurableObject<Env> {
     return { ok: true, sent: true };
   }
 
+  /**
+   * Sends the agent every TrafficPolicy and GlobalTrafficPolicy in force (the whole set, read
+   * from libSQL): after each hello and whenever the admin API changes one. `sent`: whether an
+   * agent was connected; one that connects later gets them with its welcome.
+   */
+  async sendTrafficPolicies(): Promise<{ ok: true; sent: boolean }> {
+    this.load();
+    if (!this.agentSocket()) return { ok: true, sent: false };
+    const policies = await listTrafficPolicies(getDb(this.env));
+    this.send({ type: "trafficPolicies", policies });
+    return { ok: true, sent: true };
+  }
+
   async status(): Promise<ClusterStatus> {
     const st = this.load();
     const ws = this.agentSocket();
@@ -265,6 +280,7 @@ export class ClusterDO extends DurableObject<Env> {
       case "claims":
       case "quotas":
       case "autoscalers":
+      case "trafficpolicyobjects":
         this.crd ??= new CrdSync({
           env: this.env,
           sql: this.ctx.storage.sql,
@@ -324,6 +340,7 @@ export class ClusterDO extends DurableObject<Env> {
     store.setMeta("sessionId", sessionId);
     this.sessionId = sessionId;
     this.apply({ type: "hello", hello });
+    this.sendTrafficPolicies().catch((err: unknown) => LOG.warn("traffic policies not sent", { error: err }));
   }
 
   private onBuildEvents(msg: BuildEvents): void {

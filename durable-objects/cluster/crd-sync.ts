@@ -18,7 +18,9 @@ import {
   type SandboxSetItem,
   type TeamQuotaItem,
   type PoolAutoscalerItem,
+  type TrafficPolicyItem,
 } from "../../schema/protocol/index.ts";
+import { applyTrafficPolicy } from "./crd-traffic.ts";
 import { clipText, MAX_MESSAGE_LENGTH } from "../../schema/api/limits.ts";
 import { applyTeamQuota, CRD_QUOTA_SCHEMA } from "./crd-quota.ts";
 import { applyPoolAutoscaler, CRD_AUTOSCALER_SCHEMA, prunePoolAutoscalers } from "./crd-autoscalers.ts";
@@ -79,7 +81,7 @@ export class CrdSync {
   }
 
   /** Starts every item; each is answered when done (the socket is never held up). */
-  handle(msg: { type: "sandboxsets"; items: SandboxSetItem[] } | { type: "requests"; items: SandboxRequestItem[] } | { type: "claims"; items: ClaimItem[] } | { type: "quotas"; items: TeamQuotaItem[] } | { type: "autoscalers"; items: PoolAutoscalerItem[] }): void {
+  handle(msg: { type: "sandboxsets"; items: SandboxSetItem[] } | { type: "requests"; items: SandboxRequestItem[] } | { type: "claims"; items: ClaimItem[] } | { type: "quotas"; items: TeamQuotaItem[] } | { type: "autoscalers"; items: PoolAutoscalerItem[] } | { type: "trafficpolicyobjects"; items: TrafficPolicyItem[] }): void {
     for (const item of msg.items) {
       switch (msg.type) {
         case "sandboxsets": {
@@ -108,6 +110,12 @@ export class CrdSync {
           const serial = (name: string, work: () => Promise<Omit<ReplyItem, "id">>) => this.#serial(`pa:${a.namespace}/${name}`, work);
           if ("present" in a) this.#answer(a.id, `pas:${a.namespace}`, prunePoolAutoscalers(this.#o.env, this.#o.sql, a.namespace, a.present, serial));
           else this.#answer(a.id, `pa:${a.namespace}/${a.name}`, serial(a.name, () => applyPoolAutoscaler(this.#o.env, this.#o.sql, a)));
+          break;
+        }
+        case "trafficpolicyobjects": {
+          const t = item as TrafficPolicyItem;
+          const key = `tp:${t.namespace ?? ""}/${t.name}`;
+          this.#answer(t.id, key, this.#serial(key, () => applyTrafficPolicy(this.#o.env, this.#o.cluster(), t)));
           break;
         }
       }

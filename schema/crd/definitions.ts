@@ -398,8 +398,10 @@ const acceptedColumns = (extra: { name: string; type: "string"; jsonPath: string
   { name: "AGE", type: "date" as const, jsonPath: ".metadata.creationTimestamp" },
 ];
 const policyStatus = obj({ observedGeneration: int64(), conditions });
+/** A traffic policy's status also lists the live sandboxes it selects (the edge's answer). */
+const trafficStatus = obj({ observedGeneration: int64(), selectedSandboxes: arr(str(), { maxItems: 1000 }), conditions });
 
-export const trafficPolicy = crd({ kind: "TrafficPolicy", plural: "trafficpolicies", shortNames: ["tp"], spec: trafficSpec, specRules: trafficRulesCel, status: policyStatus, columns: acceptedColumns() });
+export const trafficPolicy = crd({ kind: "TrafficPolicy", plural: "trafficpolicies", shortNames: ["tp"], spec: trafficSpec, specRules: trafficRulesCel, status: trafficStatus, columns: acceptedColumns() });
 export const globalTrafficPolicy = crd({
   kind: "GlobalTrafficPolicy",
   plural: "globaltrafficpolicies",
@@ -407,7 +409,7 @@ export const globalTrafficPolicy = crd({
   scope: "Cluster",
   spec: trafficSpec,
   specRules: trafficRulesCel,
-  status: policyStatus,
+  status: trafficStatus,
   columns: acceptedColumns(),
 });
 

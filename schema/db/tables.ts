@@ -2,6 +2,7 @@
 // pool truth; these tables are written through from them and can be rebuilt from them.
 // Times are integer milliseconds since the epoch; JSON columns hold zod-validated shapes from
 // schema/api.
+import type { TrafficPolicySpec } from "../api/traffic-policy.ts";
 import { blob, index, integer, primaryKey, sqliteTable, text, uniqueIndex } from "drizzle-orm/sqlite-core";
 
 /** A team; its name is the Kubernetes namespace its sandboxes live in. */
@@ -212,4 +213,18 @@ export const secretVersions = sqliteTable(
     createdAt: integer("created_at").notNull(),
   },
   (t) => [primaryKey({ columns: [t.secretId, t.version] })],
+);
+
+/** TrafficPolicies (team) and GlobalTrafficPolicies (`team` ""), from the admin API; every
+ * cluster's agent gets the whole set (durable-objects/operations/traffic-policies.ts). */
+export const trafficPolicies = sqliteTable(
+  "traffic_policies",
+  {
+    /** The team's name (its Kubernetes namespace), "" for a GlobalTrafficPolicy. */
+    team: text("team").notNull(),
+    name: text("name").notNull(),
+    spec: text("spec", { mode: "json" }).$type<TrafficPolicySpec>().notNull(),
+    updatedAt: integer("updated_at").notNull(),
+  },
+  (t) => [primaryKey({ columns: [t.team, t.name] })],
 );

@@ -17,6 +17,7 @@ import {
 import { SandboxIdSchema } from "./ids.ts";
 import { InplaceUpdateSchema } from "./intent.ts";
 import { AutoscalerSpec } from "../api/autoscaler.ts";
+import { TrafficPolicyName, TrafficPolicySpec } from "../api/traffic-policy.ts";
 
 /*
  * The cluster's custom resources over the agent's session (kubernetes driver): the platform team
@@ -35,6 +36,11 @@ import { AutoscalerSpec } from "../api/autoscaler.ts";
  *                               deletions remove it, `{…, status: true}` asks for its status (every
  *                               reply to these carries it: the admin API's GET), and after each
  *                               (re)start the namespace's inventory `{namespace, present}`
+ *   agent → edge  trafficpolicyobjects  a TrafficPolicy (`namespace` its team's) or GlobalTrafficPolicy
+ *                               (`namespace` null): upserts `{namespace, name, uid, generation, spec}`
+ *                               set the edge's policy (the admin API's), deletions remove it,
+ *                               `{…, status: true}` asks for its status; every reply to these carries
+ *                               the live sandboxes it selects
  *   edge  → agent replies       one per item, by `id`
  *
  * The edge advertises these in `welcome.features`; an agent sends them only to an edge that does,
@@ -46,7 +52,7 @@ import { AutoscalerSpec } from "../api/autoscaler.ts";
  */
 
 /** Features an edge may list in `welcome.features`. */
-export const CRD_SYNC_FEATURES = ["sandboxsets", "requests", "claims", "quotas", "autoscalers"] as const;
+export const CRD_SYNC_FEATURES = ["sandboxsets", "requests", "claims", "quotas", "autoscalers", "trafficpolicyobjects"] as const;
 export type CrdSyncFeature = (typeof CRD_SYNC_FEATURES)[number];
 
 /** E2B metadata key marking the sandboxes a SandboxClaim took (value: the claim's uid). Metadata
@@ -178,6 +184,15 @@ export const AutoscalerStatusReplySchema = z.object({
 });
 export type AutoscalerStatusReply = z.infer<typeof AutoscalerStatusReplySchema>;
 
+const TrafficPolicyRef = { id: ItemIdSchema, namespace: TeamName.nullable(), name: TrafficPolicyName, uid: z.string().min(1).max(MAX_NAME_LENGTH) };
+export const TrafficPolicyUpsertSchema = z.object({ ...TrafficPolicyRef, generation: z.int().nonnegative(), spec: TrafficPolicySpec });
+export const TrafficPolicyDeletionSchema = z.object({ ...TrafficPolicyRef, deleted: z.literal(true) });
+export const TrafficPolicyStatusQuerySchema = z.object({ ...TrafficPolicyRef, status: z.literal(true) });
+export const TrafficPolicyItemSchema = z.union([TrafficPolicyDeletionSchema, TrafficPolicyStatusQuerySchema, TrafficPolicyUpsertSchema]);
+export type TrafficPolicyItem = z.infer<typeof TrafficPolicyItemSchema>;
+export type TrafficPolicyItemInput = z.input<typeof TrafficPolicyItemSchema>;
+export const TrafficPolicyObjectsSchema = z.object({ type: z.literal("trafficpolicyobjects"), items: items(TrafficPolicyItemSchema) });
+
 /**
  * `applied`: done (for claims: all `replicas` are claimed); `stale`: superseded by what the edge
  * already has (older generation, request against an older sandbox generation); `rejected`: not
@@ -192,6 +207,8 @@ export const ReplyItemSchema = z.object({
   sandboxIds: z.array(SandboxIdSchema).max(1000).optional(),
   /** Autoscalers: the pool autoscaler's status after the item (absent once deleted). */
   autoscaler: AutoscalerStatusReplySchema.optional(),
+  /** Traffic policies: the live sandboxes the policy selects (its status). */
+  selectedSandboxes: z.array(SandboxIdSchema).max(1000).optional(),
 });
 export type ReplyItem = z.infer<typeof ReplyItemSchema>;
 

@@ -1,8 +1,9 @@
+import { MAX_TRAFFIC_POLICIES, TrafficPolicyEntry } from "../api/traffic-policy.ts";
 import { z } from "zod";
 import { SandboxIdSchema, SnapshotIdSchema } from "./ids.ts";
 import { IntentSchema, PauseStrategySchema } from "./intent.ts";
 import { ObservationSchema } from "./observation.ts";
-import { AutoscalersSchema, ClaimsSchema, QuotasSchema, RepliesSchema, RequestsSchema, SandboxSetsSchema } from "./crd-sync.ts";
+import { AutoscalersSchema, TrafficPolicyObjectsSchema, ClaimsSchema, QuotasSchema, RepliesSchema, RequestsSchema, SandboxSetsSchema } from "./crd-sync.ts";
 import { BuildEventsSchema, BuildFrameSchema } from "./build.ts";
 import { MAX_LOGS_LIMIT, SandboxLogEntrySchema, SandboxLogsQuerySchema } from "../api/sandbox-logs.ts";
 import { MAX_FRAME_SANDBOXES, MAX_MESSAGE_LENGTH, MAX_NAME_LENGTH, MAX_PATH_LENGTH } from "../api/limits.ts";
@@ -27,6 +28,8 @@ import { MAX_FRAME_SANDBOXES, MAX_MESSAGE_LENGTH, MAX_NAME_LENGTH, MAX_PATH_LENG
  *                                intervals: the edge closes the socket (4408) and the agent redials
  *   edge  → agent error          before the edge closes the socket for a protocol error
  *   edge  → agent snapshotDeletes  snapshots to free (best effort: sent while connected)
+ *   edge  → agent trafficPolicies  every TrafficPolicy and GlobalTrafficPolicy in force, whole
+ *                                (after each welcome and on every change; an older agent ignores it)
  *   agent → edge  sandboxsets, requests, claims, quotas, autoscalers; edge → agent replies: the cluster's
  *                                custom resources (kubernetes driver), see crd-sync.ts
  *   edge  → agent build; agent → edge buildEvents: template builds, see build.ts
@@ -130,6 +133,7 @@ export const AgentMessageSchema = z.discriminatedUnion("type", [
   ClaimsSchema,
   QuotasSchema,
   AutoscalersSchema,
+  TrafficPolicyObjectsSchema,
   BuildEventsSchema,
   LogsSchema,
 ]);
@@ -185,6 +189,14 @@ export const SnapshotDeletesSchema = z.object({
   ids: z.array(SnapshotIdSchema).min(1).max(1000),
 });
 
+/** Every TrafficPolicy (team) and GlobalTrafficPolicy in force (schema/api/traffic-policy.ts):
+ * the whole set, replacing what the agent had. */
+export const TrafficPoliciesSchema = z.object({
+  type: z.literal("trafficPolicies"),
+  policies: z.array(TrafficPolicyEntry).max(MAX_TRAFFIC_POLICIES),
+});
+export type TrafficPolicies = z.infer<typeof TrafficPoliciesSchema>;
+
 /** Every frame the edge may send (except the raw pong). */
 export const EdgeMessageSchema = z.discriminatedUnion("type", [
   WelcomeSchema,
@@ -194,6 +206,7 @@ export const EdgeMessageSchema = z.discriminatedUnion("type", [
   BuildFrameSchema,
   LogsRequestSchema,
   SnapshotDeletesSchema,
+  TrafficPoliciesSchema,
 ]);
 export type EdgeMessage = z.infer<typeof EdgeMessageSchema>;
 

@@ -4,6 +4,7 @@
 // sandboxes: it acks every intent and reports them Running + ready with an endpoint (after a
 // configurable delay), Paused, or Deleted, as the intent asks. No runtime is started.
 import {
+  type TrafficPolicies,
   EdgeMessageSchema,
   parseFrame,
   PING_FRAME,
@@ -107,6 +108,8 @@ export class ScriptedAgent {
   /** What it answers logs requests from, and the requests it got. */
   readonly logs = new SandboxLogs();
   readonly logsRequests: LogsRequest[] = [];
+  /** The last TrafficPolicies the edge sent (null: none yet). */
+  trafficPolicies: TrafficPolicies["policies"] | null = null;
   /** Snapshot ids the edge asked it to free (snapshotDeletes frames). */
   readonly snapshotDeletes: string[] = [];
   welcome: Welcome | null = null;
@@ -269,6 +272,9 @@ export class ScriptedAgent {
         break;
       case "snapshotDeletes":
         this.snapshotDeletes.push(...msg.ids);
+        break;
+      case "trafficPolicies":
+        this.trafficPolicies = msg.policies;
         break;
       default:
         msg satisfies never;

@@ -89,7 +89,7 @@ export const KUBERNETES_CAPABILITIES: DriverCapabilities = {
     "the runtime runs in each pod; the agent reaches it at <podIP>:49983 (no host view)",
     "Stop pause deletes the pod and keeps its PVCs; only PVC data survives",
     "filesystem snapshots and exec through the driver are not implemented (use the runtime's envd API)",
-    "allowInternetAccess=false is not enforced yet (TrafficPolicy data plane not implemented)",
+    "allowInternetAccess=false, egress rules and TrafficPolicies are not enforced in pods yet (no sidecar redirect or NetworkPolicy; the CRDs sync and get status)",
   ],
 };
 

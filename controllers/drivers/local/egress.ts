@@ -7,6 +7,7 @@ import type { EgressPolicy } from "../../../schema/protocol/egress.ts";
 import { refuseHost } from "../../traffic/host-reach.ts";
 import { compilePolicy, type CompiledPolicy } from "../../traffic/policy.ts";
 import { TrafficProxy } from "../../traffic/proxy.ts";
+import { TrafficPolicySet, type Governance } from "../../traffic/governed.ts";
 import type { DesiredSandbox } from "../driver.ts";
 
 /** Where a sandbox with egress rules finds the proxy on its own loopback (HTTP_PROXY). A sandbox
@@ -30,9 +31,12 @@ export function egressRules(d: Pick<DesiredSandbox, "allowInternetAccess" | "egr
   return { allowOut: e.allowOut, denyOut: [...e.denyOut, "0.0.0.0/0"] };
 }
 
-export function networkMode(d: Pick<DesiredSandbox, "allowInternetAccess" | "egress">): NetworkMode {
+/** `governed`: some TrafficPolicy selects the sandbox, which puts it behind the proxy too
+ * (without internet access and allowOut it still gets no network: a policy does not open one). */
+export function networkMode(d: Pick<DesiredSandbox, "allowInternetAccess" | "egress">, governed = false): NetworkMode {
   if (egressRules(d)) return "proxy";
-  return d.allowInternetAccess ? "host" : "none";
+  if (!d.allowInternetAccess) return "none";
+  return governed ? "proxy" : "host";
 }
 
 /** What every process of a sandbox behind the proxy gets, so curl, pip, npm, requests and Node
@@ -48,7 +52,9 @@ export function proxyEnv(port: number): Record<string, string> {
 export class LocalEgress {
   readonly socket: string;
   readonly #dir: string;
-  readonly #rulesOf: (id: string) => EgressPolicy | null | undefined;
+  readonly #desiredOf: (id: string) => DesiredSandbox | undefined;
+  /** TrafficPolicies / GlobalTrafficPolicies in force (the edge sends them, agent link). */
+  readonly traffic = new TrafficPolicySet();
   readonly #subnets: () => { sandboxes: string[]; host: string[] };
   /** Compiled rules per rules object (records are replaced, not mutated, when they change). */
   readonly #compiled = new WeakMap<EgressPolicy, CompiledPolicy | string>();
@@ -61,15 +67,21 @@ export class LocalEgress {
    * other bridges (read when the proxy starts), which the proxy never connects to, as it never
    * does to the host's own addresses, loopback or link-local: the proxy connects from the host, so
    * these would be reached through it although nftables keeps veth sandboxes from them. */
-  constructor(rulesOf: (id: string) => EgressPolicy | null | undefined, subnets: () => { sandboxes: string[]; host: string[] } = () => ({ sandboxes: [], host: [] })) {
-    this.#rulesOf = rulesOf;
+  constructor(desiredOf: (id: string) => DesiredSandbox | undefined, subnets: () => { sandboxes: string[]; host: string[] } = () => ({ sandboxes: [], host: [] })) {
+    this.#desiredOf = desiredOf;
     this.#subnets = subnets;
     this.#dir = mkdtempSync(join(tmpdir(), "kruise-egress-"));
     this.socket = join(this.#dir, "proxy.sock");
   }
 
+  /** The TrafficPolicies deciding for a sandbox wanting `d`, when some select it. */
+  governing(d: Pick<DesiredSandbox, "allowInternetAccess" | "egress" | "namespace" | "labels">): Governance | undefined {
+    return this.traffic.governing(d.namespace ?? null, d.labels ?? {}, egressRules(d));
+  }
+
   #policyFor(id: string): CompiledPolicy | string {
-    const rules = this.#rulesOf(id);
+    const d = this.#desiredOf(id);
+    const rules = d && egressRules(d);
     if (!rules) return `sandbox ${id} has no egress rules here`;
     let c = this.#compiled.get(rules);
     if (c === undefined) {
@@ -89,6 +101,10 @@ export class LocalEgress {
     if (!this.#listening) {
       this.#proxy = new TrafficProxy({
         policyFor: (id) => this.#policyFor(id),
+        governed: (id) => {
+          const d = this.#desiredOf(id);
+          return d && this.governing(d);
+        },
         refuse: refuseHost({ subnets: this.#subnets().sandboxes, hostNets: this.#subnets().host }),
         ...(this.resolve ? { resolve: this.resolve } : {}),
         log: (line) => console.error(line),

@@ -19,7 +19,8 @@ import {
 } from "../driver.ts";
 import { cgroupPids, cgroupSetFor, createCgroups, isFrozen, killAndRemove, listCgroupIds, procsFiles, removeParents, setFrozen, type CgroupLayout } from "./cgroups.ts";
 import { alive, discoverHolder, signalSandbox, startHolder } from "./holder.ts";
-import { EGRESS_MAX_CONNECTIONS, EGRESS_PROXY_PORT, egressRules, LocalEgress, networkMode, proxyEnv } from "./egress.ts";
+import { EGRESS_MAX_CONNECTIONS, EGRESS_PROXY_PORT, LocalEgress, networkMode, proxyEnv, type NetworkMode } from "./egress.ts";
+import type { TrafficPolicyEntry } from "../../../schema/api/traffic-policy.ts";
 import { mountDisk, unmountDisk, unmountDiskSync } from "./disk.ts";
 import { SpareDisks } from "./spare-disks.ts";
 import { LocalSnapshots } from "./snapshots.ts";
@@ -104,7 +105,7 @@ export class LocalDriver implements Driver {
   readonly #egress = new LocalEgress(
     (id) => {
       const rec = this.#record(id);
-      return rec && rec.phase !== "Stopped" ? egressRules(rec.desired) : undefined;
+      return rec && rec.phase !== "Stopped" ? rec.desired : undefined;
     },
     () => (this.#net ? { sandboxes: [this.#net.subnet], host: this.#net.hostNets } : { sandboxes: [], host: [] }),
   );
@@ -231,7 +232,7 @@ export class LocalDriver implements Driver {
 
   ensure(desired: DesiredSandbox): Promise<SandboxObservation> {
     if (!ID_PATTERN.test(desired.id)) return Promise.reject(new Error(`invalid sandbox id ${JSON.stringify(desired.id)}`));
-    const mode = networkMode(desired);
+    const mode = this.#mode(desired);
     if (mode !== "host" && !this.capabilities.networkIsolation) {
       const what = mode === "none" ? "allowInternetAccess=false" : "network egress rules";
       return Promise.reject(new UnsupportedError(what, `no network namespace at level ${this.capabilities.level}`));
@@ -306,13 +307,40 @@ export class LocalDriver implements Driver {
     return this.#observeRecord(final);
   }
 
+  /** The network a sandbox wanting `d` gets: TrafficPolicies that select it put it behind the proxy. */
+  #mode(d: DesiredSandbox): NetworkMode {
+    return networkMode(d, this.#egress.governing(d) !== undefined);
+  }
+
+  /** Replaces the TrafficPolicies in force (the edge's, agent link) and moves each sandbox whose
+   * network that changes (behind the proxy or out from behind it); open connections of governed
+   * sandboxes are judged again. */
+  async setTrafficPolicies(entries: TrafficPolicyEntry[]): Promise<void> {
+    this.#egress.traffic.replace(entries);
+    for (const rec of this.#records.values()) {
+      if (rec.phase === "Stopped") {
+        this.#egress.revalidate(rec.id);
+        continue;
+      }
+      await this.#locked(rec.id, async () => {
+        const now = this.#record(rec.id);
+        if (now) await this.#converge(now.desired);
+      }).catch((err) => console.error(`local: ${rec.id}: traffic policies: ${(err as Error).message}`));
+    }
+  }
+
+  /** Sandboxes with their team and labels (what a TrafficPolicy's status lists). */
+  trafficTargets(): { id: string; team: string | null; labels: Record<string, string> }[] {
+    return [...this.#records.values()].filter((r) => r.phase !== "Stopped").map((r) => ({ id: r.id, team: r.desired.namespace ?? null, labels: r.desired.labels ?? {} }));
+  }
+
   /** Whether sandboxes wanting `d` start on the host's network. */
   #wantsHostNet(d: DesiredSandbox): boolean {
-    return this.capabilities.level !== "process" && !this.#net && networkMode(d) === "host";
+    return this.capabilities.level !== "process" && !this.#net && this.#mode(d) === "host";
   }
 
   #sharesHostNet(rec: SandboxRecord): boolean {
-    return rec.level !== "process" && (rec.sharesHostNet ?? networkMode(rec.desired) === "host");
+    return rec.level !== "process" && (rec.sharesHostNet ?? this.#mode(rec.desired) === "host");
   }
 
   /** A running sandbox with internet access and a namespace of its own has its veth; any other
@@ -321,7 +349,7 @@ export class LocalDriver implements Driver {
   async #syncNet(rec: SandboxRecord): Promise<SandboxRecord> {
     const net = this.#net;
     if (!net || rec.phase === "Stopped" || rec.level === "process" || this.#sharesHostNet(rec) || !rec.nsInit || !alive(rec.nsInit)) return rec;
-    const want = networkMode(rec.desired) === "host";
+    const want = this.#mode(rec.desired) === "host";
     const has = net.attached(rec.net, rec.nsInit);
     if (want === has) return rec;
     let next: SandboxRecord;
@@ -351,7 +379,7 @@ export class LocalDriver implements Driver {
    * open connections that the rules as they are now deny. */
   async #syncEgress(rec: SandboxRecord): Promise<void> {
     const running = rec.phase !== "Stopped" && rec.level !== "process" && rec.nsInit !== undefined && alive(rec.nsInit);
-    if (!running || networkMode(rec.desired) !== "proxy") {
+    if (!running || this.#mode(rec.desired) !== "proxy") {
       await this.#relay.closeEgress(rec.id);
       this.#egress.revalidate(rec.id);
       return;
@@ -400,7 +428,7 @@ export class LocalDriver implements Driver {
     const ns = this.capabilities.level !== "process";
     const hostNet = this.#wantsHostNet(rec.desired);
     // A sandbox with internet access gets its veth while bwrap is still mounting its root.
-    const address = ns && !hostNet && this.#net && networkMode(rec.desired) === "host" ? this.#net.keep(rec.net?.address, layout.record) : undefined;
+    const address = ns && !hostNet && this.#net && this.#mode(rec.desired) === "host" ? this.#net.keep(rec.net?.address, layout.record) : undefined;
     let veth: string | undefined;
     const attach = address ? async (nsInit: ProcRef) => void (veth = await this.#net!.attach(nsInit, address, this.#relay)) : undefined;
     next = { ...next, sharesHostNet: ns ? hostNet : undefined, net: address ? { address } : rec.net && { address: rec.net.address } };
@@ -480,7 +508,7 @@ export class LocalDriver implements Driver {
 
   #enforced(rec: SandboxRecord): SandboxObservation["enforced"] {
     const limits = rec.cgroups ? this.capabilities.limits : { cpu: false, memory: false, pids: false };
-    return { ...limits, network: rec.level !== "process" || networkMode(rec.desired) === "host", disk: rec.disk !== undefined };
+    return { ...limits, network: rec.level !== "process" || this.#mode(rec.desired) === "host", disk: rec.disk !== undefined };
   }
 
   async observe(id: string): Promise<SandboxObservation | undefined> {
@@ -520,7 +548,7 @@ export class LocalDriver implements Driver {
       target: () => {
         const now = this.#record(id);
         if (!now || now.phase === "Stopped" || !now.nsInit) return undefined;
-        const env = now.level !== "process" && networkMode(now.desired) === "proxy" ? proxyEnv(this.#egressPort) : undefined;
+        const env = now.level !== "process" && this.#mode(now.desired) === "proxy" ? proxyEnv(this.#egressPort) : undefined;
         return { nsPid: now.level === "process" ? undefined : now.nsInit.pid, cgroupProcs: now.cgroups ? procsFiles(now.cgroups) : [], env };
       },
     });
@@ -536,7 +564,7 @@ export class LocalDriver implements Driver {
     const rec = this.#record(id);
     if (!rec || rec.phase === "Stopped" || !rec.nsInit || !alive(rec.nsInit)) throw new SandboxNotFoundError(id, "not running");
     if (this.#sharesHostNet(rec) || rec.level === "process") return dialTcp("127.0.0.1", port);
-    const mode = networkMode(rec.desired);
+    const mode = this.#mode(rec.desired);
     // From outside, the proxy would serve anyone under the sandbox's rules.
     if (mode === "proxy" && port === this.#egressPort) throw new Error(`port ${port} is the sandbox's egress proxy, not a user port`);
     if (mode === "host" && rec.net?.veth) {

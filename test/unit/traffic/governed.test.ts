@@ -1,0 +1,141 @@
+// TrafficPolicies in force on an agent (governed.ts): which sandboxes a set selects (team scope,
+// global ones for every team), E2B's rules compiled in, the floor beneath every rule, DNS
+// admission over ports, and the proxy deciding redirected connections and proxied requests by
+// them: refusals counted by a bounded source and logged with the rule.
+import { mkdtempSync, rmSync } from "node:fs";
+import { createServer, type Server } from "node:http";
+import { connect, type AddressInfo } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { TrafficPolicySpec, type TrafficPolicyEntry } from "../../../schema/api/traffic-policy.ts";
+import { admitName, decideGoverned, TrafficPolicySet } from "../../../controllers/traffic/governed.ts";
+import { TrafficProxy } from "../../../controllers/traffic/proxy.ts";
+import { registry } from "../../../controllers/lib/metrics.ts";
+
+const entry = (team: string | null, name: string, spec: unknown): TrafficPolicyEntry => ({ team, name, spec: TrafficPolicySpec.parse(spec) });
+const nothing = () => undefined;
+
+const set = new TrafficPolicySet();
+set.replace([
+  entry("team-a", "web", {
+    priority: 10,
+    selector: { matchLabels: { app: "web" } },
+    egress: {
+      rules: [
+        { action: "reject", to: [{ fqdn: "evil.pkg.test" }] },
+        { action: "allow", to: [{ fqdn: "*.pkg.test" }], ports: [{ port: 443 }, { port: 8000, endPort: 8100 }] },
+      ],
+    },
+  }),
+  entry("team-a", "late", { priority: 2000, egress: { rules: [{ action: "allow", to: [{ cidr: "203.0.113.0/24" }] }] } }),
+  entry(null, "baseline", { priority: 0, egress: { rules: [{ action: "reject", to: [{ cidr: "203.0.113.7" }] }, { action: "allow", to: [{ cidr: "198.51.100.0/24" }], ports: [{ port: 80 }] }] } }),
+]);
+
+describe("TrafficPolicySet", () => {
+  it("selects by team and labels; global policies select every team's sandboxes, beneath the team's", () => {
+    const web = set.governing("team-a", { app: "web" }, null)!;
+    expect(decideGoverned(web, { ip: "192.0.2.1", port: 443, names: ["api.pkg.test"] }, nothing)).toMatchObject({ allowed: true, by: "TrafficPolicy team-a/web rule 2 (allow)", source: "TrafficPolicy" });
+    expect(decideGoverned(web, { ip: "192.0.2.1", port: 443, names: ["evil.pkg.test"] }, nothing)).toMatchObject({ allowed: false, by: "TrafficPolicy team-a/web rule 1 (reject)" });
+    // port ranges; the apex is not a subdomain
+    expect(decideGoverned(web, { ip: "192.0.2.1", port: 8050, names: ["a.pkg.test"] }, nothing).allowed).toBe(true);
+    expect(decideGoverned(web, { ip: "192.0.2.1", port: 8101, names: ["a.pkg.test"] }, nothing).allowed).toBe(false);
+    expect(decideGoverned(web, { ip: "192.0.2.1", port: 443, names: ["pkg.test"] }, nothing).allowed).toBe(false);
+    // team policies by priority before the global one, whatever its priority: `late` (2000) wins over `baseline` (0)
+    expect(decideGoverned(web, { ip: "203.0.113.7", port: 22, names: [] }, nothing)).toMatchObject({ allowed: true, by: "TrafficPolicy team-a/late rule 1 (allow)" });
+    // another team gets only the global one, and its default
+    const b = set.governing("team-b", {}, null)!;
+    expect(decideGoverned(b, { ip: "203.0.113.7", port: 80, names: [] }, nothing)).toMatchObject({ allowed: false, source: "GlobalTrafficPolicy" });
+    expect(decideGoverned(b, { ip: "198.51.100.9", port: 80, names: [] }, nothing).allowed).toBe(true);
+    expect(decideGoverned(b, { ip: "192.0.2.9", port: 80, names: [] }, nothing)).toMatchObject({ allowed: false, source: "default" });
+    expect(set.selectedBy("team-a", "web", [
+      { id: "s1", team: "team-a", labels: { app: "web" } },
+      { id: "s2", team: "team-a", labels: { app: "db" } },
+      { id: "s3", team: "team-b", labels: { app: "web" } },
+    ])).toEqual(["s1"]);
+    expect(set.selectedBy(null, "baseline", [{ id: "s3", team: "team-b", labels: {} }])).toEqual(["s3"]);
+  });
+
+  it("is not in force where nothing selects the sandbox; E2B's rules come first when it is", () => {
+    const empty = new TrafficPolicySet();
+    expect(empty.governing("team-a", {}, { allowOut: [], denyOut: ["0.0.0.0/0"] })).toBeUndefined();
+    const g = set.governing("team-b", {}, { allowOut: ["192.0.2.9"], denyOut: ["198.51.100.0/24"] })!;
+    expect(decideGoverned(g, { ip: "192.0.2.9", port: 1, names: [] }, nothing)).toMatchObject({ allowed: true, source: "e2b" });
+    expect(decideGoverned(g, { ip: "198.51.100.9", port: 80, names: [] }, nothing)).toMatchObject({ allowed: false, source: "e2b" });
+  });
+
+  it("the floor holds whatever a rule allows; DNS answers a name when some port of it is allowed", () => {
+    const all = new TrafficPolicySet();
+    all.replace([entry(null, "open", { egress: { rules: [{ action: "allow", to: [{ cidr: "0.0.0.0/0" }] }] } })]);
+    const g = all.governing("t", {}, null)!;
+    expect(decideGoverned(g, { ip: "10.88.0.1", port: 80, names: [] }, () => "is the host")).toMatchObject({ allowed: false, source: "floor", by: "10.88.0.1 is the host" });
+    expect(decideGoverned(g, { ip: "0.0.0.0", port: 80, names: [] }, nothing)).toMatchObject({ allowed: false, source: "floor" });
+    const web = set.governing("team-a", { app: "web" }, null)!;
+    expect(admitName(web, "api.pkg.test", ["192.0.2.1"], nothing)).toEqual({ addresses: ["192.0.2.1"] });
+    expect(admitName(web, "evil.pkg.test", ["192.0.2.1"], nothing)).toMatchObject({ denied: expect.stringContaining("team-a/web rule 1") });
+    expect(admitName(web, "other.test", ["192.0.2.1", "203.0.113.9"], nothing)).toEqual({ addresses: ["203.0.113.9"] });
+  });
+
+  it("refuses bad specs with the field at fault", () => {
+    expect(TrafficPolicySpec.safeParse({ egress: { rules: [{ action: "allow", to: [{ cidr: "300.1.1.1" }] }] } }).success).toBe(false);
+    expect(TrafficPolicySpec.safeParse({ egress: { rules: [{ action: "allow", to: [{ cidr: "1.1.1.1", fqdn: "a.test" }] }] } }).success).toBe(false);
+    expect(TrafficPolicySpec.safeParse({ egress: { rules: [{ action: "allow", to: [{ fqdn: "a.test" }], ports: [{ port: 9, endPort: 8 }] }] } }).success).toBe(false);
+  });
+});
+
+describe("the proxy under TrafficPolicies", () => {
+  let origin: Server;
+  let port = 0;
+  let proxy: TrafficProxy;
+  let dir = "";
+  const logged: string[] = [];
+  const local = new TrafficPolicySet();
+
+  beforeAll(async () => {
+    origin = createServer((req, res) => res.end(`hello ${req.headers.host}`));
+    await new Promise<void>((r) => origin.listen(0, "127.0.0.1", r));
+    port = (origin.address() as AddressInfo).port;
+    local.replace([
+      entry("t", "named", { priority: 1, egress: { rules: [{ action: "allow", to: [{ fqdn: "*.allowed.test" }], ports: [{ port }] }] } }),
+      entry(null, "deny-rest", { egress: { rules: [{ action: "reject", to: [{ cidr: "0.0.0.0/0" }] }] } }),
+    ]);
+    proxy = new TrafficProxy({
+      refuse: nothing,
+      policyFor: () => "no E2B rules",
+      governed: (tag) => local.governing(tag === "s1" ? "t" : "other", {}, null),
+      resolve: async (h) => (h.endsWith("allowed.test") || h === "elsewhere.test" ? ["127.0.0.1"] : Promise.reject(Object.assign(new Error("nx"), { code: "ENOTFOUND" }))),
+      log: (l) => logged.push(l),
+    });
+    dir = mkdtempSync(join(tmpdir(), "governed-"));
+    await proxy.listenTagged(join(dir, "p.sock"));
+  });
+
+  afterAll(async () => {
+    await proxy.close();
+    origin.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  const redirected = (tag: string, host: string) =>
+    new Promise<string>((resolve) => {
+      const s = connect(join(dir, "p.sock"));
+      let got = "";
+      s.on("data", (c: Buffer) => (got += c.toString())).on("close", () => resolve(got)).on("error", () => {});
+      s.write(`${tag} 127.0.0.1 ${port}\n`);
+      s.end(`GET / HTTP/1.1\r\nHost: ${host}\r\nConnection: close\r\n\r\n`);
+    });
+
+  const deniedBy = async (source: string) => ((await registry.getSingleMetric("sandbox_egress_denied_total")?.get())?.values.find((v) => v.labels.source === source)?.value ?? 0);
+
+  it("a redirected connection is allowed by an FQDN wildcard only for a name that resolves to where it goes", async () => {
+    expect(await redirected("s1", "api.allowed.test")).toContain("hello api.allowed.test");
+    const before = await deniedBy("GlobalTrafficPolicy");
+    const refused = await redirected("s1", "api.other.test");
+    expect(refused).toContain("403 Forbidden");
+    expect(refused).toContain("GlobalTrafficPolicy deny-rest rule 1 (reject)");
+    expect(await deniedBy("GlobalTrafficPolicy")).toBe(before + 1);
+    expect(logged.at(-1)).toBe(`traffic-proxy: s1: denied 127.0.0.1:${port}: GlobalTrafficPolicy deny-rest rule 1 (reject); api.other.test does not resolve to 127.0.0.1`);
+    // another team's sandbox: only the global policy
+    expect(await redirected("s2", "api.allowed.test")).toContain("GlobalTrafficPolicy deny-rest rule 1 (reject)");
+  });
+});

@@ -1,0 +1,55 @@
+// TrafficPolicy / GlobalTrafficPolicy through the admin API: stored, sent whole to the cluster's
+// agent at once (and with every welcome), status listing the live sandboxes a policy selects (by
+// the `label:<k>` metadata of E2B's create), bad specs refused with the field at fault.
+import { afterAll, describe, expect, it } from "vitest";
+import type { ScriptedAgent } from "../support/scripted-agent.ts";
+import { call, createTeam, expectError, expectStatus, startAgent, unique } from "./helpers.ts";
+
+const agents: ScriptedAgent[] = [];
+afterAll(() => agents.forEach((a) => a.disconnect()));
+
+const web = { priority: 10, selector: { matchLabels: { app: "web" } }, egress: { rules: [{ action: "allow", to: [{ fqdn: "*.pypi.test" }], ports: [{ port: 443 }] }] } };
+
+describe("traffic policies (admin API)", () => {
+  it("a team's policy reaches its cluster's agent and lists the sandboxes it selects; a global one every team's", async () => {
+    const team = await createTeam(unique("tp"));
+    const agent = await startAgent(team.cluster);
+    agents.push(agent);
+    const labelled = await expectStatus(call("/v2/sandboxes", { key: team.key, body: { templateID: team.template, metadata: { "label:app": "web" } } }), 201);
+    const plain = await expectStatus(call("/v2/sandboxes", { key: team.key, body: { templateID: team.template } }), 201);
+
+    const put = await expectStatus(call(`/admin/teams/${team.name}/traffic-policies/web`, { method: "PUT", body: web }), 200);
+    expect(put).toMatchObject({ kind: "TrafficPolicy", team: team.name, name: "web", spec: { priority: 10 }, status: { selectedSandboxes: [labelled.sandboxID], agentsNotified: expect.any(Number) } });
+    await agent.waitUntil(() => agent.trafficPolicies?.some((p) => p.team === team.name && p.name === "web") ?? false);
+    expect(agent.trafficPolicies!.find((p) => p.name === "web")!.spec.egress.rules[0]).toEqual(web.egress.rules[0]);
+
+    const global = unique("baseline");
+    const g = await expectStatus(call(`/admin/global-traffic-policies/${global}`, { method: "PUT", body: { egress: { rules: [{ action: "reject", to: [{ cidr: "0.0.0.0/0" }] }] } } }), 200);
+    expect(g.kind).toBe("GlobalTrafficPolicy");
+    expect(g.spec.priority).toBe(1000);
+    expect(g.status.selectedSandboxes).toEqual(expect.arrayContaining([labelled.sandboxID, plain.sandboxID]));
+    await agent.waitUntil(() => agent.trafficPolicies?.some((p) => p.team === null && p.name === global) ?? false);
+
+    // An agent that connects later gets the set with its welcome.
+    agent.disconnect();
+    const again = await startAgent(team.cluster);
+    agents.push(again);
+    await again.waitUntil(() => again.trafficPolicies?.some((p) => p.name === "web") ?? false);
+
+    const listed = await expectStatus(call(`/admin/teams/${team.name}/traffic-policies`), 200);
+    expect(listed.map((p: { name: string }) => p.name)).toEqual(["web"]);
+    await expectStatus(call(`/admin/teams/${team.name}/traffic-policies/web`, { method: "DELETE" }), 204);
+    await again.waitUntil(() => !(again.trafficPolicies?.some((p) => p.name === "web") ?? true));
+    await expectStatus(call(`/admin/global-traffic-policies/${global}`, { method: "DELETE" }), 204);
+    await expectError(call(`/admin/teams/${team.name}/traffic-policies/web`), 404, 'TrafficPolicy "web" not found');
+  });
+
+  it("refuses bad specs and names with a 4xx saying what is wrong; needs the admin key", async () => {
+    const team = await createTeam(unique("tp"));
+    await expectError(call(`/admin/teams/${team.name}/traffic-policies/x`, { method: "PUT", body: { egress: { rules: [{ action: "allow", to: [{ cidr: "10.0.0.300/8" }] }] } } }), 400, /cidr/);
+    await expectError(call(`/admin/teams/${team.name}/traffic-policies/x`, { method: "PUT", body: { egress: { rules: [{ action: "allow", to: [{ fqdn: "a.test" }], ports: [{ port: 9, endPort: 8 }] }] } } }), 400, /endPort/);
+    await expectError(call(`/admin/teams/${team.name}/traffic-policies/Bad_Name`, { method: "PUT", body: web }), 400, /policy name/);
+    await expectError(call(`/admin/teams/no-such-team-x/traffic-policies/x`, { method: "PUT", body: web }), 404);
+    await expectError(call(`/admin/teams/${team.name}/traffic-policies/x`, { method: "PUT", body: web, key: team.key }), 403);
+  });
+});
