@@ -44,6 +44,23 @@ describe("network.rules (header transforms)", () => {
   });
 });
 
+describe("network.rules secrets to the agent", () => {
+  it("go beside the intent, only the ones that sandbox's rules name; the intent holds placeholders", async () => {
+    const VALUE = "value-used-9f2c";
+    await expectStatus(call("/secrets", { key: team.key, body: { name: "Used", value: VALUE } }), 201);
+    await expectStatus(call("/secrets", { key: team.key, body: { name: "unused", value: "value-not-named-77" } }), 201);
+    const rules = { "api.example.com": [{ transform: { headers: { Authorization: "Bearer ${e2b.secrets.used}" } } }] };
+    const sbx = await expectStatus(create({ rules }), 201);
+    expect(agent.secrets.get(sbx.sandboxID)).toEqual({ used: VALUE });
+    const intent = agent.sandboxes.get(sbx.sandboxID)!.intent;
+    expect(intent.networkRules).toEqual(rules);
+    expect(JSON.stringify(intent)).not.toContain(VALUE);
+    // A sandbox without rules gets none.
+    const plain = await expectStatus(create({}), 201);
+    expect(agent.secrets.get(plain.sandboxID)).toBeUndefined();
+  });
+});
+
 describe("unenforced network options", () => {
   it("egressProxy, httpsPorts, dnsServers and iam are a 501 naming them, at create and at update", async () => {
     await expectError(create({ egressProxy: { address: "proxy.example:3128" } }), 501, /network\.egressProxy is not supported/);
