@@ -68,6 +68,9 @@ describe("network.rules with a secret", () => {
     const find = `"${head}""${tail}"`;
     expect(await run(sbx, `env | grep -c ${find} || true`)).toBe("0");
     expect(await run(sbx, `cat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n' | grep -c ${find} || true`)).toBe("0");
-    expect(await run(sbx, `grep -rlsF --exclude-dir=proc --exclude-dir=sys --exclude-dir=dev ${find} / || echo none`)).toBe("none");
+    // The scan reaches the sandbox's files: a marker written to /tmp is found, the value is not.
+    const marker = `"mk${tail}""${head}km"`; // not the value: its parts the other way round
+    await run(sbx, `echo ${marker} > /tmp/marker.txt`);
+    expect(await run(sbx, `grep -rlsF --exclude-dir=proc --exclude-dir=sys --exclude-dir=dev -e ${find} -e ${marker.replaceAll('"', "")} /; true`)).toBe("/tmp/marker.txt");
   }, 600_000);
 });
