@@ -204,7 +204,9 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
       }
       driver.setTrafficPolicies(policies).catch((err: unknown) => agentLog.error("traffic policies failed", { error: err }));
     },
-    onIntent(seq, intent, traceparent) {
+    onIntent(seq, intent, traceparent, secrets) {
+      // Before the reconcile, which may start the sandbox's first request.
+      driver.setSandboxSecrets?.(intent.sandboxId, secrets ?? {});
       if (reconciler.offer(intent, traceparent) === "stale") {
         // Already have it: ack at once, and re-report so an edge that lost our observation converges.
         reconciler.queue.add(intent.sandboxId);

@@ -44,7 +44,7 @@ export interface LinkOptions {
   /** Builds the hello (its inventory must be current at the time of each connect). */
   hello(): Promise<Omit<HelloInput, "type" | "protocol">>;
   /** Called for each delivered intent; returns the ack result or null to ack later via ack(). */
-  onIntent(seq: number, intent: Intent, traceparent?: string): "stale" | "pending";
+  onIntent(seq: number, intent: Intent, traceparent?: string, secrets?: Record<string, string>): "stale" | "pending";
   onWelcome?(w: Welcome): void;
   /** A template build the edge hands over (schema/protocol/build.ts). */
   onBuild?(build: BuildFrame): void;
@@ -253,8 +253,8 @@ export class Link {
         return;
       }
       case "intents": {
-        for (const { seq, intent, traceparent } of msg.items) {
-          if (this.#o.onIntent(seq, intent, traceparent) === "stale") {
+        for (const { seq, intent, traceparent, secrets } of msg.items) {
+          if (this.#o.onIntent(seq, intent, traceparent, secrets) === "stale") {
             this.ack({ seq, sandboxId: intent.sandboxId, generation: intent.generation, result: "stale" });
           }
         }

@@ -70,6 +70,7 @@ export function desiredFor(intent: Intent): DesiredSandbox {
     resources: { cpuCount: t.resources.cpuCount, memoryMB: t.resources.memoryMB, diskSizeMB: t.resources.diskSizeMB },
     allowInternetAccess: intent.allowInternetAccess,
     egress: intent.egress,
+    networkRules: intent.networkRules,
     pool: t.id,
     claimed: intent.owner.kind !== "pool",
     namespace: intent.team ?? undefined,

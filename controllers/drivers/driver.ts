@@ -35,6 +35,9 @@ export interface DesiredSandbox {
   allowInternetAccess: boolean;
   /** E2B egress rules (`network.allowOut/denyOut`) to enforce; null or absent: none. */
   egress?: EgressPolicy | null;
+  /** E2B `network.rules` (header transforms with secret placeholders); the values are given
+   * apart (`Driver.setSandboxSecrets`), held in memory only. */
+  networkRules?: Record<string, { transform?: { headers?: Record<string, string> } }[]>;
   /** Start the sandbox's private state (its disk, or its layer) as a copy of this snapshot when
    * it is first created; its own identity (hostname, hosts) is written over the snapshot's. */
   restoreFrom?: Pick<SnapshotRef, "id">;
@@ -174,6 +177,10 @@ export interface Driver {
    * sandbox they select has every connection decided by them. Absent: the driver has no data
    * plane for them (the agent says so). */
   setTrafficPolicies?(policies: TrafficPolicyEntry[]): Promise<void>;
+  /** The values of the secrets a sandbox's `networkRules` name, from the edge with its intent;
+   * kept in memory only (the proxy adds them to requests; the sandbox never sees them). Absent:
+   * the driver cannot inject credentials. */
+  setSandboxSecrets?(id: string, values: Record<string, string>): void;
   /** Ends every process, removes cgroups and the writable layer. Unknown ids are fine. */
   destroy(id: string): Promise<void>;
 }

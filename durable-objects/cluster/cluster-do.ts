@@ -37,6 +37,8 @@ import { openClusterStore, type ClusterStore } from "./store.ts";
 import { edgeLogger } from "../tracing/edge-log.ts";
 import { getDb } from "../store/db.ts";
 import { listTrafficPolicies } from "../store/traffic-policies.ts";
+import { teamSecretValues } from "../store/secrets.ts";
+import { transformSecrets } from "../../schema/egress/transforms.ts";
 
 const LOG = edgeLogger("cluster");
 
@@ -72,7 +74,9 @@ export class ClusterDO extends DurableObject<Env> {
   /** Index rows that came with enqueues (EnqueueOptions.index), committed in shared batches. */
   private readonly indexQueue = new IndexQueue(() => this.env.SANDBOX_INDEX.get(this.env.SANDBOX_INDEX.idFromName(INDEX_WRITER_NAME)), (p) => this.ctx.waitUntil(p), []);
   /** Intents to write to the agent at the end of this turn (see flushIntents). */
-  private unsent: { seq: number; intent: Intent; traceparent?: string }[] = [];
+  private unsent: { seq: number; intent: Intent; traceparent?: string; secrets?: Record<string, string> }[] = [];
+  /** Frames waiting for secret values (libSQL): later frames queue behind them, in order. */
+  private secretsChain: Promise<void> | null = null;
   /** The trace context of intents enqueued this turn, by seq, until they are sent. */
   private traces = new Map<number, string>();
   private unsentFlush: ReturnType<typeof setTimeout> | null = null;
@@ -504,7 +508,32 @@ export class ClusterDO extends DurableObject<Env> {
       }
       this.traces.clear();
     }
-    for (let i = 0; i < items.length; i += FRAME_BATCH) this.send({ type: "intents", items: items.slice(i, i + FRAME_BATCH) });
+    const go = () => {
+      for (let i = 0; i < items.length; i += FRAME_BATCH) this.send({ type: "intents", items: items.slice(i, i + FRAME_BATCH) });
+    };
+    const needs = items.filter((i) => i.intent.desired.state !== "deleted" && i.intent.team && transformSecrets(i.intent.networkRules).length);
+    if (!needs.length && !this.secretsChain) return go();
+    const chain: Promise<void> = (this.secretsChain ?? Promise.resolve())
+      .then(() => this.attachSecrets(needs))
+      .catch((err: unknown) => LOG.error("secrets for intents", { error: err }))
+      .then(go)
+      .finally(() => {
+        if (this.secretsChain === chain) this.secretsChain = null;
+      });
+    this.secretsChain = chain;
+  }
+
+  /** Each item gets the values of the secrets its own rules name (only those), read now: the
+   * frame carries them, the outbox never does. Without a SECRETS_KEY none are sent, and the
+   * proxy leaves the placeholders as they are. */
+  private async attachSecrets(items: { intent: Intent; secrets?: Record<string, string> }[]): Promise<void> {
+    const key = this.env.SECRETS_KEY;
+    if (!key || !items.length) return;
+    const db = getDb(this.env);
+    for (const item of items) {
+      const values = await teamSecretValues(db, key, item.intent.team!, transformSecrets(item.intent.networkRules).map((n) => n.toLowerCase()));
+      item.secrets = Object.fromEntries(values);
+    }
   }
 
   private send(msg: EdgeMessage): void {

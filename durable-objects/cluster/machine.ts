@@ -257,6 +257,7 @@ function orphanDelete(state: ClusterState, obs: Observation, now: number, effect
     labels: {},
     annotations: {},
     egress: null,
+    networkRules: {},
     team: null,
     issuedAt: now,
   };

@@ -35,6 +35,7 @@ export function memberIntent(cfg: Config, m: Member, state: "running" | "deleted
     labels: { "agents.kruise.io/sandbox-pool": `${cfg.teamId}/${cfg.templateId}`, "agents.kruise.io/sandbox-claimed": "false" },
     annotations: {},
     egress: null,
+    networkRules: {},
     issuedAt: now,
   };
 }

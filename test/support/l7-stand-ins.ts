@@ -23,6 +23,11 @@ export async function startHttpsEcho(names: string[]): Promise<EchoServer> {
     req.on("data", (c: Buffer) => (n += c.length));
     req.on("end", () => res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify({ method: req.method, url: req.url, headers: req.headers, bodyBytes: n })));
   });
+  // An upgrade is answered 101 with the Authorization it carried, then echoes bytes back.
+  server.on("upgrade", (req, socket: import("node:stream").Duplex) => {
+    socket.write(`HTTP/1.1 101 Switching Protocols\r\nupgrade: echo\r\nconnection: Upgrade\r\nx-saw-authorization: ${req.headers.authorization ?? ""}\r\n\r\n`);
+    socket.pipe(socket);
+  });
   await Promise.all(names.map((n) => issuer.leaf(n)));
   await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
   return { port: (server.address() as AddressInfo).port, ca: issuer.certPem, close: () => server.close() };

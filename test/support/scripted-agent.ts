@@ -100,6 +100,8 @@ export interface FakeSandbox {
 
 export class ScriptedAgent {
   readonly sandboxes = new Map<string, FakeSandbox>();
+  /** The secret values that came with each sandbox's latest intent (the frame item's `secrets`). */
+  readonly secrets = new Map<string, Record<string, string> | undefined>();
   /** Every build frame received. */
   readonly builds: BuildFrame[] = [];
   /** Every intent received, in arrival order (including duplicates and stale ones). */
@@ -260,7 +262,10 @@ export class ScriptedAgent {
         this.errors.push(`${msg.code}: ${msg.message}`);
         break;
       case "intents":
-        for (const item of msg.items) this.apply(item.seq, item.intent);
+        for (const item of msg.items) {
+          this.secrets.set(item.intent.sandboxId, item.secrets);
+          this.apply(item.seq, item.intent);
+        }
         break;
       case "build":
         this.builds.push(msg);

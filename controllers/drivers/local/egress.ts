@@ -11,6 +11,7 @@ import { compilePolicy, type CompiledPolicy } from "../../traffic/policy.ts";
 import { TrafficProxy } from "../../traffic/proxy.ts";
 import { TrafficPolicySet, type Governance } from "../../traffic/governed.ts";
 import type { DesiredSandbox } from "../driver.ts";
+import { LocalL7 } from "./egress-l7.ts";
 
 /** Where a sandbox with egress rules finds the proxy on its own loopback (HTTP_PROXY). A sandbox
  * process cannot listen on this port itself. Knob: LocalDriverOptions.egressProxyPort. */
@@ -26,16 +27,17 @@ export type NetworkMode = "host" | "none" | "proxy";
 
 /** The rules to enforce, or null. `allowInternetAccess: false` is E2B's `denyOut: [ALL_TRAFFIC]`,
  * so with allowOut entries it becomes an allow list rather than no network. */
-export function egressRules(d: Pick<DesiredSandbox, "allowInternetAccess" | "egress">): EgressPolicy | null {
+export function egressRules(d: Pick<DesiredSandbox, "allowInternetAccess" | "egress" | "networkRules">): EgressPolicy | null {
   const e = d.egress ?? null;
-  if (d.allowInternetAccess) return e;
+  // `network.rules` need the proxy: with internet access and no lists, it allows every address.
+  if (d.allowInternetAccess) return e ?? (LocalL7.wants(d) ? { allowOut: [], denyOut: [] } : null);
   if (!e?.allowOut.length) return null;
   return { allowOut: e.allowOut, denyOut: [...e.denyOut, "0.0.0.0/0"] };
 }
 
 /** `governed`: some TrafficPolicy selects the sandbox, which puts it behind the proxy too
  * (without internet access and allowOut it still gets no network: a policy does not open one). */
-export function networkMode(d: Pick<DesiredSandbox, "allowInternetAccess" | "egress">, governed = false): NetworkMode {
+export function networkMode(d: Pick<DesiredSandbox, "allowInternetAccess" | "egress" | "networkRules">, governed = false): NetworkMode {
   if (egressRules(d)) return "proxy";
   if (!d.allowInternetAccess) return "none";
   return governed ? "proxy" : "host";
@@ -57,6 +59,8 @@ export class LocalEgress {
   readonly #desiredOf: (id: string) => DesiredSandbox | undefined;
   /** TrafficPolicies / GlobalTrafficPolicies in force (the edge sends them, agent link). */
   readonly traffic = new TrafficPolicySet();
+  /** `network.rules` (credential injection) on the redirected path. */
+  readonly l7: LocalL7;
   readonly #subnets: () => { sandboxes: string[]; host: string[] };
   /** Compiled rules per rules object (records are replaced, not mutated, when they change). */
   readonly #compiled = new WeakMap<EgressPolicy, CompiledPolicy | string>();
@@ -71,13 +75,14 @@ export class LocalEgress {
    * these would be reached through it although nftables keeps veth sandboxes from them. */
   constructor(desiredOf: (id: string) => DesiredSandbox | undefined, subnets: () => { sandboxes: string[]; host: string[] } = () => ({ sandboxes: [], host: [] })) {
     this.#desiredOf = desiredOf;
+    this.l7 = new LocalL7(desiredOf);
     this.#subnets = subnets;
     this.#dir = mkdtempSync(join(tmpdir(), "kruise-egress-"));
     this.socket = join(this.#dir, "proxy.sock");
   }
 
   /** The TrafficPolicies deciding for a sandbox wanting `d`, when some select it. */
-  governing(d: Pick<DesiredSandbox, "allowInternetAccess" | "egress" | "namespace" | "labels">): Governance | undefined {
+  governing(d: Pick<DesiredSandbox, "allowInternetAccess" | "egress" | "networkRules" | "namespace" | "labels">): Governance | undefined {
     return this.traffic.governing(d.namespace ?? null, d.labels ?? {}, egressRules(d));
   }
 
@@ -136,6 +141,7 @@ export class LocalEgress {
         },
         refuse: refuseHost({ subnets: this.#subnets().sandboxes, hostNets: this.#subnets().host }),
         ...(this.resolve ? { resolve: this.resolve } : {}),
+        l7: this.l7.handler,
         log: (line) => console.error(line),
       });
       this.#listening = this.#proxy.listenTagged(this.socket);

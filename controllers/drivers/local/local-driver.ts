@@ -24,7 +24,8 @@ import type { TrafficPolicyEntry } from "../../../schema/api/traffic-policy.ts";
 import { mountDisk, unmountDisk, unmountDiskSync } from "./disk.ts";
 import { SpareDisks } from "./spare-disks.ts";
 import { LocalSnapshots } from "./snapshots.ts";
-import { bwrapMountArgs, layoutFor, mountsFor, prepareLayout, type SandboxLayout } from "./layout.ts";
+import { bwrapMountArgs, layoutFor, mountsFor, prepareLayout, USERS, type SandboxLayout } from "./layout.ts";
+import { caEnv, caInstallScript, LocalL7 } from "./egress-l7.ts";
 import { bwrapRootArgs, HOST_VIEW_IMAGE, mountRoot, rootFor, unmountRoot, writeIdentity } from "./root-overlay.ts";
 import { RootfsStore } from "./rootfs/store.ts";
 import { IDENTITY } from "./id-map.ts";
@@ -391,6 +392,26 @@ export class LocalDriver implements Driver {
     const maxConnections = Math.min(this.#egressMax, rec.desired.resources.pidsMax ?? this.#pidsMax);
     await this.#relay.listenEgress(rec.id, rec.nsInit!, this.#egressPort, { cgroupProcs: rec.cgroups ? procsFiles(rec.cgroups) : [], maxConnections });
     this.#egress.revalidate(rec.id);
+    if (LocalL7.wants(rec.desired)) await this.#installCa(rec.id, rec.nsInit!.pid);
+  }
+
+  /** Sandboxes (by their namespace's pid) whose trust store has their CA. */
+  readonly #caInstalled = new Set<string>();
+
+  /** Puts the sandbox's CA where its TLS clients look (egress-l7.ts), once per start: written by
+   * the sandbox's own root from inside its namespaces, never through its paths from the host. */
+  async #installCa(id: string, nsPid: number): Promise<void> {
+    const key = `${id}:${nsPid}`;
+    if (this.#caInstalled.has(key)) return;
+    const ca = await this.#egress.l7.ca(id);
+    const root = USERS.find((u) => u.name === "root")!;
+    const r = await this.exec(id, { cmd: "/bin/sh", args: ["-c", caInstallScript], cwd: "/", env: {}, user: root }, { stdin: ca.certPem, timeoutMs: 30_000 });
+    if (r.exitCode !== 0) throw new Error(`installing the sandbox's CA failed (exit ${r.exitCode}): ${r.stderr.slice(0, 200)}`);
+    this.#caInstalled.add(key);
+  }
+
+  setSandboxSecrets(id: string, values: Record<string, string>): void {
+    this.#egress.l7.setSecrets(id, values);
   }
 
   async #start(rec: SandboxRecord): Promise<SandboxRecord> {
@@ -560,7 +581,8 @@ export class LocalDriver implements Driver {
       target: () => {
         const now = this.#record(id);
         if (!now || now.phase === "Stopped" || !now.nsInit) return undefined;
-        const env = now.level !== "process" && this.#mode(now.desired) === "proxy" ? proxyEnv(this.#egressPort) : undefined;
+        const proxied = now.level !== "process" && this.#mode(now.desired) === "proxy";
+        const env = proxied ? { ...proxyEnv(this.#egressPort), ...(LocalL7.wants(now.desired) ? caEnv() : {}) } : undefined;
         return { nsPid: now.level === "process" ? undefined : now.nsInit.pid, cgroupProcs: now.cgroups ? procsFiles(now.cgroups) : [], env };
       },
     });
@@ -701,6 +723,7 @@ export class LocalDriver implements Driver {
       const layout = layoutFor(this.#dataDir, id);
       const rec = readRecord(layout.record);
       await this.#endProcesses(rec ?? { id });
+      this.#egress.l7.forget(id);
       // Before the directory moves: the trash is deleted file by file, never through a mount.
       await unmountRoot(this.#spawner, layout.merged);
       await unmountDisk(this.#spawner, layout.disk);

@@ -5,11 +5,12 @@
 // sent to the one destination the L4 decision allowed. Other connections pass through untouched.
 import http from "node:http";
 import type { Socket } from "node:net";
+import type { Duplex } from "node:stream";
 import tls from "node:tls";
 import { RateLimiter } from "./rate.ts";
-import { decideRequest, decideTool, inspects, resolveSecrets, type L7Policy } from "./policy.ts";
-import { SseFilter, filterAnswer, screenRequest, type ToolDecider } from "./mcp.ts";
-import { evaluateProfiles, profileToolVerdict, renderToken } from "./profile.ts";
+import { inspects, type L7Policy } from "./policy.ts";
+import { SseFilter, filterAnswer, screenRequest } from "./mcp.ts";
+import { HOP_HEADERS as HOP, prepareRequest } from "./request.ts";
 import { oneConnectionAgent, withHead } from "./streams.ts";
 import type { SandboxCa } from "./ca.ts";
 
@@ -58,7 +59,6 @@ interface Ctx {
   agent: http.Agent;
 }
 
-const HOP = new Set(["connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade", "te", "trailer"]);
 
 export class L7Handler {
   readonly #o: L7Options;
@@ -72,6 +72,7 @@ export class L7Handler {
       this.#o.log?.(`traffic-proxy: l7: ${e.message}`);
       res.destroy();
     }));
+    this.#server.on("upgrade", (req: http.IncomingMessage, socket: Duplex, head: Buffer) => void this.#upgrade(req, socket, head).catch(() => socket.destroy()));
   }
 
   wants(sandbox: string): boolean {
@@ -107,6 +108,36 @@ export class L7Handler {
     conn.client.resume();
   }
 
+  /** WebSocket and other upgrades to an inspected host: decided and given their headers like any
+   * request, then the two connections are piped (frames are not read). */
+  async #upgrade(req: http.IncomingMessage, socket: Duplex, head: Buffer): Promise<void> {
+    const ctx = this.#ctx.get(req.socket);
+    const policy = ctx && this.#o.policyFor(ctx.conn.sandbox);
+    if (!ctx || !policy) return void socket.destroy();
+    const { conn, host } = ctx;
+    const method = req.method ?? "GET";
+    const path = req.url ?? "/";
+    const record = (rule: string, status: number) => this.#o.audit({ sandbox: conn.sandbox, host, method, path: path.split("?")[0]!, rule, status, bytesOut: 0, bytesIn: 0 });
+    const refuse = (status: number, rule: string, text: string) => {
+      record(rule, status);
+      socket.end(`HTTP/1.1 ${status} ${http.STATUS_CODES[status] ?? ""}\r\ncontent-type: text/plain\r\nconnection: close\r\n\r\ntraffic-proxy: ${text}\n`);
+    };
+    if (!this.#rate.take(conn.sandbox, policy.requestsPerMinute)) return refuse(429, "requestsPerMinute", `rate limit of ${policy.requestsPerMinute} requests per minute`);
+    const p = prepareRequest(policy, { host, tls: ctx.tls, allowedBy: conn.allowedBy, method, path, headers: req.headers }, this.#o.secretsFor(conn.sandbox));
+    if ("refuse" in p) return refuse(p.refuse.status, p.refuse.rule, p.refuse.text);
+    const block = headerBlock({ ...p.headers, connection: "Upgrade", upgrade: String(req.headers.upgrade ?? "") });
+    if (block === undefined) return refuse(502, p.rule, "a header the rules set is not a valid HTTP header");
+    const raw = await conn.connectUpstream();
+    const up: Duplex = ctx.tls ? tls.connect({ ...this.#o.upstreamTls, socket: raw, servername: host, ALPNProtocols: ["http/1.1"] }) : raw;
+    up.on("error", () => socket.destroy());
+    socket.on("error", () => up.destroy());
+    up.once("data", (first: Buffer) => record(p.rule, Number(/^HTTP\/1\.[01] (\d{3})/.exec(first.toString("latin1"))?.[1] ?? 0)));
+    up.write(`${method} ${path} HTTP/1.1\r\n${block}\r\n`);
+    if (head.length) up.write(head);
+    socket.pipe(up);
+    up.pipe(socket);
+  }
+
   async #request(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
     const ctx = this.#ctx.get(req.socket);
     if (!ctx) return void res.destroy();
@@ -122,45 +153,17 @@ export class L7Handler {
     };
     if (!policy) return refuse(403, "no L7 policy", "egress denied: the sandbox's policy changed");
     if (!this.#rate.take(conn.sandbox, policy.requestsPerMinute)) return refuse(429, "requestsPerMinute", `rate limit of ${policy.requestsPerMinute} requests per minute`);
-    const secrets = this.#o.secretsFor(conn.sandbox);
-    const headers: http.OutgoingHttpHeaders = {};
-    for (const [k, val] of Object.entries(req.headers)) if (!HOP.has(k) && val !== undefined) headers[k] = val;
-    const setHeaders = (values: Record<string, string>) => {
-      for (const [k, val] of Object.entries(values)) {
-        for (const existing of Object.keys(headers)) if (existing.toLowerCase() === k.toLowerCase()) delete headers[existing];
-        headers[k] = val;
-      }
-    };
-
-    // SecurityProfiles first (profile.ts), then E2B's network.rules / plain HTTP rules.
-    const prof = policy.profiles?.length ? evaluateProfiles(policy.profiles, host, method, path) : undefined;
-    if (prof?.terminal?.kind === "block") return refuse(prof.terminal.status, prof.terminal.rule, prof.terminal.body || `${method} ${path.split("?")[0]} to ${host} is blocked by rule "${prof.terminal.rule}"`);
-    let rule = prof?.matched.join(",") || conn.allowedBy;
-    if (prof) {
-      for (const name of prof.remove) delete headers[name];
-      setHeaders(prof.set);
-      for (const [h, [template, secret]] of Object.entries(prof.secretHeaders)) {
-        const value = secrets.get(secret);
-        // failStrategy Block: no credential, no request (the destination never sees a half-made one).
-        if (value === undefined) return refuse(403, rule, `rule "${rule}": credential "${secret}" is not available`);
-        setHeaders({ [h]: renderToken(template, value) });
-      }
-    }
-    const bypassed = prof?.terminal?.kind === "bypass";
-    const v = bypassed ? { action: "allow" as const, setHeaders: {} } : decideRequest(policy, host, method, path);
-    if (v.rule) rule = prof?.matched.length ? `${rule},${v.rule}` : v.rule;
-    if (v.action === "block") return refuse(403, rule, `${method} ${path.split("?")[0]} to ${host} is blocked by rule "${v.rule}"`);
-    setHeaders(resolveSecrets(v.setHeaders, secrets));
-
-    const profMcp = bypassed ? undefined : prof?.mcp;
-    const decide: ToolDecider = profMcp ? (tool) => profileToolVerdict(profMcp, tool) : (tool) => decideTool(policy, host, tool);
-    const mcp = !bypassed && (profMcp !== undefined || decideTool(policy, host, "") !== undefined);
+    const prepared = prepareRequest(policy, { host, tls: ctx.tls, allowedBy: conn.allowedBy, method, path, headers: req.headers }, this.#o.secretsFor(conn.sandbox));
+    if ("refuse" in prepared) return refuse(prepared.refuse.status, prepared.refuse.rule, prepared.refuse.text);
+    const { headers, mcp: decide } = prepared;
+    let rule = prepared.rule;
+    const mcp = decide !== undefined;
     let body: Buffer | undefined;
     let tool: string | undefined;
     if (mcp && method === "POST") {
       body = await readBounded(req, this.#o.maxMcpBody ?? 4 << 20);
       if (!body) return refuse(413, "mcp", "MCP request body too large to screen");
-      const s = screenRequest(decide, body.toString("utf8"));
+      const s = screenRequest(decide!, body.toString("utf8"));
       tool = s.calls.map((c) => c.tool).join(",") || undefined;
       if (s.calls[0]) rule = s.calls.map((c) => c.rule).join(",");
       const denied = s.calls.find((c) => !c.allowed);
@@ -184,14 +187,14 @@ export class L7Handler {
       if (mcp && type.includes("application/json")) {
         void readBounded(ur, this.#o.maxMcpBody ?? 4 << 20).then((b) => {
           if (!b) return void res.destroy();
-          const text = filterAnswer(decide, b.toString("utf8"));
+          const text = filterAnswer(decide!, b.toString("utf8"));
           out["content-length"] = String(Buffer.byteLength(text));
           res.writeHead(ur.statusCode ?? 502, out).end(text);
         });
       } else if (mcp && type.includes("text/event-stream")) {
         delete out["content-length"];
         res.writeHead(ur.statusCode ?? 502, out);
-        const f = new SseFilter(decide);
+        const f = new SseFilter(decide!);
         ur.setEncoding("utf8");
         ur.on("data", (c: string) => res.write(f.push(c)));
         ur.on("end", () => res.end(f.end()));
@@ -203,6 +206,19 @@ export class L7Handler {
     if (body) up.end(body);
     else req.pipe(up);
   }
+}
+
+/** A header block written by hand (the upgrade path): values from rules and secrets are checked,
+ * since no HTTP library stands between them and the wire there. */
+function headerBlock(headers: http.OutgoingHttpHeaders): string | undefined {
+  let out = "";
+  for (const [k, v] of Object.entries(headers)) {
+    for (const one of Array.isArray(v) ? v : [String(v)]) {
+      if (/[\r\n\0]/.test(one) || !/^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/.test(k)) return undefined;
+      out += `${k}: ${one}\r\n`;
+    }
+  }
+  return out;
 }
 
 /** The whole body, or undefined past `max` bytes. */

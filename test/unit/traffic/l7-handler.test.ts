@@ -144,3 +144,33 @@ describe("SecurityProfile through the handler", () => {
     expect(JSON.stringify(audit)).not.toContain(SECRET);
   });
 });
+
+describe("upgrades through inspection", () => {
+  it("sends a WebSocket-style upgrade with the rule's credential, then pipes both ways; a blocked one is refused", async () => {
+    policy = {
+      http: [
+        { name: "no-ws-admin", host: "api.test", paths: ["/admin*"], action: "block" },
+        { name: "token", host: "api.test", action: "allow", setHeaders: { Authorization: "Bearer ${e2b.secrets.gh}" } },
+      ],
+      mcp: [],
+    };
+    const upgrade = (path: string) =>
+      new Promise<{ status: number; saw?: string; echoed?: string }>((resolve, reject) => {
+        const req = https.request({ host: "127.0.0.1", port: front.port, servername: "api.test", ca: ca.certPem, agent: false, path, headers: { host: "api.test", connection: "Upgrade", upgrade: "echo" } });
+        req.on("upgrade", (res, socket) => {
+          socket.once("data", (c: Buffer) => {
+            resolve({ status: res.statusCode ?? 0, saw: String(res.headers["x-saw-authorization"]), echoed: c.toString() });
+            socket.destroy();
+          });
+          socket.write("ping");
+        });
+        req.on("response", (res) => resolve({ status: res.statusCode ?? 0 }));
+        req.on("error", reject);
+        req.end();
+      });
+    expect(await upgrade("/socket")).toEqual({ status: 101, saw: `Bearer ${SECRET}`, echoed: "ping" });
+    expect(audit.at(-1)).toMatchObject({ rule: "token", status: 101, path: "/socket" });
+    expect((await upgrade("/admin/socket")).status).toBe(403);
+    expect(JSON.stringify(audit)).not.toContain(SECRET);
+  });
+});

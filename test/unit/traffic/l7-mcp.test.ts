@@ -74,3 +74,14 @@ it("filters tools/list, refuses a denied or unlisted tools/call with the rule's 
     await client.close();
   }
 });
+
+it("never adds a credential to a plain-HTTP request: 403 saying why, and the server is not asked", async () => {
+  policy.http = [{ name: "key", host: "127.0.0.1", action: "allow", setHeaders: { authorization: "Bearer ${e2b.secrets.gh}" } }];
+  try {
+    const res = await fetch(`http://127.0.0.1:${front.port}/mcp`, { method: "POST", headers: { "content-type": "application/json" }, body: "{}" });
+    expect(res.status).toBe(403);
+    expect(await res.text()).toContain("credentials are only added to HTTPS requests");
+  } finally {
+    policy.http = [];
+  }
+});

@@ -33,10 +33,37 @@ describe("network rules at create", () => {
   });
 });
 
+describe("network.rules (header transforms)", () => {
+  it("refuses malformed ones with a 400 naming the host or header; well-formed ones are accepted at create, a 501 at update", async () => {
+    await expectError(create({ rules: { "*": [{ transform: { headers: { a: "b" } } }] } }), 400, /rules: "\*" is not a domain name or a leading-wildcard pattern/);
+    await expectError(create({ rules: { "api.example.com": [{ transform: { headers: { Host: "evil.example" } } }] } }), 400, /header "Host": the proxy sets this header itself/);
+    await expectError(create({ rules: { "api.example.com": [{ transform: { headers: { "x-a": "v\r\nInjected: 1" } } }] } }), 400, /header "x-a": the value has a line break/);
+    await expectError(update((await expectStatus(create({}), 201)).sandboxID, { rules: { "a b": [] } }), 400, /rules: "a b" is not a domain name/);
+    const made = await expectStatus(create({ rules: { "*.Example.com": [{ transform: { headers: { Authorization: "Bearer ${e2b.secrets.gh}" } } }] } }), 201);
+    await expectError(update(made.sandboxID, { rules: { "api.example.com": [{ transform: { headers: { a: "b" } } }] } }), 501, /network\.rules is not supported/);
+  });
+});
+
+describe("network.rules secrets to the agent", () => {
+  it("go beside the intent, only the ones that sandbox's rules name; the intent holds placeholders", async () => {
+    const VALUE = "value-used-9f2c";
+    await expectStatus(call("/secrets", { key: team.key, body: { name: "Used", value: VALUE } }), 201);
+    await expectStatus(call("/secrets", { key: team.key, body: { name: "unused", value: "value-not-named-77" } }), 201);
+    const rules = { "api.example.com": [{ transform: { headers: { Authorization: "Bearer ${e2b.secrets.used}" } } }] };
+    const sbx = await expectStatus(create({ rules }), 201);
+    expect(agent.secrets.get(sbx.sandboxID)).toEqual({ used: VALUE });
+    const intent = agent.sandboxes.get(sbx.sandboxID)!.intent;
+    expect(intent.networkRules).toEqual(rules);
+    expect(JSON.stringify(intent)).not.toContain(VALUE);
+    // A sandbox without rules gets none.
+    const plain = await expectStatus(create({}), 201);
+    expect(agent.secrets.get(plain.sandboxID)).toBeUndefined();
+  });
+});
+
 describe("unenforced network options", () => {
-  it("egressProxy, rules, httpsPorts, dnsServers and iam are a 501 naming them, at create and at update", async () => {
+  it("egressProxy, httpsPorts, dnsServers and iam are a 501 naming them, at create and at update", async () => {
     await expectError(create({ egressProxy: { address: "proxy.example:3128" } }), 501, /network\.egressProxy is not supported/);
-    await expectError(create({ rules: { "api.example.com": [{ transform: { headers: { a: "b" } } }] } }), 501, /network\.rules is not supported/);
     await expectError(create({ httpsPorts: [8443] }), 501, /network\.httpsPorts is not supported/);
     await expectError(create({ dnsServers: ["1.1.1.1"] }), 501, /network\.dnsServers is not supported/);
     await expectError(call("/v2/sandboxes", { key: team.key, body: { templateID: team.template, iam: { tokens: { gh: { audience: "https://api.github.com", tokenType: "access_token" } } } } }), 501, /iam is not supported/);
