@@ -148,6 +148,22 @@ describe("runCode (JS code-interpreter SDK)", { timeout: 120_000 }, () => {
     expect((await sbx.runCode("base", { language: "js" })).text).toBe("40");
   });
 
+  it("bash: cwd, variables and functions persist between cells; stdout/stderr stream; a failing status is the error", async () => {
+    expect((await sbx.runCode("cd /tmp; X=5; f() { echo \"f$1\"; }", { language: "bash" })).error).toBeUndefined();
+    const out: string[] = [];
+    const err: string[] = [];
+    const exec = await sbx.runCode("pwd; echo $X; f 7; echo oops >&2; whoami", {
+      language: "bash",
+      onStdout: (m) => void out.push(m.line),
+      onStderr: (m) => void err.push(m.line),
+    });
+    expect(out.join("")).toBe("/tmp\n5\nf7\nuser\n");
+    expect(err.join("")).toBe("oops\n");
+    expect(exec.error).toBeUndefined();
+    expect((await sbx.runCode("ls /nonexistent-dir", { language: "bash" })).error?.value).toBe("exit status 2");
+    expect((await sbx.runCode("echo $X", { language: "bash" })).logs.stdout.join("")).toBe("5\n");
+  });
+
   it("an unknown language is a 400 (the JS SDK shows the status; the body says which are available)", async () => {
     await expect(sbx.runCode("1", { language: "cobol" })).rejects.toThrow(/400 Bad Request/);
   });

@@ -8,13 +8,14 @@
 // gives E2B's JS kernel semantics: top-level const/let/function persist across cells, top-level
 // `await` works (and its declarations persist too), and the value of the last expression is the
 // cell's result.
+import { DRIVER_COMMANDS_SOURCE } from "./driver-commands-source.ts";
+
 export const JS_DRIVER_SOURCE = String.raw`(() => {
   "use strict";
   const repl = require("node:repl");
   const util = require("node:util");
   const { PassThrough, Writable } = require("node:stream");
   const { Console } = require("node:console");
-  const { createInterface } = require("node:readline");
 
   // The protocol stream; nothing the cells print may reach it except through send().
   const protocol = process.stdout.write.bind(process.stdout);
@@ -133,27 +134,6 @@ export const JS_DRIVER_SOURCE = String.raw`(() => {
   process.on("uncaughtException", stray);
   process.on("unhandledRejection", stray);
 
-  const lines = createInterface({ input: process.stdin, crlfDelay: Infinity });
-  lines.on("line", (raw) => {
-    let cmd;
-    try {
-      cmd = JSON.parse(raw);
-    } catch {
-      return;
-    }
-    if (!cmd || typeof cmd !== "object" || typeof cmd.id !== "number") return;
-    if (cmd.op === "cancel") {
-      const job = queue.find((j) => j.id === cmd.id);
-      if (job) job.cancelled = true;
-      else if (current && current.id === cmd.id) server.emit("SIGINT");
-      return;
-    }
-    // A restart is the runtime's: it starts a fresh driver (the only honest reset of a JS realm).
-    if (cmd.op !== "execute" || typeof cmd.code !== "string") return;
-    queue.push(cmd);
-    next();
-  });
-  lines.on("close", () => process.exit(0));
-  send({ ready: true, pid: process.pid });
-})();
+  const interrupt = () => server.emit("SIGINT");
+${DRIVER_COMMANDS_SOURCE}})();
 `;

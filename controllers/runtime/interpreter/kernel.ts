@@ -9,6 +9,7 @@ import type { RuntimeSandbox } from "../sandbox.ts";
 import type { SandboxUser } from "../sandbox-view.ts";
 import { KERNEL_DRIVER_PY } from "./kernel-driver-source.ts";
 import { JS_DRIVER_SOURCE } from "./js-driver-source.ts";
+import { BASH_DRIVER_SOURCE } from "./bash-driver-source.ts";
 import { parseDriverLine, type OutputLine } from "../../../schema/interpreter/http.ts";
 
 
@@ -34,6 +35,8 @@ export interface KernelSpec {
 export const KERNEL_SPECS = {
   python: { language: "python", argv: ["/usr/bin/python3", "-c", KERNEL_DRIVER_PY, "python3"], env: { PYTHONUNBUFFERED: "1" }, control: "line" },
   js: { language: "javascript", argv: ["/usr/bin/node", "-e", JS_DRIVER_SOURCE], control: "signal" },
+  // bash's driver is a node script too (it keeps a bash and frames its cells' output).
+  bash: { language: "bash", argv: ["/usr/bin/node", "-e", BASH_DRIVER_SOURCE], control: "signal" },
 } as const satisfies Record<string, KernelSpec>;
 
 interface Job {

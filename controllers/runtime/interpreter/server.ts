@@ -20,6 +20,7 @@ const KERNELS: Record<string, KernelSpec> = {
   python3: KERNEL_SPECS.python,
   js: KERNEL_SPECS.js,
   javascript: KERNEL_SPECS.js,
+  bash: KERNEL_SPECS.bash,
 };
 const DEFAULT_LANGUAGE = "python";
 /** The user kernels run as (E2B's), when the sandbox has it; else the sandbox's default user. */
