@@ -165,7 +165,7 @@ export class Kernel {
     if (this.#spec.control === "signal" && this.#where) {
       const old = this.#proc;
       this.#proc = undefined;
-      old?.stdin?.end();
+      this.#end(old);
       this.#fail(`the ${this.language} context was restarted`);
       return this.start(this.#where.sbx, this.#where.user);
     }
@@ -181,6 +181,18 @@ export class Kernel {
 
   /** Closing stdin makes the driver shut its kernel down and exit. */
   close(): void {
-    this.#proc?.stdin?.end();
+    this.#end(this.#proc);
+  }
+
+  #end(proc: LaunchedPipes | undefined): void {
+    // A node driver busy in a cell reads no stdin: interrupt the cell first, so it sees the close.
+    if (proc && this.#spec.control === "signal") {
+      try {
+        process.kill(proc.pid, "SIGINT");
+      } catch {
+        // already gone
+      }
+    }
+    proc?.stdin?.end();
   }
 }
