@@ -96,6 +96,74 @@ describe("runCode (JS code-interpreter SDK)", { timeout: 120_000 }, () => {
     expect((await resumed.runCode("kept")).text).toBe("'across pause'");
   });
 
+  it("JavaScript: top-level const/let/functions and awaited values persist; the last value is the result", async () => {
+    const first = await sbx.runCode("const base = 40;\nfunction inc(n) { return n + 1 }\nlet got = await Promise.resolve(1)", { language: "js" });
+    expect(first.error).toBeUndefined();
+    const second = await sbx.runCode("inc(base) + got", { language: "javascript" });
+    expect(second.text).toBe("42");
+    expect(second.results[0]?.isMainResult).toBe(true);
+    expect(second.executionCount).toBeGreaterThan(first.executionCount!);
+    // Its own state: Python's context does not see it.
+    expect((await sbx.runCode("'base' in globals()")).text).toBe("False");
+  });
+
+  it("JavaScript: console.log and console.error stream to the callbacks", async () => {
+    const out: string[] = [];
+    const err: string[] = [];
+    const exec = await sbx.runCode("console.log('one'); console.error('two'); console.log('three', 3)", {
+      language: "js",
+      onStdout: (m) => void out.push(m.line),
+      onStderr: (m) => void err.push(m.line),
+    });
+    expect(out.join("")).toBe("one\nthree 3\n");
+    expect(err.join("")).toBe("two\n");
+    expect(exec.results).toEqual([]);
+  });
+
+  it("JavaScript: an error has its name, message and stack; the context lives on", async () => {
+    const exec = await sbx.runCode("function f() { throw new TypeError('bad value') }\nf()", { language: "js" });
+    expect(exec.error?.name).toBe("TypeError");
+    expect(exec.error?.value).toBe("bad value");
+    expect(exec.error?.traceback).toContain("at f (");
+    const rejected = await sbx.runCode("await Promise.reject(new RangeError('later'))", { language: "js" });
+    expect(rejected.error?.name).toBe("RangeError");
+    expect((await sbx.runCode("base + 2", { language: "js" })).text).toBe("42");
+  });
+
+  it("JavaScript: a context runs as the sandbox user in its cwd; env vars for one cell; restart forgets", async () => {
+    // E2B's server names the language "javascript", whichever alias created the context.
+    const ctx = await sbx.createCodeContext({ language: "js", cwd: "/tmp" });
+    expect(ctx).toMatchObject({ language: "javascript", cwd: "/tmp" });
+    expect((await sbx.runCode("process.cwd() + ' ' + require('os').userInfo().username", { context: ctx })).text).toBe("'/tmp user'");
+    expect((await sbx.runCode("process.env.GREETING", { context: ctx, envs: { GREETING: "hi" } })).text).toBe("'hi'");
+    expect((await sbx.runCode("process.env.GREETING", { context: ctx })).text).toBeUndefined();
+    await sbx.runCode("const y = 5", { context: ctx });
+    await sbx.restartCodeContext(ctx);
+    expect((await sbx.runCode("y", { context: ctx })).error?.name).toBe("ReferenceError");
+    await sbx.removeCodeContext(ctx);
+  });
+
+  it("JavaScript: a timeout interrupts a busy loop and the context keeps its state", async () => {
+    await expect(sbx.runCode("while (true) {}", { language: "js", timeoutMs: 2_000 })).rejects.toThrow();
+    expect((await sbx.runCode("base", { language: "js" })).text).toBe("40");
+  });
+
+  it("bash: cwd, variables and functions persist between cells; stdout/stderr stream; a failing status is the error", async () => {
+    expect((await sbx.runCode("cd /tmp; X=5; f() { echo \"f$1\"; }", { language: "bash" })).error).toBeUndefined();
+    const out: string[] = [];
+    const err: string[] = [];
+    const exec = await sbx.runCode("pwd; echo $X; f 7; echo oops >&2; whoami", {
+      language: "bash",
+      onStdout: (m) => void out.push(m.line),
+      onStderr: (m) => void err.push(m.line),
+    });
+    expect(out.join("")).toBe("/tmp\n5\nf7\nuser\n");
+    expect(err.join("")).toBe("oops\n");
+    expect(exec.error).toBeUndefined();
+    expect((await sbx.runCode("ls /nonexistent-dir", { language: "bash" })).error?.value).toBe("exit status 2");
+    expect((await sbx.runCode("echo $X", { language: "bash" })).logs.stdout.join("")).toBe("5\n");
+  });
+
   it("an unknown language is a 400 (the JS SDK shows the status; the body says which are available)", async () => {
     await expect(sbx.runCode("1", { language: "cobol" })).rejects.toThrow(/400 Bad Request/);
   });

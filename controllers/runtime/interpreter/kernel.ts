@@ -1,13 +1,15 @@
-// One code-interpreter context: a kernel driver (kernel-driver-source.ts) running inside the sandbox as
-// the context's user, in the context's cwd, which starts a Jupyter kernel and relays its messages
-// as E2B's /execute lines over a pipe. Executions queue in the driver, one at a time per context,
-// as a Jupyter kernel runs them.
+// One code-interpreter context: a kernel driver running inside the sandbox as the context's user, in
+// the context's cwd, speaking E2B's /execute lines over a pipe: Python's (kernel-driver-source.ts)
+// starts a Jupyter kernel and relays its messages; JavaScript's (js-driver-source.ts) is the kernel
+// itself, run by the sandbox's node. Executions queue in the driver, one at a time per context.
 import { createInterface } from "node:readline";
 import type { LaunchedPipes } from "../process/launcher.ts";
 import { inProcessLauncher } from "../process/launcher.ts";
 import type { RuntimeSandbox } from "../sandbox.ts";
 import type { SandboxUser } from "../sandbox-view.ts";
 import { KERNEL_DRIVER_PY } from "./kernel-driver-source.ts";
+import { JS_DRIVER_SOURCE } from "./js-driver-source.ts";
+import { BASH_DRIVER_SOURCE } from "./bash-driver-source.ts";
 import { parseDriverLine, type OutputLine } from "../../../schema/interpreter/http.ts";
 
 
@@ -19,6 +21,24 @@ const DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/b
 
 export class KernelStartError extends Error {}
 
+/** How a language's driver runs and is steered. */
+export interface KernelSpec {
+  language: string;
+  /** The driver's command inside the sandbox (the driver's source travels as an argument). */
+  argv: readonly string[];
+  env?: Record<string, string>;
+  /** `signal`: the running cell is interrupted with SIGINT (a busy node loop reads no stdin), and a
+   * restart is a fresh driver; `line`: both are lines to the driver. */
+  control: "line" | "signal";
+}
+
+export const KERNEL_SPECS = {
+  python: { language: "python", argv: ["/usr/bin/python3", "-c", KERNEL_DRIVER_PY, "python3"], env: { PYTHONUNBUFFERED: "1" }, control: "line" },
+  js: { language: "javascript", argv: ["/usr/bin/node", "-e", JS_DRIVER_SOURCE], control: "signal" },
+  // bash's driver is a node script too (it keeps a bash and frames its cells' output).
+  bash: { language: "bash", argv: ["/usr/bin/node", "-e", BASH_DRIVER_SOURCE], control: "signal" },
+} as const satisfies Record<string, KernelSpec>;
+
 interface Job {
   onLine(line: OutputLine): void;
   done(): void;
@@ -28,6 +48,8 @@ export class Kernel {
   readonly id: string;
   readonly language: string;
   readonly cwd: string;
+  readonly #spec: KernelSpec;
+  #where: { sbx: RuntimeSandbox; user: SandboxUser } | undefined;
   #proc: LaunchedPipes | undefined;
   #ready: Promise<void>;
   #jobs = new Map<number, Job>();
@@ -35,22 +57,26 @@ export class Kernel {
   #stderr: string[] = [];
   #exited = false;
 
-  constructor(id: string, language: string, cwd: string) {
+  constructor(id: string, spec: KernelSpec, cwd: string) {
     this.id = id;
-    this.language = language;
+    this.#spec = spec;
+    this.language = spec.language;
     this.cwd = cwd;
     this.#ready = Promise.resolve();
   }
 
   /** Starts the driver and waits until its kernel answers. */
-  start(sbx: RuntimeSandbox, user: SandboxUser, kernelName: string): Promise<void> {
-    this.#ready = this.#start(sbx, user, kernelName);
+  start(sbx: RuntimeSandbox, user: SandboxUser): Promise<void> {
+    this.#where = { sbx, user };
+    this.#exited = false;
+    this.#ready = this.#start(sbx, user);
     return this.#ready;
   }
 
-  async #start(sbx: RuntimeSandbox, user: SandboxUser, kernelName: string): Promise<void> {
-    const env = { PATH: DEFAULT_PATH, HOME: user.home, USER: user.name, LOGNAME: user.name, PYTHONUNBUFFERED: "1", ...sbx.envVars };
-    const host = sbx.view.command({ cmd: "/usr/bin/python3", args: ["-c", KERNEL_DRIVER_PY, kernelName], cwd: this.cwd, env, user });
+  async #start(sbx: RuntimeSandbox, user: SandboxUser): Promise<void> {
+    const env = { PATH: DEFAULT_PATH, HOME: user.home, USER: user.name, LOGNAME: user.name, ...this.#spec.env, ...sbx.envVars };
+    const [cmd, ...args] = this.#spec.argv;
+    const host = sbx.view.command({ cmd: cmd!, args, cwd: this.cwd, env, user });
     const proc = await (sbx.view.launcher ?? inProcessLauncher).spawnPipes(host, true);
     this.#proc = proc;
     proc.stdin?.on("error", () => {});
@@ -64,6 +90,7 @@ export class Kernel {
     let pending = "";
     proc.stdout.setEncoding("utf8");
     proc.stdout.on("data", (chunk: string) => {
+      if (proc !== this.#proc) return;
       pending += chunk;
       let nl: number;
       while ((nl = pending.indexOf("\n")) >= 0) {
@@ -76,6 +103,7 @@ export class Kernel {
       }
     });
     proc.onExit((e) => {
+      if (proc !== this.#proc) return; // a driver replaced by a restart
       this.#exited = true;
       const why = `the ${this.language} kernel's driver exited (${e.signal ?? `code ${e.code}`})${this.#stderr.length ? `:\n${this.#stderr.join("\n")}` : ""}`;
       failed(new KernelStartError(why));
@@ -116,12 +144,31 @@ export class Kernel {
     const id = ++this.#next;
     const done = new Promise<void>((resolve) => this.#jobs.set(id, { onLine, done: resolve }));
     this.#send({ op: "execute", id, code, env: env ?? {} });
-    return { done, cancel: () => this.#jobs.has(id) && this.#send({ op: "cancel", id }) };
+    return { done, cancel: () => this.#cancel(id) };
+  }
+
+  #cancel(id: number): void {
+    if (!this.#jobs.has(id)) return;
+    // The oldest job is the one running (the driver runs them in order).
+    if (this.#spec.control === "signal" && this.#jobs.keys().next().value === id) {
+      try {
+        if (this.#proc) process.kill(this.#proc.pid, "SIGINT");
+      } catch {
+        // gone already: its exit ends the job
+      }
+    } else this.#send({ op: "cancel", id });
   }
 
   /** A fresh kernel: every variable is gone, the context (id, cwd) stays. */
   async restart(): Promise<void> {
     await this.#ready;
+    if (this.#spec.control === "signal" && this.#where) {
+      const old = this.#proc;
+      this.#proc = undefined;
+      this.#end(old);
+      this.#fail(`the ${this.language} context was restarted`);
+      return this.start(this.#where.sbx, this.#where.user);
+    }
     const id = ++this.#next;
     const done = new Promise<void>((resolve) => this.#jobs.set(id, { onLine: () => {}, done: resolve }));
     this.#send({ op: "restart", id });
@@ -134,6 +181,18 @@ export class Kernel {
 
   /** Closing stdin makes the driver shut its kernel down and exit. */
   close(): void {
-    this.#proc?.stdin?.end();
+    this.#end(this.#proc);
+  }
+
+  #end(proc: LaunchedPipes | undefined): void {
+    // A node driver busy in a cell reads no stdin: interrupt the cell first, so it sees the close.
+    if (proc && this.#spec.control === "signal") {
+      try {
+        process.kill(proc.pid, "SIGINT");
+      } catch {
+        // already gone
+      }
+    }
+    proc?.stdin?.end();
   }
 }

@@ -10,15 +10,17 @@ import { readJson } from "../http/read-json.ts";
 import { HttpError, sendJson } from "../http/respond.ts";
 import type { RuntimeSandbox } from "../sandbox.ts";
 import { logger } from "../../lib/log.ts";
-import { Kernel, KernelStartError } from "./kernel.ts";
+import { Kernel, KERNEL_SPECS, KernelStartError, type KernelSpec } from "./kernel.ts";
 
 const LOG = logger("runtime");
 
-/** E2B's language names and the Jupyter kernel each runs on. Only Python's kernel is in the
- * code-interpreter template today. */
-const KERNELS: Record<string, { language: string; kernel: string }> = {
-  python: { language: "python", kernel: "python3" },
-  python3: { language: "python", kernel: "python3" },
+/** E2B's language names (the SDKs' and their aliases) and the driver each runs on. */
+const KERNELS: Record<string, KernelSpec> = {
+  python: KERNEL_SPECS.python,
+  python3: KERNEL_SPECS.python,
+  js: KERNEL_SPECS.js,
+  javascript: KERNEL_SPECS.js,
+  bash: KERNEL_SPECS.bash,
 };
 const DEFAULT_LANGUAGE = "python";
 /** The user kernels run as (E2B's), when the sandbox has it; else the sandbox's default user. */
@@ -50,15 +52,15 @@ class Contexts {
       throw new HttpError(403, (err as Error).message);
     }
     if (!(await stat(host).then((s) => s.isDirectory(), () => false))) throw new HttpError(400, `cwd '${dir}' does not exist or is not a directory`);
-    const kernel = new Kernel(randomUUID(), lang.language, dir);
+    const kernel = new Kernel(randomUUID(), lang, dir);
     this.byId.set(kernel.id, kernel);
     try {
-      await kernel.start(this.sbx, user, lang.kernel);
+      await kernel.start(this.sbx, user);
     } catch (err) {
       this.byId.delete(kernel.id);
       kernel.close();
       if (err instanceof KernelStartError) {
-        throw new HttpError(500, `could not start a ${lang.language} kernel in sandbox ${this.sbx.id} (does its template have Jupyter? the code-interpreter template does): ${err.message}`);
+        throw new HttpError(500, `could not start a ${lang.language} kernel in sandbox ${this.sbx.id} (does its template have ${lang.argv[0]}${lang.language === "python" ? " and Jupyter" : ""}? the code-interpreter template does): ${err.message}`);
       }
       throw err;
     }
