@@ -244,6 +244,7 @@ export class LocalDriver implements Driver {
 
   async #converge(d: DesiredSandbox): Promise<SandboxObservation> {
     let rec = readRecord(layoutFor(this.#dataDir, d.id).record);
+    const created = !rec;
     if (!rec) {
       const snap = d.restoreFrom && this.#snapshots.need(d.restoreFrom.id);
       // A disk snapshot is the new sandbox's disk, at the snapshot's size.
@@ -280,7 +281,8 @@ export class LocalDriver implements Driver {
     // processes, on the files it has; a stopped one gets it when it next starts.
     const recreate = d.claimed === true && rec.desired.claimed === true && d.revision !== undefined && rec.desired.revision !== undefined && d.revision !== rec.desired.revision && rec.phase !== "Stopped";
     rec = { ...rec, generation: d.generation, desired: d };
-    this.#save(rec);
+    // A record made just above already says this.
+    if (!created) this.#save(rec);
     if (networkChanged || recreate) {
       await this.#endProcesses(rec);
       rec = { ...rec, phase: "Stopped", holder: undefined, nsInit: undefined };
@@ -419,8 +421,11 @@ export class LocalDriver implements Driver {
     await this.#mountDisk(rec);
     const ns = this.capabilities.level !== "process";
     if (ns && rec.userns) {
-      rec = { ...rec, userns: this.#keepRange(rec) };
-      this.#save(rec);
+      const userns = this.#keepRange(rec);
+      if (userns.base !== rec.userns.base || userns.size !== rec.userns.size) {
+        rec = { ...rec, userns };
+        this.#save(rec);
+      }
     }
     const range = ns ? rec.userns : undefined;
     // The user namespace is made before the root is mounted (its ID-mapped layers need it) and
@@ -447,15 +452,15 @@ export class LocalDriver implements Driver {
       const r = rec.desired.resources;
       createCgroups(this.#cgroups, cgroups, { cpuCount: r.cpuCount, memoryMB: r.memoryMB, pidsMax: r.pidsMax ?? this.#pidsMax });
     }
-    let next: SandboxRecord = { ...rec, phase: "Pending", cgroups, holder: undefined, nsInit: undefined };
-    this.#save(next);
     const ns = this.capabilities.level !== "process";
     const hostNet = this.#wantsHostNet(rec.desired);
     // A sandbox with internet access gets its veth while bwrap is still mounting its root.
     const address = ns && !hostNet && this.#net && this.#mode(rec.desired) === "host" ? this.#net.keep(rec.net?.address, layout.record) : undefined;
     let veth: string | undefined;
     const attach = address ? async (nsInit: ProcRef) => void (veth = await this.#net!.attach(nsInit, address, this.#relay)) : undefined;
-    next = { ...next, sharesHostNet: ns ? hostNet : undefined, net: address ? { address } : rec.net && { address: rec.net.address } };
+    // One write before the holder starts: its cgroups and its address are recorded before either
+    // is used, so a restart finds the holder and keeps the lease.
+    let next: SandboxRecord = { ...rec, phase: "Pending", cgroups, holder: undefined, nsInit: undefined, sharesHostNet: ns ? hostNet : undefined, net: address ? { address } : rec.net && { address: rec.net.address } };
     this.#save(next);
     const bwrapArgs = ns
       ? ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", hostNet ? "--share-net" : "--unshare-net",

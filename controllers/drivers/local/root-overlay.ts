@@ -9,7 +9,7 @@
 // inside the namespaces after bwrap pivoted would not be the root its processes already hold.
 // A host mount also outlives the agent as the disk's mount does, and lets the files API write
 // to the sandbox's files at a host path. A Stop pause and destroy unmount it (before the disk).
-import { chownSync, existsSync, lchownSync, mkdirSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import { chownSync, existsSync, lchownSync, lstatSync, mkdirSync, readdirSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { dirname, join, relative } from "node:path";
 import { TerminalError } from "../driver.ts";
 import { isMounted, runHelper, unmountDisk } from "./disk.ts";
@@ -73,8 +73,11 @@ export async function mountRoot(spawner: Spawner, store: RootfsStore, root: Root
   // ID-mapped mounts of the layers instead (userns.ts): host root's files there show as the
   // sandbox's root, without a copy per sandbox.
   const links = join(paths.dir, "layers");
-  await unmountUnder(spawner, links);
-  rmSync(links, { recursive: true, force: true });
+  // A new sandbox has no `layers` yet, so nothing below it to unmount.
+  if (lstatSync(links, { throwIfNoEntry: false })) {
+    await unmountUnder(spawner, links);
+    rmSync(links, { recursive: true, force: true });
+  }
   mkdirSync(links);
   const mounts: IdmapMount[] = [];
   const lower = root.layers.map((id, i) => {
@@ -104,7 +107,19 @@ export async function mountRoot(spawner: Spawner, store: RootfsStore, root: Root
  * being torn down). Idempotent. */
 export async function unmountRoot(spawner: Spawner, merged: string): Promise<void> {
   await unmountDisk(spawner, merged);
-  await unmountUnder(spawner, join(dirname(merged), "layers"));
+  if (mayHoldMounts(join(dirname(merged), "layers"))) await unmountUnder(spawner, join(dirname(merged), "layers"));
+}
+
+/** Whether anything can be mounted below `links` without reading the host's mount table
+ * (O(mounts on the host), per sandbox): nothing can when it is missing (a sandbox whose root was
+ * never mounted) or holds only symbolic links (the layers of a sandbox without a user namespace;
+ * a mount point is a directory, and mountinfo names resolved paths). */
+function mayHoldMounts(links: string): boolean {
+  try {
+    return readdirSync(links, { withFileTypes: true }).some((e) => !e.isSymbolicLink());
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code !== "ENOENT";
+  }
 }
 
 /** The sandbox's own identity in its upper directory (through the mounted root): its hostname,
