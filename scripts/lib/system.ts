@@ -10,6 +10,7 @@ import { existsSync, mkdirSync, openSync, readFileSync, writeFileSync } from "no
 import { join, resolve } from "node:path";
 import { migrate } from "../migrate.ts";
 import { seed } from "../seed.ts";
+import { RootfsStore } from "../../controllers/drivers/local/rootfs/store.ts";
 import { startEdge, type Edge } from "./edge.ts";
 import { exitOf, stopChild } from "./service.ts";
 import { freePort, startSqld, type Sqld } from "./sqld.ts";
@@ -43,6 +44,8 @@ export interface SystemOptions {
   log?: (line: string) => void;
   /** Send traces of the edge and the agent to this OTLP/HTTP collector (default: tracing off). */
   otlpEndpoint?: string;
+  /** The local driver's template root filesystems (default: SBX_ROOTFS_DIR or the user's cache). */
+  rootfsDir?: string;
 }
 
 /** The agent process, as its supervisor sees it. */
@@ -131,7 +134,7 @@ export async function startSystem(opts: SystemOptions): Promise<System> {
     const nodeArgs = process.env.SBX_AGENT_NODE_ARGS?.split(" ").filter(Boolean) ?? [];
     const child = spawn(NODE, [...nodeArgs, ...args], {
       cwd: ROOT,
-      env: { ...process.env, CLUSTER_TOKEN: secrets.clusterToken },
+      env: { ...process.env, CLUSTER_TOKEN: secrets.clusterToken, ...(opts.rootfsDir ? { SBX_ROOTFS_DIR: opts.rootfsDir } : {}) },
       stdio: ["ignore", out, out],
       detached: true,
     });
@@ -168,7 +171,7 @@ export async function startSystem(opts: SystemOptions): Promise<System> {
     await migrate(sqldUrl);
     await edge.start();
     await agent.start();
-    await seed({ libsqlUrl: sqldUrl, adminApiKey: secrets.adminApiKey, pepper: secrets.pepper, baseReplicas: opts.baseReplicas ?? 2, edgeUrl });
+    await seed({ libsqlUrl: sqldUrl, adminApiKey: secrets.adminApiKey, pepper: secrets.pepper, baseReplicas: opts.baseReplicas ?? 2, edgeUrl, baseRootfsId: new RootfsStore(opts.rootfsDir).rootfsId("base") });
   } catch (err) {
     // The parts run detached: nothing else would stop them.
     await agent.stop();
