@@ -19,6 +19,8 @@ export interface SeedOptions {
   baseReplicas?: number;
   /** A running edge: the template is written through its admin API (configures the pool). */
   edgeUrl?: string;
+  /** `base`'s root filesystem on this machine (`RootfsStore.rootfsId`), when it is built. */
+  baseRootfsId?: string;
 }
 
 export async function seed(opts: SeedOptions): Promise<void> {
@@ -41,7 +43,7 @@ export async function seed(opts: SeedOptions): Promise<void> {
   };
   // A rotated ADMIN_API_KEY replaces the stored hash.
   await db.insert(apiKeys).values(row).onConflictDoUpdate({ target: apiKeys.id, set: { keyHash, maskPrefix: row.maskPrefix, maskSuffix: row.maskSuffix } });
-  const spec = TemplateSpec.parse({ replicas: opts.baseReplicas ?? 2 });
+  const spec = TemplateSpec.parse({ replicas: opts.baseReplicas ?? 2, rootfsId: opts.baseRootfsId });
   if (opts.edgeUrl) {
     const res = await fetch(new URL(`/admin/teams/${ADMIN_TEAM_NAME}/templates/base`, opts.edgeUrl), {
       method: "PUT",
@@ -73,6 +75,22 @@ export async function seedCodeInterpreter(edgeUrl: string, adminApiKey: string, 
     });
     if (!res.ok) throw new Error(`seeding template ${name} through ${edgeUrl}: ${res.status} ${await res.text()}`);
   }
+}
+
+/**
+ * Tells an admin team's template that its root filesystem is now `rootfsId` (the rest of the spec
+ * as it is: a scale or edit made meanwhile stays). The revision changes, so its pool replaces the
+ * unclaimed members made before (those on the host's view while `base` was building); claimed
+ * sandboxes are not touched.
+ */
+export async function putTemplateRootfs(edgeUrl: string, adminApiKey: string, templateId: string, rootfsId: string): Promise<void> {
+  const url = new URL(`/admin/teams/${ADMIN_TEAM_NAME}/templates/${templateId}`, edgeUrl);
+  const headers = { "content-type": "application/json", "x-api-key": adminApiKey };
+  const got = await fetch(url, { headers });
+  if (!got.ok) throw new Error(`reading template ${templateId}: ${got.status} ${await got.text()}`);
+  const t = (await got.json()) as { public: boolean; spec: TemplateSpec };
+  const res = await fetch(url, { method: "PUT", headers, body: JSON.stringify({ public: t.public, spec: { ...t.spec, rootfsId } }) });
+  if (!res.ok) throw new Error(`putting template ${templateId}'s root filesystem: ${res.status} ${await res.text()}`);
 }
 
 if (import.meta.main) {

@@ -5,10 +5,11 @@
 // again with backoff (scripts/lib/supervisor.ts), and the launcher stays in charge until Ctrl-C,
 // which stops everything (the agent first: it stops the sandboxes' processes and keeps their files).
 import { resolve } from "node:path";
-import { buildBaseInBackground, codeInterpreterRootfs } from "./lib/base-rootfs.ts";
+import { RootfsStore } from "../controllers/drivers/local/rootfs/store.ts";
+import { baseBuilt, buildBaseInBackground, codeInterpreterRootfs } from "./lib/base-rootfs.ts";
 import { quotaDefaults } from "./lib/edge.ts";
 import { startSystem } from "./lib/system.ts";
-import { seedCodeInterpreter } from "./seed.ts";
+import { putTemplateRootfs, seedCodeInterpreter } from "./seed.ts";
 
 const dataDir = resolve(process.env.SBX_DATA_DIR ?? ".data");
 const edgePort = Number(process.env.PORT ?? 8787);
@@ -18,6 +19,18 @@ const builder = buildBaseInBackground((line) => console.log(`[base rootfs] ${lin
 const codeInterpreter = codeInterpreterRootfs((line) => console.log(`[code-interpreter rootfs] ${line}`), builder);
 // Teams get wrangler.toml's default quotas, as a deployment does (the admin API changes them).
 const sys = await startSystem({ dataDir, edgePort, baseReplicas: Number(process.env.BASE_POOL ?? 2), agentOutput: "inherit", onExit: "stop", edgeVars: quotaDefaults() });
+// Once built, `base`'s spec names its root filesystem: a new revision, so the warm pool replaces
+// its unclaimed members made on the host's view (the same revision the seed gives at a restart).
+if (builder) {
+  void baseBuilt(builder)
+    .then(async (ok) => {
+      const id = ok ? new RootfsStore().rootfsId("base") : undefined;
+      if (!id) return;
+      await putTemplateRootfs(sys.apiUrl, sys.apiKey, "base", id);
+      console.log("[base rootfs] the warm pool's unclaimed members are being replaced by ones with the root filesystem");
+    })
+    .catch((err: unknown) => console.error("[base rootfs] could not roll the base pool onto the root filesystem:", err));
+}
 
 console.log(`
 Ready. Sandboxes run with isolation level: ${sys.isolation}${builder && builder.exitCode === null ? "\n(the base template is still being built: sandboxes see the host's files until it is ready)" : ""}

@@ -38,6 +38,13 @@ export const TemplateSpec = z.strictObject({
    */
   /** Lifecycle hooks of every sandbox of this template (schema/api/hooks.ts). */
   lifecycle: Lifecycle.optional(),
+  /**
+   * The identity of the root filesystem `image` names where the pool runs (local driver: its
+   * layer ids, `RootfsStore.rootfsId`), as the publisher saw it. Drivers do not read it (they
+   * resolve `image` at every create); it is part of the revision, so re-putting the template
+   * once a new build is there rolls the unclaimed members onto it (`npm start` does, for `base`).
+   */
+  rootfsId: z.string().regex(/^[a-z0-9][a-z0-9.-]{0,255}$/, "rootfsId is [a-z0-9.-], at most 256").optional(),
   sourceRevision: z.string().regex(/^[a-z0-9]{1,64}$/, "sourceRevision is [a-z0-9], at most 64").optional(),
   /** A built template's start and ready commands (E2B setStartCmd/setReadyCmd): every sandbox
    * of it starts the one and is ready once the other passes (controllers/agent/start-commands.ts). */

@@ -1,8 +1,9 @@
 // `npm start`'s part of the `base` template's root filesystem: when it is not built yet, build it
 // in the background (minutes, from Debian's archive: controllers/drivers/local/rootfs/README.md)
 // and report progress, while the system serves sandboxes with the view of the host. The agent
-// looks the template up at every create, so sandboxes created once it is ready get it; those
-// created before keep the host view until they are killed.
+// looks the template up at every create, so sandboxes created once it is ready get it; claimed
+// ones created before keep the host view until they are killed, and the warm pool's unclaimed
+// ones are replaced once `npm start` re-puts the template with the build's `rootfsId`.
 import { spawn, type ChildProcess } from "node:child_process";
 import { createInterface } from "node:readline";
 import { RootfsStore } from "../../controllers/drivers/local/rootfs/store.ts";
@@ -58,4 +59,10 @@ function buildInBackground(command: string, log: Log): ChildProcess {
     });
   }
   return child;
+}
+
+/** Resolves once the builder has ended: true when it built `base`. */
+export function baseBuilt(child: ChildProcess): Promise<boolean> {
+  if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve(child.exitCode === 0);
+  return new Promise((resolve) => child.once("exit", (code) => resolve(code === 0)));
 }

@@ -10,6 +10,7 @@ import { existsSync, mkdirSync, openSync, readFileSync, writeFileSync } from "no
 import { join, resolve } from "node:path";
 import { migrate } from "../migrate.ts";
 import { seed, seedCodeInterpreter } from "../seed.ts";
+import { RootfsStore } from "../../controllers/drivers/local/rootfs/store.ts";
 import { startEdge, type Edge } from "./edge.ts";
 import { exitOf, stopChild } from "./service.ts";
 import { freePort, startSqld, type Sqld } from "./sqld.ts";
@@ -46,6 +47,8 @@ export interface SystemOptions {
   log?: (line: string) => void;
   /** Send traces of the edge and the agent to this OTLP/HTTP collector (default: tracing off). */
   otlpEndpoint?: string;
+  /** The local driver's template root filesystems (default: SBX_ROOTFS_DIR or the user's cache). */
+  rootfsDir?: string;
 }
 
 /** The agent process, as its supervisor sees it. */
@@ -139,7 +142,7 @@ export async function startSystem(opts: SystemOptions): Promise<System> {
     const nodeArgs = process.env.SBX_AGENT_NODE_ARGS?.split(" ").filter(Boolean) ?? [];
     const child = spawn(NODE, [...nodeArgs, ...args], {
       cwd: ROOT,
-      env: { ...process.env, CLUSTER_TOKEN: secrets.clusterToken },
+      env: { ...process.env, CLUSTER_TOKEN: secrets.clusterToken, ...(opts.rootfsDir ? { SBX_ROOTFS_DIR: opts.rootfsDir } : {}) },
       stdio: ["ignore", out, out],
       detached: true,
     });
@@ -176,7 +179,7 @@ export async function startSystem(opts: SystemOptions): Promise<System> {
     await migrate(sqldUrl);
     await edge.start();
     await agent.start();
-    await seed({ libsqlUrl: sqldUrl, adminApiKey: secrets.adminApiKey, pepper: secrets.pepper, baseReplicas: opts.baseReplicas ?? 2, edgeUrl });
+    await seed({ libsqlUrl: sqldUrl, adminApiKey: secrets.adminApiKey, pepper: secrets.pepper, baseReplicas: opts.baseReplicas ?? 2, edgeUrl, baseRootfsId: new RootfsStore(opts.rootfsDir).rootfsId("base") });
     if (opts.codeInterpreterReplicas !== undefined) await seedCodeInterpreter(edgeUrl, secrets.adminApiKey, opts.codeInterpreterReplicas);
   } catch (err) {
     // The parts run detached: nothing else would stop them.

@@ -149,6 +149,12 @@ export class RootfsStore {
     return t.layers.map((id) => this.layerTree(id));
   }
 
+  /** What a template's root filesystem is, for a template spec's `rootfsId`: its layer ids, bottom
+   * first, joined by dots (a rebuilt layer has a new id); undefined while it is not all there. */
+  rootfsId(name: string): string | undefined {
+    return this.templateTrees(name) ? this.template(name)!.layers.join(".") : undefined;
+  }
+
   templates(): TemplateRecord[] {
     let names: string[];
     try {

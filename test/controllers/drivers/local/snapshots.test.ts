@@ -16,8 +16,13 @@ const cgroupName = `kruise-test-${process.pid}-snap`;
 let driver = new LocalDriver({ dataDir, cgroupName });
 const noDiskDir = mkdtempSync(join(tmpdir(), "local-snap-nodisk-"));
 const noDisk = new LocalDriver({ dataDir: noDiskDir, cgroupName: `${cgroupName}-nodisk`, disk: false });
+// The host view only: the default store has `base` (the tier's global setup builds it), so
+// `driver`'s sandboxes have a root of their own.
+const hostViewDir = mkdtempSync(join(tmpdir(), "local-snap-host-"));
+const hostView = new LocalDriver({ dataDir: hostViewDir, cgroupName: `${cgroupName}-host`, rootfs: false });
 
 afterAll(async () => {
+  await destroyAll(hostView, hostViewDir);
   await destroyAll(noDisk, noDiskDir);
   await destroyAll(driver, dataDir);
 });
@@ -56,17 +61,20 @@ describe("local snapshots", () => {
 
   it("restoreFs of a running sandbox (host view) ends its processes before its files are put back, then starts it again", async () => {
     const d = desired();
-    await driver.ensure(d);
-    await sh(driver, d.id, "echo one > /home/user/f");
-    const snap = await driver.snapshotFs(d.id, `snap${process.pid}r`);
-    await sh(driver, d.id, "echo two > /home/user/f; (setsid sleep 987 </dev/null >/dev/null 2>&1 &)");
-    const sleeping = "ps -eo args | grep -c '^sleep 987' || true";
-    expect((await sh(driver, d.id, sleeping)).stdout).toBe("1\n");
-    await driver.restoreFs(d.id, snap);
-    expect((await driver.observe(d.id))?.phase).toBe("Running");
-    // Nothing of the sandbox ran while its files changed owners; it runs again on them.
-    expect((await sh(driver, d.id, `${sleeping}; cat /home/user/f; stat -c %U /home/user/f`)).stdout).toBe("0\none\nuser\n");
-    await driver.deleteSnapshot(snap);
+    await hostView.ensure(d);
+    expect((await sh(hostView, d.id, "test -e /usr/bin/python || echo host")).stdout).toBe("host\n");
+    await sh(hostView, d.id, "echo one > /home/user/f");
+    const snap = await hostView.snapshotFs(d.id, `snap${process.pid}r`);
+    // A process that keeps writing the sandbox's files, detached from any command.
+    await sh(hostView, d.id, "echo two > /home/user/f; (setsid sh -c 'while :; do echo x >> /home/user/w; sleep 0.01; done' </dev/null >/dev/null 2>&1 &)");
+    const writing = "ps -eo args | grep -c '^sh -c while' || true";
+    expect((await sh(hostView, d.id, writing)).stdout).toBe("1\n");
+    await hostView.restoreFs(d.id, snap);
+    expect((await hostView.observe(d.id))?.phase).toBe("Running");
+    // Nothing of the sandbox ran while its files were put back and changed owners (the writer
+    // would have written /home/user/w again); it runs again on exactly the snapshot's files.
+    expect((await sh(hostView, d.id, `${writing}; ls /home/user; cat /home/user/f; stat -c %U /home/user/f`)).stdout).toBe("0\nf\none\nuser\n");
+    await hostView.deleteSnapshot(snap);
   });
 
   it("takes a Freeze-paused sandbox as it is and leaves it paused", async () => {
