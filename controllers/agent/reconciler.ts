@@ -218,6 +218,7 @@ export class Reconciler {
       phase: notReady ? "Failed" : phaseOf(obs),
       ready,
       endpoint: { runtime: EMBEDDED_ENDPOINT },
+      address: obs.address,
       revision: intent.template?.revision,
       reason: notReady ? NOT_READY_REASON : obs.phase === "Failed" ? "SandboxFailed" : undefined,
       message: notReady ?? obs.message,
@@ -309,6 +310,7 @@ export class Reconciler {
       phase: phaseOf(obs),
       ready,
       endpoint: obs.endpoint ? { runtime: obs.endpoint } : null,
+      address: obs.address,
       revision: intent.template?.revision,
       reason,
       message,
@@ -348,7 +350,7 @@ export class Reconciler {
     else this.#phases.set(obs.sandboxId, { phase: obs.phase, pool: this.#d.store.get(obs.sandboxId)?.owner.kind === "pool" });
     // One line per phase change (not per pass): what an operator greps a sandbox's history for.
     if (was !== obs.phase) LOG.info("phase", { sandboxId: obs.sandboxId, generation: obs.generation, phase: obs.phase, from: was, reason: obs.reason, traceId: traceId || undefined });
-    const key = `${obs.generation}|${obs.phase}|${obs.ready}|${obs.endpoint?.runtime ?? ""}|${obs.reason ?? ""}|${obs.message ?? ""}|${obs.revision ?? ""}`;
+    const key = `${obs.generation}|${obs.phase}|${obs.ready}|${obs.endpoint?.runtime ?? ""}|${obs.address ?? ""}|${obs.reason ?? ""}|${obs.message ?? ""}|${obs.revision ?? ""}`;
     if (this.#reported.get(obs.sandboxId) === key) return;
     this.#reported.set(obs.sandboxId, key);
     this.#d.report(obs);
@@ -369,6 +371,7 @@ export class Reconciler {
         phase: phaseOf(o),
         ready: o?.phase === "Running" && this.#configured.get(id) === generation,
         endpoint: o ? { runtime: o.endpoint ?? EMBEDDED_ENDPOINT } : null,
+        address: o?.address,
         revision: intent?.template?.revision,
         observedAt: this.#now(),
       };

@@ -85,6 +85,9 @@ export interface SandboxObservation {
    * whether the sandbox is ready for it, with a CamelCase reason when not. */
   endpoint?: string;
   ready?: boolean;
+  /** The sandbox's own IP address (the local sandbox's on the bridge, a pod's IP), when it has
+   * one: OpenKruise's `return-sandbox-ip` reports it. */
+  address?: string;
   reason?: string;
 }
 

@@ -154,6 +154,7 @@ function buildSpec(
     pauseStrategy: claimed.pauseStrategy,
     pausedRetentionMs: ext.pausedRetentionMs,
     neverTimeout: ext.neverTimeout,
+    ...(ext.returnSandboxIp ? { returnSandboxIp: true } : {}),
     envdAccessToken: insecure ? null : token(),
     trafficAccessToken: body.network?.allowPublicTraffic === false ? token() : null,
     ...(ext.inplaceUpdate ? { inplaceUpdate: ext.inplaceUpdate } : {}),

@@ -2,6 +2,7 @@
 // route a request (RouteInfo), and the libSQL index row.
 import type { IndexRow } from "../store/sandbox-index.ts";
 import type { Endpoint } from "../../schema/protocol/index.ts";
+import { SANDBOX_IP_KEY } from "../../schema/api/extensions.ts";
 import { visibleState, type Condition, type Phase, type SandboxSpec, type SandboxState, type VisibleState } from "./state.ts";
 
 export interface SandboxInfo {
@@ -66,7 +67,7 @@ export function sandboxInfo(s: SandboxState): SandboxInfo {
     envdVersion: spec.envdVersion,
     envdAccessToken: spec.envdAccessToken,
     trafficAccessToken: spec.trafficAccessToken,
-    metadata: spec.metadata,
+    metadata: spec.returnSandboxIp && s.address ? { ...spec.metadata, [SANDBOX_IP_KEY]: s.address } : spec.metadata,
     allowInternetAccess: spec.allowInternetAccess,
     network: spec.network,
     lifecycle: { onTimeout: spec.lifecycle.onTimeout, autoResume: spec.lifecycle.autoResume },

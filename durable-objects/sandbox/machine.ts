@@ -284,6 +284,7 @@ function observe(s: SandboxState, obs: Observation, now: number): Transition {
   if (obs.generation < s.generation) return ok(s, []);
   s.observedGeneration = Math.max(s.observedGeneration, obs.generation);
   if (obs.endpoint) s.endpoint = obs.endpoint;
+  if (obs.address) s.address = obs.address;
   const before = { phase: s.phase, endAt: s.endAt };
   switch (obs.phase) {
     case "Deleted":

@@ -34,6 +34,9 @@ import { countInObject } from "../metrics/edge-metrics.ts";
 import { EDGE } from "../metrics/families.ts";
 import { edgeLogger } from "../tracing/edge-log.ts";
 
+/** Bound on waiting for the address of a `return-sandbox-ip` create once the sandbox runs. */
+const ADDRESS_WAIT_MS = 5_000;
+
 const LOG = edgeLogger("sandbox-group");
 
 export { sandboxGroupOf } from "./stub.ts";
@@ -158,8 +161,13 @@ export class SandboxGroupDO extends DurableObject<Env> {
           if (ready.error.code !== ErrorCode.sandboxNotFound) await this.apply(id, { type: "abandon" }, 0);
           return ready;
         }
-        return { ok: true, sandbox: sandboxInfo(ready.state) };
       }
+      if (input.spec.returnSandboxIp && !slot.state?.address) {
+        // The agent's observation of the new generation carries the address (send() asked
+        // ClusterDO to route it); a sandbox without a network of its own has none to wait for.
+        await this.waitRunning(id, Math.min(ADDRESS_WAIT_MS, Math.max(0, deadline - Date.now())), input.waitMs, (s) => !!s.address);
+      }
+      if (!slot.state || slot.state.phase === "Terminating") return notFound(id);
       return { ok: true, sandbox: sandboxInfo(slot.state) };
     } finally {
       slot.busy--;
@@ -493,7 +501,10 @@ export class SandboxGroupDO extends DurableObject<Env> {
    */
   private async send(id: string, slot: Slot, intent: Intent, awaitAckMs: number, index: IndexOp[] = [], traceparent?: string): Promise<EnqueueResult> {
     const cluster = slot.state!.spec.cluster;
-    const opts: EnqueueOptions = awaitAckMs > 0 ? { awaitAckMs, knownEndpoint: slot.state!.endpoint } : {};
+    // The observation repeating an applied ack is dropped when the owner knows all it says; one
+    // that brings the address `return-sandbox-ip` waits for is not.
+    const knowsAll = !slot.state!.spec.returnSandboxIp || !!slot.state!.address;
+    const opts: EnqueueOptions = awaitAckMs > 0 ? (knowsAll ? { awaitAckMs, knownEndpoint: slot.state!.endpoint } : { awaitAckMs }) : {};
     if (index.length) opts.index = index;
     if (traceparent) opts.traceparent = traceparent;
     slot.sending = Math.max(slot.sending, intent.generation);
@@ -581,14 +592,14 @@ export class SandboxGroupDO extends DurableObject<Env> {
   }
 
   /** `boundMs`: the caller's whole bound, for the message, when `ms` is what is left of it. */
-  private async waitRunning(id: string, ms: number, boundMs = ms): Promise<Result<{ state: SandboxState }>> {
+  private async waitRunning(id: string, ms: number, boundMs = ms, also: (s: SandboxState) => boolean = () => true): Promise<Result<{ state: SandboxState }>> {
     const slot = this.slots.get(id);
     const deadline = Date.now() + ms;
     try {
       for (;;) {
         const s = slot.state;
         if (!s || s.phase === "Terminating") return notFound(id);
-        if (s.phase === "Running") return { ok: true, state: s };
+        if (s.phase === "Running" && also(s)) return { ok: true, state: s };
         if (s.phase === "Failed") return { ok: false, error: { code: ErrorCode.createFailed, message: failureMessage(s) } };
         const left = deadline - Date.now();
         if (left <= 0) return { ok: false, error: { code: ErrorCode.placementTimeout, message: `Sandbox "${id}" did not become ready within ${boundMs} ms${retryDetail(s)}` } };

@@ -51,6 +51,8 @@ export interface SandboxSpec {
   pausedRetentionMs: number | null;
   /** `e2b.agents.kruise.io/never-timeout`: no end of life at all. */
   neverTimeout: boolean;
+  /** `e2b.agents.kruise.io/return-sandbox-ip`: its metadata shows `address` (read models). */
+  returnSandboxIp?: boolean;
   envdAccessToken: string | null;
   trafficAccessToken: string | null;
   /** The create's in-place change of the claimed member (image, CPU), sent with every intent so
@@ -78,6 +80,8 @@ export interface SandboxState {
   /** While terminating: forget the sandbox at this time even without the agent's confirmation. */
   purgeAt: number | null;
   endpoint: Endpoint | null;
+  /** The sandbox's own IP address, as its agent last observed it. */
+  address?: string;
   /** Revision of the index row; bumped on every index write. */
   rev: number;
   /** The last upgrade an update ops run asked for (durable-objects/ops/): its target revision

@@ -2,6 +2,7 @@
 import type { ListedSandbox, Sandbox, SandboxDetail } from "../../schema/api/sandbox.ts";
 import type { SandboxInfo } from "../../durable-objects/sandbox/info.ts";
 import type { IndexRow } from "../../durable-objects/store/sandbox-index.ts";
+import { SANDBOX_IP_KEY } from "../../schema/api/extensions.ts";
 
 /** Deprecated upstream and unused by the SDKs, but required in the responses. */
 const CLIENT_ID = "edge";
@@ -22,6 +23,7 @@ export function renderSandbox(s: SandboxInfo, domain: string | undefined): Sandb
     domain: domain ?? null,
   };
   if (s.envdAccessToken !== null) out.envdAccessToken = s.envdAccessToken;
+  if (SANDBOX_IP_KEY in s.metadata) out.metadata = s.metadata;
   return out;
 }
 

@@ -1,17 +1,24 @@
 // Keeps Connect server streams honest across the gateway.
 //
-// When the upstream dies mid-stream, workerd ends the client's response cleanly (workerd#6818), so
-// the SDK would see a stream without its end-stream frame and report a protocol error instead of
-// a killed sandbox. This guard forwards whole envelopes only and, if the upstream errors or ends
-// without an end-stream envelope, appends one carrying code `unknown` and a "Network connection
-// lost" message: the SDK then probes /health, gets the gateway's 502 and reports the sandbox as
-// killed or expired, exactly as it does against E2B. The caller may name another end for a cut
-// stream (the gateway's, when the sandbox's agent itself went away: agent-unavailable.ts).
+// A stream is forwarded in whole envelopes only. When the upstream dies mid-stream (the sandbox
+// was killed, its runtime went away) and no end-stream envelope came, the client's response is
+// cut the way E2B's proxy cuts it: the body errors, so workerd closes the connection without the
+// chunked terminator and the SDK sees a transport error (undici's "terminated", pyqwest's
+// ReadError). Both SDKs then probe /health, get the gateway's 502 "not found" and report the
+// sandbox as killed (JS: TimeoutError "killed or reached its end of life"; Python:
+// SandboxNotRunningException). A well-formed end-stream error would instead reach Python as
+// SandboxException "unknown". The caller may name an end-stream envelope for a cut stream
+// instead (the gateway's, when the sandbox's agent itself went away: agent-unavailable.ts).
 
 export const END_STREAM = 0x02;
 const HEADER = 5;
 
-const LOST = new TextEncoder().encode(JSON.stringify({ error: { code: "unknown", message: "Network connection lost (gateway)" } }));
+/** The reason the client's response is cut with (it never reaches the client: only the cut does). */
+export class StreamCut extends Error {
+  constructor() {
+    super("the sandbox's stream ended without its end-stream message");
+  }
+}
 
 export function envelope(flags: number, payload: Uint8Array): Uint8Array {
   const out = new Uint8Array(HEADER + payload.length);
@@ -27,7 +34,7 @@ export function isConnectStream(contentType: string | null): boolean {
 
 /**
  * Wraps an upstream Connect stream body; see the module comment. `endWhenCut`: the end-stream
- * envelope to append when the upstream is cut (undefined, or none given: the "connection lost" one).
+ * envelope to append when the upstream is cut (undefined, or none given: the response is cut).
  */
 export function guardConnectStream(upstream: ReadableStream<Uint8Array>, endWhenCut?: () => Promise<Uint8Array | undefined>): ReadableStream<Uint8Array> {
   const reader = upstream.getReader();
@@ -66,7 +73,11 @@ export function guardConnectStream(upstream: ReadableStream<Uint8Array>, endWhen
           result = { done: true, value: undefined };
         }
         if (result.done) {
-          if (!ended) controller.enqueue((await endWhenCut?.()) ?? envelope(END_STREAM, LOST));
+          if (!ended) {
+            const end = await endWhenCut?.();
+            if (!end) return controller.error(new StreamCut());
+            controller.enqueue(end);
+          }
           controller.close();
           return;
         }

@@ -10,6 +10,8 @@ import { ApiError } from "../errors.ts";
 import { AutoPausePolicy } from "./auto-pause.ts";
 
 const EXT = "e2b.agents.kruise.io/";
+/** Where `return-sandbox-ip` puts the sandbox's address in its metadata (upstream's key). */
+export const SANDBOX_IP_KEY = `${EXT}sandbox-ip`;
 /** OpenKruise extensions that depend on Pods/CSI and have no meaning on this edge yet. */
 const UNSUPPORTED = new Set([
   "csi-volume-config",
@@ -18,7 +20,6 @@ const UNSUPPORTED = new Set([
   "csi-subpath",
   "reserve-failed-sandbox",
   "reserve-failed-sandbox-for",
-  "return-sandbox-ip",
   "sandbox-name",
   "sandbox-generate-name",
 ]);
@@ -41,6 +42,8 @@ export interface CreateExtensions {
   /** `image`, `cpu-limit` / `cpu-request`: the claimed member changed in place (CPU in cores:
    * the limit, else the request, as the driver sets both). Undefined when none was given. */
   inplaceUpdate?: InplaceUpdate;
+  /** `return-sandbox-ip`: the sandbox's metadata shows its IP address (SANDBOX_IP_KEY). */
+  returnSandboxIp?: boolean;
   /** `auto-pause-policy` (JSON, schema/api/auto-pause.ts): pause when a probe says idle. */
   autoPausePolicy?: AutoPausePolicy;
 }
@@ -115,6 +118,9 @@ function applyExtension(out: CreateExtensions, cpu: { limit?: number; request?: 
     case "never-timeout":
       out.neverTimeout = bool(value, key);
       return;
+    case "return-sandbox-ip":
+      out.returnSandboxIp = bool(value, key);
+      return;
     case "skip-init-runtime":
       out.skipInitRuntime = bool(value, key);
       return;
@@ -140,7 +146,7 @@ function applyExtension(out: CreateExtensions, cpu: { limit?: number; request?: 
 function bool(value: string, key: string): boolean {
   if (value === "true") return true;
   if (value === "false") return false;
-  throw new ApiError("bad_request", `metadata "${key}" must be "true" or "false"`);
+  throw new ApiError("bad_request", `metadata "${key}" must be "true" or "false", not ${JSON.stringify(value)}`);
 }
 
 const UNIT_MS: Record<string, number> = { ns: 1e-6, us: 1e-3, "µs": 1e-3, ms: 1, s: 1000, m: 60_000, h: 3_600_000 };

@@ -139,6 +139,8 @@ export const Sandbox = z.object({
   envdAccessToken: z.string().optional(),
   trafficAccessToken: z.string().nullable().optional(),
   domain: z.string().nullable().optional(),
+  /** OpenKruise adds it; here only with `return-sandbox-ip`, which puts the address in it. */
+  metadata: z.record(z.string(), z.string()).optional(),
 });
 export type Sandbox = z.infer<typeof Sandbox>;
 

@@ -59,6 +59,9 @@ export const ObservationSchema = z.object({
   /** Machine-readable CamelCase reason (e.g. `ImagePullFailed`, `OOMKilled`), and a message. */
   reason: z.string().max(MAX_NAME_LENGTH).optional(),
   message: z.string().max(MAX_MESSAGE_LENGTH).optional(),
+  /** The sandbox's own IP address (a pod IP; a local sandbox's address on the bridge), for
+   * OpenKruise's `return-sandbox-ip`. */
+  address: z.string().min(1).max(MAX_NAME_LENGTH).optional(),
   /** Template revision the sandbox actually runs (lets the pool count updated members). */
   revision: z.string().max(MAX_NAME_LENGTH).optional(),
   /** Agent clock, ms since the epoch. */

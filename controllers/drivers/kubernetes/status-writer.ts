@@ -58,6 +58,7 @@ export class StatusWriter {
       enforced,
       ready: state.ready,
       endpoint: state.driverPhase === "Running" ? runtimeUrl(pod) : undefined,
+      address: pod?.status?.podIP || undefined,
       reason: state.reason,
       message: state.message || undefined,
     };

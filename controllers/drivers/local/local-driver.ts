@@ -459,6 +459,7 @@ export class LocalDriver implements Driver {
       level: rec.level,
       createdAt: rec.createdAt,
       enforced: this.#enforced(rec),
+      address: rec.net?.address,
     };
     if (rec.phase === "Stopped") return { ...base, phase: "Stopped", pauseStrategy: "Stop" };
     if (!alive(rec.nsInit)) {
@@ -626,12 +627,14 @@ export class LocalDriver implements Driver {
       if (!rec) throw new SandboxNotFoundError(id);
       const snap = this.#snapshots.need(snapshot.id);
       const layout = this.#layout(id, rec);
-      if (rec.root && rec.phase !== "Stopped" && alive(rec.nsInit)) {
-        // An overlay's upper directory must not change under its mount: the running sandbox's
-        // processes end, its root is mounted again on the restored upper, and a new holder starts
-        // (as a VM restored from a disk snapshot reboots).
+      if (rec.phase !== "Stopped" && alive(rec.nsInit)) {
+        // No process of the sandbox may run while its files are replaced and their owners
+        // shifted: one could swap a directory for a link between the walk's lstat and readdir
+        // (and an overlay's upper must not change under its mount). They end, the root is mounted
+        // again on the restored upper, and a new holder starts (as a VM restored from a disk
+        // snapshot reboots).
         await this.#endProcesses(rec);
-        await unmountRoot(this.#spawner, layout.merged);
+        if (rec.root) await unmountRoot(this.#spawner, layout.merged);
         await this.#snapshots.fillLayer(snap, layout.layer);
         await shiftOwners(layout.layer, snap.userns ?? IDENTITY, rec.userns ?? IDENTITY);
         await this.#syncEgress(await this.#syncNet(await this.#start(rec)));

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { guardConnectStream } from "../../../functions/gateway/connect-guard.ts";
+import { guardConnectStream, StreamCut } from "../../../functions/gateway/connect-guard.ts";
 
 const enc = new TextEncoder();
 function env(flags: number, json: unknown): Uint8Array {
@@ -33,6 +33,21 @@ async function envelopes(s: ReadableStream<Uint8Array>): Promise<{ flags: number
   return out;
 }
 
+/** The envelopes read before the stream errored, and the error. */
+async function readUntilError(s: ReadableStream<Uint8Array>): Promise<{ got: { flags: number; body: unknown }[]; error: unknown }> {
+  const reader = s.getReader();
+  const chunks: Uint8Array[] = [];
+  for (;;) {
+    try {
+      const r = await reader.read();
+      if (r.done) return { got: await envelopes(streamOf(chunks)), error: undefined };
+      chunks.push(r.value);
+    } catch (error) {
+      return { got: await envelopes(streamOf(chunks)), error };
+    }
+  }
+}
+
 describe("guardConnectStream", () => {
   it("passes a complete stream through unchanged, even split mid-envelope", async () => {
     const a = env(0, { event: { start: { pid: 1 } } });
@@ -45,18 +60,26 @@ describe("guardConnectStream", () => {
     ]);
   });
 
-  it("appends an end-stream error when the upstream ends early", async () => {
-    const got = await envelopes(guardConnectStream(streamOf([env(0, { event: { data: {} } })])));
-    expect(got.at(-1)).toEqual({ flags: 2, body: { error: { code: "unknown", message: "Network connection lost (gateway)" } } });
+  it("cuts the response (the body errors, no end-stream envelope) when the upstream ends early", async () => {
+    const { got, error } = await readUntilError(guardConnectStream(streamOf([env(0, { event: { data: {} } })])));
+    expect(got).toEqual([{ flags: 0, body: { event: { data: {} } } }]);
+    expect(error).toBeInstanceOf(StreamCut);
   });
 
-  it("drops a torn envelope and appends the error when the upstream fails", async () => {
+  it("drops a torn envelope and cuts the response when the upstream fails", async () => {
     const whole = env(0, { n: 1 });
     const torn = env(0, { n: 2 }).subarray(0, 7);
-    const got = await envelopes(guardConnectStream(streamOf([whole, torn], true)));
+    const { got, error } = await readUntilError(guardConnectStream(streamOf([whole, torn], true)));
+    expect(got).toEqual([{ flags: 0, body: { n: 1 } }]);
+    expect(error).toBeInstanceOf(StreamCut);
+  });
+
+  it("ends with the caller's end-stream envelope when it names one for a cut stream", async () => {
+    const end = env(2, { error: { code: "aborted", message: "agent away" } });
+    const got = await envelopes(guardConnectStream(streamOf([env(0, { n: 1 })], true), async () => end));
     expect(got).toEqual([
       { flags: 0, body: { n: 1 } },
-      { flags: 2, body: { error: { code: "unknown", message: "Network connection lost (gateway)" } } },
+      { flags: 2, body: { error: { code: "aborted", message: "agent away" } } },
     ]);
   });
 });

@@ -2,6 +2,7 @@
 // check). The scripted agent has no runtime behind its ingress, so a running sandbox's sample is
 // absent here (the e2e test reads real figures through the real ingress).
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { E2B_ROUTES } from "../../../schema/api/e2b-routes.gen.ts";
 import type { ScriptedAgent } from "../../support/scripted-agent.ts";
 import { call, createTeam, expectError, expectStatus, startAgent, unique, type TestTeam } from "../helpers.ts";
 
@@ -44,6 +45,39 @@ describe("E2B routes this server does not serve", () => {
     await expectError(call("/no/such/route", { key: team.key }), 404, /not found/);
     await expectStatus(call(`/sandboxes/${own}`, { key: team.key }), 200);
   });
+});
+
+describe("every route of E2B's OpenAPI spec (schema/api/e2b-routes.gen.ts, checked against it in unit)", () => {
+  // Served or a 501 naming it; never the router's "Route … not found", which an SDK reads as the
+  // sandbox or template being gone. Path parameters: the caller's own sandbox (an unknown one for
+  // DELETE, which would end it), placeholders for the rest.
+  const unknownSandbox = "nosuchsandbox0000000";
+  for (const [method, path] of E2B_ROUTES) {
+    it(`${method} ${path}`, async () => {
+      const url = path.replace(/\{(\w+)\}/g, (_, name: string) => (name === "sandboxID" ? (method === "DELETE" ? unknownSandbox : own) : `x${name.toLowerCase()}1`));
+      const res = await call(url, { key: team.key, method, body: method === "GET" || method === "DELETE" ? undefined : {} });
+      const text = await res.text();
+      expect(text).not.toMatch(/^\{"code":404,"message":"Route /);
+      if (res.status === 501) expect(JSON.parse(text)).toEqual({ code: 501, message: `${method} ${path} is not supported by this server yet` });
+    });
+  }
+});
+
+describe("validation messages name the rejected value", () => {
+  const cases: [what: string, body: Record<string, unknown>, message: string][] = [
+    ["a negative timeout", { timeout: -5 }, "timeout -5"],
+    ["a templateID that is not a string", { templateID: 42 }, "templateID 42"],
+    ["a boolean extension", { metadata: { "e2b.agents.kruise.io/never-timeout": "maybe" } }, '"maybe"'],
+    ["a duration extension", { metadata: { "e2b.agents.kruise.io/reserve-paused-sandbox-duration": "3 days" } }, '"3 days"'],
+    ["a CPU extension", { metadata: { "e2b.agents.kruise.io/cpu-limit": "lots" } }, '"lots"'],
+  ];
+  for (const [what, body, message] of cases) {
+    it(what, async () => {
+      const res = await call("/v2/sandboxes", { key: team.key, body: { templateID: team.template, ...body } });
+      expect(res.status).toBe(400);
+      expect(((await res.json()) as { message: string }).message).toContain(message);
+    });
+  }
 });
 
 describe("metrics", () => {

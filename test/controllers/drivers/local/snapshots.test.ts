@@ -54,6 +54,21 @@ describe("local snapshots", () => {
     await expect(driver.ensure({ ...desired(), restoreFrom: { id: snap.id } })).rejects.toThrow(/snapshot .* does not exist/);
   });
 
+  it("restoreFs of a running sandbox (host view) ends its processes before its files are put back, then starts it again", async () => {
+    const d = desired();
+    await driver.ensure(d);
+    await sh(driver, d.id, "echo one > /home/user/f");
+    const snap = await driver.snapshotFs(d.id, `snap${process.pid}r`);
+    await sh(driver, d.id, "echo two > /home/user/f; (setsid sleep 987 </dev/null >/dev/null 2>&1 &)");
+    const sleeping = "ps -eo args | grep -c '^sleep 987' || true";
+    expect((await sh(driver, d.id, sleeping)).stdout).toBe("1\n");
+    await driver.restoreFs(d.id, snap);
+    expect((await driver.observe(d.id))?.phase).toBe("Running");
+    // Nothing of the sandbox ran while its files changed owners; it runs again on them.
+    expect((await sh(driver, d.id, `${sleeping}; cat /home/user/f; stat -c %U /home/user/f`)).stdout).toBe("0\none\nuser\n");
+    await driver.deleteSnapshot(snap);
+  });
+
   it("takes a Freeze-paused sandbox as it is and leaves it paused", async () => {
     const src = desired({ pauseStrategy: "Freeze" });
     await driver.ensure(src);
