@@ -169,6 +169,7 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
           send: (items) => link.sendBuildEvents(items),
           log: (msg, fields) => agentLog.info(msg, fields),
           journalDir: join(opts.dataDir, "builds"),
+          network: driver instanceof LocalDriver ? (dir) => driver.stepNetwork(dir) : undefined,
         })
       : undefined;
   retired = builder && driver instanceof LocalDriver ? new RetiredTemplates(new RootfsStore(), () => driver.layersInUse()) : undefined;

@@ -9,6 +9,8 @@
 //   const whl = mirror.addWheel({ name: "mirror_pkg", module: "VALUE = 1" });
 //   ... inside: echo "${mirror.aptSource}" > /etc/apt/sources.list.d/mirror.list; apt-get install -y hello-mirror
 //   ...         pip install --index-url ${mirror.pipIndex} --trusted-host ${mirror.ip} mirror_pkg
+//   const repo = mirror.addGitRepo({ name: "demo", files: { "README": "hi" } });  // git clone <repo>
+//   mirror.addNpm({ name: "mirror-npm", main: "module.exports = 1" });  // npm install --registry ${mirror.npmRegistry}
 //   mirror.stop();
 //
 // Packages can be added after start: the indexes are rewritten on each add and the server reads
@@ -46,6 +48,21 @@ export interface WheelSpec {
   module: string;
 }
 
+export interface GitRepoSpec {
+  /** Repository name: letters, digits, `-`, `_`. */
+  name: string;
+  /** Path → text of the one commit's files. */
+  files: Record<string, string>;
+}
+
+export interface NpmSpec {
+  /** Unscoped npm package name: lowercase letters, digits, `-`. */
+  name: string;
+  version?: string;
+  /** The text of index.js. */
+  main: string;
+}
+
 export interface PackageMirror {
   /** The mirror's address, as the sandbox reaches it. */
   ip: string;
@@ -57,6 +74,12 @@ export interface PackageMirror {
   addDeb(spec: DebSpec): string;
   /** Builds a pure-Python wheel into the simple index; returns its file name. */
   addWheel(spec: WheelSpec): string;
+  /** The npm registry's URL (packuments and tarballs), for `npm install --registry`. */
+  npmRegistry: string;
+  /** A one-commit git repository served over git's dumb HTTP protocol; returns its clone URL. */
+  addGitRepo(spec: GitRepoSpec): string;
+  /** An npm package (one version, index.js) in the registry; returns its tarball's file name. */
+  addNpm(spec: NpmSpec): string;
   stop(): void;
 }
 
@@ -152,8 +175,62 @@ export async function startPackageMirror(): Promise<PackageMirror> {
     return file;
   }
 
+  function addGitRepo({ name, files: tree }: GitRepoSpec): string {
+    if (!/^[A-Za-z0-9_-]+$/.test(name)) throw new Error(`not a repository name: ${name}`);
+    const work = mkdtempSync(join(root, ".git-"));
+    const git = (cwd: string, ...args: string[]) =>
+      execFileSync("git", ["-c", "user.name=tests", "-c", "user.email=tests@localhost", "-c", "init.defaultBranch=main", ...args], { cwd, stdio: ["ignore", "ignore", "pipe"] });
+    try {
+      for (const [path, text] of Object.entries(tree)) {
+        mkdirSync(join(work, path, ".."), { recursive: true });
+        writeFileSync(join(work, path), text);
+      }
+      git(work, "init", "-q");
+      git(work, "add", "-A");
+      git(work, "commit", "-q", "-m", "stand-in");
+      const bare = join(root, "git", `${name}.git`);
+      mkdirSync(join(root, "git"), { recursive: true });
+      git(root, "clone", "-q", "--bare", work, bare);
+      // The dumb protocol reads info/refs and objects as plain files.
+      git(bare, "update-server-info");
+      return `http://${ip}:${MIRROR_PORT}/git/${name}.git`;
+    } finally {
+      rmSync(work, { recursive: true, force: true });
+    }
+  }
+
+  function addNpm({ name, version = "1.0.0", main }: NpmSpec): string {
+    if (!/^[a-z0-9][a-z0-9-]*$/.test(name)) throw new Error(`not an npm package name: ${name}`);
+    const work = mkdtempSync(join(root, ".npm-"));
+    try {
+      mkdirSync(join(work, "package"));
+      const manifest = { name, version, main: "index.js" };
+      writeFileSync(join(work, "package", "package.json"), JSON.stringify(manifest));
+      writeFileSync(join(work, "package", "index.js"), main);
+      const file = `${name}-${version}.tgz`;
+      mkdirSync(join(root, "npm", "tarballs"), { recursive: true });
+      const tgz = join(root, "npm", "tarballs", file);
+      execFileSync("tar", ["-czf", tgz, "-C", work, "package"], { stdio: ["ignore", "ignore", "pipe"] });
+      const body = readFileSync(tgz);
+      const dist = {
+        tarball: `http://${ip}:${MIRROR_PORT}/npm/tarballs/${file}`,
+        shasum: createHash("sha1").update(body).digest("hex"),
+        integrity: `sha512-${createHash("sha512").update(body).digest("base64")}`,
+      };
+      // The packument at /npm/<name>: what `npm install <name>` asks the registry for.
+      const packument = { name, "dist-tags": { latest: version }, versions: { [version]: { ...manifest, dist } } };
+      writeFileSync(join(root, "npm", name), JSON.stringify(packument));
+      return file;
+    } finally {
+      rmSync(work, { recursive: true, force: true });
+    }
+  }
+
   return {
     ip,
+    npmRegistry: `http://${ip}:${MIRROR_PORT}/npm/`,
+    addGitRepo,
+    addNpm,
     aptSource: `deb [trusted=yes] http://${ip}:${MIRROR_PORT}/debian ./`,
     pipIndex: `http://${ip}:${MIRROR_PORT}/simple/`,
     addDeb,

@@ -38,6 +38,7 @@ import { SandboxNet, type SandboxNetOptions } from "./sandbox-net.ts";
 import { IN_PROCESS, Spawner } from "./spawner.ts";
 import type { LaunchedExit } from "../../runtime/process/launcher.ts";
 import { UidRanges, type IdRange } from "./uid-range.ts";
+import { openStepNet, type StepNet } from "./builder/step-net.ts";
 import { allowSetuid, chownLayer, letOwnersPass, openUserns, probeUserns, unmountUnderSync, type IdmapMount, type OpenUserns } from "./userns.ts";
 
 export interface LocalDriverOptions {
@@ -544,6 +545,12 @@ export class LocalDriver implements Driver {
   async observe(id: string): Promise<SandboxObservation | undefined> {
     const rec = readRecord(layoutFor(this.#dataDir, id).record);
     return rec && this.#observeRecord(rec);
+  }
+
+  /** A template build step's network, like a sandbox's (builder/step-net.ts); undefined where
+   * sandboxes have none (then a step has loopback only). */
+  stepNetwork(stagingDir: string): Promise<StepNet> | undefined {
+    return this.#net && openStepNet(this.#net, this.#relay, stagingDir);
   }
 
   /** Template layers this driver's sandboxes and snapshots mount (a layer in it must stay). */

@@ -12,6 +12,7 @@ import { cgroupSetFor, createCgroups, killAndRemove, procsFiles, removeParents, 
 import { describeStep, layerIdOf, planSteps, rootfsForImage, type PlannedStep } from "./plan.ts";
 import { runStep, type SandboxStep } from "./sandbox.ts";
 import { BuildJournal, removeDeadStaging } from "./journal.ts";
+import type { StepNet } from "./step-net.ts";
 
 export interface BuilderOptions {
   store: RootfsStore;
@@ -28,6 +29,8 @@ export interface BuilderOptions {
   flushMs?: number;
   /** Where unfinished builds are kept, so a restarted agent resumes them (none: not kept). */
   journalDir?: string;
+  /** Opens a step's network (LocalDriver.stepNetwork); none, or undefined from it: loopback only. */
+  network?: (stagingDir: string) => Promise<StepNet> | undefined;
 }
 
 /** Processes one step may have at once. */
@@ -199,7 +202,9 @@ export class TemplateBuilder {
     try {
       if (layout && cg) createCgroups(layout, cg, { cpuCount: frame.cpuCount, memoryMB: frame.memoryMB, pidsMax: STEP_PIDS });
       const step = await this.#sandboxStep(frame, p, staging);
+      const net = await this.#o.network?.(staging);
       const code = await runStep({
+        net,
         cgroupProcs: cg && procsFiles(cg),
         lowers: lowers.map((l) => store.layerTree(l)),
         staging,
@@ -207,7 +212,7 @@ export class TemplateBuilder {
         step,
         timeoutMs: this.#o.stepTimeoutMs ?? 30 * 60_000,
         onLine: (l, stream) => ev.add(l, stream === "stderr" ? "warn" : "info", p.label),
-      });
+      }).finally(() => net?.close());
       if (code !== 0) throw new StepFailed(`step ${p.label} (${p.step.type}) failed: ${exitText(code, frame.memoryMB)}`, p.label);
       rmSync(join(staging, "files"), { force: true });
       await store.commitLayer(staging, { id, kind: "build", source: { step: p.step.type, key: p.key } }, started, "");

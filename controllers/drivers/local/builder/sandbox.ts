@@ -1,12 +1,13 @@
 // One build step in a build sandbox: the parent layers and a fresh upper directory as an overlay,
-// entered by bubblewrap with new mount, pid, ipc, uts, cgroup and network namespaces (loopback
-// only: no step has egress yet), no host path visible, Docker's default capability set for root
+// entered by bubblewrap with new mount, pid, ipc, uts and cgroup namespaces and a network
+// namespace like a sandbox's (step-net.ts; loopback only where the driver has no sandbox
+// network), no host path visible, Docker's default capability set for root
 // inside (a build installs packages and chowns files; no CAP_SYS_ADMIN, no mounts), and the
 // step's user set inside by setpriv. What the tenant sent (commands, paths, env) is only ever
 // positional arguments of our fixed scripts inside the sandbox: never a host process's options or
 // environment.
 import { spawn, spawnSync } from "node:child_process";
-import { closeSync, mkdirSync, openSync, rmSync, writeFileSync } from "node:fs";
+import { closeSync, lstatSync, mkdirSync, openSync, rmSync, writeFileSync } from "node:fs";
 import { join, relative } from "node:path";
 import type { BuildConfig } from "./plan.ts";
 
@@ -68,6 +69,8 @@ export interface StepRun {
   /** cgroup.procs files bwrap joins before it starts anything (the step's limits). */
   cgroupProcs?: string[];
   signal?: AbortSignal;
+  /** The step's network (step-net.ts); none: loopback only. */
+  net?: { nsPath: string; resolvConf: string };
 }
 
 /** Joins the cgroups named by its first arguments (our own paths), then execs the rest. */
@@ -91,6 +94,15 @@ export async function runStep(r: StepRun): Promise<number | null> {
     rmSync(work, { recursive: true, force: true });
     rmSync(merged, { recursive: true, force: true });
     rmSync(join(r.staging, "bwrap-args"), { force: true });
+    rmSync(join(r.staging, "resolv.conf"), { force: true });
+  }
+}
+
+function isFile(path: string): boolean {
+  try {
+    return lstatSync(path).isFile();
+  } catch {
+    return false;
   }
 }
 
@@ -98,7 +110,15 @@ function bwrap(root: string, r: StepRun): Promise<number | null> {
   const s = r.step;
   const args = ["--bind", root, "/", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/run"];
   if (s.kind === "copy") args.push("--ro-bind", s.archive, FILES);
-  args.push("--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-net", "--unshare-cgroup-try", "--hostname", "build", "--die-with-parent", "--new-session");
+  // A sandbox's resolvers over the template's file (as Docker does for RUN), never written into
+  // the layer; a template whose resolv.conf is a link, or that has none, keeps its own.
+  if (r.net && isFile(join(root, "etc", "resolv.conf"))) {
+    const conf = join(r.staging, "resolv.conf");
+    writeFileSync(conf, r.net.resolvConf, { mode: 0o644 });
+    args.push("--ro-bind", conf, "/etc/resolv.conf");
+  }
+  if (!r.net) args.push("--unshare-net");
+  args.push("--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--hostname", "build", "--die-with-parent", "--new-session");
   args.push("--cap-drop", "ALL", ...CAPS.flatMap((c) => ["--cap-add", c]));
   args.push("--clearenv", "--setenv", "PATH", PATH, "--setenv", "HOME", "/root", "--chdir", "/");
   const env = Object.entries(r.config.env).map(([k, v]) => `${k}=${v}`);
@@ -114,7 +134,8 @@ function bwrap(root: string, r: StepRun): Promise<number | null> {
   const fd = openSync(argsFile, "r");
   return new Promise((resolve, reject) => {
     const procs = r.cgroupProcs ?? [];
-    const argv = ["-c", JOIN, "sh", String(procs.length), ...procs, "bwrap", "--args", "3", "--", ...command];
+    const enter = r.net ? ["nsenter", `--net=${r.net.nsPath}`, "--"] : [];
+    const argv = ["-c", JOIN, "sh", String(procs.length), ...procs, ...enter, "bwrap", "--args", "3", "--", ...command];
     const child = spawn("/bin/sh", argv, { stdio: ["ignore", "pipe", "pipe", fd], env: { PATH }, signal: r.signal });
     closeSync(fd);
     let timedOut = false;

@@ -1,0 +1,59 @@
+// A build step's network: a namespace of its own attached to the sandboxes' bridge exactly as a
+// sandbox's is (sandbox-net.ts: an isolated bridge port, an address leased host-wide, the same
+// nftables table), so installer steps (aptInstall, pipInstall, npmInstall, gitClone, any runCmd)
+// reach registries while the host, other sandboxes, link-local and private ranges stay dropped.
+// The namespace is made by a small holder process (`unshare --net`) before the step starts, so the
+// veth is in place before the step's first packet; bwrap then joins it (nsenter) instead of
+// unsharing its own. The holder reads its stdin: it ends with the agent even after a SIGKILL.
+import { spawn } from "node:child_process";
+import { rmSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { procRef } from "../holder.ts";
+import { resolvConf } from "../layout.ts";
+import type { PortRelay } from "../port-relay.ts";
+import type { SandboxNet } from "../sandbox-net.ts";
+
+export interface StepNet {
+  /** The namespace the step's bwrap joins. */
+  nsPath: string;
+  /** The step's /etc/resolv.conf (a sandbox's). */
+  resolvConf: string;
+  close(): Promise<void>;
+}
+
+const PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+const HOLDER = "ip link set lo up || exit 1; echo up; read _";
+
+/** Opens a step network; `dir` (the step's staging directory, not its layer tree) keeps the
+ * record that names the address lease, so a lease left by a dead agent is taken over later. */
+export async function openStepNet(net: SandboxNet, relay: PortRelay, dir: string): Promise<StepNet> {
+  const record = join(dir, "net.json");
+  const address = net.lease(record);
+  writeFileSync(record, JSON.stringify({ net: { address } }), { mode: 0o600 });
+  const holder = spawn("unshare", ["--net", "--", "/bin/sh", "-c", HOLDER], { stdio: ["pipe", "pipe", "pipe"], env: { PATH } });
+  const exited = new Promise<void>((ok) => holder.once("close", () => ok()));
+  let veth: string | undefined;
+  const close = async () => {
+    holder.kill("SIGKILL");
+    await exited;
+    if (veth) await net.detach(veth, relay).catch(() => undefined);
+    net.release(address, record);
+    rmSync(record, { force: true });
+  };
+  try {
+    await new Promise<void>((ok, fail) => {
+      let err = "";
+      holder.stderr!.on("data", (b: Buffer) => (err += b.toString()).slice(0, 1000));
+      holder.stdout!.once("data", () => ok());
+      holder.once("error", fail);
+      holder.once("close", (code) => fail(new Error(`build network: the namespace holder exited ${code}: ${err.trim()}`)));
+    });
+    const ref = procRef(holder.pid!);
+    if (!ref) throw new Error("build network: the namespace holder is gone");
+    veth = await net.attach(ref, address, relay);
+    return { nsPath: `/proc/${ref.pid}/ns/net`, resolvConf: resolvConf(), close };
+  } catch (err) {
+    await close();
+    throw err;
+  }
+}
