@@ -5,6 +5,7 @@
 import { Sandbox } from "@e2b/code-interpreter";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { seedCodeInterpreter } from "../../scripts/seed.ts";
+import { hostileEnv } from "../support/hostile-env.ts";
 import { e2b } from "./sdk.ts";
 
 let sbx: Sandbox;
@@ -18,6 +19,17 @@ afterAll(async () => {
 });
 
 describe("runCode (JS code-interpreter SDK)", { timeout: 120_000 }, () => {
+  it("hands hostile per-execution env vars (LD_PRELOAD, NODE_OPTIONS, BASH_ENV, PERL5OPT, ...) to the kernel only: no host process acts on them", async () => {
+    const hostile = hostileEnv();
+    try {
+      const exec = await sbx.runCode("import os; print(os.environ.get('LD_PRELOAD')); print(os.environ.get('NODE_OPTIONS'))", { envs: hostile.env });
+      expect(hostile.ran()).toEqual([]);
+      expect(exec.logs.stdout.join("")).toBe(`${hostile.env.LD_PRELOAD}\n${hostile.env.NODE_OPTIONS}\n`);
+    } finally {
+      hostile.dispose();
+    }
+  });
+
   it("keeps state between cells and answers the last expression as the main result", async () => {
     const first = await sbx.runCode("x = 1");
     expect(first.error).toBeUndefined();
