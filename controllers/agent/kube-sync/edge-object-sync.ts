@@ -1,11 +1,12 @@
-// The shape shared by the syncs of objects the edge runs (PoolAutoscaler, SandboxUpdateOps): each
-// object of the namespace is pushed to the edge over the agent's session when it is new or its
-// spec changed, its deletion is pushed too, and while it exists its status is asked for every
+// The shape shared by the syncs of objects the edge runs (PoolAutoscaler, SandboxUpdateOps,
+// TrafficPolicy and the cluster-scoped GlobalTrafficPolicy): each object of the namespace (or of
+// the cluster, `namespace: null`) is pushed to the edge over the agent's session when it is new or
+// its spec changed, its deletion is pushed too, and while it exists its status is asked for every
 // `statusMs` and written onto its status subresource, each event the edge reports becoming a
 // Kubernetes Event on it. Level-based: a restarted agent pushes every object again (the edge keeps
-// the newest generation per uid) and then the namespace's inventory (the edge drops those deleted
-// while it was down); Event names are derived from the event itself, so one posted before a
-// restart is not posted twice. A kind says only what differs (kube-sync/*-sync.ts).
+// the newest generation per uid) and then, for kinds with one, the namespace's inventory (the edge
+// drops those deleted while it was down); Event names are derived from the event itself, so one
+// posted before a restart is not posted twice. A kind says only what differs (kube-sync/*-sync.ts).
 import { CoreV1Api, CustomObjectsApi, type KubeConfig, type KubernetesObject } from "@kubernetes/client-node";
 import type { EdgeCall, Link } from "../link.ts";
 import { GROUP, VERSION } from "../../../schema/crd/labels.ts";
@@ -32,7 +33,13 @@ export interface EdgeObjectKind<O extends KubernetesObject & { status?: S }, S> 
   kind: string;
   plural: string;
   /** The link item type. */
-  call: "autoscalers" | "updateops";
+  call: "autoscalers" | "updateops" | "trafficpolicyobjects";
+  /** False: the edge takes no inventory of this kind (objects deleted while the agent was down
+   * stay there until deleted otherwise). Default true. */
+  inventory?: boolean;
+  /** True: an object that cannot be sent any more (`upsert` gives a problem) is withdrawn from the
+   * edge, so an older version of it does not go on running there. Default false. */
+  withdrawRefused?: boolean;
   /** What the edge needs besides `{namespace, name, uid, generation}`, or why the object cannot
    * be sent (it is then not pushed: a frame the edge cannot parse would end the session). */
   upsert(o: O): Record<string, unknown> | { problem: string };
@@ -40,15 +47,16 @@ export interface EdgeObjectKind<O extends KubernetesObject & { status?: S }, S> 
   pushKey?(o: O): string;
   /** The status after the edge's answer (undefined: the answer has none). */
   status(prev: S | undefined, generation: number, reply: ReplyItem, now: string): S | undefined;
-  /** The status after the edge refused the object. */
-  refused(prev: S | undefined, generation: number, reply: Pick<ReplyItem, "code" | "message">, now: string): S;
-  /** The events of the edge's answer, newest list (the edge keeps a bounded one). */
-  events(name: string, reply: ReplyItem): EdgeEvent[];
+  /** The status after the edge refused the object, or (`here`) `upsert` found a problem. */
+  refused(prev: S | undefined, generation: number, reply: Pick<ReplyItem, "code" | "message"> & { here?: boolean }, now: string): S;
+  /** The events of the edge's answer, newest list (the edge keeps a bounded one; default none). */
+  events?(name: string, reply: ReplyItem): EdgeEvent[];
 }
 
 export interface EdgeObjectSyncOptions {
   kubeConfig: KubeConfig;
-  namespace: string;
+  /** The namespace whose objects sync; null: a cluster-scoped kind's, the cluster's. */
+  namespace: string | null;
   link: Pick<Link, "call">;
   log?: (msg: string) => void;
   retryMs?: number;
@@ -63,8 +71,10 @@ export class EdgeObjectSync<O extends KubernetesObject & { status?: S }, S> {
   readonly #custom: CustomObjectsApi;
   readonly #core: CoreV1Api;
   readonly #queue: WorkQueue;
-  /** name → the push key the edge accepted. */
+  /** name → the push key handled (accepted by the edge, or refused here). */
   readonly #synced = new Map<string, string>();
+  /** Names the edge holds a version of. */
+  readonly #held = new Set<string>();
   /** name → uid of the object last seen (a delete event's object may be all that is left). */
   readonly #uids = new Map<string, string>();
   /** Event names posted (bounded per object by the edge's event list). */
@@ -86,9 +96,10 @@ export class EdgeObjectSync<O extends KubernetesObject & { status?: S }, S> {
       onError: (name, err) => opts.log?.(`${kind.kind} ${name}: ${(err as Error).message}`),
     });
     const ns = opts.namespace;
+    const api = { group: GROUP, version: VERSION, plural: kind.plural };
     this.objects = new ObjectCache<O>(opts.kubeConfig, {
-      path: `/apis/${GROUP}/${VERSION}/namespaces/${ns}/${kind.plural}`,
-      list: () => this.#custom.listNamespacedCustomObject({ group: GROUP, version: VERSION, namespace: ns, plural: kind.plural }),
+      path: ns === null ? `/apis/${GROUP}/${VERSION}/${kind.plural}` : `/apis/${GROUP}/${VERSION}/namespaces/${ns}/${kind.plural}`,
+      list: () => (ns === null ? this.#custom.listClusterCustomObject(api) : this.#custom.listNamespacedCustomObject({ ...api, namespace: ns })),
       slim: slimCustom,
       onError: (err) => opts.log?.(`${kind.plural} watch: ${(err as Error).message}`),
     });
@@ -107,7 +118,7 @@ export class EdgeObjectSync<O extends KubernetesObject & { status?: S }, S> {
   async start(): Promise<void> {
     await this.objects.start();
     for (const o of this.objects.list()) this.#queue.add(o.metadata!.name!);
-    this.#queue.add(INVENTORY);
+    if (this.#k.inventory !== false) this.#queue.add(INVENTORY);
   }
 
   async stop(): Promise<void> {
@@ -128,6 +139,7 @@ export class EdgeObjectSync<O extends KubernetesObject & { status?: S }, S> {
     if (!o || o.metadata?.deletionTimestamp) {
       if (ref.uid) await this.#call({ ...ref, deleted: true });
       this.#synced.delete(name);
+      this.#held.delete(name);
       this.#uids.delete(name);
       this.#posted.delete(name);
       return false;
@@ -139,8 +151,10 @@ export class EdgeObjectSync<O extends KubernetesObject & { status?: S }, S> {
     const upsert = this.#k.upsert(o);
     if ("problem" in upsert) {
       // Never sent (nor asked about) until the object changes.
+      if (this.#k.withdrawRefused && this.#held.has(name)) await this.#call({ ...ref, deleted: true });
+      this.#held.delete(name);
       this.#synced.set(name, key);
-      await this.#write(o, this.#k.refused(o.status, generation, { code: "bad_request", message: String(upsert.problem) }, now));
+      await this.#write(o, this.#k.refused(o.status, generation, { code: "bad_request", message: String(upsert.problem), here: true }, now));
       return false;
     }
     const reply = pushed ? await this.#call({ ...ref, generation, ...upsert }) : await this.#call({ ...ref, status: true });
@@ -150,10 +164,11 @@ export class EdgeObjectSync<O extends KubernetesObject & { status?: S }, S> {
       throw new Error(`edge refused ${this.#k.kind} ${ref.namespace}/${name}: ${reply.code}: ${reply.message}`);
     }
     if (pushed) this.#synced.set(name, key);
+    this.#held.add(name);
     const status = this.#k.status(o.status, generation, reply, now);
     if (status) {
       await this.#write(o, status);
-      await this.#postEvents(o, this.#k.events(name, reply));
+      await this.#postEvents(o, this.#k.events?.(name, reply) ?? []);
     }
     return true;
   }
@@ -165,18 +180,19 @@ export class EdgeObjectSync<O extends KubernetesObject & { status?: S }, S> {
   /** Patches the status subresource when it changed. */
   async #write(o: O, status: S): Promise<void> {
     if (stableJson(o.status ?? {}) === stableJson(status)) return;
-    const updated = await this.#custom.patchNamespacedCustomObjectStatus(
-      { group: GROUP, version: VERSION, namespace: this.#o.namespace, plural: this.#k.plural, name: o.metadata!.name!, body: { status } },
-      mergePatch,
-    );
+    const ns = this.#o.namespace;
+    const req = { group: GROUP, version: VERSION, plural: this.#k.plural, name: o.metadata!.name!, body: { status } };
+    const updated = ns === null ? await this.#custom.patchClusterCustomObjectStatus(req, mergePatch) : await this.#custom.patchNamespacedCustomObjectStatus({ ...req, namespace: ns }, mergePatch);
     this.objects.remember(updated);
   }
 
   async #postEvents(o: O, events: EdgeEvent[]): Promise<void> {
+    if (events.length === 0 && !this.#posted.has(o.metadata!.name!)) return;
     const name = o.metadata!.name!;
     const posted = this.#posted.get(name) ?? new Set<string>();
     this.#posted.set(name, posted);
-    const about = { apiVersion: `${GROUP}/${VERSION}`, kind: this.#k.kind, name, namespace: this.#o.namespace, uid: o.metadata!.uid };
+    // A cluster-scoped object's Events live in `default`, as Kubernetes' own controllers put them.
+    const about = { apiVersion: `${GROUP}/${VERSION}`, kind: this.#k.kind, name, namespace: this.#o.namespace ?? "default", uid: o.metadata!.uid };
     const current = new Set<string>();
     for (const e of events) {
       current.add(e.name);

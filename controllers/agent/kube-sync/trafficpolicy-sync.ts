@@ -7,17 +7,13 @@
 // sync's reason when refused). Only egress with cidr/fqdn peers is enforced: an object with
 // ingress rules, `from`, or service/workload peers is refused (Accepted False, reason
 // Unsupported), never enforced in part. Objects deleted while the agent was down stay on the edge
-// until deleted through the admin API (no inventory push yet).
-import { CustomObjectsApi, type KubeConfig, type KubernetesObject } from "@kubernetes/client-node";
-import type { Link } from "../link.ts";
+// until deleted through the admin API (no inventory push yet). The push, status and retries are
+// edge-object-sync.ts's.
+import type { KubernetesObject } from "@kubernetes/client-node";
+import { EdgeObjectSync, type EdgeObjectKind, type EdgeObjectSyncOptions } from "./edge-object-sync.ts";
 import { TrafficPolicySpec } from "../../../schema/api/traffic-policy.ts";
 import { setCondition, type Condition } from "../../../schema/crd/conditions.ts";
-import { GROUP, VERSION } from "../../../schema/crd/labels.ts";
 import type { ReplyItem } from "../../../schema/protocol/index.ts";
-import { WorkQueue } from "../../lib/work-queue.ts";
-import { ObjectCache } from "../../drivers/kubernetes/object-cache.ts";
-import { slimCustom } from "../../drivers/kubernetes/slim.ts";
-import { mergePatch, stableJson } from "../../drivers/kubernetes/kube-api.ts";
 
 export interface TrafficPolicyObject extends KubernetesObject {
   spec: { priority?: number; selector?: unknown; ingress?: { rules?: unknown[] }; egress?: { rules?: { action: string; from?: unknown[]; to?: Record<string, unknown>[]; ports?: unknown[] }[] } };
@@ -40,108 +36,46 @@ export function trafficSpecOf(o: TrafficPolicyObject): TrafficPolicySpec | strin
   return parsed.success ? parsed.data : parsed.error.issues.map((i) => `${i.path.join(".")}: ${i.message}`).join("; ");
 }
 
-export interface TrafficPolicySyncOptions {
-  kubeConfig: KubeConfig;
-  /** The namespace whose TrafficPolicies sync; null: the cluster's GlobalTrafficPolicies. */
-  namespace: string | null;
-  link: Pick<Link, "call">;
-  log?: (msg: string) => void;
-  retryMs?: number;
-  /** How often an applied object's status is read from the edge (default 5 s). */
-  statusMs?: number;
+/** The status after the edge's answer: the sandboxes it selects, Accepted True. */
+export function trafficStatusOf(generation: number, reply: ReplyItem, prev: TrafficPolicyStatus | undefined, now: string): TrafficPolicyStatus {
+  const conditions = setCondition(prev?.conditions, { type: "Accepted", status: "True", reason: "Enforced", message: "sent to every cluster's traffic-proxy", observedGeneration: generation }, now);
+  return { observedGeneration: generation, selectedSandboxes: reply.selectedSandboxes ?? [], conditions };
 }
 
-export class TrafficPolicySync {
-  readonly objects: ObjectCache<TrafficPolicyObject>;
-  readonly #o: TrafficPolicySyncOptions;
-  readonly #custom: CustomObjectsApi;
-  readonly #queue: WorkQueue;
-  readonly #plural: string;
-  /** name → `uid/generation` the edge accepted. */
-  readonly #synced = new Map<string, string>();
-  readonly #uids = new Map<string, string>();
+/** Accepted False: Unsupported when it cannot be enforced here (nothing selected), Rejected when
+ * the edge refused it (the last answer's selection kept). */
+export function trafficRefusedOf(prev: TrafficPolicyStatus | undefined, generation: number, reply: Pick<ReplyItem, "code" | "message"> & { here?: boolean }, now: string): TrafficPolicyStatus {
+  const message = reply.message ?? reply.code ?? "";
+  const condition = { type: "Accepted", status: "False" as const, reason: reply.here ? "Unsupported" : "Rejected", message, observedGeneration: generation };
+  const conditions = setCondition(prev?.conditions, condition, now);
+  return reply.here ? { observedGeneration: generation, selectedSandboxes: [], conditions } : { ...prev, observedGeneration: generation, conditions };
+}
 
-  constructor(opts: TrafficPolicySyncOptions) {
-    this.#o = opts;
-    this.#custom = opts.kubeConfig.makeApiClient(CustomObjectsApi);
-    const ns = opts.namespace;
-    this.#plural = ns === null ? "globaltrafficpolicies" : "trafficpolicies";
-    this.#queue = new WorkQueue({
-      name: this.#plural,
-      work: async (name) => ((await this.reconcile(name)) ? { requeueAfterMs: opts.statusMs ?? 5000 } : undefined),
-      backoff: { baseMs: opts.retryMs ?? 1000, maxMs: 30_000 },
-      onError: (name, err) => opts.log?.(`${this.#plural} ${name}: ${(err as Error).message}`),
-    });
-    const plural = this.#plural;
-    this.objects = new ObjectCache<TrafficPolicyObject>(opts.kubeConfig, {
-      path: ns === null ? `/apis/${GROUP}/${VERSION}/${plural}` : `/apis/${GROUP}/${VERSION}/namespaces/${ns}/${plural}`,
-      list: () => (ns === null ? this.#custom.listClusterCustomObject({ group: GROUP, version: VERSION, plural }) : this.#custom.listNamespacedCustomObject({ group: GROUP, version: VERSION, namespace: ns, plural })),
-      slim: slimCustom,
-      onError: (err) => opts.log?.(`${plural} watch: ${(err as Error).message}`),
-    });
-    this.objects.onChange((o, verb) => {
-      const name = o.metadata!.name!;
-      if (o.metadata?.uid) this.#uids.set(name, o.metadata.uid);
-      if (verb === "delete" || this.#synced.get(name) !== `${o.metadata?.uid}/${o.metadata?.generation}`) this.#queue.add(name);
-    });
-  }
+/** How a TrafficPolicy or GlobalTrafficPolicy differs from the other objects the edge runs
+ * (edge-object-sync.ts): no inventory and no Events; a policy that cannot be enforced any more is
+ * withdrawn, never left running in an older version. */
+function trafficKind(kind: "TrafficPolicy" | "GlobalTrafficPolicy"): EdgeObjectKind<TrafficPolicyObject, TrafficPolicyStatus> {
+  return {
+    kind,
+    plural: kind === "TrafficPolicy" ? "trafficpolicies" : "globaltrafficpolicies",
+    call: "trafficpolicyobjects",
+    inventory: false,
+    withdrawRefused: true,
+    upsert: (o) => {
+      const spec = trafficSpecOf(o);
+      return typeof spec === "string" ? { problem: spec } : { spec };
+    },
+    status: (prev, generation, reply, now) => trafficStatusOf(generation, reply, prev, now),
+    refused: trafficRefusedOf,
+  };
+}
 
-  async start(): Promise<void> {
-    await this.objects.start();
-    for (const o of this.objects.list()) this.#queue.add(o.metadata!.name!);
-  }
+export const TRAFFIC_POLICY = trafficKind("TrafficPolicy");
+export const GLOBAL_TRAFFIC_POLICY = trafficKind("GlobalTrafficPolicy");
 
-  async stop(): Promise<void> {
-    this.#queue.close();
-    await this.objects.stop();
-  }
-
-  /** Pushes the object (or its deletion), then writes its status; true while it exists. */
-  async reconcile(name: string): Promise<boolean> {
-    const o = this.objects.get(name);
-    const ref = { namespace: this.#o.namespace, name, uid: o?.metadata?.uid ?? this.#uids.get(name) ?? "" };
-    if (!o || o.metadata?.deletionTimestamp) {
-      if (ref.uid) await this.#call({ ...ref, deleted: true });
-      this.#synced.delete(name);
-      this.#uids.delete(name);
-      return false;
-    }
-    const generation = o.metadata?.generation ?? 0;
-    const now = new Date().toISOString();
-    const spec = trafficSpecOf(o);
-    if (typeof spec === "string") {
-      // Not enforceable: the edge must not keep an older version of it either.
-      if (this.#synced.has(name)) await this.#call({ ...ref, deleted: true });
-      this.#synced.delete(name);
-      await this.#write(o, { observedGeneration: generation, selectedSandboxes: [], conditions: setCondition(o.status?.conditions, { type: "Accepted", status: "False", reason: "Unsupported", message: spec, observedGeneration: generation }, now) });
-      return false;
-    }
-    const key = `${ref.uid}/${generation}`;
-    const pushed = this.#synced.get(name) !== key;
-    const reply = pushed ? await this.#call({ ...ref, generation, spec }) : await this.#call({ ...ref, status: true });
-    if (reply.result === "rejected") {
-      this.#synced.delete(name);
-      await this.#write(o, { ...o.status, observedGeneration: generation, conditions: setCondition(o.status?.conditions, { type: "Accepted", status: "False", reason: "Rejected", message: reply.message ?? reply.code ?? "", observedGeneration: generation }, now) });
-      throw new Error(`edge refused ${this.#plural} ${ref.namespace ?? ""}/${name}: ${reply.code}: ${reply.message}`);
-    }
-    this.#synced.set(name, key);
-    const conditions = setCondition(o.status?.conditions, { type: "Accepted", status: "True", reason: "Enforced", message: "sent to every cluster's traffic-proxy", observedGeneration: generation }, now);
-    await this.#write(o, { observedGeneration: generation, selectedSandboxes: reply.selectedSandboxes ?? [], conditions });
-    return true;
-  }
-
-  #call(item: Extract<Parameters<Link["call"]>[0], { type: "trafficpolicyobjects" }>["item"]): Promise<ReplyItem> {
-    return this.#o.link.call({ type: "trafficpolicyobjects", item });
-  }
-
-  async #write(o: TrafficPolicyObject, status: TrafficPolicyStatus): Promise<void> {
-    if (stableJson(o.status ?? {}) === stableJson(status)) return;
-    const name = o.metadata!.name!;
-    const body = { status };
-    const updated =
-      this.#o.namespace === null
-        ? await this.#custom.patchClusterCustomObjectStatus({ group: GROUP, version: VERSION, plural: this.#plural, name, body }, mergePatch)
-        : await this.#custom.patchNamespacedCustomObjectStatus({ group: GROUP, version: VERSION, namespace: this.#o.namespace, plural: this.#plural, name, body }, mergePatch);
-    this.objects.remember(updated);
+/** A namespace's TrafficPolicies, or (`namespace: null`) the cluster's GlobalTrafficPolicies. */
+export class TrafficPolicySync extends EdgeObjectSync<TrafficPolicyObject, TrafficPolicyStatus> {
+  constructor(opts: EdgeObjectSyncOptions) {
+    super(opts.namespace === null ? GLOBAL_TRAFFIC_POLICY : TRAFFIC_POLICY, opts);
   }
 }
