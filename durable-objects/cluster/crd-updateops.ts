@@ -5,26 +5,17 @@
 // already re-created under the same name is stale, and an object re-created under a new uid
 // replaces the old run. A new `retry` token on the same object retries the run's failed
 // sandboxes once. Every answer carries the run's status, which the agent writes onto the object.
-import type { ReplyItem, UpdateOpsItem, UpdateOpsStatusReply } from "../../schema/protocol/index.ts";
+// The row, generation and deletion rules are crd-objects.ts's.
+import type { UpdateOpsItem, UpdateOpsStatusReply } from "../../schema/protocol/index.ts";
 import { MAX_UPDATE_OPS_LINES } from "../../schema/protocol/index.ts";
 import { clipText, MAX_MESSAGE_LENGTH } from "../../schema/api/limits.ts";
+import type { UpdateOpsSpec } from "../../schema/api/update-ops.ts";
 import type { Env } from "../env.ts";
 import type { OpsResult, OpsView } from "../ops/update-ops-do.ts";
 import { removeUpdateOps, resumeUpdateOps, startUpdateOps, updateOpsStatus } from "../operations/update-ops.ts";
-import { getDb } from "../store/db.ts";
-import { findTeamByName } from "../store/teams.ts";
+import { applySynced, pruneSynced, syncedTableSchema, type Reply, type SyncedKind } from "./crd-objects.ts";
 
-type Sql = Pick<SqlStorage, "exec">;
-type Reply = Omit<ReplyItem, "id">;
-
-export const CRD_UPDATE_OPS_SCHEMA = `
-CREATE TABLE IF NOT EXISTS crd_updateops (
-  namespace TEXT NOT NULL, name TEXT NOT NULL, uid TEXT NOT NULL, generation INTEGER NOT NULL,
-  retry TEXT NOT NULL, deleted INTEGER NOT NULL, PRIMARY KEY (namespace, name)
-);
-`;
-
-type Row = { uid: string; generation: number; retry: string; deleted: number };
+export const CRD_UPDATE_OPS_SCHEMA = syncedTableSchema("crd_updateops", "retry");
 
 /** The reply's copy of a run: what the object's status shows, bounded by the schema. */
 export function opsReply(v: OpsView): UpdateOpsStatusReply {
@@ -45,48 +36,31 @@ function answer(res: OpsResult): Reply {
   return res.ok ? { result: "applied", updateOps: opsReply(res.ops) } : { result: "rejected", code: res.error.code, message: res.error.message };
 }
 
+/** A SandboxUpdateOps on the edge: the run `name` of its team (`own` is the last retry token). */
+const UPDATE_OPS: SyncedKind<{ spec: UpdateOpsSpec; retry?: string }> = {
+  kind: "SandboxUpdateOps",
+  table: "crd_updateops",
+  own: "retry",
+  status: async (env, team, name) => answer(await updateOpsStatus(env, team, name)),
+  remove: async (env, team, name) => void (await removeUpdateOps(env, team, name)), // not found: nothing to remove
+  async upsert(env, team, item, live) {
+    if (!team) return { reply: { result: "rejected", code: "not_found", message: `no team ${item.namespace}` } };
+    // Re-created under the same name: the old object's run goes, the new one starts afresh.
+    if (live && live.uid !== item.uid) await removeUpdateOps(env, team, item.name);
+    const started = await startUpdateOps(env, team, item.name, item.spec);
+    if (!started.ok) return { reply: answer(started) };
+    const retry = item.retry ?? "";
+    const sameObject = live && live.uid === item.uid;
+    const res = sameObject && retry !== live.own && retry !== "" ? await resumeUpdateOps(env, team, item.name) : started;
+    return { reply: answer(res), own: retry };
+  },
+};
+
+type Sql = Pick<SqlStorage, "exec">;
 type ObjectItem = Exclude<UpdateOpsItem, { present: string[] }>;
 
-/** Removes the runs this cluster synced into the namespace that it no longer has; `serial` runs
- * each in that object's own chain. */
-export async function pruneUpdateOps(env: Env, sql: Sql, namespace: string, present: string[], serial: (name: string, work: () => Promise<Reply>) => Promise<Reply>): Promise<Reply> {
-  const keep = new Set(present);
-  const gone = sql
-    .exec<{ name: string; uid: string }>("SELECT name, uid FROM crd_updateops WHERE namespace = ? AND deleted = 0", namespace)
-    .toArray()
-    .filter((r) => !keep.has(r.name));
-  for (const r of gone) await serial(r.name, () => applyUpdateOps(env, sql, { id: "", namespace, name: r.name, uid: r.uid, deleted: true }));
-  return { result: "applied", message: gone.length ? `removed ${gone.map((r) => r.name).join(", ")}` : "nothing to remove" };
-}
+export const applyUpdateOps = (env: Env, sql: Sql, item: ObjectItem): Promise<Reply> => applySynced(env, sql, UPDATE_OPS, item);
 
-export async function applyUpdateOps(env: Env, sql: Sql, item: ObjectItem): Promise<Reply> {
-  const prev = sql.exec<Row>("SELECT uid, generation, retry, deleted FROM crd_updateops WHERE namespace = ? AND name = ?", item.namespace, item.name).toArray()[0];
-  const team = await findTeamByName(getDb(env), item.namespace);
-  const remember = (r: Omit<Row, "deleted"> & { deleted: boolean }) =>
-    sql.exec("INSERT OR REPLACE INTO crd_updateops (namespace, name, uid, generation, retry, deleted) VALUES (?, ?, ?, ?, ?, ?)", item.namespace, item.name, r.uid, r.generation, r.retry, r.deleted ? 1 : 0);
-  const live = prev && !prev.deleted;
-
-  if ("status" in item) {
-    if (!team || !live || prev.uid !== item.uid) return { result: "rejected", code: "not_found", message: `SandboxUpdateOps ${item.namespace}/${item.name} is not applied on the edge` };
-    return answer(await updateOpsStatus(env, team, item.name));
-  }
-  if ("deleted" in item) {
-    if (live && prev.uid !== item.uid) return { result: "stale", message: `SandboxUpdateOps ${item.namespace}/${item.name} was re-created` };
-    if (team && live) await removeUpdateOps(env, team, item.name); // not found: nothing to remove
-    remember({ uid: item.uid, generation: prev?.generation ?? 0, retry: prev?.retry ?? "", deleted: true });
-    return { result: "applied" };
-  }
-  if (prev && prev.uid === item.uid && (prev.deleted || item.generation < prev.generation)) {
-    return { result: "stale", message: prev.deleted ? "SandboxUpdateOps was deleted" : `generation ${item.generation} is older than ${prev.generation}` };
-  }
-  if (!team) return { result: "rejected", code: "not_found", message: `no team ${item.namespace}` };
-  // Re-created under the same name: the old object's run goes, the new one starts afresh.
-  if (live && prev.uid !== item.uid) await removeUpdateOps(env, team, item.name);
-  const started = await startUpdateOps(env, team, item.name, item.spec);
-  if (!started.ok) return answer(started);
-  const retry = item.retry ?? "";
-  const sameObject = live && prev.uid === item.uid;
-  const res = sameObject && retry !== prev.retry && retry !== "" ? await resumeUpdateOps(env, team, item.name) : started;
-  remember({ uid: item.uid, generation: item.generation, retry, deleted: false });
-  return answer(res);
-}
+/** Removes the runs this cluster synced into the namespace that it no longer has. */
+export const pruneUpdateOps = (env: Env, sql: Sql, namespace: string, present: string[], serial: (name: string, work: () => Promise<Reply>) => Promise<Reply>): Promise<Reply> =>
+  pruneSynced(env, sql, UPDATE_OPS, namespace, present, serial);
