@@ -11,6 +11,7 @@ export default defineConfig({
           name: "kube",
           include: ["test/kube/**/*.test.ts"],
           globalSetup: ["test/kube/global-setup.ts"],
+          setupFiles: ["test/kube/support/setup.ts"],
           environment: "node",
           testTimeout: 60_000,
           hookTimeout: 120_000,

@@ -6,6 +6,7 @@
 // claimed before the change keeps its pod.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { TestEdge } from "./support/edge.ts";
+import { keepDump } from "./support/failure-logs.ts";
 import { kubectlOk, table, until } from "./support/namespace.ts";
 import { startKubeSystem, type KubeSystem } from "./support/system.ts";
 
@@ -54,6 +55,7 @@ const edgePool = async () =>
 beforeAll(async () => {
   sys = await startKubeSystem("rollout", "kube-rollout", { runtimes: true });
   ({ edge, ns } = sys);
+  keepDump("edge-pool", async () => JSON.stringify(await edgePool(), null, 2));
 }, 180_000);
 
 afterAll(() => sys?.stop());

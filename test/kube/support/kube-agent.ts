@@ -15,6 +15,7 @@ import { watchNamespacesFlag } from "../../../controllers/drivers/kubernetes/fla
 import { inject } from "vitest";
 import { ANNOTATION } from "../../../schema/crd/labels.ts";
 import type { TestEdge } from "./edge.ts";
+import { note } from "./failure-logs.ts";
 import { persist, podCache } from "./kubelet.ts";
 import { kubeConfig } from "./namespace.ts";
 
@@ -46,10 +47,14 @@ export async function startKubeAgent(
     (id) => agent?.reconciler.queue.add(id),
     requests.onRequest,
   );
-  agent = await startAgent({ edgeUrl: edge.url, clusterToken: edge.clusterToken, clusterId: cluster, dataDir, driver, log: (m) => process.env.KUBE_LOG && console.log(`[agent] ${m}`) });
+  agent = await startAgent({ edgeUrl: edge.url, clusterToken: edge.clusterToken, clusterId: cluster, dataDir, driver, log: (m) => {
+    note("agent", m);
+    if (process.env.KUBE_LOG) console.log(`[agent] ${m}`);
+  } });
   await agent.link.whenConnected();
   const crd: CrdLink = await startCrdLink({ link: agent.link, driver, kubeConfig: driver.kubeConfig, namespace, watchNamespaces: watchNamespacesFlag(flags), cluster, requests, retryMs: 200, quotaPollMs: 200, autoscalerStatusMs: 300, log: (m) => {
     logs.push(m);
+    note("crd", m);
     if (process.env.KUBE_LOG) console.log(`[crd] ${m}`);
   } });
   const started = { driver, agent, crd, logs };

@@ -5,7 +5,9 @@
 import { startTestEdge, type TestEdge } from "./edge.ts";
 import { runRuntimes, startKubeAgent, type KubeAgent } from "./kube-agent.ts";
 import { TestKubelet } from "./kubelet.ts";
-import { freshNamespace, kubeConfig } from "./namespace.ts";
+import { join } from "node:path";
+import { keepDump, keepFile } from "./failure-logs.ts";
+import { freshNamespace, kubeConfig, kubectl } from "./namespace.ts";
 
 export interface KubeSystem {
   edge: TestEdge;
@@ -24,6 +26,16 @@ export async function startKubeSystem(name: string, cluster: string, opts: { run
   const kubelet = new TestKubelet(kubeConfig(), ns);
   await kubelet.start();
   const runtimes = opts.runtimes ? await runRuntimes(ns) : undefined;
+  // Kept if a test fails: the edge's log, and the namespace's objects and Events at that moment.
+  const unkeep = [
+    keepFile("edge-workerd", join(edge.dir, "edge", "workerd.log")),
+    keepDump("kubectl", () => {
+      const kinds = "sandboxsets,sandboxes,sandboxclaims,sandboxupdateops,poolautoscalers,pods,persistentvolumeclaims";
+      const objects = kubectl(["-n", ns, "get", kinds, "-o", "yaml"]);
+      const events = kubectl(["-n", ns, "get", "events", "--sort-by=.lastTimestamp"]);
+      return `${objects.stdout}${objects.stderr}\n--- events ---\n${events.stdout}${events.stderr}`;
+    }),
+  ];
   const sys: KubeSystem = {
     edge,
     ns,
@@ -36,6 +48,7 @@ export async function startKubeSystem(name: string, cluster: string, opts: { run
       return sys.agent;
     },
     async stop() {
+      for (const u of unkeep) u();
       await sys.agent.stop().catch(() => {});
       runtimes?.stop();
       await kubelet.stop();
