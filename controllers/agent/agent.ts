@@ -21,6 +21,7 @@ import { detectCgroups } from "../drivers/local/cgroups.ts";
 import { MAX_TEMPLATE_FILE_BYTES } from "../../schema/api/template-build.ts";
 import { SandboxLogs } from "./sandbox-logs.ts";
 import { StartCommands } from "./start-commands.ts";
+import { stopSandboxes } from "./stop-sandboxes.ts";
 
 export interface AgentOptions {
   edgeUrl: string;
@@ -251,13 +252,16 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
       await closed;
       await runtime.close();
       if (onExit === "keep") return;
-      for (const o of await driver.list()) {
-        if (onExit === "destroy") await driver.destroy(o.id);
-        else if (o.phase === "Running" || o.phase === "Paused") {
-          const intent = store.get(o.id);
-          if (intent?.template) await driver.ensure({ ...desiredFor(intent), state: "Paused", pauseStrategy: "Stop" });
-        }
-      }
+      await stopSandboxes({
+        driver,
+        onExit,
+        endProcesses: driver instanceof LocalDriver ? (id) => driver.endProcesses(id) : undefined,
+        stoppedFor: (id) => {
+          const intent = store.get(id);
+          return intent?.template ? { ...desiredFor(intent), state: "Paused", pauseStrategy: "Stop" } : undefined;
+        },
+        log: (m) => agentLog.info(m),
+      });
       // Nothing of this installation is left in the cgroup tree after a destroy; after a stop, no
       // spare disk is left mounted either (stopped sandboxes' disks are unmounted already).
       if (onExit === "destroy" && driver instanceof LocalDriver) await driver.dispose();

@@ -10,15 +10,18 @@ import { RootfsStore } from "../../controllers/drivers/local/rootfs/store.ts";
 
 export type Log = (line: string) => void;
 
-/** mmdebstrap's own stage lines (`I: downloading packages...`) and dpkg's per-package steps; the
- * rest (hundreds of lines per package) is left out of the terminal. */
-export function progressLine(line: string, state: { configured: number }): string | undefined {
+/** cli.ts's exit code after a Ctrl-C (it removed its half-built layer). */
+const INTERRUPTED = 130;
+
+/** The builder's own lines (`configured 50 packages` among them: build-base.ts counts dpkg's
+ * steps), mmdebstrap's stage lines (`I: downloading packages...`) and its errors; its warnings
+ * are left out of the terminal. */
+export function progressLine(line: string): string | undefined {
   const m = /^\[rootfs\] (mmdebstrap: )?(.*)$/.exec(line);
   if (!m) return line.trim() ? line : undefined;
   if (!m[1]) return m[2];
   const text = m[2]!;
   if (/^I: /.test(text)) return text.slice(3);
-  if (/^Setting up /.test(text) && ++state.configured % 50 === 0) return `configured ${state.configured} packages`;
   if (/^E: /.test(text)) return text;
   return undefined;
 }
@@ -31,6 +34,7 @@ export function buildBaseInBackground(log: Log, store = new RootfsStore()): Chil
   const child = buildInBackground("build-base", log);
   child.on("close", (code, signal) => {
     if (code === 0) log("the base template is ready: sandboxes created from now on get a root filesystem of their own");
+    else if (code === INTERRUPTED) log("building the base template stopped (Ctrl-C); the next npm start builds it again");
     else log(`building the base template failed (${signal ?? `exit ${code}`}); sandboxes keep the host's view. See the lines above; retry with: node controllers/drivers/local/rootfs/cli.ts build-base`);
   });
   return child;
@@ -45,16 +49,16 @@ export async function codeInterpreterRootfs(log: Log, after: ChildProcess | unde
   log(`the code-interpreter template's root filesystem is not built yet in ${store.root}: building it in the background (minutes); it is registered once ready`);
   const child = buildInBackground("build-code-interpreter", log);
   const code = await new Promise<number | null>((r) => child.once("close", r));
-  if (code !== 0) log(`building the code-interpreter template failed; retry with: node controllers/drivers/local/rootfs/cli.ts build-code-interpreter`);
+  if (code === INTERRUPTED) log("building the code-interpreter template stopped (Ctrl-C); the next npm start builds it again");
+  else if (code !== 0) log(`building the code-interpreter template failed; retry with: node controllers/drivers/local/rootfs/cli.ts build-code-interpreter`);
   return code === 0;
 }
 
 function buildInBackground(command: string, log: Log): ChildProcess {
   const child = spawn(process.execPath, ["controllers/drivers/local/rootfs/cli.ts", command], { stdio: ["ignore", "pipe", "pipe"] });
-  const state = { configured: 0 };
   for (const stream of [child.stdout!, child.stderr!]) {
     createInterface({ input: stream }).on("line", (line) => {
-      const shown = progressLine(line, state);
+      const shown = progressLine(line);
       if (shown !== undefined) log(shown);
     });
   }

@@ -147,7 +147,9 @@ export async function startSystem(opts: SystemOptions): Promise<System> {
       detached: true,
     });
     const exited = exitOf(child);
-    const agent: AgentProcess = { child, pid: child.pid!, exited, stop: (signal) => stopChild(child, exited, signal, 10_000) };
+    // The agent's stop ends every sandbox's processes first, then cleans up their mounts and files
+    // a few at a time (40–140 ms each here): the grace lets that finish for hundreds of sandboxes.
+    const agent: AgentProcess = { child, pid: child.pid!, exited, stop: (signal) => stopChild(child, exited, signal, 30_000) };
     try {
       isolation = await waitForAgent(child, exited);
     } catch (err) {

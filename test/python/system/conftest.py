@@ -6,6 +6,7 @@ import pathlib
 import subprocess
 
 import pytest
+from e2b import Sandbox
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 
@@ -39,3 +40,14 @@ def system():
                 os.environ[k] = v
         proc.stdin.close()
         proc.wait(timeout=60)
+
+
+@pytest.fixture
+def sbx(system):
+    """A base sandbox for one test, killed after it (a module may define its own)."""
+    s = Sandbox.create()
+    yield s
+    try:
+        s.kill()
+    except Exception:
+        pass

@@ -2,18 +2,7 @@
 a handle's pid is the process's $$ and names it for /proc and kill inside the sandbox, for
 commands.list and commands.kill."""
 import pytest
-from e2b import Sandbox
 from e2b.sandbox.commands.command_handle import CommandExitException
-
-
-@pytest.fixture
-def sbx(system):
-    s = Sandbox.create()
-    yield s
-    try:
-        s.kill()
-    except Exception:
-        pass
 
 
 def first_line(handle):

@@ -10,6 +10,14 @@ import { ensureBaseRootfs, ensureCodeInterpreterRootfs } from "./build-base.ts";
 import { importImage } from "./image-import.ts";
 import { RootfsStore } from "./store.ts";
 
+// Ctrl-C reaches mmdebstrap too (one process group): it stops, and the build's failure path removes
+// the half-built layer before this process ends (exit 130); a second Ctrl-C ends it at once.
+let interrupted = false;
+process.on("SIGINT", () => {
+  if (interrupted) process.exit(130);
+  interrupted = true;
+});
+
 const [cmd, ...args] = process.argv.slice(2);
 const store = new RootfsStore();
 const log = (line: string) => console.log(`[rootfs] ${line}`);
@@ -35,6 +43,6 @@ try {
     process.exitCode = 2;
   }
 } catch (err) {
-  console.error(`[rootfs] ${(err as Error).message}`);
-  process.exitCode = 1;
+  console.error(`[rootfs] ${interrupted ? "interrupted" : (err as Error).message}`);
+  process.exitCode = interrupted ? 130 : 1;
 }

@@ -80,6 +80,9 @@ export function mmdebstrapArgs(recipe: DebianRecipe, target: string): string[] {
   return [
     "--mode=root",
     "--format=directory",
+    // apt's and dpkg's lines too: the only sign of progress while 500 packages are configured
+    // (build-base.ts keeps a count of them, not the lines).
+    "--verbose",
     `--variant=${recipe.variant}`,
     `--architectures=${recipe.architecture}`,
     `--include=${recipe.packages.join(",")}`,
