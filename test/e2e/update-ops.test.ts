@@ -25,7 +25,7 @@ async function admin(path: string, init: { method?: string; body?: unknown } = {
 
 afterAll(async () => {
   await Promise.all(made.map((s) => s.kill().catch(() => false)));
-  for (const t of [template, `${template}h`]) {
+  for (const t of [template, `${template}h`, `${template}s`]) {
     await admin(`/admin/teams/admin/updateops/${t}`, { method: "DELETE" }).catch(() => undefined);
     await admin(`/admin/teams/admin/templates/${t}`, { method: "DELETE" }).catch(() => undefined);
   }
@@ -129,5 +129,43 @@ describe("update ops on the local driver", () => {
     expect(line(busy.sandboxId, second)).toMatchObject({ status: "Succeeded", attempt: 2 });
     expect(await sleepers(busy)).toBe("0");
     expect((await busy.files.read("/home/user/hooks.log")).trim()).toBe("pre");
+  });
+  it("a slow preUpgrade hook holds up only its own sandbox: the other is upgraded and the run's status answers while it runs", async () => {
+    const name = `${template}s`;
+    // Waits while /home/user/hold exists (the test removes it once it saw the other one upgraded).
+    const pre = "while [ -e /home/user/hold ]; do sleep 0.2; done; echo pre >> /home/user/hooks.log";
+    const lifecycle = { preUpgrade: { exec: { command: ["sh", "-c", pre] }, timeoutSeconds: 600 } };
+    await admin(`/admin/teams/admin/templates/${name}`, { method: "PUT", body: { spec: { replicas: 0, memoryMB: 256, lifecycle } } });
+    const create = async () => {
+      const s = await Sandbox.create(name, { ...e2b(), metadata: { "label:slow": tag }, timeoutMs: 600_000 });
+      made.push(s);
+      return s;
+    };
+    const [slow, quick] = [await create(), await create()];
+    await slow.files.write("/home/user/hold", "");
+    await admin(`/admin/teams/admin/templates/${name}`, { method: "PUT", body: { spec: { replicas: 0, memoryMB: 384, lifecycle } } });
+    await admin("/admin/teams/admin/updateops", { body: { name, selector: { matchLabels: { slow: tag } }, updateStrategy: { maxUnavailable: 2 } } });
+    const line = (s: { sandboxes: { id: string }[] }, id: string) => s.sandboxes.find((l) => l.id === id) as { status: string; attempt: number } | undefined;
+    // The quick one is upgraded while the slow one's hook still waits on its file.
+    const mid = await waitFor(
+      async () => {
+        const s = await admin(`/admin/teams/admin/updateops/${name}`);
+        return line(s, quick.sandboxId)?.status === "Succeeded" ? s : undefined;
+      },
+      { what: "the quick sandbox upgraded while the slow hook runs", timeoutMs: 90_000, intervalMs: 200 },
+    );
+    expect(mid).toMatchObject({ phase: "Updating", updatedReplicas: 1, updatingReplicas: 1 });
+    expect(line(mid, slow.sandboxId)).toMatchObject({ status: "Updating", attempt: 1 });
+    expect(await slow.files.exists("/home/user/hooks.log")).toBe(false);
+    expect((await quick.files.read("/home/user/hooks.log")).trim()).toBe("pre");
+
+    // The slow hook ends: its sandbox is upgraded too, its hook run once.
+    await slow.files.remove("/home/user/hold");
+    const done = await ended(name);
+    expect(done, JSON.stringify(done)).toMatchObject({ phase: "Completed", updatedReplicas: 2, failedReplicas: 0 });
+    expect(line(done, slow.sandboxId)).toMatchObject({ status: "Succeeded", attempt: 1 });
+    expect((await slow.files.read("/home/user/hooks.log")).trim()).toBe("pre");
+    const hooked = done.events.filter((e: { reason: string; sandboxId?: string }) => e.reason === "PreUpgradeHook" && e.sandboxId === slow.sandboxId);
+    expect(hooked).toHaveLength(1);
   });
 });
