@@ -217,8 +217,10 @@ export class CrdSync {
     if (st.spec.cluster !== this.#o.cluster()) return refused({ code: "forbidden", message: `sandbox ${item.sandboxId} runs on cluster ${st.spec.cluster}` });
     // A policy edit is not against a generation: the newest one the agent saw is what stands.
     if (item.action === "autoPause") {
-      if (!item.autoPausePolicy) return refused({ code: "bad_request", message: "autoPause without a policy" });
-      await this.#o.env.PROBE.get(this.#o.env.PROBE.idFromName(item.sandboxId)).start(item.sandboxId, st.spec.teamId, item.autoPausePolicy);
+      const probe = this.#o.env.PROBE.get(this.#o.env.PROBE.idFromName(item.sandboxId));
+      // Without a policy: the Sandbox no longer has one the edge can run, so its probe stops.
+      if (!item.autoPausePolicy) await probe.stop();
+      else await probe.start(item.sandboxId, st.spec.teamId, item.autoPausePolicy);
       return { result: "applied" };
     }
     if (item.generation < st.generation) return { result: "stale", message: `made at generation ${item.generation}, the edge is at ${st.generation}` };

@@ -106,6 +106,8 @@ export const EventReason = {
   RuntimeRestarted: "RuntimeRestarted",
   /** On the Sandbox: a dynamic CSI mount failed (Warning; retried). */
   VolumeMountFailed: "VolumeMountFailed",
+  /** On the Sandbox: its probes/autoPausePolicy cannot be run by the edge (Warning; why). */
+  AutoPausePolicyNotApplied: "AutoPausePolicyNotApplied",
 } as const;
 
 /** Returns `conditions` with `next` set, keeping lastTransitionTime when the status did not change. */

@@ -99,7 +99,8 @@ export const SandboxSetsSchema = z.object({ type: z.literal("sandboxsets"), item
 export const SandboxRequestItemSchema = z.object({
   id: ItemIdSchema,
   sandboxId: SandboxIdSchema,
-  /** `autoPause`: the Sandbox's probes/autoPausePolicy (kubectl) start the edge's probe. */
+  /** `autoPause`: the Sandbox's probes/autoPausePolicy (kubectl) start the edge's probe; without
+   * `autoPausePolicy` the Sandbox has none (removed, or one the agent cannot map): it stops. */
   action: z.enum(["pause", "resume", "kill", "autoPause"]),
   autoPausePolicy: AutoPausePolicy.optional(),
   /** The edge generation the Sandbox object showed when the user edited it: a request made

@@ -72,7 +72,12 @@ export class KubernetesDriver implements Driver {
     this.namespace = opts.namespace;
     this.kubeConfig = opts.kubeConfig;
     poolConnections(opts.kubeConfig);
-    this.#requests = new UserRequests(opts.onRequest, (m) => opts.log?.(m));
+    this.#requests = new UserRequests(
+      opts.onRequest,
+      (m) => opts.log?.(m),
+      // Slim objects keep no namespace: the sandbox's scope is found by its id.
+      (o, reason, message) => void this.#status.event(this.#ctx.scopeOf(o.metadata?.annotations?.[ANNOTATION.sandboxId] ?? ""), o, "Warning", reason, message),
+    );
     this.#ctx = new Scopes({
       kubeConfig: opts.kubeConfig,
       namespace: opts.namespace,

@@ -3,10 +3,14 @@
 // did not make (its finalizer holds the object until the edge confirms), is reported once per
 // action and generation; the driver does not act on it until an intent with a newer generation
 // arrives (the edge stays the authority).
+import { EventReason } from "../../../schema/crd/conditions.ts";
 import { ANNOTATION } from "../../../schema/crd/labels.ts";
 import { crdAutoPausePolicy } from "./auto-pause.ts";
 import { stableJson } from "./kube-api.ts";
 import type { SandboxObject, SandboxRequest } from "./objects.ts";
+
+/** The policy key of a Sandbox without one. */
+const OFF = "off";
 
 export class UserRequests {
   readonly #onRequest?: (req: SandboxRequest) => void;
@@ -18,10 +22,13 @@ export class UserRequests {
   readonly #destroying = new Set<string>();
 
   readonly #log: (msg: string) => void;
+  /** A Warning Event on the Sandbox (best effort). */
+  readonly #warn: (o: SandboxObject, reason: string, message: string) => void;
 
-  constructor(onRequest?: (req: SandboxRequest) => void, log: (msg: string) => void = () => {}) {
+  constructor(onRequest?: (req: SandboxRequest) => void, log: (msg: string) => void = () => {}, warn: (o: SandboxObject, reason: string, message: string) => void = () => {}) {
     this.#onRequest = onRequest;
     this.#log = log;
+    this.#warn = warn;
   }
 
   /** A Sandbox was added or changed (an informer event). */
@@ -43,17 +50,26 @@ export class UserRequests {
     this.#onRequest({ sandboxId: id, action, generation });
   }
 
-  /** A Sandbox's probes/autoPausePolicy, reported when it changes (the edge starts its probe);
-   * one the edge cannot run is logged once. Removing the policy is not reported (not supported). */
+  /**
+   * A Sandbox's probes/autoPausePolicy, reported when it changes (the edge starts its probe). One
+   * the edge cannot run is a Warning Event on the Sandbox; it and a removed policy (after one was
+   * reported) are reported without a policy, which stops the edge's probe. A policy removed while
+   * the agent was down is not seen (the agent only knows the policies it reported itself).
+   */
   #autoPause(id: string, o: SandboxObject, generation: number): void {
     if (o.metadata?.deletionTimestamp) return;
     const r = crdAutoPausePolicy(o.spec);
-    if (!r) return;
-    const key = "problem" in r ? `problem:${r.problem}` : stableJson(r.policy);
-    if (this.#policies.get(id) === key) return;
+    const had = this.#policies.get(id);
+    const key = !r ? OFF : "problem" in r ? `problem:${r.problem}` : stableJson(r.policy);
+    if (had === key || (had === undefined && key === OFF)) return;
     this.#policies.set(id, key);
-    if ("problem" in r) return this.#log(`Sandbox ${o.metadata?.name}: auto-pause policy not applied: ${r.problem}`);
-    this.#onRequest!({ sandboxId: id, action: "autoPause", generation, autoPausePolicy: r.policy });
+    if (r && "problem" in r) {
+      this.#log(`Sandbox ${o.metadata?.name}: auto-pause policy not applied: ${r.problem}`);
+      this.#warn(o, EventReason.AutoPausePolicyNotApplied, `auto-pause policy not applied: ${r.problem}`);
+    }
+    const running = had !== undefined && had !== OFF && !had.startsWith("problem:");
+    if (r && !("problem" in r)) this.#onRequest!({ sandboxId: id, action: "autoPause", generation, autoPausePolicy: r.policy });
+    else if (running) this.#onRequest!({ sandboxId: id, action: "autoPause", generation });
   }
 
   /** Runs the agent's own destroy of `id`, during which its Sandbox's delete is not reported. */
