@@ -20,9 +20,10 @@ import type { Result } from "../sandbox/state.ts";
 import { getDb } from "../store/db.ts";
 import { listLiveIdsOfTeam } from "../store/sandbox-index.ts";
 import { resolveTemplate } from "../store/templates.ts";
-import { active, counts, hookDue, inFlight, initialState, transition, type OpsInput, type OpsMember, type OpsState } from "./machine.ts";
+import { active, checkpointDue, counts, hookDue, inFlight, initialState, transition, type OpsInput, type OpsMember, type OpsState } from "./machine.ts";
 import type { Hook } from "../../schema/api/hooks.ts";
 import { runUpgradeHook } from "../operations/pause-resume.ts";
+import { createSnapshot } from "../operations/snapshots.ts";
 import { OpsStore, type Stored } from "./store.ts";
 
 /** How often a run in flight asks its sandboxes' groups. */
@@ -54,7 +55,7 @@ export class UpdateOpsDO extends DurableObject<Env> {
   private run: Stored | null | undefined;
   /** RPCs and the alarm take turns: each reads, steps and stores the run whole. */
   private queue: Promise<unknown> = Promise.resolve();
-  /** Hooks running now (`member/attempt/stage`), so a poll does not start one twice. */
+  /** Hooks and checkpoints running now (`member/attempt/stage`), so a poll does not start one twice. */
   private readonly hooksRunning = new Set<string>();
 
   /** Creates the run, or (same name again, e.g. a repeated kubectl apply) applies what may change. */
@@ -145,9 +146,13 @@ export class UpdateOpsDO extends DurableObject<Env> {
    */
   private async poll(run: Stored): Promise<void> {
     const lifecycle = run.state.spec.lifecycle;
-    const members = inFlight(this.run!.state);
+    const state = this.run!.state;
+    const members = inFlight(state);
     this.startHooks("pre", members.filter((m) => !m.paused && hookDue(m, "pre")), lifecycle?.preUpgrade);
-    const asked = members.filter((m) => m.paused || !hookDue(m, "pre"));
+    const hooked = members.filter((m) => m.paused || !hookDue(m, "pre"));
+    // CheckpointRestore: each member's snapshot before its recreate (after its preUpgrade).
+    this.startCheckpoints(hooked.filter((m) => checkpointDue(state, m)));
+    const asked = hooked.filter((m) => !checkpointDue(state, m));
     const byGroup = new Map<string, UpgradeRequest[]>();
     for (const m of asked) {
       const req = { id: m.id, teamId: run.state.teamId, template: run.targets[m.templateId]!, attempt: m.attempt };
@@ -170,6 +175,32 @@ export class UpdateOpsDO extends DurableObject<Env> {
       if (this.hooksRunning.has(key)) continue;
       this.hooksRunning.add(key);
       this.ctx.waitUntil(this.runHook(teamId, m.id, m.attempt, stage, given).finally(() => this.hooksRunning.delete(key)));
+    }
+  }
+
+  /** Takes each member's checkpoint (a snapshot of its files, as E2B createSnapshot takes one: the
+   * team sees it and can make sandboxes of it) beside the run, as hooks run; records it under the
+   * lock. A driver that cannot take snapshots fails the member with its reason. */
+  private startCheckpoints(members: OpsMember[]): void {
+    const teamId = this.run!.state.teamId;
+    for (const m of members) {
+      const key = `${m.id}/${m.attempt}/checkpoint`;
+      if (this.hooksRunning.has(key)) continue;
+      this.hooksRunning.add(key);
+      const caller = { keyId: "update-ops", teamId, teamName: "", admin: true };
+      const taken = createSnapshot(this.env, caller, m.id, {}).then(
+        (r) => (r.ok ? { snapshotId: r.snapshot.id } : { error: r.error.message }),
+        (err: unknown) => ({ error: String(err) }),
+      );
+      const done = taken.then((r) =>
+        this.locked(async () => {
+          const run = this.load();
+          if (!run) return;
+          this.save({ ...run, state: transition(run.state, { type: "checkpointed", id: m.id, attempt: m.attempt, ...r }, Date.now()) });
+          if (active(this.run!.state)) await this.ctx.storage.setAlarm(Date.now());
+        }),
+      );
+      this.ctx.waitUntil(done.finally(() => this.hooksRunning.delete(key)));
     }
   }
 
