@@ -223,6 +223,11 @@ export class CrdSync {
       else await probe.start(item.sandboxId, st.spec.teamId, item.autoPausePolicy);
       return { result: "applied" };
     }
+    // Hooks too: the newest the agent saw stands.
+    if (item.action === "lifecycle") {
+      const set = await stub.setHooks({ teamId: st.spec.teamId, admin: true }, item.lifecycle ?? {});
+      return set.ok ? { result: "applied" } : refused(set.error);
+    }
     if (item.generation < st.generation) return { result: "stale", message: `made at generation ${item.generation}, the edge is at ${st.generation}` };
     // As the sandbox's team, so the E2B API's rules (and refusals) apply unchanged.
     const access = { teamId: st.spec.teamId, admin: false };

@@ -9,6 +9,7 @@
 // a row, not an object. Every RPC resolves to a typed result; none throws (a throwing RPC leaks
 // unhandled rejections under the vitest plugin).
 import { DurableObject } from "cloudflare:workers";
+import type { Lifecycle } from "../../schema/api/hooks.ts";
 import type { Env } from "../env.ts";
 import { tombstone, type IndexOp } from "../store/sandbox-index.ts";
 import { ErrorCode, sandboxNotFoundMessage, type Refusal } from "../../schema/errors.ts";
@@ -214,6 +215,11 @@ export class SandboxGroupDO extends DurableObject<Env> {
   /** A lifecycle hook ran: its condition on the sandbox (hooks/run-hook.ts). */
   async recordHook(id: string, access: Access, condition: Extract<SandboxEvent, { type: "hook" }>["condition"]): Promise<Result> {
     return this.applyVisible(id, access, { type: "hook", condition });
+  }
+
+  /** Its own lifecycle hooks (kubectl's Sandbox `spec.lifecycle`), replacing what it had. */
+  async setHooks(id: string, access: Access, hooks: Lifecycle): Promise<Result> {
+    return this.applyVisible(id, access, { type: "hooks", hooks });
   }
 
   async pause(id: string, access: Access, strategy?: PauseStrategy): Promise<Result> {

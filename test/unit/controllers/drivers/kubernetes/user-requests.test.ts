@@ -37,3 +37,22 @@ describe("UserRequests auto-pause", () => {
     expect(warned).toHaveLength(1);
   });
 });
+
+describe("UserRequests lifecycle", () => {
+  it("reports the Sandbox's hooks once per change and {} when removed; unusable ones are a Warning and send nothing", () => {
+    const sent: SandboxRequest[] = [];
+    const warned: string[] = [];
+    const r = new UserRequests((q) => sent.push(q), () => {}, (_o, reason, message) => warned.push(`${reason}: ${message}`));
+    const prePause = { exec: { command: ["sh", "-c", "exit 3"] }, timeoutSeconds: 5 };
+    r.seen(sbx({}));
+    expect(sent).toEqual([]);
+    r.seen(sbx({ lifecycle: { prePause } }));
+    r.seen(sbx({ lifecycle: { prePause } }));
+    expect(sent).toEqual([{ sandboxId: "id1", action: "lifecycle", generation: 3, lifecycle: { prePause: { ...prePause, failurePolicy: "Fail" } } }]);
+    r.seen(sbx({ lifecycle: { prePause: { timeoutSeconds: 5 } } }));
+    expect(sent).toHaveLength(1);
+    expect(warned).toEqual([expect.stringContaining("LifecycleNotApplied: lifecycle not applied: prePause: a hook has exactly one of exec and http")]);
+    r.seen(sbx({}));
+    expect(sent.slice(1)).toEqual([{ sandboxId: "id1", action: "lifecycle", generation: 3, lifecycle: {} }]);
+  });
+});
