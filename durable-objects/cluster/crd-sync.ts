@@ -217,9 +217,16 @@ export class CrdSync {
     if (st.spec.cluster !== this.#o.cluster()) return refused({ code: "forbidden", message: `sandbox ${item.sandboxId} runs on cluster ${st.spec.cluster}` });
     // A policy edit is not against a generation: the newest one the agent saw is what stands.
     if (item.action === "autoPause") {
-      if (!item.autoPausePolicy) return refused({ code: "bad_request", message: "autoPause without a policy" });
-      await this.#o.env.PROBE.get(this.#o.env.PROBE.idFromName(item.sandboxId)).start(item.sandboxId, st.spec.teamId, item.autoPausePolicy);
+      const probe = this.#o.env.PROBE.get(this.#o.env.PROBE.idFromName(item.sandboxId));
+      // Without a policy: the Sandbox no longer has one the edge can run, so its probe stops.
+      if (!item.autoPausePolicy) await probe.stop();
+      else await probe.start(item.sandboxId, st.spec.teamId, item.autoPausePolicy);
       return { result: "applied" };
+    }
+    // Hooks too: the newest the agent saw stands.
+    if (item.action === "lifecycle") {
+      const set = await stub.setHooks({ teamId: st.spec.teamId, admin: true }, item.lifecycle ?? {});
+      return set.ok ? { result: "applied" } : refused(set.error);
     }
     if (item.generation < st.generation) return { result: "stale", message: `made at generation ${item.generation}, the edge is at ${st.generation}` };
     // As the sandbox's team, so the E2B API's rules (and refusals) apply unchanged.

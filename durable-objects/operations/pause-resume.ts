@@ -50,9 +50,10 @@ export async function afterWake(env: Env, id: string, teamId: string): Promise<v
   if (info.ok) await runLifecycleHook(env, h, access, info.sandbox, "postResume");
 }
 
-/** Runs `given`, else the template's hook `name` if it has one; null when there is none. */
+/** Runs `given`, else the sandbox's own hook `name` (kubectl's Sandbox spec.lifecycle), else the
+ * template's, if any; null when there is none. */
 export async function runLifecycleHook(env: Env, h: SandboxHandle, access: Access, sandbox: SandboxInfo, name: HookName, given?: Hook): Promise<HookVerdict | null> {
-  const hook = given ?? (await resolveTemplateCached(getDb(env), sandbox.teamId, sandbox.templateId))?.spec.lifecycle?.[name];
+  const hook = given ?? sandbox.hooks?.[name] ?? (await resolveTemplateCached(getDb(env), sandbox.teamId, sandbox.templateId))?.spec.lifecycle?.[name];
   if (!hook) return null;
   const found = await h.route();
   if (!found.ok) return null;

@@ -33,6 +33,8 @@ export interface OpsMember {
   updatedAt: number;
   /** The upgrade hooks that ran (and passed) for `attempt`: each runs once per attempt. */
   hooks?: { attempt: number; pre?: true; post?: true };
+  /** CheckpointRestore: the snapshot taken of it for `attempt`, before its recreate. */
+  checkpoint?: { attempt: number; snapshotId: string };
 }
 
 export interface OpsCondition {
@@ -74,7 +76,10 @@ export type OpsInput =
   | { type: "resume" }
   /** A member's preUpgrade or postUpgrade hook ran for `attempt`: passed (or `Ignore`d), it is
    * not run again for that attempt; failed, the member fails (the run goes on). */
-  | { type: "hooked"; id: string; attempt: number; stage: "pre" | "post"; proceed: boolean; reason: string; message: string; none?: true };
+  | { type: "hooked"; id: string; attempt: number; stage: "pre" | "post"; proceed: boolean; reason: string; message: string; none?: true }
+  /** CheckpointRestore: the member's snapshot for `attempt` was taken (`snapshotId`), or not
+   * (`error`: the member fails, the run goes on). */
+  | { type: "checkpointed"; id: string; attempt: number; snapshotId?: string; error?: string };
 
 export const MAX_EVENTS = 200;
 
@@ -97,6 +102,9 @@ export function transition(current: OpsState, ev: OpsInput, now: number): OpsSta
     case "hooked":
       hooked(s, ev, now);
       break;
+    case "checkpointed":
+      checkpointed(s, ev, now);
+      break;
     case "change":
       s.spec = {
         ...s.spec,
@@ -109,7 +117,7 @@ export function transition(current: OpsState, ev: OpsInput, now: number): OpsSta
         Object.assign(m, { status: "Pending", message: undefined, updatedAt: now });
         event(s, now, "Normal", "UpgradeRetried", "retrying the failed upgrade", m.id);
       }
-      if (s.phase === "Failed" && s.spec.updateStrategy.type === "Recreate") s.phase = "Updating";
+      if (s.phase === "Failed") s.phase = "Updating";
       break;
   }
   if (s.phase === "Updating") schedule(s, now);
@@ -133,13 +141,6 @@ export function active(s: OpsState): boolean {
 }
 
 function select(s: OpsState, candidates: OpsCandidate[], targets: Record<string, string | null>, unsupported: Record<string, string>, now: number): void {
-  if (s.spec.updateStrategy.type === "CheckpointRestore") {
-    s.phase = "Failed";
-    const msg = "updateStrategy CheckpointRestore is not supported yet (it needs sandbox snapshots); use Recreate";
-    setProgressing(s, "False", "StrategyNotSupported", msg, now);
-    event(s, now, "Warning", "StrategyNotSupported", msg);
-    return;
-  }
   const states = new Set<string>(s.spec.stateFilter.states);
   const missing = new Set<string>();
   const left = new Map<string, number>();
@@ -172,7 +173,7 @@ function progress(s: OpsState, outcomes: Record<string, UpgradeOutcome>, now: nu
       gone.add(m.id);
       event(s, now, "Normal", "SandboxGone", "the sandbox was deleted; it is no longer part of the run", m.id);
     } else if (o.status === "succeeded") {
-      Object.assign(m, { status: "Succeeded", message: undefined, updatedAt: now });
+      Object.assign(m, { status: "Succeeded", message: m.checkpoint?.attempt === m.attempt ? restoredMessage(m.checkpoint.snapshotId) : undefined, updatedAt: now });
       event(s, now, "Normal", "UpgradeSucceeded", `upgraded to revision ${m.to}${m.paused ? " (stays paused)" : ""}`, m.id);
     } else if (o.status === "failed") {
       Object.assign(m, { status: "Failed", message: o.message ?? "the upgrade failed", updatedAt: now });
@@ -194,6 +195,26 @@ function hooked(s: OpsState, ev: Extract<OpsInput, { type: "hooked" }>, now: num
   if (!ev.proceed) return progress(s, { [m.id]: { status: "failed", message: `${name} hook failed: ${ev.message}` } }, now);
   const done = m.hooks?.attempt === m.attempt ? m.hooks : { attempt: m.attempt };
   m.hooks = { ...done, [ev.stage]: true };
+}
+
+/** What a CheckpointRestore member's line says once upgraded: its files are the checkpoint's (kept
+ * through the recreate), its memory is not (no process checkpointing here: CRIU does not run on
+ * the local driver's kernels, and a pod's new container starts its processes afresh). */
+export function restoredMessage(snapshotId: string): string {
+  return `files kept from checkpoint snapshot ${snapshotId}; memory not restored (processes start afresh)`;
+}
+
+function checkpointed(s: OpsState, ev: Extract<OpsInput, { type: "checkpointed" }>, now: number): void {
+  const m = s.members.find((x) => x.id === ev.id);
+  if (!m || m.status !== "Updating" || m.attempt !== ev.attempt || m.checkpoint?.attempt === m.attempt) return;
+  if (!ev.snapshotId) return progress(s, { [m.id]: { status: "failed", message: `checkpoint failed: ${ev.error ?? "the snapshot was not taken"}` } }, now);
+  m.checkpoint = { attempt: m.attempt, snapshotId: ev.snapshotId };
+  event(s, now, "Normal", "CheckpointTaken", `snapshot ${ev.snapshotId} of the sandbox's files (no memory) before its recreate`, m.id);
+}
+
+/** Whether a CheckpointRestore member still needs its snapshot for its current attempt. */
+export function checkpointDue(s: OpsState, m: OpsMember): boolean {
+  return s.spec.updateStrategy.type === "CheckpointRestore" && m.checkpoint?.attempt !== m.attempt;
 }
 
 /** Whether the member's hook `stage` is still to run for its current attempt. */
@@ -227,7 +248,8 @@ function schedule(s: OpsState, now: number): void {
   } else if (s.spec.paused) {
     setProgressing(s, "True", "Paused", `paused: ${after.updatingReplicas} upgrading, ${left} waiting`, now);
   } else {
-    setProgressing(s, "True", "Updating", `${after.updatedReplicas}/${after.replicas} upgraded`, now);
+    const how = s.spec.updateStrategy.type === "CheckpointRestore" ? " (CheckpointRestore: files from each sandbox's snapshot, memory not restored)" : "";
+    setProgressing(s, "True", "Updating", `${after.updatedReplicas}/${after.replicas} upgraded${how}`, now);
   }
 }
 

@@ -20,9 +20,10 @@ import type { Result } from "../sandbox/state.ts";
 import { getDb } from "../store/db.ts";
 import { listLiveIdsOfTeam } from "../store/sandbox-index.ts";
 import { resolveTemplate } from "../store/templates.ts";
-import { active, counts, hookDue, inFlight, initialState, transition, type OpsInput, type OpsState } from "./machine.ts";
+import { active, checkpointDue, counts, hookDue, inFlight, initialState, transition, type OpsInput, type OpsMember, type OpsState } from "./machine.ts";
 import type { Hook } from "../../schema/api/hooks.ts";
 import { runUpgradeHook } from "../operations/pause-resume.ts";
+import { createSnapshot } from "../operations/snapshots.ts";
 import { OpsStore, type Stored } from "./store.ts";
 
 /** How often a run in flight asks its sandboxes' groups. */
@@ -54,6 +55,8 @@ export class UpdateOpsDO extends DurableObject<Env> {
   private run: Stored | null | undefined;
   /** RPCs and the alarm take turns: each reads, steps and stores the run whole. */
   private queue: Promise<unknown> = Promise.resolve();
+  /** Hooks and checkpoints running now (`member/attempt/stage`), so a poll does not start one twice. */
+  private readonly hooksRunning = new Set<string>();
 
   /** Creates the run, or (same name again, e.g. a repeated kubectl apply) applies what may change. */
   async start(input: StartOps): Promise<OpsResult> {
@@ -137,38 +140,89 @@ export class UpdateOpsDO extends DurableObject<Env> {
    * Asks the groups of the members in flight to start or report their upgrades. A running member's
    * preUpgrade hook runs before its group is first asked, its postUpgrade once the group reports it
    * upgraded (before it counts as Succeeded); each once per attempt, stored before the next step.
-   * A paused member runs neither (nothing of it runs to run them in).
+   * A paused member runs neither (nothing of it runs to run them in). Hooks run beside the run, not
+   * under its lock (`startHooks`): a member whose hook is running is not asked meanwhile, the others
+   * go on, and status reads answer.
    */
   private async poll(run: Stored): Promise<void> {
     const lifecycle = run.state.spec.lifecycle;
-    const hook = (stage: "pre" | "post", ids: string[]) => this.hooks(run, stage, ids, stage === "pre" ? lifecycle?.preUpgrade : lifecycle?.postUpgrade);
-    await hook("pre", inFlight(this.run!.state).filter((m) => !m.paused && hookDue(m, "pre")).map((m) => m.id));
+    const state = this.run!.state;
+    const members = inFlight(state);
+    this.startHooks("pre", members.filter((m) => !m.paused && hookDue(m, "pre")), lifecycle?.preUpgrade);
+    const hooked = members.filter((m) => m.paused || !hookDue(m, "pre"));
+    // CheckpointRestore: each member's snapshot before its recreate (after its preUpgrade).
+    this.startCheckpoints(hooked.filter((m) => checkpointDue(state, m)));
+    const asked = hooked.filter((m) => !checkpointDue(state, m));
     const byGroup = new Map<string, UpgradeRequest[]>();
-    for (const m of inFlight(this.run!.state)) {
+    for (const m of asked) {
       const req = { id: m.id, teamId: run.state.teamId, template: run.targets[m.templateId]!, attempt: m.attempt };
       byGroup.set(sandboxGroupOf(m.id), [...(byGroup.get(sandboxGroupOf(m.id)) ?? []), req]);
     }
     const answers = await Promise.all([...byGroup.values()].map((items) => sandboxGroupStub(this.env, items[0]!.id).upgradeBatch(items)));
     const outcomes: Record<string, UpgradeOutcome> = Object.assign({}, ...answers);
-    const upgraded = inFlight(this.run!.state).filter((m) => outcomes[m.id]?.status === "succeeded" && !m.paused && hookDue(m, "post"));
-    await hook("post", upgraded.map((m) => m.id));
+    // Upgraded, its postUpgrade still to run: it stays Updating until the hook has passed.
+    const post = asked.filter((m) => outcomes[m.id]?.status === "succeeded" && !m.paused && hookDue(m, "post"));
+    this.startHooks("post", post, lifecycle?.postUpgrade);
+    for (const m of post) delete outcomes[m.id];
     this.save({ ...this.run!, state: transition(this.run!.state, { type: "progress", outcomes }, Date.now()) });
   }
 
-  /** Runs hook `stage` on the members `ids` (all at once) and records each outcome. */
-  private async hooks(run: Stored, stage: "pre" | "post", ids: string[], given: Hook | undefined): Promise<void> {
-    if (ids.length === 0) return;
-    const teamId = run.state.teamId;
-    const name = stage === "pre" ? "preUpgrade" : "postUpgrade";
-    const verdicts = await Promise.all(ids.map(async (id) => [id, await runUpgradeHook(this.env, teamId, id, name, given)] as const));
-    let state = this.run!.state;
-    for (const [id, v] of verdicts) {
-      const m = state.members.find((x) => x.id === id)!;
-      // No hook: nothing to run for this attempt.
-      const ev = v ? { proceed: v.proceed, reason: v.condition.reason, message: v.condition.message } : { proceed: true, reason: "None", message: "no hook", none: true as const };
-      state = transition(state, { type: "hooked", id, attempt: m.attempt, stage, ...ev }, Date.now());
+  /** Starts hook `stage` of each member not already running it for this attempt; it ends on its own. */
+  private startHooks(stage: "pre" | "post", members: OpsMember[], given: Hook | undefined): void {
+    const teamId = this.run!.state.teamId;
+    for (const m of members) {
+      const key = `${m.id}/${m.attempt}/${stage}`;
+      if (this.hooksRunning.has(key)) continue;
+      this.hooksRunning.add(key);
+      this.ctx.waitUntil(this.runHook(teamId, m.id, m.attempt, stage, given).finally(() => this.hooksRunning.delete(key)));
     }
-    this.save({ ...this.run!, state });
+  }
+
+  /** Takes each member's checkpoint (a snapshot of its files, as E2B createSnapshot takes one: the
+   * team sees it and can make sandboxes of it) beside the run, as hooks run; records it under the
+   * lock. A driver that cannot take snapshots fails the member with its reason. */
+  private startCheckpoints(members: OpsMember[]): void {
+    const teamId = this.run!.state.teamId;
+    for (const m of members) {
+      const key = `${m.id}/${m.attempt}/checkpoint`;
+      if (this.hooksRunning.has(key)) continue;
+      this.hooksRunning.add(key);
+      const caller = { keyId: "update-ops", teamId, teamName: "", admin: true };
+      const taken = createSnapshot(this.env, caller, m.id, {}).then(
+        (r) => (r.ok ? { snapshotId: r.snapshot.id } : { error: r.error.message }),
+        (err: unknown) => ({ error: String(err) }),
+      );
+      const done = taken.then((r) =>
+        this.locked(async () => {
+          const run = this.load();
+          if (!run) return;
+          this.save({ ...run, state: transition(run.state, { type: "checkpointed", id: m.id, attempt: m.attempt, ...r }, Date.now()) });
+          if (active(this.run!.state)) await this.ctx.storage.setAlarm(Date.now());
+        }),
+      );
+      this.ctx.waitUntil(done.finally(() => this.hooksRunning.delete(key)));
+    }
+  }
+
+  /** Runs one member's hook outside the lock, then records its verdict under it and wakes the run.
+   * A hook that could not be run at all (an RPC failed) is recorded nowhere: the next poll runs it. */
+  private async runHook(teamId: string, id: string, attempt: number, stage: "pre" | "post", given: Hook | undefined): Promise<void> {
+    const name = stage === "pre" ? "preUpgrade" : "postUpgrade";
+    let v: Awaited<ReturnType<typeof runUpgradeHook>>;
+    try {
+      v = await runUpgradeHook(this.env, teamId, id, name, given);
+    } catch (err) {
+      console.error(`update ops: ${name} of ${id}: not run`, err);
+      return;
+    }
+    // No hook: nothing to run for this attempt.
+    const ev = v ? { proceed: v.proceed, reason: v.condition.reason, message: v.condition.message } : { proceed: true, reason: "None", message: "no hook", none: true as const };
+    await this.locked(async () => {
+      const run = this.load();
+      if (!run) return;
+      this.save({ ...run, state: transition(run.state, { type: "hooked", id, attempt, stage, ...ev }, Date.now()) });
+      if (active(this.run!.state)) await this.ctx.storage.setAlarm(Date.now());
+    });
   }
 
   private async step(ev: OpsInput): Promise<OpsResult> {

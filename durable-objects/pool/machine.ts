@@ -22,6 +22,10 @@ export interface Member {
   endpoint: Endpoint | null;
   /** It has been available once: creating again means it stopped being ready (it may recover). */
   readyOnce?: boolean;
+  /** Ready once, since when it is not (in memory only: a reloaded pool counts from its first tick).
+   * Its create timeout counts from here: from its creation, every member older than the timeout
+   * that an agent restart reported not ready for a moment was replaced at once. */
+  unreadySince?: number;
   /** Ticket of its live queue entry (entries with another ticket are dead); -1 = not queued. */
   slot: number;
 }
@@ -99,7 +103,7 @@ export function transition(
       return { state, effects, claim };
     }
     case "observe":
-      if (observe(state, event.observation, effects)) reconcile(state, ctx, effects);
+      if (observe(state, event.observation, ctx.now, effects)) reconcile(state, ctx, effects);
       return { state, effects };
     case "tick":
       expireCreating(state, ctx, effects);
@@ -138,9 +142,15 @@ export function nextCreateDeadline(state: PoolState, timeoutMs = DEFAULT_CREATE_
   let oldest: number | null = null;
   for (const q of state.creating.values()) {
     const e = q.peek();
-    if (e && (oldest === null || e.m.createdAt < oldest)) oldest = e.m.createdAt;
+    if (e && (oldest === null || creatingSince(e.m) < oldest)) oldest = creatingSince(e.m);
   }
   return oldest === null ? null : oldest + timeoutMs;
+}
+
+/** When a creating member's timeout started: its creation, or (ready once) when it stopped being
+ * ready. A reloaded pool does not know that: such a member counts from its first tick. */
+function creatingSince(m: Member): number {
+  return m.readyOnce ? (m.unreadySince ?? m.createdAt) : m.createdAt;
 }
 
 /**
@@ -219,7 +229,7 @@ function popOther(queues: Map<string, Fifo<Entry>>, rev: string): Member | undef
 }
 
 /** Returns whether the inventory changed (so the pool may need to scale). */
-function observe(state: PoolState, obs: Observation, effects: PoolEffect[]): boolean {
+function observe(state: PoolState, obs: Observation, now: number, effects: PoolEffect[]): boolean {
   const m = state.members.get(obs.sandboxId);
   if (!m || obs.generation < m.generation) return false;
   switch (obs.phase) {
@@ -231,6 +241,7 @@ function observe(state: PoolState, obs: Observation, effects: PoolEffect[]): boo
       if (want !== m.state) {
         dequeue(state, m);
         m.state = want;
+        m.unreadySince = want === "creating" ? now : undefined;
         enqueue(state, m);
       }
       if (want === "available") m.readyOnce = true;
@@ -261,8 +272,9 @@ function expireCreating(state: PoolState, ctx: Context, effects: PoolEffect[]): 
   const limit = ctx.now - (ctx.createTimeoutMs ?? DEFAULT_CREATE_TIMEOUT_MS);
   const expired: Member[] = [];
   for (const q of state.creating.values()) {
-    // Queues are in creation order, so the scan stops at the first member still in time.
-    for (let e = q.peek(); e && e.m.createdAt <= limit; e = q.peek()) {
+    for (const e of q.values()) if (e.m.readyOnce && e.m.unreadySince === undefined) e.m.unreadySince = ctx.now;
+    // Queues are in the order members entered them, so the scan stops at the first still in time.
+    for (let e = q.peek(); e && creatingSince(e.m) <= limit; e = q.peek()) {
       const m = take(q) as Member;
       unpool(state, m);
       expired.push(bumped(m));

@@ -48,6 +48,12 @@ export class ProbeDO extends DurableObject<Env> {
     await this.ctx.storage.setAlarm(now + st.policy.probe.periodSeconds * 1000);
   }
 
+  /** Forgets the policy: no more probes (the sandbox itself is left as it is). */
+  async stop(): Promise<void> {
+    await this.ctx.storage.deleteAlarm();
+    await this.ctx.storage.deleteAll();
+  }
+
   async status(): Promise<ProbeStatus | null> {
     const st = await this.ctx.storage.get<Stored>("state");
     return st ? { probe: st.probe, wakeAt: st.wakeAt, pauses: st.pauses } : null;

@@ -2,6 +2,7 @@
 // observations and acks, and the alarm.
 import type { AckResult, Endpoint, Observation, PauseStrategy, TemplateSpec } from "../../schema/protocol/index.ts";
 import type { Condition, HookConditionType, SandboxSpec } from "./state.ts";
+import type { Lifecycle } from "../../schema/api/hooks.ts";
 
 export type SandboxEvent =
   | { type: "create"; spec: SandboxSpec; timeoutS: number; generation: number; endpoint: Endpoint | null }
@@ -34,4 +35,6 @@ export type SandboxEvent =
   | { type: "ack"; generation: number; result: AckResult; message?: string }
   | { type: "alarm" }
   /** A lifecycle hook ran (hooks/run-hook.ts): its condition, replacing the last run's. */
-  | { type: "hook"; condition: Omit<Condition, "lastTransitionTime"> & { type: HookConditionType } };
+  | { type: "hook"; condition: Omit<Condition, "lastTransitionTime"> & { type: HookConditionType } }
+  /** Its own lifecycle hooks replaced (`{}`: none). */
+  | { type: "hooks"; hooks: Lifecycle };

@@ -27,6 +27,8 @@ export interface SandboxInfo {
   network: SandboxSpec["network"];
   lifecycle: { onTimeout: "kill" | "pause"; autoResume: boolean };
   volumeMounts: SandboxSpec["volumeMounts"];
+  /** Its own lifecycle hooks (kubectl), ahead of the template's. */
+  hooks?: SandboxSpec["hooks"];
 }
 
 /** What the data-plane gateway needs to forward a request (or refuse it). */
@@ -71,6 +73,7 @@ export function sandboxInfo(s: SandboxState): SandboxInfo {
     allowInternetAccess: spec.allowInternetAccess,
     network: spec.network,
     lifecycle: { onTimeout: spec.lifecycle.onTimeout, autoResume: spec.lifecycle.autoResume },
+    ...(spec.hooks && { hooks: spec.hooks }),
     volumeMounts: spec.volumeMounts,
   };
 }

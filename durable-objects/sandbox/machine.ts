@@ -85,6 +85,11 @@ export function transition(current: SandboxState | null, ev: SandboxEvent, now: 
     case "hook":
       setCondition(s, ev.condition.type, ev.condition.status, ev.condition.reason, now, ev.condition.message);
       return ok(s, []);
+    case "hooks": {
+      const { hooks: _old, ...rest } = s.spec;
+      s.spec = Object.keys(ev.hooks).length ? { ...rest, hooks: ev.hooks } : rest;
+      return ok(s, []);
+    }
     case "snapshot":
       return snapshot(s, ev.snapshotId, now);
     default:

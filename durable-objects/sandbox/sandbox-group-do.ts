@@ -9,6 +9,7 @@
 // a row, not an object. Every RPC resolves to a typed result; none throws (a throwing RPC leaks
 // unhandled rejections under the vitest plugin).
 import { DurableObject } from "cloudflare:workers";
+import type { Lifecycle } from "../../schema/api/hooks.ts";
 import type { Env } from "../env.ts";
 import { tombstone, type IndexOp } from "../store/sandbox-index.ts";
 import { ErrorCode, sandboxNotFoundMessage, type Refusal } from "../../schema/errors.ts";
@@ -91,6 +92,8 @@ export class SandboxGroupDO extends DurableObject<Env> {
   private readonly timers = new CoarseTimers();
   /** The team quota: reserve before a resume, release/assert after a committed transition. */
   private readonly quota = new QuotaLink(this.env, (p) => this.ctx.waitUntil(p));
+  /** Spec objects already in storage (the spec row is rewritten only when the spec changed). */
+  private readonly writtenSpecs = new WeakSet<object>();
   /**
    * Row writes wait for the end of the turn, so the events that came meanwhile (creates, acks)
    * share one commit. Nothing that depends on a write (an intent, an index row, a waiter, an
@@ -110,7 +113,9 @@ export class SandboxGroupDO extends DurableObject<Env> {
     this.slots = new SlotCache((id) => {
       if (!this.stored.has(id)) return null;
       this.turn.flush();
-      return this.store.load(id);
+      const row = this.store.load(id);
+      if (row) this.writtenSpecs.add(row.state.spec);
+      return row;
     });
     this.indexOutbox = new IndexOutbox(this.store, this.indexQueue, (w) => this.turn.defer(w), (at) => this.arm(at));
     void ctx.blockConcurrencyWhile(async () => {
@@ -210,6 +215,11 @@ export class SandboxGroupDO extends DurableObject<Env> {
   /** A lifecycle hook ran: its condition on the sandbox (hooks/run-hook.ts). */
   async recordHook(id: string, access: Access, condition: Extract<SandboxEvent, { type: "hook" }>["condition"]): Promise<Result> {
     return this.applyVisible(id, access, { type: "hook", condition });
+  }
+
+  /** Its own lifecycle hooks (kubectl's Sandbox `spec.lifecycle`), replacing what it had. */
+  async setHooks(id: string, access: Access, hooks: Lifecycle): Promise<Result> {
+    return this.applyVisible(id, access, { type: "hooks", hooks });
   }
 
   async pause(id: string, access: Access, strategy?: PauseStrategy): Promise<Result> {
@@ -550,7 +560,10 @@ export class SandboxGroupDO extends DurableObject<Env> {
     const due = timer === null ? retry : retry === null ? timer : Math.min(timer, retry);
     const row = { state: slot.state!, undelivered: slot.undelivered };
     const store = this.store;
-    if (this.stored.has(id)) this.turn.defer(() => store.update(id, row, due));
+    // The machine replaces the spec object when it changes it (never mutates it in place).
+    const spec = !this.writtenSpecs.has(row.state.spec);
+    this.writtenSpecs.add(row.state.spec);
+    if (this.stored.has(id)) this.turn.defer(() => store.update(id, row, due, spec));
     else {
       this.turn.defer(() => store.insert(id, row, due));
       this.stored.add(id);

@@ -4,6 +4,7 @@
 import type { Endpoint, InplaceUpdate, PauseStrategy, TemplateSpec } from "../../schema/protocol/index.ts";
 import type { Refusal } from "../../schema/errors.ts";
 import type { SandboxNetworkConfig } from "../../schema/api/sandbox.ts";
+import type { Lifecycle } from "../../schema/api/hooks.ts";
 
 export type Phase = "Pending" | "Running" | "Pausing" | "Paused" | "Resuming" | "Terminating" | "Failed";
 
@@ -60,6 +61,8 @@ export interface SandboxSpec {
   inplaceUpdate?: InplaceUpdate;
   /** Made from this snapshot: every intent names it (a sandbox lost on its cluster is remade so). */
   restoreFrom?: { id: string };
+  /** Its own lifecycle hooks (a Sandbox's `spec.lifecycle` set with kubectl), ahead of the template's. */
+  hooks?: Lifecycle;
 }
 
 export interface SandboxState {

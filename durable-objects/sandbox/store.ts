@@ -1,6 +1,6 @@
 // A sandbox group's SQLite tables. `sandboxes`: one row per sandbox (its spec, its state, an intent
-// ClusterDO did not take yet, and when its timer is due). The spec is fixed at create and written
-// once; later writes carry only the small changing part. Rows are read one at a time, when a
+// ClusterDO did not take yet, and when its timer is due). The spec is written at create and again
+// only when it changes (rarely); other writes carry only the small changing part. Rows are read one at a time, when a
 // sandbox is first touched by this object instance; the alarm asks for the due ones through the
 // `due` index. `index_outbox`: the newest libSQL index op per sandbox that the index has not
 // confirmed, written in the same commit as the change that made it (see IndexOutbox).
@@ -45,8 +45,9 @@ export interface SandboxStore {
   load(id: string): SandboxRow | null;
   /** A sandbox not stored yet. */
   insert(id: string, row: SandboxRow, due: number | null): void;
-  /** A stored sandbox: everything but its spec. */
-  update(id: string, row: SandboxRow, due: number | null): void;
+  /** A stored sandbox: everything but its spec, and the spec too when `spec` (it changed: an
+   * upgrade's template, updateNetwork's rules, kubectl's hooks). */
+  update(id: string, row: SandboxRow, due: number | null, spec?: boolean): void;
   remove(id: string): void;
   /** Sandboxes whose timer is due at `now`. */
   dueIds(now: number): string[];
@@ -80,8 +81,9 @@ export function openSandboxStore(sql: Sql): SandboxStore {
         id, JSON.stringify(row.state.spec), withoutSpec(row.state), undeliveredText(row), due,
       );
     },
-    update(id, row, due) {
-      sql.exec("UPDATE sandboxes SET state = ?, undelivered = ?, due = ? WHERE id = ?", withoutSpec(row.state), undeliveredText(row), due, id);
+    update(id, row, due, spec = false) {
+      if (spec) sql.exec("UPDATE sandboxes SET spec = ?, state = ?, undelivered = ?, due = ? WHERE id = ?", JSON.stringify(row.state.spec), withoutSpec(row.state), undeliveredText(row), due, id);
+      else sql.exec("UPDATE sandboxes SET state = ?, undelivered = ?, due = ? WHERE id = ?", withoutSpec(row.state), undeliveredText(row), due, id);
     },
     remove(id) {
       sql.exec("DELETE FROM sandboxes WHERE id = ?", id);

@@ -14,7 +14,7 @@ export function sandboxGroupOf(sandboxId: string): string {
   return sandboxId.slice(0, 1);
 }
 
-const SANDBOX_METHODS = ["create", "info", "kill", "setTimeout", "refresh", "pause", "connectSandbox", "updateNetwork", "logs", "route", "wake", "inspect", "recordHook", "snapshot"] as const;
+const SANDBOX_METHODS = ["create", "info", "kill", "setTimeout", "refresh", "pause", "connectSandbox", "updateNetwork", "logs", "route", "wake", "inspect", "recordHook", "setHooks", "snapshot"] as const;
 type SandboxMethod = (typeof SANDBOX_METHODS)[number];
 type WithoutId<F> = F extends (id: string, ...args: infer A) => infer R ? (...args: A) => R : never;
 

@@ -27,5 +27,7 @@ adminSandboxes.get("/admin/sandboxes/:id", async (c) => {
       pauses: probe.pauses,
       wakeAt: probe.wakeAt === null ? null : new Date(probe.wakeAt).toISOString(),
     },
+    // Its own lifecycle hooks (a Sandbox's spec.lifecycle set with kubectl), ahead of the template's.
+    lifecycle: st.spec.hooks ?? null,
   });
 });

@@ -106,6 +106,10 @@ export const EventReason = {
   RuntimeRestarted: "RuntimeRestarted",
   /** On the Sandbox: a dynamic CSI mount failed (Warning; retried). */
   VolumeMountFailed: "VolumeMountFailed",
+  /** On the Sandbox: its probes/autoPausePolicy cannot be run by the edge (Warning; why). */
+  AutoPausePolicyNotApplied: "AutoPausePolicyNotApplied",
+  /** On the Sandbox: its spec.lifecycle cannot be taken by the edge (Warning; why). */
+  LifecycleNotApplied: "LifecycleNotApplied",
 } as const;
 
 /** Returns `conditions` with `next` set, keeping lastTransitionTime when the status did not change. */

@@ -36,6 +36,16 @@ const oneTemplate = { rule: "has(self.template) != has(self.templateRef)", messa
 const exec = obj({ command: arr(str(), { minItems: 1 }) }, { required: ["command"] });
 const hook = obj({ exec, timeoutSeconds: int32({ minimum: 1, default: 60 }) }, { required: ["exec"] });
 const lifecycle = obj({ preUpgrade: hook, postUpgrade: hook });
+/** A Sandbox's own hooks (this platform's superset of upstream's, schema/api/hooks.ts): exec or
+ * HTTP to a sandbox port, with a failure policy, for pause and resume too. The agent checks that a
+ * hook has exactly one of exec and http (a Warning Event on the Sandbox otherwise). */
+const sandboxHook = obj({
+  exec,
+  http: obj({ port: int32({ minimum: 1, maximum: 65535 }), path: str(), method: enumOf(["GET", "POST"]) }, { required: ["port"] }),
+  timeoutSeconds: int32({ minimum: 1, maximum: 600, default: 60 }),
+  failurePolicy: enumOf(["Fail", "Ignore"], { default: "Fail" }),
+});
+const sandboxLifecycle = obj({ prePause: sandboxHook, postResume: sandboxHook, preUpgrade: sandboxHook, postUpgrade: sandboxHook });
 
 const probe = free({ properties: { name: str({ minLength: 1 }), containerName: str() }, required: ["name"] });
 const autoPausePolicy = obj({
@@ -69,7 +79,7 @@ export const sandbox = crd({
     paused: bool({ default: false }),
     shutdownTime: time(),
     pauseTime: time(),
-    lifecycle,
+    lifecycle: sandboxLifecycle,
     upgradePolicy: obj({ type: enumOf(["Recreate", "CheckpointRestore"]) }),
     probes: arr(probe),
     autoPausePolicy,

@@ -18,6 +18,7 @@ import { SandboxIdSchema } from "./ids.ts";
 import { InplaceUpdateSchema } from "./intent.ts";
 import { AutoscalerSpec } from "../api/autoscaler.ts";
 import { AutoPausePolicy } from "../api/auto-pause.ts";
+import { Lifecycle } from "../api/hooks.ts";
 import { UpdateOpsName, UpdateOpsSpec } from "../api/update-ops.ts";
 import { TrafficPolicyName, TrafficPolicySpec } from "../api/traffic-policy.ts";
 
@@ -99,9 +100,12 @@ export const SandboxSetsSchema = z.object({ type: z.literal("sandboxsets"), item
 export const SandboxRequestItemSchema = z.object({
   id: ItemIdSchema,
   sandboxId: SandboxIdSchema,
-  /** `autoPause`: the Sandbox's probes/autoPausePolicy (kubectl) start the edge's probe. */
-  action: z.enum(["pause", "resume", "kill", "autoPause"]),
+  /** `autoPause`: the Sandbox's probes/autoPausePolicy (kubectl) start the edge's probe; without
+   * `autoPausePolicy` the Sandbox has none (removed, or one the agent cannot map): it stops. */
+  action: z.enum(["pause", "resume", "kill", "autoPause", "lifecycle"]),
   autoPausePolicy: AutoPausePolicy.optional(),
+  /** `lifecycle`: the Sandbox's own hooks (kubectl), replacing what it had; `{}` removes them. */
+  lifecycle: Lifecycle.optional(),
   /** The edge generation the Sandbox object showed when the user edited it: a request made
    * against an older generation than the edge's current one is answered `stale`. */
   generation: z.int().nonnegative(),

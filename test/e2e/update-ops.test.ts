@@ -25,7 +25,7 @@ async function admin(path: string, init: { method?: string; body?: unknown } = {
 
 afterAll(async () => {
   await Promise.all(made.map((s) => s.kill().catch(() => false)));
-  for (const t of [template, `${template}h`]) {
+  for (const t of [template, `${template}h`, `${template}s`, `${template}c`]) {
     await admin(`/admin/teams/admin/updateops/${t}`, { method: "DELETE" }).catch(() => undefined);
     await admin(`/admin/teams/admin/templates/${t}`, { method: "DELETE" }).catch(() => undefined);
   }
@@ -129,5 +129,83 @@ describe("update ops on the local driver", () => {
     expect(line(busy.sandboxId, second)).toMatchObject({ status: "Succeeded", attempt: 2 });
     expect(await sleepers(busy)).toBe("0");
     expect((await busy.files.read("/home/user/hooks.log")).trim()).toBe("pre");
+  });
+  it("a slow preUpgrade hook holds up only its own sandbox: the other is upgraded and the run's status answers while it runs", async () => {
+    const name = `${template}s`;
+    // Waits while /home/user/hold exists (the test removes it once it saw the other one upgraded).
+    const pre = "while [ -e /home/user/hold ]; do sleep 0.2; done; echo pre >> /home/user/hooks.log";
+    const lifecycle = { preUpgrade: { exec: { command: ["sh", "-c", pre] }, timeoutSeconds: 600 } };
+    await admin(`/admin/teams/admin/templates/${name}`, { method: "PUT", body: { spec: { replicas: 0, memoryMB: 256, lifecycle } } });
+    const create = async () => {
+      const s = await Sandbox.create(name, { ...e2b(), metadata: { "label:slow": tag }, timeoutMs: 600_000 });
+      made.push(s);
+      return s;
+    };
+    const [slow, quick] = [await create(), await create()];
+    await slow.files.write("/home/user/hold", "");
+    await admin(`/admin/teams/admin/templates/${name}`, { method: "PUT", body: { spec: { replicas: 0, memoryMB: 384, lifecycle } } });
+    await admin("/admin/teams/admin/updateops", { body: { name, selector: { matchLabels: { slow: tag } }, updateStrategy: { maxUnavailable: 2 } } });
+    const line = (s: { sandboxes: { id: string }[] }, id: string) => s.sandboxes.find((l) => l.id === id) as { status: string; attempt: number } | undefined;
+    // The quick one is upgraded while the slow one's hook still waits on its file.
+    const mid = await waitFor(
+      async () => {
+        const s = await admin(`/admin/teams/admin/updateops/${name}`);
+        return line(s, quick.sandboxId)?.status === "Succeeded" ? s : undefined;
+      },
+      { what: "the quick sandbox upgraded while the slow hook runs", timeoutMs: 90_000, intervalMs: 200 },
+    );
+    expect(mid).toMatchObject({ phase: "Updating", updatedReplicas: 1, updatingReplicas: 1 });
+    expect(line(mid, slow.sandboxId)).toMatchObject({ status: "Updating", attempt: 1 });
+    expect(await slow.files.exists("/home/user/hooks.log")).toBe(false);
+    expect((await quick.files.read("/home/user/hooks.log")).trim()).toBe("pre");
+
+    // The slow hook ends: its sandbox is upgraded too, its hook run once.
+    await slow.files.remove("/home/user/hold");
+    const done = await ended(name);
+    expect(done, JSON.stringify(done)).toMatchObject({ phase: "Completed", updatedReplicas: 2, failedReplicas: 0 });
+    expect(line(done, slow.sandboxId)).toMatchObject({ status: "Succeeded", attempt: 1 });
+    expect((await slow.files.read("/home/user/hooks.log")).trim()).toBe("pre");
+    const hooked = done.events.filter((e: { reason: string; sandboxId?: string }) => e.reason === "PreUpgradeHook" && e.sandboxId === slow.sandboxId);
+    expect(hooked).toHaveLength(1);
+  });
+  it("CheckpointRestore: each sandbox's files are snapshotted before its recreate (a snapshot the team can list and make sandboxes of) and kept; its line says memory is not restored", async () => {
+    const name = `${template}c`;
+    await admin(`/admin/teams/admin/templates/${name}`, { method: "PUT", body: { spec: { replicas: 0, memoryMB: 256 } } });
+    const create = async () => {
+      const s = await Sandbox.create(name, { ...e2b(), metadata: { "label:ckpt": tag }, timeoutMs: 600_000 });
+      made.push(s);
+      await s.files.write("/home/user/keep.txt", `kept by ${s.sandboxId}`);
+      await s.commands.run("sleep 100003", { background: true });
+      return s;
+    };
+    const [running, paused] = [await create(), await create()];
+    expect(await paused.pause()).toBe(true);
+    await admin(`/admin/teams/admin/templates/${name}`, { method: "PUT", body: { spec: { replicas: 0, memoryMB: 384 } } });
+    await admin("/admin/teams/admin/updateops", { body: { name, selector: { matchLabels: { ckpt: tag } }, updateStrategy: { type: "CheckpointRestore", maxUnavailable: 2 }, stateFilter: { states: ["Running", "Paused"] } } });
+    const done = await ended(name);
+    expect(done, JSON.stringify(done)).toMatchObject({ phase: "Completed", replicas: 2, updatedReplicas: 2, failedReplicas: 0 });
+    for (const s of [running, paused]) {
+      const line = done.sandboxes.find((l: { id: string }) => l.id === s.sandboxId);
+      expect(line).toMatchObject({ status: "Succeeded", paused: s === paused, message: expect.stringContaining("memory not restored") });
+    }
+    const taken = done.events.filter((e: { reason: string }) => e.reason === "CheckpointTaken").map((e: { sandboxId: string }) => e.sandboxId);
+    expect(taken.sort()).toEqual([running.sandboxId, paused.sandboxId].sort());
+
+    // Files kept, processes not (no memory checkpoint): the old sleep is gone.
+    expect(await running.files.read("/home/user/keep.txt")).toBe(`kept by ${running.sandboxId}`);
+    expect((await running.commands.run("pgrep -cf '^sleep 10000[3]' || true")).stdout.trim()).toBe("0");
+    // The paused one stays paused; resumed, it has its files.
+    expect((await admin(`/admin/sandboxes/${paused.sandboxId}`)).state).toBe("paused");
+    const resumed = await Sandbox.connect(paused.sandboxId, e2b());
+    expect(await resumed.files.read("/home/user/keep.txt")).toBe(`kept by ${paused.sandboxId}`);
+
+    // The checkpoint is the team's snapshot of that sandbox: listed, and a sandbox made of it has its files.
+    const snaps = Sandbox.listSnapshots({ ...e2b(), sandboxId: running.sandboxId });
+    const ids: string[] = [];
+    while (snaps.hasNext) ids.push(...(await snaps.nextItems()).map((x) => x.snapshotId));
+    expect(ids).toHaveLength(1);
+    const copy = await Sandbox.create(ids[0]!, { ...e2b(), timeoutMs: 120_000 });
+    made.push(copy);
+    expect(await copy.files.read("/home/user/keep.txt")).toBe(`kept by ${running.sandboxId}`);
   });
 });

@@ -27,15 +27,19 @@ afterAll(async () => {
 
 const edgeState = async (id: string) => ((await (await fetch(`${sys.edge.url}/sandboxes/${id}`, { headers: { "x-api-key": key } })).json()) as { state: string }).state;
 const sandboxName = (id: string) => kubectlOk(["-n", sys.ns, "get", "sbx", "-l", `agents.kruise.io/sandbox-id=${id}`, "-o", "name"]).trim();
+/** A sandbox claimed through the E2B API, running: its id and its Sandbox's name. */
+async function claimRunning(): Promise<{ id: string; name: string }> {
+  const created = await fetch(`${sys.edge.url}/sandboxes`, { method: "POST", headers: { "x-api-key": key, "content-type": "application/json" }, body: JSON.stringify({ templateID: "app", timeout: 600 }) });
+  expect(created.status).toBe(201);
+  const id = ((await created.json()) as { sandboxID: string }).sandboxID;
+  await until("running", async () => (await edgeState(id)) === "running", 30_000);
+  return { id, name: sandboxName(id) };
+}
 const patch = (name: string, spec: object) => kubectlOk(["-n", sys.ns, "patch", name, "--type", "merge", "-p", JSON.stringify({ spec })]);
 
 describe("auto-pause from the Sandbox CRD", () => {
   it("kubectl patch of probes + autoPausePolicy: busy keeps it running, idle pauses it on the edge", async () => {
-    const created = await fetch(`${sys.edge.url}/sandboxes`, { method: "POST", headers: { "x-api-key": key, "content-type": "application/json" }, body: JSON.stringify({ templateID: "app", timeout: 600 }) });
-    expect(created.status).toBe(201);
-    const id = ((await created.json()) as { sandboxID: string }).sandboxID;
-    await until("running", async () => (await edgeState(id)) === "running", 30_000);
-    const name = sandboxName(id);
+    const { id, name } = await claimRunning();
 
     writeFileSync(activity, "busy\n");
     patch(name, {
@@ -50,5 +54,28 @@ describe("auto-pause from the Sandbox CRD", () => {
     await until("paused by the probe", async () => (await edgeState(id)) === "paused", 30_000);
     // The probe's own count is stored once its pause call returns, which may be after the state shows.
     await until("the probe's pause counted", async () => (await admin())!.pauses === 1, 30_000);
+  });
+  it("kubectl removing the autoPausePolicy stops the edge's probe; a policy the agent cannot map is a Warning Event on the Sandbox and runs nothing", async () => {
+    const { id, name } = await claimRunning();
+    const admin = async () => ((await (await fetch(`${sys.edge.url}/admin/sandboxes/${id}`, { headers: { "x-api-key": sys.edge.adminKey } })).json()) as { autoPause: { probe?: { message?: string } } | null }).autoPause;
+
+    writeFileSync(activity, "busy\n");
+    const probes = [{ name: "activity", exec: { command: ["cat", activity] }, periodSeconds: 1, timeoutSeconds: 5 }];
+    patch(name, { probes, autoPausePolicy: { pause: { whenProbedIdleState: { probe: "activity", messageRegex: "^idle$", thresholdDuration: "2s" } } } });
+    await until("the probe's first answer", async () => (await admin())?.probe?.message === "busy", 30_000);
+
+    kubectlOk(["-n", sys.ns, "patch", name, "--type", "json", "-p", JSON.stringify([{ op: "remove", path: "/spec/autoPausePolicy" }])]);
+    await until("the edge's probe gone", async () => (await admin()) === null, 30_000);
+
+    // A policy naming a probe the Sandbox does not have: said on the Sandbox, nothing probes.
+    patch(name, { autoPausePolicy: { pause: { whenProbedIdleState: { probe: "missing", messageRegex: "^idle$", thresholdDuration: "2s" } } } });
+    const sbxName = name.replace(/^.*\//, "");
+    const warning = await until("a Warning Event on the Sandbox", () => {
+      const events = JSON.parse(kubectlOk(["-n", sys.ns, "get", "events", "--field-selector", `involvedObject.name=${sbxName},reason=AutoPausePolicyNotApplied`, "-o", "json"])).items as { type: string; message: string }[];
+      return events[0];
+    }, 30_000);
+    expect(warning).toMatchObject({ type: "Warning", message: expect.stringContaining('probe "missing"') });
+    expect(await admin()).toBeNull();
+    expect(await edgeState(id)).toBe("running");
   });
 });

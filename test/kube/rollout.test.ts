@@ -133,4 +133,22 @@ describe("SandboxSet rolling update with kubectl", () => {
     // The claimed sandbox's pod was never touched.
     expect(pods(`agents.kruise.io/sandbox-id=${claimedId}`).map((p) => p.metadata.uid)).toEqual([claimedPod.metadata.uid]);
   }, 420_000);
+  it("a stale Sandbox status written by someone else (an earlier agent's late write) is corrected from the pod, and kubectl get sbs counts the member again", async () => {
+    await until("the pool done", () => done(sbs()), 60_000);
+    const sandboxes = JSON.parse(kubectlOk(["-n", ns, "get", "sandboxes", "-l", "agents.kruise.io/sandbox-pool=roll,agents.kruise.io/sandbox-claimed=false", "-o", "json"])).items as { metadata: { name: string }; status: { conditions: { type: string; status: string }[] } }[];
+    const victim = sandboxes[0]!.metadata.name;
+    const ready = () => {
+      const sbx = JSON.parse(kubectlOk(["-n", ns, "get", "sandbox", victim, "-o", "json"]));
+      return (sbx.status?.conditions as { type: string; status: string; message?: string }[] | undefined)?.find((c) => c.type === "Ready");
+    };
+    expect(ready()).toMatchObject({ status: "True" });
+    const stale = { status: { conditions: [{ type: "Ready", status: "False", reason: "PodStarting", message: "stale: written by an earlier agent", lastTransitionTime: new Date().toISOString() }] } };
+    kubectlOk(["-n", ns, "patch", "sandbox", victim, "--subresource=status", "--type=merge", "-p", JSON.stringify(stale)]);
+    const fixed = await until("the Sandbox's Ready condition back from its pod", () => {
+      const c = ready();
+      return c?.status === "True" ? c : undefined;
+    }, 60_000);
+    expect(fixed.message ?? "").not.toContain("stale");
+    await until("kubectl get sbs counts it available again", () => done(sbs()), 60_000);
+  }, 180_000);
 });

@@ -2,7 +2,13 @@
 // each upgrade until the test releases it: batches never exceed maxUnavailable (a failed sandbox
 // counted), a failure fails that sandbox, resume retries it, a paused sandbox is upgraded and
 // stays paused, a sandbox outside the selector is left alone, and each upgrade is sent once.
+import { runInDurableObject } from "cloudflare:test";
+import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
+import type { Env } from "../../durable-objects/env.ts";
+import type { SandboxGroupDO } from "../../durable-objects/sandbox/sandbox-group-do.ts";
+import { openSandboxStore } from "../../durable-objects/sandbox/store.ts";
+import { sandboxGroupStub } from "../../durable-objects/sandbox/stub.ts";
 import type { Intent } from "../../schema/protocol/index.ts";
 import { waitFor } from "../support/wait-for.ts";
 import { call, createTeam, expectError, expectStatus, startAgent, unique } from "./helpers.ts";
@@ -132,12 +138,47 @@ describe("update ops through the admin API", () => {
     expect(agent.received.filter((r) => r.intent.sandboxId === id && r.intent.template?.revision === rev2)).toHaveLength(1);
   });
 
-  it("answers CheckpointRestore as not supported yet, and refuses bad input with 4xx", async () => {
+  it("CheckpointRestore: each sandbox is snapshotted before its upgrade is sent; one whose snapshot fails fails alone; the lines say memory is not restored", async () => {
+    const team = await createTeam(unique("ops-cr"));
+    const tplPath = `/admin/teams/${team.name}/templates/${team.template}`;
+    const rev1: string = (await expectStatus(call(tplPath), 200)).revision;
+    const ids: string[] = [];
+    let noSnapshot = "";
+    const agent = await startAgent(team.cluster, { failSnapshot: (i) => (i.sandboxId === noSnapshot ? { reason: "SnapshotFailed", message: "the disk is busy" } : undefined) });
+    for (let i = 0; i < 3; i++) ids.push((await expectStatus(call("/sandboxes", { key: team.key, body: { templateID: team.template, timeout: 600 } }), 201)).sandboxID);
+    noSnapshot = [...ids].sort()[1]!;
+    const rev2: string = (await expectStatus(call(tplPath, { method: "PUT", body: { spec: { cluster: team.cluster, image: "base-v2" } } }), 200)).revision;
+    expect(rev2).not.toBe(rev1);
+    await expectStatus(call(`/admin/teams/${team.name}/updateops`, { body: { name: "cr", selector: {}, updateStrategy: { type: "CheckpointRestore", maxUnavailable: 3 } } }), 201);
+    const s = await waitFor(async () => {
+      const st = await expectStatus(call(`/admin/teams/${team.name}/updateops/cr`), 200);
+      return ["Completed", "Failed"].includes(st.phase) ? st : undefined;
+    }, { what: "the run to end", timeoutMs: 60_000 });
+    expect(s).toMatchObject({ phase: "Failed", replicas: 3, updatedReplicas: 2, failedReplicas: 1 });
+    for (const id of ids) {
+      const line = s.sandboxes.find((l: { id: string }) => l.id === id);
+      if (id === noSnapshot) expect(line).toMatchObject({ status: "Failed", message: expect.stringContaining("checkpoint failed") });
+      else expect(line).toMatchObject({ status: "Succeeded", message: expect.stringContaining("memory not restored") });
+      // The agent got the snapshot first, then (if it was taken) the new template.
+      const got = agent.received.map((r) => r.intent).filter((i) => i.sandboxId === id);
+      const snap = got.findIndex((i) => i.snapshot !== undefined);
+      const upgrade = got.findIndex((i) => i.template?.revision === rev2);
+      expect(snap).toBeGreaterThanOrEqual(0);
+      if (id === noSnapshot) expect(upgrade).toBe(-1);
+      else expect(upgrade).toBeGreaterThan(snap);
+    }
+    expect(s.events.filter((e: { reason: string }) => e.reason === "CheckpointTaken")).toHaveLength(2);
+    // The new template is in the group's storage, not only in memory: a restarted group object
+    // keeps sending it (before, the spec row was written at create only).
+    for (const id of ids.filter((x) => x !== noSnapshot)) {
+      const stored = await runInDurableObject(sandboxGroupStub(env as unknown as Env, id), (_i: SandboxGroupDO, state) => openSandboxStore(state.storage.sql).load(id)!.state.spec.template.revision);
+      expect(stored).toBe(rev2);
+    }
+    agent.disconnect();
+  });
+
+  it("refuses bad input with 4xx", async () => {
     const team = await createTeam(unique("ops-bad"));
-    const cr = await expectStatus(call(`/admin/teams/${team.name}/updateops`, { body: { name: "cr", selector: {}, updateStrategy: { type: "CheckpointRestore" } } }), 201);
-    expect(cr.name).toBe("cr");
-    await waitFor(async () => (await expectStatus(call(`/admin/teams/${team.name}/updateops/cr`), 200)).phase === "Failed", { what: "the run to answer" });
-    expect((await expectStatus(call(`/admin/teams/${team.name}/updateops/cr`), 200)).conditions[0]).toMatchObject({ reason: "StrategyNotSupported", message: expect.stringContaining("not supported yet") });
     await expectError(call(`/admin/teams/${team.name}/updateops`, { body: { name: "x" } }), 400, /selector/);
     await expectError(call(`/admin/teams/${team.name}/updateops`, { body: { name: "Bad_Name", selector: {} } }), 400, /DNS-1123/);
     await expectError(call(`/admin/teams/${team.name}/updateops`, { body: { name: "x", selector: {}, updateStrategy: { maxUnavailable: "lots" } } }), 400);

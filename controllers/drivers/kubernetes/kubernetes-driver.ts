@@ -17,7 +17,7 @@ import { ANNOTATION, LABEL } from "../../../schema/crd/labels.ts";
 import type { SpawnRequest } from "../../runtime/sandbox-view.ts";
 import { KeyedSerial } from "../../../lib/keyed-serial.ts";
 import { isTerminal, SandboxNotFoundError, TerminalError, UnsupportedError, type DesiredSandbox, type Driver, type DriverCapabilities, type ExecResult, type SnapshotRef } from "../driver.ts";
-import { apiMessage } from "./kube-api.ts";
+import { apiMessage, stableJson } from "./kube-api.ts";
 import type { ObjectCache } from "./object-cache.ts";
 import { NAMESPACE_PATTERN, type NamespaceScope } from "./namespace-scope.ts";
 import { KUBERNETES_CAPABILITIES, type KubeDesiredSandbox, type KubernetesDriverOptions, type KubeSandboxObservation, type SandboxObject, type SandboxRequest, type SandboxSetObject } from "./objects.ts";
@@ -60,6 +60,7 @@ export class KubernetesDriver implements Driver {
   readonly #mounts: CsiMounter;
   readonly #checkpoints: CheckpointSnapshots;
   readonly #statusTimers = new Map<string, NodeJS.Timeout>();
+  #stopped = false;
   /** Each sandbox's chain of writes (see #serial). */
   readonly #writes = new KeyedSerial();
   /** Metadata-only changes (a claim, a new generation) not yet written: the claim's critical path
@@ -71,7 +72,12 @@ export class KubernetesDriver implements Driver {
     this.namespace = opts.namespace;
     this.kubeConfig = opts.kubeConfig;
     poolConnections(opts.kubeConfig);
-    this.#requests = new UserRequests(opts.onRequest, (m) => opts.log?.(m));
+    this.#requests = new UserRequests(
+      opts.onRequest,
+      (m) => opts.log?.(m),
+      // Slim objects keep no namespace: the sandbox's scope is found by its id.
+      (o, reason, message) => void this.#status.event(this.#ctx.scopeOf(o.metadata?.annotations?.[ANNOTATION.sandboxId] ?? ""), o, "Warning", reason, message),
+    );
     this.#ctx = new Scopes({
       kubeConfig: opts.kubeConfig,
       namespace: opts.namespace,
@@ -82,7 +88,15 @@ export class KubernetesDriver implements Driver {
         this.#scheduleStatus(id);
         opts.onChange?.(id);
       },
-      onSandbox: (o) => this.#requests.seen(o),
+      onSandbox: (o, old) => {
+        this.#requests.seen(o);
+        // A status this agent did not write (an earlier agent's write landing late, a user's
+        // edit), and every Sandbox seen first (the pod's own event may have come before it): the
+        // status is computed again and written if it differs. Nothing else would correct it: the
+        // status is only written on pod changes and ensures, and a warm member has neither for long.
+        const id = o.metadata?.annotations?.[ANNOTATION.sandboxId];
+        if (id && (!old || (!this.#status.wrote(id, o) && stableJson(old.status) !== stableJson(o.status)))) this.#scheduleStatus(id);
+      },
     });
     this.#status = new StatusWriter(this.#ctx);
     this.injection = new InjectionConfigSource({ kubeConfig: opts.kubeConfig, core: this.#ctx.core, namespace: opts.namespace, log: (msg) => opts.log?.(msg), count: () => this.requests++ });
@@ -141,6 +155,7 @@ export class KubernetesDriver implements Driver {
   }
 
   async stop(): Promise<void> {
+    this.#stopped = true;
     for (const t of this.#statusTimers.values()) clearTimeout(t);
     this.#mounts.stop();
     await Promise.all([...this.#ctx.all().map((sc) => sc.stop()), this.injection.stop()]);
@@ -249,7 +264,8 @@ export class KubernetesDriver implements Driver {
 
   /** Refreshes a Sandbox's status from its pod soon (coalesces bursts of pod events). */
   #scheduleStatus(id: string, delayMs = 20): void {
-    if (this.#statusTimers.has(id)) return;
+    // A stopped driver's caches no longer follow the cluster: what it computed would be stale.
+    if (this.#stopped || this.#statusTimers.has(id)) return;
     this.#statusTimers.set(
       id,
       setTimeout(() => {

@@ -8,6 +8,7 @@ import type { VolumeClaimTemplate } from "./pod-spec.ts";
 import type { SandboxStatus } from "./pod-state.ts";
 import type { z } from "zod";
 import type { AutoPausePolicy } from "../../../schema/api/auto-pause.ts";
+import type { Lifecycle } from "../../../schema/api/hooks.ts";
 
 /** A Sandbox object as the driver reads it. */
 export interface SandboxObject extends KubernetesObject {
@@ -56,8 +57,10 @@ export interface KubeSandboxObservation extends SandboxObservation {
 export interface SandboxRequest {
   sandboxId: string;
   /** `autoPause`: the Sandbox's probes/autoPausePolicy, in `autoPausePolicy`. */
-  action: "pause" | "resume" | "kill" | "autoPause";
+  action: "pause" | "resume" | "kill" | "autoPause" | "lifecycle";
   autoPausePolicy?: z.input<typeof AutoPausePolicy>;
+  /** `lifecycle`: the Sandbox's own hooks (`{}`: none any more). */
+  lifecycle?: z.input<typeof Lifecycle>;
   /** The edge generation (the agents.kruise.io/edge-generation annotation) the Sandbox showed when
    * the user edited it: the edge refuses an edit made against a generation it has moved past. Read
    * from the edited object itself, so an edit found by the first list after a restart keeps the

@@ -22,8 +22,8 @@ export interface ScopesOptions {
   log: (msg: string) => void;
   /** A sandbox's pod changed in a way its state is made of. */
   onPodChange: (id: string) => void;
-  /** A Sandbox was added or changed. */
-  onSandbox: (o: SandboxObject) => void;
+  /** A Sandbox was added or changed (`old`: the version the watch delivered before). */
+  onSandbox: (o: SandboxObject, old?: SandboxObject) => void;
 }
 
 export class Scopes implements DriverContext {
@@ -74,8 +74,8 @@ export class Scopes implements DriverContext {
       if (id) this.#opts.onPodChange(id);
     };
     sc.pods.onChange(changed);
-    sc.sandboxes.onChange((o, verb) => {
-      if (verb !== "delete") this.#opts.onSandbox(o);
+    sc.sandboxes.onChange((o, verb, old) => {
+      if (verb !== "delete") this.#opts.onSandbox(o, old);
     });
     this.#scopes.set(ns, sc);
     return sc;

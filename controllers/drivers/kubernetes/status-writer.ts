@@ -18,6 +18,8 @@ export class StatusWriter {
   more: (id: string, conditions: SandboxStatus["conditions"], now: string) => SandboxStatus["conditions"] = (_id, c) => c;
   /** The runtime container's restart count last seen per sandbox (a rise is an Event). */
   readonly #runtimeRestarts = new Map<string, number>();
+  /** The resourceVersion of each sandbox's last status write of ours (its watch echo is ours). */
+  readonly #wroteRv = new Map<string, string>();
   /** The last failed ensure of each sandbox still being retried, shown as its Ready condition. */
   readonly #failing = new Map<string, { reason: ReadyReason; message: string }>();
 
@@ -73,7 +75,13 @@ export class StatusWriter {
     this.#failing.delete(id);
   }
 
+  /** Whether `sbx` is the version our own last status write made. */
+  wrote(id: string, sbx: SandboxObject): boolean {
+    return this.#wroteRv.get(id) === sbx.metadata?.resourceVersion;
+  }
+
   forget(id: string): void {
+    this.#wroteRv.delete(id);
     this.#eventReason.delete(id);
     this.#runtimeRestarts.delete(id);
     this.#failing.delete(id);
@@ -101,7 +109,10 @@ export class StatusWriter {
         ) as Promise<SandboxObject>,
         [404],
       );
-      if (updated) sc.sandboxes.remember(updated);
+      if (updated) {
+        sc.sandboxes.remember(updated);
+        this.#wroteRv.set(id, updated.metadata?.resourceVersion ?? "");
+      }
     }
     const restarts = runtimeContainer(facts.pod)?.restartCount ?? 0;
     const seen = this.#runtimeRestarts.get(id);

@@ -80,15 +80,23 @@ export async function runRuntimes(namespace: string, opts: { watchTimeoutMs?: nu
   const onPod = async (pod: V1Pod) => {
     const name = pod.metadata!.name!;
     if (!pod.status?.podIP || runtimes.has(name) || pod.metadata?.deletionTimestamp) return;
-    const child = spawn(join(ROOT, "node_modules/.bin/node"), ["controllers/runtime/main.ts", "--port", "0", "--host", "127.0.0.1"], { cwd: ROOT, stdio: ["ignore", "pipe", "inherit"] });
-    runtimes.set(name, child);
-    const url = await new Promise<string>((ok) =>
-      child.stdout!.on("data", (b: Buffer) => {
-        const m = /listening on (http:\/\/\S+)/.exec(b.toString());
-        if (m) ok(m[1]!);
-      }),
-    );
-    await persist(() => core.patchNamespacedPod({ name, namespace, body: { metadata: { annotations: { [ANNOTATION.runtimeUrl]: url } } } }, patch));
+    // A runtime that dies before it listens (a loaded machine) is started again: its pod would
+    // otherwise never get a runtime, and its sandbox never become ready.
+    for (let attempt = 1; ; attempt++) {
+      const child = spawn(join(ROOT, "node_modules/.bin/node"), ["controllers/runtime/main.ts", "--port", "0", "--host", "127.0.0.1"], { cwd: ROOT, stdio: ["ignore", "pipe", "inherit"] });
+      runtimes.set(name, child);
+      const url = await new Promise<string | undefined>((ok) => {
+        let out = "";
+        child.stdout!.on("data", (b: Buffer) => {
+          out += b.toString();
+          const m = /listening on (http:\/\/\S+)\n/.exec(out);
+          if (m) ok(m[1]!);
+        });
+        child.once("exit", () => ok(undefined));
+      });
+      if (url) return void (await persist(() => core.patchNamespacedPod({ name, namespace, body: { metadata: { annotations: { [ANNOTATION.runtimeUrl]: url } } } }, patch)));
+      if (runtimes.get(name) !== child || attempt >= 3) return void note("runtimes", `the runtime of pod ${name} exited before it listened (attempt ${attempt})`);
+    }
   };
   const pods = podCache(kc, namespace, opts.watchTimeoutMs);
   pods.onChange((pod, verb) => {

@@ -10,6 +10,8 @@ export interface SandboxSetFixture {
   /** Wait until this many members are available (the agent, edge and kubelet must be running). */
   available?: number;
   timeoutMs?: number;
+  /** A volumeClaimTemplate `work` of 1Gi (a PVC per sandbox, kept across recreates). */
+  volume?: boolean;
 }
 
 /** The manifest `withSandboxSet` applies. */
@@ -20,7 +22,7 @@ metadata: { name: ${name} }
 spec:
   replicas: ${opts.replicas ?? 1}
   template: { spec: { containers: [{ name: sandbox, image: ${opts.image ?? "python:3.12"} }] } }
-`;
+${opts.volume ? "  volumeClaimTemplates:\n    - metadata: { name: work }\n      spec: { resources: { requests: { storage: 1Gi } } }\n" : ""}`;
 }
 
 /** Applies SandboxSet `name` in `ns`; with `available`, resolves once that many members are. */

@@ -1,7 +1,7 @@
 // The update ops machine: selection, batches under maxUnavailable (updating and failed members
 // counted), paused, the end states, resume after failure.
 import { describe, expect, it } from "vitest";
-import { counts, hookDue, inFlight, initialState, transition, type OpsInput, type OpsState } from "../../../../durable-objects/ops/machine.ts";
+import { checkpointDue, counts, hookDue, inFlight, initialState, restoredMessage, transition, type OpsInput, type OpsState } from "../../../../durable-objects/ops/machine.ts";
 import { UpdateOpsSpec } from "../../../../schema/api/update-ops.ts";
 import type { OpsCandidate, UpgradeOutcome } from "../../../../durable-objects/sandbox/upgrade.ts";
 
@@ -101,12 +101,31 @@ describe("update ops machine", () => {
     expect(s.events.find((e) => e.reason === "RecreateNotSupported")).toMatchObject({ type: "Warning", message: expect.stringContaining("1 selected sandboxes on cluster \"kube\"") });
   });
 
-  it("CheckpointRestore is accepted and answered as not supported yet", () => {
-    const s = run({ selector: {}, updateStrategy: { type: "CheckpointRestore" } }, sandboxes(2));
+  it("CheckpointRestore: a member's checkpoint is due before its upgrade, once per attempt; a failed one fails that member only; the line says memory is not restored", () => {
+    let s = run({ selector: {}, updateStrategy: { type: "CheckpointRestore", maxUnavailable: 2 } }, sandboxes(3));
+    expect(s.phase).toBe("Updating");
+    const [a, b] = inFlight(s);
+    expect(checkpointDue(s, a!)).toBe(true);
+    s = step(s, { type: "checkpointed", id: a!.id, attempt: 1, snapshotId: "snap-a" });
+    s = step(s, { type: "checkpointed", id: a!.id, attempt: 1, snapshotId: "snap-again" });
+    s = step(s, { type: "checkpointed", id: b!.id, attempt: 1, error: "the driver cannot take snapshots" });
+    const m = (id: string) => s.members.find((x) => x.id === id)!;
+    expect(checkpointDue(s, m(a!.id))).toBe(false);
+    expect(m(a!.id).checkpoint).toEqual({ attempt: 1, snapshotId: "snap-a" });
+    expect(m(b!.id)).toMatchObject({ status: "Failed", message: "checkpoint failed: the driver cannot take snapshots" });
+    expect(s.events.filter((e) => e.reason === "CheckpointTaken").map((e) => e.sandboxId)).toEqual([a!.id]);
+    expect(s.conditions[0]).toMatchObject({ reason: "Updating", message: expect.stringContaining("memory not restored") });
+    s = step(s, { type: "progress", outcomes: { [a!.id]: { status: "succeeded" } } });
+    expect(m(a!.id)).toMatchObject({ status: "Succeeded", message: restoredMessage("snap-a") });
+    // Resume retries the failed one with a checkpoint due again for its next attempt.
+    const c = inFlight(s).find((x) => x.id !== b!.id)!;
+    s = step(s, { type: "checkpointed", id: c.id, attempt: 1, snapshotId: "snap-c" });
+    s = step(s, { type: "progress", outcomes: { [c.id]: { status: "succeeded" } } });
     expect(s.phase).toBe("Failed");
-    expect(s.members).toEqual([]);
-    expect(s.conditions[0]).toMatchObject({ status: "False", reason: "StrategyNotSupported" });
-    expect(step(s, { type: "resume" }).phase).toBe("Failed");
+    s = step(s, { type: "resume" });
+    expect(s.phase).toBe("Updating");
+    expect(m(b!.id)).toMatchObject({ status: "Updating", attempt: 2 });
+    expect(checkpointDue(s, m(b!.id))).toBe(true);
   });
 
   it("a failing upgrade hook fails that sandbox, not the run; a passed hook is not due again in that attempt, but is after a retry", () => {

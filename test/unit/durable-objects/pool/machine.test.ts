@@ -1,6 +1,6 @@
 // The warm-pool machine, row by row: (inventory, event) → (inventory, effects, claim reply).
 import { describe, expect, it } from "vitest";
-import { counts, transition, type Member, type PoolEvent } from "../../../../durable-objects/pool/machine.ts";
+import { counts, nextCreateDeadline, transition, type Member, type PoolEvent } from "../../../../durable-objects/pool/machine.ts";
 import type { SandboxId } from "../../../../schema/protocol/index.ts";
 import { config, ctx, inventory, NOW, obs, pool, summarize, type Setup } from "./fixtures.ts";
 
@@ -176,6 +176,17 @@ describe("pool machine", () => {
       if (row.claim.error) expect(c).toMatchObject({ ok: false, error: { code: row.claim.error } });
       else expect(c).toMatchObject({ ok: true, state: row.claim.state, member: { id: row.claim.id } });
     }
+  });
+
+  it("a member ready once that stops being ready (as after an agent restart) is timed from then, not from its creation", () => {
+    const st = pool({ replicas: 1, members: ["a:a:r1"] });
+    const later = { now: NOW + 10 * 60_000, newId: () => "n1" as SandboxId, createTimeoutMs: 60_000 };
+    transition(st, { type: "observe", observation: obs("a", "Running", false) }, later);
+    expect(transition(st, { type: "tick" }, later).effects).toEqual([]);
+    expect(nextCreateDeadline(st, 60_000)).toBe(later.now + 60_000);
+    // Still not ready a whole timeout later: replaced.
+    const after = { ...later, now: later.now + 60_000 };
+    expect(transition(st, { type: "tick" }, after).effects.map((e) => e.type)).toEqual(["delete", "create"]);
   });
 
   it("never hands out a member twice and keeps its counts consistent under a long mixed run", () => {

@@ -1,0 +1,91 @@
+// SandboxUpdateOps with `updateStrategy.type: CheckpointRestore` through kubectl: before each
+// selected sandbox's recreate the edge takes its snapshot, which the kubernetes driver records as a
+// Checkpoint for the cluster's checkpoint engine (the test plays the engine, as checkpoints.test.ts
+// does); then the pod is recreated on the new template with its PVC kept. The object's lines say
+// each sandbox's memory is not restored, and the run's Events name each checkpoint.
+import { CustomObjectsApi, PatchStrategy, setHeaderOptions } from "@kubernetes/client-node";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { kubeConfig, kubectlOk, until } from "./support/namespace.ts";
+import { withSandboxSet } from "./support/sandbox-set.ts";
+import { startKubeSystem, type KubeSystem } from "./support/system.ts";
+
+let sys: KubeSystem;
+let key: string;
+let engine: NodeJS.Timeout | undefined;
+
+const opsYaml = `
+apiVersion: agents.kruise.io/v1alpha1
+kind: SandboxUpdateOps
+metadata: { name: ck }
+spec:
+  selector: { matchLabels: { ops: "yes" } }
+  updateStrategy: { type: CheckpointRestore, maxUnavailable: 2 }
+`;
+
+interface Obj {
+  metadata: { name: string; uid: string; deletionTimestamp?: string; annotations?: Record<string, string> };
+  spec?: { template?: { spec: { containers: { image: string }[] } } };
+  status?: { phase?: string; checkpointId?: string };
+}
+const items = (args: string[]) => (JSON.parse(kubectlOk(["-n", sys.ns, "get", ...args, "-o", "json"])).items as Obj[]).filter((o) => !o.metadata.deletionTimestamp);
+const one = (kind: string, id: string) => items([kind, "-l", `agents.kruise.io/sandbox-id=${id}`])[0];
+
+/** The checkpoint engine: every Checkpoint not yet done gets Succeeded with an id. */
+async function engineTick(): Promise<void> {
+  const custom = kubeConfig().makeApiClient(CustomObjectsApi);
+  const target = { group: "agents.kruise.io", version: "v1alpha1", namespace: sys.ns, plural: "checkpoints" };
+  for (const cp of ((await custom.listNamespacedCustomObject(target)) as { items: Obj[] }).items) {
+    if (cp.status?.phase && cp.status.phase !== "Pending" && cp.status.phase !== "Creating") continue;
+    const body = { status: { phase: "Succeeded", checkpointId: `ckpt-${cp.metadata.name}` } };
+    await custom.patchNamespacedCustomObjectStatus({ ...target, name: cp.metadata.name, body }, setHeaderOptions("Content-Type", PatchStrategy.MergePatch)).catch(() => {});
+  }
+}
+
+beforeAll(async () => {
+  sys = await startKubeSystem("opsckpt", "kube-opsckpt", { runtimes: true });
+  const res = await fetch(`${sys.edge.url}/api-keys`, { method: "POST", headers: { "x-api-key": sys.edge.adminKey, "content-type": "application/json" }, body: JSON.stringify({ name: "ck", teamName: sys.ns }) });
+  key = ((await res.json()) as { key: string }).key;
+  engine = setInterval(() => void engineTick().catch(() => {}), 200);
+}, 180_000);
+
+afterAll(async () => {
+  clearInterval(engine);
+  await sys?.stop();
+});
+
+describe("SandboxUpdateOps CheckpointRestore with kubectl", () => {
+  it("records a Checkpoint of each selected sandbox before its recreate; the PVC is kept, the lines say memory is not restored", async () => {
+    await withSandboxSet(sys.ns, "app", { volume: true, available: 1 });
+    const create = async () => {
+      const r = await fetch(`${sys.edge.url}/sandboxes`, { method: "POST", headers: { "x-api-key": key, "content-type": "application/json" }, body: JSON.stringify({ templateID: "app", timeout: 600, metadata: { "label:ops": "yes" } }) });
+      expect(r.status).toBe(201);
+      return ((await r.json()) as { sandboxID: string }).sandboxID;
+    };
+    const ids = [await create(), await create()];
+    await until("their pods", () => ids.every((id) => one("pods", id)), 60_000);
+    const before = new Map(ids.map((id) => [id, { pod: one("pods", id)!.metadata.uid, pvc: one("pvc", id)!.metadata.uid }]));
+
+    const revision = async () => ((await (await fetch(`${sys.edge.url}/admin/teams/${sys.ns}/templates/app`, { headers: { "x-api-key": sys.edge.adminKey } })).json()) as { revision: string }).revision;
+    const rev1 = await revision();
+    await withSandboxSet(sys.ns, "app", { volume: true, image: "python:3.13" });
+    await until("the new revision on the edge", async () => (await revision()) !== rev1, 30_000);
+    kubectlOk(["-n", sys.ns, "apply", "-f", "-"], opsYaml);
+    const done = await until("the run completed", () => {
+      const s = (JSON.parse(kubectlOk(["-n", sys.ns, "get", "suo", "ck", "-o", "json"])) as { status?: { phase?: string; updatedReplicas?: number; sandboxes?: { sandboxID: string; status: string; message?: string }[] } }).status;
+      return s?.phase === "Completed" || s?.phase === "Failed" ? s : undefined;
+    }, 120_000);
+    expect(done, JSON.stringify(done)).toMatchObject({ phase: "Completed", updatedReplicas: 2 });
+    for (const id of ids) {
+      expect(done.sandboxes!.find((l) => l.sandboxID === id)).toMatchObject({ status: "Succeeded", message: expect.stringContaining("memory not restored") });
+      // One Checkpoint of it, taken by the engine; then a new pod on the new template, the PVC kept.
+      const cps = items(["checkpoints"]).filter((c) => c.metadata.annotations?.["agents.kruise.io/sandbox-id"] === id);
+      expect(cps.map((c) => c.status?.phase)).toEqual(["Succeeded"]);
+      const sbx = one("sbx", id)!;
+      expect(sbx.spec!.template!.spec.containers[0]!.image).toBe("python:3.13");
+      await until(`${id}'s new pod`, () => one("pods", id) && one("pods", id)!.metadata.uid !== before.get(id)!.pod, 60_000);
+      expect(one("pvc", id)!.metadata.uid).toBe(before.get(id)!.pvc);
+    }
+    const events = (JSON.parse(kubectlOk(["-n", sys.ns, "get", "events", "--field-selector", "involvedObject.name=ck,reason=CheckpointTaken", "-o", "json"])) as { items: unknown[] }).items;
+    expect(events).toHaveLength(2);
+  });
+});

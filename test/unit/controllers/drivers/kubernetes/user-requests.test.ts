@@ -1,0 +1,58 @@
+// kubectl edits of a Sandbox's auto-pause policy as requests to the edge (pure, no cluster): a
+// policy is reported once per change; removing it, or changing it to one the edge cannot run,
+// reports none (the edge stops its probe), the latter with a Warning Event; a Sandbox that never
+// had one reports nothing.
+import { describe, expect, it } from "vitest";
+import { UserRequests } from "../../../../../controllers/drivers/kubernetes/user-requests.ts";
+import type { SandboxObject, SandboxRequest } from "../../../../../controllers/drivers/kubernetes/objects.ts";
+import { ANNOTATION } from "../../../../../schema/crd/labels.ts";
+
+const probes = [{ name: "a", exec: { command: ["cat", "/tmp/x"] } }];
+const idle = (probe: string) => ({ pause: { whenProbedIdleState: { probe, messageRegex: "^idle$", thresholdDuration: "30s" } } });
+const sbx = (spec: object): SandboxObject => ({ metadata: { name: "s", namespace: "t", annotations: { [ANNOTATION.sandboxId]: "id1", [ANNOTATION.generation]: "3" } }, spec }) as unknown as SandboxObject;
+
+describe("UserRequests auto-pause", () => {
+  it("reports a policy once, none when it is removed or cannot be run (with a Warning), nothing for a Sandbox that never had one", () => {
+    const sent: SandboxRequest[] = [];
+    const warned: string[] = [];
+    const r = new UserRequests((q) => sent.push(q), () => {}, (_o, reason, message) => warned.push(`${reason}: ${message}`));
+    r.seen(sbx({ probes }));
+    expect(sent).toEqual([]);
+    r.seen(sbx({ probes, autoPausePolicy: idle("a") }));
+    r.seen(sbx({ probes, autoPausePolicy: idle("a") }));
+    expect(sent).toEqual([{ sandboxId: "id1", action: "autoPause", generation: 3, autoPausePolicy: expect.objectContaining({ messageRegex: "^idle$" }) }]);
+    r.seen(sbx({ probes }));
+    expect(sent.slice(1)).toEqual([{ sandboxId: "id1", action: "autoPause", generation: 3 }]);
+    r.seen(sbx({ probes }));
+    expect(sent).toHaveLength(2);
+
+    r.seen(sbx({ probes, autoPausePolicy: idle("a") }));
+    r.seen(sbx({ probes, autoPausePolicy: idle("missing") }));
+    expect(sent.slice(2)).toEqual([expect.objectContaining({ autoPausePolicy: expect.any(Object) }), { sandboxId: "id1", action: "autoPause", generation: 3 }]);
+    expect(warned).toEqual([expect.stringContaining('AutoPausePolicyNotApplied: auto-pause policy not applied: autoPausePolicy names probe "missing"')]);
+    // Still unmappable: said once; removed after that: nothing runs, nothing to stop.
+    r.seen(sbx({ probes, autoPausePolicy: idle("missing") }));
+    r.seen(sbx({ probes }));
+    expect(sent).toHaveLength(4);
+    expect(warned).toHaveLength(1);
+  });
+});
+
+describe("UserRequests lifecycle", () => {
+  it("reports the Sandbox's hooks once per change and {} when removed; unusable ones are a Warning and send nothing", () => {
+    const sent: SandboxRequest[] = [];
+    const warned: string[] = [];
+    const r = new UserRequests((q) => sent.push(q), () => {}, (_o, reason, message) => warned.push(`${reason}: ${message}`));
+    const prePause = { exec: { command: ["sh", "-c", "exit 3"] }, timeoutSeconds: 5 };
+    r.seen(sbx({}));
+    expect(sent).toEqual([]);
+    r.seen(sbx({ lifecycle: { prePause } }));
+    r.seen(sbx({ lifecycle: { prePause } }));
+    expect(sent).toEqual([{ sandboxId: "id1", action: "lifecycle", generation: 3, lifecycle: { prePause: { ...prePause, failurePolicy: "Fail" } } }]);
+    r.seen(sbx({ lifecycle: { prePause: { timeoutSeconds: 5 } } }));
+    expect(sent).toHaveLength(1);
+    expect(warned).toEqual([expect.stringContaining("LifecycleNotApplied: lifecycle not applied: prePause: a hook has exactly one of exec and http")]);
+    r.seen(sbx({}));
+    expect(sent.slice(1)).toEqual([{ sandboxId: "id1", action: "lifecycle", generation: 3, lifecycle: {} }]);
+  });
+});
