@@ -4,15 +4,10 @@
 // under ~/.cache/sandbox-edge/rootfs, so a second run takes seconds.
 //   node scripts/prebuild-templates.ts            progress lines only
 //   node scripts/prebuild-templates.ts --verbose  every line of every step
-import { ensureBaseRootfs } from "../controllers/drivers/local/rootfs/build-base.ts";
-import { buildCodeInterpreter } from "./lib/templates.ts";
+import { prebuildTemplates } from "./lib/templates.ts";
 
-const verbose = process.argv.includes("--verbose");
 try {
-  const base = await ensureBaseRootfs(undefined, (line) => console.log(`[rootfs] ${line}`));
-  console.log(`[rootfs] ${base.built ? "built" : "cached"}: base`);
-  const ci = await buildCodeInterpreter((line) => console.log(`[code-interpreter] ${line}`), { progress: !verbose });
-  console.log(`[code-interpreter] ready in ${ci.seconds} s: ${ci.ran} step(s) built, ${ci.cached} cached`);
+  await prebuildTemplates((line) => console.log(line), { progress: !process.argv.includes("--verbose") });
 } catch (err) {
   console.error(`[prebuild] ${(err as Error).message}`);
   process.exitCode = 1;

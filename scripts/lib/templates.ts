@@ -8,6 +8,7 @@ import { TemplateStep } from "../../schema/api/template-build.ts";
 import { DEFAULT_CONFIG } from "../../controllers/drivers/local/builder/plan.ts";
 import { runDirectBuild } from "../../controllers/drivers/local/builder/direct-build.ts";
 import { RootfsStore } from "../../controllers/drivers/local/rootfs/store.ts";
+import { ensureBaseRootfs } from "../../controllers/drivers/local/rootfs/build-base.ts";
 import type { BuildLog } from "../../schema/protocol/build.ts";
 
 /** The builds' owner in every step key: the project's public templates share layers only among
@@ -60,6 +61,16 @@ export async function buildCodeInterpreter(log: Log, opts: { progress?: boolean 
     throw new Error("the code-interpreter template's steps changed its user, workdir or env, which the rootfs store does not keep");
   }
   return { ...counts, seconds: Math.round((Date.now() - started) / 100) / 10 };
+}
+
+/** `base` from its Debian recipe (when missing), then `code-interpreter` from it: what `.ci/run`,
+ * the test tiers' setup and the Python system tests' system run before any test. */
+export async function prebuildTemplates(log: Log, opts: { progress?: boolean } = {}): Promise<void> {
+  const store = new RootfsStore();
+  const base = await ensureBaseRootfs(store, (line) => log(`[rootfs] ${line}`));
+  log(`[rootfs] ${base.built ? "built" : "cached"}: base`);
+  const ci = await buildCodeInterpreter((line) => log(`[code-interpreter] ${line}`), opts, store);
+  log(`[code-interpreter] ready in ${ci.seconds} s: ${ci.ran} step(s) built, ${ci.cached} cached`);
 }
 
 /** The build's own step lines (`[1/1] RUN …`, `CACHED …`), errors, and every 50th package dpkg
