@@ -1,7 +1,8 @@
 // Installing software into a sandbox's own system (issue 11.6), through the real e2b SDK against
 // the whole local system: `sudo apt-get install -y` of a .deb and `pip install` of a wheel, both
 // from a package mirror stand-in in a network namespace of this machine (package-mirror.ts),
-// never a public host. The package's executable runs, `pip show` sees the wheel, and the host's
+// never a public host. The package's executable runs, `pip install` works without flags as user
+// and with sudo (no PEP 668 marker, as on E2B), and the host's
 // own system is untouched.
 import { existsSync } from "node:fs";
 import { Sandbox } from "e2b";
@@ -14,11 +15,13 @@ let sbx: Sandbox;
 const tag = uniqueTag();
 const deb = `hello-mirror-${tag}`;
 const wheel = `mirror_pkg_${tag}`;
+const userWheel = `mirror_user_pkg_${tag}`;
 
 beforeAll(async () => {
   mirror = await startPackageMirror();
   mirror.addDeb({ name: deb, version: "1.2", script: `echo "hello from ${deb} as $(id -un)"` });
   mirror.addWheel({ name: wheel, version: "0.3", module: `VALUE = "${tag}"\n` });
+  mirror.addWheel({ name: userWheel, version: "0.1", module: `VALUE = "user-${tag}"\n` });
   sbx = await Sandbox.create(e2b());
 });
 
@@ -39,12 +42,24 @@ describe("installing packages into the sandbox's system", () => {
     expect(run.stdout).toBe(`hello from ${deb} as user\n/usr/bin/${deb}\ninstall ok installed 1.2`);
   });
 
-  it("pip install into the system from the mirror's simple index: pip show sees it, python imports it", async () => {
-    // Debian's python marks its system site as externally managed (PEP 668); E2B's base image
-    // (python from a Docker python image) has no such mark, so a user's `sudo pip install` there
-    // just works. --break-system-packages says the same to Debian's pip.
+  // E2B's base image (a Docker python) has no PEP 668 marker, so a plain `pip install` works there:
+  // as user into ~/.local, with sudo into /usr/local. Debian's python has one (EXTERNALLY-MANAGED),
+  // which base's recipe leaves out; with it both calls below fail with "externally-managed-environment".
+  it("pip install as user, without flags: lands in ~/.local, python imports it", async () => {
     const install = await sbx.commands.run(
-      `sudo pip install --break-system-packages --no-cache-dir --index-url ${mirror.pipIndex} --trusted-host ${mirror.ip} ${wheel}`,
+      `pip install --no-cache-dir --index-url ${mirror.pipIndex} --trusted-host ${mirror.ip} ${userWheel}`,
+      { timeoutMs: 120_000 },
+    );
+    expect(install.stdout).toContain(`Successfully installed ${userWheel}-0.1`);
+    const show = await sbx.commands.run(`pip show ${userWheel}`);
+    expect(show.stdout).toMatch(/Location: \/home\/user\/\.local\/lib\/python3[.\d]*\/site-packages/);
+    const imported = await sbx.commands.run(`cd / && python -c 'import ${userWheel}; print(${userWheel}.VALUE)'`);
+    expect(imported.stdout).toBe(`user-${tag}\n`);
+  });
+
+  it("sudo pip install into the system, without --break-system-packages: pip show sees it, python imports it", async () => {
+    const install = await sbx.commands.run(
+      `sudo pip install --no-cache-dir --index-url ${mirror.pipIndex} --trusted-host ${mirror.ip} ${wheel}`,
       { timeoutMs: 120_000 },
     );
     expect(install.stdout).toContain(`Successfully installed ${wheel}-0.3`);

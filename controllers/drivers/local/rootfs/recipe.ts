@@ -46,6 +46,10 @@ export function baseRecipe(): DebianRecipe {
     dpkgOptions: [
       ...["doc", "groff", "info", "linda", "lintian", "locale", "man"].map((d) => `path-exclude=/usr/share/${d}/*`),
       "path-include=/usr/share/doc/*/copyright",
+      // PEP 668's marker: without it `pip install` works as in E2B's base (a Docker python, no
+      // marker): as user into ~/.local, with sudo into /usr/local. An exclude, not a delete in the
+      // hook, so an `apt-get upgrade` inside a sandbox does not put it back.
+      "path-exclude=/usr/lib/python3*/EXTERNALLY-MANAGED",
     ],
     // 2026-12-01T00:00:00Z: a fixed instant, not the build's.
     sourceDateEpoch: 1_796_083_200,
