@@ -65,9 +65,10 @@ export const CODE_INTERPRETER_TEMPLATES = ["code-interpreter-v1", "code-interpre
 /** Registers the public code-interpreter templates through a running edge's admin API, the SDKs'
  * default with `replicas` warm members (the other name mints on demand). Only once the root
  * filesystem exists: a pool of a missing one would fail every member. */
-export async function seedCodeInterpreter(edgeUrl: string, adminApiKey: string, replicas: number): Promise<void> {
+export async function seedCodeInterpreter(edgeUrl: string, adminApiKey: string, replicas: number, rootfsId?: string): Promise<void> {
   for (const name of CODE_INTERPRETER_TEMPLATES) {
-    const spec = TemplateSpec.parse({ image: "code-interpreter", replicas: name === CODE_INTERPRETER_TEMPLATES[0] ? replicas : 0 });
+    // `rootfsId` (the layers it is now): a rebuilt template is a new revision, so its pool rolls.
+    const spec = TemplateSpec.parse({ image: "code-interpreter", replicas: name === CODE_INTERPRETER_TEMPLATES[0] ? replicas : 0, ...(rootfsId ? { rootfsId } : {}) });
     const res = await fetch(new URL(`/admin/teams/${ADMIN_TEAM_NAME}/templates/${name}`, edgeUrl), {
       method: "PUT",
       headers: { "content-type": "application/json", "x-api-key": adminApiKey },

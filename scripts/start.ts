@@ -16,7 +16,7 @@ const edgePort = Number(process.env.PORT ?? 8787);
 console.log(`starting: sqld, the edge on workerd (port ${edgePort}), the agent (local driver); state in ${dataDir}`);
 // Not waited for: the system serves meanwhile (base sandboxes see the host until it is ready).
 const builder = buildBaseInBackground((line) => console.log(`[base rootfs] ${line}`));
-const codeInterpreter = codeInterpreterRootfs((line) => console.log(`[code-interpreter rootfs] ${line}`), builder);
+const codeInterpreter = codeInterpreterRootfs((line) => console.log(`[code-interpreter] ${line}`), builder);
 // Teams get wrangler.toml's default quotas, as a deployment does (the admin API changes them).
 const sys = await startSystem({ dataDir, edgePort, baseReplicas: Number(process.env.BASE_POOL ?? 2), agentOutput: "inherit", onExit: "stop", edgeVars: quotaDefaults() });
 // Once built, `base`'s spec names its root filesystem: a new revision, so the warm pool replaces
@@ -43,10 +43,10 @@ A part that dies (sqld, workerd, the agent) is restarted; restarts are reported 
 Ctrl-C stops everything (sandboxes and state are kept in ${dataDir}).`);
 
 // The code interpreter's templates (`code-interpreter-v1`, the SDKs' default, and
-// `code-interpreter`) join once their root filesystem is there, with a small warm pool.
+// `code-interpreter`) join once it is built, with a small warm pool.
 void codeInterpreter.then(async (ready) => {
   if (!ready) return;
-  await seedCodeInterpreter(sys.apiUrl, sys.apiKey, Number(process.env.CODE_INTERPRETER_POOL ?? 1));
+  await seedCodeInterpreter(sys.apiUrl, sys.apiKey, Number(process.env.CODE_INTERPRETER_POOL ?? 1), new RootfsStore().rootfsId("code-interpreter"));
   console.log("[code-interpreter] templates code-interpreter-v1 and code-interpreter are ready (runCode works)");
 }).catch((err: unknown) => console.error("registering the code-interpreter templates failed:", err));
 

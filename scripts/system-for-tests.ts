@@ -6,11 +6,17 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { RootfsStore } from "../controllers/drivers/local/rootfs/store.ts";
 import { startSystem } from "./lib/system.ts";
+import { prebuildTemplates } from "./lib/templates.ts";
 
 const dataDir = mkdtempSync(join(process.env.SBX_TMP ?? tmpdir(), "sbx-sys-"));
 // Sandboxes' holders pass through it as unprivileged uids (controllers/drivers/local/README.md).
 chmodSync(dataDir, 0o711);
-// The code-interpreter templates when their rootfs is built (.ci/run builds it), minted on demand.
+// The project's templates before the system starts, outside the tests' timeouts (cached: seconds;
+// .ci/run built them). Progress goes to stderr: stdout's first line is the JSON the runner reads.
+if (process.getuid?.() === 0) {
+  await prebuildTemplates((line) => console.error(line), { progress: true }).catch((err: Error) => console.error(`[prebuild] ${err.message}`));
+}
+// The code-interpreter templates when their rootfs is built, minted on demand.
 const codeInterpreterReplicas = new RootfsStore().templateTrees("code-interpreter") ? 0 : undefined;
 const sys = await startSystem({ dataDir, baseReplicas: Number(process.env.BASE_POOL ?? 2), codeInterpreterReplicas });
 console.log(JSON.stringify({ apiUrl: sys.apiUrl, apiKey: sys.apiKey, dataDir }));

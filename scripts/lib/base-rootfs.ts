@@ -40,17 +40,23 @@ export function buildBaseInBackground(log: Log, store = new RootfsStore()): Chil
   return child;
 }
 
-/** The code-interpreter template's root filesystem (base's packages plus Jupyter's Python kernel):
- * resolves true once it exists (at once when cached), false when its build failed. Built after
- * `base`'s own build, never beside it (two mmdebstraps on two cores help neither). */
-export async function codeInterpreterRootfs(log: Log, after: ChildProcess | undefined, store = new RootfsStore()): Promise<boolean> {
-  if (store.templateTrees("code-interpreter")) return true;
-  if (after && after.exitCode === null) await new Promise((r) => after.once("close", r));
-  log(`the code-interpreter template's root filesystem is not built yet in ${store.root}: building it in the background (minutes); it is registered once ready`);
-  const child = buildInBackground("build-code-interpreter", log);
+/** The code-interpreter template, built from `base` by the template builder (scripts/
+ * prebuild-templates.ts, steps cached by key, so seconds when nothing changed): resolves true once
+ * it is ready, false when base or its build failed. Run after `base`'s own build, never beside it,
+ * and every start, so a changed base or template definition is built again. */
+export async function codeInterpreterRootfs(log: Log, after: ChildProcess | undefined): Promise<boolean> {
+  if (after && after.exitCode === null && after.signalCode === null) await new Promise((r) => after.once("close", r));
+  if (after && after.exitCode !== 0) return false;
+  log("building the code-interpreter template from base in the background (template builder; cached steps take seconds, a first build minutes); it is registered once ready");
+  const child = spawn(process.execPath, ["scripts/prebuild-templates.ts"], { stdio: ["ignore", "pipe", "pipe"] });
+  for (const stream of [child.stdout!, child.stderr!]) {
+    createInterface({ input: stream }).on("line", (line) => {
+      if (line.trim()) log(line.replace(/^\[(code-interpreter|rootfs)\] /, ""));
+    });
+  }
   const code = await new Promise<number | null>((r) => child.once("close", r));
   if (code === INTERRUPTED) log("building the code-interpreter template stopped (Ctrl-C); the next npm start builds it again");
-  else if (code !== 0) log(`building the code-interpreter template failed; retry with: node controllers/drivers/local/rootfs/cli.ts build-code-interpreter`);
+  else if (code !== 0) log("building the code-interpreter template failed (see above); retry with: node scripts/prebuild-templates.ts --verbose");
   return code === 0;
 }
 

@@ -1,13 +1,10 @@
-// Global setup of the local and e2e tiers: the Debian `base` root filesystem exists before any
-// test, so the tests of a machine of its own run instead of skipping. Cached after the first
-// build (`.ci/run` builds it first; on a fresh machine this builds it here, with progress).
-import { ensureBaseRootfs, ensureCodeInterpreterRootfs } from "../../controllers/drivers/local/rootfs/build-base.ts";
-import { RootfsStore } from "../../controllers/drivers/local/rootfs/store.ts";
+// Global setup of the local and e2e tiers: the Debian `base` root filesystem and the
+// code-interpreter template built from it exist before any test, outside the tests' timeouts, so
+// the tests of a machine of its own and the runCode tests run instead of skipping. Cached (by
+// recipe hash and step key) after the first build: `.ci/run` builds them first; on a fresh machine
+// this builds them here, with progress.
+import { prebuildTemplates } from "../../scripts/lib/templates.ts";
 
 export default async function setup(): Promise<void> {
-  const base = await ensureBaseRootfs(new RootfsStore(), (line) => console.log(`[base rootfs] ${line}`));
-  if (base.built) console.log(`[base rootfs] built ${base.id}`);
-  // The code interpreter's template (base + Jupyter's Python kernel), for the runCode tests.
-  const ci = await ensureCodeInterpreterRootfs(new RootfsStore(), (line) => console.log(`[code-interpreter rootfs] ${line}`));
-  if (ci.built) console.log(`[code-interpreter rootfs] built ${ci.id}`);
+  await prebuildTemplates((line) => console.log(line), { progress: true });
 }

@@ -1,13 +1,16 @@
 """Template builds through the official e2b Python SDK (`Template.build`, issue 12.1): the local
 step kinds run in build sandboxes and land as RootfsStore layers; the same build again is served
 from the cache, skip_cache rebuilds; a failing step raises BuildException with its output in the
-logs. Files are read from the layers. set_start_cmd/set_ready_cmd: a sandbox of the template runs
+logs. Files are read from the layers. The installer steps (apt_install, pip_install, npm_install,
+git_clone) fetch from the package mirror stand-in in a network namespace of this machine
+(test/support/package-mirror-cli.ts), never a public host. set_start_cmd/set_ready_cmd: a sandbox of the template runs
 the start command and is handed out once the ready command passes, or its create fails saying so."""
 import json
 import time
 import os
 import pathlib
 import shutil
+import subprocess
 import tempfile
 import uuid
 
@@ -15,6 +18,7 @@ import pytest
 from e2b import Sandbox, Template, wait_for_port
 from e2b.exceptions import BuildException, SandboxException
 
+ROOT = pathlib.Path(__file__).resolve().parents[3]
 STORE = pathlib.Path(os.environ.get("SBX_ROOTFS_DIR") or pathlib.Path.home() / ".cache" / "sandbox-edge" / "rootfs")
 
 
@@ -124,3 +128,89 @@ def test_start_and_ready_commands(built):
     built.append(f"b-{info.build_id}")
     with pytest.raises(SandboxException, match="ready command did not pass"):
         Sandbox.create(f"{name}-never")
+
+
+@pytest.fixture(scope="module")
+def mirror():
+    tag = uuid.uuid4().hex[:10]
+    node = ROOT / "node_modules" / ".bin" / "node"
+    proc = subprocess.Popen([str(node), "test/support/package-mirror-cli.ts", tag], cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    line = proc.stdout.readline()
+    if not line:
+        proc.wait(timeout=30)
+        raise RuntimeError(f"the package mirror did not start (exit {proc.returncode})")
+    try:
+        yield {**json.loads(line), "tag": tag}
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=30)
+
+
+def _every_step(context, m):
+    source = m["aptSource"]
+    return (
+        Template(file_context_path=context)
+        .from_base_image()
+        # pip as root into Debian's python: PIP_BREAK_SYSTEM_PACKAGES covers a base that still has
+        # Debian's PEP 668 mark and is a no-op on one without it.
+        .set_envs({"RUN_ID": m["tag"], "PIP_INDEX_URL": m["pipIndex"], "PIP_TRUSTED_HOST": m["ip"], "PIP_BREAK_SYSTEM_PACKAGES": "1", "PIP_NO_CACHE_DIR": "1",
+                   "NPM_CONFIG_REGISTRY": m["npmRegistry"], "NPM_CONFIG_AUDIT": "false", "NPM_CONFIG_FUND": "false", "NPM_CONFIG_UPDATE_NOTIFIER": "false"})
+        # Only the mirror: base's own sources (a public archive) are moved out of apt's way.
+        .run_cmd(f'mkdir -p /root/apt-sources && mv /etc/apt/sources.list /etc/apt/sources.list.d/* /root/apt-sources/ 2>/dev/null; echo "{source}" > /etc/apt/sources.list.d/mirror.list', user="root")
+        .apt_install([m["deb"]])
+        .pip_install([m["wheel"]])
+        .copy("data.txt", "/home/user/data.txt")
+        .set_workdir("/home/user/app")
+        .npm_install([m["npm"]])
+        .git_clone(m["repo"], "/home/user/cloned")
+        .set_user("user")
+        .run_cmd("id -un > /home/user/app/who.txt")
+    )
+
+
+def test_every_step_kind_from_the_mirror_cached_then_a_sandbox(context, built, mirror):
+    m = mirror
+    tag, deb, wheel, npm = m["tag"], m["deb"], m["wheel"], m["npm"]
+    name = f"py-all-{tag}"
+    logs = []
+    info = Template.build(_every_step(context, m), name, on_build_logs=logs.append)
+    built.append(f"b-{info.build_id}")
+    text = "\n".join(l.message for l in logs)
+    assert f"Setting up {deb} (1.4)" in text
+    assert f"Successfully installed {wheel}-0.3" in text
+    assert not [l for l in logs if l.message.startswith("CACHED")]
+
+    logs = []
+    again = Template.build(_every_step(context, m), name, on_build_logs=logs.append)
+    built.append(f"b-{again.build_id}")
+    # run (sources), apt, pip, copy, workdir, npm, git, run: every step that makes a layer
+    assert len([l for l in logs if l.message.startswith("CACHED")]) == 8
+    assert "Setting up" not in "\n".join(l.message for l in logs)
+
+    sbx = Sandbox.create(name)
+    try:
+        out = sbx.commands.run(
+            f"{deb} && cd / && python3 -c 'import {wheel}; print({wheel}.VALUE)'"
+            f" && cd /home/user/app && node -e 'console.log(require(\"{npm}\"))'"
+            " && cat /home/user/cloned/README.md /home/user/data.txt /home/user/app/who.txt && whoami"
+        ).stdout
+        assert out == f"deb {tag} as user\nwheel {tag}\nnpm {tag}\ngit {tag}\nfrom python\nuser\nuser\n"
+    finally:
+        sbx.kill()
+
+
+def test_failing_installer_step_logs_its_output(built, mirror):
+    m = mirror
+    tag, source = m["tag"], m["aptSource"]
+    missing = f"no-such-package-{tag}"
+    failing = (
+        Template()
+        .from_base_image()
+        .set_envs({"RUN_ID": uuid.uuid4().hex})
+        .run_cmd(f'rm -f /etc/apt/sources.list; rm -rf /etc/apt/sources.list.d/*; echo "{source}" > /etc/apt/sources.list.d/mirror.list', user="root")
+        .apt_install([missing])
+    )
+    logs = []
+    with pytest.raises(BuildException, match="exit code 100"):
+        Template.build(failing, f"py-fail-apt-{tag}", on_build_logs=logs.append)
+    assert f"E: Unable to locate package {missing}" in [l.message for l in logs]

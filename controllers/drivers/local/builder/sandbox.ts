@@ -108,7 +108,8 @@ function isFile(path: string): boolean {
 
 function bwrap(root: string, r: StepRun): Promise<number | null> {
   const s = r.step;
-  const args = ["--bind", root, "/", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/run"];
+  // /tmp as any Linux system has it (1777): apt's `_apt` and a step run as `user` write there.
+  const args = ["--bind", root, "/", "--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/tmp", "--tmpfs", "/run"];
   if (s.kind === "copy") args.push("--ro-bind", s.archive, FILES);
   // A sandbox's resolvers over the template's file (as Docker does for RUN), never written into
   // the layer; a template whose resolv.conf is a link, or that has none, keeps its own.

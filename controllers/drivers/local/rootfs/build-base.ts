@@ -4,7 +4,7 @@ import { execFile, spawn } from "node:child_process";
 import { createInterface } from "node:readline";
 import { join } from "node:path";
 import { promisify } from "node:util";
-import { baseRecipe, codeInterpreterRecipe, mmdebstrapArgs, recipeKey, type DebianRecipe } from "./recipe.ts";
+import { baseRecipe, mmdebstrapArgs, recipeKey, type DebianRecipe } from "./recipe.ts";
 import { RootfsStore, type LayerInfo } from "./store.ts";
 
 const run = promisify(execFile);
@@ -36,12 +36,6 @@ export function baseLayerId(recipe: DebianRecipe = baseRecipe()): string {
 
 export async function ensureBaseRootfs(store = new RootfsStore(), log: Log = (l) => console.log(l)): Promise<BaseRootfs> {
   return ensureRecipeRootfs(store, "base", baseRecipe(), log);
-}
-
-/** The `code-interpreter` template: base's packages plus Jupyter's Python kernel, as a layer of its
- * own built by the same recipe path (one mmdebstrap, cached by its recipe's hash). */
-export async function ensureCodeInterpreterRootfs(store = new RootfsStore(), log: Log = (l) => console.log(l)): Promise<BaseRootfs> {
-  return ensureRecipeRootfs(store, "code-interpreter", codeInterpreterRecipe(), log);
 }
 
 async function ensureRecipeRootfs(store: RootfsStore, name: string, recipe: DebianRecipe, log: Log): Promise<BaseRootfs> {

@@ -1,12 +1,11 @@
 // Template root filesystems from the command line (run as root):
 //   node controllers/drivers/local/rootfs/cli.ts build-base        build or reuse `base`
-//   node controllers/drivers/local/rootfs/cli.ts build-code-interpreter   … `code-interpreter`
 //   node controllers/drivers/local/rootfs/cli.ts import <path> <name>  an OCI layout (dir or tar)
 //                                                                   or a `docker save` tarball
 //   node controllers/drivers/local/rootfs/cli.ts list              templates and their layers
 //   node controllers/drivers/local/rootfs/cli.ts prune             delete layers no template names
 // SBX_ROOTFS_DIR overrides where they live (default ~/.cache/sandbox-edge/rootfs).
-import { ensureBaseRootfs, ensureCodeInterpreterRootfs } from "./build-base.ts";
+import { ensureBaseRootfs } from "./build-base.ts";
 import { importImage } from "./image-import.ts";
 import { RootfsStore } from "./store.ts";
 
@@ -26,9 +25,6 @@ try {
   if (cmd === "build-base") {
     const base = await ensureBaseRootfs(store, log);
     log(`${base.built ? "built" : "cached"}: base -> ${base.tree} (${(base.info.bytes / 1e6).toFixed(0)} MB, built in ${base.info.seconds} s)`);
-  } else if (cmd === "build-code-interpreter") {
-    const t = await ensureCodeInterpreterRootfs(store, log);
-    log(`${t.built ? "built" : "cached"}: code-interpreter -> ${t.tree} (${(t.info.bytes / 1e6).toFixed(0)} MB, built in ${t.info.seconds} s)`);
   } else if (cmd === "import" && args.length === 2) {
     const t = await importImage(store, args[0]!, args[1]!, log);
     log(`imported ${t.name} -> ${store.layerTree(t.layers[0]!)}`);
@@ -39,7 +35,7 @@ try {
   } else if (cmd === "prune") {
     for (const id of store.prune()) log(`removed ${id}`);
   } else {
-    console.error("usage: cli.ts build-base | build-code-interpreter | import <oci-layout-or-docker-save.tar> <name> | list | prune");
+    console.error("usage: cli.ts build-base | import <oci-layout-or-docker-save.tar> <name> | list | prune");
     process.exitCode = 2;
   }
 } catch (err) {

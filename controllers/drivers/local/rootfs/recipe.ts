@@ -32,18 +32,6 @@ const BASE_PACKAGES = [
 
 export const CUSTOMIZE_SCRIPT = join(import.meta.dirname, "customize.sh");
 
-/** The `code-interpreter` template's additions: Jupyter's Python kernel and the client library the
- * agent-runtime's kernel driver uses inside the sandbox (controllers/runtime/interpreter/), with the
- * data libraries E2B's image has. Debian's own packages, so the layer needs no PyPI. */
-const CODE_INTERPRETER_PACKAGES = [
-  "python3-ipykernel", "python3-jupyter-client", "python3-matplotlib", "python3-numpy", "python3-pandas",
-];
-
-export function codeInterpreterRecipe(): DebianRecipe {
-  const base = baseRecipe();
-  return { ...base, packages: [...new Set([...base.packages, ...CODE_INTERPRETER_PACKAGES])].sort() };
-}
-
 export function baseRecipe(): DebianRecipe {
   return {
     suite: "bookworm",

@@ -1,0 +1,87 @@
+// The project's own templates built from steps: `code-interpreter`, written with the E2B SDK's own
+// `Template()` builder from `base`, and built by the template builder the agent runs for
+// `Template.build` (controllers/drivers/local/builder/direct-build.ts), cached by step key under
+// ~/.cache/sandbox-edge/rootfs. `.ci/run`, the test tiers' global setup and `npm start` build it
+// through here, so a second run finds every step cached and takes seconds.
+import { Template, type TemplateClass } from "e2b";
+import { TemplateStep } from "../../schema/api/template-build.ts";
+import { DEFAULT_CONFIG } from "../../controllers/drivers/local/builder/plan.ts";
+import { runDirectBuild } from "../../controllers/drivers/local/builder/direct-build.ts";
+import { RootfsStore } from "../../controllers/drivers/local/rootfs/store.ts";
+import { ensureBaseRootfs } from "../../controllers/drivers/local/rootfs/build-base.ts";
+import type { BuildLog } from "../../schema/protocol/build.ts";
+
+/** The builds' owner in every step key: the project's public templates share layers only among
+ * themselves (a team's key is its id, a UUID, so never this). */
+export const PROJECT_OWNER = "project-templates";
+
+/**
+ * The code interpreter's template: base plus Jupyter's Python kernel and the client library the
+ * agent-runtime's kernel driver uses inside the sandbox (controllers/runtime/interpreter/,
+ * `jupyter_client.manager.KernelManager` starting `ipykernel`), with the data libraries E2B's
+ * image has. Debian's packages from base's own apt sources (Debian's archive, or the mirror base
+ * was built from): signed, the versions the kernel driver was written against, and no pip over
+ * Debian's Python (PEP 668). Without recommends, as base itself is built (mmdebstrap): with
+ * them apt adds LLVM, numba and pytest, 0.7 GB more.
+ */
+export function codeInterpreterTemplate() {
+  return Template()
+    .fromTemplate("base")
+    .aptInstall(["python3-ipykernel", "python3-jupyter-client", "python3-matplotlib", "python3-numpy", "python3-pandas"], { noInstallRecommends: true });
+}
+
+/** The steps `Template.build` would send for a template, as the builder reads them. */
+export async function templateSteps(t: TemplateClass): Promise<{ from: string; steps: TemplateStep[] }> {
+  const json = JSON.parse(await Template.toJSON(t, false)) as { fromTemplate?: string; steps: unknown[] };
+  if (!json.fromTemplate) throw new Error("a project template starts from another template (fromTemplate)");
+  return { from: json.fromTemplate, steps: json.steps.map((s) => TemplateStep.parse(s)) };
+}
+
+export type Log = (line: string) => void;
+
+/**
+ * Builds (or finds cached) the `code-interpreter` rootfs template; needs `base` built and root.
+ * Resolves with how many steps ran; throws with the failing step's reason (its output was logged).
+ */
+export async function buildCodeInterpreter(log: Log, opts: { progress?: boolean } = {}, store = new RootfsStore()): Promise<{ ran: number; cached: number; seconds: number }> {
+  const started = Date.now();
+  const { from, steps } = await templateSteps(codeInterpreterTemplate());
+  const counts = { ran: 0, cached: 0 };
+  const show = opts.progress ? progressFilter() : (l: BuildLog) => l.message;
+  const r = await runDirectBuild({ from, steps, output: "code-interpreter", owner: PROJECT_OWNER }, (entry) => {
+    if (/^CACHED \[\d+\/\d+\]/.test(entry.message)) counts.cached++;
+    else if (/^\[\d+\/\d+\] /.test(entry.message)) counts.ran++;
+    const line = show(entry);
+    if (line !== undefined) log(line);
+  }, store);
+  if (r.status === "error") throw new Error(`building the code-interpreter template failed: ${r.message}`);
+  // The rootfs store keeps layers, not the final user/workdir/env (the edge keeps those for
+  // `Template.build`'s templates); the seeded spec uses base's, so the steps must leave them so.
+  if (r.user !== DEFAULT_CONFIG.user || r.workdir !== DEFAULT_CONFIG.workdir || Object.keys(r.env).length) {
+    throw new Error("the code-interpreter template's steps changed its user, workdir or env, which the rootfs store does not keep");
+  }
+  return { ...counts, seconds: Math.round((Date.now() - started) / 100) / 10 };
+}
+
+/** `base` from its Debian recipe (when missing), then `code-interpreter` from it: what `.ci/run`,
+ * the test tiers' setup and the Python system tests' system run before any test. */
+export async function prebuildTemplates(log: Log, opts: { progress?: boolean } = {}): Promise<void> {
+  const store = new RootfsStore();
+  const base = await ensureBaseRootfs(store, (line) => log(`[rootfs] ${line}`));
+  log(`[rootfs] ${base.built ? "built" : "cached"}: base`);
+  const ci = await buildCodeInterpreter((line) => log(`[code-interpreter] ${line}`), opts, store);
+  log(`[code-interpreter] ready in ${ci.seconds} s: ${ci.ran} step(s) built, ${ci.cached} cached`);
+}
+
+/** The build's own step lines (`[1/1] RUN …`, `CACHED …`), errors, and every 50th package dpkg
+ * sets up: enough to see it move without apt's hundreds of lines. */
+export function progressFilter(): (entry: BuildLog) => string | undefined {
+  let configured = 0;
+  return (entry) => {
+    const m = entry.message;
+    if (entry.level === "error" || entry.step === undefined || entry.step === "base" || entry.step === "finalize") return m;
+    if (/^(CACHED )?\[\d+\/\d+\] /.test(m) || /^E: /.test(m)) return m;
+    if (/^Setting up /.test(m) && ++configured % 50 === 0) return `configured ${configured} packages`;
+    return undefined;
+  };
+}
