@@ -67,7 +67,7 @@ export const CODE_INTERPRETER_TEMPLATES = ["code-interpreter-v1", "code-interpre
  * filesystem exists: a pool of a missing one would fail every member. */
 export async function seedCodeInterpreter(edgeUrl: string, adminApiKey: string, replicas: number): Promise<void> {
   for (const name of CODE_INTERPRETER_TEMPLATES) {
-    const spec = TemplateSpec.parse({ image: "code-interpreter", replicas: name === CODE_INTERPRETER_TEMPLATES[0] ? replicas : 0 });
+    const spec = TemplateSpec.parse({ image: "code-interpreter", codeInterpreter: true, replicas: name === CODE_INTERPRETER_TEMPLATES[0] ? replicas : 0 });
     const res = await fetch(new URL(`/admin/teams/${ADMIN_TEAM_NAME}/templates/${name}`, edgeUrl), {
       method: "PUT",
       headers: { "content-type": "application/json", "x-api-key": adminApiKey },
