@@ -178,6 +178,9 @@ export function createRuntime(opts: RuntimeOptions = {}): Runtime {
       for (const [k, v] of parked.get(id) ?? []) sbx.carried.set(k, v);
       parked.delete(id);
       sandboxes.set(id, sbx);
+      if (sbx.interpreter) {
+        void (interpreterModule ??= import("./interpreter/server.ts")).then((m) => sandboxes.get(id) === sbx && m.prewarm(sbx), onError);
+      }
       return sbx;
     },
     removeSandbox(id, removeOpts) {

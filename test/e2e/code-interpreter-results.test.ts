@@ -91,6 +91,20 @@ describe("code interpreter results (JS code-interpreter SDK)", { timeout: 120_00
   });
 });
 
+describe("a warm code-interpreter sandbox", { timeout: 120_000 }, () => {
+  it("has its Python kernel up before the claim, and the claim's env reaches its cells", async () => {
+    const claimed = await Sandbox.create({ ...e2b(), envs: { FROM_CREATE: "yes" } });
+    try {
+      expect((await claimed.runCode("import os; os.environ.get('FROM_CREATE')")).text).toBe("'yes'");
+      // Set for good (not for one cell), as a kernel started after the claim has it.
+      expect((await claimed.runCode("import os; os.environ['FROM_CREATE']")).text).toBe("'yes'");
+      expect((await claimed.runCode("process.env.FROM_CREATE", { language: "js" })).text).toBe("yes");
+    } finally {
+      await claimed.kill();
+    }
+  });
+});
+
 describe("port 49999", { timeout: 120_000 }, () => {
   it("in a sandbox whose template has no interpreter it is the user's own port", async () => {
     const base = await BaseSandbox.create(e2b());

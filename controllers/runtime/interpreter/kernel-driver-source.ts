@@ -117,6 +117,11 @@ def set_env_code(env):
             "del _e2b_new_env\n")
 
 
+def global_env_code(env):
+    return ("import os as _e2b_os, json as _e2b_json\n"
+            f"_e2b_os.environ.update(_e2b_json.loads({json.dumps(json.dumps(env))}))\n")
+
+
 def worker():
     while True:
         job = jobs.get()
@@ -132,6 +137,8 @@ def worker():
                 kc.wait_for_ready(timeout=120)
                 install_formatters()
             else:
+                if job.get("global_env"):  # the sandbox's env changed since the kernel started: for good
+                    run(global_env_code(job["global_env"]), lambda line: None, silent=True)
                 env = job.get("env") or {}
                 if env:
                     run(set_env_code(env), lambda line: None, silent=True)

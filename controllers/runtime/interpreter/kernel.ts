@@ -58,6 +58,8 @@ export class Kernel {
   #next = 0;
   #stderr: string[] = [];
   #exited = false;
+  /** The sandbox env the driver started with (a kernel started before a claim lacks its env). */
+  #startEnv: Record<string, string> = {};
   #starting: Promise<void> | undefined;
 
   constructor(id: string, spec: KernelSpec, cwd: string) {
@@ -90,6 +92,7 @@ export class Kernel {
   }
 
   async #start(sbx: RuntimeSandbox, user: SandboxUser): Promise<void> {
+    this.#startEnv = { ...sbx.envVars };
     const env = { PATH: DEFAULT_PATH, HOME: user.home, USER: user.name, LOGNAME: user.name, ...this.spec.env, ...sbx.envVars };
     const [cmd, ...args] = this.spec.argv;
     const host = sbx.view.command({ cmd: cmd!, args, cwd: this.cwd, env, user });
@@ -159,7 +162,14 @@ export class Kernel {
   execute(code: string, env: Record<string, string> | undefined, onLine: (line: OutputLine) => void): { done: Promise<void>; cancel(): void } {
     const id = ++this.#next;
     const done = new Promise<void>((resolve) => this.#jobs.set(id, { onLine, done: resolve }));
-    this.#send({ op: "execute", id, code, env: env ?? {} });
+    // The sandbox's env as it is now, where the kernel started with another (a warm kernel, then a
+    // claim's env): Python's driver sets it for good, once; the others get it with every cell.
+    const changed = Object.fromEntries(Object.entries(this.#where?.sbx.envVars ?? {}).filter(([k, v]) => this.#startEnv[k] !== v));
+    const sandboxEnv = Object.keys(changed).length ? changed : undefined;
+    if (sandboxEnv && this.spec.control === "line") {
+      this.#send({ op: "execute", id, code, env: env ?? {}, global_env: sandboxEnv });
+      this.#startEnv = { ...this.#startEnv, ...sandboxEnv };
+    } else this.#send({ op: "execute", id, code, env: { ...sandboxEnv, ...env } });
     return { done, cancel: () => this.#cancel(id) };
   }
 

@@ -214,6 +214,14 @@ const ROUTES: { method: string; path: RegExp; handler: Handler }[] = [
   },
 ];
 
+/** Starts `sbx`'s default Python context before anyone asks (a warm sandbox of a template with the
+ * interpreter), as E2B's image has its Jupyter kernel running: a claim's first cell finds it up. */
+export function prewarm(sbx: RuntimeSandbox): void {
+  contextsOf(sbx)
+    .forExecute(undefined, DEFAULT_LANGUAGE)
+    .catch((err: unknown) => LOG.warn("the default Python context did not start ahead (it starts with the first cell)", { sandboxId: sbx.id, err: (err as Error).message }));
+}
+
 /** Serves one request to port 49999 of `sbx`. */
 export async function serveInterpreter(req: IncomingMessage, res: ServerResponse, sbx: RuntimeSandbox, url: URL): Promise<void> {
   for (const r of ROUTES) {
