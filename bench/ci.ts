@@ -11,6 +11,7 @@
 //                             to the agent's ingress (no edge gateway); the cell through our kernel
 //                             driver's own line protocol (a pipe, no HTTP) and on the bare kernel,
 //                             both timed inside the sandbox; so the profile says which hop costs what
+//   ci.health_ingress_p50_ms  GET /health of the interpreter through the ingress: the HTTP hop's floor
 //   node bench/ci.ts   prints the figures as JSON
 // Needs the code-interpreter root filesystem (`node controllers/drivers/local/rootfs/cli.ts
 // build-code-interpreter`, which `.ci/run` and the test tiers' setup build).
@@ -117,9 +118,18 @@ export async function run(): Promise<Figures> {
         const text = await res.text();
         if (!text.includes("end_of_execution")) throw new Error(`ingress /execute: ${res.status} ${text.slice(0, 200)}`);
       };
+      // The floor of that hop: GET /health of the interpreter (no kernel), the same way.
+      const healthViaIngress = async () => {
+        const target = { sandboxId: sbx.sandboxId, port: 49999, method: "GET", pathAndQuery: "/health" };
+        const res = await fetch(`http://127.0.0.1:${sys.secrets.ingressPort}/health`, {
+          headers: { "e2b-sandbox-id": sbx.sandboxId, "e2b-sandbox-port": "49999", [SIGNATURE_HEADER]: await signIngress(key, target, Date.now()) },
+        });
+        if ((await res.text()) !== "OK") throw new Error(`ingress /health: ${res.status}`);
+      };
       // Warm every path (the SDK's default context starts here).
       for (let i = 0; i < 10; i++) await Promise.all([sbx.runCode("pass"), inside(), viaIngress()]);
       const ingress: number[] = [];
+      const health: number[] = [];
       const viaSdk: number[] = [];
       const kernel: number[] = [];
       const driver: number[] = [];
@@ -131,6 +141,9 @@ export async function run(): Promise<Figures> {
         const t2 = performance.now();
         await viaIngress();
         ingress.push(performance.now() - t2);
+        const t3 = performance.now();
+        await healthViaIngress();
+        health.push(performance.now() - t3);
         const k = await inside();
         kernel.push(k.kernel);
         driver.push(k.driver);
@@ -138,6 +151,7 @@ export async function run(): Promise<Figures> {
       await handle.kill();
       figures["ci.cell_sdk_p50_ms"] = { value: round(median(viaSdk)), unit: "ms" };
       figures["ci.cell_ingress_p50_ms"] = { value: round(median(ingress)), unit: "ms" };
+      figures["ci.health_ingress_p50_ms"] = { value: round(median(health)), unit: "ms" };
       figures["ci.cell_driver_p50_ms"] = { value: round(median(driver)), unit: "ms" };
       figures["ci.cell_kernel_p50_ms"] = { value: round(median(kernel)), unit: "ms" };
       figures["ci.cell_overhead_ratio"] = { value: round(median(viaSdk) / median(kernel)), unit: "ratio", target: "≤ 1.5" };
