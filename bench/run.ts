@@ -19,7 +19,7 @@ export interface BenchContext {
   startEdge(opts: Omit<EdgeOptions, "dir"> & { dir?: string }): Promise<Edge>;
 }
 
-const SUITES = ["edge", "pool", "runtime", "local", "e2e", "kube", "ops"];
+const SUITES = ["edge", "pool", "runtime", "local", "e2e", "ci", "kube", "ops"];
 const here = import.meta.dirname;
 
 const chosen = process.argv.slice(2).filter((a) => !a.startsWith("-"));

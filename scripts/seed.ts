@@ -68,7 +68,7 @@ export const CODE_INTERPRETER_TEMPLATES = ["code-interpreter-v1", "code-interpre
 export async function seedCodeInterpreter(edgeUrl: string, adminApiKey: string, replicas: number, rootfsId?: string): Promise<void> {
   for (const name of CODE_INTERPRETER_TEMPLATES) {
     // `rootfsId` (the layers it is now): a rebuilt template is a new revision, so its pool rolls.
-    const spec = TemplateSpec.parse({ image: "code-interpreter", replicas: name === CODE_INTERPRETER_TEMPLATES[0] ? replicas : 0, ...(rootfsId ? { rootfsId } : {}) });
+    const spec = TemplateSpec.parse({ image: "code-interpreter", codeInterpreter: true, replicas: name === CODE_INTERPRETER_TEMPLATES[0] ? replicas : 0, ...(rootfsId ? { rootfsId } : {}) });
     const res = await fetch(new URL(`/admin/teams/${ADMIN_TEAM_NAME}/templates/${name}`, edgeUrl), {
       method: "PUT",
       headers: { "content-type": "application/json", "x-api-key": adminApiKey },

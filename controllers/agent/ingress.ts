@@ -10,8 +10,9 @@ import { SANDBOX_ID_PATTERN } from "../../schema/protocol/ids.ts";
 import type { Runtime } from "../runtime/runtime.ts";
 
 export const ENVD_PORT = 49983;
-/** E2B's code interpreter port: the runtime serves it for the sandboxes it runs (the Jupyter
- * server of E2B's image is replaced by kernels the runtime drives, controllers/runtime/interpreter). */
+/** E2B's code interpreter port: the runtime serves it for the sandboxes it runs whose template has
+ * the interpreter (the Jupyter server of E2B's image is replaced by kernels the runtime drives,
+ * controllers/runtime/interpreter); in any other sandbox it is a user port like the rest. */
 export const INTERPRETER_PORT = 49999;
 const STATUS_TEXT: Record<number, string> = { 400: "Bad Request", 401: "Unauthorized", 502: "Bad Gateway" };
 
@@ -123,7 +124,7 @@ export async function createIngress(opts: IngressOptions): Promise<Server> {
 
     const remote = sandboxId ? opts.remoteRuntime?.(sandboxId) : undefined;
     if (port === ENVD_PORT && !remote) return opts.runtime.handler(req, res);
-    if (port === INTERPRETER_PORT && !remote) return opts.runtime.interpreter(req, res);
+    if (port === INTERPRETER_PORT && !remote && opts.runtime.getSandbox(sandboxId)?.interpreter) return opts.runtime.interpreter(req, res);
 
     const remoteUrl = port === ENVD_PORT && remote ? new URL(remote) : undefined;
     const target = remoteUrl ? { host: remoteUrl.hostname, port: Number(remoteUrl.port || ENVD_PORT) } : opts.userPortTarget(sandboxId, port);

@@ -204,7 +204,8 @@ export class Reconciler {
     if (!driver.capabilities.hostView) return this.#reconcileRemote(intent, obs, ctx);
 
     if (obs.phase === "Running") await withSpan("runtime.register", ctx, { "sandbox.id": id }, () => this.#register(intent), RUNTIME_SCOPE);
-    else if (obs.phase !== "Paused") this.#unregister(id); // Stop-paused, failed: cut its streams
+    // Stop-paused (its state carried to the resumed sandbox: code contexts), failed: cut its streams.
+    else if (obs.phase !== "Paused") this.#unregister(id, obs.phase === "Stopped");
     // A frozen sandbox stays registered: its processes and open streams resume on thaw.
 
     let ready = obs.phase === "Running" && this.#configured.get(id) === intent.generation;
@@ -394,6 +395,7 @@ export class Reconciler {
       envVars: intent.envVars,
       defaultUser: intent.template?.user,
       defaultWorkdir: intent.template?.workdir,
+      interpreter: intent.template?.codeInterpreter === true,
     };
     const existing = runtime.getSandbox(id);
     if (!existing) runtime.addSandbox(id, driver.view(id), opts);
@@ -410,9 +412,9 @@ export class Reconciler {
     return this.#d.starts.status(intent.sandboxId, sbx, { startCmd: t.startCmd, readyCmd: t.readyCmd, user: t.user, workdir: t.workdir }, readyTimeoutMs(intent), adopted);
   }
 
-  #unregister(id: string): void {
+  #unregister(id: string, keepState = false): void {
     this.#d.starts?.forget(id);
-    this.#d.runtime.removeSandbox(id);
+    this.#d.runtime.removeSandbox(id, { keepState });
     this.#configured.delete(id);
   }
 }

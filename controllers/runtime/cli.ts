@@ -1,8 +1,11 @@
 // agent-runtime standalone (entry: main.ts): serves the host itself as one sandbox (a Kubernetes
 // pod sidecar, or a machine you want to drive with the e2b SDK).
 //   node controllers/runtime/main.ts [--port 49983] [--host 0.0.0.0] [--socket /path.sock]
-//        [--user root] [--workdir DIR] [--access-token TOKEN]
+//        [--user root] [--workdir DIR] [--access-token TOKEN] [--interpreter-port 49999]
+// --interpreter-port: also serve E2B's code interpreter API on that port (a pod of a template with
+// the interpreter's kernels; the agent's ingress sends a pod's 49999 to the pod like any port).
 // Env: RUNTIME_ACCESS_TOKEN (same as --access-token; /init may set or rotate it later).
+import { createServer } from "node:http";
 import { parseArgs } from "node:util";
 import { HostView } from "./host-view.ts";
 import { createRuntime } from "./runtime.ts";
@@ -18,12 +21,18 @@ const { values } = parseArgs({
     "access-token": { type: "string" },
     // The pod's CSI node plugin (dynamic mounts, POST /v1/storage/mounts).
     "csi-socket": { type: "string" },
+    "interpreter-port": { type: "string" },
   },
 });
 
 const port = Number(values.port);
 if (!values.socket && !(Number.isInteger(port) && port >= 0 && port < 65536)) {
   console.error(`invalid --port ${values.port}`);
+  process.exit(2);
+}
+const interpreterPort = values["interpreter-port"] === undefined ? undefined : Number(values["interpreter-port"]);
+if (interpreterPort !== undefined && !(Number.isInteger(interpreterPort) && interpreterPort >= 0 && interpreterPort < 65536)) {
+  console.error(`invalid --interpreter-port ${values["interpreter-port"]}`);
   process.exit(2);
 }
 async function main(): Promise<void> {
@@ -42,6 +51,12 @@ const server = await runtime.listen(values.socket ? { socket: values.socket } : 
 const addr = server.address();
 const where = typeof addr === "string" ? addr : `http://${addr?.address}:${addr?.port}`;
 console.log(`agent-runtime (envd ${ENVD_VERSION}) listening on ${where}`);
+if (interpreterPort !== undefined) {
+  const interpreter = createServer({ keepAliveTimeout: 65_000 }, runtime.interpreter);
+  await new Promise<void>((resolve, reject) => interpreter.once("error", reject).listen(interpreterPort, values.host, resolve));
+  const at = interpreter.address();
+  console.log(`code interpreter listening on http://${typeof at === "object" && at ? `${at.address}:${at.port}` : at}`);
+}
 
 for (const sig of ["SIGINT", "SIGTERM"] as const) {
   process.once(sig, () => void runtime.close().then(() => process.exit(0)));

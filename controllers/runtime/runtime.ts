@@ -36,7 +36,9 @@ export interface Runtime {
   readonly interpreter: (req: IncomingMessage, res: ServerResponse) => void;
   addSandbox(id: string, view: SandboxView, opts?: SandboxOptions): RuntimeSandbox;
   /** Kills the sandbox's processes, closes its watchers and cuts its open streams. */
-  removeSandbox(id: string): boolean;
+  /** `keepState`: the sandbox is Stop-paused, not gone: what it carried (RuntimeSandbox.carried)
+   * goes to the sandbox registered next under `id`; otherwise that is dropped too. */
+  removeSandbox(id: string, opts?: { keepState?: boolean }): boolean;
   getSandbox(id: string): RuntimeSandbox | undefined;
   /** Live processes across the sandboxes it serves (the agent's metrics read it when scraped). */
   processCount(): number;
@@ -139,6 +141,8 @@ export function createRuntime(opts: RuntimeOptions = {}): Runtime {
     });
   };
 
+  /** Stop-paused sandboxes' carried state, until they run again or go (removeSandbox). */
+  const parked = new Map<string, Map<string, unknown>>();
   let interpreterModule: Promise<typeof import("./interpreter/server.ts")> | undefined;
   async function serveInterpreter(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const url = new URL(req.url ?? "/", "http://runtime");
@@ -171,14 +175,21 @@ export function createRuntime(opts: RuntimeOptions = {}): Runtime {
     addSandbox(id, view, sandboxOpts) {
       if (sandboxes.has(id)) throw new Error(`sandbox ${id} is already registered`);
       const sbx = new RuntimeSandbox(id, view, sandboxOpts);
+      for (const [k, v] of parked.get(id) ?? []) sbx.carried.set(k, v);
+      parked.delete(id);
       sandboxes.set(id, sbx);
+      if (sbx.interpreter) {
+        void (interpreterModule ??= import("./interpreter/server.ts")).then((m) => sandboxes.get(id) === sbx && m.prewarm(sbx), onError);
+      }
       return sbx;
     },
-    removeSandbox(id) {
+    removeSandbox(id, removeOpts) {
       const sbx = sandboxes.get(id);
+      if (!removeOpts?.keepState) parked.delete(id);
       if (!sbx) return false;
       sandboxes.delete(id);
       sbx.close();
+      if (removeOpts?.keepState && sbx.carried.size) parked.set(id, sbx.carried);
       return true;
     },
     getSandbox: (id) => sandboxes.get(id) ?? (single?.id === id ? single : undefined),

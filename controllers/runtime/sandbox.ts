@@ -17,6 +17,8 @@ export interface SandboxOptions {
   defaultUser?: string;
   /** cwd for processes that ask for none; defaults to the user's home. */
   defaultWorkdir?: string;
+  /** Its template has the code interpreter: the runtime serves its port 49999. */
+  interpreter?: boolean;
 }
 
 /** The body of POST /init (envd.yaml); `timestamp` orders competing inits. */
@@ -45,9 +47,14 @@ export class RuntimeSandbox {
   readonly requests = new Set<IncomingMessage>();
   /** Run when the sandbox is removed (parts loaded on demand, like the code interpreter). */
   readonly onClose = new Set<() => void>();
+  /** What parts loaded on demand keep across a Stop pause (the code interpreter's contexts): the
+   * runtime hands it to the sandbox registered next under this id (Runtime.removeSandbox). */
+  readonly carried = new Map<string, unknown>();
   envVars: Record<string, string> = {};
   defaultUser = "root";
   defaultWorkdir: string | undefined;
+  /** Whether port 49999 is the code interpreter (SandboxOptions.interpreter). */
+  interpreter = false;
   accessToken: string | undefined;
   #tokenDigest: Buffer | undefined;
   #initAt = -Infinity;
@@ -62,6 +69,7 @@ export class RuntimeSandbox {
     if (opts.envVars) this.envVars = { ...this.envVars, ...opts.envVars };
     if (opts.defaultUser) this.defaultUser = opts.defaultUser;
     if (opts.defaultWorkdir) this.defaultWorkdir = opts.defaultWorkdir;
+    if (opts.interpreter !== undefined) this.interpreter = opts.interpreter;
     if (opts.accessToken !== undefined) {
       this.accessToken = opts.accessToken || undefined;
       this.#tokenDigest = opts.accessToken ? digest(opts.accessToken) : undefined;

@@ -15,6 +15,7 @@ export function protocolTemplate(templateId: string, revision: string, spec: San
     resources: { cpuCount: spec.cpuCount, memoryMB: spec.memoryMB, diskSizeMB: spec.diskSizeMB },
     ...(spec.startCmd ? { startCmd: spec.startCmd } : {}),
     ...(spec.readyCmd ? { readyCmd: spec.readyCmd } : {}),
+    ...(spec.codeInterpreter ? { codeInterpreter: true } : {}),
   };
 }
 

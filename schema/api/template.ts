@@ -50,6 +50,10 @@ export const TemplateSpec = z.strictObject({
    * of it starts the one and is ready once the other passes (controllers/agent/start-commands.ts). */
   startCmd: z.string().max(MAX_PATH_LENGTH).optional(),
   readyCmd: z.string().max(MAX_PATH_LENGTH).optional(),
+  /** The template has the code interpreter's kernels (the `code-interpreter` templates): the
+   * runtime serves port 49999 of its sandboxes (E2B's code interpreter API); in any other
+   * sandbox 49999 is a user port like the rest. */
+  codeInterpreter: z.boolean().optional(),
 });
 export type TemplateSpec = z.infer<typeof TemplateSpec>;
 

@@ -40,6 +40,8 @@ export const TemplateSpecSchema = z.object({
   startCmd: z.string().max(4096).optional(),
   /** Polled until it exits 0 before the sandbox is ready (E2B setReadyCmd). */
   readyCmd: z.string().max(4096).optional(),
+  /** The runtime serves port 49999 (the code interpreter) for it; otherwise 49999 is a user port. */
+  codeInterpreter: z.boolean().optional(),
 });
 export type TemplateSpec = z.infer<typeof TemplateSpecSchema>;
 

@@ -146,8 +146,8 @@ describe("runCode (JS code-interpreter SDK)", { timeout: 120_000 }, () => {
     // E2B's server names the language "javascript", whichever alias created the context.
     const ctx = await sbx.createCodeContext({ language: "js", cwd: "/tmp" });
     expect(ctx).toMatchObject({ language: "javascript", cwd: "/tmp" });
-    expect((await sbx.runCode("process.cwd() + ' ' + require('os').userInfo().username", { context: ctx })).text).toBe("'/tmp user'");
-    expect((await sbx.runCode("process.env.GREETING", { context: ctx, envs: { GREETING: "hi" } })).text).toBe("'hi'");
+    expect((await sbx.runCode("process.cwd() + ' ' + require('os').userInfo().username", { context: ctx })).text).toBe("/tmp user");
+    expect((await sbx.runCode("process.env.GREETING", { context: ctx, envs: { GREETING: "hi" } })).text).toBe("hi");
     expect((await sbx.runCode("process.env.GREETING", { context: ctx })).text).toBeUndefined();
     await sbx.runCode("const y = 5", { context: ctx });
     await sbx.restartCodeContext(ctx);

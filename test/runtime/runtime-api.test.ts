@@ -124,3 +124,35 @@ describe("standalone main.ts on a Unix socket", () => {
     expect(m.mem_total).toBeGreaterThan(m.mem_used);
   });
 });
+
+describe("standalone main.ts with --interpreter-port (a pod whose template has the interpreter)", () => {
+  let child: ChildProcess;
+  let dir: string;
+  let url: string;
+  beforeAll(async () => {
+    dir = mkdtempSync(join(tmpdir(), "rt-ci-"));
+    child = spawn(process.execPath, ["controllers/runtime/main.ts", "--socket", join(dir, "runtime.sock"), "--host", "127.0.0.1", "--interpreter-port", "0"], { stdio: ["ignore", "pipe", "inherit"] });
+    url = await new Promise<string>((resolve, reject) => {
+      let out = "";
+      child.stdout!.on("data", (d) => {
+        out += String(d);
+        const m = /code interpreter listening on (http:\/\/\S+)/.exec(out);
+        if (m) resolve(m[1]!);
+      });
+      child.once("exit", (code) => reject(new Error(`runtime exited ${code}`)));
+    });
+  });
+  afterAll(() => {
+    child?.kill("SIGTERM");
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it("serves E2B's code interpreter API on that port for the one sandbox it is", async () => {
+    expect(await (await fetch(`${url}/health`)).text()).toBe("OK");
+    const res = await fetch(`${url}/execute`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ code: "echo hi from $(whoami)", language: "bash" }) });
+    const lines = (await res.text()).trim().split("\n").map((l) => JSON.parse(l) as { type: string; text?: string });
+    expect(lines.filter((l) => l.type === "stdout").map((l) => l.text).join("")).toBe("hi from user\n");
+    expect(lines.at(-1)?.type).toBe("end_of_execution");
+    expect((await fetch(`${url}/execute`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ code: "1", language: "cobol" }) })).status).toBe(400);
+  });
+});

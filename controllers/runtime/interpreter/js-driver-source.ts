@@ -8,6 +8,13 @@
 // gives E2B's JS kernel semantics: top-level const/let/function persist across cells, top-level
 // `await` works (and its declarations persist too), and the value of the last expression is the
 // cell's result.
+// TypeScript (`node -e <source> typescript`): each cell is transpiled inside the sandbox, by the
+// sandbox's node (its own type stripping, node ≥ 22.13) or else by the Babel TypeScript preset the
+// template carries (Debian's node-babel7, in base); with neither the driver exits at start saying
+// so, and creating the context fails with that message.
+// Results: a string is its own text (E2B's JS kernel answers 'Hello' as Hello); an array or a
+// plain object is `text` (util.inspect) plus `json`; a value with a Symbol.for("Jupyter.display")
+// method (Deno's convention) is the MIME bundle it returns (html, svg, png, markdown, …).
 import { DRIVER_COMMANDS_SOURCE } from "./driver-commands-source.ts";
 
 export const JS_DRIVER_SOURCE = String.raw`(() => {
@@ -16,6 +23,75 @@ export const JS_DRIVER_SOURCE = String.raw`(() => {
   const util = require("node:util");
   const { PassThrough, Writable } = require("node:stream");
   const { Console } = require("node:console");
+  const typescript = process.argv[1] === "typescript";
+
+  // The TypeScript transpiler this sandbox has, or null.
+  const tsTranspiler = () => {
+    const mod = require("node:module");
+    if (typeof mod.stripTypeScriptTypes === "function") {
+      try {
+        mod.stripTypeScriptTypes("let a: number = 1", { mode: "transform" });
+        return (code) => mod.stripTypeScriptTypes(code, { mode: "transform" });
+      } catch {
+        // a node whose type stripping is off: try the next
+      }
+    }
+    try {
+      const babel = require("@babel/core");
+      const preset = require("@babel/preset-typescript");
+      const opts = { presets: [preset], filename: "cell.ts", babelrc: false, configFile: false, retainLines: true, sourceType: "script", parserOpts: { allowAwaitOutsideFunction: true, allowReturnOutsideFunction: true } };
+      return (code) => {
+        try {
+          return babel.transformSync(code, opts).code;
+        } catch (err) {
+          // Babel's own frames and its file name are no use to the cell's author: its message is.
+          const e = new SyntaxError(String(err && err.message).replace(/^[^\n]*?cell\.ts: /, ""));
+          e.stack = "SyntaxError: " + e.message;
+          throw e;
+        }
+      };
+    } catch {
+      return null;
+    }
+  };
+  const transpile = typescript ? tsTranspiler() : null;
+  if (typescript && !transpile) {
+    process.stderr.write("this sandbox has no TypeScript transpiler: its node has no type stripping (node >= 22.13) and @babel/core with @babel/preset-typescript is not installed (Debian: node-babel7)\n");
+    process.exit(3);
+  }
+
+  const MIME = { "text/plain": "text", "text/html": "html", "text/markdown": "markdown", "image/svg+xml": "svg", "image/png": "png", "image/jpeg": "jpeg", "application/pdf": "pdf", "text/latex": "latex", "application/json": "json", "application/javascript": "javascript" };
+  const DISPLAY = Symbol.for("Jupyter.display");
+  const MAX_JSON = 1 << 20;
+  const plain = (v) => Array.isArray(v) || (v !== null && typeof v === "object" && [Object.prototype, null].includes(Object.getPrototypeOf(v)));
+  const resultOf = (value) => {
+    const res = { type: "result", is_main_result: true };
+    if (value !== null && (typeof value === "object" || typeof value === "function") && typeof value[DISPLAY] === "function") {
+      const bundle = value[DISPLAY]();
+      if (bundle && typeof bundle === "object") {
+        for (const [mime, v] of Object.entries(bundle)) {
+          if (MIME[mime]) res[MIME[mime]] = v;
+          else (res.extra = res.extra || {})[mime] = v;
+        }
+      }
+      if (typeof res.text !== "string") res.text = util.inspect(value);
+      return res;
+    }
+    if (typeof value === "string") {
+      res.text = value;
+      return res;
+    }
+    res.text = util.inspect(value);
+    if (plain(value)) {
+      try {
+        const j = JSON.stringify(value);
+        if (j !== undefined && j.length <= MAX_JSON) res.json = JSON.parse(j);
+      } catch {
+        // cyclic or a BigInt inside: text only
+      }
+    }
+    return res;
+  };
 
   // The protocol stream; nothing the cells print may reach it except through send().
   const protocol = process.stdout.write.bind(process.stdout);
@@ -111,14 +187,23 @@ export const JS_DRIVER_SOURCE = String.raw`(() => {
       restore();
       const line = (kind, v) => send({ id: job.id, line: kind === "error" ? errorLine(v) : v });
       if (err) line("error", err);
-      else if (value !== undefined) line("result", { type: "result", is_main_result: true, text: util.inspect(value) });
+      else if (value !== undefined) {
+        // A Jupyter.display method is the cell author's code: its throw is the cell's error.
+        let res;
+        try {
+          res = resultOf(value);
+        } catch (e) {
+          line("error", e);
+        }
+        if (res) line("result", res);
+      }
       // Let output the cell wrote just before it ended (console is synchronous, timers are not) land first.
       setImmediate(finish);
     };
     pending = done;
     process.off("SIGINT", onSigint);
     try {
-      server.eval(job.code, server.context, "<cell>", done);
+      server.eval(transpile ? transpile(job.code) : job.code, server.context, "<cell>", done);
     } catch (err) {
       done(err);
     } finally {

@@ -1,5 +1,7 @@
 // The kernel driver's Python source, run inside the sandbox as `python3 -c <source> <kernel>`.
 // Kept as a string so the runtime's bundle (a pod's runtime) carries it too.
+import { KERNEL_FORMATTERS_PY } from "./kernel-formatters-source.ts";
+
 export const KERNEL_DRIVER_PY = String.raw`# The code interpreter's kernel driver: runs inside the sandbox as the sandbox's user, one per
 # context. It starts a Jupyter kernel with jupyter_client (ZeroMQ) and speaks NDJSON with the
 # agent-runtime over stdin/stdout:
@@ -19,7 +21,11 @@ sys.stdout = sys.stderr  # nothing else may write to the protocol stream
 
 MIME = {"text/plain": "text", "text/html": "html", "text/markdown": "markdown", "image/png": "png",
         "image/jpeg": "jpeg", "image/svg+xml": "svg", "application/pdf": "pdf", "text/latex": "latex",
-        "application/json": "json", "application/javascript": "javascript"}
+        "application/json": "json", "application/javascript": "javascript",
+        # E2B's own formats (kernel-formatters-source.ts): a figure's chart, a DataFrame's data.
+        "e2b/chart": "chart", "e2b/data": "data"}
+# Run in the kernel after each start: E2B's extra display formats.
+FORMATTERS = ${JSON.stringify(KERNEL_FORMATTERS_PY)}
 
 
 def send(msg):
@@ -38,9 +44,8 @@ def result_of(data, main):
     extra = {}
     for mime, value in data.items():
         if mime in MIME:
-            res[MIME[mime]] = value
-        elif mime == "application/vnd.e2b.data":
-            res["data"] = value
+            if value or MIME[mime] not in ("chart", "data"):
+                res[MIME[mime]] = value
         else:
             extra[mime] = value
     if extra:
@@ -68,6 +73,8 @@ def run(code, emit, silent=False):
             if not km.is_alive():
                 emit({"type": "error", "name": "DeadKernelError", "value": "the kernel died", "traceback": ""})
                 km.restart_kernel(now=True)
+                kc.wait_for_ready(timeout=120)
+                install_formatters()
                 return
             continue
         if msg["parent_header"].get("msg_id") != msg_id:
@@ -87,6 +94,13 @@ def run(code, emit, silent=False):
             return
 
 
+def install_formatters():
+    errors = []
+    run(FORMATTERS, lambda line: errors.append(line) if line.get("type") == "error" else None, silent=True)
+    for e in errors:  # the kernel still runs cells, without charts: say why on the driver's stderr
+        print("e2b formatters:", e.get("name"), e.get("value"), file=sys.stderr)
+
+
 def restore_env_code(keys):
     return ("import os as _e2b_os\n"
             "for _e2b_k, _e2b_v in _e2b_saved_env.items():\n"
@@ -103,6 +117,11 @@ def set_env_code(env):
             "del _e2b_new_env\n")
 
 
+def global_env_code(env):
+    return ("import os as _e2b_os, json as _e2b_json\n"
+            f"_e2b_os.environ.update(_e2b_json.loads({json.dumps(json.dumps(env))}))\n")
+
+
 def worker():
     while True:
         job = jobs.get()
@@ -116,7 +135,10 @@ def worker():
             if job["op"] == "restart":
                 km.restart_kernel(now=True)
                 kc.wait_for_ready(timeout=120)
+                install_formatters()
             else:
+                if job.get("global_env"):  # the sandbox's env changed since the kernel started: for good
+                    run(global_env_code(job["global_env"]), lambda line: None, silent=True)
                 env = job.get("env") or {}
                 if env:
                     run(set_env_code(env), lambda line: None, silent=True)
@@ -131,6 +153,7 @@ def worker():
             send({"id": jid, "done": True})
 
 
+install_formatters()
 threading.Thread(target=worker, daemon=True).start()
 send({"ready": True, "pid": os.getpid()})
 

@@ -35,6 +35,8 @@ export interface KernelSpec {
 export const KERNEL_SPECS = {
   python: { language: "python", argv: ["/usr/bin/python3", "-c", KERNEL_DRIVER_PY, "python3"], env: { PYTHONUNBUFFERED: "1" }, control: "line" },
   js: { language: "javascript", argv: ["/usr/bin/node", "-e", JS_DRIVER_SOURCE], control: "signal" },
+  // TypeScript is the JavaScript driver transpiling each cell inside the sandbox (js-driver-source.ts).
+  ts: { language: "typescript", argv: ["/usr/bin/node", "-e", JS_DRIVER_SOURCE, "typescript"], control: "signal" },
   // bash's driver is a node script too (it keeps a bash and frames its cells' output).
   bash: { language: "bash", argv: ["/usr/bin/node", "-e", BASH_DRIVER_SOURCE], control: "signal" },
 } as const satisfies Record<string, KernelSpec>;
@@ -48,7 +50,7 @@ export class Kernel {
   readonly id: string;
   readonly language: string;
   readonly cwd: string;
-  readonly #spec: KernelSpec;
+  readonly spec: KernelSpec;
   #where: { sbx: RuntimeSandbox; user: SandboxUser } | undefined;
   #proc: LaunchedPipes | undefined;
   #ready: Promise<void>;
@@ -56,13 +58,29 @@ export class Kernel {
   #next = 0;
   #stderr: string[] = [];
   #exited = false;
+  /** The sandbox env the driver started with (a kernel started before a claim lacks its env). */
+  #startEnv: Record<string, string> = {};
+  #starting: Promise<void> | undefined;
 
   constructor(id: string, spec: KernelSpec, cwd: string) {
     this.id = id;
-    this.#spec = spec;
+    this.spec = spec;
     this.language = spec.language;
     this.cwd = cwd;
     this.#ready = Promise.resolve();
+  }
+
+  /** Whether a driver is up (a context carried over a Stop pause has none until its next cell). */
+  get running(): boolean {
+    return this.#proc !== undefined && !this.#exited;
+  }
+
+  /** Starts the driver unless it runs: a context whose kernel ended (a Stop pause ended every
+   * process of the sandbox; a crash) comes back fresh, with its id, language and cwd. */
+  ensure(sbx: RuntimeSandbox, user: SandboxUser): Promise<void> {
+    if (this.running) return this.#ready;
+    this.#starting ??= this.start(sbx, user).finally(() => (this.#starting = undefined));
+    return this.#starting;
   }
 
   /** Starts the driver and waits until its kernel answers. */
@@ -74,8 +92,9 @@ export class Kernel {
   }
 
   async #start(sbx: RuntimeSandbox, user: SandboxUser): Promise<void> {
-    const env = { PATH: DEFAULT_PATH, HOME: user.home, USER: user.name, LOGNAME: user.name, ...this.#spec.env, ...sbx.envVars };
-    const [cmd, ...args] = this.#spec.argv;
+    this.#startEnv = { ...sbx.envVars };
+    const env = { PATH: DEFAULT_PATH, HOME: user.home, USER: user.name, LOGNAME: user.name, ...this.spec.env, ...sbx.envVars };
+    const [cmd, ...args] = this.spec.argv;
     const host = sbx.view.command({ cmd: cmd!, args, cwd: this.cwd, env, user });
     const proc = await (sbx.view.launcher ?? inProcessLauncher).spawnPipes(host, true);
     this.#proc = proc;
@@ -143,14 +162,21 @@ export class Kernel {
   execute(code: string, env: Record<string, string> | undefined, onLine: (line: OutputLine) => void): { done: Promise<void>; cancel(): void } {
     const id = ++this.#next;
     const done = new Promise<void>((resolve) => this.#jobs.set(id, { onLine, done: resolve }));
-    this.#send({ op: "execute", id, code, env: env ?? {} });
+    // The sandbox's env as it is now, where the kernel started with another (a warm kernel, then a
+    // claim's env): Python's driver sets it for good, once; the others get it with every cell.
+    const changed = Object.fromEntries(Object.entries(this.#where?.sbx.envVars ?? {}).filter(([k, v]) => this.#startEnv[k] !== v));
+    const sandboxEnv = Object.keys(changed).length ? changed : undefined;
+    if (sandboxEnv && this.spec.control === "line") {
+      this.#send({ op: "execute", id, code, env: env ?? {}, global_env: sandboxEnv });
+      this.#startEnv = { ...this.#startEnv, ...sandboxEnv };
+    } else this.#send({ op: "execute", id, code, env: { ...sandboxEnv, ...env } });
     return { done, cancel: () => this.#cancel(id) };
   }
 
   #cancel(id: number): void {
     if (!this.#jobs.has(id)) return;
     // The oldest job is the one running (the driver runs them in order).
-    if (this.#spec.control === "signal" && this.#jobs.keys().next().value === id) {
+    if (this.spec.control === "signal" && this.#jobs.keys().next().value === id) {
       try {
         if (this.#proc) process.kill(this.#proc.pid, "SIGINT");
       } catch {
@@ -162,7 +188,7 @@ export class Kernel {
   /** A fresh kernel: every variable is gone, the context (id, cwd) stays. */
   async restart(): Promise<void> {
     await this.#ready;
-    if (this.#spec.control === "signal" && this.#where) {
+    if (this.spec.control === "signal" && this.#where) {
       const old = this.#proc;
       this.#proc = undefined;
       this.#end(old);
@@ -175,10 +201,6 @@ export class Kernel {
     await done;
   }
 
-  get alive(): boolean {
-    return !this.#exited;
-  }
-
   /** Closing stdin makes the driver shut its kernel down and exit. */
   close(): void {
     this.#end(this.#proc);
@@ -186,7 +208,7 @@ export class Kernel {
 
   #end(proc: LaunchedPipes | undefined): void {
     // A node driver busy in a cell reads no stdin: interrupt the cell first, so it sees the close.
-    if (proc && this.#spec.control === "signal") {
+    if (proc && this.spec.control === "signal") {
       try {
         process.kill(proc.pid, "SIGINT");
       } catch {

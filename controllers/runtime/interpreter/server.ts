@@ -20,18 +20,38 @@ const KERNELS: Record<string, KernelSpec> = {
   python3: KERNEL_SPECS.python,
   js: KERNEL_SPECS.js,
   javascript: KERNEL_SPECS.js,
+  ts: KERNEL_SPECS.ts,
+  typescript: KERNEL_SPECS.ts,
   bash: KERNEL_SPECS.bash,
 };
 const DEFAULT_LANGUAGE = "python";
 /** The user kernels run as (E2B's), when the sandbox has it; else the sandbox's default user. */
 const KERNEL_USER = "user";
 
+/** What a sandbox's contexts leave in RuntimeSandbox.carried when it is Stop-paused. */
+const CARRIED = "interpreter.contexts";
+interface CarriedContexts {
+  contexts: { id: string; spec: KernelSpec; cwd: string }[];
+  defaults: [language: string, id: string][];
+}
+
 class Contexts {
   readonly byId = new Map<string, Kernel>();
   readonly defaults = new Map<string, Promise<Kernel>>();
+  /** The default contexts' ids, once started (what a Stop pause carries). */
+  readonly #defaultIds = new Map<string, string>();
   readonly sbx: RuntimeSandbox;
   constructor(sbx: RuntimeSandbox) {
     this.sbx = sbx;
+    // Contexts from before a Stop pause: the same ids, cwd and languages, started on their next cell.
+    const carried = sbx.carried.get(CARRIED) as CarriedContexts | undefined;
+    for (const c of carried?.contexts ?? []) this.byId.set(c.id, new Kernel(c.id, c.spec, c.cwd));
+    for (const [lang, id] of carried?.defaults ?? []) {
+      const k = this.byId.get(id);
+      if (!k) continue;
+      this.defaults.set(lang, Promise.resolve(k));
+      this.#defaultIds.set(lang, id);
+    }
   }
 
   user() {
@@ -40,11 +60,23 @@ class Contexts {
     return user;
   }
 
+  /** Starts `k`'s driver unless it runs (a new context, or one whose kernel a Stop pause ended). */
+  async running(k: Kernel): Promise<Kernel> {
+    try {
+      await k.ensure(this.sbx, this.user());
+    } catch (err) {
+      if (err instanceof KernelStartError) {
+        throw new HttpError(500, `could not start a ${k.language} kernel in sandbox ${this.sbx.id} (does its template have ${k.spec.argv[0]}${k.language === "python" ? " and Jupyter" : ""}? the code-interpreter template does): ${err.message}`);
+      }
+      throw err;
+    }
+    return k;
+  }
+
   async create(language: string | undefined, cwd: string | undefined): Promise<Kernel> {
     const lang = KERNELS[(language ?? DEFAULT_LANGUAGE).toLowerCase()];
     if (!lang) throw new HttpError(400, `no kernel for language '${language}' in this sandbox (available: ${Object.keys(KERNELS).join(", ")})`);
-    const user = this.user();
-    const dir = cwd ?? this.sbx.defaultWorkdir ?? user.home;
+    const dir = cwd ?? this.sbx.defaultWorkdir ?? this.user().home;
     let host: string;
     try {
       host = this.sbx.view.toHost(dir);
@@ -55,16 +87,12 @@ class Contexts {
     const kernel = new Kernel(randomUUID(), lang, dir);
     this.byId.set(kernel.id, kernel);
     try {
-      await kernel.start(this.sbx, user);
+      return await this.running(kernel);
     } catch (err) {
       this.byId.delete(kernel.id);
       kernel.close();
-      if (err instanceof KernelStartError) {
-        throw new HttpError(500, `could not start a ${lang.language} kernel in sandbox ${this.sbx.id} (does its template have ${lang.argv[0]}${lang.language === "python" ? " and Jupyter" : ""}? the code-interpreter template does): ${err.message}`);
-      }
       throw err;
     }
-    return kernel;
   }
 
   /** The context a cell names, or its language's default context (started on first use). */
@@ -72,7 +100,7 @@ class Contexts {
     if (contextId) {
       const k = this.byId.get(contextId);
       if (!k) throw new HttpError(404, `context ${contextId} not found`);
-      return k;
+      return this.running(k);
     }
     const lang = KERNELS[(language ?? DEFAULT_LANGUAGE).toLowerCase()];
     if (!lang) throw new HttpError(400, `no kernel for language '${language}' in this sandbox (available: ${Object.keys(KERNELS).join(", ")})`);
@@ -83,12 +111,16 @@ class Contexts {
       k.catch(() => this.defaults.delete(lang.language));
     }
     const kernel = await k;
-    if (kernel.alive) return kernel;
-    this.defaults.delete(lang.language);
-    return this.forExecute(undefined, language);
+    this.#defaultIds.set(lang.language, kernel.id);
+    return this.running(kernel);
   }
 
+  /** The sandbox is going (its kernels with it): what a Stop-paused one's resume needs is left in
+   * `carried` (the runtime keeps it only for a Stop pause). */
   close(): void {
+    const defaults = [...this.#defaultIds].filter(([, id]) => this.byId.has(id));
+    const contexts = [...this.byId.values()].map((k) => ({ id: k.id, spec: k.spec, cwd: k.cwd }));
+    this.sbx.carried.set(CARRIED, { contexts, defaults } satisfies CarriedContexts);
     for (const k of this.byId.values()) k.close();
     this.byId.clear();
     this.defaults.clear();
@@ -119,7 +151,15 @@ async function execute(req: IncomingMessage, res: ServerResponse, sbx: RuntimeSa
   const kernel = await contextsOf(sbx).forExecute(contextId, language);
   res.writeHead(200, { "content-type": "application/x-ndjson", "cache-control": "no-store" });
   res.flushHeaders();
-  const run = kernel.execute(code, envVars, (line: OutputLine) => res.write(`${JSON.stringify(line)}\n`));
+  // Lines the driver sent together (a cell's last line, then its end) leave in one write: one
+  // packet and one wake-up less for each hop back to the client.
+  const run = kernel.execute(code, envVars, (line: OutputLine) => {
+    if (!res.writableCorked) {
+      res.cork();
+      process.nextTick(() => res.uncork());
+    }
+    res.write(`${JSON.stringify(line)}\n`);
+  });
   let finished = false;
   // A proxy on the way (workerd's gateway) notices that the client left only when it next writes
   // to it, and a busy cell may print nothing for minutes: a line of a type the SDKs ignore, every
@@ -153,7 +193,7 @@ const ROUTES: { method: string; path: RegExp; handler: Handler }[] = [
       sendJson(res, 200, describe(await contextsOf(sbx).create(parsed.value.language, parsed.value.cwd)));
     },
   },
-  { method: "GET", path: /^\/contexts$/, handler: async (_req, res, sbx) => sendJson(res, 200, [...contextsOf(sbx).byId.values()].filter((k) => k.alive).map(describe)) },
+  { method: "GET", path: /^\/contexts$/, handler: async (_req, res, sbx) => sendJson(res, 200, [...contextsOf(sbx).byId.values()].map(describe)) },
   {
     method: "DELETE",
     path: /^\/contexts\/([^/]+)$/,
@@ -171,13 +211,24 @@ const ROUTES: { method: string; path: RegExp; handler: Handler }[] = [
     method: "POST",
     path: /^\/contexts\/([^/]+)\/restart$/,
     handler: async (_req, res, sbx, id) => {
-      const k = contextsOf(sbx).byId.get(id!);
+      const ctx = contextsOf(sbx);
+      const k = ctx.byId.get(id!);
       if (!k) throw new HttpError(404, `context ${id} not found`);
-      await k.restart();
+      // A kernel that is not running starts fresh: that is the restart.
+      if (k.running) await k.restart();
+      else await ctx.running(k);
       res.writeHead(204).end();
     },
   },
 ];
+
+/** Starts `sbx`'s default Python context before anyone asks (a warm sandbox of a template with the
+ * interpreter), as E2B's image has its Jupyter kernel running: a claim's first cell finds it up. */
+export function prewarm(sbx: RuntimeSandbox): void {
+  contextsOf(sbx)
+    .forExecute(undefined, DEFAULT_LANGUAGE)
+    .catch((err: unknown) => LOG.warn("the default Python context did not start ahead (it starts with the first cell)", { sandboxId: sbx.id, err: (err as Error).message }));
+}
 
 /** Serves one request to port 49999 of `sbx`. */
 export async function serveInterpreter(req: IncomingMessage, res: ServerResponse, sbx: RuntimeSandbox, url: URL): Promise<void> {

@@ -76,3 +76,27 @@ def test_timeout_interrupts_and_context_stays_usable(sbx):
 def test_unknown_language_is_a_400_saying_why(sbx):
     with pytest.raises(Exception, match="no kernel for language 'cobol'"):
         sbx.run_code("1", language="cobol")
+
+
+def test_matplotlib_figures_carry_e2b_charts(sbx):
+    ex = sbx.run_code(
+        "import matplotlib.pyplot as plt\n"
+        "plt.bar(['Author A', 'Author B'], [100, 200], label='Books Sold')\n"
+        "plt.title('Book Sales')\nplt.xlabel('Authors')\nplt.show()"
+    )
+    charts = [r.chart for r in ex.results if r.chart]
+    assert charts, ex.results
+    bar = charts[0]
+    assert bar.type == "bar" and bar.title == "Book Sales" and bar.x_label == "Authors"
+    assert [(e.label, e.group, e.value) for e in bar.elements] == [("Author A", "Books Sold", 100), ("Author B", "Books Sold", 200)]
+    line = [r.chart for r in sbx.run_code("import matplotlib.pyplot as plt\nplt.plot([1, 2], [3, 4], label='l')\nplt.show()").results if r.chart][0]
+    assert line.type == "line" and [(e.label, e.points) for e in line.elements] == [("l", [(1, 3), (2, 4)])]
+    pie = [r.chart for r in sbx.run_code("import matplotlib.pyplot as plt\nplt.pie([90, 10], labels=['a', 'b'])\nplt.show()").results if r.chart][0]
+    assert pie.type == "pie" and [(e.label, e.angle) for e in pie.elements] == [("a", 324), ("b", 36)]
+    scatter = [r.chart for r in sbx.run_code("import matplotlib.pyplot as plt\nplt.scatter([1], [2], label='s')\nplt.show()").results if r.chart][0]
+    assert scatter.type == "scatter" and scatter.elements[0].points == [(1, 2)]
+
+
+def test_typescript_cells(sbx):
+    ex = sbx.run_code("function subtract(x: number, y: number): number { return x - y }\nsubtract(1, 2)", language="ts")
+    assert ex.error is None and ex.text == "-1"

@@ -41,3 +41,21 @@ describe("RuntimeSandbox", () => {
     expect(() => s.resolveUser("ghost")).toThrow(UnknownUserError);
   });
 });
+
+describe("Runtime.removeSandbox keepState (a Stop pause)", () => {
+  it("hands what a Stop-paused sandbox carried to the next registration under its id, and only that one", async () => {
+    const { createRuntime } = await import("../../../controllers/runtime/runtime.ts");
+    const rt = createRuntime();
+    rt.addSandbox("s1", view).carried.set("interpreter.contexts", "ctx");
+    expect(rt.removeSandbox("s1", { keepState: true })).toBe(true);
+    expect(rt.removeSandbox("s1", { keepState: true })).toBe(false); // still Stop-paused: kept
+    expect(rt.addSandbox("s1", view).carried.get("interpreter.contexts")).toBe("ctx");
+    rt.removeSandbox("s1"); // deleted: gone with it
+    expect(rt.addSandbox("s1", view).carried.size).toBe(0);
+    rt.getSandbox("s1")!.carried.set("k", 1);
+    rt.removeSandbox("s1", { keepState: true });
+    rt.removeSandbox("s1"); // deleted while Stop-paused
+    expect(rt.addSandbox("s1", view).carried.size).toBe(0);
+    await rt.close();
+  });
+});

@@ -10,8 +10,8 @@ let proc: ChildProcessWithoutNullStreams | undefined;
 afterEach(() => void proc?.kill("SIGKILL"));
 
 /** Starts a driver; `run` sends one cell and resolves with its output lines once it is done. */
-export async function driver(source = JS_DRIVER_SOURCE) {
-  const p = spawn(process.execPath, ["-e", source], { stdio: "pipe" });
+export async function driver(source = JS_DRIVER_SOURCE, args: string[] = []) {
+  const p = spawn(process.execPath, ["-e", source, ...args], { stdio: "pipe" });
   proc = p;
   const waiting = new Map<number, { lines: OutputLine[]; done: (l: OutputLine[]) => void }>();
   let ready!: () => void;
