@@ -23,6 +23,9 @@ export const LABEL = {
   /** Name of the Sandbox a pod or PVC belongs to (TrafficPolicy selectors target it). */
   sandboxName: "agents.kruise.io/sandbox-name",
   allowInternetAccess: "agents.kruise.io/allow-internet-access",
+  /** `"true"` on a pod built with the traffic-proxy pair (the informer's slim pods keep labels, not
+   * containers): a governed sandbox's pod without it is replaced. */
+  trafficProxy: "agents.kruise.io/traffic-proxy",
 } as const;
 
 export const ANNOTATION = {
