@@ -51,12 +51,13 @@ beforeAll(async () => {
   core = kubeConfig().makeApiClient(CoreV1Api);
   kubectlOk(["-n", ns, "apply", "-f", "-"], readFileSync("k8s/injection-config.yaml", "utf8").replace("namespace: sandbox-system", `namespace: ${ns}`));
   kubectlOk(["-n", ns, "apply", "-f", "-"], "apiVersion: agents.kruise.io/v1alpha1\nkind: SandboxSet\nmetadata: { name: plain }\nspec:\n  replicas: 0\n  template: { spec: { containers: [{ name: sandbox, image: python:3.12, securityContext: { capabilities: { add: [NET_ADMIN, SYS_PTRACE] } } }] } }\n");
+  kubectlOk(["-n", ns, "apply", "-f", "-"], "apiVersion: agents.kruise.io/v1alpha1\nkind: SandboxSet\nmetadata: { name: listed }\nspec:\n  replicas: 0\n  runtimes: [{ name: traffic-proxy }]\n  template: { spec: { containers: [{ name: sandbox, image: python:3.12 }] } }\n");
   kubelet = new TestKubelet(kubeConfig(), ns);
   await kubelet.start();
   // The reconciler's part: a requeued sandbox is ensured again with its last desired state.
   driver = new KubernetesDriver({ kubeConfig: kubeConfig("agent"), namespace: ns, runtimeImage: "ghcr.io/kruise-edge/sandbox-agent:test", log: (m) => appendFileSync("/tmp/nk-driver.log", `${m}\n`), onChange: (id) => void (last.has(id) && driver.ensure(last.get(id)!).catch(() => {})) });
   await driver.start();
-  await until("set and injection config", () => driver.sandboxSets.get("plain") && driver.injection.current()["traffic-proxy"]);
+  await until("sets and injection config", () => driver.sandboxSets.get("plain") && driver.sandboxSets.get("listed") && driver.injection.current()["traffic-proxy"]);
 });
 
 afterAll(async () => {
@@ -69,6 +70,7 @@ describe("egress on kubernetes", () => {
     await ensure(desired("rules1", { allowInternetAccess: false, egress: { allowOut: ["pypi.org", "10.1.2.3/24"], denyOut: [] }, labels: { app: HOSTILE } }));
     const pod = kget<V1Pod>("pod", "plain-rules1");
 
+    expect(pod.metadata!.labels![LABEL.trafficProxy]).toBe("governed");
     const init = byName(pod.spec!.initContainers, "traffic-redirect");
     expect(init.command).toEqual(["/bin/sh", "-ec", REDIRECT_SCRIPT, "traffic-redirect", redirectRules()]);
     expect(init.command![4]).toContain(`meta skuid ${PROXY_UID} return`);
@@ -139,8 +141,27 @@ describe("egress on kubernetes", () => {
     expect((await podOf("rules1")).spec!.containers.map((c) => c.name)).toContain("traffic-proxy");
 
     // Destroy removes the sandbox's egress objects with it.
+    last.delete("rules1"); // the reconciler's part: a destroyed sandbox is not ensured again
     await driver.destroy("rules1");
     expect(kubectlOk(["-n", ns, "get", "configmap,networkpolicy", "-o", "name"])).not.toContain("rules1");
+  });
+
+  it("a warm pod of a template listing traffic-proxy starts open; claimed with rules, it is replaced by a governed one", async () => {
+    await ensure(desired("warm1", { template: "listed", pool: "listed", claimed: false }));
+    const warm = await podOf("warm1");
+    expect(warm.metadata!.labels![LABEL.trafficProxy]).toBe("open");
+    expect(warm.spec!.containers.map((c) => c.name)).toContain("traffic-proxy");
+    expect(policyFile("listed-warm1")).toMatchObject({ egress: null, trafficPolicies: [] });
+    expect(kubectlOk(["-n", ns, "get", "networkpolicy", "-o", "name"])).not.toContain("warm1");
+    // An open proxy would tighten only after the kubelet's ConfigMap refresh: the claim gets a new pod.
+    await ensure(desired("warm1", { template: "listed", pool: "listed", claimed: true, generation: 2, allowInternetAccess: false }));
+    const claimed = await until("a governed pod", async () => {
+      const pods = (await core.listNamespacedPod({ namespace: ns, labelSelector: `${LABEL.sandboxId}=warm1` })).items;
+      return pods.find((p) => p.metadata!.labels![LABEL.trafficProxy] === "governed" && !p.metadata!.deletionTimestamp);
+    });
+    expect(claimed.metadata!.uid).not.toBe(warm.metadata!.uid);
+    expect(policyFile("listed-warm1").egress).toEqual({ allowOut: [], denyOut: ["0.0.0.0/0"] });
+    expect(kubectlOk(["-n", ns, "get", "networkpolicy", "-o", "name"])).toContain("listed-warm1-egress");
   });
 
   it("no traffic-proxy image in the injection config: a governed sandbox is refused, never run open", async () => {

@@ -15,7 +15,7 @@ import { NetworkingV1Api, type KubeConfig, type V1PersistentVolumeClaim, type V1
 import type { TrafficPolicyEntry } from "../../../schema/api/traffic-policy.ts";
 import { TrafficPolicySet } from "../../traffic/governed.ts";
 import { hasTrafficProxy, TrafficObjects } from "./traffic-objects.ts";
-import { DEFAULT_CLUSTER_CIDRS } from "./traffic-pod.ts";
+import { DEFAULT_CLUSTER_CIDRS, trafficConfigMapName } from "./traffic-pod.ts";
 import { EventReason, ReadyReason } from "../../../schema/crd/conditions.ts";
 import { ANNOTATION, LABEL } from "../../../schema/crd/labels.ts";
 import type { SpawnRequest } from "../../runtime/sandbox-view.ts";
@@ -74,6 +74,8 @@ export class KubernetesDriver implements Driver {
   readonly #policies = new TrafficPolicySet();
   readonly #traffic: TrafficObjects;
   readonly #desired = new Map<string, KubeDesiredSandbox>();
+  /** Whether the edge's policy set arrived since the start. */
+  #policiesKnown = false;
 
   constructor(opts: KubernetesDriverOptions) {
     this.#opts = opts;
@@ -214,9 +216,10 @@ export class KubernetesDriver implements Driver {
     const frozen = () => this.#status.facts(sbx, d.id).frozen;
     if (d.state === "Running") {
       await this.#pods.ensurePvcs(sc, sbx);
-      const traffic = await this.#trafficFor(sc, sbx, d);
-      if (pod && traffic && !hasTrafficProxy(pod)) {
-        // Governed now, and a pod cannot gain containers: its replacement carries the proxy.
+      const traffic = await this.#trafficFor(sc, sbx, d, pod);
+      if (pod && traffic?.governed && !hasTrafficProxy(pod, true)) {
+        // Governed now, and a pod cannot gain containers (nor an open one tighten at once): its
+        // replacement carries the proxy with the policy from its first packet.
         await this.#pods.delete(sc, pod, 0);
         await this.#status.event(sc, sbx, "Normal", EventReason.Recreated, `egress policy: pod ${pod.metadata!.name} replaced by one with the traffic-proxy`);
         pod = undefined;
@@ -243,16 +246,16 @@ export class KubernetesDriver implements Driver {
     return this.#status.observe(d.id, this.#deferred.get(d.id)?.generation)!;
   }
 
-  /** A governed sandbox whose pod has no traffic-proxy (a warm pod claimed with rules, a policy
-   * that selects it now). */
+  /** A governed sandbox whose pod was not built governed (no proxy, or one started open: a warm
+   * pod claimed with rules, a policy that selects it now). */
   #needsProxyPod(d: KubeDesiredSandbox, pod: V1Pod): boolean {
-    return !hasTrafficProxy(pod) && this.#traffic.policy(this.#ctx.scopeOf(d.id), d) !== null;
+    return !hasTrafficProxy(pod, true) && this.#traffic.policy(this.#ctx.scopeOf(d.id), d) !== null;
   }
 
   /** The pod's egress objects, written, when it gets the traffic-proxy: while something governs
    * the sandbox, or when its template lists traffic-proxy (warm pods ready for rules at claim).
    * Governed without a traffic-proxy image in the injection config: refused, never run open. */
-  async #trafficFor(sc: NamespaceScope, sbx: SandboxObject, d: KubeDesiredSandbox): Promise<{ configMap: string } | undefined> {
+  async #trafficFor(sc: NamespaceScope, sbx: SandboxObject, d: KubeDesiredSandbox, pod: V1Pod | undefined): Promise<{ configMap: string; governed: boolean } | undefined> {
     const governed = this.#traffic.policy(sc, d) !== null;
     const listed = (sbx.spec.runtimes ?? []).some((r) => r.name === "traffic-proxy");
     if (!governed && !listed) return undefined;
@@ -260,13 +263,17 @@ export class KubernetesDriver implements Driver {
       if (!governed) return undefined;
       throw new TerminalError(ReadyReason.InvalidSpec, `egress rules or a TrafficPolicy govern sandbox ${d.id}, but the injection config names no traffic-proxy image: nothing in its pod could enforce them`);
     }
-    return { configMap: await this.#traffic.sync(sc, sbx, d) };
+    // Until the edge's set arrives (an agent restart), a running pod's policy is left as it is:
+    // an empty set would open what a TrafficPolicy closed.
+    if (pod && hasTrafficProxy(pod) && !this.#policiesKnown) return { configMap: trafficConfigMapName(sbx.metadata!.name!), governed };
+    return { configMap: await this.#traffic.sync(sc, sbx, d), governed };
   }
 
   /** Replaces the TrafficPolicies in force: pods with a proxy get their new policy (the sidecar
    * re-reads it); a sandbox governed now whose pod has none is requeued, and its ensure replaces it. */
   async setTrafficPolicies(policies: TrafficPolicyEntry[]): Promise<void> {
     this.#policies.replace(policies);
+    this.#policiesKnown = true;
     await Promise.all(
       [...this.#desired.values()].map((d) =>
         this.#serial(d.id, async () => {
@@ -337,7 +344,7 @@ export class KubernetesDriver implements Driver {
     }
     // New rules or labels of a running sandbox (updateNetwork, a claim's metadata) reach its proxy.
     const d = this.#desired.get(id);
-    if (d && sbx && hasTrafficProxy(this.#ctx.pod(id))) await this.#traffic.sync(this.#ctx.scopeOf(id), sbx, d);
+    if (d && sbx && this.#policiesKnown && hasTrafficProxy(this.#ctx.pod(id))) await this.#traffic.sync(this.#ctx.scopeOf(id), sbx, d);
     await this.#status.write(id);
     this.#mounts.check(id, this.#status.observe(id)?.ready ?? false);
   }
@@ -407,9 +414,11 @@ export class KubernetesDriver implements Driver {
     const sc = this.#ctx.scopeOf(id);
     await this.#requests.destroying(id, async () => {
       const name = this.#ctx.sandbox(id)?.metadata?.name;
-      await this.#pods.deleteAll(sc, id);
-      if (name) await this.#traffic.delete(sc, name);
+      // Forgotten first, so no later sync writes its egress objects again; deleted in its chain,
+      // after any sync already queued there.
       this.#desired.delete(id);
+      await this.#pods.deleteAll(sc, id);
+      if (name) await this.#serial(id, () => this.#traffic.delete(sc, name));
       await this.#sandboxes.delete(sc, id);
       this.#status.forget(id);
       this.#mounts.forget(id);

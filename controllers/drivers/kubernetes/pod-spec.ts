@@ -31,8 +31,9 @@ export interface PodInput {
   /** The template's `runtimes`: which optional components it asks for. */
   runtimes?: { name?: string }[];
   resources: { cpuCount: number; memoryMB: number };
-  /** A governed sandbox: the traffic-proxy pair (traffic-pod.ts) with its policy ConfigMap. */
-  traffic?: { configMap: string };
+  /** The traffic-proxy pair (traffic-pod.ts) with its policy ConfigMap; `governed`: a policy
+   * governs the sandbox now (else the pod's proxy starts open). */
+  traffic?: { configMap: string; governed: boolean };
 }
 
 /** Stable short hash of a template (FNV-1a would do; sha256 is at hand). */
@@ -92,7 +93,7 @@ export function buildPod(input: PodInput): V1Pod {
     metadata: {
       name: input.name,
       namespace: input.namespace,
-      labels: { ...input.template.metadata?.labels, ...input.labels, [LABEL.createdBy]: "sandbox", ...(proxied ? { [LABEL.trafficProxy]: "true" } : {}) },
+      labels: { ...input.template.metadata?.labels, ...input.labels, [LABEL.createdBy]: "sandbox", ...(proxied ? { [LABEL.trafficProxy]: input.traffic!.governed ? "governed" : "open" } : {}) },
       annotations: input.annotations && Object.keys(input.annotations).length ? { ...input.template.metadata?.annotations, ...input.annotations } : input.template.metadata?.annotations,
       ownerReferences: [input.owner],
     },

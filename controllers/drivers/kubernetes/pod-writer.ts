@@ -49,7 +49,7 @@ export class PodWriter {
   }
 
   /** `traffic`: the sandbox is governed (or its template lists traffic-proxy); its ConfigMap is written. */
-  async create(sc: NamespaceScope, sbx: SandboxObject, d: KubeDesiredSandbox, traffic?: { configMap: string }): Promise<void> {
+  async create(sc: NamespaceScope, sbx: SandboxObject, d: KubeDesiredSandbox, traffic?: { configMap: string; governed: boolean }): Promise<void> {
     const labels = {
       ...userLabels(d.labels),
       ...Object.fromEntries(

@@ -13,10 +13,11 @@ import type { NamespaceScope } from "./namespace-scope.ts";
 import { idLabel, type KubeDesiredSandbox, type SandboxObject } from "./objects.ts";
 import { egressNetworkPolicy, egressPolicyName, podPolicy, trafficConfigMap, trafficConfigMapName } from "./traffic-pod.ts";
 
-/** Whether a pod carries the traffic-proxy (pods are immutable: one without it is replaced). Read
- * from its label: the informer's copies keep no containers. */
-export function hasTrafficProxy(pod: V1Pod | undefined): boolean {
-  return pod?.metadata?.labels?.[LABEL.trafficProxy] === "true";
+/** Whether a pod carries the traffic-proxy; `governed`: one that a policy governed from its start.
+ * Read from its label: the informer's copies keep no containers. */
+export function hasTrafficProxy(pod: V1Pod | undefined, governed = false): boolean {
+  const v = pod?.metadata?.labels?.[LABEL.trafficProxy];
+  return governed ? v === "governed" : v === "governed" || v === "open";
 }
 
 export class TrafficObjects {

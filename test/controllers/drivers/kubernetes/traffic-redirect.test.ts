@@ -112,7 +112,7 @@ beforeAll(async () => {
     owner: { apiVersion: "v1", kind: "x", name: "x", uid: "x" },
     runtimeImage: "agent",
     injection: { "traffic-proxy": { kind: "sidecar", image: "agent" } },
-    traffic: { configMap: "sbx-web-traffic" },
+    traffic: { configMap: "sbx-web-traffic", governed: true },
     resources: { cpuCount: 1, memoryMB: 256 },
   });
   const policies = [
@@ -156,7 +156,8 @@ describe("a governed pod's redirect and sidecar (in a network namespace)", () =>
     expect(curl(`http://${OUT_IP}:8080/`).out).toContain("GlobalTrafficPolicy baseline rule 1 (reject)");
     // The allowed address on a port the rule does not name: refused too.
     expect(curl(`http://allowed.test:8080/`).out).toContain("baseline");
-    expect(sidecarOut).toContain(`denied ${OUT_IP}:8080: GlobalTrafficPolicy baseline rule 1 (reject)`);
+    // The proxy's log names the rule (read once the event loop, blocked by spawnSync, runs again).
+    await waitFor(() => sidecarOut.includes(`denied ${OUT_IP}:8080: GlobalTrafficPolicy baseline rule 1 (reject)`), { what: "the denial in the proxy's log" });
   });
 
   it("the sandbox cannot go around it: other UDP is dropped, and only uid 1337 leaves unredirected", () => {
