@@ -4,7 +4,7 @@
 //   node controllers/traffic/main.ts [--listen 127.0.0.1:3128]
 //        [--policy-file /etc/traffic/policy.json | --policy '{"allowOut":[...],"denyOut":[...]}'
 //         | --pod-policy /etc/sandbox-traffic/policy.json]
-//        [--transparent-fd 3] [--dns 127.0.0.1:15053]
+//        [--transparent-fd 3] [--dns 127.0.0.1:15053] [--health 0.0.0.0:15021]
 // Env: TRAFFIC_PROXY_POLICY (the JSON, when no flag names a policy). The policy is E2B's
 // `{allowOut, denyOut}`; none at all means nothing is restricted, but loopback and link-local
 // are refused whatever it says (host-reach.ts, `refuseLocal`). SIGHUP re-reads --policy-file
@@ -13,8 +13,10 @@
 // `--pod-policy`: the pod's ConfigMap file (schema/protocol/pod-traffic.ts: E2B rules and the
 // TrafficPolicies selecting the sandbox), re-read when it changes (the kubelet swaps it), with the
 // same keep-the-last-good rule. `--transparent-fd`: the TPROXY listener transparent.pl opened;
-// `--dns`: where the pod's UDP port 53 is redirected (controllers/drivers/kubernetes/traffic-pod.ts).
+// `--dns`: where the pod's UDP port 53 is redirected (controllers/drivers/kubernetes/traffic-pod.ts);
+// `--health`: `GET /ready` answers 200 once every listener is up (the kubelet's probes).
 import { readFileSync, watchFile } from "node:fs";
+import { createServer } from "node:http";
 import { parseArgs } from "node:util";
 import { EgressPolicySchema } from "../../schema/protocol/egress.ts";
 import { PodTrafficPolicySchema } from "../../schema/protocol/pod-traffic.ts";
@@ -30,6 +32,7 @@ const { values } = parseArgs({
     "pod-policy": { type: "string" },
     "transparent-fd": { type: "string" },
     dns: { type: "string" },
+    health: { type: "string" },
   },
 });
 
@@ -108,4 +111,10 @@ if (values.dns) {
   const dns = hostPort("--dns", values.dns);
   await proxy.listenDns(dns.port, dns.host);
   console.log(`traffic-proxy: DNS on ${dns.host}:${dns.port}/udp`);
+}
+if (values.health) {
+  const health = hostPort("--health", values.health);
+  // Only after the listeners: a pod is Ready once its sandbox's connections have somewhere to go.
+  createServer((req, res) => res.writeHead(req.url === "/ready" ? 200 : 404).end()).listen(health.port, health.host);
+  console.log(`traffic-proxy: health on ${health.host}:${health.port}`);
 }

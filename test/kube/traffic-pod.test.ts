@@ -83,6 +83,8 @@ describe("egress on kubernetes", () => {
     expect(proxy.command!.slice(0, 6)).toEqual(["perl", "/app/controllers/traffic/transparent.pl", "127.0.0.1", String(TRANSPARENT_PORT), String(PROXY_UID), "--"]);
     expect(proxy.command).toContain("--pod-policy");
     expect(proxy.securityContext).toMatchObject({ runAsUser: 0, allowPrivilegeEscalation: false, readOnlyRootFilesystem: true, capabilities: { drop: ["ALL"], add: ["NET_ADMIN", "SETUID", "SETGID"] } });
+    expect(proxy.readinessProbe).toMatchObject({ httpGet: { path: "/ready", port: 15021 } });
+    expect(proxy.livenessProbe).toMatchObject({ httpGet: { path: "/ready", port: 15021 } });
     expect(proxy.volumeMounts).toEqual([{ name: "sandbox-traffic", mountPath: "/etc/sandbox-traffic", readOnly: true }]);
     expect(pod.spec!.volumes).toContainEqual({ name: "sandbox-traffic", configMap: { name: "plain-rules1-traffic", defaultMode: 420 } });
 

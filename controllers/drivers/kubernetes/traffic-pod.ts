@@ -34,6 +34,8 @@ export const TRANSPARENT_PORT = 15001;
 export const DNS_PORT = 15053;
 /** The explicit proxy port, for clients that honour HTTP_PROXY (loopback, so not redirected). */
 export const EXPLICIT_PORT = 3128;
+/** The kubelet's probes (`GET /ready`; the pod address, as Istio's 15021). */
+export const HEALTH_PORT = 15021;
 const MARK = "0x1e7a";
 const ROUTE_TABLE = 133;
 /** Where the sidecar finds the pod's ConfigMap, and the image's root (k8s/Dockerfile's WORKDIR). */
@@ -139,6 +141,9 @@ export function injectTraffic(spec: V1PodSpec, component: InjectionComponent, co
     ...(component.env ? { env: structuredClone(component.env) } : {}),
     ...(component.resources ? { resources: structuredClone(component.resources) as V1Container["resources"] } : {}),
     volumeMounts: [{ name: VOLUME, mountPath: POLICY_DIR, readOnly: true }],
+    ports: [{ name: "proxy-health", containerPort: HEALTH_PORT }],
+    readinessProbe: { httpGet: { path: "/ready", port: HEALTH_PORT }, periodSeconds: 1 },
+    livenessProbe: { httpGet: { path: "/ready", port: HEALTH_PORT }, periodSeconds: 10, timeoutSeconds: 2, failureThreshold: 3 },
     // Root only until transparent.pl has its socket: then uid 1337, no capabilities, no new ones.
     securityContext: { ...root, capabilities: { drop: ["ALL"], add: ["NET_ADMIN", "SETUID", "SETGID"] } },
   };
@@ -152,7 +157,7 @@ export function proxyCommand(): string[] {
   return [
     "perl", `${APP_ROOT}/controllers/traffic/transparent.pl`, "127.0.0.1", String(TRANSPARENT_PORT), String(PROXY_UID), "--",
     "node", `${APP_ROOT}/controllers/traffic/main.ts`, "--listen", `127.0.0.1:${EXPLICIT_PORT}`, "--transparent-fd", "3",
-    "--dns", `127.0.0.1:${DNS_PORT}`, "--pod-policy", `${POLICY_DIR}/${POLICY_FILE}`,
+    "--dns", `127.0.0.1:${DNS_PORT}`, "--pod-policy", `${POLICY_DIR}/${POLICY_FILE}`, "--health", `0.0.0.0:${HEALTH_PORT}`,
   ];
 }
 

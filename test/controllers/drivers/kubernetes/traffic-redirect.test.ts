@@ -127,7 +127,7 @@ beforeAll(async () => {
   sidecar = spawn("ip", inPod(local(proxy.command!)), { stdio: ["ignore", "pipe", "pipe"] });
   sidecar.stdout!.on("data", (b: Buffer) => (sidecarOut += b.toString()));
   sidecar.stderr!.on("data", (b: Buffer) => (sidecarOut += b.toString()));
-  await waitFor(() => sidecarOut.includes("DNS on"), { timeoutMs: 20_000, what: "the sidecar to listen" });
+  await waitFor(() => sidecarOut.includes("health on"), { timeoutMs: 20_000, what: "the sidecar to listen" });
 }, 60_000);
 
 afterAll(() => {
@@ -145,6 +145,8 @@ describe("a governed pod's redirect and sidecar (in a network namespace)", () =>
     expect(status).toMatch(new RegExp(`^Uid:\\s+${PROXY_UID}\\s+${PROXY_UID}\\s+${PROXY_UID}\\s+${PROXY_UID}$`, "m"));
     expect(status).toMatch(/^CapEff:\s+0+$/m);
     expect(status).toMatch(/^CapPrm:\s+0+$/m);
+    // The kubelet's readiness probe, from outside the pod (an inbound connection: its replies pass).
+    expect(spawnSync("ip", ["netns", "exec", OUT_NS, "curl", "-sS", "-o", "/dev/null", "-w", "%{http_code}", `http://${POD_IP}:15021/ready`]).stdout.toString()).toBe("200");
   });
 
   it("curl without proxy variables: the allowed name answers, the rest is refused naming the rule", async () => {
