@@ -1,15 +1,26 @@
 // traffic-proxy standalone: one sandbox's egress proxy, e.g. a sidecar in the sandbox's pod
-// (see README.md). The sandbox's processes use it through HTTP_PROXY / HTTPS_PROXY.
+// (see README.md). The sandbox's processes use it through HTTP_PROXY / HTTPS_PROXY, or, in a pod
+// of the kubernetes driver, without knowing: the pod's nft rules bring every connection to it.
 //   node controllers/traffic/main.ts [--listen 127.0.0.1:3128]
-//        [--policy-file /etc/traffic/policy.json | --policy '{"allowOut":[...],"denyOut":[...]}']
-// Env: TRAFFIC_PROXY_POLICY (the JSON, when neither flag is given). The policy is E2B's
+//        [--policy-file /etc/traffic/policy.json | --policy '{"allowOut":[...],"denyOut":[...]}'
+//         | --pod-policy /etc/sandbox-traffic/policy.json]
+//        [--transparent-fd 3] [--dns 127.0.0.1:15053] [--health 0.0.0.0:15021]
+// Env: TRAFFIC_PROXY_POLICY (the JSON, when no flag names a policy). The policy is E2B's
 // `{allowOut, denyOut}`; none at all means nothing is restricted, but loopback and link-local
 // are refused whatever it says (host-reach.ts, `refuseLocal`). SIGHUP re-reads --policy-file
 // (a refused file keeps the rules in force and says why on stderr) and ends the open
 // connections the new rules deny.
-import { readFileSync } from "node:fs";
+// `--pod-policy`: the pod's ConfigMap file (schema/protocol/pod-traffic.ts: E2B rules and the
+// TrafficPolicies selecting the sandbox), re-read when it changes (the kubelet swaps it), with the
+// same keep-the-last-good rule. `--transparent-fd`: the TPROXY listener transparent.pl opened;
+// `--dns`: where the pod's UDP port 53 is redirected (controllers/drivers/kubernetes/traffic-pod.ts);
+// `--health`: `GET /ready` answers 200 once every listener is up (the kubelet's probes).
+import { readFileSync, watchFile } from "node:fs";
+import { createServer } from "node:http";
 import { parseArgs } from "node:util";
 import { EgressPolicySchema } from "../../schema/protocol/egress.ts";
+import { PodTrafficPolicySchema } from "../../schema/protocol/pod-traffic.ts";
+import { TrafficPolicySet, type Governance } from "./governed.ts";
 import { compilePolicy, type CompiledPolicy } from "./policy.ts";
 import { TrafficProxy } from "./proxy.ts";
 
@@ -18,48 +29,92 @@ const { values } = parseArgs({
     listen: { type: "string", default: "127.0.0.1:3128" },
     "policy-file": { type: "string" },
     policy: { type: "string" },
+    "pod-policy": { type: "string" },
+    "transparent-fd": { type: "string" },
+    dns: { type: "string" },
+    health: { type: "string" },
   },
 });
+
+function parseJson(text: string, what: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch (err) {
+    throw new Error(`${what}: not JSON (${(err as Error).message})`);
+  }
+}
+
+function issues(what: string, error: { issues: { path: PropertyKey[]; message: string }[] }): Error {
+  return new Error(`${what}: ${error.issues.map((i) => `${i.path.join(".") || "(root)"}: ${i.message}`).join("; ")}`);
+}
 
 /** The rules from the flags or the environment; throws with a readable reason. */
 function loadPolicy(): CompiledPolicy {
   const file = values["policy-file"];
   const text = file ? readFileSync(file, "utf8") : (values.policy ?? process.env.TRAFFIC_PROXY_POLICY ?? "{}");
-  let json: unknown;
-  try {
-    json = JSON.parse(text);
-  } catch (err) {
-    throw new Error(`${file ?? "policy"}: not JSON (${(err as Error).message})`);
-  }
-  const parsed = EgressPolicySchema.safeParse(json);
-  if (!parsed.success) throw new Error(`${file ?? "policy"}: ${parsed.error.issues.map((i) => `${i.path.join(".") || "(root)"}: ${i.message}`).join("; ")}`);
+  const parsed = EgressPolicySchema.safeParse(parseJson(text, file ?? "policy"));
+  if (!parsed.success) throw issues(file ?? "policy", parsed.error);
   return compilePolicy(parsed.data);
 }
 
-const listen = /^(.*):(\d{1,5})$/.exec(values.listen);
-if (!listen) {
-  console.error(`traffic-proxy: --listen wants HOST:PORT, not ${values.listen}`);
-  process.exit(2);
+/** The pod's file: E2B's rules compiled, and what the TrafficPolicies in it decide (if any select). */
+function loadPodPolicy(file: string): { policy: CompiledPolicy; governance: Governance | undefined } {
+  const parsed = PodTrafficPolicySchema.safeParse(parseJson(readFileSync(file, "utf8"), file));
+  if (!parsed.success) throw issues(file, parsed.error);
+  const p = parsed.data;
+  const set = new TrafficPolicySet();
+  set.replace(p.trafficPolicies);
+  return { policy: compilePolicy(p.egress ?? { allowOut: [], denyOut: [] }), governance: set.governing(p.team, p.labels, p.egress) };
 }
+
+function hostPort(flag: string, value: string): { host: string; port: number } {
+  const m = /^(.*):(\d{1,5})$/.exec(value);
+  if (!m) {
+    console.error(`traffic-proxy: ${flag} wants HOST:PORT, not ${value}`);
+    process.exit(2);
+  }
+  return { host: m[1]!.replace(/^\[(.*)\]$/, "$1"), port: Number(m[2]) };
+}
+
+const listen = hostPort("--listen", values.listen);
+const podFile = values["pod-policy"];
 let policy: CompiledPolicy;
+let governance: Governance | undefined;
+const load = () => (podFile ? loadPodPolicy(podFile) : { policy: loadPolicy(), governance: undefined });
 try {
-  policy = loadPolicy();
+  ({ policy, governance } = load());
 } catch (err) {
   console.error(`traffic-proxy: ${(err as Error).message}`);
   process.exit(2);
 }
-if (values["policy-file"]) {
-  process.on("SIGHUP", () => {
-    try {
-      policy = loadPolicy();
-      const ended = proxy.revalidate("");
-      console.error(`traffic-proxy: policy reloaded${ended ? `, ${ended} open connection(s) it denies ended` : ""}`);
-    } catch (err) {
-      console.error(`traffic-proxy: policy not reloaded, the previous rules stay: ${(err as Error).message}`);
-    }
-  });
+const reload = () => {
+  try {
+    ({ policy, governance } = load());
+    const ended = proxy.revalidate("");
+    console.error(`traffic-proxy: policy reloaded${ended ? `, ${ended} open connection(s) it denies ended` : ""}`);
+  } catch (err) {
+    console.error(`traffic-proxy: policy not reloaded, the previous rules stay: ${(err as Error).message}`);
+  }
+};
+if (values["policy-file"] || podFile) process.on("SIGHUP", reload);
+// A ConfigMap volume changes by a symlink swap; stat follows it, so mtime/ino show the new file.
+if (podFile) watchFile(podFile, { interval: 1000 }, (now, before) => (now.mtimeMs !== before.mtimeMs || now.ino !== before.ino) && reload());
+const proxy = new TrafficProxy({ policyFor: () => policy, governed: () => governance, log: (line) => console.error(line) });
+const port = await proxy.listenTcp(listen.port, listen.host);
+console.log(`traffic-proxy listening on ${listen.host}:${port}`);
+if (values["transparent-fd"]) {
+  const fd = Number(values["transparent-fd"]);
+  await proxy.listenTransparent(fd);
+  console.log(`traffic-proxy: transparent listener on fd ${fd}`);
 }
-const proxy = new TrafficProxy({ policyFor: () => policy, log: (line) => console.error(line) });
-const host = listen[1]!.replace(/^\[(.*)\]$/, "$1");
-const port = await proxy.listenTcp(Number(listen[2]), host);
-console.log(`traffic-proxy listening on ${host}:${port}`);
+if (values.dns) {
+  const dns = hostPort("--dns", values.dns);
+  await proxy.listenDns(dns.port, dns.host);
+  console.log(`traffic-proxy: DNS on ${dns.host}:${dns.port}/udp`);
+}
+if (values.health) {
+  const health = hostPort("--health", values.health);
+  // Only after the listeners: a pod is Ready once its sandbox's connections have somewhere to go.
+  createServer((req, res) => res.writeHead(req.url === "/ready" ? 200 : 404).end()).listen(health.port, health.host);
+  console.log(`traffic-proxy: health on ${health.host}:${health.port}`);
+}

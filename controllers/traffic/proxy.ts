@@ -11,6 +11,7 @@
 //   byte of the sandbox, names the sandbox (the local driver's form, see README.md).
 import { lookup } from "node:dns/promises";
 import { createServer as createHttpServer, request as httpRequest, type IncomingMessage, type OutgoingHttpHeaders, type Server, type ServerResponse } from "node:http";
+import { createSocket, type Socket as UdpSocket } from "node:dgram";
 import { createServer as createNetServer, type Server as NetServer, type Socket } from "node:net";
 import type { Duplex } from "node:stream";
 import { normalizeHost } from "../../schema/egress/rules.ts";
@@ -77,6 +78,7 @@ export class TrafficProxy {
   /** The sandbox each client connection belongs to. */
   readonly #tags = new WeakMap<object, string>();
   readonly #listeners: NetServer[] = [];
+  readonly #udp: UdpSocket[] = [];
   /** Every client connection, tunnels included, so close() ends them all. */
   readonly #sockets = new Set<Socket>();
   /** Open connections to destinations (requests in flight, tunnels, upgrades) by sandbox. */
@@ -141,6 +143,30 @@ export class TrafficProxy {
     const net = createNetServer({ allowHalfOpen: true }, (socket) => this.#readTag(socket));
     this.#listeners.push(net);
     return new Promise((resolve, reject) => net.once("error", reject).listen(path, () => resolve()));
+  }
+
+  /** Serves the TPROXY listener a pod's sidecar inherited (fd, see transparent.pl): each socket's
+   * local address is where the sandbox was connecting (the kernel's, never the sandbox's word);
+   * port 53 is DNS over TCP. The sandbox is the pod's one (""). */
+  listenTransparent(fd: number): Promise<void> {
+    const net = createNetServer({ allowHalfOpen: true }, (socket) => {
+      const ip = (socket.localAddress ?? "").replace(/^::ffff:/, "");
+      const port = socket.localPort ?? 0;
+      if (port === 53) return void this.#redirected.dnsFrames("", socket, false);
+      void this.#redirected.connection("", socket, ip, port);
+    });
+    this.#listeners.push(net);
+    return new Promise((resolve, reject) => net.once("error", reject).listen({ fd }, () => resolve()));
+  }
+
+  /** Answers the pod's DNS over UDP (its port 53, redirected here) by the sandbox's rules. */
+  listenDns(port: number, host: string): Promise<void> {
+    const udp = createSocket("udp4");
+    udp.on("message", (query, from) => {
+      void this.#redirected.dnsAnswer("", query).then((answer) => answer && udp.send(answer, from.port, from.address));
+    });
+    this.#udp.push(udp);
+    return new Promise((resolve, reject) => udp.once("error", reject).bind(port, host, () => resolve()));
   }
 
   #readTag(socket: Socket): void {
@@ -362,6 +388,7 @@ export class TrafficProxy {
 
   async close(): Promise<void> {
     for (const l of this.#listeners) l.close();
+    for (const u of this.#udp) u.close();
     for (const s of this.#sockets) s.destroy();
     await new Promise<void>((resolve) => (this.server.listening ? this.server.close(() => resolve()) : resolve()));
   }

@@ -182,15 +182,9 @@ export class RedirectedPath {
         if (channel && (nl < 0 || nl > MAX_TAG)) return void socket.destroy();
         const head = frame.subarray(0, nl + 1);
         const who = channel ? head.toString().split(" ")[0]! : sandbox;
-        const g = c.governed(who);
-        const answered = g ? c.dns.answerGoverned(who, g, frame.subarray(nl + 1)) : c.dns.answer(who, c.policyFor(who), frame.subarray(nl + 1));
-        void answered.then((out) => {
-          if (out.denied !== undefined) {
-            denied("dns");
-            c.log?.(`traffic-proxy: ${who || "sandbox"}: denied DNS ${out.name}: ${out.denied}`);
-          }
-          if (!out.answer || socket.destroyed) return;
-          const reply = Buffer.concat([head, out.answer]);
+        void this.dnsAnswer(who, frame.subarray(nl + 1)).then((answer) => {
+          if (!answer || socket.destroyed) return;
+          const reply = Buffer.concat([head, answer]);
           const len = Buffer.alloc(2);
           len.writeUInt16BE(reply.length);
           socket.write(Buffer.concat([len, reply]));
@@ -198,6 +192,19 @@ export class RedirectedPath {
       }
     });
     socket.resume();
+  }
+
+  /** The answer to one DNS query of a sandbox (its rules decide which names resolve), counted
+   * and logged when refused; undefined when there is nothing to send back. */
+  async dnsAnswer(sandbox: string, query: Buffer): Promise<Buffer | undefined> {
+    const c = this.#c;
+    const g = c.governed(sandbox);
+    const out = await (g ? c.dns.answerGoverned(sandbox, g, query) : c.dns.answer(sandbox, c.policyFor(sandbox), query));
+    if (out.denied !== undefined) {
+      denied("dns");
+      c.log?.(`traffic-proxy: ${sandbox || "sandbox"}: denied DNS ${out.name}: ${out.denied}`);
+    }
+    return out.answer;
   }
 
   /** The first bytes of a redirected connection, until they name a host or cannot (at most

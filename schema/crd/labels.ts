@@ -23,6 +23,11 @@ export const LABEL = {
   /** Name of the Sandbox a pod or PVC belongs to (TrafficPolicy selectors target it). */
   sandboxName: "agents.kruise.io/sandbox-name",
   allowInternetAccess: "agents.kruise.io/allow-internet-access",
+  /** On a pod built with the traffic-proxy pair (the informer's slim pods keep labels, not
+   * containers): `governed` when a policy governed it from the start, `open` otherwise. A governed
+   * sandbox's pod without `governed` is replaced (an open pod's policy would tighten only after the
+   * kubelet's ConfigMap refresh, up to a minute). */
+  trafficProxy: "agents.kruise.io/traffic-proxy",
 } as const;
 
 export const ANNOTATION = {

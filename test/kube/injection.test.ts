@@ -88,8 +88,8 @@ describe("injection config", () => {
 
     await driver.ensure(desired("full1", "full"));
     const full = await podOf("full1");
-    expect(names(full.spec!.containers)).toEqual(["sandbox", "agent-runtime", "csi"]);
-    expect(names(full.spec!.initContainers)).toEqual(["traffic-proxy"]);
+    expect(names(full.spec!.containers)).toEqual(["sandbox", "agent-runtime", "csi", "traffic-proxy"]);
+    expect(names(full.spec!.initContainers)).toEqual(["traffic-redirect"]);
     expect(full.spec!.containers[2]).toMatchObject({ image: "ghcr.io/kruise-edge/sandbox-csi:0.1.0", volumeMounts: [{ name: "sandbox-csi", mountPath: "/var/run/sandbox-csi" }] });
     expect(full.spec!.volumes).toContainEqual({ name: "sandbox-csi", emptyDir: {} });
   });
@@ -100,8 +100,8 @@ describe("injection config", () => {
     await until("user config in force", () => driver.injection.current()["agent-runtime"]?.image === "registry.example/runtime:2");
     await driver.ensure(desired("full2", "full"));
     const pod = await podOf("full2");
-    expect(names(pod.spec!.containers)).toEqual(["sandbox", "agent-runtime", "csi"]);
-    expect(names(pod.spec!.initContainers)).toEqual(["traffic-proxy"]);
+    expect(names(pod.spec!.containers)).toEqual(["sandbox", "agent-runtime", "csi", "traffic-proxy"]);
+    expect(names(pod.spec!.initContainers)).toEqual(["traffic-redirect"]);
     const rt = runtimeOf(pod);
     expect(rt).toMatchObject({ image: "registry.example/runtime:2", livenessProbe: { periodSeconds: 30 } });
     expect(rt.startupProbe).toBeUndefined(); // replaced whole: the user's component has none

@@ -11,7 +11,18 @@ export const KUBERNETES_FLAGS = {
   "feature-gates": { type: "string", default: "" },
   // The image the Commit controller's Jobs run (k8s/commit/commit.sh as its entrypoint).
   "commit-image": { type: "string", default: "ghcr.io/kruise-edge/sandbox-commit:0.1.0" },
+  // What a governed pod's NetworkPolicy keeps it from (comma-separated IPv4 CIDRs: the cluster's
+  // pod, service and node ranges); default: private and shared space and link-local.
+  "cluster-cidrs": { type: "string" },
 } as const;
+
+/** `--cluster-cidrs a/8,b/12`: each an IPv4 CIDR block (the NetworkPolicy's `except`). */
+export function clusterCidrsFlag(value: string | undefined): string[] | undefined {
+  const list = value?.split(",").map((c) => c.trim()).filter(Boolean);
+  if (!list?.length) return undefined;
+  for (const c of list) if (!/^\d{1,3}(\.\d{1,3}){3}\/\d{1,2}$/.test(c)) throw new Error(`--cluster-cidrs: ${JSON.stringify(c)} is not an IPv4 CIDR block`);
+  return list;
+}
 
 const GATES = { Commit: false } as const;
 export type FeatureGates = Record<keyof typeof GATES, boolean>;

@@ -1,16 +1,16 @@
 // Builds and starts the kubernetes driver from the agent's command-line flags:
 //   --driver kubernetes [--kubeconfig PATH] [--namespace NS] [--runtime-image IMAGE]
-//                       [--watch-namespaces A,B | --all-namespaces]
+//                       [--watch-namespaces A,B | --all-namespaces] [--cluster-cidrs A/8,B/12]
 // Without --kubeconfig the usual lookup applies (KUBECONFIG, ~/.kube/config, or the in-cluster
 // service account when running as the Deployment in k8s/).
 import { KubeConfig } from "@kubernetes/client-node";
 import { logger } from "../../lib/log.ts";
 import { countRequests } from "./kube-api.ts";
-import { KUBERNETES_FLAGS, watchNamespacesFlag } from "./flags.ts";
+import { clusterCidrsFlag, KUBERNETES_FLAGS, watchNamespacesFlag } from "./flags.ts";
 import { KubernetesDriver, type SandboxRequest } from "./kubernetes-driver.ts";
 
 export async function kubernetesDriverFromFlags(
-  flags: { kubeconfig?: string; namespace?: string; "runtime-image"?: string; "watch-namespaces"?: string; "all-namespaces"?: boolean },
+  flags: { kubeconfig?: string; namespace?: string; "runtime-image"?: string; "watch-namespaces"?: string; "all-namespaces"?: boolean; "cluster-cidrs"?: string },
   onChange?: (id: string) => void,
   onRequest?: (req: SandboxRequest) => void,
 ): Promise<KubernetesDriver> {
@@ -26,6 +26,7 @@ export async function kubernetesDriverFromFlags(
     onChange,
     onRequest,
     watchNamespaces: watchNamespacesFlag(flags),
+    clusterCidrs: clusterCidrsFlag(flags["cluster-cidrs"]),
     log: (m) => kubeLog.info(m),
   });
   await driver.start();

@@ -14,7 +14,9 @@ const PROBES = ["readinessProbe", "startupProbe", "livenessProbe"] as const;
 /** The components a template gets, in injection order. */
 export function wantedComponents(runtimes: { name?: string }[] | undefined): InjectionComponentName[] {
   const named = new Set((runtimes ?? []).map((r) => r.name));
-  return INJECTION_COMPONENTS.filter((c) => c === RUNTIME_CONTAINER || named.has(c));
+  // The traffic-proxy is not a container of its own here: a governed sandbox's pod gets the
+  // redirect and the proxy together (traffic-pod.ts), whatever `runtimes` says.
+  return INJECTION_COMPONENTS.filter((c) => c !== "traffic-proxy" && (c === RUNTIME_CONTAINER || named.has(c)));
 }
 
 function container(name: string, c: InjectionComponent, runtimeImage: string): V1Container {

@@ -11,7 +11,11 @@
 // This file wires the parts: scopes.ts (namespaces, informers), sandbox-object.ts (the Sandbox),
 // pod-writer.ts (Pod, PVCs, in-place update, runtime calls), status-writer.ts (status,
 // conditions, Events), user-requests.ts (kubectl edits → edge requests).
-import type { KubeConfig, V1PersistentVolumeClaim, V1Pod } from "@kubernetes/client-node";
+import { NetworkingV1Api, type KubeConfig, type V1PersistentVolumeClaim, type V1Pod } from "@kubernetes/client-node";
+import type { TrafficPolicyEntry } from "../../../schema/api/traffic-policy.ts";
+import { TrafficPolicySet } from "../../traffic/governed.ts";
+import { hasTrafficProxy, TrafficObjects } from "./traffic-objects.ts";
+import { DEFAULT_CLUSTER_CIDRS, trafficConfigMapName } from "./traffic-pod.ts";
 import { EventReason, ReadyReason } from "../../../schema/crd/conditions.ts";
 import { ANNOTATION, LABEL } from "../../../schema/crd/labels.ts";
 import type { SpawnRequest } from "../../runtime/sandbox-view.ts";
@@ -66,6 +70,13 @@ export class KubernetesDriver implements Driver {
   /** Metadata-only changes (a claim, a new generation) not yet written: the claim's critical path
    * is the runtime's re-init, so the Sandbox and pod relabel trail it by a few milliseconds. */
   readonly #deferred = new Map<string, KubeDesiredSandbox>();
+  /** TrafficPolicies in force (the edge's set), the pods' egress objects, and each sandbox's last
+   * desired state (what a policy change is judged against). */
+  readonly #policies = new TrafficPolicySet();
+  readonly #traffic: TrafficObjects;
+  readonly #desired = new Map<string, KubeDesiredSandbox>();
+  /** Whether the edge's policy set arrived since the start. */
+  #policiesKnown = false;
 
   constructor(opts: KubernetesDriverOptions) {
     this.#opts = opts;
@@ -121,6 +132,7 @@ export class KubernetesDriver implements Driver {
     });
     this.#status.more = (id, conditions, now) => this.#mounts.withCondition(id, conditions, now);
     this.#checkpoints = new CheckpointSnapshots(this.#ctx, { waitMs: opts.checkpointWaitMs });
+    this.#traffic = new TrafficObjects(this.#ctx, opts.kubeConfig.makeApiClient(NetworkingV1Api), this.#policies, opts.clusterCidrs ?? DEFAULT_CLUSTER_CIDRS);
   }
 
   /** The home namespace's informers (the SandboxSet sync and tests read them). */
@@ -171,8 +183,9 @@ export class KubernetesDriver implements Driver {
     // A new sandbox from a snapshot names the checkpoint its engine restores (one that exists
     // was made with it, and keeps it whatever became of the snapshot since).
     if (d.restoreFrom && !sbx) d = { ...d, restoreCheckpointId: await this.#checkpoints.restoreId(d.namespace ?? this.namespace, d.restoreFrom.id) };
+    this.#desired.set(d.id, d);
     const live = sbx && ctx.pod(d.id);
-    if (sbx && live && d.state === "Running" && !sbx.spec.paused && !live.metadata?.deletionTimestamp && !this.#status.facts(sbx, d.id).frozen && !this.#pods.inplacePending(sbx, d) && !this.#sandboxes.recreatePending(sbx, d)) {
+    if (sbx && live && d.state === "Running" && !this.#needsProxyPod(d, live) && !sbx.spec.paused && !live.metadata?.deletionTimestamp && !this.#status.facts(sbx, d.id).frozen && !this.#pods.inplacePending(sbx, d) && !this.#sandboxes.recreatePending(sbx, d)) {
       // Running and staying so: only labels, owner and annotations can differ; write them behind.
       this.#deferred.set(d.id, d);
       this.#status.succeeded(d.id);
@@ -218,7 +231,15 @@ export class KubernetesDriver implements Driver {
     const frozen = () => this.#status.facts(sbx, d.id).frozen;
     if (d.state === "Running") {
       await this.#pods.ensurePvcs(sc, sbx);
-      if (!pod) await this.#pods.create(sc, sbx, d);
+      const traffic = await this.#trafficFor(sc, sbx, d, pod);
+      if (pod && traffic?.governed && !hasTrafficProxy(pod, true)) {
+        // Governed now, and a pod cannot gain containers (nor an open one tighten at once): its
+        // replacement carries the proxy with the policy from its first packet.
+        await this.#pods.delete(sc, pod, 0);
+        await this.#status.event(sc, sbx, "Normal", EventReason.Recreated, `egress policy: pod ${pod.metadata!.name} replaced by one with the traffic-proxy`);
+        pod = undefined;
+      }
+      if (!pod) await this.#pods.create(sc, sbx, d, traffic);
       else if (this.#pods.inplacePending(sbx, d)) sbx = await this.#pods.inplace(sc, sbx, pod, d.inplaceUpdate!);
       else if (frozen()) {
         await this.thaw(d.id);
@@ -238,6 +259,47 @@ export class KubernetesDriver implements Driver {
     this.#status.succeeded(d.id);
     await this.#status.write(d.id);
     return this.#status.observe(d.id, this.#deferred.get(d.id)?.generation)!;
+  }
+
+  /** A governed sandbox whose pod was not built governed (no proxy, or one started open: a warm
+   * pod claimed with rules, a policy that selects it now). */
+  #needsProxyPod(d: KubeDesiredSandbox, pod: V1Pod): boolean {
+    return !hasTrafficProxy(pod, true) && this.#traffic.policy(this.#ctx.scopeOf(d.id), d) !== null;
+  }
+
+  /** The pod's egress objects, written, when it gets the traffic-proxy: while something governs
+   * the sandbox, or when its template lists traffic-proxy (warm pods ready for rules at claim).
+   * Governed without a traffic-proxy image in the injection config: refused, never run open. */
+  async #trafficFor(sc: NamespaceScope, sbx: SandboxObject, d: KubeDesiredSandbox, pod: V1Pod | undefined): Promise<{ configMap: string; governed: boolean } | undefined> {
+    const governed = this.#traffic.policy(sc, d) !== null;
+    const listed = (sbx.spec.runtimes ?? []).some((r) => r.name === "traffic-proxy");
+    if (!governed && !listed) return undefined;
+    if (!this.injection.current()["traffic-proxy"]?.image) {
+      if (!governed) return undefined;
+      throw new TerminalError(ReadyReason.InvalidSpec, `egress rules or a TrafficPolicy govern sandbox ${d.id}, but the injection config names no traffic-proxy image: nothing in its pod could enforce them`);
+    }
+    // Until the edge's set arrives (an agent restart), a running pod's policy is left as it is:
+    // an empty set would open what a TrafficPolicy closed.
+    if (pod && hasTrafficProxy(pod) && !this.#policiesKnown) return { configMap: trafficConfigMapName(sbx.metadata!.name!), governed };
+    return { configMap: await this.#traffic.sync(sc, sbx, d), governed };
+  }
+
+  /** Replaces the TrafficPolicies in force: pods with a proxy get their new policy (the sidecar
+   * re-reads it); a sandbox governed now whose pod has none is requeued, and its ensure replaces it. */
+  async setTrafficPolicies(policies: TrafficPolicyEntry[]): Promise<void> {
+    this.#policies.replace(policies);
+    this.#policiesKnown = true;
+    await Promise.all(
+      [...this.#desired.values()].map((d) =>
+        this.#serial(d.id, async () => {
+          const sbx = this.#ctx.sandbox(d.id);
+          const pod = this.#ctx.pod(d.id);
+          if (!sbx || !pod || pod.metadata?.deletionTimestamp || d.state !== "Running") return;
+          if (hasTrafficProxy(pod)) await this.#traffic.sync(this.#ctx.scopeOf(d.id), sbx, d);
+          else if (this.#needsProxyPod(d, pod)) this.#opts.onChange?.(d.id);
+        }).catch((err: unknown) => this.#opts.log?.(`traffic policies of ${d.id}: ${(err as Error).message}`)),
+      ),
+    );
   }
 
   /** The namespace a new sandbox goes to: its team's (informers started on first use), else home. */
@@ -296,6 +358,9 @@ export class KubernetesDriver implements Driver {
       await this.#sandboxes.update(sbx, pending);
       if (this.#deferred.get(id) === pending) this.#deferred.delete(id);
     }
+    // New rules or labels of a running sandbox (updateNetwork, a claim's metadata) reach its proxy.
+    const d = this.#desired.get(id);
+    if (d && sbx && this.#policiesKnown && hasTrafficProxy(this.#ctx.pod(id))) await this.#traffic.sync(this.#ctx.scopeOf(id), sbx, d);
     await this.#status.write(id);
     this.#mounts.check(id, this.#status.observe(id)?.ready ?? false);
   }
@@ -364,7 +429,12 @@ export class KubernetesDriver implements Driver {
   async destroy(id: string): Promise<void> {
     const sc = this.#ctx.scopeOf(id);
     await this.#requests.destroying(id, async () => {
+      const name = this.#ctx.sandbox(id)?.metadata?.name;
+      // Forgotten first, so no later sync writes its egress objects again; deleted in its chain,
+      // after any sync already queued there.
+      this.#desired.delete(id);
       await this.#pods.deleteAll(sc, id);
+      if (name) await this.#serial(id, () => this.#traffic.delete(sc, name));
       await this.#sandboxes.delete(sc, id);
       this.#status.forget(id);
       this.#mounts.forget(id);

@@ -96,7 +96,7 @@ export const KUBERNETES_CAPABILITIES: DriverCapabilities = {
     "the runtime runs in each pod; the agent reaches it at <podIP>:49983 (no host view)",
     "Stop pause deletes the pod and keeps its PVCs; only PVC data survives",
     "filesystem snapshots and exec through the driver are not implemented (use the runtime's envd API)",
-    "allowInternetAccess=false, egress rules and TrafficPolicies are not enforced in pods yet (no sidecar redirect or NetworkPolicy; the CRDs sync and get status)",
+    "allowInternetAccess=false, egress rules and TrafficPolicies are enforced by a traffic-proxy sidecar with an nft TPROXY redirect (injection config `traffic-proxy`) and a per-pod NetworkPolicy backstop (needs a CNI that enforces NetworkPolicy)",
   ],
 };
 
@@ -117,6 +117,9 @@ export interface KubernetesDriverOptions {
    * arrives), or "all": every namespace holding a Sandbox when start() runs (a cluster-wide list,
    * which needs cluster-wide RBAC). Other team namespaces are still watched from their first intent. */
   watchNamespaces?: string[] | "all";
+  /** Ranges a governed pod's NetworkPolicy backstop refuses unless a rule allows a block in them
+   * (default DEFAULT_CLUSTER_CIDRS: private and shared space, link-local). `--cluster-cidrs`. */
+  clusterCidrs?: string[];
   now?: () => number;
   log?: (msg: string) => void;
 }

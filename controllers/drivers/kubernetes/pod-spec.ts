@@ -7,6 +7,7 @@ import type { V1OwnerReference, V1PersistentVolumeClaim, V1Pod, V1PodTemplateSpe
 import { BUILTIN_INJECTION, type InjectionConfig } from "../../../schema/crd/injection.ts";
 import { ANNOTATION, LABEL, RUNTIME_PORT } from "../../../schema/crd/labels.ts";
 import { injectComponents } from "./inject.ts";
+import { injectTraffic } from "./traffic-pod.ts";
 
 export interface VolumeClaimTemplate {
   metadata: { name: string; labels?: Record<string, string>; annotations?: Record<string, string> };
@@ -30,6 +31,9 @@ export interface PodInput {
   /** The template's `runtimes`: which optional components it asks for. */
   runtimes?: { name?: string }[];
   resources: { cpuCount: number; memoryMB: number };
+  /** The traffic-proxy pair (traffic-pod.ts) with its policy ConfigMap; `governed`: a policy
+   * governs the sandbox now (else the pod's proxy starts open). */
+  traffic?: { configMap: string; governed: boolean };
 }
 
 /** Stable short hash of a template (FNV-1a would do; sha256 is at hand). */
@@ -70,7 +74,11 @@ export function buildPod(input: PodInput): V1Pod {
     const memory = `${input.resources.memoryMB}Mi`;
     main.resources = { requests: { cpu, memory }, limits: { cpu, memory } };
   }
-  injectComponents(spec, input.injection ?? BUILTIN_INJECTION, input.runtimes, input.runtimeImage);
+  const injection = input.injection ?? BUILTIN_INJECTION;
+  injectComponents(spec, injection, input.runtimes, input.runtimeImage);
+  const proxy = injection["traffic-proxy"];
+  const proxied = input.traffic !== undefined && proxy?.image !== undefined;
+  if (proxied) injectTraffic(spec, proxy, input.traffic!.configMap);
   spec.shareProcessNamespace ??= true;
   spec.automountServiceAccountToken ??= false;
   const claimVolumes: V1Volume[] = input.volumeClaimTemplates.map((vct) => ({
@@ -85,7 +93,7 @@ export function buildPod(input: PodInput): V1Pod {
     metadata: {
       name: input.name,
       namespace: input.namespace,
-      labels: { ...input.template.metadata?.labels, ...input.labels, [LABEL.createdBy]: "sandbox" },
+      labels: { ...input.template.metadata?.labels, ...input.labels, [LABEL.createdBy]: "sandbox", ...(proxied ? { [LABEL.trafficProxy]: input.traffic!.governed ? "governed" : "open" } : {}) },
       annotations: input.annotations && Object.keys(input.annotations).length ? { ...input.template.metadata?.annotations, ...input.annotations } : input.template.metadata?.annotations,
       ownerReferences: [input.owner],
     },

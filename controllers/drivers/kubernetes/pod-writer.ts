@@ -48,7 +48,8 @@ export class PodWriter {
     }
   }
 
-  async create(sc: NamespaceScope, sbx: SandboxObject, d: KubeDesiredSandbox): Promise<void> {
+  /** `traffic`: the sandbox is governed (or its template lists traffic-proxy); its ConfigMap is written. */
+  async create(sc: NamespaceScope, sbx: SandboxObject, d: KubeDesiredSandbox, traffic?: { configMap: string; governed: boolean }): Promise<void> {
     const labels = {
       ...userLabels(d.labels),
       ...Object.fromEntries(
@@ -67,6 +68,7 @@ export class PodWriter {
       injection: this.#injection(),
       runtimes: sbx.spec.runtimes,
       resources: d.resources,
+      traffic,
     });
     this.#ctx.count();
     try {

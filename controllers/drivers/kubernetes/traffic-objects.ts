@@ -1,0 +1,106 @@
+// A sandbox pod's egress objects (traffic-pod.ts): the ConfigMap its traffic-proxy reads and the
+// NetworkPolicy backstop, kept equal to what the sandbox's rules and the TrafficPolicies in force
+// say. Written before the pod is created (no window without them) and again whenever the rules,
+// the sandbox's labels or the policies change; unchanged content costs no request (the last
+// written is remembered; after an agent restart the first write finds the object and compares).
+import type { NetworkingV1Api, V1ConfigMap, V1NetworkPolicy, V1Pod } from "@kubernetes/client-node";
+import { LABEL } from "../../../schema/crd/labels.ts";
+import type { PodTrafficPolicy } from "../../../schema/protocol/pod-traffic.ts";
+import type { TrafficPolicySet } from "../../traffic/governed.ts";
+import { ownerRef, type DriverContext } from "./context.ts";
+import { statusCode, tolerate } from "./kube-api.ts";
+import type { NamespaceScope } from "./namespace-scope.ts";
+import { idLabel, type KubeDesiredSandbox, type SandboxObject } from "./objects.ts";
+import { egressNetworkPolicy, egressPolicyName, podPolicy, trafficConfigMap, trafficConfigMapName } from "./traffic-pod.ts";
+
+/** Whether a pod carries the traffic-proxy; `governed`: one that a policy governed from its start.
+ * Read from its label: the informer's copies keep no containers. */
+export function hasTrafficProxy(pod: V1Pod | undefined, governed = false): boolean {
+  const v = pod?.metadata?.labels?.[LABEL.trafficProxy];
+  return governed ? v === "governed" : v === "governed" || v === "open";
+}
+
+export class TrafficObjects {
+  readonly #ctx: DriverContext;
+  readonly #net: NetworkingV1Api;
+  readonly #set: TrafficPolicySet;
+  readonly #clusterCidrs: string[];
+  /** What was last written per object name (namespace/name), so unchanged content sends nothing. */
+  readonly #written = new Map<string, string>();
+
+  constructor(ctx: DriverContext, net: NetworkingV1Api, set: TrafficPolicySet, clusterCidrs: string[]) {
+    this.#ctx = ctx;
+    this.#net = net;
+    this.#set = set;
+    this.#clusterCidrs = clusterCidrs;
+  }
+
+  /** What the sandbox's proxy must enforce now; null when nothing governs it. */
+  policy(sc: NamespaceScope, d: KubeDesiredSandbox): PodTrafficPolicy | null {
+    return podPolicy(this.#set, d, sc.namespace);
+  }
+
+  /** Writes the pod's ConfigMap (an open policy when nothing governs it but the pod has a proxy:
+   * a template that lists traffic-proxy, ready for rules at claim) and the NetworkPolicy (only
+   * while governed). Returns the ConfigMap's name. */
+  async sync(sc: NamespaceScope, sbx: SandboxObject, d: KubeDesiredSandbox): Promise<string> {
+    const pod = sbx.metadata!.name!;
+    const owned = { pod, namespace: sc.namespace, labels: { [LABEL.sandboxId]: idLabel(d.id) }, owner: ownerRef(sbx) };
+    const policy = this.policy(sc, d);
+    const cm = trafficConfigMap(owned, policy ?? { team: sc.namespace, labels: d.labels ?? {}, egress: null, trafficPolicies: [] });
+    await this.#put(`cm/${sc.namespace}/${cm.metadata!.name}`, cm, {
+      create: () => this.#ctx.core.createNamespacedConfigMap({ namespace: sc.namespace, body: cm }),
+      read: () => this.#ctx.core.readNamespacedConfigMap({ namespace: sc.namespace, name: cm.metadata!.name! }),
+      replace: (rv) => this.#ctx.core.replaceNamespacedConfigMap({ namespace: sc.namespace, name: cm.metadata!.name!, body: { ...cm, metadata: { ...cm.metadata, resourceVersion: rv } } }),
+      same: (o: V1ConfigMap) => JSON.stringify(o.data) === JSON.stringify(cm.data),
+    });
+    const npName = egressPolicyName(pod);
+    const npKey = `np/${sc.namespace}/${npName}`;
+    if (!policy) {
+      if (this.#written.get(npKey) !== "") {
+        this.#ctx.count();
+        await tolerate(this.#net.deleteNamespacedNetworkPolicy({ namespace: sc.namespace, name: npName }), [404]);
+        this.#written.set(npKey, "");
+      }
+      return cm.metadata!.name!;
+    }
+    const np = egressNetworkPolicy({ ...owned, selector: owned.labels }, policy, this.#clusterCidrs);
+    await this.#put(npKey, np, {
+      create: () => this.#net.createNamespacedNetworkPolicy({ namespace: sc.namespace, body: np }),
+      read: () => this.#net.readNamespacedNetworkPolicy({ namespace: sc.namespace, name: npName }),
+      replace: (rv) => this.#net.replaceNamespacedNetworkPolicy({ namespace: sc.namespace, name: npName, body: { ...np, metadata: { ...np.metadata, resourceVersion: rv } } }),
+      same: (o: V1NetworkPolicy) => JSON.stringify(o.spec) === JSON.stringify(np.spec),
+    });
+    return cm.metadata!.name!;
+  }
+
+  async #put<T extends { metadata?: { resourceVersion?: string } }>(key: string, body: object, api: { create(): Promise<T>; read(): Promise<T>; replace(rv: string): Promise<T>; same(o: T): boolean }): Promise<void> {
+    const text = JSON.stringify(body);
+    if (this.#written.get(key) === text) return;
+    this.#ctx.count();
+    try {
+      await api.create();
+    } catch (err) {
+      if (statusCode(err) !== 409) throw err;
+      this.#ctx.count();
+      const old = await api.read();
+      if (!api.same(old)) {
+        this.#ctx.count();
+        await api.replace(old.metadata!.resourceVersion!);
+      }
+    }
+    this.#written.set(key, text);
+  }
+
+  /** Removes a destroyed sandbox's objects (the owner reference would too, where a garbage
+   * collector runs). */
+  async delete(sc: NamespaceScope, podName: string): Promise<void> {
+    const cm = trafficConfigMapName(podName);
+    const np = egressPolicyName(podName);
+    this.#ctx.count(2);
+    await tolerate(this.#ctx.core.deleteNamespacedConfigMap({ namespace: sc.namespace, name: cm }), [404]);
+    await tolerate(this.#net.deleteNamespacedNetworkPolicy({ namespace: sc.namespace, name: np }), [404]);
+    this.#written.delete(`cm/${sc.namespace}/${cm}`);
+    this.#written.delete(`np/${sc.namespace}/${np}`);
+  }
+}

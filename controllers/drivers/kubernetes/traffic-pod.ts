@@ -1,0 +1,217 @@
+// Pure: what a governed sandbox pod gets so that every connection of it goes through its own
+// traffic-proxy (README.md, "Egress on Kubernetes"):
+//   - init container `traffic-redirect` (NET_ADMIN, exits): nftables in the pod's network namespace
+//     mark every TCP packet not sent by the proxy's uid (1337, as Istio's) and not to the pod
+//     itself; policy routing sends marked packets to `lo`, where TPROXY hands them to the proxy's
+//     transparent listener, so the accepted socket's local address is where the sandbox was going
+//     (Node cannot getsockopt SO_ORIGINAL_DST; with TPROXY it needs nothing but `localAddress`).
+//     DNS over UDP is redirected to the proxy's resolver; any other packet out is dropped.
+//   - sidecar `traffic-proxy`: `transparent.pl` opens the IP_TRANSPARENT listener as root with
+//     NET_ADMIN, drops to uid 1337 (which empties its capabilities) and execs the Node proxy with
+//     the socket as fd 3. The proxy reads its policy from the pod's ConfigMap, mounted here only.
+//   - ConfigMap `<pod>-traffic`: `policy.json` (schema/protocol/pod-traffic.ts), written by the agent.
+//   - NetworkPolicy `<pod>-egress`: the L3 backstop (DNS, and the internet without the cluster's
+//     ranges except what an allow rule names), enforced by the cluster's CNI, not by us.
+// The other containers lose NET_ADMIN, NET_RAW and `privileged`: either would let a process undo
+// the rules or send around them. The nft script holds our constants only, and reaches nft as an
+// argument (data), never as shell text.
+import type { V1ConfigMap, V1Container, V1NetworkPolicy, V1OwnerReference, V1PodSpec } from "@kubernetes/client-node";
+import type { TrafficPolicyEntry } from "../../../schema/api/traffic-policy.ts";
+import { cidrWithin, formatIp, parseCidr, PRIVATE_RANGES } from "../../../schema/egress/address.ts";
+import type { InjectionComponent } from "../../../schema/crd/injection.ts";
+import type { EgressPolicy } from "../../../schema/protocol/egress.ts";
+import type { PodTrafficPolicy } from "../../../schema/protocol/pod-traffic.ts";
+import type { DesiredSandbox } from "../driver.ts";
+import { toL4, type TrafficPolicySet } from "../../traffic/governed.ts";
+import { applicable } from "../../traffic/l4.ts";
+
+export const TRAFFIC_CONTAINER = "traffic-proxy";
+export const REDIRECT_CONTAINER = "traffic-redirect";
+/** The proxy's uid: the only one whose packets leave the pod as they are. */
+export const PROXY_UID = 1337;
+/** The TPROXY listener (every TCP connection out) and the DNS socket (UDP 53 out). */
+export const TRANSPARENT_PORT = 15001;
+export const DNS_PORT = 15053;
+/** The explicit proxy port, for clients that honour HTTP_PROXY (loopback, so not redirected). */
+export const EXPLICIT_PORT = 3128;
+/** The kubelet's probes (`GET /ready`; the pod address, as Istio's 15021). */
+export const HEALTH_PORT = 15021;
+const MARK = "0x1e7a";
+const ROUTE_TABLE = 133;
+/** Where the sidecar finds the pod's ConfigMap, and the image's root (k8s/Dockerfile's WORKDIR). */
+export const POLICY_DIR = "/etc/sandbox-traffic";
+export const POLICY_FILE = "policy.json";
+export const APP_ROOT = "/app";
+const VOLUME = "sandbox-traffic";
+
+/** Ranges the backstop keeps a governed pod from, unless a rule allows a block inside them: the
+ * pod and service networks, nodes and VPC neighbours (private and shared space) and link-local
+ * (cloud metadata). The agent's `--cluster-cidrs` replaces it. */
+export const DEFAULT_CLUSTER_CIDRS = [...PRIVATE_RANGES.filter((r) => !r.includes(":")), "169.254.0.0/16"];
+
+/** E2B's rules as a pod enforces them: `allowInternetAccess: false` is `denyOut: 0.0.0.0/0`
+ * (with allowOut an allow list, without it nothing at all). Null: E2B restricts nothing. */
+export function podEgress(d: Pick<DesiredSandbox, "allowInternetAccess" | "egress">): EgressPolicy | null {
+  const e = d.egress ?? null;
+  if (d.allowInternetAccess) return e;
+  return { allowOut: e?.allowOut ?? [], denyOut: [...(e?.denyOut ?? []), "0.0.0.0/0"] };
+}
+
+/** What the pod's proxy enforces, or null when nothing governs the sandbox (no E2B rules and no
+ * TrafficPolicy selecting it). Only the policies that select it travel. */
+export function podPolicy(set: TrafficPolicySet, d: Pick<DesiredSandbox, "allowInternetAccess" | "egress" | "labels" | "namespace">, team: string): PodTrafficPolicy | null {
+  const egress = podEgress(d);
+  const labels = d.labels ?? {};
+  const selecting = set.entries.filter((e) => (e.team === null || e.team === team) && applicable([toL4(e)], labels).length > 0);
+  if (!egress && !selecting.length) return null;
+  return { team, labels, egress, trafficPolicies: selecting };
+}
+
+/** The nftables ruleset the init container loads (constants only; README.md explains each chain). */
+export function redirectRules(): string {
+  const reset = (family: string) => `table ${family} sandbox_traffic {}\ndelete table ${family} sandbox_traffic\n`;
+  const outOnly = `    meta skuid ${PROXY_UID} accept\n    ct direction reply accept\n    oifname "lo" accept\n`;
+  // The hooks after mark_out still see the first route's device (eth0): the mark and the DNS
+  // redirect's new address say where the packet really goes.
+  const toProxy = `    meta l4proto tcp meta mark ${MARK} accept\n    ip daddr 127.0.0.0/8 accept\n`;
+  return `${reset("ip")}${reset("ip6")}table ip sandbox_traffic {
+  chain mark_out {
+    type route hook output priority mangle; policy accept;
+    meta skuid ${PROXY_UID} return
+    ct direction reply return
+    ip daddr 127.0.0.0/8 return
+    fib daddr type local return
+    meta l4proto tcp meta mark set ${MARK}
+  }
+  chain to_proxy {
+    type filter hook prerouting priority mangle; policy accept;
+    iifname "lo" meta l4proto tcp meta mark ${MARK} tproxy to 127.0.0.1:${TRANSPARENT_PORT}
+  }
+  chain dns_out {
+    type nat hook output priority -100; policy accept;
+    meta skuid ${PROXY_UID} return
+    udp dport 53 redirect to :${DNS_PORT}
+  }
+  chain only_proxy {
+    type filter hook output priority filter; policy drop;
+${outOnly}${toProxy}  }
+}
+table ip6 sandbox_traffic {
+  chain only_proxy {
+    type filter hook output priority filter; policy drop;
+${outOnly}  }
+}
+`;
+}
+
+/** The init container's shell: fixed text; the ruleset comes as its first argument ($1). Safe to
+ * run again (a restarted pod keeps its network namespace): the tables are replaced, the rule and
+ * route are not doubled. */
+export const REDIRECT_SCRIPT = `printf '%s' "$1" | nft -f -
+while ip rule del fwmark ${MARK} lookup ${ROUTE_TABLE} 2>/dev/null; do :; done
+ip rule add fwmark ${MARK} lookup ${ROUTE_TABLE}
+ip route replace local 0.0.0.0/0 dev lo table ${ROUTE_TABLE}
+`;
+
+const DROP = ["NET_ADMIN", "NET_RAW"];
+
+/** Adds the redirect and the proxy to a pod spec (mutated: the caller's copy) and takes NET_ADMIN,
+ * NET_RAW and `privileged` from every other container. `configMap`: the pod's policy ConfigMap. */
+export function injectTraffic(spec: V1PodSpec, component: InjectionComponent, configMap: string): void {
+  const image = component.image!;
+  for (const c of [...spec.containers, ...(spec.initContainers ?? [])]) {
+    if (c.name === TRAFFIC_CONTAINER || c.name === REDIRECT_CONTAINER) continue;
+    const sc = (c.securityContext ??= {});
+    if (sc.privileged) sc.privileged = false;
+    const caps = (sc.capabilities ??= {});
+    if (caps.add) caps.add = caps.add.filter((x) => !DROP.includes(x.replace(/^CAP_/, "")));
+    caps.drop = [...new Set([...(caps.drop ?? []), ...DROP])];
+  }
+  const root = { runAsUser: 0, runAsGroup: 0, runAsNonRoot: false, allowPrivilegeEscalation: false, readOnlyRootFilesystem: true };
+  const redirect: V1Container = {
+    name: REDIRECT_CONTAINER,
+    image,
+    command: ["/bin/sh", "-ec", REDIRECT_SCRIPT, REDIRECT_CONTAINER, redirectRules()],
+    securityContext: { ...root, capabilities: { drop: ["ALL"], add: ["NET_ADMIN"] } },
+  };
+  const proxy: V1Container = {
+    name: TRAFFIC_CONTAINER,
+    image,
+    command: proxyCommand(),
+    ...(component.env ? { env: structuredClone(component.env) } : {}),
+    ...(component.resources ? { resources: structuredClone(component.resources) as V1Container["resources"] } : {}),
+    volumeMounts: [{ name: VOLUME, mountPath: POLICY_DIR, readOnly: true }],
+    ports: [{ name: "proxy-health", containerPort: HEALTH_PORT }],
+    readinessProbe: { httpGet: { path: "/ready", port: HEALTH_PORT }, periodSeconds: 1 },
+    livenessProbe: { httpGet: { path: "/ready", port: HEALTH_PORT }, periodSeconds: 10, timeoutSeconds: 2, failureThreshold: 3 },
+    // Root only until transparent.pl has its socket: then uid 1337, no capabilities, no new ones.
+    securityContext: { ...root, capabilities: { drop: ["ALL"], add: ["NET_ADMIN", "SETUID", "SETGID"] } },
+  };
+  spec.initContainers = [...(spec.initContainers ?? []).filter((c) => c.name !== REDIRECT_CONTAINER), redirect];
+  spec.containers = [...spec.containers.filter((c) => c.name !== TRAFFIC_CONTAINER), proxy];
+  spec.volumes = [...(spec.volumes ?? []).filter((v) => v.name !== VOLUME), { name: VOLUME, configMap: { name: configMap } }];
+}
+
+/** The sidecar's argv (the image's paths; the netns test maps APP_ROOT onto the repository). */
+export function proxyCommand(): string[] {
+  return [
+    "perl", `${APP_ROOT}/controllers/traffic/transparent.pl`, "127.0.0.1", String(TRANSPARENT_PORT), String(PROXY_UID), "--",
+    "node", `${APP_ROOT}/controllers/traffic/main.ts`, "--listen", `127.0.0.1:${EXPLICIT_PORT}`, "--transparent-fd", "3",
+    "--dns", `127.0.0.1:${DNS_PORT}`, "--pod-policy", `${POLICY_DIR}/${POLICY_FILE}`, "--health", `0.0.0.0:${HEALTH_PORT}`,
+  ];
+}
+
+/** Object names beside the pod's (names may be 253 long; the suffix must fit). */
+export const trafficConfigMapName = (pod: string) => `${pod.slice(0, 244)}-traffic`;
+export const egressPolicyName = (pod: string) => `${pod.slice(0, 245)}-egress`;
+
+interface Owned {
+  pod: string;
+  namespace: string;
+  labels: Record<string, string>;
+  owner: V1OwnerReference;
+}
+
+export function trafficConfigMap(o: Owned, policy: PodTrafficPolicy): V1ConfigMap {
+  return {
+    apiVersion: "v1",
+    kind: "ConfigMap",
+    metadata: { name: trafficConfigMapName(o.pod), namespace: o.namespace, labels: o.labels, ownerReferences: [o.owner] },
+    data: { [POLICY_FILE]: JSON.stringify(policy) },
+  };
+}
+
+/** The allow rules' IPv4 blocks inside the cluster's ranges: the backstop lets those through. */
+export function allowedInside(policy: PodTrafficPolicy, clusterCidrs: string[]): string[] {
+  const ranges = clusterCidrs.map((c) => parseCidr(c)).filter((c) => c !== undefined);
+  const texts = [
+    ...(policy.egress?.allowOut ?? []),
+    ...policy.trafficPolicies.flatMap((e: TrafficPolicyEntry) => e.spec.egress.rules.filter((r) => r.action === "allow").flatMap((r) => r.to.flatMap((p) => ("cidr" in p ? [p.cidr] : [])))),
+  ];
+  const out = new Set<string>();
+  for (const t of texts) {
+    const c = parseCidr(t);
+    if (!c || c.v6 || !ranges.some((r) => cidrWithin(c, r))) continue;
+    out.add(`${formatIp({ v6: false, n: c.base << BigInt(32 - c.bits) })}/${c.bits}`);
+  }
+  return [...out].sort();
+}
+
+/** The per-pod backstop: DNS anywhere, the IPv4 internet without `clusterCidrs`, and the blocks
+ * inside them an allow rule names. Egress only: ingress (the edge to the runtime) is untouched. */
+export function egressNetworkPolicy(o: Owned & { selector: Record<string, string> }, policy: PodTrafficPolicy, clusterCidrs: string[]): V1NetworkPolicy {
+  const inside = allowedInside(policy, clusterCidrs);
+  return {
+    apiVersion: "networking.k8s.io/v1",
+    kind: "NetworkPolicy",
+    metadata: { name: egressPolicyName(o.pod), namespace: o.namespace, labels: o.labels, ownerReferences: [o.owner] },
+    spec: {
+      podSelector: { matchLabels: o.selector },
+      policyTypes: ["Egress"],
+      egress: [
+        { ports: [{ protocol: "UDP", port: 53 }, { protocol: "TCP", port: 53 }] },
+        { to: [{ ipBlock: { cidr: "0.0.0.0/0", except: clusterCidrs } }, ...inside.map((cidr) => ({ ipBlock: { cidr } }))] },
+      ],
+    },
+  };
+}

@@ -1,0 +1,178 @@
+// The kubernetes driver's egress data plane, run for real without a kubelet: a network namespace
+// stands in for a governed pod. The pod spec the driver builds gives the argv: its init container
+// (`traffic-redirect`: the nft ruleset and policy routing) runs there as root, then its
+// `traffic-proxy` sidecar (transparent.pl opening the TPROXY listener, then the Node proxy as uid
+// 1337), with the policy file the pod's ConfigMap would hold. A "sandbox" process (another uid, no
+// proxy variables) then reaches the stand-in internet (a second namespace with an HTTP server and
+// a DNS server, the cluster DNS's stand-in) only as the policy says. Needs root: run under the
+// shared lock (test/README.md).
+import { execFileSync, spawn, spawnSync, type ChildProcess } from "node:child_process";
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync, chmodSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { V1Pod } from "@kubernetes/client-node";
+import { buildPod } from "../../../../controllers/drivers/kubernetes/pod-spec.ts";
+import { APP_ROOT, POLICY_DIR, POLICY_FILE, podPolicy, PROXY_UID, REDIRECT_CONTAINER, TRAFFIC_CONTAINER, trafficConfigMap } from "../../../../controllers/drivers/kubernetes/traffic-pod.ts";
+import { TrafficPolicySet } from "../../../../controllers/traffic/governed.ts";
+import type { TrafficPolicyEntry } from "../../../../schema/api/traffic-policy.ts";
+import { TrafficPolicySpec } from "../../../../schema/api/traffic-policy.ts";
+import { waitFor } from "../../../support/wait-for.ts";
+
+const REPO = resolve(import.meta.dirname, "../../../..");
+const k = 1 + (process.pid % 60);
+const POD_NS = `kruise-pod-${k}`;
+const OUT_NS = `kruise-podout-${k}`;
+const POD_IP = `203.0.113.${4 * k + 1}`;
+const OUT_IP = `203.0.113.${4 * k + 2}`;
+const SANDBOX_UID = 1000;
+
+// The stand-in internet: HTTP on 80 and 8080 answering who it saw, and the "cluster DNS" on 53.
+const SERVERS = `
+import http.server, socket, socketserver, struct, threading, sys
+out = sys.argv[1]
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = ("outside saw " + self.client_address[0]).encode()
+        self.send_response(200); self.send_header("content-length", str(len(body))); self.end_headers(); self.wfile.write(body)
+    def log_message(self, *a): pass
+for port in (80, 8080):
+    s = http.server.ThreadingHTTPServer(("0.0.0.0", port), H)
+    threading.Thread(target=s.serve_forever, daemon=True).start()
+names = {b"allowed.test": out, b"other.test": out}
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); u.bind(("0.0.0.0", 53))
+while True:
+    q, a = u.recvfrom(512)
+    i, labels = 12, []
+    while q[i]: labels.append(q[i+1:i+1+q[i]]); i += 1 + q[i]
+    name, qtype = b".".join(labels).lower(), struct.unpack("!H", q[i+1:i+3])[0]
+    ip = names.get(name)
+    head = q[:2] + struct.pack("!HHHHH", 0x8180 if ip else 0x8183, 1, 1 if ip and qtype == 1 else 0, 0, 0)
+    ans = b"\\xc0\\x0c" + struct.pack("!HHIH", 1, 1, 30, 4) + socket.inet_aton(ip) if ip and qtype == 1 else b""
+    u.sendto(head + q[12:i+5] + ans, a)
+`;
+
+const sh = (cmd: string, args: string[]) => execFileSync(cmd, args, { stdio: ["ignore", "pipe", "pipe"] }).toString();
+const inPod = (args: string[]) => ["netns", "exec", POD_NS, ...args];
+
+let dir: string;
+let servers: ChildProcess | undefined;
+let sidecar: ChildProcess | undefined;
+let sidecarOut = "";
+let pod: V1Pod;
+
+function entry(team: string | null, name: string, spec: unknown): TrafficPolicyEntry {
+  return { team, name, spec: TrafficPolicySpec.parse(spec) };
+}
+
+/** The policy file the agent would put in the pod's ConfigMap for these policies. */
+function writePolicy(entries: TrafficPolicyEntry[]): void {
+  const set = new TrafficPolicySet();
+  set.replace(entries);
+  const policy = podPolicy(set, { allowInternetAccess: true, egress: null, labels: { app: "web" }, namespace: "team-a" }, "team-a")!;
+  const cm = trafficConfigMap({ pod: "p", namespace: "team-a", labels: {}, owner: { apiVersion: "v1", kind: "x", name: "x", uid: "x" } }, policy);
+  writeFileSync(join(dir, `${POLICY_FILE}.tmp`), cm.data![POLICY_FILE]!);
+  execFileSync("mv", [join(dir, `${POLICY_FILE}.tmp`), join(dir, POLICY_FILE)]);
+}
+
+/** The pod's argv with the image's paths on this machine: the repository for /app, the test's
+ * directory for the ConfigMap's mount, this Node for `node`. */
+function local(argv: string[]): string[] {
+  return argv.map((a) => (a === "node" ? process.execPath : a.replace(`${APP_ROOT}/`, `${REPO}/`).replace(POLICY_DIR, dir)));
+}
+
+/** curl as the sandbox's uid, with no proxy variables: the exit code and what it printed. */
+function curl(url: string, uid = SANDBOX_UID): { code: number; out: string } {
+  const r = spawnSync("ip", inPod(["setpriv", `--reuid=${uid}`, `--regid=${uid}`, "--clear-groups", "curl", "-sS", "--max-time", "8", url]), { env: { PATH: process.env.PATH! } });
+  return { code: r.status ?? -1, out: `${r.stdout}${r.stderr}` };
+}
+
+beforeAll(async () => {
+  dir = mkdtempSync(join(tmpdir(), "pod-traffic-"));
+  chmodSync(dir, 0o755);
+  for (const ns of [POD_NS, OUT_NS]) spawnSync("ip", ["netns", "del", ns]);
+  sh("ip", ["netns", "add", POD_NS]);
+  sh("ip", ["netns", "add", OUT_NS]);
+  sh("ip", ["-n", POD_NS, "link", "add", "eth0", "type", "veth", "peer", "name", "eth0", "netns", OUT_NS]);
+  sh("ip", ["-n", POD_NS, "addr", "add", `${POD_IP}/30`, "dev", "eth0"]);
+  sh("ip", ["-n", OUT_NS, "addr", "add", `${OUT_IP}/30`, "dev", "eth0"]);
+  for (const ns of [POD_NS, OUT_NS]) for (const dev of ["lo", "eth0"]) sh("ip", ["-n", ns, "link", "set", dev, "up"]);
+  sh("ip", ["-n", POD_NS, "route", "add", "default", "via", OUT_IP]);
+  // `ip netns exec` puts /etc/netns/<ns>/resolv.conf over /etc/resolv.conf: the pod's cluster DNS.
+  mkdirSync(`/etc/netns/${POD_NS}`, { recursive: true });
+  writeFileSync(`/etc/netns/${POD_NS}/resolv.conf`, `nameserver ${OUT_IP}\n`);
+  servers = spawn("ip", ["netns", "exec", OUT_NS, "python3", "-c", SERVERS, OUT_IP], { stdio: "ignore" });
+
+  pod = buildPod({
+    name: "sbx-web",
+    namespace: "team-a",
+    template: { spec: { containers: [{ name: "sandbox", image: "python:3.12" }] } },
+    volumeClaimTemplates: [],
+    labels: {},
+    owner: { apiVersion: "v1", kind: "x", name: "x", uid: "x" },
+    runtimeImage: "agent",
+    injection: { "traffic-proxy": { kind: "sidecar", image: "agent" } },
+    traffic: { configMap: "sbx-web-traffic", governed: true },
+    resources: { cpuCount: 1, memoryMB: 256 },
+  });
+  const policies = [
+    entry("team-a", "web", { priority: 10, selector: { matchLabels: { app: "web" } }, egress: { rules: [{ action: "allow", to: [{ fqdn: "allowed.test" }], ports: [{ port: 80 }] }] } }),
+    entry(null, "baseline", { egress: { rules: [{ action: "reject", to: [{ cidr: "0.0.0.0/0" }] }] } }),
+  ];
+  writePolicy(policies);
+
+  const init = pod.spec!.initContainers!.find((c) => c.name === REDIRECT_CONTAINER)!;
+  sh("ip", inPod(local(init.command!)));
+  const proxy = pod.spec!.containers.find((c) => c.name === TRAFFIC_CONTAINER)!;
+  sidecar = spawn("ip", inPod(local(proxy.command!)), { stdio: ["ignore", "pipe", "pipe"] });
+  sidecar.stdout!.on("data", (b: Buffer) => (sidecarOut += b.toString()));
+  sidecar.stderr!.on("data", (b: Buffer) => (sidecarOut += b.toString()));
+  await waitFor(() => sidecarOut.includes("health on"), { timeoutMs: 20_000, what: "the sidecar to listen" });
+}, 60_000);
+
+afterAll(() => {
+  sidecar?.kill("SIGKILL");
+  servers?.kill("SIGKILL");
+  for (const ns of [POD_NS, OUT_NS]) spawnSync("ip", ["netns", "del", ns]);
+  rmSync(`/etc/netns/${POD_NS}`, { recursive: true, force: true });
+  if (dir) rmSync(dir, { recursive: true, force: true });
+});
+
+describe("a governed pod's redirect and sidecar (in a network namespace)", () => {
+  it("the proxy runs as uid 1337 with no capabilities once its listener is open", () => {
+    const pids = sh("pgrep", ["-f", "--", "--transparent-fd 3"]).trim().split("\n");
+    const status = pids.map((p) => readFileSync(`/proc/${p}/status`, "utf8")).find((s) => /^Name:\s+node/m.test(s))!;
+    expect(status).toMatch(new RegExp(`^Uid:\\s+${PROXY_UID}\\s+${PROXY_UID}\\s+${PROXY_UID}\\s+${PROXY_UID}$`, "m"));
+    expect(status).toMatch(/^CapEff:\s+0+$/m);
+    expect(status).toMatch(/^CapPrm:\s+0+$/m);
+    // The kubelet's readiness probe, from outside the pod (an inbound connection: its replies pass).
+    expect(spawnSync("ip", ["netns", "exec", OUT_NS, "curl", "-sS", "-o", "/dev/null", "-w", "%{http_code}", `http://${POD_IP}:15021/ready`]).stdout.toString()).toBe("200");
+  });
+
+  it("curl without proxy variables: the allowed name answers, the rest is refused naming the rule", async () => {
+    const ok = curl("http://allowed.test/");
+    expect(ok).toEqual({ code: 0, out: `outside saw ${POD_IP}` });
+    // other.test resolves at the cluster DNS, but no rule admits it: the proxy's DNS says NXDOMAIN.
+    expect(curl("http://other.test/").code).toBe(6);
+    // By address, plain HTTP: the proxy answers 403 with the rule that refused it.
+    expect(curl(`http://${OUT_IP}:8080/`).out).toContain("GlobalTrafficPolicy baseline rule 1 (reject)");
+    // The allowed address on a port the rule does not name: refused too.
+    expect(curl(`http://allowed.test:8080/`).out).toContain("baseline");
+    // The proxy's log names the rule (read once the event loop, blocked by spawnSync, runs again).
+    await waitFor(() => sidecarOut.includes(`denied ${OUT_IP}:8080: GlobalTrafficPolicy baseline rule 1 (reject)`), { what: "the denial in the proxy's log" });
+  });
+
+  it("the sandbox cannot go around it: other UDP is dropped, and only uid 1337 leaves unredirected", () => {
+    const udp = spawnSync("ip", inPod(["setpriv", `--reuid=${SANDBOX_UID}`, `--regid=${SANDBOX_UID}`, "--clear-groups", "/usr/bin/python3", "-c", `import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.sendto(b"x", ("${OUT_IP}", 9))`]));
+    expect(udp.stderr.toString()).toContain("Operation not permitted");
+    // The proxy's own uid is what the rules let out as it is (Istio's convention; README.md).
+    expect(curl(`http://${OUT_IP}:8080/`, PROXY_UID)).toEqual({ code: 0, out: `outside saw ${POD_IP}` });
+  });
+
+  it("a new policy file (the ConfigMap changed) applies without a restart", async () => {
+    writePolicy([entry(null, "open", { egress: { rules: [{ action: "allow", to: [{ cidr: `${OUT_IP}/32` }] }] } })]);
+    await waitFor(() => sidecarOut.includes("policy reloaded"), { timeoutMs: 15_000, what: "a reload" });
+    expect(curl(`http://${OUT_IP}:8080/`)).toEqual({ code: 0, out: `outside saw ${POD_IP}` });
+    expect(curl("http://other.test/")).toEqual({ code: 0, out: `outside saw ${POD_IP}` });
+  });
+});

@@ -1,0 +1,180 @@
+// Egress on Kubernetes against the real API server (no kubelet runs the containers: the redirect
+// itself is proven in test/controllers/drivers/kubernetes/traffic-redirect.test.ts): a governed
+// sandbox's pod as kubectl shows it (the traffic-redirect init container with its nft ruleset as
+// an argument, the traffic-proxy sidecar, their securityContexts, the sandbox container without
+// NET_ADMIN/NET_RAW), its policy ConfigMap (tenant bytes as JSON data only) and its NetworkPolicy
+// backstop; a TrafficPolicy that starts selecting a running sandbox replaces its pod with one that
+// has the proxy and changes the ConfigMap of one that has it; a cluster without a traffic-proxy
+// image refuses a governed sandbox rather than running it open. The agent's own RBAC throughout.
+import { appendFileSync, readFileSync } from "node:fs";
+import { CoreV1Api, type V1Container, type V1NetworkPolicy, type V1Pod } from "@kubernetes/client-node";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { KubernetesDriver, type KubeDesiredSandbox } from "../../controllers/drivers/kubernetes/kubernetes-driver.ts";
+import { DEFAULT_CLUSTER_CIDRS, PROXY_UID, redirectRules, REDIRECT_SCRIPT, TRANSPARENT_PORT } from "../../controllers/drivers/kubernetes/traffic-pod.ts";
+import { TrafficPolicySpec, type TrafficPolicyEntry } from "../../schema/api/traffic-policy.ts";
+import { LABEL } from "../../schema/crd/labels.ts";
+import { TestKubelet } from "./support/kubelet.ts";
+import { freshNamespace, kubeConfig, kubectlOk, until } from "./support/namespace.ts";
+
+const HOSTILE = "x'$(touch /tmp/pwned)`id`";
+let ns: string;
+let driver: KubernetesDriver;
+let kubelet: TestKubelet;
+let core: CoreV1Api;
+const last = new Map<string, KubeDesiredSandbox>();
+
+function desired(id: string, over: Partial<KubeDesiredSandbox> = {}): KubeDesiredSandbox {
+  return { id, generation: 1, template: "plain", pool: "plain", namespace: ns, state: "Running", pauseStrategy: "Stop", resources: { cpuCount: 1, memoryMB: 512 }, allowInternetAccess: true, claimed: true, ...over };
+}
+
+async function ensure(d: KubeDesiredSandbox) {
+  last.set(d.id, d);
+  return driver.ensure(d);
+}
+
+async function podOf(id: string): Promise<V1Pod> {
+  const pods = (await core.listNamespacedPod({ namespace: ns, labelSelector: `${LABEL.sandboxId}=${id}` })).items.filter((p) => !p.metadata?.deletionTimestamp);
+  expect(pods).toHaveLength(1);
+  return pods[0]!;
+}
+
+const kget = <T>(kind: string, name: string): T => JSON.parse(kubectlOk(["-n", ns, "get", kind, name, "-o", "json"])) as T;
+const policyFile = (pod: string) => JSON.parse(kget<{ data: Record<string, string> }>("configmap", `${pod}-traffic`).data["policy.json"]!) as { egress: unknown; labels: Record<string, string>; trafficPolicies: { name: string }[] };
+const byName = (cs: V1Container[] | undefined, name: string) => (cs ?? []).find((c) => c.name === name)!;
+
+function entry(team: string | null, name: string, spec: unknown): TrafficPolicyEntry {
+  return { team, name, spec: TrafficPolicySpec.parse(spec) };
+}
+
+beforeAll(async () => {
+  ns = await freshNamespace("egress");
+  core = kubeConfig().makeApiClient(CoreV1Api);
+  kubectlOk(["-n", ns, "apply", "-f", "-"], readFileSync("k8s/injection-config.yaml", "utf8").replace("namespace: sandbox-system", `namespace: ${ns}`));
+  kubectlOk(["-n", ns, "apply", "-f", "-"], "apiVersion: agents.kruise.io/v1alpha1\nkind: SandboxSet\nmetadata: { name: plain }\nspec:\n  replicas: 0\n  template: { spec: { containers: [{ name: sandbox, image: python:3.12, securityContext: { capabilities: { add: [NET_ADMIN, SYS_PTRACE] } } }] } }\n");
+  kubectlOk(["-n", ns, "apply", "-f", "-"], "apiVersion: agents.kruise.io/v1alpha1\nkind: SandboxSet\nmetadata: { name: listed }\nspec:\n  replicas: 0\n  runtimes: [{ name: traffic-proxy }]\n  template: { spec: { containers: [{ name: sandbox, image: python:3.12 }] } }\n");
+  kubelet = new TestKubelet(kubeConfig(), ns);
+  await kubelet.start();
+  // The reconciler's part: a requeued sandbox is ensured again with its last desired state.
+  driver = new KubernetesDriver({ kubeConfig: kubeConfig("agent"), namespace: ns, runtimeImage: "ghcr.io/kruise-edge/sandbox-agent:test", log: (m) => appendFileSync("/tmp/nk-driver.log", `${m}\n`), onChange: (id) => void (last.has(id) && driver.ensure(last.get(id)!).catch(() => {})) });
+  await driver.start();
+  await until("sets and injection config", () => driver.sandboxSets.get("plain") && driver.sandboxSets.get("listed") && driver.injection.current()["traffic-proxy"]);
+});
+
+afterAll(async () => {
+  await driver?.stop();
+  await kubelet?.stop();
+});
+
+describe("egress on kubernetes", () => {
+  it("a sandbox with allowOut: the redirect, the sidecar, the ConfigMap and the NetworkPolicy, as kubectl shows them", async () => {
+    await ensure(desired("rules1", { allowInternetAccess: false, egress: { allowOut: ["pypi.org", "10.1.2.3/24"], denyOut: [] }, labels: { app: HOSTILE } }));
+    const pod = kget<V1Pod>("pod", "plain-rules1");
+
+    expect(pod.metadata!.labels![LABEL.trafficProxy]).toBe("governed");
+    const init = byName(pod.spec!.initContainers, "traffic-redirect");
+    expect(init.command).toEqual(["/bin/sh", "-ec", REDIRECT_SCRIPT, "traffic-redirect", redirectRules()]);
+    expect(init.command![4]).toContain(`meta skuid ${PROXY_UID} return`);
+    expect(init.command![4]).toContain(`tproxy to 127.0.0.1:${TRANSPARENT_PORT}`);
+    expect(init.command![2]).toContain(`printf '%s' "$1" | nft -f -`); // the ruleset is an argument, not shell text
+    expect(init.securityContext).toMatchObject({ runAsUser: 0, allowPrivilegeEscalation: false, capabilities: { drop: ["ALL"], add: ["NET_ADMIN"] } });
+
+    const proxy = byName(pod.spec!.containers, "traffic-proxy");
+    expect(proxy.image).toBe("ghcr.io/kruise-edge/sandbox-agent:0.1.0");
+    expect(proxy.command!.slice(0, 6)).toEqual(["perl", "/app/controllers/traffic/transparent.pl", "127.0.0.1", String(TRANSPARENT_PORT), String(PROXY_UID), "--"]);
+    expect(proxy.command).toContain("--pod-policy");
+    expect(proxy.securityContext).toMatchObject({ runAsUser: 0, allowPrivilegeEscalation: false, readOnlyRootFilesystem: true, capabilities: { drop: ["ALL"], add: ["NET_ADMIN", "SETUID", "SETGID"] } });
+    expect(proxy.readinessProbe).toMatchObject({ httpGet: { path: "/ready", port: 15021 } });
+    expect(proxy.livenessProbe).toMatchObject({ httpGet: { path: "/ready", port: 15021 } });
+    expect(proxy.volumeMounts).toEqual([{ name: "sandbox-traffic", mountPath: "/etc/sandbox-traffic", readOnly: true }]);
+    expect(pod.spec!.volumes).toContainEqual({ name: "sandbox-traffic", configMap: { name: "plain-rules1-traffic", defaultMode: 420 } });
+
+    // The template asked for NET_ADMIN: a governed pod's sandbox container does not get it.
+    const sandbox = byName(pod.spec!.containers, "sandbox");
+    expect(sandbox.securityContext!.capabilities).toEqual({ add: ["SYS_PTRACE"], drop: ["NET_ADMIN", "NET_RAW"] });
+    expect(byName(pod.spec!.containers, "agent-runtime").securityContext!.capabilities!.drop).toEqual(["NET_ADMIN", "NET_RAW"]);
+
+    // Tenant bytes travel as JSON in the ConfigMap, and nowhere in what a container runs.
+    expect(policyFile("plain-rules1")).toEqual({ team: ns, labels: { app: HOSTILE }, egress: { allowOut: ["pypi.org", "10.1.2.3/24"], denyOut: ["0.0.0.0/0"] }, trafficPolicies: [] });
+    for (const c of [...pod.spec!.containers, ...pod.spec!.initContainers!]) expect(JSON.stringify([c.command, c.args, c.env])).not.toMatch(/pwned|pypi|10\.1\.2/);
+
+    const np = kget<V1NetworkPolicy>("networkpolicy", "plain-rules1-egress");
+    expect(np.metadata!.ownerReferences![0]).toMatchObject({ kind: "Sandbox", name: "plain-rules1" });
+    expect(np.spec).toEqual({
+      podSelector: { matchLabels: { [LABEL.sandboxId]: "rules1" } },
+      policyTypes: ["Egress"],
+      egress: [
+        { ports: [{ protocol: "UDP", port: 53 }, { protocol: "TCP", port: 53 }] },
+        { to: [{ ipBlock: { cidr: "0.0.0.0/0", except: DEFAULT_CLUSTER_CIDRS } }, { ipBlock: { cidr: "10.1.2.0/24" } }] },
+      ],
+    });
+  });
+
+  it("a sandbox nothing governs has no proxy; a TrafficPolicy selecting it replaces its pod, and policy changes reach the ConfigMap", async () => {
+    await ensure(desired("open1", { labels: { app: "web" } }));
+    const before = await podOf("open1");
+    expect(before.spec!.containers.map((c) => c.name)).toEqual(["sandbox", "agent-runtime"]);
+    expect(kubectlOk(["-n", ns, "get", "configmap,networkpolicy", "-o", "name"])).not.toContain("open1");
+
+    const web = entry(ns, "web", { priority: 10, selector: { matchLabels: { app: "web" } }, egress: { rules: [{ action: "allow", to: [{ fqdn: "*.example.com" }] }] } });
+    await driver.setTrafficPolicies([web]);
+    await until("a pod with the proxy", async () => {
+      const pods = (await core.listNamespacedPod({ namespace: ns, labelSelector: `${LABEL.sandboxId}=open1` })).items;
+      return pods.some((p) => p.metadata!.uid !== before.metadata!.uid && p.spec!.containers.some((c) => c.name === "traffic-proxy"));
+    });
+    expect(kubectlOk(["-n", ns, "get", "events", "--field-selector", "involvedObject.name=plain-open1,reason=Recreated", "-o", "jsonpath={.items[*].message}"])).toContain("traffic-proxy");
+    expect(policyFile("plain-open1").trafficPolicies.map((p) => p.name)).toEqual(["web"]);
+    const proxied = (await podOf("open1")).metadata!.uid;
+
+    // A second policy (global) joins; the rules1 sandbox (same team, no label) is selected by it only.
+    const baseline = entry(null, "baseline", { egress: { rules: [{ action: "allow", to: [{ cidr: "192.168.7.0/24" }] }] } });
+    await driver.setTrafficPolicies([web, baseline]);
+    expect(policyFile("plain-open1").trafficPolicies.map((p) => p.name).sort()).toEqual(["baseline", "web"]);
+    expect(policyFile("plain-rules1").trafficPolicies.map((p) => p.name)).toEqual(["baseline"]);
+    expect(kget<V1NetworkPolicy>("networkpolicy", "plain-open1-egress").spec!.egress![1]!.to).toContainEqual({ ipBlock: { cidr: "192.168.7.0/24" } });
+
+    // Every policy gone: the proxy stays (pods are immutable) with an open policy, the backstop goes.
+    await driver.setTrafficPolicies([]);
+    expect(policyFile("plain-open1")).toMatchObject({ egress: null, trafficPolicies: [] });
+    expect(kubectlOk(["-n", ns, "get", "networkpolicy", "-o", "name"])).not.toContain("open1");
+    expect(kubectlOk(["-n", ns, "get", "networkpolicy", "-o", "name"])).toContain("plain-rules1-egress");
+
+    // Policy changes went to the ConfigMaps: no pod that has the proxy was replaced for them.
+    expect((await podOf("open1")).metadata!.uid).toBe(proxied);
+    expect((await podOf("rules1")).spec!.containers.map((c) => c.name)).toContain("traffic-proxy");
+
+    // Destroy removes the sandbox's egress objects with it.
+    last.delete("rules1"); // the reconciler's part: a destroyed sandbox is not ensured again
+    await driver.destroy("rules1");
+    expect(kubectlOk(["-n", ns, "get", "configmap,networkpolicy", "-o", "name"])).not.toContain("rules1");
+  });
+
+  it("a warm pod of a template listing traffic-proxy starts open; claimed with rules, it is replaced by a governed one", async () => {
+    await ensure(desired("warm1", { template: "listed", pool: "listed", claimed: false }));
+    const warm = await podOf("warm1");
+    expect(warm.metadata!.labels![LABEL.trafficProxy]).toBe("open");
+    expect(warm.spec!.containers.map((c) => c.name)).toContain("traffic-proxy");
+    expect(policyFile("listed-warm1")).toMatchObject({ egress: null, trafficPolicies: [] });
+    expect(kubectlOk(["-n", ns, "get", "networkpolicy", "-o", "name"])).not.toContain("warm1");
+    // An open proxy would tighten only after the kubelet's ConfigMap refresh: the claim gets a new pod.
+    await ensure(desired("warm1", { template: "listed", pool: "listed", claimed: true, generation: 2, allowInternetAccess: false }));
+    const claimed = await until("a governed pod", async () => {
+      const pods = (await core.listNamespacedPod({ namespace: ns, labelSelector: `${LABEL.sandboxId}=warm1` })).items;
+      return pods.find((p) => p.metadata!.labels![LABEL.trafficProxy] === "governed" && !p.metadata!.deletionTimestamp);
+    });
+    expect(claimed.metadata!.uid).not.toBe(warm.metadata!.uid);
+    expect(policyFile("listed-warm1").egress).toEqual({ allowOut: [], denyOut: ["0.0.0.0/0"] });
+    expect(kubectlOk(["-n", ns, "get", "networkpolicy", "-o", "name"])).toContain("listed-warm1-egress");
+  });
+
+  it("no traffic-proxy image in the injection config: a governed sandbox is refused, never run open", async () => {
+    const bare = await freshNamespace("egress-bare");
+    const other = new KubernetesDriver({ kubeConfig: kubeConfig("agent"), namespace: bare, runtimeImage: "ghcr.io/kruise-edge/sandbox-agent:test" });
+    await other.start();
+    try {
+      await expect(other.ensure({ ...desired("bare1", { allowInternetAccess: false }), namespace: bare, pool: undefined, template: "python:3.12" })).rejects.toMatchObject({ reason: "InvalidSpec" });
+      expect(kubectlOk(["-n", bare, "get", "pods", "-o", "name"])).toBe("");
+    } finally {
+      await other.stop();
+    }
+  });
+});
