@@ -2,6 +2,7 @@
 // with the full inventory on every connect, intents in, acks and observations out, heartbeats,
 // and reconnect with capped, jittered backoff. Frames are parsed with the shared protocol schemas.
 import type { TrafficPolicyEntry } from "../../schema/api/traffic-policy.ts";
+import type { SecurityProfileEntry } from "../../schema/api/security-profile.ts";
 import type { TrafficPolicyItemInput } from "../../schema/protocol/crd-sync.ts";
 import WebSocket from "ws";
 import type { z } from "zod";
@@ -54,6 +55,8 @@ export interface LinkOptions {
   onSnapshotDeletes?(ids: string[]): void;
   /** The TrafficPolicies in force, whole (replaces the previous set). */
   onTrafficPolicies?(policies: TrafficPolicyEntry[]): void;
+  /** The SecurityProfiles in force, whole (replaces the previous set). */
+  onSecurityProfiles?(profiles: SecurityProfileEntry[]): void;
   /** A deleted template's built root filesystems (`b-<buildID>`), to free once unused. */
   onRootfsDeletes?(names: string[]): void;
   log?: (msg: string) => void;
@@ -287,6 +290,9 @@ export class Link {
         return;
       case "trafficPolicies":
         this.#o.onTrafficPolicies?.(msg.policies);
+        return;
+      case "securityProfiles":
+        this.#o.onSecurityProfiles?.(msg.profiles);
         return;
       default: {
         const never: never = msg;

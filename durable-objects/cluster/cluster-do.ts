@@ -37,6 +37,7 @@ import { openClusterStore, type ClusterStore } from "./store.ts";
 import { edgeLogger } from "../tracing/edge-log.ts";
 import { getDb } from "../store/db.ts";
 import { listTrafficPolicies } from "../store/traffic-policies.ts";
+import { listSecurityProfiles } from "../store/security-profiles.ts";
 import { teamSecretValues } from "../store/secrets.ts";
 import { transformSecrets } from "../../schema/egress/transforms.ts";
 
@@ -241,6 +242,15 @@ export class ClusterDO extends DurableObject<Env> {
     return { ok: true, sent: true };
   }
 
+  /** Sends the agent every SecurityProfile and GlobalSecurityProfile in force, like traffic policies. */
+  async sendSecurityProfiles(): Promise<{ ok: true; sent: boolean }> {
+    this.load();
+    if (!this.agentSocket()) return { ok: true, sent: false };
+    const profiles = await listSecurityProfiles(getDb(this.env));
+    this.send({ type: "securityProfiles", profiles });
+    return { ok: true, sent: true };
+  }
+
   async status(): Promise<ClusterStatus> {
     const st = this.load();
     const ws = this.agentSocket();
@@ -354,6 +364,7 @@ export class ClusterDO extends DurableObject<Env> {
     this.sessionId = sessionId;
     this.apply({ type: "hello", hello });
     this.sendTrafficPolicies().catch((err: unknown) => LOG.warn("traffic policies not sent", { error: err }));
+    this.sendSecurityProfiles().catch((err: unknown) => LOG.warn("security profiles not sent", { error: err }));
   }
 
   private onBuildEvents(msg: BuildEvents): void {

@@ -139,4 +139,5 @@ sandboxes.put("/sandboxes/:id/network", async (c) => {
 });
 sandboxes.get("/sandboxes/:id/logs", sandboxLogsRoute("v1"));
 sandboxes.get("/v2/sandboxes/:id/logs", sandboxLogsRoute("v2"));
+sandboxes.get("/sandboxes/:id/network/audit", sandboxLogsRoute("audit"));
 

@@ -1,4 +1,5 @@
 import { MAX_TRAFFIC_POLICIES, TrafficPolicyEntry } from "../api/traffic-policy.ts";
+import { MAX_SECURITY_PROFILES, SecurityProfileEntry } from "../api/security-profile.ts";
 import { z } from "zod";
 import { SandboxIdSchema, SnapshotIdSchema } from "./ids.ts";
 import { IntentSchema, PauseStrategySchema } from "./intent.ts";
@@ -30,6 +31,8 @@ import { MAX_FRAME_SANDBOXES, MAX_MESSAGE_LENGTH, MAX_NAME_LENGTH, MAX_PATH_LENG
  *   edge  → agent snapshotDeletes  snapshots to free (best effort: sent while connected)
  *   edge  → agent trafficPolicies  every TrafficPolicy and GlobalTrafficPolicy in force, whole
  *                                (after each welcome and on every change; an older agent ignores it)
+ *   edge  → agent securityProfiles  every SecurityProfile and GlobalSecurityProfile in force, whole
+ *                                (likewise)
  *   edge  → agent rootfsDeletes    a deleted template's built root filesystems (best effort)
  *   agent → edge  sandboxsets, requests, claims, quotas, autoscalers, updateops, trafficpolicyobjects; edge → agent replies: the cluster's
  *                                custom resources (kubernetes driver), see crd-sync.ts
@@ -202,6 +205,12 @@ export const TrafficPoliciesSchema = z.object({
   policies: z.array(TrafficPolicyEntry).max(MAX_TRAFFIC_POLICIES),
 });
 export type TrafficPolicies = z.infer<typeof TrafficPoliciesSchema>;
+/** Every SecurityProfile (team) and GlobalSecurityProfile in force (schema/api/security-profile.ts):
+ * the whole set, replacing what the agent had. */
+export const SecurityProfilesSchema = z.object({
+  type: z.literal("securityProfiles"),
+  profiles: z.array(SecurityProfileEntry).max(MAX_SECURITY_PROFILES),
+});
 /** Built templates' root filesystems (`b-<buildID>`) to free on the agent (a deleted template):
  * best effort, like snapshotDeletes. Unknown names are fine. */
 export const RootfsDeletesSchema = z.object({
@@ -219,6 +228,7 @@ export const EdgeMessageSchema = z.discriminatedUnion("type", [
   LogsRequestSchema,
   SnapshotDeletesSchema,
   TrafficPoliciesSchema,
+  SecurityProfilesSchema,
   RootfsDeletesSchema,
 ]);
 export type EdgeMessage = z.infer<typeof EdgeMessageSchema>;

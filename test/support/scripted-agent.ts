@@ -20,6 +20,7 @@ import {
   type Welcome,
 } from "../../schema/protocol/index.ts";
 import { SandboxLogs } from "../../controllers/agent/sandbox-logs.ts";
+import type { SecurityProfileEntry } from "../../schema/api/security-profile.ts";
 
 /** The part of a WebSocket the agent uses (the DOM/undici one in Node, workerd's in tests). */
 export interface SocketLike {
@@ -112,6 +113,7 @@ export class ScriptedAgent {
   readonly logsRequests: LogsRequest[] = [];
   /** The last TrafficPolicies the edge sent (null: none yet). */
   trafficPolicies: TrafficPolicies["policies"] | null = null;
+  securityProfiles: SecurityProfileEntry[] | null = null;
   /** Snapshot ids the edge asked it to free (snapshotDeletes frames). */
   readonly snapshotDeletes: string[] = [];
   /** Built root filesystems the edge asked it to free (rootfsDeletes frames). */
@@ -282,6 +284,9 @@ export class ScriptedAgent {
         break;
       case "trafficPolicies":
         this.trafficPolicies = msg.policies;
+        break;
+      case "securityProfiles":
+        this.securityProfiles = msg.profiles;
         break;
       case "rootfsDeletes":
         this.rootfsDeletes.push(...msg.names);
