@@ -110,6 +110,8 @@ export class ScriptedAgent {
   readonly errors: string[] = [];
   /** What it answers logs requests from, and the requests it got. */
   readonly logs = new SandboxLogs();
+  /** What it answers network audit requests (`stream: "audit"`) from. */
+  readonly audit = new SandboxLogs();
   readonly logsRequests: LogsRequest[] = [];
   /** The last TrafficPolicies the edge sent (null: none yet). */
   trafficPolicies: TrafficPolicies["policies"] | null = null;
@@ -277,7 +279,7 @@ export class ScriptedAgent {
       case "logsRequest":
         // Answered from the agent's own store, filled by the test (`logs.append`).
         this.logsRequests.push(msg);
-        this.sendFrame({ type: "logs", id: msg.id, entries: this.logs.query(msg.sandboxId, msg.query) });
+        this.sendFrame({ type: "logs", id: msg.id, entries: (msg.query.stream === "audit" ? this.audit : this.logs).query(msg.sandboxId, msg.query) });
         break;
       case "snapshotDeletes":
         this.snapshotDeletes.push(...msg.ids);
