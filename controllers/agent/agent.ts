@@ -196,7 +196,7 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
       // What `npm start` prints: the level, and how a sandbox's disk is bounded where the driver says.
       isolation: driver.capabilities.disk ? `${driver.capabilities.level}, disk ${driver.capabilities.disk}` : driver.capabilities.level,
       ingress: { url: ingressUrl },
-      capabilities: { pauseStrategies: driver.capabilities.snapshotFs ? ["Freeze", "Stop"] : ["Freeze"], builder: builder !== undefined },
+      capabilities: { pauseStrategies: driver.capabilities.snapshotFs ? ["Freeze", "Stop"] : ["Freeze"], builder: builder !== undefined, networkRules: driver.setSandboxSecrets !== undefined },
       inventory: await reconciler.inventory(),
     }),
     onBuild: (frame) => builder?.start(frame),

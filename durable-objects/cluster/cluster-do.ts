@@ -189,6 +189,16 @@ export class ClusterDO extends DurableObject<Env> {
     return { ok: true };
   }
 
+  /** Why this cluster cannot take E2B `network.rules` (its agent's driver does not enforce them),
+   * or null (it does, or no agent has said yet: the intent waits for one). */
+  async networkRulesRefusal(): Promise<string | null> {
+    this.load();
+    const store = this.store!;
+    if (store.getMeta("networkRules") !== "0") return null;
+    const driver = store.getMeta("driver");
+    return `network.rules is not supported on cluster "${store.getMeta("cluster") ?? "?"}"${driver ? ` (its agent runs the ${driver} driver, whose sandboxes' requests no proxy inspects)` : ""}`;
+  }
+
   /** A sandbox's log entries from its agent (E2B's logs routes; the caller checked the access). */
   async logs(sandboxId: string, query: SandboxLogsQuery): Promise<LogsResult> {
     this.load();
@@ -360,6 +370,7 @@ export class ClusterDO extends DurableObject<Env> {
     store.setMeta("isolation", hello.isolation);
     store.setMeta("ingressUrl", hello.ingress.url);
     store.setMeta("builder", hello.capabilities.builder ? "1" : "0");
+    store.setMeta("networkRules", hello.capabilities.networkRules === undefined ? "" : hello.capabilities.networkRules ? "1" : "0");
     store.setMeta("sessionId", sessionId);
     this.sessionId = sessionId;
     this.apply({ type: "hello", hello });

@@ -71,6 +71,9 @@ export const HelloSchema = z.object({
       pauseStrategies: z.array(PauseStrategySchema).max(8).default(["Freeze"]),
       /** Whether this agent builds templates (build.ts); a cluster without a builder answers 501. */
       builder: z.boolean().default(false),
+      /** Whether this agent's driver enforces E2B `network.rules` (credential injection in its
+       * proxy); absent: an agent that does not say (the edge accepts rules for it). */
+      networkRules: z.boolean().optional(),
     })
     .prefault({}),
     /** What the cluster can still take (for placement across clusters); omitted = unknown. */

@@ -72,6 +72,8 @@ export interface ScriptedAgentOptions {
   driver?: string;
   /** Says it has a template builder (hello capabilities.builder); builds land in `builds`. */
   builder?: boolean;
+  /** Its hello's capabilities.networkRules (absent: says nothing, as an older agent). */
+  networkRules?: boolean;
   ingressUrl?: string;
   /** Sandboxes the agent claims to run in its next hello (default: what it runs now). */
   inventory?: ObservationInput[];
@@ -123,7 +125,7 @@ export class ScriptedAgent {
   welcome: Welcome | null = null;
   closed: { code: number } | null = null;
   private ws: SocketLike | null = null;
-  private readonly opts: Required<Omit<ScriptedAgentOptions, "inventory">>;
+  private readonly opts: Required<Omit<ScriptedAgentOptions, "inventory" | "networkRules">> & Pick<ScriptedAgentOptions, "networkRules">;
   private inventory: ObservationInput[] | undefined;
   private acks: AckItem[] = [];
   private observations: ObservationInput[] = [];
@@ -147,6 +149,7 @@ export class ScriptedAgent {
       reject: opts.reject ?? (() => undefined),
       hold: opts.hold ?? (() => false),
       builder: opts.builder ?? false,
+      networkRules: opts.networkRules,
       failSnapshot: opts.failSnapshot ?? (() => undefined),
     };
     this.inventory = opts.inventory;
@@ -175,7 +178,7 @@ export class ScriptedAgent {
       driver: this.opts.driver,
       isolation: "none",
       ingress: { url: this.opts.ingressUrl },
-      capabilities: { builder: this.opts.builder },
+      capabilities: { builder: this.opts.builder, ...(this.opts.networkRules === undefined ? {} : { networkRules: this.opts.networkRules }) },
       inventory,
     });
     await this.waitUntil(() => this.welcome !== null || this.closed !== null, timeoutMs);
