@@ -3,7 +3,7 @@
 // and reconnect with capped, jittered backoff. Frames are parsed with the shared protocol schemas.
 import type { TrafficPolicyEntry } from "../../schema/api/traffic-policy.ts";
 import type { SecurityProfileEntry } from "../../schema/api/security-profile.ts";
-import type { TrafficPolicyItemInput } from "../../schema/protocol/crd-sync.ts";
+import type { SecurityProfileItemInput, TrafficPolicyItemInput } from "../../schema/protocol/crd-sync.ts";
 import WebSocket from "ws";
 import type { z } from "zod";
 import {
@@ -75,7 +75,8 @@ export type EdgeCall =
   | { type: "quotas"; item: Omit<TeamQuotaItem, "id"> }
   | { type: "autoscalers"; item: DistributiveOmit<PoolAutoscalerItemInput, "id"> }
   | { type: "updateops"; item: DistributiveOmit<UpdateOpsItemInput, "id"> }
-  | { type: "trafficpolicyobjects"; item: DistributiveOmit<TrafficPolicyItemInput, "id"> };
+  | { type: "trafficpolicyobjects"; item: DistributiveOmit<TrafficPolicyItemInput, "id"> }
+  | { type: "securityprofileobjects"; item: DistributiveOmit<SecurityProfileItemInput, "id"> };
 type DistributiveOmit<T, K extends keyof T> = T extends unknown ? Omit<T, K> : never;
 
 interface Waiting {

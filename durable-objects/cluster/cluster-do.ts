@@ -314,6 +314,7 @@ export class ClusterDO extends DurableObject<Env> {
       case "autoscalers":
       case "updateops":
       case "trafficpolicyobjects":
+      case "securityprofileobjects":
         this.crd ??= new CrdSync({
           env: this.env,
           sql: this.ctx.storage.sql,

@@ -4,7 +4,7 @@ import { z } from "zod";
 import { SandboxIdSchema, SnapshotIdSchema } from "./ids.ts";
 import { IntentSchema, PauseStrategySchema } from "./intent.ts";
 import { ObservationSchema } from "./observation.ts";
-import { AutoscalersSchema, UpdateOpsItemsSchema, TrafficPolicyObjectsSchema, ClaimsSchema, QuotasSchema, RepliesSchema, RequestsSchema, SandboxSetsSchema } from "./crd-sync.ts";
+import { AutoscalersSchema, UpdateOpsItemsSchema, TrafficPolicyObjectsSchema, SecurityProfileObjectsSchema, ClaimsSchema, QuotasSchema, RepliesSchema, RequestsSchema, SandboxSetsSchema } from "./crd-sync.ts";
 import { BuildEventsSchema, BuildFrameSchema } from "./build.ts";
 import { MAX_LOGS_LIMIT, SandboxLogEntrySchema, SandboxLogsQuerySchema } from "../api/sandbox-logs.ts";
 import { MAX_FRAME_SANDBOXES, MAX_MESSAGE_LENGTH, MAX_NAME_LENGTH, MAX_PATH_LENGTH } from "../api/limits.ts";
@@ -34,7 +34,7 @@ import { MAX_FRAME_SANDBOXES, MAX_MESSAGE_LENGTH, MAX_NAME_LENGTH, MAX_PATH_LENG
  *   edge  → agent securityProfiles  every SecurityProfile and GlobalSecurityProfile in force, whole
  *                                (likewise)
  *   edge  → agent rootfsDeletes    a deleted template's built root filesystems (best effort)
- *   agent → edge  sandboxsets, requests, claims, quotas, autoscalers, updateops, trafficpolicyobjects; edge → agent replies: the cluster's
+ *   agent → edge  sandboxsets, requests, claims, quotas, autoscalers, updateops, trafficpolicyobjects, securityprofileobjects; edge → agent replies: the cluster's
  *                                custom resources (kubernetes driver), see crd-sync.ts
  *   edge  → agent build; agent → edge buildEvents: template builds, see build.ts
  *   edge  → agent logsRequest    a sandbox's logs (E2B's logs routes); the agent answers `logs`
@@ -142,6 +142,7 @@ export const AgentMessageSchema = z.discriminatedUnion("type", [
   AutoscalersSchema,
   UpdateOpsItemsSchema,
   TrafficPolicyObjectsSchema,
+  SecurityProfileObjectsSchema,
   BuildEventsSchema,
   LogsSchema,
 ]);

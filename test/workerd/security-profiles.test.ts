@@ -1,11 +1,14 @@
 // SecurityProfile / GlobalSecurityProfile through the admin API: stored, sent whole to the
 // cluster's agent at once (and with every welcome), status listing the live sandboxes a profile
 // selects (by the `label:<k>` metadata of E2B's create); what the proxy cannot enforce as written
-// refused with a 400 naming it. A sandbox's network audit through the team API: the agent's
+// refused with a 400 naming it. SecurityProfile objects of a cluster (the CRD sync's
+// `securityprofileobjects`) land in the same set, only from a cluster that serves the team. A sandbox's network audit through the team API: the agent's
 // records, never another team's.
+import { exports } from "cloudflare:workers";
 import { afterAll, describe, expect, it } from "vitest";
 import { auditFields } from "../../schema/api/network-audit.ts";
-import type { ScriptedAgent } from "../support/scripted-agent.ts";
+import { CrdLink } from "../support/crd-link.ts";
+import { fetchTransport, ScriptedAgent } from "../support/scripted-agent.ts";
 import { call, createTeam, expectError, expectStatus, startAgent, unique } from "./helpers.ts";
 
 const agents: ScriptedAgent[] = [];
@@ -101,5 +104,35 @@ describe("GET /sandboxes/{id}/network/audit", () => {
     expect((await expectStatus(call(`/v2/sandboxes/${id}/logs`, { key: team.key }), 200)).logs.map((e: { message: string }) => e.message)).toEqual(["process started"]);
     await expectError(call(`/sandboxes/${id}/network/audit`, { key: other.key }), 404);
     await expectError(call(`/sandboxes/${id}/network/audit?limit=5000`, { key: team.key }), 400, /limit/);
+  });
+});
+
+describe("SecurityProfile objects over the agent link", () => {
+  it("a serving cluster's object becomes the team's profile, sent to agents; another cluster is refused; deletes remove it", async () => {
+    const ns = unique("sp-crd");
+    const link = (cluster: string) => fetchTransport((url, init) => exports.default.fetch(url, init) as never, "test-cluster-token", cluster);
+    const agent = new ScriptedAgent();
+    const crd = new CrdLink();
+    await crd.connect(agent, link(ns));
+    agents.push(agent);
+    // A SandboxSet in the namespace: the team exists and this cluster serves it.
+    expect(await crd.call("sandboxsets", { namespace: ns, name: "app", uid: "uid-app", generation: 1, spec: { replicas: 0, image: "python:3.12" } })).toMatchObject({ result: "applied" });
+    const ref = { namespace: ns, name: "mcp", uid: "uid-mcp" };
+    expect(await crd.call("securityprofileobjects", { ...ref, generation: 1, spec: mcp })).toMatchObject({ result: "applied", selectedSandboxes: [] });
+    const view = await expectStatus(call(`/admin/teams/${ns}/security-profiles/mcp`), 200);
+    expect(view).toMatchObject({ kind: "SecurityProfile", team: ns, spec: { rules: mcp.rules } });
+    await agent.waitUntil(() => agent.securityProfiles?.some((p) => p.team === ns && p.name === "mcp") ?? false);
+    expect(await crd.call("securityprofileobjects", { ...ref, status: true })).toMatchObject({ result: "applied" });
+    expect(await crd.call("securityprofileobjects", { namespace: ns, present: ["mcp"] })).toMatchObject({ result: "applied" });
+
+    const stranger = new ScriptedAgent();
+    const other = new CrdLink();
+    await other.connect(stranger, link(unique("sp-other")));
+    agents.push(stranger);
+    expect(await other.call("securityprofileobjects", { namespace: ns, name: "evil", uid: "uid-evil", generation: 1, spec: { rules: [] } })).toMatchObject({ result: "rejected", code: "forbidden" });
+
+    expect(await crd.call("securityprofileobjects", { ...ref, deleted: true })).toMatchObject({ result: "applied" });
+    await expectError(call(`/admin/teams/${ns}/security-profiles/mcp`), 404);
+    await agent.waitUntil(() => !(agent.securityProfiles?.some((p) => p.name === "mcp") ?? true));
   });
 });

@@ -32,7 +32,7 @@ export interface EdgeObjectKind<O extends KubernetesObject & { status?: S }, S> 
   kind: string;
   plural: string;
   /** The link item type. */
-  call: "autoscalers" | "updateops";
+  call: "autoscalers" | "updateops" | "securityprofileobjects";
   /** What the edge needs besides `{namespace, name, uid, generation}`, or why the object cannot
    * be sent (it is then not pushed: a frame the edge cannot parse would end the session). */
   upsert(o: O): Record<string, unknown> | { problem: string };
