@@ -8,7 +8,8 @@ import type { Driver } from "../drivers/driver.ts";
 import { LocalDriver } from "../drivers/local/local-driver.ts";
 import { createRuntime } from "../runtime/runtime.ts";
 import { logger, tapLogs } from "../lib/log.ts";
-import { observeRuntimeProcesses, observeSandboxStates } from "../lib/metrics.ts";
+import { egressL7Requests, observeRuntimeProcesses, observeSandboxStates } from "../lib/metrics.ts";
+import { auditFields } from "../../schema/api/network-audit.ts";
 import { createIngress } from "./ingress.ts";
 import { IntentStore } from "./intent-store.ts";
 import { Link } from "./link.ts";
@@ -88,6 +89,7 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
   mkdirSync(opts.dataDir, { recursive: true });
   const agentLog = logger("agent");
   let trafficUnenforcedSaid = false;
+  let profilesUnenforcedSaid = false;
   const log = opts.log ?? ((m: string) => agentLog.info(m));
   const id = agentId(opts.dataDir);
   // Each installation gets its own cgroup subtree: the driver treats cgroups without a record as
@@ -101,6 +103,14 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
   // while the agent was down is forgotten.
   const sandboxLogs = new SandboxLogs(undefined, join(opts.dataDir, "sandbox-logs"));
   sandboxLogs.retainOnly(store.ids());
+  // The proxy's audit of each sandbox's inspected requests: kept the same way, apart from its logs
+  // so a busy sandbox's requests do not push its log lines out (schema/api/network-audit.ts).
+  const networkAudit = new SandboxLogs(undefined, join(opts.dataDir, "network-audit"));
+  networkAudit.retainOnly(store.ids());
+  driver.setNetworkAudit?.((r) => {
+    egressL7Requests.inc({ verdict: r.refused ? "refused" : "forwarded" });
+    if (store.get(r.sandbox)) networkAudit.append(r.sandbox, r.refused ? "warn" : "info", `${r.method} ${r.host}${r.path} ${r.status}`, auditFields(r));
+  });
   // A deleted template's built layers leave the store once no sandbox or snapshot mounts them
   // (set once the builder is made; swept again whenever a sandbox goes).
   let retired: RetiredTemplates | undefined;
@@ -109,6 +119,7 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
     if (typeof id !== "string") return;
     if (msg === "phase" && fields.phase === "Deleted") {
       void retired?.sweep().catch(() => {});
+      networkAudit.drop(id);
       return sandboxLogs.drop(id);
     }
     if (!store.get(id)) return; // not ours (another agent in this process), or gone
@@ -186,12 +197,12 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
       // What `npm start` prints: the level, and how a sandbox's disk is bounded where the driver says.
       isolation: driver.capabilities.disk ? `${driver.capabilities.level}, disk ${driver.capabilities.disk}` : driver.capabilities.level,
       ingress: { url: ingressUrl },
-      capabilities: { pauseStrategies: driver.capabilities.snapshotFs ? ["Freeze", "Stop"] : ["Freeze"], builder: builder !== undefined },
+      capabilities: { pauseStrategies: driver.capabilities.snapshotFs ? ["Freeze", "Stop"] : ["Freeze"], builder: builder !== undefined, networkRules: driver.setSandboxSecrets !== undefined },
       inventory: await reconciler.inventory(),
     }),
     onBuild: (frame) => builder?.start(frame),
     onRootfsDeletes: (names) => void retired?.retire(names).then((gone) => gone.length && agentLog.info("built layers removed", { layers: gone.length })).catch((err: unknown) => agentLog.error("built layers not removed", { error: err })),
-    onLogsRequest: (req) => sandboxLogs.query(req.sandboxId, req.query),
+    onLogsRequest: (req) => (req.query.stream === "audit" ? networkAudit : sandboxLogs).query(req.sandboxId, req.query),
     onSnapshotDeletes(ids) {
       for (const snapshotId of ids) {
         driver.deleteSnapshot({ id: snapshotId }).catch((err: unknown) => agentLog.error("snapshot delete failed", { snapshotId, error: err }));
@@ -205,6 +216,14 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
         return;
       }
       driver.setTrafficPolicies(policies).catch((err: unknown) => agentLog.error("traffic policies failed", { error: err }));
+    },
+    onSecurityProfiles(profiles) {
+      if (!driver.setSecurityProfiles) {
+        if (profiles.length && !profilesUnenforcedSaid) agentLog.warn("security profiles not enforced: the driver has no L7 data plane for them", { driver: driver.name });
+        profilesUnenforcedSaid ||= profiles.length > 0;
+        return;
+      }
+      driver.setSecurityProfiles(profiles).catch((err: unknown) => agentLog.error("security profiles failed", { error: err }));
     },
     onIntent(seq, intent, traceparent, secrets) {
       // Before the reconcile, which may start the sandbox's first request.

@@ -13,6 +13,7 @@ import { NamespaceQuotaSync } from "./kube-sync/namespace-quota-sync.ts";
 import { PoolAutoscalerSync } from "./kube-sync/poolautoscaler-sync.ts";
 import { UpdateOpsSync } from "./kube-sync/updateops-sync.ts";
 import { TrafficPolicySync } from "./kube-sync/trafficpolicy-sync.ts";
+import { SecurityProfileSync } from "./kube-sync/securityprofile-sync.ts";
 import type { Link } from "./link.ts";
 import { backoffMs } from "../lib/work-queue.ts";
 import { CommitController } from "../drivers/kubernetes/commit/commit-controller.ts";
@@ -48,6 +49,7 @@ export interface NamespaceSync {
   autoscalers: PoolAutoscalerSync;
   updateOps: UpdateOpsSync;
   trafficPolicies: TrafficPolicySync;
+  securityProfiles: SecurityProfileSync;
   commits?: CommitController;
   checkpoints: CheckpointController;
 }
@@ -133,6 +135,7 @@ export async function startCrdLink(o: CrdLinkOptions): Promise<CrdLink> {
       const autoscalers = new PoolAutoscalerSync({ kubeConfig: o.kubeConfig, namespace: ns, link: o.link, log, retryMs, statusMs: o.autoscalerStatusMs });
       const updateOps = new UpdateOpsSync({ kubeConfig: o.kubeConfig, namespace: ns, link: o.link, log, retryMs, statusMs: o.autoscalerStatusMs });
       const trafficPolicies = new TrafficPolicySync({ kubeConfig: o.kubeConfig, namespace: ns, link: o.link, log, retryMs, statusMs: o.autoscalerStatusMs });
+      const securityProfiles = new SecurityProfileSync({ kubeConfig: o.kubeConfig, namespace: ns, link: o.link, log, retryMs, statusMs: o.autoscalerStatusMs });
       const commits = o.commit && new CommitController({ kubeConfig: o.kubeConfig, namespace: ns, enabled: o.commit.enabled, job: o.commit.job, log });
       await claims.start();
       sets.start();
@@ -140,11 +143,12 @@ export async function startCrdLink(o: CrdLinkOptions): Promise<CrdLink> {
       await autoscalers.start();
       await updateOps.start();
       await trafficPolicies.start();
+      await securityProfiles.start();
       await commits?.start();
       // Snapshots are Checkpoints (the driver makes them); this one rebuilds an unhealthy one.
       const checkpoints = new CheckpointController({ kubeConfig: o.kubeConfig, namespace: ns, log });
       await checkpoints.start();
-      return { sets, claims, quota, autoscalers, updateOps, trafficPolicies, commits, checkpoints };
+      return { sets, claims, quota, autoscalers, updateOps, trafficPolicies, securityProfiles, commits, checkpoints };
     })();
     namespaces.set(ns, started);
     return started;
@@ -179,6 +183,7 @@ export async function startCrdLink(o: CrdLinkOptions): Promise<CrdLink> {
         await s?.autoscalers.stop();
         await s?.updateOps.stop();
         await s?.trafficPolicies.stop();
+        await s?.securityProfiles.stop();
         await s?.commits?.stop();
         await s?.checkpoints.stop();
       }

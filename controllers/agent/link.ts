@@ -2,7 +2,8 @@
 // with the full inventory on every connect, intents in, acks and observations out, heartbeats,
 // and reconnect with capped, jittered backoff. Frames are parsed with the shared protocol schemas.
 import type { TrafficPolicyEntry } from "../../schema/api/traffic-policy.ts";
-import type { TrafficPolicyItemInput } from "../../schema/protocol/crd-sync.ts";
+import type { SecurityProfileEntry } from "../../schema/api/security-profile.ts";
+import type { SecurityProfileItemInput, TrafficPolicyItemInput } from "../../schema/protocol/crd-sync.ts";
 import WebSocket from "ws";
 import type { z } from "zod";
 import {
@@ -54,6 +55,8 @@ export interface LinkOptions {
   onSnapshotDeletes?(ids: string[]): void;
   /** The TrafficPolicies in force, whole (replaces the previous set). */
   onTrafficPolicies?(policies: TrafficPolicyEntry[]): void;
+  /** The SecurityProfiles in force, whole (replaces the previous set). */
+  onSecurityProfiles?(profiles: SecurityProfileEntry[]): void;
   /** A deleted template's built root filesystems (`b-<buildID>`), to free once unused. */
   onRootfsDeletes?(names: string[]): void;
   log?: (msg: string) => void;
@@ -72,7 +75,8 @@ export type EdgeCall =
   | { type: "quotas"; item: Omit<TeamQuotaItem, "id"> }
   | { type: "autoscalers"; item: DistributiveOmit<PoolAutoscalerItemInput, "id"> }
   | { type: "updateops"; item: DistributiveOmit<UpdateOpsItemInput, "id"> }
-  | { type: "trafficpolicyobjects"; item: DistributiveOmit<TrafficPolicyItemInput, "id"> };
+  | { type: "trafficpolicyobjects"; item: DistributiveOmit<TrafficPolicyItemInput, "id"> }
+  | { type: "securityprofileobjects"; item: DistributiveOmit<SecurityProfileItemInput, "id"> };
 type DistributiveOmit<T, K extends keyof T> = T extends unknown ? Omit<T, K> : never;
 
 interface Waiting {
@@ -287,6 +291,9 @@ export class Link {
         return;
       case "trafficPolicies":
         this.#o.onTrafficPolicies?.(msg.policies);
+        return;
+      case "securityProfiles":
+        this.#o.onSecurityProfiles?.(msg.profiles);
         return;
       default: {
         const never: never = msg;

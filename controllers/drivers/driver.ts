@@ -5,6 +5,8 @@
 // success that did nothing. Errors say whether to retry: TerminalError (and UnsupportedError) is
 // final for that spec, anything else is transient (docs/ARCHITECTURE.md, "Error model").
 import type { TrafficPolicyEntry } from "../../schema/api/traffic-policy.ts";
+import type { SecurityProfileEntry } from "../../schema/api/security-profile.ts";
+import type { NetworkAuditRecord } from "../../schema/api/network-audit.ts";
 import type { Duplex } from "node:stream";
 import type { EgressPolicy } from "../../schema/protocol/egress.ts";
 import type { SandboxView, SpawnRequest } from "../runtime/sandbox-view.ts";
@@ -177,6 +179,11 @@ export interface Driver {
    * sandbox they select has every connection decided by them. Absent: the driver has no data
    * plane for them (the agent says so). */
   setTrafficPolicies?(policies: TrafficPolicyEntry[]): Promise<void>;
+  /** Replaces the SecurityProfiles / GlobalSecurityProfiles in force (the edge's whole set); a
+   * sandbox they select has its HTTP(S) egress inspected by them. Absent: not enforced here. */
+  setSecurityProfiles?(profiles: SecurityProfileEntry[]): Promise<void>;
+  /** Where the driver's L7 proxy sends one audit record per inspected request (set by the agent). */
+  setNetworkAudit?(sink: (record: NetworkAuditRecord) => void): void;
   /** The values of the secrets a sandbox's `networkRules` name, from the edge with its intent;
    * kept in memory only (the proxy adds them to requests; the sandbox never sees them). Absent:
    * the driver cannot inject credentials. */

@@ -103,3 +103,13 @@ export const egressDenials = new Counter({
   labelNames: ["source"] as const,
   registers: [registry],
 });
+
+/** Requests the traffic-proxy's L7 handler inspected (controllers/traffic/l7/handler.ts), by
+ * whether it sent them on or answered them itself (blocked, rate limited, a denied MCP tool). Each
+ * one's record is in the sandbox's network audit (schema/api/network-audit.ts). */
+export const egressL7Requests = new Counter({
+  name: "sandbox_egress_l7_requests_total",
+  help: "HTTP(S) requests the traffic proxy inspected, by verdict (forwarded or refused).",
+  labelNames: ["verdict"] as const,
+  registers: [registry],
+});

@@ -37,6 +37,7 @@ import { openClusterStore, type ClusterStore } from "./store.ts";
 import { edgeLogger } from "../tracing/edge-log.ts";
 import { getDb } from "../store/db.ts";
 import { listTrafficPolicies } from "../store/traffic-policies.ts";
+import { listSecurityProfiles } from "../store/security-profiles.ts";
 import { teamSecretValues } from "../store/secrets.ts";
 import { transformSecrets } from "../../schema/egress/transforms.ts";
 
@@ -188,6 +189,16 @@ export class ClusterDO extends DurableObject<Env> {
     return { ok: true };
   }
 
+  /** Why this cluster cannot take E2B `network.rules` (its agent's driver does not enforce them),
+   * or null (it does, or no agent has said yet: the intent waits for one). */
+  async networkRulesRefusal(): Promise<string | null> {
+    this.load();
+    const store = this.store!;
+    if (store.getMeta("networkRules") !== "0") return null;
+    const driver = store.getMeta("driver");
+    return `network.rules is not supported on cluster "${store.getMeta("cluster") ?? "?"}"${driver ? ` (its agent runs the ${driver} driver, whose sandboxes' requests no proxy inspects)` : ""}`;
+  }
+
   /** A sandbox's log entries from its agent (E2B's logs routes; the caller checked the access). */
   async logs(sandboxId: string, query: SandboxLogsQuery): Promise<LogsResult> {
     this.load();
@@ -238,6 +249,15 @@ export class ClusterDO extends DurableObject<Env> {
     if (!this.agentSocket()) return { ok: true, sent: false };
     const policies = await listTrafficPolicies(getDb(this.env));
     this.send({ type: "trafficPolicies", policies });
+    return { ok: true, sent: true };
+  }
+
+  /** Sends the agent every SecurityProfile and GlobalSecurityProfile in force, like traffic policies. */
+  async sendSecurityProfiles(): Promise<{ ok: true; sent: boolean }> {
+    this.load();
+    if (!this.agentSocket()) return { ok: true, sent: false };
+    const profiles = await listSecurityProfiles(getDb(this.env));
+    this.send({ type: "securityProfiles", profiles });
     return { ok: true, sent: true };
   }
 
@@ -294,6 +314,7 @@ export class ClusterDO extends DurableObject<Env> {
       case "autoscalers":
       case "updateops":
       case "trafficpolicyobjects":
+      case "securityprofileobjects":
         this.crd ??= new CrdSync({
           env: this.env,
           sql: this.ctx.storage.sql,
@@ -350,10 +371,12 @@ export class ClusterDO extends DurableObject<Env> {
     store.setMeta("isolation", hello.isolation);
     store.setMeta("ingressUrl", hello.ingress.url);
     store.setMeta("builder", hello.capabilities.builder ? "1" : "0");
+    store.setMeta("networkRules", hello.capabilities.networkRules === undefined ? "" : hello.capabilities.networkRules ? "1" : "0");
     store.setMeta("sessionId", sessionId);
     this.sessionId = sessionId;
     this.apply({ type: "hello", hello });
     this.sendTrafficPolicies().catch((err: unknown) => LOG.warn("traffic policies not sent", { error: err }));
+    this.sendSecurityProfiles().catch((err: unknown) => LOG.warn("security profiles not sent", { error: err }));
   }
 
   private onBuildEvents(msg: BuildEvents): void {

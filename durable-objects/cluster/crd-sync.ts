@@ -20,8 +20,10 @@ import {
   type PoolAutoscalerItem,
   type UpdateOpsItem,
   type TrafficPolicyItem,
+  type SecurityProfileItem,
 } from "../../schema/protocol/index.ts";
 import { applyTrafficPolicy } from "./crd-traffic.ts";
+import { applySecurityProfile } from "./crd-security.ts";
 import { clipText, MAX_MESSAGE_LENGTH } from "../../schema/api/limits.ts";
 import { applyTeamQuota, CRD_QUOTA_SCHEMA } from "./crd-quota.ts";
 import { applyPoolAutoscaler, CRD_AUTOSCALER_SCHEMA, prunePoolAutoscalers } from "./crd-autoscalers.ts";
@@ -84,7 +86,7 @@ export class CrdSync {
   }
 
   /** Starts every item; each is answered when done (the socket is never held up). */
-  handle(msg: { type: "sandboxsets"; items: SandboxSetItem[] } | { type: "requests"; items: SandboxRequestItem[] } | { type: "claims"; items: ClaimItem[] } | { type: "quotas"; items: TeamQuotaItem[] } | { type: "autoscalers"; items: PoolAutoscalerItem[] } | { type: "updateops"; items: UpdateOpsItem[] } | { type: "trafficpolicyobjects"; items: TrafficPolicyItem[] }): void {
+  handle(msg: { type: "sandboxsets"; items: SandboxSetItem[] } | { type: "requests"; items: SandboxRequestItem[] } | { type: "claims"; items: ClaimItem[] } | { type: "quotas"; items: TeamQuotaItem[] } | { type: "autoscalers"; items: PoolAutoscalerItem[] } | { type: "updateops"; items: UpdateOpsItem[] } | { type: "trafficpolicyobjects"; items: TrafficPolicyItem[] } | { type: "securityprofileobjects"; items: SecurityProfileItem[] }): void {
     for (const item of msg.items) {
       switch (msg.type) {
         case "sandboxsets": {
@@ -126,6 +128,12 @@ export class CrdSync {
           const t = item as TrafficPolicyItem;
           const key = `tp:${t.namespace ?? ""}/${t.name}`;
           this.#answer(t.id, key, this.#serial(key, () => applyTrafficPolicy(this.#o.env, this.#o.cluster(), t)));
+          break;
+        }
+        case "securityprofileobjects": {
+          const p = item as SecurityProfileItem;
+          const key = "present" in p ? `sps:${p.namespace}` : `sp:${p.namespace}/${p.name}`;
+          this.#answer(p.id, key, this.#serial(key, () => applySecurityProfile(this.#o.env, this.#o.cluster(), p)));
           break;
         }
       }

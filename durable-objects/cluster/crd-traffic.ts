@@ -14,13 +14,17 @@ import { getDb } from "../store/db.ts";
 import { listTemplates } from "../store/templates.ts";
 import { findTeamByName } from "../store/teams.ts";
 
+/** Whether `cluster` runs a template of `team` (may set the team's policies). */
+export async function servesTeam(env: Env, cluster: string, team: string): Promise<boolean> {
+  const db = getDb(env);
+  const row = await findTeamByName(db, team);
+  return !!row && (await listTemplates(db, row.id)).some((t) => t.teamId === row.id && t.spec.cluster === cluster);
+}
+
 export async function applyTrafficPolicy(env: Env, cluster: string, item: TrafficPolicyItem): Promise<Omit<ReplyItem, "id">> {
   const team = item.namespace;
-  if (team !== null) {
-    const db = getDb(env);
-    const row = await findTeamByName(db, team);
-    const served = row && (await listTemplates(db, row.id)).some((t) => t.teamId === row.id && t.spec.cluster === cluster);
-    if (!served) return { result: "rejected", code: "forbidden", message: `cluster ${cluster} runs no template of team ${team}, so it may not set the team's traffic policies (apply a SandboxSet in the namespace first)` };
+  if (team !== null && !(await servesTeam(env, cluster, team))) {
+    return { result: "rejected", code: "forbidden", message: `cluster ${cluster} runs no template of team ${team}, so it may not set the team's traffic policies (apply a SandboxSet in the namespace first)` };
   }
   if ("deleted" in item) {
     await removeTrafficPolicy(env, team, item.name);

@@ -50,6 +50,12 @@ async function create(env: Env, caller: Caller, { version, body, ext }: CreateSa
   if (body.autoResume?.enabled && !body.autoPause) throw new ApiError("bad_request", "autoResume needs autoPause (lifecycle onTimeout: pause)");
   if (body.autoResume?.enabled && body.autoPauseMemory === false) throw new ApiError("bad_request", "autoResume cannot be combined with autoPauseMemory: false");
   const { template, snapshot } = await timedMs(EDGE.createStage, { stage: "template" }, () => templateOrSnapshot(env, caller, body.templateID));
+  if (Object.keys(body.network?.rules ?? {}).length) {
+    // Rules a cluster would take and not enforce would make the client believe a credential is
+    // added (and a destination restricted) when it is not.
+    const refusal = await env.CLUSTER.get(env.CLUSTER.idFromName(template.spec.cluster)).networkRulesRefusal();
+    if (refusal) throw new ApiError("not_implemented", refusal);
+  }
 
   const resources: Resources = {
     // E2B reports whole cores (OpenKruise floors the limit); never 0 for a fractional one.

@@ -13,11 +13,21 @@ export interface TrafficPolicyView extends TrafficPolicyEntry {
   status: { selectedSandboxes: string[]; agentsNotified: number };
 }
 
-/** Sends the set to every cluster's agent; how many were connected. */
-async function push(env: Env): Promise<number> {
+type ClusterStub = ReturnType<Env["CLUSTER"]["get"]>;
+
+/** Calls `send` on every cluster that runs a template (traffic policies, security profiles); how
+ * many had an agent connected. */
+export async function toEveryAgent(env: Env, send: (cluster: ClusterStub) => Promise<{ sent: boolean }>): Promise<number> {
   const clusters = new Set((await listTemplates(getDb(env), null)).map((t) => t.spec.cluster));
-  const sent = await Promise.all([...clusters].map((c) => env.CLUSTER.get(env.CLUSTER.idFromName(c)).sendTrafficPolicies().then((r) => r.sent).catch(() => false)));
+  const sent = await Promise.all([...clusters].map((c) => send(env.CLUSTER.get(env.CLUSTER.idFromName(c))).then((r) => r.sent).catch(() => false)));
   return sent.filter(Boolean).length;
+}
+
+const push = (env: Env) => toEveryAgent(env, (c) => c.sendTrafficPolicies());
+
+/** The live sandboxes a team's (or, team null, a global) selector picks: a policy's status. */
+export function selectedSandboxes(live: { id: string; team: string; metadata: Record<string, string> }[], team: string | null, selector: TrafficPolicySpec["selector"]): string[] {
+  return live.filter((s) => (team === null || s.team === team) && selects(selector, labelsFromMetadata(s.metadata))).map((s) => s.id).sort();
 }
 
 async function views(env: Env, filter: (e: TrafficPolicyEntry) => boolean, agentsNotified = 0): Promise<TrafficPolicyView[]> {
@@ -28,7 +38,7 @@ async function views(env: Env, filter: (e: TrafficPolicyEntry) => boolean, agent
     kind: e.team === null ? "GlobalTrafficPolicy" : "TrafficPolicy",
     ...e,
     status: {
-      selectedSandboxes: live.filter((s) => (e.team === null || s.team === e.team) && selects(e.spec.selector, labelsFromMetadata(s.metadata))).map((s) => s.id).sort(),
+      selectedSandboxes: selectedSandboxes(live, e.team, e.spec.selector),
       agentsNotified,
     },
   }));

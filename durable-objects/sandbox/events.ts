@@ -3,6 +3,7 @@
 import type { AckResult, Endpoint, Observation, PauseStrategy, TemplateSpec } from "../../schema/protocol/index.ts";
 import type { Condition, HookConditionType, SandboxSpec } from "./state.ts";
 import type { Lifecycle } from "../../schema/api/hooks.ts";
+import type { TransformRules } from "../../schema/egress/transforms.ts";
 
 export type SandboxEvent =
   | { type: "create"; spec: SandboxSpec; timeoutS: number; generation: number; endpoint: Endpoint | null }
@@ -16,7 +17,7 @@ export type SandboxEvent =
   | { type: "wake" }
   | { type: "refresh"; durationS: number }
   /** E2B updateNetwork: replaces the egress rules (an omitted list clears it) of a running sandbox. */
-  | { type: "updateNetwork"; allowOut?: string[]; denyOut?: string[]; allowInternetAccess: boolean | null }
+  | { type: "updateNetwork"; allowOut?: string[]; denyOut?: string[]; rules?: TransformRules; allowInternetAccess: boolean | null }
   /**
    * Compensation: the create this instance ran did not complete (ClusterDO did not take it, no
    * ack in time, the agent failed it, it did not become ready). The sandbox is killed, so ClusterDO

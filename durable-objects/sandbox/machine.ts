@@ -185,8 +185,10 @@ function setEndAt(s: SandboxState, endAt: number, mode: "overwrite" | "extend"):
 /** The rules take effect when the agent applies the new generation (the shell waits for its ack). */
 function updateNetwork(s: SandboxState, ev: Extract<SandboxEvent, { type: "updateNetwork" }>, now: number): Transition {
   if (s.phase !== "Running" && s.phase !== "Pending") return refuse(s, ErrorCode.conflict, `Sandbox "${s.spec.id}" is not running`);
-  const { allowOut: _a, denyOut: _d, ...rest } = s.spec.network ?? {};
-  const network = { ...rest, ...(ev.allowOut ? { allowOut: ev.allowOut } : {}), ...(ev.denyOut ? { denyOut: ev.denyOut } : {}) };
+  // E2B's egress configuration is replaced whole: lists and header rules not given are cleared.
+  const { allowOut: _a, denyOut: _d, rules: _r, ...rest } = s.spec.network ?? {};
+  const rules = ev.rules && Object.keys(ev.rules).length ? { rules: ev.rules } : {};
+  const network = { ...rest, ...(ev.allowOut ? { allowOut: ev.allowOut } : {}), ...(ev.denyOut ? { denyOut: ev.denyOut } : {}), ...rules };
   s.spec = { ...s.spec, network: Object.keys(network).length ? network : null, allowInternetAccess: ev.allowInternetAccess };
   s.generation++;
   return ok(s, [sendIntent(s, now)]);

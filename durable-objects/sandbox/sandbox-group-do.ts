@@ -8,6 +8,7 @@
 // per create in the edge bench. A group object lives as long as the edge does, so a create costs
 // a row, not an object. Every RPC resolves to a typed result; none throws (a throwing RPC leaks
 // unhandled rejections under the vitest plugin).
+import type { TransformRules } from "../../schema/egress/transforms.ts";
 import { DurableObject } from "cloudflare:workers";
 import type { Lifecycle } from "../../schema/api/hooks.ts";
 import type { Env } from "../env.ts";
@@ -230,10 +231,13 @@ export class SandboxGroupDO extends DurableObject<Env> {
   async updateNetwork(
     id: string,
     access: Access,
-    update: { allowOut?: string[]; denyOut?: string[]; allowInternetAccess: boolean | null },
+    update: { allowOut?: string[]; denyOut?: string[]; rules?: TransformRules; allowInternetAccess: boolean | null },
     waitMs: number = DEFAULT_WAIT_MS,
   ): Promise<Result> {
-    if (!visibleTo(this.slots.find(id)?.state ?? null, access)) return notFound(id);
+    const state = this.slots.find(id)?.state ?? null;
+    if (!visibleTo(state, access)) return notFound(id);
+    const refusal = update.rules && Object.keys(update.rules).length ? await this.cluster(state!.spec.cluster).networkRulesRefusal() : null;
+    if (refusal) return { ok: false, error: { code: ErrorCode.notImplemented, message: refusal } };
     const t = await this.apply(id, { type: "updateNetwork", ...update }, waitMs);
     if (!t.ok) return t;
     if (t.failure) return { ok: false, error: t.failure };
@@ -545,7 +549,7 @@ export class SandboxGroupDO extends DurableObject<Env> {
   }
 
   /** The ClusterDO stub for a cluster (one method, so tests can make it fail or stall). */
-  private cluster(name: string): Pick<DurableObjectStub<import("../cluster/cluster-do.ts").ClusterDO>, "enqueue" | "logs"> {
+  private cluster(name: string): Pick<DurableObjectStub<import("../cluster/cluster-do.ts").ClusterDO>, "enqueue" | "logs" | "networkRulesRefusal"> {
     return this.env.CLUSTER.get(this.env.CLUSTER.idFromName(name));
   }
 

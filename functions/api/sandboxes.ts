@@ -132,11 +132,12 @@ sandboxes.post("/sandboxes/:id/resume", async (c) => {
 sandboxes.put("/sandboxes/:id/network", async (c) => {
   const { id, stub, access } = target(c);
   const body = await readJson(c, SandboxNetworkUpdateConfig);
-  assertNetworkSupported(body, undefined, "update");
-  const res = await stub.updateNetwork(access, { allowOut: body.allowOut, denyOut: body.denyOut, allowInternetAccess: body.allow_internet_access ?? null });
+  assertNetworkSupported(body);
+  const res = await stub.updateNetwork(access, { allowOut: body.allowOut, denyOut: body.denyOut, rules: body.rules, allowInternetAccess: body.allow_internet_access ?? null });
   if (!res.ok) fail(id, res.error);
   return c.body(null, 204);
 });
 sandboxes.get("/sandboxes/:id/logs", sandboxLogsRoute("v1"));
 sandboxes.get("/v2/sandboxes/:id/logs", sandboxLogsRoute("v2"));
+sandboxes.get("/sandboxes/:id/network/audit", sandboxLogsRoute("audit"));
 

@@ -1,11 +1,11 @@
 // Options the server accepts in shape but does not enforce yet get a 501 that names them, so a
-// client never believes an egress proxy, a header transform or injected credentials are in place
-// when they are not.
+// client never believes an egress proxy is in place when it is not. (`network.rules` are refused
+// per cluster, where its agent says it does not enforce them: ClusterDO.networkRulesRefusal.)
 import { unsupportedNetworkFields } from "./sandbox.ts";
 import { ApiError } from "../errors.ts";
 
-export function assertNetworkSupported(network: Parameters<typeof unsupportedNetworkFields>[0], iam?: unknown, at: "create" | "update" = "create"): void {
-  const fields = unsupportedNetworkFields(network, at);
+export function assertNetworkSupported(network: Parameters<typeof unsupportedNetworkFields>[0], iam?: unknown): void {
+  const fields = unsupportedNetworkFields(network);
   if (asksFor(iam)) fields.push("iam");
   if (fields.length) throw new ApiError("not_implemented", `${fields.join(", ")} ${fields.length > 1 ? "are" : "is"} not supported by this server yet`);
 }

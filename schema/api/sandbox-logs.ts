@@ -26,6 +26,9 @@ export const SandboxLogsQuerySchema = z.object({
   direction: z.enum(["forward", "backward"]).default("forward"),
   level: LogLevelSchema.optional(),
   search: z.string().max(MAX_LOG_SEARCH_LENGTH).optional(),
+  /** Which of the sandbox's records: its logs (default), or the proxy's audit of its inspected
+   * requests (schema/api/network-audit.ts). */
+  stream: z.enum(["logs", "audit"]).optional(),
 });
 export type SandboxLogsQuery = z.infer<typeof SandboxLogsQuerySchema>;
 

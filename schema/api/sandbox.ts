@@ -90,13 +90,10 @@ export type SandboxNetworkUpdateConfig = z.infer<typeof SandboxNetworkUpdateConf
 /** The parts of a create or network update this server accepts in shape but does not enforce
  * yet (a 501 names them), rather than storing them as if they applied. */
 export function unsupportedNetworkFields(
-  n: { egressProxy?: unknown; rules?: Record<string, unknown>; httpsPorts?: number[]; dnsServers?: string[] } | undefined,
-  at: "create" | "update" = "create",
+  n: { egressProxy?: unknown; httpsPorts?: number[]; dnsServers?: string[] } | undefined,
 ): string[] {
   const out: string[] = [];
   if (n?.egressProxy) out.push("network.egressProxy");
-  // Rules are enforced from create (the local driver's L7 proxy); changing them later is not.
-  if (at === "update" && n?.rules && Object.keys(n.rules).length) out.push("network.rules");
   if (n?.httpsPorts?.length) out.push("network.httpsPorts");
   // Names are resolved by the egress proxy; there is no DNS server a sandbox with rules can reach.
   if (n?.dnsServers?.length) out.push("network.dnsServers");

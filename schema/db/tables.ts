@@ -2,6 +2,7 @@
 // pool truth; these tables are written through from them and can be rebuilt from them.
 // Times are integer milliseconds since the epoch; JSON columns hold zod-validated shapes from
 // schema/api.
+import type { SecurityProfileSpec } from "../api/security-profile.ts";
 import type { TrafficPolicySpec } from "../api/traffic-policy.ts";
 import { blob, index, integer, primaryKey, sqliteTable, text, uniqueIndex } from "drizzle-orm/sqlite-core";
 
@@ -224,6 +225,21 @@ export const trafficPolicies = sqliteTable(
     team: text("team").notNull(),
     name: text("name").notNull(),
     spec: text("spec", { mode: "json" }).$type<TrafficPolicySpec>().notNull(),
+    updatedAt: integer("updated_at").notNull(),
+  },
+  (t) => [primaryKey({ columns: [t.team, t.name] })],
+);
+
+/** SecurityProfiles (team) and GlobalSecurityProfiles (`team` ""), from the admin API and the CRD
+ * sync; every cluster's agent gets the whole set (durable-objects/operations/security-profiles.ts). */
+export const securityProfiles = sqliteTable(
+  "security_profiles",
+  {
+    /** The team's name (its Kubernetes namespace), "" for a GlobalSecurityProfile. */
+    team: text("team").notNull(),
+    name: text("name").notNull(),
+    spec: text("spec", { mode: "json" }).$type<SecurityProfileSpec>().notNull(),
+    createdAt: integer("created_at").notNull(),
     updatedAt: integer("updated_at").notNull(),
   },
   (t) => [primaryKey({ columns: [t.team, t.name] })],

@@ -21,6 +21,7 @@ import { AutoPausePolicy } from "../api/auto-pause.ts";
 import { Lifecycle } from "../api/hooks.ts";
 import { UpdateOpsName, UpdateOpsSpec } from "../api/update-ops.ts";
 import { TrafficPolicyName, TrafficPolicySpec } from "../api/traffic-policy.ts";
+import { MAX_SECURITY_PROFILES, SecurityProfileName, SecurityProfileSpec } from "../api/security-profile.ts";
 
 /*
  * The cluster's custom resources over the agent's session (kubernetes driver): the platform team
@@ -39,6 +40,8 @@ import { TrafficPolicyName, TrafficPolicySpec } from "../api/traffic-policy.ts";
  *                               deletions remove it, `{…, status: true}` asks for its status (every
  *                               reply to these carries it: the admin API's GET), and after each
  *                               (re)start the namespace's inventory `{namespace, present}`
+ *   agent → edge  securityprofileobjects  a SecurityProfile of the namespace (its team's), like
+ *                               trafficpolicyobjects; answered with the sandboxes it selects
  *   agent → edge  trafficpolicyobjects  a TrafficPolicy (`namespace` its team's) or GlobalTrafficPolicy
  *                               (`namespace` null): upserts `{namespace, name, uid, generation, spec}`
  *                               set the edge's policy (the admin API's), deletions remove it,
@@ -55,7 +58,7 @@ import { TrafficPolicyName, TrafficPolicySpec } from "../api/traffic-policy.ts";
  */
 
 /** Features an edge may list in `welcome.features`. */
-export const CRD_SYNC_FEATURES = ["sandboxsets", "requests", "claims", "quotas", "autoscalers", "updateops", "trafficpolicyobjects"] as const;
+export const CRD_SYNC_FEATURES = ["sandboxsets", "requests", "claims", "quotas", "autoscalers", "updateops", "trafficpolicyobjects", "securityprofileobjects"] as const;
 export type CrdSyncFeature = (typeof CRD_SYNC_FEATURES)[number];
 
 /** E2B metadata key marking the sandboxes a SandboxClaim took (value: the claim's uid). Metadata
@@ -240,6 +243,16 @@ export const TrafficPolicyItemSchema = z.union([TrafficPolicyDeletionSchema, Tra
 export type TrafficPolicyItem = z.infer<typeof TrafficPolicyItemSchema>;
 export type TrafficPolicyItemInput = z.input<typeof TrafficPolicyItemSchema>;
 export const TrafficPolicyObjectsSchema = z.object({ type: z.literal("trafficpolicyobjects"), items: items(TrafficPolicyItemSchema) });
+const SecurityProfileRef = { id: ItemIdSchema, namespace: TeamName, name: SecurityProfileName, uid: z.string().min(1).max(MAX_NAME_LENGTH) };
+export const SecurityProfileUpsertSchema = z.object({ ...SecurityProfileRef, generation: z.int().nonnegative(), spec: SecurityProfileSpec });
+export const SecurityProfileDeletionSchema = z.object({ ...SecurityProfileRef, deleted: z.literal(true) });
+export const SecurityProfileStatusQuerySchema = z.object({ ...SecurityProfileRef, status: z.literal(true) });
+/** The namespace's objects now (the edge keeps admin-API profiles of the team too, so it prunes nothing). */
+export const SecurityProfileInventorySchema = z.object({ id: ItemIdSchema, namespace: TeamName, present: z.array(SecurityProfileName).max(MAX_SECURITY_PROFILES) });
+export const SecurityProfileItemSchema = z.union([SecurityProfileDeletionSchema, SecurityProfileStatusQuerySchema, SecurityProfileInventorySchema, SecurityProfileUpsertSchema]);
+export type SecurityProfileItem = z.infer<typeof SecurityProfileItemSchema>;
+export type SecurityProfileItemInput = z.input<typeof SecurityProfileItemSchema>;
+export const SecurityProfileObjectsSchema = z.object({ type: z.literal("securityprofileobjects"), items: items(SecurityProfileItemSchema) });
 
 /**
  * `applied`: done (for claims: all `replicas` are claimed); `stale`: superseded by what the edge

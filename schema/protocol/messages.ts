@@ -1,9 +1,10 @@
 import { MAX_TRAFFIC_POLICIES, TrafficPolicyEntry } from "../api/traffic-policy.ts";
+import { MAX_SECURITY_PROFILES, SecurityProfileEntry } from "../api/security-profile.ts";
 import { z } from "zod";
 import { SandboxIdSchema, SnapshotIdSchema } from "./ids.ts";
 import { IntentSchema, PauseStrategySchema } from "./intent.ts";
 import { ObservationSchema } from "./observation.ts";
-import { AutoscalersSchema, UpdateOpsItemsSchema, TrafficPolicyObjectsSchema, ClaimsSchema, QuotasSchema, RepliesSchema, RequestsSchema, SandboxSetsSchema } from "./crd-sync.ts";
+import { AutoscalersSchema, UpdateOpsItemsSchema, TrafficPolicyObjectsSchema, SecurityProfileObjectsSchema, ClaimsSchema, QuotasSchema, RepliesSchema, RequestsSchema, SandboxSetsSchema } from "./crd-sync.ts";
 import { BuildEventsSchema, BuildFrameSchema } from "./build.ts";
 import { MAX_LOGS_LIMIT, SandboxLogEntrySchema, SandboxLogsQuerySchema } from "../api/sandbox-logs.ts";
 import { MAX_FRAME_SANDBOXES, MAX_MESSAGE_LENGTH, MAX_NAME_LENGTH, MAX_PATH_LENGTH } from "../api/limits.ts";
@@ -30,8 +31,10 @@ import { MAX_FRAME_SANDBOXES, MAX_MESSAGE_LENGTH, MAX_NAME_LENGTH, MAX_PATH_LENG
  *   edge  → agent snapshotDeletes  snapshots to free (best effort: sent while connected)
  *   edge  → agent trafficPolicies  every TrafficPolicy and GlobalTrafficPolicy in force, whole
  *                                (after each welcome and on every change; an older agent ignores it)
+ *   edge  → agent securityProfiles  every SecurityProfile and GlobalSecurityProfile in force, whole
+ *                                (likewise)
  *   edge  → agent rootfsDeletes    a deleted template's built root filesystems (best effort)
- *   agent → edge  sandboxsets, requests, claims, quotas, autoscalers, updateops, trafficpolicyobjects; edge → agent replies: the cluster's
+ *   agent → edge  sandboxsets, requests, claims, quotas, autoscalers, updateops, trafficpolicyobjects, securityprofileobjects; edge → agent replies: the cluster's
  *                                custom resources (kubernetes driver), see crd-sync.ts
  *   edge  → agent build; agent → edge buildEvents: template builds, see build.ts
  *   edge  → agent logsRequest    a sandbox's logs (E2B's logs routes); the agent answers `logs`
@@ -68,6 +71,9 @@ export const HelloSchema = z.object({
       pauseStrategies: z.array(PauseStrategySchema).max(8).default(["Freeze"]),
       /** Whether this agent builds templates (build.ts); a cluster without a builder answers 501. */
       builder: z.boolean().default(false),
+      /** Whether this agent's driver enforces E2B `network.rules` (credential injection in its
+       * proxy); absent: an agent that does not say (the edge accepts rules for it). */
+      networkRules: z.boolean().optional(),
     })
     .prefault({}),
     /** What the cluster can still take (for placement across clusters); omitted = unknown. */
@@ -136,6 +142,7 @@ export const AgentMessageSchema = z.discriminatedUnion("type", [
   AutoscalersSchema,
   UpdateOpsItemsSchema,
   TrafficPolicyObjectsSchema,
+  SecurityProfileObjectsSchema,
   BuildEventsSchema,
   LogsSchema,
 ]);
@@ -202,6 +209,12 @@ export const TrafficPoliciesSchema = z.object({
   policies: z.array(TrafficPolicyEntry).max(MAX_TRAFFIC_POLICIES),
 });
 export type TrafficPolicies = z.infer<typeof TrafficPoliciesSchema>;
+/** Every SecurityProfile (team) and GlobalSecurityProfile in force (schema/api/security-profile.ts):
+ * the whole set, replacing what the agent had. */
+export const SecurityProfilesSchema = z.object({
+  type: z.literal("securityProfiles"),
+  profiles: z.array(SecurityProfileEntry).max(MAX_SECURITY_PROFILES),
+});
 /** Built templates' root filesystems (`b-<buildID>`) to free on the agent (a deleted template):
  * best effort, like snapshotDeletes. Unknown names are fine. */
 export const RootfsDeletesSchema = z.object({
@@ -219,6 +232,7 @@ export const EdgeMessageSchema = z.discriminatedUnion("type", [
   LogsRequestSchema,
   SnapshotDeletesSchema,
   TrafficPoliciesSchema,
+  SecurityProfilesSchema,
   RootfsDeletesSchema,
 ]);
 export type EdgeMessage = z.infer<typeof EdgeMessageSchema>;

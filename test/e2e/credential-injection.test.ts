@@ -73,4 +73,16 @@ describe("network.rules with a secret", () => {
     await run(sbx, `echo ${marker} > /tmp/marker.txt`);
     expect(await run(sbx, `grep -rlsF --exclude-dir=proc --exclude-dir=sys --exclude-dir=dev -e ${find} -e ${marker.replaceAll('"', "")} /; true`)).toBe("/tmp/marker.txt");
   }, 600_000);
+
+  it("updateNetwork with rules: a running sandbox gets them (and its CA) at its next request; omitted, they are cleared", async () => {
+    const sbx = await Sandbox.create(e2b());
+    created.push(sbx);
+    const get = (extra = "") => run(sbx, `curl -sS -m 10 ${extra} --resolve ${HOST}:443:${out.ip} https://${HOST}/ 2>&1 || echo "exit $?"`);
+    // No rules yet: the echo's own certificate, which the sandbox does not trust, and no header.
+    expect(await get("-k")).not.toContain("Authorization");
+    await sbx.updateNetwork({ rules: { [HOST]: [{ transform: { headers: { Authorization: `Bearer ${Secret.fill(name)}` } } }] } });
+    expect(await get()).toContain(`Authorization: Bearer ${value}`);
+    await sbx.updateNetwork({});
+    expect(await get("-k")).not.toContain("Authorization");
+  }, 600_000);
 });

@@ -20,6 +20,7 @@ import {
   type Welcome,
 } from "../../schema/protocol/index.ts";
 import { SandboxLogs } from "../../controllers/agent/sandbox-logs.ts";
+import type { SecurityProfileEntry } from "../../schema/api/security-profile.ts";
 
 /** The part of a WebSocket the agent uses (the DOM/undici one in Node, workerd's in tests). */
 export interface SocketLike {
@@ -71,6 +72,8 @@ export interface ScriptedAgentOptions {
   driver?: string;
   /** Says it has a template builder (hello capabilities.builder); builds land in `builds`. */
   builder?: boolean;
+  /** Its hello's capabilities.networkRules (absent: says nothing, as an older agent). */
+  networkRules?: boolean;
   ingressUrl?: string;
   /** Sandboxes the agent claims to run in its next hello (default: what it runs now). */
   inventory?: ObservationInput[];
@@ -109,9 +112,12 @@ export class ScriptedAgent {
   readonly errors: string[] = [];
   /** What it answers logs requests from, and the requests it got. */
   readonly logs = new SandboxLogs();
+  /** What it answers network audit requests (`stream: "audit"`) from. */
+  readonly audit = new SandboxLogs();
   readonly logsRequests: LogsRequest[] = [];
   /** The last TrafficPolicies the edge sent (null: none yet). */
   trafficPolicies: TrafficPolicies["policies"] | null = null;
+  securityProfiles: SecurityProfileEntry[] | null = null;
   /** Snapshot ids the edge asked it to free (snapshotDeletes frames). */
   readonly snapshotDeletes: string[] = [];
   /** Built root filesystems the edge asked it to free (rootfsDeletes frames). */
@@ -119,7 +125,7 @@ export class ScriptedAgent {
   welcome: Welcome | null = null;
   closed: { code: number } | null = null;
   private ws: SocketLike | null = null;
-  private readonly opts: Required<Omit<ScriptedAgentOptions, "inventory">>;
+  private readonly opts: Required<Omit<ScriptedAgentOptions, "inventory" | "networkRules">> & Pick<ScriptedAgentOptions, "networkRules">;
   private inventory: ObservationInput[] | undefined;
   private acks: AckItem[] = [];
   private observations: ObservationInput[] = [];
@@ -143,6 +149,7 @@ export class ScriptedAgent {
       reject: opts.reject ?? (() => undefined),
       hold: opts.hold ?? (() => false),
       builder: opts.builder ?? false,
+      networkRules: opts.networkRules,
       failSnapshot: opts.failSnapshot ?? (() => undefined),
     };
     this.inventory = opts.inventory;
@@ -171,7 +178,7 @@ export class ScriptedAgent {
       driver: this.opts.driver,
       isolation: "none",
       ingress: { url: this.opts.ingressUrl },
-      capabilities: { builder: this.opts.builder },
+      capabilities: { builder: this.opts.builder, ...(this.opts.networkRules === undefined ? {} : { networkRules: this.opts.networkRules }) },
       inventory,
     });
     await this.waitUntil(() => this.welcome !== null || this.closed !== null, timeoutMs);
@@ -275,13 +282,16 @@ export class ScriptedAgent {
       case "logsRequest":
         // Answered from the agent's own store, filled by the test (`logs.append`).
         this.logsRequests.push(msg);
-        this.sendFrame({ type: "logs", id: msg.id, entries: this.logs.query(msg.sandboxId, msg.query) });
+        this.sendFrame({ type: "logs", id: msg.id, entries: (msg.query.stream === "audit" ? this.audit : this.logs).query(msg.sandboxId, msg.query) });
         break;
       case "snapshotDeletes":
         this.snapshotDeletes.push(...msg.ids);
         break;
       case "trafficPolicies":
         this.trafficPolicies = msg.policies;
+        break;
+      case "securityProfiles":
+        this.securityProfiles = msg.profiles;
         break;
       case "rootfsDeletes":
         this.rootfsDeletes.push(...msg.names);

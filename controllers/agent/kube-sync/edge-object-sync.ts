@@ -33,7 +33,7 @@ export interface EdgeObjectKind<O extends KubernetesObject & { status?: S }, S> 
   kind: string;
   plural: string;
   /** The link item type. */
-  call: "autoscalers" | "updateops" | "trafficpolicyobjects";
+  call: "autoscalers" | "updateops" | "trafficpolicyobjects" | "securityprofileobjects";
   /** False: the edge takes no inventory of this kind (objects deleted while the agent was down
    * stay there until deleted otherwise). Default true. */
   inventory?: boolean;

@@ -1,11 +1,14 @@
-// The L7 side of local sandboxes' egress: E2B `network.rules` (header transforms with secrets)
-// enforced by the traffic-proxy's L7 handler on the redirected path (controllers/traffic/l7).
+// The L7 side of local sandboxes' egress: E2B `network.rules` (header transforms with secrets) and
+// the SecurityProfiles that select a sandbox (block/bypass, headers, tokens, MCP tool ACLs, rate
+// limits), enforced by the traffic-proxy's L7 handler on the redirected path (controllers/traffic/l7).
 // Secret values live only here, in the agent's memory, per sandbox; the CA is made per sandbox
 // and kept in memory too, and its certificate goes into the sandbox from inside (caInstallScript).
 import type tls from "node:tls";
+import type { SecurityProfileEntry } from "../../../schema/api/security-profile.ts";
 import { L7Handler, type AuditRecord } from "../../traffic/l7/handler.ts";
 import { SandboxCa } from "../../traffic/l7/ca.ts";
 import { e2bRules, type L7Policy } from "../../traffic/l7/policy.ts";
+import { profilesFor, type ProfileObject } from "../../traffic/l7/profile-crd.ts";
 import type { DesiredSandbox } from "../driver.ts";
 
 type Rules = NonNullable<DesiredSandbox["networkRules"]>;
@@ -33,36 +36,82 @@ export const caInstallScript = [
   "true",
 ].join("\n");
 
+type Selectable = Pick<DesiredSandbox, "networkRules" | "namespace" | "labels">;
+
+/** A profile as profile-crd.ts reads objects (the edge's team is the sandbox's namespace). */
+function asObject(e: SecurityProfileEntry): ProfileObject {
+  return {
+    kind: e.team === null ? "GlobalSecurityProfile" : "SecurityProfile",
+    metadata: { name: e.name, ...(e.team !== null ? { namespace: e.team } : {}), creationTimestamp: new Date(e.createdAt).toISOString() },
+    spec: e.spec,
+  };
+}
+
 export class LocalL7 {
   readonly handler: L7Handler;
   readonly #desiredOf: (id: string) => DesiredSandbox | undefined;
   readonly #secrets = new Map<string, ReadonlyMap<string, string>>();
   readonly #cas = new Map<string, Promise<SandboxCa>>();
-  readonly #policies = new WeakMap<Rules, L7Policy>();
+  /** The SecurityProfiles in force (the edge's whole set). */
+  #profiles: ProfileObject[] = [];
+  /** Each desired sandbox's policy for the profile set it was made with (records are replaced,
+   * not mutated, when they change; a new profile set makes a new generation). */
+  readonly #policies = new WeakMap<DesiredSandbox, { gen: number; policy: L7Policy | undefined }>();
+  #gen = 0;
+  #audit: (r: AuditRecord) => void;
 
   constructor(desiredOf: (id: string) => DesiredSandbox | undefined, opts: { upstreamTls?: tls.ConnectionOptions; audit?: (r: AuditRecord) => void } = {}) {
     this.#desiredOf = desiredOf;
+    this.#audit = opts.audit ?? (() => {});
     this.handler = new L7Handler({
       policyFor: (id) => this.policyFor(id),
       secretsFor: (id) => this.#secrets.get(id) ?? new Map(),
       caFor: (id) => this.ca(id),
-      audit: opts.audit ?? (() => {}),
+      audit: (r) => this.#audit(r),
       ...(opts.upstreamTls ? { upstreamTls: opts.upstreamTls } : {}),
       log: (line) => console.error(line),
     });
   }
 
-  /** Whether a sandbox wanting `d` has rules for the L7 handler (and so needs the proxy and a CA). */
+  /** Where audit records go (the agent keeps them per sandbox). */
+  setAudit(sink: (r: AuditRecord) => void): void {
+    this.#audit = sink;
+  }
+
+  /** Replaces the SecurityProfiles in force. */
+  setProfiles(entries: SecurityProfileEntry[]): void {
+    this.#profiles = entries.map(asObject);
+    this.#gen++;
+  }
+
+  /** Whether a sandbox wanting `d` has E2B rules for the L7 handler (and so needs the proxy and a CA). */
   static wants(d: Pick<DesiredSandbox, "networkRules">): boolean {
     return Object.keys(d.networkRules ?? {}).length > 0;
   }
 
+  /** Whether a sandbox wanting `d` goes through the L7 handler: E2B rules, or a profile selects it. */
+  wants(d: Selectable): boolean {
+    return LocalL7.wants(d) || this.#select(d).profiles.length > 0;
+  }
+
+  #select(d: Selectable) {
+    return profilesFor(this.#profiles, { namespace: d.namespace ?? "", labels: d.labels ?? {} });
+  }
+
   policyFor(id: string): L7Policy | undefined {
-    const rules = this.#desiredOf(id)?.networkRules;
-    if (!rules || !Object.keys(rules).length) return undefined;
-    let p = this.#policies.get(rules);
-    if (!p) this.#policies.set(rules, (p = { http: e2bRules(rules), mcp: [] }));
-    return p;
+    const d = this.#desiredOf(id);
+    if (!d) return undefined;
+    const cached = this.#policies.get(d);
+    if (cached?.gen === this.#gen) return cached.policy;
+    const rules = d.networkRules ?? {};
+    const selected = this.#select(d);
+    for (const r of selected.refused) console.error(`traffic-proxy: ${id}: SecurityProfile ${r.profile} blocks every inspected request: ${r.reason}`);
+    const policy: L7Policy | undefined =
+      Object.keys(rules).length || selected.profiles.length
+        ? { http: e2bRules(rules), mcp: [], profiles: selected.profiles, ...(selected.requestsPerMinute ? { requestsPerMinute: selected.requestsPerMinute } : {}) }
+        : undefined;
+    this.#policies.set(d, { gen: this.#gen, policy });
+    return policy;
   }
 
   /** Replaces the sandbox's secret values (names lower-cased, as the edge stores them). */

@@ -3,6 +3,7 @@
 import { mkdtempSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { z } from "zod";
 import { MAX_TRAFFIC_POLICIES, TrafficPolicyEntry } from "../../../schema/api/traffic-policy.ts";
+import { MAX_SECURITY_PROFILES, SecurityProfileEntry } from "../../../schema/api/security-profile.ts";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { EgressPolicy } from "../../../schema/protocol/egress.ts";
@@ -27,18 +28,19 @@ export type NetworkMode = "host" | "none" | "proxy";
 
 /** The rules to enforce, or null. `allowInternetAccess: false` is E2B's `denyOut: [ALL_TRAFFIC]`,
  * so with allowOut entries it becomes an allow list rather than no network. */
-export function egressRules(d: Pick<DesiredSandbox, "allowInternetAccess" | "egress" | "networkRules">): EgressPolicy | null {
+export function egressRules(d: Pick<DesiredSandbox, "allowInternetAccess" | "egress" | "networkRules">, l7 = LocalL7.wants(d)): EgressPolicy | null {
   const e = d.egress ?? null;
-  // `network.rules` need the proxy: with internet access and no lists, it allows every address.
-  if (d.allowInternetAccess) return e ?? (LocalL7.wants(d) ? { allowOut: [], denyOut: [] } : null);
+  // L7 rules (`network.rules`, SecurityProfiles: `l7`) need the proxy: with internet access and
+  // no lists, it allows every address.
+  if (d.allowInternetAccess) return e ?? (l7 ? { allowOut: [], denyOut: [] } : null);
   if (!e?.allowOut.length) return null;
   return { allowOut: e.allowOut, denyOut: [...e.denyOut, "0.0.0.0/0"] };
 }
 
 /** `governed`: some TrafficPolicy selects the sandbox, which puts it behind the proxy too
  * (without internet access and allowOut it still gets no network: a policy does not open one). */
-export function networkMode(d: Pick<DesiredSandbox, "allowInternetAccess" | "egress" | "networkRules">, governed = false): NetworkMode {
-  if (egressRules(d)) return "proxy";
+export function networkMode(d: Pick<DesiredSandbox, "allowInternetAccess" | "egress" | "networkRules">, governed = false, l7 = LocalL7.wants(d)): NetworkMode {
+  if (egressRules(d, l7)) return "proxy";
   if (!d.allowInternetAccess) return "none";
   return governed ? "proxy" : "host";
 }
@@ -83,12 +85,13 @@ export class LocalEgress {
 
   /** The TrafficPolicies deciding for a sandbox wanting `d`, when some select it. */
   governing(d: Pick<DesiredSandbox, "allowInternetAccess" | "egress" | "networkRules" | "namespace" | "labels">): Governance | undefined {
-    return this.traffic.governing(d.namespace ?? null, d.labels ?? {}, egressRules(d));
+    // E2B's own lists only: the allow-all that puts an L7 sandbox behind the proxy is no policy.
+    return this.traffic.governing(d.namespace ?? null, d.labels ?? {}, egressRules(d, false));
   }
 
   #policyFor(id: string): CompiledPolicy | string {
     const d = this.#desiredOf(id);
-    const rules = d && egressRules(d);
+    const rules = d && egressRules(d, this.l7.wants(d));
     if (!rules) return `sandbox ${id} has no egress rules here`;
     let c = this.#compiled.get(rules);
     if (c === undefined) {
@@ -104,30 +107,30 @@ export class LocalEgress {
   }
 
   #trafficFile: string | undefined;
+  #profilesFile: string | undefined;
 
-  /** Keeps the TrafficPolicies the edge sent in `file` and loads the last ones now, so an agent
-   * restart does not leave the sandboxes they govern ungoverned (or moved out from behind the
-   * proxy) until the edge sends them again. */
-  persistTraffic(file: string): void {
-    this.#trafficFile = file;
-    let json: unknown;
-    try {
-      json = JSON.parse(readFileSync(file, "utf8"));
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== "ENOENT") console.error(`local: ${file}: unreadable traffic policies, none loaded until the edge sends them: ${(err as Error).message}`);
-      return;
-    }
-    const parsed = z.array(TrafficPolicyEntry).max(MAX_TRAFFIC_POLICIES).safeParse(json);
-    if (parsed.success) this.traffic.replace(parsed.data);
-    else console.error(`local: ${file}: unreadable traffic policies, none loaded until the edge sends them: ${parsed.error.message}`);
+  /** Keeps the TrafficPolicies and SecurityProfiles the edge sent in `dir` and loads the last ones
+   * now, so an agent restart does not leave the sandboxes they govern ungoverned (or moved out
+   * from behind the proxy) until the edge sends them again. */
+  persistIn(dir: string): void {
+    this.#trafficFile = join(dir, "traffic-policies.json");
+    this.#profilesFile = join(dir, "security-profiles.json");
+    const traffic = loadJson(this.#trafficFile, "traffic policies", z.array(TrafficPolicyEntry).max(MAX_TRAFFIC_POLICIES));
+    if (traffic) this.traffic.replace(traffic);
+    const profiles = loadJson(this.#profilesFile, "security profiles", z.array(SecurityProfileEntry).max(MAX_SECURITY_PROFILES));
+    if (profiles) this.l7.setProfiles(profiles);
   }
 
-  /** Replaces the TrafficPolicies in force (and keeps them, see persistTraffic). */
+  /** Replaces the TrafficPolicies in force (and keeps them, see persistIn). */
   setTraffic(entries: TrafficPolicyEntry[]): void {
     this.traffic.replace(entries);
-    if (!this.#trafficFile) return;
-    writeFileSync(`${this.#trafficFile}.tmp`, JSON.stringify(entries));
-    renameSync(`${this.#trafficFile}.tmp`, this.#trafficFile);
+    saveJson(this.#trafficFile, entries);
+  }
+
+  /** Replaces the SecurityProfiles in force (and keeps them, see persistIn). */
+  setProfiles(entries: SecurityProfileEntry[]): void {
+    this.l7.setProfiles(entries);
+    saveJson(this.#profilesFile, entries);
   }
 
   /** Starts the proxy if it is not running. */
@@ -159,4 +162,23 @@ export class LocalEgress {
     void this.#proxy?.close();
     rmSync(this.#dir, { recursive: true, force: true });
   }
+}
+
+function loadJson<T>(file: string, what: string, schema: z.ZodType<T>): T | undefined {
+  let json: unknown;
+  try {
+    json = JSON.parse(readFileSync(file, "utf8"));
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== "ENOENT") console.error(`local: ${file}: unreadable ${what}, none loaded until the edge sends them: ${(err as Error).message}`);
+    return undefined;
+  }
+  const parsed = schema.safeParse(json);
+  if (!parsed.success) console.error(`local: ${file}: unreadable ${what}, none loaded until the edge sends them: ${parsed.error.message}`);
+  return parsed.data;
+}
+
+function saveJson(file: string | undefined, value: unknown): void {
+  if (!file) return;
+  writeFileSync(`${file}.tmp`, JSON.stringify(value));
+  renameSync(`${file}.tmp`, file);
 }

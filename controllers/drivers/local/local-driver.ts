@@ -21,11 +21,13 @@ import { cgroupPids, cgroupSetFor, createCgroups, isFrozen, killAndRemove, listC
 import { alive, discoverHolder, signalSandbox, startHolder } from "./holder.ts";
 import { EGRESS_MAX_CONNECTIONS, EGRESS_PROXY_PORT, LocalEgress, networkMode, proxyEnv, type NetworkMode } from "./egress.ts";
 import type { TrafficPolicyEntry } from "../../../schema/api/traffic-policy.ts";
+import type { SecurityProfileEntry } from "../../../schema/api/security-profile.ts";
+import type { NetworkAuditRecord } from "../../../schema/api/network-audit.ts";
 import { mountDisk, unmountDisk, unmountDiskSync } from "./disk.ts";
 import { SpareDisks } from "./spare-disks.ts";
 import { LocalSnapshots } from "./snapshots.ts";
 import { bwrapMountArgs, layoutFor, mountsFor, prepareLayout, USERS, type SandboxLayout } from "./layout.ts";
-import { caEnv, caInstallScript, LocalL7 } from "./egress-l7.ts";
+import { caEnv, caInstallScript } from "./egress-l7.ts";
 import { bwrapRootArgs, HOST_VIEW_IMAGE, mountRoot, rootFor, unmountRoot, writeIdentity } from "./root-overlay.ts";
 import { RootfsStore } from "./rootfs/store.ts";
 import { IDENTITY } from "./id-map.ts";
@@ -129,7 +131,7 @@ export class LocalDriver implements Driver {
     this.#egressPort = opts.egressProxyPort ?? EGRESS_PROXY_PORT;
     this.#egressMax = opts.egressMaxConnections ?? EGRESS_MAX_CONNECTIONS;
     if (opts.egressResolve) this.#egress.resolve = opts.egressResolve;
-    this.#egress.persistTraffic(join(this.#dataDir, "traffic-policies.json"));
+    this.#egress.persistIn(this.#dataDir);
     this.#spawner = opts.spawner ?? new Spawner(process.env.KRUISE_LOCAL_SPAWNER === "off" ? IN_PROCESS : undefined);
     this.#spawner.warm();
     const disk = opts.disk !== false && process.env.KRUISE_LOCAL_DISK !== "off";
@@ -314,25 +316,41 @@ export class LocalDriver implements Driver {
 
   /** The network a sandbox wanting `d` gets: TrafficPolicies that select it put it behind the proxy. */
   #mode(d: DesiredSandbox): NetworkMode {
-    return networkMode(d, this.#egress.governing(d) !== undefined);
+    return networkMode(d, this.#egress.governing(d) !== undefined, this.#egress.l7.wants(d));
   }
 
   /** Replaces the TrafficPolicies in force (the edge's, agent link) and moves each sandbox whose
    * network that changes (behind the proxy or out from behind it); open connections of governed
    * sandboxes are judged again. */
   async setTrafficPolicies(entries: TrafficPolicyEntry[]): Promise<void> {
-    const before = new Map([...this.#records.values()].map((r) => [r.id, this.#mode(r.desired)]));
-    this.#egress.setTraffic(entries);
+    await this.#policiesChanged("traffic policies", () => this.#egress.setTraffic(entries));
+  }
+
+  /** Replaces the SecurityProfiles in force (the edge's, agent link): a sandbox a profile newly
+   * selects goes behind the proxy and gets its CA; the next request is judged by the new set. */
+  async setSecurityProfiles(entries: SecurityProfileEntry[]): Promise<void> {
+    await this.#policiesChanged("security profiles", () => this.#egress.setProfiles(entries));
+  }
+
+  setNetworkAudit(sink: (record: NetworkAuditRecord) => void): void {
+    this.#egress.l7.setAudit(sink);
+  }
+
+  /** After `change`, converges again each sandbox whose network or L7 need it changed (the sets
+   * come with every welcome, so the others are only judged again). */
+  async #policiesChanged(what: string, change: () => void): Promise<void> {
+    const need = (r: SandboxRecord) => `${this.#mode(r.desired)}:${this.#egress.l7.wants(r.desired)}`;
+    const before = new Map([...this.#records.values()].map((r) => [r.id, need(r)]));
+    change();
     for (const rec of this.#records.values()) {
-      // Only a sandbox whose network changes is converged again (the set comes with every welcome).
-      if (rec.phase === "Stopped" || before.get(rec.id) === this.#mode(rec.desired)) {
+      if (rec.phase === "Stopped" || before.get(rec.id) === need(rec)) {
         this.#egress.revalidate(rec.id);
         continue;
       }
       await this.#locked(rec.id, async () => {
         const now = this.#record(rec.id);
         if (now) await this.#converge(now.desired);
-      }).catch((err) => console.error(`local: ${rec.id}: traffic policies: ${(err as Error).message}`));
+      }).catch((err) => console.error(`local: ${rec.id}: ${what}: ${(err as Error).message}`));
     }
   }
 
@@ -395,7 +413,7 @@ export class LocalDriver implements Driver {
     const maxConnections = Math.min(this.#egressMax, rec.desired.resources.pidsMax ?? this.#pidsMax);
     await this.#relay.listenEgress(rec.id, rec.nsInit!, this.#egressPort, { cgroupProcs: rec.cgroups ? procsFiles(rec.cgroups) : [], maxConnections });
     this.#egress.revalidate(rec.id);
-    if (LocalL7.wants(rec.desired)) await this.#installCa(rec.id, rec.nsInit!.pid);
+    if (this.#egress.l7.wants(rec.desired)) await this.#installCa(rec.id, rec.nsInit!.pid);
   }
 
   /** Sandboxes (by their namespace's pid) whose trust store has their CA. */
@@ -594,7 +612,9 @@ export class LocalDriver implements Driver {
         const now = this.#record(id);
         if (!now || now.phase === "Stopped" || !now.nsInit) return undefined;
         const proxied = now.level !== "process" && this.#mode(now.desired) === "proxy";
-        const env = proxied ? { ...proxyEnv(this.#egressPort), ...(LocalL7.wants(now.desired) ? caEnv() : {}) } : undefined;
+        // Under L7 policy every connection is redirected and inspected; the proxy itself refuses
+        // such a sandbox (its tunnels would not be inspected), so no proxy variables.
+        const env = proxied ? (this.#egress.l7.wants(now.desired) ? caEnv() : proxyEnv(this.#egressPort)) : undefined;
         return { nsPid: now.level === "process" ? undefined : now.nsInit.pid, cgroupProcs: now.cgroups ? procsFiles(now.cgroups) : [], env };
       },
     });

@@ -13,6 +13,7 @@ import { SseFilter, filterAnswer, screenRequest } from "./mcp.ts";
 import { HOP_HEADERS as HOP, prepareRequest } from "./request.ts";
 import { oneConnectionAgent, withHead } from "./streams.ts";
 import type { SandboxCa } from "./ca.ts";
+import type { NetworkAuditRecord } from "../../../schema/api/network-audit.ts";
 
 /** What the redirected path hands over (structurally its `RedirectedConnection`). */
 export interface L7Connection {
@@ -27,17 +28,7 @@ export interface L7Connection {
 }
 
 /** One audit record: who, where, which rule, status and bytes; never bodies, headers or secrets. */
-export interface AuditRecord {
-  sandbox: string;
-  host: string;
-  method: string;
-  path: string;
-  rule: string;
-  status: number;
-  bytesOut: number;
-  bytesIn: number;
-  tool?: string;
-}
+export type AuditRecord = NetworkAuditRecord;
 
 export interface L7Options {
   policyFor(sandbox: string): L7Policy | undefined;
@@ -117,9 +108,9 @@ export class L7Handler {
     const { conn, host } = ctx;
     const method = req.method ?? "GET";
     const path = req.url ?? "/";
-    const record = (rule: string, status: number) => this.#o.audit({ sandbox: conn.sandbox, host, method, path: path.split("?")[0]!, rule, status, bytesOut: 0, bytesIn: 0 });
+    const record = (rule: string, status: number, refused = false) => this.#o.audit({ sandbox: conn.sandbox, host, method, path: path.split("?")[0]!, rule, status, bytesOut: 0, bytesIn: 0, refused });
     const refuse = (status: number, rule: string, text: string) => {
-      record(rule, status);
+      record(rule, status, true);
       socket.end(`HTTP/1.1 ${status} ${http.STATUS_CODES[status] ?? ""}\r\ncontent-type: text/plain\r\nconnection: close\r\n\r\ntraffic-proxy: ${text}\n`);
     };
     if (!this.#rate.take(conn.sandbox, policy.requestsPerMinute)) return refuse(429, "requestsPerMinute", `rate limit of ${policy.requestsPerMinute} requests per minute`);
@@ -145,10 +136,10 @@ export class L7Handler {
     const policy = this.#o.policyFor(conn.sandbox);
     const method = req.method ?? "GET";
     const path = req.url ?? "/";
-    const record = (rule: string, status: number, bytesIn = 0, tool?: string) =>
-      this.#o.audit({ sandbox: conn.sandbox, host, method, path: path.split("?")[0]!, rule, status, bytesOut: Number(req.headers["content-length"] ?? 0), bytesIn, ...(tool ? { tool } : {}) });
+    const record = (rule: string, status: number, bytesIn = 0, tool?: string, refused = false) =>
+      this.#o.audit({ sandbox: conn.sandbox, host, method, path: path.split("?")[0]!, rule, status, bytesOut: Number(req.headers["content-length"] ?? 0), bytesIn, ...(tool ? { tool } : {}), refused });
     const refuse = (status: number, rule: string, text: string) => {
-      record(rule, status);
+      record(rule, status, 0, undefined, true);
       res.writeHead(status, { "content-type": "text/plain" }).end(`traffic-proxy: ${text}\n`);
     };
     if (!policy) return refuse(403, "no L7 policy", "egress denied: the sandbox's policy changed");
@@ -168,7 +159,7 @@ export class L7Handler {
       if (s.calls[0]) rule = s.calls.map((c) => c.rule).join(",");
       const denied = s.calls.find((c) => !c.allowed);
       if (s.answer) {
-        record(denied?.rule ?? "mcp", 200, Buffer.byteLength(s.answer), tool);
+        record(denied?.rule ?? "mcp", 200, Buffer.byteLength(s.answer), tool, true);
         return void res.writeHead(200, { "content-type": "application/json" }).end(s.answer);
       }
       headers["content-length"] = String(body.length);

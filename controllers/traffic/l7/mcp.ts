@@ -9,6 +9,9 @@ import type { ToolVerdict } from "./policy.ts";
 /** The verdict for one tool of the server at hand (undefined: not governed). */
 export type ToolDecider = (tool: string) => ToolVerdict | undefined;
 
+/** Longer tool names are denied without matching. */
+export const MAX_TOOL_NAME = 256;
+
 /** JSON-RPC's server-error range; the SDKs surface the message. */
 export const TOOL_DENIED_CODE = -32001;
 
@@ -56,8 +59,10 @@ export function screenRequest(decide: ToolDecider, body: string): Screened {
   for (const m of list) {
     if (typeof m !== "object" || m === null) continue;
     if (m.method !== "tools/call") continue;
-    const tool = typeof m.params?.name === "string" ? m.params.name : "";
-    const v = decide(tool);
+    const named = typeof m.params?.name === "string" ? m.params.name : "";
+    // A name no rule could be meant for is denied unmatched (matching costs its length).
+    const tool = named.slice(0, MAX_TOOL_NAME);
+    const v = named.length > MAX_TOOL_NAME ? decide("") && { allowed: false, rule: `a tool name longer than ${MAX_TOOL_NAME} characters` } : decide(tool);
     if (!v) continue;
     const d = { tool, allowed: v.allowed, rule: v.rule };
     out.calls.push(d);

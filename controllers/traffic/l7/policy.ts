@@ -47,9 +47,27 @@ export function hostScore(pattern: string, host: string): number {
   return -1;
 }
 
+/** `*` matches any run of characters. Iterative, at most |pattern|·|s| steps (no backtracking
+ * regex: `s` is a sandbox's bytes, matched on the host). */
 export function glob(pattern: string, s: string): boolean {
-  const re = new RegExp(`^${pattern.split("*").map((x) => x.replace(/[.+?^${}()|[\]\\]/g, "\\$&")).join(".*")}$`);
-  return re.test(s);
+  let p = 0;
+  let i = 0;
+  let star = -1;
+  let mark = 0;
+  while (i < s.length) {
+    if (p < pattern.length && pattern[p] === "*") {
+      star = p++;
+      mark = i;
+    } else if (p < pattern.length && pattern[p] === s[i]) {
+      p++;
+      i++;
+    } else if (star >= 0) {
+      p = star + 1;
+      i = ++mark;
+    } else return false;
+  }
+  while (pattern[p] === "*") p++;
+  return p === pattern.length;
 }
 
 /** Whether connections to `host` are opened and read (a bypass-only host is passed through). */

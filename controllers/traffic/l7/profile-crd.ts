@@ -10,13 +10,15 @@ import { unsupported, type Profile, type ProfileRule } from "./profile.ts";
 export interface ProfileObject {
   kind: "SecurityProfile" | "GlobalSecurityProfile";
   metadata: { name: string; namespace?: string; creationTimestamp?: string };
-  spec: { selector?: LabelSelector; priority?: number; rules?: unknown };
+  spec: { selector?: LabelSelector; priority?: number; rules?: unknown; rateLimit?: { requestsPerMinute?: number } };
 }
 
 export interface ProfilesFor {
   profiles: Profile[];
   /** Selected profiles that block everything instead, with why. */
   refused: { profile: string; reason: string }[];
+  /** The lowest `rateLimit.requestsPerMinute` of the selected profiles, if any sets one. */
+  requestsPerMinute?: number;
 }
 
 function rulesOf(raw: unknown): ProfileRule[] | string {
@@ -43,6 +45,8 @@ export function profilesFor(objects: readonly ProfileObject[], sandbox: { namesp
     return a.kind === b.kind ? 0 : a.kind === "GlobalSecurityProfile" ? -1 : 1;
   });
   const out: ProfilesFor = { profiles: [], refused: [] };
+  const limits = chosen.map((o) => o.spec.rateLimit?.requestsPerMinute).filter((n): n is number => typeof n === "number" && n > 0);
+  if (limits.length) out.requestsPerMinute = Math.min(...limits);
   chosen.forEach((o, i) => {
     const name = o.kind === "GlobalSecurityProfile" ? o.metadata.name : `${o.metadata.namespace}/${o.metadata.name}`;
     const rules = rulesOf(o.spec.rules);

@@ -2,8 +2,8 @@
 // decisions, MCP tool decisions (closed once a server is named), E2B's network.rules, secret
 // placeholders, JSON-RPC screening and answer filtering (JSON, batches, SSE split anywhere).
 import { describe, expect, it } from "vitest";
-import { SseFilter, TOOL_DENIED_CODE, filterAnswer, screenRequest } from "../../../controllers/traffic/l7/mcp.ts";
-import { decideRequest, decideTool, e2bRules, hostScore, inspects, referencedSecrets, resolveSecrets, type L7Policy } from "../../../controllers/traffic/l7/policy.ts";
+import { MAX_TOOL_NAME, SseFilter, TOOL_DENIED_CODE, filterAnswer, screenRequest } from "../../../controllers/traffic/l7/mcp.ts";
+import { decideRequest, decideTool, e2bRules, glob, hostScore, inspects, referencedSecrets, resolveSecrets, type L7Policy } from "../../../controllers/traffic/l7/policy.ts";
 import { RateLimiter } from "../../../controllers/traffic/l7/rate.ts";
 
 describe("policy", () => {
@@ -94,5 +94,18 @@ describe("MCP JSON-RPC", () => {
     expect(out).not.toContain('"rm"');
     expect(out).toContain("event: message\n");
     expect(out).toContain(": ping\n\n");
+  });
+});
+
+describe("glob and long tool names", () => {
+  it("matches * as any run, in time linear in the name for each star; a tool name over the bound is denied unmatched", () => {
+    expect([glob("read_*", "read_file"), glob("*_file", "read_file"), glob("r*d*e", "read_file"), glob("*", ""), glob("a*b", "ab")]).toEqual([true, true, true, true, true]);
+    expect([glob("read_*", "write_file"), glob("a*b", "a"), glob("", "x"), glob("a.c", "abc")]).toEqual([false, false, false, false]);
+    // A pattern that makes a backtracking regex take exponential time ends at once here.
+    expect(glob("*a*a*a*a*a*a*a*a*a*a*a*a*b", "a".repeat(4000))).toBe(false);
+    const policy = { http: [], mcp: [{ name: "any", server: "mcp.test", tool: "*", action: "allow" as const }] };
+    const body = JSON.stringify({ jsonrpc: "2.0", id: 1, method: "tools/call", params: { name: "x".repeat(MAX_TOOL_NAME + 1) } });
+    const s = screenRequest((t) => decideTool(policy, "mcp.test", t), body);
+    expect(s.calls).toEqual([{ tool: "x".repeat(MAX_TOOL_NAME), allowed: false, rule: `a tool name longer than ${MAX_TOOL_NAME} characters` }]);
   });
 });

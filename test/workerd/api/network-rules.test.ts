@@ -34,13 +34,45 @@ describe("network rules at create", () => {
 });
 
 describe("network.rules (header transforms)", () => {
-  it("refuses malformed ones with a 400 naming the host or header; well-formed ones are accepted at create, a 501 at update", async () => {
+  it("refuses malformed ones with a 400 naming the host or header; well-formed ones are accepted at create and at update", async () => {
     await expectError(create({ rules: { "*": [{ transform: { headers: { a: "b" } } }] } }), 400, /rules: "\*" is not a domain name or a leading-wildcard pattern/);
     await expectError(create({ rules: { "api.example.com": [{ transform: { headers: { Host: "evil.example" } } }] } }), 400, /header "Host": the proxy sets this header itself/);
     await expectError(create({ rules: { "api.example.com": [{ transform: { headers: { "x-a": "v\r\nInjected: 1" } } }] } }), 400, /header "x-a": the value has a line break/);
     await expectError(update((await expectStatus(create({}), 201)).sandboxID, { rules: { "a b": [] } }), 400, /rules: "a b" is not a domain name/);
     const made = await expectStatus(create({ rules: { "*.Example.com": [{ transform: { headers: { Authorization: "Bearer ${e2b.secrets.gh}" } } }] } }), 201);
-    await expectError(update(made.sandboxID, { rules: { "api.example.com": [{ transform: { headers: { a: "b" } } }] } }), 501, /network\.rules is not supported/);
+    await expectStatus(update(made.sandboxID, { rules: { "api.example.com": [{ transform: { headers: { a: "b" } } }] } }), 204);
+    expect(agent.sandboxes.get(made.sandboxID)!.intent.networkRules).toEqual({ "api.example.com": [{ transform: { headers: { a: "b" } } }] });
+  });
+
+  it("updateNetwork replaces them (omitted: cleared) and sends the values of the secrets the new rules name", async () => {
+    await expectStatus(call("/secrets", { key: team.key, body: { name: "later", value: "value-later-41c" } }), 201);
+    const sbx = await expectStatus(create({ rules: { "a.example.com": [{ transform: { headers: { "x-a": "1" } } }] } }), 201);
+    expect(agent.secrets.get(sbx.sandboxID)).toBeUndefined();
+    const rules = { "b.example.com": [{ transform: { headers: { Authorization: "Bearer ${e2b.secrets.later}" } } }] };
+    await expectStatus(update(sbx.sandboxID, { allowOut: ["b.example.com"], rules }), 204);
+    const intent = agent.sandboxes.get(sbx.sandboxID)!.intent;
+    expect(intent.networkRules).toEqual(rules);
+    expect(JSON.stringify(intent)).not.toContain("value-later-41c");
+    expect(agent.secrets.get(sbx.sandboxID)).toEqual({ later: "value-later-41c" });
+    await expectStatus(update(sbx.sandboxID, { allowOut: ["b.example.com"] }), 204);
+    expect(agent.sandboxes.get(sbx.sandboxID)!.intent.networkRules).toEqual({});
+  });
+});
+
+describe("network.rules on a cluster whose driver does not enforce them", () => {
+  it("are a 501 naming the cluster and driver, at create and at update; a create without them works", async () => {
+    const kube = await createTeam(unique("kube-rules"), { replicas: 1 });
+    const kubeAgent = await startAgent(kube.cluster, { driver: "kubernetes", networkRules: false });
+    try {
+      const rules = { "api.example.com": [{ transform: { headers: { a: "b" } } }] };
+      const make = (network: unknown) => call("/v2/sandboxes", { key: kube.key, body: { templateID: kube.template, network } });
+      await expectError(make({ rules }), 501, new RegExp(`network\\.rules is not supported on cluster "${kube.cluster}" \\(its agent runs the kubernetes driver`));
+      const plain = await expectStatus(make({}), 201);
+      await expectError(update(plain.sandboxID, { rules }, kube.key), 501, /network\.rules is not supported on cluster/);
+      await expectStatus(update(plain.sandboxID, { denyOut: ["0.0.0.0/0"] }, kube.key), 204);
+    } finally {
+      kubeAgent.disconnect();
+    }
   });
 });
 

@@ -25,17 +25,17 @@ const sandbox = { allowInternetAccess: true, egress: null, namespace: "team-a", 
 
 it("keeps the edge's set on disk and a restarted agent governs with it at once", () => {
   const first = egress();
-  first.persistTraffic(file);
+  first.persistIn(dir);
   expect(first.governing(sandbox)).toBeUndefined();
   first.setTraffic([{ team: "team-a", name: "web", spec: TrafficPolicySpec.parse({ selector: { matchLabels: { app: "web" } }, egress: { rules: [{ action: "reject", to: [{ cidr: "0.0.0.0/0" }] }] } }) }]);
   const restarted = egress();
-  restarted.persistTraffic(file);
+  restarted.persistIn(dir);
   const g = restarted.governing(sandbox);
   expect(g?.policies.map((p) => p.name)).toEqual(["team-a/web"]);
   expect(networkMode(sandbox, g !== undefined)).toBe("proxy");
   restarted.setTraffic([]);
   const third = egress();
-  third.persistTraffic(file);
+  third.persistIn(dir);
   expect(third.governing(sandbox)).toBeUndefined();
 });
 
@@ -43,7 +43,7 @@ it("an unreadable file loads nothing and says why, without failing", () => {
   writeFileSync(file, "{not json");
   const said = vi.spyOn(console, "error").mockImplementation(() => {});
   const e = egress();
-  e.persistTraffic(file);
+  e.persistIn(dir);
   expect(e.traffic.entries).toEqual([]);
   expect(said.mock.calls[0]?.[0]).toContain("unreadable traffic policies");
   said.mockRestore();

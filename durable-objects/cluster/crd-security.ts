@@ -1,0 +1,25 @@
+// SecurityProfiles from a cluster (schema/protocol/crd-sync.ts `securityprofileobjects`), applied
+// through the admin API's operations: stored, sent to every cluster's agent, and answered with the
+// live sandboxes each selects (the object's status). Only a cluster that serves the team (runs one
+// of its templates) may set the team's profiles, as for traffic policies (crd-traffic.ts). The
+// inventory prunes nothing: the team's profiles made through the admin API live beside them, and
+// the edge does not record which came from a cluster (an object deleted while the agent was down
+// stays until deleted through the admin API, as for TrafficPolicies).
+import type { ReplyItem, SandboxId, SecurityProfileItem } from "../../schema/protocol/index.ts";
+import type { Env } from "../env.ts";
+import { getSecurityProfileView, removeSecurityProfile, setSecurityProfile } from "../operations/security-profiles.ts";
+import { servesTeam } from "./crd-traffic.ts";
+
+export async function applySecurityProfile(env: Env, cluster: string, item: SecurityProfileItem): Promise<Omit<ReplyItem, "id">> {
+  if ("present" in item) return { result: "applied" };
+  if (!(await servesTeam(env, cluster, item.namespace))) {
+    return { result: "rejected", code: "forbidden", message: `cluster ${cluster} runs no template of team ${item.namespace}, so it may not set the team's security profiles (apply a SandboxSet in the namespace first)` };
+  }
+  if ("deleted" in item) {
+    await removeSecurityProfile(env, item.namespace, item.name);
+    return { result: "applied" };
+  }
+  const view = "status" in item ? await getSecurityProfileView(env, item.namespace, item.name) : await setSecurityProfile(env, item.namespace, item.name, item.spec);
+  if (!view) return { result: "rejected", code: "not_found", message: `no profile ${item.namespace}/${item.name} on the edge` };
+  return { result: "applied", selectedSandboxes: view.status.selectedSandboxes.slice(0, 1000) as SandboxId[] };
+}

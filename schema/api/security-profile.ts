@@ -1,0 +1,87 @@
+import { z } from "zod";
+import { SecretName } from "./secret.ts";
+import { TeamName } from "./team.ts";
+import { LabelSelectorSchema, TrafficPolicyName } from "./traffic-policy.ts";
+
+/*
+ * SecurityProfile / GlobalSecurityProfile (L7 egress), as the admin API takes them and as the edge
+ * sends them to agents (schema/protocol/messages.ts `securityProfiles`): the CRDs' spec
+ * (schema/crd/definitions.ts, OpenKruise §1.8/§6.2) limited to what the traffic-proxy enforces
+ * (controllers/traffic/l7/profile.ts). Anything beyond that subset is a 400 naming the field, never
+ * a profile enforced in part: Regex paths (no tenant regex is compiled on the host), port, scheme,
+ * header and query matches, `inputs`, audit webhooks, AliyunSTS.
+ * One addition: `rateLimit.requestsPerMinute`, a token bucket per sandbox over the requests the
+ * proxy inspects for it (the lowest of the profiles that select it).
+ */
+
+export const MAX_SECURITY_PROFILES = 200;
+const MAX_RULES = 50;
+const MAX_LIST = 16;
+
+const TOKEN = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
+/** Headers the proxy owns: a profile cannot redirect or reframe the request. */
+const RESERVED = new Set(["host", "content-length", "transfer-encoding", "connection", "upgrade", "te", "trailer", "keep-alive", "proxy-connection"]);
+const HeaderName = z
+  .string()
+  .max(128)
+  .regex(TOKEN, "a header name must be an HTTP token")
+  .refine((n) => !RESERVED.has(n.toLowerCase()), "the proxy sets this header itself");
+const HeaderValue = z
+  .string()
+  .max(8192)
+  .refine((v) => !/[\r\n\0]/.test(v), "a header value may not hold a line break or NUL");
+/** `*` (any host), a DNS name, or `*.name` (its subdomains at any depth, not the apex). */
+const Domain = z
+  .string()
+  .max(253)
+  .regex(/^(\*|(\*\.)?([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\.)*[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)$/i, "a domain is *, a DNS name, or *.name for its subdomains");
+const Match = z.strictObject({
+  domains: z.array(Domain).min(1).max(MAX_LIST),
+  paths: z
+    .array(z.strictObject({ type: z.enum(["Prefix", "Exact"], { error: "path type must be Prefix or Exact (Regex is not supported)" }).optional(), value: z.string().min(1).max(1024).startsWith("/") }))
+    .max(MAX_LIST)
+    .optional(),
+  methods: z.array(z.string().regex(/^[A-Za-z]{1,16}$/, "a method is letters only")).max(MAX_LIST).optional(),
+});
+const ToolAction = z.enum(["allow", "deny"]);
+const Actions = z.strictObject({
+  bypass: z.boolean().optional(),
+  block: z.strictObject({ statusCode: z.int().min(400).max(599).optional(), body: z.string().max(4096).optional() }).optional(),
+  mcpToolPolicy: z
+    .strictObject({
+      rules: z
+        .array(z.strictObject({ method: z.literal("tools/call").optional(), toolNames: z.array(z.string().min(1).max(128)).max(50).optional(), action: ToolAction }))
+        .max(MAX_RULES)
+        .optional(),
+      defaultAction: ToolAction.optional(),
+    })
+    .optional(),
+  headerManipulation: z
+    .strictObject({ set: z.array(z.strictObject({ name: HeaderName, value: HeaderValue })).max(MAX_LIST).optional(), remove: z.array(HeaderName).max(MAX_LIST).optional() })
+    .optional(),
+  tokenTransformation: z
+    .strictObject({
+      type: z.literal("ApiKey", { error: "tokenTransformation supports type ApiKey only" }).optional(),
+      targetHeader: HeaderName.optional(),
+      apiKey: z.strictObject({ valueTemplate: HeaderValue.optional() }).optional(),
+      credentialRef: z.strictObject({ secret: z.strictObject({ name: SecretName }) }),
+    })
+    .optional(),
+});
+export const SecurityProfileRule = z.strictObject({ name: z.string().min(1).max(128), match: z.array(Match).min(1).max(MAX_LIST), actions: Actions });
+
+/** A profile's spec (the admin API's PUT body; the CRD's `spec` within the subset above). */
+export const SecurityProfileSpec = z.strictObject({
+  priority: z.int().min(0).max(2 ** 31 - 1).default(1000),
+  selector: LabelSelectorSchema.optional(),
+  rules: z.array(SecurityProfileRule).max(MAX_RULES).default([]),
+  rateLimit: z.strictObject({ requestsPerMinute: z.int().min(1).max(1_000_000) }).optional(),
+});
+export type SecurityProfileSpec = z.infer<typeof SecurityProfileSpec>;
+
+export const SecurityProfileName = TrafficPolicyName;
+
+/** One profile as the edge sends it: `team` null for a GlobalSecurityProfile (every team's
+ * sandboxes); `createdAt` (ms) orders profiles of equal priority. */
+export const SecurityProfileEntry = z.object({ team: TeamName.nullable(), name: SecurityProfileName, spec: SecurityProfileSpec, createdAt: z.int().nonnegative() });
+export type SecurityProfileEntry = z.infer<typeof SecurityProfileEntry>;

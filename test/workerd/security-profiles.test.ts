@@ -1,0 +1,138 @@
+// SecurityProfile / GlobalSecurityProfile through the admin API: stored, sent whole to the
+// cluster's agent at once (and with every welcome), status listing the live sandboxes a profile
+// selects (by the `label:<k>` metadata of E2B's create); what the proxy cannot enforce as written
+// refused with a 400 naming it. SecurityProfile objects of a cluster (the CRD sync's
+// `securityprofileobjects`) land in the same set, only from a cluster that serves the team. A sandbox's network audit through the team API: the agent's
+// records, never another team's.
+import { exports } from "cloudflare:workers";
+import { afterAll, describe, expect, it } from "vitest";
+import { auditFields } from "../../schema/api/network-audit.ts";
+import { CrdLink } from "../support/crd-link.ts";
+import { fetchTransport, ScriptedAgent } from "../support/scripted-agent.ts";
+import { call, createTeam, expectError, expectStatus, startAgent, unique } from "./helpers.ts";
+
+const agents: ScriptedAgent[] = [];
+afterAll(() => agents.forEach((a) => a.disconnect()));
+
+const mcp = {
+  priority: 10,
+  selector: { matchLabels: { app: "agent" } },
+  rules: [{ name: "tools", match: [{ domains: ["mcp.example.test"], paths: [{ type: "Exact", value: "/mcp" }] }], actions: { mcpToolPolicy: { rules: [{ toolNames: ["read_*"], action: "allow" }] } } }],
+  rateLimit: { requestsPerMinute: 60 },
+};
+const rule = (match: unknown, actions: unknown = { block: {} }) => ({ rules: [{ name: "r", match: [match], actions }] });
+const put = (team: string, body: unknown, key?: string) => call(`/admin/teams/${team}/security-profiles/x`, { method: "PUT", body, ...(key ? { key } : {}) });
+
+describe("security profiles (admin API)", () => {
+  it("a team's profile reaches its cluster's agent and lists the sandboxes it selects; a global one every team's", async () => {
+    const team = await createTeam(unique("sp"));
+    const agent = await startAgent(team.cluster);
+    agents.push(agent);
+    const labelled = await expectStatus(call("/v2/sandboxes", { key: team.key, body: { templateID: team.template, metadata: { "label:app": "agent" } } }), 201);
+    const plain = await expectStatus(call("/v2/sandboxes", { key: team.key, body: { templateID: team.template } }), 201);
+
+    const body = await expectStatus(call(`/admin/teams/${team.name}/security-profiles/mcp`, { method: "PUT", body: mcp }), 200);
+    expect(body).toMatchObject({ kind: "SecurityProfile", team: team.name, name: "mcp", spec: { priority: 10, rateLimit: { requestsPerMinute: 60 } }, status: { selectedSandboxes: [labelled.sandboxID] } });
+    await agent.waitUntil(() => agent.securityProfiles?.some((p) => p.team === team.name && p.name === "mcp") ?? false);
+    const sent = agent.securityProfiles!.find((p) => p.name === "mcp")!;
+    expect(sent.spec.rules).toEqual(mcp.rules);
+    expect(sent.createdAt).toBeGreaterThan(0);
+
+    const global = unique("audit-all");
+    const g = await expectStatus(call(`/admin/global-security-profiles/${global}`, { method: "PUT", body: rule({ domains: ["*.internal.test"] }) }), 200);
+    expect(g.kind).toBe("GlobalSecurityProfile");
+    expect(g.spec.priority).toBe(1000);
+    expect(g.status.selectedSandboxes).toEqual(expect.arrayContaining([labelled.sandboxID, plain.sandboxID]));
+
+    // Replacing keeps the creation time (it orders profiles of equal priority).
+    await expectStatus(call(`/admin/teams/${team.name}/security-profiles/mcp`, { method: "PUT", body: { ...mcp, priority: 20 } }), 200);
+    await agent.waitUntil(() => agent.securityProfiles?.some((p) => p.name === "mcp" && p.spec.priority === 20) ?? false);
+    expect(agent.securityProfiles!.find((p) => p.name === "mcp")!.createdAt).toBe(sent.createdAt);
+
+    // An agent that connects later gets the set with its welcome.
+    agent.disconnect();
+    const again = await startAgent(team.cluster);
+    agents.push(again);
+    await again.waitUntil(() => again.securityProfiles?.some((p) => p.name === "mcp") ?? false);
+
+    const listed = await expectStatus(call(`/admin/teams/${team.name}/security-profiles`), 200);
+    expect(listed.map((p: { name: string }) => p.name)).toEqual(["mcp"]);
+    await expectStatus(call(`/admin/teams/${team.name}/security-profiles/mcp`, { method: "DELETE" }), 204);
+    await again.waitUntil(() => !(again.securityProfiles?.some((p) => p.name === "mcp") ?? true));
+    await expectStatus(call(`/admin/global-security-profiles/${global}`, { method: "DELETE" }), 204);
+    await expectError(call(`/admin/teams/${team.name}/security-profiles/mcp`), 404, 'SecurityProfile "mcp" not found');
+  });
+
+  it("refuses what the proxy cannot enforce as written, naming it; needs the admin key", async () => {
+    const team = await createTeam(unique("sp"));
+    const t = team.name;
+    await expectError(put(t, rule({ domains: ["a.test"], paths: [{ type: "Regex", value: "/x.*" }] })), 400, /Regex is not supported/);
+    await expectError(put(t, rule({ domains: ["a.test"], headers: [{ name: "x", value: "y" }] })), 400, /headers/);
+    await expectError(put(t, rule({ domains: ["a b"] })), 400, /domain/);
+    await expectError(put(t, rule({ domains: ["a.test"] }, { tokenTransformation: { type: "AliyunSTS", credentialRef: { secret: { name: "k" } } } })), 400, /ApiKey/);
+    await expectError(put(t, rule({ domains: ["a.test"] }, { headerManipulation: { set: [{ name: "Host", value: "evil.test" }] } })), 400, /sets this header itself/);
+    await expectError(put(t, rule({ domains: ["a.test"] }, { headerManipulation: { set: [{ name: "x-a", value: "a\r\nb: c" }] } })), 400, /line break/);
+    await expectError(put(t, { ...rule({ domains: ["a.test"] }), inputs: [{ name: "i", inline: {} }] }), 400, /inputs/);
+    await expectError(put(t, { ...rule({ domains: ["a.test"] }), audit: [] }), 400, /audit/);
+    await expectError(put(t, { rules: [], rateLimit: { requestsPerMinute: 0 } }), 400, /requestsPerMinute/);
+    await expectError(call(`/admin/teams/${t}/security-profiles/Bad_Name`, { method: "PUT", body: mcp }), 400, /profile name/);
+    await expectError(call(`/admin/teams/no-such-team-x/security-profiles/x`, { method: "PUT", body: mcp }), 404);
+    await expectError(put(t, mcp, team.key), 403);
+  });
+});
+
+describe("GET /sandboxes/{id}/network/audit", () => {
+  it("answers the agent's audit records of the sandbox to its team, and 404 to another team", async () => {
+    const team = await createTeam(unique("audit"), { replicas: 1 });
+    const other = await createTeam(unique("audit-other"), { cluster: team.cluster });
+    const agent = await startAgent(team.cluster);
+    agents.push(agent);
+    const id = (await expectStatus(call("/v2/sandboxes", { key: team.key, body: { templateID: team.template } }), 201)).sandboxID;
+    const T0 = Date.parse("2026-01-01T00:00:00Z");
+    const rec = { sandbox: id, host: "mcp.example.test", method: "POST", path: "/mcp", rule: "tools", status: 200, bytesOut: 120, bytesIn: 80 };
+    agent.audit.append(id, "warn", "POST mcp.example.test/mcp 200", auditFields({ ...rec, tool: "delete_repo", refused: true }), T0);
+    agent.audit.append(id, "info", "POST mcp.example.test/mcp 200", auditFields({ ...rec, tool: "read_file", refused: false }), T0 + 1);
+    agent.logs.append(id, "info", "process started", {}, T0);
+
+    const body = await expectStatus(call(`/sandboxes/${id}/network/audit`, { key: team.key }), 200);
+    expect(body.records).toEqual([
+      { timestamp: T0, host: "mcp.example.test", method: "POST", path: "/mcp", rule: "tools", status: 200, bytesOut: 120, bytesIn: 80, tool: "delete_repo", refused: true },
+      { timestamp: T0 + 1, host: "mcp.example.test", method: "POST", path: "/mcp", rule: "tools", status: 200, bytesOut: 80 + 40, bytesIn: 80, tool: "read_file", refused: false },
+    ]);
+    // The refused ones only; the sandbox's logs stay apart.
+    expect((await expectStatus(call(`/sandboxes/${id}/network/audit?level=warn`, { key: team.key }), 200)).records.map((r: { tool: string }) => r.tool)).toEqual(["delete_repo"]);
+    expect((await expectStatus(call(`/v2/sandboxes/${id}/logs`, { key: team.key }), 200)).logs.map((e: { message: string }) => e.message)).toEqual(["process started"]);
+    await expectError(call(`/sandboxes/${id}/network/audit`, { key: other.key }), 404);
+    await expectError(call(`/sandboxes/${id}/network/audit?limit=5000`, { key: team.key }), 400, /limit/);
+  });
+});
+
+describe("SecurityProfile objects over the agent link", () => {
+  it("a serving cluster's object becomes the team's profile, sent to agents; another cluster is refused; deletes remove it", async () => {
+    const ns = unique("sp-crd");
+    const link = (cluster: string) => fetchTransport((url, init) => exports.default.fetch(url, init) as never, "test-cluster-token", cluster);
+    const agent = new ScriptedAgent();
+    const crd = new CrdLink();
+    await crd.connect(agent, link(ns));
+    agents.push(agent);
+    // A SandboxSet in the namespace: the team exists and this cluster serves it.
+    expect(await crd.call("sandboxsets", { namespace: ns, name: "app", uid: "uid-app", generation: 1, spec: { replicas: 0, image: "python:3.12" } })).toMatchObject({ result: "applied" });
+    const ref = { namespace: ns, name: "mcp", uid: "uid-mcp" };
+    expect(await crd.call("securityprofileobjects", { ...ref, generation: 1, spec: mcp })).toMatchObject({ result: "applied", selectedSandboxes: [] });
+    const view = await expectStatus(call(`/admin/teams/${ns}/security-profiles/mcp`), 200);
+    expect(view).toMatchObject({ kind: "SecurityProfile", team: ns, spec: { rules: mcp.rules } });
+    await agent.waitUntil(() => agent.securityProfiles?.some((p) => p.team === ns && p.name === "mcp") ?? false);
+    expect(await crd.call("securityprofileobjects", { ...ref, status: true })).toMatchObject({ result: "applied" });
+    expect(await crd.call("securityprofileobjects", { namespace: ns, present: ["mcp"] })).toMatchObject({ result: "applied" });
+
+    const stranger = new ScriptedAgent();
+    const other = new CrdLink();
+    await other.connect(stranger, link(unique("sp-other")));
+    agents.push(stranger);
+    expect(await other.call("securityprofileobjects", { namespace: ns, name: "evil", uid: "uid-evil", generation: 1, spec: { rules: [] } })).toMatchObject({ result: "rejected", code: "forbidden" });
+
+    expect(await crd.call("securityprofileobjects", { ...ref, deleted: true })).toMatchObject({ result: "applied" });
+    await expectError(call(`/admin/teams/${ns}/security-profiles/mcp`), 404);
+    await agent.waitUntil(() => !(agent.securityProfiles?.some((p) => p.name === "mcp") ?? true));
+  });
+});
