@@ -12,10 +12,10 @@ import { SANDBOX_ID_PATTERN } from "../../schema/protocol/ids.ts";
 import { callerOfHash, keyHashOf } from "../auth/middleware.ts";
 import type { Caller } from "../env.ts";
 import { LatencyChart } from "./chart.tsx";
-import { CONSOLE_STATES, clusters, killSandbox, pools, quotas, sandboxDetail, sandboxList, stageLatencies } from "./data.ts";
+import { CONSOLE_STATES, clusters, killSandbox, opsRuns, pools, quotas, sandboxDetail, sandboxList, stageLatencies } from "./data.ts";
 import { LIVE_JS, Live, LoginPage, Page } from "./layout.tsx";
 import { Clusters, Pools, Quotas, SandboxTable, Timeline } from "./sections.tsx";
-import { OpsLookup, OpsRun } from "./ops.tsx";
+import { AutoscalerDecisions, OpsLookup, OpsRun, OpsRuns } from "./ops.tsx";
 import { TeamName } from "../../schema/api/team.ts";
 import { UpdateOpsName } from "../../schema/api/update-ops.ts";
 import { getDb } from "../../durable-objects/store/db.ts";
@@ -185,7 +185,19 @@ consoleApp.get("/console/ops", async (c) => {
   if (!c.get("caller").admin) throw new ApiError("forbidden", "Update ops runs need the admin key");
   const teamQ = c.req.query("team") || undefined;
   const nameQ = c.req.query("name") || undefined;
-  if (teamQ === undefined || nameQ === undefined) return render(c, "Update ops", {}, () => <OpsLookup />)();
+  if (teamQ === undefined || nameQ === undefined) {
+    return render(c, "Update ops and autoscalers", {
+      runs: async () => <OpsRuns rows={await opsRuns(c.env, c.get("caller"))} />,
+      autoscalers: async () => <AutoscalerDecisions pools={await pools(c.env, c.get("caller"))} />,
+    }, (p) => (
+      <>
+        <Live id="runs" label="Update ops runs" src="/console/ops?fragment=runs">{p.runs}</Live>
+        <Live id="autoscalers" label="Autoscaler decisions" src="/console/ops?fragment=autoscalers">{p.autoscalers}</Live>
+        <h2>Find a run</h2>
+        <OpsLookup />
+      </>
+    ))();
+  }
   if (!TeamName.safeParse(teamQ).success || !UpdateOpsName.safeParse(nameQ).success) throw new ApiError("bad_request", "team or run name is malformed");
   const team = await findTeamByName(getDb(c.env), teamQ);
   if (!team) throw new ApiError("not_found", `Team "${teamQ}" not found`);
