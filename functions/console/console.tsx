@@ -10,6 +10,7 @@ import { looksLikeApiKey } from "../../schema/api/api-key.ts";
 import { TemplateId } from "../../schema/api/template.ts";
 import { SANDBOX_ID_PATTERN } from "../../schema/protocol/ids.ts";
 import { callerOfHash, keyHashOf } from "../auth/middleware.ts";
+import { decodeCursor, encodeCursor } from "../api/list-query.ts";
 import type { Caller } from "../env.ts";
 import { LatencyChart } from "./chart.tsx";
 import { CONSOLE_STATES, clusters, killSandbox, opsRuns, pools, quotas, sandboxDetail, sandboxList, stageLatencies } from "./data.ts";
@@ -136,12 +137,19 @@ consoleApp.get("/console/sandboxes", (c) => {
   if (!stateQ.success) throw new ApiError("bad_request", "state must be running, paused or all");
   const templateRaw = c.req.query("template") || undefined;
   if (templateRaw !== undefined && !TemplateId.safeParse(templateRaw).success) throw new ApiError("bad_request", "template is not a template id");
-  const filter = { state: stateQ.data, template: templateRaw };
-  const query = new URLSearchParams({ state: filter.state, ...(filter.template ? { template: filter.template } : {}) });
+  const afterRaw = c.req.query("after") || undefined;
+  if (afterRaw !== undefined && afterRaw.length > 200) throw new ApiError("bad_request", "after is not a page token");
+  const filter = { state: stateQ.data, template: templateRaw, after: afterRaw === undefined ? undefined : decodeCursor(afterRaw) };
+  const base = { state: filter.state, ...(filter.template ? { template: filter.template } : {}) };
+  const query = new URLSearchParams({ ...base, ...(afterRaw ? { after: afterRaw } : {}) });
+  const href = (after?: string) => `/console/sandboxes?${new URLSearchParams({ ...base, ...(after ? { after } : {}) })}`;
   const killed = c.req.query("killed");
   const csrf = c.get("session").csrf;
   return render(c, "Sandboxes", {
-    list: async () => <SandboxTable {...await sandboxList(c.env, caller, filter)} csrf={csrf} />,
+    list: async () => {
+      const page = await sandboxList(c.env, caller, filter);
+      return <SandboxTable rows={page.rows} running={page.running} nextHref={page.next && href(encodeCursor(page.next))} firstHref={afterRaw && href()} csrf={csrf} />;
+    },
   }, (p) => (
     <>
       {killed && SANDBOX_ID_PATTERN.test(killed) && <p class="notice" role="status">Killed {killed}.</p>}

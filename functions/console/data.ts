@@ -10,7 +10,7 @@ import type { SandboxInfo } from "../../durable-objects/sandbox/info.ts";
 import type { SandboxLogEntry } from "../../schema/api/sandbox-logs.ts";
 import type { TemplateRecord } from "../../schema/api/template.ts";
 import { getDb } from "../../durable-objects/store/db.ts";
-import { listIndexWithRunning, type IndexRow } from "../../durable-objects/store/sandbox-index.ts";
+import { listIndexWithRunning, type Cursor, type IndexRow } from "../../durable-objects/store/sandbox-index.ts";
 import { listLinkedClusters } from "../../durable-objects/store/clusters.ts";
 import { listTeams, type TeamRow } from "../../durable-objects/store/teams.ts";
 import { listTemplates } from "../../durable-objects/store/templates.ts";
@@ -94,9 +94,11 @@ export async function quotas(env: Env, caller: Caller): Promise<{ team: TeamRow;
 export interface SandboxFilter {
   state: (typeof CONSOLE_STATES)[number] | "all";
   template?: string;
+  /** The page after this row (the API's cursor: newest first). */
+  after?: Cursor;
 }
 
-export async function sandboxList(env: Env, caller: Caller, f: SandboxFilter): Promise<{ rows: IndexRow[]; running: number; more: boolean }> {
+export async function sandboxList(env: Env, caller: Caller, f: SandboxFilter): Promise<{ rows: IndexRow[]; running: number; next?: Cursor }> {
   const page = await listIndexWithRunning(getDb(env), {
     teamId: caller.admin ? null : caller.teamId,
     states: f.state === "all" ? [...CONSOLE_STATES] : [f.state],
@@ -104,8 +106,9 @@ export async function sandboxList(env: Env, caller: Caller, f: SandboxFilter): P
     template: f.template,
     order: "desc",
     limit: CONSOLE_PAGE,
+    after: f.after,
   });
-  return { rows: page.rows, running: page.running, more: page.next !== undefined };
+  return { rows: page.rows, running: page.running, next: page.next };
 }
 
 export interface SandboxDetail {

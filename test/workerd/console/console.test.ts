@@ -122,6 +122,26 @@ describe("team scoping", () => {
     }
   });
 
+  it("pages past the newest 100 sandboxes: the next page has the rest, none twice", async () => {
+    const many = await createTeam(unique("console-many"), { cluster: team.cluster });
+    await expectStatus(call(`/admin/teams/${many.name}/quota`, { method: "PUT", body: { runningSandboxes: 200, vcpus: 1000, memoryMB: 1_000_000 } }), 200);
+    const ids: string[] = [];
+    for (let i = 0; i < 101; i += 20) {
+      const batch = await Promise.all(Array.from({ length: Math.min(20, 101 - i) }, () => expectStatus(call("/v2/sandboxes", { key: many.key, body: { templateID: many.template } }), 201)));
+      ids.push(...batch.map((b) => b.sandboxID as string));
+    }
+    const { cookie } = await login(many.key);
+    const rowsOf = (body: string) => [...body.matchAll(/<tr data-sandbox="([a-z0-9]+)">/g)].map((m) => m[1]!);
+    const first = await html(page("/console/sandboxes?state=all", { cookie }));
+    const next = /<a href="([^"]+)" rel="next">/.exec(first)?.[1]?.replaceAll("&amp;", "&");
+    expect(rowsOf(first)).toHaveLength(100);
+    expect(next).toBeDefined();
+    const second = await html(page(next!, { cookie }));
+    expect(second).not.toContain('rel="next"');
+    expect([...rowsOf(first), ...rowsOf(second)].sort()).toEqual([...ids].sort());
+    await html(page("/console/sandboxes?after=not-a-token", { cookie }), 400);
+  });
+
   it("a live fragment is the section alone", async () => {
     const { cookie } = await login(team.key);
     const frag = await html(page("/console/sandboxes?state=all&fragment=list", { cookie, headers: { "x-console-fragment": "1" } }));
