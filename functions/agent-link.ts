@@ -1,8 +1,11 @@
 // The agent link: `GET /agent/v1/connect?cluster=<id>` with `Authorization: Bearer <CLUSTER_TOKEN>`
 // upgrades to the WebSocket that ClusterDO(<id>) serves (protocol in schema/protocol/). The token
-// is checked here, before any Durable Object is touched.
+// is checked here, before any Durable Object is touched. Each link is noted in libSQL (best effort,
+// beside the link) so the console can list every cluster whose agent has linked.
 import { Hono } from "hono";
 import { CLUSTER_HEADER } from "../durable-objects/cluster/cluster-do.ts";
+import { getDb } from "../durable-objects/store/db.ts";
+import { recordClusterLink } from "../durable-objects/store/clusters.ts";
 import { errorResponse } from "./api-error.ts";
 import type { AppEnv } from "./env.ts";
 
@@ -23,7 +26,9 @@ agentLink.get(AGENT_LINK_PATH, async (c) => {
   const headers = new Headers(c.req.raw.headers);
   headers.set(CLUSTER_HEADER, cluster);
   const stub = c.env.CLUSTER.get(c.env.CLUSTER.idFromName(cluster));
-  return stub.fetch(new Request(c.req.raw, { headers }));
+  const res = await stub.fetch(new Request(c.req.raw, { headers }));
+  if (res.status === 101) c.executionCtx.waitUntil(recordClusterLink(getDb(c.env), cluster).catch(() => {}));
+  return res;
 });
 
 /** Constant-time comparison: both sides are hashed first, so length does not leak either. */

@@ -98,14 +98,14 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
   const runtimeLog = logger("runtime");
   const runtime = createRuntime({ onError: (err) => (opts.log ? log(`runtime error: ${(err as Error)?.stack ?? err}`) : runtimeLog.error("request failed", { error: (err as Error)?.stack ?? String(err) })) });
   const store = new IntentStore(join(opts.dataDir, "intents"));
-  // Every line about a sandbox is also that sandbox's log (E2B's logs routes), until it is deleted.
-  // Kept on disk too (bounded per sandbox), so an agent restart keeps them; a sandbox deleted
-  // while the agent was down is forgotten.
-  const sandboxLogs = new SandboxLogs(undefined, join(opts.dataDir, "sandbox-logs"));
+  // Every line about a sandbox is also that sandbox's log (E2B's logs routes), kept a while after
+  // it is deleted. Kept on disk too (bounded per sandbox), so an agent restart keeps them; a
+  // sandbox deleted while the agent was down counts as ended when its file was last written.
+  const sandboxLogs = new SandboxLogs({ dir: join(opts.dataDir, "sandbox-logs") });
   sandboxLogs.retainOnly(store.ids());
   // The proxy's audit of each sandbox's inspected requests: kept the same way, apart from its logs
   // so a busy sandbox's requests do not push its log lines out (schema/api/network-audit.ts).
-  const networkAudit = new SandboxLogs(undefined, join(opts.dataDir, "network-audit"));
+  const networkAudit = new SandboxLogs({ dir: join(opts.dataDir, "network-audit") });
   networkAudit.retainOnly(store.ids());
   driver.setNetworkAudit?.((r) => {
     egressL7Requests.inc({ verdict: r.refused ? "refused" : "forwarded" });
@@ -119,8 +119,8 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
     if (typeof id !== "string") return;
     if (msg === "phase" && fields.phase === "Deleted") {
       void retired?.sweep().catch(() => {});
-      networkAudit.drop(id);
-      return sandboxLogs.drop(id);
+      networkAudit.ended(id);
+      return sandboxLogs.ended(id);
     }
     if (!store.get(id)) return; // not ours (another agent in this process), or gone
     sandboxLogs.append(id, level, msg, { component, ...fields }, time.getTime());
@@ -260,6 +260,8 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
     metricsUrl: metrics?.url,
     async stop(onExit: OnExit = "keep") {
       untap();
+      sandboxLogs.flush();
+      networkAudit.flush();
       await metrics?.close();
       link.close();
       builder?.dispose();

@@ -9,6 +9,7 @@ import { WorkQueue, type Backoff, type WorkResult } from "../lib/work-queue.ts";
 import { logger } from "../lib/log.ts";
 import type { Context } from "@opentelemetry/api";
 import { parentFrom, RUNTIME_SCOPE, traceIdOf, tracingOn, withSpan } from "../lib/tracing.ts";
+import { timeStep } from "../lib/metrics.ts";
 import type { StartCommands } from "./start-commands.ts";
 
 const LOG = logger("reconciler");
@@ -179,7 +180,7 @@ export class Reconciler {
 
     if (!intent || intent.desired.state === "deleted") {
       this.#unregister(id);
-      await withSpan("driver.destroy", ctx, { "sandbox.id": id }, () => driver.destroy(id));
+      await withSpan("driver.destroy", ctx, { "sandbox.id": id }, () => timeStep("destroy", () => driver.destroy(id)));
       if (intent) {
         store.forget(id);
         this.#d.settled(id, intent.generation, "applied");
@@ -195,7 +196,7 @@ export class Reconciler {
       // A runtime in a pod is reached by the driver too (freeze/thaw): it needs the token. Drivers
       // with a host view never get it, so it is not written into their records.
       const desired = driver.capabilities.hostView ? desiredFor(intent) : { ...desiredFor(intent), accessToken: intent.envdAccessToken };
-      obs = await withSpan("driver.ensure", ctx, { "sandbox.id": id, "sandbox.state": desired.state }, () => driver.ensure(desired));
+      obs = await withSpan("driver.ensure", ctx, { "sandbox.id": id, "sandbox.state": desired.state }, () => timeStep("ensure", () => driver.ensure(desired)));
     } catch (err) {
       return this.#ensureFailed(intent, err);
     }
@@ -203,7 +204,7 @@ export class Reconciler {
     if (intent.snapshot && store.get(id)?.snapshot) await this.#snapshot(intent, obs, ctx);
     if (!driver.capabilities.hostView) return this.#reconcileRemote(intent, obs, ctx);
 
-    if (obs.phase === "Running") await withSpan("runtime.register", ctx, { "sandbox.id": id }, () => this.#register(intent), RUNTIME_SCOPE);
+    if (obs.phase === "Running") await withSpan("runtime.register", ctx, { "sandbox.id": id }, () => timeStep("register", () => this.#register(intent)), RUNTIME_SCOPE);
     // Stop-paused (its state carried to the resumed sandbox: code contexts), failed: cut its streams.
     else if (obs.phase !== "Paused") this.#unregister(id, obs.phase === "Stopped");
     // A frozen sandbox stays registered: its processes and open streams resume on thaw.
@@ -275,7 +276,7 @@ export class Reconciler {
     if (obs.phase === "Pending" || obs.phase === "Failed") return; // not there yet: next pass
     try {
       const snapshotId = intent.snapshot!.id;
-      await withSpan("driver.snapshotFs", ctx, { "sandbox.id": id, "snapshot.id": snapshotId }, () => this.#d.driver.snapshotFs(id, snapshotId));
+      await withSpan("driver.snapshotFs", ctx, { "sandbox.id": id, "snapshot.id": snapshotId }, () => timeStep("snapshotFs", () => this.#d.driver.snapshotFs(id, snapshotId)));
     } catch (err) {
       const message = (err as Error)?.message ?? String(err);
       LOG.warn("snapshot failed", { sandboxId: id, snapshotId: intent.snapshot!.id, error: message });
@@ -294,7 +295,7 @@ export class Reconciler {
       this.#endpoints.set(id, obs.endpoint);
       try {
         if (this.#configured.get(id) !== intent.generation) {
-          await withSpan("runtime.init", ctx, { "sandbox.id": id }, () => initRemote(obs.endpoint!, intent), RUNTIME_SCOPE);
+          await withSpan("runtime.init", ctx, { "sandbox.id": id }, () => timeStep("init", () => initRemote(obs.endpoint!, intent)), RUNTIME_SCOPE);
           this.#configured.set(id, intent.generation);
         }
         ready = true;

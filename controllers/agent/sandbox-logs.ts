@@ -1,12 +1,16 @@
 // Each sandbox's recent log entries, kept on the agent for E2B's logs routes (the edge asks over the
-// link: a `logsRequest` frame). Bounded per sandbox (the oldest go first) and per entry; dropped with
-// the sandbox. Fed by every agent log line that names a sandbox (`sandboxId` field: the reconciler's
+// link: a `logsRequest` frame). Bounded per sandbox (the oldest go first) and per entry. A deleted
+// sandbox's logs are kept a while (ENDED_KEEP_MS, at most ENDED_KEEP_COUNT sandboxes), as E2B
+// serves a killed sandbox's logs; the edge finds their agent by the sandbox's tombstone. Fed by every agent log line that names a sandbox (`sandboxId` field: the reconciler's
 // phase changes, the runtime's process starts and exits, driver errors) and by `append` (a start
 // command's output: `logs.append(id, "info", line, { source: "start", stream: "stdout" })`).
 // With a directory, each sandbox's entries are also appended to `<dir>/<id>.jsonl` and read back
 // when the agent starts, so they survive its restart: the file is rewritten from memory once it
 // holds twice the bound, so it stays under 2 × LOGS_PER_SANDBOX lines (each line is bounded).
-import { appendFileSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+// Writes are batched: entries wait at most FLUSH_MS and go in one append per sandbox, off the path
+// of the line that made them (two synchronous appends per command before). A query flushes first,
+// so whatever a client has been served is on disk and survives a crash of the agent.
+import { appendFileSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { SANDBOX_ID_PATTERN } from "../../schema/protocol/ids.ts";
 import {
@@ -27,6 +31,23 @@ export const LOGS_PER_SANDBOX = 1000;
  * the client pages on with the last timestamp. */
 export const MAX_ANSWER_CHARS = 256 * 1024;
 
+/** How long an entry may wait before it is written to disk. */
+export const FLUSH_MS = 200;
+/** A deleted sandbox's logs are served this long after it went (E2B serves a killed sandbox's). */
+export const ENDED_KEEP_MS = 15 * 60_000;
+/** And for at most this many deleted sandboxes (the oldest go first). */
+export const ENDED_KEEP_COUNT = 100;
+
+export interface SandboxLogsOptions {
+  perSandbox?: number;
+  /** Where entries are kept across agent restarts; memory only without one. */
+  dir?: string;
+  flushMs?: number;
+  endedKeepMs?: number;
+  endedKeepCount?: number;
+  now?: () => number;
+}
+
 const RANK: Record<SandboxLogLevel, number> = { debug: 0, info: 1, warn: 2, error: 3 };
 
 export class SandboxLogs {
@@ -35,11 +56,24 @@ export class SandboxLogs {
   readonly #dir: string | undefined;
   /** Lines in each sandbox's file (with a directory). */
   readonly #fileLines = new Map<string, number>();
+  /** Serialized entries not yet on disk, per sandbox. */
+  readonly #pending = new Map<string, string[]>();
+  #flushTimer: ReturnType<typeof setTimeout> | undefined;
+  /** Deleted sandboxes whose logs are still served, with when they went (oldest first). */
+  readonly #ended = new Map<string, number>();
+  readonly #o: Required<Omit<SandboxLogsOptions, "dir">>;
 
-  constructor(perSandbox = LOGS_PER_SANDBOX, dir?: string) {
-    this.#perSandbox = perSandbox;
-    this.#dir = dir;
-    if (dir) this.#load(dir);
+  constructor(opts: SandboxLogsOptions = {}) {
+    this.#o = {
+      perSandbox: opts.perSandbox ?? LOGS_PER_SANDBOX,
+      flushMs: opts.flushMs ?? FLUSH_MS,
+      endedKeepMs: opts.endedKeepMs ?? ENDED_KEEP_MS,
+      endedKeepCount: opts.endedKeepCount ?? ENDED_KEEP_COUNT,
+      now: opts.now ?? Date.now,
+    };
+    this.#perSandbox = this.#o.perSandbox;
+    this.#dir = opts.dir;
+    if (opts.dir) this.#load(opts.dir);
   }
 
   append(sandboxId: string, level: SandboxLogLevel, message: string, fields: Record<string, unknown> = {}, at: number = Date.now()): void {
@@ -49,20 +83,61 @@ export class SandboxLogs {
     list.push(entry);
     // Drop in chunks so a full buffer does not shift the array on every line.
     if (list.length > this.#perSandbox + this.#perSandbox / 10) list.splice(0, list.length - this.#perSandbox);
-    this.#persist(sandboxId, entry, list);
+    if (!this.#fileOf(sandboxId)) return;
+    let pending = this.#pending.get(sandboxId);
+    if (!pending) this.#pending.set(sandboxId, (pending = []));
+    pending.push(JSON.stringify(entry) + "\n");
+    this.#flushTimer ??= setTimeout(() => this.flush(), this.#o.flushMs).unref();
   }
 
+  /** The sandbox is deleted: its logs are served a while longer (bounded), then forgotten. */
+  ended(sandboxId: string, at = this.#o.now()): void {
+    if (!this.#bySandbox.has(sandboxId)) return;
+    this.#ended.delete(sandboxId);
+    this.#ended.set(sandboxId, at);
+    this.#sweep();
+  }
+
+  /** Forgets the sandbox's logs now, memory and disk. */
   drop(sandboxId: string): void {
     this.#bySandbox.delete(sandboxId);
     this.#fileLines.delete(sandboxId);
+    this.#pending.delete(sandboxId);
+    this.#ended.delete(sandboxId);
     const file = this.#fileOf(sandboxId);
     if (file) rmSync(file, { force: true });
   }
 
-  /** Drops the logs of every sandbox not in `ids` (deleted while the agent was down). */
+  /** Every sandbox not in `ids` was deleted while the agent was down: its logs count as ended when its file was last written. */
   retainOnly(ids: Iterable<string>): void {
     const keep = new Set(ids);
-    for (const id of [...this.#bySandbox.keys()]) if (!keep.has(id)) this.drop(id);
+    const gone = [...this.#bySandbox.keys()].filter((id) => !keep.has(id) && !this.#ended.has(id));
+    const at = (id: string) => {
+      const file = this.#fileOf(id);
+      try {
+        return file ? statSync(file).mtimeMs : 0;
+      } catch {
+        return 0;
+      }
+    };
+    for (const [id, when] of gone.map((id) => [id, at(id)] as const).sort((a, b) => a[1] - b[1])) this.#ended.set(id, when);
+    this.#sweep();
+  }
+
+  /** Writes what waits; the agent calls it when it stops. */
+  flush(): void {
+    if (this.#flushTimer) clearTimeout(this.#flushTimer);
+    this.#flushTimer = undefined;
+    for (const [id, lines] of this.#pending) this.#write(id, lines);
+    this.#pending.clear();
+  }
+
+  #sweep(): void {
+    const oldest = this.#o.now() - this.#o.endedKeepMs;
+    for (const [id, at] of this.#ended) {
+      if (at >= oldest && this.#ended.size <= this.#o.endedKeepCount) break;
+      this.drop(id);
+    }
   }
 
   /** The sandbox's file; none for an id that is not a sandbox id (never a path of its own). */
@@ -70,21 +145,22 @@ export class SandboxLogs {
     return this.#dir && SANDBOX_ID_PATTERN.test(sandboxId) ? join(this.#dir, `${sandboxId}.jsonl`) : undefined;
   }
 
-  #persist(sandboxId: string, entry: SandboxLogEntry, list: SandboxLogEntry[]): void {
+  /** Appends the sandbox's waiting lines in one write, or rewrites the file from memory once it holds twice the bound. */
+  #write(sandboxId: string, lines: string[]): void {
     const file = this.#fileOf(sandboxId);
     if (!file) return;
     try {
-      const lines = (this.#fileLines.get(sandboxId) ?? 0) + 1;
-      if (lines > 2 * this.#perSandbox) {
-        const kept = list.slice(-this.#perSandbox);
+      const count = (this.#fileLines.get(sandboxId) ?? 0) + lines.length;
+      if (count > 2 * this.#perSandbox) {
+        const kept = (this.#bySandbox.get(sandboxId) ?? []).slice(-this.#perSandbox);
         writeFileSync(file, kept.map((e) => JSON.stringify(e) + "\n").join(""));
         this.#fileLines.set(sandboxId, kept.length);
       } else {
-        appendFileSync(file, JSON.stringify(entry) + "\n");
-        this.#fileLines.set(sandboxId, lines);
+        appendFileSync(file, lines.join(""));
+        this.#fileLines.set(sandboxId, count);
       }
     } catch {
-      // A full or read-only disk loses the copy, not the entry: memory still has it.
+      // A full or read-only disk loses the copy, not the entries: memory still has them.
     }
   }
 
@@ -105,6 +181,9 @@ export class SandboxLogs {
   }
 
   query(sandboxId: string, q: SandboxLogsQuery): SandboxLogEntry[] {
+    // What a client is shown is on disk first: an agent crash after the answer does not lose it.
+    if (this.#pending.size) this.flush();
+    this.#sweep();
     const all = (this.#bySandbox.get(sandboxId) ?? []).slice(-this.#perSandbox);
     const min = q.level ? RANK[q.level] : 0;
     const keep = (e: SandboxLogEntry) => RANK[e.level] >= min && (!q.search || e.message.includes(q.search));

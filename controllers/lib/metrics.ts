@@ -113,3 +113,35 @@ export const egressL7Requests = new Counter({
   labelNames: ["verdict"] as const,
   registers: [registry],
 });
+
+/** Driver and runtime steps of a reconcile pass (ensure, destroy, snapshotFs, register, init), in seconds. */
+export const driverStepTime = new Histogram({
+  name: "sandbox_agent_driver_step_seconds",
+  help: "Length of time per driver or runtime step of a reconcile pass, by step and result.",
+  labelNames: ["step", "result"] as const,
+  buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 120],
+  registers: [registry],
+});
+
+/** Steps under way, by step: how many reconcile passes wait on each driver step at once. */
+export const driverStepsInFlight = new Gauge({
+  name: "sandbox_agent_driver_steps_in_flight",
+  help: "Driver or runtime steps under way, by step.",
+  labelNames: ["step"] as const,
+  registers: [registry],
+});
+
+/** Runs one step, timed and counted in flight. */
+export async function timeStep<T>(step: "ensure" | "destroy" | "snapshotFs" | "register" | "init", work: () => T | Promise<T>): Promise<T> {
+  driverStepsInFlight.inc({ step });
+  const end = driverStepTime.startTimer({ step });
+  let result = "error";
+  try {
+    const out = await work();
+    result = "ok";
+    return out;
+  } finally {
+    end({ result });
+    driverStepsInFlight.dec({ step });
+  }
+}

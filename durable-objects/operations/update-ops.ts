@@ -1,10 +1,15 @@
 // Update ops runs (SandboxUpdateOps): the admin API (functions/api/admin-update-ops.ts) and
 // ClusterDO's synced CRDs both come here, so a run behaves the same whichever door it came in by.
+// Each run also has a row in libSQL (store/update-ops-runs.ts) from its start to its removal, so
+// runs can be listed.
 import type { Env } from "../env.ts";
 import type { UpdateOpsSpec } from "../../schema/api/update-ops.ts";
 import type { OpsResult } from "../ops/update-ops-do.ts";
 import { opsStub } from "../ops/stub.ts";
 import { edgeSpan } from "../tracing/edge-tracing.ts";
+import { ErrorCode } from "../../schema/errors.ts";
+import { getDb } from "../store/db.ts";
+import { forgetOpsRun, recordOpsRun } from "../store/update-ops-runs.ts";
 import type { Result } from "../sandbox/state.ts";
 
 export interface OpsTeam {
@@ -14,7 +19,12 @@ export interface OpsTeam {
 
 /** Starts the run, or applies what may change (`paused`, `maxUnavailable`) to the one of that name. */
 export function startUpdateOps(env: Env, team: OpsTeam, name: string, spec: UpdateOpsSpec): Promise<OpsResult> {
-  return traced<OpsResult>(env, "start", team, name, () => opsStub(env, team.id, name).start({ name, teamId: team.id, spec }));
+  return traced<OpsResult>(env, "start", team, name, async () => {
+    const res = await opsStub(env, team.id, name).start({ name, teamId: team.id, spec });
+    // After the run exists (a failed write leaves a run without a row; a retried start writes it).
+    if (res.ok) await recordOpsRun(getDb(env), team.id, name);
+    return res;
+  });
 }
 
 export function changeUpdateOps(env: Env, team: OpsTeam, name: string, change: { paused?: boolean; maxUnavailable?: number | string }): Promise<OpsResult> {
@@ -31,7 +41,11 @@ export function updateOpsStatus(env: Env, team: OpsTeam, name: string): Promise<
 }
 
 export function removeUpdateOps(env: Env, team: OpsTeam, name: string): Promise<Result> {
-  return traced<Result>(env, "remove", team, name, () => opsStub(env, team.id, name).remove());
+  return traced<Result>(env, "remove", team, name, async () => {
+    const res = await opsStub(env, team.id, name).remove();
+    if (res.ok || res.error.code === ErrorCode.notFound) await forgetOpsRun(getDb(env), team.id, name);
+    return res;
+  });
 }
 
 /** Each call on a run is a span of the caller's trace (the run's later steps, on its alarm, are not). */

@@ -136,6 +136,12 @@ export async function getIndexRow(db: Db, id: string): Promise<IndexRow | undefi
   return rows[0];
 }
 
+/** The row of a killed sandbox: being deleted, or its tombstone for TOMBSTONE_KEEP_MS after (its logs are still served). */
+export async function getKilledRow(db: Db, id: string): Promise<IndexRow | undefined> {
+  const rows = await db.select().from(sandboxes).where(and(eq(sandboxes.id, id), eq(sandboxes.state, "killed"))).limit(1);
+  return rows[0];
+}
+
 /** A team's listed sandboxes (running or paused) by id: an update ops run's candidates. */
 export async function listLiveIdsOfTeam(db: Db, teamId: string): Promise<string[]> {
   const rows = await db

@@ -10,12 +10,13 @@ import { looksLikeApiKey } from "../../schema/api/api-key.ts";
 import { TemplateId } from "../../schema/api/template.ts";
 import { SANDBOX_ID_PATTERN } from "../../schema/protocol/ids.ts";
 import { callerOfHash, keyHashOf } from "../auth/middleware.ts";
+import { decodeCursor, encodeCursor } from "../api/list-query.ts";
 import type { Caller } from "../env.ts";
 import { LatencyChart } from "./chart.tsx";
-import { CONSOLE_STATES, clusters, killSandbox, pools, quotas, sandboxDetail, sandboxList, stageLatencies } from "./data.ts";
+import { CONSOLE_STATES, clusters, killSandbox, opsRuns, pools, quotas, sandboxDetail, sandboxList, stageLatencies } from "./data.ts";
 import { LIVE_JS, Live, LoginPage, Page } from "./layout.tsx";
 import { Clusters, Pools, Quotas, SandboxTable, Timeline } from "./sections.tsx";
-import { OpsLookup, OpsRun } from "./ops.tsx";
+import { AutoscalerDecisions, OpsLookup, OpsRun, OpsRuns } from "./ops.tsx";
 import { TeamName } from "../../schema/api/team.ts";
 import { UpdateOpsName } from "../../schema/api/update-ops.ts";
 import { getDb } from "../../durable-objects/store/db.ts";
@@ -136,12 +137,19 @@ consoleApp.get("/console/sandboxes", (c) => {
   if (!stateQ.success) throw new ApiError("bad_request", "state must be running, paused or all");
   const templateRaw = c.req.query("template") || undefined;
   if (templateRaw !== undefined && !TemplateId.safeParse(templateRaw).success) throw new ApiError("bad_request", "template is not a template id");
-  const filter = { state: stateQ.data, template: templateRaw };
-  const query = new URLSearchParams({ state: filter.state, ...(filter.template ? { template: filter.template } : {}) });
+  const afterRaw = c.req.query("after") || undefined;
+  if (afterRaw !== undefined && afterRaw.length > 200) throw new ApiError("bad_request", "after is not a page token");
+  const filter = { state: stateQ.data, template: templateRaw, after: afterRaw === undefined ? undefined : decodeCursor(afterRaw) };
+  const base = { state: filter.state, ...(filter.template ? { template: filter.template } : {}) };
+  const query = new URLSearchParams({ ...base, ...(afterRaw ? { after: afterRaw } : {}) });
+  const href = (after?: string) => `/console/sandboxes?${new URLSearchParams({ ...base, ...(after ? { after } : {}) })}`;
   const killed = c.req.query("killed");
   const csrf = c.get("session").csrf;
   return render(c, "Sandboxes", {
-    list: async () => <SandboxTable {...await sandboxList(c.env, caller, filter)} csrf={csrf} />,
+    list: async () => {
+      const page = await sandboxList(c.env, caller, filter);
+      return <SandboxTable rows={page.rows} running={page.running} nextHref={page.next && href(encodeCursor(page.next))} firstHref={afterRaw && href()} csrf={csrf} />;
+    },
   }, (p) => (
     <>
       {killed && SANDBOX_ID_PATTERN.test(killed) && <p class="notice" role="status">Killed {killed}.</p>}
@@ -185,7 +193,19 @@ consoleApp.get("/console/ops", async (c) => {
   if (!c.get("caller").admin) throw new ApiError("forbidden", "Update ops runs need the admin key");
   const teamQ = c.req.query("team") || undefined;
   const nameQ = c.req.query("name") || undefined;
-  if (teamQ === undefined || nameQ === undefined) return render(c, "Update ops", {}, () => <OpsLookup />)();
+  if (teamQ === undefined || nameQ === undefined) {
+    return render(c, "Update ops and autoscalers", {
+      runs: async () => <OpsRuns rows={await opsRuns(c.env, c.get("caller"))} />,
+      autoscalers: async () => <AutoscalerDecisions pools={await pools(c.env, c.get("caller"))} />,
+    }, (p) => (
+      <>
+        <Live id="runs" label="Update ops runs" src="/console/ops?fragment=runs">{p.runs}</Live>
+        <Live id="autoscalers" label="Autoscaler decisions" src="/console/ops?fragment=autoscalers">{p.autoscalers}</Live>
+        <h2>Find a run</h2>
+        <OpsLookup />
+      </>
+    ))();
+  }
   if (!TeamName.safeParse(teamQ).success || !UpdateOpsName.safeParse(nameQ).success) throw new ApiError("bad_request", "team or run name is malformed");
   const team = await findTeamByName(getDb(c.env), teamQ);
   if (!team) throw new ApiError("not_found", `Team "${teamQ}" not found`);

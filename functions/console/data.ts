@@ -10,13 +10,17 @@ import type { SandboxInfo } from "../../durable-objects/sandbox/info.ts";
 import type { SandboxLogEntry } from "../../schema/api/sandbox-logs.ts";
 import type { TemplateRecord } from "../../schema/api/template.ts";
 import { getDb } from "../../durable-objects/store/db.ts";
-import { listIndexWithRunning, type IndexRow } from "../../durable-objects/store/sandbox-index.ts";
+import { listIndexWithRunning, type Cursor, type IndexRow } from "../../durable-objects/store/sandbox-index.ts";
+import { listLinkedClusters } from "../../durable-objects/store/clusters.ts";
 import { listTeams, type TeamRow } from "../../durable-objects/store/teams.ts";
 import { listTemplates } from "../../durable-objects/store/templates.ts";
 import { flushNow, metricsStub } from "../../durable-objects/metrics/edge-metrics.ts";
 import { EDGE } from "../../durable-objects/metrics/families.ts";
 import type { HistogramCounts } from "../../durable-objects/metrics/counts.ts";
 import { sandboxLogs } from "../../durable-objects/operations/sandbox-logs.ts";
+import { updateOpsStatus } from "../../durable-objects/operations/update-ops.ts";
+import { listOpsRuns, type OpsRunRow } from "../../durable-objects/store/update-ops-runs.ts";
+import type { OpsView } from "../../durable-objects/ops/update-ops-do.ts";
 import { poolStub, quotaStub, sandboxHandle } from "../api/stubs.ts";
 import { accessOf } from "../api/stubs.ts";
 
@@ -51,12 +55,30 @@ export async function pools(env: Env, caller: Caller): Promise<PoolView[]> {
   );
 }
 
-/** Clusters named by the templates' specs, with their agent's link (admin only). */
+/** Every cluster whose agent has linked and every cluster a template names, with its agent's link (admin only). */
 export async function clusters(env: Env, caller: Caller): Promise<ClusterStatus[]> {
   if (!caller.admin) return [];
-  const { templates } = await ownTemplates(env, caller);
-  const names = [...new Set(templates.map((t) => t.spec.cluster))].sort();
+  const [{ templates }, linked] = await Promise.all([ownTemplates(env, caller), listLinkedClusters(getDb(env))]);
+  const names = [...new Set([...linked, ...templates.map((t) => t.spec.cluster)])].sort();
   return Promise.all(names.map(async (n) => ({ ...(await env.CLUSTER.get(env.CLUSTER.idFromName(n)).status()), cluster: n })));
+}
+
+export interface OpsRunView {
+  row: OpsRunRow;
+  /** The run's state from its UpdateOpsDO; null when it is gone (removed since the list was read). */
+  ops: OpsView | null;
+}
+
+/** Every team's update ops runs, newest first (admin only, like their API), with each one's state. */
+export async function opsRuns(env: Env, caller: Caller): Promise<OpsRunView[]> {
+  if (!caller.admin) return [];
+  const rows = await listOpsRuns(getDb(env), null, CONSOLE_PAGE);
+  return Promise.all(
+    rows.map(async (row) => {
+      const res = await updateOpsStatus(env, { id: row.teamId, name: row.teamName }, row.name);
+      return { row, ops: res.ok ? res.ops : null };
+    }),
+  );
 }
 
 export async function quotas(env: Env, caller: Caller): Promise<{ team: TeamRow; status: QuotaStatus | null }[]> {
@@ -72,9 +94,11 @@ export async function quotas(env: Env, caller: Caller): Promise<{ team: TeamRow;
 export interface SandboxFilter {
   state: (typeof CONSOLE_STATES)[number] | "all";
   template?: string;
+  /** The page after this row (the API's cursor: newest first). */
+  after?: Cursor;
 }
 
-export async function sandboxList(env: Env, caller: Caller, f: SandboxFilter): Promise<{ rows: IndexRow[]; running: number; more: boolean }> {
+export async function sandboxList(env: Env, caller: Caller, f: SandboxFilter): Promise<{ rows: IndexRow[]; running: number; next?: Cursor }> {
   const page = await listIndexWithRunning(getDb(env), {
     teamId: caller.admin ? null : caller.teamId,
     states: f.state === "all" ? [...CONSOLE_STATES] : [f.state],
@@ -82,8 +106,9 @@ export async function sandboxList(env: Env, caller: Caller, f: SandboxFilter): P
     template: f.template,
     order: "desc",
     limit: CONSOLE_PAGE,
+    after: f.after,
   });
-  return { rows: page.rows, running: page.running, more: page.next !== undefined };
+  return { rows: page.rows, running: page.running, next: page.next };
 }
 
 export interface SandboxDetail {

@@ -1,8 +1,9 @@
 /** @jsxImportSource hono/jsx */
-// An update ops run in the console (admin only, like its API): looked up by team and run name,
-// since runs have no list of their own yet; read through the same operation as
-// GET /admin/teams/{team}/updateops/{name}.
+// Update ops runs in the console (admin only, like their API): every run (store/update-ops-runs.ts)
+// with its state, one run's detail read through the same operation as
+// GET /admin/teams/{team}/updateops/{name}, and the autoscalers' decisions.
 import type { OpsView } from "../../durable-objects/ops/update-ops-do.ts";
+import type { OpsRunView, PoolView } from "./data.ts";
 
 const iso = (ms: number) => new Date(ms).toISOString().replace(".000Z", "Z");
 
@@ -38,5 +39,49 @@ export function OpsRun({ ops }: { ops: OpsView }) {
         </tbody>
       </table>
     </>
+  );
+}
+
+export function OpsRuns({ rows }: { rows: OpsRunView[] }) {
+  return (
+    <table>
+      <caption>Update ops runs, newest first</caption>
+      <thead><tr><th scope="col">Team</th><th scope="col">Run</th><th scope="col">Started</th><th scope="col">Phase</th><th scope="col">Updated / total</th><th scope="col">Failed</th></tr></thead>
+      <tbody>
+        {rows.map(({ row, ops }) => (
+          <tr data-ops-run={`${row.teamName}/${row.name}`}>
+            <td>{row.teamName}</td>
+            <td><a href={`/console/ops?${new URLSearchParams({ team: row.teamName, name: row.name })}`}>{row.name}</a></td>
+            <td>{iso(row.createdAt)}</td>
+            <td data-field="phase">{ops?.phase ?? "gone"}</td>
+            <td>{ops ? `${ops.updatedReplicas} / ${ops.replicas}` : "–"}</td>
+            <td>{ops?.failedReplicas ?? "–"}</td>
+          </tr>
+        ))}
+      </tbody>
+    </table>
+  );
+}
+
+/** Each autoscaled pool's last decision and its events (rescales, blocks, cron policies), newest first. */
+export function AutoscalerDecisions({ pools }: { pools: PoolView[] }) {
+  const rows = pools
+    .flatMap((p) => {
+      const a = p.autoscaler;
+      if (!a) return [];
+      const last = a.lastDecision && { time: a.lastDecision.time, kind: "decision", reason: a.lastDecision.reason, message: `${a.lastDecision.currentReplicas} → ${a.lastDecision.desiredReplicas}: ${a.lastDecision.message}` };
+      return [...(last ? [last] : []), ...a.events.map((e) => ({ time: e.time, kind: `event (${e.type})`, reason: e.reason, message: e.message }))].map((d) => ({ pool: p, d }));
+    })
+    .sort((a, b) => b.d.time.localeCompare(a.d.time));
+  return (
+    <table>
+      <caption>Autoscaler decisions and events, newest first</caption>
+      <thead><tr><th scope="col">Time</th><th scope="col">Team</th><th scope="col">Template</th><th scope="col">Kind</th><th scope="col">Reason</th><th scope="col">Message</th></tr></thead>
+      <tbody>
+        {rows.map(({ pool, d }) => (
+          <tr data-autoscaler={pool.template.templateId}><td>{d.time}</td><td>{pool.teamName}</td><td>{pool.template.templateId}</td><td>{d.kind}</td><td>{d.reason}</td><td>{d.message}</td></tr>
+        ))}
+      </tbody>
+    </table>
   );
 }

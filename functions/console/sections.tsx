@@ -80,10 +80,16 @@ export function Quotas({ rows }: { rows: { team: TeamRow; status: QuotaStatus | 
   );
 }
 
-export function SandboxTable(props: { rows: IndexRow[]; running: number; more: boolean; csrf: string }) {
+/** One page of sandboxes, newest first; `nextHref` (when there are more) and `firstHref` (past the first page) link the pages. */
+export function SandboxTable(props: { rows: IndexRow[]; running: number; nextHref?: string; firstHref?: string; csrf: string }) {
+  const pager = (props.nextHref || props.firstHref) && (
+    <nav class="pager" aria-label="Pages">
+      {props.firstHref && <a href={props.firstHref}>Newest</a>} {props.nextHref && <a href={props.nextHref} rel="next">Older sandboxes</a>}
+    </nav>
+  );
   return (
     <>
-      <p>{props.running} running in all. {props.more ? "Showing the newest 100." : ""}</p>
+      <p>{props.running} running in all. Showing {props.rows.length}{props.nextHref ? ", older ones on the next page" : ""}.</p>
       <table>
         <caption>Sandboxes</caption>
         <thead><tr><th scope="col">Sandbox</th><th scope="col">Template</th><th scope="col">State</th><th scope="col">Phase</th><th scope="col">Started</th><th scope="col"><span class="skip">Actions</span></th></tr></thead>
@@ -100,6 +106,7 @@ export function SandboxTable(props: { rows: IndexRow[]; running: number; more: b
           ))}
         </tbody>
       </table>
+      {pager}
     </>
   );
 }

@@ -244,3 +244,24 @@ export const securityProfiles = sqliteTable(
   },
   (t) => [primaryKey({ columns: [t.team, t.name] })],
 );
+
+/**
+ * Update ops runs by team, for listing (the console): each run's truth is its UpdateOpsDO; a row is
+ * written when a run starts and removed with it (operations/update-ops.ts).
+ */
+export const updateOpsRuns = sqliteTable(
+  "update_ops_runs",
+  {
+    teamId: text("team_id").notNull(),
+    name: text("name").notNull(),
+    createdAt: integer("created_at").notNull(),
+  },
+  (t) => [primaryKey({ columns: [t.teamId, t.name] }), index("update_ops_runs_created").on(t.createdAt)],
+);
+
+/** Clusters whose agent has linked to this edge (functions/agent-link.ts), for listing (the console). */
+export const clusters = sqliteTable("clusters", {
+  name: text("name").primaryKey(),
+  firstLinkedAt: integer("first_linked_at").notNull(),
+  lastLinkedAt: integer("last_linked_at").notNull(),
+});

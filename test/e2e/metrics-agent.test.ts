@@ -34,8 +34,31 @@ describe("agent /metrics", () => {
     for (const s of m.samples) for (const v of Object.values(s.labels)) expect(ids.has(v)).toBe(false);
 
     // A kill answers once the edge has it; the agent tears the sandbox down after that.
+    const destroyed = value(m, "sandbox_agent_driver_step_seconds_count", { step: "destroy", result: "ok" });
     await Promise.all(sbxs.map((s) => s.kill()));
     await expect.poll(() => running(), { timeout: 15_000 }).toBe(before);
+    // Each driver step of a reconcile pass is timed under its name; the teardowns are three destroys.
+    const after = await scrape(url());
+    expect(after.types.get("sandbox_agent_driver_step_seconds")).toBe("HISTOGRAM");
+    expect(after.types.get("sandbox_agent_driver_steps_in_flight")).toBe("GAUGE");
+    expect(value(after, "sandbox_agent_driver_step_seconds_count", { step: "destroy", result: "ok" })).toBe(destroyed + 3);
+    expect(value(after, "sandbox_agent_driver_step_seconds_count", { step: "ensure", result: "ok" })).toBeGreaterThanOrEqual(3);
+    expect(value(after, "sandbox_agent_driver_step_seconds_count", { step: "register", result: "ok" })).toBeGreaterThanOrEqual(3);
+  });
+
+  it("shows the pool's stock: Running warm members as the edge's pool counts them", async () => {
+    const { apiUrl, apiKey } = inject("e2b");
+    const pool = async () => {
+      const res = await fetch(`${apiUrl}/admin/teams/admin/templates/base`, { headers: { "x-api-key": apiKey } });
+      return ((await res.json()) as { pool: { available: number } }).pool.available;
+    };
+    // Both sides settle after the claims of the other cases; the edge counts ready members.
+    await expect
+      .poll(async () => {
+        const [stock, available] = await Promise.all([scrape(url()).then((m) => value(m, "sandbox_agent_sandboxes", { state: "Running", owner: "pool" })), pool()]);
+        return stock === available && stock > 0;
+      }, { timeout: 60_000, interval: 500 })
+      .toBe(true);
   });
 
   it("counts the runtime's live processes", async () => {

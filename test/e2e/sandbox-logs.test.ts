@@ -4,7 +4,7 @@
 import { ApiClient, ConnectionConfig, Sandbox } from "e2b";
 import { describe, expect, it } from "vitest";
 import { waitFor } from "../support/wait-for.ts";
-import { e2b } from "./sdk.ts";
+import { e2b, uniqueTag } from "./sdk.ts";
 
 function api() {
   return new ApiClient(new ConnectionConfig(e2b())).api;
@@ -39,6 +39,23 @@ describe("sandbox logs", () => {
     } finally {
       await sbx.kill();
     }
+  });
+
+  it("a killed sandbox's logs are still served to its team (as E2B does), and to no other team", async () => {
+    const sbx = await Sandbox.create(e2b());
+    const run = await sbx.commands.run("echo before-kill", { background: true });
+    await run.wait();
+    const ours = async (apiKey = e2b().apiKey) => {
+      const res = await new ApiClient(new ConnectionConfig({ ...e2b(), apiKey })).api.GET("/v2/sandboxes/{sandboxID}/logs", { params: { path: { sandboxID: sbx.sandboxId }, query: { limit: 1000 } } });
+      return { status: res.response.status, started: res.data?.logs.find((e) => e.message === "process started" && e.fields.cmd?.includes("echo before-kill")) };
+    };
+    await waitFor(async () => (await ours()).started !== undefined);
+    expect(await sbx.kill()).toBe(true);
+    await expect(Sandbox.getInfo(sbx.sandboxId, e2b())).rejects.toThrow();
+    expect(await ours()).toMatchObject({ status: 200, started: { fields: { pid: String(run.pid) } } });
+    const stranger = await fetch(`${e2b().apiUrl}/api-keys`, { method: "POST", headers: { "x-api-key": e2b().apiKey, "content-type": "application/json" }, body: JSON.stringify({ name: "stranger", teamName: uniqueTag() }) });
+    const { key } = (await stranger.json()) as { key: string };
+    expect((await ours(key)).status).toBe(404);
   });
 
   it("an unknown sandbox is 404", async () => {

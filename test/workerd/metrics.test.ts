@@ -4,6 +4,7 @@
 import { afterAll, describe, expect, it } from "vitest";
 import type { ScriptedAgent } from "../support/scripted-agent.ts";
 import { parsePrometheus, value, type Scrape } from "../support/prometheus-text.ts";
+import { waitFor } from "../support/wait-for.ts";
 import { call, createTeam, expectError, expectStatus, startAgent, unique } from "./helpers.ts";
 
 const agents: ScriptedAgent[] = [];
@@ -43,6 +44,8 @@ describe("/admin/metrics", () => {
     expect(delta("edge_pool_claims_total", { stock: "cold" })).toBe(3);
     expect(delta("edge_sandbox_wakeups_total", { via: "connect" })).toBe(1);
     expect(delta("edge_http_requests_total", { route: "/v2/sandboxes", method: "POST", status: "201" })).toBe(3);
+    expect(after.types.get("edge_http_request_duration_ms")).toBe("HISTOGRAM");
+    expect(delta("edge_http_request_duration_ms_count", { route: "/v2/sandboxes", method: "POST" })).toBe(4);
     expect(after.types.get("edge_create_stage_duration_ms")).toBe("HISTOGRAM");
     for (const stage of ["claim", "start"]) {
       expect(delta("edge_create_stage_duration_ms_count", { stage })).toBe(3);
@@ -52,5 +55,21 @@ describe("/admin/metrics", () => {
     expect(delta("edge_do_call_duration_ms_count", { object: "sandbox_group", method: "create" })).toBe(3);
     // Bounded labels: no series names a sandbox.
     for (const s of after.samples) for (const v of Object.values(s.labels)) expect(made).not.toContain(v);
+  });
+
+  it("counts a claim from the pool's warm stock as warm", async () => {
+    const team = await createTeam(unique("m-warm"), { replicas: 1 });
+    const agent = await startAgent(team.cluster);
+    agents.push(agent);
+    await agent.waitUntil(() => agent.running().length === 1);
+    const [member] = agent.running();
+    const s = agent.sandboxes.get(member!)!;
+    agent.report({ sandboxId: member!, generation: s.generation, phase: "Running", ready: true, endpoint: { runtime: `http://${member}.scripted.invalid:49983` }, revision: s.intent.template?.revision, observedAt: Date.now() });
+    await waitFor(async () => (await expectStatus(call(`/admin/teams/${team.name}/templates/${team.template}`), 200)).pool.available === 1);
+    const before = await scrape();
+    const made = await expectStatus(call("/v2/sandboxes", { key: team.key, body: { templateID: team.template, timeout: 300 } }), 201);
+    expect(made.sandboxID).toBe(member);
+    const after = await scrape();
+    expect(value(after, "edge_pool_claims_total", { stock: "warm" }) - value(before, "edge_pool_claims_total", { stock: "warm" })).toBe(1);
   });
 });

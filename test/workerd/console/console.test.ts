@@ -110,6 +110,38 @@ describe("team scoping", () => {
     expect(overview).toContain(`data-template="${other.template}"`);
   });
 
+  it("lists a connected agent whose cluster no template names", async () => {
+    const lonely = unique("lonely");
+    const stray = await startAgent(lonely);
+    try {
+      const { cookie } = await login(ADMIN_KEY);
+      const clusters = () => html(page("/console?fragment=clusters", { cookie, headers: { "x-console-fragment": "1" } }));
+      await expect.poll(clusters).toMatch(new RegExp(`<tr data-cluster="${lonely}"><td>${lonely}</td><td class="ok">connected`));
+    } finally {
+      stray.disconnect();
+    }
+  });
+
+  it("pages past the newest 100 sandboxes: the next page has the rest, none twice", async () => {
+    const many = await createTeam(unique("console-many"), { cluster: team.cluster });
+    await expectStatus(call(`/admin/teams/${many.name}/quota`, { method: "PUT", body: { runningSandboxes: 200, vcpus: 1000, memoryMB: 1_000_000 } }), 200);
+    const ids: string[] = [];
+    for (let i = 0; i < 101; i += 20) {
+      const batch = await Promise.all(Array.from({ length: Math.min(20, 101 - i) }, () => expectStatus(call("/v2/sandboxes", { key: many.key, body: { templateID: many.template } }), 201)));
+      ids.push(...batch.map((b) => b.sandboxID as string));
+    }
+    const { cookie } = await login(many.key);
+    const rowsOf = (body: string) => [...body.matchAll(/<tr data-sandbox="([a-z0-9]+)">/g)].map((m) => m[1]!);
+    const first = await html(page("/console/sandboxes?state=all", { cookie }));
+    const next = /<a href="([^"]+)" rel="next">/.exec(first)?.[1]?.replaceAll("&amp;", "&");
+    expect(rowsOf(first)).toHaveLength(100);
+    expect(next).toBeDefined();
+    const second = await html(page(next!, { cookie }));
+    expect(second).not.toContain('rel="next"');
+    expect([...rowsOf(first), ...rowsOf(second)].sort()).toEqual([...ids].sort());
+    await html(page("/console/sandboxes?after=not-a-token", { cookie }), 400);
+  });
+
   it("a live fragment is the section alone", async () => {
     const { cookie } = await login(team.key);
     const frag = await html(page("/console/sandboxes?state=all&fragment=list", { cookie, headers: { "x-console-fragment": "1" } }));
@@ -166,5 +198,27 @@ describe("update ops runs", () => {
     await html(page("/console/ops?team=..&name=x", { cookie }), 400);
     const team = await login(other.key);
     await html(page(`/console/ops?team=${other.name}&name=console-run`, { cookie: team.cookie }), 403);
+  });
+
+  it("lists every run with its phase until it is removed, and the autoscalers' decisions", async () => {
+    const { cookie } = await login(ADMIN_KEY);
+    const runs = () => html(page("/console/ops?fragment=runs", { cookie, headers: { "x-console-fragment": "1" } }));
+    await expectStatus(call(`/admin/teams/${team.name}/updateops`, { body: { name: "listed-run", selector: {}, paused: true } }), 201);
+    const api = await expectStatus(call(`/admin/teams/${team.name}/updateops/listed-run`), 200);
+    const row = new RegExp(`data-ops-run="${team.name}/listed-run">.*?href="/console/ops\\?team=${team.name}&amp;name=listed-run".*?<td data-field="phase">${api.phase}</td>`);
+    expect(await runs()).toMatch(row);
+    await expectStatus(call(`/admin/teams/${team.name}/updateops/listed-run`, { method: "DELETE" }), 204);
+    expect(await runs()).not.toContain(`data-ops-run="${team.name}/listed-run"`);
+
+    const tpl = `/admin/teams/${other.name}/templates/${other.template}/autoscaler`;
+    // A floor above the pool's size: the autoscaler rescales at once (a decision and an event).
+    const spec = { minReplicas: 2, maxReplicas: 2, capacityPolicy: { targetAvailable: 0, tolerance: 0 }, sampling: { intervalSeconds: 60, windowSeconds: 60 } };
+    const set = await expectStatus(call(tpl, { method: "PUT", body: spec }), 200);
+    const decisions = await html(page("/console/ops?fragment=autoscalers", { cookie, headers: { "x-console-fragment": "1" } }));
+    const cells = (time: string, kind: string, reason: string) => `<tr data-autoscaler="${other.template}"><td>${time}</td><td>${other.name}</td><td>${other.template}</td><td>${kind}</td><td>${reason}</td>`;
+    expect(decisions).toContain(cells(set.lastDecision.time, "decision", set.lastDecision.reason));
+    expect(set.events.length).toBeGreaterThan(0);
+    for (const e of set.events) expect(decisions).toContain(cells(e.time, `event (${e.type})`, e.reason));
+    await expectStatus(call(tpl, { method: "DELETE" }), 204);
   });
 });

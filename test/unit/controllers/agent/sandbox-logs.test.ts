@@ -7,7 +7,7 @@ import { MAX_LOG_FIELDS, MAX_LOG_FIELD_VALUE_LENGTH, MAX_LOG_MESSAGE_LENGTH, San
 
 describe("SandboxLogs", () => {
   it("keeps only the newest entries of a sandbox, and each entry within the frame's bounds", () => {
-    const logs = new SandboxLogs(10);
+    const logs = new SandboxLogs({ perSandbox: 10 });
     for (let i = 0; i < 25; i++) logs.append("a", "info", `line ${i}`, {}, 1000 + i);
     logs.append("a", "info", "x".repeat(10_000), Object.fromEntries(Array.from({ length: 40 }, (_, i) => [`k${i}`, "v".repeat(2000)])), 2000);
     const all = logs.query("a", { limit: 1000, direction: "forward" });
