@@ -47,10 +47,11 @@ export default {
 };
 `;
 
-/** Builds the Worker bundle exactly as `wrangler deploy` would, into `outDir`. */
-export function buildEdge(outDir: string): void {
+/** Builds the Worker bundle exactly as `wrangler deploy` would, into `outDir` (from the tree at
+ * `cwd`: another revision's, for A/B benchmarks). */
+export function buildEdge(outDir: string, cwd = ROOT): void {
   const res = spawnSync(join(BIN, "wrangler"), ["deploy", "--dry-run", "--outdir", outDir], {
-    cwd: ROOT,
+    cwd,
     env: { ...process.env, PATH: `${BIN}:${process.env.PATH}`, WRANGLER_SEND_METRICS: "false", WRANGLER_LOG: "warn" },
     encoding: "utf8",
   });
