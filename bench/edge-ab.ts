@@ -6,6 +6,10 @@
 // interleaved rounds see the same load, so a change of a few percent in workerd CPU per create
 // shows. Prints workerd CPU per create, creates/s and p50 per round, and the medians.
 // Not part of `npm run bench` (it writes no figures): a tool for deciding whether a cut pays.
+// `--calls`: both sides count every invocation of the edge with a tail Worker (scripts/lib/edge.ts,
+// `invocationCounterPort`), and it prints the Durable Object calls per create by class and
+// method, the refill of the claimed members included (it waits for it before each window closes).
+// The tail Worker adds CPU on both sides, so take the CPU figures of such a run only as a ratio.
 // `--tracing`: both sides serve the working tree, B with OTEL_EXPORTER_OTLP_ENDPOINT to a real
 // collector (tools/otelcol), and it prints `obs.tracing_overhead_ratio` (B's creates/s over A's).
 import { spawnSync } from "node:child_process";
@@ -13,7 +17,7 @@ import { cpSync, mkdirSync, mkdtempSync, rmSync, symlinkSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { parseArgs } from "node:util";
 import { startEdge, type Edge } from "../scripts/lib/edge.ts";
-import { startSqld } from "../scripts/lib/sqld.ts";
+import { freePort, startSqld } from "../scripts/lib/sqld.ts";
 import { migrate } from "../scripts/migrate.ts";
 import { seed } from "../scripts/seed.ts";
 import { ScriptedAgent, tcpTransport } from "../test/support/scripted-agent.ts";
@@ -32,6 +36,7 @@ const { values: opt } = parseArgs({
     creates: { type: "string", default: "1500" },
     replicas: { type: "string", default: "600" },
     tracing: { type: "boolean", default: false },
+    calls: { type: "boolean", default: false },
   },
 });
 const rounds = Number(opt.rounds);
@@ -40,7 +45,8 @@ const replicas = Number(opt.replicas);
 
 const tmp = mkdtempSync("/dev/shm/sbx-edge-ab-");
 const sqld = await startSqld({ dir: join(tmp, "sqld") });
-const sides: { name: string; edge: Edge; agent: ScriptedAgent; cpu: number[]; rate: number[]; p50: number[] }[] = [];
+type Side = { name: string; edge: Edge; agent: ScriptedAgent; cpu: number[]; rate: number[]; p50: number[]; counter?: number; calls: Record<string, number> };
+const sides: Side[] = [];
 let collector: Collector | undefined;
 try {
   await migrate(sqld.url);
@@ -61,10 +67,11 @@ try {
     const dir = join(tmp, `edge-${sides.length}`);
     cpSync(bundle, join(dir, "bundle"), { recursive: true });
     const traced: Record<string, string> = collector && sides.length === 1 ? { OTEL_EXPORTER_OTLP_ENDPOINT: collector.endpoint } : {};
-    const edge = await startEdge({ dir, vars: { ...vars, ...traced }, skipBuild: true });
+    const counter = opt.calls ? await freePort() : undefined;
+    const edge = await startEdge({ dir, vars: { ...vars, ...traced }, skipBuild: true, invocationCounterPort: counter });
     const agent = new ScriptedAgent({ agentId: `ab-${sides.length}` });
     await agent.connect(tcpTransport(edge.url, CLUSTER_TOKEN, "local"));
-    sides.push({ name, edge, agent, cpu: [], rate: [], p50: [] });
+    sides.push({ name, edge, agent, cpu: [], rate: [], p50: [], counter, calls: {} });
   }
   for (const s of sides) {
     await api(s.edge.url, "/admin/teams/admin/templates/ab", { method: "PUT", body: JSON.stringify({ spec: { replicas } }) });
@@ -74,17 +81,27 @@ try {
   for (let r = 0; r < rounds; r++) {
     for (const s of r % 2 ? [...sides].reverse() : sides) {
       await waitAvailable(s.edge.url, Math.min(replicas, 600));
+      const counted = s.counter ? await invocations(s.counter) : null;
       const cpu = cpuMs(s.edge.pid);
       const started = performance.now();
       const latencies = await timedConcurrently(creates, CLIENTS, () => create(s.edge.url));
       s.rate.push(creates / ((performance.now() - started) / 1000));
       s.cpu.push((cpuMs(s.edge.pid) - cpu) / creates);
       s.p50.push(median(latencies));
+      if (counted && s.counter) {
+        // The claimed members' refill (ack, Running observation) lands within this wait.
+        await new Promise((r) => setTimeout(r, 2_000));
+        for (const [k, n] of Object.entries(await invocations(s.counter))) s.calls[k] = (s.calls[k] ?? 0) + n - (counted[k] ?? 0);
+      }
     }
   }
   const fmt = (xs: number[], d: number) => `${xs.map((x) => x.toFixed(d)).join(" ")} (median ${median(xs).toFixed(d)})`;
   for (const s of sides) {
     console.log(`${s.name}\n  workerd ms/create ${fmt(s.cpu, 2)}\n  creates/s ${fmt(s.rate, 0)}\n  p50 ms ${fmt(s.p50, 0)}`);
+    if (!s.counter) continue;
+    const per = (n: number) => (n / (rounds * creates)).toFixed(3);
+    for (const [k, n] of Object.entries(s.calls).sort()) console.log(`  per create: ${k} ${per(n)}`);
+    console.log(`  edge.do_calls_per_create ${per(Object.entries(s.calls).filter(([k]) => k.includes(" rpc ")).reduce((a, [, n]) => a + n, 0))}`);
   }
   if (collector) {
     const ratio = median(sides[1]!.rate) / median(sides[0]!.rate);
@@ -116,6 +133,13 @@ async function api(base: string, path: string, init: RequestInit = {}): Promise<
   const text = await res.text();
   if (res.status >= 300) throw new Error(`${init.method ?? "GET"} ${path}: HTTP ${res.status} ${text.slice(0, 300)}`);
   return text ? JSON.parse(text) : null;
+}
+
+/** The invocation counts of an edge started with `invocationCounterPort` (tail events arrive just
+ * after each invocation ends: read after a short pause). */
+async function invocations(port: number): Promise<Record<string, number>> {
+  await new Promise((r) => setTimeout(r, 300));
+  return (await (await fetch(`http://127.0.0.1:${port}/`)).json()) as Record<string, number>;
 }
 
 function create(base: string): Promise<unknown> {

@@ -49,6 +49,7 @@ import type { BenchContext, Figures } from "./run.ts";
 import { freePort } from "../scripts/lib/sqld.ts";
 import { startSkeleton } from "./skeleton.ts";
 import { cpuMs, median, percentile, timedConcurrently } from "./stats.ts";
+import { startProfiler } from "./v8-profile.ts";
 
 const ADMIN_KEY = `e2b_${"0".repeat(38)}be`;
 const CLUSTER_TOKEN = "bench-cluster-token";
@@ -180,35 +181,4 @@ function client(base: string) {
     },
   };
   return api;
-}
-
-/** Starts V8's sampling profiler in the edge isolate over the DevTools protocol. */
-async function startProfiler(port: number): Promise<{ stop(): Promise<unknown> }> {
-  const targets = (await (await fetch(`http://127.0.0.1:${port}/json/list`)).json()) as { webSocketDebuggerUrl: string }[];
-  const ws = new WebSocket(targets[0]!.webSocketDebuggerUrl);
-  await new Promise((ok, fail) => {
-    ws.addEventListener("open", ok);
-    ws.addEventListener("error", fail);
-  });
-  const pending = new Map<number, (result: unknown) => void>();
-  ws.addEventListener("message", (ev) => {
-    const msg = JSON.parse(String(ev.data)) as { id?: number; result?: unknown };
-    if (msg.id !== undefined) pending.get(msg.id)?.(msg.result);
-  });
-  let id = 0;
-  const call = (method: string, params: object = {}) =>
-    new Promise<any>((ok) => {
-      pending.set(++id, ok);
-      ws.send(JSON.stringify({ id, method, params }));
-    });
-  await call("Profiler.enable");
-  await call("Profiler.setSamplingInterval", { interval: 250 });
-  await call("Profiler.start");
-  return {
-    async stop() {
-      const { profile } = await call("Profiler.stop");
-      ws.close();
-      return profile;
-    },
-  };
 }

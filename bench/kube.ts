@@ -5,6 +5,11 @@
 //                                           clients: PoolDO claim, intent to the agent, the driver's
 //                                           claim (labels written behind), the pod runtime's /init,
 //                                           the ack back
+//   kube.claim_vs_edge_claim_ratio          kube.claim_p50_ms over kube.edge_only_claim_p50_ms: the
+//                                           same creates on a second edge whose agent is scripted
+//                                           (acks at once; no API server, no pods), same pool size and
+//                                           concurrency, in rounds alternating with the kube claims
+//                                           (spread: the lowest and highest round's ratio)
 //   kube.apiserver_requests_per_claim       requests the API server served (its audit log, watches
 //                                           excluded) from the first claim until the pool is whole
 //                                           again, per claim, sorted by whose and on what object
@@ -46,11 +51,14 @@ import { readFileSync, statSync } from "node:fs";
 import { AGENT_USER, startCluster, type Cluster } from "../test/kube/support/cluster.ts";
 import { startTestEdge } from "../test/kube/support/edge.ts";
 import { TestKubelet } from "../test/kube/support/kubelet.ts";
+import { ScriptedAgent, tcpTransport } from "../test/support/scripted-agent.ts";
 import type { BenchContext, Figures } from "./run.ts";
 import { percentile as pct, round, timedConcurrently } from "./stats.ts";
 
 const POOL = Number(process.env.KUBE_BENCH_POOL ?? 500);
 const CLIENTS = Number(process.env.KUBE_BENCH_CLIENTS ?? 50);
+/** Rounds the claims are split into, alternating with as many edge-only claims. */
+const RATIO_ROUNDS = 4;
 const CLAIMS = Number(process.env.KUBE_BENCH_CLAIMS ?? 400);
 const SANDBOXES = Number(process.env.KUBE_BENCH_SANDBOXES ?? 10_000);
 const RUNTIME_IMAGE = "ghcr.io/kruise-edge/sandbox-agent:bench";
@@ -197,10 +205,28 @@ async function claimsThroughEdge(cluster: Cluster): Promise<Figures> {
     figures["kube.warm_pool_ready_s"] = { value: round((performance.now() - t) / 1000), unit: "s" };
     await new Promise((r) => setTimeout(r, 2000)); // status writes of the warm-up settle
 
+    // The same claims on an edge whose agent is scripted (no API server, no pods), its pool as
+    // large: the edge-only claim, interleaved with the kube claims round by round at the same
+    // concurrency, so the machine's load hits both alike.
+    const edgeOnly = await edgeOnlyClaims(POOL);
+    stops.push(() => edgeOnly.stop());
+
     const auditFrom = statSync(join(cluster.dir, "audit.log")).size;
-    t = performance.now();
-    const latencies = await timedConcurrently(CLAIMS, CLIENTS, () => api.create("pool"));
-    const claimS = (performance.now() - t) / 1000;
+    const latencies: number[] = [];
+    const edgeLatencies: number[] = [];
+    let claimMs = 0;
+    const roundRatios: number[] = [];
+    for (let round = 0; round < RATIO_ROUNDS; round++) {
+      const n = Math.floor(CLAIMS / RATIO_ROUNDS) + (round < CLAIMS % RATIO_ROUNDS ? 1 : 0);
+      t = performance.now();
+      const kube = await timedConcurrently(n, CLIENTS, () => api.create("pool"));
+      claimMs += performance.now() - t;
+      const edgeOnlyRound = await edgeOnly.claims(n, CLIENTS);
+      latencies.push(...kube);
+      edgeLatencies.push(...edgeOnlyRound);
+      roundRatios.push(pct(kube, 50) / pct(edgeOnlyRound, 50));
+    }
+    const claimS = claimMs / 1000;
     await until("pool refilled", async () => (await api.available("pool")) >= POOL, 900_000);
     await new Promise((r) => setTimeout(r, 2000));
     const audited = auditedRequests(cluster, auditFrom);
@@ -208,6 +234,8 @@ async function claimsThroughEdge(cluster: Cluster): Promise<Figures> {
     figures["kube.claim_p50_ms"] = { value: round(pct(latencies, 50)), unit: "ms", target: "<= 50" };
     figures["kube.claim_p99_ms"] = { value: round(pct(latencies, 99)), unit: "ms", target: "<= 200" };
     figures["kube.claims_per_s"] = { value: round(CLAIMS / claimS), unit: "claims/s" };
+    figures["kube.edge_only_claim_p50_ms"] = { value: round(pct(edgeLatencies, 50)), unit: "ms" };
+    figures["kube.claim_vs_edge_claim_ratio"] = { value: round(pct(latencies, 50) / pct(edgeLatencies, 50)), unit: "ratio", target: "<= 1.5", spread: [round(Math.min(...roundRatios)), round(Math.max(...roundRatios))] };
     figures["kube.apiserver_requests_per_claim"] = { value: round(audited.claim / CLAIMS), unit: "requests", target: "<= 3" };
     figures["kube.apiserver_requests_per_refill"] = { value: round(audited.refill / CLAIMS), unit: "requests" };
     figures["kube.apiserver_requests_per_claim_and_refill"] = { value: round((audited.claim + audited.refill + audited.other) / CLAIMS), unit: "requests" };
@@ -215,6 +243,32 @@ async function claimsThroughEdge(cluster: Cluster): Promise<Figures> {
     for (const stop of stops.reverse()) await stop().catch((err: unknown) => console.error("kube bench teardown:", err));
   }
   return figures;
+}
+
+/** An edge of its own with a scripted agent that acks every intent at once, and a warm pool of
+ * `size`: what a claim costs when nothing but the edge does work. */
+async function edgeOnlyClaims(size: number): Promise<{ claims(n: number, clients: number): Promise<number[]>; stop(): Promise<void> }> {
+  const edge = await startTestEdge("kubebench-edge-only", { tmpfs: true });
+  const agent = new ScriptedAgent({ agentId: "kube-bench-edge-only" });
+  try {
+    await agent.connect(tcpTransport(edge.url, edge.clusterToken, "local"));
+    const api = edgeApi(edge.url, edge.adminKey);
+    const put = await fetch(`${edge.url}/admin/teams/admin/templates/edge-only`, { method: "PUT", headers: { "x-api-key": edge.adminKey, "content-type": "application/json" }, body: JSON.stringify({ spec: { replicas: size } }) });
+    if (!put.ok) throw new Error(`edge-only template: HTTP ${put.status} ${await put.text()}`);
+    await until("edge-only pool available", async () => (await api.available("edge-only")) >= size, 300_000);
+    await timedConcurrently(20, 5, () => api.create("edge-only")); // JIT, objects, caches
+    return {
+      claims: (n, clients) => timedConcurrently(n, clients, () => api.create("edge-only")),
+      async stop() {
+        agent.disconnect();
+        await edge.stop();
+      },
+    };
+  } catch (err) {
+    agent.disconnect();
+    await edge.stop();
+    throw err;
+  }
 }
 
 /** Mean time of one buildPod with the shipped injection config (a pure function: no API server). */

@@ -9,7 +9,8 @@ import { join, resolve } from "node:path";
 import { startEdge, type Edge, type EdgeOptions } from "../scripts/lib/edge.ts";
 import { startSqld } from "../scripts/lib/sqld.ts";
 
-export type Figures = Record<string, { value: number; unit: string; target?: string }>;
+/** `spread`: the lowest and highest of the rounds a median was taken over. */
+export type Figures = Record<string, { value: number; unit: string; target?: string; spread?: [number, number] }>;
 
 export interface BenchContext {
   /** A fresh sqld for this run. */
@@ -19,7 +20,7 @@ export interface BenchContext {
   startEdge(opts: Omit<EdgeOptions, "dir"> & { dir?: string }): Promise<Edge>;
 }
 
-const SUITES = ["edge", "pool", "runtime", "local", "e2e", "ci", "kube", "ops"];
+const SUITES = ["edge", "gateway", "pool", "runtime", "local", "e2e", "ci", "kube", "ops"];
 const here = import.meta.dirname;
 
 const chosen = process.argv.slice(2).filter((a) => !a.startsWith("-"));
@@ -52,7 +53,7 @@ try {
   rmSync(dir, { recursive: true, force: true });
 }
 
-const rows = Object.entries(figures).map(([name, f]) => [name, String(Math.round(f.value * 100) / 100), f.unit, f.target ?? ""]);
+const rows = Object.entries(figures).map(([name, f]) => [name, String(Math.round(f.value * 100) / 100) + (f.spread ? ` (${f.spread.join("–")})` : ""), f.unit, f.target ?? ""]);
 const widths = [0, 1, 2, 3].map((i) => Math.max(...[["figure", "value", "unit", "target"], ...rows].map((r) => r[i]!.length)));
 const line = (r: string[]) => r.map((c, i) => (i === 1 ? c.padStart(widths[i]!) : c.padEnd(widths[i]!))).join("  ");
 console.log(line(["figure", "value", "unit", "target"]));

@@ -20,6 +20,7 @@ import { sandboxGroupOf, sandboxGroupStub } from "../sandbox/stub.ts";
 import { TurnWrites } from "../turn-writes.ts";
 import { Ledger, overMessage, stale, type Held, type QuotaRequest, type Reservation, type Resources } from "./ledger.ts";
 import { openQuotaStore, type QuotaStore } from "./store.ts";
+import { createClaimed, noStock, type ClaimCreate, type ClaimCreateResult } from "./claim-create.ts";
 import { edgeLogger } from "../tracing/edge-log.ts";
 import { edgeSpan, flushEdgeTraces } from "../tracing/edge-tracing.ts";
 
@@ -74,6 +75,28 @@ export class TeamQuotaDO extends DurableObject<Env> {
   private readonly turn = new TurnWrites("team quota", this.ctx.storage, () => {
     this.ledger = null;
   });
+
+  /**
+   * A whole create in one call from the Worker: `claim`, then the claimed member to its group
+   * (claim-create.ts). A member nobody will create (no stock, and the create does not mint one)
+   * gives its reservation back at once.
+   */
+  async create(req: QuotaClaim & ClaimCreate): Promise<ClaimCreateResult> {
+    const started = Date.now();
+    const claimed = await this.claim(req);
+    const claimMs = Date.now() - started;
+    if (!claimed.ok) return { ...claimed, claimMs };
+    if (!claimed.warm && !req.createOnNoStock) {
+      await this.release(claimed.sandboxId, claimed.generation + 1);
+      return { ok: false, error: noStock(req.draft.templateId), warm: false, claimMs };
+    }
+    const res = await createClaimed(this.env, claimed, req);
+    if (req.traceparent) {
+      const flushing = flushEdgeTraces();
+      if (flushing) this.ctx.waitUntil(flushing);
+    }
+    return { ...res, warm: claimed.warm, claimMs };
+  }
 
   /** Reserves, claims from the pool, and keeps the reservation under the claimed sandbox's id. */
   async claim(req: QuotaClaim): Promise<ClaimResult> {

@@ -27,12 +27,31 @@ export interface EdgeOptions {
   skipBuild?: boolean;
   /** Serve the Chrome DevTools protocol on this loopback port (profiling; see bench/edge.ts). */
   inspectorPort?: number;
+  /** Serve an invocation counter on this loopback port: a tail Worker that counts every
+   * invocation of the edge (Worker fetches, each Durable Object RPC by class and method, alarms,
+   * WebSocket events) and answers GET with the counts as JSON (bench/edge-do-calls.ts). */
+  invocationCounterPort?: number;
 }
 
-/** Builds the Worker bundle exactly as `wrangler deploy` would, into `outDir`. */
-export function buildEdge(outDir: string): void {
+/** The tail Worker behind `invocationCounterPort`: one key per kind of invocation. */
+const INVOCATION_COUNTER = `const counts = {};
+const kind = (e) => !e ? "other" : "rpcMethod" in e ? "rpc " + e.rpcMethod : "request" in e ? "fetch" : "scheduledTime" in e ? "alarm" : "getWebSocketEvent" in e ? "websocket" : "other";
+export default {
+  tail(items) {
+    for (const t of items) {
+      const k = (t.entrypoint ?? t.scriptName ?? "?") + " " + kind(t.event);
+      counts[k] = (counts[k] ?? 0) + 1;
+    }
+  },
+  fetch() { return Response.json(counts); },
+};
+`;
+
+/** Builds the Worker bundle exactly as `wrangler deploy` would, into `outDir` (from the tree at
+ * `cwd`: another revision's, for A/B benchmarks). */
+export function buildEdge(outDir: string, cwd = ROOT): void {
   const res = spawnSync(join(BIN, "wrangler"), ["deploy", "--dry-run", "--outdir", outDir], {
-    cwd: ROOT,
+    cwd,
     env: { ...process.env, PATH: `${BIN}:${process.env.PATH}`, WRANGLER_SEND_METRICS: "false", WRANGLER_LOG: "warn" },
     encoding: "utf8",
   });
@@ -69,7 +88,7 @@ function readWranglerToml(): WranglerFacts {
 const capnpString = (s: string) => JSON.stringify(s);
 
 // Embeds are relative to the config file, which sits in `dir` beside `bundle/`.
-function workerdConfig(dir: string, port: number, vars: Record<string, string>): string {
+function workerdConfig(dir: string, port: number, vars: Record<string, string>, counterPort?: number): string {
   const bundleDir = join(dir, "bundle");
   const w = readWranglerToml();
   const modules = readdirSync(bundleDir)
@@ -83,16 +102,20 @@ function workerdConfig(dir: string, port: number, vars: Record<string, string>):
   const namespaces = w.durableObjects.map(
     (d) => `(className = ${capnpString(d.className)}, uniqueKey = ${capnpString(`sandbox-edge-${d.className}`)}, enableSql = true)`,
   );
+  if (counterPort) writeFileSync(join(dir, "invocation-counter.js"), INVOCATION_COUNTER);
+  const counter = counterPort
+    ? { service: `\n    (name = "counter", worker = (compatibilityDate = ${capnpString(w.compatibilityDate)}, modules = [(name = "counter.js", esModule = embed "invocation-counter.js")])),`, socket: `, (name = "counter", address = ${capnpString(`127.0.0.1:${counterPort}`)}, http = (), service = "counter")`, tails: `\n  tails = ["counter"],` }
+    : { service: "", socket: "", tails: "" };
   return `using Workerd = import "/workerd/workerd.capnp";
 
 const config :Workerd.Config = (
   services = [
-    (name = "edge", worker = .edge),
+    (name = "edge", worker = .edge),${counter.service}
     (name = "do-storage", disk = (path = ${capnpString(join(dir, "do-storage"))}, writable = true)),
     # sqld and the agent's ingress listen on loopback; the default outbound allows public only.
     (name = "internet", network = (allow = ["public", "private", "local"])),
   ],
-  sockets = [(name = "http", address = ${capnpString(`127.0.0.1:${port}`)}, http = (), service = "edge")],
+  sockets = [(name = "http", address = ${capnpString(`127.0.0.1:${port}`)}, http = (), service = "edge")${counter.socket}],
 );
 
 const edge :Workerd.Worker = (
@@ -102,7 +125,7 @@ const edge :Workerd.Worker = (
   bindings = [${bindings.join(",\n    ")}],
   durableObjectNamespaces = [${namespaces.join(",\n    ")}],
   durableObjectStorage = (localDisk = "do-storage"),
-  globalOutbound = "internet",
+  globalOutbound = "internet",${counter.tails}
 );
 `;
 }
@@ -114,7 +137,7 @@ export async function startEdge(opts: EdgeOptions): Promise<Edge> {
   if (!opts.skipBuild) buildEdge(bundleDir);
   const port = opts.port || (await freePort());
   const configPath = join(opts.dir, "config.capnp");
-  writeFileSync(configPath, workerdConfig(opts.dir, port, opts.vars));
+  writeFileSync(configPath, workerdConfig(opts.dir, port, opts.vars, opts.invocationCounterPort));
   const service = await startService({
     name: "workerd",
     bin: join(BIN, "workerd"),

@@ -49,6 +49,12 @@ export interface SystemOptions {
   otlpEndpoint?: string;
   /** The local driver's template root filesystems (default: SBX_ROOTFS_DIR or the user's cache). */
   rootfsDir?: string;
+  /** How long the agent may take to stop before it is killed (default 10 s). Its stop destroys
+   * every sandbox with `onExit: "destroy"`: a benchmark's hundred warm members outlast 10 s on a
+   * loaded machine, and a killed agent leaves their mounts behind. */
+  agentStopMs?: number;
+  /** Open workerd's V8 inspector on this loopback port (benchmarks record CPU profiles). */
+  edgeInspectorPort?: number;
 }
 
 /** The agent process, as its supervisor sees it. */
@@ -119,7 +125,7 @@ export async function startSystem(opts: SystemOptions): Promise<System> {
   const edge = new Supervisor(
     "workerd",
     async () => {
-      const e = await startEdge({ dir: join(dataDir, "edge"), port: edgePort, vars: edgeVars, skipBuild: built });
+      const e = await startEdge({ dir: join(dataDir, "edge"), port: edgePort, vars: edgeVars, skipBuild: built, inspectorPort: opts.edgeInspectorPort });
       built = true;
       return e;
     },
@@ -149,7 +155,7 @@ export async function startSystem(opts: SystemOptions): Promise<System> {
     const exited = exitOf(child);
     // The agent's stop ends every sandbox's processes first, then cleans up their mounts and files
     // a few at a time (40–140 ms each here): the grace lets that finish for hundreds of sandboxes.
-    const agent: AgentProcess = { child, pid: child.pid!, exited, stop: (signal) => stopChild(child, exited, signal, 30_000) };
+    const agent: AgentProcess = { child, pid: child.pid!, exited, stop: (signal) => stopChild(child, exited, signal, opts.agentStopMs ?? 30_000) };
     try {
       isolation = await waitForAgent(child, exited);
     } catch (err) {

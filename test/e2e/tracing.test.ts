@@ -50,13 +50,16 @@ async function spansNamed(traceId: string, names: string[]): Promise<ReceivedSpa
   }, 30_000);
 }
 
-function expectChain(spans: ReceivedSpan[], request: string, doCall: string) {
+/** request → `doCall` (under `via` when given) → ClusterDO.enqueue → the agent's reconcile → driver and runtime. */
+function expectChain(spans: ReceivedSpan[], request: string, doCall: string, via?: string) {
   const by = (name: string) => spans.find((s) => s.name === name);
   const root = by(request);
   expect(root, `${request} in ${spans.map((s) => s.name)}`).toMatchObject({ service: "sandbox-edge", parentSpanId: "" });
   expect(spans.find((s) => s.name === "auth.api_key")?.parentSpanId).toBe(root!.spanId);
+  const parent = via ? by(via) : root;
+  if (via) expect(parent?.parentSpanId).toBe(root!.spanId);
   const call = by(doCall);
-  expect(call?.parentSpanId).toBe(root!.spanId);
+  expect(call?.parentSpanId).toBe(parent!.spanId);
   const enqueue = by("ClusterDO.enqueue");
   expect(enqueue?.parentSpanId).toBe(call!.spanId);
   const reconcile = spans.find((s) => s.name === "reconcile" && s.parentSpanId === enqueue!.spanId);
@@ -70,14 +73,13 @@ describe("traces", () => {
     const created = await api("POST", "/v2/sandboxes", { templateID: "base" });
     expect(created.status).toBe(201);
     expect(created.requestId).toMatch(/^[0-9a-f]{32}$/);
-    const spans = await traceOf(created.requestId);
-    expectChain(spans, "POST /v2/sandboxes", "SandboxGroupDO.create");
+    const spans = await spansNamed(created.requestId, ["POST /v2/sandboxes", "TeamQuotaDO.create", "SandboxGroupDO.create", "ClusterDO.enqueue", "reconcile", "driver.ensure", "runtime.register"]);
+    // One Durable Object call from the Worker: the team's quota object, which claims from the pool
+    // and hands the member to its group (both from inside that object).
+    expectChain(spans, "POST /v2/sandboxes", "SandboxGroupDO.create", "TeamQuotaDO.create");
     expect(spans.find((s) => s.name === "reconcile")?.attributes["sandbox.id"]).toBe(created.body.sandboxID);
-    // The claim: the team's quota object, and beneath it (from inside that object) the pool's.
-    const claim = await spansNamed(created.requestId, ["TeamQuotaDO.claim", "PoolDO.claim"]);
-    const root = claim.find((s) => s.name === "POST /v2/sandboxes")!;
-    const quota = claim.find((s) => s.name === "TeamQuotaDO.claim")!;
-    expect(quota.parentSpanId).toBe(root.spanId);
+    const claim = await spansNamed(created.requestId, ["TeamQuotaDO.create", "PoolDO.claim"]);
+    const quota = claim.find((s) => s.name === "TeamQuotaDO.create")!;
     expect(claim.find((s) => s.name === "PoolDO.claim")).toMatchObject({ service: "sandbox-edge", parentSpanId: quota.spanId, attributes: { "pool.name": expect.any(String) } });
     await api("DELETE", `/sandboxes/${created.body.sandboxID}`);
   });

@@ -52,7 +52,11 @@ describe("/admin/metrics", () => {
       expect(delta("edge_create_stage_duration_ms_bucket", { stage, le: "+Inf" })).toBe(3);
     }
     expect(delta("edge_create_stage_duration_ms_count", { stage: "template" })).toBe(4);
-    expect(delta("edge_do_call_duration_ms_count", { object: "sandbox_group", method: "create" })).toBe(3);
+    // A create is one Durable Object call from the Worker: the team's quota object claims and
+    // hands the member to its group itself.
+    expect(delta("edge_do_call_duration_ms_count", { object: "team_quota", method: "create" })).toBe(3);
+    expect(delta("edge_do_call_duration_ms_count", { object: "team_quota", method: "claim" })).toBe(0);
+    expect(delta("edge_do_call_duration_ms_count", { object: "sandbox_group", method: "create" })).toBe(0);
     // Bounded labels: no series names a sandbox.
     for (const s of after.samples) for (const v of Object.values(s.labels)) expect(made).not.toContain(v);
   });

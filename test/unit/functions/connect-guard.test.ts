@@ -60,6 +60,19 @@ describe("guardConnectStream", () => {
     ]);
   });
 
+  it("passes whole envelopes on as they come and holds back only a torn one's bytes", async () => {
+    const [a, b, end] = [env(0, { n: 1 }), env(0, { n: 2 }), env(2, {})];
+    const joined = new Uint8Array([...a, ...b, ...end]);
+    // a whole and b torn; b's rest and the end together.
+    const cut = a.length + 4;
+    const reader = guardConnectStream(streamOf([joined.subarray(0, cut), joined.subarray(cut)])).getReader();
+    const first = await reader.read();
+    expect([...first.value!]).toEqual([...a]);
+    const second = await reader.read();
+    expect([...second.value!]).toEqual([...b, ...end]);
+    expect((await reader.read()).done).toBe(true);
+  });
+
   it("cuts the response (the body errors, no end-stream envelope) when the upstream ends early", async () => {
     const { got, error } = await readUntilError(guardConnectStream(streamOf([env(0, { event: { data: {} } })])));
     expect(got).toEqual([{ flags: 0, body: { event: { data: {} } } }]);
