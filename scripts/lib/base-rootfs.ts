@@ -13,9 +13,9 @@ export type Log = (line: string) => void;
 /** cli.ts's exit code after a Ctrl-C (it removed its half-built layer). */
 const INTERRUPTED = 130;
 
-/** The builder's own lines (`configured 50 packages` among them: build-base.ts counts dpkg's
- * steps), mmdebstrap's stage lines (`I: downloading packages...`) and its errors; its warnings
- * are left out of the terminal. */
+/** The builder's own lines (`unpacked 50 packages`, `configured 50 packages`: build-base.ts
+ * counts dpkg's steps), mmdebstrap's stage lines (`I: downloading packages...`) and its errors;
+ * its warnings are left out of the terminal. */
 export function progressLine(line: string): string | undefined {
   const m = /^\[rootfs\] (mmdebstrap: )?(.*)$/.exec(line);
   if (!m) return line.trim() ? line : undefined;

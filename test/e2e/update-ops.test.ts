@@ -195,7 +195,7 @@ describe("update ops on the local driver", () => {
     expect(await running.files.read("/home/user/keep.txt")).toBe(`kept by ${running.sandboxId}`);
     expect((await running.commands.run("pgrep -cf '^sleep 10000[3]' || true")).stdout.trim()).toBe("0");
     // The paused one stays paused; resumed, it has its files.
-    expect((await admin(`/admin/sandboxes/${paused.sandboxId}`)).state).toBe("paused");
+    expect((await admin(`/admin/sandboxes/${paused.sandboxId}`)).phase).toBe("Paused");
     const resumed = await Sandbox.connect(paused.sandboxId, e2b());
     expect(await resumed.files.read("/home/user/keep.txt")).toBe(`kept by ${paused.sandboxId}`);
 

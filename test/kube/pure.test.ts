@@ -141,7 +141,7 @@ describe("injection config", () => {
   it("injects in one order whatever the order of runtimes and of the config's keys", () => {
     const config = parseInjectionConfig({ "traffic-proxy": JSON.stringify({ image: "tp" }), csi: JSON.stringify({ image: "c" }), "agent-runtime": rt });
     if (!config.ok) throw new Error(config.message);
-    const build = (runtimes: { name: string }[]) =>
+    const build = (runtimes: { name: string }[], traffic?: { configMap: string; governed: boolean }) =>
       buildPod({
         name: "p",
         namespace: "ns",
@@ -153,9 +153,13 @@ describe("injection config", () => {
         injection: mergeInjection({}, config.config),
         runtimes,
         resources: { cpuCount: 1, memoryMB: 512 },
+        traffic,
       }).spec!.containers.map((c) => c.name);
-    expect(build([{ name: "traffic-proxy" }, { name: "csi" }])).toEqual(["main", "agent-runtime", "csi", "traffic-proxy"]);
-    expect(build([{ name: "csi" }, { name: "traffic-proxy" }])).toEqual(["main", "agent-runtime", "csi", "traffic-proxy"]);
+    // The traffic-proxy comes as the driver's pair (with its ConfigMap), not from `runtimes` alone.
+    const traffic = { configMap: "p-traffic", governed: false };
+    expect(build([{ name: "traffic-proxy" }, { name: "csi" }], traffic)).toEqual(["main", "agent-runtime", "csi", "traffic-proxy"]);
+    expect(build([{ name: "csi" }, { name: "traffic-proxy" }], traffic)).toEqual(["main", "agent-runtime", "csi", "traffic-proxy"]);
+    expect(build([{ name: "csi" }, { name: "traffic-proxy" }])).toEqual(["main", "agent-runtime", "csi"]);
     expect(build([])).toEqual(["main", "agent-runtime"]);
   });
 });

@@ -87,5 +87,5 @@ describe("SandboxUpdateOps CheckpointRestore with kubectl", () => {
     }
     const events = (JSON.parse(kubectlOk(["-n", sys.ns, "get", "events", "--field-selector", "involvedObject.name=ck,reason=CheckpointTaken", "-o", "json"])) as { items: unknown[] }).items;
     expect(events).toHaveLength(2);
-  });
+  }, 300_000);
 });

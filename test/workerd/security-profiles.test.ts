@@ -61,7 +61,8 @@ describe("security profiles (admin API)", () => {
     await again.waitUntil(() => !(again.securityProfiles?.some((p) => p.name === "mcp") ?? true));
     await expectStatus(call(`/admin/global-security-profiles/${global}`, { method: "DELETE" }), 204);
     await expectError(call(`/admin/teams/${team.name}/security-profiles/mcp`), 404, 'SecurityProfile "mcp" not found');
-  });
+    // Two agent sessions and five frames: more than the tier's default on a loaded machine.
+  }, 60_000);
 
   it("refuses what the proxy cannot enforce as written, naming it; needs the admin key", async () => {
     const team = await createTeam(unique("sp"));

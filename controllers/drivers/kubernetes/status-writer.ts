@@ -2,6 +2,7 @@
 // or, while an ensure is retried or has failed for good, from that failure; patched only when it
 // differs from the stored one, with one Event per new failure reason.
 import { ANNOTATION, API_VERSION, GROUP, VERSION } from "../../../schema/crd/labels.ts";
+import { hasTrafficProxy } from "./traffic-objects.ts";
 import { EventReason, ReadyReason } from "../../../schema/crd/conditions.ts";
 import type { DriverContext } from "./context.ts";
 import { mergePatch, PLURAL, postEvent, stableJson, tolerate } from "./kube-api.ts";
@@ -44,7 +45,8 @@ export class StatusWriter {
     const sbx = this.#ctx.sandbox(id);
     const pod = this.#ctx.pod(id);
     if (!sbx && !pod) return undefined;
-    const enforced = { cpu: true, memory: true, pids: false, network: false };
+    // Network: the pod was built with its traffic-proxy governing it (traffic-pod.ts).
+    const enforced = { cpu: true, memory: true, pids: false, network: hasTrafficProxy(pod, true) };
     if (!sbx) {
       return { id, generation: 0, phase: "Failed", level: "kubernetes", createdAt: pod!.metadata?.creationTimestamp?.toString() ?? "", enforced, ready: false, message: "pod without a Sandbox (orphan)" };
     }

@@ -30,8 +30,9 @@ export interface ConformanceOptions {
    * until `id` runs. Absent: `ensure` returns a running sandbox. */
   settle?: (driver: Driver, id: string) => Promise<void>;
   /** How a driver without network isolation answers `allowInternetAccess: false`: `refused`
-   * (UnsupportedError, the default) or `unenforced` (created, `enforced.network` false). */
-  networkOff?: "refused" | "unenforced";
+   * (UnsupportedError, the default), `unenforced` (created, `enforced.network` false) or `proxied`
+   * (created with a proxy that refuses every destination, `enforced.network` true). */
+  networkOff?: "refused" | "unenforced" | "proxied";
 }
 
 const USER: SandboxUser = { name: "user", uid: 1000, gid: 1000, home: "/home/user", shell: "/bin/bash" };
@@ -287,6 +288,11 @@ export function describeDriverConformance(title: string, opts: ConformanceOption
         } finally {
           internet.stop();
         }
+      });
+    } else if (opts.networkOff === "proxied") {
+      it("allowInternetAccess=false is enforced by the sandbox's own proxy, and reported so", async () => {
+        expect((await driver.ensure(desired({ allowInternetAccess: false }))).enforced.network).toBe(true);
+        expect((await driver.ensure(desired({ allowInternetAccess: true }))).enforced.network).toBe(false);
       });
     } else if (opts.networkOff === "unenforced") {
       it("allowInternetAccess=false is accepted and reported not enforced (no network isolation at this level)", async () => {

@@ -9,17 +9,19 @@ import { buildBaseInBackground, progressLine } from "../../../scripts/lib/base-r
 import { buildLogLine } from "../../../controllers/drivers/local/rootfs/build-base.ts";
 import { RootfsStore } from "../../../controllers/drivers/local/rootfs/store.ts";
 
-it("the builder logs mmdebstrap's stages, warnings and errors, and every 50th configured package; not apt's and dpkg's other lines", () => {
-  const state = { configured: 0 };
+it("the builder logs mmdebstrap's stages, warnings and errors, and every 50th unpacked and configured package; not apt's and dpkg's other lines", () => {
+  const state = { unpacked: 0, configured: 0 };
   const lines = [
     "I: downloading packages with apt...",
     "Get:1 http://deb.debian.org/debian bookworm/main amd64 libc6 amd64 2.36-9 [2757 kB]",
-    ...Array.from({ length: 120 }, (_, i) => [`Unpacking pkg${i} (1.0) ...`, `Setting up pkg${i} (1.0) ...`]).flat(),
+    ...Array.from({ length: 60 }, (_, i) => [`Preparing to unpack .../pkg${i}_1.0_amd64.deb ...`, `Unpacking pkg${i} (1.0) ...`]).flat(),
+    ...Array.from({ length: 120 }, (_, i) => `Setting up pkg${i} (1.0) ...`),
     "W: a warning",
     "E: apt-get failed",
   ];
   expect(lines.map((l) => buildLogLine(l, state)).filter((l) => l !== undefined)).toEqual([
     "mmdebstrap: I: downloading packages with apt...",
+    "unpacked 50 packages",
     "configured 50 packages",
     "configured 100 packages",
     "mmdebstrap: W: a warning",

@@ -71,10 +71,11 @@ async function buildLayer(store: RootfsStore, id: string, recipe: DebianRecipe, 
 }
 
 /** Which of mmdebstrap's lines reach the log (it runs --verbose: apt's and dpkg's output, many
- * lines per package): its stage lines, warnings and errors, and every 50th configured package as
- * a count, the one sign of progress during the longest part of a build. */
-export function buildLogLine(line: string, state: { configured: number }): string | undefined {
+ * lines per package): its stage lines, warnings and errors, and every 50th package dpkg unpacks
+ * and configures as a count, the one sign of progress during the longest part of a build. */
+export function buildLogLine(line: string, state: { unpacked: number; configured: number }): string | undefined {
   if (/^[IWE]: /.test(line)) return `mmdebstrap: ${line}`;
+  if (/^Unpacking /.test(line) && ++state.unpacked % 50 === 0) return `unpacked ${state.unpacked} packages`;
   if (/^Setting up /.test(line) && ++state.configured % 50 === 0) return `configured ${state.configured} packages`;
   return undefined;
 }
@@ -86,7 +87,7 @@ function mmdebstrap(args: string[], recipe: DebianRecipe, log: Log): Promise<voi
       env: { ...process.env, SOURCE_DATE_EPOCH: String(recipe.sourceDateEpoch), LC_ALL: "C.UTF-8", DEBIAN_FRONTEND: "noninteractive" },
     });
     const tail: string[] = [];
-    const state = { configured: 0 };
+    const state = { unpacked: 0, configured: 0 };
     for (const stream of [child.stdout, child.stderr]) {
       createInterface({ input: stream }).on("line", (line) => {
         tail.push(line);
