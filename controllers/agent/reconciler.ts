@@ -168,8 +168,9 @@ export class Reconciler {
     const attrs = { "sandbox.id": id, "sandbox.generation": intent?.generation ?? 0, "sandbox.desired": intent?.desired.state ?? "deleted", "agent.driver": this.#d.driver.name };
     return withSpan("reconcile", parentFrom(traced), attrs, async (ctx) => {
       const out = await this.#pass(id, ctx);
-      // Converged (or final): later passes are not this request's.
-      if (out === undefined) this.#traces.delete(id);
+      // Converged (or final): later passes are not this request's. A newer intent offered during
+      // the pass (a claim arriving while the pool's create runs) brought its own trace: it stays.
+      if (out === undefined && this.#traces.get(id) === traced) this.#traces.delete(id);
       return out;
     });
   }

@@ -54,6 +54,8 @@ const LIVENESS_MS = 3 * HEARTBEAT_MS;
 const FRAME_BATCH = 256;
 /** Delay for deleting acked outbox rows in one batch. */
 const ACK_FLUSH_MS = 50;
+/** Unacked intents whose trace context is kept in memory for redelivery (lost with the object's memory). */
+const MAX_TRACED_INTENTS = 10_000;
 /** The longest an `enqueue` may wait for acks. */
 const MAX_AWAIT_MS = 30_000;
 /** How long a logs request waits for the agent's answer. */
@@ -78,7 +80,7 @@ export class ClusterDO extends DurableObject<Env> {
   private unsent: { seq: number; intent: Intent; traceparent?: string; secrets?: Record<string, string> }[] = [];
   /** Frames waiting for secret values (libSQL): later frames queue behind them, in order. */
   private secretsChain: Promise<void> | null = null;
-  /** The trace context of intents enqueued this turn, by seq, until they are sent. */
+  /** The trace context of unacked intents, by seq, sent with each (re)delivery (traceIntent). */
   private traces = new Map<number, string>();
   private unsentFlush: ReturnType<typeof setTimeout> | null = null;
   /**
@@ -142,7 +144,7 @@ export class ClusterDO extends DurableObject<Env> {
     // Queued first; the answer waits for their commit (the create's read-your-writes).
     const indexed = opts.index?.length ? Promise.all(opts.index.map((op) => this.indexQueue.push(op))).then((r) => r.every(Boolean)) : null;
     const { seqs = [] } = this.apply({ type: "enqueue", intents });
-    if (opts.traceparent) for (const s of seqs) if (s > 0) this.traces.set(s, opts.traceparent);
+    if (opts.traceparent) for (const s of seqs) if (s > 0) this.traceIntent(s, opts.traceparent);
     for (const h of this.observations.resent(intents, seqs)) this.route({ kind: "sandbox" }, [h]);
     const connected = this.state!.connected;
     const waitMs = Math.min(opts.awaitAckMs ?? 0, MAX_AWAIT_MS);
@@ -466,6 +468,7 @@ export class ClusterDO extends DurableObject<Env> {
           if (e.intent) fresh.set(e.seq, e.intent);
           break;
         case "unqueue":
+          for (const seq of e.seqs) this.traces.delete(seq);
           if (fromAck) this.deferUnqueue(e.seqs);
           else write(() => store.unqueue(e.seqs));
           break;
@@ -500,6 +503,12 @@ export class ClusterDO extends DurableObject<Env> {
     for (const observations of toGroups.values()) this.route({ kind: "sandbox" }, observations);
   }
 
+  /** Remembers an intent's trace context until it is unqueued; bounded (the oldest are forgotten first). */
+  private traceIntent(seq: number, traceparent: string): void {
+    this.traces.set(seq, traceparent);
+    if (this.traces.size > MAX_TRACED_INTENTS) this.traces.delete(this.traces.keys().next().value!);
+  }
+
   private sendIntents(seqs: number[], fresh: Map<number, Intent>): void {
     const missing = seqs.filter((s) => !fresh.has(s));
     if (missing.length) this.turn.flush();
@@ -523,13 +532,13 @@ export class ClusterDO extends DurableObject<Env> {
     this.unsentFlush = null;
     this.turn.flush();
     const items = this.unsent.splice(0);
-    // The trace context of a fresh enqueue (known once its seqs were assigned) rides with it.
+    // The trace context of an enqueue rides with its intent, the first time and on every
+    // redelivery (a reconnect), until the intent is acked or superseded.
     if (this.traces.size) {
       for (const item of items) {
         const traceparent = this.traces.get(item.seq);
         if (traceparent) item.traceparent = traceparent;
       }
-      this.traces.clear();
     }
     const go = () => {
       for (let i = 0; i < items.length; i += FRAME_BATCH) this.send({ type: "intents", items: items.slice(i, i + FRAME_BATCH) });

@@ -6,7 +6,7 @@ import type { Env } from "../env.ts";
 import type { UpdateOpsSpec } from "../../schema/api/update-ops.ts";
 import type { OpsResult } from "../ops/update-ops-do.ts";
 import { opsStub } from "../ops/stub.ts";
-import { edgeSpan } from "../tracing/edge-tracing.ts";
+import { currentTraceparent, edgeSpan } from "../tracing/edge-tracing.ts";
 import { ErrorCode } from "../../schema/errors.ts";
 import { getDb } from "../store/db.ts";
 import { forgetOpsRun, recordOpsRun } from "../store/update-ops-runs.ts";
@@ -20,7 +20,8 @@ export interface OpsTeam {
 /** Starts the run, or applies what may change (`paused`, `maxUnavailable`) to the one of that name. */
 export function startUpdateOps(env: Env, team: OpsTeam, name: string, spec: UpdateOpsSpec): Promise<OpsResult> {
   return traced<OpsResult>(env, "start", team, name, async () => {
-    const res = await opsStub(env, team.id, name).start({ name, teamId: team.id, spec });
+    const traceparent = currentTraceparent();
+    const res = await opsStub(env, team.id, name).start({ name, teamId: team.id, spec, ...(traceparent ? { traceparent } : {}) });
     // After the run exists (a failed write leaves a run without a row; a retried start writes it).
     if (res.ok) await recordOpsRun(getDb(env), team.id, name);
     return res;
@@ -48,7 +49,7 @@ export function removeUpdateOps(env: Env, team: OpsTeam, name: string): Promise<
   });
 }
 
-/** Each call on a run is a span of the caller's trace (the run's later steps, on its alarm, are not). */
+/** Each call on a run is a span of the caller's trace; the run's alarm steps join the trace of its start. */
 function traced<T>(env: Env, method: string, team: OpsTeam, name: string, work: () => Promise<T>): Promise<T> {
   return edgeSpan(env, `UpdateOpsDO.${method}`, { "team.id": team.id, "ops.name": name }, work);
 }

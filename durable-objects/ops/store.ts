@@ -15,6 +15,8 @@ export interface Stored {
   state: OpsState;
   /** The template each member is upgraded to, by template id (fixed when the run selects). */
   targets: Record<string, TemplateSpec>;
+  /** The trace of the call that started the run: each alarm step is a span of it. */
+  traceparent?: string;
 }
 
 export class OpsStore {
@@ -36,12 +38,12 @@ export class OpsStore {
       this.#written.set(m.id, m.value);
       members.push(JSON.parse(m.value) as OpsMember);
     }
-    return { targets: run.targets, state: { ...run.state, members } };
+    return { targets: run.targets, state: { ...run.state, members }, ...(run.traceparent ? { traceparent: run.traceparent } : {}) };
   }
 
   save(s: Stored): void {
     const { members, ...rest } = s.state;
-    this.#sql.exec("INSERT INTO run (id, value) VALUES (0, ?) ON CONFLICT(id) DO UPDATE SET value = excluded.value", JSON.stringify({ targets: s.targets, state: rest }));
+    this.#sql.exec("INSERT INTO run (id, value) VALUES (0, ?) ON CONFLICT(id) DO UPDATE SET value = excluded.value", JSON.stringify({ targets: s.targets, state: rest, traceparent: s.traceparent }));
     const ids = new Set<string>();
     for (const m of members) {
       ids.add(m.id);

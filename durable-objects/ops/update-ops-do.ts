@@ -25,6 +25,7 @@ import type { Hook } from "../../schema/api/hooks.ts";
 import { runUpgradeHook } from "../operations/pause-resume.ts";
 import { createSnapshot } from "../operations/snapshots.ts";
 import { OpsStore, type Stored } from "./store.ts";
+import { edgeSpan, flushEdgeTraces } from "../tracing/edge-tracing.ts";
 
 /** How often a run in flight asks its sandboxes' groups. */
 const POLL_MS = 500;
@@ -46,6 +47,8 @@ export interface StartOps {
   name: string;
   teamId: string;
   spec: UpdateOpsSpec;
+  /** The caller's trace (when traced): the run's alarm steps are spans of it. */
+  traceparent?: string;
 }
 
 export type OpsResult = Result<{ ops: OpsView; created?: boolean }>;
@@ -69,7 +72,7 @@ export class UpdateOpsDO extends DurableObject<Env> {
         }
         return this.step({ type: "change", paused: input.spec.paused, maxUnavailable: input.spec.updateStrategy.maxUnavailable });
       }
-      this.run = { state: initialState(input.name, input.teamId, input.spec, Date.now()), targets: {} };
+      this.run = { state: initialState(input.name, input.teamId, input.spec, Date.now()), targets: {}, ...(input.traceparent ? { traceparent: input.traceparent } : {}) };
       this.store.save(this.run);
       await this.ctx.storage.setAlarm(Date.now());
       return { ok: true, ops: view(this.run.state), created: true };
@@ -107,12 +110,21 @@ export class UpdateOpsDO extends DurableObject<Env> {
     await this.locked(async () => {
       const run = this.load();
       if (!run || !active(run.state)) return;
+      const attributes = { "team.id": run.state.teamId, "ops.name": run.state.name, "ops.phase": run.state.phase };
       try {
-        if (run.state.phase === "Pending") await this.select(run);
-        // Twice: members the first answers let start are started in the same alarm.
-        for (let i = 0; i < 2 && this.run && inFlight(this.run.state).length > 0; i++) await this.poll(this.run);
+        await edgeSpan(this.env, "UpdateOpsDO.alarm", attributes, async () => {
+          if (run.state.phase === "Pending") await edgeSpan(this.env, "UpdateOpsDO.select", {}, () => this.select(run));
+          // Twice: members the first answers let start are started in the same alarm.
+          for (let i = 0; i < 2 && this.run && inFlight(this.run.state).length > 0; i++) {
+            const members = inFlight(this.run.state).length;
+            await edgeSpan(this.env, "UpdateOpsDO.poll", { "ops.in_flight": members }, () => this.poll(this.run!));
+          }
+        }, run.traceparent);
       } catch (err) {
         console.error(`update ops ${run.state.name}: step failed`, err);
+      } finally {
+        const flushing = flushEdgeTraces();
+        if (flushing) this.ctx.waitUntil(flushing);
       }
       if (this.run && active(this.run.state)) await this.ctx.storage.setAlarm(Date.now() + POLL_MS);
     });
@@ -133,7 +145,7 @@ export class UpdateOpsDO extends DurableObject<Env> {
       revisions[templateId] = rec?.revision ?? null;
       if (rec) targets[templateId] = protocolTemplate(templateId, rec.revision, rec.spec);
     }
-    this.save({ state: transition(run.state, { type: "select", candidates, targets: revisions }, Date.now()), targets });
+    this.save({ ...run, state: transition(run.state, { type: "select", candidates, targets: revisions }, Date.now()), targets });
   }
 
   /**

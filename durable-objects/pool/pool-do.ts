@@ -13,6 +13,7 @@ import { AutoscaleHost } from "./autoscale-host.ts";
 import { TurnWrites } from "../turn-writes.ts";
 import { openPoolStore, type Outgoing, type PoolStore } from "./store.ts";
 import { edgeLogger } from "../tracing/edge-log.ts";
+import { currentTraceparent, edgeSpan, flushEdgeTraces } from "../tracing/edge-tracing.ts";
 
 const LOG = edgeLogger("pool");
 
@@ -262,9 +263,25 @@ export class PoolDO extends DurableObject<Env> {
     return written.then(() => true, () => false);
   }
 
+  /**
+   * One batch of the pool's own intents (its stock's creates and deletes: refills, resizes, the
+   * autoscaler's, rollouts): a trace of its own when tracing is on, whose context rides with the
+   * intents to the agent (its reconcile and driver steps join it).
+   */
   private async enqueue(cluster: string, intents: Intent[]): Promise<boolean> {
+    const creates = intents.filter((i) => i.desired.state !== "deleted").length;
+    const attributes = { "pool.cluster": cluster, "pool.creates": creates, "pool.deletes": intents.length - creates };
     try {
-      const res = await this.env.CLUSTER.get(this.env.CLUSTER.idFromName(cluster)).enqueue(intents);
+      return await edgeSpan(this.env, "PoolDO.enqueue", attributes, () => this.enqueueNow(cluster, intents, currentTraceparent()));
+    } finally {
+      const flushing = flushEdgeTraces();
+      if (flushing) this.ctx.waitUntil(flushing);
+    }
+  }
+
+  private async enqueueNow(cluster: string, intents: Intent[], traceparent: string | undefined): Promise<boolean> {
+    try {
+      const res = await this.env.CLUSTER.get(this.env.CLUSTER.idFromName(cluster)).enqueue(intents, traceparent ? { traceparent } : {});
       if (!res.ok) LOG.warn("cluster refused intents", { cluster, intents: intents.length, error: res.error.message });
       return res.ok;
     } catch (err) {

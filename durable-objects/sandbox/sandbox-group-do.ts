@@ -395,7 +395,8 @@ export class SandboxGroupDO extends DurableObject<Env> {
       const u = slot.undelivered;
       if (u && u.retryAt <= now && slot.state) {
         // An enqueue of this generation still in flight here answers for it; look again later.
-        if (slot.sending >= u.intent.generation) this.markUndelivered(id, slot, u.intent);
+        if (slot.sending >= u.intent.generation) this.markUndelivered(id, slot, u.intent, u.traceparent);
+        else if (u.traceparent) await this.tracedSend(id, slot, u.intent, 0, [], u.traceparent, true);
         else await this.send(id, slot, u.intent, 0);
         if (slot.dirty && slot.state) this.save(id, slot);
       }
@@ -443,7 +444,7 @@ export class SandboxGroupDO extends DurableObject<Env> {
       }
       // The sandbox is gone: its row becomes a tombstone, which no late write of it can undo.
       if (purged && before) ops.push({ kind: "upsert", row: tombstone(indexRow(before), now) });
-      if (intent && slot.state) slot.undelivered = { intent, retryAt: now + ackWait(awaitAckMs) + RETRY_MS };
+      if (intent && slot.state) slot.undelivered = { intent, retryAt: now + ackWait(awaitAckMs) + RETRY_MS, ...(traceparent ? { traceparent } : {}) };
       if ((changed || intent) && slot.state) this.save(id, slot);
       // Committed with the change: kept until libSQL has them, sent again if it does not.
       this.indexOutbox.record(id, ops, now);
@@ -502,9 +503,10 @@ export class SandboxGroupDO extends DurableObject<Env> {
   }
 
   /** `send` as a span of the caller's trace, whose context rides with the intent to the agent. */
-  private async tracedSend(id: string, slot: Slot, intent: Intent, awaitAckMs: number, index: IndexOp[], traceparent: string): Promise<EnqueueResult> {
+  private async tracedSend(id: string, slot: Slot, intent: Intent, awaitAckMs: number, index: IndexOp[], traceparent: string, redelivery = false): Promise<EnqueueResult> {
     try {
-      return await edgeSpan(this.env, "ClusterDO.enqueue", { "sandbox.id": id, "sandbox.generation": intent.generation, "sandbox.desired": intent.desired.state }, () => this.send(id, slot, intent, awaitAckMs, index, currentTraceparent()), traceparent);
+      const attributes = { "sandbox.id": id, "sandbox.generation": intent.generation, "sandbox.desired": intent.desired.state, ...(redelivery ? { "intent.redelivery": true } : {}) };
+      return await edgeSpan(this.env, "ClusterDO.enqueue", attributes, () => this.send(id, slot, intent, awaitAckMs, index, currentTraceparent(), traceparent), traceparent);
     } finally {
       const flushing = flushEdgeTraces();
       if (flushing) this.ctx.waitUntil(flushing);
@@ -515,7 +517,7 @@ export class SandboxGroupDO extends DurableObject<Env> {
    * Hands one intent (and index ops to commit with it) to the sandbox's ClusterDO, bounded;
    * settles `undelivered` by generation.
    */
-  private async send(id: string, slot: Slot, intent: Intent, awaitAckMs: number, index: IndexOp[] = [], traceparent?: string): Promise<EnqueueResult> {
+  private async send(id: string, slot: Slot, intent: Intent, awaitAckMs: number, index: IndexOp[] = [], traceparent?: string, origin?: string): Promise<EnqueueResult> {
     const cluster = slot.state!.spec.cluster;
     // The observation repeating an applied ack is dropped when the owner knows all it says; one
     // that brings the address `return-sandbox-ip` waits for is not.
@@ -532,7 +534,7 @@ export class SandboxGroupDO extends DurableObject<Env> {
     } finally {
       if (slot.sending === intent.generation) slot.sending = 0;
     }
-    if (!res.ok) this.markUndelivered(id, slot, intent);
+    if (!res.ok) this.markUndelivered(id, slot, intent, origin);
     else if (slot.undelivered && slot.undelivered.intent.generation <= intent.generation) {
       // Only this generation or an older one is settled: a newer intent made meanwhile stays.
       slot.undelivered = null;
@@ -542,9 +544,9 @@ export class SandboxGroupDO extends DurableObject<Env> {
   }
 
   /** ClusterDO did not take `intent`: it is retried later unless a newer one replaced it. */
-  private markUndelivered(id: string, slot: Slot, intent: Intent): void {
+  private markUndelivered(id: string, slot: Slot, intent: Intent, traceparent?: string): void {
     if (!slot.state || (slot.undelivered && slot.undelivered.intent.generation > intent.generation)) return;
-    slot.undelivered = { intent, retryAt: Date.now() + RETRY_MS };
+    slot.undelivered = { intent, retryAt: Date.now() + RETRY_MS, ...(traceparent ? { traceparent } : {}) };
     this.save(id, slot);
   }
 

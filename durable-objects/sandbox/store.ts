@@ -17,6 +17,8 @@ type Sql = Pick<SqlStorage, "exec">;
 export interface Undelivered {
   intent: Intent;
   retryAt: number;
+  /** The trace of the call that made the intent: its redelivery is a span of that trace. */
+  traceparent?: string;
 }
 
 export interface SandboxRow {

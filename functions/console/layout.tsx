@@ -62,7 +62,7 @@ export function Page(props: { title: string; who?: string; csrf?: string; childr
             </nav>
           )}
         </header>
-        <main id="main">
+        <main id="main" tabindex={-1}>
           <h1>{props.title}</h1>
           {props.children}
         </main>
@@ -100,13 +100,16 @@ export function LoginPage(props: { error?: string }) {
 export const LIVE_JS = `
 (function(){
   var PERIOD=3000;
+  // A region holding the focus is left alone (checked again when the answer comes): replacing it
+  // would drop a keyboard user's place or a half-typed value.
+  function busy(el){return el.contains(document.activeElement)&&document.activeElement!==document.body}
   function tick(){
     if(document.hidden)return;
     document.querySelectorAll('[data-live]').forEach(function(el){
-      if(el.contains(document.activeElement)&&document.activeElement!==document.body)return;
+      if(busy(el))return;
       fetch(el.getAttribute('data-live'),{credentials:'same-origin',headers:{'x-console-fragment':'1'}})
         .then(function(r){if(r.status===401){location.href='/console/login';return null}return r.ok?r.text():null})
-        .then(function(t){if(t!==null&&t!==undefined){el.innerHTML=t;el.setAttribute('data-updated',String(Date.now()))}})
+        .then(function(t){if(t===null||t===undefined||busy(el))return;el.innerHTML=t;el.setAttribute('data-updated',String(Date.now()))})
         .catch(function(){});
     });
   }

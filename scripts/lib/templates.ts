@@ -68,7 +68,7 @@ export async function buildCodeInterpreter(log: Log, opts: { progress?: boolean 
 export async function prebuildTemplates(log: Log, opts: { progress?: boolean } = {}): Promise<void> {
   const store = new RootfsStore();
   const base = await ensureBaseRootfs(store, (line) => log(`[rootfs] ${line}`));
-  log(`[rootfs] ${base.built ? "built" : "cached"}: base`);
+  log(`[rootfs] base: ${base.built ? "built" : "cached"}`);
   const ci = await buildCodeInterpreter((line) => log(`[code-interpreter] ${line}`), opts, store);
   log(`[code-interpreter] ready in ${ci.seconds} s: ${ci.ran} step(s) built, ${ci.cached} cached`);
 }

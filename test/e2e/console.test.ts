@@ -1,15 +1,19 @@
 // The operator console in a real headless Chromium (Debian's `chromium`, driven by puppeteer-core)
 // against the whole system: sign in with the team's key through the form, the pages load, the
 // sandboxes page and the quota match the E2B API, a kill from the console's button kills (the SDK
-// no longer finds the sandbox), and the live section refreshes itself. Screenshots (desktop and a
-// phone's viewport) go to test/artifacts/console/ (ignored by git), kept for a human to look at.
-import { mkdirSync } from "node:fs";
+// no longer finds the sandbox), and the live section refreshes itself. A team key's console shows
+// its team only. Accessibility is measured by axe-core run in the page (WCAG 2 A/AA rules, colour
+// contrast among them: no violation; the lowest text contrast is printed) and by keyboard: Tab
+// from the top reaches every control in order, each with a visible focus ring. Screenshots
+// (desktop and a phone's viewport) go to test/artifacts/console/ (ignored by git).
+import { mkdirSync, readFileSync } from "node:fs";
 import { existsSync } from "node:fs";
+import { createRequire } from "node:module";
 import { Sandbox } from "e2b";
 import puppeteer, { type Browser, type Page } from "puppeteer-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { waitFor } from "../support/wait-for.ts";
-import { e2b } from "./sdk.ts";
+import { e2b, uniqueTag } from "./sdk.ts";
 
 const CHROMIUM = process.env.CHROMIUM_PATH ?? "/usr/bin/chromium";
 const ARTIFACTS = "test/artifacts/console";
@@ -41,6 +45,40 @@ async function signIn(): Promise<void> {
   await Promise.all([page.waitForNavigation(), page.keyboard.press("Enter")]);
   expect(new URL(page.url()).pathname).toBe("/console");
   expect(page.url()).not.toContain(apiKey);
+}
+
+/** axe-core's WCAG 2 A/AA rules over the page: the violations, and the lowest text contrast it measured. */
+async function axe(on: Page = page): Promise<{ violations: { id: string; nodes: string[] }[]; minContrast: number }> {
+  const source = readFileSync(createRequire(import.meta.url).resolve("axe-core/axe.min.js"), "utf8");
+  // Evaluated over the DevTools protocol, which the page's CSP (script-src 'self') does not govern.
+  await on.evaluate(source);
+  return on.evaluate(async () => {
+    const r = await (window as unknown as { axe: { run: (ctx: Document, o: object) => Promise<any> } }).axe.run(document, { runOnly: { type: "tag", values: ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa"] }, resultTypes: ["violations", "passes"] });
+    const ratios = (r.passes as any[]).filter((p) => p.id === "color-contrast").flatMap((p) => p.nodes.map((n: any) => n.any[0]?.data?.contrastRatio as number)).filter((x) => typeof x === "number");
+    return { violations: (r.violations as any[]).map((v) => ({ id: v.id, nodes: v.nodes.map((n: any) => String(n.target)) })), minContrast: ratios.length ? Math.min(...ratios) : NaN };
+  });
+}
+
+/** Tabs from the top of the page: each control it reaches (in order) and which showed no focus ring. */
+async function tabThrough(on: Page = page): Promise<{ reached: string[]; controls: string[]; unringed: string[] }> {
+  const controls = await on.$$eval("a[href], button, input:not([type=hidden]), select", (els) =>
+    els.map((el) => `${el.tagName.toLowerCase()}|${el.getAttribute("href") ?? el.getAttribute("name") ?? ""}|${el.getAttribute("aria-label") ?? el.textContent?.trim() ?? ""}`),
+  );
+  await on.evaluate(() => (document.activeElement as HTMLElement | null)?.blur());
+  const reached: string[] = [];
+  const unringed: string[] = [];
+  for (let i = 0; i < controls.length; i++) {
+    await on.keyboard.press("Tab");
+    const [name, ringed] = await on.evaluate(() => {
+      const el = document.activeElement as HTMLElement;
+      const st = getComputedStyle(el);
+      const d = `${el.tagName.toLowerCase()}|${el.getAttribute("href") ?? el.getAttribute("name") ?? ""}|${el.getAttribute("aria-label") ?? el.textContent?.trim() ?? ""}`;
+      return [d, st.outlineStyle !== "none" && parseFloat(st.outlineWidth) >= 2] as const;
+    });
+    reached.push(name);
+    if (!ringed) unringed.push(name);
+  }
+  return { reached, controls, unringed };
 }
 
 const rowIds = () => page.$$eval("tr[data-sandbox]", (rows) => rows.map((r) => r.getAttribute("data-sandbox")));
@@ -98,6 +136,64 @@ describe("the console in Chromium", () => {
       await page.waitForSelector(`tr[data-sandbox="${late.sandboxId}"]`, { hidden: true, timeout: 20_000 });
     } finally {
       await late.kill().catch(() => {});
+    }
+  });
+
+  it("passes axe-core's WCAG 2 A/AA rules (contrast included) on every page; Tab reaches every control in order with a focus ring", async () => {
+    const { apiUrl } = e2b();
+    const sbx = await Sandbox.create(e2b());
+    try {
+      for (const path of ["/console", "/console/sandboxes?state=all", `/console/sandboxes/${sbx.sandboxId}`, "/console/ops"]) {
+        await page.goto(`${apiUrl}${path}`);
+        const a = await axe();
+        expect({ path, violations: a.violations }).toEqual({ path, violations: [] });
+        expect(a.minContrast).toBeGreaterThanOrEqual(4.5);
+        console.log(`axe ${path}: no violations; lowest text contrast ${a.minContrast}:1`);
+        const tab = await tabThrough();
+        expect(tab.reached).toEqual(tab.controls);
+        expect(tab.unringed).toEqual([]);
+        expect(tab.reached[0]).toMatch(/^a\|#main\|Skip to content/);
+      }
+      // The skip link takes the keyboard past the navigation: the focus is in the page's main part,
+      // and the next Tab reaches the first control there (the sandboxes page's state filter).
+      await page.goto(`${apiUrl}/console/sandboxes`);
+      await page.keyboard.press("Tab");
+      await page.keyboard.press("Enter");
+      expect(await page.evaluate(() => document.activeElement?.id)).toBe("main");
+      await page.keyboard.press("Tab");
+      expect(await page.evaluate(() => document.activeElement?.getAttribute("name"))).toBe("state");
+    } finally {
+      await sbx.kill().catch(() => {});
+    }
+  });
+
+  it("a team key's console shows its team only: its sandboxes, no clusters, another team's sandbox a 404, ops refused", async () => {
+    const { apiUrl, apiKey } = e2b();
+    const teamName = uniqueTag();
+    const created = await fetch(`${apiUrl}/api-keys`, { method: "POST", headers: { "x-api-key": apiKey, "content-type": "application/json" }, body: JSON.stringify({ name: "console", teamName }) });
+    const teamKey = ((await created.json()) as { key: string }).key;
+    const mine = await Sandbox.create({ ...e2b(), apiKey: teamKey });
+    const admins = await Sandbox.create(e2b());
+    const context = await browser.createBrowserContext();
+    const tab = await context.newPage();
+    try {
+      await tab.goto(`${apiUrl}/console/login`);
+      await tab.type("#key", teamKey);
+      await Promise.all([tab.waitForNavigation(), tab.keyboard.press("Enter")]);
+      expect(new URL(tab.url()).pathname).toBe("/console");
+      expect(await tab.$("#clusters")).toBeNull();
+      expect(await tab.$$eval("tr[data-team]", (rows) => rows.map((r) => r.getAttribute("data-team")))).toEqual([teamName]);
+      await tab.goto(`${apiUrl}/console/sandboxes?state=all`);
+      expect(await tab.$$eval("tr[data-sandbox]", (rows) => rows.map((r) => r.getAttribute("data-sandbox")))).toEqual([mine.sandboxId]);
+      const other = await tab.goto(`${apiUrl}/console/sandboxes/${admins.sandboxId}`);
+      expect(other?.status()).toBe(404);
+      const ops = await tab.goto(`${apiUrl}/console/ops`);
+      expect(ops?.status()).toBe(403);
+      await tab.screenshot({ path: `${ARTIFACTS}/team-forbidden-ops.png`, fullPage: true });
+    } finally {
+      await context.close();
+      await mine.kill().catch(() => {});
+      await admins.kill().catch(() => {});
     }
   });
 

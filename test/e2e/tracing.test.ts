@@ -2,7 +2,10 @@
 // modules, tools/otelcol): a create and a resume are each one trace, whose id the edge echoes in
 // X-Request-Id, spanning the edge's request, its Durable Object calls, the agent's reconcile and
 // driver step, and the runtime's registration of the sandbox; a create's claim through TeamQuotaDO
-// and PoolDO, a snapshot down to the driver's copy, and the calls on an update ops run too.
+// and PoolDO, a snapshot down to the driver's copy, and the calls on an update ops run too. The
+// work nobody's request waits on is traced as well: an ops run's alarm steps (in the trace of its
+// start), the pool's own creates (a trace of their own, down to the agent), and an intent the
+// agent never acked, redelivered after the agent's restart (still in its request's trace).
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -131,8 +134,56 @@ describe("traces", () => {
     await spansNamed(removed.requestId, ["UpdateOpsDO.remove"]);
   });
 
+  it("an ops run's alarm steps are spans of the trace of its start", async () => {
+    const name = `trace-alarm-${Date.now().toString(36)}`;
+    const started = await api("POST", "/admin/teams/admin/updateops", { name, selector: { matchLabels: { none: "none" } } });
+    expect(started.status).toBe(201);
+    const spans = await spansNamed(started.requestId, ["UpdateOpsDO.start", "UpdateOpsDO.alarm", "UpdateOpsDO.select"]);
+    const start = spans.find((s) => s.name === "UpdateOpsDO.start")!;
+    const alarm = spans.find((s) => s.name === "UpdateOpsDO.alarm")!;
+    expect(alarm).toMatchObject({ parentSpanId: start.spanId, attributes: { "ops.name": name, "ops.phase": "Pending" } });
+    expect(spans.find((s) => s.name === "UpdateOpsDO.select")?.parentSpanId).toBe(alarm.spanId);
+    await api("DELETE", `/admin/teams/admin/updateops/${name}`);
+  });
+
+  it("the pool's own creates (its stock) are a trace of their own, down to the agent's reconcile and driver", async () => {
+    // The create in the first case claimed the warm member; the pool made another.
+    const spans = await waitFor(() => {
+      const all = collector.spans();
+      const batch = all.find((s) => s.name === "PoolDO.enqueue" && Number(s.attributes["pool.creates"]) > 0 && all.some((r) => r.name === "reconcile" && r.parentSpanId === s.spanId));
+      return batch ? all.filter((s) => s.traceId === batch.traceId) : undefined;
+    }, 30_000);
+    const batch = spans.find((s) => s.name === "PoolDO.enqueue")!;
+    expect(batch).toMatchObject({ service: "sandbox-edge", parentSpanId: "" });
+    const reconcile = spans.find((s) => s.name === "reconcile" && s.parentSpanId === batch.spanId)!;
+    expect(reconcile).toMatchObject({ service: "sandbox-agent" });
+    expect(spans.find((s) => s.name === "driver.ensure" && s.parentSpanId === reconcile.spanId)).toBeDefined();
+  });
+
   it("every request carries its trace id", async () => {
     const listed = await api("GET", "/v2/sandboxes");
     expect(listed.requestId).toMatch(/^[0-9a-f]{32}$/);
+  });
+
+  // Last: it restarts the agent.
+  it("a kill the agent received but never acked is redelivered after its restart, still in the kill's trace", async () => {
+    const created = await api("POST", "/v2/sandboxes", { templateID: "base" });
+    expect(created.status).toBe(201);
+    const id = created.body.sandboxID as string;
+    // The agent is frozen: the intent frame reaches its socket and is never read or acked.
+    process.kill(sys.parts.agent.current!.pid, "SIGSTOP");
+    let killed: Awaited<ReturnType<typeof api>>;
+    try {
+      killed = await api("DELETE", `/sandboxes/${id}`);
+      expect(killed.status).toBe(204);
+    } finally {
+      await sys.stopAgent("SIGKILL");
+    }
+    await sys.startAgent();
+    const spans = await spansNamed(killed.requestId, ["DELETE /sandboxes/:id", "SandboxGroupDO.kill", "ClusterDO.enqueue", "reconcile", "driver.destroy"]);
+    const enqueue = spans.find((s) => s.name === "ClusterDO.enqueue")!;
+    const reconcile = spans.find((s) => s.name === "reconcile" && s.parentSpanId === enqueue.spanId)!;
+    expect(reconcile).toMatchObject({ service: "sandbox-agent", attributes: { "sandbox.id": id } });
+    expect(spans.find((s) => s.name === "driver.destroy")?.parentSpanId).toBe(reconcile.spanId);
   });
 });

@@ -11,6 +11,8 @@ import type { TemplateStep } from "../../../../schema/api/template-build.ts";
 import type { BuildFrame, BuildLog, BuildResult } from "../../../../schema/protocol/build.ts";
 import { TemplateBuilder } from "./builder.ts";
 import { openStepNet } from "./step-net.ts";
+import { removeDeadStaging } from "./journal.ts";
+import { join } from "node:path";
 
 export interface DirectBuild {
   /** The rootfs template the steps start from (`base`). */
@@ -33,6 +35,8 @@ export type BuildOutcome = BuildResult & { layers: string[] };
  * this process is root and the host has one; otherwise loopback only, and installer steps fail.
  */
 export async function runDirectBuild(b: DirectBuild, onLog: (entry: BuildLog) => void, store = new RootfsStore()): Promise<BuildOutcome> {
+  // What a builder killed mid-step left (its staging directory and overlay mount; never a live one's).
+  removeDeadStaging(join(store.root, "layers"));
   const net = SandboxNet.open();
   const relay = new PortRelay();
   if (typeof net === "string") onLog({ seq: -1, at: Date.now(), level: "warn", message: `build steps have no network: ${net}` });

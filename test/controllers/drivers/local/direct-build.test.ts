@@ -65,7 +65,7 @@ describe("a template build without an edge", () => {
     };
     const first = await build(b);
     expect(first.result.status, first.logs.map((l) => l.message).join("\n")).toBe("ready");
-    expect(first.logs.map((l) => l.message)).toContain(`Setting up direct-${tag} (1.0) ...`);
+    expect(first.logs.map((l) => l.message).join("\n")).toContain(`Setting up direct-${tag} (1.0)`);
     expect(builtFile(b.output, "home/user/tmp-check")).toBe("user wrote /tmp\ndirect\n");
 
     const again = await build(b);
