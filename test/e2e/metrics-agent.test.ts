@@ -46,11 +46,14 @@ describe("agent /metrics", () => {
     expect(value(after, "sandbox_agent_driver_step_seconds_count", { step: "register", result: "ok" })).toBeGreaterThanOrEqual(3);
   });
 
-  it("shows the pool's stock: Running warm members as the edge's pool counts them", async () => {
+  it("shows the pool's stock: Running warm members as the edge's pools count them", async () => {
     const { apiUrl, apiKey } = inject("e2b");
+    // Every pool of the team, not only base's: other files leave pools behind (the code
+    // interpreter's warm member), and the agent's gauge has no template label.
     const pool = async () => {
-      const res = await fetch(`${apiUrl}/admin/teams/admin/templates/base`, { headers: { "x-api-key": apiKey } });
-      return ((await res.json()) as { pool: { available: number } }).pool.available;
+      const res = await fetch(`${apiUrl}/admin/teams/admin/templates`, { headers: { "x-api-key": apiKey } });
+      const templates = (await res.json()) as { pool: { available?: number } | null }[];
+      return templates.reduce((n, t) => n + (t.pool?.available ?? 0), 0);
     };
     // Both sides settle after the claims of the other cases; the edge counts ready members.
     await expect
