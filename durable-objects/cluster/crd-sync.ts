@@ -223,6 +223,8 @@ export class CrdSync {
     const st = await stub.inspect();
     if (!st || st.phase === "Terminating") return this.#poolMemberRequest(item);
     if (st.spec.cluster !== this.#o.cluster()) return refused({ code: "forbidden", message: `sandbox ${item.sandboxId} runs on cluster ${st.spec.cluster}` });
+    // A Sandbox in another namespace carrying this id is not this sandbox's: answered as if absent.
+    if (item.namespace !== st.spec.teamName) return notFound(item.sandboxId);
     // A policy edit is not against a generation: the newest one the agent saw is what stands.
     if (item.action === "autoPause") {
       const probe = this.#o.env.PROBE.get(this.#o.env.PROBE.idFromName(item.sandboxId));
@@ -255,7 +257,10 @@ export class CrdSync {
    */
   async #poolMemberRequest(item: SandboxRequestItem): Promise<Omit<ReplyItem, "id">> {
     const d = this.#o.desired(item.sandboxId);
-    if (!d || d.owner.kind !== "pool" || d.state === "deleted") return refused({ code: "sandbox_not_found", message: `sandbox ${item.sandboxId} not found` });
+    if (!d || d.owner.kind !== "pool" || d.state === "deleted") return notFound(item.sandboxId);
+    // The pool is `<teamId>/<template>`: a member is only its team's namespace's to report.
+    const team = await findTeamByName(getDb(this.#o.env), item.namespace);
+    if (!team || !d.owner.id.startsWith(`${team.id}/`)) return notFound(item.sandboxId);
     if (item.action !== "kill") return refused({ code: "conflict", message: `sandbox ${item.sandboxId} is an unclaimed member of pool ${d.owner.id}; its SandboxSet manages it` });
     const failed: Observation = {
       sandboxId: item.sandboxId,
@@ -310,4 +315,8 @@ export class CrdSync {
 
 function refused(e: { code: string; message: string }): Omit<ReplyItem, "id"> {
   return { result: "rejected", code: e.code, message: e.message };
+}
+
+function notFound(id: string): Omit<ReplyItem, "id"> {
+  return refused({ code: "sandbox_not_found", message: `sandbox ${id} not found` });
 }

@@ -110,6 +110,8 @@ export const EventReason = {
   AutoPausePolicyNotApplied: "AutoPausePolicyNotApplied",
   /** On the Sandbox: its spec.lifecycle cannot be taken by the edge (Warning; why). */
   LifecycleNotApplied: "LifecycleNotApplied",
+  /** On a Sandbox whose sandbox-id annotation names a sandbox of another namespace: ignored (Warning). */
+  ForeignSandboxId: "ForeignSandboxId",
 } as const;
 
 /** Returns `conditions` with `next` set, keeping lastTransitionTime when the status did not change. */

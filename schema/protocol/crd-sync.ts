@@ -103,6 +103,9 @@ export const SandboxSetsSchema = z.object({ type: z.literal("sandboxsets"), item
 export const SandboxRequestItemSchema = z.object({
   id: ItemIdSchema,
   sandboxId: SandboxIdSchema,
+  /** The namespace of the edited Sandbox object: the edge acts only when it is the sandbox's team
+   * (any namespace can hold a Sandbox annotated with another team's sandbox id). */
+  namespace: TeamName,
   /** `autoPause`: the Sandbox's probes/autoPausePolicy (kubectl) start the edge's probe; without
    * `autoPausePolicy` the Sandbox has none (removed, or one the agent cannot map): it stops. */
   action: z.enum(["pause", "resume", "kill", "autoPause", "lifecycle"]),

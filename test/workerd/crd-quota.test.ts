@@ -96,7 +96,7 @@ describe("CRD frames are bounded", () => {
 
   it("a frame with too many items, or an over-long uid, is refused", async () => {
     const ns = unique("bnd-items");
-    const items = Array.from({ length: 65 }, (_, i) => ({ id: `r${i}`, sandboxId: "abc", action: "kill", generation: 1 }));
+    const items = Array.from({ length: 65 }, (_, i) => ({ id: `r${i}`, sandboxId: "abc", namespace: "t", action: "kill", generation: 1 }));
     expect(await refused({ type: "requests", items })).toContain("at most 64 items per frame");
     expect(await refused({ type: "sandboxsets", items: [{ id: "s", namespace: ns, name: "n", uid: "u".repeat(300), generation: 1, spec: {} }] })).toContain("items[0]");
   });

@@ -128,14 +128,14 @@ describe("kubectl requests over the agent link", () => {
 
   it("pause, resume and kill go to the sandbox (its group) as the owner would", async () => {
     const s = await sandboxOn(unique("rq"));
-    expect(await s.crd.call("requests", { sandboxId: s.id, action: "pause", generation: await s.generation() })).toMatchObject({ result: "applied" });
+    expect(await s.crd.call("requests", { sandboxId: s.id, namespace: s.team.name, action: "pause", generation: await s.generation() })).toMatchObject({ result: "applied" });
     expect((await expectStatus(call(`/sandboxes/${s.id}`, { key: s.team.key }), 200)).state).toBe("paused");
     await s.agent.waitUntil(() => s.agent.sandboxes.get(s.id)?.phase === "Paused");
 
-    expect(await s.crd.call("requests", { sandboxId: s.id, action: "resume", generation: await s.generation() })).toMatchObject({ result: "applied" });
+    expect(await s.crd.call("requests", { sandboxId: s.id, namespace: s.team.name, action: "resume", generation: await s.generation() })).toMatchObject({ result: "applied" });
     expect((await expectStatus(call(`/sandboxes/${s.id}`, { key: s.team.key }), 200)).state).toBe("running");
 
-    expect(await s.crd.call("requests", { sandboxId: s.id, action: "kill", generation: await s.generation() })).toMatchObject({ result: "applied" });
+    expect(await s.crd.call("requests", { sandboxId: s.id, namespace: s.team.name, action: "kill", generation: await s.generation() })).toMatchObject({ result: "applied" });
     expect((await call(`/sandboxes/${s.id}`, { key: s.team.key })).status).toBe(404);
   });
 
@@ -144,7 +144,7 @@ describe("kubectl requests over the agent link", () => {
     const seen = await s.generation();
     await expectStatus(call(`/sandboxes/${s.id}/pause`, { key: s.team.key, body: {} }), 204);
     await expectStatus(call(`/sandboxes/${s.id}/connect`, { key: s.team.key, body: { timeout: 60 } }), 201);
-    expect(await s.crd.call("requests", { sandboxId: s.id, action: "pause", generation: seen })).toMatchObject({ result: "stale" });
+    expect(await s.crd.call("requests", { sandboxId: s.id, namespace: s.team.name, action: "pause", generation: seen })).toMatchObject({ result: "stale" });
     expect((await expectStatus(call(`/sandboxes/${s.id}`, { key: s.team.key }), 200)).state).toBe("running");
   });
 
@@ -154,18 +154,41 @@ describe("kubectl requests over the agent link", () => {
     await crd.call("sandboxsets", sandboxSet(ns, "warm", 1, { replicas: 2 }));
     await agent.waitUntil(() => agent.running().length === 2);
     const [victim, other] = agent.running();
-    expect(await crd.call("requests", { sandboxId: victim, action: "pause", generation: 1 })).toMatchObject({ result: "rejected", code: "conflict" });
-    expect(await crd.call("requests", { sandboxId: victim, action: "kill", generation: 1 })).toMatchObject({ result: "applied" });
+    expect(await crd.call("requests", { sandboxId: victim, namespace: ns, action: "pause", generation: 1 })).toMatchObject({ result: "rejected", code: "conflict" });
+    expect(await crd.call("requests", { sandboxId: victim, namespace: ns, action: "kill", generation: 1 })).toMatchObject({ result: "applied" });
     await agent.waitUntil(() => !agent.sandboxes.has(victim!) && agent.running().length === 2);
     expect(agent.running()).toContain(other);
     await waitFor(async () => (await adminTemplate(ns, "warm"))?.pool.available === 2);
   });
 
+  it("a request from a Sandbox in another namespace than the sandbox's team is refused as not found and changes nothing", async () => {
+    const s = await sandboxOn(unique("rq-ns"));
+    const other = unique("rq-ns-b");
+    const at = await s.generation();
+    const hook = { prePause: { exec: { command: ["sh", "-c", "exit 3"] } } };
+    expect(await s.crd.call("requests", { sandboxId: s.id, namespace: other, action: "lifecycle", generation: at, lifecycle: hook })).toMatchObject({ result: "rejected", code: "sandbox_not_found" });
+    expect(await s.crd.call("requests", { sandboxId: s.id, namespace: other, action: "pause", generation: at })).toMatchObject({ result: "rejected", code: "sandbox_not_found" });
+    expect(await s.crd.call("requests", { sandboxId: s.id, namespace: other, action: "kill", generation: at })).toMatchObject({ result: "rejected", code: "sandbox_not_found" });
+    expect((await expectStatus(call(`/sandboxes/${s.id}`, { key: s.team.key }), 200)).state).toBe("running");
+    expect((await sandboxHandle(env, s.id).inspect())!.spec.hooks).toBeUndefined();
+  });
+
+  it("a Sandbox in another namespace cannot delete a warm pool member of this one", async () => {
+    const ns = unique("rq-warm-ns");
+    const { agent, crd } = await connect(ns);
+    await createTeam(`${ns}-b`, { cluster: ns });
+    await crd.call("sandboxsets", sandboxSet(ns, "warm", 1, { replicas: 1 }));
+    await agent.waitUntil(() => agent.running().length === 1);
+    const [member] = agent.running();
+    expect(await crd.call("requests", { sandboxId: member, namespace: `${ns}-b`, action: "kill", generation: 1 })).toMatchObject({ result: "rejected", code: "sandbox_not_found" });
+    expect(agent.running()).toEqual([member]);
+  });
+
   it("a cluster cannot act on another cluster's sandbox, nor on one that does not exist", async () => {
     const s = await sandboxOn(unique("rq-own"));
     const { crd } = await connect(unique("rq-other"));
-    expect(await crd.call("requests", { sandboxId: s.id, action: "kill", generation: await s.generation() })).toMatchObject({ result: "rejected", code: "forbidden" });
-    expect(await crd.call("requests", { sandboxId: "nosuchsandbox", action: "pause", generation: 1 })).toMatchObject({ result: "rejected", code: "sandbox_not_found" });
+    expect(await crd.call("requests", { sandboxId: s.id, namespace: s.team.name, action: "kill", generation: await s.generation() })).toMatchObject({ result: "rejected", code: "forbidden" });
+    expect(await crd.call("requests", { sandboxId: "nosuchsandbox", namespace: "nosuch", action: "pause", generation: 1 })).toMatchObject({ result: "rejected", code: "sandbox_not_found" });
     expect((await expectStatus(call(`/sandboxes/${s.id}`, { key: s.team.key }), 200)).state).toBe("running");
   });
 });

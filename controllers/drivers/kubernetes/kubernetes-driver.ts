@@ -86,8 +86,9 @@ export class KubernetesDriver implements Driver {
     this.#requests = new UserRequests(
       opts.onRequest,
       (m) => opts.log?.(m),
-      // Slim objects keep no namespace: the sandbox's scope is found by its id.
-      (o, reason, message) => void this.#status.event(this.#ctx.scopeOf(o.metadata?.annotations?.[ANNOTATION.sandboxId] ?? ""), o, "Warning", reason, message),
+      // Slim objects keep no namespace: the watch that delivered it names it.
+      (ns, o, reason, message) => void this.#status.event(this.#ctx.scope(ns), o, "Warning", reason, message),
+      (id) => this.#placedIn(id),
     );
     this.#ctx = new Scopes({
       kubeConfig: opts.kubeConfig,
@@ -99,8 +100,9 @@ export class KubernetesDriver implements Driver {
         this.#scheduleStatus(id);
         opts.onChange?.(id);
       },
-      onSandbox: (o, old) => {
-        this.#requests.seen(o);
+      placedIn: (id) => this.#placedIn(id),
+      onSandbox: (o, ns, old) => {
+        if (!this.#requests.seen(o, ns)) return;
         // A status this agent did not write (an earlier agent's write landing late, a user's
         // edit), and every Sandbox seen first (the pod's own event may have come before it): the
         // status is computed again and written if it differs. Nothing else would correct it: the
@@ -300,6 +302,13 @@ export class KubernetesDriver implements Driver {
         }).catch((err: unknown) => this.#opts.log?.(`traffic policies of ${d.id}: ${(err as Error).message}`)),
       ),
     );
+  }
+
+  /** The namespace the driver placed (or places) a sandbox in, as #scopeForNew decides it;
+   * undefined before its intent arrives. */
+  #placedIn(id: string): string | undefined {
+    const d = this.#desired.get(id);
+    return d && (d.namespace ?? this.namespace);
   }
 
   /** The namespace a new sandbox goes to: its team's (informers started on first use), else home. */

@@ -56,6 +56,8 @@ export interface KubeSandboxObservation extends SandboxObservation {
 /** A change a user made to a Sandbox object, for the edge to apply (proposal: agent → edge `requests`). */
 export interface SandboxRequest {
   sandboxId: string;
+  /** The namespace of the edited Sandbox (the edge acts only when it is the sandbox's team's). */
+  namespace: string;
   /** `autoPause`: the Sandbox's probes/autoPausePolicy, in `autoPausePolicy`. */
   action: "pause" | "resume" | "kill" | "autoPause" | "lifecycle";
   autoPausePolicy?: z.input<typeof AutoPausePolicy>;

@@ -5,7 +5,7 @@
 import { createHash } from "node:crypto";
 import type { V1OwnerReference, V1PersistentVolumeClaim, V1Pod, V1PodTemplateSpec, V1Volume } from "@kubernetes/client-node";
 import { BUILTIN_INJECTION, type InjectionConfig } from "../../../schema/crd/injection.ts";
-import { ANNOTATION, LABEL, RUNTIME_PORT } from "../../../schema/crd/labels.ts";
+import { ANNOTATION, GROUP, LABEL, RUNTIME_PORT } from "../../../schema/crd/labels.ts";
 import { injectComponents } from "./inject.ts";
 import { injectTraffic } from "./traffic-pod.ts";
 
@@ -93,12 +93,21 @@ export function buildPod(input: PodInput): V1Pod {
     metadata: {
       name: input.name,
       namespace: input.namespace,
-      labels: { ...input.template.metadata?.labels, ...input.labels, [LABEL.createdBy]: "sandbox", ...(proxied ? { [LABEL.trafficProxy]: input.traffic!.governed ? "governed" : "open" } : {}) },
+      labels: { ...templateLabels(input.template), ...input.labels, [LABEL.createdBy]: "sandbox", ...(proxied ? { [LABEL.trafficProxy]: input.traffic!.governed ? "governed" : "open" } : {}) },
       annotations: input.annotations && Object.keys(input.annotations).length ? { ...input.template.metadata?.annotations, ...input.annotations } : input.template.metadata?.annotations,
       ownerReferences: [input.owner],
     },
     spec,
   };
+}
+
+/**
+ * The template's own pod labels without the agent's reserved `agents.kruise.io/` keys: those say
+ * what the agent made (the traffic-proxy marker, pool, claim, id), so a template cannot fake them
+ * (a `traffic-proxy: governed` from the template would pass a pod without the proxy as governed).
+ */
+function templateLabels(template: V1PodTemplateSpec): Record<string, string> {
+  return Object.fromEntries(Object.entries(template.metadata?.labels ?? {}).filter(([k]) => !k.startsWith(`${GROUP}/`)));
 }
 
 /** Where a pod's runtime answers: the runtime-url annotation, else `http://<podIP>:49983`. */

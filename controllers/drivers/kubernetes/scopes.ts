@@ -22,8 +22,11 @@ export interface ScopesOptions {
   log: (msg: string) => void;
   /** A sandbox's pod changed in a way its state is made of. */
   onPodChange: (id: string) => void;
-  /** A Sandbox was added or changed (`old`: the version the watch delivered before). */
-  onSandbox: (o: SandboxObject, old?: SandboxObject) => void;
+  /** A Sandbox of `namespace` was added or changed (`old`: the version the watch delivered before). */
+  onSandbox: (o: SandboxObject, namespace: string, old?: SandboxObject) => void;
+  /** The namespace the driver placed a sandbox in, once its intent is known: a Sandbox elsewhere
+   * carrying its id (anyone can annotate one) does not move it. */
+  placedIn?: (id: string) => string | undefined;
 }
 
 export class Scopes implements DriverContext {
@@ -75,7 +78,7 @@ export class Scopes implements DriverContext {
     };
     sc.pods.onChange(changed);
     sc.sandboxes.onChange((o, verb, old) => {
-      if (verb !== "delete") this.#opts.onSandbox(o, old);
+      if (verb !== "delete") this.#opts.onSandbox(o, ns, old);
     });
     this.#scopes.set(ns, sc);
     return sc;
@@ -90,6 +93,9 @@ export class Scopes implements DriverContext {
   }
 
   scopeOf(id: string): NamespaceScope {
+    const placed = this.#opts.placedIn?.(id);
+    const known = placed !== undefined && this.#scopes.get(placed);
+    if (known) return known;
     const label = idLabel(id);
     if (this.home.sandboxes.forSandbox(label).length || this.home.pods.forSandbox(label).length) return this.home;
     for (const sc of this.#scopes.values()) {

@@ -3,6 +3,11 @@
 // did not make (its finalizer holds the object until the edge confirms), is reported once per
 // action and generation; the driver does not act on it until an intent with a newer generation
 // arrives (the edge stays the authority).
+//
+// Any namespace can hold a Sandbox annotated with another team's sandbox id: one outside the
+// namespace the agent placed that sandbox in (its intent's team) is ignored with a Warning Event.
+// Before the sandbox's intent is known (the first list after a restart) the request is sent with
+// the object's namespace and the edge refuses it unless that is the sandbox's team.
 import { EventReason } from "../../../schema/crd/conditions.ts";
 import { ANNOTATION } from "../../../schema/crd/labels.ts";
 import { crdAutoPausePolicy } from "./auto-pause.ts";
@@ -15,31 +20,49 @@ const OFF = "off";
 /** The lifecycle key of a Sandbox without hooks. */
 const EMPTY = "{}";
 
+type Warn = (namespace: string, o: SandboxObject, reason: string, message: string) => void;
+/** A sandbox as one namespace's Sandbox names it; `key` (`namespace/id`) keys what was reported. */
+type Target = { id: string; namespace: string; key: string };
+
 export class UserRequests {
   readonly #onRequest?: (req: SandboxRequest) => void;
-  /** Last user request reported per sandbox (`action@generation`), so each is reported once. */
+  /** The namespace the agent placed a sandbox in (undefined: its intent is not known yet). */
+  readonly #placedIn: (id: string) => string | undefined;
+  /** Last user request reported per `namespace/sandbox` (`action@generation`), so each is reported once. */
   readonly #requested = new Map<string, string>();
-  /** The auto-pause policy last reported per sandbox (JSON), or the problem last logged. */
+  /** The auto-pause policy last reported per `namespace/sandbox` (JSON), or the problem last logged. */
   readonly #policies = new Map<string, string>();
-  /** The lifecycle hooks last reported per sandbox (JSON), or the refused ones. */
+  /** The lifecycle hooks last reported per `namespace/sandbox` (JSON), or the refused ones. */
   readonly #hooks = new Map<string, string>();
   /** Sandboxes the agent itself is destroying: their deletes are not the user's. */
   readonly #destroying = new Set<string>();
 
   readonly #log: (msg: string) => void;
-  /** A Warning Event on the Sandbox (best effort). */
-  readonly #warn: (o: SandboxObject, reason: string, message: string) => void;
+  /** A Warning Event on the Sandbox in `namespace` (best effort). */
+  readonly #warn: Warn;
+  /** Foreign Sandboxes already warned about (`namespace/uid`). */
+  readonly #foreign = new Set<string>();
 
-  constructor(onRequest?: (req: SandboxRequest) => void, log: (msg: string) => void = () => {}, warn: (o: SandboxObject, reason: string, message: string) => void = () => {}) {
+  constructor(onRequest?: (req: SandboxRequest) => void, log: (msg: string) => void = () => {}, warn: Warn = () => {}, placedIn: (id: string) => string | undefined = () => undefined) {
     this.#onRequest = onRequest;
+    this.#placedIn = placedIn;
     this.#log = log;
     this.#warn = warn;
   }
 
-  /** A Sandbox was added or changed (an informer event). */
-  seen(o: SandboxObject): void {
+  /**
+   * A Sandbox in `namespace` was added or changed (an informer event). False: it claims a sandbox
+   * the agent placed in another namespace, and nothing about it is the sandbox's.
+   */
+  seen(o: SandboxObject, namespace: string): boolean {
     const id = o.metadata?.annotations?.[ANNOTATION.sandboxId];
-    if (!id || !this.#onRequest || this.#destroying.has(id)) return;
+    if (!id) return true;
+    const placed = this.#placedIn(id);
+    if (placed !== undefined && placed !== namespace) {
+      this.#refuseForeign(o, namespace, id, placed);
+      return false;
+    }
+    if (!this.#onRequest || this.#destroying.has(id)) return true;
     const generation = Number(o.metadata?.annotations?.[ANNOTATION.generation] ?? 0);
     let action: SandboxRequest["action"] | undefined;
     if (o.metadata?.deletionTimestamp) action = "kill";
@@ -47,13 +70,25 @@ export class UserRequests {
       const wanted = o.metadata?.annotations?.[ANNOTATION.desiredPaused];
       if (wanted !== undefined && String(Boolean(o.spec.paused)) !== wanted) action = o.spec.paused ? "pause" : "resume";
     }
-    this.#autoPause(id, o, generation);
-    this.#lifecycle(id, o, generation);
-    if (!action) return;
+    const at = { id, namespace, key: `${namespace}/${id}` };
+    this.#autoPause(at, o, generation);
+    this.#lifecycle(at, o, generation);
+    if (!action) return true;
     const key = `${action}@${generation}`;
-    if (this.#requested.get(id) === key) return;
-    this.#requested.set(id, key);
-    this.#onRequest({ sandboxId: id, action, generation });
+    if (this.#requested.get(at.key) === key) return true;
+    this.#requested.set(at.key, key);
+    this.#onRequest({ sandboxId: id, namespace, action, generation });
+    return true;
+  }
+
+  /** Logs and warns once per object (by uid) about a Sandbox claiming another namespace's sandbox. */
+  #refuseForeign(o: SandboxObject, namespace: string, id: string, placed: string): void {
+    const once = `${namespace}/${o.metadata?.uid ?? o.metadata?.name}`;
+    if (this.#foreign.has(once)) return;
+    this.#foreign.add(once);
+    const why = `annotation ${ANNOTATION.sandboxId}=${id} names a sandbox of namespace ${placed}; this Sandbox is ignored`;
+    this.#log(`Sandbox ${namespace}/${o.metadata?.name}: ${why}`);
+    this.#warn(namespace, o, EventReason.ForeignSandboxId, why);
   }
 
   /**
@@ -62,20 +97,20 @@ export class UserRequests {
    * reported) are reported without a policy, which stops the edge's probe. A policy removed while
    * the agent was down is not seen (the agent only knows the policies it reported itself).
    */
-  #autoPause(id: string, o: SandboxObject, generation: number): void {
+  #autoPause({ id, namespace, key: at }: Target, o: SandboxObject, generation: number): void {
     if (o.metadata?.deletionTimestamp) return;
     const r = crdAutoPausePolicy(o.spec);
-    const had = this.#policies.get(id);
+    const had = this.#policies.get(at);
     const key = !r ? OFF : "problem" in r ? `problem:${r.problem}` : stableJson(r.policy);
     if (had === key || (had === undefined && key === OFF)) return;
-    this.#policies.set(id, key);
+    this.#policies.set(at, key);
     if (r && "problem" in r) {
       this.#log(`Sandbox ${o.metadata?.name}: auto-pause policy not applied: ${r.problem}`);
-      this.#warn(o, EventReason.AutoPausePolicyNotApplied, `auto-pause policy not applied: ${r.problem}`);
+      this.#warn(namespace, o, EventReason.AutoPausePolicyNotApplied, `auto-pause policy not applied: ${r.problem}`);
     }
     const running = had !== undefined && had !== OFF && !had.startsWith("problem:");
-    if (r && !("problem" in r)) this.#onRequest!({ sandboxId: id, action: "autoPause", generation, autoPausePolicy: r.policy });
-    else if (running) this.#onRequest!({ sandboxId: id, action: "autoPause", generation });
+    if (r && !("problem" in r)) this.#onRequest!({ sandboxId: id, namespace, action: "autoPause", generation, autoPausePolicy: r.policy });
+    else if (running) this.#onRequest!({ sandboxId: id, namespace, action: "autoPause", generation });
   }
 
   /**
@@ -84,20 +119,20 @@ export class UserRequests {
    * Ones the edge cannot take (a hook with both or neither of exec and http) are a Warning Event,
    * and none are sent. Like the policy above, a removal while the agent was down is not seen.
    */
-  #lifecycle(id: string, o: SandboxObject, generation: number): void {
+  #lifecycle({ id, namespace, key: at }: Target, o: SandboxObject, generation: number): void {
     if (o.metadata?.deletionTimestamp) return;
     const given = (o.spec as { lifecycle?: unknown }).lifecycle;
     const parsed = given === undefined || given === null ? { success: true as const, data: {} } : Lifecycle.safeParse(given);
-    const had = this.#hooks.get(id);
+    const had = this.#hooks.get(at);
     const key = parsed.success ? stableJson(parsed.data) : `problem:${stableJson(given)}`;
     if (had === key || (had === undefined && key === EMPTY)) return;
-    this.#hooks.set(id, key);
+    this.#hooks.set(at, key);
     if (!parsed.success) {
       const why = parsed.error.issues.map((i) => `${i.path.join(".")}: ${i.message}`).join("; ");
       this.#log(`Sandbox ${o.metadata?.name}: lifecycle not applied: ${why}`);
-      return this.#warn(o, EventReason.LifecycleNotApplied, `lifecycle not applied: ${why}`);
+      return this.#warn(namespace, o, EventReason.LifecycleNotApplied, `lifecycle not applied: ${why}`);
     }
-    this.#onRequest!({ sandboxId: id, action: "lifecycle", generation, lifecycle: parsed.data });
+    this.#onRequest!({ sandboxId: id, namespace, action: "lifecycle", generation, lifecycle: parsed.data });
   }
 
   /** Runs the agent's own destroy of `id`, during which its Sandbox's delete is not reported. */
@@ -105,7 +140,7 @@ export class UserRequests {
     // Not in a finally: a destroy that failed is retried, and its Sandbox's delete stays ours.
     this.#destroying.add(id);
     await fn();
-    this.#requested.delete(id);
+    for (const k of this.#requested.keys()) if (k.slice(k.indexOf("/") + 1) === id) this.#requested.delete(k);
     this.#destroying.delete(id);
   }
 }

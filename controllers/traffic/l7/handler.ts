@@ -9,7 +9,7 @@ import type { Duplex } from "node:stream";
 import tls from "node:tls";
 import { RateLimiter } from "./rate.ts";
 import { inspects, type L7Policy } from "./policy.ts";
-import { SseFilter, filterAnswer, screenRequest } from "./mcp.ts";
+import { SseFilter, filterAnswer, rpcText, screenRequest } from "./mcp.ts";
 import { HOP_HEADERS as HOP, prepareRequest } from "./request.ts";
 import { oneConnectionAgent, withHead } from "./streams.ts";
 import type { SandboxCa } from "./ca.ts";
@@ -152,9 +152,15 @@ export class L7Handler {
     let body: Buffer | undefined;
     let tool: string | undefined;
     if (mcp && method === "POST") {
-      body = await readBounded(req, this.#o.maxMcpBody ?? 4 << 20);
-      if (!body) return refuse(413, "mcp", "MCP request body too large to screen");
-      const s = screenRequest(decide!, body.toString("utf8"));
+      // An encoded body would pass the screen unread and could be decoded by the server.
+      const encoding = String(req.headers["content-encoding"] ?? "").trim().toLowerCase();
+      if (encoding !== "" && encoding !== "identity") return refuse(415, "mcp", "MCP request bodies are screened, so they must be sent without a Content-Encoding");
+      const raw = await readBounded(req, this.#o.maxMcpBody ?? 4 << 20);
+      if (!raw) return refuse(413, "mcp", "MCP request body too large to screen");
+      const text = rpcText(raw) ?? "";
+      const s = screenRequest(decide!, text);
+      if (s.invalid) return refuse(400, "mcp", s.invalid);
+      body = Buffer.from(text, "utf8");
       tool = s.calls.map((c) => c.tool).join(",") || undefined;
       if (s.calls[0]) rule = s.calls.map((c) => c.rule).join(",");
       const denied = s.calls.find((c) => !c.allowed);
@@ -162,7 +168,7 @@ export class L7Handler {
         record(denied?.rule ?? "mcp", 200, Buffer.byteLength(s.answer), tool, true);
         return void res.writeHead(200, { "content-type": "application/json" }).end(s.answer);
       }
-      headers["content-length"] = String(body.length);
+      headers["content-length"] = String(Buffer.byteLength(text));
       delete headers["transfer-encoding"];
     }
 

@@ -35,6 +35,19 @@ export interface Screened {
   answer?: string;
   /** Each `tools/call` and its verdict (for the audit). */
   calls: ToolDecision[];
+  /** Set when the body is not JSON-RPC: why it is refused (a body the proxy cannot read is one it
+   * cannot screen, and the server might read it otherwise). */
+  invalid?: string;
+}
+
+/** A request body's text as screened: strict UTF-8 with a leading BOM dropped (the caller sends
+ * this text on, so the server reads exactly what was screened); undefined when not UTF-8. */
+export function rpcText(body: Uint8Array): string | undefined {
+  try {
+    return new TextDecoder("utf-8", { fatal: true, ignoreBOM: false }).decode(body);
+  } catch {
+    return undefined;
+  }
 }
 
 function parse(text: string): RpcMessage | RpcMessage[] | undefined {
@@ -48,12 +61,12 @@ function parse(text: string): RpcMessage | RpcMessage[] | undefined {
 
 const deniedError = (id: Id, d: ToolDecision) => ({ jsonrpc: "2.0", id, error: { code: TOOL_DENIED_CODE, message: `tool "${d.tool}" is denied by MCP rule "${d.rule}"`, data: { tool: d.tool, rule: d.rule } } });
 
-/** A request body to `server` (not JSON-RPC: nothing to screen). A batch with a denied call is
+/** A request body to `server` (not JSON-RPC: refused, `invalid`). A batch with a denied call is
  * refused whole: each denied call gets its error, the others one saying why they were not sent. */
 export function screenRequest(decide: ToolDecider, body: string): Screened {
   const msg = parse(body);
   const out: Screened = { calls: [] };
-  if (!msg) return out;
+  if (!msg) return { ...out, invalid: "the body of a POST to a server an MCP rule names must be JSON-RPC (UTF-8 JSON, unencoded)" };
   const list = Array.isArray(msg) ? msg : [msg];
   const denied = new Map<RpcMessage, ToolDecision>();
   for (const m of list) {

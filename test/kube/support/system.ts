@@ -20,7 +20,8 @@ export interface KubeSystem {
   stop(): Promise<void>;
 }
 
-export async function startKubeSystem(name: string, cluster: string, opts: { runtimes?: boolean } = {}): Promise<KubeSystem> {
+/** `agentFlags`: more of main.ts's flags for the agent (startKubeAgent's). */
+export async function startKubeSystem(name: string, cluster: string, opts: { runtimes?: boolean; agentFlags?: Parameters<typeof startKubeAgent>[4] } = {}): Promise<KubeSystem> {
   const edge = await startTestEdge(name);
   const ns = await freshNamespace(name);
   const kubelet = new TestKubelet(kubeConfig(), ns);
@@ -40,11 +41,11 @@ export async function startKubeSystem(name: string, cluster: string, opts: { run
     edge,
     ns,
     kubelet,
-    agent: await startKubeAgent(edge, ns, cluster),
+    agent: await startKubeAgent(edge, ns, cluster, undefined, opts.agentFlags),
     async restart(whileDown) {
       await sys.agent.stop();
       await whileDown?.();
-      sys.agent = await startKubeAgent(edge, ns, cluster);
+      sys.agent = await startKubeAgent(edge, ns, cluster, undefined, opts.agentFlags);
       return sys.agent;
     },
     async stop() {

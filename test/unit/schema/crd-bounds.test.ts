@@ -25,7 +25,7 @@ describe("CRD frame bounds", () => {
   });
 
   it("items per frame, SandboxSet uids and inventories are bounded", () => {
-    const req = (i: number) => ({ id: `r${i}`, sandboxId: "abc", action: "kill", generation: 1 });
+    const req = (i: number) => ({ id: `r${i}`, sandboxId: "abc", namespace: "t", action: "kill", generation: 1 });
     expect(parse({ type: "requests", items: Array.from({ length: MAX_CRD_FRAME_ITEMS }, (_, i) => req(i)) }).ok).toBe(true);
     expect(error({ type: "requests", items: Array.from({ length: MAX_CRD_FRAME_ITEMS + 1 }, (_, i) => req(i)) })).toContain(`at most ${MAX_CRD_FRAME_ITEMS} items per frame`);
     // A SandboxSet item is one of three shapes (a union): zod names the item, not which bound.

@@ -2,7 +2,7 @@
 // decisions, MCP tool decisions (closed once a server is named), E2B's network.rules, secret
 // placeholders, JSON-RPC screening and answer filtering (JSON, batches, SSE split anywhere).
 import { describe, expect, it } from "vitest";
-import { MAX_TOOL_NAME, SseFilter, TOOL_DENIED_CODE, filterAnswer, screenRequest } from "../../../controllers/traffic/l7/mcp.ts";
+import { MAX_TOOL_NAME, SseFilter, TOOL_DENIED_CODE, filterAnswer, rpcText, screenRequest } from "../../../controllers/traffic/l7/mcp.ts";
 import { decideRequest, decideTool, e2bRules, glob, hostScore, inspects, referencedSecrets, resolveSecrets, type L7Policy } from "../../../controllers/traffic/l7/policy.ts";
 import { RateLimiter } from "../../../controllers/traffic/l7/rate.ts";
 
@@ -69,7 +69,7 @@ describe("MCP JSON-RPC", () => {
   const onM = (tool: string) => decideTool(p, "m", tool);
   const onOther = (tool: string) => decideTool(p, "other", tool);
 
-  it("answers a denied call itself and refuses a batch carrying one whole; other bodies pass", () => {
+  it("answers a denied call itself and refuses a batch carrying one whole; a body that is not JSON-RPC is invalid", () => {
     const one = screenRequest(onM, JSON.stringify({ jsonrpc: "2.0", id: 7, method: "tools/call", params: { name: "rm" } }));
     expect(JSON.parse(one.answer!)).toEqual({ jsonrpc: "2.0", id: 7, error: { code: TOOL_DENIED_CODE, message: 'tool "rm" is denied by MCP rule "no-rm"', data: { tool: "rm", rule: "no-rm" } } });
     const batch = screenRequest(onM, JSON.stringify([{ jsonrpc: "2.0", id: 1, method: "tools/call", params: { name: "ls" } }, { jsonrpc: "2.0", id: 2, method: "tools/call", params: { name: "rm" } }]));
@@ -78,7 +78,9 @@ describe("MCP JSON-RPC", () => {
     expect(answers[0]!.error.message).toContain("not sent");
     expect(batch.calls).toEqual([{ tool: "ls", allowed: true, rule: "rest" }, { tool: "rm", allowed: false, rule: "no-rm" }]);
     expect(screenRequest(onM, JSON.stringify({ jsonrpc: "2.0", id: 1, method: "tools/call", params: { name: "ls" } })).answer).toBeUndefined();
-    expect(screenRequest(onM, "not json")).toEqual({ calls: [] });
+    expect(screenRequest(onM, "not json").invalid).toContain("must be JSON-RPC");
+    expect(rpcText(Buffer.from('\uFEFF{"id":1}'))).toBe('{"id":1}');
+    expect(rpcText(Buffer.from([0x7b, 0xff, 0x7d]))).toBeUndefined();
   });
 
   it("filters tools out of list answers, in JSON and in SSE events split across chunks", () => {

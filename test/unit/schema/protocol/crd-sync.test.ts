@@ -23,11 +23,12 @@ describe("CRD sync frames", () => {
     expect(parseFrame(AgentMessageSchema, frame({ type: "sandboxsets", items: [] })).ok).toBe(false);
   });
 
-  it("a kubectl request names a sandbox, one of three actions and the generation it was made at", () => {
-    const ok = parseFrame(AgentMessageSchema, frame({ type: "requests", items: [{ id: "r0", sandboxId: "abc123", action: "pause", generation: 4 }] }));
-    expect(ok).toMatchObject({ ok: true, value: { items: [{ action: "pause", generation: 4 }] } });
-    expect(parseFrame(AgentMessageSchema, frame({ type: "requests", items: [{ id: "r0", sandboxId: "abc123", action: "snapshot", generation: 4 }] })).ok).toBe(false);
-    expect(parseFrame(AgentMessageSchema, frame({ type: "requests", items: [{ id: "r0", sandboxId: "ABC", action: "kill", generation: 4 }] })).ok).toBe(false);
+  it("a kubectl request names a sandbox, the Sandbox object's namespace, an action and the generation it was made at", () => {
+    const ok = parseFrame(AgentMessageSchema, frame({ type: "requests", items: [{ id: "r0", sandboxId: "abc123", namespace: "team-a", action: "pause", generation: 4 }] }));
+    expect(ok).toMatchObject({ ok: true, value: { items: [{ namespace: "team-a", action: "pause", generation: 4 }] } });
+    expect(parseFrame(AgentMessageSchema, frame({ type: "requests", items: [{ id: "r0", sandboxId: "abc123", action: "pause", generation: 4 }] })).ok).toBe(false);
+    expect(parseFrame(AgentMessageSchema, frame({ type: "requests", items: [{ id: "r0", sandboxId: "abc123", namespace: "team-a", action: "snapshot", generation: 4 }] })).ok).toBe(false);
+    expect(parseFrame(AgentMessageSchema, frame({ type: "requests", items: [{ id: "r0", sandboxId: "ABC", namespace: "team-a", action: "kill", generation: 4 }] })).ok).toBe(false);
   });
 
   it("a claim defaults to createOnNoStock and empty maps, and needs 1..1000 replicas", () => {

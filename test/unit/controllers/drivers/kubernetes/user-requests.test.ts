@@ -15,24 +15,24 @@ describe("UserRequests auto-pause", () => {
   it("reports a policy once, none when it is removed or cannot be run (with a Warning), nothing for a Sandbox that never had one", () => {
     const sent: SandboxRequest[] = [];
     const warned: string[] = [];
-    const r = new UserRequests((q) => sent.push(q), () => {}, (_o, reason, message) => warned.push(`${reason}: ${message}`));
-    r.seen(sbx({ probes }));
+    const r = new UserRequests((q) => sent.push(q), () => {}, (_ns, _o, reason, message) => warned.push(`${reason}: ${message}`));
+    r.seen(sbx({ probes }), "t");
     expect(sent).toEqual([]);
-    r.seen(sbx({ probes, autoPausePolicy: idle("a") }));
-    r.seen(sbx({ probes, autoPausePolicy: idle("a") }));
-    expect(sent).toEqual([{ sandboxId: "id1", action: "autoPause", generation: 3, autoPausePolicy: expect.objectContaining({ messageRegex: "^idle$" }) }]);
-    r.seen(sbx({ probes }));
-    expect(sent.slice(1)).toEqual([{ sandboxId: "id1", action: "autoPause", generation: 3 }]);
-    r.seen(sbx({ probes }));
+    r.seen(sbx({ probes, autoPausePolicy: idle("a") }), "t");
+    r.seen(sbx({ probes, autoPausePolicy: idle("a") }), "t");
+    expect(sent).toEqual([{ sandboxId: "id1", namespace: "t", action: "autoPause", generation: 3, autoPausePolicy: expect.objectContaining({ messageRegex: "^idle$" }) }]);
+    r.seen(sbx({ probes }), "t");
+    expect(sent.slice(1)).toEqual([{ sandboxId: "id1", namespace: "t", action: "autoPause", generation: 3 }]);
+    r.seen(sbx({ probes }), "t");
     expect(sent).toHaveLength(2);
 
-    r.seen(sbx({ probes, autoPausePolicy: idle("a") }));
-    r.seen(sbx({ probes, autoPausePolicy: idle("missing") }));
-    expect(sent.slice(2)).toEqual([expect.objectContaining({ autoPausePolicy: expect.any(Object) }), { sandboxId: "id1", action: "autoPause", generation: 3 }]);
+    r.seen(sbx({ probes, autoPausePolicy: idle("a") }), "t");
+    r.seen(sbx({ probes, autoPausePolicy: idle("missing") }), "t");
+    expect(sent.slice(2)).toEqual([expect.objectContaining({ autoPausePolicy: expect.any(Object) }), { sandboxId: "id1", namespace: "t", action: "autoPause", generation: 3 }]);
     expect(warned).toEqual([expect.stringContaining('AutoPausePolicyNotApplied: auto-pause policy not applied: autoPausePolicy names probe "missing"')]);
     // Still unmappable: said once; removed after that: nothing runs, nothing to stop.
-    r.seen(sbx({ probes, autoPausePolicy: idle("missing") }));
-    r.seen(sbx({ probes }));
+    r.seen(sbx({ probes, autoPausePolicy: idle("missing") }), "t");
+    r.seen(sbx({ probes }), "t");
     expect(sent).toHaveLength(4);
     expect(warned).toHaveLength(1);
   });
@@ -42,17 +42,36 @@ describe("UserRequests lifecycle", () => {
   it("reports the Sandbox's hooks once per change and {} when removed; unusable ones are a Warning and send nothing", () => {
     const sent: SandboxRequest[] = [];
     const warned: string[] = [];
-    const r = new UserRequests((q) => sent.push(q), () => {}, (_o, reason, message) => warned.push(`${reason}: ${message}`));
+    const r = new UserRequests((q) => sent.push(q), () => {}, (_ns, _o, reason, message) => warned.push(`${reason}: ${message}`));
     const prePause = { exec: { command: ["sh", "-c", "exit 3"] }, timeoutSeconds: 5 };
-    r.seen(sbx({}));
+    r.seen(sbx({}), "t");
     expect(sent).toEqual([]);
-    r.seen(sbx({ lifecycle: { prePause } }));
-    r.seen(sbx({ lifecycle: { prePause } }));
-    expect(sent).toEqual([{ sandboxId: "id1", action: "lifecycle", generation: 3, lifecycle: { prePause: { ...prePause, failurePolicy: "Fail" } } }]);
-    r.seen(sbx({ lifecycle: { prePause: { timeoutSeconds: 5 } } }));
+    r.seen(sbx({ lifecycle: { prePause } }), "t");
+    r.seen(sbx({ lifecycle: { prePause } }), "t");
+    expect(sent).toEqual([{ sandboxId: "id1", namespace: "t", action: "lifecycle", generation: 3, lifecycle: { prePause: { ...prePause, failurePolicy: "Fail" } } }]);
+    r.seen(sbx({ lifecycle: { prePause: { timeoutSeconds: 5 } } }), "t");
     expect(sent).toHaveLength(1);
     expect(warned).toEqual([expect.stringContaining("LifecycleNotApplied: lifecycle not applied: prePause: a hook has exactly one of exec and http")]);
-    r.seen(sbx({}));
-    expect(sent.slice(1)).toEqual([{ sandboxId: "id1", action: "lifecycle", generation: 3, lifecycle: {} }]);
+    r.seen(sbx({}), "t");
+    expect(sent.slice(1)).toEqual([{ sandboxId: "id1", namespace: "t", action: "lifecycle", generation: 3, lifecycle: {} }]);
+  });
+});
+
+describe("UserRequests of a Sandbox in another namespace", () => {
+  it("a Sandbox naming a sandbox the agent placed elsewhere is ignored with one Warning; before the intent is known it goes with its namespace", () => {
+    const sent: SandboxRequest[] = [];
+    const warned: string[] = [];
+    let placed: string | undefined;
+    const r = new UserRequests((q) => sent.push(q), () => {}, (ns, _o, reason) => warned.push(`${ns} ${reason}`), () => placed);
+    const forged = { ...sbx({ paused: true, lifecycle: { prePause: { exec: { command: ["id"] } } } }) };
+    forged.metadata!.annotations![ANNOTATION.desiredPaused] = "false";
+    expect(r.seen(forged, "other")).toBe(true);
+    expect(sent.map((q) => [q.namespace, q.action])).toEqual([["other", "lifecycle"], ["other", "pause"]]);
+    placed = "t";
+    sent.length = 0;
+    expect(r.seen(forged, "other")).toBe(false);
+    expect(r.seen({ ...forged, spec: { paused: false } }, "other")).toBe(false);
+    expect(sent).toEqual([]);
+    expect(warned).toEqual(["other ForeignSandboxId"]);
   });
 });
