@@ -19,6 +19,21 @@ afterAll(async () => {
 });
 
 describe("runCode (JS code-interpreter SDK)", { timeout: 120_000 }, () => {
+  it("hands hostile create-time env vars to a warm member's already started kernel only: no host process acts on them", async () => {
+    const hostile = hostileEnv();
+    try {
+      const claimed = await Sandbox.create({ ...e2b(), envs: hostile.env });
+      try {
+        const exec = await claimed.runCode("import os; print(os.environ.get('LD_PRELOAD')); print(os.environ.get('BASH_ENV'))");
+        expect(hostile.ran()).toEqual([]);
+        expect(exec.logs.stdout.join("")).toBe(`${hostile.env.LD_PRELOAD}\n${hostile.env.BASH_ENV}\n`);
+      } finally {
+        await claimed.kill();
+      }
+    } finally {
+      hostile.dispose();
+    }
+  });
   it("hands hostile per-execution env vars (LD_PRELOAD, NODE_OPTIONS, BASH_ENV, PERL5OPT, ...) to the kernel only: no host process acts on them", async () => {
     const hostile = hostileEnv();
     try {
