@@ -245,9 +245,14 @@ function observe(state: ClusterState, items: Observation[], now: number, effects
 }
 
 function orphanDelete(state: ClusterState, obs: Observation, now: number, effects: ClusterEffect[]): void {
-  const intent: Intent = {
-    sandboxId: obs.sandboxId,
-    generation: obs.generation + 1,
+  accept(state, deleteIntent(obs.sandboxId, obs.generation + 1, now), effects);
+}
+
+/** Deletes a sandbox nobody owns (an orphan, or a claimed member no group ever took). */
+export function deleteIntent(sandboxId: SandboxId, generation: number, now: number): Intent {
+  return {
+    sandboxId,
+    generation,
     owner: { kind: "cluster" },
     desired: { state: "deleted", pauseStrategy: "Freeze" },
     template: null,
@@ -261,7 +266,6 @@ function orphanDelete(state: ClusterState, obs: Observation, now: number, effect
     team: null,
     issuedAt: now,
   };
-  accept(state, intent, effects);
 }
 
 function forget(state: ClusterState, sandboxId: SandboxId, effects: ClusterEffect[]): void {

@@ -26,21 +26,49 @@ export type ClaimCreateResult =
   | { ok: false; error: Refusal; warm?: boolean; claimMs?: number };
 
 /**
- * Hands a claimed member to its group. A throw of the group's call is an internal error, never the
- * quota's (the reservation stays; the reconcile drops it if the sandbox never came to be).
+ * What came of handing the claimed member to its group. A failure says whether the sandbox exists:
+ * `false` when the group was never reached or does not know it (nothing was created, so the
+ * reservation and the member can go), `null` when that cannot be told (the reservation stays for
+ * the reconcile, which asks the group again).
  */
-type Created = { ok: true; sandbox: SandboxInfo } | { ok: false; error: Refusal };
+export type Created = { ok: true; sandbox: SandboxInfo } | { ok: false; error: Refusal; exists?: boolean | null };
 
+/** Hands a claimed member to its group; never throws (a throw is an internal error, not the quota's). */
 export async function createClaimed(env: Env, claimed: Claimed, req: ClaimCreate & { traceparent?: string }): Promise<Created> {
   const id = claimed.sandboxId;
-  const group = sandboxGroupStub(env, id);
-  const input = { spec: claimedSpec(req.draft, claimed), timeoutS: req.timeoutS, claimedGeneration: claimed.generation, endpoint: claimed.endpoint, waitMs: req.waitMs };
+  let asked = false;
   try {
-    const call = (traceparent?: string): Promise<Created> => group.create(id, traceparent ? { ...input, traceparent } : input) as Promise<Created>;
+    const group = sandboxGroupStub(env, id);
+    const input = { spec: claimedSpec(req.draft, claimed), timeoutS: req.timeoutS, claimedGeneration: claimed.generation, endpoint: claimed.endpoint, waitMs: req.waitMs };
+    const call = (traceparent?: string): Promise<Created> => {
+      asked = true;
+      return group.create(id, traceparent ? { ...input, traceparent } : input) as Promise<Created>;
+    };
     return req.traceparent ? await edgeSpan(env, "SandboxGroupDO.create", { "sandbox.id": id }, () => call(currentTraceparent()), req.traceparent) : await call();
   } catch (err) {
-    return { ok: false, error: { code: ErrorCode.internal, message: `sandbox group of ${id}: ${String(err)}` } };
+    const exists = asked ? await groupKnows(env, id) : false;
+    return { ok: false, error: afterClaim(id, String(err), exists), exists };
   }
+}
+
+/** Whether the sandbox's group holds it (null when the group cannot be asked). */
+async function groupKnows(env: Env, id: string): Promise<boolean | null> {
+  try {
+    return (await sandboxGroupStub(env, id).quotaHeld([id]))[id]?.known ?? null;
+  } catch {
+    return null;
+  }
+}
+
+/** A create that failed after its claim: an internal error saying what exists, never a refusal. */
+export function afterClaim(id: string, why: string, exists: boolean | null): Refusal {
+  const state =
+    exists === false
+      ? "it was not created; its quota reservation and its warm member are released"
+      : exists
+        ? `it exists; GET /sandboxes/${id} shows its state`
+        : `whether it exists is unknown; GET /sandboxes/${id} shows it if it does`;
+  return { code: ErrorCode.internal, message: `Sandbox "${id}" was claimed but its create failed (${why}): ${state}` };
 }
 
 export function noStock(templateId: string): Refusal {

@@ -11,7 +11,7 @@
 // or written the answer is `quota_unavailable` (503), never a create let through.
 import { DurableObject } from "cloudflare:workers";
 import type { Env } from "../env.ts";
-import type { ClaimResult } from "../pool/rpc.ts";
+import type { Claimed, ClaimResult } from "../pool/rpc.ts";
 import { QUOTA_NAMES, quotaDefaults, type QuotaLimits, type QuotaUsage, type TeamQuotaUpdate } from "../../schema/api/quota.ts";
 import { ErrorCode, type Refusal } from "../../schema/errors.ts";
 import { getDb } from "../store/db.ts";
@@ -20,7 +20,8 @@ import { sandboxGroupOf, sandboxGroupStub } from "../sandbox/stub.ts";
 import { TurnWrites } from "../turn-writes.ts";
 import { Ledger, overMessage, stale, type Held, type QuotaRequest, type Reservation, type Resources } from "./ledger.ts";
 import { openQuotaStore, type QuotaStore } from "./store.ts";
-import { createClaimed, noStock, type ClaimCreate, type ClaimCreateResult } from "./claim-create.ts";
+import { afterClaim, createClaimed, noStock, type ClaimCreate, type ClaimCreateResult, type Created } from "./claim-create.ts";
+import { deleteIntent } from "../cluster/machine.ts";
 import { edgeLogger } from "../tracing/edge-log.ts";
 import { edgeSpan, flushEdgeTraces } from "../tracing/edge-tracing.ts";
 
@@ -90,12 +91,28 @@ export class TeamQuotaDO extends DurableObject<Env> {
       await this.release(claimed.sandboxId, claimed.generation + 1);
       return { ok: false, error: noStock(req.draft.templateId), warm: false, claimMs };
     }
-    const res = await createClaimed(this.env, claimed, req);
-    if (req.traceparent) {
-      const flushing = flushEdgeTraces();
-      if (flushing) this.ctx.waitUntil(flushing);
+    // From here the member is claimed: every failure says what exists, none is a refusal.
+    let res: Created;
+    try {
+      res = await createClaimed(this.env, claimed, req);
+      if (!res.ok && res.exists === false) await this.giveBack(claimed);
+      if (req.traceparent) {
+        const flushing = flushEdgeTraces();
+        if (flushing) this.ctx.waitUntil(flushing);
+      }
+    } catch (err) {
+      res = { ok: false, error: afterClaim(claimed.sandboxId, String(err), null) };
     }
     return { ...res, warm: claimed.warm, claimMs };
+  }
+
+  /** A claimed member no group took: its reservation released, and a warm one deleted on its cluster. */
+  private async giveBack(claimed: Claimed): Promise<void> {
+    const generation = claimed.generation + 1;
+    await this.release(claimed.sandboxId, generation);
+    if (claimed.state === "new") return;
+    const cluster = this.env.CLUSTER.get(this.env.CLUSTER.idFromName(claimed.cluster));
+    await cluster.enqueue([deleteIntent(claimed.sandboxId, generation, Date.now())]);
   }
 
   /** Reserves, claims from the pool, and keeps the reservation under the claimed sandbox's id. */

@@ -7,6 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { TeamQuotaDO } from "../../durable-objects/quota/team-quota-do.ts";
 import type { SandboxGroupDO } from "../../durable-objects/sandbox/sandbox-group-do.ts";
 import { sandboxGroupStub } from "../../durable-objects/sandbox/stub.ts";
+import type { Env } from "../../durable-objects/env.ts";
 import type { ScriptedAgent } from "../support/scripted-agent.ts";
 import { call, createTeam, expectError, expectStatus, secondKey, startAgent, unique, type TestTeam } from "./helpers.ts";
 
@@ -185,6 +186,72 @@ describe("team quota fails closed", () => {
     await undo();
     expect(await usage(team)).toMatchObject({ runningSandboxes: before });
     expect(await expectStatus(call("/v2/sandboxes", { key: team.key }), 200)).toHaveLength(before);
+  });
+});
+
+describe("a create that fails after its claim", () => {
+  let team: TestTeam & { teamId: string };
+  let agent: ScriptedAgent;
+  beforeAll(async () => {
+    team = await quotaTeam({ runningSandboxes: 50 }, { replicas: 2 });
+    agent = agents.at(-1)!;
+  });
+
+  /** Waits for a warm member, runs `create` with the quota object's env swapped, restores it. */
+  async function withQuotaEnv(swap: (real: Env) => Env, run: () => Promise<Response>): Promise<Response> {
+    await waitFor(async () => ((await expectStatus(call(`/admin/teams/${team.name}/templates/${team.template}`), 200)).pool?.available ?? 0) > 0);
+    let real: Env | undefined;
+    await runInDurableObject(quotaOf(team.teamId), (instance: TeamQuotaDO) => {
+      const i = instance as unknown as { env: Env };
+      real = i.env;
+      i.env = swap(real);
+    });
+    try {
+      return await run();
+    } finally {
+      await runInDurableObject(quotaOf(team.teamId), (instance: TeamQuotaDO) => {
+        (instance as unknown as { env: Env }).env = real!;
+      });
+    }
+  }
+
+  /** The refusal names the claimed sandbox: no slot kept, and its warm member deleted on the cluster. */
+  async function expectGivenBack(res: Response, why: RegExp, before: number): Promise<void> {
+    expect(res.status).toBe(500);
+    const { message } = (await res.json()) as { message: string };
+    expect(message).toMatch(why);
+    expect(message).toMatch(/was claimed but its create failed .*: it was not created; its quota reservation and its warm member are released/);
+    const id = /Sandbox "([a-z0-9]+)"/.exec(message)![1]!;
+    expect((await usage(team)).runningSandboxes).toBe(before);
+    await waitFor(async () => agent.received.some((r) => r.intent.sandboxId === id && r.intent.desired.state === "deleted"));
+  }
+
+  it("is an internal error, not a refusal, and gives the member and the reservation back when no group was asked", async () => {
+    const before = (await usage(team)).runningSandboxes;
+    const res = await withQuotaEnv(
+      (real) => ({ ...real, SANDBOX_GROUP: { idFromName: () => { throw new Error("group binding lost"); } } as unknown as Env["SANDBOX_GROUP"] }),
+      () => create(team),
+    );
+    await expectGivenBack(res, /group binding lost/, before);
+    await expectStatus(create(team), 201);
+  });
+
+  it("asks the group whether the sandbox exists when the group's create throws", async () => {
+    const before = (await usage(team)).runningSandboxes;
+    const res = await withQuotaEnv(
+      (real) => ({
+        ...real,
+        SANDBOX_GROUP: {
+          idFromName: (n: string) => real.SANDBOX_GROUP.idFromName(n),
+          get: (id: DurableObjectId) => {
+            const group = real.SANDBOX_GROUP.get(id);
+            return { create: () => Promise.reject(new Error("group reset")), quotaHeld: (ids: string[]) => group.quotaHeld(ids) };
+          },
+        } as unknown as Env["SANDBOX_GROUP"],
+      }),
+      () => create(team),
+    );
+    await expectGivenBack(res, /group reset/, before);
   });
 });
 
