@@ -16,6 +16,9 @@
 //                                          Running recorded, index row, zod body, HMAC key check)
 //   edge.feature_skeleton_cpu_ms           workerd CPU per feature-skeleton create
 //   edge.claims_vs_feature_skeleton_ratio  edge.claims_per_s / edge.feature_skeleton_claims_per_s
+//   edge.claim_cpu_vs_feature_skeleton     workerd CPU per create over the feature skeleton's, both
+//                                          served at once and loaded in alternating rounds (median
+//                                          of the rounds' ratios, with their spread)
 // workerd runs every isolate and Durable Object on one thread, so claims/s is bounded by
 // 1000 / claim_cpu_ms on a quiet machine; the CPU figure moves much less than the wall-clock
 // ones when other work shares the two cores. With 50 clients in a closed loop the mean latency is
@@ -47,7 +50,7 @@ import { seed } from "../scripts/seed.ts";
 import { ScriptedAgent, tcpTransport } from "../test/support/scripted-agent.ts";
 import type { BenchContext, Figures } from "./run.ts";
 import { freePort } from "../scripts/lib/sqld.ts";
-import { startSkeleton } from "./skeleton.ts";
+import { startSkeleton, type Skeleton } from "./skeleton.ts";
 import { cpuMs, median, percentile, timedConcurrently } from "./stats.ts";
 import { startProfiler } from "./v8-profile.ts";
 
@@ -59,8 +62,19 @@ const WARM_REPLICAS = 600;
 const RATIO_ROUNDS = 6;
 const RATIO_PER_ROUND = 40;
 
+const CPU_ROUNDS = 8;
+const CPU_ROUND_CREATES = 600;
+
 export async function run(ctx: BenchContext): Promise<Figures> {
-  const baseline = await baselines(ctx);
+  const { skeleton, stopSkeleton, ...baseline } = await baselines(ctx);
+  try {
+    return await runEdge(ctx, baseline, skeleton);
+  } finally {
+    await stopSkeleton();
+  }
+}
+
+async function runEdge(ctx: BenchContext, baseline: Omit<Awaited<ReturnType<typeof baselines>>, "skeleton" | "stopSkeleton">, skeleton: Skeleton): Promise<Figures> {
   await migrate(ctx.libsqlUrl);
   await seed({ libsqlUrl: ctx.libsqlUrl, adminApiKey: ADMIN_KEY, pepper: "bench-pepper", baseReplicas: 0 });
   const profileFile = process.env.EDGE_BENCH_PROFILE;
@@ -89,6 +103,24 @@ export async function run(ctx: BenchContext): Promise<Figures> {
     if (profiler && profileFile) writeFileSync(profileFile, JSON.stringify(await profiler.stop()));
     const warm = await api.pool("bench-warm");
 
+    // Ours and the feature skeleton in alternating rounds: the machine's load hits both alike.
+    const ours: number[] = [];
+    const theirs: number[] = [];
+    for (let round = 0; round < CPU_ROUNDS; round++) {
+      const sides = [
+        async () => {
+          await api.waitAvailable("bench-warm", WARM_REPLICAS);
+          const before = cpuMs(edge.pid);
+          await api.createMany("bench-warm", CPU_ROUND_CREATES, CONCURRENCY);
+          ours.push((cpuMs(edge.pid) - before) / CPU_ROUND_CREATES);
+        },
+        async () => theirs.push((await skeleton.featureRound(CPU_ROUND_CREATES, CONCURRENCY)).cpuMs),
+      ];
+      for (const side of round % 2 ? sides.reverse() : sides) await side();
+    }
+    const cpuRatios = ours.map((o, i) => o / theirs[i]!);
+    console.error(`bench edge: CPU per create by round, ours ${ours.map((x) => x.toFixed(2)).join(" ")}; feature skeleton ${theirs.map((x) => x.toFixed(2)).join(" ")}`);
+
     await api.template("bench-100", 100);
     await api.template("bench-10k", 10_000);
     await api.waitAvailable("bench-100", 100);
@@ -112,12 +144,15 @@ export async function run(ctx: BenchContext): Promise<Figures> {
       "edge.claim_cost_ratio_10k_vs_100": { value: median(large) / median(small), unit: "ratio", target: "<= 1.2" },
       "edge.claim_cpu_ms": { value: cpuPerCreate, unit: "ms", target: "<= 1 (for 1000/s)" },
       "edge.empty_worker_req_per_s": { value: baseline.empty.perSecond, unit: "1/s" },
-      "edge.skeleton_claims_per_s": { value: baseline.skeleton.perSecond, unit: "1/s" },
-      "edge.skeleton_cpu_ms": { value: baseline.skeleton.cpuMs, unit: "ms" },
-      "edge.claims_vs_skeleton_ratio": { value: LOAD_CREATES / seconds / baseline.skeleton.perSecond, unit: "ratio" },
+      "edge.skeleton_claims_per_s": { value: baseline.bare.perSecond, unit: "1/s" },
+      "edge.skeleton_cpu_ms": { value: baseline.bare.cpuMs, unit: "ms" },
+      "edge.claims_vs_skeleton_ratio": { value: LOAD_CREATES / seconds / baseline.bare.perSecond, unit: "ratio" },
       "edge.feature_skeleton_claims_per_s": { value: baseline.features.perSecond, unit: "1/s" },
       "edge.feature_skeleton_cpu_ms": { value: baseline.features.cpuMs, unit: "ms" },
       "edge.claims_vs_feature_skeleton_ratio": { value: LOAD_CREATES / seconds / baseline.features.perSecond, unit: "ratio" },
+      "edge.claim_cpu_vs_feature_skeleton": { value: median(cpuRatios), unit: "ratio", target: "≤ 1.2", spread: spread(cpuRatios) },
+      "edge.claim_cpu_interleaved_ms": { value: median(ours), unit: "ms", spread: spread(ours) },
+      "edge.feature_skeleton_cpu_interleaved_ms": { value: median(theirs), unit: "ms", spread: spread(theirs) },
     };
   } finally {
     agent.disconnect();
@@ -126,10 +161,15 @@ export async function run(ctx: BenchContext): Promise<Figures> {
   }
 }
 
-/** The empty Worker and the two create skeletons, measured with the same clients (see bench/skeleton.ts). */
+/** The empty Worker and the two create skeletons, measured with the same clients (see bench/skeleton.ts);
+ * the skeleton stays up for the interleaved rounds (`stopSkeleton`). */
 async function baselines(ctx: BenchContext) {
   const shm = !process.env.EDGE_BENCH_DISK && existsSync("/dev/shm") ? mkdtempSync("/dev/shm/sbx-skeleton-bench-") : undefined;
-  let skeleton: Awaited<ReturnType<typeof startSkeleton>> | undefined;
+  let skeleton: Skeleton | undefined;
+  const stopSkeleton = async () => {
+    await skeleton?.stop();
+    if (shm) rmSync(shm, { recursive: true, force: true });
+  };
   try {
     skeleton = await startSkeleton(shm ?? join(ctx.dir, "skeleton-bench"), ctx.libsqlUrl);
     const empty = await skeleton.empty(LOAD_CREATES, CONCURRENCY);
@@ -140,12 +180,14 @@ async function baselines(ctx: BenchContext) {
         `skeleton ${creates.perSecond.toFixed(0)}/s (${creates.cpuMs.toFixed(2)} ms CPU, p50 ${median(creates.latencies).toFixed(1)} ms, p99 ${percentile(creates.latencies, 99).toFixed(1)} ms); ` +
         `feature skeleton ${features.perSecond.toFixed(0)}/s (${features.cpuMs.toFixed(2)} ms CPU, p50 ${median(features.latencies).toFixed(1)} ms, p99 ${percentile(features.latencies, 99).toFixed(1)} ms)`,
     );
-    return { empty, skeleton: creates, features };
-  } finally {
-    await skeleton?.stop();
-    if (shm) rmSync(shm, { recursive: true, force: true });
+    return { empty, bare: creates, features, skeleton, stopSkeleton };
+  } catch (err) {
+    await stopSkeleton();
+    throw err;
   }
 }
+
+const spread = (xs: number[]): [number, number] => [Math.round(Math.min(...xs) * 1000) / 1000, Math.round(Math.max(...xs) * 1000) / 1000];
 
 interface PoolStatusView {
   available: number;

@@ -6,7 +6,8 @@
 //             plus one WebSocket frame to a client that answers it, the response
 //   features  the skeleton plus the work issue 2 requires of every create, in the plainest way
 //             (bench/skeleton/feature-worker.js): zod-validated body, HMAC key check (memoised),
-//             the pool's refill routed back to the pool, the group recording Running, the index
+//             the team's quota object (reserve, claim, reservation row, hand to the group: one
+//             object call from the Worker), the pool's refill routed back to the pool, the group recording Running, the index
 //             row committed in sqld (its own table, `skeleton_sandboxes`, shaped by the
 //             migrations' `sandboxes`) before the response
 // If the skeletons cannot reach a throughput here, no implementation of our design can; the ratio
@@ -47,6 +48,8 @@ export interface Skeleton {
   creates(total: number, clients: number): Promise<Phase>;
   /** `total` feature-skeleton creates from `clients` closed-loop clients (a refilled warm pool). */
   features(total: number, clients: number): Promise<Phase>;
+  /** One more round of feature-skeleton creates on the pool `features` filled (no fill, no warm-up). */
+  featureRound(total: number, clients: number): Promise<Phase>;
   stop(): Promise<void>;
 }
 
@@ -115,6 +118,7 @@ export async function startSkeleton(dir: string, libsqlUrl: string): Promise<Ske
       await phase(Math.min(total, 500), clients, featureCreate, 201);
       return phase(total, clients, featureCreate, 201);
     },
+    featureRound: (total, clients) => phase(total, clients, featureCreate, 201),
     async stop() {
       for (const a of agents) a.close();
       await workerd.stop();
@@ -218,8 +222,9 @@ const features :Workerd.Worker = (
     (name = "POOL", durableObjectNamespace = "FeaturePool"),
     (name = "GROUP", durableObjectNamespace = "FeatureGroup"),
     (name = "CLUSTER", durableObjectNamespace = "FeatureCluster"),
+    (name = "QUOTA", durableObjectNamespace = "FeatureQuota"),
   ],
-  durableObjectNamespaces = [${["FeaturePool", "FeatureGroup", "FeatureCluster"].map(ns).join(", ")}],
+  durableObjectNamespaces = [${["FeaturePool", "FeatureGroup", "FeatureCluster", "FeatureQuota"].map(ns).join(", ")}],
   durableObjectStorage = (localDisk = "do-storage"),
   globalOutbound = "loopback",
 );

@@ -12,6 +12,11 @@
 //   - the create's answer: the group awaits the agent's answer through the cluster object and
 //     records the sandbox Running before it answers (a row written later came back Pending
 //     after a group restart: 7782a89 reverted that saving in SandboxGroupDO);
+//   - the team's quota: one object per team counts its running sandboxes; a create reserves in
+//     memory (refused past the limit), claims from the pool, stores the reservation under the
+//     claimed id, and hands the member to its group itself, so the Worker makes one object call
+//     per create (as TeamQuotaDO.create does; the reservation is committed before the group is
+//     asked);
 //   - the index row in libSQL before the response: the cluster object group-commits the rows of
 //     concurrent creates into one multi-row upsert, sent straight to sqld over HTTP (Hrana
 //     pipeline); ours hands them to SandboxIndexDO, which does the same through @libsql/client.
@@ -28,6 +33,8 @@ const MAX_BODY_BYTES = 1 << 20;
 const UNQUEUE_MS = 50;
 const RETRY_MS = 2_000;
 const TEAM_ID = "skeleton-team";
+/** High enough never to refuse in the bench (the check is what it costs). */
+const QUOTA_RUNNING = 1e9;
 const KEY_ID = "skeleton-key";
 const INDEX_COLUMNS = [
   "id", "team_id", "key_id", "template_id", "alias", "state", "phase", "metadata", "started_at", "end_at",
@@ -59,13 +66,35 @@ export default {
     const parsed = NewSandbox.safeParse(json);
     if (!parsed.success) return error(400, `Invalid body: ${z.prettifyError(parsed.error).replaceAll("\n", "; ")}`);
     const body = parsed.data;
-    const claimed = await pool(env, body.templateID).claim();
-    if (!claimed.ok) return error(claimed.status, claimed.message);
-    const res = await group(env, claimed.id).create(claimed.id, { templateID: body.templateID, timeoutS: body.timeout ?? 300, metadata: body.metadata ?? {} });
-    if (!res.ok) return error(502, "not acknowledged");
-    return Response.json({ sandboxID: claimed.id, templateID: body.templateID, clientID: "skeleton", envdVersion: "0.2.0" }, { status: 201 });
+    const res = await quota(env).create(body.templateID, { templateID: body.templateID, timeoutS: body.timeout ?? 300, metadata: body.metadata ?? {} });
+    if (!res.ok) return error(res.status, res.message);
+    return Response.json({ sandboxID: res.id, templateID: body.templateID, clientID: "skeleton", envdVersion: "0.2.0" }, { status: 201 });
   },
 };
+
+export class FeatureQuota extends DurableObject {
+  constructor(ctx, env) {
+    super(ctx, env);
+    this.sql = ctx.storage.sql;
+    this.sql.exec("CREATE TABLE IF NOT EXISTS reservations (id TEXT PRIMARY KEY, cpu INTEGER NOT NULL, memory_mb INTEGER NOT NULL)");
+    this.running = this.sql.exec("SELECT COUNT(*) AS n FROM reservations").one().n;
+  }
+
+  async create(template, spec) {
+    if (this.running >= QUOTA_RUNNING) return { ok: false, status: 429, message: "quota runningSandboxes" };
+    this.running++;
+    const claimed = await pool(this.env, template).claim();
+    if (!claimed.ok) {
+      this.running--;
+      return claimed;
+    }
+    this.sql.exec("INSERT INTO reservations (id, cpu, memory_mb) VALUES (?, 2, 512)", claimed.id);
+    // Stored before the member leaves for its group (concurrent creates share the commit).
+    await this.ctx.storage.sync();
+    const res = await group(this.env, claimed.id).create(claimed.id, spec);
+    return res.ok ? { ok: true, id: claimed.id } : { ok: false, status: 502, message: "not acknowledged" };
+  }
+}
 
 export class FeaturePool extends DurableObject {
   constructor(ctx, env) {
@@ -302,6 +331,7 @@ function error(status, message) {
   return Response.json({ code: status, message }, { status });
 }
 
+const quota = (env) => env.QUOTA.get(env.QUOTA.idFromName(TEAM_ID));
 const pool = (env, template) => env.POOL.get(env.POOL.idFromName(`${TEAM_ID}/${template}`));
 const group = (env, id) => env.GROUP.get(env.GROUP.idFromName(id[0]));
 const cluster = (env) => env.CLUSTER.get(env.CLUSTER.idFromName("local"));
