@@ -194,14 +194,19 @@ export class ClusterDO extends DurableObject<Env> {
     return { ok: true };
   }
 
-  /** Why this cluster cannot take E2B `network.rules` (its agent's driver does not enforce them),
-   * or null (it does, or no agent has said yet: the intent waits for one). */
-  async networkRulesRefusal(): Promise<string | null> {
+  /** Why this cluster cannot take E2B `network.rules`, or null: only an agent that said in its
+   * last hello that it enforces them may get them (an older agent, which says nothing, would run
+   * the sandbox with its rules silently unapplied). */
+  async networkRulesRefusal(name: string): Promise<string | null> {
     this.load();
     const store = this.store!;
-    if (store.getMeta("networkRules") !== "0") return null;
+    const stated = store.getMeta("networkRules");
+    if (stated === "1") return null;
+    const cluster = `network.rules is not supported on cluster "${name}"`;
     const driver = store.getMeta("driver");
-    return `network.rules is not supported on cluster "${store.getMeta("cluster") ?? "?"}"${driver ? ` (its agent runs the ${driver} driver, whose sandboxes' requests no proxy inspects)` : ""}`;
+    if (stated === "0") return `${cluster}${driver ? ` (its agent runs the ${driver} driver, whose sandboxes' requests no proxy inspects)` : ""}`;
+    if (stated === "") return `${cluster}: its agent did not say it enforces them (an older agent); upgrade the agent`;
+    return `${cluster}: no agent has connected yet to say it enforces them; retry once the cluster's agent is up`;
   }
 
   /** A sandbox's log entries from its agent (E2B's logs routes; the caller checked the access). */

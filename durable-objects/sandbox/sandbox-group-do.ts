@@ -236,7 +236,7 @@ export class SandboxGroupDO extends DurableObject<Env> {
   ): Promise<Result> {
     const state = this.slots.find(id)?.state ?? null;
     if (!visibleTo(state, access)) return notFound(id);
-    const refusal = update.rules && Object.keys(update.rules).length ? await this.cluster(state!.spec.cluster).networkRulesRefusal() : null;
+    const refusal = update.rules && Object.keys(update.rules).length ? await this.cluster(state!.spec.cluster).networkRulesRefusal(state!.spec.cluster) : null;
     if (refusal) return { ok: false, error: { code: ErrorCode.notImplemented, message: refusal } };
     const t = await this.apply(id, { type: "updateNetwork", ...update }, waitMs);
     if (!t.ok) return t;
