@@ -79,6 +79,7 @@ export function desiredFor(intent: Intent): DesiredSandbox {
     annotations: intent.annotations,
     inplaceUpdate: intent.inplaceUpdate,
     restoreFrom: intent.restoreFrom,
+    ...(intent.restoreFs ? { restoreFs: intent.restoreFs } : {}),
   };
 }
 

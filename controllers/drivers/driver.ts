@@ -43,6 +43,10 @@ export interface DesiredSandbox {
   /** Start the sandbox's private state (its disk, or its layer) as a copy of this snapshot when
    * it is first created; its own identity (hostname, hosts) is written over the snapshot's. */
   restoreFrom?: Pick<SnapshotRef, "id">;
+  /** An update ops run's CheckpointRestore: replace the sandbox's private state with this
+   * snapshot's as it is recreated, once per snapshot id (kubernetes: the recreated pod names the
+   * snapshot's checkpoint for the cluster's checkpoint engine to restore). */
+  restoreFs?: Pick<SnapshotRef, "id">;
   /** The pool (template id = SandboxSet name) the sandbox is built from, for drivers that build
    * sandboxes from a pool's own spec (kubernetes: the SandboxSet's pod template). */
   pool?: string;

@@ -37,7 +37,7 @@ import { openClusterStore, type ClusterStore } from "./store.ts";
 import { edgeLogger } from "../tracing/edge-log.ts";
 import { getDb } from "../store/db.ts";
 import { listTrafficPolicies } from "../store/traffic-policies.ts";
-import { listSecurityProfiles } from "../store/security-profiles.ts";
+import { listSecurityProfiles, teamsServedBy } from "../store/security-profiles.ts";
 import { teamSecretValues } from "../store/secrets.ts";
 import { transformSecrets } from "../../schema/egress/transforms.ts";
 
@@ -80,6 +80,9 @@ export class ClusterDO extends DurableObject<Env> {
   private unsent: { seq: number; intent: Intent; traceparent?: string; secrets?: Record<string, string> }[] = [];
   /** Frames waiting for secret values (libSQL): later frames queue behind them, in order. */
   private secretsChain: Promise<void> | null = null;
+  /** The teams whose SecurityProfiles this agent session has (null: none sent yet). */
+  private profileTeams: Set<string> | null = null;
+  private profilesChain: Promise<unknown> = Promise.resolve();
   /** The trace context of unacked intents, by seq, sent with each (re)delivery (traceIntent). */
   private traces = new Map<number, string>();
   private unsentFlush: ReturnType<typeof setTimeout> | null = null;
@@ -191,14 +194,19 @@ export class ClusterDO extends DurableObject<Env> {
     return { ok: true };
   }
 
-  /** Why this cluster cannot take E2B `network.rules` (its agent's driver does not enforce them),
-   * or null (it does, or no agent has said yet: the intent waits for one). */
-  async networkRulesRefusal(): Promise<string | null> {
+  /** Why this cluster cannot take E2B `network.rules`, or null: only an agent that said in its
+   * last hello that it enforces them may get them (an older agent, which says nothing, would run
+   * the sandbox with its rules silently unapplied). */
+  async networkRulesRefusal(name: string): Promise<string | null> {
     this.load();
     const store = this.store!;
-    if (store.getMeta("networkRules") !== "0") return null;
+    const stated = store.getMeta("networkRules");
+    if (stated === "1") return null;
+    const cluster = `network.rules is not supported on cluster "${name}"`;
     const driver = store.getMeta("driver");
-    return `network.rules is not supported on cluster "${store.getMeta("cluster") ?? "?"}"${driver ? ` (its agent runs the ${driver} driver, whose sandboxes' requests no proxy inspects)` : ""}`;
+    if (stated === "0") return `${cluster}${driver ? ` (its agent runs the ${driver} driver, whose sandboxes' requests no proxy inspects)` : ""}`;
+    if (stated === "") return `${cluster}: its agent did not say it enforces them (an older agent); upgrade the agent`;
+    return `${cluster}: no agent has connected yet to say it enforces them; retry once the cluster's agent is up`;
   }
 
   /** A sandbox's log entries from its agent (E2B's logs routes; the caller checked the access). */
@@ -254,13 +262,29 @@ export class ClusterDO extends DurableObject<Env> {
     return { ok: true, sent: true };
   }
 
-  /** Sends the agent every SecurityProfile and GlobalSecurityProfile in force, like traffic policies. */
-  async sendSecurityProfiles(): Promise<{ ok: true; sent: boolean }> {
+  /**
+   * Sends the agent the GlobalSecurityProfiles and the SecurityProfiles of the teams this cluster
+   * serves (`teamsServedBy`, plus `also`: teams of intents about to leave), never another team's:
+   * a profile may hold a literal token. The set replaces the agent's, so a team no longer served
+   * is pruned there (at the next session: within one, a team once sent stays, as its sandbox may
+   * not be indexed yet). Sends go out in call order, each read fresh. `sent`: whether an agent was
+   * connected.
+   */
+  async sendSecurityProfiles(also: Iterable<string> = []): Promise<{ ok: true; sent: boolean }> {
     this.load();
-    if (!this.agentSocket()) return { ok: true, sent: false };
-    const profiles = await listSecurityProfiles(getDb(this.env));
-    this.send({ type: "securityProfiles", profiles });
-    return { ok: true, sent: true };
+    const extra = [...also];
+    const next = this.profilesChain.then(async () => {
+      if (!this.agentSocket()) return false;
+      const db = getDb(this.env);
+      const teams = await teamsServedBy(db, this.store!.getMeta("cluster") ?? "local");
+      for (const t of [...extra, ...(this.profileTeams ?? [])]) teams.add(t);
+      const profiles = (await listSecurityProfiles(db)).filter((p) => p.team === null || teams.has(p.team));
+      this.profileTeams = teams;
+      this.send({ type: "securityProfiles", profiles });
+      return true;
+    });
+    this.profilesChain = next.catch(() => false);
+    return { ok: true, sent: await next };
   }
 
   async status(): Promise<ClusterStatus> {
@@ -376,6 +400,7 @@ export class ClusterDO extends DurableObject<Env> {
     store.setMeta("networkRules", hello.capabilities.networkRules === undefined ? "" : hello.capabilities.networkRules ? "1" : "0");
     store.setMeta("sessionId", sessionId);
     this.sessionId = sessionId;
+    this.profileTeams = null;
     this.apply({ type: "hello", hello });
     this.sendTrafficPolicies().catch((err: unknown) => LOG.warn("traffic policies not sent", { error: err }));
     this.sendSecurityProfiles().catch((err: unknown) => LOG.warn("security profiles not sent", { error: err }));
@@ -544,8 +569,11 @@ export class ClusterDO extends DurableObject<Env> {
       for (let i = 0; i < items.length; i += FRAME_BATCH) this.send({ type: "intents", items: items.slice(i, i + FRAME_BATCH) });
     };
     const needs = items.filter((i) => i.intent.desired.state !== "deleted" && i.intent.team && transformSecrets(i.intent.networkRules).length);
-    if (!needs.length && !this.secretsChain) return go();
+    // A team this session's profile set left out (a first sandbox here): its profiles go first.
+    const newTeams = new Set(items.flatMap((i) => (i.intent.desired.state !== "deleted" && i.intent.team && !this.profileTeams?.has(i.intent.team) ? [i.intent.team] : [])));
+    if (!needs.length && !newTeams.size && !this.secretsChain) return go();
     const chain: Promise<void> = (this.secretsChain ?? Promise.resolve())
+      .then(() => (newTeams.size ? this.sendSecurityProfiles(newTeams) : undefined))
       .then(() => this.attachSecrets(needs))
       .catch((err: unknown) => LOG.error("secrets for intents", { error: err }))
       .then(go)

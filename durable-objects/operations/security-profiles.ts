@@ -1,7 +1,8 @@
 // SecurityProfile / GlobalSecurityProfile operations (the admin API and the CRD sync;
-// schema/api/security-profile.ts): one configuration of policy-objects.ts. After every change the
-// whole set goes to every cluster's agent (ClusterDO.sendSecurityProfiles; an agent connecting
-// later gets it with its welcome). Status: the live sandboxes each profile selects.
+// schema/api/security-profile.ts): one configuration of policy-objects.ts. After every change each
+// cluster's agent gets the global profiles and those of the teams it serves
+// (ClusterDO.sendSecurityProfiles; an agent connecting later gets them with its welcome). Status:
+// the live sandboxes each profile selects.
 import type { SecurityProfileEntry } from "../../schema/api/security-profile.ts";
 import { deleteSecurityProfile, listSecurityProfiles, putSecurityProfile } from "../store/security-profiles.ts";
 import { policyObjects, toEveryAgent, type PolicyObjectView } from "./policy-objects.ts";

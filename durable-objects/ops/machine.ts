@@ -64,6 +64,12 @@ export interface OpsState {
   events: OpsEvent[];
   createdAt: number;
   updatedAt: number;
+  /** CheckpointRestore: snapshots the run no longer needs (their member restored, gone, or
+   * checkpointed again), which the shell deletes and reports `freed`. A snapshot otherwise lives
+   * only while its member is Updating or Failed (kept as the failed member's recovery point until
+   * resume takes the next one or the run is deleted), so at most one per member, and only for
+   * members counted against maxUnavailable. */
+  freeing?: { snapshotId: string; sandboxId: string }[];
 }
 
 export type OpsInput =
@@ -79,7 +85,9 @@ export type OpsInput =
   | { type: "hooked"; id: string; attempt: number; stage: "pre" | "post"; proceed: boolean; reason: string; message: string; none?: true }
   /** CheckpointRestore: the member's snapshot for `attempt` was taken (`snapshotId`), or not
    * (`error`: the member fails, the run goes on). */
-  | { type: "checkpointed"; id: string; attempt: number; snapshotId?: string; error?: string };
+  | { type: "checkpointed"; id: string; attempt: number; snapshotId?: string; error?: string }
+  /** Those snapshots of `freeing` were deleted (or were gone already). */
+  | { type: "freed"; snapshotIds: string[] };
 
 export const MAX_EVENTS = 200;
 
@@ -104,6 +112,10 @@ export function transition(current: OpsState, ev: OpsInput, now: number): OpsSta
       break;
     case "checkpointed":
       checkpointed(s, ev, now);
+      break;
+    case "freed":
+      for (const f of (s.freeing ?? []).filter((x) => ev.snapshotIds.includes(x.snapshotId))) event(s, now, "Normal", "CheckpointDeleted", `checkpoint snapshot ${f.snapshotId} deleted: the run no longer needs it`, f.sandboxId);
+      s.freeing = (s.freeing ?? []).filter((x) => !ev.snapshotIds.includes(x.snapshotId));
       break;
     case "change":
       s.spec = {
@@ -137,7 +149,12 @@ export function counts(s: OpsState): { replicas: number; updatedReplicas: number
 
 /** Whether the shell has work left (its alarm). */
 export function active(s: OpsState): boolean {
-  return s.phase === "Pending" || (s.phase === "Updating" && inFlight(s).length > 0);
+  return s.phase === "Pending" || (s.phase === "Updating" && inFlight(s).length > 0) || (s.freeing?.length ?? 0) > 0;
+}
+
+/** Every snapshot the run still holds (on its deletion: all of them go). */
+export function heldSnapshots(s: OpsState): string[] {
+  return [...new Set([...(s.freeing ?? []).map((f) => f.snapshotId), ...s.members.flatMap((m) => (m.checkpoint ? [m.checkpoint.snapshotId] : []))])];
 }
 
 function select(s: OpsState, candidates: OpsCandidate[], targets: Record<string, string | null>, unsupported: Record<string, string>, now: number): void {
@@ -171,12 +188,16 @@ function progress(s: OpsState, outcomes: Record<string, UpgradeOutcome>, now: nu
     if (!o || m.status !== "Updating") continue;
     if (o.status === "gone") {
       gone.add(m.id);
+      free(s, m);
       event(s, now, "Normal", "SandboxGone", "the sandbox was deleted; it is no longer part of the run", m.id);
     } else if (o.status === "succeeded") {
-      Object.assign(m, { status: "Succeeded", message: m.checkpoint?.attempt === m.attempt ? restoredMessage(m.checkpoint.snapshotId) : undefined, updatedAt: now });
+      const restored = m.checkpoint?.attempt === m.attempt ? m.checkpoint.snapshotId : undefined;
+      Object.assign(m, { status: "Succeeded", message: restored ? restoredMessage(restored) : undefined, updatedAt: now });
+      free(s, m);
       event(s, now, "Normal", "UpgradeSucceeded", `upgraded to revision ${m.to}${m.paused ? " (stays paused)" : ""}`, m.id);
     } else if (o.status === "failed") {
-      Object.assign(m, { status: "Failed", message: o.message ?? "the upgrade failed", updatedAt: now });
+      const kept = m.checkpoint ? `; checkpoint snapshot ${m.checkpoint.snapshotId} kept (resume replaces it, deleting the run deletes it)` : "";
+      Object.assign(m, { status: "Failed", message: `${o.message ?? "the upgrade failed"}${kept}`, updatedAt: now });
       event(s, now, "Warning", "UpgradeFailed", m.message!, m.id);
     } else if (o.message !== m.message) {
       m.message = o.message;
@@ -197,16 +218,28 @@ function hooked(s: OpsState, ev: Extract<OpsInput, { type: "hooked" }>, now: num
   m.hooks = { ...done, [ev.stage]: true };
 }
 
-/** What a CheckpointRestore member's line says once upgraded: its files are the checkpoint's (kept
- * through the recreate), its memory is not (no process checkpointing here: CRIU does not run on
- * the local driver's kernels, and a pod's new container starts its processes afresh). */
+/** What a CheckpointRestore member's line says once upgraded: it was recreated on the
+ * checkpoint's files (local: its layer copied back from the snapshot; Kubernetes: the new pod
+ * names the checkpoint for the cluster's checkpoint engine), and the snapshot is then deleted. Its
+ * memory is not restored (no process checkpointing here: CRIU does not run on the local driver's
+ * kernels, and a pod's new container starts its processes afresh). */
 export function restoredMessage(snapshotId: string): string {
-  return `files kept from checkpoint snapshot ${snapshotId}; memory not restored (processes start afresh)`;
+  return `files restored from checkpoint snapshot ${snapshotId} (deleted once restored); memory not restored (processes start afresh)`;
 }
+
+/** The member's snapshot is no longer needed: it goes to `freeing`. */
+function free(s: OpsState, m: OpsMember): void {
+  if (!m.checkpoint) return;
+  s.freeing = [...(s.freeing ?? []), { snapshotId: m.checkpoint.snapshotId, sandboxId: m.id }];
+  delete m.checkpoint;
+}
+
 
 function checkpointed(s: OpsState, ev: Extract<OpsInput, { type: "checkpointed" }>, now: number): void {
   const m = s.members.find((x) => x.id === ev.id);
   if (!m || m.status !== "Updating" || m.attempt !== ev.attempt || m.checkpoint?.attempt === m.attempt) return;
+  // The last attempt's snapshot (a resumed failed member's) is replaced, and freed.
+  free(s, m);
   if (!ev.snapshotId) return progress(s, { [m.id]: { status: "failed", message: `checkpoint failed: ${ev.error ?? "the snapshot was not taken"}` } }, now);
   m.checkpoint = { attempt: m.attempt, snapshotId: ev.snapshotId };
   event(s, now, "Normal", "CheckpointTaken", `snapshot ${ev.snapshotId} of the sandbox's files (no memory) before its recreate`, m.id);
@@ -248,7 +281,7 @@ function schedule(s: OpsState, now: number): void {
   } else if (s.spec.paused) {
     setProgressing(s, "True", "Paused", `paused: ${after.updatingReplicas} upgrading, ${left} waiting`, now);
   } else {
-    const how = s.spec.updateStrategy.type === "CheckpointRestore" ? " (CheckpointRestore: files from each sandbox's snapshot, memory not restored)" : "";
+    const how = s.spec.updateStrategy.type === "CheckpointRestore" ? " (CheckpointRestore: files restored from each sandbox's snapshot, memory not restored)" : "";
     setProgressing(s, "True", "Updating", `${after.updatedReplicas}/${after.replicas} upgraded${how}`, now);
   }
 }

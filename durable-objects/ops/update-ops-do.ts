@@ -20,10 +20,11 @@ import type { Result } from "../sandbox/state.ts";
 import { getDb } from "../store/db.ts";
 import { listLiveIdsOfTeam } from "../store/sandbox-index.ts";
 import { resolveTemplate } from "../store/templates.ts";
-import { active, checkpointDue, counts, hookDue, inFlight, initialState, transition, type OpsInput, type OpsMember, type OpsState } from "./machine.ts";
+import { active, checkpointDue, counts, heldSnapshots, hookDue, inFlight, initialState, transition, type OpsInput, type OpsMember, type OpsState } from "./machine.ts";
 import type { Hook } from "../../schema/api/hooks.ts";
 import { runUpgradeHook } from "../operations/pause-resume.ts";
-import { createSnapshot } from "../operations/snapshots.ts";
+import { createSnapshot, deleteSnapshot } from "../operations/snapshots.ts";
+import type { Caller } from "../env.ts";
 import { OpsStore, type Stored } from "./store.ts";
 import { edgeSpan, flushEdgeTraces } from "../tracing/edge-tracing.ts";
 
@@ -95,10 +96,14 @@ export class UpdateOpsDO extends DurableObject<Env> {
     });
   }
 
-  /** Forgets the run; upgrades under way finish on their own, nothing new starts. */
+  /** Forgets the run, and deletes the checkpoint snapshots it still holds (failed members'); upgrades
+   * under way finish on their own, nothing new starts. */
   async remove(): Promise<Result> {
     return this.locked(async () => {
-      if (!this.load()) return notFound();
+      const run = this.load();
+      if (!run) return notFound();
+      const caller = opsCaller(run.state.teamId);
+      await Promise.all(heldSnapshots(run.state).map((id) => deleteSnapshot(this.env, caller, id).catch((err: unknown) => console.warn(`update ops ${run.state.name}: snapshot ${id} not deleted`, err))));
       this.store.clear();
       this.run = null;
       await this.ctx.storage.deleteAlarm();
@@ -114,6 +119,7 @@ export class UpdateOpsDO extends DurableObject<Env> {
       try {
         await edgeSpan(this.env, "UpdateOpsDO.alarm", attributes, async () => {
           if (run.state.phase === "Pending") await edgeSpan(this.env, "UpdateOpsDO.select", {}, () => this.select(run));
+          this.startFreeing();
           // Twice: members the first answers let start are started in the same alarm.
           for (let i = 0; i < 2 && this.run && inFlight(this.run.state).length > 0; i++) {
             const members = inFlight(this.run.state).length;
@@ -167,7 +173,8 @@ export class UpdateOpsDO extends DurableObject<Env> {
     const asked = hooked.filter((m) => !checkpointDue(state, m));
     const byGroup = new Map<string, UpgradeRequest[]>();
     for (const m of asked) {
-      const req = { id: m.id, teamId: run.state.teamId, template: run.targets[m.templateId]!, attempt: m.attempt };
+      const restoreFs = m.checkpoint?.attempt === m.attempt ? m.checkpoint.snapshotId : undefined;
+      const req = { id: m.id, teamId: run.state.teamId, template: run.targets[m.templateId]!, attempt: m.attempt, ...(restoreFs ? { restoreFs } : {}) };
       byGroup.set(sandboxGroupOf(m.id), [...(byGroup.get(sandboxGroupOf(m.id)) ?? []), req]);
     }
     const answers = await Promise.all([...byGroup.values()].map((items) => sandboxGroupStub(this.env, items[0]!.id).upgradeBatch(items)));
@@ -199,7 +206,7 @@ export class UpdateOpsDO extends DurableObject<Env> {
       const key = `${m.id}/${m.attempt}/checkpoint`;
       if (this.hooksRunning.has(key)) continue;
       this.hooksRunning.add(key);
-      const caller = { keyId: "update-ops", teamId, teamName: "", admin: true };
+      const caller = opsCaller(teamId);
       const taken = createSnapshot(this.env, caller, m.id, {}).then(
         (r) => (r.ok ? { snapshotId: r.snapshot.id } : { error: r.error.message }),
         (err: unknown) => ({ error: String(err) }),
@@ -213,6 +220,28 @@ export class UpdateOpsDO extends DurableObject<Env> {
         }),
       );
       this.ctx.waitUntil(done.finally(() => this.hooksRunning.delete(key)));
+    }
+  }
+
+  /** Deletes the snapshots the run no longer needs (its members restored), beside the run as
+   * checkpoints are taken; records them `freed` under the lock. One that fails is tried again by
+   * the next alarm. */
+  private startFreeing(): void {
+    const run = this.run;
+    if (!run) return;
+    const caller = opsCaller(run.state.teamId);
+    for (const { snapshotId } of run.state.freeing ?? []) {
+      const key = `free/${snapshotId}`;
+      if (this.hooksRunning.has(key)) continue;
+      this.hooksRunning.add(key);
+      const done = deleteSnapshot(this.env, caller, snapshotId).then(async (r) => {
+        if (!r.ok) return console.warn(`update ops ${run.state.name}: snapshot ${snapshotId} not deleted: ${r.error.message}`);
+        await this.locked(async () => {
+          const now = this.load();
+          if (now) this.save({ ...now, state: transition(now.state, { type: "freed", snapshotIds: [snapshotId] }, Date.now()) });
+        });
+      });
+      this.ctx.waitUntil(done.catch((err: unknown) => console.warn(`update ops: snapshot ${snapshotId} not deleted`, err)).finally(() => this.hooksRunning.delete(key)));
     }
   }
 
@@ -260,6 +289,11 @@ export class UpdateOpsDO extends DurableObject<Env> {
     this.queue = next.catch(() => undefined);
     return next;
   }
+}
+
+/** Who the run acts as on its team's snapshots. */
+function opsCaller(teamId: string): Caller {
+  return { keyId: "update-ops", teamId, teamName: "", admin: true };
 }
 
 function view(s: OpsState): OpsView {

@@ -214,7 +214,7 @@ function upgrade(current: SandboxState, s: SandboxState, ev: Extract<SandboxEven
   }
   s.spec = { ...s.spec, template: ev.template };
   s.generation++;
-  s.upgrade = { revision: ev.template.revision, attempt: ev.attempt, generation: s.generation, paused, done: false };
+  s.upgrade = { revision: ev.template.revision, attempt: ev.attempt, generation: s.generation, paused, done: false, ...(ev.restoreFs ? { restoreFs: ev.restoreFs } : {}) };
   setCondition(s, "Upgrading", "False", "UpgradePod", now);
   if (!paused) setCondition(s, "Ready", "False", "Upgrading", now);
   return ok(s, changed(s, before) ? [sendIntent(s, now), index(s)] : [sendIntent(s, now)]);
@@ -419,6 +419,8 @@ function sendIntent(s: SandboxState, now: number): SandboxEffect {
     ...(s.spec.inplaceUpdate ? { inplaceUpdate: s.spec.inplaceUpdate } : {}),
     ...(s.spec.restoreFrom ? { restoreFrom: s.spec.restoreFrom } : {}),
     ...(s.snapshot?.generation === s.generation ? { snapshot: { id: s.snapshot.id } } : {}),
+    // Until the upgrade is done: its snapshot is freed after, and the agent restores once per id.
+    ...(s.upgrade?.restoreFs && !s.upgrade.done ? { restoreFs: { id: s.upgrade.restoreFs } } : {}),
     issuedAt: now,
   };
   return { kind: "intent", intent };

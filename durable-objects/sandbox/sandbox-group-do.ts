@@ -236,7 +236,7 @@ export class SandboxGroupDO extends DurableObject<Env> {
   ): Promise<Result> {
     const state = this.slots.find(id)?.state ?? null;
     if (!visibleTo(state, access)) return notFound(id);
-    const refusal = update.rules && Object.keys(update.rules).length ? await this.cluster(state!.spec.cluster).networkRulesRefusal() : null;
+    const refusal = update.rules && Object.keys(update.rules).length ? await this.cluster(state!.spec.cluster).networkRulesRefusal(state!.spec.cluster) : null;
     if (refusal) return { ok: false, error: { code: ErrorCode.notImplemented, message: refusal } };
     const t = await this.apply(id, { type: "updateNetwork", ...update }, waitMs);
     if (!t.ok) return t;
@@ -358,7 +358,7 @@ export class SandboxGroupDO extends DurableObject<Env> {
           out[it.id] = { status: "gone" };
           return;
         }
-        const t = await this.apply(it.id, { type: "upgrade", template: it.template, attempt: it.attempt }, 0);
+        const t = await this.apply(it.id, { type: "upgrade", template: it.template, attempt: it.attempt, ...(it.restoreFs ? { restoreFs: it.restoreFs } : {}) }, 0);
         const now = upgradeOutcome(this.slots.find(it.id)?.state ?? null, it.template.revision, it.attempt);
         if (t.ok || now.status !== "waiting") out[it.id] = now;
         else out[it.id] = { status: s.phase === "Failed" ? "failed" : "waiting", message: t.error.message };

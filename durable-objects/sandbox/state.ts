@@ -101,6 +101,8 @@ export interface SandboxUpgrade {
   generation: number;
   paused: boolean;
   done: boolean;
+  /** CheckpointRestore: the snapshot whose files the sandbox is recreated on. */
+  restoreFs?: string;
 }
 
 /** Who asks: sandboxes belong to the team (every key of it), the admin key sees all. */

@@ -21,6 +21,8 @@ export interface UpgradeRequest {
   teamId: string;
   template: TemplateSpec;
   attempt: number;
+  /** CheckpointRestore: the member's snapshot, whose files it is recreated on. */
+  restoreFs?: string;
 }
 
 /** `waiting`: not started yet (the sandbox is pausing, resuming or starting); asked again later. */

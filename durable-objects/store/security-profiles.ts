@@ -1,7 +1,7 @@
 // SecurityProfiles and GlobalSecurityProfiles (team "") in libSQL, from the admin API and the CRD sync.
-import { and, asc, eq } from "drizzle-orm";
+import { and, asc, eq, ne, or, sql } from "drizzle-orm";
 import type { SecurityProfileEntry, SecurityProfileSpec } from "../../schema/api/security-profile.ts";
-import { securityProfiles } from "../../schema/db/tables.ts";
+import { sandboxes, securityProfiles, teams, templates } from "../../schema/db/tables.ts";
 import type { Db } from "./db.ts";
 
 export async function listSecurityProfiles(db: Db): Promise<SecurityProfileEntry[]> {
@@ -21,4 +21,18 @@ export async function putSecurityProfile(db: Db, team: string | null, name: stri
 export async function deleteSecurityProfile(db: Db, team: string | null, name: string): Promise<boolean> {
   const gone = await db.delete(securityProfiles).where(and(eq(securityProfiles.team, team ?? ""), eq(securityProfiles.name, name))).returning({ name: securityProfiles.name });
   return gone.length > 0;
+}
+
+/** The teams `cluster` serves: those with a template there, and those with a live sandbox there
+ * (a public template of another team runs it). Their profiles, and only theirs, go to its agent. */
+export async function teamsServedBy(db: Db, cluster: string): Promise<Set<string>> {
+  const onCluster = sql`coalesce(json_extract(${templates.spec}, '$.cluster'), 'local') = ${cluster}`;
+  const owners = await db.selectDistinct({ name: teams.name }).from(templates).innerJoin(teams, eq(teams.id, templates.teamId)).where(onCluster);
+  const users = await db
+    .selectDistinct({ name: teams.name })
+    .from(sandboxes)
+    .innerJoin(teams, eq(teams.id, sandboxes.teamId))
+    .innerJoin(templates, and(eq(templates.templateId, sandboxes.templateId), or(eq(templates.teamId, sandboxes.teamId), eq(templates.public, true))))
+    .where(and(ne(sandboxes.state, "killed"), onCluster));
+  return new Set([...owners, ...users].map((r) => r.name));
 }

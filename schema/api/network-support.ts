@@ -1,6 +1,6 @@
 // Options the server accepts in shape but does not enforce yet get a 501 that names them, so a
 // client never believes an egress proxy is in place when it is not. (`network.rules` are refused
-// per cluster, where its agent says it does not enforce them: ClusterDO.networkRulesRefusal.)
+// per cluster, unless its agent said it enforces them: ClusterDO.networkRulesRefusal.)
 import { unsupportedNetworkFields } from "./sandbox.ts";
 import { ApiError } from "../errors.ts";
 

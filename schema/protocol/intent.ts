@@ -100,6 +100,9 @@ export const IntentSchema = z
     /** Create the sandbox's private state as a copy of this snapshot (used when it is first made;
      * every intent of a sandbox made from a snapshot carries it, so a lost sandbox is remade so). */
     restoreFrom: z.object({ id: SnapshotIdSchema }).optional(),
+    /** An update ops run's CheckpointRestore: as the upgrade recreates the sandbox, its private
+     * state is replaced by this snapshot's (once per id). Carried until the upgrade is done. */
+    restoreFs: z.object({ id: SnapshotIdSchema }).optional(),
     /** Edge clock, ms since the epoch, when the owner issued it (diagnostics only). */
     issuedAt: z.number().int().nonnegative(),
   })

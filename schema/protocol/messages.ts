@@ -31,7 +31,7 @@ import { MAX_FRAME_SANDBOXES, MAX_MESSAGE_LENGTH, MAX_NAME_LENGTH, MAX_PATH_LENG
  *   edge  → agent snapshotDeletes  snapshots to free (best effort: sent while connected)
  *   edge  → agent trafficPolicies  every TrafficPolicy and GlobalTrafficPolicy in force, whole
  *                                (after each welcome and on every change; an older agent ignores it)
- *   edge  → agent securityProfiles  every SecurityProfile and GlobalSecurityProfile in force, whole
+ *   edge  → agent securityProfiles  every GlobalSecurityProfile and the served teams' SecurityProfiles, whole
  *                                (likewise)
  *   edge  → agent rootfsDeletes    a deleted template's built root filesystems (best effort)
  *   agent → edge  sandboxsets, requests, claims, quotas, autoscalers, updateops, trafficpolicyobjects, securityprofileobjects; edge → agent replies: the cluster's

@@ -168,7 +168,7 @@ describe("update ops on the local driver", () => {
     const hooked = done.events.filter((e: { reason: string; sandboxId?: string }) => e.reason === "PreUpgradeHook" && e.sandboxId === slow.sandboxId);
     expect(hooked).toHaveLength(1);
   });
-  it("CheckpointRestore: each sandbox's files are snapshotted before its recreate (a snapshot the team can list and make sandboxes of) and kept; its line says memory is not restored", async () => {
+  it("CheckpointRestore: each sandbox's files are snapshotted before its recreate and restored from the snapshot, which is then deleted; its line says so, and that memory is not restored", async () => {
     const name = `${template}c`;
     await admin(`/admin/teams/admin/templates/${name}`, { method: "PUT", body: { spec: { replicas: 0, memoryMB: 256 } } });
     const create = async () => {
@@ -186,7 +186,7 @@ describe("update ops on the local driver", () => {
     expect(done, JSON.stringify(done)).toMatchObject({ phase: "Completed", replicas: 2, updatedReplicas: 2, failedReplicas: 0 });
     for (const s of [running, paused]) {
       const line = done.sandboxes.find((l: { id: string }) => l.id === s.sandboxId);
-      expect(line).toMatchObject({ status: "Succeeded", paused: s === paused, message: expect.stringContaining("memory not restored") });
+      expect(line).toMatchObject({ status: "Succeeded", paused: s === paused, message: expect.stringMatching(/files restored from checkpoint snapshot .*memory not restored/) });
     }
     const taken = done.events.filter((e: { reason: string }) => e.reason === "CheckpointTaken").map((e: { sandboxId: string }) => e.sandboxId);
     expect(taken.sort()).toEqual([running.sandboxId, paused.sandboxId].sort());
@@ -199,13 +199,18 @@ describe("update ops on the local driver", () => {
     const resumed = await Sandbox.connect(paused.sandboxId, e2b());
     expect(await resumed.files.read("/home/user/keep.txt")).toBe(`kept by ${paused.sandboxId}`);
 
-    // The checkpoint is the team's snapshot of that sandbox: listed, and a sandbox made of it has its files.
-    const snaps = Sandbox.listSnapshots({ ...e2b(), sandboxId: running.sandboxId });
-    const ids: string[] = [];
-    while (snaps.hasNext) ids.push(...(await snaps.nextItems()).map((x) => x.snapshotId));
-    expect(ids).toHaveLength(1);
-    const copy = await Sandbox.create(ids[0]!, { ...e2b(), timeoutMs: 120_000 });
-    made.push(copy);
-    expect(await copy.files.read("/home/user/keep.txt")).toBe(`kept by ${running.sandboxId}`);
+    // Restored, each checkpoint is deleted: no snapshot of either sandbox is left.
+    const deleted = await waitFor(async () => {
+      const st = await admin(`/admin/teams/admin/updateops/${name}`);
+      const ids = st.events.filter((e: { reason: string }) => e.reason === "CheckpointDeleted").map((e: { sandboxId: string }) => e.sandboxId);
+      return ids.length === 2 ? ids : undefined;
+    }, { what: "both checkpoints deleted" });
+    expect(deleted.sort()).toEqual([running.sandboxId, paused.sandboxId].sort());
+    for (const s of [running, paused]) {
+      const snaps = Sandbox.listSnapshots({ ...e2b(), sandboxId: s.sandboxId });
+      const ids: string[] = [];
+      while (snaps.hasNext) ids.push(...(await snaps.nextItems()).map((x) => x.snapshotId));
+      expect(ids).toEqual([]);
+    }
   });
 });

@@ -1,8 +1,9 @@
 // SandboxUpdateOps with `updateStrategy.type: CheckpointRestore` through kubectl: before each
 // selected sandbox's recreate the edge takes its snapshot, which the kubernetes driver records as a
 // Checkpoint for the cluster's checkpoint engine (the test plays the engine, as checkpoints.test.ts
-// does); then the pod is recreated on the new template with its PVC kept. The object's lines say
-// each sandbox's memory is not restored, and the run's Events name each checkpoint.
+// does); then the pod is recreated on the new template with its PVC kept, naming the checkpoint for
+// the engine to restore, and the Checkpoint is deleted once the sandbox runs again. The object's
+// lines say each sandbox's memory is not restored, and the run's Events name each checkpoint.
 import { CustomObjectsApi, PatchStrategy, setHeaderOptions } from "@kubernetes/client-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { kubeConfig, kubectlOk, until } from "./support/namespace.ts";
@@ -54,7 +55,7 @@ afterAll(async () => {
 });
 
 describe("SandboxUpdateOps CheckpointRestore with kubectl", () => {
-  it("records a Checkpoint of each selected sandbox before its recreate; the PVC is kept, the lines say memory is not restored", async () => {
+  it("records a Checkpoint of each selected sandbox before its recreate, names it on the new pod for the engine to restore, deletes it after; the PVC is kept, the lines say memory is not restored", async () => {
     await withSandboxSet(sys.ns, "app", { volume: true, available: 1 });
     const create = async () => {
       const r = await fetch(`${sys.edge.url}/sandboxes`, { method: "POST", headers: { "x-api-key": key, "content-type": "application/json" }, body: JSON.stringify({ templateID: "app", timeout: 600, metadata: { "label:ops": "yes" } }) });
@@ -77,13 +78,14 @@ describe("SandboxUpdateOps CheckpointRestore with kubectl", () => {
     expect(done, JSON.stringify(done)).toMatchObject({ phase: "Completed", updatedReplicas: 2 });
     for (const id of ids) {
       expect(done.sandboxes!.find((l) => l.sandboxID === id)).toMatchObject({ status: "Succeeded", message: expect.stringContaining("memory not restored") });
-      // One Checkpoint of it, taken by the engine; then a new pod on the new template, the PVC kept.
-      const cps = items(["checkpoints"]).filter((c) => c.metadata.annotations?.["agents.kruise.io/sandbox-id"] === id);
-      expect(cps.map((c) => c.status?.phase)).toEqual(["Succeeded"]);
+      // A new pod on the new template that names the engine's checkpoint to restore, the PVC kept.
       const sbx = one("sbx", id)!;
       expect(sbx.spec!.template!.spec.containers[0]!.image).toBe("python:3.13");
       await until(`${id}'s new pod`, () => one("pods", id) && one("pods", id)!.metadata.uid !== before.get(id)!.pod, 60_000);
+      expect(one("pods", id)!.metadata.annotations?.["agents.kruise.io/restore-checkpoint-id"]).toMatch(/^ckpt-snap-/);
       expect(one("pvc", id)!.metadata.uid).toBe(before.get(id)!.pvc);
+      // Restored, its Checkpoint is deleted: none is left behind.
+      await until(`${id}'s Checkpoint deleted`, () => !items(["checkpoints"]).some((c) => c.metadata.annotations?.["agents.kruise.io/sandbox-id"] === id) || undefined, 60_000);
     }
     const events = (JSON.parse(kubectlOk(["-n", sys.ns, "get", "events", "--field-selector", "involvedObject.name=ck,reason=CheckpointTaken", "-o", "json"])) as { items: unknown[] }).items;
     expect(events).toHaveLength(2);

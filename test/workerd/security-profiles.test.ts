@@ -64,6 +64,38 @@ describe("security profiles (admin API)", () => {
     // Two agent sessions and five frames: more than the tier's default on a loaded machine.
   }, 60_000);
 
+  it("a team's profile goes only to the clusters that serve the team, and with a first sandbox from a public template", async () => {
+    const a = await createTeam(unique("sp-a"));
+    const b = await createTeam(unique("sp-b"));
+    const c = await createTeam(unique("sp-c"));
+    // a's template is public: any team may run a sandbox on a's cluster.
+    await expectStatus(call(`/admin/teams/${a.name}/templates/${a.template}`, { method: "PUT", body: { public: true, spec: { cluster: a.cluster, replicas: 0 } } }), 200);
+    const agentA = await startAgent(a.cluster);
+    const agentB = await startAgent(b.cluster);
+    agents.push(agentA, agentB);
+    const token = { rules: [{ name: "key", match: [{ domains: ["api.b.test"] }], actions: { headerManipulation: { set: [{ name: "x-api-key", value: "literal-token-of-b" }] } } }] };
+    await expectStatus(call(`/admin/teams/${b.name}/security-profiles/key`, { method: "PUT", body: token }), 200);
+    await expectStatus(call(`/admin/teams/${c.name}/security-profiles/c-only`, { method: "PUT", body: rule({ domains: ["c.test"] }) }), 200);
+    const global = unique("g");
+    await expectStatus(call(`/admin/global-security-profiles/${global}`, { method: "PUT", body: rule({ domains: ["g.test"] }) }), 200);
+    await agentB.waitUntil(() => agentB.securityProfiles?.some((p) => p.team === b.name) ?? false);
+    // a's agent got the set that followed both puts (the global one) and no profile of b or c.
+    await agentA.waitUntil(() => agentA.securityProfiles?.some((p) => p.name === global) ?? false);
+    expect(agentA.securityProfiles!.filter((p) => p.team !== null && p.team !== a.name)).toEqual([]);
+    expect(JSON.stringify(agentA.securityProfiles)).not.toContain("literal-token-of-b");
+    expect(agentB.securityProfiles!.some((p) => p.team === c.name)).toBe(false);
+
+    // c's first sandbox on a's cluster: c's profiles reach a's agent before the sandbox's intent.
+    const sbx = await expectStatus(call("/v2/sandboxes", { key: c.key, body: { templateID: a.template } }), 201);
+    await agentA.waitUntil(() => agentA.received.some((r) => r.intent.sandboxId === sbx.sandboxID));
+    expect(agentA.securityProfiles!.some((p) => p.team === c.name && p.name === "c-only")).toBe(true);
+    expect(agentA.securityProfiles!.some((p) => p.team === b.name)).toBe(false);
+    // Later sends keep c there (its sandbox lives on a's cluster).
+    await expectStatus(call(`/admin/global-security-profiles/${global}`, { method: "DELETE" }), 204);
+    await agentA.waitUntil(() => !(agentA.securityProfiles?.some((p) => p.name === global) ?? true));
+    expect(agentA.securityProfiles!.some((p) => p.team === c.name)).toBe(true);
+  }, 60_000);
+
   it("refuses what the proxy cannot enforce as written, naming it; needs the admin key", async () => {
     const team = await createTeam(unique("sp"));
     const t = team.name;

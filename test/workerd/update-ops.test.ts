@@ -138,7 +138,7 @@ describe("update ops through the admin API", () => {
     expect(agent.received.filter((r) => r.intent.sandboxId === id && r.intent.template?.revision === rev2)).toHaveLength(1);
   });
 
-  it("CheckpointRestore: each sandbox is snapshotted before its upgrade is sent; one whose snapshot fails fails alone; the lines say memory is not restored", async () => {
+  it("CheckpointRestore: each sandbox is snapshotted before its upgrade is sent, which names the snapshot to restore; one whose snapshot fails fails alone; the lines say memory is not restored; restored, the snapshots are deleted", async () => {
     const team = await createTeam(unique("ops-cr"));
     const tplPath = `/admin/teams/${team.name}/templates/${team.template}`;
     const rev1: string = (await expectStatus(call(tplPath), 200)).revision;
@@ -165,9 +165,17 @@ describe("update ops through the admin API", () => {
       const upgrade = got.findIndex((i) => i.template?.revision === rev2);
       expect(snap).toBeGreaterThanOrEqual(0);
       if (id === noSnapshot) expect(upgrade).toBe(-1);
-      else expect(upgrade).toBeGreaterThan(snap);
+      else {
+        expect(upgrade).toBeGreaterThan(snap);
+        // The upgrade names the member's snapshot for the agent to restore its files from.
+        expect(got[upgrade]!.restoreFs).toEqual({ id: got[snap]!.snapshot!.id });
+      }
     }
     expect(s.events.filter((e: { reason: string }) => e.reason === "CheckpointTaken")).toHaveLength(2);
+    // Restored, each snapshot is deleted: the team has none left.
+    await waitFor(async () => ((await expectStatus(call("/snapshots", { key: team.key }), 200)) as unknown[]).length === 0 || undefined, { what: "the run's snapshots to be deleted" });
+    const after = await expectStatus(call(`/admin/teams/${team.name}/updateops/cr`), 200);
+    expect(after.events.filter((e: { reason: string }) => e.reason === "CheckpointDeleted").map((e: { sandboxId: string }) => e.sandboxId).sort()).toEqual(ids.filter((x) => x !== noSnapshot).sort());
     // The new template is in the group's storage, not only in memory: a restarted group object
     // keeps sending it (before, the spec row was written at create only).
     for (const id of ids.filter((x) => x !== noSnapshot)) {

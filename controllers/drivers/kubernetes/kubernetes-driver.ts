@@ -225,9 +225,14 @@ export class KubernetesDriver implements Driver {
     if (this.#sandboxes.recreatePending(sbx, d)) {
       // Recreate (update ops): the old pod goes first, then the template changes, so a restart
       // between the two finds the revision still pending and finishes the job.
+      // CheckpointRestore: the new pod names the snapshot's checkpoint for the cluster's
+      // checkpoint engine to restore (what a Checkpoint allows: the agent cannot copy files into
+      // a pod itself). Only that pod does; the Sandbox keeps no restore marker.
+      if (d.restoreFs) d = { ...d, restoreCheckpointId: await this.#checkpoints.restoreId(sc.namespace, d.restoreFs.id) };
       if (pod) await this.#pods.delete(sc, pod, 0);
       sbx = await this.#sandboxes.retemplate(sc, sbx, d);
-      await this.#status.event(sc, sbx, "Normal", EventReason.Recreated, `template revision ${d.revision}: ${pod ? `pod ${pod.metadata!.name} replaced` : "the next pod is new"}, PVCs kept`);
+      const restore = d.restoreCheckpointId ? `; the new pod names checkpoint ${d.restoreCheckpointId} for the checkpoint engine to restore` : "";
+      await this.#status.event(sc, sbx, "Normal", EventReason.Recreated, `template revision ${d.revision}: ${pod ? `pod ${pod.metadata!.name} replaced` : "the next pod is new"}, PVCs kept${restore}`);
       pod = undefined;
     }
     const frozen = () => this.#status.facts(sbx, d.id).frozen;

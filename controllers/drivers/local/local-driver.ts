@@ -283,6 +283,9 @@ export class LocalDriver implements Driver {
     // Recreate (update ops): a claimed sandbox moved to another revision gets a new holder, and
     // processes, on the files it has; a stopped one gets it when it next starts.
     const recreate = d.claimed === true && rec.desired.claimed === true && d.revision !== undefined && rec.desired.revision !== undefined && d.revision !== rec.desired.revision && rec.phase !== "Stopped";
+    // CheckpointRestore (update ops): the files go back to the snapshot's, once per snapshot id.
+    // Done before the new desired state is recorded, so a restart midway does it again.
+    if (!created && d.restoreFs && d.restoreFs.id !== rec.desired.restoreFs?.id) rec = await this.#fillFrom(rec, d.restoreFs);
     rec = { ...rec, generation: d.generation, desired: d };
     // A record made just above already says this.
     if (!created) this.#save(rec);
@@ -710,26 +713,33 @@ export class LocalDriver implements Driver {
     return this.#locked(id, async () => {
       const rec = readRecord(layoutFor(this.#dataDir, id).record);
       if (!rec) throw new SandboxNotFoundError(id);
-      const snap = this.#snapshots.need(snapshot.id);
-      const layout = this.#layout(id, rec);
-      if (rec.phase !== "Stopped" && alive(rec.nsInit)) {
-        // No process of the sandbox may run while its files are replaced and their owners
-        // shifted: one could swap a directory for a link between the walk's lstat and readdir
-        // (and an overlay's upper must not change under its mount). They end, the root is mounted
-        // again on the restored upper, and a new holder starts (as a VM restored from a disk
-        // snapshot reboots).
-        await this.#endProcesses(rec);
-        if (rec.root) await unmountRoot(this.#spawner, layout.merged);
-        await this.#snapshots.fillLayer(snap, layout.layer);
-        await shiftOwners(layout.layer, snap.userns ?? IDENTITY, rec.userns ?? IDENTITY);
-        await this.#syncEgress(await this.#syncNet(await this.#start(rec)));
-        return;
-      }
-      await this.#withDisk(rec, async () => {
-        await this.#snapshots.fillLayer(snap, layout.layer);
-        await shiftOwners(layout.layer, snap.userns ?? IDENTITY, rec.userns ?? IDENTITY);
-      });
+      const stopped = await this.#fillFrom(rec, snapshot);
+      if (stopped !== rec) await this.#syncEgress(await this.#syncNet(await this.#start(stopped)));
     });
+  }
+
+  /** Replaces the sandbox's layer with the snapshot's. A sandbox with processes is stopped first
+   * and returned Stopped (the caller starts it again): no process of the sandbox may run while its
+   * files are replaced and their owners shifted (one could swap a directory for a link between
+   * the walk's lstat and readdir, and an overlay's upper must not change under its mount), as a
+   * VM restored from a disk snapshot reboots. Otherwise `rec` itself is returned. */
+  async #fillFrom(rec: SandboxRecord, snapshot: Pick<SnapshotRef, "id">): Promise<SandboxRecord> {
+    const snap = this.#snapshots.need(snapshot.id);
+    const layout = this.#layout(rec.id, rec);
+    const fill = async () => {
+      await this.#snapshots.fillLayer(snap, layout.layer);
+      await shiftOwners(layout.layer, snap.userns ?? IDENTITY, rec.userns ?? IDENTITY);
+    };
+    if (rec.phase !== "Stopped" && alive(rec.nsInit)) {
+      await this.#endProcesses(rec);
+      const stopped: SandboxRecord = { ...rec, phase: "Stopped", holder: undefined, nsInit: undefined };
+      this.#save(stopped);
+      if (rec.root) await unmountRoot(this.#spawner, layout.merged);
+      await fill();
+      return stopped;
+    }
+    await this.#withDisk(rec, fill);
+    return rec;
   }
 
   /** Removing a sandbox's files took ~10 ms of the event loop per destroy (hundreds of unlinks);

@@ -12,7 +12,7 @@ let agent: ScriptedAgent;
 
 beforeAll(async () => {
   team = await createTeam(unique("egress"), { replicas: 1 });
-  agent = await startAgent(team.cluster);
+  agent = await startAgent(team.cluster, { networkRules: true });
 });
 afterAll(() => agent.disconnect());
 
@@ -72,6 +72,24 @@ describe("network.rules on a cluster whose driver does not enforce them", () => 
       await expectStatus(update(plain.sandboxID, { denyOut: ["0.0.0.0/0"] }, kube.key), 204);
     } finally {
       kubeAgent.disconnect();
+    }
+  });
+});
+
+describe("network.rules on a cluster whose agent did not state it enforces them", () => {
+  it("are a 501 saying so (an older agent, or none connected yet), at create and at update", async () => {
+    const old = await createTeam(unique("old-agent"), { replicas: 1 });
+    const rules = { "api.example.com": [{ transform: { headers: { a: "b" } } }] };
+    const make = (network: unknown) => call("/v2/sandboxes", { key: old.key, body: { templateID: old.template, network } });
+    await expectError(make({ rules }), 501, new RegExp(`network\\.rules is not supported on cluster "${old.cluster}": no agent has connected yet`));
+    const oldAgent = await startAgent(old.cluster);
+    try {
+      await expectError(make({ rules }), 501, /its agent did not say it enforces them \(an older agent\)/);
+      const plain = await expectStatus(make({}), 201);
+      await expectError(update(plain.sandboxID, { rules }, old.key), 501, /did not say it enforces them/);
+      expect(oldAgent.sandboxes.get(plain.sandboxID)!.intent.networkRules).toEqual({});
+    } finally {
+      oldAgent.disconnect();
     }
   });
 });

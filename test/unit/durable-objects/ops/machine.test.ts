@@ -1,7 +1,7 @@
 // The update ops machine: selection, batches under maxUnavailable (updating and failed members
 // counted), paused, the end states, resume after failure.
 import { describe, expect, it } from "vitest";
-import { checkpointDue, counts, hookDue, inFlight, initialState, restoredMessage, transition, type OpsInput, type OpsState } from "../../../../durable-objects/ops/machine.ts";
+import { active, checkpointDue, counts, heldSnapshots, hookDue, inFlight, initialState, restoredMessage, transition, type OpsInput, type OpsState } from "../../../../durable-objects/ops/machine.ts";
 import { UpdateOpsSpec } from "../../../../schema/api/update-ops.ts";
 import type { OpsCandidate, UpgradeOutcome } from "../../../../durable-objects/sandbox/upgrade.ts";
 
@@ -117,6 +117,13 @@ describe("update ops machine", () => {
     expect(s.conditions[0]).toMatchObject({ reason: "Updating", message: expect.stringContaining("memory not restored") });
     s = step(s, { type: "progress", outcomes: { [a!.id]: { status: "succeeded" } } });
     expect(m(a!.id)).toMatchObject({ status: "Succeeded", message: restoredMessage("snap-a") });
+    // Restored, its snapshot is the run's to delete; once freed it is held no more.
+    expect(s.freeing).toEqual([{ snapshotId: "snap-a", sandboxId: a!.id }]);
+    expect(active(s)).toBe(true);
+    s = step(s, { type: "freed", snapshotIds: ["snap-a"] });
+    expect(s.freeing).toEqual([]);
+    expect(heldSnapshots(s)).toEqual([]);
+    expect(s.events.find((e) => e.reason === "CheckpointDeleted")).toMatchObject({ sandboxId: a!.id });
     // Resume retries the failed one with a checkpoint due again for its next attempt.
     const c = inFlight(s).find((x) => x.id !== b!.id)!;
     s = step(s, { type: "checkpointed", id: c.id, attempt: 1, snapshotId: "snap-c" });
@@ -126,6 +133,16 @@ describe("update ops machine", () => {
     expect(s.phase).toBe("Updating");
     expect(m(b!.id)).toMatchObject({ status: "Updating", attempt: 2 });
     expect(checkpointDue(s, m(b!.id))).toBe(true);
+    // A member that fails after its checkpoint keeps it (its recovery point, held by the run)
+    // until its retry's checkpoint replaces it, which frees the old one.
+    s = step(s, { type: "checkpointed", id: b!.id, attempt: 2, snapshotId: "snap-b2" });
+    s = step(s, { type: "progress", outcomes: { [b!.id]: { status: "failed", message: "holder died" } } });
+    expect(m(b!.id).message).toContain("checkpoint snapshot snap-b2 kept");
+    expect(heldSnapshots(s)).toContain("snap-b2");
+    s = step(s, { type: "resume" });
+    s = step(s, { type: "checkpointed", id: b!.id, attempt: 3, snapshotId: "snap-b3" });
+    expect(s.freeing?.map((f) => f.snapshotId)).toContain("snap-b2");
+    expect(m(b!.id).checkpoint).toEqual({ attempt: 3, snapshotId: "snap-b3" });
   });
 
   it("a failing upgrade hook fails that sandbox, not the run; a passed hook is not due again in that attempt, but is after a retry", () => {
