@@ -31,7 +31,11 @@ interface Stored {
   /** Set while paused by this policy with a scheduled wake. */
   wakeAt: number | null;
   pauses: number;
+  /** Who set the policy: an E2B create's metadata, or a Sandbox object (kubectl). */
+  origin?: ProbeOrigin;
 }
+
+export type ProbeOrigin = "create" | "sandbox-object";
 
 export interface ProbeStatus {
   probe: ProbeState;
@@ -41,9 +45,9 @@ export interface ProbeStatus {
 
 export class ProbeDO extends DurableObject<Env> {
   /** Starts (or replaces) the policy of `sandboxId`; the first probe runs one period from now. */
-  async start(sandboxId: string, teamId: string, policy: AutoPausePolicy): Promise<void> {
+  async start(sandboxId: string, teamId: string, policy: AutoPausePolicy, origin: ProbeOrigin = "create"): Promise<void> {
     const now = Date.now();
-    const st: Stored = { sandboxId, teamId, policy: AutoPausePolicy.parse(policy), probe: initialProbe(now), wakeAt: null, pauses: 0 };
+    const st: Stored = { sandboxId, teamId, policy: AutoPausePolicy.parse(policy), probe: initialProbe(now), wakeAt: null, pauses: 0, origin };
     await this.ctx.storage.put("state", st);
     await this.ctx.storage.setAlarm(now + st.policy.probe.periodSeconds * 1000);
   }
@@ -52,6 +56,14 @@ export class ProbeDO extends DurableObject<Env> {
   async stop(): Promise<void> {
     await this.ctx.storage.deleteAlarm();
     await this.ctx.storage.deleteAll();
+  }
+
+  /** Stops the policy only if `origin` set it (true: it was stopped). */
+  async stopFrom(origin: ProbeOrigin): Promise<boolean> {
+    const st = await this.ctx.storage.get<Stored>("state");
+    if (st?.origin !== origin) return false;
+    await this.stop();
+    return true;
   }
 
   async status(): Promise<ProbeStatus | null> {
