@@ -2,7 +2,7 @@
 // spec.autoPausePolicy reaches the edge (a `requests` item, action autoPause) and starts its
 // probe there (ProbeDO, the same as an E2B create's auto-pause-policy extension): while the exec
 // probe's output says busy the sandbox runs, once it says idle for the threshold the edge pauses
-// it. Removals made with kubectl while the agent is down (a Sandbox's policy or lifecycle hooks, a
+// it; with resume.whenProbedScheduleTime it wakes ahead of the time a second probe names. Removals made with kubectl while the agent is down (a Sandbox's policy or lifecycle hooks, a
 // SandboxUpdateOps) are seen once it is back; an E2B create's own policy is not a Sandbox's to drop.
 import { rmSync, writeFileSync } from "node:fs";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -79,6 +79,38 @@ describe("auto-pause from the Sandbox CRD", () => {
     expect(await admin()).toBeNull();
     expect(await edgeState(id)).toBe("running");
   });
+
+  it("resume.whenProbedScheduleTime: a resume probe whose output is no time keeps it running (said in the admin view); a time pauses it and it wakes leadTime before", async () => {
+    const { id, name } = await claimRunning();
+    const next = `${activity}-next`;
+    const view = async () => ((await (await fetch(`${sys.edge.url}/admin/sandboxes/${id}`, { headers: { "x-api-key": sys.edge.adminKey } })).json()) as { autoPause: { held?: string; pauses: number; wakeAt: string | null } | null }).autoPause;
+    try {
+      writeFileSync(activity, "idle\n");
+      writeFileSync(next, "not a time\n");
+      patch(name, {
+        probes: [
+          { name: "activity", exec: { command: ["cat", activity] }, periodSeconds: 1, timeoutSeconds: 5 },
+          { name: "next", exec: { command: ["cat", next] }, timeoutSeconds: 5 },
+        ],
+        autoPausePolicy: {
+          pause: { whenProbedIdleState: { probe: "activity", messageRegex: "^idle$", thresholdDuration: "1s" } },
+          resume: { whenProbedScheduleTime: { probe: "next", timeFormat: "unix", leadTime: "2s" } },
+        },
+      });
+      const held = await until("the pause held by the resume probe", async () => (await view())?.held, 30_000);
+      expect(held).toContain("not a unix time");
+      expect(await edgeState(id)).toBe("running");
+      // The next task 14 s away: it pauses, and wakes 2 s before it without any traffic.
+      writeFileSync(next, `${Math.floor(Date.now() / 1000) + 14}\n`);
+      await until("paused by the probe", async () => (await edgeState(id)) === "paused", 30_000);
+      // Its wake is stored once the pause call returns, which may be after the state shows.
+      await until("the wake time stored", async () => (await view())?.wakeAt, 30_000);
+      await until("woken by the probed schedule", async () => (await edgeState(id)) === "running", 40_000);
+    } finally {
+      rmSync(next, { force: true });
+      writeFileSync(activity, "busy\n");
+    }
+  }, 120_000);
 
   it("a policy, hooks and an update ops run removed with kubectl while the agent is down are gone from the edge once it is back; an E2B create's policy stays", async () => {
     const view = async (id: string) =>
