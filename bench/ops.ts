@@ -7,7 +7,7 @@
 //   node bench/run.ts ops
 import { Sandbox } from "e2b";
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
 import { startSystem } from "../scripts/lib/system.ts";
 import type { Figures } from "./run.ts";
@@ -37,9 +37,15 @@ export async function run(): Promise<Figures> {
     const started = performance.now();
     await admin("/admin/teams/admin/updateops", "POST", { name: "bench", selector: { matchLabels: { bench: "ops" } }, updateStrategy: { maxUnavailable: "10%" } });
     let status: any;
-    for (;;) {
+    for (let logged = 0; ; ) {
       status = await admin("/admin/teams/admin/updateops/bench");
       if (status.phase === "Completed" || status.phase === "Failed") break;
+      const elapsed = (performance.now() - started) / 1000;
+      if (elapsed > RUN_BUDGET_S) throw new Error(`the run took over ${RUN_BUDGET_S} s: ${status.updatedReplicas} of ${n} upgraded, ${status.failedReplicas} failed`);
+      if (status.updatedReplicas >= logged + 100) {
+        logged = status.updatedReplicas;
+        console.error(`ops bench: ${logged} of ${n} upgraded in ${elapsed.toFixed(0)} s, load ${loadavg()[0]!.toFixed(1)}`);
+      }
       await new Promise((r) => setTimeout(r, 100));
     }
     const seconds = (performance.now() - started) / 1000;
@@ -49,6 +55,7 @@ export async function run(): Promise<Figures> {
       [`ops.upgrade_${n}_sandboxes_s`]: { value: seconds, unit: "s" },
       "ops.upgrade_failed_sandboxes": { value: status.failedReplicas, unit: "" },
       "ops.bench_create_s": { value: made.seconds, unit: "s" },
+      "ops.bench_loadavg_1m": { value: loadavg()[0]!, unit: "" },
     };
     for (const l of status.sandboxes.filter((x: { status: string }) => x.status === "Failed")) console.error(`ops bench: ${l.id} failed: ${l.message}`);
     if (made.stopped) console.error(`ops bench: stopped creating at ${n} of ${N}: ${made.stopped}`);
@@ -77,6 +84,8 @@ function availableMiB(): number {
 const MIN_AVAILABLE_MIB = 3072;
 /** Stops creating after this long (OPS_BENCH_CREATE_BUDGET_S; the root-test lock is shared). */
 const CREATE_BUDGET_S = Number(process.env.OPS_BENCH_CREATE_BUDGET_S ?? Number.POSITIVE_INFINITY);
+/** Gives up on the run after this long (OPS_BENCH_RUN_BUDGET_S), saying how far it got. */
+const RUN_BUDGET_S = Number(process.env.OPS_BENCH_RUN_BUDGET_S ?? Number.POSITIVE_INFINITY);
 
 /** `create` 8 at a time up to `n`; stops early when available memory runs low, the time budget
  * is spent or creates keep failing, and says why. Progress every 50 on stderr (count, seconds, available memory). */

@@ -100,7 +100,7 @@ export class KubectlRequests {
     if (this.#stopped) return;
     const what = `kubectl ${req.action} of ${req.sandboxId}`;
     this.#link!
-      .call({ type: "requests", item: { sandboxId: req.sandboxId as never, namespace: req.namespace, action: req.action, generation: req.generation, ...(req.autoPausePolicy && { autoPausePolicy: req.autoPausePolicy as never }), ...(req.lifecycle && { lifecycle: req.lifecycle as never }) } })
+      .call({ type: "requests", item: { sandboxId: req.sandboxId as never, namespace: req.namespace, action: req.action, generation: req.generation, ...(req.autoPausePolicy && { autoPausePolicy: req.autoPausePolicy as never }), ...(req.lifecycle && { lifecycle: req.lifecycle as never }), ...(req.resync && { resync: true as const }) } })
       .then((reply) => {
         if (reply.result !== "applied") this.#log(`${what}: ${reply.result}${reply.code ? ` ${reply.code}` : ""}${reply.message ? `: ${reply.message}` : ""}`);
       })

@@ -228,13 +228,15 @@ export class CrdSync {
     // A policy edit is not against a generation: the newest one the agent saw is what stands.
     if (item.action === "autoPause") {
       const probe = this.#o.env.PROBE.get(this.#o.env.PROBE.idFromName(item.sandboxId));
-      // Without a policy: the Sandbox no longer has one the edge can run, so its probe stops.
-      if (!item.autoPausePolicy) await probe.stop();
-      else await probe.start(item.sandboxId, st.spec.teamId, item.autoPausePolicy);
+      // Without a policy: the Sandbox no longer has one the edge can run, so its probe stops. A
+      // resync (the agent's first look since it started) stops only a probe a Sandbox started.
+      if (!item.autoPausePolicy) await (item.resync ? probe.stopFrom("sandbox-object") : probe.stop());
+      else await probe.start(item.sandboxId, st.spec.teamId, item.autoPausePolicy, "sandbox-object");
       return { result: "applied" };
     }
     // Hooks too: the newest the agent saw stands.
     if (item.action === "lifecycle") {
+      if (item.resync && !st.spec.hooks) return { result: "applied" };
       const set = await stub.setHooks({ teamId: st.spec.teamId, admin: true }, item.lifecycle ?? {});
       return set.ok ? { result: "applied" } : refused(set.error);
     }

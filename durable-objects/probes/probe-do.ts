@@ -18,7 +18,8 @@ import { execInSandbox, readBounded } from "../hooks/run-hook.ts";
 import { edgeFetch } from "../ingress-client.ts";
 import { connectSandbox, pauseSandbox } from "../operations/pause-resume.ts";
 import { sandboxHandle } from "../sandbox/stub.ts";
-import { initialProbe, isIdle, nextResume, observeProbe, type ProbeResult, type ProbeState } from "./machine.ts";
+import { initialProbe, isIdle, nextResume, observeProbe, probedWake, type ProbeResult, type ProbeState } from "./machine.ts";
+import type { Probe } from "../../schema/api/auto-pause.ts";
 
 /** The timeout a scheduled wake gives the resumed sandbox (E2B's minimum resume timeout). */
 const WAKE_TIMEOUT_S = 300;
@@ -31,19 +32,26 @@ interface Stored {
   /** Set while paused by this policy with a scheduled wake. */
   wakeAt: number | null;
   pauses: number;
+  /** Who set the policy: an E2B create's metadata, or a Sandbox object (kubectl). */
+  origin?: ProbeOrigin;
+  /** `resume.probed`: why the last idle verdict did not pause (the resume probe's answer). */
+  held?: string;
 }
+
+export type ProbeOrigin = "create" | "sandbox-object";
 
 export interface ProbeStatus {
   probe: ProbeState;
   wakeAt: number | null;
   pauses: number;
+  held?: string;
 }
 
 export class ProbeDO extends DurableObject<Env> {
   /** Starts (or replaces) the policy of `sandboxId`; the first probe runs one period from now. */
-  async start(sandboxId: string, teamId: string, policy: AutoPausePolicy): Promise<void> {
+  async start(sandboxId: string, teamId: string, policy: AutoPausePolicy, origin: ProbeOrigin = "create"): Promise<void> {
     const now = Date.now();
-    const st: Stored = { sandboxId, teamId, policy: AutoPausePolicy.parse(policy), probe: initialProbe(now), wakeAt: null, pauses: 0 };
+    const st: Stored = { sandboxId, teamId, policy: AutoPausePolicy.parse(policy), probe: initialProbe(now), wakeAt: null, pauses: 0, origin };
     await this.ctx.storage.put("state", st);
     await this.ctx.storage.setAlarm(now + st.policy.probe.periodSeconds * 1000);
   }
@@ -54,9 +62,17 @@ export class ProbeDO extends DurableObject<Env> {
     await this.ctx.storage.deleteAll();
   }
 
+  /** Stops the policy only if `origin` set it (true: it was stopped). */
+  async stopFrom(origin: ProbeOrigin): Promise<boolean> {
+    const st = await this.ctx.storage.get<Stored>("state");
+    if (st?.origin !== origin) return false;
+    await this.stop();
+    return true;
+  }
+
   async status(): Promise<ProbeStatus | null> {
     const st = await this.ctx.storage.get<Stored>("state");
-    return st ? { probe: st.probe, wakeAt: st.wakeAt, pauses: st.pauses } : null;
+    return st ? { probe: st.probe, wakeAt: st.wakeAt, pauses: st.pauses, ...(st.held ? { held: st.held } : {}) } : null;
   }
 
   override async alarm(): Promise<void> {
@@ -78,12 +94,17 @@ export class ProbeDO extends DurableObject<Env> {
       } else if (st.wakeAt !== null) next = Math.min(next, st.wakeAt);
     } else if (route.phase === "Running") {
       st.wakeAt = null;
-      st.probe = observeProbe(st.probe, await this.runProbe(st, route.cluster, route.envdAccessToken), now);
+      st.probe = observeProbe(st.probe, await this.runProbe(st, st.policy.probe, route.cluster, route.envdAccessToken), now);
       if (isIdle(st.probe, new RegExp(st.policy.messageRegex), goDuration(st.policy.thresholdDuration, "thresholdDuration"), now)) {
-        const paused = await pauseSandbox(this.env, st.sandboxId, access);
+        // Its next task's time, asked just before the pause; an answer that is not one keeps it running.
+        const probed = st.policy.resume?.probed;
+        const wake = probed && probedWake(await this.runProbe(st, probed.probe, route.cluster, route.envdAccessToken), probed.timeFormat, goDuration(probed.leadTime, "leadTime"), now);
+        if (wake && "problem" in wake) st.held = wake.problem;
+        const paused = wake && "problem" in wake ? { ok: false } : await pauseSandbox(this.env, st.sandboxId, access);
         if (paused.ok) {
+          delete st.held;
           st.pauses++;
-          st.wakeAt = nextResume(st.policy.resume, now);
+          st.wakeAt = wake && "at" in wake ? wake.at : nextResume(st.policy.resume, now);
           st.probe = initialProbe(now);
           if (st.wakeAt !== null) next = Math.min(next, st.wakeAt);
         }
@@ -93,19 +114,19 @@ export class ProbeDO extends DurableObject<Env> {
     await this.ctx.storage.setAlarm(next);
   }
 
-  private async runProbe(st: Stored, cluster: string, accessToken: string | null): Promise<ProbeResult> {
-    const timeoutMs = st.policy.probe.timeoutSeconds * 1000;
-    const noAnswer: ProbeResult = { ok: false, reason: "Timeout", message: `no answer within ${st.policy.probe.timeoutSeconds} s` };
+  private async runProbe(st: Stored, probe: Probe, cluster: string, accessToken: string | null): Promise<ProbeResult> {
+    const timeoutMs = probe.timeoutSeconds * 1000;
+    const noAnswer: ProbeResult = { ok: false, reason: "Timeout", message: `no answer within ${probe.timeoutSeconds} s` };
     try {
-      const http = st.policy.probe.http;
+      const http = probe.http;
       if (http) {
         const res = await edgeFetch(this.env, { cluster, sandboxId: st.sandboxId, accessToken, port: http.port, method: "GET", pathAndQuery: http.path, timeoutMs });
-        if (!res) return { ...noAnswer, message: `nothing answered on port ${http.port} within ${st.policy.probe.timeoutSeconds} s` };
+        if (!res) return { ...noAnswer, message: `nothing answered on port ${http.port} within ${probe.timeoutSeconds} s` };
         const body = new TextDecoder().decode(await readBounded(res));
         if (res.status >= 400) return { ok: false, reason: "Error", message: `HTTP ${res.status}: ${body.trim().slice(0, 256)}` };
         return { ok: true, output: body };
       }
-      const run = await execInSandbox(this.env, { cluster, sandboxId: st.sandboxId, accessToken }, st.policy.probe.exec!.command, timeoutMs);
+      const run = await execInSandbox(this.env, { cluster, sandboxId: st.sandboxId, accessToken }, probe.exec!.command, timeoutMs);
       if (run === null) return noAnswer;
       if ("refused" in run) return { ok: false, reason: "Error", message: run.refused };
       if (run.exitCode !== 0) return { ok: false, reason: "Error", message: `exit code ${run.exitCode ?? "none"}: ${run.stderr.trim()}` };

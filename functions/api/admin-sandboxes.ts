@@ -26,6 +26,8 @@ adminSandboxes.get("/admin/sandboxes/:id", async (c) => {
       probe: { status: probe.probe.status, message: probe.probe.message, lastTransitionTime: new Date(probe.probe.since).toISOString() },
       pauses: probe.pauses,
       wakeAt: probe.wakeAt === null ? null : new Date(probe.wakeAt).toISOString(),
+      // resume.probed: why the last idle verdict did not pause.
+      ...(probe.held ? { held: probe.held } : {}),
     },
     // Its own lifecycle hooks (a Sandbox's spec.lifecycle set with kubectl), ahead of the template's.
     lifecycle: st.spec.hooks ?? null,

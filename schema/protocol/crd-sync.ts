@@ -112,6 +112,11 @@ export const SandboxRequestItemSchema = z.object({
   autoPausePolicy: AutoPausePolicy.optional(),
   /** `lifecycle`: the Sandbox's own hooks (kubectl), replacing what it had; `{}` removes them. */
   lifecycle: Lifecycle.optional(),
+  /** The agent's first look at a Sandbox made before it started, which has no policy (autoPause)
+   * or no hooks (lifecycle): whatever the Sandbox had may have been removed while the agent was
+   * down. The edge drops what it holds from the Sandbox (a probe a Sandbox started, not one an
+   * E2B create's metadata did) and otherwise changes nothing. */
+  resync: z.literal(true).optional(),
   /** The edge generation the Sandbox object showed when the user edited it: a request made
    * against an older generation than the edge's current one is answered `stale`. */
   generation: z.int().nonnegative(),

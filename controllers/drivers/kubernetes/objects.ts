@@ -63,6 +63,9 @@ export interface SandboxRequest {
   autoPausePolicy?: z.input<typeof AutoPausePolicy>;
   /** `lifecycle`: the Sandbox's own hooks (`{}`: none any more). */
   lifecycle?: z.input<typeof Lifecycle>;
+  /** A first look after the agent started, at a Sandbox without a policy or hooks (the protocol's
+   * `resync`): the edge drops what the Sandbox had given it, if anything. */
+  resync?: true;
   /** The edge generation (the agents.kruise.io/edge-generation annotation) the Sandbox showed when
    * the user edited it: the edge refuses an edit made against a generation it has moved past. Read
    * from the edited object itself, so an edit found by the first list after a restart keeps the

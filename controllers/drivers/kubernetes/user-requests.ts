@@ -8,8 +8,13 @@
 // namespace the agent placed that sandbox in (its intent's team) is ignored with a Warning Event.
 // Before the sandbox's intent is known (the first list after a restart) the request is sent with
 // the object's namespace and the edge refuses it unless that is the sandbox's team.
+//
+// A policy or hooks removed while the agent was down leave nothing to compare with: the agent
+// knows only what it reported itself. So its first look at each claimed Sandbox made before it
+// started reports the Sandbox's state whole, also when empty (`resync`): the edge drops what it
+// holds from that Sandbox, and a Sandbox that never had any costs it one cheap request.
 import { EventReason } from "../../../schema/crd/conditions.ts";
-import { ANNOTATION } from "../../../schema/crd/labels.ts";
+import { ANNOTATION, LABEL } from "../../../schema/crd/labels.ts";
 import { crdAutoPausePolicy } from "./auto-pause.ts";
 import { Lifecycle } from "../../../schema/api/hooks.ts";
 import { stableJson } from "./kube-api.ts";
@@ -42,9 +47,18 @@ export class UserRequests {
   readonly #warn: Warn;
   /** Foreign Sandboxes already warned about (`namespace/uid`). */
   readonly #foreign = new Set<string>();
+  /** When this agent started (ms): older Sandboxes may have lost a policy or hooks meanwhile. */
+  readonly #startedAt: number;
 
-  constructor(onRequest?: (req: SandboxRequest) => void, log: (msg: string) => void = () => {}, warn: Warn = () => {}, placedIn: (id: string) => string | undefined = () => undefined) {
+  constructor(
+    onRequest?: (req: SandboxRequest) => void,
+    log: (msg: string) => void = () => {},
+    warn: Warn = () => {},
+    placedIn: (id: string) => string | undefined = () => undefined,
+    startedAt: number = Date.now(),
+  ) {
     this.#onRequest = onRequest;
+    this.#startedAt = startedAt;
     this.#placedIn = placedIn;
     this.#log = log;
     this.#warn = warn;
@@ -71,14 +85,21 @@ export class UserRequests {
       if (wanted !== undefined && String(Boolean(o.spec.paused)) !== wanted) action = o.spec.paused ? "pause" : "resume";
     }
     const at = { id, namespace, key: `${namespace}/${id}` };
-    this.#autoPause(at, o, generation);
-    this.#lifecycle(at, o, generation);
+    const resync = this.#older(o);
+    this.#autoPause(at, o, generation, resync);
+    this.#lifecycle(at, o, generation, resync);
     if (!action) return true;
     const key = `${action}@${generation}`;
     if (this.#requested.get(at.key) === key) return true;
     this.#requested.set(at.key, key);
     this.#onRequest({ sandboxId: id, namespace, action, generation });
     return true;
+  }
+
+  /** A claimed Sandbox made before this agent started (warm members have no policy or hooks). */
+  #older(o: SandboxObject): boolean {
+    const made = Date.parse(String(o.metadata?.creationTimestamp ?? ""));
+    return made < this.#startedAt && o.metadata?.labels?.[LABEL.claimed] !== "false";
   }
 
   /** Logs and warns once per object (by uid) about a Sandbox claiming another namespace's sandbox. */
@@ -94,16 +115,20 @@ export class UserRequests {
   /**
    * A Sandbox's probes/autoPausePolicy, reported when it changes (the edge starts its probe). One
    * the edge cannot run is a Warning Event on the Sandbox; it and a removed policy (after one was
-   * reported) are reported without a policy, which stops the edge's probe. A policy removed while
-   * the agent was down is not seen (the agent only knows the policies it reported itself).
+   * reported) are reported without a policy, which stops the edge's probe. The first look at an
+   * older Sandbox without one reports none as a `resync` (removed while the agent was down?).
    */
-  #autoPause({ id, namespace, key: at }: Target, o: SandboxObject, generation: number): void {
+  #autoPause({ id, namespace, key: at }: Target, o: SandboxObject, generation: number, resync: boolean): void {
     if (o.metadata?.deletionTimestamp) return;
     const r = crdAutoPausePolicy(o.spec);
     const had = this.#policies.get(at);
     const key = !r ? OFF : "problem" in r ? `problem:${r.problem}` : stableJson(r.policy);
-    if (had === key || (had === undefined && key === OFF)) return;
+    if (had === key) return;
     this.#policies.set(at, key);
+    if (had === undefined && key === OFF) {
+      if (resync) this.#onRequest!({ sandboxId: id, namespace, action: "autoPause", generation, resync: true });
+      return;
+    }
     if (r && "problem" in r) {
       this.#log(`Sandbox ${o.metadata?.name}: auto-pause policy not applied: ${r.problem}`);
       this.#warn(namespace, o, EventReason.AutoPausePolicyNotApplied, `auto-pause policy not applied: ${r.problem}`);
@@ -111,22 +136,28 @@ export class UserRequests {
     const running = had !== undefined && had !== OFF && !had.startsWith("problem:");
     if (r && !("problem" in r)) this.#onRequest!({ sandboxId: id, namespace, action: "autoPause", generation, autoPausePolicy: r.policy });
     else if (running) this.#onRequest!({ sandboxId: id, namespace, action: "autoPause", generation });
+    // A policy it cannot run, first seen: one the edge ran may be gone meanwhile.
+    else if (had === undefined && resync) this.#onRequest!({ sandboxId: id, namespace, action: "autoPause", generation, resync: true });
   }
 
   /**
    * A Sandbox's own `spec.lifecycle` hooks, reported when they change (the edge runs them before a
    * pause, after a resume, around an upgrade, ahead of the template's); removed, reported as `{}`.
    * Ones the edge cannot take (a hook with both or neither of exec and http) are a Warning Event,
-   * and none are sent. Like the policy above, a removal while the agent was down is not seen.
+   * and none are sent. The first look at an older Sandbox without hooks reports `{}` as a `resync`.
    */
-  #lifecycle({ id, namespace, key: at }: Target, o: SandboxObject, generation: number): void {
+  #lifecycle({ id, namespace, key: at }: Target, o: SandboxObject, generation: number, resync: boolean): void {
     if (o.metadata?.deletionTimestamp) return;
     const given = (o.spec as { lifecycle?: unknown }).lifecycle;
     const parsed = given === undefined || given === null ? { success: true as const, data: {} } : Lifecycle.safeParse(given);
     const had = this.#hooks.get(at);
     const key = parsed.success ? stableJson(parsed.data) : `problem:${stableJson(given)}`;
-    if (had === key || (had === undefined && key === EMPTY)) return;
+    if (had === key) return;
     this.#hooks.set(at, key);
+    if (had === undefined && key === EMPTY) {
+      if (resync) this.#onRequest!({ sandboxId: id, namespace, action: "lifecycle", generation, lifecycle: {}, resync: true });
+      return;
+    }
     if (!parsed.success) {
       const why = parsed.error.issues.map((i) => `${i.path.join(".")}: ${i.message}`).join("; ");
       this.#log(`Sandbox ${o.metadata?.name}: lifecycle not applied: ${why}`);

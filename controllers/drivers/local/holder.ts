@@ -188,7 +188,8 @@ async function waitExec(pid: number, exe: string, timeoutMs = 5000): Promise<voi
   }
 }
 
-async function waitChildExec(pid: number, exe: string, timeoutMs = 5000): Promise<void> {
+/** Mounting a root under a loaded host's I/O (hundreds of starts at once) can take seconds. */
+async function waitChildExec(pid: number, exe: string, timeoutMs = 20_000): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     for (const c of childrenOf(pid)) if (exeOf(c) === exe) return;

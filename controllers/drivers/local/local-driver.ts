@@ -314,7 +314,11 @@ export class LocalDriver implements Driver {
     // The veth goes before the listener comes: a sandbox moving behind the proxy never has both.
     const final = await this.#syncNet(readRecord(layout.record) ?? rec);
     await this.#syncEgress(final);
-    return this.#observeRecord(final);
+    const seen = this.#observeRecord(final);
+    // Its holder died during this very pass (a start that lost a race on a loaded host): not a
+    // verdict on the sandbox. Retried, the next pass starts it again.
+    if (wantProcesses && seen.phase === "Failed") throw new Error(`sandbox ${d.id}: ${seen.message ?? "failed"} while it was being started; starting it again`);
+    return seen;
   }
 
   /** The network a sandbox wanting `d` gets: TrafficPolicies that select it put it behind the proxy. */
@@ -491,7 +495,13 @@ export class LocalDriver implements Driver {
     const started = await startHolder(
       { id: rec.id, bwrapArgs, cgroupProcs: cgroups ? procsFiles(cgroups) : [], cwd: layout.dir, log: layout.log, onNamespaces: attach, userns },
       this.#spawner,
-    );
+    ).catch(async (err: unknown) => {
+      // A start given up on (its holder SIGKILLed) leaves nothing of it: processes still dying
+      // in the sandbox's cgroup would otherwise be adopted by the retry's observation as its
+      // holder, which then vanishes ("the sandbox's holder process is gone").
+      await this.#endProcesses(next).catch(() => {});
+      throw err;
+    });
     // A root of its own with its own user namespace: setuid programs (sudo) work there.
     if (userns && rec.root) await allowSetuid(this.#spawner, started.nsInit.pid);
     next = { ...next, phase: "Running", holder: started.holder, nsInit: started.nsInit, net: next.net && { address: next.net.address, veth } };

@@ -1,7 +1,8 @@
 // Auto-pause by probe, the pure part: the idle threshold measured from the last change of the
 // probe's status or message, fail-closed on errors, and the scheduled wake.
 import { describe, expect, it } from "vitest";
-import { initialProbe, isIdle, nextResume, observeProbe } from "../../../durable-objects/probes/machine.ts";
+import { initialProbe, isIdle, nextResume, observeProbe, probedWake } from "../../../durable-objects/probes/machine.ts";
+import { AutoPausePolicy } from "../../../schema/api/auto-pause.ts";
 
 const T = Date.parse("2026-06-10T12:00:00Z");
 const s = (n: number) => T + n * 1000;
@@ -38,5 +39,26 @@ describe("scheduled wake", () => {
   it("the next minute of a schedule in its time zone, across midnight", () => {
     expect(nextResume({ schedule: "0 9 * * *", timeZone: "Asia/Shanghai" }, s(0))).toBe(Date.parse("2026-06-11T01:00:00Z")); // 09:00 CST next day
     expect(nextResume({ schedule: "30 0 * * *" }, Date.parse("2026-06-10T23:59:30Z"))).toBe(Date.parse("2026-06-11T00:30:00Z"));
+  });
+});
+
+describe("resume.probed (whenProbedScheduleTime)", () => {
+  const now = Date.parse("2026-06-10T12:00:00Z");
+  it("wakes leadTime before the time the resume probe names (unix seconds or a datetime)", () => {
+    expect(probedWake({ ok: true, output: ` ${now / 1000 + 3600}\n` }, "unix", 300_000, now)).toEqual({ at: now + 3_300_000 });
+    expect(probedWake({ ok: true, output: "2026-06-10T14:00:00+02:00" }, "datetime", 60_000, now)).toEqual({ problem: expect.stringContaining("less than the lead time") });
+    expect(probedWake({ ok: true, output: "2026-06-10T13:00:00Z" }, "datetime", 60_000, now)).toEqual({ at: now + 3_540_000 });
+  });
+  it("a failed probe, output that is no such time, or a task due within the lead time keeps it running (fail-closed)", () => {
+    expect(probedWake({ ok: false, reason: "Timeout", message: "no answer" }, "unix", 0, now)).toEqual({ problem: "resume probe Timeout: no answer" });
+    expect(probedWake({ ok: true, output: "tomorrow" }, "unix", 0, now)).toEqual({ problem: expect.stringContaining("not a unix time") });
+    expect(probedWake({ ok: true, output: "1781092800" }, "datetime", 0, now)).toEqual({ problem: expect.stringContaining("not a datetime") });
+    expect(probedWake({ ok: true, output: String(now / 1000 + 100) }, "unix", 300_000, now)).toEqual({ problem: expect.stringContaining("lead time") });
+    expect(nextResume(AutoPausePolicy.parse({ probe: { exec: { command: ["x"] } }, messageRegex: "x", thresholdDuration: "1s", resume: { probed: { probe: { exec: { command: ["y"] } } } } }).resume, now)).toBeNull();
+  });
+  it("resume takes exactly one of at, schedule and probed", () => {
+    const base = { probe: { exec: { command: ["x"] } }, messageRegex: "x", thresholdDuration: "1s" };
+    expect(AutoPausePolicy.safeParse({ ...base, resume: { at: "2026-06-10T13:00:00Z", probed: { probe: { exec: { command: ["y"] } } } } }).success).toBe(false);
+    expect(AutoPausePolicy.safeParse({ ...base, resume: {} }).success).toBe(false);
   });
 });

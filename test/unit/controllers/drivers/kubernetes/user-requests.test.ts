@@ -5,7 +5,7 @@
 import { describe, expect, it } from "vitest";
 import { UserRequests } from "../../../../../controllers/drivers/kubernetes/user-requests.ts";
 import type { SandboxObject, SandboxRequest } from "../../../../../controllers/drivers/kubernetes/objects.ts";
-import { ANNOTATION } from "../../../../../schema/crd/labels.ts";
+import { ANNOTATION, LABEL } from "../../../../../schema/crd/labels.ts";
 
 const probes = [{ name: "a", exec: { command: ["cat", "/tmp/x"] } }];
 const idle = (probe: string) => ({ pause: { whenProbedIdleState: { probe, messageRegex: "^idle$", thresholdDuration: "30s" } } });
@@ -54,6 +54,27 @@ describe("UserRequests lifecycle", () => {
     expect(warned).toEqual([expect.stringContaining("LifecycleNotApplied: lifecycle not applied: prePause: a hook has exactly one of exec and http")]);
     r.seen(sbx({}), "t");
     expect(sent.slice(1)).toEqual([{ sandboxId: "id1", namespace: "t", action: "lifecycle", generation: 3, lifecycle: {} }]);
+  });
+});
+
+describe("UserRequests after an agent restart", () => {
+  it("the first look at a claimed Sandbox made before the agent started reports no policy and no hooks as a resync (removed while it was down?); a newer one, a warm member, or a second look reports nothing", () => {
+    const sent: SandboxRequest[] = [];
+    const started = Date.parse("2026-01-01T00:00:10Z");
+    const r = new UserRequests((q) => sent.push(q), () => {}, () => {}, () => undefined, started);
+    const made = (id: string, at: string, labels: Record<string, string> = {}, spec: object = {}) =>
+      ({ metadata: { name: id, creationTimestamp: at, labels, annotations: { [ANNOTATION.sandboxId]: id, [ANNOTATION.generation]: "1" } }, spec }) as unknown as SandboxObject;
+    r.seen(made("old", "2026-01-01T00:00:00Z", { [LABEL.claimed]: "true" }), "t");
+    r.seen(made("old", "2026-01-01T00:00:00Z", { [LABEL.claimed]: "true" }), "t");
+    r.seen(made("new", "2026-01-01T00:00:20Z"), "t");
+    r.seen(made("warm", "2026-01-01T00:00:00Z", { [LABEL.claimed]: "false" }), "t");
+    expect(sent).toEqual([
+      { sandboxId: "old", namespace: "t", action: "autoPause", generation: 1, resync: true },
+      { sandboxId: "old", namespace: "t", action: "lifecycle", generation: 1, lifecycle: {}, resync: true },
+    ]);
+    // An older one that has a policy and hooks reports them as they are (not as a resync).
+    r.seen(made("kept", "2026-01-01T00:00:00Z", {}, { probes, autoPausePolicy: idle("a"), lifecycle: { prePause: { exec: { command: ["true"] } } } }), "t");
+    expect(sent.slice(2).map((q) => [q.action, q.resync])).toEqual([["autoPause", undefined], ["lifecycle", undefined]]);
   });
 });
 
