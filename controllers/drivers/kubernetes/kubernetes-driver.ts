@@ -15,7 +15,7 @@ import { NetworkingV1Api, type KubeConfig, type V1PersistentVolumeClaim, type V1
 import type { TrafficPolicyEntry } from "../../../schema/api/traffic-policy.ts";
 import { TrafficPolicySet } from "../../traffic/governed.ts";
 import { hasTrafficProxy, TrafficObjects } from "./traffic-objects.ts";
-import { DEFAULT_CLUSTER_CIDRS, trafficConfigMapName } from "./traffic-pod.ts";
+import { DEFAULT_CLUSTER_CIDRS, DEFAULT_CLUSTER_DNS, trafficConfigMapName } from "./traffic-pod.ts";
 import { EventReason, ReadyReason } from "../../../schema/crd/conditions.ts";
 import { ANNOTATION, LABEL } from "../../../schema/crd/labels.ts";
 import type { SpawnRequest } from "../../runtime/sandbox-view.ts";
@@ -134,7 +134,7 @@ export class KubernetesDriver implements Driver {
     });
     this.#status.more = (id, conditions, now) => this.#mounts.withCondition(id, conditions, now);
     this.#checkpoints = new CheckpointSnapshots(this.#ctx, { waitMs: opts.checkpointWaitMs });
-    this.#traffic = new TrafficObjects(this.#ctx, opts.kubeConfig.makeApiClient(NetworkingV1Api), this.#policies, opts.clusterCidrs ?? DEFAULT_CLUSTER_CIDRS);
+    this.#traffic = new TrafficObjects(this.#ctx, opts.kubeConfig.makeApiClient(NetworkingV1Api), this.#policies, { clusterCidrs: opts.clusterCidrs ?? DEFAULT_CLUSTER_CIDRS, dns: opts.clusterDns ?? DEFAULT_CLUSTER_DNS });
   }
 
   /** The home namespace's informers (the SandboxSet sync and tests read them). */
