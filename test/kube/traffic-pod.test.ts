@@ -5,12 +5,14 @@
 // NET_ADMIN/NET_RAW), its policy ConfigMap (tenant bytes as JSON data only) and its NetworkPolicy
 // backstop; a TrafficPolicy that starts selecting a running sandbox replaces its pod with one that
 // has the proxy and changes the ConfigMap of one that has it; a cluster without a traffic-proxy
-// image refuses a governed sandbox rather than running it open. The agent's own RBAC throughout.
+// image refuses a governed sandbox rather than running it open; after an agent restart the policy
+// set it was last sent still governs new pods. The agent's own RBAC throughout.
 import { readFileSync } from "node:fs";
 import { CoreV1Api, type V1Container, type V1NetworkPolicy, type V1Pod } from "@kubernetes/client-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { KubernetesDriver, type KubeDesiredSandbox } from "../../controllers/drivers/kubernetes/kubernetes-driver.ts";
 import { DEFAULT_CLUSTER_CIDRS, PROXY_UID, redirectRules, REDIRECT_SCRIPT, TRANSPARENT_PORT } from "../../controllers/drivers/kubernetes/traffic-pod.ts";
+import { POLICY_SET_CONFIGMAP } from "../../controllers/drivers/kubernetes/policy-store.ts";
 import { TrafficPolicySpec, type TrafficPolicyEntry } from "../../schema/api/traffic-policy.ts";
 import { LABEL } from "../../schema/crd/labels.ts";
 import { TestKubelet } from "./support/kubelet.ts";
@@ -191,5 +193,20 @@ describe("egress on kubernetes", () => {
     } finally {
       await other.stop();
     }
+  });
+
+  it("after an agent restart, a new pod of a sandbox only a TrafficPolicy governs has its proxy before the edge sends the set", async () => {
+    const only = entry(ns, "only", { selector: { matchLabels: { app: "restart" } }, egress: { rules: [{ action: "allow", to: [{ fqdn: "pypi.org" }] }] } });
+    await driver.setTrafficPolicies([only]);
+    expect(kubectlOk(["-n", ns, "get", "configmap", POLICY_SET_CONFIGMAP, "-o", "name"])).toContain(POLICY_SET_CONFIGMAP);
+    await driver.stop();
+    await startAgent();
+    // No setTrafficPolicies since the restart: the edge has not sent its set yet.
+    await ensure(desired("after1", { labels: { app: "restart" } }));
+    const pod = await podOf("after1");
+    expect(pod.metadata!.labels![LABEL.trafficProxy]).toBe("governed");
+    expect(pod.spec!.containers.map((c) => c.name)).toContain("traffic-proxy");
+    expect(policyFile(pod.metadata!.name!).trafficPolicies.map((p) => p.name)).toEqual(["only"]);
+    expect(kubectlOk(["-n", ns, "get", "networkpolicy", "-o", "name"])).toContain(`${pod.metadata!.name}-egress`);
   });
 });
