@@ -4,7 +4,7 @@
 //   node controllers/traffic/main.ts [--listen 127.0.0.1:3128]
 //        [--policy-file /etc/traffic/policy.json | --policy '{"allowOut":[...],"denyOut":[...]}'
 //         | --pod-policy /etc/sandbox-traffic/policy.json]
-//        [--transparent-fd 3] [--dns 127.0.0.1:15053] [--health 0.0.0.0:15021]
+//        [--transparent-fd 3] [--dns 127.0.0.1:15053] [--health 0.0.0.0:15021] [--uid 1337]
 // Env: TRAFFIC_PROXY_POLICY (the JSON, when no flag names a policy). The policy is E2B's
 // `{allowOut, denyOut}`; none at all means nothing is restricted, but loopback and link-local
 // are refused whatever it says (host-reach.ts, `refuseLocal`). SIGHUP re-reads --policy-file
@@ -15,12 +15,15 @@
 // same keep-the-last-good rule. `--transparent-fd`: the TPROXY listener transparent.pl opened;
 // `--dns`: where the pod's UDP port 53 is redirected (controllers/drivers/kubernetes/traffic-pod.ts);
 // `--health`: `GET /ready` answers 200 once every listener is up (the kubelet's probes).
+// `--uid`: started as root by transparent.pl, the proxy becomes this uid before it reads anything
+// (drop-root.ts says why here and not in the launcher).
 import { readFileSync, watchFile } from "node:fs";
 import { createServer } from "node:http";
 import { parseArgs } from "node:util";
 import { EgressPolicySchema } from "../../schema/protocol/egress.ts";
 import { PodTrafficPolicySchema } from "../../schema/protocol/pod-traffic.ts";
 import { TrafficPolicySet, type Governance } from "./governed.ts";
+import { dropRoot } from "./drop-root.ts";
 import { compilePolicy, type CompiledPolicy } from "./policy.ts";
 import { TrafficProxy } from "./proxy.ts";
 
@@ -33,8 +36,10 @@ const { values } = parseArgs({
     "transparent-fd": { type: "string" },
     dns: { type: "string" },
     health: { type: "string" },
+    uid: { type: "string" },
   },
 });
+if (values.uid !== undefined) dropRoot(values.uid);
 
 function parseJson(text: string, what: string): unknown {
   try {

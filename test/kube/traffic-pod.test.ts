@@ -5,12 +5,14 @@
 // NET_ADMIN/NET_RAW), its policy ConfigMap (tenant bytes as JSON data only) and its NetworkPolicy
 // backstop; a TrafficPolicy that starts selecting a running sandbox replaces its pod with one that
 // has the proxy and changes the ConfigMap of one that has it; a cluster without a traffic-proxy
-// image refuses a governed sandbox rather than running it open. The agent's own RBAC throughout.
-import { appendFileSync, readFileSync } from "node:fs";
+// image refuses a governed sandbox rather than running it open; after an agent restart the policy
+// set it was last sent still governs new pods. The agent's own RBAC throughout.
+import { readFileSync } from "node:fs";
 import { CoreV1Api, type V1Container, type V1NetworkPolicy, type V1Pod } from "@kubernetes/client-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { KubernetesDriver, type KubeDesiredSandbox } from "../../controllers/drivers/kubernetes/kubernetes-driver.ts";
 import { DEFAULT_CLUSTER_CIDRS, PROXY_UID, redirectRules, REDIRECT_SCRIPT, TRANSPARENT_PORT } from "../../controllers/drivers/kubernetes/traffic-pod.ts";
+import { POLICY_SET_CONFIGMAP } from "../../controllers/drivers/kubernetes/policy-store.ts";
 import { TrafficPolicySpec, type TrafficPolicyEntry } from "../../schema/api/traffic-policy.ts";
 import { LABEL } from "../../schema/crd/labels.ts";
 import { TestKubelet } from "./support/kubelet.ts";
@@ -54,11 +56,16 @@ beforeAll(async () => {
   kubectlOk(["-n", ns, "apply", "-f", "-"], "apiVersion: agents.kruise.io/v1alpha1\nkind: SandboxSet\nmetadata: { name: listed }\nspec:\n  replicas: 0\n  runtimes: [{ name: traffic-proxy }]\n  template: { spec: { containers: [{ name: sandbox, image: python:3.12 }] } }\n");
   kubelet = new TestKubelet(kubeConfig(), ns);
   await kubelet.start();
+  await startAgent();
+});
+
+/** The agent's driver, as a (re)started agent makes it. */
+async function startAgent(): Promise<void> {
   // The reconciler's part: a requeued sandbox is ensured again with its last desired state.
-  driver = new KubernetesDriver({ kubeConfig: kubeConfig("agent"), namespace: ns, runtimeImage: "ghcr.io/kruise-edge/sandbox-agent:test", log: (m) => appendFileSync("/tmp/nk-driver.log", `${m}\n`), onChange: (id) => void (last.has(id) && driver.ensure(last.get(id)!).catch(() => {})) });
+  driver = new KubernetesDriver({ kubeConfig: kubeConfig("agent"), namespace: ns, runtimeImage: "ghcr.io/kruise-edge/sandbox-agent:test", onChange: (id) => void (last.has(id) && driver.ensure(last.get(id)!).catch(() => {})) });
   await driver.start();
   await until("sets and injection config", () => driver.sandboxSets.get("plain") && driver.sandboxSets.get("listed") && driver.injection.current()["traffic-proxy"]);
-});
+}
 
 afterAll(async () => {
   await driver?.stop();
@@ -73,7 +80,10 @@ describe("egress on kubernetes", () => {
     expect(pod.metadata!.labels![LABEL.trafficProxy]).toBe("governed");
     const init = byName(pod.spec!.initContainers, "traffic-redirect");
     expect(init.command).toEqual(["/bin/sh", "-ec", REDIRECT_SCRIPT, "traffic-redirect", redirectRules()]);
-    expect(init.command![4]).toContain(`meta skuid ${PROXY_UID} return`);
+    // Exempt is the proxy's own container (its launcher fills `proxy` with its cgroup), not a uid.
+    expect(init.command![4]).toContain("chain proxy {\n  }");
+    expect(init.command![4]).toContain("jump proxy");
+    expect(init.command![4]).not.toContain("skuid");
     expect(init.command![4]).toContain(`tproxy to 127.0.0.1:${TRANSPARENT_PORT}`);
     expect(init.command![2]).toContain(`printf '%s' "$1" | nft -f -`); // the ruleset is an argument, not shell text
     expect(init.securityContext).toMatchObject({ runAsUser: 0, allowPrivilegeEscalation: false, capabilities: { drop: ["ALL"], add: ["NET_ADMIN"] } });
@@ -82,16 +92,20 @@ describe("egress on kubernetes", () => {
     expect(proxy.image).toBe("ghcr.io/kruise-edge/sandbox-agent:0.1.0");
     expect(proxy.command!.slice(0, 6)).toEqual(["perl", "/app/controllers/traffic/transparent.pl", "127.0.0.1", String(TRANSPARENT_PORT), String(PROXY_UID), "--"]);
     expect(proxy.command).toContain("--pod-policy");
+    expect(proxy.command!.join(" ")).toContain(`main.ts --uid ${PROXY_UID} `);
     expect(proxy.securityContext).toMatchObject({ runAsUser: 0, allowPrivilegeEscalation: false, readOnlyRootFilesystem: true, capabilities: { drop: ["ALL"], add: ["NET_ADMIN", "SETUID", "SETGID"] } });
     expect(proxy.readinessProbe).toMatchObject({ httpGet: { path: "/ready", port: 15021 } });
     expect(proxy.livenessProbe).toMatchObject({ httpGet: { path: "/ready", port: 15021 } });
     expect(proxy.volumeMounts).toEqual([{ name: "sandbox-traffic", mountPath: "/etc/sandbox-traffic", readOnly: true }]);
     expect(pod.spec!.volumes).toContainEqual({ name: "sandbox-traffic", configMap: { name: "plain-rules1-traffic", defaultMode: 420 } });
 
-    // The template asked for NET_ADMIN: a governed pod's sandbox container does not get it.
+    // The template asked for NET_ADMIN and SYS_PTRACE: a governed pod's sandbox container gets
+    // neither (one undoes the rules, the other reaches into the proxy).
+    const dropped = ["NET_ADMIN", "NET_RAW", "SYS_ADMIN", "SYS_PTRACE", "BPF"];
     const sandbox = byName(pod.spec!.containers, "sandbox");
-    expect(sandbox.securityContext!.capabilities).toEqual({ add: ["SYS_PTRACE"], drop: ["NET_ADMIN", "NET_RAW"] });
-    expect(byName(pod.spec!.containers, "agent-runtime").securityContext!.capabilities!.drop).toEqual(["NET_ADMIN", "NET_RAW"]);
+    expect(sandbox.securityContext!.capabilities!.drop).toEqual(dropped);
+    expect(sandbox.securityContext!.capabilities!.add ?? []).toEqual([]);
+    expect(byName(pod.spec!.containers, "agent-runtime").securityContext!.capabilities!.drop).toEqual(dropped);
 
     // Tenant bytes travel as JSON in the ConfigMap, and nowhere in what a container runs.
     expect(policyFile("plain-rules1")).toEqual({ team: ns, labels: { app: HOSTILE }, egress: { allowOut: ["pypi.org", "10.1.2.3/24"], denyOut: ["0.0.0.0/0"] }, trafficPolicies: [] });
@@ -99,12 +113,14 @@ describe("egress on kubernetes", () => {
 
     const np = kget<V1NetworkPolicy>("networkpolicy", "plain-rules1-egress");
     expect(np.metadata!.ownerReferences![0]).toMatchObject({ kind: "Sandbox", name: "plain-rules1" });
+    // The tenant's own allowOut of 10.1.2.0/24 does not open the backstop (its proxy allows it; only
+    // a GlobalTrafficPolicy opens the cluster's ranges), and DNS goes to the cluster DNS's pods only.
     expect(np.spec).toEqual({
       podSelector: { matchLabels: { [LABEL.sandboxId]: "rules1" } },
       policyTypes: ["Egress"],
       egress: [
-        { ports: [{ protocol: "UDP", port: 53 }, { protocol: "TCP", port: 53 }] },
-        { to: [{ ipBlock: { cidr: "0.0.0.0/0", except: DEFAULT_CLUSTER_CIDRS } }, { ipBlock: { cidr: "10.1.2.0/24" } }] },
+        { to: [{ namespaceSelector: { matchLabels: { "kubernetes.io/metadata.name": "kube-system" } }, podSelector: { matchLabels: { "k8s-app": "kube-dns" } } }], ports: [{ protocol: "UDP", port: 53 }, { protocol: "TCP", port: 53 }] },
+        { to: [{ ipBlock: { cidr: "0.0.0.0/0", except: DEFAULT_CLUSTER_CIDRS } }] },
       ],
     });
   });
@@ -115,7 +131,7 @@ describe("egress on kubernetes", () => {
     expect(before.spec!.containers.map((c) => c.name)).toEqual(["sandbox", "agent-runtime"]);
     expect(kubectlOk(["-n", ns, "get", "configmap,networkpolicy", "-o", "name"])).not.toContain("open1");
 
-    const web = entry(ns, "web", { priority: 10, selector: { matchLabels: { app: "web" } }, egress: { rules: [{ action: "allow", to: [{ fqdn: "*.example.com" }] }] } });
+    const web = entry(ns, "web", { priority: 10, selector: { matchLabels: { app: "web" } }, egress: { rules: [{ action: "allow", to: [{ fqdn: "*.example.com" }, { cidr: "10.20.0.0/16" }] }] } });
     await driver.setTrafficPolicies([web]);
     await until("a pod with the proxy", async () => {
       const pods = (await core.listNamespacedPod({ namespace: ns, labelSelector: `${LABEL.sandboxId}=open1` })).items;
@@ -130,7 +146,8 @@ describe("egress on kubernetes", () => {
     await driver.setTrafficPolicies([web, baseline]);
     expect(policyFile("plain-open1").trafficPolicies.map((p) => p.name).sort()).toEqual(["baseline", "web"]);
     expect(policyFile("plain-rules1").trafficPolicies.map((p) => p.name)).toEqual(["baseline"]);
-    expect(kget<V1NetworkPolicy>("networkpolicy", "plain-open1-egress").spec!.egress![1]!.to).toContainEqual({ ipBlock: { cidr: "192.168.7.0/24" } });
+    // The platform's (global) block opens the backstop; the team's own 10.20.0.0/16 does not.
+    expect(kget<V1NetworkPolicy>("networkpolicy", "plain-open1-egress").spec!.egress![1]!.to).toEqual([{ ipBlock: { cidr: "0.0.0.0/0", except: DEFAULT_CLUSTER_CIDRS } }, { ipBlock: { cidr: "192.168.7.0/24" } }]);
 
     // Every policy gone: the proxy stays (pods are immutable) with an open policy, the backstop goes.
     await driver.setTrafficPolicies([]);
@@ -176,5 +193,20 @@ describe("egress on kubernetes", () => {
     } finally {
       await other.stop();
     }
+  });
+
+  it("after an agent restart, a new pod of a sandbox only a TrafficPolicy governs has its proxy before the edge sends the set", async () => {
+    const only = entry(ns, "only", { selector: { matchLabels: { app: "restart" } }, egress: { rules: [{ action: "allow", to: [{ fqdn: "pypi.org" }] }] } });
+    await driver.setTrafficPolicies([only]);
+    expect(kubectlOk(["-n", ns, "get", "configmap", POLICY_SET_CONFIGMAP, "-o", "name"])).toContain(POLICY_SET_CONFIGMAP);
+    await driver.stop();
+    await startAgent();
+    // No setTrafficPolicies since the restart: the edge has not sent its set yet.
+    await ensure(desired("after1", { labels: { app: "restart" } }));
+    const pod = await podOf("after1");
+    expect(pod.metadata!.labels![LABEL.trafficProxy]).toBe("governed");
+    expect(pod.spec!.containers.map((c) => c.name)).toContain("traffic-proxy");
+    expect(policyFile(pod.metadata!.name!).trafficPolicies.map((p) => p.name)).toEqual(["only"]);
+    expect(kubectlOk(["-n", ns, "get", "networkpolicy", "-o", "name"])).toContain(`${pod.metadata!.name}-egress`);
   });
 });

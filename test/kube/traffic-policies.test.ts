@@ -2,7 +2,8 @@
 // workerd) over the agent's session: an applied object becomes the edge's policy (the admin API
 // shows it), its status lists the sandboxes it selects (a sandbox made through the E2B API with a
 // matching `label:` metadata) with Accepted True; what this platform does not enforce (ingress
-// rules, service peers) is Accepted False, never enforced in part; kubectl delete removes it.
+// rules, service peers) is Accepted False, never enforced in part; kubectl delete removes it. A
+// SecurityProfile the edge accepts is reported not Programmed: no pod of this driver applies L7.
 import { Sandbox } from "e2b";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startTestEdge, type TestEdge } from "./support/edge.ts";
@@ -105,5 +106,28 @@ spec:
 
     kubectlOk(["delete", "gtp", `${ns}-baseline`]);
     await until("global gone from the edge", async () => (await admin(`/admin/global-traffic-policies/${ns}-baseline`)).status === 404, 20_000);
+  });
+
+  it("a SecurityProfile: Accepted by the edge, but Programmed False with a Warning Event, since the kubernetes driver enforces no L7", async () => {
+    kubectlOk(["-n", ns, "apply", "-f", "-"], `
+apiVersion: agents.kruise.io/v1alpha1
+kind: SecurityProfile
+metadata: { name: block-admin }
+spec:
+  rules:
+    - { name: admin, match: [{ domains: [api.example.test], paths: [{ type: Prefix, value: /admin }] }], actions: { block: {} } }
+`);
+    const st = await until("profile status", () => {
+      const s = status("securityprofiles.agents.kruise.io", "block-admin");
+      return s.conditions?.length ? s : undefined;
+    }, 30_000);
+    expect(st.conditions!.map((c) => [c.type, c.status, c.reason])).toEqual([
+      ["Accepted", "True", "Accepted"],
+      ["Programmed", "False", "NotEnforcedByDriver"],
+    ]);
+    expect(st.conditions![1]!.message).toContain("enforces no L7 in pods");
+    const events = await until("the Warning Event", () => kubectlOk(["-n", ns, "get", "events", "--field-selector", "involvedObject.name=block-admin,reason=NotEnforcedByDriver", "-o", "jsonpath={.items[*].type}"]).trim() || undefined, 20_000);
+    expect(events).toBe("Warning");
+    kubectlOk(["-n", ns, "delete", "securityprofiles.agents.kruise.io", "block-admin"]);
   });
 });

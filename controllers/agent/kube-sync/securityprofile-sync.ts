@@ -42,8 +42,26 @@ export const securityProfileKind: EdgeObjectKind<SecurityProfileObject, Security
   events: () => [],
 };
 
+export const NOT_ENFORCED = "this cluster's driver (kubernetes) enforces no L7 in pods: the edge accepted the profile, but no traffic-proxy here applies it (its sandboxes' HTTP(S) is governed by TrafficPolicies and E2B rules only)";
+
+/** The kind as a cluster whose driver enforces no SecurityProfile reports it: what the edge
+ * accepted stays Accepted, but Programmed is False (NotEnforcedByDriver), with a Warning Event,
+ * rather than claiming a proxy applies it. */
+export function notEnforcedHere(k: EdgeObjectKind<SecurityProfileObject, SecurityProfileStatus>): EdgeObjectKind<SecurityProfileObject, SecurityProfileStatus> {
+  return {
+    ...k,
+    status(prev, generation, reply, now) {
+      const s = k.status(prev, generation, reply, now);
+      if (!s) return s;
+      return { ...s, conditions: setCondition(s.conditions, { type: "Programmed", status: "False", reason: "NotEnforcedByDriver", message: NOT_ENFORCED, observedGeneration: generation }, now) };
+    },
+    events: (name, reply) => [...(k.events?.(name, reply) ?? []), { name: `${name.slice(0, 230)}.not-enforced`, time: new Date(), type: "Warning", reason: "NotEnforcedByDriver", message: NOT_ENFORCED }],
+  };
+}
+
 export class SecurityProfileSync extends EdgeObjectSync<SecurityProfileObject, SecurityProfileStatus> {
-  constructor(opts: EdgeObjectSyncOptions) {
-    super(securityProfileKind, opts);
+  /** `enforced: false`: the agent's driver applies no SecurityProfile (notEnforcedHere). */
+  constructor(opts: EdgeObjectSyncOptions & { enforced?: boolean }) {
+    super(opts.enforced === false ? notEnforcedHere(securityProfileKind) : securityProfileKind, opts);
   }
 }

@@ -14,6 +14,9 @@ export const KUBERNETES_FLAGS = {
   // What a governed pod's NetworkPolicy keeps it from (comma-separated IPv4 CIDRs: the cluster's
   // pod, service and node ranges); default: private and shared space and link-local.
   "cluster-cidrs": { type: "string" },
+  // Where a governed pod's DNS may go past its NetworkPolicy: NAMESPACE/label=value[,label=value]
+  // (the cluster DNS's pods; default kube-system/k8s-app=kube-dns) or an IPv4 block (node-local DNS).
+  "cluster-dns": { type: "string" },
 } as const;
 
 /** `--cluster-cidrs a/8,b/12`: each an IPv4 CIDR block (the NetworkPolicy's `except`). */
@@ -22,6 +25,19 @@ export function clusterCidrsFlag(value: string | undefined): string[] | undefine
   if (!list?.length) return undefined;
   for (const c of list) if (!/^\d{1,3}(\.\d{1,3}){3}\/\d{1,2}$/.test(c)) throw new Error(`--cluster-cidrs: ${JSON.stringify(c)} is not an IPv4 CIDR block`);
   return list;
+}
+
+const LABEL_PART = /^([A-Za-z0-9][-A-Za-z0-9_./]{0,252})=([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)$/;
+
+/** `--cluster-dns kube-system/k8s-app=kube-dns` or `--cluster-dns 169.254.20.10/32`. */
+export function clusterDnsFlag(value: string | undefined): { namespace: string; podLabels: Record<string, string> } | { cidr: string } | undefined {
+  const v = value?.trim();
+  if (!v) return undefined;
+  if (/^\d{1,3}(\.\d{1,3}){3}\/\d{1,2}$/.test(v)) return { cidr: v };
+  const m = /^([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)\/(.+)$/.exec(v);
+  const parts = m?.[3]!.split(",").map((p) => LABEL_PART.exec(p.trim()));
+  if (!m || !parts?.every((p) => p)) throw new Error(`--cluster-dns: ${JSON.stringify(v)} is neither NAMESPACE/label=value[,label=value] nor an IPv4 CIDR block`);
+  return { namespace: m[1]!, podLabels: Object.fromEntries(parts.map((p) => [p![1]!, p![2]!])) };
 }
 
 const GATES = { Commit: false } as const;

@@ -1,16 +1,17 @@
 // Builds and starts the kubernetes driver from the agent's command-line flags:
 //   --driver kubernetes [--kubeconfig PATH] [--namespace NS] [--runtime-image IMAGE]
 //                       [--watch-namespaces A,B | --all-namespaces] [--cluster-cidrs A/8,B/12]
+//                       [--cluster-dns kube-system/k8s-app=kube-dns | --cluster-dns 169.254.20.10/32]
 // Without --kubeconfig the usual lookup applies (KUBECONFIG, ~/.kube/config, or the in-cluster
 // service account when running as the Deployment in k8s/).
 import { KubeConfig } from "@kubernetes/client-node";
 import { logger } from "../../lib/log.ts";
 import { countRequests } from "./kube-api.ts";
-import { clusterCidrsFlag, KUBERNETES_FLAGS, watchNamespacesFlag } from "./flags.ts";
+import { clusterCidrsFlag, clusterDnsFlag, KUBERNETES_FLAGS, watchNamespacesFlag } from "./flags.ts";
 import { KubernetesDriver, type SandboxRequest } from "./kubernetes-driver.ts";
 
 export async function kubernetesDriverFromFlags(
-  flags: { kubeconfig?: string; namespace?: string; "runtime-image"?: string; "watch-namespaces"?: string; "all-namespaces"?: boolean; "cluster-cidrs"?: string },
+  flags: { kubeconfig?: string; namespace?: string; "runtime-image"?: string; "watch-namespaces"?: string; "all-namespaces"?: boolean; "cluster-cidrs"?: string; "cluster-dns"?: string },
   onChange?: (id: string) => void,
   onRequest?: (req: SandboxRequest) => void,
 ): Promise<KubernetesDriver> {
@@ -27,6 +28,7 @@ export async function kubernetesDriverFromFlags(
     onRequest,
     watchNamespaces: watchNamespacesFlag(flags),
     clusterCidrs: clusterCidrsFlag(flags["cluster-cidrs"]),
+    clusterDns: clusterDnsFlag(flags["cluster-dns"]),
     log: (m) => kubeLog.info(m),
   });
   await driver.start();

@@ -14,8 +14,9 @@
 import { NetworkingV1Api, type KubeConfig, type V1PersistentVolumeClaim, type V1Pod } from "@kubernetes/client-node";
 import type { TrafficPolicyEntry } from "../../../schema/api/traffic-policy.ts";
 import { TrafficPolicySet } from "../../traffic/governed.ts";
+import { PolicySetStore } from "./policy-store.ts";
 import { hasTrafficProxy, TrafficObjects } from "./traffic-objects.ts";
-import { DEFAULT_CLUSTER_CIDRS, trafficConfigMapName } from "./traffic-pod.ts";
+import { DEFAULT_CLUSTER_CIDRS, DEFAULT_CLUSTER_DNS, trafficConfigMapName } from "./traffic-pod.ts";
 import { EventReason, ReadyReason } from "../../../schema/crd/conditions.ts";
 import { ANNOTATION, LABEL } from "../../../schema/crd/labels.ts";
 import type { SpawnRequest } from "../../runtime/sandbox-view.ts";
@@ -75,8 +76,9 @@ export class KubernetesDriver implements Driver {
   readonly #policies = new TrafficPolicySet();
   readonly #traffic: TrafficObjects;
   readonly #desired = new Map<string, KubeDesiredSandbox>();
-  /** Whether the edge's policy set arrived since the start. */
+  /** Whether the edge's policy set arrived since the start, or the one it sent last was loaded. */
   #policiesKnown = false;
+  readonly #policyStore: PolicySetStore;
 
   constructor(opts: KubernetesDriverOptions) {
     this.#opts = opts;
@@ -134,7 +136,8 @@ export class KubernetesDriver implements Driver {
     });
     this.#status.more = (id, conditions, now) => this.#mounts.withCondition(id, conditions, now);
     this.#checkpoints = new CheckpointSnapshots(this.#ctx, { waitMs: opts.checkpointWaitMs });
-    this.#traffic = new TrafficObjects(this.#ctx, opts.kubeConfig.makeApiClient(NetworkingV1Api), this.#policies, opts.clusterCidrs ?? DEFAULT_CLUSTER_CIDRS);
+    this.#traffic = new TrafficObjects(this.#ctx, opts.kubeConfig.makeApiClient(NetworkingV1Api), this.#policies, { clusterCidrs: opts.clusterCidrs ?? DEFAULT_CLUSTER_CIDRS, dns: opts.clusterDns ?? DEFAULT_CLUSTER_DNS });
+    this.#policyStore = new PolicySetStore(this.#ctx.core, opts.namespace, () => this.requests++);
   }
 
   /** The home namespace's informers (the SandboxSet sync and tests read them). */
@@ -159,7 +162,20 @@ export class KubernetesDriver implements Driver {
     const namespaces = new Set([this.namespace, ...(w === "all" ? await this.#ctx.namespacesWithSandboxes() : (w ?? []))]);
     // Without the ConfigMap read (RBAC of an older install) pods get the built-in agent-runtime.
     const injection = this.injection.start().catch((err: unknown) => this.#opts.log?.(`injection config: ${(err as Error).message}; using the built-in`));
-    await Promise.all([...[...namespaces].map((ns) => this.watchNamespace(ns)), injection]);
+    await Promise.all([...[...namespaces].map((ns) => this.watchNamespace(ns)), injection, this.#loadPolicies()]);
+  }
+
+  /** The policy set the edge sent last (policy-store.ts), unless a newer one came meanwhile. */
+  async #loadPolicies(): Promise<void> {
+    try {
+      const stored = await this.#policyStore.load();
+      if (stored && !this.#policiesKnown) {
+        this.#policies.replace(stored);
+        this.#policiesKnown = true;
+      }
+    } catch (err) {
+      this.#opts.log?.(`stored traffic policies: ${(err as Error).message}; waiting for the edge's`);
+    }
   }
 
   /** Starts watching a namespace (once) and resolves after its first list; its SandboxSets are then
@@ -296,6 +312,7 @@ export class KubernetesDriver implements Driver {
   async setTrafficPolicies(policies: TrafficPolicyEntry[]): Promise<void> {
     this.#policies.replace(policies);
     this.#policiesKnown = true;
+    await this.#policyStore.save(policies).catch((err: unknown) => this.#opts.log?.(`traffic policies not stored: ${(err as Error).message}`));
     await Promise.all(
       [...this.#desired.values()].map((d) =>
         this.#serial(d.id, async () => {

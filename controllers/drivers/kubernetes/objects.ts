@@ -1,6 +1,7 @@
 // The shapes the kubernetes driver reads and is given (Sandbox, SandboxSet, the desired sandbox
 // with its pool, the observation with its endpoint, a user's kubectl request) and the names and
 // labels a sandbox's objects carry. Types and pure functions only.
+import type { Backstop } from "./traffic-pod.ts";
 import type { KubeConfig, KubernetesObject, V1PodTemplateSpec } from "@kubernetes/client-node";
 import { createHash } from "node:crypto";
 import type { DesiredSandbox, DriverCapabilities, SandboxObservation } from "../driver.ts";
@@ -125,6 +126,9 @@ export interface KubernetesDriverOptions {
   /** Ranges a governed pod's NetworkPolicy backstop refuses unless a rule allows a block in them
    * (default DEFAULT_CLUSTER_CIDRS: private and shared space, link-local). `--cluster-cidrs`. */
   clusterCidrs?: string[];
+  /** Where a governed pod's DNS may go past the backstop (default DEFAULT_CLUSTER_DNS: the
+   * kube-dns pods of kube-system). `--cluster-dns`. */
+  clusterDns?: Backstop["dns"];
   now?: () => number;
   log?: (msg: string) => void;
 }

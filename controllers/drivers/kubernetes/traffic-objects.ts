@@ -11,7 +11,7 @@ import { ownerRef, type DriverContext } from "./context.ts";
 import { statusCode, tolerate } from "./kube-api.ts";
 import type { NamespaceScope } from "./namespace-scope.ts";
 import { idLabel, type KubeDesiredSandbox, type SandboxObject } from "./objects.ts";
-import { egressNetworkPolicy, egressPolicyName, podPolicy, trafficConfigMap, trafficConfigMapName } from "./traffic-pod.ts";
+import { egressNetworkPolicy, egressPolicyName, podPolicy, trafficConfigMap, trafficConfigMapName, type Backstop } from "./traffic-pod.ts";
 
 /** Whether a pod carries the traffic-proxy; `governed`: one that a policy governed from its start.
  * Read from its label: the informer's copies keep no containers. */
@@ -24,15 +24,15 @@ export class TrafficObjects {
   readonly #ctx: DriverContext;
   readonly #net: NetworkingV1Api;
   readonly #set: TrafficPolicySet;
-  readonly #clusterCidrs: string[];
+  readonly #backstop: Backstop;
   /** What was last written per object name (namespace/name), so unchanged content sends nothing. */
   readonly #written = new Map<string, string>();
 
-  constructor(ctx: DriverContext, net: NetworkingV1Api, set: TrafficPolicySet, clusterCidrs: string[]) {
+  constructor(ctx: DriverContext, net: NetworkingV1Api, set: TrafficPolicySet, backstop: Backstop) {
     this.#ctx = ctx;
     this.#net = net;
     this.#set = set;
-    this.#clusterCidrs = clusterCidrs;
+    this.#backstop = backstop;
   }
 
   /** What the sandbox's proxy must enforce now; null when nothing governs it. */
@@ -64,7 +64,7 @@ export class TrafficObjects {
       }
       return cm.metadata!.name!;
     }
-    const np = egressNetworkPolicy({ ...owned, selector: owned.labels }, policy, this.#clusterCidrs);
+    const np = egressNetworkPolicy({ ...owned, selector: owned.labels }, policy, this.#backstop);
     await this.#put(npKey, np, {
       create: () => this.#net.createNamespacedNetworkPolicy({ namespace: sc.namespace, body: np }),
       read: () => this.#net.readNamespacedNetworkPolicy({ namespace: sc.namespace, name: npName }),

@@ -1,21 +1,29 @@
 // Pure: what a governed sandbox pod gets so that every connection of it goes through its own
 // traffic-proxy (README.md, "Egress on Kubernetes"):
 //   - init container `traffic-redirect` (NET_ADMIN, exits): nftables in the pod's network namespace
-//     mark every TCP packet not sent by the proxy's uid (1337, as Istio's) and not to the pod
-//     itself; policy routing sends marked packets to `lo`, where TPROXY hands them to the proxy's
-//     transparent listener, so the accepted socket's local address is where the sandbox was going
-//     (Node cannot getsockopt SO_ORIGINAL_DST; with TPROXY it needs nothing but `localAddress`).
-//     DNS over UDP is redirected to the proxy's resolver; any other packet out is dropped.
+//     mark every TCP packet not sent by the proxy and not to the pod itself; policy routing sends
+//     marked packets to `lo`, where TPROXY hands them to the proxy's transparent listener, so the
+//     accepted socket's local address is where the sandbox was going (Node cannot getsockopt
+//     SO_ORIGINAL_DST; with TPROXY it needs nothing but `localAddress`). DNS over UDP is
+//     redirected to the proxy's resolver; any other packet out is dropped. "Sent by the proxy" is
+//     the `proxy` chain, empty (nothing exempt) until the sidecar's launcher fills it with its own
+//     container's cgroup and uid 1337 together: a uid alone is what any root process of the pod
+//     (the agent-runtime runs commands as root, with SETUID) could take.
 //   - sidecar `traffic-proxy`: `transparent.pl` opens the IP_TRANSPARENT listener as root with
-//     NET_ADMIN, drops to uid 1337 (which empties its capabilities) and execs the Node proxy with
-//     the socket as fd 3. The proxy reads its policy from the pod's ConfigMap, mounted here only.
+//     NET_ADMIN, writes the `proxy` chain, sets gid 1337 and execs the Node proxy with the socket
+//     as fd 3; Node sets uid 1337 itself (`--uid`) before it reads anything, which empties its
+//     capabilities and, being a credential change in a running process, makes it non-dumpable:
+//     no process of the pod (whose process namespace is shared) can ptrace it, read its memory or
+//     take its sockets, whatever uid it takes. The proxy reads its policy from the pod's ConfigMap,
+//     mounted here only.
 //   - ConfigMap `<pod>-traffic`: `policy.json` (schema/protocol/pod-traffic.ts), written by the agent.
 //   - NetworkPolicy `<pod>-egress`: the L3 backstop (DNS, and the internet without the cluster's
 //     ranges except what an allow rule names), enforced by the cluster's CNI, not by us.
-// The other containers lose NET_ADMIN, NET_RAW and `privileged`: either would let a process undo
-// the rules or send around them. The nft script holds our constants only, and reaches nft as an
-// argument (data), never as shell text.
-import type { V1ConfigMap, V1Container, V1NetworkPolicy, V1OwnerReference, V1PodSpec } from "@kubernetes/client-node";
+// The other containers lose NET_ADMIN, NET_RAW, SYS_ADMIN, SYS_PTRACE, BPF and `privileged`, and
+// the pod `hostNetwork`: each would let a process undo the rules, reach the proxy or send around
+// them. The nft script holds our constants only, and reaches nft as an argument (data), never as
+// shell text.
+import type { V1ConfigMap, V1Container, V1NetworkPolicy, V1NetworkPolicyPeer, V1OwnerReference, V1PodSpec } from "@kubernetes/client-node";
 import type { TrafficPolicyEntry } from "../../../schema/api/traffic-policy.ts";
 import { cidrWithin, formatIp, parseCidr, PRIVATE_RANGES } from "../../../schema/egress/address.ts";
 import type { InjectionComponent } from "../../../schema/crd/injection.ts";
@@ -37,6 +45,8 @@ export const EXPLICIT_PORT = 3128;
 /** The kubelet's probes (`GET /ready`; the pod address, as Istio's 15021). */
 export const HEALTH_PORT = 15021;
 const MARK = "0x1e7a";
+/** The regular chain of both tables that says which sockets are the proxy's (transparent.pl's name). */
+const EXEMPT_CHAIN = "proxy";
 const ROUTE_TABLE = 133;
 /** Where the sidecar finds the pod's ConfigMap, and the image's root (k8s/Dockerfile's WORKDIR). */
 export const POLICY_DIR = "/etc/sandbox-traffic";
@@ -70,14 +80,16 @@ export function podPolicy(set: TrafficPolicySet, d: Pick<DesiredSandbox, "allowI
 /** The nftables ruleset the init container loads (constants only; README.md explains each chain). */
 export function redirectRules(): string {
   const reset = (family: string) => `table ${family} sandbox_traffic {}\ndelete table ${family} sandbox_traffic\n`;
-  const outOnly = `    meta skuid ${PROXY_UID} accept\n    ct direction reply accept\n    oifname "lo" accept\n`;
+  const outOnly = `    jump ${EXEMPT_CHAIN}\n    ct direction reply accept\n    oifname "lo" accept\n`;
+  // Filled by transparent.pl (its cgroup and uid: `accept`); empty, it exempts nothing.
+  const exempt = `  chain ${EXEMPT_CHAIN} {\n  }\n`;
   // The hooks after mark_out still see the first route's device (eth0): the mark and the DNS
   // redirect's new address say where the packet really goes.
   const toProxy = `    meta l4proto tcp meta mark ${MARK} accept\n    ip daddr 127.0.0.0/8 accept\n`;
   return `${reset("ip")}${reset("ip6")}table ip sandbox_traffic {
-  chain mark_out {
+${exempt}  chain mark_out {
     type route hook output priority mangle; policy accept;
-    meta skuid ${PROXY_UID} return
+    jump ${EXEMPT_CHAIN}
     ct direction reply return
     ip daddr 127.0.0.0/8 return
     fib daddr type local return
@@ -89,7 +101,7 @@ export function redirectRules(): string {
   }
   chain dns_out {
     type nat hook output priority -100; policy accept;
-    meta skuid ${PROXY_UID} return
+    jump ${EXEMPT_CHAIN}
     udp dport 53 redirect to :${DNS_PORT}
   }
   chain only_proxy {
@@ -97,7 +109,7 @@ export function redirectRules(): string {
 ${outOnly}${toProxy}  }
 }
 table ip6 sandbox_traffic {
-  chain only_proxy {
+${exempt}  chain only_proxy {
     type filter hook output priority filter; policy drop;
 ${outOnly}  }
 }
@@ -113,12 +125,17 @@ ip rule add fwmark ${MARK} lookup ${ROUTE_TABLE}
 ip route replace local 0.0.0.0/0 dev lo table ${ROUTE_TABLE}
 `;
 
-const DROP = ["NET_ADMIN", "NET_RAW"];
+/** NET_ADMIN undoes the rules; NET_RAW's packet sockets go around them; SYS_ADMIN and SYS_PTRACE
+ * reach into the proxy (setns, ptrace, its sockets); BPF attaches programs that could rewrite
+ * what leaves. */
+const DROP = ["NET_ADMIN", "NET_RAW", "SYS_ADMIN", "SYS_PTRACE", "BPF"];
 
-/** Adds the redirect and the proxy to a pod spec (mutated: the caller's copy) and takes NET_ADMIN,
- * NET_RAW and `privileged` from every other container. `configMap`: the pod's policy ConfigMap. */
+/** Adds the redirect and the proxy to a pod spec (mutated: the caller's copy) and takes DROP and
+ * `privileged` from every other container and the host's network from the pod. `configMap`: the
+ * pod's policy ConfigMap. */
 export function injectTraffic(spec: V1PodSpec, component: InjectionComponent, configMap: string): void {
   const image = component.image!;
+  if (spec.hostNetwork) spec.hostNetwork = false;
   for (const c of [...spec.containers, ...(spec.initContainers ?? [])]) {
     if (c.name === TRAFFIC_CONTAINER || c.name === REDIRECT_CONTAINER) continue;
     const sc = (c.securityContext ??= {});
@@ -144,7 +161,8 @@ export function injectTraffic(spec: V1PodSpec, component: InjectionComponent, co
     ports: [{ name: "proxy-health", containerPort: HEALTH_PORT }],
     readinessProbe: { httpGet: { path: "/ready", port: HEALTH_PORT }, periodSeconds: 1 },
     livenessProbe: { httpGet: { path: "/ready", port: HEALTH_PORT }, periodSeconds: 10, timeoutSeconds: 2, failureThreshold: 3 },
-    // Root only until transparent.pl has its socket: then uid 1337, no capabilities, no new ones.
+    // Root only until transparent.pl has its socket and its exemption, and Node its uid: then
+    // uid 1337, no capabilities, no new ones.
     securityContext: { ...root, capabilities: { drop: ["ALL"], add: ["NET_ADMIN", "SETUID", "SETGID"] } },
   };
   spec.initContainers = [...(spec.initContainers ?? []).filter((c) => c.name !== REDIRECT_CONTAINER), redirect];
@@ -156,7 +174,7 @@ export function injectTraffic(spec: V1PodSpec, component: InjectionComponent, co
 export function proxyCommand(): string[] {
   return [
     "perl", `${APP_ROOT}/controllers/traffic/transparent.pl`, "127.0.0.1", String(TRANSPARENT_PORT), String(PROXY_UID), "--",
-    "node", `${APP_ROOT}/controllers/traffic/main.ts`, "--listen", `127.0.0.1:${EXPLICIT_PORT}`, "--transparent-fd", "3",
+    "node", `${APP_ROOT}/controllers/traffic/main.ts`, "--uid", String(PROXY_UID), "--listen", `127.0.0.1:${EXPLICIT_PORT}`, "--transparent-fd", "3",
     "--dns", `127.0.0.1:${DNS_PORT}`, "--pod-policy", `${POLICY_DIR}/${POLICY_FILE}`, "--health", `0.0.0.0:${HEALTH_PORT}`,
   ];
 }
@@ -181,13 +199,24 @@ export function trafficConfigMap(o: Owned, policy: PodTrafficPolicy): V1ConfigMa
   };
 }
 
-/** The allow rules' IPv4 blocks inside the cluster's ranges: the backstop lets those through. */
+/** The backstop's cluster side: the ranges a governed pod is kept from (`--cluster-cidrs`) and
+ * where its DNS may go (`--cluster-dns`): the cluster DNS's pods, or an address (node-local DNS). */
+export interface Backstop {
+  clusterCidrs: string[];
+  dns: { namespace: string; podLabels: Record<string, string> } | { cidr: string };
+}
+
+/** kube-dns / CoreDNS as kubeadm, kind and the managed clusters label it. */
+export const DEFAULT_CLUSTER_DNS: Backstop["dns"] = { namespace: "kube-system", podLabels: { "k8s-app": "kube-dns" } };
+
+/** The IPv4 blocks inside the cluster's ranges that the platform's GlobalTrafficPolicies allow:
+ * the backstop lets those through. A tenant's own rules (E2B `allowOut`, a team's TrafficPolicy)
+ * never open it: the cluster's ranges are the platform's to give (its proxy still enforces them). */
 export function allowedInside(policy: PodTrafficPolicy, clusterCidrs: string[]): string[] {
   const ranges = clusterCidrs.map((c) => parseCidr(c)).filter((c) => c !== undefined);
-  const texts = [
-    ...(policy.egress?.allowOut ?? []),
-    ...policy.trafficPolicies.flatMap((e: TrafficPolicyEntry) => e.spec.egress.rules.filter((r) => r.action === "allow").flatMap((r) => r.to.flatMap((p) => ("cidr" in p ? [p.cidr] : [])))),
-  ];
+  const texts = policy.trafficPolicies
+    .filter((e: TrafficPolicyEntry) => e.team === null)
+    .flatMap((e) => e.spec.egress.rules.filter((r) => r.action === "allow").flatMap((r) => r.to.flatMap((p) => ("cidr" in p ? [p.cidr] : []))));
   const out = new Set<string>();
   for (const t of texts) {
     const c = parseCidr(t);
@@ -197,10 +226,13 @@ export function allowedInside(policy: PodTrafficPolicy, clusterCidrs: string[]):
   return [...out].sort();
 }
 
-/** The per-pod backstop: DNS anywhere, the IPv4 internet without `clusterCidrs`, and the blocks
- * inside them an allow rule names. Egress only: ingress (the edge to the runtime) is untouched. */
-export function egressNetworkPolicy(o: Owned & { selector: Record<string, string> }, policy: PodTrafficPolicy, clusterCidrs: string[]): V1NetworkPolicy {
-  const inside = allowedInside(policy, clusterCidrs);
+/** The per-pod backstop: DNS to the cluster DNS only, the IPv4 internet without the cluster's
+ * ranges, and the blocks inside them a GlobalTrafficPolicy allows. Egress only: ingress (the edge
+ * to the runtime) is untouched. */
+export function egressNetworkPolicy(o: Owned & { selector: Record<string, string> }, policy: PodTrafficPolicy, backstop: Backstop): V1NetworkPolicy {
+  const inside = allowedInside(policy, backstop.clusterCidrs);
+  const d = backstop.dns;
+  const dns: V1NetworkPolicyPeer = "cidr" in d ? { ipBlock: { cidr: d.cidr } } : { namespaceSelector: { matchLabels: { "kubernetes.io/metadata.name": d.namespace } }, podSelector: { matchLabels: d.podLabels } };
   return {
     apiVersion: "networking.k8s.io/v1",
     kind: "NetworkPolicy",
@@ -209,8 +241,8 @@ export function egressNetworkPolicy(o: Owned & { selector: Record<string, string
       podSelector: { matchLabels: o.selector },
       policyTypes: ["Egress"],
       egress: [
-        { ports: [{ protocol: "UDP", port: 53 }, { protocol: "TCP", port: 53 }] },
-        { to: [{ ipBlock: { cidr: "0.0.0.0/0", except: clusterCidrs } }, ...inside.map((cidr) => ({ ipBlock: { cidr } }))] },
+        { to: [dns], ports: [{ protocol: "UDP", port: 53 }, { protocol: "TCP", port: 53 }] },
+        { to: [{ ipBlock: { cidr: "0.0.0.0/0", except: backstop.clusterCidrs } }, ...inside.map((cidr) => ({ ipBlock: { cidr } }))] },
       ],
     },
   };

@@ -4,10 +4,11 @@
 // `traffic-proxy` sidecar (transparent.pl opening the TPROXY listener, then the Node proxy as uid
 // 1337), with the policy file the pod's ConfigMap would hold. A "sandbox" process (another uid, no
 // proxy variables) then reaches the stand-in internet (a second namespace with an HTTP server and
-// a DNS server, the cluster DNS's stand-in) only as the policy says. Needs root: run under the
-// shared lock (test/README.md).
+// a DNS server, the cluster DNS's stand-in) only as the policy says. The sidecar runs as a
+// container would: in a cgroup of its own, in its own cgroup namespace with cgroup2 mounted at
+// /sys/fs/cgroup. Needs root: run under the shared lock (test/README.md).
 import { execFileSync, spawn, spawnSync, type ChildProcess } from "node:child_process";
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync, chmodSync } from "node:fs";
+import { mkdirSync, mkdtempSync, readFileSync, rmdirSync, rmSync, statSync, writeFileSync, chmodSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -26,6 +27,11 @@ const OUT_NS = `kruise-podout-${k}`;
 const POD_IP = `203.0.113.${4 * k + 1}`;
 const OUT_IP = `203.0.113.${4 * k + 2}`;
 const SANDBOX_UID = 1000;
+/** The cgroup v2 hierarchy (pure v2 hosts: /sys/fs/cgroup; hybrid ones: its `unified` mount). */
+const CGROUP2 = readFileSync("/proc/self/mounts", "utf8").split("\n").map((l) => l.split(" ")).find((f) => f[2] === "cgroup2")![1]!;
+/** The sidecar's "container" cgroup, and its parent (the "pod"). */
+const POD_CG = join(CGROUP2, POD_NS);
+const PROXY_CG = join(POD_CG, "traffic-proxy");
 
 // The stand-in internet: HTTP on 80 and 8080 answering who it saw, and the "cluster DNS" on 53.
 const SERVERS = `
@@ -86,10 +92,22 @@ function local(argv: string[]): string[] {
   return argv.map((a) => (a === "node" ? process.execPath : a.replace(`${APP_ROOT}/`, `${REPO}/`).replace(POLICY_DIR, dir)));
 }
 
+/** argv run as the container runtime runs a container's: moved into PROXY_CG, then in the pod's
+ * network namespace with a cgroup namespace of its own and cgroup2 mounted at /sys/fs/cgroup. */
+function inProxyContainer(argv: string[]): string[] {
+  return ["sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', PROXY_CG, "ip", ...inPod(["unshare", "--cgroup", "--mount", "sh", "-c", 'mount -t cgroup2 none /sys/fs/cgroup && exec "$@"', "sh", ...argv])];
+}
+
 /** curl as the sandbox's uid, with no proxy variables: the exit code and what it printed. */
 function curl(url: string, uid = SANDBOX_UID): { code: number; out: string } {
   const r = spawnSync("ip", inPod(["setpriv", `--reuid=${uid}`, `--regid=${uid}`, "--clear-groups", "curl", "-sS", "--max-time", "8", url]), { env: { PATH: process.env.PATH! } });
   return { code: r.status ?? -1, out: `${r.stdout}${r.stderr}` };
+}
+
+/** The sidecar's Node process. */
+function proxyPid(): string {
+  const pids = sh("pgrep", ["-f", "--", `--pod-policy ${dir}/`]).trim().split("\n");
+  return pids.find((p) => /^Name:\s+node/m.test(readFileSync(`/proc/${p}/status`, "utf8")))!;
 }
 
 beforeAll(async () => {
@@ -129,7 +147,9 @@ beforeAll(async () => {
   const init = pod.spec!.initContainers!.find((c) => c.name === REDIRECT_CONTAINER)!;
   sh("ip", inPod(local(init.command!)));
   const proxy = pod.spec!.containers.find((c) => c.name === TRAFFIC_CONTAINER)!;
-  sidecar = spawn("ip", inPod(local(proxy.command!)), { stdio: ["ignore", "pipe", "pipe"] });
+  mkdirSync(PROXY_CG, { recursive: true });
+  const [cmd, ...args] = inProxyContainer(local(proxy.command!));
+  sidecar = spawn(cmd!, args, { stdio: ["ignore", "pipe", "pipe"] });
   sidecar.stdout!.on("data", (b: Buffer) => (sidecarOut += b.toString()));
   sidecar.stderr!.on("data", (b: Buffer) => (sidecarOut += b.toString()));
   await waitFor(() => sidecarOut.includes("health on"), { timeoutMs: 20_000, what: "the sidecar to listen" });
@@ -140,13 +160,19 @@ afterAll(() => {
   servers?.kill("SIGKILL");
   for (const ns of [POD_NS, OUT_NS]) spawnSync("ip", ["netns", "del", ns]);
   rmSync(`/etc/netns/${POD_NS}`, { recursive: true, force: true });
+  for (const cg of [PROXY_CG, POD_CG]) {
+    try {
+      rmdirSync(cg);
+    } catch {
+      // not made, or a process is still leaving it
+    }
+  }
   if (dir) rmSync(dir, { recursive: true, force: true });
 });
 
 describe("a governed pod's redirect and sidecar (in a network namespace)", () => {
   it("the proxy runs as uid 1337 with no capabilities once its listener is open", () => {
-    const pids = sh("pgrep", ["-f", "--", "--transparent-fd 3"]).trim().split("\n");
-    const status = pids.map((p) => readFileSync(`/proc/${p}/status`, "utf8")).find((s) => /^Name:\s+node/m.test(s))!;
+    const status = readFileSync(`/proc/${proxyPid()}/status`, "utf8");
     expect(status).toMatch(new RegExp(`^Uid:\\s+${PROXY_UID}\\s+${PROXY_UID}\\s+${PROXY_UID}\\s+${PROXY_UID}$`, "m"));
     expect(status).toMatch(/^CapEff:\s+0+$/m);
     expect(status).toMatch(/^CapPrm:\s+0+$/m);
@@ -167,17 +193,33 @@ describe("a governed pod's redirect and sidecar (in a network namespace)", () =>
     await waitFor(() => sidecarOut.includes(`denied ${OUT_IP}:8080: GlobalTrafficPolicy baseline rule 1 (reject)`), { what: "the denial in the proxy's log" });
   });
 
-  it("the sandbox cannot go around it: other UDP is dropped, and only uid 1337 leaves unredirected", () => {
+  it("the sandbox cannot go around it: other UDP is dropped, and taking the proxy's uid gets nothing", () => {
     const udp = spawnSync("ip", inPod(["setpriv", `--reuid=${SANDBOX_UID}`, `--regid=${SANDBOX_UID}`, "--clear-groups", "/usr/bin/python3", "-c", `import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.sendto(b"x", ("${OUT_IP}", 9))`]));
     expect(udp.stderr.toString()).toContain("Operation not permitted");
-    // The proxy's own uid is what the rules let out as it is (Istio's convention; README.md).
-    expect(curl(`http://${OUT_IP}:8080/`, PROXY_UID)).toEqual({ code: 0, out: `outside saw ${POD_IP}` });
+    // A root process of another container that setuid()s to the proxy's uid (what the
+    // agent-runtime's root commands can do): still redirected, and refused by the baseline.
+    expect(curl(`http://${OUT_IP}:8080/`, PROXY_UID).out).toContain("GlobalTrafficPolicy baseline rule 1 (reject)");
+    const udp1337 = spawnSync("ip", inPod(["setpriv", `--reuid=${PROXY_UID}`, `--regid=${PROXY_UID}`, "--clear-groups", "/usr/bin/python3", "-c", `import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.sendto(b"x", ("${OUT_IP}", 9))`]));
+    expect(udp1337.stderr.toString()).toContain("Operation not permitted");
+    // Nor can it reach into the proxy (the pod shares its process namespace): the proxy is not
+    // dumpable, so /proc/<pid>/environ (and ptrace, mem, pidfd_getfd) is closed even to uid 1337.
+    const node = proxyPid();
+    expect(statSync(`/proc/${node}/environ`).uid).toBe(0);
+    const peek = spawnSync("setpriv", [`--reuid=${PROXY_UID}`, `--regid=${PROXY_UID}`, "--clear-groups", "cat", `/proc/${node}/environ`]);
+    expect(peek.status).not.toBe(0);
+    expect(peek.stderr.toString()).toContain("Permission denied");
   });
 
   it("a bulk download through the transparent path (a figure, not asserted)", () => {
-    // Same run, interleaved: through the proxy (uid 1000) and past it (uid 1337), 64 MiB each.
-    const speed = (uid: number) => Number(spawnSync("ip", inPod(["setpriv", `--reuid=${uid}`, `--regid=${uid}`, "--clear-groups", "curl", "-sS", "-o", "/dev/null", "-w", "%{speed_download}", `http://allowed.test/big`])).stdout.toString());
-    const rounds = [0, 1, 2].map(() => [speed(SANDBOX_UID), speed(PROXY_UID)] as const);
+    // Same run, interleaved: through the proxy (uid 1000) and past it (uid 1337 in the proxy's
+    // container), 64 MiB each.
+    const get = ["curl", "-sS", "-o", "/dev/null", "-w", "%{speed_download}", `http://allowed.test/big`];
+    const through = () => Number(spawnSync("ip", inPod(["setpriv", `--reuid=${SANDBOX_UID}`, `--regid=${SANDBOX_UID}`, "--clear-groups", ...get])).stdout.toString());
+    const past = () => {
+      const [cmd, ...args] = inProxyContainer(["setpriv", `--reuid=${PROXY_UID}`, `--regid=${PROXY_UID}`, "--clear-groups", ...get]);
+      return Number(spawnSync(cmd!, args).stdout.toString());
+    };
+    const rounds = [0, 1, 2].map(() => [through(), past()] as const);
     const median = (xs: number[]) => xs.sort((a, b) => a - b)[1]!;
     const [proxied, direct] = [median(rounds.map((r) => r[0])), median(rounds.map((r) => r[1]))];
     expect(proxied).toBeGreaterThan(0);

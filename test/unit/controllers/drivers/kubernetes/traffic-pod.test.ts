@@ -2,7 +2,7 @@
 // what, E2B's allowInternetAccess as rules, the NetworkPolicy's extra blocks, what the other
 // containers lose, and the agent's --cluster-cidrs flag.
 import { describe, expect, it } from "vitest";
-import { clusterCidrsFlag } from "../../../../../controllers/drivers/kubernetes/flags.ts";
+import { clusterCidrsFlag, clusterDnsFlag } from "../../../../../controllers/drivers/kubernetes/flags.ts";
 import { allowedInside, DEFAULT_CLUSTER_CIDRS, injectTraffic, podEgress, podPolicy } from "../../../../../controllers/drivers/kubernetes/traffic-pod.ts";
 import { TrafficPolicySet } from "../../../../../controllers/traffic/governed.ts";
 import { TrafficPolicySpec } from "../../../../../schema/api/traffic-policy.ts";
@@ -13,6 +13,7 @@ set.replace([
   { team: "team-a", name: "web", spec: TrafficPolicySpec.parse({ selector: { matchLabels: { app: "web" } }, egress: { rules: [{ action: "allow", to: [{ cidr: "10.9.0.7" }, { fqdn: "db.internal" }] }] } }) },
   { team: "team-b", name: "other", spec: TrafficPolicySpec.parse({ egress: { rules: [{ action: "allow", to: [{ cidr: "192.168.1.0/24" }] }] } }) },
   { team: null, name: "base", spec: TrafficPolicySpec.parse({ selector: { matchLabels: { tier: "x" } }, egress: { rules: [{ action: "reject", to: [{ cidr: "0.0.0.0/0" }] }] } }) },
+  { team: null, name: "platform", spec: TrafficPolicySpec.parse({ selector: { matchLabels: { app: "web" } }, egress: { rules: [{ action: "allow", to: [{ cidr: "10.50.1.9/16" }, { cidr: "8.8.8.8" }] }, { action: "reject", to: [{ cidr: "10.60.0.0/16" }] }] } }) },
 ]);
 
 describe("traffic-pod", () => {
@@ -26,21 +27,25 @@ describe("traffic-pod", () => {
   it("only the policies that select the sandbox (its team's and global ones) travel, and the file parses", () => {
     expect(podPolicy(set, { allowInternetAccess: true, labels: { app: "api" } }, "team-a")).toBeNull();
     const p = podPolicy(set, { allowInternetAccess: true, labels: { app: "web" } }, "team-a")!;
-    expect(p.trafficPolicies.map((e) => e.name)).toEqual(["web"]);
+    expect(p.trafficPolicies.map((e) => e.name)).toEqual(["platform", "web"]);
     expect(PodTrafficPolicySchema.parse(JSON.parse(JSON.stringify(p)))).toEqual(p);
     expect(podPolicy(set, { allowInternetAccess: true, labels: { tier: "x" } }, "team-c")!.trafficPolicies.map((e) => e.name)).toEqual(["base"]);
   });
 
-  it("the backstop lets through the IPv4 blocks allow rules name inside the cluster's ranges, canonical", () => {
-    const p = podPolicy(set, { allowInternetAccess: false, egress: { allowOut: ["172.20.1.9/16", "8.8.8.8", "pypi.org", "fd00::1"], denyOut: [] }, labels: { app: "web" } }, "team-a")!;
-    expect(allowedInside(p, DEFAULT_CLUSTER_CIDRS)).toEqual(["10.9.0.7/32", "172.20.0.0/16"]);
+  it("the backstop opens inside the cluster's ranges only what a GlobalTrafficPolicy allows, canonical; never a tenant's own rule", () => {
+    const p = podPolicy(set, { allowInternetAccess: false, egress: { allowOut: ["172.20.1.9/16", "169.254.169.254", "8.8.8.8", "pypi.org", "fd00::1"], denyOut: [] }, labels: { app: "web" } }, "team-a")!;
+    // 172.20/16 and 169.254.169.254 (allowOut) and 10.9.0.7 (team-a's policy) stay closed.
+    expect(allowedInside(p, DEFAULT_CLUSTER_CIDRS)).toEqual(["10.50.0.0/16"]);
+    const tenantOnly = podPolicy(set, { allowInternetAccess: false, egress: { allowOut: ["10.0.0.0/8", "169.254.0.0/16"], denyOut: [] }, labels: { app: "api" } }, "team-a")!;
+    expect(allowedInside(tenantOnly, DEFAULT_CLUSTER_CIDRS)).toEqual([]);
   });
 
-  it("the other containers lose NET_ADMIN, NET_RAW and privileged; the pair is added once", () => {
-    const spec = { containers: [{ name: "sandbox", image: "x", securityContext: { privileged: true, capabilities: { add: ["CAP_NET_ADMIN", "SYS_TIME"], drop: ["MKNOD"] } } }] };
+  it("the other containers lose what reaches past or into the proxy, the pod the host's network; the pair is added once", () => {
+    const spec = { hostNetwork: true, containers: [{ name: "sandbox", image: "x", securityContext: { privileged: true, capabilities: { add: ["CAP_NET_ADMIN", "SYS_TIME", "SYS_PTRACE", "CAP_SYS_ADMIN"], drop: ["MKNOD"] } } }] };
     injectTraffic(spec, { kind: "sidecar", image: "proxy:1" }, "cm");
     injectTraffic(spec, { kind: "sidecar", image: "proxy:1" }, "cm");
-    expect(spec.containers[0]!.securityContext).toEqual({ privileged: false, capabilities: { add: ["SYS_TIME"], drop: ["MKNOD", "NET_ADMIN", "NET_RAW"] } });
+    expect(spec.hostNetwork).toBe(false);
+    expect(spec.containers[0]!.securityContext).toEqual({ privileged: false, capabilities: { add: ["SYS_TIME"], drop: ["MKNOD", "NET_ADMIN", "NET_RAW", "SYS_ADMIN", "SYS_PTRACE", "BPF"] } });
     expect(spec.containers.map((c) => c.name)).toEqual(["sandbox", "traffic-proxy"]);
     expect((spec as { initContainers?: { name: string }[] }).initContainers!.map((c) => c.name)).toEqual(["traffic-redirect"]);
   });
@@ -49,5 +54,14 @@ describe("traffic-pod", () => {
     expect(clusterCidrsFlag(undefined)).toBeUndefined();
     expect(clusterCidrsFlag("10.244.0.0/16, 10.96.0.0/12")).toEqual(["10.244.0.0/16", "10.96.0.0/12"]);
     expect(() => clusterCidrsFlag("10.0.0.0/8,fd00::/8")).toThrow(/fd00::\/8/);
+  });
+
+  it("--cluster-dns names the cluster DNS's pods or an address", () => {
+    expect(clusterDnsFlag(undefined)).toBeUndefined();
+    expect(clusterDnsFlag("kube-system/k8s-app=kube-dns")).toEqual({ namespace: "kube-system", podLabels: { "k8s-app": "kube-dns" } });
+    expect(clusterDnsFlag("dns/app=coredns, tier=node")).toEqual({ namespace: "dns", podLabels: { app: "coredns", tier: "node" } });
+    expect(clusterDnsFlag("169.254.20.10/32")).toEqual({ cidr: "169.254.20.10/32" });
+    expect(() => clusterDnsFlag("kube-system")).toThrow(/--cluster-dns/);
+    expect(() => clusterDnsFlag("Kube_System/a=b")).toThrow(/--cluster-dns/);
   });
 });
