@@ -168,4 +168,26 @@ describe("SecurityProfile objects over the agent link", () => {
     await expectError(call(`/admin/teams/${ns}/security-profiles/mcp`), 404);
     await agent.waitUntil(() => !(agent.securityProfiles?.some((p) => p.name === "mcp") ?? true));
   });
+
+  it("a cluster's GlobalSecurityProfile (namespace null) becomes a global profile every agent gets, from a cluster that serves no team", async () => {
+    const link = (cluster: string) => fetchTransport((url, init) => exports.default.fetch(url, init) as never, "test-cluster-token", cluster);
+    const platform = new ScriptedAgent();
+    const crd = new CrdLink();
+    await crd.connect(platform, link(unique("gsp-platform")));
+    const team = await createTeam(unique("gsp-team"));
+    const teamAgent = await startAgent(team.cluster);
+    agents.push(platform, teamAgent);
+    const name = unique("gsp");
+    const ref = { namespace: null, name, uid: `uid-${name}` };
+    const spec = { priority: 5, selector: { matchLabels: { gsp: name } }, ...rule({ domains: ["*.internal.test"] }) };
+    expect(await crd.call("securityprofileobjects", { ...ref, generation: 1, spec })).toMatchObject({ result: "applied", selectedSandboxes: [] });
+    expect(await expectStatus(call(`/admin/global-security-profiles/${name}`), 200)).toMatchObject({ kind: "GlobalSecurityProfile", team: null, spec: { priority: 5 } });
+    await teamAgent.waitUntil(() => teamAgent.securityProfiles?.some((p) => p.team === null && p.name === name) ?? false);
+    // Its status lists the live sandboxes of any team that it selects.
+    const sbx = await expectStatus(call("/v2/sandboxes", { key: team.key, body: { templateID: team.template, metadata: { "label:gsp": name } } }), 201);
+    expect(await crd.call("securityprofileobjects", { ...ref, status: true })).toMatchObject({ result: "applied", selectedSandboxes: [sbx.sandboxID] });
+    expect(await crd.call("securityprofileobjects", { ...ref, deleted: true })).toMatchObject({ result: "applied" });
+    await expectError(call(`/admin/global-security-profiles/${name}`), 404);
+    await teamAgent.waitUntil(() => !(teamAgent.securityProfiles?.some((p) => p.name === name) ?? true));
+  });
 });
