@@ -96,6 +96,34 @@ describe("security profiles (admin API)", () => {
     expect(agentA.securityProfiles!.some((p) => p.team === c.name)).toBe(true);
   }, 60_000);
 
+  it("tokenTransformation secrets go with the set to the serving cluster's agent that enforces network.rules, per team, never elsewhere", async () => {
+    const a = await createTeam(unique("sp-tok"));
+    const other = await createTeam(unique("sp-tok-other"));
+    const agent = await startAgent(a.cluster, { networkRules: true });
+    const stranger = await startAgent(other.cluster, { networkRules: true });
+    agents.push(agent, stranger);
+    const VALUE = `tok-${unique("v")}`;
+    await expectStatus(call("/secrets", { key: a.key, body: { name: "Api-Key", value: VALUE } }), 201);
+    await expectStatus(call("/secrets", { key: a.key, body: { name: "unnamed", value: "value-no-rule-names" } }), 201);
+    const spec = { rules: [{ name: "key", match: [{ domains: ["api.a.test"] }], actions: { tokenTransformation: { type: "ApiKey", targetHeader: "x-api-key", credentialRef: { secret: { name: "api-key" } } } } }] };
+    await expectStatus(call(`/admin/teams/${a.name}/security-profiles/tok`, { method: "PUT", body: spec }), 200);
+    await agent.waitUntil(() => agent.profileSecrets?.[a.name] !== undefined);
+    expect(agent.profileSecrets).toEqual({ [a.name]: { "api-key": VALUE } });
+    expect(JSON.stringify(agent.securityProfiles)).not.toContain(VALUE);
+    // A new value reaches the agent; another cluster never sees it.
+    const id = (await expectStatus(call("/secrets", { key: a.key }), 200)).find((x: { name: string }) => x.name === "api-key").secretID;
+    await expectStatus(call(`/secrets/${id}`, { key: a.key, method: "POST", body: { value: `${VALUE}-2` } }), 200);
+    await agent.waitUntil(() => agent.profileSecrets?.[a.name]?.["api-key"] === `${VALUE}-2`);
+    await stranger.waitUntil(() => stranger.securityProfiles !== null);
+    expect(JSON.stringify(stranger.profileSecrets ?? {})).not.toContain(VALUE);
+    // An agent that did not say it enforces network.rules gets the profile, not the secret.
+    agent.disconnect();
+    const older = await startAgent(a.cluster);
+    agents.push(older);
+    await older.waitUntil(() => older.securityProfiles?.some((p) => p.name === "tok") ?? false);
+    expect(older.profileSecrets).toBeUndefined();
+  }, 60_000);
+
   it("refuses what the proxy cannot enforce as written, naming it; needs the admin key", async () => {
     const team = await createTeam(unique("sp"));
     const t = team.name;
