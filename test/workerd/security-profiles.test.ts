@@ -166,6 +166,20 @@ describe("GET /sandboxes/{id}/network/audit", () => {
     await expectError(call(`/sandboxes/${id}/network/audit`, { key: other.key }), 404);
     await expectError(call(`/sandboxes/${id}/network/audit?limit=5000`, { key: team.key }), 400, /limit/);
   });
+
+  it("after the kill its team still reads the audit the agent keeps a while (as for logs); another team gets 404", async () => {
+    const team = await createTeam(unique("audit-kill"), { replicas: 1 });
+    const other = await createTeam(unique("audit-kill-other"), { cluster: team.cluster });
+    const agent = await startAgent(team.cluster);
+    agents.push(agent);
+    const id = (await expectStatus(call("/v2/sandboxes", { key: team.key, body: { templateID: team.template } }), 201)).sandboxID;
+    const rec = { sandbox: id, host: "api.test", method: "GET", path: "/x", rule: "r", status: 403, bytesOut: 0, bytesIn: 0, refused: true };
+    agent.audit.append(id, "warn", "GET api.test/x 403", auditFields(rec), Date.parse("2026-01-01T00:00:00Z"));
+    await expectStatus(call(`/sandboxes/${id}`, { key: team.key, method: "DELETE" }), 204);
+    const body = await expectStatus(call(`/sandboxes/${id}/network/audit`, { key: team.key }), 200);
+    expect(body.records).toMatchObject([{ host: "api.test", path: "/x", status: 403, refused: true }]);
+    await expectError(call(`/sandboxes/${id}/network/audit`, { key: other.key }), 404);
+  });
 });
 
 describe("SecurityProfile objects over the agent link", () => {
