@@ -217,7 +217,9 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
       }
       driver.setTrafficPolicies(policies).catch((err: unknown) => agentLog.error("traffic policies failed", { error: err }));
     },
-    onSecurityProfiles(profiles) {
+    onSecurityProfiles(profiles, secrets) {
+      // Before the set, whose first request may need them.
+      driver.setProfileSecrets?.(secrets);
       if (!driver.setSecurityProfiles) {
         if (profiles.length && !profilesUnenforcedSaid) agentLog.warn("security profiles not enforced: the driver has no L7 data plane for them", { driver: driver.name });
         profilesUnenforcedSaid ||= profiles.length > 0;

@@ -156,10 +156,12 @@ export async function startCrdLink(o: CrdLinkOptions): Promise<CrdLink> {
   };
   const w = o.watchNamespaces;
   const home = await sync(o.namespace);
-  // GlobalTrafficPolicies are cluster-scoped: one sync for the cluster.
+  // GlobalTrafficPolicies and GlobalSecurityProfiles are cluster-scoped: one sync each for the cluster.
   const globalTraffic = new TrafficPolicySync({ kubeConfig: o.kubeConfig, namespace: null, link: o.link, log, retryMs, statusMs: o.autoscalerStatusMs });
   // Without the ClusterRoleBinding (k8s/rbac.yaml) they cannot be read: said, not fatal.
   await globalTraffic.start().catch((err: unknown) => log(`globaltrafficpolicies: not synced: ${(err as Error).message}`));
+  const globalSecurity = new SecurityProfileSync({ kubeConfig: o.kubeConfig, namespace: null, link: o.link, log, retryMs, statusMs: o.autoscalerStatusMs, enforced: false });
+  await globalSecurity.start().catch((err: unknown) => log(`globalsecurityprofiles: not synced: ${(err as Error).message}`));
   await Promise.all((w === "all" ? [] : (w ?? [])).map(sync));
   const discovery =
     w === "all"
@@ -175,6 +177,7 @@ export async function startCrdLink(o: CrdLinkOptions): Promise<CrdLink> {
     async stop() {
       requests.stop();
       await globalTraffic.stop();
+      await globalSecurity.stop();
       await discovery?.stop();
       for (const started of namespaces.values()) {
         const s = await started.catch(() => undefined);

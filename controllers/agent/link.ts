@@ -55,8 +55,9 @@ export interface LinkOptions {
   onSnapshotDeletes?(ids: string[]): void;
   /** The TrafficPolicies in force, whole (replaces the previous set). */
   onTrafficPolicies?(policies: TrafficPolicyEntry[]): void;
-  /** The SecurityProfiles in force, whole (replaces the previous set). */
-  onSecurityProfiles?(profiles: SecurityProfileEntry[]): void;
+  /** The SecurityProfiles in force, whole (replaces the previous set), and per team the values
+   * of the secrets their `tokenTransformation`s name (memory only). */
+  onSecurityProfiles?(profiles: SecurityProfileEntry[], secrets: Record<string, Record<string, string>>): void;
   /** A deleted template's built root filesystems (`b-<buildID>`), to free once unused. */
   onRootfsDeletes?(names: string[]): void;
   log?: (msg: string) => void;
@@ -293,7 +294,7 @@ export class Link {
         this.#o.onTrafficPolicies?.(msg.policies);
         return;
       case "securityProfiles":
-        this.#o.onSecurityProfiles?.(msg.profiles);
+        this.#o.onSecurityProfiles?.(msg.profiles, msg.secrets ?? {});
         return;
       default: {
         const never: never = msg;

@@ -192,6 +192,9 @@ export interface Driver {
    * kept in memory only (the proxy adds them to requests; the sandbox never sees them). Absent:
    * the driver cannot inject credentials. */
   setSandboxSecrets?(id: string, values: Record<string, string>): void;
+  /** Per team, the values of the secrets the SecurityProfiles' `tokenTransformation`s name, from
+   * the edge with each profile set (replacing the last); memory only, like setSandboxSecrets. */
+  setProfileSecrets?(byTeam: Record<string, Record<string, string>>): void;
   /** Ends every process, removes cgroups and the writable layer. Unknown ids are fine. */
   destroy(id: string): Promise<void>;
 }

@@ -38,6 +38,7 @@ import { edgeLogger } from "../tracing/edge-log.ts";
 import { getDb } from "../store/db.ts";
 import { listTrafficPolicies } from "../store/traffic-policies.ts";
 import { listSecurityProfiles, teamsServedBy } from "../store/security-profiles.ts";
+import { tokenSecretNames, type SecurityProfileEntry } from "../../schema/api/security-profile.ts";
 import { teamSecretValues } from "../store/secrets.ts";
 import { transformSecrets } from "../../schema/egress/transforms.ts";
 
@@ -280,7 +281,8 @@ export class ClusterDO extends DurableObject<Env> {
       for (const t of [...extra, ...(this.profileTeams ?? [])]) teams.add(t);
       const profiles = (await listSecurityProfiles(db)).filter((p) => p.team === null || teams.has(p.team));
       this.profileTeams = teams;
-      this.send({ type: "securityProfiles", profiles });
+      const secrets = await this.profileSecrets(profiles, teams);
+      this.send({ type: "securityProfiles", profiles, ...(secrets ? { secrets } : {}) });
       return true;
     });
     this.profilesChain = next.catch(() => false);
@@ -581,6 +583,23 @@ export class ClusterDO extends DurableObject<Env> {
         if (this.secretsChain === chain) this.secretsChain = null;
       });
     this.secretsChain = chain;
+  }
+
+  /** Per team of `teams`, the values of the secrets that its profiles' and the global ones'
+   * `tokenTransformation`s name, read now; undefined when there are none to send, no SECRETS_KEY,
+   * or the agent did not say it enforces `network.rules` (it would not hold them apart). */
+  private async profileSecrets(profiles: SecurityProfileEntry[], teams: Set<string>): Promise<Record<string, Record<string, string>> | undefined> {
+    const key = this.env.SECRETS_KEY;
+    if (!key || this.store!.getMeta("networkRules") !== "1") return undefined;
+    const named = (team: string | null) => profiles.filter((p) => p.team === team).flatMap((p) => tokenSecretNames(p.spec));
+    const global = named(null);
+    const out: Record<string, Record<string, string>> = {};
+    for (const team of teams) {
+      const names = [...new Set([...global, ...named(team)])];
+      const values = await teamSecretValues(getDb(this.env), key, team, names);
+      if (values.size) out[team] = Object.fromEntries(values);
+    }
+    return Object.keys(out).length ? out : undefined;
   }
 
   /** Each item gets the values of the secrets its own rules name (only those), read now: the

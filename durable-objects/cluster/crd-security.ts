@@ -1,7 +1,8 @@
-// SecurityProfiles from a cluster (schema/protocol/crd-sync.ts `securityprofileobjects`), applied
-// through the admin API's operations: stored, sent to every cluster's agent, and answered with the
-// live sandboxes each selects (the object's status). Only a cluster that serves the team (runs one
-// of its templates) may set the team's profiles, as for traffic policies (crd-traffic.ts). The
+// SecurityProfiles and GlobalSecurityProfiles from a cluster (schema/protocol/crd-sync.ts
+// `securityprofileobjects`), applied through the admin API's operations: stored, sent to the agents
+// (ClusterDO.sendSecurityProfiles), and answered with the live sandboxes each selects (the object's
+// status). Only a cluster that serves the team (runs one of its templates) may set the team's
+// profiles, as for traffic policies (crd-traffic.ts); a global one any trusted cluster. The
 // inventory prunes nothing: the team's profiles made through the admin API live beside them, and
 // the edge does not record which came from a cluster (an object deleted while the agent was down
 // stays until deleted through the admin API, as for TrafficPolicies).
@@ -12,7 +13,9 @@ import { servesTeam } from "./crd-traffic.ts";
 
 export async function applySecurityProfile(env: Env, cluster: string, item: SecurityProfileItem): Promise<Omit<ReplyItem, "id">> {
   if ("present" in item) return { result: "applied" };
-  if (!(await servesTeam(env, cluster, item.namespace))) {
+  // A GlobalSecurityProfile (namespace null) may come from any cluster the edge trusts, as a
+  // GlobalTrafficPolicy: the platform team owns the clusters.
+  if (item.namespace !== null && !(await servesTeam(env, cluster, item.namespace))) {
     return { result: "rejected", code: "forbidden", message: `cluster ${cluster} runs no template of team ${item.namespace}, so it may not set the team's security profiles (apply a SandboxSet in the namespace first)` };
   }
   if ("deleted" in item) {

@@ -5,6 +5,7 @@
 // the live sandboxes each profile selects.
 import type { SecurityProfileEntry } from "../../schema/api/security-profile.ts";
 import { deleteSecurityProfile, listSecurityProfiles, putSecurityProfile } from "../store/security-profiles.ts";
+import type { Env } from "../env.ts";
 import { policyObjects, toEveryAgent, type PolicyObjectView } from "./policy-objects.ts";
 
 export type SecurityProfileView = PolicyObjectView<SecurityProfileEntry, "SecurityProfile" | "GlobalSecurityProfile">;
@@ -14,8 +15,14 @@ const profiles = policyObjects({
   list: listSecurityProfiles,
   put: putSecurityProfile,
   remove: deleteSecurityProfile,
-  push: (env) => toEveryAgent(env, (c) => c.sendSecurityProfiles()),
+  push: (env) => pushSecurityProfiles(env),
 });
+
+/** Sends each cluster's agent its set again: after a profile changes, and after a team's secret
+ * does (a profile's tokenTransformation may name it); how many had an agent connected. */
+export function pushSecurityProfiles(env: Env): Promise<number> {
+  return toEveryAgent(env, (c) => c.sendSecurityProfiles());
+}
 
 export const listSecurityProfileViews = profiles.list;
 export const getSecurityProfileView = profiles.get;

@@ -11,7 +11,8 @@ import { LabelSelectorSchema, TrafficPolicyName } from "./traffic-policy.ts";
  * a profile enforced in part: Regex paths (no tenant regex is compiled on the host), port, scheme,
  * header and query matches, `inputs`, audit webhooks, AliyunSTS.
  * One addition: `rateLimit.requestsPerMinute`, a token bucket per sandbox over the requests the
- * proxy inspects for it (the lowest of the profiles that select it).
+ * proxy inspects for it, or with `scope: All` over all its requests (the lowest of the profiles
+ * that select it; All if any of those with a limit says so).
  */
 
 export const MAX_SECURITY_PROFILES = 200;
@@ -75,7 +76,9 @@ export const SecurityProfileSpec = z.strictObject({
   priority: z.int().min(0).max(2 ** 31 - 1).default(1000),
   selector: LabelSelectorSchema.optional(),
   rules: z.array(SecurityProfileRule).max(MAX_RULES).default([]),
-  rateLimit: z.strictObject({ requestsPerMinute: z.int().min(1).max(1_000_000) }).optional(),
+  /** `scope` Inspected (default): the requests to hosts some rule names; All: every request of the
+   * sandbox (every HTTP(S) host is then inspected, and another TCP connection counts as one). */
+  rateLimit: z.strictObject({ requestsPerMinute: z.int().min(1).max(1_000_000), scope: z.enum(["Inspected", "All"]).optional() }).optional(),
 });
 export type SecurityProfileSpec = z.infer<typeof SecurityProfileSpec>;
 
@@ -85,3 +88,11 @@ export const SecurityProfileName = TrafficPolicyName;
  * sandboxes); `createdAt` (ms) orders profiles of equal priority. */
 export const SecurityProfileEntry = z.object({ team: TeamName.nullable(), name: SecurityProfileName, spec: SecurityProfileSpec, createdAt: z.int().nonnegative() });
 export type SecurityProfileEntry = z.infer<typeof SecurityProfileEntry>;
+
+/** The secrets a profile's `tokenTransformation`s name, lower-cased (as the edge stores them). */
+export function tokenSecretNames(spec: SecurityProfileSpec): string[] {
+  return spec.rules.flatMap((r) => {
+    const name = r.actions.tokenTransformation?.credentialRef.secret.name;
+    return name ? [name.toLowerCase()] : [];
+  });
+}

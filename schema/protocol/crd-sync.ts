@@ -40,8 +40,9 @@ import { MAX_SECURITY_PROFILES, SecurityProfileName, SecurityProfileSpec } from 
  *                               deletions remove it, `{…, status: true}` asks for its status (every
  *                               reply to these carries it: the admin API's GET), and after each
  *                               (re)start the namespace's inventory `{namespace, present}`
- *   agent → edge  securityprofileobjects  a SecurityProfile of the namespace (its team's), like
- *                               trafficpolicyobjects; answered with the sandboxes it selects
+ *   agent → edge  securityprofileobjects  a SecurityProfile of the namespace (its team's) or a
+ *                               GlobalSecurityProfile (`namespace` null), like trafficpolicyobjects;
+ *                               answered with the sandboxes it selects
  *   agent → edge  trafficpolicyobjects  a TrafficPolicy (`namespace` its team's) or GlobalTrafficPolicy
  *                               (`namespace` null): upserts `{namespace, name, uid, generation, spec}`
  *                               set the edge's policy (the admin API's), deletions remove it,
@@ -251,7 +252,8 @@ export const TrafficPolicyItemSchema = z.union([TrafficPolicyDeletionSchema, Tra
 export type TrafficPolicyItem = z.infer<typeof TrafficPolicyItemSchema>;
 export type TrafficPolicyItemInput = z.input<typeof TrafficPolicyItemSchema>;
 export const TrafficPolicyObjectsSchema = z.object({ type: z.literal("trafficpolicyobjects"), items: items(TrafficPolicyItemSchema) });
-const SecurityProfileRef = { id: ItemIdSchema, namespace: TeamName, name: SecurityProfileName, uid: z.string().min(1).max(MAX_NAME_LENGTH) };
+/** `namespace` null: a GlobalSecurityProfile (cluster-scoped). */
+const SecurityProfileRef = { id: ItemIdSchema, namespace: TeamName.nullable(), name: SecurityProfileName, uid: z.string().min(1).max(MAX_NAME_LENGTH) };
 export const SecurityProfileUpsertSchema = z.object({ ...SecurityProfileRef, generation: z.int().nonnegative(), spec: SecurityProfileSpec });
 export const SecurityProfileDeletionSchema = z.object({ ...SecurityProfileRef, deleted: z.literal(true) });
 export const SecurityProfileStatusQuerySchema = z.object({ ...SecurityProfileRef, status: z.literal(true) });

@@ -118,6 +118,8 @@ export class ScriptedAgent {
   /** The last TrafficPolicies the edge sent (null: none yet). */
   trafficPolicies: TrafficPolicies["policies"] | null = null;
   securityProfiles: SecurityProfileEntry[] | null = null;
+  /** The profile secrets of the last securityProfiles frame, per team (absent: none sent). */
+  profileSecrets: Record<string, Record<string, string>> | undefined;
   /** Snapshot ids the edge asked it to free (snapshotDeletes frames). */
   readonly snapshotDeletes: string[] = [];
   /** Built root filesystems the edge asked it to free (rootfsDeletes frames). */
@@ -292,6 +294,7 @@ export class ScriptedAgent {
         break;
       case "securityProfiles":
         this.securityProfiles = msg.profiles;
+        this.profileSecrets = msg.secrets;
         break;
       case "rootfsDeletes":
         this.rootfsDeletes.push(...msg.names);

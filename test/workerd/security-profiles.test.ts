@@ -96,6 +96,34 @@ describe("security profiles (admin API)", () => {
     expect(agentA.securityProfiles!.some((p) => p.team === c.name)).toBe(true);
   }, 60_000);
 
+  it("tokenTransformation secrets go with the set to the serving cluster's agent that enforces network.rules, per team, never elsewhere", async () => {
+    const a = await createTeam(unique("sp-tok"));
+    const other = await createTeam(unique("sp-tok-other"));
+    const agent = await startAgent(a.cluster, { networkRules: true });
+    const stranger = await startAgent(other.cluster, { networkRules: true });
+    agents.push(agent, stranger);
+    const VALUE = `tok-${unique("v")}`;
+    await expectStatus(call("/secrets", { key: a.key, body: { name: "Api-Key", value: VALUE } }), 201);
+    await expectStatus(call("/secrets", { key: a.key, body: { name: "unnamed", value: "value-no-rule-names" } }), 201);
+    const spec = { rules: [{ name: "key", match: [{ domains: ["api.a.test"] }], actions: { tokenTransformation: { type: "ApiKey", targetHeader: "x-api-key", credentialRef: { secret: { name: "api-key" } } } } }] };
+    await expectStatus(call(`/admin/teams/${a.name}/security-profiles/tok`, { method: "PUT", body: spec }), 200);
+    await agent.waitUntil(() => agent.profileSecrets?.[a.name] !== undefined);
+    expect(agent.profileSecrets).toEqual({ [a.name]: { "api-key": VALUE } });
+    expect(JSON.stringify(agent.securityProfiles)).not.toContain(VALUE);
+    // A new value reaches the agent; another cluster never sees it.
+    const id = (await expectStatus(call("/secrets", { key: a.key }), 200)).find((x: { name: string }) => x.name === "api-key").secretID;
+    await expectStatus(call(`/secrets/${id}`, { key: a.key, method: "POST", body: { value: `${VALUE}-2` } }), 200);
+    await agent.waitUntil(() => agent.profileSecrets?.[a.name]?.["api-key"] === `${VALUE}-2`);
+    await stranger.waitUntil(() => stranger.securityProfiles !== null);
+    expect(JSON.stringify(stranger.profileSecrets ?? {})).not.toContain(VALUE);
+    // An agent that did not say it enforces network.rules gets the profile, not the secret.
+    agent.disconnect();
+    const older = await startAgent(a.cluster);
+    agents.push(older);
+    await older.waitUntil(() => older.securityProfiles?.some((p) => p.name === "tok") ?? false);
+    expect(older.profileSecrets).toBeUndefined();
+  }, 60_000);
+
   it("refuses what the proxy cannot enforce as written, naming it; needs the admin key", async () => {
     const team = await createTeam(unique("sp"));
     const t = team.name;
@@ -138,6 +166,20 @@ describe("GET /sandboxes/{id}/network/audit", () => {
     await expectError(call(`/sandboxes/${id}/network/audit`, { key: other.key }), 404);
     await expectError(call(`/sandboxes/${id}/network/audit?limit=5000`, { key: team.key }), 400, /limit/);
   });
+
+  it("after the kill its team still reads the audit the agent keeps a while (as for logs); another team gets 404", async () => {
+    const team = await createTeam(unique("audit-kill"), { replicas: 1 });
+    const other = await createTeam(unique("audit-kill-other"), { cluster: team.cluster });
+    const agent = await startAgent(team.cluster);
+    agents.push(agent);
+    const id = (await expectStatus(call("/v2/sandboxes", { key: team.key, body: { templateID: team.template } }), 201)).sandboxID;
+    const rec = { sandbox: id, host: "api.test", method: "GET", path: "/x", rule: "r", status: 403, bytesOut: 0, bytesIn: 0, refused: true };
+    agent.audit.append(id, "warn", "GET api.test/x 403", auditFields(rec), Date.parse("2026-01-01T00:00:00Z"));
+    await expectStatus(call(`/sandboxes/${id}`, { key: team.key, method: "DELETE" }), 204);
+    const body = await expectStatus(call(`/sandboxes/${id}/network/audit`, { key: team.key }), 200);
+    expect(body.records).toMatchObject([{ host: "api.test", path: "/x", status: 403, refused: true }]);
+    await expectError(call(`/sandboxes/${id}/network/audit`, { key: other.key }), 404);
+  });
 });
 
 describe("SecurityProfile objects over the agent link", () => {
@@ -167,5 +209,27 @@ describe("SecurityProfile objects over the agent link", () => {
     expect(await crd.call("securityprofileobjects", { ...ref, deleted: true })).toMatchObject({ result: "applied" });
     await expectError(call(`/admin/teams/${ns}/security-profiles/mcp`), 404);
     await agent.waitUntil(() => !(agent.securityProfiles?.some((p) => p.name === "mcp") ?? true));
+  });
+
+  it("a cluster's GlobalSecurityProfile (namespace null) becomes a global profile every agent gets, from a cluster that serves no team", async () => {
+    const link = (cluster: string) => fetchTransport((url, init) => exports.default.fetch(url, init) as never, "test-cluster-token", cluster);
+    const platform = new ScriptedAgent();
+    const crd = new CrdLink();
+    await crd.connect(platform, link(unique("gsp-platform")));
+    const team = await createTeam(unique("gsp-team"));
+    const teamAgent = await startAgent(team.cluster);
+    agents.push(platform, teamAgent);
+    const name = unique("gsp");
+    const ref = { namespace: null, name, uid: `uid-${name}` };
+    const spec = { priority: 5, selector: { matchLabels: { gsp: name } }, ...rule({ domains: ["*.internal.test"] }) };
+    expect(await crd.call("securityprofileobjects", { ...ref, generation: 1, spec })).toMatchObject({ result: "applied", selectedSandboxes: [] });
+    expect(await expectStatus(call(`/admin/global-security-profiles/${name}`), 200)).toMatchObject({ kind: "GlobalSecurityProfile", team: null, spec: { priority: 5 } });
+    await teamAgent.waitUntil(() => teamAgent.securityProfiles?.some((p) => p.team === null && p.name === name) ?? false);
+    // Its status lists the live sandboxes of any team that it selects.
+    const sbx = await expectStatus(call("/v2/sandboxes", { key: team.key, body: { templateID: team.template, metadata: { "label:gsp": name } } }), 201);
+    expect(await crd.call("securityprofileobjects", { ...ref, status: true })).toMatchObject({ result: "applied", selectedSandboxes: [sbx.sandboxID] });
+    expect(await crd.call("securityprofileobjects", { ...ref, deleted: true })).toMatchObject({ result: "applied" });
+    await expectError(call(`/admin/global-security-profiles/${name}`), 404);
+    await teamAgent.waitUntil(() => !(teamAgent.securityProfiles?.some((p) => p.name === name) ?? true));
   });
 });

@@ -6,7 +6,8 @@
 // (schema/api/security-profile.ts: Regex paths, header/port/scheme/query matches, `inputs`, audit
 // webhooks, AliyunSTS) is never sent: Accepted False, reason Unsupported, naming the field. The
 // push, status polling and deletes: edge-object-sync.ts. GlobalSecurityProfiles (cluster-scoped)
-// are not synced: that sync is namespaced only.
+// sync the same way with `namespace` null: one sync for the cluster (crd-link.ts); on the agents
+// they run in one order with the team's profiles (controllers/traffic/l7/profile-crd.ts).
 import type { KubernetesObject } from "@kubernetes/client-node";
 import { SecurityProfileSpec } from "../../../schema/api/security-profile.ts";
 import { setCondition, type Condition } from "../../../schema/crd/conditions.ts";
@@ -24,23 +25,32 @@ export interface SecurityProfileStatus {
 
 const accepted = (prev: SecurityProfileStatus | undefined, generation: number, ok: boolean, reason: string, message: string, now: string): SecurityProfileStatus => {
   let conditions = setCondition(prev?.conditions, { type: "Accepted", status: ok ? "True" : "False", reason, message, observedGeneration: generation }, now);
-  conditions = setCondition(conditions, { type: "Programmed", status: ok ? "True" : "False", reason: ok ? "Programmed" : reason, message: ok ? "sent to every cluster's traffic-proxy" : message, observedGeneration: generation }, now);
+  conditions = setCondition(conditions, { type: "Programmed", status: ok ? "True" : "False", reason: ok ? "Programmed" : reason, message: ok ? "sent to the traffic-proxies of the clusters that serve it" : message, observedGeneration: generation }, now);
   return { observedGeneration: generation, conditions };
 };
 
-export const securityProfileKind: EdgeObjectKind<SecurityProfileObject, SecurityProfileStatus> = {
-  kind: "SecurityProfile",
-  plural: "securityprofiles",
-  call: "securityprofileobjects",
-  upsert(o) {
-    const spec = SecurityProfileSpec.safeParse(o.spec ?? {});
-    if (spec.success) return { spec: spec.data };
-    return { problem: spec.error.issues.map((i) => `spec.${i.path.join(".")}: ${i.message}`).join("; ") };
-  },
-  status: (prev, generation, _reply, now) => accepted(prev, generation, true, "Accepted", "", now),
-  refused: (prev, generation, reply, now) => accepted(prev, generation, false, reply.code === "bad_request" ? "Unsupported" : "Rejected", reply.message ?? reply.code ?? "", now),
-  events: () => [],
-};
+/** A SecurityProfile (a namespace's: the team's) or a GlobalSecurityProfile (cluster-scoped,
+ * `namespace` null on the edge: every team's sandboxes its selector matches). The global kind
+ * takes no inventory, as GlobalTrafficPolicies. */
+function securityKind(kind: "SecurityProfile" | "GlobalSecurityProfile"): EdgeObjectKind<SecurityProfileObject, SecurityProfileStatus> {
+  return {
+    kind,
+    plural: kind === "SecurityProfile" ? "securityprofiles" : "globalsecurityprofiles",
+    call: "securityprofileobjects",
+    ...(kind === "GlobalSecurityProfile" ? { inventory: false } : {}),
+    upsert(o) {
+      const spec = SecurityProfileSpec.safeParse(o.spec ?? {});
+      if (spec.success) return { spec: spec.data };
+      return { problem: spec.error.issues.map((i) => `spec.${i.path.join(".")}: ${i.message}`).join("; ") };
+    },
+    status: (prev, generation, _reply, now) => accepted(prev, generation, true, "Accepted", "", now),
+    refused: (prev, generation, reply, now) => accepted(prev, generation, false, reply.code === "bad_request" ? "Unsupported" : "Rejected", reply.message ?? reply.code ?? "", now),
+    events: () => [],
+  };
+}
+
+export const securityProfileKind = securityKind("SecurityProfile");
+export const globalSecurityProfileKind = securityKind("GlobalSecurityProfile");
 
 export const NOT_ENFORCED = "this cluster's driver (kubernetes) enforces no L7 in pods: the edge accepted the profile, but no traffic-proxy here applies it (its sandboxes' HTTP(S) is governed by TrafficPolicies and E2B rules only)";
 
@@ -59,9 +69,11 @@ export function notEnforcedHere(k: EdgeObjectKind<SecurityProfileObject, Securit
   };
 }
 
+/** A namespace's SecurityProfiles, or (`namespace: null`) the cluster's GlobalSecurityProfiles;
+ * `enforced: false`: the agent's driver applies no SecurityProfile (notEnforcedHere). */
 export class SecurityProfileSync extends EdgeObjectSync<SecurityProfileObject, SecurityProfileStatus> {
-  /** `enforced: false`: the agent's driver applies no SecurityProfile (notEnforcedHere). */
   constructor(opts: EdgeObjectSyncOptions & { enforced?: boolean }) {
-    super(opts.enforced === false ? notEnforcedHere(securityProfileKind) : securityProfileKind, opts);
+    const kind = opts.namespace === null ? globalSecurityProfileKind : securityProfileKind;
+    super(opts.enforced === false ? notEnforcedHere(kind) : kind, opts);
   }
 }

@@ -51,6 +51,8 @@ export class LocalL7 {
   readonly handler: L7Handler;
   readonly #desiredOf: (id: string) => DesiredSandbox | undefined;
   readonly #secrets = new Map<string, ReadonlyMap<string, string>>();
+  /** Per team (namespace): what its profiles' tokenTransformations name. */
+  #teamSecrets = new Map<string, ReadonlyMap<string, string>>();
   readonly #cas = new Map<string, Promise<SandboxCa>>();
   /** The SecurityProfiles in force (the edge's whole set). */
   #profiles: ProfileObject[] = [];
@@ -65,7 +67,7 @@ export class LocalL7 {
     this.#audit = opts.audit ?? (() => {});
     this.handler = new L7Handler({
       policyFor: (id) => this.policyFor(id),
-      secretsFor: (id) => this.#secrets.get(id) ?? new Map(),
+      secretsFor: (id) => this.secretsFor(id),
       caFor: (id) => this.ca(id),
       audit: (r) => this.#audit(r),
       ...(opts.upstreamTls ? { upstreamTls: opts.upstreamTls } : {}),
@@ -108,7 +110,7 @@ export class LocalL7 {
     for (const r of selected.refused) console.error(`traffic-proxy: ${id}: SecurityProfile ${r.profile} blocks every inspected request: ${r.reason}`);
     const policy: L7Policy | undefined =
       Object.keys(rules).length || selected.profiles.length
-        ? { http: e2bRules(rules), mcp: [], profiles: selected.profiles, ...(selected.requestsPerMinute ? { requestsPerMinute: selected.requestsPerMinute } : {}) }
+        ? { http: e2bRules(rules), mcp: [], profiles: selected.profiles, ...(selected.requestsPerMinute ? { requestsPerMinute: selected.requestsPerMinute, ...(selected.rateLimitAll ? { rateLimitAll: true } : {}) } : {}) }
         : undefined;
     this.#policies.set(d, { gen: this.#gen, policy });
     return policy;
@@ -118,6 +120,20 @@ export class LocalL7 {
   setSecrets(id: string, values: Record<string, string>): void {
     if (Object.keys(values).length) this.#secrets.set(id, new Map(Object.entries(values).map(([k, v]) => [k.toLowerCase(), v])));
     else this.#secrets.delete(id);
+  }
+
+  /** Replaces the profiles' secret values, per team (names lower-cased). */
+  setTeamSecrets(byTeam: Record<string, Record<string, string>>): void {
+    this.#teamSecrets = new Map(Object.entries(byTeam).map(([team, values]) => [team, new Map(Object.entries(values).map(([k, v]) => [k.toLowerCase(), v]))]));
+  }
+
+  /** The secrets a sandbox's requests may use: its team's profile secrets and its own rules'
+   * (the same team's secrets by name, so the two never disagree but in timing). */
+  secretsFor(id: string): ReadonlyMap<string, string> {
+    const own = this.#secrets.get(id);
+    const team = this.#teamSecrets.get(this.#desiredOf(id)?.namespace ?? "");
+    if (!team) return own ?? new Map();
+    return own ? new Map([...team, ...own]) : team;
   }
 
   ca(id: string): Promise<SandboxCa> {

@@ -442,6 +442,10 @@ export class LocalDriver implements Driver {
     this.#egress.l7.setSecrets(id, values);
   }
 
+  setProfileSecrets(byTeam: Record<string, Record<string, string>>): void {
+    this.#egress.l7.setTeamSecrets(byTeam);
+  }
+
   async #start(rec: SandboxRecord): Promise<SandboxRecord> {
     const layout = this.#layout(rec.id, rec);
     await this.#mountDisk(rec);

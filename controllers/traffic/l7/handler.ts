@@ -78,6 +78,11 @@ export class L7Handler {
     const policy = this.#o.policyFor(conn.sandbox);
     const isTls = conn.sniffed?.kind === "tls";
     const host = (conn.sniffed?.name || conn.ip).toLowerCase();
+    if (policy?.rateLimitAll && conn.sniffed?.kind !== "http" && !isTls && !this.#rate.take(conn.sandbox, policy.requestsPerMinute)) {
+      // Another protocol: the connection is the request.
+      this.#o.audit({ sandbox: conn.sandbox, host, method: "CONNECT", path: "", rule: "requestsPerMinute", status: 429, bytesOut: 0, bytesIn: 0, refused: true });
+      return void conn.client.destroy();
+    }
     if (!policy || !inspects(policy, host) || (conn.sniffed?.kind !== "http" && !isTls)) return this.#passThrough(conn);
     const src = withHead(conn.client, conn.head);
     let socket: Socket | typeof src = src;

@@ -32,6 +32,9 @@ export interface L7Policy {
   mcp: McpRule[];
   /** Requests per minute this sandbox may send through inspection; absent: unlimited. */
   requestsPerMinute?: number;
+  /** The limit counts every request: every HTTP(S) host is inspected (each request is seen), and
+   * each connection of another protocol counts as one. */
+  rateLimitAll?: boolean;
   /** SecurityProfiles selecting this sandbox (profile.ts), evaluated before `http`. */
   profiles?: Profile[];
 }
@@ -72,6 +75,7 @@ export function glob(pattern: string, s: string): boolean {
 
 /** Whether connections to `host` are opened and read (a bypass-only host is passed through). */
 export function inspects(p: L7Policy, host: string): boolean {
+  if (p.rateLimitAll && p.requestsPerMinute) return true;
   if (p.profiles?.some((pr) => pr.rules.some((r) => !r.actions.bypass && r.match.some((m) => m.domains.some((d) => d === "*" || hostScore(d, host) >= 0))))) return true;
   const rules = rulesFor(p.http, host);
   if (rules.some((r) => r.action !== "bypass")) return true;

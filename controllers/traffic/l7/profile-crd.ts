@@ -10,7 +10,7 @@ import { unsupported, type Profile, type ProfileRule } from "./profile.ts";
 export interface ProfileObject {
   kind: "SecurityProfile" | "GlobalSecurityProfile";
   metadata: { name: string; namespace?: string; creationTimestamp?: string };
-  spec: { selector?: LabelSelector; priority?: number; rules?: unknown; rateLimit?: { requestsPerMinute?: number } };
+  spec: { selector?: LabelSelector; priority?: number; rules?: unknown; rateLimit?: { requestsPerMinute?: number; scope?: "Inspected" | "All" } };
 }
 
 export interface ProfilesFor {
@@ -19,6 +19,8 @@ export interface ProfilesFor {
   refused: { profile: string; reason: string }[];
   /** The lowest `rateLimit.requestsPerMinute` of the selected profiles, if any sets one. */
   requestsPerMinute?: number;
+  /** Whether a selected profile's limit counts all the sandbox's requests (`scope: All`). */
+  rateLimitAll?: boolean;
 }
 
 function rulesOf(raw: unknown): ProfileRule[] | string {
@@ -47,6 +49,7 @@ export function profilesFor(objects: readonly ProfileObject[], sandbox: { namesp
   const out: ProfilesFor = { profiles: [], refused: [] };
   const limits = chosen.map((o) => o.spec.rateLimit?.requestsPerMinute).filter((n): n is number => typeof n === "number" && n > 0);
   if (limits.length) out.requestsPerMinute = Math.min(...limits);
+  if (limits.length && chosen.some((o) => o.spec.rateLimit?.scope === "All")) out.rateLimitAll = true;
   chosen.forEach((o, i) => {
     const name = o.kind === "GlobalSecurityProfile" ? o.metadata.name : `${o.metadata.namespace}/${o.metadata.name}`;
     const rules = rulesOf(o.spec.rules);

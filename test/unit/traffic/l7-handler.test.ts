@@ -41,10 +41,10 @@ interface Answer {
   issuer: string;
 }
 
-function request(host: string, trust: string, opts: { path?: string; method?: string; headers?: Record<string, string> } = {}): Promise<Answer> {
+function request(host: string, trust: string, opts: { path?: string; method?: string; headers?: Record<string, string>; port?: number } = {}): Promise<Answer> {
   return new Promise((resolve, reject) => {
     const req = https.request(
-      { host: "127.0.0.1", port: front.port, servername: host, ca: trust, agent: false, method: opts.method ?? "GET", path: opts.path ?? "/", headers: { host, ...opts.headers } },
+      { host: "127.0.0.1", port: opts.port ?? front.port, servername: host, ca: trust, agent: false, method: opts.method ?? "GET", path: opts.path ?? "/", headers: { host, ...opts.headers } },
       (res) => {
         let body = "";
         const issuer = String((res.socket as import("node:tls").TLSSocket).getPeerCertificate().issuer?.CN ?? "");
@@ -112,6 +112,22 @@ describe("HTTPS inspection and credential injection", () => {
     for (let i = 0; i < 3; i++) statuses.push((await request("api.test", ca.certPem)).status);
     expect(statuses).toEqual([200, 200, 429]);
     expect(audit.at(-1)).toMatchObject({ rule: "requestsPerMinute", status: 429 });
+  });
+
+  it("with rateLimitAll the limit counts requests to hosts no rule names too (they are inspected)", async () => {
+    // Its own sandbox and handler: the bucket of sbx-a is spent by the case above.
+    const limited: L7Policy = { http: [], mcp: [], requestsPerMinute: 2, rateLimitAll: true };
+    const handler = new L7Handler({ policyFor: () => limited, secretsFor: () => new Map(), caFor: async () => ca, audit: (r) => audit.push(r), upstreamTls: { ca: echo.ca } });
+    const own = await startFront(handler, "sbx-b", echo.port);
+    const answers = [];
+    try {
+      for (let i = 0; i < 3; i++) answers.push(await request("other.test", ca.certPem, { port: own.port }));
+    } finally {
+      own.close();
+    }
+    expect(answers.map((a) => a.status)).toEqual([200, 200, 429]);
+    expect(answers[0]!.issuer).not.toContain("internet-stand-in");
+    expect(audit.at(-1)).toMatchObject({ host: "other.test", rule: "requestsPerMinute", status: 429, refused: true });
   });
 });
 

@@ -40,3 +40,11 @@ it("turns a selected profile it cannot enforce into a block of every inspected r
   expect(o.terminal).toMatchObject({ kind: "block", status: 403 });
   expect(o.terminal!.rule).toContain("not enforceable");
 });
+
+it("takes the lowest rate limit, counting all requests when a limiting profile says scope All", () => {
+  const a = sp("a", "team-a", { rules: rule("a"), rateLimit: { requestsPerMinute: 30 } });
+  const b = gsp("b", { rules: rule("b"), rateLimit: { requestsPerMinute: 60, scope: "All" } });
+  expect(profilesFor([a], { namespace: "team-a", labels: {} })).toMatchObject({ requestsPerMinute: 30 });
+  expect(profilesFor([a], { namespace: "team-a", labels: {} }).rateLimitAll).toBeUndefined();
+  expect(profilesFor([a, b], { namespace: "team-a", labels: {} })).toMatchObject({ requestsPerMinute: 30, rateLimitAll: true });
+});

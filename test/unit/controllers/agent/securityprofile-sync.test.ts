@@ -2,7 +2,7 @@
 // to the edge, what is never sent (beyond what the proxy enforces: Accepted False, Unsupported,
 // naming the field), and the status after the edge's answer.
 import { expect, it } from "vitest";
-import { securityProfileKind, type SecurityProfileObject } from "../../../../controllers/agent/kube-sync/securityprofile-sync.ts";
+import { globalSecurityProfileKind, securityProfileKind, type SecurityProfileObject } from "../../../../controllers/agent/kube-sync/securityprofile-sync.ts";
 
 const obj = (spec: unknown): SecurityProfileObject => ({ metadata: { name: "p", namespace: "team-a", uid: "u", generation: 2 }, spec });
 const NOW = "2026-12-02T00:00:00.000Z";
@@ -28,4 +28,12 @@ it("Accepted and Programmed after the edge applied it; Unsupported or Rejected a
     ["Programmed", "False", "Unsupported", "spec.inputs: ..."],
   ]);
   expect(securityProfileKind.refused(ok, 3, { code: "forbidden", message: "cluster x runs no template" }, NOW).conditions![0]!.reason).toBe("Rejected");
+});
+
+it("GlobalSecurityProfiles: the cluster-scoped plural, the same spec rules, no inventory", () => {
+  expect(globalSecurityProfileKind).toMatchObject({ kind: "GlobalSecurityProfile", plural: "globalsecurityprofiles", call: "securityprofileobjects", inventory: false });
+  expect(securityProfileKind.inventory).toBeUndefined();
+  const rules = [{ name: "r", match: [{ domains: ["a.test"] }], actions: { block: {} } }];
+  expect(globalSecurityProfileKind.upsert(obj({ rules }))).toEqual({ spec: { priority: 1000, rules } });
+  expect(globalSecurityProfileKind.upsert(obj({ rules, audit: [] }))).toEqual({ problem: expect.stringContaining("audit") });
 });
