@@ -21,6 +21,8 @@ export interface UpgradeRequest {
   teamId: string;
   template: TemplateSpec;
   attempt: number;
+  /** The run's step asking (when traced): the upgrade's intent and the agent's work join its trace. */
+  traceparent?: string;
 }
 
 /** `waiting`: not started yet (the sandbox is pausing, resuming or starting); asked again later. */
