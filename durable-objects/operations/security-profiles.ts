@@ -17,6 +17,7 @@ const profiles = policyObjects({
 });
 
 export const listSecurityProfileViews = profiles.list;
+export const securityProfileKeys = profiles.keys;
 export const getSecurityProfileView = profiles.get;
 export const setSecurityProfile = profiles.set;
 /** Whether there was one. */
