@@ -7,7 +7,7 @@ import { join } from "node:path";
 import type { Driver } from "../drivers/driver.ts";
 import { LocalDriver } from "../drivers/local/local-driver.ts";
 import { createRuntime } from "../runtime/runtime.ts";
-import { logger, tapLogs } from "../lib/log.ts";
+import { logger, tapLogs, traceLogsBy } from "../lib/log.ts";
 import { egressL7Requests, observeRuntimeProcesses, observeSandboxStates } from "../lib/metrics.ts";
 import { auditFields } from "../../schema/api/network-audit.ts";
 import { createIngress } from "./ingress.ts";
@@ -150,6 +150,9 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
     },
   });
 
+  // A line about a sandbox written while it is brought to a traced intent carries that trace's id.
+  const untrace = traceLogsBy((fields) => (typeof fields.sandboxId === "string" ? reconciler.traceIdOf(fields.sandboxId) : undefined));
+
   const ingress = await createIngress({
     clusterToken: opts.clusterToken,
     runtime,
@@ -262,6 +265,7 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
     metricsUrl: metrics?.url,
     async stop(onExit: OnExit = "keep") {
       untap();
+      untrace();
       sandboxLogs.flush();
       networkAudit.flush();
       await metrics?.close();

@@ -132,6 +132,11 @@ export class Reconciler {
     }
   }
 
+  /** The trace id of the intent a sandbox is being brought to (tracing on), for its log lines. */
+  traceIdOf(id: string): string | undefined {
+    return this.#traces.get(id)?.slice(3, 35);
+  }
+
   /** The remote runtime URL of a sandbox (undefined: the embedded runtime serves it). */
   endpoint(id: string): string | undefined {
     return this.#endpoints.get(id);

@@ -42,6 +42,26 @@ export function tapLogs(tap: LogTap): () => void {
   return () => void taps.delete(tap);
 }
 
+/** Names the trace a line belongs to from its fields (the reconciler: a line about a sandbox while
+ * it is brought to a traced intent), so a line written anywhere in that work carries `traceId`. */
+export type LogTraceSource = (fields: LogFields) => string | undefined;
+const traceSources = new Set<LogTraceSource>();
+
+/** Adds a trace source; returns its removal. */
+export function traceLogsBy(source: LogTraceSource): () => void {
+  traceSources.add(source);
+  return () => void traceSources.delete(source);
+}
+
+function withTraceId(fields: LogFields): LogFields {
+  if (fields.traceId !== undefined) return fields;
+  for (const source of traceSources) {
+    const traceId = source(fields);
+    if (traceId) return { ...fields, traceId };
+  }
+  return fields;
+}
+
 /** Sets the format (and, for tests, where lines go and the clock) for every logger. */
 export function configureLogs(opts: { format?: LogFormat; write?: (line: string, level: LogLevel) => void; now?: () => Date }): void {
   if (opts.format) sink.format = opts.format;
@@ -73,7 +93,7 @@ export function formatLine(format: LogFormat, time: Date, level: LogLevel, compo
 
 export function logger(component: string, base: LogFields = {}): Logger {
   const emit = (level: LogLevel) => (msg: string, fields: LogFields = {}) => {
-    const all = { ...base, ...fields };
+    const all = withTraceId({ ...base, ...fields });
     const time = sink.now();
     for (const tap of taps) tap(level, component, msg, all, time);
     sink.write(formatLine(sink.format, time, level, component, msg, all), level);

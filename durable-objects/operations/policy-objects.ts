@@ -53,6 +53,8 @@ export function policyObjects<S extends { selector?: TrafficPolicySpec["selector
   }
   return {
     list: (env: Env, team?: string | null): Promise<View[]> => views(env, (e) => team === undefined || e.team === team),
+    /** Every object's team and name, without status (no sandbox is read): for counting. */
+    keys: async (env: Env): Promise<{ team: string | null; name: string }[]> => (await k.list(getDb(env))).map((e) => ({ team: e.team, name: e.name })),
     get: async (env: Env, team: string | null, name: string): Promise<View | undefined> => (await views(env, (e) => e.team === team && e.name === name))[0],
     async set(env: Env, team: string | null, name: string, spec: S): Promise<View> {
       await k.put(getDb(env), team, name, spec);

@@ -25,6 +25,7 @@ export function pushSecurityProfiles(env: Env): Promise<number> {
 }
 
 export const listSecurityProfileViews = profiles.list;
+export const securityProfileKeys = profiles.keys;
 export const getSecurityProfileView = profiles.get;
 export const setSecurityProfile = profiles.set;
 /** Whether there was one. */

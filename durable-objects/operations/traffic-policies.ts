@@ -17,6 +17,7 @@ const policies = policyObjects({
 });
 
 export const listTrafficPolicyViews = policies.list;
+export const trafficPolicyKeys = policies.keys;
 export const getTrafficPolicyView = policies.get;
 export const setTrafficPolicy = policies.set;
 /** Whether there was one. */

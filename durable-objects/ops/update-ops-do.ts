@@ -26,7 +26,7 @@ import { runUpgradeHook } from "../operations/pause-resume.ts";
 import { createSnapshot, deleteSnapshot } from "../operations/snapshots.ts";
 import type { Caller } from "../env.ts";
 import { OpsStore, type Stored } from "./store.ts";
-import { edgeSpan, flushEdgeTraces } from "../tracing/edge-tracing.ts";
+import { annotateSpan, currentTraceparent, edgeSpan, flushEdgeTraces } from "../tracing/edge-tracing.ts";
 
 /** How often a run in flight asks its sandboxes' groups. */
 const POLL_MS = 500;
@@ -177,7 +177,16 @@ export class UpdateOpsDO extends DurableObject<Env> {
       const req = { id: m.id, teamId: run.state.teamId, template: run.targets[m.templateId]!, attempt: m.attempt, ...(restoreFs ? { restoreFs } : {}) };
       byGroup.set(sandboxGroupOf(m.id), [...(byGroup.get(sandboxGroupOf(m.id)) ?? []), req]);
     }
-    const answers = await Promise.all([...byGroup.values()].map((items) => sandboxGroupStub(this.env, items[0]!.id).upgradeBatch(items)));
+    // Each group's call is a span of the run's trace; the upgrades' intents (and the agent's
+    // reconcile and driver steps for them) are its children.
+    const answers = await Promise.all(
+      [...byGroup.values()].map((items) =>
+        edgeSpan(this.env, "SandboxGroupDO.upgradeBatch", { "ops.members": items.length }, () => {
+          const traceparent = currentTraceparent();
+          return sandboxGroupStub(this.env, items[0]!.id).upgradeBatch(traceparent ? items.map((it) => ({ ...it, traceparent })) : items);
+        }),
+      ),
+    );
     const outcomes: Record<string, UpgradeOutcome> = Object.assign({}, ...answers);
     // Upgraded, its postUpgrade still to run: it stays Updating until the hook has passed.
     const post = asked.filter((m) => outcomes[m.id]?.status === "succeeded" && !m.paused && hookDue(m, "post"));
@@ -207,7 +216,8 @@ export class UpdateOpsDO extends DurableObject<Env> {
       if (this.hooksRunning.has(key)) continue;
       this.hooksRunning.add(key);
       const caller = opsCaller(teamId);
-      const taken = createSnapshot(this.env, caller, m.id, {}).then(
+      const attributes = { "sandbox.id": m.id, "ops.attempt": m.attempt };
+      const taken = this.traced("UpdateOpsDO.checkpoint", attributes, () => createSnapshot(this.env, caller, m.id, {})).then(
         (r) => (r.ok ? { snapshotId: r.snapshot.id } : { error: r.error.message }),
         (err: unknown) => ({ error: String(err) }),
       );
@@ -251,7 +261,11 @@ export class UpdateOpsDO extends DurableObject<Env> {
     const name = stage === "pre" ? "preUpgrade" : "postUpgrade";
     let v: Awaited<ReturnType<typeof runUpgradeHook>>;
     try {
-      v = await runUpgradeHook(this.env, teamId, id, name, given);
+      v = await this.traced(`UpdateOpsDO.${name}`, { "sandbox.id": id, "ops.attempt": attempt }, async () => {
+        const verdict = await runUpgradeHook(this.env, teamId, id, name, given);
+        annotateSpan(verdict ? { "hook.reason": verdict.condition.reason, "hook.proceed": verdict.proceed } : { "hook.reason": "None" });
+        return verdict;
+      });
     } catch (err) {
       console.error(`update ops: ${name} of ${id}: not run`, err);
       return;
@@ -264,6 +278,17 @@ export class UpdateOpsDO extends DurableObject<Env> {
       this.save({ ...run, state: transition(run.state, { type: "hooked", id, attempt, stage, ...ev }, Date.now()) });
       if (active(this.run!.state)) await this.ctx.storage.setAlarm(Date.now());
     });
+  }
+
+  /** Work beside the run (a hook, a checkpoint) as a span of the step that started it, exported
+   * when it ends (the alarm that started it has flushed already). */
+  private async traced<T>(name: string, attributes: Record<string, string | number>, work: () => Promise<T>): Promise<T> {
+    try {
+      return await edgeSpan(this.env, name, attributes, work);
+    } finally {
+      const flushing = flushEdgeTraces();
+      if (flushing) this.ctx.waitUntil(flushing);
+    }
   }
 
   private async step(ev: OpsInput): Promise<OpsResult> {

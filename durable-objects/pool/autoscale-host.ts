@@ -50,6 +50,20 @@ export class AutoscaleHost {
     return true;
   }
 
+  /** Whether an evaluation is due at `now`. */
+  isDue(now: number): boolean {
+    return this.state !== null && this.due !== null && this.due <= now;
+  }
+
+  /** The last evaluation as span attributes: what it decided (scale_up, scale_down, blocked,
+   * none), why, and the sizes it compared. */
+  decisionAttributes(scaledTo: number | null): Record<string, string | number> {
+    const d = this.state?.decision;
+    if (!d) return { "autoscaler.decision": "none", "autoscaler.reason": this.state?.conditions[0]?.reason ?? "" };
+    const decision = scaledTo === null ? (d.reason === "ScaleBlocked" ? "blocked" : "none") : scaledTo > d.currentReplicas ? "scale_up" : "scale_down";
+    return { "autoscaler.decision": decision, "autoscaler.reason": d.reason, "autoscaler.current_replicas": d.currentReplicas, "autoscaler.desired_replicas": d.desiredReplicas };
+  }
+
   /** Evaluates if due (`pool` null: the template has no pool now); answers the replicas to scale to, or null. */
   run(pool: { replicas: number; available: number; total: number } | null, now: number): number | null {
     const st = this.state;

@@ -13,7 +13,7 @@ import { AutoscaleHost } from "./autoscale-host.ts";
 import { TurnWrites } from "../turn-writes.ts";
 import { openPoolStore, type Outgoing, type PoolStore } from "./store.ts";
 import { edgeLogger } from "../tracing/edge-log.ts";
-import { currentTraceparent, edgeSpan, flushEdgeTraces } from "../tracing/edge-tracing.ts";
+import { annotateSpan, currentTraceparent, edgeSpan, flushEdgeTraces } from "../tracing/edge-tracing.ts";
 
 const LOG = edgeLogger("pool");
 
@@ -109,12 +109,12 @@ export class PoolDO extends DurableObject<Env> {
     return this.statusNow();
   }
 
-  /** Sets (null: removes) the pool's PoolAutoscaler and evaluates it at once. */
-  async setAutoscaler(spec: AutoscalerSpec | null): Promise<AutoscalerResult> {
+  /** Sets (null: removes) the pool's PoolAutoscaler and evaluates it at once (in the caller's trace). */
+  async setAutoscaler(spec: AutoscalerSpec | null, traceparent?: string): Promise<AutoscalerResult> {
     this.load();
     this.turn.flush();
     this.autoscale!.set(spec, Date.now());
-    this.autoscaleNow();
+    await this.autoscaleNow(traceparent);
     return { ok: true, status: this.autoscalerStatusNow() };
   }
 
@@ -126,20 +126,39 @@ export class PoolDO extends DurableObject<Env> {
   override async alarm(): Promise<void> {
     this.alarmAt = null;
     // The evaluation first: it moves its due time on, so the tick's re-arm does not fire again now.
-    this.autoscaleNow();
+    await this.autoscaleNow();
     this.apply({ type: "tick" });
     await this.kick();
   }
 
-  /** Runs the autoscaler's evaluation if one is due, applies its size, and re-arms the alarm. */
-  private autoscaleNow(): void {
+  /**
+   * Runs the autoscaler's evaluation if one is due, applies its size, and re-arms the alarm. Traced,
+   * an evaluation is a span (`PoolAutoscaler.evaluate`: its decision, reason and sizes; a root span
+   * unless a caller's trace is given) and the creates or deletes of its scale are children of it.
+   */
+  private async autoscaleNow(traceparent?: string): Promise<void> {
+    const host = this.autoscale!;
+    if (host.isDue(Date.now())) {
+      const cfg = this.load().config;
+      const attributes = { "pool.name": cfg ? `${cfg.teamId}/${cfg.templateId}` : "" };
+      try {
+        await edgeSpan(this.env, "PoolAutoscaler.evaluate", attributes, async () => annotateSpan(host.decisionAttributes(this.evaluate())), traceparent);
+      } finally {
+        const flushing = flushEdgeTraces();
+        if (flushing) this.ctx.waitUntil(flushing);
+      }
+    }
+    if (host.due !== null) this.armAt(Math.max(host.due, Date.now()));
+  }
+
+  /** One evaluation and its scale (the replicas it set, or null). */
+  private evaluate(): number | null {
     const st = this.load();
     const cfg = st.config;
-    const host = this.autoscale!;
     const { available, creating } = counts(st);
-    const desired = host.run(cfg && { replicas: cfg.spec.replicas, available, total: available + creating }, Date.now());
+    const desired = this.autoscale!.run(cfg && { replicas: cfg.spec.replicas, available, total: available + creating }, Date.now());
     if (cfg && desired !== null) this.apply({ type: "configure", config: { ...cfg, spec: { ...cfg.spec, replicas: desired } } });
-    if (host.due !== null) this.armAt(Math.max(host.due, Date.now()));
+    return cfg ? desired : null;
   }
 
   private autoscalerStatusNow() {

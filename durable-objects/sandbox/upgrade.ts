@@ -23,6 +23,8 @@ export interface UpgradeRequest {
   attempt: number;
   /** CheckpointRestore: the member's snapshot, whose files it is recreated on. */
   restoreFs?: string;
+  /** The run's step asking (when traced): the upgrade's intent and the agent's work join its trace. */
+  traceparent?: string;
 }
 
 /** `waiting`: not started yet (the sandbox is pausing, resuming or starting); asked again later. */

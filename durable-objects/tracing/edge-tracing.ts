@@ -13,7 +13,7 @@ import { ROOT_CONTEXT, SpanKind, SpanStatusCode, trace, type Attributes, type Co
 import { W3CTraceContextPropagator } from "@opentelemetry/core";
 import { OTLPTraceExporter } from "@opentelemetry/exporter-trace-otlp-http";
 import { resourceFromAttributes } from "@opentelemetry/resources";
-import { BatchSpanProcessor, TracerProvider } from "@opentelemetry/sdk-trace";
+import { TracerProvider, type ReadableSpan, type SpanExporter, type SpanProcessor } from "@opentelemetry/sdk-trace";
 
 export const EDGE_SCOPE = "sandbox-edge";
 const propagator = new W3CTraceContextPropagator();
@@ -21,6 +21,36 @@ const propagator = new W3CTraceContextPropagator();
 const current = new AsyncLocalStorage<{ id: string; ctx: Context | null }>();
 let provider: TracerProvider | null = null;
 let providerFor: string | null = null;
+let edgeTracer: ReturnType<TracerProvider["getTracer"]> | null = null;
+
+/**
+ * Holds ended spans until `flushEdgeTraces` exports them: workerd drops a request's timers when it
+ * ends, so the SDK's BatchSpanProcessor timer cannot be relied on here, and arming it cost a timer
+ * per span. At most MAX_BUFFERED spans wait (more are dropped, as the batch processor drops past
+ * its queue); each export request carries at most EXPORT_BATCH.
+ */
+const MAX_BUFFERED = 8192;
+const EXPORT_BATCH = 1024;
+class FlushedSpanProcessor implements SpanProcessor {
+  private spans: ReadableSpan[] = [];
+  private readonly exporter: SpanExporter;
+  constructor(exporter: SpanExporter) {
+    this.exporter = exporter;
+  }
+  onStart(): void {}
+  onEnd(span: ReadableSpan): void {
+    if (this.spans.length < MAX_BUFFERED) this.spans.push(span);
+  }
+  async forceFlush(): Promise<void> {
+    const all = this.spans;
+    this.spans = [];
+    for (let i = 0; i < all.length; i += EXPORT_BATCH) await new Promise<void>((done) => this.exporter.export(all.slice(i, i + EXPORT_BATCH), () => done()));
+  }
+  async shutdown(): Promise<void> {
+    await this.forceFlush();
+    await this.exporter.shutdown();
+  }
+}
 
 interface TracingEnv {
   OTEL_EXPORTER_OTLP_ENDPOINT?: string;
@@ -33,11 +63,12 @@ function tracer(env: TracingEnv) {
   if (providerFor !== endpoint) {
     provider = new TracerProvider({
       resource: resourceFromAttributes({ "service.name": "sandbox-edge" }),
-      spanProcessors: [new BatchSpanProcessor({ exporter: new OTLPTraceExporter({ url: `${endpoint.replace(/\/$/, "")}/v1/traces` }), scheduledDelayMillis: 1000 })],
+      spanProcessors: [new FlushedSpanProcessor(new OTLPTraceExporter({ url: `${endpoint.replace(/\/$/, "")}/v1/traces` }))],
     });
     providerFor = endpoint;
+    edgeTracer = provider.getTracer(EDGE_SCOPE);
   }
-  return provider!.getTracer(EDGE_SCOPE);
+  return edgeTracer!;
 }
 
 /** How often the isolate exports what it buffered. */
@@ -85,6 +116,12 @@ export function currentTraceparent(): string | undefined {
   const carrier: Record<string, string> = {};
   propagator.inject(ctx, carrier, { set: (c, k, v) => (c[k] = v) });
   return carrier.traceparent;
+}
+
+/** Adds attributes known only once the work ran (a decision, a verdict) to the current span. */
+export function annotateSpan(attributes: Attributes): void {
+  const ctx = current.getStore()?.ctx;
+  if (ctx) trace.getSpan(ctx)?.setAttributes(attributes);
 }
 
 /**

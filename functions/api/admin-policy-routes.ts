@@ -32,6 +32,8 @@ export interface PolicyRoutes<S extends z.ZodType, V extends { team: string | nu
   nameLabel: string;
   spec: S;
   list(env: Env, team?: string | null): Promise<V[]>;
+  /** Every object's team and name (the PUT's count; no status computed). */
+  keys(env: Env): Promise<{ team: string | null; name: string }[]>;
   get(env: Env, team: string | null, name: string): Promise<V | undefined>;
   set(env: Env, team: string | null, name: string, spec: z.infer<S>): Promise<V>;
   remove(env: Env, team: string | null, name: string): Promise<boolean>;
@@ -66,7 +68,7 @@ export function policyRoutes<S extends z.ZodType, V extends { team: string | nul
     app.put(path, async (c) => {
       const t = await target(c, global);
       const spec = await readJson(c, o.spec);
-      const all = await o.list(c.env);
+      const all = await o.keys(c.env);
       if (all.length >= o.max && !all.some((p) => p.team === t.team && p.name === t.name)) {
         throw new ApiError("bad_request", `at most ${o.max} ${o.plural.replace("-", " ")} in all; delete one first`);
       }

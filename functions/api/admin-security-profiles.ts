@@ -6,7 +6,7 @@
 //   PUT    /admin/teams/{team}/security-profiles/{name}          {priority?, selector?, rules, rateLimit?}
 //   DELETE /admin/teams/{team}/security-profiles/{name}
 //   GET|PUT|DELETE /admin/global-security-profiles/{name}
-import { getSecurityProfileView, listSecurityProfileViews, removeSecurityProfile, setSecurityProfile } from "../../durable-objects/operations/security-profiles.ts";
+import { getSecurityProfileView, listSecurityProfileViews, removeSecurityProfile, securityProfileKeys, setSecurityProfile } from "../../durable-objects/operations/security-profiles.ts";
 import { MAX_SECURITY_PROFILES, SecurityProfileName, SecurityProfileSpec } from "../../schema/api/security-profile.ts";
 import { policyRoutes } from "./admin-policy-routes.ts";
 
@@ -19,6 +19,7 @@ export const adminSecurityProfiles = policyRoutes({
   nameLabel: "profile name",
   spec: SecurityProfileSpec,
   list: listSecurityProfileViews,
+  keys: securityProfileKeys,
   get: getSecurityProfileView,
   set: setSecurityProfile,
   remove: removeSecurityProfile,

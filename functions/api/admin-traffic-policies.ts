@@ -5,7 +5,7 @@
 //   PUT    /admin/teams/{team}/traffic-policies/{name}          {priority?, selector?, egress: {rules}}
 //   DELETE /admin/teams/{team}/traffic-policies/{name}
 //   GET|PUT|DELETE /admin/global-traffic-policies/{name}
-import { getTrafficPolicyView, listTrafficPolicyViews, removeTrafficPolicy, setTrafficPolicy } from "../../durable-objects/operations/traffic-policies.ts";
+import { getTrafficPolicyView, listTrafficPolicyViews, removeTrafficPolicy, setTrafficPolicy, trafficPolicyKeys } from "../../durable-objects/operations/traffic-policies.ts";
 import { MAX_TRAFFIC_POLICIES, TrafficPolicyName, TrafficPolicySpec } from "../../schema/api/traffic-policy.ts";
 import { policyRoutes } from "./admin-policy-routes.ts";
 
@@ -18,6 +18,7 @@ export const adminTrafficPolicies = policyRoutes({
   nameLabel: "policy name",
   spec: TrafficPolicySpec,
   list: listTrafficPolicyViews,
+  keys: trafficPolicyKeys,
   get: getTrafficPolicyView,
   set: setTrafficPolicy,
   remove: removeTrafficPolicy,

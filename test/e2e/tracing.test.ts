@@ -5,8 +5,10 @@
 // and PoolDO, a snapshot down to the driver's copy, and the calls on an update ops run too. The
 // work nobody's request waits on is traced as well: an ops run's alarm steps (in the trace of its
 // start), the pool's own creates (a trace of their own, down to the agent), and an intent the
-// agent never acked, redelivered after the agent's restart (still in its request's trace).
-import { mkdtempSync, rmSync } from "node:fs";
+// agent never acked, redelivered after the agent's restart (still in its request's trace). An ops
+// run's agent-side work (its hooks, checkpoints and recreates) is in the run's trace, and a
+// PoolAutoscaler's evaluation is a span whose scale's creates are its children.
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -29,6 +31,14 @@ afterAll(async () => {
   await collector?.stop();
   rmSync(dir, { recursive: true, force: true });
 });
+
+/** The agent's JSON log lines (its output file). */
+function agentLines(): Record<string, unknown>[] {
+  return readFileSync(join(dir, "system", "agent.log"), "utf8")
+    .split("\n")
+    .filter((l) => l.startsWith("{"))
+    .map((l) => JSON.parse(l) as Record<string, unknown>);
+}
 
 /** A control-plane call as the SDK makes it (X-API-KEY), with its request id. */
 async function api(method: string, path: string, body?: unknown, headers: Record<string, string> = {}) {
@@ -107,6 +117,15 @@ describe("traces", () => {
     const killed = await api("DELETE", `/sandboxes/${id}`);
     expect(killed.status).toBe(204);
     await spansNamed(killed.requestId, ["DELETE /sandboxes/:id", "SandboxGroupDO.kill", "ClusterDO.enqueue", "reconcile", "driver.destroy"]);
+    // The agent's log lines about the sandbox written during each traced step carry that step's
+    // trace id, the kill's last line (phase Deleted) included.
+    const phases = await waitFor(() => {
+      const mine = agentLines().filter((l) => l.sandboxId === id && l.msg === "phase");
+      return mine.some((l) => l.phase === "Deleted") ? mine : undefined;
+    }, 15_000);
+    expect(phases.find((l) => l.phase === "Paused")?.traceId).toBe(paused.requestId);
+    expect(phases.find((l) => l.phase === "Running" && l.traceId === traceId)).toBeDefined();
+    expect(phases.find((l) => l.phase === "Deleted")?.traceId).toBe(killed.requestId);
   });
 
   it("a snapshot is one trace from the request through the agent to the driver's copy", async () => {
@@ -146,6 +165,61 @@ describe("traces", () => {
     await api("DELETE", `/admin/teams/admin/updateops/${name}`);
   });
 
+  it("an ops run's agent-side work is in the run's trace: its hooks, each member's checkpoint and its recreate down to the agent's reconcile and driver steps", async () => {
+    const name = `trace-up-${Date.now().toString(36)}`;
+    expect((await api("PUT", `/admin/teams/admin/templates/${name}`, { spec: { replicas: 0, memoryMB: 256 } })).status).toBeLessThan(300);
+    const created = await api("POST", "/v2/sandboxes", { templateID: name, timeout: 600, metadata: { "label:up": name } });
+    expect(created.status).toBe(201);
+    const id = created.body.sandboxID as string;
+    expect((await api("PUT", `/admin/teams/admin/templates/${name}`, { spec: { replicas: 0, memoryMB: 384 } })).status).toBeLessThan(300);
+    const hook = { exec: { command: ["true"] }, timeoutSeconds: 30 };
+    const started = await api("POST", "/admin/teams/admin/updateops", { name, selector: { matchLabels: { up: name } }, updateStrategy: { type: "CheckpointRestore" }, lifecycle: { preUpgrade: hook, postUpgrade: hook } });
+    expect(started.status).toBe(201);
+    const done = await waitFor(async () => {
+      const s = await api("GET", `/admin/teams/admin/updateops/${name}`);
+      return s.body.phase === "Completed" || s.body.phase === "Failed" ? s.body : undefined;
+    }, 90_000);
+    expect(done, JSON.stringify(done)).toMatchObject({ phase: "Completed", updatedReplicas: 1 });
+    const spans = await waitFor(() => {
+      const all = collector.spans().filter((s) => s.traceId === started.requestId);
+      const names = ["UpdateOpsDO.preUpgrade", "UpdateOpsDO.postUpgrade", "UpdateOpsDO.checkpoint", "driver.snapshotFs", "SandboxGroupDO.upgradeBatch", "runtime.register"];
+      return names.every((n) => all.some((s) => s.name === n)) ? all : undefined;
+    }, 30_000);
+    const byId = new Map(spans.map((s) => [s.spanId, s]));
+    const parentOf = (s: ReceivedSpan) => byId.get(s.parentSpanId);
+    const polls = new Set(spans.filter((s) => s.name === "UpdateOpsDO.poll").map((s) => s.spanId));
+    // The hooks ran in the sandbox, each a span of the run's step that started it, with its verdict.
+    for (const h of ["UpdateOpsDO.preUpgrade", "UpdateOpsDO.postUpgrade"]) {
+      const span = spans.find((s) => s.name === h)!;
+      expect(span, h).toMatchObject({ service: "sandbox-edge", attributes: { "sandbox.id": id, "hook.reason": "Succeeded", "hook.proceed": true } });
+      expect(polls.has(span.parentSpanId), h).toBe(true);
+    }
+    // The checkpoint: run step → snapshot call → intent → the agent's reconcile → the driver's copy.
+    const checkpoint = spans.find((s) => s.name === "UpdateOpsDO.checkpoint")!;
+    expect(checkpoint.attributes["sandbox.id"]).toBe(id);
+    const copy = spans.find((s) => s.name === "driver.snapshotFs")!;
+    const copyReconcile = parentOf(copy)!;
+    expect(copyReconcile).toMatchObject({ name: "reconcile", service: "sandbox-agent" });
+    expect(parentOf(parentOf(copyReconcile)!)).toMatchObject({ name: "SandboxGroupDO.snapshot", parentSpanId: checkpoint.spanId });
+    // The recreate: run step → the group's upgrade call → the upgrade's intent → reconcile →
+    // driver.ensure (the new revision) and the runtime's registration of the new sandbox.
+    const batch = spans.find((s) => s.name === "SandboxGroupDO.upgradeBatch" && spans.some((e) => e.name === "ClusterDO.enqueue" && e.parentSpanId === s.spanId))!;
+    expect(batch, spans.map((s) => s.name).join()).toBeDefined();
+    expect(polls.has(batch.parentSpanId)).toBe(true);
+    const enqueue = spans.find((s) => s.name === "ClusterDO.enqueue" && s.parentSpanId === batch.spanId)!;
+    expect(enqueue.attributes["sandbox.id"]).toBe(id);
+    // One pass or more (a pass requeues while the new sandbox starts), each a child of the intent's span.
+    const passes = spans.filter((s) => s.name === "reconcile" && s.parentSpanId === enqueue.spanId);
+    expect(passes.length).toBeGreaterThan(0);
+    for (const p of passes) expect(p).toMatchObject({ service: "sandbox-agent", attributes: { "sandbox.id": id, "sandbox.desired": "running" } });
+    const inPass = (n: string) => spans.find((s) => s.name === n && passes.some((p) => p.spanId === s.parentSpanId));
+    expect(inPass("driver.ensure")).toBeDefined();
+    expect(inPass("runtime.register")).toMatchObject({ scope: "agent-runtime" });
+    await api("DELETE", `/admin/teams/admin/updateops/${name}`);
+    await api("DELETE", `/sandboxes/${id}`);
+    await api("DELETE", `/admin/teams/admin/templates/${name}`);
+  });
+
   it("the pool's own creates (its stock) are a trace of their own, down to the agent's reconcile and driver", async () => {
     // The create in the first case claimed the warm member; the pool made another.
     const spans = await waitFor(() => {
@@ -158,6 +232,42 @@ describe("traces", () => {
     const reconcile = spans.find((s) => s.name === "reconcile" && s.parentSpanId === batch.spanId)!;
     expect(reconcile).toMatchObject({ service: "sandbox-agent" });
     expect(spans.find((s) => s.name === "driver.ensure" && s.parentSpanId === reconcile.spanId)).toBeDefined();
+  });
+
+  // After the pool case: the autoscaler's creates are children of its evaluation, not roots.
+  it("a PoolAutoscaler's evaluation is a span with its decision, and the creates of its scale are its children down to the agent", async () => {
+    const name = `trace-as-${Date.now().toString(36)}`;
+    expect((await api("PUT", `/admin/teams/admin/templates/${name}`, { spec: { replicas: 0, memoryMB: 256 } })).status).toBeLessThan(300);
+    const spec = { minReplicas: 0, maxReplicas: 2, cronPolicies: [{ name: "always", schedule: "* * * * *", targetReplicas: 1 }], sampling: { intervalSeconds: 1, windowSeconds: 1 } };
+    const set = await api("PUT", `/admin/teams/admin/templates/${name}/autoscaler`, spec);
+    expect(set.status).toBe(200);
+    // Set through the API: evaluated at once, in the request's trace.
+    const spans = await waitFor(() => {
+      const all = collector.spans().filter((s) => s.traceId === set.requestId);
+      return all.some((s) => s.name === "driver.ensure") ? all : undefined;
+    }, 30_000);
+    const setCall = spans.find((s) => s.name === "PoolDO.setAutoscaler")!;
+    expect(setCall.parentSpanId).toBe(spans.find((s) => s.name.startsWith("PUT"))!.spanId);
+    const evaluation = spans.find((s) => s.name === "PoolAutoscaler.evaluate")!;
+    expect(evaluation).toMatchObject({
+      service: "sandbox-edge",
+      parentSpanId: setCall.spanId,
+      attributes: { "pool.name": expect.stringMatching(new RegExp(`/${name}$`)), "autoscaler.decision": "scale_up", "autoscaler.reason": "CronPolicy" },
+    });
+    // OTLP JSON carries integers as strings.
+    expect([Number(evaluation.attributes["autoscaler.current_replicas"]), Number(evaluation.attributes["autoscaler.desired_replicas"])]).toEqual([0, 1]);
+    const enqueue = spans.find((s) => s.name === "PoolDO.enqueue")!;
+    expect(enqueue.parentSpanId).toBe(evaluation.spanId);
+    expect(Number(enqueue.attributes["pool.creates"])).toBe(1);
+    const reconcile = spans.find((s) => s.name === "reconcile" && s.parentSpanId === enqueue.spanId)!;
+    expect(reconcile).toMatchObject({ service: "sandbox-agent" });
+    expect(spans.find((s) => s.name === "driver.ensure" && s.parentSpanId === reconcile.spanId)).toBeDefined();
+    // Its next evaluations (the pool's alarm) are traces of their own; at the size, nothing to do.
+    const later = await waitFor(() => collector.spans().find((s) => s.name === "PoolAutoscaler.evaluate" && s.attributes["pool.name"] === evaluation.attributes["pool.name"] && s.parentSpanId === "" && Number(s.attributes["autoscaler.current_replicas"]) === 1), 30_000);
+    expect(later.attributes).toMatchObject({ "autoscaler.decision": "none", "autoscaler.reason": "CronPolicy" });
+    expect(Number(later.attributes["autoscaler.desired_replicas"])).toBe(1);
+    expect((await api("DELETE", `/admin/teams/admin/templates/${name}/autoscaler`)).status).toBe(204);
+    await api("DELETE", `/admin/teams/admin/templates/${name}`);
   });
 
   it("every request carries its trace id", async () => {

@@ -1,7 +1,7 @@
 // The agent's structured log lines: one JSON object per line with time, level, msg, component and
 // the fields (ids as fields, errors as their message), or a text line for a terminal.
 import { describe, expect, it } from "vitest";
-import { configureLogs, formatLine, logger, parseLogFormat, type LogLevel } from "../../../controllers/lib/log.ts";
+import { configureLogs, formatLine, logger, parseLogFormat, traceLogsBy, type LogLevel } from "../../../controllers/lib/log.ts";
 
 const T = new Date("2026-12-01T10:00:00.000Z");
 
@@ -17,6 +17,20 @@ describe("agent logs", () => {
       [{ time: "2026-12-01T10:00:00.000Z", level: "info", msg: "phase", component: "reconciler", cluster: "local", sandboxId: "sbx-1", phase: "Running" }, "info"],
       [{ time: "2026-12-01T10:00:00.000Z", level: "error", msg: "reconcile failed", component: "reconciler", cluster: "local", sandboxId: "sbx-2", error: "boom\nsecond line" }, "error"],
     ]);
+  });
+
+  it("a line a trace source claims (by its fields) carries that trace's id; others and explicit ids are left alone", () => {
+    const lines: string[] = [];
+    configureLogs({ format: "json", write: (l) => lines.push(l), now: () => T });
+    const traced = new Map([["sbx-1", "4bf92f3577b34da6a3ce929d0e0e4736"]]);
+    const untrace = traceLogsBy((f) => (typeof f.sandboxId === "string" ? traced.get(f.sandboxId) : undefined));
+    const log = logger("driver");
+    log.warn("mount failed", { sandboxId: "sbx-1" });
+    log.info("phase", { sandboxId: "sbx-2" });
+    log.info("phase", { sandboxId: "sbx-1", traceId: "0af7651916cd43dd8448eb211c80319c" });
+    untrace();
+    log.info("after", { sandboxId: "sbx-1" });
+    expect(lines.map((l) => JSON.parse(l).traceId)).toEqual(["4bf92f3577b34da6a3ce929d0e0e4736", undefined, "0af7651916cd43dd8448eb211c80319c", undefined]);
   });
 
   it("a field cannot overwrite the fixed keys", () => {
