@@ -14,6 +14,12 @@
 //                                          lock, timer or batching wait); _machine uses the whole
 //                                          machine's busy CPU per create instead (others' load on a
 //                                          shared machine is CPU we wait for too)
+//   local.driver_cpu_ms_each               CPU of the local driver alone (this process and its spawner,
+//                                          _children: their exited children) per create + first
+//                                          command + destroy, same run: the floor of the agent's and
+//                                          spawner's share (e2e.agent_cpu_vs_driver_ratio)
+//   e2e.one_client_latency_vs_cpu          1-client p50 over the CPU of all our processes per create +
+//                                          first command in that loop (e2e.one_client_cpu_ms_each)
 //   e2e.path_overhead_ratio                create + first command through SDK, edge and agent, one
 //                                          client, over the local driver's own create + first command
 //                                          (local.plain_create_to_first_cmd_p50_ms, as bench/egress.ts),
@@ -143,23 +149,52 @@ export async function run(): Promise<Figures> {
     // no agent, no SDK) so the machine's load hits both alike. Kills and destroys off the clock.
     const serial: number[] = [];
     const plain: number[] = [];
+    // The driver alone (this process and its spawner; their exited children apart): the floor of
+    // the agent's and spawner's CPU per create + first command + kill, since the window below
+    // carries a refill's create and a kill's destroy per create too.
+    const plainCpu: number[] = [];
+    const plainChildrenCpu: number[] = [];
+    let driverSpawner: number | undefined;
+    const driverCpuMs = () => {
+      // Looked up once: pgrep is a child of this process, its CPU would count.
+      driverSpawner ??= spawnerOf(process.pid);
+      const [own, sp] = [procCpuMs(process.pid), procCpuMs(driverSpawner)];
+      return { own: own.own + sp.own, children: own.children + sp.children };
+    };
+    // One client: all of the system's and the client's CPU per create + first command (kill off
+    // the clock), beside its latency: with nothing queued behind another request, latency above
+    // this CPU is a wait (a lock, a timer, I/O) or other users' CPU.
+    const serialCpu: number[] = [];
+    const agentSpawner = spawnerOf(sys.agent.pid!);
+    const systemCpuMs = () =>
+      [process.pid, sys.agent.pid!, agentSpawner, sys.edge.pid, sys.sqld.pid].reduce<number>((a, pid) => {
+        const c = procCpuMs(pid);
+        return a + c.own + (pid === process.pid ? 0 : c.children);
+      }, 0);
     const driver = new LocalDriver({ dataDir: join(dataDir, "plain"), cgroupName: `kruise-bench-${process.pid}-plain` });
     try {
       for (let i = 0; i < 20; i++) {
+        const sysBefore = systemCpuMs();
         let t = performance.now();
         const sbx = await Sandbox.create(opts);
         await sbx.commands.run("echo hi");
         serial.push(performance.now() - t);
+        serialCpu.push(systemCpuMs() - sysBefore);
         await sbx.kill();
         const d: DesiredSandbox = {
           id: `bpl${process.pid}x${i}`, generation: 1, template: "base", state: "Running", pauseStrategy: "Freeze",
           resources: { cpuCount: 1, memoryMB: 512 }, allowInternetAccess: true,
         };
+        const cpuBefore = driverCpuMs();
         t = performance.now();
         await driver.ensure(d);
         await driver.exec(d.id, { cmd: "/bin/true", args: [], cwd: "/", env: {}, user: USER });
         plain.push(performance.now() - t);
         await driver.destroy(d.id);
+        // The first one starts the driver's spawner: not a sandbox's cost.
+        const cpuAfter = driverCpuMs();
+        if (i > 0) plainCpu.push(cpuAfter.own - cpuBefore.own);
+        if (i > 0) plainChildrenCpu.push(cpuAfter.children - cpuBefore.children);
       }
     } finally {
       for (const s of await driver.list()) await driver.destroy(s.id).catch(() => {});
@@ -168,6 +203,10 @@ export async function run(): Promise<Figures> {
     figures["e2e.create_first_cmd_1_client_p50_ms"] = { value: round(median(serial)), unit: "ms" };
     figures["local.plain_create_to_first_cmd_same_run_p50_ms"] = { value: round(median(plain)), unit: "ms" };
     figures["e2e.path_overhead_ratio"] = { value: round(median(serial) / median(plain)), unit: "ratio", target: "≤ 2.0" };
+    figures["local.driver_cpu_ms_each"] = { value: round(median(plainCpu)), unit: "ms", spread: [Math.min(...plainCpu), Math.max(...plainCpu)] };
+    figures["local.driver_children_cpu_ms_each"] = { value: round(median(plainChildrenCpu)), unit: "ms" };
+    figures["e2e.one_client_cpu_ms_each"] = { value: round(median(serialCpu)), unit: "ms", spread: [Math.min(...serialCpu), Math.max(...serialCpu)] };
+    figures["e2e.one_client_latency_vs_cpu"] = { value: round(median(serial) / median(serialCpu)), unit: "ratio" };
 
     // The two halves are reported too: where the time goes decides what to fix.
     const kills: Promise<unknown>[] = [];
@@ -214,6 +253,9 @@ export async function run(): Promise<Figures> {
     // The server: edge (workerd), agent, spawner, sqld; not the client nor the sandboxes' processes.
     const server = each.edge! + each.agent! + each.spawner! + each.sqld!;
     figures["e2e.server_cpu_ms_each"] = { value: round(server), unit: "ms", target: "≤ 8" };
+    // The agent's and spawner's share over the driver's own create + first command + destroy (its
+    // floor: the window's refill and kill are that work, plus the claim and the command).
+    figures["e2e.agent_cpu_vs_driver_ratio"] = { value: round((each.agent! + each.spawner!) / median(plainCpu)), unit: "ratio" };
     const whole = Object.values(each).reduce((a, b) => a + b, 0);
     figures["e2e.create_first_cmd_cpu_ms_each"] = { value: round(whole), unit: "ms", target: "≤ 18" };
     // Little's law with the CPU as the only server: 20 clients each wait for 20 operations' CPU

@@ -12,8 +12,11 @@
 // The tail Worker adds CPU on both sides, so take the CPU figures of such a run only as a ratio.
 // `--tracing`: both sides serve the working tree, B with OTEL_EXPORTER_OTLP_ENDPOINT to a real
 // collector (tools/otelcol), and it prints `obs.tracing_overhead_ratio` (B's creates/s over A's).
+// `--disk`: both sides serve the working tree, A with its Durable Object storage on tmpfs (as the
+// edge bench), B on the disk (as `npm start` and the e2e bench): what the disk's commits cost.
 import { spawnSync } from "node:child_process";
 import { cpSync, mkdirSync, mkdtempSync, rmSync, symlinkSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { parseArgs } from "node:util";
 import { startEdge, type Edge } from "../scripts/lib/edge.ts";
@@ -37,6 +40,7 @@ const { values: opt } = parseArgs({
     replicas: { type: "string", default: "600" },
     tracing: { type: "boolean", default: false },
     calls: { type: "boolean", default: false },
+    disk: { type: "boolean", default: false },
   },
 });
 const rounds = Number(opt.rounds);
@@ -45,6 +49,7 @@ const replicas = Number(opt.replicas);
 
 const tmp = mkdtempSync("/dev/shm/sbx-edge-ab-");
 const sqld = await startSqld({ dir: join(tmp, "sqld") });
+const onDisk = mkdtempSync(join(tmpdir(), "sbx-edge-ab-disk-"));
 type Side = { name: string; edge: Edge; agent: ScriptedAgent; cpu: number[]; rate: number[]; p50: number[]; counter?: number; calls: Record<string, number> };
 const sides: Side[] = [];
 let collector: Collector | undefined;
@@ -58,13 +63,15 @@ try {
   symlinkSync(join(ROOT, "node_modules"), join(tree, "node_modules"));
   const bundles = opt.tracing
     ? { "A (tracing off)": join(tmp, "bundle-b"), "B (tracing to a collector)": join(tmp, "bundle-b") }
-    : { [`A (${opt.base})`]: join(tmp, "bundle-a"), "B (working tree)": join(tmp, "bundle-b") };
-  if (!opt.tracing) build(tree, join(tmp, "bundle-a"));
+    : opt.disk
+      ? { "A (storage on tmpfs)": join(tmp, "bundle-b"), "B (storage on disk)": join(tmp, "bundle-b") }
+      : { [`A (${opt.base})`]: join(tmp, "bundle-a"), "B (working tree)": join(tmp, "bundle-b") };
+  if (!opt.tracing && !opt.disk) build(tree, join(tmp, "bundle-a"));
   build(ROOT, join(tmp, "bundle-b"));
   if (opt.tracing) collector = await startCollector(tmp);
   const vars = { LIBSQL_URL: sqld.url, KEY_PEPPER: "ab-pepper", ADMIN_API_KEY: ADMIN_KEY, CLUSTER_TOKEN };
   for (const [name, bundle] of Object.entries(bundles)) {
-    const dir = join(tmp, `edge-${sides.length}`);
+    const dir = opt.disk && sides.length === 1 ? onDisk : join(tmp, `edge-${sides.length}`);
     cpSync(bundle, join(dir, "bundle"), { recursive: true });
     const traced: Record<string, string> = collector && sides.length === 1 ? { OTEL_EXPORTER_OTLP_ENDPOINT: collector.endpoint } : {};
     const counter = opt.calls ? await freePort() : undefined;
@@ -115,6 +122,7 @@ try {
   await sqld.stop();
   await collector?.stop();
   rmSync(tmp, { recursive: true, force: true });
+  rmSync(onDisk, { recursive: true, force: true });
 }
 
 /** The bundle `wrangler deploy` would upload, built from the tree at `cwd`. */

@@ -20,6 +20,8 @@
 //   - the index row in libSQL before the response: the cluster object group-commits the rows of
 //     concurrent creates into one multi-row upsert, sent straight to sqld over HTTP (Hrana
 //     pipeline); ours hands them to SandboxIndexDO, which does the same through @libsql/client.
+//     The row is also kept in the group's SQLite, in the sandbox's own commit, until libSQL has
+//     it, so a create answers while libSQL is down (ours: the group's index outbox);
 // The cluster object writes the intents of concurrent enqueues in one frame and deletes answered
 // outbox rows in batches after 50 ms, as ClusterDO does. Left out, as in the bare skeleton: the
 // template lookup (a pool that was never filled answers 404), state machines, alarms, redelivery,
@@ -174,17 +176,22 @@ export class FeatureGroup extends DurableObject {
     super(ctx, env);
     this.sql = ctx.storage.sql;
     this.sql.exec("CREATE TABLE IF NOT EXISTS sandboxes (id TEXT PRIMARY KEY, phase TEXT NOT NULL, spec TEXT NOT NULL, end_at INTEGER NOT NULL)");
+    this.sql.exec("CREATE TABLE IF NOT EXISTS index_outbox (id TEXT PRIMARY KEY, rev INTEGER NOT NULL, op TEXT NOT NULL)");
   }
 
   async create(id, spec) {
     const now = Date.now();
     const endAt = now + spec.timeoutS * 1000;
     const intent = { sandboxId: id, generation: 2, owner: { kind: "sandbox" }, desired: { state: "running" }, template: { id: spec.templateID } };
-    this.sql.exec("INSERT INTO sandboxes (id, phase, spec, end_at) VALUES (?, 'Pending', ?, ?)", id, JSON.stringify({ ...spec, intent }), endAt);
     const row = [id, TEAM_ID, KEY_ID, spec.templateID, null, "running", "Running", JSON.stringify(spec.metadata), now, endAt, 2, 512, 1024, "0.2.0", 1];
-    const acked = await cluster(this.env).enqueue([intent], { awaitAnswer: true, index: [row] });
-    if (!acked) return { ok: false };
+    this.sql.exec("INSERT INTO sandboxes (id, phase, spec, end_at) VALUES (?, 'Pending', ?, ?)", id, JSON.stringify({ ...spec, intent }), endAt);
+    // The index row is kept with the sandbox's own until libSQL has it, so a create still answers
+    // when libSQL is down (sent again later; as SandboxGroupDO's index outbox).
+    this.sql.exec("INSERT INTO index_outbox (id, rev, op) VALUES (?, 1, ?)", id, JSON.stringify(row));
+    const res = await cluster(this.env).enqueue([intent], { awaitAnswer: true, index: [row] });
+    if (!res) return { ok: false };
     this.sql.exec("UPDATE sandboxes SET phase = 'Running' WHERE id = ?", id);
+    if (res.indexed) this.sql.exec("DELETE FROM index_outbox WHERE id = ? AND rev <= 1", id);
     return { ok: true };
   }
 }
@@ -228,8 +235,8 @@ export class FeatureCluster extends DurableObject {
       this.sendTimer = null;
       this.ctx.getWebSockets()[0]?.send(JSON.stringify({ items: this.unsent.splice(0) }));
     }, 0);
-    await Promise.all([...answers, ...(opts.index ?? []).map((row) => this.indexRow(row))]);
-    return true;
+    const [, indexed] = await Promise.all([Promise.all(answers), Promise.all((opts.index ?? []).map((row) => this.indexRow(row).then(() => true, () => false)))]);
+    return { indexed: indexed.every(Boolean) };
   }
 
   webSocketMessage(_ws, message) {
