@@ -43,6 +43,10 @@ export interface DesiredSandbox {
   /** Start the sandbox's private state (its disk, or its layer) as a copy of this snapshot when
    * it is first created; its own identity (hostname, hosts) is written over the snapshot's. */
   restoreFrom?: Pick<SnapshotRef, "id">;
+  /** The template serves E2B's code interpreter on port 49999 (`codeInterpreter: true`): drivers
+   * whose runtime runs apart from the agent (kubernetes: the pod's sidecar) start it with the
+   * interpreter; the local driver's embedded runtime reads it from the intent itself. */
+  codeInterpreter?: boolean;
   /** The pool (template id = SandboxSet name) the sandbox is built from, for drivers that build
    * sandboxes from a pool's own spec (kubernetes: the SandboxSet's pod template). */
   pool?: string;
