@@ -9,6 +9,7 @@ import { ensureTeam } from "../durable-objects/store/teams.ts";
 import { upsertTemplate } from "../durable-objects/store/templates.ts";
 import { TemplateSpec } from "../schema/api/template.ts";
 import { apiKeys } from "../schema/db/tables.ts";
+import { buildCodeInterpreterOnEdge, CODE_INTERPRETER } from "./lib/templates.ts";
 
 export interface SeedOptions {
   libsqlUrl: string;
@@ -59,21 +60,37 @@ export async function seed(opts: SeedOptions): Promise<void> {
 }
 
 /** The names the code interpreter's template answers to: E2B's, and the one the current
- * SDKs create by default. Both name the `code-interpreter` root filesystem. */
+ * SDKs create by default. Both name the rootfs of the same build. */
 export const CODE_INTERPRETER_TEMPLATES = ["code-interpreter-v1", "code-interpreter"] as const;
 
-/** Registers the public code-interpreter templates through a running edge's admin API, the SDKs'
- * default with `replicas` warm members (the other name mints on demand). Only once the root
- * filesystem exists: a pool of a missing one would fail every member. */
-export async function seedCodeInterpreter(edgeUrl: string, adminApiKey: string, replicas: number, rootfsId?: string): Promise<void> {
+/**
+ * The public code-interpreter templates through a running edge: `code-interpreter` built through
+ * the edge's HTTP build API (`build: "always"`, as `npm start` does so a changed definition or
+ * base is built again; "missing": only when it has no build yet, as a test file's setup does),
+ * then both names put through the admin API with the built spec, `codeInterpreter: true` (its
+ * port 49999 is the interpreter) and `replicas` warm members for the SDKs' default. A new build is
+ * a new revision, so its pool rolls.
+ */
+export async function seedCodeInterpreter(edgeUrl: string, adminApiKey: string, replicas: number, opts: { build?: "always" | "missing"; log?: (line: string) => void } = {}): Promise<void> {
+  const headers = { "content-type": "application/json", "x-api-key": adminApiKey };
+  const url = (name: string) => new URL(`/admin/teams/${ADMIN_TEAM_NAME}/templates/${name}`, edgeUrl);
+  const current = async () => {
+    const got = await fetch(url(CODE_INTERPRETER), { headers });
+    if (got.status === 404) return undefined;
+    if (!got.ok) throw new Error(`reading template ${CODE_INTERPRETER}: ${got.status} ${await got.text()}`);
+    return ((await got.json()) as { spec: TemplateSpec }).spec;
+  };
+  let spec = await current();
+  if (opts.build === "always" || !spec?.image.startsWith("b-")) {
+    const log = opts.log ?? (() => undefined);
+    const r = await buildCodeInterpreterOnEdge(edgeUrl, adminApiKey, log);
+    log(`build ${r.buildId} ready in ${r.seconds} s: ${r.ran} step(s) built, ${r.cached} cached`);
+    spec = await current();
+    if (!spec) throw new Error(`template ${CODE_INTERPRETER} is missing after its build`);
+  }
   for (const name of CODE_INTERPRETER_TEMPLATES) {
-    // `rootfsId` (the layers it is now): a rebuilt template is a new revision, so its pool rolls.
-    const spec = TemplateSpec.parse({ image: "code-interpreter", codeInterpreter: true, replicas: name === CODE_INTERPRETER_TEMPLATES[0] ? replicas : 0, ...(rootfsId ? { rootfsId } : {}) });
-    const res = await fetch(new URL(`/admin/teams/${ADMIN_TEAM_NAME}/templates/${name}`, edgeUrl), {
-      method: "PUT",
-      headers: { "content-type": "application/json", "x-api-key": adminApiKey },
-      body: JSON.stringify({ public: true, spec }),
-    });
+    const body = { public: true, spec: TemplateSpec.parse({ ...spec, codeInterpreter: true, replicas: name === CODE_INTERPRETER_TEMPLATES[0] ? replicas : 0 }) };
+    const res = await fetch(url(name), { method: "PUT", headers, body: JSON.stringify(body) });
     if (!res.ok) throw new Error(`seeding template ${name} through ${edgeUrl}: ${res.status} ${await res.text()}`);
   }
 }

@@ -6,7 +6,7 @@
 // which stops everything (the agent first: it stops the sandboxes' processes and keeps their files).
 import { resolve } from "node:path";
 import { RootfsStore } from "../controllers/drivers/local/rootfs/store.ts";
-import { baseBuilt, buildBaseInBackground, codeInterpreterRootfs } from "./lib/base-rootfs.ts";
+import { baseBuilt, buildBaseInBackground } from "./lib/base-rootfs.ts";
 import { quotaDefaults } from "./lib/edge.ts";
 import { startSystem } from "./lib/system.ts";
 import { putTemplateRootfs, seedCodeInterpreter } from "./seed.ts";
@@ -16,7 +16,8 @@ const edgePort = Number(process.env.PORT ?? 8787);
 console.log(`starting: sqld, the edge on workerd (port ${edgePort}), the agent (local driver); state in ${dataDir}`);
 // Not waited for: the system serves meanwhile (base sandboxes see the host until it is ready).
 const builder = buildBaseInBackground((line) => console.log(`[base rootfs] ${line}`));
-const codeInterpreter = codeInterpreterRootfs((line) => console.log(`[code-interpreter] ${line}`), builder);
+// The code interpreter's template is built from base once base is there.
+const baseReady = builder ? baseBuilt(builder) : Promise.resolve(true);
 // Teams get wrangler.toml's default quotas, as a deployment does (the admin API changes them).
 const sys = await startSystem({ dataDir, edgePort, baseReplicas: Number(process.env.BASE_POOL ?? 2), agentOutput: "inherit", onExit: "stop", edgeVars: quotaDefaults() });
 // Once built, `base`'s spec names its root filesystem: a new revision, so the warm pool replaces
@@ -42,13 +43,18 @@ Ready. Sandboxes run with isolation level: ${sys.isolation}${builder && builder.
 A part that dies (sqld, workerd, the agent) is restarted; restarts are reported here.
 Ctrl-C stops everything (sandboxes and state are kept in ${dataDir}).`);
 
-// The code interpreter's templates (`code-interpreter-v1`, the SDKs' default, and
-// `code-interpreter`) join once it is built, with a small warm pool.
-void codeInterpreter.then(async (ready) => {
-  if (!ready) return;
-  await seedCodeInterpreter(sys.apiUrl, sys.apiKey, Number(process.env.CODE_INTERPRETER_POOL ?? 1), new RootfsStore().rootfsId("code-interpreter"));
-  console.log("[code-interpreter] templates code-interpreter-v1 and code-interpreter are ready (runCode works)");
-}).catch((err: unknown) => console.error("registering the code-interpreter templates failed:", err));
+// The code interpreter's template is built from base through this system's own build API (the
+// SDK's `Template.build` as the admin team: a build record with status and logs), on every start
+// so a changed base or definition is built again (cached steps: seconds; a first build minutes,
+// its progress below). Then `code-interpreter-v1` (the SDKs' default) and `code-interpreter` are
+// registered with a small warm pool.
+void baseReady.then(async (ok) => {
+  if (!ok) return;
+  const log = (line: string) => console.log(`[code-interpreter] ${line}`);
+  log("building the code-interpreter template from base through the build API (Template.build) in the background; it is registered once ready");
+  await seedCodeInterpreter(sys.apiUrl, sys.apiKey, Number(process.env.CODE_INTERPRETER_POOL ?? 1), { build: "always", log });
+  log("templates code-interpreter-v1 and code-interpreter are ready (runCode works)");
+}).catch((err: unknown) => console.error(`[code-interpreter] building or registering the template failed: ${(err as Error).message}; retry with npm start, or see the agent's build lines with node scripts/prebuild-templates.ts --verbose`));
 
 // The parts run in process groups of their own, so Ctrl-C reaches only this process, which stops
 // them in order. Held open so the launcher never ends on its own while a part is down.

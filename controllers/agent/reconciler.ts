@@ -73,6 +73,7 @@ export function desiredFor(intent: Intent): DesiredSandbox {
     egress: intent.egress,
     networkRules: intent.networkRules,
     pool: t.id,
+    ...(t.codeInterpreter ? { codeInterpreter: true } : {}),
     claimed: intent.owner.kind !== "pool",
     namespace: intent.team ?? undefined,
     labels: intent.labels,

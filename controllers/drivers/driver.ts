@@ -47,6 +47,10 @@ export interface DesiredSandbox {
    * snapshot's as it is recreated, once per snapshot id (kubernetes: the recreated pod names the
    * snapshot's checkpoint for the cluster's checkpoint engine to restore). */
   restoreFs?: Pick<SnapshotRef, "id">;
+  /** The template serves E2B's code interpreter on port 49999 (`codeInterpreter: true`): drivers
+   * whose runtime runs apart from the agent (kubernetes: the pod's sidecar) start it with the
+   * interpreter; the local driver's embedded runtime reads it from the intent itself. */
+  codeInterpreter?: boolean;
   /** The pool (template id = SandboxSet name) the sandbox is built from, for drivers that build
    * sandboxes from a pool's own spec (kubernetes: the SandboxSet's pod template). */
   pool?: string;

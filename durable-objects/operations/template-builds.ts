@@ -53,6 +53,7 @@ export async function requestBuild(env: Env, caller: Caller, input: RequestBuild
     readyCmd: null,
     reason: null,
     image: `b-${id}`,
+    inherit: null,
     createdAt: now,
     updatedAt: now,
     finishedAt: null,
@@ -74,10 +75,12 @@ export async function startBuild(env: Env, caller: Caller, templateId: string, b
   if (b.status !== "waiting") throw new ApiError("conflict", `build "${buildId}" was already started (${b.status})`);
   if (body.fromImageRegistry !== undefined) throw new ApiError("bad_request", "fromImageRegistry: this server pulls no images from registries; build from a template or a known base image");
   let from: { rootfs: string } | { image: string } = { image: body.fromImage ?? "e2bdev/base" };
+  let inherit: BuildRow["inherit"] = null;
   if (body.fromTemplate) {
     const base = await resolveTemplate(db, b.teamId, body.fromTemplate.name);
     if (!base) throw new ApiError("bad_request", `fromTemplate: template "${body.fromTemplate.name}" not found`);
     from = { rootfs: base.spec.image };
+    inherit = inheritedSpec(base.spec);
   }
   for (const [i, s] of body.steps.entries()) {
     if (s.type === "COPY" && !(await hasFile(db, b.teamId, s.filesHash!))) throw new ApiError("bad_request", `steps.${i}: the files of COPY ${JSON.stringify(s.args[0]!.slice(0, 64))} were not uploaded (hash ${s.filesHash})`);
@@ -85,7 +88,7 @@ export async function startBuild(env: Env, caller: Caller, templateId: string, b
   if ((await activeBuilds(db, b.teamId)) >= MAX_TEAM_BUILDS) throw new ApiError("quota_exceeded", `team "${b.teamName}" already runs ${MAX_TEAM_BUILDS} builds; wait for one to finish`);
   const reserved = await quotaStub(env, b.teamId).reserve({ teamId: b.teamId, teamName: b.teamName, sandboxId: quotaKey(b.id), generation: 1, cpu: b.cpuCount, memoryMB: b.memoryMB });
   if (!reserved.ok) throw ApiError.from(reserved.error);
-  if (!(await moveBuild(db, b.id, ["waiting"], { status: "building", startCmd: body.startCmd ?? null, readyCmd: body.readyCmd ?? null }))) {
+  if (!(await moveBuild(db, b.id, ["waiting"], { status: "building", startCmd: body.startCmd ?? null, readyCmd: body.readyCmd ?? null, inherit }))) {
     await releaseQuota(env, b);
     throw new ApiError("conflict", `build "${buildId}" was already started`);
   }
@@ -104,6 +107,15 @@ export async function startBuild(env: Env, caller: Caller, templateId: string, b
     await finish(env, b, { status: "error", reason: { message: sent.error.message } });
     throw ApiError.from(sent.error);
   }
+}
+
+/**
+ * What a template built `fromTemplate(base)` takes from base's spec beside its layers: the code
+ * interpreter on port 49999 (its kernels need base's Python and Jupyter, which the layers carry,
+ * and the flag, which the spec does). Added to the built template's spec; never removed from it.
+ */
+export function inheritedSpec(base: TemplateSpec): BuildRow["inherit"] {
+  return base.codeInterpreter ? { codeInterpreter: true } : null;
 }
 
 /** The key a build's resources are reserved under in the team's quota (beside its sandboxes). */
@@ -142,6 +154,7 @@ export async function recordBuildEvents(env: Env, cluster: string, items: BuildE
     const existing = await getTemplate(db, b.teamId, b.templateId);
     const spec = TemplateSpec.safeParse({
       ...(existing?.spec ?? {}),
+      ...(b.inherit ?? {}),
       cluster: b.cluster,
       image: b.image,
       cpuCount: b.cpuCount,

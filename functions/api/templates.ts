@@ -1,5 +1,7 @@
 // GET /templates and GET /templates/{id}: the templates a team may create sandboxes from (its
-// own and public ones), as E2B `Template` / `TemplateWithBuilds`. One build per revision.
+// own and public ones), as E2B `Template` / `TemplateWithBuilds`. A template built with
+// `Template.build` lists its builds (newest first) to the team that owns it; any other shows one
+// build per revision.
 import { Hono } from "hono";
 import type { z } from "zod";
 import type { Template, TemplateRecord, TemplateWithBuilds } from "../../schema/api/template.ts";
@@ -7,6 +9,8 @@ import { ApiError } from "../api-error.ts";
 import type { AppEnv } from "../env.ts";
 import { getDb } from "../../durable-objects/store/db.ts";
 import { listTemplates, resolveTemplate } from "../../durable-objects/store/templates.ts";
+import { buildsOf, type BuildRow } from "../../durable-objects/store/template-builds.ts";
+import type { BuildStatus } from "../../schema/api/template-build.ts";
 
 export const templates = new Hono<AppEnv>();
 
@@ -35,9 +39,12 @@ function renderTemplate(t: TemplateRecord): z.infer<typeof Template> {
   };
 }
 
-function renderWithBuilds(t: TemplateRecord): z.infer<typeof TemplateWithBuilds> {
+function renderWithBuilds(t: TemplateRecord, built: BuildRow[]): z.infer<typeof TemplateWithBuilds> {
   const at = iso(t.updatedAt);
   const { cpuCount, memoryMB, diskSizeMB, envdVersion } = t.spec;
+  const builds = built.length
+    ? built.map((b) => ({ buildID: b.id, status: b.status as BuildStatus, createdAt: iso(b.createdAt), updatedAt: iso(b.updatedAt), ...(b.finishedAt ? { finishedAt: iso(b.finishedAt) } : {}), cpuCount: b.cpuCount, memoryMB: b.memoryMB, diskSizeMB, envdVersion }))
+    : [{ buildID: t.revision, status: "ready" as const, createdAt: at, updatedAt: at, finishedAt: at, cpuCount, memoryMB, diskSizeMB, envdVersion }];
   return {
     templateID: t.templateId,
     public: t.public,
@@ -47,7 +54,7 @@ function renderWithBuilds(t: TemplateRecord): z.infer<typeof TemplateWithBuilds>
     updatedAt: at,
     lastSpawnedAt: null,
     spawnCount: 0,
-    builds: [{ buildID: t.revision, status: "ready", createdAt: at, updatedAt: at, finishedAt: at, cpuCount, memoryMB, diskSizeMB, envdVersion }],
+    builds,
   };
 }
 
@@ -59,7 +66,10 @@ templates.get("/templates", async (c) => {
 
 templates.get("/templates/:templateId", async (c) => {
   const id = c.req.param("templateId");
-  const t = await resolveTemplate(getDb(c.env), c.get("caller").teamId, id);
+  const caller = c.get("caller");
+  const db = getDb(c.env);
+  const t = await resolveTemplate(db, caller.teamId, id);
   if (!t) throw new ApiError("template_not_found", `Template "${id}" not found`);
-  return c.json(renderWithBuilds(t));
+  const built = t.teamId === caller.teamId || caller.admin ? await buildsOf(db, t.teamId, t.templateId) : [];
+  return c.json(renderWithBuilds(t, built));
 });

@@ -65,5 +65,7 @@ export const RESERVED_PREFIXES = ["agents.kruise.io/", "e2b.agents.kruise.io/"] 
 
 /** The agent-runtime's port in every sandbox pod (envd's). */
 export const RUNTIME_PORT = 49983;
+/** E2B's code interpreter port: the agent-runtime serves it in a code-interpreter template's pod. */
+export const INTERPRETER_PORT = 49999;
 /** Name of the injected agent-runtime container. */
 export const RUNTIME_CONTAINER = "agent-runtime";

@@ -140,6 +140,8 @@ export const templateBuilds = sqliteTable(
     reason: text("reason", { mode: "json" }).$type<{ message: string; step?: string }>(),
     /** The RootfsStore template the agent publishes (the template's spec.image once ready). */
     image: text("image").notNull(),
+    /** What the built template takes from its `fromTemplate` base's spec (`InheritedSpec`). */
+    inherit: text("inherit", { mode: "json" }).$type<{ codeInterpreter?: boolean }>(),
     createdAt: integer("created_at").notNull(),
     updatedAt: integer("updated_at").notNull(),
     finishedAt: integer("finished_at"),

@@ -40,26 +40,6 @@ export function buildBaseInBackground(log: Log, store = new RootfsStore()): Chil
   return child;
 }
 
-/** The code-interpreter template, built from `base` by the template builder (scripts/
- * prebuild-templates.ts, steps cached by key, so seconds when nothing changed): resolves true once
- * it is ready, false when base or its build failed. Run after `base`'s own build, never beside it,
- * and every start, so a changed base or template definition is built again. */
-export async function codeInterpreterRootfs(log: Log, after: ChildProcess | undefined): Promise<boolean> {
-  if (after && after.exitCode === null && after.signalCode === null) await new Promise((r) => after.once("close", r));
-  if (after && after.exitCode !== 0) return false;
-  log("building the code-interpreter template from base in the background (template builder; cached steps take seconds, a first build minutes); it is registered once ready");
-  const child = spawn(process.execPath, ["scripts/prebuild-templates.ts"], { stdio: ["ignore", "pipe", "pipe"] });
-  for (const stream of [child.stdout!, child.stderr!]) {
-    createInterface({ input: stream }).on("line", (line) => {
-      if (line.trim()) log(line.replace(/^\[(code-interpreter|rootfs)\] /, ""));
-    });
-  }
-  const code = await new Promise<number | null>((r) => child.once("close", r));
-  if (code === INTERRUPTED) log("building the code-interpreter template stopped (Ctrl-C); the next npm start builds it again");
-  else if (code !== 0) log("building the code-interpreter template failed (see above); retry with: node scripts/prebuild-templates.ts --verbose");
-  return code === 0;
-}
-
 function buildInBackground(command: string, log: Log): ChildProcess {
   const child = spawn(process.execPath, ["controllers/drivers/local/rootfs/cli.ts", command], { stdio: ["ignore", "pipe", "pipe"] });
   for (const stream of [child.stdout!, child.stderr!]) {

@@ -27,8 +27,8 @@ export interface SystemOptions {
   ingressPort?: number;
   /** Warm members of the `base` pool. */
   baseReplicas?: number;
-  /** Register the code-interpreter templates with this many warm members (their root filesystem
-   * must be built: scripts/lib/base-rootfs.ts). Unset: not registered. */
+  /** Build `code-interpreter` through the edge's build API (cached layers: seconds; `base` must be
+   * built) and register it and `code-interpreter-v1` with this many warm members. Unset: not. */
   codeInterpreterReplicas?: number;
   /** Extra text bindings of the edge, e.g. the default team quotas (`quotaDefaults()`); tests and
    * benchmarks run without quotas unless they set them through the admin API. */
@@ -188,7 +188,7 @@ export async function startSystem(opts: SystemOptions): Promise<System> {
     await edge.start();
     await agent.start();
     await seed({ libsqlUrl: sqldUrl, adminApiKey: secrets.adminApiKey, pepper: secrets.pepper, baseReplicas: opts.baseReplicas ?? 2, edgeUrl, baseRootfsId: new RootfsStore(opts.rootfsDir).rootfsId("base") });
-    if (opts.codeInterpreterReplicas !== undefined) await seedCodeInterpreter(edgeUrl, secrets.adminApiKey, opts.codeInterpreterReplicas);
+    if (opts.codeInterpreterReplicas !== undefined) await seedCodeInterpreter(edgeUrl, secrets.adminApiKey, opts.codeInterpreterReplicas, { build: "always" });
   } catch (err) {
     // The parts run detached: nothing else would stop them.
     await agent.stop();

@@ -1,9 +1,13 @@
 // The project's own templates built from steps: `code-interpreter`, written with the E2B SDK's own
-// `Template()` builder from `base`, and built by the template builder the agent runs for
-// `Template.build` (controllers/drivers/local/builder/direct-build.ts), cached by step key under
-// ~/.cache/sandbox-edge/rootfs. `.ci/run`, the test tiers' global setup and `npm start` build it
-// through here, so a second run finds every step cached and takes seconds.
-import { Template, type TemplateClass } from "e2b";
+// `Template()` builder from `base`. A running system builds it through its edge's HTTP build API
+// with the SDK's `Template.build`, as the admin team (`buildCodeInterpreterOnEdge`: a build
+// record, status and logs like any team's build). Where no edge runs yet (`.ci/run`, the test
+// tiers' global setup) the same steps go through the template builder the agent runs
+// (controllers/drivers/local/builder/direct-build.ts) under the admin team's id, so they warm the
+// very layers (cached by step key under ~/.cache/sandbox-edge/rootfs) the edge's build then finds:
+// a second build takes seconds.
+import { Template, type LogEntry, type TemplateClass } from "e2b";
+import { ADMIN_TEAM_ID } from "../../schema/api/api-key.ts";
 import { TemplateStep } from "../../schema/api/template-build.ts";
 import { DEFAULT_CONFIG } from "../../controllers/drivers/local/builder/plan.ts";
 import { runDirectBuild } from "../../controllers/drivers/local/builder/direct-build.ts";
@@ -11,9 +15,14 @@ import { RootfsStore } from "../../controllers/drivers/local/rootfs/store.ts";
 import { ensureBaseRootfs } from "../../controllers/drivers/local/rootfs/build-base.ts";
 import type { BuildLog } from "../../schema/protocol/build.ts";
 
-/** The builds' owner in every step key: the project's public templates share layers only among
- * themselves (a team's key is its id, a UUID, so never this). */
-export const PROJECT_OWNER = "project-templates";
+/** The builds' owner in every step key: the admin team, which owns the project's public templates
+ * and builds them through the edge; a direct build under its id makes the layers that build finds
+ * (other teams' keys are their own ids: never shared). */
+export const PROJECT_OWNER = ADMIN_TEAM_ID;
+
+/** The name the project's code-interpreter template is built under (`code-interpreter-v1`, the
+ * SDKs' default, is registered beside it with the same spec: scripts/seed.ts). */
+export const CODE_INTERPRETER = "code-interpreter";
 
 /**
  * The code interpreter's template: base plus Jupyter's Python kernel and the client library the
@@ -48,7 +57,7 @@ export async function buildCodeInterpreter(log: Log, opts: { progress?: boolean 
   const { from, steps } = await templateSteps(codeInterpreterTemplate());
   const counts = { ran: 0, cached: 0 };
   const show = opts.progress ? progressFilter() : (l: BuildLog) => l.message;
-  const r = await runDirectBuild({ from, steps, output: "code-interpreter", owner: PROJECT_OWNER }, (entry) => {
+  const r = await runDirectBuild({ from, steps, output: CODE_INTERPRETER, owner: PROJECT_OWNER }, (entry) => {
     if (/^CACHED \[\d+\/\d+\]/.test(entry.message)) counts.cached++;
     else if (/^\[\d+\/\d+\] /.test(entry.message)) counts.ran++;
     const line = show(entry);
@@ -73,14 +82,41 @@ export async function prebuildTemplates(log: Log, opts: { progress?: boolean } =
   log(`[code-interpreter] ready in ${ci.seconds} s: ${ci.ran} step(s) built, ${ci.cached} cached`);
 }
 
-/** The build's own step lines (`[1/1] RUN …`, `CACHED …`), errors, and every 50th package dpkg
- * sets up: enough to see it move without apt's hundreds of lines. */
-export function progressFilter(): (entry: BuildLog) => string | undefined {
+/**
+ * Builds `code-interpreter` through a running edge's HTTP build API with the SDK's own
+ * `Template.build` (`POST /v3/templates`, start, status polled with its log lines), as the team of
+ * `apiKey`: a build record the edge keeps, `GET /templates/code-interpreter` lists it. The
+ * template's spec.image becomes the build's rootfs (`b-<buildID>`). Cached steps: seconds.
+ */
+export async function buildCodeInterpreterOnEdge(apiUrl: string, apiKey: string, log: Log, opts: { progress?: boolean } = {}): Promise<{ buildId: string; ran: number; cached: number; seconds: number }> {
+  const started = Date.now();
+  const counts = { ran: 0, cached: 0 };
+  const show = opts.progress === false ? (l: { message: string }) => l.message : progressFilter();
+  const built = await Template.build(codeInterpreterTemplate(), CODE_INTERPRETER, {
+    apiKey,
+    apiUrl,
+    // What the direct build gives a step (the step key does not depend on it): apt needs more than
+    // a template's default 512 MiB.
+    cpuCount: 2,
+    memoryMB: 2048,
+    onBuildLogs: (entry: LogEntry) => {
+      if (/^CACHED \[\d+\/\d+\]/.test(entry.message)) counts.cached++;
+      else if (/^\[\d+\/\d+\] /.test(entry.message)) counts.ran++;
+      const line = show(entry);
+      if (line !== undefined) log(line);
+    },
+  });
+  return { buildId: built.buildId, ...counts, seconds: Math.round((Date.now() - started) / 100) / 10 };
+}
+
+/** The build's own lines (`FROM base`, `[1/1] RUN …`, `CACHED …`, the result), errors, and every
+ * 50th package dpkg sets up: enough to see it move without apt's hundreds of lines. Reads the
+ * message only, so it serves the builder's entries and the SDK's (which carry no step). */
+export function progressFilter(): (entry: { level: string; message: string }) => string | undefined {
   let configured = 0;
   return (entry) => {
     const m = entry.message;
-    if (entry.level === "error" || entry.step === undefined || entry.step === "base" || entry.step === "finalize") return m;
-    if (/^(CACHED )?\[\d+\/\d+\] /.test(m) || /^E: /.test(m)) return m;
+    if (entry.level === "error" || /^(CACHED )?\[\d+\/\d+\] |^E: |^FROM |^Template .* ready|^build steps have no network|^The agent restarted|^removed the cgroup /.test(m)) return m;
     if (/^Setting up /.test(m) && ++configured % 50 === 0) return `configured ${configured} packages`;
     return undefined;
   };

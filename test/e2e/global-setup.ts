@@ -7,6 +7,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { TestProject } from "vitest/node";
 import { startSystem } from "../../scripts/lib/system.ts";
+import { RootfsStore } from "../../controllers/drivers/local/rootfs/store.ts";
 
 declare module "vitest" {
   export interface ProvidedContext {
@@ -25,11 +26,16 @@ export default async function setup(project: TestProject) {
   const outsideCa = { cert: join(dataDir, "outside-ca.crt"), key: join(dataDir, "outside-ca.key") };
   execFileSync("openssl", ["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", outsideCa.key, "-out", outsideCa.cert, "-days", "2", "-subj", "/CN=e2e outside CA"], { stdio: "ignore" });
   process.env.NODE_EXTRA_CA_CERTS = outsideCa.cert; // read by the agent at its start
-  const sys = await startSystem({ dataDir, baseReplicas: 3 });
+  // code-interpreter through the edge's build API, as npm start does (the global setup before warmed its layers).
+  const sys = await startSystem({ dataDir, baseReplicas: 3, codeInterpreterReplicas: 0 });
   project.provide("e2b", { apiUrl: sys.apiUrl, apiKey: sys.apiKey, dataDir, isolation: sys.isolation, metricsUrl: sys.metricsUrl });
   project.provide("outsideCa", outsideCa);
   return async () => {
+    // The rootfs records of the system's own code-interpreter builds leave the shared store (their
+    // layers stay: the tiers' setup made and names them as `code-interpreter`).
+    const built = await fetch(`${sys.apiUrl}/templates/code-interpreter`, { headers: { "x-api-key": sys.apiKey } }).then((r) => (r.ok ? (r.json() as Promise<{ builds: { buildID: string }[] }>) : { builds: [] }));
     await sys.stop();
+    for (const b of built.builds) rmSync(join(new RootfsStore().root, "templates", `b-${b.buildID}.json`), { force: true });
     rmSync(dataDir, { recursive: true, force: true });
   };
 }

@@ -9,6 +9,7 @@ import { CoreV1Api, PatchStrategy, setHeaderOptions, type V1Pod } from "@kuberne
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { KubernetesDriver, type KubeDesiredSandbox } from "../../controllers/drivers/kubernetes/kubernetes-driver.ts";
 import { LABEL } from "../../schema/crd/labels.ts";
+import { KUBERNETES_FLAGS } from "../../controllers/drivers/kubernetes/flags.ts";
 import { TestKubelet } from "./support/kubelet.ts";
 import { freshNamespace, kubeConfig, kubectlOk, until } from "./support/namespace.ts";
 
@@ -92,6 +93,24 @@ describe("injection config", () => {
     expect(names(full.spec!.initContainers)).toEqual(["traffic-redirect"]);
     expect(full.spec!.containers[2]).toMatchObject({ image: "ghcr.io/kruise-edge/sandbox-csi:0.1.0", volumeMounts: [{ name: "sandbox-csi", mountPath: "/var/run/sandbox-csi" }] });
     expect(full.spec!.volumes).toContainEqual({ name: "sandbox-csi", emptyDir: {} });
+  });
+
+  it("a code-interpreter template's pod: the injected agent-runtime runs the interpreter image and serves port 49999 beside envd's; a runtime the template declares stays as declared", async () => {
+    await driver.ensure(desired("ci1", "plain", { codeInterpreter: true }));
+    const pod = JSON.parse(kubectlOk(["-n", ns, "get", "pods", "-l", `${LABEL.sandboxId}=ci1`, "-o", "jsonpath={.items[0]}"])) as V1Pod;
+    expect(names(pod.spec!.containers)).toEqual(["sandbox", "agent-runtime"]);
+    expect(pod.spec!.containers[0]!.image).toBe("python:3.12"); // the template's own container is untouched
+    const rt = runtimeOf(pod);
+    expect(rt.image).toBe(KUBERNETES_FLAGS["interpreter-image"].default);
+    expect(rt.args).toEqual(["--port", "49983", "--interpreter-port", "49999"]);
+    expect(rt.ports).toEqual([{ name: "envd", containerPort: 49983, protocol: "TCP" }, { name: "interpreter", containerPort: 49999, protocol: "TCP" }]);
+    expect(rt).toMatchObject({ resources: system.resources, startupProbe: system.startupProbe });
+    // Not a code interpreter: the runtime image, envd's port only.
+    expect(runtimeOf(await podOf("plain1"))).toMatchObject({ image: RUNTIME_IMAGE, args: ["--port", "49983"] });
+    // The template's own agent-runtime container is the template's, flags included.
+    await driver.ensure(desired("ci2", "probed", { codeInterpreter: true }));
+    expect(runtimeOf(await podOf("ci2"))).toMatchObject({ image: "my-runtime:1" });
+    expect(runtimeOf(await podOf("ci2")).args).toBeUndefined();
   });
 
   it("a user ConfigMap overrides the component it names; the others keep the system's; existing pods are left alone", async () => {

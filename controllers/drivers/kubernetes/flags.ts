@@ -7,6 +7,8 @@ export const KUBERNETES_FLAGS = {
   "watch-namespaces": { type: "string" },
   "all-namespaces": { type: "boolean", default: false },
   "runtime-image": { type: "string", default: "ghcr.io/kruise-edge/sandbox-agent:0.1.0" },
+  // The agent-runtime of code-interpreter templates' pods (images/code-interpreter/Containerfile).
+  "interpreter-image": { type: "string", default: "ghcr.io/kruise-edge/sandbox-code-interpreter:0.1.0" },
   // Upstream's gates, `Name=true,Other=false`; known: Commit (default off).
   "feature-gates": { type: "string", default: "" },
   // The image the Commit controller's Jobs run (k8s/commit/commit.sh as its entrypoint).

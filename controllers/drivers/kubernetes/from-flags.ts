@@ -1,5 +1,5 @@
 // Builds and starts the kubernetes driver from the agent's command-line flags:
-//   --driver kubernetes [--kubeconfig PATH] [--namespace NS] [--runtime-image IMAGE]
+//   --driver kubernetes [--kubeconfig PATH] [--namespace NS] [--runtime-image IMAGE] [--interpreter-image IMAGE]
 //                       [--watch-namespaces A,B | --all-namespaces] [--cluster-cidrs A/8,B/12]
 //                       [--cluster-dns kube-system/k8s-app=kube-dns | --cluster-dns 169.254.20.10/32]
 // Without --kubeconfig the usual lookup applies (KUBECONFIG, ~/.kube/config, or the in-cluster
@@ -11,7 +11,7 @@ import { clusterCidrsFlag, clusterDnsFlag, KUBERNETES_FLAGS, watchNamespacesFlag
 import { KubernetesDriver, type SandboxRequest } from "./kubernetes-driver.ts";
 
 export async function kubernetesDriverFromFlags(
-  flags: { kubeconfig?: string; namespace?: string; "runtime-image"?: string; "watch-namespaces"?: string; "all-namespaces"?: boolean; "cluster-cidrs"?: string; "cluster-dns"?: string },
+  flags: { kubeconfig?: string; namespace?: string; "runtime-image"?: string; "interpreter-image"?: string; "watch-namespaces"?: string; "all-namespaces"?: boolean; "cluster-cidrs"?: string; "cluster-dns"?: string },
   onChange?: (id: string) => void,
   onRequest?: (req: SandboxRequest) => void,
 ): Promise<KubernetesDriver> {
@@ -24,6 +24,7 @@ export async function kubernetesDriverFromFlags(
     kubeConfig: kc,
     namespace: flags.namespace ?? "default",
     runtimeImage: flags["runtime-image"] ?? KUBERNETES_FLAGS["runtime-image"].default,
+    interpreterImage: flags["interpreter-image"] ?? KUBERNETES_FLAGS["interpreter-image"].default,
     onChange,
     onRequest,
     watchNamespaces: watchNamespacesFlag(flags),

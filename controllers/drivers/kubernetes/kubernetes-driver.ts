@@ -25,6 +25,7 @@ import { isTerminal, SandboxNotFoundError, TerminalError, UnsupportedError, type
 import { apiMessage, stableJson } from "./kube-api.ts";
 import type { ObjectCache } from "./object-cache.ts";
 import { NAMESPACE_PATTERN, type NamespaceScope } from "./namespace-scope.ts";
+import { KUBERNETES_FLAGS } from "./flags.ts";
 import { KUBERNETES_CAPABILITIES, type KubeDesiredSandbox, type KubernetesDriverOptions, type KubeSandboxObservation, type SandboxObject, type SandboxRequest, type SandboxSetObject } from "./objects.ts";
 import { runtimeUrl } from "./pod-spec.ts";
 import { InjectionConfigSource } from "./injection-config.ts";
@@ -115,7 +116,7 @@ export class KubernetesDriver implements Driver {
     });
     this.#status = new StatusWriter(this.#ctx);
     this.injection = new InjectionConfigSource({ kubeConfig: opts.kubeConfig, core: this.#ctx.core, namespace: opts.namespace, log: (msg) => opts.log?.(msg), count: () => this.requests++ });
-    this.#pods = new PodWriter(this.#ctx, this.#status, opts.runtimeImage, () => this.injection.current());
+    this.#pods = new PodWriter(this.#ctx, this.#status, opts.runtimeImage, () => this.injection.current(), opts.interpreterImage ?? KUBERNETES_FLAGS["interpreter-image"].default);
     this.#sandboxes = new SandboxObjects(this.#ctx, this.#pods);
     this.#mounts = new CsiMounter(this.#ctx, {
       token: (id) => this.#pods.token(id),

@@ -111,6 +111,10 @@ export interface KubernetesDriverOptions {
   namespace: string;
   /** Image of the injected agent-runtime sidecar. */
   runtimeImage: string;
+  /** The agent-runtime's image in a code-interpreter template's pods: the runtime with Python's
+   * Jupyter kernel and data libraries (k8s/code-interpreter/Dockerfile), since the
+   * sidecar's commands, kernels included, run in its own file system. Default: the flag's. */
+  interpreterImage?: string;
   /** How long a snapshot waits for the checkpoint engine (default 60 s, upstream's). */
   checkpointWaitMs?: number;
   /** Told whenever a sandbox's objects change (pod ready, IP assigned, pod lost). */

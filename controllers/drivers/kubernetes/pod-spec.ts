@@ -3,9 +3,9 @@
 // sharing the pod's network and process namespace, so the edge reaches envd at <podIP>:49983
 // whatever image the sandbox runs.
 import { createHash } from "node:crypto";
-import type { V1OwnerReference, V1PersistentVolumeClaim, V1Pod, V1PodTemplateSpec, V1Volume } from "@kubernetes/client-node";
+import type { V1OwnerReference, V1PersistentVolumeClaim, V1Pod, V1PodSpec, V1PodTemplateSpec, V1Volume } from "@kubernetes/client-node";
 import { BUILTIN_INJECTION, type InjectionConfig } from "../../../schema/crd/injection.ts";
-import { ANNOTATION, GROUP, LABEL, RUNTIME_PORT } from "../../../schema/crd/labels.ts";
+import { ANNOTATION, GROUP, INTERPRETER_PORT, LABEL, RUNTIME_CONTAINER, RUNTIME_PORT } from "../../../schema/crd/labels.ts";
 import { injectComponents } from "./inject.ts";
 import { injectTraffic } from "./traffic-pod.ts";
 
@@ -30,6 +30,9 @@ export interface PodInput {
   injection?: InjectionConfig;
   /** The template's `runtimes`: which optional components it asks for. */
   runtimes?: { name?: string }[];
+  /** A code-interpreter template's pod: its injected agent-runtime runs this image (the runtime
+   * with Jupyter's Python kernel) and serves the interpreter on INTERPRETER_PORT. */
+  interpreterImage?: string;
   resources: { cpuCount: number; memoryMB: number };
   /** The traffic-proxy pair (traffic-pod.ts) with its policy ConfigMap; `governed`: a policy
    * governs the sandbox now (else the pod's proxy starts open). */
@@ -75,7 +78,10 @@ export function buildPod(input: PodInput): V1Pod {
     main.resources = { requests: { cpu, memory }, limits: { cpu, memory } };
   }
   const injection = input.injection ?? BUILTIN_INJECTION;
+  const ownRuntime = spec.containers.some((c) => c.name === RUNTIME_CONTAINER);
   injectComponents(spec, injection, input.runtimes, input.runtimeImage);
+  // A runtime the template declares itself is the template's, interpreter flags included.
+  if (input.interpreterImage && !ownRuntime) serveInterpreter(spec, input.interpreterImage);
   const proxy = injection["traffic-proxy"];
   const proxied = input.traffic !== undefined && proxy?.image !== undefined;
   if (proxied) injectTraffic(spec, proxy, input.traffic!.configMap);
@@ -99,6 +105,17 @@ export function buildPod(input: PodInput): V1Pod {
     },
     spec,
   };
+}
+
+/** The injected agent-runtime of a code-interpreter pod: the interpreter image, serving port 49999
+ * beside envd's (controllers/runtime/cli.ts `--interpreter-port`); the agent's ingress sends a
+ * pod's 49999 to the pod like any port. */
+function serveInterpreter(spec: V1PodSpec, image: string): void {
+  const rt = spec.containers.find((c) => c.name === RUNTIME_CONTAINER);
+  if (!rt) return;
+  rt.image = image;
+  if (!rt.args?.includes("--interpreter-port")) rt.args = [...(rt.args ?? []), "--interpreter-port", String(INTERPRETER_PORT)];
+  if (!rt.ports?.some((p) => p.containerPort === INTERPRETER_PORT)) rt.ports = [...(rt.ports ?? []), { name: "interpreter", containerPort: INTERPRETER_PORT }];
 }
 
 /**

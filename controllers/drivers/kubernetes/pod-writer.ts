@@ -24,7 +24,10 @@ export class PodWriter {
   /** The runtime's access token per sandbox, sent with freeze/thaw. */
   readonly #tokens = new Map<string, string>();
 
-  constructor(ctx: DriverContext, status: StatusWriter, runtimeImage: string, injection: () => InjectionConfig) {
+  readonly #interpreterImage: string;
+
+  constructor(ctx: DriverContext, status: StatusWriter, runtimeImage: string, injection: () => InjectionConfig, interpreterImage: string) {
+    this.#interpreterImage = interpreterImage;
     this.#ctx = ctx;
     this.#status = status;
     this.#runtimeImage = runtimeImage;
@@ -67,6 +70,7 @@ export class PodWriter {
       runtimeImage: this.#runtimeImage,
       injection: this.#injection(),
       runtimes: sbx.spec.runtimes,
+      ...(d.codeInterpreter ? { interpreterImage: this.#interpreterImage } : {}),
       resources: d.resources,
       traffic,
     });

@@ -93,6 +93,10 @@ describe("template build API", () => {
       const logs = await expectStatus(call(`/templates/${team.template}/builds/${id}/logs`, { key: team.key }), 200);
       expect(logs.logs.map((e: { message: string }) => e.message)).toEqual(["FROM base", "[2/2] RUN echo hi", "hi"]);
 
+      // GET /templates/{id} lists the build itself (its id, status and resources).
+      const listed = await expectStatus(call(`/templates/${team.template}`, { key: team.key }), 200);
+      expect(listed.builds).toMatchObject([{ buildID: id, status: "ready", cpuCount: 1, memoryMB: 512 }]);
+
       // The template now names the built rootfs, with the build's config.
       const t = await expectStatus(call(`/admin/teams/${team.name}/templates/${team.template}`), 200);
       expect(t.spec).toMatchObject({ image: `b-${id}`, user: "root", workdir: "/app", env: { A: "b" }, startCmd: "sleep 1", readyCmd: "true" });
@@ -112,6 +116,27 @@ describe("template build API", () => {
       await expectError(call(`/templates/${team.template}/builds/${id}/status`, { key: team.key }), 404);
       // The agent is asked to free the build's root filesystem.
       await vi.waitFor(() => expect(agent.rootfsDeletes).toEqual([`b-${id}`]));
+    } finally {
+      agent.disconnect();
+    }
+  });
+
+  it("a template built fromTemplate a code-interpreter template is one too (codeInterpreter: true); one built from base is not", async () => {
+    const team = await createTeam(unique("tb-ci"), { spec: { codeInterpreter: true } });
+    const agent = await startAgent(team.cluster, { builder: true });
+    try {
+      const built = async (name: string, fromTemplate: string) => {
+        // On the team's cluster (the scripted agent's), as a team's first build of a name is not.
+        await expectStatus(call(`/admin/teams/${team.name}/templates/${name}`, { method: "PUT", body: { spec: { cluster: team.cluster } } }), 201);
+        const { buildID } = await requestBuild(team.key, name);
+        await expectStatus(call(`/v2/templates/${name}/builds/${buildID}`, { key: team.key, body: { fromTemplate, steps: [{ type: "RUN", args: ["true"] }] } }), 202);
+        await agent.waitUntil(() => agent.builds.some((b) => b.buildId === buildID));
+        agent.sendFrame({ type: "buildEvents", items: [{ buildId: buildID, logs: [], result: { status: "ready", user: "user", workdir: "/home/user", env: {} } }] });
+        await poll(async () => (await expectStatus(call(`/templates/${name}/builds/${buildID}/status`, { key: team.key }), 200)).status === "ready");
+        return (await expectStatus(call(`/admin/teams/${team.name}/templates/${name}`), 200)).spec as { image: string; codeInterpreter?: boolean };
+      };
+      expect(await built(`${team.template}-derived`, team.template)).toMatchObject({ codeInterpreter: true });
+      expect((await built(`${team.template}-plain`, "base")).codeInterpreter).toBeUndefined();
     } finally {
       agent.disconnect();
     }

@@ -12,6 +12,7 @@ import { cgroupSetFor, createCgroups, killAndRemove, procsFiles, removeParents, 
 import { describeStep, layerIdOf, planSteps, rootfsForImage, type PlannedStep } from "./plan.ts";
 import { runStep, type SandboxStep } from "./sandbox.ts";
 import { BuildJournal, removeDeadStaging } from "./journal.ts";
+import { claimStep } from "./step-claim.ts";
 import type { StepNet } from "./step-net.ts";
 
 export interface BuilderOptions {
@@ -179,13 +180,23 @@ export class TemplateBuilder {
         continue;
       }
       const id = layerIdOf(p.key);
-      if (!p.forced && store.layer(id)) {
+      // One build of a key at a time on this machine (step-claim.ts): a second one waits and
+      // finds it cached. A forced step's key is this build's own.
+      const claim = await claimStep(join(store.root, "layers"), id, {
+        hasLayer: () => !p.forced && store.layer(id) !== undefined,
+        onWait: (pid, first) => ev.add(`${line}: ${first ? "waiting for" : "still waiting for"} another build of the same step on this machine (pid ${pid}) to finish`, "info", p.label),
+      });
+      if (claim === "cached") {
         ev.add(`CACHED ${line}`, "info", p.label);
         layers.push(id);
         continue;
       }
-      ev.add(line, "info", p.label);
-      await this.#buildLayer(frame, p, id, layers, ev);
+      try {
+        ev.add(line, "info", p.label);
+        await this.#buildLayer(frame, p, id, layers, ev);
+      } finally {
+        claim();
+      }
       layers.push(id);
     }
     store.putTemplate(frame.output, layers);

@@ -12,6 +12,7 @@ import type { BuildFrame, BuildLog, BuildResult } from "../../../../schema/proto
 import { TemplateBuilder } from "./builder.ts";
 import { openStepNet } from "./step-net.ts";
 import { removeDeadStaging } from "./journal.ts";
+import { removeDeadDirectBuildCgroups } from "./dead-cgroups.ts";
 import { join } from "node:path";
 
 export interface DirectBuild {
@@ -35,7 +36,11 @@ export type BuildOutcome = BuildResult & { layers: string[] };
  * this process is root and the host has one; otherwise loopback only, and installer steps fail.
  */
 export async function runDirectBuild(b: DirectBuild, onLog: (entry: BuildLog) => void, store = new RootfsStore()): Promise<BuildOutcome> {
-  // What a builder killed mid-step left (its staging directory and overlay mount; never a live one's).
+  // What a builder killed mid-step left (its staging directory and overlay mount, its step claims,
+  // its cgroups and their processes; never a live one's).
+  const note = (level: BuildLog["level"], message: string) => onLog({ seq: -1, at: Date.now(), level, message });
+  const dead = await removeDeadDirectBuildCgroups().catch((err: Error) => (note("warn", `stale build cgroups: ${err.message}`), []));
+  for (const dir of dead) note("info", `removed the cgroup ${dir} of a build killed before it could`);
   removeDeadStaging(join(store.root, "layers"));
   const net = SandboxNet.open();
   const relay = new PortRelay();

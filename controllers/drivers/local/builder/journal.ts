@@ -6,6 +6,7 @@ import { spawnSync } from "node:child_process";
 import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { BuildFrameSchema, type BuildFrame } from "../../../../schema/protocol/build.ts";
+import { removeDeadClaims } from "./step-claim.ts";
 
 export interface JournalEntry {
   frame: BuildFrame;
@@ -57,7 +58,8 @@ export class BuildJournal {
 }
 
 /** A dead builder's staging directories (`.build-<layer>-<pid>-<ms>` in the store's layers): the
- * step's overlay may still be mounted there. Staging of live processes (another agent) stays. */
+ * step's overlay may still be mounted there. Staging of live processes (another agent) stays; so
+ * do their step claims (step-claim.ts), dead ones go. */
 export function removeDeadStaging(layersDir: string): void {
   let names: string[];
   try {
@@ -65,6 +67,7 @@ export function removeDeadStaging(layersDir: string): void {
   } catch {
     return;
   }
+  removeDeadClaims(layersDir, names);
   for (const name of names) {
     const m = /^\.build-.+-(\d+)-\d+$/.exec(name);
     if (!m || existsSync(`/proc/${m[1]}`)) continue;

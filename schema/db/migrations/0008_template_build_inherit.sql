@@ -1,0 +1,1 @@
+ALTER TABLE `template_builds` ADD `inherit` text;

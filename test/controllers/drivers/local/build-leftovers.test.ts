@@ -1,0 +1,92 @@
+// Template builds sharing this machine's layer store (builder/step-claim.ts, builder/dead-cgroups.ts):
+// two builds of the same step at once run it once (the second waits and finds it cached), and a
+// direct build killed with SIGKILL mid-step leaves its cgroups, its step's processes and its claim
+// only until the next direct build starts. Needs root (the global setup built `base`).
+import { spawn } from "node:child_process";
+import { randomUUID } from "node:crypto";
+import { existsSync, readdirSync, readFileSync } from "node:fs";
+import { join, resolve } from "node:path";
+import { createInterface } from "node:readline";
+import { afterAll, describe, expect, it } from "vitest";
+import { deadDirectBuildCgroups } from "../../../../controllers/drivers/local/builder/dead-cgroups.ts";
+import { runDirectBuild, type DirectBuild } from "../../../../controllers/drivers/local/builder/direct-build.ts";
+import { layerIdOf, planSteps } from "../../../../controllers/drivers/local/builder/plan.ts";
+import { RootfsStore } from "../../../../controllers/drivers/local/rootfs/store.ts";
+import { TemplateStep } from "../../../../schema/api/template-build.ts";
+import type { BuildLog } from "../../../../schema/protocol/build.ts";
+import { removeBuiltLayers } from "../../../support/built-layers.ts";
+
+const ROOT = resolve(import.meta.dirname, "../../../..");
+const store = new RootfsStore();
+const since = Date.now();
+const tag = randomUUID().slice(0, 8);
+const outputs: string[] = [];
+
+afterAll(() => removeBuiltLayers(store, outputs, since));
+
+const run = (command: string, user = "") => TemplateStep.parse({ type: "RUN", args: [command, user] });
+
+async function build(b: DirectBuild): Promise<{ status: string; layers: string[]; messages: string[] }> {
+  const logs: BuildLog[] = [];
+  outputs.push(b.output);
+  const r = await runDirectBuild(b, (l) => logs.push(l), store);
+  return { status: r.status, layers: r.layers, messages: logs.map((l) => l.message) };
+}
+
+/** Processes whose command line has `marker`. */
+function processesWith(marker: string): number[] {
+  const found: number[] = [];
+  for (const pid of readdirSync("/proc").filter((n) => /^\d+$/.test(n))) {
+    try {
+      if (readFileSync(`/proc/${pid}/cmdline`, "utf8").includes(marker)) found.push(Number(pid));
+    } catch {
+      // gone
+    }
+  }
+  return found;
+}
+
+describe("builds sharing the layer store", () => {
+  it("two builds of the same step at once run it once: the second waits for the first and finds its layer cached", async () => {
+    const steps = [run(`echo ran-${tag}; sleep 3; echo ${tag} > /home/user/once`)];
+    const [a, b] = await Promise.all([
+      build({ from: "base", owner: `test-${tag}`, output: `claim-a-${tag}`, steps }),
+      build({ from: "base", owner: `test-${tag}`, output: `claim-b-${tag}`, steps }),
+    ]);
+    expect([a.status, b.status]).toEqual(["ready", "ready"]);
+    const ran = [a, b].filter((x) => x.messages.includes(`ran-${tag}`));
+    expect(ran).toHaveLength(1);
+    const other = ran[0] === a ? b : a;
+    expect(other.messages.some((m) => /^\[1\/1\] RUN .*: waiting for another build of the same step on this machine \(pid \d+\) to finish$/.test(m))).toBe(true);
+    expect(other.messages.some((m) => m.startsWith("CACHED [1/1] RUN"))).toBe(true);
+    expect(a.layers).toEqual(b.layers);
+  }, 120_000);
+
+  it("a direct build killed with SIGKILL mid-step: the next direct build kills the step's processes and removes its cgroups and claim, then builds", async () => {
+    const marker = `killed-step-${tag}`;
+    const b: DirectBuild = { from: "base", owner: `test-${tag}`, output: `killed-${tag}`, steps: [run(`echo started; exec -a ${marker} sleep 600`)] };
+    const child = spawn(join(ROOT, "node_modules/.bin/node"), ["test/support/direct-build-child.ts", JSON.stringify(b)], { cwd: ROOT, stdio: ["ignore", "pipe", "inherit"] });
+    const lines = createInterface({ input: child.stdout! });
+    await new Promise<void>((ok, fail) => {
+      lines.on("line", (l) => l === "started" && ok());
+      child.once("exit", (code) => fail(new Error(`the build ended first (${code})`)));
+    });
+    child.kill("SIGKILL");
+    await new Promise((r) => child.once("close", r));
+    const cgroupName = `kruise-builds-direct-${child.pid}`;
+    const layersDir = join(store.root, "layers");
+    const layer = layerIdOf(planSteps({ teamId: b.owner, buildId: "", baseLayers: store.template("base")!.layers, steps: b.steps, force: false }).steps[0]!.key);
+    // What the kill left: the cgroups and the step's claim (bwrap's --die-with-parent ends the
+    // step's processes with it, mostly; any that outlive it are killed below).
+    expect(deadDirectBuildCgroups().filter((d) => d.endsWith(`/${cgroupName}`)).length).toBeGreaterThan(0);
+    expect(existsSync(join(layersDir, `.claim-${layer}`))).toBe(true);
+
+    const next = await build({ ...b, output: `after-kill-${tag}`, steps: [run("echo started")] });
+    expect(next.status).toBe("ready");
+    expect(next.messages.filter((m) => m.includes(`/${cgroupName} of a build killed`)).length).toBeGreaterThan(0);
+    expect(deadDirectBuildCgroups().filter((d) => d.endsWith(`/${cgroupName}`))).toEqual([]);
+    expect(processesWith(marker)).toEqual([]);
+    expect(existsSync(join(layersDir, `.claim-${layer}`))).toBe(false);
+    expect(readdirSync(layersDir).filter((n) => n.includes(`-${child.pid}-`))).toEqual([]);
+  }, 120_000);
+});
