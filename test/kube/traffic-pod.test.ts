@@ -7,12 +7,14 @@
 // has the proxy and changes the ConfigMap of one that has it; a cluster without a traffic-proxy
 // image refuses a governed sandbox rather than running it open; after an agent restart the policy
 // set it was last sent still governs new pods. The agent's own RBAC throughout.
+import { createHash } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { CoreV1Api, type V1Container, type V1NetworkPolicy, type V1Pod } from "@kubernetes/client-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { KubernetesDriver, type KubeDesiredSandbox } from "../../controllers/drivers/kubernetes/kubernetes-driver.ts";
 import { DEFAULT_CLUSTER_CIDRS, PROXY_UID, redirectRules, REDIRECT_SCRIPT, TRANSPARENT_PORT } from "../../controllers/drivers/kubernetes/traffic-pod.ts";
 import { POLICY_SET_CONFIGMAP } from "../../controllers/drivers/kubernetes/policy-store.ts";
+import { POLICY_ANNOTATION } from "../../controllers/drivers/kubernetes/traffic-objects.ts";
 import { TrafficPolicySpec, type TrafficPolicyEntry } from "../../schema/api/traffic-policy.ts";
 import { LABEL } from "../../schema/crd/labels.ts";
 import { TestKubelet } from "./support/kubelet.ts";
@@ -146,6 +148,10 @@ describe("egress on kubernetes", () => {
     await driver.setTrafficPolicies([web, baseline]);
     expect(policyFile("plain-open1").trafficPolicies.map((p) => p.name).sort()).toEqual(["baseline", "web"]);
     expect(policyFile("plain-rules1").trafficPolicies.map((p) => p.name)).toEqual(["baseline"]);
+    // The running pod's annotation names the new file: the pod update makes the kubelet project
+    // the ConfigMap at once rather than at its next periodic sync.
+    const file = kget<{ data: Record<string, string> }>("configmap", "plain-open1-traffic").data["policy.json"]!;
+    expect((await podOf("open1")).metadata!.annotations![POLICY_ANNOTATION]).toBe(createHash("sha256").update(file).digest("hex").slice(0, 16));
     // The platform's (global) block opens the backstop; the team's own 10.20.0.0/16 does not.
     expect(kget<V1NetworkPolicy>("networkpolicy", "plain-open1-egress").spec!.egress![1]!.to).toEqual([{ ipBlock: { cidr: "0.0.0.0/0", except: DEFAULT_CLUSTER_CIDRS } }, { ipBlock: { cidr: "192.168.7.0/24" } }]);
 

@@ -3,15 +3,23 @@
 // say. Written before the pod is created (no window without them) and again whenever the rules,
 // the sandbox's labels or the policies change; unchanged content costs no request (the last
 // written is remembered; after an agent restart the first write finds the object and compares).
+// A changed ConfigMap of a running pod also changes the pod's `agents.kruise.io/traffic-policy`
+// annotation (a hash of the file): a pod update makes the kubelet sync that pod now, and every pod
+// sync re-projects its ConfigMap volumes (volume manager WaitForAttachAndMount → ReprocessPod), so
+// the sidecar sees the change within seconds instead of the kubelet's periodic sync (~1 min).
+import { createHash } from "node:crypto";
 import type { NetworkingV1Api, V1ConfigMap, V1NetworkPolicy, V1Pod } from "@kubernetes/client-node";
 import { LABEL } from "../../../schema/crd/labels.ts";
 import type { PodTrafficPolicy } from "../../../schema/protocol/pod-traffic.ts";
 import type { TrafficPolicySet } from "../../traffic/governed.ts";
 import { ownerRef, type DriverContext } from "./context.ts";
-import { statusCode, tolerate } from "./kube-api.ts";
+import { mergePatch, statusCode, tolerate } from "./kube-api.ts";
 import type { NamespaceScope } from "./namespace-scope.ts";
 import { idLabel, type KubeDesiredSandbox, type SandboxObject } from "./objects.ts";
-import { egressNetworkPolicy, egressPolicyName, podPolicy, trafficConfigMap, trafficConfigMapName, type Backstop } from "./traffic-pod.ts";
+import { egressNetworkPolicy, egressPolicyName, podPolicy, POLICY_FILE, trafficConfigMap, trafficConfigMapName, type Backstop } from "./traffic-pod.ts";
+
+/** On a running governed pod: the hash of the policy file it should have (see the top). */
+export const POLICY_ANNOTATION = "agents.kruise.io/traffic-policy";
 
 /** Whether a pod carries the traffic-proxy; `governed`: one that a policy governed from its start.
  * Read from its label: the informer's copies keep no containers. */
@@ -48,12 +56,13 @@ export class TrafficObjects {
     const owned = { pod, namespace: sc.namespace, labels: { [LABEL.sandboxId]: idLabel(d.id) }, owner: ownerRef(sbx) };
     const policy = this.policy(sc, d);
     const cm = trafficConfigMap(owned, policy ?? { team: sc.namespace, labels: d.labels ?? {}, egress: null, trafficPolicies: [] });
-    await this.#put(`cm/${sc.namespace}/${cm.metadata!.name}`, cm, {
+    const changed = await this.#put(`cm/${sc.namespace}/${cm.metadata!.name}`, cm, {
       create: () => this.#ctx.core.createNamespacedConfigMap({ namespace: sc.namespace, body: cm }),
       read: () => this.#ctx.core.readNamespacedConfigMap({ namespace: sc.namespace, name: cm.metadata!.name! }),
       replace: (rv) => this.#ctx.core.replaceNamespacedConfigMap({ namespace: sc.namespace, name: cm.metadata!.name!, body: { ...cm, metadata: { ...cm.metadata, resourceVersion: rv } } }),
       same: (o: V1ConfigMap) => JSON.stringify(o.data) === JSON.stringify(cm.data),
     });
+    if (changed) await this.#nudge(sc, d.id, cm.data![POLICY_FILE]!);
     const npName = egressPolicyName(pod);
     const npKey = `np/${sc.namespace}/${npName}`;
     if (!policy) {
@@ -74,22 +83,36 @@ export class TrafficObjects {
     return cm.metadata!.name!;
   }
 
-  async #put<T extends { metadata?: { resourceVersion?: string } }>(key: string, body: object, api: { create(): Promise<T>; read(): Promise<T>; replace(rv: string): Promise<T>; same(o: T): boolean }): Promise<void> {
-    const text = JSON.stringify(body);
-    if (this.#written.get(key) === text) return;
+  /** The pod's annotation, when it runs with the proxy (a pod not made yet mounts the new file). */
+  async #nudge(sc: NamespaceScope, id: string, file: string): Promise<void> {
+    const pod = this.#ctx.pod(id);
+    const hash = createHash("sha256").update(file).digest("hex").slice(0, 16);
+    if (!pod || pod.metadata?.deletionTimestamp || !hasTrafficProxy(pod) || pod.metadata?.annotations?.[POLICY_ANNOTATION] === hash) return;
     this.#ctx.count();
+    const updated = await tolerate(this.#ctx.core.patchNamespacedPod({ namespace: sc.namespace, name: pod.metadata!.name!, body: { metadata: { annotations: { [POLICY_ANNOTATION]: hash } } } }, mergePatch), [404]);
+    if (updated) sc.pods.remember(updated);
+  }
+
+  /** Creates or replaces the object; true when it was written (its content changed). */
+  async #put<T extends { metadata?: { resourceVersion?: string } }>(key: string, body: object, api: { create(): Promise<T>; read(): Promise<T>; replace(rv: string): Promise<T>; same(o: T): boolean }): Promise<boolean> {
+    const text = JSON.stringify(body);
+    if (this.#written.get(key) === text) return false;
+    this.#ctx.count();
+    let wrote = true;
     try {
       await api.create();
     } catch (err) {
       if (statusCode(err) !== 409) throw err;
       this.#ctx.count();
       const old = await api.read();
-      if (!api.same(old)) {
+      wrote = !api.same(old);
+      if (wrote) {
         this.#ctx.count();
         await api.replace(old.metadata!.resourceVersion!);
       }
     }
     this.#written.set(key, text);
+    return wrote;
   }
 
   /** Removes a destroyed sandbox's objects (the owner reference would too, where a garbage
