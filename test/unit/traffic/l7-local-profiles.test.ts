@@ -83,3 +83,13 @@ it("a TrafficPolicy-governed sandbox with network.rules is not opened by the all
   egress.setTraffic([{ team: "team-a", name: "tp", spec: TrafficPolicySpec.parse({ selector: { matchLabels: { tp: "x" } }, egress: { rules: [{ action: "allow", to: [{ fqdn: "api.test" }] }] } }) }]);
   expect(egress.governing(sandboxes.get("ruled")!)!.policies.map((p) => p.name)).toEqual(["team-a/tp"]);
 });
+
+it("a profile's secrets reach the requests of its team's sandboxes only, beside a sandbox's own; a new set replaces them", () => {
+  egress.l7.setTeamSecrets({ "team-a": { "API-Key": "team-a-value" } });
+  egress.l7.setSecrets("agent", { own: "own-value" });
+  expect(Object.fromEntries(egress.l7.secretsFor("agent"))).toEqual({ "api-key": "team-a-value", own: "own-value" });
+  expect(egress.l7.secretsFor("other-team").size).toBe(0);
+  egress.l7.setTeamSecrets({});
+  expect(Object.fromEntries(egress.l7.secretsFor("agent"))).toEqual({ own: "own-value" });
+  egress.l7.setSecrets("agent", {});
+});
