@@ -11,11 +11,14 @@
 // method, the refill of the claimed members included (it waits for it before each window closes).
 // The tail Worker adds CPU on both sides, so take the CPU figures of such a run only as a ratio.
 // `--tracing`: both sides serve the working tree, B with OTEL_EXPORTER_OTLP_ENDPOINT to a real
-// collector (tools/otelcol), and it prints `obs.tracing_overhead_ratio` (B's creates/s over A's).
+// collector (tools/otelcol), and it prints `obs.tracing_overhead_ratio`: the median over rounds of
+// B's creates/s over A's in the same round (each round runs both back to back), with the spread.
+// `--profile <prefix>`: a V8 CPU profile of B's isolate over each of its rounds, to
+// <prefix>.<round>.cpuprofile (the inspector adds CPU to B: take that run's figures as a profile only).
 // `--disk`: both sides serve the working tree, A with its Durable Object storage on tmpfs (as the
 // edge bench), B on the disk (as `npm start` and the e2e bench): what the disk's commits cost.
 import { spawnSync } from "node:child_process";
-import { cpSync, mkdirSync, mkdtempSync, rmSync, symlinkSync } from "node:fs";
+import { cpSync, mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { parseArgs } from "node:util";
@@ -26,6 +29,7 @@ import { seed } from "../scripts/seed.ts";
 import { ScriptedAgent, tcpTransport } from "../test/support/scripted-agent.ts";
 import { startCollector, type Collector } from "../test/support/otel-collector.ts";
 import { cpuMs, median, timedConcurrently } from "./stats.ts";
+import { startProfiler } from "./v8-profile.ts";
 
 const ROOT = resolve(import.meta.dirname, "..");
 const ADMIN_KEY = `e2b_${"0".repeat(38)}ab`;
@@ -41,6 +45,7 @@ const { values: opt } = parseArgs({
     tracing: { type: "boolean", default: false },
     calls: { type: "boolean", default: false },
     disk: { type: "boolean", default: false },
+    profile: { type: "string" },
   },
 });
 const rounds = Number(opt.rounds);
@@ -50,7 +55,7 @@ const replicas = Number(opt.replicas);
 const tmp = mkdtempSync("/dev/shm/sbx-edge-ab-");
 const sqld = await startSqld({ dir: join(tmp, "sqld") });
 const onDisk = mkdtempSync(join(tmpdir(), "sbx-edge-ab-disk-"));
-type Side = { name: string; edge: Edge; agent: ScriptedAgent; cpu: number[]; rate: number[]; p50: number[]; counter?: number; calls: Record<string, number> };
+type Side = { name: string; edge: Edge; agent: ScriptedAgent; cpu: number[]; rate: number[]; p50: number[]; counter?: number; calls: Record<string, number>; inspectorPort?: number };
 const sides: Side[] = [];
 let collector: Collector | undefined;
 try {
@@ -75,10 +80,11 @@ try {
     cpSync(bundle, join(dir, "bundle"), { recursive: true });
     const traced: Record<string, string> = collector && sides.length === 1 ? { OTEL_EXPORTER_OTLP_ENDPOINT: collector.endpoint } : {};
     const counter = opt.calls ? await freePort() : undefined;
-    const edge = await startEdge({ dir, vars: { ...vars, ...traced }, skipBuild: true, invocationCounterPort: counter });
+    const inspectorPort = opt.profile && sides.length === 1 ? await freePort() : undefined;
+    const edge = await startEdge({ dir, vars: { ...vars, ...traced }, skipBuild: true, invocationCounterPort: counter, inspectorPort });
     const agent = new ScriptedAgent({ agentId: `ab-${sides.length}` });
     await agent.connect(tcpTransport(edge.url, CLUSTER_TOKEN, "local"));
-    sides.push({ name, edge, agent, cpu: [], rate: [], p50: [], counter, calls: {} });
+    sides.push({ name, edge, agent, cpu: [], rate: [], p50: [], counter, calls: {}, inspectorPort });
   }
   for (const s of sides) {
     await api(s.edge.url, "/admin/teams/admin/templates/ab", { method: "PUT", body: JSON.stringify({ spec: { replicas } }) });
@@ -90,8 +96,10 @@ try {
       await waitAvailable(s.edge.url, Math.min(replicas, 600));
       const counted = s.counter ? await invocations(s.counter) : null;
       const cpu = cpuMs(s.edge.pid);
+      const profiler = s.inspectorPort ? await startProfiler(s.inspectorPort) : null;
       const started = performance.now();
       const latencies = await timedConcurrently(creates, CLIENTS, () => create(s.edge.url));
+      if (profiler) writeFileSync(`${opt.profile}.${r}.cpuprofile`, JSON.stringify(await profiler.stop()));
       s.rate.push(creates / ((performance.now() - started) / 1000));
       s.cpu.push((cpuMs(s.edge.pid) - cpu) / creates);
       s.p50.push(median(latencies));
@@ -111,8 +119,14 @@ try {
     console.log(`  edge.do_calls_per_create ${per(Object.entries(s.calls).filter(([k]) => k.includes(" rpc ")).reduce((a, [, n]) => a + n, 0))}`);
   }
   if (collector) {
-    const ratio = median(sides[1]!.rate) / median(sides[0]!.rate);
-    console.log(`obs.tracing_overhead_ratio ${ratio.toFixed(3)} (spans received: ${collector.spans().length})`);
+    // Each round's pair ran back to back under the same load: its ratio is the steadier figure.
+    const [a, b] = [sides[0]!, sides[1]!];
+    const paired = a.rate.map((x, i) => b.rate[i]! / x);
+    const cpu = a.cpu.map((x, i) => b.cpu[i]! / x);
+    const spread = (xs: number[]) => `${Math.min(...xs).toFixed(3)}..${Math.max(...xs).toFixed(3)}`;
+    console.log(`per round B/A creates/s ${paired.map((x) => x.toFixed(3)).join(" ")} (median ${median(paired).toFixed(3)}, spread ${spread(paired)})`);
+    console.log(`per round B/A workerd CPU per create ${cpu.map((x) => x.toFixed(3)).join(" ")} (median ${median(cpu).toFixed(3)}, spread ${spread(cpu)})`);
+    console.log(`obs.tracing_overhead_ratio ${median(paired).toFixed(3)} (median of the rounds' ratios; ratio of the medians ${(median(b.rate) / median(a.rate)).toFixed(3)}; spans received: ${collector.spans().length})`);
   }
 } finally {
   for (const s of sides) {

@@ -54,16 +54,22 @@ try {
   observeRuntimeProcesses(() => runtime.processCount());
   const server = await startMetricsServer(0);
   const times: number[] = [];
+  const cpu: number[] = [];
   let text = "";
   for (let i = 0; i < Number(opt.scrapes); i++) {
     const t = performance.now();
+    const c = process.cpuUsage();
     text = await (await fetch(server.url)).text();
     times.push(performance.now() - t);
+    const used = process.cpuUsage(c);
+    cpu.push((used.user + used.system) / 1000);
   }
   await server.close();
   const sandboxes = text.split("\n").filter((l) => l.startsWith("sandbox_agent_sandboxes{")).join(", ");
   console.log(`${n} sandboxes (${sandboxes})`);
   console.log(`obs.metrics_scrape_ms ${median(times).toFixed(2)} (median of ${times.length}; min ${Math.min(...times).toFixed(2)}, max ${Math.max(...times).toFixed(2)})`);
+  // The process's CPU per scrape (server and client share it): steadier than the wall time on a loaded machine.
+  console.log(`process CPU ms per scrape ${median(cpu).toFixed(2)} (median; min ${Math.min(...cpu).toFixed(2)}, max ${Math.max(...cpu).toFixed(2)})`);
 } finally {
   reconciler.queue.close();
   await runtime.close();

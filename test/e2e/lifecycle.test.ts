@@ -1,7 +1,9 @@
 // Sandbox lifecycle through the real e2b JS SDK against the whole local system
 // (shared reference e2b-protocol.md §5.4 items 19–24).
 import { Sandbox, SandboxNotFoundError, type SandboxListOpts, type SandboxOpts, type SandboxPauseOpts } from "e2b";
-import { afterAll, describe, expect, it } from "vitest";
+import { afterAll, describe, expect, inject, it } from "vitest";
+import { scrape, value } from "../support/prometheus-text.ts";
+import { waitFor } from "../support/wait-for.ts";
 import { e2b, sleep, uniqueTag } from "./sdk.ts";
 
 const created: Sandbox[] = [];
@@ -9,6 +11,11 @@ async function create(opts: SandboxOpts = {}): Promise<Sandbox> {
   const sbx = await Sandbox.create({ ...e2b(), ...opts });
   created.push(sbx);
   return sbx;
+}
+/** The edge's count of sandboxes woken by traffic (admin metrics, parsed as Prometheus would). */
+async function wakeups(): Promise<number> {
+  const { apiUrl, apiKey } = inject("e2b");
+  return value(await scrape(new URL("/admin/metrics", apiUrl).href, { headers: { "x-api-key": apiKey } }), "edge_sandbox_wakeups_total", { via: "traffic" });
 }
 afterAll(async () => {
   await Promise.all(created.map((s) => Sandbox.kill(s.sandboxId, e2b()).catch(() => false)));
@@ -135,14 +142,24 @@ describe("pause and resume", () => {
     expect(pids).not.toContain(sleeper.pid);
   });
 
-  it("a paused sandbox with auto-resume wakes on traffic", async () => {
+  it("a paused sandbox with auto-resume wakes on traffic, counted once in the edge's /admin/metrics", async () => {
     const sbx = await create({ lifecycle: { onTimeout: "pause", autoResume: true } });
     await sbx.files.write("/home/user/wake.txt", "awake");
     expect(await sbx.pause()).toBe(true);
     expect((await Sandbox.getInfo(sbx.sandboxId, e2b())).state).toBe("paused");
+    const before = await wakeups();
     // Plain data-plane traffic (no connect call) wakes it.
     expect(await sbx.files.read("/home/user/wake.txt")).toBe("awake");
     expect((await Sandbox.getInfo(sbx.sandboxId, e2b())).state).toBe("running");
+    // The count may reach the edge's sum a flush later (each isolate flushes in the background).
+    const after = await waitFor(async () => {
+      const n = await wakeups();
+      return n > before ? n : undefined;
+    }, 15_000);
+    expect(after - before).toBe(1);
+    // More traffic to the running sandbox wakes nothing.
+    expect(await sbx.files.read("/home/user/wake.txt")).toBe("awake");
+    expect((await wakeups()) - before).toBe(1);
   });
 
   it("a paused sandbox without auto-resume does not wake on traffic", async () => {

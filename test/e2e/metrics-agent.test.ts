@@ -1,9 +1,11 @@
 // The agent's Prometheus endpoint, scraped as Prometheus would and parsed by an independent text
 // parser: the numbers follow what a user did through the real e2b SDK (sandboxes created and
-// killed, a background command, an egress request the rules deny), and no series names a sandbox.
+// killed, a background command, an egress request the rules deny and one they allow), and no
+// series names a sandbox.
 import { ALL_TRAFFIC, Sandbox } from "e2b";
 import { afterAll, describe, expect, it } from "vitest";
 import { inject } from "vitest";
+import { startOutside } from "../support/outside-net.ts";
 import { scrape, value } from "../support/prometheus-text.ts";
 import { e2b } from "./sdk.ts";
 
@@ -83,6 +85,23 @@ describe("agent /metrics", () => {
     const r = await sbx.commands.run("curl -s -m 5 http://blocked.example.com/").catch((err: { stdout?: string }) => err);
     expect(r.stdout).toMatch(/egress denied/);
     expect(value(await scrape(url()), "sandbox_egress_decisions_total", { decision: "deny" })).toBe(denied + 1);
+  });
+
+  it("counts an egress connection the rules allow, once", async () => {
+    // "The internet": a namespace this test makes, which the rules allow.
+    const outside = await startOutside();
+    try {
+      const sbx = await Sandbox.create({ ...e2b(), network: { denyOut: [ALL_TRAFFIC], allowOut: [outside.ip] } });
+      created.push(sbx);
+      const before = await scrape(url());
+      const r = await sbx.commands.run(`curl -s -m 5 http://${outside.ip}/`);
+      expect(r.stdout).toMatch(/^outside saw /);
+      const after = await scrape(url());
+      expect(value(after, "sandbox_egress_decisions_total", { decision: "allow" }) - value(before, "sandbox_egress_decisions_total", { decision: "allow" })).toBe(1);
+      expect(value(after, "sandbox_egress_decisions_total", { decision: "deny" })).toBe(value(before, "sandbox_egress_decisions_total", { decision: "deny" }));
+    } finally {
+      outside.stop();
+    }
   });
 
   it("answers 404 off /metrics", async () => {

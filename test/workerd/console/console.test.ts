@@ -5,6 +5,7 @@
 import { exports } from "cloudflare:workers";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { ScriptedAgent } from "../../support/scripted-agent.ts";
+import { waitFor } from "../../support/wait-for.ts";
 import { ADMIN_KEY, call, createTeam, expectStatus, startAgent, unique, type TestTeam } from "../helpers.ts";
 
 let team: TestTeam;
@@ -153,6 +154,52 @@ describe("team scoping", () => {
     const { cookie } = await login(team.key);
     expect(await html(page("/console/sandboxes?state=exploded", { cookie }), 400)).toMatch(/state must be/);
     expect(await html(page("/console/sandboxes?template=..%2F", { cookie }), 400)).toMatch(/template/);
+  });
+});
+
+describe("overview", () => {
+  const fragment = (name: string, cookie: string) => html(page(`/console?fragment=${name}`, { cookie, headers: { "x-console-fragment": "1" } }));
+  const cellsOf = (row: string) => [...row.matchAll(/<td[^>]*>(.*?)<\/td>/g)].map((m) => m[1]!.replace(/<!--.*?-->/g, ""));
+
+  it("a pool's row shows the API's replicas, stock, claims and revisions", async () => {
+    // A pool of 2 on the scripted agent's cluster (its members report ready), one claimed: the
+    // figures differ (claimed 1, the refill creating).
+    const pooled = await createTeam(unique("console-pool"), { cluster: team.cluster, replicas: 2 });
+    const poolOf = async () => (await expectStatus(call(`/admin/teams/${pooled.name}/templates/${pooled.template}`), 200)).pool;
+    await waitFor(async () => (await poolOf()).available === 2);
+    await expectStatus(call("/v2/sandboxes", { key: pooled.key, body: { templateID: pooled.template, timeout: 300 } }), 201);
+    const { cookie } = await login(ADMIN_KEY);
+    // The refill moves on between two reads: the row must equal the API's figures of one moment.
+    const seen = await waitFor(
+      async () => {
+        const p = await poolOf();
+        const row = new RegExp(`<tr data-template="${pooled.template}">(.*?)</tr>`).exec(await fragment("pools", cookie))?.[1] ?? "";
+        const want = [pooled.name, pooled.template, String(p.replicas), String(p.available), String(p.creating), String(p.claimed), `${p.currentRevision ?? "–"} / ${p.updateRevision ?? "–"}`];
+        return JSON.stringify(cellsOf(row).slice(0, 7)) === JSON.stringify(want) ? p : undefined;
+      },
+      { what: "the pools row to show the API's figures" },
+    );
+    expect(seen).toMatchObject({ replicas: 2, claimed: 1, updateRevision: expect.any(String) });
+  });
+
+  it("the latency chart counts each create stage as /admin/metrics does", async () => {
+    const { cookie } = await login(ADMIN_KEY);
+    const counts = async () => {
+      const text = await (await call("/admin/metrics")).text();
+      return Object.fromEntries([...text.matchAll(/^edge_create_stage_duration_ms_count\{stage="([a-z]+)"\} (\d+)$/gm)].map((m) => [m[1]!, Number(m[2])]));
+    };
+    const before = await counts();
+    const chart = await fragment("latency", cookie);
+    const after = await counts();
+    const rows = Object.fromEntries([...chart.matchAll(/<tr data-stage="([a-z]+)">(.*?)<\/tr>/g)].map((m) => [m[1]!, Number(cellsOf(m[2]!)[1])]));
+    expect(Object.keys(rows).sort()).toEqual(Object.keys(after).sort());
+    expect(Object.keys(rows)).toEqual(expect.arrayContaining(["claim", "start", "template"]));
+    // Other files' creates may land between the reads: the chart's count lies between them.
+    for (const [stage, n] of Object.entries(rows)) {
+      expect(n).toBeGreaterThanOrEqual(before[stage] ?? 0);
+      expect(n).toBeLessThanOrEqual(after[stage]!);
+    }
+    expect(chart).toMatch(/<svg[^>]*role="img"/);
   });
 });
 
