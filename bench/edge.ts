@@ -195,7 +195,8 @@ interface PoolStatusView {
   createdOnDemand: number;
 }
 
-function client(base: string) {
+/** The admin key's templates and E2B creates on a bench edge (bench/edge-scale.ts uses it too). */
+export function client(base: string) {
   const headers = { "x-api-key": ADMIN_KEY, "content-type": "application/json" };
   async function json(path: string, init: RequestInit, want: number[]): Promise<any> {
     const res = await fetch(`${base}${path}`, { ...init, headers });

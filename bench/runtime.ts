@@ -8,8 +8,9 @@
 //   node bench/runtime.ts            prints the figures
 //   npm run bench -- runtime         as part of bench/results.json
 import { spawn, type ChildProcess } from "node:child_process";
+import { randomFillSync } from "node:crypto";
 import { readFileSync, writeFileSync } from "node:fs";
-import { lstat, readdir } from "node:fs/promises";
+import { lstat, readdir, readFile, writeFile } from "node:fs/promises";
 import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
 import { resolve } from "node:path";
@@ -23,8 +24,15 @@ import { bundleRuntime } from "../controllers/runtime/bundle.ts";
 import { HostView } from "../controllers/runtime/host-view.ts";
 import { createRuntime } from "../controllers/runtime/runtime.ts";
 import { ENVD_VERSION } from "../controllers/runtime/version.ts";
+import { cpuMs } from "./stats.ts";
 
-type Figures = Record<string, { value: number; unit: string; target?: string }>;
+type Figures = Record<string, { value: number; unit: string; target?: string; spread?: [number, number] }>;
+
+/** RUNTIME_BENCH_ONLY=cold,idle,run,list,stdout,growth,io runs only those parts (default: all). */
+const ONLY = process.env.RUNTIME_BENCH_ONLY?.split(",");
+const part = (name: string) => !ONLY || ONLY.includes(name);
+const r2 = (x: number) => Math.round(x * 100) / 100;
+const minMax = (xs: number[]): [number, number] => [r2(Math.min(...xs)), r2(Math.max(...xs))];
 
 const ROOT = resolve(import.meta.dirname, "..");
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -92,6 +100,9 @@ async function coldStart(args: string[]): Promise<{ ms: number; rss: number }> {
   }
 }
 
+/** The node flags a pod starts the runtime with (k8s/entrypoint.sh); both sides of a comparison get them. */
+const RUNTIME_NODE_FLAGS = ["--max-semi-space-size=2"];
+
 /** The floor of a cold start: Node itself serving HTTP, nothing loaded. */
 const BARE_SERVER = `const s = require("node:http").createServer((q, r) => r.writeHead(204).end()); s.listen(0, "127.0.0.1", () => console.log("listening on http://127.0.0.1:" + s.address().port));`;
 
@@ -126,6 +137,26 @@ async function idleRss(entry: string, apiUrl: string): Promise<{ rss: number; an
   }
 }
 
+/** The floor of idle RSS: the bare Node server with the runtime's flags and allocator setting,
+ * after serving a few requests, measured as idleRss measures the runtime. */
+async function bareIdleRss(bare: string): Promise<{ rss: number; anon: number }> {
+  const child = spawn(process.execPath, [...RUNTIME_NODE_FLAGS, bare], { cwd: ROOT, stdio: ["ignore", "pipe", "inherit"], env: { ...process.env, MALLOC_ARENA_MAX: "2" } });
+  try {
+    const url = await new Promise<string>((res, rej) => {
+      child.stdout!.on("data", (d) => {
+        const m = /listening on (http:\/\/\S+)/.exec(String(d));
+        if (m) res(m[1]!);
+      });
+      child.once("exit", (code) => rej(new Error(`bare server exited ${code}`)));
+    });
+    for (let i = 0; i < 5; i++) await fetch(`${url}/health`).then((r) => r.arrayBuffer());
+    await sleep(1500);
+    return { rss: rssMB(child.pid!), anon: rssMB(child.pid!, "RssAnon") };
+  } finally {
+    child.kill("SIGKILL");
+  }
+}
+
 /** Heap cost of one registered idle sandbox in an embedded runtime (the local driver's mode). */
 function perSandboxKB(): number {
   setFlagsFromString("--expose-gc");
@@ -142,120 +173,96 @@ function perSandboxKB(): number {
 }
 
 export async function run(_ctx?: unknown): Promise<Figures> {
-  const perSandbox = perSandboxKB();
+  const figures: Figures = {};
+  if (part("idle")) figures["runtime.embedded_heap_per_idle_sandbox_kb"] = { value: perSandboxKB(), unit: "KB" };
   mkdirSync(join(ROOT, "dist"), { recursive: true });
   // Inside the repository, so the bundle resolves its one external (@lydell/node-pty).
   const dir = mkdtempSync(join(ROOT, "dist", "runtime-bench-"));
   const bundle = await bundleRuntime(join(dir, "main.cjs"));
   const bare = join(dir, "bare.cjs");
   writeFileSync(bare, BARE_SERVER);
-  // Cold start, both sides interleaved (one of each per round).
-  const cold: number[] = [];
-  const coldBare: number[] = [];
-  const coldRatios: number[] = [];
-  let bareRss = 0;
-  for (let i = 0; i < 11; i++) {
-    const r = await coldStart([bundle, "--port", "0", "--host", "127.0.0.1"]);
-    const b = await coldStart([bare]);
-    cold.push(r.ms);
-    coldBare.push(b.ms);
-    coldRatios.push(r.ms / b.ms);
-    bareRss = b.rss;
-  }
   const api = await fakeControlPlane();
-  const fromSource = await idleRss("controllers/runtime/main.ts", api.url);
-  const idle = await idleRss(bundle, api.url);
   const { child, url } = await startRuntime(bundle);
   try {
+    if (part("cold")) Object.assign(figures, await coldStarts(bundle, bare));
+    if (part("idle")) {
+      const fromSource = await idleRss("controllers/runtime/main.ts", api.url);
+      const idle = await idleRss(bundle, api.url);
+      const bareIdle = await bareIdleRss(bare);
+      figures["runtime.idle_rss_mb"] = { value: idle.rss, unit: "MB", target: "<= 35 (floor: bare_node_server_idle_rss_mb)" };
+      figures["runtime.idle_private_mb"] = { value: idle.anon, unit: "MB" };
+      figures["runtime.bare_node_server_idle_rss_mb"] = { value: bareIdle.rss, unit: "MB (same flags, after serving requests)" };
+      figures["runtime.bare_node_server_idle_private_mb"] = { value: bareIdle.anon, unit: "MB" };
+      figures["runtime.idle_rss_mb_from_source"] = { value: fromSource.rss, unit: "MB" };
+    }
     const sbx = await Sandbox.create("base", { apiKey: `e2b_${"0".repeat(40)}`, apiUrl: api.url, sandboxUrl: url });
 
-    // Interleaved so drift on a shared machine hits both sides alike.
-    const viaSdk: number[] = [];
-    const direct: number[] = [];
-    for (let i = 0; i < 20; i++) {
-      await sbx.commands.run("true");
-      await spawnBash();
-    }
-    for (let i = 0; i < 200; i++) {
-      viaSdk.push(await timed(() => sbx.commands.run("true")));
-      direct.push(await timed(spawnBash));
-    }
-
-    const runRatio = quantile(viaSdk, 0.99) / quantile(direct, 0.99);
-
-    // A 2,000-entry listing against readdir + lstat of each, interleaved.
-    const listDir = `/tmp/runtime-bench-list-${process.pid}`;
-    mkdirSync(listDir, { recursive: true });
-    for (let i = 0; i < 2000; i++) writeFileSync(`${listDir}/f${i}`, "x");
-    const listSdk: number[] = [];
-    const listFloor: number[] = [];
-    await sbx.files.list(listDir);
-    for (let i = 0; i < 15; i++) {
-      listSdk.push(await timed(() => sbx.files.list(listDir)));
-      listFloor.push(await timed(async () => {
-        for (const name of await readdir(listDir)) await lstat(`${listDir}/${name}`, { bigint: true });
-      }));
-    }
-    rmSync(listDir, { recursive: true, force: true });
-
-    // 1 MB of stdout through the SDK against reading the same command's output from a direct spawn.
-    const mb = "head -c 1048576 /dev/zero | tr '\\0' a";
-    const outSdk: number[] = [];
-    const outFloor: number[] = [];
-    for (let i = 0; i < 15; i++) {
-      outSdk.push(await timed(() => sbx.commands.run(mb)));
-      outFloor.push(await timed(() => new Promise<void>((res, rej) => {
-        const c = spawn("/bin/bash", ["-l", "-c", mb], { stdio: ["ignore", "pipe", "ignore"], env: BASH_ENV, cwd: "/root" });
-        c.stdout.resume();
-        c.once("exit", () => res());
-        c.once("error", rej);
-      })));
+    if (part("run")) {
+      // Interleaved so drift on a shared machine hits both sides alike.
+      const viaSdk: number[] = [];
+      const direct: number[] = [];
+      for (let i = 0; i < 20; i++) {
+        await sbx.commands.run("true");
+        await spawnBash();
+      }
+      for (let i = 0; i < 200; i++) {
+        viaSdk.push(await timed(() => sbx.commands.run("true")));
+        direct.push(await timed(spawnBash));
+      }
+      figures["runtime.run_overhead_ratio"] = { value: median(viaSdk) / median(direct), unit: "x", target: "<= 1.5" };
+      figures["runtime.run_p99_ratio"] = { value: quantile(viaSdk, 0.99) / quantile(direct, 0.99), unit: "x", target: "<= 1.4" };
+      figures["runtime.run_median_ms"] = { value: median(viaSdk), unit: "ms" };
+      figures["runtime.direct_spawn_median_ms"] = { value: median(direct), unit: "ms" };
     }
 
-    // Growth is measured from a warmed-up working set (heap and malloc arenas settle within a
-    // few hundred runs, see README), so what remains is what 1000 runs leave behind.
-    for (let i = 0; i < 300; i++) await sbx.commands.run("true");
-    await sleep(5000);
-    const before = rssMB(child.pid!);
-    for (let i = 0; i < 1000; i++) await sbx.commands.run("true");
-    await sleep(5000);
-    const after = rssMB(child.pid!);
+    if (part("list")) {
+      // A 2,000-entry listing against readdir + lstat of each, interleaved.
+      const listDir = `/tmp/runtime-bench-list-${process.pid}`;
+      mkdirSync(listDir, { recursive: true });
+      for (let i = 0; i < 2000; i++) writeFileSync(`${listDir}/f${i}`, "x");
+      const ratios: number[] = [];
+      await sbx.files.list(listDir);
+      for (let i = 0; i < 15; i++) {
+        const a = await timed(() => sbx.files.list(listDir));
+        const b = await timed(async () => {
+          for (const name of await readdir(listDir)) await lstat(`${listDir}/${name}`, { bigint: true });
+        });
+        ratios.push(a / b);
+      }
+      rmSync(listDir, { recursive: true, force: true });
+      figures["runtime.list_2000_ratio"] = { value: median(ratios), unit: "x (median of 15 pairs)", target: "<= 2.0", spread: minMax(ratios) };
+    }
 
-    const size = 100 * 1024 * 1024;
-    const data = new Uint8Array(size);
-    for (let i = 0; i < size; i += 4096) data[i] = i & 0xff;
-    const path = `/tmp/runtime-bench-${process.pid}.bin`;
-    const writeMs = await timed(() => sbx.files.write(path, data.buffer));
-    const writeStreamMs = await timed(() => sbx.files.write(path, new Blob([data]).stream()));
-    let readBytes = 0;
-    const readMs = await timed(async () => {
-      readBytes = (await sbx.files.read(path, { format: "bytes" })).byteLength;
-    });
-    if (readBytes !== size) throw new Error(`read ${readBytes} bytes, expected ${size}`);
-    await sbx.files.remove(path);
-    const peak = rssMB(child.pid!);
+    if (part("stdout")) {
+      // 1 MB of stdout through the SDK against reading the same command's output from a direct spawn.
+      const mb = "head -c 1048576 /dev/zero | tr '\\0' a";
+      const ratios: number[] = [];
+      for (let i = 0; i < 15; i++) {
+        const a = await timed(() => sbx.commands.run(mb));
+        const b = await timed(() => new Promise<void>((res, rej) => {
+          const c = spawn("/bin/bash", ["-l", "-c", mb], { stdio: ["ignore", "pipe", "ignore"], env: BASH_ENV, cwd: "/root" });
+          c.stdout.resume();
+          c.once("exit", () => res());
+          c.once("error", rej);
+        }));
+        ratios.push(a / b);
+      }
+      figures["runtime.stdout_1mb_ratio"] = { value: median(ratios), unit: "x (median of 15 pairs)", target: "<= 3.5", spread: minMax(ratios) };
+    }
 
-    return {
-      "runtime.run_overhead_ratio": { value: median(viaSdk) / median(direct), unit: "x", target: "<= 1.5" },
-      "runtime.run_p99_ratio": { value: runRatio, unit: "x", target: "<= 1.4" },
-      "runtime.cold_start_ms": { value: median(cold), unit: "ms" },
-      "runtime.bare_node_server_start_ms": { value: median(coldBare), unit: "ms" },
-      "runtime.cold_start_ratio": { value: median(coldRatios), unit: `x (${spread(coldRatios)})`, target: "<= 1.0" },
-      "runtime.bare_node_server_rss_mb": { value: bareRss, unit: "MB" },
-      "runtime.list_2000_ratio": { value: median(listSdk) / median(listFloor), unit: "x", target: "<= 2.0" },
-      "runtime.stdout_1mb_ratio": { value: median(outSdk) / median(outFloor), unit: "x", target: "<= 3.5" },
-      "runtime.run_median_ms": { value: median(viaSdk), unit: "ms" },
-      "runtime.direct_spawn_median_ms": { value: median(direct), unit: "ms" },
-      "runtime.idle_rss_mb": { value: idle.rss, unit: "MB", target: "<= 35 (floor: bare_node_server_rss_mb)" },
-      "runtime.idle_private_mb": { value: idle.anon, unit: "MB" },
-      "runtime.idle_rss_mb_from_source": { value: fromSource.rss, unit: "MB" },
-      "runtime.embedded_heap_per_idle_sandbox_kb": { value: perSandbox, unit: "KB" },
-      "runtime.rss_growth_mb_after_1000_runs": { value: after - before, unit: "MB", target: "<= 10" },
-      "runtime.write_100mb_multipart_mb_s": { value: 100 / (writeMs / 1000), unit: "MB/s" },
-      "runtime.write_100mb_octet_stream_mb_s": { value: 100 / (writeStreamMs / 1000), unit: "MB/s" },
-      "runtime.read_100mb_mb_s": { value: 100 / (readMs / 1000), unit: "MB/s" },
-      "runtime.rss_after_100mb_transfers_mb": { value: peak, unit: "MB" },
-    };
+    if (part("growth")) {
+      // Growth is measured from a warmed-up working set (heap and malloc arenas settle within a
+      // few hundred runs, see README), so what remains is what 1000 runs leave behind.
+      for (let i = 0; i < 300; i++) await sbx.commands.run("true");
+      await sleep(5000);
+      const before = rssMB(child.pid!);
+      for (let i = 0; i < 1000; i++) await sbx.commands.run("true");
+      await sleep(5000);
+      figures["runtime.rss_growth_mb_after_1000_runs"] = { value: rssMB(child.pid!) - before, unit: "MB", target: "<= 10" };
+    }
+
+    if (part("io")) Object.assign(figures, await transfers(sbx, child.pid!));
+    return figures;
   } finally {
     api.close();
     child.kill("SIGTERM");
@@ -263,6 +270,80 @@ export async function run(_ctx?: unknown): Promise<Figures> {
   }
 }
 
+/** Cold start, both sides interleaved (one of each per round). */
+async function coldStarts(bundle: string, bare: string): Promise<Figures> {
+  const cold: number[] = [];
+  const coldBare: number[] = [];
+  const ratios: number[] = [];
+  let bareRss = 0;
+  for (let i = 0; i < 11; i++) {
+    const r = await coldStart([...RUNTIME_NODE_FLAGS, bundle, "--port", "0", "--host", "127.0.0.1"]);
+    const b = await coldStart([...RUNTIME_NODE_FLAGS, bare]);
+    cold.push(r.ms);
+    coldBare.push(b.ms);
+    ratios.push(r.ms / b.ms);
+    bareRss = b.rss;
+  }
+  return {
+    "runtime.cold_start_ms": { value: median(cold), unit: "ms" },
+    "runtime.bare_node_server_start_ms": { value: median(coldBare), unit: "ms" },
+    "runtime.cold_start_ratio": { value: median(ratios), unit: `x (median of 11 pairs; ${spread(ratios)})`, target: "<= 1.0", spread: minMax(ratios) },
+    "runtime.bare_node_server_rss_mb": { value: bareRss, unit: "MB (at its first 2xx)" },
+  };
+}
+
+/** 100 MB of random data (incompressible: what gzip cannot shrink) written and read through the
+ * SDK against the same bytes written and read with `fs` in this process, interleaved in rounds.
+ * Ratios are floor time over SDK time (throughput relative to the floor: higher is better). */
+async function transfers(sbx: Sandbox, pid: number): Promise<Figures> {
+  const size = 100 * 1024 * 1024;
+  const data = randomFillSync(new Uint8Array(size));
+  const path = `/tmp/runtime-bench-${process.pid}.bin`;
+  const floorPath = `/tmp/runtime-bench-floor-${process.pid}.bin`;
+  const w: number[] = [], ws: number[] = [], r: number[] = [], wFloor: number[] = [], rFloor: number[] = [];
+  // CPU per side too (this process's, which runs the SDK, plus the runtime's): on a machine busy
+  // with others' work the wall-clock ratio is mostly how long each side waited for a core.
+  const cpu = { w: [] as number[], r: [] as number[], wFloor: [] as number[], rFloor: [] as number[] };
+  const withCpu = async (into: number[], fn: () => Promise<unknown>): Promise<number> => {
+    const c0 = process.cpuUsage();
+    const s0 = cpuMs(pid);
+    const ms = await timed(fn);
+    const c = process.cpuUsage(c0);
+    into.push((c.user + c.system) / 1000 + cpuMs(pid) - s0);
+    return ms;
+  };
+  const rounds = Number(process.env.RUNTIME_BENCH_IO_ROUNDS ?? 5);
+  for (let i = 0; i < rounds; i++) {
+    wFloor.push(await withCpu(cpu.wFloor, () => writeFile(floorPath, data)));
+    w.push(await withCpu(cpu.w, () => sbx.files.write(path, data.buffer)));
+    ws.push(await timed(() => sbx.files.write(path, new Blob([data]).stream())));
+    rFloor.push(await withCpu(cpu.rFloor, async () => void (await readFile(floorPath))));
+    let got = 0;
+    r.push(await withCpu(cpu.r, async () => {
+      got = (await sbx.files.read(path, { format: "bytes", gzip: true })).byteLength;
+    }));
+    if (got !== size) throw new Error(`read ${got} bytes, expected ${size}`);
+  }
+  const peak = rssMB(pid);
+  await sbx.files.remove(path);
+  rmSync(floorPath, { force: true });
+  const ratio = (floor: number[], sdk: number[]) => floor.map((f, i) => f / sdk[i]!);
+  const wr = ratio(wFloor, w), wsr = ratio(wFloor, ws), rr = ratio(rFloor, r);
+  return {
+    "runtime.write_100mb_ratio": { value: median(wr), unit: `x fs (multipart, the SDK's default; median of ${rounds} rounds)`, target: ">= 0.10", spread: minMax(wr) },
+    "runtime.write_100mb_octet_stream_ratio": { value: median(wsr), unit: "x fs (a stream, octet-stream)", spread: minMax(wsr) },
+    "runtime.read_100mb_gzip_ratio": { value: median(rr), unit: "x fs (gzip: true)", target: ">= 0.05", spread: minMax(rr) },
+    "runtime.write_100mb_cpu_ratio": { value: median(cpu.wFloor) / median(cpu.w), unit: "x (fs CPU over SDK + runtime CPU)" },
+    "runtime.read_100mb_gzip_cpu_ratio": { value: median(cpu.rFloor) / median(cpu.r), unit: "x (fs CPU over SDK + runtime CPU)" },
+    "runtime.write_100mb_multipart_mb_s": { value: 100 / (median(w) / 1000), unit: "MB/s" },
+    "runtime.write_100mb_octet_stream_mb_s": { value: 100 / (median(ws) / 1000), unit: "MB/s" },
+    "runtime.read_100mb_gzip_mb_s": { value: 100 / (median(r) / 1000), unit: "MB/s" },
+    "runtime.fs_write_100mb_mb_s": { value: 100 / (median(wFloor) / 1000), unit: "MB/s" },
+    "runtime.fs_read_100mb_mb_s": { value: 100 / (median(rFloor) / 1000), unit: "MB/s" },
+    "runtime.rss_after_100mb_transfers_mb": { value: peak, unit: "MB" },
+  };
+}
+
 if (process.argv[1] && resolve(process.argv[1]) === fileURLToPath(import.meta.url)) {
-  for (const [name, f] of Object.entries(await run())) console.log(`${name.padEnd(42)} ${f.value.toFixed(2).padStart(10)} ${f.unit}`);
+  for (const [name, f] of Object.entries(await run())) console.log(`${name.padEnd(42)} ${f.value.toFixed(2).padStart(10)} ${f.unit}${f.spread ? ` [${f.spread.join("-")}]` : ""}`);
 }

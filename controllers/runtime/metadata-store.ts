@@ -7,8 +7,12 @@
 // file. Where a file system refuses user xattrs (ENOTSUP: some tmpfs builds, NFS) the metadata
 // falls back to memory, keyed by the file's identity (device, inode, birth time), and is lost on
 // restart; `fallbacks` counts those files.
-import { listAttributes, getAttribute, removeAttribute, setAttribute } from "@napi-rs/xattr";
 import type { BigIntStats } from "node:fs";
+
+// Loaded on first use: the addon is a shared library to map, and the runtime's start (every
+// sandbox's store is made before it listens) does not need it.
+let addon: Promise<typeof import("@napi-rs/xattr")> | undefined;
+const xattr = () => (addon ??= import("@napi-rs/xattr"));
 
 const PREFIX = "user.e2b.";
 
@@ -34,6 +38,7 @@ export class MetadataStore {
     if (st.isSymbolicLink()) return {};
     const out: Record<string, string> = {};
     try {
+      const { listAttributes, getAttribute } = await xattr();
       for (const name of await listAttributes(host)) {
         if (!name.startsWith(PREFIX)) continue;
         const value = await getAttribute(host, name);
@@ -47,6 +52,7 @@ export class MetadataStore {
 
   /** Replaces the file's metadata; an empty map clears it (envd's upload semantics). */
   async set(host: string, st: Identity, metadata: Record<string, string>): Promise<void> {
+    const { listAttributes, removeAttribute, setAttribute } = await xattr();
     try {
       for (const name of await listAttributes(host)) if (name.startsWith(PREFIX)) await removeAttribute(host, name);
       for (const [k, v] of Object.entries(metadata)) await setAttribute(host, PREFIX + k, v);

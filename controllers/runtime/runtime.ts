@@ -4,8 +4,6 @@
 import { rmSync } from "node:fs";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import { getEnvs } from "./http/envs.ts";
-import { getFiles } from "./http/files-get.ts";
-import { postFiles } from "./http/files-post.ts";
 import { freezeSandbox, postFreeze, postUnfreeze, thawSandbox } from "./http/freeze.ts";
 import { getHealth } from "./http/health.ts";
 import { postInit } from "./http/init.ts";
@@ -57,6 +55,15 @@ const CORS = {
   "access-control-allow-headers": "*",
   "access-control-expose-headers": "*",
 };
+
+/** A handler loaded on its first request: /files pulls in streams, zlib, the multipart reader and
+ * the directory code, which a cold start (exec → first /health) need not load. */
+function lazy(load: () => Promise<HttpHandler>): HttpHandler {
+  let handler: Promise<HttpHandler> | undefined;
+  return async (req, res, sbx, url) => (await (handler ??= load()))(req, res, sbx, url);
+}
+const getFiles = lazy(() => import("./http/files-get.ts").then((m) => m.getFiles));
+const postFiles = lazy(() => import("./http/files-post.ts").then((m) => m.postFiles));
 
 /** Endpoints that check credentials themselves (/files accepts signatures, /init its own rule). */
 const ROUTES: Record<string, { handler: HttpHandler; selfAuth?: boolean }> = {
@@ -210,8 +217,16 @@ export function createRuntime(opts: RuntimeOptions = {}): Runtime {
           server.listen(target.socket, resolve);
         } else server.listen(target.port, target.host, resolve);
       });
-      // After the first /health can be answered, not before.
-      setImmediate(() => void rpcHandler());
+      // Once the first request (a readiness probe's /health) is answered, or after 200 ms idle:
+      // building them takes tens of milliseconds of one core, which a first /health would wait
+      // for. An RPC arriving earlier waits for them instead (rpcHandler).
+      const build = () => setImmediate(() => void rpcHandler());
+      const timer = setTimeout(build, 200);
+      timer.unref();
+      server.once("request", (_req: IncomingMessage, res: ServerResponse) => {
+        clearTimeout(timer);
+        res.once("finish", build);
+      });
       return server;
     },
     async close() {

@@ -20,6 +20,11 @@ const LOG = edgeLogger("pool");
 /** Retry delay for intents ClusterDO did not accept, and the check interval for stuck creates. */
 const RETRY_MS = 2_000;
 
+/** Intents per ClusterDO.enqueue call. A pool scaled to 100,000 sent all its creates in one call
+ * (~1.2 KB each: 117 MB), past workerd's 32 MiB limit on RPC arguments, and retried it forever:
+ * it never filled. The loop in flush sends the rest in further calls. */
+const ENQUEUE_BATCH = 2_000;
+
 export class PoolDO extends DurableObject<Env> {
   private state: PoolState | null = null;
   private store: PoolStore | null = null;
@@ -259,7 +264,8 @@ export class PoolDO extends DurableObject<Env> {
         if (list) list.push(o);
         else byCluster.set(o.cluster, [o]);
       }
-      for (const [cluster, batch] of byCluster) {
+      for (const [cluster, all] of byCluster) {
+        const batch = all.slice(0, ENQUEUE_BATCH);
         if (!(await this.enqueue(cluster, batch.map((o) => o.intent)))) return this.armAlarm(Date.now(), true);
         const sent: SandboxId[] = [];
         for (const o of batch) {

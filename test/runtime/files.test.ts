@@ -1,4 +1,6 @@
 import { randomBytes } from "node:crypto";
+import { get } from "node:http";
+import { gunzipSync } from "node:zlib";
 import { FileNotFoundError, InvalidArgumentError } from "e2b";
 import { describe, expect, it } from "vitest";
 import { startHarness, useSandboxWithDir } from "./support/harness.ts";
@@ -60,6 +62,37 @@ describe("write and read", () => {
     await fx.sbx.files.write(`${fx.dir}/gz.txt`, text, { gzip: true });
     expect(await fx.sbx.files.read(`${fx.dir}/gz.txt`)).toBe(text);
     expect(await fx.sbx.files.read(`${fx.dir}/gz.txt`, { gzip: true })).toBe(text);
+  });
+
+  it("gzips a download that compresses and sends one that does not as it is, unless identity is refused", async () => {
+    const raw = (url: string, acceptEncoding: string) =>
+      new Promise<{ encoding?: string; length?: string; body: Buffer }>((resolve, reject) => {
+        get(url, { headers: { "accept-encoding": acceptEncoding } }, (res) => {
+          const chunks: Buffer[] = [];
+          res.on("data", (c: Buffer) => chunks.push(c));
+          res.on("end", () => resolve({ encoding: res.headers["content-encoding"], length: res.headers["content-length"], body: Buffer.concat(chunks) }));
+        }).on("error", reject);
+      });
+    const random = randomBytes(1024 * 1024);
+    const text = Buffer.from("a line that repeats\n".repeat(60_000));
+    await fx.sbx.files.write(`${fx.dir}/random.bin`, new Uint8Array(random).buffer);
+    await fx.sbx.files.write(`${fx.dir}/text.txt`, new Uint8Array(text).buffer);
+
+    const plain = await raw(await fx.sbx.downloadUrl(`${fx.dir}/random.bin`), "gzip");
+    expect(plain.encoding).toBeUndefined();
+    expect(plain.length).toBe(String(random.length));
+    expect(plain.body.equals(random)).toBe(true);
+
+    const packed = await raw(await fx.sbx.downloadUrl(`${fx.dir}/text.txt`), "gzip");
+    expect(packed.encoding).toBe("gzip");
+    expect(packed.body.length).toBeLessThan(text.length / 10);
+    expect(gunzipSync(packed.body).equals(text)).toBe(true);
+
+    const forced = await raw(await fx.sbx.downloadUrl(`${fx.dir}/random.bin`), "gzip, identity;q=0");
+    expect(forced.encoding).toBe("gzip");
+    expect(gunzipSync(forced.body).equals(random)).toBe(true);
+    // And through the SDK, which asks for gzip.
+    expect(Buffer.from(await fx.sbx.files.read(`${fx.dir}/random.bin`, { format: "bytes", gzip: true })).equals(random)).toBe(true);
   });
 
   it("keeps metadata written with the file and returns it from getInfo and list", async () => {

@@ -5,6 +5,19 @@
  * (406). No header means identity. */
 export function chooseEncoding(header: string | undefined): "gzip" | "identity" | undefined {
   if (!header) return "identity";
+  const accepts = acceptor(header);
+  if (accepts("gzip")) return "gzip";
+  if (accepts("identity")) return "identity";
+  return undefined;
+}
+
+/** Whether an identity-encoded answer is acceptable (it is unless `identity;q=0`, or `*;q=0`
+ * without an identity entry). */
+export function acceptsIdentity(header: string | undefined): boolean {
+  return !header || acceptor(header)("identity");
+}
+
+function acceptor(header: string): (name: string) => boolean {
   const q = new Map<string, number>();
   for (const part of header.split(",")) {
     const [name, ...params] = part.trim().toLowerCase().split(";");
@@ -12,10 +25,7 @@ export function chooseEncoding(header: string | undefined): "gzip" | "identity" 
     const qp = params.map((p) => p.trim()).find((p) => p.startsWith("q="));
     q.set(name, qp ? Number(qp.slice(2)) : 1);
   }
-  const accepts = (name: string) => (q.get(name) ?? q.get("*") ?? (name === "identity" ? 1 : 0)) > 0;
-  if (accepts("gzip")) return "gzip";
-  if (accepts("identity")) return "identity";
-  return undefined;
+  return (name: string) => (q.get(name) ?? q.get("*") ?? (name === "identity" ? 1 : 0)) > 0;
 }
 
 export type ByteRange = { start: number; end: number };

@@ -90,7 +90,7 @@ export async function readMultipart(body: Readable, boundary: string, onPart: (i
       const headerEnd = blank ? 0 : end;
       const info = parsePartHeaders(buf.subarray(0, headerEnd).toString("utf8"));
       buf = buf.subarray(headerEnd + (blank ? 2 : 4));
-      const stream = new PassThrough();
+      const stream = new PassThrough({ highWaterMark: 1024 * 1024 });
       // Errors reach the consumer through its own pipeline; without a consumer they must not
       // become an uncaught 'error' event.
       stream.on("error", () => {});

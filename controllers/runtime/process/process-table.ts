@@ -1,6 +1,8 @@
 // The processes of one sandbox, by pid and tag. Exited processes stay reachable for Connect for
 // 30 s (as envd), so a client that reconnects just after the exit still gets the end event.
-import { Code, ConnectError } from "@connectrpc/connect";
+// No Connect import here: the table is built with every sandbox before the server listens, and
+// @connectrpc/connect's errors pull in protobuf's registry (over half of the start-up's CPU);
+// select.ts turns a failed lookup into the RPC's error.
 import type { ProcessHandle } from "./process-handle.ts";
 
 const RETAIN_EXITED_MS = 30_000;
@@ -25,14 +27,14 @@ export class ProcessTable {
   }
 
   /** Looks up by selector; `live` excludes retained exited processes. */
-  get(sel: Selector | undefined, opts: { live?: boolean } = {}): ProcessHandle {
+  find(sel: Selector | undefined, opts: { live?: boolean } = {}): ProcessHandle | { missing: "selector" | "process"; message: string } {
     let h: ProcessHandle | undefined;
     if (sel?.case === "pid") h = this.#byPid.get(sel.value);
     else if (sel?.case === "tag") h = [...this.#byPid.values()].find((p) => p.tag === sel.value && !p.end);
-    else throw new ConnectError("process selector is required", Code.InvalidArgument);
+    else return { missing: "selector", message: "process selector is required" };
     if (!h || (opts.live && h.end)) {
       const what = sel.case === "pid" ? `pid ${sel.value}` : `tag ${sel.value}`;
-      throw new ConnectError(`process with ${what} not found`, Code.NotFound);
+      return { missing: "process", message: `process with ${what} not found` };
     }
     return h;
   }

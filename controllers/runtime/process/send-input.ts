@@ -2,6 +2,7 @@ import { Code, ConnectError, type HandlerContext } from "@connectrpc/connect";
 import type { ProcessInput, SendInputRequest } from "../../../schema/envd/gen/process/process_pb.js";
 import { sandboxOf } from "../request-context.ts";
 import type { ProcessHandle } from "./process-handle.ts";
+import { selectProcess } from "./select.ts";
 
 /** Writes stdin to a pipe process or bytes to a pty; crossing the two is a client mistake. */
 export function writeInput(handle: ProcessHandle, input: ProcessInput | undefined): void {
@@ -23,6 +24,6 @@ export function writeInput(handle: ProcessHandle, input: ProcessInput | undefine
 }
 
 export function sendInput(req: SendInputRequest, ctx: HandlerContext) {
-  writeInput(sandboxOf(ctx).processes.get(req.process?.selector, { live: true }), req.input);
+  writeInput(selectProcess(sandboxOf(ctx).processes, req.process?.selector, { live: true }), req.input);
   return {};
 }

@@ -3,6 +3,7 @@ import type { StreamInputRequest } from "../../../schema/envd/gen/process/proces
 import { sandboxOf } from "../request-context.ts";
 import type { ProcessHandle } from "./process-handle.ts";
 import { writeInput } from "./send-input.ts";
+import { selectProcess } from "./select.ts";
 
 /** Client-streamed input: a `start` naming the process, then data in order. */
 export async function streamInput(reqs: AsyncIterable<StreamInputRequest>, ctx: HandlerContext) {
@@ -10,7 +11,7 @@ export async function streamInput(reqs: AsyncIterable<StreamInputRequest>, ctx: 
   let handle: ProcessHandle | undefined;
   for await (const req of reqs) {
     const ev = req.event;
-    if (ev.case === "start") handle = sbx.processes.get(ev.value.process?.selector, { live: true });
+    if (ev.case === "start") handle = selectProcess(sbx.processes, ev.value.process?.selector, { live: true });
     else if (ev.case === "data") {
       if (!handle) throw new ConnectError("the first message must be start", Code.InvalidArgument);
       writeInput(handle, ev.value.input);

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { chooseEncoding, parseRange } from "../../../controllers/runtime/http/content-negotiation.ts";
+import { acceptsIdentity, chooseEncoding, parseRange } from "../../../controllers/runtime/http/content-negotiation.ts";
 
 describe("chooseEncoding", () => {
   it.each([
@@ -12,6 +12,18 @@ describe("chooseEncoding", () => {
     ["*;q=0", undefined],
   ])("%s → %s", (header, want) => {
     expect(chooseEncoding(header)).toBe(want);
+  });
+});
+
+describe("acceptsIdentity", () => {
+  it.each([
+    [undefined, true],
+    ["gzip", true],
+    ["gzip, identity;q=0", false],
+    ["gzip, *;q=0", false],
+    ["gzip, *;q=0, identity", true],
+  ])("%s → %s", (header, want) => {
+    expect(acceptsIdentity(header)).toBe(want);
   });
 });
 
