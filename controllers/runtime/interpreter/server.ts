@@ -174,8 +174,8 @@ async function execute(req: IncomingMessage, res: ServerResponse, sbx: RuntimeSa
   if (!parsed.ok) throw new HttpError(400, `invalid execute request: ${parsed.error}`);
   const { code, contextId, language, envVars } = parsed.value;
   const kernel = await contextsOf(sbx).forExecute(contextId, language);
-  // The head leaves with the first line (the cell's number at its start, or the first heartbeat),
-  // not in a packet of its own.
+  // The head leaves with the first line (a cell's first output or its end: the Python driver
+  // holds the cell's number until then) or the first heartbeat, not in a packet of its own.
   res.writeHead(200, { "content-type": "application/x-ndjson", "cache-control": "no-store" });
   // Lines the driver sent together (a cell's last line and its end) leave in one write, with the
   // response's end: one packet and one wake-up less for each hop back to the client. Uncorked
