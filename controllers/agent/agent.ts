@@ -96,8 +96,13 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
   // its own leftovers, so two agents on one host must never share one.
   const driver = opts.driver ?? new LocalDriver({ dataDir: join(opts.dataDir, "local"), level: opts.level, cgroupName: `kruise-${id.slice(-12)}`, spareDisks: 2 });
   const runtimeLog = logger("runtime");
-  const runtime = createRuntime({ onError: (err) => (opts.log ? log(`runtime error: ${(err as Error)?.stack ?? err}`) : runtimeLog.error("request failed", { error: (err as Error)?.stack ?? String(err) })) });
+  // Stop-paused sandboxes' code contexts are kept on disk too: they outlive an agent restart.
+  const runtime = createRuntime({
+    parkedDir: join(opts.dataDir, "runtime-parked"),
+    onError: (err) => (opts.log ? log(`runtime error: ${(err as Error)?.stack ?? err}`) : runtimeLog.error("request failed", { error: (err as Error)?.stack ?? String(err) })),
+  });
   const store = new IntentStore(join(opts.dataDir, "intents"));
+  runtime.retainParked(store.ids());
   // Every line about a sandbox is also that sandbox's log (E2B's logs routes), kept a while after
   // it is deleted. Kept on disk too (bounded per sandbox), so an agent restart keeps them; a
   // sandbox deleted while the agent was down counts as ended when its file was last written.

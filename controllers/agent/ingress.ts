@@ -5,7 +5,8 @@
 import { createServer, request as httpRequest, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import { connect } from "node:net";
 import type { Duplex } from "node:stream";
-import { MASK_HOST_HEADER, SIGNATURE_HEADER, ingressKey, isUnnamedSignedFileRequest, verifyIngress } from "../../schema/ingress/signature.ts";
+import { MASK_HOST_HEADER, SIGNATURE_HEADER, isUnnamedSignedFileRequest } from "../../schema/ingress/signature.ts";
+import { ingressVerifier } from "./ingress-verify.ts";
 import { SANDBOX_ID_PATTERN } from "../../schema/protocol/ids.ts";
 import type { Runtime } from "../runtime/runtime.ts";
 
@@ -45,7 +46,7 @@ function deny(res: ServerResponse, status: number, message: string): void {
 }
 
 export async function createIngress(opts: IngressOptions): Promise<Server> {
-  const key = await ingressKey(opts.clusterToken);
+  const verify = ingressVerifier(opts.clusterToken);
   const now = opts.now ?? Date.now;
 
   const server = createServer((req, res) => {
@@ -66,7 +67,7 @@ export async function createIngress(opts: IngressOptions): Promise<Server> {
       return { status: 400, message: "missing or invalid E2b-Sandbox-Id / E2b-Sandbox-Port" };
     }
     const signature = req.headers[SIGNATURE_HEADER];
-    const verdict = await verifyIngress(key, typeof signature === "string" ? signature : undefined, { sandboxId, port, method: req.method ?? "GET", pathAndQuery: req.url ?? "/" }, now());
+    const verdict = verify(typeof signature === "string" ? signature : undefined, { sandboxId, port, method: req.method ?? "GET", pathAndQuery: req.url ?? "/" }, now());
     if (!verdict.ok) return { status: 401, message: `request not signed by the edge (${verdict.reason})` };
     delete req.headers[SIGNATURE_HEADER];
     // E2B's maskRequestHost: the edge names the Host the user port sees (signed request only).

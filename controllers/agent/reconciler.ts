@@ -213,8 +213,9 @@ export class Reconciler {
     if (!driver.capabilities.hostView) return this.#reconcileRemote(intent, obs, ctx);
 
     if (obs.phase === "Running") await withSpan("runtime.register", ctx, { "sandbox.id": id }, () => timeStep("register", () => this.#register(intent)), RUNTIME_SCOPE);
-    // Stop-paused (its state carried to the resumed sandbox: code contexts), failed: cut its streams.
-    else if (obs.phase !== "Paused") this.#unregister(id, obs.phase === "Stopped");
+    // Stop-paused, starting again, failed: cut its streams. What it carried (code contexts) stays
+    // for its next registration: only its deletion (above) drops that.
+    else if (obs.phase !== "Paused") this.#unregister(id, true);
     // A frozen sandbox stays registered: its processes and open streams resume on thaw.
 
     let ready = obs.phase === "Running" && this.#configured.get(id) === intent.generation;

@@ -11,6 +11,7 @@ import { getMetrics } from "./http/metrics.ts";
 import { HttpError, sendError, sendJson, type HttpHandler } from "./http/respond.ts";
 import { signatureMatches } from "./http/signature.ts";
 import { DEFAULT_CSI_SOCKET, postStorageMount } from "./http/storage-mounts.ts";
+import { ParkedStates } from "./parked-state.ts";
 import { RuntimeSandbox, type SandboxOptions } from "./sandbox.ts";
 import type { SandboxView } from "./sandbox-view.ts";
 
@@ -22,6 +23,9 @@ export interface RuntimeOptions {
   onError?: (err: unknown) => void;
   /** The pod's CSI node plugin socket, for dynamic mounts (default DEFAULT_CSI_SOCKET). */
   csiSocket?: string;
+  /** Keep Stop-paused sandboxes' carried state (code contexts) in files here too, so it outlives
+   * the process (the agent's data directory); without it, it is kept in memory only. */
+  parkedDir?: string;
 }
 
 export type ListenTarget = { port: number; host?: string } | { socket: string };
@@ -38,6 +42,8 @@ export interface Runtime {
    * goes to the sandbox registered next under `id`; otherwise that is dropped too. */
   removeSandbox(id: string, opts?: { keepState?: boolean }): boolean;
   getSandbox(id: string): RuntimeSandbox | undefined;
+  /** Forgets the carried state of Stop-paused sandboxes other than `ids` (gone while it was down). */
+  retainParked(ids: Iterable<string>): void;
   /** Live processes across the sandboxes it serves (the agent's metrics read it when scraped). */
   processCount(): number;
   /** Stops / resumes the sandbox's user processes (see http/freeze.ts). */
@@ -149,7 +155,7 @@ export function createRuntime(opts: RuntimeOptions = {}): Runtime {
   };
 
   /** Stop-paused sandboxes' carried state, until they run again or go (removeSandbox). */
-  const parked = new Map<string, Map<string, unknown>>();
+  const parked = new ParkedStates(opts.parkedDir);
   let interpreterModule: Promise<typeof import("./interpreter/server.ts")> | undefined;
   async function serveInterpreter(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const url = new URL(req.url ?? "/", "http://runtime");
@@ -182,8 +188,10 @@ export function createRuntime(opts: RuntimeOptions = {}): Runtime {
     addSandbox(id, view, sandboxOpts) {
       if (sandboxes.has(id)) throw new Error(`sandbox ${id} is already registered`);
       const sbx = new RuntimeSandbox(id, view, sandboxOpts);
+      // Kept until the sandbox is deleted: an agent restart finds it whether the sandbox was
+      // running or Stop-paused then.
       for (const [k, v] of parked.get(id) ?? []) sbx.carried.set(k, v);
-      parked.delete(id);
+      sbx.onCarried = (carried) => parked.set(id, carried);
       sandboxes.set(id, sbx);
       if (sbx.interpreter) {
         void (interpreterModule ??= import("./interpreter/server.ts")).then((m) => sandboxes.get(id) === sbx && m.prewarm(sbx), onError);
@@ -191,14 +199,19 @@ export function createRuntime(opts: RuntimeOptions = {}): Runtime {
       return sbx;
     },
     removeSandbox(id, removeOpts) {
+      const keep = removeOpts?.keepState === true;
       const sbx = sandboxes.get(id);
-      if (!removeOpts?.keepState) parked.delete(id);
-      if (!sbx) return false;
-      sandboxes.delete(id);
-      sbx.close();
-      if (removeOpts?.keepState && sbx.carried.size) parked.set(id, sbx.carried);
-      return true;
+      if (sbx) {
+        sandboxes.delete(id);
+        // Gone for good: what closing it saves is not kept.
+        if (!keep) sbx.onCarried = undefined;
+        sbx.close();
+        if (keep) sbx.saveCarried();
+      }
+      if (!keep) parked.delete(id, "deleted");
+      return sbx !== undefined;
     },
+    retainParked: (ids) => parked.retainOnly(ids),
     getSandbox: (id) => sandboxes.get(id) ?? (single?.id === id ? single : undefined),
     processCount() {
       let n = single?.processes.live().length ?? 0;

@@ -48,8 +48,11 @@ export class RuntimeSandbox {
   /** Run when the sandbox is removed (parts loaded on demand, like the code interpreter). */
   readonly onClose = new Set<() => void>();
   /** What parts loaded on demand keep across a Stop pause (the code interpreter's contexts): the
-   * runtime hands it to the sandbox registered next under this id (Runtime.removeSandbox). */
+   * runtime hands it to the sandbox registered next under this id (Runtime.removeSandbox). Plain
+   * JSON values; `saveCarried()` after a change keeps it over an agent restart too. */
   readonly carried = new Map<string, unknown>();
+  /** Set by the runtime: where `carried` is kept (Runtime's `parkedDir`). */
+  onCarried: ((carried: Map<string, unknown>) => void) | undefined;
   envVars: Record<string, string> = {};
   defaultUser = "root";
   defaultWorkdir: string | undefined;
@@ -107,6 +110,12 @@ export class RuntimeSandbox {
     if (p === "~") p = user.home;
     else if (p.startsWith("~/")) p = user.home + p.slice(1);
     return posix.resolve(user.home, p);
+  }
+
+  /** `carried` changed: keep it now, not only when the sandbox is Stop-paused (an agent killed
+   * before it saw the pause must not lose it). */
+  saveCarried(): void {
+    this.onCarried?.(this.carried);
   }
 
   close(): void {

@@ -27,7 +27,8 @@ export interface SignedTarget {
 
 const encoder = new TextEncoder();
 
-function canonical(t: SignedTarget, expires: number): Uint8Array<ArrayBuffer> {
+/** What the MAC covers (the agent's Node verifier computes it too: controllers/agent/ingress-verify.ts). */
+export function canonical(t: SignedTarget, expires: number): Uint8Array<ArrayBuffer> {
   return new Uint8Array(encoder.encode(`v1\n${t.sandboxId}\n${t.port}\n${t.method.toUpperCase()}\n${t.pathAndQuery}\n${expires}`));
 }
 
@@ -37,10 +38,13 @@ function base64url(bytes: ArrayBuffer): string {
   return btoa(s).replaceAll("+", "-").replaceAll("/", "_").replace(/=+$/, "");
 }
 
+/** The signing key is HMAC-SHA256(cluster token, this). */
+export const INGRESS_KEY_LABEL = "sandbox-edge ingress v1";
+
 /** Derives the signing key once per cluster token; callers cache the CryptoKey. */
 export async function ingressKey(clusterToken: string): Promise<CryptoKey> {
   const root = await crypto.subtle.importKey("raw", encoder.encode(clusterToken), { name: "HMAC", hash: "SHA-256" }, false, ["sign"]);
-  const derived = await crypto.subtle.sign("HMAC", root, encoder.encode("sandbox-edge ingress v1"));
+  const derived = await crypto.subtle.sign("HMAC", root, encoder.encode(INGRESS_KEY_LABEL));
   return crypto.subtle.importKey("raw", derived, { name: "HMAC", hash: "SHA-256" }, false, ["sign", "verify"]);
 }
 
@@ -52,16 +56,22 @@ export async function signIngress(key: CryptoKey, target: SignedTarget, nowMs: n
 
 export type VerifyResult = { ok: true } | { ok: false; reason: "missing" | "malformed" | "expired" | "mismatch" };
 
-/** Verifies a signature header value; `crypto.subtle.verify` compares in constant time. */
-export async function verifyIngress(key: CryptoKey, header: string | null | undefined, target: SignedTarget, nowMs: number): Promise<VerifyResult> {
+/** A signature header's expiry and MAC, if it is well formed and current (the MAC still to check). */
+export function parseSignature(header: string | null | undefined, nowMs: number): { ok: true; expires: number; mac: Uint8Array<ArrayBuffer> } | Exclude<VerifyResult, { ok: true }> {
   if (!header) return { ok: false, reason: "missing" };
   const m = /^v1\.(\d{1,12})\.([A-Za-z0-9_-]{43})$/.exec(header);
   if (!m) return { ok: false, reason: "malformed" };
   const expires = Number(m[1]);
   if (expires < Math.floor(nowMs / 1000) || expires > Math.floor(nowMs / 1000) + SIGNATURE_TTL_S + 5) return { ok: false, reason: "expired" };
   const b64 = m[2]!.replaceAll("-", "+").replaceAll("_", "/") + "=";
-  const mac: Uint8Array<ArrayBuffer> = Uint8Array.from(atob(b64), (c) => c.charCodeAt(0));
-  const ok = await crypto.subtle.verify("HMAC", key, mac, canonical(target, expires));
+  return { ok: true, expires, mac: Uint8Array.from(atob(b64), (c) => c.charCodeAt(0)) };
+}
+
+/** Verifies a signature header value; `crypto.subtle.verify` compares in constant time. */
+export async function verifyIngress(key: CryptoKey, header: string | null | undefined, target: SignedTarget, nowMs: number): Promise<VerifyResult> {
+  const sig = parseSignature(header, nowMs);
+  if (!sig.ok) return sig;
+  const ok = await crypto.subtle.verify("HMAC", key, sig.mac, canonical(target, sig.expires));
   return ok ? { ok: true } : { ok: false, reason: "mismatch" };
 }
 

@@ -34,9 +34,14 @@ export const CODE_INTERPRETER = "code-interpreter";
  * them apt adds LLVM, numba and pytest, 0.7 GB more.
  */
 export function codeInterpreterTemplate() {
-  return Template()
-    .fromTemplate("base")
-    .aptInstall(["python3-ipykernel", "python3-jupyter-client", "python3-matplotlib", "python3-numpy", "python3-pandas"], { noInstallRecommends: true });
+  return (
+    Template()
+      .fromTemplate("base")
+      .aptInstall(["python3-ipykernel", "python3-jupyter-client", "python3-matplotlib", "python3-numpy", "python3-pandas"], { noInstallRecommends: true })
+      // R cells (`language: "r"`): R and IRkernel, which registers Jupyter's `ir` kernel spec the
+      // kernel driver starts. Its own last step, so the layers above stay cached when it changes.
+      .aptInstall(["r-base-core", "r-cran-irkernel"], { noInstallRecommends: true })
+  );
 }
 
 /** The steps `Template.build` would send for a template, as the builder reads them. */

@@ -1,7 +1,7 @@
 // The code interpreter's richer results and lifecycle through the real @e2b/code-interpreter SDK
 // against the whole local system: TypeScript cells (transpiled inside the sandbox), JS rich results,
-// E2B's `chart` objects from matplotlib figures, contexts across a Stop pause, and port 49999 of a
-// sandbox whose template has no interpreter (a user port like any other).
+// E2B's `chart` objects from matplotlib figures, R cells (IRkernel), contexts across a Stop pause,
+// and port 49999 of a sandbox whose template has no interpreter (a user port like any other).
 import { Sandbox } from "@e2b/code-interpreter";
 import { Sandbox as BaseSandbox } from "e2b";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -72,6 +72,28 @@ describe("code interpreter results (JS code-interpreter SDK)", { timeout: 120_00
     const sup = await chartOf("fig, (a, b) = plt.subplots(1, 2)\na.plot([1, 2], [3, 4])\nb.bar(['x', 'y'], [1, 2])\nfig.suptitle('Both')");
     expect(sup).toMatchObject({ type: "superchart", title: "Both" });
     expect(sup.elements.map((e) => e.type)).toEqual(["line", "bar"]);
+  });
+
+  it("R cells (IRkernel): values, state, output, per-cell env, and R's own errors", async () => {
+    // IRkernel sends a cell's value as a Jupyter display (display_data), not an execute_result:
+    // a result, not the main one, so `execution.text` stays empty.
+    const two = await sbx.runCode("1+1", { language: "r" });
+    expect(two.error).toBeUndefined();
+    expect(two.results[0]).toMatchObject({ text: "[1] 2", isMainResult: false });
+    await sbx.runCode("x <- c(1, 2, 3)", { language: "r" });
+    const out = await sbx.runCode("cat(sum(x), '\\n'); mean(x)", { language: "r" });
+    expect(out.logs.stdout.join("")).toBe("6 \n");
+    expect(out.results[0]?.text).toBe("[1] 2");
+    const env = await sbx.runCode("Sys.getenv('ONLY_HERE')", { language: "r", envs: { ONLY_HERE: "it's \"r\"" } });
+    expect(env.results[0]?.text).toBe(`[1] "it's \\"r\\""`);
+    expect((await sbx.runCode("Sys.getenv('ONLY_HERE', unset = 'gone')", { language: "r" })).results[0]?.text).toBe('[1] "gone"');
+    const bad = await sbx.runCode("stop('boom')", { language: "r" });
+    expect(bad.error).toMatchObject({ name: "ERROR", value: expect.stringContaining("boom") });
+    const missing = await sbx.runCode("not_defined_here", { language: "r" });
+    expect(missing.error?.value).toContain("object 'not_defined_here' not found");
+    const ctx = await sbx.createCodeContext({ language: "r", cwd: "/tmp" });
+    expect(ctx).toMatchObject({ language: "r", cwd: "/tmp" });
+    expect((await sbx.runCode("getwd()", { context: ctx })).results[0]?.text).toBe('[1] "/tmp"');
   });
 
   it("a Stop pause ends the kernels; a created context comes back (same id and cwd, fresh state) on its next cell", async () => {

@@ -28,10 +28,11 @@ MIME = {"text/plain": "text", "text/html": "html", "text/markdown": "markdown", 
 FORMATTERS = ${JSON.stringify(KERNEL_FORMATTERS_PY)}
 
 
-def send(msg):
-    data = json.dumps(msg, separators=(",", ":"), default=str)
+def send(*msgs):
+    # Several messages leave in one write: the runtime wakes up once for a cell's last line and its end.
+    data = "".join(json.dumps(m, separators=(",", ":"), default=str) + "\n" for m in msgs)
     with out_lock:
-        out.write(data + "\n")
+        out.write(data)
         out.flush()
 
 
@@ -95,31 +96,49 @@ def run(code, emit, silent=False):
 
 
 def install_formatters():
+    if not KERNEL.startswith("python"):  # the formatters are Python (matplotlib, pandas)
+        return
     errors = []
     run(FORMATTERS, lambda line: errors.append(line) if line.get("type") == "error" else None, silent=True)
     for e in errors:  # the kernel still runs cells, without charts: say why on the driver's stderr
         print("e2b formatters:", e.get("name"), e.get("value"), file=sys.stderr)
 
 
-def restore_env_code(keys):
-    return ("import os as _e2b_os\n"
-            "for _e2b_k, _e2b_v in _e2b_saved_env.items():\n"
-            "    _e2b_os.environ.pop(_e2b_k, None) if _e2b_v is None else _e2b_os.environ.__setitem__(_e2b_k, _e2b_v)\n"
-            "del _e2b_saved_env, _e2b_k, _e2b_v\n")
+# The env's values travel as data, never code: a JSON string literal (Python), base64 of JSON (R).
+if KERNEL == "ir":
+    def r_env(env):
+        import base64
+        return "jsonlite::fromJSON(rawToChar(jsonlite::base64_dec('%s')))" % base64.b64encode(json.dumps(env).encode()).decode()
 
+    def set_env_code(env):
+        return (".e2b_new_env <- %s\n"
+                ".e2b_saved_env <- Sys.getenv(names(.e2b_new_env), unset = NA, names = TRUE)\n"
+                "do.call(Sys.setenv, .e2b_new_env); rm(.e2b_new_env)\n" % r_env(env))
 
-def set_env_code(env):
-    # The values travel as a JSON string literal: data, never code.
-    return ("import os as _e2b_os, json as _e2b_json\n"
-            f"_e2b_new_env = _e2b_json.loads({json.dumps(json.dumps(env))})\n"
-            "_e2b_saved_env = {k: _e2b_os.environ.get(k) for k in _e2b_new_env}\n"
-            "_e2b_os.environ.update(_e2b_new_env)\n"
-            "del _e2b_new_env\n")
+    def restore_env_code(keys):
+        return ("for (.e2b_k in names(.e2b_saved_env)) if (is.na(.e2b_saved_env[[.e2b_k]])) Sys.unsetenv(.e2b_k) "
+                "else do.call(Sys.setenv, setNames(list(.e2b_saved_env[[.e2b_k]]), .e2b_k))\n"
+                "rm(.e2b_saved_env, .e2b_k)\n")
 
+    def global_env_code(env):
+        return "do.call(Sys.setenv, %s)\n" % r_env(env)
+else:
+    def restore_env_code(keys):
+        return ("import os as _e2b_os\n"
+                "for _e2b_k, _e2b_v in _e2b_saved_env.items():\n"
+                "    _e2b_os.environ.pop(_e2b_k, None) if _e2b_v is None else _e2b_os.environ.__setitem__(_e2b_k, _e2b_v)\n"
+                "del _e2b_saved_env, _e2b_k, _e2b_v\n")
 
-def global_env_code(env):
-    return ("import os as _e2b_os, json as _e2b_json\n"
-            f"_e2b_os.environ.update(_e2b_json.loads({json.dumps(json.dumps(env))}))\n")
+    def set_env_code(env):
+        return ("import os as _e2b_os, json as _e2b_json\n"
+                f"_e2b_new_env = _e2b_json.loads({json.dumps(json.dumps(env))})\n"
+                "_e2b_saved_env = {k: _e2b_os.environ.get(k) for k in _e2b_new_env}\n"
+                "_e2b_os.environ.update(_e2b_new_env)\n"
+                "del _e2b_new_env\n")
+
+    def global_env_code(env):
+        return ("import os as _e2b_os, json as _e2b_json\n"
+                f"_e2b_os.environ.update(_e2b_json.loads({json.dumps(json.dumps(env))}))\n")
 
 
 def worker():
@@ -131,6 +150,18 @@ def worker():
             send({"id": jid, "done": True})
             continue
         state["current"] = jid
+        last = []
+        # The cell's number (the kernel's execute_input, at its start) travels with its first output
+        # or its end: a cell with no output is one write back, and the runtime wakes up once for it.
+        held = []
+
+        def emit(line):
+            if line.get("type") == "number_of_executions":
+                held.append({"id": jid, "line": line})
+                return
+            send(*held, {"id": jid, "line": line})
+            held.clear()
+
         try:
             if job["op"] == "restart":
                 km.restart_kernel(now=True)
@@ -142,15 +173,15 @@ def worker():
                 env = job.get("env") or {}
                 if env:
                     run(set_env_code(env), lambda line: None, silent=True)
-                run(job["code"], lambda line: send({"id": jid, "line": line}))
+                run(job["code"], emit)
                 if env:
                     run(restore_env_code(env), lambda line: None, silent=True)
-                send({"id": jid, "line": {"type": "end_of_execution"}})
+                last = [{"id": jid, "line": {"type": "end_of_execution"}}]
         except Exception as err:  # the runtime reports it; the driver keeps serving
-            send({"id": jid, "line": {"type": "error", "name": type(err).__name__, "value": str(err), "traceback": ""}})
+            last = [{"id": jid, "line": {"type": "error", "name": type(err).__name__, "value": str(err), "traceback": ""}}]
         finally:
             state["current"] = None
-            send({"id": jid, "done": True})
+            send(*held, *last, {"id": jid, "done": True})
 
 
 install_formatters()

@@ -30,15 +30,19 @@ export interface KernelSpec {
   /** `signal`: the running cell is interrupted with SIGINT (a busy node loop reads no stdin), and a
    * restart is a fresh driver; `line`: both are lines to the driver. */
   control: "line" | "signal";
+  /** What the sandbox must have for it (named when the driver does not start). */
+  requires: string;
 }
 
 export const KERNEL_SPECS = {
-  python: { language: "python", argv: ["/usr/bin/python3", "-c", KERNEL_DRIVER_PY, "python3"], env: { PYTHONUNBUFFERED: "1" }, control: "line" },
-  js: { language: "javascript", argv: ["/usr/bin/node", "-e", JS_DRIVER_SOURCE], control: "signal" },
+  python: { language: "python", argv: ["/usr/bin/python3", "-c", KERNEL_DRIVER_PY, "python3"], env: { PYTHONUNBUFFERED: "1" }, control: "line", requires: "/usr/bin/python3 with Jupyter (ipykernel, jupyter_client)" },
+  js: { language: "javascript", argv: ["/usr/bin/node", "-e", JS_DRIVER_SOURCE], control: "signal", requires: "/usr/bin/node" },
   // TypeScript is the JavaScript driver transpiling each cell inside the sandbox (js-driver-source.ts).
-  ts: { language: "typescript", argv: ["/usr/bin/node", "-e", JS_DRIVER_SOURCE, "typescript"], control: "signal" },
+  ts: { language: "typescript", argv: ["/usr/bin/node", "-e", JS_DRIVER_SOURCE, "typescript"], control: "signal", requires: "/usr/bin/node" },
   // bash's driver is a node script too (it keeps a bash and frames its cells' output).
-  bash: { language: "bash", argv: ["/usr/bin/node", "-e", BASH_DRIVER_SOURCE], control: "signal" },
+  bash: { language: "bash", argv: ["/usr/bin/node", "-e", BASH_DRIVER_SOURCE], control: "signal", requires: "/usr/bin/node and /bin/bash" },
+  // R is IRkernel (Jupyter's kernel spec `ir`) run by the same Python driver.
+  r: { language: "r", argv: ["/usr/bin/python3", "-c", KERNEL_DRIVER_PY, "ir"], env: { PYTHONUNBUFFERED: "1" }, control: "line", requires: "R with IRkernel (Debian's r-base-core, r-cran-irkernel) and Jupyter's Python client" },
 } as const satisfies Record<string, KernelSpec>;
 
 interface Job {

@@ -23,16 +23,29 @@ const KERNELS: Record<string, KernelSpec> = {
   ts: KERNEL_SPECS.ts,
   typescript: KERNEL_SPECS.ts,
   bash: KERNEL_SPECS.bash,
+  r: KERNEL_SPECS.r,
 };
 const DEFAULT_LANGUAGE = "python";
 /** The user kernels run as (E2B's), when the sandbox has it; else the sandbox's default user. */
 const KERNEL_USER = "user";
 
-/** What a sandbox's contexts leave in RuntimeSandbox.carried when it is Stop-paused. */
+/** What a sandbox's contexts leave in RuntimeSandbox.carried when it is Stop-paused: plain JSON (the
+ * agent keeps it in a file over its restarts), so a context names its language, not its driver. */
 const CARRIED = "interpreter.contexts";
 interface CarriedContexts {
-  contexts: { id: string; spec: KernelSpec; cwd: string }[];
+  contexts: { id: string; language: string; cwd: string }[];
   defaults: [language: string, id: string][];
+}
+const SPEC_OF_LANGUAGE = new Map(Object.values(KERNEL_SPECS).map((s) => [s.language as string, s as KernelSpec]));
+
+/** The carried contexts, kept only where each part has the right type (a file could be cut short). */
+function carriedContexts(value: unknown): CarriedContexts {
+  const v = value as Partial<CarriedContexts> | undefined;
+  const str = (x: unknown): x is string => typeof x === "string" && x.length > 0 && x.length <= 4096;
+  return {
+    contexts: (Array.isArray(v?.contexts) ? v.contexts : []).filter((c) => c && str(c.id) && str(c.cwd) && SPEC_OF_LANGUAGE.has(c.language)),
+    defaults: (Array.isArray(v?.defaults) ? v.defaults : []).filter((d) => Array.isArray(d) && str(d[0]) && str(d[1])),
+  };
 }
 
 class Contexts {
@@ -44,9 +57,10 @@ class Contexts {
   constructor(sbx: RuntimeSandbox) {
     this.sbx = sbx;
     // Contexts from before a Stop pause: the same ids, cwd and languages, started on their next cell.
-    const carried = sbx.carried.get(CARRIED) as CarriedContexts | undefined;
-    for (const c of carried?.contexts ?? []) this.byId.set(c.id, new Kernel(c.id, c.spec, c.cwd));
-    for (const [lang, id] of carried?.defaults ?? []) {
+    const carried = carriedContexts(sbx.carried.get(CARRIED));
+    if (carried.contexts.length) LOG.info("code contexts kept from before (a Stop pause or an agent restart)", { sandboxId: sbx.id, contexts: carried.contexts.length });
+    for (const c of carried.contexts) this.byId.set(c.id, new Kernel(c.id, SPEC_OF_LANGUAGE.get(c.language)!, c.cwd));
+    for (const [lang, id] of carried.defaults) {
       const k = this.byId.get(id);
       if (!k) continue;
       this.defaults.set(lang, Promise.resolve(k));
@@ -66,7 +80,7 @@ class Contexts {
       await k.ensure(this.sbx, this.user());
     } catch (err) {
       if (err instanceof KernelStartError) {
-        throw new HttpError(500, `could not start a ${k.language} kernel in sandbox ${this.sbx.id} (does its template have ${k.spec.argv[0]}${k.language === "python" ? " and Jupyter" : ""}? the code-interpreter template does): ${err.message}`);
+        throw new HttpError(500, `could not start a ${k.language} kernel in sandbox ${this.sbx.id} (does its template have ${k.spec.requires}? the code-interpreter template does): ${err.message}`);
       }
       throw err;
     }
@@ -87,12 +101,14 @@ class Contexts {
     const kernel = new Kernel(randomUUID(), lang, dir);
     this.byId.set(kernel.id, kernel);
     try {
-      return await this.running(kernel);
+      await this.running(kernel);
     } catch (err) {
       this.byId.delete(kernel.id);
       kernel.close();
       throw err;
     }
+    this.save();
+    return kernel;
   }
 
   /** The context a cell names, or its language's default context (started on first use). */
@@ -111,16 +127,25 @@ class Contexts {
       k.catch(() => this.defaults.delete(lang.language));
     }
     const kernel = await k;
-    this.#defaultIds.set(lang.language, kernel.id);
+    if (this.#defaultIds.get(lang.language) !== kernel.id) {
+      this.#defaultIds.set(lang.language, kernel.id);
+      this.save();
+    }
     return this.running(kernel);
   }
 
-  /** The sandbox is going (its kernels with it): what a Stop-paused one's resume needs is left in
-   * `carried` (the runtime keeps it only for a Stop pause). */
-  close(): void {
+  /** The contexts as a resume needs them, in `carried`, kept at once (the runtime keeps them until
+   * the sandbox is deleted): called whenever a context comes or goes. */
+  save(): void {
     const defaults = [...this.#defaultIds].filter(([, id]) => this.byId.has(id));
-    const contexts = [...this.byId.values()].map((k) => ({ id: k.id, spec: k.spec, cwd: k.cwd }));
+    const contexts = [...this.byId.values()].map((k) => ({ id: k.id, language: k.language, cwd: k.cwd }));
     this.sbx.carried.set(CARRIED, { contexts, defaults } satisfies CarriedContexts);
+    this.sbx.saveCarried();
+  }
+
+  /** The sandbox is going (its kernels with it); what a Stop-paused one's resume needs is saved. */
+  close(): void {
+    this.save();
     for (const k of this.byId.values()) k.close();
     this.byId.clear();
     this.defaults.clear();
@@ -149,14 +174,16 @@ async function execute(req: IncomingMessage, res: ServerResponse, sbx: RuntimeSa
   if (!parsed.ok) throw new HttpError(400, `invalid execute request: ${parsed.error}`);
   const { code, contextId, language, envVars } = parsed.value;
   const kernel = await contextsOf(sbx).forExecute(contextId, language);
+  // The head leaves with the first line (a cell's first output or its end: the Python driver
+  // holds the cell's number until then) or the first heartbeat, not in a packet of its own.
   res.writeHead(200, { "content-type": "application/x-ndjson", "cache-control": "no-store" });
-  res.flushHeaders();
-  // Lines the driver sent together (a cell's last line, then its end) leave in one write: one
-  // packet and one wake-up less for each hop back to the client.
+  // Lines the driver sent together (a cell's last line and its end) leave in one write, with the
+  // response's end: one packet and one wake-up less for each hop back to the client. Uncorked
+  // after the I/O callbacks of this turn of the event loop, or by the end if it came first.
   const run = kernel.execute(code, envVars, (line: OutputLine) => {
     if (!res.writableCorked) {
       res.cork();
-      process.nextTick(() => res.uncork());
+      setImmediate(() => res.writableCorked && res.uncork());
     }
     res.write(`${JSON.stringify(line)}\n`);
   });
@@ -176,6 +203,9 @@ async function execute(req: IncomingMessage, res: ServerResponse, sbx: RuntimeSa
   await run.done;
   finished = true;
   clearInterval(heartbeat);
+  // One write for what is still corked and the end (node drops a corked chunk that end() finds).
+  res.socket?.cork();
+  while (res.writableCorked) res.uncork();
   res.end();
 }
 
@@ -204,6 +234,7 @@ const ROUTES: { method: string; path: RegExp; handler: Handler }[] = [
       ctx.byId.delete(id!);
       for (const [lang, d] of ctx.defaults) if ((await d.catch(() => undefined)) === k) ctx.defaults.delete(lang);
       k.close();
+      ctx.save();
       res.writeHead(204).end();
     },
   },

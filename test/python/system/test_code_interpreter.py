@@ -78,6 +78,13 @@ def test_unknown_language_is_a_400_saying_why(sbx):
         sbx.run_code("1", language="cobol")
 
 
+def test_r_cells(sbx):
+    ex = sbx.run_code("1+1", language="r")  # IRkernel's value is a display: a result, not the main one
+    assert ex.error is None and ex.results[0].text == "[1] 2"
+    err = sbx.run_code("stop('boom')", language="r")
+    assert err.error is not None and err.error.name == "ERROR" and "boom" in err.error.value
+
+
 def test_matplotlib_figures_carry_e2b_charts(sbx):
     ex = sbx.run_code(
         "import matplotlib.pyplot as plt\n"

@@ -1,4 +1,7 @@
 import { describe, expect, it } from "vitest";
+import { mkdtempSync, readdirSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { RuntimeSandbox, UnknownUserError } from "../../../controllers/runtime/sandbox.ts";
 import type { SandboxView } from "../../../controllers/runtime/sandbox-view.ts";
 
@@ -57,5 +60,36 @@ describe("Runtime.removeSandbox keepState (a Stop pause)", () => {
     rt.removeSandbox("s1"); // deleted while Stop-paused
     expect(rt.addSandbox("s1", view).carried.size).toBe(0);
     await rt.close();
+  });
+
+  it("with a parkedDir, what a Stop-paused sandbox carried outlives the runtime (an agent restart)", async () => {
+    const { createRuntime } = await import("../../../controllers/runtime/runtime.ts");
+    const dir = mkdtempSync(join(tmpdir(), "sbx-parked-"));
+    try {
+      const contexts = { contexts: [{ id: "c1", language: "python", cwd: "/tmp" }], defaults: [] };
+      const first = createRuntime({ parkedDir: dir });
+      first.addSandbox("s1", view).carried.set("interpreter.contexts", contexts);
+      first.addSandbox("s2", view).carried.set("k", 2);
+      first.removeSandbox("s1", { keepState: true });
+      first.removeSandbox("s2", { keepState: true });
+      await first.close();
+      const second = createRuntime({ parkedDir: dir });
+      second.retainParked(["s1"]); // s2 was deleted while the agent was down
+      expect(second.addSandbox("s1", view).carried.get("interpreter.contexts")).toEqual(contexts);
+      expect(second.addSandbox("s2", view).carried.size).toBe(0);
+      second.removeSandbox("s1"); // deleted: its file goes too
+      // Saved while it runs: an agent killed before it saw the pause (no removeSandbox) keeps it.
+      const running = second.addSandbox("s3", view);
+      running.carried.set("interpreter.contexts", contexts);
+      running.saveCarried();
+      await second.close();
+      const third = createRuntime({ parkedDir: dir });
+      expect(third.addSandbox("s3", view).carried.get("interpreter.contexts")).toEqual(contexts);
+      third.removeSandbox("s3");
+      await third.close();
+      expect(readdirSync(dir)).toEqual([]);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });
