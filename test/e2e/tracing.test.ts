@@ -242,9 +242,11 @@ describe("traces", () => {
     const set = await api("PUT", `/admin/teams/admin/templates/${name}/autoscaler`, spec);
     expect(set.status).toBe(200);
     // Set through the API: evaluated at once, in the request's trace.
+    // The edge exports at most once a second and the agent every 0.5 s: wait for both sides' spans.
+    const names = ["PoolDO.setAutoscaler", "PoolAutoscaler.evaluate", "PoolDO.enqueue", "reconcile", "driver.ensure"];
     const spans = await waitFor(() => {
       const all = collector.spans().filter((s) => s.traceId === set.requestId);
-      return all.some((s) => s.name === "driver.ensure") ? all : undefined;
+      return all.some((s) => s.name.startsWith("PUT")) && names.every((n) => all.some((s) => s.name === n)) ? all : undefined;
     }, 30_000);
     const setCall = spans.find((s) => s.name === "PoolDO.setAutoscaler")!;
     expect(setCall.parentSpanId).toBe(spans.find((s) => s.name.startsWith("PUT"))!.spanId);
