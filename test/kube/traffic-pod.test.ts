@@ -67,7 +67,7 @@ beforeAll(async () => {
 /** The agent's driver, as a (re)started agent makes it. */
 async function startAgent(): Promise<void> {
   // The reconciler's part: a requeued sandbox is ensured again with its last desired state.
-  driver = new KubernetesDriver({ kubeConfig: kubeConfig("agent"), namespace: ns, runtimeImage: "ghcr.io/kruise-edge/sandbox-agent:test", onChange: (id) => void (last.has(id) && driver.ensure(last.get(id)!).catch(() => {})) });
+  driver = new KubernetesDriver({ kubeConfig: kubeConfig("agent"), namespace: ns, runtimeImage: "ghcr.io/kruise-edge/sandbox-agent:test", trafficResyncMs: 300, onChange: (id) => void (last.has(id) && driver.ensure(last.get(id)!).catch(() => {})) });
   await driver.start();
   await until("sets and injection config", () => driver.sandboxSets.get("plain") && driver.sandboxSets.get("listed") && driver.sandboxSets.get("hostile") && driver.injection.current()["traffic-proxy"]);
 }
@@ -128,6 +128,17 @@ describe("egress on kubernetes", () => {
         { to: [{ ipBlock: { cidr: "0.0.0.0/0", except: DEFAULT_CLUSTER_CIDRS } }] },
       ],
     });
+  });
+
+  it("a tenant's kubectl edit of policy.json, or delete of the NetworkPolicy, is put back by the agent", async () => {
+    await ensure(desired("drift1", { allowInternetAccess: false }));
+    const want = kget<{ data: Record<string, string> }>("configmap", "plain-drift1-traffic").data["policy.json"];
+    const wantNp = kget<V1NetworkPolicy>("networkpolicy", "plain-drift1-egress").spec;
+    kubectlOk(["-n", ns, "patch", "configmap", "plain-drift1-traffic", "--type", "merge", "-p", JSON.stringify({ data: { "policy.json": JSON.stringify({ team: ns, labels: {}, egress: null, trafficPolicies: [] }) } })]);
+    kubectlOk(["-n", ns, "delete", "networkpolicy", "plain-drift1-egress"]);
+    await until("policy.json put back", () => kget<{ data: Record<string, string> }>("configmap", "plain-drift1-traffic").data["policy.json"] === want);
+    await until("NetworkPolicy put back", () => kubectlOk(["-n", ns, "get", "networkpolicy", "-o", "name"]).includes("plain-drift1-egress"));
+    expect(kget<V1NetworkPolicy>("networkpolicy", "plain-drift1-egress").spec).toEqual(wantNp);
   });
 
   it("a template's own traffic-proxy / traffic-redirect, host namespaces and ALL are gone from a governed pod", async () => {
