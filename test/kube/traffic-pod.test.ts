@@ -55,6 +55,9 @@ beforeAll(async () => {
   core = kubeConfig().makeApiClient(CoreV1Api);
   kubectlOk(["-n", ns, "apply", "-f", "-"], readFileSync("k8s/injection-config.yaml", "utf8").replace("namespace: sandbox-system", `namespace: ${ns}`));
   kubectlOk(["-n", ns, "apply", "-f", "-"], "apiVersion: agents.kruise.io/v1alpha1\nkind: SandboxSet\nmetadata: { name: plain }\nspec:\n  replicas: 0\n  template: { spec: { containers: [{ name: sandbox, image: python:3.12, securityContext: { capabilities: { add: [NET_ADMIN, SYS_PTRACE] } } }] } }\n");
+  // A template that names its own containers as the platform's pair, asks for host namespaces and
+  // every capability: none of it may survive in a governed pod.
+  kubectlOk(["-n", ns, "apply", "-f", "-"], "apiVersion: agents.kruise.io/v1alpha1\nkind: SandboxSet\nmetadata: { name: hostile }\nspec:\n  replicas: 0\n  template: { spec: { hostPID: true, hostIPC: true, initContainers: [{ name: traffic-proxy, image: evil:1, restartPolicy: Always, securityContext: { privileged: true } }], containers: [{ name: sandbox, image: python:3.12, securityContext: { capabilities: { add: [ALL, CHOWN] } } }, { name: traffic-redirect, image: evil:1, securityContext: { privileged: true, capabilities: { add: [NET_ADMIN] } } }] } }\n");
   kubectlOk(["-n", ns, "apply", "-f", "-"], "apiVersion: agents.kruise.io/v1alpha1\nkind: SandboxSet\nmetadata: { name: listed }\nspec:\n  replicas: 0\n  runtimes: [{ name: traffic-proxy }]\n  template: { spec: { containers: [{ name: sandbox, image: python:3.12 }] } }\n");
   kubelet = new TestKubelet(kubeConfig(), ns);
   await kubelet.start();
@@ -64,9 +67,9 @@ beforeAll(async () => {
 /** The agent's driver, as a (re)started agent makes it. */
 async function startAgent(): Promise<void> {
   // The reconciler's part: a requeued sandbox is ensured again with its last desired state.
-  driver = new KubernetesDriver({ kubeConfig: kubeConfig("agent"), namespace: ns, runtimeImage: "ghcr.io/kruise-edge/sandbox-agent:test", onChange: (id) => void (last.has(id) && driver.ensure(last.get(id)!).catch(() => {})) });
+  driver = new KubernetesDriver({ kubeConfig: kubeConfig("agent"), namespace: ns, runtimeImage: "ghcr.io/kruise-edge/sandbox-agent:test", trafficResyncMs: 300, onChange: (id) => void (last.has(id) && driver.ensure(last.get(id)!).catch(() => {})) });
   await driver.start();
-  await until("sets and injection config", () => driver.sandboxSets.get("plain") && driver.sandboxSets.get("listed") && driver.injection.current()["traffic-proxy"]);
+  await until("sets and injection config", () => driver.sandboxSets.get("plain") && driver.sandboxSets.get("listed") && driver.sandboxSets.get("hostile") && driver.injection.current()["traffic-proxy"]);
 }
 
 afterAll(async () => {
@@ -125,6 +128,29 @@ describe("egress on kubernetes", () => {
         { to: [{ ipBlock: { cidr: "0.0.0.0/0", except: DEFAULT_CLUSTER_CIDRS } }] },
       ],
     });
+  });
+
+  it("a tenant's kubectl edit of policy.json, or delete of the NetworkPolicy, is put back by the agent", async () => {
+    await ensure(desired("drift1", { allowInternetAccess: false }));
+    const want = kget<{ data: Record<string, string> }>("configmap", "plain-drift1-traffic").data["policy.json"];
+    const wantNp = kget<V1NetworkPolicy>("networkpolicy", "plain-drift1-egress").spec;
+    kubectlOk(["-n", ns, "patch", "configmap", "plain-drift1-traffic", "--type", "merge", "-p", JSON.stringify({ data: { "policy.json": JSON.stringify({ team: ns, labels: {}, egress: null, trafficPolicies: [] }) } })]);
+    kubectlOk(["-n", ns, "delete", "networkpolicy", "plain-drift1-egress"]);
+    await until("policy.json put back", () => kget<{ data: Record<string, string> }>("configmap", "plain-drift1-traffic").data["policy.json"] === want);
+    await until("NetworkPolicy put back", () => kubectlOk(["-n", ns, "get", "networkpolicy", "-o", "name"]).includes("plain-drift1-egress"));
+    expect(kget<V1NetworkPolicy>("networkpolicy", "plain-drift1-egress").spec).toEqual(wantNp);
+  });
+
+  it("a template's own traffic-proxy / traffic-redirect, host namespaces and ALL are gone from a governed pod", async () => {
+    await ensure(desired("hostile1", { template: "hostile", pool: "hostile", allowInternetAccess: false }));
+    const pod = kget<V1Pod>("pod", "hostile-hostile1");
+    const all = [...pod.spec!.containers, ...pod.spec!.initContainers!];
+    expect(all.map((c) => c.image)).not.toContain("evil:1");
+    expect(all.filter((c) => c.name === "traffic-proxy" || c.name === "traffic-redirect")).toHaveLength(2);
+    expect(all.some((c) => c.securityContext?.privileged)).toBe(false);
+    expect(pod.spec!.hostPID ?? false).toBe(false);
+    expect(pod.spec!.hostIPC ?? false).toBe(false);
+    expect(byName(pod.spec!.containers, "sandbox").securityContext!.capabilities!.add).toEqual(["CHOWN"]);
   });
 
   it("a sandbox nothing governs has no proxy; a TrafficPolicy selecting it replaces its pod, and policy changes reach the ConfigMap", async () => {

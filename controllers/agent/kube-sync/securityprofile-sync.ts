@@ -39,7 +39,9 @@ function securityKind(kind: "SecurityProfile" | "GlobalSecurityProfile"): EdgeOb
     call: "securityprofileobjects",
     ...(kind === "GlobalSecurityProfile" ? { inventory: false } : {}),
     upsert(o) {
-      const spec = SecurityProfileSpec.safeParse(o.spec ?? {});
+      // Through JSON: the informer's slim copy carries `template`/`volumeClaimTemplates` keys set to
+      // undefined (slimCustom), which the strict schema would refuse as unrecognized.
+      const spec = SecurityProfileSpec.safeParse(JSON.parse(JSON.stringify(o.spec ?? {})));
       if (spec.success) return { spec: spec.data };
       return { problem: spec.error.issues.map((i) => `spec.${i.path.join(".")}: ${i.message}`).join("; ") };
     },

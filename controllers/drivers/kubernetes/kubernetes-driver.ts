@@ -66,6 +66,7 @@ export class KubernetesDriver implements Driver {
   readonly #mounts: CsiMounter;
   readonly #checkpoints: CheckpointSnapshots;
   readonly #statusTimers = new Map<string, NodeJS.Timeout>();
+  #trafficResync: NodeJS.Timeout | undefined;
   #stopped = false;
   /** Each sandbox's chain of writes (see #serial). */
   readonly #writes = new KeyedSerial();
@@ -164,6 +165,18 @@ export class KubernetesDriver implements Driver {
     // Without the ConfigMap read (RBAC of an older install) pods get the built-in agent-runtime.
     const injection = this.injection.start().catch((err: unknown) => this.#opts.log?.(`injection config: ${(err as Error).message}; using the built-in`));
     await Promise.all([...[...namespaces].map((ns) => this.watchNamespace(ns)), injection, this.#loadPolicies()]);
+    this.#startTrafficResync();
+  }
+
+  /** Puts back egress objects a tenant edited or deleted (traffic-objects.ts); one round at a time. */
+  #startTrafficResync(): void {
+    let running = false;
+    this.#trafficResync = setInterval(() => {
+      if (running || this.#stopped) return;
+      running = true;
+      void this.#traffic.resync(this.#opts.log).finally(() => (running = false));
+    }, this.#opts.trafficResyncMs ?? 30_000);
+    this.#trafficResync.unref();
   }
 
   /** The policy set the edge sent last (policy-store.ts), unless a newer one came meanwhile. */
@@ -188,6 +201,7 @@ export class KubernetesDriver implements Driver {
   async stop(): Promise<void> {
     this.#stopped = true;
     for (const t of this.#statusTimers.values()) clearTimeout(t);
+    clearInterval(this.#trafficResync);
     this.#mounts.stop();
     await Promise.all([...this.#ctx.all().map((sc) => sc.stop()), this.injection.stop()]);
   }

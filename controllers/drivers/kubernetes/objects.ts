@@ -133,6 +133,9 @@ export interface KubernetesDriverOptions {
   /** Where a governed pod's DNS may go past the backstop (default DEFAULT_CLUSTER_DNS: the
    * kube-dns pods of kube-system). `--cluster-dns`. */
   clusterDns?: Backstop["dns"];
+  /** How often the pods' egress ConfigMaps and NetworkPolicies are compared with the server and
+   * put back when someone else changed or deleted them (traffic-objects.ts `resync`); 30 s. */
+  trafficResyncMs?: number;
   now?: () => number;
   log?: (msg: string) => void;
 }

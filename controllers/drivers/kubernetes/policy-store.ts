@@ -17,7 +17,10 @@ export class PolicySetStore {
   readonly #core: CoreV1Api;
   readonly #namespace: string;
   readonly #count: () => void;
+  /** The text on the server as far as this agent knows (a save of the same text is skipped). */
   #last: string | undefined;
+  /** Saves begun: a load that overlapped one read what may be older than the server's now. */
+  #saves = 0;
 
   constructor(core: CoreV1Api, namespace: string, count: () => void) {
     this.#core = core;
@@ -29,6 +32,7 @@ export class PolicySetStore {
    * not parse (the caller then waits for the edge's, as without a store). */
   async load(): Promise<TrafficPolicyEntry[] | undefined> {
     this.#count();
+    const saves = this.#saves;
     let cm: V1ConfigMap;
     try {
       cm = await this.#core.readNamespacedConfigMap({ namespace: this.#namespace, name: POLICY_SET_CONFIGMAP });
@@ -40,12 +44,13 @@ export class PolicySetStore {
     if (text === undefined) return undefined;
     const parsed = Stored.safeParse(JSON.parse(text));
     if (!parsed.success) throw new Error(`${POLICY_SET_CONFIGMAP}: ${parsed.error.issues[0]?.message ?? "invalid"}`);
-    this.#last = text;
+    if (this.#saves === saves) this.#last = text;
     return parsed.data;
   }
 
   /** Stores `entries` (no request when unchanged). */
   async save(entries: TrafficPolicyEntry[]): Promise<void> {
+    this.#saves++;
     const text = JSON.stringify(entries);
     if (text === this.#last) return;
     const body: V1ConfigMap = { apiVersion: "v1", kind: "ConfigMap", metadata: { name: POLICY_SET_CONFIGMAP, namespace: this.#namespace, labels: { [LABEL.createdBy]: "sandbox-agent" } }, data: { [KEY]: text } };

@@ -95,8 +95,6 @@ function intern<T>(v: T): T {
 
 /** Custom objects (Sandbox, SandboxSet): everything but managedFields, templates interned. */
 export function slimCustom<T extends KubernetesObject & { spec?: Record<string, unknown> }>(raw: T): T {
-  // Only keys the object has: a strict schema (SecurityProfile's) refuses even an undefined one.
-  const spec = raw.spec ? { ...raw.spec } : raw.spec;
-  for (const k of ["template", "volumeClaimTemplates"] as const) if (spec && k in spec) spec[k] = intern(spec[k]);
+  const spec = raw.spec ? { ...raw.spec, template: intern(raw.spec.template), volumeClaimTemplates: intern(raw.spec.volumeClaimTemplates) } : raw.spec;
   return { ...raw, metadata: meta(raw.metadata), spec };
 }

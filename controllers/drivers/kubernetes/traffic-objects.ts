@@ -7,6 +7,10 @@
 // annotation (a hash of the file): a pod update makes the kubelet sync that pod now, and every pod
 // sync re-projects its ConfigMap volumes (volume manager WaitForAttachAndMount → ReprocessPod), so
 // the sidecar sees the change within seconds instead of the kubelet's periodic sync (~1 min).
+// Both objects sit in the tenant's namespace, where a namespace admin may edit or delete them:
+// `resync` (every 30 s, the driver option `trafficResyncMs`) reads each one back and puts back what the
+// agent wrote. Between an edit and the next resync the edit is in force (README.md, "Egress on
+// Kubernetes": the admission policy in k8s/ closes that window).
 import { createHash } from "node:crypto";
 import type { NetworkingV1Api, V1ConfigMap, V1NetworkPolicy, V1Pod } from "@kubernetes/client-node";
 import { LABEL } from "../../../schema/crd/labels.ts";
@@ -28,6 +32,13 @@ export function hasTrafficProxy(pod: V1Pod | undefined, governed = false): boole
   return governed ? v === "governed" : v === "governed" || v === "open";
 }
 
+interface ObjectApi<T> {
+  create(): Promise<T>;
+  read(): Promise<T>;
+  replace(rv: string): Promise<T>;
+  same(o: T): boolean;
+}
+
 export class TrafficObjects {
   readonly #ctx: DriverContext;
   readonly #net: NetworkingV1Api;
@@ -35,6 +46,8 @@ export class TrafficObjects {
   readonly #backstop: Backstop;
   /** What was last written per object name (namespace/name), so unchanged content sends nothing. */
   readonly #written = new Map<string, string>();
+  /** How to read back and rewrite each object written (key as #written), for `resync`. */
+  readonly #objects = new Map<string, ObjectApi<{ metadata?: { resourceVersion?: string } }>>();
 
   constructor(ctx: DriverContext, net: NetworkingV1Api, set: TrafficPolicySet, backstop: Backstop) {
     this.#ctx = ctx;
@@ -66,6 +79,7 @@ export class TrafficObjects {
     const npName = egressPolicyName(pod);
     const npKey = `np/${sc.namespace}/${npName}`;
     if (!policy) {
+      this.#objects.delete(npKey);
       if (this.#written.get(npKey) !== "") {
         this.#ctx.count();
         await tolerate(this.#net.deleteNamespacedNetworkPolicy({ namespace: sc.namespace, name: npName }), [404]);
@@ -94,7 +108,7 @@ export class TrafficObjects {
   }
 
   /** Creates or replaces the object; true when it was written (its content changed). */
-  async #put<T extends { metadata?: { resourceVersion?: string } }>(key: string, body: object, api: { create(): Promise<T>; read(): Promise<T>; replace(rv: string): Promise<T>; same(o: T): boolean }): Promise<boolean> {
+  async #put<T extends { metadata?: { resourceVersion?: string } }>(key: string, body: object, api: ObjectApi<T>): Promise<boolean> {
     const text = JSON.stringify(body);
     if (this.#written.get(key) === text) return false;
     this.#ctx.count();
@@ -112,7 +126,29 @@ export class TrafficObjects {
       }
     }
     this.#written.set(key, text);
+    this.#objects.set(key, api as ObjectApi<{ metadata?: { resourceVersion?: string } }>);
     return wrote;
+  }
+
+  /** Reads every object written back and rewrites those that differ from what the agent wrote or
+   * are gone. Returns how many it put back; one failing object does not stop the others. */
+  async resync(log?: (line: string) => void): Promise<number> {
+    let restored = 0;
+    for (const [key, api] of [...this.#objects]) {
+      try {
+        this.#ctx.count();
+        const old = await api.read().catch((err: unknown) => (statusCode(err) === 404 ? undefined : Promise.reject(err)));
+        // Rewritten (new content) or deleted with its sandbox while we read: not ours to judge.
+        if (this.#objects.get(key) !== api || (old && api.same(old))) continue;
+        this.#ctx.count();
+        await (old ? api.replace(old.metadata!.resourceVersion!) : api.create());
+        restored++;
+        log?.(`${key}: changed outside the agent; put back`);
+      } catch (err) {
+        log?.(`${key}: resync: ${(err as Error).message}`);
+      }
+    }
+    return restored;
   }
 
   /** Removes a destroyed sandbox's objects (the owner reference would too, where a garbage
@@ -123,7 +159,9 @@ export class TrafficObjects {
     this.#ctx.count(2);
     await tolerate(this.#ctx.core.deleteNamespacedConfigMap({ namespace: sc.namespace, name: cm }), [404]);
     await tolerate(this.#net.deleteNamespacedNetworkPolicy({ namespace: sc.namespace, name: np }), [404]);
-    this.#written.delete(`cm/${sc.namespace}/${cm}`);
-    this.#written.delete(`np/${sc.namespace}/${np}`);
+    for (const key of [`cm/${sc.namespace}/${cm}`, `np/${sc.namespace}/${np}`]) {
+      this.#written.delete(key);
+      this.#objects.delete(key);
+    }
   }
 }

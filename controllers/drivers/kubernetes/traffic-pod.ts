@@ -19,9 +19,9 @@
 //   - ConfigMap `<pod>-traffic`: `policy.json` (schema/protocol/pod-traffic.ts), written by the agent.
 //   - NetworkPolicy `<pod>-egress`: the L3 backstop (DNS, and the internet without the cluster's
 //     ranges except what an allow rule names), enforced by the cluster's CNI, not by us.
-// The other containers lose NET_ADMIN, NET_RAW, SYS_ADMIN, SYS_PTRACE, BPF and `privileged`, and
-// the pod `hostNetwork`: each would let a process undo the rules, reach the proxy or send around
-// them. The nft script holds our constants only, and reaches nft as an argument (data), never as
+// The other containers keep only an allow-list of added capabilities and lose `privileged`, and
+// the pod `hostNetwork`, `hostPID` and `hostIPC`: each would let a process undo the rules, reach
+// the proxy or send around them; a tenant container named as one of the pair is removed. The nft script holds our constants only, and reaches nft as an argument (data), never as
 // shell text.
 import type { V1ConfigMap, V1Container, V1NetworkPolicy, V1NetworkPolicyPeer, V1OwnerReference, V1PodSpec } from "@kubernetes/client-node";
 import type { TrafficPolicyEntry } from "../../../schema/api/traffic-policy.ts";
@@ -125,23 +125,35 @@ ip rule add fwmark ${MARK} lookup ${ROUTE_TABLE}
 ip route replace local 0.0.0.0/0 dev lo table ${ROUTE_TABLE}
 `;
 
-/** NET_ADMIN undoes the rules; NET_RAW's packet sockets go around them; SYS_ADMIN and SYS_PTRACE
- * reach into the proxy (setns, ptrace, its sockets); BPF attaches programs that could rewrite
- * what leaves. */
+/** The capabilities a tenant container of a governed pod may add: the container runtimes'
+ * default set, plus IPC_LOCK and SYS_NICE (namespaced or harmless to the rules). Anything else
+ * (ALL, NET_ADMIN, NET_RAW, SYS_ADMIN, SYS_PTRACE, BPF, SYS_MODULE, SYS_RAWIO, DAC_READ_SEARCH,
+ * PERFMON, ...) would let a process undo the rules, reach into the proxy or send around it. */
+const ALLOWED_ADD = new Set([
+  "AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD", "NET_BIND_SERVICE",
+  "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT", "IPC_LOCK", "SYS_NICE",
+]);
+/** Dropped explicitly too, for runtimes whose default set holds them (NET_RAW in older ones). */
 const DROP = ["NET_ADMIN", "NET_RAW", "SYS_ADMIN", "SYS_PTRACE", "BPF"];
+const RESERVED = new Set([TRAFFIC_CONTAINER, REDIRECT_CONTAINER]);
 
-/** Adds the redirect and the proxy to a pod spec (mutated: the caller's copy) and takes DROP and
- * `privileged` from every other container and the host's network from the pod. `configMap`: the
- * pod's policy ConfigMap. */
+/** Adds the redirect and the proxy to a pod spec (mutated: the caller's copy). The names of the
+ * pair are the platform's: a tenant container or init container of either name, in either list,
+ * is removed (else it would keep its privileges beside ours). Every other container keeps only
+ * ALLOWED_ADD and loses `privileged`; the pod loses the host's network, PID and IPC namespaces.
+ * `configMap`: the pod's policy ConfigMap. */
 export function injectTraffic(spec: V1PodSpec, component: InjectionComponent, configMap: string): void {
   const image = component.image!;
-  if (spec.hostNetwork) spec.hostNetwork = false;
-  for (const c of [...spec.containers, ...(spec.initContainers ?? [])]) {
-    if (c.name === TRAFFIC_CONTAINER || c.name === REDIRECT_CONTAINER) continue;
+  spec.hostNetwork = false;
+  spec.hostPID = false;
+  spec.hostIPC = false;
+  spec.containers = spec.containers.filter((c) => !RESERVED.has(c.name));
+  spec.initContainers = (spec.initContainers ?? []).filter((c) => !RESERVED.has(c.name));
+  for (const c of [...spec.containers, ...spec.initContainers]) {
     const sc = (c.securityContext ??= {});
-    if (sc.privileged) sc.privileged = false;
+    sc.privileged = false;
     const caps = (sc.capabilities ??= {});
-    if (caps.add) caps.add = caps.add.filter((x) => !DROP.includes(x.replace(/^CAP_/, "")));
+    if (caps.add) caps.add = caps.add.filter((x) => ALLOWED_ADD.has(x.toUpperCase().replace(/^CAP_/, "")));
     caps.drop = [...new Set([...(caps.drop ?? []), ...DROP])];
   }
   const root = { runAsUser: 0, runAsGroup: 0, runAsNonRoot: false, allowPrivilegeEscalation: false, readOnlyRootFilesystem: true };
@@ -165,8 +177,8 @@ export function injectTraffic(spec: V1PodSpec, component: InjectionComponent, co
     // uid 1337, no capabilities, no new ones.
     securityContext: { ...root, capabilities: { drop: ["ALL"], add: ["NET_ADMIN", "SETUID", "SETGID"] } },
   };
-  spec.initContainers = [...(spec.initContainers ?? []).filter((c) => c.name !== REDIRECT_CONTAINER), redirect];
-  spec.containers = [...spec.containers.filter((c) => c.name !== TRAFFIC_CONTAINER), proxy];
+  spec.initContainers = [...spec.initContainers, redirect];
+  spec.containers = [...spec.containers, proxy];
   spec.volumes = [...(spec.volumes ?? []).filter((v) => v.name !== VOLUME), { name: VOLUME, configMap: { name: configMap } }];
 }
 

@@ -1,6 +1,7 @@
 // The pure half of a governed pod's egress (traffic-pod.ts): which sandboxes are governed and by
 // what, E2B's allowInternetAccess as rules, the NetworkPolicy's extra blocks, what the other
 // containers lose, and the agent's --cluster-cidrs flag.
+import type { V1PodSpec } from "@kubernetes/client-node";
 import { describe, expect, it } from "vitest";
 import { clusterCidrsFlag, clusterDnsFlag } from "../../../../../controllers/drivers/kubernetes/flags.ts";
 import { allowedInside, DEFAULT_CLUSTER_CIDRS, injectTraffic, podEgress, podPolicy } from "../../../../../controllers/drivers/kubernetes/traffic-pod.ts";
@@ -45,9 +46,36 @@ describe("traffic-pod", () => {
     injectTraffic(spec, { kind: "sidecar", image: "proxy:1" }, "cm");
     injectTraffic(spec, { kind: "sidecar", image: "proxy:1" }, "cm");
     expect(spec.hostNetwork).toBe(false);
-    expect(spec.containers[0]!.securityContext).toEqual({ privileged: false, capabilities: { add: ["SYS_TIME"], drop: ["MKNOD", "NET_ADMIN", "NET_RAW", "SYS_ADMIN", "SYS_PTRACE", "BPF"] } });
+    expect(spec.containers[0]!.securityContext).toEqual({ privileged: false, capabilities: { add: [], drop: ["MKNOD", "NET_ADMIN", "NET_RAW", "SYS_ADMIN", "SYS_PTRACE", "BPF"] } });
     expect(spec.containers.map((c) => c.name)).toEqual(["sandbox", "traffic-proxy"]);
     expect((spec as { initContainers?: { name: string }[] }).initContainers!.map((c) => c.name)).toEqual(["traffic-redirect"]);
+  });
+
+  it("a tenant container named as one of the pair is removed, wherever it sits; only allowed capabilities are added; no host PID/IPC", () => {
+    const evil = { privileged: true, capabilities: { add: ["NET_ADMIN"] } };
+    const spec: V1PodSpec = {
+      hostPID: true,
+      hostIPC: true,
+      containers: [
+        { name: "traffic-redirect", image: "evil", securityContext: structuredClone(evil) },
+        { name: "sandbox", image: "x", securityContext: { capabilities: { add: ["ALL", "CHOWN", "sys_module", "CAP_DAC_READ_SEARCH", "SYS_RAWIO", "PERFMON", "SYS_NICE"] } } },
+      ],
+      initContainers: [
+        { name: "traffic-proxy", image: "evil", restartPolicy: "Always", securityContext: structuredClone(evil) },
+        { name: "setup", image: "x", securityContext: { privileged: true } },
+      ],
+    };
+    injectTraffic(spec, { kind: "sidecar", image: "proxy:1" }, "cm");
+    expect(spec.hostPID).toBe(false);
+    expect(spec.hostIPC).toBe(false);
+    expect(spec.containers.map((c) => [c.name, c.image])).toEqual([["sandbox", "x"], ["traffic-proxy", "proxy:1"]]);
+    expect(spec.initContainers!.map((c) => [c.name, c.image])).toEqual([["setup", "x"], ["traffic-redirect", "proxy:1"]]);
+    expect(spec.containers[0]!.securityContext!.capabilities!.add).toEqual(["CHOWN", "SYS_NICE"]);
+    expect(spec.initContainers![0]!.securityContext!.privileged).toBe(false);
+    // Only the platform's pair holds NET_ADMIN, and nothing is privileged.
+    const all = [...spec.containers, ...spec.initContainers!];
+    expect(all.filter((c) => c.securityContext?.capabilities?.add?.includes("NET_ADMIN")).map((c) => c.image)).toEqual(["proxy:1", "proxy:1"]);
+    expect(all.some((c) => c.securityContext?.privileged)).toBe(false);
   });
 
   it("--cluster-cidrs takes IPv4 blocks only", () => {
