@@ -152,9 +152,16 @@ export function active(s: OpsState): boolean {
   return s.phase === "Pending" || (s.phase === "Updating" && inFlight(s).length > 0) || (s.freeing?.length ?? 0) > 0;
 }
 
-/** Every snapshot the run still holds (on its deletion: all of them go). */
+/** Every snapshot the run still holds. */
 export function heldSnapshots(s: OpsState): string[] {
   return [...new Set([...(s.freeing ?? []).map((f) => f.snapshotId), ...s.members.flatMap((m) => (m.checkpoint ? [m.checkpoint.snapshotId] : []))])];
+}
+
+/** The snapshots deleted with the run: all it holds but those of members whose upgrade (sent
+ * naming the snapshot to restore from) is under way, which would fail without it. */
+export function snapshotsFreedOnDelete(s: OpsState): string[] {
+  const restoring = new Set(s.members.filter((m) => m.status === "Updating" && m.checkpoint?.attempt === m.attempt).map((m) => m.checkpoint!.snapshotId));
+  return heldSnapshots(s).filter((id) => !restoring.has(id));
 }
 
 function select(s: OpsState, candidates: OpsCandidate[], targets: Record<string, string | null>, unsupported: Record<string, string>, now: number): void {

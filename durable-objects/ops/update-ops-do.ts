@@ -20,7 +20,7 @@ import type { Result } from "../sandbox/state.ts";
 import { getDb } from "../store/db.ts";
 import { listLiveIdsOfTeam } from "../store/sandbox-index.ts";
 import { resolveTemplate } from "../store/templates.ts";
-import { active, checkpointDue, counts, heldSnapshots, hookDue, inFlight, initialState, transition, type OpsInput, type OpsMember, type OpsState } from "./machine.ts";
+import { active, checkpointDue, counts, heldSnapshots, snapshotsFreedOnDelete, hookDue, inFlight, initialState, transition, type OpsInput, type OpsMember, type OpsState } from "./machine.ts";
 import type { Hook } from "../../schema/api/hooks.ts";
 import { runUpgradeHook } from "../operations/pause-resume.ts";
 import { createSnapshot, deleteSnapshot } from "../operations/snapshots.ts";
@@ -96,14 +96,17 @@ export class UpdateOpsDO extends DurableObject<Env> {
     });
   }
 
-  /** Forgets the run, and deletes the checkpoint snapshots it still holds (failed members'); upgrades
-   * under way finish on their own, nothing new starts. */
+  /** Forgets the run, and deletes the checkpoint snapshots it still holds (failed members', and
+   * those it was freeing); upgrades under way finish on their own, nothing new starts, and the
+   * snapshots they restore from are left to the team (named in the log), not pulled from under them. */
   async remove(): Promise<Result> {
     return this.locked(async () => {
       const run = this.load();
       if (!run) return notFound();
       const caller = opsCaller(run.state.teamId);
-      await Promise.all(heldSnapshots(run.state).map((id) => deleteSnapshot(this.env, caller, id).catch((err: unknown) => console.warn(`update ops ${run.state.name}: snapshot ${id} not deleted`, err))));
+      const restoring = heldSnapshots(run.state).filter((id) => !snapshotsFreedOnDelete(run.state).includes(id));
+      if (restoring.length) console.warn(`update ops ${run.state.name}: deleted mid-upgrade; checkpoint snapshots ${restoring.join(", ")} kept for the upgrades under way`);
+      await Promise.all(snapshotsFreedOnDelete(run.state).map((id) => deleteSnapshot(this.env, caller, id).catch((err: unknown) => console.warn(`update ops ${run.state.name}: snapshot ${id} not deleted`, err))));
       this.store.clear();
       this.run = null;
       await this.ctx.storage.deleteAlarm();

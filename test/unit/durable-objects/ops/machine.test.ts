@@ -1,7 +1,7 @@
 // The update ops machine: selection, batches under maxUnavailable (updating and failed members
 // counted), paused, the end states, resume after failure.
 import { describe, expect, it } from "vitest";
-import { active, checkpointDue, counts, heldSnapshots, hookDue, inFlight, initialState, restoredMessage, transition, type OpsInput, type OpsState } from "../../../../durable-objects/ops/machine.ts";
+import { active, checkpointDue, counts, heldSnapshots, hookDue, snapshotsFreedOnDelete, inFlight, initialState, restoredMessage, transition, type OpsInput, type OpsState } from "../../../../durable-objects/ops/machine.ts";
 import { UpdateOpsSpec } from "../../../../schema/api/update-ops.ts";
 import type { OpsCandidate, UpgradeOutcome } from "../../../../durable-objects/sandbox/upgrade.ts";
 
@@ -136,9 +136,13 @@ describe("update ops machine", () => {
     // A member that fails after its checkpoint keeps it (its recovery point, held by the run)
     // until its retry's checkpoint replaces it, which frees the old one.
     s = step(s, { type: "checkpointed", id: b!.id, attempt: 2, snapshotId: "snap-b2" });
+    // Mid-upgrade, its snapshot is what the upgrade restores from: deleting the run keeps it.
+    expect(heldSnapshots(s)).toContain("snap-b2");
+    expect(snapshotsFreedOnDelete(s)).not.toContain("snap-b2");
     s = step(s, { type: "progress", outcomes: { [b!.id]: { status: "failed", message: "holder died" } } });
     expect(m(b!.id).message).toContain("checkpoint snapshot snap-b2 kept");
     expect(heldSnapshots(s)).toContain("snap-b2");
+    expect(snapshotsFreedOnDelete(s)).toContain("snap-b2");
     s = step(s, { type: "resume" });
     s = step(s, { type: "checkpointed", id: b!.id, attempt: 3, snapshotId: "snap-b3" });
     expect(s.freeing?.map((f) => f.snapshotId)).toContain("snap-b2");
