@@ -1,7 +1,7 @@
 // The update ops machine: selection, batches under maxUnavailable (updating and failed members
 // counted), paused, the end states, resume after failure.
 import { describe, expect, it } from "vitest";
-import { active, checkpointDue, counts, heldSnapshots, hookDue, snapshotsFreedOnDelete, inFlight, initialState, restoredMessage, transition, type OpsInput, type OpsState } from "../../../../durable-objects/ops/machine.ts";
+import { active, checkpointDue, counts, freeDue, heldSnapshots, hookDue, MAX_FREE_ATTEMPTS, nextFreeAt, snapshotsFreedOnDelete, inFlight, initialState, restoredMessage, transition, type OpsInput, type OpsState } from "../../../../durable-objects/ops/machine.ts";
 import { UpdateOpsSpec } from "../../../../schema/api/update-ops.ts";
 import type { OpsCandidate, UpgradeOutcome } from "../../../../durable-objects/sandbox/upgrade.ts";
 
@@ -147,6 +147,32 @@ describe("update ops machine", () => {
     s = step(s, { type: "checkpointed", id: b!.id, attempt: 3, snapshotId: "snap-b3" });
     expect(s.freeing?.map((f) => f.snapshotId)).toContain("snap-b2");
     expect(m(b!.id).checkpoint).toEqual({ attempt: 3, snapshotId: "snap-b3" });
+  });
+
+  it("CheckpointRestore: a snapshot whose delete keeps failing is retried later, backing off, then given up on with a Warning, so the run goes idle", () => {
+    let s = run({ selector: {}, updateStrategy: { type: "CheckpointRestore", maxUnavailable: 1 } }, sandboxes(1));
+    const [a] = inFlight(s);
+    s = step(s, { type: "checkpointed", id: a!.id, attempt: 1, snapshotId: "snap-a" });
+    s = step(s, { type: "progress", outcomes: { [a!.id]: { status: "succeeded" } } });
+    expect(s.phase).toBe("Completed");
+    expect(freeDue(s, NOW + 1).map((f) => f.snapshotId)).toEqual(["snap-a"]);
+    let t = NOW + 1;
+    let waits = 0;
+    for (let i = 1; i < MAX_FREE_ATTEMPTS; i++) {
+      s = transition(s, { type: "freeFailed", snapshotId: "snap-a", error: "store down" }, t);
+      expect(active(s)).toBe(true);
+      // Not due again at once: the next try waits, longer each time.
+      expect(freeDue(s, t)).toEqual([]);
+      const wait = nextFreeAt(s)! - t;
+      expect(wait).toBeGreaterThan(waits);
+      waits = wait;
+      t = nextFreeAt(s)!;
+      expect(freeDue(s, t).map((f) => f.snapshotId)).toEqual(["snap-a"]);
+    }
+    s = transition(s, { type: "freeFailed", snapshotId: "snap-a", error: "store down" }, t);
+    expect(s.freeing).toEqual([]);
+    expect(active(s)).toBe(false);
+    expect(s.events.at(-1)).toMatchObject({ type: "Warning", reason: "CheckpointLeft", sandboxId: a!.id, message: expect.stringContaining("snap-a") });
   });
 
   it("a failing upgrade hook fails that sandbox, not the run; a passed hook is not due again in that attempt, but is after a retry", () => {
