@@ -69,8 +69,20 @@ export interface OpsState {
    * only while its member is Updating or Failed (kept as the failed member's recovery point until
    * resume takes the next one or the run is deleted), so at most one per member, and only for
    * members counted against maxUnavailable. */
-  freeing?: { snapshotId: string; sandboxId: string }[];
+  freeing?: FreeingSnapshot[];
 }
+
+/** A snapshot to delete; a delete that failed is tried again at `nextAt` (backing off), and after
+ * MAX_FREE_ATTEMPTS given up on (left to the team, with a Warning event). */
+export interface FreeingSnapshot {
+  snapshotId: string;
+  sandboxId: string;
+  attempts?: number;
+  nextAt?: number;
+}
+
+export const MAX_FREE_ATTEMPTS = 6;
+const FREE_BACKOFF_MS = 1_000;
 
 export type OpsInput =
   /** The team's sandboxes, each template's current revision (null: the template is gone), and
@@ -87,7 +99,9 @@ export type OpsInput =
    * (`error`: the member fails, the run goes on). */
   | { type: "checkpointed"; id: string; attempt: number; snapshotId?: string; error?: string }
   /** Those snapshots of `freeing` were deleted (or were gone already). */
-  | { type: "freed"; snapshotIds: string[] };
+  | { type: "freed"; snapshotIds: string[] }
+  /** Deleting that snapshot of `freeing` failed (`error`): tried again later, or given up on. */
+  | { type: "freeFailed"; snapshotId: string; error: string };
 
 export const MAX_EVENTS = 200;
 
@@ -116,6 +130,9 @@ export function transition(current: OpsState, ev: OpsInput, now: number): OpsSta
     case "freed":
       for (const f of (s.freeing ?? []).filter((x) => ev.snapshotIds.includes(x.snapshotId))) event(s, now, "Normal", "CheckpointDeleted", `checkpoint snapshot ${f.snapshotId} deleted: the run no longer needs it`, f.sandboxId);
       s.freeing = (s.freeing ?? []).filter((x) => !ev.snapshotIds.includes(x.snapshotId));
+      break;
+    case "freeFailed":
+      freeFailed(s, ev, now);
       break;
     case "change":
       s.spec = {
@@ -152,9 +169,39 @@ export function active(s: OpsState): boolean {
   return s.phase === "Pending" || (s.phase === "Updating" && inFlight(s).length > 0) || (s.freeing?.length ?? 0) > 0;
 }
 
-/** Every snapshot the run still holds (on its deletion: all of them go). */
+/** The snapshots of `freeing` whose delete is due now (not backing off after a failure). */
+export function freeDue(s: OpsState, now: number): FreeingSnapshot[] {
+  return (s.freeing ?? []).filter((f) => (f.nextAt ?? 0) <= now);
+}
+
+/** When the shell should next wake for `freeing` alone (none: nothing to free). */
+export function nextFreeAt(s: OpsState): number | undefined {
+  const at = (s.freeing ?? []).map((f) => f.nextAt ?? 0);
+  return at.length ? Math.min(...at) : undefined;
+}
+
+function freeFailed(s: OpsState, ev: Extract<OpsInput, { type: "freeFailed" }>, now: number): void {
+  const f = (s.freeing ?? []).find((x) => x.snapshotId === ev.snapshotId);
+  if (!f) return;
+  const attempts = (f.attempts ?? 0) + 1;
+  if (attempts >= MAX_FREE_ATTEMPTS) {
+    s.freeing = (s.freeing ?? []).filter((x) => x !== f);
+    event(s, now, "Warning", "CheckpointLeft", `checkpoint snapshot ${f.snapshotId} could not be deleted after ${attempts} attempts (${ev.error}); it is left to the team to delete`, f.sandboxId);
+    return;
+  }
+  s.freeing = (s.freeing ?? []).map((x) => (x === f ? { ...f, attempts, nextAt: now + FREE_BACKOFF_MS * 2 ** (attempts - 1) } : x));
+}
+
+/** Every snapshot the run still holds. */
 export function heldSnapshots(s: OpsState): string[] {
   return [...new Set([...(s.freeing ?? []).map((f) => f.snapshotId), ...s.members.flatMap((m) => (m.checkpoint ? [m.checkpoint.snapshotId] : []))])];
+}
+
+/** The snapshots deleted with the run: all it holds but those of members whose upgrade (sent
+ * naming the snapshot to restore from) is under way, which would fail without it. */
+export function snapshotsFreedOnDelete(s: OpsState): string[] {
+  const restoring = new Set(s.members.filter((m) => m.status === "Updating" && m.checkpoint?.attempt === m.attempt).map((m) => m.checkpoint!.snapshotId));
+  return heldSnapshots(s).filter((id) => !restoring.has(id));
 }
 
 function select(s: OpsState, candidates: OpsCandidate[], targets: Record<string, string | null>, unsupported: Record<string, string>, now: number): void {

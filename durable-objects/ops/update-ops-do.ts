@@ -20,7 +20,7 @@ import type { Result } from "../sandbox/state.ts";
 import { getDb } from "../store/db.ts";
 import { listLiveIdsOfTeam } from "../store/sandbox-index.ts";
 import { resolveTemplate } from "../store/templates.ts";
-import { active, checkpointDue, counts, heldSnapshots, hookDue, inFlight, initialState, transition, type OpsInput, type OpsMember, type OpsState } from "./machine.ts";
+import { active, checkpointDue, counts, freeDue, heldSnapshots, nextFreeAt, snapshotsFreedOnDelete, hookDue, inFlight, initialState, transition, type OpsInput, type OpsMember, type OpsState } from "./machine.ts";
 import type { Hook } from "../../schema/api/hooks.ts";
 import { runUpgradeHook } from "../operations/pause-resume.ts";
 import { createSnapshot, deleteSnapshot } from "../operations/snapshots.ts";
@@ -96,14 +96,17 @@ export class UpdateOpsDO extends DurableObject<Env> {
     });
   }
 
-  /** Forgets the run, and deletes the checkpoint snapshots it still holds (failed members'); upgrades
-   * under way finish on their own, nothing new starts. */
+  /** Forgets the run, and deletes the checkpoint snapshots it still holds (failed members', and
+   * those it was freeing); upgrades under way finish on their own, nothing new starts, and the
+   * snapshots they restore from are left to the team (named in the log), not pulled from under them. */
   async remove(): Promise<Result> {
     return this.locked(async () => {
       const run = this.load();
       if (!run) return notFound();
       const caller = opsCaller(run.state.teamId);
-      await Promise.all(heldSnapshots(run.state).map((id) => deleteSnapshot(this.env, caller, id).catch((err: unknown) => console.warn(`update ops ${run.state.name}: snapshot ${id} not deleted`, err))));
+      const restoring = heldSnapshots(run.state).filter((id) => !snapshotsFreedOnDelete(run.state).includes(id));
+      if (restoring.length) console.warn(`update ops ${run.state.name}: deleted mid-upgrade; checkpoint snapshots ${restoring.join(", ")} kept for the upgrades under way`);
+      await Promise.all(snapshotsFreedOnDelete(run.state).map((id) => deleteSnapshot(this.env, caller, id).catch((err: unknown) => console.warn(`update ops ${run.state.name}: snapshot ${id} not deleted`, err))));
       this.store.clear();
       this.run = null;
       await this.ctx.storage.deleteAlarm();
@@ -132,8 +135,15 @@ export class UpdateOpsDO extends DurableObject<Env> {
         const flushing = flushEdgeTraces();
         if (flushing) this.ctx.waitUntil(flushing);
       }
-      if (this.run && active(this.run.state)) await this.ctx.storage.setAlarm(Date.now() + POLL_MS);
+      if (this.run && active(this.run.state)) await this.ctx.storage.setAlarm(this.wakeAt(this.run.state));
     });
+  }
+
+  /** Soon while members are in flight; else when the next snapshot delete is due (backing off). */
+  private wakeAt(s: OpsState): number {
+    const poll = Date.now() + POLL_MS;
+    if (s.phase === "Pending" || (s.phase === "Updating" && inFlight(s).length > 0)) return poll;
+    return Math.max(poll, nextFreeAt(s) ?? poll);
   }
 
   /** The team's listed sandboxes, their facts from their groups, each template's current revision. */
@@ -234,24 +244,29 @@ export class UpdateOpsDO extends DurableObject<Env> {
   }
 
   /** Deletes the snapshots the run no longer needs (its members restored), beside the run as
-   * checkpoints are taken; records them `freed` under the lock. One that fails is tried again by
-   * the next alarm. */
+   * checkpoints are taken; records them `freed` under the lock. One that fails is recorded
+   * `freeFailed`: tried again later, backing off, then given up on (the machine's bound). */
   private startFreeing(): void {
     const run = this.run;
     if (!run) return;
     const caller = opsCaller(run.state.teamId);
-    for (const { snapshotId } of run.state.freeing ?? []) {
+    for (const { snapshotId } of freeDue(run.state, Date.now())) {
       const key = `free/${snapshotId}`;
       if (this.hooksRunning.has(key)) continue;
       this.hooksRunning.add(key);
-      const done = deleteSnapshot(this.env, caller, snapshotId).then(async (r) => {
-        if (!r.ok) return console.warn(`update ops ${run.state.name}: snapshot ${snapshotId} not deleted: ${r.error.message}`);
-        await this.locked(async () => {
-          const now = this.load();
-          if (now) this.save({ ...now, state: transition(now.state, { type: "freed", snapshotIds: [snapshotId] }, Date.now()) });
+      const done = deleteSnapshot(this.env, caller, snapshotId)
+        .then(
+          (r): OpsInput => (r.ok ? { type: "freed", snapshotIds: [snapshotId] } : { type: "freeFailed", snapshotId, error: r.error.message }),
+          (err: unknown): OpsInput => ({ type: "freeFailed", snapshotId, error: String(err) }),
+        )
+        .then((ev) => {
+          if (ev.type === "freeFailed") console.warn(`update ops ${run.state.name}: snapshot ${snapshotId} not deleted: ${ev.error}`);
+          return this.locked(async () => {
+            const now = this.load();
+            if (now) this.save({ ...now, state: transition(now.state, ev, Date.now()) });
+          });
         });
-      });
-      this.ctx.waitUntil(done.catch((err: unknown) => console.warn(`update ops: snapshot ${snapshotId} not deleted`, err)).finally(() => this.hooksRunning.delete(key)));
+      this.ctx.waitUntil(done.catch((err: unknown) => console.warn(`update ops: snapshot ${snapshotId} not recorded`, err)).finally(() => this.hooksRunning.delete(key)));
     }
   }
 

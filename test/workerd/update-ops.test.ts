@@ -185,6 +185,24 @@ describe("update ops through the admin API", () => {
     agent.disconnect();
   });
 
+  it("CheckpointRestore: deleting the run while a sandbox is mid-upgrade keeps the snapshot its upgrade restores from", async () => {
+    const team = await createTeam(unique("ops-crdel"));
+    const tplPath = `/admin/teams/${team.name}/templates/${team.template}`;
+    const agent = await startAgent(team.cluster, { hold: (i) => i.owner.kind === "sandbox" && i.restoreFs !== undefined });
+    await expectStatus(call("/sandboxes", { key: team.key, body: { templateID: team.template, timeout: 600 } }), 201);
+    await expectStatus(call(tplPath, { method: "PUT", body: { spec: { cluster: team.cluster, image: "base-v2" } } }), 200);
+    const opsPath = `/admin/teams/${team.name}/updateops/crdel`;
+    await expectStatus(call(`/admin/teams/${team.name}/updateops`, { body: { name: "crdel", selector: {}, updateStrategy: { type: "CheckpointRestore" } } }), 201);
+    await waitFor(() => agent.held.size === 1, { what: "the upgrade naming its snapshot" });
+    const id = [...agent.held.keys()][0]!;
+    const restoring = agent.received.map((r) => r.intent).find((i) => i.sandboxId === id && i.restoreFs)!.restoreFs!.id;
+    await expectStatus(call(opsPath, { method: "DELETE" }), 204);
+    // The upgrade under way still needs its snapshot: it is not deleted with the run.
+    const left = (await expectStatus(call("/snapshots", { key: team.key }), 200)) as { snapshotID: string }[];
+    expect(left.map((x) => x.snapshotID.split(":")[0])).toContain(restoring);
+    agent.disconnect();
+  });
+
   it("refuses bad input with 4xx", async () => {
     const team = await createTeam(unique("ops-bad"));
     await expectError(call(`/admin/teams/${team.name}/updateops`, { body: { name: "x" } }), 400, /selector/);

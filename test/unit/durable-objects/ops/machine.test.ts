@@ -1,7 +1,7 @@
 // The update ops machine: selection, batches under maxUnavailable (updating and failed members
 // counted), paused, the end states, resume after failure.
 import { describe, expect, it } from "vitest";
-import { active, checkpointDue, counts, heldSnapshots, hookDue, inFlight, initialState, restoredMessage, transition, type OpsInput, type OpsState } from "../../../../durable-objects/ops/machine.ts";
+import { active, checkpointDue, counts, freeDue, heldSnapshots, hookDue, MAX_FREE_ATTEMPTS, nextFreeAt, snapshotsFreedOnDelete, inFlight, initialState, restoredMessage, transition, type OpsInput, type OpsState } from "../../../../durable-objects/ops/machine.ts";
 import { UpdateOpsSpec } from "../../../../schema/api/update-ops.ts";
 import type { OpsCandidate, UpgradeOutcome } from "../../../../durable-objects/sandbox/upgrade.ts";
 
@@ -136,13 +136,43 @@ describe("update ops machine", () => {
     // A member that fails after its checkpoint keeps it (its recovery point, held by the run)
     // until its retry's checkpoint replaces it, which frees the old one.
     s = step(s, { type: "checkpointed", id: b!.id, attempt: 2, snapshotId: "snap-b2" });
+    // Mid-upgrade, its snapshot is what the upgrade restores from: deleting the run keeps it.
+    expect(heldSnapshots(s)).toContain("snap-b2");
+    expect(snapshotsFreedOnDelete(s)).not.toContain("snap-b2");
     s = step(s, { type: "progress", outcomes: { [b!.id]: { status: "failed", message: "holder died" } } });
     expect(m(b!.id).message).toContain("checkpoint snapshot snap-b2 kept");
     expect(heldSnapshots(s)).toContain("snap-b2");
+    expect(snapshotsFreedOnDelete(s)).toContain("snap-b2");
     s = step(s, { type: "resume" });
     s = step(s, { type: "checkpointed", id: b!.id, attempt: 3, snapshotId: "snap-b3" });
     expect(s.freeing?.map((f) => f.snapshotId)).toContain("snap-b2");
     expect(m(b!.id).checkpoint).toEqual({ attempt: 3, snapshotId: "snap-b3" });
+  });
+
+  it("CheckpointRestore: a snapshot whose delete keeps failing is retried later, backing off, then given up on with a Warning, so the run goes idle", () => {
+    let s = run({ selector: {}, updateStrategy: { type: "CheckpointRestore", maxUnavailable: 1 } }, sandboxes(1));
+    const [a] = inFlight(s);
+    s = step(s, { type: "checkpointed", id: a!.id, attempt: 1, snapshotId: "snap-a" });
+    s = step(s, { type: "progress", outcomes: { [a!.id]: { status: "succeeded" } } });
+    expect(s.phase).toBe("Completed");
+    expect(freeDue(s, NOW + 1).map((f) => f.snapshotId)).toEqual(["snap-a"]);
+    let t = NOW + 1;
+    let waits = 0;
+    for (let i = 1; i < MAX_FREE_ATTEMPTS; i++) {
+      s = transition(s, { type: "freeFailed", snapshotId: "snap-a", error: "store down" }, t);
+      expect(active(s)).toBe(true);
+      // Not due again at once: the next try waits, longer each time.
+      expect(freeDue(s, t)).toEqual([]);
+      const wait = nextFreeAt(s)! - t;
+      expect(wait).toBeGreaterThan(waits);
+      waits = wait;
+      t = nextFreeAt(s)!;
+      expect(freeDue(s, t).map((f) => f.snapshotId)).toEqual(["snap-a"]);
+    }
+    s = transition(s, { type: "freeFailed", snapshotId: "snap-a", error: "store down" }, t);
+    expect(s.freeing).toEqual([]);
+    expect(active(s)).toBe(false);
+    expect(s.events.at(-1)).toMatchObject({ type: "Warning", reason: "CheckpointLeft", sandboxId: a!.id, message: expect.stringContaining("snap-a") });
   });
 
   it("a failing upgrade hook fails that sandbox, not the run; a passed hook is not due again in that attempt, but is after a retry", () => {
