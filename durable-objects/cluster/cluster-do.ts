@@ -585,17 +585,17 @@ export class ClusterDO extends DurableObject<Env> {
     this.secretsChain = chain;
   }
 
-  /** Per team of `teams`, the values of the secrets that its profiles' and the global ones'
+  /** Per team of `teams`, the values of the secrets that its own profiles'
    * `tokenTransformation`s name, read now; undefined when there are none to send, no SECRETS_KEY,
    * or the agent did not say it enforces `network.rules` (it would not hold them apart). */
   private async profileSecrets(profiles: SecurityProfileEntry[], teams: Set<string>): Promise<Record<string, Record<string, string>> | undefined> {
     const key = this.env.SECRETS_KEY;
     if (!key || this.store!.getMeta("networkRules") !== "1") return undefined;
-    const named = (team: string | null) => profiles.filter((p) => p.team === team).flatMap((p) => tokenSecretNames(p.spec));
-    const global = named(null);
+    // Only a team's own profiles name its secrets (a global one may not: globalProfileRefusal).
+    const named = (team: string) => profiles.filter((p) => p.team === team).flatMap((p) => tokenSecretNames(p.spec));
     const out: Record<string, Record<string, string>> = {};
     for (const team of teams) {
-      const names = [...new Set([...global, ...named(team)])];
+      const names = [...new Set(named(team))];
       const values = await teamSecretValues(getDb(this.env), key, team, names);
       if (values.size) out[team] = Object.fromEntries(values);
     }

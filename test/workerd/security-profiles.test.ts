@@ -139,6 +139,11 @@ describe("security profiles (admin API)", () => {
     await expectError(call(`/admin/teams/${t}/security-profiles/Bad_Name`, { method: "PUT", body: mcp }), 400, /profile name/);
     await expectError(call(`/admin/teams/no-such-team-x/security-profiles/x`, { method: "PUT", body: mcp }), 404);
     await expectError(put(t, mcp, team.key), 403);
+    // A global profile applies to every team: naming a secret would put each team's secret of
+    // that name on whatever host its sandboxes call. Only a team's own profile may name it.
+    const token = rule({ domains: ["a.test"] }, { tokenTransformation: { type: "ApiKey", targetHeader: "x-k", credentialRef: { secret: { name: "k" } } } });
+    await expectError(call(`/admin/global-security-profiles/${unique("g")}`, { method: "PUT", body: token }), 400, /may not name secrets/);
+    await expectStatus(put(t, token), 200);
   });
 });
 
@@ -222,6 +227,9 @@ describe("SecurityProfile objects over the agent link", () => {
     const name = unique("gsp");
     const ref = { namespace: null, name, uid: `uid-${name}` };
     const spec = { priority: 5, selector: { matchLabels: { gsp: name } }, ...rule({ domains: ["*.internal.test"] }) };
+    const token = rule({ domains: ["a.test"] }, { tokenTransformation: { type: "ApiKey", targetHeader: "x-k", credentialRef: { secret: { name: "k" } } } });
+    expect(await crd.call("securityprofileobjects", { ...ref, generation: 1, spec: token })).toMatchObject({ result: "rejected", code: "bad_request", message: expect.stringMatching(/may not name secrets/) });
+    await expectError(call(`/admin/global-security-profiles/${name}`), 404);
     expect(await crd.call("securityprofileobjects", { ...ref, generation: 1, spec })).toMatchObject({ result: "applied", selectedSandboxes: [] });
     expect(await expectStatus(call(`/admin/global-security-profiles/${name}`), 200)).toMatchObject({ kind: "GlobalSecurityProfile", team: null, spec: { priority: 5 } });
     await teamAgent.waitUntil(() => teamAgent.securityProfiles?.some((p) => p.team === null && p.name === name) ?? false);
