@@ -268,14 +268,14 @@ export class ClusterDO extends DurableObject<Env> {
    * serves (`teamsServedBy`, plus `also`: teams of intents about to leave), never another team's:
    * a profile may hold a literal token. The set replaces the agent's, so a team no longer served
    * is pruned there (at the next session: within one, a team once sent stays, as its sandbox may
-   * not be indexed yet). Sends go out in call order, each read fresh. `sent`: whether an agent was
-   * connected.
+   * not be indexed yet). Sends go out in call order, each read fresh. Nothing goes to an agent that
+   * does not apply profiles (appliesProfiles). `sent`: whether an agent was connected and got it.
    */
   async sendSecurityProfiles(also: Iterable<string> = []): Promise<{ ok: true; sent: boolean }> {
     this.load();
     const extra = [...also];
     const next = this.profilesChain.then(async () => {
-      if (!this.agentSocket()) return false;
+      if (!this.agentSocket() || !this.appliesProfiles()) return false;
       const db = getDb(this.env);
       const teams = await teamsServedBy(db, this.store!.getMeta("cluster") ?? "local");
       for (const t of [...extra, ...(this.profileTeams ?? [])]) teams.add(t);
@@ -287,6 +287,13 @@ export class ClusterDO extends DurableObject<Env> {
     });
     this.profilesChain = next.catch(() => false);
     return { ok: true, sent: await next };
+  }
+
+  /** Whether the agent said in its hello that it enforces `network.rules`, and with them
+   * SecurityProfiles: only such an agent gets profiles (which may hold literal tokens) and
+   * secrets; the kubernetes driver's says false, an older agent nothing. */
+  private appliesProfiles(): boolean {
+    return this.store!.getMeta("networkRules") === "1";
   }
 
   async status(): Promise<ClusterStatus> {
@@ -572,7 +579,7 @@ export class ClusterDO extends DurableObject<Env> {
     };
     const needs = items.filter((i) => i.intent.desired.state !== "deleted" && i.intent.team && transformSecrets(i.intent.networkRules).length);
     // A team this session's profile set left out (a first sandbox here): its profiles go first.
-    const newTeams = new Set(items.flatMap((i) => (i.intent.desired.state !== "deleted" && i.intent.team && !this.profileTeams?.has(i.intent.team) ? [i.intent.team] : [])));
+    const newTeams = new Set(this.appliesProfiles() ? items.flatMap((i) => (i.intent.desired.state !== "deleted" && i.intent.team && !this.profileTeams?.has(i.intent.team) ? [i.intent.team] : [])) : []);
     if (!needs.length && !newTeams.size && !this.secretsChain) return go();
     const chain: Promise<void> = (this.secretsChain ?? Promise.resolve())
       .then(() => (newTeams.size ? this.sendSecurityProfiles(newTeams) : undefined))
@@ -590,7 +597,7 @@ export class ClusterDO extends DurableObject<Env> {
    * or the agent did not say it enforces `network.rules` (it would not hold them apart). */
   private async profileSecrets(profiles: SecurityProfileEntry[], teams: Set<string>): Promise<Record<string, Record<string, string>> | undefined> {
     const key = this.env.SECRETS_KEY;
-    if (!key || this.store!.getMeta("networkRules") !== "1") return undefined;
+    if (!key) return undefined;
     // Only a team's own profiles name its secrets (a global one may not: globalProfileRefusal).
     const named = (team: string) => profiles.filter((p) => p.team === team).flatMap((p) => tokenSecretNames(p.spec));
     const out: Record<string, Record<string, string>> = {};

@@ -26,7 +26,7 @@ const put = (team: string, body: unknown, key?: string) => call(`/admin/teams/${
 describe("security profiles (admin API)", () => {
   it("a team's profile reaches its cluster's agent and lists the sandboxes it selects; a global one every team's", async () => {
     const team = await createTeam(unique("sp"));
-    const agent = await startAgent(team.cluster);
+    const agent = await startAgent(team.cluster, { networkRules: true });
     agents.push(agent);
     const labelled = await expectStatus(call("/v2/sandboxes", { key: team.key, body: { templateID: team.template, metadata: { "label:app": "agent" } } }), 201);
     const plain = await expectStatus(call("/v2/sandboxes", { key: team.key, body: { templateID: team.template } }), 201);
@@ -51,7 +51,7 @@ describe("security profiles (admin API)", () => {
 
     // An agent that connects later gets the set with its welcome.
     agent.disconnect();
-    const again = await startAgent(team.cluster);
+    const again = await startAgent(team.cluster, { networkRules: true });
     agents.push(again);
     await again.waitUntil(() => again.securityProfiles?.some((p) => p.name === "mcp") ?? false);
 
@@ -70,8 +70,8 @@ describe("security profiles (admin API)", () => {
     const c = await createTeam(unique("sp-c"));
     // a's template is public: any team may run a sandbox on a's cluster.
     await expectStatus(call(`/admin/teams/${a.name}/templates/${a.template}`, { method: "PUT", body: { public: true, spec: { cluster: a.cluster, replicas: 0 } } }), 200);
-    const agentA = await startAgent(a.cluster);
-    const agentB = await startAgent(b.cluster);
+    const agentA = await startAgent(a.cluster, { networkRules: true });
+    const agentB = await startAgent(b.cluster, { networkRules: true });
     agents.push(agentA, agentB);
     const token = { rules: [{ name: "key", match: [{ domains: ["api.b.test"] }], actions: { headerManipulation: { set: [{ name: "x-api-key", value: "literal-token-of-b" }] } } }] };
     await expectStatus(call(`/admin/teams/${b.name}/security-profiles/key`, { method: "PUT", body: token }), 200);
@@ -116,12 +116,22 @@ describe("security profiles (admin API)", () => {
     await agent.waitUntil(() => agent.profileSecrets?.[a.name]?.["api-key"] === `${VALUE}-2`);
     await stranger.waitUntil(() => stranger.securityProfiles !== null);
     expect(JSON.stringify(stranger.profileSecrets ?? {})).not.toContain(VALUE);
-    // An agent that did not say it enforces network.rules gets the profile, not the secret.
+    // An agent that does not enforce profiles (the kubernetes driver's says networkRules false;
+    // an older one says nothing) gets neither the profiles, which may hold literal tokens, nor
+    // the secrets.
     agent.disconnect();
-    const older = await startAgent(a.cluster);
-    agents.push(older);
-    await older.waitUntil(() => older.securityProfiles?.some((p) => p.name === "tok") ?? false);
-    expect(older.profileSecrets).toBeUndefined();
+    for (const networkRules of [false, undefined]) {
+      const other = await startAgent(a.cluster, networkRules === undefined ? {} : { networkRules });
+      agents.push(other);
+      await expectStatus(call(`/admin/teams/${a.name}/security-profiles/tok`, { method: "PUT", body: spec }), 200);
+      // A traffic policy put after it: its frame follows any profile frame on the socket.
+      const tp = unique("tp");
+      await expectStatus(call(`/admin/teams/${a.name}/traffic-policies/${tp}`, { method: "PUT", body: { egress: { rules: [{ action: "allow", to: [{ fqdn: "*.a.test" }] }] } } }), 200);
+      await other.waitUntil(() => other.trafficPolicies?.some((p) => p.name === tp) ?? false);
+      expect(other.securityProfiles).toBeNull();
+      expect(other.profileSecrets).toBeUndefined();
+      other.disconnect();
+    }
   }, 60_000);
 
   it("refuses what the proxy cannot enforce as written, naming it; needs the admin key", async () => {
@@ -191,7 +201,7 @@ describe("SecurityProfile objects over the agent link", () => {
   it("a serving cluster's object becomes the team's profile, sent to agents; another cluster is refused; deletes remove it", async () => {
     const ns = unique("sp-crd");
     const link = (cluster: string) => fetchTransport((url, init) => exports.default.fetch(url, init) as never, "test-cluster-token", cluster);
-    const agent = new ScriptedAgent();
+    const agent = new ScriptedAgent({ networkRules: true });
     const crd = new CrdLink();
     await crd.connect(agent, link(ns));
     agents.push(agent);
@@ -222,7 +232,7 @@ describe("SecurityProfile objects over the agent link", () => {
     const crd = new CrdLink();
     await crd.connect(platform, link(unique("gsp-platform")));
     const team = await createTeam(unique("gsp-team"));
-    const teamAgent = await startAgent(team.cluster);
+    const teamAgent = await startAgent(team.cluster, { networkRules: true });
     agents.push(platform, teamAgent);
     const name = unique("gsp");
     const ref = { namespace: null, name, uid: `uid-${name}` };
