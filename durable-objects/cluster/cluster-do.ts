@@ -197,17 +197,19 @@ export class ClusterDO extends DurableObject<Env> {
 
   /** Why this cluster cannot take E2B `network.rules`, or null: only an agent that said in its
    * last hello that it enforces them may get them (an older agent, which says nothing, would run
-   * the sandbox with its rules silently unapplied). */
-  async networkRulesRefusal(name: string): Promise<string | null> {
+   * the sandbox with its rules silently unapplied). A driver that cannot is `not_implemented`;
+   * no agent connected yet to say so is `agent_unavailable` (503: retry once it is up). */
+  async networkRulesRefusal(name: string): Promise<{ code: ErrorCode; message: string } | null> {
     this.load();
     const store = this.store!;
     const stated = store.getMeta("networkRules");
     if (stated === "1") return null;
     const cluster = `network.rules is not supported on cluster "${name}"`;
     const driver = store.getMeta("driver");
-    if (stated === "0") return `${cluster}${driver ? ` (its agent runs the ${driver} driver, whose sandboxes' requests no proxy inspects)` : ""}`;
-    if (stated === "") return `${cluster}: its agent did not say it enforces them (an older agent); upgrade the agent`;
-    return `${cluster}: no agent has connected yet to say it enforces them; retry once the cluster's agent is up`;
+    const no = (message: string) => ({ code: ErrorCode.notImplemented, message });
+    if (stated === "0") return no(`${cluster}${driver ? ` (its agent runs the ${driver} driver, whose sandboxes' requests no proxy inspects)` : ""}`);
+    if (stated === "") return no(`${cluster}: its agent did not say it enforces them (an older agent); upgrade the agent`);
+    return { code: ErrorCode.agentUnavailable, message: `${cluster} yet: no agent has connected yet to say it enforces them; retry once the cluster's agent is up` };
   }
 
   /** A sandbox's log entries from its agent (E2B's logs routes; the caller checked the access). */
