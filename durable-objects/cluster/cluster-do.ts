@@ -37,7 +37,7 @@ import { openClusterStore, type ClusterStore } from "./store.ts";
 import { edgeLogger } from "../tracing/edge-log.ts";
 import { getDb } from "../store/db.ts";
 import { listTrafficPolicies } from "../store/traffic-policies.ts";
-import { listSecurityProfiles, teamsServedBy } from "../store/security-profiles.ts";
+import { listSecurityProfiles, teamsWithTemplatesOn } from "../store/security-profiles.ts";
 import { tokenSecretNames, type SecurityProfileEntry } from "../../schema/api/security-profile.ts";
 import { teamSecretValues } from "../store/secrets.ts";
 import { transformSecrets } from "../../schema/egress/transforms.ts";
@@ -69,6 +69,9 @@ interface Attachment {
   helloAt: number | null;
   agentId: string | null;
 }
+
+/** How soon intents held for their team's profiles (holdIntents) are tried again. */
+const PROFILES_RETRY_MS = 1000;
 
 export class ClusterDO extends DurableObject<Env> {
   private state: ClusterState | null = null;
@@ -267,7 +270,8 @@ export class ClusterDO extends DurableObject<Env> {
 
   /**
    * Sends the agent the GlobalSecurityProfiles and the SecurityProfiles of the teams this cluster
-   * serves (`teamsServedBy`, plus `also`: teams of intents about to leave), never another team's:
+   * serves (those with a template here and those of the sandboxes it keeps, plus `also`: teams
+   * of intents about to leave), never another team's:
    * a profile may hold a literal token. The set replaces the agent's, so a team no longer served
    * is pruned there (at the next session: within one, a team once sent stays, as its sandbox may
    * not be indexed yet). Sends go out in call order, each read fresh. Nothing goes to an agent that
@@ -279,8 +283,8 @@ export class ClusterDO extends DurableObject<Env> {
     const next = this.profilesChain.then(async () => {
       if (!this.agentSocket() || !this.appliesProfiles()) return false;
       const db = getDb(this.env);
-      const teams = await teamsServedBy(db, this.store!.getMeta("cluster") ?? "local");
-      for (const t of [...extra, ...(this.profileTeams ?? [])]) teams.add(t);
+      const teams = await teamsWithTemplatesOn(db, this.store!.getMeta("cluster") ?? "local");
+      for (const t of [...extra, ...(this.profileTeams ?? []), ...this.store!.liveTeams()]) teams.add(t);
       const profiles = (await listSecurityProfiles(db)).filter((p) => p.team === null || teams.has(p.team));
       this.profileTeams = teams;
       const secrets = await this.profileSecrets(profiles, teams);
@@ -584,14 +588,24 @@ export class ClusterDO extends DurableObject<Env> {
     const newTeams = new Set(this.appliesProfiles() ? items.flatMap((i) => (i.intent.desired.state !== "deleted" && i.intent.team && !this.profileTeams?.has(i.intent.team) ? [i.intent.team] : [])) : []);
     if (!needs.length && !newTeams.size && !this.secretsChain) return go();
     const chain: Promise<void> = (this.secretsChain ?? Promise.resolve())
-      .then(() => (newTeams.size ? this.sendSecurityProfiles(newTeams) : undefined))
-      .then(() => this.attachSecrets(needs))
-      .catch((err: unknown) => LOG.error("secrets for intents", { error: err }))
-      .then(go)
+      .then(async () => {
+        if (newTeams.size && !(await this.sendSecurityProfiles(newTeams)).sent) throw new Error("the agent did not get the security profiles");
+      })
+      .then(() => this.attachSecrets(needs).catch((err: unknown) => LOG.error("secrets for intents", { error: err })))
+      .then(go, (err: unknown) => this.holdIntents(items, err))
       .finally(() => {
         if (this.secretsChain === chain) this.secretsChain = null;
       });
     this.secretsChain = chain;
+  }
+
+  /** A new team's intents wait for its profiles (a sandbox must not start without them): while
+   * the agent stays connected they are retried; otherwise its next session redelivers them. */
+  private holdIntents(items: typeof this.unsent, err: unknown): void {
+    LOG.warn("intents held until their teams' security profiles reach the agent", { error: err });
+    if (!this.agentSocket()) return;
+    this.unsent.unshift(...items);
+    this.unsentFlush ??= setTimeout(() => this.flushIntents(), PROFILES_RETRY_MS);
   }
 
   /** Per team of `teams`, the values of the secrets that its own profiles'

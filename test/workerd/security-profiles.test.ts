@@ -96,6 +96,43 @@ describe("security profiles (admin API)", () => {
     expect(agentA.securityProfiles!.some((p) => p.team === c.name)).toBe(true);
   }, 60_000);
 
+  it("a team's own template named like another team's public one does not make the other's cluster serve it", async () => {
+    const a = await createTeam(unique("sp-pub"));
+    const x = await createTeam(unique("sp-same"));
+    await expectStatus(call(`/admin/teams/${a.name}/templates/${a.template}`, { method: "PUT", body: { public: true, spec: { cluster: a.cluster, replicas: 0 } } }), 200);
+    // x's own template of the same id, on x's cluster; x's sandbox of it runs there.
+    await expectStatus(call(`/admin/teams/${x.name}/templates/${a.template}`, { method: "PUT", body: { spec: { cluster: x.cluster, replicas: 0 } } }), 201);
+    const agentA = await startAgent(a.cluster, { networkRules: true });
+    const agentX = await startAgent(x.cluster, { networkRules: true });
+    agents.push(agentA, agentX);
+    const sbx = await expectStatus(call("/v2/sandboxes", { key: x.key, body: { templateID: a.template } }), 201);
+    await agentX.waitUntil(() => agentX.received.some((r) => r.intent.sandboxId === sbx.sandboxID));
+    await expectStatus(call(`/admin/teams/${x.name}/security-profiles/key`, { method: "PUT", body: rule({ domains: ["x.test"] }, { headerManipulation: { set: [{ name: "x-k", value: "literal-of-x" }] } }) }), 200);
+    await agentX.waitUntil(() => agentX.securityProfiles?.some((p) => p.team === x.name) ?? false);
+    // A later global put: a's agent has the set that followed x's put, without x's profile.
+    const global = unique("g");
+    await expectStatus(call(`/admin/global-security-profiles/${global}`, { method: "PUT", body: rule({ domains: ["g.test"] }) }), 200);
+    await agentA.waitUntil(() => agentA.securityProfiles?.some((p) => p.name === global) ?? false);
+    expect(JSON.stringify(agentA.securityProfiles)).not.toContain("literal-of-x");
+    await expectStatus(call(`/admin/global-security-profiles/${global}`, { method: "DELETE" }), 204);
+  }, 60_000);
+
+  it("a running sandbox whose template was deleted keeps its team's profiles when the agent reconnects", async () => {
+    const d = await createTeam(unique("sp-del"));
+    const agent = await startAgent(d.cluster, { networkRules: true });
+    agents.push(agent);
+    const sbx = await expectStatus(call("/v2/sandboxes", { key: d.key, body: { templateID: d.template } }), 201);
+    await agent.waitUntil(() => agent.received.some((r) => r.intent.sandboxId === sbx.sandboxID));
+    await expectStatus(call(`/admin/teams/${d.name}/security-profiles/keep`, { method: "PUT", body: rule({ domains: ["d.test"] }) }), 200);
+    await agent.waitUntil(() => agent.securityProfiles?.some((p) => p.team === d.name) ?? false);
+    await expectStatus(call(`/admin/teams/${d.name}/templates/${d.template}`, { method: "DELETE" }), 204);
+    agent.disconnect();
+    const again = await startAgent(d.cluster, { networkRules: true });
+    agents.push(again);
+    await again.waitUntil(() => again.securityProfiles !== null);
+    expect(again.securityProfiles!.some((p) => p.team === d.name && p.name === "keep")).toBe(true);
+  }, 60_000);
+
   it("tokenTransformation secrets go with the set to the serving cluster's agent that enforces network.rules, per team, never elsewhere", async () => {
     const a = await createTeam(unique("sp-tok"));
     const other = await createTeam(unique("sp-tok-other"));
