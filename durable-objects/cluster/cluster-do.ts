@@ -295,6 +295,14 @@ export class ClusterDO extends DurableObject<Env> {
     return { ok: true, sent: await next };
   }
 
+  /** Sends the set again if this session's agent has `team`'s profiles (a secret they name
+   * changed); no libSQL read otherwise. */
+  async resendForTeam(team: string): Promise<{ ok: true; sent: boolean }> {
+    this.load();
+    if (!this.profileTeams?.has(team)) return { ok: true, sent: false };
+    return this.sendSecurityProfiles();
+  }
+
   /** Whether the agent said in its hello that it enforces `network.rules`, and with them
    * SecurityProfiles: only such an agent gets profiles (which may hold literal tokens) and
    * secrets; the kubernetes driver's says false, an older agent nothing. */

@@ -147,10 +147,19 @@ describe("security profiles (admin API)", () => {
     await agent.waitUntil(() => agent.profileSecrets?.[a.name] !== undefined);
     expect(agent.profileSecrets).toEqual({ [a.name]: { "api-key": VALUE } });
     expect(JSON.stringify(agent.securityProfiles)).not.toContain(VALUE);
-    // A new value reaches the agent; another cluster never sees it.
+    // A new value reaches the agent; another cluster never sees it, nor gets a set again.
+    const barrier = async () => {
+      const tp = unique("tp");
+      await expectStatus(call(`/admin/teams/${a.name}/traffic-policies/${tp}`, { method: "PUT", body: { egress: { rules: [{ action: "allow", to: [{ fqdn: "*.a.test" }] }] } } }), 200);
+      await stranger.waitUntil(() => stranger.trafficPolicies?.some((p) => p.name === tp) ?? false);
+    };
+    await barrier();
+    const strangerSet = stranger.securityProfiles;
     const id = (await expectStatus(call("/secrets", { key: a.key }), 200)).find((x: { name: string }) => x.name === "api-key").secretID;
     await expectStatus(call(`/secrets/${id}`, { key: a.key, method: "POST", body: { value: `${VALUE}-2` } }), 200);
     await agent.waitUntil(() => agent.profileSecrets?.[a.name]?.["api-key"] === `${VALUE}-2`);
+    await barrier();
+    expect(stranger.securityProfiles).toBe(strangerSet);
     await stranger.waitUntil(() => stranger.securityProfiles !== null);
     expect(JSON.stringify(stranger.profileSecrets ?? {})).not.toContain(VALUE);
     // An agent that does not enforce profiles (the kubernetes driver's says networkRules false;
