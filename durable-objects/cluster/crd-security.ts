@@ -2,7 +2,8 @@
 // `securityprofileobjects`), applied through the admin API's operations: stored, sent to the agents
 // (ClusterDO.sendSecurityProfiles), and answered with the live sandboxes each selects (the object's
 // status). Only a cluster that serves the team (runs one of its templates) may set the team's
-// profiles, as for traffic policies (crd-traffic.ts); a global one any trusted cluster. The
+// profiles, as for traffic policies (crd-traffic.ts); a global one any trusted cluster, but never
+// one naming a secret (globalProfileRefusal: it would apply to every team's secrets). The
 // inventory prunes nothing: the team's profiles made through the admin API live beside them, and
 // the edge does not record which came from a cluster (an object deleted while the agent was down
 // stays until deleted through the admin API, as for TrafficPolicies).
