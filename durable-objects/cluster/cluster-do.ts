@@ -37,7 +37,7 @@ import { openClusterStore, type ClusterStore } from "./store.ts";
 import { edgeLogger } from "../tracing/edge-log.ts";
 import { getDb } from "../store/db.ts";
 import { listTrafficPolicies } from "../store/traffic-policies.ts";
-import { listSecurityProfiles, teamsServedBy } from "../store/security-profiles.ts";
+import { listSecurityProfiles, teamsWithTemplatesOn } from "../store/security-profiles.ts";
 import { tokenSecretNames, type SecurityProfileEntry } from "../../schema/api/security-profile.ts";
 import { teamSecretValues } from "../store/secrets.ts";
 import { transformSecrets } from "../../schema/egress/transforms.ts";
@@ -69,6 +69,9 @@ interface Attachment {
   helloAt: number | null;
   agentId: string | null;
 }
+
+/** How soon intents held for their team's profiles (holdIntents) are tried again. */
+const PROFILES_RETRY_MS = 1000;
 
 export class ClusterDO extends DurableObject<Env> {
   private state: ClusterState | null = null;
@@ -197,17 +200,19 @@ export class ClusterDO extends DurableObject<Env> {
 
   /** Why this cluster cannot take E2B `network.rules`, or null: only an agent that said in its
    * last hello that it enforces them may get them (an older agent, which says nothing, would run
-   * the sandbox with its rules silently unapplied). */
-  async networkRulesRefusal(name: string): Promise<string | null> {
+   * the sandbox with its rules silently unapplied). A driver that cannot is `not_implemented`;
+   * no agent connected yet to say so is `agent_unavailable` (503: retry once it is up). */
+  async networkRulesRefusal(name: string): Promise<{ code: ErrorCode; message: string } | null> {
     this.load();
     const store = this.store!;
     const stated = store.getMeta("networkRules");
     if (stated === "1") return null;
     const cluster = `network.rules is not supported on cluster "${name}"`;
     const driver = store.getMeta("driver");
-    if (stated === "0") return `${cluster}${driver ? ` (its agent runs the ${driver} driver, whose sandboxes' requests no proxy inspects)` : ""}`;
-    if (stated === "") return `${cluster}: its agent did not say it enforces them (an older agent); upgrade the agent`;
-    return `${cluster}: no agent has connected yet to say it enforces them; retry once the cluster's agent is up`;
+    const no = (message: string) => ({ code: ErrorCode.notImplemented, message });
+    if (stated === "0") return no(`${cluster}${driver ? ` (its agent runs the ${driver} driver, whose sandboxes' requests no proxy inspects)` : ""}`);
+    if (stated === "") return no(`${cluster}: its agent did not say it enforces them (an older agent); upgrade the agent`);
+    return { code: ErrorCode.agentUnavailable, message: `${cluster} yet: no agent has connected yet to say it enforces them; retry once the cluster's agent is up` };
   }
 
   /** A sandbox's log entries from its agent (E2B's logs routes; the caller checked the access). */
@@ -265,20 +270,21 @@ export class ClusterDO extends DurableObject<Env> {
 
   /**
    * Sends the agent the GlobalSecurityProfiles and the SecurityProfiles of the teams this cluster
-   * serves (`teamsServedBy`, plus `also`: teams of intents about to leave), never another team's:
+   * serves (those with a template here and those of the sandboxes it keeps, plus `also`: teams
+   * of intents about to leave), never another team's:
    * a profile may hold a literal token. The set replaces the agent's, so a team no longer served
    * is pruned there (at the next session: within one, a team once sent stays, as its sandbox may
-   * not be indexed yet). Sends go out in call order, each read fresh. `sent`: whether an agent was
-   * connected.
+   * not be indexed yet). Sends go out in call order, each read fresh. Nothing goes to an agent that
+   * does not apply profiles (appliesProfiles). `sent`: whether an agent was connected and got it.
    */
   async sendSecurityProfiles(also: Iterable<string> = []): Promise<{ ok: true; sent: boolean }> {
     this.load();
     const extra = [...also];
     const next = this.profilesChain.then(async () => {
-      if (!this.agentSocket()) return false;
+      if (!this.agentSocket() || !this.appliesProfiles()) return false;
       const db = getDb(this.env);
-      const teams = await teamsServedBy(db, this.store!.getMeta("cluster") ?? "local");
-      for (const t of [...extra, ...(this.profileTeams ?? [])]) teams.add(t);
+      const teams = await teamsWithTemplatesOn(db, this.store!.getMeta("cluster") ?? "local");
+      for (const t of [...extra, ...(this.profileTeams ?? []), ...this.store!.liveTeams()]) teams.add(t);
       const profiles = (await listSecurityProfiles(db)).filter((p) => p.team === null || teams.has(p.team));
       this.profileTeams = teams;
       const secrets = await this.profileSecrets(profiles, teams);
@@ -287,6 +293,21 @@ export class ClusterDO extends DurableObject<Env> {
     });
     this.profilesChain = next.catch(() => false);
     return { ok: true, sent: await next };
+  }
+
+  /** Sends the set again if this session's agent has `team`'s profiles (a secret they name
+   * changed); no libSQL read otherwise. */
+  async resendForTeam(team: string): Promise<{ ok: true; sent: boolean }> {
+    this.load();
+    if (!this.profileTeams?.has(team)) return { ok: true, sent: false };
+    return this.sendSecurityProfiles();
+  }
+
+  /** Whether the agent said in its hello that it enforces `network.rules`, and with them
+   * SecurityProfiles: only such an agent gets profiles (which may hold literal tokens) and
+   * secrets; the kubernetes driver's says false, an older agent nothing. */
+  private appliesProfiles(): boolean {
+    return this.store!.getMeta("networkRules") === "1";
   }
 
   async status(): Promise<ClusterStatus> {
@@ -572,30 +593,40 @@ export class ClusterDO extends DurableObject<Env> {
     };
     const needs = items.filter((i) => i.intent.desired.state !== "deleted" && i.intent.team && transformSecrets(i.intent.networkRules).length);
     // A team this session's profile set left out (a first sandbox here): its profiles go first.
-    const newTeams = new Set(items.flatMap((i) => (i.intent.desired.state !== "deleted" && i.intent.team && !this.profileTeams?.has(i.intent.team) ? [i.intent.team] : [])));
+    const newTeams = new Set(this.appliesProfiles() ? items.flatMap((i) => (i.intent.desired.state !== "deleted" && i.intent.team && !this.profileTeams?.has(i.intent.team) ? [i.intent.team] : [])) : []);
     if (!needs.length && !newTeams.size && !this.secretsChain) return go();
     const chain: Promise<void> = (this.secretsChain ?? Promise.resolve())
-      .then(() => (newTeams.size ? this.sendSecurityProfiles(newTeams) : undefined))
-      .then(() => this.attachSecrets(needs))
-      .catch((err: unknown) => LOG.error("secrets for intents", { error: err }))
-      .then(go)
+      .then(async () => {
+        if (newTeams.size && !(await this.sendSecurityProfiles(newTeams)).sent) throw new Error("the agent did not get the security profiles");
+      })
+      .then(() => this.attachSecrets(needs).catch((err: unknown) => LOG.error("secrets for intents", { error: err })))
+      .then(go, (err: unknown) => this.holdIntents(items, err))
       .finally(() => {
         if (this.secretsChain === chain) this.secretsChain = null;
       });
     this.secretsChain = chain;
   }
 
-  /** Per team of `teams`, the values of the secrets that its profiles' and the global ones'
+  /** A new team's intents wait for its profiles (a sandbox must not start without them): while
+   * the agent stays connected they are retried; otherwise its next session redelivers them. */
+  private holdIntents(items: typeof this.unsent, err: unknown): void {
+    LOG.warn("intents held until their teams' security profiles reach the agent", { error: err });
+    if (!this.agentSocket()) return;
+    this.unsent.unshift(...items);
+    this.unsentFlush ??= setTimeout(() => this.flushIntents(), PROFILES_RETRY_MS);
+  }
+
+  /** Per team of `teams`, the values of the secrets that its own profiles'
    * `tokenTransformation`s name, read now; undefined when there are none to send, no SECRETS_KEY,
    * or the agent did not say it enforces `network.rules` (it would not hold them apart). */
   private async profileSecrets(profiles: SecurityProfileEntry[], teams: Set<string>): Promise<Record<string, Record<string, string>> | undefined> {
     const key = this.env.SECRETS_KEY;
-    if (!key || this.store!.getMeta("networkRules") !== "1") return undefined;
-    const named = (team: string | null) => profiles.filter((p) => p.team === team).flatMap((p) => tokenSecretNames(p.spec));
-    const global = named(null);
+    if (!key) return undefined;
+    // Only a team's own profiles name its secrets (a global one may not: globalProfileRefusal).
+    const named = (team: string) => profiles.filter((p) => p.team === team).flatMap((p) => tokenSecretNames(p.spec));
     const out: Record<string, Record<string, string>> = {};
     for (const team of teams) {
-      const names = [...new Set([...global, ...named(team)])];
+      const names = [...new Set(named(team))];
       const values = await teamSecretValues(getDb(this.env), key, team, names);
       if (values.size) out[team] = Object.fromEntries(values);
     }

@@ -2,10 +2,12 @@
 // `securityprofileobjects`), applied through the admin API's operations: stored, sent to the agents
 // (ClusterDO.sendSecurityProfiles), and answered with the live sandboxes each selects (the object's
 // status). Only a cluster that serves the team (runs one of its templates) may set the team's
-// profiles, as for traffic policies (crd-traffic.ts); a global one any trusted cluster. The
+// profiles, as for traffic policies (crd-traffic.ts); a global one any trusted cluster, but never
+// one naming a secret (globalProfileRefusal: it would apply to every team's secrets). The
 // inventory prunes nothing: the team's profiles made through the admin API live beside them, and
 // the edge does not record which came from a cluster (an object deleted while the agent was down
 // stays until deleted through the admin API, as for TrafficPolicies).
+import { globalProfileRefusal } from "../../schema/api/security-profile.ts";
 import type { ReplyItem, SandboxId, SecurityProfileItem } from "../../schema/protocol/index.ts";
 import type { Env } from "../env.ts";
 import { getSecurityProfileView, removeSecurityProfile, setSecurityProfile } from "../operations/security-profiles.ts";
@@ -18,6 +20,8 @@ export async function applySecurityProfile(env: Env, cluster: string, item: Secu
   if (item.namespace !== null && !(await servesTeam(env, cluster, item.namespace))) {
     return { result: "rejected", code: "forbidden", message: `cluster ${cluster} runs no template of team ${item.namespace}, so it may not set the team's security profiles (apply a SandboxSet in the namespace first)` };
   }
+  const refused = item.namespace === null && "spec" in item ? globalProfileRefusal(item.spec) : null;
+  if (refused) return { result: "rejected", code: "bad_request", message: refused };
   if ("deleted" in item) {
     await removeSecurityProfile(env, item.namespace, item.name);
     return { result: "applied" };

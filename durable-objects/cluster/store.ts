@@ -30,6 +30,9 @@ export interface ClusterStore {
   outboxIntents(seqs: readonly number[]): { seq: number; intent: Intent }[];
   getMeta(key: string): string | null;
   setMeta(key: string, value: string): void;
+  /** The teams of the sandboxes this cluster is to keep (desired not deleted): the ones it serves
+   * whatever libSQL's index says (a template deleted or moved, an index row not written yet). */
+  liveTeams(): string[];
 }
 
 export function openClusterStore(sql: Sql): ClusterStore {
@@ -61,6 +64,10 @@ export function openClusterStore(sql: Sql): ClusterStore {
         "INSERT OR REPLACE INTO desired (sandbox_id, generation, owner, state, intent) VALUES (?, ?, ?, ?, ?)",
         i.sandboxId, i.generation, JSON.stringify(i.owner), i.desired.state, JSON.stringify(i),
       );
+    },
+    liveTeams() {
+      const rows = sql.exec<{ team: string | null }>("SELECT DISTINCT json_extract(intent, '$.team') AS team FROM desired WHERE state != 'deleted'").toArray();
+      return rows.flatMap((r) => (typeof r.team === "string" && r.team ? [r.team] : []));
     },
     dropDesired(id) {
       sql.exec("DELETE FROM desired WHERE sandbox_id = ?", id);

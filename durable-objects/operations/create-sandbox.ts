@@ -56,7 +56,7 @@ async function create(env: Env, caller: Caller, { version, body, ext }: CreateSa
     // Rules a cluster would take and not enforce would make the client believe a credential is
     // added (and a destination restricted) when it is not.
     const refusal = await env.CLUSTER.get(env.CLUSTER.idFromName(template.spec.cluster)).networkRulesRefusal(template.spec.cluster);
-    if (refusal) throw new ApiError("not_implemented", refusal);
+    if (refusal) throw new ApiError(refusal.code, refusal.message);
   }
 
   const resources: Resources = {

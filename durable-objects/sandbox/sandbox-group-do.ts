@@ -237,7 +237,7 @@ export class SandboxGroupDO extends DurableObject<Env> {
     const state = this.slots.find(id)?.state ?? null;
     if (!visibleTo(state, access)) return notFound(id);
     const refusal = update.rules && Object.keys(update.rules).length ? await this.cluster(state!.spec.cluster).networkRulesRefusal(state!.spec.cluster) : null;
-    if (refusal) return { ok: false, error: { code: ErrorCode.notImplemented, message: refusal } };
+    if (refusal) return { ok: false, error: refusal };
     const t = await this.apply(id, { type: "updateNetwork", ...update }, waitMs);
     if (!t.ok) return t;
     if (t.failure) return { ok: false, error: t.failure };

@@ -80,12 +80,13 @@ export async function updateSecret(
 }
 
 /** Deletes the secret and every version; false when there was none. */
-export async function deleteSecret(db: Db, teamId: string, idOrName: string): Promise<boolean> {
+/** The deleted secret's name, or null when there was none. */
+export async function deleteSecret(db: Db, teamId: string, idOrName: string): Promise<string | null> {
   const cur = await findSecret(db, teamId, idOrName);
-  if (!cur) return false;
+  if (!cur) return null;
   await db.delete(secrets).where(eq(secrets.id, cur.id));
   await db.delete(secretVersions).where(eq(secretVersions.secretId, cur.id));
-  return true;
+  return cur.name;
 }
 
 /** A page of the team's secrets by name; one extra row tells there is more. */

@@ -1,7 +1,7 @@
 // SecurityProfiles and GlobalSecurityProfiles (team "") in libSQL, from the admin API and the CRD sync.
-import { and, asc, eq, ne, or, sql } from "drizzle-orm";
+import { and, asc, eq, sql } from "drizzle-orm";
 import type { SecurityProfileEntry, SecurityProfileSpec } from "../../schema/api/security-profile.ts";
-import { sandboxes, securityProfiles, teams, templates } from "../../schema/db/tables.ts";
+import { securityProfiles, teams, templates } from "../../schema/db/tables.ts";
 import type { Db } from "./db.ts";
 
 export async function listSecurityProfiles(db: Db): Promise<SecurityProfileEntry[]> {
@@ -23,16 +23,11 @@ export async function deleteSecurityProfile(db: Db, team: string | null, name: s
   return gone.length > 0;
 }
 
-/** The teams `cluster` serves: those with a template there, and those with a live sandbox there
- * (a public template of another team runs it). Their profiles, and only theirs, go to its agent. */
-export async function teamsServedBy(db: Db, cluster: string): Promise<Set<string>> {
+/** The teams with a template on `cluster` (templates are rows of their team, so a same-named
+ * template of another team never counts). With the teams of the sandboxes the ClusterDO keeps
+ * there (ClusterStore.liveTeams), the teams whose profiles, and only theirs, go to its agent. */
+export async function teamsWithTemplatesOn(db: Db, cluster: string): Promise<Set<string>> {
   const onCluster = sql`coalesce(json_extract(${templates.spec}, '$.cluster'), 'local') = ${cluster}`;
   const owners = await db.selectDistinct({ name: teams.name }).from(templates).innerJoin(teams, eq(teams.id, templates.teamId)).where(onCluster);
-  const users = await db
-    .selectDistinct({ name: teams.name })
-    .from(sandboxes)
-    .innerJoin(teams, eq(teams.id, sandboxes.teamId))
-    .innerJoin(templates, and(eq(templates.templateId, sandboxes.templateId), or(eq(templates.teamId, sandboxes.teamId), eq(templates.public, true))))
-    .where(and(ne(sandboxes.state, "killed"), onCluster));
-  return new Set([...owners, ...users].map((r) => r.name));
+  return new Set(owners.map((r) => r.name));
 }

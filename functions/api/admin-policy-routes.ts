@@ -37,6 +37,8 @@ export interface PolicyRoutes<S extends z.ZodType, V extends { team: string | nu
   get(env: Env, team: string | null, name: string): Promise<V | undefined>;
   set(env: Env, team: string | null, name: string, spec: z.infer<S>): Promise<V>;
   remove(env: Env, team: string | null, name: string): Promise<boolean>;
+  /** Why a global object cannot hold this spec (a 400), or null. */
+  globalRefusal?(spec: z.infer<S>): string | null;
 }
 
 export function policyRoutes<S extends z.ZodType, V extends { team: string | null; name: string }>(o: PolicyRoutes<S, V>): Hono<AppEnv> {
@@ -68,6 +70,8 @@ export function policyRoutes<S extends z.ZodType, V extends { team: string | nul
     app.put(path, async (c) => {
       const t = await target(c, global);
       const spec = await readJson(c, o.spec);
+      const refused = t.team === null ? o.globalRefusal?.(spec) : null;
+      if (refused) throw new ApiError("bad_request", refused);
       const all = await o.keys(c.env);
       if (all.length >= o.max && !all.some((p) => p.team === t.team && p.name === t.name)) {
         throw new ApiError("bad_request", `at most ${o.max} ${o.plural.replace("-", " ")} in all; delete one first`);

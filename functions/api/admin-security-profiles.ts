@@ -7,7 +7,7 @@
 //   DELETE /admin/teams/{team}/security-profiles/{name}
 //   GET|PUT|DELETE /admin/global-security-profiles/{name}
 import { getSecurityProfileView, listSecurityProfileViews, removeSecurityProfile, securityProfileKeys, setSecurityProfile } from "../../durable-objects/operations/security-profiles.ts";
-import { MAX_SECURITY_PROFILES, SecurityProfileName, SecurityProfileSpec } from "../../schema/api/security-profile.ts";
+import { globalProfileRefusal, MAX_SECURITY_PROFILES, SecurityProfileName, SecurityProfileSpec } from "../../schema/api/security-profile.ts";
 import { policyRoutes } from "./admin-policy-routes.ts";
 
 export const adminSecurityProfiles = policyRoutes({
@@ -23,4 +23,5 @@ export const adminSecurityProfiles = policyRoutes({
   get: getSecurityProfileView,
   set: setSecurityProfile,
   remove: removeSecurityProfile,
+  globalRefusal: globalProfileRefusal,
 });

@@ -6,7 +6,7 @@ import { ListSecretsQuery, NewSecret, SecretUpdate } from "../../schema/api/secr
 import { ApiError } from "../api-error.ts";
 import { parseOr400, readJson } from "../body.ts";
 import type { AppEnv, Env } from "../env.ts";
-import { pushSecurityProfiles } from "../../durable-objects/operations/security-profiles.ts";
+import { secretChanged } from "../../durable-objects/operations/security-profiles.ts";
 import { audit } from "../../durable-objects/store/audit.ts";
 import { getDb } from "../../durable-objects/store/db.ts";
 import { MIN_SECRETS_KEY_LENGTH } from "../../durable-objects/store/secret-box.ts";
@@ -50,7 +50,7 @@ secretsApi.post("/secrets", async (c) => {
   const row = await createSecret(db, key, caller.teamId, { name: body.name, value: body.value, metadata: body.metadata ?? {} });
   if (!row) throw new ApiError("conflict", `A secret named "${body.name}" already exists`);
   c.executionCtx.waitUntil(audit(db, { teamId: caller.teamId, keyId: caller.keyId, action: "secret.create", target: row.id }).catch(() => {}));
-  c.executionCtx.waitUntil(pushSecurityProfiles(c.env).catch(() => 0));
+  c.executionCtx.waitUntil(secretChanged(c.env, caller.teamName, row.name).catch(() => 0));
   return c.json(renderSecret(row), 201);
 });
 
@@ -69,7 +69,7 @@ secretsApi.post("/secrets/:secretID", async (c) => {
   const row = await updateSecret(db, key, caller.teamId, c.req.param("secretID"), { value: body.value, metadata: body.metadata ?? undefined });
   if (!row) throw new ApiError("not_found", `Secret "${c.req.param("secretID")}" not found`);
   c.executionCtx.waitUntil(audit(db, { teamId: caller.teamId, keyId: caller.keyId, action: "secret.update", target: row.id, detail: { version: row.currentVersion } }).catch(() => {}));
-  c.executionCtx.waitUntil(pushSecurityProfiles(c.env).catch(() => 0));
+  c.executionCtx.waitUntil(secretChanged(c.env, caller.teamName, row.name).catch(() => 0));
   return c.json(renderSecret(row));
 });
 
@@ -77,8 +77,9 @@ secretsApi.delete("/secrets/:secretID", async (c) => {
   secretsKey(c.env);
   const caller = c.get("caller");
   const db = getDb(c.env);
-  if (!(await deleteSecret(db, caller.teamId, c.req.param("secretID")))) throw new ApiError("not_found", `Secret "${c.req.param("secretID")}" not found`);
+  const name = await deleteSecret(db, caller.teamId, c.req.param("secretID"));
+  if (name === null) throw new ApiError("not_found", `Secret "${c.req.param("secretID")}" not found`);
   c.executionCtx.waitUntil(audit(db, { teamId: caller.teamId, keyId: caller.keyId, action: "secret.delete", target: c.req.param("secretID") }).catch(() => {}));
-  c.executionCtx.waitUntil(pushSecurityProfiles(c.env).catch(() => 0));
+  c.executionCtx.waitUntil(secretChanged(c.env, caller.teamName, name).catch(() => 0));
   return c.body(null, 204);
 });

@@ -96,3 +96,12 @@ export function tokenSecretNames(spec: SecurityProfileSpec): string[] {
     return name ? [name.toLowerCase()] : [];
   });
 }
+
+/** Why a GlobalSecurityProfile cannot hold this spec, or null: one applies to every team's
+ * sandboxes, so a `tokenTransformation` in it would put each team's secret of that name into a
+ * header on whatever host that team's sandboxes call. Only a team's own profile may name the
+ * team's secrets. */
+export function globalProfileRefusal(spec: SecurityProfileSpec): string | null {
+  const named = tokenSecretNames(spec);
+  return named.length ? `a GlobalSecurityProfile may not name secrets (tokenTransformation of "${named[0]}"): it applies to every team's sandboxes; put it in a team's SecurityProfile` : null;
+}

@@ -214,8 +214,8 @@ export type TrafficPolicies = z.infer<typeof TrafficPoliciesSchema>;
 export const SecurityProfilesSchema = z.object({
   type: z.literal("securityProfiles"),
   profiles: z.array(SecurityProfileEntry).max(MAX_SECURITY_PROFILES),
-  /** Per team (of those the set holds), the values of the secrets its profiles' and the global
-   * ones' `tokenTransformation`s name (only those): sent only to an agent that said it enforces
+  /** Per team (of those the set holds), the values of the secrets its own profiles'
+   * `tokenTransformation`s name (only those): sent only to an agent that said it enforces
    * `network.rules` (it keeps them in memory, never persisted, logged or given to a sandbox). */
   secrets: z.record(z.string(), z.record(z.string(), z.string())).optional(),
 });

@@ -26,7 +26,7 @@ const put = (team: string, body: unknown, key?: string) => call(`/admin/teams/${
 describe("security profiles (admin API)", () => {
   it("a team's profile reaches its cluster's agent and lists the sandboxes it selects; a global one every team's", async () => {
     const team = await createTeam(unique("sp"));
-    const agent = await startAgent(team.cluster);
+    const agent = await startAgent(team.cluster, { networkRules: true });
     agents.push(agent);
     const labelled = await expectStatus(call("/v2/sandboxes", { key: team.key, body: { templateID: team.template, metadata: { "label:app": "agent" } } }), 201);
     const plain = await expectStatus(call("/v2/sandboxes", { key: team.key, body: { templateID: team.template } }), 201);
@@ -51,7 +51,7 @@ describe("security profiles (admin API)", () => {
 
     // An agent that connects later gets the set with its welcome.
     agent.disconnect();
-    const again = await startAgent(team.cluster);
+    const again = await startAgent(team.cluster, { networkRules: true });
     agents.push(again);
     await again.waitUntil(() => again.securityProfiles?.some((p) => p.name === "mcp") ?? false);
 
@@ -70,8 +70,8 @@ describe("security profiles (admin API)", () => {
     const c = await createTeam(unique("sp-c"));
     // a's template is public: any team may run a sandbox on a's cluster.
     await expectStatus(call(`/admin/teams/${a.name}/templates/${a.template}`, { method: "PUT", body: { public: true, spec: { cluster: a.cluster, replicas: 0 } } }), 200);
-    const agentA = await startAgent(a.cluster);
-    const agentB = await startAgent(b.cluster);
+    const agentA = await startAgent(a.cluster, { networkRules: true });
+    const agentB = await startAgent(b.cluster, { networkRules: true });
     agents.push(agentA, agentB);
     const token = { rules: [{ name: "key", match: [{ domains: ["api.b.test"] }], actions: { headerManipulation: { set: [{ name: "x-api-key", value: "literal-token-of-b" }] } } }] };
     await expectStatus(call(`/admin/teams/${b.name}/security-profiles/key`, { method: "PUT", body: token }), 200);
@@ -96,6 +96,43 @@ describe("security profiles (admin API)", () => {
     expect(agentA.securityProfiles!.some((p) => p.team === c.name)).toBe(true);
   }, 60_000);
 
+  it("a team's own template named like another team's public one does not make the other's cluster serve it", async () => {
+    const a = await createTeam(unique("sp-pub"));
+    const x = await createTeam(unique("sp-same"));
+    await expectStatus(call(`/admin/teams/${a.name}/templates/${a.template}`, { method: "PUT", body: { public: true, spec: { cluster: a.cluster, replicas: 0 } } }), 200);
+    // x's own template of the same id, on x's cluster; x's sandbox of it runs there.
+    await expectStatus(call(`/admin/teams/${x.name}/templates/${a.template}`, { method: "PUT", body: { spec: { cluster: x.cluster, replicas: 0 } } }), 201);
+    const agentA = await startAgent(a.cluster, { networkRules: true });
+    const agentX = await startAgent(x.cluster, { networkRules: true });
+    agents.push(agentA, agentX);
+    const sbx = await expectStatus(call("/v2/sandboxes", { key: x.key, body: { templateID: a.template } }), 201);
+    await agentX.waitUntil(() => agentX.received.some((r) => r.intent.sandboxId === sbx.sandboxID));
+    await expectStatus(call(`/admin/teams/${x.name}/security-profiles/key`, { method: "PUT", body: rule({ domains: ["x.test"] }, { headerManipulation: { set: [{ name: "x-k", value: "literal-of-x" }] } }) }), 200);
+    await agentX.waitUntil(() => agentX.securityProfiles?.some((p) => p.team === x.name) ?? false);
+    // A later global put: a's agent has the set that followed x's put, without x's profile.
+    const global = unique("g");
+    await expectStatus(call(`/admin/global-security-profiles/${global}`, { method: "PUT", body: rule({ domains: ["g.test"] }) }), 200);
+    await agentA.waitUntil(() => agentA.securityProfiles?.some((p) => p.name === global) ?? false);
+    expect(JSON.stringify(agentA.securityProfiles)).not.toContain("literal-of-x");
+    await expectStatus(call(`/admin/global-security-profiles/${global}`, { method: "DELETE" }), 204);
+  }, 60_000);
+
+  it("a running sandbox whose template was deleted keeps its team's profiles when the agent reconnects", async () => {
+    const d = await createTeam(unique("sp-del"));
+    const agent = await startAgent(d.cluster, { networkRules: true });
+    agents.push(agent);
+    const sbx = await expectStatus(call("/v2/sandboxes", { key: d.key, body: { templateID: d.template } }), 201);
+    await agent.waitUntil(() => agent.received.some((r) => r.intent.sandboxId === sbx.sandboxID));
+    await expectStatus(call(`/admin/teams/${d.name}/security-profiles/keep`, { method: "PUT", body: rule({ domains: ["d.test"] }) }), 200);
+    await agent.waitUntil(() => agent.securityProfiles?.some((p) => p.team === d.name) ?? false);
+    await expectStatus(call(`/admin/teams/${d.name}/templates/${d.template}`, { method: "DELETE" }), 204);
+    agent.disconnect();
+    const again = await startAgent(d.cluster, { networkRules: true });
+    agents.push(again);
+    await again.waitUntil(() => again.securityProfiles !== null);
+    expect(again.securityProfiles!.some((p) => p.team === d.name && p.name === "keep")).toBe(true);
+  }, 60_000);
+
   it("tokenTransformation secrets go with the set to the serving cluster's agent that enforces network.rules, per team, never elsewhere", async () => {
     const a = await createTeam(unique("sp-tok"));
     const other = await createTeam(unique("sp-tok-other"));
@@ -110,18 +147,37 @@ describe("security profiles (admin API)", () => {
     await agent.waitUntil(() => agent.profileSecrets?.[a.name] !== undefined);
     expect(agent.profileSecrets).toEqual({ [a.name]: { "api-key": VALUE } });
     expect(JSON.stringify(agent.securityProfiles)).not.toContain(VALUE);
-    // A new value reaches the agent; another cluster never sees it.
+    // A new value reaches the agent; another cluster never sees it, nor gets a set again.
+    const barrier = async () => {
+      const tp = unique("tp");
+      await expectStatus(call(`/admin/teams/${a.name}/traffic-policies/${tp}`, { method: "PUT", body: { egress: { rules: [{ action: "allow", to: [{ fqdn: "*.a.test" }] }] } } }), 200);
+      await stranger.waitUntil(() => stranger.trafficPolicies?.some((p) => p.name === tp) ?? false);
+    };
+    await barrier();
+    const strangerSet = stranger.securityProfiles;
     const id = (await expectStatus(call("/secrets", { key: a.key }), 200)).find((x: { name: string }) => x.name === "api-key").secretID;
     await expectStatus(call(`/secrets/${id}`, { key: a.key, method: "POST", body: { value: `${VALUE}-2` } }), 200);
     await agent.waitUntil(() => agent.profileSecrets?.[a.name]?.["api-key"] === `${VALUE}-2`);
+    await barrier();
+    expect(stranger.securityProfiles).toBe(strangerSet);
     await stranger.waitUntil(() => stranger.securityProfiles !== null);
     expect(JSON.stringify(stranger.profileSecrets ?? {})).not.toContain(VALUE);
-    // An agent that did not say it enforces network.rules gets the profile, not the secret.
+    // An agent that does not enforce profiles (the kubernetes driver's says networkRules false;
+    // an older one says nothing) gets neither the profiles, which may hold literal tokens, nor
+    // the secrets.
     agent.disconnect();
-    const older = await startAgent(a.cluster);
-    agents.push(older);
-    await older.waitUntil(() => older.securityProfiles?.some((p) => p.name === "tok") ?? false);
-    expect(older.profileSecrets).toBeUndefined();
+    for (const networkRules of [false, undefined]) {
+      const other = await startAgent(a.cluster, networkRules === undefined ? {} : { networkRules });
+      agents.push(other);
+      await expectStatus(call(`/admin/teams/${a.name}/security-profiles/tok`, { method: "PUT", body: spec }), 200);
+      // A traffic policy put after it: its frame follows any profile frame on the socket.
+      const tp = unique("tp");
+      await expectStatus(call(`/admin/teams/${a.name}/traffic-policies/${tp}`, { method: "PUT", body: { egress: { rules: [{ action: "allow", to: [{ fqdn: "*.a.test" }] }] } } }), 200);
+      await other.waitUntil(() => other.trafficPolicies?.some((p) => p.name === tp) ?? false);
+      expect(other.securityProfiles).toBeNull();
+      expect(other.profileSecrets).toBeUndefined();
+      other.disconnect();
+    }
   }, 60_000);
 
   it("refuses what the proxy cannot enforce as written, naming it; needs the admin key", async () => {
@@ -139,6 +195,11 @@ describe("security profiles (admin API)", () => {
     await expectError(call(`/admin/teams/${t}/security-profiles/Bad_Name`, { method: "PUT", body: mcp }), 400, /profile name/);
     await expectError(call(`/admin/teams/no-such-team-x/security-profiles/x`, { method: "PUT", body: mcp }), 404);
     await expectError(put(t, mcp, team.key), 403);
+    // A global profile applies to every team: naming a secret would put each team's secret of
+    // that name on whatever host its sandboxes call. Only a team's own profile may name it.
+    const token = rule({ domains: ["a.test"] }, { tokenTransformation: { type: "ApiKey", targetHeader: "x-k", credentialRef: { secret: { name: "k" } } } });
+    await expectError(call(`/admin/global-security-profiles/${unique("g")}`, { method: "PUT", body: token }), 400, /may not name secrets/);
+    await expectStatus(put(t, token), 200);
   });
 });
 
@@ -186,7 +247,7 @@ describe("SecurityProfile objects over the agent link", () => {
   it("a serving cluster's object becomes the team's profile, sent to agents; another cluster is refused; deletes remove it", async () => {
     const ns = unique("sp-crd");
     const link = (cluster: string) => fetchTransport((url, init) => exports.default.fetch(url, init) as never, "test-cluster-token", cluster);
-    const agent = new ScriptedAgent();
+    const agent = new ScriptedAgent({ networkRules: true });
     const crd = new CrdLink();
     await crd.connect(agent, link(ns));
     agents.push(agent);
@@ -217,11 +278,14 @@ describe("SecurityProfile objects over the agent link", () => {
     const crd = new CrdLink();
     await crd.connect(platform, link(unique("gsp-platform")));
     const team = await createTeam(unique("gsp-team"));
-    const teamAgent = await startAgent(team.cluster);
+    const teamAgent = await startAgent(team.cluster, { networkRules: true });
     agents.push(platform, teamAgent);
     const name = unique("gsp");
     const ref = { namespace: null, name, uid: `uid-${name}` };
     const spec = { priority: 5, selector: { matchLabels: { gsp: name } }, ...rule({ domains: ["*.internal.test"] }) };
+    const token = rule({ domains: ["a.test"] }, { tokenTransformation: { type: "ApiKey", targetHeader: "x-k", credentialRef: { secret: { name: "k" } } } });
+    expect(await crd.call("securityprofileobjects", { ...ref, generation: 1, spec: token })).toMatchObject({ result: "rejected", code: "bad_request", message: expect.stringMatching(/may not name secrets/) });
+    await expectError(call(`/admin/global-security-profiles/${name}`), 404);
     expect(await crd.call("securityprofileobjects", { ...ref, generation: 1, spec })).toMatchObject({ result: "applied", selectedSandboxes: [] });
     expect(await expectStatus(call(`/admin/global-security-profiles/${name}`), 200)).toMatchObject({ kind: "GlobalSecurityProfile", team: null, spec: { priority: 5 } });
     await teamAgent.waitUntil(() => teamAgent.securityProfiles?.some((p) => p.team === null && p.name === name) ?? false);

@@ -73,13 +73,16 @@ export function glob(pattern: string, s: string): boolean {
   return p === pattern.length;
 }
 
-/** Whether connections to `host` are opened and read (a bypass-only host is passed through). */
+/** Whether connections to `host` are opened and read. A bypassed host (only bypass rules name it)
+ * is passed through, even under `rateLimitAll`: the bypass is the more specific word. */
 export function inspects(p: L7Policy, host: string): boolean {
-  if (p.rateLimitAll && p.requestsPerMinute) return true;
-  if (p.profiles?.some((pr) => pr.rules.some((r) => !r.actions.bypass && r.match.some((m) => m.domains.some((d) => d === "*" || hostScore(d, host) >= 0))))) return true;
+  const names = (d: string) => d === "*" || hostScore(d, host) >= 0;
+  const profileRules = (p.profiles ?? []).flatMap((pr) => pr.rules.filter((r) => r.match.some((m) => m.domains.some(names))));
+  if (profileRules.some((r) => !r.actions.bypass)) return true;
   const rules = rulesFor(p.http, host);
   if (rules.some((r) => r.action !== "bypass")) return true;
-  if (rules.length > 0) return false;
+  if (rules.length > 0 || profileRules.length > 0) return false;
+  if (p.rateLimitAll && p.requestsPerMinute) return true;
   return rulesFor(p.mcp.map((m) => ({ ...m, host: m.server })), host).length > 0;
 }
 

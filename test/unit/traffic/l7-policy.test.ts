@@ -37,6 +37,11 @@ describe("policy", () => {
     expect(decideRequest(p, "h", "GET", "/v1/x").rule).toBe("ok");
     expect(decideRequest(p, "h", "POST", "/v2/x").rule).toBe("ok");
     expect([inspects(p, "h"), inspects(p, "b"), inspects(p, "a.mcp.io"), inspects(p, "other")]).toEqual([true, false, true, false]);
+    // A rate limit over every request inspects every host, except the bypassed ones.
+    const all: L7Policy = { ...p, requestsPerMinute: 10, rateLimitAll: true };
+    expect([inspects(all, "h"), inspects(all, "b"), inspects(all, "other")]).toEqual([true, false, true]);
+    const profile: L7Policy = { ...all, profiles: [{ name: "bp", priority: 0, rules: [{ name: "skip", match: [{ domains: ["p.test"] }], actions: { bypass: true } }] }] };
+    expect([inspects(profile, "p.test"), inspects(profile, "other")]).toEqual([false, true]);
   });
 
   it("decides MCP tools by server and tool glob; a named server's unnamed tool is denied; others ungoverned", () => {

@@ -77,11 +77,11 @@ describe("network.rules on a cluster whose driver does not enforce them", () => 
 });
 
 describe("network.rules on a cluster whose agent did not state it enforces them", () => {
-  it("are a 501 saying so (an older agent, or none connected yet), at create and at update", async () => {
+  it("are a 501 saying so for an older agent, and a retryable 503 while none has connected yet, at create and at update", async () => {
     const old = await createTeam(unique("old-agent"), { replicas: 1 });
     const rules = { "api.example.com": [{ transform: { headers: { a: "b" } } }] };
     const make = (network: unknown) => call("/v2/sandboxes", { key: old.key, body: { templateID: old.template, network } });
-    await expectError(make({ rules }), 501, new RegExp(`network\\.rules is not supported on cluster "${old.cluster}": no agent has connected yet`));
+    await expectError(make({ rules }), 503, new RegExp(`network\\.rules is not supported on cluster "${old.cluster}" yet: no agent has connected yet`));
     const oldAgent = await startAgent(old.cluster);
     try {
       await expectError(make({ rules }), 501, /its agent did not say it enforces them \(an older agent\)/);
