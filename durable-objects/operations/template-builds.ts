@@ -6,7 +6,7 @@
 import { MAX_BUILD_LOG_ENTRIES, MAX_TEAM_BUILDS, BUILD_SILENCE_MS, type BuildLogEntry, type BuildStatus, type TemplateBuildInfo, type TemplateBuildStart } from "../../schema/api/template-build.ts";
 import { TemplateSpec } from "../../schema/api/template.ts";
 import { ApiError } from "../../schema/errors.ts";
-import type { BuildEvents } from "../../schema/protocol/build.ts";
+import type { BuildEvents, BuildFrame } from "../../schema/protocol/build.ts";
 import type { Caller, Env } from "../env.ts";
 import { quotaStub } from "../quota/stub.ts";
 import { getDb } from "../store/db.ts";
@@ -76,11 +76,15 @@ export async function startBuild(env: Env, caller: Caller, templateId: string, b
   if (body.fromImageRegistry !== undefined) throw new ApiError("bad_request", "fromImageRegistry: this server pulls no images from registries; build from a template or a known base image");
   let from: { rootfs: string } | { image: string } = { image: body.fromImage ?? "e2bdev/base" };
   let inherit: BuildRow["inherit"] = null;
+  let config: BuildFrame["config"];
+  let commands: { startCmd?: string; readyCmd?: string } = { startCmd: body.startCmd, readyCmd: body.readyCmd };
   if (body.fromTemplate) {
     const base = await resolveTemplate(db, b.teamId, body.fromTemplate.name);
     if (!base) throw new ApiError("bad_request", `fromTemplate: template "${body.fromTemplate.name}" not found`);
     from = { rootfs: base.spec.image };
     inherit = inheritedSpec(base.spec);
+    config = { user: base.spec.user, workdir: base.spec.workdir, env: base.spec.env };
+    commands = inheritedCommands(base.spec, body);
   }
   for (const [i, s] of body.steps.entries()) {
     if (s.type === "COPY" && !(await hasFile(db, b.teamId, s.filesHash!))) throw new ApiError("bad_request", `steps.${i}: the files of COPY ${JSON.stringify(s.args[0]!.slice(0, 64))} were not uploaded (hash ${s.filesHash})`);
@@ -88,7 +92,7 @@ export async function startBuild(env: Env, caller: Caller, templateId: string, b
   if ((await activeBuilds(db, b.teamId)) >= MAX_TEAM_BUILDS) throw new ApiError("quota_exceeded", `team "${b.teamName}" already runs ${MAX_TEAM_BUILDS} builds; wait for one to finish`);
   const reserved = await quotaStub(env, b.teamId).reserve({ teamId: b.teamId, teamName: b.teamName, sandboxId: quotaKey(b.id), generation: 1, cpu: b.cpuCount, memoryMB: b.memoryMB });
   if (!reserved.ok) throw ApiError.from(reserved.error);
-  if (!(await moveBuild(db, b.id, ["waiting"], { status: "building", startCmd: body.startCmd ?? null, readyCmd: body.readyCmd ?? null, inherit }))) {
+  if (!(await moveBuild(db, b.id, ["waiting"], { status: "building", startCmd: commands.startCmd ?? null, readyCmd: commands.readyCmd ?? null, inherit }))) {
     await releaseQuota(env, b);
     throw new ApiError("conflict", `build "${buildId}" was already started`);
   }
@@ -97,6 +101,7 @@ export async function startBuild(env: Env, caller: Caller, templateId: string, b
     teamId: b.teamId,
     from,
     steps: body.steps,
+    ...(config ? { config } : {}),
     force: body.force,
     cpuCount: b.cpuCount,
     memoryMB: b.memoryMB,
@@ -110,12 +115,23 @@ export async function startBuild(env: Env, caller: Caller, templateId: string, b
 }
 
 /**
- * What a template built `fromTemplate(base)` takes from base's spec beside its layers: the code
+ * What a template built `fromTemplate(base)` takes from base's spec beside its layers, its config
+ * (user, workdir, env: the build's starting point) and its commands (`inheritedCommands`): the code
  * interpreter on port 49999 (its kernels need base's Python and Jupyter, which the layers carry,
  * and the flag, which the spec does). Added to the built template's spec; never removed from it.
  */
 export function inheritedSpec(base: TemplateSpec): BuildRow["inherit"] {
   return base.codeInterpreter ? { codeInterpreter: true } : null;
+}
+
+/**
+ * The start and ready commands of a template built `fromTemplate(base)`: its own, else base's, as
+ * a Dockerfile's CMD carries over from the image it is built FROM. A template that sets its own
+ * start command gets its own ready command with it (base's would check base's process), or none.
+ */
+export function inheritedCommands(base: TemplateSpec, own: Pick<TemplateBuildStart, "startCmd" | "readyCmd">): { startCmd?: string; readyCmd?: string } {
+  if (own.startCmd !== undefined) return { startCmd: own.startCmd, readyCmd: own.readyCmd };
+  return { startCmd: base.startCmd, readyCmd: own.readyCmd ?? base.readyCmd };
 }
 
 /** The key a build's resources are reserved under in the team's quota (beside its sandboxes). */

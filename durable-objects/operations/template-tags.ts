@@ -3,8 +3,8 @@
 import { ApiError } from "../../schema/errors.ts";
 import type { Caller, Env } from "../env.ts";
 import { getDb } from "../store/db.ts";
-import { buildsOf, deleteBuildsOf, deleteTags, putTags, tagsOf } from "../store/template-builds.ts";
-import { resolveTemplate } from "../store/templates.ts";
+import { buildsOf, deleteBuildsOf, deleteTags, imagesInUse, putTags, tagsOf } from "../store/template-builds.ts";
+import { getTemplate, resolveTemplate } from "../store/templates.ts";
 import { removeTemplate } from "./templates.ts";
 
 /** `GET /templates/aliases/{alias}`: the caller's template (or a build of it), or a public one. */
@@ -37,15 +37,26 @@ export async function listTags(env: Env, caller: Caller, templateId: string) {
   return (await tagsOf(db, caller.teamId, templateId)).map((t) => ({ tag: t.tag, buildID: t.buildId, createdAt: new Date(t.createdAt).toISOString() }));
 }
 
+/** A rootfs name a build published (`b-<buildID>`); `base` and imported ones are not the edge's. */
+const BUILT_IMAGE = /^b-[a-z0-9-]{1,64}$/;
+
 /** `DELETE /templates/{id}`: the caller's template, its pool and its builds. Each cluster's agent
- * is asked to free the builds' root filesystems (it keeps layers a sandbox still mounts). */
+ * is asked to free the root filesystems of its builds (and the one its spec named) that no other
+ * template names and no remaining build published: two templates may share one build's image
+ * (`code-interpreter-v1` and `code-interpreter`), and deleting either leaves the other working;
+ * the last one's delete frees it. The agent keeps layers a sandbox still mounts. */
 export async function deleteTemplateAndBuilds(env: Env, caller: Caller, templateId: string): Promise<void> {
+  const db = getDb(env);
+  const template = await getTemplate(db, caller.teamId, templateId);
   const removed = await removeTemplate(env, caller.teamId, templateId);
   if (!removed.ok) throw ApiError.from(removed.error);
-  const db = getDb(env);
-  const images = new Map<string, string[]>();
-  for (const b of await buildsOf(db, caller.teamId, templateId)) images.set(b.cluster, [...(images.get(b.cluster) ?? []), b.image]);
+  const candidates = new Map<string, string>();
+  for (const b of await buildsOf(db, caller.teamId, templateId)) candidates.set(b.image, b.cluster);
+  if (template && BUILT_IMAGE.test(template.spec.image)) candidates.set(template.spec.image, template.spec.cluster);
   const builds = await deleteBuildsOf(db, caller.teamId, templateId);
   if (!removed.found && !builds) throw new ApiError("template_not_found", `Template "${templateId}" not found`);
+  const kept = await imagesInUse(db, [...candidates.keys()]);
+  const images = new Map<string, string[]>();
+  for (const [image, cluster] of candidates) if (!kept.has(image)) images.set(cluster, [...(images.get(cluster) ?? []), image]);
   for (const [cluster, names] of images) await env.CLUSTER.get(env.CLUSTER.idFromName(cluster)).deleteRootfs(names.slice(0, 1000));
 }

@@ -2,7 +2,7 @@
 // build operations (operations/template-builds.ts) are the only writers.
 import { and, asc, desc, eq, gte, inArray, lte, sql } from "drizzle-orm";
 import type { BuildStatus } from "../../schema/api/template-build.ts";
-import { templateBuildLogs, templateBuilds, templateTags } from "../../schema/db/tables.ts";
+import { templateBuildLogs, templateBuilds, templates, templateTags } from "../../schema/db/tables.ts";
 import type { BuildLog } from "../../schema/protocol/build.ts";
 import type { Db } from "./db.ts";
 
@@ -53,6 +53,19 @@ export async function deleteBuildsOf(db: Db, teamId: string, templateId: string)
   await db.delete(templateTags).where(and(eq(templateTags.teamId, teamId), eq(templateTags.templateId, templateId)));
   const rows = await db.delete(templateBuilds).where(and(eq(templateBuilds.teamId, teamId), eq(templateBuilds.templateId, templateId))).returning({ id: templateBuilds.id });
   return rows.length;
+}
+
+/** Which of `images` (built rootfs names) a template of any team still names, or a build row still
+ * publishes: another template put with the same image (`code-interpreter-v1` beside
+ * `code-interpreter`), or a build of another template. Those are not freed. */
+export async function imagesInUse(db: Db, images: string[]): Promise<Set<string>> {
+  if (!images.length) return new Set();
+  const named = await db
+    .select({ image: sql<string>`json_extract(${templates.spec}, '$.image')` })
+    .from(templates)
+    .where(inArray(sql`json_extract(${templates.spec}, '$.image')`, images));
+  const built = await db.select({ image: templateBuilds.image }).from(templateBuilds).where(inArray(templateBuilds.image, images));
+  return new Set([...named, ...built].map((r) => r.image));
 }
 
 /** Appends entries the agent numbered; a repeated seq is ignored, entries past `max` dropped. */

@@ -134,7 +134,7 @@ export const templateBuilds = sqliteTable(
     cpuCount: integer("cpu_count").notNull(),
     memoryMB: integer("memory_mb").notNull(),
     tags: text("tags", { mode: "json" }).$type<string[]>().notNull(),
-    /** TemplateBuildStart's startCmd/readyCmd, kept for the template. */
+    /** TemplateBuildStart's startCmd/readyCmd (or the `fromTemplate` base's), kept for the template. */
     startCmd: text("start_cmd"),
     readyCmd: text("ready_cmd"),
     reason: text("reason", { mode: "json" }).$type<{ message: string; step?: string }>(),

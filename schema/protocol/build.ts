@@ -28,6 +28,9 @@ export const BuildFrameSchema = z.object({
   /** Base: a rootfs template name (from another template), or an image reference to map. */
   from: z.union([z.object({ rootfs: RootfsName }), z.object({ image: z.string().min(1).max(MAX_NAME_LENGTH) })]),
   steps: z.array(TemplateStep).max(MAX_BUILD_STEPS),
+  /** What the first step runs with: the base template's user, workdir and env (`fromTemplate`, as
+   * an image's USER/WORKDIR/ENV carry into a Dockerfile built FROM it). Absent: E2B's defaults. */
+  config: z.object({ user: z.string().max(32), workdir: z.string().max(MAX_PATH_LENGTH), env: EnvVars }).optional(),
   force: z.boolean(),
   /** Each step's cgroup limits: the build's CPU and memory (as reserved in the team quota). */
   cpuCount: z.int().min(1).max(256).default(1),

@@ -9,11 +9,25 @@ import { getDb } from "../../../durable-objects/store/db.ts";
 import { BUILD_SILENCE_MS, MAX_TEMPLATE_FILE_BYTES } from "../../../schema/api/template-build.ts";
 import { templateBuilds } from "../../../schema/db/tables.ts";
 import { call, createTeam, expectError, expectStatus, startAgent, unique } from "../helpers.ts";
+import type { ScriptedAgent } from "../../support/scripted-agent.ts";
 
 const HASH = "a".repeat(64);
 
 async function requestBuild(key: string, name: string) {
   return expectStatus(call("/v3/templates", { key, body: { name, cpuCount: 1, memoryMB: 512 } }), 202);
+}
+
+/** A build of `name` on the team's cluster (the scripted agent's) with `body` as its start, which
+ * the agent reports ready with the config it was handed; answers the frame and the built spec. */
+async function buildReady(team: { name: string; key: string; cluster: string }, agent: ScriptedAgent, name: string, body: Record<string, unknown>) {
+  await expectStatus(call(`/admin/teams/${team.name}/templates/${name}`, { method: "PUT", body: { spec: { cluster: team.cluster } } }), 201);
+  const { buildID } = await requestBuild(team.key, name);
+  await expectStatus(call(`/v2/templates/${name}/builds/${buildID}`, { key: team.key, body: { steps: [{ type: "RUN", args: ["true"] }], ...body } }), 202);
+  await agent.waitUntil(() => agent.builds.some((b) => b.buildId === buildID));
+  const frame = agent.builds.find((b) => b.buildId === buildID)!;
+  agent.sendFrame({ type: "buildEvents", items: [{ buildId: buildID, logs: [], result: { status: "ready", ...(frame.config ?? { user: "user", workdir: "/home/user", env: {} }) } }] });
+  await poll(async () => (await expectStatus(call(`/templates/${name}/builds/${buildID}/status`, { key: team.key }), 200)).status === "ready");
+  return { frame, spec: (await expectStatus(call(`/admin/teams/${team.name}/templates/${name}`), 200)).spec as Record<string, unknown> & { image: string } };
 }
 
 describe("template build API", () => {
@@ -125,18 +139,51 @@ describe("template build API", () => {
     const team = await createTeam(unique("tb-ci"), { spec: { codeInterpreter: true } });
     const agent = await startAgent(team.cluster, { builder: true });
     try {
-      const built = async (name: string, fromTemplate: string) => {
-        // On the team's cluster (the scripted agent's), as a team's first build of a name is not.
-        await expectStatus(call(`/admin/teams/${team.name}/templates/${name}`, { method: "PUT", body: { spec: { cluster: team.cluster } } }), 201);
-        const { buildID } = await requestBuild(team.key, name);
-        await expectStatus(call(`/v2/templates/${name}/builds/${buildID}`, { key: team.key, body: { fromTemplate, steps: [{ type: "RUN", args: ["true"] }] } }), 202);
-        await agent.waitUntil(() => agent.builds.some((b) => b.buildId === buildID));
-        agent.sendFrame({ type: "buildEvents", items: [{ buildId: buildID, logs: [], result: { status: "ready", user: "user", workdir: "/home/user", env: {} } }] });
-        await poll(async () => (await expectStatus(call(`/templates/${name}/builds/${buildID}/status`, { key: team.key }), 200)).status === "ready");
-        return (await expectStatus(call(`/admin/teams/${team.name}/templates/${name}`), 200)).spec as { image: string; codeInterpreter?: boolean };
-      };
+      const built = async (name: string, fromTemplate: string) => (await buildReady(team, agent, name, { fromTemplate })).spec;
       expect(await built(`${team.template}-derived`, team.template)).toMatchObject({ codeInterpreter: true });
       expect((await built(`${team.template}-plain`, "base")).codeInterpreter).toBeUndefined();
+    } finally {
+      agent.disconnect();
+    }
+  });
+
+  it("a build fromTemplate starts from the parent's user, workdir and env and takes its start and ready commands unless it sets its own", async () => {
+    const parent = { user: "worker", workdir: "/srv/app", env: { PARENT_VAR: "p" }, startCmd: "parent-start", readyCmd: "parent-ready" };
+    const team = await createTeam(unique("tb-inh"), { spec: parent });
+    const agent = await startAgent(team.cluster, { builder: true });
+    try {
+      const built = (name: string, start: Record<string, string>) => buildReady(team, agent, name, { fromTemplate: team.template, ...start });
+      const child = await built(`${team.template}-child`, {});
+      expect(child.frame.config).toEqual({ user: "worker", workdir: "/srv/app", env: { PARENT_VAR: "p" } });
+      expect(child.spec).toMatchObject(parent);
+      const own = await built(`${team.template}-own`, { startCmd: "own-start" });
+      expect(own.spec).toMatchObject({ user: "worker", startCmd: "own-start" });
+      expect(own.spec.readyCmd).toBeUndefined();
+      const ready = await built(`${team.template}-ready`, { readyCmd: "own-ready" });
+      expect(ready.spec).toMatchObject({ startCmd: "parent-start", readyCmd: "own-ready" });
+    } finally {
+      agent.disconnect();
+    }
+  });
+
+  it("a built image two templates name is freed only when the last of them is deleted", async () => {
+    const team = await createTeam(unique("tb-shared"));
+    const agent = await startAgent(team.cluster, { builder: true });
+    try {
+      const built = async (name: string) => (await buildReady(team, agent, name, {})).spec;
+      const name = `${team.template}-built`;
+      const shared = await built(name);
+      const other = await built(`${name}-other`);
+      await expectStatus(call(`/admin/teams/${team.name}/templates/${name}-alias`, { method: "PUT", body: { spec: shared } }), 201);
+
+      await expectStatus(call(`/templates/${name}`, { key: team.key, method: "DELETE" }), 204);
+      // Frames reach the agent in order: once the later delete's is there, the first sent none.
+      await expectStatus(call(`/templates/${name}-other`, { key: team.key, method: "DELETE" }), 204);
+      await vi.waitFor(() => expect(agent.rootfsDeletes).toContain(other.image));
+      expect(agent.rootfsDeletes).toEqual([other.image]);
+      // The last template naming it (no build of its own) frees it.
+      await expectStatus(call(`/templates/${name}-alias`, { key: team.key, method: "DELETE" }), 204);
+      await vi.waitFor(() => expect(agent.rootfsDeletes).toEqual([other.image, shared.image]));
     } finally {
       agent.disconnect();
     }

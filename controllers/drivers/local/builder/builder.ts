@@ -171,7 +171,7 @@ export class TemplateBuilder {
     }
     const baseLayers = store.template(baseName)!.layers;
     ev.add(`FROM ${baseName} (${baseLayers.length} layer${baseLayers.length === 1 ? "" : "s"})`, "info", "base");
-    const plan = planSteps({ teamId: frame.teamId, buildId: frame.buildId, baseLayers, steps: frame.steps, force: frame.force });
+    const plan = planSteps({ teamId: frame.teamId, buildId: frame.buildId, baseLayers, steps: frame.steps, force: frame.force, config: frame.config });
     const layers = [...baseLayers];
     for (const p of plan.steps) {
       const line = describeStep(p, plan.steps.length);

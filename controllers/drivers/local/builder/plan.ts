@@ -3,7 +3,8 @@
 import { createHash } from "node:crypto";
 import type { TemplateStep } from "../../../../schema/api/template-build.ts";
 
-/** What every step starts from and the finished template gets: E2B's defaults for `base`. */
+/** What the first step runs with and the finished template gets unless a step changes it: E2B's
+ * defaults for an image, the base template's own for `fromTemplate`. */
 export interface BuildConfig {
   user: string;
   workdir: string;
@@ -55,13 +56,15 @@ export function sha(...parts: string[]): string {
 }
 
 /**
- * Plans the steps from a base whose layers are `baseLayers`. Keys chain: each is the hash of the
+ * Plans the steps from a base whose layers are `baseLayers` and whose config is `config`. Keys chain: each is the hash of the
  * parent key, the step and the config it runs with, and the team (layers are never shared between
  * teams). A forced step mixes the build id in, so it and everything after it get new keys.
  */
-export function planSteps(input: { teamId: string; buildId: string; baseLayers: string[]; steps: TemplateStep[]; force: boolean }): { steps: PlannedStep[]; config: BuildConfig } {
+export function planSteps(input: { teamId: string; buildId: string; baseLayers: string[]; steps: TemplateStep[]; force: boolean; config?: BuildConfig }): { steps: PlannedStep[]; config: BuildConfig } {
   let key = sha("template-build-v1", input.teamId, ...input.baseLayers);
-  let config: BuildConfig = { ...DEFAULT_CONFIG, env: {} };
+  // Field order fixed: the config is part of each key, so a base with E2B's defaults keys as before.
+  const start = input.config ?? DEFAULT_CONFIG;
+  let config: BuildConfig = { user: start.user, workdir: start.workdir, env: { ...start.env } };
   let forced = input.force;
   const steps: PlannedStep[] = [];
   for (const [i, step] of input.steps.entries()) {

@@ -28,6 +28,17 @@ describe("build plan", () => {
     expect(user.steps[2]!.config).toMatchObject({ user: "root", workdir: "/app" });
   });
 
+  it("a base's config is the first step's and the result's unless a step changes it; E2B's defaults key as no config does", () => {
+    const config = { user: "worker", workdir: "/srv", env: { P: "1" } };
+    const from = planSteps({ ...base, config, steps: [run("a"), { type: "ENV", args: ["C", "2"], force: false }] });
+    expect(from.steps[0]!.config).toEqual(config);
+    expect(from.config).toEqual({ user: "worker", workdir: "/srv", env: { P: "1", C: "2" } });
+    expect(from.steps[0]!.key).not.toBe(planSteps({ ...base, steps: [run("a")] }).steps[0]!.key);
+    // Field order does not matter: a base with E2B's defaults keeps the layers built without one.
+    const defaults = { env: {}, workdir: "/home/user", user: "user" };
+    expect(planSteps({ ...base, config: defaults, steps: [run("a")] }).steps[0]!.key).toBe(planSteps({ ...base, steps: [run("a")] }).steps[0]!.key);
+  });
+
   it("a forced step and every later one are forced, with keys of this build only", () => {
     const steps = [run("a"), run("b", true), run("c")];
     const one = planSteps({ ...base, steps }).steps;
