@@ -5,6 +5,7 @@
 // objects call sandboxes' runtimes too (lifecycle hooks, hooks/run-hook.ts).
 import { ingressKey, SIGNATURE_HEADER, signIngress } from "../schema/ingress/signature.ts";
 import type { Env } from "./env.ts";
+import { currentTraceparent } from "./tracing/edge-tracing.ts";
 
 const URL_TTL_MS = 5_000;
 /** "Not connected" is kept shorter: a restarted agent is served again as soon as it is back. */
@@ -54,6 +55,9 @@ export async function edgeFetch(env: Env, call: EdgeCall): Promise<Response | nu
   headers.set(SIGNATURE_HEADER, await signIngress(await signingKey(env), { sandboxId: call.sandboxId, port: call.port, method: call.method, pathAndQuery: call.pathAndQuery }, Date.now()));
   if (call.accessToken !== null) headers.set("x-access-token", call.accessToken);
   for (const [k, v] of Object.entries(call.headers ?? {})) headers.set(k, v);
+  // A hook or probe run in a traced step: the ingress and the runtime join its trace.
+  const traceparent = currentTraceparent();
+  if (traceparent) headers.set("traceparent", traceparent);
   try {
     return await fetch(new URL(call.pathAndQuery, base), { method: call.method, headers, body: call.body, signal: AbortSignal.timeout(call.timeoutMs) });
   } catch {

@@ -1,5 +1,6 @@
 // Wiring of the in-cluster agent: driver + embedded agent-runtime + ingress + link + reconciler.
 // `main.ts` is the CLI around it; tests and the launcher call startAgent directly or run main.ts.
+import { RUNTIME_SCOPE, traceHop } from "../lib/tracing.ts";
 import { randomUUID } from "node:crypto";
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import type { AddressInfo } from "node:net";
@@ -99,6 +100,7 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
   // Stop-paused sandboxes' code contexts are kept on disk too: they outlive an agent restart.
   const runtime = createRuntime({
     parkedDir: join(opts.dataDir, "runtime-parked"),
+    traceRequest: (name, req, res, attributes) => traceHop(name, req, res, attributes, RUNTIME_SCOPE),
     onError: (err) => (opts.log ? log(`runtime error: ${(err as Error)?.stack ?? err}`) : runtimeLog.error("request failed", { error: (err as Error)?.stack ?? String(err) })),
   });
   const store = new IntentStore(join(opts.dataDir, "intents"));

@@ -9,6 +9,7 @@ import { MASK_HOST_HEADER, SIGNATURE_HEADER, isUnnamedSignedFileRequest } from "
 import { ingressVerifier } from "./ingress-verify.ts";
 import { SANDBOX_ID_PATTERN } from "../../schema/protocol/ids.ts";
 import type { Runtime } from "../runtime/runtime.ts";
+import { traceHop } from "../lib/tracing.ts";
 
 export const ENVD_PORT = 49983;
 /** E2B's code interpreter port: the runtime serves it for the sandboxes it runs whose template has
@@ -122,6 +123,9 @@ export async function createIngress(opts: IngressOptions): Promise<Server> {
     const admitted = await admit(req);
     if ("status" in admitted) return deny(res, admitted.status, admitted.message);
     const { sandboxId, port } = admitted;
+    // The path only (a query may carry a signed URL's signature), bounded: the tenant's data.
+    const path = (req.url ?? "/").split("?", 1)[0]!.slice(0, 256);
+    traceHop("ingress", req, res, { "sandbox.id": sandboxId, "sandbox.port": port, "http.request.method": req.method ?? "", "url.path": path });
 
     const remote = sandboxId ? opts.remoteRuntime?.(sandboxId) : undefined;
     if (port === ENVD_PORT && !remote) return opts.runtime.handler(req, res);

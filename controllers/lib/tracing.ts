@@ -6,7 +6,8 @@
 //
 // A new step in a traced path (a snapshot, an ops run) is one line:
 //   await withSpan("snapshot.create", parent, { "sandbox.id": id }, (ctx) => doIt(ctx));
-import { context, ROOT_CONTEXT, SpanStatusCode, trace, type Attributes, type Context } from "@opentelemetry/api";
+import type { IncomingMessage, ServerResponse } from "node:http";
+import { context, ROOT_CONTEXT, SpanKind, SpanStatusCode, trace, type Attributes, type Context } from "@opentelemetry/api";
 import { W3CTraceContextPropagator } from "@opentelemetry/core";
 import { OTLPTraceExporter } from "@opentelemetry/exporter-trace-otlp-http";
 import { resourceFromAttributes } from "@opentelemetry/resources";
@@ -83,4 +84,22 @@ export async function withSpan<T>(name: string, parent: Context, attributes: Att
 /** The trace id of a context's span ("" when none), for log lines. */
 export function traceIdOf(ctx: Context): string {
   return trace.getSpan(ctx)?.spanContext().traceId ?? "";
+}
+
+/**
+ * An HTTP hop (the ingress, the runtime) as a server span: a child of the request's `traceparent`,
+ * ending when the answer is done (a stream's end included). The request's traceparent becomes the
+ * span's own, so the next hop it is handed to is its child. Off, nothing is read or made.
+ */
+export function traceHop(name: string, req: IncomingMessage, res: ServerResponse, attributes: Attributes, scope = AGENT_SCOPE): void {
+  if (!provider) return;
+  const given = req.headers.traceparent;
+  const span = trace.getTracer(scope).startSpan(name, { kind: SpanKind.SERVER, attributes }, parentFrom(typeof given === "string" ? given : undefined));
+  const own = traceparentOf(trace.setSpan(ROOT_CONTEXT, span));
+  if (own) req.headers.traceparent = own;
+  res.once("close", () => {
+    span.setAttribute("http.response.status_code", res.statusCode);
+    if (res.statusCode >= 500 || !res.writableFinished) span.setStatus({ code: SpanStatusCode.ERROR, message: res.writableFinished ? `status ${res.statusCode}` : "cut before its end" });
+    span.end();
+  });
 }

@@ -26,6 +26,9 @@ export interface RuntimeOptions {
   /** Keep Stop-paused sandboxes' carried state (code contexts) in files here too, so it outlives
    * the process (the agent's data directory); without it, it is kept in memory only. */
   parkedDir?: string;
+  /** Makes each request a span (the agent's tracing, controllers/lib/tracing.ts `traceHop`);
+   * injected so the runtime's own bundle carries no OpenTelemetry. */
+  traceRequest?: (name: string, req: IncomingMessage, res: ServerResponse, attributes: Record<string, string>) => void;
 }
 
 export type ListenTarget = { port: number; host?: string } | { socket: string };
@@ -135,6 +138,8 @@ export function createRuntime(opts: RuntimeOptions = {}): Runtime {
     const isRpc = RPC_PREFIXES.some((p) => url.pathname.startsWith(p));
     const endpoint = isRpc ? undefined : routes[`${req.method} ${url.pathname}`];
     if (!isRpc && !endpoint) return sendError(res, 404, `no route for ${req.method} ${url.pathname}`);
+    // A span per request, named by its RPC or route (a bounded set), under the ingress's.
+    opts.traceRequest?.(isRpc ? url.pathname.slice(1, 128) : `${req.method} ${url.pathname}`, req, res, { "sandbox.id": sbx.id });
     if (!endpoint?.selfAuth) {
       const token = req.headers["x-access-token"];
       if (!sbx.checkToken(Array.isArray(token) ? token[0] : token)) return sendError(res, 401, UNAUTHORIZED);

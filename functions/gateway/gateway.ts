@@ -2,7 +2,7 @@
 // the sandbox's cluster ingress. It checks the caller's token against the sandbox's group object, wakes a paused
 // sandbox whose lifecycle says so (authorised requests only), signs the request for the ingress,
 // and streams both ways without buffering.
-import type { MiddlewareHandler } from "hono";
+import type { Context, MiddlewareHandler } from "hono";
 import { ErrorCode } from "../../schema/errors.ts";
 import { isUnnamedSignedFileRequest, MASK_HOST_HEADER, SIGNATURE_HEADER, signIngress } from "../../schema/ingress/signature.ts";
 import { sandboxHandle } from "../../durable-objects/sandbox/stub.ts";
@@ -12,6 +12,8 @@ import { guardConnectStream, isConnectStream } from "./connect-guard.ts";
 import { forgetIngress, ingressUrl, signingKey } from "./ingress-client.ts";
 import { ENVD_PORT, gatewayTarget, type GatewayTarget } from "./target.ts";
 import { afterWake } from "../../durable-objects/operations/pause-resume.ts";
+import { currentTraceparent } from "../../durable-objects/tracing/edge-tracing.ts";
+import { traceGateway } from "./gateway-tracing.ts";
 
 /** Bound on holding a request while its sandbox wakes. */
 const WAKE_WAIT_MS = 15_000;
@@ -61,6 +63,10 @@ async function forward(env: Env, req: Request, url: URL, t: GatewayTarget, clust
   if (maskRequestHost && t.port !== ENVD_PORT) headers.set(MASK_HOST_HEADER, maskRequestHost.replaceAll("${PORT}", String(t.port)));
   headers.set(SIGNATURE_HEADER, await signIngress(await signingKey(env), { sandboxId: t.sandboxId, port: t.port, method: req.method, pathAndQuery }, Date.now()));
   headers.delete("host");
+  // The gateway's span is the next hop's parent (with tracing off the caller's traceparent, if
+  // any, passes through as it came).
+  const traceparent = currentTraceparent();
+  if (traceparent) headers.set("traceparent", traceparent);
   let upstream: Response;
   try {
     upstream = await fetch(new URL(pathAndQuery, base), {
@@ -113,36 +119,39 @@ export function gateway(): MiddlewareHandler<AppEnv> {
     if (!target) {
       const url = new URL(req.url);
       if (!isUnnamedSignedFileRequest(req.method, url)) return next();
-      return forward(c.env, req, url, { sandboxId: "", port: ENVD_PORT }, SIGNED_URL_CLUSTERS[0]!);
+      return traceGateway(c, url, { sandboxId: "", port: ENVD_PORT }, () => forward(c.env, req, url, { sandboxId: "", port: ENVD_PORT }, SIGNED_URL_CLUSTERS[0]!));
     }
     if ("error" in target) return json(400, { code: 400, message: target.error });
     if (req.method === "OPTIONS") {
       return new Response(null, { status: 204, headers: { "access-control-allow-origin": "*", "access-control-allow-methods": "*", "access-control-allow-headers": "*" } });
     }
-
     const url = new URL(req.url);
-    // Straight to the sandbox's group: one Durable Object call per request, not two.
-    const stub = sandboxHandle(c.env, target.sandboxId);
-    const found = await stub.route();
-    if (!found.ok) return notFound(target.sandboxId);
-    let route = found.route;
-    if (!(await authorised(req, url, target, route))) {
-      // envd's own answer for its port; a user port without its traffic token is refused as
-      // E2B's proxy refuses it, with 403.
-      if (target.port !== ENVD_PORT) return json(403, { code: 403, message: `sandbox ${target.sandboxId} port ${target.port} needs a valid e2b-traffic-access-token header (allowPublicTraffic is false)` });
-      return json(401, { code: 401, message: "unauthorized access, please provide a valid access token or method signing if supported" });
-    }
-    if (route.state === "paused" || route.phase !== "Running") {
-      if (route.state !== "paused" || !route.autoResume) return notFound(target.sandboxId);
-      const woken = await stub.wake(WAKE_WAIT_MS);
-      if (!woken.ok) {
-        if (woken.error.code === ErrorCode.sandboxNotFound || woken.error.code === ErrorCode.notFound) return notFound(target.sandboxId);
-        return json(503, { code: 503, message: `sandbox ${target.sandboxId} is waking up: ${woken.error.message}` }, { "retry-after": "1" });
-      }
-      route = woken.route;
-      // postResume runs beside the request that woke it (not before: traffic waits on no hook).
-      if (woken.resumed) c.executionCtx.waitUntil(afterWake(c.env, target.sandboxId, route.teamId).catch(() => {}));
-    }
-    return forward(c.env, req, url, target, route.cluster, route.maskRequestHost);
+    return traceGateway(c, url, target, () => serve(c, req, url, target));
   };
+}
+
+async function serve(c: Context<AppEnv>, req: Request, url: URL, target: GatewayTarget): Promise<Response> {
+  // Straight to the sandbox's group: one Durable Object call per request, not two.
+  const stub = sandboxHandle(c.env, target.sandboxId);
+  const found = await stub.route();
+  if (!found.ok) return notFound(target.sandboxId);
+  let route = found.route;
+  if (!(await authorised(req, url, target, route))) {
+    // envd's own answer for its port; a user port without its traffic token is refused as
+    // E2B's proxy refuses it, with 403.
+    if (target.port !== ENVD_PORT) return json(403, { code: 403, message: `sandbox ${target.sandboxId} port ${target.port} needs a valid e2b-traffic-access-token header (allowPublicTraffic is false)` });
+    return json(401, { code: 401, message: "unauthorized access, please provide a valid access token or method signing if supported" });
+  }
+  if (route.state === "paused" || route.phase !== "Running") {
+    if (route.state !== "paused" || !route.autoResume) return notFound(target.sandboxId);
+    const woken = await stub.wake(WAKE_WAIT_MS);
+    if (!woken.ok) {
+      if (woken.error.code === ErrorCode.sandboxNotFound || woken.error.code === ErrorCode.notFound) return notFound(target.sandboxId);
+      return json(503, { code: 503, message: `sandbox ${target.sandboxId} is waking up: ${woken.error.message}` }, { "retry-after": "1" });
+    }
+    route = woken.route;
+    // postResume runs beside the request that woke it (not before: traffic waits on no hook).
+    if (woken.resumed) c.executionCtx.waitUntil(afterWake(c.env, target.sandboxId, route.teamId).catch(() => {}));
+  }
+  return forward(c.env, req, url, target, route.cluster, route.maskRequestHost);
 }

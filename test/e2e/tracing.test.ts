@@ -7,7 +7,10 @@
 // start), the pool's own creates (a trace of their own, down to the agent), and an intent the
 // agent never acked, redelivered after the agent's restart (still in its request's trace). An ops
 // run's agent-side work (its hooks, checkpoints and recreates) is in the run's trace, and a
-// PoolAutoscaler's evaluation is a span whose scale's creates are its children.
+// PoolAutoscaler's evaluation is a span whose scale's creates are its children. The data plane
+// too: a command run through the SDK is one trace from the edge's gateway through the agent's
+// ingress to the runtime, and a hook the edge runs in a sandbox is in its step's trace.
+import { Sandbox } from "e2b";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -212,6 +215,13 @@ describe("traces", () => {
     const passes = spans.filter((s) => s.name === "reconcile" && s.parentSpanId === enqueue.spanId);
     expect(passes.length).toBeGreaterThan(0);
     for (const p of passes) expect(p).toMatchObject({ service: "sandbox-agent", attributes: { "sandbox.id": id, "sandbox.desired": "running" } });
+    // Each hook's command reached the runtime through the ingress in the hook's trace.
+    for (const h of ["UpdateOpsDO.preUpgrade", "UpdateOpsDO.postUpgrade"]) {
+      const hook = spans.find((s) => s.name === h)!;
+      const ingress = spans.find((s) => s.name === "ingress" && s.parentSpanId === hook.spanId);
+      expect(ingress, h).toMatchObject({ service: "sandbox-agent", attributes: { "url.path": "/process.Process/Start" } });
+      expect(spans.find((s) => s.name === "process.Process/Start" && s.parentSpanId === ingress!.spanId), h).toMatchObject({ scope: "agent-runtime" });
+    }
     const inPass = (n: string) => spans.find((s) => s.name === n && passes.some((p) => p.spanId === s.parentSpanId));
     expect(inPass("driver.ensure")).toBeDefined();
     expect(inPass("runtime.register")).toMatchObject({ scope: "agent-runtime" });
@@ -270,6 +280,44 @@ describe("traces", () => {
     expect(Number(later.attributes["autoscaler.desired_replicas"])).toBe(1);
     expect((await api("DELETE", `/admin/teams/admin/templates/${name}/autoscaler`)).status).toBe(204);
     await api("DELETE", `/admin/teams/admin/templates/${name}`);
+  });
+
+  it("a command run through the SDK is one trace from the edge's gateway through the agent's ingress to the runtime; the gateway echoes the trace id in X-Request-Id", async () => {
+    const sbx = await Sandbox.create({ apiKey: sys.apiKey, apiUrl: sys.apiUrl, sandboxUrl: sys.apiUrl, requestTimeoutMs: 30_000 });
+    try {
+      const run = await sbx.commands.run("echo traced");
+      expect(run.stdout).toBe("traced\n");
+      const chain = (path: string, rpc: string) =>
+        waitFor(() => {
+          const gateway = collector.spans().find((s) => s.name === "gateway" && s.attributes["sandbox.id"] === sbx.sandboxId && s.attributes["url.path"] === path);
+          const all = gateway ? collector.spans().filter((s) => s.traceId === gateway.traceId) : [];
+          return all.some((s) => s.name === rpc) ? { gateway: gateway!, all } : undefined;
+        }, 30_000);
+      const { gateway, all } = await chain("/process.Process/Start", "process.Process/Start");
+      expect(gateway).toMatchObject({ service: "sandbox-edge", parentSpanId: "", attributes: { "http.request.method": "POST" } });
+      expect(Number(gateway.attributes["http.response.status_code"])).toBe(200);
+      const ingress = all.find((s) => s.name === "ingress" && s.parentSpanId === gateway.spanId);
+      expect(ingress).toMatchObject({ service: "sandbox-agent", attributes: { "sandbox.id": sbx.sandboxId, "url.path": "/process.Process/Start" } });
+      expect(all.find((s) => s.name === "process.Process/Start")).toMatchObject({ service: "sandbox-agent", scope: "agent-runtime", parentSpanId: ingress!.spanId, attributes: { "sandbox.id": sbx.sandboxId } });
+
+      // A caller's own traceparent: the gateway's span joins it, and its id is the answer's X-Request-Id.
+      const traceId = [...crypto.getRandomValues(new Uint8Array(16))].map((b) => b.toString(16).padStart(2, "0")).join("");
+      const health = await fetch(`${sys.apiUrl}/health`, { headers: { "e2b-sandbox-id": sbx.sandboxId, "e2b-sandbox-port": "49983", traceparent: `00-${traceId}-00f067aa0ba902b7-01` } });
+      expect(health.status).toBe(204);
+      expect(health.headers.get("x-request-id")).toBe(traceId);
+      const spans = await spansNamed(traceId, ["gateway", "ingress", "GET /health"]);
+      const gw = spans.find((s) => s.name === "gateway")!;
+      expect(gw.parentSpanId).toBe("00f067aa0ba902b7");
+      const ing = spans.find((s) => s.name === "ingress")!;
+      expect(ing.parentSpanId).toBe(gw.spanId);
+      expect(spans.find((s) => s.name === "GET /health")?.parentSpanId).toBe(ing.spanId);
+      // Without one, a fresh id; an error the gateway answers itself carries one too.
+      const unknown = await fetch(`${sys.apiUrl}/health`, { headers: { "e2b-sandbox-id": "nosuchsandbox0000000", "e2b-sandbox-port": "49983" } });
+      expect(unknown.status).toBe(502);
+      expect(unknown.headers.get("x-request-id")).toMatch(/^[0-9a-f]{32}$/);
+    } finally {
+      await sbx.kill();
+    }
   });
 
   it("every request carries its trace id", async () => {
