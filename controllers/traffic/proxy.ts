@@ -58,6 +58,8 @@ interface Open {
   host: string;
   upstream: Socket;
   client: Duplex;
+  /** Where an L7 client connection may go (its upstream sockets are pooled, not its own). */
+  at?: { ip: string; port: number };
 }
 
 async function systemResolve(host: string): Promise<string[]> {
@@ -109,6 +111,7 @@ export class TrafficProxy {
         socket.once("close", () => this.#sockets.delete(socket));
       },
       track: (sandbox, host, upstream, client) => this.#trackTag(sandbox, host, upstream, client),
+      trackClient: (sandbox, host, ip, port, client) => this.#trackTag(sandbox, host, client, client, { ip, port }),
       l7: opts.l7,
     });
     this.server = createHttpServer({ keepAliveTimeout: 30_000 });
@@ -349,10 +352,10 @@ export class TrafficProxy {
     this.#trackTag(this.#tags.get(clientSocket) ?? "", host, upstream, client);
   }
 
-  #trackTag(tag: string, host: string, upstream: Socket, client: Duplex | ServerResponse): void {
+  #trackTag(tag: string, host: string, upstream: Socket, client: Duplex | ServerResponse, at?: Open["at"]): void {
     let set = this.#conns.get(tag);
     if (!set) this.#conns.set(tag, (set = new Set()));
-    const entry: Open = { host, upstream, client: client as Duplex };
+    const entry: Open = { host, upstream, client: client as Duplex, ...(at ? { at } : {}) };
     set.add(entry);
     upstream.once("close", () => {
       set.delete(entry);
@@ -371,8 +374,8 @@ export class TrafficProxy {
     const g = this.#o.governed?.(sandbox);
     let ended = 0;
     for (const o of [...set]) {
-      const address = o.upstream.remoteAddress;
-      const port = o.upstream.remotePort ?? 0;
+      const address = o.at?.ip ?? o.upstream.remoteAddress;
+      const port = o.at?.port ?? o.upstream.remotePort ?? 0;
       const byPolicy = (ip: string): Verdict => {
         if (!g) return typeof policy === "string" ? { allowed: false, reason: policy } : decide(policy, o.host, [ip], this.#refuse);
         const v = decideGoverned(g, { ip, port, names: parseIp(o.host) ? [] : [o.host] }, this.#refuse);

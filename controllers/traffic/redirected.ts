@@ -30,8 +30,10 @@ export interface RedirectedConnection {
   client: Socket;
   /** Which rule allowed it. */
   allowedBy: string;
-  /** A connection to ip:port (the only destination allowed), tracked so a rule change ends it. */
-  connectUpstream(): Promise<Socket>;
+  /** A connection to ip:port (the only destination allowed), tracked so a rule change ends it.
+   * `shared`: not tied to this client's life (the L7 handler's pool keeps it for the sandbox's
+   * later connections to the same ip:port); the client itself is then what a rule change ends. */
+  connectUpstream(opts?: { shared?: boolean }): Promise<Socket>;
 }
 
 /** Where L7 policy plugs in (controllers/traffic's L7 files): asked for each redirected connection
@@ -57,6 +59,8 @@ export interface RedirectedContext {
   adopt(socket: Socket): void;
   /** Remembers an open connection to a destination under its sandbox (revalidate). */
   track(sandbox: string, host: string, upstream: Socket, client: Socket): void;
+  /** The same for a client whose upstream sockets are shared: judged by ip:port, kept until it closes. */
+  trackClient?(sandbox: string, host: string, ip: string, port: number, client: Socket): void;
   l7?: L7Hook;
 }
 
@@ -144,15 +148,23 @@ export class RedirectedPath {
   /** Connects an allowed connection to ip:port (or hands it to the L7 handler) and copies bytes. */
   async #pass(sandbox: string, client: Socket, ip: string, port: number, host: string, head: Buffer, seen: Sniffed, allowedBy: string, l7: boolean): Promise<void> {
     const c = this.#c;
-    const connectUpstream = async () => {
+    const connectUpstream = async (opts?: { shared?: boolean }) => {
       const upstream = await connectAny([ip], port, c.connectTimeoutMs);
+      if (opts?.shared) {
+        upstream.on("error", () => upstream.destroy());
+        return upstream;
+      }
       upstream.on("error", () => client.destroy());
       client.on("close", () => upstream.destroy());
       upstream.on("close", () => client.destroy());
       c.track(sandbox, host, upstream, client);
       return upstream;
     };
-    if (l7) return c.l7!.handle({ sandbox, ip, port, sniffed: seen, head, client, allowedBy, connectUpstream });
+    // An L7 client may be served on pooled sockets it did not open: it is what a rule change ends.
+    if (l7) {
+      c.trackClient?.(sandbox, host, ip, port, client);
+      return c.l7!.handle({ sandbox, ip, port, sniffed: seen, head, client, allowedBy, connectUpstream });
+    }
     let upstream: Socket;
     try {
       upstream = await connectUpstream();

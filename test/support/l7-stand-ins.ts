@@ -21,7 +21,11 @@ export async function startHttpsEcho(names: string[]): Promise<EchoServer> {
   const server = https.createServer({ SNICallback: (name, cb) => void issuer.leaf(name).then((l) => cb(null, tlsContext(l)), (e: Error) => cb(e)) }, (req, res) => {
     let n = 0;
     req.on("data", (c: Buffer) => (n += c.length));
-    req.on("end", () => res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify({ method: req.method, url: req.url, headers: req.headers, bodyBytes: n })));
+    // `conn` tells the proxy's upstream connections apart, `resumed` whether its TLS session was;
+    // /close answers `Connection: close`.
+    const socket = req.socket as import("node:tls").TLSSocket;
+    const seen = { method: req.method, url: req.url, headers: req.headers, bodyBytes: 0, conn: socket.remotePort, resumed: socket.isSessionReused() };
+    req.on("end", () => res.writeHead(200, { "content-type": "application/json", ...(req.url === "/close" ? { connection: "close" } : {}) }).end(JSON.stringify({ ...seen, bodyBytes: n })));
   });
   // An upgrade is answered 101 with the Authorization it carried, then echoes bytes back.
   server.on("upgrade", (req, socket: import("node:stream").Duplex) => {
@@ -30,7 +34,7 @@ export async function startHttpsEcho(names: string[]): Promise<EchoServer> {
   });
   await Promise.all(names.map((n) => issuer.leaf(n)));
   await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
-  return { port: (server.address() as AddressInfo).port, ca: issuer.certPem, close: () => server.close() };
+  return { port: (server.address() as AddressInfo).port, ca: issuer.certPem, close: () => (server.close(), server.closeAllConnections()) };
 }
 
 function tlsContext(l: { cert: string; key: string }) {
@@ -48,6 +52,7 @@ export interface Front {
 export async function startFront(handler: L7Handler, sandbox: string, upstreamPort: number): Promise<Front> {
   const handed: L7Connection[] = [];
   const sockets = new Set<Socket>();
+  const upstreams = new Set<Socket>();
   const server: Server = createServer((client) => {
     sockets.add(client);
     client.on("close", () => sockets.delete(client)).on("error", () => {});
@@ -62,9 +67,13 @@ export async function startFront(handler: L7Handler, sandbox: string, upstreamPo
         head,
         client,
         allowedBy: "allowOut \"127.0.0.1\"",
-        connectUpstream: () =>
+        connectUpstream: (opts) =>
           new Promise((resolve, reject) => {
             const up = connect(upstreamPort, "127.0.0.1", () => resolve(up)).once("error", reject);
+            upstreams.add(up);
+            up.on("close", () => upstreams.delete(up));
+            // A shared socket outlives this client (the handler's pool keeps it), as redirected.ts does.
+            if (opts?.shared) return void up.on("error", () => up.destroy());
             up.on("close", () => client.destroy());
             client.on("close", () => up.destroy());
           }),
@@ -78,7 +87,7 @@ export async function startFront(handler: L7Handler, sandbox: string, upstreamPo
     port: (server.address() as AddressInfo).port,
     handed,
     close: () => {
-      for (const s of sockets) s.destroy();
+      for (const s of [...sockets, ...upstreams]) s.destroy();
       server.close();
     },
   };

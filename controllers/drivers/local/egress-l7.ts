@@ -147,6 +147,7 @@ export class LocalL7 {
   }
 
   forget(id: string): void {
+    this.handler.forget(id);
     this.#secrets.delete(id);
     this.#cas.delete(id);
   }

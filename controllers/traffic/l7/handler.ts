@@ -11,8 +11,9 @@ import { RateLimiter } from "./rate.ts";
 import { inspects, type L7Policy } from "./policy.ts";
 import { SseFilter, filterAnswer, rpcText, screenRequest } from "./mcp.ts";
 import { HOP_HEADERS as HOP, prepareRequest } from "./request.ts";
-import { oneConnectionAgent, withHead } from "./streams.ts";
-import type { SandboxCa } from "./ca.ts";
+import { withHead } from "./streams.ts";
+import { UpstreamPool, type PoolOptions, type PooledRequest } from "./pool.ts";
+import type { LeafPem, SandboxCa } from "./ca.ts";
 import type { NetworkAuditRecord } from "../../../schema/api/network-audit.ts";
 
 /** What the redirected path hands over (structurally its `RedirectedConnection`). */
@@ -24,7 +25,8 @@ export interface L7Connection {
   head: Buffer;
   client: Socket;
   allowedBy: string;
-  connectUpstream(): Promise<Socket>;
+  /** `shared`: a socket the handler's pool may keep for the sandbox's later connections to the same ip:port. */
+  connectUpstream(opts?: { shared?: boolean }): Promise<Socket>;
 }
 
 /** One audit record: who, where, which rule, status and bytes; never bodies, headers or secrets. */
@@ -39,6 +41,8 @@ export interface L7Options {
   /** TLS options toward upstreams (tests: a stand-in's CA). Default: the system's roots. */
   upstreamTls?: tls.ConnectionOptions;
   log?(line: string): void;
+  /** The upstream pool's bounds (pool.ts). */
+  upstreamPool?: Omit<PoolOptions, "tls">;
   /** Largest JSON-RPC body screened or filtered; larger MCP bodies are refused (413/502). */
   maxMcpBody?: number;
 }
@@ -47,8 +51,10 @@ interface Ctx {
   conn: L7Connection;
   host: string;
   tls: boolean;
-  agent: http.Agent;
 }
+
+/** Methods whose request may be sent again when a kept-alive upstream closed as it was reused. */
+const IDEMPOTENT = new Set(["GET", "HEAD", "OPTIONS", "DELETE", "PUT"]);
 
 
 export class L7Handler {
@@ -56,9 +62,13 @@ export class L7Handler {
   readonly #server: http.Server;
   readonly #ctx = new WeakMap<object, Ctx>();
   readonly #rate = new RateLimiter();
+  readonly #pool: UpstreamPool;
+  /** A leaf's TLS context, made once (parsing its PEM key per connection costs a handshake's worth). */
+  readonly #contexts = new WeakMap<LeafPem, tls.SecureContext>();
 
   constructor(o: L7Options) {
     this.#o = o;
+    this.#pool = new UpstreamPool({ ...o.upstreamPool, ...(o.upstreamTls ? { tls: o.upstreamTls } : {}) });
     this.#server = http.createServer({ keepAlive: true }, (req, res) => void this.#request(req, res).catch((e: Error) => {
       this.#o.log?.(`traffic-proxy: l7: ${e.message}`);
       res.destroy();
@@ -68,6 +78,11 @@ export class L7Handler {
 
   wants(sandbox: string): boolean {
     return this.#o.policyFor(sandbox) !== undefined;
+  }
+
+  /** Drops what is kept for a sandbox (its upstream pool), when it is gone. */
+  forget(sandbox: string): void {
+    this.#pool.forget(sandbox);
   }
 
   handle(conn: L7Connection): void {
@@ -88,11 +103,12 @@ export class L7Handler {
     let socket: Socket | typeof src = src;
     if (isTls) {
       const leaf = await (await this.#o.caFor(conn.sandbox)).leaf(host);
-      socket = new tls.TLSSocket(src as unknown as Socket, { isServer: true, key: leaf.key, cert: leaf.cert, ALPNProtocols: ["http/1.1"] });
+      let secureContext = this.#contexts.get(leaf);
+      if (!secureContext) this.#contexts.set(leaf, (secureContext = tls.createSecureContext({ key: leaf.key, cert: leaf.cert })));
+      socket = new tls.TLSSocket(src as unknown as Socket, { isServer: true, secureContext, ALPNProtocols: ["http/1.1"] });
       socket.on("error", () => conn.client.destroy());
     }
-    const agent = oneConnectionAgent(conn.connectUpstream, isTls ? { ...this.#o.upstreamTls, servername: host } : undefined);
-    this.#ctx.set(socket, { conn, host, tls: isTls, agent });
+    this.#ctx.set(socket, { conn, host, tls: isTls });
     this.#server.emit("connection", socket);
   }
 
@@ -177,9 +193,32 @@ export class L7Handler {
       delete headers["transfer-encoding"];
     }
 
-    const up = http.request({ protocol: ctx.tls ? "https:" : "http:", host: conn.ip, port: conn.port, method, path, headers, agent: ctx.agent, setHost: false });
-    up.on("error", () => res.destroy());
-    up.on("response", (ur) => {
+    // Upstream sockets come from the sandbox's pool (pool.ts), made by this connection's own connect.
+    const pooled: http.RequestOptions & PooledRequest = {
+      host: conn.ip,
+      port: conn.port,
+      method,
+      path,
+      headers,
+      setHost: false,
+      agent: this.#pool.agentFor(conn.sandbox),
+      upstreamConnect: () => conn.connectUpstream({ shared: true }),
+      ...(ctx.tls ? { upstreamName: host } : {}),
+    };
+    // A body-less idempotent request on a reused socket the upstream closed meanwhile is sent
+    // once more, on a new socket (as browsers and proxies do), since nothing of it was answered.
+    const bodyless = body === undefined && !req.headers["transfer-encoding"] && Number(req.headers["content-length"] ?? 0) === 0;
+    let current: http.ClientRequest | undefined;
+    const send = (retry: boolean): http.ClientRequest => {
+      const up = (current = http.request(pooled));
+      up.on("error", () => {
+        if (retry && up.reusedSocket && !res.headersSent && bodyless && IDEMPOTENT.has(method)) return void send(false).end();
+        res.destroy();
+      });
+      up.on("response", (ur) => respond(ur));
+      return up;
+    };
+    const respond = (ur: http.IncomingMessage) => {
       const type = String(ur.headers["content-type"] ?? "");
       const out: http.OutgoingHttpHeaders = {};
       for (const [k, val] of Object.entries(ur.headers)) if (!HOP.has(k) && val !== undefined) out[k] = val;
@@ -204,8 +243,14 @@ export class L7Handler {
         res.writeHead(ur.statusCode ?? 502, out);
         ur.pipe(res);
       }
+    };
+    const up = send(true);
+    // A client that leaves takes its upstream request with it (its socket is not put back).
+    res.once("close", () => {
+      if (!res.writableFinished) current?.destroy();
     });
     if (body) up.end(body);
+    else if (bodyless) up.end();
     else req.pipe(up);
   }
 }

@@ -1,0 +1,121 @@
+// Upstream connections of the L7 handler, kept alive and reused across a sandbox's client
+// connections, as a production MITM proxy does: an inspected HTTPS request then costs the
+// sandbox's handshake with the proxy and no second one upstream. A pool belongs to one sandbox
+// (never shared across sandboxes, so never across teams) and is keyed by the destination the
+// L4 decision allowed (ip, port) and the name sent upstream (SNI). A socket is only ever made by
+// a borrowing client connection's own `connect` (its allowed ip:port), so every request on it was
+// decided for that very destination. Bounded: at most `maxFree` idle sockets per key, closed
+// after `idleMs`; an upstream's `Connection: close` is honoured (Node's agent does not reuse it).
+// TLS sessions are resumed per sandbox and key.
+import http from "node:http";
+import type { Socket } from "node:net";
+import type { Duplex } from "node:stream";
+import tls from "node:tls";
+
+/** What `http.request` gets beside the usual options: the borrowing connection's own connect. */
+export interface PooledRequest {
+  /** A new connection to the allowed ip:port (made only when no idle one is there). */
+  upstreamConnect: () => Promise<Socket>;
+  /** The name sent upstream (SNI and certificate check); absent for plain HTTP. (Not
+   * `servername`: Node's agent fills that in from the Host header for every request.) */
+  upstreamName?: string;
+}
+
+export interface PoolOptions {
+  /** TLS options toward upstreams (tests: a stand-in's CA). */
+  tls?: tls.ConnectionOptions;
+  /** Idle sockets kept per key (default 4). */
+  maxFree?: number;
+  /** An idle socket is closed after this long (default 30 s). */
+  idleMs?: number;
+  /** false: a new upstream connection per client connection's request, no TLS resumption (the
+   * bench's baseline). */
+  reuse?: boolean;
+  /** Sandboxes with a pool at once (default 1024); the least recently used one is dropped past it. */
+  maxSandboxes?: number;
+}
+
+/** `sandbox`'s key for a destination: the only thing two requests must share to share a socket. */
+export function poolKey(o: { host?: string | null; port?: number | string | null; upstreamName?: string | undefined }): string {
+  return `${o.host}:${o.port}:${o.upstreamName === undefined ? "" : `tls:${o.upstreamName}`}`;
+}
+
+export class UpstreamPool {
+  readonly #o: PoolOptions;
+  /** Per sandbox: its agent (plain and TLS sockets, told apart by the key). */
+  readonly #agents = new Map<string, http.Agent>();
+  /** Per sandbox, per key: the last TLS session, for resumption. */
+  readonly #sessions = new Map<string, Map<string, Buffer>>();
+
+  constructor(o: PoolOptions = {}) {
+    this.#o = o;
+  }
+
+  /** The agent for `sandbox`'s upstream requests (made on first use). */
+  agentFor(sandbox: string): http.Agent {
+    let agent = this.#agents.get(sandbox);
+    if (agent) {
+      // Most recently used last, so the first is the one to drop.
+      this.#agents.delete(sandbox);
+      this.#agents.set(sandbox, agent);
+      return agent;
+    }
+    agent = this.#make(sandbox);
+    this.#agents.set(sandbox, agent);
+    if (this.#agents.size > (this.#o.maxSandboxes ?? 1024)) this.forget(this.#agents.keys().next().value!);
+    return agent;
+  }
+
+  /** Drops `sandbox`'s pool (idle sockets closed, sessions forgotten); busy sockets end with their request. */
+  forget(sandbox: string): void {
+    this.#agents.get(sandbox)?.destroy();
+    this.#agents.delete(sandbox);
+    this.#sessions.delete(sandbox);
+  }
+
+  /** Idle sockets per key of `sandbox` (tests). */
+  idle(sandbox: string): Record<string, number> {
+    const free = this.#agents.get(sandbox)?.freeSockets ?? {};
+    return Object.fromEntries(Object.entries(free).map(([k, v]) => [k, v?.length ?? 0]));
+  }
+
+  #make(sandbox: string): http.Agent {
+    const reuse = this.#o.reuse ?? true;
+    const agent = new http.Agent({ keepAlive: reuse, maxFreeSockets: this.#o.maxFree ?? 4, timeout: this.#o.idleMs ?? 30_000, scheduling: "lifo" });
+    const sessions = new Map<string, Buffer>();
+    this.#sessions.set(sandbox, sessions);
+    const tlsOptions = this.#o.tls;
+    Object.assign(agent, {
+      getName: (opts: http.ClientRequestArgs & PooledRequest) => poolKey({ host: opts.host, port: opts.port, upstreamName: opts.upstreamName }),
+      createConnection: (opts: http.ClientRequestArgs & PooledRequest, cb: (err: Error | null, s?: Duplex) => void) => {
+        const key = poolKey({ host: opts.host, port: opts.port, upstreamName: opts.upstreamName });
+        opts.upstreamConnect().then(
+          (raw) => {
+            if (opts.upstreamName === undefined) return cb(null, raw);
+            const session = sessions.get(key);
+            const s = tls.connect({ ...tlsOptions, socket: raw, servername: opts.upstreamName, ALPNProtocols: ["http/1.1"], ...(session ? { session } : {}) });
+            s.on("session", (sess: Buffer) => {
+              if (reuse && this.#sessions.get(sandbox) === sessions) sessions.set(key, sess);
+            });
+            let done = false;
+            const finish = (e: Error | null) => {
+              if (done) return;
+              done = true;
+              cb(e, e ? undefined : s);
+            };
+            s.once("secureConnect", () => finish(null));
+            s.on("error", (e) => {
+              sessions.delete(key);
+              finish(e);
+            });
+            // The raw socket is the TLS socket's transport: its errors end both.
+            raw.on("error", () => s.destroy());
+          },
+          (e: Error) => cb(e),
+        );
+        return undefined;
+      },
+    });
+    return agent;
+  }
+}
