@@ -36,6 +36,8 @@ export interface BuilderOptions {
 
 /** Processes one step may have at once. */
 const STEP_PIDS = 4096;
+/** Longest one step may run unless the options say otherwise. */
+const STEP_TIMEOUT_MS = 30 * 60_000;
 
 function exitText(code: number | null, memoryMB: number): string {
   if (code === null) return "killed (timeout)";
@@ -73,6 +75,8 @@ export class TemplateBuilder {
   readonly #builds = new Map<string, Events>();
   readonly #frames = new Map<string, BuildFrame>();
   readonly #journal: BuildJournal | undefined;
+  /** Ends every build's wait for another builder's step claim when the builder is disposed. */
+  readonly #disposed = new AbortController();
   #timer: NodeJS.Timeout | undefined;
 
   constructor(opts: BuilderOptions) {
@@ -131,6 +135,7 @@ export class TemplateBuilder {
 
   /** Stops and removes the builder's parent cgroups (steps' own are removed as each ends). */
   dispose(): void {
+    this.#disposed.abort(new Error("the builder stopped (the agent is stopping) while this build waited for another build of the same step"));
     this.stop();
     if (this.#o.cgroups) removeParents(this.#o.cgroups);
   }
@@ -185,6 +190,13 @@ export class TemplateBuilder {
       const claim = await claimStep(join(store.root, "layers"), id, {
         hasLayer: () => !p.forced && store.layer(id) !== undefined,
         onWait: (pid, first) => ev.add(`${line}: ${first ? "waiting for" : "still waiting for"} another build of the same step on this machine (pid ${pid}) to finish`, "info", p.label),
+        // The other build's step ends within its own timeout (the same default): a wait longer
+        // than that is a hung owner, and this build fails saying so rather than waiting forever.
+        maxWaitMs: this.#o.stepTimeoutMs ?? STEP_TIMEOUT_MS,
+        signal: this.#disposed.signal,
+      }).catch((err: Error) => {
+        const why = this.#disposed.signal.aborted ? (this.#disposed.signal.reason as Error).message : err.message;
+        throw new StepFailed(`step ${p.label} (${p.step.type}): ${why}`, p.label);
       });
       if (claim === "cached") {
         ev.add(`CACHED ${line}`, "info", p.label);
@@ -221,7 +233,7 @@ export class TemplateBuilder {
         staging,
         config: p.config,
         step,
-        timeoutMs: this.#o.stepTimeoutMs ?? 30 * 60_000,
+        timeoutMs: this.#o.stepTimeoutMs ?? STEP_TIMEOUT_MS,
         onLine: (l, stream) => ev.add(l, stream === "stderr" ? "warn" : "info", p.label),
       }).finally(() => net?.close());
       if (code !== 0) throw new StepFailed(`step ${p.label} (${p.step.type}) failed: ${exitText(code, frame.memoryMB)}`, p.label);

@@ -1,11 +1,17 @@
 // One build of a step key at a time on this machine: the agent's builds and direct builds (other
 // processes: `npm start`'s, `.ci/run`'s, a test setup's) share the layer store, so before a step's
-// layer is built its builder claims the layer id with a file created exclusively beside the
-// layers (`.claim-<layer>`, holding the owner's pid and start time). A second builder of the same
-// key waits until the layer is there (then it is cached) or the claim is gone (the first failed
-// or died: then it builds). A claim whose owner is dead (pid gone or reused) is taken over.
-import { readFileSync, rmSync, writeFileSync } from "node:fs";
+// layer is built its builder claims the layer id with a file beside the layers (`.claim-<layer>`,
+// holding the owner's pid and start time), made whole in a private file first and then linked to
+// that name (link fails if the name exists): no other builder ever reads a claim half written. A
+// second builder of the same key waits until the layer is there (then it is cached) or the claim
+// is gone (the first failed or died: then it builds). A claim whose owner is dead (pid gone or
+// reused) is taken over. The wait ends on the caller's signal, and after `maxWaitMs` with an error
+// naming the owner: a hung owner cannot keep the waiter's build alive (its progress lines would
+// keep the edge's silence check from ever failing it).
+import { randomBytes } from "node:crypto";
+import { linkSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
+import { setTimeout as sleep } from "node:timers/promises";
 
 /** The owner mark of this process: its pid and its start time (so a reused pid is not it). */
 function mark(pid: number): string | undefined {
@@ -33,44 +39,75 @@ export interface ClaimWait {
   onWait(ownerPid: number, first: boolean): void;
   pollMs?: number;
   reportMs?: number;
+  /** Longest the builder waits for another's claim before giving up (an error). */
+  maxWaitMs?: number;
   signal?: AbortSignal;
 }
+
+/** An empty or unreadable claim this old is a leftover (a crash of a builder that wrote claims in
+ * two steps); a younger one is left alone. */
+const STALE_EMPTY_MS = 60_000;
 
 /**
  * Claims layer `id` for building, or waits for another claimer's result. Resolves "cached" when
  * the layer appeared meanwhile, else a release function (call it once the step has ended,
- * published or not).
+ * published or not). Rejects when `signal` aborts or after `maxWaitMs` of waiting.
  */
 export async function claimStep(layersDir: string, id: string, w: ClaimWait): Promise<"cached" | (() => void)> {
   const file = join(layersDir, `.claim-${id}`);
+  const started = Date.now();
   let waitingSince: number | undefined;
   let reported = 0;
   for (;;) {
+    w.signal?.throwIfAborted();
     if (w.hasLayer()) return "cached";
-    try {
-      writeFileSync(file, OWN, { flag: "wx" });
+    if (create(file)) {
       return () => {
         if (read(file) === OWN) rmSync(file, { force: true });
       };
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== "EEXIST") throw err;
     }
     const owner = read(file);
     if (owner === undefined) continue;
-    if (!claimOwnerAlive(owner)) {
+    if (!claimOwnerAlive(owner) && (owner.trim() !== "" || ageMs(file) > STALE_EMPTY_MS)) {
       // Its builder died mid-step: take it over (checked again just before, so a claim made in
       // between by another waiter is left alone; a lost race means two builds, one layer kept).
       if (read(file) === owner) rmSync(file, { force: true });
       continue;
     }
     const now = Date.now();
+    const pid = Number(owner.split(" ")[0]) || 0;
+    if (now - started > (w.maxWaitMs ?? Infinity)) {
+      throw new Error(`gave up waiting for another build of the same step on this machine (pid ${pid}) after ${Math.round((now - started) / 60_000)} minutes`);
+    }
     if (waitingSince === undefined || now - reported >= (w.reportMs ?? 60_000)) {
-      w.onWait(Number(owner.split(" ")[0]), waitingSince === undefined);
+      w.onWait(pid, waitingSince === undefined);
       waitingSince ??= now;
       reported = now;
     }
-    w.signal?.throwIfAborted();
-    await new Promise((r) => setTimeout(r, w.pollMs ?? 500));
+    await sleep(w.pollMs ?? 500, undefined, { signal: w.signal });
+  }
+}
+
+/** Makes the claim file whole under a private name, then links it in; false if it exists. */
+function create(file: string): boolean {
+  const tmp = `${file}.tmp-${process.pid}-${randomBytes(4).toString("hex")}`;
+  writeFileSync(tmp, OWN, { flag: "wx" });
+  try {
+    linkSync(tmp, file);
+    return true;
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== "EEXIST") throw err;
+    return false;
+  } finally {
+    rmSync(tmp, { force: true });
+  }
+}
+
+function ageMs(file: string): number {
+  try {
+    return Date.now() - statSync(file).mtimeMs;
+  } catch {
+    return 0;
   }
 }
 

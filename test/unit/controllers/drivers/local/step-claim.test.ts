@@ -1,0 +1,105 @@
+// Step claims (controllers/drivers/local/builder/step-claim.ts): one build of a step key at a time
+// on a machine. A claim is never seen half written, so a waiter never mistakes a claim being made
+// for a dead one; a wait ends on the caller's signal and after its bound, naming the owner; and a
+// build waiting on a hung owner fails by itself (its progress lines would otherwise keep the
+// edge's silence check from ever failing it) or when its builder is disposed.
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, describe, expect, it } from "vitest";
+import { claimStep } from "../../../../../controllers/drivers/local/builder/step-claim.ts";
+import { TemplateBuilder } from "../../../../../controllers/drivers/local/builder/builder.ts";
+import { layerIdOf, planSteps } from "../../../../../controllers/drivers/local/builder/plan.ts";
+import { RootfsStore } from "../../../../../controllers/drivers/local/rootfs/store.ts";
+import type { BuildEvents, BuildFrame } from "../../../../../schema/protocol/build.ts";
+
+const root = mkdtempSync(join(tmpdir(), "step-claim-"));
+afterAll(() => rmSync(root, { recursive: true, force: true }));
+let n = 0;
+const layersDir = () => {
+  const dir = join(root, `l${n++}`);
+  mkdirSync(dir);
+  return dir;
+};
+
+/** A live owner's mark as a claim holds it: this test process (pid and start time). */
+function liveMark(): string {
+  const stat = readFileSync(`/proc/${process.pid}/stat`, "utf8");
+  return `${process.pid} ${stat.slice(stat.lastIndexOf(")") + 2).split(" ")[19]}`;
+}
+
+const noWait = { onWait: () => undefined, pollMs: 10 };
+
+describe("step claims", () => {
+  it("a claim is there whole at once, under its name only", async () => {
+    const dir = layersDir();
+    const release = await claimStep(dir, "step-a", { ...noWait, hasLayer: () => false });
+    expect(typeof release).toBe("function");
+    expect(readFileSync(join(dir, ".claim-step-a"), "utf8")).toBe(liveMark());
+    expect(readdirSync(dir)).toEqual([".claim-step-a"]);
+    (release as () => void)();
+    expect(readdirSync(dir)).toEqual([]);
+  });
+
+  it("a waiter that reads an empty claim (one being made) waits for it rather than taking it over", async () => {
+    const dir = layersDir();
+    const file = join(dir, ".claim-step-b");
+    writeFileSync(file, "");
+    let layer = false;
+    const waited = claimStep(dir, "step-b", { ...noWait, hasLayer: () => layer });
+    await new Promise((r) => setTimeout(r, 100));
+    // The owner's mark lands, the owner publishes the layer and releases its claim.
+    expect(readFileSync(file, "utf8")).toBe("");
+    writeFileSync(file, liveMark());
+    layer = true;
+    rmSync(file);
+    expect(await waited).toBe("cached");
+  });
+
+  it("a wait on a live owner ends after maxWaitMs with an error naming it, and at once on an abort", async () => {
+    const dir = layersDir();
+    writeFileSync(join(dir, ".claim-step-c"), liveMark());
+    await expect(claimStep(dir, "step-c", { ...noWait, hasLayer: () => false, maxWaitMs: 100 })).rejects.toThrow(`gave up waiting for another build of the same step on this machine (pid ${process.pid})`);
+    const stop = new AbortController();
+    const waiting = claimStep(dir, "step-c", { ...noWait, pollMs: 600_000, hasLayer: () => false, signal: stop.signal });
+    setTimeout(() => stop.abort(new Error("stopped")), 50);
+    await expect(waiting).rejects.toThrow();
+  }, 10_000);
+});
+
+describe("a build waiting on another build's claim", () => {
+  /** A store with a `base` of one (empty) layer, a build of one RUN step from it, and that step's
+   * layer claimed by a live owner that never finishes. */
+  function setup(stepTimeoutMs: number) {
+    const dir = join(root, `store${n++}`);
+    const store = new RootfsStore(dir);
+    mkdirSync(join(dir, "layers", "base-l", "rootfs"), { recursive: true });
+    writeFileSync(join(dir, "layers", "base-l", "layer.json"), JSON.stringify({ id: "base-l" }));
+    store.putTemplate("base", ["base-l"]);
+    const frame: BuildFrame = { type: "build", buildId: `b${n}`, teamId: "team", from: { rootfs: "base" }, steps: [{ type: "RUN", args: ["true"], force: false }], force: false, cpuCount: 1, memoryMB: 512, output: `b-${n}`, filesPath: "" };
+    const id = layerIdOf(planSteps({ teamId: "team", buildId: frame.buildId, baseLayers: ["base-l"], steps: frame.steps, force: false }).steps[0]!.key);
+    writeFileSync(join(dir, "layers", `.claim-${id}`), liveMark());
+    const items: BuildEvents["items"] = [];
+    const builder = new TemplateBuilder({ store, fetchFile: () => Promise.reject(new Error("no files")), send: (it) => (items.push(...it), true), stepTimeoutMs, flushMs: 10 });
+    const result = () => items.find((i) => i.result)?.result;
+    return { builder, frame, result, messages: () => items.flatMap((i) => i.logs.map((l) => l.message)) };
+  }
+
+  it("fails by itself once the owner has held the step past the step timeout, saying so", async () => {
+    const b = setup(200);
+    b.builder.start(b.frame);
+    await expect.poll(b.result, { timeout: 5_000, interval: 20 }).toMatchObject({ status: "error", step: "1" });
+    expect((b.result() as { message: string }).message).toContain(`gave up waiting for another build of the same step on this machine (pid ${process.pid})`);
+    expect(b.messages().some((m) => m.includes("waiting for another build of the same step"))).toBe(true);
+    b.builder.dispose();
+  }, 10_000);
+
+  it("fails at once when its builder is disposed", async () => {
+    const b = setup(600_000);
+    b.builder.start(b.frame);
+    await expect.poll(() => b.messages().some((m) => m.includes("waiting for another build")), { timeout: 5_000, interval: 20 }).toBe(true);
+    b.builder.dispose();
+    await expect.poll(b.result, { timeout: 5_000, interval: 20 }).toMatchObject({ status: "error" });
+    expect((b.result() as { message: string }).message).toContain("the builder stopped");
+  }, 10_000);
+});
