@@ -1,6 +1,7 @@
-// The edge's OpenTelemetry traces, in workerd: @opentelemetry/sdk-trace with the OTLP/HTTP exporter's
-// fetch transport (its browser build, which the Worker bundle resolves to). Off unless
-// OTEL_EXPORTER_OTLP_ENDPOINT is set: then no provider exists and `edgeSpan` only calls its work.
+// The edge's OpenTelemetry traces, in workerd: spans of our own recorder (span-recorder.ts: the
+// API's Span, the SDK's ReadableSpan, none of the SDK's per-span machinery) exported by the
+// OTLP/HTTP exporter's fetch transport (its browser build, which the Worker bundle resolves to).
+// Off unless OTEL_EXPORTER_OTLP_ENDPOINT is set: then no sink exists and `edgeSpan` only calls its work.
 // The current span travels in an AsyncLocalStorage through a request (and through a Durable
 // Object's call); across a DO call or the agent link it travels as a W3C `traceparent`.
 //
@@ -9,19 +10,17 @@
 // A new step in a traced path is one line:
 //   await edgeSpan(env, "SnapshotDO.create", { "sandbox.id": id }, () => work());
 import { AsyncLocalStorage } from "node:async_hooks";
-import { ROOT_CONTEXT, SpanKind, SpanStatusCode, trace, type Attributes, type Context, type Span } from "@opentelemetry/api";
-import { W3CTraceContextPropagator } from "@opentelemetry/core";
+import { SpanKind, SpanStatusCode, type Attributes, type Span } from "@opentelemetry/api";
 import { OTLPTraceExporter } from "@opentelemetry/exporter-trace-otlp-http";
 import { resourceFromAttributes } from "@opentelemetry/resources";
-import { TracerProvider, type ReadableSpan, type SpanExporter, type SpanProcessor } from "@opentelemetry/sdk-trace";
+import type { ReadableSpan, SpanExporter } from "@opentelemetry/sdk-trace";
+import { EdgeSpan, parseTraceparent, traceparentOf, type SpanSink } from "./span-recorder.ts";
 
 export const EDGE_SCOPE = "sandbox-edge";
-const propagator = new W3CTraceContextPropagator();
-/** The current request's id (its trace id) and, when traced, the current span's context. */
-const current = new AsyncLocalStorage<{ id: string; ctx: Context | null }>();
-let provider: TracerProvider | null = null;
+/** The current request's id (its trace id) and, when traced, the current span. */
+const current = new AsyncLocalStorage<{ id: string; span: EdgeSpan | null }>();
+let provider: FlushedSpanProcessor | null = null;
 let providerFor: string | null = null;
-let edgeTracer: ReturnType<TracerProvider["getTracer"]> | null = null;
 
 /**
  * Holds ended spans until `flushEdgeTraces` exports them: workerd drops a request's timers when it
@@ -31,13 +30,14 @@ let edgeTracer: ReturnType<TracerProvider["getTracer"]> | null = null;
  */
 const MAX_BUFFERED = 8192;
 const EXPORT_BATCH = 1024;
-class FlushedSpanProcessor implements SpanProcessor {
+class FlushedSpanProcessor implements SpanSink {
+  readonly resource = resourceFromAttributes({ "service.name": "sandbox-edge" });
+  readonly scope = { name: EDGE_SCOPE };
   private spans: ReadableSpan[] = [];
   private readonly exporter: SpanExporter;
   constructor(exporter: SpanExporter) {
     this.exporter = exporter;
   }
-  onStart(): void {}
   onEnd(span: ReadableSpan): void {
     if (this.spans.length < MAX_BUFFERED) this.spans.push(span);
   }
@@ -46,29 +46,21 @@ class FlushedSpanProcessor implements SpanProcessor {
     this.spans = [];
     for (let i = 0; i < all.length; i += EXPORT_BATCH) await new Promise<void>((done) => this.exporter.export(all.slice(i, i + EXPORT_BATCH), () => done()));
   }
-  async shutdown(): Promise<void> {
-    await this.forceFlush();
-    await this.exporter.shutdown();
-  }
 }
 
 interface TracingEnv {
   OTEL_EXPORTER_OTLP_ENDPOINT?: string;
 }
 
-/** The isolate's provider for this endpoint (null: tracing off). */
-function tracer(env: TracingEnv) {
+/** The isolate's span sink for this endpoint (null: tracing off). */
+function tracer(env: TracingEnv): FlushedSpanProcessor | null {
   const endpoint = env.OTEL_EXPORTER_OTLP_ENDPOINT;
   if (!endpoint) return null;
   if (providerFor !== endpoint) {
-    provider = new TracerProvider({
-      resource: resourceFromAttributes({ "service.name": "sandbox-edge" }),
-      spanProcessors: [new FlushedSpanProcessor(new OTLPTraceExporter({ url: `${endpoint.replace(/\/$/, "")}/v1/traces` }))],
-    });
+    provider = new FlushedSpanProcessor(new OTLPTraceExporter({ url: `${endpoint.replace(/\/$/, "")}/v1/traces` }));
     providerFor = endpoint;
-    edgeTracer = provider.getTracer(EDGE_SCOPE);
   }
-  return edgeTracer!;
+  return provider;
 }
 
 /** How often the isolate exports what it buffered. */
@@ -105,24 +97,21 @@ export function currentTraceId(): string {
   return current.getStore()?.id ?? "";
 }
 
-function contextOf(traceparent: string | undefined): Context {
-  if (!traceparent) return current.getStore()?.ctx ?? ROOT_CONTEXT;
-  return propagator.extract(ROOT_CONTEXT, { traceparent }, { get: (c, k) => c[k], keys: (c) => Object.keys(c) });
+/** The current span, or the one `traceparent` names when given. */
+function parentOf(traceparent: string | undefined) {
+  if (!traceparent) return current.getStore()?.span?.spanContext();
+  return parseTraceparent(traceparent);
 }
 
 /** The traceparent of the current span (undefined when none records). */
 export function currentTraceparent(): string | undefined {
-  const ctx = current.getStore()?.ctx;
-  if (!ctx || !trace.getSpan(ctx)?.isRecording()) return undefined;
-  const carrier: Record<string, string> = {};
-  propagator.inject(ctx, carrier, { set: (c, k, v) => (c[k] = v) });
-  return carrier.traceparent;
+  const span = current.getStore()?.span;
+  return span?.isRecording() ? traceparentOf(span.spanContext()) : undefined;
 }
 
 /** Adds attributes known only once the work ran (a decision, a verdict) to the current span. */
 export function annotateSpan(attributes: Attributes): void {
-  const ctx = current.getStore()?.ctx;
-  if (ctx) trace.getSpan(ctx)?.setAttributes(attributes);
+  current.getStore()?.span?.setAttributes(attributes);
 }
 
 /**
@@ -130,11 +119,11 @@ export function annotateSpan(attributes: Attributes): void {
  * hop) or of the current span. With tracing off it only runs `work`.
  */
 export async function edgeSpan<T>(env: TracingEnv, name: string, attributes: Attributes, work: () => Promise<T>, parent?: string, kind = SpanKind.INTERNAL): Promise<T> {
-  const t = tracer(env);
-  if (!t) return work();
-  const span = t.startSpan(name, { attributes, kind }, contextOf(parent));
+  const sink = tracer(env);
+  if (!sink) return work();
+  const span = new EdgeSpan(sink, name, kind, attributes, parentOf(parent));
   try {
-    return await current.run({ id: span.spanContext().traceId, ctx: trace.setSpan(ROOT_CONTEXT, span) }, work);
+    return await current.run({ id: span.spanContext().traceId, span }, work);
   } catch (err) {
     span.setStatus({ code: SpanStatusCode.ERROR, message: (err as Error)?.message ?? String(err) });
     throw err;
@@ -148,20 +137,17 @@ export async function edgeSpan<T>(env: TracingEnv, name: string, attributes: Att
  * one). With tracing off the id is the caller's trace id or a fresh random one, and no span exists.
  */
 export function startRequestSpan(env: TracingEnv, name: string, traceparent: string | null): { id: string; span: Span | null; run<T>(work: () => Promise<T>): Promise<T> } {
-  const valid = traceparent && /^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$/.test(traceparent) && !/^00-0{32}/.test(traceparent) ? traceparent : undefined;
-  const t = tracer(env);
-  if (!t) {
-    const id = valid ? valid.slice(3, 35) : randomTraceId();
-    return { id, span: null, run: (work) => current.run({ id, ctx: null }, work) };
+  const caller = traceparent ? parseTraceparent(traceparent) : undefined;
+  const sink = tracer(env);
+  if (!sink) {
+    const id = caller?.traceId ?? randomTraceId();
+    return { id, span: null, run: (work) => current.run({ id, span: null }, work) };
   }
-  const span = t.startSpan(name, { kind: SpanKind.SERVER }, valid ? contextOf(valid) : ROOT_CONTEXT);
-  const scope = { id: span.spanContext().traceId, ctx: trace.setSpan(ROOT_CONTEXT, span) };
+  const span = new EdgeSpan(sink, name, SpanKind.SERVER, undefined, caller);
+  const scope = { id: span.spanContext().traceId, span };
   return { id: scope.id, span, run: (work) => current.run(scope, work) };
 }
 
 function randomTraceId(): string {
-  const b = crypto.getRandomValues(new Uint8Array(16));
-  let s = "";
-  for (const x of b) s += x.toString(16).padStart(2, "0");
-  return s;
+  return crypto.randomUUID().replaceAll("-", "");
 }

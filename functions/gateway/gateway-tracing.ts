@@ -15,11 +15,15 @@ const PATH_ATTRIBUTE_MAX = 256;
 export async function traceGateway(c: Context<AppEnv>, url: URL, target: GatewayTarget, work: () => Promise<Response>): Promise<Response> {
   const req = startRequestSpan(c.env, "gateway", c.req.header("traceparent") ?? null);
   let res = await req.run(work);
-  // A WebSocket upgrade's answer cannot be copied; every other one is (a fetched response's
-  // headers are immutable).
-  if (res.status !== 101) {
-    res = new Response(res.body, res);
+  try {
+    // The gateway's own answers and a Connect stream's (re-framed) are new responses.
     res.headers.set(REQUEST_ID_HEADER, req.id);
+  } catch {
+    // A fetched response's headers are immutable: copied, bar a WebSocket upgrade's.
+    if (res.status !== 101) {
+      res = new Response(res.body, res);
+      res.headers.set(REQUEST_ID_HEADER, req.id);
+    }
   }
   if (!req.span) return res;
   req.span.setAttributes({
