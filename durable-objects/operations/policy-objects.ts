@@ -29,17 +29,18 @@ interface Entry<S> {
 
 export type PolicyObjectView<E, K extends string> = E & { kind: K; status: { selectedSandboxes: string[]; agentsNotified: number } };
 
-export interface PolicyObjectKind<S extends { selector?: TrafficPolicySpec["selector"] }, E extends Entry<S>, K extends string> {
+/** `W`: who writes, for a kind that keeps owners (it refuses the other's write by throwing). */
+export interface PolicyObjectKind<S extends { selector?: TrafficPolicySpec["selector"] }, E extends Entry<S>, K extends string, W = never> {
   /** The kind of a team's object and of a global one. */
   kinds: { team: K; global: K };
   list(db: Db): Promise<E[]>;
-  put(db: Db, team: string | null, name: string, spec: S): Promise<unknown>;
-  remove(db: Db, team: string | null, name: string): Promise<boolean>;
+  put(db: Db, team: string | null, name: string, spec: S, writer?: W): Promise<unknown>;
+  remove(db: Db, team: string | null, name: string, writer?: W): Promise<boolean>;
   /** Sends the whole set to every cluster's agent; how many had one connected. */
   push(env: Env): Promise<number>;
 }
 
-export function policyObjects<S extends { selector?: TrafficPolicySpec["selector"] }, E extends Entry<S>, K extends string>(k: PolicyObjectKind<S, E, K>) {
+export function policyObjects<S extends { selector?: TrafficPolicySpec["selector"] }, E extends Entry<S>, K extends string, W = never>(k: PolicyObjectKind<S, E, K, W>) {
   type View = PolicyObjectView<E, K>;
   async function views(env: Env, filter: (e: E) => boolean, agentsNotified = 0): Promise<View[]> {
     const db = getDb(env);
@@ -56,14 +57,14 @@ export function policyObjects<S extends { selector?: TrafficPolicySpec["selector
     /** Every object's team and name, without status (no sandbox is read): for counting. */
     keys: async (env: Env): Promise<{ team: string | null; name: string }[]> => (await k.list(getDb(env))).map((e) => ({ team: e.team, name: e.name })),
     get: async (env: Env, team: string | null, name: string): Promise<View | undefined> => (await views(env, (e) => e.team === team && e.name === name))[0],
-    async set(env: Env, team: string | null, name: string, spec: S): Promise<View> {
-      await k.put(getDb(env), team, name, spec);
+    async set(env: Env, team: string | null, name: string, spec: S, writer?: W): Promise<View> {
+      await k.put(getDb(env), team, name, spec, writer);
       const notified = await k.push(env);
       return (await views(env, (e) => e.team === team && e.name === name, notified))[0]!;
     },
     /** Whether there was one. */
-    async remove(env: Env, team: string | null, name: string): Promise<boolean> {
-      const gone = await k.remove(getDb(env), team, name);
+    async remove(env: Env, team: string | null, name: string, writer?: W): Promise<boolean> {
+      const gone = await k.remove(getDb(env), team, name, writer);
       if (gone) await k.push(env);
       return gone;
     },

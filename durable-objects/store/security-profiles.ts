@@ -1,5 +1,5 @@
 // SecurityProfiles and GlobalSecurityProfiles (team "") in libSQL, from the admin API and the CRD sync.
-import { and, asc, eq, sql } from "drizzle-orm";
+import { and, asc, eq, isNull, or, sql } from "drizzle-orm";
 import type { SecurityProfileEntry, SecurityProfileSpec } from "../../schema/api/security-profile.ts";
 import { securityProfiles, teams, templates } from "../../schema/db/tables.ts";
 import type { Db } from "./db.ts";
@@ -9,18 +9,41 @@ export async function listSecurityProfiles(db: Db): Promise<SecurityProfileEntry
   return rows.map((r) => ({ team: r.team === "" ? null : r.team, name: r.name, spec: r.spec, createdAt: r.createdAt }));
 }
 
-/** Creates or replaces one; its creation time stays (it orders profiles of equal priority). */
-export async function putSecurityProfile(db: Db, team: string | null, name: string, spec: SecurityProfileSpec, now = Date.now()): Promise<void> {
-  await db
-    .insert(securityProfiles)
-    .values({ team: team ?? "", name, spec, createdAt: now, updatedAt: now })
-    .onConflictDoUpdate({ target: [securityProfiles.team, securityProfiles.name], set: { spec, updatedAt: now } });
+/** Who writes a profile: the admin API, or a trusted cluster's CRD (any of them: the platform
+ * team applies the same GlobalSecurityProfile to every cluster). */
+export type ProfileOwner = "admin" | "cluster";
+
+const row = (team: string | null, name: string) => and(eq(securityProfiles.team, team ?? ""), eq(securityProfiles.name, name));
+/** A row `owner` may write: its own, or one from before owners were kept. */
+const writable = (owner: ProfileOwner) => or(isNull(securityProfiles.owner), eq(securityProfiles.owner, owner));
+
+/** The owner of a stored profile; undefined when there is none (null: kept from before owners). */
+export async function securityProfileOwner(db: Db, team: string | null, name: string): Promise<ProfileOwner | null | undefined> {
+  const [r] = await db.select({ owner: securityProfiles.owner }).from(securityProfiles).where(row(team, name));
+  return r ? r.owner : undefined;
 }
 
-/** Whether there was one to delete. */
-export async function deleteSecurityProfile(db: Db, team: string | null, name: string): Promise<boolean> {
-  const gone = await db.delete(securityProfiles).where(and(eq(securityProfiles.team, team ?? ""), eq(securityProfiles.name, name))).returning({ name: securityProfiles.name });
-  return gone.length > 0;
+/** Creates or replaces one, unless the other owner holds it (one statement, so a concurrent
+ * write of the other cannot slip between check and write): null when written, else the holder.
+ * Its creation time stays (it orders profiles of equal priority). */
+export async function putSecurityProfile(db: Db, team: string | null, name: string, spec: SecurityProfileSpec, owner: ProfileOwner = "admin", now = Date.now()): Promise<ProfileOwner | null> {
+  const written = await db
+    .insert(securityProfiles)
+    .values({ team: team ?? "", name, spec, createdAt: now, updatedAt: now, owner })
+    .onConflictDoUpdate({ target: [securityProfiles.team, securityProfiles.name], set: { spec, updatedAt: now, owner }, setWhere: writable(owner) })
+    .returning({ name: securityProfiles.name });
+  return written.length ? null : ((await securityProfileOwner(db, team, name)) ?? null);
+}
+
+/** Deletes one `owner` may delete (any, when `owner` is undefined): true when deleted, false when
+ * there was none, else the other owner holding it. */
+export async function deleteSecurityProfile(db: Db, team: string | null, name: string, owner?: ProfileOwner): Promise<boolean | ProfileOwner> {
+  const gone = await db
+    .delete(securityProfiles)
+    .where(owner ? and(row(team, name), writable(owner)) : row(team, name))
+    .returning({ name: securityProfiles.name });
+  if (gone.length) return true;
+  return (owner && (await securityProfileOwner(db, team, name))) || false;
 }
 
 /** The teams with a template on `cluster` (templates are rows of their team, so a same-named

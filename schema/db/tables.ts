@@ -243,6 +243,9 @@ export const securityProfiles = sqliteTable(
     spec: text("spec", { mode: "json" }).$type<SecurityProfileSpec>().notNull(),
     createdAt: integer("created_at").notNull(),
     updatedAt: integer("updated_at").notNull(),
+    /** Who writes it: "admin" (the admin API) or "cluster" (a trusted cluster's CRD); null for a
+     * row from before owners were kept, which the next writer claims. */
+    owner: text("owner").$type<"admin" | "cluster">(),
   },
   (t) => [primaryKey({ columns: [t.team, t.name] })],
 );

@@ -297,3 +297,34 @@ describe("SecurityProfile objects over the agent link", () => {
     await teamAgent.waitUntil(() => !(teamAgent.securityProfiles?.some((p) => p.name === name) ?? true));
   });
 });
+
+describe("who owns a profile: the admin API or a cluster's object", () => {
+  it("a cluster may not overwrite, delete or take the status of an admin-API GlobalSecurityProfile of the same name; the admin API may not overwrite a cluster's", async () => {
+    const link = (cluster: string) => fetchTransport((url, init) => exports.default.fetch(url, init) as never, "test-cluster-token", cluster);
+    const platform = new ScriptedAgent();
+    const crd = new CrdLink();
+    await crd.connect(platform, link(unique("own-platform")));
+    agents.push(platform);
+    const admins = unique("own-admin");
+    const adminSpec = { priority: 3, ...rule({ domains: ["admin.test"] }) };
+    await expectStatus(call(`/admin/global-security-profiles/${admins}`, { method: "PUT", body: adminSpec }), 200);
+    const ref = { namespace: null, name: admins, uid: `uid-${admins}` };
+    const refused = { result: "rejected", code: "conflict", message: expect.stringMatching(/made through the admin API/) };
+    expect(await crd.call("securityprofileobjects", { ...ref, generation: 1, spec: { priority: 9, ...rule({ domains: ["cluster.test"] }) } })).toMatchObject(refused);
+    expect(await crd.call("securityprofileobjects", { ...ref, status: true })).toMatchObject(refused);
+    expect(await crd.call("securityprofileobjects", { ...ref, deleted: true })).toMatchObject(refused);
+    // The admin API's profile is as it made it.
+    expect(await expectStatus(call(`/admin/global-security-profiles/${admins}`), 200)).toMatchObject({ spec: { priority: 3, rules: adminSpec.rules } });
+
+    // The other way: a cluster's object is changed where it lives, not through the admin API,
+    // which may only delete it (the way out for an object a gone cluster left behind).
+    const clusters = unique("own-cluster");
+    const cref = { namespace: null, name: clusters, uid: `uid-${clusters}` };
+    expect(await crd.call("securityprofileobjects", { ...cref, generation: 1, spec: { priority: 4, ...rule({ domains: ["c.test"] }) } })).toMatchObject({ result: "applied" });
+    await expectError(call(`/admin/global-security-profiles/${clusters}`, { method: "PUT", body: adminSpec }), 409);
+    expect(await crd.call("securityprofileobjects", { ...cref, generation: 2, spec: { priority: 6, ...rule({ domains: ["c.test"] }) } })).toMatchObject({ result: "applied" });
+    expect(await expectStatus(call(`/admin/global-security-profiles/${clusters}`), 200)).toMatchObject({ spec: { priority: 6 } });
+    await expectStatus(call(`/admin/global-security-profiles/${clusters}`, { method: "DELETE" }), 204);
+    await expectStatus(call(`/admin/global-security-profiles/${admins}`, { method: "DELETE" }), 204);
+  });
+});

@@ -1,0 +1,1 @@
+ALTER TABLE `security_profiles` ADD `owner` text;
