@@ -5,6 +5,7 @@
 //        [--policy-file /etc/traffic/policy.json | --policy '{"allowOut":[...],"denyOut":[...]}'
 //         | --pod-policy /etc/sandbox-traffic/policy.json]
 //        [--transparent-fd 3] [--dns 127.0.0.1:15053] [--health 0.0.0.0:15021] [--uid 1337]
+//        [--secret-dir /etc/sandbox-traffic-secret]
 // Env: TRAFFIC_PROXY_POLICY (the JSON, when no flag names a policy). The policy is E2B's
 // `{allowOut, denyOut}`; none at all means nothing is restricted, but loopback and link-local
 // are refused whatever it says (host-reach.ts, `refuseLocal`). SIGHUP re-reads --policy-file
@@ -15,6 +16,8 @@
 // same keep-the-last-good rule. `--transparent-fd`: the TPROXY listener transparent.pl opened;
 // `--dns`: where the pod's UDP port 53 is redirected (controllers/drivers/kubernetes/traffic-pod.ts);
 // `--health`: `GET /ready` answers 200 once every listener is up (the kubelet's probes).
+// `--secret-dir`: the pod's Secret (its CA and the secret values, pod-l7.ts): with `--pod-policy`,
+// the SecurityProfiles and `network.rules` in the pod's file are enforced on the redirected path.
 // `--uid`: started as root by transparent.pl, the proxy becomes this uid before it reads anything
 // (drop-root.ts says why here and not in the launcher).
 import { readFileSync, watchFile } from "node:fs";
@@ -25,6 +28,7 @@ import { PodTrafficPolicySchema } from "../../schema/protocol/pod-traffic.ts";
 import { TrafficPolicySet, type Governance } from "./governed.ts";
 import { dropRoot } from "./drop-root.ts";
 import { compilePolicy, type CompiledPolicy } from "./policy.ts";
+import { PodL7 } from "./pod-l7.ts";
 import { TrafficProxy } from "./proxy.ts";
 
 const { values } = parseArgs({
@@ -37,6 +41,7 @@ const { values } = parseArgs({
     dns: { type: "string" },
     health: { type: "string" },
     uid: { type: "string" },
+    "secret-dir": { type: "string" },
   },
 });
 if (values.uid !== undefined) dropRoot(values.uid);
@@ -67,6 +72,7 @@ function loadPodPolicy(file: string): { policy: CompiledPolicy; governance: Gove
   const parsed = PodTrafficPolicySchema.safeParse(parseJson(readFileSync(file, "utf8"), file));
   if (!parsed.success) throw issues(file, parsed.error);
   const p = parsed.data;
+  podL7.update(p);
   const set = new TrafficPolicySet();
   set.replace(p.trafficPolicies);
   return { policy: compilePolicy(p.egress ?? { allowOut: [], denyOut: [] }), governance: set.governing(p.team, p.labels, p.egress) };
@@ -82,6 +88,7 @@ function hostPort(flag: string, value: string): { host: string; port: number } {
 }
 
 const listen = hostPort("--listen", values.listen);
+const podL7 = new PodL7({ ...(values["secret-dir"] ? { secretDir: values["secret-dir"] } : {}), log: (line) => console.error(line), audit: (r) => console.log(`audit ${JSON.stringify(r)}`) });
 const podFile = values["pod-policy"];
 let policy: CompiledPolicy;
 let governance: Governance | undefined;
@@ -103,8 +110,10 @@ const reload = () => {
 };
 if (values["policy-file"] || podFile) process.on("SIGHUP", reload);
 // A ConfigMap volume changes by a symlink swap; stat follows it, so mtime/ino show the new file.
-if (podFile) watchFile(podFile, { interval: 1000 }, (now, before) => (now.mtimeMs !== before.mtimeMs || now.ino !== before.ino) && reload());
-const proxy = new TrafficProxy({ policyFor: () => policy, governed: () => governance, log: (line) => console.error(line) });
+const changed = (now: { mtimeMs: number; ino: number }, before: { mtimeMs: number; ino: number }) => now.mtimeMs !== before.mtimeMs || now.ino !== before.ino;
+if (podFile) watchFile(podFile, { interval: 1000 }, (now, before) => changed(now, before) && reload());
+if (podFile && values["secret-dir"]) watchFile(`${values["secret-dir"]}/secrets.json`, { interval: 1000 }, (now, before) => changed(now, before) && podL7.reloadSecrets());
+const proxy = new TrafficProxy({ policyFor: () => policy, governed: () => governance, log: (line) => console.error(line), ...(podFile ? { l7: podL7.handler } : {}) });
 const port = await proxy.listenTcp(listen.port, listen.host);
 console.log(`traffic-proxy listening on ${listen.host}:${port}`);
 if (values["transparent-fd"]) {

@@ -200,8 +200,8 @@ export class TrafficProxy {
   async #check(socket: object, host: string, port: number): Promise<Verdict | { status: number; reason: string }> {
     const tag = this.#tags.get(socket) ?? "";
     // A sandbox under L7 policy is inspected on the redirected path only: through the proxy
-    // (CONNECT, absolute URI) its requests would pass uninspected.
-    if (tag && this.#o.l7?.wants(tag, host, port)) return { allowed: false, reason: `${tag}'s HTTP(S) egress is inspected (SecurityProfile or network.rules): connect directly, not through the proxy` };
+    // (CONNECT, absolute URI) its requests would pass uninspected. The pod sidecar's one sandbox is "".
+    if (this.#o.l7?.wants(tag, host, port)) return { allowed: false, reason: `${tag || "the sandbox"}'s HTTP(S) egress is inspected (SecurityProfile or network.rules): connect directly, not through the proxy` };
     const g = this.#o.governed?.(tag);
     if (g) return this.#checkGoverned(tag, g, host, port);
     const policy = this.#o.policyFor(tag);

@@ -55,6 +55,9 @@ export const InplaceUpdateSchema = z.object({
 });
 export type InplaceUpdate = z.infer<typeof InplaceUpdateSchema>;
 
+/** E2B `network.rules`: header transforms per host pattern, secrets as placeholders only. */
+export const NetworkRulesSchema = z.record(z.string(), z.array(z.object({ transform: z.object({ headers: z.record(z.string(), z.string()).optional() }).optional() })));
+
 /**
  * Desired state for one sandbox at one generation. The agent is level-based: it keeps only the
  * newest generation per sandbox, ignores an intent whose generation is not newer than the one it
@@ -85,9 +88,7 @@ export const IntentSchema = z
      * `${e2b.secrets.<name>}` placeholders only): enforced by the proxy's L7 handler. The values
      * travel beside the intent (the `intents` frame's `secrets`), never in it, as intents are
      * persisted on both ends. */
-    networkRules: z
-      .record(z.string(), z.array(z.object({ transform: z.object({ headers: z.record(z.string(), z.string()).optional() }).optional() })))
-      .default({}),
+    networkRules: NetworkRulesSchema.default({}),
     /** The owning team's name, which is the Kubernetes namespace the sandbox's objects live in
      * (null: the driver's own namespace). */
     team: z.string().min(1).nullable().default(null),

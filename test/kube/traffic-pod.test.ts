@@ -69,6 +69,8 @@ async function startAgent(): Promise<void> {
   // The reconciler's part: a requeued sandbox is ensured again with its last desired state.
   driver = new KubernetesDriver({ kubeConfig: kubeConfig("agent"), namespace: ns, runtimeImage: "ghcr.io/kruise-edge/sandbox-agent:test", trafficResyncMs: 300, onChange: (id) => void (last.has(id) && driver.ensure(last.get(id)!).catch(() => {})) });
   await driver.start();
+  // The edge sends its SecurityProfile set with each welcome (none here).
+  await driver.setSecurityProfiles([]);
   await until("sets and injection config", () => driver.sandboxSets.get("plain") && driver.sandboxSets.get("listed") && driver.sandboxSets.get("hostile") && driver.injection.current()["traffic-proxy"]);
 }
 

@@ -13,8 +13,9 @@
 // conditions, Events), user-requests.ts (kubectl edits → edge requests).
 import { NetworkingV1Api, type KubeConfig, type V1PersistentVolumeClaim, type V1Pod } from "@kubernetes/client-node";
 import type { TrafficPolicyEntry } from "../../../schema/api/traffic-policy.ts";
+import type { SecurityProfileEntry } from "../../../schema/api/security-profile.ts";
 import { TrafficPolicySet } from "../../traffic/governed.ts";
-import { PolicySetStore } from "./policy-store.ts";
+import { PolicySetStore, PROFILES } from "./policy-store.ts";
 import { hasTrafficProxy, TrafficObjects } from "./traffic-objects.ts";
 import { DEFAULT_CLUSTER_CIDRS, DEFAULT_CLUSTER_DNS, trafficConfigMapName } from "./traffic-pod.ts";
 import { EventReason, ReadyReason } from "../../../schema/crd/conditions.ts";
@@ -80,7 +81,11 @@ export class KubernetesDriver implements Driver {
   readonly #desired = new Map<string, KubeDesiredSandbox>();
   /** Whether the edge's policy set arrived since the start, or the one it sent last was loaded. */
   #policiesKnown = false;
+  /** Whether the edge's SecurityProfiles arrived since the start: until then a running pod's file
+   * is left as it is (rewritten without them, it would drop what its profiles enforce). */
+  #profilesKnown = false;
   readonly #policyStore: PolicySetStore;
+  readonly #profileStore: PolicySetStore<SecurityProfileEntry>;
 
   constructor(opts: KubernetesDriverOptions) {
     this.#opts = opts;
@@ -140,6 +145,7 @@ export class KubernetesDriver implements Driver {
     this.#checkpoints = new CheckpointSnapshots(this.#ctx, { waitMs: opts.checkpointWaitMs });
     this.#traffic = new TrafficObjects(this.#ctx, opts.kubeConfig.makeApiClient(NetworkingV1Api), this.#policies, { clusterCidrs: opts.clusterCidrs ?? DEFAULT_CLUSTER_CIDRS, dns: opts.clusterDns ?? DEFAULT_CLUSTER_DNS });
     this.#policyStore = new PolicySetStore(this.#ctx.core, opts.namespace, () => this.requests++);
+    this.#profileStore = new PolicySetStore(this.#ctx.core, opts.namespace, () => this.requests++, PROFILES);
   }
 
   /** The home namespace's informers (the SandboxSet sync and tests read them). */
@@ -179,17 +185,25 @@ export class KubernetesDriver implements Driver {
     this.#trafficResync.unref();
   }
 
-  /** The policy set the edge sent last (policy-store.ts), unless a newer one came meanwhile. */
+  /** The policy and profile sets the edge sent last (policy-store.ts), unless newer ones came
+   * meanwhile. */
   async #loadPolicies(): Promise<void> {
-    try {
-      const stored = await this.#policyStore.load();
-      if (stored && !this.#policiesKnown) {
-        this.#policies.replace(stored);
-        this.#policiesKnown = true;
+    const load = async <T>(what: string, store: PolicySetStore<T>, known: () => boolean, use: (stored: T[]) => void) => {
+      try {
+        const stored = await store.load();
+        if (stored && !known()) use(stored);
+      } catch (err) {
+        this.#opts.log?.(`stored ${what}: ${(err as Error).message}; waiting for the edge's`);
       }
-    } catch (err) {
-      this.#opts.log?.(`stored traffic policies: ${(err as Error).message}; waiting for the edge's`);
-    }
+    };
+    await load("traffic policies", this.#policyStore, () => this.#policiesKnown, (s) => {
+      this.#policies.replace(s);
+      this.#policiesKnown = true;
+    });
+    await load("security profiles", this.#profileStore, () => this.#profilesKnown, (s) => {
+      this.#traffic.setProfiles(s);
+      this.#profilesKnown = true;
+    });
   }
 
   /** Starts watching a namespace (once) and resolves after its first list; its SandboxSets are then
@@ -318,7 +332,7 @@ export class KubernetesDriver implements Driver {
     }
     // Until the edge's set arrives (an agent restart), a running pod's policy is left as it is:
     // an empty set would open what a TrafficPolicy closed.
-    if (pod && hasTrafficProxy(pod) && !this.#policiesKnown) return { configMap: trafficConfigMapName(sbx.metadata!.name!), governed };
+    if (pod && hasTrafficProxy(pod) && !(this.#policiesKnown && this.#profilesKnown)) return { configMap: trafficConfigMapName(sbx.metadata!.name!), governed };
     return { configMap: await this.#traffic.sync(sc, sbx, d), governed };
   }
 
@@ -328,6 +342,22 @@ export class KubernetesDriver implements Driver {
     this.#policies.replace(policies);
     this.#policiesKnown = true;
     await this.#policyStore.save(policies).catch((err: unknown) => this.#opts.log?.(`traffic policies not stored: ${(err as Error).message}`));
+    await this.#refreshPods("traffic policies");
+  }
+
+  /** Replaces the SecurityProfiles in force: the sidecar of each pod with a proxy gets those that
+   * select its sandbox in its file (its L7 handler enforces them); a sandbox a profile selects
+   * now whose pod has no proxy is requeued, and its ensure replaces the pod. */
+  async setSecurityProfiles(profiles: SecurityProfileEntry[]): Promise<void> {
+    this.#traffic.setProfiles(profiles);
+    this.#profilesKnown = true;
+    await this.#profileStore.save(profiles).catch((err: unknown) => this.#opts.log?.(`security profiles not stored: ${(err as Error).message}`));
+    await this.#refreshPods("security profiles");
+  }
+
+  /** Every running pod's egress objects written again for the sets in force (see the setters). */
+  async #refreshPods(what: string): Promise<void> {
+    if (!this.#policiesKnown || !this.#profilesKnown) return;
     await Promise.all(
       [...this.#desired.values()].map((d) =>
         this.#serial(d.id, async () => {
@@ -336,7 +366,7 @@ export class KubernetesDriver implements Driver {
           if (!sbx || !pod || pod.metadata?.deletionTimestamp || d.state !== "Running") return;
           if (hasTrafficProxy(pod)) await this.#traffic.sync(this.#ctx.scopeOf(d.id), sbx, d);
           else if (this.#needsProxyPod(d, pod)) this.#opts.onChange?.(d.id);
-        }).catch((err: unknown) => this.#opts.log?.(`traffic policies of ${d.id}: ${(err as Error).message}`)),
+        }).catch((err: unknown) => this.#opts.log?.(`${what} of ${d.id}: ${(err as Error).message}`)),
       ),
     );
   }
@@ -406,7 +436,7 @@ export class KubernetesDriver implements Driver {
     }
     // New rules or labels of a running sandbox (updateNetwork, a claim's metadata) reach its proxy.
     const d = this.#desired.get(id);
-    if (d && sbx && this.#policiesKnown && hasTrafficProxy(this.#ctx.pod(id))) await this.#traffic.sync(this.#ctx.scopeOf(id), sbx, d);
+    if (d && sbx && this.#policiesKnown && this.#profilesKnown && hasTrafficProxy(this.#ctx.pod(id))) await this.#traffic.sync(this.#ctx.scopeOf(id), sbx, d);
     await this.#status.write(id);
     this.#mounts.check(id, this.#status.observe(id)?.ready ?? false);
   }

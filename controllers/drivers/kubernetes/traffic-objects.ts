@@ -15,6 +15,7 @@ import { createHash } from "node:crypto";
 import type { NetworkingV1Api, V1ConfigMap, V1NetworkPolicy, V1Pod } from "@kubernetes/client-node";
 import { LABEL } from "../../../schema/crd/labels.ts";
 import type { PodTrafficPolicy } from "../../../schema/protocol/pod-traffic.ts";
+import type { SecurityProfileEntry } from "../../../schema/api/security-profile.ts";
 import type { TrafficPolicySet } from "../../traffic/governed.ts";
 import { ownerRef, type DriverContext } from "./context.ts";
 import { mergePatch, statusCode, tolerate } from "./kube-api.ts";
@@ -44,6 +45,8 @@ export class TrafficObjects {
   readonly #net: NetworkingV1Api;
   readonly #set: TrafficPolicySet;
   readonly #backstop: Backstop;
+  /** The SecurityProfiles in force (the edge's whole set); each pod's file gets those selecting it. */
+  #profiles: readonly SecurityProfileEntry[] = [];
   /** What was last written per object name (namespace/name), so unchanged content sends nothing. */
   readonly #written = new Map<string, string>();
   /** How to read back and rewrite each object written (key as #written), for `resync`. */
@@ -58,7 +61,11 @@ export class TrafficObjects {
 
   /** What the sandbox's proxy must enforce now; null when nothing governs it. */
   policy(sc: NamespaceScope, d: KubeDesiredSandbox): PodTrafficPolicy | null {
-    return podPolicy(this.#set, d, sc.namespace);
+    return podPolicy(this.#set, d, sc.namespace, this.#profiles);
+  }
+
+  setProfiles(profiles: readonly SecurityProfileEntry[]): void {
+    this.#profiles = profiles;
   }
 
   /** Writes the pod's ConfigMap (an open policy when nothing governs it but the pod has a proxy:

@@ -24,7 +24,8 @@
 // the proxy or send around them; a tenant container named as one of the pair is removed. The nft script holds our constants only, and reaches nft as an argument (data), never as
 // shell text.
 import type { V1ConfigMap, V1Container, V1NetworkPolicy, V1NetworkPolicyPeer, V1OwnerReference, V1PodSpec } from "@kubernetes/client-node";
-import type { TrafficPolicyEntry } from "../../../schema/api/traffic-policy.ts";
+import type { SecurityProfileEntry } from "../../../schema/api/security-profile.ts";
+import { selects, type TrafficPolicyEntry } from "../../../schema/api/traffic-policy.ts";
 import { cidrWithin, formatIp, parseCidr, PRIVATE_RANGES } from "../../../schema/egress/address.ts";
 import type { InjectionComponent } from "../../../schema/crd/injection.ts";
 import type { EgressPolicy } from "../../../schema/protocol/egress.ts";
@@ -67,14 +68,23 @@ export function podEgress(d: Pick<DesiredSandbox, "allowInternetAccess" | "egres
   return { allowOut: e?.allowOut ?? [], denyOut: [...(e?.denyOut ?? []), "0.0.0.0/0"] };
 }
 
-/** What the pod's proxy enforces, or null when nothing governs the sandbox (no E2B rules and no
- * TrafficPolicy selecting it). Only the policies that select it travel. */
-export function podPolicy(set: TrafficPolicySet, d: Pick<DesiredSandbox, "allowInternetAccess" | "egress" | "labels" | "namespace">, team: string): PodTrafficPolicy | null {
+/** What the pod's proxy enforces, or null when nothing governs the sandbox (no E2B rules, no
+ * TrafficPolicy and no SecurityProfile selecting it, no `network.rules`). Only the policies and
+ * profiles that select it travel (profiles as the edge sent them: names of secrets, never values). */
+export function podPolicy(
+  set: TrafficPolicySet,
+  d: Pick<DesiredSandbox, "allowInternetAccess" | "egress" | "labels" | "namespace" | "networkRules">,
+  team: string,
+  profiles: readonly SecurityProfileEntry[] = [],
+): PodTrafficPolicy | null {
   const egress = podEgress(d);
   const labels = d.labels ?? {};
   const selecting = set.entries.filter((e) => (e.team === null || e.team === team) && applicable([toL4(e)], labels).length > 0);
-  if (!egress && !selecting.length) return null;
-  return { team, labels, egress, trafficPolicies: selecting };
+  const securityProfiles = profiles.filter((p) => (p.team === null || p.team === team) && selects(p.spec.selector, labels));
+  const networkRules = d.networkRules ?? {};
+  const l7 = securityProfiles.length > 0 || Object.keys(networkRules).length > 0;
+  if (!egress && !selecting.length && !l7) return null;
+  return { team, labels, egress, trafficPolicies: selecting, ...(securityProfiles.length ? { securityProfiles } : {}), ...(Object.keys(networkRules).length ? { networkRules } : {}) };
 }
 
 /** The nftables ruleset the init container loads (constants only; README.md explains each chain). */

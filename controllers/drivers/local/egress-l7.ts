@@ -7,7 +7,8 @@ import type tls from "node:tls";
 import type { SecurityProfileEntry } from "../../../schema/api/security-profile.ts";
 import { L7Handler, type AuditRecord } from "../../traffic/l7/handler.ts";
 import { SandboxCa } from "../../traffic/l7/ca.ts";
-import { e2bRules, type L7Policy } from "../../traffic/l7/policy.ts";
+import type { L7Policy } from "../../traffic/l7/policy.ts";
+import { profileObject, sandboxL7Policy } from "../../traffic/l7/sandbox-policy.ts";
 import { profilesFor, type ProfileObject } from "../../traffic/l7/profile-crd.ts";
 import type { DesiredSandbox } from "../driver.ts";
 
@@ -37,15 +38,6 @@ export const caInstallScript = [
 ].join("\n");
 
 type Selectable = Pick<DesiredSandbox, "networkRules" | "namespace" | "labels">;
-
-/** A profile as profile-crd.ts reads objects (the edge's team is the sandbox's namespace). */
-function asObject(e: SecurityProfileEntry): ProfileObject {
-  return {
-    kind: e.team === null ? "GlobalSecurityProfile" : "SecurityProfile",
-    metadata: { name: e.name, ...(e.team !== null ? { namespace: e.team } : {}), creationTimestamp: new Date(e.createdAt).toISOString() },
-    spec: e.spec,
-  };
-}
 
 export class LocalL7 {
   readonly handler: L7Handler;
@@ -82,7 +74,7 @@ export class LocalL7 {
 
   /** Replaces the SecurityProfiles in force. */
   setProfiles(entries: SecurityProfileEntry[]): void {
-    this.#profiles = entries.map(asObject);
+    this.#profiles = entries.map(profileObject);
     this.#gen++;
   }
 
@@ -108,10 +100,7 @@ export class LocalL7 {
     const rules = d.networkRules ?? {};
     const selected = this.#select(d);
     for (const r of selected.refused) console.error(`traffic-proxy: ${id}: SecurityProfile ${r.profile} blocks every inspected request: ${r.reason}`);
-    const policy: L7Policy | undefined =
-      Object.keys(rules).length || selected.profiles.length
-        ? { http: e2bRules(rules), mcp: [], profiles: selected.profiles, ...(selected.requestsPerMinute ? { requestsPerMinute: selected.requestsPerMinute, ...(selected.rateLimitAll ? { rateLimitAll: true } : {}) } : {}) }
-        : undefined;
+    const policy = sandboxL7Policy(rules, selected);
     this.#policies.set(d, { gen: this.#gen, policy });
     return policy;
   }

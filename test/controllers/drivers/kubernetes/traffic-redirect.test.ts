@@ -18,6 +18,7 @@ import { APP_ROOT, POLICY_DIR, POLICY_FILE, podPolicy, PROXY_UID, REDIRECT_CONTA
 import { TrafficPolicySet } from "../../../../controllers/traffic/governed.ts";
 import type { TrafficPolicyEntry } from "../../../../schema/api/traffic-policy.ts";
 import { TrafficPolicySpec } from "../../../../schema/api/traffic-policy.ts";
+import { dnsStandIn } from "../../../support/dns-standin.ts";
 import { waitFor } from "../../../support/wait-for.ts";
 
 const REPO = resolve(import.meta.dirname, "../../../..");
@@ -50,18 +51,7 @@ class H(http.server.BaseHTTPRequestHandler):
 for port in (80, 8080):
     s = http.server.ThreadingHTTPServer(("0.0.0.0", port), H)
     threading.Thread(target=s.serve_forever, daemon=True).start()
-names = {b"allowed.test": out, b"other.test": out}
-u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); u.bind(("0.0.0.0", 53))
-while True:
-    q, a = u.recvfrom(512)
-    i, labels = 12, []
-    while q[i]: labels.append(q[i+1:i+1+q[i]]); i += 1 + q[i]
-    name, qtype = b".".join(labels).lower(), struct.unpack("!H", q[i+1:i+3])[0]
-    ip = names.get(name)
-    head = q[:2] + struct.pack("!HHHHH", 0x8180 if ip else 0x8183, 1, 1 if ip and qtype == 1 else 0, 0, 0)
-    ans = b"\\xc0\\x0c" + struct.pack("!HHIH", 1, 1, 30, 4) + socket.inet_aton(ip) if ip and qtype == 1 else b""
-    u.sendto(head + q[12:i+5] + ans, a)
-`;
+` + dnsStandIn('{b"allowed.test": out, b"other.test": out}');
 
 const sh = (cmd: string, args: string[]) => execFileSync(cmd, args, { stdio: ["ignore", "pipe", "pipe"] }).toString();
 const inPod = (args: string[]) => ["netns", "exec", POD_NS, ...args];

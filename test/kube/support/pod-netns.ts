@@ -1,0 +1,179 @@
+// A sandbox pod as the API server holds it, run without a kubelet: the pod's network namespace is
+// one this harness creates, each volume a directory filled as the kubelet would fill it (the
+// ConfigMap's and Secret's keys as files, `items` honoured; emptyDir empty), and the platform's
+// containers (the init containers, then the traffic-proxy sidecar) run as processes with their
+// argv, env and mounts from the pod spec, paths mapped onto those directories (and the image's
+// /app onto this repository). The sidecar runs as a container would: in a cgroup of its own, in
+// its own cgroup namespace. Beside it, a stand-in internet: a second namespace with HTTP (80),
+// HTTPS (443, a certificate from a stand-in CA the sidecar is told to trust through
+// NODE_EXTRA_CA_CERTS) answering with the path and the headers it got, and a DNS server.
+// Tenant containers never run (there is no image here): `sandboxRun` runs a command as uid 1000
+// with the sandbox container's env and its mounts mapped, as its processes would see them.
+// Needs root: run under the shared lock (test/README.md).
+import { execFileSync, spawn, spawnSync, type ChildProcess } from "node:child_process";
+import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmdirSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+import type { V1Container, V1Pod } from "@kubernetes/client-node";
+import { APP_ROOT, TRAFFIC_CONTAINER } from "../../../controllers/drivers/kubernetes/traffic-pod.ts";
+import { dnsStandIn } from "../../support/dns-standin.ts";
+import { waitFor } from "../../support/wait-for.ts";
+
+const REPO = resolve(import.meta.dirname, "../../..");
+const PY = "/usr/bin/python3";
+export const SANDBOX_UID = 1000;
+
+const SERVERS = `
+import http.server, socket, ssl, struct, threading, sys
+out, crt, key = sys.argv[1:4]
+class H(http.server.BaseHTTPRequestHandler):
+    def answer(self):
+        n = int(self.headers.get("content-length") or 0)
+        if n: self.rfile.read(n)
+        body = ("saw %s %s %s" % (self.command, self.path, sorted("%s=%s" % (k.lower(), v) for k, v in self.headers.items() if k.lower().startswith("x-")))).encode()
+        self.send_response(200); self.send_header("content-length", str(len(body))); self.end_headers(); self.wfile.write(body)
+    do_GET = do_POST = answer
+    def log_message(self, *a): pass
+s = http.server.ThreadingHTTPServer(("0.0.0.0", 80), H)
+threading.Thread(target=s.serve_forever, daemon=True).start()
+t = http.server.ThreadingHTTPServer(("0.0.0.0", 443), H)
+ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER); ctx.load_cert_chain(crt, key)
+t.socket = ctx.wrap_socket(t.socket, server_side=True)
+threading.Thread(target=t.serve_forever, daemon=True).start()
+` + dnsStandIn('{b"api.test": out, b"other.test": out}');
+
+const sh = (cmd: string, args: string[]) => execFileSync(cmd, args, { stdio: ["ignore", "pipe", "pipe"] }).toString();
+
+/** The objects the pod's volumes name, as the API server returned them (Secret data base64). */
+export interface PodObjects {
+  configMaps: Record<string, Record<string, string>>;
+  secrets: Record<string, Record<string, string>>;
+}
+
+export class PodNetns {
+  readonly k = 1 + (process.pid % 60);
+  readonly podNs = `kruise-l7pod-${this.k}`;
+  readonly outNs = `kruise-l7out-${this.k}`;
+  readonly podIp = `198.51.100.${4 * this.k + 1}`;
+  readonly outIp = `198.51.100.${4 * this.k + 2}`;
+  readonly dir = mkdtempSync(join(tmpdir(), "l7pod-"));
+  /** Where each volume of the pod was laid out. */
+  readonly volumes = new Map<string, string>();
+  sidecarOut = "";
+  #servers: ChildProcess | undefined;
+  #sidecar: ChildProcess | undefined;
+  readonly #cgroup2 = readFileSync("/proc/self/mounts", "utf8").split("\n").map((l) => l.split(" ")).find((f) => f[2] === "cgroup2")![1]!;
+  readonly #podCg = join(this.#cgroup2, this.podNs);
+  readonly #proxyCg = join(this.#podCg, "traffic-proxy");
+  #pod!: V1Pod;
+
+  /** The stand-in internet, its CA (the sidecar's upstream trust), and the pod's namespace. */
+  async start(pod: V1Pod, objects: PodObjects): Promise<void> {
+    this.#pod = pod;
+    chmodSync(this.dir, 0o755);
+    const ca = join(this.dir, "standin");
+    mkdirSync(ca);
+    const o = (args: string[]) => sh("openssl", args);
+    o(["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-days", "2", "-subj", "/CN=stand-in root", "-keyout", `${ca}/ca.key`, "-out", `${ca}/ca.crt`]);
+    o(["req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-subj", "/CN=api.test", "-keyout", `${ca}/srv.key`, "-out", `${ca}/srv.csr`]);
+    writeFileSync(`${ca}/ext`, "subjectAltName=DNS:api.test,DNS:other.test\n");
+    o(["x509", "-req", "-in", `${ca}/srv.csr`, "-CA", `${ca}/ca.crt`, "-CAkey", `${ca}/ca.key`, "-CAcreateserial", "-days", "2", "-extfile", `${ca}/ext`, "-out", `${ca}/srv.crt`]);
+    for (const ns of [this.podNs, this.outNs]) spawnSync("ip", ["netns", "del", ns]);
+    sh("ip", ["netns", "add", this.podNs]);
+    sh("ip", ["netns", "add", this.outNs]);
+    sh("ip", ["-n", this.podNs, "link", "add", "eth0", "type", "veth", "peer", "name", "eth0", "netns", this.outNs]);
+    sh("ip", ["-n", this.podNs, "addr", "add", `${this.podIp}/30`, "dev", "eth0"]);
+    sh("ip", ["-n", this.outNs, "addr", "add", `${this.outIp}/30`, "dev", "eth0"]);
+    for (const ns of [this.podNs, this.outNs]) for (const dev of ["lo", "eth0"]) sh("ip", ["-n", ns, "link", "set", dev, "up"]);
+    sh("ip", ["-n", this.podNs, "route", "add", "default", "via", this.outIp]);
+    mkdirSync(`/etc/netns/${this.podNs}`, { recursive: true });
+    writeFileSync(`/etc/netns/${this.podNs}/resolv.conf`, `nameserver ${this.outIp}\n`);
+    this.#servers = spawn("ip", ["netns", "exec", this.outNs, PY, "-c", SERVERS, this.outIp, `${ca}/srv.crt`, `${ca}/srv.key`], { stdio: "ignore" });
+
+    // The volumes, as the kubelet fills them.
+    for (const v of pod.spec!.volumes ?? []) {
+      const d = join(this.dir, "vol", v.name);
+      mkdirSync(d, { recursive: true, mode: 0o755 });
+      chmodSync(d, 0o777);
+      this.volumes.set(v.name, d);
+      const src = v.configMap ? objects.configMaps[v.configMap.name!] : v.secret ? objects.secrets[v.secret.secretName!] : undefined;
+      if (!src) continue;
+      const items = (v.configMap ?? v.secret)!.items ?? Object.keys(src).map((key) => ({ key, path: key }));
+      for (const it of items) {
+        const value = src[it.key];
+        if (value === undefined) continue;
+        const mode = (v.configMap ?? v.secret)!.defaultMode ?? 0o644;
+        writeFileSync(join(d, it.path), v.secret ? Buffer.from(value, "base64") : value);
+        chmodSync(join(d, it.path), mode);
+      }
+      chmodSync(d, 0o755);
+    }
+
+    for (const c of pod.spec!.initContainers ?? []) {
+      const r = spawnSync("ip", ["netns", "exec", this.podNs, ...this.#argv(c)], { env: this.#env(c) });
+      if (r.status !== 0) throw new Error(`init container ${c.name}: ${r.stderr}`);
+    }
+    const proxy = pod.spec!.containers.find((c) => c.name === TRAFFIC_CONTAINER)!;
+    mkdirSync(this.#proxyCg, { recursive: true });
+    const argv = ["sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', this.#proxyCg, "ip", "netns", "exec", this.podNs, "unshare", "--cgroup", "--mount", "sh", "-c", 'mount -t cgroup2 none /sys/fs/cgroup && exec "$@"', "sh", ...this.#argv(proxy)];
+    // The stand-in's CA is the only thing the sidecar gets that its container would not.
+    this.#sidecar = spawn(argv[0]!, argv.slice(1), { stdio: ["ignore", "pipe", "pipe"], env: { ...this.#env(proxy), NODE_EXTRA_CA_CERTS: `${ca}/ca.crt` } });
+    this.#sidecar.stdout!.on("data", (b: Buffer) => (this.sidecarOut += b.toString()));
+    this.#sidecar.stderr!.on("data", (b: Buffer) => (this.sidecarOut += b.toString()));
+    await waitFor(() => this.sidecarOut.includes("health on") || this.#sidecar!.exitCode !== null, { timeoutMs: 30_000, what: "the sidecar to listen" });
+    if (!this.sidecarOut.includes("health on")) throw new Error(`the sidecar exited: ${this.sidecarOut}`);
+  }
+
+  /** A path inside a container of the pod, as a path on this machine. */
+  #path(c: V1Container, p: string): string {
+    const mounts = [...(c.volumeMounts ?? [])].sort((a, b) => b.mountPath.length - a.mountPath.length);
+    for (const m of mounts) if (p === m.mountPath || p.startsWith(`${m.mountPath}/`)) return this.volumes.get(m.name)! + p.slice(m.mountPath.length);
+    return p.startsWith(`${APP_ROOT}/`) ? REPO + p.slice(APP_ROOT.length) : p;
+  }
+
+  #argv(c: V1Container): string[] {
+    return [...(c.command ?? []), ...(c.args ?? [])].map((a) => (a === "node" ? process.execPath : a.startsWith("/") ? this.#path(c, a) : a));
+  }
+
+  #env(c: V1Container): NodeJS.ProcessEnv {
+    const env: NodeJS.ProcessEnv = { PATH: process.env.PATH! };
+    for (const e of c.env ?? []) if (e.value !== undefined) env[e.name] = e.value.startsWith("/") ? this.#path(c, e.value) : e.value;
+    return env;
+  }
+
+  container(name: string): V1Container {
+    return [...this.#pod.spec!.containers, ...(this.#pod.spec!.initContainers ?? [])].find((c) => c.name === name)!;
+  }
+
+  /** A command as the sandbox's processes run it: uid 1000, no proxy variables, the env and
+   * mounts of container `name`. Exit code and output. */
+  sandboxRun(name: string, argv: string[]): { code: number; out: string } {
+    const c = this.container(name);
+    const r = spawnSync("ip", ["netns", "exec", this.podNs, "setpriv", `--reuid=${SANDBOX_UID}`, `--regid=${SANDBOX_UID}`, "--clear-groups", ...argv], { env: this.#env(c) });
+    return { code: r.status ?? -1, out: `${r.stdout}${r.stderr}` };
+  }
+
+  /** The host path a container's mount path maps to. */
+  hostPath(container: string, p: string): string {
+    return this.#path(this.container(container), p);
+  }
+
+  async stop(): Promise<void> {
+    this.#sidecar?.kill("SIGKILL");
+    this.#servers?.kill("SIGKILL");
+    if (this.#sidecar && this.#sidecar.exitCode === null) await new Promise((r) => this.#sidecar!.once("exit", r));
+    for (const ns of [this.podNs, this.outNs]) spawnSync("ip", ["netns", "del", ns]);
+    rmSync(`/etc/netns/${this.podNs}`, { recursive: true, force: true });
+    for (const cg of [this.#proxyCg, this.#podCg]) {
+      await waitFor(() => {
+        try {
+          rmdirSync(cg);
+          return true;
+        } catch (err) {
+          return (err as NodeJS.ErrnoException).code === "ENOENT";
+        }
+      }, { timeoutMs: 5_000, what: `${cg} removed` }).catch(() => {});
+    }
+    rmSync(this.dir, { recursive: true, force: true });
+  }
+}
