@@ -9,7 +9,8 @@ import { ensureTeam } from "../durable-objects/store/teams.ts";
 import { upsertTemplate } from "../durable-objects/store/templates.ts";
 import { TemplateSpec } from "../schema/api/template.ts";
 import { apiKeys } from "../schema/db/tables.ts";
-import { buildCodeInterpreterOnEdge, CODE_INTERPRETER } from "./lib/templates.ts";
+import { RootfsStore } from "../controllers/drivers/local/rootfs/store.ts";
+import { buildCodeInterpreterOnEdge, CODE_INTERPRETER, isCurrentCodeInterpreter } from "./lib/templates.ts";
 
 export interface SeedOptions {
   libsqlUrl: string;
@@ -65,31 +66,36 @@ export const CODE_INTERPRETER_TEMPLATES = ["code-interpreter-v1", "code-interpre
 
 /**
  * The public code-interpreter templates through a running edge: `code-interpreter` built through
- * the edge's HTTP build API (`build: "always"`, as `npm start` does so a changed definition or
- * base is built again; "missing": only when it has no build yet, as a test file's setup does),
- * then both names put through the admin API with the built spec, `codeInterpreter: true` (its
- * port 49999 is the interpreter) and `replicas` warm members for the SDKs' default. A new build is
- * a new revision, so its pool rolls.
+ * the edge's HTTP build API unless its current build is of the current definition (`build:
+ * "changed"`, as `npm start` and the test systems do: a changed definition or base is built again,
+ * an unchanged one keeps its build, its record and its warm members; "missing": only when it has
+ * no build yet, as a test file's setup does), then both names put through the admin API with the
+ * built spec, `codeInterpreter: true` (its port 49999 is the interpreter) and `replicas` warm
+ * members for the SDKs' default, each only if that differs from what is there. A new build is a
+ * new revision, so its pool rolls.
  */
-export async function seedCodeInterpreter(edgeUrl: string, adminApiKey: string, replicas: number, opts: { build?: "always" | "missing"; log?: (line: string) => void } = {}): Promise<void> {
+export async function seedCodeInterpreter(edgeUrl: string, adminApiKey: string, replicas: number, opts: { build?: "changed" | "missing"; log?: (line: string) => void; store?: RootfsStore } = {}): Promise<void> {
   const headers = { "content-type": "application/json", "x-api-key": adminApiKey };
   const url = (name: string) => new URL(`/admin/teams/${ADMIN_TEAM_NAME}/templates/${name}`, edgeUrl);
-  const current = async () => {
-    const got = await fetch(url(CODE_INTERPRETER), { headers });
+  const current = async (name: string) => {
+    const got = await fetch(url(name), { headers });
     if (got.status === 404) return undefined;
-    if (!got.ok) throw new Error(`reading template ${CODE_INTERPRETER}: ${got.status} ${await got.text()}`);
-    return ((await got.json()) as { spec: TemplateSpec }).spec;
+    if (!got.ok) throw new Error(`reading template ${name}: ${got.status} ${await got.text()}`);
+    return (await got.json()) as { public: boolean; spec: TemplateSpec };
   };
-  let spec = await current();
-  if (opts.build === "always" || !spec?.image.startsWith("b-")) {
-    const log = opts.log ?? (() => undefined);
+  const log = opts.log ?? (() => undefined);
+  let spec = (await current(CODE_INTERPRETER))?.spec;
+  const built = spec?.image.startsWith("b-") === true;
+  if (!built || (opts.build === "changed" && !(await isCurrentCodeInterpreter(opts.store ?? new RootfsStore(), spec!.image)))) {
     const r = await buildCodeInterpreterOnEdge(edgeUrl, adminApiKey, log);
     log(`build ${r.buildId} ready in ${r.seconds} s: ${r.ran} step(s) built, ${r.cached} cached`);
-    spec = await current();
+    spec = (await current(CODE_INTERPRETER))?.spec;
     if (!spec) throw new Error(`template ${CODE_INTERPRETER} is missing after its build`);
-  }
+  } else log(`${spec!.image} is the build of the current definition: kept`);
   for (const name of CODE_INTERPRETER_TEMPLATES) {
     const body = { public: true, spec: TemplateSpec.parse({ ...spec, codeInterpreter: true, replicas: name === CODE_INTERPRETER_TEMPLATES[0] ? replicas : 0 }) };
+    const now = await current(name);
+    if (now && now.public && JSON.stringify(TemplateSpec.parse(now.spec)) === JSON.stringify(body.spec)) continue;
     const res = await fetch(url(name), { method: "PUT", headers, body: JSON.stringify(body) });
     if (!res.ok) throw new Error(`seeding template ${name} through ${edgeUrl}: ${res.status} ${await res.text()}`);
   }

@@ -44,15 +44,16 @@ A part that dies (sqld, workerd, the agent) is restarted; restarts are reported 
 Ctrl-C stops everything (sandboxes and state are kept in ${dataDir}).`);
 
 // The code interpreter's template is built from base through this system's own build API (the
-// SDK's `Template.build` as the admin team: a build record with status and logs), on every start
-// so a changed base or definition is built again (cached steps: seconds; a first build minutes,
-// its progress below). Then `code-interpreter-v1` (the SDKs' default) and `code-interpreter` are
-// registered with a small warm pool.
+// SDK's `Template.build` as the admin team: a build record with status and logs) when its current
+// build is not of the current definition and base (its step keys): a changed base or definition
+// is built again (cached steps: seconds; a first build minutes, its progress below), an unchanged
+// one is kept with its warm members. Then `code-interpreter-v1` (the SDKs' default) and
+// `code-interpreter` are registered with a small warm pool.
 void baseReady.then(async (ok) => {
   if (!ok) return;
   const log = (line: string) => console.log(`[code-interpreter] ${line}`);
-  log("building the code-interpreter template from base through the build API (Template.build) in the background; it is registered once ready");
-  await seedCodeInterpreter(sys.apiUrl, sys.apiKey, Number(process.env.CODE_INTERPRETER_POOL ?? 1), { build: "always", log });
+  log("checking the code-interpreter template (built from base through the build API when its definition changed) in the background; it is registered once ready");
+  await seedCodeInterpreter(sys.apiUrl, sys.apiKey, Number(process.env.CODE_INTERPRETER_POOL ?? 1), { build: "changed", log });
   log("templates code-interpreter-v1 and code-interpreter are ready (runCode works)");
 }).catch((err: unknown) => console.error(`[code-interpreter] building or registering the template failed: ${(err as Error).message}; retry with npm start, or see the agent's build lines with node scripts/prebuild-templates.ts --verbose`));
 

@@ -28,7 +28,8 @@ export interface SystemOptions {
   /** Warm members of the `base` pool. */
   baseReplicas?: number;
   /** Build `code-interpreter` through the edge's build API (cached layers: seconds; `base` must be
-   * built) and register it and `code-interpreter-v1` with this many warm members. Unset: not. */
+   * built; a restart with its build of the current definition keeps it) and register it and
+   * `code-interpreter-v1` with this many warm members. Unset: not. */
   codeInterpreterReplicas?: number;
   /** Extra text bindings of the edge, e.g. the default team quotas (`quotaDefaults()`); tests and
    * benchmarks run without quotas unless they set them through the admin API. */
@@ -187,8 +188,9 @@ export async function startSystem(opts: SystemOptions): Promise<System> {
     await migrate(sqldUrl);
     await edge.start();
     await agent.start();
-    await seed({ libsqlUrl: sqldUrl, adminApiKey: secrets.adminApiKey, pepper: secrets.pepper, baseReplicas: opts.baseReplicas ?? 2, edgeUrl, baseRootfsId: new RootfsStore(opts.rootfsDir).rootfsId("base") });
-    if (opts.codeInterpreterReplicas !== undefined) await seedCodeInterpreter(edgeUrl, secrets.adminApiKey, opts.codeInterpreterReplicas, { build: "always" });
+    const store = new RootfsStore(opts.rootfsDir);
+    await seed({ libsqlUrl: sqldUrl, adminApiKey: secrets.adminApiKey, pepper: secrets.pepper, baseReplicas: opts.baseReplicas ?? 2, edgeUrl, baseRootfsId: store.rootfsId("base") });
+    if (opts.codeInterpreterReplicas !== undefined) await seedCodeInterpreter(edgeUrl, secrets.adminApiKey, opts.codeInterpreterReplicas, { build: "changed", store });
   } catch (err) {
     // The parts run detached: nothing else would stop them.
     await agent.stop();

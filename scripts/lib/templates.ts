@@ -9,7 +9,7 @@
 import { Template, type LogEntry, type TemplateClass } from "e2b";
 import { ADMIN_TEAM_ID } from "../../schema/api/api-key.ts";
 import { TemplateStep } from "../../schema/api/template-build.ts";
-import { DEFAULT_CONFIG } from "../../controllers/drivers/local/builder/plan.ts";
+import { DEFAULT_CONFIG, layerIdOf, planSteps } from "../../controllers/drivers/local/builder/plan.ts";
 import { runDirectBuild } from "../../controllers/drivers/local/builder/direct-build.ts";
 import { RootfsStore } from "../../controllers/drivers/local/rootfs/store.ts";
 import { ensureBaseRootfs } from "../../controllers/drivers/local/rootfs/build-base.ts";
@@ -52,6 +52,27 @@ export async function templateSteps(t: TemplateClass): Promise<{ from: string; s
 }
 
 export type Log = (line: string) => void;
+
+/**
+ * The layers a build of the code-interpreter definition gives on this machine now: base's, then
+ * one per step that makes files, by the step keys the builder computes (the admin team's, from
+ * base's layers and E2B's default config, which base's spec has). Undefined while base is missing.
+ */
+export async function codeInterpreterLayers(store: RootfsStore): Promise<string[] | undefined> {
+  const base = store.template("base")?.layers;
+  if (!base) return undefined;
+  const { steps } = await templateSteps(codeInterpreterTemplate());
+  const plan = planSteps({ teamId: PROJECT_OWNER, buildId: "", baseLayers: base, steps, force: false });
+  return [...base, ...plan.steps.filter((p) => p.layer).map((p) => layerIdOf(p.key))];
+}
+
+/** Whether the built root filesystem `image` is the current definition's (same step keys, all
+ * there): a start-up keeps it and its pool rather than building again. */
+export async function isCurrentCodeInterpreter(store: RootfsStore, image: string): Promise<boolean> {
+  const planned = await codeInterpreterLayers(store);
+  const built = /^b-[a-z0-9-]{1,64}$/.test(image) && store.templateTrees(image) ? store.template(image)!.layers : undefined;
+  return planned !== undefined && built !== undefined && built.join("\n") === planned.join("\n");
+}
 
 /**
  * Builds (or finds cached) the `code-interpreter` rootfs template; needs `base` built and root.
