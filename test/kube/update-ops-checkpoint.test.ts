@@ -6,6 +6,7 @@
 // lines say each sandbox's memory is not restored, and the run's Events name each checkpoint.
 // A recreate cut off before its new pod (pods refused by a quota, then an agent restart) and a
 // Stop-paused member still get a pod naming the checkpoint, and only then is the member done.
+// Each step of the run on a sandbox is an Event on its Sandbox too.
 import { CustomObjectsApi, PatchStrategy, setHeaderOptions } from "@kubernetes/client-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { kubeConfig, kubectl, kubectlOk, until } from "./support/namespace.ts";
@@ -91,6 +92,15 @@ describe("SandboxUpdateOps CheckpointRestore with kubectl", () => {
     }
     const events = (JSON.parse(kubectlOk(["-n", sys.ns, "get", "events", "--field-selector", "involvedObject.name=ck,reason=CheckpointTaken", "-o", "json"])) as { items: unknown[] }).items;
     expect(events).toHaveLength(2);
+    // Each step of the run on a sandbox is also an Event on its Sandbox: kubectl describe lists them.
+    for (const id of ids) {
+      const name = one("sbx", id)!.metadata.name;
+      const described = await until(`${name}'s run steps`, () => {
+        const out = kubectlOk(["-n", sys.ns, "describe", "sbx", name]);
+        return ["CheckpointTaken", "UpgradeStarted", "UpgradeSucceeded", "CheckpointDeleted"].every((r) => out.includes(r)) ? out : undefined;
+      }, 30_000);
+      expect(described).toContain("SandboxUpdateOps ck: ");
+    }
   }, 300_000);
 
   it("a recreate cut off before its new pod (pods refused, then an agent restart) still restores: the Sandbox marks the restore pending, the pod made after the restart names the checkpoint, and only then is the run done", async () => {
