@@ -19,6 +19,8 @@ import { backoffMs } from "../lib/work-queue.ts";
 import { CommitController } from "../drivers/kubernetes/commit/commit-controller.ts";
 import { CheckpointController } from "../drivers/kubernetes/checkpoint/checkpoint-controller.ts";
 import type { CommitJobOptions } from "../drivers/kubernetes/commit/job-spec.ts";
+import { idLabel } from "../drivers/kubernetes/objects.ts";
+import { API_VERSION } from "../../schema/crd/labels.ts";
 
 export interface CrdLinkOptions {
   link: Link;
@@ -133,7 +135,11 @@ export async function startCrdLink(o: CrdLinkOptions): Promise<CrdLink> {
       const claims = new SandboxClaimSync({ kubeConfig: o.kubeConfig, namespace: ns, claimer, log, retryMs, onClaimed: (ids, name, mounts) => o.driver.labelClaimed(ids, name, mounts) });
       const quota = new NamespaceQuotaSync({ kubeConfig: o.kubeConfig, namespace: ns, link: o.link, pollMs: o.quotaPollMs, log });
       const autoscalers = new PoolAutoscalerSync({ kubeConfig: o.kubeConfig, namespace: ns, link: o.link, log, retryMs, statusMs: o.autoscalerStatusMs });
-      const updateOps = new UpdateOpsSync({ kubeConfig: o.kubeConfig, namespace: ns, link: o.link, log, retryMs, statusMs: o.autoscalerStatusMs });
+      const sandboxRef = (id: string) => {
+        const sbx = scope.sandboxes.forSandbox(idLabel(id))[0];
+        return sbx && { apiVersion: API_VERSION, kind: "Sandbox", name: sbx.metadata!.name!, uid: sbx.metadata!.uid };
+      };
+      const updateOps = new UpdateOpsSync({ kubeConfig: o.kubeConfig, namespace: ns, link: o.link, log, retryMs, statusMs: o.autoscalerStatusMs, sandboxRef });
       const trafficPolicies = new TrafficPolicySync({ kubeConfig: o.kubeConfig, namespace: ns, link: o.link, log, retryMs, statusMs: o.autoscalerStatusMs });
       // The kubernetes driver enforces no L7 in pods: the status says so (not Programmed).
       const securityProfiles = new SecurityProfileSync({ kubeConfig: o.kubeConfig, namespace: ns, link: o.link, log, retryMs, statusMs: o.autoscalerStatusMs, enforced: false });

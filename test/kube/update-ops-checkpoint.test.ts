@@ -4,9 +4,12 @@
 // does); then the pod is recreated on the new template with its PVC kept, naming the checkpoint for
 // the engine to restore, and the Checkpoint is deleted once the sandbox runs again. The object's
 // lines say each sandbox's memory is not restored, and the run's Events name each checkpoint.
+// A recreate cut off before its new pod (pods refused by a quota, then an agent restart) and a
+// Stop-paused member still get a pod naming the checkpoint, and only then is the member done.
+// Each step of the run on a sandbox is an Event on its Sandbox too.
 import { CustomObjectsApi, PatchStrategy, setHeaderOptions } from "@kubernetes/client-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { kubeConfig, kubectlOk, until } from "./support/namespace.ts";
+import { kubeConfig, kubectl, kubectlOk, until } from "./support/namespace.ts";
 import { withSandboxSet } from "./support/sandbox-set.ts";
 import { startKubeSystem, type KubeSystem } from "./support/system.ts";
 
@@ -89,5 +92,83 @@ describe("SandboxUpdateOps CheckpointRestore with kubectl", () => {
     }
     const events = (JSON.parse(kubectlOk(["-n", sys.ns, "get", "events", "--field-selector", "involvedObject.name=ck,reason=CheckpointTaken", "-o", "json"])) as { items: unknown[] }).items;
     expect(events).toHaveLength(2);
+    // Each step of the run on a sandbox is also an Event on its Sandbox: kubectl describe lists them.
+    for (const id of ids) {
+      const name = one("sbx", id)!.metadata.name;
+      const described = await until(`${name}'s run steps`, () => {
+        const out = kubectlOk(["-n", sys.ns, "describe", "sbx", name]);
+        return ["CheckpointTaken", "UpgradeStarted", "UpgradeSucceeded", "CheckpointDeleted"].every((r) => out.includes(r)) ? out : undefined;
+      }, 30_000);
+      expect(described).toContain("SandboxUpdateOps ck: ");
+    }
+  }, 300_000);
+
+  it("a recreate cut off before its new pod (pods refused, then an agent restart) still restores: the Sandbox marks the restore pending, the pod made after the restart names the checkpoint, and only then is the run done", async () => {
+    await withSandboxSet(sys.ns, "rs", { available: 1 });
+    const id = await createIn("rs", "restart");
+    await until("its pod", () => one("pods", id), 60_000);
+    kubectlOk(["-n", sys.ns, "apply", "-f", "-"], `apiVersion: v1\nkind: ResourceQuota\nmetadata: { name: no-pods }\nspec: { hard: { pods: "0" } }\n`);
+    // No controller-manager here: the test writes the quota's status as its controller would.
+    kubectlOk(["-n", sys.ns, "patch", "resourcequota", "no-pods", "--subresource=status", "--type=merge", "-p", '{"status":{"hard":{"pods":"0"},"used":{"pods":"0"}}}']);
+    try {
+      await newRevision("rs");
+      kubectlOk(["-n", sys.ns, "apply", "-f", "-"], runYaml("rs", "restart"));
+      // The window: the old pod is gone, the Sandbox has the new template, no pod can be made.
+      await until("the Sandbox retemplated without a pod", () => one("sbx", id)?.spec?.template?.spec.containers[0]!.image === "python:3.13" && !one("pods", id), 60_000);
+      expect(line("rs", id)?.status).not.toBe("Succeeded");
+      await sys.restart(() => kubectlOk(["-n", sys.ns, "delete", "resourcequota", "no-pods"]));
+    } finally {
+      kubectl(["-n", sys.ns, "delete", "resourcequota", "no-pods", "--ignore-not-found"]);
+    }
+    const done = await completed("rs");
+    expect(done, JSON.stringify(done)).toMatchObject({ phase: "Completed", updatedReplicas: 1 });
+    expect(line("rs", id)).toMatchObject({ status: "Succeeded", message: expect.stringContaining("files restored") });
+    expect(one("pods", id)!.metadata.annotations?.[RESTORE]).toMatch(/^ckpt-snap-/);
+    expect(one("sbx", id)!.metadata.annotations?.[PENDING]).toBeUndefined();
+    await until(`${id}'s Checkpoint deleted`, () => !checkpointOf(id) || undefined, 60_000);
+  }, 300_000);
+
+  it("a Stop-paused member keeps its restore pending (and its checkpoint) until it resumes; its resume pod names the checkpoint, then the run completes", async () => {
+    await withSandboxSet(sys.ns, "ps", { available: 1 });
+    const id = await createIn("ps", "paused");
+    await until("its pod", () => one("pods", id), 60_000);
+    expect((await e2b(`/sandboxes/${id}/pause`, {})).status).toBe(204);
+    await until("its pod gone", () => !one("pods", id), 60_000);
+    await newRevision("ps");
+    kubectlOk(["-n", sys.ns, "apply", "-f", "-"], runYaml("ps", "paused"));
+    const pending = await until("the restore pending on the Sandbox", () => one("sbx", id)?.metadata.annotations?.[PENDING], 60_000);
+    expect(one("sbx", id)!.spec!.template!.spec.containers[0]!.image).toBe("python:3.13");
+    // Nothing has restored it yet: not reported done, the checkpoint kept.
+    expect(line("ps", id)?.status).toBe("Updating");
+    expect(checkpointOf(id)).toBeDefined();
+    expect((await e2b(`/sandboxes/${id}/connect`, { timeout: 600 })).status).toBeLessThan(300);
+    const done = await completed("ps");
+    expect(done, JSON.stringify(done)).toMatchObject({ phase: "Completed", updatedReplicas: 1 });
+    expect(one("pods", id)!.metadata.annotations?.[RESTORE]).toBe(pending);
+    expect(one("sbx", id)!.metadata.annotations?.[PENDING]).toBeUndefined();
+    await until(`${id}'s Checkpoint deleted`, () => !checkpointOf(id) || undefined, 60_000);
   }, 300_000);
 });
+
+const RESTORE = "agents.kruise.io/restore-checkpoint-id";
+const PENDING = "agents.kruise.io/restore-pending-checkpoint-id";
+const e2b = (path: string, body: unknown) => fetch(`${sys.edge.url}${path}`, { method: "POST", headers: { "x-api-key": key, "content-type": "application/json" }, body: JSON.stringify(body) });
+async function createIn(template: string, label: string): Promise<string> {
+  const r = await e2b("/sandboxes", { templateID: template, timeout: 600, metadata: { [`label:${label}`]: "yes" } });
+  expect(r.status).toBe(201);
+  return ((await r.json()) as { sandboxID: string }).sandboxID;
+}
+/** Moves SandboxSet `name` to python:3.13 and waits until the edge has the new revision. */
+async function newRevision(name: string): Promise<void> {
+  const revision = async () => ((await (await fetch(`${sys.edge.url}/admin/teams/${sys.ns}/templates/${name}`, { headers: { "x-api-key": sys.edge.adminKey } })).json()) as { revision: string }).revision;
+  const before = await revision();
+  await withSandboxSet(sys.ns, name, { image: "python:3.13" });
+  await until("the new revision on the edge", async () => (await revision()) !== before, 30_000);
+}
+const runYaml = (name: string, label: string) =>
+  `apiVersion: agents.kruise.io/v1alpha1\nkind: SandboxUpdateOps\nmetadata: { name: ${name} }\nspec:\n  selector: { matchLabels: { ${label}: "yes" } }\n  stateFilter: { states: [Running, Paused] }\n  updateStrategy: { type: CheckpointRestore, maxUnavailable: 1 }\n`;
+interface RunStatus { phase?: string; updatedReplicas?: number; sandboxes?: { sandboxID: string; status: string; message?: string }[] }
+const status = (name: string) => (JSON.parse(kubectlOk(["-n", sys.ns, "get", "suo", name, "-o", "json"])) as { status?: RunStatus }).status;
+const line = (name: string, id: string) => status(name)?.sandboxes?.find((l) => l.sandboxID === id);
+const completed = (name: string) => until(`run ${name} completed`, () => { const s = status(name); return s?.phase === "Completed" || s?.phase === "Failed" ? s : undefined; }, 120_000);
+const checkpointOf = (id: string) => items(["checkpoints"]).find((c) => c.metadata.annotations?.["agents.kruise.io/sandbox-id"] === id);

@@ -26,6 +26,9 @@ export interface EdgeEvent {
   type: "Normal" | "Warning";
   reason: string;
   message: string;
+  /** Another object of the namespace the Event is about (a run's step on one Sandbox); default
+   * the synced object itself. */
+  about?: { apiVersion: string; kind: string; name: string; uid?: string };
 }
 
 /** What one kind of object differs in. */
@@ -197,7 +200,7 @@ export class EdgeObjectSync<O extends KubernetesObject & { status?: S }, S> {
     for (const e of events) {
       current.add(e.name);
       if (posted.has(e.name)) continue;
-      await postEvent(this.#core, about, e.type, e.reason, e.message, e.time, this.#o.log ?? (() => {}), e.name);
+      await postEvent(this.#core, e.about ? { ...e.about, namespace: about.namespace } : about, e.type, e.reason, e.message, e.time, this.#o.log ?? (() => {}), e.name);
       posted.add(e.name);
     }
     // Only the edge's current list is remembered.

@@ -6,7 +6,8 @@
 // `spec.lifecycle` (preUpgrade/postUpgrade exec hooks) is the run's hooks. The
 // status shows the phase, the counts, the Progressing condition and one line per sandbox; each
 // event of the run (UpgradeStarted, UpgradeSucceeded, UpgradeFailed, …) is a Kubernetes Event on
-// the object.
+// the object, and one about a sandbox is also an Event on that sandbox's Sandbox object (`kubectl
+// describe sandbox` lists its upgrade steps).
 //
 // Upstream fields with no equivalent here: `patch` (the target is always the template's current
 // revision) is refused with an InvalidSpec condition, and the object is not pushed.
@@ -91,15 +92,23 @@ export function opsRefusedStatusOf(prev: UpdateOpsStatus | undefined, generation
   return { ...prev, observedGeneration: generation, conditions };
 }
 
-/** Kubernetes Events of the run's events; each name stable per event (time, reason, sandbox). */
-export function opsEvents(name: string, edge: UpdateOpsStatusReply | undefined): EdgeEvent[] {
-  return (edge?.events ?? []).map((e) => ({
-    name: `${name.slice(0, 120)}.${e.at.toString(16)}.${e.reason.toLowerCase()}${e.sandboxId ? `.${e.sandboxId.toLowerCase().replace(/[^a-z0-9-]/g, "").slice(0, 60)}` : ""}`,
-    time: new Date(e.at),
-    type: e.type,
-    reason: e.reason,
-    message: e.sandboxId ? `${e.sandboxId}: ${e.message}` : e.message,
-  }));
+/** Where a sandbox's Sandbox object is (the driver's cache), to put its Events on it. */
+export type SandboxRef = (sandboxId: string) => { apiVersion: string; kind: string; name: string; uid?: string } | undefined;
+
+/** Kubernetes Events of the run's events; each name stable per event (time, reason, sandbox). An
+ * event about a sandbox whose Sandbox `sandboxRef` finds is also an Event on that Sandbox. */
+export function opsEvents(name: string, edge: UpdateOpsStatusReply | undefined, sandboxRef?: SandboxRef): EdgeEvent[] {
+  return (edge?.events ?? []).flatMap((e) => {
+    const event: EdgeEvent = {
+      name: `${name.slice(0, 120)}.${e.at.toString(16)}.${e.reason.toLowerCase()}${e.sandboxId ? `.${e.sandboxId.toLowerCase().replace(/[^a-z0-9-]/g, "").slice(0, 60)}` : ""}`,
+      time: new Date(e.at),
+      type: e.type,
+      reason: e.reason,
+      message: e.sandboxId ? `${e.sandboxId}: ${e.message}` : e.message,
+    };
+    const sbx = e.sandboxId ? sandboxRef?.(e.sandboxId) : undefined;
+    return sbx ? [event, { ...event, name: `${event.name}.sbx`, message: `SandboxUpdateOps ${name}: ${e.message}`, about: sbx }] : [event];
+  });
 }
 
 export const SANDBOX_UPDATE_OPS: EdgeObjectKind<UpdateOpsObject, UpdateOpsStatus> = {
@@ -119,7 +128,7 @@ export const SANDBOX_UPDATE_OPS: EdgeObjectKind<UpdateOpsObject, UpdateOpsStatus
 };
 
 export class UpdateOpsSync extends EdgeObjectSync<UpdateOpsObject, UpdateOpsStatus> {
-  constructor(opts: EdgeObjectSyncOptions) {
-    super(SANDBOX_UPDATE_OPS, opts);
+  constructor(opts: EdgeObjectSyncOptions & { sandboxRef?: SandboxRef }) {
+    super({ ...SANDBOX_UPDATE_OPS, events: (name, reply) => opsEvents(name, reply.updateOps, opts.sandboxRef) }, opts);
   }
 }

@@ -232,7 +232,7 @@ export class KubernetesDriver implements Driver {
     if (d.restoreFrom && !sbx) d = { ...d, restoreCheckpointId: await this.#checkpoints.restoreId(d.namespace ?? this.namespace, d.restoreFrom.id) };
     this.#desired.set(d.id, d);
     const live = sbx && ctx.pod(d.id);
-    if (sbx && live && d.state === "Running" && !this.#needsProxyPod(d, live) && !sbx.spec.paused && !live.metadata?.deletionTimestamp && !this.#status.facts(sbx, d.id).frozen && !this.#pods.inplacePending(sbx, d) && !this.#sandboxes.recreatePending(sbx, d)) {
+    if (sbx && live && d.state === "Running" && !this.#needsProxyPod(d, live) && !sbx.spec.paused && !live.metadata?.deletionTimestamp && !this.#status.facts(sbx, d.id).frozen && !this.#pods.inplacePending(sbx, d) && !this.#sandboxes.recreatePending(sbx, d) && !this.#sandboxes.restorePending(sbx)) {
       // Running and staying so: only labels, owner and annotations can differ; write them behind.
       this.#deferred.set(d.id, d);
       this.#status.succeeded(d.id);
@@ -270,9 +270,10 @@ export class KubernetesDriver implements Driver {
     if (this.#sandboxes.recreatePending(sbx, d)) {
       // Recreate (update ops): the old pod goes first, then the template changes, so a restart
       // between the two finds the revision still pending and finishes the job.
-      // CheckpointRestore: the new pod names the snapshot's checkpoint for the cluster's
+      // CheckpointRestore: the next pod names the snapshot's checkpoint for the cluster's
       // checkpoint engine to restore (what a Checkpoint allows: the agent cannot copy files into
-      // a pod itself). Only that pod does; the Sandbox keeps no restore marker.
+      // a pod itself). The retemplate marks it pending on the Sandbox, and the mark stays until a
+      // pod naming it exists: a failure, a restart or a Stop pause before that cannot drop it.
       if (d.restoreFs) d = { ...d, restoreCheckpointId: await this.#checkpoints.restoreId(sc.namespace, d.restoreFs.id) };
       if (pod) await this.#pods.delete(sc, pod, 0);
       sbx = await this.#sandboxes.retemplate(sc, sbx, d);
@@ -291,8 +292,14 @@ export class KubernetesDriver implements Driver {
         await this.#status.event(sc, sbx, "Normal", EventReason.Recreated, `egress policy: pod ${pod.metadata!.name} replaced by one with the traffic-proxy`);
         pod = undefined;
       }
-      if (!pod) await this.#pods.create(sc, sbx, d, traffic);
-      else if (this.#pods.inplacePending(sbx, d)) sbx = await this.#pods.inplace(sc, sbx, pod, d.inplaceUpdate!);
+      // A pending restore is done once a pod naming it exists (one made before a restart counts).
+      const restoring = this.#sandboxes.restorePending(sbx);
+      if (restoring && pod) sbx = await this.#sandboxes.restoreDone(d.id, sbx, pod);
+      if (!pod) {
+        await this.#pods.create(sc, sbx, restoring ? { ...d, restoreCheckpointId: restoring } : d, traffic);
+        const made = restoring && ctx.pod(d.id);
+        if (made) sbx = await this.#sandboxes.restoreDone(d.id, sbx, made);
+      } else if (this.#pods.inplacePending(sbx, d)) sbx = await this.#pods.inplace(sc, sbx, pod, d.inplaceUpdate!);
       else if (frozen()) {
         await this.thaw(d.id);
         await this.#status.event(sc, sbx, "Normal", EventReason.Resumed, "thawed");

@@ -2,7 +2,7 @@
 // labels, annotations, finalizer and owner a sandbox carries; brought in line with each intent
 // (claim, user metadata, generation, pause); annotated when frozen; labelled with its claim; and
 // deleted last on destroy (its finalizer is ours).
-import { RESTORE_ANNOTATION } from "./checkpoint/snapshots.ts";
+import { RESTORE_ANNOTATION, RESTORE_PENDING_ANNOTATION } from "./checkpoint/snapshots.ts";
 import { ANNOTATION, API_VERSION, GROUP, LABEL, SANDBOX_FINALIZER, VERSION } from "../../../schema/crd/labels.ts";
 import { userAnnotations, userLabels } from "../../../schema/crd/user-metadata.ts";
 import type { V1PodTemplateSpec } from "@kubernetes/client-node";
@@ -124,7 +124,9 @@ export class SandboxObjects {
 
   /** Puts the new revision's template on the Sandbox (the SandboxSet's as it is now, else the
    * image's), so the next pod is built from it; the volume claim templates stay, so do the PVCs.
-   * A JSON patch: a merge patch would keep keys the new template dropped. */
+   * A JSON patch: a merge patch would keep keys the new template dropped. CheckpointRestore
+   * (`d.restoreCheckpointId`): the same patch marks the restore pending, so a failure or a restart
+   * before the next pod is made cannot lose it (`restorePending`, `restoreDone`). */
   async retemplate(sc: NamespaceScope, sbx: SandboxObject, d: KubeDesiredSandbox): Promise<SandboxObject> {
     const set = sc.sandboxSets.get(d.pool ?? d.template);
     const template = set?.spec.template ?? imageTemplate(d.template);
@@ -135,12 +137,25 @@ export class SandboxObjects {
       { op: "add", path: `/metadata/annotations/${esc(ANNOTATION.revision)}`, value: d.revision },
     ];
     if (set?.spec.runtimes) ops.push({ op: "add", path: "/spec/runtimes", value: set.spec.runtimes });
+    if (d.restoreCheckpointId) ops.push({ op: "add", path: `/metadata/annotations/${esc(RESTORE_PENDING_ANNOTATION)}`, value: d.restoreCheckpointId });
     this.#ctx.count();
     const updated = (await this.#ctx.custom.patchNamespacedCustomObject(
       { group: GROUP, version: VERSION, namespace: sc.namespace, plural: PLURAL.sandbox, name: sbx.metadata!.name!, body: ops },
       jsonPatch,
     )) as SandboxObject;
     return sc.sandboxes.remember(updated);
+  }
+
+  /** The checkpoint the sandbox's next pod must name (its recreate marked it), if any. */
+  restorePending(sbx: SandboxObject | undefined): string | undefined {
+    return sbx?.metadata?.annotations?.[RESTORE_PENDING_ANNOTATION] || undefined;
+  }
+
+  /** Clears the pending restore once `pod` (created, or found after a restart) names it. */
+  async restoreDone(id: string, sbx: SandboxObject, pod: { metadata?: { annotations?: Record<string, string> } }): Promise<SandboxObject> {
+    const pending = this.restorePending(sbx);
+    if (!pending || pod.metadata?.annotations?.[RESTORE_ANNOTATION] !== pending) return sbx;
+    return (await this.patchMetadata(id, sbx, { annotations: { [RESTORE_PENDING_ANNOTATION]: null } }, true)) ?? sbx;
   }
 
   /** Merge-patches the sandbox's Sandbox (metadata only) and remembers the result; a Sandbox gone

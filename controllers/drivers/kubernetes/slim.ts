@@ -3,11 +3,12 @@
 // templates of a pool's Sandboxes are shared (interned) rather than stored once per sandbox.
 import type { KubernetesObject, V1ObjectMeta, V1Pod } from "@kubernetes/client-node";
 import { ANNOTATION, RUNTIME_CONTAINER } from "../../../schema/crd/labels.ts";
+import { RESTORE_ANNOTATION } from "./checkpoint/snapshots.ts";
 
 const iso = (v: unknown): string | undefined => (v instanceof Date ? v.toISOString() : (v as string | undefined) ?? undefined);
 
 /** Annotations the driver reads on pods. */
-const POD_ANNOTATIONS = [ANNOTATION.runtimeUrl];
+const POD_ANNOTATIONS = [ANNOTATION.runtimeUrl, RESTORE_ANNOTATION];
 
 const words = new Map<string, string>();
 

@@ -3,6 +3,7 @@
 // differs from the stored one, with one Event per new failure reason.
 import { ANNOTATION, API_VERSION, GROUP, VERSION } from "../../../schema/crd/labels.ts";
 import { hasTrafficProxy } from "./traffic-objects.ts";
+import { RESTORE_PENDING_ANNOTATION } from "./checkpoint/snapshots.ts";
 import { EventReason, ReadyReason } from "../../../schema/crd/conditions.ts";
 import type { DriverContext } from "./context.ts";
 import { mergePatch, PLURAL, postEvent, stableJson, tolerate } from "./kube-api.ts";
@@ -52,6 +53,12 @@ export class StatusWriter {
     }
     const facts = this.facts(sbx, id);
     const state = sandboxState(facts);
+    // A CheckpointRestore recreate whose pod naming the checkpoint is not made yet (a Stop-paused
+    // sandbox's is its resume pod) is not done: the edge frees the snapshot once the upgrade is.
+    const restoring = sbx.metadata?.annotations?.[RESTORE_PENDING_ANNOTATION];
+    if (restoring) {
+      Object.assign(state, { driverPhase: "Pending", ready: false, reason: "RestorePending", message: `the next pod restores checkpoint ${restoring}${facts.paused ? " (made when the sandbox resumes)" : ""}` });
+    }
     return {
       id,
       generation: Math.max(Number(sbx.metadata?.annotations?.[ANNOTATION.generation] ?? 0), deferredGeneration),

@@ -20,6 +20,10 @@ export const SNAPSHOT_LABEL = "agents.kruise.io/snapshot";
 export const SNAPSHOT_ANNOTATION = "agents.kruise.io/snapshot-id";
 /** On a Sandbox and its pod made from a snapshot: the checkpoint its engine restores. */
 export const RESTORE_ANNOTATION = "agents.kruise.io/restore-checkpoint-id";
+/** On a Sandbox whose CheckpointRestore recreate is under way: the checkpoint its next pod names
+ * (RESTORE_ANNOTATION), from the retemplate until a pod carrying it is created. Its own key, so a
+ * Sandbox made from a snapshot (which keeps RESTORE_ANNOTATION for good) does not restore again. */
+export const RESTORE_PENDING_ANNOTATION = "agents.kruise.io/restore-pending-checkpoint-id";
 /** Upstream's default for `x-e2b-kruise-snapshot-wait-success-seconds`. */
 export const CHECKPOINT_WAIT_MS = 60_000;
 

@@ -69,4 +69,13 @@ describe("opsEvents", () => {
     expect(opsEvents("up", edge)[0]!.name).toBe(a!.name);
     expect(opsEvents("up", undefined)).toEqual([]);
   });
+
+  it("puts an event about a sandbox on its Sandbox object too, when the Sandbox is known", () => {
+    const ref = { apiVersion: "agents.kruise.io/v1alpha1", kind: "Sandbox", name: "app-sbxb_z", uid: "s1" };
+    const [run, onSandbox] = opsEvents("up", edge, (id) => (id === "sbxB_Z" ? ref : undefined));
+    expect(onSandbox).toMatchObject({ reason: "UpgradeStarted", type: "Normal", about: ref, message: "SandboxUpdateOps up: to r2" });
+    expect(onSandbox!.name).not.toBe(run!.name);
+    expect(onSandbox!.name).toMatch(/^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$/);
+    expect(opsEvents("up", edge, () => undefined)).toHaveLength(opsEvents("up", edge).length);
+  });
 });
