@@ -33,5 +33,5 @@ adminMetrics.get("/admin/metrics", async (c) => {
   // This isolate's own counts go in first; other isolates' are at most FLUSH_MS behind.
   await flushNow(c.env);
   const totals = await metricsStub(c.env).snapshot();
-  return c.body(renderPrometheus(totals), 200, { "content-type": CONTENT_TYPE });
+  return c.body(await renderPrometheus(totals), 200, { "content-type": CONTENT_TYPE });
 });

@@ -6,7 +6,7 @@ import { renderPrometheus } from "../../../functions/api/metrics-text.ts";
 import { parsePrometheus, value } from "../../support/prometheus-text.ts";
 
 describe("edge metrics text", () => {
-  it("renders summed isolate counts as Prometheus text a parser reads back", () => {
+  it("renders summed isolate counts as Prometheus text a parser reads back", async () => {
     const a = emptyCounts();
     const b = emptyCounts();
     addCount(a, seriesKey("edge_errors_total", { code: "not_found" }), 2);
@@ -17,7 +17,7 @@ describe("edge metrics text", () => {
     const total = emptyCounts();
     mergeCounts(total, a);
     mergeCounts(total, b);
-    const m = parsePrometheus(renderPrometheus(total));
+    const m = parsePrometheus(await renderPrometheus(total));
     expect(m.types.get("edge_errors_total")).toBe("COUNTER");
     expect(m.types.get("edge_create_stage_duration_ms")).toBe("HISTOGRAM");
     expect(m.types.get("edge_sandbox_creates_total")).toBe("COUNTER"); // listed before anything counted
