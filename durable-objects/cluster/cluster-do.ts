@@ -84,8 +84,11 @@ export class ClusterDO extends DurableObject<Env> {
   private unsent: { seq: number; intent: Intent; traceparent?: string; secrets?: Record<string, string> }[] = [];
   /** Frames waiting for secret values (libSQL): later frames queue behind them, in order. */
   private secretsChain: Promise<void> | null = null;
-  /** The teams whose SecurityProfiles this agent session has (null: none sent yet). */
+  /** The teams whose SecurityProfiles this agent session has (null: none sent yet), and those of
+   * them served by a template here (the rest are served by sandboxes: see pruneProfiles). */
   private profileTeams: Set<string> | null = null;
+  private templateTeams = new Set<string>();
+  private pruneTimer: ReturnType<typeof setTimeout> | null = null;
   private profilesChain: Promise<unknown> = Promise.resolve();
   /** The trace context of unacked intents, by seq, sent with each (re)delivery (traceIntent). */
   private traces = new Map<number, string>();
@@ -273,8 +276,8 @@ export class ClusterDO extends DurableObject<Env> {
    * serves (those with a template here and those of the sandboxes it keeps, plus `also`: teams
    * of intents about to leave), never another team's:
    * a profile may hold a literal token. The set replaces the agent's, so a team no longer served
-   * is pruned there (at the next session: within one, a team once sent stays, as its sandbox may
-   * not be indexed yet). Sends go out in call order, each read fresh. Nothing goes to an agent that
+   * is pruned there: at the next send, and as soon as its last sandbox here is gone
+   * (pruneProfiles). Sends go out in call order, each read fresh. Nothing goes to an agent that
    * does not apply profiles (appliesProfiles). `sent`: whether an agent was connected and got it.
    */
   async sendSecurityProfiles(also: Iterable<string> = []): Promise<{ ok: true; sent: boolean }> {
@@ -284,15 +287,33 @@ export class ClusterDO extends DurableObject<Env> {
       if (!this.agentSocket() || !this.appliesProfiles()) return false;
       const db = getDb(this.env);
       const teams = await teamsWithTemplatesOn(db, this.store!.getMeta("cluster") ?? "local");
-      for (const t of [...extra, ...(this.profileTeams ?? []), ...this.store!.liveTeams()]) teams.add(t);
-      const profiles = (await listSecurityProfiles(db)).filter((p) => p.team === null || teams.has(p.team));
+      const templateTeams = new Set(teams);
+      // Desired rows this turn wrote are read back (a first sandbox's team is there before its intent leaves).
+      this.turn.flush();
+      for (const t of [...extra, ...this.store!.liveTeams()]) teams.add(t);
+      const profiles = await listSecurityProfiles(db, [null, ...teams]);
       this.profileTeams = teams;
+      this.templateTeams = templateTeams;
       const secrets = await this.profileSecrets(profiles, teams);
       this.send({ type: "securityProfiles", profiles, ...(secrets ? { secrets } : {}) });
       return true;
     });
     this.profilesChain = next.catch(() => false);
     return { ok: true, sent: await next };
+  }
+
+  /** After sandboxes here are gone: when a team the agent holds profiles of has neither a sandbox
+   * here any more nor had a template here at the last send, the set goes again without it (the
+   * frame replaces the agent's set: the removal). Reads SQLite only, unless a team left. */
+  private pruneProfiles(): void {
+    this.pruneTimer ??= setTimeout(() => {
+      this.pruneTimer = null;
+      if (!this.profileTeams || !this.agentSocket()) return;
+      this.turn.flush();
+      const live = new Set(this.store!.liveTeams());
+      if (![...this.profileTeams].some((t) => !live.has(t) && !this.templateTeams.has(t))) return;
+      this.sendSecurityProfiles().catch((err: unknown) => LOG.warn("security profiles not pruned", { error: err }));
+    }, 0);
   }
 
   /** Sends the set again if this session's agent has `team`'s profiles (a secret they name
@@ -510,6 +531,7 @@ export class ClusterDO extends DurableObject<Env> {
           break;
         case "drop-desired":
           write(() => store.dropDesired(e.sandboxId));
+          this.pruneProfiles();
           break;
         case "queue":
           write(() => store.queue(e.seq, e.sandboxId, e.generation));

@@ -30,8 +30,9 @@ export interface ClusterStore {
   outboxIntents(seqs: readonly number[]): { seq: number; intent: Intent }[];
   getMeta(key: string): string | null;
   setMeta(key: string, value: string): void;
-  /** The teams of the sandboxes this cluster is to keep (desired not deleted): the ones it serves
-   * whatever libSQL's index says (a template deleted or moved, an index row not written yet). */
+  /** The teams of the sandboxes this cluster has (desired, a deleted one until its agent says it
+   * is gone, as its proxy serves it until then): the ones it serves whatever libSQL's index says
+   * (a template deleted or moved, an index row not written yet). */
   liveTeams(): string[];
 }
 
@@ -66,7 +67,7 @@ export function openClusterStore(sql: Sql): ClusterStore {
       );
     },
     liveTeams() {
-      const rows = sql.exec<{ team: string | null }>("SELECT DISTINCT json_extract(intent, '$.team') AS team FROM desired WHERE state != 'deleted'").toArray();
+      const rows = sql.exec<{ team: string | null }>("SELECT DISTINCT json_extract(intent, '$.team') AS team FROM desired").toArray();
       return rows.flatMap((r) => (typeof r.team === "string" && r.team ? [r.team] : []));
     },
     dropDesired(id) {

@@ -55,7 +55,7 @@ export function pushSecurityProfiles(env: Env): Promise<number> {
  * profiles names it (a global one may not) does its set go again, and only to the agents that
  * have the team's profiles (ClusterDO.resendForTeam); how many did. */
 export async function secretChanged(env: Env, team: string, name: string): Promise<number> {
-  const named = (await listSecurityProfiles(getDb(env))).some((p) => p.team === team && tokenSecretNames(p.spec).includes(name.toLowerCase()));
+  const named = (await listSecurityProfiles(getDb(env), [team])).some((p) => tokenSecretNames(p.spec).includes(name.toLowerCase()));
   return named ? toEveryAgent(env, (c) => c.resendForTeam(team)) : 0;
 }
 

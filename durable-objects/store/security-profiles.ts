@@ -1,11 +1,16 @@
 // SecurityProfiles and GlobalSecurityProfiles (team "") in libSQL, from the admin API and the CRD sync.
-import { and, asc, eq, isNull, or, sql } from "drizzle-orm";
+import { and, asc, eq, inArray, isNull, or, sql } from "drizzle-orm";
 import type { SecurityProfileEntry, SecurityProfileSpec } from "../../schema/api/security-profile.ts";
 import { securityProfiles, teams, templates } from "../../schema/db/tables.ts";
 import type { Db } from "./db.ts";
 
-export async function listSecurityProfiles(db: Db): Promise<SecurityProfileEntry[]> {
-  const rows = await db.select().from(securityProfiles).orderBy(asc(securityProfiles.team), asc(securityProfiles.name));
+/** Every profile, or (`of` given) only those of these teams (null: the global ones), so a caller
+ * about some teams never reads the others'. */
+export async function listSecurityProfiles(db: Db, of?: Iterable<string | null>): Promise<SecurityProfileEntry[]> {
+  const q = db.select().from(securityProfiles);
+  const keys = of === undefined ? undefined : [...new Set([...of].map((t) => t ?? ""))];
+  if (keys?.length === 0) return [];
+  const rows = await (keys === undefined ? q : q.where(inArray(securityProfiles.team, keys))).orderBy(asc(securityProfiles.team), asc(securityProfiles.name));
   return rows.map((r) => ({ team: r.team === "" ? null : r.team, name: r.name, spec: r.spec, createdAt: r.createdAt }));
 }
 

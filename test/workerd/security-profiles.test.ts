@@ -4,8 +4,10 @@
 // refused with a 400 naming it. SecurityProfile objects of a cluster (the CRD sync's
 // `securityprofileobjects`) land in the same set, only from a cluster that serves the team. A sandbox's network audit through the team API: the agent's
 // records, never another team's.
-import { exports } from "cloudflare:workers";
+import { env, exports } from "cloudflare:workers";
 import { afterAll, describe, expect, it } from "vitest";
+import { secretChanged } from "../../durable-objects/operations/security-profiles.ts";
+import { getDb } from "../../durable-objects/store/db.ts";
 import { auditFields } from "../../schema/api/network-audit.ts";
 import { CrdLink } from "../support/crd-link.ts";
 import { fetchTransport, ScriptedAgent } from "../support/scripted-agent.ts";
@@ -94,6 +96,32 @@ describe("security profiles (admin API)", () => {
     await expectStatus(call(`/admin/global-security-profiles/${global}`, { method: "DELETE" }), 204);
     await agentA.waitUntil(() => !(agentA.securityProfiles?.some((p) => p.name === global) ?? true));
     expect(agentA.securityProfiles!.some((p) => p.team === c.name)).toBe(true);
+  }, 60_000);
+
+  it("a team whose last sandbox on a cluster is gone is removed from that agent's set at once, without a reconnect", async () => {
+    const a = await createTeam(unique("pr-a"));
+    const c = await createTeam(unique("pr-c"));
+    await expectStatus(call(`/admin/teams/${a.name}/templates/${a.template}`, { method: "PUT", body: { public: true, spec: { cluster: a.cluster, replicas: 0 } } }), 200);
+    const agentA = await startAgent(a.cluster, { networkRules: true });
+    agents.push(agentA);
+    await expectStatus(call(`/admin/teams/${a.name}/security-profiles/own`, { method: "PUT", body: rule({ domains: ["a.test"] }) }), 200);
+    await expectStatus(call(`/admin/teams/${c.name}/security-profiles/c-only`, { method: "PUT", body: rule({ domains: ["c.test"] }, { headerManipulation: { set: [{ name: "x-k", value: "literal-of-c" }] } }) }), 200);
+    const one = await expectStatus(call("/v2/sandboxes", { key: c.key, body: { templateID: a.template } }), 201);
+    const two = await expectStatus(call("/v2/sandboxes", { key: c.key, body: { templateID: a.template } }), 201);
+    await agentA.waitUntil(() => agentA.securityProfiles?.some((p) => p.team === c.name) ?? false);
+    // One of c's two sandboxes gone: c is still served.
+    await expectStatus(call(`/sandboxes/${one.sandboxID}`, { key: c.key, method: "DELETE" }), 204);
+    await agentA.waitUntil(() => !agentA.running().includes(one.sandboxID));
+    const global = unique("g");
+    await expectStatus(call(`/admin/global-security-profiles/${global}`, { method: "PUT", body: rule({ domains: ["g.test"] }) }), 200);
+    await agentA.waitUntil(() => agentA.securityProfiles?.some((p) => p.name === global) ?? false);
+    expect(agentA.securityProfiles!.some((p) => p.team === c.name)).toBe(true);
+    await expectStatus(call(`/admin/global-security-profiles/${global}`, { method: "DELETE" }), 204);
+    // The last one gone (the agent says Deleted): a set without c follows, a's own profile stays.
+    await expectStatus(call(`/sandboxes/${two.sandboxID}`, { key: c.key, method: "DELETE" }), 204);
+    await agentA.waitUntil(() => !(agentA.securityProfiles?.some((p) => p.team === c.name) ?? true));
+    expect(agentA.securityProfiles!.some((p) => p.team === a.name && p.name === "own")).toBe(true);
+    expect(JSON.stringify(agentA.securityProfiles)).not.toContain("literal-of-c");
   }, 60_000);
 
   it("a team's own template named like another team's public one does not make the other's cluster serve it", async () => {
@@ -326,5 +354,39 @@ describe("who owns a profile: the admin API or a cluster's object", () => {
     expect(await expectStatus(call(`/admin/global-security-profiles/${clusters}`), 200)).toMatchObject({ spec: { priority: 6 } });
     await expectStatus(call(`/admin/global-security-profiles/${clusters}`, { method: "DELETE" }), 204);
     await expectStatus(call(`/admin/global-security-profiles/${admins}`, { method: "DELETE" }), 204);
+  });
+});
+
+describe("a secret change", () => {
+  it("reads only the changing team's profiles, and still resends them to the team's agent", async () => {
+    const a = await createTeam(unique("sc-a"));
+    const b = await createTeam(unique("sc-b"));
+    const agent = await startAgent(a.cluster, { networkRules: true });
+    agents.push(agent);
+    const tok = { rules: [{ name: "key", match: [{ domains: ["api.test"] }], actions: { tokenTransformation: { type: "ApiKey", targetHeader: "x-k", credentialRef: { secret: { name: "k" } } } } }] };
+    for (const t of [a, b]) await expectStatus(call(`/admin/teams/${t.name}/security-profiles/tok`, { method: "PUT", body: tok }), 200);
+    await agent.waitUntil(() => agent.securityProfiles?.some((p) => p.team === a.name) ?? false);
+    // Every row libSQL answers while the operation runs (this isolate's client; tests of a file
+    // run one at a time).
+    const client = getDb(env).$client;
+    const execute = client.execute.bind(client);
+    const rows: Record<string, unknown>[] = [];
+    client.execute = (async (stmt: string | { sql: string }) => {
+      const r = await execute(stmt as string);
+      if (/security_profiles/.test(typeof stmt === "string" ? stmt : stmt.sql)) rows.push(...(r.rows as unknown as Record<string, unknown>[]));
+      return r;
+    }) as typeof client.execute;
+    let resent: number;
+    try {
+      resent = await secretChanged(env, a.name, "K");
+    } finally {
+      client.execute = execute;
+    }
+    expect(resent).toBe(1);
+    expect(rows.length).toBeGreaterThan(0);
+    // Team a's and the global ones (team ""; the resend's set holds them), never team b's.
+    const teams = new Set(rows.map((r) => r.team));
+    expect(teams.has(a.name)).toBe(true);
+    expect([...teams].filter((t) => t !== a.name && t !== "")).toEqual([]);
   });
 });
