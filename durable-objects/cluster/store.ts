@@ -5,6 +5,9 @@ import { initialState, type ClusterState } from "./machine.ts";
 
 type Sql = Pick<SqlStorage, "exec">;
 
+/** Parameters one Durable Object SQLite statement may bind. */
+const MAX_BOUND = 100;
+
 const SCHEMA = `
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS desired (
@@ -77,7 +80,12 @@ export function openClusterStore(sql: Sql): ClusterStore {
       sql.exec("INSERT INTO outbox (seq, sandbox_id, generation) VALUES (?, ?, ?)", seq, id, generation);
     },
     unqueue(seqs) {
-      for (const s of seqs) sql.exec("DELETE FROM outbox WHERE seq = ?", s);
+      // One statement per 100 rows (Durable Object SQLite binds at most 100 parameters): an ack
+      // burst of a refill is hundreds of seqs.
+      for (let i = 0; i < seqs.length; i += MAX_BOUND) {
+        const chunk = seqs.slice(i, i + MAX_BOUND);
+        sql.exec(`DELETE FROM outbox WHERE seq IN (${chunk.map(() => "?").join(", ")})`, ...chunk);
+      }
     },
     outboxIntents(seqs) {
       const out: { seq: number; intent: Intent }[] = [];

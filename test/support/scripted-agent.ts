@@ -27,7 +27,7 @@ export interface SocketLike {
   send(data: string): void;
   close(code?: number, reason?: string): void;
   addEventListener(type: "message", listener: (ev: { data: unknown }) => void): void;
-  addEventListener(type: "close", listener: (ev: { code: number }) => void): void;
+  addEventListener(type: "close", listener: (ev: { code: number; reason?: string }) => void): void;
 }
 export interface AcceptableSocket extends SocketLike {
   accept(): void;
@@ -125,7 +125,7 @@ export class ScriptedAgent {
   /** Built root filesystems the edge asked it to free (rootfsDeletes frames). */
   readonly rootfsDeletes: string[] = [];
   welcome: Welcome | null = null;
-  closed: { code: number } | null = null;
+  closed: { code: number; reason?: string } | null = null;
   private ws: SocketLike | null = null;
   private readonly opts: Required<Omit<ScriptedAgentOptions, "inventory" | "networkRules">> & Pick<ScriptedAgentOptions, "networkRules">;
   private inventory: ObservationInput[] | undefined;
@@ -166,7 +166,7 @@ export class ScriptedAgent {
     ws.addEventListener("message", (ev) => this.onFrame(String(ev.data)));
     ws.addEventListener("close", (ev) => {
       if (this.ws === ws) {
-        this.closed = { code: ev.code };
+        this.closed = { code: ev.code, reason: ev.reason };
         this.stopPinging();
       }
       this.notify();
