@@ -168,8 +168,11 @@ export async function recordBuildEvents(env: Env, cluster: string, items: BuildE
       continue;
     }
     const existing = await getTemplate(db, b.teamId, b.templateId);
+    // The commands are the build's own (or its base's): a rebuild without them has none, not the
+    // previous build's.
+    const { startCmd: _s, readyCmd: _r, ...kept } = existing?.spec ?? {};
     const spec = TemplateSpec.safeParse({
-      ...(existing?.spec ?? {}),
+      ...kept,
       ...(b.inherit ?? {}),
       cluster: b.cluster,
       image: b.image,

@@ -17,10 +17,11 @@ async function requestBuild(key: string, name: string) {
   return expectStatus(call("/v3/templates", { key, body: { name, cpuCount: 1, memoryMB: 512 } }), 202);
 }
 
-/** A build of `name` on the team's cluster (the scripted agent's) with `body` as its start, which
- * the agent reports ready with the config it was handed; answers the frame and the built spec. */
-async function buildReady(team: { name: string; key: string; cluster: string }, agent: ScriptedAgent, name: string, body: Record<string, unknown>) {
-  await expectStatus(call(`/admin/teams/${team.name}/templates/${name}`, { method: "PUT", body: { spec: { cluster: team.cluster } } }), 201);
+/** A build of `name` on the team's cluster (the scripted agent's; a `rebuild` of a template there
+ * already) with `body` as its start, which the agent reports ready with the config it was handed;
+ * answers the frame and the built spec. */
+async function buildReady(team: { name: string; key: string; cluster: string }, agent: ScriptedAgent, name: string, body: Record<string, unknown>, rebuild = false) {
+  if (!rebuild) await expectStatus(call(`/admin/teams/${team.name}/templates/${name}`, { method: "PUT", body: { spec: { cluster: team.cluster } } }), 201);
   const { buildID } = await requestBuild(team.key, name);
   await expectStatus(call(`/v2/templates/${name}/builds/${buildID}`, { key: team.key, body: { steps: [{ type: "RUN", args: ["true"] }], ...body } }), 202);
   await agent.waitUntil(() => agent.builds.some((b) => b.buildId === buildID));
@@ -161,6 +162,10 @@ describe("template build API", () => {
       expect(own.spec.readyCmd).toBeUndefined();
       const ready = await built(`${team.template}-ready`, { readyCmd: "own-ready" });
       expect(ready.spec).toMatchObject({ startCmd: "parent-start", readyCmd: "own-ready" });
+      // A rebuild takes its commands from this build, not from the template's previous one.
+      const rebuilt = await buildReady(team, agent, `${team.template}-child`, { fromTemplate: team.template, startCmd: "rebuilt-start" }, true);
+      expect(rebuilt.spec).toMatchObject({ startCmd: "rebuilt-start" });
+      expect(rebuilt.spec.readyCmd).toBeUndefined();
     } finally {
       agent.disconnect();
     }
