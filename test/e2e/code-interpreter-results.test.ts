@@ -6,6 +6,7 @@ import { Sandbox } from "@e2b/code-interpreter";
 import { Sandbox as BaseSandbox } from "e2b";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { seedCodeInterpreter } from "../../scripts/seed.ts";
+import { hostileEnv } from "../support/hostile-env.ts";
 import { e2b, sleep } from "./sdk.ts";
 
 let sbx: Sandbox;
@@ -94,6 +95,32 @@ describe("code interpreter results (JS code-interpreter SDK)", { timeout: 120_00
     const ctx = await sbx.createCodeContext({ language: "r", cwd: "/tmp" });
     expect(ctx).toMatchObject({ language: "r", cwd: "/tmp" });
     expect((await sbx.runCode("getwd()", { context: ctx })).results[0]?.text).toBe('[1] "/tmp"');
+  });
+
+  it("R cells: hostile per-cell env vars are data: R sees each value unchanged, none runs as R code in the kernel or as a payload on the host, and they are gone after the cell", async () => {
+    const hostile = hostileEnv();
+    const marker = "/tmp/r-env-injected";
+    const envs: Record<string, string> = {
+      ...hostile.env,
+      // What an R driver that pasted values into R source would run.
+      R_QUOTE: `x'); file.create('${marker}'); ('`,
+      R_DQUOTE: `x"); file.create("${marker}"); ("`,
+      R_NEWLINE: `a\nfile.create('${marker}')\nb`,
+      R_BACKSLASH: "a\\'); file.create('/tmp/r-env-injected'); #",
+      SHELL_SUBST: `$(touch ${marker}) \`touch ${marker}\``,
+      R_PROFILE_USER: `${hostile.dir}/python-startup.py`,
+    };
+    try {
+      const names = Object.keys(envs).map((k) => JSON.stringify(k)).join(", ");
+      const exec = await sbx.runCode(`cat(jsonlite::toJSON(as.list(Sys.getenv(c(${names}))), auto_unbox = TRUE))`, { language: "r", envs });
+      expect(exec.error).toBeUndefined();
+      expect(JSON.parse(exec.logs.stdout.join(""))).toEqual(envs);
+      expect(hostile.ran()).toEqual([]);
+      expect((await sbx.runCode(`file.exists('${marker}')`, { language: "r" })).results[0]?.text).toBe("[1] FALSE");
+      expect((await sbx.runCode("Sys.getenv('R_QUOTE', unset = 'gone')", { language: "r" })).results[0]?.text).toBe('[1] "gone"');
+    } finally {
+      hostile.dispose();
+    }
   });
 
   it("a Stop pause ends the kernels; a created context comes back (same id and cwd, fresh state) on its next cell", async () => {

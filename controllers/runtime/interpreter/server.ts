@@ -8,6 +8,7 @@ import type { IncomingMessage, ServerResponse } from "node:http";
 import { parseCreateContextRequest, parseExecuteRequest, type OutputLine } from "../../../schema/interpreter/http.ts";
 import { readJson } from "../http/read-json.ts";
 import { HttpError, sendJson } from "../http/respond.ts";
+import { streamWriter } from "../http/stream-writer.ts";
 import type { RuntimeSandbox } from "../sandbox.ts";
 import { logger } from "../../lib/log.ts";
 import { Kernel, KERNEL_SPECS, KernelStartError, type KernelSpec } from "./kernel.ts";
@@ -178,20 +179,14 @@ async function execute(req: IncomingMessage, res: ServerResponse, sbx: RuntimeSa
   // holds the cell's number until then) or the first heartbeat, not in a packet of its own.
   res.writeHead(200, { "content-type": "application/x-ndjson", "cache-control": "no-store" });
   // Lines the driver sent together (a cell's last line and its end) leave in one write, with the
-  // response's end: one packet and one wake-up less for each hop back to the client. Uncorked
-  // after the I/O callbacks of this turn of the event loop, or by the end if it came first.
-  const run = kernel.execute(code, envVars, (line: OutputLine) => {
-    if (!res.writableCorked) {
-      res.cork();
-      setImmediate(() => res.writableCorked && res.uncork());
-    }
-    res.write(`${JSON.stringify(line)}\n`);
-  });
+  // response's end when it comes in the same turn.
+  const out = streamWriter(res);
+  const run = kernel.execute(code, envVars, (line: OutputLine) => out.write(`${JSON.stringify(line)}\n`));
   let finished = false;
   // A proxy on the way (workerd's gateway) notices that the client left only when it next writes
   // to it, and a busy cell may print nothing for minutes: a line of a type the SDKs ignore, every
   // second, makes the close reach this response.
-  const heartbeat = setInterval(() => res.write(HEARTBEAT), HEARTBEAT_MS);
+  const heartbeat = setInterval(() => out.write(HEARTBEAT), HEARTBEAT_MS);
   // The client gone before the cell ends (the SDK's timeout aborts the request): interrupt it, so
   // the context is free for the next cell, as E2B's server does.
   res.once("close", () => {
@@ -203,10 +198,7 @@ async function execute(req: IncomingMessage, res: ServerResponse, sbx: RuntimeSa
   await run.done;
   finished = true;
   clearInterval(heartbeat);
-  // One write for what is still corked and the end (node drops a corked chunk that end() finds).
-  res.socket?.cork();
-  while (res.writableCorked) res.uncork();
-  res.end();
+  out.end();
 }
 
 type Handler = (req: IncomingMessage, res: ServerResponse, sbx: RuntimeSandbox, id?: string) => Promise<void>;

@@ -3,6 +3,7 @@ whole local system: Sandbox.create() gets the SDK's default template (code-inter
 scripts/system-for-tests.ts registers once .ci/run has built its root filesystem), and run_code
 reaches port 49999, served by the agent-runtime driving a Jupyter kernel inside the sandbox."""
 import base64
+import json
 
 import pytest
 from e2b_code_interpreter import Sandbox
@@ -83,6 +84,25 @@ def test_r_cells(sbx):
     assert ex.error is None and ex.results[0].text == "[1] 2"
     err = sbx.run_code("stop('boom')", language="r")
     assert err.error is not None and err.error.name == "ERROR" and "boom" in err.error.value
+
+
+def test_r_cell_env_values_are_data(sbx):
+    marker = "/tmp/r-env-injected-py"
+    envs = {
+        # What an R driver that pasted values into R source would run.
+        "R_QUOTE": f"x'); file.create('{marker}'); ('",
+        "R_DQUOTE": f'x"); file.create("{marker}"); ("',
+        "R_NEWLINE": f"a\nfile.create('{marker}')\nb",
+        "SHELL_SUBST": f"$(touch {marker}) `touch {marker}`",
+        "R_PROFILE_USER": "/nonexistent/.Rprofile",
+        "LD_PRELOAD": "/nonexistent/payload.so",
+    }
+    names = ", ".join(json.dumps(k) for k in envs)
+    ex = sbx.run_code(f"cat(jsonlite::toJSON(as.list(Sys.getenv(c({names}))), auto_unbox = TRUE))", language="r", envs=envs)
+    assert ex.error is None, ex.error
+    assert json.loads("".join(ex.logs.stdout)) == envs
+    assert sbx.run_code(f"file.exists('{marker}')", language="r").results[0].text == "[1] FALSE"
+    assert sbx.run_code("Sys.getenv('R_QUOTE', unset = 'gone')", language="r").results[0].text == '[1] "gone"'
 
 
 def test_matplotlib_figures_carry_e2b_charts(sbx):
