@@ -200,8 +200,13 @@ export function heldSnapshots(s: OpsState): string[] {
 /** The snapshots deleted with the run: all it holds but those of members whose upgrade (sent
  * naming the snapshot to restore from) is under way, which would fail without it. */
 export function snapshotsFreedOnDelete(s: OpsState): string[] {
-  const restoring = new Set(s.members.filter((m) => m.status === "Updating" && m.checkpoint?.attempt === m.attempt).map((m) => m.checkpoint!.snapshotId));
+  const restoring = new Set(restoringMembers(s).map((m) => m.checkpoint!.snapshotId));
   return heldSnapshots(s).filter((id) => !restoring.has(id));
+}
+
+/** Members whose upgrade under way restores from their checkpoint (the upgrade names it). */
+export function restoringMembers(s: OpsState): OpsMember[] {
+  return s.members.filter((m) => m.status === "Updating" && m.checkpoint?.attempt === m.attempt);
 }
 
 function select(s: OpsState, candidates: OpsCandidate[], targets: Record<string, string | null>, unsupported: Record<string, string>, now: number): void {

@@ -1,6 +1,8 @@
 // UpdateOpsDO's SQLite rows: the run (everything but its members) in one row, one row per member
-// (a run of 1,000 sandboxes writes the lines that changed, not the whole run).
+// (a run of 1,000 sandboxes writes the lines that changed, not the whole run), and the snapshots a
+// deleted run left to upgrades under way (`left`), which outlive it until those upgrades end.
 import type { TemplateSpec } from "../../schema/protocol/index.ts";
+import type { UpgradeRequest } from "../sandbox/upgrade.ts";
 import type { OpsMember, OpsState } from "./machine.ts";
 
 type Sql = Pick<SqlStorage, "exec">;
@@ -8,7 +10,15 @@ type Sql = Pick<SqlStorage, "exec">;
 const SCHEMA = `
 CREATE TABLE IF NOT EXISTS run (id INTEGER PRIMARY KEY CHECK (id = 0), value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS members (id TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS left_snapshots (snapshot TEXT PRIMARY KEY, value TEXT NOT NULL);
 `;
+
+/** A snapshot a deleted run left to its member's upgrade (`restoreFs`), freed once that ends. */
+export interface LeftSnapshot {
+  upgrade: UpgradeRequest & { restoreFs: string };
+  /** Deletes tried and failed so far (given up on after a bound). */
+  attempts: number;
+}
 
 /** What the shell keeps beside the machine: the run, and each template's target at selection. */
 export interface Stored {
@@ -58,6 +68,20 @@ export class OpsStore {
     }
   }
 
+  /** The snapshots deleted runs left, oldest first. */
+  leftSnapshots(): LeftSnapshot[] {
+    return this.#sql.exec<{ value: string }>("SELECT value FROM left_snapshots ORDER BY rowid").toArray().map((r) => JSON.parse(r.value) as LeftSnapshot);
+  }
+
+  leaveSnapshot(l: LeftSnapshot): void {
+    this.#sql.exec("INSERT INTO left_snapshots (snapshot, value) VALUES (?, ?) ON CONFLICT(snapshot) DO UPDATE SET value = excluded.value", l.upgrade.restoreFs, JSON.stringify(l));
+  }
+
+  forgetSnapshot(snapshotId: string): void {
+    this.#sql.exec("DELETE FROM left_snapshots WHERE snapshot = ?", snapshotId);
+  }
+
+  /** Forgets the run (the snapshots it left stay). */
   clear(): void {
     this.#sql.exec("DELETE FROM run; DELETE FROM members;");
     this.#written.clear();

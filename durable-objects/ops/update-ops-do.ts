@@ -20,16 +20,18 @@ import type { Result } from "../sandbox/state.ts";
 import { getDb } from "../store/db.ts";
 import { listLiveIdsOfTeam } from "../store/sandbox-index.ts";
 import { resolveTemplate } from "../store/templates.ts";
-import { active, checkpointDue, counts, freeDue, heldSnapshots, nextFreeAt, snapshotsFreedOnDelete, hookDue, inFlight, initialState, transition, type OpsInput, type OpsMember, type OpsState } from "./machine.ts";
+import { active, checkpointDue, counts, freeDue, MAX_FREE_ATTEMPTS, nextFreeAt, restoringMembers, snapshotsFreedOnDelete, hookDue, inFlight, initialState, transition, type OpsInput, type OpsMember, type OpsState } from "./machine.ts";
 import type { Hook } from "../../schema/api/hooks.ts";
 import { runUpgradeHook } from "../operations/pause-resume.ts";
 import { createSnapshot, deleteSnapshot } from "../operations/snapshots.ts";
 import type { Caller } from "../env.ts";
-import { OpsStore, type Stored } from "./store.ts";
+import { OpsStore, type LeftSnapshot, type Stored } from "./store.ts";
 import { annotateSpan, currentTraceparent, edgeSpan, flushEdgeTraces } from "../tracing/edge-tracing.ts";
 
 /** How often a run in flight asks its sandboxes' groups. */
 const POLL_MS = 500;
+/** How often a deleted run's left snapshots are looked at (their upgrades may wait on a resume). */
+const LEFT_POLL_MS = 2_000;
 
 /** A run as the admin API and the CRD's `.status` show it. */
 export interface OpsView extends ReturnType<typeof counts> {
@@ -97,27 +99,56 @@ export class UpdateOpsDO extends DurableObject<Env> {
   }
 
   /** Forgets the run, and deletes the checkpoint snapshots it still holds (failed members', and
-   * those it was freeing); upgrades under way finish on their own, nothing new starts, and the
-   * snapshots they restore from are left to the team (named in the log), not pulled from under them. */
+   * those it was freeing); upgrades under way finish on their own and nothing new starts. The
+   * snapshots those upgrades restore from are not pulled from under them: they are left (`left`)
+   * and freed once each upgrade has ended, whichever way (`freeLeft`). */
   async remove(): Promise<Result> {
     return this.locked(async () => {
       const run = this.load();
       if (!run) return notFound();
       const caller = opsCaller(run.state.teamId);
-      const restoring = heldSnapshots(run.state).filter((id) => !snapshotsFreedOnDelete(run.state).includes(id));
-      if (restoring.length) console.warn(`update ops ${run.state.name}: deleted mid-upgrade; checkpoint snapshots ${restoring.join(", ")} kept for the upgrades under way`);
+      const left = restoringMembers(run.state).map((m) => ({ upgrade: upgradeRequest(run, m) as LeftSnapshot["upgrade"], attempts: 0 }));
+      if (left.length) console.warn(`update ops ${run.state.name}: deleted mid-upgrade; checkpoint snapshots ${left.map((l) => l.upgrade.restoreFs).join(", ")} kept until their upgrades end`);
       await Promise.all(snapshotsFreedOnDelete(run.state).map((id) => deleteSnapshot(this.env, caller, id).catch((err: unknown) => console.warn(`update ops ${run.state.name}: snapshot ${id} not deleted`, err))));
       this.store.clear();
+      for (const l of left) this.store.leaveSnapshot(l);
       this.run = null;
-      await this.ctx.storage.deleteAlarm();
+      if (this.store.leftSnapshots().length) await this.ctx.storage.setAlarm(Date.now() + LEFT_POLL_MS);
+      else await this.ctx.storage.deleteAlarm();
       return { ok: true };
     });
   }
 
+  /** Frees each snapshot a deleted run left once its member's upgrade is no longer under way
+   * (succeeded, failed, superseded, never sent, or the sandbox gone: nothing retries or starts it
+   * without the run); the group is asked where each stands, which starts nothing. A delete that keeps
+   * failing is given up on after MAX_FREE_ATTEMPTS tries (logged). */
+  private async freeLeft(): Promise<void> {
+    const left = this.store.leftSnapshots();
+    if (!left.length) return;
+    const byGroup = new Map<string, UpgradeRequest[]>();
+    for (const { upgrade } of left) byGroup.set(sandboxGroupOf(upgrade.id), [...(byGroup.get(sandboxGroupOf(upgrade.id)) ?? []), upgrade]);
+    const answers = await Promise.all([...byGroup.values()].map((items) => sandboxGroupStub(this.env, items[0]!.id).upgradeOutcomes(items)));
+    const outcomes: Record<string, UpgradeOutcome> = Object.assign({}, ...answers);
+    for (const l of left.filter((x) => outcomes[x.upgrade.id]?.status !== "updating")) {
+      const snapshotId = l.upgrade.restoreFs;
+      const r = await deleteSnapshot(this.env, opsCaller(l.upgrade.teamId), snapshotId).catch((err: unknown) => ({ ok: false as const, error: { message: String(err) } }));
+      if (r.ok || l.attempts + 1 >= MAX_FREE_ATTEMPTS) {
+        if (!r.ok) console.warn(`update ops: snapshot ${snapshotId} left by a deleted run not deleted, given up: ${r.error.message}`);
+        this.store.forgetSnapshot(snapshotId);
+      } else this.store.leaveSnapshot({ ...l, attempts: l.attempts + 1 });
+    }
+  }
+
   override async alarm(): Promise<void> {
     await this.locked(async () => {
+      await this.freeLeft().catch((err: unknown) => console.error("update ops: freeing left snapshots failed", err));
+      const leftNext = this.store.leftSnapshots().length ? Date.now() + LEFT_POLL_MS : undefined;
       const run = this.load();
-      if (!run || !active(run.state)) return;
+      if (!run || !active(run.state)) {
+        if (leftNext) await this.ctx.storage.setAlarm(leftNext);
+        return;
+      }
       const attributes = { "team.id": run.state.teamId, "ops.name": run.state.name, "ops.phase": run.state.phase };
       try {
         await edgeSpan(this.env, "UpdateOpsDO.alarm", attributes, async () => {
@@ -135,7 +166,8 @@ export class UpdateOpsDO extends DurableObject<Env> {
         const flushing = flushEdgeTraces();
         if (flushing) this.ctx.waitUntil(flushing);
       }
-      if (this.run && active(this.run.state)) await this.ctx.storage.setAlarm(this.wakeAt(this.run.state));
+      const next = Math.min(this.run && active(this.run.state) ? this.wakeAt(this.run.state) : Infinity, leftNext ?? Infinity);
+      if (next !== Infinity) await this.ctx.storage.setAlarm(next);
     });
   }
 
@@ -183,8 +215,7 @@ export class UpdateOpsDO extends DurableObject<Env> {
     const asked = hooked.filter((m) => !checkpointDue(state, m));
     const byGroup = new Map<string, UpgradeRequest[]>();
     for (const m of asked) {
-      const restoreFs = m.checkpoint?.attempt === m.attempt ? m.checkpoint.snapshotId : undefined;
-      const req = { id: m.id, teamId: run.state.teamId, template: run.targets[m.templateId]!, attempt: m.attempt, ...(restoreFs ? { restoreFs } : {}) };
+      const req = upgradeRequest(run, m);
       byGroup.set(sandboxGroupOf(m.id), [...(byGroup.get(sandboxGroupOf(m.id)) ?? []), req]);
     }
     // Each group's call is a span of the run's trace; the upgrades' intents (and the agent's
@@ -332,6 +363,13 @@ export class UpdateOpsDO extends DurableObject<Env> {
 }
 
 /** Who the run acts as on its team's snapshots. */
+/** What a member's group is asked: its target, attempt, and (CheckpointRestore) the snapshot of
+ * this attempt to restore from. */
+function upgradeRequest(run: Stored, m: OpsMember): UpgradeRequest {
+  const restoreFs = m.checkpoint?.attempt === m.attempt ? m.checkpoint.snapshotId : undefined;
+  return { id: m.id, teamId: run.state.teamId, template: run.targets[m.templateId]!, attempt: m.attempt, ...(restoreFs ? { restoreFs } : {}) };
+}
+
 function opsCaller(teamId: string): Caller {
   return { keyId: "update-ops", teamId, teamName: "", admin: true };
 }

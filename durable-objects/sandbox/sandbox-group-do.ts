@@ -367,6 +367,16 @@ export class SandboxGroupDO extends DurableObject<Env> {
     return out;
   }
 
+  /** Where each upgrade stands, starting none (a deleted run's leftovers ask this). */
+  async upgradeOutcomes(items: Pick<UpgradeRequest, "id" | "teamId" | "template" | "attempt">[]): Promise<Record<string, UpgradeOutcome>> {
+    const out: Record<string, UpgradeOutcome> = {};
+    for (const it of items) {
+      const s = this.slots.find(it.id)?.state ?? null;
+      out[it.id] = !s || s.spec.teamId !== it.teamId ? { status: "gone" } : upgradeOutcome(s, it.template.revision, it.attempt);
+    }
+    return out;
+  }
+
   /** Operators and tests: the full state (phase, conditions, generations, timers). */
   async inspect(id: string): Promise<SandboxState | null> {
     await this.settled();

@@ -185,7 +185,7 @@ describe("update ops through the admin API", () => {
     agent.disconnect();
   });
 
-  it("CheckpointRestore: deleting the run while a sandbox is mid-upgrade keeps the snapshot its upgrade restores from", async () => {
+  it("CheckpointRestore: deleting the run while a sandbox is mid-upgrade keeps the snapshot its upgrade restores from, and frees it once that upgrade is done", async () => {
     const team = await createTeam(unique("ops-crdel"));
     const tplPath = `/admin/teams/${team.name}/templates/${team.template}`;
     const agent = await startAgent(team.cluster, { hold: (i) => i.owner.kind === "sandbox" && i.restoreFs !== undefined });
@@ -198,8 +198,11 @@ describe("update ops through the admin API", () => {
     const restoring = agent.received.map((r) => r.intent).find((i) => i.sandboxId === id && i.restoreFs)!.restoreFs!.id;
     await expectStatus(call(opsPath, { method: "DELETE" }), 204);
     // The upgrade under way still needs its snapshot: it is not deleted with the run.
-    const left = (await expectStatus(call("/snapshots", { key: team.key }), 200)) as { snapshotID: string }[];
-    expect(left.map((x) => x.snapshotID.split(":")[0])).toContain(restoring);
+    const listed = async () => ((await expectStatus(call("/snapshots", { key: team.key }), 200)) as { snapshotID: string }[]).map((x) => x.snapshotID.split(":")[0]);
+    expect(await listed()).toContain(restoring);
+    // The upgrade ends: nothing needs the snapshot any more, and it goes without the run.
+    agent.release(id);
+    await waitFor(async () => !(await listed()).includes(restoring), { what: "the left snapshot freed after its upgrade" });
     agent.disconnect();
   });
 
