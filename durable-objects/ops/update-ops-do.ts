@@ -20,6 +20,7 @@ import type { Result } from "../sandbox/state.ts";
 import { getDb } from "../store/db.ts";
 import { listLiveIdsOfTeam } from "../store/sandbox-index.ts";
 import { resolveTemplate } from "../store/templates.ts";
+import { writeOpsRunSummary } from "../store/update-ops-runs.ts";
 import { active, checkpointDue, counts, freeDue, heldSnapshots, nextFreeAt, snapshotsFreedOnDelete, hookDue, inFlight, initialState, transition, type OpsInput, type OpsMember, type OpsState } from "./machine.ts";
 import type { Hook } from "../../schema/api/hooks.ts";
 import { runUpgradeHook } from "../operations/pause-resume.ts";
@@ -109,6 +110,8 @@ export class UpdateOpsDO extends DurableObject<Env> {
       await Promise.all(snapshotsFreedOnDelete(run.state).map((id) => deleteSnapshot(this.env, caller, id).catch((err: unknown) => console.warn(`update ops ${run.state.name}: snapshot ${id} not deleted`, err))));
       this.store.clear();
       this.run = null;
+      // Before the caller removes the row: no summary write lands after it.
+      await this.summaryWrites;
       await this.ctx.storage.deleteAlarm();
       return { ok: true };
     });
@@ -322,6 +325,31 @@ export class UpdateOpsDO extends DurableObject<Env> {
   private save(run: Stored): void {
     this.store.save(run);
     this.run = run;
+    this.writeSummary(run.state);
+  }
+
+  /** The summary last written to the run's libSQL row ("" none yet). */
+  private summaryWritten = "";
+  private summaryWrites: Promise<void> = Promise.resolve();
+
+  /**
+   * Rewrites the run's libSQL row (the console's list) when its phase or counts changed: one
+   * write per change, in order. A failed write is tried again at the next save.
+   */
+  private writeSummary(s: OpsState): void {
+    const { replicas, updatedReplicas, failedReplicas } = counts(s);
+    const summary = { phase: s.phase, replicas, updatedReplicas, failedReplicas };
+    const key = JSON.stringify(summary);
+    if (key === this.summaryWritten) return;
+    this.summaryWritten = key;
+    const { teamId, name, createdAt } = s;
+    this.summaryWrites = this.summaryWrites.then(() =>
+      writeOpsRunSummary(getDb(this.env), teamId, name, createdAt, summary).catch((err: unknown) => {
+        if (this.summaryWritten === key) this.summaryWritten = "";
+        console.warn(`update ops ${name}: summary not written`, err);
+      }),
+    );
+    this.ctx.waitUntil(this.summaryWrites);
   }
 
   private locked<T>(fn: () => Promise<T>): Promise<T> {
