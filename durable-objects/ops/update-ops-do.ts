@@ -20,6 +20,7 @@ import type { Result } from "../sandbox/state.ts";
 import { getDb } from "../store/db.ts";
 import { listLiveIdsOfTeam } from "../store/sandbox-index.ts";
 import { resolveTemplate } from "../store/templates.ts";
+import { writeOpsRunSummary } from "../store/update-ops-runs.ts";
 import { active, checkpointDue, counts, freeDue, MAX_FREE_ATTEMPTS, nextFreeAt, restoringMembers, snapshotsFreedOnDelete, hookDue, inFlight, initialState, transition, type OpsInput, type OpsMember, type OpsState } from "./machine.ts";
 import type { Hook } from "../../schema/api/hooks.ts";
 import { runUpgradeHook } from "../operations/pause-resume.ts";
@@ -113,6 +114,8 @@ export class UpdateOpsDO extends DurableObject<Env> {
       this.store.clear();
       for (const l of left) this.store.leaveSnapshot(l);
       this.run = null;
+      // Before the caller removes the row: no summary write lands after it.
+      await this.summaryWrites;
       if (this.store.leftSnapshots().length) await this.ctx.storage.setAlarm(Date.now() + LEFT_POLL_MS);
       else await this.ctx.storage.deleteAlarm();
       return { ok: true };
@@ -353,6 +356,31 @@ export class UpdateOpsDO extends DurableObject<Env> {
   private save(run: Stored): void {
     this.store.save(run);
     this.run = run;
+    this.writeSummary(run.state);
+  }
+
+  /** The summary last written to the run's libSQL row ("" none yet). */
+  private summaryWritten = "";
+  private summaryWrites: Promise<void> = Promise.resolve();
+
+  /**
+   * Rewrites the run's libSQL row (the console's list) when its phase or counts changed: one
+   * write per change, in order. A failed write is tried again at the next save.
+   */
+  private writeSummary(s: OpsState): void {
+    const { replicas, updatedReplicas, failedReplicas } = counts(s);
+    const summary = { phase: s.phase, replicas, updatedReplicas, failedReplicas };
+    const key = JSON.stringify(summary);
+    if (key === this.summaryWritten) return;
+    this.summaryWritten = key;
+    const { teamId, name, createdAt } = s;
+    this.summaryWrites = this.summaryWrites.then(() =>
+      writeOpsRunSummary(getDb(this.env), teamId, name, createdAt, summary).catch((err: unknown) => {
+        if (this.summaryWritten === key) this.summaryWritten = "";
+        console.warn(`update ops ${name}: summary not written`, err);
+      }),
+    );
+    this.ctx.waitUntil(this.summaryWrites);
   }
 
   private locked<T>(fn: () => Promise<T>): Promise<T> {

@@ -20,7 +20,6 @@ import type { HistogramCounts } from "../../durable-objects/metrics/counts.ts";
 import { sandboxLogs } from "../../durable-objects/operations/sandbox-logs.ts";
 import { updateOpsStatus } from "../../durable-objects/operations/update-ops.ts";
 import { listOpsRuns, type OpsRunRow } from "../../durable-objects/store/update-ops-runs.ts";
-import type { OpsView } from "../../durable-objects/ops/update-ops-do.ts";
 import { poolStub, quotaStub, sandboxHandle } from "../api/stubs.ts";
 import { accessOf } from "../api/stubs.ts";
 
@@ -63,20 +62,22 @@ export async function clusters(env: Env, caller: Caller): Promise<ClusterStatus[
   return Promise.all(names.map(async (n) => ({ ...(await env.CLUSTER.get(env.CLUSTER.idFromName(n)).status()), cluster: n })));
 }
 
-export interface OpsRunView {
-  row: OpsRunRow;
-  /** The run's state from its UpdateOpsDO; null when it is gone (removed since the list was read). */
-  ops: OpsView | null;
-}
+/** A run's row with its summary; `phase` null: the run is gone (removed since the list was read). */
+export type OpsRunView = OpsRunRow;
 
-/** Every team's update ops runs, newest first (admin only, like their API), with each one's state. */
+/**
+ * Every team's update ops runs, newest first (admin only, like their API), with each one's phase
+ * and counts: one query, the runs keep their rows' summaries. Only a row no run has summarised
+ * yet (written before summaries were kept) asks its run.
+ */
 export async function opsRuns(env: Env, caller: Caller): Promise<OpsRunView[]> {
   if (!caller.admin) return [];
   const rows = await listOpsRuns(getDb(env), null, CONSOLE_PAGE);
   return Promise.all(
     rows.map(async (row) => {
+      if (row.phase !== null) return row;
       const res = await updateOpsStatus(env, { id: row.teamId, name: row.teamName }, row.name);
-      return { row, ops: res.ok ? res.ops : null };
+      return res.ok ? { ...row, phase: res.ops.phase, replicas: res.ops.replicas, updatedReplicas: res.ops.updatedReplicas, failedReplicas: res.ops.failedReplicas } : row;
     }),
   );
 }

@@ -48,14 +48,14 @@ export function OpsRuns({ rows }: { rows: OpsRunView[] }) {
       <caption>Update ops runs, newest first</caption>
       <thead><tr><th scope="col">Team</th><th scope="col">Run</th><th scope="col">Started</th><th scope="col">Phase</th><th scope="col">Updated / total</th><th scope="col">Failed</th></tr></thead>
       <tbody>
-        {rows.map(({ row, ops }) => (
+        {rows.map((row) => (
           <tr data-ops-run={`${row.teamName}/${row.name}`}>
             <td>{row.teamName}</td>
             <td><a href={`/console/ops?${new URLSearchParams({ team: row.teamName, name: row.name })}`}>{row.name}</a></td>
             <td>{iso(row.createdAt)}</td>
-            <td data-field="phase">{ops?.phase ?? "gone"}</td>
-            <td>{ops ? `${ops.updatedReplicas} / ${ops.replicas}` : "–"}</td>
-            <td>{ops?.failedReplicas ?? "–"}</td>
+            <td data-field="phase">{row.phase ?? "gone"}</td>
+            <td>{row.phase ? `${row.updatedReplicas} / ${row.replicas}` : "–"}</td>
+            <td>{row.phase ? row.failedReplicas : "–"}</td>
           </tr>
         ))}
       </tbody>

@@ -252,7 +252,8 @@ export const securityProfiles = sqliteTable(
 
 /**
  * Update ops runs by team, for listing (the console): each run's truth is its UpdateOpsDO; a row is
- * written when a run starts and removed with it (operations/update-ops.ts).
+ * written when a run starts and removed with it (operations/update-ops.ts), and its summary (phase,
+ * counts) rewritten by the run whenever that changes, so a list needs no call on each run.
  */
 export const updateOpsRuns = sqliteTable(
   "update_ops_runs",
@@ -260,6 +261,11 @@ export const updateOpsRuns = sqliteTable(
     teamId: text("team_id").notNull(),
     name: text("name").notNull(),
     createdAt: integer("created_at").notNull(),
+    /** Null until the run first writes its summary. */
+    phase: text("phase"),
+    replicas: integer("replicas").notNull().default(0),
+    updatedReplicas: integer("updated_replicas").notNull().default(0),
+    failedReplicas: integer("failed_replicas").notNull().default(0),
   },
   (t) => [primaryKey({ columns: [t.teamId, t.name] }), index("update_ops_runs_created").on(t.createdAt)],
 );

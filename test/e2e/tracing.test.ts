@@ -186,7 +186,13 @@ describe("traces", () => {
     const spans = await waitFor(() => {
       const all = collector.spans().filter((s) => s.traceId === started.requestId);
       const names = ["UpdateOpsDO.preUpgrade", "UpdateOpsDO.postUpgrade", "UpdateOpsDO.checkpoint", "driver.snapshotFs", "SandboxGroupDO.upgradeBatch", "runtime.register"];
-      return names.every((n) => all.some((s) => s.name === n)) ? all : undefined;
+      // Each hook's command too, down to the runtime (the agent exports on its own clock).
+      const hooksRan = ["UpdateOpsDO.preUpgrade", "UpdateOpsDO.postUpgrade"].every((h) => {
+        const hook = all.find((s) => s.name === h);
+        const ingress = hook && all.find((s) => s.name === "ingress" && s.parentSpanId === hook.spanId);
+        return ingress && all.some((s) => s.parentSpanId === ingress.spanId);
+      });
+      return hooksRan && names.every((n) => all.some((s) => s.name === n)) ? all : undefined;
     }, 30_000);
     const byId = new Map(spans.map((s) => [s.spanId, s]));
     const parentOf = (s: ReceivedSpan) => byId.get(s.parentSpanId);

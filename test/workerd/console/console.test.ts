@@ -2,7 +2,9 @@
 // SameSite=Strict, Secure over https, the key never in a URL), team scoping (a team key sees only
 // its team's sandboxes; the admin sees every team's and the clusters), CSRF on the kill, and a kill
 // from the console seen through the E2B API.
-import { exports } from "cloudflare:workers";
+import { env, exports } from "cloudflare:workers";
+import { getDb } from "../../../durable-objects/store/db.ts";
+import { listOpsRuns } from "../../../durable-objects/store/update-ops-runs.ts";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { ScriptedAgent } from "../../support/scripted-agent.ts";
 import { waitFor } from "../../support/wait-for.ts";
@@ -245,6 +247,34 @@ describe("update ops runs", () => {
     await html(page("/console/ops?team=..&name=x", { cookie }), 400);
     const team = await login(other.key);
     await html(page(`/console/ops?team=${other.name}&name=console-run`, { cookie: team.cookie }), 403);
+  });
+
+  it("keeps each run's phase and counts in its libSQL row as the run changes: the list is one query", async () => {
+    const { cookie } = await login(ADMIN_KEY);
+    const url = `/admin/teams/${team.name}/updateops/summary-run`;
+    const rowOf = async () => (await listOpsRuns(getDb(env), null, 1000)).find((r) => r.teamName === team.name && r.name === "summary-run");
+    const summary = (v: { phase: string; replicas: number; updatedReplicas: number; failedReplicas: number }) => ({ phase: v.phase, replicas: v.replicas, updatedReplicas: v.updatedReplicas, failedReplicas: v.failedReplicas });
+    // A sandbox of a template that changed since: the run's member. Paused, the run waits.
+    const tpl = `summary-${team.template}`;
+    await expectStatus(call(`/admin/teams/${team.name}/templates/${tpl}`, { method: "PUT", body: { spec: { cluster: team.cluster, replicas: 0 } } }), 201);
+    const sbx = (await expectStatus(call("/v2/sandboxes", { key: team.key, body: { templateID: tpl } }), 201)).sandboxID;
+    await expectStatus(call(`/admin/teams/${team.name}/templates/${tpl}`, { method: "PUT", body: { spec: { cluster: team.cluster, replicas: 0, memoryMB: 384 } } }), 200);
+    await expectStatus(call(`/admin/teams/${team.name}/updateops`, { body: { name: "summary-run", selector: {}, paused: true } }), 201);
+    const before = summary(await expectStatus(call(url), 200));
+    await waitFor(async () => JSON.stringify(summary((await rowOf()) as never)) === JSON.stringify(before) || undefined, { what: `the row's summary ${JSON.stringify(before)}` });
+    // Unpaused, the run moves on; its row follows each change, as the API reports the run.
+    await expectStatus(call(url, { method: "PATCH", body: { paused: false } }), 200);
+    const settled = await waitFor(async () => {
+      const api = summary(await expectStatus(call(url), 200));
+      const row = await rowOf();
+      return api.phase !== before.phase && row && JSON.stringify(summary(row as never)) === JSON.stringify(api) ? api : undefined;
+    }, { timeoutMs: 15_000, what: "the row to follow the run past its first phase" });
+    const runs = await html(page("/console/ops?fragment=runs", { cookie, headers: { "x-console-fragment": "1" } }));
+    expect(runs).toMatch(new RegExp(`data-ops-run="${team.name}/summary-run">.*?<td data-field="phase">${settled.phase}</td><td>${settled.updatedReplicas} / ${settled.replicas}</td><td>${settled.failedReplicas}</td>`));
+    expect(settled.replicas).toBeGreaterThan(0);
+    await expectStatus(call(url, { method: "DELETE" }), 204);
+    expect(await rowOf()).toBeUndefined();
+    await call(`/sandboxes/${sbx}`, { method: "DELETE" });
   });
 
   it("lists every run with its phase until it is removed, and the autoscalers' decisions", async () => {
