@@ -5,7 +5,7 @@
 // The proxy never reaches the host itself, so the origin cannot live on the host's loopback.
 // Part of the `local` suite; alone: `npm run bench -- egress`.
 import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import type { DesiredSandbox } from "../controllers/drivers/driver.ts";
@@ -26,6 +26,18 @@ const big = Buffer.alloc(${BIG_MB} << 20, 120);
 require("node:http").createServer((req, res) => res.end(req.url === "/big" ? big : "ok")).listen(${PORT}, "0.0.0.0");
 `;
 
+/** The floor of any Node relay: a bare socket pipe in front of the origin (its own namespace),
+ * nothing read or decided; a sandbox without rules downloads through it. */
+const PIPE = `
+const net = require("node:net");
+net.createServer((c) => {
+  const u = net.connect(${PORT}, "127.0.0.1");
+  c.on("error", () => u.destroy());
+  u.on("error", () => c.destroy());
+  c.pipe(u).pipe(c);
+}).listen(${PORT + 1}, "0.0.0.0");
+`;
+
 /** Sequential GETs with urllib (one connection each, as most clients through a proxy do); prints
  * the p50 and p99 in ms. */
 const CLIENT = `
@@ -43,6 +55,11 @@ export async function run(ctx: Partial<BenchContext> = {}): Promise<Figures> {
   const driver = new LocalDriver({ dataDir, cgroupName: `kruise-bench-${process.pid}-egress` });
   const outside = await startOutside();
   const origin = await serveIn(outside, PORT, [process.execPath, "-e", ORIGIN]).catch((err) => {
+    outside.stop();
+    throw err;
+  });
+  const pipe = await serveIn(outside, PORT + 1, [process.execPath, "-e", PIPE]).catch((err) => {
+    origin.kill("SIGKILL");
     outside.stop();
     throw err;
   });
@@ -84,13 +101,15 @@ export async function run(ctx: Partial<BenchContext> = {}): Promise<Figures> {
     const speed = async (id: string) => Number(await sh(id, `curl -sf -o /dev/null -w '%{speed_download}' ${url}big`)) / 2 ** 20;
     // Interleaved, so the machine's load hits both alike: direct, through HTTP_PROXY, and
     // redirected (no proxy variables: the nftables redirect, the proxy copying bytes only).
-    const speeds: Record<"direct" | "proxied" | "redirected", number[]> = { direct: [], proxied: [], redirected: [] };
+    const speeds: Record<"direct" | "proxied" | "redirected" | "pipe", number[]> = { direct: [], proxied: [], redirected: [], pipe: [] };
     for (let i = 0; i < 3; i++) {
       speeds.direct.push(await speed(ids.plain));
+      speeds.pipe.push(Number(await sh(ids.plain, `curl -sf -o /dev/null -w '%{speed_download}' http://${outside.ip}:${PORT + 1}/big`)) / 2 ** 20);
       speeds.proxied.push(await speed(ids.proxy));
       speeds.redirected.push(Number(await sh(ids.proxy, `env -u http_proxy -u HTTP_PROXY curl -sf -o /dev/null -w '%{speed_download}' ${url}big`)) / 2 ** 20);
     }
-    const [direct, proxied, redirected] = [pct(speeds.direct, 50), pct(speeds.proxied, 50), pct(speeds.redirected, 50)];
+    const [direct, proxied, redirected, piped] = [pct(speeds.direct, 50), pct(speeds.proxied, 50), pct(speeds.redirected, 50), pct(speeds.pipe, 50)];
+    const spread = (k: keyof typeof speeds): [number, number] => [round(Math.min(...speeds[k]), 0), round(Math.max(...speeds[k]), 0)];
     return {
       "local.egress_create_to_first_cmd_p50_ms": { value: round(pct(behind, 50)), unit: "ms" },
       "local.plain_create_to_first_cmd_p50_ms": { value: round(pct(plain, 50)), unit: "ms" },
@@ -99,18 +118,23 @@ export async function run(ctx: Partial<BenchContext> = {}): Promise<Figures> {
       "local.egress_small_request_p99_ms": { value: round(proxyP99!), unit: "ms" },
       "local.direct_small_request_p50_ms": { value: round(directP50!), unit: "ms" },
       "local.direct_small_request_p99_ms": { value: round(directP99!), unit: "ms" },
-      "local.egress_download_mib_s": { value: round(proxied, 0), unit: "MiB/s" },
-      "local.direct_download_mib_s": { value: round(direct, 0), unit: "MiB/s" },
-      "local.redirected_download_mib_s": { value: round(redirected, 0), unit: "MiB/s" },
+      "local.egress_download_mib_s": { value: round(proxied, 0), unit: "MiB/s", spread: spread("proxied") },
+      "local.direct_download_mib_s": { value: round(direct, 0), unit: "MiB/s", spread: spread("direct") },
+      "local.redirected_download_mib_s": { value: round(redirected, 0), unit: "MiB/s", spread: spread("redirected") },
+      "local.node_pipe_download_mib_s": { value: round(piped, 0), unit: "MiB/s", spread: spread("pipe") },
       // 100 MB through the proxy (HTTP_PROXY) against direct from a sandbox with a veth, same run.
       "net.proxied_download_ratio": { value: round(proxied / direct, 2), unit: "ratio", target: "≥ 0.8" },
       "net.redirected_download_ratio": { value: round(redirected / direct, 2), unit: "ratio" },
+      // The floor: the same download through one bare Node pipe, same run.
+      "net.node_pipe_download_ratio": { value: round(piped / direct, 2), unit: "ratio" },
+      "net.bench_load_average": { value: round(loadavg()[0]!, 1), unit: "" },
     };
   } finally {
     for (const s of await driver.list()) await driver.destroy(s.id).catch(() => {});
     driver.dispose();
     rmSync(dataDir, { recursive: true, force: true });
     origin.kill("SIGKILL");
+    pipe.kill("SIGKILL");
     outside.stop();
   }
 }

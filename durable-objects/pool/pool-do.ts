@@ -12,6 +12,7 @@ import type { AutoscalerSpec } from "../../schema/api/autoscaler.ts";
 import { AutoscaleHost } from "./autoscale-host.ts";
 import { TurnWrites } from "../turn-writes.ts";
 import { openPoolStore, type Outgoing, type PoolStore } from "./store.ts";
+import { ENQUEUE_MAX_BYTES, enqueueBatch, jsonBytes } from "./enqueue-batch.ts";
 import { edgeLogger } from "../tracing/edge-log.ts";
 import { annotateSpan, currentTraceparent, edgeSpan, flushEdgeTraces } from "../tracing/edge-tracing.ts";
 
@@ -20,9 +21,10 @@ const LOG = edgeLogger("pool");
 /** Retry delay for intents ClusterDO did not accept, and the check interval for stuck creates. */
 const RETRY_MS = 2_000;
 
-/** Intents per ClusterDO.enqueue call. A pool scaled to 100,000 sent all its creates in one call
- * (~1.2 KB each: 117 MB), past workerd's 32 MiB limit on RPC arguments, and retried it forever:
- * it never filled. The loop in flush sends the rest in further calls. */
+/** Intents per ClusterDO.enqueue call (and at most ENQUEUE_MAX_BYTES of them: enqueue-batch.ts).
+ * A pool scaled to 100,000 sent all its creates in one call (~1.2 KB each: 117 MB), past
+ * workerd's 32 MiB limit on RPC arguments, and retried it forever: it never filled. The loop in
+ * flush sends the rest in further calls. */
 const ENQUEUE_BATCH = 2_000;
 
 export class PoolDO extends DurableObject<Env> {
@@ -265,7 +267,7 @@ export class PoolDO extends DurableObject<Env> {
         else byCluster.set(o.cluster, [o]);
       }
       for (const [cluster, all] of byCluster) {
-        const batch = all.slice(0, ENQUEUE_BATCH);
+        const batch = enqueueBatch(all, ENQUEUE_BATCH, ENQUEUE_MAX_BYTES, (o) => jsonBytes(o.intent));
         if (!(await this.enqueue(cluster, batch.map((o) => o.intent)))) return this.armAlarm(Date.now(), true);
         const sent: SandboxId[] = [];
         for (const o of batch) {

@@ -124,6 +124,43 @@ describe("security profiles (admin API)", () => {
     expect(JSON.stringify(agentA.securityProfiles)).not.toContain("literal-of-c");
   }, 60_000);
 
+  it("a new team's intent waits while its profiles cannot be delivered, and goes after them once a retry delivers them", async () => {
+    const a = await createTeam(unique("rt-a"));
+    const c = await createTeam(unique("rt-c"));
+    await expectStatus(call(`/admin/teams/${a.name}/templates/${a.template}`, { method: "PUT", body: { public: true, spec: { cluster: a.cluster, replicas: 0 } } }), 200);
+    const agentA = await startAgent(a.cluster, { networkRules: true });
+    agents.push(agentA);
+    await expectStatus(call(`/admin/teams/${c.name}/security-profiles/c-only`, { method: "PUT", body: rule({ domains: ["c.test"] }) }), 200);
+    await agentA.waitUntil(() => agentA.securityProfiles !== null);
+    // libSQL fails every read of the profiles (this isolate's client, which the ClusterDO shares)
+    // until released: the profile send for c's first sandbox fails.
+    const client = getDb(env).$client;
+    const execute = client.execute.bind(client);
+    let failed = 0;
+    client.execute = (async (stmt: string | { sql: string }) => {
+      if (/from "security_profiles"/i.test(typeof stmt === "string" ? stmt : stmt.sql)) {
+        failed++;
+        throw new Error("libSQL unavailable (test)");
+      }
+      return execute(stmt as string);
+    }) as typeof client.execute;
+    let sbx: { sandboxID: string };
+    try {
+      const created = call("/v2/sandboxes", { key: c.key, body: { templateID: a.template } });
+      // Polled from the test's own context (the failures happen in the ClusterDO's).
+      while (failed < 2) await new Promise((r) => setTimeout(r, 20));
+      // Two failed deliveries (the first and a retry): the intent has not left.
+      expect(agentA.received).toEqual([]);
+      client.execute = execute;
+      sbx = await expectStatus(created, 201);
+    } finally {
+      client.execute = execute;
+    }
+    await agentA.waitUntil(() => agentA.received.some((r) => r.intent.sandboxId === sbx.sandboxID), 10_000);
+    // Frames are handled in order: c's profiles came before the intent.
+    expect(agentA.securityProfiles!.some((p) => p.team === c.name && p.name === "c-only")).toBe(true);
+  }, 60_000);
+
   it("a team's own template named like another team's public one does not make the other's cluster serve it", async () => {
     const a = await createTeam(unique("sp-pub"));
     const x = await createTeam(unique("sp-same"));

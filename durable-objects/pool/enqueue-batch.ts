@@ -1,0 +1,26 @@
+// How many of a pool's pending intents go in one ClusterDO.enqueue call: at most `count`, and at
+// most `bytes` of serialized intents, so a batch of large intents (long network rules, many
+// labels) stays under workerd's 32 MiB limit on RPC arguments with margin. Always at least one,
+// so a single intent larger than the cap still leaves (the edge bounds each intent far below it).
+// Pure.
+
+/** 8 MiB: a quarter of workerd's RPC limit (structured clone sizes differ from JSON's a little). */
+export const ENQUEUE_MAX_BYTES = 8 << 20;
+
+export function enqueueBatch<T>(items: readonly T[], count: number, bytes = ENQUEUE_MAX_BYTES, size: (item: T) => number = jsonBytes): T[] {
+  const out: T[] = [];
+  let total = 0;
+  for (const item of items) {
+    if (out.length >= count) break;
+    const n = size(item);
+    if (out.length > 0 && total + n > bytes) break;
+    out.push(item);
+    total += n;
+  }
+  return out;
+}
+
+/** The UTF-8 length of `x` as JSON. */
+export function jsonBytes(x: unknown): number {
+  return new TextEncoder().encode(JSON.stringify(x)).length;
+}
