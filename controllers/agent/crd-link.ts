@@ -141,8 +141,8 @@ export async function startCrdLink(o: CrdLinkOptions): Promise<CrdLink> {
       };
       const updateOps = new UpdateOpsSync({ kubeConfig: o.kubeConfig, namespace: ns, link: o.link, log, retryMs, statusMs: o.autoscalerStatusMs, sandboxRef });
       const trafficPolicies = new TrafficPolicySync({ kubeConfig: o.kubeConfig, namespace: ns, link: o.link, log, retryMs, statusMs: o.autoscalerStatusMs });
-      // The kubernetes driver enforces no L7 in pods: the status says so (not Programmed).
-      const securityProfiles = new SecurityProfileSync({ kubeConfig: o.kubeConfig, namespace: ns, link: o.link, log, retryMs, statusMs: o.autoscalerStatusMs, enforced: false });
+      // Each pod's traffic-proxy enforces the profiles selecting it: Programmed says in how many.
+      const securityProfiles = new SecurityProfileSync({ kubeConfig: o.kubeConfig, namespace: ns, link: o.link, log, retryMs, statusMs: o.autoscalerStatusMs, pods: (ref) => o.driver.profileEnforcement(ref) });
       const commits = o.commit && new CommitController({ kubeConfig: o.kubeConfig, namespace: ns, enabled: o.commit.enabled, job: o.commit.job, log });
       await claims.start();
       sets.start();
@@ -166,7 +166,7 @@ export async function startCrdLink(o: CrdLinkOptions): Promise<CrdLink> {
   const globalTraffic = new TrafficPolicySync({ kubeConfig: o.kubeConfig, namespace: null, link: o.link, log, retryMs, statusMs: o.autoscalerStatusMs });
   // Without the ClusterRoleBinding (k8s/rbac.yaml) they cannot be read: said, not fatal.
   await globalTraffic.start().catch((err: unknown) => log(`globaltrafficpolicies: not synced: ${(err as Error).message}`));
-  const globalSecurity = new SecurityProfileSync({ kubeConfig: o.kubeConfig, namespace: null, link: o.link, log, retryMs, statusMs: o.autoscalerStatusMs, enforced: false });
+  const globalSecurity = new SecurityProfileSync({ kubeConfig: o.kubeConfig, namespace: null, link: o.link, log, retryMs, statusMs: o.autoscalerStatusMs, pods: (ref) => o.driver.profileEnforcement(ref) });
   await globalSecurity.start().catch((err: unknown) => log(`globalsecurityprofiles: not synced: ${(err as Error).message}`));
   await Promise.all((w === "all" ? [] : (w ?? [])).map(sync));
   const discovery =

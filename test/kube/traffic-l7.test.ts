@@ -20,7 +20,7 @@ let ns: string;
 let driver: KubernetesDriver;
 let kubelet: TestKubelet;
 let core: CoreV1Api;
-const net = new PodNetns();
+let net = new PodNetns();
 
 const kget = <T>(kind: string, name: string): T => JSON.parse(kubectlOk(["-n", ns, "get", kind, name, "-o", "json"])) as T;
 
@@ -81,11 +81,108 @@ describe("SecurityProfiles in a sandbox pod", () => {
     const file = JSON.parse(kget<{ data: Record<string, string> }>("configmap", "plain-l7a-traffic").data["policy.json"]!) as { securityProfiles?: { name: string }[] };
     expect(file.securityProfiles?.map((p) => p.name)).toEqual(["api-guard"]);
 
+    // Programmed, honestly per pod: the selected pods whose traffic-proxy is ready (the test
+    // kubelet reports l7a's containers ready; a held pod has no container ready).
+    await until("l7a's sidecar ready", () => driver.profileEnforcement({ namespace: ns, name: "api-guard" }).ready === 1);
+    expect(driver.profileEnforcement({ namespace: ns, name: "api-guard" })).toEqual({ selected: 1, ready: 1 });
+    kubelet.hold.add("plain-l7h");
+    await driver.ensure(desired("l7h", { labels: { app: "l7" } }));
+    expect(driver.profileEnforcement({ namespace: ns, name: "api-guard" })).toEqual({ selected: 2, ready: 1 });
+    expect(driver.profileEnforcement({ namespace: ns, name: "elsewhere" })).toEqual({ selected: 0, ready: 0 });
+
     await net.start(pod, objectsOf(pod));
     const get = (url: string) => net.sandboxRun("sandbox", ["curl", "-sS", "--max-time", "8", "-w", " %{http_code}", url]);
     expect(get("http://api.test/ok")).toEqual({ code: 0, out: "saw GET /ok ['x-profile=api-guard'] 200" });
     expect(get("http://api.test/admin/users").out).toMatch(/ 451$/);
     // A host no rule names passes untouched.
     expect(get("http://other.test/admin")).toEqual({ code: 0, out: "saw GET /admin [] 200" });
+  });
+
+  it("HTTPS through the pod's own CA: the sandbox containers trust it, only the sidecar holds its key, and each pod has another", async () => {
+    const pod = (await core.listNamespacedPod({ namespace: ns, labelSelector: `${LABEL.sandboxId}=l7a` })).items[0]!;
+    const secret = kget<{ data: Record<string, string> }>("secret", "plain-l7a-traffic").data;
+    const caCert = Buffer.from(secret["ca.crt"]!, "base64").toString();
+    expect(caCert).toContain("BEGIN CERTIFICATE");
+    expect(Buffer.from(secret["ca.key"]!, "base64").toString()).toContain("BEGIN PRIVATE KEY");
+
+    // The pod spec: the Secret is a volume of the sidecar only; the CA's init container mounts
+    // its certificate alone; the tenant's containers get the bundle (read-only) and the env.
+    const mounts = (c: { volumeMounts?: { name: string }[] }) => (c.volumeMounts ?? []).map((m) => m.name);
+    const secretVolumes = pod.spec!.volumes!.filter((v) => v.secret?.secretName === "plain-l7a-traffic");
+    expect(secretVolumes.map((v) => [v.name, v.secret!.items ?? "all"])).toEqual([["sandbox-traffic-secret", "all"], ["sandbox-ca-source", [{ key: "ca.crt", path: "ca.crt" }]]]);
+    for (const c of [...pod.spec!.containers, ...pod.spec!.initContainers!]) {
+      if (c.name !== "traffic-proxy") expect(mounts(c)).not.toContain("sandbox-traffic-secret");
+      if (c.name !== "traffic-ca") expect(mounts(c)).not.toContain("sandbox-ca-source");
+    }
+    for (const name of ["sandbox", "agent-runtime"]) {
+      const c = pod.spec!.containers.find((x) => x.name === name)!;
+      expect(c.volumeMounts).toContainEqual({ name: "sandbox-ca", mountPath: "/run/kruise", readOnly: true });
+      expect(c.env).toEqual(expect.arrayContaining([{ name: "SSL_CERT_FILE", value: "/run/kruise/ca-bundle.crt" }, { name: "NODE_EXTRA_CA_CERTS", value: "/run/kruise/ca.crt" }]));
+    }
+    // The agent wrote the Secret, and cannot read it (or any Secret) back.
+    await expect(kubeConfig("agent").makeApiClient(CoreV1Api).readNamespacedSecret({ namespace: ns, name: "plain-l7a-traffic" })).rejects.toMatchObject({ code: 403 });
+
+    // What the traffic-ca init container left for the tenant's containers.
+    expect(readFileSync(net.hostPath("sandbox", "/run/kruise/ca.crt"), "utf8")).toBe(caCert);
+    expect(readFileSync(net.hostPath("sandbox", "/run/kruise/ca-bundle.crt"), "utf8")).toContain(caCert.trim());
+
+    const get = (url: string, extra: string[] = []) => net.sandboxRun("sandbox", ["curl", "-sS", "--max-time", "8", "-w", " %{http_code}", ...extra, url]);
+    // curl with the container's env only (SSL_CERT_FILE / CURL_CA_BUNDLE: the bundle).
+    expect(get("https://api.test/ok")).toEqual({ code: 0, out: "saw GET /ok ['x-profile=api-guard'] 200" });
+    expect(get("https://api.test/admin").out).toMatch(/ 451$/);
+    // A host no rule names: the server's own certificate (the stand-in's root, not the pod's CA).
+    expect(get("https://other.test/").code).toBe(60);
+    expect(get("https://other.test/", ["--cacert", net.standInCa])).toEqual({ code: 0, out: "saw GET / [] 200" });
+
+    // Another pod, another CA.
+    await driver.ensure(desired("l7b", { labels: { app: "l7" } }));
+    expect(kget<{ data: Record<string, string> }>("secret", "plain-l7b-traffic").data["ca.key"]).not.toBe(secret["ca.key"]);
+  });
+
+  it("profile and network.rules secrets reach the sidecar only: in the pod's Secret, in no sandbox container, added to HTTPS requests", async () => {
+    const tag = Math.random().toString(36).slice(2, 10);
+    const [key, rule, key2] = [`tok-${tag}`, `rule-${tag}`, `tok2-${tag}`];
+    const keys = profile("keys", {
+      selector: { matchLabels: { app: "keys" } },
+      rules: [{ name: "key", match: [{ domains: ["api.test"] }], actions: { tokenTransformation: { type: "ApiKey", targetHeader: "x-api-key", apiKey: { valueTemplate: "Token {{ .apiKey }}" }, credentialRef: { secret: { name: "api-key" } } } } }],
+    });
+    // As the agent gets them from the edge: the team's profile secrets with the profile set, the
+    // sandbox's own with its intent.
+    driver.setProfileSecrets({ [ns]: { "api-key": key, unused: `unused-${tag}` } });
+    driver.setSandboxSecrets("l7c", { rulekey: rule });
+    await driver.setSecurityProfiles([keys]);
+    await driver.ensure(desired("l7c", { labels: { app: "keys" }, networkRules: { "api.test": [{ transform: { headers: { "x-rule": "${e2b.secrets.rulekey}" } } }] } }));
+    const pod = (await core.listNamespacedPod({ namespace: ns, labelSelector: `${LABEL.sandboxId}=l7c` })).items[0]!;
+
+    const secretsJson = () => JSON.parse(Buffer.from(kget<{ data: Record<string, string> }>("secret", "plain-l7c-traffic").data["secrets.json"]!, "base64").toString()) as Record<string, string>;
+    expect(secretsJson()).toEqual({ "api-key": key, rulekey: rule });
+    // Through kubectl: no container but the sidecar mounts that Secret, and no value is anywhere in
+    // the pod's spec (env, args, volumes) or its ConfigMap.
+    const asKubectl = kget<V1Pod>("pod", "plain-l7c");
+    for (const c of [...asKubectl.spec!.containers, ...asKubectl.spec!.initContainers!]) {
+      const secretMounts = (c.volumeMounts ?? []).filter((m) => asKubectl.spec!.volumes!.find((v) => v.name === m.name)?.secret);
+      if (c.name === "traffic-proxy") expect(secretMounts.map((m) => m.name)).toEqual(["sandbox-traffic-secret"]);
+      else if (c.name === "traffic-ca") expect(secretMounts.map((m) => m.name)).toEqual(["sandbox-ca-source"]);
+      else expect(secretMounts).toEqual([]);
+      expect((c.env ?? []).some((e) => e.valueFrom?.secretKeyRef)).toBe(false);
+      expect(c.envFrom ?? []).toEqual([]);
+    }
+    const everything = JSON.stringify(asKubectl) + kubectlOk(["-n", ns, "get", "configmap", "plain-l7c-traffic", "-o", "json"]);
+    for (const v of [key, rule, `unused-${tag}`]) expect(everything).not.toContain(v);
+
+    await net.stop();
+    net = new PodNetns();
+    await net.start(pod, objectsOf(pod));
+    const out = net.sandboxRun("sandbox", ["curl", "-sS", "--max-time", "8", "https://api.test/ok"]);
+    expect(out).toEqual({ code: 0, out: `saw GET /ok ['x-api-key=Token ${key}', 'x-rule=${rule}']` });
+    // The sandbox's own view: its env and the files of its mounts hold neither value.
+    const view = net.sandboxRun("sandbox", ["sh", "-c", `env; cat ${net.hostPath("sandbox", "/run/kruise")}/*`]);
+    expect(view.code).toBe(0);
+    for (const v of [key, rule]) expect(view.out).not.toContain(v);
+
+    // A secret the edge changes reaches the pod's Secret (the kubelet re-projects it).
+    driver.setProfileSecrets({ [ns]: { "api-key": key2 } });
+    await driver.setSecurityProfiles([keys]);
+    expect(secretsJson()).toEqual({ "api-key": key2, rulekey: rule });
   });
 });

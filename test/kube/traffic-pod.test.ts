@@ -103,7 +103,10 @@ describe("egress on kubernetes", () => {
     expect(proxy.securityContext).toMatchObject({ runAsUser: 0, allowPrivilegeEscalation: false, readOnlyRootFilesystem: true, capabilities: { drop: ["ALL"], add: ["NET_ADMIN", "SETUID", "SETGID"] } });
     expect(proxy.readinessProbe).toMatchObject({ httpGet: { path: "/ready", port: 15021 } });
     expect(proxy.livenessProbe).toMatchObject({ httpGet: { path: "/ready", port: 15021 } });
-    expect(proxy.volumeMounts).toEqual([{ name: "sandbox-traffic", mountPath: "/etc/sandbox-traffic", readOnly: true }]);
+    expect(proxy.volumeMounts).toEqual([
+      { name: "sandbox-traffic", mountPath: "/etc/sandbox-traffic", readOnly: true },
+      { name: "sandbox-traffic-secret", mountPath: "/etc/sandbox-traffic-secret", readOnly: true },
+    ]);
     expect(pod.spec!.volumes).toContainEqual({ name: "sandbox-traffic", configMap: { name: "plain-rules1-traffic", defaultMode: 420 } });
 
     // The template asked for NET_ADMIN and SYS_PTRACE: a governed pod's sandbox container gets

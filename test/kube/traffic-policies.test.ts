@@ -3,7 +3,7 @@
 // shows it), its status lists the sandboxes it selects (a sandbox made through the E2B API with a
 // matching `label:` metadata) with Accepted True; what this platform does not enforce (ingress
 // rules, service peers) is Accepted False, never enforced in part; kubectl delete removes it. A
-// SecurityProfile the edge accepts is reported not Programmed: no pod of this driver applies L7.
+// SecurityProfile the edge accepts is Programmed as far as the pods' traffic-proxies apply it.
 import { Sandbox } from "e2b";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startTestEdge, type TestEdge } from "./support/edge.ts";
@@ -108,12 +108,13 @@ spec:
     await until("global gone from the edge", async () => (await admin(`/admin/global-traffic-policies/${ns}-baseline`)).status === 404, 20_000);
   });
 
-  it("a SecurityProfile: Accepted by the edge, but Programmed False with a Warning Event, since the kubernetes driver enforces no L7", async () => {
+  it("a SecurityProfile: Accepted by the edge, and Programmed as the pods' traffic-proxies apply it (none selected here)", async () => {
     kubectlOk(["-n", ns, "apply", "-f", "-"], `
 apiVersion: agents.kruise.io/v1alpha1
 kind: SecurityProfile
 metadata: { name: block-admin }
 spec:
+  selector: { matchLabels: { app: none-here } }
   rules:
     - { name: admin, match: [{ domains: [api.example.test], paths: [{ type: Prefix, value: /admin }] }], actions: { block: {} } }
 `);
@@ -123,11 +124,10 @@ spec:
     }, 30_000);
     expect(st.conditions!.map((c) => [c.type, c.status, c.reason])).toEqual([
       ["Accepted", "True", "Accepted"],
-      ["Programmed", "False", "NotEnforcedByDriver"],
+      ["Programmed", "True", "Programmed"],
     ]);
-    expect(st.conditions![1]!.message).toContain("enforces no L7 in pods");
-    const events = await until("the Warning Event", () => kubectlOk(["-n", ns, "get", "events", "--field-selector", "involvedObject.name=block-admin,reason=NotEnforcedByDriver", "-o", "jsonpath={.items[*].type}"]).trim() || undefined, 20_000);
-    expect(events).toBe("Warning");
+    expect(st.conditions![1]!.message).toContain("no running pod selected");
+    expect(kubectlOk(["-n", ns, "get", "events", "--field-selector", "involvedObject.name=block-admin,reason=NotEnforcedByDriver", "-o", "name"]).trim()).toBe("");
     kubectlOk(["-n", ns, "delete", "securityprofiles.agents.kruise.io", "block-admin"]);
   });
 });

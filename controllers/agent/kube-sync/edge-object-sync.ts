@@ -49,7 +49,7 @@ export interface EdgeObjectKind<O extends KubernetesObject & { status?: S }, S> 
   /** Besides uid and generation, what makes a push due (e.g. an annotation; default none). */
   pushKey?(o: O): string;
   /** The status after the edge's answer (undefined: the answer has none). */
-  status(prev: S | undefined, generation: number, reply: ReplyItem, now: string): S | undefined;
+  status(prev: S | undefined, generation: number, reply: ReplyItem, now: string, name?: string): S | undefined;
   /** The status after the edge refused the object, or (`here`) `upsert` found a problem. */
   refused(prev: S | undefined, generation: number, reply: Pick<ReplyItem, "code" | "message"> & { here?: boolean }, now: string): S;
   /** The events of the edge's answer, newest list (the edge keeps a bounded one; default none). */
@@ -168,7 +168,7 @@ export class EdgeObjectSync<O extends KubernetesObject & { status?: S }, S> {
     }
     if (pushed) this.#synced.set(name, key);
     this.#held.add(name);
-    const status = this.#k.status(o.status, generation, reply, now);
+    const status = this.#k.status(o.status, generation, reply, now, name);
     if (status) {
       await this.#write(o, status);
       await this.#postEvents(o, this.#k.events?.(name, reply) ?? []);

@@ -71,11 +71,33 @@ export function notEnforcedHere(k: EdgeObjectKind<SecurityProfileObject, Securit
   };
 }
 
+/** How many running pods a profile selects, and in how many of them its traffic-proxy is ready
+ * (the kubernetes driver's `profileEnforcement`). */
+export type PodEnforcement = (ref: { namespace: string | null; name: string }) => { selected: number; ready: number };
+
+/** The kind as a cluster whose pods' sidecars enforce profiles reports it, honestly per pod:
+ * Programmed True only while the traffic-proxy of every pod the profile selects is ready (none
+ * selected yet: True, new pods get it), else False `SidecarNotReady` saying how many are. */
+export function programmedInPods(k: EdgeObjectKind<SecurityProfileObject, SecurityProfileStatus>, namespace: string | null, pods: PodEnforcement): EdgeObjectKind<SecurityProfileObject, SecurityProfileStatus> {
+  return {
+    ...k,
+    status(prev, generation, reply, now, name) {
+      const s = k.status(prev, generation, reply, now, name);
+      if (!s || name === undefined) return s;
+      const { selected, ready } = pods({ namespace, name });
+      const all = ready === selected;
+      const message = selected === 0 ? "no running pod selected: each pod it selects gets it in its traffic-proxy" : `in force in the traffic-proxy of ${ready} of the ${selected} running pods it selects`;
+      return { ...s, conditions: setCondition(s.conditions, { type: "Programmed", status: all ? "True" : "False", reason: all ? "Programmed" : "SidecarNotReady", message, observedGeneration: generation }, now) };
+    },
+  };
+}
+
 /** A namespace's SecurityProfiles, or (`namespace: null`) the cluster's GlobalSecurityProfiles;
- * `enforced: false`: the agent's driver applies no SecurityProfile (notEnforcedHere). */
+ * `enforced: false`: the agent's driver applies no SecurityProfile (notEnforcedHere); `pods`: the
+ * pods' sidecars apply them (programmedInPods). */
 export class SecurityProfileSync extends EdgeObjectSync<SecurityProfileObject, SecurityProfileStatus> {
-  constructor(opts: EdgeObjectSyncOptions & { enforced?: boolean }) {
+  constructor(opts: EdgeObjectSyncOptions & { enforced?: boolean; pods?: PodEnforcement }) {
     const kind = opts.namespace === null ? globalSecurityProfileKind : securityProfileKind;
-    super(opts.enforced === false ? notEnforcedHere(kind) : kind, opts);
+    super(opts.enforced === false ? notEnforcedHere(kind) : opts.pods ? programmedInPods(kind, opts.namespace, opts.pods) : kind, opts);
   }
 }

@@ -41,6 +41,8 @@ import type { CsiMountConfig } from "../../../schema/crd/csi-mount.ts";
 import { UserRequests } from "./user-requests.ts";
 
 export { idLabel, sandboxName } from "./objects.ts";
+
+const lowerKeys = (values: Record<string, string>) => new Map(Object.entries(values).map(([k, v]) => [k.toLowerCase(), v]));
 export type { KubeDesiredSandbox, KubernetesDriverOptions, KubeSandboxObservation, SandboxObject, SandboxRequest, SandboxSetObject } from "./objects.ts";
 
 /** Why: no Checkpoint controller yet (Stop pause keeps PVC data only). */
@@ -84,6 +86,11 @@ export class KubernetesDriver implements Driver {
   /** Whether the edge's SecurityProfiles arrived since the start: until then a running pod's file
    * is left as it is (rewritten without them, it would drop what its profiles enforce). */
   #profilesKnown = false;
+  /** Secret values from the edge, in memory only (as on the local driver): per sandbox (its
+   * `network.rules`) and per team (its profiles' tokenTransformations). Each pod's sidecar gets
+   * the ones its file names in its Secret; no other container of the pod mounts that Secret. */
+  readonly #sandboxSecrets = new Map<string, ReadonlyMap<string, string>>();
+  #teamSecrets: Map<string, ReadonlyMap<string, string>> | undefined;
   readonly #policyStore: PolicySetStore;
   readonly #profileStore: PolicySetStore<SecurityProfileEntry>;
 
@@ -144,6 +151,7 @@ export class KubernetesDriver implements Driver {
     this.#status.more = (id, conditions, now) => this.#mounts.withCondition(id, conditions, now);
     this.#checkpoints = new CheckpointSnapshots(this.#ctx, { waitMs: opts.checkpointWaitMs });
     this.#traffic = new TrafficObjects(this.#ctx, opts.kubeConfig.makeApiClient(NetworkingV1Api), this.#policies, { clusterCidrs: opts.clusterCidrs ?? DEFAULT_CLUSTER_CIDRS, dns: opts.clusterDns ?? DEFAULT_CLUSTER_DNS });
+    this.#traffic.setSecretSource((d) => this.#secretValues(d));
     this.#policyStore = new PolicySetStore(this.#ctx.core, opts.namespace, () => this.requests++);
     this.#profileStore = new PolicySetStore(this.#ctx.core, opts.namespace, () => this.requests++, PROFILES);
   }
@@ -296,6 +304,7 @@ export class KubernetesDriver implements Driver {
       const restoring = this.#sandboxes.restorePending(sbx);
       if (restoring && pod) sbx = await this.#sandboxes.restoreDone(d.id, sbx, pod);
       if (!pod) {
+        if (traffic) await this.#traffic.newPodSecret(sc, sbx, d);
         await this.#pods.create(sc, sbx, restoring ? { ...d, restoreCheckpointId: restoring } : d, traffic);
         const made = restoring && ctx.pod(d.id);
         if (made) sbx = await this.#sandboxes.restoreDone(d.id, sbx, made);
@@ -360,6 +369,39 @@ export class KubernetesDriver implements Driver {
     this.#profilesKnown = true;
     await this.#profileStore.save(profiles).catch((err: unknown) => this.#opts.log?.(`security profiles not stored: ${(err as Error).message}`));
     await this.#refreshPods("security profiles");
+  }
+
+  /** How many running pods `ref` (a team's profile, or with namespace null a global one)
+   * selects, and in how many the traffic-proxy container is ready (its readiness probe answers
+   * once every listener is up): what the profile's Programmed condition says. */
+  profileEnforcement(ref: { namespace: string | null; name: string }): { selected: number; ready: number } {
+    let selected = 0;
+    let ready = 0;
+    for (const d of this.#desired.values()) {
+      const pod = this.#ctx.pod(d.id);
+      if (d.state !== "Running" || !pod || pod.metadata?.deletionTimestamp) continue;
+      const file = this.#traffic.policy(this.#ctx.scopeOf(d.id), d);
+      if (!file?.securityProfiles?.some((p) => p.team === ref.namespace && p.name === ref.name)) continue;
+      selected++;
+      if (hasTrafficProxy(pod, true) && pod.status?.containerStatuses?.some((c) => c.name === "traffic-proxy" && c.ready)) ready++;
+    }
+    return { selected, ready };
+  }
+
+  setSandboxSecrets(id: string, values: Record<string, string>): void {
+    this.#sandboxSecrets.set(id, lowerKeys(values));
+  }
+
+  setProfileSecrets(byTeam: Record<string, Record<string, string>>): void {
+    this.#teamSecrets = new Map(Object.entries(byTeam).map(([team, values]) => [team, lowerKeys(values)]));
+  }
+
+  /** A sandbox's secret values (its team's, then its own), or undefined until the edge sent them
+   * since this start: a pod's Secret is never emptied for lack of them. */
+  #secretValues(d: KubeDesiredSandbox): ReadonlyMap<string, string> | undefined {
+    const own = this.#sandboxSecrets.get(d.id);
+    if (!this.#teamSecrets || (!own && Object.keys(d.networkRules ?? {}).length)) return undefined;
+    return new Map([...(this.#teamSecrets.get(d.namespace ?? this.namespace) ?? []), ...(own ?? [])]);
   }
 
   /** Every running pod's egress objects written again for the sets in force (see the setters). */
@@ -516,6 +558,7 @@ export class KubernetesDriver implements Driver {
       // Forgotten first, so no later sync writes its egress objects again; deleted in its chain,
       // after any sync already queued there.
       this.#desired.delete(id);
+      this.#sandboxSecrets.delete(id);
       await this.#pods.deleteAll(sc, id);
       if (name) await this.#serial(id, () => this.#traffic.delete(sc, name));
       await this.#sandboxes.delete(sc, id);

@@ -4,6 +4,7 @@
 import type { KubernetesObject, V1ObjectMeta, V1Pod } from "@kubernetes/client-node";
 import { ANNOTATION, RUNTIME_CONTAINER } from "../../../schema/crd/labels.ts";
 import { RESTORE_ANNOTATION } from "./checkpoint/snapshots.ts";
+import { TRAFFIC_CONTAINER } from "./traffic-pod.ts";
 
 const iso = (v: unknown): string | undefined => (v instanceof Date ? v.toISOString() : (v as string | undefined) ?? undefined);
 
@@ -50,12 +51,14 @@ function meta(m: V1ObjectMeta | undefined, keepAnnotations?: readonly string[]):
 export function slimPod(raw: V1Pod): V1Pod {
   const s = raw.status;
   // Waiting containers (their reason is the Ready reason), and the runtime container always: its
-  // readiness and restarts are the RuntimeHealthy condition (pod-state.ts `runtimeHealth`).
+  // readiness and restarts are the RuntimeHealthy condition (pod-state.ts `runtimeHealth`). The
+  // traffic-proxy's readiness: whether the pod's SecurityProfiles are in force (profileEnforcement).
   const kept = (list: NonNullable<V1Pod["status"]>["containerStatuses"]) =>
     list
-      ?.filter((c) => c.state?.waiting || c.name === RUNTIME_CONTAINER)
+      ?.filter((c) => c.state?.waiting || c.name === RUNTIME_CONTAINER || c.name === TRAFFIC_CONTAINER)
       .map((c) => {
         const out: Record<string, unknown> = { name: c.name, state: c.state?.waiting ? { waiting: { reason: c.state.waiting.reason, message: c.state.waiting.message } } : {} };
+        if (c.name === TRAFFIC_CONTAINER) return { ...out, ready: c.ready } as never;
         if (c.name !== RUNTIME_CONTAINER) return out as never;
         const last = c.lastState?.terminated;
         return { ...out, ready: c.ready, restartCount: c.restartCount, ...(last ? { lastState: { terminated: { exitCode: last.exitCode, reason: last.reason, finishedAt: iso(last.finishedAt) } } } : {}) } as never;

@@ -21,7 +21,9 @@ import { ownerRef, type DriverContext } from "./context.ts";
 import { mergePatch, statusCode, tolerate } from "./kube-api.ts";
 import type { NamespaceScope } from "./namespace-scope.ts";
 import { idLabel, type KubeDesiredSandbox, type SandboxObject } from "./objects.ts";
-import { egressNetworkPolicy, egressPolicyName, podPolicy, POLICY_FILE, trafficConfigMap, trafficConfigMapName, type Backstop } from "./traffic-pod.ts";
+import { egressNetworkPolicy, egressPolicyName, podPolicy, podSecretNames, POLICY_FILE, trafficConfigMap, trafficConfigMapName, trafficSecret, type Backstop } from "./traffic-pod.ts";
+import { SECRETS_FILE } from "../../traffic/pod-l7.ts";
+import { SandboxCa } from "../../traffic/l7/ca.ts";
 
 /** On a running governed pod: the hash of the policy file it should have (see the top). */
 export const POLICY_ANNOTATION = "agents.kruise.io/traffic-policy";
@@ -47,6 +49,12 @@ export class TrafficObjects {
   readonly #backstop: Backstop;
   /** The SecurityProfiles in force (the edge's whole set); each pod's file gets those selecting it. */
   #profiles: readonly SecurityProfileEntry[] = [];
+  /** The secret values the agent holds for a sandbox (memory only), by lower-cased name; undefined
+   * while they are not known (after a restart, until the edge sends them: a pod's Secret is then
+   * left as it is rather than emptied). */
+  #values: (d: KubeDesiredSandbox) => ReadonlyMap<string, string> | undefined = () => new Map();
+  /** A hash of each pod Secret's secrets.json as last written (namespace/name). */
+  readonly #secretsWritten = new Map<string, string>();
   /** What was last written per object name (namespace/name), so unchanged content sends nothing. */
   readonly #written = new Map<string, string>();
   /** How to read back and rewrite each object written (key as #written), for `resync`. */
@@ -68,12 +76,61 @@ export class TrafficObjects {
     this.#profiles = profiles;
   }
 
+  setSecretSource(values: (d: KubeDesiredSandbox) => ReadonlyMap<string, string> | undefined): void {
+    this.#values = values;
+  }
+
+  /** The values of just the secrets the pod's file names. */
+  #secretsFor(sc: NamespaceScope, d: KubeDesiredSandbox): Record<string, string> | undefined {
+    const values = this.#values(d);
+    if (!values) return undefined;
+    return Object.fromEntries(podSecretNames(this.policy(sc, d)).flatMap((n) => (values.has(n) ? [[n, values.get(n)!]] : [])));
+  }
+
+  /** Patches the pod Secret's secrets.json when what it should hold changed (the kubelet then
+   * re-projects it and the sidecar re-reads it). A pod without one (made before, or not yet) is
+   * skipped: its next Secret is written whole by newPodSecret. */
+  async #syncSecrets(sc: NamespaceScope, name: string, d: KubeDesiredSandbox): Promise<void> {
+    const secrets = this.#secretsFor(sc, d);
+    if (!secrets) return;
+    const key = `${sc.namespace}/${name}`;
+    const text = JSON.stringify(secrets);
+    const hash = createHash("sha256").update(text).digest("hex");
+    if (this.#secretsWritten.get(key) === hash) return;
+    this.#ctx.count();
+    const done = await tolerate(this.#ctx.core.patchNamespacedSecret({ namespace: sc.namespace, name, body: { data: { [SECRETS_FILE]: Buffer.from(text).toString("base64") } } }, mergePatch), [404]);
+    if (done) this.#secretsWritten.set(key, hash);
+  }
+
   /** Writes the pod's ConfigMap (an open policy when nothing governs it but the pod has a proxy:
    * a template that lists traffic-proxy, ready for rules at claim) and the NetworkPolicy (only
    * while governed). Returns the ConfigMap's name. */
+  #owned(sc: NamespaceScope, sbx: SandboxObject, d: KubeDesiredSandbox) {
+    return { pod: sbx.metadata!.name!, namespace: sc.namespace, labels: { [LABEL.sandboxId]: idLabel(d.id) }, owner: ownerRef(sbx) };
+  }
+
+  /** A new pod's Secret: a CA made now for that pod alone (a recreated pod gets another, never its
+   * predecessor's) and the secret values in force. The agent can write it but not read it back
+   * (k8s/rbac.yaml), and keeps no copy of the key: it lives in the Secret, for the sidecar. */
+  async newPodSecret(sc: NamespaceScope, sbx: SandboxObject, d: KubeDesiredSandbox): Promise<void> {
+    const ca = await SandboxCa.create(d.id);
+    const secrets = this.#secretsFor(sc, d) ?? {};
+    const body = trafficSecret(this.#owned(sc, sbx, d), await ca.pem(), secrets);
+    const name = body.metadata!.name!;
+    this.#ctx.count();
+    try {
+      await this.#ctx.core.createNamespacedSecret({ namespace: sc.namespace, body });
+    } catch (err) {
+      if (statusCode(err) !== 409) throw err;
+      this.#ctx.count(); // unconditional: the agent is its only writer and may not read it
+      await this.#ctx.core.replaceNamespacedSecret({ namespace: sc.namespace, name, body });
+    }
+    this.#secretsWritten.set(`${sc.namespace}/${name}`, createHash("sha256").update(JSON.stringify(secrets)).digest("hex"));
+  }
+
   async sync(sc: NamespaceScope, sbx: SandboxObject, d: KubeDesiredSandbox): Promise<string> {
     const pod = sbx.metadata!.name!;
-    const owned = { pod, namespace: sc.namespace, labels: { [LABEL.sandboxId]: idLabel(d.id) }, owner: ownerRef(sbx) };
+    const owned = this.#owned(sc, sbx, d);
     const policy = this.policy(sc, d);
     const cm = trafficConfigMap(owned, policy ?? { team: sc.namespace, labels: d.labels ?? {}, egress: null, trafficPolicies: [] });
     const changed = await this.#put(`cm/${sc.namespace}/${cm.metadata!.name}`, cm, {
@@ -83,6 +140,7 @@ export class TrafficObjects {
       same: (o: V1ConfigMap) => JSON.stringify(o.data) === JSON.stringify(cm.data),
     });
     if (changed) await this.#nudge(sc, d.id, cm.data![POLICY_FILE]!);
+    await this.#syncSecrets(sc, cm.metadata!.name!, d);
     const npName = egressPolicyName(pod);
     const npKey = `np/${sc.namespace}/${npName}`;
     if (!policy) {
@@ -163,9 +221,11 @@ export class TrafficObjects {
   async delete(sc: NamespaceScope, podName: string): Promise<void> {
     const cm = trafficConfigMapName(podName);
     const np = egressPolicyName(podName);
-    this.#ctx.count(2);
+    this.#ctx.count(3);
     await tolerate(this.#ctx.core.deleteNamespacedConfigMap({ namespace: sc.namespace, name: cm }), [404]);
+    await tolerate(this.#ctx.core.deleteNamespacedSecret({ namespace: sc.namespace, name: cm }), [404]);
     await tolerate(this.#net.deleteNamespacedNetworkPolicy({ namespace: sc.namespace, name: np }), [404]);
+    this.#secretsWritten.delete(`${sc.namespace}/${cm}`);
     for (const key of [`cm/${sc.namespace}/${cm}`, `np/${sc.namespace}/${np}`]) {
       this.#written.delete(key);
       this.#objects.delete(key);

@@ -23,8 +23,8 @@
 // the pod `hostNetwork`, `hostPID` and `hostIPC`: each would let a process undo the rules, reach
 // the proxy or send around them; a tenant container named as one of the pair is removed. The nft script holds our constants only, and reaches nft as an argument (data), never as
 // shell text.
-import type { V1ConfigMap, V1Container, V1NetworkPolicy, V1NetworkPolicyPeer, V1OwnerReference, V1PodSpec } from "@kubernetes/client-node";
-import type { SecurityProfileEntry } from "../../../schema/api/security-profile.ts";
+import type { V1ConfigMap, V1Container, V1NetworkPolicy, V1NetworkPolicyPeer, V1OwnerReference, V1PodSpec, V1Secret } from "@kubernetes/client-node";
+import { tokenSecretNames, type SecurityProfileEntry } from "../../../schema/api/security-profile.ts";
 import { selects, type TrafficPolicyEntry } from "../../../schema/api/traffic-policy.ts";
 import { cidrWithin, formatIp, parseCidr, PRIVATE_RANGES } from "../../../schema/egress/address.ts";
 import type { InjectionComponent } from "../../../schema/crd/injection.ts";
@@ -33,6 +33,8 @@ import type { PodTrafficPolicy } from "../../../schema/protocol/pod-traffic.ts";
 import type { DesiredSandbox } from "../driver.ts";
 import { toL4, type TrafficPolicySet } from "../../traffic/governed.ts";
 import { applicable } from "../../traffic/l4.ts";
+import { SECRETS_FILE } from "../../traffic/pod-l7.ts";
+import { e2bRules, referencedSecrets } from "../../traffic/l7/policy.ts";
 
 export const TRAFFIC_CONTAINER = "traffic-proxy";
 export const REDIRECT_CONTAINER = "traffic-redirect";
@@ -54,6 +56,31 @@ export const POLICY_DIR = "/etc/sandbox-traffic";
 export const POLICY_FILE = "policy.json";
 export const APP_ROOT = "/app";
 const VOLUME = "sandbox-traffic";
+/** The pod's Secret (named as its ConfigMap): its own CA (`ca.crt`, `ca.key`, made by the agent for
+ * this pod only) and `secrets.json` (the values its rules name), mounted into the sidecar only. */
+export const SECRET_DIR = "/etc/sandbox-traffic-secret";
+const SECRET_VOLUME = "sandbox-traffic-secret";
+/** The CA's certificate reaches the tenant's containers as files in an emptyDir the `traffic-ca`
+ * init container fills (the image's system roots plus the pod's CA), read-only for them: the
+ * Secret itself is mounted into that init container with its `ca.crt` item only. */
+export const CA_CONTAINER = "traffic-ca";
+export const CA_DIR = "/run/kruise";
+const CA_VOLUME = "sandbox-ca";
+const CA_SOURCE_VOLUME = "sandbox-ca-source";
+const CA_SOURCE_DIR = "/etc/sandbox-ca-source";
+/** Fixed text: the image's bundle and the pod's CA, for clients that replace the system store. */
+export const CA_SCRIPT = `umask 022
+cp ${CA_SOURCE_DIR}/ca.crt ${CA_DIR}/ca.crt
+{ cat /etc/ssl/certs/ca-certificates.crt 2>/dev/null || true; cat ${CA_SOURCE_DIR}/ca.crt; } > ${CA_DIR}/ca-bundle.crt
+`;
+/** What points TLS clients at the bundle (curl, OpenSSL, Python requests, Node), as on the local
+ * driver (egress-l7.ts caEnv). */
+export const CA_ENV = [
+  { name: "SSL_CERT_FILE", value: `${CA_DIR}/ca-bundle.crt` },
+  { name: "CURL_CA_BUNDLE", value: `${CA_DIR}/ca-bundle.crt` },
+  { name: "REQUESTS_CA_BUNDLE", value: `${CA_DIR}/ca-bundle.crt` },
+  { name: "NODE_EXTRA_CA_CERTS", value: `${CA_DIR}/ca.crt` },
+];
 
 /** Ranges the backstop keeps a governed pod from, unless a rule allows a block inside them: the
  * pod and service networks, nodes and VPC neighbours (private and shared space) and link-local
@@ -85,6 +112,15 @@ export function podPolicy(
   const l7 = securityProfiles.length > 0 || Object.keys(networkRules).length > 0;
   if (!egress && !selecting.length && !l7) return null;
   return { team, labels, egress, trafficPolicies: selecting, ...(securityProfiles.length ? { securityProfiles } : {}), ...(Object.keys(networkRules).length ? { networkRules } : {}) };
+}
+
+/** The secrets a pod's sidecar may need, lower-cased: those its team's profiles'
+ * tokenTransformations and its `network.rules` name (a GlobalSecurityProfile names none). */
+export function podSecretNames(policy: PodTrafficPolicy | null): string[] {
+  if (!policy) return [];
+  const fromProfiles = (policy.securityProfiles ?? []).filter((p) => p.team !== null).flatMap((p) => tokenSecretNames(p.spec));
+  const fromRules = referencedSecrets({ http: e2bRules(policy.networkRules ?? {}), mcp: [] }).map((n) => n.toLowerCase());
+  return [...new Set([...fromProfiles, ...fromRules])].sort();
 }
 
 /** The nftables ruleset the init container loads (constants only; README.md explains each chain). */
@@ -145,7 +181,7 @@ const ALLOWED_ADD = new Set([
 ]);
 /** Dropped explicitly too, for runtimes whose default set holds them (NET_RAW in older ones). */
 const DROP = ["NET_ADMIN", "NET_RAW", "SYS_ADMIN", "SYS_PTRACE", "BPF"];
-const RESERVED = new Set([TRAFFIC_CONTAINER, REDIRECT_CONTAINER]);
+const RESERVED = new Set([TRAFFIC_CONTAINER, REDIRECT_CONTAINER, CA_CONTAINER]);
 
 /** Adds the redirect and the proxy to a pod spec (mutated: the caller's copy). The names of the
  * pair are the platform's: a tenant container or init container of either name, in either list,
@@ -173,13 +209,31 @@ export function injectTraffic(spec: V1PodSpec, component: InjectionComponent, co
     command: ["/bin/sh", "-ec", REDIRECT_SCRIPT, REDIRECT_CONTAINER, redirectRules()],
     securityContext: { ...root, capabilities: { drop: ["ALL"], add: ["NET_ADMIN"] } },
   };
+  const ca: V1Container = {
+    name: CA_CONTAINER,
+    image,
+    command: ["/bin/sh", "-ec", CA_SCRIPT],
+    volumeMounts: [
+      { name: CA_SOURCE_VOLUME, mountPath: CA_SOURCE_DIR, readOnly: true },
+      { name: CA_VOLUME, mountPath: CA_DIR },
+    ],
+    securityContext: { runAsUser: 65534, runAsGroup: 65534, runAsNonRoot: true, allowPrivilegeEscalation: false, readOnlyRootFilesystem: true, capabilities: { drop: ["ALL"] } },
+  };
+  // The tenant's containers trust the pod's CA (read-only files; the key is not among them).
+  for (const c of spec.containers) {
+    c.volumeMounts = [...(c.volumeMounts ?? []).filter((m) => m.mountPath !== CA_DIR && m.name !== CA_VOLUME), { name: CA_VOLUME, mountPath: CA_DIR, readOnly: true }];
+    c.env = [...(c.env ?? []).filter((e) => !CA_ENV.some((x) => x.name === e.name)), ...CA_ENV];
+  }
   const proxy: V1Container = {
     name: TRAFFIC_CONTAINER,
     image,
     command: proxyCommand(),
     ...(component.env ? { env: structuredClone(component.env) } : {}),
     ...(component.resources ? { resources: structuredClone(component.resources) as V1Container["resources"] } : {}),
-    volumeMounts: [{ name: VOLUME, mountPath: POLICY_DIR, readOnly: true }],
+    volumeMounts: [
+      { name: VOLUME, mountPath: POLICY_DIR, readOnly: true },
+      { name: SECRET_VOLUME, mountPath: SECRET_DIR, readOnly: true },
+    ],
     ports: [{ name: "proxy-health", containerPort: HEALTH_PORT }],
     readinessProbe: { httpGet: { path: "/ready", port: HEALTH_PORT }, periodSeconds: 1 },
     livenessProbe: { httpGet: { path: "/ready", port: HEALTH_PORT }, periodSeconds: 10, timeoutSeconds: 2, failureThreshold: 3 },
@@ -187,9 +241,18 @@ export function injectTraffic(spec: V1PodSpec, component: InjectionComponent, co
     // uid 1337, no capabilities, no new ones.
     securityContext: { ...root, capabilities: { drop: ["ALL"], add: ["NET_ADMIN", "SETUID", "SETGID"] } },
   };
-  spec.initContainers = [...spec.initContainers, redirect];
+  spec.initContainers = [...spec.initContainers, redirect, ca];
   spec.containers = [...spec.containers, proxy];
-  spec.volumes = [...(spec.volumes ?? []).filter((v) => v.name !== VOLUME), { name: VOLUME, configMap: { name: configMap } }];
+  const ours = new Set([VOLUME, SECRET_VOLUME, CA_VOLUME, CA_SOURCE_VOLUME]);
+  spec.volumes = [
+    ...(spec.volumes ?? []).filter((v) => !ours.has(v.name)),
+    { name: VOLUME, configMap: { name: configMap } },
+    // Only the sidecar mounts it, so its files may be world-readable: the proxy reads them as uid
+    // 1337 after giving up root (no fsGroup, which would reach the tenant's volumes too).
+    { name: SECRET_VOLUME, secret: { secretName: configMap, defaultMode: 0o444 } },
+    { name: CA_SOURCE_VOLUME, secret: { secretName: configMap, items: [{ key: "ca.crt", path: "ca.crt" }], defaultMode: 0o444 } },
+    { name: CA_VOLUME, emptyDir: { medium: "Memory", sizeLimit: "4Mi" } },
+  ];
 }
 
 /** The sidecar's argv (the image's paths; the netns test maps APP_ROOT onto the repository). */
@@ -197,7 +260,7 @@ export function proxyCommand(): string[] {
   return [
     "perl", `${APP_ROOT}/controllers/traffic/transparent.pl`, "127.0.0.1", String(TRANSPARENT_PORT), String(PROXY_UID), "--",
     "node", `${APP_ROOT}/controllers/traffic/main.ts`, "--uid", String(PROXY_UID), "--listen", `127.0.0.1:${EXPLICIT_PORT}`, "--transparent-fd", "3",
-    "--dns", `127.0.0.1:${DNS_PORT}`, "--pod-policy", `${POLICY_DIR}/${POLICY_FILE}`, "--health", `0.0.0.0:${HEALTH_PORT}`,
+    "--dns", `127.0.0.1:${DNS_PORT}`, "--pod-policy", `${POLICY_DIR}/${POLICY_FILE}`, "--secret-dir", SECRET_DIR, "--health", `0.0.0.0:${HEALTH_PORT}`,
   ];
 }
 
@@ -218,6 +281,19 @@ export function trafficConfigMap(o: Owned, policy: PodTrafficPolicy): V1ConfigMa
     kind: "ConfigMap",
     metadata: { name: trafficConfigMapName(o.pod), namespace: o.namespace, labels: o.labels, ownerReferences: [o.owner] },
     data: { [POLICY_FILE]: JSON.stringify(policy) },
+  };
+}
+
+/** The pod's Secret (same name as its ConfigMap; README.md "L7 in pods"): `ca.crt`/`ca.key`, the
+ * pod's own CA, and `secrets.json`, the values the sidecar adds to requests. */
+export function trafficSecret(o: Owned, ca: { cert: string; key: string }, secrets: Record<string, string>): V1Secret {
+  const b64 = (t: string) => Buffer.from(t).toString("base64");
+  return {
+    apiVersion: "v1",
+    kind: "Secret",
+    type: "Opaque",
+    metadata: { name: trafficConfigMapName(o.pod), namespace: o.namespace, labels: o.labels, ownerReferences: [o.owner] },
+    data: { "ca.crt": b64(ca.cert), "ca.key": b64(ca.key), [SECRETS_FILE]: b64(JSON.stringify(secrets)) },
   };
 }
 

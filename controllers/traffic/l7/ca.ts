@@ -65,6 +65,12 @@ export class SandboxCa {
     return new SandboxCa({ privateKey, publicKey } as CryptoKeyPair, cert);
   }
 
+  /** The certificate and key of a CA made here (`create`), to hand to the one proxy that uses it
+   * (the kubernetes driver's pod Secret); a loaded CA's key cannot be exported. */
+  async pem(): Promise<LeafPem> {
+    return { cert: this.certPem, key: pem("PRIVATE KEY", await webcrypto.subtle.exportKey("pkcs8", this.#keys.privateKey as webcrypto.CryptoKey)) };
+  }
+
   /** What the sandbox's trust store gets. */
   get certPem(): string {
     return this.#cert.toString("pem") + "\n";

@@ -67,6 +67,11 @@ export class PodNetns {
   readonly #proxyCg = join(this.#podCg, "traffic-proxy");
   #pod!: V1Pod;
 
+  /** The stand-in's root, which signed its servers' certificates. */
+  get standInCa(): string {
+    return join(this.dir, "standin", "ca.crt");
+  }
+
   /** The stand-in internet, its CA (the sidecar's upstream trust), and the pod's namespace. */
   async start(pod: V1Pod, objects: PodObjects): Promise<void> {
     this.#pod = pod;
@@ -128,11 +133,14 @@ export class PodNetns {
   #path(c: V1Container, p: string): string {
     const mounts = [...(c.volumeMounts ?? [])].sort((a, b) => b.mountPath.length - a.mountPath.length);
     for (const m of mounts) if (p === m.mountPath || p.startsWith(`${m.mountPath}/`)) return this.volumes.get(m.name)! + p.slice(m.mountPath.length);
-    return p.startsWith(`${APP_ROOT}/`) ? REPO + p.slice(APP_ROOT.length) : p;
+    return p === APP_ROOT || p.startsWith(`${APP_ROOT}/`) ? REPO + p.slice(APP_ROOT.length) : p;
   }
 
+  /** argv with every mount path (in scripts too) and /app mapped onto this machine. */
   #argv(c: V1Container): string[] {
-    return [...(c.command ?? []), ...(c.args ?? [])].map((a) => (a === "node" ? process.execPath : a.startsWith("/") ? this.#path(c, a) : a));
+    const roots = [...(c.volumeMounts ?? []).map((m) => m.mountPath), APP_ROOT].sort((a, b) => b.length - a.length);
+    const re = new RegExp(`(${roots.map((r) => r.replace(/[.*+?^${}()|[\]\\/]/g, "\\$&")).join("|")})(?=/|$|[^A-Za-z0-9_-])`, "g");
+    return [...(c.command ?? []), ...(c.args ?? [])].map((a) => (a === "node" ? process.execPath : a.replace(re, (root) => this.#path(c, root))));
   }
 
   #env(c: V1Container): NodeJS.ProcessEnv {

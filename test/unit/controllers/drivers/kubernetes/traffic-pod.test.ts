@@ -48,7 +48,7 @@ describe("traffic-pod", () => {
     expect(spec.hostNetwork).toBe(false);
     expect(spec.containers[0]!.securityContext).toEqual({ privileged: false, capabilities: { add: [], drop: ["MKNOD", "NET_ADMIN", "NET_RAW", "SYS_ADMIN", "SYS_PTRACE", "BPF"] } });
     expect(spec.containers.map((c) => c.name)).toEqual(["sandbox", "traffic-proxy"]);
-    expect((spec as { initContainers?: { name: string }[] }).initContainers!.map((c) => c.name)).toEqual(["traffic-redirect"]);
+    expect((spec as { initContainers?: { name: string }[] }).initContainers!.map((c) => c.name)).toEqual(["traffic-redirect", "traffic-ca"]);
   });
 
   it("a tenant container named as one of the pair is removed, wherever it sits; only allowed capabilities are added; no host PID/IPC", () => {
@@ -69,7 +69,7 @@ describe("traffic-pod", () => {
     expect(spec.hostPID).toBe(false);
     expect(spec.hostIPC).toBe(false);
     expect(spec.containers.map((c) => [c.name, c.image])).toEqual([["sandbox", "x"], ["traffic-proxy", "proxy:1"]]);
-    expect(spec.initContainers!.map((c) => [c.name, c.image])).toEqual([["setup", "x"], ["traffic-redirect", "proxy:1"]]);
+    expect(spec.initContainers!.map((c) => [c.name, c.image])).toEqual([["setup", "x"], ["traffic-redirect", "proxy:1"], ["traffic-ca", "proxy:1"]]);
     expect(spec.containers[0]!.securityContext!.capabilities!.add).toEqual(["CHOWN", "SYS_NICE"]);
     expect(spec.initContainers![0]!.securityContext!.privileged).toBe(false);
     // Only the platform's pair holds NET_ADMIN, and nothing is privileged.
