@@ -31,8 +31,8 @@
 //                                           config in the agent's namespace too
 //   kube.agent_kib_per_sandbox              heap of a freshly started driver whose informers hold
 //                                           10,000 sandboxes (Sandbox + Pod objects), per sandbox,
-//                                           once it has settled (read each second until two readings
-//                                           are within 1 %); KUBE_BENCH_MEMORY_BASE=<checkout> probes
+//                                           once it has settled (read each second, at least 10 s, until
+//                                           four readings are within 1 %); KUBE_BENCH_MEMORY_BASE=<checkout> probes
 //                                           that checkout's driver over the same objects, interleaved
 //                                           (KUBE_BENCH_MEMORY_ROUNDS, 3): _base and _vs_base;
 //                                           KUBE_BENCH_ONLY=memory skips the claims;
@@ -425,15 +425,16 @@ async function memoryProbe(kubeconfig: string, ns: string): Promise<void> {
   // the older driver 2.6–2.75 in the same rounds).
   const readings: number[] = [];
   let bytes = 0;
-  for (let i = 0; i < 20; i++) {
+  for (let i = 0; i < 60; i++) {
     await new Promise((r) => setTimeout(r, i === 0 ? 500 : 1_000));
     gc();
     bytes = process.memoryUsage().heapUsed - before;
     readings.push(bytes);
-    const prev = readings.at(-2);
-    if (prev !== undefined && Math.abs(bytes - prev) <= 0.01 * prev) break;
+    // At least 10 s, then the last four readings within 1 % of each other.
+    const last = readings.slice(-4);
+    if (i >= 10 && Math.max(...last) - Math.min(...last) <= 0.01 * Math.min(...last)) break;
   }
-  console.error(`probe ${ns}: KiB per sandbox over time ${readings.map((b) => (b / 1024 / sandboxes).toFixed(2)).join(" ")}`);
+  console.error(`probe ${ns}: KiB per sandbox over time ${readings.map((b) => (b / 1024 / sandboxes).toFixed(2)).join(" ")}; the driver's API requests since start ${(driver as { requests?: number }).requests ?? "?"}`);
   if (process.env.KUBE_BENCH_HEAP_SNAPSHOT) writeHeapSnapshot(process.env.KUBE_BENCH_HEAP_SNAPSHOT);
   console.log(JSON.stringify({ bytes, sandboxes }));
   await driver.stop();
