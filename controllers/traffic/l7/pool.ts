@@ -68,7 +68,13 @@ export class UpstreamPool {
 
   /** Drops `sandbox`'s pool (idle sockets closed, sessions forgotten); busy sockets end with their request. */
   forget(sandbox: string): void {
-    this.#agents.get(sandbox)?.destroy();
+    const agent = this.#agents.get(sandbox);
+    if (agent) {
+      // Not `agent.destroy()`: that also ends busy sockets, cutting a long stream (SSE, MCP)
+      // mid-response. Idle ones close now; a busy one is closed when its request ends.
+      agent.keepSocketAlive = () => false;
+      for (const list of Object.values(agent.freeSockets)) for (const s of [...(list ?? [])]) s.destroy();
+    }
     this.#agents.delete(sandbox);
     this.#sessions.delete(sandbox);
   }
