@@ -12,6 +12,7 @@ import { HttpError, sendError, sendJson, type HttpHandler } from "./http/respond
 import { signatureMatches } from "./http/signature.ts";
 import { DEFAULT_CSI_SOCKET, postStorageMount } from "./http/storage-mounts.ts";
 import { ParkedStates } from "./parked-state.ts";
+import { rpcSpanName } from "./rpc-names.ts";
 import { RuntimeSandbox, type SandboxOptions } from "./sandbox.ts";
 import type { SandboxView } from "./sandbox-view.ts";
 
@@ -139,7 +140,7 @@ export function createRuntime(opts: RuntimeOptions = {}): Runtime {
     const endpoint = isRpc ? undefined : routes[`${req.method} ${url.pathname}`];
     if (!isRpc && !endpoint) return sendError(res, 404, `no route for ${req.method} ${url.pathname}`);
     // A span per request, named by its RPC or route (a bounded set), under the ingress's.
-    opts.traceRequest?.(isRpc ? url.pathname.slice(1, 128) : `${req.method} ${url.pathname}`, req, res, { "sandbox.id": sbx.id });
+    opts.traceRequest?.(isRpc ? rpcSpanName(url.pathname) : `${req.method} ${url.pathname}`, req, res, { "sandbox.id": sbx.id });
     if (!endpoint?.selfAuth) {
       const token = req.headers["x-access-token"];
       if (!sbx.checkToken(Array.isArray(token) ? token[0] : token)) return sendError(res, 401, UNAUTHORIZED);

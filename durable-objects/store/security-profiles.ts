@@ -19,13 +19,16 @@ export async function listSecurityProfiles(db: Db, of?: Iterable<string | null>)
 export type ProfileOwner = "admin" | "cluster";
 
 const row = (team: string | null, name: string) => and(eq(securityProfiles.team, team ?? ""), eq(securityProfiles.name, name));
-/** A row `owner` may write: its own, or one from before owners were kept. */
-const writable = (owner: ProfileOwner) => or(isNull(securityProfiles.owner), eq(securityProfiles.owner, owner));
+/** A row `owner` may write: its own. A row without an owner (from before owners were kept, or
+ * written by an older Worker during a rolling upgrade, which a migration backfill would miss) is
+ * the admin API's: a cluster's object claiming it would silently change what an admin made,
+ * while the other way round the cluster gets a 409 naming the way out. */
+const writable = (owner: ProfileOwner) => (owner === "admin" ? or(isNull(securityProfiles.owner), eq(securityProfiles.owner, owner)) : eq(securityProfiles.owner, owner));
 
-/** The owner of a stored profile; undefined when there is none (null: kept from before owners). */
-export async function securityProfileOwner(db: Db, team: string | null, name: string): Promise<ProfileOwner | null | undefined> {
+/** The owner of a stored profile (one without an owner is the admin API's); undefined when there is none. */
+export async function securityProfileOwner(db: Db, team: string | null, name: string): Promise<ProfileOwner | undefined> {
   const [r] = await db.select({ owner: securityProfiles.owner }).from(securityProfiles).where(row(team, name));
-  return r ? r.owner : undefined;
+  return r ? (r.owner ?? "admin") : undefined;
 }
 
 /** Creates or replaces one, unless the other owner holds it (one statement, so a concurrent

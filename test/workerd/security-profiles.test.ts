@@ -8,6 +8,7 @@ import { env, exports } from "cloudflare:workers";
 import { afterAll, describe, expect, it } from "vitest";
 import { secretChanged } from "../../durable-objects/operations/security-profiles.ts";
 import { getDb } from "../../durable-objects/store/db.ts";
+import { securityProfiles } from "../../schema/db/tables.ts";
 import { auditFields } from "../../schema/api/network-audit.ts";
 import { CrdLink } from "../support/crd-link.ts";
 import { fetchTransport, ScriptedAgent } from "../support/scripted-agent.ts";
@@ -391,6 +392,29 @@ describe("who owns a profile: the admin API or a cluster's object", () => {
     expect(await expectStatus(call(`/admin/global-security-profiles/${clusters}`), 200)).toMatchObject({ spec: { priority: 6 } });
     await expectStatus(call(`/admin/global-security-profiles/${clusters}`, { method: "DELETE" }), 204);
     await expectStatus(call(`/admin/global-security-profiles/${admins}`, { method: "DELETE" }), 204);
+  });
+});
+
+describe("a profile kept from before owners (owner NULL)", () => {
+  it("is the admin API's: a cluster's object may not take it over, change or delete it; the admin API may", async () => {
+    const link = (cluster: string) => fetchTransport((url, init) => exports.default.fetch(url, init) as never, "test-cluster-token", cluster);
+    const platform = new ScriptedAgent();
+    const crd = new CrdLink();
+    await crd.connect(platform, link(unique("old-platform")));
+    agents.push(platform);
+    const name = unique("old-profile");
+    const spec = { priority: 3, ...rule({ domains: ["old.test"] }) };
+    // As an admin-API write from before the owner column left it.
+    await getDb(env).insert(securityProfiles).values({ team: "", name, spec: spec as never, createdAt: Date.now(), updatedAt: Date.now(), owner: null });
+    const ref = { namespace: null, name, uid: `uid-${name}` };
+    const refused = { result: "rejected", code: "conflict", message: expect.stringMatching(/made through the admin API/) };
+    expect(await crd.call("securityprofileobjects", { ...ref, generation: 1, spec: { priority: 9, ...rule({ domains: ["cluster.test"] }) } })).toMatchObject(refused);
+    expect(await crd.call("securityprofileobjects", { ...ref, status: true })).toMatchObject(refused);
+    expect(await crd.call("securityprofileobjects", { ...ref, deleted: true })).toMatchObject(refused);
+    expect(await expectStatus(call(`/admin/global-security-profiles/${name}`), 200)).toMatchObject({ spec: { priority: 3 } });
+    await expectStatus(call(`/admin/global-security-profiles/${name}`, { method: "PUT", body: { ...spec, priority: 5 } }), 200);
+    expect(await expectStatus(call(`/admin/global-security-profiles/${name}`), 200)).toMatchObject({ spec: { priority: 5 } });
+    await expectStatus(call(`/admin/global-security-profiles/${name}`, { method: "DELETE" }), 204);
   });
 });
 
