@@ -72,10 +72,12 @@ function loadPodPolicy(file: string): { policy: CompiledPolicy; governance: Gove
   const parsed = PodTrafficPolicySchema.safeParse(parseJson(readFileSync(file, "utf8"), file));
   if (!parsed.success) throw issues(file, parsed.error);
   const p = parsed.data;
-  podL7.update(p);
   const set = new TrafficPolicySet();
   set.replace(p.trafficPolicies);
-  return { policy: compilePolicy(p.egress ?? { allowOut: [], denyOut: [] }), governance: set.governing(p.team, p.labels, p.egress) };
+  const loaded = { policy: compilePolicy(p.egress ?? { allowOut: [], denyOut: [] }), governance: set.governing(p.team, p.labels, p.egress) };
+  // L7 last: a file refused above leaves every layer on the previous rules, not the L7 half on the new ones.
+  podL7.update(p);
+  return loaded;
 }
 
 function hostPort(flag: string, value: string): { host: string; port: number } {
