@@ -304,14 +304,14 @@ export class ClusterDO extends DurableObject<Env> {
 
   /** After sandboxes here are gone: when a team the agent holds profiles of has neither a sandbox
    * here any more nor had a template here at the last send, the set goes again without it (the
-   * frame replaces the agent's set: the removal). Reads SQLite only, unless a team left. */
+   * frame replaces the agent's set: the removal). Reads SQLite only (an index lookup per team
+   * without a template here, not a scan of every sandbox), unless a team left. */
   private pruneProfiles(): void {
     this.pruneTimer ??= setTimeout(() => {
       this.pruneTimer = null;
       if (!this.profileTeams || !this.agentSocket()) return;
       this.turn.flush();
-      const live = new Set(this.store!.liveTeams());
-      if (![...this.profileTeams].some((t) => !live.has(t) && !this.templateTeams.has(t))) return;
+      if (![...this.profileTeams].some((t) => !this.templateTeams.has(t) && !this.store!.hasTeam(t))) return;
       this.sendSecurityProfiles().catch((err: unknown) => LOG.warn("security profiles not pruned", { error: err }));
     }, 0);
   }

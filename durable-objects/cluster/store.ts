@@ -14,6 +14,9 @@ CREATE TABLE IF NOT EXISTS desired (
   sandbox_id TEXT PRIMARY KEY, generation INTEGER NOT NULL, owner TEXT NOT NULL, state TEXT NOT NULL,
   intent TEXT NOT NULL
 );
+-- Whether a team still has a sandbox here, after each burst of deletes (hasTeam): a lookup, not a
+-- scan of every desired row.
+CREATE INDEX IF NOT EXISTS desired_team ON desired (json_extract(intent, '$.team'));
 -- A pending intent is always its sandbox's desired one (newer intents supersede), so the outbox
 -- names the row in "desired" instead of copying the intent.
 CREATE TABLE IF NOT EXISTS outbox (
@@ -37,6 +40,8 @@ export interface ClusterStore {
    * is gone, as its proxy serves it until then): the ones it serves whatever libSQL's index says
    * (a template deleted or moved, an index row not written yet). */
   liveTeams(): string[];
+  /** Whether a sandbox of `team` is among them (an index lookup). */
+  hasTeam(team: string): boolean;
 }
 
 export function openClusterStore(sql: Sql): ClusterStore {
@@ -72,6 +77,9 @@ export function openClusterStore(sql: Sql): ClusterStore {
     liveTeams() {
       const rows = sql.exec<{ team: string | null }>("SELECT DISTINCT json_extract(intent, '$.team') AS team FROM desired").toArray();
       return rows.flatMap((r) => (typeof r.team === "string" && r.team ? [r.team] : []));
+    },
+    hasTeam(team) {
+      return sql.exec("SELECT 1 FROM desired WHERE json_extract(intent, '$.team') = ? LIMIT 1", team).toArray().length > 0;
     },
     dropDesired(id) {
       sql.exec("DELETE FROM desired WHERE sandbox_id = ?", id);
