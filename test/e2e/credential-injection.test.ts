@@ -127,7 +127,9 @@ describe("network.rules with a secret", () => {
       expect(await run(sbx, `grep -rlsF --exclude-dir=proc --exclude-dir=sys --exclude-dir=dev -e ${find} -e ${marker.replaceAll('"', "")} /; true`)).toBe("/tmp/marker.txt");
       // Every readable mapping of every process in the sandbox, as its root; a live process holding
       // the marker shows the scan reaches other processes' memory.
-      await sbx.commands.run(`python3 -c "import sys,time; x=sys.argv[1]+sys.argv[2]; time.sleep(600)" mk${t2} ${h2}km`, { background: true, user: "root" });
+      // It says when the joined marker is in its memory (the start event comes at exec, before that).
+      await sbx.commands.run(`python3 -c "import sys,time; x=sys.argv[1]+sys.argv[2]; open('/tmp/holding','w').close(); time.sleep(600)" mk${t2} ${h2}km`, { background: true, user: "root" });
+      expect(await run(sbx, "for i in $(seq 100); do [ -e /tmp/holding ] && break; sleep 0.1; done; [ -e /tmp/holding ] && echo held")).toBe("held");
       const scan = `python3 -c "
 import os, sys
 needles = [(sys.argv[1] + sys.argv[2]).encode(), (sys.argv[3] + sys.argv[4]).encode()]
