@@ -244,8 +244,13 @@ function progress(s: OpsState, outcomes: Record<string, UpgradeOutcome>, now: nu
       event(s, now, "Normal", "SandboxGone", "the sandbox was deleted; it is no longer part of the run", m.id);
     } else if (o.status === "succeeded") {
       const restored = m.checkpoint?.attempt === m.attempt ? m.checkpoint.snapshotId : undefined;
-      Object.assign(m, { status: "Succeeded", message: restored ? restoredMessage(restored) : undefined, updatedAt: now });
-      free(s, m);
+      const onResume = restored && o.restorePending;
+      Object.assign(m, { status: "Succeeded", message: restored ? restoredMessage(restored, Boolean(onResume)) : undefined, updatedAt: now });
+      // Restored only when it resumes: the shell keeps the snapshot until then (beyond the run).
+      if (onResume) {
+        delete m.checkpoint;
+        event(s, now, "Normal", "CheckpointKept", `checkpoint snapshot ${restored} kept until the sandbox resumes: its next pod restores it, then it is deleted`, m.id);
+      } else free(s, m);
       event(s, now, "Normal", "UpgradeSucceeded", `upgraded to revision ${m.to}${m.paused ? " (stays paused)" : ""}`, m.id);
     } else if (o.status === "failed") {
       const kept = m.checkpoint ? `; checkpoint snapshot ${m.checkpoint.snapshotId} kept (resume replaces it, deleting the run deletes it)` : "";
@@ -275,8 +280,8 @@ function hooked(s: OpsState, ev: Extract<OpsInput, { type: "hooked" }>, now: num
  * names the checkpoint for the cluster's checkpoint engine), and the snapshot is then deleted. Its
  * memory is not restored (no process checkpointing here: CRIU does not run on the local driver's
  * kernels, and a pod's new container starts its processes afresh). */
-export function restoredMessage(snapshotId: string): string {
-  return `files restored from checkpoint snapshot ${snapshotId} (deleted once restored); memory not restored (processes start afresh)`;
+export function restoredMessage(snapshotId: string, onResume = false): string {
+  return `files restored from checkpoint snapshot ${snapshotId}${onResume ? " when it resumes" : ""} (deleted once restored); memory not restored (processes start afresh)`;
 }
 
 /** The member's snapshot is no longer needed: it goes to `freeing`. */

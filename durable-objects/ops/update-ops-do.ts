@@ -133,7 +133,7 @@ export class UpdateOpsDO extends DurableObject<Env> {
     for (const { upgrade } of left) byGroup.set(sandboxGroupOf(upgrade.id), [...(byGroup.get(sandboxGroupOf(upgrade.id)) ?? []), upgrade]);
     const answers = await Promise.all([...byGroup.values()].map((items) => sandboxGroupStub(this.env, items[0]!.id).upgradeOutcomes(items)));
     const outcomes: Record<string, UpgradeOutcome> = Object.assign({}, ...answers);
-    for (const l of left.filter((x) => outcomes[x.upgrade.id]?.status !== "updating")) {
+    for (const l of left.filter((x) => outcomes[x.upgrade.id]?.status !== "updating" && !outcomes[x.upgrade.id]?.restorePending)) {
       const snapshotId = l.upgrade.restoreFs;
       const r = await deleteSnapshot(this.env, opsCaller(l.upgrade.teamId), snapshotId).catch((err: unknown) => ({ ok: false as const, error: { message: String(err) } }));
       if (r.ok || l.attempts + 1 >= MAX_FREE_ATTEMPTS) {
@@ -169,7 +169,8 @@ export class UpdateOpsDO extends DurableObject<Env> {
         const flushing = flushEdgeTraces();
         if (flushing) this.ctx.waitUntil(flushing);
       }
-      const next = Math.min(this.run && active(this.run.state) ? this.wakeAt(this.run.state) : Infinity, leftNext ?? Infinity);
+      // The run may have left snapshots just now (members upgraded paused).
+      const next = Math.min(this.run && active(this.run.state) ? this.wakeAt(this.run.state) : Infinity, this.store.leftSnapshots().length ? Date.now() + LEFT_POLL_MS : Infinity);
       if (next !== Infinity) await this.ctx.storage.setAlarm(next);
     });
   }
@@ -236,6 +237,12 @@ export class UpdateOpsDO extends DurableObject<Env> {
     const post = asked.filter((m) => outcomes[m.id]?.status === "succeeded" && !m.paused && hookDue(m, "post"));
     this.startHooks("post", post, lifecycle?.postUpgrade);
     for (const m of post) delete outcomes[m.id];
+    // Upgraded paused, restored when it resumes: its snapshot outlives the run's need of it, and
+    // is freed as a deleted run's are, once the group no longer reports the restore pending.
+    for (const m of asked.filter((x) => outcomes[x.id]?.status === "succeeded" && outcomes[x.id]?.restorePending)) {
+      const req = upgradeRequest(run, m);
+      if (req.restoreFs) this.store.leaveSnapshot({ upgrade: req as LeftSnapshot["upgrade"], attempts: 0 });
+    }
     this.save({ ...this.run!, state: transition(this.run!.state, { type: "progress", outcomes }, Date.now()) });
   }
 

@@ -18,6 +18,7 @@
 // A snapshot is an intent of its own generation with the same desired state: the agent freezes
 // the sandbox for the copy and leaves it as it was; a snapshot it could not take does not fail it.
 import { MIN_RESUME_TIMEOUT_S } from "../../schema/api/limits.ts";
+import { RESTORE_PENDING } from "../../schema/crd/conditions.ts";
 import { ErrorCode, sandboxNotFoundMessage, type Refusal } from "../../schema/errors.ts";
 import { egressOf, type Intent, type Observation, type PauseStrategy, type SandboxId } from "../../schema/protocol/index.ts";
 import type { SandboxEffect } from "./effects.ts";
@@ -214,7 +215,7 @@ function upgrade(current: SandboxState, s: SandboxState, ev: Extract<SandboxEven
   }
   s.spec = { ...s.spec, template: ev.template };
   s.generation++;
-  s.upgrade = { revision: ev.template.revision, attempt: ev.attempt, generation: s.generation, paused, done: false, ...(ev.restoreFs ? { restoreFs: ev.restoreFs } : {}) };
+  s.upgrade = { revision: ev.template.revision, attempt: ev.attempt, generation: s.generation, paused, done: false, ...(ev.restoreFs ? { restoreFs: ev.restoreFs, ...(paused ? { restore: "unreported" as const } : {}) } : {}) };
   setCondition(s, "Upgrading", "False", "UpgradePod", now);
   if (!paused) setCondition(s, "Ready", "False", "Upgrading", now);
   return ok(s, changed(s, before) ? [sendIntent(s, now), index(s)] : [sendIntent(s, now)]);
@@ -225,6 +226,14 @@ function upgradeDone(s: SandboxState, now: number): void {
   if (!s.upgrade || s.upgrade.done || s.observedGeneration < s.upgrade.generation) return;
   s.upgrade = { ...s.upgrade, done: true };
   setCondition(s, "Upgrading", "True", "Succeeded", now);
+}
+
+/** Where a paused sandbox's restore stands, from a report at the upgrade's generation or later. */
+function restoreSeen(s: SandboxState, obs: Observation): void {
+  const u = s.upgrade;
+  if (!u?.restore || u.restore === "restored" || obs.generation < u.generation) return;
+  if (obs.reason === RESTORE_PENDING) s.upgrade = { ...u, restore: "pending" };
+  else if (obs.phase === "Paused" || (obs.phase === "Running" && obs.ready)) s.upgrade = { ...u, restore: "restored" };
 }
 
 function snapshot(s: SandboxState, snapshotId: string, now: number): Transition {
@@ -293,6 +302,7 @@ function observe(s: SandboxState, obs: Observation, now: number): Transition {
   if (obs.endpoint) s.endpoint = obs.endpoint;
   if (obs.address) s.address = obs.address;
   const before = { phase: s.phase, endAt: s.endAt };
+  restoreSeen(s, obs);
   switch (obs.phase) {
     case "Deleted":
       if (s.desired === "deleted") return ok(null, [{ kind: "purge" }]);

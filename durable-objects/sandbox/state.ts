@@ -103,6 +103,12 @@ export interface SandboxUpgrade {
   done: boolean;
   /** CheckpointRestore: the snapshot whose files the sandbox is recreated on. */
   restoreFs?: string;
+  /** CheckpointRestore of a paused sandbox: its restore may wait for its resume (the Kubernetes
+   * driver's next pod names the checkpoint). From the reports at the upgrade's generation or later:
+   * none yet (`unreported`: the upgrade is not done, an ack comes before its report), one with
+   * reason RESTORE_PENDING (`pending`: done, the snapshot still needed), or one paused or running
+   * ready without it (`restored`). */
+  restore?: "unreported" | "pending" | "restored";
 }
 
 /** Who asks: sandboxes belong to the team (every key of it), the admin key sees all. */

@@ -32,6 +32,8 @@ export type UpgradeStatus = "waiting" | "updating" | "succeeded" | "failed" | "g
 export interface UpgradeOutcome {
   status: UpgradeStatus;
   message?: string;
+  /** Succeeded paused, its snapshot still to be restored (when it resumes): keep the snapshot. */
+  restorePending?: boolean;
 }
 
 export function opsCandidate(s: SandboxState): OpsCandidate {
@@ -43,7 +45,9 @@ export function upgradeOutcome(s: SandboxState | null, revision: string, attempt
   if (!s || s.phase === "Terminating") return { status: "gone" };
   const u = s.upgrade;
   if (!u || u.revision !== revision || u.attempt < attempt) return { status: "waiting" };
-  if (u.done) return { status: "succeeded" };
+  // A paused sandbox's restore: not known until its first report (pending keeps the snapshot).
+  if (u.done && u.restore === "unreported") return { status: "updating" };
+  if (u.done) return u.restore === "pending" ? { status: "succeeded", restorePending: true } : { status: "succeeded" };
   if (s.phase === "Failed") {
     const c = s.conditions.find((x) => x.type === "Upgrading") ?? s.conditions.find((x) => x.type === "Ready");
     return { status: "failed", message: c?.message ?? c?.reason };

@@ -32,7 +32,14 @@ export const SandboxConditionType = {
   RuntimeHealthy: "RuntimeHealthy",
   /** A claim's dynamic CSI mounts are made in the current pod (False: which failed and why). */
   VolumesMounted: "VolumesMounted",
+  /** An update ops CheckpointRestore recreate's checkpoint is not restored yet: the sandbox's next
+   * pod names it (a Stop-paused sandbox's resume pod). Removed once such a pod exists. */
+  RestorePending: "RestorePending",
 } as const;
+
+/** The reason a sandbox reports while its restore is pending (the condition above): the edge keeps
+ * the update ops run's snapshot until a report without it. */
+export const RESTORE_PENDING = "RestorePending";
 
 export const ReadyReason = {
   /** Every container of the pod is ready. */

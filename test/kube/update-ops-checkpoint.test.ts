@@ -4,8 +4,9 @@
 // does); then the pod is recreated on the new template with its PVC kept, naming the checkpoint for
 // the engine to restore, and the Checkpoint is deleted once the sandbox runs again. The object's
 // lines say each sandbox's memory is not restored, and the run's Events name each checkpoint.
-// A recreate cut off before its new pod (pods refused by a quota, then an agent restart) and a
-// Stop-paused member still get a pod naming the checkpoint, and only then is the member done.
+// A recreate cut off before its new pod (pods refused by a quota, then an agent restart) still gets
+// a pod naming the checkpoint, and only then is the member done. A Stop-paused member is upgraded
+// and stays paused (the run completes); its resume pod names the checkpoint, which is freed after.
 // Each step of the run on a sandbox is an Event on its Sandbox too.
 import { CustomObjectsApi, PatchStrategy, setHeaderOptions } from "@kubernetes/client-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -29,7 +30,7 @@ spec:
 interface Obj {
   metadata: { name: string; uid: string; deletionTimestamp?: string; annotations?: Record<string, string> };
   spec?: { template?: { spec: { containers: { image: string }[] } } };
-  status?: { phase?: string; checkpointId?: string };
+  status?: { phase?: string; checkpointId?: string; conditions?: { type: string; status: string; message?: string }[] };
 }
 const items = (args: string[]) => (JSON.parse(kubectlOk(["-n", sys.ns, "get", ...args, "-o", "json"])).items as Obj[]).filter((o) => !o.metadata.deletionTimestamp);
 const one = (kind: string, id: string) => items([kind, "-l", `agents.kruise.io/sandbox-id=${id}`])[0];
@@ -128,7 +129,7 @@ describe("SandboxUpdateOps CheckpointRestore with kubectl", () => {
     await until(`${id}'s Checkpoint deleted`, () => !checkpointOf(id) || undefined, 60_000);
   }, 300_000);
 
-  it("a Stop-paused member keeps its restore pending (and its checkpoint) until it resumes; its resume pod names the checkpoint, then the run completes", async () => {
+  it("a Stop-paused member is upgraded and stays paused: the run completes with the restore pending on the Sandbox (condition RestorePending) and the checkpoint kept; its resume pod names the checkpoint, which is deleted after", async () => {
     await withSandboxSet(sys.ns, "ps", { available: 1 });
     const id = await createIn("ps", "paused");
     await until("its pod", () => one("pods", id), 60_000);
@@ -136,16 +137,32 @@ describe("SandboxUpdateOps CheckpointRestore with kubectl", () => {
     await until("its pod gone", () => !one("pods", id), 60_000);
     await newRevision("ps");
     kubectlOk(["-n", sys.ns, "apply", "-f", "-"], runYaml("ps", "paused"));
-    const pending = await until("the restore pending on the Sandbox", () => one("sbx", id)?.metadata.annotations?.[PENDING], 60_000);
-    expect(one("sbx", id)!.spec!.template!.spec.containers[0]!.image).toBe("python:3.13");
-    // Nothing has restored it yet: not reported done, the checkpoint kept.
-    expect(line("ps", id)?.status).toBe("Updating");
-    expect(checkpointOf(id)).toBeDefined();
-    expect((await e2b(`/sandboxes/${id}/connect`, { timeout: 600 })).status).toBeLessThan(300);
     const done = await completed("ps");
     expect(done, JSON.stringify(done)).toMatchObject({ phase: "Completed", updatedReplicas: 1 });
+    expect(line("ps", id)).toMatchObject({ status: "Succeeded", message: expect.stringContaining("when it resumes") });
+    // Upgraded and still paused: the new template, no pod, the restore pending, the checkpoint kept.
+    const sbx = one("sbx", id)!;
+    const pending = sbx.metadata.annotations?.[PENDING];
+    expect(pending).toMatch(/^ckpt-snap-/);
+    expect(sbx.spec!.template!.spec.containers[0]!.image).toBe("python:3.13");
+    expect(one("pods", id)).toBeUndefined();
+    const shown = await until("the Sandbox shown paused with RestorePending", () => {
+      const st = one("sbx", id)!.status;
+      return st?.phase === "Paused" && st.conditions?.some((c) => c.type === "RestorePending" && c.status === "True") ? st : undefined;
+    }, 30_000);
+    expect(shown.conditions!.find((c) => c.type === "RestorePending")!.message).toContain(pending);
+    const info = (await (await fetch(`${sys.edge.url}/sandboxes/${id}`, { headers: { "x-api-key": key } })).json()) as { state: string };
+    expect(info.state).toBe("paused");
+    expect(checkpointOf(id)).toBeDefined();
+    await until("the CheckpointKept Event on the Sandbox", () => kubectlOk(["-n", sys.ns, "describe", "sbx", sbx.metadata.name]).includes("CheckpointKept") || undefined, 30_000);
+    // Resume gives the new version, restored from the checkpoint; then the checkpoint is freed.
+    expect((await e2b(`/sandboxes/${id}/connect`, { timeout: 600 })).status).toBeLessThan(300);
+    await until("its resume pod", () => one("pods", id), 60_000);
     expect(one("pods", id)!.metadata.annotations?.[RESTORE]).toBe(pending);
-    expect(one("sbx", id)!.metadata.annotations?.[PENDING]).toBeUndefined();
+    await until("the pending mark and condition cleared", () => {
+      const s = one("sbx", id)!;
+      return !s.metadata.annotations?.[PENDING] && !s.status?.conditions?.some((c) => c.type === "RestorePending") ? s : undefined;
+    }, 60_000);
     await until(`${id}'s Checkpoint deleted`, () => !checkpointOf(id) || undefined, 60_000);
   }, 300_000);
 });

@@ -4,7 +4,7 @@
 import { ANNOTATION, API_VERSION, GROUP, VERSION } from "../../../schema/crd/labels.ts";
 import { hasTrafficProxy } from "./traffic-objects.ts";
 import { RESTORE_PENDING_ANNOTATION } from "./checkpoint/snapshots.ts";
-import { EventReason, ReadyReason } from "../../../schema/crd/conditions.ts";
+import { EventReason, ReadyReason, RESTORE_PENDING, SandboxConditionType, setCondition, type Condition } from "../../../schema/crd/conditions.ts";
 import type { DriverContext } from "./context.ts";
 import { mergePatch, PLURAL, postEvent, stableJson, tolerate } from "./kube-api.ts";
 import type { NamespaceScope } from "./namespace-scope.ts";
@@ -53,11 +53,13 @@ export class StatusWriter {
     }
     const facts = this.facts(sbx, id);
     const state = sandboxState(facts);
-    // A CheckpointRestore recreate whose pod naming the checkpoint is not made yet (a Stop-paused
-    // sandbox's is its resume pod) is not done: the edge frees the snapshot once the upgrade is.
+    // A CheckpointRestore recreate whose pod naming the checkpoint is not made yet. Running: not
+    // done until that pod exists. Stop-paused: upgraded and paused, as asked (its resume pod names
+    // it); the reason tells the edge to keep the snapshot until a report without it.
     const restoring = sbx.metadata?.annotations?.[RESTORE_PENDING_ANNOTATION];
     if (restoring) {
-      Object.assign(state, { driverPhase: "Pending", ready: false, reason: "RestorePending", message: `the next pod restores checkpoint ${restoring}${facts.paused ? " (made when the sandbox resumes)" : ""}` });
+      const message = `the next pod restores checkpoint ${restoring}${facts.paused ? " (made when the sandbox resumes)" : ""}`;
+      Object.assign(state, facts.paused ? { reason: RESTORE_PENDING, message } : { driverPhase: "Pending", ready: false, reason: RESTORE_PENDING, message });
     }
     return {
       id,
@@ -107,7 +109,7 @@ export class StatusWriter {
     const state = failing ? { ...sandboxState(facts), ready: false, ...failing } : sandboxState(facts);
     const now = new Date(ctx.now()).toISOString();
     const status = sandboxStatus(sbx.status, state, facts, sbx.metadata?.generation, now);
-    status.conditions = this.more(id, status.conditions, now);
+    status.conditions = withRestorePending(this.more(id, status.conditions, now), sbx, now);
     const comparable = (s: SandboxStatus | undefined) => stableJson({ ...s, conditions: s?.conditions?.map((c) => ({ ...c, lastTransitionTime: "" })) });
     if (comparable(sbx.status) !== comparable(status)) {
       ctx.count();
@@ -141,4 +143,14 @@ export class StatusWriter {
     const about = { apiVersion: API_VERSION, kind: "Sandbox", name: sbx.metadata!.name!, namespace: sc.namespace, uid: sbx.metadata!.uid };
     await postEvent(this.#ctx.core, about, type, reason, message, new Date(this.#ctx.now()), (msg) => this.#ctx.log(msg));
   }
+}
+
+/** The `RestorePending` condition while the Sandbox's next pod must name a checkpoint (kubectl
+ * shows it beside the paused phase of a Stop-paused sandbox upgraded with CheckpointRestore). */
+function withRestorePending(conditions: Condition[], sbx: SandboxObject, now: string): Condition[] {
+  const restoring = sbx.metadata?.annotations?.[RESTORE_PENDING_ANNOTATION];
+  const rest = conditions.filter((c) => c.type !== SandboxConditionType.RestorePending);
+  if (!restoring) return rest;
+  const message = `the next pod names checkpoint ${restoring} for the checkpoint engine to restore${sbx.spec.paused ? " (made when the sandbox resumes)" : ""}`;
+  return setCondition(conditions, { type: SandboxConditionType.RestorePending, status: "True", reason: "CheckpointNotRestored", message }, now);
 }

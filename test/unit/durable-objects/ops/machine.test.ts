@@ -149,6 +149,19 @@ describe("update ops machine", () => {
     expect(m(b!.id).checkpoint).toEqual({ attempt: 3, snapshotId: "snap-b3" });
   });
 
+  it("CheckpointRestore: a paused member restored only when it resumes counts upgraded; its snapshot is not the run's to free (kept until the restore)", () => {
+    let s = run({ selector: {}, stateFilter: { states: ["Paused"] }, updateStrategy: { type: "CheckpointRestore", maxUnavailable: 1 } }, sandboxes(1, { phase: "Paused" }));
+    const [a] = inFlight(s);
+    s = step(s, { type: "checkpointed", id: a!.id, attempt: 1, snapshotId: "snap-a" });
+    s = step(s, { type: "progress", outcomes: { [a!.id]: { status: "succeeded", restorePending: true } } });
+    expect(s.phase).toBe("Completed");
+    expect(s.members[0]).toMatchObject({ status: "Succeeded", message: restoredMessage("snap-a", true) });
+    expect(s.freeing ?? []).toEqual([]);
+    expect(heldSnapshots(s)).toEqual([]);
+    expect(active(s)).toBe(false);
+    expect(s.events.find((e) => e.reason === "CheckpointKept")).toMatchObject({ sandboxId: a!.id, message: expect.stringContaining("snap-a") });
+  });
+
   it("CheckpointRestore: a snapshot whose delete keeps failing is retried later, backing off, then given up on with a Warning, so the run goes idle", () => {
     let s = run({ selector: {}, updateStrategy: { type: "CheckpointRestore", maxUnavailable: 1 } }, sandboxes(1));
     const [a] = inFlight(s);

@@ -58,6 +58,25 @@ describe("sandbox upgrade", () => {
     expect(upgradeOutcome(done, "r2", 1).status).toBe("succeeded");
   });
 
+  it("CheckpointRestore of a paused sandbox: succeeded paused with the restore pending until a report without the pending reason", () => {
+    const paused = transition(transition(running(), { type: "pause" }, T0).state, { type: "ack", generation: 3, result: "applied" }, T0).state!;
+    const t = transition(paused, { ...up(r2), restoreFs: "snap-1" } as SandboxEvent, T0 + 1).state!;
+    const pending: SandboxEvent = { type: "observe", obs: { sandboxId: "abc" as Observation["sandboxId"], generation: 4, phase: "Paused", ready: false, endpoint: null, observedAt: T0, reason: "RestorePending" } };
+    const reported = transition(t, pending, T0 + 2).state!;
+    const done = transition(reported, { type: "ack", generation: 4, result: "applied" }, T0 + 3).state!;
+    expect(done.phase).toBe("Paused");
+    expect(upgradeOutcome(done, "r2", 1)).toEqual({ status: "succeeded", restorePending: true });
+    // Acked before its report (the agent sends acks first): not done until the report says.
+    const acked = transition(t, { type: "ack", generation: 4, result: "applied" }, T0 + 2).state!;
+    expect(upgradeOutcome(acked, "r2", 1)).toEqual({ status: "updating" });
+    // A driver that restored while paused reports Paused without the reason: nothing pending.
+    expect(upgradeOutcome(transition(acked, observe("Paused", 4, false), T0 + 4).state, "r2", 1)).toEqual({ status: "succeeded" });
+    // The Kubernetes driver: the resume pod names the checkpoint; running ready, it is restored.
+    const resuming = transition(done, { type: "connect", timeoutS: 300 } as SandboxEvent, T0 + 5).state!;
+    expect(upgradeOutcome(resuming, "r2", 1).restorePending).toBe(true);
+    expect(upgradeOutcome(transition(resuming, observe("Running", resuming.generation), T0 + 6).state, "r2", 1)).toEqual({ status: "succeeded" });
+  });
+
   it("a failed upgrade is reported, and retried by the next attempt only", () => {
     const t = transition(running(), up(r2), T0 + 1).state!;
     const failed = transition(t, observe("Failed", 3, false), T0 + 2).state!;
