@@ -1,6 +1,6 @@
 // L7 SecurityProfiles in a sandbox pod, against the real API server: the agent's driver writes
-// the profiles selecting a sandbox into its pod's policy file, and the pod gets the traffic-proxy
-// for them. No kubelet runs containers here, so the pod as the API server holds it (its spec, its
+// the profiles selecting a sandbox into its pod's Secret (l7.json; the ConfigMap keeps the L4
+// half), and the pod gets the traffic-proxy for them. No kubelet runs containers here, so the pod as the API server holds it (its spec, its
 // ConfigMap) is then run by test/kube/support/pod-netns.ts: the volumes laid out as the spec says,
 // the init containers and the sidecar run as processes in a network namespace this test creates,
 // and a "sandbox" process (uid 1000, no proxy variables, the sandbox container's env) talks to a
