@@ -115,7 +115,9 @@ if (values["policy-file"] || podFile) process.on("SIGHUP", reload);
 // A ConfigMap volume changes by a symlink swap; stat follows it, so mtime/ino show the new file.
 const changed = (now: { mtimeMs: number; ino: number }, before: { mtimeMs: number; ino: number }) => now.mtimeMs !== before.mtimeMs || now.ino !== before.ino;
 if (podFile) watchFile(podFile, { interval: 1000 }, (now, before) => changed(now, before) && reload());
-for (const f of podFile && values["secret-dir"] ? [SECRETS_FILE, L7_FILE] : []) watchFile(`${values["secret-dir"]}/${f}`, { interval: 1000 }, (now, before) => changed(now, before) && podL7.reloadSecrets());
+// The Secret's files: a new l7.json also ends the open connections its rules deny, as a new policy file does.
+const reloadSecret = (file: string) => (podL7.reloadSecrets(), file === L7_FILE && proxy.revalidate(""));
+for (const f of podFile && values["secret-dir"] ? [SECRETS_FILE, L7_FILE] : []) watchFile(`${values["secret-dir"]}/${f}`, { interval: 1000 }, (now, before) => changed(now, before) && reloadSecret(f));
 const proxy = new TrafficProxy({ policyFor: () => policy, governed: () => governance, log: (line) => console.error(line), ...(podFile ? { l7: podL7.handler } : {}) });
 const port = await proxy.listenTcp(listen.port, listen.host);
 console.log(`traffic-proxy listening on ${listen.host}:${port}`);
