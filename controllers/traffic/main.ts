@@ -16,8 +16,9 @@
 // same keep-the-last-good rule. `--transparent-fd`: the TPROXY listener transparent.pl opened;
 // `--dns`: where the pod's UDP port 53 is redirected (controllers/drivers/kubernetes/traffic-pod.ts);
 // `--health`: `GET /ready` answers 200 once every listener is up (the kubelet's probes).
-// `--secret-dir`: the pod's Secret (its CA and the secret values, pod-l7.ts): with `--pod-policy`,
-// the SecurityProfiles and `network.rules` in the pod's file are enforced on the redirected path.
+// `--secret-dir`: the pod's Secret (its CA, the secret values and `l7.json`, pod-l7.ts): with
+// `--pod-policy`, the SecurityProfiles and `network.rules` in `l7.json` are enforced on the
+// redirected path.
 // `--uid`: started as root by transparent.pl, the proxy becomes this uid before it reads anything
 // (drop-root.ts says why here and not in the launcher).
 import { readFileSync, watchFile } from "node:fs";
@@ -28,7 +29,7 @@ import { PodTrafficPolicySchema } from "../../schema/protocol/pod-traffic.ts";
 import { TrafficPolicySet, type Governance } from "./governed.ts";
 import { dropRoot } from "./drop-root.ts";
 import { compilePolicy, type CompiledPolicy } from "./policy.ts";
-import { PodL7 } from "./pod-l7.ts";
+import { L7_FILE, PodL7, SECRETS_FILE } from "./pod-l7.ts";
 import { TrafficProxy } from "./proxy.ts";
 
 const { values } = parseArgs({
@@ -114,7 +115,9 @@ if (values["policy-file"] || podFile) process.on("SIGHUP", reload);
 // A ConfigMap volume changes by a symlink swap; stat follows it, so mtime/ino show the new file.
 const changed = (now: { mtimeMs: number; ino: number }, before: { mtimeMs: number; ino: number }) => now.mtimeMs !== before.mtimeMs || now.ino !== before.ino;
 if (podFile) watchFile(podFile, { interval: 1000 }, (now, before) => changed(now, before) && reload());
-if (podFile && values["secret-dir"]) watchFile(`${values["secret-dir"]}/secrets.json`, { interval: 1000 }, (now, before) => changed(now, before) && podL7.reloadSecrets());
+// The Secret's files: a new l7.json also ends the open connections its rules deny, as a new policy file does.
+const reloadSecret = (file: string) => (podL7.reloadSecrets(), file === L7_FILE && proxy.revalidate(""));
+for (const f of podFile && values["secret-dir"] ? [SECRETS_FILE, L7_FILE] : []) watchFile(`${values["secret-dir"]}/${f}`, { interval: 1000 }, (now, before) => changed(now, before) && reloadSecret(f));
 const proxy = new TrafficProxy({ policyFor: () => policy, governed: () => governance, log: (line) => console.error(line), ...(podFile ? { l7: podL7.handler } : {}) });
 const port = await proxy.listenTcp(listen.port, listen.host);
 console.log(`traffic-proxy listening on ${listen.host}:${port}`);

@@ -119,6 +119,9 @@ export const EventReason = {
   LifecycleNotApplied: "LifecycleNotApplied",
   /** On a Sandbox whose sandbox-id annotation names a sandbox of another namespace: ignored (Warning). */
   ForeignSandboxId: "ForeignSandboxId",
+  /** On the Sandbox: its pod's policy would not fit its ConfigMap or Secret (Warning; the running
+   * pod keeps what it had). */
+  PolicyTooLarge: "PolicyTooLarge",
 } as const;
 
 /** Returns `conditions` with `next` set, keeping lastTransitionTime when the status did not change. */

@@ -1,6 +1,6 @@
 // L7 SecurityProfiles in a sandbox pod, against the real API server: the agent's driver writes
-// the profiles selecting a sandbox into its pod's policy file, and the pod gets the traffic-proxy
-// for them. No kubelet runs containers here, so the pod as the API server holds it (its spec, its
+// the profiles selecting a sandbox into its pod's Secret (l7.json; the ConfigMap keeps the L4
+// half), and the pod gets the traffic-proxy for them. No kubelet runs containers here, so the pod as the API server holds it (its spec, its
 // ConfigMap) is then run by test/kube/support/pod-netns.ts: the volumes laid out as the spec says,
 // the init containers and the sidecar run as processes in a network namespace this test creates,
 // and a "sandbox" process (uid 1000, no proxy variables, the sandbox container's env) talks to a
@@ -15,6 +15,7 @@ import { LABEL } from "../../schema/crd/labels.ts";
 import { TestKubelet } from "./support/kubelet.ts";
 import { freshNamespace, kubeConfig, kubectlOk, until } from "./support/namespace.ts";
 import { PodNetns, type PodObjects } from "./support/pod-netns.ts";
+import { PolicySetStore, PROFILES } from "../../controllers/drivers/kubernetes/policy-store.ts";
 
 let ns: string;
 let driver: KubernetesDriver;
@@ -78,8 +79,12 @@ describe("SecurityProfiles in a sandbox pod", () => {
     const pod = pods[0]!;
     // No E2B rules and no TrafficPolicy: the profile alone governs it.
     expect(pod.metadata!.labels![LABEL.trafficProxy]).toBe("governed");
-    const file = JSON.parse(kget<{ data: Record<string, string> }>("configmap", "plain-l7a-traffic").data["policy.json"]!) as { securityProfiles?: { name: string }[] };
-    expect(file.securityProfiles?.map((p) => p.name)).toEqual(["api-guard"]);
+    // The profiles travel in the pod's Secret (l7.json), only those selecting it; the ConfigMap
+    // holds the L4 half alone.
+    const l7 = JSON.parse(Buffer.from(kget<{ data: Record<string, string> }>("secret", "plain-l7a-traffic").data["l7.json"]!, "base64").toString()) as { securityProfiles?: { name: string }[] };
+    expect(l7.securityProfiles?.map((p) => p.name)).toEqual(["api-guard"]);
+    const file = JSON.parse(kget<{ data: Record<string, string> }>("configmap", "plain-l7a-traffic").data["policy.json"]!) as Record<string, unknown>;
+    expect(Object.keys(file).sort()).toEqual(["egress", "labels", "team", "trafficPolicies"]);
 
     // Programmed, honestly per pod: the selected pods whose traffic-proxy is ready (the test
     // kubelet reports l7a's containers ready; a held pod has no container ready).
@@ -184,5 +189,44 @@ describe("SecurityProfiles in a sandbox pod", () => {
     driver.setProfileSecrets({ [ns]: { "api-key": key2 } });
     await driver.setSecurityProfiles([keys]);
     expect(secretsJson()).toEqual({ "api-key": key2, rulekey: rule });
+  });
+  it("a GlobalSecurityProfile's literal header value reaches requests through the sidecar, and is in no ConfigMap and in no volume or env of the sandbox container", async () => {
+    const token = `glob-${Math.random().toString(36).slice(2, 10)}`;
+    const global: SecurityProfileEntry = {
+      team: null,
+      name: "platform-token",
+      spec: SecurityProfileSpec.parse({ selector: { matchLabels: { app: "glob" } }, rules: [{ name: "auth", match: [{ domains: ["api.test"] }], actions: { headerManipulation: { set: [{ name: "x-platform", value: token }] } } }] }),
+      createdAt: 1,
+    };
+    await driver.setSecurityProfiles([global]);
+    await driver.ensure(desired("l7g", { labels: { app: "glob" } }));
+    const pod = (await core.listNamespacedPod({ namespace: ns, labelSelector: `${LABEL.sandboxId}=l7g` })).items[0]!;
+    expect(pod.metadata!.labels![LABEL.trafficProxy]).toBe("governed");
+
+    // Every ConfigMap a kubectl user can list (the pod's, and the agent's stores: this test's
+    // namespace is the agent's own too) is free of it.
+    expect(kubectlOk(["get", "configmaps", "--all-namespaces", "-o", "json"])).not.toContain(token);
+    // The sandbox container: no env holds it or takes a Secret, and each of its volumes' objects
+    // (read as the kubelet would) is free of it.
+    const asKubectl = kget<V1Pod>("pod", "plain-l7g");
+    const sandbox = asKubectl.spec!.containers.find((c) => c.name === "sandbox")!;
+    expect(JSON.stringify(sandbox.env ?? []) + JSON.stringify(sandbox.envFrom ?? [])).not.toContain(token);
+    expect((sandbox.env ?? []).some((e) => e.valueFrom?.secretKeyRef || e.valueFrom?.configMapKeyRef)).toBe(false);
+    for (const m of sandbox.volumeMounts ?? []) {
+      const v = asKubectl.spec!.volumes!.find((x) => x.name === m.name)!;
+      expect(v.secret).toBeUndefined();
+      if (v.configMap) expect(kubectlOk(["-n", ns, "get", "configmap", v.configMap.name!, "-o", "json"])).not.toContain(token);
+    }
+    // The agent's store of the set is a Secret it can read back with its own identity (RBAC:
+    // that one name), as a restarted agent does.
+    expect(await new PolicySetStore(kubeConfig("agent").makeApiClient(CoreV1Api), ns, () => {}, PROFILES).load()).toEqual([global]);
+
+    await net.stop();
+    net = new PodNetns();
+    await net.start(pod, objectsOf(pod));
+    expect(net.sandboxRun("sandbox", ["curl", "-sS", "--max-time", "8", "http://api.test/ok"])).toEqual({ code: 0, out: `saw GET /ok ['x-platform=${token}']` });
+    const view = net.sandboxRun("sandbox", ["sh", "-c", `env; cat ${net.hostPath("sandbox", "/run/kruise")}/*`]);
+    expect(view.code).toBe(0);
+    expect(view.out).not.toContain(token);
   });
 });

@@ -179,10 +179,12 @@ describe("egress on kubernetes", () => {
     await driver.setTrafficPolicies([web, baseline]);
     expect(policyFile("plain-open1").trafficPolicies.map((p) => p.name).sort()).toEqual(["baseline", "web"]);
     expect(policyFile("plain-rules1").trafficPolicies.map((p) => p.name)).toEqual(["baseline"]);
-    // The running pod's annotation names the new file: the pod update makes the kubelet project
-    // the ConfigMap at once rather than at its next periodic sync.
+    // The running pod's annotation names the new files (the ConfigMap's policy.json and the
+    // Secret's l7.json): the pod update makes the kubelet project them at once rather than at its
+    // next periodic sync.
     const file = kget<{ data: Record<string, string> }>("configmap", "plain-open1-traffic").data["policy.json"]!;
-    expect((await podOf("open1")).metadata!.annotations![POLICY_ANNOTATION]).toBe(createHash("sha256").update(file).digest("hex").slice(0, 16));
+    const l7 = Buffer.from(kget<{ data: Record<string, string> }>("secret", "plain-open1-traffic").data["l7.json"]!, "base64").toString();
+    expect((await podOf("open1")).metadata!.annotations![POLICY_ANNOTATION]).toBe(createHash("sha256").update(file + l7).digest("hex").slice(0, 16));
     // The platform's (global) block opens the backstop; the team's own 10.20.0.0/16 does not.
     expect(kget<V1NetworkPolicy>("networkpolicy", "plain-open1-egress").spec!.egress![1]!.to).toEqual([{ ipBlock: { cidr: "0.0.0.0/0", except: DEFAULT_CLUSTER_CIDRS } }, { ipBlock: { cidr: "192.168.7.0/24" } }]);
 

@@ -17,7 +17,7 @@ import type { SecurityProfileEntry } from "../../../schema/api/security-profile.
 import { TrafficPolicySet } from "../../traffic/governed.ts";
 import { PolicySetStore, PROFILES } from "./policy-store.ts";
 import { hasTrafficProxy, TrafficObjects } from "./traffic-objects.ts";
-import { DEFAULT_CLUSTER_CIDRS, DEFAULT_CLUSTER_DNS, trafficConfigMapName } from "./traffic-pod.ts";
+import { DEFAULT_CLUSTER_CIDRS, DEFAULT_CLUSTER_DNS, PolicyTooLargeError, trafficConfigMapName } from "./traffic-pod.ts";
 import { EventReason, ReadyReason } from "../../../schema/crd/conditions.ts";
 import { ANNOTATION, LABEL } from "../../../schema/crd/labels.ts";
 import type { SpawnRequest } from "../../runtime/sandbox-view.ts";
@@ -413,8 +413,15 @@ export class KubernetesDriver implements Driver {
           const sbx = this.#ctx.sandbox(d.id);
           const pod = this.#ctx.pod(d.id);
           if (!sbx || !pod || pod.metadata?.deletionTimestamp || d.state !== "Running") return;
-          if (hasTrafficProxy(pod)) await this.#traffic.sync(this.#ctx.scopeOf(d.id), sbx, d);
-          else if (this.#needsProxyPod(d, pod)) this.#opts.onChange?.(d.id);
+          const sc = this.#ctx.scopeOf(d.id);
+          try {
+            if (hasTrafficProxy(pod)) await this.#traffic.sync(sc, sbx, d);
+            else if (this.#needsProxyPod(d, pod)) this.#opts.onChange?.(d.id);
+          } catch (err) {
+            // The running pod keeps the objects it had: say so on its Sandbox.
+            if (err instanceof PolicyTooLargeError) await this.#status.event(sc, sbx, "Warning", EventReason.PolicyTooLarge, `${err.message}; its pod keeps the policy it had`);
+            throw err;
+          }
         }).catch((err: unknown) => this.#opts.log?.(`${what} of ${d.id}: ${(err as Error).message}`)),
       ),
     );

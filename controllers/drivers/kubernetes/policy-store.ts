@@ -3,25 +3,30 @@
 // the driver starts from the last set it was sent: without it a new pod of a sandbox that only a
 // TrafficPolicy governs would be built without its proxy until the edge sends the set again (or
 // never, when the edge cannot read libSQL at the hello). The agent is the only writer. The
-// SecurityProfile set is kept the same way (ConfigMap `sandbox-security-profiles`): rewritten
-// without it, a running pod's file would lose what its profiles enforce. Neither holds a secret
-// value (profiles name secrets; the values stay in the agent's memory).
+// SecurityProfile set is kept the same way, but in Secret `sandbox-security-profiles`: rewritten
+// without it, a running pod's file would lose what its profiles enforce, and a profile's literal
+// header values (a GlobalSecurityProfile's `set` is how the platform injects a credential) are for
+// the agent and the pods' sidecars only. Reading it back needs `get` on that one Secret
+// (k8s/rbac.yaml, in the agent's own namespace); the agent reads no other Secret. The values of
+// named secrets are in neither (they stay in the agent's memory).
 import { z } from "zod";
-import type { CoreV1Api, V1ConfigMap } from "@kubernetes/client-node";
+import type { CoreV1Api } from "@kubernetes/client-node";
 import { MAX_SECURITY_PROFILES, SecurityProfileEntry } from "../../../schema/api/security-profile.ts";
 import { MAX_TRAFFIC_POLICIES, TrafficPolicyEntry } from "../../../schema/api/traffic-policy.ts";
 import { LABEL } from "../../../schema/crd/labels.ts";
 import { statusCode } from "./kube-api.ts";
 
 export const POLICY_SET_CONFIGMAP = "sandbox-traffic-policies";
-export const PROFILE_SET_CONFIGMAP = "sandbox-security-profiles";
+export const PROFILE_SET_SECRET = "sandbox-security-profiles";
 const POLICIES = { name: POLICY_SET_CONFIGMAP, key: "traffic-policies.json", schema: z.array(TrafficPolicyEntry).max(MAX_TRAFFIC_POLICIES) };
-export const PROFILES = { name: PROFILE_SET_CONFIGMAP, key: "security-profiles.json", schema: z.array(SecurityProfileEntry).max(MAX_SECURITY_PROFILES) };
+export const PROFILES = { name: PROFILE_SET_SECRET, key: "security-profiles.json", schema: z.array(SecurityProfileEntry).max(MAX_SECURITY_PROFILES), secret: true };
 
 interface Kind<T> {
   name: string;
   key: string;
   schema: z.ZodType<T[]>;
+  /** Kept in a Secret (data base64) rather than a ConfigMap. */
+  secret?: boolean;
 }
 
 export class PolicySetStore<T = TrafficPolicyEntry> {
@@ -44,38 +49,43 @@ export class PolicySetStore<T = TrafficPolicyEntry> {
   /** The stored set; undefined when none was ever stored. Throws when it cannot be read or does
    * not parse (the caller then waits for the edge's, as without a store). */
   async load(): Promise<T[] | undefined> {
-    const { name: POLICY_SET_CONFIGMAP, key: KEY, schema: Stored } = this.#kind;
+    const { name, key, schema: Stored, secret } = this.#kind;
     this.#count();
     const saves = this.#saves;
-    let cm: V1ConfigMap;
+    let text: string | undefined;
     try {
-      cm = await this.#core.readNamespacedConfigMap({ namespace: this.#namespace, name: POLICY_SET_CONFIGMAP });
+      if (secret) {
+        const b64 = (await this.#core.readNamespacedSecret({ namespace: this.#namespace, name })).data?.[key];
+        text = b64 === undefined ? undefined : Buffer.from(b64, "base64").toString();
+      } else text = (await this.#core.readNamespacedConfigMap({ namespace: this.#namespace, name })).data?.[key];
     } catch (err) {
       if (statusCode(err) === 404) return undefined;
       throw err;
     }
-    const text = cm.data?.[KEY];
     if (text === undefined) return undefined;
     const parsed = Stored.safeParse(JSON.parse(text));
-    if (!parsed.success) throw new Error(`${POLICY_SET_CONFIGMAP}: ${parsed.error.issues[0]?.message ?? "invalid"}`);
+    if (!parsed.success) throw new Error(`${name}: ${parsed.error.issues[0]?.message ?? "invalid"}`);
     if (this.#saves === saves) this.#last = text;
     return parsed.data;
   }
 
   /** Stores `entries` (no request when unchanged). */
   async save(entries: T[]): Promise<void> {
-    const { name: POLICY_SET_CONFIGMAP, key: KEY } = this.#kind;
+    const { name, key, secret } = this.#kind;
     this.#saves++;
     const text = JSON.stringify(entries);
     if (text === this.#last) return;
-    const body: V1ConfigMap = { apiVersion: "v1", kind: "ConfigMap", metadata: { name: POLICY_SET_CONFIGMAP, namespace: this.#namespace, labels: { [LABEL.createdBy]: "sandbox-agent" } }, data: { [KEY]: text } };
+    const namespace = this.#namespace;
+    const metadata = { name, namespace, labels: { [LABEL.createdBy]: "sandbox-agent" } };
+    const secretBody = { apiVersion: "v1", kind: "Secret", type: "Opaque", metadata, data: { [key]: Buffer.from(text).toString("base64") } };
+    const configMapBody = { apiVersion: "v1", kind: "ConfigMap", metadata, data: { [key]: text } };
     this.#count();
     try {
-      await this.#core.createNamespacedConfigMap({ namespace: this.#namespace, body });
+      await (secret ? this.#core.createNamespacedSecret({ namespace, body: secretBody }) : this.#core.createNamespacedConfigMap({ namespace, body: configMapBody }));
     } catch (err) {
       if (statusCode(err) !== 409) throw err;
       this.#count(); // replace without a resourceVersion: the agent is the only writer
-      await this.#core.replaceNamespacedConfigMap({ namespace: this.#namespace, name: POLICY_SET_CONFIGMAP, body });
+      await (secret ? this.#core.replaceNamespacedSecret({ namespace, name, body: secretBody }) : this.#core.replaceNamespacedConfigMap({ namespace, name, body: configMapBody }));
     }
     this.#last = text;
   }

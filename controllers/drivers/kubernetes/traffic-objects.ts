@@ -5,7 +5,7 @@
 // written is remembered; after an agent restart the first write finds the object and compares).
 // A changed ConfigMap of a running pod also changes the pod's `agents.kruise.io/traffic-policy`
 // annotation (a hash of the file): a pod update makes the kubelet sync that pod now, and every pod
-// sync re-projects its ConfigMap volumes (volume manager WaitForAttachAndMount → ReprocessPod), so
+// sync re-projects its ConfigMap and Secret volumes (volume manager WaitForAttachAndMount → ReprocessPod), so
 // the sidecar sees the change within seconds instead of the kubelet's periodic sync (~1 min).
 // Both objects sit in the tenant's namespace, where a namespace admin may edit or delete them:
 // `resync` (every 30 s, the driver option `trafficResyncMs`) reads each one back and puts back what the
@@ -21,8 +21,8 @@ import { ownerRef, type DriverContext } from "./context.ts";
 import { mergePatch, statusCode, tolerate } from "./kube-api.ts";
 import type { NamespaceScope } from "./namespace-scope.ts";
 import { idLabel, type KubeDesiredSandbox, type SandboxObject } from "./objects.ts";
-import { egressNetworkPolicy, egressPolicyName, podPolicy, podSecretNames, POLICY_FILE, trafficConfigMap, trafficConfigMapName, trafficSecret, type Backstop } from "./traffic-pod.ts";
-import { SECRETS_FILE } from "../../traffic/pod-l7.ts";
+import { checkSize, egressNetworkPolicy, egressPolicyName, podPolicy, podSecretNames, POLICY_FILE, splitPodPolicy, trafficConfigMap, trafficConfigMapName, trafficSecret, type Backstop } from "./traffic-pod.ts";
+import { L7_FILE, SECRETS_FILE } from "../../traffic/pod-l7.ts";
 import { SandboxCa } from "../../traffic/l7/ca.ts";
 
 /** On a running governed pod: the hash of the policy file it should have (see the top). */
@@ -87,19 +87,34 @@ export class TrafficObjects {
     return Object.fromEntries(podSecretNames(this.policy(sc, d)).flatMap((n) => (values.has(n) ? [[n, values.get(n)!]] : [])));
   }
 
-  /** Patches the pod Secret's secrets.json when what it should hold changed (the kubelet then
-   * re-projects it and the sidecar re-reads it). A pod without one (made before, or not yet) is
-   * skipped: its next Secret is written whole by newPodSecret. */
-  async #syncSecrets(sc: NamespaceScope, name: string, d: KubeDesiredSandbox): Promise<void> {
-    const secrets = this.#secretsFor(sc, d);
-    if (!secrets) return;
+  /** The pod Secret's l7.json: the L7 half of its policy (splitPodPolicy). */
+  #l7Text(sc: NamespaceScope, d: KubeDesiredSandbox): string {
+    const policy = this.policy(sc, d);
+    return JSON.stringify(policy ? splitPodPolicy(policy).l7 : {});
+  }
+
+  /** Patches the pod Secret's secrets.json and l7.json, each when what it should hold changed (the
+   * kubelet then re-projects it and the sidecar re-reads it). Returns whether l7.json was written.
+   * A pod without a Secret (made before, or not yet) is skipped: its next one is written whole by
+   * newPodSecret. */
+  async #syncSecret(sc: NamespaceScope, name: string, d: KubeDesiredSandbox): Promise<boolean> {
     const key = `${sc.namespace}/${name}`;
-    const text = JSON.stringify(secrets);
-    const hash = createHash("sha256").update(text).digest("hex");
-    if (this.#secretsWritten.get(key) === hash) return;
+    const data: Record<string, string> = {};
+    const secrets = this.#secretsFor(sc, d);
+    const hashes = new Map<string, string>();
+    for (const [file, text] of [[SECRETS_FILE, secrets && JSON.stringify(secrets)], [L7_FILE, this.#l7Text(sc, d)]] as const) {
+      if (text === undefined) continue;
+      const hash = createHash("sha256").update(text).digest("hex");
+      if (this.#secretsWritten.get(`${key}/${file}`) === hash) continue;
+      data[file] = Buffer.from(text).toString("base64");
+      hashes.set(file, hash);
+    }
+    if (!hashes.size) return false;
+    checkSize(d.id, "Secret", data);
     this.#ctx.count();
-    const done = await tolerate(this.#ctx.core.patchNamespacedSecret({ namespace: sc.namespace, name, body: { data: { [SECRETS_FILE]: Buffer.from(text).toString("base64") } } }, mergePatch), [404]);
-    if (done) this.#secretsWritten.set(key, hash);
+    const done = await tolerate(this.#ctx.core.patchNamespacedSecret({ namespace: sc.namespace, name, body: { data } }, mergePatch), [404]);
+    if (done) for (const [file, hash] of hashes) this.#secretsWritten.set(`${key}/${file}`, hash);
+    return !!done && hashes.has(L7_FILE);
   }
 
   /** Writes the pod's ConfigMap (an open policy when nothing governs it but the pod has a proxy:
@@ -115,7 +130,9 @@ export class TrafficObjects {
   async newPodSecret(sc: NamespaceScope, sbx: SandboxObject, d: KubeDesiredSandbox): Promise<void> {
     const ca = await SandboxCa.create(d.id);
     const secrets = this.#secretsFor(sc, d) ?? {};
-    const body = trafficSecret(this.#owned(sc, sbx, d), await ca.pem(), secrets);
+    const l7 = this.#l7Text(sc, d);
+    const body = trafficSecret(this.#owned(sc, sbx, d), await ca.pem(), secrets, JSON.parse(l7) as object);
+    checkSize(d.id, "Secret", body.data!);
     const name = body.metadata!.name!;
     this.#ctx.count();
     try {
@@ -125,7 +142,9 @@ export class TrafficObjects {
       this.#ctx.count(); // unconditional: the agent is its only writer and may not read it
       await this.#ctx.core.replaceNamespacedSecret({ namespace: sc.namespace, name, body });
     }
-    this.#secretsWritten.set(`${sc.namespace}/${name}`, createHash("sha256").update(JSON.stringify(secrets)).digest("hex"));
+    const key = `${sc.namespace}/${name}`;
+    this.#secretsWritten.set(`${key}/${SECRETS_FILE}`, createHash("sha256").update(JSON.stringify(secrets)).digest("hex"));
+    this.#secretsWritten.set(`${key}/${L7_FILE}`, createHash("sha256").update(l7).digest("hex"));
   }
 
   async sync(sc: NamespaceScope, sbx: SandboxObject, d: KubeDesiredSandbox): Promise<string> {
@@ -133,14 +152,15 @@ export class TrafficObjects {
     const owned = this.#owned(sc, sbx, d);
     const policy = this.policy(sc, d);
     const cm = trafficConfigMap(owned, policy ?? { team: sc.namespace, labels: d.labels ?? {}, egress: null, trafficPolicies: [] });
+    checkSize(d.id, "ConfigMap", cm.data!);
     const changed = await this.#put(`cm/${sc.namespace}/${cm.metadata!.name}`, cm, {
       create: () => this.#ctx.core.createNamespacedConfigMap({ namespace: sc.namespace, body: cm }),
       read: () => this.#ctx.core.readNamespacedConfigMap({ namespace: sc.namespace, name: cm.metadata!.name! }),
       replace: (rv) => this.#ctx.core.replaceNamespacedConfigMap({ namespace: sc.namespace, name: cm.metadata!.name!, body: { ...cm, metadata: { ...cm.metadata, resourceVersion: rv } } }),
       same: (o: V1ConfigMap) => JSON.stringify(o.data) === JSON.stringify(cm.data),
     });
-    if (changed) await this.#nudge(sc, d.id, cm.data![POLICY_FILE]!);
-    await this.#syncSecrets(sc, cm.metadata!.name!, d);
+    const l7Changed = await this.#syncSecret(sc, cm.metadata!.name!, d);
+    if (changed || l7Changed) await this.#nudge(sc, d.id, cm.data![POLICY_FILE]! + this.#l7Text(sc, d));
     const npName = egressPolicyName(pod);
     const npKey = `np/${sc.namespace}/${npName}`;
     if (!policy) {
@@ -162,7 +182,7 @@ export class TrafficObjects {
     return cm.metadata!.name!;
   }
 
-  /** The pod's annotation, when it runs with the proxy (a pod not made yet mounts the new file). */
+  /** The pod's annotation, when it runs with the proxy (a pod not made yet mounts the new files). */
   async #nudge(sc: NamespaceScope, id: string, file: string): Promise<void> {
     const pod = this.#ctx.pod(id);
     const hash = createHash("sha256").update(file).digest("hex").slice(0, 16);
@@ -225,10 +245,11 @@ export class TrafficObjects {
     await tolerate(this.#ctx.core.deleteNamespacedConfigMap({ namespace: sc.namespace, name: cm }), [404]);
     await tolerate(this.#ctx.core.deleteNamespacedSecret({ namespace: sc.namespace, name: cm }), [404]);
     await tolerate(this.#net.deleteNamespacedNetworkPolicy({ namespace: sc.namespace, name: np }), [404]);
-    this.#secretsWritten.delete(`${sc.namespace}/${cm}`);
+    for (const file of [SECRETS_FILE, L7_FILE]) this.#secretsWritten.delete(`${sc.namespace}/${cm}/${file}`);
     for (const key of [`cm/${sc.namespace}/${cm}`, `np/${sc.namespace}/${np}`]) {
       this.#written.delete(key);
       this.#objects.delete(key);
     }
   }
 }
+

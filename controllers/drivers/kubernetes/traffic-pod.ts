@@ -14,9 +14,11 @@
 //     as fd 3; Node sets uid 1337 itself (`--uid`) before it reads anything, which empties its
 //     capabilities and, being a credential change in a running process, makes it non-dumpable:
 //     no process of the pod (whose process namespace is shared) can ptrace it, read its memory or
-//     take its sockets, whatever uid it takes. The proxy reads its policy from the pod's ConfigMap,
-//     mounted here only.
-//   - ConfigMap `<pod>-traffic`: `policy.json` (schema/protocol/pod-traffic.ts), written by the agent.
+//     take its sockets, whatever uid it takes. The proxy reads its policy from the pod's ConfigMap
+//     and Secret, both mounted here only.
+//   - ConfigMap `<pod>-traffic`: `policy.json`, the L4 half (schema/protocol/pod-traffic.ts);
+//     Secret `<pod>-traffic`: `l7.json`, the L7 half (profiles may hold literal header values),
+//     with the pod's CA and the secret values. Both written by the agent.
 //   - NetworkPolicy `<pod>-egress`: the L3 backstop (DNS, and the internet without the cluster's
 //     ranges except what an allow rule names), enforced by the cluster's CNI, not by us.
 // The other containers keep only an allow-list of added capabilities and lose `privileged`, and
@@ -29,11 +31,12 @@ import { selects, type TrafficPolicyEntry } from "../../../schema/api/traffic-po
 import { cidrWithin, formatIp, parseCidr, PRIVATE_RANGES } from "../../../schema/egress/address.ts";
 import type { InjectionComponent } from "../../../schema/crd/injection.ts";
 import type { EgressPolicy } from "../../../schema/protocol/egress.ts";
-import type { PodTrafficPolicy } from "../../../schema/protocol/pod-traffic.ts";
-import type { DesiredSandbox } from "../driver.ts";
+import type { PodTrafficL7, PodTrafficPolicy } from "../../../schema/protocol/pod-traffic.ts";
+import { TerminalError, type DesiredSandbox } from "../driver.ts";
+import { ReadyReason } from "../../../schema/crd/conditions.ts";
 import { toL4, type TrafficPolicySet } from "../../traffic/governed.ts";
 import { applicable } from "../../traffic/l4.ts";
-import { SECRETS_FILE } from "../../traffic/pod-l7.ts";
+import { L7_FILE, SECRETS_FILE } from "../../traffic/pod-l7.ts";
 import { e2bRules, referencedSecrets } from "../../traffic/l7/policy.ts";
 
 export const TRAFFIC_CONTAINER = "traffic-proxy";
@@ -97,7 +100,8 @@ export function podEgress(d: Pick<DesiredSandbox, "allowInternetAccess" | "egres
 
 /** What the pod's proxy enforces, or null when nothing governs the sandbox (no E2B rules, no
  * TrafficPolicy and no SecurityProfile selecting it, no `network.rules`). Only the policies and
- * profiles that select it travel (profiles as the edge sent them: names of secrets, never values). */
+ * profiles that select it travel (profiles as the edge sent them: names of secrets, never their
+ * values; but a profile's literal header values, so its half goes in the Secret: splitPodPolicy). */
 export function podPolicy(
   set: TrafficPolicySet,
   d: Pick<DesiredSandbox, "allowInternetAccess" | "egress" | "labels" | "namespace" | "networkRules">,
@@ -121,6 +125,28 @@ export function podSecretNames(policy: PodTrafficPolicy | null): string[] {
   const fromProfiles = (policy.securityProfiles ?? []).filter((p) => p.team !== null).flatMap((p) => tokenSecretNames(p.spec));
   const fromRules = referencedSecrets({ http: e2bRules(policy.networkRules ?? {}), mcp: [] }).map((n) => n.toLowerCase());
   return [...new Set([...fromProfiles, ...fromRules])].sort();
+}
+
+/** The pod's policy in its two halves: the ConfigMap's (L4, nothing sensitive) and the Secret's
+ * (profiles and network.rules: a literal header value of a profile is a credential). */
+export function splitPodPolicy(policy: PodTrafficPolicy): { l4: PodTrafficPolicy; l7: PodTrafficL7 } {
+  const { securityProfiles, networkRules, ...l4 } = policy;
+  return { l4, l7: { ...(securityProfiles ? { securityProfiles } : {}), ...(networkRules ? { networkRules } : {}) } };
+}
+
+/** What one object (ConfigMap or Secret) may hold: etcd's 1.5 MiB request limit less room for the
+ * object's metadata; kubectl and the API server refuse a ConfigMap's or Secret's data over 1 MiB. */
+export const MAX_POD_OBJECT_BYTES = 1024 * 1024 - 16 * 1024;
+
+/** Thrown (terminal for a new pod; an event for a running one, which keeps what it had) when a
+ * pod's policy would not fit the object that carries it. */
+export class PolicyTooLargeError extends TerminalError {}
+
+/** Refuses an object's data (Secret data base64, as stored) over MAX_POD_OBJECT_BYTES, saying why. */
+export function checkSize(id: string, kind: "ConfigMap" | "Secret", data: Record<string, string>): void {
+  const bytes = Object.entries(data).reduce((n, [k, v]) => n + k.length + Buffer.byteLength(v), 0);
+  if (bytes <= MAX_POD_OBJECT_BYTES) return;
+  throw new PolicyTooLargeError(ReadyReason.InvalidSpec, `the traffic policy of sandbox ${id} takes ${bytes} bytes in its pod's ${kind}, over the ${MAX_POD_OBJECT_BYTES} one object may hold: fewer or smaller SecurityProfiles, TrafficPolicies or network.rules selecting it`);
 }
 
 /** The nftables ruleset the init container loads (constants only; README.md explains each chain). */
@@ -280,20 +306,21 @@ export function trafficConfigMap(o: Owned, policy: PodTrafficPolicy): V1ConfigMa
     apiVersion: "v1",
     kind: "ConfigMap",
     metadata: { name: trafficConfigMapName(o.pod), namespace: o.namespace, labels: o.labels, ownerReferences: [o.owner] },
-    data: { [POLICY_FILE]: JSON.stringify(policy) },
+    data: { [POLICY_FILE]: JSON.stringify(splitPodPolicy(policy).l4) },
   };
 }
 
 /** The pod's Secret (same name as its ConfigMap; README.md "L7 in pods"): `ca.crt`/`ca.key`, the
- * pod's own CA, and `secrets.json`, the values the sidecar adds to requests. */
-export function trafficSecret(o: Owned, ca: { cert: string; key: string }, secrets: Record<string, string>): V1Secret {
+ * pod's own CA, `secrets.json`, the values the sidecar adds to requests, and `l7.json`, the
+ * policy's L7 half (splitPodPolicy). */
+export function trafficSecret(o: Owned, ca: { cert: string; key: string }, secrets: Record<string, string>, l7: PodTrafficL7): V1Secret {
   const b64 = (t: string) => Buffer.from(t).toString("base64");
   return {
     apiVersion: "v1",
     kind: "Secret",
     type: "Opaque",
     metadata: { name: trafficConfigMapName(o.pod), namespace: o.namespace, labels: o.labels, ownerReferences: [o.owner] },
-    data: { "ca.crt": b64(ca.cert), "ca.key": b64(ca.key), [SECRETS_FILE]: b64(JSON.stringify(secrets)) },
+    data: { "ca.crt": b64(ca.cert), "ca.key": b64(ca.key), [SECRETS_FILE]: b64(JSON.stringify(secrets)), [L7_FILE]: b64(JSON.stringify(l7)) },
   };
 }
 

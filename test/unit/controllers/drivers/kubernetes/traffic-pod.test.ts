@@ -4,7 +4,8 @@
 import type { V1PodSpec } from "@kubernetes/client-node";
 import { describe, expect, it } from "vitest";
 import { clusterCidrsFlag, clusterDnsFlag } from "../../../../../controllers/drivers/kubernetes/flags.ts";
-import { allowedInside, DEFAULT_CLUSTER_CIDRS, injectTraffic, podEgress, podPolicy } from "../../../../../controllers/drivers/kubernetes/traffic-pod.ts";
+import { allowedInside, checkSize, DEFAULT_CLUSTER_CIDRS, injectTraffic, podEgress, podPolicy, PolicyTooLargeError, trafficConfigMap, trafficSecret } from "../../../../../controllers/drivers/kubernetes/traffic-pod.ts";
+import { SecurityProfileSpec, type SecurityProfileEntry } from "../../../../../schema/api/security-profile.ts";
 import { TrafficPolicySet } from "../../../../../controllers/traffic/governed.ts";
 import { TrafficPolicySpec } from "../../../../../schema/api/traffic-policy.ts";
 import { PodTrafficPolicySchema } from "../../../../../schema/protocol/pod-traffic.ts";
@@ -18,6 +19,24 @@ set.replace([
 ]);
 
 describe("traffic-pod", () => {
+  it("a profile's half (literal header values included) goes in the Secret, never the ConfigMap; an oversized one is refused with the reason", () => {
+    const rule = (i: number) => ({ name: `r${i}`, match: [{ domains: [`host-${i}.example.com`, `*.svc-${i}.example.net`], paths: [{ type: "Prefix", value: `/api/v1/resource-${i}` }] }], actions: { headerManipulation: { set: [{ name: "x-platform-token", value: `literal-${i}-${"t".repeat(40)}` }] } } });
+    const profiles: SecurityProfileEntry[] = Array.from({ length: 200 }, (_, n) => ({ team: null, name: `g${n}`, spec: SecurityProfileSpec.parse({ rules: Array.from({ length: 50 }, (_, i) => rule(i)) }), createdAt: 1 }));
+    const p = podPolicy(set, { allowInternetAccess: true, labels: {} }, "team-a", profiles.slice(0, 1))!;
+    const owned = { pod: "p", namespace: "team-a", labels: {}, owner: { apiVersion: "v1", kind: "x", name: "x", uid: "x" } };
+    const cm = trafficConfigMap(owned, p);
+    expect(JSON.stringify(cm)).not.toContain("literal-0-");
+    expect(Object.keys(JSON.parse(cm.data!["policy.json"]!) as object).sort()).toEqual(["egress", "labels", "team", "trafficPolicies"]);
+    const secret = trafficSecret(owned, { cert: "c", key: "k" }, {}, { securityProfiles: p.securityProfiles! });
+    expect(Buffer.from(secret.data!["l7.json"]!, "base64").toString()).toContain("literal-0-");
+    expect(() => checkSize("s1", "Secret", secret.data!)).not.toThrow();
+    // 200 profiles of 50 rules selecting one sandbox: over what one object may hold.
+    const all = podPolicy(set, { allowInternetAccess: true, labels: {} }, "team-a", profiles)!;
+    const big = trafficSecret(owned, { cert: "c", key: "k" }, {}, { securityProfiles: all.securityProfiles! });
+    expect(() => checkSize("s1", "Secret", big.data!)).toThrow(PolicyTooLargeError);
+    expect(() => checkSize("s1", "Secret", big.data!)).toThrow(/sandbox s1 takes \d+ bytes in its pod's Secret, over the \d+ one object may hold/);
+  });
+
   it("E2B's rules as a pod enforces them", () => {
     expect(podEgress({ allowInternetAccess: true })).toBeNull();
     expect(podEgress({ allowInternetAccess: true, egress: { allowOut: [], denyOut: ["1.2.3.4"] } })).toEqual({ allowOut: [], denyOut: ["1.2.3.4"] });
