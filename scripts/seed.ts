@@ -86,7 +86,7 @@ export async function seedCodeInterpreter(edgeUrl: string, adminApiKey: string, 
   const log = opts.log ?? (() => undefined);
   let spec = (await current(CODE_INTERPRETER))?.spec;
   const built = spec?.image.startsWith("b-") === true;
-  if (!built || (opts.build === "changed" && !(await isCurrentCodeInterpreter(opts.store ?? new RootfsStore(), spec!.image)))) {
+  if (!built || (opts.build === "changed" && !(await isCurrentCodeInterpreter(opts.store ?? new RootfsStore(), TemplateSpec.parse(spec!))))) {
     const r = await buildCodeInterpreterOnEdge(edgeUrl, adminApiKey, log);
     log(`build ${r.buildId} ready in ${r.seconds} s: ${r.ran} step(s) built, ${r.cached} cached`);
     spec = (await current(CODE_INTERPRETER))?.spec;

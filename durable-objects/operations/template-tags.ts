@@ -3,7 +3,7 @@
 import { ApiError } from "../../schema/errors.ts";
 import type { Caller, Env } from "../env.ts";
 import { getDb } from "../store/db.ts";
-import { buildsOf, deleteBuildsOf, deleteTags, imagesInUse, putTags, tagsOf } from "../store/template-builds.ts";
+import { buildsOf, claimUnusedImages, deleteBuildsOf, deleteTags, putTags, tagsOf } from "../store/template-builds.ts";
 import { getTemplate, resolveTemplate } from "../store/templates.ts";
 import { removeTemplate } from "./templates.ts";
 
@@ -44,7 +44,9 @@ const BUILT_IMAGE = /^b-[a-z0-9-]{1,64}$/;
  * is asked to free the root filesystems of its builds (and the one its spec named) that no other
  * template names and no remaining build published: two templates may share one build's image
  * (`code-interpreter-v1` and `code-interpreter`), and deleting either leaves the other working;
- * the last one's delete frees it. The agent keeps layers a sandbox still mounts. */
+ * the last one's delete frees it. The check and the claim are one statement, and a template write
+ * naming a claimed image is refused (`claimUnusedImages`): a concurrent PUT cannot take an image
+ * this frees. The agent keeps layers a sandbox still mounts. */
 export async function deleteTemplateAndBuilds(env: Env, caller: Caller, templateId: string): Promise<void> {
   const db = getDb(env);
   const template = await getTemplate(db, caller.teamId, templateId);
@@ -55,8 +57,8 @@ export async function deleteTemplateAndBuilds(env: Env, caller: Caller, template
   if (template && BUILT_IMAGE.test(template.spec.image)) candidates.set(template.spec.image, template.spec.cluster);
   const builds = await deleteBuildsOf(db, caller.teamId, templateId);
   if (!removed.found && !builds) throw new ApiError("template_not_found", `Template "${templateId}" not found`);
-  const kept = await imagesInUse(db, [...candidates.keys()]);
+  const freed = await claimUnusedImages(db, [...candidates.keys()]);
   const images = new Map<string, string[]>();
-  for (const [image, cluster] of candidates) if (!kept.has(image)) images.set(cluster, [...(images.get(cluster) ?? []), image]);
+  for (const [image, cluster] of candidates) if (freed.has(image)) images.set(cluster, [...(images.get(cluster) ?? []), image]);
   for (const [cluster, names] of images) await env.CLUSTER.get(env.CLUSTER.idFromName(cluster)).deleteRootfs(names.slice(0, 1000));
 }

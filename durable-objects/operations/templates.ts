@@ -8,7 +8,7 @@ import type { Result } from "../sandbox/state.ts";
 import { refusalsAsResult } from "./result.ts";
 import { getDb } from "../store/db.ts";
 import { evictTemplates } from "../store/template-cache.ts";
-import { deleteTemplate, getTemplate, upsertTemplate } from "../store/templates.ts";
+import { deleteTemplate, getTemplate, namesFreedImage, upsertTemplate } from "../store/templates.ts";
 import { ensureTeam } from "../store/teams.ts";
 
 /** Pushes a template's current spec and revision to its pool; returns the pool's status. */
@@ -31,7 +31,10 @@ export async function putTemplate(env: Env, input: PutTemplateInput): Promise<Re
     const db = getDb(env);
     const team = await ensureTeam(db, input.teamName);
     const existed = (await getTemplate(db, team.id, input.templateId)) !== undefined;
-    const t = await upsertTemplate(db, { teamId: team.id, templateId: input.templateId, public: input.public, spec: input.spec });
+    const t = await upsertTemplate(db, { teamId: team.id, templateId: input.templateId, public: input.public, spec: input.spec }).catch((err: unknown) => {
+      if (namesFreedImage(err)) throw new ApiError("bad_request", `image "${input.spec.image}" was freed when the last template naming it was deleted; build the template again`);
+      throw err;
+    });
     evictTemplates();
     return { template: t, pool: await configurePool(env, t, input.teamName), existed };
   });

@@ -55,17 +55,22 @@ export async function deleteBuildsOf(db: Db, teamId: string, templateId: string)
   return rows.length;
 }
 
-/** Which of `images` (built rootfs names) a template of any team still names, or a build row still
- * publishes: another template put with the same image (`code-interpreter-v1` beside
- * `code-interpreter`), or a build of another template. Those are not freed. */
-export async function imagesInUse(db: Db, images: string[]): Promise<Set<string>> {
+/**
+ * Claims for freeing those of `images` that no template names and no build published, and returns
+ * them. One statement: the check and the claim see one state of the database (sqld serializes
+ * writes), and a template write naming a claimed image is refused after it (the `freed_images`
+ * triggers), so a concurrent PUT either names the image first, and it is not freed, or is refused.
+ */
+export async function claimUnusedImages(db: Db, images: string[], now = Date.now()): Promise<Set<string>> {
   if (!images.length) return new Set();
-  const named = await db
-    .select({ image: sql<string>`json_extract(${templates.spec}, '$.image')` })
-    .from(templates)
-    .where(inArray(sql`json_extract(${templates.spec}, '$.image')`, images));
-  const built = await db.select({ image: templateBuilds.image }).from(templateBuilds).where(inArray(templateBuilds.image, images));
-  return new Set([...named, ...built].map((r) => r.image));
+  const res = await db.$client.execute({
+    sql: `INSERT INTO freed_images (image, freed_at) SELECT value, ? FROM json_each(?) AS c
+          WHERE NOT EXISTS (SELECT 1 FROM templates WHERE json_extract(spec, '$.image') = c.value)
+            AND NOT EXISTS (SELECT 1 FROM template_builds WHERE image = c.value)
+          ON CONFLICT DO NOTHING RETURNING image`,
+    args: [now, JSON.stringify(images)],
+  });
+  return new Set(res.rows.map((r) => String(r.image)));
 }
 
 /** Appends entries the agent numbered; a repeated seq is ignored, entries past `max` dropped. */

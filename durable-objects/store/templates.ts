@@ -33,6 +33,13 @@ export async function listTemplates(db: Db, teamId: string | null): Promise<Temp
   return rows.map(toRecord);
 }
 
+/** Whether a template write failed because its spec names a root filesystem a template delete freed
+ * (the `freed_images` triggers, migration 0011). */
+export function namesFreedImage(err: unknown): boolean {
+  for (let e = err; e instanceof Error; e = e.cause) if (e.message.includes("image_freed")) return true;
+  return false;
+}
+
 export async function upsertTemplate(
   db: Db,
   opts: { teamId: string; templateId: string; public: boolean; spec: TemplateSpec; now?: number },

@@ -119,6 +119,15 @@ export const auditEvents = sqliteTable(
   (t) => [index("audit_team_at").on(t.teamId, t.at)],
 );
 
+/** Built root filesystems (`b-<buildID>`) a template delete freed: claimed in the same statement
+ * that finds no template naming them and no build publishing them, and a template write naming one
+ * is refused by a trigger (migration 0011), so a concurrent PUT cannot take an image being freed.
+ * Build ids are never reused, so a row stays (a PUT naming it later would name a freed image). */
+export const freedImages = sqliteTable("freed_images", {
+  image: text("image").primaryKey(),
+  freedAt: integer("freed_at").notNull(),
+});
+
 /** Template builds (E2B `Template.build`): one row per build, its state and what it asked for. */
 export const templateBuilds = sqliteTable(
   "template_builds",

@@ -14,6 +14,7 @@ import { runDirectBuild } from "../../controllers/drivers/local/builder/direct-b
 import { RootfsStore } from "../../controllers/drivers/local/rootfs/store.ts";
 import { ensureBaseRootfs } from "../../controllers/drivers/local/rootfs/build-base.ts";
 import type { BuildLog } from "../../schema/protocol/build.ts";
+import type { TemplateSpec } from "../../schema/api/template.ts";
 
 /** The builds' owner in every step key: the admin team, which owns the project's public templates
  * and builds them through the edge; a direct build under its id makes the layers that build finds
@@ -54,24 +55,50 @@ export async function templateSteps(t: TemplateClass): Promise<{ from: string; s
 export type Log = (line: string) => void;
 
 /**
- * The layers a build of the code-interpreter definition gives on this machine now: base's, then
- * one per step that makes files, by the step keys the builder computes (the admin team's, from
- * base's layers and E2B's default config, which base's spec has). Undefined while base is missing.
+ * The layers a build of the code-interpreter definition (or `definition`) gives on this machine
+ * now: base's, then one per step that makes files, by the step keys the builder computes (the
+ * admin team's, from base's layers and E2B's default config, which base's spec has). Undefined
+ * while base is missing.
  */
-export async function codeInterpreterLayers(store: RootfsStore): Promise<string[] | undefined> {
-  const base = store.template("base")?.layers;
-  if (!base) return undefined;
-  const { steps } = await templateSteps(codeInterpreterTemplate());
-  const plan = planSteps({ teamId: PROJECT_OWNER, buildId: "", baseLayers: base, steps, force: false });
-  return [...base, ...plan.steps.filter((p) => p.layer).map((p) => layerIdOf(p.key))];
+export async function codeInterpreterLayers(store: RootfsStore, definition: TemplateClass = codeInterpreterTemplate()): Promise<string[] | undefined> {
+  return (await plannedBuild(store, definition))?.layers;
 }
 
-/** Whether the built root filesystem `image` is the current definition's (same step keys, all
- * there): a start-up keeps it and its pool rather than building again. */
-export async function isCurrentCodeInterpreter(store: RootfsStore, image: string): Promise<boolean> {
-  const planned = await codeInterpreterLayers(store);
+async function plannedBuild(store: RootfsStore, definition: TemplateClass) {
+  const base = store.template("base")?.layers;
+  if (!base) return undefined;
+  const json = JSON.parse(await Template.toJSON(definition, false)) as { startCmd?: string; readyCmd?: string };
+  const { steps } = await templateSteps(definition);
+  const plan = planSteps({ teamId: PROJECT_OWNER, buildId: "", baseLayers: base, steps, force: false });
+  const layers = [...base, ...plan.steps.filter((p) => p.layer).map((p) => layerIdOf(p.key))];
+  return { layers, config: plan.config, startCmd: json.startCmd, readyCmd: json.readyCmd };
+}
+
+/** What of a built template's spec a start-up compares with its definition: besides the layers,
+ * what steps that make no layer (a trailing ENV/USER/WORKDIR) and the start/ready commands give. */
+export type BuiltSpec = Pick<TemplateSpec, "image" | "user" | "workdir" | "env" | "startCmd" | "readyCmd">;
+
+/**
+ * Whether the built template `spec` is the current definition's: its root filesystem has the same
+ * step keys, all there, and its user, workdir, env and start/ready commands are the ones the
+ * definition gives now. A start-up keeps it and its pool rather than building again. Commands the
+ * definition does not set are inherited from base at build time (the edge's `inheritedCommands`:
+ * a start command brings its own ready command or none), so only those it sets are compared.
+ */
+export async function isCurrentCodeInterpreter(store: RootfsStore, spec: BuiltSpec, definition: TemplateClass = codeInterpreterTemplate()): Promise<boolean> {
+  const planned = await plannedBuild(store, definition);
+  const image = spec.image;
   const built = /^b-[a-z0-9-]{1,64}$/.test(image) && store.templateTrees(image) ? store.template(image)!.layers : undefined;
-  return planned !== undefined && built !== undefined && built.join("\n") === planned.join("\n");
+  if (planned === undefined || built === undefined || built.join("\n") !== planned.layers.join("\n")) return false;
+  const { config } = planned;
+  if (spec.user !== config.user || spec.workdir !== config.workdir || !sameEnv(spec.env, config.env)) return false;
+  if (planned.startCmd !== undefined) return spec.startCmd === planned.startCmd && spec.readyCmd === planned.readyCmd;
+  return planned.readyCmd === undefined || spec.readyCmd === planned.readyCmd;
+}
+
+function sameEnv(a: Record<string, string>, b: Record<string, string>): boolean {
+  const keys = Object.keys(a);
+  return keys.length === Object.keys(b).length && keys.every((k) => Object.hasOwn(b, k) && a[k] === b[k]);
 }
 
 /**

@@ -8,6 +8,9 @@ import { eq } from "drizzle-orm";
 import { getDb } from "../../../durable-objects/store/db.ts";
 import { BUILD_SILENCE_MS, MAX_TEMPLATE_FILE_BYTES } from "../../../schema/api/template-build.ts";
 import { templateBuilds } from "../../../schema/db/tables.ts";
+import { TemplateSpec } from "../../../schema/api/template.ts";
+import { claimUnusedImages } from "../../../durable-objects/store/template-builds.ts";
+import { getTemplate, namesFreedImage, upsertTemplate } from "../../../durable-objects/store/templates.ts";
 import { call, createTeam, expectError, expectStatus, startAgent, unique } from "../helpers.ts";
 import type { ScriptedAgent } from "../../support/scripted-agent.ts";
 
@@ -189,9 +192,33 @@ describe("template build API", () => {
       // The last template naming it (no build of its own) frees it.
       await expectStatus(call(`/templates/${name}-alias`, { key: team.key, method: "DELETE" }), 204);
       await vi.waitFor(() => expect(agent.rootfsDeletes).toEqual([other.image, shared.image]));
+      // A PUT naming the freed image (as one racing the delete would, after its check) is refused:
+      // no template is left naming an image the agent was told to free.
+      await expectError(call(`/admin/teams/${team.name}/templates/${name}-late`, { method: "PUT", body: { spec: shared } }), 400, /was freed/);
+      await expectStatus(call(`/admin/teams/${team.name}/templates/${name}-late`), 404);
     } finally {
       agent.disconnect();
     }
+  });
+
+  it("the delete's check and claim are one statement: a template write either comes first and keeps the image, or is refused", async () => {
+    const team = { id: unique("tb-claim-team"), template: unique("tb-claim") };
+    const db = getDb(env);
+    const named = `b-${unique("named")}`.toLowerCase();
+    const unnamed = `b-${unique("unnamed")}`.toLowerCase();
+    // The write came first: the claim sees the template and leaves its image.
+    await upsertTemplate(db, { teamId: team.id, templateId: `${team.template}-first`, public: false, spec: TemplateSpec.parse({ image: named }) });
+    expect(await claimUnusedImages(db, [named, unnamed])).toEqual(new Set([unnamed]));
+    // The claim came first: the write naming the claimed image fails in the same statement.
+    const err = await upsertTemplate(db, { teamId: team.id, templateId: `${team.template}-second`, public: false, spec: TemplateSpec.parse({ image: unnamed }) }).catch((e: unknown) => e);
+    expect(namesFreedImage(err)).toBe(true);
+    expect(await getTemplate(db, team.id, `${team.template}-second`)).toBeUndefined();
+    // Nor can an existing template be changed to name it.
+    const moved = await upsertTemplate(db, { teamId: team.id, templateId: `${team.template}-first`, public: false, spec: TemplateSpec.parse({ image: unnamed }) }).catch((e: unknown) => e);
+    expect(namesFreedImage(moved)).toBe(true);
+    expect((await getTemplate(db, team.id, `${team.template}-first`))?.spec.image).toBe(named);
+    // A second claim of the same image claims nothing more (the first delete frees it).
+    expect(await claimUnusedImages(db, [unnamed])).toEqual(new Set());
   });
 
   it("a failing build is status error with the reason and its last log lines", async () => {
