@@ -100,6 +100,18 @@ async function initRemote(endpoint: string, intent: Intent): Promise<void> {
   if (!res.ok) throw new Error(`runtime /init at ${endpoint}: HTTP ${res.status} ${await res.text()}`);
 }
 
+/** Whether the driver's sandbox is where the intent asks: running ready, or paused (frozen, or
+ * stopped with its pod gone, whatever else its report says, e.g. a restore pending on resume). */
+export function isConverged(intent: Intent, phase: SandboxObservation["phase"], ready: boolean): boolean {
+  return intent.desired.state === "running" ? ready : phase === "Paused" || phase === "Stopped";
+}
+
+/** Pending sandboxes are looked at again soon (250 ms); converged and failed ones wait for the next
+ * intent (or a driver event), so a sandbox resting paused costs the agent nothing. */
+export function requeueFor(intent: Intent, phase: SandboxObservation["phase"], ready: boolean): { requeueAfterMs: number } | undefined {
+  return isConverged(intent, phase, ready) || phase === "Failed" ? undefined : { requeueAfterMs: 250 };
+}
+
 export class Reconciler {
   readonly queue: WorkQueue;
   readonly #d: ReconcilerDeps;
@@ -239,10 +251,9 @@ export class Reconciler {
       },
       traceIdOf(ctx),
     );
-    const converged = intent.desired.state === "running" ? ready : obs.phase === "Paused" || obs.phase === "Stopped";
+    const converged = isConverged(intent, obs.phase, ready);
     this.#settle(intent, converged, notReady ? "Failed" : obs.phase, notReady ?? obs.message);
-    // Pending sandboxes are looked at again soon; the rest wait for the next intent.
-    return converged || obs.phase === "Failed" || notReady ? undefined : { requeueAfterMs: 250 };
+    return notReady ? undefined : requeueFor(intent, obs.phase, ready);
   }
 
   /**
@@ -330,9 +341,9 @@ export class Reconciler {
       observedAt: this.#now(),
       startedAt: Date.parse(obs.createdAt) || undefined,
     });
-    const converged = intent.desired.state === "running" ? ready : obs.phase === "Paused" || obs.phase === "Stopped";
+    const converged = isConverged(intent, obs.phase, ready);
     this.#settle(intent, converged, obs.phase, message);
-    return converged || obs.phase === "Failed" ? undefined : { requeueAfterMs: 250 };
+    return requeueFor(intent, obs.phase, ready);
   }
 
   /**

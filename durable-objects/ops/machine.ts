@@ -245,7 +245,10 @@ function progress(s: OpsState, outcomes: Record<string, UpgradeOutcome>, now: nu
     } else if (o.status === "succeeded") {
       const restored = m.checkpoint?.attempt === m.attempt ? m.checkpoint.snapshotId : undefined;
       const onResume = restored && o.restorePending;
-      Object.assign(m, { status: "Succeeded", message: restored ? restoredMessage(restored, Boolean(onResume)) : undefined, updatedAt: now });
+      // A restore an earlier run's CheckpointRestore still owes is carried forward by this upgrade
+      // (the sandbox's group keeps it), so the line says its resume still restores that snapshot.
+      const carried = !restored && o.restorePending ? `the pending restore of checkpoint snapshot ${o.restoreFs ?? "(unknown)"} is carried forward: its next start restores it` : undefined;
+      Object.assign(m, { status: "Succeeded", message: restored ? restoredMessage(restored, Boolean(onResume)) : carried, updatedAt: now });
       // Restored only when it resumes: the shell keeps the snapshot until then (beyond the run).
       if (onResume) {
         delete m.checkpoint;

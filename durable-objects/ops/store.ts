@@ -18,6 +18,10 @@ export interface LeftSnapshot {
   upgrade: UpgradeRequest & { restoreFs: string };
   /** Deletes tried and failed so far (given up on after a bound). */
   attempts: number;
+  /** Times its sandbox was asked and still needed it (each wait twice the last, left.ts). */
+  checks?: number;
+  /** Not looked at before this (absent: now). */
+  nextAt?: number;
 }
 
 /** What the shell keeps beside the machine: the run, and each template's target at selection. */

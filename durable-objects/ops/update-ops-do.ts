@@ -21,18 +21,17 @@ import { getDb } from "../store/db.ts";
 import { listLiveIdsOfTeam } from "../store/sandbox-index.ts";
 import { resolveTemplate } from "../store/templates.ts";
 import { writeOpsRunSummary } from "../store/update-ops-runs.ts";
-import { active, checkpointDue, counts, freeDue, MAX_FREE_ATTEMPTS, nextFreeAt, restoringMembers, snapshotsFreedOnDelete, hookDue, inFlight, initialState, transition, type OpsInput, type OpsMember, type OpsState } from "./machine.ts";
+import { active, checkpointDue, counts, freeDue, nextFreeAt, restoringMembers, snapshotsFreedOnDelete, hookDue, inFlight, initialState, transition, type OpsInput, type OpsMember, type OpsState } from "./machine.ts";
 import type { Hook } from "../../schema/api/hooks.ts";
 import { runUpgradeHook } from "../operations/pause-resume.ts";
 import { createSnapshot, deleteSnapshot } from "../operations/snapshots.ts";
 import type { Caller } from "../env.ts";
 import { OpsStore, type LeftSnapshot, type Stored } from "./store.ts";
+import { deleteFailed, leftDue, nextLeftAt, stillNeeded, woken } from "./left.ts";
 import { annotateSpan, currentTraceparent, edgeSpan, flushEdgeTraces } from "../tracing/edge-tracing.ts";
 
 /** How often a run in flight asks its sandboxes' groups. */
 const POLL_MS = 500;
-/** How often a deleted run's left snapshots are looked at (their upgrades may wait on a resume). */
-const LEFT_POLL_MS = 2_000;
 
 /** A run as the admin API and the CRD's `.status` show it. */
 export interface OpsView extends ReturnType<typeof counts> {
@@ -116,37 +115,58 @@ export class UpdateOpsDO extends DurableObject<Env> {
       this.run = null;
       // Before the caller removes the row: no summary write lands after it.
       await this.summaryWrites;
-      if (this.store.leftSnapshots().length) await this.ctx.storage.setAlarm(Date.now() + LEFT_POLL_MS);
+      const leftNext = this.leftNext();
+      if (leftNext !== undefined) await this.ctx.storage.setAlarm(leftNext);
       else await this.ctx.storage.deleteAlarm();
       return { ok: true };
     });
   }
 
-  /** Frees each snapshot a deleted run left once its member's upgrade is no longer under way
-   * (succeeded, failed, superseded, never sent, or the sandbox gone: nothing retries or starts it
-   * without the run); the group is asked where each stands, which starts nothing. A delete that keeps
-   * failing is given up on after MAX_FREE_ATTEMPTS tries (logged). */
+  /** Frees each snapshot the run holds past its members' upgrades (left by a deleted run, or kept
+   * for a paused member's restore on resume) once its sandbox no longer needs it restored
+   * (`SandboxGroupDO.restoresNeeded`, which starts nothing: the upgrade ended whichever way and owes
+   * no restore, nor carried one forward, or the sandbox is gone). One still needed is asked about
+   * again backing off (left.ts), sooner when its group wakes this object (`restoreSettled`); a
+   * delete that keeps failing is given up on after MAX_FREE_ATTEMPTS tries (logged). */
   private async freeLeft(): Promise<void> {
-    const left = this.store.leftSnapshots();
-    if (!left.length) return;
-    const byGroup = new Map<string, UpgradeRequest[]>();
-    for (const { upgrade } of left) byGroup.set(sandboxGroupOf(upgrade.id), [...(byGroup.get(sandboxGroupOf(upgrade.id)) ?? []), upgrade]);
-    const answers = await Promise.all([...byGroup.values()].map((items) => sandboxGroupStub(this.env, items[0]!.id).upgradeOutcomes(items)));
-    const outcomes: Record<string, UpgradeOutcome> = Object.assign({}, ...answers);
-    for (const l of left.filter((x) => outcomes[x.upgrade.id]?.status !== "updating" && !outcomes[x.upgrade.id]?.restorePending)) {
+    const now = Date.now();
+    const due = this.store.leftSnapshots().filter((l) => leftDue(l, now));
+    if (!due.length) return;
+    const byGroup = new Map<string, LeftSnapshot[]>();
+    for (const l of due) byGroup.set(sandboxGroupOf(l.upgrade.id), [...(byGroup.get(sandboxGroupOf(l.upgrade.id)) ?? []), l]);
+    const answers = await Promise.all(
+      [...byGroup.values()].map((ls) => sandboxGroupStub(this.env, ls[0]!.upgrade.id).restoresNeeded(ls.map((l) => ({ id: l.upgrade.id, teamId: l.upgrade.teamId, snapshotId: l.upgrade.restoreFs })))),
+    );
+    const needed = new Set(answers.flat());
+    for (const l of due) {
       const snapshotId = l.upgrade.restoreFs;
+      if (needed.has(snapshotId)) {
+        this.store.leaveSnapshot(stillNeeded(l, now));
+        continue;
+      }
       const r = await deleteSnapshot(this.env, opsCaller(l.upgrade.teamId), snapshotId).catch((err: unknown) => ({ ok: false as const, error: { message: String(err) } }));
-      if (r.ok || l.attempts + 1 >= MAX_FREE_ATTEMPTS) {
-        if (!r.ok) console.warn(`update ops: snapshot ${snapshotId} left by a deleted run not deleted, given up: ${r.error.message}`);
-        this.store.forgetSnapshot(snapshotId);
-      } else this.store.leaveSnapshot({ ...l, attempts: l.attempts + 1 });
+      const retry = r.ok ? null : deleteFailed(l, Date.now());
+      if (!r.ok && !retry) console.warn(`update ops: snapshot ${snapshotId} held past its run's need not deleted, given up: ${r.error.message}`);
+      if (retry) this.store.leaveSnapshot(retry);
+      else this.store.forgetSnapshot(snapshotId);
     }
+  }
+
+  /** The group of a sandbox whose restore this object may hold a snapshot for says the restore is
+   * no longer owed (restored, carried on, or the sandbox gone): look at the held snapshots now. */
+  async restoreSettled(snapshotId: string): Promise<void> {
+    await this.locked(async () => {
+      const l = this.store.leftSnapshots().find((x) => x.upgrade.restoreFs === snapshotId);
+      if (!l) return;
+      this.store.leaveSnapshot(woken(l));
+      await this.ctx.storage.setAlarm(Date.now());
+    });
   }
 
   override async alarm(): Promise<void> {
     await this.locked(async () => {
       await this.freeLeft().catch((err: unknown) => console.error("update ops: freeing left snapshots failed", err));
-      const leftNext = this.store.leftSnapshots().length ? Date.now() + LEFT_POLL_MS : undefined;
+      const leftNext = this.leftNext();
       const run = this.load();
       if (!run || !active(run.state)) {
         if (leftNext) await this.ctx.storage.setAlarm(leftNext);
@@ -170,9 +190,16 @@ export class UpdateOpsDO extends DurableObject<Env> {
         if (flushing) this.ctx.waitUntil(flushing);
       }
       // The run may have left snapshots just now (members upgraded paused).
-      const next = Math.min(this.run && active(this.run.state) ? this.wakeAt(this.run.state) : Infinity, this.store.leftSnapshots().length ? Date.now() + LEFT_POLL_MS : Infinity);
+      const next = Math.min(this.run && active(this.run.state) ? this.wakeAt(this.run.state) : Infinity, this.leftNext() ?? Infinity);
       if (next !== Infinity) await this.ctx.storage.setAlarm(next);
     });
+  }
+
+  /** When the held snapshots are next looked at (none held: undefined); not before the next
+   * LEFT_FIRST_CHECK_MS, so a failing group is not asked in a loop. */
+  private leftNext(): number | undefined {
+    const at = nextLeftAt(this.store.leftSnapshots());
+    return at === undefined ? undefined : Math.max(at, Date.now() + 100);
   }
 
   /** Soon while members are in flight; else when the next snapshot delete is due (backing off). */
@@ -402,7 +429,7 @@ export class UpdateOpsDO extends DurableObject<Env> {
  * this attempt to restore from. */
 function upgradeRequest(run: Stored, m: OpsMember): UpgradeRequest {
   const restoreFs = m.checkpoint?.attempt === m.attempt ? m.checkpoint.snapshotId : undefined;
-  return { id: m.id, teamId: run.state.teamId, template: run.targets[m.templateId]!, attempt: m.attempt, ...(restoreFs ? { restoreFs } : {}) };
+  return { id: m.id, teamId: run.state.teamId, template: run.targets[m.templateId]!, attempt: m.attempt, ...(restoreFs ? { restoreFs, holder: run.state.name } : {}) };
 }
 
 function opsCaller(teamId: string): Caller {

@@ -27,9 +27,10 @@ export type SandboxEvent =
   /**
    * An update ops run (Recreate): run the sandbox from `template` (a new revision) on the same
    * files; a paused one stays paused. `attempt` > the last one retries a failed upgrade.
-   * `restoreFs` (CheckpointRestore): the files are first put back to that snapshot's.
+   * `restoreFs` (CheckpointRestore): the files are first put back to that snapshot's; `holder`,
+   * the run holding that snapshot (woken when the restore is no longer owed).
    */
-  | { type: "upgrade"; template: TemplateSpec; attempt: number; restoreFs?: string }
+  | { type: "upgrade"; template: TemplateSpec; attempt: number; restoreFs?: string; holder?: string }
   /** E2B createSnapshot (and fork): the agent takes snapshot `snapshotId` of a running or paused
    * sandbox with the next generation, which leaves its state as it was. */
   | { type: "snapshot"; snapshotId: string }

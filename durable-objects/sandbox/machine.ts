@@ -23,6 +23,7 @@ import { ErrorCode, sandboxNotFoundMessage, type Refusal } from "../../schema/er
 import { egressOf, type Intent, type Observation, type PauseStrategy, type SandboxId } from "../../schema/protocol/index.ts";
 import type { SandboxEffect } from "./effects.ts";
 import type { SandboxEvent } from "./events.ts";
+import { restoreOwed } from "./upgrade.ts";
 import {
   assertNever,
   visibleState,
@@ -215,7 +216,25 @@ function upgrade(current: SandboxState, s: SandboxState, ev: Extract<SandboxEven
   }
   s.spec = { ...s.spec, template: ev.template };
   s.generation++;
-  s.upgrade = { revision: ev.template.revision, attempt: ev.attempt, generation: s.generation, paused, done: false, ...(ev.restoreFs ? { restoreFs: ev.restoreFs, ...(paused ? { restore: "unreported" as const } : {}) } : {}) };
+  // A restore the last upgrade still owes (a CheckpointRestore whose pod naming the checkpoint is
+  // not made yet: the Kubernetes driver's Stop-paused sandbox restores on resume) is not dropped
+  // by this one: a Recreate carries it forward (its next pod still restores that checkpoint, and
+  // the driver's pending mark keeps naming it), and a CheckpointRestore with its own snapshot
+  // replaces it, the old snapshot held until this upgrade is done (the agent may still act on the
+  // old mark until it applies this intent). Either way nothing is freed while a mark may name it.
+  const owed = u && restoreOwed(u) ? u.restoreFs : undefined;
+  const restoreFs = ev.restoreFs ?? owed;
+  s.upgrade = {
+    revision: ev.template.revision,
+    attempt: ev.attempt,
+    generation: s.generation,
+    paused,
+    done: false,
+    ...(restoreFs ? { restoreFs, ...(paused ? { restore: "unreported" as const } : {}) } : {}),
+    ...(owed && owed !== restoreFs ? { replaces: owed } : {}),
+  };
+  const holders = { ...(owed && u?.holders?.[owed] ? { [owed]: u.holders[owed] } : {}), ...(ev.restoreFs && ev.holder ? { [ev.restoreFs]: ev.holder } : {}) };
+  if (Object.keys(holders).length) s.upgrade.holders = holders;
   setCondition(s, "Upgrading", "False", "UpgradePod", now);
   if (!paused) setCondition(s, "Ready", "False", "Upgrading", now);
   return ok(s, changed(s, before) ? [sendIntent(s, now), index(s)] : [sendIntent(s, now)]);
@@ -229,7 +248,7 @@ function upgradeDone(s: SandboxState, now: number): void {
 }
 
 /** Where a paused sandbox's restore stands, from a report at the upgrade's generation or later. */
-function restoreSeen(s: SandboxState, obs: Observation): void {
+function restoreSeen(s: SandboxState, obs: Pick<Observation, "generation" | "phase" | "ready" | "reason">): void {
   const u = s.upgrade;
   if (!u?.restore || u.restore === "restored" || obs.generation < u.generation) return;
   if (obs.reason === RESTORE_PENDING) s.upgrade = { ...u, restore: "pending" };
@@ -347,6 +366,10 @@ function ack(s: SandboxState, ev: Extract<SandboxEvent, { type: "ack" }>, now: n
   } else if (ev.result === "applied") {
     // Applied means the agent holds this generation: its observation of it adds nothing new.
     s.observedGeneration = Math.max(s.observedGeneration, ev.generation);
+    // Running ready at this generation (the observation repeating it may never reach this machine:
+    // ClusterDO's router drops it), so a restore owed is done: a driver reports a pending restore
+    // as not ready, which is never acked applied.
+    if (s.desired === "running") restoreSeen(s, { generation: ev.generation, phase: "Running", ready: true });
     if (s.desired === "running") becomeRunning(s, now);
     else if (s.desired === "paused") becomePaused(s, now);
     else return ok(null, [{ kind: "purge" }]);

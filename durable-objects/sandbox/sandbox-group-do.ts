@@ -31,7 +31,8 @@ import { QuotaLink } from "./quota-link.ts";
 import type { Access, Result, SandboxSpec, SandboxState } from "./state.ts";
 import { notify, SlotCache, type Slot } from "./slot-cache.ts";
 import { openSandboxStore, type SandboxStore } from "./store.ts";
-import { opsCandidate, upgradeOutcome, type OpsCandidate, type UpgradeOutcome, type UpgradeRequest } from "./upgrade.ts";
+import { opsCandidate, restoreNeeds, restoresSettled, upgradeOutcome, type OpsCandidate, type UpgradeOutcome, type UpgradeRequest } from "./upgrade.ts";
+import { opsStub } from "../ops/stub.ts";
 import { countInObject } from "../metrics/edge-metrics.ts";
 import { EDGE } from "../metrics/families.ts";
 import { edgeLogger } from "../tracing/edge-log.ts";
@@ -358,7 +359,7 @@ export class SandboxGroupDO extends DurableObject<Env> {
           out[it.id] = { status: "gone" };
           return;
         }
-        const t = await this.apply(it.id, { type: "upgrade", template: it.template, attempt: it.attempt, ...(it.restoreFs ? { restoreFs: it.restoreFs } : {}) }, 0, it.traceparent);
+        const t = await this.apply(it.id, { type: "upgrade", template: it.template, attempt: it.attempt, ...(it.restoreFs ? { restoreFs: it.restoreFs, ...(it.holder ? { holder: it.holder } : {}) } : {}) }, 0, it.traceparent);
         const now = upgradeOutcome(this.slots.find(it.id)?.state ?? null, it.template.revision, it.attempt);
         if (t.ok || now.status !== "waiting") out[it.id] = now;
         else out[it.id] = { status: s.phase === "Failed" ? "failed" : "waiting", message: t.error.message };
@@ -367,14 +368,25 @@ export class SandboxGroupDO extends DurableObject<Env> {
     return out;
   }
 
-  /** Where each upgrade stands, starting none (a deleted run's leftovers ask this). */
-  async upgradeOutcomes(items: Pick<UpgradeRequest, "id" | "teamId" | "template" | "attempt">[]): Promise<Record<string, UpgradeOutcome>> {
-    const out: Record<string, UpgradeOutcome> = {};
-    for (const it of items) {
+  /** Which of these snapshots each sandbox may still need restored (`restoreNeeds`), starting
+   * nothing: the snapshots an ops run holds past its members' upgrades ask this before a delete. */
+  async restoresNeeded(items: { id: string; teamId: string; snapshotId: string }[]): Promise<string[]> {
+    await this.settled();
+    return items.filter((it) => {
       const s = this.slots.find(it.id)?.state ?? null;
-      out[it.id] = !s || s.spec.teamId !== it.teamId ? { status: "gone" } : upgradeOutcome(s, it.template.revision, it.attempt);
+      return s !== null && s.spec.teamId === it.teamId && restoreNeeds(s, it.snapshotId);
+    }).map((it) => it.snapshotId);
+  }
+
+  /** Wakes each ops run holding a snapshot whose restore this change settled (restored on resume,
+   * superseded, the sandbox gone), so it frees the snapshot now rather than at its next look. Best
+   * effort: a lost wake-up is covered by that look (ops/left.ts). */
+  private wakeHolders(before: SandboxState | null, after: SandboxState | null): void {
+    if (!before?.upgrade?.holders) return;
+    for (const { snapshotId, holder } of restoresSettled(before, after)) {
+      const woke = opsStub(this.env, before.spec.teamId, holder).restoreSettled(snapshotId);
+      this.ctx.waitUntil(woke.catch((err: unknown) => console.warn(`sandbox ${before.spec.id}: ops run ${holder} not woken for snapshot ${snapshotId}`, err)));
     }
-    return out;
   }
 
   /** Operators and tests: the full state (phase, conditions, generations, timers). */
@@ -461,6 +473,7 @@ export class SandboxGroupDO extends DurableObject<Env> {
       const unsaved = await this.settled();
       if (unsaved) return { ok: false, error: unsaved };
       notify(slot);
+      this.wakeHolders(before, slot.state);
       const quota = this.quota.follow(before, slot.state, ev.type);
       // A create's index row travels with its intent: ClusterDO commits it, batched with other
       // creates' rows, before it answers. That spares a SandboxIndexDO call per create (~0.8 calls

@@ -109,6 +109,12 @@ export interface SandboxUpgrade {
    * reason RESTORE_PENDING (`pending`: done, the snapshot still needed), or one paused or running
    * ready without it (`restored`). */
   restore?: "unreported" | "pending" | "restored";
+  /** The snapshot of the previous upgrade's restore, still owed when this upgrade (a
+   * CheckpointRestore of its own) replaced it: held until this one is done. */
+  replaces?: string;
+  /** The ops run (its name) holding each of those snapshots, woken when its restore is no longer
+   * owed, so it frees the snapshot without polling for it. */
+  holders?: Record<string, string>;
 }
 
 /** Who asks: sandboxes belong to the team (every key of it), the admin key sees all. */

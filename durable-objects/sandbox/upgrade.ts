@@ -1,7 +1,7 @@
 // What an update ops run (durable-objects/ops/) asks a sandbox group, and what it is answered:
 // the candidates' facts for selection, and each upgrade's progress.
 import type { TemplateSpec } from "../../schema/protocol/index.ts";
-import type { Phase, SandboxState } from "./state.ts";
+import type { Phase, SandboxState, SandboxUpgrade } from "./state.ts";
 
 /** A claimed sandbox as an ops run selects it. */
 export interface OpsCandidate {
@@ -23,6 +23,9 @@ export interface UpgradeRequest {
   attempt: number;
   /** CheckpointRestore: the member's snapshot, whose files it is recreated on. */
   restoreFs?: string;
+  /** The run's name: the group wakes it once that restore is no longer owed (it may hold the
+   * snapshot past its own need, until the sandbox's resume restores it). */
+  holder?: string;
   /** The run's step asking (when traced): the upgrade's intent and the agent's work join its trace. */
   traceparent?: string;
 }
@@ -34,6 +37,8 @@ export interface UpgradeOutcome {
   message?: string;
   /** Succeeded paused, its snapshot still to be restored (when it resumes): keep the snapshot. */
   restorePending?: boolean;
+  /** The snapshot that restore names (an earlier run's, when this upgrade carried it forward). */
+  restoreFs?: string;
 }
 
 export function opsCandidate(s: SandboxState): OpsCandidate {
@@ -47,10 +52,34 @@ export function upgradeOutcome(s: SandboxState | null, revision: string, attempt
   if (!u || u.revision !== revision || u.attempt < attempt) return { status: "waiting" };
   // A paused sandbox's restore: not known until its first report (pending keeps the snapshot).
   if (u.done && u.restore === "unreported") return { status: "updating" };
-  if (u.done) return u.restore === "pending" ? { status: "succeeded", restorePending: true } : { status: "succeeded" };
+  if (u.done) return u.restore === "pending" ? { status: "succeeded", restorePending: true, restoreFs: u.restoreFs } : { status: "succeeded" };
   if (s.phase === "Failed") {
     const c = s.conditions.find((x) => x.type === "Upgrading") ?? s.conditions.find((x) => x.type === "Ready");
     return { status: "failed", message: c?.message ?? c?.reason };
   }
   return { status: "updating" };
+}
+
+/** Whether upgrade `u` still owes the restore of its snapshot: under way (or failed, to be
+ * retried), or done with the restore waiting for the sandbox's resume (or not reported yet). */
+export function restoreOwed(u: SandboxUpgrade): boolean {
+  return Boolean(u.restoreFs) && (!u.done || u.restore === "pending" || u.restore === "unreported");
+}
+
+/** Whether sandbox `s` may still need snapshot `snapshotId` restored: its upgrade owes that restore
+ * (its own, or one carried forward from an earlier upgrade), or replaced a restore of it and is not
+ * done yet (the agent's pending mark may name it until it applies the new one). Whoever holds the
+ * snapshot (UpdateOpsDO's left snapshots) frees it only once this is false. */
+export function restoreNeeds(s: SandboxState | null, snapshotId: string): boolean {
+  const u = s?.upgrade;
+  if (!s || !u || s.phase === "Terminating") return false;
+  if (u.replaces === snapshotId) return !u.done;
+  return u.restoreFs === snapshotId && restoreOwed(u);
+}
+
+/** The holders to wake: each run holding a snapshot `before` needed restored and `after` does not. */
+export function restoresSettled(before: SandboxState | null, after: SandboxState | null): { snapshotId: string; holder: string }[] {
+  return Object.entries(before?.upgrade?.holders ?? {})
+    .filter(([snapshotId]) => restoreNeeds(before, snapshotId) && !restoreNeeds(after, snapshotId))
+    .map(([snapshotId, holder]) => ({ snapshotId, holder }));
 }

@@ -7,6 +7,8 @@
 // A recreate cut off before its new pod (pods refused by a quota, then an agent restart) still gets
 // a pod naming the checkpoint, and only then is the member done. A Stop-paused member is upgraded
 // and stays paused (the run completes); its resume pod names the checkpoint, which is freed after.
+// A later Recreate run of such a member carries the pending restore forward (nothing names a
+// deleted checkpoint).
 // Each step of the run on a sandbox is an Event on its Sandbox too.
 import { CustomObjectsApi, PatchStrategy, setHeaderOptions } from "@kubernetes/client-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -165,6 +167,43 @@ describe("SandboxUpdateOps CheckpointRestore with kubectl", () => {
     }, 60_000);
     await until(`${id}'s Checkpoint deleted`, () => !checkpointOf(id) || undefined, 60_000);
   }, 300_000);
+
+  it("a Recreate run of a Stop-paused member whose CheckpointRestore restore is still pending carries the restore forward: the Sandbox gets the newer template, its mark still names the checkpoint, which is kept; the resume pod names it, then it is deleted", async () => {
+    await withSandboxSet(sys.ns, "cf", { available: 1 });
+    const id = await createIn("cf", "carry");
+    await until("its pod", () => one("pods", id), 60_000);
+    expect((await e2b(`/sandboxes/${id}/pause`, {})).status).toBe(204);
+    await until("its pod gone", () => !one("pods", id), 60_000);
+    await newRevision("cf");
+    kubectlOk(["-n", sys.ns, "apply", "-f", "-"], runYaml("cf", "carry"));
+    expect(await completed("cf")).toMatchObject({ phase: "Completed", updatedReplicas: 1 });
+    const pending = one("sbx", id)!.metadata.annotations?.[PENDING];
+    expect(pending).toMatch(/^ckpt-snap-/);
+
+    // A newer revision, rolled out by a Recreate run while the member is still paused.
+    await newRevision("cf", "python:3.14");
+    kubectlOk(["-n", sys.ns, "apply", "-f", "-"], runYaml("cf-re", "carry").replace("CheckpointRestore", "Recreate"));
+    const re = await completed("cf-re");
+    expect(re, JSON.stringify(re)).toMatchObject({ phase: "Completed", updatedReplicas: 1 });
+    expect(line("cf-re", id)).toMatchObject({ status: "Succeeded", message: expect.stringContaining("carried forward") });
+    const sbx = one("sbx", id)!;
+    expect(sbx.spec!.template!.spec.containers[0]!.image).toBe("python:3.14");
+    expect(sbx.metadata.annotations?.[PENDING]).toBe(pending);
+    expect(one("pods", id)).toBeUndefined();
+    // The checkpoint the mark names is still there (the first run's holder asked, and was told it
+    // is still needed), and the Sandbox still says the restore is pending.
+    await until("the Sandbox shown paused with RestorePending at the new template", () => {
+      const st = one("sbx", id)!.status;
+      return st?.phase === "Paused" && st.conditions?.some((c) => c.type === "RestorePending" && c.status === "True") ? st : undefined;
+    }, 30_000);
+    expect(checkpointOf(id)).toBeDefined();
+    // Resume: the pod is on the newest template and names the kept checkpoint; then it is freed.
+    expect((await e2b(`/sandboxes/${id}/connect`, { timeout: 600 })).status).toBeLessThan(300);
+    await until("its resume pod", () => one("pods", id), 60_000);
+    expect(one("pods", id)!.metadata.annotations?.[RESTORE]).toBe(pending);
+    await until("the pending mark cleared", () => !one("sbx", id)!.metadata.annotations?.[PENDING] || undefined, 60_000);
+    await until(`${id}'s Checkpoint deleted`, () => !checkpointOf(id) || undefined, 60_000);
+  }, 300_000);
 });
 
 const RESTORE = "agents.kruise.io/restore-checkpoint-id";
@@ -175,11 +214,11 @@ async function createIn(template: string, label: string): Promise<string> {
   expect(r.status).toBe(201);
   return ((await r.json()) as { sandboxID: string }).sandboxID;
 }
-/** Moves SandboxSet `name` to python:3.13 and waits until the edge has the new revision. */
-async function newRevision(name: string): Promise<void> {
+/** Moves SandboxSet `name` to `image` and waits until the edge has the new revision. */
+async function newRevision(name: string, image = "python:3.13"): Promise<void> {
   const revision = async () => ((await (await fetch(`${sys.edge.url}/admin/teams/${sys.ns}/templates/${name}`, { headers: { "x-api-key": sys.edge.adminKey } })).json()) as { revision: string }).revision;
   const before = await revision();
-  await withSandboxSet(sys.ns, name, { image: "python:3.13" });
+  await withSandboxSet(sys.ns, name, { image });
   await until("the new revision on the edge", async () => (await revision()) !== before, 30_000);
 }
 const runYaml = (name: string, label: string) =>

@@ -92,6 +92,8 @@ export interface ScriptedAgentOptions {
   hold?: (intent: Intent) => boolean;
   /** Why the snapshot an intent asks for is not taken (carried by its ack); default: taken. */
   failSnapshot?: (intent: Intent) => { reason: string; message: string } | undefined;
+  /** The reason its observations of a sandbox carry (e.g. RestorePending); default none. */
+  reason?: (intent: Intent) => string | undefined;
 }
 
 /** What the scripted agent pretends runs on its cluster. */
@@ -127,7 +129,7 @@ export class ScriptedAgent {
   welcome: Welcome | null = null;
   closed: { code: number; reason?: string } | null = null;
   private ws: SocketLike | null = null;
-  private readonly opts: Required<Omit<ScriptedAgentOptions, "inventory" | "networkRules">> & Pick<ScriptedAgentOptions, "networkRules">;
+  private readonly opts: Required<Omit<ScriptedAgentOptions, "inventory" | "networkRules" | "reason">> & Pick<ScriptedAgentOptions, "networkRules" | "reason">;
   private inventory: ObservationInput[] | undefined;
   private acks: AckItem[] = [];
   private observations: ObservationInput[] = [];
@@ -153,6 +155,7 @@ export class ScriptedAgent {
       builder: opts.builder ?? false,
       networkRules: opts.networkRules,
       failSnapshot: opts.failSnapshot ?? (() => undefined),
+      reason: opts.reason,
     };
     this.inventory = opts.inventory;
   }
@@ -352,6 +355,7 @@ export class ScriptedAgent {
       endpoint: s.phase === "Running" || s.phase === "Paused" ? this.opts.endpoint(id) : null,
       revision: s.intent.template?.revision,
       observedAt: Date.now(),
+      ...(this.opts.reason?.(s.intent) ? { reason: this.opts.reason(s.intent) } : {}),
     };
   }
 

@@ -2,13 +2,15 @@
 // each upgrade until the test releases it: batches never exceed maxUnavailable (a failed sandbox
 // counted), a failure fails that sandbox, resume retries it, a paused sandbox is upgraded and
 // stays paused, a sandbox outside the selector is left alone, and each upgrade is sent once.
-import { runInDurableObject } from "cloudflare:test";
+import { runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
 import type { Env } from "../../durable-objects/env.ts";
 import type { SandboxGroupDO } from "../../durable-objects/sandbox/sandbox-group-do.ts";
 import { openSandboxStore } from "../../durable-objects/sandbox/store.ts";
 import { sandboxGroupStub } from "../../durable-objects/sandbox/stub.ts";
+import { opsStub } from "../../durable-objects/ops/stub.ts";
+import { OpsStore } from "../../durable-objects/ops/store.ts";
 import type { Intent } from "../../schema/protocol/index.ts";
 import { waitFor } from "../support/wait-for.ts";
 import { call, createTeam, expectError, expectStatus, startAgent, unique } from "./helpers.ts";
@@ -203,6 +205,66 @@ describe("update ops through the admin API", () => {
     // The upgrade ends: nothing needs the snapshot any more, and it goes without the run.
     agent.release(id);
     await waitFor(async () => !(await listed()).includes(restoring), { what: "the left snapshot freed after its upgrade" });
+    agent.disconnect();
+  });
+
+  it("CheckpointRestore then Recreate of a paused sandbox whose restore waits for its resume: the Recreate carries the pending restore forward, the snapshot is kept (not deleted while the restore still names it), and freed once the resume has restored it", async () => {
+    const team = await createTeam(unique("ops-carry"));
+    const tplPath = `/admin/teams/${team.name}/templates/${team.template}`;
+    // The agent plays the Kubernetes driver's Stop pause: a recreate naming a snapshot while paused
+    // leaves the restore pending (reported RestorePending) until a running intent's pod names it.
+    const pending = new Map<string, string>();
+    const agent = await startAgent(team.cluster, {
+      reason: (i) => {
+        if (i.restoreFs && i.desired.state === "paused") pending.set(i.sandboxId, i.restoreFs.id);
+        if (i.desired.state === "running") pending.delete(i.sandboxId);
+        return pending.has(i.sandboxId) ? "RestorePending" : undefined;
+      },
+    });
+    const id: string = (await expectStatus(call("/sandboxes", { key: team.key, body: { templateID: team.template, timeout: 600 } }), 201)).sandboxID;
+    await expectStatus(call(`/sandboxes/${id}/pause`, { key: team.key, body: {} }), 204);
+    const teamId = (await sandboxGroupStub(env as unknown as Env, id).inspect(id))!.spec.teamId;
+    const listed = async () => ((await expectStatus(call("/snapshots", { key: team.key }), 200)) as { snapshotID: string }[]).map((x) => x.snapshotID.split(":")[0]);
+    const ended = (name: string) =>
+      waitFor(async () => {
+        const st = await expectStatus(call(`/admin/teams/${team.name}/updateops/${name}`), 200);
+        return ["Completed", "Failed"].includes(st.phase) ? st : undefined;
+      }, { what: `run ${name} to end`, timeoutMs: 60_000 });
+
+    await expectStatus(call(tplPath, { method: "PUT", body: { spec: { cluster: team.cluster, image: "base-v2" } } }), 200);
+    await expectStatus(call(`/admin/teams/${team.name}/updateops`, { body: { name: "ck", selector: {}, stateFilter: { states: ["Paused"] }, updateStrategy: { type: "CheckpointRestore" } } }), 201);
+    expect(await ended("ck")).toMatchObject({ phase: "Completed", updatedReplicas: 1, sandboxes: [{ id, status: "Succeeded", message: expect.stringContaining("when it resumes") }] });
+    const snap = pending.get(id)!;
+    expect(await listed()).toContain(snap);
+
+    // A Recreate run of a newer revision while it is still paused, the restore still pending.
+    const rev3: string = (await expectStatus(call(tplPath, { method: "PUT", body: { spec: { cluster: team.cluster, image: "base-v3" } } }), 200)).revision;
+    await expectStatus(call(`/admin/teams/${team.name}/updateops`, { body: { name: "re", selector: {}, stateFilter: { states: ["Paused"] } } }), 201);
+    const re = await ended("re");
+    expect(re).toMatchObject({ phase: "Completed", updatedReplicas: 1, sandboxes: [{ id, status: "Succeeded", message: expect.stringContaining(`pending restore of checkpoint snapshot ${snap} is carried forward`) }] });
+    // Its upgrade still names the snapshot: the driver's pending mark keeps naming it.
+    expect(agent.received.map((r) => r.intent).find((i) => i.sandboxId === id && i.template?.revision === rev3)).toMatchObject({ desired: { state: "paused" }, restoreFs: { id: snap } });
+    expect(pending.get(id)).toBe(snap);
+    // The run holding the snapshot looks at it now (made due, its alarm run): still needed, kept.
+    const holder = opsStub(env as unknown as Env, teamId, "ck");
+    await runInDurableObject(holder, (_i, state) => {
+      const store = new OpsStore(state.storage.sql);
+      for (const l of store.leftSnapshots()) store.leaveSnapshot({ ...l, nextAt: 0 });
+    });
+    await runDurableObjectAlarm(holder);
+    expect(await listed()).toContain(snap);
+    const held = await runInDurableObject(holder, (_i, state) => new OpsStore(state.storage.sql).leftSnapshots().map((l) => l.upgrade.restoreFs));
+    expect(held).toEqual([snap]);
+
+    // Resumed: the running intent's pod restores it; the group wakes the holder, which frees it
+    // at once (its next look of its own is put an hour off: only the wake-up can free it in time).
+    await runInDurableObject(holder, (_i, state) => {
+      const store = new OpsStore(state.storage.sql);
+      for (const l of store.leftSnapshots()) store.leaveSnapshot({ ...l, nextAt: Date.now() + 3_600_000 });
+    });
+    await expectStatus(call(`/sandboxes/${id}/connect`, { key: team.key, body: { timeout: 300 } }), 201);
+    expect(agent.sandboxes.get(id)!.intent).toMatchObject({ desired: { state: "running" }, template: { revision: rev3 } });
+    await waitFor(async () => !(await listed()).includes(snap), { what: "the snapshot freed after the restore" });
     agent.disconnect();
   });
 

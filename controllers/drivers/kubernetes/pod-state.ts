@@ -2,7 +2,7 @@
 // and the Sandbox status the agent writes back. Kept free of I/O so the mapping is table-testable.
 import type { V1ContainerStatus, V1Pod } from "@kubernetes/client-node";
 import { RUNTIME_CONTAINER } from "../../../schema/crd/labels.ts";
-import { PausedReason, ReadyReason, SandboxConditionType, setCondition, type Condition, type SandboxPhase } from "../../../schema/crd/conditions.ts";
+import { PausedReason, ReadyReason, RESTORE_PENDING, SandboxConditionType, setCondition, type Condition, type SandboxPhase } from "../../../schema/crd/conditions.ts";
 import type { SandboxPhase as DriverPhase } from "../driver.ts";
 
 const PULL_ERRORS = new Set(["ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull", "RegistryUnavailable"]);
@@ -65,6 +65,17 @@ export function sandboxState(f: SandboxFacts): SandboxState {
   const r = podReadiness(pod);
   if (r.ready) return { driverPhase: "Running", crPhase: "Running", ...r };
   return { driverPhase: "Pending", crPhase: "Pending", ...r };
+}
+
+/** The state with a CheckpointRestore recreate's pod naming the checkpoint not made yet
+ * (`restoring`: the checkpoint the Sandbox's mark names). Running: not done until that pod exists
+ * (Pending, not ready). Paused: upgraded and paused, as asked (a Stop-paused sandbox's resume pod
+ * names it), so its phase stays the paused one and the agent counts it converged (no requeue while
+ * it rests paused); the reason tells the edge to keep the snapshot until a report without it. */
+export function withPendingRestore(state: SandboxState, paused: boolean, restoring: string | undefined): SandboxState {
+  if (!restoring) return state;
+  const message = `the next pod restores checkpoint ${restoring}${paused ? " (made when the sandbox resumes)" : ""}`;
+  return paused ? { ...state, reason: RESTORE_PENDING as ReadyReason, message } : { ...state, driverPhase: "Pending", ready: false, reason: RESTORE_PENDING as ReadyReason, message };
 }
 
 /** The runtime container's status (a regular container, or an init container run as a sidecar). */

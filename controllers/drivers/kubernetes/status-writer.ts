@@ -10,7 +10,7 @@ import { mergePatch, PLURAL, postEvent, stableJson, tolerate } from "./kube-api.
 import type { NamespaceScope } from "./namespace-scope.ts";
 import type { KubeSandboxObservation, SandboxObject } from "./objects.ts";
 import { runtimeUrl } from "./pod-spec.ts";
-import { runtimeContainer, runtimeHealth, sandboxState, sandboxStatus, type SandboxFacts, type SandboxStatus } from "./pod-state.ts";
+import { runtimeContainer, runtimeHealth, sandboxState, sandboxStatus, withPendingRestore, type SandboxFacts, type SandboxStatus } from "./pod-state.ts";
 
 export class StatusWriter {
   readonly #ctx: DriverContext;
@@ -52,15 +52,7 @@ export class StatusWriter {
       return { id, generation: 0, phase: "Failed", level: "kubernetes", createdAt: pod!.metadata?.creationTimestamp?.toString() ?? "", enforced, ready: false, message: "pod without a Sandbox (orphan)" };
     }
     const facts = this.facts(sbx, id);
-    const state = sandboxState(facts);
-    // A CheckpointRestore recreate whose pod naming the checkpoint is not made yet. Running: not
-    // done until that pod exists. Stop-paused: upgraded and paused, as asked (its resume pod names
-    // it); the reason tells the edge to keep the snapshot until a report without it.
-    const restoring = sbx.metadata?.annotations?.[RESTORE_PENDING_ANNOTATION];
-    if (restoring) {
-      const message = `the next pod restores checkpoint ${restoring}${facts.paused ? " (made when the sandbox resumes)" : ""}`;
-      Object.assign(state, facts.paused ? { reason: RESTORE_PENDING, message } : { driverPhase: "Pending", ready: false, reason: RESTORE_PENDING, message });
-    }
+    const state = withPendingRestore(sandboxState(facts), facts.paused, sbx.metadata?.annotations?.[RESTORE_PENDING_ANNOTATION]);
     return {
       id,
       generation: Math.max(Number(sbx.metadata?.annotations?.[ANNOTATION.generation] ?? 0), deferredGeneration),

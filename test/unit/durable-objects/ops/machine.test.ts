@@ -213,4 +213,12 @@ describe("update ops machine", () => {
     s = step(s, { type: "resume" });
     expect(hookDue(m(b!.id), "pre")).toBe(true);
   });
+  it("Recreate of a member whose earlier CheckpointRestore restore is still pending: it counts upgraded, holds no snapshot of its own, and its line says the pending restore is carried forward", () => {
+    let s = run({ selector: {}, stateFilter: { states: ["Paused"] }, updateStrategy: { type: "Recreate", maxUnavailable: 1 } }, sandboxes(1, { phase: "Paused" }));
+    const [a] = inFlight(s);
+    s = step(s, { type: "progress", outcomes: { [a!.id]: { status: "succeeded", restorePending: true, restoreFs: "snap-old" } } });
+    expect(s.phase).toBe("Completed");
+    expect(s.members[0]).toMatchObject({ status: "Succeeded", message: expect.stringContaining("pending restore of checkpoint snapshot snap-old is carried forward") });
+    expect(heldSnapshots(s)).toEqual([]);
+  });
 });

@@ -5,12 +5,13 @@ import { describe, expect, it } from "vitest";
 import { transition } from "../../../../durable-objects/sandbox/machine.ts";
 import type { SandboxEvent } from "../../../../durable-objects/sandbox/events.ts";
 import type { SandboxState } from "../../../../durable-objects/sandbox/state.ts";
-import { upgradeOutcome } from "../../../../durable-objects/sandbox/upgrade.ts";
+import { restoreNeeds, restoresSettled, upgradeOutcome } from "../../../../durable-objects/sandbox/upgrade.ts";
 import type { Observation, TemplateSpec } from "../../../../schema/protocol/index.ts";
 
 const T0 = 1_800_000_000_000;
 const r1: TemplateSpec = { id: "base", revision: "r1", image: "base", user: "user", workdir: "/home/user", resources: { cpuCount: 1, memoryMB: 512 } };
 const r2: TemplateSpec = { ...r1, revision: "r2" };
+const r3: TemplateSpec = { ...r1, revision: "r3" };
 
 function running(): SandboxState {
   const spec = {
@@ -65,7 +66,7 @@ describe("sandbox upgrade", () => {
     const reported = transition(t, pending, T0 + 2).state!;
     const done = transition(reported, { type: "ack", generation: 4, result: "applied" }, T0 + 3).state!;
     expect(done.phase).toBe("Paused");
-    expect(upgradeOutcome(done, "r2", 1)).toEqual({ status: "succeeded", restorePending: true });
+    expect(upgradeOutcome(done, "r2", 1)).toEqual({ status: "succeeded", restorePending: true, restoreFs: "snap-1" });
     // Acked before its report (the agent sends acks first): not done until the report says.
     const acked = transition(t, { type: "ack", generation: 4, result: "applied" }, T0 + 2).state!;
     expect(upgradeOutcome(acked, "r2", 1)).toEqual({ status: "updating" });
@@ -93,5 +94,54 @@ describe("sandbox upgrade", () => {
     expect(transition(pausing, up(r2), T0 + 1).result).toMatchObject({ ok: false });
     expect(upgradeOutcome(pausing, "r2", 1).status).toBe("waiting");
     expect(upgradeOutcome(null, "r2", 1).status).toBe("gone");
+  });
+  it("a later upgrade of a paused sandbox whose restore is pending carries the restore forward: the snapshot stays needed, its intent still names it, and it is freed only after the resume restores it", () => {
+    const paused = transition(transition(running(), { type: "pause" }, T0).state, { type: "ack", generation: 3, result: "applied" }, T0).state!;
+    const a = transition(paused, { ...up(r2), restoreFs: "snap-1", holder: "ck" } as SandboxEvent, T0 + 1).state!;
+    const pendingAt = (generation: number): SandboxEvent => ({ type: "observe", obs: { sandboxId: "abc" as Observation["sandboxId"], generation, phase: "Paused", ready: false, endpoint: null, observedAt: T0, reason: "RestorePending" } });
+    const kept = transition(transition(a, pendingAt(4), T0 + 2).state, { type: "ack", generation: 4, result: "applied" }, T0 + 3).state!;
+    expect(restoreNeeds(kept, "snap-1")).toBe(true);
+    // A Recreate run (no snapshot of its own) upgrades it again while the restore is pending.
+    const b = transition(kept, up(r3), T0 + 4);
+    expect(b.effects[0]).toMatchObject({ kind: "intent", intent: { desired: { state: "paused" }, template: { revision: "r3" }, restoreFs: { id: "snap-1" } } });
+    expect(restoreNeeds(b.state, "snap-1")).toBe(true);
+    expect(restoresSettled(kept, b.state)).toEqual([]);
+    const bDone = transition(transition(b.state, pendingAt(5), T0 + 5).state, { type: "ack", generation: 5, result: "applied" }, T0 + 6).state!;
+    expect(upgradeOutcome(bDone, "r3", 1)).toEqual({ status: "succeeded", restorePending: true, restoreFs: "snap-1" });
+    expect(restoreNeeds(bDone, "snap-1")).toBe(true);
+    // Resumed: its pod names the checkpoint, it runs ready; only now is the snapshot free, and the
+    // run holding it is woken.
+    const resuming = transition(bDone, { type: "connect", timeoutS: 300 } as SandboxEvent, T0 + 7).state!;
+    expect(restoreNeeds(resuming, "snap-1")).toBe(true);
+    const restored = transition(resuming, observe("Running", resuming.generation), T0 + 8).state!;
+    expect(restoreNeeds(restored, "snap-1")).toBe(false);
+    expect(restoresSettled(resuming, restored)).toEqual([{ snapshotId: "snap-1", holder: "ck" }]);
+    // The agent's applied ack of the resume says as much (ClusterDO drops the observation repeating it).
+    const acked = transition(resuming, { type: "ack", generation: resuming.generation, result: "applied" }, T0 + 8).state!;
+    expect(restoreNeeds(acked, "snap-1")).toBe(false);
+  });
+
+  it("a later CheckpointRestore of a restore-pending sandbox replaces the pending restore; the old snapshot is needed until the new upgrade is done", () => {
+    const paused = transition(transition(running(), { type: "pause" }, T0).state, { type: "ack", generation: 3, result: "applied" }, T0).state!;
+    const pending: SandboxEvent = { type: "observe", obs: { sandboxId: "abc" as Observation["sandboxId"], generation: 4, phase: "Paused", ready: false, endpoint: null, observedAt: T0, reason: "RestorePending" } };
+    const kept = transition(transition(transition(paused, { ...up(r2), restoreFs: "snap-1", holder: "a" } as SandboxEvent, T0 + 1).state, pending, T0 + 2).state, { type: "ack", generation: 4, result: "applied" }, T0 + 3).state!;
+    const b = transition(kept, { ...up(r3), restoreFs: "snap-2", holder: "b" } as SandboxEvent, T0 + 4);
+    expect(b.effects[0]).toMatchObject({ kind: "intent", intent: { restoreFs: { id: "snap-2" } } });
+    expect(restoreNeeds(b.state, "snap-1")).toBe(true);
+    expect(restoreNeeds(b.state, "snap-2")).toBe(true);
+    const done = transition(transition(b.state, { ...pending, obs: { ...(pending as Extract<SandboxEvent, { type: "observe" }>).obs, generation: 5 } }, T0 + 5).state, { type: "ack", generation: 5, result: "applied" }, T0 + 6).state!;
+    expect(restoreNeeds(done, "snap-1")).toBe(false);
+    expect(restoresSettled(b.state, done)).toEqual([{ snapshotId: "snap-1", holder: "a" }]);
+    expect(restoreNeeds(done, "snap-2")).toBe(true);
+  });
+
+  it("a restore already done is not carried: a later upgrade names no snapshot", () => {
+    const paused = transition(transition(running(), { type: "pause" }, T0).state, { type: "ack", generation: 3, result: "applied" }, T0).state!;
+    const a = transition(paused, { ...up(r2), restoreFs: "snap-1" } as SandboxEvent, T0 + 1).state!;
+    const restored = transition(transition(a, observe("Paused", 4, false), T0 + 2).state, { type: "ack", generation: 4, result: "applied" }, T0 + 3).state!;
+    expect(restoreNeeds(restored, "snap-1")).toBe(false);
+    const b = transition(restored, up(r3), T0 + 4);
+    expect(b.effects[0]).toMatchObject({ kind: "intent" });
+    expect((b.effects[0] as { intent: { restoreFs?: unknown } }).intent.restoreFs).toBeUndefined();
   });
 });
