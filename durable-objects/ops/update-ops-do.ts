@@ -16,7 +16,7 @@ import type { TemplateSpec } from "../../schema/protocol/index.ts";
 import { protocolTemplate } from "../pool/member-intent.ts";
 import { sandboxGroupOf, sandboxGroupStub } from "../sandbox/stub.ts";
 import type { OpsCandidate, UpgradeOutcome, UpgradeRequest } from "../sandbox/upgrade.ts";
-import type { Result } from "../sandbox/state.ts";
+import type { Result, SandboxNote } from "../sandbox/state.ts";
 import { getDb } from "../store/db.ts";
 import { listLiveIdsOfTeam } from "../store/sandbox-index.ts";
 import { resolveTemplate } from "../store/templates.ts";
@@ -29,6 +29,8 @@ import type { Caller } from "../env.ts";
 import { OpsStore, type LeftSnapshot, type Stored } from "./store.ts";
 import { deleteFailed, leftDue, nextLeftAt, stillNeeded, woken } from "./left.ts";
 import { annotateSpan, currentTraceparent, edgeSpan, flushEdgeTraces } from "../tracing/edge-tracing.ts";
+
+const HOOK_REASONS = new Set(["PreUpgradeHook", "PostUpgradeHook"]);
 
 /** How often a run in flight asks its sandboxes' groups. */
 const POLL_MS = 500;
@@ -388,9 +390,41 @@ export class UpdateOpsDO extends DurableObject<Env> {
   }
 
   private save(run: Stored): void {
+    const before = new Set(this.run?.state.events ?? []);
     this.store.save(run);
     this.run = run;
     this.writeSummary(run.state);
+    // An upgrade hook's run is recorded on the sandbox by the hook itself (recordHook): not twice.
+    this.recordOnSandboxes(run.state.events.filter((e) => e.sandboxId && !before.has(e) && !HOOK_REASONS.has(e.reason)));
+  }
+
+  private eventWrites: Promise<void> = Promise.resolve();
+
+  /**
+   * Each new run event naming a sandbox is also kept on that sandbox's own event list (its group's
+   * `recordEvents`), so a team without Kubernetes sees the run's steps per sandbox (admin API,
+   * console timeline) as `kubectl describe sbx` shows them on Kubernetes. In order, beside the
+   * run; best effort: a failed write is logged, the run's own events keep every step.
+   */
+  private recordOnSandboxes(events: OpsState["events"]): void {
+    if (!events.length) return;
+    const { teamId, name } = this.run!.state;
+    const source = `SandboxUpdateOps ${name}`;
+    const byGroup = new Map<string, { id: string; teamId: string; notes: SandboxNote[] }[]>();
+    for (const e of events) {
+      const id = e.sandboxId!;
+      const items = byGroup.get(sandboxGroupOf(id)) ?? [];
+      const item = items.find((x) => x.id === id) ?? (items.push({ id, teamId, notes: [] }), items.at(-1)!);
+      item.notes.push({ at: e.at, type: e.type, reason: e.reason, message: e.message, source });
+      byGroup.set(sandboxGroupOf(id), items);
+    }
+    this.eventWrites = this.eventWrites.then(() =>
+      Promise.all([...byGroup.values()].map((items) => sandboxGroupStub(this.env, items[0]!.id).recordEvents(items))).then(
+        () => undefined,
+        (err: unknown) => console.warn(`update ops ${name}: events not recorded on their sandboxes`, err),
+      ),
+    );
+    this.ctx.waitUntil(this.eventWrites);
   }
 
   /** The summary last written to the run's libSQL row ("" none yet). */

@@ -1,7 +1,7 @@
 // Inputs of the sandbox machine: client commands (already authorised by the shell), agent
 // observations and acks, and the alarm.
 import type { AckResult, Endpoint, Observation, PauseStrategy, TemplateSpec } from "../../schema/protocol/index.ts";
-import type { Condition, HookConditionType, SandboxSpec } from "./state.ts";
+import type { Condition, HookConditionType, SandboxNote, SandboxSpec } from "./state.ts";
 import type { Lifecycle } from "../../schema/api/hooks.ts";
 import type { TransformRules } from "../../schema/egress/transforms.ts";
 
@@ -39,5 +39,8 @@ export type SandboxEvent =
   | { type: "alarm" }
   /** A lifecycle hook ran (hooks/run-hook.ts): its condition, replacing the last run's. */
   | { type: "hook"; condition: Omit<Condition, "lastTransitionTime"> & { type: HookConditionType } }
+  /** Steps another object took on it (an update ops run's): kept on its event list, whatever its
+   * phase (a failed upgrade's step is recorded on the failed sandbox). */
+  | { type: "record"; notes: SandboxNote[] }
   /** Its own lifecycle hooks replaced (`{}`: none). */
   | { type: "hooks"; hooks: Lifecycle };

@@ -32,7 +32,9 @@ import {
   type ConditionType,
   type Phase,
   type Result,
+  type SandboxNote,
   type SandboxState,
+  MAX_SANDBOX_EVENTS,
 } from "./state.ts";
 
 /** How long a killed sandbox is remembered without the agent confirming its deletion. */
@@ -59,6 +61,10 @@ export function transition(current: SandboxState | null, ev: SandboxEvent, now: 
       return s ? unlessUnchanged(current, alarm(s, now)) : ok(null, []);
     case "upgrade":
       return s && s.phase !== "Terminating" ? upgrade(current!, s, ev, now) : refuse(s, ErrorCode.sandboxNotFound, sandboxNotFoundMessage(current?.spec.id ?? ""));
+    case "record":
+      if (!s || s.phase === "Terminating" || ev.notes.length === 0) return ok(current, []);
+      note(s, ...ev.notes);
+      return ok(s, []);
     case "abandon":
       // The row stays, as a kill whose delete intent the alarm delivers until ClusterDO takes it
       // (ClusterDO may have taken the create before its answer was lost).
@@ -86,6 +92,8 @@ export function transition(current: SandboxState | null, ev: SandboxEvent, now: 
       return updateNetwork(s, ev, now);
     case "hook":
       setCondition(s, ev.condition.type, ev.condition.status, ev.condition.reason, now, ev.condition.message);
+      // Each run is a step on the list too (the condition keeps only the last one).
+      note(s, { at: now, type: ev.condition.status === "True" ? "Normal" : "Warning", reason: ev.condition.type, message: `${ev.condition.reason}${ev.condition.message ? `: ${ev.condition.message}` : ""}`, source: "lifecycle hook" });
       return ok(s, []);
     case "hooks": {
       const { hooks: _old, ...rest } = s.spec;
@@ -97,6 +105,11 @@ export function transition(current: SandboxState | null, ev: SandboxEvent, now: 
     default:
       return assertNever(ev);
   }
+}
+
+/** Appends steps to the sandbox's event list, the oldest dropped past MAX_SANDBOX_EVENTS. */
+function note(s: SandboxState, ...notes: SandboxNote[]): void {
+  s.events = [...(s.events ?? []), ...notes].slice(-MAX_SANDBOX_EVENTS);
 }
 
 /**

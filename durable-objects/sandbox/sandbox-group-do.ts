@@ -28,7 +28,7 @@ import { INDEX_WRITER_NAME } from "./sandbox-index-do.ts";
 import { dueAt, transition, visibleTo } from "./machine.ts";
 import { counts, type Held } from "../quota/ledger.ts";
 import { QuotaLink } from "./quota-link.ts";
-import type { Access, Result, SandboxSpec, SandboxState } from "./state.ts";
+import type { Access, Result, SandboxNote, SandboxSpec, SandboxState } from "./state.ts";
 import { notify, SlotCache, type Slot } from "./slot-cache.ts";
 import { openSandboxStore, type SandboxStore } from "./store.ts";
 import { opsCandidate, restoreNeeds, restoresSettled, upgradeOutcome, type OpsCandidate, type UpgradeOutcome, type UpgradeRequest } from "./upgrade.ts";
@@ -366,6 +366,15 @@ export class SandboxGroupDO extends DurableObject<Env> {
       }),
     );
     return out;
+  }
+
+  /** Steps an update ops run took on its sandboxes, kept on each one's event list (a sandbox of
+   * another team, or gone, is skipped). */
+  async recordEvents(items: { id: string; teamId: string; notes: SandboxNote[] }[]): Promise<void> {
+    for (const it of items) {
+      if (this.slots.find(it.id)?.state?.spec.teamId !== it.teamId) continue;
+      await this.apply(it.id, { type: "record", notes: it.notes }, 0);
+    }
   }
 
   /** Which of these snapshots each sandbox may still need restored (`restoreNeeds`), starting

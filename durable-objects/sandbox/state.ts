@@ -65,10 +65,27 @@ export interface SandboxSpec {
   hooks?: Lifecycle;
 }
 
+/** One step taken on the sandbox, Kubernetes-Event-like (newest last, bounded MAX_SANDBOX_EVENTS):
+ * an update ops run's steps on it, each lifecycle hook's run. The Kubernetes driver also makes
+ * these Events on the Sandbox object; this list is where a team without Kubernetes sees them
+ * (GET /admin/sandboxes/{id}, the console's timeline). */
+export interface SandboxNote {
+  at: number;
+  type: "Normal" | "Warning";
+  reason: string;
+  message: string;
+  /** Who took the step, e.g. `SandboxUpdateOps roll`, `lifecycle hook`. */
+  source: string;
+}
+
+export const MAX_SANDBOX_EVENTS = 50;
+
 export interface SandboxState {
   spec: SandboxSpec;
   phase: Phase;
   conditions: Condition[];
+  /** Steps taken on it (absent: none yet). */
+  events?: SandboxNote[];
   /** Generation of the newest intent sent; observations of older ones are dropped. */
   generation: number;
   observedGeneration: number;

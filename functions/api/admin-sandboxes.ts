@@ -1,6 +1,7 @@
 // Admin view of one sandbox's machine: GET /admin/sandboxes/{id} → its phase and OpenKruise
 // conditions (Ready, SandboxPaused, the lifecycle hooks' PrePauseHook/PostResumeHook, …), which
-// E2B's sandbox detail has no field for; and, for a sandbox with an auto-pause policy, its probe.
+// E2B's sandbox detail has no field for; for a sandbox with an auto-pause policy, its probe; and
+// its event list (the steps update ops runs and lifecycle hooks took on it).
 import { Hono } from "hono";
 import { sandboxNotFoundMessage } from "../../schema/errors.ts";
 import { SANDBOX_ID_PATTERN } from "../../schema/protocol/ids.ts";
@@ -31,5 +32,9 @@ adminSandboxes.get("/admin/sandboxes/:id", async (c) => {
     },
     // Its own lifecycle hooks (a Sandbox's spec.lifecycle set with kubectl), ahead of the template's.
     lifecycle: st.spec.hooks ?? null,
+    // Steps taken on it, newest last: each update ops run's (upgrade started / succeeded / failed,
+    // hooks, checkpoint taken / kept / deleted) and each lifecycle hook run; on Kubernetes the same
+    // steps are also Events on its Sandbox object.
+    events: (st.events ?? []).map((e) => ({ ...e, at: new Date(e.at).toISOString() })),
   });
 });

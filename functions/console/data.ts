@@ -7,6 +7,7 @@ import type { ClusterStatus } from "../../durable-objects/cluster/rpc.ts";
 import type { AutoscalerStatus, PoolStatus } from "../../durable-objects/pool/rpc.ts";
 import type { QuotaStatus } from "../../durable-objects/quota/team-quota-do.ts";
 import type { SandboxInfo } from "../../durable-objects/sandbox/info.ts";
+import type { SandboxNote } from "../../durable-objects/sandbox/state.ts";
 import type { SandboxLogEntry } from "../../schema/api/sandbox-logs.ts";
 import type { TemplateRecord } from "../../schema/api/template.ts";
 import { getDb } from "../../durable-objects/store/db.ts";
@@ -116,14 +117,16 @@ export interface SandboxDetail {
   info: SandboxInfo;
   /** The agent's entries (phase changes, processes), newest last; null when the agent is away. */
   logs: SandboxLogEntry[] | null;
+  /** Steps taken on it (update ops runs, lifecycle hooks), newest last. */
+  events: SandboxNote[];
 }
 
 export async function sandboxDetail(env: Env, caller: Caller, id: string): Promise<SandboxDetail | null> {
   const access = accessOf(caller);
   const res = await sandboxHandle(env, id).info(access);
   if (!res.ok) return null;
-  const logs = await sandboxLogs(env, id, access, { limit: 200, direction: "backward" });
-  return { info: res.sandbox, logs: logs.ok ? logs.entries.reverse() : null };
+  const [logs, state] = await Promise.all([sandboxLogs(env, id, access, { limit: 200, direction: "backward" }), sandboxHandle(env, id).inspect()]);
+  return { info: res.sandbox, logs: logs.ok ? logs.entries.reverse() : null, events: state?.events ?? [] };
 }
 
 /** The same kill as DELETE /sandboxes/{id}: false when the caller may not see it or it is gone. */

@@ -124,6 +124,9 @@ export function KillButton({ id, csrf }: { id: string; csrf: string }) {
 export function Timeline({ detail }: { detail: SandboxDetail }) {
   const { info, logs } = detail;
   const events: { at: number; what: string }[] = [{ at: info.startedAt, what: "started" }];
+  // Steps taken on it (an update ops run's, each hook run): a team without Kubernetes sees here
+  // what `kubectl describe sbx` lists as Events.
+  for (const e of detail.events) events.push({ at: e.at, what: `[${e.source}] ${e.type === "Warning" ? "Warning " : ""}${e.reason}: ${e.message}` });
   for (const c of info.conditions) events.push({ at: c.lastTransitionTime, what: `${c.type} = ${c.status} (${c.reason})${c.message ? `: ${c.message}` : ""}` });
   for (const e of logs ?? []) {
     const fields = Object.entries(e.fields).map(([k, v]) => `${k}=${v}`).join(" ");

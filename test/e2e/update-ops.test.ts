@@ -121,6 +121,13 @@ describe("update ops on the local driver", () => {
     const events = first.events.map((e: { reason: string; type: string; sandboxId?: string }) => `${e.reason}/${e.type}/${e.sandboxId}`);
     expect(events).toEqual(expect.arrayContaining([`PreUpgradeHook/Normal/${ok.sandboxId}`, `PostUpgradeHook/Normal/${ok.sandboxId}`, `PreUpgradeHook/Warning/${busy.sandboxId}`]));
 
+    // The local driver's sandboxes carry the same steps on their own event list (kube: Events on
+    // the Sandbox): the upgraded one's hook runs and upgrade, the refused one's hook and failure.
+    const stepsOf = async (s: Sandbox) => ((await admin(`/admin/sandboxes/${s.sandboxId}`)).events as { reason: string; type: string; source: string }[]).map((e) => `${e.reason}/${e.type}`);
+    expect(await stepsOf(ok)).toEqual(expect.arrayContaining(["UpgradeStarted/Normal", "PreUpgradeHook/Normal", "PostUpgradeHook/Normal", "UpgradeSucceeded/Normal"]));
+    expect(await stepsOf(busy)).toEqual(expect.arrayContaining(["UpgradeStarted/Normal", "PreUpgradeHook/Warning", "UpgradeFailed/Warning"]));
+    expect(await stepsOf(busy)).not.toContain("UpgradeSucceeded/Normal");
+
     // The job done, resume retries it: its hook passes and the run completes.
     await busy.files.remove("/home/user/busy");
     await admin(`/admin/teams/admin/updateops/${name}/resume`, { body: {} });

@@ -3,7 +3,7 @@
 // counted), a failure fails that sandbox, resume retries it, a paused sandbox is upgraded and
 // stays paused, a sandbox outside the selector is left alone, and each upgrade is sent once.
 import { runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
-import { env } from "cloudflare:workers";
+import { env, exports } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
 import type { Env } from "../../durable-objects/env.ts";
 import type { SandboxGroupDO } from "../../durable-objects/sandbox/sandbox-group-do.ts";
@@ -265,6 +265,43 @@ describe("update ops through the admin API", () => {
     await expectStatus(call(`/sandboxes/${id}/connect`, { key: team.key, body: { timeout: 300 } }), 201);
     expect(agent.sandboxes.get(id)!.intent).toMatchObject({ desired: { state: "running" }, template: { revision: rev3 } });
     await waitFor(async () => !(await listed()).includes(snap), { what: "the snapshot freed after the restore" });
+    agent.disconnect();
+  });
+
+  it("each step a run takes on a sandbox is on that sandbox's own event list (GET /admin/sandboxes/{id}) and its console timeline, as Kubernetes Events are on its Sandbox", async () => {
+    const team = await createTeam(unique("ops-ev"));
+    const tplPath = `/admin/teams/${team.name}/templates/${team.template}`;
+    let bad = "";
+    let rev2 = "";
+    const agent = await startAgent(team.cluster, { reject: (i) => (i.sandboxId === bad && rev2 !== "" && i.template?.revision === rev2 ? "the new image does not start" : undefined) });
+    const good: string = (await expectStatus(call("/sandboxes", { key: team.key, body: { templateID: team.template, timeout: 600 } }), 201)).sandboxID;
+    bad = (await expectStatus(call("/sandboxes", { key: team.key, body: { templateID: team.template, timeout: 600 } }), 201)).sandboxID;
+    rev2 = (await expectStatus(call(tplPath, { method: "PUT", body: { spec: { cluster: team.cluster, image: "base-v2" } } }), 200)).revision;
+    await expectStatus(call(`/admin/teams/${team.name}/updateops`, { body: { name: "ev", selector: {}, updateStrategy: { type: "CheckpointRestore", maxUnavailable: 2 } } }), 201);
+    await waitFor(async () => (await expectStatus(call(`/admin/teams/${team.name}/updateops/ev`), 200)).phase === "Failed" || undefined, { what: "the run to end", timeoutMs: 60_000 });
+    type Note = { at: string; type: string; reason: string; message: string; source: string };
+    const events = async (id: string) => (await expectStatus(call(`/admin/sandboxes/${id}`), 200)).events as Note[];
+    // The upgraded one: started, its checkpoint taken, upgraded, the checkpoint deleted once restored.
+    const ok = await waitFor(async () => {
+      const e = await events(good);
+      return e.some((x) => x.reason === "CheckpointDeleted") ? e : undefined;
+    }, { what: "the good sandbox's steps" });
+    expect(ok.map((e) => e.reason)).toEqual(["UpgradeStarted", "CheckpointTaken", "UpgradeSucceeded", "CheckpointDeleted"]);
+    for (const e of ok) expect(e).toMatchObject({ type: "Normal", source: "SandboxUpdateOps ev", at: expect.stringMatching(/^\d{4}-\d\d-\d\dT/) });
+    expect(ok.find((e) => e.reason === "UpgradeSucceeded")!.message).toContain(rev2);
+    // The failed one: its failure, as a Warning with the agent's message, on its own list only.
+    const failed = await waitFor(async () => {
+      const e = await events(bad);
+      return e.some((x) => x.reason === "UpgradeFailed") ? e : undefined;
+    }, { what: "the bad sandbox's failure" });
+    expect(failed.find((e) => e.reason === "UpgradeFailed")).toMatchObject({ type: "Warning", message: expect.stringContaining("the new image does not start") });
+    expect(failed.some((e) => e.reason === "UpgradeSucceeded")).toBe(false);
+    expect(ok.some((e) => e.reason === "UpgradeFailed")).toBe(false);
+    // The console's timeline of the sandbox lists the same steps.
+    const login = await exports.default.fetch("http://edge.test/console/login", { method: "POST", headers: { "content-type": "application/x-www-form-urlencoded" }, body: new URLSearchParams({ key: team.key }).toString(), redirect: "manual" });
+    const cookie = (login.headers.get("set-cookie") ?? "").split(";")[0]!;
+    const timeline = await (await exports.default.fetch(`http://edge.test/console/sandboxes/${good}`, { headers: { cookie }, redirect: "manual" })).text();
+    for (const reason of ["UpgradeStarted", "CheckpointTaken", "UpgradeSucceeded", "CheckpointDeleted"]) expect(timeline).toContain(`[SandboxUpdateOps ev] ${reason}`);
     agent.disconnect();
   });
 

@@ -4,7 +4,7 @@
 import { describe, expect, it } from "vitest";
 import { transition } from "../../../../durable-objects/sandbox/machine.ts";
 import type { SandboxEvent } from "../../../../durable-objects/sandbox/events.ts";
-import type { SandboxState } from "../../../../durable-objects/sandbox/state.ts";
+import { MAX_SANDBOX_EVENTS, type SandboxState } from "../../../../durable-objects/sandbox/state.ts";
 import { restoreNeeds, restoresSettled, upgradeOutcome } from "../../../../durable-objects/sandbox/upgrade.ts";
 import type { Observation, TemplateSpec } from "../../../../schema/protocol/index.ts";
 
@@ -143,5 +143,24 @@ describe("sandbox upgrade", () => {
     const b = transition(restored, up(r3), T0 + 4);
     expect(b.effects[0]).toMatchObject({ kind: "intent" });
     expect((b.effects[0] as { intent: { restoreFs?: unknown } }).intent.restoreFs).toBeUndefined();
+  });
+});
+
+describe("a sandbox's event list", () => {
+  it("keeps the steps others took on it, newest last and bounded, also on a failed sandbox; each hook run is one too", () => {
+    const s = running();
+    const note = (i: number) => ({ at: T0 + i, type: "Normal" as const, reason: `Step${i}`, message: `step ${i}`, source: "SandboxUpdateOps roll" });
+    const one = transition(s, { type: "record", notes: [note(1)] }, T0 + 1);
+    expect(one.effects).toEqual([]);
+    expect(one.state!.events).toEqual([note(1)]);
+    const many = transition(one.state, { type: "record", notes: Array.from({ length: MAX_SANDBOX_EVENTS + 5 }, (_, i) => note(i + 2)) }, T0 + 2).state!;
+    expect(many.events).toHaveLength(MAX_SANDBOX_EVENTS);
+    expect(many.events!.at(-1)!.reason).toBe(`Step${MAX_SANDBOX_EVENTS + 6}`);
+    const failed = transition(transition(s, up(r2), T0 + 3).state, observe("Failed", 3, false), T0 + 4).state!;
+    expect(failed.phase).toBe("Failed");
+    const warn = { ...note(9), type: "Warning" as const, reason: "UpgradeFailed" };
+    expect(transition(failed, { type: "record", notes: [warn] }, T0 + 5).state!.events).toEqual([warn]);
+    const hooked = transition(s, { type: "hook", condition: { type: "PrePauseHook", status: "False", reason: "ExitCode", message: "exit 3" } }, T0 + 6).state!;
+    expect(hooked.events).toEqual([{ at: T0 + 6, type: "Warning", reason: "PrePauseHook", message: "ExitCode: exit 3", source: "lifecycle hook" }]);
   });
 });
