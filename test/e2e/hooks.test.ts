@@ -82,6 +82,25 @@ describe("lifecycle hooks", () => {
     }
   });
 
+  it("a prePause that outlives its timeoutSeconds fails as Timeout: the pause gets 409, the sandbox keeps running, and the run is a Warning step on its event list", async () => {
+    const slow = `${template}t`;
+    const put = await api(`/admin/teams/admin/templates/${slow}`, { method: "PUT", body: { spec: { replicas: 0, lifecycle: { prePause: { exec: { command: ["sh", "-c", "sleep 30"] }, timeoutSeconds: 1 } } } } });
+    expect(put.status, await put.text()).toBeLessThan(300);
+    const s = await Sandbox.create(slow, e2b());
+    try {
+      const res = await api(`/sandboxes/${s.sandboxId}/pause`, { method: "POST", body: {} });
+      expect(res.status).toBe(409);
+      expect(((await res.json()) as { message: string }).message).toContain("prePause hook failed: did not finish within 1 s");
+      expect(await s.isRunning()).toBe(true);
+      const view = (await (await api(`/admin/sandboxes/${s.sandboxId}`)).json()) as { conditions: { type: string; reason: string }[]; events: { reason: string; type: string; message: string; source: string }[] };
+      expect(view.conditions).toContainEqual(expect.objectContaining({ type: "PrePauseHook", reason: "Timeout" }));
+      expect(view.events).toContainEqual(expect.objectContaining({ reason: "PrePauseHook", type: "Warning", source: "lifecycle hook", message: expect.stringContaining("Timeout") }));
+    } finally {
+      await s.kill().catch(() => false);
+      await api(`/admin/teams/admin/templates/${slow}`, { method: "DELETE" });
+    }
+  });
+
   it("refuses a hook with both exec and http, or neither, with a 400", async () => {
     for (const hook of [{ exec: { command: ["true"] }, http: { port: 8080 } }, { timeoutSeconds: 5 }]) {
       const res = await api(`/admin/teams/admin/templates/${template}`, { method: "PUT", body: { spec: { lifecycle: { prePause: hook } } } });

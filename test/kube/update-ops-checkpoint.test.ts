@@ -132,14 +132,7 @@ describe("SandboxUpdateOps CheckpointRestore with kubectl", () => {
   }, 300_000);
 
   it("a Stop-paused member is upgraded and stays paused: the run completes with the restore pending on the Sandbox (condition RestorePending) and the checkpoint kept; its resume pod names the checkpoint, which is deleted after", async () => {
-    await withSandboxSet(sys.ns, "ps", { available: 1 });
-    const id = await createIn("ps", "paused");
-    await until("its pod", () => one("pods", id), 60_000);
-    expect((await e2b(`/sandboxes/${id}/pause`, {})).status).toBe(204);
-    await until("its pod gone", () => !one("pods", id), 60_000);
-    await newRevision("ps");
-    kubectlOk(["-n", sys.ns, "apply", "-f", "-"], runYaml("ps", "paused"));
-    const done = await completed("ps");
+    const { id, done } = await checkpointStopPaused("ps", "paused");
     expect(done, JSON.stringify(done)).toMatchObject({ phase: "Completed", updatedReplicas: 1 });
     expect(line("ps", id)).toMatchObject({ status: "Succeeded", message: expect.stringContaining("when it resumes") });
     // Upgraded and still paused: the new template, no pod, the restore pending, the checkpoint kept.
@@ -169,14 +162,9 @@ describe("SandboxUpdateOps CheckpointRestore with kubectl", () => {
   }, 300_000);
 
   it("a Recreate run of a Stop-paused member whose CheckpointRestore restore is still pending carries the restore forward: the Sandbox gets the newer template, its mark still names the checkpoint, which is kept; the resume pod names it, then it is deleted", async () => {
-    await withSandboxSet(sys.ns, "cf", { available: 1 });
-    const id = await createIn("cf", "carry");
-    await until("its pod", () => one("pods", id), 60_000);
-    expect((await e2b(`/sandboxes/${id}/pause`, {})).status).toBe(204);
-    await until("its pod gone", () => !one("pods", id), 60_000);
-    await newRevision("cf");
-    kubectlOk(["-n", sys.ns, "apply", "-f", "-"], runYaml("cf", "carry"));
-    expect(await completed("cf")).toMatchObject({ phase: "Completed", updatedReplicas: 1 });
+    const first = await checkpointStopPaused("cf", "carry");
+    const id = first.id;
+    expect(first.done).toMatchObject({ phase: "Completed", updatedReplicas: 1 });
     const pending = one("sbx", id)!.metadata.annotations?.[PENDING];
     expect(pending).toMatch(/^ckpt-snap-/);
 
@@ -220,6 +208,18 @@ async function newRevision(name: string, image = "python:3.13"): Promise<void> {
   const before = await revision();
   await withSandboxSet(sys.ns, name, { image });
   await until("the new revision on the edge", async () => (await revision()) !== before, 30_000);
+}
+/** A sandbox of a new SandboxSet `set` (labelled `label`), Stop-paused, then a CheckpointRestore
+ * run `set` over it to a new revision, until the run ends. */
+async function checkpointStopPaused(set: string, label: string): Promise<{ id: string; done: RunStatus }> {
+  await withSandboxSet(sys.ns, set, { available: 1 });
+  const id = await createIn(set, label);
+  await until("its pod", () => one("pods", id), 60_000);
+  expect((await e2b(`/sandboxes/${id}/pause`, {})).status).toBe(204);
+  await until("its pod gone", () => !one("pods", id), 60_000);
+  await newRevision(set);
+  kubectlOk(["-n", sys.ns, "apply", "-f", "-"], runYaml(set, label));
+  return { id, done: await completed(set) };
 }
 const runYaml = (name: string, label: string) =>
   `apiVersion: agents.kruise.io/v1alpha1\nkind: SandboxUpdateOps\nmetadata: { name: ${name} }\nspec:\n  selector: { matchLabels: { ${label}: "yes" } }\n  stateFilter: { states: [Running, Paused] }\n  updateStrategy: { type: CheckpointRestore, maxUnavailable: 1 }\n`;
