@@ -173,13 +173,14 @@ describe("SandboxUpdateOps CheckpointRestore with kubectl", () => {
     kubectlOk(["-n", sys.ns, "apply", "-f", "-"], runYaml("cf-re", "carry").replace("CheckpointRestore", "Recreate"));
     const re = await completed("cf-re");
     expect(re, JSON.stringify(re)).toMatchObject({ phase: "Completed", updatedReplicas: 1 });
-    expect(line("cf-re", id)).toMatchObject({ status: "Succeeded", message: expect.stringContaining("carried forward") });
     const sbx = one("sbx", id)!;
     expect(sbx.spec!.template!.spec.containers[0]!.image).toBe("python:3.14");
     expect(sbx.metadata.annotations?.[PENDING]).toBe(pending);
     expect(one("pods", id)).toBeUndefined();
     // The checkpoint the mark names is still there (the first run's holder asked, and was told it
-    // is still needed), and the Sandbox still says the restore is pending.
+    // is still needed: before, it was deleted here), and the Sandbox still says the restore is pending.
+    expect(checkpointOf(id)).toBeDefined();
+    expect(line("cf-re", id)).toMatchObject({ status: "Succeeded", message: expect.stringContaining("carried forward") });
     await until("the Sandbox shown paused with RestorePending at the new template", () => {
       const st = one("sbx", id)!.status;
       return st?.phase === "Paused" && st.conditions?.some((c) => c.type === "RestorePending" && c.status === "True") ? st : undefined;
