@@ -62,6 +62,10 @@ export interface OpsState {
   members: OpsMember[];
   conditions: OpsCondition[];
   events: OpsEvent[];
+  /** Events ever added (the list keeps the last MAX_EVENTS): a high-water mark, so a copy of the
+   * run tells which events are new without comparing them (newEvents). Absent on a run stored
+   * before it existed: counted from the list's length. */
+  eventCount?: number;
   createdAt: number;
   updatedAt: number;
   /** CheckpointRestore: snapshots the run no longer needs (their member restored, gone, or
@@ -154,6 +158,16 @@ export function transition(current: OpsState, ev: OpsInput, now: number): OpsSta
 }
 
 /** Members whose group must be asked: started or polled (idempotent either way). */
+/** The events `after` added since `before` (none before: all of them), by the runs' event
+ * counts, so a deep copy (a run loaded back from storage) or equal events at the same instant
+ * are told apart right. At most the last MAX_EVENTS (those still on the list). */
+export function newEvents(before: OpsState | null | undefined, after: OpsState): OpsEvent[] {
+  const added = eventCount(after) - (before ? eventCount(before) : 0);
+  return added > 0 ? after.events.slice(-added) : [];
+}
+
+const eventCount = (s: OpsState) => s.eventCount ?? s.events.length;
+
 export function inFlight(s: OpsState): OpsMember[] {
   return s.members.filter((m) => m.status === "Updating");
 }
@@ -354,6 +368,7 @@ function setProgressing(s: OpsState, status: OpsCondition["status"], reason: str
 }
 
 function event(s: OpsState, at: number, type: OpsEvent["type"], reason: string, message: string, sandboxId?: string): void {
+  s.eventCount = eventCount(s) + 1;
   s.events.push({ at, type, reason, message, ...(sandboxId ? { sandboxId } : {}) });
   if (s.events.length > MAX_EVENTS) s.events.splice(0, s.events.length - MAX_EVENTS);
 }

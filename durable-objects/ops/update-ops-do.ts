@@ -21,7 +21,7 @@ import { getDb } from "../store/db.ts";
 import { listLiveIdsOfTeam } from "../store/sandbox-index.ts";
 import { resolveTemplate } from "../store/templates.ts";
 import { writeOpsRunSummary } from "../store/update-ops-runs.ts";
-import { active, checkpointDue, counts, freeDue, nextFreeAt, restoringMembers, snapshotsFreedOnDelete, hookDue, inFlight, initialState, transition, type OpsInput, type OpsMember, type OpsState } from "./machine.ts";
+import { active, checkpointDue, counts, freeDue, nextFreeAt, restoringMembers, snapshotsFreedOnDelete, hookDue, inFlight, initialState, newEvents, transition, type OpsInput, type OpsMember, type OpsState } from "./machine.ts";
 import type { Hook } from "../../schema/api/hooks.ts";
 import { runUpgradeHook } from "../operations/pause-resume.ts";
 import { createSnapshot, deleteSnapshot } from "../operations/snapshots.ts";
@@ -390,12 +390,12 @@ export class UpdateOpsDO extends DurableObject<Env> {
   }
 
   private save(run: Stored): void {
-    const before = new Set(this.run?.state.events ?? []);
+    const before = this.run?.state;
     this.store.save(run);
     this.run = run;
     this.writeSummary(run.state);
     // An upgrade hook's run is recorded on the sandbox by the hook itself (recordHook): not twice.
-    this.recordOnSandboxes(run.state.events.filter((e) => e.sandboxId && !before.has(e) && !HOOK_REASONS.has(e.reason)));
+    this.recordOnSandboxes(newEvents(before, run.state).filter((e) => e.sandboxId && !HOOK_REASONS.has(e.reason)));
   }
 
   private eventWrites: Promise<void> = Promise.resolve();

@@ -124,9 +124,18 @@ describe("update ops on the local driver", () => {
     // The local driver's sandboxes carry the same steps on their own event list (kube: Events on
     // the Sandbox): the upgraded one's hook runs and upgrade, the refused one's hook and failure.
     const stepsOf = async (s: Sandbox) => ((await admin(`/admin/sandboxes/${s.sandboxId}`)).events as { reason: string; type: string; source: string }[]).map((e) => `${e.reason}/${e.type}`);
-    expect(await stepsOf(ok)).toEqual(expect.arrayContaining(["UpgradeStarted/Normal", "PreUpgradeHook/Normal", "PostUpgradeHook/Normal", "UpgradeSucceeded/Normal"]));
-    expect(await stepsOf(busy)).toEqual(expect.arrayContaining(["UpgradeStarted/Normal", "PreUpgradeHook/Warning", "UpgradeFailed/Warning"]));
-    expect(await stepsOf(busy)).not.toContain("UpgradeSucceeded/Normal");
+    // The run sends them beside its own steps: wait until they have landed.
+    const stepsReach = (s: Sandbox, want: string[]) =>
+      waitFor(
+        async () => {
+          const steps = await stepsOf(s);
+          expect(steps).toEqual(expect.arrayContaining(want));
+          return steps;
+        },
+        { what: `${want.join(", ")} on ${s.sandboxId}'s events`, timeoutMs: 30_000, intervalMs: 200 },
+      );
+    await stepsReach(ok, ["UpgradeStarted/Normal", "PreUpgradeHook/Normal", "PostUpgradeHook/Normal", "UpgradeSucceeded/Normal"]);
+    expect(await stepsReach(busy, ["UpgradeStarted/Normal", "PreUpgradeHook/Warning", "UpgradeFailed/Warning"])).not.toContain("UpgradeSucceeded/Normal");
 
     // The job done, resume retries it: its hook passes and the run completes.
     await busy.files.remove("/home/user/busy");

@@ -1,7 +1,7 @@
 // The update ops machine: selection, batches under maxUnavailable (updating and failed members
 // counted), paused, the end states, resume after failure.
 import { describe, expect, it } from "vitest";
-import { active, checkpointDue, counts, freeDue, heldSnapshots, hookDue, MAX_FREE_ATTEMPTS, nextFreeAt, snapshotsFreedOnDelete, inFlight, initialState, restoredMessage, transition, type OpsInput, type OpsState } from "../../../../durable-objects/ops/machine.ts";
+import { active, checkpointDue, counts, freeDue, heldSnapshots, hookDue, MAX_FREE_ATTEMPTS, nextFreeAt, snapshotsFreedOnDelete, inFlight, initialState, MAX_EVENTS, newEvents, restoredMessage, transition, type OpsInput, type OpsState } from "../../../../durable-objects/ops/machine.ts";
 import { UpdateOpsSpec } from "../../../../schema/api/update-ops.ts";
 import type { OpsCandidate, UpgradeOutcome } from "../../../../durable-objects/sandbox/upgrade.ts";
 
@@ -220,5 +220,27 @@ describe("update ops machine", () => {
     expect(s.phase).toBe("Completed");
     expect(s.members[0]).toMatchObject({ status: "Succeeded", message: expect.stringContaining("pending restore of checkpoint snapshot snap-old is carried forward") });
     expect(heldSnapshots(s)).toEqual([]);
+  });
+
+  it("newEvents: the events a step added, also when the run before it is a copy (stored and loaded, cloned), and past the bound", () => {
+    const selected = run({ selector: {}, updateStrategy: { maxUnavailable: 2 } }, sandboxes(3));
+    const first = newEvents(undefined, selected).map((e) => `${e.reason}/${e.sandboxId ?? ""}`);
+    expect(first.length).toBeGreaterThan(0);
+    const next = outcome(selected, "succeeded");
+    const added = newEvents(selected, next).map((e) => `${e.reason}/${e.sandboxId ?? ""}`);
+    expect(added).toEqual(expect.arrayContaining(["UpgradeSucceeded/s000", "UpgradeSucceeded/s001", "UpgradeStarted/s002"]));
+    // The same step seen from a deep copy of the run before it (a run loaded back from storage):
+    // nothing it already had counts as new.
+    expect(newEvents(structuredClone(selected), next)).toEqual(newEvents(selected, next));
+    expect(newEvents(structuredClone(next), structuredClone(next))).toEqual([]);
+    // A run whose event list is full: the oldest dropped, the new ones still found.
+    let full = run({ selector: {}, updateStrategy: { maxUnavailable: 10 } }, sandboxes(150));
+    while (full.events.length < MAX_EVENTS) full = outcome(full, "succeeded");
+    const after = outcome(full, "succeeded");
+    expect(after.events.length).toBe(MAX_EVENTS);
+    const tail = newEvents(structuredClone(full), after);
+    expect(tail.length).toBeGreaterThan(0);
+    expect(tail).toEqual(after.events.slice(-tail.length));
+    expect(tail.filter((e) => e.reason === "UpgradeSucceeded").map((e) => e.sandboxId)).toEqual(updating(full));
   });
 });
