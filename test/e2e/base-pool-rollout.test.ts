@@ -14,6 +14,7 @@ import { ADMIN_TEAM_NAME } from "../../schema/api/api-key.ts";
 import { RootfsStore } from "../../controllers/drivers/local/rootfs/store.ts";
 import { startSystem, type System } from "../../scripts/lib/system.ts";
 import { putTemplateRootfs } from "../../scripts/seed.ts";
+import { poolSettled, type PoolView } from "./sdk.ts";
 
 const built = new RootfsStore();
 let sys: System;
@@ -21,22 +22,12 @@ let dataDir: string;
 let storeDir: string;
 const opts = () => ({ apiKey: sys.apiKey, apiUrl: sys.apiUrl, sandboxUrl: sys.apiUrl, requestTimeoutMs: 30_000 });
 
-interface Pool {
-  replicas: number;
-  available: number;
-  updateRevision: string | null;
-  currentRevision: string | null;
-  updatedAvailableReplicas: number;
-}
-
-async function base(): Promise<{ revision: string; spec: { rootfsId?: string }; pool: Pool }> {
+async function base(): Promise<{ revision: string; spec: { rootfsId?: string }; pool: PoolView }> {
   const res = await fetch(`${sys.apiUrl}/admin/teams/${ADMIN_TEAM_NAME}/templates/base`, { headers: { "x-api-key": sys.apiKey } });
   expect(res.status).toBe(200);
-  return (await res.json()) as { revision: string; spec: { rootfsId?: string }; pool: Pool };
+  return (await res.json()) as { revision: string; spec: { rootfsId?: string }; pool: PoolView };
 }
 
-/** Every unclaimed member is ready and of the template's current revision. */
-const settled = (p: Pool) => p.available === p.replicas && p.currentRevision === p.updateRevision && p.updatedAvailableReplicas === p.replicas;
 
 /** Which `/` the sandbox sees: base has python-is-python3, the host has no `python`. */
 async function view(sbx: Sandbox): Promise<string> {
@@ -59,7 +50,7 @@ describe("the base pool once its root filesystem is built", { timeout: 240_000 }
   it("unclaimed members made on the host's view are replaced; a new claim gets the root filesystem; one claimed before keeps running", async () => {
     const layers = built.template("base")?.layers;
     expect(layers, `base is built by the tier's global setup in ${built.root}`).toBeDefined();
-    await expect.poll(async () => settled((await base()).pool), { timeout: 60_000, interval: 250 }).toBe(true);
+    await expect.poll(async () => poolSettled((await base()).pool), { timeout: 60_000, interval: 250 }).toBe(true);
     const before = await base();
     expect(before.spec.rootfsId).toBeUndefined();
 
@@ -78,7 +69,7 @@ describe("the base pool once its root filesystem is built", { timeout: 240_000 }
       expect(after.spec.rootfsId).toBe(rootfsId);
       expect(after.revision).not.toBe(before.revision);
       expect(after.pool.replicas).toBe(2);
-      await expect.poll(async () => settled((await base()).pool), { timeout: 120_000, interval: 250 }).toBe(true);
+      await expect.poll(async () => poolSettled((await base()).pool), { timeout: 120_000, interval: 250 }).toBe(true);
 
       const late = await Sandbox.create(opts());
       try {

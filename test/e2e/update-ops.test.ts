@@ -3,25 +3,13 @@
 // processes are gone) on the same files; a paused one is upgraded paused,
 // keeps its files and runs the new version when resumed; one outside the selector is untouched.
 import { Sandbox } from "e2b";
-import { afterAll, describe, expect, inject, it } from "vitest";
+import { afterAll, describe, expect, it } from "vitest";
 import { waitFor } from "../support/wait-for.ts";
-import { e2b, uniqueTag } from "./sdk.ts";
+import { admin, e2b, uniqueTag } from "./sdk.ts";
 
 const tag = uniqueTag();
 const template = `ops${tag}`;
 const made: Sandbox[] = [];
-
-async function admin(path: string, init: { method?: string; body?: unknown } = {}): Promise<any> {
-  const { apiUrl, apiKey } = inject("e2b");
-  const res = await fetch(new URL(path, apiUrl), {
-    method: init.method ?? (init.body === undefined ? "GET" : "POST"),
-    headers: { "content-type": "application/json", "x-api-key": apiKey },
-    body: init.body === undefined ? undefined : JSON.stringify(init.body),
-  });
-  const text = await res.text();
-  expect(res.status, text).toBeLessThan(300);
-  return text ? JSON.parse(text) : null;
-}
 
 afterAll(async () => {
   await Promise.all(made.map((s) => s.kill().catch(() => false)));
