@@ -15,7 +15,8 @@ import { selectorMatches } from "../../schema/api/update-ops.ts";
 import type { OpsCandidate, UpgradeOutcome } from "../sandbox/upgrade.ts";
 
 export type OpsPhase = "Pending" | "Updating" | "Completed" | "Failed";
-export type MemberStatus = "Pending" | "Updating" | "Succeeded" | "Failed";
+/** `Skipped`: another run holds the sandbox (its upgrade of it under way or failed); left to it. */
+export type MemberStatus = "Pending" | "Updating" | "Succeeded" | "Failed" | "Skipped";
 
 /** One sandbox's status line. */
 export interface OpsMember {
@@ -157,7 +158,6 @@ export function transition(current: OpsState, ev: OpsInput, now: number): OpsSta
   return s;
 }
 
-/** Members whose group must be asked: started or polled (idempotent either way). */
 /** The events `after` added since `before` (none before: all of them), by the runs' event
  * counts, so a deep copy (a run loaded back from storage) or equal events at the same instant
  * are told apart right. At most the last MAX_EVENTS (those still on the list). */
@@ -168,6 +168,7 @@ export function newEvents(before: OpsState | null | undefined, after: OpsState):
 
 const eventCount = (s: OpsState) => s.eventCount ?? s.events.length;
 
+/** Members whose group must be asked: started or polled (idempotent either way). */
 export function inFlight(s: OpsState): OpsMember[] {
   return s.members.filter((m) => m.status === "Updating");
 }
@@ -269,6 +270,11 @@ function progress(s: OpsState, outcomes: Record<string, UpgradeOutcome>, now: nu
         event(s, now, "Normal", "CheckpointKept", `checkpoint snapshot ${restored} kept until the sandbox resumes: its next pod restores it, then it is deleted`, m.id);
       } else free(s, m);
       event(s, now, "Normal", "UpgradeSucceeded", `upgraded to revision ${m.to}${m.paused ? " (stays paused)" : ""}`, m.id);
+    } else if (o.status === "held") {
+      // Not re-sent: two runs with different targets would take turns (each re-sending its own).
+      free(s, m);
+      Object.assign(m, { status: "Skipped", message: o.message, updatedAt: now });
+      event(s, now, "Warning", "SandboxHeld", m.message!, m.id);
     } else if (o.status === "failed") {
       const kept = m.checkpoint ? `; checkpoint snapshot ${m.checkpoint.snapshotId} kept (resume replaces it, deleting the run deletes it)` : "";
       Object.assign(m, { status: "Failed", message: `${o.message ?? "the upgrade failed"}${kept}`, updatedAt: now });
@@ -344,7 +350,8 @@ function schedule(s: OpsState, now: number): void {
   const left = s.members.filter((m) => m.status === "Pending").length;
   if (after.updatingReplicas === 0 && left === 0) {
     s.phase = after.failedReplicas > 0 ? "Failed" : "Completed";
-    const msg = `${after.updatedReplicas} upgraded, ${after.failedReplicas} failed`;
+    const skipped = s.members.filter((m) => m.status === "Skipped").length;
+    const msg = `${after.updatedReplicas} upgraded, ${after.failedReplicas} failed${skipped ? `, ${skipped} skipped (held by another run)` : ""}`;
     setProgressing(s, "False", after.failedReplicas > 0 ? "SandboxesFailed" : "Completed", msg, now);
     event(s, now, after.failedReplicas > 0 ? "Warning" : "Normal", s.phase, msg);
   } else if (after.updatingReplicas === 0 && after.failedReplicas > 0 && budget <= 0) {

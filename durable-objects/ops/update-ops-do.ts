@@ -463,7 +463,7 @@ export class UpdateOpsDO extends DurableObject<Env> {
  * this attempt to restore from. */
 function upgradeRequest(run: Stored, m: OpsMember): UpgradeRequest {
   const restoreFs = m.checkpoint?.attempt === m.attempt ? m.checkpoint.snapshotId : undefined;
-  return { id: m.id, teamId: run.state.teamId, template: run.targets[m.templateId]!, attempt: m.attempt, ...(restoreFs ? { restoreFs, holder: run.state.name } : {}) };
+  return { id: m.id, teamId: run.state.teamId, template: run.targets[m.templateId]!, attempt: m.attempt, by: run.state.name, ...(restoreFs ? { restoreFs, holder: run.state.name } : {}) };
 }
 
 function opsCaller(teamId: string): Caller {

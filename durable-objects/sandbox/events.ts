@@ -30,7 +30,7 @@ export type SandboxEvent =
    * `restoreFs` (CheckpointRestore): the files are first put back to that snapshot's; `holder`,
    * the run holding that snapshot (woken when the restore is no longer owed).
    */
-  | { type: "upgrade"; template: TemplateSpec; attempt: number; restoreFs?: string; holder?: string }
+  | { type: "upgrade"; template: TemplateSpec; attempt: number; restoreFs?: string; holder?: string; by?: string }
   /** E2B createSnapshot (and fork): the agent takes snapshot `snapshotId` of a running or paused
    * sandbox with the next generation, which leaves its state as it was. */
   | { type: "snapshot"; snapshotId: string }

@@ -23,7 +23,7 @@ import { ErrorCode, sandboxNotFoundMessage, type Refusal } from "../../schema/er
 import { egressOf, type Intent, type Observation, type PauseStrategy, type SandboxId } from "../../schema/protocol/index.ts";
 import type { SandboxEffect } from "./effects.ts";
 import type { SandboxEvent } from "./events.ts";
-import { restoreOwed } from "./upgrade.ts";
+import { heldBy, restoreOwed } from "./upgrade.ts";
 import {
   assertNever,
   visibleState,
@@ -218,6 +218,8 @@ function updateNetwork(s: SandboxState, ev: Extract<SandboxEvent, { type: "updat
 function upgrade(current: SandboxState, s: SandboxState, ev: Extract<SandboxEvent, { type: "upgrade" }>, now: number): Transition {
   const u = s.upgrade;
   if (u && u.revision === ev.template.revision && u.attempt >= ev.attempt) return ok(current, []);
+  // Another run's upgrade under way (or failed) holds it: not applied (its outcome says `held`).
+  if (heldBy(s, ev.by)) return ok(current, []);
   const retry = s.phase === "Failed" && u !== undefined && !u.done;
   if (s.phase === "Failed" && !retry) return refuse(s, ErrorCode.conflict, `Sandbox "${s.spec.id}" has failed`);
   if (s.phase !== "Running" && s.phase !== "Paused" && !retry) return refuse(s, ErrorCode.conflict, `Sandbox "${s.spec.id}" is ${s.phase}; it is upgraded once that settles`);
@@ -245,6 +247,7 @@ function upgrade(current: SandboxState, s: SandboxState, ev: Extract<SandboxEven
     done: false,
     ...(restoreFs ? { restoreFs, ...(paused ? { restore: "unreported" as const } : {}) } : {}),
     ...(owed && owed !== restoreFs ? { replaces: owed } : {}),
+    ...(ev.by ? { by: ev.by } : {}),
   };
   const holders = { ...(owed && u?.holders?.[owed] ? { [owed]: u.holders[owed] } : {}), ...(ev.restoreFs && ev.holder ? { [ev.restoreFs]: ev.holder } : {}) };
   if (Object.keys(holders).length) s.upgrade.holders = holders;

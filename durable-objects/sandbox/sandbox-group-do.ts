@@ -359,8 +359,8 @@ export class SandboxGroupDO extends DurableObject<Env> {
           out[it.id] = { status: "gone" };
           return;
         }
-        const t = await this.apply(it.id, { type: "upgrade", template: it.template, attempt: it.attempt, ...(it.restoreFs ? { restoreFs: it.restoreFs, ...(it.holder ? { holder: it.holder } : {}) } : {}) }, 0, it.traceparent);
-        const now = upgradeOutcome(this.slots.find(it.id)?.state ?? null, it.template.revision, it.attempt);
+        const t = await this.apply(it.id, { type: "upgrade", template: it.template, attempt: it.attempt, ...(it.by ? { by: it.by } : {}), ...(it.restoreFs ? { restoreFs: it.restoreFs, ...(it.holder ? { holder: it.holder } : {}) } : {}) }, 0, it.traceparent);
+        const now = upgradeOutcome(this.slots.find(it.id)?.state ?? null, it.template.revision, it.attempt, it.by);
         if (t.ok || now.status !== "waiting") out[it.id] = now;
         else out[it.id] = { status: s.phase === "Failed" ? "failed" : "waiting", message: t.error.message };
       }),

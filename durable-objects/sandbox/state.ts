@@ -132,6 +132,8 @@ export interface SandboxUpgrade {
   /** The ops run (its name) holding each of those snapshots, woken when its restore is no longer
    * owed, so it frees the snapshot without polling for it. */
   holders?: Record<string, string>;
+  /** The update ops run that asked it (absent: asked before runs said so). */
+  by?: string;
 }
 
 /** Who asks: sandboxes belong to the team (every key of it), the admin key sees all. */

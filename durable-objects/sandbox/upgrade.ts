@@ -26,12 +26,17 @@ export interface UpgradeRequest {
   /** The run's name: the group wakes it once that restore is no longer owed (it may hold the
    * snapshot past its own need, until the sandbox's resume restores it). */
   holder?: string;
+  /** The run asking (its name): while its upgrade is under way (or failed, for its resume to
+   * retry) another run's upgrade of the sandbox is not applied (heldBy), so two runs selecting
+   * one sandbox with different targets do not take turns re-sending theirs. */
+  by?: string;
   /** The run's step asking (when traced): the upgrade's intent and the agent's work join its trace. */
   traceparent?: string;
 }
 
 /** `waiting`: not started yet (the sandbox is pausing, resuming or starting); asked again later. */
-export type UpgradeStatus = "waiting" | "updating" | "succeeded" | "failed" | "gone";
+/** `held`: another run's upgrade of it is under way (or failed): left to that run (`message`). */
+export type UpgradeStatus = "waiting" | "updating" | "succeeded" | "failed" | "gone" | "held";
 export interface UpgradeOutcome {
   status: UpgradeStatus;
   message?: string;
@@ -45,9 +50,21 @@ export function opsCandidate(s: SandboxState): OpsCandidate {
   return { id: s.spec.id, templateId: s.spec.templateId, cluster: s.spec.cluster, labels: s.spec.labels, phase: s.phase, revision: s.spec.template.revision };
 }
 
-/** Where the upgrade to (`revision`, `attempt`) of `s` stands. */
-export function upgradeOutcome(s: SandboxState | null, revision: string, attempt: number): UpgradeOutcome {
+/**
+ * The run holding `s` against run `by`: the one whose upgrade of it is under way, or failed (its
+ * resume retries it; OpenKruise skips a sandbox labelled by another active ops the same way).
+ * First come holds it; once that upgrade is done another run may upgrade it.
+ */
+export function heldBy(s: SandboxState, by: string | undefined): string | undefined {
+  const u = s.upgrade;
+  return u && !u.done && u.by && by && u.by !== by ? u.by : undefined;
+}
+
+/** Where the upgrade to (`revision`, `attempt`) of `s` by run `by` stands. */
+export function upgradeOutcome(s: SandboxState | null, revision: string, attempt: number, by?: string): UpgradeOutcome {
   if (!s || s.phase === "Terminating") return { status: "gone" };
+  const holder = heldBy(s, by);
+  if (holder) return { status: "held", message: `left alone: SandboxUpdateOps "${holder}" holds it (its upgrade to revision ${s.upgrade!.revision} is ${s.phase === "Failed" ? "failed, for its resume to retry" : "under way"})` };
   const u = s.upgrade;
   if (!u || u.revision !== revision || u.attempt < attempt) return { status: "waiting" };
   // A paused sandbox's restore: not known until its first report (pending keeps the snapshot).

@@ -306,7 +306,7 @@ export const sandboxUpdateOps = crd({
     sandboxes: arr(
       obj({
         sandboxID: str(),
-        status: enumOf(["Pending", "Updating", "Succeeded", "Failed"]),
+        status: enumOf(["Pending", "Updating", "Succeeded", "Failed", "Skipped"]),
         fromRevision: str(),
         toRevision: str(),
         paused: bool(),

@@ -305,6 +305,46 @@ describe("update ops through the admin API", () => {
     agent.disconnect();
   });
 
+  it("two runs selecting one sandbox with different targets do not take turns: the second finds it held by the first's upgrade under way, skips it with a line naming that run, and sends nothing; the first completes it", async () => {
+    const team = await createTeam(unique("ops-two"));
+    const tplPath = `/admin/teams/${team.name}/templates/${team.template}`;
+    const rev1: string = (await expectStatus(call(tplPath), 200)).revision;
+    const agent = await startAgent(team.cluster, { hold: (i) => i.owner.kind === "sandbox" && i.template !== null && i.template.revision !== rev1 });
+    const id: string = (await expectStatus(call("/sandboxes", { key: team.key, body: { templateID: team.template, timeout: 600 } }), 201)).sandboxID;
+    const put = async (image: string) => (await expectStatus(call(tplPath, { method: "PUT", body: { spec: { cluster: team.cluster, image } } }), 200)).revision as string;
+    const run = (name: string) => expectStatus(call(`/admin/teams/${team.name}/updateops`, { body: { name, selector: {} } }), 201);
+    const status = (name: string) => expectStatus(call(`/admin/teams/${team.name}/updateops/${name}`), 200);
+    const sent = (rev: string) => agent.received.filter((r) => r.intent.sandboxId === id && r.intent.template?.revision === rev).length;
+
+    const rev2 = await put("base-v2");
+    await run("first");
+    await agent.waitUntil(() => agent.held.has(id));
+    const rev3 = await put("base-v3");
+    await run("second");
+    const second = await waitFor(async () => {
+      const s = await status("second");
+      return s.phase === "Completed" ? s : undefined;
+    }, { what: "the second run to end" });
+    expect(second).toMatchObject({ replicas: 1, updatedReplicas: 0, failedReplicas: 0 });
+    expect(second.sandboxes).toEqual([expect.objectContaining({ id, status: "Skipped", message: expect.stringContaining(`SandboxUpdateOps "first" holds it (its upgrade to revision ${rev2} is under way)`) })]);
+    expect(second.conditions[0].message).toContain("1 skipped (held by another run)");
+    // The second run's upgrade never reached the agent; the first's was sent once and is not re-sent.
+    expect(sent(rev3)).toBe(0);
+    expect(sent(rev2)).toBe(1);
+    // The sandbox's own event list says why the second run left it.
+    await waitFor(async () => ((await expectStatus(call(`/admin/sandboxes/${id}`), 200)).events as { reason: string; source: string }[]).some((e) => e.reason === "SandboxHeld" && e.source === "SandboxUpdateOps second"), { what: "SandboxHeld on the sandbox" });
+
+    agent.release(id);
+    const first = await waitFor(async () => {
+      const s = await status("first");
+      return s.phase === "Completed" ? s : undefined;
+    }, { what: "the first run to end" });
+    expect(first.sandboxes).toEqual([expect.objectContaining({ id, status: "Succeeded" })]);
+    expect(sent(rev2)).toBe(1);
+    expect(sent(rev3)).toBe(0);
+    agent.disconnect();
+  });
+
   it("refuses bad input with 4xx", async () => {
     const team = await createTeam(unique("ops-bad"));
     await expectError(call(`/admin/teams/${team.name}/updateops`, { body: { name: "x" } }), 400, /selector/);

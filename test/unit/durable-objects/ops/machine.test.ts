@@ -243,4 +243,19 @@ describe("update ops machine", () => {
     expect(tail).toEqual(after.events.slice(-tail.length));
     expect(tail.filter((e) => e.reason === "UpgradeSucceeded").map((e) => e.sandboxId)).toEqual(updating(full));
   });
+
+  it("a member another run holds (its upgrade of it under way) is Skipped, its line naming that run; its checkpoint freed; not asked again; the run completes", () => {
+    let s = run({ selector: {}, updateStrategy: { type: "CheckpointRestore", maxUnavailable: 2 } }, sandboxes(2));
+    for (const m of inFlight(s)) s = step(s, { type: "checkpointed", id: m.id, attempt: 1, snapshotId: `snap-${m.id}` });
+    const held = 'left alone: SandboxUpdateOps "other" holds it (its upgrade to revision r9 is under way)';
+    s = step(s, { type: "progress", outcomes: { s000: { status: "held", message: held }, s001: { status: "succeeded" } } });
+    expect(s.members[0]).toMatchObject({ id: "s000", status: "Skipped", message: held });
+    expect(s.members[0]!.checkpoint).toBeUndefined();
+    expect(freeDue(s, NOW + 1).map((f) => f.snapshotId)).toContain("snap-s000");
+    expect(updating(s)).toEqual([]);
+    expect(s.events).toContainEqual(expect.objectContaining({ reason: "SandboxHeld", type: "Warning", sandboxId: "s000", message: held }));
+    expect(s.phase).toBe("Completed");
+    expect(s.conditions[0]!.message).toBe("1 upgraded, 0 failed, 1 skipped (held by another run)");
+    expect(counts(s)).toMatchObject({ replicas: 2, updatedReplicas: 1, failedReplicas: 0, updatingReplicas: 0 });
+  });
 });

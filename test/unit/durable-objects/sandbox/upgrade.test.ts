@@ -31,6 +31,28 @@ const observe = (phase: Observation["phase"], generation: number, ready = phase 
 });
 
 describe("sandbox upgrade", () => {
+  it("two runs with different targets: the first one's upgrade under way holds the sandbox, the other's is not applied and is answered held, so neither re-sends over the other; once done, another run may upgrade it", () => {
+    const byA = (template: TemplateSpec, attempt = 1): SandboxEvent => ({ type: "upgrade", template, attempt, by: "a" });
+    const byB = (template: TemplateSpec, attempt = 1): SandboxEvent => ({ type: "upgrade", template, attempt, by: "b" });
+    const a = transition(running(), byA(r2), T0 + 1).state!;
+    const b = transition(a, byB(r3), T0 + 2);
+    expect(b.effects).toEqual([]);
+    expect(b.state!.spec.template.revision).toBe("r2");
+    expect(upgradeOutcome(b.state, "r3", 1, "b")).toEqual({ status: "held", message: expect.stringContaining('SandboxUpdateOps "a" holds it (its upgrade to revision r2 is under way)') });
+    // Run a asking again (each poll re-sends) sends nothing new and is still its own.
+    expect(transition(b.state, byA(r2), T0 + 3).effects).toEqual([]);
+    expect(upgradeOutcome(b.state, "r2", 1, "a").status).toBe("updating");
+    // Failed, it stays held (run a's resume retries it).
+    const failed = transition(b.state, observe("Failed", 3, false), T0 + 4).state!;
+    expect(upgradeOutcome(failed, "r3", 1, "b").status).toBe("held");
+    // Done: run b's upgrade goes ahead.
+    const done = transition(b.state, observe("Running", 3), T0 + 4).state!;
+    expect(upgradeOutcome(done, "r2", 1, "a").status).toBe("succeeded");
+    const later = transition(done, byB(r3), T0 + 5);
+    expect(later.state!.spec.template.revision).toBe("r3");
+    expect(upgradeOutcome(later.state, "r3", 1, "b").status).toBe("updating");
+  });
+
   it("sends the new template once, and is done when the agent runs it ready", () => {
     const s = running();
     const t = transition(s, up(r2), T0 + 1);
