@@ -12,7 +12,7 @@
 import { scaled } from "../pool/machine.ts";
 import type { UpdateOpsSpec } from "../../schema/api/update-ops.ts";
 import { selectorMatches } from "../../schema/api/update-ops.ts";
-import type { OpsCandidate, UpgradeOutcome } from "../sandbox/upgrade.ts";
+import { heldMessage, type OpsCandidate, type UpgradeOutcome } from "../sandbox/upgrade.ts";
 
 export type OpsPhase = "Pending" | "Updating" | "Completed" | "Failed";
 /** `Skipped`: another run holds the sandbox (its upgrade of it under way or failed); left to it. */
@@ -241,6 +241,9 @@ function select(s: OpsState, candidates: OpsCandidate[], targets: Record<string,
     }
     if (to === c.revision) continue; // already at it (OpenKruise: NoNeedUpdate)
     s.members.push({ id: c.id, templateId: c.templateId, from: c.revision, to, paused: c.phase === "Paused", status: "Pending", attempt: 0, updatedAt: now });
+    // Another run's upgrade of it under way: left to that run before any hook or checkpoint of
+    // ours (one that starts later is answered `held` by the sandbox instead).
+    if (c.upgradingBy && c.upgradingBy !== s.name) skip(s, s.members.at(-1)!, heldMessage(c.upgradingBy), now);
   }
   for (const t of missing) event(s, now, "Warning", "TemplateNotFound", `template "${t}" no longer exists: its sandboxes are not upgraded`);
   for (const [cluster, n] of left) event(s, now, "Warning", "RecreateNotSupported", `${n} selected sandboxes on cluster "${cluster}" are left alone: ${unsupported[cluster]}`);
@@ -273,8 +276,7 @@ function progress(s: OpsState, outcomes: Record<string, UpgradeOutcome>, now: nu
     } else if (o.status === "held") {
       // Not re-sent: two runs with different targets would take turns (each re-sending its own).
       free(s, m);
-      Object.assign(m, { status: "Skipped", message: o.message, updatedAt: now });
-      event(s, now, "Warning", "SandboxHeld", m.message!, m.id);
+      skip(s, m, o.message ?? heldMessage("another run"), now);
     } else if (o.status === "failed") {
       const kept = m.checkpoint ? `; checkpoint snapshot ${m.checkpoint.snapshotId} kept (resume replaces it, deleting the run deletes it)` : "";
       Object.assign(m, { status: "Failed", message: `${o.message ?? "the upgrade failed"}${kept}`, updatedAt: now });
@@ -308,6 +310,11 @@ export function restoredMessage(snapshotId: string, onResume = false): string {
 }
 
 /** The member's snapshot is no longer needed: it goes to `freeing`. */
+function skip(s: OpsState, m: OpsMember, message: string, now: number): void {
+  Object.assign(m, { status: "Skipped", message, updatedAt: now });
+  event(s, now, "Warning", "SandboxHeld", message, m.id);
+}
+
 function free(s: OpsState, m: OpsMember): void {
   if (!m.checkpoint) return;
   s.freeing = [...(s.freeing ?? []), { snapshotId: m.checkpoint.snapshotId, sandboxId: m.id }];

@@ -13,6 +13,8 @@ export interface OpsCandidate {
   phase: Phase;
   /** The template revision it runs. */
   revision: string;
+  /** The run whose upgrade of it is under way or failed (heldBy): another run skips it. */
+  upgradingBy?: string;
 }
 
 export interface UpgradeRequest {
@@ -47,8 +49,12 @@ export interface UpgradeOutcome {
 }
 
 export function opsCandidate(s: SandboxState): OpsCandidate {
-  return { id: s.spec.id, templateId: s.spec.templateId, cluster: s.spec.cluster, labels: s.spec.labels, phase: s.phase, revision: s.spec.template.revision };
+  const by = s.upgrade && !s.upgrade.done ? s.upgrade.by : undefined;
+  return { id: s.spec.id, templateId: s.spec.templateId, cluster: s.spec.cluster, labels: s.spec.labels, phase: s.phase, revision: s.spec.template.revision, ...(by ? { upgradingBy: by } : {}) };
 }
+
+/** A member's line when another run holds its sandbox. */
+export const heldMessage = (run: string, detail = "its upgrade of it is under way") => `left alone: SandboxUpdateOps "${run}" holds it (${detail})`;
 
 /**
  * The run holding `s` against run `by`: the one whose upgrade of it is under way, or failed (its
@@ -64,7 +70,7 @@ export function heldBy(s: SandboxState, by: string | undefined): string | undefi
 export function upgradeOutcome(s: SandboxState | null, revision: string, attempt: number, by?: string): UpgradeOutcome {
   if (!s || s.phase === "Terminating") return { status: "gone" };
   const holder = heldBy(s, by);
-  if (holder) return { status: "held", message: `left alone: SandboxUpdateOps "${holder}" holds it (its upgrade to revision ${s.upgrade!.revision} is ${s.phase === "Failed" ? "failed, for its resume to retry" : "under way"})` };
+  if (holder) return { status: "held", message: heldMessage(holder, `its upgrade to revision ${s.upgrade!.revision} is ${s.phase === "Failed" ? "failed, for its resume to retry" : "under way"}`) };
   const u = s.upgrade;
   if (!u || u.revision !== revision || u.attempt < attempt) return { status: "waiting" };
   // A paused sandbox's restore: not known until its first report (pending keeps the snapshot).

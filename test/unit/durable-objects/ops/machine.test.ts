@@ -258,4 +258,17 @@ describe("update ops machine", () => {
     expect(s.conditions[0]!.message).toBe("1 upgraded, 0 failed, 1 skipped (held by another run)");
     expect(counts(s)).toMatchObject({ replicas: 2, updatedReplicas: 1, failedReplicas: 0, updatingReplicas: 0 });
   });
+
+  it("a candidate another run is upgrading is Skipped at selection, before any hook or checkpoint of this run; its own earlier upgrade does not hold it", () => {
+    const c = sandboxes(3);
+    c[0] = { ...c[0]!, upgradingBy: "other" };
+    c[1] = { ...c[1]!, upgradingBy: "ops" }; // this run's own upgrade does not hold it against itself
+    const s = run({ selector: {}, updateStrategy: { type: "CheckpointRestore", maxUnavailable: 3 } }, c);
+    expect(s.members.map((m) => [m.id, m.status])).toEqual([["s000", "Skipped"], ["s001", "Updating"], ["s002", "Updating"]]);
+    expect(s.members[0]!.message).toBe('left alone: SandboxUpdateOps "other" holds it (its upgrade of it is under way)');
+    // Never in flight, so the shell runs no hook, takes no checkpoint and sends no upgrade for it.
+    expect(updating(s)).toEqual(["s001", "s002"]);
+    expect(s.members[0]!.attempt).toBe(0);
+    expect(s.events).toContainEqual(expect.objectContaining({ reason: "SandboxHeld", sandboxId: "s000" }));
+  });
 });
