@@ -24,7 +24,7 @@ export function traceparentOf(ctx: SpanContext): string {
 }
 
 /** Random lowercase hex of `chars` (a multiple of 8) characters, as the SDK's id generator makes them. */
-function randomHex(chars: number): string {
+export function randomHex(chars: number): string {
   let s = "";
   for (let i = 0; i < chars; i += 8) s += ((Math.random() * 0x1_0000_0000) >>> 0).toString(16).padStart(8, "0");
   return s;
