@@ -3,7 +3,8 @@
 // span limits, the sampler and the processor chain), for what the edge uses of it: a name, a
 // kind, ids, a parent, attributes, a status and two times. An `EdgeSpan` is the @opentelemetry/api
 // `Span` a caller sees and, ended, the `ReadableSpan` the OTLP exporter encodes (the same fields
-// the SDK's span hands it), so the collector gets the same spans.
+// the SDK's span hands it), so the collector gets the same spans. A pod's runtime records its
+// spans with it too (controllers/runtime/pod-tracing.ts), keeping the SDK out of its bundle.
 import { SpanKind, SpanStatusCode, type Attributes, type AttributeValue, type HrTime, type Link, type Span, type SpanContext, type SpanStatus, type TimeInput } from "@opentelemetry/api";
 import type { InstrumentationScope } from "@opentelemetry/core";
 import type { Resource } from "@opentelemetry/resources";

@@ -11,7 +11,7 @@ import { clusterCidrsFlag, clusterDnsFlag, KUBERNETES_FLAGS, watchNamespacesFlag
 import { KubernetesDriver, type SandboxRequest } from "./kubernetes-driver.ts";
 
 export async function kubernetesDriverFromFlags(
-  flags: { kubeconfig?: string; namespace?: string; "runtime-image"?: string; "interpreter-image"?: string; "watch-namespaces"?: string; "all-namespaces"?: boolean; "cluster-cidrs"?: string; "cluster-dns"?: string },
+  flags: { kubeconfig?: string; namespace?: string; "runtime-image"?: string; "interpreter-image"?: string; "watch-namespaces"?: string; "all-namespaces"?: boolean; "cluster-cidrs"?: string; "cluster-dns"?: string; "otlp-endpoint"?: string },
   onChange?: (id: string) => void,
   onRequest?: (req: SandboxRequest) => void,
 ): Promise<KubernetesDriver> {
@@ -25,6 +25,7 @@ export async function kubernetesDriverFromFlags(
     namespace: flags.namespace ?? "default",
     runtimeImage: flags["runtime-image"] ?? KUBERNETES_FLAGS["runtime-image"].default,
     interpreterImage: flags["interpreter-image"] ?? KUBERNETES_FLAGS["interpreter-image"].default,
+    ...(flags["otlp-endpoint"] ? { otlpEndpoint: flags["otlp-endpoint"] } : {}),
     onChange,
     onRequest,
     watchNamespaces: watchNamespacesFlag(flags),

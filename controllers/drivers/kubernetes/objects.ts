@@ -111,6 +111,9 @@ export interface KubernetesDriverOptions {
   namespace: string;
   /** Image of the injected agent-runtime sidecar. */
   runtimeImage: string;
+  /** The agent's collector (--otlp-endpoint), handed to each pod's runtime so its spans join the
+   * traces (unset: the runtimes record none). */
+  otlpEndpoint?: string;
   /** The agent-runtime's image in a code-interpreter template's pods: the runtime with Python's
    * Jupyter kernel and data libraries (k8s/code-interpreter/Dockerfile), since the
    * sidecar's commands, kernels included, run in its own file system. Default: the flag's. */

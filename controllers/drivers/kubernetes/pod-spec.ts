@@ -37,6 +37,9 @@ export interface PodInput {
   /** The traffic-proxy pair (traffic-pod.ts) with its policy ConfigMap; `governed`: a policy
    * governs the sandbox now (else the pod's proxy starts open). */
   traffic?: { configMap: string; governed: boolean };
+  /** The agent's collector (--otlp-endpoint): the runtime container exports its spans there
+   * (controllers/runtime/pod-tracing.ts). */
+  otlpEndpoint?: string;
 }
 
 /** Stable short hash of a template (FNV-1a would do; sha256 is at hand). */
@@ -82,6 +85,7 @@ export function buildPod(input: PodInput): V1Pod {
   injectComponents(spec, injection, input.runtimes, input.runtimeImage);
   // A runtime the template declares itself is the template's, interpreter flags included.
   if (input.interpreterImage && !ownRuntime) serveInterpreter(spec, input.interpreterImage);
+  if (input.otlpEndpoint) traceRuntime(spec, input.otlpEndpoint);
   const proxy = injection["traffic-proxy"];
   const proxied = input.traffic !== undefined && proxy?.image !== undefined;
   if (proxied) injectTraffic(spec, proxy, input.traffic!.configMap);
@@ -106,6 +110,16 @@ export function buildPod(input: PodInput): V1Pod {
     spec,
   };
 }
+
+/** The runtime container's spans go to the agent's collector, unless the template set its own. */
+function traceRuntime(spec: V1PodSpec, endpoint: string): void {
+  const rt = spec.containers.find((c) => c.name === RUNTIME_CONTAINER);
+  if (!rt || rt.env?.some((e) => e.name === OTLP_ENDPOINT_ENV)) return;
+  (rt.env ??= []).push({ name: OTLP_ENDPOINT_ENV, value: endpoint });
+}
+
+/** The variable the runtime reads its collector from (controllers/runtime/cli.ts). */
+export const OTLP_ENDPOINT_ENV = "OTEL_EXPORTER_OTLP_ENDPOINT";
 
 /** The injected agent-runtime of a code-interpreter pod: the interpreter image, serving port 49999
  * beside envd's (controllers/runtime/cli.ts `--interpreter-port`); the agent's ingress sends a
