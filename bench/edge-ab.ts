@@ -17,6 +17,8 @@
 // whole machine), and the ratio the system's own CPU per create gives.
 // `--profile <prefix>`: a V8 CPU profile of B's isolate over each of its rounds, to
 // <prefix>.<round>.cpuprofile (the inspector adds CPU to B: take that run's figures as a profile only).
+// `--scrapes n`: after the rounds, each side's workerd CPU per `/admin/metrics` scrape (n each, in
+// alternating batches of 20).
 // `--disk`: both sides serve the working tree, A with its Durable Object storage on tmpfs (as the
 // edge bench), B on the disk (as `npm start` and the e2e bench): what the disk's commits cost.
 import { spawnSync } from "node:child_process";
@@ -48,6 +50,7 @@ const { values: opt } = parseArgs({
     calls: { type: "boolean", default: false },
     disk: { type: "boolean", default: false },
     profile: { type: "string" },
+    scrapes: { type: "string", default: "0" },
   },
 });
 const rounds = Number(opt.rounds);
@@ -122,6 +125,17 @@ try {
     }
   }
   await new Promise((r) => setTimeout(r, collector ? 2_000 : 0)); // B's last export
+  // `--scrapes n`: workerd CPU per /admin/metrics scrape of each side (the series its rounds
+  // made), in alternating batches of 20.
+  const scrapeCpu: Record<string, number[]> = {};
+  for (let done = 0; done < Number(opt.scrapes); done += 20) {
+    for (const s of sides) {
+      const before = cpuMs(s.edge.pid);
+      for (let i = 0; i < 20; i++) await (await fetch(`${s.edge.url}/admin/metrics`, { headers: { "x-api-key": ADMIN_KEY } })).text();
+      (scrapeCpu[s.name] ??= []).push((cpuMs(s.edge.pid) - before) / 20);
+    }
+  }
+  for (const [name, xs] of Object.entries(scrapeCpu)) console.log(`${name} workerd ms per /admin/metrics scrape ${xs.map((x) => x.toFixed(1)).join(" ")} (median ${median(xs).toFixed(2)})`);
   const collectorMs = collector ? cpuMs(collector.pid) - collectorFrom : 0;
   const fmt = (xs: number[], d: number) => `${xs.map((x) => x.toFixed(d)).join(" ")} (median ${median(xs).toFixed(d)})`;
   for (const s of sides) {
