@@ -7,7 +7,7 @@ import { parseQuantity, poolSpecOf } from "../../controllers/agent/kube-sync/san
 import { buildPod } from "../../controllers/drivers/kubernetes/pod-spec.ts";
 import { userLabels } from "../../schema/crd/user-metadata.ts";
 import { claimMetadataProblem } from "../../controllers/agent/kube-sync/sandboxclaim-sync.ts";
-import { watchNamespacesFlag } from "../../controllers/drivers/kubernetes/flags.ts";
+import { podTracingFlag, watchNamespacesFlag } from "../../controllers/drivers/kubernetes/flags.ts";
 import { WorkQueue } from "../../controllers/lib/work-queue.ts";
 import { BUILTIN_INJECTION, mergeInjection, parseInjectionConfig } from "../../schema/crd/injection.ts";
 
@@ -161,6 +161,37 @@ describe("injection config", () => {
     expect(build([{ name: "csi" }, { name: "traffic-proxy" }], traffic)).toEqual(["main", "agent-runtime", "csi", "traffic-proxy"]);
     expect(build([{ name: "csi" }, { name: "traffic-proxy" }])).toEqual(["main", "agent-runtime", "csi"]);
     expect(build([])).toEqual(["main", "agent-runtime"]);
+  });
+});
+
+describe("pod runtime tracing (review M6)", () => {
+  const config = parseInjectionConfig({ "traffic-proxy": JSON.stringify({ image: "tp" }) });
+  if (!config.ok) throw new Error(config.message);
+  const runtimeEnv = (traffic?: { configMap: string; governed: boolean }) =>
+    buildPod({
+      name: "p",
+      namespace: "ns",
+      template: { spec: { containers: [{ name: "main", image: "img" }] } },
+      volumeClaimTemplates: [],
+      labels: {},
+      owner: { apiVersion: "agents.kruise.io/v1alpha1", kind: "Sandbox", name: "p", uid: "u" },
+      runtimeImage: "rt:1",
+      injection: mergeInjection({}, config.config),
+      resources: { cpuCount: 1, memoryMB: 512 },
+      otlpEndpoint: "http://collector:4318",
+      traffic,
+    }).spec!.containers.find((c) => c.name === "agent-runtime")!.env?.find((e) => e.name === "OTEL_EXPORTER_OTLP_ENDPOINT")?.value;
+
+  it("a pod with the traffic-proxy pair, governed or open, gets no collector: its exports would meet its own egress proxy", () => {
+    expect(runtimeEnv({ configMap: "p-traffic", governed: true })).toBeUndefined();
+    expect(runtimeEnv({ configMap: "p-traffic", governed: false })).toBeUndefined();
+    expect(runtimeEnv()).toBe("http://collector:4318");
+  });
+
+  it("is the agent's opt-in: off by default, even with --otlp-endpoint; refused without a collector", () => {
+    expect(podTracingFlag({ "otlp-endpoint": "http://c:4318" })).toBeUndefined();
+    expect(podTracingFlag({ "otlp-endpoint": "http://c:4318", "pod-runtime-tracing": true })).toBe("http://c:4318");
+    expect(() => podTracingFlag({ "pod-runtime-tracing": true })).toThrow(/needs --otlp-endpoint/);
   });
 });
 
