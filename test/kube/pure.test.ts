@@ -82,6 +82,18 @@ describe("poolSpecOf", () => {
   ])("parseQuantity(%s)", (q, want) => expect(parseQuantity(q)).toBe(want));
 });
 
+/** A one-container template's pod, for the injection and tracing rows. */
+const PLAIN_POD = {
+  name: "p",
+  namespace: "ns",
+  template: { spec: { containers: [{ name: "main", image: "img" }] } },
+  volumeClaimTemplates: [],
+  labels: {},
+  owner: { apiVersion: "agents.kruise.io/v1alpha1", kind: "Sandbox", name: "p", uid: "u" },
+  runtimeImage: "rt:1",
+  resources: { cpuCount: 1, memoryMB: 512 },
+} satisfies Parameters<typeof buildPod>[0];
+
 describe("buildPod", () => {
   it("injects the runtime once, keeps the template's own containers and volumes, mounts claims by template name", () => {
     const p = buildPod({
@@ -142,19 +154,7 @@ describe("injection config", () => {
     const config = parseInjectionConfig({ "traffic-proxy": JSON.stringify({ image: "tp" }), csi: JSON.stringify({ image: "c" }), "agent-runtime": rt });
     if (!config.ok) throw new Error(config.message);
     const build = (runtimes: { name: string }[], traffic?: { configMap: string; governed: boolean }) =>
-      buildPod({
-        name: "p",
-        namespace: "ns",
-        template: { spec: { containers: [{ name: "main", image: "img" }] } },
-        volumeClaimTemplates: [],
-        labels: {},
-        owner: { apiVersion: "agents.kruise.io/v1alpha1", kind: "Sandbox", name: "p", uid: "u" },
-        runtimeImage: "rt:1",
-        injection: mergeInjection({}, config.config),
-        runtimes,
-        resources: { cpuCount: 1, memoryMB: 512 },
-        traffic,
-      }).spec!.containers.map((c) => c.name);
+      buildPod({ ...PLAIN_POD, injection: mergeInjection({}, config.config), runtimes, traffic }).spec!.containers.map((c) => c.name);
     // The traffic-proxy comes as the driver's pair (with its ConfigMap), not from `runtimes` alone.
     const traffic = { configMap: "p-traffic", governed: false };
     expect(build([{ name: "traffic-proxy" }, { name: "csi" }], traffic)).toEqual(["main", "agent-runtime", "csi", "traffic-proxy"]);
@@ -168,19 +168,7 @@ describe("pod runtime tracing (review M6)", () => {
   const config = parseInjectionConfig({ "traffic-proxy": JSON.stringify({ image: "tp" }) });
   if (!config.ok) throw new Error(config.message);
   const runtimeEnv = (traffic?: { configMap: string; governed: boolean }) =>
-    buildPod({
-      name: "p",
-      namespace: "ns",
-      template: { spec: { containers: [{ name: "main", image: "img" }] } },
-      volumeClaimTemplates: [],
-      labels: {},
-      owner: { apiVersion: "agents.kruise.io/v1alpha1", kind: "Sandbox", name: "p", uid: "u" },
-      runtimeImage: "rt:1",
-      injection: mergeInjection({}, config.config),
-      resources: { cpuCount: 1, memoryMB: 512 },
-      otlpEndpoint: "http://collector:4318",
-      traffic,
-    }).spec!.containers.find((c) => c.name === "agent-runtime")!.env?.find((e) => e.name === "OTEL_EXPORTER_OTLP_ENDPOINT")?.value;
+    buildPod({ ...PLAIN_POD, injection: mergeInjection({}, config.config), otlpEndpoint: "http://collector:4318", traffic }).spec!.containers.find((c) => c.name === "agent-runtime")!.env?.find((e) => e.name === "OTEL_EXPORTER_OTLP_ENDPOINT")?.value;
 
   it("a pod with the traffic-proxy pair, governed or open, gets no collector: its exports would meet its own egress proxy", () => {
     expect(runtimeEnv({ configMap: "p-traffic", governed: true })).toBeUndefined();
