@@ -12,14 +12,18 @@
 // The tail Worker adds CPU on both sides, so take the CPU figures of such a run only as a ratio.
 // `--tracing`: both sides serve the working tree, B with OTEL_EXPORTER_OTLP_ENDPOINT to a real
 // collector (tools/otelcol), and it prints `obs.tracing_overhead_ratio`: the median over rounds of
-// B's creates/s over A's in the same round (each round runs both back to back), with the spread.
+// B's creates/s over that of the A rounds either side of it, with the spread; and each process's
+// CPU per create (workerd, sqld, the collector, this process's clients and scripted agent, the
+// whole machine), and the ratio the system's own CPU per create gives.
 // `--profile <prefix>`: a V8 CPU profile of B's isolate over each of its rounds, to
 // <prefix>.<round>.cpuprofile (the inspector adds CPU to B: take that run's figures as a profile only).
+// `--scrapes n`: after the rounds, each side's workerd CPU per `/admin/metrics` scrape (n each, in
+// alternating batches of 20).
 // `--disk`: both sides serve the working tree, A with its Durable Object storage on tmpfs (as the
 // edge bench), B on the disk (as `npm start` and the e2e bench): what the disk's commits cost.
 import { spawnSync } from "node:child_process";
-import { cpSync, mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import { loadavg, tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { parseArgs } from "node:util";
 import { startEdge, type Edge } from "../scripts/lib/edge.ts";
@@ -46,6 +50,7 @@ const { values: opt } = parseArgs({
     calls: { type: "boolean", default: false },
     disk: { type: "boolean", default: false },
     profile: { type: "string" },
+    scrapes: { type: "string", default: "0" },
   },
 });
 const rounds = Number(opt.rounds);
@@ -55,7 +60,7 @@ const replicas = Number(opt.replicas);
 const tmp = mkdtempSync("/dev/shm/sbx-edge-ab-");
 const sqld = await startSqld({ dir: join(tmp, "sqld") });
 const onDisk = mkdtempSync(join(tmpdir(), "sbx-edge-ab-disk-"));
-type Side = { name: string; edge: Edge; agent: ScriptedAgent; cpu: number[]; rate: number[]; p50: number[]; counter?: number; calls: Record<string, number>; inspectorPort?: number };
+type Side = { name: string; edge: Edge; agent: ScriptedAgent; cpu: number[]; rate: number[]; p50: number[]; others: Record<string, number[]>; counter?: number; calls: Record<string, number>; inspectorPort?: number };
 const sides: Side[] = [];
 let collector: Collector | undefined;
 try {
@@ -84,24 +89,33 @@ try {
     const edge = await startEdge({ dir, vars: { ...vars, ...traced }, skipBuild: true, invocationCounterPort: counter, inspectorPort });
     const agent = new ScriptedAgent({ agentId: `ab-${sides.length}` });
     await agent.connect(tcpTransport(edge.url, CLUSTER_TOKEN, "local"));
-    sides.push({ name, edge, agent, cpu: [], rate: [], p50: [], counter, calls: {}, inspectorPort });
+    sides.push({ name, edge, agent, cpu: [], rate: [], p50: [], others: {}, counter, calls: {}, inspectorPort });
   }
   for (const s of sides) {
     await api(s.edge.url, "/admin/teams/admin/templates/ab", { method: "PUT", body: JSON.stringify({ spec: { replicas } }) });
     await waitAvailable(s.edge.url, replicas);
     await timedConcurrently(300, CLIENTS, () => create(s.edge.url)); // JIT, objects, caches
   }
+  // The collector's CPU over every round, set against B's creates: one round's is a tick or two
+  // (10 ms), and B's spans reach it up to a second later (in A's next round).
+  const collectorFrom = collector ? cpuMs(collector.pid) : 0;
   for (let r = 0; r < rounds; r++) {
-    for (const s of r % 2 ? [...sides].reverse() : sides) {
+    // Tracing: A, B, A, B… Reversing every other pair (A B B A) put the same side in two rounds
+    // back to back, and the second of those carries the tail of its own pool's refill: the
+    // per-round ratios split by order (~±10 %, notes s10-obs). Strictly alternated, each B round
+    // is compared with the A rounds either side of it (a drift in load cancels).
+    for (const s of r % 2 && !opt.tracing ? [...sides].reverse() : sides) {
       await waitAvailable(s.edge.url, Math.min(replicas, 600));
       const counted = s.counter ? await invocations(s.counter) : null;
       const cpu = cpuMs(s.edge.pid);
+      const before = othersCpu();
       const profiler = s.inspectorPort ? await startProfiler(s.inspectorPort) : null;
       const started = performance.now();
       const latencies = await timedConcurrently(creates, CLIENTS, () => create(s.edge.url));
       if (profiler) writeFileSync(`${opt.profile}.${r}.cpuprofile`, JSON.stringify(await profiler.stop()));
       s.rate.push(creates / ((performance.now() - started) / 1000));
       s.cpu.push((cpuMs(s.edge.pid) - cpu) / creates);
+      for (const [k, v] of Object.entries(othersCpu())) (s.others[k] ??= []).push((v - before[k]!) / creates);
       s.p50.push(median(latencies));
       if (counted && s.counter) {
         // The claimed members' refill (ack, Running observation) lands within this wait.
@@ -110,9 +124,23 @@ try {
       }
     }
   }
+  await new Promise((r) => setTimeout(r, collector ? 2_000 : 0)); // B's last export
+  // `--scrapes n`: workerd CPU per /admin/metrics scrape of each side (the series its rounds
+  // made), in alternating batches of 20.
+  const scrapeCpu: Record<string, number[]> = {};
+  for (let done = 0; done < Number(opt.scrapes); done += 20) {
+    for (const s of sides) {
+      const before = cpuMs(s.edge.pid);
+      for (let i = 0; i < 20; i++) await (await fetch(`${s.edge.url}/admin/metrics`, { headers: { "x-api-key": ADMIN_KEY } })).text();
+      (scrapeCpu[s.name] ??= []).push((cpuMs(s.edge.pid) - before) / 20);
+    }
+  }
+  for (const [name, xs] of Object.entries(scrapeCpu)) console.log(`${name} workerd ms per /admin/metrics scrape ${xs.map((x) => x.toFixed(1)).join(" ")} (median ${median(xs).toFixed(2)})`);
+  const collectorMs = collector ? cpuMs(collector.pid) - collectorFrom : 0;
   const fmt = (xs: number[], d: number) => `${xs.map((x) => x.toFixed(d)).join(" ")} (median ${median(xs).toFixed(d)})`;
   for (const s of sides) {
     console.log(`${s.name}\n  workerd ms/create ${fmt(s.cpu, 2)}\n  creates/s ${fmt(s.rate, 0)}\n  p50 ms ${fmt(s.p50, 0)}`);
+    for (const [k, xs] of Object.entries(s.others)) console.log(`  ${k} ms/create ${fmt(xs, 2)}`);
     if (!s.counter) continue;
     const per = (n: number) => (n / (rounds * creates)).toFixed(3);
     for (const [k, n] of Object.entries(s.calls).sort()) console.log(`  per create: ${k} ${per(n)}`);
@@ -121,11 +149,28 @@ try {
   if (collector) {
     // Each round's pair ran back to back under the same load: its ratio is the steadier figure.
     const [a, b] = [sides[0]!, sides[1]!];
-    const paired = a.rate.map((x, i) => b.rate[i]! / x);
-    const cpu = a.cpu.map((x, i) => b.cpu[i]! / x);
+    // B's round r against the geometric mean of A's rounds r and r+1 (the rounds either side of it).
+    const around = (xs: number[], i: number) => (i + 1 < xs.length ? Math.sqrt(xs[i]! * xs[i + 1]!) : xs[i]!);
+    const paired = b.rate.slice(0, -1).map((x, i) => x / around(a.rate, i));
+    const cpu = b.cpu.slice(0, -1).map((x, i) => x / around(a.cpu, i));
     const spread = (xs: number[]) => `${Math.min(...xs).toFixed(3)}..${Math.max(...xs).toFixed(3)}`;
     console.log(`per round B/A creates/s ${paired.map((x) => x.toFixed(3)).join(" ")} (median ${median(paired).toFixed(3)}, spread ${spread(paired)})`);
     console.log(`per round B/A workerd CPU per create ${cpu.map((x) => x.toFixed(3)).join(" ")} (median ${median(cpu).toFixed(3)}, spread ${spread(cpu)})`);
+    for (const k of Object.keys(a.others)) {
+      const d = a.others[k]!.map((x, i) => b.others[k]![i]! - x);
+      console.log(`per round B−A ${k} ms/create ${d.map((x) => x.toFixed(3)).join(" ")} (median ${median(d).toFixed(3)})`);
+    }
+    const cpuD = a.cpu.map((x, i) => b.cpu[i]! - x);
+    console.log(`per round B−A workerd ms/create ${cpuD.map((x) => x.toFixed(3)).join(" ")} (median ${median(cpuD).toFixed(3)})`);
+    // What creates/s would follow on a machine running only this system: its processes' CPU per
+    // create (workerd, sqld, the collector, the clients and scripted agent), A's over B's per round.
+    const system = (s: Side, i: number) => s.cpu[i]! + Object.entries(s.others).reduce((sum, [k, xs]) => (k === "machine" ? sum : sum + xs[i]!), 0);
+    const sys = a.cpu.slice(0, -1).map((_, i) => Math.sqrt(system(a, i) * system(a, i + 1)) / system(b, i));
+    console.log(`per round A/B system CPU per create (creates per CPU-second, B/A) ${sys.map((x) => x.toFixed(3)).join(" ")} (median ${median(sys).toFixed(3)}, spread ${spread(sys)})`);
+    const traced = rounds * creates;
+    const bSystem = b.cpu.reduce((x, y) => x + y, 0) / rounds + ["sqld", "bench"].reduce((sum, k) => sum + b.others[k]!.reduce((x, y) => x + y, 0) / rounds, 0);
+    console.log(`collector ms per traced create over the run ${(collectorMs / traced).toFixed(3)} (${((100 * collectorMs) / traced / (bSystem + collectorMs / traced)).toFixed(1)} % of B's system CPU per create)`);
+    console.log(`load average ${loadavg().map((x) => x.toFixed(1)).join(" ")}`);
     console.log(`obs.tracing_overhead_ratio ${median(paired).toFixed(3)} (median of the rounds' ratios; ratio of the medians ${(median(b.rate) / median(a.rate)).toFixed(3)}; spans received: ${collector.spans().length})`);
   }
 } finally {
@@ -140,6 +185,20 @@ try {
 }
 
 /** The bundle `wrangler deploy` would upload, built from the tree at `cwd`. */
+/**
+ * CPU used so far by the other processes a create runs through: sqld, the collector (when
+ * tracing), this process (the clients and the scripted agents), and the machine as a whole (every
+ * process of every user: what the other engineers' load adds shows there too). In ms.
+ */
+function othersCpu(): Record<string, number> {
+  const out: Record<string, number> = { sqld: cpuMs(sqld.pid), bench: (process.cpuUsage().user + process.cpuUsage().system) / 1000 };
+  if (collector) out.collector = cpuMs(collector.pid);
+  // /proc/stat's first line: user nice system idle iowait irq softirq steal, in 10 ms ticks.
+  const t = readFileSync("/proc/stat", "utf8").split("\n")[0]!.split(/\s+/).slice(1).map(Number);
+  out.machine = (t[0]! + t[1]! + t[2]! + t[5]! + t[6]! + t[7]!) * 10;
+  return out;
+}
+
 function build(cwd: string, outDir: string): void {
   const bin = join(ROOT, "node_modules/.bin");
   const res = spawnSync(join(bin, "wrangler"), ["deploy", "--dry-run", "--outdir", outDir], {

@@ -4,7 +4,7 @@
 //        [--on-exit keep|stop|destroy] [--metrics-port 0] [--metrics-host 127.0.0.1] [--log-format json|text]
 //        [--otlp-endpoint http://collector:4318]
 //        [--driver local|kubernetes [--kubeconfig PATH] [--namespace NS] [--runtime-image IMAGE] [--interpreter-image IMAGE]
-//                                   [--watch-namespaces A,B | --all-namespaces]]
+//                                   [--watch-namespaces A,B | --all-namespaces] [--pod-runtime-tracing]]
 // Env: CLUSTER_TOKEN (required; the shared secret the edge's ClusterDO checks), EDGE_URL,
 // OTEL_EXPORTER_OTLP_ENDPOINT (the --otlp-endpoint default: traces off when neither is set).
 // With --driver kubernetes the SandboxSets and SandboxClaims of the namespace (and of the watched

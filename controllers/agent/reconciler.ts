@@ -125,7 +125,8 @@ export class Reconciler {
 
   /** What was last reported per sandbox (generation, phase, readiness, endpoint, reason). */
   readonly #reported = new Map<string, string>();
-  /** The trace context of each sandbox's newest intent, until it is acted on (tracing on only). */
+  /** The trace context of each sandbox's newest intent, until it is acted on: its spans' parent
+   * (tracing on) and, on or off, the request id its log lines carry (the edge hands it on untraced). */
   readonly #traces = new Map<string, string>();
   /** The phase last reported per sandbox and whether a pool owns it: the metrics' sandboxes by state. */
   readonly #phases = new Map<string, { phase: ObservedPhase; pool: boolean }>();
@@ -145,7 +146,7 @@ export class Reconciler {
     }
   }
 
-  /** The trace id of the intent a sandbox is being brought to (tracing on), for its log lines. */
+  /** The trace id (the edge's request id) of the intent a sandbox is being brought to, for its log lines. */
   traceIdOf(id: string): string | undefined {
     return this.#traces.get(id)?.slice(3, 35);
   }
@@ -172,7 +173,7 @@ export class Reconciler {
       this.#reported.delete(intent.sandboxId);
       return "stale";
     }
-    if (traceparent && tracingOn()) this.#traces.set(intent.sandboxId, traceparent);
+    if (traceparent) this.#traces.set(intent.sandboxId, traceparent);
     // A sandbox's own intents (claim, pause, resume, kill) have a client waiting on them; the
     // pool's (warming members up, scaling down) do not, and must not hold them up.
     this.queue.add(intent.sandboxId, { urgent: intent.owner.kind === "sandbox" });
@@ -183,15 +184,16 @@ export class Reconciler {
   reconcile(id: string): Promise<WorkResult> {
     const traced = this.#traces.get(id);
     if (!traced) return this.#pass(id);
-    const intent = this.#d.store.get(id);
-    const attrs = { "sandbox.id": id, "sandbox.generation": intent?.generation ?? 0, "sandbox.desired": intent?.desired.state ?? "deleted", "agent.driver": this.#d.driver.name };
-    return withSpan("reconcile", parentFrom(traced), attrs, async (ctx) => {
-      const out = await this.#pass(id, ctx);
-      // Converged (or final): later passes are not this request's. A newer intent offered during
-      // the pass (a claim arriving while the pool's create runs) brought its own trace: it stays.
+    // Converged (or final): later passes are not this request's. A newer intent offered during
+    // the pass (a claim arriving while the pool's create runs) brought its own trace: it stays.
+    const done = (out: WorkResult) => {
       if (out === undefined && this.#traces.get(id) === traced) this.#traces.delete(id);
       return out;
-    });
+    };
+    if (!tracingOn()) return this.#pass(id).then(done);
+    const intent = this.#d.store.get(id);
+    const attrs = { "sandbox.id": id, "sandbox.generation": intent?.generation ?? 0, "sandbox.desired": intent?.desired.state ?? "deleted", "agent.driver": this.#d.driver.name };
+    return withSpan("reconcile", parentFrom(traced), attrs, async (ctx) => done(await this.#pass(id, ctx)));
   }
 
   async #pass(id: string, ctx = parentFrom(undefined)): Promise<WorkResult> {
@@ -369,11 +371,15 @@ export class Reconciler {
    * round of work for nothing. A reconnect sends the whole inventory anyway.
    */
   #report(obs: ObservationInput, traceId = ""): void {
-    const was = this.#phases.get(obs.sandboxId)?.phase;
+    const before = this.#phases.get(obs.sandboxId);
+    const was = before?.phase;
+    const pool = this.#d.store.get(obs.sandboxId)?.owner.kind === "pool";
     if (obs.phase === "Deleted") this.#phases.delete(obs.sandboxId);
-    else this.#phases.set(obs.sandboxId, { phase: obs.phase, pool: this.#d.store.get(obs.sandboxId)?.owner.kind === "pool" });
+    else this.#phases.set(obs.sandboxId, { phase: obs.phase, pool });
     // One line per phase change (not per pass): what an operator greps a sandbox's history for.
     if (was !== obs.phase) LOG.info("phase", { sandboxId: obs.sandboxId, generation: obs.generation, phase: obs.phase, from: was, reason: obs.reason, traceId: traceId || undefined });
+    // A warm member claimed keeps its phase: its claim is a line too (with the create's request id).
+    else if (before?.pool && !pool) LOG.info("claimed", { sandboxId: obs.sandboxId, generation: obs.generation, phase: obs.phase, traceId: traceId || undefined });
     const key = `${obs.generation}|${obs.phase}|${obs.ready}|${obs.endpoint?.runtime ?? ""}|${obs.address ?? ""}|${obs.reason ?? ""}|${obs.message ?? ""}|${obs.revision ?? ""}`;
     if (this.#reported.get(obs.sandboxId) === key) return;
     this.#reported.set(obs.sandboxId, key);

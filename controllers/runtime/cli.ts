@@ -5,6 +5,8 @@
 // --interpreter-port: also serve E2B's code interpreter API on that port (a pod of a template with
 // the interpreter's kernels; the agent's ingress sends a pod's 49999 to the pod like any port).
 // Env: RUNTIME_ACCESS_TOKEN (same as --access-token; /init may set or rotate it later).
+// OTEL_EXPORTER_OTLP_ENDPOINT: a collector's OTLP/HTTP base URL; each request is then a span of its
+// caller's trace (pod-tracing.ts). The kubernetes driver sets it from the agent's --otlp-endpoint.
 import { createServer } from "node:http";
 import { parseArgs } from "node:util";
 import { HostView } from "./host-view.ts";
@@ -35,8 +37,16 @@ if (interpreterPort !== undefined && !(Number.isInteger(interpreterPort) && inte
   console.error(`invalid --interpreter-port ${values["interpreter-port"]}`);
   process.exit(2);
 }
+const otlpEndpoint = process.env.OTEL_EXPORTER_OTLP_ENDPOINT;
+if (otlpEndpoint && !/^https?:\/\/[^\s]+$/.test(otlpEndpoint)) {
+  console.error(`OTEL_EXPORTER_OTLP_ENDPOINT must be an http(s) URL, not ${JSON.stringify(otlpEndpoint)}`);
+  process.exit(2);
+}
 async function main(): Promise<void> {
+// Loaded only when configured: off, the runtime starts without compiling the exporter.
+const tracing = otlpEndpoint ? (await import("./pod-tracing.ts")).podTracing(otlpEndpoint) : undefined;
 const runtime = createRuntime({
+  traceRequest: tracing?.traceRequest,
   csiSocket: values["csi-socket"] ?? process.env.CSI_ENDPOINT?.replace(/^unix:\/\//, ""),
   single: {
     view: new HostView(),
@@ -59,7 +69,7 @@ if (interpreterPort !== undefined) {
 }
 
 for (const sig of ["SIGINT", "SIGTERM"] as const) {
-  process.once(sig, () => void runtime.close().then(() => process.exit(0)));
+  process.once(sig, () => void runtime.close().then(() => tracing?.flush()).then(() => process.exit(0)));
 }
 }
 void main();

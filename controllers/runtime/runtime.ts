@@ -154,7 +154,7 @@ export function createRuntime(opts: RuntimeOptions = {}): Runtime {
 
   const handler = (req: IncomingMessage, res: ServerResponse) => {
     serve(req, res).catch((err: unknown) => {
-      if (err instanceof HttpError) return sendError(res, err.status, err.message);
+      if (err instanceof HttpError) return sendError(res, err.status, err.message, err.close);
       onError(err);
       sendError(res, 500, (err as Error)?.message ?? String(err));
     });
@@ -186,7 +186,7 @@ export function createRuntime(opts: RuntimeOptions = {}): Runtime {
     handler,
     interpreter: (req, res) => {
       serveInterpreter(req, res).catch((err: unknown) => {
-        if (err instanceof HttpError) return sendError(res, err.status, err.message);
+        if (err instanceof HttpError) return sendError(res, err.status, err.message, err.close);
         onError(err);
         sendError(res, 500, (err as Error)?.message ?? String(err));
       });

@@ -32,7 +32,8 @@ const TRACED: ReadonlySet<SandboxMethod> = new Set(["create", "info", "kill", "s
 /**
  * One sandbox's RPCs as a plain object, not a Durable Object stub: each method calls the
  * sandbox's group (sandboxGroupStub) with the sandbox id bound as its first argument. Traced, a
- * call is a span whose context goes into the call (its first argument's `traceparent`).
+ * call is a span whose context goes into the call (its first argument's `traceparent`); untraced,
+ * the request's id goes in the same way (edge-tracing.ts `currentTraceparent`), for the agent's logs.
  */
 export function sandboxHandle(env: Env, sandboxId: string): SandboxHandle {
   const group = sandboxGroupStub(env, sandboxId) as unknown as Record<SandboxMethod, (id: string, ...args: unknown[]) => Promise<unknown>>;
@@ -40,9 +41,14 @@ export function sandboxHandle(env: Env, sandboxId: string): SandboxHandle {
   return Object.fromEntries(
     SANDBOX_METHODS.map((m) => [
       m,
-      !traced || !TRACED.has(m)
+      !TRACED.has(m)
         ? (...args: unknown[]) => group[m](sandboxId, ...args)
-        : (first: object, ...rest: unknown[]) =>
+        : !traced
+          ? (first: object, ...rest: unknown[]) => {
+              const traceparent = currentTraceparent();
+              return group[m](sandboxId, traceparent ? { ...first, traceparent } : first, ...rest);
+            }
+          : (first: object, ...rest: unknown[]) =>
             edgeSpan(env, `SandboxGroupDO.${m}`, { "sandbox.id": sandboxId }, () => group[m](sandboxId, { ...first, traceparent: currentTraceparent() }, ...rest)),
     ]),
   ) as unknown as SandboxHandle;

@@ -1,7 +1,9 @@
 // The edge's OpenTelemetry traces, in workerd: spans of our own recorder (span-recorder.ts: the
 // API's Span, the SDK's ReadableSpan, none of the SDK's per-span machinery) exported by the
 // OTLP/HTTP exporter's fetch transport (its browser build, which the Worker bundle resolves to).
-// Off unless OTEL_EXPORTER_OTLP_ENDPOINT is set: then no sink exists and `edgeSpan` only calls its work.
+// Off unless OTEL_EXPORTER_OTLP_ENDPOINT is set: then no sink exists and `edgeSpan` only calls its
+// work, but the request id still travels (a traceparent naming no recorded span: see
+// `currentTraceparent`), so the agent's log lines for the work a request caused carry its id.
 // The current span travels in an AsyncLocalStorage through a request (and through a Durable
 // Object's call); across a DO call or the agent link it travels as a W3C `traceparent`.
 //
@@ -14,11 +16,14 @@ import { SpanKind, SpanStatusCode, type Attributes, type Span } from "@opentelem
 import { OTLPTraceExporter } from "@opentelemetry/exporter-trace-otlp-http";
 import { resourceFromAttributes } from "@opentelemetry/resources";
 import type { ReadableSpan, SpanExporter } from "@opentelemetry/sdk-trace";
-import { EdgeSpan, parseTraceparent, traceparentOf, type SpanSink } from "./span-recorder.ts";
+import { EdgeSpan, parseTraceparent, randomHex, traceparentOf, type SpanSink } from "../../lib/tracing/span-recorder.ts";
 
 export const EDGE_SCOPE = "sandbox-edge";
-/** The current request's id (its trace id) and, when traced, the current span. */
-const current = new AsyncLocalStorage<{ id: string; span: EdgeSpan | null }>();
+/**
+ * The current request's id (its trace id) and, when traced, the current span. Untraced, the
+ * traceparent handed on: the caller's (a DO call's, an incoming request's), else made on first use.
+ */
+const current = new AsyncLocalStorage<{ id: string; span: EdgeSpan | null; traceparent?: string }>();
 let provider: FlushedSpanProcessor | null = null;
 let providerFor: string | null = null;
 
@@ -103,10 +108,17 @@ function parentOf(traceparent: string | undefined) {
   return parseTraceparent(traceparent);
 }
 
-/** The traceparent of the current span (undefined when none records). */
+/**
+ * The traceparent to hand the next hop (a DO call, an intent frame, an HTTP hop): the current
+ * span's; untraced, one naming the request's id (the caller's traceparent as it came, else the id
+ * with a fresh parent id, flagged sampled so a traced agent records its work under the request's
+ * id as it did before as a trace of its own). Undefined outside a request or traced call.
+ */
 export function currentTraceparent(): string | undefined {
-  const span = current.getStore()?.span;
-  return span?.isRecording() ? traceparentOf(span.spanContext()) : undefined;
+  const store = current.getStore();
+  if (!store) return undefined;
+  if (store.span) return traceparentOf(store.span.spanContext());
+  return (store.traceparent ??= `00-${store.id}-${randomHex(16)}-01`);
 }
 
 /** Adds attributes known only once the work ran (a decision, a verdict) to the current span. */
@@ -120,7 +132,8 @@ export function annotateSpan(attributes: Attributes): void {
  */
 export async function edgeSpan<T>(env: TracingEnv, name: string, attributes: Attributes, work: () => Promise<T>, parent?: string, kind = SpanKind.INTERNAL): Promise<T> {
   const sink = tracer(env);
-  if (!sink) return work();
+  // Off, a call handed a traceparent (another object's) keeps it for the hops it makes.
+  if (!sink) return parent ? current.run({ id: parent.slice(3, 35), span: null, traceparent: parent }, work) : work();
   const span = new EdgeSpan(sink, name, kind, attributes, parentOf(parent));
   try {
     return await current.run({ id: span.spanContext().traceId, span }, work);
@@ -141,7 +154,8 @@ export function startRequestSpan(env: TracingEnv, name: string, traceparent: str
   const sink = tracer(env);
   if (!sink) {
     const id = caller?.traceId ?? randomTraceId();
-    return { id, span: null, run: (work) => current.run({ id, span: null }, work) };
+    const scope = { id, span: null, ...(caller ? { traceparent: traceparent! } : {}) };
+    return { id, span: null, run: (work) => current.run(scope, work) };
   }
   const span = new EdgeSpan(sink, name, SpanKind.SERVER, undefined, caller);
   const scope = { id: span.spanContext().traceId, span };

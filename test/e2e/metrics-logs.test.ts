@@ -1,5 +1,6 @@
 // The agent's structured logs as `npm start` writes them (stdout to a file, so JSON): every line an
-// object with time, level, msg and component, and a sandbox's phase changes findable by its id.
+// object with time, level, msg and component, and a sandbox's phase changes findable by its id;
+// with tracing off (as here), a line for work a request caused carries that request's id.
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { Sandbox } from "e2b";
@@ -41,5 +42,30 @@ describe("agent logs", () => {
     const mine = lines.filter((l) => l.sandboxId === sbx.sandboxId).map((l) => l.phase);
     expect(mine).toContain("Running");
     expect(mine.at(-1)).toBe("Deleted");
+  });
+
+  it("with tracing off, a line for work a request caused carries the request's id (X-Request-Id): the create's claim, the pause, the kill", async () => {
+    const { apiUrl, apiKey } = inject("e2b");
+    const call = async (method: string, path: string, body?: unknown) => {
+      const res = await fetch(apiUrl + path, { method, headers: { "x-api-key": apiKey, "content-type": "application/json" }, body: body === undefined ? undefined : JSON.stringify(body) });
+      const text = await res.text();
+      expect(res.status, text).toBeLessThan(300);
+      return { requestId: res.headers.get("x-request-id") ?? "", body: text ? (JSON.parse(text) as { sandboxID: string }) : null };
+    };
+    const created = await call("POST", "/sandboxes", { templateID: "base", timeout: 300 });
+    const id = created.body!.sandboxID;
+    const paused = await call("POST", `/sandboxes/${id}/pause`);
+    const killed = await call("DELETE", `/sandboxes/${id}`);
+    for (const r of [created, paused, killed]) expect(r.requestId).toMatch(/^[0-9a-f]{32}$/);
+    const lines = await waitFor(() => {
+      const mine = agentLog().filter((l) => l.sandboxId === id);
+      return mine.some((l) => l.phase === "Deleted") ? mine : undefined;
+    });
+    // The create claimed a warm member of the base pool (a "claimed" line), or made one (its phases).
+    const byCreate = lines.filter((l) => l.msg === "claimed" || (l.msg === "phase" && l.phase === "Running" && l.from !== "Paused"));
+    expect(byCreate.length, JSON.stringify(lines)).toBeGreaterThan(0);
+    expect(byCreate.at(-1)!.traceId, JSON.stringify(lines)).toBe(created.requestId);
+    expect(lines.find((l) => l.phase === "Paused")?.traceId).toBe(paused.requestId);
+    expect(lines.find((l) => l.phase === "Deleted")?.traceId).toBe(killed.requestId);
   });
 });

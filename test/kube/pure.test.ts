@@ -7,7 +7,7 @@ import { parseQuantity, poolSpecOf } from "../../controllers/agent/kube-sync/san
 import { buildPod } from "../../controllers/drivers/kubernetes/pod-spec.ts";
 import { userLabels } from "../../schema/crd/user-metadata.ts";
 import { claimMetadataProblem } from "../../controllers/agent/kube-sync/sandboxclaim-sync.ts";
-import { watchNamespacesFlag } from "../../controllers/drivers/kubernetes/flags.ts";
+import { podTracingFlag, watchNamespacesFlag } from "../../controllers/drivers/kubernetes/flags.ts";
 import { WorkQueue } from "../../controllers/lib/work-queue.ts";
 import { BUILTIN_INJECTION, mergeInjection, parseInjectionConfig } from "../../schema/crd/injection.ts";
 
@@ -82,6 +82,18 @@ describe("poolSpecOf", () => {
   ])("parseQuantity(%s)", (q, want) => expect(parseQuantity(q)).toBe(want));
 });
 
+/** A one-container template's pod, for the injection and tracing rows. */
+const PLAIN_POD = {
+  name: "p",
+  namespace: "ns",
+  template: { spec: { containers: [{ name: "main", image: "img" }] } },
+  volumeClaimTemplates: [],
+  labels: {},
+  owner: { apiVersion: "agents.kruise.io/v1alpha1", kind: "Sandbox", name: "p", uid: "u" },
+  runtimeImage: "rt:1",
+  resources: { cpuCount: 1, memoryMB: 512 },
+} satisfies Parameters<typeof buildPod>[0];
+
 describe("buildPod", () => {
   it("injects the runtime once, keeps the template's own containers and volumes, mounts claims by template name", () => {
     const p = buildPod({
@@ -142,25 +154,32 @@ describe("injection config", () => {
     const config = parseInjectionConfig({ "traffic-proxy": JSON.stringify({ image: "tp" }), csi: JSON.stringify({ image: "c" }), "agent-runtime": rt });
     if (!config.ok) throw new Error(config.message);
     const build = (runtimes: { name: string }[], traffic?: { configMap: string; governed: boolean }) =>
-      buildPod({
-        name: "p",
-        namespace: "ns",
-        template: { spec: { containers: [{ name: "main", image: "img" }] } },
-        volumeClaimTemplates: [],
-        labels: {},
-        owner: { apiVersion: "agents.kruise.io/v1alpha1", kind: "Sandbox", name: "p", uid: "u" },
-        runtimeImage: "rt:1",
-        injection: mergeInjection({}, config.config),
-        runtimes,
-        resources: { cpuCount: 1, memoryMB: 512 },
-        traffic,
-      }).spec!.containers.map((c) => c.name);
+      buildPod({ ...PLAIN_POD, injection: mergeInjection({}, config.config), runtimes, traffic }).spec!.containers.map((c) => c.name);
     // The traffic-proxy comes as the driver's pair (with its ConfigMap), not from `runtimes` alone.
     const traffic = { configMap: "p-traffic", governed: false };
     expect(build([{ name: "traffic-proxy" }, { name: "csi" }], traffic)).toEqual(["main", "agent-runtime", "csi", "traffic-proxy"]);
     expect(build([{ name: "csi" }, { name: "traffic-proxy" }], traffic)).toEqual(["main", "agent-runtime", "csi", "traffic-proxy"]);
     expect(build([{ name: "csi" }, { name: "traffic-proxy" }])).toEqual(["main", "agent-runtime", "csi"]);
     expect(build([])).toEqual(["main", "agent-runtime"]);
+  });
+});
+
+describe("pod runtime tracing (review M6)", () => {
+  const config = parseInjectionConfig({ "traffic-proxy": JSON.stringify({ image: "tp" }) });
+  if (!config.ok) throw new Error(config.message);
+  const runtimeEnv = (traffic?: { configMap: string; governed: boolean }) =>
+    buildPod({ ...PLAIN_POD, injection: mergeInjection({}, config.config), otlpEndpoint: "http://collector:4318", traffic }).spec!.containers.find((c) => c.name === "agent-runtime")!.env?.find((e) => e.name === "OTEL_EXPORTER_OTLP_ENDPOINT")?.value;
+
+  it("a pod with the traffic-proxy pair, governed or open, gets no collector: its exports would meet its own egress proxy", () => {
+    expect(runtimeEnv({ configMap: "p-traffic", governed: true })).toBeUndefined();
+    expect(runtimeEnv({ configMap: "p-traffic", governed: false })).toBeUndefined();
+    expect(runtimeEnv()).toBe("http://collector:4318");
+  });
+
+  it("is the agent's opt-in: off by default, even with --otlp-endpoint; refused without a collector", () => {
+    expect(podTracingFlag({ "otlp-endpoint": "http://c:4318" })).toBeUndefined();
+    expect(podTracingFlag({ "otlp-endpoint": "http://c:4318", "pod-runtime-tracing": true })).toBe("http://c:4318");
+    expect(() => podTracingFlag({ "pod-runtime-tracing": true })).toThrow(/needs --otlp-endpoint/);
   });
 });
 

@@ -3,6 +3,8 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { request } from "node:http";
+import { connect } from "node:net";
+import { once } from "node:events";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { TimeoutError } from "e2b";
@@ -154,5 +156,33 @@ describe("standalone main.ts with --interpreter-port (a pod whose template has t
     expect(lines.filter((l) => l.type === "stdout").map((l) => l.text).join("")).toBe("hi from user\n");
     expect(lines.at(-1)?.type).toBe("end_of_execution");
     expect((await fetch(`${url}/execute`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ code: "1", language: "cobol" }) })).status).toBe(400);
+  });
+});
+
+describe("an oversized JSON body (review L8)", () => {
+  it("is answered 413 and the connection closed: the runtime stops reading what the client keeps sending", async () => {
+    const sbx = await h.create();
+    const token = h.runtime.getSandbox(sbx.sandboxId)!.accessToken!;
+    const declared = 256 * (1 << 20);
+    const sock = connect(Number(new URL(h.runtimeUrl).port), "127.0.0.1");
+    sock.on("error", () => {}); // EPIPE / ECONNRESET while still sending: the close is the point
+    await once(sock, "connect");
+    let answer = "";
+    sock.on("data", (c: Buffer) => (answer += c.toString("latin1")));
+    const closed = new Promise<"closed">((r) => sock.once("close", () => r("closed")));
+    sock.write(`POST /init HTTP/1.1\r\nHost: x\r\nE2b-Sandbox-Id: ${sbx.sandboxId}\r\nX-Access-Token: ${token}\r\nContent-Type: application/json\r\nContent-Length: ${declared}\r\n\r\n`);
+    const chunk = Buffer.alloc(64 * 1024, 0x20);
+    // The whole declared body, as fast as the runtime reads it: a runtime that drains it reads
+    // all of it (and keeps the connection), one that stops reading closes first.
+    const sending = (async () => {
+      for (let sent = 0; sent < declared && !sock.destroyed; sent += chunk.length) {
+        if (!sock.write(chunk)) await Promise.race([once(sock, "drain").catch(() => {}), closed]);
+      }
+      return sock.destroyed ? "closed" : "all sent";
+    })();
+    expect(await Promise.race([closed, sending])).toBe("closed");
+    sock.destroy();
+    expect(answer).toMatch(/^HTTP\/1\.1 413 /);
+    expect(answer.toLowerCase()).toContain("connection: close");
   });
 });

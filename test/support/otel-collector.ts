@@ -21,6 +21,8 @@ export interface ReceivedSpan {
 export interface Collector {
   /** OTLP/HTTP base URL (spans go to /v1/traces). */
   endpoint: string;
+  /** The collector process (its CPU is part of what tracing costs: bench/edge-ab.ts). */
+  pid: number;
   spans(): ReceivedSpan[];
   stop(): Promise<void>;
 }
@@ -71,6 +73,7 @@ export async function startCollector(dir: string): Promise<Collector> {
   }
   return {
     endpoint,
+    pid: child.pid!,
     spans: () => (existsSync(out) ? readFileSync(out, "utf8").split("\n").filter(Boolean).flatMap(parseLine) : []),
     async stop() {
       const exited = new Promise((r) => child.once("exit", r));

@@ -19,6 +19,10 @@ export const KUBERNETES_FLAGS = {
   // Where a governed pod's DNS may go past its NetworkPolicy: NAMESPACE/label=value[,label=value]
   // (the cluster DNS's pods; default kube-system/k8s-app=kube-dns) or an IPv4 block (node-local DNS).
   "cluster-dns": { type: "string" },
+  // Opt-in: each pod's agent-runtime exports its spans to --otlp-endpoint (README.md, "Runtime
+  // spans in pods"). Off by default even when the agent traces: the collector then takes writes
+  // from every sandbox pod, tenants' code included.
+  "pod-runtime-tracing": { type: "boolean", default: false },
 } as const;
 
 /** `--cluster-cidrs a/8,b/12`: each an IPv4 CIDR block (the NetworkPolicy's `except`). */
@@ -55,6 +59,13 @@ export function featureGatesFlag(value: string | undefined): FeatureGates {
     gates[m[1] as keyof FeatureGates] = m[2] === "true";
   }
   return gates;
+}
+
+/** The collector a pod's runtime exports to: only with the opt-in, which needs the agent's own. */
+export function podTracingFlag(flags: { "otlp-endpoint"?: string; "pod-runtime-tracing"?: boolean }): string | undefined {
+  if (!flags["pod-runtime-tracing"]) return undefined;
+  if (!flags["otlp-endpoint"]) throw new Error("--pod-runtime-tracing needs --otlp-endpoint (the collector the pods' runtimes export to)");
+  return flags["otlp-endpoint"];
 }
 
 /** `--watch-namespaces a,b` / `--all-namespaces` as the driver's and the CRD link's option. */

@@ -2,16 +2,17 @@
 //   --driver kubernetes [--kubeconfig PATH] [--namespace NS] [--runtime-image IMAGE] [--interpreter-image IMAGE]
 //                       [--watch-namespaces A,B | --all-namespaces] [--cluster-cidrs A/8,B/12]
 //                       [--cluster-dns kube-system/k8s-app=kube-dns | --cluster-dns 169.254.20.10/32]
+//                       [--pod-runtime-tracing (with --otlp-endpoint)]
 // Without --kubeconfig the usual lookup applies (KUBECONFIG, ~/.kube/config, or the in-cluster
 // service account when running as the Deployment in k8s/).
 import { KubeConfig } from "@kubernetes/client-node";
 import { logger } from "../../lib/log.ts";
 import { countRequests } from "./kube-api.ts";
-import { clusterCidrsFlag, clusterDnsFlag, KUBERNETES_FLAGS, watchNamespacesFlag } from "./flags.ts";
+import { clusterCidrsFlag, clusterDnsFlag, KUBERNETES_FLAGS, podTracingFlag, watchNamespacesFlag } from "./flags.ts";
 import { KubernetesDriver, type SandboxRequest } from "./kubernetes-driver.ts";
 
 export async function kubernetesDriverFromFlags(
-  flags: { kubeconfig?: string; namespace?: string; "runtime-image"?: string; "interpreter-image"?: string; "watch-namespaces"?: string; "all-namespaces"?: boolean; "cluster-cidrs"?: string; "cluster-dns"?: string },
+  flags: { kubeconfig?: string; namespace?: string; "runtime-image"?: string; "interpreter-image"?: string; "watch-namespaces"?: string; "all-namespaces"?: boolean; "cluster-cidrs"?: string; "cluster-dns"?: string; "otlp-endpoint"?: string; "pod-runtime-tracing"?: boolean },
   onChange?: (id: string) => void,
   onRequest?: (req: SandboxRequest) => void,
 ): Promise<KubernetesDriver> {
@@ -20,11 +21,13 @@ export async function kubernetesDriverFromFlags(
   if (flags.kubeconfig) kc.loadFromFile(flags.kubeconfig);
   else kc.loadFromDefault();
   countRequests(kc);
+  const podTracing = podTracingFlag(flags);
   const driver = new KubernetesDriver({
     kubeConfig: kc,
     namespace: flags.namespace ?? "default",
     runtimeImage: flags["runtime-image"] ?? KUBERNETES_FLAGS["runtime-image"].default,
     interpreterImage: flags["interpreter-image"] ?? KUBERNETES_FLAGS["interpreter-image"].default,
+    ...(podTracing ? { otlpEndpoint: podTracing } : {}),
     onChange,
     onRequest,
     watchNamespaces: watchNamespacesFlag(flags),
@@ -33,5 +36,8 @@ export async function kubernetesDriverFromFlags(
     log: (m) => kubeLog.info(m),
   });
   await driver.start();
+  if (podTracing && driver.injection.current()["traffic-proxy"]?.image) {
+    kubeLog.warn("--pod-runtime-tracing: pods with the traffic-proxy sidecar (egress policies) are not traced: their runtime's exports would go through the pod's own egress proxy, which refuses cluster addresses", { collector: podTracing });
+  }
   return driver;
 }

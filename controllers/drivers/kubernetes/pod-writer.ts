@@ -25,9 +25,11 @@ export class PodWriter {
   readonly #tokens = new Map<string, string>();
 
   readonly #interpreterImage: string;
+  readonly #otlpEndpoint: string | undefined;
 
-  constructor(ctx: DriverContext, status: StatusWriter, runtimeImage: string, injection: () => InjectionConfig, interpreterImage: string) {
+  constructor(ctx: DriverContext, status: StatusWriter, runtimeImage: string, injection: () => InjectionConfig, interpreterImage: string, otlpEndpoint?: string) {
     this.#interpreterImage = interpreterImage;
+    this.#otlpEndpoint = otlpEndpoint;
     this.#ctx = ctx;
     this.#status = status;
     this.#runtimeImage = runtimeImage;
@@ -73,6 +75,7 @@ export class PodWriter {
       ...(d.codeInterpreter ? { interpreterImage: this.#interpreterImage } : {}),
       resources: d.resources,
       traffic,
+      ...(this.#otlpEndpoint ? { otlpEndpoint: this.#otlpEndpoint } : {}),
     });
     this.#ctx.count();
     try {

@@ -10,20 +10,26 @@ export function sendJson(res: ServerResponse, status: number, body: unknown): vo
   res.end(text);
 }
 
-export function sendError(res: ServerResponse, code: number, message: string): void {
+/** `close`: the connection ends after the answer (Node would otherwise read the rest of an unread
+ * request body to keep the connection alive). */
+export function sendError(res: ServerResponse, code: number, message: string, close = false): void {
   if (res.headersSent) {
     res.destroy();
     return;
   }
+  if (close) res.setHeader("connection", "close");
   sendJson(res, code, { code, message });
 }
 
-/** Thrown by handlers for a reply that is not a 2xx; the router renders it. */
+/** Thrown by handlers for a reply that is not a 2xx; the router renders it. `close`: the request's
+ * body is left unread, so the connection must end with the answer (sendError). */
 export class HttpError extends Error {
   readonly status: number;
-  constructor(status: number, message: string) {
+  readonly close: boolean;
+  constructor(status: number, message: string, opts: { close?: boolean } = {}) {
     super(message);
     this.status = status;
+    this.close = opts.close ?? false;
   }
 }
 

@@ -6,7 +6,7 @@ import { W3CTraceContextPropagator } from "@opentelemetry/core";
 import { resourceFromAttributes } from "@opentelemetry/resources";
 import { TracerProvider, type ReadableSpan } from "@opentelemetry/sdk-trace";
 import { describe, expect, it } from "vitest";
-import { EdgeSpan, parseTraceparent, traceparentOf } from "../../../durable-objects/tracing/span-recorder.ts";
+import { EdgeSpan, parseTraceparent, traceparentOf } from "../../../lib/tracing/span-recorder.ts";
 
 const CALLER = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
 const resource = resourceFromAttributes({ "service.name": "sandbox-edge" });

@@ -3,7 +3,8 @@
 // span limits, the sampler and the processor chain), for what the edge uses of it: a name, a
 // kind, ids, a parent, attributes, a status and two times. An `EdgeSpan` is the @opentelemetry/api
 // `Span` a caller sees and, ended, the `ReadableSpan` the OTLP exporter encodes (the same fields
-// the SDK's span hands it), so the collector gets the same spans.
+// the SDK's span hands it), so the collector gets the same spans. A pod's runtime records its
+// spans with it too (controllers/runtime/pod-tracing.ts), keeping the SDK out of its bundle.
 import { SpanKind, SpanStatusCode, type Attributes, type AttributeValue, type HrTime, type Link, type Span, type SpanContext, type SpanStatus, type TimeInput } from "@opentelemetry/api";
 import type { InstrumentationScope } from "@opentelemetry/core";
 import type { Resource } from "@opentelemetry/resources";
@@ -24,7 +25,7 @@ export function traceparentOf(ctx: SpanContext): string {
 }
 
 /** Random lowercase hex of `chars` (a multiple of 8) characters, as the SDK's id generator makes them. */
-function randomHex(chars: number): string {
+export function randomHex(chars: number): string {
   let s = "";
   for (let i = 0; i < chars; i += 8) s += ((Math.random() * 0x1_0000_0000) >>> 0).toString(16).padStart(8, "0");
   return s;

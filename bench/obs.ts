@@ -1,0 +1,49 @@
+// `npm run bench -- obs`: issue 15's two figures, each from its own script (run as a child, as a
+// user would run it, so its processes and collector come and go with it):
+// - obs.metrics_scrape_ms: one scrape of the agent's /metrics with 10,000 sandboxes (median wall
+//   time; bench/metrics-scrape.ts), and the process's CPU per scrape beside it.
+// - obs.tracing_overhead_ratio: the edge's creates/s with tracing to a real collector over without,
+//   interleaved rounds (bench/edge-ab.ts --tracing), with the system-CPU ratio beside it.
+// Both report the load average: the machine is shared.
+import { execFileSync } from "node:child_process";
+import { loadavg } from "node:os";
+import { join } from "node:path";
+import type { Figures } from "./run.ts";
+
+const here = import.meta.dirname;
+
+function runScript(script: string, args: string[]): string {
+  return execFileSync(process.execPath, [join(here, script), ...args], { encoding: "utf8", stdio: ["ignore", "pipe", "inherit"], maxBuffer: 64 << 20 });
+}
+
+/** `<name> <value> (... spread a..b ...)` from a script's output line. */
+function figure(out: string, name: string): { value: number; spread?: [number, number] } {
+  const line = out.split("\n").find((l) => l.startsWith(`${name} `));
+  if (!line) throw new Error(`no ${name} in:\n${out}`);
+  const value = Number(line.split(" ")[1]);
+  const s = /spread ([\d.]+)\.\.([\d.]+)/.exec(line) ?? /min ([\d.]+), max ([\d.]+)/.exec(line);
+  return s ? { value, spread: [Number(s[1]), Number(s[2])] } : { value };
+}
+
+/** The spread a line starting with `prefix` gives (`spread a..b`). */
+function spreadOf(out: string, prefix: string): { spread?: [number, number] } {
+  const s = /spread ([\d.]+)\.\.([\d.]+)/.exec(out.split("\n").find((l) => l.startsWith(prefix)) ?? "");
+  return s ? { spread: [Number(s[1]), Number(s[2])] } : {};
+}
+
+export async function run(): Promise<Figures> {
+  const load = () => loadavg()[0]!.toFixed(1);
+  const scrape = runScript("metrics-scrape.ts", ["--sandboxes", "10000", "--scrapes", "30"]);
+  const scrapeLoad = load();
+  const cpu = figure(scrape.replace("process CPU ms per scrape", "process_cpu_ms_per_scrape"), "process_cpu_ms_per_scrape");
+  const tracing = runScript("edge-ab.ts", ["--tracing", "--rounds", "21", "--creates", "300"]);
+  const tracingLoad = load();
+  const system = /system CPU per create \(creates per CPU-second, B\/A\) [\d. ]+\(median ([\d.]+), spread ([\d.]+)\.\.([\d.]+)\)/.exec(tracing);
+  const out: Figures = {
+    "obs.metrics_scrape_ms": { ...figure(scrape, "obs.metrics_scrape_ms"), unit: `ms (10,000 sandboxes, median of 30; load ${scrapeLoad})`, target: "report" },
+    "obs.metrics_scrape_cpu_ms": { ...cpu, unit: `ms CPU per scrape (load ${scrapeLoad})`, target: "report" },
+    "obs.tracing_overhead_ratio": { ...figure(tracing, "obs.tracing_overhead_ratio"), ...spreadOf(tracing, "per round B/A creates/s"), unit: `creates/s traced / untraced (20 interleaved rounds; load ${tracingLoad})`, target: ">= 0.95" },
+  };
+  if (system) out["obs.tracing_system_cpu_ratio"] = { value: Number(system[1]), spread: [Number(system[2]), Number(system[3])], unit: `creates per CPU-second of the system's processes, traced / untraced (load ${tracingLoad})` };
+  return out;
+}
