@@ -8,6 +8,7 @@
 // Needs root for the namespaces: run under the shared lock.
 import { CoreV1Api, type V1Pod } from "@kubernetes/client-node";
 import { readFileSync } from "node:fs";
+import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { KubernetesDriver, type KubeDesiredSandbox } from "../../controllers/drivers/kubernetes/kubernetes-driver.ts";
 import { SecurityProfileSpec, type SecurityProfileEntry } from "../../schema/api/security-profile.ts";
@@ -50,7 +51,12 @@ beforeAll(async () => {
   await kubelet.start();
   driver = new KubernetesDriver({ kubeConfig: kubeConfig("agent"), namespace: ns, runtimeImage: "ghcr.io/kruise-edge/sandbox-agent:test" });
   await driver.start();
-  await until("sets and injection config", () => driver.sandboxSets.get("plain") && driver.injection.current()["traffic-proxy"]);
+  // A template with an init container of its own that tries the network (straight to an address,
+  // no DNS) and writes what happened into an emptyDir.
+  // It tries for 6 s (the stand-in may still be starting): "reached" as soon as one connects.
+  const probe = "import socket,sys,time\\nr='blocked'\\nfor _ in range(30):\\n  try:\\n    socket.create_connection((sys.argv[1], 80), timeout=0.2); r='reached'; break\\n  except OSError: time.sleep(0.2)\\nopen('/work/net','w').write(r)\\n";
+  kubectlOk(["-n", ns, "apply", "-f", "-"], `apiVersion: agents.kruise.io/v1alpha1\nkind: SandboxSet\nmetadata: { name: initnet }\nspec:\n  replicas: 0\n  template: { spec: { volumes: [{ name: work, emptyDir: {} }], initContainers: [{ name: fetch, image: python:3.12, command: [/usr/bin/python3, -c, "${probe}", "${net.outIp}"], volumeMounts: [{ name: work, mountPath: /work }] }], containers: [{ name: sandbox, image: python:3.12 }] } }\n`);
+  await until("sets and injection config", () => driver.sandboxSets.get("plain") && driver.sandboxSets.get("initnet") && driver.injection.current()["traffic-proxy"]);
   await driver.setTrafficPolicies([]);
 }, 120_000);
 
@@ -190,6 +196,18 @@ describe("SecurityProfiles in a sandbox pod", () => {
     await driver.setSecurityProfiles([keys]);
     expect(secretsJson()).toEqual({ "api-key": key2, rulekey: rule });
   });
+  it("the redirect runs before the template's own init containers: one reaching straight for an address is already governed", async () => {
+    await driver.ensure(desired("init1", { template: "initnet", pool: "initnet", allowInternetAccess: false }));
+    const pod = kget<V1Pod>("pod", "initnet-init1");
+    expect(pod.spec!.initContainers!.map((c) => c.name)).toEqual(["traffic-redirect", "traffic-ca", "fetch"]);
+    await net.stop();
+    net = new PodNetns();
+    await net.start(pod, objectsOf(pod));
+    // It ran in the pod's order, as uid 1000: after the redirect, with no proxy up yet, nothing
+    // leaves the pod (run before it, as it was, it reached the stand-in).
+    expect(readFileSync(join(net.volumes.get("work")!, "net"), "utf8")).toBe("blocked");
+  });
+
   it("a GlobalSecurityProfile's literal header value reaches requests through the sidecar, and is in no ConfigMap and in no volume or env of the sandbox container", async () => {
     const token = `glob-${Math.random().toString(36).slice(2, 10)}`;
     const global: SecurityProfileEntry = {

@@ -17,7 +17,7 @@ import type { SecurityProfileEntry } from "../../../schema/api/security-profile.
 import { TrafficPolicySet } from "../../traffic/governed.ts";
 import { PolicySetStore, PROFILES } from "./policy-store.ts";
 import { hasTrafficProxy, TrafficObjects } from "./traffic-objects.ts";
-import { DEFAULT_CLUSTER_CIDRS, DEFAULT_CLUSTER_DNS, PolicyTooLargeError, trafficConfigMapName } from "./traffic-pod.ts";
+import { DEFAULT_CLUSTER_CIDRS, DEFAULT_CLUSTER_DNS, PolicyTooLargeError, trafficConfigMapName, unsafePodSpec, UnsafePodSpecError } from "./traffic-pod.ts";
 import { EventReason, ReadyReason } from "../../../schema/crd/conditions.ts";
 import { ANNOTATION, LABEL } from "../../../schema/crd/labels.ts";
 import type { SpawnRequest } from "../../runtime/sandbox-view.ts";
@@ -28,7 +28,7 @@ import type { ObjectCache } from "./object-cache.ts";
 import { NAMESPACE_PATTERN, type NamespaceScope } from "./namespace-scope.ts";
 import { KUBERNETES_FLAGS } from "./flags.ts";
 import { KUBERNETES_CAPABILITIES, type KubeDesiredSandbox, type KubernetesDriverOptions, type KubeSandboxObservation, type SandboxObject, type SandboxRequest, type SandboxSetObject } from "./objects.ts";
-import { runtimeUrl } from "./pod-spec.ts";
+import { imageTemplate, runtimeUrl, templateHash } from "./pod-spec.ts";
 import { InjectionConfigSource } from "./injection-config.ts";
 import { PodWriter } from "./pod-writer.ts";
 import { poolConnections } from "./pooled-connections.ts";
@@ -346,10 +346,27 @@ export class KubernetesDriver implements Driver {
       if (!governed) return undefined;
       throw new TerminalError(ReadyReason.InvalidSpec, `egress rules or a TrafficPolicy govern sandbox ${d.id}, but the injection config names no traffic-proxy image: nothing in its pod could enforce them`);
     }
+    const unsafe = unsafePodSpec((sbx.spec.template ?? imageTemplate(d.template)).spec ?? { containers: [] });
+    if (unsafe.length) await this.#refuseUnsafe(sc, sbx, d, pod, governed, unsafe);
     // Until the edge's set arrives (an agent restart), a running pod's policy is left as it is:
     // an empty set would open what a TrafficPolicy closed.
     if (pod && hasTrafficProxy(pod) && !(this.#policiesKnown && this.#profilesKnown)) return { configMap: trafficConfigMapName(sbx.metadata!.name!), governed };
     return { configMap: await this.#traffic.sync(sc, sbx, d), governed };
+  }
+
+  /** A governed sandbox whose template the traffic-proxy cannot govern: refused (terminal), with an
+   * Event on the Sandbox and one (per cause) on its SandboxSet. A pod of it running without a
+   * governing proxy (made before a policy selected it) is deleted: it would stay ungoverned. */
+  async #refuseUnsafe(sc: NamespaceScope, sbx: SandboxObject, d: KubeDesiredSandbox, pod: V1Pod | undefined, governed: boolean, unsafe: string[]): Promise<never> {
+    const why = governed ? "egress rules, a TrafficPolicy or a SecurityProfile govern it" : "its template lists traffic-proxy";
+    let message = `the traffic-proxy cannot govern sandbox ${d.id} (${why}): its template asks for ${unsafe.join("; ")}`;
+    if (pod && governed && !hasTrafficProxy(pod, true)) {
+      await this.#pods.delete(sc, pod, 0);
+      message += `; its pod ${pod.metadata!.name} was deleted rather than left running ungoverned`;
+    }
+    await this.#status.event(sc, sbx, "Warning", EventReason.UnsafePodSpec, message);
+    await this.#status.poolEvent(sc, sbx, EventReason.UnsafePodSpec, `its members cannot be governed by the traffic-proxy: the template asks for ${unsafe.join("; ")}`, `unsafe-${templateHash(unsafe)}`);
+    throw new UnsafePodSpecError(ReadyReason.UnsafePodSpec, message);
   }
 
   /** Replaces the TrafficPolicies in force: pods with a proxy get their new policy (the sidecar
