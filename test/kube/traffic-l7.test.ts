@@ -4,7 +4,9 @@
 // ConfigMap) is then run by test/kube/support/pod-netns.ts: the volumes laid out as the spec says,
 // the init containers and the sidecar run as processes in a network namespace this test creates,
 // and a "sandbox" process (uid 1000, no proxy variables, the sandbox container's env) talks to a
-// stand-in internet through it. This is the sidecar's process, not a pod in a cluster.
+// stand-in internet through it. This is the sidecar's process, not a pod in a cluster. Also: a
+// template's own init container runs after the redirect; MCP tool rules; profiles too large for
+// the pod's Secret.
 // Needs root for the namespaces: run under the shared lock.
 import { CoreV1Api, type V1Pod } from "@kubernetes/client-node";
 import { readFileSync } from "node:fs";
@@ -246,5 +248,46 @@ describe("SecurityProfiles in a sandbox pod", () => {
     const view = net.sandboxRun("sandbox", ["sh", "-c", `env; cat ${net.hostPath("sandbox", "/run/kruise")}/*`]);
     expect(view.code).toBe(0);
     expect(view.out).not.toContain(token);
+  });
+
+  it("a profile's MCP tool rules in a pod: the sidecar passes an allowed tools/call and answers a denied one itself", async () => {
+    await driver.setSecurityProfiles([
+      profile("mcp-tools", {
+        selector: { matchLabels: { app: "mcp" } },
+        rules: [{ name: "tools", match: [{ domains: ["api.test"], paths: [{ type: "Exact", value: "/mcp" }] }], actions: { mcpToolPolicy: { rules: [{ toolNames: ["read_*"], action: "allow" }], defaultAction: "deny" } } }],
+      }),
+    ]);
+    await driver.ensure(desired("mcp1", { labels: { app: "mcp" } }));
+    const pod = (await core.listNamespacedPod({ namespace: ns, labelSelector: `${LABEL.sandboxId}=mcp1` })).items[0]!;
+    await net.stop();
+    net = new PodNetns();
+    await net.start(pod, objectsOf(pod));
+    const call = (tool: string) => net.sandboxRun("sandbox", ["curl", "-sS", "--max-time", "8", "-H", "content-type: application/json", "-d", JSON.stringify({ jsonrpc: "2.0", id: 7, method: "tools/call", params: { name: tool, arguments: {} } }), "http://api.test/mcp"]);
+    expect(call("read_file")).toEqual({ code: 0, out: "saw POST /mcp []" });
+    const denied = call("delete_all");
+    expect(denied.code).toBe(0);
+    expect(denied.out).not.toContain("saw");
+    expect(JSON.parse(denied.out)).toMatchObject({ jsonrpc: "2.0", id: 7, error: { code: -32001, data: { tool: "delete_all" } } });
+    // Its audit record (the sidecar's stdout) names the tool and says the proxy answered.
+    await until("the audit line", () => net.sidecarOut.includes('"tool":"delete_all"'));
+    expect(net.sidecarOut).toMatch(/audit \{[^\n]*"tool":"delete_all"[^\n]*"refused":true/);
+  });
+
+  it("profiles too large for the pod's Secret: a running pod keeps what it had with a PolicyTooLarge Event; a new sandbox is refused (InvalidSpec), no pod", async () => {
+    const small = profile("big-0", { selector: { matchLabels: { app: "big" } }, rules: [{ name: "r", match: [{ domains: ["api.test"] }], actions: { block: {} } }] });
+    await driver.setSecurityProfiles([small]);
+    await driver.ensure(desired("big1", { labels: { app: "big" } }));
+    const before = kget<{ data: Record<string, string> }>("secret", "plain-big1-traffic").data["l7.json"];
+    const rule = (i: number) => ({ name: `r${i}`, match: [{ domains: [`host-${i}.example.com`, `*.svc-${i}.example.net`], paths: [{ type: "Prefix", value: `/api/v1/resource-${i}` }] }], actions: { headerManipulation: { set: [{ name: "x-platform-token", value: `literal-${i}-${"t".repeat(40)}` }] } } });
+    const huge = Array.from({ length: 200 }, (_, n) => profile(`big-${n}`, { selector: { matchLabels: { app: "big" } }, rules: Array.from({ length: 50 }, (_, i) => rule(i)) }));
+    await driver.setSecurityProfiles(huge);
+    const events = () => kubectlOk(["-n", ns, "get", "events", "--field-selector", "involvedObject.name=plain-big1,reason=PolicyTooLarge", "-o", "jsonpath={.items[*].message}"]);
+    expect(events()).toMatch(/takes \d+ bytes in its pod's Secret, over the \d+ one object may hold.*keeps the policy it had/);
+    expect(kget<{ data: Record<string, string> }>("secret", "plain-big1-traffic").data["l7.json"]).toBe(before);
+    await expect(driver.ensure(desired("big2", { labels: { app: "big" } }))).rejects.toMatchObject({ reason: "InvalidSpec" });
+    expect((await core.listNamespacedPod({ namespace: ns, labelSelector: `${LABEL.sandboxId}=big2` })).items).toHaveLength(0);
+    const ready = kget<{ status?: { conditions?: { type: string; reason: string; message: string }[] } }>("sandbox", "plain-big2").status!.conditions!.find((c) => c.type === "Ready")!;
+    expect(ready).toMatchObject({ reason: "InvalidSpec", message: expect.stringContaining("over the") });
+    await driver.setSecurityProfiles([]);
   });
 });
