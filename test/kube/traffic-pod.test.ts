@@ -263,13 +263,18 @@ describe("egress on kubernetes", () => {
     expect(kubectlOk(["-n", ns, "get", "networkpolicy", "-o", "name"])).toContain("listed-warm1-egress");
   });
 
-  it("no traffic-proxy image in the injection config: a governed sandbox is refused, never run open", async () => {
+  it("no traffic-proxy image in the injection config: a governed sandbox is refused, never run open (a running one's pod is deleted)", async () => {
     const bare = await freshNamespace("egress-bare");
     const other = new KubernetesDriver({ kubeConfig: kubeConfig("agent"), namespace: bare, runtimeImage: "ghcr.io/kruise-edge/sandbox-agent:test" });
     await other.start();
     try {
       await expect(other.ensure({ ...desired("bare1", { allowInternetAccess: false }), namespace: bare, pool: undefined, template: "python:3.12" })).rejects.toMatchObject({ reason: "InvalidSpec" });
       expect(kubectlOk(["-n", bare, "get", "pods", "-o", "name"])).toBe("");
+      // One running while nothing governed it: governed now, refused, and its pod goes.
+      await other.ensure({ ...desired("bare2"), namespace: bare, pool: undefined, template: "python:3.12" });
+      expect(kubectlOk(["-n", bare, "get", "pods", "-o", "name"])).toContain("bare2");
+      await expect(other.ensure({ ...desired("bare2", { allowInternetAccess: false, generation: 2 }), namespace: bare, pool: undefined, template: "python:3.12" })).rejects.toMatchObject({ reason: "InvalidSpec", message: expect.stringContaining("deleted rather than left running ungoverned") });
+      await until("the ungoverned pod gone", async () => (await core.listNamespacedPod({ namespace: bare, labelSelector: `${LABEL.sandboxId}=bare2` })).items.every((p) => p.metadata!.deletionTimestamp));
     } finally {
       await other.stop();
     }

@@ -344,7 +344,13 @@ export class KubernetesDriver implements Driver {
     if (!governed && !listed) return undefined;
     if (!this.injection.current()["traffic-proxy"]?.image) {
       if (!governed) return undefined;
-      throw new TerminalError(ReadyReason.InvalidSpec, `egress rules or a TrafficPolicy govern sandbox ${d.id}, but the injection config names no traffic-proxy image: nothing in its pod could enforce them`);
+      let message = `egress rules or a TrafficPolicy govern sandbox ${d.id}, but the injection config names no traffic-proxy image: nothing in its pod could enforce them`;
+      // A pod made before a policy selected it would stay ungoverned: it goes (as #refuseUnsafe).
+      if (pod && !hasTrafficProxy(pod, true)) {
+        await this.#pods.delete(sc, pod, 0);
+        message += `; its pod ${pod.metadata!.name} was deleted rather than left running ungoverned`;
+      }
+      throw new TerminalError(ReadyReason.InvalidSpec, message);
     }
     const unsafe = unsafePodSpec((sbx.spec.template ?? imageTemplate(d.template)).spec ?? { containers: [] });
     if (unsafe.length) await this.#refuseUnsafe(sc, sbx, d, pod, governed, unsafe);
