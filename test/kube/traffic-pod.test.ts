@@ -275,6 +275,7 @@ describe("egress on kubernetes", () => {
       expect(kubectlOk(["-n", bare, "get", "pods", "-o", "name"])).toContain("bare2");
       await expect(other.ensure({ ...desired("bare2", { allowInternetAccess: false, generation: 2 }), namespace: bare, pool: undefined, template: "python:3.12" })).rejects.toMatchObject({ reason: "InvalidSpec", message: expect.stringContaining("deleted rather than left running ungoverned") });
       await until("the ungoverned pod gone", async () => (await core.listNamespacedPod({ namespace: bare, labelSelector: `${LABEL.sandboxId}=bare2` })).items.every((p) => p.metadata!.deletionTimestamp));
+      expect(kubectlOk(["-n", bare, "get", "events", "--field-selector", "involvedObject.kind=Sandbox,reason=PodDeleted", "-o", "jsonpath={.items[*].message}"])).toContain("deleted rather than left running ungoverned");
     } finally {
       await other.stop();
     }
@@ -293,5 +294,36 @@ describe("egress on kubernetes", () => {
     expect(pod.spec!.containers.map((c) => c.name)).toContain("traffic-proxy");
     expect(policyFile(pod.metadata!.name!).trafficPolicies.map((p) => p.name)).toEqual(["only"]);
     expect(kubectlOk(["-n", ns, "get", "networkpolicy", "-o", "name"])).toContain(`${pod.metadata!.name}-egress`);
+  });
+
+  it("a governed pod an older agent built from a template it sanitised stays Ready after the upgrade (policy push, in-place update at claim) with one Warning Event; its next pod is refused", async () => {
+    const readyOf = () => kget<{ status?: { conditions?: { type: string; status: string; reason: string; message: string }[] } }>("sandbox", "plain-old1").status?.conditions?.find((c) => c.type === "Ready");
+    const warnings = () => kubectlOk(["-n", ns, "get", "events", "--field-selector", "involvedObject.name=plain-old1,reason=UnsafePodSpec", "-o", "jsonpath={range .items[*]}{.message}{\"\\n\"}{end}"]).trim().split("\n").filter(Boolean);
+    await ensure(desired("old1", { allowInternetAccess: false }));
+    const pod = await podOf("old1");
+    expect(pod.metadata!.labels![LABEL.trafficProxy]).toBe("governed");
+    await until("Ready", async () => (await driver.observe("old1"))?.ready);
+    // What an older agent left: its Sandbox keeps the template as the set asked for it (the node's
+    // network, an init container named as the platform's CA one), its pod was built without them.
+    await driver.stop();
+    kubectlOk(["-n", ns, "patch", "sandbox", "plain-old1", "--type", "json", "-p", JSON.stringify([{ op: "add", path: "/spec/template/spec/hostNetwork", value: true }, { op: "add", path: "/spec/template/spec/initContainers", value: [{ name: "traffic-ca", image: "evil:1" }] }])]);
+    await startAgent();
+    // The upgraded agent: the edge's policy push, the reconciler's ensure, a claim's in-place update.
+    await driver.setTrafficPolicies([]);
+    await ensure(desired("old1", { allowInternetAccess: false }));
+    await ensure(desired("old1", { allowInternetAccess: false, generation: 2, inplaceUpdate: { image: "python:3.13" } }));
+    await ensure(desired("old1", { allowInternetAccess: false, generation: 3, inplaceUpdate: { image: "python:3.13" } }));
+    expect((await podOf("old1")).metadata!.uid).toBe(pod.metadata!.uid);
+    await until("Ready", async () => (await driver.observe("old1"))?.ready && readyOf()?.status === "True");
+    expect(warnings()).toHaveLength(1);
+    expect(warnings()[0]).toContain("hostNetwork");
+    expect(warnings()[0]).toContain("keeps running");
+
+    // Its next pod follows the rule: paused (Stop), then resumed, it is refused with the condition.
+    await ensure(desired("old1", { allowInternetAccess: false, generation: 4, inplaceUpdate: { image: "python:3.13" }, state: "Paused" }));
+    await until("the pod gone", async () => (await core.listNamespacedPod({ namespace: ns, labelSelector: `${LABEL.sandboxId}=old1` })).items.every((p) => p.metadata!.deletionTimestamp));
+    await expect(ensure(desired("old1", { allowInternetAccess: false, generation: 5, inplaceUpdate: { image: "python:3.13" } }))).rejects.toMatchObject({ reason: "UnsafePodSpec" });
+    expect((await core.listNamespacedPod({ namespace: ns, labelSelector: `${LABEL.sandboxId}=old1` })).items.filter((p) => !p.metadata!.deletionTimestamp)).toHaveLength(0);
+    expect(readyOf()).toMatchObject({ status: "False", reason: "UnsafePodSpec", message: expect.stringContaining("hostNetwork") });
   });
 });

@@ -81,6 +81,8 @@ export class KubernetesDriver implements Driver {
   readonly #policies = new TrafficPolicySet();
   readonly #traffic: TrafficObjects;
   readonly #desired = new Map<string, KubeDesiredSandbox>();
+  /** The UnsafePodSpec warning last posted per sandbox (#warnUnsafe). */
+  readonly #warned = new Map<string, string>();
   /** Whether the edge's policy set arrived since the start, or the one it sent last was loaded. */
   #policiesKnown = false;
   /** Whether the edge's SecurityProfiles arrived since the start: until then a running pod's file
@@ -337,23 +339,34 @@ export class KubernetesDriver implements Driver {
 
   /** The pod's egress objects, written, when it gets the traffic-proxy: while something governs
    * the sandbox, or when its template lists traffic-proxy (warm pods ready for rules at claim).
-   * Governed without a traffic-proxy image in the injection config: refused, never run open. */
+   * What the cluster and the template allow is judged for a pod about to be made: none yet, or
+   * one to replace (governed now, not built governed). Governed without a traffic-proxy image in
+   * the injection config, or a template the proxy cannot govern: refused, never run open (the
+   * pod to replace is deleted). A pod that exists and is not replaced is never judged again: an
+   * older agent built pods of such templates with the fields dropped, and its proxy governs them;
+   * failing them on an unrelated ensure (a thaw, an in-place update at claim) after an upgrade
+   * would end running sandboxes. Their next pod is judged. */
   async #trafficFor(sc: NamespaceScope, sbx: SandboxObject, d: KubeDesiredSandbox, pod: V1Pod | undefined): Promise<{ configMap: string; governed: boolean } | undefined> {
     const governed = this.#traffic.policy(sc, d) !== null;
     const listed = (sbx.spec.runtimes ?? []).some((r) => r.name === "traffic-proxy");
     if (!governed && !listed) return undefined;
+    const making = !pod || (governed && !hasTrafficProxy(pod, true));
     if (!this.injection.current()["traffic-proxy"]?.image) {
       if (!governed) return undefined;
-      let message = `egress rules or a TrafficPolicy govern sandbox ${d.id}, but the injection config names no traffic-proxy image: nothing in its pod could enforce them`;
-      // A pod made before a policy selected it would stay ungoverned: it goes (as #refuseUnsafe).
-      if (pod && !hasTrafficProxy(pod, true)) {
-        await this.#pods.delete(sc, pod, 0);
-        message += `; its pod ${pod.metadata!.name} was deleted rather than left running ungoverned`;
+      if (making) {
+        let message = `egress rules or a TrafficPolicy govern sandbox ${d.id}, but the injection config names no traffic-proxy image: nothing in its pod could enforce them`;
+        // A pod made before a policy selected it would stay ungoverned: it goes (as #refuseUnsafe).
+        if (pod) {
+          await this.#pods.delete(sc, pod, 0);
+          message += `; its pod ${pod.metadata!.name} was deleted rather than left running ungoverned`;
+          await this.#status.event(sc, sbx, "Warning", EventReason.PodDeleted, message);
+        }
+        throw new TerminalError(ReadyReason.InvalidSpec, message);
       }
-      throw new TerminalError(ReadyReason.InvalidSpec, message);
     }
     const unsafe = unsafePodSpec((sbx.spec.template ?? imageTemplate(d.template)).spec ?? { containers: [] });
-    if (unsafe.length) await this.#refuseUnsafe(sc, sbx, d, pod, governed, unsafe);
+    if (unsafe.length && making) await this.#refuseUnsafe(sc, sbx, d, pod, governed, unsafe);
+    if (unsafe.length) await this.#warnUnsafe(sc, sbx, d, pod!, unsafe);
     // Until the edge's set arrives (an agent restart), a running pod's policy is left as it is:
     // an empty set would open what a TrafficPolicy closed.
     if (pod && hasTrafficProxy(pod) && !(this.#policiesKnown && this.#profilesKnown)) return { configMap: trafficConfigMapName(sbx.metadata!.name!), governed };
@@ -361,8 +374,9 @@ export class KubernetesDriver implements Driver {
   }
 
   /** A governed sandbox whose template the traffic-proxy cannot govern: refused (terminal), with an
-   * Event on the Sandbox and one (per cause) on its SandboxSet. A pod of it running without a
-   * governing proxy (made before a policy selected it) is deleted: it would stay ungoverned. */
+   * Event on the Sandbox and one (per cause) on its SandboxSet. `pod` is one to replace (it runs
+   * without a governing proxy, made before a policy selected it): it is deleted, as it would stay
+   * ungoverned. */
   async #refuseUnsafe(sc: NamespaceScope, sbx: SandboxObject, d: KubeDesiredSandbox, pod: V1Pod | undefined, governed: boolean, unsafe: string[]): Promise<never> {
     const why = governed ? "egress rules, a TrafficPolicy or a SecurityProfile govern it" : "its template lists traffic-proxy";
     let message = `the traffic-proxy cannot govern sandbox ${d.id} (${why}): its template asks for ${unsafe.join("; ")}`;
@@ -373,6 +387,17 @@ export class KubernetesDriver implements Driver {
     await this.#status.event(sc, sbx, "Warning", EventReason.UnsafePodSpec, message);
     await this.#status.poolEvent(sc, sbx, EventReason.UnsafePodSpec, `its members cannot be governed by the traffic-proxy: the template asks for ${unsafe.join("; ")}`, `unsafe-${templateHash(unsafe)}`);
     throw new UnsafePodSpecError(ReadyReason.UnsafePodSpec, message);
+  }
+
+  /** A pod that stays although its template would now be refused (made by an older agent, which
+   * dropped those fields): a Warning Event, once per pod and cause (a named Event; the agent
+   * remembers it posted it, so later ensures send nothing). */
+  async #warnUnsafe(sc: NamespaceScope, sbx: SandboxObject, d: KubeDesiredSandbox, pod: V1Pod, unsafe: string[]): Promise<void> {
+    const key = `unsafe-${templateHash([pod.metadata?.uid, unsafe])}`;
+    if (this.#warned.get(d.id) === key) return;
+    const message = `its template asks for ${unsafe.join("; ")}: a new pod of it would be refused (UnsafePodSpec). Pod ${pod.metadata!.name} was made before (without those fields) and keeps running; its next pod (a resume after a Stop pause, a recreate) is refused unless the template changes`;
+    await this.#status.event(sc, sbx, "Warning", EventReason.UnsafePodSpec, message, `${sbx.metadata!.name!.slice(0, 200)}.${key}`);
+    this.#warned.set(d.id, key);
   }
 
   /** Replaces the TrafficPolicies in force: pods with a proxy get their new policy (the sidecar
@@ -589,6 +614,7 @@ export class KubernetesDriver implements Driver {
       // after any sync already queued there.
       this.#desired.delete(id);
       this.#sandboxSecrets.delete(id);
+      this.#warned.delete(id);
       await this.#pods.deleteAll(sc, id);
       if (name) await this.#serial(id, () => this.#traffic.delete(sc, name));
       await this.#sandboxes.delete(sc, id);

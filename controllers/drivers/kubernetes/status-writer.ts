@@ -137,11 +137,12 @@ export class StatusWriter {
     }
   }
 
-  /** An Event about a Sandbox; best effort (a refused Event is logged, never an ensure's failure). */
-  async event(sc: NamespaceScope, sbx: SandboxObject, type: "Normal" | "Warning", reason: string, message: string): Promise<void> {
+  /** An Event about a Sandbox; best effort (a refused Event is logged, never an ensure's failure).
+   * A given `name` posts it once (one of that name already there is left as it is). */
+  async event(sc: NamespaceScope, sbx: SandboxObject, type: "Normal" | "Warning", reason: string, message: string, name?: string): Promise<void> {
     this.#ctx.count();
     const about = { apiVersion: API_VERSION, kind: "Sandbox", name: sbx.metadata!.name!, namespace: sc.namespace, uid: sbx.metadata!.uid };
-    await postEvent(this.#ctx.core, about, type, reason, message, new Date(this.#ctx.now()), (msg) => this.#ctx.log(msg));
+    await postEvent(this.#ctx.core, about, type, reason, message, new Date(this.#ctx.now()), (msg) => this.#ctx.log(msg), name);
   }
 
   /** An Event about a sandbox's SandboxSet (none: nothing), named `key` under the set's name so
