@@ -51,9 +51,10 @@
 //                                           probe's heap and prints what is live 1.5 s after its list
 //   kube.create_<n>_s                       the time to create those n sandboxes and see them Ready
 //   node bench/kube.ts                      prints the figures as JSON
-// The pods' agent-runtime is one real runtime in this process serving every pod's sandbox (routed
-// by the E2b-Sandbox-Id header the agent sends), its URL in each pod's runtime-url annotation:
-// 500 runtime processes would not fit beside everything else on this machine.
+// The pods' agent-runtime is one real runtime serving every pod's sandbox (routed by the
+// E2b-Sandbox-Id header the agent sends), its URL in each pod's runtime-url annotation: 500
+// runtime processes would not fit beside everything else on this machine. It and the test kubelet
+// run in a child process (`--pods`), not in the one timing the clients.
 // Sizes: KUBE_BENCH_POOL (500), KUBE_BENCH_CLIENTS (50), KUBE_BENCH_CLAIMS (400), KUBE_BENCH_ROUNDS (8),
 // KUBE_BENCH_SANDBOXES (10000).
 // KUBE_BENCH_AGENT_PROF=DIR writes the agent process's CPU profile there (node --cpu-prof).
@@ -214,11 +215,17 @@ async function claimsThroughEdge(cluster: Cluster): Promise<Figures> {
     // The agent's namespace holds the shipped system injection config.
     cluster.kubectl(["-n", "admin", "apply", "-f", "-"], readFileSync(join(ROOT, "k8s/injection-config.yaml"), "utf8").replace("namespace: sandbox-system", "namespace: admin"));
     Object.assign(figures, await podSpecBuild(cluster));
-    const kubelet = new TestKubelet(cluster.kubeConfig(), "admin");
-    await kubelet.start();
-    stops.push(() => kubelet.stop());
-    const runtimes = await podRuntimes(cluster.kubeConfig(), "admin");
-    stops.push(() => runtimes.stop());
+    // The test kubelet and the pods' runtime in a process of their own: in this one, their work
+    // (the refill's pods, watch events) delayed the clients' timing and every claim's /init.
+    const pods = spawn(process.execPath, [import.meta.filename, "--pods", cluster.adminKubeconfig, "admin"], { cwd: ROOT, stdio: ["ignore", "pipe", "inherit"] });
+    stops.push(async () => {
+      pods.kill("SIGTERM");
+      if (pods.exitCode === null) await new Promise((r) => pods.once("exit", r));
+    });
+    await new Promise<void>((ok, fail) => {
+      pods.stdout!.on("data", (b: Buffer) => b.toString().includes("pods ready") && ok());
+      pods.once("exit", (code) => fail(new Error(`the bench's kubelet process exited (${code})`)));
+    });
     // The agent as deployed: its own process, `main.ts --driver kubernetes` (CRD link included).
     const agent = spawn(
       process.execPath,
@@ -550,7 +557,19 @@ interface SampleNode {
   children: SampleNode[];
 }
 
+/** `--pods <kubeconfig> <ns>`: the test kubelet and the pods' runtime of a namespace until SIGTERM. */
+async function podsProcess(kubeconfig: string, ns: string): Promise<void> {
+  const kc = new KubeConfig();
+  kc.loadFromFile(kubeconfig);
+  const kubelet = new TestKubelet(kc, ns);
+  await kubelet.start();
+  const runtimes = await podRuntimes(kc, ns);
+  process.once("SIGTERM", () => void Promise.all([kubelet.stop(), runtimes.stop()]).finally(() => process.exit(0)));
+  console.log("pods ready");
+}
+
 if (import.meta.main) {
-  if (process.argv[2] === "--memory-probe") await memoryProbe(process.argv[3]!, process.argv[4]!);
+  if (process.argv[2] === "--pods") await podsProcess(process.argv[3]!, process.argv[4]!);
+  else if (process.argv[2] === "--memory-probe") await memoryProbe(process.argv[3]!, process.argv[4]!);
   else console.log(JSON.stringify(await run(), null, 2));
 }
