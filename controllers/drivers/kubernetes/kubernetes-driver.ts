@@ -42,6 +42,9 @@ import { UserRequests } from "./user-requests.ts";
 
 export { idLabel, sandboxName } from "./objects.ts";
 
+/** Status recomputes in flight at once in a namespace's first pass (#recomputeAll). */
+const STATUS_PASS_CONCURRENCY = 8;
+
 const lowerKeys = (values: Record<string, string>) => new Map(Object.entries(values).map(([k, v]) => [k.toLowerCase(), v]));
 export type { KubeDesiredSandbox, KubernetesDriverOptions, KubeSandboxObservation, SandboxObject, SandboxRequest, SandboxSetObject } from "./objects.ts";
 
@@ -114,8 +117,9 @@ export class KubernetesDriver implements Driver {
       count: (n) => (this.requests += n),
       now: opts.now ?? Date.now,
       log: (msg) => opts.log?.(msg),
-      onPodChange: (id) => {
-        this.#scheduleStatus(id);
+      onPodChange: (id, sc) => {
+        // Before its namespace's first lists are all in, the sandbox's status waits for onSynced.
+        if (sc.synced) this.#scheduleStatus(id);
         opts.onChange?.(id);
       },
       placedIn: (id) => this.#placedIn(id),
@@ -125,9 +129,11 @@ export class KubernetesDriver implements Driver {
         // edit), and every Sandbox seen first (the pod's own event may have come before it): the
         // status is computed again and written if it differs. Nothing else would correct it: the
         // status is only written on pod changes and ensures, and a warm member has neither for long.
+        // Those of the namespace's first list are computed once every list is in (onSynced).
         const id = o.metadata?.annotations?.[ANNOTATION.sandboxId];
-        if (id && (!old || (!this.#status.wrote(id, o) && stableJson(old.status) !== stableJson(o.status)))) this.#scheduleStatus(id);
+        if (id && this.#ctx.scope(ns).synced && (!old || (!this.#status.wrote(id, o) && stableJson(old.status) !== stableJson(o.status)))) this.#scheduleStatus(id);
       },
+      onSynced: (sc) => void this.#recomputeAll(sc),
     });
     this.#status = new StatusWriter(this.#ctx);
     this.injection = new InjectionConfigSource({ kubeConfig: opts.kubeConfig, core: this.#ctx.core, namespace: opts.namespace, log: (msg) => opts.log?.(msg), count: () => this.requests++ });
@@ -502,6 +508,30 @@ export class KubernetesDriver implements Driver {
       if (id) ids.add(id);
     }
     return [...ids].map((id) => this.#status.observe(id, this.#deferred.get(id)?.generation)!).filter(Boolean);
+  }
+
+  /**
+   * Every Sandbox of a namespace whose informers just did their first list is first seen: its
+   * status is computed again from its pod and written if it differs. Only now: a Sandbox listed
+   * before its pod (the two lists end in either order) would read as having none, and get a wrong
+   * not-Ready status written and then corrected: at 10,000 sandboxes, ~20,000 status patches at
+   * once, the agent's heap 4–7 times its settled size for 20–40 s (bench/kube.ts). A few at a
+   * time, so a namespace of statuses that are really stale is a bounded stream of writes.
+   */
+  async #recomputeAll(sc: NamespaceScope): Promise<void> {
+    const ids = sc.sandboxes.list().map((o) => o.metadata?.annotations?.[ANNOTATION.sandboxId]);
+    let next = 0;
+    const worker = async () => {
+      while (next < ids.length && !this.#stopped) {
+        const id = ids[next++];
+        if (!id || this.#statusTimers.has(id)) continue;
+        await this.#serial(id, () => this.#sync(id)).catch((err: unknown) => {
+          this.#opts.log?.(`sync of ${id}: ${(err as Error).message}`);
+          this.#scheduleStatus(id, 500);
+        });
+      }
+    };
+    await Promise.all(Array.from({ length: STATUS_PASS_CONCURRENCY }, worker));
   }
 
   /** Refreshes a Sandbox's status from its pod soon (coalesces bursts of pod events). */
