@@ -54,10 +54,19 @@ export class NamespaceScope {
 
   /** Starts the informers; resolves after their first list (`onSynced` has run by then). */
   start(): Promise<void> {
-    this.#started ??= Promise.all([this.pods.start(), this.pvcs.start(), this.sandboxes.start(), this.sandboxSets.start()]).then(() => {
-      this.synced = true;
-      this.#onSynced?.();
-    });
+    // A failed first list is not kept (nor is each informer's): a later start (the next ensure or
+    // watch of the namespace) lists again, so RBAC granted after the agent started, or an API
+    // server back after its retries, still makes the namespace synced and its statuses written.
+    this.#started ??= Promise.all([this.pods.start(), this.pvcs.start(), this.sandboxes.start(), this.sandboxSets.start()]).then(
+      () => {
+        this.synced = true;
+        this.#onSynced?.();
+      },
+      (err: unknown) => {
+        this.#started = undefined;
+        throw err;
+      },
+    );
     return this.#started;
   }
 
