@@ -326,4 +326,21 @@ describe("egress on kubernetes", () => {
     expect((await core.listNamespacedPod({ namespace: ns, labelSelector: `${LABEL.sandboxId}=old1` })).items.filter((p) => !p.metadata!.deletionTimestamp)).toHaveLength(0);
     expect(readyOf()).toMatchObject({ status: "False", reason: "UnsafePodSpec", message: expect.stringContaining("hostNetwork") });
   });
+
+  it("a governed pod stays when the injection config loses its traffic-proxy image; its next pod is refused", async () => {
+    await ensure(desired("noimg1", { allowInternetAccess: false }));
+    const pod = await podOf("noimg1");
+    expect(pod.metadata!.labels![LABEL.trafficProxy]).toBe("governed");
+    kubectlOk(["-n", ns, "patch", "configmap", "sandbox-injection-config", "--type", "json", "-p", JSON.stringify([{ op: "remove", path: "/data/traffic-proxy" }])]);
+    try {
+      await until("the config without the image", () => !driver.injection.current()["traffic-proxy"]);
+      await ensure(desired("noimg1", { allowInternetAccess: false, generation: 2, inplaceUpdate: { image: "python:3.13" } }));
+      expect((await podOf("noimg1")).metadata!.uid).toBe(pod.metadata!.uid);
+      await ensure(desired("noimg1", { allowInternetAccess: false, generation: 3, state: "Paused" }));
+      await expect(ensure(desired("noimg1", { allowInternetAccess: false, generation: 4 }))).rejects.toMatchObject({ reason: "InvalidSpec", message: expect.stringContaining("no traffic-proxy image") });
+      expect((await core.listNamespacedPod({ namespace: ns, labelSelector: `${LABEL.sandboxId}=noimg1` })).items.filter((p) => !p.metadata!.deletionTimestamp)).toHaveLength(0);
+    } finally {
+      kubectlOk(["-n", ns, "apply", "-f", "-"], readFileSync("k8s/injection-config.yaml", "utf8").replace("namespace: sandbox-system", `namespace: ${ns}`));
+    }
+  });
 });
