@@ -8,7 +8,9 @@
 // redirect (host namespaces, hostPath, privileged, capabilities, sysctls, procMount, our names) is
 // refused with a kubectl-visible condition and Events; a cluster without a traffic-proxy
 // image refuses a governed sandbox rather than running it open; after an agent restart the policy
-// set it was last sent still governs new pods. The agent's own RBAC throughout.
+// set it was last sent still governs new pods; a governed pod an older agent built from such a
+// template (fields dropped), or made before the image left the config, stays Ready and only its
+// next pod is refused. The agent's own RBAC throughout.
 import { createHash } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { CoreV1Api, type V1Container, type V1NetworkPolicy, type V1Pod } from "@kubernetes/client-node";
