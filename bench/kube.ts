@@ -13,6 +13,9 @@
 //                                           does not land on the other side's), and which side goes
 //                                           first alternates (spread: the lowest and highest round)
 //   kube.claim_vs_edge_claim_ratio_pooled   the p50 of all kube claims over that of all edge-only ones
+//   kube.claim_vs_edge_claim_1_client_ratio the same p50s with one client, claims of the two sides
+//                                           interleaved one by one (KUBE_BENCH_SOLO_CLAIMS, 30 each):
+//                                           the path's own cost and waits, without CPU contention
 //   kube.apiserver_requests_per_claim       requests the API server served (its audit log, watches
 //                                           excluded) from the first claim until the pool is whole
 //                                           again, per claim, sorted by whose and on what object
@@ -36,11 +39,22 @@
 //                                           that checkout's driver over the same objects, interleaved
 //                                           (KUBE_BENCH_MEMORY_ROUNDS, 3): _base and _vs_base;
 //                                           KUBE_BENCH_ONLY=memory skips the claims;
+//   kube.agent_kib_per_sandbox_startup_peak the same probe's highest reading (from 0.5 s after the
+//                                           first list): what a restarted agent holds on its way
+//   kube.agent_startup_requests             the API requests that driver sent meanwhile (its
+//                                           sandboxes are converged: a write is a correction of
+//                                           something that was right)
+//   kube.agent_*_pods_late                  the same three with the probe's pods' first list held
+//                                           back 5 s (KUBE_BENCH_POD_LIST_DELAY_MS), so the
+//                                           Sandboxes are listed first, as happens on a loaded
+//                                           machine; KUBE_BENCH_HEAP_PROFILE=<file> samples the
+//                                           probe's heap and prints what is live 1.5 s after its list
 //   kube.create_<n>_s                       the time to create those n sandboxes and see them Ready
 //   node bench/kube.ts                      prints the figures as JSON
-// The pods' agent-runtime is one real runtime in this process serving every pod's sandbox (routed
-// by the E2b-Sandbox-Id header the agent sends), its URL in each pod's runtime-url annotation:
-// 500 runtime processes would not fit beside everything else on this machine.
+// The pods' agent-runtime is one real runtime serving every pod's sandbox (routed by the
+// E2b-Sandbox-Id header the agent sends), its URL in each pod's runtime-url annotation: 500
+// runtime processes would not fit beside everything else on this machine. It and the test kubelet
+// run in a child process (`--pods`), not in the one timing the clients.
 // Sizes: KUBE_BENCH_POOL (500), KUBE_BENCH_CLIENTS (50), KUBE_BENCH_CLAIMS (400), KUBE_BENCH_ROUNDS (8),
 // KUBE_BENCH_SANDBOXES (10000).
 // KUBE_BENCH_AGENT_PROF=DIR writes the agent process's CPU profile there (node --cpu-prof).
@@ -56,7 +70,7 @@ import { createRuntime } from "../controllers/runtime/runtime.ts";
 import { ANNOTATION, LABEL } from "../schema/crd/labels.ts";
 import { mergeInjection, parseInjectionConfig, SYSTEM_INJECTION_CONFIGMAP } from "../schema/crd/injection.ts";
 import { buildPod } from "../controllers/drivers/kubernetes/pod-spec.ts";
-import { readFileSync, statSync } from "node:fs";
+import { readFileSync, statSync, writeFileSync } from "node:fs";
 import { AGENT_USER, startCluster, type Cluster } from "../test/kube/support/cluster.ts";
 import { startTestEdge } from "../test/kube/support/edge.ts";
 import { TestKubelet } from "../test/kube/support/kubelet.ts";
@@ -71,6 +85,8 @@ const CLIENTS = Number(process.env.KUBE_BENCH_CLIENTS ?? 50);
 /** Rounds the claims are split into, alternating with as many edge-only claims. */
 const RATIO_ROUNDS = Number(process.env.KUBE_BENCH_ROUNDS ?? 8);
 const CLAIMS = Number(process.env.KUBE_BENCH_CLAIMS ?? 400);
+/** Claims of each side made one at a time after the concurrent rounds (KUBE_BENCH_SOLO_CLAIMS). */
+const SOLO_CLAIMS = Number(process.env.KUBE_BENCH_SOLO_CLAIMS ?? 30);
 const SANDBOXES = Number(process.env.KUBE_BENCH_SANDBOXES ?? 10_000);
 const RUNTIME_IMAGE = "ghcr.io/kruise-edge/sandbox-agent:bench";
 const ROOT = join(import.meta.dirname, "..");
@@ -199,11 +215,17 @@ async function claimsThroughEdge(cluster: Cluster): Promise<Figures> {
     // The agent's namespace holds the shipped system injection config.
     cluster.kubectl(["-n", "admin", "apply", "-f", "-"], readFileSync(join(ROOT, "k8s/injection-config.yaml"), "utf8").replace("namespace: sandbox-system", "namespace: admin"));
     Object.assign(figures, await podSpecBuild(cluster));
-    const kubelet = new TestKubelet(cluster.kubeConfig(), "admin");
-    await kubelet.start();
-    stops.push(() => kubelet.stop());
-    const runtimes = await podRuntimes(cluster.kubeConfig(), "admin");
-    stops.push(() => runtimes.stop());
+    // The test kubelet and the pods' runtime in a process of their own: in this one, their work
+    // (the refill's pods, watch events) delayed the clients' timing and every claim's /init.
+    const pods = spawn(process.execPath, [import.meta.filename, "--pods", cluster.adminKubeconfig, "admin"], { cwd: ROOT, stdio: ["ignore", "pipe", "inherit"] });
+    stops.push(async () => {
+      pods.kill("SIGTERM");
+      if (pods.exitCode === null) await new Promise((r) => pods.once("exit", r));
+    });
+    await new Promise<void>((ok, fail) => {
+      pods.stdout!.on("data", (b: Buffer) => b.toString().includes("pods ready") && ok());
+      pods.once("exit", (code) => fail(new Error(`the bench's kubelet process exited (${code})`)));
+    });
     // The agent as deployed: its own process, `main.ts --driver kubernetes` (CRD link included).
     const agent = spawn(
       process.execPath,
@@ -255,6 +277,16 @@ async function claimsThroughEdge(cluster: Cluster): Promise<Figures> {
       roundRatios.push(pct(kube, 50) / pct(edgeOnlyRound, 50));
       console.error(`kube bench round ${round}: kube p50 ${round2(pct(kube, 50))} ms, edge-only p50 ${round2(pct(edgeOnlyRound, 50))} ms, ratio ${round2(roundRatios.at(-1)!)}`);
     }
+    // One client at a time, interleaved claim by claim: no CPU contention between claims, so what
+    // the kube claim adds here is its own path (the agent's pass, /init, waits), not the machine.
+    const one: number[] = [];
+    const oneEdge: number[] = [];
+    await until("pool whole before the 1-client claims", async () => (await api.available("pool")) >= POOL, 900_000);
+
+    for (let i = 0; i < SOLO_CLAIMS; i++) {
+      const sides = [async () => one.push(...(await timedConcurrently(1, 1, () => api.create("pool")))), async () => oneEdge.push(...(await edgeOnly.claims(1, 1)))];
+      for (const side of i % 2 ? sides.reverse() : sides) await side();
+    }
     const claimS = claimMs / 1000;
     await until("pool refilled", async () => (await api.available("pool")) >= POOL, 900_000);
     await new Promise((r) => setTimeout(r, 2000));
@@ -265,10 +297,13 @@ async function claimsThroughEdge(cluster: Cluster): Promise<Figures> {
     figures["kube.claims_per_s"] = { value: round(CLAIMS / claimS), unit: "claims/s" };
     figures["kube.edge_only_claim_p50_ms"] = { value: round(pct(edgeLatencies, 50)), unit: "ms" };
     figures["kube.claim_vs_edge_claim_ratio"] = { value: round(pct(roundRatios, 50)), unit: `ratio (median of ${RATIO_ROUNDS} rounds)`, target: "<= 1.5", spread: [round(Math.min(...roundRatios)), round(Math.max(...roundRatios))] };
+    figures["kube.claim_1_client_p50_ms"] = { value: round(pct(one, 50)), unit: `ms (${SOLO_CLAIMS} claims, one at a time)` };
+    figures["kube.edge_only_claim_1_client_p50_ms"] = { value: round(pct(oneEdge, 50)), unit: "ms" };
+    figures["kube.claim_vs_edge_claim_1_client_ratio"] = { value: round(pct(one, 50) / pct(oneEdge, 50)), unit: "ratio (p50s, claims interleaved one by one)" };
     figures["kube.claim_vs_edge_claim_ratio_pooled"] = { value: round(pct(latencies, 50) / pct(edgeLatencies, 50)), unit: "ratio" };
-    figures["kube.apiserver_requests_per_claim"] = { value: round(audited.claim / CLAIMS), unit: "requests", target: "<= 3" };
-    figures["kube.apiserver_requests_per_refill"] = { value: round(audited.refill / CLAIMS), unit: "requests" };
-    figures["kube.apiserver_requests_per_claim_and_refill"] = { value: round((audited.claim + audited.refill + audited.other) / CLAIMS), unit: "requests" };
+    figures["kube.apiserver_requests_per_claim"] = { value: round(audited.claim / (CLAIMS + SOLO_CLAIMS)), unit: "requests", target: "<= 3" };
+    figures["kube.apiserver_requests_per_refill"] = { value: round(audited.refill / (CLAIMS + SOLO_CLAIMS)), unit: "requests" };
+    figures["kube.apiserver_requests_per_claim_and_refill"] = { value: round((audited.claim + audited.refill + audited.other) / (CLAIMS + SOLO_CLAIMS)), unit: "requests" };
     console.error("kube bench claims:", JSON.stringify(figures));
   } finally {
     for (const stop of stops.reverse()) await stop().catch((err: unknown) => console.error("kube bench teardown:", err));
@@ -368,36 +403,71 @@ export async function run(_ctx?: BenchContext): Promise<Figures> {
   return figures;
 }
 
-/** KiB per sandbox of a fresh probe process run from the checkout at `root`. */
-function probeKib(cluster: Cluster, root: string, snapshot?: string): number {
-  // The same probe (this file) either way; only the driver it loads comes from `root`.
-  const args = [import.meta.filename, "--memory-probe", cluster.agentKubeconfig, "many"];
-  const probe = spawnSync(process.execPath, args, { encoding: "utf8", env: { ...process.env, KUBE_BENCH_HEAP_SNAPSHOT: snapshot ?? "", KUBE_BENCH_DRIVER_ROOT: root } });
-  const measured = JSON.parse(probe.stdout.trim().split("\n").pop() ?? "{}") as { bytes?: number; sandboxes?: number };
-  if (!measured.bytes || !measured.sandboxes) throw new Error(`memory probe failed: ${probe.stderr}`);
-  console.error(`bench kube: probe of ${root}: ${(measured.bytes / 1024 / measured.sandboxes).toFixed(2)} KiB per sandbox ${probe.stderr.trim()}`);
-  return measured.bytes / 1024 / measured.sandboxes;
+/** What a fresh probe process run from the checkout at `root` measured: KiB per sandbox settled and
+ * at its start-up peak, and the API requests its driver sent meanwhile. */
+interface Probe {
+  kib: number;
+  peakKib: number;
+  requests: number;
 }
 
-/** `kube.agent_kib_per_sandbox`; with KUBE_BENCH_MEMORY_BASE=<another checkout>, that checkout's
- * driver is probed over the same objects too, interleaved (KUBE_BENCH_MEMORY_ROUNDS, 3), and the
- * figures are the medians with their spread. KUBE_BENCH_HEAP_SNAPSHOT=<file> writes our probe's
- * heap snapshot (first round). */
-function memoryFigures(cluster: Cluster): Figures {
+/** How long the probe holds back its pods' first list for the `_pods_late` figures: longer than
+ * the Sandboxes' list takes, so they are always listed first (the order a loaded machine may give). */
+const PODS_LATE_MS = 5000;
+
+function probeKib(cluster: Pick<Cluster, "agentKubeconfig">, root: string, snapshot?: string, podsLate = false): Probe {
+  // The same probe (this file) either way; only the driver it loads comes from `root`.
+  const args = [import.meta.filename, "--memory-probe", cluster.agentKubeconfig, "many"];
+  const probe = spawnSync(process.execPath, args, { encoding: "utf8", env: { ...process.env, KUBE_BENCH_HEAP_SNAPSHOT: snapshot ?? "", KUBE_BENCH_DRIVER_ROOT: root, KUBE_BENCH_POD_LIST_DELAY_MS: podsLate ? String(PODS_LATE_MS) : "" } });
+  const measured = JSON.parse(probe.stdout.trim().split("\n").pop() ?? "{}") as { bytes?: number; peak?: number; sandboxes?: number; requests?: number };
+  if (!measured.bytes || !measured.sandboxes) throw new Error(`memory probe failed: ${probe.stderr}`);
+  console.error(`bench kube: probe of ${root}: ${(measured.bytes / 1024 / measured.sandboxes).toFixed(2)} KiB per sandbox ${probe.stderr.trim()}`);
+  return { kib: measured.bytes / 1024 / measured.sandboxes, peakKib: (measured.peak ?? 0) / 1024 / measured.sandboxes, requests: measured.requests ?? 0 };
+}
+
+/** `kube.agent_kib_per_sandbox` (settled), `_startup_peak` (the highest reading after the first
+ * list, the transient a restarted agent goes through) and the driver's API requests during the
+ * probe; with KUBE_BENCH_MEMORY_BASE=<another checkout>, that checkout's driver is probed over the
+ * same objects too, interleaved (KUBE_BENCH_MEMORY_ROUNDS, 3), and the figures are the medians with
+ * their spread. KUBE_BENCH_HEAP_SNAPSHOT=<file> writes our probe's heap snapshot (first round). */
+export function memoryFigures(cluster: Pick<Cluster, "agentKubeconfig">): Figures {
   const base = process.env.KUBE_BENCH_MEMORY_BASE;
-  const rounds = base ? Number(process.env.KUBE_BENCH_MEMORY_ROUNDS ?? 3) : 1;
-  const ours: number[] = [];
-  const theirs: number[] = [];
+  const rounds = Number(process.env.KUBE_BENCH_MEMORY_ROUNDS ?? (base ? 3 : 1));
+  const ours: Probe[] = [];
+  const theirs: Probe[] = [];
+  const oursLate: Probe[] = [];
+  const theirsLate: Probe[] = [];
   for (let r = 0; r < rounds; r++) {
-    const sides = [() => ours.push(probeKib(cluster, ROOT, r === 0 ? process.env.KUBE_BENCH_HEAP_SNAPSHOT : undefined)), () => base && theirs.push(probeKib(cluster, base))];
+    const sides = [
+      () => ours.push(probeKib(cluster, ROOT, r === 0 ? process.env.KUBE_BENCH_HEAP_SNAPSHOT : undefined)),
+      () => oursLate.push(probeKib(cluster, ROOT, undefined, true)),
+      () => base && theirs.push(probeKib(cluster, base)),
+      () => base && theirsLate.push(probeKib(cluster, base, undefined, true)),
+    ];
     for (const side of r % 2 ? sides.reverse() : sides) side();
   }
   const med = (xs: number[]) => pct(xs, 50);
   const spread = (xs: number[]): [number, number] => [round(Math.min(...xs)), round(Math.max(...xs))];
-  const figures: Figures = { "kube.agent_kib_per_sandbox": { value: round(med(ours)), unit: "KiB", target: "<= 3", ...(base ? { spread: spread(ours) } : {}) } };
+  const figure = (probes: Probe[], key: keyof Probe, unit: string, target?: string) => {
+    const xs = probes.map((p) => p[key]);
+    return { value: round(med(xs)), unit, ...(target ? { target } : {}), ...(xs.length > 1 ? { spread: spread(xs) } : {}) };
+  };
+  const figures: Figures = {
+    "kube.agent_kib_per_sandbox": figure(ours, "kib", "KiB", "<= 3"),
+    "kube.agent_kib_per_sandbox_startup_peak": figure(ours, "peakKib", "KiB (highest reading from 0.5 s after the first list)"),
+    "kube.agent_startup_requests": figure(ours, "requests", `API requests of a driver started over ${SANDBOXES} converged sandboxes`),
+    "kube.agent_kib_per_sandbox_pods_late": figure(oursLate, "kib", `KiB (settled; the pods' first list held back ${PODS_LATE_MS} ms)`),
+    "kube.agent_kib_per_sandbox_startup_peak_pods_late": figure(oursLate, "peakKib", "KiB"),
+    "kube.agent_startup_requests_pods_late": figure(oursLate, "requests", "API requests"),
+  };
   if (base) {
-    figures["kube.agent_kib_per_sandbox_base"] = { value: round(med(theirs)), unit: "KiB", spread: spread(theirs) };
-    figures["kube.agent_kib_per_sandbox_vs_base"] = { value: round(med(ours) / med(theirs)), unit: "ratio" };
+    figures["kube.agent_kib_per_sandbox_base"] = figure(theirs, "kib", "KiB");
+    figures["kube.agent_kib_per_sandbox_startup_peak_base"] = figure(theirs, "peakKib", "KiB");
+    figures["kube.agent_startup_requests_base"] = figure(theirs, "requests", "API requests");
+    figures["kube.agent_kib_per_sandbox_pods_late_base"] = figure(theirsLate, "kib", "KiB");
+    figures["kube.agent_kib_per_sandbox_startup_peak_pods_late_base"] = figure(theirsLate, "peakKib", "KiB");
+    figures["kube.agent_startup_requests_pods_late_base"] = figure(theirsLate, "requests", "API requests");
+    figures["kube.agent_kib_per_sandbox_vs_base"] = { value: round(med(ours.map((p) => p.kib)) / med(theirs.map((p) => p.kib))), unit: "ratio" };
   }
   return figures;
 }
@@ -417,6 +487,18 @@ async function memoryProbe(kubeconfig: string, ns: string): Promise<void> {
   gc();
   if (process.env.KUBE_BENCH_HEAP_SNAPSHOT) writeHeapSnapshot(`${process.env.KUBE_BENCH_HEAP_SNAPSHOT}.before`);
   const before = process.memoryUsage().heapUsed;
+  const sampling = process.env.KUBE_BENCH_HEAP_PROFILE ? await heapSampling() : undefined;
+  // KUBE_BENCH_POD_LIST_DELAY_MS: the pods' first list answers that much later, as it does on a
+  // loaded machine where it ends after the Sandboxes' (which list first is otherwise a race).
+  const podListDelay = Number(process.env.KUBE_BENCH_POD_LIST_DELAY_MS ?? 0);
+  if (podListDelay) {
+    const list = CoreV1Api.prototype.listNamespacedPod;
+    CoreV1Api.prototype.listNamespacedPod = async function (this: CoreV1Api, ...args: Parameters<typeof list>) {
+      const answer = await list.apply(this, args);
+      await new Promise((r) => setTimeout(r, podListDelay));
+      return answer;
+    } as typeof list;
+  }
   const driver = new KubernetesDriver({ kubeConfig: kc, namespace: ns, runtimeImage: RUNTIME_IMAGE });
   await driver.start();
   const sandboxes = (await driver.list()).length;
@@ -430,18 +512,64 @@ async function memoryProbe(kubeconfig: string, ns: string): Promise<void> {
     gc();
     bytes = process.memoryUsage().heapUsed - before;
     readings.push(bytes);
+    if (i === 1 && sampling) await sampling.write(process.env.KUBE_BENCH_HEAP_PROFILE!);
     // At least 10 s, then the last four readings within 1 % of each other.
     const last = readings.slice(-4);
     if (i >= 10 && Math.max(...last) - Math.min(...last) <= 0.01 * Math.min(...last)) break;
   }
   console.error(`probe ${ns}: KiB per sandbox over time ${readings.map((b) => (b / 1024 / sandboxes).toFixed(2)).join(" ")}; the driver's API requests since start ${(driver as { requests?: number }).requests ?? "?"}`);
   if (process.env.KUBE_BENCH_HEAP_SNAPSHOT) writeHeapSnapshot(process.env.KUBE_BENCH_HEAP_SNAPSHOT);
-  console.log(JSON.stringify({ bytes, sandboxes }));
+  console.log(JSON.stringify({ bytes, peak: Math.max(...readings), sandboxes, requests: (driver as { requests?: number }).requests ?? 0 }));
   await driver.stop();
   process.exit(0);
 }
 
+/** V8's sampling heap profiler from now on; `write` saves what is live at that moment (a
+ * .heapprofile for DevTools) and prints the allocation sites holding most of it. */
+async function heapSampling(): Promise<{ write(file: string): Promise<void> }> {
+  const { Session } = await import("node:inspector/promises");
+  const session = new Session();
+  session.connect();
+  await session.post("HeapProfiler.startSampling", { samplingInterval: 16_384 });
+  return {
+    async write(file) {
+      const { profile } = (await session.post("HeapProfiler.getSamplingProfile")) as { profile: { head: SampleNode } };
+      writeFileSync(file, JSON.stringify(profile));
+      const sites = new Map<string, number>();
+      const walk = (n: SampleNode, stack: string[]) => {
+        const frame = `${n.callFrame.functionName || "(anonymous)"} ${n.callFrame.url.split("/").slice(-2).join("/")}:${n.callFrame.lineNumber + 1}`;
+        const here = [...stack, frame];
+        if (n.selfSize) sites.set(here.slice(-4).join(" < "), (sites.get(here.slice(-4).join(" < ")) ?? 0) + n.selfSize);
+        for (const c of n.children) walk(c, here);
+      };
+      walk(profile.head, []);
+      const top = [...sites].sort((a, b) => b[1] - a[1]).slice(0, 12);
+      console.error(`heap sampling (live now, MB by site):\n${top.map(([k, v]) => `  ${(v / 1048576).toFixed(1)}  ${k}`).join("\n")}`);
+      await session.post("HeapProfiler.stopSampling");
+      session.disconnect();
+    },
+  };
+}
+
+interface SampleNode {
+  callFrame: { functionName: string; url: string; lineNumber: number };
+  selfSize: number;
+  children: SampleNode[];
+}
+
+/** `--pods <kubeconfig> <ns>`: the test kubelet and the pods' runtime of a namespace until SIGTERM. */
+async function podsProcess(kubeconfig: string, ns: string): Promise<void> {
+  const kc = new KubeConfig();
+  kc.loadFromFile(kubeconfig);
+  const kubelet = new TestKubelet(kc, ns);
+  await kubelet.start();
+  const runtimes = await podRuntimes(kc, ns);
+  process.once("SIGTERM", () => void Promise.all([kubelet.stop(), runtimes.stop()]).finally(() => process.exit(0)));
+  console.log("pods ready");
+}
+
 if (import.meta.main) {
-  if (process.argv[2] === "--memory-probe") await memoryProbe(process.argv[3]!, process.argv[4]!);
+  if (process.argv[2] === "--pods") await podsProcess(process.argv[3]!, process.argv[4]!);
+  else if (process.argv[2] === "--memory-probe") await memoryProbe(process.argv[3]!, process.argv[4]!);
   else console.log(JSON.stringify(await run(), null, 2));
 }

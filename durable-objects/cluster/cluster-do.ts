@@ -26,6 +26,7 @@ import { sandboxGroupOf, sandboxGroupStub } from "../sandbox/stub.ts";
 import { CoarseTimers } from "../coarse-timers.ts";
 import { TurnWrites } from "../turn-writes.ts";
 import { CrdSync } from "./crd-sync.ts";
+import { batches, ENQUEUE_MAX_BYTES } from "../pool/enqueue-batch.ts";
 import { BUILD_FEATURE, type BuildEvents, type BuildFrame } from "../../schema/protocol/build.ts";
 import { recordBuildEvents } from "../operations/template-builds.ts";
 import type { Result } from "../sandbox/state.ts";
@@ -53,6 +54,9 @@ const REDELIVER_MS = 30_000;
 const LIVENESS_MS = 3 * HEARTBEAT_MS;
 /** Intents per `intents` frame, so a resync of thousands stays well under frame limits. */
 const FRAME_BATCH = 256;
+/** Bytes of intents per `intents` frame: 8 MiB, as a pool's enqueue batch, a quarter of workerd's
+ * 32 MiB WebSocket message limit. */
+const FRAME_MAX_BYTES = ENQUEUE_MAX_BYTES;
 /** Delay for deleting acked outbox rows in one batch. */
 const ACK_FLUSH_MS = 50;
 /** Unacked intents whose trace context is kept in memory for redelivery (lost with the object's memory). */
@@ -611,7 +615,9 @@ export class ClusterDO extends DurableObject<Env> {
       }
     }
     const go = () => {
-      for (let i = 0; i < items.length; i += FRAME_BATCH) this.send({ type: "intents", items: items.slice(i, i + FRAME_BATCH) });
+      // At most FRAME_BATCH intents and FRAME_MAX_BYTES of them (secret values, long rules) per
+      // frame; one larger than that still leaves alone (the edge bounds each intent far below).
+      for (const frame of batches(items, FRAME_BATCH, FRAME_MAX_BYTES)) this.send({ type: "intents", items: frame });
     };
     const needs = items.filter((i) => i.intent.desired.state !== "deleted" && i.intent.team && transformSecrets(i.intent.networkRules).length);
     // A team this session's profile set left out (a first sandbox here): its profiles go first.

@@ -9,7 +9,17 @@ import { refusalsAsResult } from "./result.ts";
 import { getDb } from "../store/db.ts";
 import { evictTemplates } from "../store/template-cache.ts";
 import { deleteTemplate, getTemplate, namesFreedImage, upsertTemplate } from "../store/templates.ts";
-import { ensureTeam } from "../store/teams.ts";
+import { ensureTeam, listTeams } from "../store/teams.ts";
+
+/** After a team's template left `cluster` (deleted, or moved to another): that cluster's agent
+ * gets its SecurityProfile set again if it holds the team's, so a team it no longer serves (no
+ * template and no sandbox there) is pruned now rather than at the next send (a profile may hold a
+ * literal token). Best effort: the template change stands either way. */
+async function templateLeft(env: Env, cluster: string | undefined, teamName: string): Promise<void> {
+  await env.CLUSTER.get(env.CLUSTER.idFromName(cluster ?? "local"))
+    .resendForTeam(teamName)
+    .catch(() => {});
+}
 
 /** Pushes a template's current spec and revision to its pool; returns the pool's status. */
 export async function configurePool(env: Env, t: TemplateRecord, teamName: string) {
@@ -30,24 +40,31 @@ export async function putTemplate(env: Env, input: PutTemplateInput): Promise<Re
   return refusalsAsResult(async () => {
     const db = getDb(env);
     const team = await ensureTeam(db, input.teamName);
-    const existed = (await getTemplate(db, team.id, input.templateId)) !== undefined;
+    const before = await getTemplate(db, team.id, input.templateId);
+    const existed = before !== undefined;
     const t = await upsertTemplate(db, { teamId: team.id, templateId: input.templateId, public: input.public, spec: input.spec }).catch((err: unknown) => {
       if (namesFreedImage(err)) throw new ApiError("bad_request", `image "${input.spec.image}" was freed when the last template naming it was deleted; build the template again`);
       throw err;
     });
     evictTemplates();
-    return { template: t, pool: await configurePool(env, t, input.teamName), existed };
+    const pool = await configurePool(env, t, input.teamName);
+    if (before && (before.spec.cluster ?? "local") !== (t.spec.cluster ?? "local")) await templateLeft(env, before.spec.cluster, input.teamName);
+    return { template: t, pool, existed };
   });
 }
 
 /** Deletes a team's template and drains its warm pool; `found` is false when there was none. */
 export async function removeTemplate(env: Env, teamId: string, templateId: string): Promise<Result<{ found: boolean }>> {
   return refusalsAsResult(async () => {
-    const found = await deleteTemplate(getDb(env), teamId, templateId);
+    const db = getDb(env);
+    const before = await getTemplate(db, teamId, templateId);
+    const found = await deleteTemplate(db, teamId, templateId);
     evictTemplates();
     // Drained even when the row was already gone: a pool may outlive a lost delete.
     const res = await poolStub(env, teamId, templateId).destroy();
     if (!res.ok) throw ApiError.from(res.error);
+    const team = before && (await listTeams(db, teamId))[0];
+    if (team) await templateLeft(env, before.spec.cluster, team.name);
     return { found };
   });
 }

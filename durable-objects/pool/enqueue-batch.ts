@@ -20,6 +20,17 @@ export function enqueueBatch<T>(items: readonly T[], count: number, bytes = ENQU
   return out;
 }
 
+/** All of `items` in consecutive enqueueBatch batches (ClusterDO's `intents` frames), in order. */
+export function batches<T>(items: readonly T[], count: number, bytes = ENQUEUE_MAX_BYTES, size: (item: T) => number = jsonBytes): T[][] {
+  const out: T[][] = [];
+  for (let i = 0; i < items.length; ) {
+    const b = enqueueBatch(items.slice(i, i + count), count, bytes, size);
+    out.push(b);
+    i += b.length;
+  }
+  return out;
+}
+
 /** The UTF-8 length of `x` as JSON. */
 export function jsonBytes(x: unknown): number {
   return new TextEncoder().encode(JSON.stringify(x)).length;

@@ -62,6 +62,10 @@ export const ReadyReason = {
   ReconcileError: "ReconcileError",
   /** The desired sandbox cannot be made as asked (e.g. a team name that is no namespace name); final. */
   InvalidSpec: "InvalidSpec",
+  /** The sandbox is governed (egress rules, a TrafficPolicy or SecurityProfile selects it, or its
+   * template lists traffic-proxy) but its template asks for what would escape the traffic-proxy
+   * (hostNetwork, hostPath, privileged, NET_ADMIN, ...; the message lists each); final. */
+  UnsafePodSpec: "UnsafePodSpec",
 } as const;
 export type ReadyReason = (typeof ReadyReason)[keyof typeof ReadyReason];
 
@@ -122,6 +126,9 @@ export const EventReason = {
   /** On the Sandbox: its pod's policy would not fit its ConfigMap or Secret (Warning; the running
    * pod keeps what it had). */
   PolicyTooLarge: "PolicyTooLarge",
+  /** On the Sandbox, and once per template revision on its SandboxSet: its template cannot be
+   * governed (Warning; the message lists what; see ReadyReason.UnsafePodSpec). */
+  UnsafePodSpec: "UnsafePodSpec",
 } as const;
 
 /** Returns `conditions` with `next` set, keeping lastTransitionTime when the status did not change. */

@@ -1,12 +1,13 @@
 // k8s/egress-admission.yaml against the real API server: with the policy bound to a namespace, an
 // admin's kubectl edit or delete of a sandbox pod's `<pod>-traffic` ConfigMap or `<pod>-egress`
-// NetworkPolicy is refused while the agent's writes go through, and other ConfigMaps are
+// NetworkPolicy (and its `<pod>-traffic` Secret) is refused while the agent's writes go through, and other ConfigMaps are
 // untouched. The test cluster's agent is the user `sandbox-agent`, not a service account: the
 // policy's user list is rewritten to it, and the binding limited to this file's namespace.
 import { readFileSync } from "node:fs";
 import { CoreV1Api } from "@kubernetes/client-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { LABEL } from "../../schema/crd/labels.ts";
+import { mergePatch } from "../../controllers/drivers/kubernetes/kube-api.ts";
 import { AGENT_USER } from "./support/cluster.ts";
 import { freshNamespace, kubeConfig, kubectl, kubectlOk, until } from "./support/namespace.ts";
 
@@ -18,6 +19,7 @@ beforeAll(async () => {
   const cm = (n: string, labels: Record<string, string>) => ({ apiVersion: "v1", kind: "ConfigMap", metadata: { name: n, namespace: ns, labels }, data: { "policy.json": "{}" } });
   await kubeConfig("agent").makeApiClient(CoreV1Api).createNamespacedConfigMap({ namespace: ns, body: cm("p1-traffic", { [LABEL.sandboxId]: "p1" }) });
   kubectlOk(["-n", ns, "apply", "-f", "-"], JSON.stringify(cm("mine", {})));
+  await kubeConfig("agent").makeApiClient(CoreV1Api).createNamespacedSecret({ namespace: ns, body: { metadata: { name: "p1-traffic", namespace: ns, labels: { [LABEL.sandboxId]: "p1" } }, data: { "ca.key": "a2V5" } } });
   const yaml = readFileSync("k8s/egress-admission.yaml", "utf8")
     .replace("'system:serviceaccount:sandbox-system:sandbox-agent'", `'${AGENT_USER}'`)
     .replaceAll("name: sandbox-egress-objects", `name: ${name}`)
@@ -45,6 +47,10 @@ describe("egress admission policy", () => {
     const cur = await core.readNamespacedConfigMap({ namespace: ns, name: "p1-traffic" });
     await core.replaceNamespacedConfigMap({ namespace: ns, name: "p1-traffic", body: { ...cur, data: { "policy.json": '{"v":2}' } } });
     expect((await core.readNamespacedConfigMap({ namespace: ns, name: "p1-traffic" })).data).toEqual({ "policy.json": '{"v":2}' });
+    // The pod's Secret (its CA key, secret values) likewise: the agent writes it, an admin cannot.
+    expect(kubectl(["-n", ns, "patch", "secret", "p1-traffic", "--type", "merge", "-p", JSON.stringify({ data: { "ca.key": "bWluZQ==" } })]).stderr).toContain("written by the sandbox agent only");
+    expect(kubectl(["-n", ns, "delete", "secret", "p1-traffic"]).stderr).toContain("written by the sandbox agent only");
+    await core.patchNamespacedSecret({ namespace: ns, name: "p1-traffic", body: { data: { "ca.key": "a2V5Mg==" } } }, mergePatch);
     // An unrelated ConfigMap of the namespace is the tenant's.
     kubectlOk(["-n", ns, "patch", "configmap", "mine", "--type", "merge", "-p", patch]);
   });

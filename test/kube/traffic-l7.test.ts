@@ -4,10 +4,13 @@
 // ConfigMap) is then run by test/kube/support/pod-netns.ts: the volumes laid out as the spec says,
 // the init containers and the sidecar run as processes in a network namespace this test creates,
 // and a "sandbox" process (uid 1000, no proxy variables, the sandbox container's env) talks to a
-// stand-in internet through it. This is the sidecar's process, not a pod in a cluster.
+// stand-in internet through it. This is the sidecar's process, not a pod in a cluster. Also: a
+// template's own init container runs after the redirect; MCP tool rules; profiles too large for
+// the pod's Secret.
 // Needs root for the namespaces: run under the shared lock.
 import { CoreV1Api, type V1Pod } from "@kubernetes/client-node";
 import { readFileSync } from "node:fs";
+import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { KubernetesDriver, type KubeDesiredSandbox } from "../../controllers/drivers/kubernetes/kubernetes-driver.ts";
 import { SecurityProfileSpec, type SecurityProfileEntry } from "../../schema/api/security-profile.ts";
@@ -50,7 +53,12 @@ beforeAll(async () => {
   await kubelet.start();
   driver = new KubernetesDriver({ kubeConfig: kubeConfig("agent"), namespace: ns, runtimeImage: "ghcr.io/kruise-edge/sandbox-agent:test" });
   await driver.start();
-  await until("sets and injection config", () => driver.sandboxSets.get("plain") && driver.injection.current()["traffic-proxy"]);
+  // A template with an init container of its own that tries the network (straight to an address,
+  // no DNS) and writes what happened into an emptyDir.
+  // It tries for 6 s (the stand-in may still be starting): "reached" as soon as one connects.
+  const probe = "import socket,sys,time\\nr='blocked'\\nfor _ in range(30):\\n  try:\\n    socket.create_connection((sys.argv[1], 80), timeout=0.2); r='reached'; break\\n  except OSError: time.sleep(0.2)\\nopen('/work/net','w').write(r)\\n";
+  kubectlOk(["-n", ns, "apply", "-f", "-"], `apiVersion: agents.kruise.io/v1alpha1\nkind: SandboxSet\nmetadata: { name: initnet }\nspec:\n  replicas: 0\n  template: { spec: { volumes: [{ name: work, emptyDir: {} }], initContainers: [{ name: fetch, image: python:3.12, command: [/usr/bin/python3, -c, "${probe}", "${net.outIp}"], volumeMounts: [{ name: work, mountPath: /work }] }], containers: [{ name: sandbox, image: python:3.12 }] } }\n`);
+  await until("sets and injection config", () => driver.sandboxSets.get("plain") && driver.sandboxSets.get("initnet") && driver.injection.current()["traffic-proxy"]);
   await driver.setTrafficPolicies([]);
 }, 120_000);
 
@@ -190,6 +198,18 @@ describe("SecurityProfiles in a sandbox pod", () => {
     await driver.setSecurityProfiles([keys]);
     expect(secretsJson()).toEqual({ "api-key": key2, rulekey: rule });
   });
+  it("the redirect runs before the template's own init containers: one reaching straight for an address is already governed", async () => {
+    await driver.ensure(desired("init1", { template: "initnet", pool: "initnet", allowInternetAccess: false }));
+    const pod = kget<V1Pod>("pod", "initnet-init1");
+    expect(pod.spec!.initContainers!.map((c) => c.name)).toEqual(["traffic-redirect", "traffic-ca", "fetch"]);
+    await net.stop();
+    net = new PodNetns();
+    await net.start(pod, objectsOf(pod));
+    // It ran in the pod's order, as uid 1000: after the redirect, with no proxy up yet, nothing
+    // leaves the pod (run before it, as it was, it reached the stand-in).
+    expect(readFileSync(join(net.volumes.get("work")!, "net"), "utf8")).toBe("blocked");
+  });
+
   it("a GlobalSecurityProfile's literal header value reaches requests through the sidecar, and is in no ConfigMap and in no volume or env of the sandbox container", async () => {
     const token = `glob-${Math.random().toString(36).slice(2, 10)}`;
     const global: SecurityProfileEntry = {
@@ -228,5 +248,46 @@ describe("SecurityProfiles in a sandbox pod", () => {
     const view = net.sandboxRun("sandbox", ["sh", "-c", `env; cat ${net.hostPath("sandbox", "/run/kruise")}/*`]);
     expect(view.code).toBe(0);
     expect(view.out).not.toContain(token);
+  });
+
+  it("a profile's MCP tool rules in a pod: the sidecar passes an allowed tools/call and answers a denied one itself", async () => {
+    await driver.setSecurityProfiles([
+      profile("mcp-tools", {
+        selector: { matchLabels: { app: "mcp" } },
+        rules: [{ name: "tools", match: [{ domains: ["api.test"], paths: [{ type: "Exact", value: "/mcp" }] }], actions: { mcpToolPolicy: { rules: [{ toolNames: ["read_*"], action: "allow" }], defaultAction: "deny" } } }],
+      }),
+    ]);
+    await driver.ensure(desired("mcp1", { labels: { app: "mcp" } }));
+    const pod = (await core.listNamespacedPod({ namespace: ns, labelSelector: `${LABEL.sandboxId}=mcp1` })).items[0]!;
+    await net.stop();
+    net = new PodNetns();
+    await net.start(pod, objectsOf(pod));
+    const call = (tool: string) => net.sandboxRun("sandbox", ["curl", "-sS", "--max-time", "8", "-H", "content-type: application/json", "-d", JSON.stringify({ jsonrpc: "2.0", id: 7, method: "tools/call", params: { name: tool, arguments: {} } }), "http://api.test/mcp"]);
+    expect(call("read_file")).toEqual({ code: 0, out: "saw POST /mcp []" });
+    const denied = call("delete_all");
+    expect(denied.code).toBe(0);
+    expect(denied.out).not.toContain("saw");
+    expect(JSON.parse(denied.out)).toMatchObject({ jsonrpc: "2.0", id: 7, error: { code: -32001, data: { tool: "delete_all" } } });
+    // Its audit record (the sidecar's stdout) names the tool and says the proxy answered.
+    await until("the audit line", () => net.sidecarOut.includes('"tool":"delete_all"'));
+    expect(net.sidecarOut).toMatch(/audit \{[^\n]*"tool":"delete_all"[^\n]*"refused":true/);
+  });
+
+  it("profiles too large for the pod's Secret: a running pod keeps what it had with a PolicyTooLarge Event; a new sandbox is refused (InvalidSpec), no pod", async () => {
+    const small = profile("big-0", { selector: { matchLabels: { app: "big" } }, rules: [{ name: "r", match: [{ domains: ["api.test"] }], actions: { block: {} } }] });
+    await driver.setSecurityProfiles([small]);
+    await driver.ensure(desired("big1", { labels: { app: "big" } }));
+    const before = kget<{ data: Record<string, string> }>("secret", "plain-big1-traffic").data["l7.json"];
+    const rule = (i: number) => ({ name: `r${i}`, match: [{ domains: [`host-${i}.example.com`, `*.svc-${i}.example.net`], paths: [{ type: "Prefix", value: `/api/v1/resource-${i}` }] }], actions: { headerManipulation: { set: [{ name: "x-platform-token", value: `literal-${i}-${"t".repeat(40)}` }] } } });
+    const huge = Array.from({ length: 200 }, (_, n) => profile(`big-${n}`, { selector: { matchLabels: { app: "big" } }, rules: Array.from({ length: 50 }, (_, i) => rule(i)) }));
+    await driver.setSecurityProfiles(huge);
+    const events = () => kubectlOk(["-n", ns, "get", "events", "--field-selector", "involvedObject.name=plain-big1,reason=PolicyTooLarge", "-o", "jsonpath={.items[*].message}"]);
+    expect(events()).toMatch(/takes \d+ bytes in its pod's Secret, over the \d+ one object may hold.*keeps the policy it had/);
+    expect(kget<{ data: Record<string, string> }>("secret", "plain-big1-traffic").data["l7.json"]).toBe(before);
+    await expect(driver.ensure(desired("big2", { labels: { app: "big" } }))).rejects.toMatchObject({ reason: "InvalidSpec" });
+    expect((await core.listNamespacedPod({ namespace: ns, labelSelector: `${LABEL.sandboxId}=big2` })).items).toHaveLength(0);
+    const ready = kget<{ status?: { conditions?: { type: string; reason: string; message: string }[] } }>("sandbox", "plain-big2").status!.conditions!.find((c) => c.type === "Ready")!;
+    expect(ready).toMatchObject({ reason: "InvalidSpec", message: expect.stringContaining("over the") });
+    await driver.setSecurityProfiles([]);
   });
 });

@@ -4,9 +4,13 @@
 // an argument, the traffic-proxy sidecar, their securityContexts, the sandbox container without
 // NET_ADMIN/NET_RAW), its policy ConfigMap (tenant bytes as JSON data only) and its NetworkPolicy
 // backstop; a TrafficPolicy that starts selecting a running sandbox replaces its pod with one that
-// has the proxy and changes the ConfigMap of one that has it; a cluster without a traffic-proxy
+// has the proxy and changes the ConfigMap of one that has it; a template that would escape the
+// redirect (host namespaces, hostPath, privileged, capabilities, sysctls, procMount, our names) is
+// refused with a kubectl-visible condition and Events; a cluster without a traffic-proxy
 // image refuses a governed sandbox rather than running it open; after an agent restart the policy
-// set it was last sent still governs new pods. The agent's own RBAC throughout.
+// set it was last sent still governs new pods; a governed pod an older agent built from such a
+// template (fields dropped), or made before the image left the config, stays Ready and only its
+// next pod is refused. The agent's own RBAC throughout.
 import { createHash } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { CoreV1Api, type V1Container, type V1NetworkPolicy, type V1Pod } from "@kubernetes/client-node";
@@ -18,7 +22,7 @@ import { POLICY_ANNOTATION } from "../../controllers/drivers/kubernetes/traffic-
 import { TrafficPolicySpec, type TrafficPolicyEntry } from "../../schema/api/traffic-policy.ts";
 import { LABEL } from "../../schema/crd/labels.ts";
 import { TestKubelet } from "./support/kubelet.ts";
-import { freshNamespace, kubeConfig, kubectlOk, until } from "./support/namespace.ts";
+import { freshNamespace, kubeConfig, kubectl, kubectlOk, until } from "./support/namespace.ts";
 
 const HOSTILE = "x'$(touch /tmp/pwned)`id`";
 let ns: string;
@@ -54,10 +58,15 @@ beforeAll(async () => {
   ns = await freshNamespace("egress");
   core = kubeConfig().makeApiClient(CoreV1Api);
   kubectlOk(["-n", ns, "apply", "-f", "-"], readFileSync("k8s/injection-config.yaml", "utf8").replace("namespace: sandbox-system", `namespace: ${ns}`));
-  kubectlOk(["-n", ns, "apply", "-f", "-"], "apiVersion: agents.kruise.io/v1alpha1\nkind: SandboxSet\nmetadata: { name: plain }\nspec:\n  replicas: 0\n  template: { spec: { containers: [{ name: sandbox, image: python:3.12, securityContext: { capabilities: { add: [NET_ADMIN, SYS_PTRACE] } } }] } }\n");
-  // A template that names its own containers as the platform's pair, asks for host namespaces and
-  // every capability: none of it may survive in a governed pod.
-  kubectlOk(["-n", ns, "apply", "-f", "-"], "apiVersion: agents.kruise.io/v1alpha1\nkind: SandboxSet\nmetadata: { name: hostile }\nspec:\n  replicas: 0\n  template: { spec: { hostPID: true, hostIPC: true, initContainers: [{ name: traffic-proxy, image: evil:1, restartPolicy: Always, securityContext: { privileged: true } }], containers: [{ name: sandbox, image: python:3.12, securityContext: { capabilities: { add: [ALL, CHOWN] } } }, { name: traffic-redirect, image: evil:1, securityContext: { privileged: true, capabilities: { add: [NET_ADMIN] } } }] } }\n");
+  kubectlOk(["-n", ns, "apply", "-f", "-"], "apiVersion: agents.kruise.io/v1alpha1\nkind: SandboxSet\nmetadata: { name: plain }\nspec:\n  replicas: 0\n  template: { spec: { containers: [{ name: sandbox, image: python:3.12, securityContext: { capabilities: { add: [CHOWN] } } }] } }\n");
+  // A template that asks for what escapes the redirect (host namespaces, hostPath, every
+  // capability, an unsafe sysctl, an unmasked /proc, a container named as the platform's pair):
+  // a governed sandbox of it is refused, field by field.
+  kubectlOk(["-n", ns, "apply", "-f", "-"], "apiVersion: agents.kruise.io/v1alpha1\nkind: SandboxSet\nmetadata: { name: hostile }\nspec:\n  replicas: 0\n  template: { spec: { hostNetwork: true, hostPID: true, securityContext: { sysctls: [{ name: net.ipv4.conf.all.route_localnet, value: '1' }] }, volumes: [{ name: node, hostPath: { path: /run } }], initContainers: [{ name: setup, image: evil:1, securityContext: { privileged: true } }], containers: [{ name: sandbox, image: python:3.12, securityContext: { procMount: Unmasked, capabilities: { add: [ALL, NET_RAW] } } }, { name: traffic-redirect, image: evil:1 }] } }\n");
+  // Only the node's network: fine while nothing governs its sandbox.
+  kubectlOk(["-n", ns, "apply", "-f", "-"], "apiVersion: agents.kruise.io/v1alpha1\nkind: SandboxSet\nmetadata: { name: hostnet }\nspec:\n  replicas: 0\n  template: { spec: { hostNetwork: true, containers: [{ name: sandbox, image: python:3.12 }] } }\n");
+  // Only a reserved name: an init container named as the CA one (it would see the pod's CA).
+  kubectlOk(["-n", ns, "apply", "-f", "-"], "apiVersion: agents.kruise.io/v1alpha1\nkind: SandboxSet\nmetadata: { name: reserved }\nspec:\n  replicas: 0\n  template: { spec: { initContainers: [{ name: traffic-ca, image: evil:1 }], containers: [{ name: sandbox, image: python:3.12 }] } }\n");
   kubectlOk(["-n", ns, "apply", "-f", "-"], "apiVersion: agents.kruise.io/v1alpha1\nkind: SandboxSet\nmetadata: { name: listed }\nspec:\n  replicas: 0\n  runtimes: [{ name: traffic-proxy }]\n  template: { spec: { containers: [{ name: sandbox, image: python:3.12 }] } }\n");
   kubelet = new TestKubelet(kubeConfig(), ns);
   await kubelet.start();
@@ -71,7 +80,7 @@ async function startAgent(): Promise<void> {
   await driver.start();
   // The edge sends its SecurityProfile set with each welcome (none here).
   await driver.setSecurityProfiles([]);
-  await until("sets and injection config", () => driver.sandboxSets.get("plain") && driver.sandboxSets.get("listed") && driver.sandboxSets.get("hostile") && driver.injection.current()["traffic-proxy"]);
+  await until("sets and injection config", () => driver.sandboxSets.get("plain") && driver.sandboxSets.get("listed") && driver.sandboxSets.get("hostile") && driver.sandboxSets.get("reserved") && driver.sandboxSets.get("hostnet") && driver.injection.current()["traffic-proxy"]);
 }
 
 afterAll(async () => {
@@ -109,12 +118,13 @@ describe("egress on kubernetes", () => {
     ]);
     expect(pod.spec!.volumes).toContainEqual({ name: "sandbox-traffic", configMap: { name: "plain-rules1-traffic", defaultMode: 420 } });
 
-    // The template asked for NET_ADMIN and SYS_PTRACE: a governed pod's sandbox container gets
-    // neither (one undoes the rules, the other reaches into the proxy).
+    // The redirect runs before any other init container; the sandbox container (CHOWN, as its
+    // template asks) and the agent-runtime drop what would undo the rules or reach into the proxy.
+    expect(pod.spec!.initContainers!.map((c) => c.name).slice(0, 2)).toEqual(["traffic-redirect", "traffic-ca"]);
     const dropped = ["NET_ADMIN", "NET_RAW", "SYS_ADMIN", "SYS_PTRACE", "BPF"];
     const sandbox = byName(pod.spec!.containers, "sandbox");
     expect(sandbox.securityContext!.capabilities!.drop).toEqual(dropped);
-    expect(sandbox.securityContext!.capabilities!.add ?? []).toEqual([]);
+    expect(sandbox.securityContext!.capabilities!.add).toEqual(["CHOWN"]);
     expect(byName(pod.spec!.containers, "agent-runtime").securityContext!.capabilities!.drop).toEqual(dropped);
 
     // Tenant bytes travel as JSON in the ConfigMap, and nowhere in what a container runs.
@@ -146,16 +156,49 @@ describe("egress on kubernetes", () => {
     expect(kget<V1NetworkPolicy>("networkpolicy", "plain-drift1-egress").spec).toEqual(wantNp);
   });
 
-  it("a template's own traffic-proxy / traffic-redirect, host namespaces and ALL are gone from a governed pod", async () => {
-    await ensure(desired("hostile1", { template: "hostile", pool: "hostile", allowInternetAccess: false }));
-    const pod = kget<V1Pod>("pod", "hostile-hostile1");
-    const all = [...pod.spec!.containers, ...pod.spec!.initContainers!];
-    expect(all.map((c) => c.image)).not.toContain("evil:1");
-    expect(all.filter((c) => c.name === "traffic-proxy" || c.name === "traffic-redirect")).toHaveLength(2);
-    expect(all.some((c) => c.securityContext?.privileged)).toBe(false);
-    expect(pod.spec!.hostPID ?? false).toBe(false);
-    expect(pod.spec!.hostIPC ?? false).toBe(false);
-    expect(byName(pod.spec!.containers, "sandbox").securityContext!.capabilities!.add).toEqual(["CHOWN"]);
+  it("the pod's Secret (policy, CA, secret values), edited or deleted with kubectl, comes back as it was", async () => {
+    const secret = () => kget<{ data: Record<string, string> }>("secret", "plain-drift1-traffic").data;
+    const want = secret();
+    expect(Object.keys(want).sort()).toEqual(["ca.crt", "ca.key", "l7.json", "secrets.json"]);
+    const b64 = (t: string) => Buffer.from(t).toString("base64");
+    kubectlOk(["-n", ns, "patch", "secret", "plain-drift1-traffic", "--type", "merge", "-p", JSON.stringify({ data: { "l7.json": b64("{}"), "ca.key": b64("mine"), "extra": b64("x") } })]);
+    await until("the Secret put back", () => JSON.stringify(secret()) === JSON.stringify(want));
+    kubectlOk(["-n", ns, "delete", "secret", "plain-drift1-traffic"]);
+    await until("the Secret made again", () => kubectl(["-n", ns, "get", "secret", "plain-drift1-traffic"]).status === 0);
+    expect(secret()).toEqual(want);
+  });
+
+  it("a template that would escape the redirect is refused with an UnsafePodSpec condition and Events, never run with fields dropped; a running ungoverned pod is deleted", async () => {
+    const sandboxOf = (name: string) => kget<{ status?: { conditions?: { type: string; status: string; reason: string; message: string }[] } }>("sandbox", name);
+    const events = (kind: string, name: string) => kubectlOk(["-n", ns, "get", "events", "--field-selector", `involvedObject.kind=${kind},involvedObject.name=${name},reason=UnsafePodSpec`, "-o", "jsonpath={.items[*].message}"]);
+    await expect(ensure(desired("hostile1", { template: "hostile", pool: "hostile", allowInternetAccess: false }))).rejects.toMatchObject({ reason: "UnsafePodSpec" });
+    expect((await core.listNamespacedPod({ namespace: ns, labelSelector: `${LABEL.sandboxId}=hostile1` })).items).toHaveLength(0);
+    const ready = sandboxOf("hostile-hostile1").status!.conditions!.find((c) => c.type === "Ready")!;
+    expect(ready).toMatchObject({ status: "False", reason: "UnsafePodSpec" });
+    for (const field of ["hostNetwork", "hostPID", '"net.ipv4.conf.all.route_localnet"', 'hostPath "/run"', 'initContainers "setup": privileged', "capabilities.add ALL, NET_RAW", "procMount Unmasked", 'containers "traffic-redirect": the name is the traffic-proxy\'s']) expect(ready.message).toContain(field);
+    expect(events("Sandbox", "hostile-hostile1")).toContain("hostNetwork");
+    expect(events("SandboxSet", "hostile")).toContain("hostNetwork");
+    // A new governed member of the same set: refused before any pod exists; the set's Event once.
+    await expect(ensure(desired("hostile2", { template: "hostile", pool: "hostile", allowInternetAccess: false }))).rejects.toMatchObject({ reason: "UnsafePodSpec" });
+    expect((await core.listNamespacedPod({ namespace: ns, labelSelector: `${LABEL.sandboxId}=hostile2` })).items).toHaveLength(0);
+    expect(kubectlOk(["-n", ns, "get", "events", "--field-selector", "involvedObject.kind=SandboxSet,involvedObject.name=hostile,reason=UnsafePodSpec", "-o", "name"]).trim().split("\n")).toHaveLength(1);
+
+    // Nothing governs it: a hostNetwork template is its own business. Governed now: refused, and
+    // its running pod (no proxy) goes rather than stay ungoverned.
+    await ensure(desired("hostnet1", { template: "hostnet", pool: "hostnet" }));
+    expect((await podOf("hostnet1")).spec!.hostNetwork).toBe(true);
+    await expect(ensure(desired("hostnet1", { template: "hostnet", pool: "hostnet", generation: 2, allowInternetAccess: false }))).rejects.toMatchObject({ reason: "UnsafePodSpec" });
+    await until("the ungoverned pod gone", async () => (await core.listNamespacedPod({ namespace: ns, labelSelector: `${LABEL.sandboxId}=hostnet1` })).items.every((p) => p.metadata!.deletionTimestamp));
+    expect(sandboxOf("hostnet-hostnet1").status!.conditions!.find((c) => c.type === "Ready")).toMatchObject({ status: "False", reason: "UnsafePodSpec" });
+    expect(events("Sandbox", "hostnet-hostnet1")).toContain("was deleted rather than left running ungoverned");
+  });
+
+  it("a template container named as the platform's (traffic-ca) is refused with a condition and an Event, not dropped", async () => {
+    await expect(ensure(desired("reserved1", { template: "reserved", pool: "reserved", allowInternetAccess: false }))).rejects.toMatchObject({ reason: "UnsafePodSpec" });
+    expect((await core.listNamespacedPod({ namespace: ns, labelSelector: `${LABEL.sandboxId}=reserved1` })).items).toHaveLength(0);
+    const ready = kget<{ status?: { conditions?: { type: string; reason: string; message: string }[] } }>("sandbox", "reserved-reserved1").status!.conditions!.find((c) => c.type === "Ready")!;
+    expect(ready).toMatchObject({ reason: "UnsafePodSpec", message: expect.stringContaining('initContainers "traffic-ca": the name is the traffic-proxy\'s') });
+    expect(kubectlOk(["-n", ns, "get", "events", "--field-selector", "involvedObject.name=reserved-reserved1,reason=UnsafePodSpec", "-o", "jsonpath={.items[*].message}"])).toContain("traffic-ca");
   });
 
   it("a sandbox nothing governs has no proxy; a TrafficPolicy selecting it replaces its pod, and policy changes reach the ConfigMap", async () => {
@@ -222,13 +265,19 @@ describe("egress on kubernetes", () => {
     expect(kubectlOk(["-n", ns, "get", "networkpolicy", "-o", "name"])).toContain("listed-warm1-egress");
   });
 
-  it("no traffic-proxy image in the injection config: a governed sandbox is refused, never run open", async () => {
+  it("no traffic-proxy image in the injection config: a governed sandbox is refused, never run open (a running one's pod is deleted)", async () => {
     const bare = await freshNamespace("egress-bare");
     const other = new KubernetesDriver({ kubeConfig: kubeConfig("agent"), namespace: bare, runtimeImage: "ghcr.io/kruise-edge/sandbox-agent:test" });
     await other.start();
     try {
       await expect(other.ensure({ ...desired("bare1", { allowInternetAccess: false }), namespace: bare, pool: undefined, template: "python:3.12" })).rejects.toMatchObject({ reason: "InvalidSpec" });
       expect(kubectlOk(["-n", bare, "get", "pods", "-o", "name"])).toBe("");
+      // One running while nothing governed it: governed now, refused, and its pod goes.
+      await other.ensure({ ...desired("bare2"), namespace: bare, pool: undefined, template: "python:3.12" });
+      expect(kubectlOk(["-n", bare, "get", "pods", "-o", "name"])).toContain("bare2");
+      await expect(other.ensure({ ...desired("bare2", { allowInternetAccess: false, generation: 2 }), namespace: bare, pool: undefined, template: "python:3.12" })).rejects.toMatchObject({ reason: "InvalidSpec", message: expect.stringContaining("deleted rather than left running ungoverned") });
+      await until("the ungoverned pod gone", async () => (await core.listNamespacedPod({ namespace: bare, labelSelector: `${LABEL.sandboxId}=bare2` })).items.every((p) => p.metadata!.deletionTimestamp));
+      expect(kubectlOk(["-n", bare, "get", "events", "--field-selector", "involvedObject.kind=Sandbox,reason=PodDeleted", "-o", "jsonpath={.items[*].message}"])).toContain("deleted rather than left running ungoverned");
     } finally {
       await other.stop();
     }
@@ -247,5 +296,53 @@ describe("egress on kubernetes", () => {
     expect(pod.spec!.containers.map((c) => c.name)).toContain("traffic-proxy");
     expect(policyFile(pod.metadata!.name!).trafficPolicies.map((p) => p.name)).toEqual(["only"]);
     expect(kubectlOk(["-n", ns, "get", "networkpolicy", "-o", "name"])).toContain(`${pod.metadata!.name}-egress`);
+  });
+
+  it("a governed pod an older agent built from a template it sanitised stays Ready after the upgrade (policy push, in-place update at claim) with one Warning Event; its next pod is refused", async () => {
+    const readyOf = () => kget<{ status?: { conditions?: { type: string; status: string; reason: string; message: string }[] } }>("sandbox", "plain-old1").status?.conditions?.find((c) => c.type === "Ready");
+    const warnings = () => kubectlOk(["-n", ns, "get", "events", "--field-selector", "involvedObject.name=plain-old1,reason=UnsafePodSpec", "-o", "jsonpath={range .items[*]}{.message}{\"\\n\"}{end}"]).trim().split("\n").filter(Boolean);
+    await ensure(desired("old1", { allowInternetAccess: false }));
+    const pod = await podOf("old1");
+    expect(pod.metadata!.labels![LABEL.trafficProxy]).toBe("governed");
+    await until("Ready", async () => (await driver.observe("old1"))?.ready);
+    // What an older agent left: its Sandbox keeps the template as the set asked for it (the node's
+    // network, an init container named as the platform's CA one), its pod was built without them.
+    await driver.stop();
+    kubectlOk(["-n", ns, "patch", "sandbox", "plain-old1", "--type", "json", "-p", JSON.stringify([{ op: "add", path: "/spec/template/spec/hostNetwork", value: true }, { op: "add", path: "/spec/template/spec/initContainers", value: [{ name: "traffic-ca", image: "evil:1" }] }])]);
+    await startAgent();
+    // The upgraded agent: the edge's policy push, the reconciler's ensure, a claim's in-place update.
+    await driver.setTrafficPolicies([]);
+    await ensure(desired("old1", { allowInternetAccess: false }));
+    await ensure(desired("old1", { allowInternetAccess: false, generation: 2, inplaceUpdate: { image: "python:3.13" } }));
+    await ensure(desired("old1", { allowInternetAccess: false, generation: 3, inplaceUpdate: { image: "python:3.13" } }));
+    expect((await podOf("old1")).metadata!.uid).toBe(pod.metadata!.uid);
+    await until("Ready", async () => (await driver.observe("old1"))?.ready && readyOf()?.status === "True");
+    expect(warnings()).toHaveLength(1);
+    expect(warnings()[0]).toContain("hostNetwork");
+    expect(warnings()[0]).toContain("keeps running");
+
+    // Its next pod follows the rule: paused (Stop), then resumed, it is refused with the condition.
+    await ensure(desired("old1", { allowInternetAccess: false, generation: 4, inplaceUpdate: { image: "python:3.13" }, state: "Paused" }));
+    await until("the pod gone", async () => (await core.listNamespacedPod({ namespace: ns, labelSelector: `${LABEL.sandboxId}=old1` })).items.every((p) => p.metadata!.deletionTimestamp));
+    await expect(ensure(desired("old1", { allowInternetAccess: false, generation: 5, inplaceUpdate: { image: "python:3.13" } }))).rejects.toMatchObject({ reason: "UnsafePodSpec" });
+    expect((await core.listNamespacedPod({ namespace: ns, labelSelector: `${LABEL.sandboxId}=old1` })).items.filter((p) => !p.metadata!.deletionTimestamp)).toHaveLength(0);
+    expect(readyOf()).toMatchObject({ status: "False", reason: "UnsafePodSpec", message: expect.stringContaining("hostNetwork") });
+  });
+
+  it("a governed pod stays when the injection config loses its traffic-proxy image; its next pod is refused", async () => {
+    await ensure(desired("noimg1", { allowInternetAccess: false }));
+    const pod = await podOf("noimg1");
+    expect(pod.metadata!.labels![LABEL.trafficProxy]).toBe("governed");
+    kubectlOk(["-n", ns, "patch", "configmap", "sandbox-injection-config", "--type", "json", "-p", JSON.stringify([{ op: "remove", path: "/data/traffic-proxy" }])]);
+    try {
+      await until("the config without the image", () => !driver.injection.current()["traffic-proxy"]);
+      await ensure(desired("noimg1", { allowInternetAccess: false, generation: 2, inplaceUpdate: { image: "python:3.13" } }));
+      expect((await podOf("noimg1")).metadata!.uid).toBe(pod.metadata!.uid);
+      await ensure(desired("noimg1", { allowInternetAccess: false, generation: 3, state: "Paused" }));
+      await expect(ensure(desired("noimg1", { allowInternetAccess: false, generation: 4 }))).rejects.toMatchObject({ reason: "InvalidSpec", message: expect.stringContaining("no traffic-proxy image") });
+      expect((await core.listNamespacedPod({ namespace: ns, labelSelector: `${LABEL.sandboxId}=noimg1` })).items.filter((p) => !p.metadata!.deletionTimestamp)).toHaveLength(0);
+    } finally {
+      kubectlOk(["-n", ns, "apply", "-f", "-"], readFileSync("k8s/injection-config.yaml", "utf8").replace("namespace: sandbox-system", `namespace: ${ns}`));
+    }
   });
 });

@@ -3,7 +3,8 @@
 // shows it), its status lists the sandboxes it selects (a sandbox made through the E2B API with a
 // matching `label:` metadata) with Accepted True; what this platform does not enforce (ingress
 // rules, service peers) is Accepted False, never enforced in part; kubectl delete removes it. A
-// SecurityProfile the edge accepts is Programmed as far as the pods' traffic-proxies apply it.
+// SecurityProfile the edge accepts is Programmed as far as the pods' traffic-proxies apply it; one
+// named as an admin-API profile is refused on the object (the edge's 409), the admin's kept.
 import { Sandbox } from "e2b";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startTestEdge, type TestEdge } from "./support/edge.ts";
@@ -129,5 +130,25 @@ spec:
     expect(st.conditions![1]!.message).toContain("no running pod selected");
     expect(kubectlOk(["-n", ns, "get", "events", "--field-selector", "involvedObject.name=block-admin,reason=NotEnforcedByDriver", "-o", "name"]).trim()).toBe("");
     kubectlOk(["-n", ns, "delete", "securityprofiles.agents.kruise.io", "block-admin"]);
+  });
+
+  it("a SecurityProfile named as one the admin API made is refused (the edge's 409 as its Accepted condition); the admin's stays as it was", async () => {
+    const spec = { rules: [{ name: "mine", match: [{ domains: ["admin.example.test"] }], actions: { block: {} } }] };
+    expect((await admin(`/admin/teams/${ns}/security-profiles/held`, { method: "PUT", body: JSON.stringify(spec) })).status).toBe(200);
+    kubectlOk(["-n", ns, "apply", "-f", "-"], `
+apiVersion: agents.kruise.io/v1alpha1
+kind: SecurityProfile
+metadata: { name: held }
+spec:
+  rules:
+    - { name: theirs, match: [{ domains: [cluster.example.test] }], actions: { block: {} } }
+`);
+    const accepted = await until("the refusal on the object", () => status("securityprofiles.agents.kruise.io", "held").conditions?.find((c) => c.type === "Accepted"), 30_000);
+    expect(accepted).toMatchObject({ status: "False", message: expect.stringContaining("made through the admin API") });
+    const kept = (await (await admin(`/admin/teams/${ns}/security-profiles/held`)).json()) as { spec: { rules: { name: string }[] } };
+    expect(kept.spec.rules.map((r) => r.name)).toEqual(["mine"]);
+    // Deleting the object does not delete the admin's profile either.
+    kubectlOk(["-n", ns, "delete", "securityprofiles.agents.kruise.io", "held"]);
+    expect((await admin(`/admin/teams/${ns}/security-profiles/held`)).status).toBe(200);
   });
 });

@@ -183,6 +183,24 @@ describe("security profiles (admin API)", () => {
     await expectStatus(call(`/admin/global-security-profiles/${global}`, { method: "DELETE" }), 204);
   }, 60_000);
 
+  it("a team whose only template on a cluster is deleted, or moved to another cluster, leaves that agent's set at once", async () => {
+    const d = await createTeam(unique("sp-gone"));
+    const m = await createTeam(unique("sp-move"));
+    const agentD = await startAgent(d.cluster, { networkRules: true });
+    const agentM = await startAgent(m.cluster, { networkRules: true });
+    agents.push(agentD, agentM);
+    for (const t of [d, m]) await expectStatus(call(`/admin/teams/${t.name}/security-profiles/lit`, { method: "PUT", body: rule({ domains: ["x.test"] }, { headerManipulation: { set: [{ name: "x-k", value: `literal-of-${t.name}` }] } }) }), 200);
+    await agentD.waitUntil(() => agentD.securityProfiles?.some((p) => p.team === d.name) ?? false);
+    await agentM.waitUntil(() => agentM.securityProfiles?.some((p) => p.team === m.name) ?? false);
+    // No sandbox of either team runs: the template was all that made each cluster serve it.
+    await expectStatus(call(`/admin/teams/${d.name}/templates/${d.template}`, { method: "DELETE" }), 204);
+    await agentD.waitUntil(() => !(agentD.securityProfiles?.some((p) => p.team === d.name) ?? true));
+    expect(JSON.stringify(agentD.securityProfiles)).not.toContain(`literal-of-${d.name}`);
+    await expectStatus(call(`/admin/teams/${m.name}/templates/${m.template}`, { method: "PUT", body: { spec: { cluster: unique("elsewhere"), replicas: 0 } } }), 200);
+    await agentM.waitUntil(() => !(agentM.securityProfiles?.some((p) => p.team === m.name) ?? true));
+    expect(JSON.stringify(agentM.securityProfiles)).not.toContain(`literal-of-${m.name}`);
+  }, 60_000);
+
   it("a running sandbox whose template was deleted keeps its team's profiles when the agent reconnects", async () => {
     const d = await createTeam(unique("sp-del"));
     const agent = await startAgent(d.cluster, { networkRules: true });

@@ -17,7 +17,7 @@ import type { SecurityProfileEntry } from "../../../schema/api/security-profile.
 import { TrafficPolicySet } from "../../traffic/governed.ts";
 import { PolicySetStore, PROFILES } from "./policy-store.ts";
 import { hasTrafficProxy, TrafficObjects } from "./traffic-objects.ts";
-import { DEFAULT_CLUSTER_CIDRS, DEFAULT_CLUSTER_DNS, PolicyTooLargeError, trafficConfigMapName } from "./traffic-pod.ts";
+import { DEFAULT_CLUSTER_CIDRS, DEFAULT_CLUSTER_DNS, PolicyTooLargeError, trafficConfigMapName, unsafePodSpec, UnsafePodSpecError } from "./traffic-pod.ts";
 import { EventReason, ReadyReason } from "../../../schema/crd/conditions.ts";
 import { ANNOTATION, LABEL } from "../../../schema/crd/labels.ts";
 import type { SpawnRequest } from "../../runtime/sandbox-view.ts";
@@ -28,7 +28,7 @@ import type { ObjectCache } from "./object-cache.ts";
 import { NAMESPACE_PATTERN, type NamespaceScope } from "./namespace-scope.ts";
 import { KUBERNETES_FLAGS } from "./flags.ts";
 import { KUBERNETES_CAPABILITIES, type KubeDesiredSandbox, type KubernetesDriverOptions, type KubeSandboxObservation, type SandboxObject, type SandboxRequest, type SandboxSetObject } from "./objects.ts";
-import { runtimeUrl } from "./pod-spec.ts";
+import { imageTemplate, runtimeUrl, templateHash } from "./pod-spec.ts";
 import { InjectionConfigSource } from "./injection-config.ts";
 import { PodWriter } from "./pod-writer.ts";
 import { poolConnections } from "./pooled-connections.ts";
@@ -41,6 +41,9 @@ import type { CsiMountConfig } from "../../../schema/crd/csi-mount.ts";
 import { UserRequests } from "./user-requests.ts";
 
 export { idLabel, sandboxName } from "./objects.ts";
+
+/** Status recomputes in flight at once in a namespace's first pass (#recomputeAll). */
+const STATUS_PASS_CONCURRENCY = 8;
 
 const lowerKeys = (values: Record<string, string>) => new Map(Object.entries(values).map(([k, v]) => [k.toLowerCase(), v]));
 export type { KubeDesiredSandbox, KubernetesDriverOptions, KubeSandboxObservation, SandboxObject, SandboxRequest, SandboxSetObject } from "./objects.ts";
@@ -81,6 +84,8 @@ export class KubernetesDriver implements Driver {
   readonly #policies = new TrafficPolicySet();
   readonly #traffic: TrafficObjects;
   readonly #desired = new Map<string, KubeDesiredSandbox>();
+  /** The UnsafePodSpec warning last posted per sandbox (#warnUnsafe). */
+  readonly #warned = new Map<string, string>();
   /** Whether the edge's policy set arrived since the start, or the one it sent last was loaded. */
   #policiesKnown = false;
   /** Whether the edge's SecurityProfiles arrived since the start: until then a running pod's file
@@ -112,8 +117,9 @@ export class KubernetesDriver implements Driver {
       count: (n) => (this.requests += n),
       now: opts.now ?? Date.now,
       log: (msg) => opts.log?.(msg),
-      onPodChange: (id) => {
-        this.#scheduleStatus(id);
+      onPodChange: (id, sc) => {
+        // Before its namespace's first lists are all in, the sandbox's status waits for onSynced.
+        if (sc.synced) this.#scheduleStatus(id);
         opts.onChange?.(id);
       },
       placedIn: (id) => this.#placedIn(id),
@@ -123,9 +129,11 @@ export class KubernetesDriver implements Driver {
         // edit), and every Sandbox seen first (the pod's own event may have come before it): the
         // status is computed again and written if it differs. Nothing else would correct it: the
         // status is only written on pod changes and ensures, and a warm member has neither for long.
+        // Those of the namespace's first list are computed once every list is in (onSynced).
         const id = o.metadata?.annotations?.[ANNOTATION.sandboxId];
-        if (id && (!old || (!this.#status.wrote(id, o) && stableJson(old.status) !== stableJson(o.status)))) this.#scheduleStatus(id);
+        if (id && this.#ctx.scope(ns).synced && (!old || (!this.#status.wrote(id, o) && stableJson(old.status) !== stableJson(o.status)))) this.#scheduleStatus(id);
       },
+      onSynced: (sc) => void this.#recomputeAll(sc),
     });
     this.#status = new StatusWriter(this.#ctx);
     this.injection = new InjectionConfigSource({ kubeConfig: opts.kubeConfig, core: this.#ctx.core, namespace: opts.namespace, log: (msg) => opts.log?.(msg), count: () => this.requests++ });
@@ -337,19 +345,65 @@ export class KubernetesDriver implements Driver {
 
   /** The pod's egress objects, written, when it gets the traffic-proxy: while something governs
    * the sandbox, or when its template lists traffic-proxy (warm pods ready for rules at claim).
-   * Governed without a traffic-proxy image in the injection config: refused, never run open. */
+   * What the cluster and the template allow is judged for a pod about to be made: none yet, or
+   * one to replace (governed now, not built governed). Governed without a traffic-proxy image in
+   * the injection config, or a template the proxy cannot govern: refused, never run open (the
+   * pod to replace is deleted). A pod that exists and is not replaced is never judged again: an
+   * older agent built pods of such templates with the fields dropped, and its proxy governs them;
+   * failing them on an unrelated ensure (a thaw, an in-place update at claim) after an upgrade
+   * would end running sandboxes. Their next pod is judged. */
   async #trafficFor(sc: NamespaceScope, sbx: SandboxObject, d: KubeDesiredSandbox, pod: V1Pod | undefined): Promise<{ configMap: string; governed: boolean } | undefined> {
     const governed = this.#traffic.policy(sc, d) !== null;
     const listed = (sbx.spec.runtimes ?? []).some((r) => r.name === "traffic-proxy");
     if (!governed && !listed) return undefined;
+    const making = !pod || (governed && !hasTrafficProxy(pod, true));
     if (!this.injection.current()["traffic-proxy"]?.image) {
       if (!governed) return undefined;
-      throw new TerminalError(ReadyReason.InvalidSpec, `egress rules or a TrafficPolicy govern sandbox ${d.id}, but the injection config names no traffic-proxy image: nothing in its pod could enforce them`);
+      if (making) {
+        let message = `egress rules or a TrafficPolicy govern sandbox ${d.id}, but the injection config names no traffic-proxy image: nothing in its pod could enforce them`;
+        // A pod made before a policy selected it would stay ungoverned: it goes (as #refuseUnsafe).
+        if (pod) {
+          await this.#pods.delete(sc, pod, 0);
+          message += `; its pod ${pod.metadata!.name} was deleted rather than left running ungoverned`;
+          await this.#status.event(sc, sbx, "Warning", EventReason.PodDeleted, message);
+        }
+        throw new TerminalError(ReadyReason.InvalidSpec, message);
+      }
     }
+    const unsafe = unsafePodSpec((sbx.spec.template ?? imageTemplate(d.template)).spec ?? { containers: [] });
+    if (unsafe.length && making) await this.#refuseUnsafe(sc, sbx, d, pod, governed, unsafe);
+    if (unsafe.length) await this.#warnUnsafe(sc, sbx, d, pod!, unsafe);
     // Until the edge's set arrives (an agent restart), a running pod's policy is left as it is:
     // an empty set would open what a TrafficPolicy closed.
     if (pod && hasTrafficProxy(pod) && !(this.#policiesKnown && this.#profilesKnown)) return { configMap: trafficConfigMapName(sbx.metadata!.name!), governed };
     return { configMap: await this.#traffic.sync(sc, sbx, d), governed };
+  }
+
+  /** A governed sandbox whose template the traffic-proxy cannot govern: refused (terminal), with an
+   * Event on the Sandbox and one (per cause) on its SandboxSet. `pod` is one to replace (it runs
+   * without a governing proxy, made before a policy selected it): it is deleted, as it would stay
+   * ungoverned. */
+  async #refuseUnsafe(sc: NamespaceScope, sbx: SandboxObject, d: KubeDesiredSandbox, pod: V1Pod | undefined, governed: boolean, unsafe: string[]): Promise<never> {
+    const why = governed ? "egress rules, a TrafficPolicy or a SecurityProfile govern it" : "its template lists traffic-proxy";
+    let message = `the traffic-proxy cannot govern sandbox ${d.id} (${why}): its template asks for ${unsafe.join("; ")}`;
+    if (pod && governed && !hasTrafficProxy(pod, true)) {
+      await this.#pods.delete(sc, pod, 0);
+      message += `; its pod ${pod.metadata!.name} was deleted rather than left running ungoverned`;
+    }
+    await this.#status.event(sc, sbx, "Warning", EventReason.UnsafePodSpec, message);
+    await this.#status.poolEvent(sc, sbx, EventReason.UnsafePodSpec, `its members cannot be governed by the traffic-proxy: the template asks for ${unsafe.join("; ")}`, `unsafe-${templateHash(unsafe)}`);
+    throw new UnsafePodSpecError(ReadyReason.UnsafePodSpec, message);
+  }
+
+  /** A pod that stays although its template would now be refused (made by an older agent, which
+   * dropped those fields): a Warning Event, once per pod and cause (a named Event; the agent
+   * remembers it posted it, so later ensures send nothing). */
+  async #warnUnsafe(sc: NamespaceScope, sbx: SandboxObject, d: KubeDesiredSandbox, pod: V1Pod, unsafe: string[]): Promise<void> {
+    const key = `unsafe-${templateHash([pod.metadata?.uid, unsafe])}`;
+    if (this.#warned.get(d.id) === key) return;
+    const message = `its template asks for ${unsafe.join("; ")}: a new pod of it would be refused (UnsafePodSpec). Pod ${pod.metadata!.name} was made before (without those fields) and keeps running; its next pod (a resume after a Stop pause, a recreate) is refused unless the template changes`;
+    await this.#status.event(sc, sbx, "Warning", EventReason.UnsafePodSpec, message, `${sbx.metadata!.name!.slice(0, 200)}.${key}`);
+    this.#warned.set(d.id, key);
   }
 
   /** Replaces the TrafficPolicies in force: pods with a proxy get their new policy (the sidecar
@@ -454,6 +508,30 @@ export class KubernetesDriver implements Driver {
       if (id) ids.add(id);
     }
     return [...ids].map((id) => this.#status.observe(id, this.#deferred.get(id)?.generation)!).filter(Boolean);
+  }
+
+  /**
+   * Every Sandbox of a namespace whose informers just did their first list is first seen: its
+   * status is computed again from its pod and written if it differs. Only now: a Sandbox listed
+   * before its pod (the two lists end in either order) would read as having none, and get a wrong
+   * not-Ready status written and then corrected: at 10,000 sandboxes, ~20,000 status patches at
+   * once, the agent's heap 4–7 times its settled size for 20–40 s (bench/kube.ts). A few at a
+   * time, so a namespace of statuses that are really stale is a bounded stream of writes.
+   */
+  async #recomputeAll(sc: NamespaceScope): Promise<void> {
+    const ids = sc.sandboxes.list().map((o) => o.metadata?.annotations?.[ANNOTATION.sandboxId]);
+    let next = 0;
+    const worker = async () => {
+      while (next < ids.length && !this.#stopped) {
+        const id = ids[next++];
+        if (!id || this.#statusTimers.has(id)) continue;
+        await this.#serial(id, () => this.#sync(id)).catch((err: unknown) => {
+          this.#opts.log?.(`sync of ${id}: ${(err as Error).message}`);
+          this.#scheduleStatus(id, 500);
+        });
+      }
+    };
+    await Promise.all(Array.from({ length: STATUS_PASS_CONCURRENCY }, worker));
   }
 
   /** Refreshes a Sandbox's status from its pod soon (coalesces bursts of pod events). */
@@ -566,6 +644,7 @@ export class KubernetesDriver implements Driver {
       // after any sync already queued there.
       this.#desired.delete(id);
       this.#sandboxSecrets.delete(id);
+      this.#warned.delete(id);
       await this.#pods.deleteAll(sc, id);
       if (name) await this.#serial(id, () => this.#traffic.delete(sc, name));
       await this.#sandboxes.delete(sc, id);

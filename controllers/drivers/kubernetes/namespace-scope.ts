@@ -18,11 +18,16 @@ export class NamespaceScope {
   readonly sandboxes: ObjectCache<SandboxObject>;
   readonly sandboxSets: ObjectCache<SandboxSetObject>;
   readonly pools: PoolStatus;
+  /** Whether every informer has done its first list: until then a Sandbox may be held without
+   * its pod (the two lists finish in either order), and what is computed from it is wrong. */
+  synced = false;
+  readonly #onSynced?: () => void;
   #started?: Promise<void>;
 
-  constructor(deps: { kubeConfig: KubeConfig; core: CoreV1Api; custom: CustomObjectsApi; namespace: string; onError: (err: unknown) => void; count: () => void }) {
+  constructor(deps: { kubeConfig: KubeConfig; core: CoreV1Api; custom: CustomObjectsApi; namespace: string; onError: (err: unknown) => void; count: () => void; onSynced?: () => void }) {
     const { kubeConfig: kc, core, custom, namespace: ns, onError } = deps;
     this.namespace = ns;
+    this.#onSynced = deps.onSynced;
     const crList = (plural: string) => () => custom.listNamespacedCustomObject({ group: GROUP, version: VERSION, namespace: ns, plural });
     const crPath = (plural: string) => `/apis/${GROUP}/${VERSION}/namespaces/${ns}/${plural}`;
     const podSelector = `${LABEL.createdBy}=sandbox`;
@@ -47,9 +52,21 @@ export class NamespaceScope {
     this.sandboxSets.onChange((o) => this.pools.touch(o.metadata?.name));
   }
 
-  /** Starts the informers; resolves after their first list. */
+  /** Starts the informers; resolves after their first list (`onSynced` has run by then). */
   start(): Promise<void> {
-    this.#started ??= Promise.all([this.pods.start(), this.pvcs.start(), this.sandboxes.start(), this.sandboxSets.start()]).then(() => {});
+    // A failed first list is not kept (nor is each informer's): a later start (the next ensure or
+    // watch of the namespace) lists again, so RBAC granted after the agent started, or an API
+    // server back after its retries, still makes the namespace synced and its statuses written.
+    this.#started ??= Promise.all([this.pods.start(), this.pvcs.start(), this.sandboxes.start(), this.sandboxSets.start()]).then(
+      () => {
+        this.synced = true;
+        this.#onSynced?.();
+      },
+      (err: unknown) => {
+        this.#started = undefined;
+        throw err;
+      },
+    );
     return this.#started;
   }
 

@@ -57,8 +57,16 @@ export class ObjectCache<T extends KubernetesObject> {
     this.#o = opts;
   }
 
+  /** Lists, then watches; resolves after the first list. A first list that failed for good (a 4xx
+   * such as RBAC not granted yet, or retries spent) is not kept: the next start() lists again. */
   start(): Promise<void> {
-    this.#started ??= this.#relist().then(() => this.#watchFrom());
+    this.#started ??= this.#relist().then(
+      () => this.#watchFrom(),
+      (err: unknown) => {
+        this.#started = undefined;
+        throw err;
+      },
+    );
     return this.#started;
   }
 

@@ -20,8 +20,10 @@ export interface ScopesOptions {
   count: (n: number) => void;
   now: () => number;
   log: (msg: string) => void;
-  /** A sandbox's pod changed in a way its state is made of. */
-  onPodChange: (id: string) => void;
+  /** A sandbox's pod in `sc` changed in a way its state is made of. */
+  onPodChange: (id: string, sc: NamespaceScope) => void;
+  /** A namespace's informers have all done their first list: every Sandbox in it is first seen. */
+  onSynced?: (sc: NamespaceScope) => void;
   /** A Sandbox of `namespace` was added or changed (`old`: the version the watch delivered before). */
   onSandbox: (o: SandboxObject, namespace: string, old?: SandboxObject) => void;
   /** The namespace the driver placed a sandbox in, once its intent is known: a Sandbox elsewhere
@@ -68,13 +70,14 @@ export class Scopes implements DriverContext {
       namespace: ns,
       onError: (err) => this.#opts.log(`watch ${ns}: ${(err as Error)?.message ?? err}`),
       count: () => this.count(),
+      onSynced: () => this.#opts.onSynced?.(scope),
     });
     const scope = sc;
     const changed = (o: V1Pod, verb: string, old?: V1Pod) => {
       // A relabel (the claim's own patch) changes nothing the sandbox's state is made of.
       if (verb === "update" && old && podFacts(old) === podFacts(o)) return;
       const id = this.#idOf(o, scope);
-      if (id) this.#opts.onPodChange(id);
+      if (id) this.#opts.onPodChange(id, scope);
     };
     sc.pods.onChange(changed);
     sc.sandboxes.onChange((o, verb, old) => {

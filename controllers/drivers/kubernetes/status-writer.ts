@@ -1,7 +1,7 @@
 // The Sandbox's status, conditions and Events: the status computed from the pod (pod-state.ts)
 // or, while an ensure is retried or has failed for good, from that failure; patched only when it
 // differs from the stored one, with one Event per new failure reason.
-import { ANNOTATION, API_VERSION, GROUP, VERSION } from "../../../schema/crd/labels.ts";
+import { ANNOTATION, API_VERSION, GROUP, LABEL, VERSION } from "../../../schema/crd/labels.ts";
 import { hasTrafficProxy } from "./traffic-objects.ts";
 import { RESTORE_PENDING_ANNOTATION } from "./checkpoint/snapshots.ts";
 import { EventReason, ReadyReason, RESTORE_PENDING, SandboxConditionType, setCondition, type Condition } from "../../../schema/crd/conditions.ts";
@@ -129,11 +129,23 @@ export class StatusWriter {
     }
   }
 
-  /** An Event about a Sandbox; best effort (a refused Event is logged, never an ensure's failure). */
-  async event(sc: NamespaceScope, sbx: SandboxObject, type: "Normal" | "Warning", reason: string, message: string): Promise<void> {
+  /** An Event about a Sandbox; best effort (a refused Event is logged, never an ensure's failure).
+   * A given `name` posts it once (one of that name already there is left as it is). */
+  async event(sc: NamespaceScope, sbx: SandboxObject, type: "Normal" | "Warning", reason: string, message: string, name?: string): Promise<void> {
     this.#ctx.count();
     const about = { apiVersion: API_VERSION, kind: "Sandbox", name: sbx.metadata!.name!, namespace: sc.namespace, uid: sbx.metadata!.uid };
-    await postEvent(this.#ctx.core, about, type, reason, message, new Date(this.#ctx.now()), (msg) => this.#ctx.log(msg));
+    await postEvent(this.#ctx.core, about, type, reason, message, new Date(this.#ctx.now()), (msg) => this.#ctx.log(msg), name);
+  }
+
+  /** An Event about a sandbox's SandboxSet (none: nothing), named `key` under the set's name so
+   * the same one (its members failing one after another for one cause) is posted once. */
+  async poolEvent(sc: NamespaceScope, sbx: SandboxObject, reason: string, message: string, key: string): Promise<void> {
+    const pool = sbx.metadata?.labels?.[LABEL.pool];
+    const set = pool ? sc.sandboxSets.get(pool) : undefined;
+    if (!set) return;
+    this.#ctx.count();
+    const about = { apiVersion: API_VERSION, kind: "SandboxSet", name: pool!, namespace: sc.namespace, uid: set.metadata?.uid };
+    await postEvent(this.#ctx.core, about, "Warning", reason, message, new Date(this.#ctx.now()), (msg) => this.#ctx.log(msg), `${pool!.slice(0, 200)}.${key}`);
   }
 }
 

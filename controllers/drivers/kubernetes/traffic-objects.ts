@@ -7,12 +7,15 @@
 // annotation (a hash of the file): a pod update makes the kubelet sync that pod now, and every pod
 // sync re-projects its ConfigMap and Secret volumes (volume manager WaitForAttachAndMount → ReprocessPod), so
 // the sidecar sees the change within seconds instead of the kubelet's periodic sync (~1 min).
-// Both objects sit in the tenant's namespace, where a namespace admin may edit or delete them:
-// `resync` (every 30 s, the driver option `trafficResyncMs`) reads each one back and puts back what the
-// agent wrote. Between an edit and the next resync the edit is in force (README.md, "Egress on
-// Kubernetes": the admission policy in k8s/ closes that window).
+// All three (and the pod's Secret) sit in the tenant's namespace, where a namespace admin may edit
+// or delete them: `resync` (every 30 s, the driver option `trafficResyncMs`) reads the ConfigMap
+// and NetworkPolicy back and puts back what the agent wrote; the Secret, which the agent may not
+// read, it checks by a patch that carries only the resourceVersion it wrote (a precondition: 409
+// when anyone changed it since, 404 when deleted) and writes again whole from its memory (CA key
+// included) when it was. Between an edit and the next resync the edit is in force (README.md,
+// "Egress on Kubernetes": the admission policy in k8s/ closes that window).
 import { createHash } from "node:crypto";
-import type { NetworkingV1Api, V1ConfigMap, V1NetworkPolicy, V1Pod } from "@kubernetes/client-node";
+import type { NetworkingV1Api, V1ConfigMap, V1NetworkPolicy, V1Pod, V1Secret } from "@kubernetes/client-node";
 import { LABEL } from "../../../schema/crd/labels.ts";
 import type { PodTrafficPolicy } from "../../../schema/protocol/pod-traffic.ts";
 import type { SecurityProfileEntry } from "../../../schema/api/security-profile.ts";
@@ -57,6 +60,10 @@ export class TrafficObjects {
   readonly #secretsWritten = new Map<string, string>();
   /** What was last written per object name (namespace/name), so unchanged content sends nothing. */
   readonly #written = new Map<string, string>();
+  /** Each pod Secret as last written, whole (the CA key too: memory only, as the secret values),
+   * with the resourceVersion the API server gave that write (namespace/name). After an agent
+   * restart only the Secrets it writes again are known: the others are not checked. */
+  readonly #secrets = new Map<string, { body: V1Secret; rv: string }>();
   /** How to read back and rewrite each object written (key as #written), for `resync`. */
   readonly #objects = new Map<string, ObjectApi<{ metadata?: { resourceVersion?: string } }>>();
 
@@ -114,6 +121,8 @@ export class TrafficObjects {
     this.#ctx.count();
     const done = await tolerate(this.#ctx.core.patchNamespacedSecret({ namespace: sc.namespace, name, body: { data } }, mergePatch), [404]);
     if (done) for (const [file, hash] of hashes) this.#secretsWritten.set(`${key}/${file}`, hash);
+    const known = this.#secrets.get(key);
+    if (done && known) this.#secrets.set(key, { body: { ...known.body, data: { ...known.body.data, ...data } }, rv: done.metadata?.resourceVersion ?? "" });
     return !!done && hashes.has(L7_FILE);
   }
 
@@ -126,7 +135,8 @@ export class TrafficObjects {
 
   /** A new pod's Secret: a CA made now for that pod alone (a recreated pod gets another, never its
    * predecessor's) and the secret values in force. The agent can write it but not read it back
-   * (k8s/rbac.yaml), and keeps no copy of the key: it lives in the Secret, for the sidecar. */
+   * (k8s/rbac.yaml); it keeps what it wrote in memory only (the key too, as it keeps the secret
+   * values), to put the Secret back as it was after an edit or a delete (#resyncSecret). */
   async newPodSecret(sc: NamespaceScope, sbx: SandboxObject, d: KubeDesiredSandbox): Promise<void> {
     const ca = await SandboxCa.create(d.id);
     const secrets = this.#secretsFor(sc, d) ?? {};
@@ -134,17 +144,41 @@ export class TrafficObjects {
     const body = trafficSecret(this.#owned(sc, sbx, d), await ca.pem(), secrets, JSON.parse(l7) as object);
     checkSize(d.id, "Secret", body.data!);
     const name = body.metadata!.name!;
-    this.#ctx.count();
-    try {
-      await this.#ctx.core.createNamespacedSecret({ namespace: sc.namespace, body });
-    } catch (err) {
-      if (statusCode(err) !== 409) throw err;
-      this.#ctx.count(); // unconditional: the agent is its only writer and may not read it
-      await this.#ctx.core.replaceNamespacedSecret({ namespace: sc.namespace, name, body });
-    }
     const key = `${sc.namespace}/${name}`;
+    this.#secrets.set(key, { body, rv: await this.#writeSecret(sc.namespace, body) });
     this.#secretsWritten.set(`${key}/${SECRETS_FILE}`, createHash("sha256").update(JSON.stringify(secrets)).digest("hex"));
     this.#secretsWritten.set(`${key}/${L7_FILE}`, createHash("sha256").update(l7).digest("hex"));
+  }
+
+  /** Creates the Secret, or replaces it whole (unconditional: the agent is its only writer and may
+   * not read it); returns the resourceVersion written. */
+  async #writeSecret(namespace: string, body: V1Secret): Promise<string> {
+    this.#ctx.count();
+    try {
+      return (await this.#ctx.core.createNamespacedSecret({ namespace, body })).metadata?.resourceVersion ?? "";
+    } catch (err) {
+      if (statusCode(err) !== 409) throw err;
+      this.#ctx.count();
+      return (await this.#ctx.core.replaceNamespacedSecret({ namespace, name: body.metadata!.name!, body })).metadata?.resourceVersion ?? "";
+    }
+  }
+
+  /** Whether the pod Secret `key` is as the agent last wrote it: a merge patch carrying only that
+   * resourceVersion changes nothing and is refused (409) if anything changed it since, 404 if it
+   * was deleted. Put back whole when not. */
+  async #resyncSecret(key: string, log?: (line: string) => void): Promise<boolean> {
+    const known = this.#secrets.get(key)!;
+    const { namespace, name } = known.body.metadata as { namespace: string; name: string };
+    this.#ctx.count();
+    const same = await this.#ctx.core
+      .patchNamespacedSecret({ namespace, name, body: { metadata: { resourceVersion: known.rv } } }, mergePatch)
+      .then(() => true, (err: unknown) => ([404, 409].includes(statusCode(err) ?? 0) ? false : Promise.reject(err)));
+    // Unchanged, or rewritten (new content) or deleted with its sandbox meanwhile: nothing to do.
+    if (same || this.#secrets.get(key) !== known) return false;
+    const rv = await this.#writeSecret(namespace, known.body);
+    if (this.#secrets.get(key) === known) this.#secrets.set(key, { body: known.body, rv });
+    log?.(`secret/${key}: changed outside the agent; put back`);
+    return true;
   }
 
   async sync(sc: NamespaceScope, sbx: SandboxObject, d: KubeDesiredSandbox): Promise<string> {
@@ -215,8 +249,8 @@ export class TrafficObjects {
     return wrote;
   }
 
-  /** Reads every object written back and rewrites those that differ from what the agent wrote or
-   * are gone. Returns how many it put back; one failing object does not stop the others. */
+  /** Reads every object written back (the Secrets: checks them, #resyncSecret) and rewrites those
+   * that differ from what the agent wrote or are gone. Returns how many it put back; one failing object does not stop the others. */
   async resync(log?: (line: string) => void): Promise<number> {
     let restored = 0;
     for (const [key, api] of [...this.#objects]) {
@@ -233,6 +267,13 @@ export class TrafficObjects {
         log?.(`${key}: resync: ${(err as Error).message}`);
       }
     }
+    for (const key of [...this.#secrets.keys()]) {
+      try {
+        if (await this.#resyncSecret(key, log)) restored++;
+      } catch (err) {
+        log?.(`secret/${key}: resync: ${(err as Error).message}`);
+      }
+    }
     return restored;
   }
 
@@ -246,6 +287,7 @@ export class TrafficObjects {
     await tolerate(this.#ctx.core.deleteNamespacedSecret({ namespace: sc.namespace, name: cm }), [404]);
     await tolerate(this.#net.deleteNamespacedNetworkPolicy({ namespace: sc.namespace, name: np }), [404]);
     for (const file of [SECRETS_FILE, L7_FILE]) this.#secretsWritten.delete(`${sc.namespace}/${cm}/${file}`);
+    this.#secrets.delete(`${sc.namespace}/${cm}`);
     for (const key of [`cm/${sc.namespace}/${cm}`, `np/${sc.namespace}/${np}`]) {
       this.#written.delete(key);
       this.#objects.delete(key);

@@ -21,10 +21,11 @@
 //     with the pod's CA and the secret values. Both written by the agent.
 //   - NetworkPolicy `<pod>-egress`: the L3 backstop (DNS, and the internet without the cluster's
 //     ranges except what an allow rule names), enforced by the cluster's CNI, not by us.
-// The other containers keep only an allow-list of added capabilities and lose `privileged`, and
-// the pod `hostNetwork`, `hostPID` and `hostIPC`: each would let a process undo the rules, reach
-// the proxy or send around them; a tenant container named as one of the pair is removed. The nft script holds our constants only, and reaches nft as an argument (data), never as
-// shell text.
+// A template that asks for what would let a process undo the rules, reach into the proxy or send
+// around them (host namespaces, hostPath, privileged, capabilities beyond ALLOWED_ADD, unsafe
+// sysctls, an unmasked /proc, a container or volume named as ours) is refused (unsafePodSpec):
+// nothing of a tenant's spec is dropped silently. The nft script holds our constants only, and
+// reaches nft as an argument (data), never as shell text.
 import type { V1ConfigMap, V1Container, V1NetworkPolicy, V1NetworkPolicyPeer, V1OwnerReference, V1PodSpec, V1Secret } from "@kubernetes/client-node";
 import { tokenSecretNames, type SecurityProfileEntry } from "../../../schema/api/security-profile.ts";
 import { selects, type TrafficPolicyEntry } from "../../../schema/api/traffic-policy.ts";
@@ -207,20 +208,68 @@ const ALLOWED_ADD = new Set([
 ]);
 /** Dropped explicitly too, for runtimes whose default set holds them (NET_RAW in older ones). */
 const DROP = ["NET_ADMIN", "NET_RAW", "SYS_ADMIN", "SYS_PTRACE", "BPF"];
-const RESERVED = new Set([TRAFFIC_CONTAINER, REDIRECT_CONTAINER, CA_CONTAINER]);
+/** The platform's container and volume names in a pod with the proxy. */
+export const RESERVED_CONTAINERS: readonly string[] = [TRAFFIC_CONTAINER, REDIRECT_CONTAINER, CA_CONTAINER];
+export const RESERVED_VOLUMES: readonly string[] = [VOLUME, SECRET_VOLUME, CA_VOLUME, CA_SOURCE_VOLUME];
+/** The sysctls a governed pod may set: the Pod Security Standards' "safe" set (baseline). The
+ * others under net.* change how the pod's network namespace routes and filters (route_localnet,
+ * forwarding, rp_filter, ...), where the redirect lives. */
+const SAFE_SYSCTLS = new Set([
+  "kernel.shm_rmid_forced", "net.ipv4.ip_local_port_range", "net.ipv4.ip_unprivileged_port_start", "net.ipv4.tcp_syncookies",
+  "net.ipv4.ping_group_range", "net.ipv4.ip_local_reserved_ports", "net.ipv4.tcp_keepalive_time", "net.ipv4.tcp_fin_timeout",
+  "net.ipv4.tcp_keepalive_intvl", "net.ipv4.tcp_keepalive_probes",
+]);
 
-/** Adds the redirect and the proxy to a pod spec (mutated: the caller's copy). The names of the
- * pair are the platform's: a tenant container or init container of either name, in either list,
- * is removed (else it would keep its privileges beside ours). Every other container keeps only
- * ALLOWED_ADD and loses `privileged`; the pod loses the host's network, PID and IPC namespaces.
- * `configMap`: the pod's policy ConfigMap. */
+/** Thrown (terminal) when a template asks for what the traffic-proxy cannot govern. */
+export class UnsafePodSpecError extends TerminalError {}
+
+/**
+ * What in a template's pod spec would let a process of a governed pod escape or undo its redirect,
+ * one line each (empty: none). The template is the tenant's; the injection config's components
+ * (the platform's) are not judged here. Running as root is not refused: what nft and the proxy
+ * need is capabilities (CAP_NET_ADMIN in the pod's network namespace, CAP_SYS_PTRACE), which the
+ * bounding set of a container without them withholds from root and from setuid programs alike
+ * (allowPrivilegeEscalation cannot add to it).
+ */
+export function unsafePodSpec(spec: V1PodSpec): string[] {
+  const out: string[] = [];
+  if (spec.hostNetwork) out.push("hostNetwork: the pod would use the node's network, where its redirect does not apply");
+  if (spec.hostPID) out.push("hostPID: the node's processes (and their network namespaces) would be in reach");
+  if (spec.hostIPC) out.push("hostIPC: the node's IPC namespace would be shared");
+  for (const s of spec.securityContext?.sysctls ?? []) if (!SAFE_SYSCTLS.has(s.name)) out.push(`securityContext.sysctls ${JSON.stringify(s.name)}: only the Pod Security Standards' safe sysctls may be set`);
+  for (const v of spec.volumes ?? []) {
+    if (RESERVED_VOLUMES.includes(v.name)) out.push(`volume ${JSON.stringify(v.name)}: the name is the traffic-proxy's`);
+    if (v.hostPath) out.push(`volume ${JSON.stringify(v.name)}: hostPath ${JSON.stringify(v.hostPath.path)} reaches the node's files (its sockets, /proc, /sys)`);
+  }
+  const all = [...(spec.initContainers ?? []).map((c) => ["initContainers", c] as const), ...spec.containers.map((c) => ["containers", c] as const), ...(spec.ephemeralContainers ?? []).map((c) => ["ephemeralContainers", c as V1Container] as const)];
+  for (const [list, c] of all) {
+    const at = `${list} ${JSON.stringify(c.name)}`;
+    if (RESERVED_CONTAINERS.includes(c.name)) out.push(`${at}: the name is the traffic-proxy's`);
+    const sc = c.securityContext;
+    if (sc?.privileged) out.push(`${at}: privileged`);
+    const extra = (sc?.capabilities?.add ?? []).filter((x) => !ALLOWED_ADD.has(x.toUpperCase().replace(/^CAP_/, "")));
+    if (extra.length) out.push(`${at}: capabilities.add ${extra.join(", ")} (allowed: ${[...ALLOWED_ADD].join(", ")})`);
+    if (sc?.procMount && sc.procMount !== "Default") out.push(`${at}: procMount ${sc.procMount}`);
+    for (const m of c.volumeMounts ?? []) {
+      if (RESERVED_VOLUMES.includes(m.name)) out.push(`${at}: mounts ${JSON.stringify(m.name)}, the traffic-proxy's volume`);
+      else if (m.mountPath === CA_DIR || m.mountPath.startsWith(`${CA_DIR}/`)) out.push(`${at}: mounts a volume at ${CA_DIR}, where the pod's CA bundle goes`);
+    }
+  }
+  return out;
+}
+
+/** Adds the redirect and the proxy to a pod spec (mutated: the caller's copy) whose template
+ * passed unsafePodSpec. The redirect and the CA init containers go first, so every init container
+ * of the template already runs redirected (with no proxy up yet: no network out at all). Every
+ * container keeps the drops of DROP and loses `privileged` (the injection config's components
+ * too: they run beside the tenant's code); the pod loses the host's namespaces. `configMap`: the
+ * pod's policy ConfigMap. */
 export function injectTraffic(spec: V1PodSpec, component: InjectionComponent, configMap: string): void {
   const image = component.image!;
   spec.hostNetwork = false;
   spec.hostPID = false;
   spec.hostIPC = false;
-  spec.containers = spec.containers.filter((c) => !RESERVED.has(c.name));
-  spec.initContainers = (spec.initContainers ?? []).filter((c) => !RESERVED.has(c.name));
+  spec.initContainers ??= [];
   for (const c of [...spec.containers, ...spec.initContainers]) {
     const sc = (c.securityContext ??= {});
     sc.privileged = false;
@@ -267,11 +316,10 @@ export function injectTraffic(spec: V1PodSpec, component: InjectionComponent, co
     // uid 1337, no capabilities, no new ones.
     securityContext: { ...root, capabilities: { drop: ["ALL"], add: ["NET_ADMIN", "SETUID", "SETGID"] } },
   };
-  spec.initContainers = [...spec.initContainers, redirect, ca];
+  spec.initContainers = [redirect, ca, ...spec.initContainers];
   spec.containers = [...spec.containers, proxy];
-  const ours = new Set([VOLUME, SECRET_VOLUME, CA_VOLUME, CA_SOURCE_VOLUME]);
   spec.volumes = [
-    ...(spec.volumes ?? []).filter((v) => !ours.has(v.name)),
+    ...(spec.volumes ?? []),
     { name: VOLUME, configMap: { name: configMap } },
     // Only the sidecar mounts it, so its files may be world-readable: the proxy reads them as uid
     // 1337 after giving up root (no fsGroup, which would reach the tenant's volumes too).

@@ -1,7 +1,7 @@
 // A sandbox pod as the API server holds it, run without a kubelet: the pod's network namespace is
 // one this harness creates, each volume a directory filled as the kubelet would fill it (the
-// ConfigMap's and Secret's keys as files, `items` honoured; emptyDir empty), and the platform's
-// containers (the init containers, then the traffic-proxy sidecar) run as processes with their
+// ConfigMap's and Secret's keys as files, `items` honoured; emptyDir empty and world-writable), and
+// the init containers (the template's own as uid 1000), then the traffic-proxy sidecar, run as processes with their
 // argv, env and mounts from the pod spec, paths mapped onto those directories (and the image's
 // /app onto this repository). The sidecar runs as a container would: in a cgroup of its own, in
 // its own cgroup namespace. Beside it, a stand-in internet: a second namespace with HTTP (80),
@@ -15,7 +15,7 @@ import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmdirSync, rmSync, wri
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import type { V1Container, V1Pod } from "@kubernetes/client-node";
-import { APP_ROOT, TRAFFIC_CONTAINER } from "../../../controllers/drivers/kubernetes/traffic-pod.ts";
+import { APP_ROOT, RESERVED_CONTAINERS, TRAFFIC_CONTAINER } from "../../../controllers/drivers/kubernetes/traffic-pod.ts";
 import { dnsStandIn } from "../../support/dns-standin.ts";
 import { waitFor } from "../../support/wait-for.ts";
 
@@ -114,8 +114,10 @@ export class PodNetns {
       chmodSync(d, 0o755);
     }
 
+    // In the pod's order; the template's own init containers as the sandbox's processes (uid 1000).
     for (const c of pod.spec!.initContainers ?? []) {
-      const r = spawnSync("ip", ["netns", "exec", this.podNs, ...this.#argv(c)], { env: this.#env(c) });
+      const tenant = !RESERVED_CONTAINERS.includes(c.name) ? ["setpriv", `--reuid=${SANDBOX_UID}`, `--regid=${SANDBOX_UID}`, "--clear-groups"] : [];
+      const r = spawnSync("ip", ["netns", "exec", this.podNs, ...tenant, ...this.#argv(c)], { env: this.#env(c) });
       if (r.status !== 0) throw new Error(`init container ${c.name}: ${r.stderr}`);
     }
     const proxy = pod.spec!.containers.find((c) => c.name === TRAFFIC_CONTAINER)!;

@@ -1,21 +1,14 @@
 // A pool's enqueue batches are capped by serialized bytes as well as by count: 2,000 intents of
 // ~20 KB each (long labels, allow lists) are 40 MB, past workerd's 32 MiB limit on RPC arguments, which a
-// count cap alone sent in one call.
+// count cap alone sent in one call. The ClusterDO's `intents` frames to the agent are cut the same
+// way (`batches`, 256 and 8 MiB): 256 intents carrying ~60 KB of secret values each were one 15 MB
+// frame.
 import { expect, it } from "vitest";
-import { ENQUEUE_MAX_BYTES, enqueueBatch, jsonBytes } from "../../../../durable-objects/pool/enqueue-batch.ts";
+import { batches, ENQUEUE_MAX_BYTES, enqueueBatch, jsonBytes } from "../../../../durable-objects/pool/enqueue-batch.ts";
 
 const RPC_LIMIT = 32 << 20;
 const intent = (i: number, kb: number) => ({ sandboxId: `sbx-${i}`, labels: { note: String(i).padEnd(kb * 1024, "x") } });
 
-function batches<T>(all: T[], count: number): T[][] {
-  const out: T[][] = [];
-  for (let rest = all; rest.length; ) {
-    const b = enqueueBatch(rest, count);
-    out.push(b);
-    rest = rest.slice(b.length);
-  }
-  return out;
-}
 
 it("keeps every batch of large intents under the RPC limit, in order, none lost", () => {
   const all = Array.from({ length: 2_000 }, (_, i) => intent(i, 20));
@@ -32,4 +25,16 @@ it("small intents are capped by count; one intent larger than the byte cap still
   const huge = { sandboxId: "big", blob: "x".repeat(100) };
   expect(enqueueBatch([huge, { sandboxId: "next" }], 10, 50)).toEqual([huge]);
   expect(enqueueBatch([], 10)).toEqual([]);
+});
+
+it("the ClusterDO's intents frames: at most 256 intents and 8 MiB each, in order, none lost", () => {
+  const all = Array.from({ length: 600 }, (_, i) => intent(i, 60));
+  const frames = batches(all, 256);
+  expect(frames.length).toBeGreaterThan(Math.ceil(600 / 256));
+  for (const f of frames) {
+    expect(f.length).toBeLessThanOrEqual(256);
+    expect(f.reduce((n, x) => n + jsonBytes(x), 0)).toBeLessThanOrEqual(ENQUEUE_MAX_BYTES);
+  }
+  expect(frames.flat().map((x) => x.sandboxId)).toEqual(all.map((x) => x.sandboxId));
+  expect(batches([], 256)).toEqual([]);
 });

@@ -1,10 +1,10 @@
 // The pure half of a governed pod's egress (traffic-pod.ts): which sandboxes are governed and by
-// what, E2B's allowInternetAccess as rules, the NetworkPolicy's extra blocks, what the other
-// containers lose, and the agent's --cluster-cidrs flag.
+// what, E2B's allowInternetAccess as rules, the NetworkPolicy's extra blocks, which templates
+// cannot be governed, the init containers' order, and the agent's --cluster-cidrs flag.
 import type { V1PodSpec } from "@kubernetes/client-node";
 import { describe, expect, it } from "vitest";
 import { clusterCidrsFlag, clusterDnsFlag } from "../../../../../controllers/drivers/kubernetes/flags.ts";
-import { allowedInside, checkSize, DEFAULT_CLUSTER_CIDRS, injectTraffic, podEgress, podPolicy, PolicyTooLargeError, trafficConfigMap, trafficSecret } from "../../../../../controllers/drivers/kubernetes/traffic-pod.ts";
+import { allowedInside, checkSize, DEFAULT_CLUSTER_CIDRS, injectTraffic, podEgress, podPolicy, PolicyTooLargeError, trafficConfigMap, trafficSecret, unsafePodSpec } from "../../../../../controllers/drivers/kubernetes/traffic-pod.ts";
 import { SecurityProfileSpec, type SecurityProfileEntry } from "../../../../../schema/api/security-profile.ts";
 import { TrafficPolicySet } from "../../../../../controllers/traffic/governed.ts";
 import { TrafficPolicySpec } from "../../../../../schema/api/traffic-policy.ts";
@@ -60,41 +60,52 @@ describe("traffic-pod", () => {
     expect(allowedInside(tenantOnly, DEFAULT_CLUSTER_CIDRS)).toEqual([]);
   });
 
-  it("the other containers lose what reaches past or into the proxy, the pod the host's network; the pair is added once", () => {
-    const spec = { hostNetwork: true, containers: [{ name: "sandbox", image: "x", securityContext: { privileged: true, capabilities: { add: ["CAP_NET_ADMIN", "SYS_TIME", "SYS_PTRACE", "CAP_SYS_ADMIN"], drop: ["MKNOD"] } } }] };
+  it("the redirect and the CA init containers run first, before the template's own; the other containers keep the drops", () => {
+    const spec: V1PodSpec = { containers: [{ name: "sandbox", image: "x", securityContext: { capabilities: { add: ["CHOWN"], drop: ["MKNOD"] } } }], initContainers: [{ name: "setup", image: "x" }, { name: "fetch", image: "y" }] };
+    expect(unsafePodSpec(spec)).toEqual([]);
     injectTraffic(spec, { kind: "sidecar", image: "proxy:1" }, "cm");
-    injectTraffic(spec, { kind: "sidecar", image: "proxy:1" }, "cm");
-    expect(spec.hostNetwork).toBe(false);
-    expect(spec.containers[0]!.securityContext).toEqual({ privileged: false, capabilities: { add: [], drop: ["MKNOD", "NET_ADMIN", "NET_RAW", "SYS_ADMIN", "SYS_PTRACE", "BPF"] } });
+    expect(spec.initContainers!.map((c) => [c.name, c.image])).toEqual([["traffic-redirect", "proxy:1"], ["traffic-ca", "proxy:1"], ["setup", "x"], ["fetch", "y"]]);
     expect(spec.containers.map((c) => c.name)).toEqual(["sandbox", "traffic-proxy"]);
-    expect((spec as { initContainers?: { name: string }[] }).initContainers!.map((c) => c.name)).toEqual(["traffic-redirect", "traffic-ca"]);
+    expect(spec.containers[0]!.securityContext).toEqual({ privileged: false, capabilities: { add: ["CHOWN"], drop: ["MKNOD", "NET_ADMIN", "NET_RAW", "SYS_ADMIN", "SYS_PTRACE", "BPF"] } });
   });
 
-  it("a tenant container named as one of the pair is removed, wherever it sits; only allowed capabilities are added; no host PID/IPC", () => {
+  it("a template asking for what escapes the redirect is refused, each field named; a safe one passes", () => {
     const evil = { privileged: true, capabilities: { add: ["NET_ADMIN"] } };
     const spec: V1PodSpec = {
+      hostNetwork: true,
       hostPID: true,
       hostIPC: true,
+      securityContext: { sysctls: [{ name: "net.ipv4.tcp_syncookies", value: "1" }, { name: "net.ipv4.conf.all.route_localnet", value: "1" }] },
+      volumes: [{ name: "docker", hostPath: { path: "/var/run/docker.sock" } }, { name: "sandbox-traffic-secret", emptyDir: {} }],
       containers: [
         { name: "traffic-redirect", image: "evil", securityContext: structuredClone(evil) },
-        { name: "sandbox", image: "x", securityContext: { capabilities: { add: ["ALL", "CHOWN", "sys_module", "CAP_DAC_READ_SEARCH", "SYS_RAWIO", "PERFMON", "SYS_NICE"] } } },
+        { name: "sandbox", image: "x", securityContext: { procMount: "Unmasked", capabilities: { add: ["ALL", "CHOWN", "cap_net_raw", "SYS_NICE"] } }, volumeMounts: [{ name: "sandbox-traffic", mountPath: "/x" }, { name: "docker", mountPath: "/run/kruise/ca.crt" }] },
       ],
-      initContainers: [
-        { name: "traffic-proxy", image: "evil", restartPolicy: "Always", securityContext: structuredClone(evil) },
-        { name: "setup", image: "x", securityContext: { privileged: true } },
-      ],
+      initContainers: [{ name: "setup", image: "x", securityContext: { privileged: true } }],
     };
-    injectTraffic(spec, { kind: "sidecar", image: "proxy:1" }, "cm");
-    expect(spec.hostPID).toBe(false);
-    expect(spec.hostIPC).toBe(false);
-    expect(spec.containers.map((c) => [c.name, c.image])).toEqual([["sandbox", "x"], ["traffic-proxy", "proxy:1"]]);
-    expect(spec.initContainers!.map((c) => [c.name, c.image])).toEqual([["setup", "x"], ["traffic-redirect", "proxy:1"], ["traffic-ca", "proxy:1"]]);
-    expect(spec.containers[0]!.securityContext!.capabilities!.add).toEqual(["CHOWN", "SYS_NICE"]);
-    expect(spec.initContainers![0]!.securityContext!.privileged).toBe(false);
-    // Only the platform's pair holds NET_ADMIN, and nothing is privileged.
-    const all = [...spec.containers, ...spec.initContainers!];
-    expect(all.filter((c) => c.securityContext?.capabilities?.add?.includes("NET_ADMIN")).map((c) => c.image)).toEqual(["proxy:1", "proxy:1"]);
-    expect(all.some((c) => c.securityContext?.privileged)).toBe(false);
+    expect(unsafePodSpec(spec)).toEqual([
+      "hostNetwork: the pod would use the node's network, where its redirect does not apply",
+      "hostPID: the node's processes (and their network namespaces) would be in reach",
+      "hostIPC: the node's IPC namespace would be shared",
+      'securityContext.sysctls "net.ipv4.conf.all.route_localnet": only the Pod Security Standards\' safe sysctls may be set',
+      'volume "docker": hostPath "/var/run/docker.sock" reaches the node\'s files (its sockets, /proc, /sys)',
+      'volume "sandbox-traffic-secret": the name is the traffic-proxy\'s',
+      'initContainers "setup": privileged',
+      'containers "traffic-redirect": the name is the traffic-proxy\'s',
+      'containers "traffic-redirect": privileged',
+      expect.stringMatching(/^containers "traffic-redirect": capabilities.add NET_ADMIN \(allowed: AUDIT_WRITE, /),
+      expect.stringMatching(/^containers "sandbox": capabilities.add ALL, cap_net_raw \(allowed: /),
+      'containers "sandbox": procMount Unmasked',
+      'containers "sandbox": mounts "sandbox-traffic", the traffic-proxy\'s volume',
+      'containers "sandbox": mounts a volume at /run/kruise, where the pod\'s CA bundle goes',
+    ]);
+    // Root, the allowed capabilities, safe sysctls and procMount Default are the tenant's to ask.
+    const fine: V1PodSpec = {
+      securityContext: { runAsUser: 0, sysctls: [{ name: "net.ipv4.ip_local_port_range", value: "1024 65000" }] },
+      volumes: [{ name: "data", emptyDir: {} }],
+      containers: [{ name: "sandbox", image: "x", securityContext: { runAsUser: 0, allowPrivilegeEscalation: true, procMount: "Default", capabilities: { add: ["CAP_CHOWN", "SYS_NICE"] } }, volumeMounts: [{ name: "data", mountPath: "/data" }] }],
+    };
+    expect(unsafePodSpec(fine)).toEqual([]);
   });
 
   it("--cluster-cidrs takes IPv4 blocks only", () => {
