@@ -28,7 +28,7 @@ import { SpareDisks } from "./spare-disks.ts";
 import { LocalSnapshots } from "./snapshots.ts";
 import { bwrapMountArgs, layoutFor, mountsFor, prepareLayout, USERS, type SandboxLayout } from "./layout.ts";
 import { caEnv, caInstallScript } from "./egress-l7.ts";
-import { bwrapRootArgs, HOST_VIEW_IMAGE, mountRoot, rootFor, unmountRoot, writeIdentity } from "./root-overlay.ts";
+import { bwrapRootArgs, HOST_VIEW_IMAGE, mountRoot, rootFor, unmountRoot, unmountSandbox, writeIdentity } from "./root-overlay.ts";
 import { RootfsStore } from "./rootfs/store.ts";
 import { IDENTITY } from "./id-map.ts";
 import { shiftOwners } from "./shift-owners.ts";
@@ -308,8 +308,7 @@ export class LocalDriver implements Driver {
       rec = { ...rec, phase: "Stopped", holder: undefined, nsInit: undefined };
       this.#save(rec);
       // Its files stay in the image; a stopped sandbox holds no loop device.
-      await unmountRoot(this.#spawner, layout.merged);
-      await unmountDisk(this.#spawner, layout.disk);
+      await unmountSandbox(this.#spawner, layout.merged, layout.disk);
     }
     // The veth goes before the listener comes: a sandbox moving behind the proxy never has both.
     const final = await this.#syncNet(readRecord(layout.record) ?? rec);
@@ -787,8 +786,7 @@ export class LocalDriver implements Driver {
       await this.#endProcesses(rec ?? { id });
       this.#egress.l7.forget(id);
       // Before the directory moves: the trash is deleted file by file, never through a mount.
-      await unmountRoot(this.#spawner, layout.merged);
-      await unmountDisk(this.#spawner, layout.disk);
+      await unmountSandbox(this.#spawner, layout.merged, layout.disk);
       // While the record still names the address, so no other driver takes the lease over first.
       this.#net?.release(rec?.net?.address, layout.record);
       this.#uids?.release(rec?.userns, layout.record);
