@@ -41,7 +41,7 @@ import { IN_PROCESS, Spawner } from "./spawner.ts";
 import type { LaunchedExit } from "../../runtime/process/launcher.ts";
 import { UidRanges, type IdRange } from "./uid-range.ts";
 import { openStepNet, type StepNet } from "./builder/step-net.ts";
-import { allowSetuid, chownLayer, letOwnersPass, openUserns, probeUserns, unmountUnderSync, type IdmapMount, type OpenUserns } from "./userns.ts";
+import { chownLayer, letOwnersPass, openUserns, probeUserns, unmountUnderSync, type IdmapMount, type OpenUserns } from "./userns.ts";
 
 export interface LocalDriverOptions {
   /** Where sandboxes (records, layers) and snapshots live. */
@@ -506,7 +506,7 @@ export class LocalDriver implements Driver {
       throw err;
     });
     // A root of its own with its own user namespace: setuid programs (sudo) work there.
-    if (userns && rec.root) await allowSetuid(this.#spawner, started.nsInit.pid);
+    if (userns && rec.root) await userns.allowSetuid(started.nsInit.pid);
     next = { ...next, phase: "Running", holder: started.holder, nsInit: started.nsInit, net: next.net && { address: next.net.address, veth } };
     this.#save(next);
     return next;
