@@ -97,6 +97,7 @@ async function main(): Promise<void> {
     }
     if (session) writeFileSync(process.env.DRIVER_PROFILE_CPU!, JSON.stringify((await session.post("Profiler.stop")).profile));
     const out: Record<string, unknown> = { rounds: ROUNDS, load: readFileSync("/proc/loadavg", "utf8").split(" ").slice(0, 3).join(" ") };
+    out.raw = { total: phases.total.map((x) => round(x)), floor: phases.floor.map((x) => round(x)), own: phases.ensure.map((x, i) => round(x + phases.exec[i]! + phases.destroy[i]!)), spawner: phases.spawner.map((x) => round(x)), children: phases.children };
     if (floor) out.driver_vs_floor_ratio = round(median(phases.total) / median(phases.floor));
     for (const [k, xs] of Object.entries(phases)) if (xs.length) out[`${k}_ms`] = { median: round(median(xs)), min: round(Math.min(...xs)), max: round(Math.max(...xs)), mean: round(xs.reduce((a, b) => a + b, 0) / xs.length) };
     if (strace) {

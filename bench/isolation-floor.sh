@@ -27,6 +27,8 @@ for parent in "$@"; do cgs+=("$parent/$id"); done
 # A wait that starts no process (bash has no built-in sleep): a read that times out.
 exec 8<> <(:)
 nap() { read -r -t 0.001 -u 8 || true; }
+# FLOOR_STEPS=1: each step's CPU (this shell and its children, from `times`) on stderr.
+step() { if [ -n "${FLOOR_STEPS:-}" ]; then echo "step $1" >&2; times >&2; fi; }
 
 mkdir -p "$d/disk" "$d/root"
 # A failed step leaves nothing mounted or running (the bench goes on with the next round).
@@ -48,6 +50,7 @@ for cg in "${cgs[@]}"; do
 done
 join_cgroups() { for cg in "${cgs[@]}"; do echo "$BASHPID" > "$cg/cgroup.procs"; done; }
 
+step cgroups
 truncate -s 1024M "$d/image"
 mkfs.ext4 -q -F -m 0 -E nodiscard,lazy_itable_init=1,lazy_journal_init=1 "$d/image"
 mount -o loop,nosuid,nodev,noinit_itable "$d/image" "$d/disk"
@@ -61,6 +64,7 @@ for i in "${!trees[@]}"; do
   mapped=("$d/layers/$i" "${mapped[@]}")
   lower="$d/layers/$i${lower:+:$lower}"
 done
+step disk
 mkfifo "$d/info"
 if [ "$base" != 0 ]; then
   chown "$base:$base" "$d/disk/upper"
@@ -90,6 +94,7 @@ else
         --info-fd 9 -- /usr/bin/sleep infinity 9>"$d/info"
   ) </dev/null >/dev/null 2>>"$work/floor.log" &
 fi
+
 holder=$!
 read -r -d '}' info < "$d/info" || true
 [[ $info =~ \"child-pid\":\ *([0-9]+) ]]
@@ -105,6 +110,7 @@ until [ -n "$up" ]; do
 done
 
 # Its network: one veth pair, the host end an isolated port of the bridge.
+step userns+overlay+holder
 veth=kf$init
 ip -b - <<EOF
 link add $veth type veth peer name eth0 netns $init
@@ -125,11 +131,13 @@ if [ "$base" != 0 ]; then
   wait "$userns_pid" || true
 fi
 
+step veth
 # The first command: cgroups joined, all namespaces entered, uid 1000.
 userns_flag=(-U)
 [ "$base" != 0 ] || userns_flag=()
 (join_cgroups; exec nsenter -t "$init" "${userns_flag[@]}" -m -p -n -i -u -r -w -S 1000 -G 1000 /bin/true)
 
+step first-command
 # Destroy.
 for cg in "${cgs[@]}"; do if [ -e "$cg/cgroup.kill" ]; then echo 1 > "$cg/cgroup.kill"; fi; done
 kill -9 "$holder" 2>/dev/null || true
@@ -137,6 +145,7 @@ kill -9 "$holder" 2>/dev/null || true
 for cg in "${cgs[@]}"; do until rmdir "$cg" 2>/dev/null; do nap; done; done
 umount "$d/root" "${mapped[@]}" "$d/disk"
 grep -q " $d/" /proc/mounts || rm -rf "$d"
+step destroy
 trap - ERR
 # `times` in this shell (a $(...) would be a subshell's): user and system time of this shell, then
 # of its children; printed as is, the caller sums them (no process started after this point).

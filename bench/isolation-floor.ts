@@ -63,6 +63,9 @@ export class IsolationFloor {
     writeFileSync(this.#record, JSON.stringify({ net: { address: this.#address } }));
   }
 
+  /** Each step's CPU (ms) of the last round when FLOOR_STEPS is set (isolation-floor.sh `step`). */
+  steps: Record<string, number> = {};
+
   /** One sandbox made, entered once and destroyed; its CPU in ms (the script and every process it ran). */
   round(): number {
     const id = `floor${process.pid}x${this.#seq++}`;
@@ -74,10 +77,21 @@ export class IsolationFloor {
     const r = spawnSync("/bin/bash", [...(process.env.FLOOR_TRACE ? ["-x"] : []), SCRIPT, this.#dir, id, this.#layers.join(":"), String(base), this.#net.bridge, `${this.#address}/${prefix}`, this.#net.gateway, ...parents], {
       encoding: "utf8",
       timeout: 60_000,
-      env: { PATH: "/usr/sbin:/usr/bin:/sbin:/bin" },
+      env: { PATH: "/usr/sbin:/usr/bin:/sbin:/bin", ...(process.env.FLOOR_STEPS ? { FLOOR_STEPS: "1" } : {}) },
     });
     const lines = r.stdout.trim().split("\n");
     if (r.status !== 0 || lines.length < 2) throw new Error(`isolation floor failed (${r.error?.message ?? r.status}): ${r.stderr.slice(-1500)}`);
+    if (process.env.FLOOR_STEPS) {
+      const err = r.stderr.split("\n");
+      let before = 0;
+      for (let i = 0; i + 2 < err.length; i++) {
+        const m = /^step (\S+)$/.exec(err[i]!);
+        if (!m) continue;
+        const now = timesMs(err[i + 1]!) + timesMs(err[i + 2]!);
+        this.steps[m[1]!] = now - before;
+        before = now;
+      }
+    }
     return timesMs(lines.at(-2)!) + timesMs(lines.at(-1)!);
   }
 
@@ -92,8 +106,14 @@ export class IsolationFloor {
 if (process.argv[1] === fileURLToPath(import.meta.url)) {
   const floor = new IsolationFloor({ userns: process.env.FLOOR_USERNS !== "off" });
   try {
-    const xs = Array.from({ length: Number(process.argv[2] ?? 10) }, () => floor.round());
-    console.log(JSON.stringify({ floor_cpu_ms: xs.map((x) => Math.round(x * 10) / 10) }));
+    const steps: Record<string, number[]> = {};
+    const xs = Array.from({ length: Number(process.argv[2] ?? 10) }, () => {
+      const x = floor.round();
+      for (const [k, v] of Object.entries(floor.steps)) (steps[k] ??= []).push(v);
+      return x;
+    });
+    const med = (v: number[]) => [...v].sort((a, b) => a - b)[Math.floor(v.length / 2)]!;
+    console.log(JSON.stringify({ floor_cpu_ms: xs.map((x) => Math.round(x * 10) / 10), step_medians_ms: Object.fromEntries(Object.entries(steps).map(([k, v]) => [k, med(v)])) }));
   } catch (err) {
     console.error(err);
   } finally {
