@@ -13,20 +13,11 @@ import { Session } from "node:inspector/promises";
 import { writeFileSync } from "node:fs";
 import { LocalDriver } from "../controllers/drivers/local/local-driver.ts";
 import type { DesiredSandbox } from "../controllers/drivers/driver.ts";
-import { median, round } from "./stats.ts";
+import { median, round, schedMs } from "./stats.ts";
 import { IsolationFloor } from "./isolation-floor.ts";
 
 const ROUNDS = Number(process.argv[2] ?? 15);
 const USER = { name: "user", uid: 1000, gid: 1000, home: "/home/user", shell: "/bin/bash" };
-
-/** A process's own CPU in ms at nanosecond resolution (schedstat: time on a CPU). */
-export function schedMs(pid: number | undefined): number {
-  try {
-    return Number(readFileSync(`/proc/${pid}/schedstat`, "utf8").split(" ")[0]) / 1e6;
-  } catch {
-    return 0;
-  }
-}
 
 /** CPU of a process's reaped children in ms (ticks: 10 ms resolution). */
 export function childrenMs(pid: number | undefined): number {
