@@ -232,11 +232,11 @@ export async function run(): Promise<Figures> {
     figures["e2e.create_first_cmd_1_client_p50_ms"] = { value: round(median(serial)), unit: "ms" };
     figures["local.plain_create_to_first_cmd_same_run_p50_ms"] = { value: round(median(plain)), unit: "ms" };
     figures["e2e.path_overhead_ratio"] = { value: round(median(serial) / median(plain)), unit: "ratio", target: "≤ 2.0" };
-    figures["local.driver_cpu_ms_each"] = { value: round(median(plainCpu)), unit: "ms", spread: [Math.min(...plainCpu), Math.max(...plainCpu)] };
+    figures["local.driver_cpu_ms_each"] = { value: round(median(plainCpu)), unit: "ms", spread: [round(Math.min(...plainCpu)), round(Math.max(...plainCpu))] };
     figures["local.driver_children_cpu_ms_each"] = { value: round(median(plainChildrenCpu)), unit: "ms" };
-    figures["local.driver_total_cpu_ms_each"] = { value: round(median(plainTotalCpu)), unit: "ms", spread: [Math.min(...plainTotalCpu), Math.max(...plainTotalCpu)] };
+    figures["local.driver_total_cpu_ms_each"] = { value: round(median(plainTotalCpu)), unit: "ms", spread: [round(Math.min(...plainTotalCpu)), round(Math.max(...plainTotalCpu))] };
     if (floorCpu.length) {
-      figures["local.isolation_floor_cpu_ms_each"] = { value: round(median(floorCpu)), unit: "ms", spread: [Math.min(...floorCpu), Math.max(...floorCpu)] };
+      figures["local.isolation_floor_cpu_ms_each"] = { value: round(median(floorCpu)), unit: "ms", spread: [round(Math.min(...floorCpu)), round(Math.max(...floorCpu))] };
       figures["local.driver_vs_isolation_floor_ratio"] = { value: round(median(plainTotalCpu) / median(floorCpu)), unit: "ratio" };
     }
     figures["e2e.one_client_cpu_ms_each"] = { value: round(median(serialCpu)), unit: "ms", spread: [Math.min(...serialCpu), Math.max(...serialCpu)] };
