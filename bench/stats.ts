@@ -43,3 +43,12 @@ export function cpuMs(pid: number): number {
   const fields = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]!.split(" ");
   return (Number(fields[11]) + Number(fields[12])) * 10;
 }
+
+/** A process's own CPU in ms at nanosecond resolution (schedstat: time on a CPU; 0 when gone). */
+export function schedMs(pid: number | undefined): number {
+  try {
+    return Number(readFileSync(`/proc/${pid}/schedstat`, "utf8").split(" ")[0]) / 1e6;
+  } catch {
+    return 0;
+  }
+}

@@ -3,7 +3,8 @@
 # `/` too. Enters the holder's user namespace (so it acts as that sandbox's root, with no
 # capability on the host), then its mount namespace and root, and remounts `/` without nosuid
 # (keeping nodev). Only for sandboxes with a user namespace of their own (userns.ts), where a
-# setuid program gains root inside and nothing more. Usage (built by userns.ts):
+# setuid program gains root inside and nothing more. Usage (userns.pl runs it with `do` in a child
+# it forks, at the driver's request; userns.ts):
 #   allow-setuid.pl <holder pid> <setns nr> <mount nr>
 # Runs as root in the host's namespaces; its environment is fixed and its arguments are numbers
 # the driver computed. No modules (see enter.pl).

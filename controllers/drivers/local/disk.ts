@@ -12,7 +12,7 @@
 // through the spawner so the agent's event loop never waits on it, and taken off the create path
 // altogether by disks made ahead (spare-disks.ts).
 import { spawnSync } from "node:child_process";
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, statfsSync, writeFileSync } from "node:fs";
+import { closeSync, existsSync, ftruncateSync, mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, statSync, statfsSync, writeFileSync } from "node:fs";
 import { rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
@@ -33,9 +33,22 @@ export const MOUNT_OPTIONS = "loop,nosuid,nodev,noinit_itable";
 /** Smallest disk: ext4 needs room for its own metadata and journal. */
 export const MIN_DISK_MB = 8;
 
-/** Formats a new image at `image` and mounts it at `at` (after a rename, so an image that exists
- * is always formatted). The shell gets paths the driver made, never tenant bytes. */
-const CREATE = `set -e; truncate -s "$3"M "$1.new"; ${MKFS.join(" ")} "$1.new"; mv "$1.new" "$1"; mkdir -p "$2"; mount -o ${MOUNT_OPTIONS} "$1" "$2"`;
+/** Formats the sparse file `$1.new` the caller made, renames it to the image and mounts that at
+ * `$2` (which exists): renamed only once formatted, so an image that exists is always formatted.
+ * The shell gets paths the driver made, never tenant bytes. The file and the mount point are made
+ * by the caller's own syscalls and the mount is exec'd: a `truncate` and a `mkdir` process and
+ * the shell's fork fewer per disk (each exec costs ~1 ms of CPU). */
+const CREATE = `set -e; ${MKFS.join(" ")} "$1.new"; mv "$1.new" "$1"; exec mount -o ${MOUNT_OPTIONS} "$1" "$2"`;
+
+/** The sparse file CREATE formats (`<image>.new`, replaced if a failed create left one). */
+function sparseFile(image: string, sizeMB: number): void {
+  const fd = openSync(`${image}.new`, "w", 0o600);
+  try {
+    ftruncateSync(fd, sizeMB * 1024 * 1024);
+  } finally {
+    closeSync(fd);
+  }
+}
 
 /** Whether `at` is a mount point (its device differs from its parent's). */
 export function isMounted(at: string): boolean {
@@ -62,7 +75,9 @@ function probeOnce(): { level: DiskLevel; reason?: string } {
   const dir = mkdtempSync(join(tmpdir(), "kruise-disk-probe-"));
   try {
     const image = join(dir, "probe.img");
-    const r = spawnSync("/bin/sh", ["-c", CREATE, "sh", image, join(dir, "m"), String(MIN_DISK_MB)], { env: ENV, encoding: "utf8", timeout: 20_000 });
+    sparseFile(image, MIN_DISK_MB);
+    mkdirSync(join(dir, "m"));
+    const r = spawnSync("/bin/sh", ["-c", CREATE, "sh", image, join(dir, "m")], { env: ENV, encoding: "utf8", timeout: 20_000 });
     if (r.error || r.status !== 0) {
       const why = r.error?.message ?? (r.stderr.trim() || `exit ${r.status}`);
       return { level: "none", reason: `cannot format and loop-mount an ext4 image: ${why} (needs e2fsprogs' mkfs.ext4 and util-linux' mount)` };
@@ -111,7 +126,8 @@ export async function mountDisk(spawner: Spawner, image: string, at: string, siz
   const st = statfsSync(dirname(image));
   const freeMB = Math.floor((st.bavail * st.bsize) / (1024 * 1024));
   if (mb > freeMB) throw new Error(`a disk of ${mb} MB is larger than the ${freeMB} MB free on the host`);
-  await runHelper(spawner, ["/bin/sh", "-c", CREATE, "sh", image, at, String(mb)]);
+  sparseFile(image, mb);
+  await runHelper(spawner, ["/bin/sh", "-c", CREATE, "sh", image, at]);
 }
 
 /** Unmounts the disk at `at` (the loop device goes with it: mount sets autoclear). A disk still

@@ -28,7 +28,7 @@ import { SpareDisks } from "./spare-disks.ts";
 import { LocalSnapshots } from "./snapshots.ts";
 import { bwrapMountArgs, layoutFor, mountsFor, prepareLayout, USERS, type SandboxLayout } from "./layout.ts";
 import { caEnv, caInstallScript } from "./egress-l7.ts";
-import { bwrapRootArgs, HOST_VIEW_IMAGE, mountRoot, rootFor, unmountRoot, writeIdentity } from "./root-overlay.ts";
+import { bwrapRootArgs, HOST_VIEW_IMAGE, mountRoot, rootFor, unmountRoot, unmountSandbox, writeIdentity } from "./root-overlay.ts";
 import { RootfsStore } from "./rootfs/store.ts";
 import { IDENTITY } from "./id-map.ts";
 import { shiftOwners } from "./shift-owners.ts";
@@ -41,7 +41,7 @@ import { IN_PROCESS, Spawner } from "./spawner.ts";
 import type { LaunchedExit } from "../../runtime/process/launcher.ts";
 import { UidRanges, type IdRange } from "./uid-range.ts";
 import { openStepNet, type StepNet } from "./builder/step-net.ts";
-import { allowSetuid, chownLayer, letOwnersPass, openUserns, probeUserns, unmountUnderSync, type IdmapMount, type OpenUserns } from "./userns.ts";
+import { chownLayer, letOwnersPass, openUserns, probeUserns, unmountUnderSync, type IdmapMount, type OpenUserns } from "./userns.ts";
 
 export interface LocalDriverOptions {
   /** Where sandboxes (records, layers) and snapshots live. */
@@ -308,8 +308,7 @@ export class LocalDriver implements Driver {
       rec = { ...rec, phase: "Stopped", holder: undefined, nsInit: undefined };
       this.#save(rec);
       // Its files stay in the image; a stopped sandbox holds no loop device.
-      await unmountRoot(this.#spawner, layout.merged);
-      await unmountDisk(this.#spawner, layout.disk);
+      await unmountSandbox(this.#spawner, layout.merged, layout.disk);
     }
     // The veth goes before the listener comes: a sandbox moving behind the proxy never has both.
     const final = await this.#syncNet(readRecord(layout.record) ?? rec);
@@ -507,7 +506,7 @@ export class LocalDriver implements Driver {
       throw err;
     });
     // A root of its own with its own user namespace: setuid programs (sudo) work there.
-    if (userns && rec.root) await allowSetuid(this.#spawner, started.nsInit.pid);
+    if (userns && rec.root) await userns.allowSetuid(started.nsInit.pid);
     next = { ...next, phase: "Running", holder: started.holder, nsInit: started.nsInit, net: next.net && { address: next.net.address, veth } };
     this.#save(next);
     return next;
@@ -787,8 +786,7 @@ export class LocalDriver implements Driver {
       await this.#endProcesses(rec ?? { id });
       this.#egress.l7.forget(id);
       // Before the directory moves: the trash is deleted file by file, never through a mount.
-      await unmountRoot(this.#spawner, layout.merged);
-      await unmountDisk(this.#spawner, layout.disk);
+      await unmountSandbox(this.#spawner, layout.merged, layout.disk);
       // While the record still names the address, so no other driver takes the lease over first.
       this.#net?.release(rec?.net?.address, layout.record);
       this.#uids?.release(rec?.userns, layout.record);

@@ -17,7 +17,7 @@ import { resolvConf } from "./layout.ts";
 import { RootfsStore, validTemplateName } from "./rootfs/store.ts";
 import type { Spawner } from "./spawner.ts";
 import { IDENTITY, idToHost, type IdMapping } from "./id-map.ts";
-import { unmountUnder, type IdmapMount } from "./userns.ts";
+import { mountsUnder, unmountUnder, type IdmapMount } from "./userns.ts";
 
 /** What a sandbox's record keeps of its root: the image and the layers it had at create, so a
  * template rebuilt later never changes the lower layers under an existing upper directory. */
@@ -108,6 +108,24 @@ export async function mountRoot(spawner: Spawner, store: RootfsStore, root: Root
 export async function unmountRoot(spawner: Spawner, merged: string): Promise<void> {
   await unmountDisk(spawner, merged);
   if (mayHoldMounts(join(dirname(merged), "layers"))) await unmountUnder(spawner, join(dirname(merged), "layers"));
+}
+
+/** Unmounts a sandbox's root, its ID-mapped layers and its disk (`disk`) with one `umount`
+ * process, in that order (each is in use by the one before), where they were three or more; when
+ * one of them is busy, what is left goes the one by one way (lazily where still busy). */
+export async function unmountSandbox(spawner: Spawner, merged: string, disk: string): Promise<void> {
+  const links = join(dirname(merged), "layers");
+  const targets = [...(isMounted(merged) ? [merged] : []), ...(mayHoldMounts(links) ? mountsUnder(links) : []), ...(isMounted(disk) ? [disk] : [])];
+  if (targets.length > 1) {
+    try {
+      await runHelper(spawner, ["umount", ...targets]);
+      return;
+    } catch {
+      // one was busy: the path below finds what is still mounted
+    }
+  }
+  await unmountRoot(spawner, merged);
+  await unmountDisk(spawner, disk);
 }
 
 /** Whether anything can be mounted below `links` without reading the host's mount table

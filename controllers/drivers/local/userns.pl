@@ -10,7 +10,8 @@
 # without a copy. The mount keeps the mapping, not the namespace, so any namespace with the same
 # mapping sees the same owners.
 # Then it prints the pid of a process inside the namespace and keeps it alive until its stdin
-# ends, so the caller can hand /proc/<pid>/ns/user to bwrap (`--userns`) meanwhile.
+# ends, so the caller can hand /proc/<pid>/ns/user to bwrap (`--userns`) meanwhile; requests on
+# stdin meanwhile (see below) run allow-setuid.pl for the holder that joined it.
 #
 # Runs as root in the host's namespaces. The driver fixes its environment (host-helpers.ts) and
 # builds every argument (numbers it computed, directories under its own data directory and the
@@ -70,8 +71,25 @@ sub main {
 
   $| = 1;
   print "$child\n";
-  my $b;
-  1 while sysread(STDIN, $b, 4096);
+  # Requests from the driver until its stdin ends, one a line, each answered "ok" or the reason:
+  #   allow-setuid <holder pid> <setns nr> <mount nr>
+  # runs allow-setuid.pl in a child forked here (this process is already started, as root in the
+  # host's namespaces, as a new perl for that script would be): one perl start fewer per sandbox.
+  (my $dir = $0) =~ s{/[^/]*\z}{};
+  while (my $line = <STDIN>) {
+    my @req = split(' ', $line);
+    if (@req != 4 || $req[0] ne 'allow-setuid' || grep { !/\A\d+\z/ } @req[1 .. 3]) { print "bad request\n"; next; }
+    my $pid = fork();
+    if (!defined $pid) { print "fork: $!\n"; next; }
+    if ($pid == 0) {
+      @ARGV = @req[1 .. 3];
+      do "$dir/allow-setuid.pl";
+      print STDERR "userns.pl: allow-setuid.pl: $@$!\n";
+      exit 126;
+    }
+    waitpid($pid, 0);
+    print $? == 0 ? "ok\n" : "allow-setuid: exit " . ($? >> 8) . "\n";
+  }
   kill 'KILL', $child;
   waitpid($child, 0);
   exit 0;

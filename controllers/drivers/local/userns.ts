@@ -25,6 +25,10 @@ export interface OpenUserns {
   owner: number;
   /** Lets the helper's process go; the namespace lives on in whatever joined it. */
   end(): Promise<void>;
+  /** bwrap mounts the sandbox's `/` nosuid; a sandbox of its own user namespace gets it without,
+   * so that `sudo` works: allow-setuid.pl for the holder whose pid 1 is `holderInit`, run by the
+   * helper (a fork of it, not a new perl). */
+  allowSetuid(holderInit: number): Promise<void>;
 }
 
 /** An ID-mapped mount to make: `source` (a host directory) appears read-only at `target` with
@@ -44,14 +48,30 @@ export async function openUserns(spawner: Spawner, range: IdRange, mounts: Idmap
   const [stdin, stdout] = [child.pipes.get(0)!, child.pipes.get(1)!];
   stdin.on("error", () => {});
   const exited = new Promise<string>((resolve) => child.onExit((e) => resolve(`${e.error ?? e.signal ?? `exit ${e.code}`}`)));
+  // Its answers, a line each: the pid first, then one per request.
+  const lines: string[] = [];
+  const waiting: Array<(line: string | undefined) => void> = [];
   let text = "";
-  stdout.on("data", (c) => (text += String(c)));
-  const line = await new Promise<string | undefined>((resolve) => {
-    stdout.on("data", () => text.includes("\n") && resolve(text));
-    stdout.once("close", () => resolve(undefined));
-    stdout.once("error", () => resolve(undefined));
+  let closed = false;
+  stdout.on("data", (c) => {
+    text += String(c);
+    for (let i = text.indexOf("\n"); i >= 0; i = text.indexOf("\n")) {
+      const line = text.slice(0, i);
+      text = text.slice(i + 1);
+      const w = waiting.shift();
+      if (w) w(line);
+      else lines.push(line);
+    }
   });
-  const pid = line && /^\d+\n/.test(line) ? Number(line.split("\n")[0]) : undefined;
+  const close = () => {
+    closed = true;
+    for (const w of waiting.splice(0)) w(undefined);
+  };
+  stdout.once("close", close);
+  stdout.once("error", close);
+  const next = () => (lines.length ? Promise.resolve(lines.shift()) : closed ? Promise.resolve(undefined) : new Promise<string | undefined>((r) => waiting.push(r)));
+  const first = await next();
+  const pid = first !== undefined && /^\d+$/.test(first) ? Number(first) : undefined;
   const end = async () => {
     stdin.end();
     await exited;
@@ -60,7 +80,12 @@ export async function openUserns(spawner: Spawner, range: IdRange, mounts: Idmap
     await end();
     throw new Error(`user namespace helper failed (${await exited}): ${lastLine(log)}`);
   }
-  return { nsPath: `/proc/${pid}/ns/user`, owner: range.base, end };
+  const allowSetuid = async (holderInit: number) => {
+    stdin.write(`allow-setuid ${holderInit} ${nr.setns} ${nr.mount}\n`);
+    const answer = await next();
+    if (answer !== "ok") throw new Error(`${answer ?? `user namespace helper exited (${await exited})`}: ${lastLine(log)}`);
+  };
+  return { nsPath: `/proc/${pid}/ns/user`, owner: range.base, end, allowSetuid };
 }
 
 function lastLine(file: string): string {
@@ -147,11 +172,4 @@ export function unmountUnderSync(dir: string): void {
     const r = spawnSync("umount", [at], { env: helperEnv(), timeout: 20_000 });
     if (r.status !== 0) spawnSync("umount", ["-l", at], { env: helperEnv(), timeout: 20_000 });
   }
-}
-
-/** bwrap mounts the sandbox's `/` nosuid; a sandbox of its own user namespace gets it without,
- * so that `sudo` works (allow-setuid.pl). */
-export async function allowSetuid(spawner: Spawner, holderInit: number): Promise<void> {
-  const nr = syscallNumbers();
-  await runHelper(spawner, [PERL, ALLOW_SETUID_SCRIPT, String(holderInit), String(nr.setns), String(nr.mount)]);
 }
