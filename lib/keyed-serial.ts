@@ -19,6 +19,11 @@ export class KeyedSerial {
     return next;
   }
 
+  /** Resolves once no key has work queued or running (work queued meanwhile is waited for too). */
+  async idle(): Promise<void> {
+    while (this.#chains.size > 0) await Promise.all(this.#chains.values());
+  }
+
   /** Keys with work queued or running. */
   get size(): number {
     return this.#chains.size;

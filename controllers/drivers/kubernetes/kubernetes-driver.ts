@@ -72,6 +72,8 @@ export class KubernetesDriver implements Driver {
   readonly #mounts: CsiMounter;
   readonly #checkpoints: CheckpointSnapshots;
   readonly #statusTimers = new Map<string, NodeJS.Timeout>();
+  /** First-seen status passes running (#recomputeAll), for idle(). */
+  readonly #passes = new Set<Promise<void>>();
   #trafficResync: NodeJS.Timeout | undefined;
   #stopped = false;
   /** Each sandbox's chain of writes (see #serial). */
@@ -133,7 +135,12 @@ export class KubernetesDriver implements Driver {
         const id = o.metadata?.annotations?.[ANNOTATION.sandboxId];
         if (id && this.#ctx.scope(ns).synced && (!old || (!this.#status.wrote(id, o) && stableJson(old.status) !== stableJson(o.status)))) this.#scheduleStatus(id);
       },
-      onSynced: (sc) => void this.#recomputeAll(sc),
+      onSynced: (sc) => {
+        const pass = this.#recomputeAll(sc)
+          .catch((err: unknown) => opts.log?.(`status pass of ${sc.namespace}: ${(err as Error).message}`))
+          .finally(() => this.#passes.delete(pass));
+        this.#passes.add(pass);
+      },
     });
     this.#status = new StatusWriter(this.#ctx);
     this.injection = new InjectionConfigSource({ kubeConfig: opts.kubeConfig, core: this.#ctx.core, namespace: opts.namespace, log: (msg) => opts.log?.(msg), count: () => this.requests++ });
@@ -231,9 +238,24 @@ export class KubernetesDriver implements Driver {
   async stop(): Promise<void> {
     this.#stopped = true;
     for (const t of this.#statusTimers.values()) clearTimeout(t);
+    this.#statusTimers.clear();
     clearInterval(this.#trafficResync);
     this.#mounts.stop();
     await Promise.all([...this.#ctx.all().map((sc) => sc.stop()), this.injection.stop()]);
+  }
+
+  /**
+   * Resolves once no status recompute is scheduled or running and no write of a sandbox is in
+   * flight: whatever the driver was going to write about what it has seen so far has landed. What
+   * a test waits on before saying what the driver did not write (rather than a fixed time); after
+   * stop(), it waits out the writes already sent.
+   */
+  async idle(): Promise<void> {
+    while (this.#statusTimers.size > 0 || this.#passes.size > 0 || this.#writes.size > 0) {
+      // A scheduled recompute is a timer (it coalesces bursts): polled, then waited for as a write.
+      const timers = this.#statusTimers.size > 0 ? new Promise((r) => setTimeout(r, 20)) : undefined;
+      await Promise.all([...this.#passes, this.#writes.idle(), timers]);
+    }
   }
 
   async ensure(desired: DesiredSandbox): Promise<KubeSandboxObservation> {
