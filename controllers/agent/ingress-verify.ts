@@ -3,7 +3,7 @@
 // thread and back for every request the ingress admits (each cell of the code interpreter, each
 // envd call), which on a loaded machine is a wait for a core each way.
 import { createHmac, timingSafeEqual } from "node:crypto";
-import { canonical, INGRESS_KEY_LABEL, parseSignature, type SignedTarget, type VerifyResult } from "../../schema/ingress/signature.ts";
+import { canonicalText, INGRESS_KEY_LABEL, parseSignature, type SignedTarget, type VerifyResult } from "../../schema/ingress/signature.ts";
 
 export type IngressVerifier = (header: string | undefined, target: SignedTarget, nowMs: number) => VerifyResult;
 
@@ -12,7 +12,8 @@ export function ingressVerifier(clusterToken: string): IngressVerifier {
   return (header, target, nowMs) => {
     const sig = parseSignature(header, nowMs);
     if (!sig.ok) return sig;
-    const want = createHmac("sha256", key).update(canonical(target, sig.expires)).digest();
-    return want.length === sig.mac.length && timingSafeEqual(want, sig.mac) ? { ok: true } : { ok: false, reason: "mismatch" };
+    // Compared as base64url text (both 43 characters): no decoding of the header's MAC.
+    const want = createHmac("sha256", key).update(canonicalText(target, sig.expires)).digest("base64url");
+    return timingSafeEqual(Buffer.from(want), Buffer.from(sig.mac)) ? { ok: true } : { ok: false, reason: "mismatch" };
   };
 }

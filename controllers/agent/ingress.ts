@@ -5,7 +5,7 @@
 import { createServer, request as httpRequest, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import { connect } from "node:net";
 import type { Duplex } from "node:stream";
-import { MASK_HOST_HEADER, SIGNATURE_HEADER, isUnnamedSignedFileRequest } from "../../schema/ingress/signature.ts";
+import { MASK_HOST_HEADER, REQUEST_ID_HEADER, REQUEST_ID_PATTERN, SIGNATURE_HEADER, isUnnamedSignedFileRequest } from "../../schema/ingress/signature.ts";
 import { ingressVerifier } from "./ingress-verify.ts";
 import { SANDBOX_ID_PATTERN } from "../../schema/protocol/ids.ts";
 import type { Runtime } from "../runtime/runtime.ts";
@@ -123,6 +123,10 @@ export async function createIngress(opts: IngressOptions): Promise<Server> {
     const admitted = await admit(req);
     if ("status" in admitted) return deny(res, admitted.status, admitted.message);
     const { sandboxId, port } = admitted;
+    // The gateway's request id on the answer, whoever writes it (the runtime, a user port): the
+    // gateway then passes the answer on as it is (schema/ingress/signature.ts).
+    const requestId = req.headers[REQUEST_ID_HEADER];
+    if (typeof requestId === "string" && REQUEST_ID_PATTERN.test(requestId)) res.setHeader(REQUEST_ID_HEADER, requestId);
     // The path only (a query may carry a signed URL's signature), bounded: the tenant's data.
     const path = (req.url ?? "/").split("?", 1)[0]!.slice(0, 256);
     traceHop("ingress", req, res, { "sandbox.id": sandboxId, "sandbox.port": port, "http.request.method": req.method ?? "", "url.path": path });

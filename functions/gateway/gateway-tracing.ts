@@ -12,19 +12,23 @@ import type { GatewayTarget } from "./target.ts";
 /** Bound on the path kept as a span attribute (it is the tenant's: data, never interpreted). */
 const PATH_ATTRIBUTE_MAX = 256;
 
-export async function traceGateway(c: Context<AppEnv>, url: URL, target: GatewayTarget, work: () => Promise<Response>): Promise<Response> {
+export async function traceGateway(c: Context<AppEnv>, url: URL, target: GatewayTarget, work: (requestId: string) => Promise<Response>): Promise<Response> {
   const req = startRequestSpan(c.env, "gateway", c.req.header("traceparent") ?? null);
   // Off, nothing reads a context (no span; the caller's traceparent passes through as it came),
   // so the work does not enter one: that alone was measurable per command.
-  let res = req.span ? await req.run(work) : await work();
-  try {
-    // The gateway's own answers and a Connect stream's (re-framed) are new responses.
-    res.headers.set(REQUEST_ID_HEADER, req.id);
-  } catch {
-    // A fetched response's headers are immutable: copied, bar a WebSocket upgrade's.
-    if (res.status !== 101) {
-      res = new Response(res.body, res);
+  let res = req.span ? await req.run(() => work(req.id)) : await work(req.id);
+  // The ingress's answers carry it already (forward sends it along); setting a fetched response's
+  // immutable headers would throw, which cost workerd more than the rest of a forward.
+  if (res.headers.get(REQUEST_ID_HEADER) !== req.id) {
+    try {
+      // The gateway's own answers and a Connect stream's (re-framed) are new responses.
       res.headers.set(REQUEST_ID_HEADER, req.id);
+    } catch {
+      // A fetched response's headers are immutable: copied, bar a WebSocket upgrade's.
+      if (res.status !== 101) {
+        res = new Response(res.body, res);
+        res.headers.set(REQUEST_ID_HEADER, req.id);
+      }
     }
   }
   if (!req.span) return res;

@@ -4,8 +4,8 @@
 // and streams both ways without buffering.
 import type { Context, MiddlewareHandler } from "hono";
 import { ErrorCode } from "../../schema/errors.ts";
-import { isUnnamedSignedFileRequest, MASK_HOST_HEADER, SIGNATURE_HEADER, signIngress } from "../../schema/ingress/signature.ts";
-import { sandboxHandle } from "../../durable-objects/sandbox/stub.ts";
+import { isUnnamedSignedFileRequest, MASK_HOST_HEADER, REQUEST_ID_HEADER, SIGNATURE_HEADER, signIngress } from "../../schema/ingress/signature.ts";
+import { sandboxGroupStub, sandboxHandle } from "../../durable-objects/sandbox/stub.ts";
 import type { AppEnv, Env } from "../env.ts";
 import { agentUnavailable, agentUnavailableEnd } from "./agent-unavailable.ts";
 import { guardConnectStream, isConnectStream } from "./connect-guard.ts";
@@ -49,7 +49,7 @@ async function authorised(req: Request, url: URL, t: GatewayTarget, route: { env
 /** The clusters an unnamed signed URL may belong to; one today (see docs/ARCHITECTURE.md). */
 const SIGNED_URL_CLUSTERS = ["local"];
 
-async function forward(env: Env, req: Request, url: URL, t: GatewayTarget, cluster: string, maskRequestHost: string | null = null): Promise<Response> {
+async function forward(env: Env, req: Request, url: URL, t: GatewayTarget, cluster: string, requestId: string, maskRequestHost: string | null = null): Promise<Response> {
   // The sandbox is alive as far as its group knows: no ingress means its agent is away, and the
   // client must hear "retry", not "not found" (agent-unavailable.ts).
   const base = await ingressUrl(env, cluster, Date.now());
@@ -63,6 +63,8 @@ async function forward(env: Env, req: Request, url: URL, t: GatewayTarget, clust
   if (maskRequestHost && t.port !== ENVD_PORT) headers.set(MASK_HOST_HEADER, maskRequestHost.replaceAll("${PORT}", String(t.port)));
   headers.set(SIGNATURE_HEADER, await signIngress(await signingKey(env), { sandboxId: t.sandboxId, port: t.port, method: req.method, pathAndQuery }, Date.now()));
   headers.delete("host");
+  // The ingress answers with it (schema/ingress/signature.ts).
+  headers.set(REQUEST_ID_HEADER, requestId);
   // The gateway's span is the next hop's parent (with tracing off the caller's traceparent, if
   // any, passes through as it came).
   const traceparent = currentTraceparent();
@@ -119,21 +121,21 @@ export function gateway(): MiddlewareHandler<AppEnv> {
     if (!target) {
       const url = new URL(req.url);
       if (!isUnnamedSignedFileRequest(req.method, url)) return next();
-      return traceGateway(c, url, { sandboxId: "", port: ENVD_PORT }, () => forward(c.env, req, url, { sandboxId: "", port: ENVD_PORT }, SIGNED_URL_CLUSTERS[0]!));
+      return traceGateway(c, url, { sandboxId: "", port: ENVD_PORT }, (id) => forward(c.env, req, url, { sandboxId: "", port: ENVD_PORT }, SIGNED_URL_CLUSTERS[0]!, id));
     }
     if ("error" in target) return json(400, { code: 400, message: target.error });
     if (req.method === "OPTIONS") {
       return new Response(null, { status: 204, headers: { "access-control-allow-origin": "*", "access-control-allow-methods": "*", "access-control-allow-headers": "*" } });
     }
     const url = new URL(req.url);
-    return traceGateway(c, url, target, () => serve(c, req, url, target));
+    return traceGateway(c, url, target, (id) => serve(c, req, url, target, id));
   };
 }
 
-async function serve(c: Context<AppEnv>, req: Request, url: URL, target: GatewayTarget): Promise<Response> {
-  // Straight to the sandbox's group: one Durable Object call per request, not two.
-  const stub = sandboxHandle(c.env, target.sandboxId);
-  const found = await stub.route();
+async function serve(c: Context<AppEnv>, req: Request, url: URL, target: GatewayTarget, requestId: string): Promise<Response> {
+  // Straight to the sandbox's group: one Durable Object call per request, not two (the group's
+  // stub itself, not a sandboxHandle: that builds a closure per method, on every request).
+  const found = await sandboxGroupStub(c.env, target.sandboxId).route(target.sandboxId);
   if (!found.ok) return notFound(target.sandboxId);
   let route = found.route;
   if (!(await authorised(req, url, target, route))) {
@@ -144,7 +146,7 @@ async function serve(c: Context<AppEnv>, req: Request, url: URL, target: Gateway
   }
   if (route.state === "paused" || route.phase !== "Running") {
     if (route.state !== "paused" || !route.autoResume) return notFound(target.sandboxId);
-    const woken = await stub.wake(WAKE_WAIT_MS);
+    const woken = await sandboxHandle(c.env, target.sandboxId).wake(WAKE_WAIT_MS);
     if (!woken.ok) {
       if (woken.error.code === ErrorCode.sandboxNotFound || woken.error.code === ErrorCode.notFound) return notFound(target.sandboxId);
       return json(503, { code: 503, message: `sandbox ${target.sandboxId} is waking up: ${woken.error.message}` }, { "retry-after": "1" });
@@ -153,5 +155,5 @@ async function serve(c: Context<AppEnv>, req: Request, url: URL, target: Gateway
     // postResume runs beside the request that woke it (not before: traffic waits on no hook).
     if (woken.resumed) c.executionCtx.waitUntil(afterWake(c.env, target.sandboxId, route.teamId).catch(() => {}));
   }
-  return forward(c.env, req, url, target, route.cluster, route.maskRequestHost);
+  return forward(c.env, req, url, target, route.cluster, requestId, route.maskRequestHost);
 }

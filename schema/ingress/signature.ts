@@ -5,6 +5,12 @@
 // cluster's token. The body is not covered (it streams); the expiry bounds replay.
 
 export const SIGNATURE_HEADER = "x-sbx-edge-signature";
+
+/** The gateway's request id (a trace id: 32 hex digits), sent with a signed request; the ingress
+ * puts it on its answer as `X-Request-Id`, so the gateway need not copy a fetched response (whose
+ * headers are immutable) to add it. */
+export const REQUEST_ID_HEADER = "x-request-id";
+export const REQUEST_ID_PATTERN = /^[0-9a-f]{32}$/;
 export const SIGNATURE_TTL_S = 60;
 
 /**
@@ -28,8 +34,12 @@ export interface SignedTarget {
 const encoder = new TextEncoder();
 
 /** What the MAC covers (the agent's Node verifier computes it too: controllers/agent/ingress-verify.ts). */
+export function canonicalText(t: SignedTarget, expires: number): string {
+  return `v1\n${t.sandboxId}\n${t.port}\n${t.method.toUpperCase()}\n${t.pathAndQuery}\n${expires}`;
+}
+
 export function canonical(t: SignedTarget, expires: number): Uint8Array<ArrayBuffer> {
-  return new Uint8Array(encoder.encode(`v1\n${t.sandboxId}\n${t.port}\n${t.method.toUpperCase()}\n${t.pathAndQuery}\n${expires}`));
+  return new Uint8Array(encoder.encode(canonicalText(t, expires)));
 }
 
 function base64url(bytes: ArrayBuffer): string {
@@ -56,22 +66,23 @@ export async function signIngress(key: CryptoKey, target: SignedTarget, nowMs: n
 
 export type VerifyResult = { ok: true } | { ok: false; reason: "missing" | "malformed" | "expired" | "mismatch" };
 
-/** A signature header's expiry and MAC, if it is well formed and current (the MAC still to check). */
-export function parseSignature(header: string | null | undefined, nowMs: number): { ok: true; expires: number; mac: Uint8Array<ArrayBuffer> } | Exclude<VerifyResult, { ok: true }> {
+/** A signature header's expiry and MAC (its 43 base64url characters), if it is well formed and
+ * current (the MAC still to check). */
+export function parseSignature(header: string | null | undefined, nowMs: number): { ok: true; expires: number; mac: string } | Exclude<VerifyResult, { ok: true }> {
   if (!header) return { ok: false, reason: "missing" };
   const m = /^v1\.(\d{1,12})\.([A-Za-z0-9_-]{43})$/.exec(header);
   if (!m) return { ok: false, reason: "malformed" };
   const expires = Number(m[1]);
   if (expires < Math.floor(nowMs / 1000) || expires > Math.floor(nowMs / 1000) + SIGNATURE_TTL_S + 5) return { ok: false, reason: "expired" };
-  const b64 = m[2]!.replaceAll("-", "+").replaceAll("_", "/") + "=";
-  return { ok: true, expires, mac: Uint8Array.from(atob(b64), (c) => c.charCodeAt(0)) };
+  return { ok: true, expires, mac: m[2]! };
 }
 
 /** Verifies a signature header value; `crypto.subtle.verify` compares in constant time. */
 export async function verifyIngress(key: CryptoKey, header: string | null | undefined, target: SignedTarget, nowMs: number): Promise<VerifyResult> {
   const sig = parseSignature(header, nowMs);
   if (!sig.ok) return sig;
-  const ok = await crypto.subtle.verify("HMAC", key, sig.mac, canonical(target, sig.expires));
+  const mac = Uint8Array.from(atob(sig.mac.replaceAll("-", "+").replaceAll("_", "/") + "="), (c) => c.charCodeAt(0));
+  const ok = await crypto.subtle.verify("HMAC", key, mac, canonical(target, sig.expires));
   return ok ? { ok: true } : { ok: false, reason: "mismatch" };
 }
 

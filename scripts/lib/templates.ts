@@ -41,9 +41,21 @@ export function codeInterpreterTemplate() {
       .aptInstall(["python3-ipykernel", "python3-jupyter-client", "python3-matplotlib", "python3-numpy", "python3-pandas"], { noInstallRecommends: true })
       // R cells (`language: "r"`): R and IRkernel, which registers Jupyter's `ir` kernel spec the
       // kernel driver starts. Its own last step, so the layers above stay cached when it changes.
-      .aptInstall(["r-base-core", "r-cran-irkernel"], { noInstallRecommends: true })
+      // aptInstall's own command, then apt's downloads and indexes go in the same step, as the
+      // Kubernetes image's RUN does: left, they were 112 of the layer's 175 MB (removed by a later
+      // step they would stay in this layer under whiteouts).
+      .runCmd([...aptInstallCommands(["r-base-core", "r-cran-irkernel"]), ...APT_CLEAN], { user: "root" })
   );
 }
+
+/** What the SDK's `aptInstall(packages, { noInstallRecommends: true })` runs (e2b's template
+ * builder), to be followed by more commands in the same step. */
+function aptInstallCommands(packages: string[]): string[] {
+  return ["apt-get update", `DEBIAN_FRONTEND=noninteractive DEBCONF_NOWARNINGS=yes apt-get install -y --no-install-recommends ${packages.join(" ")}`];
+}
+
+/** Drops apt's downloaded archives, its package caches and its lists (apt-get update brings them back). */
+const APT_CLEAN = ["apt-get clean", "rm -rf /var/lib/apt/lists/*"];
 
 /** The steps `Template.build` would send for a template, as the builder reads them. */
 export async function templateSteps(t: TemplateClass): Promise<{ from: string; steps: TemplateStep[] }> {

@@ -66,6 +66,22 @@ describe("runCode (JS code-interpreter SDK)", { timeout: 120_000 }, () => {
     expect(exec.logs.stdout.join("")).toBe("one\nthree\n");
   });
 
+  it("streams a line while its cell still runs: the cell waits for a file the test writes only once the line arrived", async () => {
+    const go = `/tmp/go-${Date.now()}`;
+    let wrote: Promise<unknown> | undefined;
+    const exec = await sbx.runCode(`import os, time\nprint('waiting', flush=True)\nwhile not os.path.exists(${JSON.stringify(go)}): time.sleep(0.05)\nprint('went')`, {
+      // Buffered until the cell's end, the line would never come: the cell would wait until this
+      // timeout interrupts it.
+      timeoutMs: 60_000,
+      onStdout: (m) => {
+        if (m.line === "waiting\n") wrote ??= sbx.files.write(go, "");
+      },
+    });
+    await wrote;
+    expect(exec.error).toBeUndefined();
+    expect(exec.logs.stdout.join("")).toBe("waiting\nwent\n");
+  });
+
   it("reports an exception with its name, value and traceback", async () => {
     const exec = await sbx.runCode("def f():\n    raise ValueError('bad value')\nf()");
     expect(exec.error?.name).toBe("ValueError");

@@ -3,7 +3,7 @@
 import { KERNEL_FORMATTERS_PY } from "./kernel-formatters-source.ts";
 
 export const KERNEL_DRIVER_PY = String.raw`# The code interpreter's kernel driver: runs inside the sandbox as the sandbox's user, one per
-# context. It starts a Jupyter kernel with jupyter_client (ZeroMQ) and speaks NDJSON with the
+# context. It starts a Jupyter kernel with jupyter_client, talks to it over ZeroMQ and speaks NDJSON with the
 # agent-runtime over stdin/stdout:
 #   in:  {"op":"execute","id":N,"code":"…","env":{…}}  {"op":"cancel","id":N}  {"op":"restart","id":N}
 #   out: {"ready":true}  {"id":N,"line":{E2B output line}}  {"id":N,"done":true}
@@ -59,6 +59,56 @@ km.start_kernel()
 kc = km.client()
 kc.start_channels()
 kc.wait_for_ready(timeout=120)
+# The cells go through plain blocking ZeroMQ sockets of the driver's own: jupyter_client 7's blocking
+# client runs an asyncio loop (nest_asyncio) for every message it sends or receives and parses the
+# dates of every header, most of the driver's CPU per cell (the kernel's own work is the same).
+kc.stop_channels()
+session = km.session
+shell = km.connect_shell()
+iopub = km.connect_iopub()
+DELIM = b"<IDS|MSG>"
+
+
+def recv_iopub(timeout_ms):
+    """The next iopub message as (msg_type, parent msg_id, content), or None after timeout_ms. Its
+    signature is not checked: only the sandbox's own processes (the kernel) can publish here, and
+    what the driver makes of a message is data to the runtime."""
+    if not iopub.poll(timeout_ms):
+        return None
+    parts = iopub.recv_multipart()
+    i = parts.index(DELIM)
+    header, parent, content = json.loads(parts[i + 2]), json.loads(parts[i + 3]), json.loads(parts[i + 5])
+    return header.get("msg_type"), parent.get("msg_id"), content
+
+
+def send_shell(msg_type, content):
+    msg = session.msg(msg_type, content)
+    session.send(shell, msg)
+    return msg["header"]["msg_id"]
+
+
+def drain_shell():
+    # The replies on the shell channel say nothing iopub did not: read and dropped.
+    while shell.poll(0):
+        shell.recv_multipart()
+
+
+def wait_ready(timeout=120):
+    """Until the kernel answers through the driver's own sockets: a new SUB socket's subscription
+    takes a moment to reach the publisher, and a restarted kernel a moment to start."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        mid = send_shell("kernel_info_request", {})
+        end = time.monotonic() + 1
+        while time.monotonic() < end:
+            m = recv_iopub(100)
+            if m and m[1] == mid and m[0] == "status" and m[2].get("execution_state") == "idle":
+                drain_shell()
+                return
+    raise RuntimeError("the kernel did not answer within %d s" % timeout)
+
+
+wait_ready()
 
 jobs = queue.Queue()
 state = {"current": None, "cancelled": set()}
@@ -66,21 +116,21 @@ state = {"current": None, "cancelled": set()}
 
 def run(code, emit, silent=False):
     """Runs one cell; emit(line) gets E2B output lines. Returns when the kernel is idle again."""
-    msg_id = kc.execute(code, silent=silent, store_history=not silent, allow_stdin=False)
+    msg_id = send_shell("execute_request", {"code": code, "silent": silent, "store_history": not silent,
+                                            "user_expressions": {}, "allow_stdin": False, "stop_on_error": True})
     while True:
-        try:
-            msg = kc.get_iopub_msg(timeout=1)
-        except queue.Empty:
+        msg = recv_iopub(1000)
+        if msg is None:
             if not km.is_alive():
                 emit({"type": "error", "name": "DeadKernelError", "value": "the kernel died", "traceback": ""})
                 km.restart_kernel(now=True)
-                kc.wait_for_ready(timeout=120)
+                wait_ready()
                 install_formatters()
                 return
             continue
-        if msg["parent_header"].get("msg_id") != msg_id:
+        kind, parent_id, content = msg
+        if parent_id != msg_id:
             continue
-        kind, content = msg["msg_type"], msg["content"]
         if kind == "stream":
             emit({"type": "stdout" if content["name"] == "stdout" else "stderr", "text": content["text"], "timestamp": now_us()})
         elif kind == "execute_result":
@@ -92,6 +142,7 @@ def run(code, emit, silent=False):
         elif kind == "execute_input" and not silent:
             emit({"type": "number_of_executions", "execution_count": content["execution_count"]})
         elif kind == "status" and content["execution_state"] == "idle":
+            drain_shell()
             return
 
 
@@ -165,7 +216,7 @@ def worker():
         try:
             if job["op"] == "restart":
                 km.restart_kernel(now=True)
-                kc.wait_for_ready(timeout=120)
+                wait_ready()
                 install_formatters()
             else:
                 if job.get("global_env"):  # the sandbox's env changed since the kernel started: for good

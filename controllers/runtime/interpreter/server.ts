@@ -8,7 +8,7 @@ import type { IncomingMessage, ServerResponse } from "node:http";
 import { parseCreateContextRequest, parseExecuteRequest, type OutputLine } from "../../../schema/interpreter/http.ts";
 import { readJson } from "../http/read-json.ts";
 import { HttpError, sendJson } from "../http/respond.ts";
-import { streamWriter } from "../http/stream-writer.ts";
+import { streamWriter, type StreamWriter } from "../http/stream-writer.ts";
 import type { RuntimeSandbox } from "../sandbox.ts";
 import { logger } from "../../lib/log.ts";
 import { Kernel, KERNEL_SPECS, KernelStartError, type KernelSpec } from "./kernel.ts";
@@ -168,6 +168,21 @@ function contextsOf(sbx: RuntimeSandbox): Contexts {
 const HEARTBEAT = `${JSON.stringify({ type: "keepalive" })}\n`;
 const HEARTBEAT_MS = 1_000;
 
+/** The answers of the cells running now, and the one timer that sends them heartbeats: it runs
+ * while cells run and stops a tick after the last one ended, not a timer made and cleared per cell. */
+const beating = new Set<StreamWriter>();
+let heartbeats: NodeJS.Timeout | undefined;
+function heartbeat(out: StreamWriter): void {
+  beating.add(out);
+  heartbeats ??= setInterval(() => {
+    if (!beating.size) {
+      clearInterval(heartbeats);
+      heartbeats = undefined;
+    }
+    for (const o of beating) o.write(HEARTBEAT);
+  }, HEARTBEAT_MS).unref();
+}
+
 const describe = (k: Kernel) => ({ id: k.id, language: k.language, cwd: k.cwd });
 
 async function execute(req: IncomingMessage, res: ServerResponse, sbx: RuntimeSandbox): Promise<void> {
@@ -186,18 +201,18 @@ async function execute(req: IncomingMessage, res: ServerResponse, sbx: RuntimeSa
   // A proxy on the way (workerd's gateway) notices that the client left only when it next writes
   // to it, and a busy cell may print nothing for minutes: a line of a type the SDKs ignore, every
   // second, makes the close reach this response.
-  const heartbeat = setInterval(() => out.write(HEARTBEAT), HEARTBEAT_MS);
+  heartbeat(out);
   // The client gone before the cell ends (the SDK's timeout aborts the request): interrupt it, so
   // the context is free for the next cell, as E2B's server does.
   res.once("close", () => {
-    clearInterval(heartbeat);
+    beating.delete(out);
     if (finished) return;
     LOG.info("cell interrupted: the client left before it ended", { sandboxId: sbx.id, context: kernel.id });
     run.cancel();
   });
   await run.done;
   finished = true;
-  clearInterval(heartbeat);
+  beating.delete(out);
   out.end();
 }
 

@@ -1,7 +1,8 @@
 """The code interpreter (issue 12.2) through the real e2b_code_interpreter Python SDK against the
 whole local system: Sandbox.create() gets the SDK's default template (code-interpreter-v1, which
 scripts/system-for-tests.ts registers once .ci/run has built its root filesystem), and run_code
-reaches port 49999, served by the agent-runtime driving a Jupyter kernel inside the sandbox."""
+reaches port 49999, served by the agent-runtime driving a Jupyter kernel inside the sandbox; JavaScript
+and bash cells, and a kernel's state kept over a pause and resume."""
 import base64
 import json
 
@@ -127,3 +128,25 @@ def test_matplotlib_figures_carry_e2b_charts(sbx):
 def test_typescript_cells(sbx):
     ex = sbx.run_code("function subtract(x: number, y: number): number { return x - y }\nsubtract(1, 2)", language="ts")
     assert ex.error is None and ex.text == "-1"
+
+
+def test_javascript_and_bash_cells(sbx):
+    assert sbx.run_code("const base = 40;\nfunction inc(n) { return n + 1 }", language="js").error is None
+    ex = sbx.run_code("inc(base) + 1", language="javascript")
+    assert ex.error is None and ex.text == "42"
+    assert sbx.run_code("cd /tmp; X=5", language="bash").error is None
+    out = []
+    ex = sbx.run_code("pwd; echo $X", language="bash", on_stdout=lambda m: out.append(m.line))
+    assert ex.error is None and "".join(out) == "/tmp\n5\n"
+    assert sbx.run_code("ls /nonexistent-dir", language="bash").error.value == "exit status 2"
+
+
+def test_state_survives_a_pause_and_resume(system):
+    s = Sandbox.create()
+    try:
+        assert s.run_code("kept = 'across pause'").error is None
+        assert s.pause()
+        back = Sandbox.connect(s.sandbox_id)
+        assert back.run_code("kept").text == "'across pause'"
+    finally:
+        s.kill()

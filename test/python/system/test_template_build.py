@@ -1,7 +1,8 @@
 """Template builds through the official e2b Python SDK (`Template.build`, issue 12.1): the local
 step kinds run in build sandboxes and land as RootfsStore layers; the same build again is served
 from the cache, skip_cache rebuilds; a failing step raises BuildException with its output in the
-logs. Files are read from the layers. The installer steps (apt_install, pip_install, npm_install,
+logs. Files are read from the layers. A template built from_template inherits the parent's user,
+workdir, env and start/ready commands. The installer steps (apt_install, pip_install, npm_install,
 git_clone) fetch from the package mirror stand-in in a network namespace of this machine
 (test/support/package-mirror-cli.ts), never a public host. set_start_cmd/set_ready_cmd: a sandbox of the template runs
 the start command and is handed out once the ready command passes, or its create fails saying so."""
@@ -15,7 +16,7 @@ import tempfile
 import uuid
 
 import pytest
-from e2b import Sandbox, Template, wait_for_port
+from e2b import Sandbox, Template, wait_for_file, wait_for_port
 from e2b.exceptions import BuildException, SandboxException
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
@@ -214,3 +215,47 @@ def test_failing_installer_step_logs_its_output(built, mirror):
     with pytest.raises(BuildException, match="exit code 100"):
         Template.build(failing, f"py-fail-apt-{tag}", on_build_logs=logs.append)
     assert f"E: Unable to locate package {missing}" in [l.message for l in logs]
+
+
+def test_from_template_inherits_the_parents_user_workdir_env_and_start_command(built):
+    """The JS e2e `template-parents` case through the Python SDK: a child built `from_template`
+    runs its steps, its sandboxes' commands and the inherited start command as the parent's user,
+    in its workdir, with its env; a child's own start command replaces the parent's."""
+    run = uuid.uuid4().hex[:10]
+    parent = f"py-parent-{run}"
+    line = 'echo "$PARENT_VAR $(id -un) $(pwd)"'
+    info = Template.build(
+        Template()
+        .from_base_image()
+        .set_envs({"RUN_ID": run, "PARENT_VAR": "from-the-parent"})
+        .run_cmd("useradd -m -s /bin/bash worker && mkdir -p /srv/app && chown worker /srv/app", user="root")
+        .set_user("worker")
+        .set_workdir("/srv/app")
+        .set_start_cmd(f"{line} > /tmp/parent-started; sleep infinity", wait_for_file("/tmp/parent-started")),
+        parent,
+    )
+    built.append(f"b-{info.build_id}")
+    # No user, workdir, env or start command of its own.
+    info = Template.build(Template().from_template(parent).run_cmd(f"{line} > step.txt"), f"{parent}-child")
+    built.append(f"b-{info.build_id}")
+    sbx = Sandbox.create(f"{parent}-child")
+    try:
+        r = sbx.commands.run(f"{line}; cat /srv/app/step.txt /tmp/parent-started")
+        assert r.stdout == "from-the-parent worker /srv/app\n" * 3
+    finally:
+        sbx.kill()
+
+    info = Template.build(
+        Template()
+        .from_template(parent)
+        .set_envs({"CHILD_VAR": "own"})
+        .set_start_cmd('echo "$CHILD_VAR $PARENT_VAR" > /tmp/child-started; sleep infinity', wait_for_file("/tmp/child-started")),
+        f"{parent}-own",
+    )
+    built.append(f"b-{info.build_id}")
+    own = Sandbox.create(f"{parent}-own")
+    try:
+        r = own.commands.run("cat /tmp/child-started; test -e /tmp/parent-started && echo parent-started-too; id -un; pwd")
+        assert r.stdout == "own from-the-parent\nworker\n/srv/app\n"
+    finally:
+        own.kill()

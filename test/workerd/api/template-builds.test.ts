@@ -261,6 +261,26 @@ describe("template build API", () => {
     }
   });
 
+  it("a build runs under its team's quota: it holds its vCPUs while it builds, a build past the quota is a 429 naming it, and its end frees them", async () => {
+    const team = await createTeam(unique("tb-quota"));
+    const agent = await startAgent(team.cluster, { builder: true });
+    try {
+      await expectStatus(call(`/admin/teams/${team.name}/quota`, { method: "PUT", body: { vcpus: 1 } }), 200);
+      const start = (id: string) => call(`/v2/templates/${team.template}/builds/${id}`, { key: team.key, body: {} });
+      const first = await requestBuild(team.key, team.template);
+      await expectStatus(start(first.buildID), 202);
+      const second = await requestBuild(team.key, team.template);
+      await expectError(start(second.buildID), 429, /quota vcpus/);
+      expect(agent.builds.map((b) => b.buildId)).toEqual([first.buildID]);
+      agent.sendFrame({ type: "buildEvents", items: [{ buildId: first.buildID, logs: [], result: { status: "error", message: "step 1 (RUN) failed: exit code 1", step: "1" } }] });
+      await poll(async () => (await expectStatus(call(`/templates/${team.template}/builds/${first.buildID}/status`, { key: team.key }), 200)).status === "error");
+      await expectStatus(start(second.buildID), 202);
+      await agent.waitUntil(() => agent.builds.some((b) => b.buildId === second.buildID));
+    } finally {
+      agent.disconnect();
+    }
+  });
+
   it("a cluster without a builder answers 501 and says so", async () => {
     const team = await createTeam(unique("tb-nobuilder"));
     const agent = await startAgent(team.cluster);

@@ -5,11 +5,11 @@
 // that name (link fails if the name exists): no other builder ever reads a claim half written. A
 // second builder of the same key waits until the layer is there (then it is cached) or the claim
 // is gone (the first failed or died: then it builds). A claim whose owner is dead (pid gone or
-// reused) is taken over. The wait ends on the caller's signal, and after `maxWaitMs` with an error
+// reused) is taken over, by one waiter only (takeOver). The wait ends on the caller's signal, and after `maxWaitMs` with an error
 // naming the owner: a hung owner cannot keep the waiter's build alive (its progress lines would
 // keep the edge's silence check from ever failing it).
-import { randomBytes } from "node:crypto";
-import { linkSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { createHash, randomBytes } from "node:crypto";
+import { existsSync, linkSync, readFileSync, readlinkSync, renameSync, rmSync, statSync, symlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 
@@ -61,17 +61,12 @@ export async function claimStep(layersDir: string, id: string, w: ClaimWait): Pr
   for (;;) {
     w.signal?.throwIfAborted();
     if (w.hasLayer()) return "cached";
-    if (create(file)) {
-      return () => {
-        if (read(file) === OWN) rmSync(file, { force: true });
-      };
-    }
+    if (create(file)) return claimed(file, w);
     const owner = read(file);
     if (owner === undefined) continue;
     if (!claimOwnerAlive(owner) && (owner.trim() !== "" || ageMs(file) > STALE_EMPTY_MS)) {
-      // Its builder died mid-step: take it over (checked again just before, so a claim made in
-      // between by another waiter is left alone; a lost race means two builds, one layer kept).
-      if (read(file) === owner) rmSync(file, { force: true });
+      // Its builder died mid-step: take it over. Another waiter may be doing the same; one wins.
+      if (takeOver(file, owner)) return claimed(file, w);
       continue;
     }
     const now = Date.now();
@@ -88,10 +83,27 @@ export async function claimStep(layersDir: string, id: string, w: ClaimWait): Pr
   }
 }
 
-/** Makes the claim file whole under a private name, then links it in; false if it exists. */
-function create(file: string): boolean {
+/** Ours now: the release function; or "cached" when the layer was published between the check
+ * and the claim (its builder released the claim just then), so the step is not built twice. */
+function claimed(file: string, w: ClaimWait): "cached" | (() => void) {
+  const release = () => {
+    if (read(file) === OWN) rmSync(file, { force: true });
+  };
+  if (!w.hasLayer()) return release;
+  release();
+  return "cached";
+}
+
+/** Our claim, whole, under a private name beside `file`. */
+function privateClaim(file: string): string {
   const tmp = `${file}.tmp-${process.pid}-${randomBytes(4).toString("hex")}`;
   writeFileSync(tmp, OWN, { flag: "wx" });
+  return tmp;
+}
+
+/** Makes the claim file whole under a private name, then links it in; false if it exists. */
+function create(file: string): boolean {
+  const tmp = privateClaim(file);
   try {
     linkSync(tmp, file);
     return true;
@@ -100,6 +112,56 @@ function create(file: string): boolean {
     return false;
   } finally {
     rmSync(tmp, { force: true });
+  }
+}
+
+/** The name that admits one taker of the dead claim `dead` of `file` at a time. */
+const takeoverMarker = (file: string, dead: string) => `${file}.takeover-${createHash("sha256").update(dead).digest("hex").slice(0, 16)}`;
+
+/**
+ * Replaces the dead claim `dead` in `file` by ours; false when another waiter takes it first (or
+ * is taking it). Read, re-read and delete let two waiters that both read the dead claim both
+ * build (the second deleting the first's fresh claim). Here a taker first makes the dead claim's
+ * marker (a symlink naming the taker: made whole or not at all, and it fails if the name exists),
+ * and only while holding it checks that the file is still the dead claim and renames its own
+ * claim over it (atomic: never a moment without a claim, in which a creator could link one).
+ * While the marker is held nobody else replaces the file: creators' links fail on the existing
+ * name, other takers of this claim fail on the marker, and a taker of an older dead claim finds
+ * the file is no longer that one. A waiter that read the dead claim before it was replaced makes
+ * the marker after it is dropped and finds the file is someone else's claim.
+ */
+function takeOver(file: string, dead: string): boolean {
+  const marker = takeoverMarker(file, dead);
+  try {
+    symlinkSync(OWN, marker);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== "EEXIST") throw err;
+    // A taker that died between its marker and its rename leaves the marker: it goes once its
+    // taker is dead (the start-up sweep removes it too).
+    const taker = readLink(marker);
+    if (taker !== undefined && !claimOwnerAlive(taker) && readLink(marker) === taker) rmSync(marker, { force: true });
+    return false;
+  }
+  try {
+    if (read(file) !== dead) return false;
+    const tmp = privateClaim(file);
+    try {
+      renameSync(tmp, file);
+    } catch (err) {
+      rmSync(tmp, { force: true });
+      throw err;
+    }
+    return true;
+  } finally {
+    rmSync(marker, { force: true });
+  }
+}
+
+function readLink(path: string): string | undefined {
+  try {
+    return readlinkSync(path);
+  } catch {
+    return undefined;
   }
 }
 
@@ -119,11 +181,35 @@ function read(file: string): string | undefined {
   }
 }
 
-/** Claims left by dead builders (the step's layer was never published), for the start-up sweep. */
+/** Claims left by dead builders (the step's layer was never published), and dead takers' markers
+ * and private files, for the start-up sweep. A dead claim goes under its takeover marker, as a
+ * waiter's takeover replaces it (a claim made meanwhile is left alone). */
 export function removeDeadClaims(layersDir: string, names: string[]): void {
   for (const name of names) {
     if (!name.startsWith(".claim-")) continue;
-    const owner = read(join(layersDir, name));
-    if (owner !== undefined && !claimOwnerAlive(owner)) rmSync(join(layersDir, name), { force: true });
+    const path = join(layersDir, name);
+    const tmp = /\.tmp-(\d+)-[0-9a-f]+$/.exec(name);
+    if (tmp) {
+      if (Number(tmp[1]) !== process.pid && !existsSync(`/proc/${tmp[1]}`)) rmSync(path, { force: true });
+      continue;
+    }
+    if (name.includes(".takeover-")) {
+      const taker = readLink(path);
+      if (taker !== undefined && !claimOwnerAlive(taker)) rmSync(path, { force: true });
+      continue;
+    }
+    const owner = read(path);
+    if (owner === undefined || claimOwnerAlive(owner)) continue;
+    const marker = takeoverMarker(path, owner);
+    try {
+      symlinkSync(OWN, marker);
+    } catch {
+      continue; // a waiter is taking it over
+    }
+    try {
+      if (read(path) === owner) rmSync(path, { force: true });
+    } finally {
+      rmSync(marker, { force: true });
+    }
   }
 }

@@ -2,12 +2,14 @@
 // on a machine. A claim is never seen half written, so a waiter never mistakes a claim being made
 // for a dead one; a wait ends on the caller's signal and after its bound, naming the owner; and a
 // build waiting on a hung owner fails by itself (its progress lines would otherwise keep the
-// edge's silence check from ever failing it) or when its builder is disposed.
-import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+// edge's silence check from ever failing it) or when its builder is disposed. A dead builder's
+// claim is taken over by one waiter only, however many race for it.
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import { Worker } from "node:worker_threads";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { claimStep } from "../../../../../controllers/drivers/local/builder/step-claim.ts";
+import { claimStep, removeDeadClaims } from "../../../../../controllers/drivers/local/builder/step-claim.ts";
 import { TemplateBuilder } from "../../../../../controllers/drivers/local/builder/builder.ts";
 import { layerIdOf, planSteps } from "../../../../../controllers/drivers/local/builder/plan.ts";
 import { RootfsStore } from "../../../../../controllers/drivers/local/rootfs/store.ts";
@@ -102,4 +104,49 @@ describe("a build waiting on another build's claim", () => {
     await expect.poll(b.result, { timeout: 5_000, interval: 20 }).toMatchObject({ status: "error" });
     expect((b.result() as { message: string }).message).toContain("the builder stopped");
   }, 10_000);
+});
+
+describe("taking over a dead builder's claim", () => {
+  it("is done by one of the waiters only, however they interleave", async () => {
+    // Threads of this process, so truly parallel on several cores, released together in each
+    // round onto a claim left by a dead builder. Before the takeover was atomic (read, re-read,
+    // delete), a waiter that had re-read the dead claim deleted the fresh claim another had just
+    // made in its place, and both built.
+    const WORKERS = 8;
+    const ROUNDS = 400;
+    const dir = join(root, `race${n++}`);
+    const shared = new SharedArrayBuffer(4 * (2 + ROUNDS));
+    const state = new Int32Array(shared);
+    const workers = Array.from({ length: WORKERS }, () => new Worker(new URL("./step-claim-taker.ts", import.meta.url), { workerData: { root: dir, rounds: ROUNDS, shared } }));
+    const exited = workers.map((w) => new Promise((ok, fail) => w.once("error", fail).once("exit", ok)));
+    try {
+      for (let r = 0; r < ROUNDS; r++) {
+        mkdirSync(join(dir, `round-${r}`), { recursive: true });
+        // A pid no process has: its builder is gone.
+        writeFileSync(join(dir, `round-${r}`, ".claim-step"), "2147483646 1");
+        Atomics.store(state, 1, 0);
+        Atomics.store(state, 0, r + 1);
+        Atomics.notify(state, 0);
+        while (Atomics.load(state, 1) < WORKERS) await new Promise((ok) => setTimeout(ok, 1));
+      }
+      await Promise.all(exited);
+    } finally {
+      for (const w of workers) void w.terminate();
+    }
+    const winners = Array.from({ length: ROUNDS }, (_, r) => state[2 + r]);
+    expect(winners.filter((w) => w !== 1), "rounds in which other than exactly one waiter built").toEqual([]);
+    for (let r = 0; r < ROUNDS; r++) expect(readdirSync(join(dir, `round-${r}`)).sort()).toEqual(["layer"]);
+  }, 60_000);
+
+  it("the start-up sweep removes dead claims and what dead takers left, and keeps live ones", () => {
+    const dir = layersDir();
+    const dead = "2147483646 1";
+    writeFileSync(join(dir, ".claim-dead"), dead);
+    writeFileSync(join(dir, ".claim-live"), liveMark());
+    writeFileSync(join(dir, ".claim-x.tmp-2147483646-abcd"), dead);
+    symlinkSync(dead, join(dir, ".claim-y.takeover-0123456789abcdef"));
+    symlinkSync(liveMark(), join(dir, ".claim-z.takeover-0123456789abcdef"));
+    removeDeadClaims(dir, readdirSync(dir));
+    expect(readdirSync(dir).sort()).toEqual([".claim-live", ".claim-z.takeover-0123456789abcdef"]);
+  });
 });
