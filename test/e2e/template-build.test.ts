@@ -250,4 +250,30 @@ describe("DELETE /templates/{id} frees the built layers", () => {
     }
     await expect.poll(() => own.filter((l) => store.layer(l)), { timeout: 30_000, interval: 200 }).toEqual([]);
   });
+
+  // A Stop-paused sandbox runs nothing and mounts nothing, yet needs its template's layers to
+  // come back: its kept record names them, so the delete keeps them until the sandbox goes.
+  it("a Stop-paused sandbox of the deleted template resumes on its layers, with its own files", { timeout: 120_000 }, async () => {
+    const run = uniqueTag();
+    const name = `tpl-delp-${run}`;
+    const built = await Template.build(Template().fromBaseImage().setEnvs({ RUN_ID: run }).runCmd(`echo ${run} > /mine.txt`, { user: "root" }), name, e2b());
+    const image = `b-${built.buildId}`;
+    outputs.push(image);
+    const own = store.template(image)!.layers.filter((l) => store.layer(l)?.kind === "build");
+    expect(own.length).toBeGreaterThan(0);
+    const sbx = await Sandbox.create(name, e2b());
+    try {
+      await sbx.files.write("/home/user/note.txt", "written before the pause\n");
+      expect(await sbx.pause({ keepMemory: false })).toBe(true);
+      const res = await fetch(`${e2b().apiUrl}/templates/${name}`, { method: "DELETE", headers: { "x-api-key": e2b().apiKey } });
+      expect(res.status).toBe(204);
+      await expect.poll(() => store.template(image), { timeout: 10_000, interval: 100 }).toBeUndefined();
+      expect(own.every((l) => store.layer(l))).toBe(true);
+      const back = await Sandbox.connect(sbx.sandboxId, e2b());
+      expect((await back.commands.run("cat /mine.txt /home/user/note.txt")).stdout).toBe(`${run}\nwritten before the pause\n`);
+    } finally {
+      await sbx.kill();
+    }
+    await expect.poll(() => own.filter((l) => store.layer(l)), { timeout: 30_000, interval: 200 }).toEqual([]);
+  });
 });
