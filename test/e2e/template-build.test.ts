@@ -228,7 +228,7 @@ describe("a build's environment never reaches a host helper", () => {
   });
 });
 
-describe("DELETE /templates/{id} frees the built layers", () => {
+describe("built layers are freed: DELETE /templates/{id}, a rebuild", () => {
   it("the template's record goes at once; its own layers stay while a sandbox mounts them and go after it", async () => {
     const run = uniqueTag();
     const name = `tpl-del-${run}`;
@@ -249,6 +249,37 @@ describe("DELETE /templates/{id} frees the built layers", () => {
       await sbx.kill();
     }
     await expect.poll(() => own.filter((l) => store.layer(l)), { timeout: 30_000, interval: 200 }).toEqual([]);
+  });
+
+  it("a rebuild removes the previous build's record and the layers only it named; a sandbox of the old build keeps them until it goes", { timeout: 120_000 }, async () => {
+    const run = uniqueTag();
+    const name = `tpl-reb-${run}`;
+    const shared = (t: ReturnType<typeof Template>) => t.fromBaseImage().setEnvs({ RUN_ID: run }).runCmd(`echo ${run} > /shared.txt`, { user: "root" });
+    const first = await Template.build(shared(Template()).runCmd(`echo one > /v.txt`, { user: "root" }), name, e2b());
+    const old = `b-${first.buildId}`;
+    outputs.push(old);
+    const oldLayers = store.template(old)!.layers;
+    const sbx = await Sandbox.create(name, e2b());
+    try {
+      const second = await Template.build(shared(Template()).runCmd(`echo two > /v.txt`, { user: "root" }), name, e2b());
+      const cur = `b-${second.buildId}`;
+      outputs.push(cur);
+      const own = oldLayers.filter((l) => !store.template(cur)!.layers.includes(l));
+      expect(own.length).toBe(1);
+      await expect.poll(() => store.template(old), { timeout: 10_000, interval: 100 }).toBeUndefined();
+      // The old build's sandbox still mounts its last layer: kept, and it reads its files.
+      expect(store.layer(own[0]!)).toBeDefined();
+      expect((await sbx.commands.run("cat /shared.txt /v.txt")).stdout).toBe(`${run}\none\n`);
+      const fresh = await Sandbox.create(name, e2b());
+      try {
+        expect((await fresh.commands.run("cat /v.txt")).stdout).toBe("two\n");
+      } finally {
+        await fresh.kill();
+      }
+    } finally {
+      await sbx.kill();
+    }
+    await expect.poll(() => oldLayers.filter((l) => !store.layer(l)), { timeout: 30_000, interval: 200 }).toEqual(oldLayers.slice(-1));
   });
 
   // A Stop-paused sandbox runs nothing and mounts nothing, yet needs its template's layers to
