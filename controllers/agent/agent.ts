@@ -194,7 +194,8 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
           network: driver instanceof LocalDriver ? (dir) => driver.stepNetwork(dir) : undefined,
         })
       : undefined;
-  retired = builder && driver instanceof LocalDriver ? new RetiredTemplates(new RootfsStore(), () => driver.layersInUse()) : undefined;
+  // A running build's layers are in no record until it publishes its own: held by the builder.
+  retired = builder && driver instanceof LocalDriver ? new RetiredTemplates(new RootfsStore(), () => driver.layersInUse(), () => builder.layersHeld()) : undefined;
 
   link = new Link({
     edgeUrl: opts.edgeUrl,

@@ -12,7 +12,7 @@ import { quotaStub } from "../quota/stub.ts";
 import { getDb } from "../store/db.ts";
 import { activeBuilds, hasFile, getBuild, insertBuild, lastLogs, logsFrom, moveBuild, putTags, touchBuild, appendLogs, type BuildRow, type LogRow } from "../store/template-builds.ts";
 import { getTemplate, resolveTemplate } from "../store/templates.ts";
-import { putTemplate } from "./templates.ts";
+import { freeSupersededImage, putTemplate } from "./templates.ts";
 
 /** What `POST /v3/templates` answers (E2B TemplateRequestResponseV3). */
 export interface BuildRequested {
@@ -195,6 +195,9 @@ export async function recordBuildEvents(env: Env, cluster: string, items: BuildE
     }
     await putTags(db, b.teamId, b.templateId, b.tags, b.id);
     await finish(env, b, { status: "ready" });
+    // The previous build's image, now that its tags may have moved to this build (putTemplate
+    // tried before they had).
+    if (existing && existing.spec.image !== b.image) await freeSupersededImage(env, existing.spec.image, existing.spec.cluster);
   }
 }
 

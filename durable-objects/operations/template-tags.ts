@@ -5,7 +5,7 @@ import type { Caller, Env } from "../env.ts";
 import { getDb } from "../store/db.ts";
 import { buildsOf, claimUnusedImages, deleteBuildsOf, deleteTags, putTags, tagsOf } from "../store/template-builds.ts";
 import { getTemplate, resolveTemplate } from "../store/templates.ts";
-import { removeTemplate } from "./templates.ts";
+import { BUILT_IMAGE, removeTemplate } from "./templates.ts";
 
 /** `GET /templates/aliases/{alias}`: the caller's template (or a build of it), or a public one. */
 export async function aliasOf(env: Env, caller: Caller, alias: string): Promise<{ templateID: string; public: boolean }> {
@@ -37,8 +37,6 @@ export async function listTags(env: Env, caller: Caller, templateId: string) {
   return (await tagsOf(db, caller.teamId, templateId)).map((t) => ({ tag: t.tag, buildID: t.buildId, createdAt: new Date(t.createdAt).toISOString() }));
 }
 
-/** A rootfs name a build published (`b-<buildID>`); `base` and imported ones are not the edge's. */
-const BUILT_IMAGE = /^b-[a-z0-9-]{1,64}$/;
 
 /** `DELETE /templates/{id}`: the caller's template, its pool and its builds. Each cluster's agent
  * is asked to free the root filesystems of its builds (and the one its spec named) that no other

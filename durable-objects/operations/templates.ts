@@ -8,6 +8,7 @@ import type { Result } from "../sandbox/state.ts";
 import { refusalsAsResult } from "./result.ts";
 import { getDb } from "../store/db.ts";
 import { evictTemplates } from "../store/template-cache.ts";
+import { claimSupersededImages } from "../store/template-builds.ts";
 import { deleteTemplate, getTemplate, namesFreedImage, upsertTemplate } from "../store/templates.ts";
 import { ensureTeam, listTeams } from "../store/teams.ts";
 
@@ -49,6 +50,7 @@ export async function putTemplate(env: Env, input: PutTemplateInput): Promise<Re
     evictTemplates();
     const pool = await configurePool(env, t, input.teamName);
     if (before && (before.spec.cluster ?? "local") !== (t.spec.cluster ?? "local")) await templateLeft(env, before.spec.cluster, input.teamName);
+    if (before && before.spec.image !== t.spec.image) await freeSupersededImage(env, before.spec.image, before.spec.cluster);
     return { template: t, pool, existed };
   });
 }
@@ -67,4 +69,17 @@ export async function removeTemplate(env: Env, teamId: string, templateId: strin
     if (team) await templateLeft(env, before.spec.cluster, team.name);
     return { found };
   });
+}
+
+/** A rootfs name a build published (`b-<buildID>`); `base` and imported ones are not the edge's. */
+export const BUILT_IMAGE = /^b-[a-z0-9-]{1,64}$/;
+
+/**
+ * Frees a built image its template stopped naming (a rebuild, a re-point) once nothing else
+ * references it (`claimSupersededImages`): its cluster's agent drops the `b-<id>` record and the
+ * layers no other record, sandbox or snapshot uses. Idempotent: a second call claims nothing.
+ */
+export async function freeSupersededImage(env: Env, image: string, cluster: string): Promise<void> {
+  if (!BUILT_IMAGE.test(image)) return;
+  if ((await claimSupersededImages(getDb(env), [image])).size) await env.CLUSTER.get(env.CLUSTER.idFromName(cluster)).deleteRootfs([image]);
 }

@@ -73,6 +73,27 @@ export async function claimUnusedImages(db: Db, images: string[], now = Date.now
   return new Set(res.rows.map((r) => String(r.image)));
 }
 
+/**
+ * Claims for freeing those of `images` that a template no longer names after a rebuild or a
+ * re-point: no template names it, no tag names a build that published it (a kept tag is a
+ * reference the caller made), and no build that published it is still running (its image is named
+ * only once it finishes). The build's row stays: its status and logs are still asked for. An
+ * untagged superseded build cannot be named again (a tag target by name is its newest ready
+ * build). One statement with the `freed_images` triggers, as `claimUnusedImages`.
+ */
+export async function claimSupersededImages(db: Db, images: string[], now = Date.now()): Promise<Set<string>> {
+  if (!images.length) return new Set();
+  const res = await db.$client.execute({
+    sql: `INSERT INTO freed_images (image, freed_at) SELECT value, ? FROM json_each(?) AS c
+          WHERE NOT EXISTS (SELECT 1 FROM templates WHERE json_extract(spec, '$.image') = c.value)
+            AND NOT EXISTS (SELECT 1 FROM template_builds b WHERE b.image = c.value
+              AND (b.status NOT IN ('ready', 'error') OR EXISTS (SELECT 1 FROM template_tags t WHERE t.build_id = b.id)))
+          ON CONFLICT DO NOTHING RETURNING image`,
+    args: [now, JSON.stringify(images)],
+  });
+  return new Set(res.rows.map((r) => String(r.image)));
+}
+
 /** Appends entries the agent numbered; a repeated seq is ignored, entries past `max` dropped. */
 export async function appendLogs(db: Db, buildId: string, logs: BuildLog[], max: number): Promise<void> {
   const kept = logs.filter((l) => l.seq < max);

@@ -132,6 +132,38 @@ describe("runCode (JS code-interpreter SDK)", { timeout: 120_000 }, () => {
     expect((await sbx.runCode("x + 41")).text).toBe("42");
   });
 
+  // E2B's server answers a cell whose kernel restarts under it with ContextRestarting ("Context
+  // was restarted", e2b-dev/code-interpreter template/server/messaging.py); its next cell runs on
+  // the restarted kernel.
+  it("a kernel that exits mid-cell: that cell ends with a clear error after its output so far; the context's next cell runs on a new kernel", async () => {
+    const ctx = await sbx.createCodeContext();
+    await sbx.runCode("kept = 41", { context: ctx });
+    // The exit waits until the line before it reached the SDK (a file the test writes then): a
+    // kernel's queued output dies with it, as it would anywhere.
+    const go = `/tmp/exit-${Date.now()}`;
+    let wrote: Promise<unknown> | undefined;
+    const dead = await sbx.runCode(`import os, time\nprint('before the exit', flush=True)\nwhile not os.path.exists(${JSON.stringify(go)}): time.sleep(0.05)\nos._exit(1)`, {
+      context: ctx,
+      timeoutMs: 60_000,
+      onStdout: (m) => {
+        if (m.line === "before the exit\n") wrote ??= sbx.files.write(go, "");
+      },
+    });
+    await wrote;
+    expect(dead.logs.stdout.join("")).toBe("before the exit\n");
+    expect(dead.error).toMatchObject({ name: "ContextRestarting", value: "Context was restarted" });
+    const after = await sbx.runCode("kept", { context: ctx });
+    expect(after.error?.name).toBe("NameError");
+    expect((await sbx.runCode("kept = 1; kept + 1", { context: ctx })).text).toBe("2");
+    // The default context's kernel is another process: untouched.
+    expect((await sbx.runCode("2 * 21")).text).toBe("42");
+    // The same for a JavaScript kernel.
+    const js = await sbx.createCodeContext({ language: "js" });
+    await sbx.runCode("globalThis.keptJs = 41", { context: js });
+    expect((await sbx.runCode("process.exit(1)", { context: js })).error).toMatchObject({ name: "ContextRestarting", value: "Context was restarted" });
+    expect((await sbx.runCode("typeof keptJs", { context: js })).text).toBe("undefined");
+    expect((await sbx.runCode("1 + 1", { context: js })).text).toBe("2");
+  });
   it("a Freeze pause and resume keep the kernel's state", async () => {
     await sbx.runCode("kept = 'across pause'");
     expect(await sbx.pause()).toBe(true);

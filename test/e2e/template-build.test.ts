@@ -228,23 +228,83 @@ describe("a build's environment never reaches a host helper", () => {
   });
 });
 
-describe("DELETE /templates/{id} frees the built layers", () => {
+/** A template of one own step (writes /mine.txt) and the layers the build made for it. */
+async function builtOwn(prefix: string) {
+  const run = uniqueTag();
+  const name = `${prefix}-${run}`;
+  const built = await Template.build(Template().fromBaseImage().setEnvs({ RUN_ID: run }).runCmd(`echo ${run} > /mine.txt`, { user: "root" }), name, e2b());
+  const image = `b-${built.buildId}`;
+  outputs.push(image);
+  const own = store.template(image)!.layers.filter((l) => store.layer(l)?.kind === "build");
+  expect(own.length).toBeGreaterThan(0);
+  return { run, name, image, own };
+}
+
+async function deleteTemplate(name: string): Promise<void> {
+  const res = await fetch(`${e2b().apiUrl}/templates/${name}`, { method: "DELETE", headers: { "x-api-key": e2b().apiKey } });
+  expect(res.status).toBe(204);
+}
+
+describe("built layers are freed: DELETE /templates/{id}, a rebuild", () => {
   it("the template's record goes at once; its own layers stay while a sandbox mounts them and go after it", async () => {
-    const run = uniqueTag();
-    const name = `tpl-del-${run}`;
-    const built = await Template.build(Template().fromBaseImage().setEnvs({ RUN_ID: run }).runCmd(`echo ${run} > /mine.txt`, { user: "root" }), name, e2b());
-    const image = `b-${built.buildId}`;
-    outputs.push(image);
-    const own = store.template(image)!.layers.filter((l) => store.layer(l)?.kind === "build");
-    expect(own.length).toBeGreaterThan(0);
+    const { run, name, image, own } = await builtOwn("tpl-del");
     const sbx = await Sandbox.create(name, e2b());
     try {
-      const res = await fetch(`${e2b().apiUrl}/templates/${name}`, { method: "DELETE", headers: { "x-api-key": e2b().apiKey } });
-      expect(res.status).toBe(204);
+      await deleteTemplate(name);
       await expect.poll(() => store.template(image), { timeout: 10_000, interval: 100 }).toBeUndefined();
       // Still mounted by the sandbox: kept, and the sandbox still reads its files.
       expect(own.every((l) => store.layer(l))).toBe(true);
       expect((await sbx.commands.run("cat /mine.txt")).stdout).toBe(`${run}\n`);
+    } finally {
+      await sbx.kill();
+    }
+    await expect.poll(() => own.filter((l) => store.layer(l)), { timeout: 30_000, interval: 200 }).toEqual([]);
+  });
+
+  it("a rebuild removes the previous build's record and the layers only it named; a sandbox of the old build keeps them until it goes", { timeout: 120_000 }, async () => {
+    const run = uniqueTag();
+    const name = `tpl-reb-${run}`;
+    const shared = (t: ReturnType<typeof Template>) => t.fromBaseImage().setEnvs({ RUN_ID: run }).runCmd(`echo ${run} > /shared.txt`, { user: "root" });
+    const first = await Template.build(shared(Template()).runCmd(`echo one > /v.txt`, { user: "root" }), name, e2b());
+    const old = `b-${first.buildId}`;
+    outputs.push(old);
+    const oldLayers = store.template(old)!.layers;
+    const sbx = await Sandbox.create(name, e2b());
+    try {
+      const second = await Template.build(shared(Template()).runCmd(`echo two > /v.txt`, { user: "root" }), name, e2b());
+      const cur = `b-${second.buildId}`;
+      outputs.push(cur);
+      const own = oldLayers.filter((l) => !store.template(cur)!.layers.includes(l));
+      expect(own.length).toBe(1);
+      await expect.poll(() => store.template(old), { timeout: 10_000, interval: 100 }).toBeUndefined();
+      // The old build's sandbox still mounts its last layer: kept, and it reads its files.
+      expect(store.layer(own[0]!)).toBeDefined();
+      expect((await sbx.commands.run("cat /shared.txt /v.txt")).stdout).toBe(`${run}\none\n`);
+      const fresh = await Sandbox.create(name, e2b());
+      try {
+        expect((await fresh.commands.run("cat /v.txt")).stdout).toBe("two\n");
+      } finally {
+        await fresh.kill();
+      }
+    } finally {
+      await sbx.kill();
+    }
+    await expect.poll(() => oldLayers.filter((l) => !store.layer(l)), { timeout: 30_000, interval: 200 }).toEqual(oldLayers.slice(-1));
+  });
+
+  // A Stop-paused sandbox runs nothing and mounts nothing, yet needs its template's layers to
+  // come back: its kept record names them, so the delete keeps them until the sandbox goes.
+  it("a Stop-paused sandbox of the deleted template resumes on its layers, with its own files", { timeout: 120_000 }, async () => {
+    const { run, name, image, own } = await builtOwn("tpl-delp");
+    const sbx = await Sandbox.create(name, e2b());
+    try {
+      await sbx.files.write("/home/user/note.txt", "written before the pause\n");
+      expect(await sbx.pause({ keepMemory: false })).toBe(true);
+      await deleteTemplate(name);
+      await expect.poll(() => store.template(image), { timeout: 10_000, interval: 100 }).toBeUndefined();
+      expect(own.every((l) => store.layer(l))).toBe(true);
+      const back = await Sandbox.connect(sbx.sandboxId, e2b());
+      expect((await back.commands.run("cat /mine.txt /home/user/note.txt")).stdout).toBe(`${run}\nwritten before the pause\n`);
     } finally {
       await sbx.kill();
     }

@@ -122,7 +122,9 @@ def run(code, emit, silent=False):
         msg = recv_iopub(1000)
         if msg is None:
             if not km.is_alive():
-                emit({"type": "error", "name": "DeadKernelError", "value": "the kernel died", "traceback": ""})
+                # E2B's own words for a cell whose kernel restarted under it (its server's
+                # ContextRestarting), so code written against E2B recognises it.
+                emit({"type": "error", "name": "ContextRestarting", "value": "Context was restarted", "traceback": ""})
                 km.restart_kernel(now=True)
                 wait_ready()
                 install_formatters()

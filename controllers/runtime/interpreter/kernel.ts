@@ -130,7 +130,10 @@ export class Kernel {
       this.#exited = true;
       const why = `the ${this.language} kernel's driver exited (${e.signal ?? `code ${e.code}`})${this.#stderr.length ? `:\n${this.#stderr.join("\n")}` : ""}`;
       failed(new KernelStartError(why));
-      this.#fail(why);
+      // A cell's code may end its kernel (`os._exit`, `process.exit`): the next cell starts a new
+      // one (ensure). The cells it cut get E2B's words for that (its server's ContextRestarting on
+      // a kernel restarted under a cell), the exit's reason in the traceback.
+      this.#fail(why, { name: "ContextRestarting", value: "Context was restarted" });
     });
     await started;
   }
@@ -147,11 +150,12 @@ export class Kernel {
     } else job.onLine(msg.line);
   }
 
-  /** Ends every waiting execution with an error line (the driver is gone). */
-  #fail(why: string): void {
+  /** Ends every waiting execution with an error line (the driver is gone): `why` is the value,
+   * or the traceback under `as`'s name and value. */
+  #fail(why: string, as?: { name: string; value: string }): void {
     for (const [id, job] of this.#jobs) {
       this.#jobs.delete(id);
-      job.onLine({ type: "error", name: "KernelDriverError", value: why, traceback: "" });
+      job.onLine(as ? { type: "error", ...as, traceback: why } : { type: "error", name: "KernelDriverError", value: why, traceback: "" });
       job.done();
     }
   }

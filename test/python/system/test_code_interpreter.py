@@ -75,6 +75,15 @@ def test_timeout_interrupts_and_context_stays_usable(sbx):
     assert sbx.run_code("x * 10").text == "10"
 
 
+def test_a_kernel_that_exits_mid_cell_is_e2bs_context_restarting_and_the_next_cell_runs(sbx):
+    ctx = sbx.create_code_context()
+    assert sbx.run_code("kept = 41", context=ctx).error is None
+    dead = sbx.run_code("import os\nos._exit(1)", context=ctx)
+    assert (dead.error.name, dead.error.value) == ("ContextRestarting", "Context was restarted")
+    assert sbx.run_code("kept", context=ctx).error.name == "NameError"
+    assert sbx.run_code("kept = 1; kept + 1", context=ctx).text == "2"
+
+
 def test_unknown_language_is_a_400_saying_why(sbx):
     with pytest.raises(Exception, match="no kernel for language 'cobol'"):
         sbx.run_code("1", language="cobol")

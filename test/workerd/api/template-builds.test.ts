@@ -16,16 +16,16 @@ import type { ScriptedAgent } from "../../support/scripted-agent.ts";
 
 const HASH = "a".repeat(64);
 
-async function requestBuild(key: string, name: string) {
-  return expectStatus(call("/v3/templates", { key, body: { name, cpuCount: 1, memoryMB: 512 } }), 202);
+async function requestBuild(key: string, name: string, request: Record<string, unknown> = {}) {
+  return expectStatus(call("/v3/templates", { key, body: { name, cpuCount: 1, memoryMB: 512, ...request } }), 202);
 }
 
 /** A build of `name` on the team's cluster (the scripted agent's; a `rebuild` of a template there
  * already) with `body` as its start, which the agent reports ready with the config it was handed;
- * answers the frame and the built spec. */
-async function buildReady(team: { name: string; key: string; cluster: string }, agent: ScriptedAgent, name: string, body: Record<string, unknown>, rebuild = false) {
+ * answers the frame and the built spec. `request`: more of the build request (`tags`). */
+async function buildReady(team: { name: string; key: string; cluster: string }, agent: ScriptedAgent, name: string, body: Record<string, unknown>, rebuild = false, request: Record<string, unknown> = {}) {
   if (!rebuild) await expectStatus(call(`/admin/teams/${team.name}/templates/${name}`, { method: "PUT", body: { spec: { cluster: team.cluster } } }), 201);
-  const { buildID } = await requestBuild(team.key, name);
+  const { buildID } = await requestBuild(team.key, name, request);
   await expectStatus(call(`/v2/templates/${name}/builds/${buildID}`, { key: team.key, body: { steps: [{ type: "RUN", args: ["true"] }], ...body } }), 202);
   await agent.waitUntil(() => agent.builds.some((b) => b.buildId === buildID));
   const frame = agent.builds.find((b) => b.buildId === buildID)!;
@@ -196,6 +196,33 @@ describe("template build API", () => {
       // no template is left naming an image the agent was told to free.
       await expectError(call(`/admin/teams/${team.name}/templates/${name}-late`, { method: "PUT", body: { spec: shared } }), 400, /was freed/);
       await expectStatus(call(`/admin/teams/${team.name}/templates/${name}-late`), 404);
+    } finally {
+      agent.disconnect();
+    }
+  });
+
+  it("a rebuild frees the image the template named before, unless a tag or another template still names it", async () => {
+    const team = await createTeam(unique("tb-rebuild"));
+    const agent = await startAgent(team.cluster, { builder: true });
+    try {
+      const name = `${team.template}-re`;
+      const first = (await buildReady(team, agent, name, {})).spec;
+      const second = (await buildReady(team, agent, name, {}, true)).spec;
+      expect(second.image).not.toBe(first.image);
+      await vi.waitFor(() => expect(agent.rootfsDeletes).toEqual([first.image]));
+      // Its build's status is still there to ask for.
+      await expectStatus(call(`/templates/${name}/builds/${first.image.slice(2)}/status`, { key: team.key }), 200);
+      // A second template names the current image: the rebuild keeps it until that one moves.
+      await expectStatus(call(`/admin/teams/${team.name}/templates/${name}-alias`, { method: "PUT", body: { spec: second } }), 201);
+      const third = (await buildReady(team, agent, name, {}, true, { tags: ["keep"] })).spec;
+      // A tagged build is kept when superseded.
+      const fourth = (await buildReady(team, agent, name, {}, true)).spec;
+      await vi.waitFor(() => expect(agent.rootfsDeletes).toEqual([first.image]));
+      await expectStatus(call(`/admin/teams/${team.name}/templates/${name}-alias`, { method: "PUT", body: { spec: fourth } }), 200);
+      await vi.waitFor(() => expect(agent.rootfsDeletes).toEqual([first.image, second.image]));
+      expect(agent.rootfsDeletes).not.toContain(third.image);
+      // No template may name a freed image again.
+      await expectError(call(`/admin/teams/${team.name}/templates/${name}-alias`, { method: "PUT", body: { spec: first } }), 400, /was freed/);
     } finally {
       agent.disconnect();
     }

@@ -74,6 +74,9 @@ export class TemplateBuilder {
   readonly #o: BuilderOptions;
   readonly #builds = new Map<string, Events>();
   readonly #frames = new Map<string, BuildFrame>();
+  /** Per running build, the layers it stands on or is about to take from the cache: not yet in
+   * any template record, so a retire sweep (retire.ts) must see them here. */
+  readonly #held = new Map<string, Set<string>>();
   readonly #journal: BuildJournal | undefined;
   /** Ends every build's wait for another builder's step claim when the builder is disposed. */
   readonly #disposed = new AbortController();
@@ -124,6 +127,13 @@ export class TemplateBuilder {
       .then(() => this.#flush());
   }
 
+  /** The layers running builds hold (see #held): kept by a retire sweep. */
+  layersHeld(): Set<string> {
+    const out = new Set<string>();
+    for (const ls of this.#held.values()) for (const l of ls) out.add(l);
+    return out;
+  }
+
   get active(): number {
     return this.#builds.size;
   }
@@ -168,6 +178,17 @@ export class TemplateBuilder {
   }
 
   async #run(frame: BuildFrame, ev: Events): Promise<BuildResult> {
+    const held = new Set<string>();
+    this.#held.set(frame.buildId, held);
+    try {
+      return await this.#steps(frame, ev, held);
+    } finally {
+      // Its record (published last) names them from now on, or the build failed.
+      this.#held.delete(frame.buildId);
+    }
+  }
+
+  async #steps(frame: BuildFrame, ev: Events, held: Set<string>): Promise<BuildResult> {
     const store = this.#o.store;
     const baseName = "rootfs" in frame.from ? frame.from.rootfs : rootfsForImage(frame.from.image, (n) => store.template(n) !== undefined);
     if (!baseName || !store.templateTrees(baseName)) {
@@ -175,6 +196,7 @@ export class TemplateBuilder {
       throw new StepFailed(what, "base");
     }
     const baseLayers = store.template(baseName)!.layers;
+    for (const l of baseLayers) held.add(l);
     ev.add(`FROM ${baseName} (${baseLayers.length} layer${baseLayers.length === 1 ? "" : "s"})`, "info", "base");
     const plan = planSteps({ teamId: frame.teamId, buildId: frame.buildId, baseLayers, steps: frame.steps, force: frame.force, config: frame.config });
     const layers = [...baseLayers];
@@ -185,6 +207,9 @@ export class TemplateBuilder {
         continue;
       }
       const id = layerIdOf(p.key);
+      // Held before the cache is looked at: a sweep either removed it first (then it is built
+      // again here) or sees it held.
+      held.add(id);
       // One build of a key at a time on this machine (step-claim.ts): a second one waits and
       // finds it cached. A forced step's key is this build's own.
       const claim = await claimStep(join(store.root, "layers"), id, {

@@ -2,7 +2,8 @@
 // the record goes at once (no new sandbox can be made of a deleted template), and each of its
 // layers goes once no template record in the store names it (another template, or another agent
 // sharing the store, may have been built on the same cached steps) and no sandbox or snapshot of
-// this agent mounts it. Layers still mounted wait and are looked at again on every sweep.
+// this agent mounts it, and no build running here holds it (a build's cached layers are in no
+// record until it publishes its own). Layers still used wait and are looked at again on every sweep.
 import { rmSync } from "node:fs";
 import { join } from "node:path";
 import type { RootfsStore } from "../rootfs/store.ts";
@@ -17,9 +18,14 @@ export class RetiredTemplates {
   readonly #waiting = new Set<string>();
   #timer: NodeJS.Timeout | undefined;
 
-  constructor(store: RootfsStore, inUse: () => Promise<Set<string>>) {
+  readonly #held: () => Iterable<string>;
+
+  /** `held`: layers running builds hold, read in the same synchronous block as the removal, so
+   * a build cannot take a layer from the cache between the look and the removal. */
+  constructor(store: RootfsStore, inUse: () => Promise<Set<string>>, held: () => Iterable<string> = () => []) {
     this.#store = store;
     this.#inUse = inUse;
+    this.#held = held;
   }
 
   /** Retires the built templates of `names` (others are ignored) and sweeps; returns the layers removed. */
@@ -37,6 +43,7 @@ export class RetiredTemplates {
     if (!this.#waiting.size) return [];
     const used = await this.#inUse();
     for (const t of this.#store.templates()) for (const l of t.layers) used.add(l);
+    for (const l of this.#held()) used.add(l);
     const removed: string[] = [];
     for (const l of this.#waiting) {
       if (used.has(l)) continue;

@@ -1,14 +1,16 @@
 // What a deleted template's build leaves (builder/retire.ts) and the build journal (journal.ts)
 // against a real RootfsStore in a temporary directory: layers go once no template names them and
 // no sandbox mounts them; an unfinished build's entry survives a new journal, a finished one does not.
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
+import { TemplateBuilder } from "../../../../../controllers/drivers/local/builder/builder.ts";
 import { BuildJournal } from "../../../../../controllers/drivers/local/builder/journal.ts";
+import { layerIdOf, planSteps } from "../../../../../controllers/drivers/local/builder/plan.ts";
 import { RetiredTemplates } from "../../../../../controllers/drivers/local/builder/retire.ts";
 import { RootfsStore } from "../../../../../controllers/drivers/local/rootfs/store.ts";
-import { BuildFrameSchema } from "../../../../../schema/protocol/build.ts";
+import { BuildFrameSchema, type BuildEvents, type BuildFrame } from "../../../../../schema/protocol/build.ts";
 
 const dirs: string[] = [];
 afterEach(() => {
@@ -47,6 +49,37 @@ describe("RetiredTemplates", () => {
     expect(await retired.sweep()).toEqual(["step-b"]);
     expect(await retired.retire(["b-two"])).toEqual(["step-a", "step-c"]);
     expect(store.layer("base-1")).toBeDefined();
+    retired.dispose();
+  });
+});
+
+describe("RetiredTemplates beside a running build", () => {
+  it("keeps a layer a running build took from the cache of the retired template, until the build's own record names it", async () => {
+    const store = new RootfsStore(tmp());
+    await layer(store, "base-l");
+    store.putTemplate("base", ["base-l"]);
+    const frame: BuildFrame = { type: "build", buildId: "rb-1", teamId: "team", from: { rootfs: "base" }, steps: [{ type: "RUN", args: ["true"], force: false }, { type: "RUN", args: ["false"], force: false }], force: false, cpuCount: 1, memoryMB: 512, output: "b-new", filesPath: "" };
+    const [first, second] = planSteps({ teamId: "team", buildId: frame.buildId, baseLayers: ["base-l"], steps: frame.steps, force: false }).steps.map((p) => layerIdOf(p.key));
+    // The old build of the same template published the first step; only its record names it.
+    await layer(store, first!);
+    store.putTemplate("b-old", ["base-l", first!]);
+    // A live owner holds the second step's claim: the build waits there, its first step cached.
+    const stat = readFileSync(`/proc/${process.pid}/stat`, "utf8");
+    writeFileSync(join(store.root, "layers", `.claim-${second!}`), `${process.pid} ${stat.slice(stat.lastIndexOf(")") + 2).split(" ")[19]}`);
+    const items: BuildEvents["items"] = [];
+    const builder = new TemplateBuilder({ store, fetchFile: () => Promise.reject(new Error("no files")), send: (it) => (items.push(...it), true), stepTimeoutMs: 600_000, flushMs: 10 });
+    builder.start(frame);
+    await expect.poll(() => items.some((i) => i.logs.some((l) => l.message.includes("waiting for another build"))), { timeout: 5_000, interval: 20 }).toBe(true);
+    expect(items.some((i) => i.logs.some((l) => l.message.startsWith("CACHED")))).toBe(true);
+
+    const retired = new RetiredTemplates(store, async () => new Set(), () => builder.layersHeld());
+    expect(await retired.retire(["b-old"])).toEqual([]);
+    expect(store.template("b-old")).toBeUndefined();
+    expect(store.layer(first!)).toBeDefined();
+    builder.dispose();
+    await expect.poll(() => items.find((i) => i.result)?.result, { timeout: 5_000, interval: 20 }).toMatchObject({ status: "error" });
+    // The build ended without a record: the layer is nobody's now.
+    expect(await retired.sweep()).toEqual([first]);
     retired.dispose();
   });
 });
