@@ -19,7 +19,8 @@ import {
 } from "../driver.ts";
 import { cgroupPids, cgroupSetFor, createCgroups, isFrozen, killAndRemove, listCgroupIds, procsFiles, removeParents, setFrozen, type CgroupLayout } from "./cgroups.ts";
 import { alive, discoverHolder, signalSandbox, startHolder } from "./holder.ts";
-import { EGRESS_MAX_CONNECTIONS, EGRESS_PROXY_PORT, LocalEgress, networkMode, proxyEnv, type NetworkMode } from "./egress.ts";
+import { EGRESS_MAX_CONNECTIONS, EGRESS_PROXY_PORT, LocalEgress, networkMode, networkOf, proxyEnv, type NetworkMode } from "./egress.ts";
+import { parseIp, privateRange } from "../../../schema/egress/address.ts";
 import type { TrafficPolicyEntry } from "../../../schema/api/traffic-policy.ts";
 import type { SecurityProfileEntry } from "../../../schema/api/security-profile.ts";
 import type { NetworkAuditRecord } from "../../../schema/api/network-audit.ts";
@@ -68,6 +69,10 @@ export interface LocalDriverOptions {
   /** How the traffic-proxy resolves names (for its checks and the sandboxes' DNS). Default: the
    * host's resolver (getaddrinfo). Tests give a stand-in, since they may not ask real DNS. */
   egressResolve?: (host: string) => Promise<string[]>;
+  /** False: every connection of a sandbox behind the proxy goes through it, as before the kernel's
+   * fast path (../../traffic/README.md; also `KRUISE_EGRESS_FAST_PATH=off`, for comparison). Needs
+   * the sandbox network (`network`). Default on. */
+  egressFastPath?: boolean;
   /** The bridge and address range of sandboxes with internet access (sandbox-net.ts), or false
    * to have them share the host's network as before (also `KRUISE_LOCAL_NETNS=off`). */
   network?: SandboxNetOptions | false;
@@ -118,6 +123,8 @@ export class LocalDriver implements Driver {
   readonly #egressMax: number;
   /** Undefined: sandboxes with internet access share the host's network (`--share-net`). */
   readonly #net: SandboxNet | undefined;
+  /** Sandboxes behind the proxy get a veth for the kernel's fast path (options.egressFastPath). */
+  readonly #fastPath: boolean;
   readonly #rootfs: RootfsStore | undefined;
   /** `base` was asked for before it was built (said once per driver). */
   #hostViewLogged = false;
@@ -131,6 +138,17 @@ export class LocalDriver implements Driver {
     this.#egressPort = opts.egressProxyPort ?? EGRESS_PROXY_PORT;
     this.#egressMax = opts.egressMaxConnections ?? EGRESS_MAX_CONNECTIONS;
     if (opts.egressResolve) this.#egress.resolve = opts.egressResolve;
+    this.#egress.fastPath = {
+      // Only a sandbox whose veth is there has a way out besides the proxy; a private address is
+      // dropped on the host's bridge (sandbox-net.ts) even when allowOut names it: the proxy keeps it.
+      admit: (id, ip, port, seconds) => {
+        const rec = this.#record(id);
+        const addr = parseIp(ip);
+        if (!rec?.net?.veth || rec.phase === "Stopped" || !addr || addr.v6 || privateRange(addr)) return;
+        this.#relay.fastAdmit(id, ip, port, seconds);
+      },
+      flush: (id, endOpen) => this.#relay.fastFlush(id, endOpen),
+    };
     this.#egress.persistIn(this.#dataDir);
     this.#spawner = opts.spawner ?? new Spawner(process.env.KRUISE_LOCAL_SPAWNER === "off" ? IN_PROCESS : undefined);
     this.#spawner.warm();
@@ -143,6 +161,7 @@ export class LocalDriver implements Driver {
     const netOff = opts.network === false || process.env.KRUISE_LOCAL_NETNS === "off";
     const net = probe.capabilities.networkIsolation && !netOff ? SandboxNet.open(opts.network || {}) : undefined;
     this.#net = typeof net === "string" ? undefined : net;
+    this.#fastPath = this.#net !== undefined && opts.egressFastPath !== false && process.env.KRUISE_EGRESS_FAST_PATH !== "off";
     const netNote = typeof net === "string" ? [`sandboxes with internet access share the host's network and its loopback: ${net}`] : [];
     const usernsOff = opts.userns === false || process.env.KRUISE_LOCAL_USERNS === "off";
     const usernsError = probe.capabilities.level === "process" ? "no namespaces at process level" : usernsOff ? "turned off (KRUISE_LOCAL_USERNS=off)" : (probeUserns() ?? letOwnersPass(this.#dataDir));
@@ -286,6 +305,8 @@ export class LocalDriver implements Driver {
     // CheckpointRestore (update ops): the files go back to the snapshot's, once per snapshot id.
     // Done before the new desired state is recorded, so a restart midway does it again.
     if (!created && d.restoreFs && d.restoreFs.id !== rec.desired.restoreFs?.id) rec = await this.#fillFrom(rec, d.restoreFs);
+    // The same for a sandbox's own rules (updateNetwork, a claim): its fast path is emptied first.
+    if (!created && networkOf(rec.desired) !== networkOf(d)) await this.#relay.fastFlush(d.id, false);
     rec = { ...rec, generation: d.generation, desired: d };
     // A record made just above already says this.
     if (!created) this.#save(rec);
@@ -311,9 +332,7 @@ export class LocalDriver implements Driver {
       await unmountRoot(this.#spawner, layout.merged);
       await unmountDisk(this.#spawner, layout.disk);
     }
-    // The veth goes before the listener comes: a sandbox moving behind the proxy never has both.
-    const final = await this.#syncNet(readRecord(layout.record) ?? rec);
-    await this.#syncEgress(final);
+    const final = await this.#syncNetwork(readRecord(layout.record) ?? rec);
     const seen = this.#observeRecord(final);
     // Its holder died during this very pass (a start that lost a race on a loaded host): not a
     // verdict on the sandbox. Retried, the next pass starts it again.
@@ -348,6 +367,9 @@ export class LocalDriver implements Driver {
   async #policiesChanged(what: string, change: () => void): Promise<void> {
     const need = (r: SandboxRecord) => `${this.#mode(r.desired)}:${this.#egress.l7.wants(r.desired)}`;
     const before = new Map([...this.#records.values()].map((r) => [r.id, need(r)]));
+    // Nothing the old policy put on the kernel's fast path outlives it (revalidate then ends the
+    // fast-path connections the new one denies).
+    await Promise.all([...this.#records.keys()].map((id) => this.#relay.fastFlush(id, false)));
     change();
     for (const rec of this.#records.values()) {
       if (rec.phase === "Stopped" || before.get(rec.id) === need(rec)) {
@@ -375,13 +397,33 @@ export class LocalDriver implements Driver {
     return rec.level !== "process" && (rec.sharesHostNet ?? this.#mode(rec.desired) === "host");
   }
 
-  /** A running sandbox with internet access and a namespace of its own has its veth; any other
-   * running one has none. Also gives back a veth the holder lost (a restarted holder is a new
+  /** The sandbox's veth and proxy listener as its mode wants them. Behind the proxy, the listener
+   * (with its redirect and the fast path's gate, port-relay.pl) comes before the veth, so eth0 is
+   * never there without them; the veth of one leaving the proxy goes before the listener. */
+  async #syncNetwork(rec: SandboxRecord): Promise<SandboxRecord> {
+    if (this.#mode(rec.desired) === "proxy") {
+      await this.#syncEgress(rec);
+      return this.#syncNet(rec);
+    }
+    const final = await this.#syncNet(rec);
+    await this.#syncEgress(final);
+    return final;
+  }
+
+  /** Whether a sandbox wanting `d` has a veth: with internet access in a namespace of its own, or
+   * behind the proxy for the kernel's fast path (only destinations the proxy allowed leave by it). */
+  #wantsVeth(d: DesiredSandbox): boolean {
+    const mode = this.#mode(d);
+    return mode === "host" || (mode === "proxy" && this.#fastPath);
+  }
+
+  /** A running sandbox with internet access and a namespace of its own, or behind the proxy, has
+   * its veth; any other running one has none. Also gives back a veth the holder lost (a restarted holder is a new
    * namespace) and keeps the address the sandbox had. */
   async #syncNet(rec: SandboxRecord): Promise<SandboxRecord> {
     const net = this.#net;
     if (!net || rec.phase === "Stopped" || rec.level === "process" || this.#sharesHostNet(rec) || !rec.nsInit || !alive(rec.nsInit)) return rec;
-    const want = this.#mode(rec.desired) === "host";
+    const want = this.#wantsVeth(rec.desired);
     const has = net.attached(rec.net, rec.nsInit);
     if (want === has) return rec;
     let next: SandboxRecord;
@@ -728,7 +770,7 @@ export class LocalDriver implements Driver {
       const rec = readRecord(layoutFor(this.#dataDir, id).record);
       if (!rec) throw new SandboxNotFoundError(id);
       const stopped = await this.#fillFrom(rec, snapshot);
-      if (stopped !== rec) await this.#syncEgress(await this.#syncNet(await this.#start(stopped)));
+      if (stopped !== rec) await this.#syncNetwork(await this.#start(stopped));
     });
   }
 
