@@ -55,7 +55,7 @@ ts.sort(); print(ts[len(ts) // 2], ts[int(len(ts) * 0.99)])
 
 export async function run(ctx: Partial<BenchContext> = {}): Promise<Figures> {
   const dataDir = mkdtempSync(join(ctx.dir ?? tmpdir(), "bench-egress-"));
-  const driver = new LocalDriver({ dataDir, cgroupName: `kruise-bench-${process.pid}-egress` });
+  const driver = new LocalDriver({ dataDir, cgroupName: `kruise-bench-${process.pid}-egress`, egressFastPath: true });
   const outside = await startOutside();
   const origin = await serveIn(outside, PORT, [process.execPath, "-e", ORIGIN]).catch((err) => {
     outside.stop();

@@ -42,7 +42,7 @@ import { IN_PROCESS, Spawner } from "./spawner.ts";
 import type { LaunchedExit } from "../../runtime/process/launcher.ts";
 import { UidRanges, type IdRange } from "./uid-range.ts";
 import { openStepNet, type StepNet } from "./builder/step-net.ts";
-import { allowSetuid, chownLayer, letOwnersPass, openUserns, probeUserns, unmountUnderSync, type IdmapMount, type OpenUserns } from "./userns.ts";
+import { allowSetuid, chownLayer, GOVERNED_CAPS, SANDBOX_CAPS, letOwnersPass, openUserns, probeUserns, unmountUnderSync, type IdmapMount, type OpenUserns } from "./userns.ts";
 
 export interface LocalDriverOptions {
   /** Where sandboxes (records, layers) and snapshots live. */
@@ -69,9 +69,11 @@ export interface LocalDriverOptions {
   /** How the traffic-proxy resolves names (for its checks and the sandboxes' DNS). Default: the
    * host's resolver (getaddrinfo). Tests give a stand-in, since they may not ask real DNS. */
   egressResolve?: (host: string) => Promise<string[]>;
-  /** False: every connection of a sandbox behind the proxy goes through it, as before the kernel's
-   * fast path (../../traffic/README.md; also `KRUISE_EGRESS_FAST_PATH=off`, for comparison). Needs
-   * the sandbox network (`network`). Default on. */
+  /** True: the kernel's fast path for sandboxes behind the proxy (../../traffic/README.md; also
+   * `KRUISE_EGRESS_FAST_PATH=on`): they get an eth0, and destinations the proxy allowed at L4
+   * leave by it. Needs the sandbox network (`network`). Default off (then every connection of a
+   * governed sandbox goes through the proxy and it has no eth0): its enforcement is still only in
+   * the sandbox's own namespace, not yet on the host's side of the veth. */
   egressFastPath?: boolean;
   /** The bridge and address range of sandboxes with internet access (sandbox-net.ts), or false
    * to have them share the host's network as before (also `KRUISE_LOCAL_NETNS=off`). */
@@ -161,7 +163,9 @@ export class LocalDriver implements Driver {
     const netOff = opts.network === false || process.env.KRUISE_LOCAL_NETNS === "off";
     const net = probe.capabilities.networkIsolation && !netOff ? SandboxNet.open(opts.network || {}) : undefined;
     this.#net = typeof net === "string" ? undefined : net;
-    this.#fastPath = this.#net !== undefined && opts.egressFastPath !== false && process.env.KRUISE_EGRESS_FAST_PATH !== "off";
+    // Off unless asked for: the host's table does not yet enforce the fast path on the host's side
+    // of the veth (../../traffic/README.md, "The kernel's fast path", what is not done).
+    this.#fastPath = this.#net !== undefined && (opts.egressFastPath ?? process.env.KRUISE_EGRESS_FAST_PATH === "on");
     const netNote = typeof net === "string" ? [`sandboxes with internet access share the host's network and its loopback: ${net}`] : [];
     const usernsOff = opts.userns === false || process.env.KRUISE_LOCAL_USERNS === "off";
     const usernsError = probe.capabilities.level === "process" ? "no namespaces at process level" : usernsOff ? "turned off (KRUISE_LOCAL_USERNS=off)" : (probeUserns() ?? letOwnersPass(this.#dataDir));
@@ -674,7 +678,9 @@ export class LocalDriver implements Driver {
         // Under L7 policy every connection is redirected and inspected; the proxy itself refuses
         // such a sandbox (its tunnels would not be inspected), so no proxy variables.
         const env = proxied ? (this.#egress.l7.wants(now.desired) ? caEnv() : proxyEnv(this.#egressPort)) : undefined;
-        return { nsPid: now.level === "process" ? undefined : now.nsInit.pid, cgroupProcs: now.cgroups ? procsFiles(now.cgroups) : [], env };
+        // No CAP_NET_RAW where an eth0 may be guarded only by the sandbox's own output hook.
+        const caps = this.#fastPath || proxied ? GOVERNED_CAPS : SANDBOX_CAPS;
+        return { nsPid: now.level === "process" ? undefined : now.nsInit.pid, cgroupProcs: now.cgroups ? procsFiles(now.cgroups) : [], env, caps };
       },
     });
   }

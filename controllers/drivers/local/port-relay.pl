@@ -551,6 +551,16 @@ sub veth {
   return undo_veth($name, "isolate $name: $err") if $err;
   syscall($setns_nr, fileno($ns), 0x40000000) == 0 or return undo_veth($name, "setns: $!");  # CLONE_NEWNET
   unredirect() unless $governed;  # a sandbox that had rules and has none now: its TCP goes out by eth0
+  # No IPv6 on eth0 (before it is up, so not even a link-local address): the gate is an IPv4
+  # chain. /proc/sys/net is the namespace of the writer, which is now the sandbox's; a host
+  # without IPv6 has no such file, and then there is nothing to turn off.
+  if (open(my $v6, '>', '/proc/sys/net/ipv6/conf/eth0/disable_ipv6')) {
+    $err = print($v6 "1\n") && close($v6) ? undef : "disable IPv6 on eth0: $!";
+  }
+  if ($err) {
+    syscall($setns_nr, fileno($own_ns), 0x40000000) == 0 or die "port-relay.pl: cannot return to its own network namespace: $!\n";
+    return undo_veth($name, $err);
+  }
   my $eth0 = ifindex('eth0');
   my $ip = inet_aton($addr);
   $err = !$eth0 ? 'no eth0'

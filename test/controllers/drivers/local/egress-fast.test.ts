@@ -3,7 +3,8 @@
 // for the sandbox, the destination goes into an nft set in the sandbox's network namespace, and
 // later connections to it leave by the sandbox's eth0 without the proxy. Destinations: two
 // namespaces standing in for the internet (outside-net.ts), `a` allowed and `b` denied.
-import { execFileSync, spawnSync } from "node:child_process";
+import { execFileSync, spawn, spawnSync } from "node:child_process";
+import { readFileSync } from "node:fs";
 import { mkdtempSync, readlinkSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -22,7 +23,7 @@ const dataDir = mkdtempSync(join(tmpdir(), "local-egress-fast-"));
 const cgroupName = `kruise-test-${process.pid}-egress-fast`;
 const names: Record<string, string[]> = {};
 const egressResolve = async (host: string) => names[host] ?? Promise.reject(Object.assign(new Error(`${host} not found`), { code: "ENOTFOUND" }));
-const driver = new LocalDriver({ dataDir, cgroupName, egressResolve });
+const driver = new LocalDriver({ dataDir, cgroupName, egressResolve, egressFastPath: true });
 let a: Outside;
 let b: Outside;
 let STRICT = { allowOut: [] as string[], denyOut: ["0.0.0.0/0"] };
@@ -206,5 +207,50 @@ describe("the kernel's fast path of sandboxes behind the proxy", () => {
     expect(await rawConnect(d.id, b.ip)).toBe(false);
     // Nothing but TCP to a member leaves by eth0: UDP elsewhere than DNS is dropped there.
     expect(await sh(d.id, `python3 -c 'import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(2); s.sendto(b"x", ("${a.ip}", 9)); print("sent")' 2>&1 | tail -1`)).toMatch(/PermissionError|Operation not permitted/);
+  });
+
+  it("root inside (through sudo) cannot send frames out of eth0 around the gate: a packet socket is refused, and a UDP datagram so built never reaches a denied destination; eth0 has no IPv6", async () => {
+    const d = desired();
+    await driver.ensure(d);
+    await onFastPath(d.id);
+    // A listener in `b` (denied) that prints each datagram it gets.
+    const listener = spawn("ip", ["netns", "exec", b.ns, "python3", "-u", "-c", 'import socket\ns=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(("0.0.0.0", 9999)); print("ready", flush=True)\nwhile True: print(s.recv(100).decode(), flush=True)'], { stdio: ["ignore", "pipe", "inherit"] });
+    let heard = "";
+    listener.stdout!.on("data", (c: Buffer) => (heard += c.toString()));
+    try {
+      await waitFor(() => heard, (h) => h.includes("ready"));
+      const gwMac = readFileSync("/sys/class/net/kruise0/address", "utf8").trim();
+      // An Ethernet frame to the bridge (the gateway) carrying IPv4/UDP from the sandbox's address
+      // to b:9999, sent on an AF_PACKET socket: the IPv4 output hook (the gate) never sees it.
+      const frame = [
+        "import socket, struct, subprocess",
+        'src = subprocess.run(["ip", "-4", "-o", "addr", "show", "dev", "eth0"], capture_output=True, text=True).stdout.split()[3].split("/")[0]',
+        'link = subprocess.run(["ip", "-o", "link", "show", "dev", "eth0"], capture_output=True, text=True).stdout.split()',
+        'mac = link[link.index("link/ether") + 1]',
+        'payload = b"around-the-gate"',
+        'udp = struct.pack("!HHHH", 40000, 9999, 8 + len(payload), 0) + payload',
+        'def csum(h): t = sum(struct.unpack("!10H", h)); t = (t >> 16) + (t & 0xffff); t += t >> 16; return ~t & 0xffff',
+        `hdr = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(udp), 1, 0, 64, 17, 0, socket.inet_aton(src), socket.inet_aton("${b.ip}"))`,
+        'hdr = hdr[:10] + struct.pack("!H", csum(hdr)) + hdr[12:]',
+        `eth = bytes.fromhex("${gwMac.replace(/:/g, "")}") + bytes.fromhex(mac.replace(":", "")) + b"\\x08\\x00"`,
+        "try:",
+        "    s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)",
+        '    s.bind(("eth0", 0))',
+        "    for i in range(3): s.send(eth + hdr + udp)",
+        '    print("sent")',
+        "except OSError as e:",
+        '    print("refused", e.errno)',
+      ].join("\n");
+      const r = await shIn(driver, d.id, `sudo -n python3 -c '${frame}'`);
+      // What was sent before it has arrived by the time this later datagram (from the host) does.
+      execFileSync("python3", ["-c", `import socket; socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b"marker", ("${b.ip}", 9999))`]);
+      await waitFor(() => heard, (h) => h.includes("marker"));
+      expect(heard.split("\n").filter(Boolean)).toEqual(["ready", "marker"]);
+      expect(r.stdout.trim(), r.stderr).toBe("refused 1"); // EPERM: no CAP_NET_RAW
+    } finally {
+      listener.kill("SIGKILL");
+    }
+    // The gate is an IPv4 chain: eth0 has no IPv6 at all (not even a link-local address).
+    expect(await sh(d.id, "cat /proc/sys/net/ipv6/conf/eth0/disable_ipv6; ip -6 -o addr show dev eth0 | wc -l")).toBe("1\n0");
   });
 });
