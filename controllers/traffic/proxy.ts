@@ -101,6 +101,9 @@ export class TrafficProxy {
   /** Per sandbox, the destinations put on the fast path since its last flush ("ip port" => the
    * name they went by), judged again by revalidate. */
   readonly #fast = new Map<string, Map<string, { ip: string; port: number; host: string }>>();
+  /** Per sandbox, its policy epoch: moved on by every rule change (policyChanging, revalidate)
+   * before the fast path is emptied, so a verdict taken before it never admits after it. */
+  readonly #epochs = new Map<string, number>();
 
   constructor(opts: TrafficProxyOptions) {
     this.#o = opts;
@@ -123,7 +126,7 @@ export class TrafficProxy {
       track: (sandbox, host, upstream, client) => this.#trackTag(sandbox, host, upstream, client),
       trackClient: (sandbox, host, ip, port, client) => this.#trackTag(sandbox, host, client, client, { ip, port }),
       l7: opts.l7,
-      ...(opts.fastPath ? { fast: (sandbox: string, ip: string, port: number, host: string, seconds: number) => this.#admitFast(sandbox, ip, port, host, seconds) } : {}),
+      ...(opts.fastPath ? { fast: { epoch: (sandbox: string) => this.#epochs.get(sandbox) ?? 0, admit: (sandbox: string, ip: string, port: number, host: string, seconds: number, epoch: number) => this.#admitFast(sandbox, ip, port, host, seconds, epoch) } } : {}),
     });
     this.server = createHttpServer({ keepAliveTimeout: 30_000 });
     const started = (req: IncomingMessage) => clearTimeout(this.#idle.get(req.socket));
@@ -379,6 +382,7 @@ export class TrafficProxy {
    * rule change must not outlive it. Judged by the name asked for and the address connected to,
    * without a new lookup. Returns how many were ended. */
   revalidate(sandbox: string): number {
+    this.policyChanging(sandbox);
     this.#flushFast(sandbox);
     const set = this.#conns.get(sandbox);
     if (!set) return 0;
@@ -409,13 +413,35 @@ export class TrafficProxy {
     return v.allowed ? { allowed: true, addresses: [ip] } : { allowed: false, reason: v.by };
   }
 
-  #admitFast(sandbox: string, ip: string, port: number, host: string, seconds: number): void {
+  /** A rule change for the sandbox is under way (called before its fast path is emptied):
+   * connections decided until now may no longer put their destination on the fast path. */
+  policyChanging(sandbox: string): void {
+    if (this.#o.fastPath) this.#epochs.set(sandbox, (this.#epochs.get(sandbox) ?? 0) + 1);
+  }
+
+  /** A connection allowed under `epoch`, now connected: on the fast path only if no rule change
+   * came in between, and the rules as they are now still allow it without L7 (judged again, no
+   * lookup, with the names its DNS answered). False: a change came in between and the rules now
+   * deny it, so it ends (the change's revalidate ran before it was tracked). */
+  #admitFast(sandbox: string, ip: string, port: number, host: string, seconds: number, epoch: number): boolean {
+    const stale = epoch !== (this.#epochs.get(sandbox) ?? 0);
+    let v = this.#judge(sandbox, host, ip, port);
+    // No name in the bytes: the names this sandbox's DNS answered this address for, as #route.
+    if (!v.allowed && parseIp(host)) v = this.#dns.namesFor(sandbox, ip).map((name) => this.#judge(sandbox, name, ip, port)).find((w) => w.allowed) ?? v;
+    if (!v.allowed) {
+      // Not stale: a change whose revalidate is still to come; it judges this (tracked) connection.
+      if (!stale) return true;
+      this.#o.log?.(`traffic-proxy: ${sandbox || "sandbox"}: ended a connection to ${host} after a rule change: ${v.reason}`);
+      return false;
+    }
+    if (stale || this.#o.l7?.wants(sandbox, ip, port)) return true;
     let mine = this.#fast.get(sandbox);
     if (!mine) this.#fast.set(sandbox, (mine = new Map()));
     const key = `${ip} ${port}`;
-    if (!mine.has(key) && mine.size >= MAX_FAST) return;
+    if (!mine.has(key) && mine.size >= MAX_FAST) return true;
     mine.set(key, { ip, port, host });
     this.#o.fastPath!.admit(sandbox, ip, port, seconds);
+    return true;
   }
 
   /** After a rule change: the sandbox's fast path is emptied, and the connections on it are ended

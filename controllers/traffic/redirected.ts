@@ -77,8 +77,14 @@ export interface RedirectedContext {
   /** The same for a client whose upstream sockets are shared: judged by ip:port, kept until it closes. */
   trackClient?(sandbox: string, host: string, ip: string, port: number, client: Socket): void;
   l7?: L7Hook;
-  /** Called for an allowed connection that went to ip:port without L7 (host: the name it went by). */
-  fast?: (sandbox: string, ip: string, port: number, host: string, seconds: number) => void;
+  /** The kernel's fast path: `epoch` is the sandbox's policy epoch now (taken before a verdict);
+   * `admit` is called for an allowed connection that went to ip:port without L7 (host: the name it
+   * went by) once connected, with the epoch its verdict was taken under, and says whether the
+   * connection may go on (false: the rules changed meanwhile and deny it now). */
+  fast?: {
+    epoch(sandbox: string): number;
+    admit(sandbox: string, ip: string, port: number, host: string, seconds: number, epoch: number): boolean;
+  };
 }
 
 export class RedirectedPath {
@@ -96,11 +102,13 @@ export class RedirectedPath {
     const c = this.#c;
     c.adopt(client);
     client.on("error", () => client.destroy());
+    // Before anything is decided: a policy change from here on makes this verdict stale.
+    const epoch = c.fast?.epoch(sandbox) ?? 0;
     const policy = c.policyFor(sandbox);
     const where = `${ip}:${port}`;
     if (!parseIp(ip) || !(port >= 1 && port <= 65535)) return void client.destroy();
     const g = c.governed(sandbox);
-    if (g) return this.#governed(sandbox, g, client, ip, port);
+    if (g) return this.#governed(sandbox, g, client, ip, port, epoch);
     let verdict: Verdict = typeof policy === "string" ? { allowed: false, reason: policy } : decide(policy, ip, [], c.refuse);
     // Allowed by the address alone: the fast path may keep it up to its cap; by a name, that name's TTL.
     const byAddress = verdict.allowed;
@@ -126,13 +134,13 @@ export class RedirectedPath {
     if (!verdict.allowed) return this.#refuse(sandbox, client, where, verdict.reason, seen, "rules");
     ALLOWED.inc();
     const host = seen && "name" in seen && seen.name ? seen.name : ip;
-    return this.#pass(sandbox, client, ip, port, host, head, seen, verdict.rule ?? "allowed", l7, byAddress ? FAST_PATH_CAP_S : ANSWER_TTL_S);
+    return this.#pass(sandbox, client, ip, port, host, head, seen, verdict.rule ?? "allowed", l7, byAddress ? FAST_PATH_CAP_S : ANSWER_TTL_S, epoch);
   }
 
   /** A connection of a sandbox TrafficPolicies govern: judged by its address with the names its
    * DNS was answered for it; else (or when L7 wants it) by the name its first bytes ask for, when
    * that name was answered or resolves to this very address. */
-  async #governed(sandbox: string, g: Governance, client: Socket, ip: string, port: number): Promise<void> {
+  async #governed(sandbox: string, g: Governance, client: Socket, ip: string, port: number, epoch: number): Promise<void> {
     const c = this.#c;
     const names = c.dns.namesFor(sandbox, ip);
     let v = decideGoverned(g, { ip, port, names }, c.refuse);
@@ -154,7 +162,7 @@ export class RedirectedPath {
     if (!v.allowed) return this.#refuse(sandbox, client, `${ip}:${port}`, v.by, seen, v.source);
     ALLOWED.inc();
     const byAddress = decideGoverned(g, { ip, port, names: [] }, c.refuse).allowed;
-    return this.#pass(sandbox, client, ip, port, host, head, seen, v.by, l7, byAddress ? FAST_PATH_CAP_S : ANSWER_TTL_S);
+    return this.#pass(sandbox, client, ip, port, host, head, seen, v.by, l7, byAddress ? FAST_PATH_CAP_S : ANSWER_TTL_S, epoch);
   }
 
   /** Counts, logs (with the rule) and ends a refused connection; plain HTTP gets a 403 saying why. */
@@ -167,7 +175,7 @@ export class RedirectedPath {
 
   /** Connects an allowed connection to ip:port (or hands it to the L7 handler) and copies bytes;
    * without L7, the destination goes on the fast path for `fastSeconds` once connected. */
-  async #pass(sandbox: string, client: Socket, ip: string, port: number, host: string, head: Buffer, seen: Sniffed, allowedBy: string, l7: boolean, fastSeconds: number): Promise<void> {
+  async #pass(sandbox: string, client: Socket, ip: string, port: number, host: string, head: Buffer, seen: Sniffed, allowedBy: string, l7: boolean, fastSeconds: number, epoch: number): Promise<void> {
     const c = this.#c;
     const connectUpstream = async (opts?: { shared?: boolean }) => {
       const upstream = await connectAny([ip], port, c.connectTimeoutMs);
@@ -192,8 +200,12 @@ export class RedirectedPath {
     } catch {
       return void client.destroy();
     }
-    // After the connect, so a destination that does not answer stays with the proxy.
-    c.fast?.(sandbox, ip, port, host, fastSeconds);
+    // After the connect, so a destination that does not answer stays with the proxy; the connect
+    // may have outlasted a policy change (its revalidate did not see this connection yet).
+    if (c.fast && !c.fast.admit(sandbox, ip, port, host, fastSeconds, epoch)) {
+      upstream.destroy();
+      return void client.destroy();
+    }
     if (head.length) upstream.write(head);
     client.pipe(upstream).on("error", () => {});
     upstream.pipe(client);

@@ -30,6 +30,7 @@ export async function taggedHarness(make: (originPort: number) => TrafficProxy) 
   return {
     proxy,
     port,
+    socketPath: join(dir, "p.sock"),
     get: (tag: string, host: string) => taggedGet(join(dir, "p.sock"), tag, port, host),
     async close() {
       await proxy.close();

@@ -162,6 +162,12 @@ export class LocalEgress {
     return this.#listening;
   }
 
+  /** A rule change for the sandbox begins (before its fast path is emptied): connections decided
+   * until now do not put their destination on the fast path (TrafficProxy.policyChanging). */
+  policyChanging(id: string): void {
+    this.#proxy?.policyChanging(id);
+  }
+
   /** Ends the sandbox's open connections that its rules, as they are now, deny. */
   revalidate(id: string): void {
     this.#proxy?.revalidate(id);

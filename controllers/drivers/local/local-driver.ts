@@ -309,8 +309,14 @@ export class LocalDriver implements Driver {
     // CheckpointRestore (update ops): the files go back to the snapshot's, once per snapshot id.
     // Done before the new desired state is recorded, so a restart midway does it again.
     if (!created && d.restoreFs && d.restoreFs.id !== rec.desired.restoreFs?.id) rec = await this.#fillFrom(rec, d.restoreFs);
-    // The same for a sandbox's own rules (updateNetwork, a claim): its fast path is emptied first.
-    if (!created && networkOf(rec.desired) !== networkOf(d)) await this.#relay.fastFlush(d.id, false);
+    // The same for a sandbox's own rules (updateNetwork, a claim): its fast path is emptied first,
+    // after the epoch moved on (a connection decided before cannot admit after the flush); when
+    // L7 rules start to apply, its fast-path connections end too (nothing long-lived stays
+    // uninspected).
+    if (!created && networkOf(rec.desired) !== networkOf(d)) {
+      this.#egress.policyChanging(d.id);
+      await this.#relay.fastFlush(d.id, this.#egress.l7.wants(d) && !this.#egress.l7.wants(rec.desired));
+    }
     rec = { ...rec, generation: d.generation, desired: d };
     // A record made just above already says this.
     if (!created) this.#save(rec);
@@ -371,10 +377,15 @@ export class LocalDriver implements Driver {
   async #policiesChanged(what: string, change: () => void): Promise<void> {
     const need = (r: SandboxRecord) => `${this.#mode(r.desired)}:${this.#egress.l7.wants(r.desired)}`;
     const before = new Map([...this.#records.values()].map((r) => [r.id, need(r)]));
+    const inspected = new Set([...this.#records.values()].filter((r) => this.#egress.l7.wants(r.desired)).map((r) => r.id));
     // Nothing the old policy put on the kernel's fast path outlives it (revalidate then ends the
-    // fast-path connections the new one denies).
+    // fast-path connections the new one denies); the epoch first, so a connection decided before
+    // cannot admit after the flush.
+    for (const id of this.#records.keys()) this.#egress.policyChanging(id);
     await Promise.all([...this.#records.keys()].map((id) => this.#relay.fastFlush(id, false)));
     change();
+    // L7 rules that now apply end the sandbox's fast-path connections, whatever their destination.
+    await Promise.all([...this.#records.values()].filter((r) => !inspected.has(r.id) && this.#egress.l7.wants(r.desired)).map((r) => this.#relay.fastFlush(r.id, true)));
     for (const rec of this.#records.values()) {
       if (rec.phase === "Stopped" || before.get(rec.id) === need(rec)) {
         this.#egress.revalidate(rec.id);

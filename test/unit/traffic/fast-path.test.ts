@@ -2,8 +2,11 @@
 // redirected connections put their destination on it, for how long, and what a rule change does.
 // The kernel's side (the nft set in a sandbox's namespace) is in
 // test/controllers/drivers/local/egress-fast.test.ts.
+import { spawn } from "node:child_process";
+import { connect, type Socket } from "node:net";
+import { setTimeout as sleep } from "node:timers/promises";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { taggedHarness } from "../../support/tagged-get.ts";
+import { taggedGet, taggedHarness } from "../../support/tagged-get.ts";
 import { TrafficProxy } from "../../../controllers/traffic/proxy.ts";
 import { compilePolicy, type CompiledPolicy } from "../../../controllers/traffic/policy.ts";
 import { FAST_PATH_CAP_S } from "../../../controllers/traffic/redirected.ts";
@@ -19,7 +22,10 @@ describe("the proxy's fast path", () => {
     ["byaddr", compilePolicy({ allowOut: ["127.0.0.1"], denyOut: ["0.0.0.0/0"] })],
     ["byname", compilePolicy({ allowOut: ["*.allowed.test"], denyOut: ["0.0.0.0/0"] })],
     ["inspected", compilePolicy({ allowOut: ["127.0.0.1"], denyOut: ["0.0.0.0/0"] })],
+    ["late", compilePolicy({ allowOut: ["127.0.0.1"], denyOut: ["0.0.0.0/0"] })],
   ]);
+  /** Sandboxes whose connection the proxy has judged (L7Hook.wants is asked right after). */
+  const judged: string[] = [];
 
   beforeAll(async () => {
     h = await taggedHarness(
@@ -29,7 +35,7 @@ describe("the proxy's fast path", () => {
           policyFor: (tag) => rules.get(tag) ?? "no rules",
           resolve: async (name) => (name.endsWith("allowed.test") ? ["127.0.0.1"] : Promise.reject(Object.assign(new Error("nx"), { code: "ENOTFOUND" }))),
           // L7 policy applies to `inspected` only: its connections are the handler's (here: answered by it).
-          l7: { wants: (s) => s === "inspected", handle: (c) => c.client.end("HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nL7") },
+          l7: { wants: (s) => (judged.push(s), s === "inspected"), handle: (c) => c.client.end("HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nL7") },
           fastPath: {
             admit: (s, ip, p, seconds) => void admitted.push(`${s} ${ip}:${p} ${seconds}`),
             flush: (s, endOpen) => void flushed.push(`${s} ${endOpen}`),
@@ -65,5 +71,36 @@ describe("the proxy's fast path", () => {
     // Nothing was put on it since: nothing to empty.
     h.proxy.revalidate("byaddr");
     expect(flushed.length).toBe(2);
+  });
+
+  it("a connection still connecting when a rule change comes does not put its destination on the fast path after it", async () => {
+    // An origin whose accept queue is full (listen backlog 0, one connection queued, none
+    // accepted): the kernel drops the proxy's SYN, so its connect is pending until the origin
+    // accepts (then the SYN's retransmission gets through).
+    const origin = spawn("python3", ["-u", "-c", [
+      "import socket, sys",
+      "s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(0); print(s.getsockname()[1], flush=True)",
+      "sys.stdin.readline()",
+      "while True:",
+      "    c, _ = s.accept(); c.close()",
+    ].join("\n")], { stdio: ["pipe", "pipe", "inherit"] });
+    try {
+      const port = Number(await new Promise<string>((r) => origin.stdout!.once("data", (c: Buffer) => r(c.toString().trim()))));
+      const filler: Socket = connect(port, "127.0.0.1").on("error", () => {});
+      await new Promise((r) => filler.once("connect", r));
+      judged.length = 0;
+      const before = admitted.length;
+      const done = taggedGet(h.socketPath, "late", port, "127.0.0.1");
+      while (!judged.includes("late")) await sleep(20);
+      // Allowed under the old rules and connecting: now the rules change.
+      rules.set("late", compilePolicy({ allowOut: ["127.0.0.2"], denyOut: ["0.0.0.0/0"] }));
+      h.proxy.revalidate("late");
+      origin.stdin!.write("go\n");
+      await done;
+      expect(admitted.slice(before)).toEqual([]);
+      filler.destroy();
+    } finally {
+      origin.kill("SIGKILL");
+    }
   });
 });

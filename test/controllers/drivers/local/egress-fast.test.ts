@@ -63,6 +63,25 @@ function relayPid(): number {
   return Number(out[0]);
 }
 
+/** A connection to `a` on the fast path, kept in use (a request whose header lines come one at a
+ * time); /tmp/held.out says "open", then "ended" once a write fails. */
+async function holdConnection(id: string): Promise<void> {
+  const held = [
+    "import socket, time",
+    `s = socket.create_connection(("${a.ip}", 80), 3)`,
+    's.sendall(b"GET / HTTP/1.1\\r\\n"); print("open", flush=True)',
+    "for i in range(300):",
+    "    try:",
+    '        s.sendall(b"x-wait: %d\\r\\n" % i); time.sleep(0.1)',
+    "    except OSError:",
+    '        print("ended", flush=True); break',
+    "else:",
+    '    print("still open", flush=True)',
+  ].join("\n");
+  await sh(id, `nohup python3 -c '${held}' > /tmp/held.out 2>&1 < /dev/null &`);
+  expect(await waitFor(() => sh(id, "cat /tmp/held.out"), (o) => o.includes("open"))).toBe("open");
+}
+
 beforeAll(async () => {
   a = await startOutside();
   b = await startOutside();
@@ -124,21 +143,7 @@ describe("the kernel's fast path of sandboxes behind the proxy", () => {
     const before = await allowedByProxy();
     expect(await curlDirect(d.id, `http://${a.ip}/`)).toBe(fromA());
     expect(await allowedByProxy()).toBe(before);
-    // A connection on the fast path, kept in use (a request whose header lines come one at a time).
-    const held = [
-      "import socket, time",
-      `s = socket.create_connection(("${a.ip}", 80), 3)`,
-      's.sendall(b"GET / HTTP/1.1\\r\\n"); print("open", flush=True)',
-      "for i in range(300):",
-      "    try:",
-      '        s.sendall(b"x-wait: %d\\r\\n" % i); time.sleep(0.1)',
-      "    except OSError:",
-      '        print("ended", flush=True); break',
-      "else:",
-      '    print("still open", flush=True)',
-    ].join("\n");
-    await sh(d.id, `nohup python3 -c '${held}' > /tmp/held.out 2>&1 < /dev/null &`);
-    expect(await waitFor(() => sh(d.id, "cat /tmp/held.out"), (o) => o.includes("open"))).toBe("open");
+    await holdConnection(d.id);
     await driver.ensure({ ...d, generation: 2, egress: { allowOut: [b.ip], denyOut: ["0.0.0.0/0"] } });
     expect(await curlDirect(d.id, `http://${a.ip}/`)).toBe(`traffic-proxy: egress denied: ${a.ip} is denied by denyOut "0.0.0.0/0"`);
     expect(await curlDirect(d.id, `http://${b.ip}/`)).toBe(`outside saw ${b.hostIp}`);
@@ -161,12 +166,15 @@ describe("the kernel's fast path of sandboxes behind the proxy", () => {
     await driver.setTrafficPolicies([]);
   });
 
-  it("once L7 rules apply to the sandbox, its connections go through the proxy again", async () => {
+  it("once L7 rules apply to the sandbox, its connections go through the proxy again, and those open on the fast path end", async () => {
     const d = desired();
     await driver.ensure(d);
     await onFastPath(d.id);
+    await holdConnection(d.id);
     await driver.ensure({ ...d, generation: 2, networkRules: { "a.example.test": [{ transform: { headers: { "x-added": "by-the-proxy" } } }] } });
     expect(fastSet(d.id)).not.toContain(a.ip);
+    // Its open fast-path connections end too: nothing long-lived stays uninspected.
+    expect(await waitFor(() => sh(d.id, "cat /tmp/held.out"), (o) => o.includes("ended") || o.includes("still"))).toBe("open\nended");
     const before = await allowedByProxy();
     expect(await curlDirect(d.id, `http://${a.ip}/`)).toBe(fromA());
     expect(await curlDirect(d.id, `http://${a.ip}/`)).toBe(fromA());
