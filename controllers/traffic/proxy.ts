@@ -100,7 +100,7 @@ export class TrafficProxy {
   readonly #redirected: RedirectedPath;
   /** Per sandbox, the destinations put on the fast path since its last flush ("ip port" => the
    * name they went by), judged again by revalidate. */
-  readonly #fast = new Map<string, Map<string, { ip: string; port: number; host: string }>>();
+  readonly #fast = new Map<string, Map<string, { ip: string; port: number; host: string; until: number }>>();
   /** Per sandbox, its policy epoch: moved on by every rule change (policyChanging, revalidate)
    * before the fast path is emptied, so a verdict taken before it never admits after it. */
   readonly #epochs = new Map<string, number>();
@@ -413,6 +413,13 @@ export class TrafficProxy {
     return v.allowed ? { allowed: true, addresses: [ip] } : { allowed: false, reason: v.by };
   }
 
+  /** The sandbox is gone (destroyed, stopped): what the proxy kept for it goes. */
+  forget(sandbox: string): void {
+    this.#fast.delete(sandbox);
+    this.#epochs.delete(sandbox);
+    this.#conns.delete(sandbox);
+  }
+
   /** A rule change for the sandbox is under way (called before its fast path is emptied):
    * connections decided until now may no longer put their destination on the fast path. */
   policyChanging(sandbox: string): void {
@@ -438,8 +445,13 @@ export class TrafficProxy {
     let mine = this.#fast.get(sandbox);
     if (!mine) this.#fast.set(sandbox, (mine = new Map()));
     const key = `${ip} ${port}`;
+    // Entries the kernel has let expire are not counted against the cap (the set is as large).
+    const now = Date.now();
+    if (!mine.has(key) && mine.size >= MAX_FAST) for (const [k, f] of mine) if (f.until <= now) mine.delete(k);
     if (!mine.has(key) && mine.size >= MAX_FAST) return true;
-    mine.set(key, { ip, port, host });
+    // An element already in the kernel keeps its timeout (`add` does not extend it): so does this.
+    const was = mine.get(key)?.until ?? 0;
+    mine.set(key, { ip, port, host, until: was > now ? was : now + seconds * 1000 });
     this.#o.fastPath!.admit(sandbox, ip, port, seconds);
     return true;
   }

@@ -162,6 +162,11 @@ export class LocalEgress {
     return this.#listening;
   }
 
+  /** The sandbox is gone: the proxy drops what it kept for it (fast-path list, epoch). */
+  forget(id: string): void {
+    this.#proxy?.forget(id);
+  }
+
   /** A rule change for the sandbox begins (before its fast path is emptied): connections decided
    * until now do not put their destination on the fast path (TrafficProxy.policyChanging). */
   policyChanging(id: string): void {

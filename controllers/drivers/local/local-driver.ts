@@ -845,6 +845,7 @@ export class LocalDriver implements Driver {
       const rec = readRecord(layout.record);
       await this.#endProcesses(rec ?? { id });
       this.#egress.l7.forget(id);
+      this.#egress.forget(id);
       // Before the directory moves: the trash is deleted file by file, never through a mount.
       await unmountRoot(this.#spawner, layout.merged);
       await unmountDisk(this.#spawner, layout.disk);

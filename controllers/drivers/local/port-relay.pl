@@ -45,6 +45,12 @@ my %egress_at;  # tag => "<net namespace> <port>" of that listener
 my %egress_ns;  # tag => that network namespace (an open handle), to undo the redirect in
 my %udp;        # tag => UDP socket on the listener's address there: its DNS, redirected
 my %gen;        # tag => the conntrack mark its fast-path connections carry (see redirect_all)
+# Where generations come from: one sequence for the relay, never reused, so a re-listen (new
+# limits), or a close and a later listen, cannot bring back a generation `unfast ... 1` ended (its
+# connections stay in conntrack, idle, for days). Seeded from the clock in steps of 64 per second,
+# so a restarted relay starts past its predecessor's unless that one took more than 64 per second
+# of its life. Within 32 bits (ct mark).
+my $gen_seq = (time() % (1 << 26)) * 64;
 my %dirty;      # tag => something was added to its fast-path set since it was last emptied
 my $dns;        # the one connection to the proxy that carries DNS over UDP ("*dns")
 my $dns_in = '';  # bytes read from it, not yet a whole frame
@@ -233,7 +239,8 @@ sub command {
   if ($ok && !(socket($u, PF_INET, SOCK_DGRAM, 0) && bind($u, sockaddr_in($port, INADDR_LOOPBACK)))) {
     ($ok, $why_not) = (0, "UDP on 127.0.0.1:$port: $!");
   }
-  ($gen{$tag}, $dirty{$tag}) = (1, 0);
+  # A re-listen keeps the current generation: what it lets through is still allowed.
+  ($gen{$tag}, $dirty{$tag}) = ($gen{$tag} // ++$gen_seq, 0);
   my $why_no_redirect = $ok ? redirect_all($port, $gen{$tag}) : undef;
   # Staying in a sandbox's namespace would put every later listener and child in the wrong place.
   syscall($setns_nr, fileno($own_ns), 0x40000000) == 0 or die "port-relay.pl: cannot return to its own network namespace: $!\n";
@@ -359,7 +366,7 @@ sub unfast {
   return in_egress_ns($tag, sub {
     my $flush = "flush set ip kruise_egress fast\n";
     return nft($flush) // 'ok' unless $end;
-    my $gen = ++$gen{$tag};
+    my $gen = $gen{$tag} = ++$gen_seq;
     return nft($flush . "flush chain ip kruise_egress gate\ntable ip kruise_egress {\n chain gate {\n" . gate_rules($gen) . " }\n}\n") // 'ok';
   });
 }

@@ -103,4 +103,12 @@ describe("the proxy's fast path", () => {
       origin.kill("SIGKILL");
     }
   });
+
+  it("a sandbox the proxy forgets (destroyed) leaves nothing behind: its next rule change has nothing to empty", async () => {
+    expect(await redirected("byname", "api.allowed.test")).toContain("hello api.allowed.test");
+    flushed.length = 0;
+    h.proxy.forget("byname");
+    h.proxy.revalidate("byname");
+    expect(flushed).toEqual([]);
+  });
 });
