@@ -452,7 +452,8 @@ export class TrafficProxy {
     // An element already in the kernel keeps its timeout (`add` does not extend it): so does this.
     const was = mine.get(key)?.until ?? 0;
     mine.set(key, { ip, port, host, until: was > now ? was : now + seconds * 1000 });
-    this.#o.fastPath!.admit(sandbox, ip, port, seconds);
+    // Still in the kernel's set (an `add` would change nothing): no relay command, no nft run.
+    if (was <= now) this.#o.fastPath!.admit(sandbox, ip, port, seconds);
     return true;
   }
 

@@ -101,10 +101,28 @@ sub main {
     if (vec($rout, fileno(STDIN), 1)) {
       my $n = sysread(STDIN, $ctl, 4096, length $ctl);
       exit 0 unless $n;  # the agent is gone
+      my @lines;
       while ((my $nl = index($ctl, "\n")) >= 0) {
-        my $cmd = substr($ctl, 0, $nl);
+        push @lines, substr($ctl, 0, $nl);
         $ctl = substr($ctl, $nl + 1);
-        print command($cmd), "\n";
+      }
+      # Consecutive `fast` lines of one sandbox go to nft as one run (one process, not one each:
+      # this loop also relays every connection), each answered with its outcome, in order.
+      while (@lines) {
+        my ($first) = parse_command($lines[0]);
+        my @run;
+        while ($first && $first->[0] eq 'fast' && @lines) {
+          my ($c) = parse_command($lines[0]);
+          last unless $c && $c->[0] eq 'fast' && $c->[1] eq $first->[1];
+          push @run, [@$c[2 .. 4]];
+          shift @lines;
+        }
+        if (@run) {
+          my $answer = fast($first->[1], @run);
+          print "$answer\n" for @run;
+          next;
+        }
+        print command(shift @lines), "\n";
       }
     }
     for my $tag (keys %egress) {
@@ -221,7 +239,7 @@ sub command {
   }
   return veth(@a) if $verb eq 'veth';
   return unveth(@a) if $verb eq 'unveth';
-  return fast(@a) if $verb eq 'fast';
+  return fast($a[0], [@a[1 .. 3]]) if $verb eq 'fast';
   return unfast(@a) if $verb eq 'unfast';
   my ($tag, $nspid, $start, $port, $max, $procs) = @a;
   return 'no proxy socket' unless defined $proxy;
@@ -349,10 +367,12 @@ sub in_egress_ns {
 
 # "fast <tag> <ip> <port> <seconds>": later TCP connections of the sandbox to ip:port skip the
 # proxy for that long (an element already there keeps its timeout). A full set refuses it.
+# Several ([ip, port, seconds] each) go in one nft run; a full set refuses them all.
 sub fast {
-  my ($tag, $ip, $port, $ttl) = @_;
+  my ($tag, @elements) = @_;
   $dirty{$tag} = 1 if $egress_ns{$tag};
-  return in_egress_ns($tag, sub { nft("add element ip kruise_egress fast { $ip . tcp . $port timeout ${ttl}s }\n") // 'ok' });
+  my $list = join(', ', map { "$_->[0] . tcp . $_->[1] timeout $_->[2]s" } @elements);
+  return in_egress_ns($tag, sub { nft("add element ip kruise_egress fast { $list }\n") // 'ok' });
 }
 
 # "unfast <tag> <0|1>": empties the sandbox's set, so every new connection goes to the proxy

@@ -22,6 +22,7 @@ describe("the proxy's fast path", () => {
     ["byaddr", compilePolicy({ allowOut: ["127.0.0.1"], denyOut: ["0.0.0.0/0"] })],
     ["byname", compilePolicy({ allowOut: ["*.allowed.test"], denyOut: ["0.0.0.0/0"] })],
     ["inspected", compilePolicy({ allowOut: ["127.0.0.1"], denyOut: ["0.0.0.0/0"] })],
+    ["twice", compilePolicy({ allowOut: ["127.0.0.1"], denyOut: ["0.0.0.0/0"] })],
     ["late", compilePolicy({ allowOut: ["127.0.0.1"], denyOut: ["0.0.0.0/0"] })],
   ]);
   /** Sandboxes whose connection the proxy has judged (L7Hook.wants is asked right after). */
@@ -110,5 +111,12 @@ describe("the proxy's fast path", () => {
     h.proxy.forget("byname");
     h.proxy.revalidate("byname");
     expect(flushed).toEqual([]);
+  });
+
+  it("a destination already on the fast path is not handed to the kernel again while its entry lasts (no relay command, no nft run)", async () => {
+    const before = admitted.length;
+    expect(await redirected("twice", "127.0.0.1")).toContain("hello 127.0.0.1");
+    expect(await redirected("twice", "127.0.0.1")).toContain("hello 127.0.0.1");
+    expect(admitted.slice(before)).toEqual([`twice 127.0.0.1:${h.port} ${FAST_PATH_CAP_S}`]);
   });
 });
