@@ -16,6 +16,7 @@ import { layoutFor } from "../../../../controllers/drivers/local/layout.ts";
 import { readRecord } from "../../../../controllers/drivers/local/records.ts";
 import { egressDecisions } from "../../../../controllers/lib/metrics.ts";
 import { TrafficPolicySpec } from "../../../../schema/api/traffic-policy.ts";
+import { SecurityProfileSpec } from "../../../../schema/api/security-profile.ts";
 import { startOutside, type Outside } from "../../../support/outside-net.ts";
 import { desiredSandbox, destroyAll, shIn } from "./fixture.ts";
 
@@ -180,6 +181,19 @@ describe("the kernel's fast path of sandboxes behind the proxy", () => {
     expect(await curlDirect(d.id, `http://${a.ip}/`)).toBe(fromA());
     expect(await allowedByProxy()).toBe(before + 2);
     expect(fastSet(d.id)).not.toContain(a.ip);
+  });
+
+  it("a SecurityProfile that comes to select the sandbox takes its connections back through the proxy at once", async () => {
+    const d = desired({ namespace: "team-p", labels: { app: "web" } });
+    await driver.ensure(d);
+    await onFastPath(d.id);
+    const spec = SecurityProfileSpec.parse({ selector: { matchLabels: { app: "web" } }, rules: [{ name: "tag", match: [{ domains: ["a.example.test"] }], actions: { headerManipulation: { set: [{ name: "x-profile", value: "on" }] } } }] });
+    await driver.setSecurityProfiles([{ team: "team-p", name: "tagger", spec, createdAt: 1 }]);
+    expect(fastSet(d.id)).not.toContain(a.ip);
+    const before = await allowedByProxy();
+    expect(await curlDirect(d.id, `http://${a.ip}/`)).toBe(fromA());
+    expect(await allowedByProxy()).toBe(before + 1);
+    await driver.setSecurityProfiles([]);
   });
 
   it("the sandbox cannot change its fast path: root inside gets EPERM from nftables for flushing the set, adding to it or deleting the table", async () => {
