@@ -183,13 +183,16 @@ describe("the kernel's fast path of sandboxes behind the proxy", () => {
     expect(fastSet(d.id)).not.toContain(a.ip);
   });
 
-  it("a SecurityProfile that comes to select the sandbox takes its connections back through the proxy at once", async () => {
+  it("a SecurityProfile that comes to select the sandbox takes its connections back through the proxy at once, and ends those open on the fast path", async () => {
     const d = desired({ namespace: "team-p", labels: { app: "web" } });
     await driver.ensure(d);
     await onFastPath(d.id);
+    await holdConnection(d.id);
     const spec = SecurityProfileSpec.parse({ selector: { matchLabels: { app: "web" } }, rules: [{ name: "tag", match: [{ domains: ["a.example.test"] }], actions: { headerManipulation: { set: [{ name: "x-profile", value: "on" }] } } }] });
     await driver.setSecurityProfiles([{ team: "team-p", name: "tagger", spec, createdAt: 1 }]);
     expect(fastSet(d.id)).not.toContain(a.ip);
+    // The open fast-path connection ends as well: nothing long-lived stays uninspected.
+    expect(await waitFor(() => sh(d.id, "cat /tmp/held.out"), (o) => o.includes("ended") || o.includes("still"))).toBe("open\nended");
     const before = await allowedByProxy();
     expect(await curlDirect(d.id, `http://${a.ip}/`)).toBe(fromA());
     expect(await allowedByProxy()).toBe(before + 1);
