@@ -41,9 +41,13 @@ export function parseQuery(msg: Buffer): DnsQuestion | undefined {
   return { id: msg.readUInt16BE(0), name, type: msg.readUInt16BE(at + 1), raw: msg.subarray(12, at + 5), rd: Boolean(flags & 0x0100) };
 }
 
+/** The TTL of every address the sandboxes' DNS answers (seconds): how long a sandbox may use an
+ * answer, and so how long the kernel's fast path keeps a destination a name admitted. */
+export const ANSWER_TTL_S = 30;
+
 /** The answer to `q`: `addresses` of the question's type (A: IPv4, AAAA: IPv6; others are
  * skipped) with `ttl`, under `rcode`. */
-export function buildAnswer(q: DnsQuestion, rcode: number, addresses: string[] = [], ttl = 30): Buffer {
+export function buildAnswer(q: DnsQuestion, rcode: number, addresses: string[] = [], ttl = ANSWER_TTL_S): Buffer {
   const records: Buffer[] = [];
   for (const a of addresses) {
     const ip = parseIp(a);

@@ -21,7 +21,7 @@ import { decide, needsAddresses, type CompiledPolicy, type Verdict } from "./pol
 import { ALLOWED, connectAny, denied, rawReply } from "./connect.ts";
 import { decideGoverned, type Governance } from "./governed.ts";
 import { SandboxResolver } from "./resolver.ts";
-import { MAX_TAG, RedirectedPath, type L7Hook } from "./redirected.ts";
+import { MAX_TAG, RedirectedPath, type FastPath, type L7Hook } from "./redirected.ts";
 
 export interface TrafficProxyOptions {
   /** The compiled rules of a sandbox (the tag its connection came with; "" on a TCP listener).
@@ -44,7 +44,14 @@ export interface TrafficProxyOptions {
   governed?: (sandbox: string) => Governance | undefined;
   /** L7 policy for redirected connections (redirected.ts); none: bytes are only copied. */
   l7?: L7Hook;
+  /** The kernel's fast path for redirected connections decided at L3/L4 (the local driver's;
+   * none: every connection stays with the proxy, as in the sidecar). */
+  fastPath?: FastPath;
 }
+
+/** Destinations remembered per sandbox as put on the fast path (to judge again at a rule change),
+ * at most: beyond, connections stay with the proxy (port-relay.pl's set holds as many). */
+const MAX_FAST = 4096;
 
 /** Request headers that describe the hop to the proxy, not the request. */
 const HOP_BY_HOP = new Set(["connection", "proxy-connection", "keep-alive", "proxy-authorization", "proxy-authenticate", "te", "trailer", "transfer-encoding", "upgrade"]);
@@ -91,6 +98,12 @@ export class TrafficProxy {
   readonly #dns: SandboxResolver;
   /** Connections and DNS the redirect in a sandbox's namespace brings (redirected.ts). */
   readonly #redirected: RedirectedPath;
+  /** Per sandbox, the destinations put on the fast path since its last flush ("ip port" => the
+   * name they went by), judged again by revalidate. */
+  readonly #fast = new Map<string, Map<string, { ip: string; port: number; host: string; until: number }>>();
+  /** Per sandbox, its policy epoch: moved on by every rule change (policyChanging, revalidate)
+   * before the fast path is emptied, so a verdict taken before it never admits after it. */
+  readonly #epochs = new Map<string, number>();
 
   constructor(opts: TrafficProxyOptions) {
     this.#o = opts;
@@ -113,6 +126,7 @@ export class TrafficProxy {
       track: (sandbox, host, upstream, client) => this.#trackTag(sandbox, host, upstream, client),
       trackClient: (sandbox, host, ip, port, client) => this.#trackTag(sandbox, host, client, client, { ip, port }),
       l7: opts.l7,
+      ...(opts.fastPath ? { fast: { epoch: (sandbox: string) => this.#epochs.get(sandbox) ?? 0, admit: (sandbox: string, ip: string, port: number, host: string, seconds: number, epoch: number) => this.#admitFast(sandbox, ip, port, host, seconds, epoch) } } : {}),
     });
     this.server = createHttpServer({ keepAliveTimeout: 30_000 });
     const started = (req: IncomingMessage) => clearTimeout(this.#idle.get(req.socket));
@@ -368,20 +382,15 @@ export class TrafficProxy {
    * rule change must not outlive it. Judged by the name asked for and the address connected to,
    * without a new lookup. Returns how many were ended. */
   revalidate(sandbox: string): number {
+    this.policyChanging(sandbox);
+    this.#flushFast(sandbox);
     const set = this.#conns.get(sandbox);
     if (!set) return 0;
-    const policy = this.#o.policyFor(sandbox);
-    const g = this.#o.governed?.(sandbox);
     let ended = 0;
     for (const o of [...set]) {
       const address = o.at?.ip ?? o.upstream.remoteAddress;
       const port = o.at?.port ?? o.upstream.remotePort ?? 0;
-      const byPolicy = (ip: string): Verdict => {
-        if (!g) return typeof policy === "string" ? { allowed: false, reason: policy } : decide(policy, o.host, [ip], this.#refuse);
-        const v = decideGoverned(g, { ip, port, names: parseIp(o.host) ? [] : [o.host] }, this.#refuse);
-        return v.allowed ? { allowed: true, addresses: [ip] } : { allowed: false, reason: v.by };
-      };
-      const v: Verdict = address ? byPolicy(address) : { allowed: false, reason: "closed" };
+      const v: Verdict = address ? this.#judge(sandbox, o.host, address, port) : { allowed: false, reason: "closed" };
       if (v.allowed) continue;
       this.#o.log?.(`traffic-proxy: ${sandbox || "sandbox"}: ended a connection to ${o.host} after a rule change: ${v.reason}`);
       o.upstream.destroy();
@@ -390,6 +399,73 @@ export class TrafficProxy {
       ended++;
     }
     return ended;
+  }
+
+  /** The verdict, by the sandbox's rules as they are now, for a connection to ip:port that went by
+   * `host` (a name, or the address), without a new lookup. */
+  #judge(sandbox: string, host: string, ip: string, port: number): Verdict {
+    const g = this.#o.governed?.(sandbox);
+    if (!g) {
+      const policy = this.#o.policyFor(sandbox);
+      return typeof policy === "string" ? { allowed: false, reason: policy } : decide(policy, host, [ip], this.#refuse);
+    }
+    const v = decideGoverned(g, { ip, port, names: parseIp(host) ? [] : [host] }, this.#refuse);
+    return v.allowed ? { allowed: true, addresses: [ip] } : { allowed: false, reason: v.by };
+  }
+
+  /** The sandbox is gone (destroyed, stopped): what the proxy kept for it goes. */
+  forget(sandbox: string): void {
+    this.#fast.delete(sandbox);
+    this.#epochs.delete(sandbox);
+    this.#conns.delete(sandbox);
+  }
+
+  /** A rule change for the sandbox is under way (called before its fast path is emptied):
+   * connections decided until now may no longer put their destination on the fast path. */
+  policyChanging(sandbox: string): void {
+    if (this.#o.fastPath) this.#epochs.set(sandbox, (this.#epochs.get(sandbox) ?? 0) + 1);
+  }
+
+  /** A connection allowed under `epoch`, now connected: on the fast path only if no rule change
+   * came in between, and the rules as they are now still allow it without L7 (judged again, no
+   * lookup, with the names its DNS answered). False: a change came in between and the rules now
+   * deny it, so it ends (the change's revalidate ran before it was tracked). */
+  #admitFast(sandbox: string, ip: string, port: number, host: string, seconds: number, epoch: number): boolean {
+    const stale = epoch !== (this.#epochs.get(sandbox) ?? 0);
+    let v = this.#judge(sandbox, host, ip, port);
+    // No name in the bytes: the names this sandbox's DNS answered this address for, as #route.
+    if (!v.allowed && parseIp(host)) v = this.#dns.namesFor(sandbox, ip).map((name) => this.#judge(sandbox, name, ip, port)).find((w) => w.allowed) ?? v;
+    if (!v.allowed) {
+      // Not stale: a change whose revalidate is still to come; it judges this (tracked) connection.
+      if (!stale) return true;
+      this.#o.log?.(`traffic-proxy: ${sandbox || "sandbox"}: ended a connection to ${host} after a rule change: ${v.reason}`);
+      return false;
+    }
+    if (stale || this.#o.l7?.wants(sandbox, ip, port)) return true;
+    let mine = this.#fast.get(sandbox);
+    if (!mine) this.#fast.set(sandbox, (mine = new Map()));
+    const key = `${ip} ${port}`;
+    // Entries the kernel has let expire are not counted against the cap (the set is as large).
+    const now = Date.now();
+    if (!mine.has(key) && mine.size >= MAX_FAST) for (const [k, f] of mine) if (f.until <= now) mine.delete(k);
+    if (!mine.has(key) && mine.size >= MAX_FAST) return true;
+    // An element already in the kernel keeps its timeout (`add` does not extend it): so does this.
+    const was = mine.get(key)?.until ?? 0;
+    mine.set(key, { ip, port, host, until: was > now ? was : now + seconds * 1000 });
+    // Still in the kernel's set (an `add` would change nothing): no relay command, no nft run.
+    if (was <= now) this.#o.fastPath!.admit(sandbox, ip, port, seconds);
+    return true;
+  }
+
+  /** After a rule change: the sandbox's fast path is emptied, and the connections on it are ended
+   * when the new rules deny one of its destinations (the kernel cannot tell them apart). */
+  #flushFast(sandbox: string): void {
+    const mine = this.#fast.get(sandbox);
+    if (!mine || !this.#o.fastPath) return;
+    this.#fast.delete(sandbox);
+    const denied = [...mine.values()].find((f) => !this.#judge(sandbox, f.host, f.ip, f.port).allowed);
+    if (denied) this.#o.log?.(`traffic-proxy: ${sandbox || "sandbox"}: ended its fast-path connections after a rule change: ${(this.#judge(sandbox, denied.host, denied.ip, denied.port) as { reason: string }).reason}`);
+    void this.#o.fastPath.flush(sandbox, denied !== undefined);
   }
 
   async close(): Promise<void> {

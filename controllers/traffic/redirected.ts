@@ -12,6 +12,7 @@ import { ALLOWED, connectAny, denied, rawReply } from "./connect.ts";
 import { decideGoverned, type Governance } from "./governed.ts";
 import { MAX_SNIFF, sniff, type Sniffed } from "./sniff.ts";
 import type { SandboxResolver } from "./resolver.ts";
+import { ANSWER_TTL_S } from "./dns-wire.ts";
 
 /** The longest tag line a relay sends (a sandbox id is at most 64 characters). */
 export const MAX_TAG = 100;
@@ -44,6 +45,20 @@ export interface L7Hook {
   handle(conn: RedirectedConnection): void;
 }
 
+/** The kernel's fast path (README.md, "The kernel's fast path"): a redirected connection allowed
+ * at L3/L4 that no L7 policy could inspect makes its destination skip the proxy for a while. */
+export interface FastPath {
+  /** Later TCP connections of `sandbox` to ip:port go out by the kernel for `seconds`. */
+  admit(sandbox: string, ip: string, port: number, seconds: number): void;
+  /** Every new connection of `sandbox` goes to the proxy again; `endOpen` also ends those that
+   * went the kernel's way. */
+  flush(sandbox: string, endOpen: boolean): void | Promise<void>;
+}
+
+/** How long a destination allowed by its address alone (a CIDR rule) stays on the fast path;
+ * one a name admitted stays for that name's TTL (ANSWER_TTL_S). */
+export const FAST_PATH_CAP_S = 300;
+
 /** What the redirected path needs of the proxy it belongs to. */
 export interface RedirectedContext {
   policyFor(sandbox: string): CompiledPolicy | string;
@@ -62,6 +77,14 @@ export interface RedirectedContext {
   /** The same for a client whose upstream sockets are shared: judged by ip:port, kept until it closes. */
   trackClient?(sandbox: string, host: string, ip: string, port: number, client: Socket): void;
   l7?: L7Hook;
+  /** The kernel's fast path: `epoch` is the sandbox's policy epoch now (taken before a verdict);
+   * `admit` is called for an allowed connection that went to ip:port without L7 (host: the name it
+   * went by) once connected, with the epoch its verdict was taken under, and says whether the
+   * connection may go on (false: the rules changed meanwhile and deny it now). */
+  fast?: {
+    epoch(sandbox: string): number;
+    admit(sandbox: string, ip: string, port: number, host: string, seconds: number, epoch: number): boolean;
+  };
 }
 
 export class RedirectedPath {
@@ -79,12 +102,16 @@ export class RedirectedPath {
     const c = this.#c;
     c.adopt(client);
     client.on("error", () => client.destroy());
+    // Before anything is decided: a policy change from here on makes this verdict stale.
+    const epoch = c.fast?.epoch(sandbox) ?? 0;
     const policy = c.policyFor(sandbox);
     const where = `${ip}:${port}`;
     if (!parseIp(ip) || !(port >= 1 && port <= 65535)) return void client.destroy();
     const g = c.governed(sandbox);
-    if (g) return this.#governed(sandbox, g, client, ip, port);
+    if (g) return this.#governed(sandbox, g, client, ip, port, epoch);
     let verdict: Verdict = typeof policy === "string" ? { allowed: false, reason: policy } : decide(policy, ip, [], c.refuse);
+    // Allowed by the address alone: the fast path may keep it up to its cap; by a name, that name's TTL.
+    const byAddress = verdict.allowed;
     let head: Buffer = Buffer.alloc(0);
     let seen: Sniffed;
     const l7 = c.l7?.wants(sandbox, ip, port) ?? false;
@@ -107,13 +134,13 @@ export class RedirectedPath {
     if (!verdict.allowed) return this.#refuse(sandbox, client, where, verdict.reason, seen, "rules");
     ALLOWED.inc();
     const host = seen && "name" in seen && seen.name ? seen.name : ip;
-    return this.#pass(sandbox, client, ip, port, host, head, seen, verdict.rule ?? "allowed", l7);
+    return this.#pass(sandbox, client, ip, port, host, head, seen, verdict.rule ?? "allowed", l7, byAddress ? FAST_PATH_CAP_S : ANSWER_TTL_S, epoch);
   }
 
   /** A connection of a sandbox TrafficPolicies govern: judged by its address with the names its
    * DNS was answered for it; else (or when L7 wants it) by the name its first bytes ask for, when
    * that name was answered or resolves to this very address. */
-  async #governed(sandbox: string, g: Governance, client: Socket, ip: string, port: number): Promise<void> {
+  async #governed(sandbox: string, g: Governance, client: Socket, ip: string, port: number, epoch: number): Promise<void> {
     const c = this.#c;
     const names = c.dns.namesFor(sandbox, ip);
     let v = decideGoverned(g, { ip, port, names }, c.refuse);
@@ -134,7 +161,8 @@ export class RedirectedPath {
     }
     if (!v.allowed) return this.#refuse(sandbox, client, `${ip}:${port}`, v.by, seen, v.source);
     ALLOWED.inc();
-    return this.#pass(sandbox, client, ip, port, host, head, seen, v.by, l7);
+    const byAddress = decideGoverned(g, { ip, port, names: [] }, c.refuse).allowed;
+    return this.#pass(sandbox, client, ip, port, host, head, seen, v.by, l7, byAddress ? FAST_PATH_CAP_S : ANSWER_TTL_S, epoch);
   }
 
   /** Counts, logs (with the rule) and ends a refused connection; plain HTTP gets a 403 saying why. */
@@ -145,8 +173,9 @@ export class RedirectedPath {
     client.destroy();
   }
 
-  /** Connects an allowed connection to ip:port (or hands it to the L7 handler) and copies bytes. */
-  async #pass(sandbox: string, client: Socket, ip: string, port: number, host: string, head: Buffer, seen: Sniffed, allowedBy: string, l7: boolean): Promise<void> {
+  /** Connects an allowed connection to ip:port (or hands it to the L7 handler) and copies bytes;
+   * without L7, the destination goes on the fast path for `fastSeconds` once connected. */
+  async #pass(sandbox: string, client: Socket, ip: string, port: number, host: string, head: Buffer, seen: Sniffed, allowedBy: string, l7: boolean, fastSeconds: number, epoch: number): Promise<void> {
     const c = this.#c;
     const connectUpstream = async (opts?: { shared?: boolean }) => {
       const upstream = await connectAny([ip], port, c.connectTimeoutMs);
@@ -169,6 +198,12 @@ export class RedirectedPath {
     try {
       upstream = await connectUpstream();
     } catch {
+      return void client.destroy();
+    }
+    // After the connect, so a destination that does not answer stays with the proxy; the connect
+    // may have outlasted a policy change (its revalidate did not see this connection yet).
+    if (c.fast && !c.fast.admit(sandbox, ip, port, host, fastSeconds, epoch)) {
+      upstream.destroy();
       return void client.destroy();
     }
     if (head.length) upstream.write(head);

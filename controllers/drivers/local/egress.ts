@@ -10,6 +10,7 @@ import type { EgressPolicy } from "../../../schema/protocol/egress.ts";
 import { refuseHost } from "../../traffic/host-reach.ts";
 import { compilePolicy, type CompiledPolicy } from "../../traffic/policy.ts";
 import { TrafficProxy } from "../../traffic/proxy.ts";
+import type { FastPath } from "../../traffic/redirected.ts";
 import { TrafficPolicySet, type Governance } from "../../traffic/governed.ts";
 import type { DesiredSandbox } from "../driver.ts";
 import { LocalL7 } from "./egress-l7.ts";
@@ -45,6 +46,11 @@ export function networkMode(d: Pick<DesiredSandbox, "allowInternetAccess" | "egr
   return governed ? "proxy" : "host";
 }
 
+/** What of a desired sandbox its egress decisions depend on, as one string to compare. */
+export function networkOf(d: Pick<DesiredSandbox, "allowInternetAccess" | "egress" | "networkRules" | "namespace" | "labels">): string {
+  return JSON.stringify([d.allowInternetAccess, d.egress ?? null, d.networkRules ?? {}, d.namespace ?? null, d.labels ?? {}]);
+}
+
 /** What every process of a sandbox behind the proxy gets, so curl, pip, npm, requests and Node
  * send their traffic there (lower- and upper-case: tools disagree on which they read). */
 export function proxyEnv(port: number): Record<string, string> {
@@ -69,6 +75,8 @@ export class LocalEgress {
   #proxy: TrafficProxy | undefined;
   /** Name resolution for the proxy (its checks and the sandboxes' DNS); set before `start`. */
   resolve: ((host: string) => Promise<string[]>) | undefined;
+  /** The kernel's fast path (the driver's relay programs each sandbox's set); set before `start`. */
+  fastPath: FastPath | undefined;
   #listening: Promise<void> | undefined;
 
   /** `subnets`: the address ranges of sandboxes with a network of their own and of the host's
@@ -145,12 +153,24 @@ export class LocalEgress {
         refuse: refuseHost({ subnets: this.#subnets().sandboxes, hostNets: this.#subnets().host }),
         ...(this.resolve ? { resolve: this.resolve } : {}),
         l7: this.l7.handler,
+        ...(this.fastPath ? { fastPath: this.fastPath } : {}),
         log: (line) => console.error(line),
       });
       this.#listening = this.#proxy.listenTagged(this.socket);
       this.#listening.catch(() => (this.#listening = undefined));
     }
     return this.#listening;
+  }
+
+  /** The sandbox is gone: the proxy drops what it kept for it (fast-path list, epoch). */
+  forget(id: string): void {
+    this.#proxy?.forget(id);
+  }
+
+  /** A rule change for the sandbox begins (before its fast path is emptied): connections decided
+   * until now do not put their destination on the fast path (TrafficProxy.policyChanging). */
+  policyChanging(id: string): void {
+    this.#proxy?.policyChanging(id);
   }
 
   /** Ends the sandbox's open connections that its rules, as they are now, deny. */

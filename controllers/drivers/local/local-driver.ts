@@ -19,7 +19,8 @@ import {
 } from "../driver.ts";
 import { cgroupPids, cgroupSetFor, createCgroups, isFrozen, killAndRemove, listCgroupIds, procsFiles, removeParents, setFrozen, type CgroupLayout } from "./cgroups.ts";
 import { alive, discoverHolder, signalSandbox, startHolder } from "./holder.ts";
-import { EGRESS_MAX_CONNECTIONS, EGRESS_PROXY_PORT, LocalEgress, networkMode, proxyEnv, type NetworkMode } from "./egress.ts";
+import { EGRESS_MAX_CONNECTIONS, EGRESS_PROXY_PORT, LocalEgress, networkMode, networkOf, proxyEnv, type NetworkMode } from "./egress.ts";
+import { parseIp, privateRange } from "../../../schema/egress/address.ts";
 import type { TrafficPolicyEntry } from "../../../schema/api/traffic-policy.ts";
 import type { SecurityProfileEntry } from "../../../schema/api/security-profile.ts";
 import type { NetworkAuditRecord } from "../../../schema/api/network-audit.ts";
@@ -41,7 +42,7 @@ import { IN_PROCESS, Spawner } from "./spawner.ts";
 import type { LaunchedExit } from "../../runtime/process/launcher.ts";
 import { UidRanges, type IdRange } from "./uid-range.ts";
 import { openStepNet, type StepNet } from "./builder/step-net.ts";
-import { chownLayer, letOwnersPass, openUserns, probeUserns, unmountUnderSync, type IdmapMount, type OpenUserns } from "./userns.ts";
+import { chownLayer, GOVERNED_CAPS, SANDBOX_CAPS, letOwnersPass, openUserns, probeUserns, unmountUnderSync, type IdmapMount, type OpenUserns } from "./userns.ts";
 
 export interface LocalDriverOptions {
   /** Where sandboxes (records, layers) and snapshots live. */
@@ -68,6 +69,12 @@ export interface LocalDriverOptions {
   /** How the traffic-proxy resolves names (for its checks and the sandboxes' DNS). Default: the
    * host's resolver (getaddrinfo). Tests give a stand-in, since they may not ask real DNS. */
   egressResolve?: (host: string) => Promise<string[]>;
+  /** True: the kernel's fast path for sandboxes behind the proxy (../../traffic/README.md; also
+   * `KRUISE_EGRESS_FAST_PATH=on`): they get an eth0, and destinations the proxy allowed at L4
+   * leave by it. Needs the sandbox network (`network`). Default off (then every connection of a
+   * governed sandbox goes through the proxy and it has no eth0): its enforcement is still only in
+   * the sandbox's own namespace, not yet on the host's side of the veth. */
+  egressFastPath?: boolean;
   /** The bridge and address range of sandboxes with internet access (sandbox-net.ts), or false
    * to have them share the host's network as before (also `KRUISE_LOCAL_NETNS=off`). */
   network?: SandboxNetOptions | false;
@@ -118,6 +125,8 @@ export class LocalDriver implements Driver {
   readonly #egressMax: number;
   /** Undefined: sandboxes with internet access share the host's network (`--share-net`). */
   readonly #net: SandboxNet | undefined;
+  /** Sandboxes behind the proxy get a veth for the kernel's fast path (options.egressFastPath). */
+  readonly #fastPath: boolean;
   readonly #rootfs: RootfsStore | undefined;
   /** `base` was asked for before it was built (said once per driver). */
   #hostViewLogged = false;
@@ -131,6 +140,17 @@ export class LocalDriver implements Driver {
     this.#egressPort = opts.egressProxyPort ?? EGRESS_PROXY_PORT;
     this.#egressMax = opts.egressMaxConnections ?? EGRESS_MAX_CONNECTIONS;
     if (opts.egressResolve) this.#egress.resolve = opts.egressResolve;
+    this.#egress.fastPath = {
+      // Only a sandbox whose veth is there has a way out besides the proxy; a private address is
+      // dropped on the host's bridge (sandbox-net.ts) even when allowOut names it: the proxy keeps it.
+      admit: (id, ip, port, seconds) => {
+        const rec = this.#record(id);
+        const addr = parseIp(ip);
+        if (!rec?.net?.veth || rec.phase === "Stopped" || !addr || addr.v6 || privateRange(addr)) return;
+        this.#relay.fastAdmit(id, ip, port, seconds);
+      },
+      flush: (id, endOpen) => this.#relay.fastFlush(id, endOpen),
+    };
     this.#egress.persistIn(this.#dataDir);
     this.#spawner = opts.spawner ?? new Spawner(process.env.KRUISE_LOCAL_SPAWNER === "off" ? IN_PROCESS : undefined);
     this.#spawner.warm();
@@ -143,6 +163,9 @@ export class LocalDriver implements Driver {
     const netOff = opts.network === false || process.env.KRUISE_LOCAL_NETNS === "off";
     const net = probe.capabilities.networkIsolation && !netOff ? SandboxNet.open(opts.network || {}) : undefined;
     this.#net = typeof net === "string" ? undefined : net;
+    // Off unless asked for: the host's table does not yet enforce the fast path on the host's side
+    // of the veth (../../traffic/README.md, "The kernel's fast path", what is not done).
+    this.#fastPath = this.#net !== undefined && (opts.egressFastPath ?? process.env.KRUISE_EGRESS_FAST_PATH === "on");
     const netNote = typeof net === "string" ? [`sandboxes with internet access share the host's network and its loopback: ${net}`] : [];
     const usernsOff = opts.userns === false || process.env.KRUISE_LOCAL_USERNS === "off";
     const usernsError = probe.capabilities.level === "process" ? "no namespaces at process level" : usernsOff ? "turned off (KRUISE_LOCAL_USERNS=off)" : (probeUserns() ?? letOwnersPass(this.#dataDir));
@@ -286,6 +309,14 @@ export class LocalDriver implements Driver {
     // CheckpointRestore (update ops): the files go back to the snapshot's, once per snapshot id.
     // Done before the new desired state is recorded, so a restart midway does it again.
     if (!created && d.restoreFs && d.restoreFs.id !== rec.desired.restoreFs?.id) rec = await this.#fillFrom(rec, d.restoreFs);
+    // The same for a sandbox's own rules (updateNetwork, a claim): its fast path is emptied first,
+    // after the epoch moved on (a connection decided before cannot admit after the flush); when
+    // L7 rules start to apply, its fast-path connections end too (nothing long-lived stays
+    // uninspected).
+    if (!created && networkOf(rec.desired) !== networkOf(d)) {
+      this.#egress.policyChanging(d.id);
+      await this.#relay.fastFlush(d.id, this.#egress.l7.wants(d) && !this.#egress.l7.wants(rec.desired));
+    }
     rec = { ...rec, generation: d.generation, desired: d };
     // A record made just above already says this.
     if (!created) this.#save(rec);
@@ -310,9 +341,7 @@ export class LocalDriver implements Driver {
       // Its files stay in the image; a stopped sandbox holds no loop device.
       await unmountSandbox(this.#spawner, layout.merged, layout.disk);
     }
-    // The veth goes before the listener comes: a sandbox moving behind the proxy never has both.
-    const final = await this.#syncNet(readRecord(layout.record) ?? rec);
-    await this.#syncEgress(final);
+    const final = await this.#syncNetwork(readRecord(layout.record) ?? rec);
     const seen = this.#observeRecord(final);
     // Its holder died during this very pass (a start that lost a race on a loaded host): not a
     // verdict on the sandbox. Retried, the next pass starts it again.
@@ -347,7 +376,15 @@ export class LocalDriver implements Driver {
   async #policiesChanged(what: string, change: () => void): Promise<void> {
     const need = (r: SandboxRecord) => `${this.#mode(r.desired)}:${this.#egress.l7.wants(r.desired)}`;
     const before = new Map([...this.#records.values()].map((r) => [r.id, need(r)]));
+    const inspected = new Set([...this.#records.values()].filter((r) => this.#egress.l7.wants(r.desired)).map((r) => r.id));
+    // Nothing the old policy put on the kernel's fast path outlives it (revalidate then ends the
+    // fast-path connections the new one denies); the epoch first, so a connection decided before
+    // cannot admit after the flush.
+    for (const id of this.#records.keys()) this.#egress.policyChanging(id);
+    await Promise.all([...this.#records.keys()].map((id) => this.#relay.fastFlush(id, false)));
     change();
+    // L7 rules that now apply end the sandbox's fast-path connections, whatever their destination.
+    await Promise.all([...this.#records.values()].filter((r) => !inspected.has(r.id) && this.#egress.l7.wants(r.desired)).map((r) => this.#relay.fastFlush(r.id, true)));
     for (const rec of this.#records.values()) {
       if (rec.phase === "Stopped" || before.get(rec.id) === need(rec)) {
         this.#egress.revalidate(rec.id);
@@ -374,13 +411,33 @@ export class LocalDriver implements Driver {
     return rec.level !== "process" && (rec.sharesHostNet ?? this.#mode(rec.desired) === "host");
   }
 
-  /** A running sandbox with internet access and a namespace of its own has its veth; any other
-   * running one has none. Also gives back a veth the holder lost (a restarted holder is a new
+  /** The sandbox's veth and proxy listener as its mode wants them. Behind the proxy, the listener
+   * (with its redirect and the fast path's gate, port-relay.pl) comes before the veth, so eth0 is
+   * never there without them; the veth of one leaving the proxy goes before the listener. */
+  async #syncNetwork(rec: SandboxRecord): Promise<SandboxRecord> {
+    if (this.#mode(rec.desired) === "proxy") {
+      await this.#syncEgress(rec);
+      return this.#syncNet(rec);
+    }
+    const final = await this.#syncNet(rec);
+    await this.#syncEgress(final);
+    return final;
+  }
+
+  /** Whether a sandbox wanting `d` has a veth: with internet access in a namespace of its own, or
+   * behind the proxy for the kernel's fast path (only destinations the proxy allowed leave by it). */
+  #wantsVeth(d: DesiredSandbox): boolean {
+    const mode = this.#mode(d);
+    return mode === "host" || (mode === "proxy" && this.#fastPath);
+  }
+
+  /** A running sandbox with internet access and a namespace of its own, or behind the proxy, has
+   * its veth; any other running one has none. Also gives back a veth the holder lost (a restarted holder is a new
    * namespace) and keeps the address the sandbox had. */
   async #syncNet(rec: SandboxRecord): Promise<SandboxRecord> {
     const net = this.#net;
     if (!net || rec.phase === "Stopped" || rec.level === "process" || this.#sharesHostNet(rec) || !rec.nsInit || !alive(rec.nsInit)) return rec;
-    const want = this.#mode(rec.desired) === "host";
+    const want = this.#wantsVeth(rec.desired);
     const has = net.attached(rec.net, rec.nsInit);
     if (want === has) return rec;
     let next: SandboxRecord;
@@ -631,7 +688,9 @@ export class LocalDriver implements Driver {
         // Under L7 policy every connection is redirected and inspected; the proxy itself refuses
         // such a sandbox (its tunnels would not be inspected), so no proxy variables.
         const env = proxied ? (this.#egress.l7.wants(now.desired) ? caEnv() : proxyEnv(this.#egressPort)) : undefined;
-        return { nsPid: now.level === "process" ? undefined : now.nsInit.pid, cgroupProcs: now.cgroups ? procsFiles(now.cgroups) : [], env };
+        // No CAP_NET_RAW where an eth0 may be guarded only by the sandbox's own output hook.
+        const caps = this.#fastPath || proxied ? GOVERNED_CAPS : SANDBOX_CAPS;
+        return { nsPid: now.level === "process" ? undefined : now.nsInit.pid, cgroupProcs: now.cgroups ? procsFiles(now.cgroups) : [], env, caps };
       },
     });
   }
@@ -727,7 +786,7 @@ export class LocalDriver implements Driver {
       const rec = readRecord(layoutFor(this.#dataDir, id).record);
       if (!rec) throw new SandboxNotFoundError(id);
       const stopped = await this.#fillFrom(rec, snapshot);
-      if (stopped !== rec) await this.#syncEgress(await this.#syncNet(await this.#start(stopped)));
+      if (stopped !== rec) await this.#syncNetwork(await this.#start(stopped));
     });
   }
 
@@ -785,6 +844,7 @@ export class LocalDriver implements Driver {
       const rec = readRecord(layout.record);
       await this.#endProcesses(rec ?? { id });
       this.#egress.l7.forget(id);
+      this.#egress.forget(id);
       // Before the directory moves: the trash is deleted file by file, never through a mount.
       await unmountSandbox(this.#spawner, layout.merged, layout.disk);
       // While the record still names the address, so no other driver takes the lease over first.

@@ -43,6 +43,9 @@ export interface ViewTarget {
   cgroupProcs: string[];
   /** Environment every process gets beneath its own (the egress proxy's HTTP_PROXY and kin). */
   env?: Record<string, string>;
+  /** The capabilities root inside may hold (its bounding set under a user namespace). Default
+   * SANDBOX_CAPS. */
+  caps?: readonly number[];
 }
 
 export interface LocalViewOptions {
@@ -155,7 +158,7 @@ export class LocalSandboxView implements SandboxView {
     // Without a root view the process sees host paths, so its cwd is the host side of the layer.
     const cwd = this.#o.namespaces ? req.cwd : this.toHost(req.cwd);
     const joins = t.cgroupProcs.length > 0 ? t.cgroupProcs.join(":") : "-";
-    const args = [ENTER_SCRIPT, SANDBOX_ENV_FILE, String(t.nsPid ?? 0), String(req.user.uid), String(req.user.gid), cwd, joins, String(nr.setns), String(nr.prctl), SANDBOX_CAPS.join(","), "--", req.cmd, ...req.args];
+    const args = [ENTER_SCRIPT, SANDBOX_ENV_FILE, String(t.nsPid ?? 0), String(req.user.uid), String(req.user.gid), cwd, joins, String(nr.setns), String(nr.prctl), (t.caps ?? SANDBOX_CAPS).join(","), "--", req.cmd, ...req.args];
     const marker = { [MARKER_ENV]: this.#o.id };
     return { file: PERL, args, cwd: "/", env: helperEnv(marker), sandboxEnv: { ...t.env, ...req.env, ...marker } };
   }

@@ -21,6 +21,8 @@
 # is not a user port: an inbound request for it is refused. With the listener, the namespace gets a
 # redirect of all its TCP (and UDP/TCP port 53) to that port (`redirect_all`), and a UDP socket on
 # it whose DNS queries go to the proxy over one "*dns" connection, framed with the tag.
+# "fast <tag> <ip> <port> <seconds>" and "unfast <tag> <0|1>" program that redirect's set of
+# destinations that skip the proxy (the kernel's fast path, `redirect_all`).
 #
 # Sandbox networks (sandbox-net.ts), over netlink and without a process: on
 # "veth <ns pid> <start> <name> <mac> <mtu> <bridge ifindex> <address>/<prefix> <gateway>\n" the
@@ -42,6 +44,14 @@ my %egress;     # tag => listener in the sandbox's network namespace
 my %egress_at;  # tag => "<net namespace> <port>" of that listener
 my %egress_ns;  # tag => that network namespace (an open handle), to undo the redirect in
 my %udp;        # tag => UDP socket on the listener's address there: its DNS, redirected
+my %gen;        # tag => the conntrack mark its fast-path connections carry (see redirect_all)
+# Where generations come from: one sequence for the relay, never reused, so a re-listen (new
+# limits), or a close and a later listen, cannot bring back a generation `unfast ... 1` ended (its
+# connections stay in conntrack, idle, for days). Seeded from the clock in steps of 64 per second,
+# so a restarted relay starts past its predecessor's unless that one took more than 64 per second
+# of its life. Within 32 bits (ct mark).
+my $gen_seq = (time() % (1 << 26)) * 64;
+my %dirty;      # tag => something was added to its fast-path set since it was last emptied
 my $dns;        # the one connection to the proxy that carries DNS over UDP ("*dns")
 my $dns_in = '';  # bytes read from it, not yet a whole frame
 my %limit;      # tag => [max connections, cgroup.procs files]
@@ -91,10 +101,28 @@ sub main {
     if (vec($rout, fileno(STDIN), 1)) {
       my $n = sysread(STDIN, $ctl, 4096, length $ctl);
       exit 0 unless $n;  # the agent is gone
+      my @lines;
       while ((my $nl = index($ctl, "\n")) >= 0) {
-        my $cmd = substr($ctl, 0, $nl);
+        push @lines, substr($ctl, 0, $nl);
         $ctl = substr($ctl, $nl + 1);
-        print command($cmd), "\n";
+      }
+      # Consecutive `fast` lines of one sandbox go to nft as one run (one process, not one each:
+      # this loop also relays every connection), each answered with its outcome, in order.
+      while (@lines) {
+        my ($first) = parse_command($lines[0]);
+        my @run;
+        while ($first && $first->[0] eq 'fast' && @lines) {
+          my ($c) = parse_command($lines[0]);
+          last unless $c && $c->[0] eq 'fast' && $c->[1] eq $first->[1];
+          push @run, [@$c[2 .. 4]];
+          shift @lines;
+        }
+        if (@run) {
+          my $answer = fast($first->[1], @run);
+          print "$answer\n" for @run;
+          next;
+        }
+        print command(shift @lines), "\n";
       }
     }
     for my $tag (keys %egress) {
@@ -174,6 +202,8 @@ sub close_egress {
   }
   delete $egress_at{$tag};
   delete $limit{$tag};
+  delete $gen{$tag};
+  delete $dirty{$tag};
   my @pids = grep { $kid{$_} eq $tag } keys %kid;
   kill 'KILL', @pids if @pids;
 }
@@ -185,6 +215,15 @@ sub parse_command {
   return ['close', $1] if $cmd =~ /^close ([A-Za-z0-9_-]{1,64})$/;
   return ['veth', $1, $2, $3, $4, $5, $6, $7, $8, $9] if $cmd =~ m{^veth (\d+) (\d+) (kr\d{1,12}) ((?:[0-9a-f]{2}:){5}[0-9a-f]{2}) (\d+) (\d+) (\d+\.\d+\.\d+\.\d+)/(\d+) (\d+\.\d+\.\d+\.\d+)$};
   return ['unveth', $1] if $cmd =~ /^unveth (kr\d{1,12})$/;
+  if ($cmd =~ /^fast ([A-Za-z0-9_-]{1,64}) (\d{1,3})\.(\d{1,3})\.(\d{1,3})\.(\d{1,3}) (\d{1,5}) (\d{1,5})$/) {
+    my ($tag, @o) = ($1, $2, $3, $4, $5);
+    my ($port, $ttl) = ($6, $7);
+    return (undef, 'bad address') if grep { $_ > 255 } @o;
+    return (undef, "bad port $port") if $port < 1 || $port > 65535;
+    return (undef, "bad timeout $ttl") if $ttl < 1 || $ttl > $FAST_CAP;
+    return ['fast', $tag, join('.', @o), $port, $ttl];
+  }
+  return ['unfast', $1, $2] if $cmd =~ /^unfast ([A-Za-z0-9_-]{1,64}) ([01])$/;
   my ($tag, $nspid, $start, $port, $max, $procs) = $cmd =~ m{^listen ([A-Za-z0-9_-]{1,64}) (\d+) (\d+) (\d+) (\d+)((?: /\S+/cgroup\.procs)*)$} or return (undef, 'bad command');
   return (undef, "bad port $port") if $port < 1 || $port > 65535;
   return ['listen', $tag, $nspid, $start, $port, $max, [grep { length } split / /, $procs]];
@@ -200,6 +239,8 @@ sub command {
   }
   return veth(@a) if $verb eq 'veth';
   return unveth(@a) if $verb eq 'unveth';
+  return fast($a[0], [@a[1 .. 3]]) if $verb eq 'fast';
+  return unfast(@a) if $verb eq 'unfast';
   my ($tag, $nspid, $start, $port, $max, $procs) = @a;
   return 'no proxy socket' unless defined $proxy;
   close_egress($tag);
@@ -216,7 +257,9 @@ sub command {
   if ($ok && !(socket($u, PF_INET, SOCK_DGRAM, 0) && bind($u, sockaddr_in($port, INADDR_LOOPBACK)))) {
     ($ok, $why_not) = (0, "UDP on 127.0.0.1:$port: $!");
   }
-  my $why_no_redirect = $ok ? redirect_all($port) : undef;
+  # A re-listen keeps the current generation: what it lets through is still allowed.
+  ($gen{$tag}, $dirty{$tag}) = ($gen{$tag} // ++$gen_seq, 0);
+  my $why_no_redirect = $ok ? redirect_all($port, $gen{$tag}) : undef;
   # Staying in a sandbox's namespace would put every later listener and child in the wrong place.
   syscall($setns_nr, fileno($own_ns), 0x40000000) == 0 or die "port-relay.pl: cannot return to its own network namespace: $!\n";
   return $why_not unless $ok;
@@ -268,11 +311,31 @@ sub tag_line {
 # its own loopback goes to the egress listener on <port>, which learns where it was going from
 # SO_ORIGINAL_DST. A default route through lo (at the lowest priority, so a veth's route added
 # later wins) lets connect() get as far as the redirect. The sandbox's processes have no
-# CAP_NET_ADMIN over this namespace (it belongs to the host's user namespace), so they cannot
-# undo either. Undef, or why not.
+# CAP_NET_ADMIN over this namespace (it belongs to the host's user namespace, or to the sandbox's,
+# where that capability is not in root's bounding set: README.md), so they cannot undo either.
+# Undef, or why not.
+#
+# The kernel's fast path (../../traffic/README.md, "The kernel's fast path"): destinations the
+# proxy already allowed (address . tcp . port, in the set `fast`, each with a timeout, added by
+# `fast`) are not redirected; they leave by the sandbox's eth0, when it has one. The `gate` chain
+# lets out, besides loopback's packets (where the redirect leads), only a new TCP connection to a
+# member of `fast` (marking it with the generation <gen>) and the packets of connections so
+# marked: UDP, ICMP, anything else and a connection of an older generation (a policy change ended
+# them, `unfast`) are refused there.
 my $NFT_RESET = "table ip kruise_egress {}\ndelete table ip kruise_egress\n";
+our $FAST_CAP = 3600;     # the longest timeout an element gets, in seconds
+our $FAST_SIZE = 4096;    # elements per sandbox at most: beyond, the proxy keeps deciding
+sub gate_rules {
+  my ($gen) = @_;
+  # After the redirect a packet goes to 127.0.0.1 (the listener), though its output interface, read
+  # before the redirect rerouted it, may still say eth0.
+  return "  oifname \"lo\" accept\n  ip daddr 127.0.0.0/8 accept\n"
+    . "  ct state established,related ct mark $gen accept\n"
+    . "  ct state new meta l4proto tcp ip daddr . meta l4proto . th dport \@fast ct mark set $gen accept\n"
+    . "  meta l4proto tcp reject with tcp reset\n  drop\n";
+}
 sub redirect_all {
-  my ($port) = @_;
+  my ($port, $gen) = @_;
   my $lo = ifindex('lo') or return 'no lo';
   # RTM_NEWROUTE (CREATE|REPLACE): default, main table, boot protocol, link scope, unicast; RTA_OIF, RTA_PREFSRC, RTA_PRIORITY
   my $err = rtnl(24, 0x500, lo_route($lo));
@@ -282,9 +345,50 @@ sub redirect_all {
   $err = rtnl(20, 0x500, lo_addr($lo));  # RTM_NEWADDR (CREATE|REPLACE)
   return "address on lo: $err" if $err;
   # DNS first, wherever it is sent (a resolv.conf naming 127.0.0.53 too): the proxy answers it.
-  return nft($NFT_RESET . "table ip kruise_egress {\n chain out {\n  type nat hook output priority -100; policy accept;\n"
+  return nft($NFT_RESET . "table ip kruise_egress {\n"
+    . " set fast {\n  type ipv4_addr . inet_proto . inet_service; flags timeout; size $FAST_SIZE;\n }\n"
+    . " chain out {\n  type nat hook output priority -100; policy accept;\n"
     . "  meta l4proto { tcp, udp } th dport 53 redirect to :$port\n"
-    . "  ip daddr { 127.0.0.0/8, 0.0.0.0/8 } return\n  meta l4proto tcp redirect to :$port\n }\n}\n");
+    . "  ip daddr { 127.0.0.0/8, 0.0.0.0/8 } return\n"
+    . "  ip daddr . meta l4proto . th dport \@fast return\n"
+    . "  meta l4proto tcp redirect to :$port\n }\n"
+    . " chain gate {\n  type filter hook output priority 0; policy accept;\n" . gate_rules($gen) . " }\n}\n");
+}
+
+# Runs `fn` inside the network namespace of the tag's egress listener; its answer, or why not.
+sub in_egress_ns {
+  my ($tag, $fn) = @_;
+  my $ns = $egress_ns{$tag} or return 'no egress listener';
+  syscall($setns_nr, fileno($ns), 0x40000000) == 0 or return "setns: $!";  # CLONE_NEWNET
+  my $answer = $fn->();
+  syscall($setns_nr, fileno($own_ns), 0x40000000) == 0 or die "port-relay.pl: cannot return to its own network namespace: $!\n";
+  return $answer;
+}
+
+# "fast <tag> <ip> <port> <seconds>": later TCP connections of the sandbox to ip:port skip the
+# proxy for that long (an element already there keeps its timeout). A full set refuses it.
+# Several ([ip, port, seconds] each) go in one nft run; a full set refuses them all.
+sub fast {
+  my ($tag, @elements) = @_;
+  $dirty{$tag} = 1 if $egress_ns{$tag};
+  my $list = join(', ', map { "$_->[0] . tcp . $_->[1] timeout $_->[2]s" } @elements);
+  return in_egress_ns($tag, sub { nft("add element ip kruise_egress fast { $list }\n") // 'ok' });
+}
+
+# "unfast <tag> <0|1>": empties the sandbox's set, so every new connection goes to the proxy
+# again; with 1 also ends the connections that went the kernel's way (a new generation: their
+# next packet is answered with a reset).
+# Each nft run holds up this loop (a few ms): an empty set is not flushed again.
+sub unfast {
+  my ($tag, $end) = @_;
+  return 'ok' if $egress_ns{$tag} && !$end && !$dirty{$tag};
+  $dirty{$tag} = 0;
+  return in_egress_ns($tag, sub {
+    my $flush = "flush set ip kruise_egress fast\n";
+    return nft($flush) // 'ok' unless $end;
+    my $gen = $gen{$tag} = ++$gen_seq;
+    return nft($flush . "flush chain ip kruise_egress gate\ntable ip kruise_egress {\n chain gate {\n" . gate_rules($gen) . " }\n}\n") // 'ok';
+  });
 }
 sub lo_route { pack('CCCCCCCCL', 2, 0, 0, 0, 254, 3, 253, 1, 0) . nla(4, pack('L', $_[0])) . nla(7, inet_aton('127.0.0.1')) . nla(6, pack('L', 0xfffffff0)) }
 # AF_INET, /32, host scope on lo; IFA_LOCAL, IFA_ADDRESS
@@ -446,8 +550,10 @@ sub unveth {
 
 sub veth {
   my ($nspid, $start, $name, $mac, $mtu, $bridge, $addr, $prefix, $gw) = @_;
-  my ($ns, $err) = namespace_of($nspid, $start);
+  my ($ns, $err, $net) = namespace_of($nspid, $start);
   return $err if $err;
+  # A sandbox behind the proxy gets eth0 for the kernel's fast path: its redirect stays.
+  my $governed = grep { (split / /)[0] eq $net } values %egress_at;
   # The namespace by the fd checked above, not by pid: a pid reused meanwhile cannot misplace eth0.
   my $peer = ifinfo(0, 0, 0, 0, 0) . nla(3, "eth0\0") . nla(4, pack('L', $mtu))
     . nla(1, pack('C6', map { hex } split /:/, $mac)) . nla(28, pack('L', fileno($ns)));  # IFNAME MTU ADDRESS NET_NS_FD
@@ -471,7 +577,17 @@ sub veth {
   $err = $host ? rtnl(19, 0, ifinfo(7, 0, $host, 0, 0) . nla(12 | 0x8000, nla(33, pack('C', 1)))) : 'gone';
   return undo_veth($name, "isolate $name: $err") if $err;
   syscall($setns_nr, fileno($ns), 0x40000000) == 0 or return undo_veth($name, "setns: $!");  # CLONE_NEWNET
-  unredirect();  # a sandbox that had rules: its TCP goes out by eth0 now
+  unredirect() unless $governed;  # a sandbox that had rules and has none now: its TCP goes out by eth0
+  # No IPv6 on eth0 (before it is up, so not even a link-local address): the gate is an IPv4
+  # chain. /proc/sys/net is the namespace of the writer, which is now the sandbox's; a host
+  # without IPv6 has no such file, and then there is nothing to turn off.
+  if (open(my $v6, '>', '/proc/sys/net/ipv6/conf/eth0/disable_ipv6')) {
+    $err = print($v6 "1\n") && close($v6) ? undef : "disable IPv6 on eth0: $!";
+  }
+  if ($err) {
+    syscall($setns_nr, fileno($own_ns), 0x40000000) == 0 or die "port-relay.pl: cannot return to its own network namespace: $!\n";
+    return undo_veth($name, $err);
+  }
   my $eth0 = ifindex('eth0');
   my $ip = inet_aton($addr);
   $err = !$eth0 ? 'no eth0'

@@ -160,6 +160,24 @@ export class PortRelay {
     await this.#command(this.#child, `close ${tag}`);
   }
 
+  /** Lets the sandbox's later TCP connections to ip:port leave by its eth0 for `seconds`,
+   * without the proxy (port-relay.pl's `fast`: the kernel's fast path). The answer is not waited
+   * for: the connection that earned it is already on its way through the proxy. */
+  fastAdmit(tag: string, ip: string, port: number, seconds: number): void {
+    if (!this.#egress.has(tag) || !this.#child) return;
+    void this.#command(this.#child, `fast ${tag} ${ip} ${port} ${seconds}`).then((answer) => {
+      if (answer !== "ok") console.error(`port relay: fast path for ${tag} to ${ip}:${port}: ${answer}`);
+    });
+  }
+
+  /** Empties the sandbox's fast-path set (every new connection goes to the proxy again), and with
+   * `endOpen` ends the connections that took the fast path; resolves once the kernel has it. */
+  async fastFlush(tag: string, endOpen: boolean): Promise<void> {
+    if (!this.#egress.has(tag) || !this.#child) return;
+    const answer = await this.#command(this.#child, `unfast ${tag} ${endOpen ? 1 : 0}`);
+    if (answer !== "ok") console.error(`port relay: flushing the fast path of ${tag}: ${answer}`);
+  }
+
   /** Gives the network namespace of `nsInit` a veth pair (see sandbox-net.ts, port-relay.pl's
    * `veth`): over netlink from the relay, which already enters namespaces, so no process is
    * started. Rejects with the kernel's reason; a half-made pair is deleted. */

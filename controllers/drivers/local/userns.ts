@@ -146,6 +146,14 @@ export function letOwnersPass(dataDir: string): string | undefined {
  * reachable with it). enter.pl keeps these only when it joins a user namespace. */
 export const SANDBOX_CAPS = [0, 1, 3, 4, 5, 6, 7, 8, 10, 13, 18, 21, 27, 29, 31];
 
+/** The same without CAP_NET_RAW (13), for every sandbox of a driver with the kernel's fast path
+ * and any sandbox behind the proxy: such a sandbox may have an eth0 whose only guard is the
+ * `gate` chain on the IPv4 output hook, and frames sent on a packet (or raw) socket never pass
+ * that hook. A sandbox whose network changes keeps the bounding set its processes started with,
+ * so the driver drops it for all its sandboxes, not only those governed now (README.md, "The
+ * sandbox cannot undo it"). CAP_NET_ADMIN (12) is in neither set. */
+export const GOVERNED_CAPS = SANDBOX_CAPS.filter((c) => c !== 13);
+
 /** Mount points strictly below `dir` in the host's mount table, deepest first (ID-mapped mounts
  * are on the same device as their directory, so the device test of disk.ts cannot see them). */
 export function mountsUnder(dir: string, mountinfo = readFileSync("/proc/self/mountinfo", "utf8")): string[] {

@@ -4,10 +4,11 @@
 // them: refusals counted by a bounded source and logged with the rule.
 import { mkdtempSync, rmSync } from "node:fs";
 import { createServer, type Server } from "node:http";
-import { connect, type AddressInfo } from "node:net";
+import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { taggedGet } from "../../support/tagged-get.ts";
 import { TrafficPolicySpec, type TrafficPolicyEntry } from "../../../schema/api/traffic-policy.ts";
 import { admitName, decideGoverned, TrafficPolicySet } from "../../../controllers/traffic/governed.ts";
 import { TrafficProxy } from "../../../controllers/traffic/proxy.ts";
@@ -116,14 +117,7 @@ describe("the proxy under TrafficPolicies", () => {
     rmSync(dir, { recursive: true, force: true });
   });
 
-  const redirected = (tag: string, host: string) =>
-    new Promise<string>((resolve) => {
-      const s = connect(join(dir, "p.sock"));
-      let got = "";
-      s.on("data", (c: Buffer) => (got += c.toString())).on("close", () => resolve(got)).on("error", () => {});
-      s.write(`${tag} 127.0.0.1 ${port}\n`);
-      s.end(`GET / HTTP/1.1\r\nHost: ${host}\r\nConnection: close\r\n\r\n`);
-    });
+  const redirected = (tag: string, host: string) => taggedGet(join(dir, "p.sock"), tag, port, host);
 
   const deniedBy = async (source: string) => ((await registry.getSingleMetric("sandbox_egress_denied_total")?.get())?.values.find((v) => v.labels.source === source)?.value ?? 0);
 

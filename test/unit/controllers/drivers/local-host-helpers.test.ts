@@ -83,6 +83,38 @@ describe("port relay's parsers", () => {
     ]);
   });
 
+  it("the fast-path commands: an IPv4 address, a port and a timeout within bounds, or refused", () => {
+    expect(
+      command([
+        "fast sbx1 198.51.100.2 80 300",
+        "unfast sbx1 1",
+        "unfast sbx1 0",
+        "fast sbx1 198.51.100.256 80 300",
+        "fast sbx1 198.51.100.2 0 300",
+        "fast sbx1 198.51.100.2 80 0",
+        "fast sbx1 198.51.100.2 80 3601",
+        "fast sbx1 ::1 80 300",
+        "fast sbx1 198.51.100.2 80 30; flush ruleset",
+        "fast sbx1 198.51.100.2 . tcp . 22 80 30",
+        "unfast sbx1 2",
+        "unfast ../x 1",
+      ]),
+    ).toEqual([
+      "fast sbx1 198.51.100.2 80 300",
+      "unfast sbx1 1",
+      "unfast sbx1 0",
+      "error: bad address",
+      "error: bad port 0",
+      "error: bad timeout 0",
+      "error: bad timeout 3601",
+      "error: bad command",
+      "error: bad command",
+      "error: bad command",
+      "error: bad command",
+      "error: bad command",
+    ]);
+  });
+
   it("anything else is refused: unknown verbs, odd names, bad ports, paths that are not cgroup.procs", () => {
     expect(
       command([

@@ -1,0 +1,281 @@
+// The kernel's fast path of local sandboxes behind the proxy (controllers/traffic/README.md, "The
+// kernel's fast path"): once the proxy allowed a redirected connection at L3/L4 with no L7 policy
+// for the sandbox, the destination goes into an nft set in the sandbox's network namespace, and
+// later connections to it leave by the sandbox's eth0 without the proxy. Destinations: two
+// namespaces standing in for the internet (outside-net.ts), `a` allowed and `b` denied.
+import { execFileSync, spawn, spawnSync } from "node:child_process";
+import { readFileSync } from "node:fs";
+import { mkdtempSync, readlinkSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { setTimeout as sleep } from "node:timers/promises";
+import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
+import type { DesiredSandbox } from "../../../../controllers/drivers/driver.ts";
+import { LocalDriver } from "../../../../controllers/drivers/local/local-driver.ts";
+import { layoutFor } from "../../../../controllers/drivers/local/layout.ts";
+import { readRecord } from "../../../../controllers/drivers/local/records.ts";
+import { egressDecisions } from "../../../../controllers/lib/metrics.ts";
+import { TrafficPolicySpec } from "../../../../schema/api/traffic-policy.ts";
+import { SecurityProfileSpec } from "../../../../schema/api/security-profile.ts";
+import { startOutside, type Outside } from "../../../support/outside-net.ts";
+import { desiredSandbox, destroyAll, shIn } from "./fixture.ts";
+
+const dataDir = mkdtempSync(join(tmpdir(), "local-egress-fast-"));
+const cgroupName = `kruise-test-${process.pid}-egress-fast`;
+const names: Record<string, string[]> = {};
+const egressResolve = async (host: string) => names[host] ?? Promise.reject(Object.assign(new Error(`${host} not found`), { code: "ENOTFOUND" }));
+const driver = new LocalDriver({ dataDir, cgroupName, egressResolve, egressFastPath: true });
+let a: Outside;
+let b: Outside;
+let STRICT = { allowOut: [] as string[], denyOut: ["0.0.0.0/0"] };
+
+const desired = (over: Partial<DesiredSandbox> = {}) => desiredSandbox("ef", { allowInternetAccess: true, egress: STRICT, ...over });
+const sh = async (id: string, script: string) => (await shIn(driver, id, script)).stdout.trim();
+/** curl without proxy variables: only the redirect (or the fast path) takes it out. */
+const curlDirect = (id: string, url: string, args = "") => sh(id, `env -u HTTP_PROXY -u http_proxy -u HTTPS_PROXY -u https_proxy curl -s -m 5 ${url} ${args}`);
+const fromA = () => `outside saw ${a.hostIp}`;
+/** Raw TCP to port 80 of `ip`: true when the stand-in's server answered (its 400 page). */
+const rawConnect = (id: string, ip: string) =>
+  sh(id, `python3 -c 'import socket; s=socket.create_connection(("${ip}", 80), 3); s.settimeout(3); s.sendall(b"hello\\r\\n\\r\\n"); print(b"400" in s.recv(4096))'`).then((out) => out === "True");
+/** Connections the proxy allowed so far (sandbox_egress_decisions_total{decision="allow"}). */
+const allowedByProxy = async () => (await egressDecisions.get()).values.find((v) => v.labels.decision === "allow")?.value ?? 0;
+const nsPid = (id: string) => readRecord(layoutFor(dataDir, id).record)!.nsInit!.pid;
+/** The sandbox's fast-path set as the host sees it (nft in the sandbox's network namespace). */
+function fastSet(id: string): string {
+  try {
+    return execFileSync("nsenter", [`--net=/proc/${nsPid(id)}/ns/net`, "nft", "list", "set", "ip", "kruise_egress", "fast"], { encoding: "utf8" });
+  } catch {
+    return "";
+  }
+}
+async function waitFor<T>(fn: () => Promise<T> | T, ok: (v: T) => boolean, ms = 10_000): Promise<T> {
+  let v = await fn();
+  for (const deadline = Date.now() + ms; !ok(v) && Date.now() < deadline; await sleep(100)) v = await fn();
+  return v;
+}
+/** The first connection to `a` goes through the proxy and puts `a` on the fast path. */
+async function onFastPath(id: string): Promise<void> {
+  expect(await curlDirect(id, `http://${a.ip}/`)).toBe(fromA());
+  expect(await waitFor(() => fastSet(id), (s) => s.includes(`${a.ip} . tcp . 80`))).toContain(`${a.ip} . tcp . 80`);
+}
+/** The pid of this process's port relay: the only way into the proxy from a sandbox. */
+function relayPid(): number {
+  const out = execFileSync("pgrep", ["-P", String(process.pid), "-f", "port-relay.pl"], { encoding: "utf8" }).trim().split("\n");
+  return Number(out[0]);
+}
+
+/** A connection to `a` on the fast path, kept in use (a request whose header lines come one at a
+ * time); /tmp/held.out says "open", then "ended" once a write fails. */
+async function holdConnection(id: string): Promise<void> {
+  const held = [
+    "import socket, time",
+    `s = socket.create_connection(("${a.ip}", 80), 3)`,
+    's.sendall(b"GET / HTTP/1.1\\r\\n"); print("open", flush=True)',
+    "for i in range(300):",
+    "    try:",
+    '        s.sendall(b"x-wait: %d\\r\\n" % i); time.sleep(0.1)',
+    "    except OSError:",
+    '        print("ended", flush=True); break',
+    "else:",
+    '    print("still open", flush=True)',
+  ].join("\n");
+  await sh(id, `nohup python3 -c '${held}' > /tmp/held.out 2>&1 < /dev/null &`);
+  expect(await waitFor(() => sh(id, "cat /tmp/held.out"), (o) => o.includes("open"))).toBe("open");
+}
+
+beforeAll(async () => {
+  a = await startOutside();
+  b = await startOutside();
+  STRICT = { allowOut: [a.ip], denyOut: ["0.0.0.0/0"] };
+  Object.assign(names, { "a.example.test": [a.ip], "b.example.test": [b.ip] });
+});
+
+afterAll(async () => {
+  a?.stop();
+  b?.stop();
+  await destroyAll(driver, dataDir);
+});
+
+describe("the kernel's fast path of sandboxes behind the proxy", () => {
+  it("a later connection to an allowed destination leaves without the proxy; a denied one is still the proxy's, refused and logged", async () => {
+    const d = desired();
+    await driver.ensure(d);
+    await onFastPath(d.id);
+    const before = await allowedByProxy();
+    expect(await curlDirect(d.id, `http://${a.ip}/`)).toBe(fromA());
+    expect(await rawConnect(d.id, a.ip)).toBe(true);
+    expect(await allowedByProxy()).toBe(before);
+    // With the relay (the way into the proxy) stopped, `a` is still reached; `b`, not on the fast
+    // path, waits for the proxy in vain.
+    const relay = relayPid();
+    process.kill(relay, "SIGSTOP");
+    try {
+      expect(await curlDirect(d.id, `http://${a.ip}/`)).toBe(fromA());
+      expect(await curlDirect(d.id, `http://${b.ip}/`, "-m 2 -o /dev/null -w '%{http_code}'; echo \" $?\"")).toBe("000 28");
+    } finally {
+      process.kill(relay, "SIGCONT");
+    }
+    const log = vi.spyOn(console, "error");
+    try {
+      expect(await curlDirect(d.id, `http://${b.ip}/`)).toBe(`traffic-proxy: egress denied: ${b.ip} is denied by denyOut "0.0.0.0/0"`);
+      expect(await rawConnect(d.id, b.ip)).toBe(false);
+      expect(log.mock.calls.flat().join("\n")).toContain(`traffic-proxy: ${d.id}: denied ${b.ip}:80: ${b.ip} is denied by denyOut "0.0.0.0/0"`);
+    } finally {
+      log.mockRestore();
+    }
+    expect(fastSet(d.id)).not.toContain(b.ip);
+  });
+
+  it("a destination a name admitted stays on the fast path for the name's TTL (what the sandbox's DNS answered), one admitted by its address up to the cap", async () => {
+    const d = desired({ egress: { allowOut: ["*.example.test"], denyOut: ["0.0.0.0/0"] } });
+    await driver.ensure(d);
+    expect(await curlDirect(d.id, "http://a.example.test/")).toBe(fromA());
+    expect(await waitFor(() => fastSet(d.id), (s) => s.includes(a.ip))).toMatch(new RegExp(`${a.ip.replace(/\./g, "\\.")} \\. tcp \\. 80 timeout 30s`));
+    const byAddress = desired();
+    await driver.ensure(byAddress);
+    await onFastPath(byAddress.id);
+    expect(fastSet(byAddress.id)).toMatch(new RegExp(`${a.ip.replace(/\./g, "\\.")} \\. tcp \\. 80 timeout 5m`));
+  });
+
+  it("a rule change that denies the destination applies at once to new connections and ends those on the fast path", async () => {
+    const d = desired();
+    await driver.ensure(d);
+    await onFastPath(d.id);
+    const before = await allowedByProxy();
+    expect(await curlDirect(d.id, `http://${a.ip}/`)).toBe(fromA());
+    expect(await allowedByProxy()).toBe(before);
+    await holdConnection(d.id);
+    await driver.ensure({ ...d, generation: 2, egress: { allowOut: [b.ip], denyOut: ["0.0.0.0/0"] } });
+    expect(await curlDirect(d.id, `http://${a.ip}/`)).toBe(`traffic-proxy: egress denied: ${a.ip} is denied by denyOut "0.0.0.0/0"`);
+    expect(await curlDirect(d.id, `http://${b.ip}/`)).toBe(`outside saw ${b.hostIp}`);
+    expect(fastSet(d.id)).not.toContain(a.ip);
+    expect(await waitFor(() => sh(d.id, "cat /tmp/held.out"), (o) => o.includes("ended") || o.includes("still"))).toBe("open\nended");
+  });
+
+  it("a TrafficPolicy change applies at once to a destination on the fast path", async () => {
+    const d = desiredSandbox("ef", { allowInternetAccess: true, namespace: "team-f" });
+    const tp = (action: "allow" | "reject") => [{ team: "team-f", name: "web", spec: TrafficPolicySpec.parse({ egress: { rules: [{ action, to: [{ cidr: `${a.ip}/32` }], ports: [{ port: 80 }] }] } }) }];
+    await driver.ensure(d);
+    await driver.setTrafficPolicies(tp("allow"));
+    await onFastPath(d.id);
+    const before = await allowedByProxy();
+    expect(await curlDirect(d.id, `http://${a.ip}/`)).toBe(fromA());
+    expect(await allowedByProxy()).toBe(before);
+    await driver.setTrafficPolicies(tp("reject"));
+    expect(fastSet(d.id)).not.toContain(a.ip);
+    expect(await curlDirect(d.id, `http://${a.ip}/`)).toBe("traffic-proxy: egress denied: TrafficPolicy team-f/web rule 1 (reject)");
+    await driver.setTrafficPolicies([]);
+  });
+
+  it("once L7 rules apply to the sandbox, its connections go through the proxy again, and those open on the fast path end", async () => {
+    const d = desired();
+    await driver.ensure(d);
+    await onFastPath(d.id);
+    await holdConnection(d.id);
+    await driver.ensure({ ...d, generation: 2, networkRules: { "a.example.test": [{ transform: { headers: { "x-added": "by-the-proxy" } } }] } });
+    expect(fastSet(d.id)).not.toContain(a.ip);
+    // Its open fast-path connections end too: nothing long-lived stays uninspected.
+    expect(await waitFor(() => sh(d.id, "cat /tmp/held.out"), (o) => o.includes("ended") || o.includes("still"))).toBe("open\nended");
+    const before = await allowedByProxy();
+    expect(await curlDirect(d.id, `http://${a.ip}/`)).toBe(fromA());
+    expect(await curlDirect(d.id, `http://${a.ip}/`)).toBe(fromA());
+    expect(await allowedByProxy()).toBe(before + 2);
+    expect(fastSet(d.id)).not.toContain(a.ip);
+  });
+
+  it("a SecurityProfile that comes to select the sandbox takes its connections back through the proxy at once, and ends those open on the fast path", async () => {
+    const d = desired({ namespace: "team-p", labels: { app: "web" } });
+    await driver.ensure(d);
+    await onFastPath(d.id);
+    await holdConnection(d.id);
+    const spec = SecurityProfileSpec.parse({ selector: { matchLabels: { app: "web" } }, rules: [{ name: "tag", match: [{ domains: ["a.example.test"] }], actions: { headerManipulation: { set: [{ name: "x-profile", value: "on" }] } } }] });
+    await driver.setSecurityProfiles([{ team: "team-p", name: "tagger", spec, createdAt: 1 }]);
+    expect(fastSet(d.id)).not.toContain(a.ip);
+    // The open fast-path connection ends as well: nothing long-lived stays uninspected.
+    expect(await waitFor(() => sh(d.id, "cat /tmp/held.out"), (o) => o.includes("ended") || o.includes("still"))).toBe("open\nended");
+    const before = await allowedByProxy();
+    expect(await curlDirect(d.id, `http://${a.ip}/`)).toBe(fromA());
+    expect(await allowedByProxy()).toBe(before + 1);
+    await driver.setSecurityProfiles([]);
+  });
+
+  it("the sandbox cannot change its fast path: root inside gets EPERM from nftables for flushing the set, adding to it or deleting the table", async () => {
+    const d = desired();
+    await driver.ensure(d);
+    await onFastPath(d.id);
+    const root = { name: "root", uid: 0, gid: 0, home: "/root", shell: "/bin/bash" };
+    // What keeps it so: CAP_NET_ADMIN (12) is not in root's bounding set, so nothing it runs gains it.
+    const capBnd = BigInt(`0x${(await shIn(driver, d.id, "grep CapBnd /proc/self/status | cut -f2", root)).stdout.trim()}`);
+    expect((capBnd >> 12n) & 1n).toBe(0n);
+    // The image has no nft: what it would send, by hand (nfnetlink batches), as root inside.
+    const nftBatch = (msgType: number, attrs: string) => [
+      "import socket, struct",
+      "s = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 12)",
+      'def attr(t, v): n = 4 + len(v); return struct.pack("=HH", n, t) + v + b"\\0" * ((4 - n % 4) % 4)',
+      'def msg(t, flags, seq, body): return struct.pack("=IHHII", 16 + len(body), t, flags, seq, 0) + body',
+      'def nfg(family, res): return struct.pack("=BBH", family, 0, socket.htons(res))',
+      `body = nfg(2, 0) + ${attrs}`,
+      `s.sendto(msg(16, 1, 1, nfg(0, 10)) + msg((10 << 8) | ${msgType}, 5, 2, body) + msg(17, 1, 3, nfg(0, 10)), (0, 0))`,
+      'r = s.recv(4096); print(struct.unpack("=i", r[16:20])[0] if struct.unpack("=H", r[4:6])[0] == 2 else "no error")',
+    ].join("\n");
+    const table = 'attr(1, b"kruise_egress\\0")';
+    const set = `${table} + attr(2, b"fast\\0")`;
+    // elements { key: b.ip . tcp . 80 }, each part of the key padded to 4 bytes. The same batches
+    // as host root in a namespace of its own do flush, add and delete (checked by hand).
+    const element = `${set} + attr(3 | 0x8000, attr(1 | 0x8000, attr(1 | 0x8000, attr(1, socket.inet_aton("${b.ip}") + bytes([6, 0, 0, 0]) + struct.pack(">H", 80) + bytes(2)))))`;
+    for (const [what, type, attrs] of [["flush the set", 14, set], ["add an element", 12, element], ["delete the table", 2, table]] as const) {
+      const r = await shIn(driver, d.id, `python3 -c '${nftBatch(type, attrs)}'`, root);
+      expect(r.stdout.trim(), `${what}: ${r.stderr}`).toBe("-1"); // -EPERM
+    }
+    expect(fastSet(d.id)).toContain(`${a.ip} . tcp . 80`);
+    expect(fastSet(d.id)).not.toContain(b.ip);
+    expect(await rawConnect(d.id, b.ip)).toBe(false);
+    // Nothing but TCP to a member leaves by eth0: UDP elsewhere than DNS is dropped there.
+    expect(await sh(d.id, `python3 -c 'import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(2); s.sendto(b"x", ("${a.ip}", 9)); print("sent")' 2>&1 | tail -1`)).toMatch(/PermissionError|Operation not permitted/);
+  });
+
+  it("root inside (through sudo) cannot send frames out of eth0 around the gate: a packet socket is refused, and a UDP datagram so built never reaches a denied destination; eth0 has no IPv6", async () => {
+    const d = desired();
+    await driver.ensure(d);
+    await onFastPath(d.id);
+    // A listener in `b` (denied) that prints each datagram it gets.
+    const listener = spawn("ip", ["netns", "exec", b.ns, "python3", "-u", "-c", 'import socket\ns=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(("0.0.0.0", 9999)); print("ready", flush=True)\nwhile True: print(s.recv(100).decode(), flush=True)'], { stdio: ["ignore", "pipe", "inherit"] });
+    let heard = "";
+    listener.stdout!.on("data", (c: Buffer) => (heard += c.toString()));
+    try {
+      await waitFor(() => heard, (h) => h.includes("ready"));
+      const gwMac = readFileSync("/sys/class/net/kruise0/address", "utf8").trim();
+      // An Ethernet frame to the bridge (the gateway) carrying IPv4/UDP from the sandbox's address
+      // to b:9999, sent on an AF_PACKET socket: the IPv4 output hook (the gate) never sees it.
+      const frame = [
+        "import socket, struct, subprocess",
+        'src = subprocess.run(["ip", "-4", "-o", "addr", "show", "dev", "eth0"], capture_output=True, text=True).stdout.split()[3].split("/")[0]',
+        'link = subprocess.run(["ip", "-o", "link", "show", "dev", "eth0"], capture_output=True, text=True).stdout.split()',
+        'mac = link[link.index("link/ether") + 1]',
+        'payload = b"around-the-gate"',
+        'udp = struct.pack("!HHHH", 40000, 9999, 8 + len(payload), 0) + payload',
+        'def csum(h): t = sum(struct.unpack("!10H", h)); t = (t >> 16) + (t & 0xffff); t += t >> 16; return ~t & 0xffff',
+        `hdr = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(udp), 1, 0, 64, 17, 0, socket.inet_aton(src), socket.inet_aton("${b.ip}"))`,
+        'hdr = hdr[:10] + struct.pack("!H", csum(hdr)) + hdr[12:]',
+        `eth = bytes.fromhex("${gwMac.replace(/:/g, "")}") + bytes.fromhex(mac.replace(":", "")) + b"\\x08\\x00"`,
+        "try:",
+        "    s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)",
+        '    s.bind(("eth0", 0))',
+        "    for i in range(3): s.send(eth + hdr + udp)",
+        '    print("sent")',
+        "except OSError as e:",
+        '    print("refused", e.errno)',
+      ].join("\n");
+      const r = await shIn(driver, d.id, `sudo -n python3 -c '${frame}'`);
+      // What was sent before it has arrived by the time this later datagram (from the host) does.
+      execFileSync("python3", ["-c", `import socket; socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b"marker", ("${b.ip}", 9999))`]);
+      await waitFor(() => heard, (h) => h.includes("marker"));
+      expect(heard.split("\n").filter(Boolean)).toEqual(["ready", "marker"]);
+      expect(r.stdout.trim(), r.stderr).toBe("refused 1"); // EPERM: no CAP_NET_RAW
+    } finally {
+      listener.kill("SIGKILL");
+    }
+    // The gate is an IPv4 chain: eth0 has no IPv6 at all (not even a link-local address).
+    expect(await sh(d.id, "cat /proc/sys/net/ipv6/conf/eth0/disable_ipv6; ip -6 -o addr show dev eth0 | wc -l")).toBe("1\n0");
+  });
+});
