@@ -13,7 +13,7 @@ export interface OpsCandidate {
   phase: Phase;
   /** The template revision it runs. */
   revision: string;
-  /** The run whose upgrade of it is under way or failed (heldBy): another run skips it. */
+  /** The run whose upgrade of it is under way (heldBy): another run skips it. */
   upgradingBy?: string;
 }
 
@@ -28,16 +28,16 @@ export interface UpgradeRequest {
   /** The run's name: the group wakes it once that restore is no longer owed (it may hold the
    * snapshot past its own need, until the sandbox's resume restores it). */
   holder?: string;
-  /** The run asking (its name): while its upgrade is under way (or failed, for its resume to
-   * retry) another run's upgrade of the sandbox is not applied (heldBy), so two runs selecting
-   * one sandbox with different targets do not take turns re-sending theirs. */
+  /** The run asking (its name): while its upgrade is under way another run's upgrade of the
+   * sandbox is not applied (heldBy), so two runs selecting one sandbox with different targets do
+   * not take turns re-sending theirs. */
   by?: string;
   /** The run's step asking (when traced): the upgrade's intent and the agent's work join its trace. */
   traceparent?: string;
 }
 
 /** `waiting`: not started yet (the sandbox is pausing, resuming or starting); asked again later. */
-/** `held`: another run's upgrade of it is under way (or failed): left to that run (`message`). */
+/** `held`: another run's upgrade of it is under way: left to that run (`message`). */
 export type UpgradeStatus = "waiting" | "updating" | "succeeded" | "failed" | "gone" | "held";
 export interface UpgradeOutcome {
   status: UpgradeStatus;
@@ -49,7 +49,8 @@ export interface UpgradeOutcome {
 }
 
 export function opsCandidate(s: SandboxState): OpsCandidate {
-  const by = s.upgrade && !s.upgrade.done ? s.upgrade.by : undefined;
+  // Held as heldBy says: an upgrade under way, not a failed one.
+  const by = s.upgrade && !s.upgrade.done && s.phase !== "Failed" ? s.upgrade.by : undefined;
   return { id: s.spec.id, templateId: s.spec.templateId, cluster: s.spec.cluster, labels: s.spec.labels, phase: s.phase, revision: s.spec.template.revision, ...(by ? { upgradingBy: by } : {}) };
 }
 
@@ -57,20 +58,21 @@ export function opsCandidate(s: SandboxState): OpsCandidate {
 export const heldMessage = (run: string, detail = "its upgrade of it is under way") => `left alone: SandboxUpdateOps "${run}" holds it (${detail})`;
 
 /**
- * The run holding `s` against run `by`: the one whose upgrade of it is under way, or failed (its
- * resume retries it; OpenKruise skips a sandbox labelled by another active ops the same way).
- * First come holds it; once that upgrade is done another run may upgrade it.
+ * The run holding `s` against run `by`: the one whose upgrade of it is under way (OpenKruise skips
+ * a sandbox labelled by another active ops the same way). First come holds it; once that upgrade
+ * is done, or has failed, another run may upgrade it. A failed upgrade does not hold: its run may
+ * be failed for good or deleted, and nothing would ever release the sandbox (review N4).
  */
 export function heldBy(s: SandboxState, by: string | undefined): string | undefined {
   const u = s.upgrade;
-  return u && !u.done && u.by && by && u.by !== by ? u.by : undefined;
+  return u && !u.done && s.phase !== "Failed" && u.by && by && u.by !== by ? u.by : undefined;
 }
 
 /** Where the upgrade to (`revision`, `attempt`) of `s` by run `by` stands. */
 export function upgradeOutcome(s: SandboxState | null, revision: string, attempt: number, by?: string): UpgradeOutcome {
   if (!s || s.phase === "Terminating") return { status: "gone" };
   const holder = heldBy(s, by);
-  if (holder) return { status: "held", message: heldMessage(holder, `its upgrade to revision ${s.upgrade!.revision} is ${s.phase === "Failed" ? "failed, for its resume to retry" : "under way"}`) };
+  if (holder) return { status: "held", message: heldMessage(holder, `its upgrade to revision ${s.upgrade!.revision} is under way`) };
   const u = s.upgrade;
   if (!u || u.revision !== revision || u.attempt < attempt) return { status: "waiting" };
   // A paused sandbox's restore: not known until its first report (pending keeps the snapshot).

@@ -171,7 +171,9 @@ export async function startSystem(opts: SystemOptions): Promise<System> {
     void exited.then((e) => (exit = e));
     const deadline = Date.now() + 30_000;
     for (;;) {
-      if (exit) throw new Error(`agent exited (${describeExit(exit)}); see ${opts.agentOutput === "inherit" ? "its output above" : agentLog}`);
+      // The log's last lines go into the error: a test's data folder (and the log in it) is
+      // removed when the test ends, so a failure in CI would otherwise leave nothing to read.
+      if (exit) throw new Error(`agent exited (${describeExit(exit)}); see ${opts.agentOutput === "inherit" ? "its output above" : `${agentLog}; its last lines:\n${logTail(agentLog)}`}`);
       const res = await fetch(`${edgeUrl}/admin/clusters/local`, { headers: { "x-api-key": secrets.adminApiKey } }).catch(() => undefined);
       if (res?.ok) {
         const status = (await res.json()) as { connected: boolean; isolation: string | null; agentId: string | null };
@@ -230,4 +232,13 @@ export async function startSystem(opts: SystemOptions): Promise<System> {
     },
   };
   return system;
+}
+
+/** The last `lines` lines of a log file, or a note that it could not be read. */
+function logTail(file: string, lines = 30): string {
+  try {
+    return readFileSync(file, "utf8").trimEnd().split("\n").slice(-lines).join("\n");
+  } catch (err) {
+    return `(unreadable: ${(err as Error).message})`;
+  }
 }

@@ -42,9 +42,11 @@ describe("sandbox upgrade", () => {
     // Run a asking again (each poll re-sends) sends nothing new and is still its own.
     expect(transition(b.state, byA(r2), T0 + 3).effects).toEqual([]);
     expect(upgradeOutcome(b.state, "r2", 1, "a").status).toBe("updating");
-    // Failed, it stays held (run a's resume retries it).
+    // Failed, it is no longer held: run a may be failed for good or deleted, and nothing would
+    // release it; run b's upgrade goes ahead (review N4).
     const failed = transition(b.state, observe("Failed", 3, false), T0 + 4).state!;
-    expect(upgradeOutcome(failed, "r3", 1, "b").status).toBe("held");
+    expect(upgradeOutcome(failed, "r3", 1, "b").status).not.toBe("held");
+    expect(transition(failed, byB(r3), T0 + 5).state!.spec.template.revision).toBe("r3");
     // Done: run b's upgrade goes ahead.
     const done = transition(b.state, observe("Running", 3), T0 + 4).state!;
     expect(upgradeOutcome(done, "r2", 1, "a").status).toBe("succeeded");
