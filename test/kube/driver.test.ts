@@ -355,6 +355,9 @@ spec: { hard: { pods: "0" } }
   });
 
   it("kubectl patch of spec.paused becomes a request for the edge, and the edge's answer pauses it", async () => {
+    // The restart above makes the driver's first look at each Sandbox (its resync requests, after
+    // every watcher has listed) run late: let it finish, so only this patch's requests are counted.
+    await driver.idle();
     requests.length = 0;
     kubectlOk(["-n", ns, "patch", "sbx", "python-poolb", "--type", "merge", "-p", '{"spec":{"paused":true}}']);
     const shown = JSON.parse(kubectlOk(["-n", ns, "get", "sbx", "python-poolb", "-o", "json"])).metadata.annotations["agents.kruise.io/edge-generation"];

@@ -77,9 +77,12 @@ export async function runRuntimes(namespace: string, opts: { watchTimeoutMs?: nu
   const core = kc.makeApiClient(CoreV1Api);
   const patch = setHeaderOptions("Content-Type", PatchStrategy.MergePatch);
   const runtimes = new Map<string, ChildProcess>();
+  // After stop() no runtime may start: one spawned by an event still in flight would outlive the
+  // test, and its inherited stderr kept vitest from exiting (a CI run hung on one).
+  let stopped = false;
   const onPod = async (pod: V1Pod) => {
     const name = pod.metadata!.name!;
-    if (!pod.status?.podIP || runtimes.has(name) || pod.metadata?.deletionTimestamp) return;
+    if (stopped || !pod.status?.podIP || runtimes.has(name) || pod.metadata?.deletionTimestamp) return;
     // A runtime that dies before it listens (a loaded machine) is started again: its pod would
     // otherwise never get a runtime, and its sandbox never become ready.
     for (let attempt = 1; ; attempt++) {
@@ -94,6 +97,7 @@ export async function runRuntimes(namespace: string, opts: { watchTimeoutMs?: nu
         });
         child.once("exit", () => ok(undefined));
       });
+      if (stopped) return void child.kill();
       if (url) return void (await persist(() => core.patchNamespacedPod({ name, namespace, body: { metadata: { annotations: { [ANNOTATION.runtimeUrl]: url } } } }, patch)));
       if (runtimes.get(name) !== child || attempt >= 3) return void note("runtimes", `the runtime of pod ${name} exited before it listened (attempt ${attempt})`);
     }
@@ -108,6 +112,7 @@ export async function runRuntimes(namespace: string, opts: { watchTimeoutMs?: nu
   await pods.start();
   return {
     stop() {
+      stopped = true;
       void pods.stop();
       for (const c of runtimes.values()) c.kill();
     },
