@@ -65,7 +65,9 @@ describe("agent logs", () => {
     const byCreate = lines.filter((l) => l.msg === "claimed" || (l.msg === "phase" && l.phase === "Running" && l.from !== "Paused"));
     expect(byCreate.length, JSON.stringify(lines)).toBeGreaterThan(0);
     expect(byCreate.at(-1)!.traceId, JSON.stringify(lines)).toBe(created.requestId);
-    expect(lines.find((l) => l.phase === "Paused")?.traceId).toBe(paused.requestId);
-    expect(lines.find((l) => l.phase === "Deleted")?.traceId).toBe(killed.requestId);
+    // Some line of each phase carries its request's id (a phase can be logged more than once, e.g.
+    // re-observed by other work: CI run 3 saw a Paused line with another id).
+    expect(lines.filter((l) => l.phase === "Paused").map((l) => l.traceId), JSON.stringify(lines)).toContain(paused.requestId);
+    expect(lines.filter((l) => l.phase === "Deleted").map((l) => l.traceId), JSON.stringify(lines)).toContain(killed.requestId);
   });
 });
