@@ -463,8 +463,15 @@ export class TrafficProxy {
     const mine = this.#fast.get(sandbox);
     if (!mine || !this.#o.fastPath) return;
     this.#fast.delete(sandbox);
-    const denied = [...mine.values()].find((f) => !this.#judge(sandbox, f.host, f.ip, f.port).allowed);
-    if (denied) this.#o.log?.(`traffic-proxy: ${sandbox || "sandbox"}: ended its fast-path connections after a rule change: ${(this.#judge(sandbox, denied.host, denied.ip, denied.port) as { reason: string }).reason}`);
+    let denied: string | undefined;
+    for (const f of mine.values()) {
+      const v = this.#judge(sandbox, f.host, f.ip, f.port);
+      if (!v.allowed) {
+        denied = v.reason;
+        break;
+      }
+    }
+    if (denied !== undefined) this.#o.log?.(`traffic-proxy: ${sandbox || "sandbox"}: ended its fast-path connections after a rule change: ${denied}`);
     void this.#o.fastPath.flush(sandbox, denied !== undefined);
   }
 
