@@ -161,7 +161,8 @@ export class RedirectedPath {
     }
     if (!v.allowed) return this.#refuse(sandbox, client, `${ip}:${port}`, v.by, seen, v.source);
     ALLOWED.inc();
-    const byAddress = decideGoverned(g, { ip, port, names: [] }, c.refuse).allowed;
+    // Only a connection the fast path may take needs to know (a proxy without one: no second decision).
+    const byAddress = c.fast !== undefined && !l7 && decideGoverned(g, { ip, port, names: [] }, c.refuse).allowed;
     return this.#pass(sandbox, client, ip, port, host, head, seen, v.by, l7, byAddress ? FAST_PATH_CAP_S : ANSWER_TTL_S, epoch);
   }
 
