@@ -12,6 +12,7 @@ import { W3CTraceContextPropagator } from "@opentelemetry/core";
 import { OTLPTraceExporter } from "@opentelemetry/exporter-trace-otlp-http";
 import { resourceFromAttributes } from "@opentelemetry/resources";
 import { BatchSpanProcessor, TracerProvider } from "@opentelemetry/sdk-trace";
+import { endWithResponse } from "./http-span.ts";
 
 const propagator = new W3CTraceContextPropagator();
 let provider: TracerProvider | null = null;
@@ -97,9 +98,5 @@ export function traceHop(name: string, req: IncomingMessage, res: ServerResponse
   const span = trace.getTracer(scope).startSpan(name, { kind: SpanKind.SERVER, attributes }, parentFrom(typeof given === "string" ? given : undefined));
   const own = traceparentOf(trace.setSpan(ROOT_CONTEXT, span));
   if (own) req.headers.traceparent = own;
-  res.once("close", () => {
-    span.setAttribute("http.response.status_code", res.statusCode);
-    if (res.statusCode >= 500 || !res.writableFinished) span.setStatus({ code: SpanStatusCode.ERROR, message: res.writableFinished ? `status ${res.statusCode}` : "cut before its end" });
-    span.end();
-  });
+  endWithResponse(span, res);
 }

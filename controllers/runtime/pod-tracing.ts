@@ -6,11 +6,12 @@
 // span-recorder.ts: the API's Span, the exporter's ReadableSpan, no SDK), sent by the OTLP/HTTP
 // exporter; cli.ts loads this module only when the endpoint is set.
 import type { IncomingMessage, ServerResponse } from "node:http";
-import { SpanKind, SpanStatusCode } from "@opentelemetry/api";
+import { SpanKind } from "@opentelemetry/api";
 import { OTLPTraceExporter } from "@opentelemetry/exporter-trace-otlp-http";
 import { resourceFromAttributes } from "@opentelemetry/resources";
 import type { ReadableSpan } from "@opentelemetry/sdk-trace";
 import { EdgeSpan, parseTraceparent, traceparentOf, type SpanSink } from "../../lib/tracing/span-recorder.ts";
+import { endWithResponse } from "../lib/http-span.ts";
 
 /** The scope of the runtime's spans, as the agent's embedded runtime names its own (RUNTIME_SCOPE). */
 const SCOPE = "agent-runtime";
@@ -49,11 +50,7 @@ export function podTracing(endpoint: string, serviceName = "agent-runtime"): Pod
       const span = new EdgeSpan(sink, name, SpanKind.SERVER, attributes, typeof given === "string" ? parseTraceparent(given) : undefined);
       // The request's traceparent becomes this span's, so what it is handed to is its child.
       if (span.isRecording()) req.headers.traceparent = traceparentOf(span.spanContext());
-      res.once("close", () => {
-        span.setAttribute("http.response.status_code", res.statusCode);
-        if (res.statusCode >= 500 || !res.writableFinished) span.setStatus({ code: SpanStatusCode.ERROR, message: res.writableFinished ? `status ${res.statusCode}` : "cut before its end" });
-        span.end();
-      });
+      endWithResponse(span, res);
     },
   };
 }
