@@ -162,8 +162,10 @@ export class LocalEgress {
     return this.#listening;
   }
 
-  /** The sandbox is gone: the proxy drops what it kept for it (fast-path list, epoch). */
+  /** The sandbox is gone: what was kept for it goes (its L7 state; the proxy's fast-path list and
+   * epoch). */
   forget(id: string): void {
+    this.l7.forget(id);
     this.#proxy?.forget(id);
   }
 

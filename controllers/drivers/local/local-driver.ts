@@ -843,7 +843,6 @@ export class LocalDriver implements Driver {
       const layout = layoutFor(this.#dataDir, id);
       const rec = readRecord(layout.record);
       await this.#endProcesses(rec ?? { id });
-      this.#egress.l7.forget(id);
       this.#egress.forget(id);
       // Before the directory moves: the trash is deleted file by file, never through a mount.
       await unmountSandbox(this.#spawner, layout.merged, layout.disk);
