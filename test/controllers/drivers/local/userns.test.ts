@@ -3,11 +3,14 @@
 // sandbox owns (it mounts a tmpfs) and nothing on the host, and the range survives an agent
 // restart and a Stop pause. Without a user namespace (KRUISE_LOCAL_USERNS=off) root inside keeps
 // no capabilities and no-new-privs, as before.
+import { spawnSync } from "node:child_process";
 import { mkdtempSync, readdirSync, readFileSync, readlinkSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
+import { helperEnv, PERL, syscallNumbers } from "../../../../controllers/drivers/local/host-helpers.ts";
 import { LocalDriver } from "../../../../controllers/drivers/local/local-driver.ts";
+import { USERNS_SCRIPT } from "../../../../controllers/drivers/local/userns.ts";
 import { readRecord } from "../../../../controllers/drivers/local/records.ts";
 import type { SandboxUser } from "../../../../controllers/runtime/sandbox-view.ts";
 import { desiredSandbox, destroyAll, shIn, USER } from "./fixture.ts";
@@ -118,6 +121,37 @@ describe("user namespace", () => {
     expect(r.stdout).toBe("kept\n1000\n");
     await driver.destroy(d.id);
     expect(() => readFileSync(`/run/kruise-uids/${before.base}`)).toThrow();
+  });
+});
+
+describe("userns.pl's requests (it runs as host root; allow-setuid.pl runs in a child it forks)", () => {
+  it("only `allow-setuid` and three numbers are taken; a holder in the host's user namespace is refused, the host's `/` untouched", () => {
+    const nr = syscallNumbers();
+    const rootBefore = readFileSync("/proc/self/mountinfo", "utf8").split("\n").find((l) => l.split(" ")[4] === "/");
+    const requests = [
+      "allow-setuid 1;touch${IFS}/tmp/x 2 3",
+      "allow-setuid 1 2",
+      "allow-setuid 1 2 3 4",
+      "allow-setuid -1 2 3",
+      "allow-setuid 1 0x2 3",
+      "sh -c id 1",
+      "allow-setuid\t1 2 3\u0000",
+      // Well formed, but the pid is a host process (a holder's pid reused, say): allow-setuid.pl
+      // refuses to remount what it would see as `/`.
+      `allow-setuid ${process.pid} ${nr.setns} ${nr.mount}`,
+    ];
+    const r = spawnSync(PERL, [USERNS_SCRIPT, "3000000000", "1", String(nr.unshare), String(nr.openTree), String(nr.mountSetattr), String(nr.moveMount)], {
+      env: helperEnv(),
+      input: requests.map((l) => `${l}\n`).join(""),
+      encoding: "utf8",
+      timeout: 20_000,
+    });
+    expect(r.status).toBe(0);
+    const [pid, ...answers] = r.stdout.split("\n").slice(0, -1);
+    expect(pid).toMatch(/^\d+$/);
+    expect(answers).toEqual([...Array(7).fill("bad request"), "allow-setuid: exit 127"]);
+    expect(r.stderr).toContain("the holder shares the host's user namespace");
+    expect(readFileSync("/proc/self/mountinfo", "utf8").split("\n").find((l) => l.split(" ")[4] === "/")).toBe(rootBefore);
   });
 });
 
