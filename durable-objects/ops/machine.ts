@@ -309,12 +309,12 @@ export function restoredMessage(snapshotId: string, onResume = false): string {
   return `files restored from checkpoint snapshot ${snapshotId}${onResume ? " when it resumes" : ""} (deleted once restored); memory not restored (processes start afresh)`;
 }
 
-/** The member's snapshot is no longer needed: it goes to `freeing`. */
 function skip(s: OpsState, m: OpsMember, message: string, now: number): void {
   Object.assign(m, { status: "Skipped", message, updatedAt: now });
   event(s, now, "Warning", "SandboxHeld", message, m.id);
 }
 
+/** The member's snapshot is no longer needed: it goes to `freeing`. */
 function free(s: OpsState, m: OpsMember): void {
   if (!m.checkpoint) return;
   s.freeing = [...(s.freeing ?? []), { snapshotId: m.checkpoint.snapshotId, sandboxId: m.id }];
