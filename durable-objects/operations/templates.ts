@@ -56,8 +56,9 @@ export async function putTemplate(env: Env, input: PutTemplateInput): Promise<Re
   });
 }
 
-/** Deletes a team's template and drains its warm pool; `found` is false when there was none. */
-export async function removeTemplate(env: Env, teamId: string, templateId: string): Promise<Result<{ found: boolean }>> {
+/** Deletes a team's template and drains its warm pool; `found` is false when there was none,
+ * `template` the record as it was before the delete (none: none). */
+export async function removeTemplate(env: Env, teamId: string, templateId: string): Promise<Result<{ found: boolean; template?: TemplateRecord }>> {
   return refusalsAsResult(async () => {
     const db = getDb(env);
     const before = await getTemplate(db, teamId, templateId);
@@ -68,7 +69,7 @@ export async function removeTemplate(env: Env, teamId: string, templateId: strin
     if (!res.ok) throw ApiError.from(res.error);
     const team = before && (await listTeams(db, teamId))[0];
     if (team) await templateLeft(env, before.spec.cluster, team.name);
-    return { found };
+    return { found, ...(before ? { template: before } : {}) };
   });
 }
 
