@@ -15,7 +15,7 @@ import { selectorMatches } from "../../schema/api/update-ops.ts";
 import { heldMessage, type OpsCandidate, type UpgradeOutcome } from "../sandbox/upgrade.ts";
 
 export type OpsPhase = "Pending" | "Updating" | "Completed" | "Failed";
-/** `Skipped`: another run holds the sandbox (its upgrade of it under way or failed); left to it. */
+/** `Skipped`: another run holds the sandbox (its upgrade of it under way, not failed: heldBy); left to it. */
 export type MemberStatus = "Pending" | "Updating" | "Succeeded" | "Failed" | "Skipped";
 
 /** One sandbox's status line. */
