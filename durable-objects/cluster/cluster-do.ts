@@ -26,7 +26,7 @@ import { sandboxGroupOf, sandboxGroupStub } from "../sandbox/stub.ts";
 import { CoarseTimers } from "../coarse-timers.ts";
 import { TurnWrites } from "../turn-writes.ts";
 import { CrdSync } from "./crd-sync.ts";
-import { batches, ENQUEUE_MAX_BYTES } from "../pool/enqueue-batch.ts";
+import { batches, ENQUEUE_MAX_BYTES, utf8Bytes } from "../pool/enqueue-batch.ts";
 import { BUILD_FEATURE, type BuildEvents, type BuildFrame } from "../../schema/protocol/build.ts";
 import { recordBuildEvents } from "../operations/template-builds.ts";
 import type { Result } from "../sandbox/state.ts";
@@ -617,7 +617,10 @@ export class ClusterDO extends DurableObject<Env> {
     const go = () => {
       // At most FRAME_BATCH intents and FRAME_MAX_BYTES of them (secret values, long rules) per
       // frame; one larger than that still leaves alone (the edge bounds each intent far below).
-      for (const frame of batches(items, FRAME_BATCH, FRAME_MAX_BYTES)) this.send({ type: "intents", items: frame });
+      // Each is encoded once, measured and sent as that text: the frame is byte for byte
+      // JSON.stringify({ type: "intents", items: frame }).
+      const encoded = items.map((i) => JSON.stringify(i));
+      for (const frame of batches(encoded, FRAME_BATCH, FRAME_MAX_BYTES, utf8Bytes)) this.sendText(`{"type":"intents","items":[${frame.join(",")}]}`);
     };
     const needs = items.filter((i) => i.intent.desired.state !== "deleted" && i.intent.team && transformSecrets(i.intent.networkRules).length);
     // A team this session's profile set left out (a first sandbox here): its profiles go first.
@@ -675,10 +678,15 @@ export class ClusterDO extends DurableObject<Env> {
   }
 
   private send(msg: EdgeMessage): void {
+    this.sendText(JSON.stringify(msg));
+  }
+
+  /** Sends a frame already encoded (an EdgeMessage as JSON). */
+  private sendText(frame: string): void {
     const ws = this.agentSocket();
     if (!ws) return;
     try {
-      ws.send(JSON.stringify(msg));
+      ws.send(frame);
     } catch (err) {
       // The socket died under us: webSocketClose follows and marks the session disconnected.
       LOG.warn("send failed", { error: err });

@@ -4,7 +4,7 @@ import { ApiError } from "../../schema/errors.ts";
 import type { Caller, Env } from "../env.ts";
 import { getDb } from "../store/db.ts";
 import { buildsOf, claimUnusedImages, deleteBuildsOf, deleteTags, putTags, tagsOf } from "../store/template-builds.ts";
-import { getTemplate, resolveTemplate } from "../store/templates.ts";
+import { resolveTemplate } from "../store/templates.ts";
 import { BUILT_IMAGE, removeTemplate } from "./templates.ts";
 
 /** `GET /templates/aliases/{alias}`: the caller's template (or a build of it), or a public one. */
@@ -37,7 +37,6 @@ export async function listTags(env: Env, caller: Caller, templateId: string) {
   return (await tagsOf(db, caller.teamId, templateId)).map((t) => ({ tag: t.tag, buildID: t.buildId, createdAt: new Date(t.createdAt).toISOString() }));
 }
 
-
 /** `DELETE /templates/{id}`: the caller's template, its pool and its builds. Each cluster's agent
  * is asked to free the root filesystems of its builds (and the one its spec named) that no other
  * template names and no remaining build published: two templates may share one build's image
@@ -47,9 +46,9 @@ export async function listTags(env: Env, caller: Caller, templateId: string) {
  * this frees. The agent keeps layers a sandbox still mounts. */
 export async function deleteTemplateAndBuilds(env: Env, caller: Caller, templateId: string): Promise<void> {
   const db = getDb(env);
-  const template = await getTemplate(db, caller.teamId, templateId);
   const removed = await removeTemplate(env, caller.teamId, templateId);
   if (!removed.ok) throw ApiError.from(removed.error);
+  const template = removed.template;
   const candidates = new Map<string, string>();
   for (const b of await buildsOf(db, caller.teamId, templateId)) candidates.set(b.image, b.cluster);
   if (template && BUILT_IMAGE.test(template.spec.image)) candidates.set(template.spec.image, template.spec.cluster);

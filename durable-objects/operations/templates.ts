@@ -16,8 +16,8 @@ import { ensureTeam, listTeams } from "../store/teams.ts";
  * gets its SecurityProfile set again if it holds the team's, so a team it no longer serves (no
  * template and no sandbox there) is pruned now rather than at the next send (a profile may hold a
  * literal token). Best effort: the template change stands either way. */
-async function templateLeft(env: Env, cluster: string | undefined, teamName: string): Promise<void> {
-  await env.CLUSTER.get(env.CLUSTER.idFromName(cluster ?? "local"))
+async function templateLeft(env: Env, cluster: string, teamName: string): Promise<void> {
+  await env.CLUSTER.get(env.CLUSTER.idFromName(cluster))
     .resendForTeam(teamName)
     .catch(() => {});
 }
@@ -49,14 +49,16 @@ export async function putTemplate(env: Env, input: PutTemplateInput): Promise<Re
     });
     evictTemplates();
     const pool = await configurePool(env, t, input.teamName);
-    if (before && (before.spec.cluster ?? "local") !== (t.spec.cluster ?? "local")) await templateLeft(env, before.spec.cluster, input.teamName);
+    // A record's spec is parsed: its cluster is always named ("local" by default).
+    if (before && before.spec.cluster !== t.spec.cluster) await templateLeft(env, before.spec.cluster, input.teamName);
     if (before && before.spec.image !== t.spec.image) await freeSupersededImage(env, before.spec.image, before.spec.cluster);
     return { template: t, pool, existed };
   });
 }
 
-/** Deletes a team's template and drains its warm pool; `found` is false when there was none. */
-export async function removeTemplate(env: Env, teamId: string, templateId: string): Promise<Result<{ found: boolean }>> {
+/** Deletes a team's template and drains its warm pool; `found` is false when there was none,
+ * `template` the record as it was before the delete (none: none). */
+export async function removeTemplate(env: Env, teamId: string, templateId: string): Promise<Result<{ found: boolean; template?: TemplateRecord }>> {
   return refusalsAsResult(async () => {
     const db = getDb(env);
     const before = await getTemplate(db, teamId, templateId);
@@ -67,7 +69,7 @@ export async function removeTemplate(env: Env, teamId: string, templateId: strin
     if (!res.ok) throw ApiError.from(res.error);
     const team = before && (await listTeams(db, teamId))[0];
     if (team) await templateLeft(env, before.spec.cluster, team.name);
-    return { found };
+    return { found, ...(before ? { template: before } : {}) };
   });
 }
 

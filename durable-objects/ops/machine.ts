@@ -15,7 +15,7 @@ import { selectorMatches } from "../../schema/api/update-ops.ts";
 import { heldMessage, type OpsCandidate, type UpgradeOutcome } from "../sandbox/upgrade.ts";
 
 export type OpsPhase = "Pending" | "Updating" | "Completed" | "Failed";
-/** `Skipped`: another run holds the sandbox (its upgrade of it under way or failed); left to it. */
+/** `Skipped`: another run holds the sandbox (its upgrade of it under way, not failed: heldBy); left to it. */
 export type MemberStatus = "Pending" | "Updating" | "Succeeded" | "Failed" | "Skipped";
 
 /** One sandbox's status line. */
@@ -309,12 +309,12 @@ export function restoredMessage(snapshotId: string, onResume = false): string {
   return `files restored from checkpoint snapshot ${snapshotId}${onResume ? " when it resumes" : ""} (deleted once restored); memory not restored (processes start afresh)`;
 }
 
-/** The member's snapshot is no longer needed: it goes to `freeing`. */
 function skip(s: OpsState, m: OpsMember, message: string, now: number): void {
   Object.assign(m, { status: "Skipped", message, updatedAt: now });
   event(s, now, "Warning", "SandboxHeld", message, m.id);
 }
 
+/** The member's snapshot is no longer needed: it goes to `freeing`. */
 function free(s: OpsState, m: OpsMember): void {
   if (!m.checkpoint) return;
   s.freeing = [...(s.freeing ?? []), { snapshotId: m.checkpoint.snapshotId, sandboxId: m.id }];

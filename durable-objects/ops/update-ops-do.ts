@@ -14,7 +14,7 @@ import { ErrorCode } from "../../schema/errors.ts";
 import type { UpdateOpsSpec } from "../../schema/api/update-ops.ts";
 import type { TemplateSpec } from "../../schema/protocol/index.ts";
 import { protocolTemplate } from "../pool/member-intent.ts";
-import { sandboxGroupOf, sandboxGroupStub } from "../sandbox/stub.ts";
+import { bySandboxGroup, sandboxGroupStub } from "../sandbox/stub.ts";
 import type { OpsCandidate, UpgradeOutcome, UpgradeRequest } from "../sandbox/upgrade.ts";
 import type { Result, SandboxNote } from "../sandbox/state.ts";
 import { getDb } from "../store/db.ts";
@@ -134,10 +134,8 @@ export class UpdateOpsDO extends DurableObject<Env> {
     const now = Date.now();
     const due = this.store.leftSnapshots().filter((l) => leftDue(l, now));
     if (!due.length) return;
-    const byGroup = new Map<string, LeftSnapshot[]>();
-    for (const l of due) byGroup.set(sandboxGroupOf(l.upgrade.id), [...(byGroup.get(sandboxGroupOf(l.upgrade.id)) ?? []), l]);
     const answers = await Promise.all(
-      [...byGroup.values()].map((ls) => sandboxGroupStub(this.env, ls[0]!.upgrade.id).restoresNeeded(ls.map((l) => ({ id: l.upgrade.id, teamId: l.upgrade.teamId, snapshotId: l.upgrade.restoreFs })))),
+      bySandboxGroup(due, (l) => l.upgrade.id).map((ls) => sandboxGroupStub(this.env, ls[0]!.upgrade.id).restoresNeeded(ls.map((l) => ({ id: l.upgrade.id, teamId: l.upgrade.teamId, snapshotId: l.upgrade.restoreFs })))),
     );
     const needed = new Set(answers.flat());
     for (const l of due) {
@@ -215,9 +213,8 @@ export class UpdateOpsDO extends DurableObject<Env> {
   private async select(run: Stored): Promise<void> {
     const db = getDb(this.env);
     const teamId = run.state.teamId;
-    const byGroup = new Map<string, string[]>();
-    for (const id of await listLiveIdsOfTeam(db, teamId)) byGroup.set(sandboxGroupOf(id), [...(byGroup.get(sandboxGroupOf(id)) ?? []), id]);
-    const found = await Promise.all([...byGroup.values()].map((ids) => sandboxGroupStub(this.env, ids[0]!).opsCandidates(teamId, ids)));
+    const groups = bySandboxGroup(await listLiveIdsOfTeam(db, teamId), (id) => id);
+    const found = await Promise.all(groups.map((ids) => sandboxGroupStub(this.env, ids[0]!).opsCandidates(teamId, ids)));
     const candidates: OpsCandidate[] = found.flat();
     const targets: Record<string, TemplateSpec> = {};
     const revisions: Record<string, string | null> = {};
@@ -246,15 +243,11 @@ export class UpdateOpsDO extends DurableObject<Env> {
     // CheckpointRestore: each member's snapshot before its recreate (after its preUpgrade).
     this.startCheckpoints(hooked.filter((m) => checkpointDue(state, m)));
     const asked = hooked.filter((m) => !checkpointDue(state, m));
-    const byGroup = new Map<string, UpgradeRequest[]>();
-    for (const m of asked) {
-      const req = upgradeRequest(run, m);
-      byGroup.set(sandboxGroupOf(m.id), [...(byGroup.get(sandboxGroupOf(m.id)) ?? []), req]);
-    }
+    const groups = bySandboxGroup(asked.map((m) => upgradeRequest(run, m)), (req) => req.id);
     // Each group's call is a span of the run's trace; the upgrades' intents (and the agent's
     // reconcile and driver steps for them) are its children.
     const answers = await Promise.all(
-      [...byGroup.values()].map((items) =>
+      groups.map((items) =>
         edgeSpan(this.env, "SandboxGroupDO.upgradeBatch", { "ops.members": items.length }, () => {
           const traceparent = currentTraceparent();
           return sandboxGroupStub(this.env, items[0]!.id).upgradeBatch(traceparent ? items.map((it) => ({ ...it, traceparent })) : items);
@@ -410,16 +403,15 @@ export class UpdateOpsDO extends DurableObject<Env> {
     if (!events.length) return;
     const { teamId, name } = this.run!.state;
     const source = `SandboxUpdateOps ${name}`;
-    const byGroup = new Map<string, { id: string; teamId: string; notes: SandboxNote[] }[]>();
+    const bySandbox = new Map<string, { id: string; teamId: string; notes: SandboxNote[] }>();
     for (const e of events) {
       const id = e.sandboxId!;
-      const items = byGroup.get(sandboxGroupOf(id)) ?? [];
-      const item = items.find((x) => x.id === id) ?? (items.push({ id, teamId, notes: [] }), items.at(-1)!);
+      const item = bySandbox.get(id) ?? bySandbox.set(id, { id, teamId, notes: [] }).get(id)!;
       item.notes.push({ at: e.at, type: e.type, reason: e.reason, message: e.message, source });
-      byGroup.set(sandboxGroupOf(id), items);
     }
+    const groups = bySandboxGroup(bySandbox.values(), (item) => item.id);
     this.eventWrites = this.eventWrites.then(() =>
-      Promise.all([...byGroup.values()].map((items) => sandboxGroupStub(this.env, items[0]!.id).recordEvents(items))).then(
+      Promise.all(groups.map((items) => sandboxGroupStub(this.env, items[0]!.id).recordEvents(items))).then(
         () => undefined,
         (err: unknown) => console.warn(`update ops ${name}: events not recorded on their sandboxes`, err),
       ),

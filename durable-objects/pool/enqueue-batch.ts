@@ -33,5 +33,10 @@ export function batches<T>(items: readonly T[], count: number, bytes = ENQUEUE_M
 
 /** The UTF-8 length of `x` as JSON. */
 export function jsonBytes(x: unknown): number {
-  return new TextEncoder().encode(JSON.stringify(x)).length;
+  return utf8Bytes(JSON.stringify(x));
+}
+
+/** The UTF-8 length of `s` (an item already encoded as JSON: sized without encoding it again). */
+export function utf8Bytes(s: string): number {
+  return new TextEncoder().encode(s).length;
 }

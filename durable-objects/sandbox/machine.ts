@@ -218,7 +218,7 @@ function updateNetwork(s: SandboxState, ev: Extract<SandboxEvent, { type: "updat
 function upgrade(current: SandboxState, s: SandboxState, ev: Extract<SandboxEvent, { type: "upgrade" }>, now: number): Transition {
   const u = s.upgrade;
   if (u && u.revision === ev.template.revision && u.attempt >= ev.attempt) return ok(current, []);
-  // Another run's upgrade under way (or failed) holds it: not applied (its outcome says `held`).
+  // Another run's upgrade under way (not a failed one) holds it: not applied (its outcome says `held`).
   if (heldBy(s, ev.by)) return ok(current, []);
   const retry = s.phase === "Failed" && u !== undefined && !u.done;
   if (s.phase === "Failed" && !retry) return refuse(s, ErrorCode.conflict, `Sandbox "${s.spec.id}" has failed`);

@@ -14,6 +14,19 @@ export function sandboxGroupOf(sandboxId: string): string {
   return sandboxId.slice(0, 1);
 }
 
+/** `items` split by their sandbox's group (`id`: an item's sandbox id), for one group call each;
+ * groups and items keep the order they first came in. */
+export function bySandboxGroup<T>(items: Iterable<T>, id: (item: T) => string): T[][] {
+  const groups = new Map<string, T[]>();
+  for (const item of items) {
+    const g = sandboxGroupOf(id(item));
+    const list = groups.get(g);
+    if (list) list.push(item);
+    else groups.set(g, [item]);
+  }
+  return [...groups.values()];
+}
+
 const SANDBOX_METHODS = ["create", "info", "kill", "setTimeout", "refresh", "pause", "connectSandbox", "updateNetwork", "logs", "route", "wake", "inspect", "recordHook", "setHooks", "snapshot"] as const;
 type SandboxMethod = (typeof SANDBOX_METHODS)[number];
 type WithoutId<F> = F extends (id: string, ...args: infer A) => infer R ? (...args: A) => R : never;

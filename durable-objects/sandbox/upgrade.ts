@@ -49,8 +49,7 @@ export interface UpgradeOutcome {
 }
 
 export function opsCandidate(s: SandboxState): OpsCandidate {
-  // Held as heldBy says: an upgrade under way, not a failed one.
-  const by = s.upgrade && !s.upgrade.done && s.phase !== "Failed" ? s.upgrade.by : undefined;
+  const by = upgradeHolder(s);
   return { id: s.spec.id, templateId: s.spec.templateId, cluster: s.spec.cluster, labels: s.spec.labels, phase: s.phase, revision: s.spec.template.revision, ...(by ? { upgradingBy: by } : {}) };
 }
 
@@ -64,8 +63,13 @@ export const heldMessage = (run: string, detail = "its upgrade of it is under wa
  * be failed for good or deleted, and nothing would ever release the sandbox (review N4).
  */
 export function heldBy(s: SandboxState, by: string | undefined): string | undefined {
-  const u = s.upgrade;
-  return u && !u.done && s.phase !== "Failed" && u.by && by && u.by !== by ? u.by : undefined;
+  const holder = upgradeHolder(s);
+  return holder && by && holder !== by ? holder : undefined;
+}
+
+/** The run whose upgrade of `s` is under way (not done, not failed), if any (heldBy). */
+function upgradeHolder(s: SandboxState): string | undefined {
+  return s.upgrade && !s.upgrade.done && s.phase !== "Failed" ? s.upgrade.by : undefined;
 }
 
 /** Where the upgrade to (`revision`, `attempt`) of `s` by run `by` stands. */

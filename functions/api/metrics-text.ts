@@ -30,14 +30,15 @@ function labelsOf(key: string): Record<string, string> {
 /** The families of the scrape being rendered: each registered metric's `get()` reads its own. */
 let rendering = new Map<string, Family>();
 const registry = new Registry();
-const registered = new Set<string>();
+
+/** Family `name` with no values yet, its help and type from FAMILIES (else untyped). */
+function family(name: string): Family {
+  return { name, help: FAMILIES[name]?.help ?? name, type: FAMILIES[name]?.type ?? "untyped", aggregator: "sum", values: [] };
+}
 
 function register(name: string): void {
-  if (registered.has(name)) return;
-  registered.add(name);
-  const help = FAMILIES[name]?.help ?? name;
-  const type = FAMILIES[name]?.type ?? "untyped";
-  registry.registerMetric({ name, get: () => rendering.get(name) ?? { name, help, type, aggregator: "sum", values: [] } } as unknown as Parameters<Registry["registerMetric"]>[0]);
+  if (registry.getSingleMetric(name)) return;
+  registry.registerMetric({ name, get: () => rendering.get(name) ?? family(name) } as unknown as Parameters<Registry["registerMetric"]>[0]);
 }
 // Every known family is listed, counted or not, so a scraper sees its type from the start.
 for (const name of Object.keys(FAMILIES).sort()) register(name);
@@ -46,7 +47,7 @@ export async function renderPrometheus(c: Counts): Promise<string> {
   const byFamily = new Map<string, Family>();
   const values = (name: string) => {
     let f = byFamily.get(name);
-    if (!f) byFamily.set(name, (f = { name, help: FAMILIES[name]?.help ?? name, type: FAMILIES[name]?.type ?? "untyped", aggregator: "sum", values: [] }));
+    if (!f) byFamily.set(name, (f = family(name)));
     return f.values;
   };
   for (const [key, n] of Object.entries(c.counters).sort()) values(familyOf(key)).push({ value: n, labels: labelsOf(key) });

@@ -123,9 +123,10 @@ export interface SandboxDetail {
 
 export async function sandboxDetail(env: Env, caller: Caller, id: string): Promise<SandboxDetail | null> {
   const access = accessOf(caller);
-  const res = await sandboxHandle(env, id).info(access);
+  const sandbox = sandboxHandle(env, id);
+  const res = await sandbox.info(access);
   if (!res.ok) return null;
-  const [logs, state] = await Promise.all([sandboxLogs(env, id, access, { limit: 200, direction: "backward" }), sandboxHandle(env, id).inspect()]);
+  const [logs, state] = await Promise.all([sandboxLogs(env, id, access, { limit: 200, direction: "backward" }), sandbox.inspect()]);
   return { info: res.sandbox, logs: logs.ok ? logs.entries.reverse() : null, events: state?.events ?? [] };
 }
 

@@ -385,16 +385,17 @@ export class KubernetesDriver implements Driver {
         let message = `egress rules or a TrafficPolicy govern sandbox ${d.id}, but the injection config names no traffic-proxy image: nothing in its pod could enforce them`;
         // A pod made before a policy selected it would stay ungoverned: it goes (as #refuseUnsafe).
         if (pod) {
-          await this.#pods.delete(sc, pod, 0);
-          message += `; its pod ${pod.metadata!.name} was deleted rather than left running ungoverned`;
+          message += await this.#deleteUngoverned(sc, pod);
           await this.#status.event(sc, sbx, "Warning", EventReason.PodDeleted, message);
         }
         throw new TerminalError(ReadyReason.InvalidSpec, message);
       }
     }
     const unsafe = unsafePodSpec((sbx.spec.template ?? imageTemplate(d.template)).spec ?? { containers: [] });
-    if (unsafe.length && making) await this.#refuseUnsafe(sc, sbx, d, pod, governed, unsafe);
-    if (unsafe.length) await this.#warnUnsafe(sc, sbx, d, pod!, unsafe);
+    if (unsafe.length) {
+      if (making) await this.#refuseUnsafe(sc, sbx, d, pod, governed, unsafe);
+      await this.#warnUnsafe(sc, sbx, d, pod!, unsafe);
+    }
     // Until the edge's set arrives (an agent restart), a running pod's policy is left as it is:
     // an empty set would open what a TrafficPolicy closed.
     if (pod && hasTrafficProxy(pod) && !(this.#policiesKnown && this.#profilesKnown)) return { configMap: trafficConfigMapName(sbx.metadata!.name!), governed };
@@ -408,13 +409,17 @@ export class KubernetesDriver implements Driver {
   async #refuseUnsafe(sc: NamespaceScope, sbx: SandboxObject, d: KubeDesiredSandbox, pod: V1Pod | undefined, governed: boolean, unsafe: string[]): Promise<never> {
     const why = governed ? "egress rules, a TrafficPolicy or a SecurityProfile govern it" : "its template lists traffic-proxy";
     let message = `the traffic-proxy cannot govern sandbox ${d.id} (${why}): its template asks for ${unsafe.join("; ")}`;
-    if (pod && governed && !hasTrafficProxy(pod, true)) {
-      await this.#pods.delete(sc, pod, 0);
-      message += `; its pod ${pod.metadata!.name} was deleted rather than left running ungoverned`;
-    }
+    if (pod) message += await this.#deleteUngoverned(sc, pod);
     await this.#status.event(sc, sbx, "Warning", EventReason.UnsafePodSpec, message);
     await this.#status.poolEvent(sc, sbx, EventReason.UnsafePodSpec, `its members cannot be governed by the traffic-proxy: the template asks for ${unsafe.join("; ")}`, `unsafe-${templateHash(unsafe)}`);
     throw new UnsafePodSpecError(ReadyReason.UnsafePodSpec, message);
+  }
+
+  /** Deletes a pod that runs without a governing proxy and whose replacement is refused, rather
+   * than leave it running ungoverned; what the refusal's message adds about it. */
+  async #deleteUngoverned(sc: NamespaceScope, pod: V1Pod): Promise<string> {
+    await this.#pods.delete(sc, pod, 0);
+    return `; its pod ${pod.metadata!.name} was deleted rather than left running ungoverned`;
   }
 
   /** A pod that stays although its template would now be refused (made by an older agent, which
@@ -424,7 +429,7 @@ export class KubernetesDriver implements Driver {
     const key = `unsafe-${templateHash([pod.metadata?.uid, unsafe])}`;
     if (this.#warned.get(d.id) === key) return;
     const message = `its template asks for ${unsafe.join("; ")}: a new pod of it would be refused (UnsafePodSpec). Pod ${pod.metadata!.name} was made before (without those fields) and keeps running; its next pod (a resume after a Stop pause, a recreate) is refused unless the template changes`;
-    await this.#status.event(sc, sbx, "Warning", EventReason.UnsafePodSpec, message, `${sbx.metadata!.name!.slice(0, 200)}.${key}`);
+    await this.#status.event(sc, sbx, "Warning", EventReason.UnsafePodSpec, message, key);
     this.#warned.set(d.id, key);
   }
 

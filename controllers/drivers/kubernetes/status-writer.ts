@@ -130,11 +130,10 @@ export class StatusWriter {
   }
 
   /** An Event about a Sandbox; best effort (a refused Event is logged, never an ensure's failure).
-   * A given `name` posts it once (one of that name already there is left as it is). */
-  async event(sc: NamespaceScope, sbx: SandboxObject, type: "Normal" | "Warning", reason: string, message: string, name?: string): Promise<void> {
-    this.#ctx.count();
-    const about = { apiVersion: API_VERSION, kind: "Sandbox", name: sbx.metadata!.name!, namespace: sc.namespace, uid: sbx.metadata!.uid };
-    await postEvent(this.#ctx.core, about, type, reason, message, new Date(this.#ctx.now()), (msg) => this.#ctx.log(msg), name);
+   * A given `key` names it under the Sandbox's name, so it is posted once (one of that name
+   * already there is left as it is). */
+  async event(sc: NamespaceScope, sbx: SandboxObject, type: "Normal" | "Warning", reason: string, message: string, key?: string): Promise<void> {
+    await this.#post(sc, "Sandbox", sbx.metadata!.name!, sbx.metadata!.uid, type, reason, message, key);
   }
 
   /** An Event about a sandbox's SandboxSet (none: nothing), named `key` under the set's name so
@@ -143,9 +142,13 @@ export class StatusWriter {
     const pool = sbx.metadata?.labels?.[LABEL.pool];
     const set = pool ? sc.sandboxSets.get(pool) : undefined;
     if (!set) return;
+    await this.#post(sc, "SandboxSet", pool!, set.metadata?.uid, "Warning", reason, message, key);
+  }
+
+  async #post(sc: NamespaceScope, kind: string, name: string, uid: string | undefined, type: "Normal" | "Warning", reason: string, message: string, key?: string): Promise<void> {
     this.#ctx.count();
-    const about = { apiVersion: API_VERSION, kind: "SandboxSet", name: pool!, namespace: sc.namespace, uid: set.metadata?.uid };
-    await postEvent(this.#ctx.core, about, "Warning", reason, message, new Date(this.#ctx.now()), (msg) => this.#ctx.log(msg), `${pool!.slice(0, 200)}.${key}`);
+    const about = { apiVersion: API_VERSION, kind, name, namespace: sc.namespace, uid };
+    await postEvent(this.#ctx.core, about, type, reason, message, new Date(this.#ctx.now()), (msg) => this.#ctx.log(msg), key ? `${name.slice(0, 200)}.${key}` : undefined);
   }
 }
 
