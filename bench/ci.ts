@@ -45,7 +45,7 @@ import { freePort } from "../scripts/lib/sqld.ts";
 import { startProfiler } from "./v8-profile.ts";
 import { ingressKey, signIngress, SIGNATURE_HEADER } from "../schema/ingress/signature.ts";
 import type { Figures } from "./run.ts";
-import { cpuMs, median, minMax, round } from "./stats.ts";
+import { cpuMs, median, minMax, procCpuMs, round } from "./stats.ts";
 
 const CREATES = Number(process.env.CI_BENCH_CREATES ?? 5);
 const ROUNDS = Number(process.env.CI_BENCH_ROUNDS ?? 5);
@@ -240,8 +240,8 @@ function processTree(root: number): number[] {
   return out;
 }
 
-/** utime+stime (ms) summed over `pids`; a process gone meanwhile counts 0 (stats.ts cpuMs). */
-const cpuOf = (pids: number[]) => pids.reduce((s, p) => s + (() => { try { return cpuMs(p); } catch { return 0; } })(), 0);
+/** utime+stime (ms) summed over `pids`; a process gone meanwhile counts 0. */
+const cpuOf = (pids: number[]) => pids.reduce((s, p) => s + procCpuMs(p).own, 0);
 
 /** Host CPU per cell of each kind, by process (see the header). */
 async function cpuFigures(sys: System, sbx: Sandbox, ingress: Awaited<ReturnType<typeof ingressCalls>>, inspectorPort: number | undefined): Promise<Figures> {
