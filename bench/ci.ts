@@ -45,7 +45,7 @@ import { freePort } from "../scripts/lib/sqld.ts";
 import { startProfiler } from "./v8-profile.ts";
 import { ingressKey, signIngress, SIGNATURE_HEADER } from "../schema/ingress/signature.ts";
 import type { Figures } from "./run.ts";
-import { cpuMs, median, round } from "./stats.ts";
+import { cpuMs, median, minMax, procCpuMs, round } from "./stats.ts";
 
 const CREATES = Number(process.env.CI_BENCH_CREATES ?? 5);
 const ROUNDS = Number(process.env.CI_BENCH_ROUNDS ?? 5);
@@ -125,8 +125,6 @@ async function ingressCalls(sys: System, sandboxId: string) {
   };
 }
 
-const spreadOf = (xs: number[]): [number, number] => [round(Math.min(...xs)), round(Math.max(...xs))];
-
 export async function run(): Promise<Figures> {
   if (!new RootfsStore().templateTrees("code-interpreter")) throw new Error("the code-interpreter root filesystem is not built (cli.ts build-code-interpreter)");
   const cpu = process.argv.includes("--cpu");
@@ -164,7 +162,7 @@ async function firstResults(opts: { apiKey: string; apiUrl: string; sandboxUrl: 
     if (exec.text !== "2") throw new Error(`runCode('1+1') answered ${JSON.stringify(exec.text)}`);
     await sbx.kill();
   }
-  return { "ci.first_result_ms": { value: round(median(firsts)), unit: "ms", spread: spreadOf(firsts) } };
+  return { "ci.first_result_ms": { value: round(median(firsts)), unit: "ms", spread: minMax(firsts) } };
 }
 
 /** The cell through the SDK against the same cell on a bare kernel in the sandbox, and the parts. */
@@ -218,7 +216,7 @@ async function cellFigures(sbx: Sandbox, ingress: Awaited<ReturnType<typeof ingr
     "ci.health_ingress_p50_ms": { value: round(median(health)), unit: "ms" },
     "ci.cell_driver_p50_ms": { value: round(median(driver)), unit: "ms" },
     "ci.cell_kernel_p50_ms": { value: round(median(kernel)), unit: "ms" },
-    "ci.cell_overhead_ratio": { value: round(median(ratios)), unit: "ratio", target: "≤ 1.5", spread: spreadOf(ratios) },
+    "ci.cell_overhead_ratio": { value: round(median(ratios)), unit: "ratio", target: "≤ 1.5", spread: minMax(ratios) },
   };
 }
 
@@ -242,8 +240,8 @@ function processTree(root: number): number[] {
   return out;
 }
 
-/** utime+stime (ms) summed over `pids`; a process gone meanwhile counts 0 (stats.ts cpuMs). */
-const cpuOf = (pids: number[]) => pids.reduce((s, p) => s + (() => { try { return cpuMs(p); } catch { return 0; } })(), 0);
+/** utime+stime (ms) summed over `pids`; a process gone meanwhile counts 0. */
+const cpuOf = (pids: number[]) => pids.reduce((s, p) => s + procCpuMs(p).own, 0);
 
 /** Host CPU per cell of each kind, by process (see the header). */
 async function cpuFigures(sys: System, sbx: Sandbox, ingress: Awaited<ReturnType<typeof ingressCalls>>, inspectorPort: number | undefined): Promise<Figures> {
@@ -294,7 +292,7 @@ async function cpuFigures(sys: System, sbx: Sandbox, ingress: Awaited<ReturnType
   }
   if (profiler && EDGE_PROFILE) writeFileSync(EDGE_PROFILE, JSON.stringify(await profiler.stop()));
   const figures: Figures = { "ci.idle_agent_cpu_per_s_ms": { value: round(idle.agent! * 1000), unit: "ms" } };
-  for (const [name, xs] of Object.entries(perCell)) figures[`ci.${name}_cpu_ms`] = { value: round(median(xs)), unit: "ms", spread: spreadOf(xs) };
+  for (const [name, xs] of Object.entries(perCell)) figures[`ci.${name}_cpu_ms`] = { value: round(median(xs)), unit: "ms", spread: minMax(xs) };
   for (const [kind, xs] of Object.entries(walls)) figures[`ci.${kind}_wall_p50_ms`] = { value: round(median(xs)), unit: "ms" };
   return figures;
 }

@@ -4,38 +4,19 @@
 // descendants counted by program (strace -f). Run as root:
 //   node --cpu-prof --cpu-prof-dir=/tmp/prof bench/driver-profile.ts [rounds]
 // DRIVER_PROFILE_ROOTFS=off: the host view instead of the `base` template's root.
-import { execFileSync, spawn } from "node:child_process";
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { spawn } from "node:child_process";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { Session } from "node:inspector/promises";
-import { writeFileSync } from "node:fs";
 import { LocalDriver } from "../controllers/drivers/local/local-driver.ts";
 import type { DesiredSandbox } from "../controllers/drivers/driver.ts";
-import { median, round, schedMs } from "./stats.ts";
+import { median, procCpuMs, round, schedMs, spawnerOf } from "./stats.ts";
 import { IsolationFloor } from "./isolation-floor.ts";
 
 const ROUNDS = Number(process.argv[2] ?? 15);
 const USER = { name: "user", uid: 1000, gid: 1000, home: "/home/user", shell: "/bin/bash" };
-
-/** CPU of a process's reaped children in ms (ticks: 10 ms resolution). */
-export function childrenMs(pid: number | undefined): number {
-  try {
-    const f = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]!.split(" ").map(Number);
-    return (f[13]! + f[14]!) * 10;
-  } catch {
-    return 0;
-  }
-}
-
-function spawnerOf(pid: number): number | undefined {
-  try {
-    return Number(execFileSync("pgrep", ["-P", String(pid), "-f", "spawner-main"], { encoding: "utf8" }).trim().split("\n")[0]) || undefined;
-  } catch {
-    return undefined;
-  }
-}
 
 const selfMs = () => {
   const u = process.cpuUsage();
@@ -71,7 +52,7 @@ async function main(): Promise<void> {
     }
     for (let i = 0; i < ROUNDS; i++) {
       const d: DesiredSandbox = { ...warm, id: `dp${process.pid}x${i}` };
-      const [s0, c0] = [schedMs(sp), childrenMs(sp)];
+      const [s0, c0] = [schedMs(sp), procCpuMs(sp).children];
       let t = selfMs();
       await driver.ensure(d);
       phases.ensure.push(selfMs() - t);
@@ -82,7 +63,7 @@ async function main(): Promise<void> {
       await driver.destroy(d.id);
       phases.destroy.push(selfMs() - t);
       phases.spawner.push(schedMs(sp) - s0);
-      phases.children.push(childrenMs(sp) - c0);
+      phases.children.push(procCpuMs(sp).children - c0);
       phases.total.push(phases.ensure.at(-1)! + phases.exec.at(-1)! + phases.destroy.at(-1)! + phases.spawner.at(-1)! + phases.children.at(-1)!);
       if (floor) phases.floor.push(floor.round());
     }

@@ -43,7 +43,7 @@ import { join } from "node:path";
 import { startSystem } from "../scripts/lib/system.ts";
 import { freePort } from "../scripts/lib/sqld.ts";
 import type { Figures } from "./run.ts";
-import { cpuMs, median, percentile, pssKB, round, schedMs, timedConcurrently } from "./stats.ts";
+import { cpuMs, median, minMax, percentile, procCpuMs, pssKB, round, schedMs, spawnerOf, timedConcurrently } from "./stats.ts";
 import { startProfiler } from "./v8-profile.ts";
 import { LocalDriver } from "../controllers/drivers/local/local-driver.ts";
 import { IsolationFloor } from "./isolation-floor.ts";
@@ -89,26 +89,6 @@ function cpuTimes(since?: { busy: number; total: number }): { busy: number; tota
   const busy = total + (since?.total ?? 0) - idle - (since?.busy ?? 0);
   // USER_HZ is 100 on Linux.
   return { busy, total, busyMs: busy * 10 };
-}
-
-/** CPU time of one process and of its reaped children, in ms (0 when there is no such process). */
-function procCpuMs(pid: number | undefined): { own: number; children: number } {
-  try {
-    const f = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]!.split(" ").map(Number);
-    // Fields 14-17 of stat (utime stime cutime cstime), counted from the state field (3).
-    return { own: (f[11]! + f[12]!) * 10, children: (f[13]! + f[14]!) * 10 };
-  } catch {
-    return { own: 0, children: 0 };
-  }
-}
-
-/** The agent's spawner process, if it has one. */
-function spawnerOf(agentPid: number): number | undefined {
-  try {
-    return Number(execFileSync("pgrep", ["-P", String(agentPid), "-f", "spawner-main"], { encoding: "utf8" }).trim().split("\n")[0]) || undefined;
-  } catch {
-    return undefined;
-  }
 }
 
 /** Sandbox.create, once more when the SDK's pooled keep-alive connection was closed by the edge
@@ -232,11 +212,11 @@ export async function run(): Promise<Figures> {
     figures["e2e.create_first_cmd_1_client_p50_ms"] = { value: round(median(serial)), unit: "ms" };
     figures["local.plain_create_to_first_cmd_same_run_p50_ms"] = { value: round(median(plain)), unit: "ms" };
     figures["e2e.path_overhead_ratio"] = { value: round(median(serial) / median(plain)), unit: "ratio", target: "≤ 2.0" };
-    figures["local.driver_cpu_ms_each"] = { value: round(median(plainCpu)), unit: "ms", spread: [round(Math.min(...plainCpu)), round(Math.max(...plainCpu))] };
+    figures["local.driver_cpu_ms_each"] = { value: round(median(plainCpu)), unit: "ms", spread: minMax(plainCpu) };
     figures["local.driver_children_cpu_ms_each"] = { value: round(median(plainChildrenCpu)), unit: "ms" };
-    figures["local.driver_total_cpu_ms_each"] = { value: round(median(plainTotalCpu)), unit: "ms", spread: [round(Math.min(...plainTotalCpu)), round(Math.max(...plainTotalCpu))] };
+    figures["local.driver_total_cpu_ms_each"] = { value: round(median(plainTotalCpu)), unit: "ms", spread: minMax(plainTotalCpu) };
     if (floorCpu.length) {
-      figures["local.isolation_floor_cpu_ms_each"] = { value: round(median(floorCpu)), unit: "ms", spread: [round(Math.min(...floorCpu)), round(Math.max(...floorCpu))] };
+      figures["local.isolation_floor_cpu_ms_each"] = { value: round(median(floorCpu)), unit: "ms", spread: minMax(floorCpu) };
       figures["local.driver_vs_isolation_floor_ratio"] = { value: round(median(plainTotalCpu) / median(floorCpu)), unit: "ratio" };
     }
     figures["e2e.one_client_cpu_ms_each"] = { value: round(median(serialCpu)), unit: "ms", spread: [Math.min(...serialCpu), Math.max(...serialCpu)] };

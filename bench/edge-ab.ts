@@ -184,14 +184,14 @@ try {
   rmSync(onDisk, { recursive: true, force: true });
 }
 
-/** The bundle `wrangler deploy` would upload, built from the tree at `cwd`. */
 /**
  * CPU used so far by the other processes a create runs through: sqld, the collector (when
  * tracing), this process (the clients and the scripted agents), and the machine as a whole (every
  * process of every user: what the other engineers' load adds shows there too). In ms.
  */
 function othersCpu(): Record<string, number> {
-  const out: Record<string, number> = { sqld: cpuMs(sqld.pid), bench: (process.cpuUsage().user + process.cpuUsage().system) / 1000 };
+  const self = process.cpuUsage();
+  const out: Record<string, number> = { sqld: cpuMs(sqld.pid), bench: (self.user + self.system) / 1000 };
   if (collector) out.collector = cpuMs(collector.pid);
   // /proc/stat's first line: user nice system idle iowait irq softirq steal, in 10 ms ticks.
   const t = readFileSync("/proc/stat", "utf8").split("\n")[0]!.split(/\s+/).slice(1).map(Number);
@@ -199,6 +199,7 @@ function othersCpu(): Record<string, number> {
   return out;
 }
 
+/** The bundle `wrangler deploy` would upload, built from the tree at `cwd`. */
 function build(cwd: string, outDir: string): void {
   const bin = join(ROOT, "node_modules/.bin");
   const res = spawnSync(join(bin, "wrangler"), ["deploy", "--dry-run", "--outdir", outDir], {

@@ -13,7 +13,7 @@ import type { DesiredSandbox } from "../controllers/drivers/driver.ts";
 import { LocalDriver } from "../controllers/drivers/local/local-driver.ts";
 import { serveIn, startOutside } from "../test/support/outside-net.ts";
 import type { BenchContext, Figures } from "./run.ts";
-import { percentile as pct, round } from "./stats.ts";
+import { minMax, percentile as pct, round } from "./stats.ts";
 
 const USER = { name: "user", uid: 1000, gid: 1000, home: "/home/user", shell: "/bin/bash" };
 const STARTS = 15;
@@ -125,11 +125,11 @@ export async function run(ctx: Partial<BenchContext> = {}): Promise<Figures> {
     }
     const loadAfter = loadavg()[0]!;
     const med = (k: (typeof kinds)[number]) => pct(speeds[k], 50);
-    const spread = (k: (typeof kinds)[number]): [number, number] => [round(Math.min(...speeds[k]), 0), round(Math.max(...speeds[k]), 0)];
+    const spread = (k: (typeof kinds)[number]) => minMax(speeds[k], 0);
     /** Each round's download against that round's direct one: the median, and the lowest and highest. */
     const ratio = (k: (typeof kinds)[number], extra: { target?: string } = {}) => {
       const r = speeds[k].map((v, i) => v / speeds.direct[i]!);
-      return { value: round(pct(r, 50), 2), unit: "ratio", spread: [round(Math.min(...r), 2), round(Math.max(...r), 2)] as [number, number], ...extra };
+      return { value: round(pct(r, 50), 2), unit: "ratio", spread: minMax(r), ...extra };
     };
     return {
       "local.egress_create_to_first_cmd_p50_ms": { value: round(pct(behind, 50)), unit: "ms" },

@@ -76,7 +76,7 @@ import { startTestEdge } from "../test/kube/support/edge.ts";
 import { TestKubelet } from "../test/kube/support/kubelet.ts";
 import { ScriptedAgent, tcpTransport } from "../test/support/scripted-agent.ts";
 import type { BenchContext, Figures } from "./run.ts";
-import { percentile as pct, round, timedConcurrently } from "./stats.ts";
+import { minMax, percentile as pct, round, timedConcurrently } from "./stats.ts";
 
 const round2 = (x: number) => round(x);
 
@@ -296,7 +296,7 @@ async function claimsThroughEdge(cluster: Cluster): Promise<Figures> {
     figures["kube.claim_p99_ms"] = { value: round(pct(latencies, 99)), unit: "ms", target: "<= 200" };
     figures["kube.claims_per_s"] = { value: round(CLAIMS / claimS), unit: "claims/s" };
     figures["kube.edge_only_claim_p50_ms"] = { value: round(pct(edgeLatencies, 50)), unit: "ms" };
-    figures["kube.claim_vs_edge_claim_ratio"] = { value: round(pct(roundRatios, 50)), unit: `ratio (median of ${RATIO_ROUNDS} rounds)`, target: "<= 1.5", spread: [round(Math.min(...roundRatios)), round(Math.max(...roundRatios))] };
+    figures["kube.claim_vs_edge_claim_ratio"] = { value: round(pct(roundRatios, 50)), unit: `ratio (median of ${RATIO_ROUNDS} rounds)`, target: "<= 1.5", spread: minMax(roundRatios) };
     figures["kube.claim_1_client_p50_ms"] = { value: round(pct(one, 50)), unit: `ms (${SOLO_CLAIMS} claims, one at a time)` };
     figures["kube.edge_only_claim_1_client_p50_ms"] = { value: round(pct(oneEdge, 50)), unit: "ms" };
     figures["kube.claim_vs_edge_claim_1_client_ratio"] = { value: round(pct(one, 50) / pct(oneEdge, 50)), unit: "ratio (p50s, claims interleaved one by one)" };
@@ -447,10 +447,9 @@ export function memoryFigures(cluster: Pick<Cluster, "agentKubeconfig">): Figure
     for (const side of r % 2 ? sides.reverse() : sides) side();
   }
   const med = (xs: number[]) => pct(xs, 50);
-  const spread = (xs: number[]): [number, number] => [round(Math.min(...xs)), round(Math.max(...xs))];
   const figure = (probes: Probe[], key: keyof Probe, unit: string, target?: string) => {
     const xs = probes.map((p) => p[key]);
-    return { value: round(med(xs)), unit, ...(target ? { target } : {}), ...(xs.length > 1 ? { spread: spread(xs) } : {}) };
+    return { value: round(med(xs)), unit, ...(target ? { target } : {}), ...(xs.length > 1 ? { spread: minMax(xs) } : {}) };
   };
   const figures: Figures = {
     "kube.agent_kib_per_sandbox": figure(ours, "kib", "KiB", "<= 3"),

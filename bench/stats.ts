@@ -1,4 +1,5 @@
 // Small statistics and measurement helpers shared by the benchmark suites.
+import { execFileSync } from "node:child_process";
 import { readFileSync } from "node:fs";
 
 /** The p-th percentile (nearest rank) of `xs`. */
@@ -11,6 +12,9 @@ export function percentile(xs: number[], p: number): number {
 export const median = (xs: number[]) => percentile(xs, 50);
 
 export const round = (x: number, digits = 2) => Number(x.toFixed(digits));
+
+/** A figure's spread: the smallest and largest of `xs`, rounded. */
+export const minMax = (xs: number[], digits = 2): [number, number] => [round(Math.min(...xs), digits), round(Math.max(...xs), digits)];
 
 /** Proportional set size of a process in KB (shared pages split among their users); 0 when gone. */
 export function pssKB(pid: number): number {
@@ -50,5 +54,25 @@ export function schedMs(pid: number | undefined): number {
     return Number(readFileSync(`/proc/${pid}/schedstat`, "utf8").split(" ")[0]) / 1e6;
   } catch {
     return 0;
+  }
+}
+
+/** CPU time of one process and of its reaped children, in ms (0 when there is no such process). */
+export function procCpuMs(pid: number | undefined): { own: number; children: number } {
+  try {
+    const f = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]!.split(" ").map(Number);
+    // Fields 14-17 of stat (utime stime cutime cstime), counted from the state field (3).
+    return { own: (f[11]! + f[12]!) * 10, children: (f[13]! + f[14]!) * 10 };
+  } catch {
+    return { own: 0, children: 0 };
+  }
+}
+
+/** The spawner process of `parentPid` (an agent, or a process running a LocalDriver), if it has one. */
+export function spawnerOf(parentPid: number): number | undefined {
+  try {
+    return Number(execFileSync("pgrep", ["-P", String(parentPid), "-f", "spawner-main"], { encoding: "utf8" }).trim().split("\n")[0]) || undefined;
+  } catch {
+    return undefined;
   }
 }

@@ -2,7 +2,7 @@
 // local system: `Sandbox.create()` gets the SDK's default template (`code-interpreter-v1`, whose
 // root filesystem the tier's global setup builds), and runCode reaches port 49999, which the
 // agent-runtime serves by driving a Jupyter kernel inside the sandbox.
-import { Sandbox } from "@e2b/code-interpreter";
+import { Sandbox, type Context } from "@e2b/code-interpreter";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { seedCodeInterpreter } from "../../scripts/seed.ts";
 import { hostileEnv } from "../support/hostile-env.ts";
@@ -17,6 +17,24 @@ beforeAll(async () => {
 afterAll(async () => {
   await sbx?.kill();
 });
+
+/** runCode of a Python cell that prints `line`, waits until a file exists that the test writes only
+ * once that line reached the SDK (so the line was streamed while the cell ran), then runs `then`. */
+async function afterLineArrived(line: string, then: string, context?: Context) {
+  const go = `/tmp/go-${Date.now()}`;
+  let wrote: Promise<unknown> | undefined;
+  const exec = await sbx.runCode(`import os, time\nprint(${JSON.stringify(line)}, flush=True)\nwhile not os.path.exists(${JSON.stringify(go)}): time.sleep(0.05)\n${then}`, {
+    ...(context ? { context } : {}),
+    // Buffered until the cell's end, the line would never come: the cell would wait until this
+    // timeout interrupts it.
+    timeoutMs: 60_000,
+    onStdout: (m) => {
+      if (m.line === `${line}\n`) wrote ??= sbx.files.write(go, "");
+    },
+  });
+  await wrote;
+  return exec;
+}
 
 describe("runCode (JS code-interpreter SDK)", { timeout: 120_000 }, () => {
   it("hands hostile create-time env vars to a warm member's already started kernel only: no host process acts on them", async () => {
@@ -67,17 +85,7 @@ describe("runCode (JS code-interpreter SDK)", { timeout: 120_000 }, () => {
   });
 
   it("streams a line while its cell still runs: the cell waits for a file the test writes only once the line arrived", async () => {
-    const go = `/tmp/go-${Date.now()}`;
-    let wrote: Promise<unknown> | undefined;
-    const exec = await sbx.runCode(`import os, time\nprint('waiting', flush=True)\nwhile not os.path.exists(${JSON.stringify(go)}): time.sleep(0.05)\nprint('went')`, {
-      // Buffered until the cell's end, the line would never come: the cell would wait until this
-      // timeout interrupts it.
-      timeoutMs: 60_000,
-      onStdout: (m) => {
-        if (m.line === "waiting\n") wrote ??= sbx.files.write(go, "");
-      },
-    });
-    await wrote;
+    const exec = await afterLineArrived("waiting", "print('went')");
     expect(exec.error).toBeUndefined();
     expect(exec.logs.stdout.join("")).toBe("waiting\nwent\n");
   });
@@ -138,18 +146,9 @@ describe("runCode (JS code-interpreter SDK)", { timeout: 120_000 }, () => {
   it("a kernel that exits mid-cell: that cell ends with a clear error after its output so far; the context's next cell runs on a new kernel", async () => {
     const ctx = await sbx.createCodeContext();
     await sbx.runCode("kept = 41", { context: ctx });
-    // The exit waits until the line before it reached the SDK (a file the test writes then): a
-    // kernel's queued output dies with it, as it would anywhere.
-    const go = `/tmp/exit-${Date.now()}`;
-    let wrote: Promise<unknown> | undefined;
-    const dead = await sbx.runCode(`import os, time\nprint('before the exit', flush=True)\nwhile not os.path.exists(${JSON.stringify(go)}): time.sleep(0.05)\nos._exit(1)`, {
-      context: ctx,
-      timeoutMs: 60_000,
-      onStdout: (m) => {
-        if (m.line === "before the exit\n") wrote ??= sbx.files.write(go, "");
-      },
-    });
-    await wrote;
+    // The exit waits until the line before it reached the SDK: a kernel's queued output dies with
+    // it, as it would anywhere.
+    const dead = await afterLineArrived("before the exit", "os._exit(1)", ctx);
     expect(dead.logs.stdout.join("")).toBe("before the exit\n");
     expect(dead.error).toMatchObject({ name: "ContextRestarting", value: "Context was restarted" });
     const after = await sbx.runCode("kept", { context: ctx });

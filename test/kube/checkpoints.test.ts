@@ -14,6 +14,7 @@ import { isTerminal } from "../../controllers/drivers/driver.ts";
 import { LABEL } from "../../schema/crd/labels.ts";
 import { TestKubelet } from "./support/kubelet.ts";
 import { freshNamespace, kubeConfig, kubectlOk, until } from "./support/namespace.ts";
+import { kubeDesired } from "./support/desired.ts";
 
 let ns: string;
 let driver: KubernetesDriver;
@@ -34,18 +35,7 @@ const getCp = async (name: string) => (await custom().getNamespacedCustomObject(
 const mergePatch = setHeaderOptions("Content-Type", PatchStrategy.MergePatch);
 const setStatus = (name: string, status: object) => custom().patchNamespacedCustomObjectStatus({ ...target(name), body: { status } }, mergePatch);
 
-const desired = (id: string, over: Partial<KubeDesiredSandbox> = {}): KubeDesiredSandbox => ({
-  id,
-  generation: generation++,
-  template: "py",
-  state: "Running",
-  pauseStrategy: "Stop",
-  resources: { cpuCount: 1, memoryMB: 512 },
-  allowInternetAccess: true,
-  pool: "py",
-  claimed: true,
-  ...over,
-});
+const desired = (id: string, over: Partial<KubeDesiredSandbox> = {}) => kubeDesired(id, { generation: generation++, claimed: true, ...over });
 
 /** Snapshots the engine never takes (the timeout and failure cases). */
 const IGNORED = new Set(["c1-never", "c1-fails"]);

@@ -13,6 +13,7 @@ import type { MountRequest } from "../../controllers/drivers/kubernetes/csi-moun
 import { ANNOTATION, LABEL } from "../../schema/crd/labels.ts";
 import { TestKubelet } from "./support/kubelet.ts";
 import { freshNamespace, kubeConfig, kubectlOk, until } from "./support/namespace.ts";
+import { kubeDesired } from "./support/desired.ts";
 
 const mergePatch = setHeaderOptions("Content-Type", PatchStrategy.MergePatch);
 let ns: string;
@@ -24,18 +25,7 @@ let runtimeUrl: string;
 const mounted: MountRequest[] = [];
 let generation = 1;
 
-const desired = (id: string, over: Partial<KubeDesiredSandbox> = {}): KubeDesiredSandbox => ({
-  id,
-  generation: generation++,
-  template: "py",
-  state: "Running",
-  pauseStrategy: "Stop",
-  resources: { cpuCount: 1, memoryMB: 512 },
-  allowInternetAccess: true,
-  pool: "py",
-  claimed: true,
-  ...over,
-});
+const desired = (id: string, over: Partial<KubeDesiredSandbox> = {}) => kubeDesired(id, { generation: generation++, claimed: true, ...over });
 
 async function podOf(id: string): Promise<V1Pod | undefined> {
   return (await core.listNamespacedPod({ namespace: ns, labelSelector: `${LABEL.sandboxId}=${idLabel(id)}` })).items.find((p) => !p.metadata?.deletionTimestamp);

@@ -5,27 +5,18 @@
 // test plays the kubelet's part (the restarted container's status), the named boundary.
 import { CoreV1Api, type V1Pod } from "@kubernetes/client-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { KubernetesDriver, idLabel, type KubeDesiredSandbox } from "../../controllers/drivers/kubernetes/kubernetes-driver.ts";
+import { KubernetesDriver, idLabel } from "../../controllers/drivers/kubernetes/kubernetes-driver.ts";
 import { LABEL } from "../../schema/crd/labels.ts";
 import { TestKubelet } from "./support/kubelet.ts";
 import { freshNamespace, kubeConfig, kubectlOk, until } from "./support/namespace.ts";
+import { kubeDesired } from "./support/desired.ts";
 
 let ns: string;
 let driver: KubernetesDriver;
 let kubelet: TestKubelet;
 let core: CoreV1Api;
 
-const desired = (id: string, generation: number): KubeDesiredSandbox => ({
-  id,
-  generation,
-  template: "py",
-  state: "Running",
-  pauseStrategy: "Stop",
-  resources: { cpuCount: 1, memoryMB: 512 },
-  allowInternetAccess: true,
-  pool: "py",
-  claimed: false,
-});
+const desired = (id: string, generation: number) => kubeDesired(id, { generation });
 
 async function podOf(id: string): Promise<V1Pod> {
   const pods = (await core.listNamespacedPod({ namespace: ns, labelSelector: `${LABEL.sandboxId}=${idLabel(id)}` })).items;

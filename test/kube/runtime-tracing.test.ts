@@ -8,28 +8,19 @@
 import { CoreV1Api, type V1Pod } from "@kubernetes/client-node";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import { kubernetesDriverFromFlags } from "../../controllers/drivers/kubernetes/from-flags.ts";
-import { KubernetesDriver, idLabel, type KubeDesiredSandbox } from "../../controllers/drivers/kubernetes/kubernetes-driver.ts";
+import { KubernetesDriver, idLabel } from "../../controllers/drivers/kubernetes/kubernetes-driver.ts";
 import { LABEL, RUNTIME_CONTAINER } from "../../schema/crd/labels.ts";
 import { SYSTEM_INJECTION_CONFIGMAP } from "../../schema/crd/injection.ts";
 import { tapLogs } from "../../controllers/lib/log.ts";
 import { freshNamespace, kubeConfig, kubectlOk } from "./support/namespace.ts";
+import { kubeDesired } from "./support/desired.ts";
 
 const ENDPOINT = "http://otel-collector.observability:4318";
 let ns: string;
 let core: CoreV1Api;
 const drivers: KubernetesDriver[] = [];
 
-const desired = (id: string): KubeDesiredSandbox => ({
-  id,
-  generation: 1,
-  template: "py",
-  state: "Running",
-  pauseStrategy: "Stop",
-  resources: { cpuCount: 1, memoryMB: 512 },
-  allowInternetAccess: true,
-  pool: "py",
-  claimed: false,
-});
+const desired = (id: string) => kubeDesired(id);
 
 async function runtimeEnv(id: string): Promise<Record<string, string | undefined>> {
   const pods: V1Pod[] = (await core.listNamespacedPod({ namespace: ns, labelSelector: `${LABEL.sandboxId}=${idLabel(id)}` })).items;

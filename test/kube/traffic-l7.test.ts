@@ -44,6 +44,14 @@ function objectsOf(pod: V1Pod): PodObjects {
   return out;
 }
 
+/** `pod` run as processes in network namespaces of its own (support/pod-netns.ts), in place of
+ * the one run before. */
+async function runPod(pod: V1Pod): Promise<void> {
+  await net.stop();
+  net = new PodNetns();
+  await net.start(pod, objectsOf(pod));
+}
+
 beforeAll(async () => {
   ns = await freshNamespace("l7");
   core = kubeConfig().makeApiClient(CoreV1Api);
@@ -183,9 +191,7 @@ describe("SecurityProfiles in a sandbox pod", () => {
     const everything = JSON.stringify(asKubectl) + kubectlOk(["-n", ns, "get", "configmap", "plain-l7c-traffic", "-o", "json"]);
     for (const v of [key, rule, `unused-${tag}`]) expect(everything).not.toContain(v);
 
-    await net.stop();
-    net = new PodNetns();
-    await net.start(pod, objectsOf(pod));
+    await runPod(pod);
     const out = net.sandboxRun("sandbox", ["curl", "-sS", "--max-time", "8", "https://api.test/ok"]);
     expect(out).toEqual({ code: 0, out: `saw GET /ok ['x-api-key=Token ${key}', 'x-rule=${rule}']` });
     // The sandbox's own view: its env and the files of its mounts hold neither value.
@@ -202,9 +208,7 @@ describe("SecurityProfiles in a sandbox pod", () => {
     await driver.ensure(desired("init1", { template: "initnet", pool: "initnet", allowInternetAccess: false }));
     const pod = kget<V1Pod>("pod", "initnet-init1");
     expect(pod.spec!.initContainers!.map((c) => c.name)).toEqual(["traffic-redirect", "traffic-ca", "fetch"]);
-    await net.stop();
-    net = new PodNetns();
-    await net.start(pod, objectsOf(pod));
+    await runPod(pod);
     // It ran in the pod's order, as uid 1000: after the redirect, with no proxy up yet, nothing
     // leaves the pod (run before it, as it was, it reached the stand-in).
     expect(readFileSync(join(net.volumes.get("work")!, "net"), "utf8")).toBe("blocked");
@@ -241,9 +245,7 @@ describe("SecurityProfiles in a sandbox pod", () => {
     // that one name), as a restarted agent does.
     expect(await new PolicySetStore(kubeConfig("agent").makeApiClient(CoreV1Api), ns, () => {}, PROFILES).load()).toEqual([global]);
 
-    await net.stop();
-    net = new PodNetns();
-    await net.start(pod, objectsOf(pod));
+    await runPod(pod);
     expect(net.sandboxRun("sandbox", ["curl", "-sS", "--max-time", "8", "http://api.test/ok"])).toEqual({ code: 0, out: `saw GET /ok ['x-platform=${token}']` });
     const view = net.sandboxRun("sandbox", ["sh", "-c", `env; cat ${net.hostPath("sandbox", "/run/kruise")}/*`]);
     expect(view.code).toBe(0);
@@ -259,9 +261,7 @@ describe("SecurityProfiles in a sandbox pod", () => {
     ]);
     await driver.ensure(desired("mcp1", { labels: { app: "mcp" } }));
     const pod = (await core.listNamespacedPod({ namespace: ns, labelSelector: `${LABEL.sandboxId}=mcp1` })).items[0]!;
-    await net.stop();
-    net = new PodNetns();
-    await net.start(pod, objectsOf(pod));
+    await runPod(pod);
     const call = (tool: string) => net.sandboxRun("sandbox", ["curl", "-sS", "--max-time", "8", "-H", "content-type: application/json", "-d", JSON.stringify({ jsonrpc: "2.0", id: 7, method: "tools/call", params: { name: tool, arguments: {} } }), "http://api.test/mcp"]);
     expect(call("read_file")).toEqual({ code: 0, out: "saw POST /mcp []" });
     const denied = call("delete_all");

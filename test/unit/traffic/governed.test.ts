@@ -2,13 +2,8 @@
 // global ones for every team), E2B's rules compiled in, the floor beneath every rule, DNS
 // admission over ports, and the proxy deciding redirected connections and proxied requests by
 // them: refusals counted by a bounded source and logged with the rule.
-import { mkdtempSync, rmSync } from "node:fs";
-import { createServer, type Server } from "node:http";
-import type { AddressInfo } from "node:net";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { taggedGet } from "../../support/tagged-get.ts";
+import { taggedHarness } from "../../support/tagged-get.ts";
 import { TrafficPolicySpec, type TrafficPolicyEntry } from "../../../schema/api/traffic-policy.ts";
 import { admitName, decideGoverned, TrafficPolicySet } from "../../../controllers/traffic/governed.ts";
 import { TrafficProxy } from "../../../controllers/traffic/proxy.ts";
@@ -85,39 +80,31 @@ describe("TrafficPolicySet", () => {
 });
 
 describe("the proxy under TrafficPolicies", () => {
-  let origin: Server;
+  let h: Awaited<ReturnType<typeof taggedHarness>>;
   let port = 0;
-  let proxy: TrafficProxy;
-  let dir = "";
   const logged: string[] = [];
   const local = new TrafficPolicySet();
 
   beforeAll(async () => {
-    origin = createServer((req, res) => res.end(`hello ${req.headers.host}`));
-    await new Promise<void>((r) => origin.listen(0, "127.0.0.1", r));
-    port = (origin.address() as AddressInfo).port;
-    local.replace([
-      entry("t", "named", { priority: 1, egress: { rules: [{ action: "allow", to: [{ fqdn: "*.allowed.test" }], ports: [{ port }] }] } }),
-      entry(null, "deny-rest", { egress: { rules: [{ action: "reject", to: [{ cidr: "0.0.0.0/0" }] }] } }),
-    ]);
-    proxy = new TrafficProxy({
-      refuse: nothing,
-      policyFor: () => "no E2B rules",
-      governed: (tag) => local.governing(tag === "s1" ? "t" : "other", {}, null),
-      resolve: async (h) => (h.endsWith("allowed.test") || h === "elsewhere.test" ? ["127.0.0.1"] : Promise.reject(Object.assign(new Error("nx"), { code: "ENOTFOUND" }))),
-      log: (l) => logged.push(l),
+    h = await taggedHarness((originPort) => {
+      port = originPort;
+      local.replace([
+        entry("t", "named", { priority: 1, egress: { rules: [{ action: "allow", to: [{ fqdn: "*.allowed.test" }], ports: [{ port }] }] } }),
+        entry(null, "deny-rest", { egress: { rules: [{ action: "reject", to: [{ cidr: "0.0.0.0/0" }] }] } }),
+      ]);
+      return new TrafficProxy({
+        refuse: nothing,
+        policyFor: () => "no E2B rules",
+        governed: (tag) => local.governing(tag === "s1" ? "t" : "other", {}, null),
+        resolve: async (h) => (h.endsWith("allowed.test") || h === "elsewhere.test" ? ["127.0.0.1"] : Promise.reject(Object.assign(new Error("nx"), { code: "ENOTFOUND" }))),
+        log: (l) => logged.push(l),
+      });
     });
-    dir = mkdtempSync(join(tmpdir(), "governed-"));
-    await proxy.listenTagged(join(dir, "p.sock"));
   });
 
-  afterAll(async () => {
-    await proxy.close();
-    origin.close();
-    rmSync(dir, { recursive: true, force: true });
-  });
+  afterAll(() => h.close());
 
-  const redirected = (tag: string, host: string) => taggedGet(join(dir, "p.sock"), tag, port, host);
+  const redirected = (tag: string, host: string) => h.get(tag, host);
 
   const deniedBy = async (source: string) => ((await registry.getSingleMetric("sandbox_egress_denied_total")?.get())?.values.find((v) => v.labels.source === source)?.value ?? 0);
 

@@ -3,12 +3,10 @@
 // for the sandbox, the destination goes into an nft set in the sandbox's network namespace, and
 // later connections to it leave by the sandbox's eth0 without the proxy. Destinations: two
 // namespaces standing in for the internet (outside-net.ts), `a` allowed and `b` denied.
-import { execFileSync, spawn, spawnSync } from "node:child_process";
-import { readFileSync } from "node:fs";
-import { mkdtempSync, readlinkSync } from "node:fs";
+import { execFileSync, spawn } from "node:child_process";
+import { mkdtempSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { setTimeout as sleep } from "node:timers/promises";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import type { DesiredSandbox } from "../../../../controllers/drivers/driver.ts";
 import { LocalDriver } from "../../../../controllers/drivers/local/local-driver.ts";
@@ -18,7 +16,7 @@ import { egressDecisions } from "../../../../controllers/lib/metrics.ts";
 import { TrafficPolicySpec } from "../../../../schema/api/traffic-policy.ts";
 import { SecurityProfileSpec } from "../../../../schema/api/security-profile.ts";
 import { startOutside, type Outside } from "../../../support/outside-net.ts";
-import { desiredSandbox, destroyAll, shIn } from "./fixture.ts";
+import { desiredSandbox, destroyAll, pollUntil, shIn } from "./fixture.ts";
 
 const dataDir = mkdtempSync(join(tmpdir(), "local-egress-fast-"));
 const cgroupName = `kruise-test-${process.pid}-egress-fast`;
@@ -48,15 +46,10 @@ function fastSet(id: string): string {
     return "";
   }
 }
-async function waitFor<T>(fn: () => Promise<T> | T, ok: (v: T) => boolean, ms = 10_000): Promise<T> {
-  let v = await fn();
-  for (const deadline = Date.now() + ms; !ok(v) && Date.now() < deadline; await sleep(100)) v = await fn();
-  return v;
-}
 /** The first connection to `a` goes through the proxy and puts `a` on the fast path. */
 async function onFastPath(id: string): Promise<void> {
   expect(await curlDirect(id, `http://${a.ip}/`)).toBe(fromA());
-  expect(await waitFor(() => fastSet(id), (s) => s.includes(`${a.ip} . tcp . 80`))).toContain(`${a.ip} . tcp . 80`);
+  expect(await pollUntil(() => fastSet(id), (s) => s.includes(`${a.ip} . tcp . 80`))).toContain(`${a.ip} . tcp . 80`);
 }
 /** The pid of this process's port relay: the only way into the proxy from a sandbox. */
 function relayPid(): number {
@@ -80,7 +73,7 @@ async function holdConnection(id: string): Promise<void> {
     '    print("still open", flush=True)',
   ].join("\n");
   await sh(id, `nohup python3 -c '${held}' > /tmp/held.out 2>&1 < /dev/null &`);
-  expect(await waitFor(() => sh(id, "cat /tmp/held.out"), (o) => o.includes("open"))).toBe("open");
+  expect(await pollUntil(() => sh(id, "cat /tmp/held.out"), (o) => o.includes("open"))).toBe("open");
 }
 
 beforeAll(async () => {
@@ -130,7 +123,7 @@ describe("the kernel's fast path of sandboxes behind the proxy", () => {
     const d = desired({ egress: { allowOut: ["*.example.test"], denyOut: ["0.0.0.0/0"] } });
     await driver.ensure(d);
     expect(await curlDirect(d.id, "http://a.example.test/")).toBe(fromA());
-    expect(await waitFor(() => fastSet(d.id), (s) => s.includes(a.ip))).toMatch(new RegExp(`${a.ip.replace(/\./g, "\\.")} \\. tcp \\. 80 timeout 30s`));
+    expect(await pollUntil(() => fastSet(d.id), (s) => s.includes(a.ip))).toMatch(new RegExp(`${a.ip.replace(/\./g, "\\.")} \\. tcp \\. 80 timeout 30s`));
     const byAddress = desired();
     await driver.ensure(byAddress);
     await onFastPath(byAddress.id);
@@ -149,7 +142,7 @@ describe("the kernel's fast path of sandboxes behind the proxy", () => {
     expect(await curlDirect(d.id, `http://${a.ip}/`)).toBe(`traffic-proxy: egress denied: ${a.ip} is denied by denyOut "0.0.0.0/0"`);
     expect(await curlDirect(d.id, `http://${b.ip}/`)).toBe(`outside saw ${b.hostIp}`);
     expect(fastSet(d.id)).not.toContain(a.ip);
-    expect(await waitFor(() => sh(d.id, "cat /tmp/held.out"), (o) => o.includes("ended") || o.includes("still"))).toBe("open\nended");
+    expect(await pollUntil(() => sh(d.id, "cat /tmp/held.out"), (o) => o.includes("ended") || o.includes("still"))).toBe("open\nended");
   });
 
   it("a TrafficPolicy change applies at once to a destination on the fast path", async () => {
@@ -175,7 +168,7 @@ describe("the kernel's fast path of sandboxes behind the proxy", () => {
     await driver.ensure({ ...d, generation: 2, networkRules: { "a.example.test": [{ transform: { headers: { "x-added": "by-the-proxy" } } }] } });
     expect(fastSet(d.id)).not.toContain(a.ip);
     // Its open fast-path connections end too: nothing long-lived stays uninspected.
-    expect(await waitFor(() => sh(d.id, "cat /tmp/held.out"), (o) => o.includes("ended") || o.includes("still"))).toBe("open\nended");
+    expect(await pollUntil(() => sh(d.id, "cat /tmp/held.out"), (o) => o.includes("ended") || o.includes("still"))).toBe("open\nended");
     const before = await allowedByProxy();
     expect(await curlDirect(d.id, `http://${a.ip}/`)).toBe(fromA());
     expect(await curlDirect(d.id, `http://${a.ip}/`)).toBe(fromA());
@@ -192,7 +185,7 @@ describe("the kernel's fast path of sandboxes behind the proxy", () => {
     await driver.setSecurityProfiles([{ team: "team-p", name: "tagger", spec, createdAt: 1 }]);
     expect(fastSet(d.id)).not.toContain(a.ip);
     // The open fast-path connection ends as well: nothing long-lived stays uninspected.
-    expect(await waitFor(() => sh(d.id, "cat /tmp/held.out"), (o) => o.includes("ended") || o.includes("still"))).toBe("open\nended");
+    expect(await pollUntil(() => sh(d.id, "cat /tmp/held.out"), (o) => o.includes("ended") || o.includes("still"))).toBe("open\nended");
     const before = await allowedByProxy();
     expect(await curlDirect(d.id, `http://${a.ip}/`)).toBe(fromA());
     expect(await allowedByProxy()).toBe(before + 1);
@@ -243,7 +236,7 @@ describe("the kernel's fast path of sandboxes behind the proxy", () => {
     let heard = "";
     listener.stdout!.on("data", (c: Buffer) => (heard += c.toString()));
     try {
-      await waitFor(() => heard, (h) => h.includes("ready"));
+      await pollUntil(() => heard, (h) => h.includes("ready"));
       const gwMac = readFileSync("/sys/class/net/kruise0/address", "utf8").trim();
       // An Ethernet frame to the bridge (the gateway) carrying IPv4/UDP from the sandbox's address
       // to b:9999, sent on an AF_PACKET socket: the IPv4 output hook (the gate) never sees it.
@@ -269,7 +262,7 @@ describe("the kernel's fast path of sandboxes behind the proxy", () => {
       const r = await shIn(driver, d.id, `sudo -n python3 -c '${frame}'`);
       // What was sent before it has arrived by the time this later datagram (from the host) does.
       execFileSync("python3", ["-c", `import socket; socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b"marker", ("${b.ip}", 9999))`]);
-      await waitFor(() => heard, (h) => h.includes("marker"));
+      await pollUntil(() => heard, (h) => h.includes("marker"));
       expect(heard.split("\n").filter(Boolean)).toEqual(["ready", "marker"]);
       expect(r.stdout.trim(), r.stderr).toBe("refused 1"); // EPERM: no CAP_NET_RAW
     } finally {

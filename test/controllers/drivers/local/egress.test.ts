@@ -15,7 +15,7 @@ import { LocalDriver } from "../../../../controllers/drivers/local/local-driver.
 import { layoutFor } from "../../../../controllers/drivers/local/layout.ts";
 import { readRecord } from "../../../../controllers/drivers/local/records.ts";
 import { startOutside, type Outside } from "../../../support/outside-net.ts";
-import { desiredSandbox, destroyAll, shIn } from "./fixture.ts";
+import { desiredSandbox, destroyAll, pollUntil, shIn } from "./fixture.ts";
 
 const dataDir = mkdtempSync(join(tmpdir(), "local-egress-"));
 const cgroupName = `kruise-test-${process.pid}-egress`;
@@ -99,12 +99,6 @@ const tunnelScript = (ip: string) => [
   "else:",
   '    print("still open", flush=True)',
 ].join("\n");
-
-async function waitFor<T>(fn: () => Promise<T> | T, ok: (v: T) => boolean, ms = 10_000): Promise<T> {
-  let v = await fn();
-  for (const deadline = Date.now() + ms; !ok(v) && Date.now() < deadline; await sleep(100)) v = await fn();
-  return v;
-}
 
 beforeAll(async () => {
   host = createServer((req, res) => res.end(`host server via ${req.socket.localAddress}`));
@@ -197,7 +191,7 @@ describe("local sandboxes with egress rules", () => {
     const fromHost = (url: string) => fetch(url).then((r) => r.text(), () => "");
     expect(await fromHost(`http://${a.hostIp}:${port}/`)).toBe(`host server via ${a.hostIp}`);
     expect(await fromHost(`http://${gateway}:${port}/`)).toBe(`host server via ${gateway}`);
-    expect(await waitFor(() => fromHost(`http://${otherIp}:8000/`), (t) => t === "other\n")).toBe("other\n");
+    expect(await pollUntil(() => fromHost(`http://${otherIp}:8000/`), (t) => t === "other\n")).toBe("other\n");
     // The same rules do let the sandbox out.
     expect(await curl(d.id, a.ip)).toBe(fromA());
     const denied = "traffic-proxy: egress denied:";
@@ -293,7 +287,7 @@ describe("local sandboxes with egress rules", () => {
     const py = ["import socket, time", "ss = []", "for i in range(200):", "    ss.append(socket.create_connection((\"127.0.0.1\", 3128)))", "time.sleep(3)"].join("\n");
     await background(d.id, "hold", py);
     const relay = relayPid()!;
-    const held = await waitFor(() => childrenOf(relay), (k) => k.length >= 30, 3000);
+    const held = await pollUntil(() => childrenOf(relay), (k) => k.length >= 30, 3000);
     await sleep(500);
     const kids = childrenOf(relay);
     expect(held.length).toBeGreaterThan(0);
@@ -314,7 +308,7 @@ describe("local sandboxes with egress rules", () => {
     const dir = line![0].includes(":pids:") ? `/sys/fs/cgroup/pids${line![1]}` : `/sys/fs/cgroup${line![1]}`;
     expect(Number(readFileSync(`${dir}/pids.current`, "utf8"))).toBeLessThanOrEqual(40);
     // Once the holder of those connections exits, the sandbox gets out again.
-    expect(await waitFor(() => curl(d.id, a.ip).catch(() => ""), (text) => text.startsWith("outside saw"))).toBe(fromA());
+    expect(await pollUntil(() => curl(d.id, a.ip).catch(() => ""), (text) => text.startsWith("outside saw"))).toBe(fromA());
     await driver.destroy(d.id);
     expect(childrenOf(relay)).toEqual([]);
   });
@@ -323,17 +317,17 @@ describe("local sandboxes with egress rules", () => {
     const d = desired();
     await driver.ensure(d);
     await background(d.id, "t1", tunnelScript(a.ip));
-    await waitFor(() => sh(d.id, "cat /tmp/t1.out"), (o) => o.includes("200"));
+    await pollUntil(() => sh(d.id, "cat /tmp/t1.out"), (o) => o.includes("200"));
     await driver.ensure({ ...d, generation: 2, egress: { allowOut: ["198.51.100.0/24"], denyOut: ["0.0.0.0/0"] } });
     await sleep(300);
     expect(await sh(d.id, "cat /tmp/t1.out")).toBe("HTTP/1.1 200 Connection Established");
     await driver.ensure({ ...d, generation: 3, egress: { allowOut: [b.ip], denyOut: ["0.0.0.0/0"] } });
-    expect(await waitFor(() => sh(d.id, "cat /tmp/t1.out"), (o) => o.includes("\n"), 3000)).toBe("HTTP/1.1 200 Connection Established\nclosed");
+    expect(await pollUntil(() => sh(d.id, "cat /tmp/t1.out"), (o) => o.includes("\n"), 3000)).toBe("HTTP/1.1 200 Connection Established\nclosed");
 
     await background(d.id, "t2", tunnelScript(b.ip));
-    await waitFor(() => sh(d.id, "cat /tmp/t2.out"), (o) => o.includes("200"));
+    await pollUntil(() => sh(d.id, "cat /tmp/t2.out"), (o) => o.includes("200"));
     await driver.ensure({ ...d, generation: 4, allowInternetAccess: false, egress: null });
-    expect(await waitFor(() => sh(d.id, "cat /tmp/t2.out"), (o) => o.includes("\n"), 3000)).toBe("HTTP/1.1 200 Connection Established\nclosed");
+    expect(await pollUntil(() => sh(d.id, "cat /tmp/t2.out"), (o) => o.includes("\n"), 3000)).toBe("HTTP/1.1 200 Connection Established\nclosed");
   });
 
   it("the proxy port is not a user port: the way in refuses it", async () => {
@@ -362,7 +356,7 @@ describe("local sandboxes with egress rules", () => {
     await sleep(300);
     process.kill(relayPid()!, "SIGKILL");
     // The restarted relay cannot listen while the squatter holds the port; then it leaves.
-    expect(await waitFor(() => sh(d.id, "cat /tmp/squat.out"), (o) => o.endsWith("left"), 5000)).toBe("bound\nleft");
+    expect(await pollUntil(() => sh(d.id, "cat /tmp/squat.out"), (o) => o.endsWith("left"), 5000)).toBe("bound\nleft");
     await driver.ensure({ ...d, generation: 2 });
     expect(await curl(d.id, a.ip)).toBe(fromA());
   });
