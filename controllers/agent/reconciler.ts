@@ -128,6 +128,8 @@ export class Reconciler {
   /** The trace context of each sandbox's newest intent, until it is acted on: its spans' parent
    * (tracing on) and, on or off, the request id its log lines carry (the edge hands it on untraced). */
   readonly #traces = new Map<string, string>();
+  /** The traceparent each pass under way started with (undefined: none), by sandbox. */
+  readonly #inPass = new Map<string, string | undefined>();
   /** The phase last reported per sandbox and whether a pool owns it: the metrics' sandboxes by state. */
   readonly #phases = new Map<string, { phase: ObservedPhase; pool: boolean }>();
   /** When this reconciler started: a sandbox created before it was adopted (its start command runs). */
@@ -148,7 +150,10 @@ export class Reconciler {
 
   /** The trace id (the edge's request id) of the intent a sandbox is being brought to, for its log lines. */
   traceIdOf(id: string): string | undefined {
-    return this.#traces.get(id)?.slice(3, 35);
+    // A pass under way speaks for the intent it started with: a newer one offered meanwhile (a
+    // kill sent as soon as the pause was answered) is not what its lines are about.
+    const trace = this.#inPass.has(id) ? this.#inPass.get(id) : this.#traces.get(id);
+    return trace?.slice(3, 35);
   }
 
   /** The remote runtime URL of a sandbox (undefined: the embedded runtime serves it). */
@@ -183,6 +188,11 @@ export class Reconciler {
   /** One pass for one sandbox; a span of the intent's trace while it has one. */
   reconcile(id: string): Promise<WorkResult> {
     const traced = this.#traces.get(id);
+    this.#inPass.set(id, traced);
+    return this.#traced(id, traced).finally(() => this.#inPass.delete(id));
+  }
+
+  #traced(id: string, traced: string | undefined): Promise<WorkResult> {
     if (!traced) return this.#pass(id);
     // Converged (or final): later passes are not this request's. A newer intent offered during
     // the pass (a claim arriving while the pool's create runs) brought its own trace: it stays.

@@ -254,4 +254,24 @@ describe("Reconciler", () => {
     expect(await driver.observe("s4")).toMatchObject({ phase: "Running" });
     reconciler.queue.close();
   });
+  it("a pass's log lines carry the request id of the intent it started with, not of one offered meanwhile (a kill sent once the pause was answered)", async () => {
+    const { driver, acks, reconciler } = harness({});
+    reconciler.offer(intent("s5"), `00-${"a".repeat(32)}-${"1".repeat(16)}-01`);
+    await waitFor(() => acks.length === 1);
+    let release!: () => void;
+    const ensure = driver.ensure.bind(driver);
+    const seen: (string | undefined)[] = [];
+    driver.ensure = async (d) => {
+      if (d.state === "Paused") await new Promise<void>((r) => (release = r));
+      seen.push(reconciler.traceIdOf(d.id)); // what a line written now would carry
+      return ensure(d);
+    };
+    reconciler.offer(intent("s5", { generation: 3, desired: { state: "paused" } }), `00-${"b".repeat(32)}-${"2".repeat(16)}-01`);
+    await waitFor(() => release !== undefined, { what: "the pause under way" });
+    reconciler.offer(intent("s5", { generation: 4, desired: { state: "deleted" } }), `00-${"c".repeat(32)}-${"3".repeat(16)}-01`);
+    release();
+    await waitFor(() => acks.some((a) => a.generation === 4), { what: "the kill's ack" });
+    expect(seen).toEqual(["b".repeat(32)]);
+    reconciler.queue.close();
+  });
 });
