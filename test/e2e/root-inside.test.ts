@@ -6,6 +6,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Sandbox } from "e2b";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { waitFor } from "../support/wait-for.ts";
 import { e2b } from "./sdk.ts";
 
 let sbx: Sandbox;
@@ -62,7 +63,12 @@ describe("root inside, nothing outside", () => {
     const h = await sbx.commands.run("sleep 300", { background: true });
     const asRoot = await sbx.commands.run("sleep 301", { background: true, user: "root" });
     try {
-      const ours = hostProcesses().filter((p) => p.uidMap === `0 ${base} ${size}`);
+      // A background command is started when its pid is known, but its `bash -l` may not have
+      // exec'd sleep yet (CI under load saw only root's): wait for user's sleep to show.
+      const ours = await waitFor(() => {
+        const mine = hostProcesses().filter((p) => p.uidMap === `0 ${base} ${size}`);
+        return mine.some((p) => p.name === "sleep" && p.uid !== base) && mine;
+      }, { what: "the user's sleep on the host" });
       const sleeps = ours.filter((p) => p.name === "sleep");
       // root's (and the holder's own `sleep infinity`) as the range's 0, user's as its 1000.
       expect(new Set(sleeps.map((p) => p.uid))).toEqual(new Set([base, base + 1000]));
