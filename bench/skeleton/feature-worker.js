@@ -136,8 +136,7 @@ export class FeatureShard extends DurableObject {
     this.sql = ctx.storage.sql;
     this.sql.exec("CREATE TABLE IF NOT EXISTS members (id TEXT PRIMARY KEY, state TEXT NOT NULL)");
     this.sql.exec("CREATE TABLE IF NOT EXISTS config (template TEXT NOT NULL, credits INTEGER NOT NULL)");
-    this.sql.exec("CREATE TABLE IF NOT EXISTS sandboxes (id TEXT PRIMARY KEY, phase TEXT NOT NULL, spec TEXT NOT NULL, end_at INTEGER NOT NULL)");
-    this.sql.exec("CREATE TABLE IF NOT EXISTS index_outbox (id TEXT PRIMARY KEY, rev INTEGER NOT NULL, op TEXT NOT NULL)");
+    this.sql.exec(SANDBOX_TABLES);
     const config = this.sql.exec("SELECT template, credits FROM config").toArray()[0];
     this.template = config?.template ?? null;
     this.credits = config?.credits ?? 0;
@@ -149,12 +148,7 @@ export class FeatureShard extends DurableObject {
   fill(template, count) {
     if (this.template === null) this.sql.exec("INSERT INTO config (template, credits) VALUES (?, 0)", template);
     this.template = template;
-    for (let i = 0; i < count; i++) {
-      const id = newId();
-      this.sql.exec("INSERT INTO members (id, state) VALUES (?, 'ready')", id);
-      this.ready.push(id);
-    }
-    return { available: this.ready.length - this.head };
+    return addReady(this, count);
   }
 
   /** More credits from the team's ledger; concurrent callers share one call. */
@@ -174,38 +168,23 @@ export class FeatureShard extends DurableObject {
     if (this.credits <= 0) await this.lease().catch(() => undefined);
     if (this.credits <= 0) return { ok: false, status: 429, message: "quota runningSandboxes" };
     if (this.head >= this.ready.length) return { ok: false, status: 503, message: "no warm sandbox" };
-    const id = this.ready[this.head++];
-    if (this.head > 1024) {
-      this.ready = this.ready.slice(this.head);
-      this.head = 0;
-    }
+    const id = popReady(this);
     this.credits--;
     const fresh = newId();
-    const now = Date.now();
-    const endAt = now + spec.timeoutS * 1000;
-    const intent = { sandboxId: id, generation: 2, owner: { kind: "sandbox" }, desired: { state: "running" }, template: { id: spec.templateID } };
     const refill = { sandboxId: fresh, generation: 1, owner: { kind: "shard", id: `${TEAM_ID}/${this.template}` }, desired: { state: "running" }, template: { id: this.template } };
-    const row = [id, TEAM_ID, KEY_ID, spec.templateID, null, "running", "Running", JSON.stringify(spec.metadata), now, endAt, 2, 512, 1024, "0.2.0", 1];
-    // One commit: the credit spent, the member claimed and replaced, the sandbox and its index row.
+    // One commit: the credit spent, the member claimed and replaced, the sandbox and its index row
+    // (createSandbox writes before its first await).
     this.sql.exec("UPDATE config SET credits = ?", this.credits);
     this.sql.exec("DELETE FROM members WHERE id = ?", id);
     this.sql.exec("INSERT INTO members (id, state) VALUES (?, 'creating')", fresh);
-    this.sql.exec("INSERT INTO sandboxes (id, phase, spec, end_at) VALUES (?, 'Pending', ?, ?)", id, JSON.stringify({ ...spec, intent }), endAt);
-    this.sql.exec("INSERT INTO index_outbox (id, rev, op) VALUES (?, 1, ?)", id, JSON.stringify(row));
     if (this.credits < LEASE / 2) void this.lease().catch(() => undefined);
-    const res = await cluster(this.env).enqueue([intent, refill], { awaitAnswer: true, index: [row] });
-    if (!res) return { ok: false, status: 502, message: "not acknowledged" };
-    this.sql.exec("UPDATE sandboxes SET phase = 'Running' WHERE id = ?", id);
-    if (res.indexed) this.sql.exec("DELETE FROM index_outbox WHERE id = ? AND rev <= 1", id);
+    if (!(await createSandbox(this, id, spec, [refill]))) return { ok: false, status: 502, message: "not acknowledged" };
     return { ok: true, id };
   }
 
   /** The agent answered for these members: they are ready to be claimed. */
   markReady(ids) {
-    for (const id of ids) {
-      if (this.sql.exec("UPDATE members SET state = 'ready' WHERE id = ? AND state = 'creating' RETURNING id", id).toArray().length) this.ready.push(id);
-    }
-    return true;
+    return markReady(this, ids);
   }
 }
 
@@ -227,22 +206,13 @@ export class FeaturePool extends DurableObject {
   fill(template, count) {
     if (this.template === null) this.sql.exec("INSERT INTO config (template) VALUES (?)", template);
     this.template = template;
-    for (let i = 0; i < count; i++) {
-      const id = newId();
-      this.sql.exec("INSERT INTO members (id, state) VALUES (?, 'ready')", id);
-      this.ready.push(id);
-    }
-    return { available: this.ready.length - this.head };
+    return addReady(this, count);
   }
 
   claim() {
     if (this.template === null) return { ok: false, status: 404, message: "template not found" };
     if (this.head >= this.ready.length) return { ok: false, status: 503, message: "no warm sandbox" };
-    const id = this.ready[this.head++];
-    if (this.head > 1024) {
-      this.ready = this.ready.slice(this.head);
-      this.head = 0;
-    }
+    const id = popReady(this);
     const fresh = newId();
     this.sql.exec("DELETE FROM members WHERE id = ?", id);
     this.sql.exec("INSERT INTO members (id, state) VALUES (?, 'creating')", fresh);
@@ -253,10 +223,7 @@ export class FeaturePool extends DurableObject {
 
   /** The agent answered for these members: they are ready to be claimed. */
   markReady(ids) {
-    for (const id of ids) {
-      if (this.sql.exec("UPDATE members SET state = 'ready' WHERE id = ? AND state = 'creating' RETURNING id", id).toArray().length) this.ready.push(id);
-    }
-    return true;
+    return markReady(this, ids);
   }
 
   intent(id) {
@@ -286,24 +253,11 @@ export class FeatureGroup extends DurableObject {
   constructor(ctx, env) {
     super(ctx, env);
     this.sql = ctx.storage.sql;
-    this.sql.exec("CREATE TABLE IF NOT EXISTS sandboxes (id TEXT PRIMARY KEY, phase TEXT NOT NULL, spec TEXT NOT NULL, end_at INTEGER NOT NULL)");
-    this.sql.exec("CREATE TABLE IF NOT EXISTS index_outbox (id TEXT PRIMARY KEY, rev INTEGER NOT NULL, op TEXT NOT NULL)");
+    this.sql.exec(SANDBOX_TABLES);
   }
 
   async create(id, spec) {
-    const now = Date.now();
-    const endAt = now + spec.timeoutS * 1000;
-    const intent = { sandboxId: id, generation: 2, owner: { kind: "sandbox" }, desired: { state: "running" }, template: { id: spec.templateID } };
-    const row = [id, TEAM_ID, KEY_ID, spec.templateID, null, "running", "Running", JSON.stringify(spec.metadata), now, endAt, 2, 512, 1024, "0.2.0", 1];
-    this.sql.exec("INSERT INTO sandboxes (id, phase, spec, end_at) VALUES (?, 'Pending', ?, ?)", id, JSON.stringify({ ...spec, intent }), endAt);
-    // The index row is kept with the sandbox's own until libSQL has it, so a create still answers
-    // when libSQL is down (sent again later; as SandboxGroupDO's index outbox).
-    this.sql.exec("INSERT INTO index_outbox (id, rev, op) VALUES (?, 1, ?)", id, JSON.stringify(row));
-    const res = await cluster(this.env).enqueue([intent], { awaitAnswer: true, index: [row] });
-    if (!res) return { ok: false };
-    this.sql.exec("UPDATE sandboxes SET phase = 'Running' WHERE id = ?", id);
-    if (res.indexed) this.sql.exec("DELETE FROM index_outbox WHERE id = ? AND rev <= 1", id);
-    return { ok: true };
+    return { ok: await createSandbox(this, id, spec, []) };
   }
 }
 
@@ -405,6 +359,60 @@ export class FeatureCluster extends DurableObject {
       this.indexing = false;
     }
   }
+}
+
+const SANDBOX_TABLES = `
+CREATE TABLE IF NOT EXISTS sandboxes (id TEXT PRIMARY KEY, phase TEXT NOT NULL, spec TEXT NOT NULL, end_at INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS index_outbox (id TEXT PRIMARY KEY, rev INTEGER NOT NULL, op TEXT NOT NULL);
+`;
+
+/**
+ * A claimed sandbox's rows in `obj` (a group, or a one-trip pool): Pending with its index row,
+ * written before the first await (so in the caller's commit), then its intent and `more` to the
+ * cluster, awaiting the agent's answer; Running before the answer. Whether the agent answered.
+ */
+async function createSandbox(obj, id, spec, more) {
+  const now = Date.now();
+  const endAt = now + spec.timeoutS * 1000;
+  const intent = { sandboxId: id, generation: 2, owner: { kind: "sandbox" }, desired: { state: "running" }, template: { id: spec.templateID } };
+  const row = [id, TEAM_ID, KEY_ID, spec.templateID, null, "running", "Running", JSON.stringify(spec.metadata), now, endAt, 2, 512, 1024, "0.2.0", 1];
+  obj.sql.exec("INSERT INTO sandboxes (id, phase, spec, end_at) VALUES (?, 'Pending', ?, ?)", id, JSON.stringify({ ...spec, intent }), endAt);
+  // The index row is kept with the sandbox's own until libSQL has it, so a create still answers
+  // when libSQL is down (sent again later; as SandboxGroupDO's index outbox).
+  obj.sql.exec("INSERT INTO index_outbox (id, rev, op) VALUES (?, 1, ?)", id, JSON.stringify(row));
+  const res = await cluster(obj.env).enqueue([intent, ...more], { awaitAnswer: true, index: [row] });
+  if (!res) return false;
+  obj.sql.exec("UPDATE sandboxes SET phase = 'Running' WHERE id = ?", id);
+  if (res.indexed) obj.sql.exec("DELETE FROM index_outbox WHERE id = ? AND rev <= 1", id);
+  return true;
+}
+
+/** `count` new members of `pool` (FeaturePool, FeatureShard), ready at once. */
+function addReady(pool, count) {
+  for (let i = 0; i < count; i++) {
+    const id = newId();
+    pool.sql.exec("INSERT INTO members (id, state) VALUES (?, 'ready')", id);
+    pool.ready.push(id);
+  }
+  return { available: pool.ready.length - pool.head };
+}
+
+/** The oldest ready member of `pool` (the caller checked there is one). */
+function popReady(pool) {
+  const id = pool.ready[pool.head++];
+  if (pool.head > 1024) {
+    pool.ready = pool.ready.slice(pool.head);
+    pool.head = 0;
+  }
+  return id;
+}
+
+/** The agent answered for these members: they are ready to be claimed. */
+function markReady(pool, ids) {
+  for (const id of ids) {
+    if (pool.sql.exec("UPDATE members SET state = 'ready' WHERE id = ? AND state = 'creating' RETURNING id", id).toArray().length) pool.ready.push(id);
+  }
+  return true;
 }
 
 /** One statement over sqld's HTTP API (Hrana v2 pipeline); throws on any error. */
