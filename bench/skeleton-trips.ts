@@ -3,7 +3,7 @@
 // (bench/skeleton/feature-worker.js):
 //   four calls   today's chain: Worker → quota object → pool, then quota → group → cluster
 //   one trip     Worker → the pool's object (warm members, claimed sandboxes, leased quota
-//                credits) → cluster: the design of issue 16.2 (notes s11-edgeperf)
+//                credits) → cluster: the design of issue 16.2 (issue 16 notes, session 11)
 // Prints workerd CPU per create of each per round, the per-round ratio (one trip over four calls,
 // the two run back to back, the order swapped every round), medians, spread, load.
 // Not part of `npm run bench` (it writes no figures): it measures what the redesign would save

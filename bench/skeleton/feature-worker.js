@@ -22,10 +22,10 @@
 //     pipeline); ours hands them to SandboxIndexDO, which does the same through @libsql/client.
 //     The row is also kept in the group's SQLite, in the sandbox's own commit, until libSQL has
 //     it, so a create answers while libSQL is down (ours: the group's index outbox);
-// `/one-trip/...`: the same required work in the one-round-trip design of issue 16.2 (FeatureShard,
-// notes s11-edgeperf): the Worker calls one object, the pool's, which holds the warm members, the
-// claimed sandboxes' rows and index outbox, and quota credits leased from the team's quota object
-// ahead of need; a create spends a credit, pops a member, writes the sandbox Pending, its index
+// `/one-trip/...`: the same required work in the one-round-trip design of issue 16.2 (FeatureShard;
+// issue 16 notes, session 11): the Worker calls one object, the pool's, which holds the warm
+// members, the claimed sandboxes' rows and index outbox, and quota credits leased from the team's
+// quota object (FeatureLedger) ahead of need; a create spends a credit, pops a member, writes the sandbox Pending, its index
 // row and the refill member in one commit, and hands the claim's intent and the refill's to the
 // cluster in one call, then records Running. The lease (a quota call per LEASE creates) is off the
 // answer path unless the credits ran out (then it is awaited, and no credit means a refusal:
