@@ -80,7 +80,9 @@ export default {
     if (!parsed.success) return error(400, `Invalid body: ${z.prettifyError(parsed.error).replaceAll("\n", "; ")}`);
     const body = parsed.data;
     const spec = { templateID: body.templateID, timeoutS: body.timeout ?? 300, metadata: body.metadata ?? {} };
-    const res = url.pathname === "/one-trip/sandboxes" ? await shard(env, body.templateID).create(spec) : await quota(env).create(body.templateID, spec);
+    const res = url.pathname.startsWith("/one-trip/sandboxes")
+      ? await shard(env, body.templateID).create(spec, url.pathname === "/one-trip/sandboxes/quota-per-create")
+      : await quota(env).create(body.templateID, spec);
     if (!res.ok) return error(res.status, res.message);
     return Response.json({ sandboxID: res.id, templateID: body.templateID, clientID: "skeleton", envdVersion: "0.2.0" }, { status: 201 });
   },
@@ -163,8 +165,15 @@ export class FeatureShard extends DurableObject {
     return this.leasing;
   }
 
-  async create(spec) {
+  /** `perCreate`: no leased credits, the quota object is asked on every create (what the lease
+   * saves: one call and the quota's commit on the answer path). */
+  async create(spec, perCreate = false) {
     if (this.template === null) return { ok: false, status: 404, message: "template not found" };
+    if (perCreate) {
+      const granted = await quotaLedger(this.env).lease(`${TEAM_ID}/${this.template}/each`, 1).catch(() => 0);
+      if (!granted) return { ok: false, status: 429, message: "quota runningSandboxes" };
+      this.credits++;
+    }
     if (this.credits <= 0) await this.lease().catch(() => undefined);
     if (this.credits <= 0) return { ok: false, status: 429, message: "quota runningSandboxes" };
     if (this.head >= this.ready.length) return { ok: false, status: 503, message: "no warm sandbox" };
