@@ -50,6 +50,9 @@ export interface Skeleton {
   features(total: number, clients: number): Promise<Phase>;
   /** One more round of feature-skeleton creates on the pool `features` filled (no fill, no warm-up). */
   featureRound(total: number, clients: number): Promise<Phase>;
+  /** The feature skeleton's work in the one-round-trip design (FeatureShard): fills its pool and
+   * warms up on the first call (`fill`), then one round. */
+  oneTripRound(total: number, clients: number, fill?: boolean, quotaPerCreate?: boolean): Promise<Phase>;
   stop(): Promise<void>;
 }
 
@@ -100,6 +103,7 @@ export async function startSkeleton(dir: string, libsqlUrl: string): Promise<Ske
   const empty = () => fetch(`http://127.0.0.1:${emptyPort}/sandboxes`, { method: "POST", headers, body: createBody });
   const featureBase = `http://127.0.0.1:${featurePort}`;
   const featureCreate = () => fetch(`${featureBase}/sandboxes`, { method: "POST", headers, body: createBody });
+  const oneTripCreate = (perCreate: boolean) => () => fetch(`${featureBase}/one-trip/sandboxes${perCreate ? "/quota-per-create" : ""}`, { method: "POST", headers, body: createBody });
   return {
     async empty(total, clients) {
       await phase(Math.min(total, 500), clients, empty, 200); // JIT
@@ -119,6 +123,14 @@ export async function startSkeleton(dir: string, libsqlUrl: string): Promise<Ske
       return phase(total, clients, featureCreate, 201);
     },
     featureRound: (total, clients) => phase(total, clients, featureCreate, 201),
+    async oneTripRound(total, clients, fill = false, quotaPerCreate = false) {
+      if (fill) {
+        const res = await fetch(`${featureBase}/one-trip/fill`, { method: "POST", headers, body: JSON.stringify({ templateID: "bench-warm", count: WARM_REPLICAS }) });
+        if (!res.ok) throw new Error(`one-trip skeleton fill: HTTP ${res.status} ${await res.text()}`);
+        await phase(Math.min(total, 500), clients, oneTripCreate(false), 201);
+      }
+      return phase(total, clients, oneTripCreate(quotaPerCreate), 201);
+    },
     async stop() {
       for (const a of agents) a.close();
       await workerd.stop();
@@ -223,8 +235,10 @@ const features :Workerd.Worker = (
     (name = "GROUP", durableObjectNamespace = "FeatureGroup"),
     (name = "CLUSTER", durableObjectNamespace = "FeatureCluster"),
     (name = "QUOTA", durableObjectNamespace = "FeatureQuota"),
+    (name = "LEDGER", durableObjectNamespace = "FeatureLedger"),
+    (name = "SHARD", durableObjectNamespace = "FeatureShard"),
   ],
-  durableObjectNamespaces = [${["FeaturePool", "FeatureGroup", "FeatureCluster", "FeatureQuota"].map(ns).join(", ")}],
+  durableObjectNamespaces = [${["FeaturePool", "FeatureGroup", "FeatureCluster", "FeatureQuota", "FeatureLedger", "FeatureShard"].map(ns).join(", ")}],
   durableObjectStorage = (localDisk = "do-storage"),
   globalOutbound = "loopback",
 );

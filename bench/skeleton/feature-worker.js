@@ -22,6 +22,14 @@
 //     pipeline); ours hands them to SandboxIndexDO, which does the same through @libsql/client.
 //     The row is also kept in the group's SQLite, in the sandbox's own commit, until libSQL has
 //     it, so a create answers while libSQL is down (ours: the group's index outbox);
+// `/one-trip/...`: the same required work in the one-round-trip design of issue 16.2 (FeatureShard;
+// issue 16 notes, session 11): the Worker calls one object, the pool's, which holds the warm
+// members, the claimed sandboxes' rows and index outbox, and quota credits leased from the team's
+// quota object (FeatureLedger) ahead of need; a create spends a credit, pops a member, writes the sandbox Pending, its index
+// row and the refill member in one commit, and hands the claim's intent and the refill's to the
+// cluster in one call, then records Running. The lease (a quota call per LEASE creates) is off the
+// answer path unless the credits ran out (then it is awaited, and no credit means a refusal:
+// fails closed). bench/skeleton-trips.ts runs both designs in alternating rounds.
 // The cluster object writes the intents of concurrent enqueues in one frame and deletes answered
 // outbox rows in batches after 50 ms, as ClusterDO does. Left out, as in the bare skeleton: the
 // template lookup (a pool that was never filled answers 404), state machines, alarms, redelivery,
@@ -37,6 +45,8 @@ const RETRY_MS = 2_000;
 const TEAM_ID = "skeleton-team";
 /** High enough never to refuse in the bench (the check is what it costs). */
 const QUOTA_RUNNING = 1e9;
+/** Quota credits a one-trip pool leases at a time (FeatureShard). */
+const LEASE = 64;
 const KEY_ID = "skeleton-key";
 const INDEX_COLUMNS = [
   "id", "team_id", "key_id", "template_id", "alias", "state", "phase", "metadata", "started_at", "end_at",
@@ -65,10 +75,14 @@ export default {
       return error(400, "Request body is not valid JSON");
     }
     if (url.pathname === "/fill") return Response.json(await pool(env, json.templateID).fill(json.templateID, json.count));
+    if (url.pathname === "/one-trip/fill") return Response.json(await shard(env, json.templateID).fill(json.templateID, json.count));
     const parsed = NewSandbox.safeParse(json);
     if (!parsed.success) return error(400, `Invalid body: ${z.prettifyError(parsed.error).replaceAll("\n", "; ")}`);
     const body = parsed.data;
-    const res = await quota(env).create(body.templateID, { templateID: body.templateID, timeoutS: body.timeout ?? 300, metadata: body.metadata ?? {} });
+    const spec = { templateID: body.templateID, timeoutS: body.timeout ?? 300, metadata: body.metadata ?? {} };
+    const res = url.pathname.startsWith("/one-trip/sandboxes")
+      ? await shard(env, body.templateID).create(spec, url.pathname === "/one-trip/sandboxes/quota-per-create")
+      : await quota(env).create(body.templateID, spec);
     if (!res.ok) return error(res.status, res.message);
     return Response.json({ sandboxID: res.id, templateID: body.templateID, clientID: "skeleton", envdVersion: "0.2.0" }, { status: 201 });
   },
@@ -98,6 +112,91 @@ export class FeatureQuota extends DurableObject {
   }
 }
 
+/** The team's quota ledger as the one-trip design uses it: credits leased to pools, counted as running. */
+export class FeatureLedger extends DurableObject {
+  constructor(ctx, env) {
+    super(ctx, env);
+    this.sql = ctx.storage.sql;
+    this.sql.exec("CREATE TABLE IF NOT EXISTS leases (holder TEXT PRIMARY KEY, credits INTEGER NOT NULL)");
+    this.running = this.sql.exec("SELECT COALESCE(SUM(credits), 0) AS n FROM leases").one().n;
+  }
+
+  /** Up to `n` credits for `holder`, stored before the answer (the output gate holds it). */
+  lease(holder, n) {
+    const granted = Math.max(0, Math.min(n, QUOTA_RUNNING - this.running));
+    if (!granted) return 0;
+    this.running += granted;
+    this.sql.exec("INSERT INTO leases (holder, credits) VALUES (?, ?) ON CONFLICT (holder) DO UPDATE SET credits = credits + excluded.credits", holder, granted);
+    return granted;
+  }
+}
+
+/** One pool in the one-trip design: warm members, claimed sandboxes, leased quota credits. */
+export class FeatureShard extends DurableObject {
+  constructor(ctx, env) {
+    super(ctx, env);
+    this.sql = ctx.storage.sql;
+    this.sql.exec("CREATE TABLE IF NOT EXISTS members (id TEXT PRIMARY KEY, state TEXT NOT NULL)");
+    this.sql.exec("CREATE TABLE IF NOT EXISTS config (template TEXT NOT NULL, credits INTEGER NOT NULL)");
+    this.sql.exec(SANDBOX_TABLES);
+    const config = this.sql.exec("SELECT template, credits FROM config").toArray()[0];
+    this.template = config?.template ?? null;
+    this.credits = config?.credits ?? 0;
+    this.leasing = null;
+    this.ready = this.sql.exec("SELECT id FROM members WHERE state = 'ready' ORDER BY rowid").toArray().map((r) => r.id);
+    this.head = 0;
+  }
+
+  fill(template, count) {
+    if (this.template === null) this.sql.exec("INSERT INTO config (template, credits) VALUES (?, 0)", template);
+    this.template = template;
+    return addReady(this, count);
+  }
+
+  /** More credits from the team's ledger; concurrent callers share one call. */
+  lease() {
+    this.leasing ??= quotaLedger(this.env)
+      .lease(`${TEAM_ID}/${this.template}`, LEASE)
+      .then((n) => {
+        this.credits += n;
+        this.sql.exec("UPDATE config SET credits = ?", this.credits);
+      })
+      .finally(() => (this.leasing = null));
+    return this.leasing;
+  }
+
+  /** `perCreate`: no leased credits, the quota object is asked on every create (what the lease
+   * saves: one call and the quota's commit on the answer path). */
+  async create(spec, perCreate = false) {
+    if (this.template === null) return { ok: false, status: 404, message: "template not found" };
+    if (perCreate) {
+      const granted = await quotaLedger(this.env).lease(`${TEAM_ID}/${this.template}/each`, 1).catch(() => 0);
+      if (!granted) return { ok: false, status: 429, message: "quota runningSandboxes" };
+      this.credits++;
+    }
+    if (this.credits <= 0) await this.lease().catch(() => undefined);
+    if (this.credits <= 0) return { ok: false, status: 429, message: "quota runningSandboxes" };
+    if (this.head >= this.ready.length) return { ok: false, status: 503, message: "no warm sandbox" };
+    const id = popReady(this);
+    this.credits--;
+    const fresh = newId();
+    const refill = { sandboxId: fresh, generation: 1, owner: { kind: "shard", id: `${TEAM_ID}/${this.template}` }, desired: { state: "running" }, template: { id: this.template } };
+    // One commit: the credit spent, the member claimed and replaced, the sandbox and its index row
+    // (createSandbox writes before its first await).
+    this.sql.exec("UPDATE config SET credits = ?", this.credits);
+    this.sql.exec("DELETE FROM members WHERE id = ?", id);
+    this.sql.exec("INSERT INTO members (id, state) VALUES (?, 'creating')", fresh);
+    if (this.credits < LEASE / 2) void this.lease().catch(() => undefined);
+    if (!(await createSandbox(this, id, spec, [refill]))) return { ok: false, status: 502, message: "not acknowledged" };
+    return { ok: true, id };
+  }
+
+  /** The agent answered for these members: they are ready to be claimed. */
+  markReady(ids) {
+    return markReady(this, ids);
+  }
+}
+
 export class FeaturePool extends DurableObject {
   constructor(ctx, env) {
     super(ctx, env);
@@ -116,22 +215,13 @@ export class FeaturePool extends DurableObject {
   fill(template, count) {
     if (this.template === null) this.sql.exec("INSERT INTO config (template) VALUES (?)", template);
     this.template = template;
-    for (let i = 0; i < count; i++) {
-      const id = newId();
-      this.sql.exec("INSERT INTO members (id, state) VALUES (?, 'ready')", id);
-      this.ready.push(id);
-    }
-    return { available: this.ready.length - this.head };
+    return addReady(this, count);
   }
 
   claim() {
     if (this.template === null) return { ok: false, status: 404, message: "template not found" };
     if (this.head >= this.ready.length) return { ok: false, status: 503, message: "no warm sandbox" };
-    const id = this.ready[this.head++];
-    if (this.head > 1024) {
-      this.ready = this.ready.slice(this.head);
-      this.head = 0;
-    }
+    const id = popReady(this);
     const fresh = newId();
     this.sql.exec("DELETE FROM members WHERE id = ?", id);
     this.sql.exec("INSERT INTO members (id, state) VALUES (?, 'creating')", fresh);
@@ -142,10 +232,7 @@ export class FeaturePool extends DurableObject {
 
   /** The agent answered for these members: they are ready to be claimed. */
   markReady(ids) {
-    for (const id of ids) {
-      if (this.sql.exec("UPDATE members SET state = 'ready' WHERE id = ? AND state = 'creating' RETURNING id", id).toArray().length) this.ready.push(id);
-    }
-    return true;
+    return markReady(this, ids);
   }
 
   intent(id) {
@@ -175,24 +262,11 @@ export class FeatureGroup extends DurableObject {
   constructor(ctx, env) {
     super(ctx, env);
     this.sql = ctx.storage.sql;
-    this.sql.exec("CREATE TABLE IF NOT EXISTS sandboxes (id TEXT PRIMARY KEY, phase TEXT NOT NULL, spec TEXT NOT NULL, end_at INTEGER NOT NULL)");
-    this.sql.exec("CREATE TABLE IF NOT EXISTS index_outbox (id TEXT PRIMARY KEY, rev INTEGER NOT NULL, op TEXT NOT NULL)");
+    this.sql.exec(SANDBOX_TABLES);
   }
 
   async create(id, spec) {
-    const now = Date.now();
-    const endAt = now + spec.timeoutS * 1000;
-    const intent = { sandboxId: id, generation: 2, owner: { kind: "sandbox" }, desired: { state: "running" }, template: { id: spec.templateID } };
-    const row = [id, TEAM_ID, KEY_ID, spec.templateID, null, "running", "Running", JSON.stringify(spec.metadata), now, endAt, 2, 512, 1024, "0.2.0", 1];
-    this.sql.exec("INSERT INTO sandboxes (id, phase, spec, end_at) VALUES (?, 'Pending', ?, ?)", id, JSON.stringify({ ...spec, intent }), endAt);
-    // The index row is kept with the sandbox's own until libSQL has it, so a create still answers
-    // when libSQL is down (sent again later; as SandboxGroupDO's index outbox).
-    this.sql.exec("INSERT INTO index_outbox (id, rev, op) VALUES (?, 1, ?)", id, JSON.stringify(row));
-    const res = await cluster(this.env).enqueue([intent], { awaitAnswer: true, index: [row] });
-    if (!res) return { ok: false };
-    this.sql.exec("UPDATE sandboxes SET phase = 'Running' WHERE id = ?", id);
-    if (res.indexed) this.sql.exec("DELETE FROM index_outbox WHERE id = ? AND rev <= 1", id);
-    return { ok: true };
+    return { ok: await createSandbox(this, id, spec, []) };
   }
 }
 
@@ -227,8 +301,8 @@ export class FeatureCluster extends DurableObject {
     for (const intent of intents) {
       const seq = ++this.seq;
       this.sql.exec("INSERT INTO outbox (seq, sandbox_id, intent) VALUES (?, ?, ?)", seq, intent.sandboxId, JSON.stringify(intent));
-      if (opts.awaitAnswer) answers.push(new Promise((resolve) => this.waiters.set(seq, resolve)));
-      else if (intent.owner.kind === "pool") this.poolOf.set(seq, { pool: intent.owner.id, id: intent.sandboxId });
+      if (opts.awaitAnswer && intent.owner.kind === "sandbox") answers.push(new Promise((resolve) => this.waiters.set(seq, resolve)));
+      else if (intent.owner.kind !== "sandbox") this.poolOf.set(seq, { pool: intent.owner.id, kind: intent.owner.kind, id: intent.sandboxId });
       this.unsent.push({ seq, intent });
     }
     this.sendTimer ??= setTimeout(() => {
@@ -252,11 +326,16 @@ export class FeatureCluster extends DurableObject {
       const member = this.poolOf.get(seq);
       if (!member) continue;
       this.poolOf.delete(seq);
-      const ids = toPools.get(member.pool);
+      const key = `${member.kind}:${member.pool}`;
+      const ids = toPools.get(key);
       if (ids) ids.push(member.id);
-      else toPools.set(member.pool, [member.id]);
+      else toPools.set(key, [member.id]);
     }
-    for (const [name, ids] of toPools) this.env.POOL.get(this.env.POOL.idFromName(name)).markReady(ids).catch((err) => console.warn(`pool ${name}: ${err}`));
+    for (const [key, ids] of toPools) {
+      const [kind, name] = [key.slice(0, key.indexOf(":")), key.slice(key.indexOf(":") + 1)];
+      const ns = kind === "shard" ? this.env.SHARD : this.env.POOL;
+      ns.get(ns.idFromName(name)).markReady(ids).catch((err) => console.warn(`pool ${name}: ${err}`));
+    }
     // Deleted a little later in one batch: a write here would hold the awaited replies behind its commit.
     this.unqueueTimer ??= setTimeout(() => {
       this.unqueueTimer = null;
@@ -289,6 +368,60 @@ export class FeatureCluster extends DurableObject {
       this.indexing = false;
     }
   }
+}
+
+const SANDBOX_TABLES = `
+CREATE TABLE IF NOT EXISTS sandboxes (id TEXT PRIMARY KEY, phase TEXT NOT NULL, spec TEXT NOT NULL, end_at INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS index_outbox (id TEXT PRIMARY KEY, rev INTEGER NOT NULL, op TEXT NOT NULL);
+`;
+
+/**
+ * A claimed sandbox's rows in `obj` (a group, or a one-trip pool): Pending with its index row,
+ * written before the first await (so in the caller's commit), then its intent and `more` to the
+ * cluster, awaiting the agent's answer; Running before the answer. Whether the agent answered.
+ */
+async function createSandbox(obj, id, spec, more) {
+  const now = Date.now();
+  const endAt = now + spec.timeoutS * 1000;
+  const intent = { sandboxId: id, generation: 2, owner: { kind: "sandbox" }, desired: { state: "running" }, template: { id: spec.templateID } };
+  const row = [id, TEAM_ID, KEY_ID, spec.templateID, null, "running", "Running", JSON.stringify(spec.metadata), now, endAt, 2, 512, 1024, "0.2.0", 1];
+  obj.sql.exec("INSERT INTO sandboxes (id, phase, spec, end_at) VALUES (?, 'Pending', ?, ?)", id, JSON.stringify({ ...spec, intent }), endAt);
+  // The index row is kept with the sandbox's own until libSQL has it, so a create still answers
+  // when libSQL is down (sent again later; as SandboxGroupDO's index outbox).
+  obj.sql.exec("INSERT INTO index_outbox (id, rev, op) VALUES (?, 1, ?)", id, JSON.stringify(row));
+  const res = await cluster(obj.env).enqueue([intent, ...more], { awaitAnswer: true, index: [row] });
+  if (!res) return false;
+  obj.sql.exec("UPDATE sandboxes SET phase = 'Running' WHERE id = ?", id);
+  if (res.indexed) obj.sql.exec("DELETE FROM index_outbox WHERE id = ? AND rev <= 1", id);
+  return true;
+}
+
+/** `count` new members of `pool` (FeaturePool, FeatureShard), ready at once. */
+function addReady(pool, count) {
+  for (let i = 0; i < count; i++) {
+    const id = newId();
+    pool.sql.exec("INSERT INTO members (id, state) VALUES (?, 'ready')", id);
+    pool.ready.push(id);
+  }
+  return { available: pool.ready.length - pool.head };
+}
+
+/** The oldest ready member of `pool` (the caller checked there is one). */
+function popReady(pool) {
+  const id = pool.ready[pool.head++];
+  if (pool.head > 1024) {
+    pool.ready = pool.ready.slice(pool.head);
+    pool.head = 0;
+  }
+  return id;
+}
+
+/** The agent answered for these members: they are ready to be claimed. */
+function markReady(pool, ids) {
+  for (const id of ids) {
+    if (pool.sql.exec("UPDATE members SET state = 'ready' WHERE id = ? AND state = 'creating' RETURNING id", id).toArray().length) pool.ready.push(id);
+  }
+  return true;
 }
 
 /** One statement over sqld's HTTP API (Hrana v2 pipeline); throws on any error. */
@@ -339,6 +472,8 @@ function error(status, message) {
 }
 
 const quota = (env) => env.QUOTA.get(env.QUOTA.idFromName(TEAM_ID));
+const quotaLedger = (env) => env.LEDGER.get(env.LEDGER.idFromName(TEAM_ID));
+const shard = (env, template) => env.SHARD.get(env.SHARD.idFromName(`${TEAM_ID}/${template}`));
 const pool = (env, template) => env.POOL.get(env.POOL.idFromName(`${TEAM_ID}/${template}`));
 const group = (env, id) => env.GROUP.get(env.GROUP.idFromName(id[0]));
 const cluster = (env) => env.CLUSTER.get(env.CLUSTER.idFromName("local"));

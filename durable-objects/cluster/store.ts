@@ -12,11 +12,8 @@ const SCHEMA = `
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS desired (
   sandbox_id TEXT PRIMARY KEY, generation INTEGER NOT NULL, owner TEXT NOT NULL, state TEXT NOT NULL,
-  intent TEXT NOT NULL
+  intent TEXT NOT NULL, team TEXT
 );
--- Whether a team still has a sandbox here, after each burst of deletes (hasTeam): a lookup, not a
--- scan of every desired row.
-CREATE INDEX IF NOT EXISTS desired_team ON desired (json_extract(intent, '$.team'));
 -- A pending intent is always its sandbox's desired one (newer intents supersede), so the outbox
 -- names the row in "desired" instead of copying the intent.
 CREATE TABLE IF NOT EXISTS outbox (
@@ -46,6 +43,18 @@ export interface ClusterStore {
 
 export function openClusterStore(sql: Sql): ClusterStore {
   sql.exec(SCHEMA);
+  // The team is a column of its own, not an index over json_extract(intent): every saveDesired
+  // (two per warm create) made SQLite parse the whole intent for the index, on the delete of the
+  // old row and the insert of the new. Objects made before keep their rows: the column is added
+  // and filled once, and the old expression index dropped.
+  const columns = sql.exec<{ name: string }>("PRAGMA table_info(desired)").toArray();
+  if (!columns.some((c) => c.name === "team")) {
+    sql.exec("ALTER TABLE desired ADD COLUMN team TEXT");
+    sql.exec("UPDATE desired SET team = json_extract(intent, '$.team')");
+  }
+  // Whether a team still has a sandbox here, after each burst of deletes (hasTeam): a lookup, not
+  // a scan of every desired row.
+  sql.exec("DROP INDEX IF EXISTS desired_team; CREATE INDEX IF NOT EXISTS desired_by_team ON desired (team)");
   return {
     load() {
       const last = sql.exec<{ seq: number }>("SELECT seq FROM sqlite_sequence WHERE name = 'outbox'").toArray()[0];
@@ -69,17 +78,19 @@ export function openClusterStore(sql: Sql): ClusterStore {
       return st;
     },
     saveDesired(i) {
+      // An upsert, not INSERT OR REPLACE: that deletes the old row and inserts anew, updating every
+      // index twice.
       sql.exec(
-        "INSERT OR REPLACE INTO desired (sandbox_id, generation, owner, state, intent) VALUES (?, ?, ?, ?, ?)",
-        i.sandboxId, i.generation, JSON.stringify(i.owner), i.desired.state, JSON.stringify(i),
+        "INSERT INTO desired (sandbox_id, generation, owner, state, intent, team) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (sandbox_id) DO UPDATE SET generation = excluded.generation, owner = excluded.owner, state = excluded.state, intent = excluded.intent, team = excluded.team",
+        i.sandboxId, i.generation, JSON.stringify(i.owner), i.desired.state, JSON.stringify(i), i.team ?? null,
       );
     },
     liveTeams() {
-      const rows = sql.exec<{ team: string | null }>("SELECT DISTINCT json_extract(intent, '$.team') AS team FROM desired").toArray();
+      const rows = sql.exec<{ team: string | null }>("SELECT DISTINCT team FROM desired WHERE team IS NOT NULL").toArray();
       return rows.flatMap((r) => (typeof r.team === "string" && r.team ? [r.team] : []));
     },
     hasTeam(team) {
-      return sql.exec("SELECT 1 FROM desired WHERE json_extract(intent, '$.team') = ? LIMIT 1", team).toArray().length > 0;
+      return sql.exec("SELECT 1 FROM desired WHERE team = ? LIMIT 1", team).toArray().length > 0;
     },
     dropDesired(id) {
       sql.exec("DELETE FROM desired WHERE sandbox_id = ?", id);
