@@ -15,8 +15,9 @@
 // B's creates/s over that of the A rounds either side of it, with the spread; and each process's
 // CPU per create (workerd, sqld, the collector, this process's clients and scripted agent, the
 // whole machine), and the ratio the system's own CPU per create gives.
-// `--profile <prefix>`: a V8 CPU profile of B's isolate over each of its rounds, to
-// <prefix>.<round>.cpuprofile (the inspector adds CPU to B: take that run's figures as a profile only).
+// `--profile <prefix>`: a V8 CPU profile of each side's isolate over each of its rounds, to
+// <prefix>.<A|B>.<round>.cpuprofile (both sides carry the inspector's cost, so a function's samples
+// per create, B's against A's, show what B adds; take that run's other figures as a profile only).
 // `--scrapes n`: after the rounds, each side's workerd CPU per `/admin/metrics` scrape (n each, in
 // alternating batches of 20).
 // `--disk`: both sides serve the working tree, A with its Durable Object storage on tmpfs (as the
@@ -85,7 +86,7 @@ try {
     cpSync(bundle, join(dir, "bundle"), { recursive: true });
     const traced: Record<string, string> = collector && sides.length === 1 ? { OTEL_EXPORTER_OTLP_ENDPOINT: collector.endpoint } : {};
     const counter = opt.calls ? await freePort() : undefined;
-    const inspectorPort = opt.profile && sides.length === 1 ? await freePort() : undefined;
+    const inspectorPort = opt.profile ? await freePort() : undefined;
     const edge = await startEdge({ dir, vars: { ...vars, ...traced }, skipBuild: true, invocationCounterPort: counter, inspectorPort });
     const agent = new ScriptedAgent({ agentId: `ab-${sides.length}` });
     await agent.connect(tcpTransport(edge.url, CLUSTER_TOKEN, "local"));
@@ -112,7 +113,7 @@ try {
       const profiler = s.inspectorPort ? await startProfiler(s.inspectorPort) : null;
       const started = performance.now();
       const latencies = await timedConcurrently(creates, CLIENTS, () => create(s.edge.url));
-      if (profiler) writeFileSync(`${opt.profile}.${r}.cpuprofile`, JSON.stringify(await profiler.stop()));
+      if (profiler) writeFileSync(`${opt.profile}.${s.name[0]}.${r}.cpuprofile`, JSON.stringify(await profiler.stop()));
       s.rate.push(creates / ((performance.now() - started) / 1000));
       s.cpu.push((cpuMs(s.edge.pid) - cpu) / creates);
       for (const [k, v] of Object.entries(othersCpu())) (s.others[k] ??= []).push((v - before[k]!) / creates);
