@@ -160,3 +160,40 @@ export class EdgeSpan implements Span, ReadableSpan {
     if (this.#recording) this.#sink.onEnd(this);
   }
 }
+
+/** A span another process recorded, as the exporter reads it (the agent forwards a pod runtime's). */
+export interface RecordedSpanFields {
+  traceId: string;
+  spanId: string;
+  parentSpanId: string;
+  name: string;
+  kind: SpanKind;
+  startMs: number;
+  endMs: number;
+  status: SpanStatus;
+  attributes: Attributes;
+}
+
+export function recordedSpan(f: RecordedSpanFields, resource: Resource, scope: InstrumentationScope): ReadableSpan {
+  const ctx: SpanContext = { traceId: f.traceId, spanId: f.spanId, traceFlags: SAMPLED };
+  const end = Math.max(f.startMs, f.endMs);
+  return {
+    name: f.name,
+    kind: f.kind,
+    spanContext: () => ctx,
+    parentSpanContext: { traceId: f.traceId, spanId: f.parentSpanId, traceFlags: SAMPLED, isRemote: true },
+    startTime: hrTime(f.startMs),
+    endTime: hrTime(end),
+    duration: hrTime(end - f.startMs),
+    status: f.status,
+    attributes: f.attributes,
+    links: NO_LINKS,
+    events: NO_EVENTS,
+    ended: true,
+    resource,
+    instrumentationScope: scope,
+    droppedAttributesCount: 0,
+    droppedEventsCount: 0,
+    droppedLinksCount: 0,
+  };
+}
