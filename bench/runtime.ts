@@ -281,6 +281,20 @@ export async function run(_ctx?: unknown): Promise<Figures> {
   }
 }
 
+/** `rounds` rounds of one run of each side, the order rotating each round (drift on a shared
+ * machine hits every side alike). */
+async function rotating<K extends string, T>(sides: Record<K, () => Promise<T>>, rounds: number): Promise<Record<K, T[]>> {
+  const names = Object.keys(sides) as K[];
+  const got = Object.fromEntries(names.map((n) => [n, [] as T[]])) as Record<K, T[]>;
+  for (let i = 0; i < rounds; i++) {
+    for (let k = 0; k < names.length; k++) {
+      const name = names[(i + k) % names.length]!;
+      got[name].push(await sides[name]());
+    }
+  }
+  return got;
+}
+
 /** Cold start, the sides interleaved (one of each per round, the order rotating): the runtime as a
  * pod starts it (start.cjs from the code cache the image build writes), the bundle without the
  * cache, and the bare server. Wall time and the process's CPU time at its first 2xx. */
@@ -292,14 +306,7 @@ async function coldStarts(bundle: string, bare: string): Promise<Figures> {
     plain: () => coldStart([...RUNTIME_NODE_FLAGS, bundle, ...runtimeArgs]),
     bare: () => coldStart([...RUNTIME_NODE_FLAGS, bare]),
   };
-  const got: Record<keyof typeof sides, { ms: number; cpu: number; rss: number }[]> = { cached: [], plain: [], bare: [] };
-  const names = Object.keys(sides) as (keyof typeof sides)[];
-  for (let i = 0; i < 11; i++) {
-    for (let k = 0; k < names.length; k++) {
-      const name = names[(i + k) % names.length]!;
-      got[name].push(await sides[name]());
-    }
-  }
+  const got = await rotating(sides, 11);
   const per = (a: keyof typeof sides, b: keyof typeof sides, f: "ms" | "cpu") => got[a].map((x, i) => x[f] / got[b][i]![f]);
   const ratios = per("cached", "bare", "ms");
   const figure = (xs: number[], unit: string, target?: string) => ({ value: median(xs), unit, spread: minMax(xs), ...(target ? { target } : {}) });
@@ -339,14 +346,7 @@ async function tracingOffStart(bundle: string, dir: string): Promise<Figures> {
     on: () => coldStart(start(bundle), { OTEL_EXPORTER_OTLP_ENDPOINT: "http://127.0.0.1:9" }),
     floor: () => coldStart(start(untraced)),
   };
-  const got: Record<keyof typeof sides, { ms: number; cpu: number }[]> = { off: [], on: [], floor: [] };
-  const names = Object.keys(sides) as (keyof typeof sides)[];
-  for (let i = 0; i < 15; i++) {
-    for (let k = 0; k < names.length; k++) {
-      const name = names[(i + k) % names.length]!;
-      got[name].push(await sides[name]());
-    }
-  }
+  const got = await rotating(sides, 15);
   const per = (a: keyof typeof sides, b: keyof typeof sides, f: "ms" | "cpu") => got[a].map((x, i) => x[f] / got[b][i]![f]);
   const figure = (xs: number[], unit: string, target?: string) => ({ value: r2(median(xs)), unit, spread: minMax(xs), ...(target ? { target } : {}) });
   return {

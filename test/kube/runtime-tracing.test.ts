@@ -81,7 +81,8 @@ describe("the runtime container's tracing", () => {
   it("is on with the opt-in, --pod-runtime-tracing, in a pod with the traffic-proxy pair too", async () => {
     kubectlOk(["-n", ns, "create", "configmap", SYSTEM_INJECTION_CONFIGMAP, `--from-literal=traffic-proxy={"image":"tp:1"}`]);
     const d = await driverFromFlags({ "otlp-endpoint": ENDPOINT, "pod-runtime-tracing": true });
-    await d.ensure(desired("trace4"));
+    // Governed: its egress rules go through the pod's own traffic-proxy.
+    await d.ensure(kubeDesired("trace4", { allowInternetAccess: false, egress: { allowOut: ["pypi.org"], denyOut: [] } }));
     const pods: V1Pod[] = (await core.listNamespacedPod({ namespace: ns, labelSelector: `${LABEL.sandboxId}=${idLabel("trace4")}` })).items;
     expect(pods[0]!.spec!.containers.map((c) => c.name)).toContain("traffic-proxy");
     const env = await runtimeEnv("trace4");
