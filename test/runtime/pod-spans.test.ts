@@ -11,7 +11,10 @@ import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { createIngress, ENVD_PORT } from "../../controllers/agent/ingress.ts";
 import { PodSpanCollector } from "../../controllers/agent/pod-spans.ts";
+import { createRuntime } from "../../controllers/runtime/runtime.ts";
+import { ingressKey, SIGNATURE_HEADER, signIngress } from "../../schema/ingress/signature.ts";
 import { flushTraces, forwardSpans, startTracing } from "../../controllers/lib/tracing.ts";
 import { RUNTIME_SPANS_PATH } from "../../schema/protocol/runtime-spans.ts";
 import { startCollector, type Collector } from "../support/otel-collector.ts";
@@ -122,5 +125,37 @@ describe("a pod runtime's spans, collected by its agent", () => {
     answer = JSON.stringify({ spans: [span], dropped: 3 });
     expect(await agent.pull("sbx-c")).toEqual({ forwarded: 1, refused: 0, dropped: 3 });
     agent.stop();
+  });
+
+  it("through the agent's ingress: a signed request to the pod is traced ingress → runtime, and the spans path is not the caller's", async () => {
+    const CLUSTER = "pod-spans-cluster-token";
+    const agent = agentFor(runtime.url);
+    const ingress = await createIngress({ clusterToken: CLUSTER, runtime: createRuntime(), userPortTarget: () => undefined, remoteRuntime: () => runtime.url, podSpans: agent });
+    await new Promise<void>((r) => ingress.listen(0, "127.0.0.1", r));
+    const base = `http://127.0.0.1:${(ingress.address() as AddressInfo).port}`;
+    const key = await ingressKey(CLUSTER);
+    const signed = async (path: string, headers: Record<string, string> = {}) =>
+      fetch(base + path, { headers: { ...headers, "e2b-sandbox-id": "sbxingress", "e2b-sandbox-port": String(ENVD_PORT), "x-access-token": TOKEN, [SIGNATURE_HEADER]: await signIngress(key, { sandboxId: "sbxingress", port: ENVD_PORT, method: "GET", pathAndQuery: path }, Date.now()) } });
+    try {
+      const [trace, caller] = [hex(32), hex(16)];
+      expect((await signed("/health", { traceparent: traceparent(trace, caller) })).status).toBeLessThan(300);
+      await waitFor(async () => (await agent.pull("sbxingress")).forwarded === 1 || undefined, 10_000);
+      await flushTraces();
+      const [ing, rt] = await waitFor(() => {
+        const spans = collector.spans().filter((s) => s.traceId === trace);
+        const i = spans.find((s) => s.name === "ingress");
+        const r = spans.find((s) => s.service === "agent-runtime");
+        return i && r ? ([i, r] as const) : undefined;
+      }, 20_000);
+      expect(ing).toMatchObject({ parentSpanId: caller, service: "sandbox-agent" });
+      expect(rt).toMatchObject({ name: "GET /health", parentSpanId: ing.spanId });
+      expect(rt.attributes["sandbox.id"]).toBe("sbxingress");
+      // Signed by the edge or not, a caller may not read or drain the runtime's spans.
+      expect((await signed(RUNTIME_SPANS_PATH)).status).toBe(404);
+    } finally {
+      agent.stop();
+      ingress.closeAllConnections();
+      await new Promise((r) => ingress.close(r));
+    }
   });
 });
