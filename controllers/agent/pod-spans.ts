@@ -9,7 +9,8 @@
 // What a pod answers is the tenant's data (its commands run as root beside the runtime), so:
 //   - bounded: MAX_RUNTIME_SPANS_BYTES read at most (more: the pull is dropped), the schema's
 //     counts and lengths, one pull per sandbox a second at most and only while it has requests
-//     whose spans have not come back (or at most every IDLE_PULL_MS while a long one is open);
+//     whose spans have not come back (or at most every IDLE_PULL_MS while a long one is open),
+//     MAX_PULLS pulls at once across sandboxes;
 //   - attributed by the agent: each span's resource is `service.name` agent-runtime and the
 //     `sandbox.id` the agent pulled from, whatever the payload says (its own `sandbox.id`
 //     attribute is overwritten);
@@ -31,6 +32,9 @@ const PULL_EVERY_MS = 1_000;
 /** While only older requests are open (a long stream), how often their sandbox is asked. */
 const IDLE_PULL_MS = 10_000;
 const PULL_TIMEOUT_MS = 5_000;
+/** Pulls in flight at once (the rest wait for the next tick): a busy cluster's agent is not a
+ * thousand GETs a second. */
+const MAX_PULLS = 16;
 
 export interface PodSpanOptions {
   /** Where the sandbox's runtime is and its access token (undefined: not a pod, or gone). */
@@ -62,6 +66,7 @@ export class PodSpanCollector {
   readonly #now: () => number;
   readonly #pending = new Map<string, Pending>();
   #timer: NodeJS.Timeout | null = null;
+  #inFlight = 0;
 
   constructor(opts: PodSpanOptions) {
     this.#opts = opts;
@@ -91,7 +96,7 @@ export class PodSpanCollector {
         this.#pending.delete(id);
         continue;
       }
-      if (!p.pulling && (p.fresh || now - p.lastPull >= IDLE_PULL_MS)) void this.pull(id);
+      if (this.#inFlight < MAX_PULLS && !p.pulling && (p.fresh || now - p.lastPull >= IDLE_PULL_MS)) void this.pull(id);
     }
     if (!this.#pending.size && this.#timer) {
       clearInterval(this.#timer);
@@ -107,6 +112,7 @@ export class PodSpanCollector {
     p.fresh = false;
     p.lastPull = this.#now();
     p.pulling = true;
+    this.#inFlight++;
     try {
       const body = await boundedGet(new URL(RUNTIME_SPANS_PATH, at.url), { "e2b-sandbox-id": sandboxId, ...(at.token ? { "x-access-token": at.token } : {}) });
       let json: unknown;
@@ -134,6 +140,7 @@ export class PodSpanCollector {
       return { forwarded: 0, refused: 0, dropped: 0, error: (err as Error).message };
     } finally {
       p.pulling = false;
+      this.#inFlight--;
     }
   }
 
