@@ -325,10 +325,11 @@ async function coldStarts(bundle: string, bare: string): Promise<Figures> {
 }
 
 /**
- * The runtime's start with tracing off (issue 15: no cost when off). Three sides interleaved, each
+ * The runtime's start with tracing off (issue 15: no cost when off). Four sides interleaved, each
  * from its own code cache as a pod starts it: the shipped bundle with tracing off (no
  * OTEL_EXPORTER_OTLP_ENDPOINT), the same bundle with it on (a collector address nobody answers:
- * the start does not wait for an export), and the floor, a bundle built without the tracing module
+ * the start does not wait for an export), with RUNTIME_TRACING=agent (spans kept for the agent, as
+ * the kubernetes driver starts pods with --pod-runtime-tracing), and the floor, a bundle built without the tracing module
  * at all (pod-tracing.ts replaced by an empty one). Beside them, how many @opentelemetry modules a
  * start with tracing off evaluates (a build whose OpenTelemetry modules count themselves): 0 means
  * the exporter and the API stay unloaded, their code only parsed lazily or read from the cache.
@@ -344,6 +345,7 @@ async function tracingOffStart(bundle: string, dir: string): Promise<Figures> {
   const sides = {
     off: () => coldStart(start(bundle)),
     on: () => coldStart(start(bundle), { OTEL_EXPORTER_OTLP_ENDPOINT: "http://127.0.0.1:9" }),
+    agent: () => coldStart(start(bundle), { RUNTIME_TRACING: "agent" }),
     floor: () => coldStart(start(untraced)),
   };
   const got = await rotating(sides, 15);
@@ -354,6 +356,7 @@ async function tracingOffStart(bundle: string, dir: string): Promise<Figures> {
     "runtime.cold_start_tracing_off_cpu_ratio": figure(per("off", "floor", "cpu"), "x (CPU, same rounds)", "<= 1.05"),
     "runtime.cold_start_tracing_off_cpu_ms": figure(got.off.map((x) => x.cpu), "ms CPU to the first 2xx"),
     "runtime.cold_start_tracing_on_cpu_ratio": figure(per("on", "off", "cpu"), "x (CPU, tracing on over off: what loading the exporter costs)"),
+    "runtime.cold_start_tracing_agent_cpu_ratio": figure(per("agent", "off", "cpu"), "x (CPU, RUNTIME_TRACING=agent, as a pod with --pod-runtime-tracing, over off)"),
     "runtime.tracing_off_otel_modules_evaluated": { value: await otelModulesEvaluated(counted, runtimeArgs, ""), unit: "@opentelemetry modules evaluated by a start with tracing off", target: "0" },
     // The same count with tracing on: that the count sees the modules when they load.
     "runtime.tracing_on_otel_modules_evaluated": { value: await otelModulesEvaluated(counted, runtimeArgs, "http://127.0.0.1:9"), unit: "@opentelemetry modules evaluated by a start with tracing on" },
