@@ -15,8 +15,11 @@
 // B's creates/s over that of the A rounds either side of it, with the spread; and each process's
 // CPU per create (workerd, sqld, the collector, this process's clients and scripted agent, the
 // whole machine), and the ratio the system's own CPU per create gives.
-// `--profile <prefix>`: a V8 CPU profile of B's isolate over each of its rounds, to
-// <prefix>.<round>.cpuprofile (the inspector adds CPU to B: take that run's figures as a profile only).
+// `--tracing --base <rev>`: both sides trace to the collector, A the bundle of <rev>, B the working
+// tree's: what a change to the tracing path saves, the rest of the figures as with `--tracing`.
+// `--profile <prefix>`: a V8 CPU profile of each side's isolate over each of its rounds, to
+// <prefix>.<A|B>.<round>.cpuprofile (both sides carry the inspector's cost, so a function's samples
+// per create, B's against A's, show what B adds; take that run's other figures as a profile only).
 // `--scrapes n`: after the rounds, each side's workerd CPU per `/admin/metrics` scrape (n each, in
 // alternating batches of 20).
 // `--disk`: both sides serve the working tree, A with its Durable Object storage on tmpfs (as the
@@ -71,21 +74,24 @@ try {
   const archive = spawnSync("sh", ["-c", `git archive ${JSON.stringify(opt.base)} | tar -x -C ${JSON.stringify(tree)}`], { cwd: ROOT, encoding: "utf8" });
   if (archive.status !== 0) throw new Error(`git archive ${opt.base}: ${archive.stderr}`);
   symlinkSync(join(ROOT, "node_modules"), join(tree, "node_modules"));
-  const bundles = opt.tracing
+  const bothTraced = opt.tracing && opt.base !== "HEAD";
+  const bundles = bothTraced
+    ? { [`A (${opt.base}, traced)`]: join(tmp, "bundle-a"), "B (working tree, traced)": join(tmp, "bundle-b") }
+    : opt.tracing
     ? { "A (tracing off)": join(tmp, "bundle-b"), "B (tracing to a collector)": join(tmp, "bundle-b") }
     : opt.disk
       ? { "A (storage on tmpfs)": join(tmp, "bundle-b"), "B (storage on disk)": join(tmp, "bundle-b") }
       : { [`A (${opt.base})`]: join(tmp, "bundle-a"), "B (working tree)": join(tmp, "bundle-b") };
-  if (!opt.tracing && !opt.disk) build(tree, join(tmp, "bundle-a"));
+  if ((!opt.tracing && !opt.disk) || bothTraced) build(tree, join(tmp, "bundle-a"));
   build(ROOT, join(tmp, "bundle-b"));
   if (opt.tracing) collector = await startCollector(tmp);
   const vars = { LIBSQL_URL: sqld.url, KEY_PEPPER: "ab-pepper", ADMIN_API_KEY: ADMIN_KEY, CLUSTER_TOKEN };
   for (const [name, bundle] of Object.entries(bundles)) {
     const dir = opt.disk && sides.length === 1 ? onDisk : join(tmp, `edge-${sides.length}`);
     cpSync(bundle, join(dir, "bundle"), { recursive: true });
-    const traced: Record<string, string> = collector && sides.length === 1 ? { OTEL_EXPORTER_OTLP_ENDPOINT: collector.endpoint } : {};
+    const traced: Record<string, string> = collector && (sides.length === 1 || bothTraced) ? { OTEL_EXPORTER_OTLP_ENDPOINT: collector.endpoint } : {};
     const counter = opt.calls ? await freePort() : undefined;
-    const inspectorPort = opt.profile && sides.length === 1 ? await freePort() : undefined;
+    const inspectorPort = opt.profile ? await freePort() : undefined;
     const edge = await startEdge({ dir, vars: { ...vars, ...traced }, skipBuild: true, invocationCounterPort: counter, inspectorPort });
     const agent = new ScriptedAgent({ agentId: `ab-${sides.length}` });
     await agent.connect(tcpTransport(edge.url, CLUSTER_TOKEN, "local"));
@@ -112,7 +118,7 @@ try {
       const profiler = s.inspectorPort ? await startProfiler(s.inspectorPort) : null;
       const started = performance.now();
       const latencies = await timedConcurrently(creates, CLIENTS, () => create(s.edge.url));
-      if (profiler) writeFileSync(`${opt.profile}.${r}.cpuprofile`, JSON.stringify(await profiler.stop()));
+      if (profiler) writeFileSync(`${opt.profile}.${s.name[0]}.${r}.cpuprofile`, JSON.stringify(await profiler.stop()));
       s.rate.push(creates / ((performance.now() - started) / 1000));
       s.cpu.push((cpuMs(s.edge.pid) - cpu) / creates);
       for (const [k, v] of Object.entries(othersCpu())) (s.others[k] ??= []).push((v - before[k]!) / creates);

@@ -82,10 +82,10 @@ function threadsCpuMs(pid: number): number {
 }
 
 /** exec → first 2xx of GET /health, and the process's CPU time and VmRSS then. */
-async function coldStart(args: string[]): Promise<{ ms: number; cpu: number; rss: number }> {
+async function coldStart(args: string[], env: Record<string, string> = {}): Promise<{ ms: number; cpu: number; rss: number }> {
   const t = performance.now();
   // As a pod starts it: the launcher sets the allocator (no re-exec; k8s/injection-config.yaml).
-  const child = spawn(process.execPath, args, { cwd: ROOT, stdio: ["ignore", "pipe", "inherit"], env: { ...process.env, MALLOC_ARENA_MAX: "2" } });
+  const child = spawn(process.execPath, args, { cwd: ROOT, stdio: ["ignore", "pipe", "inherit"], env: { ...process.env, MALLOC_ARENA_MAX: "2", ...env } });
   try {
     const url = await new Promise<string>((res, rej) => {
       let out = "";
@@ -191,7 +191,7 @@ export async function run(_ctx?: unknown): Promise<Figures> {
   // As a pod runs it (k8s/entrypoint.sh).
   const { child, url } = await startRuntime(join(dir, "start.cjs"));
   try {
-    if (part("cold")) Object.assign(figures, await coldStarts(bundle, bare));
+    if (part("cold")) Object.assign(figures, await coldStarts(bundle, bare), await tracingOffStart(bundle, dir));
     if (part("idle")) {
       const fromSource = await idleRss("controllers/runtime/main.ts", api.url);
       const idle = await idleRss(bundle, api.url);
@@ -281,6 +281,20 @@ export async function run(_ctx?: unknown): Promise<Figures> {
   }
 }
 
+/** `rounds` rounds of one run of each side, the order rotating each round (drift on a shared
+ * machine hits every side alike). */
+async function rotating<K extends string, T>(sides: Record<K, () => Promise<T>>, rounds: number): Promise<Record<K, T[]>> {
+  const names = Object.keys(sides) as K[];
+  const got = Object.fromEntries(names.map((n) => [n, [] as T[]])) as Record<K, T[]>;
+  for (let i = 0; i < rounds; i++) {
+    for (let k = 0; k < names.length; k++) {
+      const name = names[(i + k) % names.length]!;
+      got[name].push(await sides[name]());
+    }
+  }
+  return got;
+}
+
 /** Cold start, the sides interleaved (one of each per round, the order rotating): the runtime as a
  * pod starts it (start.cjs from the code cache the image build writes), the bundle without the
  * cache, and the bare server. Wall time and the process's CPU time at its first 2xx. */
@@ -292,14 +306,7 @@ async function coldStarts(bundle: string, bare: string): Promise<Figures> {
     plain: () => coldStart([...RUNTIME_NODE_FLAGS, bundle, ...runtimeArgs]),
     bare: () => coldStart([...RUNTIME_NODE_FLAGS, bare]),
   };
-  const got: Record<keyof typeof sides, { ms: number; cpu: number; rss: number }[]> = { cached: [], plain: [], bare: [] };
-  const names = Object.keys(sides) as (keyof typeof sides)[];
-  for (let i = 0; i < 11; i++) {
-    for (let k = 0; k < names.length; k++) {
-      const name = names[(i + k) % names.length]!;
-      got[name].push(await sides[name]());
-    }
-  }
+  const got = await rotating(sides, 11);
   const per = (a: keyof typeof sides, b: keyof typeof sides, f: "ms" | "cpu") => got[a].map((x, i) => x[f] / got[b][i]![f]);
   const ratios = per("cached", "bare", "ms");
   const figure = (xs: number[], unit: string, target?: string) => ({ value: median(xs), unit, spread: minMax(xs), ...(target ? { target } : {}) });
@@ -315,6 +322,86 @@ async function coldStarts(bundle: string, bare: string): Promise<Figures> {
     "runtime.cold_start_code_cache_cpu_gain": figure(per("cached", "plain", "cpu"), "x (with over without, same round)"),
     "runtime.bare_node_server_rss_mb": { value: got.bare.at(-1)!.rss, unit: "MB (at its first 2xx)" },
   };
+}
+
+/**
+ * The runtime's start with tracing off (issue 15: no cost when off). Four sides interleaved, each
+ * from its own code cache as a pod starts it: the shipped bundle with tracing off (no
+ * OTEL_EXPORTER_OTLP_ENDPOINT), the same bundle with it on (a collector address nobody answers:
+ * the start does not wait for an export), with RUNTIME_TRACING=agent (spans kept for the agent, as
+ * the kubernetes driver starts pods with --pod-runtime-tracing), and the floor, a bundle built without the tracing module
+ * at all (pod-tracing.ts replaced by an empty one). Beside them, how many @opentelemetry modules a
+ * start with tracing off evaluates (a build whose OpenTelemetry modules count themselves): 0 means
+ * the exporter and the API stay unloaded, their code only parsed lazily or read from the cache.
+ */
+async function tracingOffStart(bundle: string, dir: string): Promise<Figures> {
+  const untraced = await bundleRuntime(join(dir, "untraced", "main.cjs"), {
+    plugins: [{ name: "no-pod-tracing", setup: (b) => b.onLoad({ filter: /controllers\/runtime\/pod-tracing\.ts$/ }, () => ({ contents: "export {};", loader: "ts" })) }],
+  });
+  writeCodeCache(untraced);
+  const counted = await countingOtelModules(dir);
+  const runtimeArgs = ["--port", "0", "--host", "127.0.0.1"];
+  const start = (b: string) => [...RUNTIME_NODE_FLAGS, join(dirname(b), "start.cjs"), ...runtimeArgs];
+  const sides = {
+    off: () => coldStart(start(bundle)),
+    on: () => coldStart(start(bundle), { OTEL_EXPORTER_OTLP_ENDPOINT: "http://127.0.0.1:9" }),
+    agent: () => coldStart(start(bundle), { RUNTIME_TRACING: "agent" }),
+    floor: () => coldStart(start(untraced)),
+  };
+  const got = await rotating(sides, 15);
+  const per = (a: keyof typeof sides, b: keyof typeof sides, f: "ms" | "cpu") => got[a].map((x, i) => x[f] / got[b][i]![f]);
+  const figure = (xs: number[], unit: string, target?: string) => ({ value: r2(median(xs)), unit, spread: minMax(xs), ...(target ? { target } : {}) });
+  return {
+    "runtime.cold_start_tracing_off_ratio": figure(per("off", "floor", "ms"), "x (tracing off over a build without tracing; 15 interleaved rounds)", "<= 1.05"),
+    "runtime.cold_start_tracing_off_cpu_ratio": figure(per("off", "floor", "cpu"), "x (CPU, same rounds)", "<= 1.05"),
+    "runtime.cold_start_tracing_off_cpu_ms": figure(got.off.map((x) => x.cpu), "ms CPU to the first 2xx"),
+    "runtime.cold_start_tracing_on_cpu_ratio": figure(per("on", "off", "cpu"), "x (CPU, tracing on over off: what loading the exporter costs)"),
+    "runtime.cold_start_tracing_agent_cpu_ratio": figure(per("agent", "off", "cpu"), "x (CPU, RUNTIME_TRACING=agent, as a pod with --pod-runtime-tracing, over off)"),
+    "runtime.tracing_off_otel_modules_evaluated": { value: await otelModulesEvaluated(counted, runtimeArgs, ""), unit: "@opentelemetry modules evaluated by a start with tracing off", target: "0" },
+    // The same count with tracing on: that the count sees the modules when they load.
+    "runtime.tracing_on_otel_modules_evaluated": { value: await otelModulesEvaluated(counted, runtimeArgs, "http://127.0.0.1:9"), unit: "@opentelemetry modules evaluated by a start with tracing on" },
+  };
+}
+
+/** A build whose each @opentelemetry module counts itself when evaluated (SIGUSR2 prints the count). */
+function countingOtelModules(dir: string): Promise<string> {
+  return bundleRuntime(join(dir, "counted", "main.cjs"), {
+    banner: { js: `process.on("SIGUSR2", () => console.log("otel-modules " + (globalThis.__otelModules ?? 0)));` },
+    plugins: [
+      {
+        name: "count-otel-modules",
+        setup: (b) =>
+          b.onLoad({ filter: /node_modules\/@opentelemetry\/.*\.m?js$/ }, async (args) => ({
+            contents: `globalThis.__otelModules = (globalThis.__otelModules ?? 0) + 1;\n${await readFile(args.path, "utf8")}`,
+            loader: "js",
+          })),
+      },
+    ],
+  });
+}
+
+/** How many @opentelemetry modules a start of `counted` evaluates, asked once it answers. */
+async function otelModulesEvaluated(counted: string, runtimeArgs: string[], endpoint: string): Promise<number> {
+  const child = spawn(process.execPath, [...RUNTIME_NODE_FLAGS, counted, ...runtimeArgs], { cwd: ROOT, stdio: ["ignore", "pipe", "inherit"], env: { ...process.env, OTEL_EXPORTER_OTLP_ENDPOINT: endpoint } });
+  try {
+    let out = "";
+    child.stdout!.on("data", (d) => (out += d));
+    const url = await until(() => /listening on (http:\/\/\S+)/.exec(out)?.[1]);
+    await fetch(`${url}/health`).then((r) => r.arrayBuffer());
+    child.kill("SIGUSR2");
+    return Number(await until(() => /otel-modules (\d+)/.exec(out)?.[1]));
+  } finally {
+    child.kill("SIGKILL");
+  }
+}
+
+async function until<T>(f: () => T | undefined): Promise<T> {
+  for (let i = 0; i < 3000; i++) {
+    const v = f();
+    if (v !== undefined) return v;
+    await sleep(10);
+  }
+  throw new Error("runtime did not answer in 30 s");
 }
 
 /** 100 MB of random data (incompressible: what gzip cannot shrink) written and read through the

@@ -1,6 +1,6 @@
 // Wiring of the in-cluster agent: driver + embedded agent-runtime + ingress + link + reconciler.
 // `main.ts` is the CLI around it; tests and the launcher call startAgent directly or run main.ts.
-import { RUNTIME_SCOPE, traceHop } from "../lib/tracing.ts";
+import { forwardSpans, RUNTIME_SCOPE, traceHop, tracingOn } from "../lib/tracing.ts";
 import { randomUUID } from "node:crypto";
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import type { AddressInfo } from "node:net";
@@ -12,6 +12,7 @@ import { logger, tapLogs, traceLogsBy } from "../lib/log.ts";
 import { egressL7Requests, observeRuntimeProcesses, observeSandboxStates } from "../lib/metrics.ts";
 import { auditFields } from "../../schema/api/network-audit.ts";
 import { createIngress } from "./ingress.ts";
+import { PodSpanCollector } from "./pod-spans.ts";
 import { IntentStore } from "./intent-store.ts";
 import { Link } from "./link.ts";
 import { startMetricsServer, type MetricsServer } from "./metrics-server.ts";
@@ -45,6 +46,9 @@ export interface AgentOptions {
   metricsPort?: number;
   /** Its listen address (default loopback). */
   metricsHost?: string;
+  /** Pods' runtimes keep their spans for the agent (--pod-runtime-tracing): collect and forward them
+   * to the agent's collector (pod-spans.ts). Only while the agent traces. */
+  podRuntimeSpans?: boolean;
   log?: (msg: string) => void;
 }
 
@@ -160,6 +164,15 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
   // A line about a sandbox written while it is brought to a traced intent carries that trace's id.
   const untrace = traceLogsBy((fields) => (typeof fields.sandboxId === "string" ? reconciler.traceIdOf(fields.sandboxId) : undefined));
 
+  const podSpans = opts.podRuntimeSpans && tracingOn()
+    ? new PodSpanCollector({
+        runtimeOf: (id) => {
+          const url = reconciler.endpoint(id);
+          return url ? { url, token: store.get(id)?.envdAccessToken ?? undefined } : undefined;
+        },
+        forward: forwardSpans,
+      })
+    : undefined;
   const ingress = await createIngress({
     clusterToken: opts.clusterToken,
     runtime,
@@ -175,6 +188,7 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
       return intent?.allowInternetAccess && !intent.egress ? { host: "127.0.0.1", port } : undefined;
     },
     remoteRuntime: (id) => reconciler.endpoint(id),
+    podSpans,
   });
   await new Promise<void>((ok) => ingress.listen(opts.ingressPort ?? 0, opts.ingressHost ?? "127.0.0.1", ok));
   const addr = ingress.address() as AddressInfo;
@@ -282,6 +296,7 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
       retired?.dispose();
       reconciler.queue.close();
       await reconciler.queue.idle();
+      podSpans?.stop();
       const closed = new Promise<void>((ok) => ingress.close(() => ok()));
       ingress.closeAllConnections();
       await closed;

@@ -10,6 +10,7 @@ import { ingressVerifier } from "./ingress-verify.ts";
 import { SANDBOX_ID_PATTERN } from "../../schema/protocol/ids.ts";
 import type { Runtime } from "../runtime/runtime.ts";
 import { traceHop } from "../lib/tracing.ts";
+import { RUNTIME_SPANS_PATH } from "../../schema/protocol/runtime-spans-limits.ts";
 
 export const ENVD_PORT = 49983;
 /** E2B's code interpreter port: the runtime serves it for the sandboxes it runs whose template has
@@ -27,6 +28,9 @@ export interface IngressOptions {
   userPortTarget(sandboxId: string, port: number): UserPortTarget | undefined;
   /** The runtime URL of a sandbox whose runtime runs elsewhere (a pod); undefined: embedded. */
   remoteRuntime?(sandboxId: string): string | undefined;
+  /** Told of each traced request handed to a pod's runtime (its `ingress` span's traceparent), so
+   * the runtime's span for it is taken when the agent collects (pod-spans.ts). */
+  podSpans?: { handed(sandboxId: string, traceparent: string | undefined): void };
   now?: () => number;
 }
 
@@ -136,6 +140,12 @@ export async function createIngress(opts: IngressOptions): Promise<Server> {
     if (port === INTERPRETER_PORT && !remote && opts.runtime.getSandbox(sandboxId)?.interpreter) return opts.runtime.interpreter(req, res);
 
     const remoteUrl = port === ENVD_PORT && remote ? new URL(remote) : undefined;
+    if (remoteUrl) {
+      // The runtime's spans are the agent's to collect, not the caller's to read or drain.
+      if (path === RUNTIME_SPANS_PATH) return deny(res, 404, `no route for ${req.method} ${path}`);
+      const tp = req.headers.traceparent;
+      opts.podSpans?.handed(sandboxId, typeof tp === "string" ? tp : undefined);
+    }
     const target = remoteUrl ? { host: remoteUrl.hostname, port: Number(remoteUrl.port || ENVD_PORT) } : opts.userPortTarget(sandboxId, port);
     if (!target) return deny(res, 502, `port ${port} of sandbox ${sandboxId} is not reachable`);
     let where: { host: string; port: number } | { createConnection: () => Duplex };

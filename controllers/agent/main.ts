@@ -89,6 +89,7 @@ const agent = await startAgent({
   runtimePort: values["runtime-port"] === undefined ? undefined : Number(values["runtime-port"]),
   metricsPort,
   metricsHost: values["metrics-host"],
+  podRuntimeSpans: values.driver === "kubernetes" && Boolean(values["pod-runtime-tracing"]),
 });
 requeue = (id) => agent.reconciler.queue.add(id);
 let crd: CrdLink | undefined;

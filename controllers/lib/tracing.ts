@@ -11,11 +11,12 @@ import { context, ROOT_CONTEXT, SpanKind, SpanStatusCode, trace, type Attributes
 import { W3CTraceContextPropagator } from "@opentelemetry/core";
 import { OTLPTraceExporter } from "@opentelemetry/exporter-trace-otlp-http";
 import { resourceFromAttributes } from "@opentelemetry/resources";
-import { BatchSpanProcessor, TracerProvider } from "@opentelemetry/sdk-trace";
+import { BatchSpanProcessor, TracerProvider, type ReadableSpan } from "@opentelemetry/sdk-trace";
 import { endWithResponse } from "./http-span.ts";
 
 const propagator = new W3CTraceContextPropagator();
 let provider: TracerProvider | null = null;
+let batches: BatchSpanProcessor | null = null;
 
 /** The instrumentation scopes: the agent's own steps, and the embedded runtime's. */
 export const AGENT_SCOPE = "sandbox-agent";
@@ -30,14 +31,14 @@ export interface TracingOptions {
 /** Turns tracing on for this process; returns its shutdown (which flushes). */
 export function startTracing(opts: TracingOptions): () => Promise<void> {
   const url = `${opts.endpoint.replace(/\/$/, "")}/v1/traces`;
-  const p = new TracerProvider({
-    resource: resourceFromAttributes({ "service.name": opts.serviceName ?? "sandbox-agent" }),
-    spanProcessors: [new BatchSpanProcessor({ exporter: new OTLPTraceExporter({ url }), scheduledDelayMillis: 500 })],
-  });
+  const b = new BatchSpanProcessor({ exporter: new OTLPTraceExporter({ url }), scheduledDelayMillis: 500 });
+  const p = new TracerProvider({ resource: resourceFromAttributes({ "service.name": opts.serviceName ?? "sandbox-agent" }), spanProcessors: [b] });
   trace.setGlobalTracerProvider(p);
   provider = p;
+  batches = b;
   return async () => {
     provider = null;
+    batches = null;
     await p.shutdown();
     trace.disable();
   };
@@ -45,6 +46,12 @@ export function startTracing(opts: TracingOptions): () => Promise<void> {
 
 export function tracingOn(): boolean {
   return provider !== null;
+}
+
+/** Exports spans another process recorded (a pod runtime's, checked by agent/pod-spans.ts) with
+ * the agent's own, each under the resource it carries. */
+export function forwardSpans(spans: readonly ReadableSpan[]): void {
+  for (const s of spans) batches?.onEnd(s);
 }
 
 /** Sends what is buffered now (tests, and before a planned exit). */

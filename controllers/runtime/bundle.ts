@@ -9,14 +9,17 @@ import { spawnSync } from "node:child_process";
 import { copyFileSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
-import { build } from "esbuild";
+import { build, type BuildOptions } from "esbuild";
 
 /** The node flags a pod starts the runtime with (k8s/entrypoint.sh). V8 accepts a code cache only
  * under the flags it was made with. */
 export const RUNTIME_NODE_FLAGS = ["--max-semi-space-size=2"];
 
-export async function bundleRuntime(outfile: string): Promise<string> {
+/** `extra`: more esbuild options (the runtime bench builds variants: without the tracing module, or
+ * counting the OpenTelemetry modules a start evaluates). */
+export async function bundleRuntime(outfile: string, extra: Pick<BuildOptions, "plugins" | "banner"> = {}): Promise<string> {
   await build({
+    ...extra,
     entryPoints: [fileURLToPath(new URL("./main.ts", import.meta.url))],
     bundle: true,
     platform: "node",

@@ -6,7 +6,9 @@
 // the interpreter's kernels; the agent's ingress sends a pod's 49999 to the pod like any port).
 // Env: RUNTIME_ACCESS_TOKEN (same as --access-token; /init may set or rotate it later).
 // OTEL_EXPORTER_OTLP_ENDPOINT: a collector's OTLP/HTTP base URL; each request is then a span of its
-// caller's trace (pod-tracing.ts). The kubernetes driver sets it from the agent's --otlp-endpoint.
+// caller's trace (pod-tracing.ts), exported by the runtime itself.
+// RUNTIME_TRACING=agent: the same spans kept for the agent to collect (agent-spans.ts); the
+// kubernetes driver sets it with the agent's --pod-runtime-tracing.
 import { createServer } from "node:http";
 import { parseArgs } from "node:util";
 import { HostView } from "./host-view.ts";
@@ -45,8 +47,11 @@ if (otlpEndpoint && !/^https?:\/\/[^\s]+$/.test(otlpEndpoint)) {
 async function main(): Promise<void> {
 // Loaded only when configured: off, the runtime starts without compiling the exporter.
 const tracing = otlpEndpoint ? (await import("./pod-tracing.ts")).podTracing(otlpEndpoint) : undefined;
+const forAgent = !tracing && process.env.RUNTIME_TRACING === "agent" ? (await import("./agent-spans.ts")) : undefined;
+const kept = forAgent?.agentSpans();
 const runtime = createRuntime({
-  traceRequest: tracing?.traceRequest,
+  traceRequest: tracing?.traceRequest ?? kept?.traceRequest,
+  agentSpans: kept && forAgent ? { path: forAgent.RUNTIME_SPANS_PATH, take: kept.take } : undefined,
   csiSocket: values["csi-socket"] ?? process.env.CSI_ENDPOINT?.replace(/^unix:\/\//, ""),
   single: {
     view: new HostView(),

@@ -30,6 +30,9 @@ export interface RuntimeOptions {
   /** Makes each request a span (the agent's tracing, controllers/lib/tracing.ts `traceHop`);
    * injected so the runtime's own bundle carries no OpenTelemetry. */
   traceRequest?: (name: string, req: IncomingMessage, res: ServerResponse, attributes: Record<string, string>) => void;
+  /** The spans kept for the agent to collect (agent-spans.ts): served at RUNTIME_SPANS_PATH to the
+   * sandbox's access token, and not themselves traced. */
+  agentSpans?: { path: string; take(): unknown };
 }
 
 export type ListenTarget = { port: number; host?: string } | { socket: string };
@@ -76,7 +79,7 @@ const getFiles = lazy(() => import("./http/files-get.ts").then((m) => m.getFiles
 const postFiles = lazy(() => import("./http/files-post.ts").then((m) => m.postFiles));
 
 /** Endpoints that check credentials themselves (/files accepts signatures, /init its own rule). */
-const ROUTES: Record<string, { handler: HttpHandler; selfAuth?: boolean }> = {
+const ROUTES: Record<string, { handler: HttpHandler; selfAuth?: boolean; untraced?: boolean }> = {
   "GET /health": { handler: getHealth, selfAuth: true },
   "GET /files": { handler: getFiles, selfAuth: true },
   "HEAD /files": { handler: getFiles, selfAuth: true },
@@ -90,6 +93,8 @@ const ROUTES: Record<string, { handler: HttpHandler; selfAuth?: boolean }> = {
 
 export function createRuntime(opts: RuntimeOptions = {}): Runtime {
   const routes: typeof ROUTES = { ...ROUTES, "POST /v1/storage/mounts": { handler: postStorageMount(opts.csiSocket ?? DEFAULT_CSI_SOCKET) } };
+  const spans = opts.agentSpans;
+  if (spans) routes[`GET ${spans.path}`] = { handler: async (_req, res) => sendJson(res, 200, spans.take()), untraced: true };
   const sandboxes = new Map<string, RuntimeSandbox>();
   const servers = new Set<Server>();
   const onError = opts.onError ?? ((err: unknown) => console.error("runtime:", err));
@@ -140,7 +145,7 @@ export function createRuntime(opts: RuntimeOptions = {}): Runtime {
     const endpoint = isRpc ? undefined : routes[`${req.method} ${url.pathname}`];
     if (!isRpc && !endpoint) return sendError(res, 404, `no route for ${req.method} ${url.pathname}`);
     // A span per request, named by its RPC or route (a bounded set), under the ingress's.
-    opts.traceRequest?.(isRpc ? rpcSpanName(url.pathname) : `${req.method} ${url.pathname}`, req, res, { "sandbox.id": sbx.id });
+    if (!endpoint?.untraced) opts.traceRequest?.(isRpc ? rpcSpanName(url.pathname) : `${req.method} ${url.pathname}`, req, res, { "sandbox.id": sbx.id });
     if (!endpoint?.selfAuth) {
       const token = req.headers["x-access-token"];
       if (!sbx.checkToken(Array.isArray(token) ? token[0] : token)) return sendError(res, 401, UNAUTHORIZED);

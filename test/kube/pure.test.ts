@@ -164,21 +164,23 @@ describe("injection config", () => {
   });
 });
 
-describe("pod runtime tracing (review M6)", () => {
+describe("pod runtime tracing (issue 15: the agent collects)", () => {
   const config = parseInjectionConfig({ "traffic-proxy": JSON.stringify({ image: "tp" }) });
   if (!config.ok) throw new Error(config.message);
   const runtimeEnv = (traffic?: { configMap: string; governed: boolean }) =>
-    buildPod({ ...PLAIN_POD, injection: mergeInjection({}, config.config), otlpEndpoint: "http://collector:4318", traffic }).spec!.containers.find((c) => c.name === "agent-runtime")!.env?.find((e) => e.name === "OTEL_EXPORTER_OTLP_ENDPOINT")?.value;
+    Object.fromEntries((buildPod({ ...PLAIN_POD, injection: mergeInjection({}, config.config), runtimeSpans: true, traffic }).spec!.containers.find((c) => c.name === "agent-runtime")!.env ?? []).map((e) => [e.name, e.value]));
 
-  it("a pod with the traffic-proxy pair, governed or open, gets no collector: its exports would meet its own egress proxy", () => {
-    expect(runtimeEnv({ configMap: "p-traffic", governed: true })).toBeUndefined();
-    expect(runtimeEnv({ configMap: "p-traffic", governed: false })).toBeUndefined();
-    expect(runtimeEnv()).toBe("http://collector:4318");
+  it("every pod's runtime keeps its spans for the agent, one with the traffic-proxy pair (governed or open) too; no pod is given a collector's address", () => {
+    for (const traffic of [{ configMap: "p-traffic", governed: true }, { configMap: "p-traffic", governed: false }, undefined]) {
+      const env = runtimeEnv(traffic);
+      expect(env.RUNTIME_TRACING, JSON.stringify(traffic)).toBe("agent");
+      expect(env.OTEL_EXPORTER_OTLP_ENDPOINT).toBeUndefined();
+    }
   });
 
-  it("is the agent's opt-in: off by default, even with --otlp-endpoint; refused without a collector", () => {
-    expect(podTracingFlag({ "otlp-endpoint": "http://c:4318" })).toBeUndefined();
-    expect(podTracingFlag({ "otlp-endpoint": "http://c:4318", "pod-runtime-tracing": true })).toBe("http://c:4318");
+  it("is the agent's opt-in: off by default, even with --otlp-endpoint; refused without a collector to forward to", () => {
+    expect(podTracingFlag({ "otlp-endpoint": "http://c:4318" })).toBe(false);
+    expect(podTracingFlag({ "otlp-endpoint": "http://c:4318", "pod-runtime-tracing": true })).toBe(true);
     expect(() => podTracingFlag({ "pod-runtime-tracing": true })).toThrow(/needs --otlp-endpoint/);
   });
 });

@@ -1,17 +1,15 @@
-// A pod's agent-runtime joins the traces when the agent traces (issue 15): the driver, given the
-// agent's collector (--otlp-endpoint), sets OTEL_EXPORTER_OTLP_ENDPOINT on the runtime container
-// of each pod it creates, which the runtime reads (controllers/runtime/cli.ts; its spans reaching
-// a real collector: test/runtime/pod-tracing.test.ts). An agent without one leaves the pod as it was.
-// The agent hands its collector to pods only with --pod-runtime-tracing (review M6: the collector
-// then takes writes from tenants' code too), never to pods with the traffic-proxy pair
-// (test/kube/pure.test.ts "pod runtime tracing").
+// A pod's agent-runtime joins the traces when the agent traces and opts in (--pod-runtime-tracing,
+// issue 15): the driver sets RUNTIME_TRACING=agent on the runtime container of each pod it creates,
+// one with the traffic-proxy pair too, and the runtime keeps its spans for the agent to collect
+// (controllers/agent/pod-spans.ts; the spans reaching a real collector through the agent:
+// test/runtime/pod-spans.test.ts). No pod is given the collector's address (review M6: tenants'
+// code would write to it). An agent without the opt-in leaves the pod as it was.
 import { CoreV1Api, type V1Pod } from "@kubernetes/client-node";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import { kubernetesDriverFromFlags } from "../../controllers/drivers/kubernetes/from-flags.ts";
 import { KubernetesDriver, idLabel } from "../../controllers/drivers/kubernetes/kubernetes-driver.ts";
 import { LABEL, RUNTIME_CONTAINER } from "../../schema/crd/labels.ts";
 import { SYSTEM_INJECTION_CONFIGMAP } from "../../schema/crd/injection.ts";
-import { tapLogs } from "../../controllers/lib/log.ts";
 import { freshNamespace, kubeConfig, kubectlOk } from "./support/namespace.ts";
 import { kubeDesired } from "./support/desired.ts";
 
@@ -30,8 +28,8 @@ async function runtimeEnv(id: string): Promise<Record<string, string | undefined
   return Object.fromEntries((rt!.env ?? []).map((e) => [e.name, e.value]));
 }
 
-async function driver(otlpEndpoint?: string): Promise<KubernetesDriver> {
-  const d = new KubernetesDriver({ kubeConfig: kubeConfig("agent"), namespace: ns, runtimeImage: "ghcr.io/kruise-edge/sandbox-agent:test", ...(otlpEndpoint ? { otlpEndpoint } : {}) });
+async function driver(podRuntimeTracing?: boolean): Promise<KubernetesDriver> {
+  const d = new KubernetesDriver({ kubeConfig: kubeConfig("agent"), namespace: ns, runtimeImage: "ghcr.io/kruise-edge/sandbox-agent:test", podRuntimeTracing });
   drivers.push(d);
   await d.start();
   return d;
@@ -55,44 +53,40 @@ afterAll(async () => {
   for (const d of drivers) await d.stop();
 });
 
-describe("the runtime container's collector", () => {
-  it("is the agent's: a pod made by a tracing agent's driver has OTEL_EXPORTER_OTLP_ENDPOINT on its agent-runtime", async () => {
-    const d = await driver(ENDPOINT);
+describe("the runtime container's tracing", () => {
+  it("is the agent's: a pod made by a tracing agent's driver keeps its runtime's spans for the agent, with no collector address", async () => {
+    const d = await driver(true);
     await d.ensure(desired("trace1"));
-    expect((await runtimeEnv("trace1")).OTEL_EXPORTER_OTLP_ENDPOINT).toBe(ENDPOINT);
+    const env = await runtimeEnv("trace1");
+    expect(env.RUNTIME_TRACING).toBe("agent");
+    expect(env.OTEL_EXPORTER_OTLP_ENDPOINT).toBeUndefined();
     await d.stop();
     drivers.pop();
   });
 
-  it("is unset where the agent does not trace", async () => {
+  it("is off where the agent does not trace its pods", async () => {
     const d = await driver();
     await d.ensure(desired("trace2"));
-    expect((await runtimeEnv("trace2")).OTEL_EXPORTER_OTLP_ENDPOINT).toBeUndefined();
+    expect((await runtimeEnv("trace2")).RUNTIME_TRACING).toBeUndefined();
   });
 
-  it("is not handed on by --otlp-endpoint alone: the agent traces, its pods' runtimes do not", async () => {
+  it("is not turned on by --otlp-endpoint alone: the agent traces, its pods' runtimes do not", async () => {
     const d = await driverFromFlags({ "otlp-endpoint": ENDPOINT });
     await d.ensure(desired("trace3"));
-    expect((await runtimeEnv("trace3")).OTEL_EXPORTER_OTLP_ENDPOINT).toBeUndefined();
+    const env = await runtimeEnv("trace3");
+    expect(env.RUNTIME_TRACING).toBeUndefined();
+    expect(env.OTEL_EXPORTER_OTLP_ENDPOINT).toBeUndefined();
   });
 
-  it("is handed on with the opt-in, --pod-runtime-tracing", async () => {
-    const d = await driverFromFlags({ "otlp-endpoint": ENDPOINT, "pod-runtime-tracing": true });
-    await d.ensure(desired("trace4"));
-    expect((await runtimeEnv("trace4")).OTEL_EXPORTER_OTLP_ENDPOINT).toBe(ENDPOINT);
-  });
-
-  it("with the traffic-proxy configured too, the agent says at start-up that those pods are not traced", async () => {
+  it("is on with the opt-in, --pod-runtime-tracing, in a pod with the traffic-proxy pair too", async () => {
     kubectlOk(["-n", ns, "create", "configmap", SYSTEM_INJECTION_CONFIGMAP, `--from-literal=traffic-proxy={"image":"tp:1"}`]);
-    const warnings: string[] = [];
-    const untap = tapLogs((level, component, msg) => void (level === "warn" && component === "kubernetes" && warnings.push(msg)));
-    try {
-      await driverFromFlags({ "otlp-endpoint": ENDPOINT });
-      expect(warnings).toEqual([]);
-      await driverFromFlags({ "otlp-endpoint": ENDPOINT, "pod-runtime-tracing": true });
-      expect(warnings).toEqual([expect.stringMatching(/pods with the traffic-proxy sidecar .* are not traced/)]);
-    } finally {
-      untap();
-    }
+    const d = await driverFromFlags({ "otlp-endpoint": ENDPOINT, "pod-runtime-tracing": true });
+    // Governed: its egress rules go through the pod's own traffic-proxy.
+    await d.ensure(kubeDesired("trace4", { allowInternetAccess: false, egress: { allowOut: ["pypi.org"], denyOut: [] } }));
+    const pods: V1Pod[] = (await core.listNamespacedPod({ namespace: ns, labelSelector: `${LABEL.sandboxId}=${idLabel("trace4")}` })).items;
+    expect(pods[0]!.spec!.containers.map((c) => c.name)).toContain("traffic-proxy");
+    const env = await runtimeEnv("trace4");
+    expect(env.RUNTIME_TRACING).toBe("agent");
+    expect(env.OTEL_EXPORTER_OTLP_ENDPOINT).toBeUndefined();
   });
 });

@@ -61,11 +61,12 @@ export function featureGatesFlag(value: string | undefined): FeatureGates {
   return gates;
 }
 
-/** The collector a pod's runtime exports to: only with the opt-in, which needs the agent's own. */
-export function podTracingFlag(flags: { "otlp-endpoint"?: string; "pod-runtime-tracing"?: boolean }): string | undefined {
-  if (!flags["pod-runtime-tracing"]) return undefined;
-  if (!flags["otlp-endpoint"]) throw new Error("--pod-runtime-tracing needs --otlp-endpoint (the collector the pods' runtimes export to)");
-  return flags["otlp-endpoint"];
+/** Whether pods' runtimes keep spans for the agent: only with the opt-in, which needs the agent's
+ * own collector (the agent forwards them there). */
+export function podTracingFlag(flags: { "otlp-endpoint"?: string; "pod-runtime-tracing"?: boolean }): boolean {
+  if (!flags["pod-runtime-tracing"]) return false;
+  if (!flags["otlp-endpoint"]) throw new Error("--pod-runtime-tracing needs --otlp-endpoint (the collector the agent forwards the pods' runtime spans to)");
+  return true;
 }
 
 /** `--watch-namespaces a,b` / `--all-namespaces` as the driver's and the CRD link's option. */

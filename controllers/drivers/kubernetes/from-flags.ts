@@ -27,7 +27,7 @@ export async function kubernetesDriverFromFlags(
     namespace: flags.namespace ?? "default",
     runtimeImage: flags["runtime-image"] ?? KUBERNETES_FLAGS["runtime-image"].default,
     interpreterImage: flags["interpreter-image"] ?? KUBERNETES_FLAGS["interpreter-image"].default,
-    ...(podTracing ? { otlpEndpoint: podTracing } : {}),
+    podRuntimeTracing: podTracing,
     onChange,
     onRequest,
     watchNamespaces: watchNamespacesFlag(flags),
@@ -36,8 +36,5 @@ export async function kubernetesDriverFromFlags(
     log: (m) => kubeLog.info(m),
   });
   await driver.start();
-  if (podTracing && driver.injection.current()["traffic-proxy"]?.image) {
-    kubeLog.warn("--pod-runtime-tracing: pods with the traffic-proxy sidecar (egress policies) are not traced: their runtime's exports would go through the pod's own egress proxy, which refuses cluster addresses", { collector: podTracing });
-  }
   return driver;
 }

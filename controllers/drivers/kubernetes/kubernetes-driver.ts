@@ -144,7 +144,7 @@ export class KubernetesDriver implements Driver {
     });
     this.#status = new StatusWriter(this.#ctx);
     this.injection = new InjectionConfigSource({ kubeConfig: opts.kubeConfig, core: this.#ctx.core, namespace: opts.namespace, log: (msg) => opts.log?.(msg), count: () => this.requests++ });
-    this.#pods = new PodWriter(this.#ctx, this.#status, opts.runtimeImage, () => this.injection.current(), opts.interpreterImage ?? KUBERNETES_FLAGS["interpreter-image"].default, opts.otlpEndpoint);
+    this.#pods = new PodWriter(this.#ctx, this.#status, opts.runtimeImage, () => this.injection.current(), opts.interpreterImage ?? KUBERNETES_FLAGS["interpreter-image"].default, opts.podRuntimeTracing);
     this.#sandboxes = new SandboxObjects(this.#ctx, this.#pods);
     this.#mounts = new CsiMounter(this.#ctx, {
       token: (id) => this.#pods.token(id),

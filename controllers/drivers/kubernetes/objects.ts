@@ -111,10 +111,9 @@ export interface KubernetesDriverOptions {
   namespace: string;
   /** Image of the injected agent-runtime sidecar. */
   runtimeImage: string;
-  /** The collector handed to each pod's runtime so its spans join the traces: the agent's
-   * --otlp-endpoint, only with --pod-runtime-tracing (unset: the runtimes record none). Pods with
-   * the traffic-proxy pair never get it (pod-spec.ts `traceRuntime`). */
-  otlpEndpoint?: string;
+  /** `--pod-runtime-tracing`: each pod's runtime keeps its spans for the agent to collect (pod-spec.ts
+   * `traceRuntime`; the agent's controllers/agent/pod-spans.ts). */
+  podRuntimeTracing?: boolean;
   /** The agent-runtime's image in a code-interpreter template's pods: the runtime with Python's
    * Jupyter kernel and data libraries (k8s/code-interpreter/Dockerfile), since the
    * sidecar's commands, kernels included, run in its own file system. Default: the flag's. */

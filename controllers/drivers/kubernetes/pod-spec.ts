@@ -37,10 +37,9 @@ export interface PodInput {
   /** The traffic-proxy pair (traffic-pod.ts) with its policy ConfigMap; `governed`: a policy
    * governs the sandbox now (else the pod's proxy starts open). */
   traffic?: { configMap: string; governed: boolean };
-  /** The agent's collector, given only with `--pod-runtime-tracing`: the runtime container exports
-   * its spans there (controllers/runtime/pod-tracing.ts). Not for a pod with the traffic-proxy
-   * pair: see `traceRuntime`. */
-  otlpEndpoint?: string;
+  /** With the agent's `--pod-runtime-tracing`: the runtime container keeps its spans for the agent
+   * to collect (see `traceRuntime`). */
+  runtimeSpans?: boolean;
 }
 
 /** Stable short hash of a template (FNV-1a would do; sha256 is at hand). */
@@ -88,7 +87,7 @@ export function buildPod(input: PodInput): V1Pod {
   if (input.interpreterImage && !ownRuntime) serveInterpreter(spec, input.interpreterImage);
   const proxy = injection["traffic-proxy"];
   const proxied = input.traffic !== undefined && proxy?.image !== undefined;
-  if (input.otlpEndpoint && !proxied) traceRuntime(spec, input.otlpEndpoint);
+  if (input.runtimeSpans) traceRuntime(spec);
   if (proxied) injectTraffic(spec, proxy, input.traffic!.configMap);
   spec.shareProcessNamespace ??= true;
   spec.automountServiceAccountToken ??= false;
@@ -112,22 +111,20 @@ export function buildPod(input: PodInput): V1Pod {
   };
 }
 
-/** The runtime container's spans go to the agent's collector, unless the template set its own.
- * Never in a pod with the traffic-proxy pair (governed now or later: an open proxy is governed as
- * soon as a policy selects it): the export is an ordinary connection of the runtime container, so
- * the redirect hands it to the proxy, which refuses the cluster's ranges (and the NetworkPolicy
- * drops them): spans lost and a denial logged against the tenant every second. Exempting it is not
- * sound: the runtime runs the tenant's commands as root in its own container, so whatever exempts
- * the runtime (its uid, its cgroup) exempts the tenant; admitting the collector's address is the
- * platform's to do (a GlobalTrafficPolicy allow), not a side effect of tracing. The agent warns at
- * start-up when both are configured (from-flags.ts). */
-function traceRuntime(spec: V1PodSpec, endpoint: string): void {
+/** The runtime container keeps its spans for the agent to collect (RUNTIME_TRACING=agent:
+ * controllers/runtime/agent-spans.ts, controllers/agent/pod-spans.ts), unless the template set its
+ * own tracing. The agent pulls them over the connection it opens to the pod, so a pod with the
+ * traffic-proxy pair (governed now or later) is traced too: nothing in it connects out for its
+ * spans, and no collector address is given to the pod. (Before, the runtime exported to the
+ * collector itself: unauthenticated, and impossible through a governed pod's own proxy.) */
+function traceRuntime(spec: V1PodSpec): void {
   const rt = spec.containers.find((c) => c.name === RUNTIME_CONTAINER);
-  if (!rt || rt.env?.some((e) => e.name === OTLP_ENDPOINT_ENV)) return;
-  (rt.env ??= []).push({ name: OTLP_ENDPOINT_ENV, value: endpoint });
+  if (!rt || rt.env?.some((e) => e.name === RUNTIME_TRACING_ENV || e.name === OTLP_ENDPOINT_ENV)) return;
+  (rt.env ??= []).push({ name: RUNTIME_TRACING_ENV, value: "agent" });
 }
 
-/** The variable the runtime reads its collector from (controllers/runtime/cli.ts). */
+/** The variables the runtime reads its tracing from (controllers/runtime/cli.ts). */
+export const RUNTIME_TRACING_ENV = "RUNTIME_TRACING";
 export const OTLP_ENDPOINT_ENV = "OTEL_EXPORTER_OTLP_ENDPOINT";
 
 /** The injected agent-runtime of a code-interpreter pod: the interpreter image, serving port 49999

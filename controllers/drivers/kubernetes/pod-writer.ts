@@ -25,11 +25,11 @@ export class PodWriter {
   readonly #tokens = new Map<string, string>();
 
   readonly #interpreterImage: string;
-  readonly #otlpEndpoint: string | undefined;
+  readonly #runtimeSpans: boolean;
 
-  constructor(ctx: DriverContext, status: StatusWriter, runtimeImage: string, injection: () => InjectionConfig, interpreterImage: string, otlpEndpoint?: string) {
+  constructor(ctx: DriverContext, status: StatusWriter, runtimeImage: string, injection: () => InjectionConfig, interpreterImage: string, runtimeSpans = false) {
     this.#interpreterImage = interpreterImage;
-    this.#otlpEndpoint = otlpEndpoint;
+    this.#runtimeSpans = runtimeSpans;
     this.#ctx = ctx;
     this.#status = status;
     this.#runtimeImage = runtimeImage;
@@ -75,7 +75,7 @@ export class PodWriter {
       ...(d.codeInterpreter ? { interpreterImage: this.#interpreterImage } : {}),
       resources: d.resources,
       traffic,
-      ...(this.#otlpEndpoint ? { otlpEndpoint: this.#otlpEndpoint } : {}),
+      ...(this.#runtimeSpans ? { runtimeSpans: true } : {}),
     });
     this.#ctx.count();
     try {
