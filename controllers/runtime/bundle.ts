@@ -6,7 +6,7 @@
 // entry that runs it from a V8 code cache (writeCodeCache makes one, as the image build does).
 //   node controllers/runtime/bundle.ts [outfile] [--code-cache]   (default dist/runtime/main.cjs)
 import { spawnSync } from "node:child_process";
-import { copyFileSync } from "node:fs";
+import { copyFileSync, readFileSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { build } from "esbuild";
@@ -23,9 +23,17 @@ export async function bundleRuntime(outfile: string): Promise<string> {
     format: "cjs",
     target: "node22",
     external: ["@lydell/node-pty", "@napi-rs/xattr"],
+    // The bundle's `Headers` (Connect's, for every request) is this one, not Node's: touching
+    // Node's loads undici and compiles its WebAssembly parser (http/web-headers.ts).
+    inject: [fileURLToPath(new URL("./http/web-headers.ts", import.meta.url))],
     outfile,
     logLevel: "warning",
   });
+  // V8 keeps the bundle's source for lazy compilation, as one string: a single character above
+  // U+00FF (esbuild escapes them, except in String.raw templates and kept comments) makes it
+  // two bytes per character, 0.8 MB more of every runtime's heap.
+  const wide = /[^\x00-\xff]/.exec(readFileSync(outfile, "utf8"));
+  if (wide) throw new Error(`runtime bundle: ${JSON.stringify(wide[0])} at offset ${wide.index} makes V8 hold its source in two bytes per character; use ASCII there`);
   copyFileSync(fileURLToPath(new URL("./start.cjs", import.meta.url)), join(dirname(outfile), "start.cjs"));
   return outfile;
 }
