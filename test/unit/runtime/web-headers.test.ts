@@ -1,7 +1,7 @@
 // The runtime bundle's Headers (controllers/runtime/http/web-headers.ts) against Node's own, the
 // standard's reference here: the same operations give the same observable state and the same
-// errors. And the bundle it is injected into: Connect's code gets it, and the bundle's source stays
-// one byte per character for V8.
+// errors. And the bundle it is injected into: Connect's code gets it, its Node adapter comes
+// without node:http2, and the bundle's source stays one byte per character for V8.
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -111,6 +111,12 @@ describe("the runtime bundle", () => {
     expect(source).toContain("controllers/runtime/http/web-headers.ts");
     // Every `new Headers(` left in the bundle is the injected class under its bundled name.
     expect(source).not.toMatch(/[^\w.$]Headers\s*\(/);
+  });
+
+  it("takes only the server side of Connect's Node adapter, without node:http2", () => {
+    // The adapter's one use of node:http2, a constant for HTTP/2 streams, comes from a stub.
+    expect(source).toContain("NGHTTP2_NO_ERROR: 0");
+    expect(source).toMatch(/\/\/ runtime-stub:http2-constants/);
   });
 
   it("is one byte per character (V8 keeps it as the source of every function)", () => {
