@@ -3,7 +3,6 @@
 // memory charged and its limit, CPU time used since the previous call over the CPUs it may use.
 // Otherwise (the runtime owns the whole machine or pod) they are the host's: busy share since the
 // previous call, /proc/meminfo. Disk is statfs of the sandbox root either way.
-import { statfs } from "node:fs/promises";
 import { readFileSync } from "node:fs";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { cpus } from "node:os";
@@ -73,7 +72,8 @@ export async function getMetrics(_req: IncomingMessage, res: ServerResponse, sbx
   const f = usage ? sandboxFigures(sbx, usage, Date.now()) : hostFigures();
   const memTotal = f.memTotal;
   const memUsed = f.memUsed;
-  const fs = await statfs(sbx.view.toHost("/"));
+  // node:fs/promises is loaded at first use, not at start-up (~4 ms of CPU before /health answers).
+  const fs = await process.getBuiltinModule("node:fs/promises").statfs(sbx.view.toHost("/"));
   sendJson(res, 200, {
     ts: Math.floor(Date.now() / 1000),
     cpu_count: f.cpuCount,

@@ -5,7 +5,7 @@ import { KERNEL_FORMATTERS_PY } from "./kernel-formatters-source.ts";
 export const KERNEL_DRIVER_PY = String.raw`# The code interpreter's kernel driver: runs inside the sandbox as the sandbox's user, one per
 # context. It starts a Jupyter kernel with jupyter_client, talks to it over ZeroMQ and speaks NDJSON with the
 # agent-runtime over stdin/stdout:
-#   in:  {"op":"execute","id":N,"code":"…","env":{…}}  {"op":"cancel","id":N}  {"op":"restart","id":N}
+#   in:  {"op":"execute","id":N,"code":"...","env":{...}}  {"op":"cancel","id":N}  {"op":"restart","id":N}
 #   out: {"ready":true}  {"id":N,"line":{E2B output line}}  {"id":N,"done":true}
 # The output lines are E2B's /execute NDJSON (stdout, stderr, result, error, number_of_executions,
 # end_of_execution). Interrupts go straight to the kernel from the reader thread, so a cell that
