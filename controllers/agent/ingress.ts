@@ -3,7 +3,7 @@
 // embedded agent-runtime (envd port) or to a user port inside the sandbox. Streams pass through
 // unbuffered in both directions; an upgrade (WebSocket) to a user port becomes a raw byte pipe.
 import { createServer, request as httpRequest, type IncomingMessage, type Server, type ServerResponse } from "node:http";
-import { connect } from "node:net";
+import { connect, Socket } from "node:net";
 import type { Duplex } from "node:stream";
 import { MASK_HOST_HEADER, REQUEST_ID_HEADER, REQUEST_ID_PATTERN, SIGNATURE_HEADER, isUnnamedSignedFileRequest } from "../../schema/ingress/signature.ts";
 import { ingressVerifier } from "./ingress-verify.ts";
@@ -43,6 +43,42 @@ function dial(target: UserPortTarget): Promise<Duplex> {
     const s = connect(target.port, target.host);
     s.once("connect", () => resolve(s.off("error", reject))).once("error", reject);
   });
+}
+
+/** Errors of a write to a peer that no longer reads: it closed, or reset the connection. */
+const PEER_STOPPED_READING = new Set(["EPIPE", "ECONNRESET"]);
+
+/** Lets a stream to a user port outlive the port's refusal to read more. A server may answer
+ * early and close without reading the request body (python's http.server answers a POST it does
+ * not serve with 501 and closes): the kernel then resets the connection and writing the rest of
+ * the body fails. A net.Socket destroys itself on a failed write, and with it the answer still
+ * unread in the kernel, so whether the client got the answer or a 502 hung on which of the two
+ * the event loop saw first. Here such a failed write only ends the writing (the rest of the body
+ * is dropped, as over TCP); reading goes on to the server's end, so what it answered is relayed
+ * (nginx and Envoy do the same). Other streams (a kube port-forward) are left as they are. */
+function keepReadingAfterPeerStopsReading(stream: Duplex): Duplex {
+  if (!(stream instanceof Socket)) return stream;
+  let stopped = false;
+  const settle = (cb: (err?: Error | null) => void) => (err?: Error | null) => {
+    if (err && PEER_STOPPED_READING.has((err as NodeJS.ErrnoException).code ?? "")) {
+      stopped = true;
+      return cb();
+    }
+    cb(err);
+  };
+  const write = stream._write.bind(stream);
+  const writev = stream._writev?.bind(stream);
+  stream._write = (chunk, encoding, cb) => (stopped ? cb() : write(chunk, encoding, settle(cb)));
+  if (writev) stream._writev = (chunks, cb) => (stopped ? cb() : writev(chunks, settle(cb)));
+  return stream;
+}
+
+/** Headers of one connection (RFC 9110 7.6.1): the upstream's say nothing about the client's. A
+ * relayed `connection: close` would make the server close the client's connection while it may
+ * still be sending a body the port did not want, resetting it under the answer. */
+function endToEnd(headers: IncomingMessage["headers"]): IncomingMessage["headers"] {
+  const { connection: _c, "keep-alive": _k, ...rest } = headers;
+  return rest;
 }
 
 function deny(res: ServerResponse, status: number, message: string): void {
@@ -149,23 +185,38 @@ export async function createIngress(opts: IngressOptions): Promise<Server> {
     const target = remoteUrl ? { host: remoteUrl.hostname, port: Number(remoteUrl.port || ENVD_PORT) } : opts.userPortTarget(sandboxId, port);
     if (!target) return deny(res, 502, `port ${port} of sandbox ${sandboxId} is not reachable`);
     let where: { host: string; port: number } | { createConnection: () => Duplex };
-    if ("connect" in target) {
+    // A pod's runtime reads what it is sent: its connections stay pooled (Node's global agent).
+    if (remoteUrl && !("connect" in target)) where = target;
+    else {
+      // A user port is dialled here, one connection per request, that it may stop reading.
       try {
-        const stream = await target.connect();
+        const stream = keepReadingAfterPeerStopsReading(await dial(target));
         if (res.destroyed) return void stream.destroy(); // the client left while we connected
         where = { createConnection: () => stream };
       } catch (err) {
         return deny(res, 502, `port ${port} of sandbox ${sandboxId}: ${(err as Error).message}`);
       }
-    } else where = { host: target.host, port: target.port };
+    }
     const upstream = httpRequest({ ...where, method: req.method, path: req.url, headers: req.headers });
+    let answer: IncomingMessage | undefined;
     upstream.on("response", (up) => {
-      res.writeHead(up.statusCode ?? 502, up.headers);
+      answer = up;
+      res.writeHead(up.statusCode ?? 502, endToEnd(up.headers));
       up.pipe(res);
     });
     upstream.on("error", (err) => {
+      // The port's whole answer arrived (the error is its connection ending after it): it is
+      // being relayed. Only without an answer is it a 502.
+      if (answer?.complete) return;
       if (!res.headersSent) deny(res, 502, `port ${port} of sandbox ${sandboxId}: ${err.message}`);
       else res.destroy(err);
+    });
+    // The rest of a body the port no longer takes is read and dropped, so the client's connection
+    // ends cleanly after the answer instead of being reset under it.
+    upstream.on("close", () => {
+      if (req.complete) return;
+      req.unpipe(upstream);
+      req.resume();
     });
     res.on("close", () => upstream.destroy());
     req.pipe(upstream);

@@ -1,15 +1,60 @@
 // Starts and stops a local sqld (the libSQL server behind Turso) on loopback.
 // Used by the test runner, the launcher and the benchmarks, so every path talks to the same
 // real server rather than an in-process SQLite file.
-import { mkdirSync } from "node:fs";
+import { randomInt } from "node:crypto";
+import { mkdirSync, readFileSync } from "node:fs";
 import { createServer } from "node:net";
 import { join, resolve } from "node:path";
 import { startService, type Service } from "./service.ts";
 
 export type Sqld = Service;
 
-/** Asks the kernel for a free loopback port. */
-export function freePort(): Promise<number> {
+/** The kernel's ephemeral range: where it picks the local port of an outgoing connection (and
+ * of a listen on port 0). */
+export function ephemeralPorts(): { low: number; high: number } {
+  try {
+    const [low, high] = readFileSync("/proc/sys/net/ipv4/ip_local_port_range", "utf8").trim().split(/\s+/).map(Number);
+    if (Number.isInteger(low) && Number.isInteger(high)) return { low: low!, high: high! };
+  } catch {
+    // Not Linux: its default range.
+  }
+  return { low: 32768, high: 60999 };
+}
+
+/** The lowest port freePort picks: the fixed ports servers in tests and sandboxes sharing the host's
+ * network listen on (8000, 8080, ...) lie below it (49983 and 49999 lie in the ephemeral range). */
+const PICK_FROM = 20_000;
+
+/** Whether `port` can be listened on on loopback right now. */
+function canListen(port: number): Promise<boolean> {
+  return new Promise((ok) => {
+    const srv = createServer();
+    srv.once("error", () => ok(false));
+    srv.listen(port, "127.0.0.1", () => srv.close(() => ok(true)));
+  });
+}
+
+/** A free loopback port for a server started next (sqld, workerd, the agent) that is told its
+ * port. It is picked outside the kernel's ephemeral range: a port from there (what listen(0)
+ * gives) is free only until some process's outgoing connection takes it as its local port, which
+ * on a busy machine happened between the pick and the server's listen (the agent died with
+ * EADDRINUSE in CI). A port outside the range is never taken that way. */
+export async function freePort(): Promise<number> {
+  const { low, high } = ephemeralPorts();
+  const spans = [[PICK_FROM, low - 1], [high + 1, 65535]].filter(([a, b]) => a! <= b!) as [number, number][];
+  const size = spans.reduce((n, [a, b]) => n + b - a + 1, 0);
+  for (let tries = 0; size > 0 && tries < 50; tries++) {
+    let port = randomInt(size);
+    for (const [a, b] of spans) {
+      if (port <= b - a) {
+        port += a;
+        break;
+      }
+      port -= b - a + 1;
+    }
+    if (await canListen(port)) return port;
+  }
+  // No room outside the range (or all of it busy): the kernel's pick, as before.
   return new Promise((ok, fail) => {
     const srv = createServer();
     srv.once("error", fail);

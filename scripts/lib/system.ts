@@ -137,20 +137,8 @@ export async function startSystem(opts: SystemOptions): Promise<System> {
   let isolation = "unknown";
   const metricsPort = await freePort();
   const agentLog = opts.agentOutput ?? join(dataDir, "agent.log");
-  // A port picked free (freePort) can be taken as another process's outgoing local port before
-  // the agent listens on it: an agent that dies at start with EADDRINUSE is started again (twice
-  // at most) once that short-lived socket is gone (CI saw it once in ~200 system starts).
+  // Its ports come from freePort, outside the range outgoing connections take theirs from.
   const launchAgent = async (): Promise<AgentProcess> => {
-    for (let attempt = 1; ; attempt++) {
-      try {
-        return await launchAgentOnce();
-      } catch (err) {
-        if (attempt >= 3 || !String((err as Error).message).includes("EADDRINUSE")) throw err;
-        await new Promise((r) => setTimeout(r, 500));
-      }
-    }
-  };
-  const launchAgentOnce = async (): Promise<AgentProcess> => {
     const out = opts.agentOutput === "inherit" ? "inherit" : openSync(agentLog, "a");
     const args = ["controllers/agent/main.ts", "--edge", edgeUrl, "--data-dir", join(dataDir, "agent"), "--ingress-port", String(secrets.ingressPort)];
     if (opts.level) args.push("--level", opts.level);

@@ -32,16 +32,30 @@ function innermostPid(pid: number): number | undefined {
   return ns ? Number(ns) : undefined;
 }
 
-/** The sandbox pid of the command `hostPid` (enter.pl) forks; undefined when it ended (or gave up)
- * first: a command gone within milliseconds has no pid anyone could use. */
+/** The sandbox pid of the command `hostPid` (enter.pl) forks, once that child has exec'd the
+ * command; undefined when it ended (or gave up) before it forked: a command gone within
+ * milliseconds has no pid anyone could use.
+ *
+ * The child is enter.pl itself (perl, still root in the sandbox) until it has switched user and
+ * exec'd, some milliseconds after the fork: a start reported before that named a process that was
+ * not yet the command (CI: `ps` on the host right after a background start found no `sleep` of
+ * the user's uid). As with envd's start (Go's exec returns once the new image runs), the pid is
+ * reported once the child's command line is no longer enter.pl's, or once it is gone. */
 export async function sandboxPidOf(hostPid: number, ended: () => boolean): Promise<number | undefined> {
   if (!CAN_LOOK) return undefined;
   const deadline = Date.now() + GIVE_UP_MS;
+  const own = read(`/proc/${hostPid}/cmdline`);
+  let found: number | undefined;
   for (;;) {
     const child = read(`/proc/${hostPid}/task/${hostPid}/children`)?.trim().split(" ")[0];
     const pid = child ? innermostPid(Number(child)) : undefined;
-    if (pid !== undefined) return pid;
-    if (ended() || Date.now() > deadline) return undefined;
+    if (pid !== undefined) {
+      found = pid;
+      // Exec'd: another command line (or none left to read: it ended, or exec'd and ended).
+      const line = read(`/proc/${child}/cmdline`);
+      if (own === undefined || line === undefined || line !== own) return pid;
+    }
+    if (ended() || Date.now() > deadline) return found;
     await new Promise((r) => setTimeout(r, POLL_MS));
   }
 }
