@@ -855,6 +855,9 @@ export class LocalDriver implements Driver {
       const layout = layoutFor(this.#dataDir, id);
       const rec = readRecord(layout.record);
       await this.#endProcesses(rec ?? { id });
+      // The pair goes with the namespace; its tables on the host (port-relay.pl `veth_tables`)
+      // go with an `unveth`, which finds the pair gone or deletes it.
+      if (rec?.net?.veth && this.#net) await this.#net.detach(rec.net.veth, this.#relay).catch(() => {});
       this.#egress.forget(id);
       // Before the directory moves: the trash is deleted file by file, never through a mount.
       await unmountSandbox(this.#spawner, layout.merged, layout.disk);

@@ -345,6 +345,32 @@ describe("the kernel's fast path of sandboxes behind the proxy", () => {
     expect(await curlDirect(victim.id, `http://${a.ip}/`)).toBe(fromA());
   });
 
+  it("a sandbox cannot take another's replies by ARP (every sandbox veth): the host's neighbour entry for its address keeps its MAC", async () => {
+    const victim = desiredSandbox("ef", { allowInternetAccess: true });
+    const thief = desiredSandbox("ef", { allowInternetAccess: true });
+    await driver.ensure(victim);
+    await driver.ensure(thief);
+    expect(await sh(victim.id, `curl -s -m 5 http://${a.ip}/`)).toBe(fromA());
+    const macOf = (id: string) => /link\/ether (\S+)/.exec(asNetAdmin(id, ["ip", "-o", "link", "show", "dev", "eth0"]))![1]!;
+    const [victimMac, thiefMac] = [macOf(victim.id), macOf(thief.id)];
+    const neighbour = () => execFileSync("ip", ["neigh", "show", addressOf(victim.id), "dev", "kruise0"], { encoding: "utf8" });
+    expect(neighbour()).toContain(victimMac);
+    const gwMac = readFileSync("/sys/class/net/kruise0/address", "utf8").trim();
+    const gateway = asNetAdmin(thief.id, ["ip", "-4", "route", "show", "default", "dev", "eth0"]).split(" ")[2]!;
+    // As root with CAP_NET_RAW in the thief's namespace: ARP replies "the victim's address is at
+    // my MAC", a few, spread past the kernel's ARP lock time (1 s) so one would be taken.
+    const arp = [
+      "import socket, struct, time",
+      `mine = bytes.fromhex("${thiefMac.replace(/:/g, "")}"); br = bytes.fromhex("${gwMac.replace(/:/g, "")}")`,
+      `pkt = br + mine + b"\\x08\\x06" + struct.pack("!HHBBH", 1, 0x0800, 6, 4, 2) + mine + socket.inet_aton("${addressOf(victim.id)}") + br + socket.inet_aton("${gateway}")`,
+      's = socket.socket(socket.AF_PACKET, socket.SOCK_RAW); s.bind(("eth0", 0))',
+      "for i in range(6): s.send(pkt); time.sleep(0.3)",
+    ].join("\n");
+    asNetAdmin(thief.id, ["python3", "-c", arp]);
+    expect(neighbour()).toContain(victimMac);
+    expect(await sh(victim.id, `curl -s -m 5 http://${a.ip}/`)).toBe(fromA());
+  });
+
   it("a re-listen (new limits) keeps the sandbox's connections on the fast path open", async () => {
     const d = desired();
     await driver.ensure(d);
