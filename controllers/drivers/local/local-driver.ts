@@ -69,11 +69,11 @@ export interface LocalDriverOptions {
   /** How the traffic-proxy resolves names (for its checks and the sandboxes' DNS). Default: the
    * host's resolver (getaddrinfo). Tests give a stand-in, since they may not ask real DNS. */
   egressResolve?: (host: string) => Promise<string[]>;
-  /** True: the kernel's fast path for sandboxes behind the proxy (../../traffic/README.md; also
-   * `KRUISE_EGRESS_FAST_PATH=on`): they get an eth0, and destinations the proxy allowed at L4
-   * leave by it. Needs the sandbox network (`network`). Default off (then every connection of a
-   * governed sandbox goes through the proxy and it has no eth0): its enforcement is still only in
-   * the sandbox's own namespace, not yet on the host's side of the veth. */
+  /** The kernel's fast path for sandboxes behind the proxy (../../traffic/README.md): they get an
+   * eth0, and destinations the proxy allowed at L4 leave by it, checked inside the sandbox's
+   * namespace and again on the host's side of its veth. Needs the sandbox network (`network`).
+   * Default on; false (or `KRUISE_EGRESS_FAST_PATH=off`): every connection of a governed sandbox
+   * goes through the proxy, it has no eth0, and its namespace no fast-path set or gate. */
   egressFastPath?: boolean;
   /** The bridge and address range of sandboxes with internet access (sandbox-net.ts), or false
    * to have them share the host's network as before (also `KRUISE_LOCAL_NETNS=off`). */
@@ -140,17 +140,6 @@ export class LocalDriver implements Driver {
     this.#egressPort = opts.egressProxyPort ?? EGRESS_PROXY_PORT;
     this.#egressMax = opts.egressMaxConnections ?? EGRESS_MAX_CONNECTIONS;
     if (opts.egressResolve) this.#egress.resolve = opts.egressResolve;
-    this.#egress.fastPath = {
-      // Only a sandbox whose veth is there has a way out besides the proxy; a private address is
-      // dropped on the host's bridge (sandbox-net.ts) even when allowOut names it: the proxy keeps it.
-      admit: (id, ip, port, seconds) => {
-        const rec = this.#record(id);
-        const addr = parseIp(ip);
-        if (!rec?.net?.veth || rec.phase === "Stopped" || !addr || addr.v6 || privateRange(addr)) return;
-        this.#relay.fastAdmit(id, ip, port, seconds);
-      },
-      flush: (id, endOpen) => this.#relay.fastFlush(id, endOpen),
-    };
     this.#egress.persistIn(this.#dataDir);
     this.#spawner = opts.spawner ?? new Spawner(process.env.KRUISE_LOCAL_SPAWNER === "off" ? IN_PROCESS : undefined);
     this.#spawner.warm();
@@ -163,9 +152,24 @@ export class LocalDriver implements Driver {
     const netOff = opts.network === false || process.env.KRUISE_LOCAL_NETNS === "off";
     const net = probe.capabilities.networkIsolation && !netOff ? SandboxNet.open(opts.network || {}) : undefined;
     this.#net = typeof net === "string" ? undefined : net;
-    // Off unless asked for: the host's table does not yet enforce the fast path on the host's side
-    // of the veth (../../traffic/README.md, "The kernel's fast path", what is not done).
-    this.#fastPath = this.#net !== undefined && (opts.egressFastPath ?? process.env.KRUISE_EGRESS_FAST_PATH === "on");
+    // On unless turned off: enforced inside the sandbox's namespace and, on the host's side of
+    // its veth, by a guard nothing in the sandbox reaches (port-relay.pl `veth_tables`).
+    this.#fastPath = this.#net !== undefined && (opts.egressFastPath ?? process.env.KRUISE_EGRESS_FAST_PATH !== "off");
+    // Off, the proxy never hands anything to the kernel: no epochs to bump, no relay commands.
+    if (this.#fastPath) {
+      this.#egress.fastPath = {
+        // Only a governed sandbox whose veth is there has a way out besides the proxy; a private
+        // address is dropped on the host's bridge (sandbox-net.ts) even when allowOut names it:
+        // the proxy keeps it.
+        admit: (id, ip, port, seconds) => {
+          const rec = this.#record(id);
+          const addr = parseIp(ip);
+          if (!rec?.net?.veth || rec.phase === "Stopped" || this.#mode(rec.desired) !== "proxy" || !addr || addr.v6 || privateRange(addr)) return;
+          this.#relay.fastAdmit(id, ip, port, seconds);
+        },
+        flush: (id, endOpen) => this.#relay.fastFlush(id, endOpen),
+      };
+    }
     const netNote = typeof net === "string" ? [`sandboxes with internet access share the host's network and its loopback: ${net}`] : [];
     const usernsOff = opts.userns === false || process.env.KRUISE_LOCAL_USERNS === "off";
     const usernsError = probe.capabilities.level === "process" ? "no namespaces at process level" : usernsOff ? "turned off (KRUISE_LOCAL_USERNS=off)" : (probeUserns() ?? letOwnersPass(this.#dataDir));
@@ -315,7 +319,7 @@ export class LocalDriver implements Driver {
     // uninspected).
     if (!created && networkOf(rec.desired) !== networkOf(d)) {
       this.#egress.policyChanging(d.id);
-      await this.#relay.fastFlush(d.id, this.#egress.l7.wants(d) && !this.#egress.l7.wants(rec.desired));
+      await this.#flushFast(d.id, this.#egress.l7.wants(d) && !this.#egress.l7.wants(rec.desired));
     }
     rec = { ...rec, generation: d.generation, desired: d };
     // A record made just above already says this.
@@ -381,10 +385,10 @@ export class LocalDriver implements Driver {
     // fast-path connections the new one denies); the epoch first, so a connection decided before
     // cannot admit after the flush.
     for (const id of this.#records.keys()) this.#egress.policyChanging(id);
-    await Promise.all([...this.#records.keys()].map((id) => this.#relay.fastFlush(id, false)));
+    await Promise.all([...this.#records.keys()].map((id) => this.#flushFast(id, false)));
     change();
     // L7 rules that now apply end the sandbox's fast-path connections, whatever their destination.
-    await Promise.all([...this.#records.values()].filter((r) => !inspected.has(r.id) && this.#egress.l7.wants(r.desired)).map((r) => this.#relay.fastFlush(r.id, true)));
+    await Promise.all([...this.#records.values()].filter((r) => !inspected.has(r.id) && this.#egress.l7.wants(r.desired)).map((r) => this.#flushFast(r.id, true)));
     for (const rec of this.#records.values()) {
       if (rec.phase === "Stopped" || before.get(rec.id) === need(rec)) {
         this.#egress.revalidate(rec.id);
@@ -395,6 +399,11 @@ export class LocalDriver implements Driver {
         if (now) await this.#converge(now.desired);
       }).catch((err) => console.error(`local: ${rec.id}: ${what}: ${(err as Error).message}`));
     }
+  }
+
+  /** The relay's `unfast` for the sandbox, when there is a fast path at all. */
+  async #flushFast(id: string, endOpen: boolean): Promise<void> {
+    if (this.#fastPath) await this.#relay.fastFlush(id, endOpen);
   }
 
   /** Sandboxes with their team and labels (what a TrafficPolicy's status lists). */
@@ -474,7 +483,7 @@ export class LocalDriver implements Driver {
     }
     await this.#egress.start();
     const maxConnections = Math.min(this.#egressMax, rec.desired.resources.pidsMax ?? this.#pidsMax);
-    await this.#relay.listenEgress(rec.id, rec.nsInit!, this.#egressPort, { cgroupProcs: rec.cgroups ? procsFiles(rec.cgroups) : [], maxConnections });
+    await this.#relay.listenEgress(rec.id, rec.nsInit!, this.#egressPort, { cgroupProcs: rec.cgroups ? procsFiles(rec.cgroups) : [], maxConnections }, this.#fastPath);
     this.#egress.revalidate(rec.id);
     if (this.#egress.l7.wants(rec.desired)) await this.#installCa(rec.id, rec.nsInit!.pid);
   }
@@ -688,8 +697,11 @@ export class LocalDriver implements Driver {
         // Under L7 policy every connection is redirected and inspected; the proxy itself refuses
         // such a sandbox (its tunnels would not be inspected), so no proxy variables.
         const env = proxied ? (this.#egress.l7.wants(now.desired) ? caEnv() : proxyEnv(this.#egressPort)) : undefined;
-        // No CAP_NET_RAW where an eth0 may be guarded only by the sandbox's own output hook.
-        const caps = this.#fastPath || proxied ? GOVERNED_CAPS : SANDBOX_CAPS;
+        // No CAP_NET_RAW where an eth0 may be behind the proxy (a sandbox's processes keep the
+        // bounding set they started with when it moves behind it, so every sandbox of a driver
+        // with the fast path); without the fast path a governed sandbox has only lo, where raw
+        // sockets (ping, tcpdump) reach nothing else, and keeps it.
+        const caps = this.#fastPath ? GOVERNED_CAPS : SANDBOX_CAPS;
         return { nsPid: now.level === "process" ? undefined : now.nsInit.pid, cgroupProcs: now.cgroups ? procsFiles(now.cgroups) : [], env, caps };
       },
     });
@@ -843,6 +855,9 @@ export class LocalDriver implements Driver {
       const layout = layoutFor(this.#dataDir, id);
       const rec = readRecord(layout.record);
       await this.#endProcesses(rec ?? { id });
+      // The pair goes with the namespace; its tables on the host (port-relay.pl `veth_tables`)
+      // go with an `unveth`, which finds the pair gone or deletes it.
+      if (rec?.net?.veth && this.#net) await this.#net.detach(rec.net.veth, this.#relay).catch(() => {});
       this.#egress.forget(id);
       // Before the directory moves: the trash is deleted file by file, never through a mount.
       await unmountSandbox(this.#spawner, layout.merged, layout.disk);

@@ -8,7 +8,7 @@
 # namespace that is the relay's own (the host's network) is refused.
 #
 # The way out for sandboxes with egress rules: on
-# "listen <tag> <ns pid> <start> <port> <max connections> [<cgroup.procs path>...]\n" from its
+# "listen <tag> <ns pid> <start> <port> <max connections> [fast] [<cgroup.procs path>...]\n" from its
 # stdin (only the agent writes there) the relay itself enters the sandbox's network namespace,
 # opens a listener on 127.0.0.1:<port> there, and returns to its own namespace: the socket stays
 # in the sandbox's. Each connection accepted on it is piped by a forked child to the proxy's Unix
@@ -22,7 +22,8 @@
 # redirect of all its TCP (and UDP/TCP port 53) to that port (`redirect_all`), and a UDP socket on
 # it whose DNS queries go to the proxy over one "*dns" connection, framed with the tag.
 # "fast <tag> <ip> <port> <seconds>" and "unfast <tag> <0|1>" program that redirect's set of
-# destinations that skip the proxy (the kernel's fast path, `redirect_all`).
+# destinations that skip the proxy (the kernel's fast path, `redirect_all`; only for a listener
+# asked for with `fast`), and the same set of the host's guard on its veth (`guard`).
 #
 # Sandbox networks (sandbox-net.ts), over netlink and without a process: on
 # "veth <ns pid> <start> <name> <mac> <mtu> <bridge ifindex> <address>/<prefix> <gateway>\n" the
@@ -30,7 +31,9 @@
 # <mac> in the namespace of <ns pid>), enters that namespace to give eth0 its address, bring it up
 # and route through <gateway>, and returns. A <name> already there is bound to that live process,
 # so it is the sandbox's own, left by an agent that stopped before recording it: it is replaced, as
-# is an `eth0` already in the namespace. "unveth <name>\n" deletes a host end (and its pair).
+# is an `eth0` already in the namespace. Before the pair, the host gets the veth's tables
+# (`veth_tables`; `guard` too when the namespace is behind the proxy with the fast path).
+# "unveth <name>\n" deletes a host end (and its pair, and those tables).
 # Usage: port-relay.pl <socket path> <setns syscall nr> <prctl syscall nr> [<proxy socket path>]
 # (syscall numbers per architecture from host-helpers.ts; its environment is fixed there too).
 # Loaded with `require` (the unit tests of its parsers), it defines its subs and runs nothing.
@@ -52,6 +55,9 @@ my %gen;        # tag => the conntrack mark its fast-path connections carry (see
 # of its life. Within 32 bits (ct mark).
 my $gen_seq = (time() % (1 << 26)) * 64;
 my %dirty;      # tag => something was added to its fast-path set since it was last emptied
+my %fastpath;   # tag => its listener was asked for with the fast path (`listen ... fast`)
+my %guard;      # tag => [host end of its veth, its address]: the host's side of its fast path
+my %bucket;     # key => [tokens, when last filled]: how many nft runs `fast` may still start
 my $dns;        # the one connection to the proxy that carries DNS over UDP ("*dns")
 my $dns_in = '';  # bytes read from it, not yet a whole frame
 my %limit;      # tag => [max connections, cgroup.procs files]
@@ -188,21 +194,23 @@ sub join_cgroups {
   exit 0 unless pids_below($procs, 1);
 }
 
+# Closes the tag's listener and ends its connections; with $keep (a re-listen in the same
+# namespace) its redirect, gate, generation and guard stay for the new listener to replace.
 sub close_egress {
-  my ($tag) = @_;
+  my ($tag, $keep) = @_;
   close(delete $egress{$tag}) if $egress{$tag};
   close(delete $udp{$tag}) if $udp{$tag};
-  if (my $ns = delete $egress_ns{$tag}) {
-    # Its namespace may get a veth next (internet access): nothing may send its TCP to a listener
-    # that is gone.
-    if (syscall($setns_nr, fileno($ns), 0x40000000) == 0) {
-      unredirect();
-      syscall($setns_nr, fileno($own_ns), 0x40000000) == 0 or die "port-relay.pl: cannot return to its own network namespace: $!\n";
-    }
+  my $ns = delete $egress_ns{$tag};
+  # Its namespace may get a veth next (internet access): nothing may send its TCP to a listener
+  # that is gone.
+  in_ns($ns, \&unredirect) if $ns && !$keep;
+  unless ($keep) {
+    unguard($tag);
+    delete $gen{$tag};
   }
   delete $egress_at{$tag};
   delete $limit{$tag};
-  delete $gen{$tag};
+  delete $fastpath{$tag};
   delete $dirty{$tag};
   my @pids = grep { $kid{$_} eq $tag } keys %kid;
   kill 'KILL', @pids if @pids;
@@ -224,9 +232,9 @@ sub parse_command {
     return ['fast', $tag, join('.', @o), $port, $ttl];
   }
   return ['unfast', $1, $2] if $cmd =~ /^unfast ([A-Za-z0-9_-]{1,64}) ([01])$/;
-  my ($tag, $nspid, $start, $port, $max, $procs) = $cmd =~ m{^listen ([A-Za-z0-9_-]{1,64}) (\d+) (\d+) (\d+) (\d+)((?: /\S+/cgroup\.procs)*)$} or return (undef, 'bad command');
+  my ($tag, $nspid, $start, $port, $max, $fast, $procs) = $cmd =~ m{^listen ([A-Za-z0-9_-]{1,64}) (\d+) (\d+) (\d+) (\d+)( fast)?((?: /\S+/cgroup\.procs)*)$} or return (undef, 'bad command');
   return (undef, "bad port $port") if $port < 1 || $port > 65535;
-  return ['listen', $tag, $nspid, $start, $port, $max, [grep { length } split / /, $procs]];
+  return ['listen', $tag, $nspid, $start, $port, $max, $fast ? 1 : 0, [grep { length } split / /, $procs]];
 }
 
 sub command {
@@ -241,12 +249,21 @@ sub command {
   return unveth(@a) if $verb eq 'unveth';
   return fast($a[0], [@a[1 .. 3]]) if $verb eq 'fast';
   return unfast(@a) if $verb eq 'unfast';
-  my ($tag, $nspid, $start, $port, $max, $procs) = @a;
+  my ($tag, $nspid, $start, $port, $max, $fast, $procs) = @a;
   return 'no proxy socket' unless defined $proxy;
-  close_egress($tag);
   my ($ns, $err, $net) = namespace_of($nspid, $start);
+  # A re-listen in the same namespace (new limits) keeps its redirect, gate, generation and the
+  # host's guard until redirect_all and guard replace them, each in one nft transaction: torn down
+  # first, a sandbox with eth0 would send unfiltered meanwhile, and its fast-path connections of
+  # the generation it keeps would be reset.
+  my $same = !$err && $fast && ($fastpath{$tag} // 0) && ($egress_at{$tag} // '') =~ /^\Q$net\E /;
+  close_egress($tag, $same);
   return $err if $err;
-  syscall($setns_nr, fileno($ns), 0x40000000) == 0 or return "setns: $!";  # CLONE_NEWNET
+  unless (syscall($setns_nr, fileno($ns), 0x40000000) == 0) {  # CLONE_NEWNET
+    my $why = "setns: $!";
+    unguard($tag) if $same;
+    return $why;
+  }
   my $l;
   my $ok = socket($l, PF_INET, SOCK_STREAM, 0)
     && setsockopt($l, SOL_SOCKET, SO_REUSEADDR, 1)
@@ -257,13 +274,25 @@ sub command {
   if ($ok && !(socket($u, PF_INET, SOCK_DGRAM, 0) && bind($u, sockaddr_in($port, INADDR_LOOPBACK)))) {
     ($ok, $why_not) = (0, "UDP on 127.0.0.1:$port: $!");
   }
-  # A re-listen keeps the current generation: what it lets through is still allowed.
-  ($gen{$tag}, $dirty{$tag}) = ($gen{$tag} // ++$gen_seq, 0);
+  # A re-listen in the same namespace keeps the current generation: what it lets through is
+  # still allowed. Without the fast path there is no set, no gate and no generation.
+  ($gen{$tag}, $dirty{$tag}) = ($same ? $gen{$tag} : $fast ? ++$gen_seq : undef, 0);
   my $why_no_redirect = $ok ? redirect_all($port, $gen{$tag}) : undef;
+  # An eth0 there already (a sandbox with internet access that got rules): its guard on the
+  # host's side now; otherwise `veth` makes it before the veth.
+  my $eth0 = $fast && $ok && !$why_no_redirect ? if_addr('eth0') : undef;
+  unredirect() if $same && !($ok && !$why_no_redirect);
   # Staying in a sandbox's namespace would put every later listener and child in the wrong place.
   syscall($setns_nr, fileno($own_ns), 0x40000000) == 0 or die "port-relay.pl: cannot return to its own network namespace: $!\n";
+  my $why_no_guard = $eth0 ? guard($tag, "kr$nspid", $eth0) : undef;
+  unguard($tag) if $same && !($ok && !$why_no_redirect && !$why_no_guard);
   return $why_not unless $ok;
   return $why_no_redirect if $why_no_redirect;
+  if ($why_no_guard) {
+    in_ns($ns, \&unredirect);
+    return $why_no_guard;
+  }
+  $fastpath{$tag} = $fast;
   fcntl($l, F_SETFL, fcntl($l, F_GETFL, 0) | O_NONBLOCK);
   $egress_ns{$tag} = $ns;
   fcntl($u, F_SETFL, fcntl($u, F_GETFL, 0) | O_NONBLOCK);
@@ -345,32 +374,132 @@ sub redirect_all {
   $err = rtnl(20, 0x500, lo_addr($lo));  # RTM_NEWADDR (CREATE|REPLACE)
   return "address on lo: $err" if $err;
   # DNS first, wherever it is sent (a resolv.conf naming 127.0.0.53 too): the proxy answers it.
+  # Without a generation (the fast path off) there is no set and no gate: nothing to bypass.
+  my $fast = defined $gen;
   return nft($NFT_RESET . "table ip kruise_egress {\n"
-    . " set fast {\n  type ipv4_addr . inet_proto . inet_service; flags timeout; size $FAST_SIZE;\n }\n"
+    . ($fast ? " set fast {\n  type ipv4_addr . inet_proto . inet_service; flags timeout; size $FAST_SIZE;\n }\n" : '')
     . " chain out {\n  type nat hook output priority -100; policy accept;\n"
     . "  meta l4proto { tcp, udp } th dport 53 redirect to :$port\n"
     . "  ip daddr { 127.0.0.0/8, 0.0.0.0/8 } return\n"
-    . "  ip daddr . meta l4proto . th dport \@fast return\n"
+    . ($fast ? "  ip daddr . meta l4proto . th dport \@fast return\n" : '')
     . "  meta l4proto tcp redirect to :$port\n }\n"
-    . " chain gate {\n  type filter hook output priority 0; policy accept;\n" . gate_rules($gen) . " }\n}\n");
+    . ($fast ? " chain gate {\n  type filter hook output priority 0; policy accept;\n" . gate_rules($gen) . " }\n" : '') . "}\n");
 }
 
-# Runs `fn` inside the network namespace of the tag's egress listener; its answer, or why not.
-sub in_egress_ns {
-  my ($tag, $fn) = @_;
-  my $ns = $egress_ns{$tag} or return 'no egress listener';
+# The host's side of a governed sandbox's fast path, which nothing in the sandbox can reach (its
+# root could, with a capability it must not have, undo the redirect and the gate: README.md). Two
+# tables in the relay's (the host's) network namespace, named after the veth's host end:
+# - `bridge kruise_veth_<name>` (every veth, made before the pair): what enters the bridge by
+#   that port carries the veth's own MAC and, in IPv4 and ARP, its own address; anything else
+#   (another sandbox's address, IPv6, other protocols) is dropped. So an address below is that
+#   sandbox's, and no sandbox can take over another's replies by ARP.
+# - `inet kruise_veth_<name>` (governed sandboxes with an eth0): from the sandbox's address only
+#   a new TCP connection to a member of its own set `fast` (the same elements as its netns's set,
+#   added by the same `fast`) and the packets of connections so admitted under the current
+#   generation are forwarded; everything else is dropped. Another table's accept does not
+#   override a drop here.
+sub veth_tables {
+  my ($name, $mac, $addr) = @_;
+  return "table bridge kruise_veth_$name {}\ndelete table bridge kruise_veth_$name\ntable bridge kruise_veth_$name {\n"
+    . " chain in {\n  type filter hook prerouting priority -300; policy accept;\n"
+    . "  iifname != \"$name\" accept\n  ether saddr != $mac drop\n"
+    . "  ether type arp arp saddr ether $mac arp saddr ip $addr accept\n"
+    . "  ether type ip ip saddr $addr accept\n  drop\n }\n}\n";
+}
+sub guard_rules {
+  my ($addr, $gen) = @_;
+  return "  meta nfproto != ipv4 accept\n  ip saddr != $addr accept\n"
+    . "  ct state established,related ct mark $gen accept\n"
+    . "  ct state new ip daddr . tcp dport \@fast ct mark set $gen accept\n  drop\n";
+}
+sub guard_table {
+  my ($name, $addr, $gen) = @_;
+  return "table inet kruise_veth_$name {}\ndelete table inet kruise_veth_$name\ntable inet kruise_veth_$name {\n"
+    . " set fast {\n  type ipv4_addr . inet_service; flags timeout; size $FAST_SIZE;\n }\n"
+    . " chain forward {\n  type filter hook forward priority -10; policy accept;\n" . guard_rules($addr, $gen) . " }\n}\n";
+}
+# Puts the tag's guard on the host (its set empty) for the veth `name` with `addr`, the tag's
+# current generation: undef, or why not. Runs in the relay's own namespace.
+sub guard {
+  my ($tag, $name, $addr) = @_;
+  return 'no generation' unless defined $gen{$tag};
+  my $err = nft(guard_table($name, $addr, $gen{$tag}));
+  return "guard on the host: $err" if $err;
+  $guard{$tag} = [$name, $addr];
+  return undef;
+}
+sub unguard {
+  my ($tag) = @_;
+  my $g = delete $guard{$tag} or return;
+  nft("table inet kruise_veth_$g->[0] {}\ndelete table inet kruise_veth_$g->[0]\n");
+}
+# Tables of veths whose sandbox's pid 1 is gone (a namespace that ended without `unveth`/`close`):
+# deleted, so an address leased again is not held to an old guard.
+sub sweep_tables {
+  open(my $l, '-|', 'nft', 'list', 'tables') or return;
+  my @gone = grep { !-e "/proc/$_->[1]" } map { /^table (bridge|inet) kruise_veth_kr(\d+)$/ ? [$1, $2] : () } <$l>;
+  close $l;
+  nft(join('', map { "delete table $_->[0] kruise_veth_kr$_->[1]\n" } @gone)) if @gone;
+}
+
+# Runs `fn` in the network namespace `ns` (an open handle) and comes back; its answer, or why not.
+sub in_ns {
+  my ($ns, $fn) = @_;
   syscall($setns_nr, fileno($ns), 0x40000000) == 0 or return "setns: $!";  # CLONE_NEWNET
   my $answer = $fn->();
   syscall($setns_nr, fileno($own_ns), 0x40000000) == 0 or die "port-relay.pl: cannot return to its own network namespace: $!\n";
   return $answer;
 }
 
+# The IPv4 address of interface `name` in the current namespace, or undef.
+sub if_addr {
+  socket(my $s, PF_INET, SOCK_DGRAM, 0) or return undef;
+  my $req = pack('a16 x16', $_[0]);
+  ioctl($s, 0x8915, $req) or return undef;  # SIOCGIFADDR
+  return inet_ntoa(substr($req, 20, 4));
+}
+
+# Whether `fast` may run nft now (at `now`, in seconds) for `tag`, taking a token if so. Each run
+# forks nft and holds up the relay's loop, which relays every connection of every sandbox: a
+# sandbox making a new destination every few ms must not stall the others. A token bucket per
+# sandbox and one for the relay; refused elements just stay the proxy's (correct, slower).
+our @FAST_TAG_BUCKET = (16, 4);     # burst, runs per second, per sandbox
+our @FAST_ALL_BUCKET = (64, 32);    # the same for all sandboxes together
+sub fast_budget {
+  my ($tag, $now) = @_;
+  my @b = map {
+    my ($key, $burst, $rate) = @$_;
+    my $b = $bucket{$key} //= [$burst, $now];
+    my $t = $b->[0] + ($now - $b->[1]) * $rate;
+    [$b, $t > $burst ? $burst : $t, $now];
+  } ["t $tag", @FAST_TAG_BUCKET], ['*', @FAST_ALL_BUCKET];
+  $_->[0][1] = $_->[2] for @b;
+  my $ok = !grep { $_->[1] < 1 } @b;
+  $_->[0][0] = $_->[1] - ($ok ? 1 : 0) for @b;
+  return $ok;
+}
+
+# Runs `fn` inside the network namespace of the tag's egress listener; its answer, or why not.
+sub in_egress_ns {
+  my ($tag, $fn) = @_;
+  my $ns = $egress_ns{$tag} or return 'no egress listener';
+  return in_ns($ns, $fn);
+}
+
 # "fast <tag> <ip> <port> <seconds>": later TCP connections of the sandbox to ip:port skip the
 # proxy for that long (an element already there keeps its timeout). A full set refuses it.
 # Several ([ip, port, seconds] each) go in one nft run; a full set refuses them all.
+# The host's set first, so the sandbox's kernel never sends one the host would drop. Without a
+# guard (no eth0, or the fast path off) nothing is added: there is no way out but the proxy.
 sub fast {
   my ($tag, @elements) = @_;
-  $dirty{$tag} = 1 if $egress_ns{$tag};
+  return 'no egress listener' unless $egress_ns{$tag};
+  return 'no fast path' unless $fastpath{$tag};
+  my $g = $guard{$tag} or return 'no eth0';
+  return 'rate limited' unless fast_budget($tag, time());
+  $dirty{$tag} = 1;
+  my $err = nft("add element inet kruise_veth_$g->[0] fast { " . join(', ', map { "$_->[0] . $_->[1] timeout $_->[2]s" } @elements) . " }\n");
+  return "host: $err" if $err;
   my $list = join(', ', map { "$_->[0] . tcp . $_->[1] timeout $_->[2]s" } @elements);
   return in_egress_ns($tag, sub { nft("add element ip kruise_egress fast { $list }\n") // 'ok' });
 }
@@ -381,14 +510,22 @@ sub fast {
 # Each nft run holds up this loop (a few ms): an empty set is not flushed again.
 sub unfast {
   my ($tag, $end) = @_;
-  return 'ok' if $egress_ns{$tag} && !$end && !$dirty{$tag};
+  return 'ok' if $egress_ns{$tag} && (!$fastpath{$tag} || (!$end && !$dirty{$tag}));
   $dirty{$tag} = 0;
-  return in_egress_ns($tag, sub {
+  my $gen = $end ? ++$gen_seq : $gen{$tag};
+  my $answer = in_egress_ns($tag, sub {
     my $flush = "flush set ip kruise_egress fast\n";
     return nft($flush) // 'ok' unless $end;
-    my $gen = $gen{$tag} = ++$gen_seq;
     return nft($flush . "flush chain ip kruise_egress gate\ntable ip kruise_egress {\n chain gate {\n" . gate_rules($gen) . " }\n}\n") // 'ok';
   });
+  $gen{$tag} = $gen if $answer eq 'ok';
+  # The host's side the same way (after the sandbox's: new connections go to the proxy first).
+  if (my $g = $guard{$tag}) {
+    my $t = "inet kruise_veth_$g->[0]";
+    my $err = nft("flush set $t fast\n" . ($end ? "flush chain $t forward\ntable $t {\n chain forward {\n" . guard_rules($g->[1], $gen) . " }\n}\n" : ''));
+    $answer = "host: $err" if $err && $answer eq 'ok';
+  }
+  return $answer;
 }
 sub lo_route { pack('CCCCCCCCL', 2, 0, 0, 0, 254, 3, 253, 1, 0) . nla(4, pack('L', $_[0])) . nla(7, inet_aton('127.0.0.1')) . nla(6, pack('L', 0xfffffff0)) }
 # AF_INET, /32, host scope on lo; IFA_LOCAL, IFA_ADDRESS
@@ -545,7 +682,13 @@ sub ifindex {
 sub unveth {
   my ($name) = @_;  # kr<pid>, or eth0 inside a sandbox's namespace
   my $err = rtnl(17, 0, ifinfo(0, 0, 0, 0, 0) . nla(3, "$name\0"));  # RTM_DELLINK by IFLA_IFNAME
-  return !$err || !ifindex($name) ? 'ok' : "delete $name: $err";
+  return "delete $name: $err" if $err && ifindex($name);
+  # A host end's tables go with it (never for eth0, which is inside a sandbox's namespace).
+  if ($name =~ /^kr\d+$/) {
+    delete $guard{$_} for grep { $guard{$_}[0] eq $name } keys %guard;
+    nft(join('', map { "table $_ kruise_veth_$name {}\ndelete table $_ kruise_veth_$name\n" } 'bridge', 'inet'));
+  }
+  return 'ok';
 }
 
 sub veth {
@@ -553,7 +696,7 @@ sub veth {
   my ($ns, $err, $net) = namespace_of($nspid, $start);
   return $err if $err;
   # A sandbox behind the proxy gets eth0 for the kernel's fast path: its redirect stays.
-  my $governed = grep { (split / /)[0] eq $net } values %egress_at;
+  my ($governed) = grep { (split / /, $egress_at{$_})[0] eq $net } keys %egress_at;
   # The namespace by the fd checked above, not by pid: a pid reused meanwhile cannot misplace eth0.
   my $peer = ifinfo(0, 0, 0, 0, 0) . nla(3, "eth0\0") . nla(4, pack('L', $mtu))
     . nla(1, pack('C6', map { hex } split /:/, $mac)) . nla(28, pack('L', fileno($ns)));  # IFNAME MTU ADDRESS NET_NS_FD
@@ -564,6 +707,15 @@ sub veth {
     $err = unveth($name);
     return "replace $name: $err" unless $err eq 'ok';
   }
+  # The host's side before the pair exists, so eth0 is never up without it.
+  sweep_tables();
+  $err = nft(veth_tables($name, $mac, $addr));
+  return "guard on the host: $err" if $err;
+  my $guarded = defined $governed && $fastpath{$governed};
+  if ($guarded) {
+    $err = guard($governed, $name, $addr);
+    return undo_veth($name, $err) if $err;
+  }
   $err = $create->();
   if ($err && $err eq do { local $! = EEXIST; "$!" }) {  # an eth0 the namespace already has
     syscall($setns_nr, fileno($ns), 0x40000000) == 0 or return "setns: $!";  # CLONE_NEWNET
@@ -571,13 +723,16 @@ sub veth {
     syscall($setns_nr, fileno($own_ns), 0x40000000) == 0 or die "port-relay.pl: cannot return to its own network namespace: $!\n";
     $err = $old eq 'ok' ? $create->() : "replace eth0: $old";
   }
-  return "create $name: $err" if $err;
+  return undo_veth($name, "create $name: $err") if $err;
   my $host = ifindex($name);
   # RTM_SETLINK of the bridge port (AF_BRIDGE): IFLA_PROTINFO (nested) { IFLA_BRPORT_ISOLATED 1 }.
   $err = $host ? rtnl(19, 0, ifinfo(7, 0, $host, 0, 0) . nla(12 | 0x8000, nla(33, pack('C', 1)))) : 'gone';
   return undo_veth($name, "isolate $name: $err") if $err;
   syscall($setns_nr, fileno($ns), 0x40000000) == 0 or return undo_veth($name, "setns: $!");  # CLONE_NEWNET
-  unredirect() unless $governed;  # a sandbox that had rules and has none now: its TCP goes out by eth0
+  unredirect() unless defined $governed;  # a sandbox that had rules and has none now: its TCP goes out by eth0
+  # A new guard starts empty: so does the sandbox's set (an eth0 given back while the listener
+  # stayed), or what is in it would leave by eth0 into the host's drop.
+  nft("flush set ip kruise_egress fast\n") if $guarded;
   # No IPv6 on eth0 (before it is up, so not even a link-local address): the gate is an IPv4
   # chain. /proc/sys/net is the namespace of the writer, which is now the sandbox's; a host
   # without IPv6 has no such file, and then there is nothing to turn off.

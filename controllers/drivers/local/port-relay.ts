@@ -56,10 +56,12 @@ export interface VethSpec {
 interface EgressListener extends EgressLimits {
   nsInit: ProcRef;
   port: number;
+  /** With the kernel's fast path: the set and gate in the namespace, the guard on the host. */
+  fastPath: boolean;
 }
 
 const listenLine = (tag: string, l: EgressListener) =>
-  ["listen", tag, l.nsInit.pid, l.nsInit.start, l.port, l.maxConnections, ...l.cgroupProcs].join(" ");
+  ["listen", tag, l.nsInit.pid, l.nsInit.start, l.port, l.maxConnections, ...(l.fastPath ? ["fast"] : []), ...l.cgroupProcs].join(" ");
 
 export class PortRelay {
   readonly #proxySocket: string | undefined;
@@ -139,9 +141,10 @@ export class PortRelay {
 
   /** Makes 127.0.0.1:`port` inside the network namespace of `nsInit` lead to the traffic-proxy,
    * tagged `tag` (the sandbox id). Idempotent; a new `nsInit` (restarted sandbox) or new limits
-   * replace the old listener. */
-  async listenEgress(tag: string, nsInit: ProcRef, port: number, limits: EgressLimits): Promise<void> {
-    const want: EgressListener = { nsInit, port, ...limits };
+   * replace the old listener. With `fastPath`, the namespace gets the fast path's set and gate
+   * (port-relay.pl `redirect_all`), and its veth the host's guard; without, neither. */
+  async listenEgress(tag: string, nsInit: ProcRef, port: number, limits: EgressLimits, fastPath = false): Promise<void> {
+    const want: EgressListener = { nsInit, port, ...limits, fastPath };
     const had = this.#egress.get(tag);
     if (had && this.#child && listenLine(tag, had) === listenLine(tag, want)) return;
     this.#egress.set(tag, want);
@@ -166,7 +169,9 @@ export class PortRelay {
   fastAdmit(tag: string, ip: string, port: number, seconds: number): void {
     if (!this.#egress.has(tag) || !this.#child) return;
     void this.#command(this.#child, `fast ${tag} ${ip} ${port} ${seconds}`).then((answer) => {
-      if (answer !== "ok") console.error(`port relay: fast path for ${tag} to ${ip}:${port}: ${answer}`);
+      // Refused for the rate (port-relay.pl `fast_budget`): the proxy keeps the destination, as
+      // it does every refused one; said once per burst would still be a sandbox-driven log flood.
+      if (answer !== "ok" && answer !== "rate limited") console.error(`port relay: fast path for ${tag} to ${ip}:${port}: ${answer}`);
     });
   }
 

@@ -10,6 +10,7 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import type { DesiredSandbox } from "../../../../controllers/drivers/driver.ts";
 import { LocalDriver } from "../../../../controllers/drivers/local/local-driver.ts";
+import { PortRelay } from "../../../../controllers/drivers/local/port-relay.ts";
 import { layoutFor } from "../../../../controllers/drivers/local/layout.ts";
 import { readRecord } from "../../../../controllers/drivers/local/records.ts";
 import { egressDecisions } from "../../../../controllers/lib/metrics.ts";
@@ -51,6 +52,27 @@ async function onFastPath(id: string): Promise<void> {
   expect(await curlDirect(id, `http://${a.ip}/`)).toBe(fromA());
   expect(await pollUntil(() => fastSet(id), (s) => s.includes(`${a.ip} . tcp . 80`))).toContain(`${a.ip} . tcp . 80`);
 }
+/** Runs `argv` as the host's root in the sandbox's network namespace: what root inside could do
+ * with a capability it must not have (CAP_NET_ADMIN, CAP_NET_RAW). */
+const asNetAdmin = (id: string, argv: string[]) => execFileSync("nsenter", [`--net=/proc/${nsPid(id)}/ns/net`, ...argv], { encoding: "utf8" });
+const addressOf = (id: string) => readRecord(layoutFor(dataDir, id).record)!.net!.address;
+/** A UDP listener in the stand-in `o` on port 9999 that records each datagram; `heard()` once the
+ * host's own "marker" datagram (sent after whatever the test sent) has arrived. */
+async function udpListener(o: Outside): Promise<{ heard: () => Promise<string[]>; stop: () => void }> {
+  const listener = spawn("ip", ["netns", "exec", o.ns, "python3", "-u", "-c", 'import socket\ns=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(("0.0.0.0", 9999)); print("ready", flush=True)\nwhile True: print(s.recv(100).decode(), flush=True)'], { stdio: ["ignore", "pipe", "inherit"] });
+  let heard = "";
+  listener.stdout!.on("data", (c: Buffer) => (heard += c.toString()));
+  await pollUntil(() => heard, (h) => h.includes("ready"));
+  return {
+    heard: async () => {
+      execFileSync("python3", ["-c", `import socket; socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b"marker", ("${o.ip}", 9999))`]);
+      await pollUntil(() => heard, (h) => h.includes("marker"));
+      return heard.split("\n").filter(Boolean);
+    },
+    stop: () => listener.kill("SIGKILL"),
+  };
+}
+
 /** The pid of this process's port relay: the only way into the proxy from a sandbox. */
 function relayPid(): number {
   const out = execFileSync("pgrep", ["-P", String(process.pid), "-f", "port-relay.pl"], { encoding: "utf8" }).trim().split("\n");
@@ -59,7 +81,7 @@ function relayPid(): number {
 
 /** A connection to `a` on the fast path, kept in use (a request whose header lines come one at a
  * time); /tmp/held.out says "open", then "ended" once a write fails. */
-async function holdConnection(id: string): Promise<void> {
+async function holdConnection(id: string, tick = false): Promise<void> {
   const held = [
     "import socket, time",
     `s = socket.create_connection(("${a.ip}", 80), 3)`,
@@ -67,13 +89,14 @@ async function holdConnection(id: string): Promise<void> {
     "for i in range(300):",
     "    try:",
     '        s.sendall(b"x-wait: %d\\r\\n" % i); time.sleep(0.1)',
+    ...(tick ? ['        print("w", flush=True)'] : []),
     "    except OSError:",
     '        print("ended", flush=True); break',
     "else:",
     '    print("still open", flush=True)',
   ].join("\n");
   await sh(id, `nohup python3 -c '${held}' > /tmp/held.out 2>&1 < /dev/null &`);
-  expect(await pollUntil(() => sh(id, "cat /tmp/held.out"), (o) => o.includes("open"))).toBe("open");
+  expect(await pollUntil(() => sh(id, "cat /tmp/held.out"), (o) => o.includes("open"))).toMatch(/^open/);
 }
 
 beforeAll(async () => {
@@ -270,5 +293,125 @@ describe("the kernel's fast path of sandboxes behind the proxy", () => {
     }
     // The gate is an IPv4 chain: eth0 has no IPv6 at all (not even a link-local address).
     expect(await sh(d.id, "cat /proc/sys/net/ipv6/conf/eth0/disable_ipv6; ip -6 -o addr show dev eth0 | wc -l")).toBe("1\n0");
+  });
+
+  it("with its own netfilter gone (root inside with CAP_NET_ADMIN, a capability it must not have), a governed sandbox still gets out by eth0 only to what the proxy admitted: the host's guard drops the rest", async () => {
+    const d = desired();
+    await driver.ensure(d);
+    await onFastPath(d.id);
+    const udp = await udpListener(b);
+    try {
+      // The redirect, the set and the gate: all of the sandbox's own enforcement.
+      asNetAdmin(d.id, ["nft", "delete", "table", "ip", "kruise_egress"]);
+      expect(asNetAdmin(d.id, ["nft", "list", "tables"])).not.toContain("kruise_egress");
+      // What the proxy admitted still leaves (the host's set has it) ...
+      expect(await curlDirect(d.id, `http://${a.ip}/`)).toBe(fromA());
+      // ... and nothing else: TCP to the denied `b`, UDP to it, TCP to `a` on another port.
+      expect(await curlDirect(d.id, `http://${b.ip}/`, "-m 3 -o /dev/null -w '%{http_code}'; echo \" $?\"")).toBe("000 28");
+      expect(await curlDirect(d.id, `http://${a.ip}:9999/`, "-m 3 -o /dev/null -w '%{http_code}'; echo \" $?\"")).toBe("000 28");
+      await sh(d.id, `python3 -c 'import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); [s.sendto(b"around-the-gate", ("${b.ip}", 9999)) for i in range(3)]'`);
+      expect(await udp.heard()).toEqual(["ready", "marker"]);
+    } finally {
+      udp.stop();
+    }
+  });
+
+  it("a sandbox cannot ride another's fast path by taking its address: what enters the bridge by its veth carries only its own address and MAC", async () => {
+    const victim = desired();
+    const thief = desired({ egress: { allowOut: [b.ip], denyOut: ["0.0.0.0/0"] } });
+    await driver.ensure(victim);
+    await driver.ensure(thief);
+    await onFastPath(victim.id);
+    // The thief's own way out works (its gateway's MAC is known in its namespace).
+    expect(await curlDirect(thief.id, `http://${b.ip}/`)).toBe(`outside saw ${b.hostIp}`);
+    const stolen = addressOf(victim.id);
+    const gateway = asNetAdmin(thief.id, ["ip", "-4", "route", "show", "default", "dev", "eth0"]).split(" ")[2]!;
+    const gwMac = readFileSync("/sys/class/net/kruise0/address", "utf8").trim();
+    // With CAP_NET_ADMIN inside: its own netfilter gone, the victim's address on its eth0, the
+    // gateway's MAC fixed (its ARP, now from the victim's address, would not be answered).
+    asNetAdmin(thief.id, ["nft", "delete", "table", "ip", "kruise_egress"]);
+    asNetAdmin(thief.id, ["ip", "addr", "add", `${stolen}/32`, "dev", "eth0"]);
+    asNetAdmin(thief.id, ["ip", "neigh", "replace", gateway, "lladdr", gwMac, "dev", "eth0", "nud", "permanent"]);
+    // Counts what the host would forward from the victim's address to `a` after the guards' chains.
+    const spy = `spy${process.pid}`;
+    execFileSync("nft", ["-f", "-"], { input: `table inet ${spy} {\n chain forward {\n  type filter hook forward priority 100; policy accept;\n  ip saddr ${stolen} ip daddr ${a.ip} tcp dport 80 counter\n }\n}\n` });
+    try {
+      expect(await curlDirect(thief.id, `http://${a.ip}/`, `-m 3 --interface ${stolen} -o /dev/null -w '%{http_code}'; echo " $?"`)).toBe("000 28");
+      expect(execFileSync("nft", ["list", "table", "inet", spy], { encoding: "utf8" })).toContain("counter packets 0 bytes 0");
+    } finally {
+      execFileSync("nft", ["delete", "table", "inet", spy]);
+    }
+    // The victim's fast path is its own still.
+    expect(await curlDirect(victim.id, `http://${a.ip}/`)).toBe(fromA());
+  });
+
+  it("a sandbox cannot take another's replies by ARP (every sandbox veth): the host's neighbour entry for its address keeps its MAC", async () => {
+    const victim = desiredSandbox("ef", { allowInternetAccess: true });
+    const thief = desiredSandbox("ef", { allowInternetAccess: true });
+    await driver.ensure(victim);
+    await driver.ensure(thief);
+    expect(await sh(victim.id, `curl -s -m 5 http://${a.ip}/`)).toBe(fromA());
+    const macOf = (id: string) => /link\/ether (\S+)/.exec(asNetAdmin(id, ["ip", "-o", "link", "show", "dev", "eth0"]))![1]!;
+    const [victimMac, thiefMac] = [macOf(victim.id), macOf(thief.id)];
+    const neighbour = () => execFileSync("ip", ["neigh", "show", addressOf(victim.id), "dev", "kruise0"], { encoding: "utf8" });
+    expect(neighbour()).toContain(victimMac);
+    const gwMac = readFileSync("/sys/class/net/kruise0/address", "utf8").trim();
+    const gateway = asNetAdmin(thief.id, ["ip", "-4", "route", "show", "default", "dev", "eth0"]).split(" ")[2]!;
+    // As root with CAP_NET_RAW in the thief's namespace: ARP replies "the victim's address is at
+    // my MAC", a few, spread past the kernel's ARP lock time (1 s) so one would be taken.
+    const arp = [
+      "import socket, struct, time",
+      `mine = bytes.fromhex("${thiefMac.replace(/:/g, "")}"); br = bytes.fromhex("${gwMac.replace(/:/g, "")}")`,
+      `pkt = br + mine + b"\\x08\\x06" + struct.pack("!HHBBH", 1, 0x0800, 6, 4, 2) + mine + socket.inet_aton("${addressOf(victim.id)}") + br + socket.inet_aton("${gateway}")`,
+      's = socket.socket(socket.AF_PACKET, socket.SOCK_RAW); s.bind(("eth0", 0))',
+      "for i in range(6): s.send(pkt); time.sleep(0.3)",
+    ].join("\n");
+    asNetAdmin(thief.id, ["python3", "-c", arp]);
+    expect(neighbour()).toContain(victimMac);
+    expect(await sh(victim.id, `curl -s -m 5 http://${a.ip}/`)).toBe(fromA());
+  });
+
+  it("a re-listen (new limits) keeps the sandbox's connections on the fast path open", async () => {
+    const d = desired();
+    await driver.ensure(d);
+    await onFastPath(d.id);
+    await holdConnection(d.id, true);
+    // A pids limit below the relay's cap (256) is a new cap on its children: the listener is opened again.
+    await driver.ensure({ ...d, generation: 2, resources: { ...d.resources, pidsMax: 200 } });
+    // Opened again: its redirect was replaced, and the set with it.
+    expect(await pollUntil(() => fastSet(d.id), (s) => !s.includes(a.ip))).not.toContain(a.ip);
+    const writes = async () => Number(await sh(d.id, "grep -c ^w /tmp/held.out"));
+    const now = await writes();
+    // Ten writes later (each a packet of that connection), it is still open.
+    expect(await pollUntil(() => sh(d.id, "cat /tmp/held.out"), (o) => o.includes("ended") || (o.match(/^w/gm)?.length ?? 0) >= now + 10)).not.toContain("ended");
+  });
+
+  it("with the fast path off, nothing of it is there: no eth0, no set or gate, CAP_NET_RAW kept, and no relay command for it", async () => {
+    const offDir = mkdtempSync(join(tmpdir(), "local-egress-off-"));
+    const off = new LocalDriver({ dataDir: offDir, cgroupName: `${cgroupName}-off`, egressResolve, egressFastPath: false });
+    const admits = vi.spyOn(PortRelay.prototype, "fastAdmit");
+    const flushes = vi.spyOn(PortRelay.prototype, "fastFlush");
+    const d = desired();
+    try {
+      await off.ensure(d);
+      const shOff = async (script: string) => (await shIn(off, d.id, script)).stdout.trim();
+      expect(await shOff(`env -u HTTP_PROXY -u http_proxy curl -s -m 5 http://${a.ip}/`)).toBe(fromA());
+      expect(await shOff(`env -u HTTP_PROXY -u http_proxy curl -s -m 5 http://${a.ip}/`)).toBe(fromA());
+      // A change of its rules, with a connection allowed before and after.
+      await off.ensure({ ...d, generation: 2, egress: { allowOut: [a.ip, b.ip], denyOut: ["0.0.0.0/0"] } });
+      expect(await shOff(`env -u HTTP_PROXY -u http_proxy curl -s -m 5 http://${b.ip}/`)).toBe(`outside saw ${b.hostIp}`);
+      expect(admits).not.toHaveBeenCalled();
+      expect(flushes).not.toHaveBeenCalled();
+      const rules = execFileSync("nsenter", [`--net=/proc/${readRecord(layoutFor(offDir, d.id).record)!.nsInit!.pid}/ns/net`, "nft", "list", "table", "ip", "kruise_egress"], { encoding: "utf8" });
+      expect(rules).toContain("redirect to :");
+      expect(rules).not.toMatch(/set fast|chain gate/);
+      expect(await shOff("tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '")).toBe("lo");
+      const capBnd = BigInt(`0x${await shOff("grep CapBnd /proc/self/status | cut -f2")}`);
+      expect((capBnd >> 13n) & 1n).toBe(1n); // CAP_NET_RAW
+    } finally {
+      admits.mockRestore();
+      flushes.mockRestore();
+      await destroyAll(off, offDir);
+    }
   });
 });

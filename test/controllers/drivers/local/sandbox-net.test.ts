@@ -204,17 +204,19 @@ describe("sandboxes with internet access in a network namespace of their own", (
     expect(await viaUserPort(f.id, 8000)).toBe("thawed");
   });
 
-  it("a sandbox moved to egress rules or to no network loses its veth, without a new holder, and gets it back", async () => {
+  it("a sandbox moved to egress rules keeps its veth behind the proxy (the kernel's fast path), moved to no network loses it, without a new holder, and gets it back", async () => {
     const d = desired();
     await driver.ensure(d);
     const { nsInit, net } = recordOf(d.id);
     await driver.ensure({ ...d, generation: 2, egress: { allowOut: [], denyOut: ["0.0.0.0/0"] } });
     expect(recordOf(d.id).nsInit).toEqual(nsInit);
-    expect(await gone(`/sys/class/net/${net!.veth}`)).toBe(true);
-    expect(await sh(d.id, "ip -o link | cut -d: -f2 | tr -d ' ' | tr '\\n' ' '")).toBe("lo");
+    expect(recordOf(d.id).net).toEqual(net);
     // Its TCP ends at the proxy now (the redirect in its namespace), which denies it.
     expect(await sh(d.id, `env -u HTTP_PROXY -u http_proxy curl -s -m 5 http://${outside.ip}/`)).toMatch(/^traffic-proxy: egress denied/);
     await driver.ensure({ ...d, generation: 3, allowInternetAccess: false });
+    expect(recordOf(d.id).nsInit).toEqual(nsInit);
+    expect(await gone(`/sys/class/net/${net!.veth}`)).toBe(true);
+    expect(await sh(d.id, "ip -o link | cut -d: -f2 | tr -d ' ' | tr '\\n' ' '")).toBe("lo");
     // No network: the redirect went with the listener, and nothing connects.
     expect(await tcpFrom(d.id, outside.ip, 80)).not.toBe("0");
     await driver.ensure({ ...d, generation: 4 });

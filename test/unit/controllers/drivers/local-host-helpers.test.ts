@@ -73,14 +73,29 @@ describe("port relay's parsers", () => {
         "veth 12 34 kr12 02:00:0a:58:00:05 1500 7 10.88.0.5/16 10.88.0.1",
         "listen sbx1 12 34 3128 40 /sys/fs/cgroup/pids/k/sbx1/cgroup.procs /sys/fs/cgroup/memory/k/sbx1/cgroup.procs",
         "listen sbx1 12 34 3128 40",
+        "listen sbx1 12 34 3128 40 fast /sys/fs/cgroup/pids/k/sbx1/cgroup.procs",
+        "listen sbx1 12 34 3128 40 fast",
       ]),
     ).toEqual([
       "close sbx-1_a",
       "unveth kr4242",
       "veth 12 34 kr12 02:00:0a:58:00:05 1500 7 10.88.0.5 16 10.88.0.1",
-      "listen sbx1 12 34 3128 40 [/sys/fs/cgroup/pids/k/sbx1/cgroup.procs,/sys/fs/cgroup/memory/k/sbx1/cgroup.procs]",
-      "listen sbx1 12 34 3128 40 []",
+      "listen sbx1 12 34 3128 40 0 [/sys/fs/cgroup/pids/k/sbx1/cgroup.procs,/sys/fs/cgroup/memory/k/sbx1/cgroup.procs]",
+      "listen sbx1 12 34 3128 40 0 []",
+      "listen sbx1 12 34 3128 40 1 [/sys/fs/cgroup/pids/k/sbx1/cgroup.procs]",
+      "listen sbx1 12 34 3128 40 1 []",
     ]);
+  });
+
+  it("the fast path's nft runs are rate limited: a burst of 16 per sandbox, then 4 a second; 64 and 32 a second for all", () => {
+    // Each line: "<tag> <now>", answered with whether a run may start (the clock is the caller's).
+    const budget = (lines: string[]) => perlWith(RELAY_SCRIPT, `my ($t, $now) = split / /, $l; print fast_budget($t, $now) ? 1 : 0`, lines).join("");
+    // One sandbox at one instant: 16, then none; a second later 4 more.
+    expect(budget([...Array(20).fill("a 100"), ...Array(5).fill("a 101")])).toBe("1".repeat(16) + "0000" + "11110");
+    // Another sandbox has its own burst, until the relay's 64 are spent (by 4 sandboxes at once).
+    expect(budget(["a", "b", "c", "d", "e"].flatMap((t) => Array(16).fill(`${t} 100`)))).toBe("1".repeat(64) + "0".repeat(16));
+    // Refills stop at the burst: a long quiet gives 16, not more.
+    expect(budget([...Array(16).fill("a 100"), ...Array(17).fill("a 1000")])).toBe("1".repeat(16) + "1".repeat(16) + "0");
   });
 
   it("the fast-path commands: an IPv4 address, a port and a timeout within bounds, or refused", () => {
