@@ -11,13 +11,13 @@
 // This file wires the parts: scopes.ts (namespaces, informers), sandbox-object.ts (the Sandbox),
 // pod-writer.ts (Pod, PVCs, in-place update, runtime calls), status-writer.ts (status,
 // conditions, Events), user-requests.ts (kubectl edits → edge requests).
-import { NetworkingV1Api, type KubeConfig, type V1PersistentVolumeClaim, type V1Pod } from "@kubernetes/client-node";
+import { NetworkingV1Api, VersionApi, type KubeConfig, type V1PersistentVolumeClaim, type V1Pod } from "@kubernetes/client-node";
 import type { TrafficPolicyEntry } from "../../../schema/api/traffic-policy.ts";
 import type { SecurityProfileEntry } from "../../../schema/api/security-profile.ts";
 import { TrafficPolicySet } from "../../traffic/governed.ts";
 import { PolicySetStore, PROFILES } from "./policy-store.ts";
 import { hasTrafficProxy, TrafficObjects } from "./traffic-objects.ts";
-import { DEFAULT_CLUSTER_CIDRS, DEFAULT_CLUSTER_DNS, PolicyTooLargeError, trafficConfigMapName, unsafePodSpec, UnsafePodSpecError } from "./traffic-pod.ts";
+import { DEFAULT_CLUSTER_CIDRS, DEFAULT_CLUSTER_DNS, nativeSidecarsFor, PolicyTooLargeError, TRAFFIC_CONTAINER, trafficConfigMapName, unsafePodSpec, UnsafePodSpecError } from "./traffic-pod.ts";
 import { EventReason, ReadyReason } from "../../../schema/crd/conditions.ts";
 import { ANNOTATION, LABEL } from "../../../schema/crd/labels.ts";
 import type { SpawnRequest } from "../../runtime/sandbox-view.ts";
@@ -193,8 +193,24 @@ export class KubernetesDriver implements Driver {
     const namespaces = new Set([this.namespace, ...(w === "all" ? await this.#ctx.namespacesWithSandboxes() : (w ?? []))]);
     // Without the ConfigMap read (RBAC of an older install) pods get the built-in agent-runtime.
     const injection = this.injection.start().catch((err: unknown) => this.#opts.log?.(`injection config: ${(err as Error).message}; using the built-in`));
-    await Promise.all([...[...namespaces].map((ns) => this.watchNamespace(ns)), injection, this.#loadPolicies()]);
+    await Promise.all([...[...namespaces].map((ns) => this.watchNamespace(ns)), injection, this.#loadPolicies(), this.#detectNativeSidecars()]);
     this.#startTrafficResync();
+  }
+
+  /** Whether new pods get the traffic-proxy as a native sidecar: as configured, or from the API
+   * server's version. Unknown (the request failed): a regular container, which every cluster runs. */
+  async #detectNativeSidecars(): Promise<void> {
+    let native = this.#opts.nativeSidecars;
+    if (native === undefined) {
+      try {
+        this.requests++;
+        native = nativeSidecarsFor(await this.kubeConfig.makeApiClient(VersionApi).getCode());
+      } catch (err) {
+        this.#opts.log?.(`API server version: ${(err as Error).message}; the traffic-proxy is a regular container`);
+        native = false;
+      }
+    }
+    this.#pods.nativeSidecar = native;
   }
 
   /** Puts back egress objects a tenant edited or deleted (traffic-objects.ts); one round at a time. */
@@ -464,7 +480,9 @@ export class KubernetesDriver implements Driver {
       const file = this.#traffic.policy(this.#ctx.scopeOf(d.id), d);
       if (!file?.securityProfiles?.some((p) => p.team === ref.namespace && p.name === ref.name)) continue;
       selected++;
-      if (hasTrafficProxy(pod, true) && pod.status?.containerStatuses?.some((c) => c.name === "traffic-proxy" && c.ready)) ready++;
+      // A native sidecar's status is among the init containers'.
+      const statuses = [...(pod.status?.containerStatuses ?? []), ...(pod.status?.initContainerStatuses ?? [])];
+      if (hasTrafficProxy(pod, true) && statuses.some((c) => c.name === TRAFFIC_CONTAINER && c.ready)) ready++;
     }
     return { selected, ready };
   }

@@ -37,6 +37,8 @@ export interface PodInput {
   /** The traffic-proxy pair (traffic-pod.ts) with its policy ConfigMap; `governed`: a policy
    * governs the sandbox now (else the pod's proxy starts open). */
   traffic?: { configMap: string; governed: boolean };
+  /** The cluster runs native sidecars (traffic-pod.ts nativeSidecarsFor): the proxy is one. */
+  nativeSidecar?: boolean;
   /** The agent's collector, given only with `--pod-runtime-tracing`: the runtime container exports
    * its spans there (controllers/runtime/pod-tracing.ts). Not for a pod with the traffic-proxy
    * pair: see `traceRuntime`. */
@@ -89,7 +91,7 @@ export function buildPod(input: PodInput): V1Pod {
   const proxy = injection["traffic-proxy"];
   const proxied = input.traffic !== undefined && proxy?.image !== undefined;
   if (input.otlpEndpoint && !proxied) traceRuntime(spec, input.otlpEndpoint);
-  if (proxied) injectTraffic(spec, proxy, input.traffic!.configMap);
+  if (proxied) injectTraffic(spec, proxy, input.traffic!.configMap, input.nativeSidecar);
   spec.shareProcessNamespace ??= true;
   spec.automountServiceAccountToken ??= false;
   const claimVolumes: V1Volume[] = input.volumeClaimTemplates.map((vct) => ({

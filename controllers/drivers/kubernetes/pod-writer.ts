@@ -26,6 +26,8 @@ export class PodWriter {
 
   readonly #interpreterImage: string;
   readonly #otlpEndpoint: string | undefined;
+  /** New pods get the traffic-proxy as a native sidecar (set by the driver's start()). */
+  nativeSidecar = false;
 
   constructor(ctx: DriverContext, status: StatusWriter, runtimeImage: string, injection: () => InjectionConfig, interpreterImage: string, otlpEndpoint?: string) {
     this.#interpreterImage = interpreterImage;
@@ -75,6 +77,7 @@ export class PodWriter {
       ...(d.codeInterpreter ? { interpreterImage: this.#interpreterImage } : {}),
       resources: d.resources,
       traffic,
+      nativeSidecar: this.nativeSidecar,
       ...(this.#otlpEndpoint ? { otlpEndpoint: this.#otlpEndpoint } : {}),
     });
     this.#ctx.count();
