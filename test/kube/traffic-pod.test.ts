@@ -6,7 +6,8 @@
 // backstop; a TrafficPolicy that starts selecting a running sandbox replaces its pod with one that
 // has the proxy and changes the ConfigMap of one that has it; a template that would escape the
 // redirect (host namespaces, hostPath, privileged, capabilities, sysctls, procMount, our names) is
-// refused with a kubectl-visible condition and Events; a cluster without a traffic-proxy image refuses a governed sandbox rather than running it open; after an agent restart the policy
+// refused with a kubectl-visible condition and Events (a pool of it: a ReplicaFailure condition on
+// its SandboxSet); a cluster without a traffic-proxy image refuses a governed sandbox rather than running it open; after an agent restart the policy
 // set it was last sent still governs new pods; a governed pod an older agent built from such a
 // template (fields dropped), or made before the image left the config, stays Ready and only its
 // next pod is refused. The agent's own RBAC throughout.
@@ -198,6 +199,25 @@ describe("egress on kubernetes", () => {
     await until("the ungoverned pod gone", async () => (await core.listNamespacedPod({ namespace: ns, labelSelector: `${LABEL.sandboxId}=hostnet1` })).items.every((p) => p.metadata!.deletionTimestamp));
     expect(sandboxOf("hostnet-hostnet1").status!.conditions!.find((c) => c.type === "Ready")).toMatchObject({ status: "False", reason: "UnsafePodSpec" });
     expect(events("Sandbox", "hostnet-hostnet1")).toContain("was deleted rather than left running ungoverned");
+  });
+
+  it("a pool whose members are refused shows a ReplicaFailure condition on its SandboxSet until its template changes", async () => {
+    kubectlOk(["-n", ns, "apply", "-f", "-"], "apiVersion: agents.kruise.io/v1alpha1\nkind: SandboxSet\nmetadata: { name: refusing }\nspec:\n  replicas: 0\n  template: { spec: { hostNetwork: true, containers: [{ name: sandbox, image: python:3.12 }] } }\n");
+    await until("the set", () => driver.sandboxSets.get("refusing"));
+    type SetStatus = { status?: { conditions?: { type: string; status: string; reason: string; message: string }[] } };
+    const failure = () => kget<SetStatus>("sandboxset", "refusing").status?.conditions?.find((c) => c.type === "ReplicaFailure");
+    // A warm member (unclaimed) of a governed pool: refused, and the set says why (the edge
+    // deletes such members as they fail, so their own condition does not stay to be read).
+    await expect(ensure(desired("refm1", { template: "refusing", pool: "refusing", claimed: false, allowInternetAccess: false }))).rejects.toMatchObject({ reason: "UnsafePodSpec" });
+    await until("ReplicaFailure on the SandboxSet", () => failure());
+    expect(failure()).toMatchObject({ status: "True", reason: "UnsafePodSpec", message: expect.stringContaining("hostNetwork") });
+    // A template the proxy can govern: the condition goes, and its member runs.
+    kubectlOk(["-n", ns, "patch", "sandboxset", "refusing", "--type", "json", "-p", JSON.stringify([{ op: "remove", path: "/spec/template/spec/hostNetwork" }])]);
+    await until("the new template seen", () => !driver.sandboxSets.get("refusing")!.spec.template?.spec?.hostNetwork);
+    await until("ReplicaFailure gone", () => !failure());
+    await ensure(desired("refm2", { template: "refusing", pool: "refusing", claimed: false, allowInternetAccess: false }));
+    expect((await podOf("refm2")).spec!.hostNetwork).toBeFalsy();
+    expect(failure()).toBeUndefined();
   });
 
   it("a template container named as the platform's (traffic-ca) is refused with a condition and an Event, not dropped", async () => {

@@ -308,7 +308,14 @@ export class KubernetesDriver implements Driver {
     const reason = isTerminal(err) && Object.values<string>(ReadyReason).includes(err.reason) ? (err.reason as ReadyReason) : ReadyReason.ReconcileError;
     this.#status.failing(id, { reason, message });
     await this.#status.write(id).catch(() => {});
-    if (isTerminal(err)) throw err;
+    if (isTerminal(err)) {
+      // A warm member refused: its SandboxSet says so (pool-status.ts ReplicaFailure); the edge
+      // deletes the member and backs off before the next.
+      const labels = this.#ctx.sandbox(id)?.metadata?.labels;
+      const [pool, revision] = [labels?.[LABEL.pool], labels?.[LABEL.templateHash]];
+      if (pool && revision && labels?.[LABEL.claimed] === "false") this.#ctx.scopeOf(id).pools.refused(pool, { revision, reason, message, at: new Date(this.#ctx.now()).toISOString() });
+      throw err;
+    }
     throw new Error(message, { cause: err });
   }
 
