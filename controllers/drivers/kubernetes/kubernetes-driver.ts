@@ -88,6 +88,9 @@ export class KubernetesDriver implements Driver {
   readonly #desired = new Map<string, KubeDesiredSandbox>();
   /** The UnsafePodSpec warning last posted per sandbox (#warnUnsafe). */
   readonly #warned = new Map<string, string>();
+  /** Running sandboxes whose pod kept an older policy: the sets in force did not fit its objects
+   * (PolicyTooLarge). Their sidecars do not apply what the sets added (profileEnforcement). */
+  readonly #tooLarge = new Set<string>();
   /** Whether the edge's policy set arrived since the start, or the one it sent last was loaded. */
   #policiesKnown = false;
   /** Whether the edge's SecurityProfiles arrived since the start: until then a running pod's file
@@ -489,7 +492,8 @@ export class KubernetesDriver implements Driver {
       selected++;
       // A native sidecar's status is among the init containers'.
       const statuses = [...(pod.status?.containerStatuses ?? []), ...(pod.status?.initContainerStatuses ?? [])];
-      if (hasTrafficProxy(pod, true) && statuses.some((c) => c.name === TRAFFIC_CONTAINER && c.ready)) ready++;
+      // A pod that kept an older policy (too large) does not apply the profile, ready or not.
+      if (hasTrafficProxy(pod, true) && !this.#tooLarge.has(d.id) && statuses.some((c) => c.name === TRAFFIC_CONTAINER && c.ready)) ready++;
     }
     return { selected, ready };
   }
@@ -521,11 +525,16 @@ export class KubernetesDriver implements Driver {
           if (!sbx || !pod || pod.metadata?.deletionTimestamp || d.state !== "Running") return;
           const sc = this.#ctx.scopeOf(d.id);
           try {
-            if (hasTrafficProxy(pod)) await this.#traffic.sync(sc, sbx, d);
-            else if (this.#needsProxyPod(d, pod)) this.#opts.onChange?.(d.id);
+            if (hasTrafficProxy(pod)) {
+              await this.#traffic.sync(sc, sbx, d);
+              this.#tooLarge.delete(d.id);
+            } else if (this.#needsProxyPod(d, pod)) this.#opts.onChange?.(d.id);
           } catch (err) {
             // The running pod keeps the objects it had: say so on its Sandbox.
-            if (err instanceof PolicyTooLargeError) await this.#status.event(sc, sbx, "Warning", EventReason.PolicyTooLarge, `${err.message}; its pod keeps the policy it had`);
+            if (err instanceof PolicyTooLargeError) {
+              this.#tooLarge.add(d.id);
+              await this.#status.event(sc, sbx, "Warning", EventReason.PolicyTooLarge, `${err.message}; its pod keeps the policy it had`);
+            }
             throw err;
           }
         }).catch((err: unknown) => this.#opts.log?.(`${what} of ${d.id}: ${(err as Error).message}`)),
@@ -697,6 +706,7 @@ export class KubernetesDriver implements Driver {
       this.#desired.delete(id);
       this.#sandboxSecrets.delete(id);
       this.#warned.delete(id);
+      this.#tooLarge.delete(id);
       await this.#pods.deleteAll(sc, id);
       if (name) await this.#serial(id, () => this.#traffic.delete(sc, name));
       await this.#sandboxes.delete(sc, id);
