@@ -61,7 +61,7 @@ describe("SecurityProfiles too large for a pod, through the admin API", () => {
 
     // Six profiles of ~190 kB each (twelve 8000-byte header values per rule, two rules): each
     // within the API's 256 KiB body, together over what the pod's Secret may hold.
-    const headers = Array.from({ length: 12 }, (_, i) => ({ name: `x-big-${i}`, value: `${i}`.repeat(8000) }));
+    const headers = Array.from({ length: 12 }, (_, i) => ({ name: `x-big-${i}`, value: "v".repeat(8000) }));
     const big = { selector: { matchLabels: { app: "big" } }, rules: [1, 2].map((r) => ({ name: `r${r}`, match: [{ domains: [`api${r}.big.test`] }], actions: { headerManipulation: { set: headers } } })) };
     for (let i = 1; i <= 6; i++) expect((await put(`big-${i}`, big)).status).toBe(200);
 
