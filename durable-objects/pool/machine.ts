@@ -44,7 +44,29 @@ export interface PoolState {
   claimed: number;
   createdOnDemand: number;
   nextSlot: number;
+  /** Members of the current revision the cluster refused (observed Failed: a terminal error, such
+   * as a template it will never run), since the last one of it was ready. While set the pool
+   * refills one member at a time, from the second refusal after a backoff (FAILURE_BACKOFF_MS
+   * doubling), instead of
+   * replacing every refused member at once for as long as the template stays. In memory only: a
+   * reloaded pool tries again at once, and backs off from its first refusal. */
+  failing?: PoolFailure;
 }
+
+export interface PoolFailure {
+  revision: string;
+  /** The last refusal's reason and message, as the agent observed them. */
+  reason: string;
+  message: string;
+  /** Refusals in a row. */
+  failures: number;
+  /** No new member of the revision before this (ms). */
+  retryAt: number;
+}
+
+/** The wait after the second refused member in a row; doubling per refusal up to FAILURE_BACKOFF_MAX_MS. */
+export const FAILURE_BACKOFF_MS = 1_000;
+export const FAILURE_BACKOFF_MAX_MS = 5 * 60_000;
 
 export type PoolEvent =
   | { type: "configure"; config: PoolConfig }
@@ -94,6 +116,8 @@ export function transition(
   switch (event.type) {
     case "configure":
       state.config = { ...event.config, cluster: event.config.cluster ?? "local" };
+      // A new template (revision) may be one the cluster runs: its members are tried at once.
+      if (state.failing && state.failing.revision !== state.config.revision) state.failing = undefined;
       effects.push({ type: "save-config" });
       reconcile(state, ctx, effects);
       return { state, effects };
@@ -137,14 +161,18 @@ export function counts(state: PoolState): { available: number; creating: number;
   return { available, creating, updatedAvailable, updated };
 }
 
-/** When the oldest creating member times out (the shell's alarm), or null with none creating. */
+/** When the oldest creating member times out, or a refused revision's backoff ends (the shell's
+ * alarm); null with neither. */
 export function nextCreateDeadline(state: PoolState, timeoutMs = DEFAULT_CREATE_TIMEOUT_MS): number | null {
   let oldest: number | null = null;
   for (const q of state.creating.values()) {
     const e = q.peek();
     if (e && (oldest === null || creatingSince(e.m) < oldest)) oldest = creatingSince(e.m);
   }
-  return oldest === null ? null : oldest + timeoutMs;
+  const timeout = oldest === null ? null : oldest + timeoutMs;
+  const f = state.failing;
+  const retry = f && f.revision === state.config?.revision && state.members.size < state.config.spec.replicas ? f.retryAt : null;
+  return timeout === null ? retry : retry === null ? timeout : Math.min(timeout, retry);
 }
 
 /** When a creating member's timeout started: its creation, or (ready once) when it stopped being
@@ -244,14 +272,25 @@ function observe(state: PoolState, obs: Observation, now: number, effects: PoolE
         m.unreadySince = want === "creating" ? now : undefined;
         enqueue(state, m);
       }
-      if (want === "available") m.readyOnce = true;
+      if (want === "available") {
+        m.readyOnce = true;
+        if (state.failing?.revision === m.revision) state.failing = undefined;
+      }
       effects.push({ type: "update", member: m });
       return true;
     }
-    case "Failed":
+    case "Failed": {
+      // Judged against the member's own revision: an old one's refusal says nothing of the template now.
+      if (m.revision === state.config?.revision) {
+        const failures = (state.failing?.revision === m.revision ? state.failing.failures : 0) + 1;
+        // The first refusal is replaced at once (one member may fail for its own reasons).
+        const wait = failures < 2 ? 0 : Math.min(FAILURE_BACKOFF_MAX_MS, FAILURE_BACKOFF_MS * 2 ** Math.min(failures - 2, 20));
+        state.failing = { revision: m.revision, reason: obs.reason ?? "Failed", message: obs.message ?? "", failures, retryAt: now + wait };
+      }
       unpool(state, m);
       effects.push({ type: "delete", members: [bumped(m)] });
       return true;
+    }
     case "Deleted":
       unpool(state, m);
       effects.push({ type: "forget", ids: [m.id] });
@@ -310,7 +349,10 @@ function scaleUp(state: PoolState, ctx: Context, effects: PoolEffect[]): void {
   const cap = cfg.spec.scaleStrategy.maxUnavailable;
   // Kruise: delta ≤ scaled(maxUnavailable) − (replicas − available), i.e. minus those creating.
   const budget = cap === undefined || cap === null ? delta : scaled(cap, cfg.spec.replicas) - counts(state).creating;
-  const n = Math.min(delta, budget);
+  let n = Math.min(delta, budget);
+  // A revision the cluster refuses: one member at a time, once its backoff is over.
+  const f = state.failing;
+  if (f && f.revision === cfg.revision) n = ctx.now < f.retryAt ? 0 : Math.min(n, 1 - (state.creating.get(cfg.revision)?.size ?? 0));
   if (n <= 0) return;
   const created: Member[] = [];
   for (let i = 0; i < n; i++) {

@@ -191,6 +191,7 @@ export class PoolDO extends DurableObject<Env> {
       ...rollout(st),
       claimed: st.claimed,
       createdOnDemand: st.createdOnDemand,
+      failing: st.failing && st.failing.revision === st.config?.revision ? { ...st.failing } : null,
     };
   }
 

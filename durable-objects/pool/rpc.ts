@@ -4,6 +4,7 @@ import type { Refusal } from "../../schema/errors.ts";
 import type { AutoscalerSpec } from "../../schema/api/autoscaler.ts";
 import type { TemplateRecord, TemplateSpec as SandboxSetSpec } from "../../schema/api/template.ts";
 import type { Endpoint, SandboxId, TemplateSpec } from "../../schema/protocol/index.ts";
+import type { PoolFailure } from "./machine.ts";
 
 /**
  * A claimed sandbox, now the caller's: it must hand it to `sandboxHandle(env, sandboxId).create(...)`,
@@ -59,6 +60,9 @@ export interface PoolStatus {
   /** Lifetime counters of this pool object. */
   claimed: number;
   createdOnDemand: number;
+  /** Set while the cluster refuses the current revision's members (machine.ts `failing`): the
+   * last refusal, how many in a row, and when the next member is tried (ms). */
+  failing: PoolFailure | null;
 }
 
 export type ConfigureResult = { ok: true; status: PoolStatus } | { ok: false; error: Refusal };

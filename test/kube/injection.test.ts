@@ -89,8 +89,8 @@ describe("injection config", () => {
 
     await driver.ensure(desired("full1", "full"));
     const full = await podOf("full1");
-    expect(names(full.spec!.containers)).toEqual(["sandbox", "agent-runtime", "csi", "traffic-proxy"]);
-    expect(names(full.spec!.initContainers)).toEqual(["traffic-redirect", "traffic-ca"]);
+    expect(names(full.spec!.containers)).toEqual(["sandbox", "agent-runtime", "csi"]);
+    expect(names(full.spec!.initContainers)).toEqual(["traffic-redirect", "traffic-ca", "traffic-proxy"]);
     expect(full.spec!.containers[2]).toMatchObject({ image: "ghcr.io/kruise-edge/sandbox-csi:0.1.0", volumeMounts: [{ name: "sandbox-csi", mountPath: "/var/run/sandbox-csi" }, { name: "sandbox-ca", mountPath: "/run/kruise", readOnly: true }] });
     expect(full.spec!.volumes).toContainEqual({ name: "sandbox-csi", emptyDir: {} });
   });
@@ -119,8 +119,8 @@ describe("injection config", () => {
     await until("user config in force", () => driver.injection.current()["agent-runtime"]?.image === "registry.example/runtime:2");
     await driver.ensure(desired("full2", "full"));
     const pod = await podOf("full2");
-    expect(names(pod.spec!.containers)).toEqual(["sandbox", "agent-runtime", "csi", "traffic-proxy"]);
-    expect(names(pod.spec!.initContainers)).toEqual(["traffic-redirect", "traffic-ca"]);
+    expect(names(pod.spec!.containers)).toEqual(["sandbox", "agent-runtime", "csi"]);
+    expect(names(pod.spec!.initContainers)).toEqual(["traffic-redirect", "traffic-ca", "traffic-proxy"]);
     const rt = runtimeOf(pod);
     expect(rt).toMatchObject({ image: "registry.example/runtime:2", livenessProbe: { periodSeconds: 30 } });
     expect(rt.startupProbe).toBeUndefined(); // replaced whole: the user's component has none

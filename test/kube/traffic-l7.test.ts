@@ -5,8 +5,8 @@
 // the init containers and the sidecar run as processes in a network namespace this test creates,
 // and a "sandbox" process (uid 1000, no proxy variables, the sandbox container's env) talks to a
 // stand-in internet through it. This is the sidecar's process, not a pod in a cluster. Also: a
-// template's own init container runs after the redirect; MCP tool rules; profiles too large for
-// the pod's Secret.
+// template's own init container runs after the redirect and the proxy (a native sidecar), so its
+// connections are governed; MCP tool rules; profiles too large for the pod's Secret.
 // Needs root for the namespaces: run under the shared lock.
 import { CoreV1Api, type V1Pod } from "@kubernetes/client-node";
 import { readFileSync } from "node:fs";
@@ -62,9 +62,11 @@ beforeAll(async () => {
   driver = new KubernetesDriver({ kubeConfig: kubeConfig("agent"), namespace: ns, runtimeImage: "ghcr.io/kruise-edge/sandbox-agent:test" });
   await driver.start();
   // A template with an init container of its own that tries the network (straight to an address,
-  // no DNS) and writes what happened into an emptyDir.
-  // It tries for 6 s (the stand-in may still be starting): "reached" as soon as one connects.
-  const probe = "import socket,sys,time\\nr='blocked'\\nfor _ in range(30):\\n  try:\\n    socket.create_connection((sys.argv[1], 80), timeout=0.2); r='reached'; break\\n  except OSError: time.sleep(0.2)\\nopen('/work/net','w').write(r)\\n";
+  // no DNS: an HTTP request to the stand-in) and writes what happened into an emptyDir: "reached"
+  // once the stand-in's answer comes back ("saw ..."), "blocked" if none does within ~30 tries (the
+  // stand-in may still be starting). An answer, not a connect: the redirect hands every connect
+  // to the proxy, which accepts before it judges.
+  const probe = "import socket,sys,time\\nr='blocked'\\nnl=bytes([13,10])\\nfor _ in range(30):\\n  try:\\n    c=socket.create_connection((sys.argv[1], 80), timeout=0.2); c.settimeout(2); c.sendall(b'GET /init HTTP/1.0'+nl+b'Host: '+sys.argv[1].encode()+nl+nl)\\n    if b'saw' in c.recv(200): r='reached'; break\\n  except OSError: pass\\n  time.sleep(0.2)\\nopen('/work/net','w').write(r)\\n";
   kubectlOk(["-n", ns, "apply", "-f", "-"], `apiVersion: agents.kruise.io/v1alpha1\nkind: SandboxSet\nmetadata: { name: initnet }\nspec:\n  replicas: 0\n  template: { spec: { volumes: [{ name: work, emptyDir: {} }], initContainers: [{ name: fetch, image: python:3.12, command: [/usr/bin/python3, -c, "${probe}", "${net.outIp}"], volumeMounts: [{ name: work, mountPath: /work }] }], containers: [{ name: sandbox, image: python:3.12 }] } }\n`);
   await until("sets and injection config", () => driver.sandboxSets.get("plain") && driver.sandboxSets.get("initnet") && driver.injection.current()["traffic-proxy"]);
   await driver.setTrafficPolicies([]);
@@ -204,13 +206,20 @@ describe("SecurityProfiles in a sandbox pod", () => {
     await driver.setSecurityProfiles([keys]);
     expect(secretsJson()).toEqual({ "api-key": key2, rulekey: rule });
   });
-  it("the redirect runs before the template's own init containers: one reaching straight for an address is already governed", async () => {
-    await driver.ensure(desired("init1", { template: "initnet", pool: "initnet", allowInternetAccess: false }));
+  it("the template's own init containers run after the redirect and the proxy: their connections are governed as the sandbox's are", async () => {
+    // Allowed: the stand-in's address is in allowOut. The proxy (a native sidecar on this 1.35
+    // API server, third in the init order) is up before `fetch` runs, and passes it.
+    await driver.ensure(desired("init1", { template: "initnet", pool: "initnet", allowInternetAccess: false, egress: { allowOut: [`${net.outIp}/32`], denyOut: [] } }));
     const pod = kget<V1Pod>("pod", "initnet-init1");
-    expect(pod.spec!.initContainers!.map((c) => c.name)).toEqual(["traffic-redirect", "traffic-ca", "fetch"]);
+    expect(pod.spec!.initContainers!.map((c) => [c.name, c.restartPolicy ?? ""])).toEqual([["traffic-redirect", ""], ["traffic-ca", ""], ["traffic-proxy", "Always"], ["fetch", ""]]);
     await runPod(pod);
-    // It ran in the pod's order, as uid 1000: after the redirect, with no proxy up yet, nothing
-    // leaves the pod (run before it, as it was, it reached the stand-in).
+    // It ran in the pod's order, as uid 1000, and reached the stand-in through the proxy (with
+    // the proxy a regular container it had no network at all: "blocked").
+    expect(readFileSync(join(net.volumes.get("work")!, "net"), "utf8")).toBe("reached");
+
+    // Denied: nothing allowed. The proxy refuses it, as it would the sandbox's own connection.
+    await driver.ensure(desired("init2", { template: "initnet", pool: "initnet", allowInternetAccess: false }));
+    await runPod(kget<V1Pod>("pod", "initnet-init2"));
     expect(readFileSync(join(net.volumes.get("work")!, "net"), "utf8")).toBe("blocked");
   });
 

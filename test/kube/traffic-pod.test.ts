@@ -6,8 +6,8 @@
 // backstop; a TrafficPolicy that starts selecting a running sandbox replaces its pod with one that
 // has the proxy and changes the ConfigMap of one that has it; a template that would escape the
 // redirect (host namespaces, hostPath, privileged, capabilities, sysctls, procMount, our names) is
-// refused with a kubectl-visible condition and Events; a cluster without a traffic-proxy
-// image refuses a governed sandbox rather than running it open; after an agent restart the policy
+// refused with a kubectl-visible condition and Events (a pool of it: a ReplicaFailure condition on
+// its SandboxSet); a cluster without a traffic-proxy image refuses a governed sandbox rather than running it open; after an agent restart the policy
 // set it was last sent still governs new pods; a governed pod an older agent built from such a
 // template (fields dropped), or made before the image left the config, stays Ready and only its
 // next pod is refused. The agent's own RBAC throughout.
@@ -49,6 +49,8 @@ async function podOf(id: string): Promise<V1Pod> {
 const kget = <T>(kind: string, name: string): T => JSON.parse(kubectlOk(["-n", ns, "get", kind, name, "-o", "json"])) as T;
 const policyFile = (pod: string) => JSON.parse(kget<{ data: Record<string, string> }>("configmap", `${pod}-traffic`).data["policy.json"]!) as { egress: unknown; labels: Record<string, string>; trafficPolicies: { name: string }[] };
 const byName = (cs: V1Container[] | undefined, name: string) => (cs ?? []).find((c) => c.name === name)!;
+/** The pod has the traffic-proxy: a native sidecar (an init container) here, a container on older clusters. */
+const hasProxy = (pod: V1Pod) => [...pod.spec!.containers, ...(pod.spec!.initContainers ?? [])].some((c) => c.name === "traffic-proxy");
 
 function entry(team: string | null, name: string, spec: unknown): TrafficPolicyEntry {
   return { team, name, spec: TrafficPolicySpec.parse(spec) };
@@ -104,7 +106,12 @@ describe("egress on kubernetes", () => {
     expect(init.command![2]).toContain(`printf '%s' "$1" | nft -f -`); // the ruleset is an argument, not shell text
     expect(init.securityContext).toMatchObject({ runAsUser: 0, allowPrivilegeEscalation: false, capabilities: { drop: ["ALL"], add: ["NET_ADMIN"] } });
 
-    const proxy = byName(pod.spec!.containers, "traffic-proxy");
+    // The API server here is 1.35: the proxy is a native sidecar (an init container the kubelet
+    // keeps running), third, so the template's own init containers start once it answers.
+    expect(byName(pod.spec!.containers, "traffic-proxy")).toBeUndefined();
+    const proxy = byName(pod.spec!.initContainers, "traffic-proxy");
+    expect(proxy.restartPolicy).toBe("Always");
+    expect(proxy.startupProbe).toMatchObject({ httpGet: { path: "/ready", port: 15021 } });
     expect(proxy.image).toBe("ghcr.io/kruise-edge/sandbox-agent:0.1.0");
     expect(proxy.command!.slice(0, 6)).toEqual(["perl", "/app/controllers/traffic/transparent.pl", "127.0.0.1", String(TRANSPARENT_PORT), String(PROXY_UID), "--"]);
     expect(proxy.command).toContain("--pod-policy");
@@ -118,9 +125,10 @@ describe("egress on kubernetes", () => {
     ]);
     expect(pod.spec!.volumes).toContainEqual({ name: "sandbox-traffic", configMap: { name: "plain-rules1-traffic", defaultMode: 420 } });
 
-    // The redirect runs before any other init container; the sandbox container (CHOWN, as its
-    // template asks) and the agent-runtime drop what would undo the rules or reach into the proxy.
-    expect(pod.spec!.initContainers!.map((c) => c.name).slice(0, 2)).toEqual(["traffic-redirect", "traffic-ca"]);
+    // The redirect runs before any other init container, then the CA and the proxy; the sandbox
+    // container (CHOWN, as its template asks) and the agent-runtime drop what would undo the rules
+    // or reach into the proxy.
+    expect(pod.spec!.initContainers!.map((c) => c.name)).toEqual(["traffic-redirect", "traffic-ca", "traffic-proxy"]);
     const dropped = ["NET_ADMIN", "NET_RAW", "SYS_ADMIN", "SYS_PTRACE", "BPF"];
     const sandbox = byName(pod.spec!.containers, "sandbox");
     expect(sandbox.securityContext!.capabilities!.drop).toEqual(dropped);
@@ -193,6 +201,25 @@ describe("egress on kubernetes", () => {
     expect(events("Sandbox", "hostnet-hostnet1")).toContain("was deleted rather than left running ungoverned");
   });
 
+  it("a pool whose members are refused shows a ReplicaFailure condition on its SandboxSet until its template changes", async () => {
+    kubectlOk(["-n", ns, "apply", "-f", "-"], "apiVersion: agents.kruise.io/v1alpha1\nkind: SandboxSet\nmetadata: { name: refusing }\nspec:\n  replicas: 0\n  template: { spec: { hostNetwork: true, containers: [{ name: sandbox, image: python:3.12 }] } }\n");
+    await until("the set", () => driver.sandboxSets.get("refusing"));
+    type SetStatus = { status?: { conditions?: { type: string; status: string; reason: string; message: string }[] } };
+    const failure = () => kget<SetStatus>("sandboxset", "refusing").status?.conditions?.find((c) => c.type === "ReplicaFailure");
+    // A warm member (unclaimed) of a governed pool: refused, and the set says why (the edge
+    // deletes such members as they fail, so their own condition does not stay to be read).
+    await expect(ensure(desired("refm1", { template: "refusing", pool: "refusing", claimed: false, allowInternetAccess: false }))).rejects.toMatchObject({ reason: "UnsafePodSpec" });
+    await until("ReplicaFailure on the SandboxSet", () => failure());
+    expect(failure()).toMatchObject({ status: "True", reason: "UnsafePodSpec", message: expect.stringContaining("hostNetwork") });
+    // A template the proxy can govern: the condition goes, and its member runs.
+    kubectlOk(["-n", ns, "patch", "sandboxset", "refusing", "--type", "json", "-p", JSON.stringify([{ op: "remove", path: "/spec/template/spec/hostNetwork" }])]);
+    await until("the new template seen", () => !driver.sandboxSets.get("refusing")!.spec.template?.spec?.hostNetwork);
+    await until("ReplicaFailure gone", () => !failure());
+    await ensure(desired("refm2", { template: "refusing", pool: "refusing", claimed: false, allowInternetAccess: false }));
+    expect((await podOf("refm2")).spec!.hostNetwork).toBeFalsy();
+    expect(failure()).toBeUndefined();
+  });
+
   it("a template container named as the platform's (traffic-ca) is refused with a condition and an Event, not dropped", async () => {
     await expect(ensure(desired("reserved1", { template: "reserved", pool: "reserved", allowInternetAccess: false }))).rejects.toMatchObject({ reason: "UnsafePodSpec" });
     expect((await core.listNamespacedPod({ namespace: ns, labelSelector: `${LABEL.sandboxId}=reserved1` })).items).toHaveLength(0);
@@ -211,7 +238,7 @@ describe("egress on kubernetes", () => {
     await driver.setTrafficPolicies([web]);
     await until("a pod with the proxy", async () => {
       const pods = (await core.listNamespacedPod({ namespace: ns, labelSelector: `${LABEL.sandboxId}=open1` })).items;
-      return pods.some((p) => p.metadata!.uid !== before.metadata!.uid && p.spec!.containers.some((c) => c.name === "traffic-proxy"));
+      return pods.some((p) => p.metadata!.uid !== before.metadata!.uid && hasProxy(p));
     });
     expect(kubectlOk(["-n", ns, "get", "events", "--field-selector", "involvedObject.name=plain-open1,reason=Recreated", "-o", "jsonpath={.items[*].message}"])).toContain("traffic-proxy");
     expect(policyFile("plain-open1").trafficPolicies.map((p) => p.name)).toEqual(["web"]);
@@ -239,7 +266,7 @@ describe("egress on kubernetes", () => {
 
     // Policy changes went to the ConfigMaps: no pod that has the proxy was replaced for them.
     expect((await podOf("open1")).metadata!.uid).toBe(proxied);
-    expect((await podOf("rules1")).spec!.containers.map((c) => c.name)).toContain("traffic-proxy");
+    expect(hasProxy(await podOf("rules1"))).toBe(true);
 
     // Destroy removes the sandbox's egress objects with it.
     last.delete("rules1"); // the reconciler's part: a destroyed sandbox is not ensured again
@@ -251,7 +278,7 @@ describe("egress on kubernetes", () => {
     await ensure(desired("warm1", { template: "listed", pool: "listed", claimed: false }));
     const warm = await podOf("warm1");
     expect(warm.metadata!.labels![LABEL.trafficProxy]).toBe("open");
-    expect(warm.spec!.containers.map((c) => c.name)).toContain("traffic-proxy");
+    expect(hasProxy(warm)).toBe(true);
     expect(policyFile("listed-warm1")).toMatchObject({ egress: null, trafficPolicies: [] });
     expect(kubectlOk(["-n", ns, "get", "networkpolicy", "-o", "name"])).not.toContain("warm1");
     // An open proxy would tighten only after the kubelet's ConfigMap refresh: the claim gets a new pod.
@@ -293,7 +320,7 @@ describe("egress on kubernetes", () => {
     await ensure(desired("after1", { labels: { app: "restart" } }));
     const pod = await podOf("after1");
     expect(pod.metadata!.labels![LABEL.trafficProxy]).toBe("governed");
-    expect(pod.spec!.containers.map((c) => c.name)).toContain("traffic-proxy");
+    expect(hasProxy(pod)).toBe(true);
     expect(policyFile(pod.metadata!.name!).trafficPolicies.map((p) => p.name)).toEqual(["only"]);
     expect(kubectlOk(["-n", ns, "get", "networkpolicy", "-o", "name"])).toContain(`${pod.metadata!.name}-egress`);
   });

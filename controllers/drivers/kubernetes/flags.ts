@@ -23,7 +23,18 @@ export const KUBERNETES_FLAGS = {
   // spans in pods"). Off by default even when the agent traces: the collector then takes writes
   // from every sandbox pod, tenants' code included.
   "pod-runtime-tracing": { type: "boolean", default: false },
+  // The traffic-proxy as a native sidecar (the template's init containers governed): auto (from
+  // the API server's version: 1.33 and later), on, off.
+  "native-sidecars": { type: "string", default: "auto" },
 } as const;
+
+/** `--native-sidecars auto|on|off`: undefined for auto (the driver asks the API server). */
+export function nativeSidecarsFlag(value: string | undefined): boolean | undefined {
+  const v = (value ?? "auto").trim();
+  if (v === "auto") return undefined;
+  if (v === "on" || v === "off") return v === "on";
+  throw new Error(`--native-sidecars: ${JSON.stringify(v)} is not auto, on or off`);
+}
 
 /** `--cluster-cidrs a/8,b/12`: each an IPv4 CIDR block (the NetworkPolicy's `except`). */
 export function clusterCidrsFlag(value: string | undefined): string[] | undefined {

@@ -2,17 +2,17 @@
 //   --driver kubernetes [--kubeconfig PATH] [--namespace NS] [--runtime-image IMAGE] [--interpreter-image IMAGE]
 //                       [--watch-namespaces A,B | --all-namespaces] [--cluster-cidrs A/8,B/12]
 //                       [--cluster-dns kube-system/k8s-app=kube-dns | --cluster-dns 169.254.20.10/32]
-//                       [--pod-runtime-tracing (with --otlp-endpoint)]
+//                       [--pod-runtime-tracing (with --otlp-endpoint)] [--native-sidecars auto|on|off]
 // Without --kubeconfig the usual lookup applies (KUBECONFIG, ~/.kube/config, or the in-cluster
 // service account when running as the Deployment in k8s/).
 import { KubeConfig } from "@kubernetes/client-node";
 import { logger } from "../../lib/log.ts";
 import { countRequests } from "./kube-api.ts";
-import { clusterCidrsFlag, clusterDnsFlag, KUBERNETES_FLAGS, podTracingFlag, watchNamespacesFlag } from "./flags.ts";
+import { clusterCidrsFlag, clusterDnsFlag, KUBERNETES_FLAGS, nativeSidecarsFlag, podTracingFlag, watchNamespacesFlag } from "./flags.ts";
 import { KubernetesDriver, type SandboxRequest } from "./kubernetes-driver.ts";
 
 export async function kubernetesDriverFromFlags(
-  flags: { kubeconfig?: string; namespace?: string; "runtime-image"?: string; "interpreter-image"?: string; "watch-namespaces"?: string; "all-namespaces"?: boolean; "cluster-cidrs"?: string; "cluster-dns"?: string; "otlp-endpoint"?: string; "pod-runtime-tracing"?: boolean },
+  flags: { kubeconfig?: string; namespace?: string; "runtime-image"?: string; "interpreter-image"?: string; "watch-namespaces"?: string; "all-namespaces"?: boolean; "cluster-cidrs"?: string; "cluster-dns"?: string; "otlp-endpoint"?: string; "pod-runtime-tracing"?: boolean; "native-sidecars"?: string },
   onChange?: (id: string) => void,
   onRequest?: (req: SandboxRequest) => void,
 ): Promise<KubernetesDriver> {
@@ -33,6 +33,7 @@ export async function kubernetesDriverFromFlags(
     watchNamespaces: watchNamespacesFlag(flags),
     clusterCidrs: clusterCidrsFlag(flags["cluster-cidrs"]),
     clusterDns: clusterDnsFlag(flags["cluster-dns"]),
+    nativeSidecars: nativeSidecarsFlag(flags["native-sidecars"]),
     log: (m) => kubeLog.info(m),
   });
   await driver.start();

@@ -11,13 +11,13 @@
 // This file wires the parts: scopes.ts (namespaces, informers), sandbox-object.ts (the Sandbox),
 // pod-writer.ts (Pod, PVCs, in-place update, runtime calls), status-writer.ts (status,
 // conditions, Events), user-requests.ts (kubectl edits → edge requests).
-import { NetworkingV1Api, type KubeConfig, type V1PersistentVolumeClaim, type V1Pod } from "@kubernetes/client-node";
+import { NetworkingV1Api, VersionApi, type KubeConfig, type V1PersistentVolumeClaim, type V1Pod } from "@kubernetes/client-node";
 import type { TrafficPolicyEntry } from "../../../schema/api/traffic-policy.ts";
 import type { SecurityProfileEntry } from "../../../schema/api/security-profile.ts";
 import { TrafficPolicySet } from "../../traffic/governed.ts";
 import { PolicySetStore, PROFILES } from "./policy-store.ts";
 import { hasTrafficProxy, TrafficObjects } from "./traffic-objects.ts";
-import { DEFAULT_CLUSTER_CIDRS, DEFAULT_CLUSTER_DNS, PolicyTooLargeError, trafficConfigMapName, unsafePodSpec, UnsafePodSpecError } from "./traffic-pod.ts";
+import { DEFAULT_CLUSTER_CIDRS, DEFAULT_CLUSTER_DNS, nativeSidecarsFor, PolicyTooLargeError, TRAFFIC_CONTAINER, trafficConfigMapName, unsafePodSpec, UnsafePodSpecError } from "./traffic-pod.ts";
 import { EventReason, ReadyReason } from "../../../schema/crd/conditions.ts";
 import { ANNOTATION, LABEL } from "../../../schema/crd/labels.ts";
 import type { SpawnRequest } from "../../runtime/sandbox-view.ts";
@@ -88,6 +88,9 @@ export class KubernetesDriver implements Driver {
   readonly #desired = new Map<string, KubeDesiredSandbox>();
   /** The UnsafePodSpec warning last posted per sandbox (#warnUnsafe). */
   readonly #warned = new Map<string, string>();
+  /** Running sandboxes whose pod kept an older policy: the sets in force did not fit its objects
+   * (PolicyTooLarge). Their sidecars do not apply what the sets added (profileEnforcement). */
+  readonly #tooLarge = new Set<string>();
   /** Whether the edge's policy set arrived since the start, or the one it sent last was loaded. */
   #policiesKnown = false;
   /** Whether the edge's SecurityProfiles arrived since the start: until then a running pod's file
@@ -193,8 +196,24 @@ export class KubernetesDriver implements Driver {
     const namespaces = new Set([this.namespace, ...(w === "all" ? await this.#ctx.namespacesWithSandboxes() : (w ?? []))]);
     // Without the ConfigMap read (RBAC of an older install) pods get the built-in agent-runtime.
     const injection = this.injection.start().catch((err: unknown) => this.#opts.log?.(`injection config: ${(err as Error).message}; using the built-in`));
-    await Promise.all([...[...namespaces].map((ns) => this.watchNamespace(ns)), injection, this.#loadPolicies()]);
+    await Promise.all([...[...namespaces].map((ns) => this.watchNamespace(ns)), injection, this.#loadPolicies(), this.#detectNativeSidecars()]);
     this.#startTrafficResync();
+  }
+
+  /** Whether new pods get the traffic-proxy as a native sidecar: as configured, or from the API
+   * server's version. Unknown (the request failed): a regular container, which every cluster runs. */
+  async #detectNativeSidecars(): Promise<void> {
+    let native = this.#opts.nativeSidecars;
+    if (native === undefined) {
+      try {
+        this.requests++;
+        native = nativeSidecarsFor(await this.kubeConfig.makeApiClient(VersionApi).getCode());
+      } catch (err) {
+        this.#opts.log?.(`API server version: ${(err as Error).message}; the traffic-proxy is a regular container`);
+        native = false;
+      }
+    }
+    this.#pods.nativeSidecar = native;
   }
 
   /** Puts back egress objects a tenant edited or deleted (traffic-objects.ts); one round at a time. */
@@ -292,7 +311,14 @@ export class KubernetesDriver implements Driver {
     const reason = isTerminal(err) && Object.values<string>(ReadyReason).includes(err.reason) ? (err.reason as ReadyReason) : ReadyReason.ReconcileError;
     this.#status.failing(id, { reason, message });
     await this.#status.write(id).catch(() => {});
-    if (isTerminal(err)) throw err;
+    if (isTerminal(err)) {
+      // A warm member refused: its SandboxSet says so (pool-status.ts ReplicaFailure); the edge
+      // deletes the member and backs off before the next.
+      const labels = this.#ctx.sandbox(id)?.metadata?.labels;
+      const [pool, revision] = [labels?.[LABEL.pool], labels?.[LABEL.templateHash]];
+      if (pool && revision && labels?.[LABEL.claimed] === "false") this.#ctx.scopeOf(id).pools.refused(pool, { revision, reason, message, at: new Date(this.#ctx.now()).toISOString() });
+      throw err;
+    }
     throw new Error(message, { cause: err });
   }
 
@@ -464,7 +490,10 @@ export class KubernetesDriver implements Driver {
       const file = this.#traffic.policy(this.#ctx.scopeOf(d.id), d);
       if (!file?.securityProfiles?.some((p) => p.team === ref.namespace && p.name === ref.name)) continue;
       selected++;
-      if (hasTrafficProxy(pod, true) && pod.status?.containerStatuses?.some((c) => c.name === "traffic-proxy" && c.ready)) ready++;
+      // A native sidecar's status is among the init containers'.
+      const statuses = [...(pod.status?.containerStatuses ?? []), ...(pod.status?.initContainerStatuses ?? [])];
+      // A pod that kept an older policy (too large) does not apply the profile, ready or not.
+      if (hasTrafficProxy(pod, true) && !this.#tooLarge.has(d.id) && statuses.some((c) => c.name === TRAFFIC_CONTAINER && c.ready)) ready++;
     }
     return { selected, ready };
   }
@@ -496,11 +525,16 @@ export class KubernetesDriver implements Driver {
           if (!sbx || !pod || pod.metadata?.deletionTimestamp || d.state !== "Running") return;
           const sc = this.#ctx.scopeOf(d.id);
           try {
-            if (hasTrafficProxy(pod)) await this.#traffic.sync(sc, sbx, d);
-            else if (this.#needsProxyPod(d, pod)) this.#opts.onChange?.(d.id);
+            if (hasTrafficProxy(pod)) {
+              await this.#traffic.sync(sc, sbx, d);
+              this.#tooLarge.delete(d.id);
+            } else if (this.#needsProxyPod(d, pod)) this.#opts.onChange?.(d.id);
           } catch (err) {
             // The running pod keeps the objects it had: say so on its Sandbox.
-            if (err instanceof PolicyTooLargeError) await this.#status.event(sc, sbx, "Warning", EventReason.PolicyTooLarge, `${err.message}; its pod keeps the policy it had`);
+            if (err instanceof PolicyTooLargeError) {
+              this.#tooLarge.add(d.id);
+              await this.#status.event(sc, sbx, "Warning", EventReason.PolicyTooLarge, `${err.message}; its pod keeps the policy it had`);
+            }
             throw err;
           }
         }).catch((err: unknown) => this.#opts.log?.(`${what} of ${d.id}: ${(err as Error).message}`)),
@@ -672,6 +706,7 @@ export class KubernetesDriver implements Driver {
       this.#desired.delete(id);
       this.#sandboxSecrets.delete(id);
       this.#warned.delete(id);
+      this.#tooLarge.delete(id);
       await this.#pods.deleteAll(sc, id);
       if (name) await this.#serial(id, () => this.#traffic.delete(sc, name));
       await this.#sandboxes.delete(sc, id);

@@ -139,6 +139,10 @@ export interface KubernetesDriverOptions {
   /** How often the pods' egress ConfigMaps and NetworkPolicies are compared with the server and
    * put back when someone else changed or deleted them (traffic-objects.ts `resync`); 30 s. */
   trafficResyncMs?: number;
+  /** Whether the traffic-proxy is a native sidecar (an init container with `restartPolicy:
+   * Always`: the template's own init containers are then governed); default: from the API
+   * server's version at start() (traffic-pod.ts nativeSidecarsFor). `--native-sidecars`. */
+  nativeSidecars?: boolean;
   now?: () => number;
   log?: (msg: string) => void;
 }

@@ -40,6 +40,8 @@ export interface PodInput {
   /** With the agent's `--pod-runtime-tracing`: the runtime container keeps its spans for the agent
    * to collect (see `traceRuntime`). */
   runtimeSpans?: boolean;
+  /** The cluster runs native sidecars (traffic-pod.ts nativeSidecarsFor): the proxy is one. */
+  nativeSidecar?: boolean;
 }
 
 /** Stable short hash of a template (FNV-1a would do; sha256 is at hand). */
@@ -88,7 +90,7 @@ export function buildPod(input: PodInput): V1Pod {
   const proxy = injection["traffic-proxy"];
   const proxied = input.traffic !== undefined && proxy?.image !== undefined;
   if (input.runtimeSpans) traceRuntime(spec);
-  if (proxied) injectTraffic(spec, proxy, input.traffic!.configMap);
+  if (proxied) injectTraffic(spec, proxy, input.traffic!.configMap, input.nativeSidecar);
   spec.shareProcessNamespace ??= true;
   spec.automountServiceAccountToken ??= false;
   const claimVolumes: V1Volume[] = input.volumeClaimTemplates.map((vct) => ({

@@ -26,6 +26,8 @@ export class PodWriter {
 
   readonly #interpreterImage: string;
   readonly #runtimeSpans: boolean;
+  /** New pods get the traffic-proxy as a native sidecar (set by the driver's start()). */
+  nativeSidecar = false;
 
   constructor(ctx: DriverContext, status: StatusWriter, runtimeImage: string, injection: () => InjectionConfig, interpreterImage: string, runtimeSpans = false) {
     this.#interpreterImage = interpreterImage;
@@ -76,6 +78,7 @@ export class PodWriter {
       resources: d.resources,
       traffic,
       ...(this.#runtimeSpans ? { runtimeSpans: true } : {}),
+      nativeSidecar: this.nativeSidecar,
     });
     this.#ctx.count();
     try {

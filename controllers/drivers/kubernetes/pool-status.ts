@@ -3,6 +3,10 @@
 // (run by the edge's PoolDO) still replaces. Written only when it changed, 50 ms after the first
 // change and then at most once a second per namespace, so a burst of claims and refills costs a
 // status patch a second, not one per claim (it is kubectl's view: the edge keeps its own counts).
+// A member the driver refused (a terminal error: a template it will not run) sets the
+// `ReplicaFailure` condition (as a Deployment's) until a member of that revision is ready or the
+// template changes: its members are deleted by the edge as they fail, so their own conditions do
+// not stay to be read. In memory: a restarted agent shows it again from the next refusal.
 import { PatchStrategy, setHeaderOptions, type CustomObjectsApi } from "@kubernetes/client-node";
 import { GROUP, LABEL, VERSION } from "../../../schema/crd/labels.ts";
 import type { ObjectCache } from "./object-cache.ts";
@@ -74,6 +78,33 @@ function createdAt(s: SandboxObject): number {
   return t ? new Date(t).getTime() : 0;
 }
 
+/** The last member the driver refused, per pool. */
+export interface PoolRefusal {
+  revision: string;
+  reason: string;
+  message: string;
+  at: string;
+}
+
+export const REPLICA_FAILURE = "ReplicaFailure";
+
+type Condition = { type: string; status: string; reason?: string; message?: string; lastTransitionTime?: string };
+
+/** The SandboxSet's conditions: others' as they are, ReplicaFailure from the last refusal while
+ * no member of its revision (the current one) is ready; undefined when there is nothing to write
+ * (no refusal, none shown before). */
+export function poolConditions(set: SandboxSetObject, sandboxes: SandboxObject[], refusal: PoolRefusal | undefined, old: Condition[] | undefined): Condition[] | undefined {
+  const name = set.metadata!.name!;
+  const revision = poolRevision(set);
+  const live =
+    refusal?.revision === revision &&
+    !sandboxes.some((s) => s.metadata?.labels?.[LABEL.pool] === name && s.metadata.labels[LABEL.templateHash] === revision && s.status?.conditions?.some((c) => c.type === "Ready" && c.status === "True"));
+  const others = (old ?? []).filter((c) => c.type !== REPLICA_FAILURE);
+  if (!live) return others.length !== (old ?? []).length ? others : undefined;
+  const message = `members of revision ${revision} are refused: ${refusal.message}`.slice(0, 4096);
+  return [...others, { type: REPLICA_FAILURE, status: "True", reason: refusal.reason, message, lastTransitionTime: refusal.at }];
+}
+
 export class PoolStatus {
   readonly #d: {
     custom: CustomObjectsApi;
@@ -88,9 +119,16 @@ export class PoolStatus {
   /** Flushes run one after another: two in flight could land out of order and leave an older
    * count as the SandboxSet's status with no event left to correct it. */
   #chain: Promise<void> = Promise.resolve();
+  readonly #refused = new Map<string, PoolRefusal>();
 
   constructor(deps: { custom: CustomObjectsApi; namespace: string; sandboxes: ObjectCache<SandboxObject>; sandboxSets: ObjectCache<SandboxSetObject>; count: () => void }) {
     this.#d = deps;
+  }
+
+  /** A member of `pool` at `revision` was refused (terminal): the condition says so. */
+  refused(pool: string, refusal: PoolRefusal): void {
+    this.#refused.set(pool, refusal);
+    this.touch(pool);
   }
 
   touch(pool: string | undefined): void {
@@ -112,9 +150,13 @@ export class PoolStatus {
     for (const name of pools) {
       const set = this.#d.sandboxSets.get(name);
       if (!set || set.metadata?.deletionTimestamp) continue;
-      const status = poolCounts(set, all);
-      const old = (set as { status?: Partial<PoolCounts> }).status ?? {};
-      if (Object.entries(status).every(([k, v]) => old[k as keyof PoolCounts] === v)) continue;
+      const old = (set as { status?: Partial<PoolCounts> & { conditions?: Condition[] } }).status ?? {};
+      const refusal = this.#refused.get(name);
+      const conditions = poolConditions(set, all, refusal, old.conditions);
+      // Resolved (a member of the revision ready, or a new template): forgotten.
+      if (refusal && !conditions?.some((c) => c.type === REPLICA_FAILURE)) this.#refused.delete(name);
+      const status = { ...poolCounts(set, all), ...(conditions ? { conditions } : {}) };
+      if (Object.entries(status).every(([k, v]) => JSON.stringify(old[k as keyof typeof old]) === JSON.stringify(v))) continue;
       this.#d.count();
       try {
         const updated = (await this.#d.custom.patchNamespacedCustomObjectStatus(

@@ -258,13 +258,29 @@ export function unsafePodSpec(spec: V1PodSpec): string[] {
   return out;
 }
 
+/** Whether the cluster runs a pod's init container with `restartPolicy: Always` as a sidecar
+ * (started in order, kept running): Kubernetes' native sidecars, on by default from 1.29 and GA in
+ * 1.33. Judged from the API server's version, which cannot see the kubelets: a kubelet may be up
+ * to three minors older (the version skew policy), and one that does not know the field would run
+ * the proxy as an ordinary init container that never exits (the pod would never start). So only
+ * from 1.33 on, whose kubelets are at least 1.30. `minor` as /version gives it ("33", "33+"). */
+export function nativeSidecarsFor(version: { major?: string; minor?: string }): boolean {
+  const major = Number.parseInt(version.major ?? "", 10);
+  const minor = Number.parseInt(version.minor ?? "", 10);
+  return major > 1 || (major === 1 && minor >= 33);
+}
+
 /** Adds the redirect and the proxy to a pod spec (mutated: the caller's copy) whose template
  * passed unsafePodSpec. The redirect and the CA init containers go first, so every init container
- * of the template already runs redirected (with no proxy up yet: no network out at all). Every
- * container keeps the drops of DROP and loses `privileged` (the injection config's components
- * too: they run beside the tenant's code); the pod loses the host's namespaces. `configMap`: the
- * pod's policy ConfigMap. */
-export function injectTraffic(spec: V1PodSpec, component: InjectionComponent, configMap: string): void {
+ * of the template already runs redirected. With `nativeSidecar` (nativeSidecarsFor) the proxy is
+ * the third init container, with `restartPolicy: Always` and a startup probe: the kubelet starts
+ * the template's init containers only once it answers, so their connections are governed as the
+ * sandbox's are, and it keeps running beside the containers (and stops after them). Without, it
+ * is a regular container: the template's init containers run with no proxy up, so no network out
+ * at all. Every container keeps the drops of DROP and loses `privileged` (the injection config's
+ * components too: they run beside the tenant's code); the pod loses the host's namespaces.
+ * `configMap`: the pod's policy ConfigMap. */
+export function injectTraffic(spec: V1PodSpec, component: InjectionComponent, configMap: string, nativeSidecar = false): void {
   const image = component.image!;
   spec.hostNetwork = false;
   spec.hostPID = false;
@@ -316,8 +332,15 @@ export function injectTraffic(spec: V1PodSpec, component: InjectionComponent, co
     // uid 1337, no capabilities, no new ones.
     securityContext: { ...root, capabilities: { drop: ["ALL"], add: ["NET_ADMIN", "SETUID", "SETGID"] } },
   };
-  spec.initContainers = [redirect, ca, ...spec.initContainers];
-  spec.containers = [...spec.containers, proxy];
+  if (nativeSidecar) {
+    // The next init container starts once this probe passes (every listener up): not before.
+    proxy.restartPolicy = "Always";
+    proxy.startupProbe = { httpGet: { path: "/ready", port: HEALTH_PORT }, periodSeconds: 1, failureThreshold: 120 };
+    spec.initContainers = [redirect, ca, proxy, ...spec.initContainers];
+  } else {
+    spec.initContainers = [redirect, ca, ...spec.initContainers];
+    spec.containers = [...spec.containers, proxy];
+  }
   spec.volumes = [
     ...(spec.volumes ?? []),
     { name: VOLUME, configMap: { name: configMap } },

@@ -1,7 +1,8 @@
 // The test's kubelet (and scheduler): watches sandbox pods in a namespace and writes what a node
 // would report through the pods/status subresource. Images containing `pull-error` fail to pull;
 // pods whose nodeSelector asks for `sandbox.test/unschedulable` are never scheduled; every other
-// pod becomes Running and Ready with an IP from 10.244.0.0/16. It watches through the driver's own
+// pod becomes Running and Ready with an IP from 10.244.0.0/16 (its init containers completed, its
+// native sidecars running). It watches through the driver's own
 // informer (ObjectCache), which resumes after a watch ends: client-node's informer stops for good
 // on any error but a timeout, and a kubelet that stops watching leaves new pods Pending.
 import { CoreV1Api, PatchStrategy, setHeaderOptions, type KubeConfig, type V1Pod } from "@kubernetes/client-node";
@@ -71,6 +72,17 @@ export class TestKubelet {
         startTime: now,
         conditions: ["PodScheduled", "Initialized", "ContainersReady", "Ready"].map((type) => ({ type, status: "True", lastTransitionTime: now })),
         containerStatuses: containers.map((c) => ({ name: c.name, image: c.image, imageID: "", ready: true, started: true, restartCount: 0, state: { running: { startedAt: now } } })),
+        // Init containers done; those with restartPolicy Always (native sidecars) running and
+        // ready, as a kubelet reports them.
+        ...(pod.spec!.initContainers?.length
+          ? {
+              initContainerStatuses: pod.spec!.initContainers.map((c) =>
+                c.restartPolicy === "Always"
+                  ? { name: c.name, image: c.image, imageID: "", ready: true, started: true, restartCount: 0, state: { running: { startedAt: now } } }
+                  : { name: c.name, image: c.image, imageID: "", ready: true, restartCount: 0, state: { terminated: { exitCode: 0, reason: "Completed", startedAt: now, finishedAt: now } } },
+              ),
+            }
+          : {}),
       };
     }
     this.patches++;

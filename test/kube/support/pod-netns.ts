@@ -1,9 +1,10 @@
 // A sandbox pod as the API server holds it, run without a kubelet: the pod's network namespace is
 // one this harness creates, each volume a directory filled as the kubelet would fill it (the
 // ConfigMap's and Secret's keys as files, `items` honoured; emptyDir empty and world-writable), and
-// the init containers (the template's own as uid 1000), then the traffic-proxy sidecar, run as processes with their
-// argv, env and mounts from the pod spec, paths mapped onto those directories (and the image's
-// /app onto this repository). The sidecar runs as a container would: in a cgroup of its own, in
+// the init containers (the template's own as uid 1000) and the traffic-proxy sidecar (in the init
+// order when it is a native sidecar, after them when not) run as processes with their argv, env
+// and mounts from the pod spec, paths mapped onto those directories (and the image's /app onto
+// this repository). The sidecar runs as a container would: in a cgroup of its own, in
 // its own cgroup namespace. Beside it, a stand-in internet: a second namespace with HTTP (80),
 // HTTPS (443, a certificate from a stand-in CA the sidecar is told to trust through
 // NODE_EXTRA_CA_CERTS) answering with the path and the headers it got, and a DNS server.
@@ -115,12 +116,24 @@ export class PodNetns {
     }
 
     // In the pod's order; the template's own init containers as the sandbox's processes (uid 1000).
+    // A native sidecar (restartPolicy Always) is started there, and the next init container runs
+    // once it listens (as the kubelet waits for its startup probe).
     for (const c of pod.spec!.initContainers ?? []) {
+      if (c.restartPolicy === "Always") {
+        if (c.name !== TRAFFIC_CONTAINER) throw new Error(`native sidecar ${c.name}: only the traffic-proxy runs here`);
+        await this.#startSidecar(c, ca);
+        continue;
+      }
       const tenant = !RESERVED_CONTAINERS.includes(c.name) ? ["setpriv", `--reuid=${SANDBOX_UID}`, `--regid=${SANDBOX_UID}`, "--clear-groups"] : [];
       const r = spawnSync("ip", ["netns", "exec", this.podNs, ...tenant, ...this.#argv(c)], { env: this.#env(c) });
       if (r.status !== 0) throw new Error(`init container ${c.name}: ${r.stderr}`);
     }
-    const proxy = pod.spec!.containers.find((c) => c.name === TRAFFIC_CONTAINER)!;
+    if (!this.#sidecar) await this.#startSidecar(pod.spec!.containers.find((c) => c.name === TRAFFIC_CONTAINER)!, ca);
+  }
+
+  /** The traffic-proxy as its container runs: its own cgroup and cgroup namespace, in the pod's
+   * network namespace; resolves once it listens. */
+  async #startSidecar(proxy: V1Container, ca: string): Promise<void> {
     mkdirSync(this.#proxyCg, { recursive: true });
     const argv = ["sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', this.#proxyCg, "ip", "netns", "exec", this.podNs, "unshare", "--cgroup", "--mount", "sh", "-c", 'mount -t cgroup2 none /sys/fs/cgroup && exec "$@"', "sh", ...this.#argv(proxy)];
     // The stand-in's CA is the only thing the sidecar gets that its container would not.

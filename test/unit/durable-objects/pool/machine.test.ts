@@ -189,6 +189,41 @@ describe("pool machine", () => {
     expect(transition(st, { type: "tick" }, after).effects.map((e) => e.type)).toEqual(["delete", "create"]);
   });
 
+  it("members the cluster refuses (a template it will never run): one at a time, backing off, until one is ready or the template changes", () => {
+    const st = pool({ replicas: 3, members: ["c1:c:r1", "c2:c:r1", "c3:c:r1"] });
+    let ids = 0;
+    const at = (now: number) => ({ now, newId: () => `n${++ids}` as SandboxId, createTimeoutMs: 60_000 });
+    const refused = (id: string, now: number) => summarize(transition(st, { type: "observe", observation: { ...obs(id, "Failed", false), reason: "UnsafePodSpec", message: "hostNetwork" } }, at(now)).effects);
+    // The others are still creating: no new member while one of the revision is.
+    expect(refused("c1", NOW)).toEqual(["delete:c1@2"]);
+    expect(refused("c2", NOW)).toEqual(["delete:c2@2"]);
+    expect(refused("c3", NOW)).toEqual(["delete:c3@2"]);
+    expect(st.failing).toEqual({ revision: "r1", reason: "UnsafePodSpec", message: "hostNetwork", failures: 3, retryAt: NOW + 2_000 });
+    // Empty, and nothing is made before the backoff ends; the alarm is set for it.
+    expect(summarize(transition(st, { type: "tick" }, at(NOW + 1_999)).effects)).toEqual([]);
+    expect(nextCreateDeadline(st, 60_000)).toBe(NOW + 2_000);
+    expect(summarize(transition(st, { type: "tick" }, at(NOW + 2_000)).effects)).toEqual(["create:n1(r1)"]);
+    expect(summarize(transition(st, { type: "tick" }, at(NOW + 2_001)).effects)).toEqual([]);
+    // Refused again: the wait doubles.
+    expect(refused("n1", NOW + 3_000)).toEqual(["delete:n1@2"]);
+    expect(st.failing).toMatchObject({ failures: 4, retryAt: NOW + 3_000 + 4_000 });
+    expect(summarize(transition(st, { type: "tick" }, at(NOW + 7_000)).effects)).toEqual(["create:n2(r1)"]);
+    // One ready member ends it: the pool fills at once.
+    expect(summarize(transition(st, { type: "observe", observation: obs("n2", "Running", true) }, at(NOW + 8_000)).effects)).toEqual(["update:n2=available", "create:n3(r1)", "create:n4(r1)"]);
+    expect(st.failing).toBeUndefined();
+
+    // A new template after refusals: tried at once, whole.
+    const st2 = pool({ replicas: 2, members: ["a1:c:r1", "a2:c:r1"] });
+    for (const id of ["a1", "a2"]) transition(st2, { type: "observe", observation: obs(id, "Failed", false) }, at(NOW));
+    expect(st2.failing).toMatchObject({ failures: 2 });
+    expect(summarize(transition(st2, { type: "configure", config: config({ replicas: 2, revision: "r2" }) }, ctx()).effects)).toEqual(["save-config", "create:new1(r2)", "create:new2(r2)"]);
+    expect(st2.failing).toBeUndefined();
+    // An old revision's refusal says nothing of the current template.
+    const st3 = pool({ replicas: 1, revision: "r2", updateMax: 0, members: ["old:c:r1"] });
+    transition(st3, { type: "observe", observation: obs("old", "Failed", false) }, at(NOW));
+    expect(st3.failing).toBeUndefined();
+  });
+
   it("never hands out a member twice and keeps its counts consistent under a long mixed run", () => {
     const st = pool({ replicas: 20, scaleMax: 8, members: [] });
     let seed = 7;
@@ -215,9 +250,10 @@ describe("pool machine", () => {
       }
       const n = counts(st);
       expect(n.available + n.creating).toBe(st.members.size);
-      // Full, or short only because the scale-up budget (8 creating) is used up.
+      // Full, or short only because the scale-up budget (8 creating) is used up, or because a
+      // member was refused and no member has been ready since (one at a time, backing off).
       expect(st.members.size).toBeLessThanOrEqual(20);
-      if (st.members.size < 20) expect(n.creating).toBeGreaterThanOrEqual(8);
+      if (st.members.size < 20 && !st.failing) expect(n.creating).toBeGreaterThanOrEqual(8);
     }
   });
 

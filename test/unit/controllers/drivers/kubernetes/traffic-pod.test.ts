@@ -3,8 +3,8 @@
 // cannot be governed, the init containers' order, and the agent's --cluster-cidrs flag.
 import type { V1PodSpec } from "@kubernetes/client-node";
 import { describe, expect, it } from "vitest";
-import { clusterCidrsFlag, clusterDnsFlag } from "../../../../../controllers/drivers/kubernetes/flags.ts";
-import { allowedInside, checkSize, DEFAULT_CLUSTER_CIDRS, injectTraffic, podEgress, podPolicy, PolicyTooLargeError, trafficConfigMap, trafficSecret, unsafePodSpec } from "../../../../../controllers/drivers/kubernetes/traffic-pod.ts";
+import { clusterCidrsFlag, clusterDnsFlag, nativeSidecarsFlag } from "../../../../../controllers/drivers/kubernetes/flags.ts";
+import { allowedInside, checkSize, DEFAULT_CLUSTER_CIDRS, injectTraffic, nativeSidecarsFor, podEgress, podPolicy, PolicyTooLargeError, trafficConfigMap, trafficSecret, unsafePodSpec } from "../../../../../controllers/drivers/kubernetes/traffic-pod.ts";
 import { SecurityProfileSpec, type SecurityProfileEntry } from "../../../../../schema/api/security-profile.ts";
 import { TrafficPolicySet } from "../../../../../controllers/traffic/governed.ts";
 import { TrafficPolicySpec } from "../../../../../schema/api/traffic-policy.ts";
@@ -67,6 +67,28 @@ describe("traffic-pod", () => {
     expect(spec.initContainers!.map((c) => [c.name, c.image])).toEqual([["traffic-redirect", "proxy:1"], ["traffic-ca", "proxy:1"], ["setup", "x"], ["fetch", "y"]]);
     expect(spec.containers.map((c) => c.name)).toEqual(["sandbox", "traffic-proxy"]);
     expect(spec.containers[0]!.securityContext).toEqual({ privileged: false, capabilities: { add: ["CHOWN"], drop: ["MKNOD", "NET_ADMIN", "NET_RAW", "SYS_ADMIN", "SYS_PTRACE", "BPF"] } });
+  });
+
+  it("as a native sidecar the proxy is the third init container, kept running, with a startup probe: the template's init containers start once it answers", () => {
+    const spec: V1PodSpec = { containers: [{ name: "sandbox", image: "x" }], initContainers: [{ name: "setup", image: "x" }] };
+    injectTraffic(spec, { kind: "sidecar", image: "proxy:1" }, "cm", true);
+    expect(spec.initContainers!.map((c) => [c.name, c.restartPolicy ?? ""])).toEqual([["traffic-redirect", ""], ["traffic-ca", ""], ["traffic-proxy", "Always"], ["setup", ""]]);
+    expect(spec.containers.map((c) => c.name)).toEqual(["sandbox"]);
+    expect(spec.initContainers![2]!.startupProbe).toMatchObject({ httpGet: { path: "/ready", port: 15021 } });
+  });
+
+  it("native sidecars from 1.33 (whose kubelets, three minors back at most, all know them); --native-sidecars", () => {
+    expect(nativeSidecarsFor({ major: "1", minor: "35" })).toBe(true);
+    expect(nativeSidecarsFor({ major: "1", minor: "33+" })).toBe(true);
+    expect(nativeSidecarsFor({ major: "1", minor: "32" })).toBe(false);
+    expect(nativeSidecarsFor({ major: "1", minor: "29" })).toBe(false);
+    expect(nativeSidecarsFor({ major: "2", minor: "0" })).toBe(true);
+    expect(nativeSidecarsFor({})).toBe(false);
+    expect(nativeSidecarsFlag(undefined)).toBeUndefined();
+    expect(nativeSidecarsFlag("auto")).toBeUndefined();
+    expect(nativeSidecarsFlag("on")).toBe(true);
+    expect(nativeSidecarsFlag("off")).toBe(false);
+    expect(() => nativeSidecarsFlag("yes")).toThrow(/auto, on or off/);
   });
 
   it("a template asking for what escapes the redirect is refused, each field named; a safe one passes", () => {
