@@ -25,6 +25,20 @@ export type OutputLine =
   | { type: "number_of_executions"; execution_count: number }
   | { type: "end_of_execution" };
 
+/** Any character outside ASCII (JSON's own escapes cover the rest). */
+const NON_ASCII = /[\u0080-\uffff]/g;
+const escapeChar = (c: string) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`;
+
+/**
+ * One line of /execute's answer as written: JSON with every non-ASCII character escaped, as E2B's
+ * server writes its lines (Python's json.dumps, ensure_ascii). The JS SDK decodes each chunk it
+ * reads with a TextDecoder of its own, so a character whose UTF-8 bytes a chunk boundary cut would
+ * reach the user as two U+FFFD; in ASCII no boundary can cut one.
+ */
+export function outputLineText(line: OutputLine): string {
+  return `${JSON.stringify(line).replace(NON_ASCII, escapeChar)}\n`;
+}
+
 /** What the kernel driver (inside the sandbox) writes, one JSON object a line. */
 export type DriverLine = { ready: true } | { id: number; done: true } | { id: number; line: OutputLine };
 

@@ -90,6 +90,19 @@ describe("runCode (JS code-interpreter SDK)", { timeout: 120_000 }, () => {
     expect(exec.logs.stdout.join("")).toBe("waiting\nwent\n");
   });
 
+  // The JS SDK decodes every chunk it reads on its own (a new TextDecoder each): a character whose
+  // bytes two chunks share comes out as U+FFFD. E2B's server writes ASCII-only JSON lines, so that
+  // never happens there; ~2 MB of 2-, 3- and 4-byte characters reach the SDK in many chunks.
+  it("non-ASCII output and results arrive intact, however the answer is cut into chunks", async () => {
+    const exec = await sbx.runCode("s = 'é中😀' * 100000\nprint(s, end='')\ns[:7]");
+    expect(exec.error).toBeUndefined();
+    const out = exec.logs.stdout.join("");
+    expect(out.length).toBe("é中😀".length * 100000);
+    expect(out.includes("\ufffd"), "no U+FFFD in the output").toBe(false);
+    expect(out).toBe("é中😀".repeat(100000));
+    expect(exec.text).toBe("'é中😀é中😀é'");
+  });
+
   it("reports an exception with its name, value and traceback", async () => {
     const exec = await sbx.runCode("def f():\n    raise ValueError('bad value')\nf()");
     expect(exec.error?.name).toBe("ValueError");

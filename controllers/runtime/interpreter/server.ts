@@ -5,7 +5,7 @@
 import { randomUUID } from "node:crypto";
 import { stat } from "node:fs/promises";
 import type { IncomingMessage, ServerResponse } from "node:http";
-import { parseCreateContextRequest, parseExecuteRequest, type OutputLine } from "../../../schema/interpreter/http.ts";
+import { outputLineText, parseCreateContextRequest, parseExecuteRequest, type OutputLine } from "../../../schema/interpreter/http.ts";
 import { readJson } from "../http/read-json.ts";
 import { HttpError, sendJson } from "../http/respond.ts";
 import { streamWriter, type StreamWriter } from "../http/stream-writer.ts";
@@ -196,7 +196,7 @@ async function execute(req: IncomingMessage, res: ServerResponse, sbx: RuntimeSa
   // Lines the driver sent together (a cell's last line and its end) leave in one write, with the
   // response's end when it comes in the same turn.
   const out = streamWriter(res);
-  const run = kernel.execute(code, envVars, (line: OutputLine) => out.write(`${JSON.stringify(line)}\n`));
+  const run = kernel.execute(code, envVars, (line: OutputLine) => out.write(outputLineText(line)));
   let finished = false;
   // A proxy on the way (workerd's gateway) notices that the client left only when it next writes
   // to it, and a busy cell may print nothing for minutes: a line of a type the SDKs ignore, every

@@ -2,7 +2,7 @@
 // bounds and refusals a client sees as a 400, and lines from inside the sandbox kept only when
 // they are ours.
 import { describe, expect, it } from "vitest";
-import { INTERPRETER_LIMITS, parseCreateContextRequest, parseDriverLine, parseExecuteRequest } from "../../../schema/interpreter/http.ts";
+import { INTERPRETER_LIMITS, outputLineText, parseCreateContextRequest, parseDriverLine, parseExecuteRequest } from "../../../schema/interpreter/http.ts";
 
 describe("parseExecuteRequest", () => {
   it("takes the SDK's body (snake_case, nulls for absent fields)", () => {
@@ -38,5 +38,16 @@ describe("parseDriverLine", () => {
     expect(parseDriverLine('{"id":3,"done":true}')).toEqual({ id: 3, done: true });
     expect(parseDriverLine('{"id":3,"line":{"type":"stdout","text":"a","timestamp":1}}')).toEqual({ id: 3, line: { type: "stdout", text: "a", timestamp: 1 } });
     for (const junk of ["not json", "[]", '{"id":"3","done":true}', '{"id":3,"line":{"type":"shell"}}', '{"id":3}']) expect(parseDriverLine(junk)).toBeUndefined();
+  });
+});
+
+describe("outputLineText", () => {
+  it("writes a line as ASCII-only JSON (E2B's ensure_ascii) that reads back as the same line", () => {
+    const line = { type: "stdout" as const, text: "é中😀 \u007f \"q\"\n", timestamp: 1 };
+    const text = outputLineText(line);
+    expect(text.endsWith("\n")).toBe(true);
+    expect(/^[\x00-\x7f]*$/.test(text)).toBe(true);
+    expect(text).toContain("\\u4e2d\\ud83d\\ude00");
+    expect(JSON.parse(text)).toEqual(line);
   });
 });
