@@ -4,6 +4,7 @@
 // build waiting on a hung owner fails by itself (its progress lines would otherwise keep the
 // edge's silence check from ever failing it) or when its builder is disposed. A dead builder's
 // claim is taken over by one waiter only, however many race for it.
+import { createHash } from "node:crypto";
 import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { Worker } from "node:worker_threads";
 import { tmpdir } from "node:os";
@@ -138,6 +139,20 @@ describe("taking over a dead builder's claim", () => {
     for (let r = 0; r < ROUNDS; r++) expect(readdirSync(join(dir, `round-${r}`)).sort()).toEqual(["layer"]);
   }, 60_000);
 
+  it("is done by one waiter only when a taker died holding its marker, however they interleave", async () => {
+    // Review L2: a waiter that found the marker's taker dead read it, re-read it and deleted it; a
+    // second waiter doing the same could delete the fresh marker a third had made meanwhile, and
+    // a fourth then made its own: two takers past the marker, both finding the claim dead, both
+    // built. The threads' file-system calls wait a random moment each, so the steps interleave.
+    const winners = await race(200, true, (dir) => {
+      const dead = "2147483646 1";
+      writeFileSync(join(dir, ".claim-step"), dead);
+      const marker = `.claim-step.takeover-${createHash("sha256").update(dead).digest("hex").slice(0, 16)}`;
+      symlinkSync("2147483645 1", join(dir, marker));
+    });
+    expect(winners.filter((w) => w !== 1), "rounds in which other than exactly one waiter built").toEqual([]);
+  }, 120_000);
+
   it("the start-up sweep removes dead claims and what dead takers left, and keeps live ones", () => {
     const dir = layersDir();
     const dead = "2147483646 1";
@@ -150,3 +165,28 @@ describe("taking over a dead builder's claim", () => {
     expect(readdirSync(dir).sort()).toEqual([".claim-live", ".claim-z.takeover-0123456789abcdef"]);
   });
 });
+
+/** Rounds of WORKERS threads released together onto a step `prepare` left in the round's
+ * directory; answers how many took the claim and built in each round. */
+async function race(rounds: number, jitter: boolean, prepare: (dir: string) => void): Promise<number[]> {
+  const WORKERS = 8;
+  const dir = join(root, `race${n++}`);
+  const shared = new SharedArrayBuffer(4 * (2 + rounds));
+  const state = new Int32Array(shared);
+  const workers = Array.from({ length: WORKERS }, () => new Worker(new URL("./step-claim-taker.ts", import.meta.url), { workerData: { root: dir, rounds, shared, jitter } }));
+  const exited = workers.map((w) => new Promise((ok, fail) => w.once("error", fail).once("exit", ok)));
+  try {
+    for (let r = 0; r < rounds; r++) {
+      mkdirSync(join(dir, `round-${r}`), { recursive: true });
+      prepare(join(dir, `round-${r}`));
+      Atomics.store(state, 1, 0);
+      Atomics.store(state, 0, r + 1);
+      Atomics.notify(state, 0);
+      while (Atomics.load(state, 1) < WORKERS) await new Promise((ok) => setTimeout(ok, 1));
+    }
+    await Promise.all(exited);
+  } finally {
+    for (const w of workers) void w.terminate();
+  }
+  return Array.from({ length: rounds }, (_, r) => state[2 + r]!);
+}
