@@ -352,13 +352,15 @@ export class ClusterDO extends DurableObject<Env> {
   }
 
   /** After sandboxes here are gone, while freed images wait (one may have been held by them): a
-   * pass now rather than at the next recheck. Nothing is read when none wait. */
+   * pass soon rather than at the next recheck, one per second at most (a burst of deletes, or
+   * churn beside a long-lived sandbox holding an image, is one pass). Nothing is read when none
+   * wait. */
   private collectSoon(): void {
     if (this.imageGcAt() === null) return;
     this.gcTimer ??= setTimeout(() => {
       this.gcTimer = null;
       this.collectImages().catch(() => {});
-    }, 0);
+    }, 1_000);
   }
 
   /** Sends the set again if this session's agent has `team`'s profiles (a secret they name
