@@ -254,9 +254,10 @@ export class ClusterDO extends DurableObject<Env> {
    * nothing in libSQL references, and tells the agent about claimed images past their grace that
    * no sandbox here names. Passes run one after another; the next is armed on the alarm. `cluster`:
    * the caller's name for it (an object whose agent never connected has none of its own); `now`
-   * lets tests look past the grace period.
+   * lets tests look past the grace period; `welcome`: a new session's pass (collectImages in
+   * image-gc.ts).
    */
-  async collectImages(cluster?: string, now: number = Date.now()): Promise<{ ok: true; sent: string[] }> {
+  async collectImages(cluster?: string, now: number = Date.now(), welcome = false): Promise<{ ok: true; sent: string[] }> {
     this.load();
     const store = this.store!;
     const name = store.getMeta("cluster") ?? cluster;
@@ -272,7 +273,7 @@ export class ClusterDO extends DurableObject<Env> {
           this.send({ type: "rootfsDeletes", names });
           return true;
         },
-      }, now);
+      }, now, welcome);
       // Nothing to send while no agent is connected: the next hello runs a pass.
       const at = r.nextAt !== null && this.agentSocket() ? r.nextAt : null;
       store.setMeta("imageGcAt", at === null ? "" : String(at));
@@ -507,8 +508,8 @@ export class ClusterDO extends DurableObject<Env> {
     this.apply({ type: "hello", hello });
     this.sendTrafficPolicies().catch((err: unknown) => LOG.warn("traffic policies not sent", { error: err }));
     this.sendSecurityProfiles().catch((err: unknown) => LOG.warn("security profiles not sent", { error: err }));
-    // Images freed while it was away.
-    this.collectImages().catch(() => {});
+    // Images freed while it was away, and those whose frame a dropped session may have lost.
+    this.collectImages(undefined, undefined, true).catch(() => {});
   }
 
   private onBuildEvents(msg: BuildEvents): void {

@@ -6,8 +6,9 @@
 // - send (ClusterDO): a claimed image goes to the agent (`rootfsDeletes`) only a grace period after
 //   its claim (a create that took the template's spec just before, still on its way to the
 //   ClusterDO) and only while no sandbox the cluster keeps (running, paused, a pool member of any
-//   revision, a create queued for the agent) names it; it is marked sent, and unsent ones go with
-//   every welcome, so an agent offline at the claim frees later.
+//   revision, a create queued for the agent) names it; it is marked sent, and unsent ones (and
+//   those sent in the last hour, the frame having no ack) go with every welcome, so an agent
+//   offline at the claim frees later.
 // A pass runs after a template write that moved off an image (`nudgeImageGc`), after each hello,
 // and from the ClusterDO's alarm while claimed images wait. A failing pass is tried again then;
 // its error reaches no API caller.
@@ -20,6 +21,10 @@ import { claimSupersededImages, markFreesSent, unsentFrees, type UnsentFree } fr
 export const IMAGE_FREE_GRACE_MS = 5 * 60_000;
 /** How soon an image a sandbox or build still holds is looked at again. */
 export const IMAGE_RECHECK_MS = 60_000;
+/** A welcome sends again what was sent this recently: the frame has no ack, and one written to a
+ * session that dropped just then is lost (freeing twice is harmless: the agent ignores a name it
+ * does not hold). */
+export const IMAGE_RESEND_MS = 60 * 60_000;
 
 /** A rootfs name a build published (`b-<buildID>`); `base` and imported ones are not the edge's. */
 export const BUILT_IMAGE = /^b-[a-z0-9-]{1,64}$/;
@@ -30,14 +35,15 @@ export function imageGraceMs(env: Pick<Env, "IMAGE_FREE_GRACE_MS">): number {
 }
 
 /**
- * Which claimed images go to the agent now: those past their grace that neither a sandbox of the
- * cluster (`inUse`) nor a running build holds; `nextAt` is when to look again (null: nothing left).
+ * Which claimed images go to the agent now: those past their grace (one sent before was, and goes
+ * again) that neither a sandbox of the cluster (`inUse`) nor a running build holds; `nextAt` is
+ * when to look again (null: nothing left).
  */
 export function dueFrees(pending: readonly UnsentFree[], inUse: ReadonlySet<string>, now: number, graceMs: number): { send: string[]; nextAt: number | null } {
   const send: string[] = [];
   let nextAt = Infinity;
   for (const p of pending) {
-    const due = p.freedAt + graceMs;
+    const due = p.sentAt !== null ? now : p.freedAt + graceMs;
     if (due > now) nextAt = Math.min(nextAt, due);
     else if (p.standing || inUse.has(p.image)) nextAt = Math.min(nextAt, now + IMAGE_RECHECK_MS);
     else send.push(p.image);
@@ -52,13 +58,14 @@ export interface ImageGcPorts {
   send(images: string[]): boolean;
 }
 
-/** One pass for `cluster` (see the file's comment); answers what was sent and when to look again.
+/** One pass for `cluster` (see the file's comment); answers what was sent and when to look again;
+ * `welcome`: the pass of a new session, which sends again what was sent in the last hour.
  * `now` is the time the decision is made at (tests look past the grace period); a claim is always
  * stamped with the clock's time. */
-export async function collectImages(env: Env, cluster: string, ports: ImageGcPorts, now = Date.now()): Promise<{ sent: string[]; nextAt: number | null }> {
+export async function collectImages(env: Env, cluster: string, ports: ImageGcPorts, now = Date.now(), welcome = false): Promise<{ sent: string[]; nextAt: number | null }> {
   const db = getDb(env);
   await claimSupersededImages(db, cluster);
-  const pending = await unsentFrees(db, cluster);
+  const pending = await unsentFrees(db, cluster, welcome ? now - IMAGE_RESEND_MS : undefined);
   if (!pending.length) return { sent: [], nextAt: null };
   const { send, nextAt } = dueFrees(pending, ports.inUse(pending.map((p) => p.image)), now, imageGraceMs(env));
   if (!send.length || !ports.send(send)) return { sent: [], nextAt };

@@ -98,28 +98,32 @@ export async function claimSupersededImages(db: Db, cluster: string, now = Date.
   return res.rows.map((r) => String(r.image));
 }
 
-/** A claimed image its agent has not been told about yet; `standing`: a build that is waiting or
- * running stands on it (it was claimed just before that build's start recorded its base). */
+/** A claimed image its agent has not been told about yet (or was told recently: `sentAt`);
+ * `standing`: a build that is waiting or running stands on it (it was claimed just before that
+ * build's start recorded its base). */
 export interface UnsentFree {
   image: string;
   freedAt: number;
+  sentAt: number | null;
   standing: boolean;
 }
 
-/** `cluster`'s claimed images not sent to its agent yet, oldest first (at most `limit`). */
-export async function unsentFrees(db: Db, cluster: string, limit = 1000): Promise<UnsentFree[]> {
+/** `cluster`'s claimed images not sent to its agent yet, oldest first (at most `limit`); with
+ * `sentSince`, also those first sent at or after that time. */
+export async function unsentFrees(db: Db, cluster: string, sentSince?: number, limit = 1000): Promise<UnsentFree[]> {
   const res = await db.$client.execute({
-    sql: `SELECT f.image, f.freed_at,
+    sql: `SELECT f.image, f.freed_at, f.sent_at,
             EXISTS (SELECT 1 FROM template_builds c WHERE c.base_image = f.image AND c.status IN ('waiting', 'building')) AS standing
-          FROM freed_images f WHERE f.cluster = ? AND f.sent_at IS NULL ORDER BY f.freed_at LIMIT ?`,
-    args: [cluster, limit],
+          FROM freed_images f WHERE f.cluster = ? AND (f.sent_at IS NULL OR f.sent_at >= ?) ORDER BY f.freed_at LIMIT ?`,
+    args: [cluster, sentSince ?? Number.MAX_SAFE_INTEGER, limit],
   });
-  return res.rows.map((r) => ({ image: String(r.image), freedAt: Number(r.freed_at), standing: Number(r.standing) === 1 }));
+  return res.rows.map((r) => ({ image: String(r.image), freedAt: Number(r.freed_at), sentAt: r.sent_at === null ? null : Number(r.sent_at), standing: Number(r.standing) === 1 }));
 }
 
 export async function markFreesSent(db: Db, images: string[], now = Date.now()): Promise<void> {
   if (!images.length) return;
-  await db.$client.execute({ sql: "UPDATE freed_images SET sent_at = ? WHERE image IN (SELECT value FROM json_each(?))", args: [now, JSON.stringify(images)] });
+  // The first send's time stays: a resend (with a welcome) does not extend its window.
+  await db.$client.execute({ sql: "UPDATE freed_images SET sent_at = COALESCE(sent_at, ?) WHERE image IN (SELECT value FROM json_each(?))", args: [now, JSON.stringify(images)] });
 }
 
 /** Appends entries the agent numbered; a repeated seq is ignored, entries past `max` dropped. */

@@ -4,7 +4,7 @@ import { describe, expect, it } from "vitest";
 import { dueFrees, IMAGE_RECHECK_MS, imageGraceMs, IMAGE_FREE_GRACE_MS } from "../../../durable-objects/operations/image-gc.ts";
 
 const GRACE = 1_000;
-const free = (image: string, freedAt: number, standing = false) => ({ image, freedAt, standing });
+const free = (image: string, freedAt: number, standing = false, sentAt: number | null = null) => ({ image, freedAt, sentAt, standing });
 
 describe("dueFrees", () => {
   it("keeps an image for the grace period after its claim, then sends it", () => {
@@ -18,6 +18,11 @@ describe("dueFrees", () => {
     expect(r.send).toEqual(["b-free"]);
     // The earliest of: the held ones' recheck, the young one's end of grace.
     expect(r.nextAt).toBe(Math.min(now + IMAGE_RECHECK_MS, now - 10 + GRACE));
+  });
+
+  it("sends again one sent before (a welcome's resend), whatever the clock says of its grace, unless a sandbox names it", () => {
+    expect(dueFrees([free("b-a", 100, false, 1_200)], new Set(), 500, GRACE)).toEqual({ send: ["b-a"], nextAt: null });
+    expect(dueFrees([free("b-a", 100, false, 1_200)], new Set(["b-a"]), 500, GRACE)).toEqual({ send: [], nextAt: 500 + IMAGE_RECHECK_MS });
   });
 
   it("nothing pending: nothing to send, no next look", () => {

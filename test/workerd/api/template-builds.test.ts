@@ -304,10 +304,18 @@ describe("template build API", () => {
     try {
       expect(await collect(team.cluster)).toEqual([first.image]);
       await vi.waitFor(() => expect(again.rootfsDeletes).toEqual([first.image]));
-      // Told once: a later pass (or hello) sends it no more.
+      // Told once: a later pass of the session sends it no more.
       expect(await collect(team.cluster)).toEqual([]);
     } finally {
       again.disconnect();
+    }
+    // The frame has no ack: a new session (the last one may have dropped as it was written) is
+    // told again with its welcome.
+    const third = await startAgent(team.cluster, { builder: true });
+    try {
+      await vi.waitFor(() => expect(third.rootfsDeletes).toEqual([first.image]));
+    } finally {
+      third.disconnect();
     }
   });
 
