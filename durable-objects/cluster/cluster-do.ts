@@ -29,7 +29,7 @@ import { CrdSync } from "./crd-sync.ts";
 import { batches, ENQUEUE_MAX_BYTES, utf8Bytes } from "../pool/enqueue-batch.ts";
 import { BUILD_FEATURE, type BuildEvents, type BuildFrame } from "../../schema/protocol/build.ts";
 import { recordBuildEvents } from "../operations/template-builds.ts";
-import { collectImages } from "../operations/image-gc.ts";
+import { collectImages, IMAGE_RECHECK_MS } from "../operations/image-gc.ts";
 import type { Result } from "../sandbox/state.ts";
 import { ObservationRouter } from "./observation-router.ts";
 import { nextRedelivery, transition, type ClusterEffect, type ClusterEvent, type ClusterState } from "./machine.ts";
@@ -262,6 +262,13 @@ export class ClusterDO extends DurableObject<Env> {
     const store = this.store!;
     const name = store.getMeta("cluster") ?? cluster;
     if (!name) return { ok: true, sent: [] };
+    const lookAgainAt = (at: number | null) => {
+      // Nothing to send while no agent is connected: the next hello runs a pass.
+      const due = at !== null && this.agentSocket() ? at : null;
+      store.setMeta("imageGcAt", due === null ? "" : String(due));
+      this.gcAt = due;
+      this.armAlarm(Date.now());
+    };
     const next = this.imageGc.then(async () => {
       const r = await collectImages(this.env, name, {
         inUse: (images) => {
@@ -273,12 +280,12 @@ export class ClusterDO extends DurableObject<Env> {
           this.send({ type: "rootfsDeletes", names });
           return true;
         },
-      }, now, welcome);
-      // Nothing to send while no agent is connected: the next hello runs a pass.
-      const at = r.nextAt !== null && this.agentSocket() ? r.nextAt : null;
-      store.setMeta("imageGcAt", at === null ? "" : String(at));
-      this.gcAt = at;
-      this.armAlarm(Date.now());
+      }, now, welcome).catch((err: unknown) => {
+        // A failed pass (libSQL unreachable) is tried again at the recheck, not at once.
+        lookAgainAt(Date.now() + IMAGE_RECHECK_MS);
+        throw err;
+      });
+      lookAgainAt(r.nextAt);
       return r.sent;
     });
     this.imageGc = next.catch((err: unknown) => LOG.warn("image collection failed; tried again at the next hello or alarm", { error: err }));
