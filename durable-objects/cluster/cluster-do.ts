@@ -94,7 +94,6 @@ export class ClusterDO extends DurableObject<Env> {
   private profileTeams: Set<string> | null = null;
   private templateTeams = new Set<string>();
   private pruneTimer: ReturnType<typeof setTimeout> | null = null;
-  private gcTimer: ReturnType<typeof setTimeout> | null = null;
   private profilesChain: Promise<unknown> = Promise.resolve();
   /** The trace context of unacked intents, by seq, sent with each (re)delivery (traceIntent). */
   private traces = new Map<number, string>();
@@ -364,11 +363,13 @@ export class ClusterDO extends DurableObject<Env> {
    * churn beside a long-lived sandbox holding an image, is one pass). Nothing is read when none
    * wait. */
   private collectSoon(): void {
-    if (this.imageGcAt() === null) return;
-    this.gcTimer ??= setTimeout(() => {
-      this.gcTimer = null;
-      this.collectImages().catch(() => {});
-    }, 1_000);
+    const at = this.imageGcAt();
+    const soon = Date.now() + 1_000;
+    if (at === null || at <= soon) return;
+    // On the alarm (armed by the event's apply), not a timer: an object with only hibernatable
+    // sockets may be evicted before a timer fires, and the alarm outlives it.
+    this.gcAt = soon;
+    this.store!.setMeta("imageGcAt", String(soon));
   }
 
   /** Sends the set again if this session's agent has `team`'s profiles (a secret they name
