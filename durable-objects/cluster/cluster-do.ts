@@ -94,6 +94,7 @@ export class ClusterDO extends DurableObject<Env> {
   private profileTeams: Set<string> | null = null;
   private templateTeams = new Set<string>();
   private pruneTimer: ReturnType<typeof setTimeout> | null = null;
+  private gcTimer: ReturnType<typeof setTimeout> | null = null;
   private profilesChain: Promise<unknown> = Promise.resolve();
   /** The trace context of unacked intents, by seq, sent with each (re)delivery (traceIntent). */
   private traces = new Map<number, string>();
@@ -364,10 +365,15 @@ export class ClusterDO extends DurableObject<Env> {
    * wait. */
   private collectSoon(): void {
     const at = this.imageGcAt();
-    const soon = Date.now() + 1_000;
-    if (at === null || at <= soon) return;
-    // On the alarm (armed by the event's apply), not a timer: an object with only hibernatable
-    // sockets may be evicted before a timer fires, and the alarm outlives it.
+    if (at === null) return;
+    this.gcTimer ??= setTimeout(() => {
+      this.gcTimer = null;
+      this.collectImages().catch(() => {});
+    }, 1_000);
+    // And on the alarm (armed by the event's apply) in case the timer does not fire: an object
+    // with only hibernatable sockets may be evicted first, and the alarm outlives it.
+    const soon = Date.now() + 2_000;
+    if (at <= soon) return;
     this.gcAt = soon;
     this.store!.setMeta("imageGcAt", String(soon));
   }
