@@ -475,7 +475,15 @@ export class ClusterDO extends DurableObject<Env> {
     this.alarmAt = null;
     await this.sweep();
     const gcAt = this.imageGcAt();
-    if (gcAt !== null && gcAt <= Date.now()) await this.collectImages().catch(() => {});
+    // The alarm may run before the object's clock (which moves only with I/O) has reached its
+    // time: its pass runs as of that time. Skipped, it would re-arm the alarm at the time of the
+    // one running, which the runtime drops when the handler ends: nothing would wake it again.
+    if (gcAt !== null && gcAt <= Date.now() + 1_000) {
+      await this.collectImages(undefined, Math.max(Date.now(), gcAt)).catch(() => {});
+      // Armed again from what the pass left (sweep armed it for the time of this very alarm).
+      this.alarmAt = null;
+      this.armAlarm(Date.now());
+    }
   }
 
   /** When claimed images are next looked at (null: none wait, or no agent to tell); kept in meta
