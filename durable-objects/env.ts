@@ -44,6 +44,9 @@ export interface Env {
   QUOTA_VCPUS?: string;
   QUOTA_MEMORY_MB?: string;
   QUOTA_CREATES_PER_MINUTE?: string;
+  /** Milliseconds a freed built image is kept for creates under way (operations/image-gc.ts);
+   * unset: 5 minutes. */
+  IMAGE_FREE_GRACE_MS?: string;
 }
 
 /** Who is calling, as the auth middleware resolved the X-API-KEY. */

@@ -29,6 +29,7 @@ import { CrdSync } from "./crd-sync.ts";
 import { batches, ENQUEUE_MAX_BYTES, utf8Bytes } from "../pool/enqueue-batch.ts";
 import { BUILD_FEATURE, type BuildEvents, type BuildFrame } from "../../schema/protocol/build.ts";
 import { recordBuildEvents } from "../operations/template-builds.ts";
+import { collectImages, IMAGE_RECHECK_MS } from "../operations/image-gc.ts";
 import type { Result } from "../sandbox/state.ts";
 import { ObservationRouter } from "./observation-router.ts";
 import { nextRedelivery, transition, type ClusterEffect, type ClusterEvent, type ClusterState } from "./machine.ts";
@@ -93,6 +94,7 @@ export class ClusterDO extends DurableObject<Env> {
   private profileTeams: Set<string> | null = null;
   private templateTeams = new Set<string>();
   private pruneTimer: ReturnType<typeof setTimeout> | null = null;
+  private gcTimer: ReturnType<typeof setTimeout> | null = null;
   private profilesChain: Promise<unknown> = Promise.resolve();
   /** The trace context of unacked intents, by seq, sent with each (re)delivery (traceIntent). */
   private traces = new Map<number, string>();
@@ -119,6 +121,10 @@ export class ClusterDO extends DurableObject<Env> {
   private crd: CrdSync | null = null;
   /** Build events go to libSQL one frame after another, so a build's end follows its logs. */
   private builds: Promise<void> = Promise.resolve();
+  /** Image collection passes, one after another (operations/image-gc.ts). */
+  private imageGc: Promise<unknown> = Promise.resolve();
+  /** imageGcAt's value (undefined: not read yet). */
+  private gcAt: number | null | undefined = undefined;
   /** Logs requests sent to the agent, by id, until it answers (or the wait ends). */
   private logsWaiters = new Map<string, (entries: SandboxLogEntry[]) => void>();
 
@@ -244,17 +250,50 @@ export class ClusterDO extends DurableObject<Env> {
   }
 
   /**
-   * Asks the agent to free a deleted template's built root filesystems. Best effort: sent only
-   * while it is connected (`sent` says whether it was); nothing is queued for a later session.
+   * A pass of the built-image collection for this cluster (operations/image-gc.ts): claims what
+   * nothing in libSQL references, and tells the agent about claimed images past their grace that
+   * no sandbox here names. Passes run one after another; the next is armed on the alarm. `cluster`:
+   * the caller's name for it (an object whose agent never connected has none of its own); `now`
+   * lets tests look past the grace period; `welcome`: a new session's pass (collectImages in
+   * image-gc.ts).
    */
-  async deleteRootfs(names: string[]): Promise<{ ok: true; sent: boolean }> {
+  async collectImages(cluster?: string, now: number = Date.now(), welcome = false): Promise<{ ok: true; sent: string[] }> {
     this.load();
-    if (names.length === 0 || !this.agentSocket()) return { ok: true, sent: false };
-    this.send({ type: "rootfsDeletes", names });
-    return { ok: true, sent: true };
+    const store = this.store!;
+    const name = store.getMeta("cluster") ?? cluster;
+    if (!name) return { ok: true, sent: [] };
+    const lookAgainAt = (at: number | null) => {
+      // Nothing to send while no agent is connected: the next hello runs a pass.
+      const due = at !== null && this.agentSocket() ? at : null;
+      store.setMeta("imageGcAt", due === null ? "" : String(due));
+      this.gcAt = due;
+      this.armAlarm(Date.now());
+    };
+    const next = this.imageGc.then(async () => {
+      const r = await collectImages(this.env, name, {
+        inUse: (images) => {
+          this.turn.flush();
+          return store.imagesInUse(images);
+        },
+        send: (names) => {
+          if (!this.agentSocket()) return false;
+          this.send({ type: "rootfsDeletes", names });
+          return true;
+        },
+      }, now, welcome).catch((err: unknown) => {
+        // A failed pass (libSQL unreachable) is tried again at the recheck, not at once.
+        lookAgainAt(Date.now() + IMAGE_RECHECK_MS);
+        throw err;
+      });
+      lookAgainAt(r.nextAt);
+      return r.sent;
+    });
+    this.imageGc = next.catch((err: unknown) => LOG.warn("image collection failed; tried again at the next hello or alarm", { error: err }));
+    return { ok: true, sent: await next };
   }
 
-  /** Asks the agent to free snapshots the edge deleted (best effort, see deleteRootfs). */
+  /** Asks the agent to free snapshots the edge deleted. Best effort: sent only while it is
+   * connected (`sent` says whether it was); nothing is queued for a later session. */
   async deleteSnapshots(ids: string[]): Promise<{ ok: true; sent: boolean }> {
     this.load();
     if (ids.length === 0 || !this.agentSocket()) return { ok: true, sent: false };
@@ -318,6 +357,25 @@ export class ClusterDO extends DurableObject<Env> {
       if (![...this.profileTeams].some((t) => !this.templateTeams.has(t) && !this.store!.hasTeam(t))) return;
       this.sendSecurityProfiles().catch((err: unknown) => LOG.warn("security profiles not pruned", { error: err }));
     }, 0);
+  }
+
+  /** After sandboxes here are gone, while freed images wait (one may have been held by them): a
+   * pass soon rather than at the next recheck, one per second at most (a burst of deletes, or
+   * churn beside a long-lived sandbox holding an image, is one pass). Nothing is read when none
+   * wait. */
+  private collectSoon(): void {
+    const at = this.imageGcAt();
+    if (at === null) return;
+    this.gcTimer ??= setTimeout(() => {
+      this.gcTimer = null;
+      this.collectImages().catch(() => {});
+    }, 1_000);
+    // And on the alarm (armed by the event's apply) in case the timer does not fire: an object
+    // with only hibernatable sockets may be evicted first, and the alarm outlives it.
+    const soon = Date.now() + 2_000;
+    if (at <= soon) return;
+    this.gcAt = soon;
+    this.store!.setMeta("imageGcAt", String(soon));
   }
 
   /** Sends the set again if this session's agent has `team`'s profiles (a secret they name
@@ -416,6 +474,26 @@ export class ClusterDO extends DurableObject<Env> {
   override async alarm(): Promise<void> {
     this.alarmAt = null;
     await this.sweep();
+    const gcAt = this.imageGcAt();
+    // The alarm may run before the object's clock (which moves only with I/O) has reached its
+    // time: its pass runs as of that time. Skipped, it would re-arm the alarm at the time of the
+    // one running, which the runtime drops when the handler ends: nothing would wake it again.
+    if (gcAt !== null && gcAt <= Date.now() + 1_000) {
+      await this.collectImages(undefined, Math.max(Date.now(), gcAt)).catch(() => {});
+      // Armed again from what the pass left (sweep armed it for the time of this very alarm).
+      this.alarmAt = null;
+      this.armAlarm(Date.now());
+    }
+  }
+
+  /** When claimed images are next looked at (null: none wait, or no agent to tell); kept in meta
+   * for the next instance, read once per instance (armAlarm runs on every event). */
+  private imageGcAt(): number | null {
+    if (this.gcAt === undefined) {
+      const v = this.store!.getMeta("imageGcAt");
+      this.gcAt = v ? Number(v) : null;
+    }
+    return this.gcAt;
   }
 
   /**
@@ -452,6 +530,8 @@ export class ClusterDO extends DurableObject<Env> {
     this.apply({ type: "hello", hello });
     this.sendTrafficPolicies().catch((err: unknown) => LOG.warn("traffic policies not sent", { error: err }));
     this.sendSecurityProfiles().catch((err: unknown) => LOG.warn("security profiles not sent", { error: err }));
+    // Images freed while it was away, and those whose frame a dropped session may have lost.
+    this.collectImages(undefined, undefined, true).catch(() => {});
   }
 
   private onBuildEvents(msg: BuildEvents): void {
@@ -515,7 +595,7 @@ export class ClusterDO extends DurableObject<Env> {
     const st = this.state!;
     const redeliver = nextRedelivery(st, REDELIVER_MS);
     const live = st.connected ? now + LIVENESS_MS : null;
-    const due = Math.min(redeliver ?? Infinity, live ?? Infinity);
+    const due = Math.min(redeliver ?? Infinity, live ?? Infinity, this.imageGcAt() ?? Infinity);
     if (due === Infinity || (this.alarmAt !== null && this.alarmAt <= due)) return;
     this.alarmAt = due;
     void this.ctx.storage.setAlarm(due);
@@ -536,6 +616,7 @@ export class ClusterDO extends DurableObject<Env> {
         case "drop-desired":
           write(() => store.dropDesired(e.sandboxId));
           this.pruneProfiles();
+          this.collectSoon();
           break;
         case "queue":
           write(() => store.queue(e.seq, e.sandboxId, e.generation));

@@ -39,6 +39,10 @@ export interface ClusterStore {
   liveTeams(): string[];
   /** Whether a sandbox of `team` is among them (an index lookup). */
   hasTeam(team: string): boolean;
+  /** Those of `images` a sandbox kept here names (running, paused, queued for its agent, deleted
+   * until the agent says it is gone). A scan of the desired rows: run only while images wait to
+   * be freed, and an index would cost every intent write. */
+  imagesInUse(images: readonly string[]): Set<string>;
 }
 
 export function openClusterStore(sql: Sql): ClusterStore {
@@ -91,6 +95,18 @@ export function openClusterStore(sql: Sql): ClusterStore {
     },
     hasTeam(team) {
       return sql.exec("SELECT 1 FROM desired WHERE team = ? LIMIT 1", team).toArray().length > 0;
+    },
+    imagesInUse(images) {
+      const used = new Set<string>();
+      for (let i = 0; i < images.length; i += MAX_BOUND) {
+        const chunk = images.slice(i, i + MAX_BOUND);
+        const rows = sql.exec<{ image: string }>(
+          `SELECT DISTINCT json_extract(intent, '$.template.image') AS image FROM desired WHERE json_extract(intent, '$.template.image') IN (${chunk.map(() => "?").join(", ")})`,
+          ...chunk,
+        );
+        for (const r of rows) used.add(r.image);
+      }
+      return used;
     },
     dropDesired(id) {
       sql.exec("DELETE FROM desired WHERE sandbox_id = ?", id);

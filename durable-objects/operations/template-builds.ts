@@ -12,7 +12,8 @@ import { quotaStub } from "../quota/stub.ts";
 import { getDb } from "../store/db.ts";
 import { activeBuilds, hasFile, getBuild, insertBuild, lastLogs, logsFrom, moveBuild, putTags, touchBuild, appendLogs, type BuildRow, type LogRow } from "../store/template-builds.ts";
 import { getTemplate, resolveTemplate } from "../store/templates.ts";
-import { freeSupersededImage, putTemplate } from "./templates.ts";
+import { nudgeImageGc } from "./image-gc.ts";
+import { putTemplate } from "./templates.ts";
 
 /** What `POST /v3/templates` answers (E2B TemplateRequestResponseV3). */
 export interface BuildRequested {
@@ -54,6 +55,7 @@ export async function requestBuild(env: Env, caller: Caller, input: RequestBuild
     reason: null,
     image: `b-${id}`,
     inherit: null,
+    baseImage: null,
     createdAt: now,
     updatedAt: now,
     finishedAt: null,
@@ -92,7 +94,9 @@ export async function startBuild(env: Env, caller: Caller, templateId: string, b
   if ((await activeBuilds(db, b.teamId)) >= MAX_TEAM_BUILDS) throw new ApiError("quota_exceeded", `team "${b.teamName}" already runs ${MAX_TEAM_BUILDS} builds; wait for one to finish`);
   const reserved = await quotaStub(env, b.teamId).reserve({ teamId: b.teamId, teamName: b.teamName, sandboxId: quotaKey(b.id), generation: 1, cpu: b.cpuCount, memoryMB: b.memoryMB });
   if (!reserved.ok) throw ApiError.from(reserved.error);
-  if (!(await moveBuild(db, b.id, ["waiting"], { status: "building", startCmd: commands.startCmd ?? null, readyCmd: commands.readyCmd ?? null, inherit }))) {
+  // The base it stands on is recorded with the move: the image is not freed while it runs.
+  const baseImage = "rootfs" in from ? from.rootfs : null;
+  if (!(await moveBuild(db, b.id, ["waiting"], { status: "building", startCmd: commands.startCmd ?? null, readyCmd: commands.readyCmd ?? null, inherit, baseImage }))) {
     await releaseQuota(env, b);
     throw new ApiError("conflict", `build "${buildId}" was already started`);
   }
@@ -195,9 +199,9 @@ export async function recordBuildEvents(env: Env, cluster: string, items: BuildE
     }
     await putTags(db, b.teamId, b.templateId, b.tags, b.id);
     await finish(env, b, { status: "ready" });
-    // The previous build's image, now that its tags may have moved to this build (putTemplate
-    // tried before they had).
-    if (existing && existing.spec.image !== b.image) await freeSupersededImage(env, existing.spec.image, existing.spec.cluster);
+    // The previous build's image, now that its tags may have moved to this build (putTemplate's
+    // pass ran before they had), and the builds that stood on another image are done.
+    await nudgeImageGc(env, b.cluster);
   }
 }
 

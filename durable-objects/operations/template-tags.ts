@@ -5,7 +5,8 @@ import type { Caller, Env } from "../env.ts";
 import { getDb } from "../store/db.ts";
 import { buildsOf, claimUnusedImages, deleteBuildsOf, deleteTags, putTags, tagsOf } from "../store/template-builds.ts";
 import { resolveTemplate } from "../store/templates.ts";
-import { BUILT_IMAGE, removeTemplate } from "./templates.ts";
+import { BUILT_IMAGE, nudgeImageGc } from "./image-gc.ts";
+import { removeTemplate } from "./templates.ts";
 
 /** `GET /templates/aliases/{alias}`: the caller's template (or a build of it), or a public one. */
 export async function aliasOf(env: Env, caller: Caller, alias: string): Promise<{ templateID: string; public: boolean }> {
@@ -43,7 +44,8 @@ export async function listTags(env: Env, caller: Caller, templateId: string) {
  * (`code-interpreter-v1` and `code-interpreter`), and deleting either leaves the other working;
  * the last one's delete frees it. The check and the claim are one statement, and a template write
  * naming a claimed image is refused (`claimUnusedImages`): a concurrent PUT cannot take an image
- * this frees. The agent keeps layers a sandbox still mounts. */
+ * this frees. The cluster's collection tells the agent (operations/image-gc.ts: after a grace
+ * period, once no sandbox there names it); the agent keeps layers a sandbox still mounts. */
 export async function deleteTemplateAndBuilds(env: Env, caller: Caller, templateId: string): Promise<void> {
   const db = getDb(env);
   const removed = await removeTemplate(env, caller.teamId, templateId);
@@ -54,8 +56,9 @@ export async function deleteTemplateAndBuilds(env: Env, caller: Caller, template
   if (template && BUILT_IMAGE.test(template.spec.image)) candidates.set(template.spec.image, template.spec.cluster);
   const builds = await deleteBuildsOf(db, caller.teamId, templateId);
   if (!removed.found && !builds) throw new ApiError("template_not_found", `Template "${templateId}" not found`);
-  const freed = await claimUnusedImages(db, [...candidates.keys()]);
-  const images = new Map<string, string[]>();
-  for (const [image, cluster] of candidates) if (freed.has(image)) images.set(cluster, [...(images.get(cluster) ?? []), image]);
-  for (const [cluster, names] of images) await env.CLUSTER.get(env.CLUSTER.idFromName(cluster)).deleteRootfs(names.slice(0, 1000));
+  const byCluster = new Map<string, string[]>();
+  for (const [image, cluster] of candidates) byCluster.set(cluster, [...(byCluster.get(cluster) ?? []), image]);
+  for (const [cluster, images] of byCluster) {
+    if ((await claimUnusedImages(db, images, cluster)).size) await nudgeImageGc(env, cluster);
+  }
 }

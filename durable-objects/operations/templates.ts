@@ -8,9 +8,9 @@ import type { Result } from "../sandbox/state.ts";
 import { refusalsAsResult } from "./result.ts";
 import { getDb } from "../store/db.ts";
 import { evictTemplates } from "../store/template-cache.ts";
-import { claimSupersededImages } from "../store/template-builds.ts";
 import { deleteTemplate, getTemplate, namesFreedImage, upsertTemplate } from "../store/templates.ts";
 import { ensureTeam, listTeams } from "../store/teams.ts";
+import { BUILT_IMAGE, nudgeImageGc } from "./image-gc.ts";
 
 /** After a team's template left `cluster` (deleted, or moved to another): that cluster's agent
  * gets its SecurityProfile set again if it holds the team's, so a team it no longer serves (no
@@ -51,7 +51,9 @@ export async function putTemplate(env: Env, input: PutTemplateInput): Promise<Re
     const pool = await configurePool(env, t, input.teamName);
     // A record's spec is parsed: its cluster is always named ("local" by default).
     if (before && before.spec.cluster !== t.spec.cluster) await templateLeft(env, before.spec.cluster, input.teamName);
-    if (before && before.spec.image !== t.spec.image) await freeSupersededImage(env, before.spec.image, before.spec.cluster);
+    // The image it named before is freed by its cluster's collection once nothing holds it (a
+    // create may have taken it just now); a failing nudge leaves that to the next pass.
+    if (before && before.spec.image !== t.spec.image && BUILT_IMAGE.test(before.spec.image)) await nudgeImageGc(env, before.spec.cluster);
     return { template: t, pool, existed };
   });
 }
@@ -71,17 +73,4 @@ export async function removeTemplate(env: Env, teamId: string, templateId: strin
     if (team) await templateLeft(env, before.spec.cluster, team.name);
     return { found, ...(before ? { template: before } : {}) };
   });
-}
-
-/** A rootfs name a build published (`b-<buildID>`); `base` and imported ones are not the edge's. */
-export const BUILT_IMAGE = /^b-[a-z0-9-]{1,64}$/;
-
-/**
- * Frees a built image its template stopped naming (a rebuild, a re-point) once nothing else
- * references it (`claimSupersededImages`): its cluster's agent drops the `b-<id>` record and the
- * layers no other record, sandbox or snapshot uses. Idempotent: a second call claims nothing.
- */
-export async function freeSupersededImage(env: Env, image: string, cluster: string): Promise<void> {
-  if (!BUILT_IMAGE.test(image)) return;
-  if ((await claimSupersededImages(getDb(env), [image])).size) await env.CLUSTER.get(env.CLUSTER.idFromName(cluster)).deleteRootfs([image]);
 }

@@ -56,42 +56,74 @@ export async function deleteBuildsOf(db: Db, teamId: string, templateId: string)
 }
 
 /**
- * Claims for freeing those of `images` that no template names and no build published, and returns
- * them. One statement: the check and the claim see one state of the database (sqld serializes
- * writes), and a template write naming a claimed image is refused after it (the `freed_images`
- * triggers), so a concurrent PUT either names the image first, and it is not freed, or is refused.
+ * Claims for freeing those of `images` (built on `cluster`) that no template names and no build
+ * published, and returns them. One statement: the check and the claim see one state of the
+ * database (sqld serializes writes), and a template write naming a claimed image is refused after
+ * it (the `freed_images` triggers), so a concurrent PUT either names the image first, and it is not
+ * freed, or is refused. The agent is told later (operations/image-gc.ts).
  */
-export async function claimUnusedImages(db: Db, images: string[], now = Date.now()): Promise<Set<string>> {
+export async function claimUnusedImages(db: Db, images: string[], cluster: string, now = Date.now()): Promise<Set<string>> {
   if (!images.length) return new Set();
   const res = await db.$client.execute({
-    sql: `INSERT INTO freed_images (image, freed_at) SELECT value, ? FROM json_each(?) AS c
+    sql: `INSERT INTO freed_images (image, freed_at, cluster) SELECT value, ?, ? FROM json_each(?) AS c
           WHERE NOT EXISTS (SELECT 1 FROM templates WHERE json_extract(spec, '$.image') = c.value)
             AND NOT EXISTS (SELECT 1 FROM template_builds WHERE image = c.value)
           ON CONFLICT DO NOTHING RETURNING image`,
-    args: [now, JSON.stringify(images)],
+    args: [now, cluster, JSON.stringify(images)],
   });
   return new Set(res.rows.map((r) => String(r.image)));
 }
 
 /**
- * Claims for freeing those of `images` that a template no longer names after a rebuild or a
- * re-point: no template names it, no tag names a build that published it (a kept tag is a
- * reference the caller made), and no build that published it is still running (its image is named
- * only once it finishes). The build's row stays: its status and logs are still asked for. An
- * untagged superseded build cannot be named again (a tag target by name is its newest ready
- * build). One statement with the `freed_images` triggers, as `claimUnusedImages`.
+ * Claims for freeing the images of `cluster`'s finished builds that nothing in libSQL references
+ * any more (a rebuild or a re-point moved their template off them): no template names it, no tag
+ * names its build (a kept tag is a reference the caller made), and no build that is waiting or
+ * running stands on it (`fromTemplate`). A running build's own image is named only once it
+ * finishes, so it is never a candidate. The build's row stays (its status and logs are still asked
+ * for). An untagged superseded build cannot be named again (a tag target by name is its newest
+ * ready build). One statement with the `freed_images` triggers, as `claimUnusedImages`. Returns
+ * what it claimed.
  */
-export async function claimSupersededImages(db: Db, images: string[], now = Date.now()): Promise<Set<string>> {
-  if (!images.length) return new Set();
+export async function claimSupersededImages(db: Db, cluster: string, now = Date.now()): Promise<string[]> {
   const res = await db.$client.execute({
-    sql: `INSERT INTO freed_images (image, freed_at) SELECT value, ? FROM json_each(?) AS c
-          WHERE NOT EXISTS (SELECT 1 FROM templates WHERE json_extract(spec, '$.image') = c.value)
-            AND NOT EXISTS (SELECT 1 FROM template_builds b WHERE b.image = c.value
-              AND (b.status NOT IN ('ready', 'error') OR EXISTS (SELECT 1 FROM template_tags t WHERE t.build_id = b.id)))
+    sql: `INSERT INTO freed_images (image, freed_at, cluster) SELECT b.image, ?, b.cluster FROM template_builds b
+          WHERE b.cluster = ? AND b.status IN ('ready', 'error')
+            AND NOT EXISTS (SELECT 1 FROM freed_images f WHERE f.image = b.image)
+            AND NOT EXISTS (SELECT 1 FROM templates WHERE json_extract(spec, '$.image') = b.image)
+            AND NOT EXISTS (SELECT 1 FROM template_tags t WHERE t.build_id = b.id)
+            AND NOT EXISTS (SELECT 1 FROM template_builds c WHERE c.base_image = b.image AND c.status IN ('waiting', 'building'))
           ON CONFLICT DO NOTHING RETURNING image`,
-    args: [now, JSON.stringify(images)],
+    args: [now, cluster],
   });
-  return new Set(res.rows.map((r) => String(r.image)));
+  return res.rows.map((r) => String(r.image));
+}
+
+/** A claimed image its agent has not been told about yet (or was told recently: `sentAt`);
+ * `standing`: a build that is waiting or running stands on it (it was claimed just before that
+ * build's start recorded its base). */
+export interface UnsentFree {
+  image: string;
+  freedAt: number;
+  sentAt: number | null;
+  standing: boolean;
+}
+
+/** `cluster`'s claimed images not sent to its agent yet, oldest first (at most `limit`); with
+ * `sentSince`, also those first sent at or after that time. */
+export async function unsentFrees(db: Db, cluster: string, sentSince?: number, limit = 1000): Promise<UnsentFree[]> {
+  const res = await db.$client.execute({
+    sql: `SELECT f.image, f.freed_at, f.sent_at,
+            EXISTS (SELECT 1 FROM template_builds c WHERE c.base_image = f.image AND c.status IN ('waiting', 'building')) AS standing
+          FROM freed_images f WHERE f.cluster = ? AND (f.sent_at IS NULL OR f.sent_at >= ?) ORDER BY f.freed_at LIMIT ?`,
+    args: [cluster, sentSince ?? Number.MAX_SAFE_INTEGER, limit],
+  });
+  return res.rows.map((r) => ({ image: String(r.image), freedAt: Number(r.freed_at), sentAt: r.sent_at === null ? null : Number(r.sent_at), standing: Number(r.standing) === 1 }));
+}
+
+export async function markFreesSent(db: Db, images: string[], now = Date.now()): Promise<void> {
+  if (!images.length) return;
+  // The first send's time stays: a resend (with a welcome) does not extend its window.
+  await db.$client.execute({ sql: "UPDATE freed_images SET sent_at = COALESCE(sent_at, ?) WHERE image IN (SELECT value FROM json_each(?))", args: [now, JSON.stringify(images)] });
 }
 
 /** Appends entries the agent numbered; a repeated seq is ignored, entries past `max` dropped. */

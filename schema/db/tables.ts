@@ -119,13 +119,18 @@ export const auditEvents = sqliteTable(
   (t) => [index("audit_team_at").on(t.teamId, t.at)],
 );
 
-/** Built root filesystems (`b-<buildID>`) a template delete freed: claimed in the same statement
- * that finds no template naming them and no build publishing them, and a template write naming one
+/** Built root filesystems (`b-<buildID>`) claimed for freeing (operations/image-gc.ts): claimed in
+ * the same statement that finds nothing in libSQL referencing them, and a template write naming one
  * is refused by a trigger (migration 0011), so a concurrent PUT cannot take an image being freed.
  * Build ids are never reused, so a row stays (a PUT naming it later would name a freed image). */
 export const freedImages = sqliteTable("freed_images", {
   image: text("image").primaryKey(),
+  /** When it was claimed: the agent is told only a grace period later (creates in flight). */
   freedAt: integer("freed_at").notNull(),
+  /** The cluster whose agent holds it. */
+  cluster: text("cluster").notNull().default("local"),
+  /** When its agent was told (null: not yet; sent with every welcome until then). */
+  sentAt: integer("sent_at"),
 });
 
 /** Template builds (E2B `Template.build`): one row per build, its state and what it asked for. */
@@ -151,6 +156,9 @@ export const templateBuilds = sqliteTable(
     image: text("image").notNull(),
     /** What the built template takes from its `fromTemplate` base's spec (`InheritedSpec`). */
     inherit: text("inherit", { mode: "json" }).$type<{ codeInterpreter?: boolean }>(),
+    /** The image a `fromTemplate` build stands on (its parent's, at the start): not freed while
+     * the build runs. */
+    baseImage: text("base_image"),
     createdAt: integer("created_at").notNull(),
     updatedAt: integer("updated_at").notNull(),
     finishedAt: integer("finished_at"),

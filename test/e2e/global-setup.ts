@@ -27,7 +27,9 @@ export default async function setup(project: TestProject) {
   execFileSync("openssl", ["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", outsideCa.key, "-out", outsideCa.cert, "-days", "2", "-subj", "/CN=e2e outside CA"], { stdio: "ignore" });
   process.env.NODE_EXTRA_CA_CERTS = outsideCa.cert; // read by the agent at its start
   // code-interpreter through the edge's build API, as npm start does (the global setup before warmed its layers).
-  const sys = await startSystem({ dataDir, baseReplicas: 3, codeInterpreterReplicas: 0 });
+  // A freed built image is kept 2 s for creates under way (5 minutes by default): the tests see
+  // rebuilds and deletes free it, through the ClusterDO's alarm.
+  const sys = await startSystem({ dataDir, baseReplicas: 3, codeInterpreterReplicas: 0, edgeVars: { IMAGE_FREE_GRACE_MS: "2000" } });
   project.provide("e2b", { apiUrl: sys.apiUrl, apiKey: sys.apiKey, dataDir, isolation: sys.isolation, metricsUrl: sys.metricsUrl });
   project.provide("outsideCa", outsideCa);
   return async () => {

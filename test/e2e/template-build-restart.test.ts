@@ -2,8 +2,9 @@
 // 12.1): the agent keeps the builds it was handed on disk until their result is delivered; a new
 // agent process starts them again, the finished steps come from the layer cache, the cut step
 // runs again, and the build ends ready with the log saying what happened (never `building`
-// forever). Real e2b JS SDK (Template.buildInBackground / getBuildStatus). Its own system, because
-// it kills the agent.
+// forever). Real e2b JS SDK (Template.buildInBackground / getBuildStatus). And a template
+// re-pointed while the agent is down frees the old build's image once it is back (review N5).
+// Its own system, because it kills the agent.
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -23,7 +24,8 @@ const opts = () => ({ apiKey: sys.apiKey, apiUrl: sys.apiUrl, sandboxUrl: sys.ap
 
 beforeAll(async () => {
   dataDir = mkdtempSync(join(tmpdir(), "sbx-build-restart-"));
-  sys = await startSystem({ dataDir });
+  // A freed built image is kept 2 s for creates under way (5 minutes by default).
+  sys = await startSystem({ dataDir, edgeVars: { IMAGE_FREE_GRACE_MS: "2000" } });
 });
 afterAll(async () => {
   await sys?.stop();
@@ -58,6 +60,35 @@ it("a build cut by an agent kill -9 is resumed by the next agent and ends ready"
   const sbx = await Sandbox.create(name, opts());
   try {
     expect((await sbx.commands.run("cat /one.txt /two.txt")).stdout).toBe("one\ntwo\n");
+  } finally {
+    await sbx.kill();
+  }
+});
+
+it("a template re-pointed while the agent is down is applied at once, and the old build's record goes when the agent is back", { timeout: 180_000 }, async () => {
+  const run = uniqueTag();
+  const name = `tpl-repoint-${run}`;
+  const built = await Template.build(Template().fromBaseImage().setEnvs({ RUN_ID: run }).runCmd(`echo ${run} > /mine.txt`, { user: "root" }), name, opts());
+  const image = `b-${built.buildId}`;
+  outputs.push(image);
+  expect(store.template(image)).toBeDefined();
+  const headers = { "x-api-key": sys.apiKey, "content-type": "application/json" };
+  const team = ((await (await fetch(`${sys.apiUrl}/teams`, { headers })).json()) as { name: string; isDefault: boolean }[]).find((t) => t.isDefault)!;
+  const path = `${sys.apiUrl}/admin/teams/${team.name}/templates/${name}`;
+  const spec = ((await (await fetch(path, { headers })).json()) as { spec: Record<string, unknown> }).spec;
+
+  await sys.stopAgent();
+  try {
+    const put = await fetch(path, { method: "PUT", headers, body: JSON.stringify({ spec: { ...spec, image: "base" } }) });
+    expect(put.status).toBe(200);
+    expect(store.template(image)).toBeDefined();
+  } finally {
+    await sys.startAgent();
+  }
+  await expect.poll(() => store.template(image), { timeout: 60_000, interval: 200 }).toBeUndefined();
+  const sbx = await Sandbox.create(name, opts());
+  try {
+    expect((await sbx.commands.run("test -e /mine.txt || echo base")).stdout).toBe("base\n");
   } finally {
     await sbx.kill();
   }

@@ -246,22 +246,23 @@ async function deleteTemplate(name: string): Promise<void> {
 }
 
 describe("built layers are freed: DELETE /templates/{id}, a rebuild", () => {
-  it("the template's record goes at once; its own layers stay while a sandbox mounts them and go after it", async () => {
+  it("the template's record and its own layers stay while a sandbox of it lives and go after it", async () => {
     const { run, name, image, own } = await builtOwn("tpl-del");
     const sbx = await Sandbox.create(name, e2b());
     try {
       await deleteTemplate(name);
-      await expect.poll(() => store.template(image), { timeout: 10_000, interval: 100 }).toBeUndefined();
-      // Still mounted by the sandbox: kept, and the sandbox still reads its files.
-      expect(own.every((l) => store.layer(l))).toBe(true);
+      // Named by a sandbox of the cluster: kept, and the sandbox still reads its files.
       expect((await sbx.commands.run("cat /mine.txt")).stdout).toBe(`${run}\n`);
+      expect(store.template(image)).toBeDefined();
+      expect(own.every((l) => store.layer(l))).toBe(true);
     } finally {
       await sbx.kill();
     }
+    await expect.poll(() => store.template(image), { timeout: 30_000, interval: 200 }).toBeUndefined();
     await expect.poll(() => own.filter((l) => store.layer(l)), { timeout: 30_000, interval: 200 }).toEqual([]);
   });
 
-  it("a rebuild removes the previous build's record and the layers only it named; a sandbox of the old build keeps them until it goes", { timeout: 120_000 }, async () => {
+  it("a rebuild: the previous build's record and the layers only it named stay while a sandbox of the old build lives and go after it", { timeout: 120_000 }, async () => {
     const run = uniqueTag();
     const name = `tpl-reb-${run}`;
     const shared = (t: ReturnType<typeof Template>) => t.fromBaseImage().setEnvs({ RUN_ID: run }).runCmd(`echo ${run} > /shared.txt`, { user: "root" });
@@ -276,10 +277,10 @@ describe("built layers are freed: DELETE /templates/{id}, a rebuild", () => {
       outputs.push(cur);
       const own = oldLayers.filter((l) => !store.template(cur)!.layers.includes(l));
       expect(own.length).toBe(1);
-      await expect.poll(() => store.template(old), { timeout: 10_000, interval: 100 }).toBeUndefined();
-      // The old build's sandbox still mounts its last layer: kept, and it reads its files.
-      expect(store.layer(own[0]!)).toBeDefined();
+      // The old build's sandbox still names it: its record and last layer are kept, and it reads its files.
       expect((await sbx.commands.run("cat /shared.txt /v.txt")).stdout).toBe(`${run}\none\n`);
+      expect(store.template(old)).toBeDefined();
+      expect(store.layer(own[0]!)).toBeDefined();
       const fresh = await Sandbox.create(name, e2b());
       try {
         expect((await fresh.commands.run("cat /v.txt")).stdout).toBe("two\n");
@@ -289,11 +290,13 @@ describe("built layers are freed: DELETE /templates/{id}, a rebuild", () => {
     } finally {
       await sbx.kill();
     }
+    await expect.poll(() => store.template(old), { timeout: 30_000, interval: 200 }).toBeUndefined();
     await expect.poll(() => oldLayers.filter((l) => !store.layer(l)), { timeout: 30_000, interval: 200 }).toEqual(oldLayers.slice(-1));
   });
 
   // A Stop-paused sandbox runs nothing and mounts nothing, yet needs its template's layers to
-  // come back: its kept record names them, so the delete keeps them until the sandbox goes.
+  // come back: the edge keeps the template's record while the sandbox names it, and the agent
+  // its layers (its kept record names them) until the sandbox goes.
   it("a Stop-paused sandbox of the deleted template resumes on its layers, with its own files", { timeout: 120_000 }, async () => {
     const { run, name, image, own } = await builtOwn("tpl-delp");
     const sbx = await Sandbox.create(name, e2b());
@@ -301,13 +304,13 @@ describe("built layers are freed: DELETE /templates/{id}, a rebuild", () => {
       await sbx.files.write("/home/user/note.txt", "written before the pause\n");
       expect(await sbx.pause({ keepMemory: false })).toBe(true);
       await deleteTemplate(name);
-      await expect.poll(() => store.template(image), { timeout: 10_000, interval: 100 }).toBeUndefined();
       expect(own.every((l) => store.layer(l))).toBe(true);
       const back = await Sandbox.connect(sbx.sandboxId, e2b());
       expect((await back.commands.run("cat /mine.txt /home/user/note.txt")).stdout).toBe(`${run}\nwritten before the pause\n`);
     } finally {
       await sbx.kill();
     }
+    await expect.poll(() => store.template(image), { timeout: 30_000, interval: 200 }).toBeUndefined();
     await expect.poll(() => own.filter((l) => store.layer(l)), { timeout: 30_000, interval: 200 }).toEqual([]);
   });
 });

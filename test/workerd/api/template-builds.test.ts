@@ -10,6 +10,7 @@ import { BUILD_SILENCE_MS, MAX_TEMPLATE_FILE_BYTES } from "../../../schema/api/t
 import { templateBuilds } from "../../../schema/db/tables.ts";
 import { TemplateSpec } from "../../../schema/api/template.ts";
 import { claimUnusedImages } from "../../../durable-objects/store/template-builds.ts";
+import { IMAGE_FREE_GRACE_MS } from "../../../durable-objects/operations/image-gc.ts";
 import { getTemplate, namesFreedImage, upsertTemplate } from "../../../durable-objects/store/templates.ts";
 import { call, createTeam, expectError, expectStatus, startAgent, unique } from "../helpers.ts";
 import type { ScriptedAgent } from "../../support/scripted-agent.ts";
@@ -32,6 +33,12 @@ async function buildReady(team: { name: string; key: string; cluster: string }, 
   agent.sendFrame({ type: "buildEvents", items: [{ buildId: buildID, logs: [], result: { status: "ready", ...(frame.config ?? { user: "user", workdir: "/home/user", env: {} }) } }] });
   await poll(async () => (await expectStatus(call(`/templates/${name}/builds/${buildID}/status`, { key: team.key }), 200)).status === "ready");
   return { frame, spec: (await expectStatus(call(`/admin/teams/${team.name}/templates/${name}`), 200)).spec as Record<string, unknown> & { image: string } };
+}
+
+/** A pass of the cluster's built-image collection as it runs `ahead` ms from now (by default past
+ * the grace period a freed image is kept for creates under way); answers what went to the agent. */
+async function collect(cluster: string, ahead = IMAGE_FREE_GRACE_MS + 1): Promise<string[]> {
+  return (await env.CLUSTER.get(env.CLUSTER.idFromName(cluster)).collectImages(cluster, Date.now() + ahead)).sent;
 }
 
 describe("template build API", () => {
@@ -132,7 +139,9 @@ describe("template build API", () => {
       expect(agent.rootfsDeletes).toEqual([]);
       await expectStatus(call(`/templates/${team.template}`, { key: team.key, method: "DELETE" }), 204);
       await expectError(call(`/templates/${team.template}/builds/${id}/status`, { key: team.key }), 404);
-      // The agent is asked to free the build's root filesystem.
+      // The agent is asked to free the build's root filesystem, once the grace period is over.
+      expect(await collect(team.cluster, 0)).toEqual([]);
+      expect(await collect(team.cluster)).toEqual([`b-${id}`]);
       await vi.waitFor(() => expect(agent.rootfsDeletes).toEqual([`b-${id}`]));
     } finally {
       agent.disconnect();
@@ -187,10 +196,11 @@ describe("template build API", () => {
       await expectStatus(call(`/templates/${name}`, { key: team.key, method: "DELETE" }), 204);
       // Frames reach the agent in order: once the later delete's is there, the first sent none.
       await expectStatus(call(`/templates/${name}-other`, { key: team.key, method: "DELETE" }), 204);
-      await vi.waitFor(() => expect(agent.rootfsDeletes).toContain(other.image));
-      expect(agent.rootfsDeletes).toEqual([other.image]);
+      expect(await collect(team.cluster)).toEqual([other.image]);
+      await vi.waitFor(() => expect(agent.rootfsDeletes).toEqual([other.image]));
       // The last template naming it (no build of its own) frees it.
       await expectStatus(call(`/templates/${name}-alias`, { key: team.key, method: "DELETE" }), 204);
+      expect(await collect(team.cluster)).toEqual([shared.image]);
       await vi.waitFor(() => expect(agent.rootfsDeletes).toEqual([other.image, shared.image]));
       // A PUT naming the freed image (as one racing the delete would, after its check) is refused:
       // no template is left naming an image the agent was told to free.
@@ -209,6 +219,9 @@ describe("template build API", () => {
       const first = (await buildReady(team, agent, name, {})).spec;
       const second = (await buildReady(team, agent, name, {}, true)).spec;
       expect(second.image).not.toBe(first.image);
+      // Kept for the grace period (a create may have taken it just before), then freed.
+      expect(await collect(team.cluster, 0)).toEqual([]);
+      expect(await collect(team.cluster)).toEqual([first.image]);
       await vi.waitFor(() => expect(agent.rootfsDeletes).toEqual([first.image]));
       // Its build's status is still there to ask for.
       await expectStatus(call(`/templates/${name}/builds/${first.image.slice(2)}/status`, { key: team.key }), 200);
@@ -217,14 +230,92 @@ describe("template build API", () => {
       const third = (await buildReady(team, agent, name, {}, true, { tags: ["keep"] })).spec;
       // A tagged build is kept when superseded.
       const fourth = (await buildReady(team, agent, name, {}, true)).spec;
-      await vi.waitFor(() => expect(agent.rootfsDeletes).toEqual([first.image]));
+      expect(await collect(team.cluster)).toEqual([]);
       await expectStatus(call(`/admin/teams/${team.name}/templates/${name}-alias`, { method: "PUT", body: { spec: fourth } }), 200);
+      expect(await collect(team.cluster)).toEqual([second.image]);
       await vi.waitFor(() => expect(agent.rootfsDeletes).toEqual([first.image, second.image]));
       expect(agent.rootfsDeletes).not.toContain(third.image);
       // No template may name a freed image again.
       await expectError(call(`/admin/teams/${team.name}/templates/${name}-alias`, { method: "PUT", body: { spec: first } }), 400, /was freed/);
     } finally {
       agent.disconnect();
+    }
+  });
+
+  it("a create that took the template's spec just before a rebuild finished becomes Running: the old image is freed only once no sandbox names it", async () => {
+    const team = await createTeam(unique("tb-gc-create"));
+    const name = `${team.template}-gc`;
+    let first = "";
+    // The agent holds the create of the first build's image (an ensure still on its way).
+    const agent = await startAgent(team.cluster, { builder: true, hold: (i) => first !== "" && i.desired.state === "running" && i.template?.image === first });
+    try {
+      first = (await buildReady(team, agent, name, {})).spec.image;
+      const created = call("/sandboxes", { key: team.key, body: { templateID: name, timeout: 300 } });
+      await agent.waitUntil(() => agent.held.size === 1);
+      const second = (await buildReady(team, agent, name, {}, true)).spec.image;
+      expect(second).not.toBe(first);
+      agent.release([...agent.held.keys()][0]!);
+      const sbx = await expectStatus(created, 201);
+      // Not freed at the rebuild's finish, nor past the grace period while the sandbox names it.
+      expect(agent.rootfsDeletes).toEqual([]);
+      expect(await collect(team.cluster)).toEqual([]);
+      await expectStatus(call(`/sandboxes/${sbx.sandboxID}`, { key: team.key, method: "DELETE" }), 204);
+      await vi.waitFor(async () => expect(await collect(team.cluster)).toEqual([first]));
+      await vi.waitFor(() => expect(agent.rootfsDeletes).toEqual([first]));
+    } finally {
+      agent.disconnect();
+    }
+  });
+
+  it("a fromTemplate build keeps its base: the parent's rebuild frees the parent's old image only after the child's build is done", async () => {
+    const team = await createTeam(unique("tb-gc-child"));
+    const agent = await startAgent(team.cluster, { builder: true });
+    try {
+      const parent = `${team.template}-parent`;
+      const child = `${team.template}-child`;
+      const first = (await buildReady(team, agent, parent, {})).spec.image;
+      await expectStatus(call(`/admin/teams/${team.name}/templates/${child}`, { method: "PUT", body: { spec: { cluster: team.cluster } } }), 201);
+      const { buildID } = await requestBuild(team.key, child);
+      await expectStatus(call(`/v2/templates/${child}/builds/${buildID}`, { key: team.key, body: { fromTemplate: parent, steps: [{ type: "RUN", args: ["true"] }] } }), 202);
+      await agent.waitUntil(() => agent.builds.some((b) => b.buildId === buildID));
+      expect(agent.builds.find((b) => b.buildId === buildID)!.from).toEqual({ rootfs: first });
+      await buildReady(team, agent, parent, {}, true);
+      expect(agent.rootfsDeletes).toEqual([]);
+      expect(await collect(team.cluster)).toEqual([]);
+      agent.sendFrame({ type: "buildEvents", items: [{ buildId: buildID, logs: [], result: { status: "ready", user: "user", workdir: "/home/user", env: {} } }] });
+      await poll(async () => (await expectStatus(call(`/templates/${child}/builds/${buildID}/status`, { key: team.key }), 200)).status === "ready");
+      expect(await collect(team.cluster)).toEqual([first]);
+      await vi.waitFor(() => expect(agent.rootfsDeletes).toEqual([first]));
+    } finally {
+      agent.disconnect();
+    }
+  });
+
+  it("a re-point while the agent is offline is applied, and the agent is told to free the old image when it connects", async () => {
+    const team = await createTeam(unique("tb-gc-offline"));
+    const name = `${team.template}-off`;
+    const agent = await startAgent(team.cluster, { builder: true });
+    const first = (await buildReady(team, agent, name, {})).spec;
+    agent.disconnect();
+    await poll(async () => !(await env.CLUSTER.get(env.CLUSTER.idFromName(team.cluster)).status()).connected);
+    const put = await expectStatus(call(`/admin/teams/${team.name}/templates/${name}`, { method: "PUT", body: { spec: { ...first, image: "base" } } }), 200);
+    expect(put.spec.image).toBe("base");
+    const again = await startAgent(team.cluster, { builder: true });
+    try {
+      expect(await collect(team.cluster)).toEqual([first.image]);
+      await vi.waitFor(() => expect(again.rootfsDeletes).toEqual([first.image]));
+      // Told once: a later pass of the session sends it no more.
+      expect(await collect(team.cluster)).toEqual([]);
+    } finally {
+      again.disconnect();
+    }
+    // The frame has no ack: a new session (the last one may have dropped as it was written) is
+    // told again with its welcome.
+    const third = await startAgent(team.cluster, { builder: true });
+    try {
+      await vi.waitFor(() => expect(third.rootfsDeletes).toEqual([first.image]));
+    } finally {
+      third.disconnect();
     }
   });
 
@@ -235,7 +326,7 @@ describe("template build API", () => {
     const unnamed = `b-${unique("unnamed")}`.toLowerCase();
     // The write came first: the claim sees the template and leaves its image.
     await upsertTemplate(db, { teamId: team.id, templateId: `${team.template}-first`, public: false, spec: TemplateSpec.parse({ image: named }) });
-    expect(await claimUnusedImages(db, [named, unnamed])).toEqual(new Set([unnamed]));
+    expect(await claimUnusedImages(db, [named, unnamed], "local")).toEqual(new Set([unnamed]));
     // The claim came first: the write naming the claimed image fails in the same statement.
     const err = await upsertTemplate(db, { teamId: team.id, templateId: `${team.template}-second`, public: false, spec: TemplateSpec.parse({ image: unnamed }) }).catch((e: unknown) => e);
     expect(namesFreedImage(err)).toBe(true);
@@ -245,7 +336,7 @@ describe("template build API", () => {
     expect(namesFreedImage(moved)).toBe(true);
     expect((await getTemplate(db, team.id, `${team.template}-first`))?.spec.image).toBe(named);
     // A second claim of the same image claims nothing more (the first delete frees it).
-    expect(await claimUnusedImages(db, [unnamed])).toEqual(new Set());
+    expect(await claimUnusedImages(db, [unnamed], "local")).toEqual(new Set());
   });
 
   it("a failing build is status error with the reason and its last log lines", async () => {

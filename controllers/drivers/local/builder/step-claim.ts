@@ -115,8 +115,10 @@ function create(file: string): boolean {
   }
 }
 
-/** The name that admits one taker of the dead claim `dead` of `file` at a time. */
-const takeoverMarker = (file: string, dead: string) => `${file}.takeover-${createHash("sha256").update(dead).digest("hex").slice(0, 16)}`;
+/** The name that admits one taker of the dead claim `dead` of `file` at a time; `after`: the dead
+ * takers before it, in order (each one's successor marker is its own name). */
+const takeoverMarker = (file: string, dead: string, after: readonly string[] = []) =>
+  `${file}.takeover-${createHash("sha256").update([dead, ...after].join("\n")).digest("hex").slice(0, 16)}`;
 
 /**
  * Replaces the dead claim `dead` in `file` by ours; false when another waiter takes it first (or
@@ -129,21 +131,37 @@ const takeoverMarker = (file: string, dead: string) => `${file}.takeover-${creat
  * name, other takers of this claim fail on the marker, and a taker of an older dead claim finds
  * the file is no longer that one. A waiter that read the dead claim before it was replaced makes
  * the marker after it is dropped and finds the file is someone else's claim.
+ *
+ * A taker that died holding its marker is never removed from under the others (a read, check and
+ * delete of it could delete a live taker's marker made in between, letting two pass): the waiters
+ * that find it dead go on to its successor marker, a name all of them derive from the dead taker,
+ * so one of them wins that. Markers of a dead claim are removed only once the file is seen to be
+ * something else: the dead claim never comes back, so no taker can pass them any more.
  */
 function takeOver(file: string, dead: string): boolean {
-  const marker = takeoverMarker(file, dead);
-  try {
-    symlinkSync(OWN, marker);
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code !== "EEXIST") throw err;
-    // A taker that died between its marker and its rename leaves the marker: it goes once its
-    // taker is dead (the start-up sweep removes it too).
-    const taker = readLink(marker);
-    if (taker !== undefined && !claimOwnerAlive(taker) && readLink(marker) === taker) rmSync(marker, { force: true });
-    return false;
+  const deadTakers: string[] = [];
+  const passed: string[] = [];
+  let marker = takeoverMarker(file, dead);
+  for (;;) {
+    try {
+      symlinkSync(OWN, marker);
+      break;
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== "EEXIST") throw err;
+      const taker = readLink(marker);
+      // Live: it is being taken over. Gone: a taker found the file replaced and cleaned up.
+      if (taker === undefined || claimOwnerAlive(taker)) return false;
+      passed.push(marker);
+      deadTakers.push(taker);
+      marker = takeoverMarker(file, dead, deadTakers);
+    }
   }
+  let replaced = false;
   try {
-    if (read(file) !== dead) return false;
+    if (read(file) !== dead) {
+      replaced = true;
+      return false;
+    }
     const tmp = privateClaim(file);
     try {
       renameSync(tmp, file);
@@ -151,9 +169,11 @@ function takeOver(file: string, dead: string): boolean {
       rmSync(tmp, { force: true });
       throw err;
     }
+    replaced = true;
     return true;
   } finally {
     rmSync(marker, { force: true });
+    if (replaced) for (const m of passed) rmSync(m, { force: true });
   }
 }
 
@@ -183,7 +203,8 @@ function read(file: string): string | undefined {
 
 /** Claims left by dead builders (the step's layer was never published), and dead takers' markers
  * and private files, for the start-up sweep. A dead claim goes under its takeover marker, as a
- * waiter's takeover replaces it (a claim made meanwhile is left alone). */
+ * waiter's takeover replaces it (a claim made meanwhile is left alone); one whose first marker a
+ * dead taker holds is left to the next waiter's takeover. */
 export function removeDeadClaims(layersDir: string, names: string[]): void {
   for (const name of names) {
     if (!name.startsWith(".claim-")) continue;
@@ -194,6 +215,12 @@ export function removeDeadClaims(layersDir: string, names: string[]): void {
       continue;
     }
     if (name.includes(".takeover-")) {
+      // Only once its claim is no longer a dead one (gone, or live: a dead claim never comes back,
+      // and a claim alive now had no takers before): while the claim is dead, waiters may be
+      // past this marker on its successors (takeOver), and a new marker of this name would let a
+      // second taker in.
+      const claim = read(join(layersDir, name.slice(0, name.indexOf(".takeover-"))));
+      if (claim !== undefined && !claimOwnerAlive(claim)) continue;
       const taker = readLink(path);
       if (taker !== undefined && !claimOwnerAlive(taker)) rmSync(path, { force: true });
       continue;

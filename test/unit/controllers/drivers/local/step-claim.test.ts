@@ -4,6 +4,7 @@
 // build waiting on a hung owner fails by itself (its progress lines would otherwise keep the
 // edge's silence check from ever failing it) or when its builder is disposed. A dead builder's
 // claim is taken over by one waiter only, however many race for it.
+import { createHash } from "node:crypto";
 import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { Worker } from "node:worker_threads";
 import { tmpdir } from "node:os";
@@ -111,32 +112,27 @@ describe("taking over a dead builder's claim", () => {
     // Threads of this process, so truly parallel on several cores, released together in each
     // round onto a claim left by a dead builder. Before the takeover was atomic (read, re-read,
     // delete), a waiter that had re-read the dead claim deleted the fresh claim another had just
-    // made in its place, and both built.
-    const WORKERS = 8;
-    const ROUNDS = 400;
-    const dir = join(root, `race${n++}`);
-    const shared = new SharedArrayBuffer(4 * (2 + ROUNDS));
-    const state = new Int32Array(shared);
-    const workers = Array.from({ length: WORKERS }, () => new Worker(new URL("./step-claim-taker.ts", import.meta.url), { workerData: { root: dir, rounds: ROUNDS, shared } }));
-    const exited = workers.map((w) => new Promise((ok, fail) => w.once("error", fail).once("exit", ok)));
-    try {
-      for (let r = 0; r < ROUNDS; r++) {
-        mkdirSync(join(dir, `round-${r}`), { recursive: true });
-        // A pid no process has: its builder is gone.
-        writeFileSync(join(dir, `round-${r}`, ".claim-step"), "2147483646 1");
-        Atomics.store(state, 1, 0);
-        Atomics.store(state, 0, r + 1);
-        Atomics.notify(state, 0);
-        while (Atomics.load(state, 1) < WORKERS) await new Promise((ok) => setTimeout(ok, 1));
-      }
-      await Promise.all(exited);
-    } finally {
-      for (const w of workers) void w.terminate();
-    }
-    const winners = Array.from({ length: ROUNDS }, (_, r) => state[2 + r]);
+    // made in its place, and both built. The claim names a pid no process has: its builder is gone.
+    const { winners, dir } = await race(400, false, (round) => writeFileSync(join(round, ".claim-step"), "2147483646 1"));
     expect(winners.filter((w) => w !== 1), "rounds in which other than exactly one waiter built").toEqual([]);
-    for (let r = 0; r < ROUNDS; r++) expect(readdirSync(join(dir, `round-${r}`)).sort()).toEqual(["layer"]);
+    for (let r = 0; r < winners.length; r++) expect(readdirSync(join(dir, `round-${r}`)).sort()).toEqual(["layer"]);
   }, 60_000);
+
+  it("is done by one waiter only when a taker died holding its marker, however they interleave", async () => {
+    // Review L2: a waiter that found the marker's taker dead read it, re-read it and deleted it; a
+    // second waiter doing the same could delete the fresh marker a third had made meanwhile, and
+    // a fourth then made its own: two takers past the marker, both finding the claim dead, both
+    // built. The threads' file-system calls wait a random moment each, so the steps interleave.
+    const { winners, dir } = await race(200, true, (round) => {
+      const dead = "2147483646 1";
+      writeFileSync(join(round, ".claim-step"), dead);
+      const marker = `.claim-step.takeover-${createHash("sha256").update(dead).digest("hex").slice(0, 16)}`;
+      symlinkSync("2147483645 1", join(round, marker));
+    });
+    expect(winners.filter((w) => w !== 1), "rounds in which other than exactly one waiter built").toEqual([]);
+    // Every marker went once the claim was taken over (the dead taker's with it).
+    for (let r = 0; r < winners.length; r++) expect(readdirSync(join(dir, `round-${r}`)).sort()).toEqual(["layer"]);
+  }, 120_000);
 
   it("the start-up sweep removes dead claims and what dead takers left, and keeps live ones", () => {
     const dir = layersDir();
@@ -150,3 +146,28 @@ describe("taking over a dead builder's claim", () => {
     expect(readdirSync(dir).sort()).toEqual([".claim-live", ".claim-z.takeover-0123456789abcdef"]);
   });
 });
+
+/** Rounds of WORKERS threads released together onto a step `prepare` left in the round's
+ * directory; answers how many took the claim and built in each round, and the rounds' parent. */
+async function race(rounds: number, jitter: boolean, prepare: (dir: string) => void): Promise<{ winners: number[]; dir: string }> {
+  const WORKERS = 8;
+  const dir = join(root, `race${n++}`);
+  const shared = new SharedArrayBuffer(4 * (2 + rounds));
+  const state = new Int32Array(shared);
+  const workers = Array.from({ length: WORKERS }, () => new Worker(new URL("./step-claim-taker.ts", import.meta.url), { workerData: { root: dir, rounds, shared, jitter } }));
+  const exited = workers.map((w) => new Promise((ok, fail) => w.once("error", fail).once("exit", ok)));
+  try {
+    for (let r = 0; r < rounds; r++) {
+      mkdirSync(join(dir, `round-${r}`), { recursive: true });
+      prepare(join(dir, `round-${r}`));
+      Atomics.store(state, 1, 0);
+      Atomics.store(state, 0, r + 1);
+      Atomics.notify(state, 0);
+      while (Atomics.load(state, 1) < WORKERS) await new Promise((ok) => setTimeout(ok, 1));
+    }
+    await Promise.all(exited);
+  } finally {
+    for (const w of workers) void w.terminate();
+  }
+  return { winners: Array.from({ length: rounds }, (_, r) => state[2 + r]!), dir };
+}
