@@ -31,6 +31,8 @@ export class IndexOutbox {
   private readonly sending = new Map<string, number>();
   private retryMs = MIN_RETRY_MS;
   private resending: Promise<void> | null = null;
+  /** The alarm fired while `resending` was in flight: another pass is owed once it ends. */
+  private owed = false;
 
   /**
    * `defer`: adds a write to the group's current commit; `arm`: asks for the group's alarm no later
@@ -65,14 +67,15 @@ export class IndexOutbox {
 
   /**
    * A recorded op travels another way (a create's row, committed by ClusterDO with its intent):
-   * `outcome` says whether it committed; one that did not is written again by the caller or the
-   * alarm.
+   * `outcome` says whether it committed. One that did not (or whose answer does not say) is written
+   * again by the caller, and in any case by the alarm, armed here: an alarm that fired while the op
+   * was carried skipped it and took the op's 30 s check with it.
    */
   async carried<T>(op: IndexOp, outcome: Promise<T>, committed: (r: T) => boolean): Promise<T> {
     const release = this.hold(op);
     try {
       const r = await outcome;
-      if (committed(r)) this.settle(op, true);
+      this.settle(op, committed(r));
       return r;
     } finally {
       release();
@@ -81,19 +84,25 @@ export class IndexOutbox {
 
   /** Alarm: sends again what the index has not confirmed (not what this instance is sending). */
   resendDue(now: number, waitUntil: (p: Promise<unknown>) => void): void {
-    if (this.resending) return;
+    // This alarm was (maybe) asked for by an op that failed after the pass in flight took its
+    // entries: that op is owed a pass. Dropping the alarm here lost it (nothing re-arms for it when
+    // the pass in flight commits) until the group's next unrelated alarm, minutes later.
+    if (this.resending) {
+      this.owed = true;
+      return;
+    }
     const entries = this.store.outbox(RESEND_BATCH).filter((e) => (this.sending.get(e.id) ?? -1) < e.rev);
     if (entries.length === 0) return;
+    const ended = (allCommitted: boolean) => {
+      this.resending = null;
+      if (allCommitted) this.retryMs = MIN_RETRY_MS;
+      // More than one batch's worth waits, or a pass is owed: go on (failed ops armed their backoff).
+      if (entries.length === RESEND_BATCH || this.owed) this.arm(allCommitted ? Date.now() : Date.now() + this.retryMs);
+      this.owed = false;
+    };
     this.resending = Promise.all(entries.map((e) => this.send(e.op))).then(
-      (done) => {
-        this.resending = null;
-        if (done.every(Boolean)) this.retryMs = MIN_RETRY_MS;
-        // More than one batch's worth waits: go on at once.
-        if (entries.length === RESEND_BATCH) this.arm(now);
-      },
-      () => {
-        this.resending = null;
-      },
+      (done) => ended(done.every(Boolean)),
+      () => ended(false),
     );
     waitUntil(this.resending);
   }
