@@ -30,7 +30,7 @@ export interface IngressOptions {
   remoteRuntime?(sandboxId: string): string | undefined;
   /** Told of each traced request handed to a pod's runtime (its `ingress` span's traceparent), so
    * the runtime's span for it is taken when the agent collects (pod-spans.ts). */
-  podSpans?: { handed(sandboxId: string, traceparent: string | undefined): void };
+  podSpans?: { handed(sandboxId: string, traceparent: string | undefined): void; forget(sandboxId: string, traceparent: string | undefined): void };
   now?: () => number;
 }
 
@@ -176,11 +176,22 @@ export async function createIngress(opts: IngressOptions): Promise<Server> {
     if (port === INTERPRETER_PORT && !remote && opts.runtime.getSandbox(sandboxId)?.interpreter) return opts.runtime.interpreter(req, res);
 
     const remoteUrl = port === ENVD_PORT && remote ? new URL(remote) : undefined;
+    // The ingress span's, once handed to a pod's runtime: its span is waited for until it comes.
+    let handed: string | undefined;
     if (remoteUrl) {
-      // The runtime's spans are the agent's to collect, not the caller's to read or drain.
-      if (path === RUNTIME_SPANS_PATH) return deny(res, 404, `no route for ${req.method} ${path}`);
+      // The runtime's spans are the agent's to collect, not the caller's to read or drain. The
+      // runtime routes on the WHATWG-normalised path (`/agent/./spans`, `/x/../agent/spans` and
+      // `/agent/%2e/spans` are all its spans path), so that is the one compared.
+      let routed: string;
+      try {
+        routed = new URL(req.url ?? "/", "http://runtime").pathname;
+      } catch {
+        return deny(res, 400, "invalid request path");
+      }
+      if (routed === RUNTIME_SPANS_PATH) return deny(res, 404, `no route for ${req.method} ${path}`);
+      // A preflight is answered before the runtime traces anything: no span will come for it.
       const tp = req.headers.traceparent;
-      opts.podSpans?.handed(sandboxId, typeof tp === "string" ? tp : undefined);
+      if (req.method !== "OPTIONS" && typeof tp === "string") opts.podSpans?.handed(sandboxId, (handed = tp));
     }
     const target = remoteUrl ? { host: remoteUrl.hostname, port: Number(remoteUrl.port || ENVD_PORT) } : opts.userPortTarget(sandboxId, port);
     if (!target) return deny(res, 502, `port ${port} of sandbox ${sandboxId} is not reachable`);
@@ -208,6 +219,8 @@ export async function createIngress(opts: IngressOptions): Promise<Server> {
       // The port's whole answer arrived (the error is its connection ending after it): it is
       // being relayed. Only without an answer is it a 502.
       if (answer?.complete) return;
+      // Never delivered (refused, reset before an answer): the runtime has no span for it.
+      if (handed && !answer) opts.podSpans?.forget(sandboxId, handed);
       if (!res.headersSent) deny(res, 502, `port ${port} of sandbox ${sandboxId}: ${err.message}`);
       else res.destroy(err);
     });
