@@ -69,6 +69,20 @@ describe("a pod runtime's spans, collected by its agent", () => {
     agent.stop();
   });
 
+  it("a request to a path with no route is a span too, so the agent does not wait for it in vain", async () => {
+    const agent = agentFor(runtime.url);
+    const [trace, parent] = [hex(32), hex(16)];
+    agent.handed("sbx-noroute", traceparent(trace, parent));
+    const res = await fetch(new URL("/no/such/route", runtime.url), { headers: { traceparent: traceparent(trace, parent), "x-access-token": TOKEN } });
+    expect(res.status).toBe(404);
+    await waitFor(async () => (await agent.pull("sbx-noroute")).forwarded === 1 || undefined, 10_000);
+    expect(agent.waiting("sbx-noroute")).toBe(0);
+    await flushTraces();
+    const span = await waitFor(() => collector.spans().find((s) => s.traceId === trace), 20_000);
+    expect(span).toMatchObject({ name: "GET (no route)", parentSpanId: parent });
+    agent.stop();
+  });
+
   it("refuses what it did not hand that sandbox: another trace's id, a made-up parent, a second copy", async () => {
     const agent = agentFor(runtime.url);
     const [mine, parent] = [hex(32), hex(16)];
