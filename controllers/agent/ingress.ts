@@ -30,7 +30,7 @@ export interface IngressOptions {
   remoteRuntime?(sandboxId: string): string | undefined;
   /** Told of each traced request handed to a pod's runtime (its `ingress` span's traceparent), so
    * the runtime's span for it is taken when the agent collects (pod-spans.ts). */
-  podSpans?: { handed(sandboxId: string, traceparent: string | undefined): void };
+  podSpans?: { handed(sandboxId: string, traceparent: string | undefined): void; forget(sandboxId: string, traceparent: string | undefined): void };
   now?: () => number;
 }
 
@@ -80,6 +80,27 @@ function endToEnd(headers: IncomingMessage["headers"]): IncomingMessage["headers
   const { connection: _c, "keep-alive": _k, ...rest } = headers;
   return rest;
 }
+
+/** Hop-by-hop request headers (RFC 9110 7.6.1), the caller's to its own connection: passed on,
+ * `connection: keep-alive` made Node keep a per-request dialled stream open after the answer with
+ * no agent to reuse or close it (one idle connection left in the sandbox per request). */
+const HOP_BY_HOP = new Set(["connection", "keep-alive", "proxy-connection", "upgrade", "te"]);
+/** What a `Connection` list may not remove: the message's framing and its Host (removing
+ * content-length from a GET would let its body through unframed, read as a next request). */
+const NOT_REMOVABLE = new Set(["host", "content-length", "transfer-encoding"]);
+
+function withoutHopByHop(headers: IncomingMessage["headers"]): IncomingMessage["headers"] {
+  const listed = String(headers.connection ?? "").split(",").map((n) => n.trim().toLowerCase()).filter((n) => n && !NOT_REMOVABLE.has(n));
+  const out: IncomingMessage["headers"] = {};
+  for (const [k, v] of Object.entries(headers)) if (!HOP_BY_HOP.has(k) && !listed.includes(k)) out[k] = v;
+  return out;
+}
+
+/** After a port answered early, how much more of the client's body is read and dropped (and for
+ * how long) before its connection is closed: a multi-GB upload to a port that said 413 is not
+ * carried to its end (nginx's lingering_time and lingering_timeout play this part). */
+const DRAIN_MAX_BYTES = 64 * 1024 * 1024;
+const DRAIN_MAX_MS = 30_000;
 
 function deny(res: ServerResponse, status: number, message: string): void {
   const body = JSON.stringify({ code: status, message });
@@ -176,11 +197,22 @@ export async function createIngress(opts: IngressOptions): Promise<Server> {
     if (port === INTERPRETER_PORT && !remote && opts.runtime.getSandbox(sandboxId)?.interpreter) return opts.runtime.interpreter(req, res);
 
     const remoteUrl = port === ENVD_PORT && remote ? new URL(remote) : undefined;
+    // The ingress span's, once handed to a pod's runtime: its span is waited for until it comes.
+    let handed: string | undefined;
     if (remoteUrl) {
-      // The runtime's spans are the agent's to collect, not the caller's to read or drain.
-      if (path === RUNTIME_SPANS_PATH) return deny(res, 404, `no route for ${req.method} ${path}`);
+      // The runtime's spans are the agent's to collect, not the caller's to read or drain. The
+      // runtime routes on the WHATWG-normalised path (`/agent/./spans`, `/x/../agent/spans` and
+      // `/agent/%2e/spans` are all its spans path), so that is the one compared.
+      let routed: string;
+      try {
+        routed = new URL(req.url ?? "/", "http://runtime").pathname;
+      } catch {
+        return deny(res, 400, "invalid request path");
+      }
+      if (routed === RUNTIME_SPANS_PATH) return deny(res, 404, `no route for ${req.method} ${path}`);
+      // A preflight is answered before the runtime traces anything: no span will come for it.
       const tp = req.headers.traceparent;
-      opts.podSpans?.handed(sandboxId, typeof tp === "string" ? tp : undefined);
+      if (req.method !== "OPTIONS" && typeof tp === "string") opts.podSpans?.handed(sandboxId, (handed = tp));
     }
     const target = remoteUrl ? { host: remoteUrl.hostname, port: Number(remoteUrl.port || ENVD_PORT) } : opts.userPortTarget(sandboxId, port);
     if (!target) return deny(res, 502, `port ${port} of sandbox ${sandboxId} is not reachable`);
@@ -197,7 +229,11 @@ export async function createIngress(opts: IngressOptions): Promise<Server> {
         return deny(res, 502, `port ${port} of sandbox ${sandboxId}: ${(err as Error).message}`);
       }
     }
-    const upstream = httpRequest({ ...where, method: req.method, path: req.url, headers: req.headers });
+    const headers = withoutHopByHop(req.headers);
+    // A dialled stream serves this one request: the port is told so, and Node closes it after the
+    // answer (a pod runtime's pooled connections are its agent's to keep).
+    if ("createConnection" in where) headers.connection = "close";
+    const upstream = httpRequest({ ...where, method: req.method, path: req.url, headers });
     let answer: IncomingMessage | undefined;
     upstream.on("response", (up) => {
       answer = up;
@@ -208,14 +244,29 @@ export async function createIngress(opts: IngressOptions): Promise<Server> {
       // The port's whole answer arrived (the error is its connection ending after it): it is
       // being relayed. Only without an answer is it a 502.
       if (answer?.complete) return;
+      // Never delivered (refused, reset before an answer): the runtime has no span for it.
+      if (handed && !answer) opts.podSpans?.forget(sandboxId, handed);
       if (!res.headersSent) deny(res, 502, `port ${port} of sandbox ${sandboxId}: ${err.message}`);
       else res.destroy(err);
     });
     // The rest of a body the port no longer takes is read and dropped, so the client's connection
-    // ends cleanly after the answer instead of being reset under it.
+    // ends cleanly after the answer instead of being reset under it; up to DRAIN_MAX_BYTES or
+    // DRAIN_MAX_MS, then reading stops and the connection is closed once the answer is out.
     upstream.on("close", () => {
       if (req.complete) return;
       req.unpipe(upstream);
+      let left = DRAIN_MAX_BYTES;
+      const enough = () => {
+        clearTimeout(timer);
+        req.pause();
+        if (res.writableFinished) req.socket.destroy();
+        else res.once("close", () => req.socket.destroy());
+      };
+      const timer = setTimeout(enough, DRAIN_MAX_MS).unref();
+      req.on("data", (chunk: Buffer) => {
+        if ((left -= chunk.length) < 0 && !req.isPaused()) enough();
+      });
+      req.once("close", () => clearTimeout(timer));
       req.resume();
     });
     res.on("close", () => upstream.destroy());

@@ -10,19 +10,29 @@
 //   - bounded: MAX_RUNTIME_SPANS_BYTES read at most (more: the pull is dropped), the schema's
 //     counts and lengths, one pull per sandbox a second at most and only while it has requests
 //     whose spans have not come back (or at most every IDLE_PULL_MS while a long one is open),
-//     MAX_PULLS pulls at once across sandboxes;
+//     MAX_PULLS pulls at once across sandboxes, the least recently pulled first (so a pod that
+//     answers slowly, or a busy sandbox, cannot keep the others from their turn), each given
+//     PULL_TIMEOUT_MS;
+//   - only parents that will get a span are kept: an unsampled traceparent (the runtime records
+//     nothing for it) is not, and one whose request never reached the runtime is forgotten;
 //   - attributed by the agent: each span's resource is `service.name` agent-runtime and the
 //     `sandbox.id` the agent pulled from, whatever the payload says (its own `sandbox.id`
 //     attribute is overwritten);
 //   - only what the agent asked for: a span is forwarded only if its trace id and parent are an
 //     `ingress` span the agent handed that very sandbox (`handed`), once; anything else (another
-//     team's trace id, a made-up parent, a repeat) is refused and counted.
+//     team's trace id, a made-up parent, a repeat) is refused and counted
+//     (`sandbox_agent_pod_spans_total{outcome}`, with a warning at most once a minute per sandbox
+//     for a pull that refused spans or failed).
 import { SpanKind } from "@opentelemetry/api";
 import { resourceFromAttributes, type Resource } from "@opentelemetry/resources";
 import type { ReadableSpan } from "@opentelemetry/sdk-trace";
 import { MAX_RUNTIME_SPANS_BYTES, RUNTIME_SPANS_PATH, RuntimeSpansSchema } from "../../schema/protocol/runtime-spans.ts";
 import { parseTraceparent, recordedSpan } from "../../lib/tracing/span-recorder.ts";
 import { RUNTIME_SCOPE } from "../lib/tracing.ts";
+import { podSpansTotal } from "../lib/metrics.ts";
+import { logger } from "../lib/log.ts";
+
+const log = logger("pod-spans");
 
 /** How long a handed parent waits for its span (a command stream may stay open that long). */
 const HANDED_TTL_MS = 15 * 60_000;
@@ -31,7 +41,11 @@ const MAX_HANDED = 1024;
 const PULL_EVERY_MS = 1_000;
 /** While only older requests are open (a long stream), how often their sandbox is asked. */
 const IDLE_PULL_MS = 10_000;
-const PULL_TIMEOUT_MS = 5_000;
+/** A pull is one small GET to a pod on the cluster network (at most MAX_RUNTIME_SPANS_BYTES): a
+ * pod slower than this is dropped for the tick rather than holding one of the MAX_PULLS slots. */
+const PULL_TIMEOUT_MS = 2_000;
+/** A sandbox whose pulls go wrong is logged about at most this often. */
+const WARN_EVERY_MS = 60_000;
 /** Pulls in flight at once (the rest wait for the next tick): a busy cluster's agent is not a
  * thousand GETs a second. */
 const MAX_PULLS = 16;
@@ -58,6 +72,7 @@ interface Pending {
   fresh: boolean;
   lastPull: number;
   pulling: boolean;
+  lastWarn: number;
   resource: Resource;
 }
 
@@ -76,41 +91,79 @@ export class PodSpanCollector {
   /** The ingress handed `traceparent` (its own span's) to the sandbox's pod runtime. */
   handed(sandboxId: string, traceparent: string | undefined): void {
     const ctx = traceparent ? parseTraceparent(traceparent) : undefined;
-    if (!ctx) return;
+    // Unsampled: the runtime's sampler follows its parent and records no span for it.
+    if (!ctx || !(ctx.traceFlags & 1)) return;
     let p = this.#pending.get(sandboxId);
     if (!p) {
-      p = { parents: new Map(), fresh: false, lastPull: 0, pulling: false, resource: resourceFromAttributes({ "service.name": "agent-runtime", "sandbox.id": sandboxId }) };
+      p = { parents: new Map(), fresh: false, lastPull: 0, pulling: false, lastWarn: -Infinity, resource: resourceFromAttributes({ "service.name": "agent-runtime", "sandbox.id": sandboxId }) };
       this.#pending.set(sandboxId, p);
     }
     if (p.parents.size >= MAX_HANDED) p.parents.delete(p.parents.keys().next().value!);
     p.parents.set(`${ctx.traceId}-${ctx.spanId}`, this.#now() + HANDED_TTL_MS);
     p.fresh = true;
-    this.#timer ??= setInterval(() => this.#tick(), PULL_EVERY_MS).unref();
+    this.#timer ??= setInterval(() => void this.tick(), PULL_EVERY_MS).unref();
   }
 
-  #tick(): void {
+  /** The request handed with `traceparent` never reached the sandbox's runtime (the forward
+   * failed before an answer): no span will come for it. */
+  forget(sandboxId: string, traceparent: string | undefined): void {
+    const ctx = traceparent ? parseTraceparent(traceparent) : undefined;
+    if (ctx) this.#pending.get(sandboxId)?.parents.delete(`${ctx.traceId}-${ctx.spanId}`);
+  }
+
+  /** Parents kept for a sandbox (what the tests can see of the bound). */
+  waiting(sandboxId: string): number {
+    return this.#pending.get(sandboxId)?.parents.size ?? 0;
+  }
+
+  /** One round (the timer's, every PULL_EVERY_MS): forgets expired parents and starts the pulls
+   * that are due, least recently pulled first, while slots are free. Resolves with the sandboxes
+   * pulled once their pulls are done. */
+  async tick(): Promise<string[]> {
     const now = this.#now();
+    const due: [string, Pending][] = [];
     for (const [id, p] of this.#pending) {
       for (const [k, until] of p.parents) if (until <= now) p.parents.delete(k);
-      if (!p.parents.size) {
+      if (!p.parents.size && !p.pulling) {
         this.#pending.delete(id);
         continue;
       }
-      if (this.#inFlight < MAX_PULLS && !p.pulling && (p.fresh || now - p.lastPull >= IDLE_PULL_MS)) void this.pull(id);
+      if (p.parents.size && !p.pulling && (p.fresh || now - p.lastPull >= IDLE_PULL_MS)) due.push([id, p]);
     }
     if (!this.#pending.size && this.#timer) {
       clearInterval(this.#timer);
       this.#timer = null;
     }
+    // The Map's order is when a sandbox was first handed a request: taking the first MAX_PULLS
+    // each round would serve the same sandboxes forever once more than that are busy.
+    due.sort((a, b) => a[1].lastPull - b[1].lastPull);
+    const started = due.slice(0, Math.max(0, MAX_PULLS - this.#inFlight)).map(([id]) => id);
+    await Promise.all(started.map((id) => this.pull(id).then((r) => this.#count(id, r))));
+    return started;
+  }
+
+  #count(sandboxId: string, r: PullResult): void {
+    if (r.forwarded) podSpansTotal.inc({ outcome: "forwarded" }, r.forwarded);
+    if (r.refused) podSpansTotal.inc({ outcome: "refused" }, r.refused);
+    if (r.dropped) podSpansTotal.inc({ outcome: "dropped" }, r.dropped);
+    if (r.error) podSpansTotal.inc({ outcome: "error" });
+    const p = this.#pending.get(sandboxId);
+    if (!p || !(r.refused || r.error)) return;
+    const now = this.#now();
+    if (now - p.lastWarn < WARN_EVERY_MS) return;
+    p.lastWarn = now;
+    // The error text is bounded (ours, or a zod issue's message); the pod's body is never logged.
+    log.warn("pod runtime spans not taken", { sandboxId, refused: r.refused, dropped: r.dropped, ...(r.error ? { error: r.error.slice(0, 200) } : {}) });
   }
 
   /** Pulls the sandbox's spans now and forwards those it asked for. */
   async pull(sandboxId: string): Promise<PullResult> {
     const p = this.#pending.get(sandboxId);
     const at = this.#opts.runtimeOf(sandboxId);
-    if (!p || !at) return { forwarded: 0, refused: 0, dropped: 0, error: p ? "no runtime" : "nothing handed" };
+    if (!p) return { forwarded: 0, refused: 0, dropped: 0, error: "nothing handed" };
     p.fresh = false;
     p.lastPull = this.#now();
+    if (!at) return { forwarded: 0, refused: 0, dropped: 0, error: "no runtime" };
     p.pulling = true;
     this.#inFlight++;
     try {

@@ -114,6 +114,16 @@ export const egressL7Requests = new Counter({
   registers: [registry],
 });
 
+/** Spans the agent pulled from pod runtimes (controllers/agent/pod-spans.ts), by outcome:
+ * forwarded to the collector, refused (not a span the agent handed that sandbox), dropped by the
+ * runtime itself (its buffer was full), or a pull that failed (error: counts pulls, not spans). */
+export const podSpansTotal = new Counter({
+  name: "sandbox_agent_pod_spans_total",
+  help: "Spans pulled from pod runtimes, by outcome (forwarded, refused, dropped; error counts failed pulls).",
+  labelNames: ["outcome"] as const,
+  registers: [registry],
+});
+
 /** Driver and runtime steps of a reconcile pass (ensure, destroy, snapshotFs, register, init), in seconds. */
 export const driverStepTime = new Histogram({
   name: "sandbox_agent_driver_step_seconds",

@@ -143,7 +143,12 @@ export function createRuntime(opts: RuntimeOptions = {}): Runtime {
 
     const isRpc = RPC_PREFIXES.some((p) => url.pathname.startsWith(p));
     const endpoint = isRpc ? undefined : routes[`${req.method} ${url.pathname}`];
-    if (!isRpc && !endpoint) return sendError(res, 404, `no route for ${req.method} ${url.pathname}`);
+    if (!isRpc && !endpoint) {
+      // Traced too (under a bounded name, not the caller's path): a pod's agent waits for a span
+      // of every request it hands on (controllers/agent/pod-spans.ts).
+      opts.traceRequest?.(`${req.method} (no route)`, req, res, { "sandbox.id": sbx.id });
+      return sendError(res, 404, `no route for ${req.method} ${url.pathname}`);
+    }
     // A span per request, named by its RPC or route (a bounded set), under the ingress's.
     if (!endpoint?.untraced) opts.traceRequest?.(isRpc ? rpcSpanName(url.pathname) : `${req.method} ${url.pathname}`, req, res, { "sandbox.id": sbx.id });
     if (!endpoint?.selfAuth) {

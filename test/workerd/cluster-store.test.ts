@@ -1,7 +1,8 @@
 // The cluster's SQLite rows inside a real Durable Object: a desired table written before the team
 // had a column of its own (it was an index over the intent's JSON) is extended on load, so the
 // teams of the sandboxes it already held still decide which security profiles its agent gets
-// (liveTeams, hasTeam), and a new intent of the same sandbox replaces its team.
+// (liveTeams, hasTeam), and a new intent of the same sandbox replaces its team; rows the older code
+// writes after that (a rollback) get their team on the next open.
 import { runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
@@ -32,6 +33,13 @@ describe("cluster store", () => {
       expect(again.liveTeams().sort()).toEqual(["team-b", "team-c"]);
       expect([again.hasTeam("team-a"), again.hasTeam("team-b")]).toEqual([false, true]);
       expect(again.load().desired.get("olda" as SandboxId)?.generation).toBe(2);
+      // The code from before the column, after a rollback, writes its five columns: team NULL.
+      // The next open by this code fills it in (the column exists, so no migration runs).
+      const oldWrite = intent("rolled", "team-d");
+      sql.exec("INSERT OR REPLACE INTO desired (sandbox_id, generation, owner, state, intent) VALUES (?, 1, ?, 'running', ?)", oldWrite.sandboxId, JSON.stringify(oldWrite.owner), JSON.stringify(oldWrite));
+      const rolledForward = openClusterStore(sql);
+      expect(rolledForward.liveTeams().sort()).toEqual(["team-b", "team-c", "team-d"]);
+      expect(rolledForward.hasTeam("team-d")).toBe(true);
     });
   });
 });

@@ -17,4 +17,15 @@ describe("freePort", () => {
       srv.close();
     }
   });
+
+  it("never hands the same port out twice in a process, one call after another or at once", async () => {
+    // Nothing listens on them meanwhile, as when startSystem picks several ports in a row: each
+    // is free again when the next call checks, so only the process's own record keeps them apart.
+    // 1,000 random picks from the ~17k ports outside the ephemeral range would otherwise all but
+    // surely collide (by the birthday bound, the chance of none is about e^-29).
+    const ports: number[] = [];
+    for (let i = 0; i < 1000; i++) ports.push(await freePort());
+    ports.push(...(await Promise.all(Array.from({ length: 100 }, () => freePort()))));
+    expect(new Set(ports).size).toBe(ports.length);
+  });
 });
