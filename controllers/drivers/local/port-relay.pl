@@ -194,20 +194,17 @@ sub join_cgroups {
   exit 0 unless pids_below($procs, 1);
 }
 
-# Closes the tag's listener and ends its connections; with $keep (a re-listen in the same
-# namespace) its redirect, gate, generation and guard stay for the new listener to replace.
+# Closes the tag's listener, undoes its redirect, gate and guard, and ends its connections.
 sub close_egress {
-  my ($tag, $keep) = @_;
+  my ($tag) = @_;
   close(delete $egress{$tag}) if $egress{$tag};
   close(delete $udp{$tag}) if $udp{$tag};
   my $ns = delete $egress_ns{$tag};
   # Its namespace may get a veth next (internet access): nothing may send its TCP to a listener
   # that is gone.
-  in_ns($ns, \&unredirect) if $ns && !$keep;
-  unless ($keep) {
-    unguard($tag);
-    delete $gen{$tag};
-  }
+  in_ns($ns, \&unredirect) if $ns;
+  unguard($tag);
+  delete $gen{$tag};
   delete $egress_at{$tag};
   delete $limit{$tag};
   delete $fastpath{$tag};
@@ -232,7 +229,7 @@ sub parse_command {
     return ['fast', $tag, join('.', @o), $port, $ttl];
   }
   return ['unfast', $1, $2] if $cmd =~ /^unfast ([A-Za-z0-9_-]{1,64}) ([01])$/;
-  my ($tag, $nspid, $start, $port, $max, $fast, $procs) = $cmd =~ m{^listen ([A-Za-z0-9_-]{1,64}) (\d+) (\d+) (\d+) (\d+)( fast)?((?: /\S+/cgroup\.procs)*)$} or return (undef, 'bad command');
+  my ($tag, $nspid, $start, $port, $max, $fast, $procs) = $cmd =~ m{^listen ([A-Za-z0-9_-]{1,64}) (\d+) (\d+) (\d+) (\d+)( fast)?(?: at (\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}))?((?: /\S+/cgroup\.procs)*)$} or return (undef, 'bad command');
   return (undef, "bad port $port") if $port < 1 || $port > 65535;
   return ['listen', $tag, $nspid, $start, $port, $max, $fast ? 1 : 0, [grep { length } split / /, $procs]];
 }
@@ -252,53 +249,56 @@ sub command {
   my ($tag, $nspid, $start, $port, $max, $fast, $procs) = @a;
   return 'no proxy socket' unless defined $proxy;
   my ($ns, $err, $net) = namespace_of($nspid, $start);
-  # A re-listen in the same namespace (new limits) keeps its redirect, gate, generation and the
-  # host's guard until redirect_all and guard replace them, each in one nft transaction: torn down
-  # first, a sandbox with eth0 would send unfiltered meanwhile, and its fast-path connections of
-  # the generation it keeps would be reset.
-  my $same = !$err && $fast && ($fastpath{$tag} // 0) && ($egress_at{$tag} // '') =~ /^\Q$net\E /;
-  close_egress($tag, $same);
+  # A re-listen in the same namespace, on the same port and with the same mode (new limits) keeps
+  # its sockets, and its redirect, gate, generation and the host's guard until redirect_all and
+  # guard replace them, each in one nft transaction: so there is no moment when the port is free
+  # for the sandbox to take, nor one when a sandbox with eth0 sends unfiltered, and its fast-path
+  # connections of the generation it keeps are not reset. Whatever fails, what it had stays.
+  my $same = !$err && ($egress_at{$tag} // '') eq "$net $port" && ($fastpath{$tag} // 0) == $fast;
+  close_egress($tag) unless $same;
   return $err if $err;
-  unless (syscall($setns_nr, fileno($ns), 0x40000000) == 0) {  # CLONE_NEWNET
-    my $why = "setns: $!";
-    unguard($tag) if $same;
+  my ($l, $u) = $same ? ($egress{$tag}, $udp{$tag}) : ();
+  my $gen = $same ? $gen{$tag} : $fast ? ++$gen_seq : undef;
+  my ($eth0, $addr);
+  my $why = in_ns($ns, sub {
+    $eth0 = ifindex('eth0');
+    $addr = if_addr('eth0') if $eth0;
+    unless ($same) {
+      socket($l, PF_INET, SOCK_STREAM, 0) && setsockopt($l, SOL_SOCKET, SO_REUSEADDR, 1)
+        && bind($l, sockaddr_in($port, INADDR_LOOPBACK)) && listen($l, 128)
+        or return "listen on 127.0.0.1:$port: $!";
+      socket($u, PF_INET, SOCK_DGRAM, 0) && bind($u, sockaddr_in($port, INADDR_LOOPBACK)) or return "UDP on 127.0.0.1:$port: $!";
+    }
+    return redirect_all($port, $gen);
+  });
+  # An eth0 there already (a sandbox with internet access that got rules, or a re-listen): its
+  # guard on the host's side now; otherwise `veth` makes it before the veth.
+  $why //= !$fast || !$eth0 ? undef : !defined $addr ? 'eth0 without an address' : do {
+    local $gen{$tag} = $gen;
+    guard($tag, "kr$nspid", $addr);
+  };
+  if ($why) {
+    # Fail closed. A re-listen keeps all it had (a redirect to a closed port refuses; a gate and
+    # guard of the old generation admit only the old set). Anything else leaves no listener, no
+    # redirect and no eth0: a governed namespace never has eth0 without both walls (the agent
+    # gives it back once a listen succeeds: LocalDriver #syncNet).
+    return $why if $same;
+    # An eth0 that cannot be deleted keeps whatever redirect it had.
+    in_ns($ns, sub { unredirect() if !$eth0 || unveth('eth0') eq 'ok' });
+    close $l if $l;
+    close $u if $u;
     return $why;
   }
-  my $l;
-  my $ok = socket($l, PF_INET, SOCK_STREAM, 0)
-    && setsockopt($l, SOL_SOCKET, SO_REUSEADDR, 1)
-    && bind($l, sockaddr_in($port, INADDR_LOOPBACK))
-    && listen($l, 128);
-  my $why_not = "listen on 127.0.0.1:$port: $!";
-  my $u;
-  if ($ok && !(socket($u, PF_INET, SOCK_DGRAM, 0) && bind($u, sockaddr_in($port, INADDR_LOOPBACK)))) {
-    ($ok, $why_not) = (0, "UDP on 127.0.0.1:$port: $!");
+  if (!$same) {
+    fcntl($l, F_SETFL, fcntl($l, F_GETFL, 0) | O_NONBLOCK);
+    fcntl($u, F_SETFL, fcntl($u, F_GETFL, 0) | O_NONBLOCK);
+    ($egress{$tag}, $udp{$tag}, $egress_ns{$tag}, $egress_at{$tag}, $fastpath{$tag}) = ($l, $u, $ns, "$net $port", $fast);
+  } else {
+    # New limits: the connections opened under the old ones end (the agent's own tally starts over).
+    my @pids = grep { $kid{$_} eq $tag } keys %kid;
+    kill 'KILL', @pids if @pids;
   }
-  # A re-listen in the same namespace keeps the current generation: what it lets through is
-  # still allowed. Without the fast path there is no set, no gate and no generation.
-  ($gen{$tag}, $dirty{$tag}) = ($same ? $gen{$tag} : $fast ? ++$gen_seq : undef, 0);
-  my $why_no_redirect = $ok ? redirect_all($port, $gen{$tag}) : undef;
-  # An eth0 there already (a sandbox with internet access that got rules): its guard on the
-  # host's side now; otherwise `veth` makes it before the veth.
-  my $eth0 = $fast && $ok && !$why_no_redirect ? if_addr('eth0') : undef;
-  unredirect() if $same && !($ok && !$why_no_redirect);
-  # Staying in a sandbox's namespace would put every later listener and child in the wrong place.
-  syscall($setns_nr, fileno($own_ns), 0x40000000) == 0 or die "port-relay.pl: cannot return to its own network namespace: $!\n";
-  my $why_no_guard = $eth0 ? guard($tag, "kr$nspid", $eth0) : undef;
-  unguard($tag) if $same && !($ok && !$why_no_redirect && !$why_no_guard);
-  return $why_not unless $ok;
-  return $why_no_redirect if $why_no_redirect;
-  if ($why_no_guard) {
-    in_ns($ns, \&unredirect);
-    return $why_no_guard;
-  }
-  $fastpath{$tag} = $fast;
-  fcntl($l, F_SETFL, fcntl($l, F_GETFL, 0) | O_NONBLOCK);
-  $egress_ns{$tag} = $ns;
-  fcntl($u, F_SETFL, fcntl($u, F_GETFL, 0) | O_NONBLOCK);
-  $udp{$tag} = $u;
-  $egress{$tag} = $l;
-  $egress_at{$tag} = "$net $port";
+  ($gen{$tag}, $dirty{$tag}) = ($gen, 0);
   $limit{$tag} = [$max, $procs];
   return 'ok';
 }

@@ -58,6 +58,9 @@ interface EgressListener extends EgressLimits {
   port: number;
   /** With the kernel's fast path: the set and gate in the namespace, the guard on the host. */
   fastPath: boolean;
+  /** The relay refused it; it may still hold the sandbox's previous listener (port-relay.pl keeps
+   * what a failed re-listen had), so `closeEgress` must still tell it. */
+  failed?: boolean;
 }
 
 const listenLine = (tag: string, l: EgressListener) =>
@@ -146,12 +149,12 @@ export class PortRelay {
   async listenEgress(tag: string, nsInit: ProcRef, port: number, limits: EgressLimits, fastPath = false): Promise<void> {
     const want: EgressListener = { nsInit, port, ...limits, fastPath };
     const had = this.#egress.get(tag);
-    if (had && this.#child && listenLine(tag, had) === listenLine(tag, want)) return;
+    if (had && !had.failed && this.#child && listenLine(tag, had) === listenLine(tag, want)) return;
     this.#egress.set(tag, want);
     await this.#start();
     const answer = await this.#command(this.#child!, listenLine(tag, want));
     if (answer !== "ok") {
-      if (this.#egress.get(tag) === want) this.#egress.delete(tag);
+      want.failed = true;
       throw new Error(`egress listener for ${tag}: ${answer}`);
     }
   }

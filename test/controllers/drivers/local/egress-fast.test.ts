@@ -386,6 +386,42 @@ describe("the kernel's fast path of sandboxes behind the proxy", () => {
     expect(await pollUntil(() => sh(d.id, "cat /tmp/held.out"), (o) => o.includes("ended") || (o.match(/^w/gm)?.length ?? 0) >= now + 10)).not.toContain("ended");
   });
 
+  it("a re-listen (new limits) leaves no moment for the sandbox to take the egress port: processes inside spinning on bind(127.0.0.1:3128) never get it, and nothing leaves by eth0 unfiltered", async () => {
+    const d = desired();
+    await driver.ensure(d);
+    await onFastPath(d.id);
+    // Three processes of the sandbox's user, each binding 127.0.0.1:3128 as fast as it can until
+    // one holds it ("got" in /tmp/squat.out, and it keeps it) or /tmp/squat.stop appears.
+    const squat = [
+      "import os, socket, time",
+      "for i in range(2): os.fork()",
+      "n = 0",
+      'while not (n % 2000 == 0 and os.path.exists("/tmp/squat.stop")):',
+      "    n += 1",
+      "    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)",
+      "    try:",
+      '        s.bind(("127.0.0.1", 3128)); s.listen(1)',
+      "    except OSError:",
+      "        s.close(); continue",
+      '    print("got", flush=True); time.sleep(120); break',
+    ].join("\n");
+    await sh(d.id, `rm -f /tmp/squat.stop; nohup python3 -c '${squat}' > /tmp/squat.out 2>&1 < /dev/null &`);
+    try {
+      // Re-listens (each a new pids limit, so a new cap on the relay's children) until one lost the
+      // port to them, at most eight.
+      for (let pids = 200; pids > 192; pids--) {
+        await driver.ensure({ ...d, generation: 202 - pids, resources: { ...d.resources, pidsMax: pids } }).catch(() => {});
+        if ((await sh(d.id, "cat /tmp/squat.out")).includes("got")) break;
+      }
+      expect(await sh(d.id, "cat /tmp/squat.out")).toBe("");
+      // The walls are all there: the proxy still decides (and denies `b`), the host's guard stands.
+      expect(await curlDirect(d.id, `http://${b.ip}/`)).toBe(`traffic-proxy: egress denied: ${b.ip} is denied by denyOut "0.0.0.0/0"`);
+      expect(execFileSync("nft", ["list", "tables"], { encoding: "utf8" })).toContain(`table inet kruise_veth_kr${nsPid(d.id)}`);
+    } finally {
+      await sh(d.id, "touch /tmp/squat.stop");
+    }
+  });
+
   it("with the fast path off, nothing of it is there: no eth0, no set or gate, CAP_NET_RAW kept, and no relay command for it", async () => {
     const offDir = mkdtempSync(join(tmpdir(), "local-egress-off-"));
     const off = new LocalDriver({ dataDir: offDir, cgroupName: `${cgroupName}-off`, egressResolve, egressFastPath: false });
