@@ -483,7 +483,7 @@ export class LocalDriver implements Driver {
     }
     await this.#egress.start();
     const maxConnections = Math.min(this.#egressMax, rec.desired.resources.pidsMax ?? this.#pidsMax);
-    await this.#relay.listenEgress(rec.id, rec.nsInit!, this.#egressPort, { cgroupProcs: rec.cgroups ? procsFiles(rec.cgroups) : [], maxConnections }, this.#fastPath);
+    await this.#relay.listenEgress(rec.id, rec.nsInit!, this.#egressPort, { cgroupProcs: rec.cgroups ? procsFiles(rec.cgroups) : [], maxConnections }, this.#fastPath, rec.net?.veth ? rec.net.address : undefined);
     this.#egress.revalidate(rec.id);
     if (this.#egress.l7.wants(rec.desired)) await this.#installCa(rec.id, rec.nsInit!.pid);
   }

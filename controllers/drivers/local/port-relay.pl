@@ -8,7 +8,7 @@
 # namespace that is the relay's own (the host's network) is refused.
 #
 # The way out for sandboxes with egress rules: on
-# "listen <tag> <ns pid> <start> <port> <max connections> [fast] [<cgroup.procs path>...]\n" from its
+# "listen <tag> <ns pid> <start> <port> <max connections> [fast] [at <address>] [<cgroup.procs path>...]\n" from its
 # stdin (only the agent writes there) the relay itself enters the sandbox's network namespace,
 # opens a listener on 127.0.0.1:<port> there, and returns to its own namespace: the socket stays
 # in the sandbox's. Each connection accepted on it is piped by a forked child to the proxy's Unix
@@ -23,7 +23,9 @@
 # it whose DNS queries go to the proxy over one "*dns" connection, framed with the tag.
 # "fast <tag> <ip> <port> <seconds>" and "unfast <tag> <0|1>" program that redirect's set of
 # destinations that skip the proxy (the kernel's fast path, `redirect_all`; only for a listener
-# asked for with `fast`), and the same set of the host's guard on its veth (`guard`).
+# asked for with `fast`), and the same set of the host's guard on its veth (`guard`), keyed to
+# <address>, the veth's leased address (never one read inside the namespace: its root may have
+# changed eth0's).
 #
 # Sandbox networks (sandbox-net.ts), over netlink and without a process: on
 # "veth <ns pid> <start> <name> <mac> <mtu> <bridge ifindex> <address>/<prefix> <gateway>\n" the
@@ -229,9 +231,10 @@ sub parse_command {
     return ['fast', $tag, join('.', @o), $port, $ttl];
   }
   return ['unfast', $1, $2] if $cmd =~ /^unfast ([A-Za-z0-9_-]{1,64}) ([01])$/;
-  my ($tag, $nspid, $start, $port, $max, $fast, $procs) = $cmd =~ m{^listen ([A-Za-z0-9_-]{1,64}) (\d+) (\d+) (\d+) (\d+)( fast)?(?: at (\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}))?((?: /\S+/cgroup\.procs)*)$} or return (undef, 'bad command');
+  my ($tag, $nspid, $start, $port, $max, $fast, $addr, $procs) = $cmd =~ m{^listen ([A-Za-z0-9_-]{1,64}) (\d+) (\d+) (\d+) (\d+)( fast)?(?: at (\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}))?((?: /\S+/cgroup\.procs)*)$} or return (undef, 'bad command');
   return (undef, "bad port $port") if $port < 1 || $port > 65535;
-  return ['listen', $tag, $nspid, $start, $port, $max, $fast ? 1 : 0, [grep { length } split / /, $procs]];
+  return (undef, 'bad address') if defined $addr && grep { $_ > 255 } split /\./, $addr;
+  return ['listen', $tag, $nspid, $start, $port, $max, $fast ? 1 : 0, [grep { length } split / /, $procs], $addr // ()];
 }
 
 sub command {
@@ -246,7 +249,7 @@ sub command {
   return unveth(@a) if $verb eq 'unveth';
   return fast($a[0], [@a[1 .. 3]]) if $verb eq 'fast';
   return unfast(@a) if $verb eq 'unfast';
-  my ($tag, $nspid, $start, $port, $max, $fast, $procs) = @a;
+  my ($tag, $nspid, $start, $port, $max, $fast, $procs, $addr) = @a;
   return 'no proxy socket' unless defined $proxy;
   my ($ns, $err, $net) = namespace_of($nspid, $start);
   # A re-listen in the same namespace, on the same port and with the same mode (new limits) keeps
@@ -259,10 +262,12 @@ sub command {
   return $err if $err;
   my ($l, $u) = $same ? ($egress{$tag}, $udp{$tag}) : ();
   my $gen = $same ? $gen{$tag} : $fast ? ++$gen_seq : undef;
-  my ($eth0, $addr);
+  # The guard's address: the leased one the agent sent (or the guard has), never one read in the
+  # sandbox's namespace, whose root may have changed eth0's.
+  $addr //= $guard{$tag}[1] if $same && $guard{$tag};
+  my $eth0;
   my $why = in_ns($ns, sub {
     $eth0 = ifindex('eth0');
-    $addr = if_addr('eth0') if $eth0;
     unless ($same) {
       socket($l, PF_INET, SOCK_STREAM, 0) && setsockopt($l, SOL_SOCKET, SO_REUSEADDR, 1)
         && bind($l, sockaddr_in($port, INADDR_LOOPBACK)) && listen($l, 128)
@@ -273,7 +278,7 @@ sub command {
   });
   # An eth0 there already (a sandbox with internet access that got rules, or a re-listen): its
   # guard on the host's side now; otherwise `veth` makes it before the veth.
-  $why //= !$fast || !$eth0 ? undef : !defined $addr ? 'eth0 without an address' : do {
+  $why //= !$fast || !$eth0 ? undef : !defined $addr ? 'eth0 without its leased address' : do {
     local $gen{$tag} = $gen;
     guard($tag, "kr$nspid", $addr);
   };
@@ -449,14 +454,6 @@ sub in_ns {
   my $answer = $fn->();
   syscall($setns_nr, fileno($own_ns), 0x40000000) == 0 or die "port-relay.pl: cannot return to its own network namespace: $!\n";
   return $answer;
-}
-
-# The IPv4 address of interface `name` in the current namespace, or undef.
-sub if_addr {
-  socket(my $s, PF_INET, SOCK_DGRAM, 0) or return undef;
-  my $req = pack('a16 x16', $_[0]);
-  ioctl($s, 0x8915, $req) or return undef;  # SIOCGIFADDR
-  return inet_ntoa(substr($req, 20, 4));
 }
 
 # Whether `fast` may run nft now (at `now`, in seconds) for `tag`, taking a token if so. Each run

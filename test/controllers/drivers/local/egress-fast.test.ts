@@ -422,6 +422,29 @@ describe("the kernel's fast path of sandboxes behind the proxy", () => {
     }
   });
 
+  it("the host's guard is keyed to the leased address, not to what eth0 says inside: root inside with CAP_NET_ADMIN that put another address first before its rules arrived still gets out only through the proxy", async () => {
+    const d = desiredSandbox("ef", { allowInternetAccess: true });
+    await driver.ensure(d);
+    expect(await sh(d.id, `curl -s -m 5 http://${b.ip}/`)).toBe(`outside saw ${b.hostIp}`);
+    const leased = addressOf(d.id);
+    const gateway = asNetAdmin(d.id, ["ip", "-4", "route", "show", "default", "dev", "eth0"]).split(" ")[2]!;
+    const gwMac = readFileSync("/sys/class/net/kruise0/address", "utf8").trim();
+    const prefix = /inet \S+\/(\d+)/.exec(asNetAdmin(d.id, ["ip", "-4", "-o", "addr", "show", "dev", "eth0"]))![1]!;
+    // Another address of the same subnet first (eth0's primary, what SIOCGIFADDR answers), the
+    // leased one after it; the route and the gateway's MAC as they were.
+    const other = leased.split(".").slice(0, 2).concat(["255", "254"]).join(".");
+    asNetAdmin(d.id, ["ip", "addr", "flush", "dev", "eth0"]);
+    asNetAdmin(d.id, ["ip", "addr", "add", `${other}/${prefix}`, "dev", "eth0"]);
+    asNetAdmin(d.id, ["ip", "addr", "add", `${leased}/${prefix}`, "dev", "eth0"]);
+    asNetAdmin(d.id, ["ip", "route", "replace", "default", "via", gateway, "dev", "eth0"]);
+    asNetAdmin(d.id, ["ip", "neigh", "replace", gateway, "lladdr", gwMac, "dev", "eth0", "nud", "permanent"]);
+    expect(await sh(d.id, `curl -s -m 5 --interface ${leased} http://${b.ip}/`)).toBe(`outside saw ${b.hostIp}`);
+    // Its rules arrive: behind the proxy; then its own netfilter goes.
+    await driver.ensure({ ...d, generation: 2, egress: STRICT });
+    asNetAdmin(d.id, ["nft", "delete", "table", "ip", "kruise_egress"]);
+    expect(await curlDirect(d.id, `http://${b.ip}/`, `-m 3 --interface ${leased} -o /dev/null -w '%{http_code}'; echo " $?"`)).toBe("000 28");
+  });
+
   it("with the fast path off, nothing of it is there: no eth0, no set or gate, CAP_NET_RAW kept, and no relay command for it", async () => {
     const offDir = mkdtempSync(join(tmpdir(), "local-egress-off-"));
     const off = new LocalDriver({ dataDir: offDir, cgroupName: `${cgroupName}-off`, egressResolve, egressFastPath: false });

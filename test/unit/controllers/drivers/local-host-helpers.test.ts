@@ -75,6 +75,7 @@ describe("port relay's parsers", () => {
         "listen sbx1 12 34 3128 40",
         "listen sbx1 12 34 3128 40 fast /sys/fs/cgroup/pids/k/sbx1/cgroup.procs",
         "listen sbx1 12 34 3128 40 fast",
+        "listen sbx1 12 34 3128 40 fast at 10.88.0.5 /sys/fs/cgroup/pids/k/sbx1/cgroup.procs",
       ]),
     ).toEqual([
       "close sbx-1_a",
@@ -84,6 +85,7 @@ describe("port relay's parsers", () => {
       "listen sbx1 12 34 3128 40 0 []",
       "listen sbx1 12 34 3128 40 1 [/sys/fs/cgroup/pids/k/sbx1/cgroup.procs]",
       "listen sbx1 12 34 3128 40 1 []",
+      "listen sbx1 12 34 3128 40 1 [/sys/fs/cgroup/pids/k/sbx1/cgroup.procs] 10.88.0.5",
     ]);
   });
 
@@ -147,6 +149,8 @@ describe("port relay's parsers", () => {
         "listen sbx1 12 34 70000 40",
         "listen sbx1 12 34 3128 40 /etc/passwd",
         "listen sbx1 12 34 3128 40  /a/cgroup.procs",
+        "listen sbx1 12 34 3128 40 fast at 10.88.0.256",
+        "listen sbx1 12 34 3128 40 fast at 10.88.0.5/16",
       ]),
     ).toEqual([
       "error: bad command",
@@ -162,6 +166,8 @@ describe("port relay's parsers", () => {
       "error: bad port 0",
       "error: bad port 70000",
       "error: bad command",
+      "error: bad command",
+      "error: bad address",
       "error: bad command",
     ]);
   });
