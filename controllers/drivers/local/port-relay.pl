@@ -715,9 +715,7 @@ sub veth {
   }
   $err = $create->();
   if ($err && $err eq do { local $! = EEXIST; "$!" }) {  # an eth0 the namespace already has
-    syscall($setns_nr, fileno($ns), 0x40000000) == 0 or return "setns: $!";  # CLONE_NEWNET
-    my $old = unveth('eth0');
-    syscall($setns_nr, fileno($own_ns), 0x40000000) == 0 or die "port-relay.pl: cannot return to its own network namespace: $!\n";
+    my $old = in_ns($ns, sub { unveth('eth0') });
     $err = $old eq 'ok' ? $create->() : "replace eth0: $old";
   }
   return undo_veth($name, "create $name: $err") if $err;
@@ -725,32 +723,29 @@ sub veth {
   # RTM_SETLINK of the bridge port (AF_BRIDGE): IFLA_PROTINFO (nested) { IFLA_BRPORT_ISOLATED 1 }.
   $err = $host ? rtnl(19, 0, ifinfo(7, 0, $host, 0, 0) . nla(12 | 0x8000, nla(33, pack('C', 1)))) : 'gone';
   return undo_veth($name, "isolate $name: $err") if $err;
-  syscall($setns_nr, fileno($ns), 0x40000000) == 0 or return undo_veth($name, "setns: $!");  # CLONE_NEWNET
-  unredirect() unless defined $governed;  # a sandbox that had rules and has none now: its TCP goes out by eth0
-  # A new guard starts empty: so does the sandbox's set (an eth0 given back while the listener
-  # stayed), or what is in it would leave by eth0 into the host's drop.
-  nft("flush set ip kruise_egress fast\n") if $guarded;
-  # No IPv6 on eth0 (before it is up, so not even a link-local address): the gate is an IPv4
-  # chain. /proc/sys/net is the namespace of the writer, which is now the sandbox's; a host
-  # without IPv6 has no such file, and then there is nothing to turn off.
-  if (open(my $v6, '>', '/proc/sys/net/ipv6/conf/eth0/disable_ipv6')) {
-    $err = print($v6 "1\n") && close($v6) ? undef : "disable IPv6 on eth0: $!";
-  }
-  if ($err) {
-    syscall($setns_nr, fileno($own_ns), 0x40000000) == 0 or die "port-relay.pl: cannot return to its own network namespace: $!\n";
-    return undo_veth($name, $err);
-  }
-  my $eth0 = ifindex('eth0');
-  my $ip = inet_aton($addr);
-  $err = !$eth0 ? 'no eth0'
-    # RTM_NEWADDR (CREATE|EXCL): AF_INET, prefix, IFA_LOCAL, IFA_ADDRESS
-    : rtnl(20, 0x600, pack('CCCCL', 2, $prefix, 0, 0, $eth0) . nla(2, $ip) . nla(1, $ip))
-    # RTM_SETLINK: up
-    // rtnl(19, 0, ifinfo(0, 0, $eth0, 1, 1))
-    # RTM_NEWROUTE (CREATE|EXCL): AF_INET, default, main table, boot protocol, universe, unicast; RTA_GATEWAY, RTA_OIF
-    // rtnl(24, 0x600, pack('CCCCCCCCL', 2, 0, 0, 0, 254, 3, 0, 1, 0) . nla(5, inet_aton($gw)) . nla(4, pack('L', $eth0)));
-  syscall($setns_nr, fileno($own_ns), 0x40000000) == 0 or die "port-relay.pl: cannot return to its own network namespace: $!\n";
-  return $err ? undo_veth($name, "configure eth0: $err") : 'ok';
+  $err = in_ns($ns, sub {
+    unredirect() unless defined $governed;  # a sandbox that had rules and has none now: its TCP goes out by eth0
+    # A new guard starts empty: so does the sandbox's set (an eth0 given back while the listener
+    # stayed), or what is in it would leave by eth0 into the host's drop.
+    nft("flush set ip kruise_egress fast\n") if $guarded;
+    # No IPv6 on eth0 (before it is up, so not even a link-local address): the gate is an IPv4
+    # chain. /proc/sys/net is the namespace of the writer, which is now the sandbox's; a host
+    # without IPv6 has no such file, and then there is nothing to turn off.
+    if (open(my $v6, '>', '/proc/sys/net/ipv6/conf/eth0/disable_ipv6')) {
+      print($v6 "1\n") && close($v6) or return "disable IPv6 on eth0: $!";
+    }
+    my $eth0 = ifindex('eth0');
+    my $ip = inet_aton($addr);
+    my $why = !$eth0 ? 'no eth0'
+      # RTM_NEWADDR (CREATE|EXCL): AF_INET, prefix, IFA_LOCAL, IFA_ADDRESS
+      : rtnl(20, 0x600, pack('CCCCL', 2, $prefix, 0, 0, $eth0) . nla(2, $ip) . nla(1, $ip))
+      # RTM_SETLINK: up
+      // rtnl(19, 0, ifinfo(0, 0, $eth0, 1, 1))
+      # RTM_NEWROUTE (CREATE|EXCL): AF_INET, default, main table, boot protocol, universe, unicast; RTA_GATEWAY, RTA_OIF
+      // rtnl(24, 0x600, pack('CCCCCCCCL', 2, 0, 0, 0, 254, 3, 0, 1, 0) . nla(5, inet_aton($gw)) . nla(4, pack('L', $eth0)));
+    return $why && "configure eth0: $why";
+  });
+  return $err ? undo_veth($name, $err) : 'ok';
 }
 sub undo_veth { unveth($_[0]); return $_[1]; }
 
