@@ -207,6 +207,7 @@ sub close_egress {
   in_ns($ns, \&unredirect) if $ns;
   unguard($tag);
   delete $gen{$tag};
+  delete $bucket{"t $tag"};
   delete $egress_at{$tag};
   delete $limit{$tag};
   delete $fastpath{$tag};

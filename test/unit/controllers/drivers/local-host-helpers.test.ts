@@ -100,6 +100,12 @@ describe("port relay's parsers", () => {
     expect(budget([...Array(16).fill("a 100"), ...Array(17).fill("a 1000")])).toBe("1".repeat(16) + "1".repeat(16) + "0");
   });
 
+  it("a sandbox's rate of nft runs is forgotten with its listener: after `close`, a listen starts with a full burst (the relay keeps no state per sandbox it ever saw)", () => {
+    // "close <tag>" lines close the tag's listener (none here: only its state goes).
+    const run = (lines: string[]) => perlWith(RELAY_SCRIPT, `my ($t, $now) = split / /, $l; if ($t eq 'close') { close_egress($now); print 'c' } else { print fast_budget($t, $now) ? 1 : 0 }`, lines).join("");
+    expect(run([...Array(17).fill("a 100"), "close a", ...Array(16).fill("a 100")])).toBe("1".repeat(16) + "0c" + "1".repeat(16));
+  });
+
   it("the fast-path commands: an IPv4 address, a port and a timeout within bounds, or refused", () => {
     expect(
       command([
