@@ -360,6 +360,7 @@ sub tag_line {
 my $NFT_RESET = "table ip kruise_egress {}\ndelete table ip kruise_egress\n";
 our $FAST_CAP = 3600;     # the longest timeout an element gets, in seconds
 our $FAST_SIZE = 4096;    # elements per sandbox at most: beyond, the proxy keeps deciding
+our $HOST_GRACE = 5;     # seconds a host-side element outlives the sandbox's (`fast`)
 sub gate_rules {
   my ($gen) = @_;
   # After the redirect a packet goes to 127.0.0.1 (the listener), though its output interface, read
@@ -487,7 +488,7 @@ sub in_egress_ns {
 # "fast <tag> <ip> <port> <seconds>": later TCP connections of the sandbox to ip:port skip the
 # proxy for that long (an element already there keeps its timeout). A full set refuses it.
 # Several ([ip, port, seconds] each) go in one nft run; a full set refuses them all.
-# The host's set first, so the sandbox's kernel never sends one the host would drop. Without a
+# The host's set first, and for longer, so the sandbox's kernel never sends one the host would drop. Without a
 # guard (no eth0, or the fast path off) nothing is added: there is no way out but the proxy.
 sub fast {
   my ($tag, @elements) = @_;
@@ -496,7 +497,9 @@ sub fast {
   my $g = $guard{$tag} or return 'no eth0';
   return 'rate limited' unless fast_budget($tag, time());
   $dirty{$tag} = 1;
-  my $err = nft("add element inet kruise_veth_$g->[0] fast { " . join(', ', map { "$_->[0] . $_->[1] timeout $_->[2]s" } @elements) . " }\n");
+  # The host's element outlives the sandbox's by a few seconds: the other way round, a connection
+  # opened between the two expiries would skip the redirect and die in the host's drop.
+  my $err = nft("add element inet kruise_veth_$g->[0] fast { " . join(', ', map { "$_->[0] . $_->[1] timeout " . ($_->[2] + $HOST_GRACE) . "s" } @elements) . " }\n");
   return "host: $err" if $err;
   my $list = join(', ', map { "$_->[0] . tcp . $_->[1] timeout $_->[2]s" } @elements);
   return in_egress_ns($tag, sub { nft("add element ip kruise_egress fast { $list }\n") // 'ok' });
