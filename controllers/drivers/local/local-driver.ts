@@ -426,7 +426,10 @@ export class LocalDriver implements Driver {
   async #syncNetwork(rec: SandboxRecord): Promise<SandboxRecord> {
     if (this.#mode(rec.desired) === "proxy") {
       await this.#syncEgress(rec);
-      return this.#syncNet(rec);
+      const next = await this.#syncNet(rec);
+      // A relay that restarts reopens the listener: with an eth0 there, it needs the leased address.
+      if (next.net?.veth) this.#relay.egressAddress(next.id, next.net.address);
+      return next;
     }
     const final = await this.#syncNet(rec);
     await this.#syncEgress(final);

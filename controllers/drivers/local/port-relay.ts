@@ -166,6 +166,13 @@ export class PortRelay {
     }
   }
 
+  /** Records the leased address of the sandbox's veth (made after its listener) for reopening the
+   * listener after a relay restart: the host's guard of an eth0 already there is keyed to it. */
+  egressAddress(tag: string, address: string): void {
+    const l = this.#egress.get(tag);
+    if (l) l.address = address;
+  }
+
   /** Closes the sandbox's egress listener and ends the connections through it; a listener holds
    * the namespace alive, so this comes before its processes end. */
   async closeEgress(tag: string): Promise<void> {
