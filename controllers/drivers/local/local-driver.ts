@@ -426,7 +426,10 @@ export class LocalDriver implements Driver {
   async #syncNetwork(rec: SandboxRecord): Promise<SandboxRecord> {
     if (this.#mode(rec.desired) === "proxy") {
       await this.#syncEgress(rec);
-      return this.#syncNet(rec);
+      const next = await this.#syncNet(rec);
+      // A relay that restarts reopens the listener: with an eth0 there, it needs the leased address.
+      if (next.net?.veth) this.#relay.egressAddress(next.id, next.net.address);
+      return next;
     }
     const final = await this.#syncNet(rec);
     await this.#syncEgress(final);
@@ -483,7 +486,7 @@ export class LocalDriver implements Driver {
     }
     await this.#egress.start();
     const maxConnections = Math.min(this.#egressMax, rec.desired.resources.pidsMax ?? this.#pidsMax);
-    await this.#relay.listenEgress(rec.id, rec.nsInit!, this.#egressPort, { cgroupProcs: rec.cgroups ? procsFiles(rec.cgroups) : [], maxConnections }, this.#fastPath);
+    await this.#relay.listenEgress(rec.id, rec.nsInit!, this.#egressPort, { cgroupProcs: rec.cgroups ? procsFiles(rec.cgroups) : [], maxConnections }, this.#fastPath, rec.net?.veth ? rec.net.address : undefined);
     this.#egress.revalidate(rec.id);
     if (this.#egress.l7.wants(rec.desired)) await this.#installCa(rec.id, rec.nsInit!.pid);
   }

@@ -8,7 +8,7 @@
 # namespace that is the relay's own (the host's network) is refused.
 #
 # The way out for sandboxes with egress rules: on
-# "listen <tag> <ns pid> <start> <port> <max connections> [fast] [<cgroup.procs path>...]\n" from its
+# "listen <tag> <ns pid> <start> <port> <max connections> [fast] [at <address>] [<cgroup.procs path>...]\n" from its
 # stdin (only the agent writes there) the relay itself enters the sandbox's network namespace,
 # opens a listener on 127.0.0.1:<port> there, and returns to its own namespace: the socket stays
 # in the sandbox's. Each connection accepted on it is piped by a forked child to the proxy's Unix
@@ -23,7 +23,9 @@
 # it whose DNS queries go to the proxy over one "*dns" connection, framed with the tag.
 # "fast <tag> <ip> <port> <seconds>" and "unfast <tag> <0|1>" program that redirect's set of
 # destinations that skip the proxy (the kernel's fast path, `redirect_all`; only for a listener
-# asked for with `fast`), and the same set of the host's guard on its veth (`guard`).
+# asked for with `fast`), and the same set of the host's guard on its veth (`guard`), keyed to
+# <address>, the veth's leased address (never one read inside the namespace: its root may have
+# changed eth0's).
 #
 # Sandbox networks (sandbox-net.ts), over netlink and without a process: on
 # "veth <ns pid> <start> <name> <mac> <mtu> <bridge ifindex> <address>/<prefix> <gateway>\n" the
@@ -194,20 +196,18 @@ sub join_cgroups {
   exit 0 unless pids_below($procs, 1);
 }
 
-# Closes the tag's listener and ends its connections; with $keep (a re-listen in the same
-# namespace) its redirect, gate, generation and guard stay for the new listener to replace.
+# Closes the tag's listener, undoes its redirect, gate and guard, and ends its connections.
 sub close_egress {
-  my ($tag, $keep) = @_;
+  my ($tag) = @_;
   close(delete $egress{$tag}) if $egress{$tag};
   close(delete $udp{$tag}) if $udp{$tag};
   my $ns = delete $egress_ns{$tag};
   # Its namespace may get a veth next (internet access): nothing may send its TCP to a listener
   # that is gone.
-  in_ns($ns, \&unredirect) if $ns && !$keep;
-  unless ($keep) {
-    unguard($tag);
-    delete $gen{$tag};
-  }
+  in_ns($ns, \&unredirect) if $ns;
+  unguard($tag);
+  delete $gen{$tag};
+  delete $bucket{"t $tag"};
   delete $egress_at{$tag};
   delete $limit{$tag};
   delete $fastpath{$tag};
@@ -232,9 +232,10 @@ sub parse_command {
     return ['fast', $tag, join('.', @o), $port, $ttl];
   }
   return ['unfast', $1, $2] if $cmd =~ /^unfast ([A-Za-z0-9_-]{1,64}) ([01])$/;
-  my ($tag, $nspid, $start, $port, $max, $fast, $procs) = $cmd =~ m{^listen ([A-Za-z0-9_-]{1,64}) (\d+) (\d+) (\d+) (\d+)( fast)?((?: /\S+/cgroup\.procs)*)$} or return (undef, 'bad command');
+  my ($tag, $nspid, $start, $port, $max, $fast, $addr, $procs) = $cmd =~ m{^listen ([A-Za-z0-9_-]{1,64}) (\d+) (\d+) (\d+) (\d+)( fast)?(?: at (\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}))?((?: /\S+/cgroup\.procs)*)$} or return (undef, 'bad command');
   return (undef, "bad port $port") if $port < 1 || $port > 65535;
-  return ['listen', $tag, $nspid, $start, $port, $max, $fast ? 1 : 0, [grep { length } split / /, $procs]];
+  return (undef, 'bad address') if defined $addr && grep { $_ > 255 } split /\./, $addr;
+  return ['listen', $tag, $nspid, $start, $port, $max, $fast ? 1 : 0, [grep { length } split / /, $procs], $addr // ()];
 }
 
 sub command {
@@ -249,56 +250,61 @@ sub command {
   return unveth(@a) if $verb eq 'unveth';
   return fast($a[0], [@a[1 .. 3]]) if $verb eq 'fast';
   return unfast(@a) if $verb eq 'unfast';
-  my ($tag, $nspid, $start, $port, $max, $fast, $procs) = @a;
+  my ($tag, $nspid, $start, $port, $max, $fast, $procs, $addr) = @a;
   return 'no proxy socket' unless defined $proxy;
   my ($ns, $err, $net) = namespace_of($nspid, $start);
-  # A re-listen in the same namespace (new limits) keeps its redirect, gate, generation and the
-  # host's guard until redirect_all and guard replace them, each in one nft transaction: torn down
-  # first, a sandbox with eth0 would send unfiltered meanwhile, and its fast-path connections of
-  # the generation it keeps would be reset.
-  my $same = !$err && $fast && ($fastpath{$tag} // 0) && ($egress_at{$tag} // '') =~ /^\Q$net\E /;
-  close_egress($tag, $same);
+  # A re-listen in the same namespace, on the same port and with the same mode (new limits) keeps
+  # its sockets, and its redirect, gate, generation and the host's guard until redirect_all and
+  # guard replace them, each in one nft transaction: so there is no moment when the port is free
+  # for the sandbox to take, nor one when a sandbox with eth0 sends unfiltered, and its fast-path
+  # connections of the generation it keeps are not reset. Whatever fails, what it had stays.
+  my $same = !$err && ($egress_at{$tag} // '') eq "$net $port" && ($fastpath{$tag} // 0) == $fast;
+  close_egress($tag) unless $same;
   return $err if $err;
-  unless (syscall($setns_nr, fileno($ns), 0x40000000) == 0) {  # CLONE_NEWNET
-    my $why = "setns: $!";
-    unguard($tag) if $same;
+  my ($l, $u) = $same ? ($egress{$tag}, $udp{$tag}) : ();
+  my $gen = $same ? $gen{$tag} : $fast ? ++$gen_seq : undef;
+  # The guard's address: the leased one the agent sent (or the guard has), never one read in the
+  # sandbox's namespace, whose root may have changed eth0's.
+  $addr //= $guard{$tag}[1] if $same && $guard{$tag};
+  my $eth0;
+  my $why = in_ns($ns, sub {
+    $eth0 = ifindex('eth0');
+    unless ($same) {
+      socket($l, PF_INET, SOCK_STREAM, 0) && setsockopt($l, SOL_SOCKET, SO_REUSEADDR, 1)
+        && bind($l, sockaddr_in($port, INADDR_LOOPBACK)) && listen($l, 128)
+        or return "listen on 127.0.0.1:$port: $!";
+      socket($u, PF_INET, SOCK_DGRAM, 0) && bind($u, sockaddr_in($port, INADDR_LOOPBACK)) or return "UDP on 127.0.0.1:$port: $!";
+    }
+    return redirect_all($port, $gen);
+  });
+  # An eth0 there already (a sandbox with internet access that got rules, or a re-listen): its
+  # guard on the host's side now; otherwise `veth` makes it before the veth.
+  $why //= !$fast || !$eth0 ? undef : !defined $addr ? 'eth0 without its leased address' : do {
+    local $gen{$tag} = $gen;
+    guard($tag, "kr$nspid", $addr);
+  };
+  if ($why) {
+    # Fail closed. A re-listen keeps all it had (a redirect to a closed port refuses; a gate and
+    # guard of the old generation admit only the old set). Anything else leaves no listener, no
+    # redirect and no eth0: a governed namespace never has eth0 without both walls (the agent
+    # gives it back once a listen succeeds: LocalDriver #syncNet).
+    return $why if $same;
+    # An eth0 that cannot be deleted keeps whatever redirect it had.
+    in_ns($ns, sub { unredirect() if !$eth0 || unveth('eth0') eq 'ok' });
+    close $l if $l;
+    close $u if $u;
     return $why;
   }
-  my $l;
-  my $ok = socket($l, PF_INET, SOCK_STREAM, 0)
-    && setsockopt($l, SOL_SOCKET, SO_REUSEADDR, 1)
-    && bind($l, sockaddr_in($port, INADDR_LOOPBACK))
-    && listen($l, 128);
-  my $why_not = "listen on 127.0.0.1:$port: $!";
-  my $u;
-  if ($ok && !(socket($u, PF_INET, SOCK_DGRAM, 0) && bind($u, sockaddr_in($port, INADDR_LOOPBACK)))) {
-    ($ok, $why_not) = (0, "UDP on 127.0.0.1:$port: $!");
+  if (!$same) {
+    fcntl($l, F_SETFL, fcntl($l, F_GETFL, 0) | O_NONBLOCK);
+    fcntl($u, F_SETFL, fcntl($u, F_GETFL, 0) | O_NONBLOCK);
+    ($egress{$tag}, $udp{$tag}, $egress_ns{$tag}, $egress_at{$tag}, $fastpath{$tag}) = ($l, $u, $ns, "$net $port", $fast);
+  } else {
+    # New limits: the connections opened under the old ones end (the agent's own tally starts over).
+    my @pids = grep { $kid{$_} eq $tag } keys %kid;
+    kill 'KILL', @pids if @pids;
   }
-  # A re-listen in the same namespace keeps the current generation: what it lets through is
-  # still allowed. Without the fast path there is no set, no gate and no generation.
-  ($gen{$tag}, $dirty{$tag}) = ($same ? $gen{$tag} : $fast ? ++$gen_seq : undef, 0);
-  my $why_no_redirect = $ok ? redirect_all($port, $gen{$tag}) : undef;
-  # An eth0 there already (a sandbox with internet access that got rules): its guard on the
-  # host's side now; otherwise `veth` makes it before the veth.
-  my $eth0 = $fast && $ok && !$why_no_redirect ? if_addr('eth0') : undef;
-  unredirect() if $same && !($ok && !$why_no_redirect);
-  # Staying in a sandbox's namespace would put every later listener and child in the wrong place.
-  syscall($setns_nr, fileno($own_ns), 0x40000000) == 0 or die "port-relay.pl: cannot return to its own network namespace: $!\n";
-  my $why_no_guard = $eth0 ? guard($tag, "kr$nspid", $eth0) : undef;
-  unguard($tag) if $same && !($ok && !$why_no_redirect && !$why_no_guard);
-  return $why_not unless $ok;
-  return $why_no_redirect if $why_no_redirect;
-  if ($why_no_guard) {
-    in_ns($ns, \&unredirect);
-    return $why_no_guard;
-  }
-  $fastpath{$tag} = $fast;
-  fcntl($l, F_SETFL, fcntl($l, F_GETFL, 0) | O_NONBLOCK);
-  $egress_ns{$tag} = $ns;
-  fcntl($u, F_SETFL, fcntl($u, F_GETFL, 0) | O_NONBLOCK);
-  $udp{$tag} = $u;
-  $egress{$tag} = $l;
-  $egress_at{$tag} = "$net $port";
+  ($gen{$tag}, $dirty{$tag}) = ($gen, 0);
   $limit{$tag} = [$max, $procs];
   return 'ok';
 }
@@ -354,6 +360,7 @@ sub tag_line {
 my $NFT_RESET = "table ip kruise_egress {}\ndelete table ip kruise_egress\n";
 our $FAST_CAP = 3600;     # the longest timeout an element gets, in seconds
 our $FAST_SIZE = 4096;    # elements per sandbox at most: beyond, the proxy keeps deciding
+our $HOST_GRACE = 5;     # seconds a host-side element outlives the sandbox's (`fast`)
 sub gate_rules {
   my ($gen) = @_;
   # After the redirect a packet goes to 127.0.0.1 (the listener), though its output interface, read
@@ -451,14 +458,6 @@ sub in_ns {
   return $answer;
 }
 
-# The IPv4 address of interface `name` in the current namespace, or undef.
-sub if_addr {
-  socket(my $s, PF_INET, SOCK_DGRAM, 0) or return undef;
-  my $req = pack('a16 x16', $_[0]);
-  ioctl($s, 0x8915, $req) or return undef;  # SIOCGIFADDR
-  return inet_ntoa(substr($req, 20, 4));
-}
-
 # Whether `fast` may run nft now (at `now`, in seconds) for `tag`, taking a token if so. Each run
 # forks nft and holds up the relay's loop, which relays every connection of every sandbox: a
 # sandbox making a new destination every few ms must not stall the others. A token bucket per
@@ -489,7 +488,7 @@ sub in_egress_ns {
 # "fast <tag> <ip> <port> <seconds>": later TCP connections of the sandbox to ip:port skip the
 # proxy for that long (an element already there keeps its timeout). A full set refuses it.
 # Several ([ip, port, seconds] each) go in one nft run; a full set refuses them all.
-# The host's set first, so the sandbox's kernel never sends one the host would drop. Without a
+# The host's set first, and for longer, so the sandbox's kernel never sends one the host would drop. Without a
 # guard (no eth0, or the fast path off) nothing is added: there is no way out but the proxy.
 sub fast {
   my ($tag, @elements) = @_;
@@ -498,7 +497,9 @@ sub fast {
   my $g = $guard{$tag} or return 'no eth0';
   return 'rate limited' unless fast_budget($tag, time());
   $dirty{$tag} = 1;
-  my $err = nft("add element inet kruise_veth_$g->[0] fast { " . join(', ', map { "$_->[0] . $_->[1] timeout $_->[2]s" } @elements) . " }\n");
+  # The host's element outlives the sandbox's by a few seconds: the other way round, a connection
+  # opened between the two expiries would skip the redirect and die in the host's drop.
+  my $err = nft("add element inet kruise_veth_$g->[0] fast { " . join(', ', map { "$_->[0] . $_->[1] timeout " . ($_->[2] + $HOST_GRACE) . "s" } @elements) . " }\n");
   return "host: $err" if $err;
   my $list = join(', ', map { "$_->[0] . tcp . $_->[1] timeout $_->[2]s" } @elements);
   return in_egress_ns($tag, sub { nft("add element ip kruise_egress fast { $list }\n") // 'ok' });
@@ -718,9 +719,7 @@ sub veth {
   }
   $err = $create->();
   if ($err && $err eq do { local $! = EEXIST; "$!" }) {  # an eth0 the namespace already has
-    syscall($setns_nr, fileno($ns), 0x40000000) == 0 or return "setns: $!";  # CLONE_NEWNET
-    my $old = unveth('eth0');
-    syscall($setns_nr, fileno($own_ns), 0x40000000) == 0 or die "port-relay.pl: cannot return to its own network namespace: $!\n";
+    my $old = in_ns($ns, sub { unveth('eth0') });
     $err = $old eq 'ok' ? $create->() : "replace eth0: $old";
   }
   return undo_veth($name, "create $name: $err") if $err;
@@ -728,32 +727,29 @@ sub veth {
   # RTM_SETLINK of the bridge port (AF_BRIDGE): IFLA_PROTINFO (nested) { IFLA_BRPORT_ISOLATED 1 }.
   $err = $host ? rtnl(19, 0, ifinfo(7, 0, $host, 0, 0) . nla(12 | 0x8000, nla(33, pack('C', 1)))) : 'gone';
   return undo_veth($name, "isolate $name: $err") if $err;
-  syscall($setns_nr, fileno($ns), 0x40000000) == 0 or return undo_veth($name, "setns: $!");  # CLONE_NEWNET
-  unredirect() unless defined $governed;  # a sandbox that had rules and has none now: its TCP goes out by eth0
-  # A new guard starts empty: so does the sandbox's set (an eth0 given back while the listener
-  # stayed), or what is in it would leave by eth0 into the host's drop.
-  nft("flush set ip kruise_egress fast\n") if $guarded;
-  # No IPv6 on eth0 (before it is up, so not even a link-local address): the gate is an IPv4
-  # chain. /proc/sys/net is the namespace of the writer, which is now the sandbox's; a host
-  # without IPv6 has no such file, and then there is nothing to turn off.
-  if (open(my $v6, '>', '/proc/sys/net/ipv6/conf/eth0/disable_ipv6')) {
-    $err = print($v6 "1\n") && close($v6) ? undef : "disable IPv6 on eth0: $!";
-  }
-  if ($err) {
-    syscall($setns_nr, fileno($own_ns), 0x40000000) == 0 or die "port-relay.pl: cannot return to its own network namespace: $!\n";
-    return undo_veth($name, $err);
-  }
-  my $eth0 = ifindex('eth0');
-  my $ip = inet_aton($addr);
-  $err = !$eth0 ? 'no eth0'
-    # RTM_NEWADDR (CREATE|EXCL): AF_INET, prefix, IFA_LOCAL, IFA_ADDRESS
-    : rtnl(20, 0x600, pack('CCCCL', 2, $prefix, 0, 0, $eth0) . nla(2, $ip) . nla(1, $ip))
-    # RTM_SETLINK: up
-    // rtnl(19, 0, ifinfo(0, 0, $eth0, 1, 1))
-    # RTM_NEWROUTE (CREATE|EXCL): AF_INET, default, main table, boot protocol, universe, unicast; RTA_GATEWAY, RTA_OIF
-    // rtnl(24, 0x600, pack('CCCCCCCCL', 2, 0, 0, 0, 254, 3, 0, 1, 0) . nla(5, inet_aton($gw)) . nla(4, pack('L', $eth0)));
-  syscall($setns_nr, fileno($own_ns), 0x40000000) == 0 or die "port-relay.pl: cannot return to its own network namespace: $!\n";
-  return $err ? undo_veth($name, "configure eth0: $err") : 'ok';
+  $err = in_ns($ns, sub {
+    unredirect() unless defined $governed;  # a sandbox that had rules and has none now: its TCP goes out by eth0
+    # A new guard starts empty: so does the sandbox's set (an eth0 given back while the listener
+    # stayed), or what is in it would leave by eth0 into the host's drop.
+    nft("flush set ip kruise_egress fast\n") if $guarded;
+    # No IPv6 on eth0 (before it is up, so not even a link-local address): the gate is an IPv4
+    # chain. /proc/sys/net is the namespace of the writer, which is now the sandbox's; a host
+    # without IPv6 has no such file, and then there is nothing to turn off.
+    if (open(my $v6, '>', '/proc/sys/net/ipv6/conf/eth0/disable_ipv6')) {
+      print($v6 "1\n") && close($v6) or return "disable IPv6 on eth0: $!";
+    }
+    my $eth0 = ifindex('eth0');
+    my $ip = inet_aton($addr);
+    my $why = !$eth0 ? 'no eth0'
+      # RTM_NEWADDR (CREATE|EXCL): AF_INET, prefix, IFA_LOCAL, IFA_ADDRESS
+      : rtnl(20, 0x600, pack('CCCCL', 2, $prefix, 0, 0, $eth0) . nla(2, $ip) . nla(1, $ip))
+      # RTM_SETLINK: up
+      // rtnl(19, 0, ifinfo(0, 0, $eth0, 1, 1))
+      # RTM_NEWROUTE (CREATE|EXCL): AF_INET, default, main table, boot protocol, universe, unicast; RTA_GATEWAY, RTA_OIF
+      // rtnl(24, 0x600, pack('CCCCCCCCL', 2, 0, 0, 0, 254, 3, 0, 1, 0) . nla(5, inet_aton($gw)) . nla(4, pack('L', $eth0)));
+    return $why && "configure eth0: $why";
+  });
+  return $err ? undo_veth($name, $err) : 'ok';
 }
 sub undo_veth { unveth($_[0]); return $_[1]; }
 

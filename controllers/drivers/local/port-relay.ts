@@ -58,10 +58,16 @@ interface EgressListener extends EgressLimits {
   port: number;
   /** With the kernel's fast path: the set and gate in the namespace, the guard on the host. */
   fastPath: boolean;
+  /** The leased address of the sandbox's veth, when it has one: the host's guard is keyed to it
+   * (never to what eth0 says inside, which the sandbox's root could change). */
+  address?: string;
+  /** The relay refused it; it may still hold the sandbox's previous listener (port-relay.pl keeps
+   * what a failed re-listen had), so `closeEgress` must still tell it. */
+  failed?: boolean;
 }
 
-const listenLine = (tag: string, l: EgressListener) =>
-  ["listen", tag, l.nsInit.pid, l.nsInit.start, l.port, l.maxConnections, ...(l.fastPath ? ["fast"] : []), ...l.cgroupProcs].join(" ");
+const listenLine = (tag: string, l: EgressListener, withAddress = true) =>
+  ["listen", tag, l.nsInit.pid, l.nsInit.start, l.port, l.maxConnections, ...(l.fastPath ? ["fast"] : []), ...(withAddress && l.address ? ["at", l.address] : []), ...l.cgroupProcs].join(" ");
 
 export class PortRelay {
   readonly #proxySocket: string | undefined;
@@ -142,18 +148,29 @@ export class PortRelay {
   /** Makes 127.0.0.1:`port` inside the network namespace of `nsInit` lead to the traffic-proxy,
    * tagged `tag` (the sandbox id). Idempotent; a new `nsInit` (restarted sandbox) or new limits
    * replace the old listener. With `fastPath`, the namespace gets the fast path's set and gate
-   * (port-relay.pl `redirect_all`), and its veth the host's guard; without, neither. */
-  async listenEgress(tag: string, nsInit: ProcRef, port: number, limits: EgressLimits, fastPath = false): Promise<void> {
-    const want: EgressListener = { nsInit, port, ...limits, fastPath };
+   * (port-relay.pl `redirect_all`), and its veth (leased `address`) the host's guard; without,
+   * neither. A veth's address arriving is no new listener: it is kept for a relay restart. */
+  async listenEgress(tag: string, nsInit: ProcRef, port: number, limits: EgressLimits, fastPath = false, address?: string): Promise<void> {
+    const want: EgressListener = { nsInit, port, ...limits, fastPath, address };
     const had = this.#egress.get(tag);
-    if (had && this.#child && listenLine(tag, had) === listenLine(tag, want)) return;
+    if (had && !had.failed && this.#child && listenLine(tag, had, false) === listenLine(tag, want, false)) {
+      had.address = address;
+      return;
+    }
     this.#egress.set(tag, want);
     await this.#start();
     const answer = await this.#command(this.#child!, listenLine(tag, want));
     if (answer !== "ok") {
-      if (this.#egress.get(tag) === want) this.#egress.delete(tag);
+      want.failed = true;
       throw new Error(`egress listener for ${tag}: ${answer}`);
     }
+  }
+
+  /** Records the leased address of the sandbox's veth (made after its listener) for reopening the
+   * listener after a relay restart: the host's guard of an eth0 already there is keyed to it. */
+  egressAddress(tag: string, address: string): void {
+    const l = this.#egress.get(tag);
+    if (l) l.address = address;
   }
 
   /** Closes the sandbox's egress listener and ends the connections through it; a listener holds

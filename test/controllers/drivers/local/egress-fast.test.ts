@@ -47,6 +47,8 @@ function fastSet(id: string): string {
     return "";
   }
 }
+/** The same set of the host's guard on the sandbox's veth. */
+const hostSet = (id: string) => execFileSync("nft", ["list", "set", "inet", `kruise_veth_kr${nsPid(id)}`, "fast"], { encoding: "utf8" });
 /** The first connection to `a` goes through the proxy and puts `a` on the fast path. */
 async function onFastPath(id: string): Promise<void> {
   expect(await curlDirect(id, `http://${a.ip}/`)).toBe(fromA());
@@ -147,6 +149,9 @@ describe("the kernel's fast path of sandboxes behind the proxy", () => {
     await driver.ensure(d);
     expect(await curlDirect(d.id, "http://a.example.test/")).toBe(fromA());
     expect(await pollUntil(() => fastSet(d.id), (s) => s.includes(a.ip))).toMatch(new RegExp(`${a.ip.replace(/\./g, "\\.")} \\. tcp \\. 80 timeout 30s`));
+    // The host's guard holds the same element a few seconds longer, so the sandbox's always
+    // expires first: never a connection that skips the redirect into the host's drop.
+    expect(hostSet(d.id)).toMatch(new RegExp(`${a.ip.replace(/\./g, "\\.")} \\. 80 timeout 35s`));
     const byAddress = desired();
     await driver.ensure(byAddress);
     await onFastPath(byAddress.id);
@@ -384,6 +389,65 @@ describe("the kernel's fast path of sandboxes behind the proxy", () => {
     const now = await writes();
     // Ten writes later (each a packet of that connection), it is still open.
     expect(await pollUntil(() => sh(d.id, "cat /tmp/held.out"), (o) => o.includes("ended") || (o.match(/^w/gm)?.length ?? 0) >= now + 10)).not.toContain("ended");
+  });
+
+  it("a re-listen (new limits) leaves no moment for the sandbox to take the egress port: processes inside spinning on bind(127.0.0.1:3128) never get it, and nothing leaves by eth0 unfiltered", async () => {
+    const d = desired();
+    await driver.ensure(d);
+    await onFastPath(d.id);
+    // Three processes of the sandbox's user, each binding 127.0.0.1:3128 as fast as it can until
+    // one holds it ("got" in /tmp/squat.out, and it keeps it) or /tmp/squat.stop appears.
+    const squat = [
+      "import os, socket, time",
+      "for i in range(2): os.fork()",
+      "n = 0",
+      'while not (n % 2000 == 0 and os.path.exists("/tmp/squat.stop")):',
+      "    n += 1",
+      "    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)",
+      "    try:",
+      '        s.bind(("127.0.0.1", 3128)); s.listen(1)',
+      "    except OSError:",
+      "        s.close(); continue",
+      '    print("got", flush=True); time.sleep(120); break',
+    ].join("\n");
+    await sh(d.id, `rm -f /tmp/squat.stop; nohup python3 -c '${squat}' > /tmp/squat.out 2>&1 < /dev/null &`);
+    try {
+      // Re-listens (each a new pids limit, so a new cap on the relay's children) until one lost the
+      // port to them, at most eight.
+      for (let pids = 200; pids > 192; pids--) {
+        await driver.ensure({ ...d, generation: 202 - pids, resources: { ...d.resources, pidsMax: pids } }).catch(() => {});
+        if ((await sh(d.id, "cat /tmp/squat.out")).includes("got")) break;
+      }
+      expect(await sh(d.id, "cat /tmp/squat.out")).toBe("");
+      // The walls are all there: the proxy still decides (and denies `b`), the host's guard stands.
+      expect(await curlDirect(d.id, `http://${b.ip}/`)).toBe(`traffic-proxy: egress denied: ${b.ip} is denied by denyOut "0.0.0.0/0"`);
+      expect(execFileSync("nft", ["list", "tables"], { encoding: "utf8" })).toContain(`table inet kruise_veth_kr${nsPid(d.id)}`);
+    } finally {
+      await sh(d.id, "touch /tmp/squat.stop");
+    }
+  });
+
+  it("the host's guard is keyed to the leased address, not to what eth0 says inside: root inside with CAP_NET_ADMIN that put another address first before its rules arrived still gets out only through the proxy", async () => {
+    const d = desiredSandbox("ef", { allowInternetAccess: true });
+    await driver.ensure(d);
+    expect(await sh(d.id, `curl -s -m 5 http://${b.ip}/`)).toBe(`outside saw ${b.hostIp}`);
+    const leased = addressOf(d.id);
+    const gateway = asNetAdmin(d.id, ["ip", "-4", "route", "show", "default", "dev", "eth0"]).split(" ")[2]!;
+    const gwMac = readFileSync("/sys/class/net/kruise0/address", "utf8").trim();
+    const prefix = /inet \S+\/(\d+)/.exec(asNetAdmin(d.id, ["ip", "-4", "-o", "addr", "show", "dev", "eth0"]))![1]!;
+    // Another address of the same subnet first (eth0's primary, what SIOCGIFADDR answers), the
+    // leased one after it; the route and the gateway's MAC as they were.
+    const other = leased.split(".").slice(0, 2).concat(["255", "254"]).join(".");
+    asNetAdmin(d.id, ["ip", "addr", "flush", "dev", "eth0"]);
+    asNetAdmin(d.id, ["ip", "addr", "add", `${other}/${prefix}`, "dev", "eth0"]);
+    asNetAdmin(d.id, ["ip", "addr", "add", `${leased}/${prefix}`, "dev", "eth0"]);
+    asNetAdmin(d.id, ["ip", "route", "replace", "default", "via", gateway, "dev", "eth0"]);
+    asNetAdmin(d.id, ["ip", "neigh", "replace", gateway, "lladdr", gwMac, "dev", "eth0", "nud", "permanent"]);
+    expect(await sh(d.id, `curl -s -m 5 --interface ${leased} http://${b.ip}/`)).toBe(`outside saw ${b.hostIp}`);
+    // Its rules arrive: behind the proxy; then its own netfilter goes.
+    await driver.ensure({ ...d, generation: 2, egress: STRICT });
+    asNetAdmin(d.id, ["nft", "delete", "table", "ip", "kruise_egress"]);
+    expect(await curlDirect(d.id, `http://${b.ip}/`, `-m 3 --interface ${leased} -o /dev/null -w '%{http_code}'; echo " $?"`)).toBe("000 28");
   });
 
   it("with the fast path off, nothing of it is there: no eth0, no set or gate, CAP_NET_RAW kept, and no relay command for it", async () => {

@@ -75,6 +75,7 @@ describe("port relay's parsers", () => {
         "listen sbx1 12 34 3128 40",
         "listen sbx1 12 34 3128 40 fast /sys/fs/cgroup/pids/k/sbx1/cgroup.procs",
         "listen sbx1 12 34 3128 40 fast",
+        "listen sbx1 12 34 3128 40 fast at 10.88.0.5 /sys/fs/cgroup/pids/k/sbx1/cgroup.procs",
       ]),
     ).toEqual([
       "close sbx-1_a",
@@ -84,6 +85,7 @@ describe("port relay's parsers", () => {
       "listen sbx1 12 34 3128 40 0 []",
       "listen sbx1 12 34 3128 40 1 [/sys/fs/cgroup/pids/k/sbx1/cgroup.procs]",
       "listen sbx1 12 34 3128 40 1 []",
+      "listen sbx1 12 34 3128 40 1 [/sys/fs/cgroup/pids/k/sbx1/cgroup.procs] 10.88.0.5",
     ]);
   });
 
@@ -96,6 +98,12 @@ describe("port relay's parsers", () => {
     expect(budget(["a", "b", "c", "d", "e"].flatMap((t) => Array(16).fill(`${t} 100`)))).toBe("1".repeat(64) + "0".repeat(16));
     // Refills stop at the burst: a long quiet gives 16, not more.
     expect(budget([...Array(16).fill("a 100"), ...Array(17).fill("a 1000")])).toBe("1".repeat(16) + "1".repeat(16) + "0");
+  });
+
+  it("a sandbox's rate of nft runs is forgotten with its listener: after `close`, a listen starts with a full burst (the relay keeps no state per sandbox it ever saw)", () => {
+    // "close <tag>" lines close the tag's listener (none here: only its state goes).
+    const run = (lines: string[]) => perlWith(RELAY_SCRIPT, `my ($t, $now) = split / /, $l; if ($t eq 'close') { close_egress($now); print 'c' } else { print fast_budget($t, $now) ? 1 : 0 }`, lines).join("");
+    expect(run([...Array(17).fill("a 100"), "close a", ...Array(16).fill("a 100")])).toBe("1".repeat(16) + "0c" + "1".repeat(16));
   });
 
   it("the fast-path commands: an IPv4 address, a port and a timeout within bounds, or refused", () => {
@@ -147,6 +155,8 @@ describe("port relay's parsers", () => {
         "listen sbx1 12 34 70000 40",
         "listen sbx1 12 34 3128 40 /etc/passwd",
         "listen sbx1 12 34 3128 40  /a/cgroup.procs",
+        "listen sbx1 12 34 3128 40 fast at 10.88.0.256",
+        "listen sbx1 12 34 3128 40 fast at 10.88.0.5/16",
       ]),
     ).toEqual([
       "error: bad command",
@@ -162,6 +172,8 @@ describe("port relay's parsers", () => {
       "error: bad port 0",
       "error: bad port 70000",
       "error: bad command",
+      "error: bad command",
+      "error: bad address",
       "error: bad command",
     ]);
   });
