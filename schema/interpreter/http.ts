@@ -26,17 +26,44 @@ export type OutputLine =
   | { type: "end_of_execution" };
 
 /** Any character outside ASCII (JSON's own escapes cover the rest). */
-const NON_ASCII = /[\u0080-\uffff]/g;
-const escapeChar = (c: string) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`;
+const NON_ASCII = /[^\x00-\x7f]/;
+const HEX = Buffer.from("0123456789abcdef");
 
 /**
  * One line of /execute's answer as written: JSON with every non-ASCII character escaped, as E2B's
  * server writes its lines (Python's json.dumps, ensure_ascii). The JS SDK decodes each chunk it
  * reads with a TextDecoder of its own, so a character whose UTF-8 bytes a chunk boundary cut would
  * reach the user as two U+FFFD; in ASCII no boundary can cut one.
+ *
+ * The text is the tenant's (a cell can print tens of MB) and this runs on the agent's one event
+ * loop, so the escape is a byte loop into one buffer: a regex replace with a callback per
+ * character cost ~100x JSON.stringify. Each UTF-16 unit is escaped on its own, so a pair gives
+ * `\ud83d\ude00`; JSON.stringify has already escaped lone surrogates and U+0000-U+001F, and
+ * U+2028/2029 are non-ASCII, so escaped here.
  */
 export function outputLineText(line: OutputLine): string {
-  return `${JSON.stringify(line).replace(NON_ASCII, escapeChar)}\n`;
+  const json = JSON.stringify(line);
+  const first = json.search(NON_ASCII);
+  if (first < 0) return `${json}\n`;
+  let wide = 0;
+  for (let i = first; i < json.length; i++) if (json.charCodeAt(i) > 0x7f) wide++;
+  const out = Buffer.allocUnsafe(json.length + 5 * wide + 1);
+  let o = out.write(json.slice(0, first), 0, "latin1");
+  for (let i = first; i < json.length; i++) {
+    const c = json.charCodeAt(i);
+    if (c <= 0x7f) {
+      out[o++] = c;
+      continue;
+    }
+    out[o++] = 0x5c; // \
+    out[o++] = 0x75; // u
+    out[o++] = HEX[c >> 12]!;
+    out[o++] = HEX[(c >> 8) & 15]!;
+    out[o++] = HEX[(c >> 4) & 15]!;
+    out[o++] = HEX[c & 15]!;
+  }
+  out[o] = 0x0a;
+  return out.toString("latin1", 0, o + 1);
 }
 
 /** What the kernel driver (inside the sandbox) writes, one JSON object a line. */

@@ -110,18 +110,31 @@ export class Kernel {
     let ready!: () => void;
     let failed!: (err: Error) => void;
     const started = new Promise<void>((resolve, reject) => ((ready = resolve), (failed = reject)));
-    let pending = "";
+    // The start of a line not yet ended, as it came. Only each new chunk is searched for its end:
+    // a long line (a cell's output, up to MAX_LINE) comes in many 64 KB chunks, and searching (so
+    // flattening) all that was held at every chunk cost the agent's loop ~40 s for a 60 MB line.
+    let pending: string[] = [];
+    let held = 0;
     proc.stdout.setEncoding("utf8");
     proc.stdout.on("data", (chunk: string) => {
       if (proc !== this.#proc) return;
-      pending += chunk;
+      let from = 0;
       let nl: number;
-      while ((nl = pending.indexOf("\n")) >= 0) {
-        this.#onLine(pending.slice(0, nl), ready);
-        pending = pending.slice(nl + 1);
+      while ((nl = chunk.indexOf("\n", from)) >= 0) {
+        const tail = chunk.slice(from, nl);
+        const line = held ? pending.join("") + tail : tail;
+        pending = [];
+        held = 0;
+        this.#onLine(line, ready);
+        from = nl + 1;
       }
-      if (pending.length > MAX_LINE) {
-        pending = "";
+      if (from < chunk.length) {
+        pending.push(chunk.slice(from));
+        held += chunk.length - from;
+      }
+      if (held > MAX_LINE) {
+        pending = [];
+        held = 0;
         this.#fail(`the kernel driver sent a line over ${MAX_LINE} bytes`);
       }
     });

@@ -50,4 +50,31 @@ describe("outputLineText", () => {
     expect(text).toContain("\\u4e2d\\ud83d\\ude00");
     expect(JSON.parse(text)).toEqual(line);
   });
+  it("escapes each UTF-16 unit: pairs, lone surrogates, controls, U+2028/2029, both ends of the range", () => {
+    const cases: [string, string][] = [
+      ["😀", "\\ud83d\\ude00"],
+      ["a\ud800b", "a\\ud800b"],
+      ["\udfffz", "\\udfffz"],
+      ["\x00\x01\x1f", "\\u0000\\u0001\\u001f"],
+      ["\u2028\u2029", "\\u2028\\u2029"],
+      ["\x7f\x80\uffff", "\x7f\\u0080\\uffff"],
+      ["\u00e9\u0100\u0fff\u1000", "\\u00e9\\u0100\\u0fff\\u1000"],
+    ];
+    for (const [text, escaped] of cases) {
+      const line = { type: "stderr" as const, text, timestamp: 2 };
+      const out = outputLineText(line);
+      expect(out).toBe(`{"type":"stderr","text":"${escaped}","timestamp":2}\n`);
+      expect(JSON.parse(out)).toEqual(line);
+    }
+  });
+  it("gives a long line with non-ASCII spread through it back whole, and ASCII as JSON.stringify writes it", () => {
+    const text = "ab\"\\\n中é😀\ud800\u2028\x01\x7f".repeat(5000);
+    const line = { type: "result" as const, is_main_result: true, text, json: { k: text } };
+    const out = outputLineText(line);
+    expect(/^[\x00-\x7f]*$/.test(out)).toBe(true);
+    expect(out.endsWith("}\n")).toBe(true);
+    expect(JSON.parse(out)).toEqual(line);
+    const ascii = { type: "stdout" as const, text: "plain \"ascii\" \x7f\n".repeat(100), timestamp: 3 };
+    expect(outputLineText(ascii)).toBe(`${JSON.stringify(ascii)}\n`);
+  });
 });
