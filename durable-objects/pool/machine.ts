@@ -100,6 +100,9 @@ export interface Context {
 
 export const DEFAULT_CREATE_TIMEOUT_MS = 5 * 60_000;
 
+/** How early an alarm may run against the object's clock and still do what it was set for. */
+export const TICK_EARLY_MS = 1_000;
+
 export function initialState(): PoolState {
   return { config: null, members: new Map(), available: new Map(), creating: new Map(), claimed: 0, createdOnDemand: 0, nextSlot: 0 };
 }
@@ -129,10 +132,18 @@ export function transition(
     case "observe":
       if (observe(state, event.observation, ctx.now, effects)) reconcile(state, ctx, effects);
       return { state, effects };
-    case "tick":
-      expireCreating(state, ctx, effects);
-      reconcile(state, ctx, effects);
+    case "tick": {
+      // A tick is the shell's alarm, set for nextCreateDeadline. It may run before the object's
+      // clock (which moves only with I/O) reaches that time: judged as of ctx.now it would find
+      // nothing due and give back the same deadline, a re-arm for the time of the alarm running,
+      // which the runtime drops; the pool would then wait for an unrelated event. So a deadline
+      // within TICK_EARLY_MS is judged as of that deadline (as the ClusterDO's image pass is).
+      const due = nextCreateDeadline(state, ctx.createTimeoutMs);
+      const at = due !== null && due <= ctx.now + TICK_EARLY_MS ? { ...ctx, now: Math.max(ctx.now, due) } : ctx;
+      expireCreating(state, at, effects);
+      reconcile(state, at, effects);
       return { state, effects };
+    }
     case "destroy": {
       const victims = [...state.members.values()];
       for (const m of victims) unpool(state, m);
@@ -171,7 +182,11 @@ export function nextCreateDeadline(state: PoolState, timeoutMs = DEFAULT_CREATE_
   }
   const timeout = oldest === null ? null : oldest + timeoutMs;
   const f = state.failing;
-  const retry = f && f.revision === state.config?.revision && state.members.size < state.config.spec.replicas ? f.retryAt : null;
+  // While a member of the refused revision is creating, scaleUp makes no other: its timeout (or
+  // its outcome) is what comes next, not the retry time, which has passed by then.
+  const rev = state.config?.revision;
+  const trying = rev !== undefined && (state.creating.get(rev)?.size ?? 0) > 0;
+  const retry = f && f.revision === rev && !trying && state.members.size < state.config!.spec.replicas ? f.retryAt : null;
   return timeout === null ? retry : retry === null ? timeout : Math.min(timeout, retry);
 }
 

@@ -6,7 +6,7 @@
 // and a "sandbox" process (uid 1000, no proxy variables, the sandbox container's env) talks to a
 // stand-in internet through it. This is the sidecar's process, not a pod in a cluster. Also: a
 // template's own init container runs after the redirect and the proxy (a native sidecar), so its
-// connections are governed; MCP tool rules; profiles too large for the pod's Secret.
+// connections are governed, and trusts the pod's CA (HTTPS to a profile's host); MCP tool rules; profiles too large for the pod's Secret.
 // Needs root for the namespaces: run under the shared lock.
 import { CoreV1Api, type V1Pod } from "@kubernetes/client-node";
 import { readFileSync } from "node:fs";
@@ -221,6 +221,21 @@ describe("SecurityProfiles in a sandbox pod", () => {
     await driver.ensure(desired("init2", { template: "initnet", pool: "initnet", allowInternetAccess: false }));
     await runPod(kget<V1Pod>("pod", "initnet-init2"));
     expect(readFileSync(join(net.volumes.get("work")!, "net"), "utf8")).toBe("blocked");
+  });
+
+  it("a template's own init container trusts the pod's CA: its HTTPS to a host a profile names goes through the proxy as the sandbox's does", async () => {
+    await driver.setSecurityProfiles([profile("init-tls", { selector: { matchLabels: { app: "inittls" } }, rules: [{ name: "tag", match: [{ domains: ["api.test"] }], actions: { headerManipulation: { set: [{ name: "x-profile", value: "init-tls" }] } } }] })]);
+    // curl with the init container's env only; what it got (and its exit code) in the emptyDir.
+    const script = "curl -sS --max-time 8 -w ' %{http_code}' https://api.test/ok > /work/tls 2>&1; echo \" exit $?\" >> /work/tls";
+    const set = { apiVersion: "agents.kruise.io/v1alpha1", kind: "SandboxSet", metadata: { name: "inittls" }, spec: { replicas: 0, template: { spec: { volumes: [{ name: "work", emptyDir: {} }], initContainers: [{ name: "fetch", image: "python:3.12", command: ["/bin/sh", "-c", script], volumeMounts: [{ name: "work", mountPath: "/work" }] }], containers: [{ name: "sandbox", image: "python:3.12" }] } } } };
+    kubectlOk(["-n", ns, "apply", "-f", "-"], JSON.stringify(set));
+    await until("set inittls", () => driver.sandboxSets.get("inittls"));
+    await driver.ensure(desired("tls1", { template: "inittls", pool: "inittls", labels: { app: "inittls" } }));
+    const pod = kget<V1Pod>("pod", "inittls-tls1");
+    expect(pod.spec!.initContainers!.find((c) => c.name === "fetch")!.volumeMounts).toContainEqual({ name: "sandbox-ca", mountPath: "/run/kruise", readOnly: true });
+    await runPod(pod);
+    // Before, without the CA: curl's exit 60 (the proxy's certificate for api.test unknown).
+    expect(readFileSync(join(net.volumes.get("work")!, "tls"), "utf8").trim()).toBe("saw GET /ok ['x-profile=init-tls'] 200 exit 0");
   });
 
   it("a GlobalSecurityProfile's literal header value reaches requests through the sidecar, and is in no ConfigMap and in no volume or env of the sandbox container", async () => {

@@ -92,7 +92,9 @@ type Condition = { type: string; status: string; reason?: string; message?: stri
 
 /** The SandboxSet's conditions: others' as they are, ReplicaFailure from the last refusal while
  * no member of its revision (the current one) is ready; undefined when there is nothing to write
- * (no refusal, none shown before). */
+ * (no refusal, none shown before). Its lastTransitionTime is when it became True (the first
+ * refusal), kept while it stays True: a later refusal does not move it (nor, with the same
+ * message, patch the status again). */
 export function poolConditions(set: SandboxSetObject, sandboxes: SandboxObject[], refusal: PoolRefusal | undefined, old: Condition[] | undefined): Condition[] | undefined {
   const name = set.metadata!.name!;
   const revision = poolRevision(set);
@@ -102,7 +104,24 @@ export function poolConditions(set: SandboxSetObject, sandboxes: SandboxObject[]
   const others = (old ?? []).filter((c) => c.type !== REPLICA_FAILURE);
   if (!live) return others.length !== (old ?? []).length ? others : undefined;
   const message = `members of revision ${revision} are refused: ${refusal.message}`.slice(0, 4096);
-  return [...others, { type: REPLICA_FAILURE, status: "True", reason: refusal.reason, message, lastTransitionTime: refusal.at }];
+  const since = old?.find((c) => c.type === REPLICA_FAILURE && c.status === "True")?.lastTransitionTime ?? refusal.at;
+  return [...others, { type: REPLICA_FAILURE, status: "True", reason: refusal.reason, message, lastTransitionTime: since }];
+}
+
+type PoolStatusBody = PoolCounts & { conditions?: Condition[] };
+
+/** One pool's flush: the status to write (null: the set is gone or deleting, or nothing changed)
+ * and whether its refusal is kept. A set gone or deleting drops it, so a set re-created under
+ * that name does not show a refusal that was not its own. */
+export function poolFlush(set: SandboxSetObject | undefined, sandboxes: SandboxObject[], refusal: PoolRefusal | undefined): { status: PoolStatusBody | null; keepRefusal: boolean } {
+  if (!set || set.metadata?.deletionTimestamp) return { status: null, keepRefusal: false };
+  const old = (set as { status?: Partial<PoolStatusBody> }).status ?? {};
+  const conditions = poolConditions(set, sandboxes, refusal, old.conditions);
+  // Resolved (a member of the revision ready, or a new template): forgotten.
+  const keepRefusal = refusal !== undefined && (conditions?.some((c) => c.type === REPLICA_FAILURE) ?? false);
+  const status = { ...poolCounts(set, sandboxes), ...(conditions ? { conditions } : {}) };
+  const same = Object.entries(status).every(([k, v]) => JSON.stringify(old[k as keyof typeof old]) === JSON.stringify(v));
+  return { status: same ? null : status, keepRefusal };
 }
 
 export class PoolStatus {
@@ -148,15 +167,9 @@ export class PoolStatus {
     this.#dirty.clear();
     const all = this.#d.sandboxes.list();
     for (const name of pools) {
-      const set = this.#d.sandboxSets.get(name);
-      if (!set || set.metadata?.deletionTimestamp) continue;
-      const old = (set as { status?: Partial<PoolCounts> & { conditions?: Condition[] } }).status ?? {};
-      const refusal = this.#refused.get(name);
-      const conditions = poolConditions(set, all, refusal, old.conditions);
-      // Resolved (a member of the revision ready, or a new template): forgotten.
-      if (refusal && !conditions?.some((c) => c.type === REPLICA_FAILURE)) this.#refused.delete(name);
-      const status = { ...poolCounts(set, all), ...(conditions ? { conditions } : {}) };
-      if (Object.entries(status).every(([k, v]) => JSON.stringify(old[k as keyof typeof old]) === JSON.stringify(v))) continue;
+      const { status, keepRefusal } = poolFlush(this.#d.sandboxSets.get(name), all, this.#refused.get(name));
+      if (!keepRefusal) this.#refused.delete(name);
+      if (!status) continue;
       this.#d.count();
       try {
         const updated = (await this.#d.custom.patchNamespacedCustomObjectStatus(

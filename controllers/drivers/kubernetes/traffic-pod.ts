@@ -310,8 +310,10 @@ export function injectTraffic(spec: V1PodSpec, component: InjectionComponent, co
     ],
     securityContext: { runAsUser: 65534, runAsGroup: 65534, runAsNonRoot: true, allowPrivilegeEscalation: false, readOnlyRootFilesystem: true, capabilities: { drop: ["ALL"] } },
   };
-  // The tenant's containers trust the pod's CA (read-only files; the key is not among them).
-  for (const c of spec.containers) {
+  // The tenant's containers trust the pod's CA (read-only files; the key is not among them). Its
+  // init containers too: they run after traffic-ca has written the bundle, and (as a native
+  // sidecar) through the proxy, which terminates TLS with that CA for the hosts an HTTP rule names.
+  for (const c of [...spec.containers, ...spec.initContainers]) {
     c.volumeMounts = [...(c.volumeMounts ?? []).filter((m) => m.mountPath !== CA_DIR && m.name !== CA_VOLUME), { name: CA_VOLUME, mountPath: CA_DIR, readOnly: true }];
     c.env = [...(c.env ?? []).filter((e) => !CA_ENV.some((x) => x.name === e.name)), ...CA_ENV];
   }

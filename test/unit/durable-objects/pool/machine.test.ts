@@ -189,6 +189,14 @@ describe("pool machine", () => {
     expect(transition(st, { type: "tick" }, after).effects.map((e) => e.type)).toEqual(["delete", "create"]);
   });
 
+  it("a creating member's timeout alarm that runs with the clock just short of it still replaces the member", () => {
+    const st = pool({ replicas: 1, members: ["c1:c:r1"] });
+    const at = (now: number) => ({ now, newId: () => "n1" as SandboxId, createTimeoutMs: 60_000 });
+    const due = nextCreateDeadline(st, 60_000)!;
+    expect(summarize(transition(st, { type: "tick" }, at(due - 5_000)).effects)).toEqual([]);
+    expect(summarize(transition(st, { type: "tick" }, at(due - 1)).effects)).toEqual(["delete:c1@2", "create:n1(r1)"]);
+  });
+
   it("members the cluster refuses (a template it will never run): one at a time, backing off, until one is ready or the template changes", () => {
     const st = pool({ replicas: 3, members: ["c1:c:r1", "c2:c:r1", "c3:c:r1"] });
     let ids = 0;
@@ -200,9 +208,13 @@ describe("pool machine", () => {
     expect(refused("c3", NOW)).toEqual(["delete:c3@2"]);
     expect(st.failing).toEqual({ revision: "r1", reason: "UnsafePodSpec", message: "hostNetwork", failures: 3, retryAt: NOW + 2_000 });
     // Empty, and nothing is made before the backoff ends; the alarm is set for it.
-    expect(summarize(transition(st, { type: "tick" }, at(NOW + 1_999)).effects)).toEqual([]);
+    expect(summarize(transition(st, { type: "tick" }, at(NOW + 500)).effects)).toEqual([]);
     expect(nextCreateDeadline(st, 60_000)).toBe(NOW + 2_000);
-    expect(summarize(transition(st, { type: "tick" }, at(NOW + 2_000)).effects)).toEqual(["create:n1(r1)"]);
+    // The alarm set for it may run with the object's clock just short of it: judged as of its time.
+    expect(summarize(transition(st, { type: "tick" }, at(NOW + 1_999)).effects)).toEqual(["create:n1(r1)"]);
+    // Then the alarm waits for that member's timeout, not for the retry time just passed (a re-arm
+    // for the time of the alarm running is dropped).
+    expect(nextCreateDeadline(st, 60_000)).toBe(NOW + 2_000 + 60_000);
     expect(summarize(transition(st, { type: "tick" }, at(NOW + 2_001)).effects)).toEqual([]);
     // Refused again: the wait doubles.
     expect(refused("n1", NOW + 3_000)).toEqual(["delete:n1@2"]);

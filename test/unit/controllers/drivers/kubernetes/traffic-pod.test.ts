@@ -4,7 +4,7 @@
 import type { V1PodSpec } from "@kubernetes/client-node";
 import { describe, expect, it } from "vitest";
 import { clusterCidrsFlag, clusterDnsFlag, nativeSidecarsFlag } from "../../../../../controllers/drivers/kubernetes/flags.ts";
-import { allowedInside, checkSize, DEFAULT_CLUSTER_CIDRS, injectTraffic, nativeSidecarsFor, podEgress, podPolicy, PolicyTooLargeError, trafficConfigMap, trafficSecret, unsafePodSpec } from "../../../../../controllers/drivers/kubernetes/traffic-pod.ts";
+import { allowedInside, CA_DIR, CA_ENV, checkSize, DEFAULT_CLUSTER_CIDRS, injectTraffic, nativeSidecarsFor, podEgress, podPolicy, PolicyTooLargeError, trafficConfigMap, trafficSecret, unsafePodSpec } from "../../../../../controllers/drivers/kubernetes/traffic-pod.ts";
 import { SecurityProfileSpec, type SecurityProfileEntry } from "../../../../../schema/api/security-profile.ts";
 import { TrafficPolicySet } from "../../../../../controllers/traffic/governed.ts";
 import { TrafficPolicySpec } from "../../../../../schema/api/traffic-policy.ts";
@@ -75,6 +75,27 @@ describe("traffic-pod", () => {
     expect(spec.initContainers!.map((c) => [c.name, c.restartPolicy ?? ""])).toEqual([["traffic-redirect", ""], ["traffic-ca", ""], ["traffic-proxy", "Always"], ["setup", ""]]);
     expect(spec.containers.map((c) => c.name)).toEqual(["sandbox"]);
     expect(spec.initContainers![2]!.startupProbe).toMatchObject({ httpGet: { path: "/ready", port: 15021 } });
+  });
+
+  it("the template's init containers trust the pod's CA as its containers do (they connect through the proxy, which signs L7 hosts with it); the platform's own do not mount it", () => {
+    for (const native of [true, false]) {
+      const spec: V1PodSpec = {
+        containers: [{ name: "sandbox", image: "x" }],
+        initContainers: [{ name: "fetch", image: "y", env: [{ name: "SSL_CERT_FILE", value: "/etc/mine.pem" }, { name: "KEEP", value: "1" }], volumeMounts: [{ name: "data", mountPath: "/data" }] }],
+      };
+      injectTraffic(spec, { kind: "sidecar", image: "proxy:1" }, "cm", native);
+      const all = [...spec.initContainers!, ...spec.containers];
+      const trusting = all.filter((c) => c.volumeMounts?.some((m) => m.mountPath === CA_DIR && m.readOnly)).map((c) => c.name);
+      expect(trusting).toEqual(["fetch", "sandbox"]);
+      for (const name of ["fetch", "sandbox"]) {
+        const c = all.find((x) => x.name === name)!;
+        for (const e of CA_ENV) expect(c.env).toContainEqual(e);
+        // The template's own value of a CA name is replaced, its other env kept.
+        expect(c.env!.filter((e) => e.name === "SSL_CERT_FILE")).toHaveLength(1);
+      }
+      expect(all.find((c) => c.name === "fetch")!.env).toContainEqual({ name: "KEEP", value: "1" });
+      expect(all.find((c) => c.name === "fetch")!.volumeMounts).toContainEqual({ name: "data", mountPath: "/data" });
+    }
   });
 
   it("native sidecars from 1.33 (whose kubelets, three minors back at most, all know them); --native-sidecars", () => {
