@@ -101,7 +101,10 @@ export class PortRelay {
         if (first !== "ready") return reject(new Error(`port relay: unexpected ${JSON.stringify(first)}`));
         // Waiting for the relay kept the process alive; a running relay must not.
         for (const pipe of [child.stdin, child.stdout]) (pipe as unknown as { unref(): void }).unref();
-        lines.on("line", (answer) => pending.shift()?.(answer));
+        lines.on("line", (answer) => {
+          pending.shift()?.(answer);
+          if (pending.length === 0) (child.stdout as unknown as { unref(): void }).unref();
+        });
         resolve(path);
       });
       child.once("error", reject);
@@ -135,6 +138,10 @@ export class PortRelay {
   #command(child: ChildProcess, line: string): Promise<string> {
     return new Promise((resolve) => {
       if (child !== this.#child || child.exitCode !== null) return resolve("port relay is not running");
+      // An awaited answer keeps the process alive (the pipes are unref'd while nothing is asked):
+      // an agent stopping with only a relay command left to wait for (a destroy's `unveth`) ran
+      // out of work and exited there, leaving its sandboxes mounted (CI run 11-2).
+      if (this.#pending.length === 0) (child.stdout as unknown as { ref(): void }).ref();
       this.#pending.push(resolve);
       child.stdin!.write(`${line}\n`);
     });
