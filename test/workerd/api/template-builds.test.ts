@@ -298,6 +298,28 @@ describe("template build API", () => {
     }
   });
 
+  it("a fromTemplate build that fails releases its base: the parent's old image is claimed without another template write", async () => {
+    const team = await createTeam(unique("tb-gc-childfail"));
+    const agent = await startAgent(team.cluster, { builder: true });
+    try {
+      const parent = `${team.template}-parent`;
+      const child = `${team.template}-child`;
+      const first = (await buildReady(team, agent, parent, {})).spec.image;
+      await expectStatus(call(`/admin/teams/${team.name}/templates/${child}`, { method: "PUT", body: { spec: { cluster: team.cluster } } }), 201);
+      const { buildID } = await requestBuild(team.key, child);
+      await expectStatus(call(`/v2/templates/${child}/builds/${buildID}`, { key: team.key, body: { fromTemplate: parent, steps: [{ type: "RUN", args: ["true"] }] } }), 202);
+      await agent.waitUntil(() => agent.builds.some((b) => b.buildId === buildID));
+      await buildReady(team, agent, parent, {}, true);
+      // The parent's rebuild ran a pass while the child stood on its old image: not claimed.
+      expect(await claimed(first)).toBe(false);
+      agent.sendFrame({ type: "buildEvents", items: [{ buildId: buildID, logs: [], result: { status: "error", message: "step failed" } }] });
+      await poll(async () => (await expectStatus(call(`/templates/${child}/builds/${buildID}/status`, { key: team.key }), 200)).status === "error");
+      await vi.waitFor(async () => expect(await claimed(first)).toBe(true));
+    } finally {
+      agent.disconnect();
+    }
+  });
+
   it("a re-point while the agent is offline is applied, and the agent is told to free the old image when it connects", async () => {
     const team = await createTeam(unique("tb-gc-offline"));
     const name = `${team.template}-off`;
