@@ -504,7 +504,7 @@ export class ClusterDO extends DurableObject<Env> {
     const sweepDue = sweep !== null && sweep <= Date.now() + 1_000;
     if (gcDue || sweepDue) {
       // Claims only when the periodic pass is due: a recheck looks at what is claimed already.
-      await this.collectImages(undefined, Math.max(Date.now(), gcDue ? gcAt! : 0), false, sweepDue).catch(() => {});
+      await this.collectImages(undefined, Math.max(Date.now(), gcDue && gcAt !== null ? gcAt : 0), false, sweepDue).catch(() => {});
       // Armed again from what the pass left (sweep armed it for the time of this very alarm).
       this.alarmAt = null;
       this.armAlarm(Date.now());
