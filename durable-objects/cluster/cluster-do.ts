@@ -29,7 +29,7 @@ import { CrdSync } from "./crd-sync.ts";
 import { batches, ENQUEUE_MAX_BYTES, utf8Bytes } from "../pool/enqueue-batch.ts";
 import { BUILD_FEATURE, type BuildEvents, type BuildFrame } from "../../schema/protocol/build.ts";
 import { recordBuildEvents } from "../operations/template-builds.ts";
-import { collectImages, IMAGE_RECHECK_MS } from "../operations/image-gc.ts";
+import { collectImages, IMAGE_RECHECK_MS, IMAGE_SWEEP_MS } from "../operations/image-gc.ts";
 import type { Result } from "../sandbox/state.ts";
 import { ObservationRouter } from "./observation-router.ts";
 import { nextRedelivery, transition, type ClusterEffect, type ClusterEvent, type ClusterState } from "./machine.ts";
@@ -125,6 +125,9 @@ export class ClusterDO extends DurableObject<Env> {
   private imageGc: Promise<unknown> = Promise.resolve();
   /** imageGcAt's value (undefined: not read yet). */
   private gcAt: number | null | undefined = undefined;
+  /** When a pass last claimed (meta `imageClaimAt`; undefined: not read yet): the periodic pass
+   * is due `IMAGE_SWEEP_MS` after it. */
+  private claimedAt: number | undefined = undefined;
   /** Logs requests sent to the agent, by id, until it answers (or the wait ends). */
   private logsWaiters = new Map<string, (entries: SandboxLogEntry[]) => void>();
 
@@ -254,10 +257,11 @@ export class ClusterDO extends DurableObject<Env> {
    * nothing in libSQL references, and tells the agent about claimed images past their grace that
    * no sandbox here names. Passes run one after another; the next is armed on the alarm. `cluster`:
    * the caller's name for it (an object whose agent never connected has none of its own); `now`
-   * lets tests look past the grace period; `welcome`: a new session's pass (collectImages in
-   * image-gc.ts).
+   * lets tests look past the grace period; `welcome`: a new session's pass; `claim`: false for a
+   * recheck of what is claimed already (collectImages in image-gc.ts). Answers once the pass ran
+   * (tests); a nudge from an operation is `nudgeImages`.
    */
-  async collectImages(cluster?: string, now: number = Date.now(), welcome = false): Promise<{ ok: true; sent: string[] }> {
+  async collectImages(cluster?: string, now: number = Date.now(), welcome = false, claim = true): Promise<{ ok: true; sent: string[] }> {
     this.load();
     const store = this.store!;
     const name = store.getMeta("cluster") ?? cluster;
@@ -269,6 +273,12 @@ export class ClusterDO extends DurableObject<Env> {
       this.gcAt = due;
       this.armAlarm(Date.now());
     };
+    const setClaimedAt = (at: number) => {
+      this.claimedAt = at;
+      store.setMeta("imageClaimAt", String(at));
+    };
+    // Stamped when the pass is queued: a hello's pass is not followed at once by a periodic one.
+    if (claim) setClaimedAt(Date.now());
     const next = this.imageGc.then(async () => {
       const r = await collectImages(this.env, name, {
         inUse: (images) => {
@@ -280,8 +290,10 @@ export class ClusterDO extends DurableObject<Env> {
           this.send({ type: "rootfsDeletes", names });
           return true;
         },
-      }, now, welcome).catch((err: unknown) => {
-        // A failed pass (libSQL unreachable) is tried again at the recheck, not at once.
+      }, now, welcome, claim).catch((err: unknown) => {
+        // A failed pass (libSQL unreachable) is tried again at the recheck, not at once; one that
+        // was to claim claims then (the periodic pass is made due at that time).
+        if (claim) setClaimedAt(Date.now() + IMAGE_RECHECK_MS - IMAGE_SWEEP_MS);
         lookAgainAt(Date.now() + IMAGE_RECHECK_MS);
         throw err;
       });
@@ -290,6 +302,14 @@ export class ClusterDO extends DurableObject<Env> {
     });
     this.imageGc = next.catch((err: unknown) => LOG.warn("image collection failed; tried again at the next hello or alarm", { error: err }));
     return { ok: true, sent: await next };
+  }
+
+  /** A reference to one of this cluster's images changed (operations/image-gc.ts `nudgeImageGc`):
+   * schedules a claiming pass and answers at once, so the caller (a template PUT, this object's
+   * own build events) does not wait behind it or behind a pass already running. */
+  async nudgeImages(cluster?: string): Promise<{ ok: true }> {
+    this.ctx.waitUntil(this.collectImages(cluster).catch(() => {}));
+    return { ok: true };
   }
 
   /** Asks the agent to free snapshots the edge deleted. Best effort: sent only while it is
@@ -368,7 +388,8 @@ export class ClusterDO extends DurableObject<Env> {
     if (at === null) return;
     this.gcTimer ??= setTimeout(() => {
       this.gcTimer = null;
-      this.collectImages().catch(() => {});
+      // A recheck: sandboxes going release claimed images, they do not unreference new ones.
+      this.collectImages(undefined, undefined, false, false).catch(() => {});
     }, 1_000);
     // And on the alarm (armed by the event's apply) in case the timer does not fire: an object
     // with only hibernatable sockets may be evicted first, and the alarm outlives it.
@@ -478,12 +499,24 @@ export class ClusterDO extends DurableObject<Env> {
     // The alarm may run before the object's clock (which moves only with I/O) has reached its
     // time: its pass runs as of that time. Skipped, it would re-arm the alarm at the time of the
     // one running, which the runtime drops when the handler ends: nothing would wake it again.
-    if (gcAt !== null && gcAt <= Date.now() + 1_000) {
-      await this.collectImages(undefined, Math.max(Date.now(), gcAt)).catch(() => {});
+    const sweep = this.sweepDueAt();
+    const gcDue = gcAt !== null && gcAt <= Date.now() + 1_000;
+    const sweepDue = sweep !== null && sweep <= Date.now() + 1_000;
+    if (gcDue || sweepDue) {
+      // Claims only when the periodic pass is due: a recheck looks at what is claimed already.
+      await this.collectImages(undefined, Math.max(Date.now(), gcDue && gcAt !== null ? gcAt : 0), false, sweepDue).catch(() => {});
       // Armed again from what the pass left (sweep armed it for the time of this very alarm).
       this.alarmAt = null;
       this.armAlarm(Date.now());
     }
+  }
+
+  /** When the periodic claiming pass is due (null: no agent connected, the next hello runs one). */
+  private sweepDueAt(): number | null {
+    if (!this.state?.connected) return null;
+    // None yet: the hello's pass (which stamps it) is about to run; not due before it.
+    if (this.claimedAt === undefined) this.claimedAt = Number(this.store!.getMeta("imageClaimAt") ?? Date.now());
+    return this.claimedAt + IMAGE_SWEEP_MS;
   }
 
   /** When claimed images are next looked at (null: none wait, or no agent to tell); kept in meta
@@ -590,12 +623,13 @@ export class ClusterDO extends DurableObject<Env> {
     return { seqs };
   }
 
-  /** One alarm for the earliest of: the next redelivery, the next liveness check. */
+  /** One alarm for the earliest of: the next redelivery, the next liveness check, the next image
+   * collection recheck or periodic pass. */
   private armAlarm(now: number): void {
     const st = this.state!;
     const redeliver = nextRedelivery(st, REDELIVER_MS);
     const live = st.connected ? now + LIVENESS_MS : null;
-    const due = Math.min(redeliver ?? Infinity, live ?? Infinity, this.imageGcAt() ?? Infinity);
+    const due = Math.min(redeliver ?? Infinity, live ?? Infinity, this.imageGcAt() ?? Infinity, this.sweepDueAt() ?? Infinity);
     if (due === Infinity || (this.alarmAt !== null && this.alarmAt <= due)) return;
     this.alarmAt = due;
     void this.ctx.storage.setAlarm(due);

@@ -10,9 +10,9 @@ import type { BuildEvents, BuildFrame } from "../../schema/protocol/build.ts";
 import type { Caller, Env } from "../env.ts";
 import { quotaStub } from "../quota/stub.ts";
 import { getDb } from "../store/db.ts";
-import { activeBuilds, hasFile, getBuild, insertBuild, lastLogs, logsFrom, moveBuild, putTags, touchBuild, appendLogs, type BuildRow, type LogRow } from "../store/template-builds.ts";
+import { activeBuilds, claimUnusedImages, hasFile, getBuild, insertBuild, lastLogs, logsFrom, moveBuild, putTags, touchBuild, appendLogs, type BuildRow, type LogRow } from "../store/template-builds.ts";
 import { getTemplate, resolveTemplate } from "../store/templates.ts";
-import { nudgeImageGc } from "./image-gc.ts";
+import { BUILT_IMAGE, nudgeImageGc } from "./image-gc.ts";
 import { putTemplate } from "./templates.ts";
 
 /** What `POST /v3/templates` answers (E2B TemplateRequestResponseV3). */
@@ -152,6 +152,9 @@ async function finish(env: Env, b: BuildRow, to: { status: "ready" | "error"; re
   const now = Date.now();
   const moved = await moveBuild(getDb(env), b.id, ["building", "waiting"], { status: to.status, reason: to.reason ?? null, finishedAt: now });
   if (moved) await releaseQuota(env, b);
+  // A failed build no longer stands on its base image (and published none of its own worth
+  // keeping): both may be claimed now. (A ready build nudges once its tags are in place.)
+  if (moved && to.status === "error") await nudgeImageGc(env, b.cluster);
   return moved;
 }
 
@@ -160,6 +163,13 @@ export async function recordBuildEvents(env: Env, cluster: string, items: BuildE
   const db = getDb(env);
   for (const item of items) {
     const b = await getBuild(db, item.buildId);
+    if (!b && item.result) {
+      // Its template was deleted while it ran: the delete claimed its image before the agent
+      // published it (and may have sent the name already). Claimed again, it is sent again.
+      const image = `b-${item.buildId}`;
+      if (BUILT_IMAGE.test(image) && (await claimUnusedImages(db, [image], cluster, Date.now(), true)).size) await nudgeImageGc(env, cluster);
+      continue;
+    }
     if (!b || b.cluster !== cluster || b.status !== "building") continue;
     await appendLogs(db, b.id, item.logs, MAX_BUILD_LOG_ENTRIES);
     const r = item.result;

@@ -44,16 +44,17 @@ export async function putTemplate(env: Env, input: PutTemplateInput): Promise<Re
     const before = await getTemplate(db, team.id, input.templateId);
     const existed = before !== undefined;
     const t = await upsertTemplate(db, { teamId: team.id, templateId: input.templateId, public: input.public, spec: input.spec }).catch((err: unknown) => {
-      if (namesFreedImage(err)) throw new ApiError("bad_request", `image "${input.spec.image}" was freed when the last template naming it was deleted; build the template again`);
+      if (namesFreedImage(err)) throw new ApiError("bad_request", `image "${input.spec.image}" was released (no template or tag referenced it) and is being freed; build the template again`);
       throw err;
     });
     evictTemplates();
+    // The image it named before is freed by its cluster's collection once nothing holds it (a
+    // create may have taken it just now); a failing nudge leaves that to the next pass. Before the
+    // pool: a pool error must not skip it (the nudge only schedules the pass).
+    if (before && before.spec.image !== t.spec.image && BUILT_IMAGE.test(before.spec.image)) await nudgeImageGc(env, before.spec.cluster);
     const pool = await configurePool(env, t, input.teamName);
     // A record's spec is parsed: its cluster is always named ("local" by default).
     if (before && before.spec.cluster !== t.spec.cluster) await templateLeft(env, before.spec.cluster, input.teamName);
-    // The image it named before is freed by its cluster's collection once nothing holds it (a
-    // create may have taken it just now); a failing nudge leaves that to the next pass.
-    if (before && before.spec.image !== t.spec.image && BUILT_IMAGE.test(before.spec.image)) await nudgeImageGc(env, before.spec.cluster);
     return { template: t, pool, existed };
   });
 }

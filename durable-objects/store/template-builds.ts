@@ -47,12 +47,42 @@ export async function buildsOf(db: Db, teamId: string, templateId: string): Prom
     .limit(100);
 }
 
-export async function deleteBuildsOf(db: Db, teamId: string, templateId: string): Promise<number> {
-  const ids = (await buildsOf(db, teamId, templateId)).map((b) => b.id);
-  if (ids.length) await db.delete(templateBuildLogs).where(inArray(templateBuildLogs.buildId, ids));
-  await db.delete(templateTags).where(and(eq(templateTags.teamId, teamId), eq(templateTags.templateId, templateId)));
-  const rows = await db.delete(templateBuilds).where(and(eq(templateBuilds.teamId, teamId), eq(templateBuilds.templateId, templateId))).returning({ id: templateBuilds.id });
-  return rows.length;
+/**
+ * Deletes a template's builds (their logs and tags too) and, in the same batch before the rows go,
+ * claims for freeing their images and `also` (the image the deleted template's spec named, on its
+ * cluster) that no template names and no other template's build published. One transaction: if it
+ * fails, the rows stay, a retried DELETE finds them, and a collection pass can still claim their
+ * images (`claimSupersededImages`); no state is left where nothing names an image the agent keeps.
+ * Answers how many builds went and what was claimed, by cluster.
+ */
+export async function deleteBuildsOf(db: Db, teamId: string, templateId: string, also?: { image: string; cluster: string }, now = Date.now()): Promise<{ builds: number; claimed: Map<string, string[]> }> {
+  // No template names it, and no build but this template's (deleted in the same batch) published it.
+  const unused = (image: string) => `NOT EXISTS (SELECT 1 FROM templates WHERE (spec ->> '$.image') = +${image})
+            AND NOT EXISTS (SELECT 1 FROM template_builds o WHERE o.image = ${image} AND NOT (o.team_id = ?1 AND o.template_id = ?2))`;
+  // Numbered parameters: ?1 team, ?2 template, ?3 now, ?4 image, ?5 cluster.
+  const mine = [teamId, templateId];
+  const res = await db.$client.batch(
+    [
+      {
+        sql: `INSERT INTO freed_images (image, freed_at, cluster) SELECT b.image, ?3, b.cluster FROM template_builds b
+              WHERE b.team_id = ?1 AND b.template_id = ?2 AND ${unused("b.image")}
+              ON CONFLICT DO NOTHING RETURNING image, cluster`,
+        args: [...mine, now],
+      },
+      {
+        sql: `INSERT INTO freed_images (image, freed_at, cluster) SELECT ?4, ?3, ?5 WHERE ?4 IS NOT NULL AND ${unused("?4")}
+              ON CONFLICT DO NOTHING RETURNING image, cluster`,
+        args: [...mine, now, also?.image ?? null, also?.cluster ?? "local"],
+      },
+      { sql: "DELETE FROM template_build_logs WHERE build_id IN (SELECT id FROM template_builds WHERE team_id = ?1 AND template_id = ?2)", args: mine },
+      { sql: "DELETE FROM template_tags WHERE team_id = ?1 AND template_id = ?2", args: mine },
+      { sql: "DELETE FROM template_builds WHERE team_id = ?1 AND template_id = ?2", args: mine },
+    ],
+    "write",
+  );
+  const claimed = new Map<string, string[]>();
+  for (const r of [...res[0]!.rows, ...res[1]!.rows]) claimed.set(String(r.cluster), [...(claimed.get(String(r.cluster)) ?? []), String(r.image)]);
+  return { builds: res[4]!.rowsAffected, claimed };
 }
 
 /**
@@ -60,15 +90,17 @@ export async function deleteBuildsOf(db: Db, teamId: string, templateId: string)
  * published, and returns them. One statement: the check and the claim see one state of the
  * database (sqld serializes writes), and a template write naming a claimed image is refused after
  * it (the `freed_images` triggers), so a concurrent PUT either names the image first, and it is not
- * freed, or is refused. The agent is told later (operations/image-gc.ts).
+ * freed, or is refused. The agent is told later (operations/image-gc.ts). `again`: one claimed
+ * already is to be sent again (it was published after its name was sent: a build that finished
+ * after its template's delete), and is returned too.
  */
-export async function claimUnusedImages(db: Db, images: string[], cluster: string, now = Date.now()): Promise<Set<string>> {
+export async function claimUnusedImages(db: Db, images: string[], cluster: string, now = Date.now(), again = false): Promise<Set<string>> {
   if (!images.length) return new Set();
   const res = await db.$client.execute({
     sql: `INSERT INTO freed_images (image, freed_at, cluster) SELECT value, ?, ? FROM json_each(?) AS c
-          WHERE NOT EXISTS (SELECT 1 FROM templates WHERE json_extract(spec, '$.image') = c.value)
+          WHERE NOT EXISTS (SELECT 1 FROM templates WHERE (spec ->> '$.image') = +c.value)
             AND NOT EXISTS (SELECT 1 FROM template_builds WHERE image = c.value)
-          ON CONFLICT DO NOTHING RETURNING image`,
+          ON CONFLICT (image) ${again ? "DO UPDATE SET sent_at = NULL" : "DO NOTHING"} RETURNING image`,
     args: [now, cluster, JSON.stringify(images)],
   });
   return new Set(res.rows.map((r) => String(r.image)));
@@ -85,18 +117,25 @@ export async function claimUnusedImages(db: Db, images: string[], cluster: strin
  * what it claimed.
  */
 export async function claimSupersededImages(db: Db, cluster: string, now = Date.now()): Promise<string[]> {
-  const res = await db.$client.execute({
-    sql: `INSERT INTO freed_images (image, freed_at, cluster) SELECT b.image, ?, b.cluster FROM template_builds b
-          WHERE b.cluster = ? AND b.status IN ('ready', 'error')
-            AND NOT EXISTS (SELECT 1 FROM freed_images f WHERE f.image = b.image)
-            AND NOT EXISTS (SELECT 1 FROM templates WHERE json_extract(spec, '$.image') = b.image)
-            AND NOT EXISTS (SELECT 1 FROM template_tags t WHERE t.build_id = b.id)
-            AND NOT EXISTS (SELECT 1 FROM template_builds c WHERE c.base_image = b.image AND c.status IN ('waiting', 'building'))
-          ON CONFLICT DO NOTHING RETURNING image`,
-    args: [now, cluster],
-  });
+  const res = await db.$client.execute({ sql: CLAIM_SUPERSEDED_SQL, args: [now, cluster] });
   return res.rows.map((r) => String(r.image));
 }
+
+// Each NOT EXISTS is an index lookup (migration 0013: templates_image, template_tags_build,
+// template_builds_base_image), so a pass is linear in the cluster's builds, not quadratic: it holds
+// sqld's write lock. `+b.image` drops the column's affinity so SQLite matches the expression index.
+export const CLAIM_SUPERSEDED_SQL = `INSERT INTO freed_images (image, freed_at, cluster) SELECT b.image, ?, b.cluster FROM template_builds b
+          WHERE b.cluster = ? AND b.status IN ('ready', 'error')
+            AND NOT EXISTS (SELECT 1 FROM freed_images f WHERE f.image = b.image)
+            AND NOT EXISTS (SELECT 1 FROM templates WHERE (spec ->> '$.image') = +b.image)
+            AND NOT EXISTS (SELECT 1 FROM template_tags t WHERE t.build_id = b.id)
+            AND NOT EXISTS (SELECT 1 FROM template_builds c WHERE c.base_image = b.image AND c.status IN ('waiting', 'building'))
+          ON CONFLICT DO NOTHING RETURNING image`;
+
+// By the freed_images_cluster_sent index (migration 0013).
+export const UNSENT_FREES_SQL = `SELECT f.image, f.freed_at, f.sent_at,
+            EXISTS (SELECT 1 FROM template_builds c WHERE c.base_image = f.image AND c.status IN ('waiting', 'building')) AS standing
+          FROM freed_images f WHERE f.cluster = ? AND (f.sent_at IS NULL OR f.sent_at >= ?) ORDER BY f.freed_at LIMIT ?`;
 
 /** A claimed image its agent has not been told about yet (or was told recently: `sentAt`);
  * `standing`: a build that is waiting or running stands on it (it was claimed just before that
@@ -111,12 +150,7 @@ export interface UnsentFree {
 /** `cluster`'s claimed images not sent to its agent yet, oldest first (at most `limit`); with
  * `sentSince`, also those first sent at or after that time. */
 export async function unsentFrees(db: Db, cluster: string, sentSince?: number, limit = 1000): Promise<UnsentFree[]> {
-  const res = await db.$client.execute({
-    sql: `SELECT f.image, f.freed_at, f.sent_at,
-            EXISTS (SELECT 1 FROM template_builds c WHERE c.base_image = f.image AND c.status IN ('waiting', 'building')) AS standing
-          FROM freed_images f WHERE f.cluster = ? AND (f.sent_at IS NULL OR f.sent_at >= ?) ORDER BY f.freed_at LIMIT ?`,
-    args: [cluster, sentSince ?? Number.MAX_SAFE_INTEGER, limit],
-  });
+  const res = await db.$client.execute({ sql: UNSENT_FREES_SQL, args: [cluster, sentSince ?? Number.MAX_SAFE_INTEGER, limit] });
   return res.rows.map((r) => ({ image: String(r.image), freedAt: Number(r.freed_at), sentAt: r.sent_at === null ? null : Number(r.sent_at), standing: Number(r.standing) === 1 }));
 }
 

@@ -4,6 +4,7 @@
 // schema/api.
 import type { SecurityProfileSpec } from "../api/security-profile.ts";
 import type { TrafficPolicySpec } from "../api/traffic-policy.ts";
+import { sql } from "drizzle-orm";
 import { blob, index, integer, primaryKey, sqliteTable, text, uniqueIndex } from "drizzle-orm/sqlite-core";
 
 /** A team; its name is the Kubernetes namespace its sandboxes live in. */
@@ -46,7 +47,13 @@ export const templates = sqliteTable(
     createdAt: integer("created_at").notNull(),
     updatedAt: integer("updated_at").notNull(),
   },
-  (t) => [primaryKey({ columns: [t.teamId, t.templateId] }), index("templates_id").on(t.templateId)],
+  (t) => [
+    primaryKey({ columns: [t.teamId, t.templateId] }),
+    index("templates_id").on(t.templateId),
+    // Image collection asks "does any template name this image" for every candidate
+    // (store/template-builds.ts); the query compares with `= +x` so SQLite can use it.
+    index("templates_image").on(sql`(${t.spec} ->> '$.image')`),
+  ],
 );
 
 /** The sandbox index `list` pages through; the sandboxes' SandboxGroupDOs write it (through SandboxIndexDO) on visible changes. */
@@ -123,15 +130,20 @@ export const auditEvents = sqliteTable(
  * the same statement that finds nothing in libSQL referencing them, and a template write naming one
  * is refused by a trigger (migration 0011), so a concurrent PUT cannot take an image being freed.
  * Build ids are never reused, so a row stays (a PUT naming it later would name a freed image). */
-export const freedImages = sqliteTable("freed_images", {
-  image: text("image").primaryKey(),
-  /** When it was claimed: the agent is told only a grace period later (creates in flight). */
-  freedAt: integer("freed_at").notNull(),
-  /** The cluster whose agent holds it. */
-  cluster: text("cluster").notNull().default("local"),
-  /** When its agent was told (null: not yet; sent with every welcome until then). */
-  sentAt: integer("sent_at"),
-});
+export const freedImages = sqliteTable(
+  "freed_images",
+  {
+    image: text("image").primaryKey(),
+    /** When it was claimed: the agent is told only a grace period later (creates in flight). */
+    freedAt: integer("freed_at").notNull(),
+    /** The cluster whose agent holds it. */
+    cluster: text("cluster").notNull().default("local"),
+    /** When its agent was told (null: not yet; sent with every welcome until then). */
+    sentAt: integer("sent_at"),
+  },
+  // A collection pass reads its cluster's unsent (and recently sent) claims.
+  (t) => [index("freed_images_cluster_sent").on(t.cluster, t.sentAt)],
+);
 
 /** Template builds (E2B `Template.build`): one row per build, its state and what it asked for. */
 export const templateBuilds = sqliteTable(
@@ -163,7 +175,11 @@ export const templateBuilds = sqliteTable(
     updatedAt: integer("updated_at").notNull(),
     finishedAt: integer("finished_at"),
   },
-  (t) => [index("template_builds_team").on(t.teamId, t.templateId, t.createdAt)],
+  (t) => [
+    index("template_builds_team").on(t.teamId, t.templateId, t.createdAt),
+    // Image collection: "does a waiting or running build stand on this image".
+    index("template_builds_base_image").on(t.baseImage),
+  ],
 );
 
 /** Log entries of a build, in the agent's order (seq); a repeated entry is ignored. */
@@ -203,7 +219,8 @@ export const templateTags = sqliteTable(
     buildId: text("build_id").notNull(),
     createdAt: integer("created_at").notNull(),
   },
-  (t) => [primaryKey({ columns: [t.teamId, t.templateId, t.tag] })],
+  // Image collection: "does a tag name this build".
+  (t) => [primaryKey({ columns: [t.teamId, t.templateId, t.tag] }), index("template_tags_build").on(t.buildId)],
 );
 
 /** E2B secrets: metadata per team; the values are in `secret_versions`, encrypted. */

@@ -4,12 +4,14 @@
 // lines and result coming back through status, and 501 for a cluster without a builder.
 import { describe, expect, it, vi } from "vitest";
 import { env } from "cloudflare:workers";
+import { runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
+import type { ClusterDO } from "../../../durable-objects/cluster/cluster-do.ts";
 import { eq } from "drizzle-orm";
 import { getDb } from "../../../durable-objects/store/db.ts";
 import { BUILD_SILENCE_MS, MAX_TEMPLATE_FILE_BYTES } from "../../../schema/api/template-build.ts";
 import { templateBuilds } from "../../../schema/db/tables.ts";
 import { TemplateSpec } from "../../../schema/api/template.ts";
-import { claimUnusedImages } from "../../../durable-objects/store/template-builds.ts";
+import { CLAIM_SUPERSEDED_SQL, claimUnusedImages, UNSENT_FREES_SQL } from "../../../durable-objects/store/template-builds.ts";
 import { IMAGE_FREE_GRACE_MS } from "../../../durable-objects/operations/image-gc.ts";
 import { getTemplate, namesFreedImage, upsertTemplate } from "../../../durable-objects/store/templates.ts";
 import { call, createTeam, expectError, expectStatus, startAgent, unique } from "../helpers.ts";
@@ -39,6 +41,11 @@ async function buildReady(team: { name: string; key: string; cluster: string }, 
  * the grace period a freed image is kept for creates under way); answers what went to the agent. */
 async function collect(cluster: string, ahead = IMAGE_FREE_GRACE_MS + 1): Promise<string[]> {
   return (await env.CLUSTER.get(env.CLUSTER.idFromName(cluster)).collectImages(cluster, Date.now() + ahead)).sent;
+}
+
+/** Whether `image` is claimed for freeing (a pass may send it once its grace is over). */
+async function claimed(image: string): Promise<boolean> {
+  return (await getDb(env).$client.execute({ sql: "SELECT 1 FROM freed_images WHERE image = ?", args: [image] })).rows.length > 0;
 }
 
 describe("template build API", () => {
@@ -204,7 +211,7 @@ describe("template build API", () => {
       await vi.waitFor(() => expect(agent.rootfsDeletes).toEqual([other.image, shared.image]));
       // A PUT naming the freed image (as one racing the delete would, after its check) is refused:
       // no template is left naming an image the agent was told to free.
-      await expectError(call(`/admin/teams/${team.name}/templates/${name}-late`, { method: "PUT", body: { spec: shared } }), 400, /was freed/);
+      await expectError(call(`/admin/teams/${team.name}/templates/${name}-late`, { method: "PUT", body: { spec: shared } }), 400, /was released \(no template or tag referenced it\) and is being freed/);
       await expectStatus(call(`/admin/teams/${team.name}/templates/${name}-late`), 404);
     } finally {
       agent.disconnect();
@@ -236,7 +243,7 @@ describe("template build API", () => {
       await vi.waitFor(() => expect(agent.rootfsDeletes).toEqual([first.image, second.image]));
       expect(agent.rootfsDeletes).not.toContain(third.image);
       // No template may name a freed image again.
-      await expectError(call(`/admin/teams/${team.name}/templates/${name}-alias`, { method: "PUT", body: { spec: first } }), 400, /was freed/);
+      await expectError(call(`/admin/teams/${team.name}/templates/${name}-alias`, { method: "PUT", body: { spec: first } }), 400, /was released \(no template or tag referenced it\) and is being freed/);
     } finally {
       agent.disconnect();
     }
@@ -291,6 +298,28 @@ describe("template build API", () => {
     }
   });
 
+  it("a fromTemplate build that fails releases its base: the parent's old image is claimed without another template write", async () => {
+    const team = await createTeam(unique("tb-gc-childfail"));
+    const agent = await startAgent(team.cluster, { builder: true });
+    try {
+      const parent = `${team.template}-parent`;
+      const child = `${team.template}-child`;
+      const first = (await buildReady(team, agent, parent, {})).spec.image;
+      await expectStatus(call(`/admin/teams/${team.name}/templates/${child}`, { method: "PUT", body: { spec: { cluster: team.cluster } } }), 201);
+      const { buildID } = await requestBuild(team.key, child);
+      await expectStatus(call(`/v2/templates/${child}/builds/${buildID}`, { key: team.key, body: { fromTemplate: parent, steps: [{ type: "RUN", args: ["true"] }] } }), 202);
+      await agent.waitUntil(() => agent.builds.some((b) => b.buildId === buildID));
+      await buildReady(team, agent, parent, {}, true);
+      // The parent's rebuild ran a pass while the child stood on its old image: not claimed.
+      expect(await claimed(first)).toBe(false);
+      agent.sendFrame({ type: "buildEvents", items: [{ buildId: buildID, logs: [], result: { status: "error", message: "step failed" } }] });
+      await poll(async () => (await expectStatus(call(`/templates/${child}/builds/${buildID}/status`, { key: team.key }), 200)).status === "error");
+      await vi.waitFor(async () => expect(await claimed(first)).toBe(true));
+    } finally {
+      agent.disconnect();
+    }
+  });
+
   it("a re-point while the agent is offline is applied, and the agent is told to free the old image when it connects", async () => {
     const team = await createTeam(unique("tb-gc-offline"));
     const name = `${team.template}-off`;
@@ -337,6 +366,88 @@ describe("template build API", () => {
     expect((await getTemplate(db, team.id, `${team.template}-first`))?.spec.image).toBe(named);
     // A second claim of the same image claims nothing more (the first delete frees it).
     expect(await claimUnusedImages(db, [unnamed], "local")).toEqual(new Set());
+  });
+
+  it("the collection's queries look candidates up by index on sqld: the claim is linear in the cluster's builds, not quadratic", async () => {
+    const plan = async (sql: string, args: unknown[]) =>
+      (await getDb(env).$client.execute({ sql: `EXPLAIN QUERY PLAN ${sql}`, args: args as never })).rows.map((r) => String(r.detail));
+    const claim = await plan(CLAIM_SUPERSEDED_SQL, [0, "x"]);
+    expect(claim).toEqual(expect.arrayContaining([
+      expect.stringMatching(/SEARCH templates USING INDEX templates_image/),
+      expect.stringMatching(/SEARCH t USING COVERING INDEX template_tags_build/),
+      expect.stringMatching(/SEARCH c USING INDEX template_builds_base_image/),
+    ]));
+    // The only full scan is the outer one over the builds.
+    expect(claim.filter((d) => d.startsWith("SCAN"))).toEqual(["SCAN b"]);
+    const unsent = await plan(UNSENT_FREES_SQL, ["x", 0, 10]);
+    expect(unsent).toEqual(expect.arrayContaining([expect.stringMatching(/SEARCH f USING INDEX freed_images_cluster_sent/)]));
+    expect(unsent.filter((d) => d.startsWith("SCAN"))).toEqual([]);
+  });
+
+  it("removing or moving the tag that kept a superseded build claims its image without another template write", async () => {
+    const team = await createTeam(unique("tb-gc-tag"));
+    const agent = await startAgent(team.cluster, { builder: true });
+    try {
+      const name = `${team.template}-tag`;
+      const first = (await buildReady(team, agent, name, {}, false, { tags: ["keep", "old"] })).spec;
+      await buildReady(team, agent, name, {}, true);
+      expect(await collect(team.cluster)).toEqual([]);
+      // Moving one of its tags leaves the other: still kept.
+      await expectStatus(call("/templates/tags", { key: team.key, body: { target: name, tags: ["old"] } }), 201);
+      await expectStatus(call("/templates/tags", { key: team.key, method: "DELETE", body: { name, tags: ["keep"] } }), 204);
+      // The tag operation itself asked the cluster for a pass (none of the calls here runs one).
+      await vi.waitFor(async () => expect(await claimed(first.image)).toBe(true));
+      expect(await collect(team.cluster)).toEqual([first.image]);
+    } finally {
+      agent.disconnect();
+    }
+  });
+
+  it("an image no nudge announced (a template written behind the API) is claimed by the periodic pass of a connected cluster", async () => {
+    const team = await createTeam(unique("tb-gc-sweep"));
+    const agent = await startAgent(team.cluster, { builder: true });
+    try {
+      const name = `${team.template}-sweep`;
+      const first = (await buildReady(team, agent, name, {})).spec;
+      const db = getDb(env);
+      const teamId = String((await db.$client.execute({ sql: "SELECT id FROM teams WHERE name = ?", args: [team.name] })).rows[0]!.id);
+      const t = (await getTemplate(db, teamId, name))!;
+      await upsertTemplate(db, { teamId, templateId: name, public: t.public, spec: TemplateSpec.parse({ ...t.spec, image: "base" }) });
+      const stub = env.CLUSTER.get(env.CLUSTER.idFromName(team.cluster));
+      // The last claiming pass was long ago; the alarm (armed for liveness while connected) runs.
+      await runInDurableObject(stub, (instance: ClusterDO, state) => {
+        state.storage.sql.exec("INSERT OR REPLACE INTO meta (key, value) VALUES ('imageClaimAt', '1')");
+        (instance as unknown as { claimedAt: number | undefined }).claimedAt = undefined;
+      });
+      expect(await claimed(first.image)).toBe(false);
+      expect(await runDurableObjectAlarm(stub)).toBe(true);
+      expect(await claimed(first.image)).toBe(true);
+      expect(await collect(team.cluster)).toEqual([first.image]);
+    } finally {
+      agent.disconnect();
+    }
+  });
+
+  it("a build that publishes after its template was deleted: the image is freed then, even though its name was sent before", async () => {
+    const team = await createTeam(unique("tb-gc-late"));
+    const agent = await startAgent(team.cluster, { builder: true });
+    try {
+      const name = `${team.template}-late`;
+      await expectStatus(call(`/admin/teams/${team.name}/templates/${name}`, { method: "PUT", body: { spec: { cluster: team.cluster } } }), 201);
+      const { buildID } = await requestBuild(team.key, name);
+      await expectStatus(call(`/v2/templates/${name}/builds/${buildID}`, { key: team.key, body: { steps: [{ type: "RUN", args: ["true"] }] } }), 202);
+      await agent.waitUntil(() => agent.builds.some((b) => b.buildId === buildID));
+      await expectStatus(call(`/templates/${name}`, { key: team.key, method: "DELETE" }), 204);
+      const image = `b-${buildID}`;
+      // Claimed with the delete and sent while the agent had not published it yet.
+      expect(await collect(team.cluster)).toEqual([image]);
+      agent.sendFrame({ type: "buildEvents", items: [{ buildId: buildID, logs: [], result: { status: "ready", user: "user", workdir: "/home/user", env: {} } }] });
+      // The result for a build that no longer exists claims its image again: it is sent again.
+      await vi.waitFor(async () => expect(await collect(team.cluster)).toEqual([image]));
+      await vi.waitFor(() => expect(agent.rootfsDeletes).toEqual([image, image]));
+    } finally {
+      agent.disconnect();
+    }
   });
 
   it("a failing build is status error with the reason and its last log lines", async () => {
