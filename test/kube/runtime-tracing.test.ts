@@ -84,7 +84,9 @@ describe("the runtime container's tracing", () => {
     // Governed: its egress rules go through the pod's own traffic-proxy.
     await d.ensure(kubeDesired("trace4", { allowInternetAccess: false, egress: { allowOut: ["pypi.org"], denyOut: [] } }));
     const pods: V1Pod[] = (await core.listNamespacedPod({ namespace: ns, labelSelector: `${LABEL.sandboxId}=${idLabel("trace4")}` })).items;
-    expect(pods[0]!.spec!.containers.map((c) => c.name)).toContain("traffic-proxy");
+    // The proxy is a container, or a native sidecar (an init container) where the cluster has them.
+    const spec = pods[0]!.spec!;
+    expect([...spec.containers, ...(spec.initContainers ?? [])].map((c) => c.name)).toContain("traffic-proxy");
     const env = await runtimeEnv("trace4");
     expect(env.RUNTIME_TRACING).toBe("agent");
     expect(env.OTEL_EXPORTER_OTLP_ENDPOINT).toBeUndefined();
