@@ -274,17 +274,23 @@ describe("template build API", () => {
     }
   });
 
+  /** A parent template built once (`first`, its image), and a child's build from it running. */
+  async function childBuildOnParent(team: Awaited<ReturnType<typeof createTeam>>, agent: Awaited<ReturnType<typeof startAgent>>) {
+    const parent = `${team.template}-parent`;
+    const child = `${team.template}-child`;
+    const first = (await buildReady(team, agent, parent, {})).spec.image;
+    await expectStatus(call(`/admin/teams/${team.name}/templates/${child}`, { method: "PUT", body: { spec: { cluster: team.cluster } } }), 201);
+    const { buildID } = await requestBuild(team.key, child);
+    await expectStatus(call(`/v2/templates/${child}/builds/${buildID}`, { key: team.key, body: { fromTemplate: parent, steps: [{ type: "RUN", args: ["true"] }] } }), 202);
+    await agent.waitUntil(() => agent.builds.some((b) => b.buildId === buildID));
+    return { parent, child, first, buildID };
+  }
+
   it("a fromTemplate build keeps its base: the parent's rebuild frees the parent's old image only after the child's build is done", async () => {
     const team = await createTeam(unique("tb-gc-child"));
     const agent = await startAgent(team.cluster, { builder: true });
     try {
-      const parent = `${team.template}-parent`;
-      const child = `${team.template}-child`;
-      const first = (await buildReady(team, agent, parent, {})).spec.image;
-      await expectStatus(call(`/admin/teams/${team.name}/templates/${child}`, { method: "PUT", body: { spec: { cluster: team.cluster } } }), 201);
-      const { buildID } = await requestBuild(team.key, child);
-      await expectStatus(call(`/v2/templates/${child}/builds/${buildID}`, { key: team.key, body: { fromTemplate: parent, steps: [{ type: "RUN", args: ["true"] }] } }), 202);
-      await agent.waitUntil(() => agent.builds.some((b) => b.buildId === buildID));
+      const { parent, child, first, buildID } = await childBuildOnParent(team, agent);
       expect(agent.builds.find((b) => b.buildId === buildID)!.from).toEqual({ rootfs: first });
       await buildReady(team, agent, parent, {}, true);
       expect(agent.rootfsDeletes).toEqual([]);
@@ -302,13 +308,7 @@ describe("template build API", () => {
     const team = await createTeam(unique("tb-gc-childfail"));
     const agent = await startAgent(team.cluster, { builder: true });
     try {
-      const parent = `${team.template}-parent`;
-      const child = `${team.template}-child`;
-      const first = (await buildReady(team, agent, parent, {})).spec.image;
-      await expectStatus(call(`/admin/teams/${team.name}/templates/${child}`, { method: "PUT", body: { spec: { cluster: team.cluster } } }), 201);
-      const { buildID } = await requestBuild(team.key, child);
-      await expectStatus(call(`/v2/templates/${child}/builds/${buildID}`, { key: team.key, body: { fromTemplate: parent, steps: [{ type: "RUN", args: ["true"] }] } }), 202);
-      await agent.waitUntil(() => agent.builds.some((b) => b.buildId === buildID));
+      const { parent, child, first, buildID } = await childBuildOnParent(team, agent);
       await buildReady(team, agent, parent, {}, true);
       // The parent's rebuild ran a pass while the child stood on its old image: not claimed.
       expect(await claimed(first)).toBe(false);
