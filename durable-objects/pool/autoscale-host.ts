@@ -8,9 +8,12 @@
 // the inventory to go stale, and a claim can bring the next evaluation forward at the cost of
 // comparing two numbers.
 import type { AutoscalerSpec } from "../../schema/api/autoscaler.ts";
-import { evaluate, initialAutoscaler, nextEvaluation, type AutoscalerState } from "./autoscaler.ts";
+import { evaluate, evaluationTime, initialAutoscaler, nextEvaluation, type AutoscalerState } from "./autoscaler.ts";
 import type { AutoscalerStatus } from "./rpc.ts";
 import type { PoolStore } from "./store.ts";
+
+/** Where the autoscaler's state is kept (the pool's SQLite). */
+export type AutoscalerStore = Pick<PoolStore, "loadAutoscaler" | "saveAutoscaler">;
 
 /** A claim brings the next evaluation this close (a burst is answered within ~this + the RPC). */
 export const CLAIM_REACTION_MS = 200;
@@ -20,9 +23,9 @@ export class AutoscaleHost {
   /** When the next evaluation is due (null: none set, or suspended). */
   due: number | null = null;
 
-  private readonly store: PoolStore;
+  private readonly store: AutoscalerStore;
 
-  constructor(store: PoolStore) {
+  constructor(store: AutoscalerStore) {
     this.store = store;
     const saved = store.loadAutoscaler();
     this.state = saved ? { ...saved, samples: [] } : null;
@@ -50,9 +53,9 @@ export class AutoscaleHost {
     return true;
   }
 
-  /** Whether an evaluation is due at `now`. */
+  /** Whether an evaluation is due at `now` (or just after it: evaluationTime). */
   isDue(now: number): boolean {
-    return this.state !== null && this.due !== null && this.due <= now;
+    return this.state !== null && evaluationTime(this.due, now) !== null;
   }
 
   /** The last evaluation as span attributes: what it decided (scale_up, scale_down, blocked,
@@ -67,14 +70,15 @@ export class AutoscaleHost {
   /** Evaluates if due (`pool` null: the template has no pool now); answers the replicas to scale to, or null. */
   run(pool: { replicas: number; available: number; total: number } | null, now: number): number | null {
     const st = this.state;
-    if (!st || this.due === null || this.due > now) return null;
+    const at = evaluationTime(this.due, now);
+    if (!st || at === null) return null;
     if (!pool) {
-      this.due = nextEvaluation(st, now);
+      this.due = nextEvaluation(st, at);
       st.conditions = [{ type: "AbleToScale", status: "False", reason: "FailedGetTarget", message: "the template has no pool configured" }];
       return null;
     }
-    const desired = evaluate(st, pool.replicas, { available: pool.available, total: pool.total }, now);
-    this.due = nextEvaluation(st, now);
+    const desired = evaluate(st, pool.replicas, { available: pool.available, total: pool.total }, at);
+    this.due = nextEvaluation(st, at);
     this.store.saveAutoscaler(st);
     return desired;
   }

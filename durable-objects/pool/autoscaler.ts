@@ -15,7 +15,7 @@
 // scale is immediate.
 import type { AutoscalerSpec } from "../../schema/api/autoscaler.ts";
 import { inWindow, parseCron } from "../../lib/cron.ts";
-import { scaled } from "./machine.ts";
+import { scaled, TICK_EARLY_MS } from "./machine.ts";
 
 export interface Sample {
   at: number;
@@ -144,6 +144,20 @@ export function evaluate(state: AutoscalerState, replicas: number, sample: Omit<
   decide(state, now, replicas, desired, reason, message);
   event(state, now, "Normal", "SuccessfulRescale", `New size: ${desired} (was ${replicas}); reason: ${message}`);
   return desired;
+}
+
+/**
+ * The time an evaluation due at `due` is judged as, when the shell looks at `now`, or null when
+ * it is not due. The shell's alarm is set for `due`, and it may run with the object's clock (which
+ * moves only with I/O) just short of it: judged as of `now` it would find nothing due and re-arm
+ * for the time of the alarm running, which the runtime drops, and the autoscaler would stop until
+ * the pool's object was loaded again. So a due time within TICK_EARLY_MS is judged as of that time,
+ * as the pool's own tick is (machine.ts).
+ */
+export function evaluationTime(due: number | null, now: number): number | null {
+  if (due === null) return null;
+  if (due <= now) return now;
+  return due <= now + TICK_EARLY_MS ? due : null;
 }
 
 /** When the shell should evaluate again (null: not while suspended). */

@@ -1,8 +1,9 @@
 // The PoolAutoscaler machine (openkruise-agents.md §1.9, §2.5): watermarks with tolerance, the
 // scale-up guard and the per-direction cooldowns, the warm-up before a scale-down, cron windows
-// that override the watermark, clamping and suspend.
+// that override the watermark, clamping and suspend; and when the pool's alarm finds an evaluation due.
 import { describe, expect, it } from "vitest";
-import { evaluate, initialAutoscaler, watermarks, type AutoscalerState } from "../../../../durable-objects/pool/autoscaler.ts";
+import { AutoscaleHost, type AutoscalerStore } from "../../../../durable-objects/pool/autoscale-host.ts";
+import { evaluate, evaluationTime, initialAutoscaler, watermarks, type AutoscalerState } from "../../../../durable-objects/pool/autoscaler.ts";
 import { AutoscalerSpec } from "../../../../schema/api/autoscaler.ts";
 
 const opts = { intervalMs: 1_000, windowMs: 5_000 };
@@ -114,5 +115,42 @@ describe("cron policies", () => {
     expect(AutoscalerSpec.safeParse({ maxReplicas: 2, cronPolicies: [{ name: "x", schedule: "* 25 * * *", targetReplicas: 1 }] }).success).toBe(false);
     expect(AutoscalerSpec.safeParse({ maxReplicas: 2, cronPolicies: [{ name: "x", schedule: "* * * * *", timeZone: "Nowhere/City", targetReplicas: 1 }] }).success).toBe(false);
     expect(AutoscalerSpec.safeParse({ minReplicas: 3, maxReplicas: 2 }).success).toBe(false);
+  });
+});
+
+describe("the evaluation alarm", () => {
+  function memoryStore(): AutoscalerStore {
+    let saved: Omit<AutoscalerState, "samples"> | null = null;
+    return { loadAutoscaler: () => saved, saveAutoscaler: (st) => void (saved = st) };
+  }
+
+  it.each([
+    { label: "past due", due: s(10), now: s(11), at: s(11) },
+    { label: "due now", due: s(10), now: s(10), at: s(10) },
+    { label: "an alarm run 3 ms short of its time", due: s(10), now: s(10) - 3, at: s(10) },
+    { label: "999 ms short", due: s(10), now: s(10) - 999, at: s(10) },
+    { label: "more than a second short", due: s(10), now: s(10) - 1_001, at: null },
+    { label: "none set", due: null, now: s(10), at: null },
+  ])("$label: judged as of $at", ({ due, now, at }) => {
+    expect(evaluationTime(due, now)).toBe(at);
+  });
+
+  it("an alarm that runs with the pool's clock just short of the evaluation's time still evaluates it, and the next one is an interval after that time", () => {
+    const host = new AutoscaleHost(memoryStore());
+    host.set(spec(), s(0));
+    expect(host.run({ replicas: 4, available: 4, total: 4 }, s(0))).toBeNull();
+    const due = host.due!;
+    expect(due).toBe(s(5)); // the default sampling interval
+    // The pool's alarm, set for `due`, runs while the object's clock is still 3 ms short of it: a
+    // claim burst has left 1 available. Judged as of now, nothing was due and the re-arm for the
+    // same time was dropped by the runtime: the autoscaler never evaluated again.
+    expect(host.isDue(due - 3)).toBe(true);
+    expect(host.run({ replicas: 4, available: 1, total: 4 }, due - 3)).toBe(7);
+    expect(host.state!.decision).toMatchObject({ at: due, reason: "BelowTarget", desiredReplicas: 7 });
+    expect(host.due).toBe(due + 5_000);
+    // Well before its time an alarm (another of the pool's deadlines) finds nothing due.
+    expect(host.isDue(host.due! - 2_000)).toBe(false);
+    expect(host.run({ replicas: 7, available: 0, total: 7 }, host.due! - 2_000)).toBeNull();
+    expect(host.due).toBe(due + 5_000);
   });
 });
