@@ -1,6 +1,7 @@
 // ClusterDO: one cluster's agent session and intent outbox. A thin shell around machine.ts: the
 // agent's WebSocket uses the Hibernation API (the object may sleep between frames; raw pings are
 // answered without waking it), state loads once per object instance from ctx.storage.sql.
+import { stubOf } from "../object-ids.ts";
 import { DurableObject } from "cloudflare:workers";
 import type { Env } from "../env.ts";
 import { ErrorCode } from "../../schema/errors.ts";
@@ -21,7 +22,7 @@ import {
   type SandboxId,
 } from "../../schema/protocol/index.ts";
 import { IndexQueue } from "../sandbox/index-queue.ts";
-import { INDEX_WRITER_NAME } from "../sandbox/sandbox-index-do.ts";
+import { directIndexWriter } from "../sandbox/sandbox-index-do.ts";
 import { sandboxGroupOf, sandboxGroupStub } from "../sandbox/stub.ts";
 import { CoarseTimers } from "../coarse-timers.ts";
 import { TurnWrites } from "../turn-writes.ts";
@@ -83,10 +84,16 @@ export class ClusterDO extends DurableObject<Env> {
   private store: ClusterStore | null = null;
   private waiters = new Map<number, (ack: AckItem) => void>();
   private readonly timers = new CoarseTimers();
-  /** Index rows that came with enqueues (EnqueueOptions.index), committed in shared batches. */
-  private readonly indexQueue = new IndexQueue(() => this.env.SANDBOX_INDEX.get(this.env.SANDBOX_INDEX.idFromName(INDEX_WRITER_NAME)), (p) => this.ctx.waitUntil(p), []);
+  /** Index rows that came with enqueues (EnqueueOptions.index), committed in shared batches,
+   * straight to libSQL (not through SandboxIndexDO: one hop less per batch). */
+  private readonly indexQueue = new IndexQueue(() => directIndexWriter(this.env), (p) => this.ctx.waitUntil(p), []);
   /** Intents to write to the agent at the end of this turn (see flushIntents). */
-  private unsent: { seq: number; intent: Intent; traceparent?: string; secrets?: Record<string, string> }[] = [];
+  private unsent: Unsent[] = [];
+  /** The JSON of intents this instance queued, as written to their desired row: the frame that
+   * sends one uses the same text instead of encoding the intent again. */
+  private intentText = new WeakMap<Intent, string>();
+  /** Whether the agent of this session enforces `network.rules` (appliesProfiles), once read. */
+  private networkRules: boolean | null = null;
   /** Frames waiting for secret values (libSQL): later frames queue behind them, in order. */
   private secretsChain: Promise<void> | null = null;
   /** The teams whose SecurityProfiles this agent session has (null: none sent yet), and those of
@@ -411,7 +418,7 @@ export class ClusterDO extends DurableObject<Env> {
    * SecurityProfiles: only such an agent gets profiles (which may hold literal tokens) and
    * secrets; the kubernetes driver's says false, an older agent nothing. */
   private appliesProfiles(): boolean {
-    return this.store!.getMeta("networkRules") === "1";
+    return (this.networkRules ??= this.store!.getMeta("networkRules") === "1");
   }
 
   async status(): Promise<ClusterStatus> {
@@ -557,6 +564,7 @@ export class ClusterDO extends DurableObject<Env> {
     store.setMeta("ingressUrl", hello.ingress.url);
     store.setMeta("builder", hello.capabilities.builder ? "1" : "0");
     store.setMeta("networkRules", hello.capabilities.networkRules === undefined ? "" : hello.capabilities.networkRules ? "1" : "0");
+    this.networkRules = hello.capabilities.networkRules === true;
     store.setMeta("sessionId", sessionId);
     this.sessionId = sessionId;
     this.profileTeams = null;
@@ -644,9 +652,12 @@ export class ClusterDO extends DurableObject<Env> {
     const toGroups = new Map<string, Observation[]>();
     for (const e of effects) {
       switch (e.type) {
-        case "save-desired":
-          write(() => store.saveDesired(e.intent));
+        case "save-desired": {
+          const text = JSON.stringify(e.intent);
+          this.intentText.set(e.intent, text);
+          write(() => store.saveDesired(e.intent, text));
           break;
+        }
         case "drop-desired":
           write(() => store.dropDesired(e.sandboxId));
           this.pruneProfiles();
@@ -701,11 +712,15 @@ export class ClusterDO extends DurableObject<Env> {
   private sendIntents(seqs: number[], fresh: Map<number, Intent>): void {
     const missing = seqs.filter((s) => !fresh.has(s));
     if (missing.length) this.turn.flush();
-    const loaded = new Map(this.store!.outboxIntents(missing).map((r) => [r.seq, r.intent]));
-    const items: { seq: number; intent: Intent }[] = [];
+    const loaded = new Map(this.store!.outboxIntents(missing).map((r) => [r.seq, r]));
+    const items: Unsent[] = [];
     for (const seq of seqs) {
-      const intent = fresh.get(seq) ?? loaded.get(seq);
-      if (intent) items.push({ seq, intent });
+      const intent = fresh.get(seq);
+      if (intent) items.push({ seq, intent, text: this.intentText.get(intent) });
+      else {
+        const stored = loaded.get(seq);
+        if (stored) items.push({ seq, intent: stored.intent, text: stored.text });
+      }
     }
     if (!items.length) return;
     this.unsent.push(...items);
@@ -732,10 +747,15 @@ export class ClusterDO extends DurableObject<Env> {
     const go = () => {
       // At most FRAME_BATCH intents and FRAME_MAX_BYTES of them (secret values, long rules) per
       // frame; one larger than that still leaves alone (the edge bounds each intent far below).
-      // Each is encoded once, measured and sent as that text: the frame is byte for byte
-      // JSON.stringify({ type: "intents", items: frame }).
-      const encoded = items.map((i) => JSON.stringify(i));
-      for (const frame of batches(encoded, FRAME_BATCH, FRAME_MAX_BYTES, utf8Bytes)) this.sendText(`{"type":"intents","items":[${frame.join(",")}]}`);
+      // Each is encoded once (its intent's JSON is its desired row's), measured and sent as that
+      // text: the frame is byte for byte JSON.stringify({ type: "intents", items: frame }).
+      const encoded = items.map(encodeUnsent);
+      // UTF-8 takes at most 3 bytes per UTF-16 unit: a burst well under the cap (the usual case)
+      // is one frame without encoding each item to count its bytes.
+      let units = 0;
+      for (const e of encoded) units += e.length;
+      const frames = encoded.length <= FRAME_BATCH && units * 3 <= FRAME_MAX_BYTES ? [encoded] : batches(encoded, FRAME_BATCH, FRAME_MAX_BYTES, utf8Bytes);
+      for (const frame of frames) this.sendText(`{"type":"intents","items":[${frame.join(",")}]}`);
     };
     const needs = items.filter((i) => i.intent.desired.state !== "deleted" && i.intent.team && transformSecrets(i.intent.networkRules).length);
     // A team this session's profile set left out (a first sandbox here): its profiles go first.
@@ -828,7 +848,7 @@ export class ClusterDO extends DurableObject<Env> {
     for (let attempt = 0; ; attempt++) {
       try {
         if (owner.kind === "pool") {
-          await this.env.POOL.get(this.env.POOL.idFromName(owner.id)).observeBatch(observations);
+          await stubOf(this.env.POOL, owner.id).observeBatch(observations);
         } else if (owner.kind === "sandbox") {
           await this.group(observations[0]!.sandboxId).observeBatch(observations);
         }
@@ -918,6 +938,24 @@ export class ClusterDO extends DurableObject<Env> {
     this.state = st;
     return st;
   }
+}
+
+/** An intent on its way to the agent: `text` is its JSON when known (else it is encoded here). */
+interface Unsent {
+  seq: number;
+  intent: Intent;
+  text?: string;
+  traceparent?: string;
+  secrets?: Record<string, string>;
+}
+
+/** An item of an `intents` frame: JSON.stringify({ seq, intent, traceparent, secrets }), with the
+ * intent's own JSON as it was already encoded. */
+function encodeUnsent(i: Unsent): string {
+  let s = `{"seq":${i.seq},"intent":${i.text ?? JSON.stringify(i.intent)}`;
+  if (i.traceparent !== undefined) s += `,"traceparent":${JSON.stringify(i.traceparent)}`;
+  if (i.secrets !== undefined) s += `,"secrets":${JSON.stringify(i.secrets)}`;
+  return s + "}";
 }
 
 function pushTo<K, V>(map: Map<K, V[]>, key: K, value: V): void {

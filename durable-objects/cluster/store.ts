@@ -24,13 +24,14 @@ CREATE TABLE IF NOT EXISTS outbox (
 export interface ClusterStore {
   /** The routing state: desired entries and the outbox (seq order), plus the next seq. */
   load(): ClusterState;
-  saveDesired(intent: Intent): void;
+  /** `text`: the intent as JSON, when the caller has it (the frame that sends it uses the same). */
+  saveDesired(intent: Intent, text?: string): void;
   dropDesired(sandboxId: SandboxId): void;
   /** Adds an outbox row for the sandbox's desired intent (saved before, at `generation`). */
   queue(seq: number, sandboxId: SandboxId, generation: number): void;
   unqueue(seqs: readonly number[]): void;
-  /** Outbox intents by seq (rows gone in the meantime are skipped). */
-  outboxIntents(seqs: readonly number[]): { seq: number; intent: Intent }[];
+  /** Outbox intents by seq, with their stored JSON (rows gone in the meantime are skipped). */
+  outboxIntents(seqs: readonly number[]): { seq: number; intent: Intent; text: string }[];
   getMeta(key: string): string | null;
   setMeta(key: string, value: string): void;
   /** The teams of the sandboxes this cluster has (desired, a deleted one until its agent says it
@@ -83,12 +84,12 @@ export function openClusterStore(sql: Sql): ClusterStore {
       }
       return st;
     },
-    saveDesired(i) {
+    saveDesired(i, text = JSON.stringify(i)) {
       // An upsert, not INSERT OR REPLACE: that deletes the old row and inserts anew, updating every
       // index twice.
       sql.exec(
         "INSERT INTO desired (sandbox_id, generation, owner, state, intent, team) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (sandbox_id) DO UPDATE SET generation = excluded.generation, owner = excluded.owner, state = excluded.state, intent = excluded.intent, team = excluded.team",
-        i.sandboxId, i.generation, JSON.stringify(i.owner), i.desired.state, JSON.stringify(i), i.team ?? null,
+        i.sandboxId, i.generation, JSON.stringify(i.owner), i.desired.state, text, i.team ?? null,
       );
     },
     liveTeams() {
@@ -125,12 +126,12 @@ export function openClusterStore(sql: Sql): ClusterStore {
       }
     },
     outboxIntents(seqs) {
-      const out: { seq: number; intent: Intent }[] = [];
+      const out: { seq: number; intent: Intent; text: string }[] = [];
       for (const seq of seqs) {
         const r = sql
           .exec<{ intent: string }>("SELECT d.intent FROM outbox o JOIN desired d ON d.sandbox_id = o.sandbox_id WHERE o.seq = ?", seq)
           .toArray()[0];
-        if (r) out.push({ seq, intent: JSON.parse(r.intent) as Intent });
+        if (r) out.push({ seq, intent: JSON.parse(r.intent) as Intent, text: r.intent });
       }
       return out;
     },

@@ -22,8 +22,26 @@ export const emptyCounts = (): Counts => ({ counters: {}, histograms: {} });
 
 export type Labels = Record<string, string>;
 
-/** `name{k="v",...}` with the labels in a fixed order, so one series has one key. */
+/** Keys already built, by name and labels in the caller's order. Label sets are bounded (never an
+ * id), so this stays small; the bound only guards against a caller that breaks that rule. */
+const built = new Map<string, string>();
+const MAX_BUILT = 4_096;
+
+/** `name{k="v",...}` with the labels in a fixed order, so one series has one key. Every count on
+ * the hot path asks for one: built once per series, then a lookup. */
 export function seriesKey(name: string, labels: Labels = {}): string {
+  let memo = name;
+  for (const k in labels) memo += `\u0000${k}\u0001${labels[k]}`;
+  let key = built.get(memo);
+  if (key === undefined) {
+    key = buildKey(name, labels);
+    if (built.size >= MAX_BUILT) built.clear();
+    built.set(memo, key);
+  }
+  return key;
+}
+
+function buildKey(name: string, labels: Labels): string {
   const keys = Object.keys(labels).sort();
   if (!keys.length) return name;
   return `${name}{${keys.map((k) => `${k}="${escapeLabel(labels[k]!)}"`).join(",")}}`;

@@ -8,6 +8,7 @@
 // first, then reads the sum. Cost: one DO call per active isolate per FLUSH_MS; what an isolate
 // counted in its last FLUSH_MS before being evicted is lost (a scrape's numbers are a lower bound
 // by at most that much), and a failed flush is merged back to go out with the next.
+import { stubOf } from "../object-ids.ts";
 import type { Env } from "../env.ts";
 import { addCount, addObservation, emptyCounts, isEmpty, mergeCounts, seriesKey, type Counts, type Labels } from "./counts.ts";
 
@@ -18,7 +19,7 @@ let lastFlush = 0;
 let inflight: Promise<void> | null = null;
 
 export function metricsStub(env: Env) {
-  return env.EDGE_METRICS.get(env.EDGE_METRICS.idFromName("edge"));
+  return stubOf(env.EDGE_METRICS, "edge");
 }
 
 /** Counts one event (`edge_*_total`) of this isolate. */

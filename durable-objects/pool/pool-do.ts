@@ -1,12 +1,13 @@
 // PoolDO: one SandboxSet (team + template). A thin shell around machine.ts: it loads the
 // inventory from ctx.storage.sql once per object instance, applies events, writes only the rows
 // an event touched, and sends the pool's intents to ClusterDO in coalesced batches.
+import { stubOf } from "../object-ids.ts";
 import { DurableObject } from "cloudflare:workers";
 import type { Env } from "../env.ts";
 import { ErrorCode } from "../../schema/errors.ts";
 import { newSandboxId, type Intent, type Observation, type SandboxId } from "../../schema/protocol/index.ts";
 import { addMember, counts, initialState, nextCreateDeadline, rollout, transition, type Member, type PoolEffect, type PoolEvent, type PoolState } from "./machine.ts";
-import { memberIntent } from "./member-intent.ts";
+import { memberIntent, protocolTemplate } from "./member-intent.ts";
 import type { AutoscalerResult, ClaimResult, ConfigureResult, ObserveResult, PoolConfig, PoolStatus } from "./rpc.ts";
 import type { AutoscalerSpec } from "../../schema/api/autoscaler.ts";
 import { AutoscaleHost } from "./autoscale-host.ts";
@@ -26,6 +27,8 @@ const RETRY_MS = 2_000;
  * workerd's 32 MiB limit on RPC arguments, and retried it forever: it never filled. The loop in
  * flush sends the rest in further calls. */
 const ENQUEUE_BATCH = 2_000;
+/** Bytes allowed for the parts in which a pool's intents of one revision and state differ. */
+const INTENT_SIZE_SLACK = 64;
 
 export class PoolDO extends DurableObject<Env> {
   private state: PoolState | null = null;
@@ -84,7 +87,7 @@ export class PoolDO extends DurableObject<Env> {
       state,
       generation: m.generation,
       endpoint: m.endpoint,
-      template: memberIntent(cfg, m, "running", 0).template!,
+      template: protocolTemplate(cfg.templateId, m.revision, cfg.spec),
       pauseStrategy: cfg.spec.pauseStrategy,
       envVars: cfg.spec.env,
     };
@@ -267,8 +270,17 @@ export class PoolDO extends DurableObject<Env> {
         if (list) list.push(o);
         else byCluster.set(o.cluster, [o]);
       }
+      // The pool's intents of one revision and state differ only in id, generation and time (a
+      // refill sends many alike): one of each is encoded to size them all, with room for those.
+      const sizes = new Map<string, number>();
+      const size = (o: Outgoing) => {
+        const kind = `${o.intent.template?.revision}\n${o.intent.desired.state}`;
+        let n = sizes.get(kind);
+        if (n === undefined) sizes.set(kind, (n = jsonBytes(o.intent) + INTENT_SIZE_SLACK));
+        return n;
+      };
       for (const [cluster, all] of byCluster) {
-        const batch = enqueueBatch(all, ENQUEUE_BATCH, ENQUEUE_MAX_BYTES, (o) => jsonBytes(o.intent));
+        const batch = enqueueBatch(all, ENQUEUE_BATCH, ENQUEUE_MAX_BYTES, size);
         if (!(await this.enqueue(cluster, batch.map((o) => o.intent)))) return this.armAlarm(Date.now(), true);
         const sent: SandboxId[] = [];
         for (const o of batch) {
@@ -309,7 +321,7 @@ export class PoolDO extends DurableObject<Env> {
 
   private async enqueueNow(cluster: string, intents: Intent[], traceparent: string | undefined): Promise<boolean> {
     try {
-      const res = await this.env.CLUSTER.get(this.env.CLUSTER.idFromName(cluster)).enqueue(intents, traceparent ? { traceparent } : {});
+      const res = await stubOf(this.env.CLUSTER, cluster).enqueue(intents, traceparent ? { traceparent } : {});
       if (!res.ok) LOG.warn("cluster refused intents", { cluster, intents: intents.length, error: res.error.message });
       return res.ok;
     } catch (err) {

@@ -1,4 +1,5 @@
 // How callers reach a pool: one PoolDO per team + template.
+import { stubOf } from "../object-ids.ts";
 import type { Env } from "../env.ts";
 
 /** A pool per team + template (the template's owner team, so public templates share a pool). */
@@ -7,5 +8,5 @@ export function poolName(teamId: string, templateId: string): string {
 }
 
 export function poolStub(env: Env, teamId: string, templateId: string) {
-  return env.POOL.get(env.POOL.idFromName(poolName(teamId, templateId)));
+  return stubOf(env.POOL, poolName(teamId, templateId));
 }

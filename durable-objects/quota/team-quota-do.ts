@@ -9,6 +9,7 @@
 //
 // Fails closed: a reservation is stored before the claim answers, and when the rows cannot be read
 // or written the answer is `quota_unavailable` (503), never a create let through.
+import { stubOf } from "../object-ids.ts";
 import { DurableObject } from "cloudflare:workers";
 import type { Env } from "../env.ts";
 import type { Claimed, ClaimResult } from "../pool/rpc.ts";
@@ -66,11 +67,15 @@ export class TeamQuotaDO extends DurableObject<Env> {
   /** Null until loaded, and again after a failed write (reloaded from what is stored). */
   private ledger: Ledger | null = null;
   private overrides: TeamQuotaUpdate = {};
+  /** The limits in force, for the overrides object they were built from. */
+  private limits: { of: TeamQuotaUpdate; limits: QuotaLimits } | null = null;
   private lastReconcile = 0;
   private reconciling: Promise<void> | null = null;
   private alarmSet = false;
   /** Whether the sandboxes that predate this object have been counted (stored once done). */
   private census = false;
+  /** Numbers the pending reservations of claims in flight. */
+  private pendingSeq = 0;
   private censusRun: Promise<Refusal | null> | null = null;
   /** Concurrent claims share one commit; each answers after it. */
   private readonly turn = new TurnWrites("team quota", this.ctx.storage, () => {
@@ -121,7 +126,8 @@ export class TeamQuotaDO extends DurableObject<Env> {
     if (counted) return { ok: false, error: counted };
     const loaded = this.loaded(req.teamName);
     if (!loaded.ok) return loaded;
-    const pending = `pending:${crypto.randomUUID()}`;
+    // In memory only (never stored: a restart ends the claim too), so unique per instance is enough.
+    const pending = `pending:${++this.pendingSeq}`;
     const reserved = loaded.ledger.reserve({ key: pending, generation: 0, cpu: req.cpu, memoryMB: req.memoryMB, create: true }, loaded.limits, Date.now());
     if (!reserved.ok) {
       this.reconcileSoon();
@@ -129,7 +135,7 @@ export class TeamQuotaDO extends DurableObject<Env> {
     }
     let claimed: ClaimResult;
     try {
-      const pool = this.env.POOL.get(this.env.POOL.idFromName(req.pool));
+      const pool = stubOf(this.env.POOL, req.pool);
       const take = (): Promise<ClaimResult> => pool.claim({ fresh: req.fresh });
       claimed = req.traceparent ? await edgeSpan(this.env, "PoolDO.claim", { "pool.name": req.pool }, take, req.traceparent) : await take();
     } catch (err) {
@@ -228,10 +234,15 @@ export class TeamQuotaDO extends DurableObject<Env> {
         this.census = stored.census;
         if (this.ledger.reservations.size > 0) this.arm();
       }
-      const defaults = quotaDefaults(this.env as unknown as Record<string, unknown>);
-      const limits = {} as QuotaLimits;
-      for (const name of QUOTA_NAMES) limits[name] = this.overrides[name] ?? defaults[name];
-      return { ok: true, ledger: this.ledger, limits };
+      // Asked two or three times per claim: built again only when the team's own limits change.
+      let limits = this.limits;
+      if (limits?.of !== this.overrides) {
+        const defaults = quotaDefaults(this.env as unknown as Record<string, unknown>);
+        const now = {} as QuotaLimits;
+        for (const name of QUOTA_NAMES) now[name] = this.overrides[name] ?? defaults[name];
+        this.limits = limits = { of: this.overrides, limits: now };
+      }
+      return { ok: true, ledger: this.ledger, limits: limits.limits };
     } catch (err) {
       this.ledger = null;
       return unavailable(teamName, `it cannot be read: ${String(err)}`);

@@ -3,7 +3,7 @@
 // each SandboxGroupDO for its sandboxes' ops, and by ClusterDO for the create ops that travel with
 // an enqueue (see EnqueueOptions.index).
 import type { IndexOp } from "../store/sandbox-index.ts";
-import type { SandboxIndexDO } from "./sandbox-index-do.ts";
+import type { IndexWriteResult } from "./sandbox-index-do.ts";
 import { edgeLogger } from "../tracing/edge-log.ts";
 
 const LOG = edgeLogger("index");
@@ -11,7 +11,10 @@ const LOG = edgeLogger("index");
 /** Attempts of a batch after the first, and the pause before each (the default schedule). */
 const RETRY_MS = [250, 1_000];
 
-export type IndexWriter = Pick<DurableObjectStub<SandboxIndexDO>, "write">;
+/** SandboxIndexDO's stub, or a writer doing its work in place (directIndexWriter). */
+export interface IndexWriter {
+  write(ops: IndexOp[]): Promise<IndexWriteResult>;
+}
 
 export class IndexQueue {
   private queue: { op: IndexOp; done: (committed: boolean) => void }[] = [];

@@ -122,8 +122,20 @@ function unlessUnchanged(current: SandboxState | null, t: Transition): Transitio
   return sameState(current, t.state) ? { ...t, state: current } : t;
 }
 
+/** Equal but for the spec's identity: field by field, and a field that is not the very same value
+ * compared as JSON (an ack's change usually differs in its first field: nothing is encoded). */
 function sameState(a: SandboxState, b: SandboxState): boolean {
-  return a.spec === b.spec && JSON.stringify({ ...a, spec: null }) === JSON.stringify({ ...b, spec: null });
+  if (a.spec !== b.spec) return false;
+  const keys = Object.keys(a) as (keyof SandboxState)[];
+  if (keys.length !== Object.keys(b).length) return JSON.stringify({ ...a, spec: null }) === JSON.stringify({ ...b, spec: null });
+  for (const k of keys) {
+    if (!(k in b)) return JSON.stringify({ ...a, spec: null }) === JSON.stringify({ ...b, spec: null });
+    const x = a[k];
+    const y = b[k];
+    if (x === y) continue;
+    if (typeof x !== "object" || typeof y !== "object" || x === null || y === null || JSON.stringify(x) !== JSON.stringify(y)) return false;
+  }
+  return true;
 }
 
 /**

@@ -8,6 +8,7 @@
 // per create in the edge bench. A group object lives as long as the edge does, so a create costs
 // a row, not an object. Every RPC resolves to a typed result; none throws (a throwing RPC leaks
 // unhandled rejections under the vitest plugin).
+import { stubOf } from "../object-ids.ts";
 import type { TransformRules } from "../../schema/egress/transforms.ts";
 import { DurableObject } from "cloudflare:workers";
 import type { Lifecycle } from "../../schema/api/hooks.ts";
@@ -584,12 +585,12 @@ export class SandboxGroupDO extends DurableObject<Env> {
 
   /** The ClusterDO stub for a cluster (one method, so tests can make it fail or stall). */
   private cluster(name: string): Pick<DurableObjectStub<import("../cluster/cluster-do.ts").ClusterDO>, "enqueue" | "logs" | "networkRulesRefusal"> {
-    return this.env.CLUSTER.get(this.env.CLUSTER.idFromName(name));
+    return stubOf(this.env.CLUSTER, name);
   }
 
   /** The index writer's stub (one method, so tests can make it fail). */
   private indexWriter(): IndexWriter {
-    return this.env.SANDBOX_INDEX.get(this.env.SANDBOX_INDEX.idFromName(INDEX_WRITER_NAME));
+    return stubOf(this.env.SANDBOX_INDEX, INDEX_WRITER_NAME);
   }
 
   private save(id: string, slot: Slot): void {

@@ -1,4 +1,5 @@
-// SandboxIndexDO: the one writer of the libSQL sandbox index (`idFromName("sandboxes")`).
+// SandboxIndexDO: the sandbox groups' writer of the libSQL sandbox index (`idFromName("sandboxes")`;
+// ClusterDO writes the create rows it carries the same way itself, directIndexWriter below).
 // SandboxGroupDOs hand it their rows; it group-commits them: while one batch is in flight to libSQL,
 // new rows queue, and the next batch carries all of them in one request. sqld takes ~500 single
 // writes/s but ~9,000 batched rows/s, so this keeps the index off the create path's critical
@@ -23,6 +24,22 @@ interface Queued {
 }
 
 export type IndexWriteResult = { ok: true } | { ok: false; error: string };
+
+/**
+ * What this object does with one batch, done by the caller itself: ClusterDO writes the rows that
+ * travel with creates this way, already batched by its own IndexQueue (one request in flight, the
+ * rows queued meanwhile in the next), so they skip a Durable Object hop per batch. Rows are whole
+ * and revision-guarded, so two writers racing cannot undo each other's newer rows.
+ */
+export function directIndexWriter(env: Pick<Env, "LIBSQL_URL" | "LIBSQL_AUTH_TOKEN">): { write(ops: IndexOp[]): Promise<IndexWriteResult> } {
+  return {
+    write: (ops) =>
+      applyIndexBatch(getDb(env), ops).then(
+        (): IndexWriteResult => ({ ok: true }),
+        (err: unknown): IndexWriteResult => ({ ok: false, error: String(err) }),
+      ),
+  };
+}
 
 export class SandboxIndexDO extends DurableObject<Env> {
   private queue: Queued[] = [];

@@ -1,5 +1,6 @@
 // How callers reach a sandbox: its group object, and the group's RPCs with the sandbox id bound.
 // Lives beside the group so durable-objects/ never imports from functions/.
+import { stubOf } from "../object-ids.ts";
 import type { Env } from "../env.ts";
 import type { SandboxGroupDO } from "./sandbox-group-do.ts";
 import { currentTraceparent, edgeSpan, tracingOn } from "../tracing/edge-tracing.ts";
@@ -36,7 +37,7 @@ export type SandboxHandle = { [M in SandboxMethod]: WithoutId<SandboxGroupDO[M]>
 
 /** The group object that holds a sandbox (see sandboxGroupOf). */
 export function sandboxGroupStub(env: Env, sandboxId: string) {
-  return env.SANDBOX_GROUP.get(env.SANDBOX_GROUP.idFromName(sandboxGroupOf(sandboxId)));
+  return stubOf(env.SANDBOX_GROUP, sandboxGroupOf(sandboxId));
 }
 
 /** Methods whose first argument (the caller's Access, or a create's input) carries the trace. */

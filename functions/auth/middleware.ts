@@ -24,6 +24,9 @@ export function evictKey(keyHash: string): void {
 
 export function requireApiKey(): MiddlewareHandler<AppEnv> {
   return async function apiKeyAuth(c, next) {
+    // Two mounted patterns match some paths (`/sandboxes` and `/sandboxes/*` both match
+    // `/sandboxes`): the key is checked once per request.
+    if (c.get("caller")) return next();
     const key = c.req.header("x-api-key");
     if (!key || !looksLikeApiKey(key)) throw new ApiError("unauthorized", "Invalid API key");
     c.set("caller", await resolveCaller(c.env, key, (p) => c.executionCtx.waitUntil(p)));
