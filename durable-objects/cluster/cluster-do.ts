@@ -89,9 +89,6 @@ export class ClusterDO extends DurableObject<Env> {
   private readonly indexQueue = new IndexQueue(() => directIndexWriter(this.env), (p) => this.ctx.waitUntil(p), []);
   /** Intents to write to the agent at the end of this turn (see flushIntents). */
   private unsent: Unsent[] = [];
-  /** The JSON of intents this instance queued, as written to their desired row: the frame that
-   * sends one uses the same text instead of encoding the intent again. */
-  private intentText = new WeakMap<Intent, string>();
   /** Whether the agent of this session enforces `network.rules` (appliesProfiles), once read. */
   private networkRules: boolean | null = null;
   /** Frames waiting for secret values (libSQL): later frames queue behind them, in order. */
@@ -646,15 +643,17 @@ export class ClusterDO extends DurableObject<Env> {
   private perform(effects: ClusterEffect[], fromAck = false, deferWrites = false): void {
     const store = this.store!;
     const write = deferWrites ? (w: () => void) => this.turn.defer(w) : (w: () => void) => w();
-    // Intents queued by this event, so sending them does not read them back from SQLite.
-    const fresh = new Map<number, Intent>();
+    // Intents queued by this event, so sending them does not read them back from SQLite, each
+    // with the JSON its desired row got (the frame that sends it carries the same text).
+    const texts = new Map<Intent, string>();
+    const fresh = new Map<number, { intent: Intent; text: string | undefined }>();
     // Observations for sandbox owners leave in one call per sandbox group, not one per sandbox.
     const toGroups = new Map<string, Observation[]>();
     for (const e of effects) {
       switch (e.type) {
         case "save-desired": {
           const text = JSON.stringify(e.intent);
-          this.intentText.set(e.intent, text);
+          texts.set(e.intent, text);
           write(() => store.saveDesired(e.intent, text));
           break;
         }
@@ -665,7 +664,7 @@ export class ClusterDO extends DurableObject<Env> {
           break;
         case "queue":
           write(() => store.queue(e.seq, e.sandboxId, e.generation));
-          if (e.intent) fresh.set(e.seq, e.intent);
+          if (e.intent) fresh.set(e.seq, { intent: e.intent, text: texts.get(e.intent) });
           break;
         case "unqueue":
           for (const seq of e.seqs) this.traces.delete(seq);
@@ -709,18 +708,14 @@ export class ClusterDO extends DurableObject<Env> {
     if (this.traces.size > MAX_TRACED_INTENTS) this.traces.delete(this.traces.keys().next().value!);
   }
 
-  private sendIntents(seqs: number[], fresh: Map<number, Intent>): void {
+  private sendIntents(seqs: number[], fresh: Map<number, { intent: Intent; text: string | undefined }>): void {
     const missing = seqs.filter((s) => !fresh.has(s));
     if (missing.length) this.turn.flush();
     const loaded = new Map(this.store!.outboxIntents(missing).map((r) => [r.seq, r]));
     const items: Unsent[] = [];
     for (const seq of seqs) {
-      const intent = fresh.get(seq);
-      if (intent) items.push({ seq, intent, text: this.intentText.get(intent) });
-      else {
-        const stored = loaded.get(seq);
-        if (stored) items.push({ seq, intent: stored.intent, text: stored.text });
-      }
+      const known = fresh.get(seq) ?? loaded.get(seq);
+      if (known) items.push({ seq, intent: known.intent, text: known.text });
     }
     if (!items.length) return;
     this.unsent.push(...items);
