@@ -104,10 +104,24 @@ export async function readMultipart(body: Readable, boundary: string, onPart: (i
     return false;
   }
 
+  /** Whether no delimiter starts in `tail`, the few bytes a part's body held back (they could
+   * have begun one), decided from them and the next chunk's first bytes. */
+  function tailIsData(tail: Buffer, chunk: Buffer): boolean {
+    if (chunk.length < delimiter.length - 1) return false;
+    const at = Buffer.concat([tail, chunk.subarray(0, delimiter.length - 1)]).indexOf(delimiter);
+    return at < 0 || at >= tail.length;
+  }
+
   try {
     for await (const chunk of body as AsyncIterable<Buffer>) {
       if (state === "done") continue;
-      buf = buf.length ? Buffer.concat([buf, chunk]) : chunk;
+      // Inside a part's body each chunk is searched and handed on as it came: joining it to the
+      // held-back tail would copy every byte of the upload once more (and allocate a buffer per
+      // chunk, which the GC then chases).
+      if (state === "body" && buf.length && tailIsData(buf, chunk)) {
+        await emit(buf);
+        buf = chunk;
+      } else buf = buf.length ? Buffer.concat([buf, chunk]) : chunk;
       while (await step());
     }
   } catch (err) {

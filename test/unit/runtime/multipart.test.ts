@@ -30,6 +30,26 @@ describe("readMultipart", () => {
     }
   });
 
+  it("finds a delimiter split between two chunks at any point, and keeps a delimiter-like tail as data", async () => {
+    // The first part's body ends in the start of a delimiter ("\r\n--" and a prefix of the
+    // boundary), so the bytes held back at a chunk's end are sometimes data and sometimes the
+    // real delimiter's start.
+    const boundary = "----formdata-x1";
+    const one = "a".repeat(300) + "\r\n------form";
+    const two = "b".repeat(300);
+    const part = (name: string, data: string) => `--${boundary}\r\nContent-Disposition: form-data; name="file"; filename="${name}"\r\n\r\n${data}\r\n`;
+    const body = Buffer.from(part("one.bin", one) + part("two.bin", two) + `--${boundary}--\r\n`, "latin1");
+    for (let cut = 1; cut < body.length; cut++) {
+      const parts: string[] = [];
+      await readMultipart(Readable.from([body.subarray(0, cut), body.subarray(cut)]), boundary, async (_info, data) => {
+        const bufs: Buffer[] = [];
+        for await (const d of data) bufs.push(d as Buffer);
+        parts.push(Buffer.concat(bufs).toString("latin1"));
+      });
+      expect(parts, `split at ${cut}`).toEqual([one, two]);
+    }
+  });
+
   it("rejects a body without its closing boundary", async () => {
     const body = Buffer.from("--b\r\nContent-Disposition: form-data; name=\"file\"; filename=\"x\"\r\n\r\nabc");
     await expect(parse(body, "b", 4)).rejects.toThrow(/closing boundary/);
