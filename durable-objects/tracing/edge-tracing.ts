@@ -1,7 +1,6 @@
 // The edge's OpenTelemetry traces, in workerd: spans of our own recorder (span-recorder.ts: the
-// API's Span, the SDK's ReadableSpan, none of the SDK's per-span machinery), each encoded as
-// OTLP/JSON when it ends (lib/tracing/otlp-json.ts: the transformer's encoding, field for field)
-// and exported by OTLP/HTTP with the OTLP exporter's retry rules (`postOtlp`).
+// API's Span, the SDK's ReadableSpan, none of the SDK's per-span machinery) exported by the
+// OTLP/HTTP exporter's fetch transport (its browser build, which the Worker bundle resolves to).
 // Off unless OTEL_EXPORTER_OTLP_ENDPOINT is set: then no sink exists and `edgeSpan` only calls its
 // work, but the request id still travels (a traceparent naming no recorded span: see
 // `currentTraceparent`), so the agent's log lines for the work a request caused carry its id.
@@ -14,9 +13,9 @@
 //   await edgeSpan(env, "SnapshotDO.create", { "sandbox.id": id }, () => work());
 import { AsyncLocalStorage } from "node:async_hooks";
 import { SpanKind, SpanStatusCode, type Attributes, type Span } from "@opentelemetry/api";
+import { OTLPTraceExporter } from "@opentelemetry/exporter-trace-otlp-http";
 import { resourceFromAttributes } from "@opentelemetry/resources";
-import type { ReadableSpan } from "@opentelemetry/sdk-trace";
-import { OTLP_REQUEST_TAIL, otlpRequestHead, otlpSpanJson } from "../../lib/tracing/otlp-json.ts";
+import type { ReadableSpan, SpanExporter } from "@opentelemetry/sdk-trace";
 import { EdgeSpan, parseTraceparent, randomHex, traceparentOf, type SpanSink } from "../../lib/tracing/span-recorder.ts";
 
 export const EDGE_SCOPE = "sandbox-edge";
@@ -29,85 +28,29 @@ let provider: FlushedSpanProcessor | null = null;
 let providerFor: string | null = null;
 
 /**
- * Holds ended spans, as their OTLP/JSON text, until `flushEdgeTraces` exports them: workerd drops
- * a request's timers when it ends, so the SDK's BatchSpanProcessor timer cannot be relied on here,
- * and arming it cost a timer per span. A span is encoded when it ends and only its text is kept
- * (the span objects die young; kept for up to a second, they and the transformer's tree per export
- * were about half of tracing's cost per create). At most MAX_BUFFERED spans wait (more are
- * dropped, as the batch processor drops past its queue); each export request carries at most
- * EXPORT_BATCH.
+ * Holds ended spans until `flushEdgeTraces` exports them: workerd drops a request's timers when it
+ * ends, so the SDK's BatchSpanProcessor timer cannot be relied on here, and arming it cost a timer
+ * per span. At most MAX_BUFFERED spans wait (more are dropped, as the batch processor drops past
+ * its queue); each export request carries at most EXPORT_BATCH.
  */
 const MAX_BUFFERED = 8192;
 const EXPORT_BATCH = 1024;
 class FlushedSpanProcessor implements SpanSink {
   readonly resource = resourceFromAttributes({ "service.name": "sandbox-edge" });
   readonly scope = { name: EDGE_SCOPE };
-  private spans: string[] = [];
-  private readonly head = otlpRequestHead(this.resource, this.scope);
-  private readonly url: string;
-  constructor(url: string) {
-    this.url = url;
+  private spans: ReadableSpan[] = [];
+  private readonly exporter: SpanExporter;
+  constructor(exporter: SpanExporter) {
+    this.exporter = exporter;
   }
   onEnd(span: ReadableSpan): void {
-    if (this.spans.length < MAX_BUFFERED) this.spans.push(otlpSpanJson(span));
+    if (this.spans.length < MAX_BUFFERED) this.spans.push(span);
   }
   async forceFlush(): Promise<void> {
     const all = this.spans;
     this.spans = [];
-    for (let i = 0; i < all.length; i += EXPORT_BATCH) await postOtlp(this.url, this.head + all.slice(i, i + EXPORT_BATCH).join(",") + OTLP_REQUEST_TAIL);
+    for (let i = 0; i < all.length; i += EXPORT_BATCH) await new Promise<void>((done) => this.exporter.export(all.slice(i, i + EXPORT_BATCH), () => done()));
   }
-}
-
-/**
- * The OTLP exporter's rules for one export (@opentelemetry/otlp-exporter-base: its retrying
- * transport and is-export-retryable): within EXPORT_TIMEOUT_MS in all, a 429, 502, 503 or 504
- * answer or a network error is tried again up to MAX_RETRIES times, after the answer's
- * Retry-After or a backoff from 1 s growing 1.5× up to 5 s with ±20 % jitter; any other answer
- * ends it; at most MAX_EXPORTS exports at once (past that a batch is dropped, as the exporter's
- * concurrency limit does). The answer's body is not read (the exporter reads it to the end for a
- * browser's keepalive quota, which workerd has no part of).
- */
-const EXPORT_TIMEOUT_MS = 10_000;
-const MAX_RETRIES = 5;
-const MAX_EXPORTS = 30;
-let exporting = 0;
-export async function postOtlp(url: string, body: string, fetchImpl: typeof fetch = fetch): Promise<"success" | "failure" | "retryable"> {
-  if (exporting >= MAX_EXPORTS) return "failure";
-  exporting++;
-  try {
-    const deadline = Date.now() + EXPORT_TIMEOUT_MS;
-    let backoff = 1_000;
-    for (let attempt = 0; ; attempt++) {
-      let retryIn: number | undefined;
-      try {
-        const res = await fetchImpl(url, { method: "POST", headers: { "content-type": "application/json" }, body, signal: AbortSignal.timeout(Math.max(1, deadline - Date.now())) });
-        void res.body?.cancel().catch(() => {});
-        if (res.ok) return "success";
-        if (![429, 502, 503, 504].includes(res.status)) return "failure";
-        retryIn = retryAfterMs(res.headers.get("retry-after"));
-      } catch (err) {
-        // fetch's TypeError without a cause is a network error (the exporter retries those); a
-        // timeout's abort is not retried.
-        if (!(err instanceof TypeError) || err.cause) return "failure";
-      }
-      if (attempt >= MAX_RETRIES) return "retryable";
-      const wait = retryIn ?? Math.min(backoff * (1 + (Math.random() * 0.4 - 0.2)), 5_000);
-      backoff *= 1.5;
-      if (wait > deadline - Date.now()) return "retryable";
-      await new Promise((r) => setTimeout(r, wait));
-    }
-  } finally {
-    exporting--;
-  }
-}
-
-/** A Retry-After header in ms (seconds or an HTTP date), as the exporter reads it. */
-function retryAfterMs(header: string | null): number | undefined {
-  if (header == null) return undefined;
-  const seconds = Number.parseInt(header, 10);
-  if (Number.isInteger(seconds)) return seconds > 0 ? seconds * 1000 : -1;
-  const at = new Date(header).getTime() - Date.now();
-  return at >= 0 ? at : 0;
 }
 
 interface TracingEnv {
@@ -119,7 +62,7 @@ function tracer(env: TracingEnv): FlushedSpanProcessor | null {
   const endpoint = env.OTEL_EXPORTER_OTLP_ENDPOINT;
   if (!endpoint) return null;
   if (providerFor !== endpoint) {
-    provider = new FlushedSpanProcessor(`${endpoint.replace(/\/$/, "")}/v1/traces`);
+    provider = new FlushedSpanProcessor(new OTLPTraceExporter({ url: `${endpoint.replace(/\/$/, "")}/v1/traces` }));
     providerFor = endpoint;
   }
   return provider;
