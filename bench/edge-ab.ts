@@ -17,6 +17,10 @@
 // whole machine), and the ratio the system's own CPU per create gives.
 // `--tracing --base <rev>`: both sides trace to the collector, A the bundle of <rev>, B the working
 // tree's: what a change to the tracing path saves, the rest of the figures as with `--tracing`.
+// `--tracing --also <rev> [--also <rev2>…]`: more sides C, D…, each the bundle of a revision
+// traced to the collector, in the same rotation (A, B, C, …), their figures against A's as B's
+// are: e.g. the tracing path before a change, and a floor (a build that records spans and never
+// exports: what the export costs, and the least tracing can cost), all in the same run.
 // `--profile <prefix>`: a V8 CPU profile of each side's isolate over each of its rounds, to
 // <prefix>.<A|B>.<round>.cpuprofile (both sides carry the inspector's cost, so a function's samples
 // per create, B's against A's, show what B adds; take that run's other figures as a profile only).
@@ -46,6 +50,7 @@ const CLIENTS = 50;
 const { values: opt } = parseArgs({
   options: {
     base: { type: "string", default: "HEAD" },
+    also: { type: "string", multiple: true, default: [] },
     rounds: { type: "string", default: "6" },
     creates: { type: "string", default: "1500" },
     replicas: { type: "string", default: "600" },
@@ -69,13 +74,9 @@ let collector: Collector | undefined;
 try {
   await migrate(sqld.url);
   await seed({ libsqlUrl: sqld.url, adminApiKey: ADMIN_KEY, pepper: "ab-pepper", baseReplicas: 0 });
-  const tree = join(tmp, "base-tree");
-  mkdirSync(tree);
-  const archive = spawnSync("sh", ["-c", `git archive ${JSON.stringify(opt.base)} | tar -x -C ${JSON.stringify(tree)}`], { cwd: ROOT, encoding: "utf8" });
-  if (archive.status !== 0) throw new Error(`git archive ${opt.base}: ${archive.stderr}`);
-  symlinkSync(join(ROOT, "node_modules"), join(tree, "node_modules"));
+  const tree = checkout(opt.base, join(tmp, "base-tree"));
   const bothTraced = opt.tracing && opt.base !== "HEAD";
-  const bundles = bothTraced
+  const bundles: Record<string, string> = bothTraced
     ? { [`A (${opt.base}, traced)`]: join(tmp, "bundle-a"), "B (working tree, traced)": join(tmp, "bundle-b") }
     : opt.tracing
     ? { "A (tracing off)": join(tmp, "bundle-b"), "B (tracing to a collector)": join(tmp, "bundle-b") }
@@ -84,12 +85,17 @@ try {
       : { [`A (${opt.base})`]: join(tmp, "bundle-a"), "B (working tree)": join(tmp, "bundle-b") };
   if ((!opt.tracing && !opt.disk) || bothTraced) build(tree, join(tmp, "bundle-a"));
   build(ROOT, join(tmp, "bundle-b"));
+  for (const [i, rev] of (opt.tracing ? opt.also : []).entries()) {
+    const side = String.fromCharCode(67 + i); // C, D, …
+    build(checkout(rev, join(tmp, `tree-${side}`)), join(tmp, `bundle-${side}`));
+    bundles[`${side} (${rev}, traced)`] = join(tmp, `bundle-${side}`);
+  }
   if (opt.tracing) collector = await startCollector(tmp);
   const vars = { LIBSQL_URL: sqld.url, KEY_PEPPER: "ab-pepper", ADMIN_API_KEY: ADMIN_KEY, CLUSTER_TOKEN };
   for (const [name, bundle] of Object.entries(bundles)) {
     const dir = opt.disk && sides.length === 1 ? onDisk : join(tmp, `edge-${sides.length}`);
     cpSync(bundle, join(dir, "bundle"), { recursive: true });
-    const traced: Record<string, string> = collector && (sides.length === 1 || bothTraced) ? { OTEL_EXPORTER_OTLP_ENDPOINT: collector.endpoint } : {};
+    const traced: Record<string, string> = collector && (sides.length >= 1 || bothTraced) ? { OTEL_EXPORTER_OTLP_ENDPOINT: collector.endpoint } : {};
     const counter = opt.calls ? await freePort() : undefined;
     const inspectorPort = opt.profile ? await freePort() : undefined;
     const edge = await startEdge({ dir, vars: { ...vars, ...traced }, skipBuild: true, invocationCounterPort: counter, inspectorPort });
@@ -157,11 +163,16 @@ try {
     const [a, b] = [sides[0]!, sides[1]!];
     // B's round r against the geometric mean of A's rounds r and r+1 (the rounds either side of it).
     const around = (xs: number[], i: number) => (i + 1 < xs.length ? Math.sqrt(xs[i]! * xs[i + 1]!) : xs[i]!);
-    const paired = b.rate.slice(0, -1).map((x, i) => x / around(a.rate, i));
-    const cpu = b.cpu.slice(0, -1).map((x, i) => x / around(a.cpu, i));
     const spread = (xs: number[]) => `${Math.min(...xs).toFixed(3)}..${Math.max(...xs).toFixed(3)}`;
-    console.log(`per round B/A creates/s ${paired.map((x) => x.toFixed(3)).join(" ")} (median ${median(paired).toFixed(3)}, spread ${spread(paired)})`);
-    console.log(`per round B/A workerd CPU per create ${cpu.map((x) => x.toFixed(3)).join(" ")} (median ${median(cpu).toFixed(3)}, spread ${spread(cpu)})`);
+    const against = (x: Side, label: string) => {
+      const rate = x.rate.slice(0, -1).map((v, i) => v / around(a.rate, i));
+      const cpu = x.cpu.slice(0, -1).map((v, i) => v / around(a.cpu, i));
+      console.log(`per round ${label}/A creates/s ${rate.map((v) => v.toFixed(3)).join(" ")} (median ${median(rate).toFixed(3)}, spread ${spread(rate)})`);
+      console.log(`per round ${label}/A workerd CPU per create ${cpu.map((v) => v.toFixed(3)).join(" ")} (median ${median(cpu).toFixed(3)}, spread ${spread(cpu)})`);
+      return rate;
+    };
+    const paired = against(b, "B");
+    for (const x of sides.slice(2)) against(x, x.name[0]!);
     for (const k of Object.keys(a.others)) {
       const d = a.others[k]!.map((x, i) => b.others[k]![i]! - x);
       console.log(`per round B−A ${k} ms/create ${d.map((x) => x.toFixed(3)).join(" ")} (median ${median(d).toFixed(3)})`);
@@ -203,6 +214,15 @@ function othersCpu(): Record<string, number> {
   const t = readFileSync("/proc/stat", "utf8").split("\n")[0]!.split(/\s+/).slice(1).map(Number);
   out.machine = (t[0]! + t[1]! + t[2]! + t[5]! + t[6]! + t[7]!) * 10;
   return out;
+}
+
+/** The files of git revision `rev` in `dir` (the checkout untouched), with our node_modules. */
+function checkout(rev: string, dir: string): string {
+  mkdirSync(dir);
+  const archive = spawnSync("sh", ["-c", `git archive ${JSON.stringify(rev)} | tar -x -C ${JSON.stringify(dir)}`], { cwd: ROOT, encoding: "utf8" });
+  if (archive.status !== 0) throw new Error(`git archive ${rev}: ${archive.stderr}`);
+  symlinkSync(join(ROOT, "node_modules"), join(dir, "node_modules"));
+  return dir;
 }
 
 /** The bundle `wrangler deploy` would upload, built from the tree at `cwd`. */

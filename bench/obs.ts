@@ -3,7 +3,8 @@
 // - obs.metrics_scrape_ms: one scrape of the agent's /metrics with 10,000 sandboxes (median wall
 //   time; bench/metrics-scrape.ts), and the process's CPU per scrape beside it.
 // - obs.tracing_overhead_ratio: the edge's creates/s with tracing to a real collector over without,
-//   interleaved rounds (bench/edge-ab.ts --tracing), with the system-CPU ratio beside it.
+//   interleaved rounds (bench/edge-ab.ts --tracing), with the system-CPU ratio and workerd's CPU
+//   per create (traced over untraced: what other processes' load disturbs least) beside it.
 // Both report the load average: the machine is shared.
 import { execFileSync } from "node:child_process";
 import { loadavg } from "node:os";
@@ -44,6 +45,8 @@ export async function run(): Promise<Figures> {
     "obs.metrics_scrape_cpu_ms": { ...cpu, unit: `ms CPU per scrape (load ${scrapeLoad})`, target: "report" },
     "obs.tracing_overhead_ratio": { ...figure(tracing, "obs.tracing_overhead_ratio"), ...spreadOf(tracing, "per round B/A creates/s"), unit: `creates/s traced / untraced (20 interleaved rounds; load ${tracingLoad})`, target: ">= 0.95" },
   };
+  const workerd = /^per round B\/A workerd CPU per create [\d. ]+\(median ([\d.]+), spread ([\d.]+)\.\.([\d.]+)\)/m.exec(tracing);
+  if (workerd) out["obs.tracing_workerd_cpu_ratio"] = { value: Number(workerd[1]), spread: [Number(workerd[2]), Number(workerd[3])], unit: `workerd CPU per create, traced / untraced (load ${tracingLoad})` };
   if (system) out["obs.tracing_system_cpu_ratio"] = { value: Number(system[1]), spread: [Number(system[2]), Number(system[3])], unit: `creates per CPU-second of the system's processes, traced / untraced (load ${tracingLoad})` };
   return out;
 }

@@ -18,6 +18,11 @@
 //   - attributed by the agent: each span's resource is `service.name` agent-runtime and the
 //     `sandbox.id` the agent pulled from, whatever the payload says (its own `sandbox.id`
 //     attribute is overwritten);
+//   - placed by the agent: its span id is one the agent makes (a pod's own could repeat its
+//     parent's, or another span's of the trace it was handed, and break the trace's tree), and its
+//     start and end are kept within the agent's own window for the request, from when the ingress
+//     handed it on to when the pull began (a pod cannot stretch a trace, or date a span before
+//     the request existed);
 //   - only what the agent asked for: a span is forwarded only if its trace id and parent are an
 //     `ingress` span the agent handed that very sandbox (`handed`), once; anything else (another
 //     team's trace id, a made-up parent, a repeat) is refused and counted
@@ -27,7 +32,7 @@ import { SpanKind } from "@opentelemetry/api";
 import { resourceFromAttributes, type Resource } from "@opentelemetry/resources";
 import type { ReadableSpan } from "@opentelemetry/sdk-trace";
 import { MAX_RUNTIME_SPANS_BYTES, RUNTIME_SPANS_PATH, RuntimeSpansSchema } from "../../schema/protocol/runtime-spans.ts";
-import { parseTraceparent, recordedSpan } from "../../lib/tracing/span-recorder.ts";
+import { parseTraceparent, randomHex, recordedSpan } from "../../lib/tracing/span-recorder.ts";
 import { RUNTIME_SCOPE } from "../lib/tracing.ts";
 import { podSpansTotal } from "../lib/metrics.ts";
 import { logger } from "../lib/log.ts";
@@ -67,7 +72,8 @@ export interface PullResult {
 }
 
 interface Pending {
-  /** `<traceId>-<spanId>` of each handed ingress span → when it stops being waited for. */
+  /** `<traceId>-<spanId>` of each handed ingress span → when it was handed (it is waited for
+   * until HANDED_TTL_MS later). */
   parents: Map<string, number>;
   fresh: boolean;
   lastPull: number;
@@ -99,7 +105,7 @@ export class PodSpanCollector {
       this.#pending.set(sandboxId, p);
     }
     if (p.parents.size >= MAX_HANDED) p.parents.delete(p.parents.keys().next().value!);
-    p.parents.set(`${ctx.traceId}-${ctx.spanId}`, this.#now() + HANDED_TTL_MS);
+    p.parents.set(`${ctx.traceId}-${ctx.spanId}`, this.#now());
     p.fresh = true;
     this.#timer ??= setInterval(() => void this.tick(), PULL_EVERY_MS).unref();
   }
@@ -123,7 +129,7 @@ export class PodSpanCollector {
     const now = this.#now();
     const due: [string, Pending][] = [];
     for (const [id, p] of this.#pending) {
-      for (const [k, until] of p.parents) if (until <= now) p.parents.delete(k);
+      for (const [k, handedAt] of p.parents) if (handedAt + HANDED_TTL_MS <= now) p.parents.delete(k);
       if (!p.parents.size && !p.pulling) {
         this.#pending.delete(id);
         continue;
@@ -162,7 +168,7 @@ export class PodSpanCollector {
     const at = this.#opts.runtimeOf(sandboxId);
     if (!p) return { forwarded: 0, refused: 0, dropped: 0, error: "nothing handed" };
     p.fresh = false;
-    p.lastPull = this.#now();
+    const pulledAt = (p.lastPull = this.#now());
     if (!at) return { forwarded: 0, refused: 0, dropped: 0, error: "no runtime" };
     p.pulling = true;
     this.#inFlight++;
@@ -180,12 +186,16 @@ export class PodSpanCollector {
       let refused = 0;
       for (const s of parsed.data.spans) {
         const key = `${s.traceId}-${s.parentSpanId}`;
-        if (!p.parents.delete(key)) {
+        const handedAt = p.parents.get(key);
+        if (handedAt === undefined) {
           refused++;
           continue;
         }
+        p.parents.delete(key);
         const attributes = { ...s.attributes, "sandbox.id": sandboxId };
-        out.push(recordedSpan({ ...s, kind: SpanKind.SERVER, status: { code: s.status }, attributes }, p.resource, { name: RUNTIME_SCOPE }));
+        const within = (ms: number) => Math.min(Math.max(ms, handedAt), pulledAt);
+        const placed = { spanId: randomHex(16), startMs: within(s.startMs), endMs: within(s.endMs) };
+        out.push(recordedSpan({ ...s, ...placed, kind: SpanKind.SERVER, status: { code: s.status }, attributes }, p.resource, { name: RUNTIME_SCOPE }));
       }
       if (out.length) this.#opts.forward(out);
       return { forwarded: out.length, refused, dropped: parsed.data.dropped };

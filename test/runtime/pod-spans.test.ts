@@ -141,6 +141,37 @@ describe("a pod runtime's spans, collected by its agent", () => {
     agent.stop();
   });
 
+  it("places what a pod answers: the agent's own span id, and times within the agent's window for the request", async () => {
+    let answer = "";
+    const pod = createServer((req, res) => {
+      req.resume();
+      res.writeHead(200, { "content-type": "application/json" }).end(answer);
+    });
+    await new Promise<void>((r) => pod.listen(0, "127.0.0.1", r));
+    const agent = agentFor(`http://127.0.0.1:${(pod.address() as AddressInfo).port}`);
+    try {
+      const [trace, parent] = [hex(32), hex(16)];
+      const handedAt = Date.now();
+      agent.handed("sbx-d", traceparent(trace, parent));
+      // The tenant's answer: a span that is its own parent (a loop in the trace's tree), dated
+      // from 1970 to the year 2200.
+      answer = JSON.stringify({ spans: [{ traceId: trace, spanId: parent, parentSpanId: parent, name: "GET /health", startMs: 1, endMs: 7_258_118_400_000, status: 0, attributes: {} }], dropped: 0 });
+      expect(await agent.pull("sbx-d")).toMatchObject({ forwarded: 1, refused: 0 });
+      const pulledBy = Date.now();
+      await flushTraces();
+      const span = await waitFor(() => collector.spans().find((s) => s.traceId === trace), 20_000);
+      expect(span.parentSpanId).toBe(parent);
+      expect(span.spanId).toMatch(/^[0-9a-f]{16}$/);
+      expect(span.spanId).not.toBe(parent);
+      expect(span.startMs).toBeGreaterThanOrEqual(handedAt);
+      expect(span.endMs).toBeLessThanOrEqual(pulledBy);
+      expect(span.endMs).toBeGreaterThanOrEqual(span.startMs);
+    } finally {
+      agent.stop();
+      pod.close();
+    }
+  });
+
   it("through the agent's ingress: a signed request to the pod is traced ingress → runtime, and the spans path is not the caller's", async () => {
     const CLUSTER = "pod-spans-cluster-token";
     const agent = agentFor(runtime.url);

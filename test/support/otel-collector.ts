@@ -16,6 +16,9 @@ export interface ReceivedSpan {
   service: string;
   scope: string;
   attributes: Record<string, unknown>;
+  /** Start and end, in ms since the epoch (the collector writes them in ns). */
+  startMs: number;
+  endMs: number;
 }
 
 export interface Collector {
@@ -98,13 +101,17 @@ function attrs(list: OtlpAttr[] | undefined): Record<string, unknown> {
 }
 
 function parseLine(line: string): ReceivedSpan[] {
-  const req = JSON.parse(line) as { resourceSpans?: { resource?: { attributes?: OtlpAttr[] }; scopeSpans?: { scope?: { name?: string }; spans?: { traceId: string; spanId: string; parentSpanId?: string; name: string; attributes?: OtlpAttr[] }[] }[] }[] };
+  const req = JSON.parse(line) as { resourceSpans?: { resource?: { attributes?: OtlpAttr[] }; scopeSpans?: { scope?: { name?: string }; spans?: { traceId: string; spanId: string; parentSpanId?: string; name: string; attributes?: OtlpAttr[]; startTimeUnixNano?: string; endTimeUnixNano?: string }[] }[] }[] };
   const out: ReceivedSpan[] = [];
   for (const rs of req.resourceSpans ?? []) {
     const service = String(attrs(rs.resource?.attributes)["service.name"] ?? "");
     for (const ss of rs.scopeSpans ?? []) {
-      for (const s of ss.spans ?? []) out.push({ traceId: s.traceId, spanId: s.spanId, parentSpanId: s.parentSpanId ?? "", name: s.name, service, scope: ss.scope?.name ?? "", attributes: attrs(s.attributes) });
+      for (const s of ss.spans ?? []) out.push({ traceId: s.traceId, spanId: s.spanId, parentSpanId: s.parentSpanId ?? "", name: s.name, service, scope: ss.scope?.name ?? "", attributes: attrs(s.attributes), startMs: nanosToMs(s.startTimeUnixNano), endMs: nanosToMs(s.endTimeUnixNano) });
     }
   }
   return out;
+}
+
+function nanosToMs(ns: string | undefined): number {
+  return ns ? Number(BigInt(ns) / 1_000_000n) : 0;
 }

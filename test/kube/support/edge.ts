@@ -18,7 +18,8 @@ export interface TestEdge {
 
 /** `tmpfs`: storage on /dev/shm (benchmarks: a Durable Object commit then costs what SQLite costs,
  * not an fsync of a disk other processes share). */
-export async function startTestEdge(name: string, opts: { tmpfs?: boolean } = {}): Promise<TestEdge> {
+/** `vars`: more of the Worker's variables (e.g. OTEL_EXPORTER_OTLP_ENDPOINT). */
+export async function startTestEdge(name: string, opts: { tmpfs?: boolean; vars?: Record<string, string> } = {}): Promise<TestEdge> {
   const dir = mkdtempSync(join(opts.tmpfs && existsSync("/dev/shm") ? "/dev/shm" : tmpdir(), `sbx-kube-${name}-`));
   const adminKey = `e2b_${Buffer.from(name.padEnd(20, "x").slice(0, 20)).toString("hex")}`;
   const clusterToken = `${name}-cluster-token`;
@@ -27,7 +28,7 @@ export async function startTestEdge(name: string, opts: { tmpfs?: boolean } = {}
   try {
     await migrate(sqld.url);
     await seed({ libsqlUrl: sqld.url, adminApiKey: adminKey, pepper, baseReplicas: 0 });
-    const edge = await startEdge({ dir: join(dir, "edge"), vars: { LIBSQL_URL: sqld.url, KEY_PEPPER: pepper, ADMIN_API_KEY: adminKey, CLUSTER_TOKEN: clusterToken } });
+    const edge = await startEdge({ dir: join(dir, "edge"), vars: { LIBSQL_URL: sqld.url, KEY_PEPPER: pepper, ADMIN_API_KEY: adminKey, CLUSTER_TOKEN: clusterToken, ...opts.vars } });
     return {
       url: edge.url,
       adminKey,

@@ -3,7 +3,8 @@
 // the agent and its link exist): the kubernetes driver on one namespace (plus watched ones), the agent (link, reconciler, ingress) and the CRD link
 // (SandboxSets, SandboxClaims and kubectl requests over the agent's session). Optionally the
 // container-runtime half of the test kubelet: one real agent-runtime per pod with an IP, so the
-// reconciler's /init of a claimed pod succeeds.
+// reconciler's /init of a claimed pod succeeds, with the runtime container's RUNTIME_TRACING (the
+// driver sets it with the agent's --pod-runtime-tracing; the pod's other settings are a node's).
 import { spawn, type ChildProcess } from "node:child_process";
 import { join, resolve } from "node:path";
 import { CoreV1Api, PatchStrategy, setHeaderOptions, type V1Pod } from "@kubernetes/client-node";
@@ -13,7 +14,8 @@ import type { KubernetesDriver } from "../../../controllers/drivers/kubernetes/k
 import { kubernetesDriverFromFlags } from "../../../controllers/drivers/kubernetes/from-flags.ts";
 import { watchNamespacesFlag } from "../../../controllers/drivers/kubernetes/flags.ts";
 import { inject } from "vitest";
-import { ANNOTATION } from "../../../schema/crd/labels.ts";
+import { ANNOTATION, RUNTIME_CONTAINER } from "../../../schema/crd/labels.ts";
+import { RUNTIME_TRACING_ENV } from "../../../controllers/drivers/kubernetes/pod-spec.ts";
 import type { TestEdge } from "./edge.ts";
 import { note } from "./failure-logs.ts";
 import { persist, podCache } from "./kubelet.ts";
@@ -86,7 +88,9 @@ export async function runRuntimes(namespace: string, opts: { watchTimeoutMs?: nu
     // A runtime that dies before it listens (a loaded machine) is started again: its pod would
     // otherwise never get a runtime, and its sandbox never become ready.
     for (let attempt = 1; ; attempt++) {
-      const child = spawn(join(ROOT, "node_modules/.bin/node"), ["controllers/runtime/main.ts", "--port", "0", "--host", "127.0.0.1"], { cwd: ROOT, stdio: ["ignore", "pipe", "inherit"] });
+      const tracing = pod.spec?.containers.find((c) => c.name === RUNTIME_CONTAINER)?.env?.find((e) => e.name === RUNTIME_TRACING_ENV)?.value;
+      const env = { ...process.env, ...(tracing ? { [RUNTIME_TRACING_ENV]: tracing } : {}) };
+      const child = spawn(join(ROOT, "node_modules/.bin/node"), ["controllers/runtime/main.ts", "--port", "0", "--host", "127.0.0.1"], { cwd: ROOT, env, stdio: ["ignore", "pipe", "inherit"] });
       runtimes.set(name, child);
       const url = await new Promise<string | undefined>((ok) => {
         let out = "";
