@@ -4,6 +4,12 @@
 // itself must remember what it was asked for: the runtime needs each sandbox's access token and env
 // vars again, and a sandbox whose intent was accepted but not yet applied must still be built.
 // One small JSON file per sandbox, written atomically (tmp + rename).
+//
+// An intent is held in memory when it arrives and written before its ack goes out (`durable`),
+// not at once: the edge's outbox sends an unacked intent again (after a reconnect, or when it is
+// due), so one lost with a crash before its ack comes back, and only what was acked must be on
+// disk. A delete is never written: its pass removes the sandbox's file first (`durable`), so an
+// agent that dies while destroying finds no intent and destroys what the driver still has.
 import { mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { IntentSchema, type Intent } from "../../schema/protocol/index.ts";
@@ -11,6 +17,10 @@ import { IntentSchema, type Intent } from "../../schema/protocol/index.ts";
 export class IntentStore {
   readonly #dir: string;
   readonly #intents = new Map<string, Intent>();
+  /** Sandboxes whose intent in memory is not the one on disk yet. */
+  readonly #unwritten = new Set<string>();
+  /** Sandboxes with a file. */
+  readonly #files = new Set<string>();
 
   constructor(dir: string) {
     this.#dir = dir;
@@ -20,6 +30,7 @@ export class IntentStore {
       try {
         const intent = IntentSchema.parse(JSON.parse(readFileSync(join(dir, name), "utf8")));
         this.#intents.set(intent.sandboxId, intent);
+        this.#files.add(intent.sandboxId);
       } catch {
         // A torn or foreign file: drop it; the edge's resync supplies the intent again.
         rmSync(join(dir, name), { force: true });
@@ -35,12 +46,24 @@ export class IntentStore {
     return [...this.#intents.keys()];
   }
 
-  /** Stores `intent` if it is newer than what is stored; returns whether it was. */
+  /** Takes `intent` if it is newer than the one held; returns whether it was. On disk only once
+   * `durable` is called for it. */
   offer(intent: Intent): boolean {
     const have = this.#intents.get(intent.sandboxId);
     if (have && have.generation >= intent.generation) return false;
-    this.#write(intent);
+    this.#intents.set(intent.sandboxId, intent);
+    this.#unwritten.add(intent.sandboxId);
     return true;
+  }
+
+  /** Puts the sandbox's intent on disk as it is held now (a delete: its file removed). Called
+   * before an ack, so whatever the edge was told is done survives an agent crash. */
+  durable(id: string): void {
+    if (!this.#unwritten.has(id)) return;
+    const intent = this.#intents.get(id);
+    if (!intent || intent.desired.state === "deleted") this.#remove(id);
+    else this.#write(intent);
+    this.#unwritten.delete(id);
   }
 
   /** The one-time request of this generation (its snapshot) was acted on: kept without it, so a
@@ -49,18 +72,25 @@ export class IntentStore {
     const have = this.#intents.get(id);
     if (!have || have.generation !== generation || !have.snapshot) return;
     const { snapshot: _, ...rest } = have;
-    this.#write(rest);
+    this.#intents.set(id, rest);
+    this.#unwritten.add(id);
+    this.durable(id);
   }
 
   #write(intent: Intent): void {
     const file = join(this.#dir, `${intent.sandboxId}.json`);
     writeFileSync(`${file}.tmp`, JSON.stringify(intent), { mode: 0o600 });
     renameSync(`${file}.tmp`, file);
-    this.#intents.set(intent.sandboxId, intent);
+    this.#files.add(intent.sandboxId);
+  }
+
+  #remove(id: string): void {
+    if (this.#files.delete(id)) rmSync(join(this.#dir, `${id}.json`), { force: true });
   }
 
   forget(id: string): void {
     this.#intents.delete(id);
-    rmSync(join(this.#dir, `${id}.json`), { force: true });
+    this.#unwritten.delete(id);
+    this.#remove(id);
   }
 }
