@@ -181,9 +181,11 @@ export class Reconciler {
       return "stale";
     }
     if (traceparent) this.#traces.set(intent.sandboxId, traceparent);
-    // A sandbox's own intents (claim, pause, resume, kill) have a client waiting on them; the
-    // pool's (warming members up, scaling down) do not, and must not hold them up.
-    this.queue.add(intent.sandboxId, { urgent: intent.owner.kind === "sandbox" });
+    // A sandbox's own intents (claim, pause, resume) have a client waiting on them; the pool's
+    // (warming members up, scaling down) do not, and must not hold them up. Nor does a delete: a
+    // kill is answered without waiting for the agent, and a destroy (cgroup removal, unmounts) is
+    // the slowest pass there is: in the urgent lane, claims waited behind kills (issue 16).
+    this.queue.add(intent.sandboxId, { urgent: intent.owner.kind === "sandbox" && intent.desired.state !== "deleted" });
     return "queued";
   }
 

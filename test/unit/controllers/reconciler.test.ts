@@ -257,6 +257,23 @@ describe("Reconciler", () => {
     reconciler.queue.close();
   });
 
+  it("a create is acked while earlier kills are still being destroyed: deletes never take the workers a waiting client needs", async () => {
+    const { driver, acks, reconciler } = harness({});
+    for (let i = 0; i < 10; i++) reconciler.offer(intent(`k${i}`));
+    await waitFor(() => acks.length === 10);
+    // Every destroy hangs until released (a slow unmount on a loaded host).
+    let release!: () => void;
+    const gate = new Promise<void>((r) => (release = r));
+    driver.destroy = () => gate;
+    for (let i = 0; i < 10; i++) reconciler.offer(intent(`k${i}`, { generation: 3, desired: { state: "deleted" } }));
+    reconciler.offer(intent("c1"));
+    await waitFor(() => acks.some((a) => a.id === "c1"), { what: "the create's ack" });
+    expect(acks.filter((a) => a.generation === 3)).toEqual([]);
+    release();
+    await waitFor(() => acks.filter((a) => a.generation === 3).length === 10, { what: "the kills' acks" });
+    reconciler.queue.close();
+  });
+
   it("takes the snapshot an intent asks for once, acks it applied; a failure rides the ack with its reason and leaves the sandbox running", async () => {
     const { driver, acks, reconciler, store } = harness({});
     reconciler.offer(intent("s4"));
