@@ -10,7 +10,12 @@
 //   before 6, after 3;
 // - intent: a new sandbox's intent stored and forgotten as intent-store.ts does (tmp + rename +
 //   unlink) against the candidate of creating it in place (+ unlink): no CPU gained, so the
-//   store keeps its rename.
+//   store keeps its rename;
+// - rewrite: an intent rewritten (a claim over the pool member's intent, then a pause) as the store
+//   did (tmp + rename over the file: ext4's auto_da_alloc flushes the new data, and the agent's
+//   event loop waits for it while the sandboxes' disks are being written) against what it does
+//   since (tmp + rename to a name of its own + unlink of the previous file); also as wall time
+//   (agent_fs.rewrite_*_wall_us_each), which is where that wait shows.
 import { lstatSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { writeRecord, type SandboxRecord } from "../controllers/drivers/local/records.ts";
@@ -95,7 +100,30 @@ const intents = {
   },
 };
 
-const sums: Record<string, number> = { mount_before: 0, mount_after: 0, record_before: 0, record_after: 0, intent_before: 0, intent_after: 0 };
+let seq = 0;
+const rewrites = {
+  before(i: number) {
+    const file = join(intentDir, `r${i}.json`);
+    for (let g = 0; g < 3; g++) {
+      writeFileSync(`${file}.tmp`, JSON.stringify(intentOf(`r${i}`)), { mode: 0o600 });
+      renameSync(`${file}.tmp`, file);
+    }
+    rmSync(file, { force: true });
+  },
+  after(i: number) {
+    let prev: string | undefined;
+    for (let g = 0; g < 3; g++) {
+      const file = join(intentDir, `r${i}.${++seq}.json`);
+      writeFileSync(`${file}.tmp`, JSON.stringify(intentOf(`r${i}`)), { mode: 0o600 });
+      renameSync(`${file}.tmp`, file);
+      if (prev) rmSync(prev, { force: true });
+      prev = file;
+    }
+    rmSync(prev!, { force: true });
+  },
+};
+
+const sums: Record<string, number> = { mount_before: 0, mount_after: 0, record_before: 0, record_after: 0, intent_before: 0, intent_after: 0, rewrite_before: 0, rewrite_after: 0, rewrite_before_wall: 0, rewrite_after_wall: 0 };
 try {
   for (let r = 0; r < ROUNDS; r++) {
     // Alternate which goes first so a drift within a round falls on both.
@@ -106,6 +134,9 @@ try {
       sums[`record_${which}`]! += cpuMs(() => { for (let i = 0; i < PER_ROUND; i++) records.run(i, which === "before" ? 6 : 3); });
       for (let i = 0; i < PER_ROUND; i++) records.cleanup(i);
       sums[`intent_${which}`]! += cpuMs(() => { for (let i = 0; i < PER_ROUND; i++) intents[which](i); });
+      const t = performance.now();
+      sums[`rewrite_${which}`]! += cpuMs(() => { for (let i = 0; i < PER_ROUND; i++) rewrites[which](i); });
+      sums[`rewrite_${which}_wall`]! += performance.now() - t;
     }
   }
 } finally {

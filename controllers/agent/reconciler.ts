@@ -176,12 +176,16 @@ export class Reconciler {
     if (!this.#d.store.offer(intent)) {
       // The edge re-sent what we have: it may have lost our observation, so the next one goes out.
       this.#reported.delete(intent.sandboxId);
+      // "stale" is acked at once: what is acked is on disk.
+      this.#d.store.durable(intent.sandboxId);
       return "stale";
     }
     if (traceparent) this.#traces.set(intent.sandboxId, traceparent);
-    // A sandbox's own intents (claim, pause, resume, kill) have a client waiting on them; the
-    // pool's (warming members up, scaling down) do not, and must not hold them up.
-    this.queue.add(intent.sandboxId, { urgent: intent.owner.kind === "sandbox" });
+    // A sandbox's own intents (claim, pause, resume) have a client waiting on them; the pool's
+    // (warming members up, scaling down) do not, and must not hold them up. Nor does a delete: a
+    // kill is answered without waiting for the agent, and a destroy (cgroup removal, unmounts) is
+    // the slowest pass there is: in the urgent lane, claims waited behind kills (issue 16).
+    this.queue.add(intent.sandboxId, { urgent: intent.owner.kind === "sandbox" && intent.desired.state !== "deleted" });
     return "queued";
   }
 
@@ -211,6 +215,8 @@ export class Reconciler {
     const intent = store.get(id);
 
     if (!intent || intent.desired.state === "deleted") {
+      // Its file goes first: an agent that dies while destroying must not build it again.
+      if (intent) store.durable(id);
       this.#unregister(id);
       await withSpan("driver.destroy", ctx, { "sandbox.id": id }, () => timeStep("destroy", () => driver.destroy(id)));
       if (intent) {
@@ -281,7 +287,7 @@ export class Reconciler {
     if (isTerminal(err)) {
       const condition = { type: "Ready", status: "False" as const, reason: err.reason, message: err.message, lastTransitionTime: this.#now() };
       this.#report({ ...base, phase: "Failed", reason: err.reason, message: err.message, conditions: [condition] });
-      this.#d.settled(id, intent.generation, "accepted", err.message);
+      this.#ack(id, intent.generation, "accepted", err.message);
       return;
     }
     const attempt = this.queue.failures(id) + 1;
@@ -371,7 +377,14 @@ export class Reconciler {
     const failed = this.#snapshotErrors.get(intent.sandboxId);
     this.#snapshotErrors.delete(intent.sandboxId);
     const snapshotError = failed?.generation === intent.generation ? { reason: failed.reason, message: failed.message } : undefined;
-    this.#d.settled(intent.sandboxId, intent.generation, converged ? "applied" : "accepted", message, snapshotError);
+    this.#ack(intent.sandboxId, intent.generation, converged ? "applied" : "accepted", message, snapshotError);
+  }
+
+  /** Settles a generation once the intent held is on disk: what the edge hears was done survives
+   * an agent crash (intent-store.ts). */
+  #ack(id: string, generation: number, result: "applied" | "accepted", message?: string, snapshotError?: SnapshotError): void {
+    this.#d.store.durable(id);
+    this.#d.settled(id, generation, result, message, snapshotError);
   }
 
   /**

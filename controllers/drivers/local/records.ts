@@ -63,7 +63,7 @@ export function readRecord(file: string): SandboxRecord | undefined {
 export function writeRecord(file: string, record: SandboxRecord): void {
   const tmp = `${file}.${process.pid}.tmp`;
   // Only the agent reads records: the data directory lets sandboxes' host uids pass (userns.ts).
-  writeFileSync(tmp, JSON.stringify(record, null, 2), { mode: 0o600 });
+  writeFileSync(tmp, JSON.stringify(record), { mode: 0o600 });
   renameSync(tmp, file);
 }
 

@@ -96,7 +96,7 @@ afterEach(() => {
 });
 
 /** A reconciler over the scripted driver with a fast backoff, recording reports and acks. */
-function harness(script: Record<string, Step[]>, starts?: StartCommands) {
+function harness(script: Record<string, Step[]>, starts?: StartCommands, onAck?: (dir: string, id: string, generation: number) => void) {
   const dir = mkdtempSync(join(tmpdir(), "reconciler-"));
   dirs.push(dir);
   const driver = new ScriptedDriver(script);
@@ -108,7 +108,10 @@ function harness(script: Record<string, Step[]>, starts?: StartCommands) {
     driver,
     runtime: createRuntime({ onError: () => {} }),
     report: (o) => reports.push(o),
-    settled: (id, generation, result, message, snapshotError) => acks.push({ id, generation, result, message, ...(snapshotError ? { snapshotError } : {}) }),
+    settled: (id, generation, result, message, snapshotError) => {
+      onAck?.(dir, id, generation);
+      acks.push({ id, generation, result, message, ...(snapshotError ? { snapshotError } : {}) });
+    },
     backoff: { baseMs: 1, maxMs: 8 },
     onError: () => {},
     starts,
@@ -229,6 +232,45 @@ describe("Reconciler", () => {
     await waitFor(() => acks.length === 2, { what: "the second ack" });
     expect(reports.map(describeReport)).toEqual(["Running:ready", "Running:ReconcileError", "Running:ready"]);
     expect(acks.map((a) => `${a.generation}:${a.result}`)).toEqual(["2:applied", "3:applied"]);
+    reconciler.queue.close();
+  });
+
+  it("what the edge is acked survives an agent crash: an agent started at any ack holds that intent, and no intent of a sandbox acked deleted", async () => {
+    // The intent store a restarted agent would open, read at the moment each ack goes out.
+    const seen: string[] = [];
+    const { acks, reconciler } = harness({}, undefined, (dir, id, generation) => {
+      const held = new IntentStore(dir).get(id);
+      seen.push(`${id}@${generation}:${held ? `${held.generation} ${held.desired.state} ${held.owner.kind}` : "none"}`);
+    });
+    reconciler.offer(intent("s6", { owner: { kind: "pool", id: "p" } }));
+    await waitFor(() => acks.length === 1);
+    reconciler.offer(intent("s6", { generation: 3 })); // claimed
+    await waitFor(() => acks.length === 2);
+    reconciler.offer(intent("s6", { generation: 4, desired: { state: "deleted" } }));
+    await waitFor(() => acks.length === 3);
+    // A redelivery of what is held is acked at once ("stale"): on disk first too.
+    reconciler.offer(intent("s7", { generation: 2 }));
+    await waitFor(() => acks.length === 4);
+    expect(reconciler.offer(intent("s7", { generation: 2 }))).toBe("stale");
+    expect(new IntentStore(dirs.at(-1)!).get("s7")?.generation).toBe(2);
+    expect(seen).toEqual(["s6@2:2 running pool", "s6@3:3 running sandbox", "s6@4:none", "s7@2:2 running sandbox"]);
+    reconciler.queue.close();
+  });
+
+  it("a create is acked while earlier kills are still being destroyed: deletes never take the workers a waiting client needs", async () => {
+    const { driver, acks, reconciler } = harness({});
+    for (let i = 0; i < 10; i++) reconciler.offer(intent(`k${i}`));
+    await waitFor(() => acks.length === 10);
+    // Every destroy hangs until released (a slow unmount on a loaded host).
+    let release!: () => void;
+    const gate = new Promise<void>((r) => (release = r));
+    driver.destroy = () => gate;
+    for (let i = 0; i < 10; i++) reconciler.offer(intent(`k${i}`, { generation: 3, desired: { state: "deleted" } }));
+    reconciler.offer(intent("c1"));
+    await waitFor(() => acks.some((a) => a.id === "c1"), { what: "the create's ack" });
+    expect(acks.filter((a) => a.generation === 3)).toEqual([]);
+    release();
+    await waitFor(() => acks.filter((a) => a.generation === 3).length === 10, { what: "the kills' acks" });
     reconciler.queue.close();
   });
 

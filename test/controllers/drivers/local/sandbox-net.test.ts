@@ -288,8 +288,13 @@ describe("sandboxes with internet access in a network namespace of their own", (
     const d = desired();
     await driver.ensure(d);
     const rec = recordOf(d.id);
-    const unrecorded = () => writeRecord(layoutFor(dataDir, d.id).record, { ...rec, net: { address: rec.net!.address } });
-    unrecorded();
+    // The next agent finds the record as the stopped one left it (a driver keeps what it wrote).
+    const unrecorded = async () => {
+      writeRecord(layoutFor(dataDir, d.id).record, { ...rec, net: { address: rec.net!.address } });
+      await driver.dispose();
+      driver = new LocalDriver({ dataDir, cgroupName });
+    };
+    await unrecorded();
     await driver.ensure({ ...d, generation: 2 });
     expect(recordOf(d.id).net).toEqual(rec.net);
     expect(await sh(d.id, `curl -s -m 5 http://${outside.ip}/`)).toBe(`outside saw ${outside.hostIp}`);
@@ -297,7 +302,7 @@ describe("sandboxes with internet access in a network namespace of their own", (
     const stray = `ktx${process.pid % 100_000}`;
     execFileSync("ip", ["link", "del", rec.net!.veth!]);
     execFileSync("ip", ["link", "add", stray, "type", "veth", "peer", "name", "eth0", "netns", String(rec.nsInit!.pid)]);
-    unrecorded();
+    await unrecorded();
     await driver.ensure({ ...d, generation: 3 });
     expect(existsSync(`/sys/class/net/${stray}`)).toBe(false);
     expect(recordOf(d.id).net).toEqual(rec.net);

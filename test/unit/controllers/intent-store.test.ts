@@ -1,0 +1,75 @@
+// The agent's intent store as a restarted agent finds it: what was made durable, the newest of
+// what a crash left, and what an older agent wrote.
+import { mkdtempSync, readdirSync, renameSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterEach, describe, expect, it } from "vitest";
+import { IntentStore } from "../../../controllers/agent/intent-store.ts";
+import { IntentSchema } from "../../../schema/protocol/index.ts";
+
+const intent = (id: string, generation: number, state: "running" | "deleted" = "running") =>
+  IntentSchema.parse({
+    sandboxId: id,
+    generation,
+    owner: { kind: "sandbox" },
+    desired: { state },
+    template: { id: "base", revision: "r1", image: "base", user: "user", workdir: "/home/user", resources: { cpuCount: 1, memoryMB: 256 } },
+    issuedAt: 0,
+  });
+
+const dirs: string[] = [];
+afterEach(() => {
+  for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
+});
+const scratch = () => {
+  const d = mkdtempSync(join(tmpdir(), "intent-store-"));
+  dirs.push(d);
+  return d;
+};
+
+describe("IntentStore", () => {
+  it("keeps on disk what was made durable, one file per sandbox, and nothing of a delete", () => {
+    const dir = scratch();
+    const store = new IntentStore(dir);
+    store.offer(intent("a", 1));
+    expect(new IntentStore(dir).get("a")).toBeUndefined(); // not acked yet: the edge redelivers it
+    store.durable("a");
+    store.offer(intent("a", 2));
+    store.durable("a");
+    store.offer(intent("b", 1));
+    store.durable("b");
+    expect(readdirSync(dir)).toHaveLength(2);
+    const restarted = new IntentStore(dir);
+    expect([restarted.get("a")?.generation, restarted.get("b")?.generation]).toEqual([2, 1]);
+    store.offer(intent("b", 2, "deleted"));
+    store.durable("b");
+    expect(new IntentStore(dir).ids()).toEqual(["a"]);
+  });
+
+  it("after a crash between a write and the removal of the file before it, holds the newer; reads an older agent's file and drops torn ones", () => {
+    const dir = scratch();
+    const store = new IntentStore(dir);
+    store.offer(intent("a", 1));
+    store.durable("a");
+    const [first] = readdirSync(dir);
+    // The same as the next write, but the file before it left in place (the crash).
+    const kept = join(dir, "kept");
+    renameSync(join(dir, first!), kept);
+    store.offer(intent("a", 2));
+    store.durable("a");
+    renameSync(kept, join(dir, first!));
+    expect(readdirSync(dir)).toHaveLength(2);
+    writeFileSync(join(dir, "c.json"), JSON.stringify(intent("c", 3))); // an older agent's name
+    writeFileSync(join(dir, "d.7.json"), "{\"sandboxId\":"); // torn
+    writeFileSync(join(dir, "e.9.json.tmp"), JSON.stringify(intent("e", 1))); // a write cut short
+    const restarted = new IntentStore(dir);
+    expect(restarted.get("a")?.generation).toBe(2);
+    expect(restarted.get("c")?.generation).toBe(3);
+    expect(restarted.ids().sort()).toEqual(["a", "c"]);
+    expect(readdirSync(dir)).toHaveLength(2);
+    // Its next file is named after all it found: the newest stays the newest.
+    restarted.offer(intent("c", 4));
+    restarted.durable("c");
+    expect(new IntentStore(dir).get("c")?.generation).toBe(4);
+  });
+});
