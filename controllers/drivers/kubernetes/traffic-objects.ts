@@ -21,7 +21,7 @@ import type { PodTrafficPolicy } from "../../../schema/protocol/pod-traffic.ts";
 import type { SecurityProfileEntry } from "../../../schema/api/security-profile.ts";
 import type { TrafficPolicySet } from "../../traffic/governed.ts";
 import { ownerRef, type DriverContext } from "./context.ts";
-import { mergePatch, statusCode, tolerate } from "./kube-api.ts";
+import { mergePatch, stableJson, statusCode, tolerate } from "./kube-api.ts";
 import type { NamespaceScope } from "./namespace-scope.ts";
 import { idLabel, type KubeDesiredSandbox, type SandboxObject } from "./objects.ts";
 import { checkSize, egressNetworkPolicy, egressPolicyName, podPolicy, podSecretNames, POLICY_FILE, splitPodPolicy, trafficConfigMap, trafficConfigMapName, trafficSecret, type Backstop } from "./traffic-pod.ts";
@@ -42,6 +42,9 @@ interface ObjectApi<T> {
   create(): Promise<T>;
   read(): Promise<T>;
   replace(rv: string): Promise<T>;
+  /** Whether the server's copy holds what the agent wrote: compared by content (stableJson), as
+   * the client hands back its own model objects, whose keys come in the model's order (a
+   * NetworkPolicy's spec as egress, podSelector, policyTypes), not in the order sent. */
   same(o: T): boolean;
 }
 
@@ -191,7 +194,7 @@ export class TrafficObjects {
       create: () => this.#ctx.core.createNamespacedConfigMap({ namespace: sc.namespace, body: cm }),
       read: () => this.#ctx.core.readNamespacedConfigMap({ namespace: sc.namespace, name: cm.metadata!.name! }),
       replace: (rv) => this.#ctx.core.replaceNamespacedConfigMap({ namespace: sc.namespace, name: cm.metadata!.name!, body: { ...cm, metadata: { ...cm.metadata, resourceVersion: rv } } }),
-      same: (o: V1ConfigMap) => JSON.stringify(o.data) === JSON.stringify(cm.data),
+      same: (o: V1ConfigMap) => stableJson(o.data) === stableJson(cm.data),
     });
     const l7Changed = await this.#syncSecret(sc, cm.metadata!.name!, d);
     if (changed || l7Changed) await this.#nudge(sc, d.id, cm.data![POLICY_FILE]! + this.#l7Text(sc, d));
@@ -211,7 +214,7 @@ export class TrafficObjects {
       create: () => this.#net.createNamespacedNetworkPolicy({ namespace: sc.namespace, body: np }),
       read: () => this.#net.readNamespacedNetworkPolicy({ namespace: sc.namespace, name: npName }),
       replace: (rv) => this.#net.replaceNamespacedNetworkPolicy({ namespace: sc.namespace, name: npName, body: { ...np, metadata: { ...np.metadata, resourceVersion: rv } } }),
-      same: (o: V1NetworkPolicy) => JSON.stringify(o.spec) === JSON.stringify(np.spec),
+      same: (o: V1NetworkPolicy) => stableJson(o.spec) === stableJson(np.spec),
     });
     return cm.metadata!.name!;
   }
