@@ -36,6 +36,7 @@ import { parseTraceparent, randomHex, recordedSpan } from "../../lib/tracing/spa
 import { RUNTIME_SCOPE } from "../lib/tracing.ts";
 import { podSpansTotal } from "../lib/metrics.ts";
 import { logger } from "../lib/log.ts";
+import { boundedGet } from "../lib/bounded-get.ts";
 
 const log = logger("pod-spans");
 
@@ -173,7 +174,7 @@ export class PodSpanCollector {
     p.pulling = true;
     this.#inFlight++;
     try {
-      const body = await boundedGet(new URL(RUNTIME_SPANS_PATH, at.url), { "e2b-sandbox-id": sandboxId, ...(at.token ? { "x-access-token": at.token } : {}) });
+      const body = await boundedGet(new URL(RUNTIME_SPANS_PATH, at.url), { "e2b-sandbox-id": sandboxId, ...(at.token ? { "x-access-token": at.token } : {}) }, { maxBytes: MAX_RUNTIME_SPANS_BYTES, timeoutMs: PULL_TIMEOUT_MS, who: "runtime" });
       let json: unknown;
       try {
         json = JSON.parse(body);
@@ -212,25 +213,4 @@ export class PodSpanCollector {
     this.#timer = null;
     this.#pending.clear();
   }
-}
-
-/** The body of a GET, refused past MAX_RUNTIME_SPANS_BYTES or PULL_TIMEOUT_MS. */
-async function boundedGet(url: URL, headers: Record<string, string>): Promise<string> {
-  const res = await fetch(url, { headers, signal: AbortSignal.timeout(PULL_TIMEOUT_MS) });
-  if (res.status !== 200) {
-    await res.body?.cancel();
-    throw new Error(`runtime answered ${res.status}`);
-  }
-  if (Number(res.headers.get("content-length") ?? 0) > MAX_RUNTIME_SPANS_BYTES) {
-    await res.body?.cancel();
-    throw new Error(`answer over ${MAX_RUNTIME_SPANS_BYTES} bytes`);
-  }
-  const chunks: Uint8Array[] = [];
-  let size = 0;
-  for await (const chunk of res.body ?? []) {
-    size += chunk.byteLength;
-    if (size > MAX_RUNTIME_SPANS_BYTES) throw new Error(`answer over ${MAX_RUNTIME_SPANS_BYTES} bytes`);
-    chunks.push(chunk);
-  }
-  return Buffer.concat(chunks).toString("utf8");
 }

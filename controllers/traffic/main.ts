@@ -15,7 +15,9 @@
 // TrafficPolicies selecting the sandbox), re-read when it changes (the kubelet swaps it), with the
 // same keep-the-last-good rule. `--transparent-fd`: the TPROXY listener transparent.pl opened;
 // `--dns`: where the pod's UDP port 53 is redirected (controllers/drivers/kubernetes/traffic-pod.ts);
-// `--health`: `GET /ready` answers 200 once every listener is up (the kubelet's probes).
+// `--health`: `GET /ready` answers 200 once every listener is up (the kubelet's probes); `GET /audit`
+// hands the L7 audit records kept since the last pull to the agent (audit-buffer.ts: only with the
+// pull token of `--secret-dir`'s `audit.token`).
 // `--secret-dir`: the pod's Secret (its CA, the secret values and `l7.json`, pod-l7.ts): with
 // `--pod-policy`, the SecurityProfiles and `network.rules` in `l7.json` are enforced on the
 // redirected path.
@@ -23,9 +25,13 @@
 // (drop-root.ts says why here and not in the launcher).
 import { readFileSync, watchFile } from "node:fs";
 import { createServer } from "node:http";
+import { join } from "node:path";
 import { parseArgs } from "node:util";
 import { EgressPolicySchema } from "../../schema/protocol/egress.ts";
 import { PodTrafficPolicySchema } from "../../schema/protocol/pod-traffic.ts";
+import { AUDIT_TOKEN_FILE, POD_AUDIT_PATH } from "../../schema/protocol/pod-audit.ts";
+import { AuditBuffer } from "./audit-buffer.ts";
+import type { AuditRecord } from "./l7/handler.ts";
 import { TrafficPolicySet, type Governance } from "./governed.ts";
 import { dropRoot } from "./drop-root.ts";
 import { compilePolicy, type CompiledPolicy } from "./policy.ts";
@@ -91,7 +97,12 @@ function hostPort(flag: string, value: string): { host: string; port: number } {
 }
 
 const listen = hostPort("--listen", values.listen);
-const podL7 = new PodL7({ ...(values["secret-dir"] ? { secretDir: values["secret-dir"] } : {}), log: (line) => console.error(line), audit: (r) => console.log(`audit ${JSON.stringify(r)}`) });
+const auditBuffer = new AuditBuffer(values["secret-dir"] ? join(values["secret-dir"], AUDIT_TOKEN_FILE) : undefined);
+const audit = (r: AuditRecord) => {
+  auditBuffer.add(r);
+  console.log(`audit ${JSON.stringify(r)}`);
+};
+const podL7 = new PodL7({ ...(values["secret-dir"] ? { secretDir: values["secret-dir"] } : {}), log: (line) => console.error(line), audit });
 const podFile = values["pod-policy"];
 let policy: CompiledPolicy;
 let governance: Governance | undefined;
@@ -134,6 +145,7 @@ if (values.dns) {
 if (values.health) {
   const health = hostPort("--health", values.health);
   // Only after the listeners: a pod is Ready once its sandbox's connections have somewhere to go.
-  createServer((req, res) => res.writeHead(req.url === "/ready" ? 200 : 404).end()).listen(health.port, health.host);
+  // Also the agent's pull of the audit records (audit-buffer.ts: its token only).
+  createServer((req, res) => (req.url === POD_AUDIT_PATH ? auditBuffer.serve(req, res) : res.writeHead(req.url === "/ready" ? 200 : 404).end())).listen(health.port, health.host);
   console.log(`traffic-proxy: health on ${health.host}:${health.port}`);
 }

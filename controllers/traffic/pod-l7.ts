@@ -7,7 +7,8 @@
 //                            ca.crt / ca.key: the pod's own CA (made by the agent for this pod,
 //                            never another's), secrets.json: the values the rules name
 // Both mounts are the sidecar's only: no sandbox container has the key, a secret value or a profile. Audit
-// records go to stdout as one JSON line each (`audit <json>`): never headers, bodies or secrets.
+// records (never headers, bodies or secrets) go where main.ts sends them: kept for the agent's pull
+// (audit-buffer.ts) and printed to stdout (`audit <json>`).
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { PodTrafficL7Schema, PodTrafficSecretsSchema, type PodTrafficL7, type PodTrafficPolicy } from "../../schema/protocol/pod-traffic.ts";

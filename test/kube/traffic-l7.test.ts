@@ -17,7 +17,7 @@ import { SecurityProfileSpec, type SecurityProfileEntry } from "../../schema/api
 import { LABEL } from "../../schema/crd/labels.ts";
 import { TestKubelet } from "./support/kubelet.ts";
 import { freshNamespace, kubeConfig, kubectlOk, until } from "./support/namespace.ts";
-import { PodNetns, type PodObjects } from "./support/pod-netns.ts";
+import { PodNetns, podObjects } from "./support/pod-netns.ts";
 import { PolicySetStore, PROFILES } from "../../controllers/drivers/kubernetes/policy-store.ts";
 
 let ns: string;
@@ -34,22 +34,12 @@ function desired(id: string, over: Partial<KubeDesiredSandbox> = {}): KubeDesire
 
 const profile = (name: string, spec: unknown): SecurityProfileEntry => ({ team: ns, name, spec: SecurityProfileSpec.parse(spec), createdAt: 1 });
 
-/** What the pod's volumes name, read back from the API server as the kubelet would. */
-function objectsOf(pod: V1Pod): PodObjects {
-  const out: PodObjects = { configMaps: {}, secrets: {} };
-  for (const v of pod.spec!.volumes ?? []) {
-    if (v.configMap) out.configMaps[v.configMap.name!] = kget<{ data: Record<string, string> }>("configmap", v.configMap.name!).data;
-    if (v.secret) out.secrets[v.secret.secretName!] = kget<{ data: Record<string, string> }>("secret", v.secret.secretName!).data;
-  }
-  return out;
-}
-
 /** `pod` run as processes in network namespaces of its own (support/pod-netns.ts), in place of
  * the one run before. */
 async function runPod(pod: V1Pod): Promise<void> {
   await net.stop();
   net = new PodNetns();
-  await net.start(pod, objectsOf(pod));
+  await net.start(pod, podObjects(pod));
 }
 
 beforeAll(async () => {
@@ -113,7 +103,7 @@ describe("SecurityProfiles in a sandbox pod", () => {
     expect(driver.profileEnforcement({ namespace: ns, name: "api-guard" })).toEqual({ selected: 2, ready: 1 });
     expect(driver.profileEnforcement({ namespace: ns, name: "elsewhere" })).toEqual({ selected: 0, ready: 0 });
 
-    await net.start(pod, objectsOf(pod));
+    await net.start(pod, podObjects(pod));
     const get = (url: string) => net.sandboxRun("sandbox", ["curl", "-sS", "--max-time", "8", "-w", " %{http_code}", url]);
     expect(get("http://api.test/ok")).toEqual({ code: 0, out: "saw GET /ok ['x-profile=api-guard'] 200" });
     expect(get("http://api.test/admin/users").out).toMatch(/ 451$/);

@@ -167,7 +167,7 @@ describe("egress on kubernetes", () => {
   it("the pod's Secret (policy, CA, secret values), edited or deleted with kubectl, comes back as it was", async () => {
     const secret = () => kget<{ data: Record<string, string> }>("secret", "plain-drift1-traffic").data;
     const want = secret();
-    expect(Object.keys(want).sort()).toEqual(["ca.crt", "ca.key", "l7.json", "secrets.json"]);
+    expect(Object.keys(want).sort()).toEqual(["audit.token", "ca.crt", "ca.key", "l7.json", "secrets.json"]);
     const b64 = (t: string) => Buffer.from(t).toString("base64");
     kubectlOk(["-n", ns, "patch", "secret", "plain-drift1-traffic", "--type", "merge", "-p", JSON.stringify({ data: { "l7.json": b64("{}"), "ca.key": b64("mine"), "extra": b64("x") } })]);
     await until("the Secret put back", () => JSON.stringify(secret()) === JSON.stringify(want));

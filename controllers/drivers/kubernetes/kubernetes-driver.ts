@@ -16,6 +16,8 @@ import type { TrafficPolicyEntry } from "../../../schema/api/traffic-policy.ts";
 import type { SecurityProfileEntry } from "../../../schema/api/security-profile.ts";
 import { TrafficPolicySet } from "../../traffic/governed.ts";
 import { PolicySetStore, PROFILES } from "./policy-store.ts";
+import { PodAuditCollector } from "./pod-audit.ts";
+import type { NetworkAuditRecord } from "../../../schema/api/network-audit.ts";
 import { hasTrafficProxy, TrafficObjects } from "./traffic-objects.ts";
 import { DEFAULT_CLUSTER_CIDRS, DEFAULT_CLUSTER_DNS, nativeSidecarsFor, PolicyTooLargeError, TRAFFIC_CONTAINER, trafficConfigMapName, unsafePodSpec, UnsafePodSpecError } from "./traffic-pod.ts";
 import { EventReason, ReadyReason } from "../../../schema/crd/conditions.ts";
@@ -85,6 +87,7 @@ export class KubernetesDriver implements Driver {
    * desired state (what a policy change is judged against). */
   readonly #policies = new TrafficPolicySet();
   readonly #traffic: TrafficObjects;
+  #audit: PodAuditCollector | undefined;
   readonly #desired = new Map<string, KubeDesiredSandbox>();
   /** The UnsafePodSpec warning last posted per sandbox (#warnUnsafe). */
   readonly #warned = new Map<string, string>();
@@ -259,6 +262,7 @@ export class KubernetesDriver implements Driver {
     for (const t of this.#statusTimers.values()) clearTimeout(t);
     this.#statusTimers.clear();
     clearInterval(this.#trafficResync);
+    this.#audit?.stop();
     this.#mounts.stop();
     await Promise.all([...this.#ctx.all().map((sc) => sc.stop()), this.injection.stop()]);
   }
@@ -496,6 +500,14 @@ export class KubernetesDriver implements Driver {
       if (hasTrafficProxy(pod, true) && !this.#tooLarge.has(d.id) && statuses.some((c) => c.name === TRAFFIC_CONTAINER && c.ready)) ready++;
     }
     return { selected, ready };
+  }
+
+  /** The sidecars' audit records (pod-audit.ts) go to `sink` from now on: each inspected pod's
+   * sidecar is pulled every couple of seconds while the driver runs. */
+  setNetworkAudit(sink: (record: NetworkAuditRecord) => void): void {
+    this.#audit?.stop();
+    this.#audit = new PodAuditCollector({ sandboxes: () => this.#traffic.inspected(), targetOf: (id) => this.#traffic.auditTarget(id), sink, log: (line) => this.#opts.log?.(line) });
+    if (!this.#stopped) this.#audit.start();
   }
 
   setSandboxSecrets(id: string, values: Record<string, string>): void {

@@ -9,12 +9,17 @@
 // the agent and the pods' sidecars only. Reading it back needs `get` on that one Secret
 // (k8s/rbac.yaml, in the agent's own namespace); the agent reads no other Secret. The values of
 // named secrets are in neither (they stay in the agent's memory).
+import { gunzipSync, gzipSync } from "node:zlib";
 import { z } from "zod";
-import type { CoreV1Api } from "@kubernetes/client-node";
+import type { CoreV1Api, V1ConfigMap, V1Secret } from "@kubernetes/client-node";
 import { MAX_SECURITY_PROFILES, SecurityProfileEntry } from "../../../schema/api/security-profile.ts";
 import { MAX_TRAFFIC_POLICIES, TrafficPolicyEntry } from "../../../schema/api/traffic-policy.ts";
 import { LABEL } from "../../../schema/crd/labels.ts";
-import { statusCode } from "./kube-api.ts";
+import { statusCode, tolerate } from "./kube-api.ts";
+import { MAX_POD_OBJECT_BYTES } from "./traffic-pod.ts";
+
+/** The most a stored set may inflate to on load (a set is a few MB at most in practice). */
+export const MAX_SET_BYTES = 32 * 1024 * 1024;
 
 export const POLICY_SET_CONFIGMAP = "sandbox-traffic-policies";
 export const PROFILE_SET_SECRET = "sandbox-security-profiles";
@@ -54,10 +59,8 @@ export class PolicySetStore<T = TrafficPolicyEntry> {
     const saves = this.#saves;
     let text: string | undefined;
     try {
-      if (secret) {
-        const b64 = (await this.#core.readNamespacedSecret({ namespace: this.#namespace, name })).data?.[key];
-        text = b64 === undefined ? undefined : Buffer.from(b64, "base64").toString();
-      } else text = (await this.#core.readNamespacedConfigMap({ namespace: this.#namespace, name })).data?.[key];
+      const o = secret ? await this.#core.readNamespacedSecret({ namespace: this.#namespace, name }) : await this.#core.readNamespacedConfigMap({ namespace: this.#namespace, name });
+      text = storedText(o, key, !!secret);
     } catch (err) {
       if (statusCode(err) === 404) return undefined;
       throw err;
@@ -77,8 +80,16 @@ export class PolicySetStore<T = TrafficPolicyEntry> {
     if (text === this.#last) return;
     const namespace = this.#namespace;
     const metadata = { name, namespace, labels: { [LABEL.createdBy]: "sandbox-agent" } };
-    const secretBody = { apiVersion: "v1", kind: "Secret", type: "Opaque", metadata, data: { [key]: Buffer.from(text).toString("base64") } };
-    const configMapBody = { apiVersion: "v1", kind: "ConfigMap", metadata, data: { [key]: text } };
+    const gz = Buffer.byteLength(text) <= MAX_SET_BYTES ? gzipSync(text).toString("base64") : undefined;
+    if (gz === undefined || gz.length > MAX_POD_OBJECT_BYTES) {
+      // Not storable: no stored set at all rather than an older one (see the top).
+      this.#count();
+      await tolerate(secret ? this.#core.deleteNamespacedSecret({ namespace, name }) : this.#core.deleteNamespacedConfigMap({ namespace, name }), [404]);
+      this.#last = undefined;
+      throw new Error(`the set of ${entries.length} takes ${Buffer.byteLength(text)} bytes of JSON${gz ? `, ${gz.length} gzipped` : ""}, over what ${secret ? "a Secret" : "a ConfigMap"} holds: not stored, and the stored one deleted (a restarted agent waits for the edge's set)`);
+    }
+    const secretBody = { apiVersion: "v1", kind: "Secret", type: "Opaque", metadata, data: { [`${key}.gz`]: gz } };
+    const configMapBody = { apiVersion: "v1", kind: "ConfigMap", metadata, binaryData: { [`${key}.gz`]: gz } };
     this.#count();
     try {
       await (secret ? this.#core.createNamespacedSecret({ namespace, body: secretBody }) : this.#core.createNamespacedConfigMap({ namespace, body: configMapBody }));
@@ -89,4 +100,19 @@ export class PolicySetStore<T = TrafficPolicyEntry> {
     }
     this.#last = text;
   }
+}
+
+/** The stored set's JSON: gzipped (`<key>.gz`, inflated up to MAX_SET_BYTES), else as an older
+ * agent stored it (`<key>`, plain). */
+function storedText(o: V1Secret | V1ConfigMap, key: string, secret: boolean): string | undefined {
+  const gz = secret ? (o as V1Secret).data?.[`${key}.gz`] : (o as V1ConfigMap).binaryData?.[`${key}.gz`];
+  if (gz !== undefined) {
+    try {
+      return gunzipSync(Buffer.from(gz, "base64"), { maxOutputLength: MAX_SET_BYTES }).toString();
+    } catch (err) {
+      throw new Error(`${key}.gz: ${(err as NodeJS.ErrnoException).code === "ERR_BUFFER_TOO_LARGE" ? `inflates past ${MAX_SET_BYTES} bytes` : (err as Error).message}`);
+    }
+  }
+  const plain = o.data?.[key];
+  return plain === undefined ? undefined : secret ? Buffer.from(plain, "base64").toString() : plain;
 }

@@ -14,17 +14,19 @@
 // when anyone changed it since, 404 when deleted) and writes again whole from its memory (CA key
 // included) when it was. Between an edit and the next resync the edit is in force (README.md,
 // "Egress on Kubernetes": the admission policy in k8s/ closes that window).
-import { createHash } from "node:crypto";
+import { createHash, randomBytes } from "node:crypto";
 import type { NetworkingV1Api, V1ConfigMap, V1NetworkPolicy, V1Pod, V1Secret } from "@kubernetes/client-node";
 import { LABEL } from "../../../schema/crd/labels.ts";
 import type { PodTrafficPolicy } from "../../../schema/protocol/pod-traffic.ts";
 import type { SecurityProfileEntry } from "../../../schema/api/security-profile.ts";
 import type { TrafficPolicySet } from "../../traffic/governed.ts";
 import { ownerRef, type DriverContext } from "./context.ts";
-import { mergePatch, statusCode, tolerate } from "./kube-api.ts";
+import { mergePatch, stableJson, statusCode, tolerate } from "./kube-api.ts";
 import type { NamespaceScope } from "./namespace-scope.ts";
 import { idLabel, type KubeDesiredSandbox, type SandboxObject } from "./objects.ts";
-import { checkSize, egressNetworkPolicy, egressPolicyName, podPolicy, podSecretNames, POLICY_FILE, splitPodPolicy, trafficConfigMap, trafficConfigMapName, trafficSecret, type Backstop } from "./traffic-pod.ts";
+import { checkSize, egressNetworkPolicy, egressPolicyName, HEALTH_PORT, podPolicy, podSecretNames, POLICY_FILE, splitPodPolicy, trafficConfigMap, trafficConfigMapName, trafficSecret, type Backstop } from "./traffic-pod.ts";
+import { AUDIT_TOKEN_FILE } from "../../../schema/protocol/pod-audit.ts";
+import type { PodAuditTarget } from "./pod-audit.ts";
 import { L7_FILE, SECRETS_FILE } from "../../traffic/pod-l7.ts";
 import { SandboxCa } from "../../traffic/l7/ca.ts";
 
@@ -42,7 +44,15 @@ interface ObjectApi<T> {
   create(): Promise<T>;
   read(): Promise<T>;
   replace(rv: string): Promise<T>;
+  /** Whether the server's copy holds what the agent wrote: compared by content (stableJson), as
+   * the client hands back its own model objects, whose keys come in the model's order (a
+   * NetworkPolicy's spec as egress, podSelector, policyTypes), not in the order sent. */
   same(o: T): boolean;
+}
+
+/** A pod's audit pull token (pod-audit.ts): 32 random bytes, base64url. */
+function newAuditToken(): string {
+  return randomBytes(32).toString("base64url");
 }
 
 export class TrafficObjects {
@@ -66,6 +76,12 @@ export class TrafficObjects {
   readonly #secrets = new Map<string, { body: V1Secret; rv: string }>();
   /** How to read back and rewrite each object written (key as #written), for `resync`. */
   readonly #objects = new Map<string, ObjectApi<{ metadata?: { resourceVersion?: string } }>>();
+  /** The audit pull token in each pod Secret (key as #secrets), as last written: memory only.
+   * After an agent restart a Secret's token is not known until the agent writes it a new one. */
+  readonly #tokens = new Map<string, string>();
+  /** The sandboxes whose sidecar enforces L7 rules (so keeps audit records), with their Secret's
+   * key (namespace/name) and namespace. */
+  readonly #inspected = new Map<string, string>();
 
   constructor(ctx: DriverContext, net: NetworkingV1Api, set: TrafficPolicySet, backstop: Backstop) {
     this.#ctx = ctx;
@@ -116,11 +132,16 @@ export class TrafficObjects {
       data[file] = Buffer.from(text).toString("base64");
       hashes.set(file, hash);
     }
-    if (!hashes.size) return false;
+    // The Secret of an inspected pod this agent has not written since it started: its pull token
+    // is unknown here, so it gets a new one (the sidecar reads the file at each pull).
+    const token = this.#inspected.has(d.id) && !this.#tokens.has(key) ? newAuditToken() : undefined;
+    if (token) data[AUDIT_TOKEN_FILE] = Buffer.from(token).toString("base64");
+    if (!hashes.size && !token) return false;
     checkSize(d.id, "Secret", data);
     this.#ctx.count();
     const done = await tolerate(this.#ctx.core.patchNamespacedSecret({ namespace: sc.namespace, name, body: { data } }, mergePatch), [404]);
     if (done) for (const [file, hash] of hashes) this.#secretsWritten.set(`${key}/${file}`, hash);
+    if (done && token) this.#tokens.set(key, token);
     const known = this.#secrets.get(key);
     if (done && known) this.#secrets.set(key, { body: { ...known.body, data: { ...known.body.data, ...data } }, rv: done.metadata?.resourceVersion ?? "" });
     return !!done && hashes.has(L7_FILE);
@@ -141,11 +162,13 @@ export class TrafficObjects {
     const ca = await SandboxCa.create(d.id);
     const secrets = this.#secretsFor(sc, d) ?? {};
     const l7 = this.#l7Text(sc, d);
-    const body = trafficSecret(this.#owned(sc, sbx, d), await ca.pem(), secrets, JSON.parse(l7) as object);
+    const token = newAuditToken();
+    const body = trafficSecret(this.#owned(sc, sbx, d), await ca.pem(), secrets, JSON.parse(l7) as object, token);
     checkSize(d.id, "Secret", body.data!);
     const name = body.metadata!.name!;
     const key = `${sc.namespace}/${name}`;
     this.#secrets.set(key, { body, rv: await this.#writeSecret(sc.namespace, body) });
+    this.#tokens.set(key, token);
     this.#secretsWritten.set(`${key}/${SECRETS_FILE}`, createHash("sha256").update(JSON.stringify(secrets)).digest("hex"));
     this.#secretsWritten.set(`${key}/${L7_FILE}`, createHash("sha256").update(l7).digest("hex"));
   }
@@ -191,8 +214,11 @@ export class TrafficObjects {
       create: () => this.#ctx.core.createNamespacedConfigMap({ namespace: sc.namespace, body: cm }),
       read: () => this.#ctx.core.readNamespacedConfigMap({ namespace: sc.namespace, name: cm.metadata!.name! }),
       replace: (rv) => this.#ctx.core.replaceNamespacedConfigMap({ namespace: sc.namespace, name: cm.metadata!.name!, body: { ...cm, metadata: { ...cm.metadata, resourceVersion: rv } } }),
-      same: (o: V1ConfigMap) => JSON.stringify(o.data) === JSON.stringify(cm.data),
+      same: (o: V1ConfigMap) => stableJson(o.data) === stableJson(cm.data),
     });
+    const l7 = policy ? splitPodPolicy(policy).l7 : {};
+    if (l7.securityProfiles?.length || Object.keys(l7.networkRules ?? {}).length) this.#inspected.set(d.id, `${sc.namespace}/${cm.metadata!.name!}`);
+    else this.#inspected.delete(d.id);
     const l7Changed = await this.#syncSecret(sc, cm.metadata!.name!, d);
     if (changed || l7Changed) await this.#nudge(sc, d.id, cm.data![POLICY_FILE]! + this.#l7Text(sc, d));
     const npName = egressPolicyName(pod);
@@ -211,7 +237,7 @@ export class TrafficObjects {
       create: () => this.#net.createNamespacedNetworkPolicy({ namespace: sc.namespace, body: np }),
       read: () => this.#net.readNamespacedNetworkPolicy({ namespace: sc.namespace, name: npName }),
       replace: (rv) => this.#net.replaceNamespacedNetworkPolicy({ namespace: sc.namespace, name: npName, body: { ...np, metadata: { ...np.metadata, resourceVersion: rv } } }),
-      same: (o: V1NetworkPolicy) => JSON.stringify(o.spec) === JSON.stringify(np.spec),
+      same: (o: V1NetworkPolicy) => stableJson(o.spec) === stableJson(np.spec),
     });
     return cm.metadata!.name!;
   }
@@ -247,6 +273,23 @@ export class TrafficObjects {
     this.#written.set(key, text);
     this.#objects.set(key, api as ObjectApi<{ metadata?: { resourceVersion?: string } }>);
     return wrote;
+  }
+
+  /** The sandboxes whose sidecar keeps audit records (pod-audit.ts). */
+  inspected(): Iterable<string> {
+    return this.#inspected.keys();
+  }
+
+  /** Where and with what token the agent pulls a sandbox's audit records: its running pod with the
+   * proxy, at the address its status gives (the kubelet's; never an annotation a namespace user
+   * could point elsewhere), with the token last written into its Secret. */
+  auditTarget(id: string): PodAuditTarget | undefined {
+    const key = this.#inspected.get(id);
+    const token = key && this.#tokens.get(key);
+    const pod = this.#ctx.pod(id);
+    const ip = pod?.status?.podIP;
+    if (!token || !ip || pod.metadata?.deletionTimestamp || !hasTrafficProxy(pod)) return undefined;
+    return { url: `http://${ip.includes(":") ? `[${ip}]` : ip}:${HEALTH_PORT}`, token };
   }
 
   /** Reads every object written back (the Secrets: checks them, #resyncSecret) and rewrites those
@@ -288,6 +331,8 @@ export class TrafficObjects {
     await tolerate(this.#net.deleteNamespacedNetworkPolicy({ namespace: sc.namespace, name: np }), [404]);
     for (const file of [SECRETS_FILE, L7_FILE]) this.#secretsWritten.delete(`${sc.namespace}/${cm}/${file}`);
     this.#secrets.delete(`${sc.namespace}/${cm}`);
+    this.#tokens.delete(`${sc.namespace}/${cm}`);
+    for (const [id, key] of this.#inspected) if (key === `${sc.namespace}/${cm}`) this.#inspected.delete(id);
     for (const key of [`cm/${sc.namespace}/${cm}`, `np/${sc.namespace}/${np}`]) {
       this.#written.delete(key);
       this.#objects.delete(key);

@@ -38,6 +38,7 @@ import { ReadyReason } from "../../../schema/crd/conditions.ts";
 import { toL4, type TrafficPolicySet } from "../../traffic/governed.ts";
 import { applicable } from "../../traffic/l4.ts";
 import { L7_FILE, SECRETS_FILE } from "../../traffic/pod-l7.ts";
+import { AUDIT_TOKEN_FILE } from "../../../schema/protocol/pod-audit.ts";
 import { e2bRules, referencedSecrets } from "../../traffic/l7/policy.ts";
 
 export const TRAFFIC_CONTAINER = "traffic-proxy";
@@ -384,16 +385,17 @@ export function trafficConfigMap(o: Owned, policy: PodTrafficPolicy): V1ConfigMa
 }
 
 /** The pod's Secret (same name as its ConfigMap; README.md "L7 in pods"): `ca.crt`/`ca.key`, the
- * pod's own CA, `secrets.json`, the values the sidecar adds to requests, and `l7.json`, the
- * policy's L7 half (splitPodPolicy). */
-export function trafficSecret(o: Owned, ca: { cert: string; key: string }, secrets: Record<string, string>, l7: PodTrafficL7): V1Secret {
+ * pod's own CA, `secrets.json`, the values the sidecar adds to requests, `l7.json`, the
+ * policy's L7 half (splitPodPolicy), and `audit.token`, what the agent shows the sidecar to pull
+ * its audit records (pod-audit.ts). */
+export function trafficSecret(o: Owned, ca: { cert: string; key: string }, secrets: Record<string, string>, l7: PodTrafficL7, auditToken: string): V1Secret {
   const b64 = (t: string) => Buffer.from(t).toString("base64");
   return {
     apiVersion: "v1",
     kind: "Secret",
     type: "Opaque",
     metadata: { name: trafficConfigMapName(o.pod), namespace: o.namespace, labels: o.labels, ownerReferences: [o.owner] },
-    data: { "ca.crt": b64(ca.cert), "ca.key": b64(ca.key), [SECRETS_FILE]: b64(JSON.stringify(secrets)), [L7_FILE]: b64(JSON.stringify(l7)) },
+    data: { "ca.crt": b64(ca.cert), "ca.key": b64(ca.key), [SECRETS_FILE]: b64(JSON.stringify(secrets)), [L7_FILE]: b64(JSON.stringify(l7)), [AUDIT_TOKEN_FILE]: b64(auditToken) },
   };
 }
 

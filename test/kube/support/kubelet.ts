@@ -19,8 +19,12 @@ export class TestKubelet {
   readonly hold = new Set<string>();
   patches = 0;
 
-  /** `watchTimeoutMs`: how long a quiet watch lasts before it is resumed (tests of resuming). */
-  constructor(kc: KubeConfig, namespace: string, opts: { watchTimeoutMs?: number } = {}) {
+  readonly #ipFor: (pod: V1Pod) => string | undefined;
+
+  /** `watchTimeoutMs`: how long a quiet watch lasts before it is resumed (tests of resuming);
+   * `ipFor`: the address a pod gets, when a test runs it somewhere reachable (else 10.244.x.y). */
+  constructor(kc: KubeConfig, namespace: string, opts: { watchTimeoutMs?: number; ipFor?: (pod: V1Pod) => string | undefined } = {}) {
+    this.#ipFor = opts.ipFor ?? (() => undefined);
     this.#core = kc.makeApiClient(CoreV1Api);
     this.#pods = podCache(kc, namespace, opts.watchTimeoutMs);
     this.#pods.onChange((pod, verb) => verb !== "delete" && void this.#handle(pod).catch(() => {}));
@@ -63,7 +67,7 @@ export class TestKubelet {
         })),
       };
     } else {
-      const ip = `10.244.${Math.floor(this.#next / 250)}.${(this.#next++ % 250) + 1}`;
+      const ip = this.#ipFor(pod) ?? `10.244.${Math.floor(this.#next / 250)}.${(this.#next++ % 250) + 1}`;
       status = {
         phase: "Running",
         podIP: ip,

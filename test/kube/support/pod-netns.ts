@@ -19,6 +19,7 @@ import type { V1Container, V1Pod } from "@kubernetes/client-node";
 import { APP_ROOT, RESERVED_CONTAINERS, TRAFFIC_CONTAINER } from "../../../controllers/drivers/kubernetes/traffic-pod.ts";
 import { dnsStandIn } from "../../support/dns-standin.ts";
 import { waitFor } from "../../support/wait-for.ts";
+import { kubectlOk } from "./namespace.ts";
 
 const REPO = resolve(import.meta.dirname, "../../..");
 const PY = "/usr/bin/python3";
@@ -51,12 +52,29 @@ export interface PodObjects {
   secrets: Record<string, Record<string, string>>;
 }
 
+/** What the pod's volumes name, read back from the API server (as cluster admin) as the kubelet would. */
+export function podObjects(pod: V1Pod): PodObjects {
+  const ns = pod.metadata!.namespace!;
+  const data = (kind: string, name: string) => (JSON.parse(kubectlOk(["-n", ns, "get", kind, name, "-o", "json"])) as { data: Record<string, string> }).data;
+  const out: PodObjects = { configMaps: {}, secrets: {} };
+  for (const v of pod.spec!.volumes ?? []) {
+    if (v.configMap) out.configMaps[v.configMap.name!] = data("configmap", v.configMap.name!);
+    if (v.secret) out.secrets[v.secret.secretName!] = data("secret", v.secret.secretName!);
+  }
+  return out;
+}
+
 export class PodNetns {
   readonly k = 1 + (process.pid % 60);
   readonly podNs = `kruise-l7pod-${this.k}`;
   readonly outNs = `kruise-l7out-${this.k}`;
   readonly podIp = `198.51.100.${4 * this.k + 1}`;
   readonly outIp = `198.51.100.${4 * this.k + 2}`;
+  /** The pod's address on the "cluster network" (linkHost): what its status says, reached from
+   * this machine as the agent reaches a pod. */
+  readonly clusterIp = `192.0.2.${4 * this.k + 2}`;
+  readonly #hostIp = `192.0.2.${4 * this.k + 1}`;
+  readonly #hostLink = `kh-l7pod-${this.k}`;
   readonly dir = mkdtempSync(join(tmpdir(), "l7pod-"));
   /** Where each volume of the pod was laid out. */
   readonly volumes = new Map<string, string>();
@@ -131,6 +149,28 @@ export class PodNetns {
     if (!this.#sidecar) await this.#startSidecar(pod.spec!.containers.find((c) => c.name === TRAFFIC_CONTAINER)!, ca);
   }
 
+  /** A second link from this machine into the pod's namespace (the pod's eth1, clusterIp), as the
+   * cluster network a real agent reaches the pod over. */
+  linkHost(): void {
+    spawnSync("ip", ["link", "del", this.#hostLink]);
+    sh("ip", ["link", "add", this.#hostLink, "type", "veth", "peer", "name", "eth1", "netns", this.podNs]);
+    sh("ip", ["addr", "add", `${this.#hostIp}/30`, "dev", this.#hostLink]);
+    sh("ip", ["-n", this.podNs, "addr", "add", `${this.clusterIp}/30`, "dev", "eth1"]);
+    sh("ip", ["link", "set", this.#hostLink, "up"]);
+    sh("ip", ["-n", this.podNs, "link", "set", "eth1", "up"]);
+  }
+
+  /** Writes a key of the pod's Secret into the volumes that project it, as the kubelet does when
+   * the Secret changes. */
+  reproject(secretName: string, key: string, b64: string): void {
+    for (const v of this.#pod.spec!.volumes ?? []) {
+      if (v.secret?.secretName !== secretName || (v.secret.items && !v.secret.items.some((i) => i.key === key))) continue;
+      const path = v.secret.items?.find((i) => i.key === key)?.path ?? key;
+      writeFileSync(join(this.volumes.get(v.name)!, path), Buffer.from(b64, "base64"));
+      chmodSync(join(this.volumes.get(v.name)!, path), v.secret.defaultMode ?? 0o644);
+    }
+  }
+
   /** The traffic-proxy as its container runs: its own cgroup and cgroup namespace, in the pod's
    * network namespace; resolves once it listens. */
   async #startSidecar(proxy: V1Container, ca: string): Promise<void> {
@@ -186,6 +226,7 @@ export class PodNetns {
     this.#servers?.kill("SIGKILL");
     if (this.#sidecar && this.#sidecar.exitCode === null) await new Promise((r) => this.#sidecar!.once("exit", r));
     for (const ns of [this.podNs, this.outNs]) spawnSync("ip", ["netns", "del", ns]);
+    spawnSync("ip", ["link", "del", this.#hostLink]);
     rmSync(`/etc/netns/${this.podNs}`, { recursive: true, force: true });
     for (const cg of [this.#proxyCg, this.#podCg]) {
       await waitFor(() => {

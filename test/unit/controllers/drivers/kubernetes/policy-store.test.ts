@@ -1,5 +1,6 @@
 // The stored TrafficPolicy set (policy-store.ts) against an in-memory API: a load that overlapped
 // a save must not make the store believe the server holds the older set it read.
+import { gunzipSync } from "node:zlib";
 import type { CoreV1Api, V1ConfigMap } from "@kubernetes/client-node";
 import { describe, expect, it } from "vitest";
 import { PolicySetStore } from "../../../../../controllers/drivers/kubernetes/policy-store.ts";
@@ -27,7 +28,7 @@ function memoryCore() {
       stored = structuredClone(body);
     },
   };
-  return { core: core as unknown as CoreV1Api, hold: (h: boolean) => (hold = h), release: () => release?.(), stored: () => JSON.parse(Object.values(stored!.data!)[0]!) as TrafficPolicyEntry[] };
+  return { core: core as unknown as CoreV1Api, hold: (h: boolean) => (hold = h), release: () => release?.(), stored: () => JSON.parse(gunzipSync(Buffer.from(Object.values(stored!.binaryData!)[0]!, "base64")).toString()) as TrafficPolicyEntry[] };
 }
 
 describe("PolicySetStore", () => {

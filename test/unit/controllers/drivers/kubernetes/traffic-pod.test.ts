@@ -27,12 +27,12 @@ describe("traffic-pod", () => {
     const cm = trafficConfigMap(owned, p);
     expect(JSON.stringify(cm)).not.toContain("literal-0-");
     expect(Object.keys(JSON.parse(cm.data!["policy.json"]!) as object).sort()).toEqual(["egress", "labels", "team", "trafficPolicies"]);
-    const secret = trafficSecret(owned, { cert: "c", key: "k" }, {}, { securityProfiles: p.securityProfiles! });
+    const secret = trafficSecret(owned, { cert: "c", key: "k" }, {}, { securityProfiles: p.securityProfiles! }, "token");
     expect(Buffer.from(secret.data!["l7.json"]!, "base64").toString()).toContain("literal-0-");
     expect(() => checkSize("s1", "Secret", secret.data!)).not.toThrow();
     // 200 profiles of 50 rules selecting one sandbox: over what one object may hold.
     const all = podPolicy(set, { allowInternetAccess: true, labels: {} }, "team-a", profiles)!;
-    const big = trafficSecret(owned, { cert: "c", key: "k" }, {}, { securityProfiles: all.securityProfiles! });
+    const big = trafficSecret(owned, { cert: "c", key: "k" }, {}, { securityProfiles: all.securityProfiles! }, "token");
     expect(() => checkSize("s1", "Secret", big.data!)).toThrow(PolicyTooLargeError);
     expect(() => checkSize("s1", "Secret", big.data!)).toThrow(/sandbox s1 takes \d+ bytes in its pod's Secret, over the \d+ one object may hold/);
   });

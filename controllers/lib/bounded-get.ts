@@ -1,0 +1,24 @@
+// A GET of a tenant-reachable endpoint (a pod's runtime spans, a pod sidecar's audit records): the
+// answer is the tenant's data, so it is read only up to a size, within a time, and only when 200.
+/** The body of a GET, refused (thrown) past `maxBytes` or `timeoutMs`, or on any status but 200
+ * ("`who` answered 403"). */
+export async function boundedGet(url: URL, headers: Record<string, string>, o: { maxBytes: number; timeoutMs: number; who: string }): Promise<string> {
+  const { maxBytes, timeoutMs } = o;
+  const res = await fetch(url, { headers, signal: AbortSignal.timeout(timeoutMs) });
+  if (res.status !== 200) {
+    await res.body?.cancel();
+    throw new Error(`${o.who} answered ${res.status}`);
+  }
+  if (Number(res.headers.get("content-length") ?? 0) > maxBytes) {
+    await res.body?.cancel();
+    throw new Error(`answer over ${maxBytes} bytes`);
+  }
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  for await (const chunk of res.body ?? []) {
+    size += chunk.byteLength;
+    if (size > maxBytes) throw new Error(`answer over ${maxBytes} bytes`);
+    chunks.push(chunk);
+  }
+  return Buffer.concat(chunks).toString("utf8");
+}

@@ -1,0 +1,70 @@
+// The pod sidecar's L7 audit records, kept for its agent to collect (schema/protocol/pod-audit.ts):
+// at most MAX_POD_AUDIT_RECORDS wait between two pulls (more are counted as dropped), each field cut
+// to the schema's bounds here, so a request with a long path is kept (cut) rather than making the
+// agent refuse the whole batch. Handed over once, to a request carrying the pull token the agent
+// wrote into the pod's Secret (the file is read at each pull: the agent may write a new one, and the
+// kubelet swaps the file). Without a token file nothing is handed over. The records also go to
+// stdout (`audit <json>`), for `kubectl logs`.
+import { timingSafeEqual } from "node:crypto";
+import { readFileSync } from "node:fs";
+import type { IncomingMessage, ServerResponse } from "node:http";
+import type { NetworkAuditRecord } from "../../schema/api/network-audit.ts";
+import { MAX_AUDIT_HOST, MAX_AUDIT_PATH, MAX_AUDIT_RULE, MAX_AUDIT_TOOL, MAX_POD_AUDIT_RECORDS, type PodAuditBatch } from "../../schema/protocol/pod-audit.ts";
+
+export class AuditBuffer {
+  #records: PodAuditBatch["records"] = [];
+  #dropped = 0;
+  readonly #tokenFile: string | undefined;
+
+  /** `tokenFile`: where the pull token is (the Secret's mount); none: records are never handed over. */
+  constructor(tokenFile: string | undefined) {
+    this.#tokenFile = tokenFile;
+  }
+
+  add(r: NetworkAuditRecord): void {
+    if (this.#records.length >= MAX_POD_AUDIT_RECORDS) return void this.#dropped++;
+    const method = /^[A-Za-z-]{1,20}$/.test(r.method) ? r.method : "OTHER";
+    this.#records.push({
+      host: r.host.slice(0, MAX_AUDIT_HOST),
+      method,
+      path: r.path.slice(0, MAX_AUDIT_PATH),
+      rule: r.rule.slice(0, MAX_AUDIT_RULE),
+      status: Number.isInteger(r.status) && r.status >= 0 && r.status <= 999 ? r.status : 0,
+      bytesOut: safe(r.bytesOut),
+      bytesIn: safe(r.bytesIn),
+      ...(r.tool ? { tool: r.tool.slice(0, MAX_AUDIT_TOOL) } : {}),
+      refused: r.refused,
+    });
+  }
+
+  /** What waits, handed over once. */
+  take(): PodAuditBatch {
+    const out = { records: this.#records, dropped: this.#dropped };
+    this.#records = [];
+    this.#dropped = 0;
+    return out;
+  }
+
+  /** Answers a pull: 200 with the batch to the token's bearer, 403 to anyone else. */
+  serve(req: IncomingMessage, res: ServerResponse): void {
+    if (req.method !== "GET" || !this.#authorized(req.headers.authorization)) return void res.writeHead(403).end();
+    const body = JSON.stringify(this.take());
+    res.writeHead(200, { "content-type": "application/json", "content-length": Buffer.byteLength(body), "cache-control": "no-store" }).end(body);
+  }
+
+  #authorized(header: string | undefined): boolean {
+    if (!this.#tokenFile || !header?.startsWith("Bearer ")) return false;
+    let token: Buffer;
+    try {
+      token = readFileSync(this.#tokenFile);
+    } catch {
+      return false;
+    }
+    const given = Buffer.from(header.slice("Bearer ".length));
+    return token.length >= 16 && given.length === token.length && timingSafeEqual(given, token);
+  }
+}
+
+function safe(n: number): number {
+  return Number.isSafeInteger(n) && n >= 0 ? n : 0;
+}
