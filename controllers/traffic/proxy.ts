@@ -289,6 +289,16 @@ export class TrafficProxy {
     return true;
   }
 
+  /** The connection stays with the proxy: the relay's child hears 'R' now rather than with the
+   * answer, and goes on relaying the client's bytes (it holds back beyond a first MiB until it
+   * hears), which a request body the destination waits for needs. */
+  #stay(client: object): void {
+    const h = this.#handback.get(client);
+    if (!h || h.said) return;
+    h.said = true;
+    h.write("R");
+  }
+
   async #check(socket: object, host: string, port: number): Promise<Verdict | { status: number; reason: string }> {
     const tag = this.#tags.get(socket) ?? "";
     // A sandbox under L7 policy is inspected on the redirected path only: through the proxy
@@ -361,6 +371,7 @@ export class TrafficProxy {
     // would have gone to another host), and passes to the client as it comes.
     const bodyless = req.headers["transfer-encoding"] === undefined && (req.headers["content-length"] ?? "0") === "0";
     if (bodyless && this.#handOff(req.socket, host, v.addresses, Number(url.port || 80), "", rawReply("502 Bad Gateway", `traffic-proxy: cannot reach ${url.host}\n`), () => requestHead(req, url))) return;
+    this.#stay(req.socket);
     let socket: Socket;
     try {
       socket = await connectAny(v.addresses, Number(url.port || 80), this.#o.connectTimeoutMs ?? 10_000);
@@ -399,6 +410,7 @@ export class TrafficProxy {
       return;
     }
     if (handBack && this.#handOff(client, normalizeHost(host), v.addresses, port, handBack.ok, rawReply("502 Bad Gateway", `traffic-proxy: cannot reach ${host}:${port}\n`), handBack.up)) return;
+    this.#stay(client);
     let upstream: Socket;
     try {
       upstream = await connectAny(v.addresses, port, this.#o.connectTimeoutMs ?? 10_000);

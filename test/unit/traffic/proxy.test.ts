@@ -172,6 +172,24 @@ describe("traffic-proxy", () => {
     const post = `POST http://127.0.0.1:${port}/posted HTTP/1.1\r\nHost: 127.0.0.1:${port}\r\nContent-Length: 3\r\nConnection: close\r\n\r\nabc`;
     expect(await offer(post, (t) => t.includes("hello from"))).toMatch(/^RHTTP\/1.1 200/);
     expect(seen.at(-1)?.url).toBe("/posted");
+    // The child holds the client's bytes back beyond its first MiB until it hears: a request whose
+    // body the destination waits for hears 'R' as soon as it is decided, before the body is sent.
+    const upload = await new Promise<string>((resolve, reject) => {
+      const s = connect(sock);
+      let text = "";
+      s.on("data", (c) => {
+        if (text === "" && String(c).startsWith("R")) s.write("xyz");
+        text += c.toString("latin1");
+        if (text.includes("hello from")) {
+          s.destroy();
+          resolve(text);
+        }
+      });
+      s.on("error", reject);
+      s.write(`strict *\nPOST http://127.0.0.1:${port}/uploaded HTTP/1.1\r\nHost: 127.0.0.1:${port}\r\nContent-Length: 3\r\nConnection: close\r\n\r\n`);
+    });
+    expect(upload).toMatch(/^RHTTP\/1.1 200/);
+    expect(seen.at(-1)?.url).toBe("/uploaded");
     // A relay that sends no request in time hears nothing: its socket just ends.
     expect(await offer("", () => false)).toBe("");
   });
