@@ -3,6 +3,9 @@
 // the proxy adds to a small HTTP request and to a bulk download (through the proxy, and on the
 // kernel's fast path for a destination the proxy already allowed), measured from inside sandboxes
 // against an origin in a namespace standing in for the internet (test/support/outside-net.ts).
+// Through HTTP_PROXY the proxy hands a decided connection back to the port relay, which relays it
+// in the kernel (port-relay.pl `handoff`); a second driver with that turned off gives the same
+// download with every byte through the proxy, in the same rounds.
 // The proxy never reaches the host itself, so the origin cannot live on the host's loopback.
 // Part of the `local` suite; alone: `npm run bench -- egress`.
 import { mkdtempSync, rmSync } from "node:fs";
@@ -10,7 +13,10 @@ import { loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import type { DesiredSandbox } from "../controllers/drivers/driver.ts";
+import { spawn } from "node:child_process";
 import { LocalDriver } from "../controllers/drivers/local/local-driver.ts";
+import { layoutFor } from "../controllers/drivers/local/layout.ts";
+import { readRecord } from "../controllers/drivers/local/records.ts";
 import { serveIn, startOutside } from "../test/support/outside-net.ts";
 import type { BenchContext, Figures } from "./run.ts";
 import { minMax, percentile as pct, round } from "./stats.ts";
@@ -41,6 +47,19 @@ net.createServer((c) => {
 }).listen(${PORT + 1}, "0.0.0.0");
 `;
 
+/** A bare Node relay from a sandbox's network namespace (its loopback, port PORT + 2) to the
+ * origin: the same two namespaces as the proxy's path, one Node hop, nothing read or decided; run
+ * on the host (outside the sandbox's cgroup, as the proxy is). The floor of a relay in Node. */
+const RELAY = (to: string) => `
+const net = require("node:net");
+net.createServer((c) => {
+  const u = net.connect(${PORT}, "${to}");
+  c.on("error", () => u.destroy());
+  u.on("error", () => c.destroy());
+  c.pipe(u).pipe(c);
+}).listen(${PORT + 2}, "127.0.0.1", () => console.log("ready"));
+`;
+
 /** Sequential GETs with urllib (one connection each, as most clients through a proxy do); prints
  * the p50 and p99 in ms. */
 const CLIENT = `
@@ -56,6 +75,10 @@ ts.sort(); print(ts[len(ts) // 2], ts[int(len(ts) * 0.99)])
 export async function run(ctx: Partial<BenchContext> = {}): Promise<Figures> {
   const dataDir = mkdtempSync(join(ctx.dir ?? tmpdir(), "bench-egress-"));
   const driver = new LocalDriver({ dataDir, cgroupName: `kruise-bench-${process.pid}-egress`, egressFastPath: true });
+  // Every byte through the proxy (no handoff), for the same download in the same rounds.
+  const nodeDir = mkdtempSync(join(ctx.dir ?? tmpdir(), "bench-egress-node-"));
+  const viaNode = new LocalDriver({ dataDir: nodeDir, cgroupName: `kruise-bench-${process.pid}-egress-node`, egressFastPath: true, egressHandoff: false });
+  let relay: ReturnType<typeof spawn> | undefined;
   const outside = await startOutside();
   const origin = await serveIn(outside, PORT, [process.execPath, "-e", ORIGIN]).catch((err) => {
     outside.stop();
@@ -72,8 +95,8 @@ export async function run(ctx: Partial<BenchContext> = {}): Promise<Figures> {
     id: `beg${process.pid}x${seq++}`, generation: 1, template: "base", state: "Running", pauseStrategy: "Freeze",
     resources: { cpuCount: 1, memoryMB: 512 }, allowInternetAccess: true, egress,
   });
-  const sh = async (id: string, script: string) => {
-    const r = await driver.exec(id, { cmd: "/bin/bash", args: ["-c", script], cwd: "/home/user", env: { PATH: "/usr/bin:/bin" }, user: USER }, { timeoutMs: 120_000 });
+  const sh = async (id: string, script: string, on = driver) => {
+    const r = await on.exec(id, { cmd: "/bin/bash", args: ["-c", script], cwd: "/home/user", env: { PATH: "/usr/bin:/bin" }, user: USER }, { timeoutMs: 120_000 });
     // An empty answer would become a figure of 0 or NaN.
     if (r.exitCode !== 0) throw new Error(`${id}: ${script.split("\n")[0]} exited ${r.exitCode ?? r.signal}: ${r.stderr.trim()}`);
     return r.stdout.trim();
@@ -103,21 +126,35 @@ export async function run(ctx: Partial<BenchContext> = {}): Promise<Figures> {
     const url = `http://${outside.ip}:${PORT}/`;
     const [directP50, directP99] = (await sh(ids.plain, `python3 /tmp/client.py ${url} ${REQUESTS}`)).split(" ").map(Number);
     const [proxyP50, proxyP99] = (await sh(ids.proxy, `python3 /tmp/client.py ${url} ${REQUESTS}`)).split(" ").map(Number);
-    const speed = async (id: string) => Number(await sh(id, `curl -sf -o /dev/null -w '%{speed_download}' ${url}big`)) / 2 ** 20;
+    const speed = async (id: string, on = driver, args = "") => Number(await sh(id, `curl -sf ${args} -o /dev/null -w '%{speed_download}' ${url}big`, on)) / 2 ** 20;
+    // The same rules on the driver without handoff.
+    const nodeProxied = desired(rules);
+    await viaNode.ensure(nodeProxied);
+    // The bare Node relay in the plain sandbox's namespace.
+    const nsPid = readRecord(layoutFor(dataDir, ids.plain).record)!.nsInit!.pid;
+    relay = spawn("nsenter", [`--net=/proc/${nsPid}/ns/net`, process.execPath, "-e", RELAY(outside.ip)], { stdio: ["ignore", "pipe", "inherit"] });
+    await new Promise<void>((resolve, reject) => {
+      relay!.stdout!.once("data", () => resolve());
+      relay!.once("exit", (code) => reject(new Error(`the Node relay exited (${code})`)));
+    });
     const redirectedSpeed = async () => Number(await sh(ids.proxy, `env -u http_proxy -u HTTP_PROXY curl -sf -o /dev/null -w '%{speed_download}' ${url}big`)) / 2 ** 20;
     const loadBefore = loadavg()[0]!;
     // Interleaved, so the machine's load hits all alike, each round: direct, a bare Node pipe (the
     // floor of any Node relay), through HTTP_PROXY, and redirected (no proxy variables): first on
     // a connection the proxy decides and copies (its fast-path set emptied just before, by a policy
     // change), then on a later connection, which the kernel's fast path takes past the proxy.
-    const kinds = ["direct", "pipe", "proxied", "redirected", "fastpath"] as const;
+    const kinds = ["direct", "pipe", "relay", "proxied", "connect", "nodeproxied", "redirected", "fastpath"] as const;
     const speeds = Object.fromEntries(kinds.map((k) => [k, [] as number[]])) as Record<(typeof kinds)[number], number[]>;
     for (let i = 0; i < ROUNDS; i++) {
       // A label change is a policy change for this sandbox: its fast path is emptied.
       await driver.ensure({ ...proxyDesired, generation: 100 + i, labels: { round: String(i) } });
       speeds.direct.push(await speed(ids.plain));
       speeds.pipe.push(Number(await sh(ids.plain, `curl -sf -o /dev/null -w '%{speed_download}' http://${outside.ip}:${PORT + 1}/big`)) / 2 ** 20);
+      speeds.relay.push(Number(await sh(ids.plain, `curl -sf -o /dev/null -w '%{speed_download}' http://127.0.0.1:${PORT + 2}/big`)) / 2 ** 20);
       speeds.proxied.push(await speed(ids.proxy));
+      // HTTP_PROXY with a CONNECT tunnel (as for https), handed back as well.
+      speeds.connect.push(await speed(ids.proxy, driver, "-p"));
+      speeds.nodeproxied.push(await speed(nodeProxied.id, viaNode));
       speeds.redirected.push(await redirectedSpeed());
       // The set is programmed just after the first connection is allowed (by the relay, async).
       await new Promise((r) => setTimeout(r, 200));
@@ -145,8 +182,19 @@ export async function run(ctx: Partial<BenchContext> = {}): Promise<Figures> {
       "local.fastpath_download_mib_s": { value: round(med("fastpath"), 0), unit: "MiB/s", spread: spread("fastpath") },
       "local.node_pipe_download_mib_s": { value: round(med("pipe"), 0), unit: "MiB/s", spread: spread("pipe") },
       // 100 MB through the proxy (HTTP_PROXY: a proxy-protocol client never takes the fast path)
-      // against direct from a sandbox with a veth, same round.
+      // against direct from a sandbox with a veth, same round: decided by the proxy, relayed by
+      // the port relay in the kernel (handoff).
       "net.proxied_download_ratio": ratio("proxied", { target: "≥ 0.8" }),
+      // The same through a CONNECT tunnel (curl -p).
+      "net.proxied_connect_download_ratio": ratio("connect"),
+      // The same with every byte through the proxy (a driver without handoff, as before it).
+      "net.proxied_via_node_download_ratio": ratio("nodeproxied"),
+      // A bare Node relay between the same two namespaces (the sandbox's, and the origin's through
+      // the host), run on the host: what a Node hop costs by itself.
+      "net.node_relay_download_ratio": ratio("relay"),
+      "local.proxied_connect_download_mib_s": { value: round(med("connect"), 0), unit: "MiB/s", spread: spread("connect") },
+      "local.proxied_via_node_download_mib_s": { value: round(med("nodeproxied"), 0), unit: "MiB/s", spread: spread("nodeproxied") },
+      "local.node_relay_download_mib_s": { value: round(med("relay"), 0), unit: "MiB/s", spread: spread("relay") },
       // Redirected (no proxy variables), a connection the proxy decides and copies: the first one
       // to a destination, or after a policy change or the entry's timeout.
       "net.redirected_download_ratio": ratio("redirected"),
@@ -159,9 +207,12 @@ export async function run(ctx: Partial<BenchContext> = {}): Promise<Figures> {
       "net.bench_load_average": { value: round(loadavg()[0]!, 1), unit: "" },
     };
   } finally {
-    for (const s of await driver.list()) await driver.destroy(s.id).catch(() => {});
-    driver.dispose();
-    rmSync(dataDir, { recursive: true, force: true });
+    relay?.kill("SIGKILL");
+    for (const [d, dir] of [[driver, dataDir], [viaNode, nodeDir]] as const) {
+      for (const s of await d.list()) await d.destroy(s.id).catch(() => {});
+      await d.dispose();
+      rmSync(dir, { recursive: true, force: true });
+    }
     origin.kill("SIGKILL");
     pipe.kill("SIGKILL");
     outside.stop();

@@ -47,6 +47,23 @@ export interface TrafficProxyOptions {
   /** The kernel's fast path for redirected connections decided at L3/L4 (the local driver's;
    * none: every connection stays with the proxy, as in the sidecar). */
   fastPath?: FastPath;
+  /** Hand connections the relay offers (tag line "<sandbox> *", port-relay.pl `handoff`) back
+   * to it once decided at L3/L4: a CONNECT tunnel, or a plain-HTTP request without a body, the
+   * first on its connection. Default true; false: every byte goes through the proxy. */
+  handoff?: boolean;
+}
+
+/** A client connection the relay offered to take back (port-relay.pl `handoff`): its child waits
+ * for the proxy's first byte, 'R' (the connection stays here) or 'S' (handed back). */
+interface Handback {
+  /** Bytes of the relay's tag line, which bytesRead counts and the child never sent. */
+  tagBytes: number;
+  /** The first byte went. */
+  said: boolean;
+  /** Handed back: nothing more goes to the child. */
+  handed: boolean;
+  /** The socket's own write, around the one that says 'R' first. */
+  write: (data: Buffer | string) => boolean;
 }
 
 /** Destinations remembered per sandbox as put on the fast path (to judge again at a rule change),
@@ -71,6 +88,18 @@ interface Open {
 
 async function systemResolve(host: string): Promise<string[]> {
   return (await lookup(host, { all: true, verbatim: true })).map((a) => a.address);
+}
+
+/** A body-less plain-HTTP request as it goes to its destination (origin form, its `Host`, no
+ * hop-by-hop headers) with `connection: close`, for a handoff (#handOff). */
+function requestHead(req: IncomingMessage, url: URL): Buffer {
+  const lines = [`${req.method} ${url.pathname}${url.search} HTTP/1.1`, `host: ${url.host}`];
+  for (let i = 0; i < req.rawHeaders.length; i += 2) {
+    const name = req.rawHeaders[i]!.toLowerCase();
+    if (!HOP_BY_HOP.has(name) && name !== "host") lines.push(`${req.rawHeaders[i]}: ${req.rawHeaders[i + 1]}`);
+  }
+  lines.push("connection: close");
+  return Buffer.from(`${lines.join("\r\n")}\r\n\r\n`, "latin1");
 }
 
 function splitAuthority(authority: string): { host: string; port: number } | undefined {
@@ -101,6 +130,8 @@ export class TrafficProxy {
   /** Per sandbox, the destinations put on the fast path since its last flush ("ip port" => the
    * name they went by), judged again by revalidate. */
   readonly #fast = new Map<string, Map<string, { ip: string; port: number; host: string; until: number }>>();
+  /** Connections the relay offered to take back, until one is handed or said to stay. */
+  readonly #handback = new WeakMap<object, Handback>();
   /** Per sandbox, its policy epoch: moved on by every rule change (policyChanging, revalidate)
    * before the fast path is emptied, so a verdict taken before it never admits after it. */
   readonly #epochs = new Map<string, number>();
@@ -202,6 +233,12 @@ export class TrafficProxy {
       this.#tags.set(socket, tag);
       const rest = buf.subarray(nl + 1);
       if (rest.length) socket.unshift(rest);
+      // "<sandbox> *": to the proxy's port itself, and the relay can take it back.
+      if (ip === "*" && port === undefined) {
+        this.#offered(socket, nl + 1);
+        this.server.emit("connection", socket);
+        return void socket.resume();
+      }
       if (tag === DNS_CHANNEL) return void this.#redirected.dnsFrames(tag, socket, true);
       if (ip !== undefined && Number(port) === 53) return void this.#redirected.dnsFrames(tag, socket, false);
       if (ip !== undefined) return void this.#redirected.connection(tag, socket, ip, Number(port));
@@ -209,6 +246,57 @@ export class TrafficProxy {
       socket.resume();
     };
     socket.on("data", onData).on("error", () => socket.destroy());
+  }
+
+  /** The relay's child waits for the proxy's first byte on `socket`: 'R', written before the first
+   * answer unless a handoff said 'S' (#handOff); after a handoff nothing more is written. */
+  #offered(socket: Socket, tagBytes: number): void {
+    const own = socket.write.bind(socket) as (...args: unknown[]) => boolean;
+    const end = socket.end.bind(socket) as (...args: unknown[]) => Socket;
+    const h: Handback = { tagBytes, said: false, handed: false, write: (data) => own(data) };
+    this.#handback.set(socket, h);
+    socket.write = ((...args: unknown[]) => {
+      if (h.handed) return true;
+      if (!h.said) h.said = own("R") || true;
+      return own(...args);
+    }) as Socket["write"];
+    // An end without a word (a client that sent no request in time) ends the child too.
+    socket.end = ((...args: unknown[]) => {
+      if (h.handed) return socket;
+      if (!h.said && args.length && typeof args[0] !== "function") h.said = own("R") || true;
+      return end(...args);
+    }) as Socket["end"];
+  }
+
+  /** Hands a connection the relay offered back to its child, if nothing was said to it yet: the
+   * child connects to `addresses` (already checked) itself and relays client and destination in
+   * the kernel, so the bytes never pass through this process. `ok` goes to the client once it is
+   * connected, `fail` when no address answers; `up()` is what goes to the destination first (the
+   * request as rewritten, and the client's bytes read past it). The proxy keeps the socket: ending
+   * it (a rule change) ends the connection, and it ends with it. False: not offered or too late. */
+  #handOff(client: object, host: string, addresses: string[], port: number, ok: string, fail: string, up: () => Buffer): boolean {
+    const h = this.#handback.get(client);
+    if (!h || h.said || this.#o.handoff === false) return false;
+    const socket = client as Socket;
+    const first = up();
+    // What the child sent and the proxy read: it sends the destination what came after.
+    const read = socket.bytesRead - h.tagBytes;
+    h.said = h.handed = true;
+    const parts = [Buffer.from(ok), Buffer.from(fail), first];
+    h.write(Buffer.concat([Buffer.from(`S${addresses.slice(0, 16).join(",")} ${port} ${read} ${parts.map((p) => p.length).join(" ")}\n`), ...parts]));
+    this.#track(socket, host, socket, socket, { ip: addresses[0]!, port });
+    socket.on("data", () => {}).once("end", () => socket.destroy());
+    return true;
+  }
+
+  /** The connection stays with the proxy: the relay's child hears 'R' now rather than with the
+   * answer, and goes on relaying the client's bytes (it holds back beyond a first MiB until it
+   * hears), which a request body the destination waits for needs. */
+  #stay(client: object): void {
+    const h = this.#handback.get(client);
+    if (!h || h.said) return;
+    h.said = true;
+    h.write("R");
   }
 
   async #check(socket: object, host: string, port: number): Promise<Verdict | { status: number; reason: string }> {
@@ -266,6 +354,8 @@ export class TrafficProxy {
   }
 
   async #forward(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    // Handed back: a request pipelined after it went to the destination with it.
+    if (this.#handback.get(req.socket)?.handed) return;
     let url: URL;
     try {
       url = new URL(req.url ?? "");
@@ -276,6 +366,12 @@ export class TrafficProxy {
     const host = normalizeHost(url.hostname);
     const v = await this.#check(req.socket, host, Number(url.port || 80));
     if (!("addresses" in v)) return void res.writeHead("status" in v ? v.status : 403, { "content-type": "text/plain" }).end(`traffic-proxy: ${"status" in v ? "" : "egress denied: "}${v.reason}\n`);
+    // Without a body, the request as it goes upstream is all the proxy must write: handed back with
+    // `connection: close`, so the destination's answer ends the connection (a later request on it
+    // would have gone to another host), and passes to the client as it comes.
+    const bodyless = req.headers["transfer-encoding"] === undefined && (req.headers["content-length"] ?? "0") === "0";
+    if (bodyless && this.#handOff(req.socket, host, v.addresses, Number(url.port || 80), "", rawReply("502 Bad Gateway", `traffic-proxy: cannot reach ${url.host}\n`), () => requestHead(req, url))) return;
+    this.#stay(req.socket);
     let socket: Socket;
     try {
       socket = await connectAny(v.addresses, Number(url.port || 80), this.#o.connectTimeoutMs ?? 10_000);
@@ -306,13 +402,15 @@ export class TrafficProxy {
 
   /** Connects to a checked address and hands the open socket to `ready`; answers the client
    * itself when that is refused or fails. */
-  async #open(client: Duplex, host: string, port: number, ready: (upstream: Socket) => void): Promise<void> {
+  async #open(client: Duplex, host: string, port: number, ready: (upstream: Socket) => void, handBack?: { ok: string; up: () => Buffer }): Promise<void> {
     client.on("error", () => client.destroy());
     const v = await this.#check(client, normalizeHost(host), port);
     if (!("addresses" in v)) {
       client.end(rawReply("status" in v ? `${v.status} Bad Gateway` : "403 Forbidden", `traffic-proxy: ${"status" in v ? "" : "egress denied: "}${v.reason}\n`));
       return;
     }
+    if (handBack && this.#handOff(client, normalizeHost(host), v.addresses, port, handBack.ok, rawReply("502 Bad Gateway", `traffic-proxy: cannot reach ${host}:${port}\n`), handBack.up)) return;
+    this.#stay(client);
     let upstream: Socket;
     try {
       upstream = await connectAny(v.addresses, port, this.#o.connectTimeoutMs ?? 10_000);
@@ -328,14 +426,28 @@ export class TrafficProxy {
   }
 
   async #tunnel(req: IncomingMessage, client: Duplex, head: Buffer): Promise<void> {
+    if (this.#handback.get(client)?.handed) return;
     const target = splitAuthority(req.url ?? "");
     if (!target) return void client.end(rawReply("400 Bad Request", `traffic-proxy: CONNECT needs host:port, not ${JSON.stringify(req.url)}\n`));
-    await this.#open(client, target.host, target.port, (upstream) => {
-      client.write("HTTP/1.1 200 Connection Established\r\n\r\n");
-      if (head.length) upstream.write(head);
-      client.pipe(upstream).on("error", () => {});
-      upstream.pipe(client);
-    });
+    const established = "HTTP/1.1 200 Connection Established\r\n\r\n";
+    // The client's bytes past the CONNECT: its head, and what the socket read since.
+    const sent = () => {
+      const more: Buffer[] = [head];
+      for (let c: Buffer | null; (c = (client as Socket).read?.() as Buffer | null) != null; ) more.push(c);
+      return Buffer.concat(more);
+    };
+    await this.#open(
+      client,
+      target.host,
+      target.port,
+      (upstream) => {
+        client.write(established);
+        if (head.length) upstream.write(head);
+        client.pipe(upstream).on("error", () => {});
+        upstream.pipe(client);
+      },
+      { ok: established, up: sent },
+    );
   }
 
   async #upgrade(req: IncomingMessage, client: Duplex, head: Buffer): Promise<void> {
@@ -360,10 +472,11 @@ export class TrafficProxy {
   }
 
   /** Remembers an open connection to a destination under its client's sandbox until it closes.
+   * A handed-back one (#handOff) has its relay socket for both ends, and `at` for its destination.
    * `client` is what ends the client's side: the response of a forwarded request, or the socket
    * of a tunnel or upgrade. */
-  #track(clientSocket: object, host: string, upstream: Socket, client: Duplex | ServerResponse): void {
-    this.#trackTag(this.#tags.get(clientSocket) ?? "", host, upstream, client);
+  #track(clientSocket: object, host: string, upstream: Socket, client: Duplex | ServerResponse, at?: Open["at"]): void {
+    this.#trackTag(this.#tags.get(clientSocket) ?? "", host, upstream, client, at);
   }
 
   #trackTag(tag: string, host: string, upstream: Socket, client: Duplex | ServerResponse, at?: Open["at"]): void {

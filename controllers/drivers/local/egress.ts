@@ -77,6 +77,9 @@ export class LocalEgress {
   resolve: ((host: string) => Promise<string[]>) | undefined;
   /** The kernel's fast path (the driver's relay programs each sandbox's set); set before `start`. */
   fastPath: FastPath | undefined;
+  /** Whether the relay takes decided HTTP_PROXY connections back (TrafficProxyOptions.handoff);
+   * set before `start`. */
+  handoff = true;
   #listening: Promise<void> | undefined;
 
   /** `subnets`: the address ranges of sandboxes with a network of their own and of the host's
@@ -154,6 +157,7 @@ export class LocalEgress {
         ...(this.resolve ? { resolve: this.resolve } : {}),
         l7: this.l7.handler,
         ...(this.fastPath ? { fastPath: this.fastPath } : {}),
+        handoff: this.handoff,
         log: (line) => console.error(line),
       });
       this.#listening = this.#proxy.listenTagged(this.socket);

@@ -75,6 +75,17 @@ export interface LocalDriverOptions {
    * Default on; false (or `KRUISE_EGRESS_FAST_PATH=off`): every connection of a governed sandbox
    * goes through the proxy, it has no eth0, and its namespace no fast-path set or gate. */
   egressFastPath?: boolean;
+  /** The conntrack mark bits the fast path's generations use on the host (and in the sandbox's
+   * namespace), compared and set under this mask only, so other users of the host's conntrack
+   * (a firewall, kube-proxy, a mesh, a VPN) keep theirs: one contiguous run of at least 4 bits
+   * that nothing else on the host uses. Default 0xfff00000 (port-relay.ts DEFAULT_CT_MARK_MASK),
+   * or `KRUISE_EGRESS_CT_MARK_MASK` (hex). */
+  egressCtMarkMask?: number;
+  /** A connection to the egress proxy's port (`HTTP_PROXY`) that the proxy allowed at L3/L4 (a
+   * CONNECT tunnel, a plain-HTTP request without a body) is handed back to the port relay, which
+   * connects to the destination and relays it in the kernel (splice), the proxy out of its bytes'
+   * way. Default on; false (or `KRUISE_EGRESS_HANDOFF=off`): every byte goes through the proxy. */
+  egressHandoff?: boolean;
   /** The bridge and address range of sandboxes with internet access (sandbox-net.ts), or false
    * to have them share the host's network as before (also `KRUISE_LOCAL_NETNS=off`). */
   network?: SandboxNetOptions | false;
@@ -122,7 +133,7 @@ export class LocalDriver implements Driver {
     },
     () => (this.#net ? { sandboxes: [this.#net.subnet], host: this.#net.hostNets } : { sandboxes: [], host: [] }),
   );
-  readonly #relay = new PortRelay({ proxySocket: this.#egress.socket });
+  readonly #relay: PortRelay;
   readonly #egressPort: number;
   readonly #egressMax: number;
   /** Undefined: sandboxes with internet access share the host's network (`--share-net`). */
@@ -136,12 +147,15 @@ export class LocalDriver implements Driver {
   readonly #uids: UidRanges | undefined;
 
   constructor(opts: LocalDriverOptions) {
+    const envMask = process.env.KRUISE_EGRESS_CT_MARK_MASK;
+    this.#relay = new PortRelay({ proxySocket: this.#egress.socket, ctMarkMask: opts.egressCtMarkMask ?? (envMask ? Number(envMask.startsWith("0x") ? envMask : `0x${envMask}`) : undefined) });
     this.#dataDir = opts.dataDir;
     this.#pidsMax = opts.defaultPidsMax ?? 4096;
     this.#diskMB = opts.defaultDiskMB ?? 1024;
     this.#egressPort = opts.egressProxyPort ?? EGRESS_PROXY_PORT;
     this.#egressMax = opts.egressMaxConnections ?? EGRESS_MAX_CONNECTIONS;
     if (opts.egressResolve) this.#egress.resolve = opts.egressResolve;
+    this.#egress.handoff = opts.egressHandoff ?? process.env.KRUISE_EGRESS_HANDOFF !== "off";
     this.#egress.persistIn(this.#dataDir);
     this.#spawner = opts.spawner ?? new Spawner(process.env.KRUISE_LOCAL_SPAWNER === "off" ? IN_PROCESS : undefined);
     this.#spawner.warm();
@@ -460,6 +474,13 @@ export class LocalDriver implements Driver {
     if (!net || rec.phase === "Stopped" || rec.level === "process" || this.#sharesHostNet(rec) || !rec.nsInit || !alive(rec.nsInit)) return rec;
     const want = this.#wantsVeth(rec.desired);
     const has = net.attached(rec.net, rec.nsInit);
+    if (want && has && !this.#tabled.has(rec.net!.veth!)) {
+      // Adopted (made before this driver started): an older agent may have made it without the
+      // host's table, which only a new veth got. Put in place once per driver; the guard of a
+      // governed one came with its listener (#syncEgress), which a restarted relay opens again.
+      await net.retable(rec.net!.veth!, rec.net!.address, this.#relay);
+      this.#tabled.add(rec.net!.veth!);
+    }
     if (want === has) return rec;
     let next: SandboxRecord;
     if (want) {
@@ -468,6 +489,7 @@ export class LocalDriver implements Driver {
       this.#save({ ...rec, net: { address } });
       try {
         next = { ...rec, net: { address, veth: await net.attach(rec.nsInit, address, this.#relay) } };
+        this.#tabled.add(next.net!.veth!);
       } catch (err) {
         if (address !== rec.net?.address) {
           net.release(address, layoutFor(this.#dataDir, rec.id).record);
@@ -477,6 +499,7 @@ export class LocalDriver implements Driver {
       }
     } else {
       await net.detach(rec.net!.veth!, this.#relay);
+      this.#tabled.delete(rec.net!.veth!);
       next = { ...rec, net: { address: rec.net!.address } };
     }
     this.#save(next);
@@ -499,6 +522,9 @@ export class LocalDriver implements Driver {
     this.#egress.revalidate(rec.id);
     if (this.#egress.l7.wants(rec.desired)) await this.#installCa(rec.id, rec.nsInit!.pid);
   }
+
+  /** Host ends of veths whose host table this driver made or put in place again (#syncNet). */
+  readonly #tabled = new Set<string>();
 
   /** Sandboxes (by their namespace's pid) whose trust store has their CA. */
   readonly #caInstalled = new Set<string>();
@@ -584,7 +610,7 @@ export class LocalDriver implements Driver {
     // A sandbox with internet access gets its veth while bwrap is still mounting its root.
     const address = ns && !hostNet && this.#net && this.#mode(rec.desired) === "host" ? next.net?.address : undefined;
     let veth: string | undefined;
-    const attach = address ? async (nsInit: ProcRef) => void (veth = await this.#net!.attach(nsInit, address, this.#relay)) : undefined;
+    const attach = address ? async (nsInit: ProcRef) => void this.#tabled.add((veth = await this.#net!.attach(nsInit, address, this.#relay))) : undefined;
     const bwrapArgs = ns
       ? ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", hostNet ? "--share-net" : "--unshare-net",
          "--hostname", rec.id, "--cap-drop", "ALL", "--chdir", "/", ...(rec.root ? bwrapRootArgs(layout.merged) : bwrapMountArgs(layout))]
@@ -886,6 +912,7 @@ export class LocalDriver implements Driver {
       // The pair goes with the namespace; its tables on the host (port-relay.pl `veth_tables`)
       // go with an `unveth`, which finds the pair gone or deletes it.
       if (rec?.net?.veth && this.#net) await this.#net.detach(rec.net.veth, this.#relay).catch(() => {});
+      if (rec?.net?.veth) this.#tabled.delete(rec.net.veth);
       this.#egress.forget(id);
       // Before the directory moves: the trash is deleted file by file, never through a mount.
       await unmountSandbox(this.#spawner, layout.merged, layout.disk);

@@ -35,27 +35,65 @@
 # so it is the sandbox's own, left by an agent that stopped before recording it: it is replaced, as
 # is an `eth0` already in the namespace. Before the pair, the host gets the veth's tables
 # (`veth_tables`; `guard` too when the namespace is behind the proxy with the fast path).
-# "unveth <name>\n" deletes a host end (and its pair, and those tables).
-# Usage: port-relay.pl <socket path> <setns syscall nr> <prctl syscall nr> [<proxy socket path>]
+# "unveth <name>\n" deletes a host end (and its pair, and those tables). "tables <name> <mac>
+# <address>\n" puts the bridge table of a host end already there in place again (an agent that
+# adopts a sandbox whose veth an older agent made without it); replacing it is one transaction.
+# A connection to the egress listener itself (HTTP_PROXY, not one the redirect brought) may be
+# handed back by the proxy once it has decided it at L3/L4 (`handoff`): the child then connects to
+# the destination itself and relays in the kernel (`splice_pump`), the proxy out of the bytes' way.
+# Usage: port-relay.pl <socket path> <setns syscall nr> <prctl syscall nr> <splice syscall nr> <ct mark mask> [<proxy socket path>]
+# (the mask: the conntrack mark bits the fast path's generations live in, see `gen_next`)
 # (syscall numbers per architecture from host-helpers.ts; its environment is fixed there too).
 # Loaded with `require` (the unit tests of its parsers), it defines its subs and runs nothing.
 use Socket;
 use Fcntl;
 use Errno qw(EEXIST);
 
-my ($path, $setns_nr, $prctl_nr, $proxy);
+my ($path, $setns_nr, $prctl_nr, $splice_nr, $proxy);
 my ($srv, $own_net, $own_ns, $relay);
 my %egress;     # tag => listener in the sandbox's network namespace
 my %egress_at;  # tag => "<net namespace> <port>" of that listener
 my %egress_ns;  # tag => that network namespace (an open handle), to undo the redirect in
 my %udp;        # tag => UDP socket on the listener's address there: its DNS, redirected
-my %gen;        # tag => the conntrack mark its fast-path connections carry (see redirect_all)
-# Where generations come from: one sequence for the relay, never reused, so a re-listen (new
-# limits), or a close and a later listen, cannot bring back a generation `unfast ... 1` ended (its
-# connections stay in conntrack, idle, for days). Seeded from the clock in steps of 64 per second,
-# so a restarted relay starts past its predecessor's unless that one took more than 64 per second
-# of its life. Within 32 bits (ct mark).
-my $gen_seq = (time() % (1 << 26)) * 64;
+my %gen;        # tag => the conntrack mark bits its fast-path connections carry (see redirect_all)
+# Generations live in the bits of the conntrack mark that $CT_MASK names, and nowhere else: the
+# host's conntrack is shared with whatever else runs there (a firewall, kube-proxy, a mesh, a VPN
+# that saves its packet marks), so every rule compares and sets only those bits (`ct mark and M ==
+# V`, `ct mark set ct mark and ~M or V`), as kube-proxy and Calico do with theirs. A few bits
+# wrap: a generation can come back while connections `unfast ... 1` ended (or a closed listener's)
+# still sit in conntrack, idle, for days. So a generation is cleared from conntrack when it is
+# taken (`ct_flush`, in the sandbox's namespace and on the host): a rule of that generation admits
+# only what it marked itself. A connection of another sandbox's guard that happened to carry the
+# same bits is judged again by its own rules (its next packet is new to conntrack) and keeps going
+# while they admit it. One sequence for the relay, seeded from the clock, so relays sharing the
+# host (agents, test suites) seldom take the same bits at once.
+our $CT_MASK = 0xfff00000;
+my ($ct_shift, $ct_max, $gen_seq);
+sub ct_mask_set {
+  my ($mask) = @_;
+  $CT_MASK = $mask;
+  ($ct_shift, $ct_max) = (0, $mask);
+  ($ct_shift, $ct_max) = ($ct_shift + 1, $ct_max >> 1) until $ct_max & 1;
+  $gen_seq = (time() * 64) % $ct_max;
+}
+ct_mask_set($CT_MASK);
+# The next generation: mark bits within $CT_MASK, never 0 (an unmarked connection).
+sub gen_next {
+  $gen_seq = $gen_seq % $ct_max + 1;
+  return $gen_seq << $ct_shift;
+}
+# A contiguous run of at least 4 bits (15 generations), as "0x" and 8 hex digits, or undef.
+sub parse_mask {
+  my ($m) = @_;
+  return undef unless defined $m && $m =~ /^0x([0-9a-f]{8})$/;
+  my $v = hex($1);
+  return undef unless $v;
+  my $run = $v;
+  $run >>= 1 until $run & 1;
+  return undef unless ($run & ($run + 1)) == 0 && $run >= 15;
+  return $v;
+}
+sub hex32 { sprintf('0x%08x', $_[0]) }
 my %dirty;      # tag => something was added to its fast-path set since it was last emptied
 my %fastpath;   # tag => its listener was asked for with the fast path (`listen ... fast`)
 my %guard;      # tag => [host end of its veth, its address]: the host's side of its fast path
@@ -68,8 +106,10 @@ my %open;       # tag => how many egress children run
 my $nlseq = 0;  # netlink sequence numbers
 
 sub main {
-  ($path, $setns_nr, $prctl_nr, $proxy) = @ARGV;
-  die "port-relay.pl: bad arguments\n" unless defined $prctl_nr && $setns_nr =~ /^\d+$/ && $prctl_nr =~ /^\d+$/;
+  my $mask;
+  ($path, $setns_nr, $prctl_nr, $splice_nr, $mask, $proxy) = @ARGV;
+  die "port-relay.pl: bad arguments\n" unless defined $splice_nr && "$setns_nr $prctl_nr $splice_nr" =~ /^\d+ \d+ \d+$/;
+  ct_mask_set(parse_mask($mask) // die "port-relay.pl: bad conntrack mark mask\n");
   my $starter = getppid();
   syscall($prctl_nr, 1, 9, 0, 0, 0);  # PR_SET_PDEATHSIG SIGKILL: the relay lives as long as its driver
   exit 137 if getppid() != $starter;
@@ -223,6 +263,11 @@ sub parse_command {
   return ['close', $1] if $cmd =~ /^close ([A-Za-z0-9_-]{1,64})$/;
   return ['veth', $1, $2, $3, $4, $5, $6, $7, $8, $9] if $cmd =~ m{^veth (\d+) (\d+) (kr\d{1,12}) ((?:[0-9a-f]{2}:){5}[0-9a-f]{2}) (\d+) (\d+) (\d+\.\d+\.\d+\.\d+)/(\d+) (\d+\.\d+\.\d+\.\d+)$};
   return ['unveth', $1] if $cmd =~ /^unveth (kr\d{1,12})$/;
+  if ($cmd =~ m{^tables (kr\d{1,12}) ((?:[0-9a-f]{2}:){5}[0-9a-f]{2}) (\d{1,3})\.(\d{1,3})\.(\d{1,3})\.(\d{1,3})$}) {
+    my ($name, $mac, @o) = ($1, $2, $3, $4, $5, $6);
+    return (undef, 'bad address') if grep { $_ > 255 } @o;
+    return ['tables', $name, $mac, join('.', @o)];
+  }
   if ($cmd =~ /^fast ([A-Za-z0-9_-]{1,64}) (\d{1,3})\.(\d{1,3})\.(\d{1,3})\.(\d{1,3}) (\d{1,5}) (\d{1,5})$/) {
     my ($tag, @o) = ($1, $2, $3, $4, $5);
     my ($port, $ttl) = ($6, $7);
@@ -248,6 +293,7 @@ sub command {
   }
   return veth(@a) if $verb eq 'veth';
   return unveth(@a) if $verb eq 'unveth';
+  return tables(@a) if $verb eq 'tables';
   return fast($a[0], [@a[1 .. 3]]) if $verb eq 'fast';
   return unfast(@a) if $verb eq 'unfast';
   my ($tag, $nspid, $start, $port, $max, $fast, $procs, $addr) = @a;
@@ -262,7 +308,7 @@ sub command {
   close_egress($tag) unless $same;
   return $err if $err;
   my ($l, $u) = $same ? ($egress{$tag}, $udp{$tag}) : ();
-  my $gen = $same ? $gen{$tag} : $fast ? ++$gen_seq : undef;
+  my $gen = $same ? $gen{$tag} : $fast ? gen_next() : undef;
   # The guard's address: the leased one the agent sent (or the guard has), never one read in the
   # sandbox's namespace, whose root may have changed eth0's.
   $addr //= $guard{$tag}[1] if $same && $guard{$tag};
@@ -275,13 +321,18 @@ sub command {
         or return "listen on 127.0.0.1:$port: $!";
       socket($u, PF_INET, SOCK_DGRAM, 0) && bind($u, sockaddr_in($port, INADDR_LOOPBACK)) or return "UDP on 127.0.0.1:$port: $!";
     }
+    # A generation just taken holds nothing from an earlier life of its bits.
+    if (!$same && defined $gen) {
+      my $err = ct_flush($gen);
+      return "conntrack: $err" if $err;
+    }
     return redirect_all($port, $gen);
   });
   # An eth0 there already (a sandbox with internet access that got rules, or a re-listen): its
   # guard on the host's side now; otherwise `veth` makes it before the veth.
   $why //= !$fast || !$eth0 ? undef : !defined $addr ? 'eth0 without its leased address' : do {
     local $gen{$tag} = $gen;
-    guard($tag, "kr$nspid", $addr);
+    guard($tag, "kr$nspid", $addr, !$same);
   };
   if ($why) {
     # Fail closed. A re-listen keeps all it had (a redirect to a closed port refuses; a gate and
@@ -327,7 +378,125 @@ sub egress {
   my ($c, $tag) = @_;
   socket(my $p, PF_UNIX, SOCK_STREAM, 0) or exit 0;
   connect($p, pack_sockaddr_un($proxy)) or exit 0;  # no proxy: the client sees the connection close
-  pump($c, $p, '', 1) if put($p, tag_line($tag, getsockopt($c, 0, 80), getsockname($c)));  # SOL_IP, SO_ORIGINAL_DST
+  my $line = tag_line($tag, getsockopt($c, 0, 80), getsockname($c));  # SOL_IP, SO_ORIGINAL_DST
+  # To the listener itself (HTTP_PROXY): "<tag> *", so the proxy may hand it back.
+  return handoff($c, $p) if $line eq "$tag\n" && put($p, "$tag *\n");
+  pump($c, $p, '', 1) if put($p, $line);
+}
+
+# A connection the proxy may hand back. Until the proxy's first byte, the client's bytes go to the
+# proxy (its request), and a copy of them is kept (at most $HANDOFF_KEEP bytes: beyond, the client
+# waits). That byte is 'R': everything goes through the proxy from then on (pump); or 'S' and the
+# line "<ip>[,<ip>...] <port> <read> <ok> <fail> <up>\n" and that many bytes of each of the last
+# three: the proxy allowed the connection at L3/L4, had read <read> of the client's bytes, and
+# hands it over. The child then stops sending it anything, connects to the first address that
+# answers (from the host's network, as the proxy would), sends <ok> to the client (or <fail>, and
+# ends, when none answers), <up> to the destination (the request as the proxy rewrote it, and what
+# it had read past it), then the client's bytes the proxy had not read yet, and from then on relays
+# client and destination in the kernel. The proxy's socket stays open while the connection lives:
+# the proxy ending it ends the connection (a rule change that denies it), and the child's end tells
+# the proxy it is over.
+our $HANDOFF_KEEP = 1 << 20;
+sub handoff {
+  my ($c, $p) = @_;
+  my ($mode, $sent, $c_open) = (undef, '', 1);
+  while (!defined $mode) {
+    my $rin = '';
+    vec($rin, fileno($c), 1) = 1 if $c_open && length $sent < $HANDOFF_KEEP;
+    vec($rin, fileno($p), 1) = 1;
+    next if select(my $rout = $rin, undef, undef, undef) < 0;  # EINTR
+    if ($c_open && vec($rout, fileno($c), 1)) {
+      my $n = sysread($c, my $buf, 65536);
+      exit 0 unless defined $n;
+      if ($n) { put($p, $buf) or exit 0; $sent .= $buf } else { shutdown($p, 1); $c_open = 0 }
+    }
+    if (vec($rout, fileno($p), 1)) {
+      sysread($p, $mode, 1) or exit 0;  # the proxy closed before a word (no request in time)
+    }
+  }
+  return pump($c, $p, '') if $mode eq 'R';
+  exit 0 unless $mode eq 'S';
+  my $head = '';
+  while (index($head, "\n") < 0) {
+    exit 0 if length $head > 256;
+    sysread($p, $head, 1, length $head) or exit 0;
+  }
+  my ($ips, $port, $read, @len) = $head =~ /^((?:\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3},){0,15}\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}) (\d{1,5}) (\d{1,7}) (\d{1,7}) (\d{1,7}) (\d{1,7})\n\z/ or exit 0;
+  exit 0 if $read > length $sent;
+  my @part;
+  for my $len (@len) {
+    my $b = '';
+    while (length $b < $len) { sysread($p, $b, $len - length $b, length $b) or exit 0 }
+    push @part, $b;
+  }
+  my $u = dial([split /,/, $ips], $port, 10);
+  unless ($u) { put($c, $part[1]); exit 0 }
+  put($c, $part[0]) && put($u, $part[2] . substr($sent, $read)) or exit 0;
+  undef $sent;
+  shutdown($u, 1) unless $c_open;
+  splice_pump($c, $u, $p);
+}
+
+# A TCP connection to the first of `ips` that answers on `port` within `secs` each, or undef.
+sub dial {
+  my ($ips, $port, $secs) = @_;
+  for my $ip (@$ips) {
+    socket(my $u, PF_INET, SOCK_STREAM, 0) or return undef;
+    fcntl($u, F_SETFL, fcntl($u, F_GETFL, 0) | O_NONBLOCK);
+    connect($u, sockaddr_in($port, inet_aton($ip)));
+    my $win = '';
+    vec($win, fileno($u), 1) = 1;
+    next unless select(undef, my $wout = $win, undef, $secs) > 0;
+    next if unpack('i', getsockopt($u, SOL_SOCKET, SO_ERROR) // pack('i', 1));
+    fcntl($u, F_SETFL, fcntl($u, F_GETFL, 0) & ~O_NONBLOCK);
+    return $u;
+  }
+  return undef;
+}
+
+# Relays two sockets both ways through a pipe each with splice(2): the bytes stay in the kernel
+# (pages moved, not copied through this process). Ends as `pump` does: an end of input becomes a
+# half-close of the other side, a side that cannot take more stops only that direction, a reset
+# ends both; and at once when anything (or the end) arrives on `watch`.
+sub splice_pump {
+  my ($a, $b, $watch) = @_;
+  my @d;
+  for ([$a, $b], [$b, $a]) {
+    pipe(my $r, my $w) or exit 0;
+    fcntl($w, 1031, 1 << 20);  # F_SETPIPE_SZ, best effort (pipe-max-size)
+    fcntl($_, F_SETFL, fcntl($_, F_GETFL, 0) | O_NONBLOCK) for $r, $w;
+    push @d, { from => $_->[0], to => $_->[1], r => $r, w => $w, n => 0 };
+  }
+  fcntl($_, F_SETFL, fcntl($_, F_GETFL, 0) | O_NONBLOCK) for $a, $b;
+  while (my @live = grep { !$_->{done} } @d) {
+    my ($rin, $win) = ('', '');
+    for (@live) {
+      if ($_->{n}) { vec($win, fileno($_->{to}), 1) = 1 } else { vec($rin, fileno($_->{from}), 1) = 1 }
+    }
+    vec($rin, fileno($watch), 1) = 1;
+    next if select(my $rout = $rin, my $wout = $win, undef, undef) < 0;  # EINTR
+    exit 0 if vec($rout, fileno($watch), 1);  # the proxy ended it
+    for my $x (@live) {
+      if (!$x->{n} && vec($rout, fileno($x->{from}), 1)) {
+        my $k = syscall($splice_nr, fileno($x->{from}), 0, fileno($x->{w}), 0, 1 << 20, 3);  # SPLICE_F_MOVE | SPLICE_F_NONBLOCK
+        if ($k == 0) {
+          shutdown($x->{to}, 1);
+          $x->{done} = 1;
+          next;
+        }
+        next if $k < 0 && $!{EAGAIN};
+        exit 0 if $k < 0;  # reset: closing both ends passes it on
+        $x->{n} = $k;
+      }
+      # Freshly read, or the far side took more: as much as it takes now.
+      while ($x->{n}) {
+        my $k = syscall($splice_nr, fileno($x->{r}), 0, fileno($x->{to}), 0, $x->{n}, 7);  # | SPLICE_F_MORE
+        last if $k < 0 && $!{EAGAIN};
+        if ($k <= 0) { $x->{done} = 1; last }
+        $x->{n} -= $k;
+      }
+    }
+  }
 }
 
 # The line the proxy reads before the sandbox's bytes: "<tag>" for a connection to the listener
@@ -366,8 +535,8 @@ sub gate_rules {
   # After the redirect a packet goes to 127.0.0.1 (the listener), though its output interface, read
   # before the redirect rerouted it, may still say eth0.
   return "  oifname \"lo\" accept\n  ip daddr 127.0.0.0/8 accept\n"
-    . "  ct state established,related ct mark $gen accept\n"
-    . "  ct state new meta l4proto tcp ip daddr . meta l4proto . th dport \@fast ct mark set $gen accept\n"
+    . "  ct state established,related " . ct_is($gen) . " accept\n"
+    . "  ct state new meta l4proto tcp ip daddr . meta l4proto . th dport \@fast " . ct_set($gen) . " accept\n"
     . "  meta l4proto tcp reject with tcp reset\n  drop\n";
 }
 sub redirect_all {
@@ -416,9 +585,12 @@ sub veth_tables {
 sub guard_rules {
   my ($addr, $gen) = @_;
   return "  meta nfproto != ipv4 accept\n  ip saddr != $addr accept\n"
-    . "  ct state established,related ct mark $gen accept\n"
-    . "  ct state new ip daddr . tcp dport \@fast ct mark set $gen accept\n  drop\n";
+    . "  ct state established,related " . ct_is($gen) . " accept\n"
+    . "  ct state new ip daddr . tcp dport \@fast " . ct_set($gen) . " accept\n  drop\n";
 }
+# The generation's match and mark, on $CT_MASK's bits only: other bits of the mark are others'.
+sub ct_is { "ct mark and " . hex32($CT_MASK) . " == " . hex32($_[0]) }
+sub ct_set { "ct mark set ct mark and " . hex32(~$CT_MASK & 0xffffffff) . " or " . hex32($_[0]) }
 sub guard_table {
   my ($name, $addr, $gen) = @_;
   return "table inet kruise_veth_$name {}\ndelete table inet kruise_veth_$name\ntable inet kruise_veth_$name {\n"
@@ -426,11 +598,14 @@ sub guard_table {
     . " chain forward {\n  type filter hook forward priority -10; policy accept;\n" . guard_rules($addr, $gen) . " }\n}\n";
 }
 # Puts the tag's guard on the host (its set empty) for the veth `name` with `addr`, the tag's
-# current generation: undef, or why not. Runs in the relay's own namespace.
+# current generation (`fresh`: just taken, so first cleared from the host's conntrack): undef, or
+# why not. Runs in the relay's own namespace.
 sub guard {
-  my ($tag, $name, $addr) = @_;
+  my ($tag, $name, $addr, $fresh) = @_;
   return 'no generation' unless defined $gen{$tag};
-  my $err = nft(guard_table($name, $addr, $gen{$tag}));
+  my $err = $fresh ? ct_flush($gen{$tag}) : undef;
+  return "conntrack on the host: $err" if $err;
+  $err = nft(guard_table($name, $addr, $gen{$tag}));
   return "guard on the host: $err" if $err;
   $guard{$tag} = [$name, $addr];
   return undef;
@@ -513,17 +688,20 @@ sub unfast {
   my ($tag, $end) = @_;
   return 'ok' if $egress_ns{$tag} && (!$fastpath{$tag} || (!$end && !$dirty{$tag}));
   $dirty{$tag} = 0;
-  my $gen = $end ? ++$gen_seq : $gen{$tag};
+  my $gen = $end ? gen_next() : $gen{$tag};
   my $answer = in_egress_ns($tag, sub {
     my $flush = "flush set ip kruise_egress fast\n";
     return nft($flush) // 'ok' unless $end;
+    my $err = ct_flush($gen);
+    return "conntrack: $err" if $err;
     return nft($flush . "flush chain ip kruise_egress gate\ntable ip kruise_egress {\n chain gate {\n" . gate_rules($gen) . " }\n}\n") // 'ok';
   });
   $gen{$tag} = $gen if $answer eq 'ok';
   # The host's side the same way (after the sandbox's: new connections go to the proxy first).
   if (my $g = $guard{$tag}) {
     my $t = "inet kruise_veth_$g->[0]";
-    my $err = nft("flush set $t fast\n" . ($end ? "flush chain $t forward\ntable $t {\n chain forward {\n" . guard_rules($g->[1], $gen) . " }\n}\n" : ''));
+    my $err = $end ? ct_flush($gen) : undef;
+    $err //= nft("flush set $t fast\n" . ($end ? "flush chain $t forward\ntable $t {\n chain forward {\n" . guard_rules($g->[1], $gen) . " }\n}\n" : ''));
     $answer = "host: $err" if $err && $answer eq 'ok';
   }
   return $answer;
@@ -659,9 +837,11 @@ sub nla {
   my $len = 4 + length $data;
   return pack('SS', $len, $type) . $data . ("\0" x ((4 - $len % 4) % 4));
 }
-sub rtnl {
-  my ($type, $flags, $body) = @_;
-  socket(my $nl, 16, SOCK_RAW, 0) or return "netlink socket: $!";  # PF_NETLINK, NETLINK_ROUTE
+sub rtnl { netlink(0, @_) }  # NETLINK_ROUTE
+# One request of `protocol` (NETLINK_*) on a fresh socket of the current network namespace.
+sub netlink {
+  my ($protocol, $type, $flags, $body) = @_;
+  socket(my $nl, 16, SOCK_RAW, $protocol) or return "netlink socket: $!";  # PF_NETLINK
   # NLM_F_REQUEST | NLM_F_ACK
   send($nl, pack('LSSLL', 16 + length $body, $type, $flags | 5, ++$nlseq, 0) . $body, 0) or return "netlink: $!";
   defined recv($nl, my $buf, 65536, 0) or return "netlink: $!";
@@ -671,6 +851,14 @@ sub rtnl {
   return undef unless $errno;
   local $! = -$errno;
   return "$!";
+}
+# Deletes the current network namespace's conntrack entries whose mark has `mark` in $CT_MASK's
+# bits (ctnetlink's flush with CTA_MARK and CTA_MARK_MASK): undef, or why not.
+sub ct_flush {
+  my ($mark) = @_;
+  # NETLINK_NETFILTER; NFNL_SUBSYS_CTNETLINK << 8 | IPCTNL_MSG_CT_DELETE; nfgenmsg (AF_INET,
+  # version 0, res_id 0); CTA_MARK, CTA_MARK_MASK (big-endian)
+  return netlink(12, (1 << 8) | 2, 0, pack('CCn', 2, 0, 0) . nla(8, pack('N', $mark)) . nla(21, pack('N', $CT_MASK)));
 }
 sub ifinfo { pack('CxSiLL', @_) }  # family, type, index, flags, change
 sub ifindex {
@@ -752,6 +940,14 @@ sub veth {
   return $err ? undo_veth($name, $err) : 'ok';
 }
 sub undo_veth { unveth($_[0]); return $_[1]; }
+
+# The bridge table of the host end `name` (see veth_tables) put in place again, whatever is there.
+sub tables {
+  my ($name, $mac, $addr) = @_;
+  return "no veth $name" unless ifindex($name);
+  my $err = nft(veth_tables($name, $mac, $addr));
+  return $err ? "tables of $name: $err" : 'ok';
+}
 
 main() unless caller;
 1;

@@ -31,6 +31,22 @@ export interface PortRelayOptions {
   /** The traffic-proxy's tagged Unix socket (TrafficProxy.listenTagged); without it the relay
    * refuses egress listeners. */
   proxySocket?: string;
+  /** The conntrack mark bits the fast path's generations use (port-relay.pl `gen_next`): a
+   * contiguous run of at least 4 bits. Default DEFAULT_CT_MARK_MASK. */
+  ctMarkMask?: number;
+}
+
+/** The conntrack mark bits the fast path takes by default: the top 12, clear of the low 16 that
+ * kube-proxy (0x4000, 0x8000), Istio's ambient mode (0xfff) and wg-quick's saved marks use. */
+export const DEFAULT_CT_MARK_MASK = 0xfff00000;
+
+/** The mask as the relay takes it ("0x" and 8 hex digits), or an error naming what is wrong: a
+ * contiguous run of 4 to 32 bits. */
+export function ctMarkMaskArg(mask: number): string {
+  if (!Number.isInteger(mask) || mask <= 0 || mask > 0xffffffff) throw new Error(`conntrack mark mask ${mask}: want 32 bits, not 0`);
+  const run = mask / ((mask & -mask) >>> 0);
+  if (!Number.isInteger(Math.log2(run + 1)) || run < 15) throw new Error(`conntrack mark mask 0x${mask.toString(16)}: want one contiguous run of at least 4 bits`);
+  return `0x${mask.toString(16).padStart(8, "0")}`;
 }
 
 /** What bounds the relay children of one sandbox's egress connections. */
@@ -71,6 +87,7 @@ const listenLine = (tag: string, l: EgressListener, withAddress = true) =>
 
 export class PortRelay {
   readonly #proxySocket: string | undefined;
+  readonly #ctMask: string;
   #dir: string | undefined;
   #child: ChildProcess | undefined;
   #ready: Promise<string> | undefined;
@@ -81,6 +98,7 @@ export class PortRelay {
 
   constructor(opts: PortRelayOptions = {}) {
     this.#proxySocket = opts.proxySocket;
+    this.#ctMask = ctMarkMaskArg(opts.ctMarkMask ?? DEFAULT_CT_MARK_MASK);
   }
 
   /** The relay's socket path, starting the relay when it is not running. */
@@ -90,7 +108,7 @@ export class PortRelay {
     this.#dir ??= mkdtempSync(join(tmpdir(), "kruise-relay-"));
     const path = join(this.#dir, "relay.sock");
     const nr = syscallNumbers();
-    const args = [RELAY_SCRIPT, path, String(nr.setns), String(nr.prctl), ...(this.#proxySocket ? [this.#proxySocket] : [])];
+    const args = [RELAY_SCRIPT, path, String(nr.setns), String(nr.prctl), String(nr.splice), this.#ctMask, ...(this.#proxySocket ? [this.#proxySocket] : [])];
     const child = spawn(PERL, args, { env: helperEnv(), stdio: ["pipe", "pipe", "inherit"] });
     this.#child = child;
     const pending: ((answer: string) => void)[] = [];
@@ -213,6 +231,14 @@ export class PortRelay {
   async addVeth(nsInit: ProcRef, v: VethSpec): Promise<void> {
     await this.#start();
     const answer = await this.#command(this.#child!, ["veth", nsInit.pid, nsInit.start, v.name, v.mac, v.mtu, v.bridgeIndex, `${v.address}/${v.prefix}`, v.gateway].join(" "));
+    if (answer !== "ok") throw new Error(`sandbox network: ${answer}`);
+  }
+
+  /** Puts the bridge table of the host end `name` (its MAC and address only, port-relay.pl
+   * `veth_tables`) in place again: a veth an older agent made may have none. */
+  async vethTables(name: string, mac: string, address: string): Promise<void> {
+    await this.#start();
+    const answer = await this.#command(this.#child!, `tables ${name} ${mac} ${address}`);
     if (answer !== "ok") throw new Error(`sandbox network: ${answer}`);
   }
 

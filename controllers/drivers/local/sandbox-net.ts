@@ -122,6 +122,10 @@ ${resolvers.length ? `    iifname ${br} ip daddr { ${resolvers.join(", ")} } met
 `;
 }
 
+/** The address's own MAC: the host's neighbour entry for an address outlives a restarted
+ * holder's veth, and a new random MAC went unanswered for seconds until the entry expired. */
+const macOf = (address: string) => `02:6b:${address.split(".").map((o) => Number(o).toString(16).padStart(2, "0")).join(":")}`;
+
 let warned = false;
 
 export class SandboxNet {
@@ -247,9 +251,7 @@ export class SandboxNet {
    * the veth's name. */
   async attach(nsInit: ProcRef, address: string, relay: PortRelay): Promise<string> {
     const name = this.vethFor(nsInit);
-    // The address's own MAC: the host's neighbour entry for an address outlives a restarted
-    // holder's veth, and a new random MAC went unanswered for seconds until the entry expired.
-    const mac = `02:6b:${address.split(".").map((o) => Number(o).toString(16).padStart(2, "0")).join(":")}`;
+    const mac = macOf(address);
     // Deleted while the driver runs (by hand, or a network manager): set up again, table and all.
     if (!existsSync(`/sys/class/net/${this.bridge}`)) {
       const why = this.#setup();
@@ -258,6 +260,12 @@ export class SandboxNet {
     const bridgeIndex = Number(readFileSync(`/sys/class/net/${this.bridge}/ifindex`, "utf8"));
     await relay.addVeth(nsInit, { name, mac, mtu: this.#mtu, bridgeIndex, address, prefix: this.#prefix, gateway: this.gateway });
     return name;
+  }
+
+  /** Puts the host's table of a veth already there (its own MAC and address only, port-relay.pl
+   * `veth_tables`) in place again: one an older agent made may have none. Idempotent. */
+  retable(veth: string, address: string, relay: PortRelay): Promise<void> {
+    return relay.vethTables(veth, macOf(address), address);
   }
 
   /** Takes the sandbox off the network (the pair goes with its host end). */

@@ -131,6 +131,69 @@ describe("traffic-proxy", () => {
     expect(denied).not.toContain("Connection Established");
   });
 
+  it("a connection the relay offers back (\"<sandbox> *\"): decided at L3/L4, it is handed to the relay with the destination, what goes first each way and how much the proxy read; the proxy connects nowhere", async () => {
+    /** What the proxy sends the relay child until `done` holds (then the child's socket closes). */
+    const offer = (payload: string, done: (t: string) => boolean) =>
+      new Promise<string>((resolve, reject) => {
+        const s = connect(sock);
+        let text = "";
+        s.on("data", (c) => {
+          text += c.toString("latin1");
+          if (done(text)) {
+            s.destroy();
+            resolve(text);
+          }
+        });
+        s.on("end", () => resolve(text)).on("error", reject);
+        s.write(`strict *\n${payload}`);
+      });
+    const framed = /^S(\S+) (\d+) (\d+) (\d+) (\d+) (\d+)\n/;
+    const parts = (t: string) => {
+      const m = framed.exec(t)!;
+      const [ok, fail, up] = [Number(m[4]), Number(m[5]), Number(m[6])];
+      const body = t.slice(m[0].length);
+      return { to: `${m[1]}:${m[2]}`, read: Number(m[3]), ok: body.slice(0, ok), fail: body.slice(ok, ok + fail), up: body.slice(ok + fail, ok + fail + up), complete: body.length >= ok + fail + up };
+    };
+    const before = seen.length;
+    // CONNECT, with the client's first bytes right behind it (they go to the destination first).
+    const connectReq = `CONNECT 127.0.0.1:${port} HTTP/1.1\r\nHost: 127.0.0.1:${port}\r\n\r\n`;
+    const tunnel = parts(await offer(`${connectReq}early`, (t) => framed.test(t) && parts(t).complete));
+    expect(tunnel).toMatchObject({ to: `127.0.0.1:${port}`, read: connectReq.length + 5, ok: "HTTP/1.1 200 Connection Established\r\n\r\n", up: "early" });
+    expect(tunnel.fail).toMatch(/^HTTP\/1.1 502 Bad Gateway\r\n/);
+    // A plain GET without a body: the request as it goes upstream, closing after its answer.
+    const plain = parts(await offer(get("127.0.0.1"), (t) => framed.test(t) && parts(t).complete));
+    expect(plain).toMatchObject({ to: `127.0.0.1:${port}`, read: get("127.0.0.1").length, ok: "" });
+    expect(plain.up).toBe(`GET /path?q=1 HTTP/1.1\r\nhost: 127.0.0.1:${port}\r\nconnection: close\r\n\r\n`);
+    expect(seen.length).toBe(before);
+    // Denied: it stays with the proxy ('R'), which answers 403.
+    const denied = await offer(get("127.0.0.2"), (t) => t.includes("egress denied"));
+    expect(denied).toMatch(/^RHTTP\/1.1 403/);
+    // A request with a body stays with the proxy too, and is forwarded by it.
+    const post = `POST http://127.0.0.1:${port}/posted HTTP/1.1\r\nHost: 127.0.0.1:${port}\r\nContent-Length: 3\r\nConnection: close\r\n\r\nabc`;
+    expect(await offer(post, (t) => t.includes("hello from"))).toMatch(/^RHTTP\/1.1 200/);
+    expect(seen.at(-1)?.url).toBe("/posted");
+    // The child holds the client's bytes back beyond its first MiB until it hears: a request whose
+    // body the destination waits for hears 'R' as soon as it is decided, before the body is sent.
+    const upload = await new Promise<string>((resolve, reject) => {
+      const s = connect(sock);
+      let text = "";
+      s.on("data", (c) => {
+        if (text === "" && String(c).startsWith("R")) s.write("xyz");
+        text += c.toString("latin1");
+        if (text.includes("hello from")) {
+          s.destroy();
+          resolve(text);
+        }
+      });
+      s.on("error", reject);
+      s.write(`strict *\nPOST http://127.0.0.1:${port}/uploaded HTTP/1.1\r\nHost: 127.0.0.1:${port}\r\nContent-Length: 3\r\nConnection: close\r\n\r\n`);
+    });
+    expect(upload).toMatch(/^RHTTP\/1.1 200/);
+    expect(seen.at(-1)?.url).toBe("/uploaded");
+    // A relay that sends no request in time hears nothing: its socket just ends.
+    expect(await offer("", () => false)).toBe("");
+  });
+
   it("resolves a name once and connects only to an address that passed (no second lookup)", async () => {
     resolved.length = 0;
     const reply = await exchange("strict", get("rebind.test"));

@@ -10,7 +10,7 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import type { DesiredSandbox } from "../../../../controllers/drivers/driver.ts";
 import { LocalDriver } from "../../../../controllers/drivers/local/local-driver.ts";
-import { PortRelay } from "../../../../controllers/drivers/local/port-relay.ts";
+import { DEFAULT_CT_MARK_MASK, PortRelay } from "../../../../controllers/drivers/local/port-relay.ts";
 import { layoutFor } from "../../../../controllers/drivers/local/layout.ts";
 import { readRecord } from "../../../../controllers/drivers/local/records.ts";
 import { egressDecisions } from "../../../../controllers/lib/metrics.ts";
@@ -38,7 +38,7 @@ const rawConnect = (id: string, ip: string) =>
   sh(id, `python3 -c 'import socket; s=socket.create_connection(("${ip}", 80), 3); s.settimeout(3); s.sendall(b"hello\\r\\n\\r\\n"); print(b"400" in s.recv(4096))'`).then((out) => out === "True");
 /** Connections the proxy allowed so far (sandbox_egress_decisions_total{decision="allow"}). */
 const allowedByProxy = async () => (await egressDecisions.get()).values.find((v) => v.labels.decision === "allow")?.value ?? 0;
-const nsPid = (id: string) => readRecord(layoutFor(dataDir, id).record)!.nsInit!.pid;
+const nsPid = (id: string, dir = dataDir) => readRecord(layoutFor(dir, id).record)!.nsInit!.pid;
 /** The sandbox's fast-path set as the host sees it (nft in the sandbox's network namespace). */
 function fastSet(id: string): string {
   try {
@@ -56,8 +56,29 @@ async function onFastPath(id: string): Promise<void> {
 }
 /** Runs `argv` as the host's root in the sandbox's network namespace: what root inside could do
  * with a capability it must not have (CAP_NET_ADMIN, CAP_NET_RAW). */
-const asNetAdmin = (id: string, argv: string[]) => execFileSync("nsenter", [`--net=/proc/${nsPid(id)}/ns/net`, ...argv], { encoding: "utf8" });
-const addressOf = (id: string) => readRecord(layoutFor(dataDir, id).record)!.net!.address;
+const asNetAdmin = (id: string, argv: string[], dir = dataDir) => execFileSync("nsenter", [`--net=/proc/${nsPid(id, dir)}/ns/net`, ...argv], { encoding: "utf8" });
+const addressOf = (id: string, dir = dataDir) => readRecord(layoutFor(dir, id).record)!.net!.address;
+/** The host's neighbour entry (on the bridge) for the address of `id`. */
+const neighbour = (id: string, dir = dataDir) => execFileSync("ip", ["neigh", "show", addressOf(id, dir), "dev", "kruise0"], { encoding: "utf8" });
+const macOf = (id: string, dir = dataDir) => /link\/ether (\S+)/.exec(asNetAdmin(id, ["ip", "-o", "link", "show", "dev", "eth0"], dir))![1]!;
+/** As root with CAP_NET_RAW in the thief's namespace: ARP replies "the victim's address is at my
+ * MAC", a few, spread past the kernel's ARP lock time (1 s) so one would be taken. */
+function arpTakeover(thief: string, victim: string, dir = dataDir): void {
+  const thiefMac = macOf(thief, dir);
+  const gwMac = readFileSync("/sys/class/net/kruise0/address", "utf8").trim();
+  const gateway = asNetAdmin(thief, ["ip", "-4", "route", "show", "default", "dev", "eth0"], dir).split(" ")[2]!;
+  const arp = [
+    "import socket, struct, time",
+    `mine = bytes.fromhex("${thiefMac.replace(/:/g, "")}"); br = bytes.fromhex("${gwMac.replace(/:/g, "")}")`,
+    `pkt = br + mine + b"\\x08\\x06" + struct.pack("!HHBBH", 1, 0x0800, 6, 4, 2) + mine + socket.inet_aton("${addressOf(victim, dir)}") + br + socket.inet_aton("${gateway}")`,
+    's = socket.socket(socket.AF_PACKET, socket.SOCK_RAW); s.bind(("eth0", 0))',
+    "for i in range(6): s.send(pkt); time.sleep(0.3)",
+  ].join("\n");
+  asNetAdmin(thief, ["python3", "-c", arp], dir);
+}
+/** The host's tables of the veth of `id` (port-relay.pl `veth_tables`, `guard_table`). */
+const vethTables = (id: string, dir = dataDir) =>
+  execFileSync("nft", ["list", "tables"], { encoding: "utf8" }).split("\n").filter((l) => l.endsWith(` kruise_veth_kr${nsPid(id, dir)}`)).sort();
 /** A UDP listener in the stand-in `o` on port 9999 that records each datagram; `heard()` once the
  * host's own "marker" datagram (sent after whatever the test sent) has arrived. */
 async function udpListener(o: Outside): Promise<{ heard: () => Promise<string[]>; stop: () => void }> {
@@ -356,24 +377,93 @@ describe("the kernel's fast path of sandboxes behind the proxy", () => {
     await driver.ensure(victim);
     await driver.ensure(thief);
     expect(await sh(victim.id, `curl -s -m 5 http://${a.ip}/`)).toBe(fromA());
-    const macOf = (id: string) => /link\/ether (\S+)/.exec(asNetAdmin(id, ["ip", "-o", "link", "show", "dev", "eth0"]))![1]!;
-    const [victimMac, thiefMac] = [macOf(victim.id), macOf(thief.id)];
-    const neighbour = () => execFileSync("ip", ["neigh", "show", addressOf(victim.id), "dev", "kruise0"], { encoding: "utf8" });
-    expect(neighbour()).toContain(victimMac);
-    const gwMac = readFileSync("/sys/class/net/kruise0/address", "utf8").trim();
-    const gateway = asNetAdmin(thief.id, ["ip", "-4", "route", "show", "default", "dev", "eth0"]).split(" ")[2]!;
-    // As root with CAP_NET_RAW in the thief's namespace: ARP replies "the victim's address is at
-    // my MAC", a few, spread past the kernel's ARP lock time (1 s) so one would be taken.
-    const arp = [
-      "import socket, struct, time",
-      `mine = bytes.fromhex("${thiefMac.replace(/:/g, "")}"); br = bytes.fromhex("${gwMac.replace(/:/g, "")}")`,
-      `pkt = br + mine + b"\\x08\\x06" + struct.pack("!HHBBH", 1, 0x0800, 6, 4, 2) + mine + socket.inet_aton("${addressOf(victim.id)}") + br + socket.inet_aton("${gateway}")`,
-      's = socket.socket(socket.AF_PACKET, socket.SOCK_RAW); s.bind(("eth0", 0))',
-      "for i in range(6): s.send(pkt); time.sleep(0.3)",
-    ].join("\n");
-    asNetAdmin(thief.id, ["python3", "-c", arp]);
-    expect(neighbour()).toContain(victimMac);
+    const victimMac = macOf(victim.id);
+    expect(neighbour(victim.id)).toContain(victimMac);
+    arpTakeover(thief.id, victim.id);
+    expect(neighbour(victim.id)).toContain(victimMac);
     expect(await sh(victim.id, `curl -s -m 5 http://${a.ip}/`)).toBe(fromA());
+  });
+
+  it("a veth whose host tables are gone (as an agent older than them left it) gets them back when the agent restarts: then its root can take neither another's replies by ARP nor another address", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "local-egress-adopt-"));
+    const opts = { dataDir: dir, cgroupName: `kruise-test-${process.pid}-egress-adopt`, egressResolve, egressFastPath: true };
+    const first = new LocalDriver(opts);
+    let second: LocalDriver | undefined;
+    const victim = desiredSandbox("ea", { allowInternetAccess: true });
+    const thief = desiredSandbox("ea", { allowInternetAccess: true, egress: STRICT });
+    try {
+      await first.ensure(victim);
+      await first.ensure(thief);
+      const pid = nsPid(thief.id, dir);
+      const both = [`table bridge kruise_veth_kr${pid}`, `table inet kruise_veth_kr${pid}`];
+      expect(vethTables(thief.id, dir)).toEqual(both);
+      // The agent stops (its relay with it); the sandboxes run on, their veths without tables.
+      await first.dispose();
+      execFileSync("nft", ["-f", "-"], { input: both.map((t) => `delete ${t}\n`).join("") });
+      second = new LocalDriver(opts);
+      // The next agent adopts them (the reconciler ensures every sandbox it finds).
+      await second.ensure(victim);
+      await second.ensure(thief);
+      expect(vethTables(thief.id, dir)).toEqual(both);
+      expect(vethTables(victim.id, dir)).toEqual([`table bridge kruise_veth_kr${nsPid(victim.id, dir)}`]);
+      // Adopting is idempotent: a second pass leaves them as they are.
+      await second.ensure({ ...thief, generation: 2 });
+      expect(vethTables(thief.id, dir)).toEqual(both);
+      expect((await shIn(second, victim.id, `curl -s -m 5 http://${a.ip}/`)).stdout).toBe(fromA());
+      const victimMac = macOf(victim.id, dir);
+      expect(neighbour(victim.id, dir)).toContain(victimMac);
+      arpTakeover(thief.id, victim.id, dir);
+      expect(neighbour(victim.id, dir)).toContain(victimMac);
+      // The victim's address on the thief's eth0 (its own netfilter gone): nothing of it is forwarded.
+      const stolen = addressOf(victim.id, dir);
+      asNetAdmin(thief.id, ["nft", "delete", "table", "ip", "kruise_egress"], dir);
+      asNetAdmin(thief.id, ["ip", "addr", "add", `${stolen}/32`, "dev", "eth0"], dir);
+      const gateway = asNetAdmin(thief.id, ["ip", "-4", "route", "show", "default", "dev", "eth0"], dir).split(" ")[2]!;
+      asNetAdmin(thief.id, ["ip", "neigh", "replace", gateway, "lladdr", readFileSync("/sys/class/net/kruise0/address", "utf8").trim(), "dev", "eth0", "nud", "permanent"], dir);
+      // Counts what the host would forward from the victim's address to `b` (which the thief's
+      // guard, keyed to its own address, would not judge).
+      const spy = `spy${process.pid}`;
+      execFileSync("nft", ["-f", "-"], { input: `table inet ${spy} {\n chain forward {\n  type filter hook forward priority 100; policy accept;\n  ip saddr ${stolen} ip daddr ${b.ip} tcp dport 80 counter\n }\n}\n` });
+      try {
+        const r = await shIn(second, thief.id, `env -u HTTP_PROXY -u http_proxy curl -s -m 3 --interface ${stolen} -o /dev/null -w '%{http_code}' http://${b.ip}/; echo " $?"`);
+        expect(r.stdout.trim()).toBe("000 28");
+        expect(execFileSync("nft", ["list", "table", "inet", spy], { encoding: "utf8" })).toContain("counter packets 0 bytes 0");
+      } finally {
+        execFileSync("nft", ["delete", "table", "inet", spy]);
+      }
+    } finally {
+      await destroyAll(second ?? first, dir);
+    }
+  });
+
+  it("the host's conntrack marks are its own bits only: another user's bits on the same connections stay, the fast path still works under them, and they admit nothing", async () => {
+    const d = desired();
+    await driver.ensure(d);
+    await onFastPath(d.id);
+    const addr = addressOf(d.id);
+    const foreign = `foreign${process.pid}`;
+    // Another user of the host's conntrack (a firewall, a VPN saving its marks) sets every bit
+    // outside the fast path's mask (DEFAULT_CT_MARK_MASK) on the sandbox's connections, before the
+    // guard sees them; after it, a counter of packets that still carry them.
+    const others = (~DEFAULT_CT_MARK_MASK >>> 0).toString(16).padStart(8, "0");
+    execFileSync("nft", ["-f", "-"], {
+      input: `table inet ${foreign} {\n chain marker {\n  type filter hook forward priority -20; policy accept;\n  ip saddr ${addr} ct mark set ct mark or 0x${others}\n }\n chain seen {\n  type filter hook forward priority 100; policy accept;\n  ip saddr ${addr} ip daddr ${a.ip} ct mark and 0x${others} == 0x${others} counter\n }\n}\n`,
+    });
+    try {
+      // A later connection to `a` takes the kernel's way (the proxy decides nothing) and works.
+      const decided = await allowedByProxy();
+      expect(await curlDirect(d.id, `http://${a.ip}/`)).toBe(fromA());
+      expect(await allowedByProxy()).toBe(decided);
+      // The other user's bits came through the guard on its packets.
+      expect(execFileSync("nft", ["list", "chain", "inet", foreign, "seen"], { encoding: "utf8" })).not.toContain("counter packets 0 ");
+      // With its own netfilter gone, the sandbox still gets nowhere else: foreign bits admit nothing.
+      asNetAdmin(d.id, ["nft", "delete", "table", "ip", "kruise_egress"]);
+      expect(await curlDirect(d.id, `http://${b.ip}/`, "-m 3 -o /dev/null -w '%{http_code}'; echo \" $?\"")).toBe("000 28");
+      expect(await curlDirect(d.id, `http://${a.ip}:9999/`, "-m 3 -o /dev/null -w '%{http_code}'; echo \" $?\"")).toBe("000 28");
+      expect(await curlDirect(d.id, `http://${a.ip}/`)).toBe(fromA());
+    } finally {
+      execFileSync("nft", ["delete", "table", "inet", foreign]);
+    }
   });
 
   it("a re-listen (new limits) keeps the sandbox's connections on the fast path open", async () => {

@@ -89,6 +89,32 @@ describe("port relay's parsers", () => {
     ]);
   });
 
+  it("`tables` (a veth's bridge table again): a host end, a MAC and an IPv4 address, or refused", () => {
+    expect(
+      command([
+        "tables kr12 02:6b:0a:58:00:05 10.88.0.5",
+        "tables kr12 02:6b:0a:58:00:05 10.88.0.256",
+        "tables eth0 02:6b:0a:58:00:05 10.88.0.5",
+        "tables kr12 02:6b:0a:58:00 10.88.0.5",
+        "tables kr12 02:6b:0a:58:00:05 10.88.0.5; flush ruleset",
+      ]),
+    ).toEqual(["tables kr12 02:6b:0a:58:00:05 10.88.0.5", "error: bad address", "error: bad command", "error: bad command", "error: bad command"]);
+  });
+
+  it("the fast path's conntrack generations: only the mask's bits are compared and set, never 0, within the mask as they wrap; a mask is one run of at least 4 bits", () => {
+    const masks = perlWith(RELAY_SCRIPT, `my $v = parse_mask($l); print defined $v ? hex32($v) : 'bad'`, ["0xfff00000", "0x0000f000", "0xffffffff", "0x00000007", "0x0ff0f000", "0x00000000", "fff00000", "0xFFF00000"]);
+    expect(masks).toEqual(["0xfff00000", "0x0000f000", "0xffffffff", "bad", "bad", "bad", "bad", "bad"]);
+    // 40 generations under a 4-bit mask: each in 0x1000..0xf000, wrapping past 15 without 0.
+    const gens = perlWith(RELAY_SCRIPT, `ct_mask_set(0x0000f000); print join(' ', map { hex32(gen_next()) } 1 .. $l)`, ["40"])[0]!.split(" ").map(Number);
+    expect(gens).toHaveLength(40);
+    expect(gens.every((g) => g >= 0x1000 && g <= 0xf000 && (g & ~0xf000) === 0)).toBe(true);
+    expect(new Set(gens).size).toBe(15);
+    const rules = perlWith(RELAY_SCRIPT, `ct_mask_set(0xfff00000); print guard_rules("10.88.0.5", $l)`, [String(0x00300000)]).join("\n");
+    expect(rules).toContain("ct state established,related ct mark and 0xfff00000 == 0x00300000 accept");
+    expect(rules).toContain("ct mark set ct mark and 0x000fffff or 0x00300000 accept");
+    expect(rules).not.toMatch(/ct mark (set )?0x/);
+  });
+
   it("the fast path's nft runs are rate limited: a burst of 16 per sandbox, then 4 a second; 64 and 32 a second for all", () => {
     // Each line: "<tag> <now>", answered with whether a run may start (the clock is the caller's).
     const budget = (lines: string[]) => perlWith(RELAY_SCRIPT, `my ($t, $now) = split / /, $l; print fast_budget($t, $now) ? 1 : 0`, lines).join("");
@@ -194,8 +220,8 @@ describe("enter.pl's environment file", () => {
 
 describe("syscall numbers", () => {
   it("one table per architecture; any other is refused by name", () => {
-    expect(syscallNumbers("x64")).toEqual({ setns: 308, prctl: 157, unshare: 272, mount: 165, openTree: 428, mountSetattr: 442, moveMount: 429 });
-    expect(syscallNumbers("arm64")).toEqual({ setns: 268, prctl: 167, unshare: 97, mount: 40, openTree: 428, mountSetattr: 442, moveMount: 429 });
+    expect(syscallNumbers("x64")).toEqual({ setns: 308, prctl: 157, unshare: 272, mount: 165, openTree: 428, mountSetattr: 442, moveMount: 429, splice: 275 });
+    expect(syscallNumbers("arm64")).toEqual({ setns: 268, prctl: 167, unshare: 97, mount: 40, openTree: 428, mountSetattr: 442, moveMount: 429, splice: 76 });
     expect(() => syscallNumbers("riscv64")).toThrow(/no syscall numbers for riscv64 \(supported: x64, arm64\)/);
   });
 });
