@@ -90,6 +90,9 @@ const SOLO_CLAIMS = Number(process.env.KUBE_BENCH_SOLO_CLAIMS ?? 30);
 const SANDBOXES = Number(process.env.KUBE_BENCH_SANDBOXES ?? 10_000);
 const RUNTIME_IMAGE = "ghcr.io/kruise-edge/sandbox-agent:bench";
 const ROOT = join(import.meta.dirname, "..");
+// This bench is the test kubelet: it serves every pod's sandbox and names it in the runtime-url
+// annotation, which the driver honours only when told (pod-spec.ts runtimeUrl); its agent inherits it.
+process.env.KRUISE_TEST_RUNTIME_URL_ANNOTATION = "1";
 
 setFlagsFromString("--expose-gc");
 const gc = runInNewContext("gc") as () => void;

@@ -106,7 +106,7 @@ export function buildPod(input: PodInput): V1Pod {
       name: input.name,
       namespace: input.namespace,
       labels: { ...templateLabels(input.template), ...input.labels, [LABEL.createdBy]: "sandbox", ...(proxied ? { [LABEL.trafficProxy]: input.traffic!.governed ? "governed" : "open" } : {}) },
-      annotations: input.annotations && Object.keys(input.annotations).length ? { ...input.template.metadata?.annotations, ...input.annotations } : input.template.metadata?.annotations,
+      annotations: input.annotations && Object.keys(input.annotations).length ? { ...templateAnnotations(input.template), ...input.annotations } : templateAnnotations(input.template),
       ownerReferences: [input.owner],
     },
     spec,
@@ -149,8 +149,30 @@ function templateLabels(template: V1PodTemplateSpec): Record<string, string> {
   return Object.fromEntries(Object.entries(template.metadata?.labels ?? {}).filter(([k]) => !k.startsWith(`${GROUP}/`)));
 }
 
-/** Where a pod's runtime answers: the runtime-url annotation, else `http://<podIP>:49983`. */
+/**
+ * The runtime-url annotation is honoured only where a test kubelet runs each pod's runtime as a
+ * host process and says where (`KRUISE_TEST_RUNTIME_URL_ANNOTATION=1`: the kube tier and its
+ * bench). Anywhere else the agent would send a sandbox's token, env and every ingress request to
+ * an address that anyone who may annotate the pod (or write its template) chose: a request forgery
+ * from the agent's network position. Read once, at the first use: it is the process's deployment,
+ * not a setting.
+ */
+let trustRuntimeUrlAnnotation: boolean | undefined;
+
+/** The template's own pod annotations without the runtime-url one, which only a test kubelet
+ * writes (see runtimeUrl). */
+function templateAnnotations(template: V1PodTemplateSpec): Record<string, string> | undefined {
+  const a = template.metadata?.annotations;
+  if (!a || !(ANNOTATION.runtimeUrl in a)) return a;
+  const { [ANNOTATION.runtimeUrl]: _dropped, ...rest } = a;
+  return rest;
+}
+
+/** Where a pod's runtime answers: `http://<podIP>:49983` (the runtime-url annotation instead, under
+ * a test kubelet only). */
 export function runtimeUrl(pod: V1Pod | undefined): string | undefined {
   if (!pod) return undefined;
-  return pod.metadata?.annotations?.[ANNOTATION.runtimeUrl] ?? (pod.status?.podIP ? `http://${pod.status.podIP}:${RUNTIME_PORT}` : undefined);
+  trustRuntimeUrlAnnotation ??= process.env.KRUISE_TEST_RUNTIME_URL_ANNOTATION === "1";
+  const annotated = trustRuntimeUrlAnnotation ? pod.metadata?.annotations?.[ANNOTATION.runtimeUrl] : undefined;
+  return annotated ?? (pod.status?.podIP ? `http://${pod.status.podIP}:${RUNTIME_PORT}` : undefined);
 }
