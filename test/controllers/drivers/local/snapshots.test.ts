@@ -67,8 +67,11 @@ describe("local snapshots", () => {
     const snap = await hostView.snapshotFs(d.id, `snap${process.pid}r`);
     // A process that keeps writing the sandbox's files, detached from any command.
     await sh(hostView, d.id, "echo two > /home/user/f; (setsid sh -c 'while :; do echo x >> /home/user/w; sleep 0.01; done' </dev/null >/dev/null 2>&1 &)");
-    const writing = "ps -eo args | grep -c '^sh -c while' || true";
-    expect((await sh(hostView, d.id, writing)).stdout).toBe("1\n");
+    // The writer is the session leader setsid made (`s` in its state). Counting every `sh -c while`
+    // also counted, now and then, the loop's own fork for `sleep` before it exec'd (CI run 12-1: 2).
+    const writing = `ps -eo stat=,args= | awk '$1 ~ /s/ && $2 == "sh" && $3 == "-c" && $4 == "while" { n++ } END { print n + 0 }'`;
+    // Started in the background: give it up to 2 s to show.
+    expect((await sh(hostView, d.id, `for i in $(seq 100); do c=$(${writing}); [ "$c" = 1 ] && break; sleep 0.02; done; echo "$c"`)).stdout).toBe("1\n");
     await hostView.restoreFs(d.id, snap);
     expect((await hostView.observe(d.id))?.phase).toBe("Running");
     // Nothing of the sandbox ran while its files were put back and changed owners (the writer
