@@ -304,15 +304,18 @@ export class LocalDriver implements Driver {
       const root = snap ? snap.root : this.#rootFor(d.template);
       rec = { id: d.id, generation: d.generation, level: this.capabilities.level, desired: d, createdAt: new Date().toISOString(), phase: "Pending", disk, root };
       const layout = this.#layout(d.id, rec);
-      if (this.#uids) rec.userns = this.#uids.keep(undefined, layout.record);
-      // What its holder will be recorded with is in this first write already, so the holder's
-      // start writes once, when it runs (issue 16: a record write is ~0.3 ms of the agent's CPU).
-      if (wantsProcesses(d)) rec = { ...rec, ...this.#holderPlan(rec) };
       // A spare disk, or a snapshot's copy made ahead, arrives as the whole sandbox directory, mounted.
       const fresh = !existsSync(layout.dir);
       const taken = fresh && (fromImage ? this.#snapshots.takeCopy(snap, layout.dir) : disk && !snap && this.#spares?.take(disk.sizeMB, layout.dir));
       if (!taken) mkdirSync(layout.dir, { recursive: true });
       if (fromImage && !existsSync(layout.image)) await this.#snapshots.copyImage(snap, layout.image, layout.disk);
+      // Leased only now, with no wait before the record naming them is saved: a lease older than
+      // its grace (60 s) whose record does not name it is another driver's to take over, and a
+      // large snapshot's copy can take longer than that (address-leases.ts).
+      if (this.#uids) rec.userns = this.#uids.keep(undefined, layout.record);
+      // What its holder will be recorded with is in this first write already, so the holder's
+      // start writes once, when it runs (issue 16: a record write is ~0.3 ms of the agent's CPU).
+      if (wantsProcesses(d)) rec = { ...rec, ...this.#holderPlan(rec) };
       this.#save(rec);
       await this.#mountDisk(rec);
       // The host view's identity files; a root's are written where it is first mounted

@@ -1,6 +1,6 @@
 // The agent's intent store as a restarted agent finds it: what was made durable, the newest of
 // what a crash left, and what an older agent wrote.
-import { mkdtempSync, readdirSync, renameSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readdirSync, renameSync, rmSync, truncateSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
@@ -28,7 +28,7 @@ const scratch = () => {
 };
 
 describe("IntentStore", () => {
-  it("keeps on disk what was made durable, one file per sandbox, and nothing of a delete", () => {
+  it("keeps on disk what was made durable, one file per sandbox, and nothing of a delete", async () => {
     const dir = scratch();
     const store = new IntentStore(dir);
     store.offer(intent("a", 1));
@@ -38,6 +38,7 @@ describe("IntentStore", () => {
     store.durable("a");
     store.offer(intent("b", 1));
     store.durable("b");
+    await store.settled(); // a's first file is gone once its second is on disk
     expect(readdirSync(dir)).toHaveLength(2);
     const restarted = new IntentStore(dir);
     expect([restarted.get("a")?.generation, restarted.get("b")?.generation]).toEqual([2, 1]);
@@ -46,17 +47,19 @@ describe("IntentStore", () => {
     expect(new IntentStore(dir).ids()).toEqual(["a"]);
   });
 
-  it("after a crash between a write and the removal of the file before it, holds the newer; reads an older agent's file and drops torn ones", () => {
+  it("after a crash between a write and the removal of the file before it, holds the newer; reads an older agent's file and drops torn ones", async () => {
     const dir = scratch();
     const store = new IntentStore(dir);
     store.offer(intent("a", 1));
     store.durable("a");
+    await store.settled();
     const [first] = readdirSync(dir);
     // The same as the next write, but the file before it left in place (the crash).
     const kept = join(dir, "kept");
     renameSync(join(dir, first!), kept);
     store.offer(intent("a", 2));
     store.durable("a");
+    await store.settled();
     renameSync(kept, join(dir, first!));
     expect(readdirSync(dir)).toHaveLength(2);
     writeFileSync(join(dir, "c.json"), JSON.stringify(intent("c", 3))); // an older agent's name
@@ -66,10 +69,37 @@ describe("IntentStore", () => {
     expect(restarted.get("a")?.generation).toBe(2);
     expect(restarted.get("c")?.generation).toBe(3);
     expect(restarted.ids().sort()).toEqual(["a", "c"]);
+    await restarted.settled();
     expect(readdirSync(dir)).toHaveLength(2);
     // Its next file is named after all it found: the newest stays the newest.
     restarted.offer(intent("c", 4));
     restarted.durable("c");
     expect(new IntentStore(dir).get("c")?.generation).toBe(4);
+  });
+
+  it("after a host crash that left the newest file empty, holds the intent before it", () => {
+    const dir = scratch();
+    const store = new IntentStore(dir);
+    store.offer(intent("a", 1));
+    store.durable("a");
+    store.offer(intent("a", 2));
+    store.durable("a"); // acked; the host dies before its data reached the disk
+    const newest = readdirSync(dir).sort((x, y) => Number(y.split(".")[1]) - Number(x.split(".")[1]))[0]!;
+    truncateSync(join(dir, newest), 0); // a renamed file's data lost with delayed allocation
+    const restarted = new IntentStore(dir);
+    expect(restarted.get("a")?.generation).toBe(1); // the edge resends what is newer
+  });
+
+  it("forgets a delete as it is offered, before its pass: a crash does not bring the sandbox back", async () => {
+    const dir = scratch();
+    const store = new IntentStore(dir);
+    store.offer(intent("a", 1));
+    store.durable("a");
+    store.offer(intent("a", 2));
+    store.durable("a");
+    store.offer(intent("a", 3, "deleted")); // queued behind other passes; the agent dies
+    expect(new IntentStore(dir).get("a")).toBeUndefined();
+    await store.settled();
+    expect(readdirSync(dir)).toEqual([]);
   });
 });
