@@ -12,7 +12,7 @@
 import { lookup } from "node:dns/promises";
 import { createServer as createHttpServer, request as httpRequest, type IncomingMessage, type OutgoingHttpHeaders, type Server, type ServerResponse } from "node:http";
 import { createSocket, type Socket as UdpSocket } from "node:dgram";
-import { createServer as createNetServer, type Server as NetServer, type Socket } from "node:net";
+import { createServer as createNetServer, isIPv4, type Server as NetServer, type Socket } from "node:net";
 import type { Duplex } from "node:stream";
 import { normalizeHost } from "../../schema/egress/rules.ts";
 import { parseIp } from "../../schema/egress/address.ts";
@@ -271,20 +271,27 @@ export class TrafficProxy {
   /** Hands a connection the relay offered back to its child, if nothing was said to it yet: the
    * child connects to `addresses` (already checked) itself and relays client and destination in
    * the kernel, so the bytes never pass through this process. `ok` goes to the client once it is
-   * connected, `fail` when no address answers; `up()` is what goes to the destination first (the
-   * request as rewritten, and the client's bytes read past it). The proxy keeps the socket: ending
-   * it (a rule change) ends the connection, and it ends with it. False: not offered or too late. */
-  #handOff(client: object, host: string, addresses: string[], port: number, ok: string, fail: string, up: () => Buffer): boolean {
+   * connected, `fail` when it does not answer; `up()` is what goes to the destination first (the
+   * request as rewritten, and for a tunnel the client's bytes read past it). `oneRequest` (a plain
+   * request): nothing the client sends after `up` goes to the destination, since it was never
+   * checked (a pipelined request, perhaps for another host). The proxy keeps the socket: ending it
+   * (a rule change) ends the connection, and it ends with it. False: not offered, too late, or not
+   * exactly one IPv4 address (the relay dials IPv4 only, and a rule change judges the one address
+   * tracked, which must be the one connected to: more stay with the proxy, which tries each). */
+  #handOff(client: object, host: string, addresses: string[], port: number, ok: string, fail: string, up: () => Buffer, oneRequest = false): boolean {
     const h = this.#handback.get(client);
     if (!h || h.said || this.#o.handoff === false) return false;
+    const [ip, ...others] = addresses;
+    if (ip === undefined || others.length || !isIPv4(ip)) return false;
     const socket = client as Socket;
     const first = up();
-    // What the child sent and the proxy read: it sends the destination what came after.
-    const read = socket.bytesRead - h.tagBytes;
+    // What the child sent and the proxy read: for a tunnel it sends the destination what came
+    // after; '-' for one request, where it sends nothing after `first`.
+    const read = oneRequest ? "-" : String(socket.bytesRead - h.tagBytes);
     h.said = h.handed = true;
     const parts = [Buffer.from(ok), Buffer.from(fail), first];
-    h.write(Buffer.concat([Buffer.from(`S${addresses.slice(0, 16).join(",")} ${port} ${read} ${parts.map((p) => p.length).join(" ")}\n`), ...parts]));
-    this.#track(socket, host, socket, socket, { ip: addresses[0]!, port });
+    h.write(Buffer.concat([Buffer.from(`S${ip} ${port} ${read} ${parts.map((p) => p.length).join(" ")}\n`), ...parts]));
+    this.#track(socket, host, socket, socket, { ip, port });
     socket.on("data", () => {}).once("end", () => socket.destroy());
     return true;
   }
@@ -354,7 +361,8 @@ export class TrafficProxy {
   }
 
   async #forward(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    // Handed back: a request pipelined after it went to the destination with it.
+    // Handed back: a request pipelined after it goes nowhere (the child relays only the first, and
+    // the destination's answer to it ends the connection; the client asks again on a new one).
     if (this.#handback.get(req.socket)?.handed) return;
     let url: URL;
     try {
@@ -370,7 +378,7 @@ export class TrafficProxy {
     // `connection: close`, so the destination's answer ends the connection (a later request on it
     // would have gone to another host), and passes to the client as it comes.
     const bodyless = req.headers["transfer-encoding"] === undefined && (req.headers["content-length"] ?? "0") === "0";
-    if (bodyless && this.#handOff(req.socket, host, v.addresses, Number(url.port || 80), "", rawReply("502 Bad Gateway", `traffic-proxy: cannot reach ${url.host}\n`), () => requestHead(req, url))) return;
+    if (bodyless && this.#handOff(req.socket, host, v.addresses, Number(url.port || 80), "", rawReply("502 Bad Gateway", `traffic-proxy: cannot reach ${url.host}\n`), () => requestHead(req, url), true)) return;
     this.#stay(req.socket);
     let socket: Socket;
     try {

@@ -387,13 +387,15 @@ sub egress {
 # A connection the proxy may hand back. Until the proxy's first byte, the client's bytes go to the
 # proxy (its request), and a copy of them is kept (at most $HANDOFF_KEEP bytes: beyond, the client
 # waits). That byte is 'R': everything goes through the proxy from then on (pump); or 'S' and the
-# line "<ip>[,<ip>...] <port> <read> <ok> <fail> <up>\n" and that many bytes of each of the last
-# three: the proxy allowed the connection at L3/L4, had read <read> of the client's bytes, and
-# hands it over. The child then stops sending it anything, connects to the first address that
-# answers (from the host's network, as the proxy would), sends <ok> to the client (or <fail>, and
-# ends, when none answers), <up> to the destination (the request as the proxy rewrote it, and what
-# it had read past it), then the client's bytes the proxy had not read yet, and from then on relays
-# client and destination in the kernel. The proxy's socket stays open while the connection lives:
+# line "<ip> <port> <read> <ok> <fail> <up>\n" and that many bytes of each of the last three: the
+# proxy allowed the connection at L3/L4, had read <read> of the client's bytes, and hands it over.
+# The child then stops sending it anything, connects to <ip> (from the host's network, as the
+# proxy would; one IPv4 address, the one the proxy judges again on a rule change), sends <ok> to
+# the client (or <fail>, and ends, when it does not answer), <up> to the destination (the request
+# as the proxy rewrote it, and what it had read past it), then the client's bytes the proxy had not
+# read yet, and from then on relays client and destination in the kernel. <read> '-' (one plain
+# request, answered with the connection's end): nothing of the client's goes after <up>, since
+# the proxy never checked it (a pipelined request may name another host); only the answer flows. The proxy's socket stays open while the connection lives:
 # the proxy ending it ends the connection (a rule change that denies it), and the child's end tells
 # the proxy it is over.
 our $HANDOFF_KEEP = 1 << 20;
@@ -421,20 +423,21 @@ sub handoff {
     exit 0 if length $head > 256;
     sysread($p, $head, 1, length $head) or exit 0;
   }
-  my ($ips, $port, $read, @len) = $head =~ /^((?:\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3},){0,15}\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}) (\d{1,5}) (\d{1,7}) (\d{1,7}) (\d{1,7}) (\d{1,7})\n\z/ or exit 0;
-  exit 0 if $read > length $sent;
+  my ($ip, $port, $read, @len) = $head =~ /^(\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}) (\d{1,5}) (\d{1,7}|-) (\d{1,7}) (\d{1,7}) (\d{1,7})\n\z/ or exit 0;
+  my $one = $read eq '-';
+  exit 0 if !$one && $read > length $sent;
   my @part;
   for my $len (@len) {
     my $b = '';
     while (length $b < $len) { sysread($p, $b, $len - length $b, length $b) or exit 0 }
     push @part, $b;
   }
-  my $u = dial([split /,/, $ips], $port, 10);
+  my $u = dial([$ip], $port, 10);
   unless ($u) { put($c, $part[1]); exit 0 }
-  put($c, $part[0]) && put($u, $part[2] . substr($sent, $read)) or exit 0;
+  put($c, $part[0]) && put($u, $part[2] . ($one ? '' : substr($sent, $read))) or exit 0;
   undef $sent;
   shutdown($u, 1) unless $c_open;
-  splice_pump($c, $u, $p);
+  splice_pump($c, $u, $p, $one);
 }
 
 # A TCP connection to the first of `ips` that answers on `port` within `secs` each, or undef.
@@ -457,9 +460,10 @@ sub dial {
 # Relays two sockets both ways through a pipe each with splice(2): the bytes stay in the kernel
 # (pages moved, not copied through this process). Ends as `pump` does: an end of input becomes a
 # half-close of the other side, a side that cannot take more stops only that direction, a reset
-# ends both; and at once when anything (or the end) arrives on `watch`.
+# ends both; and at once when anything (or the end) arrives on `watch`. `back_only`: only `b`'s
+# bytes go to `a`; `a`'s stay unread (and it ends when `b` does).
 sub splice_pump {
-  my ($a, $b, $watch) = @_;
+  my ($a, $b, $watch, $back_only) = @_;
   my @d;
   for ([$a, $b], [$b, $a]) {
     pipe(my $r, my $w) or exit 0;
@@ -467,6 +471,7 @@ sub splice_pump {
     fcntl($_, F_SETFL, fcntl($_, F_GETFL, 0) | O_NONBLOCK) for $r, $w;
     push @d, { from => $_->[0], to => $_->[1], r => $r, w => $w, n => 0 };
   }
+  $d[0]{done} = 1 if $back_only;
   fcntl($_, F_SETFL, fcntl($_, F_GETFL, 0) | O_NONBLOCK) for $a, $b;
   while (my @live = grep { !$_->{done} } @d) {
     my ($rin, $win) = ('', '');

@@ -33,6 +33,7 @@ const policies: Record<string, ReturnType<typeof compilePolicy>> = {
   byName: compilePolicy({ allowOut: ["localhost"], denyOut: ["0.0.0.0/0"] }),
   denyLo: compilePolicy({ allowOut: [], denyOut: ["127.0.0.0/8", "::1"] }),
   denyLo4: compilePolicy({ allowOut: [], denyOut: ["127.0.0.0/8"] }),
+  loopback4: compilePolicy({ allowOut: ["127.0.0.0/8"], denyOut: ["0.0.0.0/0"] }),
 };
 
 beforeAll(async () => {
@@ -133,7 +134,7 @@ describe("traffic-proxy", () => {
 
   it("a connection the relay offers back (\"<sandbox> *\"): decided at L3/L4, it is handed to the relay with the destination, what goes first each way and how much the proxy read; the proxy connects nowhere", async () => {
     /** What the proxy sends the relay child until `done` holds (then the child's socket closes). */
-    const offer = (payload: string, done: (t: string) => boolean) =>
+    const offer = (payload: string, done: (t: string) => boolean, tag = "strict") =>
       new Promise<string>((resolve, reject) => {
         const s = connect(sock);
         let text = "";
@@ -145,14 +146,14 @@ describe("traffic-proxy", () => {
           }
         });
         s.on("end", () => resolve(text)).on("error", reject);
-        s.write(`strict *\n${payload}`);
+        s.write(`${tag} *\n${payload}`);
       });
-    const framed = /^S(\S+) (\d+) (\d+) (\d+) (\d+) (\d+)\n/;
+    const framed = /^S(\S+) (\d+) (\d+|-) (\d+) (\d+) (\d+)\n/;
     const parts = (t: string) => {
       const m = framed.exec(t)!;
       const [ok, fail, up] = [Number(m[4]), Number(m[5]), Number(m[6])];
       const body = t.slice(m[0].length);
-      return { to: `${m[1]}:${m[2]}`, read: Number(m[3]), ok: body.slice(0, ok), fail: body.slice(ok, ok + fail), up: body.slice(ok + fail, ok + fail + up), complete: body.length >= ok + fail + up };
+      return { to: `${m[1]}:${m[2]}`, read: m[3] === "-" ? "-" : Number(m[3]), ok: body.slice(0, ok), fail: body.slice(ok, ok + fail), up: body.slice(ok + fail, ok + fail + up), complete: body.length >= ok + fail + up };
     };
     const before = seen.length;
     // CONNECT, with the client's first bytes right behind it (they go to the destination first).
@@ -160,11 +161,38 @@ describe("traffic-proxy", () => {
     const tunnel = parts(await offer(`${connectReq}early`, (t) => framed.test(t) && parts(t).complete));
     expect(tunnel).toMatchObject({ to: `127.0.0.1:${port}`, read: connectReq.length + 5, ok: "HTTP/1.1 200 Connection Established\r\n\r\n", up: "early" });
     expect(tunnel.fail).toMatch(/^HTTP\/1.1 502 Bad Gateway\r\n/);
-    // A plain GET without a body: the request as it goes upstream, closing after its answer.
+    // A plain GET without a body: the request as it goes upstream, closing after its answer, and
+    // nothing of the client's after it ('-'): a request pipelined behind it was never checked.
     const plain = parts(await offer(get("127.0.0.1"), (t) => framed.test(t) && parts(t).complete));
-    expect(plain).toMatchObject({ to: `127.0.0.1:${port}`, read: get("127.0.0.1").length, ok: "" });
+    expect(plain).toMatchObject({ to: `127.0.0.1:${port}`, read: "-", ok: "" });
     expect(plain.up).toBe(`GET /path?q=1 HTTP/1.1\r\nhost: 127.0.0.1:${port}\r\nconnection: close\r\n\r\n`);
+    const sneaked = `GET /other HTTP/1.1\r\nHost: not-checked.example\r\n\r\n`;
+    const keptAlive = get("127.0.0.1").replace("Connection: close\r\n", "");
+    const pipelined = parts(await offer(keptAlive + sneaked, (t) => framed.test(t) && parts(t).complete));
+    expect(pipelined).toMatchObject({ to: `127.0.0.1:${port}`, read: "-", ok: "" });
+    expect(pipelined.up).toBe(plain.up);
     expect(seen.length).toBe(before);
+    // Handed back only with one IPv4 address, the one the relay dials and a rule change judges: a
+    // name with an IPv6 address (the relay dials IPv4 only) or with several (the relay could reach
+    // another than the one tracked) stays with the proxy, which tries each in turn.
+    expect(await offer(`GET http://localhost:${port}/dual HTTP/1.1\r\nHost: localhost:${port}\r\n\r\n`, (t) => t.includes("hello from") || framed.test(t), "byName")).toMatch(/^RHTTP\/1.1 200/);
+    expect(seen.at(-1)?.url).toBe("/dual");
+    const twoTunnel = await new Promise<string>((resolve, reject) => {
+      const s = connect(sock);
+      let text = "";
+      s.on("data", (c) => {
+        text += c.toString("latin1");
+        if (text === "RHTTP/1.1 200 Connection Established\r\n\r\n") s.write(`GET /two HTTP/1.1\r\nHost: rebind.test\r\n\r\n`);
+        if (text.includes("hello from") || text.startsWith("S")) {
+          s.destroy();
+          resolve(text);
+        }
+      });
+      s.on("end", () => resolve(text)).on("error", reject);
+      s.write(`loopback4 *\nCONNECT rebind.test:${port} HTTP/1.1\r\nHost: rebind.test:${port}\r\n\r\n`);
+    });
+    expect(twoTunnel).toMatch(/^RHTTP\/1.1 200 Connection Established\r\n\r\nHTTP\/1.1 200/);
+    expect(seen.at(-1)?.url).toBe("/two");
     // Denied: it stays with the proxy ('R'), which answers 403.
     const denied = await offer(get("127.0.0.2"), (t) => t.includes("egress denied"));
     expect(denied).toMatch(/^RHTTP\/1.1 403/);
@@ -180,7 +208,7 @@ describe("traffic-proxy", () => {
       s.on("data", (c) => {
         if (text === "" && String(c).startsWith("R")) s.write("xyz");
         text += c.toString("latin1");
-        if (text.includes("hello from")) {
+        if (text.includes("hello from") || text.startsWith("S")) {
           s.destroy();
           resolve(text);
         }
