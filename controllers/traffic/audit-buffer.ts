@@ -1,7 +1,8 @@
 // The pod sidecar's L7 audit records, kept for its agent to collect (schema/protocol/pod-audit.ts):
 // at most MAX_POD_AUDIT_RECORDS wait between two pulls (more are counted as dropped), each field cut
 // to the schema's bounds here, so a request with a long path is kept (cut) rather than making the
-// agent refuse the whole batch. Handed over once, to a request carrying the pull token the agent
+// agent refuse the whole batch; a pull hands over at most MAX_POD_AUDIT_BYTES of them (`take`), the
+// rest wait for the next. Handed over once, to a request carrying the pull token the agent
 // wrote into the pod's Secret (the file is read at each pull: the agent may write a new one, and the
 // kubelet swaps the file). Without a token file nothing is handed over. The records also go to
 // stdout (`audit <json>`), for `kubectl logs`.
@@ -9,7 +10,7 @@ import { timingSafeEqual } from "node:crypto";
 import { readFileSync } from "node:fs";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { NetworkAuditRecord } from "../../schema/api/network-audit.ts";
-import { MAX_AUDIT_HOST, MAX_AUDIT_PATH, MAX_AUDIT_RULE, MAX_AUDIT_TOOL, MAX_POD_AUDIT_RECORDS, type PodAuditBatch } from "../../schema/protocol/pod-audit.ts";
+import { MAX_AUDIT_HOST, MAX_AUDIT_PATH, MAX_AUDIT_RULE, MAX_AUDIT_TOOL, MAX_POD_AUDIT_BYTES, MAX_POD_AUDIT_RECORDS, type PodAuditBatch } from "../../schema/protocol/pod-audit.ts";
 
 export class AuditBuffer {
   #records: PodAuditBatch["records"] = [];
@@ -37,10 +38,22 @@ export class AuditBuffer {
     });
   }
 
-  /** What waits, handed over once. */
+  /** What waits, oldest first, handed over once: as many records as fit MAX_POD_AUDIT_BYTES
+   * encoded, the rest kept for the next pull. The fields are bounded in characters, but a tenant
+   * chooses characters that encode large (a control character is 6 bytes JSON-escaped), so a full
+   * buffer can exceed what the agent reads; an answer past it is refused whole, and handing it over
+   * would lose every record in it, those the tenant wanted hidden included. One record is at most
+   * ~11 KB encoded, so each pull hands over some. */
   take(): PodAuditBatch {
-    const out = { records: this.#records, dropped: this.#dropped };
-    this.#records = [];
+    let size = Buffer.byteLength(JSON.stringify({ records: [], dropped: this.#dropped }));
+    let n = 0;
+    for (; n < this.#records.length; n++) {
+      const more = Buffer.byteLength(JSON.stringify(this.#records[n])) + (n ? 1 : 0);
+      if (size + more > MAX_POD_AUDIT_BYTES) break;
+      size += more;
+    }
+    const out = { records: this.#records.slice(0, n), dropped: this.#dropped };
+    this.#records = this.#records.slice(n);
     this.#dropped = 0;
     return out;
   }

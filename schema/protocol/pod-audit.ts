@@ -16,8 +16,10 @@ export const POD_AUDIT_PATH = "/audit";
 export const AUDIT_TOKEN_FILE = "audit.token";
 /** Records a sidecar keeps until pulled (more are counted in `dropped`), and a pull's limit. */
 export const MAX_POD_AUDIT_RECORDS = 512;
-/** The largest answer the agent reads (more: the pull is abandoned, nothing kept). Each record is
- * at most ~1.7 KB by the bounds below, so a full buffer fits. */
+/** The largest answer the agent reads (more: the pull is abandoned, nothing kept). The bounds below
+ * are in characters, and a record of tenant-chosen characters can encode to ~11 KB (6 bytes a
+ * control character, JSON-escaped), so a full buffer need not fit: the sidecar hands over only what
+ * fits this and keeps the rest for the next pull (audit-buffer.ts `take`). */
 export const MAX_POD_AUDIT_BYTES = 1024 * 1024;
 export const MAX_AUDIT_HOST = 253;
 export const MAX_AUDIT_PATH = 1024;

@@ -1,0 +1,58 @@
+// A tenant cannot make the agent drop its own pulled L7 audit (review finding 2). The sidecar's
+// buffer (audit-buffer.ts) behind a loopback server as main.ts serves it, pulled by the agent's
+// collector (kubernetes/pod-audit.ts) with the pull token. The tenant's requests fill a full
+// buffer of records whose fields, within the schema's character bounds, are large once encoded:
+// control characters in the MCP tool name (6 bytes each JSON-escaped) and latin1 high-bit bytes in
+// the path (2 bytes each in UTF-8), about 2 MB in all, past the agent's 1 MiB answer bound. Every
+// record must still reach the agent over the next pulls, none lost, none counted as dropped.
+import { mkdtempSync, writeFileSync } from "node:fs";
+import { createServer, type Server } from "node:http";
+import type { AddressInfo } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { PodAuditCollector } from "../../../controllers/drivers/kubernetes/pod-audit.ts";
+import { AuditBuffer } from "../../../controllers/traffic/audit-buffer.ts";
+import type { NetworkAuditRecord } from "../../../schema/api/network-audit.ts";
+import { MAX_AUDIT_HOST, MAX_AUDIT_PATH, MAX_AUDIT_RULE, MAX_AUDIT_TOOL, MAX_POD_AUDIT_RECORDS } from "../../../schema/protocol/pod-audit.ts";
+
+const token = "t".repeat(32);
+let buffer: AuditBuffer;
+let sidecar: Server;
+let url: string;
+
+beforeAll(async () => {
+  const dir = mkdtempSync(join(tmpdir(), "audit-pull-"));
+  writeFileSync(join(dir, "audit.token"), token);
+  buffer = new AuditBuffer(join(dir, "audit.token"));
+  sidecar = createServer((req, res) => buffer.serve(req, res));
+  await new Promise<void>((r) => sidecar.listen(0, "127.0.0.1", r));
+  url = `http://127.0.0.1:${(sidecar.address() as AddressInfo).port}`;
+});
+afterAll(() => sidecar.close());
+
+describe("the pulled audit under records made large by the tenant", () => {
+  it("reaches the agent whole over the following pulls", async () => {
+    const heavy = (i: number): NetworkAuditRecord => ({
+      sandbox: "",
+      host: "\u00ff".repeat(MAX_AUDIT_HOST),
+      method: "POST",
+      path: `/${i}/${"\u00e9".repeat(MAX_AUDIT_PATH)}`,
+      rule: "\u0002".repeat(MAX_AUDIT_RULE),
+      status: 200,
+      bytesOut: 1,
+      bytesIn: 1,
+      tool: "\u0001".repeat(MAX_AUDIT_TOOL),
+      refused: false,
+    });
+    for (let i = 0; i < MAX_POD_AUDIT_RECORDS; i++) buffer.add(heavy(i));
+    const kept: NetworkAuditRecord[] = [];
+    let dropped = 0;
+    const agent = new PodAuditCollector({ sandboxes: () => ["sbx-a"], targetOf: () => ({ url, token }), sink: (r) => kept.push(r) });
+    for (let pull = 0; pull < 4; pull++) dropped += (await agent.pull("sbx-a")).dropped;
+    expect(dropped).toBe(0);
+    expect(kept).toHaveLength(MAX_POD_AUDIT_RECORDS);
+    expect(kept.map((r) => r.path.split("/")[1])).toEqual(Array.from({ length: MAX_POD_AUDIT_RECORDS }, (_, i) => String(i)));
+    expect(kept.every((r) => r.sandbox === "sbx-a")).toBe(true);
+  });
+});
