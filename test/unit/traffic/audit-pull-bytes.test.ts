@@ -10,7 +10,7 @@ import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, beforeEach, describe, expect, it } from "vitest";
 import { PodAuditCollector } from "../../../controllers/drivers/kubernetes/pod-audit.ts";
 import { AuditBuffer } from "../../../controllers/traffic/audit-buffer.ts";
 import type { NetworkAuditRecord } from "../../../schema/api/network-audit.ts";
@@ -18,18 +18,21 @@ import { MAX_AUDIT_HOST, MAX_AUDIT_PATH, MAX_AUDIT_RULE, MAX_AUDIT_TOOL, MAX_POD
 
 const token = "t".repeat(32);
 let buffer: AuditBuffer;
-let sidecar: Server;
 let url: string;
+const servers: Server[] = [];
 
-beforeAll(async () => {
+/** A fresh sidecar's buffer, served as main.ts serves it. */
+async function sidecar(): Promise<void> {
   const dir = mkdtempSync(join(tmpdir(), "audit-pull-"));
   writeFileSync(join(dir, "audit.token"), token);
-  buffer = new AuditBuffer(join(dir, "audit.token"));
-  sidecar = createServer((req, res) => buffer.serve(req, res));
-  await new Promise<void>((r) => sidecar.listen(0, "127.0.0.1", r));
-  url = `http://127.0.0.1:${(sidecar.address() as AddressInfo).port}`;
-});
-afterAll(() => sidecar.close());
+  const b = (buffer = new AuditBuffer(join(dir, "audit.token")));
+  const s = createServer((req, res) => b.serve(req, res));
+  servers.push(s);
+  await new Promise<void>((r) => s.listen(0, "127.0.0.1", r));
+  url = `http://127.0.0.1:${(s.address() as AddressInfo).port}`;
+}
+beforeEach(sidecar);
+afterAll(() => servers.forEach((s) => s.close()));
 
 describe("the pulled audit under records made large by the tenant", () => {
   it("reaches the agent whole over the following pulls", async () => {
@@ -54,5 +57,24 @@ describe("the pulled audit under records made large by the tenant", () => {
     expect(kept).toHaveLength(MAX_POD_AUDIT_RECORDS);
     expect(kept.map((r) => r.path.split("/")[1])).toEqual(Array.from({ length: MAX_POD_AUDIT_RECORDS }, (_, i) => String(i)));
     expect(kept.every((r) => r.sandbox === "sbx-a")).toBe(true);
+  });
+});
+
+describe("a pulled batch whose answer is lost", () => {
+  it("is handed again to the next pull, and kept once", async () => {
+    const record = (i: number): NetworkAuditRecord => ({ sandbox: "", host: "api.test", method: "GET", path: `/${i}`, rule: "r", status: 200, bytesOut: 0, bytesIn: 1, refused: false });
+    buffer.add(record(1));
+    buffer.add(record(2));
+    // A pull whose answer never reaches the agent (its timeout fired as the answer left): the
+    // sidecar has handed the batch over, the agent has nothing.
+    const lost = await fetch(new URL("/audit", url), { headers: { authorization: `Bearer ${token}` } });
+    expect((await lost.json()) as { records: unknown[] }).toMatchObject({ records: [{ path: "/1" }, { path: "/2" }] });
+    const kept: NetworkAuditRecord[] = [];
+    const agent = new PodAuditCollector({ sandboxes: () => ["sbx-b"], targetOf: () => ({ url, token }), sink: (r) => kept.push(r) });
+    await agent.pull("sbx-b");
+    buffer.add(record(3));
+    await agent.pull("sbx-b");
+    await agent.pull("sbx-b");
+    expect(kept.map((r) => r.path)).toEqual(["/1", "/2", "/3"]);
   });
 });
