@@ -63,12 +63,18 @@ export class AuditBuffer {
   /** Answers a pull: 200 with the batch to the token's bearer, 403 to anyone else. The batch handed
    * last is handed again until a pull acknowledges it by id (an answer can be lost after it left:
    * the agent's timeout, a connection cut); ids are random, so a restarted sidecar's first batch
-   * cannot be taken for one the agent already kept. */
+   * cannot be taken for one the agent already kept. A pull without the header is an agent older
+   * than acknowledgements (the sidecar's image is rolled apart from the agent's): it gets the batch
+   * once, without the id its strict schema would refuse. */
   serve(req: IncomingMessage, res: ServerResponse): void {
     if (req.method !== "GET" || !this.#authorized(req.headers.authorization)) return void res.writeHead(403).end();
-    if (this.#unacked && req.headers[AUDIT_ACK_HEADER] === this.#unacked.batch) this.#unacked = null;
-    this.#unacked ??= { ...this.take(), batch: randomBytes(8).toString("hex") };
-    const body = JSON.stringify(this.#unacked);
+    const ack = req.headers[AUDIT_ACK_HEADER];
+    if (this.#unacked && ack === this.#unacked.batch) this.#unacked = null;
+    const batch = this.#unacked ?? { ...this.take(), batch: randomBytes(8).toString("hex") };
+    const acks = typeof ack === "string";
+    this.#unacked = acks ? batch : null;
+    const { batch: _id, ...once } = batch;
+    const body = JSON.stringify(acks ? batch : once);
     res.writeHead(200, { "content-type": "application/json", "content-length": Buffer.byteLength(body), "cache-control": "no-store" }).end(body);
   }
 

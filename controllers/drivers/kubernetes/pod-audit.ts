@@ -110,8 +110,9 @@ export class PodAuditCollector {
     l.pulling = true;
     this.#inFlight++;
     try {
-      // The last batch kept is acknowledged: the sidecar hands one again until it is.
-      const body = await boundedGet(new URL(POD_AUDIT_PATH, at.url), { authorization: `Bearer ${at.token}`, ...(l.ack ? { [AUDIT_ACK_HEADER]: l.ack } : {}) }, { maxBytes: MAX_POD_AUDIT_BYTES, timeoutMs: PULL_TIMEOUT_MS, who: "the sidecar" });
+      // The last batch kept is acknowledged (the sidecar hands one again until it is); "none"
+      // before any, which still says this agent acknowledges.
+      const body = await boundedGet(new URL(POD_AUDIT_PATH, at.url), { authorization: `Bearer ${at.token}`, [AUDIT_ACK_HEADER]: l.ack ?? "none" }, { maxBytes: MAX_POD_AUDIT_BYTES, timeoutMs: PULL_TIMEOUT_MS, who: "the sidecar" });
       let json: unknown;
       try {
         json = JSON.parse(body);

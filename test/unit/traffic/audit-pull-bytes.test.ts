@@ -67,7 +67,7 @@ describe("a pulled batch whose answer is lost", () => {
     buffer.add(record(2));
     // A pull whose answer never reaches the agent (its timeout fired as the answer left): the
     // sidecar has handed the batch over, the agent has nothing.
-    const lost = await fetch(new URL("/audit", url), { headers: { authorization: `Bearer ${token}` } });
+    const lost = await fetch(new URL("/audit", url), { headers: { authorization: `Bearer ${token}`, "x-audit-ack": "none" } });
     expect((await lost.json()) as { records: unknown[] }).toMatchObject({ records: [{ path: "/1" }, { path: "/2" }] });
     const kept: NetworkAuditRecord[] = [];
     const agent = new PodAuditCollector({ sandboxes: () => ["sbx-b"], targetOf: () => ({ url, token }), sink: (r) => kept.push(r) });
@@ -76,5 +76,12 @@ describe("a pulled batch whose answer is lost", () => {
     await agent.pull("sbx-b");
     await agent.pull("sbx-b");
     expect(kept.map((r) => r.path)).toEqual(["/1", "/2", "/3"]);
+  });
+
+  it("an agent older than acknowledgements (no header) gets each batch once, in the shape its strict schema reads", async () => {
+    buffer.add({ sandbox: "", host: "api.test", method: "GET", path: "/old", rule: "r", status: 200, bytesOut: 0, bytesIn: 1, refused: false });
+    const pull = async () => (await fetch(new URL("/audit", url), { headers: { authorization: `Bearer ${token}` } })).json();
+    expect(await pull()).toEqual({ records: [expect.objectContaining({ path: "/old" })], dropped: 0 });
+    expect(await pull()).toEqual({ records: [], dropped: 0 });
   });
 });
