@@ -16,7 +16,7 @@
 //   - attributed by the agent: each record is the sandbox's whose pod the agent pulled from (its
 //     address from the pod's status, its token the one the agent wrote for that pod), whatever the
 //     record says, so no pod can blame another sandbox for a request.
-import { MAX_POD_AUDIT_BYTES, PodAuditBatchSchema, POD_AUDIT_PATH } from "../../../schema/protocol/pod-audit.ts";
+import { AUDIT_ACK_HEADER, MAX_POD_AUDIT_BYTES, PodAuditBatchSchema, POD_AUDIT_PATH } from "../../../schema/protocol/pod-audit.ts";
 import type { NetworkAuditRecord } from "../../../schema/api/network-audit.ts";
 import { boundedGet } from "../../lib/bounded-get.ts";
 
@@ -58,7 +58,7 @@ export class PodAuditCollector {
   readonly #o: PodAuditOptions;
   readonly #now: () => number;
   /** When each sandbox was last pulled (and whether one is in flight). */
-  readonly #last = new Map<string, { at: number; pulling: boolean; warned: number }>();
+  readonly #last = new Map<string, { at: number; pulling: boolean; warned: number; ack?: string }>();
   #timer: NodeJS.Timeout | null = null;
   #inFlight = 0;
 
@@ -110,7 +110,9 @@ export class PodAuditCollector {
     l.pulling = true;
     this.#inFlight++;
     try {
-      const body = await boundedGet(new URL(POD_AUDIT_PATH, at.url), { authorization: `Bearer ${at.token}` }, { maxBytes: MAX_POD_AUDIT_BYTES, timeoutMs: PULL_TIMEOUT_MS, who: "the sidecar" });
+      // The last batch kept is acknowledged (the sidecar hands one again until it is); "none"
+      // before any, which still says this agent acknowledges.
+      const body = await boundedGet(new URL(POD_AUDIT_PATH, at.url), { authorization: `Bearer ${at.token}`, [AUDIT_ACK_HEADER]: l.ack ?? "none" }, { maxBytes: MAX_POD_AUDIT_BYTES, timeoutMs: PULL_TIMEOUT_MS, who: "the sidecar" });
       let json: unknown;
       try {
         json = JSON.parse(body);
@@ -119,7 +121,11 @@ export class PodAuditCollector {
       }
       const parsed = PodAuditBatchSchema.safeParse(json);
       if (!parsed.success) return { kept: 0, dropped: 0, error: `not audit records: ${parsed.error.issues[0]?.message ?? "invalid"}` };
+      // The batch this pull acknowledged, handed again (a sidecar that did not take the
+      // acknowledgement): kept once only.
+      if (parsed.data.batch !== undefined && parsed.data.batch === l.ack) return { kept: 0, dropped: 0 };
       for (const { sandbox: _ignored, ...r } of parsed.data.records) this.#o.sink({ ...r, sandbox: sandboxId });
+      if (parsed.data.batch !== undefined) l.ack = parsed.data.batch;
       return { kept: parsed.data.records.length, dropped: parsed.data.dropped };
     } catch (err) {
       return { kept: 0, dropped: 0, error: (err as Error).message };

@@ -24,7 +24,7 @@ import { ownerRef, type DriverContext } from "./context.ts";
 import { mergePatch, stableJson, statusCode, tolerate } from "./kube-api.ts";
 import type { NamespaceScope } from "./namespace-scope.ts";
 import { idLabel, type KubeDesiredSandbox, type SandboxObject } from "./objects.ts";
-import { checkSize, egressNetworkPolicy, egressPolicyName, HEALTH_PORT, podPolicy, podSecretNames, POLICY_FILE, splitPodPolicy, trafficConfigMap, trafficConfigMapName, trafficSecret, type Backstop } from "./traffic-pod.ts";
+import { checkSize, egressNetworkPolicy, egressPolicyName, HEALTH_PORT, podPolicy, podSecretNames, POLICY_FILE, splitPodPolicy, TRAFFIC_CONTAINER, trafficConfigMap, trafficConfigMapName, trafficSecret, type Backstop } from "./traffic-pod.ts";
 import { AUDIT_TOKEN_FILE } from "../../../schema/protocol/pod-audit.ts";
 import type { PodAuditTarget } from "./pod-audit.ts";
 import { L7_FILE, SECRETS_FILE } from "../../traffic/pod-l7.ts";
@@ -38,6 +38,19 @@ export const POLICY_ANNOTATION = "agents.kruise.io/traffic-policy";
 export function hasTrafficProxy(pod: V1Pod | undefined, governed = false): boolean {
   const v = pod?.metadata?.labels?.[LABEL.trafficProxy];
   return governed ? v === "governed" : v === "governed" || v === "open";
+}
+
+/** Where a pod's sidecar answers for its audit records: only while the pod is Running and its
+ * traffic-proxy container is ready. A Failed or Succeeded pod keeps `status.podIP` in its object,
+ * but the CNI has freed that address and may have given it to another tenant's pod; pulling there
+ * would send this sandbox's pull token to it and file its made-up records under this sandbox.
+ * (Ready implies the container runs; the informer's slim copy keeps phase and this `ready`.) */
+export function auditUrl(pod: V1Pod | undefined): string | undefined {
+  const ip = pod?.status?.podIP;
+  if (!ip || pod.metadata?.deletionTimestamp || !hasTrafficProxy(pod) || pod.status?.phase !== "Running") return undefined;
+  const statuses = [...(pod.status.initContainerStatuses ?? []), ...(pod.status.containerStatuses ?? [])];
+  if (!statuses.some((c) => c.name === TRAFFIC_CONTAINER && c.ready)) return undefined;
+  return `http://${ip.includes(":") ? `[${ip}]` : ip}:${HEALTH_PORT}`;
 }
 
 interface ObjectApi<T> {
@@ -286,10 +299,8 @@ export class TrafficObjects {
   auditTarget(id: string): PodAuditTarget | undefined {
     const key = this.#inspected.get(id);
     const token = key && this.#tokens.get(key);
-    const pod = this.#ctx.pod(id);
-    const ip = pod?.status?.podIP;
-    if (!token || !ip || pod.metadata?.deletionTimestamp || !hasTrafficProxy(pod)) return undefined;
-    return { url: `http://${ip.includes(":") ? `[${ip}]` : ip}:${HEALTH_PORT}`, token };
+    const url = auditUrl(this.#ctx.pod(id));
+    return token && url ? { url, token } : undefined;
   }
 
   /** Reads every object written back (the Secrets: checks them, #resyncSecret) and rewrites those
