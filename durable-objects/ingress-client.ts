@@ -59,7 +59,10 @@ export async function edgeFetch(env: Env, call: EdgeCall): Promise<Response | nu
   const traceparent = currentTraceparent();
   if (traceparent) headers.set("traceparent", traceparent);
   try {
-    return await fetch(new URL(call.pathAndQuery, base), { method: call.method, headers, body: call.body, signal: AbortSignal.timeout(call.timeoutMs) });
+    // A redirect is the sandbox's answer (a hook's or probe's 3xx counts as Kubernetes counts it),
+    // never followed: the sandbox names its Location, and following would send this request, with
+    // its access token, from the edge to an address the tenant picked.
+    return await fetch(new URL(call.pathAndQuery, base), { method: call.method, headers, body: call.body, redirect: "manual", signal: AbortSignal.timeout(call.timeoutMs) });
   } catch {
     forgetIngress(call.cluster);
     return null;

@@ -84,8 +84,11 @@ export function desiredFor(intent: Intent): DesiredSandbox {
   };
 }
 
-/** POST /init on a runtime that lives elsewhere (a pod): token, env, default user and workdir. */
-async function initRemote(endpoint: string, intent: Intent): Promise<void> {
+/** POST /init on a runtime that lives elsewhere (a pod): token, env, default user and workdir.
+ * A redirect is an answer, never followed: the tenant's code can answer on the runtime's port,
+ * and following would POST the sandbox's token and env, from the agent's network position, to an
+ * address it picked (as `boundedGet` does for the pulls). Exported for its unit test. */
+export async function initRemote(endpoint: string, intent: Intent): Promise<void> {
   const body = {
     accessToken: intent.envdAccessToken ?? undefined,
     envVars: intent.envVars,
@@ -96,7 +99,7 @@ async function initRemote(endpoint: string, intent: Intent): Promise<void> {
   // Named like every request the ingress forwards, so a runtime serving several sandboxes routes it.
   const headers: Record<string, string> = { "content-type": "application/json", "e2b-sandbox-id": intent.sandboxId };
   if (intent.envdAccessToken) headers["x-access-token"] = intent.envdAccessToken;
-  const res = await fetch(`${endpoint}/init`, { method: "POST", headers, body: JSON.stringify(body), signal: AbortSignal.timeout(5000) });
+  const res = await fetch(`${endpoint}/init`, { method: "POST", headers, body: JSON.stringify(body), redirect: "manual", signal: AbortSignal.timeout(5000) });
   if (!res.ok) throw new Error(`runtime /init at ${endpoint}: HTTP ${res.status} ${await res.text()}`);
 }
 

@@ -2,6 +2,8 @@
 // prePause exec hook that fails keeps the sandbox running and the pause answers 409 with the
 // hook's output (the SDK's pause reports false); once the hook passes the sandbox pauses, and
 // a resume runs postResume inside it. Each run is a condition on the sandbox (admin view).
+import { createServer } from "node:http";
+import type { AddressInfo } from "node:net";
 import { Sandbox } from "e2b";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import { waitFor } from "../support/wait-for.ts";
@@ -98,6 +100,38 @@ describe("lifecycle hooks", () => {
     } finally {
       await s.kill().catch(() => false);
       await api(`/admin/teams/admin/templates/${slow}`, { method: "DELETE" });
+    }
+  });
+
+  it("an http hook's redirect is its answer, never followed: the edge sends nothing (nor the sandbox's token) where the sandbox pointed it", async () => {
+    // A host-side server the sandbox names in its 307: what reaches it is what the edge followed.
+    const reached: string[] = [];
+    const host = createServer((req, res) => {
+      reached.push(`${req.method} ${req.url} token=${req.headers["x-access-token"] ?? "-"}`);
+      res.end("ok");
+    });
+    await new Promise<void>((r) => host.listen(0, "127.0.0.1", r));
+    const hostUrl = `http://127.0.0.1:${(host.address() as AddressInfo).port}/leak`;
+    const redirecting = `hooksredir${uniqueTag()}`;
+    let s: Sandbox | undefined;
+    try {
+      const put = await api(`/admin/teams/admin/templates/${redirecting}`, { method: "PUT", body: { spec: { replicas: 0, lifecycle: { prePause: { http: { port: 8080, path: "/flush" }, timeoutSeconds: 20 } } } } });
+      expect(put.status, await put.text()).toBeLessThan(300);
+      s = await Sandbox.create(redirecting, e2b());
+      const server = `import http.server\nclass H(http.server.BaseHTTPRequestHandler):\n    def do_GET(self):\n        self.send_response(307); self.send_header('Location', '${hostUrl}'); self.end_headers()\nhttp.server.HTTPServer(('0.0.0.0', 8080), H).serve_forever()\n`;
+      await s.files.write("/tmp/redirect.py", server);
+      await s.commands.run("python3 /tmp/redirect.py", { background: true });
+      await waitFor(async () => (await s!.commands.run("curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:8080/ || true")).stdout.trim() === "307", { what: "the sandbox's port 8080", timeoutMs: 15_000, intervalMs: 200 });
+      const res = await api(`/sandboxes/${s.sandboxId}/pause`, { method: "POST", body: {} });
+      expect(res.status, await res.text()).toBeLessThan(300);
+      const hook = (await (await api(`/admin/sandboxes/${s.sandboxId}`)).json()).conditions.find((c: { type: string }) => c.type === "PrePauseHook");
+      expect(hook).toMatchObject({ status: "True", reason: "Succeeded" });
+      expect(hook.message).toContain("HTTP 307");
+      expect(reached).toEqual([]);
+    } finally {
+      await s?.kill().catch(() => false);
+      await api(`/admin/teams/admin/templates/${redirecting}`, { method: "DELETE" });
+      host.close();
     }
   });
 

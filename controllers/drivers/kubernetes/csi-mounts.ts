@@ -161,6 +161,8 @@ export class CsiMounter {
         method: "POST",
         headers: { "content-type": "application/json", ...(token ? { "X-Access-Token": token } : {}) },
         body: JSON.stringify(req.request),
+        // An answer, never followed (see initRemote in the reconciler).
+        redirect: "manual",
         signal: AbortSignal.timeout(60_000),
       }).catch((err: Error) => err);
       if (res instanceof Error) return `${m.mountPath}: the runtime did not answer: ${res.message}`;

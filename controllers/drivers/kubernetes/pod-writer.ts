@@ -172,7 +172,7 @@ export class PodWriter {
     const url = runtimeUrl(this.#ctx.pod(id));
     if (!url) throw new SandboxNotFoundError(id, "no running pod with an IP");
     const token = this.#tokens.get(id);
-    const res = await fetch(`${url}${path}`, { method: "POST", headers: token ? { "X-Access-Token": token } : {}, signal: AbortSignal.timeout(10_000) });
+    const res = await fetch(`${url}${path}`, { method: "POST", headers: token ? { "X-Access-Token": token } : {}, redirect: "manual", signal: AbortSignal.timeout(10_000) }); // a redirect is a refusal (initRemote)
     if (!res.ok) throw new Error(`runtime ${path} for ${id}: HTTP ${res.status} ${await res.text()}`);
   }
 }
