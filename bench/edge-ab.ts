@@ -8,13 +8,24 @@
 // Not part of `npm run bench` (it writes no figures): a tool for deciding whether a cut pays.
 // `--calls`: both sides count every invocation of the edge with a tail Worker (scripts/lib/edge.ts,
 // `invocationCounterPort`), and it prints the Durable Object calls per create by class and
-// method, the refill of the claimed members included (it waits for it before each window closes).
+// method, the refill of the claimed members included (it lands within the settle after each window).
 // The tail Worker adds CPU on both sides, so take the CPU figures of such a run only as a ratio.
+// Fairness (notes s13-obs): the order of the sides rotates every round (A B C, B C A, C A B, …: each
+// side runs in each position equally often), and before every window all pools are full again and
+// the system's processes (every workerd, sqld, the collector) have been idle for a while, so no
+// window carries the previous side's background work (its claimed members' refill, its last
+// export). Each window is timed in its steady state only: from LEAD_MS after its first create
+// (past the first export, which exports the spans of that first second as later exports do) to
+// the completion of its last create but CLIENTS (from then fewer than CLIENTS are in flight).
+// What a side costs after its window (the refill of what it claimed, its last export) is printed
+// as its tail. Each window's ratio is its figure over that of A's windows either side of it.
+// `--control`: one more side, A′, a second copy of A (its bundle and setting): A′/A is the null
+// ratio, what position and chance alone give (1.00 within its spread for a fair tool).
 // `--tracing`: both sides serve the working tree, B with OTEL_EXPORTER_OTLP_ENDPOINT to a real
 // collector (tools/otelcol), and it prints `obs.tracing_overhead_ratio`: the median over rounds of
-// B's creates/s over that of the A rounds either side of it, with the spread; and each process's
-// CPU per create (workerd, sqld, the collector, this process's clients and scripted agent, the
-// whole machine), and the ratio the system's own CPU per create gives.
+// B's creates/s over A's, with the spread (with `--control`, `obs.tracing_null_ratio` beside it);
+// and each process's CPU per create (workerd, sqld, the collector, this process's clients and
+// scripted agent, the whole machine), and the ratio the system's own CPU per create gives.
 // `--tracing --base <rev>`: both sides trace to the collector, A the bundle of <rev>, B the working
 // tree's: what a change to the tracing path saves, the rest of the figures as with `--tracing`.
 // `--tracing --also <rev> [--also <rev2>…]`: more sides C, D…, each the bundle of a revision
@@ -58,6 +69,7 @@ const { values: opt } = parseArgs({
     calls: { type: "boolean", default: false },
     disk: { type: "boolean", default: false },
     profile: { type: "string" },
+    control: { type: "boolean", default: false },
     scrapes: { type: "string", default: "0" },
   },
 });
@@ -68,7 +80,26 @@ const replicas = Number(opt.replicas);
 const tmp = mkdtempSync("/dev/shm/sbx-edge-ab-");
 const sqld = await startSqld({ dir: join(tmp, "sqld") });
 const onDisk = mkdtempSync(join(tmpdir(), "sbx-edge-ab-disk-"));
-type Side = { name: string; edge: Edge; agent: ScriptedAgent; cpu: number[]; rate: number[]; p50: number[]; others: Record<string, number[]>; counter?: number; calls: Record<string, number>; inspectorPort?: number };
+type Side = {
+  key: string; // A, B, C…, A2 (the control): names its profiles
+  name: string;
+  edge: Edge;
+  agent: ScriptedAgent;
+  cpu: number[];
+  rate: number[];
+  p50: number[];
+  tail: number[]; // workerd CPU after the window until the system was idle, ms per create
+  seq: number[]; // each window's place in the run (0, 1, 2… over every side's windows)
+  others: Record<string, number[]>;
+  counter?: number;
+  calls: Record<string, number>;
+  inspectorPort?: number;
+};
+/** A window's steady state starts this long after its first create (past the first export). */
+const LEAD_MS = 1_000;
+/** Idle, for `settle`: under QUIET_MS of CPU in QUIET_WINDOW_MS (more than the 1 s export interval). */
+const QUIET_WINDOW_MS = 1_500;
+const QUIET_MS = 30;
 const sides: Side[] = [];
 let collector: Collector | undefined;
 try {
@@ -92,16 +123,20 @@ try {
   }
   if (opt.tracing) collector = await startCollector(tmp);
   const vars = { LIBSQL_URL: sqld.url, KEY_PEPPER: "ab-pepper", ADMIN_API_KEY: ADMIN_KEY, CLUSTER_TOKEN };
-  for (const [name, bundle] of Object.entries(bundles)) {
+  const entries = Object.entries(bundles).map(([name, bundle], i) => ({ key: name[0]!, name, bundle, traced: i >= 1 || bothTraced }));
+  // The control: A again, its own workerd serving A's bundle with A's settings (its storage beside
+  // the others', on tmpfs).
+  if (opt.control) entries.push({ ...entries[0]!, key: "A2", name: `A′ (control: ${entries[0]!.name.slice(3, -1)})` });
+  for (const { key, name, bundle, traced: isTraced } of entries) {
     const dir = opt.disk && sides.length === 1 ? onDisk : join(tmp, `edge-${sides.length}`);
     cpSync(bundle, join(dir, "bundle"), { recursive: true });
-    const traced: Record<string, string> = collector && (sides.length >= 1 || bothTraced) ? { OTEL_EXPORTER_OTLP_ENDPOINT: collector.endpoint } : {};
+    const traced: Record<string, string> = collector && isTraced ? { OTEL_EXPORTER_OTLP_ENDPOINT: collector.endpoint } : {};
     const counter = opt.calls ? await freePort() : undefined;
     const inspectorPort = opt.profile ? await freePort() : undefined;
     const edge = await startEdge({ dir, vars: { ...vars, ...traced }, skipBuild: true, invocationCounterPort: counter, inspectorPort });
     const agent = new ScriptedAgent({ agentId: `ab-${sides.length}` });
     await agent.connect(tcpTransport(edge.url, CLUSTER_TOKEN, "local"));
-    sides.push({ name, edge, agent, cpu: [], rate: [], p50: [], others: {}, counter, calls: {}, inspectorPort });
+    sides.push({ key, name, edge, agent, cpu: [], rate: [], p50: [], tail: [], seq: [], others: {}, counter, calls: {}, inspectorPort });
   }
   for (const s of sides) {
     await api(s.edge.url, "/admin/teams/admin/templates/ab", { method: "PUT", body: JSON.stringify({ spec: { replicas } }) });
@@ -109,34 +144,47 @@ try {
     await timedConcurrently(300, CLIENTS, () => create(s.edge.url)); // JIT, objects, caches
   }
   // The collector's CPU over every round, set against B's creates: one round's is a tick or two
-  // (10 ms), and B's spans reach it up to a second later (in A's next round).
+  // (10 ms).
   const collectorFrom = collector ? cpuMs(collector.pid) : 0;
+  const loadBefore = loadavg().map((x) => x.toFixed(1)).join(" ");
+  console.log(`load average ${loadBefore} (before the rounds)`);
+  const settles: number[] = [];
+  let windows = 0;
+  settles.push(await settle());
   for (let r = 0; r < rounds; r++) {
-    // Tracing: A, B, A, B… Reversing every other pair (A B B A) put the same side in two rounds
-    // back to back, and the second of those carries the tail of its own pool's refill: the
-    // per-round ratios split by order (~±10 %, notes s10-obs). Strictly alternated, each B round
-    // is compared with the A rounds either side of it (a drift in load cancels).
-    for (const s of r % 2 && !opt.tracing ? [...sides].reverse() : sides) {
-      await waitAvailable(s.edge.url, Math.min(replicas, 600));
+    // Rotated: round r starts with side r mod n, so each side runs in each position equally often.
+    const order = sides.map((_, i) => sides[(i + r) % sides.length]!);
+    for (const s of order) {
       const counted = s.counter ? await invocations(s.counter) : null;
-      const cpu = cpuMs(s.edge.pid);
-      const before = othersCpu();
       const profiler = s.inspectorPort ? await startProfiler(s.inspectorPort) : null;
-      const started = performance.now();
-      const latencies = await timedConcurrently(creates, CLIENTS, () => create(s.edge.url));
-      if (profiler) writeFileSync(`${opt.profile}.${s.name[0]}.${r}.cpuprofile`, JSON.stringify(await profiler.stop()));
-      s.rate.push(creates / ((performance.now() - started) / 1000));
-      s.cpu.push((cpuMs(s.edge.pid) - cpu) / creates);
-      for (const [k, v] of Object.entries(othersCpu())) (s.others[k] ??= []).push((v - before[k]!) / creates);
+      type Mark = { t: number; done: number; cpu: number; others: Record<string, number> };
+      const mark = (done: number): Mark => ({ t: performance.now(), done, cpu: cpuMs(s.edge.pid), others: othersCpu() });
+      let done = 0;
+      let from: Mark | undefined;
+      let to: Mark | undefined;
+      const lead = setTimeout(() => (from = mark(done)), LEAD_MS);
+      const latencies = await timedConcurrently(creates, CLIENTS, async () => {
+        await create(s.edge.url);
+        if (++done === creates - CLIENTS) to = mark(done);
+      });
+      clearTimeout(lead);
+      if (!from || !to || to.done - from.done < CLIENTS) throw new Error(`${s.name}: the window is shorter than its lead (${LEAD_MS} ms) and drain: raise --creates`);
+      if (profiler) writeFileSync(`${opt.profile}.${s.key}.${r}.cpuprofile`, JSON.stringify(await profiler.stop()));
+      const n = to.done - from.done;
+      s.rate.push(n / ((to.t - from.t) / 1000));
+      s.cpu.push((to.cpu - from.cpu) / n);
+      for (const [k, v] of Object.entries(to.others)) (s.others[k] ??= []).push((v - from.others[k]!) / n);
       s.p50.push(median(latencies));
+      s.seq.push(windows++);
+      const ended = cpuMs(s.edge.pid);
+      settles.push(await settle());
+      s.tail.push((cpuMs(s.edge.pid) - ended) / creates);
       if (counted && s.counter) {
-        // The claimed members' refill (ack, Running observation) lands within this wait.
-        await new Promise((r) => setTimeout(r, 2_000));
+        // The claimed members' refill (ack, Running observation) landed within the settle.
         for (const [k, n] of Object.entries(await invocations(s.counter))) s.calls[k] = (s.calls[k] ?? 0) + n - (counted[k] ?? 0);
       }
     }
   }
-  await new Promise((r) => setTimeout(r, collector ? 2_000 : 0)); // B's last export
   // `--scrapes n`: workerd CPU per /admin/metrics scrape of each side (the series its rounds
   // made), in alternating batches of 20.
   const scrapeCpu: Record<string, number[]> = {};
@@ -151,28 +199,41 @@ try {
   const collectorMs = collector ? cpuMs(collector.pid) - collectorFrom : 0;
   const fmt = (xs: number[], d: number) => `${xs.map((x) => x.toFixed(d)).join(" ")} (median ${median(xs).toFixed(d)})`;
   for (const s of sides) {
-    console.log(`${s.name}\n  workerd ms/create ${fmt(s.cpu, 2)}\n  creates/s ${fmt(s.rate, 0)}\n  p50 ms ${fmt(s.p50, 0)}`);
+    console.log(`${s.name}\n  workerd ms/create ${fmt(s.cpu, 2)}\n  creates/s ${fmt(s.rate, 0)}\n  p50 ms ${fmt(s.p50, 0)}\n  tail workerd ms/create ${fmt(s.tail, 2)}`);
     for (const [k, xs] of Object.entries(s.others)) console.log(`  ${k} ms/create ${fmt(xs, 2)}`);
     if (!s.counter) continue;
     const per = (n: number) => (n / (rounds * creates)).toFixed(3);
     for (const [k, n] of Object.entries(s.calls).sort()) console.log(`  per create: ${k} ${per(n)}`);
     console.log(`  edge.do_calls_per_create ${per(Object.entries(s.calls).filter(([k]) => k.includes(" rpc ")).reduce((a, [, n]) => a + n, 0))}`);
   }
+  console.log(`settle s before each window ${fmt(settles.map((x) => x / 1000), 1)}`);
+  // A side's window against A's windows either side of it in time (the geometric mean of the one
+  // before and the one after; the nearest one at the run's ends): a drift in the other engineers'
+  // load cancels as far as it is linear over those few windows.
+  const [a, b] = [sides[0]!, sides[1]!];
+  const spread = (xs: number[]) => `${Math.min(...xs).toFixed(3)}..${Math.max(...xs).toFixed(3)}`;
+  const label = (x: Side) => (x.key === "A2" ? "A′" : x.key);
+  const aAround = (x: Side, i: number, of: (s: Side) => number[]) => {
+    const at = x.seq[i]!;
+    const before = a.seq.findLastIndex((t) => t < at);
+    const after = a.seq.findIndex((t) => t > at);
+    const near = [before, after].filter((j) => j >= 0).map((j) => of(a)[j]!);
+    return Math.exp(near.reduce((sum, v) => sum + Math.log(v), 0) / near.length);
+  };
+  const against = (x: Side) => {
+    const rate = x.rate.map((v, i) => v / aAround(x, i, (s) => s.rate));
+    const cpu = x.cpu.map((v, i) => v / aAround(x, i, (s) => s.cpu));
+    console.log(`per round ${label(x)}/A creates/s ${rate.map((v) => v.toFixed(3)).join(" ")} (median ${median(rate).toFixed(3)}, spread ${spread(rate)})`);
+    console.log(`per round ${label(x)}/A workerd CPU per create ${cpu.map((v) => v.toFixed(3)).join(" ")} (median ${median(cpu).toFixed(3)}, spread ${spread(cpu)})`);
+    return rate;
+  };
+  const ratios = new Map(sides.slice(1).map((x) => [x, against(x)]));
+  for (const x of sides.slice(1)) {
+    const d = x.tail.map((t, i) => t - a.tail[i]!);
+    console.log(`per round ${label(x)}−A tail workerd ms/create ${d.map((v) => v.toFixed(3)).join(" ")} (median ${median(d).toFixed(3)})`);
+  }
+  const control = sides.find((x) => x.key === "A2");
   if (collector) {
-    // Each round's pair ran back to back under the same load: its ratio is the steadier figure.
-    const [a, b] = [sides[0]!, sides[1]!];
-    // B's round r against the geometric mean of A's rounds r and r+1 (the rounds either side of it).
-    const around = (xs: number[], i: number) => (i + 1 < xs.length ? Math.sqrt(xs[i]! * xs[i + 1]!) : xs[i]!);
-    const spread = (xs: number[]) => `${Math.min(...xs).toFixed(3)}..${Math.max(...xs).toFixed(3)}`;
-    const against = (x: Side, label: string) => {
-      const rate = x.rate.slice(0, -1).map((v, i) => v / around(a.rate, i));
-      const cpu = x.cpu.slice(0, -1).map((v, i) => v / around(a.cpu, i));
-      console.log(`per round ${label}/A creates/s ${rate.map((v) => v.toFixed(3)).join(" ")} (median ${median(rate).toFixed(3)}, spread ${spread(rate)})`);
-      console.log(`per round ${label}/A workerd CPU per create ${cpu.map((v) => v.toFixed(3)).join(" ")} (median ${median(cpu).toFixed(3)}, spread ${spread(cpu)})`);
-      return rate;
-    };
-    const paired = against(b, "B");
-    for (const x of sides.slice(2)) against(x, x.name[0]!);
     for (const k of Object.keys(a.others)) {
       const d = a.others[k]!.map((x, i) => b.others[k]![i]! - x);
       console.log(`per round B−A ${k} ms/create ${d.map((x) => x.toFixed(3)).join(" ")} (median ${median(d).toFixed(3)})`);
@@ -182,13 +243,21 @@ try {
     // What creates/s would follow on a machine running only this system: its processes' CPU per
     // create (workerd, sqld, the collector, the clients and scripted agent), A's over B's per round.
     const system = (s: Side, i: number) => s.cpu[i]! + Object.entries(s.others).reduce((sum, [k, xs]) => (k === "machine" ? sum : sum + xs[i]!), 0);
-    const sys = a.cpu.slice(0, -1).map((_, i) => Math.sqrt(system(a, i) * system(a, i + 1)) / system(b, i));
+    const sys = b.cpu.map((_, i) => aAround(b, i, (s) => s.cpu.map((_, j) => system(s, j))) / system(b, i));
     console.log(`per round A/B system CPU per create (creates per CPU-second, B/A) ${sys.map((x) => x.toFixed(3)).join(" ")} (median ${median(sys).toFixed(3)}, spread ${spread(sys)})`);
+    // Every traced side's export reaches the one collector; set against B's creates.
     const traced = rounds * creates;
-    const bSystem = b.cpu.reduce((x, y) => x + y, 0) / rounds + ["sqld", "bench"].reduce((sum, k) => sum + b.others[k]!.reduce((x, y) => x + y, 0) / rounds, 0);
+    const bSystem = median(b.cpu) + median(b.others.sqld!) + median(b.others.bench!);
     console.log(`collector ms per traced create over the run ${(collectorMs / traced).toFixed(3)} (${((100 * collectorMs) / traced / (bSystem + collectorMs / traced)).toFixed(1)} % of B's system CPU per create)`);
-    console.log(`load average ${loadavg().map((x) => x.toFixed(1)).join(" ")}`);
-    console.log(`obs.tracing_overhead_ratio ${median(paired).toFixed(3)} (median of the rounds' ratios; ratio of the medians ${(median(b.rate) / median(a.rate)).toFixed(3)}; spans received: ${collector.spans().length})`);
+  }
+  console.log(`load average ${loadavg().map((x) => x.toFixed(1)).join(" ")} (before the rounds: ${loadBefore})`);
+  if (collector) {
+    const paired = ratios.get(b)!;
+    console.log(`obs.tracing_overhead_ratio ${median(paired).toFixed(3)} (median of the rounds' ratios, spread ${spread(paired)}; ratio of the medians ${(median(b.rate) / median(a.rate)).toFixed(3)}; spans received: ${collector.spans().length})`);
+    if (control) {
+      const nul = ratios.get(control)!;
+      console.log(`obs.tracing_null_ratio ${median(nul).toFixed(3)} (A′/A: the same build untraced twice; median of the rounds' ratios, spread ${spread(nul)})`);
+    }
   }
 } finally {
   for (const s of sides) {
@@ -248,6 +317,30 @@ async function api(base: string, path: string, init: RequestInit = {}): Promise<
 async function invocations(port: number): Promise<Record<string, number>> {
   await new Promise((r) => setTimeout(r, 300));
   return (await (await fetch(`http://127.0.0.1:${port}/`)).json()) as Record<string, number>;
+}
+
+/**
+ * Waits until every side's pool is full again and then until the system's processes (each
+ * workerd, sqld, the collector) are idle over QUIET_WINDOW_MS (longer than the edge's export
+ * interval, so a pending last export shows): the previous window's background work (its claimed
+ * members' refill, its last export) is over. Returns the ms it waited.
+ */
+async function settle(): Promise<number> {
+  const started = performance.now();
+  for (const s of sides) await waitAvailable(s.edge.url, Math.min(replicas, 600));
+  const pids = [...sides.map((s) => s.edge.pid), sqld.pid, ...(collector ? [collector.pid] : [])];
+  const used = () => pids.reduce((sum, pid) => sum + cpuMs(pid), 0);
+  for (let tries = 0; ; tries++) {
+    const before = used();
+    await new Promise((r) => setTimeout(r, QUIET_WINDOW_MS));
+    const busy = used() - before;
+    if (busy < QUIET_MS) break;
+    if (tries === 20) {
+      console.error(`settle: the system still used ${busy} ms of CPU in ${QUIET_WINDOW_MS} ms after ${tries} tries; going on`);
+      break;
+    }
+  }
+  return performance.now() - started;
 }
 
 function create(base: string): Promise<unknown> {

@@ -3,8 +3,11 @@
 // - obs.metrics_scrape_ms: one scrape of the agent's /metrics with 10,000 sandboxes (median wall
 //   time; bench/metrics-scrape.ts), and the process's CPU per scrape beside it.
 // - obs.tracing_overhead_ratio: the edge's creates/s with tracing to a real collector over without,
-//   interleaved rounds (bench/edge-ab.ts --tracing), with the system-CPU ratio and workerd's CPU
-//   per create (traced over untraced: what other processes' load disturbs least) beside it.
+//   interleaved rounds (bench/edge-ab.ts --tracing: the order rotated each round, each window after
+//   the system settled, timed in its steady state), with the system-CPU ratio and workerd's CPU
+//   per create (traced over untraced: what other processes' load disturbs least) beside it, and
+//   obs.tracing_null_ratio: the same figure for a second untraced copy (--control), which a fair
+//   run puts at 1.00 within its spread: a tracing figure is worth what the null one's spread allows.
 // Both report the load average: the machine is shared.
 import { execFileSync } from "node:child_process";
 import { loadavg } from "node:os";
@@ -12,6 +15,7 @@ import { join } from "node:path";
 import type { Figures } from "./run.ts";
 
 const here = import.meta.dirname;
+const ROUNDS = 21;
 
 function runScript(script: string, args: string[]): string {
   return execFileSync(process.execPath, [join(here, script), ...args], { encoding: "utf8", stdio: ["ignore", "pipe", "inherit"], maxBuffer: 64 << 20 });
@@ -26,24 +30,22 @@ function figure(out: string, name: string): { value: number; spread?: [number, n
   return s ? { value, spread: [Number(s[1]), Number(s[2])] } : { value };
 }
 
-/** The spread a line starting with `prefix` gives (`spread a..b`). */
-function spreadOf(out: string, prefix: string): { spread?: [number, number] } {
-  const s = /spread ([\d.]+)\.\.([\d.]+)/.exec(out.split("\n").find((l) => l.startsWith(prefix)) ?? "");
-  return s ? { spread: [Number(s[1]), Number(s[2])] } : {};
-}
-
 export async function run(): Promise<Figures> {
   const load = () => loadavg()[0]!.toFixed(1);
   const scrape = runScript("metrics-scrape.ts", ["--sandboxes", "10000", "--scrapes", "30"]);
   const scrapeLoad = load();
   const cpu = figure(scrape.replace("process CPU ms per scrape", "process_cpu_ms_per_scrape"), "process_cpu_ms_per_scrape");
-  const tracing = runScript("edge-ab.ts", ["--tracing", "--rounds", "21", "--creates", "300"]);
-  const tracingLoad = load();
+  // 1500 creates: about 4 s a window, 3 of them steady (past the first second's export).
+  const tracing = runScript("edge-ab.ts", ["--tracing", "--control", "--rounds", String(ROUNDS), "--creates", "1500"]);
+  // The 1-minute load before the rounds and after them (edge-ab prints both).
+  const loads = /^load average ([\d.]+) .*\(before the rounds: ([\d.]+)/m.exec(tracing);
+  const tracingLoad = loads ? `${loads[2]} before, ${loads[1]} after` : load();
   const system = /system CPU per create \(creates per CPU-second, B\/A\) [\d. ]+\(median ([\d.]+), spread ([\d.]+)\.\.([\d.]+)\)/.exec(tracing);
   const out: Figures = {
     "obs.metrics_scrape_ms": { ...figure(scrape, "obs.metrics_scrape_ms"), unit: `ms (10,000 sandboxes, median of 30; load ${scrapeLoad})`, target: "report" },
     "obs.metrics_scrape_cpu_ms": { ...cpu, unit: `ms CPU per scrape (load ${scrapeLoad})`, target: "report" },
-    "obs.tracing_overhead_ratio": { ...figure(tracing, "obs.tracing_overhead_ratio"), ...spreadOf(tracing, "per round B/A creates/s"), unit: `creates/s traced / untraced (20 interleaved rounds; load ${tracingLoad})`, target: ">= 0.95" },
+    "obs.tracing_overhead_ratio": { ...figure(tracing, "obs.tracing_overhead_ratio"), unit: `creates/s traced / untraced (${ROUNDS} rounds, order rotated; load ${tracingLoad})`, target: ">= 0.95" },
+    "obs.tracing_null_ratio": { ...figure(tracing, "obs.tracing_null_ratio"), unit: `creates/s untraced / untraced, the same run's control (load ${tracingLoad})`, target: "report" },
   };
   const workerd = /^per round B\/A workerd CPU per create [\d. ]+\(median ([\d.]+), spread ([\d.]+)\.\.([\d.]+)\)/m.exec(tracing);
   if (workerd) out["obs.tracing_workerd_cpu_ratio"] = { value: Number(workerd[1]), spread: [Number(workerd[2]), Number(workerd[3])], unit: `workerd CPU per create, traced / untraced (load ${tracingLoad})` };
