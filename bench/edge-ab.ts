@@ -256,7 +256,7 @@ try {
     console.log(`obs.tracing_overhead_ratio ${median(paired).toFixed(3)} (median of the rounds' ratios, spread ${spread(paired)}; ratio of the medians ${(median(b.rate) / median(a.rate)).toFixed(3)}; spans received: ${collector.spans().length})`);
     if (control) {
       const nul = ratios.get(control)!;
-      console.log(`obs.tracing_null_ratio ${median(nul).toFixed(3)} (A′/A: the same build untraced twice; median of the rounds' ratios, spread ${spread(nul)})`);
+      console.log(`obs.tracing_null_ratio ${median(nul).toFixed(3)} (A′/A: A's build and setting twice; median of the rounds' ratios, spread ${spread(nul)})`);
     }
   }
 } finally {
