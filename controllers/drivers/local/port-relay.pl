@@ -493,9 +493,12 @@ sub splice_pump {
         exit 0 if $k < 0;  # reset: closing both ends passes it on
         $x->{n} = $k;
       }
-      # Freshly read, or the far side took more: as much as it takes now.
+      # Freshly read, or the far side took more: as much as it takes now. Never SPLICE_F_MORE: on
+      # a TCP socket it is MSG_MORE, which holds a short write (a request through a tunnel, the end
+      # of an answer on a kept-alive connection) for up to 200 ms waiting for more that may never
+      # come; the kernel's autocorking already merges what follows at once.
       while ($x->{n}) {
-        my $k = syscall($splice_nr, fileno($x->{r}), 0, fileno($x->{to}), 0, $x->{n}, 7);  # | SPLICE_F_MORE
+        my $k = syscall($splice_nr, fileno($x->{r}), 0, fileno($x->{to}), 0, $x->{n}, 3);  # SPLICE_F_MOVE | SPLICE_F_NONBLOCK
         last if $k < 0 && $!{EAGAIN};
         if ($k <= 0) { $x->{done} = 1; last }
         $x->{n} -= $k;
