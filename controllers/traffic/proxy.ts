@@ -47,9 +47,10 @@ export interface TrafficProxyOptions {
   /** The kernel's fast path for redirected connections decided at L3/L4 (the local driver's;
    * none: every connection stays with the proxy, as in the sidecar). */
   fastPath?: FastPath;
-  /** Hand connections the relay offers (tag line "<sandbox> *", port-relay.pl `handoff`) back
-   * to it once decided at L3/L4: a CONNECT tunnel, or a plain-HTTP request without a body, the
-   * first on its connection. Default true; false: every byte goes through the proxy. */
+  /** Hand connections the relay offers (tag line "<sandbox> *" or "<sandbox> <ip> <port> *",
+   * port-relay.pl `handoff`) back to it once decided at L3/L4: a CONNECT tunnel, a plain-HTTP
+   * request without a body, the first on its connection, or a redirected connection no L7 policy
+   * wants. Default true; false: every byte goes through the proxy. */
   handoff?: boolean;
 }
 
