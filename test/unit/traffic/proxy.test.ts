@@ -102,6 +102,24 @@ function exchange(tag: string, payload: string, after?: (text: string) => string
   });
 }
 
+/** What the proxy sends a relay child that offered a connection (tag `line`, then the client's
+ * `payload`) until it closes, or until `done` holds (then the child's socket closes). */
+function asRelayChild(line: string, payload: string, done: (t: string) => boolean): Promise<string> {
+  return new Promise<string>((resolve, reject) => {
+    const s = connect(sock);
+    let text = "";
+    s.on("data", (c) => {
+      text += c.toString("latin1");
+      if (done(text)) {
+        s.destroy();
+        resolve(text);
+      }
+    });
+    s.on("end", () => resolve(text)).on("close", () => resolve(text)).on("error", reject);
+    s.write(`${line}\n${payload}`);
+  });
+}
+
 const get = (host: string) => `GET http://${host}:${port}/path?q=1 HTTP/1.1\r\nHost: ${host}:${port}\r\nConnection: close\r\n\r\n`;
 
 describe("traffic-proxy", () => {
@@ -133,21 +151,7 @@ describe("traffic-proxy", () => {
   });
 
   it("a connection the relay offers back (\"<sandbox> *\"): decided at L3/L4, it is handed to the relay with the destination, what goes first each way and how much the proxy read; the proxy connects nowhere", async () => {
-    /** What the proxy sends the relay child until `done` holds (then the child's socket closes). */
-    const offer = (payload: string, done: (t: string) => boolean, tag = "strict") =>
-      new Promise<string>((resolve, reject) => {
-        const s = connect(sock);
-        let text = "";
-        s.on("data", (c) => {
-          text += c.toString("latin1");
-          if (done(text)) {
-            s.destroy();
-            resolve(text);
-          }
-        });
-        s.on("end", () => resolve(text)).on("error", reject);
-        s.write(`${tag} *\n${payload}`);
-      });
+    const offer = (payload: string, done: (t: string) => boolean, tag = "strict") => asRelayChild(`${tag} *`, payload, done);
     const framed = /^S(\S+) (\d+) (\d+|-) (\d+) (\d+) (\d+)\n/;
     const parts = (t: string) => {
       const m = framed.exec(t)!;
@@ -223,22 +227,7 @@ describe("traffic-proxy", () => {
   });
 
   it("a redirected connection the relay offers back (\"<sandbox> <ip> <port> *\"): allowed at L3/L4, handed back to that very ip:port with the bytes the proxy read; whatever the sandbox sends names no other", async () => {
-    /** What the proxy sends the relay child for a redirected connection to ip:p until it closes,
-     * or until `done` holds. */
-    const offer = (tag: string, ip: string, p: number, payload: string, done: (t: string) => boolean = () => false) =>
-      new Promise<string>((resolve, reject) => {
-        const s = connect(sock);
-        let text = "";
-        s.on("data", (c) => {
-          text += c.toString("latin1");
-          if (done(text)) {
-            s.destroy();
-            resolve(text);
-          }
-        });
-        s.on("end", () => resolve(text)).on("close", () => resolve(text)).on("error", reject);
-        s.write(`${tag} ${ip} ${p} *\n${payload}`);
-      });
+    const offer = (tag: string, ip: string, p: number, payload: string, done: (t: string) => boolean = () => false) => asRelayChild(`${tag} ${ip} ${p} *`, payload, done);
     const line = /^S(\S+) (\d+) (\d+) 0 0 (\d+)\n/;
     const complete = (t: string) => line.test(t) && t.length >= line.exec(t)![0].length + Number(line.exec(t)![4]);
     const before = seen.length;
