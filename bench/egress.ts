@@ -3,9 +3,11 @@
 // the proxy adds to a small HTTP request and to a bulk download (through the proxy, and on the
 // kernel's fast path for a destination the proxy already allowed), measured from inside sandboxes
 // against an origin in a namespace standing in for the internet (test/support/outside-net.ts).
-// Through HTTP_PROXY the proxy hands a decided connection back to the port relay, which relays it
-// in the kernel (port-relay.pl `handoff`); a second driver with that turned off gives the same
-// download with every byte through the proxy, in the same rounds.
+// Through HTTP_PROXY (plain or CONNECT) and redirected (no proxy variables), the proxy hands a
+// connection it decided at L3/L4 back to the port relay, which relays it in the kernel
+// (port-relay.pl `handoff`); a second driver with that turned off gives the same download with
+// every byte through the proxy, in the same rounds. `net.proxied_download_ratio` is the lowest of
+// the three ways' medians: what a user gets on a first connection, whichever way the client goes.
 // The proxy never reaches the host itself, so the origin cannot live on the host's loopback.
 // Part of the `local` suite; alone: `npm run bench -- egress`.
 import { mkdtempSync, rmSync } from "node:fs";
@@ -168,6 +170,7 @@ export async function run(ctx: Partial<BenchContext> = {}): Promise<Figures> {
       const r = speeds[k].map((v, i) => v / speeds.direct[i]!);
       return { value: round(pct(r, 50), 2), unit: "ratio", spread: minMax(r), ...extra };
     };
+    const firstConnection = (["proxied", "connect", "redirected"] as const).map((k) => ratio(k)).sort((x, y) => x.value - y.value)[0]!;
     return {
       "local.egress_create_to_first_cmd_p50_ms": { value: round(pct(behind, 50)), unit: "ms" },
       "local.plain_create_to_first_cmd_p50_ms": { value: round(pct(plain, 50)), unit: "ms" },
@@ -181,12 +184,14 @@ export async function run(ctx: Partial<BenchContext> = {}): Promise<Figures> {
       "local.redirected_download_mib_s": { value: round(med("redirected"), 0), unit: "MiB/s", spread: spread("redirected") },
       "local.fastpath_download_mib_s": { value: round(med("fastpath"), 0), unit: "MiB/s", spread: spread("fastpath") },
       "local.node_pipe_download_mib_s": { value: round(med("pipe"), 0), unit: "MiB/s", spread: spread("pipe") },
-      // 100 MB through the proxy (HTTP_PROXY: a proxy-protocol client never takes the fast path)
-      // against direct from a sandbox with a veth, same round: decided by the proxy, relayed by
-      // the port relay in the kernel (handoff).
-      "net.proxied_download_ratio": ratio("proxied", { target: "≥ 0.8" }),
-      // The same through a CONNECT tunnel (curl -p).
-      "net.proxied_connect_download_ratio": ratio("connect"),
+      // 100 MB on a first connection against direct from a sandbox with a veth, same round: the
+      // lowest median of the three ways below (each decided by the proxy, relayed by the port
+      // relay in the kernel: handoff).
+      "net.proxied_download_ratio": { ...firstConnection, target: "≥ 0.8" },
+      // HTTP_PROXY, plain HTTP by absolute URI (a proxy-protocol client never takes the fast path).
+      "net.proxied_plain_download_ratio": ratio("proxied", { target: "≥ 0.8" }),
+      // The same through a CONNECT tunnel (curl -p), as for https.
+      "net.proxied_connect_download_ratio": ratio("connect", { target: "≥ 0.8" }),
       // The same with every byte through the proxy (a driver without handoff, as before it).
       "net.proxied_via_node_download_ratio": ratio("nodeproxied"),
       // A bare Node relay between the same two namespaces (the sandbox's, and the origin's through
@@ -195,9 +200,9 @@ export async function run(ctx: Partial<BenchContext> = {}): Promise<Figures> {
       "local.proxied_connect_download_mib_s": { value: round(med("connect"), 0), unit: "MiB/s", spread: spread("connect") },
       "local.proxied_via_node_download_mib_s": { value: round(med("nodeproxied"), 0), unit: "MiB/s", spread: spread("nodeproxied") },
       "local.node_relay_download_mib_s": { value: round(med("relay"), 0), unit: "MiB/s", spread: spread("relay") },
-      // Redirected (no proxy variables), a connection the proxy decides and copies: the first one
-      // to a destination, or after a policy change or the entry's timeout.
-      "net.redirected_download_ratio": ratio("redirected"),
+      // Redirected (no proxy variables), a connection the proxy decides and hands back: the first
+      // one to a destination, or after a policy change or the entry's timeout.
+      "net.redirected_download_ratio": ratio("redirected", { target: "≥ 0.8" }),
       // Redirected, a later connection to the same destination: the kernel's fast path.
       "net.fastpath_download_ratio": ratio("fastpath", { target: "≥ 0.8" }),
       // The floor of any Node hop: the same download through one bare Node pipe, same round.

@@ -124,6 +124,24 @@ export const podSpansTotal = new Counter({
   registers: [registry],
 });
 
+/** L7 audit records the kubernetes driver pulled from pods' sidecars (kubernetes/pod-audit.ts):
+ * kept (handed to the sandbox's network audit), or dropped by the sidecar (its buffer was full). */
+export const podAuditRecords = new Counter({
+  name: "sandbox_agent_pod_audit_records_total",
+  help: "Network audit records pulled from pod sidecars, by outcome (kept, dropped by the sidecar).",
+  labelNames: ["outcome"] as const,
+  registers: [registry],
+});
+
+/** Audit pulls that took nothing, by reason: the request failed (unreachable, timeout, refused,
+ * too large), the answer was not JSON, or not audit records. */
+export const podAuditPullFailures = new Counter({
+  name: "sandbox_agent_pod_audit_pull_failures_total",
+  help: "Audit pulls from pod sidecars that took nothing, by reason (request, not_json, invalid).",
+  labelNames: ["reason"] as const,
+  registers: [registry],
+});
+
 /** Driver and runtime steps of a reconcile pass (ensure, destroy, snapshotFs, register, init), in seconds. */
 export const driverStepTime = new Histogram({
   name: "sandbox_agent_driver_step_seconds",

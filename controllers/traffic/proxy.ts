@@ -47,9 +47,10 @@ export interface TrafficProxyOptions {
   /** The kernel's fast path for redirected connections decided at L3/L4 (the local driver's;
    * none: every connection stays with the proxy, as in the sidecar). */
   fastPath?: FastPath;
-  /** Hand connections the relay offers (tag line "<sandbox> *", port-relay.pl `handoff`) back
-   * to it once decided at L3/L4: a CONNECT tunnel, or a plain-HTTP request without a body, the
-   * first on its connection. Default true; false: every byte goes through the proxy. */
+  /** Hand connections the relay offers (tag line "<sandbox> *" or "<sandbox> <ip> <port> *",
+   * port-relay.pl `handoff`) back to it once decided at L3/L4: a CONNECT tunnel, a plain-HTTP
+   * request without a body, the first on its connection, or a redirected connection no L7 policy
+   * wants. Default true; false: every byte goes through the proxy. */
   handoff?: boolean;
 }
 
@@ -100,6 +101,13 @@ function requestHead(req: IncomingMessage, url: URL): Buffer {
   }
   lines.push("connection: close");
   return Buffer.from(`${lines.join("\r\n")}\r\n\r\n`, "latin1");
+}
+
+/** What a paused client socket read and nobody took yet (its read buffer), taken now. */
+function buffered(client: Duplex): Buffer[] {
+  const more: Buffer[] = [];
+  for (let c: Buffer | null; (c = (client as Socket).read?.() as Buffer | null) != null; ) more.push(c);
+  return more;
 }
 
 function splitAuthority(authority: string): { host: string; port: number } | undefined {
@@ -157,6 +165,13 @@ export class TrafficProxy {
       track: (sandbox, host, upstream, client) => this.#trackTag(sandbox, host, upstream, client),
       trackClient: (sandbox, host, ip, port, client) => this.#trackTag(sandbox, host, client, client, { ip, port }),
       l7: opts.l7,
+      handback: {
+        can: (client) => this.#canHandOff(client),
+        // Its one address is the one the kernel said it was going to (the tag line); the relay's
+        // child also refuses any other. No answer of the proxy's own goes to the client either way.
+        give: (client, host, ip, port, head) => void this.#handOff(client, host, [ip], port, "", "", () => Buffer.concat([head, ...buffered(client)])),
+        stay: (client) => this.#stay(client),
+      },
       ...(opts.fastPath ? { fast: { epoch: (sandbox: string) => this.#epochs.get(sandbox) ?? 0, admit: (sandbox: string, ip: string, port: number, host: string, seconds: number, epoch: number) => this.#admitFast(sandbox, ip, port, host, seconds, epoch) } } : {}),
     });
     this.server = createHttpServer({ keepAliveTimeout: 30_000 });
@@ -229,7 +244,8 @@ export class TrafficProxy {
       socket.off("data", onData).pause();
       // "<sandbox>", or "<sandbox> <ip> <port>" for a connection the redirect in its namespace
       // brought (where it was going, from the kernel), which speaks its own protocol, not ours.
-      const [tag = "", ip, port] = buf.subarray(0, nl).toString().split(" ");
+      // A trailing " *" on the latter: the relay can take it back (RedirectedContext.handback).
+      const [tag = "", ip, port, offer] = buf.subarray(0, nl).toString().split(" ");
       this.#tags.set(socket, tag);
       const rest = buf.subarray(nl + 1);
       if (rest.length) socket.unshift(rest);
@@ -239,6 +255,7 @@ export class TrafficProxy {
         this.server.emit("connection", socket);
         return void socket.resume();
       }
+      if (ip !== undefined && ip !== "*" && offer === "*") this.#offered(socket, nl + 1);
       if (tag === DNS_CHANNEL) return void this.#redirected.dnsFrames(tag, socket, true);
       if (ip !== undefined && Number(port) === 53) return void this.#redirected.dnsFrames(tag, socket, false);
       if (ip !== undefined) return void this.#redirected.connection(tag, socket, ip, Number(port));
@@ -280,7 +297,7 @@ export class TrafficProxy {
    * tracked, which must be the one connected to: more stay with the proxy, which tries each). */
   #handOff(client: object, host: string, addresses: string[], port: number, ok: string, fail: string, up: () => Buffer, oneRequest = false): boolean {
     const h = this.#handback.get(client);
-    if (!h || h.said || this.#o.handoff === false) return false;
+    if (!h || !this.#canHandOff(client)) return false;
     const [ip, ...others] = addresses;
     if (ip === undefined || others.length || !isIPv4(ip)) return false;
     const socket = client as Socket;
@@ -294,6 +311,12 @@ export class TrafficProxy {
     this.#track(socket, host, socket, socket, { ip, port });
     socket.on("data", () => {}).once("end", () => socket.destroy());
     return true;
+  }
+
+  /** Whether the relay offered `client` back and nothing was said to its child yet. */
+  #canHandOff(client: object): boolean {
+    const h = this.#handback.get(client);
+    return h !== undefined && !h.said && this.#o.handoff !== false;
   }
 
   /** The connection stays with the proxy: the relay's child hears 'R' now rather than with the
@@ -439,11 +462,7 @@ export class TrafficProxy {
     if (!target) return void client.end(rawReply("400 Bad Request", `traffic-proxy: CONNECT needs host:port, not ${JSON.stringify(req.url)}\n`));
     const established = "HTTP/1.1 200 Connection Established\r\n\r\n";
     // The client's bytes past the CONNECT: its head, and what the socket read since.
-    const sent = () => {
-      const more: Buffer[] = [head];
-      for (let c: Buffer | null; (c = (client as Socket).read?.() as Buffer | null) != null; ) more.push(c);
-      return Buffer.concat(more);
-    };
+    const sent = () => Buffer.concat([head, ...buffered(client)]);
     await this.#open(
       client,
       target.host,

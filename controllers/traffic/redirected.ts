@@ -77,6 +77,17 @@ export interface RedirectedContext {
   /** The same for a client whose upstream sockets are shared: judged by ip:port, kept until it closes. */
   trackClient?(sandbox: string, host: string, ip: string, port: number, client: Socket): void;
   l7?: L7Hook;
+  /** A connection the relay offered back ("<sandbox> <ip> <port> *", port-relay.pl `handoff`):
+   * `can` says it may still be handed back; `give` hands it to the relay's child, which connects
+   * to ip:port itself from the host's network (nowhere else: the child checks it against its own
+   * SO_ORIGINAL_DST) and relays in the kernel, `head` (the bytes the proxy read) first; the
+   * proxy keeps the socket, tracked under the sandbox, so a rule change still ends it. `stay`:
+   * every byte goes through the proxy (L7, or no handoff). None: nothing is handed back. */
+  handback?: {
+    can(client: Socket): boolean;
+    give(client: Socket, host: string, ip: string, port: number, head: Buffer): void;
+    stay(client: Socket): void;
+  };
   /** The kernel's fast path: `epoch` is the sandbox's policy epoch now (taken before a verdict);
    * `admit` is called for an allowed connection that went to ip:port without L7 (host: the name it
    * went by) once connected, with the epoch its verdict was taken under, and says whether the
@@ -190,6 +201,15 @@ export class RedirectedPath {
       c.track(sandbox, host, upstream, client);
       return upstream;
     };
+    // Decided at L3/L4 with nothing to inspect: the relay's child takes it from here. The
+    // destination goes on the fast path now, before the child's connect (a destination that does
+    // not answer is then tried by the kernel's way as well, and fails there alike).
+    if (!l7 && c.handback?.can(client)) {
+      if (c.fast && !c.fast.admit(sandbox, ip, port, host, fastSeconds, epoch)) return void client.destroy();
+      return c.handback.give(client, host, ip, port, head);
+    }
+    // Said before anything is written: an L7 handler may write below the socket (TLS on its handle).
+    c.handback?.stay(client);
     // An L7 client may be served on pooled sockets it did not open: it is what a rule change ends.
     if (l7) {
       c.trackClient?.(sandbox, host, ip, port, client);

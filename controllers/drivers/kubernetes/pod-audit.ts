@@ -19,6 +19,7 @@
 import { AUDIT_ACK_HEADER, MAX_POD_AUDIT_BYTES, PodAuditBatchSchema, POD_AUDIT_PATH } from "../../../schema/protocol/pod-audit.ts";
 import type { NetworkAuditRecord } from "../../../schema/api/network-audit.ts";
 import { boundedGet } from "../../lib/bounded-get.ts";
+import { podAuditPullFailures, podAuditRecords } from "../../lib/metrics.ts";
 
 /** How often each sandbox's sidecar is asked (its buffer holds MAX_POD_AUDIT_RECORDS meanwhile). */
 export const PULL_EVERY_MS = 2_000;
@@ -117,17 +118,24 @@ export class PodAuditCollector {
       try {
         json = JSON.parse(body);
       } catch {
+        podAuditPullFailures.inc({ reason: "not_json" });
         return { kept: 0, dropped: 0, error: "not JSON" };
       }
       const parsed = PodAuditBatchSchema.safeParse(json);
-      if (!parsed.success) return { kept: 0, dropped: 0, error: `not audit records: ${parsed.error.issues[0]?.message ?? "invalid"}` };
+      if (!parsed.success) {
+        podAuditPullFailures.inc({ reason: "invalid" });
+        return { kept: 0, dropped: 0, error: `not audit records: ${parsed.error.issues[0]?.message ?? "invalid"}` };
+      }
       // The batch this pull acknowledged, handed again (a sidecar that did not take the
       // acknowledgement): kept once only.
       if (parsed.data.batch !== undefined && parsed.data.batch === l.ack) return { kept: 0, dropped: 0 };
       for (const { sandbox: _ignored, ...r } of parsed.data.records) this.#o.sink({ ...r, sandbox: sandboxId });
       if (parsed.data.batch !== undefined) l.ack = parsed.data.batch;
+      podAuditRecords.inc({ outcome: "kept" }, parsed.data.records.length);
+      podAuditRecords.inc({ outcome: "dropped" }, parsed.data.dropped);
       return { kept: parsed.data.records.length, dropped: parsed.data.dropped };
     } catch (err) {
+      podAuditPullFailures.inc({ reason: "request" });
       return { kept: 0, dropped: 0, error: (err as Error).message };
     } finally {
       l.pulling = false;

@@ -381,6 +381,10 @@ sub egress {
   my $line = tag_line($tag, getsockopt($c, 0, 80), getsockname($c));  # SOL_IP, SO_ORIGINAL_DST
   # To the listener itself (HTTP_PROXY): "<tag> *", so the proxy may hand it back.
   return handoff($c, $p) if $line eq "$tag\n" && put($p, "$tag *\n");
+  # Redirected (but DNS, which the proxy answers itself): "<tag> <ip> <port> *", to be handed
+  # back, if at all, only to where the kernel says it was going.
+  my ($ip, $port) = $line =~ /^\S+ (\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}) (\d{1,5})\n\z/;
+  return handoff($c, $p, "$ip $port") if defined $port && $port != 53 && put($p, "$tag $ip $port *\n");
   pump($c, $p, '', 1) if put($p, $line);
 }
 
@@ -397,10 +401,12 @@ sub egress {
 # request, answered with the connection's end): nothing of the client's goes after <up>, since
 # the proxy never checked it (a pipelined request may name another host); only the answer flows. The proxy's socket stays open while the connection lives:
 # the proxy ending it ends the connection (a rule change that denies it), and the child's end tells
-# the proxy it is over.
+# the proxy it is over. `$only` ("<ip> <port>", a redirected connection's original destination,
+# from the kernel): the one destination it may be handed back to; any other S line ends it. A
+# redirected connection's <ok> and <fail> are empty (the proxy never speaks to such a client).
 our $HANDOFF_KEEP = 1 << 20;
 sub handoff {
-  my ($c, $p) = @_;
+  my ($c, $p, $only) = @_;
   my ($mode, $sent, $c_open) = (undef, '', 1);
   while (!defined $mode) {
     my $rin = '';
@@ -416,7 +422,8 @@ sub handoff {
       sysread($p, $mode, 1) or exit 0;  # the proxy closed before a word (no request in time)
     }
   }
-  return pump($c, $p, '') if $mode eq 'R';
+  # Redirected: a proxy that ends without a byte after 'R' (it could not connect) ends it all.
+  return pump($c, $p, '', defined $only) if $mode eq 'R';
   exit 0 unless $mode eq 'S';
   my $head = '';
   while (index($head, "\n") < 0) {
@@ -424,6 +431,7 @@ sub handoff {
     sysread($p, $head, 1, length $head) or exit 0;
   }
   my ($ip, $port, $read, @len) = $head =~ /^(\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}) (\d{1,5}) (\d{1,7}|-) (\d{1,7}) (\d{1,7}) (\d{1,7})\n\z/ or exit 0;
+  exit 0 if defined $only && "$ip $port" ne $only;
   my $one = $read eq '-';
   exit 0 if !$one && $read > length $sent;
   my @part;
@@ -493,9 +501,12 @@ sub splice_pump {
         exit 0 if $k < 0;  # reset: closing both ends passes it on
         $x->{n} = $k;
       }
-      # Freshly read, or the far side took more: as much as it takes now.
+      # Freshly read, or the far side took more: as much as it takes now. Never SPLICE_F_MORE: on
+      # a TCP socket it is MSG_MORE, which holds a short write (a request through a tunnel, the end
+      # of an answer on a kept-alive connection) for up to 200 ms waiting for more that may never
+      # come; the kernel's autocorking already merges what follows at once.
       while ($x->{n}) {
-        my $k = syscall($splice_nr, fileno($x->{r}), 0, fileno($x->{to}), 0, $x->{n}, 7);  # | SPLICE_F_MORE
+        my $k = syscall($splice_nr, fileno($x->{r}), 0, fileno($x->{to}), 0, $x->{n}, 3);  # SPLICE_F_MOVE | SPLICE_F_NONBLOCK
         last if $k < 0 && $!{EAGAIN};
         if ($k <= 0) { $x->{done} = 1; last }
         $x->{n} -= $k;

@@ -44,12 +44,12 @@ afterAll(async () => {
   rmSync(dir, { recursive: true, force: true });
 });
 
-function redirected(tag: string, payload: string): Promise<string> {
+function redirected(tag: string, payload: string, offer = ""): Promise<string> {
   return new Promise((resolve) => {
     const s = connect(join(dir, "p.sock"));
     let got = "";
     s.on("data", (c: Buffer) => (got += c.toString())).on("close", () => resolve(got)).on("error", () => {});
-    s.write(`${tag} 127.0.0.1 ${port}\n`);
+    s.write(`${tag} 127.0.0.1 ${port}${offer}\n`);
     s.write(payload);
   });
 }
@@ -66,4 +66,10 @@ it("never hands over a connection of a sandbox without rules (closed)", async ()
   const got = await redirected("other", "GET / HTTP/1.1\r\nHost: api.test\r\n\r\n");
   expect(got).toBe("");
   expect(handed).toHaveLength(1);
+});
+
+it("a connection it wants that the relay offers back stays with the proxy: 'R' before the handler's first byte", async () => {
+  const got = await redirected("sbx", "GET / HTTP/1.1\r\nHost: api.test\r\n\r\n", " *");
+  expect(got).toBe("Rl7 saw http api.test (34 bytes)\nfrom upstream\n");
+  expect(handed).toHaveLength(2);
 });

@@ -102,6 +102,24 @@ function exchange(tag: string, payload: string, after?: (text: string) => string
   });
 }
 
+/** What the proxy sends a relay child that offered a connection (tag `line`, then the client's
+ * `payload`) until it closes, or until `done` holds (then the child's socket closes). */
+function asRelayChild(line: string, payload: string, done: (t: string) => boolean): Promise<string> {
+  return new Promise<string>((resolve, reject) => {
+    const s = connect(sock);
+    let text = "";
+    s.on("data", (c) => {
+      text += c.toString("latin1");
+      if (done(text)) {
+        s.destroy();
+        resolve(text);
+      }
+    });
+    s.on("end", () => resolve(text)).on("close", () => resolve(text)).on("error", reject);
+    s.write(`${line}\n${payload}`);
+  });
+}
+
 const get = (host: string) => `GET http://${host}:${port}/path?q=1 HTTP/1.1\r\nHost: ${host}:${port}\r\nConnection: close\r\n\r\n`;
 
 describe("traffic-proxy", () => {
@@ -133,21 +151,7 @@ describe("traffic-proxy", () => {
   });
 
   it("a connection the relay offers back (\"<sandbox> *\"): decided at L3/L4, it is handed to the relay with the destination, what goes first each way and how much the proxy read; the proxy connects nowhere", async () => {
-    /** What the proxy sends the relay child until `done` holds (then the child's socket closes). */
-    const offer = (payload: string, done: (t: string) => boolean, tag = "strict") =>
-      new Promise<string>((resolve, reject) => {
-        const s = connect(sock);
-        let text = "";
-        s.on("data", (c) => {
-          text += c.toString("latin1");
-          if (done(text)) {
-            s.destroy();
-            resolve(text);
-          }
-        });
-        s.on("end", () => resolve(text)).on("error", reject);
-        s.write(`${tag} *\n${payload}`);
-      });
+    const offer = (payload: string, done: (t: string) => boolean, tag = "strict") => asRelayChild(`${tag} *`, payload, done);
     const framed = /^S(\S+) (\d+) (\d+|-) (\d+) (\d+) (\d+)\n/;
     const parts = (t: string) => {
       const m = framed.exec(t)!;
@@ -220,6 +224,53 @@ describe("traffic-proxy", () => {
     expect(seen.at(-1)?.url).toBe("/uploaded");
     // A relay that sends no request in time hears nothing: its socket just ends.
     expect(await offer("", () => false)).toBe("");
+  });
+
+  it("a redirected connection the relay offers back (\"<sandbox> <ip> <port> *\"): allowed at L3/L4, handed back to that very ip:port with the bytes the proxy read; whatever the sandbox sends names no other", async () => {
+    const offer = (tag: string, ip: string, p: number, payload: string, done: (t: string) => boolean = () => false) => asRelayChild(`${tag} ${ip} ${p} *`, payload, done);
+    const line = /^S(\S+) (\d+) (\d+) 0 0 (\d+)\n/;
+    const complete = (t: string) => line.test(t) && t.length >= line.exec(t)![0].length + Number(line.exec(t)![4]);
+    const before = seen.length;
+    // Bytes that would name another destination, to the proxy and to an S-reading relay alike.
+    const forged = `S127.0.0.2 ${port} 0 0 0 0\nCONNECT 127.0.0.2:${port} HTTP/1.1\r\nHost: 127.0.0.2\r\n\r\n`;
+    const handed = await offer("strict", "127.0.0.1", port, forged, complete);
+    const m = line.exec(handed)!;
+    expect({ to: `${m[1]}:${m[2]}`, read: Number(m[3]) }).toEqual({ to: `127.0.0.1:${port}`, read: forged.length });
+    expect(handed.slice(m[0].length)).toBe(forged);
+    // The proxy itself connected nowhere (the relay's child does).
+    expect(seen.length).toBe(before);
+    // Denied: never handed back, whatever it sends; plain HTTP hears 'R' and the 403 of the proxy.
+    expect(await offer("strict", "127.0.0.2", port, forged)).toBe("");
+    expect(await offer("strict", "127.0.0.2", port, get("127.0.0.1"), (t) => t.includes("egress denied"))).toMatch(/^RHTTP\/1.1 403/);
+    expect(seen.length).toBe(before);
+  });
+
+  it("with handoff off, an offered connection (HTTP_PROXY or redirected) stays with the proxy: 'R', then the proxy's own bytes", async () => {
+    const dir2 = mkdtempSync(join(tmpdir(), "traffic-nohandoff-"));
+    const off = new TrafficProxy({ handoff: false, refuse: () => undefined, policyFor: () => policies.strict! });
+    await off.listenTagged(join(dir2, "p.sock"));
+    const talk = (line: string, payload: string) =>
+      new Promise<string>((resolve, reject) => {
+        const s = connect(join(dir2, "p.sock"));
+        let text = "";
+        s.on("data", (c) => {
+          text += c.toString("latin1");
+          if (text.includes("hello from")) {
+            s.destroy();
+            resolve(text);
+          }
+        });
+        s.on("close", () => resolve(text)).on("error", reject);
+        s.write(`${line}\n${payload}`);
+      });
+    try {
+      expect(await talk("strict *", get("127.0.0.1"))).toMatch(/^RHTTP\/1.1 200/);
+      expect(await talk(`strict 127.0.0.1 ${port} *`, `GET /r HTTP/1.1\r\nHost: x\r\n\r\n`)).toMatch(/^RHTTP\/1.1 200/);
+      expect(seen.at(-1)?.url).toBe("/r");
+    } finally {
+      await off.close();
+      rmSync(dir2, { recursive: true, force: true });
+    }
   });
 
   it("resolves a name once and connects only to an address that passed (no second lookup)", async () => {

@@ -4,6 +4,7 @@
 // the rules allow, and `b`, which they deny. The proxy connects from the host, so they see the
 // host's address on their link. The host's own services, its loopback and other sandboxes are
 // never reached through the proxy, whatever the rules say.
+import { execFileSync } from "node:child_process";
 import { createServer, type Server } from "node:http";
 import { mkdtempSync, readdirSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -331,6 +332,31 @@ describe("local sandboxes with egress rules", () => {
     await pollUntil(() => sh(d.id, "cat /tmp/t2.out"), (o) => o.includes("200"));
     await driver.ensure({ ...d, generation: 4, allowInternetAccess: false, egress: null });
     expect(await pollUntil(() => sh(d.id, "cat /tmp/t2.out"), (o) => o.includes("\n"), 3000)).toBe("HTTP/1.1 200 Connection Established\nclosed");
+  });
+
+  it("a redirected connection (no proxy variables) is handed back to the relay's child, which reaches only where it was going; a rule change still ends it", async () => {
+    const d = desired();
+    await driver.ensure(d);
+    // As tunnelScript, without the proxy: straight to port 80 of a, which the redirect brings to the proxy.
+    const direct = tunnelScript(a.ip)
+      .replace(`s = socket.create_connection(("127.0.0.1", 3128))`, `s = socket.create_connection(("${a.ip}", 80))`)
+      .replace(/s\.sendall\(b"CONNECT[^\n]*\n[^\n]*\n/, 'print("open", flush=True)\n');
+    await background(d.id, "r1", direct);
+    await pollUntil(() => sh(d.id, "cat /tmp/r1.out"), (o) => o.includes("open"));
+    // The connection to a is the relay child's (splice), not the agent's (this process).
+    const holders = () => execFileSync("ss", ["-tnpH", "dst", `${a.ip}:80`], { encoding: "utf8" });
+    expect(await pollUntil(async () => holders(), (o) => o.includes("perl"), 3000)).toContain('"perl"');
+    expect(holders()).not.toContain('"node"');
+    await driver.ensure({ ...d, generation: 2, egress: { allowOut: ["198.51.100.0/24"], denyOut: ["0.0.0.0/0"] } });
+    await sleep(300);
+    expect(await sh(d.id, "cat /tmp/r1.out")).toBe("open");
+    await driver.ensure({ ...d, generation: 3, egress: { allowOut: [b.ip], denyOut: ["0.0.0.0/0"] } });
+    expect(await pollUntil(() => sh(d.id, "cat /tmp/r1.out"), (o) => o.includes("\n"), 3000)).toBe("open\nclosed");
+    expect(holders()).not.toContain("perl");
+    // Bytes that would be a hand-back line to the relay go to the proxy as data: to a denied
+    // destination they reach nothing, neither it nor the address they name.
+    const forge = `python3 -c 'import socket; s=socket.create_connection(("${a.ip}", 80), 3); s.settimeout(3); s.sendall(b"S${b.ip} 80 0 0 0 0\\nGET / HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n"); print(b"outside saw" in s.recv(4096))'`;
+    expect(await sh(d.id, forge)).toBe("False");
   });
 
   it("the proxy port is not a user port: the way in refuses it", async () => {

@@ -4,7 +4,7 @@
 import { execFileSync } from "node:child_process";
 import { createServer, type Server, type Socket } from "node:net";
 import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { networkInterfaces, tmpdir } from "node:os";
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { afterAll, describe, expect, it } from "vitest";
@@ -135,6 +135,51 @@ describe("user ports of sandboxes without network", () => {
     } finally {
       relay.dispose();
       await proxy.close();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it("a redirected connection is handed back only to where the kernel says it was going, whatever the proxy's line names", async () => {
+    const d = desired();
+    await driver.ensure(d);
+    const nsInit = readRecord(layoutFor(dataDir, d.id).record)!.nsInit!;
+    // A host address that is not loopback (the sandbox's own loopback is never redirected).
+    const hostIp = Object.values(networkInterfaces()).flat().find((i) => i && i.family === "IPv4" && !i.internal)!.address;
+    let reached = 0;
+    const target = createServer((c) => {
+      reached++;
+      c.on("error", () => {}).end("host here");
+    });
+    await new Promise<void>((r) => target.listen(0, "0.0.0.0", r));
+    const targetPort = (target.address() as { port: number }).port;
+    const dir = mkdtempSync(join(tmpdir(), "relay-handback-"));
+    const proxySocket = join(dir, "proxy.sock");
+    // A proxy that hands every offered connection back to `sendTo` (what it said: `lines`).
+    let sendTo = "";
+    const lines: string[] = [];
+    const proxy = createServer((c) => {
+      c.on("error", () => {}).once("data", (b) => {
+        lines.push(String(b).split("\n")[0]!);
+        c.write(`S${sendTo} ${targetPort} 0 0 0 0\n`);
+      });
+    });
+    await new Promise<void>((r) => proxy.listen(proxySocket, r));
+    const relay = new PortRelay({ proxySocket });
+    const fetch = () => sh(d.id, `python3 -c 'import socket; s=socket.create_connection(("${hostIp}", ${targetPort}), 3); s.settimeout(3); print(s.recv(100))'`).then((r) => r.stdout.trim());
+    try {
+      await relay.listenEgress(d.id, nsInit, 3997, { cgroupProcs: [], maxConnections: 8 });
+      sendTo = hostIp;
+      expect(await fetch()).toBe("b'host here'");
+      expect(lines).toEqual([`${d.id} ${hostIp} ${targetPort} *`]);
+      expect(reached).toBe(1);
+      // Another address than the original destination (here the host's loopback): not dialled.
+      sendTo = "127.0.0.1";
+      expect(await fetch()).toBe("b''");
+      expect(reached).toBe(1);
+    } finally {
+      relay.dispose();
+      proxy.close();
+      target.close();
       rmSync(dir, { recursive: true, force: true });
     }
   });
