@@ -16,11 +16,12 @@ import type { AddressInfo } from "node:net";
 import { resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { Sandbox } from "e2b";
+import type { Plugin } from "esbuild";
 import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { setFlagsFromString } from "node:v8";
 import { runInNewContext } from "node:vm";
-import { bundleRuntime, RUNTIME_NODE_FLAGS, writeCodeCache } from "../controllers/runtime/bundle.ts";
+import { bundleRuntime, bundleRuntimeSnapshot, RUNTIME_NODE_FLAGS, writeCodeCache, writeSnapshot } from "../controllers/runtime/bundle.ts";
 import { HostView } from "../controllers/runtime/host-view.ts";
 import { createRuntime } from "../controllers/runtime/runtime.ts";
 import { ENVD_VERSION } from "../controllers/runtime/version.ts";
@@ -48,8 +49,12 @@ function rssMB(pid: number, field = "VmRSS"): number {
   return Number(m![1]) / 1024;
 }
 
-async function startRuntime(entry: string): Promise<{ child: ChildProcess; url: string }> {
-  const child = spawn(process.execPath, [entry, "--port", "0", "--host", "127.0.0.1"], { cwd: ROOT, stdio: ["ignore", "pipe", "inherit"] });
+/** `entry` with the runtime's flags (main.ts re-executes itself to get them), or `nodeArgs` as
+ * given (a start from the snapshot, as a pod starts it: flags and allocator set by its launcher). */
+async function startRuntime(entry: string | { nodeArgs: string[] }): Promise<{ child: ChildProcess; url: string }> {
+  const runtimeArgs = ["--port", "0", "--host", "127.0.0.1"];
+  const [args, env] = typeof entry === "string" ? [[entry, ...runtimeArgs], process.env] : [[...entry.nodeArgs, "--", ...runtimeArgs], { ...process.env, MALLOC_ARENA_MAX: "2" }];
+  const child = spawn(process.execPath, args, { cwd: ROOT, stdio: ["ignore", "pipe", "inherit"], env });
   const url = await new Promise<string>((res, rej) => {
     child.stdout!.on("data", (d) => {
       const m = /listening on (http:\/\/\S+)/.exec(String(d));
@@ -111,19 +116,6 @@ async function coldStart(args: string[], env: Record<string, string> = {}): Prom
 /** The floor of a cold start: Node itself serving HTTP, nothing loaded. */
 const BARE_SERVER = `const s = require("node:http").createServer((q, r) => r.writeHead(204).end()); s.listen(0, "127.0.0.1", () => console.log("listening on http://127.0.0.1:" + s.address().port));`;
 
-/** A floor between the two: the bare server after loading the runtime's code as start.cjs loads
- * it (the bundle and its code cache read, compiled from the cache) without running it. What the
- * runtime's start costs above this is what its code does; below it only a smaller bundle or a
- * start that does not load it (a startup snapshot) can go. */
-const CODE_LOAD_FLOOR = `"use strict";
-const { readFileSync } = require("node:fs");
-const Module = require("node:module");
-const vm = require("node:vm");
-const file = process.argv[2];
-const script = new vm.Script(Module.wrap(readFileSync(file, "utf8")), { filename: file, cachedData: readFileSync(file + ".cache"), importModuleDynamically: vm.constants.USE_MAIN_CONTEXT_DEFAULT_LOADER });
-if (script.cachedDataRejected) throw new Error("code cache rejected");
-${BARE_SERVER}`;
-
 const quantile = (xs: number[], q: number) => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor(xs.length * q))]!;
 const spread = (xs: number[]) => `p25 ${quantile(xs, 0.25).toFixed(2)}, p75 ${quantile(xs, 0.75).toFixed(2)}`;
 
@@ -155,24 +147,92 @@ async function idleRss(entry: string, apiUrl: string): Promise<{ rss: number; an
   }
 }
 
-/** The floor of idle RSS: the bare Node server with the runtime's flags and allocator setting,
- * after serving a few requests, measured as idleRss measures the runtime. */
-async function bareIdleRss(bare: string): Promise<{ rss: number; anon: number }> {
-  const child = spawn(process.execPath, [...RUNTIME_NODE_FLAGS, bare], { cwd: ROOT, stdio: ["ignore", "pipe", "inherit"], env: { ...process.env, MALLOC_ARENA_MAX: "2" } });
+/** Private memory (USS: pages no other process maps) of a live process, in MB. */
+function ussMB(pid: number): number {
+  const rollup = readFileSync(`/proc/${pid}/smaps_rollup`, "utf8");
+  const kb = (field: string) => Number(new RegExp(`${field}:\\s+(\\d+) kB`).exec(rollup)![1]);
+  return (kb("Private_Clean") + kb("Private_Dirty")) / 1024;
+}
+
+/** Memory flags a small single-purpose server can use: the smallest young generation, one V8
+ * worker thread, and V8's lite mode (no optimizing compiler, feedback allocated lazily). */
+const LEAN_FLAGS = ["--max-semi-space-size=1", "--v8-pool-size=1", "--lite-mode"];
+
+interface Idle { rss: number; anon: number; uss: number }
+
+/** A server started with `args` (as a pod starts it: MALLOC_ARENA_MAX=2, unless `plain`), idle
+ * 1.5 s after serving: the runtime one SDK command (`apiUrl`), the bare server five requests. */
+async function idleOf(args: string[], opts: { apiUrl?: string; plain?: boolean } = {}): Promise<Idle> {
+  const env = opts.plain ? process.env : { ...process.env, MALLOC_ARENA_MAX: "2" };
+  // stderr ignored: V8 says under --lite-mode that it disables WebAssembly, on every start.
+  const child = spawn(process.execPath, args, { cwd: ROOT, stdio: ["ignore", "pipe", "ignore"], env });
   try {
     const url = await new Promise<string>((res, rej) => {
+      let out = "";
       child.stdout!.on("data", (d) => {
-        const m = /listening on (http:\/\/\S+)/.exec(String(d));
+        out += d;
+        const m = /listening on (http:\/\/\S+)/.exec(out);
         if (m) res(m[1]!);
       });
-      child.once("exit", (code) => rej(new Error(`bare server exited ${code}`)));
+      child.once("exit", (code) => rej(new Error(`${args.join(" ")} exited ${code}`)));
     });
-    for (let i = 0; i < 5; i++) await fetch(`${url}/health`).then((r) => r.arrayBuffer());
+    if (opts.apiUrl) {
+      const sbx = await Sandbox.create("base", { apiKey: `e2b_${"0".repeat(40)}`, apiUrl: opts.apiUrl, sandboxUrl: url });
+      await sbx.commands.run("true");
+    } else for (let i = 0; i < 5; i++) await fetch(`${url}/health`).then((r) => r.arrayBuffer());
     await sleep(1500);
-    return { rss: rssMB(child.pid!), anon: rssMB(child.pid!, "RssAnon") };
+    return { rss: rssMB(child.pid!), anon: rssMB(child.pid!, "RssAnon"), uss: ussMB(child.pid!) };
   } finally {
     child.kill("SIGKILL");
   }
+}
+
+/**
+ * Idle memory, the sides interleaved (3 rotating rounds): the runtime as a pod starts it (from its
+ * startup snapshot), from a snapshot without the built-ins' code cache, and as it starts without a
+ * snapshot (start.cjs, code cache), with the pod's flags, and from its snapshot with LEAN_FLAGS;
+ * and its floor, a bare Node HTTP server, with no flags at all, with the runtime's and with
+ * LEAN_FLAGS. RSS counts the node binary's file pages (shared by every node
+ * process on the machine); USS, the private pages, is what one more runtime costs.
+ */
+async function idleMemory(dir: string, bare: string, apiUrl: string): Promise<Figures> {
+  const blob = join(dir, "main.blob");
+  const runtimeArgs = ["--port", "0", "--host", "127.0.0.1"];
+  const sides = {
+    snapshot: () => idleOf([...RUNTIME_NODE_FLAGS, "--snapshot-blob", blob, "--", ...runtimeArgs], { apiUrl }),
+    codeCache: () => idleOf([...RUNTIME_NODE_FLAGS, join(dir, "start.cjs"), ...runtimeArgs], { apiUrl }),
+    leanSnapshot: () => idleOf([...RUNTIME_NODE_FLAGS, "--snapshot-blob", join(dir, "lean.blob"), "--", ...runtimeArgs], { apiUrl }),
+    snapshotLean: () => idleOf([...LEAN_FLAGS, "--snapshot-blob", blob, "--", ...runtimeArgs], { apiUrl }),
+    bare: () => idleOf([...RUNTIME_NODE_FLAGS, bare]),
+    bareNoFlags: () => idleOf([bare], { plain: true }),
+    bareLean: () => idleOf([...LEAN_FLAGS, bare]),
+  };
+  const got = await rotating(sides, 3);
+  const med = (side: keyof typeof sides, f: keyof Idle) => r2(median(got[side].map((x) => x[f])));
+  const floor = Math.min(med("bare", "rss"), med("bareNoFlags", "rss"), med("bareLean", "rss"));
+  const stopped = floor > 35 ? `; out of reach: Node itself, a bare HTTP server, idles at ${floor} MB with any of the flag sets measured` : "";
+  const fig = (value: number, unit: string, target?: string) => ({ value, unit, ...(target ? { target } : {}) });
+  return {
+    "runtime.idle_rss_mb": fig(med("snapshot", "rss"), "MB (from its startup snapshot, as a pod starts it; 3 rounds interleaved with the sides below)", `<= 35 (floor: idle_rss_floor_mb${stopped})`),
+    "runtime.idle_private_mb": fig(med("snapshot", "uss"), "MB USS (smaps_rollup Private_*: what one more runtime costs)"),
+    "runtime.idle_anon_mb": fig(med("snapshot", "anon"), "MB RssAnon"),
+    "runtime.idle_rss_floor_mb": fig(floor, "MB (the lowest median of the bare Node HTTP server's sides below)"),
+    "runtime.idle_rss_over_bare_node_ratio": fig(r2(med("snapshot", "rss") / med("bare", "rss")), "x (the bare server with the same flags, same rounds)"),
+    "runtime.idle_rss_above_bare_node_mb": fig(r2(med("snapshot", "rss") - med("bare", "rss")), "MB (what the runtime adds to its floor)"),
+    "runtime.idle_private_above_bare_node_mb": fig(r2(med("snapshot", "uss") - med("bare", "uss")), "MB USS"),
+    "runtime.idle_rss_mb_code_cache_start": fig(med("codeCache", "rss"), "MB (start.cjs from the code cache: the pod's entry without a snapshot)"),
+    "runtime.idle_private_mb_code_cache_start": fig(med("codeCache", "uss"), "MB USS"),
+    "runtime.idle_rss_mb_snapshot_without_code_cache": fig(med("leanSnapshot", "rss"), "MB (from a snapshot without the built-ins' code cache)"),
+    "runtime.idle_private_mb_snapshot_without_code_cache": fig(med("leanSnapshot", "uss"), "MB USS"),
+    "runtime.idle_rss_mb_lean_flags": fig(med("snapshotLean", "rss"), `MB (from the snapshot with ${LEAN_FLAGS.join(" ")})`),
+    "runtime.idle_private_mb_lean_flags": fig(med("snapshotLean", "uss"), "MB USS"),
+    "runtime.bare_node_server_idle_rss_mb": fig(med("bare", "rss"), `MB (the runtime's flags ${RUNTIME_NODE_FLAGS.join(" ")}, MALLOC_ARENA_MAX=2)`),
+    "runtime.bare_node_server_idle_private_mb": fig(med("bare", "uss"), "MB USS"),
+    "runtime.bare_node_server_idle_rss_mb_no_flags": fig(med("bareNoFlags", "rss"), "MB (no node flags, glibc's default arenas)"),
+    "runtime.bare_node_server_idle_private_mb_no_flags": fig(med("bareNoFlags", "uss"), "MB USS"),
+    "runtime.bare_node_server_idle_rss_mb_lean_flags": fig(med("bareLean", "rss"), `MB (${LEAN_FLAGS.join(" ")})`),
+    "runtime.bare_node_server_idle_private_mb_lean_flags": fig(med("bareLean", "uss"), "MB USS"),
+  };
 }
 
 /** Heap cost of one registered idle sandbox in an embedded runtime (the local driver's mode). */
@@ -198,26 +258,20 @@ export async function run(_ctx?: unknown): Promise<Figures> {
   const dir = mkdtempSync(join(ROOT, "dist", "runtime-bench-"));
   const bundle = await bundleRuntime(join(dir, "main.cjs"));
   writeCodeCache(bundle);
+  // main.blob beside it, as the image build makes it, and one without the built-ins' code cache.
+  const snapshotBundle = await bundleRuntimeSnapshot(join(dir, "snapshot.cjs"));
+  writeSnapshot(snapshotBundle);
+  writeSnapshot(snapshotBundle, { name: "lean.blob", withoutCodeCache: true });
   const bare = join(dir, "bare.cjs");
   writeFileSync(bare, BARE_SERVER);
   const api = await fakeControlPlane();
   // As a pod runs it (k8s/entrypoint.sh).
-  const { child, url } = await startRuntime(join(dir, "start.cjs"));
+  const { child, url } = await startRuntime({ nodeArgs: [...RUNTIME_NODE_FLAGS, "--snapshot-blob", join(dir, "main.blob")] });
   try {
     if (part("cold")) Object.assign(figures, await coldStarts(bundle, bare), await tracingOffStart(bundle, dir));
     if (part("idle")) {
-      const fromSource = await idleRss("controllers/runtime/main.ts", api.url);
-      const idle = await idleRss(bundle, api.url);
-      const bareIdle = await bareIdleRss(bare);
-      // The floor stops the target when Node itself, serving HTTP with the same flags, is above it.
-      const floor = bareIdle.rss > 35 ? `; out of reach: the floor, a bare node server with the same flags, is ${bareIdle.rss.toFixed(1)} MB this run` : "";
-      figures["runtime.idle_rss_mb"] = { value: idle.rss, unit: "MB", target: `<= 35 (floor: bare_node_server_idle_rss_mb${floor})` };
-      figures["runtime.idle_rss_over_bare_node_ratio"] = { value: r2(idle.rss / bareIdle.rss), unit: "x (the same run's bare node server, same flags)" };
-      figures["runtime.idle_rss_above_bare_node_mb"] = { value: r2(idle.rss - bareIdle.rss), unit: "MB (what the runtime adds to its floor)" };
-      figures["runtime.idle_private_mb"] = { value: idle.anon, unit: "MB" };
-      figures["runtime.bare_node_server_idle_rss_mb"] = { value: bareIdle.rss, unit: "MB (same flags, after serving requests)" };
-      figures["runtime.bare_node_server_idle_private_mb"] = { value: bareIdle.anon, unit: "MB" };
-      figures["runtime.idle_rss_mb_from_source"] = { value: fromSource.rss, unit: "MB" };
+      Object.assign(figures, await idleMemory(dir, bare, api.url));
+      figures["runtime.idle_rss_mb_from_source"] = { value: (await idleRss("controllers/runtime/main.ts", api.url)).rss, unit: "MB" };
     }
     const sbx = await Sandbox.create("base", { apiKey: `e2b_${"0".repeat(40)}`, apiUrl: api.url, sandboxUrl: url });
 
@@ -309,61 +363,64 @@ async function rotating<K extends string, T>(sides: Record<K, () => Promise<T>>,
 }
 
 /** Cold start, the sides interleaved (one of each per round, the order rotating): the runtime as a
- * pod starts it (start.cjs from the code cache the image build writes), the bundle without the
- * cache, and the bare server. Wall time and the process's CPU time at its first 2xx. */
+ * pod starts it (from the startup snapshot the image build writes, main.blob), as it starts without
+ * one (start.cjs from the code cache the image build writes), the bundle without either, and the
+ * bare server. Wall time and the process's CPU time at its first 2xx. */
 async function coldStarts(bundle: string, bare: string): Promise<Figures> {
   const start = join(dirname(bundle), "start.cjs");
-  const loadFloor = join(dirname(bundle), "code-load-floor.cjs");
-  writeFileSync(loadFloor, CODE_LOAD_FLOOR);
+  const blob = join(dirname(bundle), "main.blob");
   const runtimeArgs = ["--port", "0", "--host", "127.0.0.1"];
   const sides = {
+    snapshot: () => coldStart([...RUNTIME_NODE_FLAGS, "--snapshot-blob", blob, "--", ...runtimeArgs]),
+    leanSnapshot: () => coldStart([...RUNTIME_NODE_FLAGS, "--snapshot-blob", join(dirname(bundle), "lean.blob"), "--", ...runtimeArgs]),
     cached: () => coldStart([...RUNTIME_NODE_FLAGS, start, ...runtimeArgs]),
     plain: () => coldStart([...RUNTIME_NODE_FLAGS, bundle, ...runtimeArgs]),
     bare: () => coldStart([...RUNTIME_NODE_FLAGS, bare]),
-    load: () => coldStart([...RUNTIME_NODE_FLAGS, loadFloor, bundle]),
   };
-  const got = await rotating(sides, 11);
+  const rounds = 15;
+  const got = await rotating(sides, rounds);
   const per = (a: keyof typeof sides, b: keyof typeof sides, f: "ms" | "cpu") => got[a].map((x, i) => x[f] / got[b][i]![f]);
-  const ratios = per("cached", "bare", "ms");
-  const figure = (xs: number[], unit: string, target?: string) => ({ value: median(xs), unit, spread: minMax(xs), ...(target ? { target } : {}) });
+  const ratios = per("snapshot", "bare", "ms");
+  const figure = (xs: number[], unit: string, target?: string) => ({ value: r2(median(xs)), unit, spread: minMax(xs), ...(target ? { target } : {}) });
   return {
-    "runtime.cold_start_ms": { value: median(got.cached.map((x) => x.ms)), unit: "ms" },
-    "runtime.bare_node_server_start_ms": { value: median(got.bare.map((x) => x.ms)), unit: "ms" },
-    "runtime.cold_start_ratio": { value: median(ratios), unit: `x (median of 11 pairs; ${spread(ratios)})`, target: "<= 1.0", spread: minMax(ratios) },
-    "runtime.cold_start_no_code_cache_ratio": figure(per("plain", "bare", "ms"), "x"),
-    "runtime.cold_start_cpu_ms": figure(got.cached.map((x) => x.cpu), "ms"),
-    "runtime.bare_node_server_start_cpu_ms": figure(got.bare.map((x) => x.cpu), "ms"),
-    "runtime.cold_start_cpu_ratio": figure(per("cached", "bare", "cpu"), "x"),
-    "runtime.cold_start_no_code_cache_cpu_ratio": figure(per("plain", "bare", "cpu"), "x"),
-    "runtime.cold_start_code_load_floor_cpu_ratio": figure(per("load", "bare", "cpu"), "x (CPU: the bare server after loading the runtime's code from its cache, not running it, over the bare server)"),
-    "runtime.cold_start_cpu_over_code_load_floor": figure(per("cached", "load", "cpu"), "x (CPU: the runtime's start over that floor, same round)"),
-    "runtime.cold_start_code_cache_cpu_gain": figure(per("cached", "plain", "cpu"), "x (with over without, same round)"),
-    "runtime.bare_node_server_rss_mb": { value: got.bare.at(-1)!.rss, unit: "MB (at its first 2xx)" },
+    "runtime.cold_start_ms": figure(got.snapshot.map((x) => x.ms), "ms (from the startup snapshot, as a pod starts it)"),
+    "runtime.bare_node_server_start_ms": figure(got.bare.map((x) => x.ms), "ms"),
+    "runtime.cold_start_ratio": { value: r2(median(ratios)), unit: `x (wall; median of ${rounds} rounds; ${spread(ratios)})`, target: "<= 1.0", spread: minMax(ratios) },
+    "runtime.cold_start_cpu_ms": figure(got.snapshot.map((x) => x.cpu), "ms CPU to the first 2xx"),
+    "runtime.bare_node_server_start_cpu_ms": figure(got.bare.map((x) => x.cpu), "ms CPU"),
+    "runtime.cold_start_cpu_ratio": figure(per("snapshot", "bare", "cpu"), "x (CPU, same rounds)", "<= 1.0"),
+    "runtime.cold_start_snapshot_without_code_cache_cpu_ratio": figure(per("leanSnapshot", "bare", "cpu"), "x (CPU: from a snapshot without the built-ins' code cache, writeSnapshot withoutCodeCache)"),
+    "runtime.cold_start_code_cache_cpu_ratio": figure(per("cached", "bare", "cpu"), "x (CPU: start.cjs from the code cache, the pod's entry without a snapshot)"),
+    "runtime.cold_start_code_cache_ratio": figure(per("cached", "bare", "ms"), "x (wall, the same)"),
+    "runtime.cold_start_no_code_cache_cpu_ratio": figure(per("plain", "bare", "cpu"), "x (CPU: the bundle alone)"),
+    "runtime.cold_start_snapshot_cpu_gain": figure(per("snapshot", "cached", "cpu"), "x (CPU, from the snapshot over from the code cache, same round)"),
+    "runtime.cold_start_code_cache_cpu_gain": figure(per("cached", "plain", "cpu"), "x (CPU, code cache over none, same round)"),
+    "runtime.cold_start_rss_mb": { value: r2(median(got.snapshot.map((x) => x.rss))), unit: "MB (at its first 2xx)" },
+    "runtime.bare_node_server_rss_mb": { value: r2(median(got.bare.map((x) => x.rss))), unit: "MB (at its first 2xx)" },
   };
 }
 
 /**
  * The runtime's start with tracing off (issue 15: no cost when off). Four sides interleaved, each
- * from its own code cache as a pod starts it: the shipped bundle with tracing off (no
- * OTEL_EXPORTER_OTLP_ENDPOINT), the same bundle with it on (a collector address nobody answers:
- * the start does not wait for an export), with RUNTIME_TRACING=agent (spans kept for the agent, as
- * the kubernetes driver starts pods with --pod-runtime-tracing), and the floor, a bundle built without the tracing module
- * at all (pod-tracing.ts replaced by an empty one). Beside them, how many @opentelemetry modules a
- * start with tracing off evaluates (a build whose OpenTelemetry modules count themselves): 0 means
- * the exporter and the API stay unloaded, their code only parsed lazily or read from the cache.
+ * from its own startup snapshot as a pod starts it: the shipped bundle with tracing off (no
+ * OTEL_EXPORTER_OTLP_ENDPOINT), the same with it on (a collector address nobody answers: the
+ * start does not wait for an export), with RUNTIME_TRACING=agent (spans kept for the agent, as
+ * the kubernetes driver starts pods with --pod-runtime-tracing), and the floor, a snapshot of a
+ * bundle built without the tracing module at all (pod-tracing.ts replaced by an empty one). Beside
+ * them, how many @opentelemetry modules a start with tracing off evaluates (a build whose
+ * OpenTelemetry modules count themselves): 0 means the exporter and the API stay unloaded.
  */
 async function tracingOffStart(bundle: string, dir: string): Promise<Figures> {
-  const untraced = await bundleRuntime(join(dir, "untraced", "main.cjs"), {
-    plugins: [{ name: "no-pod-tracing", setup: (b) => b.onLoad({ filter: /controllers\/runtime\/pod-tracing\.ts$/ }, () => ({ contents: "export {};", loader: "ts" })) }],
-  });
-  writeCodeCache(untraced);
+  const noTracing: Plugin = { name: "no-pod-tracing", setup: (b) => b.onLoad({ filter: /controllers\/runtime\/pod-tracing\.ts$/ }, () => ({ contents: "export {};", loader: "ts" })) };
+  const untraced = writeSnapshot(await bundleRuntimeSnapshot(join(dir, "untraced", "snapshot.cjs"), { plugins: [noTracing] }));
   const counted = await countingOtelModules(dir);
   const runtimeArgs = ["--port", "0", "--host", "127.0.0.1"];
-  const start = (b: string) => [...RUNTIME_NODE_FLAGS, join(dirname(b), "start.cjs"), ...runtimeArgs];
+  const start = (blob: string) => [...RUNTIME_NODE_FLAGS, "--snapshot-blob", blob, "--", ...runtimeArgs];
+  const shipped = join(dirname(bundle), "main.blob");
   const sides = {
-    off: () => coldStart(start(bundle)),
-    on: () => coldStart(start(bundle), { OTEL_EXPORTER_OTLP_ENDPOINT: "http://127.0.0.1:9" }),
-    agent: () => coldStart(start(bundle), { RUNTIME_TRACING: "agent" }),
+    off: () => coldStart(start(shipped)),
+    on: () => coldStart(start(shipped), { OTEL_EXPORTER_OTLP_ENDPOINT: "http://127.0.0.1:9" }),
+    agent: () => coldStart(start(shipped), { RUNTIME_TRACING: "agent" }),
     floor: () => coldStart(start(untraced)),
   };
   const got = await rotating(sides, 15);

@@ -18,7 +18,10 @@ export interface Logger {
 }
 
 interface Sink {
-  format: LogFormat;
+  /** Until set, chosen at the first line: text on a terminal. Not at load, where a process started
+   * from a startup snapshot (the runtime's, controllers/runtime/snapshot.ts) would keep the
+   * snapshot build's stdout's answer. */
+  format?: LogFormat;
   write(line: string, level: LogLevel): void;
   now(): Date;
 }
@@ -26,7 +29,6 @@ interface Sink {
 const defaultWrite = (line: string, level: LogLevel) => (level === "error" || level === "warn" ? process.stderr : process.stdout).write(`${line}\n`);
 
 const sink: Sink = {
-  format: process.stdout.isTTY ? "text" : "json",
   write: defaultWrite,
   now: () => new Date(),
 };
@@ -96,6 +98,7 @@ export function logger(component: string, base: LogFields = {}): Logger {
     const all = withTraceId({ ...base, ...fields });
     const time = sink.now();
     for (const tap of taps) tap(level, component, msg, all, time);
+    sink.format ??= process.stdout.isTTY ? "text" : "json";
     sink.write(formatLine(sink.format, time, level, component, msg, all), level);
   };
   return {

@@ -10,5 +10,5 @@ if (!process.env.MALLOC_ARENA_MAX && process.execve) {
   const v8 = process.execArgv.some((a) => a.startsWith("--max-semi-space-size")) ? [] : ["--max-semi-space-size=2"];
   process.execve(process.execPath, [process.execPath, ...v8, ...process.execArgv, ...process.argv.slice(1)], { ...process.env, MALLOC_ARENA_MAX: "2" });
 }
-void import("./cli.ts");
+void import("./cli.ts").then((cli) => cli.main(process.argv.slice(2)));
 export {};

@@ -18,7 +18,9 @@ import type { SandboxView } from "./sandbox-view.ts";
 
 export interface RuntimeOptions {
   /** Serve this sandbox for every request (standalone or pod mode): requests naming no sandbox,
-   * or one the runtime does not know, go to it. Without it, unknown sandboxes get 502. */
+   * or one the runtime does not know, go to it. Without it, unknown sandboxes get 502. It reads
+   * file metadata with blocking calls (RuntimeSandbox's `alone`), so register no other sandbox
+   * beside it. */
   single?: { id?: string; view: SandboxView; options?: SandboxOptions };
   /** Called for unexpected errors (they become 500s). Defaults to console.error. */
   onError?: (err: unknown) => void;
@@ -98,7 +100,7 @@ export function createRuntime(opts: RuntimeOptions = {}): Runtime {
   const sandboxes = new Map<string, RuntimeSandbox>();
   const servers = new Set<Server>();
   const onError = opts.onError ?? ((err: unknown) => console.error("runtime:", err));
-  const single = opts.single ? new RuntimeSandbox(opts.single.id ?? "default", opts.single.view, opts.single.options) : undefined;
+  const single = opts.single ? new RuntimeSandbox(opts.single.id ?? "default", opts.single.view, opts.single.options, { alone: true }) : undefined;
   const bySocket = new WeakMap<IncomingMessage, RuntimeSandbox>();
 
   // The Connect services, built on first use (see rpc.ts); `listen` starts building them at once.

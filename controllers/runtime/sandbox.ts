@@ -44,7 +44,7 @@ export class RuntimeSandbox {
   readonly view: SandboxView;
   readonly processes = new ProcessTable();
   readonly watchers = new Map<string, DirWatcher>();
-  readonly metadata = new MetadataStore();
+  readonly metadata: MetadataStore;
   /** Requests in flight, so removing the sandbox can cut its open streams at the TCP level. */
   readonly requests = new Set<IncomingMessage>();
   /** Run when the sandbox is removed (parts loaded on demand, like the code interpreter). */
@@ -64,9 +64,12 @@ export class RuntimeSandbox {
   #tokenDigest: Buffer | undefined;
   #initAt = -Infinity;
 
-  constructor(id: string, view: SandboxView, opts: SandboxOptions = {}) {
+  /** `alone`: the runtime serves only this sandbox (standalone, a pod's sidecar), so a call that
+   * blocks its event loop blocks no other sandbox (MetadataStore's `syncReads`). */
+  constructor(id: string, view: SandboxView, opts: SandboxOptions = {}, mode: { alone?: boolean } = {}) {
     this.id = id;
     this.view = view;
+    this.metadata = new MetadataStore({ syncReads: mode.alone });
     this.configure(opts);
   }
 

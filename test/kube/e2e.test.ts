@@ -1,7 +1,8 @@
 // The whole path on Kubernetes: a SandboxSet applied with kubectl becomes the edge's pool, the
 // agent (kubernetes driver) warms it as pods, the test kubelet makes them Ready and runs a real
-// agent-runtime per pod, and the unmodified e2b SDK creates a sandbox (a claim), runs a command in
-// it through the edge's gateway and the agent's ingress, and kills it; the pool refills.
+// agent-runtime per pod (as the pod image starts it: its entrypoint, from the startup snapshot),
+// and the unmodified e2b SDK creates a sandbox (a claim), runs a command in it through the edge's
+// gateway and the agent's ingress, and kills it; the pool refills.
 import { Sandbox } from "e2b";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startTestEdge, type TestEdge } from "./support/edge.ts";

@@ -1,5 +1,5 @@
 // A pod's runtime spans reach the collector through its agent (issue 15.1): the runtime as a pod
-// runs it (the bundle through start.cjs) with RUNTIME_TRACING=agent, as the kubernetes driver sets
+// runs it (the image's entrypoint, from its startup snapshot) with RUNTIME_TRACING=agent, as the kubernetes driver sets
 // it with --pod-runtime-tracing, keeps its spans; the agent's collector (controllers/agent/pod-spans.ts,
 // the agent's own tracer to a real OpenTelemetry Collector, tools/otelcol) pulls them with the
 // sandbox's token and forwards only the spans of requests its ingress handed that sandbox, named
@@ -36,7 +36,7 @@ const traceparent = (trace: string, parent: string) => `00-${trace}-${parent}-01
 beforeAll(async () => {
   collector = await startCollector(collectorDir);
   stopTracing = startTracing({ endpoint: collector.endpoint, serviceName: "sandbox-agent" });
-  runtime = await startPodRuntime(dir, { env: { RUNTIME_TRACING: "agent", RUNTIME_ACCESS_TOKEN: TOKEN } });
+  runtime = await startPodRuntime(dir, { snapshot: true, env: { RUNTIME_TRACING: "agent", RUNTIME_ACCESS_TOKEN: TOKEN } });
 }, 120_000);
 
 afterAll(async () => {

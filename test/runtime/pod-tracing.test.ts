@@ -1,6 +1,6 @@
-// The runtime as a pod runs it (the bundle through start.cjs), with OTEL_EXPORTER_OTLP_ENDPOINT on
-// its container as the kubernetes driver sets it from the agent's tracing config: its requests are
-// spans received by a real OpenTelemetry Collector (tools/otelcol), each a child of the
+// The runtime as a pod runs it (the image's entrypoint, from its startup snapshot), with
+// OTEL_EXPORTER_OTLP_ENDPOINT on its container as the kubernetes driver sets it from the agent's
+// tracing config: its requests are spans received by a real OpenTelemetry Collector (tools/otelcol), each a child of the
 // traceparent the agent's ingress handed on, so the pod's runtime joins the request's trace.
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -22,7 +22,7 @@ const PARENT = "11f067aa0ba902b7";
 
 beforeAll(async () => {
   collector = await startCollector(collectorDir);
-  runtime = await startPodRuntime(dir, { env: { OTEL_EXPORTER_OTLP_ENDPOINT: collector.endpoint } });
+  runtime = await startPodRuntime(dir, { snapshot: true, env: { OTEL_EXPORTER_OTLP_ENDPOINT: collector.endpoint } });
 }, 120_000);
 
 afterAll(async () => {

@@ -7,6 +7,7 @@ import { readFileSync } from "node:fs";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { cpus } from "node:os";
 import type { RuntimeSandbox } from "../sandbox.ts";
+import { refreshAfterSnapshot } from "../snapshot-refresh.ts";
 import type { SandboxUsage } from "../sandbox-view.ts";
 import { sendJson } from "./respond.ts";
 
@@ -23,6 +24,8 @@ function cpuTimes(): { busy: number; total: number } {
 }
 
 let last = cpuTimes();
+// The first call's interval starts with the process, also one started from the startup snapshot.
+refreshAfterSnapshot(() => void (last = cpuTimes()));
 
 function meminfo(): Record<string, number> {
   const out: Record<string, number> = {};

@@ -6,7 +6,7 @@
 // reconciler's /init of a claimed pod succeeds, with the runtime container's RUNTIME_TRACING (the
 // driver sets it with the agent's --pod-runtime-tracing; the pod's other settings are a node's).
 import { spawn, type ChildProcess } from "node:child_process";
-import { join, resolve } from "node:path";
+import { dirname, join, resolve } from "node:path";
 import { CoreV1Api, PatchStrategy, setHeaderOptions, type V1Pod } from "@kubernetes/client-node";
 import { startAgent, type Agent } from "../../../controllers/agent/agent.ts";
 import { KubectlRequests, startCrdLink, type CrdLink } from "../../../controllers/agent/crd-link.ts";
@@ -89,8 +89,10 @@ export async function runRuntimes(namespace: string, opts: { watchTimeoutMs?: nu
     // otherwise never get a runtime, and its sandbox never become ready.
     for (let attempt = 1; ; attempt++) {
       const tracing = pod.spec?.containers.find((c) => c.name === RUNTIME_CONTAINER)?.env?.find((e) => e.name === RUNTIME_TRACING_ENV)?.value;
-      const env = { ...process.env, ...(tracing ? { [RUNTIME_TRACING_ENV]: tracing } : {}) };
-      const child = spawn(join(ROOT, "node_modules/.bin/node"), ["controllers/runtime/main.ts", "--port", "0", "--host", "127.0.0.1"], { cwd: ROOT, env, stdio: ["ignore", "pipe", "inherit"] });
+      // The image's `node` is this one.
+      const env = { ...process.env, PATH: `${dirname(process.execPath)}:${process.env.PATH}`, RUNTIME_DIST: inject("runtimeDist"), ...(tracing ? { [RUNTIME_TRACING_ENV]: tracing } : {}) };
+      // As the pod image starts it: its entrypoint, from the runtime's startup snapshot.
+      const child = spawn("/bin/sh", [join(ROOT, "k8s/entrypoint.sh"), "--port", "0", "--host", "127.0.0.1"], { cwd: ROOT, env, stdio: ["ignore", "pipe", "inherit"] });
       runtimes.set(name, child);
       const url = await new Promise<string | undefined>((ok) => {
         let out = "";

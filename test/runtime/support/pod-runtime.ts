@@ -1,33 +1,40 @@
 // The runtime as a pod runs it (k8s/Dockerfile, k8s/entrypoint.sh): the bundle, optionally its V8
-// code cache, then start.cjs with the pod's node flags and allocator setting; and the control
+// code cache and its startup snapshot, then the image's entrypoint (from the snapshot when there
+// is one, else start.cjs, with the pod's node flags and allocator setting); and the control
 // plane's one answer the e2b SDK needs to bind a Sandbox to it.
 import { type ChildProcess, spawn } from "node:child_process";
 import { mkdirSync, rmSync } from "node:fs";
 import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import { Sandbox } from "e2b";
-import { bundleRuntime, RUNTIME_NODE_FLAGS, writeCodeCache } from "../../../controllers/runtime/bundle.ts";
+import { bundleRuntime, bundleRuntimeSnapshot, writeCodeCache, writeSnapshot } from "../../../controllers/runtime/bundle.ts";
 import { ENVD_VERSION } from "../../../controllers/runtime/version.ts";
 
 export interface PodRuntime {
   url: string;
+  pid: number;
   /** What it wrote to stderr so far. */
   stderr(): string;
   /** SIGTERM, then removes the bundle's folder. */
   stop(): Promise<void>;
 }
 
+const ENTRYPOINT = join(import.meta.dirname, "../../../k8s/entrypoint.sh");
+
 /** Bundles into `dir` (inside the checkout, as dist/runtime is in the image: the external add-ons
- * resolve from the node_modules above it) and starts it on a free loopback port. */
-export async function startPodRuntime(dir: string, opts: { codeCache?: boolean; env?: Record<string, string> } = {}): Promise<PodRuntime> {
+ * resolve from the node_modules above it), with what the image build adds (`codeCache`,
+ * `snapshot`), and starts it through the image's entrypoint on a free loopback port. */
+export async function startPodRuntime(dir: string, opts: { codeCache?: boolean; snapshot?: boolean; env?: Record<string, string> } = {}): Promise<PodRuntime> {
   mkdirSync(dir, { recursive: true });
   const bundle = await bundleRuntime(join(dir, "main.cjs"));
   if (opts.codeCache) writeCodeCache(bundle);
-  const child: ChildProcess = spawn(process.execPath, [...RUNTIME_NODE_FLAGS, join(dir, "start.cjs"), "--port", "0", "--host", "127.0.0.1"], {
+  if (opts.snapshot) writeSnapshot(await bundleRuntimeSnapshot(join(dir, "snapshot.cjs")));
+  const child: ChildProcess = spawn("/bin/sh", [ENTRYPOINT, "--port", "0", "--host", "127.0.0.1"], {
     cwd: "/",
     stdio: ["ignore", "pipe", "pipe"],
-    env: { ...process.env, MALLOC_ARENA_MAX: "2", ...opts.env },
+    // The image's `node` is this one.
+    env: { ...process.env, PATH: `${dirname(process.execPath)}:${process.env.PATH}`, RUNTIME_DIST: dir, ...opts.env },
   });
   let stderr = "";
   child.stderr!.on("data", (d) => void (stderr += String(d)));
@@ -40,6 +47,7 @@ export async function startPodRuntime(dir: string, opts: { codeCache?: boolean; 
   });
   return {
     url,
+    pid: child.pid!,
     stderr: () => stderr,
     async stop() {
       if (child.exitCode === null) {
@@ -53,13 +61,13 @@ export async function startPodRuntime(dir: string, opts: { codeCache?: boolean; 
 }
 
 /** A Sandbox of the e2b SDK bound to `runtimeUrl`, through a stand-in control plane that answers
- * only the create (closed by `close`). */
-export async function sandboxAt(runtimeUrl: string, sandboxID: string): Promise<{ sbx: Sandbox; close(): void }> {
+ * only the create (closed by `close`), handing out `accessToken` as the sandbox's token. */
+export async function sandboxAt(runtimeUrl: string, sandboxID: string, accessToken?: string): Promise<{ sbx: Sandbox; close(): void }> {
   const api = createServer((req, res) => {
     req.resume();
     req.on("end", () => {
       if (req.method === "POST" && req.url === "/v2/sandboxes") {
-        res.writeHead(201, { "content-type": "application/json" }).end(JSON.stringify({ sandboxID, templateID: "base", clientID: "test", envdVersion: ENVD_VERSION }));
+        res.writeHead(201, { "content-type": "application/json" }).end(JSON.stringify({ sandboxID, templateID: "base", clientID: "test", envdVersion: ENVD_VERSION, envdAccessToken: accessToken }));
       } else res.writeHead(404, { "content-type": "application/json" }).end(JSON.stringify({ code: 404, message: "not here" }));
     });
   });
