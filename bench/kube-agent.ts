@@ -2,8 +2,9 @@
 // bench-only instruments attached from outside before it starts, driven over the IPC channel the
 // bench opens (process.send / "message"):
 //   {op: "hold"}     new pool members offered from now on wait before their first pass until
-//                    {op: "release"}: the refill still happens, after the round, so a round's claims
-//                    are measured without it (the edge-only side holds its scripted agent's alike);
+//                    {op: "release"} (their passes requeue themselves meanwhile, holding no worker):
+//                    the refill still happens, after the round, so a round's claims are measured
+//                    without it (the edge-only side holds its scripted agent's alike);
 //   {op: "trace"}    the claims' timestamps since the last trace, per claim: offered (the intent
 //                    frame arrived), pass started, /init sent and answered, acked (the ack handed
 //                    to the link, which sends it in the same microtask turn).
@@ -40,7 +41,9 @@ const reconcile = Reconciler.prototype.reconcile;
 Reconciler.prototype.reconcile = async function (this: Reconciler, id: string) {
   const t = traces.get(id);
   if (t && t.passStart === undefined) t.passStart = performance.now();
-  if (held.has(id) && hold) await hold.promise;
+  // A held member's pass looks again shortly rather than wait in its worker: the workers stay free
+  // for the rest of the pool lane's work (a claimed sandbox's follow-up passes), which is not held.
+  if (held.has(id) && hold) return { requeueAfterMs: 50 };
   held.delete(id);
   return reconcile.call(this, id);
 };

@@ -168,7 +168,40 @@ function auditedRequests(cluster: Cluster, from: number): { claim: number; refil
   return { ...sums, byKey };
 }
 
+/** Until the API server's audit log has not grown for `quietMs` (at most `maxMs`). */
+async function apiQuiet(cluster: Cluster, quietMs: number, maxMs: number): Promise<void> {
+  const file = join(cluster.dir, "audit.log");
+  const deadline = Date.now() + maxMs;
+  let size = statSync(file).size;
+  let since = Date.now();
+  while (Date.now() < deadline && Date.now() - since < quietMs) {
+    await new Promise((r) => setTimeout(r, 50));
+    const now = statSync(file).size;
+    if (now !== size) [size, since] = [now, Date.now()];
+  }
+}
+
+/** The API server's requests (watches excluded) received within the windows (ms since the epoch),
+ * by user, verb and resource: what ran beside the claims of those windows. */
+function requestsWithin(cluster: Cluster, from: number, windows: [number, number][]): Record<string, number> {
+  const text = readFileSync(join(cluster.dir, "audit.log")).subarray(from).toString("utf8");
+  const counts: Record<string, number> = {};
+  for (const line of text.split("\n")) {
+    if (!line) continue;
+    const e = JSON.parse(line) as AuditEvent;
+    if (e.verb === "watch" || e.stage !== "ResponseComplete") continue;
+    const at = Date.parse(e.requestReceivedTimestamp ?? "");
+    if (!windows.some(([a, b]) => at >= a && at <= b)) continue;
+    const r = e.objectRef;
+    const key = `${e.user.username} ${e.verb} ${r ? `${r.resource}${r.subresource ? `/${r.subresource}` : ""}` : e.requestURI}`;
+    counts[key] = (counts[key] ?? 0) + 1;
+  }
+  return counts;
+}
+
 interface AuditEvent {
+  stage?: string;
+  requestReceivedTimestamp?: string;
   verb: string;
   requestURI: string;
   user: { username: string };
@@ -295,13 +328,19 @@ async function claimsThroughEdge(cluster: Cluster): Promise<Figures> {
     const bothWhole = async () => {
       await until("pool whole", async () => (await api.available("pool")) >= POOL, 900_000);
       await edgeOnly.whole();
+      // The edge counts a member once it is reported ready; its Sandbox's status writes, the pool
+      // status and the kubelet's trail that: the previous step's refill must not land on this one.
+      await apiQuiet(cluster, 500, 10_000);
     };
+    const windows: Record<"held" | "running", [number, number][]> = { held: [], running: [] };
     const kubeClaim = async (clients: number, n: number, held: boolean) => {
       await bothWhole();
       if (held) await agentOp("hold");
       await traces();
       const t0 = performance.now();
+      const from = Date.now();
       const ms = await timedConcurrently(n, clients, () => api.create("pool"));
+      windows[held ? "held" : "running"].push([from, Date.now()]);
       if (!held) claimMs += performance.now() - t0;
       kubeClaims += n;
       (held ? heldAgentTraces : agentTraces).push(...(await traces()));
@@ -371,6 +410,8 @@ async function claimsThroughEdge(cluster: Cluster): Promise<Figures> {
     await new Promise((r) => setTimeout(r, 2000));
     const loadAfter = loadavg();
     const audited = auditedRequests(cluster, auditFrom);
+    // What the API server served during the concurrent claims, refill running or held.
+    for (const [variant, w] of Object.entries(windows)) console.error(`kube bench: API requests during the claims (refill ${variant}):`, JSON.stringify(requestsWithin(cluster, auditFrom, w)));
     if (process.env.KUBE_BENCH_LOG_REQUESTS) console.error("API server requests during the claims and refill:", JSON.stringify(audited.byKey, null, 1));
     const load = (l: number[]) => l.map((x) => x.toFixed(1)).join(" ");
     figures["kube.claims_load_before"] = { value: round(loadBefore[0]!, 1), unit: `load average (1, 5, 15 min: ${load(loadBefore)})` };
