@@ -8,14 +8,26 @@
 //   kube.claim_vs_edge_claim_ratio          median over rounds of the round's kube claim p50 over its
 //                                           edge-only claim p50: the same creates on a second edge
 //                                           whose agent is scripted (acks at once; no API server, no
-//                                           pods), same pool size and concurrency. Each round starts
-//                                           with both pools whole (the refill of one side's claims
-//                                           does not land on the other side's), and which side goes
-//                                           first alternates (spread: the lowest and highest round)
+//                                           pods), same pool size and concurrency. Each side's claims
+//                                           start with both pools whole (the refill of one side's
+//                                           claims does not land on the other side's), and the order
+//                                           alternates round by round (spread: the lowest and highest
+//                                           round)
 //   kube.claim_vs_edge_claim_ratio_pooled   the p50 of all kube claims over that of all edge-only ones
+//   kube.claim_vs_edge_claim_ratio_refill_held  the same, in the same rounds, with each side's refill
+//                                           held until its claims are done (the new pool members wait
+//                                           before their first pass in the agent, bench/kube-agent.ts;
+//                                           the scripted agent acks and reports them only then): the
+//                                           claim's cost without the refill's
 //   kube.claim_vs_edge_claim_1_client_ratio the same p50s with one client, claims of the two sides
 //                                           interleaved one by one (KUBE_BENCH_SOLO_CLAIMS, 30 each):
-//                                           the path's own cost and waits, without CPU contention
+//                                           the path's own cost and waits, without CPU contention;
+//                                           `_refill_held` the same with both refills held
+//   kube.claim[_1_client][_refill_held]_agent_*_ms  where the agent's part went (its timestamps:
+//                                           intent in, pass start, /init sent and answered, ack
+//                                           out), and with one client `_outside_agent_ms` (the
+//                                           client's latency minus it: the edge and the link)
+//   kube.claims_load_before / _after        the load average around the claims
 //   kube.apiserver_requests_per_claim       requests the API server served (its audit log, watches
 //                                           excluded) from the first claim until the pool is whole
 //                                           again, per claim, sorted by whose and on what object
@@ -59,6 +71,7 @@
 // KUBE_BENCH_SANDBOXES (10000).
 // KUBE_BENCH_AGENT_PROF=DIR writes the agent process's CPU profile there (node --cpu-prof).
 import { spawn, spawnSync } from "node:child_process";
+import { loadavg } from "node:os";
 import type { AddressInfo } from "node:net";
 import { join } from "node:path";
 import { setFlagsFromString, writeHeapSnapshot } from "node:v8";
@@ -76,6 +89,7 @@ import { startTestEdge } from "../test/kube/support/edge.ts";
 import { TestKubelet } from "../test/kube/support/kubelet.ts";
 import { ScriptedAgent, tcpTransport } from "../test/support/scripted-agent.ts";
 import type { BenchContext, Figures } from "./run.ts";
+import type { ClaimTrace } from "./kube-agent.ts";
 import { minMax, percentile as pct, round, timedConcurrently } from "./stats.ts";
 
 const round2 = (x: number) => round(x);
@@ -154,7 +168,40 @@ function auditedRequests(cluster: Cluster, from: number): { claim: number; refil
   return { ...sums, byKey };
 }
 
+/** Until the API server's audit log has not grown for `quietMs` (at most `maxMs`). */
+async function apiQuiet(cluster: Cluster, quietMs: number, maxMs: number): Promise<void> {
+  const file = join(cluster.dir, "audit.log");
+  const deadline = Date.now() + maxMs;
+  let size = statSync(file).size;
+  let since = Date.now();
+  while (Date.now() < deadline && Date.now() - since < quietMs) {
+    await new Promise((r) => setTimeout(r, 50));
+    const now = statSync(file).size;
+    if (now !== size) [size, since] = [now, Date.now()];
+  }
+}
+
+/** The API server's requests (watches excluded) received within the windows (ms since the epoch),
+ * by user, verb and resource: what ran beside the claims of those windows. */
+function requestsWithin(cluster: Cluster, from: number, windows: [number, number][]): Record<string, number> {
+  const text = readFileSync(join(cluster.dir, "audit.log")).subarray(from).toString("utf8");
+  const counts: Record<string, number> = {};
+  for (const line of text.split("\n")) {
+    if (!line) continue;
+    const e = JSON.parse(line) as AuditEvent;
+    if (e.verb === "watch" || e.stage !== "ResponseComplete") continue;
+    const at = Date.parse(e.requestReceivedTimestamp ?? "");
+    if (!windows.some(([a, b]) => at >= a && at <= b)) continue;
+    const r = e.objectRef;
+    const key = `${e.user.username} ${e.verb} ${r ? `${r.resource}${r.subresource ? `/${r.subresource}` : ""}` : e.requestURI}`;
+    counts[key] = (counts[key] ?? 0) + 1;
+  }
+  return counts;
+}
+
 interface AuditEvent {
+  stage?: string;
+  requestReceivedTimestamp?: string;
   verb: string;
   requestURI: string;
   user: { username: string };
@@ -229,16 +276,28 @@ async function claimsThroughEdge(cluster: Cluster): Promise<Figures> {
       pods.stdout!.on("data", (b: Buffer) => b.toString().includes("pods ready") && ok());
       pods.once("exit", (code) => fail(new Error(`the bench's kubelet process exited (${code})`)));
     });
-    // The agent as deployed: its own process, `main.ts --driver kubernetes` (CRD link included).
+    // The agent as deployed: its own process, `main.ts --driver kubernetes` (CRD link included),
+    // started through kube-agent.ts, which adds the refill hold and the claims' timestamps.
     const agent = spawn(
       process.execPath,
-      [...(process.env.KUBE_BENCH_AGENT_PROF ? ["--cpu-prof", `--cpu-prof-dir=${process.env.KUBE_BENCH_AGENT_PROF}`] : []), join(ROOT, "controllers/agent/main.ts"), "--edge", edge.url, "--cluster", "kube", "--data-dir", join(edge.dir, "agent"), "--driver", "kubernetes", "--kubeconfig", cluster.agentKubeconfig, "--namespace", "admin", "--runtime-image", RUNTIME_IMAGE],
-      { cwd: ROOT, env: { ...process.env, CLUSTER_TOKEN: edge.clusterToken }, stdio: ["ignore", process.env.KUBE_BENCH_LOG ? "inherit" : "ignore", "inherit"] },
+      [...(process.env.KUBE_BENCH_AGENT_PROF ? ["--cpu-prof", `--cpu-prof-dir=${process.env.KUBE_BENCH_AGENT_PROF}`] : []), join(ROOT, "bench/kube-agent.ts"), "--edge", edge.url, "--cluster", "kube", "--data-dir", join(edge.dir, "agent"), "--driver", "kubernetes", "--kubeconfig", cluster.agentKubeconfig, "--namespace", "admin", "--runtime-image", RUNTIME_IMAGE],
+      { cwd: ROOT, env: { ...process.env, CLUSTER_TOKEN: edge.clusterToken }, stdio: ["ignore", process.env.KUBE_BENCH_LOG ? "inherit" : "ignore", "inherit", "ipc"] },
     );
     stops.push(async () => {
       agent.kill("SIGTERM");
-      await new Promise((r) => agent.once("exit", r));
+      if (agent.exitCode === null) await new Promise((r) => agent.once("exit", r));
     });
+    const agentOp = <T,>(op: "hold" | "release" | "trace") =>
+      new Promise<T>((ok) => {
+        const on = (m: { op: string }) => {
+          if (m.op !== op) return;
+          agent.off("message", on);
+          ok(m as T);
+        };
+        agent.on("message", on);
+        agent.send({ op });
+      });
+    const traces = async () => (await agentOp<{ traces: ClaimTrace[] }>("trace")).traces;
     const api = edgeApi(edge.url, edge.adminKey);
     let t = performance.now();
     await until("warm pool available at the edge", async () => (await api.available("pool")) >= POOL, 900_000);
@@ -252,61 +311,133 @@ async function claimsThroughEdge(cluster: Cluster): Promise<Figures> {
     stops.push(() => edgeOnly.stop());
 
     const auditFrom = statSync(join(cluster.dir, "audit.log")).size;
+    const loadBefore = loadavg();
+    let kubeClaims = 0;
     const latencies: number[] = [];
     const edgeLatencies: number[] = [];
+    const heldLatencies: number[] = [];
+    const heldEdgeLatencies: number[] = [];
     let claimMs = 0;
     const roundRatios: number[] = [];
+    const heldRatios: number[] = [];
+    const agentTraces: ClaimTrace[] = [];
+    const heldAgentTraces: ClaimTrace[] = [];
+    // Each side's claims start with both pools whole, so one side's refill never lands on the
+    // other's claims. "held": the side's new pool members wait (kube-agent.ts; the scripted agent
+    // alike) until its claims are done, then the refill runs before the next step.
+    const bothWhole = async () => {
+      await until("pool whole", async () => (await api.available("pool")) >= POOL, 900_000);
+      await edgeOnly.whole();
+      // The edge counts a member once it is reported ready; its Sandbox's status writes, the pool
+      // status and the kubelet's trail that: the previous step's refill must not land on this one.
+      await apiQuiet(cluster, 500, 10_000);
+    };
+    const windows: Record<"held" | "running", [number, number][]> = { held: [], running: [] };
+    const kubeClaim = async (clients: number, n: number, held: boolean) => {
+      await bothWhole();
+      if (held) await agentOp("hold");
+      await traces();
+      const t0 = performance.now();
+      const from = Date.now();
+      const ms = await timedConcurrently(n, clients, () => api.create("pool"));
+      windows[held ? "held" : "running"].push([from, Date.now()]);
+      if (!held) claimMs += performance.now() - t0;
+      kubeClaims += n;
+      (held ? heldAgentTraces : agentTraces).push(...(await traces()));
+      if (held) await agentOp("release");
+      return ms;
+    };
+    const edgeClaim = async (clients: number, n: number, held: boolean) => {
+      await bothWhole();
+      if (held) edgeOnly.hold();
+      const ms = await edgeOnly.claims(n, clients);
+      if (held) edgeOnly.release();
+      return ms;
+    };
     for (let round = 0; round < RATIO_ROUNDS; round++) {
       const n = Math.floor(CLAIMS / RATIO_ROUNDS) + (round < CLAIMS % RATIO_ROUNDS ? 1 : 0);
-      await until("pool whole before the round", async () => (await api.available("pool")) >= POOL, 900_000);
-      await edgeOnly.whole();
-      const kubeRound = async () => {
-        const t0 = performance.now();
-        const ms = await timedConcurrently(n, CLIENTS, () => api.create("pool"));
-        claimMs += performance.now() - t0;
-        return ms;
-      };
-      let kube: number[];
-      let edgeOnlyRound: number[];
-      if (round % 2 === 0) {
-        kube = await kubeRound();
-        edgeOnlyRound = await edgeOnly.claims(n, CLIENTS);
-      } else {
-        edgeOnlyRound = await edgeOnly.claims(n, CLIENTS);
-        kube = await kubeRound();
-      }
-      latencies.push(...kube);
-      edgeLatencies.push(...edgeOnlyRound);
-      roundRatios.push(pct(kube, 50) / pct(edgeOnlyRound, 50));
-      console.error(`kube bench round ${round}: kube p50 ${round2(pct(kube, 50))} ms, edge-only p50 ${round2(pct(edgeOnlyRound, 50))} ms, ratio ${round2(roundRatios.at(-1)!)}`);
+      const got: Record<string, number[]> = {};
+      const steps: [string, () => Promise<number[]>][] = [
+        ["kube", () => kubeClaim(CLIENTS, n, false)],
+        ["edge", () => edgeClaim(CLIENTS, n, false)],
+        ["kubeHeld", () => kubeClaim(CLIENTS, n, true)],
+        ["edgeHeld", () => edgeClaim(CLIENTS, n, true)],
+      ];
+      for (const [name, step] of round % 2 ? steps.reverse() : steps) got[name] = await step();
+      latencies.push(...got.kube!);
+      edgeLatencies.push(...got.edge!);
+      heldLatencies.push(...got.kubeHeld!);
+      heldEdgeLatencies.push(...got.edgeHeld!);
+      roundRatios.push(pct(got.kube!, 50) / pct(got.edge!, 50));
+      heldRatios.push(pct(got.kubeHeld!, 50) / pct(got.edgeHeld!, 50));
+      console.error(`kube bench round ${round}: kube p50 ${round2(pct(got.kube!, 50))} ms, edge-only p50 ${round2(pct(got.edge!, 50))} ms, ratio ${round2(roundRatios.at(-1)!)}; refill held: kube ${round2(pct(got.kubeHeld!, 50))} ms, edge-only ${round2(pct(got.edgeHeld!, 50))} ms, ratio ${round2(heldRatios.at(-1)!)}`);
     }
     // One client at a time, interleaved claim by claim: no CPU contention between claims, so what
     // the kube claim adds here is its own path (the agent's pass, /init, waits), not the machine.
-    const one: number[] = [];
-    const oneEdge: number[] = [];
-    await until("pool whole before the 1-client claims", async () => (await api.available("pool")) >= POOL, 900_000);
-
-    for (let i = 0; i < SOLO_CLAIMS; i++) {
-      const sides = [async () => one.push(...(await timedConcurrently(1, 1, () => api.create("pool")))), async () => oneEdge.push(...(await edgeOnly.claims(1, 1)))];
-      for (const side of i % 2 ? sides.reverse() : sides) await side();
-    }
+    // Then the same with both sides' refills held until the last of those claims.
+    const solo = async (held: boolean) => {
+      const one: { ms: number; id: string }[] = [];
+      const oneEdge: number[] = [];
+      await bothWhole();
+      if (held) {
+        await agentOp("hold");
+        edgeOnly.hold();
+      }
+      await traces();
+      for (let i = 0; i < SOLO_CLAIMS; i++) {
+        const sides = [
+          async () => {
+            const t0 = performance.now();
+            const { sandboxID } = (await api.create("pool")) as { sandboxID: string };
+            one.push({ ms: performance.now() - t0, id: sandboxID });
+          },
+          async () => oneEdge.push(...(await edgeOnly.claims(1, 1))),
+        ];
+        for (const side of i % 2 ? sides.reverse() : sides) await side();
+      }
+      kubeClaims += SOLO_CLAIMS;
+      const traced = await traces();
+      if (held) {
+        await agentOp("release");
+        edgeOnly.release();
+      }
+      return { one, oneEdge, traced };
+    };
+    const loose = await solo(false);
+    const tight = await solo(true);
     const claimS = claimMs / 1000;
     await until("pool refilled", async () => (await api.available("pool")) >= POOL, 900_000);
     await new Promise((r) => setTimeout(r, 2000));
+    const loadAfter = loadavg();
     const audited = auditedRequests(cluster, auditFrom);
+    // What the API server served during the concurrent claims, refill running or held.
+    for (const [variant, w] of Object.entries(windows)) console.error(`kube bench: API requests during the claims (refill ${variant}):`, JSON.stringify(requestsWithin(cluster, auditFrom, w)));
     if (process.env.KUBE_BENCH_LOG_REQUESTS) console.error("API server requests during the claims and refill:", JSON.stringify(audited.byKey, null, 1));
+    const load = (l: number[]) => l.map((x) => x.toFixed(1)).join(" ");
+    figures["kube.claims_load_before"] = { value: round(loadBefore[0]!, 1), unit: `load average (1, 5, 15 min: ${load(loadBefore)})` };
+    figures["kube.claims_load_after"] = { value: round(loadAfter[0]!, 1), unit: `load average (1, 5, 15 min: ${load(loadAfter)})` };
     figures["kube.claim_p50_ms"] = { value: round(pct(latencies, 50)), unit: "ms", target: "<= 50" };
     figures["kube.claim_p99_ms"] = { value: round(pct(latencies, 99)), unit: "ms", target: "<= 200" };
-    figures["kube.claims_per_s"] = { value: round(CLAIMS / claimS), unit: "claims/s" };
+    figures["kube.claims_per_s"] = { value: round((RATIO_ROUNDS ? latencies.length : 0) / claimS), unit: "claims/s" };
     figures["kube.edge_only_claim_p50_ms"] = { value: round(pct(edgeLatencies, 50)), unit: "ms" };
     figures["kube.claim_vs_edge_claim_ratio"] = { value: round(pct(roundRatios, 50)), unit: `ratio (median of ${RATIO_ROUNDS} rounds)`, target: "<= 1.5", spread: minMax(roundRatios) };
-    figures["kube.claim_1_client_p50_ms"] = { value: round(pct(one, 50)), unit: `ms (${SOLO_CLAIMS} claims, one at a time)` };
-    figures["kube.edge_only_claim_1_client_p50_ms"] = { value: round(pct(oneEdge, 50)), unit: "ms" };
-    figures["kube.claim_vs_edge_claim_1_client_ratio"] = { value: round(pct(one, 50) / pct(oneEdge, 50)), unit: "ratio (p50s, claims interleaved one by one)" };
     figures["kube.claim_vs_edge_claim_ratio_pooled"] = { value: round(pct(latencies, 50) / pct(edgeLatencies, 50)), unit: "ratio" };
-    figures["kube.apiserver_requests_per_claim"] = { value: round(audited.claim / (CLAIMS + SOLO_CLAIMS)), unit: "requests", target: "<= 3" };
-    figures["kube.apiserver_requests_per_refill"] = { value: round(audited.refill / (CLAIMS + SOLO_CLAIMS)), unit: "requests" };
-    figures["kube.apiserver_requests_per_claim_and_refill"] = { value: round((audited.claim + audited.refill + audited.other) / (CLAIMS + SOLO_CLAIMS)), unit: "requests" };
+    figures["kube.claim_refill_held_p50_ms"] = { value: round(pct(heldLatencies, 50)), unit: "ms (each side's refill held until its claims are done)" };
+    figures["kube.edge_only_claim_refill_held_p50_ms"] = { value: round(pct(heldEdgeLatencies, 50)), unit: "ms" };
+    figures["kube.claim_vs_edge_claim_ratio_refill_held"] = { value: round(pct(heldRatios, 50)), unit: `ratio (median of ${RATIO_ROUNDS} rounds, same rounds as the one above)`, spread: minMax(heldRatios) };
+    const soloFigures = (s: Awaited<ReturnType<typeof solo>>, suffix: string) => {
+      const one = s.one.map((c) => c.ms);
+      figures[`kube.claim_1_client_p50_ms${suffix}`] = { value: round(pct(one, 50)), unit: `ms (${SOLO_CLAIMS} claims, one at a time)` };
+      figures[`kube.edge_only_claim_1_client_p50_ms${suffix}`] = { value: round(pct(s.oneEdge, 50)), unit: "ms" };
+      figures[`kube.claim_vs_edge_claim_1_client_ratio${suffix}`] = { value: round(pct(one, 50) / pct(s.oneEdge, 50)), unit: "ratio (p50s, claims interleaved one by one)" };
+      Object.assign(figures, traceFigures(s.traced, `kube.claim_1_client${suffix}`, new Map(s.one.map((c) => [c.id, c.ms]))));
+    };
+    soloFigures(loose, "");
+    soloFigures(tight, "_refill_held");
+    Object.assign(figures, traceFigures(agentTraces, "kube.claim"), traceFigures(heldAgentTraces, "kube.claim_refill_held"));
+    figures["kube.apiserver_requests_per_claim"] = { value: round(audited.claim / kubeClaims), unit: "requests", target: "<= 3" };
+    figures["kube.apiserver_requests_per_refill"] = { value: round(audited.refill / kubeClaims), unit: "requests" };
+    figures["kube.apiserver_requests_per_claim_and_refill"] = { value: round((audited.claim + audited.refill + audited.other) / kubeClaims), unit: "requests" };
     console.error("kube bench claims:", JSON.stringify(figures));
   } finally {
     for (const stop of stops.reverse()) await stop().catch((err: unknown) => console.error("kube bench teardown:", err));
@@ -314,11 +445,39 @@ async function claimsThroughEdge(cluster: Cluster): Promise<Figures> {
   return figures;
 }
 
+/** Where the agent's part of a claim went (kube-agent.ts timestamps, medians over the claims):
+ * from the intent's arrival to its pass, the pass up to /init (the driver's ensure from its caches),
+ * /init (to the pods' runtime and back), from its answer to the ack; with the clients' latencies
+ * by sandbox id, also what the claim spent outside the agent (the edge, the link both ways). */
+function traceFigures(traces: ClaimTrace[], prefix: string, clientMs?: Map<string, number>): Figures {
+  const done = traces.filter((t) => t.passStart !== undefined && t.initStart !== undefined && t.initEnd !== undefined && t.acked !== undefined) as Required<ClaimTrace>[];
+  if (!done.length) return {};
+  const med = (f: (t: Required<ClaimTrace>) => number) => round(pct(done.map(f), 50));
+  const unit = `ms (median of ${done.length} claims)`;
+  const figures: Figures = {
+    [`${prefix}_agent_ms`]: { value: med((t) => t.acked - t.offered), unit: `${unit}: intent in to ack out` },
+    [`${prefix}_agent_queue_ms`]: { value: med((t) => t.passStart - t.offered), unit },
+    [`${prefix}_agent_ensure_ms`]: { value: med((t) => t.initStart - t.passStart), unit: `${unit}: pass start to /init sent` },
+    [`${prefix}_agent_init_ms`]: { value: med((t) => t.initEnd - t.initStart), unit },
+    [`${prefix}_agent_ack_ms`]: { value: med((t) => t.acked - t.initEnd), unit: `${unit}: /init answered to ack` },
+  };
+  if (clientMs) {
+    const outside = done.flatMap((t) => (clientMs.has(t.id) ? [clientMs.get(t.id)! - (t.acked - t.offered)] : []));
+    if (outside.length) figures[`${prefix}_outside_agent_ms`] = { value: round(pct(outside, 50)), unit: `ms (median of ${outside.length}: client latency minus the agent's part)` };
+  }
+  return figures;
+}
+
 /** An edge of its own with a scripted agent that acks every intent at once, and a warm pool of
  * `size`: what a claim costs when nothing but the edge does work. */
-async function edgeOnlyClaims(size: number): Promise<{ claims(n: number, clients: number): Promise<number[]>; whole(): Promise<void>; stop(): Promise<void> }> {
+async function edgeOnlyClaims(size: number): Promise<{ claims(n: number, clients: number): Promise<number[]>; whole(): Promise<void>; hold(): void; release(): void; stop(): Promise<void> }> {
   const edge = await startTestEdge("kubebench-edge-only", { tmpfs: true });
-  const agent = new ScriptedAgent({ agentId: "kube-bench-edge-only" });
+  // hold(): new pool members are acked and reported only on release(), as the kube agent's held
+  // members are made (and acked) only then.
+  let holding = false;
+  const seen = new Set<string>();
+  const fresh = (id: string) => !seen.has(id) && Boolean(seen.add(id));
+  const agent = new ScriptedAgent({ agentId: "kube-bench-edge-only", hold: (i) => fresh(i.sandboxId) && holding && i.owner.kind === "pool", holdAcks: true });
   try {
     await agent.connect(tcpTransport(edge.url, edge.clusterToken, "local"));
     const api = edgeApi(edge.url, edge.adminKey);
@@ -329,6 +488,13 @@ async function edgeOnlyClaims(size: number): Promise<{ claims(n: number, clients
     return {
       claims: (n, clients) => timedConcurrently(n, clients, () => api.create("edge-only")),
       whole: () => until("edge-only pool whole", async () => (await api.available("edge-only")) >= size, 300_000),
+      hold() {
+        holding = true;
+      },
+      release() {
+        holding = false;
+        for (const release of [...agent.held.values()]) release();
+      },
       async stop() {
         agent.disconnect();
         await edge.stop();

@@ -115,6 +115,19 @@ export function requeueFor(intent: Intent, phase: SandboxObservation["phase"], r
   return isConverged(intent, phase, ready) || phase === "Failed" ? undefined : { requeueAfterMs: 250 };
 }
 
+/** How long after the last claim (any urgent pass) a pool's refill still waits: a client creating
+ * sandboxes one after another sends its next claim within it, and a loaded edge delivers a burst's
+ * claims in flushes hundreds of ms apart (WorkQueue, "Claims before refills"). A judgment, not a
+ * measured optimum: 200 and 500 ms gave the same figures (bench/kube.ts, two runs). */
+export const REFILL_YIELD_LINGER_MS = 500;
+
+/** Whether a pool member's pass may wait for claims: only while its pool keeps at least half its
+ * members ready, so a sustained claim rate cannot drain it into cold creates (below that the refill
+ * runs beside the claims, as it always did). */
+export function refillMayWait(ready: number, members: number): boolean {
+  return ready > 0 && 2 * ready >= members;
+}
+
 export class Reconciler {
   readonly queue: WorkQueue;
   readonly #d: ReconcilerDeps;
@@ -137,6 +150,11 @@ export class Reconciler {
   readonly #phases = new Map<string, { phase: ObservedPhase; pool: boolean }>();
   /** When this reconciler started: a sandbox created before it was adopted (its start command runs). */
   readonly #bootedAt: number;
+  /** Each pool member's pool (template id), and per pool its members and those last reported
+   * ready: the stock `refillMayWait` judges. A claim or delete takes the member out at its offer. */
+  readonly #poolOf = new Map<string, string>();
+  readonly #poolMembers = new Map<string, Set<string>>();
+  readonly #poolReady = new Map<string, Set<string>>();
 
   /** Sandboxes by last reported phase and owner (`pool` or `sandbox`), for the metrics gauge. */
   *phaseCounts(): Iterable<[{ state: string; owner: string }, number]> {
@@ -171,7 +189,45 @@ export class Reconciler {
     // Where the runtime lives in a pod, a claim's pass is mostly waiting (the driver answers a warm
     // member from its cache, then one HTTP /init), so more passes run at once
     // (docs/decisions/reconcile-concurrency.md).
-    this.queue = new WorkQueue({ name: "sandbox", work: (id) => this.reconcile(id), urgentConcurrency: deps.driver.capabilities.hostView ? undefined : 64, backoff: deps.backoff, onError: deps.onError });
+    // Pool members' passes (a refill's create, its pod coming up) wait while claims run, as long
+    // as their pool has stock (docs/ARCHITECTURE.md, "Claims before refills").
+    this.queue = new WorkQueue({
+      name: "sandbox",
+      work: (id) => this.reconcile(id),
+      urgentConcurrency: deps.driver.capabilities.hostView ? undefined : 64,
+      backoff: deps.backoff,
+      onError: deps.onError,
+      yields: (id) => this.#refillMayWait(id),
+      yieldLingerMs: REFILL_YIELD_LINGER_MS,
+    });
+  }
+
+  #refillMayWait(id: string): boolean {
+    const pool = this.#poolOf.get(id);
+    if (pool === undefined) return false;
+    return refillMayWait(this.#poolReady.get(pool)?.size ?? 0, this.#poolMembers.get(pool)?.size ?? 0);
+  }
+
+  /** Keeps the pools' stock as intents change owner: a pool's running member is in it, a claimed
+   * or deleted one leaves it at once. */
+  #trackPool(intent: Intent): void {
+    const id = intent.sandboxId;
+    const pool = intent.owner.kind === "pool" && intent.desired.state !== "deleted" ? intent.template?.id : undefined;
+    const was = this.#poolOf.get(id);
+    if (was === pool) return;
+    if (was !== undefined) {
+      this.#poolOf.delete(id);
+      for (const sets of [this.#poolMembers, this.#poolReady]) {
+        const set = sets.get(was);
+        set?.delete(id);
+        if (set?.size === 0) sets.delete(was);
+      }
+    }
+    if (pool === undefined) return;
+    this.#poolOf.set(id, pool);
+    const members = this.#poolMembers.get(pool) ?? new Set<string>();
+    members.add(id);
+    this.#poolMembers.set(pool, members);
   }
 
   /** Accepts an intent if it is newer than the stored one and schedules the sandbox. */
@@ -184,6 +240,7 @@ export class Reconciler {
       return "stale";
     }
     if (traceparent) this.#traces.set(intent.sandboxId, traceparent);
+    this.#trackPool(intent);
     // A sandbox's own intents (claim, pause, resume) have a client waiting on them; the pool's
     // (warming members up, scaling down) do not, and must not hold them up. Nor does a delete: a
     // kill is answered without waiting for the agent, and a destroy (cgroup removal, unmounts) is
@@ -402,6 +459,14 @@ export class Reconciler {
     const pool = this.#d.store.get(obs.sandboxId)?.owner.kind === "pool";
     if (obs.phase === "Deleted") this.#phases.delete(obs.sandboxId);
     else this.#phases.set(obs.sandboxId, { phase: obs.phase, pool });
+    const stock = this.#poolOf.get(obs.sandboxId);
+    if (stock !== undefined) {
+      const ready = this.#poolReady.get(stock) ?? new Set<string>();
+      if (obs.ready) ready.add(obs.sandboxId);
+      else ready.delete(obs.sandboxId);
+      if (ready.size) this.#poolReady.set(stock, ready);
+      else this.#poolReady.delete(stock);
+    }
     // One line per phase change (not per pass): what an operator greps a sandbox's history for.
     if (was !== obs.phase) LOG.info("phase", { sandboxId: obs.sandboxId, generation: obs.generation, phase: obs.phase, from: was, reason: obs.reason, traceId: traceId || undefined });
     // A warm member claimed keeps its phase: its claim is a line too (with the create's request id).
@@ -436,6 +501,7 @@ export class Reconciler {
 
   /** After a restart: reconcile everything the driver or the store knows, adopting live ones. */
   async resumeAll(): Promise<void> {
+    for (const id of this.#d.store.ids()) this.#trackPool(this.#d.store.get(id)!);
     const ids = new Set([...(await this.#d.driver.list()).map((o) => o.id), ...this.#d.store.ids()]);
     for (const id of ids) this.queue.add(id);
   }

@@ -8,6 +8,14 @@
 // sandboxes. Knobs: `concurrency` workers for the normal lane, `urgentConcurrency` (default: the
 // same) for the urgent one.
 //
+// Claims before refills: a normal key the owner says may wait (`yields`, e.g. a pool member being
+// made while its pool has stock) does not start while an urgent key is queued or running, nor
+// within `yieldLingerMs` after the urgent lane went idle (a client's next claim usually follows
+// within that). The refill's own work and what it sets off elsewhere (the API server, the
+// kubelet) otherwise share the CPU with the claims (bench/kube.ts: at one client the claim took
+// 2.3x the edge-only one with the refill running, 1.0x with it held). The owner's `yields` is the
+// bound: it answers no once waiting could empty the pool (`yieldToUrgent`, pure, below).
+//
 // A key whose work throws is retried with per-key exponential backoff (`Backoff`). Every retry
 // loop of the agent and its drivers goes through here: the reconciler (per sandbox), the
 // SandboxSet and SandboxClaim syncs (per object) use a WorkQueue; the informers' relist/rewatch,
@@ -34,6 +42,14 @@ export function backoffMs(attempt: number, policy: Backoff = DEFAULT_BACKOFF): n
   return Math.min(policy.maxMs, policy.baseMs * 2 ** Math.max(0, attempt - 1));
 }
 
+/** Whether a normal key that may yield waits now: while urgent work is queued or running, or
+ * ended less than `lingerMs` ago. Returns the ms to wait before looking again (0: start it). */
+export function yieldToUrgent(o: { yields: boolean; urgentBusy: boolean; msSinceUrgent: number; lingerMs: number }): number {
+  if (!o.yields) return 0;
+  if (o.urgentBusy) return Infinity; // looked at again when the urgent lane empties
+  return Math.max(0, o.lingerMs - o.msSinceUrgent);
+}
+
 export class WorkQueue {
   readonly #work: (key: string) => Promise<WorkResult>;
   readonly #concurrency: number;
@@ -50,6 +66,11 @@ export class WorkQueue {
   readonly #failures = new Map<string, number>();
   #idleWaiters: (() => void)[] = [];
   #closed = false;
+  readonly #yields: ((key: string) => boolean) | undefined;
+  readonly #yieldLingerMs: number;
+  /** When the urgent lane last emptied (Date.now()), and the pump due once the linger is over. */
+  #urgentIdleAt = -Infinity;
+  #lingerTimer: NodeJS.Timeout | undefined;
 
   constructor(opts: {
     work: (key: string) => Promise<WorkResult>;
@@ -59,6 +80,11 @@ export class WorkQueue {
     backoff?: Backoff;
     /** The queue's name in metrics (`controller` and `name` labels); unnamed queues are not measured. */
     name?: string;
+    /** Normal keys that wait for the urgent lane (see "Claims before refills" above); asked each
+     * time such a key could start, so its answer may change (a pool's stock). */
+    yields?: (key: string) => boolean;
+    /** How long after the urgent lane empties yielding keys still wait (default 0). */
+    yieldLingerMs?: number;
   }) {
     this.#work = opts.work;
     this.#name = opts.name;
@@ -66,6 +92,8 @@ export class WorkQueue {
     this.#backoff = opts.backoff ?? DEFAULT_BACKOFF;
     this.#concurrency = opts.concurrency ?? 8;
     this.#urgentConcurrency = opts.urgentConcurrency ?? this.#concurrency;
+    this.#yields = opts.yields;
+    this.#yieldLingerMs = opts.yieldLingerMs ?? 0;
     this.#onError = opts.onError ?? ((key, err) => logger("workqueue").error("work failed, retrying", { queue: opts.name, key, error: err }));
   }
 
@@ -126,6 +154,7 @@ export class WorkQueue {
     this.#closed = true;
     for (const t of this.#timers.values()) clearTimeout(t);
     this.#timers.clear();
+    clearTimeout(this.#lingerTimer);
     this.#queued.clear();
   }
 
@@ -133,9 +162,20 @@ export class WorkQueue {
     const normalRunning = this.#running.size - this.#runningUrgent.size;
     let normalSlots = this.#concurrency - normalRunning;
     let urgentSlots = this.#urgentConcurrency - this.#runningUrgent.size;
+    // Urgent keys queued (or running again once done) count as busy as much as running ones.
+    const urgentBusy = this.#runningUrgent.size > 0 || this.#urgent.size > 0;
+    const msSinceUrgent = this.#yields ? Date.now() - this.#urgentIdleAt : Infinity;
+    let lookAgainMs = Infinity;
     for (const key of this.#queued) {
       const urgent = this.#isUrgent(key);
       if (urgent ? urgentSlots <= 0 : normalSlots <= 0) continue;
+      if (!urgent && this.#yields) {
+        const wait = yieldToUrgent({ yields: this.#yields(key), urgentBusy, msSinceUrgent, lingerMs: this.#yieldLingerMs });
+        if (wait > 0) {
+          lookAgainMs = Math.min(lookAgainMs, wait);
+          continue;
+        }
+      }
       if (urgent) urgentSlots--;
       else normalSlots--;
       this.#queued.delete(key);
@@ -145,6 +185,14 @@ export class WorkQueue {
         this.#runningUrgent.add(key);
       }
       void this.#run(key);
+    }
+    // Keys waiting out the linger start when it ends (those waiting on busy urgent work, when the
+    // urgent lane empties: #run pumps then).
+    if (lookAgainMs !== Infinity && !this.#lingerTimer && !this.#closed) {
+      this.#lingerTimer = setTimeout(() => {
+        this.#lingerTimer = undefined;
+        this.#pump();
+      }, lookAgainMs);
     }
     if (this.depth === 0) {
       const waiters = this.#idleWaiters;
@@ -175,7 +223,7 @@ export class WorkQueue {
         reconcileTotal.inc({ controller: this.#name, result: outcome });
       }
       this.#running.delete(key);
-      this.#runningUrgent.delete(key);
+      if (this.#runningUrgent.delete(key) && this.#runningUrgent.size === 0) this.#urgentIdleAt = Date.now();
       if (this.#dirty.delete(key)) this.#queued.add(key);
       this.#pump();
     }

@@ -90,6 +90,9 @@ export interface ScriptedAgentOptions {
   reject?: (intent: Intent) => string | undefined;
   /** Intents to hold: acked `accepted`, not acted on until `release(sandboxId)` (a slow upgrade). */
   hold?: (intent: Intent) => boolean;
+  /** A held intent is acked on its release too, not at once: as the real agent acks a create
+   * only after the pass that makes it (bench/kube.ts holds refills so). */
+  holdAcks?: boolean;
   /** Why the snapshot an intent asks for is not taken (carried by its ack); default: taken. */
   failSnapshot?: (intent: Intent) => { reason: string; message: string } | undefined;
   /** The reason its observations of a sandbox carry (e.g. RestorePending); default none. */
@@ -152,6 +155,7 @@ export class ScriptedAgent {
       ping: opts.ping ?? true,
       reject: opts.reject ?? (() => undefined),
       hold: opts.hold ?? (() => false),
+      holdAcks: opts.holdAcks ?? false,
       builder: opts.builder ?? false,
       networkRules: opts.networkRules,
       failSnapshot: opts.failSnapshot ?? (() => undefined),
@@ -330,11 +334,14 @@ export class ScriptedAgent {
       this.notify();
     };
     if (this.opts.hold(intent)) {
+      const accepted = () => this.ack({ seq, sandboxId: id, generation: intent.generation, result: "accepted" });
       this.held.set(id, () => {
         this.held.delete(id);
+        if (this.opts.holdAcks) accepted();
         settle();
       });
-      return this.ack({ seq, sandboxId: id, generation: intent.generation, result: "accepted" });
+      if (!this.opts.holdAcks) accepted();
+      return;
     }
     const creating = s.phase === "Pending" && intent.desired.state === "running";
     // Re-init, pause and delete are done before the ack, as the real agent does; a create is

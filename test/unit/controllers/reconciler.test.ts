@@ -6,7 +6,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
 import { IntentStore } from "../../../controllers/agent/intent-store.ts";
-import { NOT_READY_REASON, RETRY_REASON, Reconciler } from "../../../controllers/agent/reconciler.ts";
+import { NOT_READY_REASON, refillMayWait, RETRY_REASON, Reconciler } from "../../../controllers/agent/reconciler.ts";
 import type { StartCommands, StartStatus } from "../../../controllers/agent/start-commands.ts";
 import { TerminalError, UnsupportedError, type DesiredSandbox, type Driver, type SandboxObservation } from "../../../controllers/drivers/driver.ts";
 import { createRuntime } from "../../../controllers/runtime/runtime.ts";
@@ -272,6 +272,52 @@ describe("Reconciler", () => {
     release();
     await waitFor(() => acks.filter((a) => a.generation === 3).length === 10, { what: "the kills' acks" });
     reconciler.queue.close();
+  });
+
+  it("claims before refills: a pool's new member waits while a claim of that pool runs; not once fewer than half its members are ready", async () => {
+    const { driver, acks, reconciler } = harness({});
+    const template = (id: string) => ({ id, revision: "r1", image: "base", user: "user", workdir: "/home/user", resources: { cpuCount: 1, memoryMB: 256 } });
+    const member = (id: string, pool: string) => intent(id, { generation: 1, owner: { kind: "pool", id: pool }, template: template(pool) });
+    const claim = (id: string, pool: string) => intent(id, { generation: 2, template: template(pool) });
+    for (const id of ["a0", "a1", "a2"]) reconciler.offer(member(id, "wide"));
+    reconciler.offer(member("b0", "narrow"));
+    await waitFor(() => acks.length === 4, { what: "the warm members" });
+    // Claims whose pass hangs until released (a slow /init).
+    const gates = new Map<string, () => void>();
+    const ensure = driver.ensure.bind(driver);
+    driver.ensure = async (d) => {
+      if (d.generation === 2) await new Promise<void>((r) => gates.set(d.id, r));
+      return ensure(d);
+    };
+    // Pool "wide": one of three claimed, its refill offered; two of three ready: it waits.
+    reconciler.offer(claim("a0", "wide"));
+    reconciler.offer(member("a3", "wide"));
+    // Pool "narrow": its only member claimed, two refills offered; none ready: they run now.
+    reconciler.offer(claim("b0", "narrow"));
+    reconciler.offer(member("b1", "narrow"));
+    reconciler.offer(member("b2", "narrow"));
+    await waitFor(() => driver.calls.get("b1") === 1 && driver.calls.get("b2") === 1, { what: "the drained pool's refills, beside the claims" });
+    await waitFor(() => gates.size === 2, { what: "both claims' passes" });
+    expect(driver.calls.get("a3")).toBeUndefined();
+    gates.get("b0")!();
+    await waitFor(() => acks.some((a) => a.id === "b0" && a.generation === 2));
+    expect(driver.calls.get("a3")).toBeUndefined(); // a0's claim still runs
+    gates.get("a0")!();
+    await waitFor(() => driver.calls.get("a3") === 1, { what: "the refill once the claims are over" });
+    const a0 = acks.findIndex((a) => a.id === "a0" && a.generation === 2);
+    const a3 = acks.findIndex((a) => a.id === "a3");
+    expect(a0).toBeGreaterThanOrEqual(0);
+    expect(a3 === -1 || a3 > a0).toBe(true);
+    reconciler.queue.close();
+  });
+
+  it("refillMayWait: a pool with at least half its members ready, and one ready at least", () => {
+    expect(refillMayWait(2, 3)).toBe(true);
+    expect(refillMayWait(150, 200)).toBe(true);
+    expect(refillMayWait(100, 200)).toBe(true);
+    expect(refillMayWait(99, 200)).toBe(false);
+    expect(refillMayWait(0, 1)).toBe(false);
+    expect(refillMayWait(0, 0)).toBe(false);
   });
 
   it("takes the snapshot an intent asks for once, acks it applied; a failure rides the ack with its reason and leaves the sandbox running", async () => {

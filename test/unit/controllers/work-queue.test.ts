@@ -1,5 +1,6 @@
 import { describe, expect, it } from "vitest";
-import { backoffMs, WorkQueue } from "../../../controllers/lib/work-queue.ts";
+import { backoffMs, WorkQueue, yieldToUrgent } from "../../../controllers/lib/work-queue.ts";
+import { waitFor } from "../../support/wait-for.ts";
 
 /** Work that finishes only when the test releases it. */
 function gatedWork() {
@@ -45,6 +46,34 @@ describe("WorkQueue", () => {
     await new Promise((r) => setTimeout(r, 0));
     release("warm3");
     await q.idle();
+  });
+
+  it("claims before refills: a key that yields waits while an urgent key is queued or running and for the linger after; others start at once", async () => {
+    const { started, release, work } = gatedWork();
+    const q = new WorkQueue({ work, concurrency: 4, urgentConcurrency: 1, yields: (k) => k.startsWith("refill"), yieldLingerMs: 20 });
+    q.add("claim1", { urgent: true });
+    q.add("claim2", { urgent: true }); // queued behind claim1 (one urgent worker)
+    q.add("refill1");
+    q.add("scaledown");
+    await Promise.resolve();
+    expect(started).toEqual(["claim1", "scaledown"]);
+    release("claim1");
+    await new Promise((r) => setTimeout(r, 0));
+    expect(started).toEqual(["claim1", "scaledown", "claim2"]);
+    release("claim2");
+    await new Promise((r) => setTimeout(r, 0));
+    expect(started).not.toContain("refill1"); // the linger: a client's next claim may follow
+    await waitFor(() => started.includes("refill1"), { what: "the refill once the claims are over" });
+    release("refill1");
+    release("scaledown");
+    await q.idle();
+  });
+
+  it("yieldToUrgent: waits while urgent work is busy, then out the linger; never for a key that may not yield", () => {
+    expect(yieldToUrgent({ yields: true, urgentBusy: true, msSinceUrgent: 1e9, lingerMs: 200 })).toBe(Infinity);
+    expect(yieldToUrgent({ yields: true, urgentBusy: false, msSinceUrgent: 50, lingerMs: 200 })).toBe(150);
+    expect(yieldToUrgent({ yields: true, urgentBusy: false, msSinceUrgent: 250, lingerMs: 200 })).toBe(0);
+    expect(yieldToUrgent({ yields: false, urgentBusy: true, msSinceUrgent: 0, lingerMs: 200 })).toBe(0);
   });
 
   it("retries a failing key with backoff", async () => {

@@ -1,0 +1,92 @@
+// The agent of bench/kube.ts: `controllers/agent/main.ts` as deployed (same flags), with two
+// bench-only instruments attached from outside before it starts, driven over the IPC channel the
+// bench opens (process.send / "message"):
+//   {op: "hold"}     new pool members offered from now on wait before their first pass until
+//                    {op: "release"} (their passes requeue themselves meanwhile, holding no worker):
+//                    the refill still happens, after the round, so a round's claims are measured
+//                    without it (the edge-only side holds its scripted agent's alike);
+//   {op: "trace"}    the claims' timestamps since the last trace, per claim: offered (the intent
+//                    frame arrived), pass started, /init sent and answered, acked (the ack handed
+//                    to the link, which sends it in the same microtask turn).
+// Each op is answered with {op, ...} once done. Nothing here changes what a pass does.
+import { Reconciler } from "../controllers/agent/reconciler.ts";
+import { Link } from "../controllers/agent/link.ts";
+import type { Intent } from "../schema/protocol/index.ts";
+
+export interface ClaimTrace {
+  id: string;
+  offered: number;
+  passStart?: number;
+  initStart?: number;
+  initEnd?: number;
+  acked?: number;
+}
+
+let hold: { promise: Promise<void>; release(): void } | undefined;
+/** Pool members first offered while a hold was on: their first pass waits for its release. */
+const held = new Set<string>();
+const known = new Set<string>();
+let traces = new Map<string, ClaimTrace>();
+
+const offer = Reconciler.prototype.offer;
+Reconciler.prototype.offer = function (this: Reconciler, intent: Intent, traceparent?: string) {
+  const id = intent.sandboxId;
+  if (hold && intent.owner.kind === "pool" && !known.has(id)) held.add(id);
+  known.add(id);
+  if (intent.owner.kind === "sandbox" && intent.desired.state === "running" && !traces.has(id)) traces.set(id, { id, offered: performance.now() });
+  return offer.call(this, intent, traceparent);
+};
+
+const reconcile = Reconciler.prototype.reconcile;
+Reconciler.prototype.reconcile = async function (this: Reconciler, id: string) {
+  const t = traces.get(id);
+  if (t && t.passStart === undefined) t.passStart = performance.now();
+  // A held member's pass looks again shortly rather than wait in its worker: the workers stay free
+  // for the rest of the pool lane's work (a claimed sandbox's follow-up passes), which is not held.
+  if (held.has(id) && hold) return { requeueAfterMs: 50 };
+  held.delete(id);
+  return reconcile.call(this, id);
+};
+
+const ack = Link.prototype.ack;
+Link.prototype.ack = function (this: Link, item: Parameters<typeof ack>[0]) {
+  const t = traces.get(item.sandboxId);
+  if (t && t.acked === undefined) t.acked = performance.now();
+  return ack.call(this, item);
+};
+
+const fetchFn = globalThis.fetch;
+globalThis.fetch = async function (input: Parameters<typeof fetch>[0], init?: RequestInit) {
+  const url = typeof input === "string" ? input : input instanceof URL ? input.href : input.url;
+  const id = url.endsWith("/init") ? (init?.headers as Record<string, string> | undefined)?.["e2b-sandbox-id"] : undefined;
+  const t = id ? traces.get(id) : undefined;
+  if (t && t.initStart === undefined) t.initStart = performance.now();
+  try {
+    return await fetchFn(input, init);
+  } finally {
+    if (t && t.initEnd === undefined) t.initEnd = performance.now();
+  }
+} as typeof fetch;
+
+process.on("message", (msg: { op: string }) => {
+  if (msg.op === "hold") {
+    if (!hold) {
+      let release!: () => void;
+      const promise = new Promise<void>((ok) => (release = ok));
+      hold = { promise, release };
+    }
+  } else if (msg.op === "release") {
+    hold?.release();
+    hold = undefined;
+    held.clear();
+  } else if (msg.op === "trace") {
+    process.send!({ op: "trace", traces: [...traces.values()] });
+    traces = new Map();
+    return;
+  }
+  process.send!({ op: msg.op });
+});
+// The channel must not keep a stopping agent alive.
+process.channel?.unref();
+
+await import("../controllers/agent/main.ts");
