@@ -11,6 +11,7 @@ import { createServer, type Socket } from "node:net";
 import { dirname } from "node:path";
 import { spawnHost, spawnPtyHere, type HandoverOptions, type LaunchedPty } from "../../runtime/process/launcher.ts";
 import { CONNECTION_ID_BYTES, openStdioFile, stopReading, type SpawnerReply, type SpawnerRequest } from "./spawner-protocol.ts";
+import { ExecReport } from "./spawner-sandbox-pid.ts";
 
 // A send that fails means the agent is gone; 'disconnect' ends this process.
 const send = (m: SpawnerReply, handle?: Socket): void => void process.send!(m, handle, {}, () => {});
@@ -22,6 +23,9 @@ const socketPath = process.argv[2]!;
 // directory the agent made and removes. enter.pl checks its parent against KRUISE_PARENT_PID, so a
 // command whose spawner died while it started does not live on unowned.
 const handover: HandoverOptions = { envDir: () => dirname(socketPath), env: { KRUISE_PARENT_PID: String(process.pid) } };
+/** The descriptor enter.pl reports its command's pid in the sandbox on, once exec'd (see enter.pl). */
+const EXEC_FD = 3;
+const execHandover: HandoverOptions = { ...handover, env: { ...handover.env, KRUISE_EXEC_FD: String(EXEC_FD) } };
 
 function takePooled(stdio: Extract<SpawnerRequest, { t: "spawn" }>["stdio"]): Map<number, [number, Socket]> | undefined {
   const want = stdio.flatMap((s, n) => (s === "pipe" ? [n] : []));
@@ -49,7 +53,11 @@ function doSpawn(m: Extract<SpawnerRequest, { t: "spawn" }>): void {
       files.push(fd);
       return fd;
     });
-    child = spawnHost(m, { detached: m.detached, stdio, ...handover });
+    if (m.exec) {
+      while (stdio.length < EXEC_FD) stdio.push("ignore");
+      stdio[EXEC_FD] = "pipe";
+    }
+    child = spawnHost(m, { detached: m.detached, stdio, ...(m.exec ? execHandover : handover) });
   } catch (err) {
     for (const [, [, s]] of pooled ?? []) s.destroy();
     return send({ t: "error", id: m.id, message: (err as Error).message });
@@ -74,7 +82,28 @@ function doSpawn(m: Extract<SpawnerRequest, { t: "spawn" }>): void {
     // Sent one by one (Node passes one handle per message); each is closed here once delivered.
     for (const { s, n } of pipes) send({ t: "fd", id: m.id, n }, s!);
   }
-  child.once("exit", (code, signal) => send({ t: "exit", id: m.id, code, signal }));
+  // The exec's reply always comes before the exit's (the agent waits for one or the other): enter.pl
+  // closes the descriptor before it waits for its child, or dies, which closes it too.
+  const execSeen = m.exec ? reportExec(m.id, child) : undefined;
+  child.once("exit", (code, signal) => {
+    if (execSeen) void execSeen.then(() => send({ t: "exit", id: m.id, code, signal }));
+    else send({ t: "exit", id: m.id, code, signal });
+  });
+}
+
+/** Sends `exec` once enter.pl's child has exec'd: enter.pl reports its pid in the sandbox (see
+ * enter.pl), so nobody polls /proc for it. */
+function reportExec(id: number, child: ChildProcess): Promise<void> {
+  const s = child.stdio[EXEC_FD] as Socket;
+  const report = new ExecReport();
+  s.on("data", (d: Buffer) => report.add(d));
+  s.on("error", () => {});
+  return new Promise((done) =>
+    s.once("close", () => {
+      send({ t: "exec", id, sandboxPid: report.pid() });
+      done();
+    }),
+  );
 }
 
 async function doPty(m: Extract<SpawnerRequest, { t: "pty" }>): Promise<void> {

@@ -17,7 +17,8 @@ export function openStdioFile(s: Exclude<StdioSpec, string>): number {
 }
 
 export type SpawnerRequest =
-  | ({ t: "spawn"; id: number; detached: boolean; stdio: StdioSpec[] } & SpawnCommand)
+  /** `exec`: the command is enter.pl's; the spawner reports its child's exec (an `exec` reply). */
+  | ({ t: "spawn"; id: number; detached: boolean; stdio: StdioSpec[]; exec?: boolean } & SpawnCommand)
   | ({ t: "pty"; id: number; cols: number; rows: number } & SpawnCommand)
   | { t: "write"; id: number; data: Uint8Array }
   | { t: "resize"; id: number; cols: number; rows: number };
@@ -28,6 +29,9 @@ export type SpawnerReply =
    * connections the agent opened in advance instead: child fd -> the connection's id. */
   | { t: "spawned"; id: number; pid: number; pipes: number[]; pooled?: Record<number, number> }
   | { t: "fd"; id: number; n: number }
+  /** enter.pl's child has exec'd the command (or gone): the pid it has in the sandbox, if any.
+   * Always before that request's `exit`. */
+  | { t: "exec"; id: number; sandboxPid?: number }
   | { t: "error"; id: number; message: string }
   | { t: "data"; id: number; data: Uint8Array }
   | { t: "exit"; id: number; code: number | null; signal: NodeJS.Signals | number | null };

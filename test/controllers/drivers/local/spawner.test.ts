@@ -5,8 +5,7 @@ import { readFileSync } from "node:fs";
 import type { Readable } from "node:stream";
 import { setTimeout as sleep } from "node:timers/promises";
 import { afterAll, describe, expect, it } from "vitest";
-import { syscallNumbers } from "../../../../controllers/drivers/local/host-helpers.ts";
-import { ENTER_SCRIPT } from "../../../../controllers/drivers/local/local-view.ts";
+import { ENTER_SCRIPT, syscallNumbers } from "../../../../controllers/drivers/local/host-helpers.ts";
 import { Spawner } from "../../../../controllers/drivers/local/spawner.ts";
 import { SANDBOX_ENV_FILE, type LaunchedExit } from "../../../../controllers/runtime/process/launcher.ts";
 
@@ -109,6 +108,36 @@ describe("spawner", () => {
     await expect(spawner.spawnPipes({ file: "/nonexistent/binary", args: [], cwd: "/", env: {} }, false)).rejects.toThrow(/ENOENT/);
     const p = await spawner.spawnPipes({ file: "/bin/echo", args: ["still here"], cwd: "/", env: {} }, false);
     expect(await text(p.stdout)).toBe("still here\n");
+  });
+
+  it("an empty output's end waits for its consumer, also when the pool of connections is used up", async () => {
+    // More at once than the pool holds: the rest come back as descriptors the spawner passes.
+    const s = new Spawner();
+    try {
+      const started = await Promise.all(Array.from({ length: 40 }, () => s.spawnPipes({ file: "/bin/true", args: [], cwd: "/", env: {} }, false)));
+      await Promise.all(started.map((p) => exitOf(p)));
+      // A consumer that listens only now (the runtime, once the start is known) still sees both
+      // ends: a pipe that had closed before would never report its 'close'.
+      expect(started.map((p) => [p.stdout.readableEnded || p.stdout.destroyed, p.stderr.readableEnded || p.stderr.destroyed]).filter(([a, b]) => a || b)).toEqual([]);
+      expect(await Promise.all(started.flatMap((p) => [text(p.stdout), text(p.stderr)]))).toEqual(Array(80).fill(""));
+    } finally {
+      await s.dispose();
+    }
+  });
+
+  it("a command through enter.pl reports the pid of the command it became, also when it is done at once", async () => {
+    for (let i = 0; i < 10; i++) {
+      const p = await spawner.spawnPipes(entered(["/bin/sh", "-c", "echo $$"]), false);
+      const [out] = await Promise.all([text(p.stdout), exitOf(p)]);
+      expect(p.sandboxPid).toBe(Number(out));
+    }
+    const long = await spawner.spawnPipes(entered(["/bin/sleep", "300"]), false);
+    try {
+      expect(readFileSync(`/proc/${long.sandboxPid}/cmdline`, "utf8")).toBe("/bin/sleep\0" + "300\0");
+    } finally {
+      process.kill(long.sandboxPid!, "SIGKILL");
+      await exitOf(long);
+    }
   });
 
   it("its death ends what it started with a clear error, leaves nothing running, and the next spawn starts a new one", async () => {
