@@ -94,6 +94,14 @@ export class Spawner implements ProcessLauncher {
     }
   }
 
+  /** A new path in the spawner's private directory (0700, in memory where possible), for a file
+   * a process it starts writes and the caller reads and removes (a helper's stderr). */
+  scratchFile(prefix: string): string {
+    this.#socketDir ??= mkdtempSync(join(memoryTmpdir(), "kruise-spawner-"));
+    return join(this.#socketDir, `${prefix}-${++this.#scratch}`);
+  }
+  #scratch = 0;
+
   /** The spawner's pid, once started (tests). */
   get pid(): number | undefined {
     return this.#child?.pid;

@@ -1,11 +1,13 @@
 // The spawner process that forks on the agent's behalf: pipes handed back intact, terminals
 // relayed, and its death noticed (clear error, restart, nothing left running).
 import { spawn } from "node:child_process";
-import { readFileSync } from "node:fs";
+import { readdirSync, readFileSync } from "node:fs";
+import { dirname } from "node:path";
 import type { Readable } from "node:stream";
 import { setTimeout as sleep } from "node:timers/promises";
 import { afterAll, describe, expect, it } from "vitest";
 import { ENTER_SCRIPT, syscallNumbers } from "../../../../controllers/drivers/local/host-helpers.ts";
+import { runHelper } from "../../../../controllers/drivers/local/disk.ts";
 import { Spawner } from "../../../../controllers/drivers/local/spawner.ts";
 import { SANDBOX_ENV_FILE, type LaunchedExit } from "../../../../controllers/runtime/process/launcher.ts";
 
@@ -137,6 +139,18 @@ describe("spawner", () => {
     } finally {
       process.kill(long.sandboxPid!, "SIGKILL");
       await exitOf(long);
+    }
+  });
+
+  it("a helper's failure carries what it wrote to stderr, and no file of it is left either way", async () => {
+    const s = new Spawner();
+    try {
+      await runHelper(s, ["/bin/sh", "-c", "exit 0"]);
+      await expect(runHelper(s, ["/bin/sh", "-c", "echo 'no such device' >&2; exit 3"])).rejects.toThrow(/^sh: no such device$/);
+      await expect(runHelper(s, ["/bin/sh", "-c", "exit 4"])).rejects.toThrow(/^sh: exit 4$/);
+      expect(readdirSync(dirname(s.scratchFile("probe"))).filter((f) => f.startsWith("helper"))).toEqual([]);
+    } finally {
+      await s.dispose();
     }
   });
 
