@@ -70,8 +70,14 @@ function doSpawn(m: Extract<SpawnerRequest, { t: "spawn" }>): void {
     child.once("error", (err) => send({ t: "error", id: m.id, message: err.message }));
     return;
   }
+  // An enter.pl command's start on pooled connections is answered once its pid in the sandbox is
+  // known, in one message: the agent waits for that pid anyway, and its pooled ends are not read
+  // until their consumer starts (output waits in the socket meanwhile).
+  let execSeen: Promise<void> | undefined;
   if (pooled) {
-    send({ t: "spawned", id: m.id, pid: child.pid, pipes: [], pooled: Object.fromEntries([...pooled].map(([n, [id]]) => [n, id])) });
+    const spawned: Extract<SpawnerReply, { t: "spawned" }> = { t: "spawned", id: m.id, pid: child.pid, pipes: [], pooled: Object.fromEntries([...pooled].map(([n, [id]]) => [n, id])) };
+    if (m.exec) execSeen = reportExec(child, (sandboxPid) => send({ ...spawned, exec: { sandboxPid } }));
+    else send(spawned);
   } else {
     // Before the event loop runs again: bytes read here would be lost with the handle we pass on.
     const pipes = child.stdio.map((s, n) => ({ s: s as Socket | null, n })).filter((p) => p.s && m.stdio[p.n] === "pipe");
@@ -81,26 +87,26 @@ function doSpawn(m: Extract<SpawnerRequest, { t: "spawn" }>): void {
     send({ t: "spawned", id: m.id, pid: child.pid, pipes: pipes.map((p) => p.n) });
     // Sent one by one (Node passes one handle per message); each is closed here once delivered.
     for (const { s, n } of pipes) send({ t: "fd", id: m.id, n }, s!);
+    if (m.exec) execSeen = reportExec(child, (sandboxPid) => send({ t: "exec", id: m.id, sandboxPid }));
   }
-  // The exec's reply always comes before the exit's (the agent waits for one or the other): enter.pl
-  // closes the descriptor before it waits for its child, or dies, which closes it too.
-  const execSeen = m.exec ? reportExec(m.id, child) : undefined;
+  // The exec's report always comes before the exit's (the agent waits for one or the other):
+  // enter.pl closes the descriptor before it waits for its child, or dies, which closes it too.
   child.once("exit", (code, signal) => {
     if (execSeen) void execSeen.then(() => send({ t: "exit", id: m.id, code, signal }));
     else send({ t: "exit", id: m.id, code, signal });
   });
 }
 
-/** Sends `exec` once enter.pl's child has exec'd: enter.pl reports its pid in the sandbox (see
- * enter.pl), so nobody polls /proc for it. */
-function reportExec(id: number, child: ChildProcess): Promise<void> {
+/** Calls `reply` once enter.pl's child has exec'd, with the pid enter.pl reported for it in the
+ * sandbox (see enter.pl), so nobody polls /proc for it. */
+function reportExec(child: ChildProcess, reply: (sandboxPid: number | undefined) => void): Promise<void> {
   const s = child.stdio[EXEC_FD] as Socket;
   const report = new ExecReport();
   s.on("data", (d: Buffer) => report.add(d));
   s.on("error", () => {});
   return new Promise((done) =>
     s.once("close", () => {
-      send({ t: "exec", id, sandboxPid: report.pid() });
+      reply(report.pid());
       done();
     }),
   );

@@ -197,6 +197,10 @@ export class Spawner implements ProcessLauncher {
           t.expected = [...t.expected, Number(n)];
         }
         if (m.pooled && this.#child) this.#fill(this.#child, undefined);
+        if (m.exec) {
+          t.onExec?.(m.exec.sandboxPid);
+          t.onExec = undefined;
+        }
         break;
       case "fd":
         // Node starts reading a socket it receives: a command's output (or the end of an empty
