@@ -45,24 +45,6 @@ sub main {
   my ($env, $why) = parse_env($data // '');
   fail($why) if $why;
 
-  # The spawner may hand us a descriptor (its number in KRUISE_EXEC_FD, set by the spawner, never
-  # by a tenant) on which this side reports, once the child below has exec'd the command, the pid
-  # the command has in the sandbox, read from the host's /proc (opened here, before any setns), and
-  # then closes it: the spawner no longer polls /proc for it. Reported before the child is reaped,
-  # so a command that is done at once still has one. The child never holds the descriptor.
-  my $execfd = delete $ENV{KRUISE_EXEC_FD};
-  my ($execfh, $procfh, $execr, $execw);
-  if (defined $execfd) {
-    fail('bad KRUISE_EXEC_FD') unless $execfd =~ /\A\d+\z/ && $execfd > 2;
-    open($execfh, '>&=', $execfd) or fail("exec descriptor: $!");
-    # perl marks what it opens above $^F close-on-exec already; these do not rely on it.
-    fcntl($execfh, 2, 1) or fail("close-on-exec: $!");  # F_SETFD, FD_CLOEXEC
-    opendir($procfh, '/proc') or fail("/proc: $!");
-    # The child's exec closes its end ($execw): this side sees end of file then.
-    pipe($execr, $execw) or fail("pipe: $!");
-    fcntl($execw, 2, 1) or fail("close-on-exec: $!");
-  }
-
   # Die with whoever started us (the agent, or its spawner, which names itself in
   # KRUISE_PARENT_PID so that a death before this line counts too): nobody else would read our
   # output or reap our status, and the child below dies with us in turn.
@@ -113,7 +95,6 @@ sub main {
   fail("fork: $!") unless defined $child;
 
   if ($child == 0) {
-    if ($execfh) { close($execfh); close($execr); closedir($procfh); }
     if ($rootfh) {
       chdir($rootfh) or fail("fchdir root: $!");
       chroot('.') or fail("chroot: $!");
@@ -147,7 +128,6 @@ sub main {
     fail("exec $cmd[0]: $!");
   }
 
-  close($execw) if $execw;
   if ($userns) {
     # This side stays out of the sandbox's pid namespace and root, but joined its user namespace:
     # it becomes the sandbox's root too (its range's first uid on the host, never host root), which
@@ -164,21 +144,6 @@ sub main {
     $SIG{$sig} = sub { kill $sig, $child; };
   }
   $SIG{$_} = 'IGNORE' for ($tty ? qw(INT QUIT) : ());
-  if ($execfh) {
-    my $n;
-    do { $n = sysread($execr, my $b, 1); } while (!defined $n && $! == 4);  # EINTR
-    # The child is ours to reap, so its /proc entry is there even if the command already ended.
-    # The last NSpid field is its pid in the innermost namespace, the sandbox's.
-    my $nspid;
-    if (chdir($procfh) && open(my $st, '<', "$child/status")) {
-      my $status = do { local $/; <$st> } // '';
-      $nspid = $1 if $status =~ /^NSpid:[ \t]*(?:\d+[ \t]+)*(\d+)[ \t]*$/m;
-      close($st);
-    }
-    syswrite($execfh, "$nspid\n") if defined $nspid;
-    close($execfh);
-    closedir($procfh);
-  }
   my $r;
   do { $r = waitpid($child, 0); } while ($r == -1 && $! == 4);  # EINTR
   my $st = $?;

@@ -7,12 +7,8 @@
 //   architecture is refused with a clear error rather than a wrong syscall.
 // Why perl at all, and the alternatives: README.md in this folder ("Host helpers").
 import { arch } from "node:os";
-import { fileURLToPath } from "node:url";
 
 export const PERL = "/usr/bin/perl";
-
-/** Runs one command inside a sandbox (local-view.ts builds its arguments). */
-export const ENTER_SCRIPT = fileURLToPath(new URL("./enter.pl", import.meta.url));
 
 /** PATH of every host helper: system directories only. */
 export const HELPER_PATH = "/usr/sbin:/usr/bin:/sbin:/bin";

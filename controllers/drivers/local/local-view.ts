@@ -14,10 +14,11 @@
 // fixed (host-helpers.ts) and the command's travels apart, as `sandboxEnv` (launcher.ts).
 import { readFileSync } from "node:fs";
 import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
 import { SANDBOX_ENV_FILE, type ProcessLauncher } from "../../runtime/process/launcher.ts";
 import type { HostCommand, SandboxUsage, SandboxUser, SandboxView, SpawnRequest } from "../../runtime/sandbox-view.ts";
 import { SandboxNotFoundError } from "../driver.ts";
-import { ENTER_SCRIPT, helperEnv, PERL, syscallNumbers } from "./host-helpers.ts";
+import { helperEnv, PERL, syscallNumbers } from "./host-helpers.ts";
 import { USERS, type Mount } from "./layout.ts";
 import { resolveSandboxPath, sandboxPathOf } from "./path-resolver.ts";
 import { SANDBOX_CAPS } from "./userns.ts";
@@ -29,6 +30,7 @@ import { cachedFile, parseGroup, parsePasswd } from "../../runtime/passwd.ts";
 
 const NAME_RECHECK_MS = 1_000;
 
+export const ENTER_SCRIPT = fileURLToPath(new URL("./enter.pl", import.meta.url));
 /** Environment variable carried by every process of a sandbox; how sandboxes without a cgroup
  * find their processes (a process that clears its environment escapes that search). */
 export const MARKER_ENV = "KRUISE_SANDBOX_ID";

@@ -11,7 +11,6 @@ import { createServer, type Socket } from "node:net";
 import { dirname } from "node:path";
 import { spawnHost, spawnPtyHere, type HandoverOptions, type LaunchedPty } from "../../runtime/process/launcher.ts";
 import { CONNECTION_ID_BYTES, openStdioFile, stopReading, type SpawnerReply, type SpawnerRequest } from "./spawner-protocol.ts";
-import { ExecReport } from "./spawner-sandbox-pid.ts";
 
 // A send that fails means the agent is gone; 'disconnect' ends this process.
 const send = (m: SpawnerReply, handle?: Socket): void => void process.send!(m, handle, {}, () => {});
@@ -23,9 +22,6 @@ const socketPath = process.argv[2]!;
 // directory the agent made and removes. enter.pl checks its parent against KRUISE_PARENT_PID, so a
 // command whose spawner died while it started does not live on unowned.
 const handover: HandoverOptions = { envDir: () => dirname(socketPath), env: { KRUISE_PARENT_PID: String(process.pid) } };
-/** The descriptor enter.pl reports its command's pid in the sandbox on, once exec'd (see enter.pl). */
-const EXEC_FD = 3;
-const execHandover: HandoverOptions = { ...handover, env: { ...handover.env, KRUISE_EXEC_FD: String(EXEC_FD) } };
 
 function takePooled(stdio: Extract<SpawnerRequest, { t: "spawn" }>["stdio"]): Map<number, [number, Socket]> | undefined {
   const want = stdio.flatMap((s, n) => (s === "pipe" ? [n] : []));
@@ -53,11 +49,7 @@ function doSpawn(m: Extract<SpawnerRequest, { t: "spawn" }>): void {
       files.push(fd);
       return fd;
     });
-    if (m.exec) {
-      while (stdio.length < EXEC_FD) stdio.push("ignore");
-      stdio[EXEC_FD] = "pipe";
-    }
-    child = spawnHost(m, { detached: m.detached, stdio, ...(m.exec ? execHandover : handover) });
+    child = spawnHost(m, { detached: m.detached, stdio, ...handover });
   } catch (err) {
     for (const [, [, s]] of pooled ?? []) s.destroy();
     return send({ t: "error", id: m.id, message: (err as Error).message });
@@ -70,14 +62,8 @@ function doSpawn(m: Extract<SpawnerRequest, { t: "spawn" }>): void {
     child.once("error", (err) => send({ t: "error", id: m.id, message: err.message }));
     return;
   }
-  // An enter.pl command's start on pooled connections is answered once its pid in the sandbox is
-  // known, in one message: the agent waits for that pid anyway, and its pooled ends are not read
-  // until their consumer starts (output waits in the socket meanwhile).
-  let execSeen: Promise<void> | undefined;
   if (pooled) {
-    const spawned: Extract<SpawnerReply, { t: "spawned" }> = { t: "spawned", id: m.id, pid: child.pid, pipes: [], pooled: Object.fromEntries([...pooled].map(([n, [id]]) => [n, id])) };
-    if (m.exec) execSeen = reportExec(child, (sandboxPid) => send({ ...spawned, exec: { sandboxPid } }));
-    else send(spawned);
+    send({ t: "spawned", id: m.id, pid: child.pid, pipes: [], pooled: Object.fromEntries([...pooled].map(([n, [id]]) => [n, id])) });
   } else {
     // Before the event loop runs again: bytes read here would be lost with the handle we pass on.
     const pipes = child.stdio.map((s, n) => ({ s: s as Socket | null, n })).filter((p) => p.s && m.stdio[p.n] === "pipe");
@@ -87,29 +73,8 @@ function doSpawn(m: Extract<SpawnerRequest, { t: "spawn" }>): void {
     send({ t: "spawned", id: m.id, pid: child.pid, pipes: pipes.map((p) => p.n) });
     // Sent one by one (Node passes one handle per message); each is closed here once delivered.
     for (const { s, n } of pipes) send({ t: "fd", id: m.id, n }, s!);
-    if (m.exec) execSeen = reportExec(child, (sandboxPid) => send({ t: "exec", id: m.id, sandboxPid }));
   }
-  // The exec's report always comes before the exit's (the agent waits for one or the other):
-  // enter.pl closes the descriptor before it waits for its child, or dies, which closes it too.
-  child.once("exit", (code, signal) => {
-    if (execSeen) void execSeen.then(() => send({ t: "exit", id: m.id, code, signal }));
-    else send({ t: "exit", id: m.id, code, signal });
-  });
-}
-
-/** Calls `reply` once enter.pl's child has exec'd, with the pid enter.pl reported for it in the
- * sandbox (see enter.pl), so nobody polls /proc for it. */
-function reportExec(child: ChildProcess, reply: (sandboxPid: number | undefined) => void): Promise<void> {
-  const s = child.stdio[EXEC_FD] as Socket;
-  const report = new ExecReport();
-  s.on("data", (d: Buffer) => report.add(d));
-  s.on("error", () => {});
-  return new Promise((done) =>
-    s.once("close", () => {
-      reply(report.pid());
-      done();
-    }),
-  );
+  child.once("exit", (code, signal) => send({ t: "exit", id: m.id, code, signal }));
 }
 
 async function doPty(m: Extract<SpawnerRequest, { t: "pty" }>): Promise<void> {

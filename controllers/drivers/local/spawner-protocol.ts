@@ -17,9 +17,7 @@ export function openStdioFile(s: Exclude<StdioSpec, string>): number {
 }
 
 export type SpawnerRequest =
-  /** `exec`: the command is enter.pl's; the spawner reports its child's exec (`spawned`'s `exec`
-   * on pooled connections, else an `exec` reply). */
-  | ({ t: "spawn"; id: number; detached: boolean; stdio: StdioSpec[]; exec?: boolean } & SpawnCommand)
+  | ({ t: "spawn"; id: number; detached: boolean; stdio: StdioSpec[] } & SpawnCommand)
   | ({ t: "pty"; id: number; cols: number; rows: number } & SpawnCommand)
   | { t: "write"; id: number; data: Uint8Array }
   | { t: "resize"; id: number; cols: number; rows: number };
@@ -28,13 +26,8 @@ export type SpawnerReply =
   | { t: "ready"; pid: number }
   /** Followed by one `fd` message per listed pipe, in order. `pooled` are the pipes that use
    * connections the agent opened in advance instead: child fd -> the connection's id. */
-  /** `exec`: an enter.pl command on pooled connections, answered once exec'd, with what an `exec`
-   * reply would carry. */
-  | { t: "spawned"; id: number; pid: number; pipes: number[]; pooled?: Record<number, number>; exec?: { sandboxPid?: number } }
+  | { t: "spawned"; id: number; pid: number; pipes: number[]; pooled?: Record<number, number> }
   | { t: "fd"; id: number; n: number }
-  /** enter.pl's child has exec'd the command (or gone): the pid it has in the sandbox, if any.
-   * Always before that request's `exit`; only after passed descriptors (pooled: in `spawned`). */
-  | { t: "exec"; id: number; sandboxPid?: number }
   | { t: "error"; id: number; message: string }
   | { t: "data"; id: number; data: Uint8Array }
   | { t: "exit"; id: number; code: number | null; signal: NodeJS.Signals | number | null };

@@ -3,21 +3,16 @@
 // Commands start through enter.pl, which stays on the host side as the process the spawner
 // started and forks once into the sandbox's pid namespace (see enter.pl). Clients must see the
 // pid the sandbox sees (`$$`, `kill <pid>`, `/proc/<pid>`), as with envd inside a VM: that is
-// the last NSpid field of enter.pl's only child. Nothing inside the sandbox can forge it: it
-// comes from the host's /proc.
-//
-// Through the spawner, enter.pl reports it itself once its child has exec'd, read from the host's
-// /proc before it reaps the child (a descriptor the spawner hands it, see enter.pl; `ExecReport`
-// takes that report). Terminals (node-pty passes no extra descriptor) and the in-process launcher
-// look it up here until it appears instead (`sandboxPidOf`, ~2–3 ms of 1 ms polls on the 2-core
-// machine, more under load).
+// the last NSpid field of enter.pl's only child. The child exists a few ms after the spawn
+// (perl's start, cgroup join, setns), so it is looked up until it appears, and the start waits
+// that long (median ~2–3 ms in the agent on the 2-core machine, more under load). Nothing inside the sandbox can forge it: it comes from the host's /proc.
 import { existsSync, readFileSync } from "node:fs";
 
 /** How often to look while enter.pl starts (it forks ~3–6 ms after the spawn). */
 const POLL_MS = 1;
 /** A wrapper that has not forked by then is stuck (a frozen cgroup it joined); report the host
  * pid rather than hold the start back. */
-export const GIVE_UP_MS = 2_000;
+const GIVE_UP_MS = 2_000;
 
 /** Without CONFIG_PROC_CHILDREN a kernel has no children file: report host pids rather than
  * hold every start back until the give-up. */
@@ -36,29 +31,6 @@ function innermostPid(pid: number): number | undefined {
   const ns = read(`/proc/${pid}/status`)?.match(/^NSpid:\s*(.*)$/m)?.[1]?.trim().split(/\s+/).at(-1);
   return ns ? Number(ns) : undefined;
 }
-
-/** What enter.pl writes on its exec descriptor: the pid in decimal and a newline, then its end
- * of file. Anything else (more bytes, another shape, a pid no kernel gives) counts as no report;
- * at most a line's worth is kept. */
-export class ExecReport {
-  #text = "";
-  #over = false;
-
-  add(chunk: Buffer): void {
-    if (this.#over || this.#text.length + chunk.length > MAX_REPORT) this.#over = true;
-    else this.#text += chunk.toString("latin1");
-  }
-
-  pid(): number | undefined {
-    const m = this.#over ? null : /^([1-9]\d{0,6})\n$/.exec(this.#text);
-    const pid = m ? Number(m[1]) : undefined;
-    return pid !== undefined && pid <= PID_MAX_LIMIT ? pid : undefined;
-  }
-}
-/** The longest report: 7 digits and a newline. */
-const MAX_REPORT = 8;
-/** The kernel's largest pid (PID_MAX_LIMIT on 64-bit). */
-const PID_MAX_LIMIT = 4_194_304;
 
 /** The sandbox pid of the command `hostPid` (enter.pl) forks, once that child has exec'd the
  * command; undefined when it ended (or gave up) before it forked: a command gone within

@@ -18,8 +18,7 @@ import type { Readable, Writable } from "node:stream";
 import type { Socket } from "node:net";
 import type { HostCommand } from "../../runtime/sandbox-view.ts";
 import { inProcessLauncher, memoryTmpdir, ProcessStartError, spawnHost, type LaunchedExit, type LaunchedPipes, type LaunchedPty, type ProcessLauncher } from "../../runtime/process/launcher.ts";
-import { ENTER_SCRIPT, PERL } from "./host-helpers.ts";
-import { GIVE_UP_MS, sandboxPidOf } from "./spawner-sandbox-pid.ts";
+import { sandboxPidOf } from "./spawner-sandbox-pid.ts";
 import { CONNECTION_ID_BYTES, openStdioFile, stopReading, type SpawnCommand, type SpawnerReply, type SpawnerRequest, type StdioSpec } from "./spawner-protocol.ts";
 
 const MAIN = fileURLToPath(new URL("./spawner-main.ts", import.meta.url));
@@ -36,13 +35,6 @@ export interface SpawnedProcess {
   forget(): void;
 }
 
-/** An enter.pl command's start: `exec` settles once its child has exec'd the command (with the
- * pid it has in the sandbox), or the process ended or gave no sign for GIVE_UP_MS (a frozen
- * cgroup it joined): then undefined, as sandboxPidOf reports. */
-interface EnteredProcess extends SpawnedProcess {
-  exec: Promise<number | undefined>;
-}
-
 type WithoutId<T> = T extends unknown ? Omit<T, "id"> : never;
 
 interface Tracked {
@@ -57,8 +49,6 @@ interface Tracked {
   /** Terminal output that arrived before anyone listened (the start reply and the first output
    * can come in one read of the channel). */
   early: Buffer[];
-  /** An enter.pl command's `exec` reply (see EnteredProcess). */
-  onExec?: (sandboxPid: number | undefined) => void;
 }
 
 /** Forks in the calling process instead (for comparison: `KRUISE_LOCAL_SPAWNER=off`). */
@@ -197,10 +187,6 @@ export class Spawner implements ProcessLauncher {
           t.expected = [...t.expected, Number(n)];
         }
         if (m.pooled && this.#child) this.#fill(this.#child, undefined);
-        if (m.exec) {
-          t.onExec?.(m.exec.sandboxPid);
-          t.onExec = undefined;
-        }
         break;
       case "fd":
         // Node starts reading a socket it receives: a command's output (or the end of an empty
@@ -214,10 +200,6 @@ export class Spawner implements ProcessLauncher {
         this.#tracked.delete(m.id);
         t.reject?.(new ProcessStartError(m.message));
         this.#refresh();
-        return;
-      case "exec":
-        t.onExec?.(m.sandboxPid);
-        t.onExec = undefined;
         return;
       case "data": {
         const data = Buffer.from(m.data.buffer, m.data.byteOffset, m.data.byteLength);
@@ -282,7 +264,7 @@ export class Spawner implements ProcessLauncher {
     else this.#child!.unref();
   }
 
-  async #request(req: WithoutId<Extract<SpawnerRequest, { t: "spawn" | "pty" }>>, onExec?: Tracked["onExec"]): Promise<{ id: number; t: Tracked; pid: number }> {
+  async #request(req: WithoutId<Extract<SpawnerRequest, { t: "spawn" | "pty" }>>): Promise<{ id: number; t: Tracked; pid: number }> {
     if (this.#disposed) throw new ProcessStartError("the process spawner was disposed");
     this.#waiting++;
     let child: ChildProcess;
@@ -294,7 +276,7 @@ export class Spawner implements ProcessLauncher {
       this.#waiting--;
     }
     const id = this.#nextId++;
-    const t: Tracked = { pipes: new Map(), exitFns: [], dataFns: [], early: [], onExec };
+    const t: Tracked = { pipes: new Map(), exitFns: [], dataFns: [], early: [] };
     const started = new Promise<{ pid: number }>((resolve, reject) => {
       t.resolve = resolve;
       t.reject = reject;
@@ -309,23 +291,7 @@ export class Spawner implements ProcessLauncher {
   /** Starts a process with the given stdio; pipes come back as sockets. */
   async spawn(cmd: SpawnCommand, opts: { detached: boolean; stdio: StdioSpec[] }): Promise<SpawnedProcess> {
     if (this.#inProcess) return spawnHere(cmd, opts);
-    return this.#spawned(await this.#request({ t: "spawn", ...cmd, ...opts }));
-  }
-
-  /** An enter.pl command, its exec reported by the spawner (see EnteredProcess). */
-  async #spawnEntered(cmd: SpawnCommand, opts: { detached: boolean; stdio: StdioSpec[] }): Promise<EnteredProcess> {
-    let settle!: (sandboxPid: number | undefined) => void;
-    const exec = new Promise<number | undefined>((resolve) => (settle = resolve));
-    const started = await this.#request({ t: "spawn", ...cmd, ...opts, exec: true }, (pid) => settle(pid));
-    const p = this.#spawned(started);
-    // A spawner that dies sends no `exec`: its end is the process's exit.
-    p.onExit(() => settle(undefined));
-    const giveUp = setTimeout(() => settle(undefined), GIVE_UP_MS).unref();
-    void exec.then(() => clearTimeout(giveUp));
-    return { ...p, exec };
-  }
-
-  #spawned({ id, t, pid }: { id: number; t: Tracked; pid: number }): SpawnedProcess {
+    const { id, t, pid } = await this.#request({ t: "spawn", ...cmd, ...opts });
     return {
       pid,
       pipes: t.pipes,
@@ -341,11 +307,7 @@ export class Spawner implements ProcessLauncher {
   // The runtime's commands are enter.pl wrappers (local-view.ts): each reports the pid its
   // command has inside the sandbox (spawner-sandbox-pid.ts). Holders (spawn) are not.
   async spawnPipes(host: HostCommand, stdin: boolean): Promise<LaunchedPipes> {
-    if (this.#inProcess || !isEntered(host)) return withSandboxPid(await this.#spawnPipes(host, stdin));
-    const p = await this.#spawnEntered(host, { detached: true, stdio: [stdin ? "pipe" : "ignore", "pipe", "pipe"] });
-    const pipes = this.#launchedPipes(p);
-    pipes.sandboxPid = await p.exec;
-    return pipes;
+    return withSandboxPid(await this.#spawnPipes(host, stdin));
   }
 
   async spawnPty(host: HostCommand, size: { cols: number; rows: number }): Promise<LaunchedPty> {
@@ -354,10 +316,7 @@ export class Spawner implements ProcessLauncher {
 
   async #spawnPipes(host: HostCommand, stdin: boolean): Promise<LaunchedPipes> {
     if (this.#inProcess) return inProcessLauncher.spawnPipes(host, stdin);
-    return this.#launchedPipes(await this.spawn(host, { detached: true, stdio: [stdin ? "pipe" : "ignore", "pipe", "pipe"] }));
-  }
-
-  #launchedPipes(p: SpawnedProcess): LaunchedPipes {
+    const p = await this.spawn(host, { detached: true, stdio: [stdin ? "pipe" : "ignore", "pipe", "pipe"] });
     const stdinSocket = p.pipes.get(0);
     // Our end of the child's stdin is read only to see it close (then Node destroys it).
     stdinSocket?.resume();
@@ -399,11 +358,6 @@ export class Spawner implements ProcessLauncher {
 function holdForConsumer(s: Socket): void {
   stopReading(s);
   (s as unknown as { _readableState: { reading: boolean } })._readableState.reading = false;
-}
-
-/** A command run through enter.pl (local-view.ts builds them): its exec can be reported. */
-function isEntered(host: HostCommand): boolean {
-  return host.file === PERL && host.args[0] === ENTER_SCRIPT;
 }
 
 async function withSandboxPid<P extends LaunchedPipes | LaunchedPty>(p: P): Promise<P> {

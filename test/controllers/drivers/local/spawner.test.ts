@@ -6,8 +6,9 @@ import { dirname } from "node:path";
 import type { Readable } from "node:stream";
 import { setTimeout as sleep } from "node:timers/promises";
 import { afterAll, describe, expect, it } from "vitest";
-import { ENTER_SCRIPT, syscallNumbers } from "../../../../controllers/drivers/local/host-helpers.ts";
 import { runHelper } from "../../../../controllers/drivers/local/disk.ts";
+import { syscallNumbers } from "../../../../controllers/drivers/local/host-helpers.ts";
+import { ENTER_SCRIPT } from "../../../../controllers/drivers/local/local-view.ts";
 import { Spawner } from "../../../../controllers/drivers/local/spawner.ts";
 import { SANDBOX_ENV_FILE, type LaunchedExit } from "../../../../controllers/runtime/process/launcher.ts";
 
@@ -124,21 +125,6 @@ describe("spawner", () => {
       expect(await Promise.all(started.flatMap((p) => [text(p.stdout), text(p.stderr)]))).toEqual(Array(80).fill(""));
     } finally {
       await s.dispose();
-    }
-  });
-
-  it("a command through enter.pl reports the pid of the command it became, also when it is done at once", async () => {
-    for (let i = 0; i < 10; i++) {
-      const p = await spawner.spawnPipes(entered(["/bin/sh", "-c", "echo $$"]), false);
-      const [out] = await Promise.all([text(p.stdout), exitOf(p)]);
-      expect(p.sandboxPid).toBe(Number(out));
-    }
-    const long = await spawner.spawnPipes(entered(["/bin/sleep", "300"]), false);
-    try {
-      expect(readFileSync(`/proc/${long.sandboxPid}/cmdline`, "utf8")).toBe("/bin/sleep\0" + "300\0");
-    } finally {
-      process.kill(long.sandboxPid!, "SIGKILL");
-      await exitOf(long);
     }
   });
 

@@ -1,18 +1,17 @@
 // The local driver's perl helpers without root: both compile, the relay's parsers take exactly
 // the lines they should, syscall numbers come from one table per architecture, and a command's
 // environment reaches it through the handover file, never through the helper's own environment.
-import { spawn, spawnSync } from "node:child_process";
+import { spawnSync } from "node:child_process";
 import { existsSync, mkdtempSync, readFileSync, rmSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, describe, expect, it } from "vitest";
-import { ENTER_SCRIPT, helperEnv, PERL, syscallNumbers } from "../../../../controllers/drivers/local/host-helpers.ts";
+import { helperEnv, PERL, syscallNumbers } from "../../../../controllers/drivers/local/host-helpers.ts";
+import { ENTER_SCRIPT } from "../../../../controllers/drivers/local/local-view.ts";
 import { ALLOW_SETUID_SCRIPT, USERNS_SCRIPT } from "../../../../controllers/drivers/local/userns.ts";
-import { ExecReport } from "../../../../controllers/drivers/local/spawner-sandbox-pid.ts";
 import { encodeEnv, handOver, SANDBOX_ENV_FILE } from "../../../../controllers/runtime/process/launcher.ts";
 import { HOST_LOADER_SAW_IT, hostileEnv, parseEnv0 } from "../../../support/hostile-env.ts";
-import { waitFor } from "../../../support/wait-for.ts";
 
 const RELAY_SCRIPT = fileURLToPath(new URL("../../../../controllers/drivers/local/port-relay.pl", import.meta.url));
 const dir = mkdtempSync(join(tmpdir(), "helpers-unit-"));
@@ -269,81 +268,6 @@ describe("environment handover", () => {
       expect(existsSync(h.args[1]!)).toBe(false);
     } finally {
       hostile.dispose();
-    }
-  });
-
-});
-
-// Through the spawner, enter.pl reports the pid its command has in the sandbox on a descriptor the
-// spawner hands it (KRUISE_EXEC_FD), once the command has replaced its child, read from the host's
-// /proc before the child is reaped. The command must hold neither that descriptor (the spawner's
-// socket: a tenant could write a pid of its choosing into it) nor the pipe enter.pl learns of the
-// exec from, and the report must come with the exec, not with the command's exit.
-describe("enter.pl's exec report", () => {
-  const { setns, prctl } = syscallNumbers();
-  const entered = (cmd: string[]) => ({
-    file: PERL,
-    args: [ENTER_SCRIPT, SANDBOX_ENV_FILE, "0", String(process.getuid!()), String(process.getgid!()), "/", "-", String(setns), String(prctl), "-", "--", ...cmd],
-    cwd: "/",
-    env: helperEnv(),
-    sandboxEnv: { PATH: "/usr/bin:/bin" },
-  });
-  /** Starts `cmd` through enter.pl with the exec descriptor as fd 3; what arrives on it, and when. */
-  function start(cmd: string[], execFd = "3") {
-    const h = handOver(entered(cmd), () => dir);
-    const child = spawn(PERL, h.args, { env: helperEnv({ KRUISE_EXEC_FD: execFd }), stdio: ["pipe", "pipe", "pipe", "pipe"] });
-    const seen = { report: "", closed: false, exited: false, out: "", err: "" };
-    child.stdio[3]!.on("data", (d) => (seen.report += String(d)));
-    child.stdio[3]!.once("close", () => (seen.closed = true));
-    child.stdout!.on("data", (d) => (seen.out += String(d)));
-    child.stderr!.on("data", (d) => (seen.err += String(d)));
-    const exit = new Promise<number | null>((r) => child.once("exit", (code) => ((seen.exited = true), r(code))));
-    return { child, seen, exit };
-  }
-  // The same shell's descriptors, started without enter.pl: whatever the test runner itself passes
-  // on (descriptors it inherited without close-on-exec) shows in both.
-  const plainFds = () => spawnSync("/bin/sh", ["-c", "ls /proc/$$/fd"], { encoding: "utf8", stdio: ["pipe", "pipe", "pipe"] }).stdout;
-
-  it("reports the command's pid once it runs, while it runs; the command holds neither the descriptor nor enter.pl's pipe", async () => {
-    const { child, seen, exit } = start(["/bin/sh", "-c", "echo $$; ls /proc/$$/fd; echo end; read x; true"]);
-    try {
-      // The shell prints its pid and its descriptors, then waits on stdin: it is running the command.
-      const out = await waitFor(() => seen.out.endsWith("end\n") && seen.out, { what: "the shell's descriptors" });
-      const [pid, ...fds] = out.trim().split("\n").slice(0, -1);
-      expect(fds.join("\n") + "\n").toBe(plainFds());
-      await waitFor(() => seen.closed, { what: "the exec descriptor's end of file" });
-      expect(seen.exited).toBe(false);
-      expect(seen.report).toBe(`${pid}\n`);
-    } finally {
-      child.stdin!.end();
-    }
-    expect(await exit).toBe(0);
-  });
-
-  it("a command that is done at once still has its pid reported", async () => {
-    const { seen, exit } = start(["/bin/true"]);
-    expect(await exit).toBe(0);
-    await waitFor(() => seen.closed, { what: "the exec descriptor's end of file" });
-    expect(seen.report).toMatch(/^[1-9]\d*\n$/);
-  });
-
-  it("a descriptor number that is not one of its own is refused", () => {
-    for (const bad of ["2", "0", "x3", "3 4", ""]) {
-      const h = handOver(entered(["/bin/true"]), () => dir);
-      const r = spawnSync(PERL, h.args, { env: helperEnv({ KRUISE_EXEC_FD: bad }), encoding: "utf8" });
-      expect({ bad, status: r.status, stderr: r.stderr }).toEqual({ bad, status: 127, stderr: "enter.pl: bad KRUISE_EXEC_FD\n" });
-    }
-  });
-
-  it("the spawner takes a pid and a newline, nothing else, and keeps no more than that", () => {
-    const parse = (...chunks: string[]) => {
-      const r = new ExecReport();
-      for (const c of chunks) r.add(Buffer.from(c, "latin1"));
-      return r.pid();
-    };
-    expect([parse("1234\n"), parse("12", "34\n"), parse("4194304\n")]).toEqual([1234, 1234, 4194304]);
-    for (const bad of [[], ["1234"], ["0\n"], ["01\n"], ["-1\n"], ["4194305\n"], ["12345678\n"], ["1\n1\n"], ["1234\n", "x"], ["1 2\n"], ["x".repeat(100_000)], ["\u00b9\n"]]) {
-      expect({ bad, pid: parse(...bad) }).toEqual({ bad, pid: undefined });
     }
   });
 });
