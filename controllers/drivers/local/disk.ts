@@ -12,7 +12,7 @@
 // through the spawner so the agent's event loop never waits on it, and taken off the create path
 // altogether by disks made ahead (spare-disks.ts).
 import { spawnSync } from "node:child_process";
-import { closeSync, existsSync, ftruncateSync, mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, statSync, statfsSync, writeFileSync } from "node:fs";
+import { closeSync, existsSync, ftruncateSync, mkdirSync, mkdtempSync, openSync, readFileSync, readSync, rmSync, statSync, statfsSync, writeFileSync } from "node:fs";
 import { rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
@@ -103,15 +103,35 @@ function readOrEmpty(file: string): string {
   }
 }
 
-/** Runs a helper to its end through the spawner (not forked from the agent: see spawner.ts). */
+/** Runs a helper to its end through the spawner (not forked from the agent: see spawner.ts). Its
+ * stderr goes to a file the spawner opens for it, read only when it fails: a pipe would take one of
+ * the spawner's pooled connections (a connect and an accept to refill it, and the stream's events)
+ * for what is nearly always nothing. */
 export async function runHelper(spawner: Spawner, args: string[], cwd = "/"): Promise<void> {
-  const child = await spawner.spawn({ file: args[0]!, args: args.slice(1), cwd, env: ENV }, { detached: false, stdio: ["ignore", "ignore", "pipe"] });
-  const err = child.pipes.get(2)!;
-  let text = "";
-  err.on("data", (c) => (text += String(c).slice(0, 2000)));
-  err.on("error", () => {});
-  const exit = await new Promise<LaunchedExit>((ok) => child.onExit(ok));
-  if (exit.error || exit.code !== 0) throw new Error(`${args[0] === "/bin/sh" ? "sh" : args[0]}: ${exit.error ?? (text.trim() || `exit ${exit.code ?? exit.signal}`)}`);
+  const errFile = spawner.scratchFile("helper-stderr");
+  try {
+    const child = await spawner.spawn({ file: args[0]!, args: args.slice(1), cwd, env: ENV }, { detached: false, stdio: ["ignore", "ignore", { append: errFile }] });
+    const exit = await new Promise<LaunchedExit>((ok) => child.onExit(ok));
+    if (exit.error || exit.code !== 0) throw new Error(`${args[0] === "/bin/sh" ? "sh" : args[0]}: ${exit.error ?? (head(errFile, 2000).trim() || `exit ${exit.code ?? exit.signal}`)}`);
+  } finally {
+    rmSync(errFile, { force: true });
+  }
+}
+
+/** The first `max` bytes of a file, as text ("" when there is none). */
+function head(file: string, max: number): string {
+  let fd: number;
+  try {
+    fd = openSync(file, "r");
+  } catch {
+    return "";
+  }
+  try {
+    const buf = Buffer.alloc(max);
+    return buf.subarray(0, readSync(fd, buf, 0, max, 0)).toString("utf8");
+  } finally {
+    closeSync(fd);
+  }
 }
 
 /** Mounts the sandbox's image at `at`, formatting a new one of `sizeMB` first when there is none.

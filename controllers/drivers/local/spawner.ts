@@ -19,7 +19,7 @@ import type { Socket } from "node:net";
 import type { HostCommand } from "../../runtime/sandbox-view.ts";
 import { inProcessLauncher, memoryTmpdir, ProcessStartError, spawnHost, type LaunchedExit, type LaunchedPipes, type LaunchedPty, type ProcessLauncher } from "../../runtime/process/launcher.ts";
 import { sandboxPidOf } from "./spawner-sandbox-pid.ts";
-import { CONNECTION_ID_BYTES, openStdioFile, type SpawnCommand, type SpawnerReply, type SpawnerRequest, type StdioSpec } from "./spawner-protocol.ts";
+import { CONNECTION_ID_BYTES, openStdioFile, stopReading, type SpawnCommand, type SpawnerReply, type SpawnerRequest, type StdioSpec } from "./spawner-protocol.ts";
 
 const MAIN = fileURLToPath(new URL("./spawner-main.ts", import.meta.url));
 /** Idle connections kept open to the spawner: a burst of this many / 2 commands starts without
@@ -83,6 +83,14 @@ export class Spawner implements ProcessLauncher {
       // the first spawn will report it
     }
   }
+
+  /** A new path in the spawner's private directory (0700, in memory where possible), for a file
+   * a process it starts writes and the caller reads and removes (a helper's stderr). */
+  scratchFile(prefix: string): string {
+    this.#socketDir ??= mkdtempSync(join(memoryTmpdir(), "kruise-spawner-"));
+    return join(this.#socketDir, `${prefix}-${++this.#scratch}`);
+  }
+  #scratch = 0;
 
   /** The spawner's pid, once started (tests). */
   get pid(): number | undefined {
@@ -181,6 +189,10 @@ export class Spawner implements ProcessLauncher {
         if (m.pooled && this.#child) this.#fill(this.#child, undefined);
         break;
       case "fd":
+        // Node starts reading a socket it receives: a command's output (or the end of an empty
+        // one, which then closes before the runtime listens, and it waits its drain grace for
+        // nothing) must wait for its consumer, as a pooled connection's does.
+        if (handle && m.n > 0) holdForConsumer(handle);
         if (handle) t.pipes.set(m.n, handle);
         else t.reject?.(new ProcessStartError(`the process spawner lost pipe ${m.n}`));
         break;
@@ -338,6 +350,14 @@ export class Spawner implements ProcessLauncher {
     child.disconnect();
     await exited;
   }
+}
+
+/** A received socket reads nothing until its consumer's first 'data' listener: Node started its
+ * read as it made it (`read(0)`), and the stream would not start another while that one counts as
+ * pending. */
+function holdForConsumer(s: Socket): void {
+  stopReading(s);
+  (s as unknown as { _readableState: { reading: boolean } })._readableState.reading = false;
 }
 
 async function withSandboxPid<P extends LaunchedPipes | LaunchedPty>(p: P): Promise<P> {

@@ -1,10 +1,12 @@
 // The spawner process that forks on the agent's behalf: pipes handed back intact, terminals
 // relayed, and its death noticed (clear error, restart, nothing left running).
 import { spawn } from "node:child_process";
-import { readFileSync } from "node:fs";
+import { readdirSync, readFileSync } from "node:fs";
+import { dirname } from "node:path";
 import type { Readable } from "node:stream";
 import { setTimeout as sleep } from "node:timers/promises";
 import { afterAll, describe, expect, it } from "vitest";
+import { runHelper } from "../../../../controllers/drivers/local/disk.ts";
 import { syscallNumbers } from "../../../../controllers/drivers/local/host-helpers.ts";
 import { ENTER_SCRIPT } from "../../../../controllers/drivers/local/local-view.ts";
 import { Spawner } from "../../../../controllers/drivers/local/spawner.ts";
@@ -109,6 +111,33 @@ describe("spawner", () => {
     await expect(spawner.spawnPipes({ file: "/nonexistent/binary", args: [], cwd: "/", env: {} }, false)).rejects.toThrow(/ENOENT/);
     const p = await spawner.spawnPipes({ file: "/bin/echo", args: ["still here"], cwd: "/", env: {} }, false);
     expect(await text(p.stdout)).toBe("still here\n");
+  });
+
+  it("an empty output's end waits for its consumer, also when the pool of connections is used up", async () => {
+    // More at once than the pool holds: the rest come back as descriptors the spawner passes.
+    const s = new Spawner();
+    try {
+      const started = await Promise.all(Array.from({ length: 40 }, () => s.spawnPipes({ file: "/bin/true", args: [], cwd: "/", env: {} }, false)));
+      await Promise.all(started.map((p) => exitOf(p)));
+      // A consumer that listens only now (the runtime, once the start is known) still sees both
+      // ends: a pipe that had closed before would never report its 'close'.
+      expect(started.map((p) => [p.stdout.readableEnded || p.stdout.destroyed, p.stderr.readableEnded || p.stderr.destroyed]).filter(([a, b]) => a || b)).toEqual([]);
+      expect(await Promise.all(started.flatMap((p) => [text(p.stdout), text(p.stderr)]))).toEqual(Array(80).fill(""));
+    } finally {
+      await s.dispose();
+    }
+  });
+
+  it("a helper's failure carries what it wrote to stderr, and no file of it is left either way", async () => {
+    const s = new Spawner();
+    try {
+      await runHelper(s, ["/bin/sh", "-c", "exit 0"]);
+      await expect(runHelper(s, ["/bin/sh", "-c", "echo 'no such device' >&2; exit 3"])).rejects.toThrow(/^sh: no such device$/);
+      await expect(runHelper(s, ["/bin/sh", "-c", "exit 4"])).rejects.toThrow(/^sh: exit 4$/);
+      expect(readdirSync(dirname(s.scratchFile("probe"))).filter((f) => f.startsWith("helper"))).toEqual([]);
+    } finally {
+      await s.dispose();
+    }
   });
 
   it("its death ends what it started with a clear error, leaves nothing running, and the next spawn starts a new one", async () => {
