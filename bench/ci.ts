@@ -37,7 +37,7 @@
 // Needs the code-interpreter root filesystem (`node controllers/drivers/local/rootfs/cli.ts
 // build-code-interpreter`, which `.ci/run` and the test tiers' setup build).
 import { Sandbox } from "@e2b/code-interpreter";
-import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
@@ -49,7 +49,7 @@ import { freePort } from "../scripts/lib/sqld.ts";
 import { startProfiler } from "./v8-profile.ts";
 import { ingressKey, signIngress, SIGNATURE_HEADER } from "../schema/ingress/signature.ts";
 import type { Figures } from "./run.ts";
-import { cpuMs, median, minMax, procCpuMs, round } from "./stats.ts";
+import { cpuMs, median, minMax, procCpuMs, processTree, round } from "./stats.ts";
 
 const CREATES = Number(process.env.CI_BENCH_CREATES ?? 5);
 const ROUNDS = Number(process.env.CI_BENCH_ROUNDS ?? 5);
@@ -227,26 +227,6 @@ async function cellFigures(sbx: Sandbox, ingress: Awaited<ReturnType<typeof ingr
     "ci.cell_overhead_ratio": { value: round(median(ratios)), unit: "ratio", target: "≤ 1.5", spread: minMax(ratios) },
     "ci.cell_overhead_vs_driver_ratio": { value: round(median(driverRatios)), unit: "ratio", target: "≤ 1.5", spread: minMax(driverRatios) },
   };
-}
-
-/** The pids of `root` and its descendants, as they are now. */
-function processTree(root: number): number[] {
-  const children = new Map<number, number[]>();
-  for (const d of readdirSync("/proc")) {
-    if (!/^\d+$/.test(d)) continue;
-    try {
-      const stat = readFileSync(`/proc/${d}/stat`, "utf8");
-      const ppid = Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]);
-      children.set(ppid, [...(children.get(ppid) ?? []), Number(d)]);
-    } catch {}
-  }
-  const out: number[] = [];
-  for (let todo = [root]; todo.length; ) {
-    const pid = todo.pop()!;
-    out.push(pid);
-    todo.push(...(children.get(pid) ?? []));
-  }
-  return out;
 }
 
 /** utime+stime (ms) summed over `pids`; a process gone meanwhile counts 0. */

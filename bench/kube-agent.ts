@@ -7,8 +7,11 @@
 //                    without it (the edge-only side holds its scripted agent's alike);
 //   {op: "trace"}    the claims' timestamps since the last trace, per claim: offered (the intent
 //                    frame arrived), pass started, /init sent and answered, acked (the ack handed
-//                    to the link, which sends it in the same microtask turn).
+//                    to the link, which sends it in the same microtask turn); and the TLS
+//                    connections the agent opened since (tls.connect: the API server's, each a
+//                    handshake on both sides).
 // Each op is answered with {op, ...} once done. Nothing here changes what a pass does.
+import tls from "node:tls";
 import { Reconciler } from "../controllers/agent/reconciler.ts";
 import { Link } from "../controllers/agent/link.ts";
 import type { Intent } from "../schema/protocol/index.ts";
@@ -27,6 +30,13 @@ let hold: { promise: Promise<void>; release(): void } | undefined;
 const held = new Set<string>();
 const known = new Set<string>();
 let traces = new Map<string, ClaimTrace>();
+let tlsConnects = 0;
+
+const connect = tls.connect;
+tls.connect = function (this: unknown, ...args: Parameters<typeof connect>) {
+  tlsConnects++;
+  return connect.apply(this, args);
+} as typeof connect;
 
 const offer = Reconciler.prototype.offer;
 Reconciler.prototype.offer = function (this: Reconciler, intent: Intent, traceparent?: string) {
@@ -80,8 +90,9 @@ process.on("message", (msg: { op: string }) => {
     hold = undefined;
     held.clear();
   } else if (msg.op === "trace") {
-    process.send!({ op: "trace", traces: [...traces.values()] });
+    process.send!({ op: "trace", traces: [...traces.values()], tlsConnects });
     traces = new Map();
+    tlsConnects = 0;
     return;
   }
   process.send!({ op: msg.op });

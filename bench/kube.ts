@@ -27,6 +27,21 @@
 //                                           intent in, pass start, /init sent and answered, ack
 //                                           out), and with one client `_outside_agent_ms` (the
 //                                           client's latency minus it: the edge and the link)
+//   kube.runtime_init_floor_p50_ms          the floor under the agent's /init: as many /inits as a
+//                                           round's claims, CLIENTS at once, from the bench straight
+//                                           to the pods' runtime process(es) (sandboxes no pod has),
+//                                           a step of each round like the others (median of the
+//                                           rounds' p50s, spread)
+//   kube.<step>_cpu_ms_each                 CPU per claim (per /init for the floor) of every process
+//                                           the bench started, during each step's claims (schedstat;
+//                                           median over rounds; the unit lists each process's part:
+//                                           agent, apiserver, etcd, runtime, kubelet, workerd, sqld,
+//                                           bench = the clients and the scripted agent)
+//   kube.claim_vs_edge_claim_cpu_ratio[_refill_held]  the kube step's CPU per claim over the
+//                                           edge-only step's, per round (median, spread): at 50
+//                                           clients on 2 cores the latency ratio follows it
+//   kube.claim[_refill_held]_agent_tls_connects  TLS connections the agent opened (to the API
+//                                           server) during a round's claims (kube-agent.ts)
 //   kube.claims_load_before / _after        the load average around the claims
 //   kube.apiserver_requests_per_claim       requests the API server served (its audit log, watches
 //                                           excluded) from the first claim until the pool is whole
@@ -63,10 +78,15 @@
 //                                           probe's heap and prints what is live 1.5 s after its list
 //   kube.create_<n>_s                       the time to create those n sandboxes and see them Ready
 //   node bench/kube.ts                      prints the figures as JSON
-// The pods' agent-runtime is one real runtime serving every pod's sandbox (routed by the
-// E2b-Sandbox-Id header the agent sends), its URL in each pod's runtime-url annotation: 500
-// runtime processes would not fit beside everything else on this machine. It and the test kubelet
-// run in a child process (`--pods`), not in the one timing the clients.
+// The pods' agent-runtimes are KUBE_BENCH_RUNTIMES (1) real runtime processes (`--runtime`), each
+// serving the sandboxes of its share of the pods (routed by the E2b-Sandbox-Id header the agent
+// sends), its URL in each pod's runtime-url annotation: 500 runtime processes (~64 MB each) would
+// not fit beside everything else on this machine, a cluster has one per pod. The test kubelet runs
+// in a child process of its own (`--pods`, the runtimes' parent): not in the one timing the
+// clients, and not in a runtime's event loop (its watch decoding delayed every /init there).
+// KUBE_BENCH_STEPS=kubeHeld,edgeHeld,initFloor runs only those steps of each round (all five by
+// default); KUBE_BENCH_SOLO_CLAIMS=0 skips the 1-client figures; KUBE_BENCH_SANDBOXES=0 the memory.
+// KUBE_BENCH_PODS_PROF=DIR writes CPU profiles of the kubelet and runtime processes there.
 // Sizes: KUBE_BENCH_POOL (500), KUBE_BENCH_CLIENTS (50), KUBE_BENCH_CLAIMS (400), KUBE_BENCH_ROUNDS (8),
 // KUBE_BENCH_SANDBOXES (10000).
 // KUBE_BENCH_AGENT_PROF=DIR writes the agent process's CPU profile there (node --cpu-prof).
@@ -75,7 +95,7 @@ import { loadavg } from "node:os";
 import type { AddressInfo } from "node:net";
 import { join } from "node:path";
 import { setFlagsFromString, writeHeapSnapshot } from "node:v8";
-import { CoreV1Api, KubeConfig, makeInformer, PatchStrategy, setHeaderOptions, type V1Pod } from "@kubernetes/client-node";
+import { CoreV1Api, KubeConfig, PatchStrategy, setHeaderOptions, type V1Pod } from "@kubernetes/client-node";
 import { runInNewContext } from "node:vm";
 import { KubernetesDriver, type KubeDesiredSandbox } from "../controllers/drivers/kubernetes/kubernetes-driver.ts";
 import { HostView } from "../controllers/runtime/host-view.ts";
@@ -86,11 +106,11 @@ import { buildPod } from "../controllers/drivers/kubernetes/pod-spec.ts";
 import { readFileSync, statSync, writeFileSync } from "node:fs";
 import { AGENT_USER, startCluster, type Cluster } from "../test/kube/support/cluster.ts";
 import { startTestEdge } from "../test/kube/support/edge.ts";
-import { TestKubelet } from "../test/kube/support/kubelet.ts";
+import { persist, TestKubelet } from "../test/kube/support/kubelet.ts";
 import { ScriptedAgent, tcpTransport } from "../test/support/scripted-agent.ts";
 import type { BenchContext, Figures } from "./run.ts";
 import type { ClaimTrace } from "./kube-agent.ts";
-import { minMax, percentile as pct, round, timedConcurrently } from "./stats.ts";
+import { minMax, percentile as pct, processTree, round, threadsCpuMs, timedConcurrently } from "./stats.ts";
 
 const round2 = (x: number) => round(x);
 
@@ -102,6 +122,16 @@ const CLAIMS = Number(process.env.KUBE_BENCH_CLAIMS ?? 400);
 /** Claims of each side made one at a time after the concurrent rounds (KUBE_BENCH_SOLO_CLAIMS). */
 const SOLO_CLAIMS = Number(process.env.KUBE_BENCH_SOLO_CLAIMS ?? 30);
 const SANDBOXES = Number(process.env.KUBE_BENCH_SANDBOXES ?? 10_000);
+/** Processes the pods' runtimes are spread over (KUBE_BENCH_RUNTIMES; podRuntimes). */
+const RUNTIMES = Number(process.env.KUBE_BENCH_RUNTIMES ?? 1);
+/** The steps of each round (KUBE_BENCH_STEPS, comma-separated; all by default): `kube`, `edge`
+ * (edge-only), `kubeHeld`, `edgeHeld` (refill held), `initFloor` (the runtimes' /init alone). */
+const ALL_STEPS = ["kube", "edge", "kubeHeld", "edgeHeld", "initFloor"] as const;
+type Step = (typeof ALL_STEPS)[number];
+const STEPS = (process.env.KUBE_BENCH_STEPS?.split(",") ?? ALL_STEPS).map((x) => {
+  if (!(ALL_STEPS as readonly string[]).includes(x)) throw new Error(`KUBE_BENCH_STEPS: unknown step ${x} (${ALL_STEPS.join(", ")})`);
+  return x as Step;
+});
 const RUNTIME_IMAGE = "ghcr.io/kruise-edge/sandbox-agent:bench";
 const ROOT = join(import.meta.dirname, "..");
 // This bench is the test kubelet: it serves every pod's sandbox and names it in the runtime-url
@@ -210,33 +240,98 @@ interface AuditEvent {
   responseObject?: { metadata?: { name?: string } };
 }
 
-/** The container-runtime half of the test kubelet for a whole namespace: one real agent-runtime in
- * this process serves every pod's sandbox; each pod with an IP gets its URL as runtime-url. */
-async function podRuntimes(kc: KubeConfig, ns: string): Promise<{ stop(): Promise<void> }> {
-  const runtime = createRuntime({ onError: () => {} });
-  const server = await runtime.listen({ port: 0, host: "127.0.0.1" });
-  const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+/** The container-runtime half of the test kubelet for a whole namespace: KUBE_BENCH_RUNTIMES real
+ * agent-runtime processes (`--runtime`) serve every pod's sandbox, each pod given one of them
+ * round-robin as the test kubelet starts it (`assign`, from its own watch: a second watch of the
+ * pods here cost the API server and this process a decode of every pod event), its URL as the
+ * pod's runtime-url. Each also serves the sandboxes `init-floor-<i>` (i < CLIENTS) that no pod
+ * has: the bench's /init floor. */
+async function podRuntimes(kc: KubeConfig, ns: string): Promise<{ urls: string[]; assign(pod: V1Pod): void; stop(): Promise<void> }> {
+  const runtimes = await Promise.all(Array.from({ length: RUNTIMES }, () => runtimeChild()));
+  try {
+    await Promise.all(Array.from({ length: CLIENTS }, (_, i) => runtimes[i % runtimes.length]!.add(`init-floor-${i}`)));
+  } catch (err) {
+    await Promise.all(runtimes.map((r) => r.stop()));
+    throw err;
+  }
   const core = kc.makeApiClient(CoreV1Api);
-  const view = new HostView();
-  const annotated = new Set<string>();
-  const informer = makeInformer<V1Pod>(kc, `/api/v1/namespaces/${ns}/pods`, () => core.listNamespacedPod({ namespace: ns }));
-  const onPod = (pod: V1Pod) => {
-    const name = pod.metadata!.name!;
-    const id = pod.metadata?.labels?.[LABEL.sandboxId];
-    if (!id || !pod.status?.podIP || annotated.has(name) || pod.metadata?.annotations?.[ANNOTATION.runtimeUrl] || pod.metadata?.deletionTimestamp) return;
-    annotated.add(name);
-    if (!runtime.getSandbox(id)) runtime.addSandbox(id, view, {});
-    void core.patchNamespacedPod({ name, namespace: ns, body: { metadata: { annotations: { [ANNOTATION.runtimeUrl]: url } } } }, setHeaderOptions("Content-Type", PatchStrategy.MergePatch)).catch(() => annotated.delete(name));
-  };
-  informer.on("add", onPod);
-  informer.on("update", onPod);
-  await informer.start();
+  let next = 0;
   return {
+    urls: runtimes.map((r) => r.url),
+    assign(pod) {
+      const name = pod.metadata!.name!;
+      const id = pod.metadata?.labels?.[LABEL.sandboxId];
+      if (!id || pod.metadata?.annotations?.[ANNOTATION.runtimeUrl]) return;
+      const runtime = runtimes[next++ % runtimes.length]!;
+      void runtime
+        .add(id)
+        .then(() => persist(() => core.patchNamespacedPod({ name, namespace: ns, body: { metadata: { annotations: { [ANNOTATION.runtimeUrl]: runtime.url } } } }, setHeaderOptions("Content-Type", PatchStrategy.MergePatch))))
+        .catch((err: unknown) => console.error(`bench kube: runtime-url of ${name}:`, err));
+    },
     async stop() {
-      await informer.stop();
-      await runtime.close();
+      await Promise.all(runtimes.map((r) => r.stop()));
     },
   };
+}
+
+/** `node --cpu-prof` arguments when KUBE_BENCH_PODS_PROF names a directory (the pods process and
+ * its runtime processes; the profile is written when the process exits on SIGTERM). */
+const podsProfArgs = () => (process.env.KUBE_BENCH_PODS_PROF ? ["--cpu-prof", `--cpu-prof-dir=${process.env.KUBE_BENCH_PODS_PROF}`] : []);
+
+/** A `--runtime` process: `add(id)` resolves once it serves that sandbox. */
+async function runtimeChild(): Promise<{ url: string; add(id: string): Promise<void>; stop(): Promise<void> }> {
+  const child = spawn(process.execPath, [...podsProfArgs(), import.meta.filename, "--runtime"], { cwd: ROOT, stdio: ["ignore", "pipe", "inherit", "ipc"] });
+  const port = await new Promise<number>((ok, fail) => {
+    child.stdout!.on("data", (b: Buffer) => {
+      const m = /runtime listening (\d+)/.exec(b.toString());
+      if (m) ok(Number(m[1]));
+    });
+    child.once("exit", (code) => fail(new Error(`a runtime process exited (${code})`)));
+  });
+  const waiting = new Map<string, (() => void)[]>();
+  child.on("message", (m: { added: string }) => {
+    for (const done of waiting.get(m.added) ?? []) done();
+    waiting.delete(m.added);
+  });
+  return {
+    url: `http://127.0.0.1:${port}`,
+    add: (id) =>
+      new Promise<void>((ok) => {
+        waiting.set(id, [...(waiting.get(id) ?? []), ok]);
+        child.send({ add: id });
+      }),
+    async stop() {
+      child.kill("SIGTERM");
+      if (child.exitCode === null) await new Promise((r) => child.once("exit", r));
+    },
+  };
+}
+
+/** `--runtime`: one agent-runtime on loopback serving the sandboxes its parent adds over IPC
+ * ({add: id}, answered {added: id}), routed by the E2b-Sandbox-Id header the agent sends. */
+async function runtimeProcess(): Promise<void> {
+  const runtime = createRuntime({ onError: () => {} });
+  const server = await runtime.listen({ port: 0, host: "127.0.0.1" });
+  const view = new HostView();
+  process.on("message", (m: { add: string }) => {
+    if (!runtime.getSandbox(m.add)) runtime.addSandbox(m.add, view, {});
+    process.send!({ added: m.add });
+  });
+  const exit = () => void runtime.close().finally(() => process.exit(0));
+  process.once("SIGTERM", exit);
+  process.once("disconnect", exit); // the pods process is gone
+  console.log(`runtime listening ${(server.address() as AddressInfo).port}`);
+}
+
+/** One POST /init as the agent sends it (reconciler.ts initRemote: token, env, timestamp, the
+ * sandbox named in E2b-Sandbox-Id) to floor sandbox `i` of the pods' runtimes (podRuntimes). */
+async function floorInit(urls: string[], i: number): Promise<void> {
+  const id = `init-floor-${i}`;
+  const token = `floor-token-${i}`;
+  const body = { accessToken: token, envVars: { BENCH: "1" }, timestamp: new Date().toISOString() };
+  const res = await fetch(`${urls[i % urls.length]}/init`, { method: "POST", headers: { "content-type": "application/json", "e2b-sandbox-id": id, "x-access-token": token }, body: JSON.stringify(body), redirect: "manual" });
+  const text = await res.text();
+  if (!res.ok) throw new Error(`floor /init: HTTP ${res.status} ${text}`);
 }
 
 /** The edge's admin and E2B API as the admin key. */
@@ -267,13 +362,16 @@ async function claimsThroughEdge(cluster: Cluster): Promise<Figures> {
     Object.assign(figures, await podSpecBuild(cluster));
     // The test kubelet and the pods' runtime in a process of their own: in this one, their work
     // (the refill's pods, watch events) delayed the clients' timing and every claim's /init.
-    const pods = spawn(process.execPath, [import.meta.filename, "--pods", cluster.adminKubeconfig, "admin"], { cwd: ROOT, stdio: ["ignore", "pipe", "inherit"] });
+    const pods = spawn(process.execPath, [...podsProfArgs(), import.meta.filename, "--pods", cluster.adminKubeconfig, "admin"], { cwd: ROOT, stdio: ["ignore", "pipe", "inherit"] });
     stops.push(async () => {
       pods.kill("SIGTERM");
       if (pods.exitCode === null) await new Promise((r) => pods.once("exit", r));
     });
-    await new Promise<void>((ok, fail) => {
-      pods.stdout!.on("data", (b: Buffer) => b.toString().includes("pods ready") && ok());
+    const runtimeUrls = await new Promise<string[]>((ok, fail) => {
+      pods.stdout!.on("data", (b: Buffer) => {
+        const m = /pods ready (.*)/.exec(b.toString());
+        if (m) ok(JSON.parse(m[1]!) as string[]);
+      });
       pods.once("exit", (code) => fail(new Error(`the bench's kubelet process exited (${code})`)));
     });
     // The agent as deployed: its own process, `main.ts --driver kubernetes` (CRD link included),
@@ -297,7 +395,9 @@ async function claimsThroughEdge(cluster: Cluster): Promise<Figures> {
         agent.on("message", on);
         agent.send({ op });
       });
-    const traces = async () => (await agentOp<{ traces: ClaimTrace[] }>("trace")).traces;
+    // The claims' timestamps since the last call, and the TLS connections the agent opened meanwhile.
+    const traced = async () => await agentOp<{ traces: ClaimTrace[]; tlsConnects: number }>("trace");
+    const traces = async () => (await traced()).traces;
     const api = edgeApi(edge.url, edge.adminKey);
     let t = performance.now();
     await until("warm pool available at the edge", async () => (await api.available("pool")) >= POOL, 900_000);
@@ -322,6 +422,8 @@ async function claimsThroughEdge(cluster: Cluster): Promise<Figures> {
     const heldRatios: number[] = [];
     const agentTraces: ClaimTrace[] = [];
     const heldAgentTraces: ClaimTrace[] = [];
+    const tls: number[] = [];
+    const heldTls: number[] = [];
     // Each side's claims start with both pools whole, so one side's refill never lands on the
     // other's claims. "held": the side's new pool members wait (kube-agent.ts; the scripted agent
     // alike) until its claims are done, then the refill runs before the next step.
@@ -333,44 +435,72 @@ async function claimsThroughEdge(cluster: Cluster): Promise<Figures> {
       await apiQuiet(cluster, 500, 10_000);
     };
     const windows: Record<"held" | "running", [number, number][]> = { held: [], running: [] };
+    // CPU per claim of each of the bench's processes during each step's claims, per round.
+    const cpu: Partial<Record<Step, Record<string, number>[]>> = {};
+    // The step's window on the monotonic clock in µs, which V8's CPU profiles use too: the
+    // profiles (KUBE_BENCH_AGENT_PROF, _PODS_PROF) can be cut to a step's windows.
+    const monoUs = () => process.hrtime.bigint() / 1000n;
+    const measured = async (step: Step, n: number, work: () => Promise<number[]>) => {
+      const before = cpuByPart();
+      const from = monoUs();
+      const ms = await work();
+      console.error(`kube bench window ${step} ${from} ${monoUs()}`);
+      const after = cpuByPart();
+      (cpu[step] ??= []).push(Object.fromEntries(Object.entries(after).map(([part, v]) => [part, Math.max(0, v - (before[part] ?? 0)) / n])));
+      return ms;
+    };
     const kubeClaim = async (clients: number, n: number, held: boolean) => {
       await bothWhole();
       if (held) await agentOp("hold");
       await traces();
       const t0 = performance.now();
       const from = Date.now();
-      const ms = await timedConcurrently(n, clients, () => api.create("pool"));
+      const ms = await measured(held ? "kubeHeld" : "kube", n, () => timedConcurrently(n, clients, () => api.create("pool")));
       windows[held ? "held" : "running"].push([from, Date.now()]);
       if (!held) claimMs += performance.now() - t0;
       kubeClaims += n;
-      (held ? heldAgentTraces : agentTraces).push(...(await traces()));
+      const t = await traced();
+      (held ? heldAgentTraces : agentTraces).push(...t.traces);
+      (held ? heldTls : tls).push(t.tlsConnects);
       if (held) await agentOp("release");
       return ms;
     };
     const edgeClaim = async (clients: number, n: number, held: boolean) => {
       await bothWhole();
       if (held) edgeOnly.hold();
-      const ms = await edgeOnly.claims(n, clients);
+      const ms = await measured(held ? "edgeHeld" : "edge", n, () => edgeOnly.claims(n, clients));
       if (held) edgeOnly.release();
       return ms;
     };
+    // The same number of /inits, as many at once, from this process straight to the pods' runtime
+    // processes (sandboxes no pod has), both pools whole and quiet: what /init costs there alone.
+    const initFloor = async (clients: number, n: number) => {
+      await bothWhole();
+      return measured("initFloor", n, () => timedConcurrently(n, clients, (i) => floorInit(runtimeUrls, i % CLIENTS)));
+    };
+    const floorP50s: number[] = [];
     for (let round = 0; round < RATIO_ROUNDS; round++) {
       const n = Math.floor(CLAIMS / RATIO_ROUNDS) + (round < CLAIMS % RATIO_ROUNDS ? 1 : 0);
-      const got: Record<string, number[]> = {};
-      const steps: [string, () => Promise<number[]>][] = [
-        ["kube", () => kubeClaim(CLIENTS, n, false)],
-        ["edge", () => edgeClaim(CLIENTS, n, false)],
-        ["kubeHeld", () => kubeClaim(CLIENTS, n, true)],
-        ["edgeHeld", () => edgeClaim(CLIENTS, n, true)],
-      ];
+      const got: Partial<Record<Step, number[]>> = {};
+      const steps: [Step, () => Promise<number[]>][] = (
+        [
+          ["kube", () => kubeClaim(CLIENTS, n, false)],
+          ["edge", () => edgeClaim(CLIENTS, n, false)],
+          ["kubeHeld", () => kubeClaim(CLIENTS, n, true)],
+          ["edgeHeld", () => edgeClaim(CLIENTS, n, true)],
+          ["initFloor", () => initFloor(CLIENTS, n)],
+        ] as [Step, () => Promise<number[]>][]
+      ).filter(([name]) => STEPS.includes(name));
       for (const [name, step] of round % 2 ? steps.reverse() : steps) got[name] = await step();
-      latencies.push(...got.kube!);
-      edgeLatencies.push(...got.edge!);
-      heldLatencies.push(...got.kubeHeld!);
-      heldEdgeLatencies.push(...got.edgeHeld!);
-      roundRatios.push(pct(got.kube!, 50) / pct(got.edge!, 50));
-      heldRatios.push(pct(got.kubeHeld!, 50) / pct(got.edgeHeld!, 50));
-      console.error(`kube bench round ${round}: kube p50 ${round2(pct(got.kube!, 50))} ms, edge-only p50 ${round2(pct(got.edge!, 50))} ms, ratio ${round2(roundRatios.at(-1)!)}; refill held: kube ${round2(pct(got.kubeHeld!, 50))} ms, edge-only ${round2(pct(got.edgeHeld!, 50))} ms, ratio ${round2(heldRatios.at(-1)!)}`);
+      const p50 = (step: Step) => pct(got[step] ?? [], 50);
+      latencies.push(...(got.kube ?? []));
+      edgeLatencies.push(...(got.edge ?? []));
+      heldLatencies.push(...(got.kubeHeld ?? []));
+      heldEdgeLatencies.push(...(got.edgeHeld ?? []));
+      if (got.kube && got.edge) roundRatios.push(p50("kube") / p50("edge"));
+      if (got.kubeHeld && got.edgeHeld) heldRatios.push(p50("kubeHeld") / p50("edgeHeld"));
+      if (got.initFloor) floorP50s.push(p50("initFloor"));
+      console.error(`kube bench round ${round}: ${Object.keys(got).map((k) => `${k} p50 ${round2(p50(k as Step))} ms`).join(", ")}; ratio ${round2(roundRatios.at(-1) ?? NaN)}, refill held ${round2(heldRatios.at(-1) ?? NaN)}`);
     }
     // One client at a time, interleaved claim by claim: no CPU contention between claims, so what
     // the kube claim adds here is its own path (the agent's pass, /init, waits), not the machine.
@@ -403,8 +533,8 @@ async function claimsThroughEdge(cluster: Cluster): Promise<Figures> {
       }
       return { one, oneEdge, traced };
     };
-    const loose = await solo(false);
-    const tight = await solo(true);
+    const loose = SOLO_CLAIMS > 0 ? await solo(false) : undefined;
+    const tight = SOLO_CLAIMS > 0 ? await solo(true) : undefined;
     const claimS = claimMs / 1000;
     await until("pool refilled", async () => (await api.available("pool")) >= POOL, 900_000);
     await new Promise((r) => setTimeout(r, 2000));
@@ -416,15 +546,27 @@ async function claimsThroughEdge(cluster: Cluster): Promise<Figures> {
     const load = (l: number[]) => l.map((x) => x.toFixed(1)).join(" ");
     figures["kube.claims_load_before"] = { value: round(loadBefore[0]!, 1), unit: `load average (1, 5, 15 min: ${load(loadBefore)})` };
     figures["kube.claims_load_after"] = { value: round(loadAfter[0]!, 1), unit: `load average (1, 5, 15 min: ${load(loadAfter)})` };
-    figures["kube.claim_p50_ms"] = { value: round(pct(latencies, 50)), unit: "ms", target: "<= 50" };
-    figures["kube.claim_p99_ms"] = { value: round(pct(latencies, 99)), unit: "ms", target: "<= 200" };
-    figures["kube.claims_per_s"] = { value: round((RATIO_ROUNDS ? latencies.length : 0) / claimS), unit: "claims/s" };
-    figures["kube.edge_only_claim_p50_ms"] = { value: round(pct(edgeLatencies, 50)), unit: "ms" };
-    figures["kube.claim_vs_edge_claim_ratio"] = { value: round(pct(roundRatios, 50)), unit: `ratio (median of ${RATIO_ROUNDS} rounds)`, target: "<= 1.5", spread: minMax(roundRatios) };
-    figures["kube.claim_vs_edge_claim_ratio_pooled"] = { value: round(pct(latencies, 50) / pct(edgeLatencies, 50)), unit: "ratio" };
-    figures["kube.claim_refill_held_p50_ms"] = { value: round(pct(heldLatencies, 50)), unit: "ms (each side's refill held until its claims are done)" };
-    figures["kube.edge_only_claim_refill_held_p50_ms"] = { value: round(pct(heldEdgeLatencies, 50)), unit: "ms" };
-    figures["kube.claim_vs_edge_claim_ratio_refill_held"] = { value: round(pct(heldRatios, 50)), unit: `ratio (median of ${RATIO_ROUNDS} rounds, same rounds as the one above)`, spread: minMax(heldRatios) };
+    if (latencies.length) {
+      figures["kube.claim_p50_ms"] = { value: round(pct(latencies, 50)), unit: "ms", target: "<= 50" };
+      figures["kube.claim_p99_ms"] = { value: round(pct(latencies, 99)), unit: "ms", target: "<= 200" };
+      figures["kube.claims_per_s"] = { value: round(latencies.length / claimS), unit: "claims/s" };
+    }
+    if (edgeLatencies.length) figures["kube.edge_only_claim_p50_ms"] = { value: round(pct(edgeLatencies, 50)), unit: "ms" };
+    if (roundRatios.length) {
+      figures["kube.claim_vs_edge_claim_ratio"] = { value: round(pct(roundRatios, 50)), unit: `ratio (median of ${RATIO_ROUNDS} rounds)`, target: "<= 1.5", spread: minMax(roundRatios) };
+      figures["kube.claim_vs_edge_claim_ratio_pooled"] = { value: round(pct(latencies, 50) / pct(edgeLatencies, 50)), unit: "ratio" };
+    }
+    if (heldLatencies.length) figures["kube.claim_refill_held_p50_ms"] = { value: round(pct(heldLatencies, 50)), unit: "ms (each side's refill held until its claims are done)" };
+    if (heldEdgeLatencies.length) figures["kube.edge_only_claim_refill_held_p50_ms"] = { value: round(pct(heldEdgeLatencies, 50)), unit: "ms" };
+    if (heldRatios.length) figures["kube.claim_vs_edge_claim_ratio_refill_held"] = { value: round(pct(heldRatios, 50)), unit: `ratio (median of ${RATIO_ROUNDS} rounds, same rounds as the one above)`, spread: minMax(heldRatios) };
+    if (floorP50s.length) {
+      figures["kube.runtime_init_floor_p50_ms"] = {
+        value: round(pct(floorP50s, 50)),
+        unit: `ms (median of ${RATIO_ROUNDS} rounds' p50s: ${CLIENTS} concurrent /inits from the bench straight to the pods' ${RUNTIMES} runtime process(es), nothing else running; beside kube.claim[_refill_held]_agent_init_ms)`,
+        spread: minMax(floorP50s),
+      };
+    }
+    Object.assign(figures, cpuFigures(cpu));
     const soloFigures = (s: Awaited<ReturnType<typeof solo>>, suffix: string) => {
       const one = s.one.map((c) => c.ms);
       figures[`kube.claim_1_client_p50_ms${suffix}`] = { value: round(pct(one, 50)), unit: `ms (${SOLO_CLAIMS} claims, one at a time)` };
@@ -432,15 +574,73 @@ async function claimsThroughEdge(cluster: Cluster): Promise<Figures> {
       figures[`kube.claim_vs_edge_claim_1_client_ratio${suffix}`] = { value: round(pct(one, 50) / pct(s.oneEdge, 50)), unit: "ratio (p50s, claims interleaved one by one)" };
       Object.assign(figures, traceFigures(s.traced, `kube.claim_1_client${suffix}`, new Map(s.one.map((c) => [c.id, c.ms]))));
     };
-    soloFigures(loose, "");
-    soloFigures(tight, "_refill_held");
+    if (loose) soloFigures(loose, "");
+    if (tight) soloFigures(tight, "_refill_held");
     Object.assign(figures, traceFigures(agentTraces, "kube.claim"), traceFigures(heldAgentTraces, "kube.claim_refill_held"));
+    for (const [xs, name] of [[tls, "kube.claim_agent_tls_connects"], [heldTls, "kube.claim_refill_held_agent_tls_connects"]] as const) {
+      if (xs.length) figures[name] = { value: pct(xs, 50), unit: `TLS connections the agent opened during a round's ${CLAIMS / RATIO_ROUNDS} claims (median of ${xs.length} rounds)`, spread: minMax(xs) };
+    }
     figures["kube.apiserver_requests_per_claim"] = { value: round(audited.claim / kubeClaims), unit: "requests", target: "<= 3" };
     figures["kube.apiserver_requests_per_refill"] = { value: round(audited.refill / kubeClaims), unit: "requests" };
     figures["kube.apiserver_requests_per_claim_and_refill"] = { value: round((audited.claim + audited.refill + audited.other) / kubeClaims), unit: "requests" };
     console.error("kube bench claims:", JSON.stringify(figures));
   } finally {
     for (const stop of stops.reverse()) await stop().catch((err: unknown) => console.error("kube bench teardown:", err));
+  }
+  return figures;
+}
+
+/** CPU (ms, schedstat of all threads) of each of the bench's processes now, by part: `bench` (this process: the
+ * clients and the edge-only side's scripted agent), `agent`, `kubelet` (the test kubelet's
+ * process), `runtime` (the pods' runtimes), `apiserver`, `etcd`, and each edge's `workerd` and `sqld`
+ * (`edge_only_` the edge-only side's). */
+function cpuByPart(): Record<string, number> {
+  const out: Record<string, number> = {};
+  for (const pid of processTree(process.pid)) {
+    const part = partOf(pid);
+    out[part] = (out[part] ?? 0) + threadsCpuMs(pid);
+  }
+  return out;
+}
+
+function partOf(pid: number): string {
+  if (pid === process.pid) return "bench";
+  const read = (f: string) => {
+    try {
+      return readFileSync(`/proc/${pid}/${f}`, "utf8");
+    } catch {
+      return "";
+    }
+  };
+  const cmd = read("cmdline").split("\0");
+  const comm = read("comm").trim();
+  if (cmd.some((a) => a.endsWith("kube-agent.ts"))) return "agent";
+  if (cmd.includes("--runtime")) return "runtime";
+  if (cmd.includes("--pods")) return "kubelet";
+  const side = cmd.some((a) => a.includes("edge-only")) ? "edge_only_" : "";
+  for (const name of ["kube-apiserver", "etcd", "workerd", "sqld"]) if (comm.startsWith(name.slice(0, 15))) return name === "kube-apiserver" ? "apiserver" : name === "etcd" ? name : side + name;
+  return comm || "other";
+}
+
+/** Per step (kube, edge-only, each with the refill held, the /init floor): the CPU per claim of all
+ * the bench's processes during its claims (median over rounds; the unit lists each part's median),
+ * and per round the kube side's over the edge-only side's (median and spread). */
+function cpuFigures(cpu: Partial<Record<Step, Record<string, number>[]>>): Figures {
+  const figures: Figures = {};
+  const total = (r: Record<string, number>) => Object.values(r).reduce((a, b) => a + b, 0);
+  const names: Record<Step, string> = { kube: "kube.claim", edge: "kube.edge_only_claim", kubeHeld: "kube.claim_refill_held", edgeHeld: "kube.edge_only_claim_refill_held", initFloor: "kube.runtime_init_floor" };
+  for (const [step, rounds] of Object.entries(cpu) as [Step, Record<string, number>[]][]) {
+    const parts = [...new Set(rounds.flatMap((r) => Object.keys(r)))];
+    const each = parts.map((p) => [p, pct(rounds.map((r) => r[p] ?? 0), 50)] as const).filter(([, v]) => v >= 0.05).sort((a, b) => b[1] - a[1]);
+    const totals = rounds.map(total);
+    figures[`${names[step]}_cpu_ms_each`] = { value: round(pct(totals, 50)), unit: `ms of CPU per ${step === "initFloor" ? "/init" : "claim"}, all the bench's processes during the step (${each.map(([p, v]) => `${p} ${round(v)}`).join(", ")})`, spread: minMax(totals) };
+  }
+  for (const [kube, edge, suffix] of [["kube", "edge", ""], ["kubeHeld", "edgeHeld", "_refill_held"]] as const) {
+    const k = cpu[kube];
+    const e = cpu[edge];
+    if (!k?.length || k.length !== e?.length) continue;
+    const ratios = k.map((r, i) => total(r) / total(e[i]!));
+    figures[`kube.claim_vs_edge_claim_cpu_ratio${suffix}`] = { value: round(pct(ratios, 50)), unit: "ratio (CPU per claim of all the bench's processes, same rounds)", spread: minMax(ratios) };
   }
   return figures;
 }
@@ -725,19 +925,22 @@ interface SampleNode {
   children: SampleNode[];
 }
 
-/** `--pods <kubeconfig> <ns>`: the test kubelet and the pods' runtime of a namespace until SIGTERM. */
+/** `--pods <kubeconfig> <ns>`: the test kubelet and the pods' runtimes of a namespace until
+ * SIGTERM; prints the runtimes' URLs once ready. */
 async function podsProcess(kubeconfig: string, ns: string): Promise<void> {
   const kc = new KubeConfig();
   kc.loadFromFile(kubeconfig);
-  const kubelet = new TestKubelet(kc, ns);
-  await kubelet.start();
   const runtimes = await podRuntimes(kc, ns);
+  // Each pod the kubelet starts is given a runtime (the address it reports stays the kubelet's).
+  const kubelet = new TestKubelet(kc, ns, { ipFor: (pod) => void runtimes.assign(pod) });
+  await kubelet.start();
   process.once("SIGTERM", () => void Promise.all([kubelet.stop(), runtimes.stop()]).finally(() => process.exit(0)));
-  console.log("pods ready");
+  console.log(`pods ready ${JSON.stringify(runtimes.urls)}`);
 }
 
 if (import.meta.main) {
   if (process.argv[2] === "--pods") await podsProcess(process.argv[3]!, process.argv[4]!);
+  else if (process.argv[2] === "--runtime") await runtimeProcess();
   else if (process.argv[2] === "--memory-probe") await memoryProbe(process.argv[3]!, process.argv[4]!);
   else console.log(JSON.stringify(await run(), null, 2));
 }

@@ -9,7 +9,7 @@
 //   npm run bench -- runtime         as part of bench/results.json
 import { spawn, type ChildProcess } from "node:child_process";
 import { randomFillSync } from "node:crypto";
-import { readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { readFileSync, writeFileSync } from "node:fs";
 import { lstat, readdir, readFile, writeFile } from "node:fs/promises";
 import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
@@ -25,7 +25,7 @@ import { bundleRuntime, bundleRuntimeSnapshot, RUNTIME_NODE_FLAGS, writeCodeCach
 import { HostView } from "../controllers/runtime/host-view.ts";
 import { createRuntime } from "../controllers/runtime/runtime.ts";
 import { ENVD_VERSION } from "../controllers/runtime/version.ts";
-import { cpuMs } from "./stats.ts";
+import { cpuMs, threadsCpuMs } from "./stats.ts";
 
 type Figures = Record<string, { value: number; unit: string; target?: string; spread?: [number, number] }>;
 
@@ -77,13 +77,6 @@ async function fakeControlPlane(): Promise<{ url: string; close(): void }> {
   });
   await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
   return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, close: () => server.close() };
-}
-
-/** CPU time of every thread of a live process so far, in ms (schedstat: ns, not 10 ms ticks). */
-function threadsCpuMs(pid: number): number {
-  let ns = 0;
-  for (const t of readdirSync(`/proc/${pid}/task`)) ns += Number(readFileSync(`/proc/${pid}/task/${t}/schedstat`, "utf8").split(" ")[0]);
-  return ns / 1e6;
 }
 
 /** exec → first 2xx of GET /health, and the process's CPU time and VmRSS then. */

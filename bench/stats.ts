@@ -1,6 +1,6 @@
 // Small statistics and measurement helpers shared by the benchmark suites.
 import { execFileSync } from "node:child_process";
-import { readFileSync } from "node:fs";
+import { readdirSync, readFileSync } from "node:fs";
 
 /** The p-th percentile (nearest rank) of `xs`. */
 export function percentile(xs: number[], p: number): number {
@@ -75,4 +75,43 @@ export function spawnerOf(parentPid: number): number | undefined {
   } catch {
     return undefined;
   }
+}
+
+/** The pids of `root` and its descendants, as they are now. */
+export function processTree(root: number): number[] {
+  const children = new Map<number, number[]>();
+  for (const d of readdirSync("/proc")) {
+    if (!/^\d+$/.test(d)) continue;
+    try {
+      const stat = readFileSync(`/proc/${d}/stat`, "utf8");
+      const ppid = Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]);
+      children.set(ppid, [...(children.get(ppid) ?? []), Number(d)]);
+    } catch {}
+  }
+  const out: number[] = [];
+  for (let todo = [root]; todo.length; ) {
+    const pid = todo.pop()!;
+    out.push(pid);
+    todo.push(...(children.get(pid) ?? []));
+  }
+  return out;
+}
+
+/** CPU time of every thread of a process so far, in ms (schedstat: ns, not 10 ms ticks; a
+ * process's own schedstat counts its main thread only). 0 when it is gone; a thread that ends
+ * meanwhile counts 0. */
+export function threadsCpuMs(pid: number): number {
+  let ns = 0;
+  let tasks: string[];
+  try {
+    tasks = readdirSync(`/proc/${pid}/task`);
+  } catch {
+    return 0;
+  }
+  for (const t of tasks) {
+    try {
+      ns += Number(readFileSync(`/proc/${pid}/task/${t}/schedstat`, "utf8").split(" ")[0]);
+    } catch {}
+  }
+  return ns / 1e6;
 }
