@@ -337,7 +337,8 @@ export class Spawner implements ProcessLauncher {
     const exit = ended.exit;
     if (exit) throw new ProcessStartError(`the command could not enter the sandbox (its wrapper exited ${exit.error ?? `with ${exit.signal ?? `code ${exit.code}`}`}); the sandbox may be stopping`);
     try {
-      // Frozen (a paused sandbox's cgroup): the wrapper dies when thawed, and its child with it.
+      // Frozen (a paused sandbox's cgroup): the wrapper dies now (cgroup v2) or when thawed (v1),
+      // and its child with it (parent-death signal).
       process.kill(p.pid, "SIGKILL");
     } catch {
       // ended just now
