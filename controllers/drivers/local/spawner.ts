@@ -335,7 +335,7 @@ export class Spawner implements ProcessLauncher {
     if (p.sandboxPid !== undefined) return p;
     if ("stdout" in p) for (const s of [p.stdin, p.stdout, p.stderr]) s?.destroy();
     const exit = ended.exit;
-    if (exit) throw new ProcessStartError(`the command could not enter the sandbox (its wrapper exited ${exit.error ?? `with ${exit.signal ?? `code ${exit.code}`}`}); the sandbox may be stopping`);
+    if (exit) throw new ProcessStartError(`the command could not enter the sandbox (${exit.error ?? `its wrapper exited with ${exit.signal ?? `code ${exit.code}`}`}); the sandbox may be stopping`);
     try {
       // Frozen (a paused sandbox's cgroup): the wrapper dies now (cgroup v2) or when thawed (v1),
       // and its child with it (parent-death signal).
