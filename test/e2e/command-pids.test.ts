@@ -49,6 +49,16 @@ describe("command pids as the sandbox sees them", () => {
     await sbx.commands.kill(h.pid);
   });
 
+  it("short commands started many at once each report their own $$, never the host's pid", async () => {
+    // A command done within a millisecond or two was often gone before the agent looked for it
+    // (13–26 % of them four at a time): it then reported the host pid of its wrapper.
+    for (let round = 0; round < 4; round++) {
+      const started = await Promise.all(Array.from({ length: 16 }, () => sbx.commands.run("echo $$", { background: true })));
+      const outs = await Promise.all(started.map(async (h) => (await h.wait()).stdout.trim()));
+      expect(started.map((h) => h.pid)).toEqual(outs.map(Number));
+    }
+  });
+
   it("`kill <pid>` from another command ends the first one", async () => {
     const { h } = await startPrinting("echo up; exec sleep 60");
     await sbx.commands.run(`kill ${h.pid}`);

@@ -45,6 +45,22 @@ sub main {
   my ($env, $why) = parse_env($data // '');
   fail($why) if $why;
 
+  # Where to report the pid the command has in the sandbox (KRUISE_PID_FILE, set by the agent,
+  # never by a tenant: spawner-sandbox-pid.ts; '-' for none). Opened here, before any setns, while
+  # the path still names the host's file. The child writes its own pid (as its new pid namespace numbers it) on a
+  # close-on-exec pipe first thing; this side reads it until the end of file, which comes when the
+  # command has replaced the child (exec), or the child died, and only then writes it to the file,
+  # before it reaps the child: so a command that is done at once still has its pid reported, and a
+  # start is never reported before the command runs. The command holds neither the file nor the pipe.
+  my $pidfile = delete $ENV{KRUISE_PID_FILE};
+  my ($pidfh, $execr, $execw);
+  if (defined $pidfile && $pidfile ne '-') {
+    open($pidfh, '>', $pidfile) or fail("pid file: $!");
+    pipe($execr, $execw) or fail("pipe: $!");
+    # perl marks what it opens above $^F close-on-exec already; the pipe's end must not rely on it.
+    fcntl($execw, 2, 1) or fail("close-on-exec: $!");  # F_SETFD, FD_CLOEXEC
+  }
+
   # Die with whoever started us (the agent, or its spawner, which names itself in
   # KRUISE_PARENT_PID so that a death before this line counts too): nobody else would read our
   # output or reap our status, and the child below dies with us in turn.
@@ -95,6 +111,7 @@ sub main {
   fail("fork: $!") unless defined $child;
 
   if ($child == 0) {
+    if ($pidfh) { close($pidfh); close($execr); syswrite($execw, "$$\n"); }
     if ($rootfh) {
       chdir($rootfh) or fail("fchdir root: $!");
       chroot('.') or fail("chroot: $!");
@@ -144,6 +161,14 @@ sub main {
     $SIG{$sig} = sub { kill $sig, $child; };
   }
   $SIG{$_} = 'IGNORE' for ($tty ? qw(INT QUIT) : ());
+  if ($pidfh) {
+    close($execw);
+    my ($report, $n) = ('');
+    do { $n = sysread($execr, $report, 16 - length($report), length($report)); } while ($n || (!defined $n && $! == 4));  # EINTR
+    close($execr);
+    syswrite($pidfh, $report) if $report =~ /\A[1-9][0-9]{0,6}\n\z/;
+    close($pidfh);
+  }
   my $r;
   do { $r = waitpid($child, 0); } while ($r == -1 && $! == 4);  # EINTR
   my $st = $?;

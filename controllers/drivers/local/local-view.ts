@@ -9,7 +9,8 @@
 // sandbox's cgroups, setns()es into the holder's namespaces and root, switches user and execs.
 // It stays as the host-side parent so exit status and signals keep meaning what they should
 // (see enter.pl); the pid the runtime reports is its child's, as the sandbox sees it
-// (spawner-sandbox-pid.ts), so `kill <pid>` inside the sandbox reaches the same process.
+// (enter.pl reports it: spawner-sandbox-pid.ts), so `kill <pid>` inside the sandbox reaches the
+// same process.
 // enter.pl runs as root on the host until its last privilege drop, so its own environment is
 // fixed (host-helpers.ts) and the command's travels apart, as `sandboxEnv` (launcher.ts).
 import { readFileSync } from "node:fs";
@@ -22,6 +23,7 @@ import { helperEnv, PERL, syscallNumbers } from "./host-helpers.ts";
 import { USERS, type Mount } from "./layout.ts";
 import { resolveSandboxPath, sandboxPathOf } from "./path-resolver.ts";
 import { SANDBOX_CAPS } from "./userns.ts";
+import { PID_FILE_ENV, PID_FILE_WANTED } from "./spawner-sandbox-pid.ts";
 import { IDENTITY, idToHost, idToSandbox, type IdMapping } from "./id-map.ts";
 
 /** What a user namespace shows for an id it does not map (/proc/sys/kernel/overflowuid). */
@@ -160,7 +162,8 @@ export class LocalSandboxView implements SandboxView {
     const joins = t.cgroupProcs.length > 0 ? t.cgroupProcs.join(":") : "-";
     const args = [ENTER_SCRIPT, SANDBOX_ENV_FILE, String(t.nsPid ?? 0), String(req.user.uid), String(req.user.gid), cwd, joins, String(nr.setns), String(nr.prctl), (t.caps ?? SANDBOX_CAPS).join(","), "--", req.cmd, ...req.args];
     const marker = { [MARKER_ENV]: this.#o.id };
-    return { file: PERL, args, cwd: "/", env: helperEnv(marker), sandboxEnv: { ...t.env, ...req.env, ...marker } };
+    // Its launcher (spawner.ts) names the file enter.pl reports the command's sandbox pid in.
+    return { file: PERL, args, cwd: "/", env: helperEnv({ ...marker, [PID_FILE_ENV]: PID_FILE_WANTED }), sandboxEnv: { ...t.env, ...req.env, ...marker } };
   }
 }
 

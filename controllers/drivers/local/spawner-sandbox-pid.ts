@@ -2,60 +2,82 @@
 //
 // Commands start through enter.pl, which stays on the host side as the process the spawner
 // started and forks once into the sandbox's pid namespace (see enter.pl). Clients must see the
-// pid the sandbox sees (`$$`, `kill <pid>`, `/proc/<pid>`), as with envd inside a VM: that is
-// the last NSpid field of enter.pl's only child. The child exists a few ms after the spawn
-// (perl's start, cgroup join, setns), so it is looked up until it appears, and the start waits
-// that long (median ~2–3 ms in the agent on the 2-core machine, more under load). Nothing inside the sandbox can forge it: it comes from the host's /proc.
-import { existsSync, readFileSync } from "node:fs";
+// pid the sandbox sees (`$$`, `kill <pid>`, `/proc/<pid>`), as with envd inside a VM: the pid of
+// enter.pl's only child in its own namespace. enter.pl reports it itself, in a file the agent
+// names (KRUISE_PID_FILE, in the spawner's private directory), once the child has exec'd the
+// command and before it reaps the child: a start is reported once the command runs (as Go's exec
+// returns once the new image does), and a command that is done at once still has its pid. The
+// child's own pid comes from the child, before its exec, so nothing the command runs can forge it.
+//
+// Looking for the child in /proc instead (main before session 14) missed commands that were
+// reaped before the first look (6–8 % of `echo` one at a time, 13–26 % four at a time), and the
+// runtime then reported the host's pid to the tenant.
+import { readFileSync, watch, type FSWatcher } from "node:fs";
 
-/** How often to look while enter.pl starts (it forks ~3–6 ms after the spawn). */
+/** The wrapper's environment variable that names the report file, and the value a view puts
+ * there for its launcher (spawner.ts) to replace with a file: as it is, enter.pl reports nothing
+ * (a direct spawn in a test or bench, the driver's own `exec`, which report no pid). */
+export const PID_FILE_ENV = "KRUISE_PID_FILE";
+export const PID_FILE_WANTED = "-";
+
+/** How often to look where no inotify watch can be had. */
 const POLL_MS = 1;
-/** A wrapper that has not forked by then is stuck (a frozen cgroup it joined); report the host
- * pid rather than hold the start back. */
-const GIVE_UP_MS = 2_000;
+/** A wrapper that has not reported by then is stuck (a frozen cgroup it joined): the start fails
+ * rather than hold the request back. */
+export const GIVE_UP_MS = 2_000;
+/** The kernel's largest pid (PID_MAX_LIMIT on 64-bit). */
+const PID_MAX_LIMIT = 4_194_304;
 
-/** Without CONFIG_PROC_CHILDREN a kernel has no children file: report host pids rather than
- * hold every start back until the give-up. */
-const CAN_LOOK = existsSync(`/proc/self/task/${process.pid}/children`);
+/** The pid in a report: decimal digits and a newline, nothing else (enter.pl writes it whole, in
+ * one write, before it exits). */
+export function parseReport(text: string | undefined): number | undefined {
+  const m = text === undefined ? null : /^([1-9]\d{0,6})\n$/.exec(text);
+  const pid = m ? Number(m[1]) : undefined;
+  return pid !== undefined && pid <= PID_MAX_LIMIT ? pid : undefined;
+}
 
 function read(path: string): string | undefined {
   try {
-    return readFileSync(path, "utf8");
+    return readFileSync(path, "latin1");
   } catch {
     return undefined;
   }
 }
 
-/** The pid `pid` has in the innermost pid namespace it belongs to. */
-function innermostPid(pid: number): number | undefined {
-  const ns = read(`/proc/${pid}/status`)?.match(/^NSpid:\s*(.*)$/m)?.[1]?.trim().split(/\s+/).at(-1);
-  return ns ? Number(ns) : undefined;
-}
-
-/** The sandbox pid of the command `hostPid` (enter.pl) forks, once that child has exec'd the
- * command; undefined when it ended (or gave up) before it forked: a command gone within
- * milliseconds has no pid anyone could use.
- *
- * The child is enter.pl itself (perl, still root in the sandbox) until it has switched user and
- * exec'd, some milliseconds after the fork: a start reported before that named a process that was
- * not yet the command (CI: `ps` on the host right after a background start found no `sleep` of
- * the user's uid). As with envd's start (Go's exec returns once the new image runs), the pid is
- * reported once the child's command line is no longer enter.pl's, or once it is gone. */
-export async function sandboxPidOf(hostPid: number, ended: () => boolean): Promise<number | undefined> {
-  if (!CAN_LOOK) return undefined;
-  const deadline = Date.now() + GIVE_UP_MS;
-  const own = read(`/proc/${hostPid}/cmdline`);
-  let found: number | undefined;
-  for (;;) {
-    const child = read(`/proc/${hostPid}/task/${hostPid}/children`)?.trim().split(" ")[0];
-    const pid = child ? innermostPid(Number(child)) : undefined;
-    if (pid !== undefined) {
-      found = pid;
-      // Exec'd: another command line (or none left to read: it ended, or exec'd and ended).
-      const line = read(`/proc/${child}/cmdline`);
-      if (own === undefined || line === undefined || line !== own) return pid;
+/** The sandbox pid enter.pl reports in `file`, which must exist before the wrapper starts;
+ * undefined when the wrapper ended (`ended` settled), or gave up, without one, which means it
+ * never forked: the command never ran in the sandbox. Woken by the write itself (inotify), not
+ * by a poll: one look per millisecond of a start (p50 13–16 ms at load 5 on the 2-core machine)
+ * cost the agent as much as the report saved. Looked at once more at the end, since enter.pl
+ * writes the report before it exits. */
+export function sandboxPidOf(file: string, ended: Promise<unknown>): Promise<number | undefined> {
+  return new Promise((resolve) => {
+    let done = false;
+    let watcher: FSWatcher | undefined;
+    let poll: NodeJS.Timeout | undefined;
+    const finish = (pid: number | undefined) => {
+      if (done) return;
+      done = true;
+      watcher?.close();
+      clearInterval(poll);
+      clearTimeout(giveUp);
+      resolve(pid);
+    };
+    const look = () => {
+      const pid = parseReport(read(file));
+      if (pid !== undefined) finish(pid);
+    };
+    const last = () => finish(parseReport(read(file)));
+    const giveUp = setTimeout(last, GIVE_UP_MS);
+    try {
+      watcher = watch(file, { persistent: false }, look);
+      watcher.on("error", () => (poll ??= setInterval(look, POLL_MS)));
+    } catch {
+      // No inotify watch left (fs.inotify.max_user_watches): look every millisecond instead.
+      poll = setInterval(look, POLL_MS);
     }
-    if (ended() || Date.now() > deadline) return found;
-    await new Promise((r) => setTimeout(r, POLL_MS));
-  }
+    // A report written before the watch began.
+    look();
+    void ended.then(last, last);
+  });
 }

@@ -10,7 +10,7 @@
 // command it started (enter.pl's parent-death signal) and each of them reports a clear error as
 // its end; holders are not affected. It exits by itself when the agent does (IPC disconnect).
 import { fork, type ChildProcess } from "node:child_process";
-import { closeSync, mkdtempSync, readdirSync, rmSync } from "node:fs";
+import { closeSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { connect } from "node:net";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -18,7 +18,7 @@ import type { Readable, Writable } from "node:stream";
 import type { Socket } from "node:net";
 import type { HostCommand } from "../../runtime/sandbox-view.ts";
 import { inProcessLauncher, memoryTmpdir, ProcessStartError, spawnHost, type LaunchedExit, type LaunchedPipes, type LaunchedPty, type ProcessLauncher } from "../../runtime/process/launcher.ts";
-import { sandboxPidOf } from "./spawner-sandbox-pid.ts";
+import { GIVE_UP_MS, PID_FILE_ENV, PID_FILE_WANTED, sandboxPidOf } from "./spawner-sandbox-pid.ts";
 import { CONNECTION_ID_BYTES, openStdioFile, stopReading, type SpawnCommand, type SpawnerReply, type SpawnerRequest, type StdioSpec } from "./spawner-protocol.ts";
 
 const MAIN = fileURLToPath(new URL("./spawner-main.ts", import.meta.url));
@@ -305,13 +305,45 @@ export class Spawner implements ProcessLauncher {
   }
 
   // The runtime's commands are enter.pl wrappers (local-view.ts): each reports the pid its
-  // command has inside the sandbox (spawner-sandbox-pid.ts). Holders (spawn) are not.
+  // command has inside the sandbox in a file named here (spawner-sandbox-pid.ts). Holders (spawn)
+  // and other host commands do not ask for one.
   async spawnPipes(host: HostCommand, stdin: boolean): Promise<LaunchedPipes> {
-    return withSandboxPid(await this.#spawnPipes(host, stdin));
+    if (host.env[PID_FILE_ENV] !== PID_FILE_WANTED) return this.#spawnPipes(host, stdin);
+    const file = this.scratchFile("pid");
+    return this.#withSandboxPid(file, () => this.#spawnPipes(reportingTo(host, file), stdin));
   }
 
   async spawnPty(host: HostCommand, size: { cols: number; rows: number }): Promise<LaunchedPty> {
-    return withSandboxPid(await this.#spawnPty(host, size));
+    if (host.env[PID_FILE_ENV] !== PID_FILE_WANTED) return this.#spawnPty(host, size);
+    const file = this.scratchFile("pid");
+    return this.#withSandboxPid(file, () => this.#spawnPty(reportingTo(host, file), size));
+  }
+
+  /** Starts the wrapper and waits for its report. Without one the start fails: the host pid is
+   * never what a client is told. */
+  async #withSandboxPid<P extends LaunchedPipes | LaunchedPty>(file: string, start: () => Promise<P>): Promise<P> {
+    let p: P;
+    const ended: { exit?: LaunchedExit } = {};
+    try {
+      // There before the wrapper starts, so the wait can watch it (enter.pl truncates it).
+      writeFileSync(file, "", { mode: 0o600 });
+      p = await start();
+      p.sandboxPid = await sandboxPidOf(file, new Promise((r) => p.onExit((e) => r((ended.exit = e)))));
+    } finally {
+      rmSync(file, { force: true });
+    }
+    if (p.sandboxPid !== undefined) return p;
+    if ("stdout" in p) for (const s of [p.stdin, p.stdout, p.stderr]) s?.destroy();
+    const exit = ended.exit;
+    if (exit) throw new ProcessStartError(`the command could not enter the sandbox (${exit.error ?? `its wrapper exited with ${exit.signal ?? `code ${exit.code}`}`}); the sandbox may be stopping`);
+    try {
+      // Frozen (a paused sandbox's cgroup): the wrapper dies now (cgroup v2) or when thawed (v1),
+      // and its child with it (parent-death signal).
+      process.kill(p.pid, "SIGKILL");
+    } catch {
+      // ended just now
+    }
+    throw new ProcessStartError(`the command did not start in the sandbox within ${GIVE_UP_MS / 1000} s; the sandbox may be paused`);
   }
 
   async #spawnPipes(host: HostCommand, stdin: boolean): Promise<LaunchedPipes> {
@@ -360,11 +392,9 @@ function holdForConsumer(s: Socket): void {
   (s as unknown as { _readableState: { reading: boolean } })._readableState.reading = false;
 }
 
-async function withSandboxPid<P extends LaunchedPipes | LaunchedPty>(p: P): Promise<P> {
-  let ended = false;
-  p.onExit(() => (ended = true));
-  p.sandboxPid = await sandboxPidOf(p.pid, () => ended);
-  return p;
+/** `host` with the report file named where its view asked for one. */
+function reportingTo(host: HostCommand, file: string): HostCommand {
+  return { ...host, env: { ...host.env, [PID_FILE_ENV]: file } };
 }
 
 async function spawnHere(cmd: SpawnCommand, opts: { detached: boolean; stdio: StdioSpec[] }): Promise<SpawnedProcess> {

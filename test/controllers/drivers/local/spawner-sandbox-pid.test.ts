@@ -1,47 +1,43 @@
-// The pid a command's start reports is the command's, not enter.pl's child before its exec: the
-// child forks, switches user and only then execs the command, and a start reported in between
-// named a perl still running as the sandbox's root (CI: the e2e `ps` check found no `sleep` of
-// the user's uid right after a background start). A stand-in for enter.pl forks a child that
-// execs only once the test lets it.
-import { spawn } from "node:child_process";
-import { readFileSync } from "node:fs";
-import { describe, expect, it } from "vitest";
-import { PERL } from "../../../../controllers/drivers/local/host-helpers.ts";
+// The agent's side of a command's pid report (enter.pl writes it, spawner-sandbox-pid.ts reads
+// it): a report written while the start waits is taken; one written just before the wrapper
+// ended is still taken once the end is known (a command done at once: the poll of /proc this
+// replaced missed those, and the host pid went to the client); no report by the end means none.
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, describe, expect, it } from "vitest";
 import { sandboxPidOf } from "../../../../controllers/drivers/local/spawner-sandbox-pid.ts";
-import { waitFor } from "../../../support/wait-for.ts";
 
-const cmdline = (pid: number) => {
-  try {
-    return readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0").filter(Boolean);
-  } catch {
-    return [];
-  }
-};
+const dir = mkdtempSync(join(tmpdir(), "sandbox-pid-"));
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+let n = 0;
+const file = () => join(dir, `pid-${++n}`);
 
 describe("sandboxPidOf", () => {
-  it("reports the child once it runs the command, not while it is still the wrapper", async () => {
-    // The child waits for a line on stdin before its exec, as enter.pl's child does its setns,
-    // user switch and capability drop before it.
-    const wrapper = spawn(PERL, ["-e", 'my $c = fork(); if (!$c) { my $go = <STDIN>; exec "sleep", "30"; } waitpid($c, 0);'], { stdio: ["pipe", "ignore", "inherit"] });
-    let ended = false;
-    wrapper.once("exit", () => (ended = true));
-    try {
-      let atReport: string[] = [];
-      const reported = sandboxPidOf(wrapper.pid!, () => ended).then((pid) => {
-        atReport = pid === undefined ? [] : cmdline(pid);
-        return pid;
-      });
-      const child = await waitFor(() => readFileSync(`/proc/${wrapper.pid}/task/${wrapper.pid}/children`, "utf8").trim() || undefined, { what: "the fork" });
-      // Room for a report made too early (the look-up polls every millisecond); not a timing of
-      // the outcome: the right report cannot come before the exec below, however long this is.
-      await Promise.race([reported, new Promise((r) => setTimeout(r, 300))]);
-      wrapper.stdin!.write("go\n");
-      expect(await reported).toBe(Number(child));
-      expect(atReport).toEqual(["sleep", "30"]);
-    } finally {
-      const children = cmdline(wrapper.pid!).length ? readFileSync(`/proc/${wrapper.pid}/task/${wrapper.pid}/children`, "utf8").trim().split(" ").filter(Boolean) : [];
-      for (const pid of children) process.kill(Number(pid), "SIGKILL");
-      wrapper.kill("SIGKILL");
-    }
+  it("takes a report that comes while the start waits", async () => {
+    const f = file();
+    writeFileSync(f, "");
+    const pid = sandboxPidOf(f, new Promise(() => {}));
+    setTimeout(() => writeFileSync(f, "42\n"), 20);
+    expect(await pid).toBe(42);
+  });
+
+  it("takes a report that was written before the wrapper's end, however soon that end came", async () => {
+    const f = file();
+    writeFileSync(f, "");
+    let ended!: () => void;
+    const pid = sandboxPidOf(f, new Promise<void>((r) => (ended = r)));
+    writeFileSync(f, "7\n");
+    ended();
+    expect(await pid).toBe(7);
+  });
+
+  it("no report (or a malformed one) by the end is none", async () => {
+    const empty = file();
+    writeFileSync(empty, "");
+    expect(await sandboxPidOf(empty, Promise.resolve())).toBeUndefined();
+    const f = file();
+    writeFileSync(f, "7");
+    expect(await sandboxPidOf(f, Promise.resolve())).toBeUndefined();
   });
 });

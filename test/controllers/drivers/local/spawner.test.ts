@@ -10,18 +10,20 @@ import { runHelper } from "../../../../controllers/drivers/local/disk.ts";
 import { syscallNumbers } from "../../../../controllers/drivers/local/host-helpers.ts";
 import { ENTER_SCRIPT } from "../../../../controllers/drivers/local/local-view.ts";
 import { Spawner } from "../../../../controllers/drivers/local/spawner.ts";
+import { PID_FILE_ENV, PID_FILE_WANTED } from "../../../../controllers/drivers/local/spawner-sandbox-pid.ts";
 import { SANDBOX_ENV_FILE, type LaunchedExit } from "../../../../controllers/runtime/process/launcher.ts";
 
 const spawner = new Spawner();
 afterAll(() => spawner.dispose());
 
 const { setns, prctl } = syscallNumbers();
-/** A command run through enter.pl at `process` level (no namespaces), as the local view builds it. */
-const entered = (cmd: string[]) => ({
+/** A command run through enter.pl at `process` level (no namespaces), as the local view builds it;
+ * `holder` is the process whose namespaces it would join (0: none). */
+const entered = (cmd: string[], holder = "0") => ({
   file: "/usr/bin/perl",
-  args: [ENTER_SCRIPT, SANDBOX_ENV_FILE, "0", "0", "0", "/", "-", String(setns), String(prctl), "-", "--", ...cmd],
+  args: [ENTER_SCRIPT, SANDBOX_ENV_FILE, holder, "0", "0", "/", "-", String(setns), String(prctl), "-", "--", ...cmd],
   cwd: "/",
-  env: { PATH: "/usr/bin:/bin" },
+  env: { PATH: "/usr/bin:/bin", [PID_FILE_ENV]: PID_FILE_WANTED },
   sandboxEnv: { PATH: "/usr/bin:/bin" },
 });
 
@@ -126,6 +128,28 @@ describe("spawner", () => {
     } finally {
       await s.dispose();
     }
+  });
+
+  it("a command through enter.pl reports the pid of the command it became, also when it is done at once, a few at a time", async () => {
+    for (let round = 0; round < 10; round++) {
+      const started = await Promise.all(Array.from({ length: 4 }, () => spawner.spawnPipes(entered(["/bin/sh", "-c", "echo $$"]), false)));
+      const outs = await Promise.all(started.map(async (p) => (await Promise.all([text(p.stdout), exitOf(p)]))[0]));
+      expect(started.map((p) => p.sandboxPid)).toEqual(outs.map(Number));
+    }
+    const long = await spawner.spawnPipes(entered(["/bin/sleep", "300"]), false);
+    try {
+      expect(readFileSync(`/proc/${long.sandboxPid}/cmdline`, "utf8")).toBe("/bin/sleep\0" + "300\0");
+    } finally {
+      process.kill(long.sandboxPid!, "SIGKILL");
+      await exitOf(long);
+    }
+    // Nothing of the reports is left.
+    expect(readdirSync(dirname(spawner.scratchFile("probe"))).filter((f) => f.startsWith("pid"))).toEqual([]);
+  });
+
+  it("a wrapper that ends without a report (it never entered the sandbox) fails the start with a clear error, not the host pid", async () => {
+    // No such holder: enter.pl fails before it forks.
+    await expect(spawner.spawnPipes(entered(["/bin/true"], "999999999"), false)).rejects.toThrow(/could not enter the sandbox \(its wrapper exited with code 127\)/);
   });
 
   it("a helper's failure carries what it wrote to stderr, and no file of it is left either way", async () => {

@@ -1,7 +1,8 @@
 // The local driver's perl helpers without root: both compile, the relay's parsers take exactly
 // the lines they should, syscall numbers come from one table per architecture, and a command's
-// environment reaches it through the handover file, never through the helper's own environment.
-import { spawnSync } from "node:child_process";
+// environment reaches it through the handover file, never through the helper's own environment;
+// enter.pl reports its command's pid once it runs, and the command holds nothing of that report.
+import { spawn, spawnSync } from "node:child_process";
 import { existsSync, mkdtempSync, readFileSync, rmSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -10,8 +11,10 @@ import { afterAll, describe, expect, it } from "vitest";
 import { helperEnv, PERL, syscallNumbers } from "../../../../controllers/drivers/local/host-helpers.ts";
 import { ENTER_SCRIPT } from "../../../../controllers/drivers/local/local-view.ts";
 import { ALLOW_SETUID_SCRIPT, USERNS_SCRIPT } from "../../../../controllers/drivers/local/userns.ts";
+import { parseReport } from "../../../../controllers/drivers/local/spawner-sandbox-pid.ts";
 import { encodeEnv, handOver, SANDBOX_ENV_FILE } from "../../../../controllers/runtime/process/launcher.ts";
 import { HOST_LOADER_SAW_IT, hostileEnv, parseEnv0 } from "../../../support/hostile-env.ts";
+import { waitFor } from "../../../support/wait-for.ts";
 
 const RELAY_SCRIPT = fileURLToPath(new URL("../../../../controllers/drivers/local/port-relay.pl", import.meta.url));
 const dir = mkdtempSync(join(tmpdir(), "helpers-unit-"));
@@ -269,5 +272,72 @@ describe("environment handover", () => {
     } finally {
       hostile.dispose();
     }
+  });
+});
+
+// enter.pl writes the pid its command has (in the sandbox's pid namespace; here, with no sandbox,
+// the host's) to the file KRUISE_PID_FILE names, once the command has replaced its child and before
+// it reaps it. The command must hold neither that file nor the pipe enter.pl learns the pid and the
+// exec from: either would let tenant code write a pid of its choosing into the report.
+describe("enter.pl's pid report", () => {
+  const { setns, prctl } = syscallNumbers();
+  const entered = (cmd: string[]) => ({
+    file: PERL,
+    args: [ENTER_SCRIPT, SANDBOX_ENV_FILE, "0", String(process.getuid!()), String(process.getgid!()), "/", "-", String(setns), String(prctl), "-", "--", ...cmd],
+    cwd: "/",
+    env: helperEnv(),
+    sandboxEnv: { PATH: "/usr/bin:/bin" },
+  });
+  let n = 0;
+  /** Starts `cmd` through enter.pl, reporting to a new file. */
+  function start(cmd: string[], pidFile = join(dir, `pid-${++n}`)) {
+    const h = handOver(entered(cmd), () => dir);
+    const child = spawn(PERL, h.args, { env: helperEnv({ KRUISE_PID_FILE: pidFile }), stdio: ["pipe", "pipe", "pipe"] });
+    const seen = { exited: false, out: "", err: "" };
+    child.stdout!.on("data", (d) => (seen.out += String(d)));
+    child.stderr!.on("data", (d) => (seen.err += String(d)));
+    const exit = new Promise<number | null>((r) => child.once("exit", (code) => ((seen.exited = true), r(code))));
+    const report = () => (existsSync(pidFile) ? readFileSync(pidFile, "utf8") : undefined);
+    return { child, seen, exit, report, pidFile };
+  }
+  // The same shell's descriptors, started without enter.pl: whatever the test runner itself passes
+  // on (descriptors it inherited without close-on-exec) shows in both.
+  const plainFds = () => spawnSync("/bin/sh", ["-c", "ls /proc/$$/fd"], { encoding: "utf8", stdio: ["pipe", "pipe", "pipe"] }).stdout;
+
+  it("reports the command's pid while it runs; the command holds neither the report file nor enter.pl's pipe", async () => {
+    const { child, seen, exit, report } = start(["/bin/sh", "-c", "echo $$; ls /proc/$$/fd; echo end; read x; true"]);
+    try {
+      // The shell prints its pid and its descriptors, then waits on stdin: it is running the command.
+      const out = await waitFor(() => seen.out.endsWith("end\n") && seen.out, { what: "the shell's descriptors" });
+      const [pid, ...fds] = out.trim().split("\n").slice(0, -1);
+      expect(fds.join("\n") + "\n").toBe(plainFds());
+      expect(await waitFor(() => report() || undefined, { what: "the report" })).toBe(`${pid}\n`);
+      expect(seen.exited).toBe(false);
+    } finally {
+      child.stdin!.end();
+    }
+    expect(await exit).toBe(0);
+    expect(seen.err).toBe("");
+  });
+
+  it("a command that is done at once still has its pid reported, before enter.pl exits", async () => {
+    for (let i = 0; i < 5; i++) {
+      const { exit, report, seen } = start(["/bin/sh", "-c", "echo $$"]);
+      expect(await exit).toBe(0);
+      expect(report()).toBe(seen.out);
+    }
+  });
+
+  it("'-' names no file: nothing is reported and the command runs as before", async () => {
+    const { exit, seen } = start(["/bin/echo", "hi"], "-");
+    expect(await exit).toBe(0);
+    expect(seen.out).toBe("hi\n");
+    expect(existsSync("-")).toBe(false);
+  });
+
+  it("the agent takes a pid and a newline, nothing else", () => {
+    expect(parseReport("123\n")).toBe(123);
+    expect(parseReport("4194304\n")).toBe(4194304);
+    for (const bad of [undefined, "", "123", "0\n", "012\n", "12 3\n", "123\n\n", "4194305\n", "99999999\n", "-1\n", "1e3\n"]) expect({ bad, pid: parseReport(bad) }).toEqual({ bad, pid: undefined });
   });
 });
