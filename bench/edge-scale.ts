@@ -11,6 +11,7 @@
 // EDGE_SCALE_LARGE (100000), EDGE_SCALE_ROUNDS (8), EDGE_SCALE_PER_ROUND (30).
 //   node bench/run.ts edge-scale
 import { existsSync, mkdtempSync, rmSync } from "node:fs";
+import { loadavg } from "node:os";
 import { join } from "node:path";
 import { migrate } from "../scripts/migrate.ts";
 import { seed } from "../scripts/seed.ts";
@@ -50,7 +51,7 @@ export async function run(ctx: BenchContext): Promise<Figures> {
       for (let n = Math.min(STEP, s.size); ; n = Math.min(n + STEP, s.size)) {
         await api.template(`scale-${s.name}`, n);
         await untilFilledOrClosed(agent, api.waitAvailable(`scale-${s.name}`, n, 3_600_000));
-        console.error(`bench edge-scale: scale-${s.name} ${n} (${((performance.now() - t) / 1000).toFixed(0)} s)`);
+        console.error(`bench edge-scale: scale-${s.name} ${n} (${((performance.now() - t) / 1000).toFixed(0)} s, load ${loadavg()[0]!.toFixed(1)})`);
         if (agent.errors.length) throw new Error(`scripted agent: ${agent.errors.join("; ")}`);
         if (n === s.size) break;
       }
@@ -59,6 +60,8 @@ export async function run(ctx: BenchContext): Promise<Figures> {
     for (const s of sides) await api.createMany(`scale-${s.name}`, 10, 1); // JIT, objects
     for (const s of sides) await api.waitAvailable(`scale-${s.name}`, s.size, 600_000);
 
+    const loadBefore = loadavg()[0]!;
+    console.error(`bench edge-scale: load ${loadavg().map((x) => x.toFixed(1)).join(" ")} before the rounds`);
     const lat: Record<string, number[]> = { "100": [], "10k": [], large: [] };
     const cpu: Record<string, number[]> = { "100": [], "10k": [], large: [] };
     const ratio = { "10k": [] as number[], large: [] as number[], largeCpu: [] as number[] };
@@ -79,6 +82,7 @@ export async function run(ctx: BenchContext): Promise<Figures> {
       ratio.largeCpu.push(roundCpu.large! / roundCpu["100"]!);
       console.error(`bench edge-scale round ${round}: p50 100 ${roundLat["100"]!.toFixed(2)} ms, 10k ${roundLat["10k"]!.toFixed(2)}, ${LARGE} ${roundLat.large!.toFixed(2)}; CPU/create 100 ${roundCpu["100"]!.toFixed(2)} ms, ${LARGE} ${roundCpu.large!.toFixed(2)}`);
     }
+    console.error(`bench edge-scale: load ${loadavg().map((x) => x.toFixed(1)).join(" ")} after the rounds`);
     const largeName = LARGE === 100_000 ? "100k" : String(LARGE);
     return {
       [`edge.claim_cost_ratio_${largeName}_vs_100`]: { value: round(median(ratio.large)), unit: `ratio (median of ${ROUNDS} rounds × ${PER_ROUND} sequential creates)`, target: "<= 1.2", spread: minMax(ratio.large) },
@@ -89,6 +93,9 @@ export async function run(ctx: BenchContext): Promise<Figures> {
       "edge.scale_claim_100_cpu_ms": { value: round(median(cpu["100"]!)), unit: "ms" },
       [`edge.scale_claim_${largeName}_cpu_ms`]: { value: round(median(cpu.large!)), unit: "ms" },
       [`edge.pool_${largeName}_fill_s`]: { value: round(fillS), unit: "s" },
+      // The 1-minute load average before and after the rounds (2 cores shared with other runs).
+      "edge.scale_load_before": { value: round(loadBefore), unit: "load" },
+      "edge.scale_load_after": { value: round(loadavg()[0]!), unit: "load" },
     };
   } finally {
     agent.disconnect();

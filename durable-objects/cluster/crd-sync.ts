@@ -241,11 +241,13 @@ export class CrdSync {
       return set.ok ? { result: "applied" } : refused(set.error);
     }
     if (item.generation < st.generation) return { result: "stale", message: `made at generation ${item.generation}, the edge is at ${st.generation}` };
-    // As the sandbox's team, so the E2B API's rules (and refusals) apply unchanged.
+    // As the sandbox's team, so the E2B API's rules (and refusals) apply unchanged. A pause is
+    // answered once stored (wait 0): this request is the agent's own, which carries the pause out
+    // and reports it through the Sandbox's status; holding its reply on its ack would stall the sync.
     const access = { teamId: st.spec.teamId, admin: false };
     const res =
       item.action === "pause"
-        ? await stub.pause(access)
+        ? await stub.pause(access, undefined, 0)
         : item.action === "kill"
           ? await stub.kill(access)
           : await stub.connectSandbox(access, { timeoutS: DEFAULT_TIMEOUT_S });

@@ -15,14 +15,16 @@ import { audit } from "../store/audit.ts";
 import { getDb } from "../store/db.ts";
 import { resolveTemplateCached } from "../store/template-cache.ts";
 
-export async function pauseSandbox(env: Env, id: string, access: Access, strategy?: PauseStrategy): Promise<Result> {
+/** Answered once the sandbox is paused, bounded by `waitMs` (SandboxGroupDO.pause; 0: once the
+ * pause is stored). */
+export async function pauseSandbox(env: Env, id: string, access: Access, strategy?: PauseStrategy, waitMs?: number): Promise<Result> {
   const h = sandboxHandle(env, id);
   const info = await h.info(access);
   if (info.ok && info.sandbox.state === "running") {
     const verdict = await runLifecycleHook(env, h, access, info.sandbox, "prePause");
     if (verdict && !verdict.proceed) return { ok: false, error: { code: ErrorCode.conflict, message: verdict.refusal! } };
   }
-  return h.pause(access, strategy);
+  return h.pause(access, strategy, waitMs);
 }
 
 /** An update ops run's `preUpgrade`/`postUpgrade` on one of its sandboxes (the run's own hook, else

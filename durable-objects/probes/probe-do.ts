@@ -100,7 +100,9 @@ export class ProbeDO extends DurableObject<Env> {
         const probed = st.policy.resume?.probed;
         const wake = probed && probedWake(await this.runProbe(st, probed.probe, route.cluster, route.envdAccessToken), probed.timeFormat, goDuration(probed.leadTime, "leadTime"), now);
         if (wake && "problem" in wake) st.held = wake.problem;
-        const paused = wake && "problem" in wake ? { ok: false } : await pauseSandbox(this.env, st.sandboxId, access);
+        // Not waited for (0): the probe's own alarm must not stall on a slow pause, and the pause it
+        // stored goes on whether or not the agent has done it yet.
+        const paused = wake && "problem" in wake ? { ok: false } : await pauseSandbox(this.env, st.sandboxId, access, undefined, 0);
         if (paused.ok) {
           delete st.held;
           st.pauses++;

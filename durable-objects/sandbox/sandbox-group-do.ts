@@ -225,8 +225,35 @@ export class SandboxGroupDO extends DurableObject<Env> {
     return this.applyVisible(id, access, { type: "hooks", hooks });
   }
 
-  async pause(id: string, access: Access, strategy?: PauseStrategy): Promise<Result> {
-    return this.applyVisible(id, access, { type: "pause", strategy });
+  /**
+   * E2B pause: answered once the sandbox is paused (the agent acked the pause applied, or reported
+   * it paused), bounded by `waitMs`, as E2B's pause returns only then: a snapshot, fork or connect
+   * right after it finds the sandbox paused, not pausing. `waitMs` 0 answers once the pause is
+   * stored, for callers nobody waits on (kubectl's requests, the auto-pause probe). A pause that runs
+   * out of time, or that its cluster did not take yet, continues: the answer says so.
+   */
+  async pause(id: string, access: Access, strategy?: PauseStrategy, waitMs: number = DEFAULT_WAIT_MS): Promise<Result> {
+    if (!visibleTo(this.slots.find(id)?.state ?? null, access)) return notFound(id);
+    const deadline = Date.now() + waitMs;
+    const t = await this.apply(id, { type: "pause", strategy }, waitMs, access.traceparent);
+    if (!t.ok) return t;
+    if (waitMs <= 0) return { ok: true };
+    if (t.failure) return { ok: false, error: { code: ErrorCode.internal, message: `The pause of sandbox "${id}" did not reach its cluster yet (${t.failure.message}); it is sent again until it does, and the sandbox stays paused` } };
+    return this.waitSettled(
+      id,
+      Math.max(0, deadline - Date.now()),
+      (s) => {
+        if (s.phase === "Paused") return { ok: true };
+        if (s.phase === "Pausing") return null;
+        if (s.phase === "Failed") return { ok: false, error: { code: ErrorCode.internal, message: `Sandbox "${id}" failed pausing: ${failureMessage(s)}` } };
+        // A connect (or wake) came meanwhile: its resume replaced the pause.
+        return { ok: false, error: { code: ErrorCode.conflict, message: `Sandbox "${id}" was resumed before its pause finished` } };
+      },
+      (s) => ({ code: ErrorCode.internal, message: `Sandbox "${id}" did not pause within ${waitMs} ms${retryDetail(s)}; the pause continues` }),
+      // Killed once the pause was stored (its paused retention ended, or a kill): nothing runs
+      // any more, which is what the pause asked.
+      { ok: true },
+    );
   }
 
   /** E2B updateNetwork: answered once the agent has taken the new rules (bounded by `waitMs`). */
@@ -476,7 +503,12 @@ export class SandboxGroupDO extends DurableObject<Env> {
       }
       // The sandbox is gone: its row becomes a tombstone, which no late write of it can undo.
       if (purged && before) ops.push({ kind: "upsert", row: tombstone(indexRow(before), now) });
-      if (intent && slot.state) slot.undelivered = { intent, retryAt: now + ackWait(awaitAckMs) + RETRY_MS, ...(traceparent ? { traceparent } : {}) };
+      // An awaited intent is retried after its caller's wait (its enqueue answers for it until
+      // then). Not a pause: one a restart lost before it left is sent again RETRY_MS later, as
+      // before pauses were awaited, not past the wait that restart ended. While its enqueue is in
+      // flight, the alarm finds it so and looks again later.
+      const putOff = ev.type === "pause" ? 0 : ackWait(awaitAckMs);
+      if (intent && slot.state) slot.undelivered = { intent, retryAt: now + putOff + RETRY_MS, ...(traceparent ? { traceparent } : {}) };
       if ((changed || intent) && slot.state) this.save(id, slot);
       // Committed with the change: kept until libSQL has them, sent again if it does not.
       this.indexOutbox.record(id, ops, now);
@@ -646,17 +678,37 @@ export class SandboxGroupDO extends DurableObject<Env> {
   }
 
   /** `boundMs`: the caller's whole bound, for the message, when `ms` is what is left of it. */
-  private async waitRunning(id: string, ms: number, boundMs = ms, also: (s: SandboxState) => boolean = () => true): Promise<Result<{ state: SandboxState }>> {
+  private waitRunning(id: string, ms: number, boundMs = ms, also: (s: SandboxState) => boolean = () => true): Promise<Result<{ state: SandboxState }>> {
+    return this.waitSettled(
+      id,
+      ms,
+      (s) => (s.phase === "Running" && also(s) ? { ok: true, state: s } : s.phase === "Failed" ? { ok: false, error: { code: ErrorCode.createFailed, message: failureMessage(s) } } : null),
+      (s) => ({ code: ErrorCode.placementTimeout, message: `Sandbox "${id}" did not become ready within ${boundMs} ms${retryDetail(s)}` }),
+    );
+  }
+
+  /**
+   * Waits (bounded by `ms`) until `settle` answers for the sandbox as it is now, re-asked on every
+   * change; a sandbox gone or being killed answers `gone` (not found), and `timedOut` words the
+   * refusal after `ms`.
+   */
+  private async waitSettled<T extends Result<object>>(
+    id: string,
+    ms: number,
+    settle: (s: SandboxState) => T | null,
+    timedOut: (s: SandboxState) => Refusal,
+    gone: T | { ok: false; error: Refusal } = notFound(id),
+  ): Promise<T | { ok: false; error: Refusal }> {
     const slot = this.slots.get(id);
     const deadline = Date.now() + ms;
     try {
       for (;;) {
         const s = slot.state;
-        if (!s || s.phase === "Terminating") return notFound(id);
-        if (s.phase === "Running" && also(s)) return { ok: true, state: s };
-        if (s.phase === "Failed") return { ok: false, error: { code: ErrorCode.createFailed, message: failureMessage(s) } };
+        if (!s || s.phase === "Terminating") return gone;
+        const settled = settle(s);
+        if (settled) return settled;
         const left = deadline - Date.now();
-        if (left <= 0) return { ok: false, error: { code: ErrorCode.placementTimeout, message: `Sandbox "${id}" did not become ready within ${boundMs} ms${retryDetail(s)}` } };
+        if (left <= 0) return { ok: false, error: timedOut(s) };
         await new Promise<void>((resolve) => {
           const done = () => {
             clearTimeout(timer);

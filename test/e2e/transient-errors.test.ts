@@ -1,8 +1,9 @@
 // The error model through the whole system (edge on workerd, the agent's real reconciler, link
 // and local driver, the real e2b SDK): a driver failure that clears is retried and the create
 // still answers 201; one that does not clear within the create's bound answers 5xx with the
-// agent's condition; a terminal one fails the create at once with its message. This file runs its
-// own system: its agent runs in this process so its driver can be made to fail.
+// agent's condition; a terminal one fails the create at once with its message. A pause the driver
+// takes a while over is answered once done, so a snapshot right after it is taken. This file runs
+// its own system: its agent runs in this process so its driver can be made to fail or stall.
 import { Sandbox } from "e2b";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -80,5 +81,22 @@ describe("driver errors", () => {
     const [id, c] = faultedSandbox("terminal");
     expect(c.calls).toBe(1);
     await gone(id);
+  });
+});
+
+describe("a slow pause", () => {
+  it("answers once the driver has paused the sandbox: right after, it is paused there and a snapshot of it is taken", async () => {
+    const sbx = await Sandbox.create({ ...opts(), metadata: { fault: "slow-pause:1500" } });
+    await sbx.files.write("/home/user/before.txt", "before the pause");
+    expect(await sbx.pause()).toBe(true);
+    // Still running in the driver, and a snapshot refused with 409 "is pausing", if the pause
+    // answered before the agent carried it out.
+    expect((await agent.driver.list()).find((o) => o.id === sbx.sandboxId)?.phase).toBe("Paused");
+    const snap = await sbx.createSnapshot();
+    expect((await Sandbox.getInfo(sbx.sandboxId, opts())).state).toBe("paused");
+    const copy = await Sandbox.create(snap.snapshotId, opts());
+    expect(await copy.files.read("/home/user/before.txt")).toBe("before the pause");
+    await copy.kill();
+    await sbx.kill();
   });
 });

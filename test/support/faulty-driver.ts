@@ -3,6 +3,8 @@
 // the sandboxes a test creates that way are affected:
 //   fault: "transient:N"   the first N ensure calls throw a plain (transient) Error
 //   fault: "terminal"      every ensure call throws a TerminalError
+//   fault: "slow-pause:MS" every ensure call that asks for the sandbox paused waits MS first (a
+//                          pause the driver takes a while over, as a Kubernetes pod that stops)
 // Everything else goes to the wrapped driver unchanged.
 import { TerminalError, type DesiredSandbox, type Driver } from "../../controllers/drivers/driver.ts";
 
@@ -22,6 +24,11 @@ export function faultyDriver(inner: Driver): FaultyDriver {
     const seen = calls.get(d.id) ?? { fault, calls: 0, thrown: 0 };
     calls.set(d.id, seen);
     seen.calls++;
+    const slow = /^slow-pause:(\d+)$/.exec(fault);
+    if (slow) {
+      if (d.state === "Paused") await new Promise((r) => setTimeout(r, Number(slow[1])));
+      return inner.ensure(d);
+    }
     if (fault === "terminal") {
       seen.thrown++;
       throw new TerminalError("ImageNotFound", `image "nope:latest" cannot exist (injected for ${d.id})`);
