@@ -284,8 +284,9 @@ try {
     const system = (s: Side, i: number) => s.cpu[i]! + Object.entries(s.others).reduce((sum, [k, xs]) => (k === "machine" ? sum : sum + xs[i]!), 0);
     const sys = b.cpu.map((_, i) => ref(b, i, (s) => s.cpu.map((_, j) => system(s, j))) / system(b, i));
     console.log(`per round ${refLabel(b)}/B system CPU per create (creates per CPU-second, B/${refLabel(b)}) ${sys.map((x) => x.toFixed(3)).join(" ")} (median ${median(sys).toFixed(3)}, spread ${spread(sys)})`);
-    // Every traced side's export reaches the one collector; set against B's creates.
-    const traced = rounds * creates;
+    // Every traced side's export reaches the one collector: set against every traced side's
+    // creates (B, and C, D… with --also; A and A′ are untraced).
+    const traced = rounds * creates * sides.filter((x) => x !== a && x !== control).length;
     const bSystem = median(b.cpu) + median(b.others.sqld!) + median(b.others.bench!);
     console.log(`collector ms per traced create over the run ${(collectorMs / traced).toFixed(3)} (${((100 * collectorMs) / traced / (bSystem + collectorMs / traced)).toFixed(1)} % of B's system CPU per create)`);
   }
