@@ -38,6 +38,8 @@ export async function run(): Promise<Figures> {
   const cpu = figure(scrape.replace("process CPU ms per scrape", "process_cpu_ms_per_scrape"), "process_cpu_ms_per_scrape");
   // 1500 creates: about 4 s a window, 3 of them steady (past the first second's export).
   const tracing = runScript("edge-ab.ts", ["--tracing", "--control", "--rounds", String(ROUNDS), "--creates", "1500"]);
+  // The run's rounds, on stderr beside the table: a figure is read with its null ratio and spread.
+  process.stderr.write(tracing);
   // The 1-minute load before the rounds and after them (edge-ab prints both).
   const loads = /^load average ([\d.]+) .*\(before the rounds: ([\d.]+)/m.exec(tracing);
   const tracingLoad = loads ? `${loads[2]} before, ${loads[1]} after` : load();
