@@ -179,7 +179,7 @@ sub main {
       next unless accept(my $c, $l);  # nonblocking: a connection reset meanwhile is skipped
       my ($max, $procs) = @{$limit{$tag}};
       if (($open{$tag} // 0) >= $max || !pids_left($procs)) { close $c; next; }
-      my $pid = child($c, sub { join_cgroups($procs); egress($c, $tag) });
+      my $pid = child($c, sub { egress($c, $tag, sub { join_cgroups($procs) }) });
       if ($pid) { $kid{$pid} = $tag; $open{$tag}++; }
     }
   }
@@ -374,18 +374,25 @@ sub namespace_of {
   return ($ns, undef, $target_net);
 }
 
+# `join`: moves the child into the sandbox's cgroups (or ends it), called once the proxy has the
+# tag line and before a byte of the sandbox's is read: a first migration into a cgroup v2 waits
+# for an RCU grace period (6-16 ms here), and the proxy decides a redirected connection by its
+# tag line alone meanwhile.
 sub egress {
-  my ($c, $tag) = @_;
+  my ($c, $tag, $join) = @_;
   socket(my $p, PF_UNIX, SOCK_STREAM, 0) or exit 0;
   connect($p, pack_sockaddr_un($proxy)) or exit 0;  # no proxy: the client sees the connection close
   my $line = tag_line($tag, getsockopt($c, 0, 80), getsockname($c));  # SOL_IP, SO_ORIGINAL_DST
-  # To the listener itself (HTTP_PROXY): "<tag> *", so the proxy may hand it back.
-  return handoff($c, $p) if $line eq "$tag\n" && put($p, "$tag *\n");
-  # Redirected (but DNS, which the proxy answers itself): "<tag> <ip> <port> *", to be handed
-  # back, if at all, only to where the kernel says it was going.
   my ($ip, $port) = $line =~ /^\S+ (\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}) (\d{1,5})\n\z/;
-  return handoff($c, $p, "$ip $port") if defined $port && $port != 53 && put($p, "$tag $ip $port *\n");
-  pump($c, $p, '', 1) if put($p, $line);
+  # To the listener itself (HTTP_PROXY): "<tag> *", so the proxy may hand it back. Redirected (but
+  # DNS, which the proxy answers itself): "<tag> <ip> <port> *", to be handed back, if at all,
+  # only to where the kernel says it was going.
+  my $offer = $line eq "$tag\n" ? "$tag *\n" : defined $port && $port != 53 ? "$tag $ip $port *\n" : $line;
+  put($p, $offer) or exit 0;
+  $join->();
+  return handoff($c, $p) if $line eq "$tag\n";
+  return handoff($c, $p, "$ip $port") if $offer ne $line;
+  pump($c, $p, '', 1);
 }
 
 # A connection the proxy may hand back. Until the proxy's first byte, the client's bytes go to the
