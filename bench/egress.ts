@@ -27,8 +27,8 @@ const USER = { name: "user", uid: 1000, gid: 1000, home: "/home/user", shell: "/
 const STARTS = 15;
 const REQUESTS = 300;
 const BIG_MB = 100;
-/** Interleaved download rounds. */
-const ROUNDS = 5;
+/** Interleaved download rounds (at least the number of ways, so each takes every position once). */
+const ROUNDS = 9;
 const PORT = 8080;
 
 /** The origin, in Node as the proxy is: "ok" for a small GET, BIG_MB MiB for /big. */
@@ -142,25 +142,35 @@ export async function run(ctx: Partial<BenchContext> = {}): Promise<Figures> {
     const redirectedSpeed = async () => Number(await sh(ids.proxy, `env -u http_proxy -u HTTP_PROXY curl -sf -o /dev/null -w '%{speed_download}' ${url}big`)) / 2 ** 20;
     const loadBefore = loadavg()[0]!;
     // Interleaved, so the machine's load hits all alike, each round: direct, a bare Node pipe (the
-    // floor of any Node relay), through HTTP_PROXY, and redirected (no proxy variables): first on
-    // a connection the proxy decides and copies (its fast-path set emptied just before, by a policy
-    // change), then on a later connection, which the kernel's fast path takes past the proxy.
+    // floor of any Node relay), a bare Node relay, through HTTP_PROXY (plain and CONNECT, handed
+    // back; and with every byte through a proxy without handoff), and redirected (no proxy
+    // variables): first on a connection the proxy decides and hands back (its fast-path set
+    // emptied just before, by a policy change), then on a later connection, which the kernel's
+    // fast path takes past the proxy. The order turns by one each round, so no way always runs
+    // just after the same other one (the download through Node leaves garbage for the proxy's
+    // process to collect; a policy change starts each round): each position's cost lands in the
+    // spread of every way alike instead of in one way's median.
     const kinds = ["direct", "pipe", "relay", "proxied", "connect", "nodeproxied", "redirected", "fastpath"] as const;
     const speeds = Object.fromEntries(kinds.map((k) => [k, [] as number[]])) as Record<(typeof kinds)[number], number[]>;
+    const steps: (() => Promise<void>)[] = [
+      async () => void speeds.direct.push(await speed(ids.plain)),
+      async () => void speeds.pipe.push(Number(await sh(ids.plain, `curl -sf -o /dev/null -w '%{speed_download}' http://${outside.ip}:${PORT + 1}/big`)) / 2 ** 20),
+      async () => void speeds.relay.push(Number(await sh(ids.plain, `curl -sf -o /dev/null -w '%{speed_download}' http://127.0.0.1:${PORT + 2}/big`)) / 2 ** 20),
+      async () => void speeds.proxied.push(await speed(ids.proxy)),
+      // HTTP_PROXY with a CONNECT tunnel (as for https), handed back as well.
+      async () => void speeds.connect.push(await speed(ids.proxy, driver, "-p")),
+      async () => void speeds.nodeproxied.push(await speed(nodeProxied.id, viaNode)),
+      async () => {
+        speeds.redirected.push(await redirectedSpeed());
+        // The set is programmed just after the first connection is allowed (by the relay, async).
+        await new Promise((r) => setTimeout(r, 200));
+        speeds.fastpath.push(await redirectedSpeed());
+      },
+    ];
     for (let i = 0; i < ROUNDS; i++) {
       // A label change is a policy change for this sandbox: its fast path is emptied.
       await driver.ensure({ ...proxyDesired, generation: 100 + i, labels: { round: String(i) } });
-      speeds.direct.push(await speed(ids.plain));
-      speeds.pipe.push(Number(await sh(ids.plain, `curl -sf -o /dev/null -w '%{speed_download}' http://${outside.ip}:${PORT + 1}/big`)) / 2 ** 20);
-      speeds.relay.push(Number(await sh(ids.plain, `curl -sf -o /dev/null -w '%{speed_download}' http://127.0.0.1:${PORT + 2}/big`)) / 2 ** 20);
-      speeds.proxied.push(await speed(ids.proxy));
-      // HTTP_PROXY with a CONNECT tunnel (as for https), handed back as well.
-      speeds.connect.push(await speed(ids.proxy, driver, "-p"));
-      speeds.nodeproxied.push(await speed(nodeProxied.id, viaNode));
-      speeds.redirected.push(await redirectedSpeed());
-      // The set is programmed just after the first connection is allowed (by the relay, async).
-      await new Promise((r) => setTimeout(r, 200));
-      speeds.fastpath.push(await redirectedSpeed());
+      for (let j = 0; j < steps.length; j++) await steps[(i + j) % steps.length]!();
     }
     const loadAfter = loadavg()[0]!;
     const med = (k: (typeof kinds)[number]) => pct(speeds[k], 50);

@@ -28,6 +28,8 @@ export interface Outside {
   ns: string;
   /** The host's address on the link to it: what a NAT'd client looks like from there. */
   hostIp: string;
+  /** The host's end of that link (a veth; the stand-in's end is its eth0). */
+  link: string;
   /** With `privateHost`: its address in 172.16.0.0/12, reachable from the host. */
   privateIp?: string;
   stop(): void;
@@ -88,6 +90,7 @@ export async function startOutside(opts: { metadata?: boolean; privateHost?: boo
     ip: outIp,
     ns,
     hostIp,
+    link: veth,
     privateIp,
     stop() {
       server.kill("SIGKILL");

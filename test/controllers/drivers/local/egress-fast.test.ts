@@ -165,6 +165,45 @@ describe("the kernel's fast path of sandboxes behind the proxy", () => {
     expect(fastSet(d.id)).not.toContain(b.ip);
   });
 
+  it("a governed sandbox's SYN says on the wire what its eth0 carries, while the redirect's leg to the relay runs in loopback-sized segments", async () => {
+    // A destination behind 9000-byte frames, larger than any sandbox veth: its server tells each
+    // client the segment size it may send it (bounded by the MSS that client's SYN advertised).
+    const c = await startOutside();
+    const server = spawn("ip", ["netns", "exec", c.ns, "python3", "-u", "-c", [
+      "import socket, threading",
+      's = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(("0.0.0.0", 81)); s.listen(8); print("ready", flush=True)',
+      "def serve(k):",
+      '    k.sendall(b"%d\\n" % k.getsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG)); k.recv(1); k.close()',
+      "while True: threading.Thread(target=serve, args=(s.accept()[0],)).start()",
+    ].join("\n")], { stdio: ["ignore", "pipe", "inherit"] });
+    try {
+      for (const args of [["link", "set", c.link, "mtu", "9000"], ["-n", c.ns, "link", "set", "eth0", "mtu", "9000"]]) execFileSync("ip", args);
+      let said = "";
+      server.stdout!.on("data", (chunk: Buffer) => (said += chunk.toString()));
+      await pollUntil(() => said, (x) => x.includes("ready"));
+      const d = desired({ egress: { allowOut: [c.ip], denyOut: ["0.0.0.0/0"] } });
+      await driver.ensure(d);
+      const mtu = Number(/ mtu (\d+)/.exec(asNetAdmin(d.id, ["ip", "-o", "link", "show", "dev", "eth0"]))![1]);
+      expect(mtu).toBeLessThan(9000);
+      const client = (hold: number) => `python3 -c 'import socket, time; s = socket.create_connection(("${c.ip}", 81), 3); print(s.recv(100).decode().strip(), flush=True); time.sleep(${hold})'`;
+      // The first connection goes by the redirect to the relay's child, held open meanwhile: the
+      // child's socket on the sandbox's loopback sends segments larger than eth0 could carry.
+      await sh(d.id, `nohup ${client(3)} > /tmp/mss.out 2>&1 < /dev/null &`);
+      await pollUntil(() => sh(d.id, "cat /tmp/mss.out"), (o) => o.length > 0);
+      const proxyPort = Number(/:(\d+)$/.exec(await sh(d.id, "echo $HTTP_PROXY"))![1]);
+      const relayLeg = asNetAdmin(d.id, ["ss", "-tin", "src", `127.0.0.1:${proxyPort}`]);
+      expect(Number(/\bmss:(\d+)/.exec(relayLeg)?.[1])).toBeGreaterThan(mtu);
+      // A later one takes the fast path out of eth0: its SYN says no more than eth0 carries.
+      expect(await pollUntil(() => fastSet(d.id), (x) => x.includes(`${c.ip} . tcp . 81`))).toContain(`${c.ip} . tcp . 81`);
+      const onWire = Number(await sh(d.id, client(0)));
+      expect(onWire).toBeGreaterThan(0);
+      expect(onWire).toBeLessThanOrEqual(mtu - 40);
+    } finally {
+      server.kill("SIGKILL");
+      c.stop();
+    }
+  });
+
   it("a destination a name admitted stays on the fast path for the name's TTL (what the sandbox's DNS answered), one admitted by its address up to the cap", async () => {
     const d = desired({ egress: { allowOut: ["*.example.test"], denyOut: ["0.0.0.0/0"] } });
     await driver.ensure(d);
