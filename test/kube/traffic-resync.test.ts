@@ -16,6 +16,8 @@ let kc: KubeConfig;
 /** Every request the agent sent: `METHOD path`. */
 const requests: string[] = [];
 const logs: string[] = [];
+/** When set, each request of the agent waits for what it returns before it is sent. */
+let hold: ((request: string) => Promise<void> | undefined) | undefined;
 
 function desired(id: string, over: Partial<KubeDesiredSandbox> = {}): KubeDesiredSandbox {
   return { id, generation: 1, template: "plain", pool: "plain", namespace: ns, state: "Running", pauseStrategy: "Stop", resources: { cpuCount: 1, memoryMB: 512 }, allowInternetAccess: false, claimed: true, ...over };
@@ -37,7 +39,9 @@ beforeAll(async () => {
   kc = kubeConfig("agent");
   const apply = kc.applySecurityAuthentication.bind(kc);
   kc.applySecurityAuthentication = async (ctx) => {
-    requests.push(`${ctx.getHttpMethod()} ${new URL(ctx.getUrl()).pathname}`);
+    const request = `${ctx.getHttpMethod()} ${new URL(ctx.getUrl()).pathname}`;
+    requests.push(request);
+    await hold?.(request);
     return apply(ctx);
   };
   driver = new KubernetesDriver({ kubeConfig: kc, namespace: ns, runtimeImage: "ghcr.io/kruise-edge/sandbox-agent:test", trafficResyncMs: 200, log: (line) => logs.push(line) });
@@ -91,5 +95,32 @@ describe("resync of a governed pod's egress objects", () => {
     await until("three resync rounds", () => sent(from, np).reads >= 3);
     // The first ensure's create finds the object (409) and compares: nothing to replace.
     expect(requests.slice(from).filter((r) => r.endsWith(np) && r.startsWith("PUT "))).toEqual([]);
+  });
+
+  it("a sandbox destroyed while resync rounds run stays gone: its objects are not put back", async () => {
+    await driver.ensure(desired("gone1"));
+    const cm = `/api/v1/namespaces/${ns}/configmaps/plain-gone1-traffic`;
+    const secret = `/api/v1/namespaces/${ns}/secrets/plain-gone1-traffic`;
+    await until("a resync round reads its ConfigMap", () => sent(0, cm).reads >= 1);
+    // Destroy deletes the ConfigMap, then the Secret: the Secret's delete is held while resync
+    // rounds (every 200 ms) run, so a round reads the ConfigMap already gone.
+    let deletedCm = -1;
+    hold = async (request) => {
+      if (request === `DELETE ${cm}`) deletedCm = requests.length;
+      if (request !== `DELETE ${secret}`) return;
+      await new Promise((r) => setTimeout(r, 1000));
+    };
+    try {
+      await driver.destroy("gone1");
+    } finally {
+      hold = undefined;
+    }
+    expect(deletedCm).toBeGreaterThan(0);
+    // Rounds after the destroy see nothing of it to put back.
+    const after = requests.length;
+    const still = `/apis/networking.k8s.io/v1/namespaces/${ns}/networkpolicies/plain-still1-egress`;
+    await until("three more rounds", () => sent(after, still).reads >= 3);
+    expect(kubectlOk(["-n", ns, "get", "configmap,secret,networkpolicy", "-o", "name"])).not.toContain("gone1");
+    expect(logs.filter((l) => l.includes("gone1") && l.includes("put back"))).toEqual([]);
   });
 });

@@ -95,6 +95,8 @@ export class TrafficObjects {
   /** The sandboxes whose sidecar enforces L7 rules (so keeps audit records), with their Secret's
    * key (namespace/name) and namespace. */
   readonly #inspected = new Map<string, string>();
+  /** The resync's put-back in flight, by its key (#objects' or `secret/` + #secrets'). */
+  readonly #restoring = new Map<string, Promise<unknown>>();
 
   constructor(ctx: DriverContext, net: NetworkingV1Api, set: TrafficPolicySet, backstop: Backstop) {
     this.#ctx = ctx;
@@ -308,22 +310,18 @@ export class TrafficObjects {
   async resync(log?: (line: string) => void): Promise<number> {
     let restored = 0;
     for (const [key, api] of [...this.#objects]) {
+      // Gone with its sandbox since this round began: `delete` forgot it before deleting it.
+      if (this.#objects.get(key) !== api) continue;
       try {
-        this.#ctx.count();
-        const old = await api.read().catch((err: unknown) => (statusCode(err) === 404 ? undefined : Promise.reject(err)));
-        // Rewritten (new content) or deleted with its sandbox while we read: not ours to judge.
-        if (this.#objects.get(key) !== api || (old && api.same(old))) continue;
-        this.#ctx.count();
-        await (old ? api.replace(old.metadata!.resourceVersion!) : api.create());
-        restored++;
-        log?.(`${key}: changed outside the agent; put back`);
+        if (await this.#track(key, this.#restore(key, api, log))) restored++;
       } catch (err) {
         log?.(`${key}: resync: ${(err as Error).message}`);
       }
     }
     for (const key of [...this.#secrets.keys()]) {
+      if (!this.#secrets.has(key)) continue;
       try {
-        if (await this.#resyncSecret(key, log)) restored++;
+        if (await this.#track(`secret/${key}`, this.#resyncSecret(key, log))) restored++;
       } catch (err) {
         log?.(`secret/${key}: resync: ${(err as Error).message}`);
       }
@@ -331,23 +329,50 @@ export class TrafficObjects {
     return restored;
   }
 
+  /** Puts one object back if it differs or is gone; true when it did. */
+  async #restore(key: string, api: ObjectApi<{ metadata?: { resourceVersion?: string } }>, log?: (line: string) => void): Promise<boolean> {
+    this.#ctx.count();
+    const old = await api.read().catch((err: unknown) => (statusCode(err) === 404 ? undefined : Promise.reject(err)));
+    // Rewritten (new content) or deleted with its sandbox while we read: not ours to judge.
+    if (this.#objects.get(key) !== api || (old && api.same(old))) return false;
+    this.#ctx.count();
+    await (old ? api.replace(old.metadata!.resourceVersion!) : api.create());
+    log?.(`${key}: changed outside the agent; put back`);
+    return true;
+  }
+
+  /** `work` as the resync's write in flight for `key`, which `delete` waits for (see there). */
+  async #track<T>(key: string, work: Promise<T>): Promise<T> {
+    this.#restoring.set(key, work);
+    try {
+      return await work;
+    } finally {
+      this.#restoring.delete(key);
+    }
+  }
+
   /** Removes a destroyed sandbox's objects (the owner reference would too, where a garbage
    * collector runs). */
   async delete(sc: NamespaceScope, podName: string): Promise<void> {
     const cm = trafficConfigMapName(podName);
     const np = egressPolicyName(podName);
+    const secret = `${sc.namespace}/${cm}`;
+    const keys = [`cm/${sc.namespace}/${cm}`, `np/${sc.namespace}/${np}`];
+    // Forgotten before anything is deleted: a resync round that reads an object after its delete
+    // (404) would otherwise take it for one a tenant removed and create it again. A put-back
+    // already sent is waited for, so the deletes below land after it.
+    for (const file of [SECRETS_FILE, L7_FILE]) this.#secretsWritten.delete(`${secret}/${file}`);
+    this.#secrets.delete(secret);
+    this.#tokens.delete(secret);
+    for (const [id, key] of this.#inspected) if (key === secret) this.#inspected.delete(id);
+    for (const key of keys) {
+      this.#written.delete(key);
+      this.#objects.delete(key);
+    }
+    await Promise.allSettled([...keys, `secret/${secret}`].map((key) => this.#restoring.get(key)));
     this.#ctx.count(3);
     await tolerate(this.#ctx.core.deleteNamespacedConfigMap({ namespace: sc.namespace, name: cm }), [404]);
     await tolerate(this.#ctx.core.deleteNamespacedSecret({ namespace: sc.namespace, name: cm }), [404]);
     await tolerate(this.#net.deleteNamespacedNetworkPolicy({ namespace: sc.namespace, name: np }), [404]);
-    for (const file of [SECRETS_FILE, L7_FILE]) this.#secretsWritten.delete(`${sc.namespace}/${cm}/${file}`);
-    this.#secrets.delete(`${sc.namespace}/${cm}`);
-    this.#tokens.delete(`${sc.namespace}/${cm}`);
-    for (const [id, key] of this.#inspected) if (key === `${sc.namespace}/${cm}`) this.#inspected.delete(id);
-    for (const key of [`cm/${sc.namespace}/${cm}`, `np/${sc.namespace}/${np}`]) {
-      this.#written.delete(key);
-      this.#objects.delete(key);
-    }
   }
 }
-
