@@ -13,10 +13,10 @@
 // what was written since the last one, and the directory, then removes the files they superseded.
 // At start the newest file of a sandbox that parses wins; older ones are dropped.
 //
-// An intent is held in memory when it arrives and written before its ack goes out (`durable`),
-// not at once: the edge's outbox sends an unacked intent again (after a reconnect, or when it is
-// due), so one lost with a crash before its ack comes back, and only what was acked must be on
-// disk. A delete is never written: the sandbox's files are removed as it is offered (an unlink is
+// An intent is held in memory when it arrives and written (`durable`) before the driver acts on it
+// or its ack goes out, whichever comes first (reconciler.ts), not at once: the edge's outbox sends
+// an unacked intent again (after a reconnect, or when it is due), so one lost with a crash before
+// either comes back; what the cluster reflects or the edge was told must be on disk. A delete is never written: the sandbox's files are removed as it is offered (an unlink is
 // cheap), so an agent that dies before or while destroying finds no intent and destroys what the
 // driver still has, and a kill waiting in the queue does not come back to life after a crash.
 import { mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";

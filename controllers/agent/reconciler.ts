@@ -289,6 +289,12 @@ export class Reconciler {
       return;
     }
 
+    // On disk before the driver acts on it, not only before its ack: a generation the cluster
+    // reflects must be the one a restarted agent holds. A claimed sandbox's recreate (update ops)
+    // is acked only once its new pod is ready; an agent restarting in between read the previous
+    // generation back, put the old template on again, and the redelivered intent replaced the pod
+    // a third time. The write happens once per generation either way (durable is a no-op after).
+    store.durable(id);
     let obs: SandboxObservation;
     try {
       // A runtime in a pod is reached by the driver too (freeze/thaw): it needs the token. Drivers

@@ -257,6 +257,24 @@ describe("Reconciler", () => {
     reconciler.queue.close();
   });
 
+  it("what the driver acts on survives an agent crash: a new generation is on disk before the driver starts on it, not only at its ack", async () => {
+    const { driver, acks, reconciler } = harness({});
+    reconciler.offer(intent("s8"));
+    await waitFor(() => acks.length === 1);
+    // The intent store a restarted agent would open, read as the driver starts on each generation.
+    const held: number[] = [];
+    const ensure = driver.ensure.bind(driver);
+    driver.ensure = (d) => {
+      held.push(new IntentStore(dirs.at(-1)!).get("s8")?.generation ?? 0);
+      return ensure(d);
+    };
+    const template = { id: "base", revision: "r2", image: "base", user: "user", workdir: "/home/user", resources: { cpuCount: 1, memoryMB: 256 } };
+    reconciler.offer(intent("s8", { generation: 3, template }));
+    await waitFor(() => acks.length === 2);
+    expect(held).toEqual([3]);
+    reconciler.queue.close();
+  });
+
   it("a create is acked while earlier kills are still being destroyed: deletes never take the workers a waiting client needs", async () => {
     const { driver, acks, reconciler } = harness({});
     for (let i = 0; i < 10; i++) reconciler.offer(intent(`k${i}`));
