@@ -5,6 +5,8 @@
 // listed once the store is back, however long the outage. Only the newest revision per sandbox is
 // kept and every op is a whole row guarded by its revision (a sandbox that is gone is a tombstone),
 // so a resend can never undo a newer write, and a killed sandbox never comes back.
+// One exception, a create's op carried with its intent (`carry`): the sandbox's own row keeps the
+// intent until ClusterDO answers, and stands for the op meanwhile.
 import type { IndexOp } from "../store/sandbox-index.ts";
 import type { IndexQueue } from "./index-queue.ts";
 import type { SandboxStore } from "./store.ts";
