@@ -20,8 +20,10 @@
 //   - the index row in libSQL before the response: the cluster object group-commits the rows of
 //     concurrent creates into one multi-row upsert, sent straight to sqld over HTTP (Hrana
 //     pipeline); ours hands them to SandboxIndexDO, which does the same through @libsql/client.
-//     The row is also kept in the group's SQLite, in the sandbox's own commit, until libSQL has
-//     it, so a create answers while libSQL is down (ours: the group's index outbox);
+//     Until the cluster answers, the sandbox's own row (written before the call, with its intent)
+//     stands for the index row; when the answer does not say libSQL has it, the row goes to the
+//     group's outbox, so a create answers while libSQL is down (ours: the group's index outbox,
+//     IndexOutbox.carry; session 15 dropped the outbox row written and deleted per create);
 // `/one-trip/...`: the same required work in the one-round-trip design of issue 16.2 (FeatureShard;
 // issue 16 notes, session 11): the Worker calls one object, the pool's, which holds the warm
 // members, the claimed sandboxes' rows and index outbox, and quota credits leased from the team's
@@ -385,14 +387,15 @@ async function createSandbox(obj, id, spec, more) {
   const endAt = now + spec.timeoutS * 1000;
   const intent = { sandboxId: id, generation: 2, owner: { kind: "sandbox" }, desired: { state: "running" }, template: { id: spec.templateID } };
   const row = [id, TEAM_ID, KEY_ID, spec.templateID, null, "running", "Running", JSON.stringify(spec.metadata), now, endAt, 2, 512, 1024, "0.2.0", 1];
+  // The sandbox's row, with its intent, stands for its index row until the cluster answers (a
+  // redelivery of the intent would write the index row again; as SandboxGroupDO since session
+  // 15, IndexOutbox.carry): the index row goes to the outbox only when the answer does not say
+  // libSQL has it, so a create still answers when libSQL is down (sent again later).
   obj.sql.exec("INSERT INTO sandboxes (id, phase, spec, end_at) VALUES (?, 'Pending', ?, ?)", id, JSON.stringify({ ...spec, intent }), endAt);
-  // The index row is kept with the sandbox's own until libSQL has it, so a create still answers
-  // when libSQL is down (sent again later; as SandboxGroupDO's index outbox).
-  obj.sql.exec("INSERT INTO index_outbox (id, rev, op) VALUES (?, 1, ?)", id, JSON.stringify(row));
   const res = await cluster(obj.env).enqueue([intent, ...more], { awaitAnswer: true, index: [row] });
   if (!res) return false;
   obj.sql.exec("UPDATE sandboxes SET phase = 'Running' WHERE id = ?", id);
-  if (res.indexed) obj.sql.exec("DELETE FROM index_outbox WHERE id = ? AND rev <= 1", id);
+  if (!res.indexed) obj.sql.exec("INSERT INTO index_outbox (id, rev, op) VALUES (?, 1, ?)", id, JSON.stringify(row));
   return true;
 }
 

@@ -47,7 +47,10 @@ export class PoolDO extends DurableObject<Env> {
   private readonly turn = new TurnWrites("pool", this.ctx.storage, () => {
     this.state = null;
     this.outgoing.clear();
+    this.countersDeferred = false;
   });
+  /** A write of the claim counters is among this turn's writes. */
+  private countersDeferred = false;
 
   /** Sets (or replaces) the SandboxSet spec: scales, and rolls members of an older revision. */
   async configure(config: PoolConfig): Promise<ConfigureResult> {
@@ -206,10 +209,16 @@ export class PoolDO extends DurableObject<Env> {
     if (!claiming) this.turn.flush();
     const { effects, claim } = transition(st, event, { now, newId: newSandboxId });
     this.perform(effects, st.config ?? cfg, now, claiming);
-    // With the claim's writes: a statement there costs next to nothing, a commit of its own
-    // after each flush (as before) cost ~1 % of the edge's CPU per create. Counters as they are
+    // With the claim's writes: a commit of its own after each flush (as before) cost ~1 % of the
+    // edge's CPU per create. Once per commit, however many claims share it: counters as they are
     // when the turn's writes run.
-    if (claiming) this.turn.defer(() => this.store!.saveCounters(st.claimed, st.createdOnDemand));
+    if (claiming && !this.countersDeferred) {
+      this.countersDeferred = true;
+      this.turn.defer(() => {
+        this.countersDeferred = false;
+        this.store!.saveCounters(st.claimed, st.createdOnDemand);
+      });
+    }
     return claim;
   }
 

@@ -455,8 +455,16 @@ export class SandboxGroupDO extends DurableObject<Env> {
       if (u && u.retryAt <= now && slot.state) {
         // An enqueue of this generation still in flight here answers for it; look again later.
         if (slot.sending >= u.intent.generation) this.markUndelivered(id, slot, u.intent, u.traceparent);
-        else if (u.traceparent) await this.tracedSend(id, slot, u.intent, 0, [], u.traceparent, true);
-        else await this.send(id, slot, u.intent, 0);
+        else {
+          // A create's index row may have been carried only by this intent's first try
+          // (IndexOutbox.carry), from an instance that is gone: the sandbox's row as it is now goes
+          // through the outbox beside it. A repeat is harmless (rows are guarded by revision).
+          const op: IndexOp = { kind: "upsert", row: indexRow(slot.state) };
+          this.indexOutbox.record(id, [op], now);
+          void this.indexOutbox.send(op);
+          if (u.traceparent) await this.tracedSend(id, slot, u.intent, 0, [], u.traceparent, true);
+          else await this.send(id, slot, u.intent, 0);
+        }
         if (slot.dirty && slot.state) this.save(id, slot);
       }
       await this.apply(id, { type: "alarm" }, 0);
@@ -509,21 +517,26 @@ export class SandboxGroupDO extends DurableObject<Env> {
       // flight, the alarm finds it so and looks again later.
       const putOff = ev.type === "pause" ? 0 : ackWait(awaitAckMs);
       if (intent && slot.state) slot.undelivered = { intent, retryAt: now + putOff + RETRY_MS, ...(traceparent ? { traceparent } : {}) };
-      if ((changed || intent) && slot.state) this.save(id, slot);
-      // Committed with the change: kept until libSQL has them, sent again if it does not.
-      this.indexOutbox.record(id, ops, now);
-      const unsaved = await this.settled();
-      if (unsaved) return { ok: false, error: unsaved };
-      notify(slot);
-      this.wakeHolders(before, slot.state);
-      const quota = this.quota.follow(before, slot.state, ev.type);
       // A create's index row travels with its intent: ClusterDO commits it, batched with other
       // creates' rows, before it answers. That spares a SandboxIndexDO call per create (~0.8 calls
       // per create under load, each about as costly as the create's own DO calls). ClusterDO tries it
       // once: the row is listable as soon as it commits, so a kill can follow before the create
-      // answers. A failed try is rewritten below, in this group's own ordered queue, and the
-      // outbox keeps it until it commits.
+      // answers. Until the answer, the row's undelivered intent stands for it (IndexOutbox.carry);
+      // a failed try is rewritten below, in this group's own ordered queue, and the outbox keeps it
+      // until it commits.
       const carried = ev.type === "create" && intent && slot.state ? ops.splice(0) : [];
+      const carry = carried.length ? this.indexOutbox.carry(carried[0]!, intent!.generation) : null;
+      if ((changed || intent) && slot.state) this.save(id, slot);
+      // Committed with the change: kept until libSQL has them, sent again if it does not.
+      this.indexOutbox.record(id, ops, now);
+      const unsaved = await this.settled();
+      if (unsaved) {
+        carry?.drop();
+        return { ok: false, error: unsaved };
+      }
+      notify(slot);
+      this.wakeHolders(before, slot.state);
+      const quota = this.quota.follow(before, slot.state, ev.type);
       const writes = ops.map((op) => this.indexOutbox.send(op));
       // A client's own change is in the index before its reply (list right after kill must not
       // show the sandbox); the write runs beside the enqueue. Agent- and timer-driven writes do
@@ -532,12 +545,14 @@ export class SandboxGroupDO extends DurableObject<Env> {
       const clientDriven = ev.type !== "observe" && ev.type !== "ack" && ev.type !== "alarm";
       const readYourWrites = clientDriven ? Promise.all([...writes, quota]) : Promise.resolve();
       if (!intent || !slot.state) {
+        // Not reached for a create (it has both); its op would go to the outbox.
+        if (carry) this.indexOutbox.keep(id, null);
         await readYourWrites;
         return { ...t.result, acked: true };
       }
       const sent = traceparent ? this.tracedSend(id, slot, intent, awaitAckMs, carried, traceparent) : this.send(id, slot, intent, awaitAckMs, carried);
       const [res] = await Promise.all([
-        carried.length ? this.indexOutbox.carried(carried[0]!, sent, (r) => r.ok && r.indexed === true) : sent,
+        carry ? carry.outcome(sent, (r) => r.ok && r.indexed === true) : sent,
         readYourWrites,
       ]);
       // A create ClusterDO did not take is abandoned by its caller, which writes the row.
@@ -626,6 +641,7 @@ export class SandboxGroupDO extends DurableObject<Env> {
   }
 
   private save(id: string, slot: Slot): void {
+    this.indexOutbox.keep(id, slot.undelivered?.intent.generation ?? null);
     const timer = dueAt(slot.state);
     const retry = slot.undelivered?.retryAt ?? null;
     const due = timer === null ? retry : retry === null ? timer : Math.min(timer, retry);

@@ -305,6 +305,30 @@ describe("intent delivery", () => {
     }
   }, 15_000);
 
+  it("a create whose group restarts before its intent left is listed once the new instance sends it", async () => {
+    // The create's index row travels only with its intent (no outbox row of its own): the row's
+    // undelivered intent stands for it, and its redelivery must write the row too.
+    const dying = await createTeam(unique("sdo-die"), { replicas: 1 });
+    const dyingAgent = await startAgent(dying.cluster);
+    const tag = unique("die");
+    try {
+      await waitFor(async () => dyingAgent.running().length === 1);
+      const [member] = dyingAgent.running();
+      let died = 0;
+      await scriptCluster(member!, (i) => (i.desired.state === "running" && died++ === 0 ? "die" : undefined));
+      const metadata = { tag, "e2b.agents.kruise.io/wait-ready-timeout-seconds": "1" };
+      await call("/v2/sandboxes", { key: dying.key, body: { templateID: dying.template, timeout: 600, metadata } }).then((r) => r.body?.cancel(), () => undefined);
+      expect(died).toBe(1);
+      await waitFor(async () => (await stub(member!).inspect())?.phase === "Running", 8_000);
+      await waitFor(async () => {
+        const listed = await expectStatus(call(`/v2/sandboxes?metadata=tag%3D${tag}`, { key: dying.key }), 200);
+        return listed.length === 1 && listed[0].sandboxID === member;
+      }, 8_000);
+    } finally {
+      dyingAgent.disconnect();
+    }
+  }, 20_000);
+
   it("a create whose intent ClusterDO drops as stale (seq 0) is not taken for acknowledged", async () => {
     const stale = await createTeam(unique("sdo-stale"), { replicas: 1 });
     const staleAgent = await startAgent(stale.cluster);

@@ -88,9 +88,8 @@ describe("index outbox wake-ups", () => {
   it("an op carried with a create whose answer does not say it committed is sent again soon by the alarm", async () => {
     for (const answer of [{ ok: false }, { ok: true }, { ok: true, indexed: false }]) {
       const g = group();
-      g.outbox.record("c", [op("c")], Date.now());
       let answered!: (r: { ok: boolean; indexed?: boolean }) => void;
-      const carried = g.outbox.carried(op("c"), new Promise<{ ok: boolean; indexed?: boolean }>((r) => (answered = r)), (r) => r.ok && r.indexed === true);
+      const carried = g.outbox.carry(op("c"), 2).outcome(new Promise<{ ok: boolean; indexed?: boolean }>((r) => (answered = r)), (r) => r.ok && r.indexed === true);
       // An earlier alarm of the group (a sandbox's timer) fires while ClusterDO has the create: the
       // op is being sent, so not resent, and the 30 s check armed with it is gone.
       g.fire();
@@ -102,5 +101,38 @@ describe("index outbox wake-ups", () => {
       g.fire();
       expect(g.writes.map((w) => w.op.row.id)).toEqual(["c"]);
     }
+  });
+
+  it("a create's carried op that committed leaves no outbox row; one its row stops standing for is kept in the outbox", async () => {
+    const g = group();
+    let answered!: (r: { indexed: boolean }) => void;
+    const carried = g.outbox.carry(op("c"), 2).outcome(new Promise<{ indexed: boolean }>((r) => (answered = r)), (r) => r.indexed);
+    // The row keeps generation 2 undelivered: it stands for the op.
+    g.outbox.keep("c", 2);
+    expect(g.rows.size).toBe(0);
+    answered({ indexed: true });
+    await carried;
+    g.outbox.keep("c", null);
+    expect(g.rows.size).toBe(0);
+
+    // A newer intent (a kill) replaced generation 2 in the row before ClusterDO answered: the op
+    // goes to the outbox, and stays there when the answer does not say it committed.
+    const d = g.outbox.carry(op("d"), 2);
+    let answeredD!: (r: { indexed: boolean }) => void;
+    const carriedD = d.outcome(new Promise<{ indexed: boolean }>((r) => (answeredD = r)), (r) => r.indexed);
+    g.outbox.keep("d", 3);
+    expect([...g.rows.keys()]).toEqual(["d"]);
+    answeredD({ indexed: false });
+    await carriedD;
+    g.fire();
+    expect(g.writes.map((w) => w.op.row.id)).toEqual(["d"]);
+    await g.answer("d", true);
+    expect(g.rows.size).toBe(0);
+
+    // A create whose row did not commit: nothing of it is kept.
+    const e = g.outbox.carry(op("e"), 2);
+    e.drop();
+    g.outbox.keep("e", null);
+    expect(g.rows.size).toBe(0);
   });
 });
