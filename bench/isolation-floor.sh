@@ -53,7 +53,7 @@ join_cgroups() { for cg in "${cgs[@]}"; do echo "$BASHPID" > "$cg/cgroup.procs";
 step cgroups
 truncate -s 1024M "$d/image"
 mkfs.ext4 -q -F -m 0 -E nodiscard,lazy_itable_init=1,lazy_journal_init=1 "$d/image"
-mount -o loop,nosuid,nodev,noinit_itable "$d/image" "$d/disk"
+mount -t ext4 -o loop,nosuid,nodev,noinit_itable "$d/image" "$d/disk"
 mkdir -p "$d/disk/upper" "$d/disk/work"
 IFS=: read -r -a trees <<<"$layers"
 pairs=() lower="" mapped=()
