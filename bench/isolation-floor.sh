@@ -53,7 +53,7 @@ join_cgroups() { for cg in "${cgs[@]}"; do echo "$BASHPID" > "$cg/cgroup.procs";
 step cgroups
 truncate -s 1024M "$d/image"
 mkfs.ext4 -q -F -m 0 -E nodiscard,lazy_itable_init=1,lazy_journal_init=1 "$d/image"
-mount -o loop,nosuid,nodev,noinit_itable "$d/image" "$d/disk"
+mount -t ext4 -o loop,nosuid,nodev,noinit_itable "$d/image" "$d/disk"
 mkdir -p "$d/disk/upper" "$d/disk/work"
 IFS=: read -r -a trees <<<"$layers"
 pairs=() lower="" mapped=()
@@ -68,14 +68,13 @@ step disk
 mkfifo "$d/info"
 if [ "$base" != 0 ]; then
   chown "$base:$base" "$d/disk/upper"
-  # The user namespace (the range mapped) and the layers ID-mapped through it: the driver's own
-  # helper, which is these syscalls and nothing else (x86-64 numbers: unshare, open_tree,
-  # mount_setattr, move_mount).
-  coproc USERNS { exec perl "$userns_pl" "$base" 65536 272 428 442 429 "${pairs[@]}" 2>>"$work/floor.log"; }
+  # The user namespace (the range mapped), the layers ID-mapped through it and the overlay on
+  # them: the driver's own helper, which is these syscalls and nothing else (x86-64 numbers:
+  # unshare, open_tree, mount_setattr, move_mount, mount).
+  coproc USERNS { exec perl "$userns_pl" "$base" 65536 272 428 442 429 "${pairs[@]}" overlay 165 "$d" "lowerdir=$lower,upperdir=$d/disk/upper,workdir=$d/disk/work" "$d/root" 2>>"$work/floor.log"; }
   # bash forgets a coprocess's pid and fds once it ends: kept apart.
   userns_pid=$USERNS_PID userns_out=${USERNS[0]} userns_in=${USERNS[1]}
   read -r nspid <&"$userns_out"
-  mount -t overlay overlay -o "lowerdir=$lower,upperdir=$d/disk/upper,workdir=$d/disk/work" "$d/root"
   # The holder: bwrap as the namespace's owner, its namespaces made inside it.
   (
     join_cgroups

@@ -42,7 +42,7 @@ import { IN_PROCESS, Spawner } from "./spawner.ts";
 import type { LaunchedExit } from "../../runtime/process/launcher.ts";
 import { UidRanges, type IdRange } from "./uid-range.ts";
 import { openStepNet, type StepNet } from "./builder/step-net.ts";
-import { chownLayer, GOVERNED_CAPS, SANDBOX_CAPS, letOwnersPass, openUserns, probeUserns, unmountUnderSync, type IdmapMount, type OpenUserns } from "./userns.ts";
+import { chownLayer, GOVERNED_CAPS, SANDBOX_CAPS, letOwnersPass, openUserns, probeUserns, unmountUnderSync, type IdmapMount, type OpenUserns, type OverlayMount } from "./userns.ts";
 
 export interface LocalDriverOptions {
   /** Where sandboxes (records, layers) and snapshots live. */
@@ -244,7 +244,7 @@ export class LocalDriver implements Driver {
   }
 
   /** Mounts a rooted sandbox's overlay (its disk first), writing its identity into a new one. */
-  async #mountRoot(rec: SandboxRecord, layout: SandboxLayout, ids?: IdRange, idmap?: (mounts: IdmapMount[]) => Promise<void>): Promise<void> {
+  async #mountRoot(rec: SandboxRecord, layout: SandboxLayout, ids?: IdRange, idmap?: (mounts: IdmapMount[], overlay: OverlayMount) => Promise<void>): Promise<void> {
     if (!rec.root) return;
     if (!this.#rootfs) throw new UnsupportedError(`image ${rec.root.image}`, "this driver was started without root filesystems");
     if (await mountRoot(this.#spawner, this.#rootfs, rec.root, layout, ids, idmap)) writeIdentity(layout.merged, rec.id, ids);
@@ -569,7 +569,7 @@ export class LocalDriver implements Driver {
     // The user namespace is made before the root is mounted (its ID-mapped layers need it) and
     // let go once the holder has joined it.
     const userns: { open?: OpenUserns } = {};
-    const openNs = async (mounts: IdmapMount[]) => void (userns.open = await openUserns(this.#spawner, range!, mounts, layout.log));
+    const openNs = async (mounts: IdmapMount[], overlay?: OverlayMount) => void (userns.open = await openUserns(this.#spawner, range!, mounts, layout.log, overlay));
     try {
       if (rec.root) {
         await this.#mountRoot(rec, layout, range, range && openNs);

@@ -17,7 +17,7 @@ import { resolvConf } from "./layout.ts";
 import { RootfsStore, validTemplateName } from "./rootfs/store.ts";
 import type { Spawner } from "./spawner.ts";
 import { IDENTITY, idToHost, type IdMapping } from "./id-map.ts";
-import { mountsUnder, unmountUnder, type IdmapMount } from "./userns.ts";
+import { mountsUnder, unmountUnder, type IdmapMount, type OverlayMount } from "./userns.ts";
 
 /** What a sandbox's record keeps of its root: the image and the layers it had at create, so a
  * template rebuilt later never changes the lower layers under an existing upper directory. */
@@ -65,7 +65,9 @@ export interface OverlayPaths {
 
 /** Mounts the sandbox's root at `paths.merged` unless it is mounted (an agent restart finds it
  * so). Returns whether it is mounted for the first time (the identity files are written then). */
-export async function mountRoot(spawner: Spawner, store: RootfsStore, root: RootRecord, paths: OverlayPaths, ids?: IdMapping, idmap?: (mounts: IdmapMount[]) => Promise<void>): Promise<boolean> {
+/** `idmap` makes the ID-mapped mounts asked for and then mounts the overlay (`overlay`) on them,
+ * in the user namespace helper that makes them anyway (userns.pl): no `mount` process of its own. */
+export async function mountRoot(spawner: Spawner, store: RootfsStore, root: RootRecord, paths: OverlayPaths, ids?: IdMapping, idmap?: (mounts: IdmapMount[], overlay: OverlayMount) => Promise<void>): Promise<boolean> {
   if (isMounted(paths.merged)) return false;
   // overlayfs shows its options, as given, in the sandbox's /proc/self/mountinfo: relative paths
   // from the sandbox's directory (`lowerdir=layers/0,upperdir=disk/upper`) name no host path, and
@@ -87,7 +89,6 @@ export async function mountRoot(spawner: Spawner, store: RootfsStore, root: Root
     else symlinkSync(tree, join(links, String(i)));
     return `layers/${i}`;
   });
-  if (idmap) await idmap(mounts);
   // New sandbox: no work directory yet (a sandbox made from a snapshot has an upper already, but
   // gets an identity of its own all the same).
   const fresh = !existsSync(paths.work);
@@ -99,7 +100,8 @@ export async function mountRoot(spawner: Spawner, store: RootfsStore, root: Root
   const rel = (p: string) => optionPath(relative(paths.dir, p));
   // overlayfs lists lower layers top first.
   const options = `lowerdir=${lower.reverse().join(":")},upperdir=${rel(paths.upper)},workdir=${rel(paths.work)}`;
-  await runHelper(spawner, ["mount", "-t", "overlay", "overlay", "-o", options, paths.merged], paths.dir);
+  if (idmap) await idmap(mounts, { dir: paths.dir, options, merged: paths.merged });
+  else await runHelper(spawner, ["mount", "-t", "overlay", "overlay", "-o", options, paths.merged], paths.dir);
   return fresh;
 }
 

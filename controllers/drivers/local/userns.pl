@@ -2,13 +2,17 @@
 # Makes a user namespace that maps uid and gid 0..<count>-1 to <base>..<base>+<count>-1 on the
 # host, and ID-mapped mounts through it. Usage (built by userns.ts):
 #   userns.pl <base> <count> <unshare nr> <open_tree nr> <mount_setattr nr> <move_mount nr>
-#             [<source dir> <target dir>]...
+#             [<source dir> <target dir>]... [overlay <mount nr> <dir> <options> <merged dir>]
 #
 # Each <source dir> is cloned (open_tree), made read-only and ID-mapped with the namespace's
 # mapping (mount_setattr MOUNT_ATTR_IDMAP), and attached at <target dir> (move_mount): files owned
 # by host uid 0 there appear owned by <base>, which is root inside a sandbox with that mapping,
 # without a copy. The mount keeps the mapping, not the namespace, so any namespace with the same
 # mapping sees the same owners.
+# With `overlay`, it then mounts the sandbox's root on those: overlayfs at <merged dir> with
+# <options> (lowerdir=layers/0,...), whose relative paths are resolved from <dir>, the sandbox's
+# directory. The same mount(2) `mount -t overlay` makes, without a process of its own per create
+# (an exec of mount(8) and a spawn through the spawner: ~2 ms of the spawner's and agent's CPU).
 # Then it prints the pid of a process inside the namespace and keeps it alive until its stdin
 # ends, so the caller can hand /proc/<pid>/ns/user to bwrap (`--userns`) meanwhile; requests on
 # stdin meanwhile (see below) run allow-setuid.pl for the holder that joined it.
@@ -23,6 +27,13 @@ sub main {
   my ($base, $count, $unshare_nr, $open_tree_nr, $setattr_nr, $move_nr, @pairs) = @ARGV;
   for ($base, $count, $unshare_nr, $open_tree_nr, $setattr_nr, $move_nr) {
     fail('bad arguments') unless defined $_ && /\A\d+\z/;
+  }
+  # The pairs' paths are absolute, so the word `overlay` among them starts the overlay's group.
+  my ($at) = grep { $pairs[$_] eq 'overlay' } 0 .. $#pairs;
+  my @overlay = defined $at ? splice(@pairs, $at) : ();
+  if (@overlay) {
+    my (undef, $mount_nr, $dir, $options, $merged) = @overlay;
+    fail('bad arguments') unless @overlay == 5 && $mount_nr =~ /\A\d+\z/ && $dir =~ m{\A/} && $merged =~ m{\A/} && $options =~ /\Alowerdir=[^\s]+\z/;
   }
   fail('bad arguments') if @pairs % 2 || $count < 1 || $base < 1 || $base + $count > 4294967295;
 
@@ -67,6 +78,13 @@ sub main {
     syscall($setattr_nr, $fd, $empty1, 0x1000, $attr, length($attr)) == 0 or fail("mount_setattr $src: $!");  # AT_EMPTY_PATH
     syscall($move_nr, $fd, $empty2, -100, $dst, 4) == 0 or fail("move_mount $dst: $!");  # MOVE_MOUNT_F_EMPTY_PATH
     POSIX_close($fd);
+  }
+  if (@overlay) {
+    my (undef, $mount_nr, $dir, $options, $merged) = @overlay;
+    chdir($dir) or fail("chdir $dir: $!");
+    my ($source, $type) = ('overlay', 'overlay');  # syscall() may write into string arguments
+    syscall($mount_nr, $source, $merged, $type, 0, $options) == 0 or fail("mount overlay at $merged: $!");
+    chdir('/') or fail("chdir /: $!");
   }
 
   $| = 1;

@@ -38,12 +38,21 @@ export interface IdmapMount {
   target: string;
 }
 
-/** Makes the namespace of `range` (and the ID-mapped mounts asked for) through `userns.pl`,
- * forked by `spawner`. */
-export async function openUserns(spawner: Spawner, range: IdRange, mounts: IdmapMount[], log: string): Promise<OpenUserns> {
+/** An overlayfs to mount once the ID-mapped mounts are made (a sandbox's root on its layers):
+ * `options` (driver-made, `lowerdir=…`) name paths relative to `dir`. */
+export interface OverlayMount {
+  dir: string;
+  options: string;
+  merged: string;
+}
+
+/** Makes the namespace of `range` (and the ID-mapped mounts asked for, then the overlay on them)
+ * through `userns.pl`, forked by `spawner`. */
+export async function openUserns(spawner: Spawner, range: IdRange, mounts: IdmapMount[], log: string, overlay?: OverlayMount): Promise<OpenUserns> {
   const nr = syscallNumbers();
   for (const m of mounts) mkdirSync(m.target, { recursive: true });
   const args = [USERNS_SCRIPT, String(range.base), String(range.size), String(nr.unshare), String(nr.openTree), String(nr.mountSetattr), String(nr.moveMount), ...mounts.flatMap((m) => [m.source, m.target])];
+  if (overlay) args.push("overlay", String(nr.mount), overlay.dir, overlay.options, overlay.merged);
   const child = await spawner.spawn({ file: PERL, args, cwd: "/", env: helperEnv() }, { detached: false, stdio: ["pipe", "pipe", { append: log }] });
   const [stdin, stdout] = [child.pipes.get(0)!, child.pipes.get(1)!];
   stdin.on("error", () => {});

@@ -4,7 +4,7 @@
 // restart and a Stop pause. Without a user namespace (KRUISE_LOCAL_USERNS=off) root inside keeps
 // no capabilities and no-new-privs, as before.
 import { spawnSync } from "node:child_process";
-import { mkdtempSync, readdirSync, readFileSync, readlinkSync, statSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
@@ -154,6 +154,67 @@ describe("userns.pl's requests (it runs as host root; allow-setuid.pl runs in a 
     expect(answers).toEqual([...Array(7).fill("bad request"), "allow-setuid: exit 127"]);
     expect(r.stderr).toContain("the holder shares the host's user namespace");
     expect(readFileSync("/proc/self/mountinfo", "utf8").split("\n").find((l) => l.split(" ")[4] === "/")).toBe(rootBefore);
+  });
+});
+
+describe("userns.pl's overlay (the sandbox's root, mounted by the helper that made its ID-mapped layers)", () => {
+  const nr = syscallNumbers();
+  const base = 3000000000;
+  /** userns.pl with one layer (`src`) and `overlay` as given; its stdin ends at once. */
+  const run = (dir: string, overlay: string[]) =>
+    spawnSync(PERL, [USERNS_SCRIPT, String(base), "65536", String(nr.unshare), String(nr.openTree), String(nr.mountSetattr), String(nr.moveMount), join(dir, "src"), join(dir, "layers/0"), ...overlay], {
+      env: helperEnv(),
+      input: "",
+      encoding: "utf8",
+      timeout: 20_000,
+    });
+  const mountsIn = (dir: string) => readFileSync("/proc/self/mountinfo", "utf8").split("\n").filter((l) => l.split(" ")[4]?.startsWith(`${dir}/`));
+  const scratch = () => {
+    const dir = mkdtempSync(join(tmpdir(), "local-userns-overlay-"));
+    for (const d of ["src/etc", "layers/0", "upper", "work", "root"]) mkdirSync(join(dir, d), { recursive: true });
+    writeFileSync(join(dir, "src/etc/os"), "template\n");
+    return dir;
+  };
+  const cleanUp = (dir: string) => {
+    for (const at of ["root", "layers/0"]) spawnSync("umount", [join(dir, at)]);
+    rmSync(dir, { recursive: true, force: true });
+  };
+
+  it("mounts the overlay on the ID-mapped layer: the layer's files show as the range's root, writes land in the upper", () => {
+    const dir = scratch();
+    try {
+      const r = run(dir, ["overlay", String(nr.mount), dir, "lowerdir=layers/0,upperdir=upper,workdir=work", join(dir, "root")]);
+      expect(r.stderr).toBe("");
+      expect(r.status).toBe(0);
+      expect(readFileSync(join(dir, "root/etc/os"), "utf8")).toBe("template\n");
+      expect(statSync(join(dir, "root/etc/os")).uid).toBe(base);
+      writeFileSync(join(dir, "root/etc/hostname"), "sbx\n");
+      expect(readFileSync(join(dir, "upper/etc/hostname"), "utf8")).toBe("sbx\n");
+      expect(readdirSync(join(dir, "src/etc"))).toEqual(["os"]);
+    } finally {
+      cleanUp(dir);
+    }
+  });
+
+  it("refuses a malformed overlay group before making any mount", () => {
+    const dir = scratch();
+    try {
+      for (const overlay of [
+        ["overlay", String(nr.mount), "relative", "lowerdir=layers/0,upperdir=upper,workdir=work", join(dir, "root")],
+        ["overlay", String(nr.mount), dir, "lowerdir=layers/0,upperdir=upper workdir=work", join(dir, "root")],
+        ["overlay", String(nr.mount), dir, "upperdir=upper,workdir=work", join(dir, "root")],
+        ["overlay", "0x10", dir, "lowerdir=layers/0,upperdir=upper,workdir=work", join(dir, "root")],
+        ["overlay", String(nr.mount), dir, "lowerdir=layers/0,upperdir=upper,workdir=work", join(dir, "root"), "extra"],
+        ["overlay", String(nr.mount), dir, "lowerdir=layers/0,upperdir=upper,workdir=work"],
+      ]) {
+        const r = run(dir, overlay);
+        expect(r.status).toBe(127);
+        expect(r.stderr).toBe("userns.pl: bad arguments\n");
+        expect(mountsIn(dir)).toEqual([]);
+      }
+    } finally {
+      cleanUp(dir);
+    }
   });
 });
 
