@@ -8,6 +8,9 @@
 // (port-relay.pl `handoff`); a second driver with that turned off gives the same download with
 // every byte through the proxy, in the same rounds. `net.proxied_download_ratio` is the lowest of
 // the three ways' medians: what a user gets on a first connection, whichever way the client goes.
+// Its floor, in the same rounds: a redirect to a bare kernel relay (KERNEL_RELAY: no proxy, no
+// verdict, no cgroup join). Each way's time to its first byte (curl's) says how much of a gap to
+// direct is paid before the first byte, and how much on the bytes' path.
 // The proxy never reaches the host itself, so the origin cannot live on the host's loopback.
 // Part of the `local` suite; alone: `npm run bench -- egress`.
 import { mkdtempSync, rmSync } from "node:fs";
@@ -15,8 +18,9 @@ import { loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import type { DesiredSandbox } from "../controllers/drivers/driver.ts";
-import { spawn } from "node:child_process";
+import { execFileSync, spawn } from "node:child_process";
 import { LocalDriver } from "../controllers/drivers/local/local-driver.ts";
+import { syscallNumbers } from "../controllers/drivers/local/host-helpers.ts";
 import { layoutFor } from "../controllers/drivers/local/layout.ts";
 import { readRecord } from "../controllers/drivers/local/records.ts";
 import { serveIn, startOutside } from "../test/support/outside-net.ts";
@@ -62,6 +66,74 @@ net.createServer((c) => {
 }).listen(${PORT + 2}, "127.0.0.1", () => console.log("ready"));
 `;
 
+/** The floor of the handed-back ways: the port relay's kernel relay alone, no proxy, no verdict,
+ * no cgroup join. On the host, a listener on 127.0.0.1:<port> in a sandbox's namespace (entered
+ * and left, as port-relay.pl does), a child forked per connection that dials the origin from the
+ * host and relays both ways with splice(2) (the loop of port-relay.pl's `splice_pump`).
+ * Arguments: the namespace, the port, the origin's address and port, the setns and splice
+ * syscall numbers. */
+const KERNEL_RELAY = `
+use Socket; use Fcntl;
+my ($ns_path, $port, $to, $to_port, $setns, $splice) = @ARGV;
+open(my $own, '<', '/proc/self/ns/net') or die "own namespace: $!";
+open(my $ns, '<', $ns_path) or die "$ns_path: $!";
+syscall($setns, fileno($ns), 0x40000000) == 0 or die "setns: $!";
+my ($l, $u);
+socket($l, PF_INET, SOCK_STREAM, 0) && setsockopt($l, SOL_SOCKET, SO_REUSEADDR, 1) && bind($l, sockaddr_in($port, INADDR_LOOPBACK)) && listen($l, 128) or die "listen: $!";
+syscall($setns, fileno($own), 0x40000000) == 0 or die "setns back: $!";
+$SIG{CHLD} = 'IGNORE';
+$| = 1;
+print "ready\n";
+for (;;) {
+  accept(my $c, $l) or next;
+  my $pid = fork();
+  if ($pid) { close $c; next }
+  close $l;
+  socket($u, PF_INET, SOCK_STREAM, 0) && connect($u, sockaddr_in($to_port, inet_aton($to))) or exit 0;
+  my @d;
+  for ([$c, $u], [$u, $c]) {
+    pipe(my $r, my $w) or exit 0;
+    fcntl($w, 1031, 1 << 20);
+    fcntl($_, F_SETFL, fcntl($_, F_GETFL, 0) | O_NONBLOCK) for $r, $w, @$_;
+    push @d, { from => $_->[0], to => $_->[1], r => $r, w => $w, n => 0 };
+  }
+  while (my @live = grep { !$_->{done} } @d) {
+    my ($rin, $win) = ('', '');
+    for (@live) { if ($_->{n}) { vec($win, fileno($_->{to}), 1) = 1 } else { vec($rin, fileno($_->{from}), 1) = 1 } }
+    next if select(my $rout = $rin, my $wout = $win, undef, undef) < 0;
+    for my $x (@live) {
+      if (!$x->{n} && vec($rout, fileno($x->{from}), 1)) {
+        my $k = syscall($splice, fileno($x->{from}), 0, fileno($x->{w}), 0, 1 << 20, 3);
+        if ($k == 0) { shutdown($x->{to}, 1); $x->{done} = 1; next }
+        next if $k < 0 && $!{EAGAIN};
+        exit 0 if $k < 0;
+        $x->{n} = $k;
+      }
+      while ($x->{n}) {
+        my $k = syscall($splice, fileno($x->{r}), 0, fileno($x->{to}), 0, $x->{n}, 3);
+        last if $k < 0 && $!{EAGAIN};
+        if ($k <= 0) { $x->{done} = 1; last }
+        $x->{n} -= $k;
+      }
+    }
+  }
+  exit 0;
+}
+`;
+
+/** 0..n-1 in an order of its own for each `seed` (Fisher-Yates on a small LCG): the same for the
+ * same seed, so a run can be repeated. */
+function shuffled(n: number, seed: number): number[] {
+  const order = Array.from({ length: n }, (_, i) => i);
+  let x = (seed + 1) * 2654435761 >>> 0;
+  for (let k = n - 1; k > 0; k--) {
+    x = (Math.imul(x, 1103515245) + 12345) >>> 0;
+    const r = (x >>> 8) % (k + 1);
+    [order[k], order[r]] = [order[r]!, order[k]!];
+  }
+  return order;
+}
+
 /** Sequential GETs with urllib (one connection each, as most clients through a proxy do); prints
  * the p50 and p99 in ms. */
 const CLIENT = `
@@ -81,6 +153,7 @@ export async function run(ctx: Partial<BenchContext> = {}): Promise<Figures> {
   const nodeDir = mkdtempSync(join(ctx.dir ?? tmpdir(), "bench-egress-node-"));
   const viaNode = new LocalDriver({ dataDir: nodeDir, cgroupName: `kruise-bench-${process.pid}-egress-node`, egressFastPath: true, egressHandoff: false });
   let relay: ReturnType<typeof spawn> | undefined;
+  let kernelRelay: ReturnType<typeof spawn> | undefined;
   const outside = await startOutside();
   const origin = await serveIn(outside, PORT, [process.execPath, "-e", ORIGIN]).catch((err) => {
     outside.stop();
@@ -128,7 +201,12 @@ export async function run(ctx: Partial<BenchContext> = {}): Promise<Figures> {
     const url = `http://${outside.ip}:${PORT}/`;
     const [directP50, directP99] = (await sh(ids.plain, `python3 /tmp/client.py ${url} ${REQUESTS}`)).split(" ").map(Number);
     const [proxyP50, proxyP99] = (await sh(ids.proxy, `python3 /tmp/client.py ${url} ${REQUESTS}`)).split(" ").map(Number);
-    const speed = async (id: string, on = driver, args = "") => Number(await sh(id, `curl -sf ${args} -o /dev/null -w '%{speed_download}' ${url}big`, on)) / 2 ** 20;
+    /** One download: MiB/s over the whole of it, and curl's time to its first byte in ms (what a
+     * connection pays before any byte: the relay's fork, the proxy's verdict, the cgroup join). */
+    const fetch = async (id: string, on: LocalDriver, args: string, curl = "curl") => {
+      const [speed, first] = (await sh(id, `${curl} -sf ${args} -o /dev/null -w '%{speed_download} %{time_starttransfer}'`, on)).split(" ").map(Number);
+      return { mibs: speed! / 2 ** 20, firstMs: first! * 1000 };
+    };
     // The same rules on the driver without handoff.
     const nodeProxied = desired(rules);
     await viaNode.ensure(nodeProxied);
@@ -139,44 +217,74 @@ export async function run(ctx: Partial<BenchContext> = {}): Promise<Figures> {
       relay!.stdout!.once("data", () => resolve());
       relay!.once("exit", (code) => reject(new Error(`the Node relay exited (${code})`)));
     });
-    const redirectedSpeed = async () => Number(await sh(ids.proxy, `env -u http_proxy -u HTTP_PROXY curl -sf -o /dev/null -w '%{speed_download}' ${url}big`)) / 2 ** 20;
     const loadBefore = loadavg()[0]!;
     // Interleaved, so the machine's load hits all alike, each round: direct, a bare Node pipe (the
     // floor of any Node relay), a bare Node relay, through HTTP_PROXY (plain and CONNECT, handed
     // back; and with every byte through a proxy without handoff), and redirected (no proxy
     // variables): first on a connection the proxy decides and hands back (its fast-path set
     // emptied just before, by a policy change), then on a later connection, which the kernel's
-    // fast path takes past the proxy. The order turns by one each round, so no way always runs
-    // just after the same other one (the download through Node leaves garbage for the proxy's
-    // process to collect; a policy change starts each round): each position's cost lands in the
-    // spread of every way alike instead of in one way's median.
-    const kinds = ["direct", "pipe", "relay", "proxied", "connect", "nodeproxied", "redirected", "fastpath"] as const;
-    const speeds = Object.fromEntries(kinds.map((k) => [k, [] as number[]])) as Record<(typeof kinds)[number], number[]>;
+    // fast path takes past the proxy; and the floor, a redirect to a bare kernel relay. Each round
+    // takes its own order (`shuffled`), so no way always runs just after the same other one (the
+    // download through Node leaves garbage for the proxy's process, the bench's own, to collect,
+    // which delays the next verdict; a policy change starts each round): each position's cost
+    // lands in the spread of every way alike instead of in one way's median. (Turning the order by
+    // one each round, as before, kept every way's neighbour: the redirected download always came
+    // right after the one through Node.)
+    const kinds = ["direct", "pipe", "relay", "proxied", "connect", "nodeproxied", "redirected", "fastpath", "kernelrelay"] as const;
+    type Kind = (typeof kinds)[number];
+    const speeds = Object.fromEntries(kinds.map((k) => [k, [] as number[]])) as Record<Kind, number[]>;
+    const firstMs = Object.fromEntries(kinds.map((k) => [k, [] as number[]])) as Record<Kind, number[]>;
+    const take = async (k: Kind, id: string, on: LocalDriver, args: string, curl?: string) => {
+      const r = await fetch(id, on, args, curl);
+      speeds[k].push(r.mibs);
+      firstMs[k].push(r.firstMs);
+    };
+    // The kernel relay's floor, in a sandbox of its own without rules: its namespace redirects
+    // PORT + 3 to the relay's listener on PORT + 4, with the MSS a governed namespace has
+    // (port-relay.pl `redirect_all`: loopback's on every route, clamped to the route's on the wire).
+    const floor = desired(null);
+    await driver.ensure(floor);
+    const floorPid = readRecord(layoutFor(dataDir, floor.id).record)!.nsInit!.pid;
+    execFileSync("nsenter", [`--net=/proc/${floorPid}/ns/net`, "sh", "-c", "echo 65495 > /proc/sys/net/ipv4/route/min_adv_mss && nft -f -"], {
+      input: `table ip bench_floor {\n chain out {\n  type nat hook output priority -100; policy accept;\n  ip daddr ${outside.ip} tcp dport ${PORT + 3} redirect to :${PORT + 4}\n }\n`
+        + ` chain mss {\n  type filter hook postrouting priority 0; policy accept;\n  oifname != "lo" tcp flags syn tcp option maxseg size set rt mtu\n }\n}\n`,
+    });
+    const nr = syscallNumbers();
+    kernelRelay = spawn("perl", ["-e", KERNEL_RELAY, `/proc/${floorPid}/ns/net`, String(PORT + 4), outside.ip, String(PORT), String(nr.setns), String(nr.splice)], { stdio: ["ignore", "pipe", "inherit"] });
+    await new Promise<void>((resolve, reject) => {
+      kernelRelay!.stdout!.once("data", () => resolve());
+      kernelRelay!.once("exit", (code) => reject(new Error(`the kernel relay exited (${code})`)));
+    });
+    const redirected = `env -u http_proxy -u HTTP_PROXY curl`;
     const steps: (() => Promise<void>)[] = [
-      async () => void speeds.direct.push(await speed(ids.plain)),
-      async () => void speeds.pipe.push(Number(await sh(ids.plain, `curl -sf -o /dev/null -w '%{speed_download}' http://${outside.ip}:${PORT + 1}/big`)) / 2 ** 20),
-      async () => void speeds.relay.push(Number(await sh(ids.plain, `curl -sf -o /dev/null -w '%{speed_download}' http://127.0.0.1:${PORT + 2}/big`)) / 2 ** 20),
-      async () => void speeds.proxied.push(await speed(ids.proxy)),
+      () => take("direct", ids.plain, driver, `${url}big`),
+      () => take("pipe", ids.plain, driver, `http://${outside.ip}:${PORT + 1}/big`),
+      () => take("relay", ids.plain, driver, `http://127.0.0.1:${PORT + 2}/big`),
+      () => take("proxied", ids.proxy, driver, `${url}big`),
       // HTTP_PROXY with a CONNECT tunnel (as for https), handed back as well.
-      async () => void speeds.connect.push(await speed(ids.proxy, driver, "-p")),
-      async () => void speeds.nodeproxied.push(await speed(nodeProxied.id, viaNode)),
+      () => take("connect", ids.proxy, driver, `-p ${url}big`),
+      () => take("nodeproxied", nodeProxied.id, viaNode, `${url}big`),
       async () => {
-        speeds.redirected.push(await redirectedSpeed());
+        await take("redirected", ids.proxy, driver, `${url}big`, redirected);
         // The set is programmed just after the first connection is allowed (by the relay, async).
         await new Promise((r) => setTimeout(r, 200));
-        speeds.fastpath.push(await redirectedSpeed());
+        await take("fastpath", ids.proxy, driver, `${url}big`, redirected);
       },
+      // The floor: the same redirect and kernel relay, without the proxy, its verdict or a join.
+      () => take("kernelrelay", floor.id, driver, `http://${outside.ip}:${PORT + 3}/big`),
     ];
     for (let i = 0; i < ROUNDS; i++) {
       // A label change is a policy change for this sandbox: its fast path is emptied.
       await driver.ensure({ ...proxyDesired, generation: 100 + i, labels: { round: String(i) } });
-      for (let j = 0; j < steps.length; j++) await steps[(i + j) % steps.length]!();
+      for (const j of shuffled(steps.length, i)) await steps[j]!();
     }
     const loadAfter = loadavg()[0]!;
-    const med = (k: (typeof kinds)[number]) => pct(speeds[k], 50);
-    const spread = (k: (typeof kinds)[number]) => minMax(speeds[k], 0);
+    const med = (k: Kind) => pct(speeds[k], 50);
+    const spread = (k: Kind) => minMax(speeds[k], 0);
+    /** curl's time to the first byte, ms: the median, and the lowest and highest. */
+    const first = (k: Kind) => ({ value: round(pct(firstMs[k], 50), 1), unit: "ms", spread: minMax(firstMs[k], 1) });
     /** Each round's download against that round's direct one: the median, and the lowest and highest. */
-    const ratio = (k: (typeof kinds)[number], extra: { target?: string } = {}) => {
+    const ratio = (k: Kind, extra: { target?: string } = {}) => {
       const r = speeds[k].map((v, i) => v / speeds.direct[i]!);
       return { value: round(pct(r, 50), 2), unit: "ratio", spread: minMax(r), ...extra };
     };
@@ -217,12 +325,24 @@ export async function run(ctx: Partial<BenchContext> = {}): Promise<Figures> {
       "net.fastpath_download_ratio": ratio("fastpath", { target: "≥ 0.8" }),
       // The floor of any Node hop: the same download through one bare Node pipe, same round.
       "net.node_pipe_download_ratio": ratio("pipe"),
+      // What each way pays before its first byte (the rest of the gap to direct is the bytes' path).
+      "local.direct_first_byte_ms": first("direct"),
+      "local.proxied_first_byte_ms": first("proxied"),
+      "local.proxied_connect_first_byte_ms": first("connect"),
+      "local.redirected_first_byte_ms": first("redirected"),
+      "local.fastpath_first_byte_ms": first("fastpath"),
+      "local.node_relay_first_byte_ms": first("relay"),
+      // The floor of the handed-back ways: a redirect to a bare kernel relay (fork, dial, splice;
+      // no proxy, verdict or cgroup join), same round.
+      "net.kernel_relay_download_ratio": ratio("kernelrelay"),
+      "local.kernel_relay_first_byte_ms": first("kernelrelay"),
       "net.bench_load_average_before": { value: round(loadBefore, 1), unit: "" },
       "net.bench_load_average_after": { value: round(loadAfter, 1), unit: "" },
       "net.bench_load_average": { value: round(loadavg()[0]!, 1), unit: "" },
     };
   } finally {
     relay?.kill("SIGKILL");
+    kernelRelay?.kill("SIGKILL");
     for (const [d, dir] of [[driver, dataDir], [viaNode, nodeDir]] as const) {
       for (const s of await d.list()) await d.destroy(s.id).catch(() => {});
       await d.dispose();

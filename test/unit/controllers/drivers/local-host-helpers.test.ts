@@ -118,7 +118,7 @@ describe("port relay's parsers", () => {
     expect(rules).not.toMatch(/ct mark (set )?0x/);
   });
 
-  it("the fast path's nft runs are rate limited: a burst of 16 per sandbox, then 4 a second; 64 and 32 a second for all", () => {
+  it("the fast path's set changes are rate limited: a burst of 16 per sandbox, then 4 a second; 64 and 32 a second for all", () => {
     // Each line: "<tag> <now>", answered with whether a run may start (the clock is the caller's).
     const budget = (lines: string[]) => perlWith(RELAY_SCRIPT, `my ($t, $now) = split / /, $l; print fast_budget($t, $now) ? 1 : 0`, lines).join("");
     // One sandbox at one instant: 16, then none; a second later 4 more.
@@ -129,7 +129,7 @@ describe("port relay's parsers", () => {
     expect(budget([...Array(16).fill("a 100"), ...Array(17).fill("a 1000")])).toBe("1".repeat(16) + "1".repeat(16) + "0");
   });
 
-  it("a sandbox's rate of nft runs is forgotten with its listener: after `close`, a listen starts with a full burst (the relay keeps no state per sandbox it ever saw)", () => {
+  it("a sandbox's rate of set changes is forgotten with its listener: after `close`, a listen starts with a full burst (the relay keeps no state per sandbox it ever saw)", () => {
     // "close <tag>" lines close the tag's listener (none here: only its state goes).
     const run = (lines: string[]) => perlWith(RELAY_SCRIPT, `my ($t, $now) = split / /, $l; if ($t eq 'close') { close_egress($now); print 'c' } else { print fast_budget($t, $now) ? 1 : 0 }`, lines).join("");
     expect(run([...Array(17).fill("a 100"), "close a", ...Array(16).fill("a 100")])).toBe("1".repeat(16) + "0c" + "1".repeat(16));
