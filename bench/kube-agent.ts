@@ -10,8 +10,12 @@
 //                    to the link, which sends it in the same microtask turn); and the TLS
 //                    connections the agent opened since (tls.connect: the API server's, each a
 //                    handshake on both sides).
+//   {op: "ab", old}  TEMPORARY (controllers/lib/claim-io-ab.ts): the claim's writes and /init as
+//                    before session 15 (old: true) or as now, for bench/kube.ts's kubeOld steps.
 // Each op is answered with {op, ...} once done. Nothing here changes what a pass does.
+import http from "node:http";
 import tls from "node:tls";
+import { claimIoAb } from "../controllers/lib/claim-io-ab.ts";
 import { Reconciler } from "../controllers/agent/reconciler.ts";
 import { Link } from "../controllers/agent/link.ts";
 import type { Intent } from "../schema/protocol/index.ts";
@@ -78,8 +82,30 @@ globalThis.fetch = async function (input: Parameters<typeof fetch>[0], init?: Re
   }
 } as typeof fetch;
 
-process.on("message", (msg: { op: string }) => {
-  if (msg.op === "hold") {
+// /init through node:http (controllers/lib/bounded-post.ts looks up http.request at each call):
+// sent, and answered (its headers: where fetch resolves too, and boundedPost for a 2xx).
+const request = http.request;
+http.request = function (this: unknown, ...args: unknown[]) {
+  const url = args[0] instanceof URL ? args[0] : undefined;
+  const opts = args[1] as { headers?: Record<string, string> } | undefined;
+  const id = url?.pathname.endsWith("/init") ? opts?.headers?.["e2b-sandbox-id"] : undefined;
+  const t = id ? traces.get(id) : undefined;
+  if (t && t.initStart === undefined) t.initStart = performance.now();
+  const req = (request as (...a: unknown[]) => http.ClientRequest).apply(this, args);
+  if (t) {
+    const end = () => {
+      if (t.initEnd === undefined) t.initEnd = performance.now();
+    };
+    req.once("response", end);
+    req.once("error", end);
+  }
+  return req;
+} as typeof http.request;
+
+process.on("message", (msg: { op: string; old?: boolean }) => {
+  if (msg.op === "ab") {
+    claimIoAb.old = Boolean(msg.old);
+  } else if (msg.op === "hold") {
     if (!hold) {
       let release!: () => void;
       const promise = new Promise<void>((ok) => (release = ok));

@@ -15,6 +15,7 @@ import type { NamespaceScope } from "./namespace-scope.ts";
 import { idLabel, type KubeDesiredSandbox, type SandboxObject } from "./objects.ts";
 import { buildPod, buildPvc, imageTemplate, runtimeUrl } from "./pod-spec.ts";
 import type { StatusWriter } from "./status-writer.ts";
+import { claimIoAb } from "../../lib/claim-io-ab.ts";
 
 export class PodWriter {
   readonly #ctx: DriverContext;
@@ -38,9 +39,14 @@ export class PodWriter {
     this.#injection = injection;
   }
 
+  /** Merge-patches a pod (a claim's relabel) and remembers the answer: plain JSON, which the
+   * informer slims as it does the watch's objects (kube-api.ts `patchJson`). */
   async patch(sc: NamespaceScope, pod: V1Pod, body: object): Promise<void> {
     this.#ctx.count();
-    const updated = await tolerate(this.#ctx.core.patchNamespacedPod({ name: pod.metadata!.name!, namespace: sc.namespace, body }, mergePatch), [404]);
+    const name = pod.metadata!.name!;
+    const updated = claimIoAb.old
+      ? await tolerate(this.#ctx.core.patchNamespacedPod({ name, namespace: sc.namespace, body }, mergePatch), [404])
+      : await tolerate(this.#ctx.patchJson(`/api/v1/namespaces/${encodeURIComponent(sc.namespace)}/pods/${encodeURIComponent(name)}`, body), [404]);
     if (updated) sc.pods.remember(updated);
   }
 

@@ -14,6 +14,7 @@ import { idLabel, sandboxName, type KubeDesiredSandbox, type SandboxObject, type
 import { imageTemplate, templateHash, type VolumeClaimTemplate } from "./pod-spec.ts";
 import type { PodWriter } from "./pod-writer.ts";
 import { poolRevision } from "./pool-status.ts";
+import { claimIoAb } from "../../lib/claim-io-ab.ts";
 
 export class SandboxObjects {
   readonly #ctx: DriverContext;
@@ -107,10 +108,9 @@ export class SandboxObjects {
     const podLabels = { ...added, ...(claimed && !claimedNow ? { [LABEL.claimed]: "true" } : {}) };
     const podMeta = { ...(Object.keys(podLabels).length ? { labels: podLabels } : {}), ...(Object.keys(addedAnnotations).length ? { annotations: addedAnnotations } : {}) };
     const [updated] = await Promise.all([
-      this.#ctx.custom.patchNamespacedCustomObject(
-        { group: GROUP, version: VERSION, namespace: sc.namespace, plural: PLURAL.sandbox, name: meta.name!, body: patch },
-        mergePatch,
-      ) as Promise<SandboxObject>,
+      (claimIoAb.old
+        ? this.#ctx.custom.patchNamespacedCustomObject({ group: GROUP, version: VERSION, namespace: sc.namespace, plural: PLURAL.sandbox, name: meta.name!, body: patch }, mergePatch)
+        : this.#ctx.patchJson(`/apis/${GROUP}/${VERSION}/namespaces/${encodeURIComponent(sc.namespace)}/${PLURAL.sandbox}/${encodeURIComponent(meta.name!)}`, patch)) as Promise<SandboxObject>,
       Object.keys(podMeta).length && pod ? this.#pods.patch(sc, pod, { metadata: podMeta }) : undefined,
     ]);
     return sc.sandboxes.remember(updated);
