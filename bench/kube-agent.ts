@@ -10,12 +10,9 @@
 //                    to the link, which sends it in the same microtask turn); and the TLS
 //                    connections the agent opened since (tls.connect: the API server's, each a
 //                    handshake on both sides).
-//   {op: "ab", old}  TEMPORARY (controllers/lib/claim-io-ab.ts): the claim's writes and /init as
-//                    before session 15 (old: true) or as now, for bench/kube.ts's kubeOld steps.
 // Each op is answered with {op, ...} once done. Nothing here changes what a pass does.
 import http from "node:http";
 import tls from "node:tls";
-import { claimIoAb } from "../controllers/lib/claim-io-ab.ts";
 import { Reconciler } from "../controllers/agent/reconciler.ts";
 import { Link } from "../controllers/agent/link.ts";
 import type { Intent } from "../schema/protocol/index.ts";
@@ -69,21 +66,8 @@ Link.prototype.ack = function (this: Link, item: Parameters<typeof ack>[0]) {
   return ack.call(this, item);
 };
 
-const fetchFn = globalThis.fetch;
-globalThis.fetch = async function (input: Parameters<typeof fetch>[0], init?: RequestInit) {
-  const url = typeof input === "string" ? input : input instanceof URL ? input.href : input.url;
-  const id = url.endsWith("/init") ? (init?.headers as Record<string, string> | undefined)?.["e2b-sandbox-id"] : undefined;
-  const t = id ? traces.get(id) : undefined;
-  if (t && t.initStart === undefined) t.initStart = performance.now();
-  try {
-    return await fetchFn(input, init);
-  } finally {
-    if (t && t.initEnd === undefined) t.initEnd = performance.now();
-  }
-} as typeof fetch;
-
 // /init through node:http (controllers/lib/bounded-post.ts looks up http.request at each call):
-// sent, and answered (its headers: where fetch resolves too, and boundedPost for a 2xx).
+// sent, and answered (its headers: where boundedPost resolves for a 2xx, as fetch did).
 const request = http.request;
 http.request = function (this: unknown, ...args: unknown[]) {
   const url = args[0] instanceof URL ? args[0] : undefined;
@@ -102,10 +86,8 @@ http.request = function (this: unknown, ...args: unknown[]) {
   return req;
 } as typeof http.request;
 
-process.on("message", (msg: { op: string; old?: boolean }) => {
-  if (msg.op === "ab") {
-    claimIoAb.old = Boolean(msg.old);
-  } else if (msg.op === "hold") {
+process.on("message", (msg: { op: string }) => {
+  if (msg.op === "hold") {
     if (!hold) {
       let release!: () => void;
       const promise = new Promise<void>((ok) => (release = ok));

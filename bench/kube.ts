@@ -127,12 +127,9 @@ const RUNTIMES = Number(process.env.KUBE_BENCH_RUNTIMES ?? 1);
 /** The steps of each round (KUBE_BENCH_STEPS, comma-separated; all by default): `kube`, `edge`
  * (edge-only), `kubeHeld`, `edgeHeld` (refill held), `initFloor` (the runtimes' /init alone). */
 const ALL_STEPS = ["kube", "edge", "kubeHeld", "edgeHeld", "initFloor"] as const;
-/** TEMPORARY (session 15, controllers/lib/claim-io-ab.ts): `kubeOld`, `kubeHeldOld` are the kube
- * steps with the agent's claim writes and /init as before, in the same rounds (named only). */
-const AB_STEPS = ["kubeOld", "kubeHeldOld"] as const;
-type Step = (typeof ALL_STEPS)[number] | (typeof AB_STEPS)[number];
+type Step = (typeof ALL_STEPS)[number];
 const STEPS = (process.env.KUBE_BENCH_STEPS?.split(",") ?? ALL_STEPS).map((x) => {
-  if (![...ALL_STEPS, ...AB_STEPS].includes(x as Step)) throw new Error(`KUBE_BENCH_STEPS: unknown step ${x} (${ALL_STEPS.join(", ")})`);
+  if (!(ALL_STEPS as readonly string[]).includes(x)) throw new Error(`KUBE_BENCH_STEPS: unknown step ${x} (${ALL_STEPS.join(", ")})`);
   return x as Step;
 });
 const RUNTIME_IMAGE = "ghcr.io/kruise-edge/sandbox-agent:bench";
@@ -388,7 +385,7 @@ async function claimsThroughEdge(cluster: Cluster): Promise<Figures> {
       agent.kill("SIGTERM");
       if (agent.exitCode === null) await new Promise((r) => agent.once("exit", r));
     });
-    const agentOp = <T,>(op: "hold" | "release" | "trace" | "ab", old?: boolean) =>
+    const agentOp = <T,>(op: "hold" | "release" | "trace") =>
       new Promise<T>((ok) => {
         const on = (m: { op: string }) => {
           if (m.op !== op) return;
@@ -396,7 +393,7 @@ async function claimsThroughEdge(cluster: Cluster): Promise<Figures> {
           ok(m as T);
         };
         agent.on("message", on);
-        agent.send({ op, old });
+        agent.send({ op });
       });
     // The claims' timestamps since the last call, and the TLS connections the agent opened meanwhile.
     const traced = async () => await agentOp<{ traces: ClaimTrace[]; tlsConnects: number }>("trace");
@@ -420,12 +417,6 @@ async function claimsThroughEdge(cluster: Cluster): Promise<Figures> {
     const edgeLatencies: number[] = [];
     const heldLatencies: number[] = [];
     const heldEdgeLatencies: number[] = [];
-    const oldLatencies: number[] = [];
-    const heldOldLatencies: number[] = [];
-    const oldRatios: number[] = [];
-    const heldOldRatios: number[] = [];
-    const oldAgentTraces: ClaimTrace[] = [];
-    const heldOldAgentTraces: ClaimTrace[] = [];
     let claimMs = 0;
     const roundRatios: number[] = [];
     const heldRatios: number[] = [];
@@ -458,24 +449,19 @@ async function claimsThroughEdge(cluster: Cluster): Promise<Figures> {
       (cpu[step] ??= []).push(Object.fromEntries(Object.entries(after).map(([part, v]) => [part, Math.max(0, v - (before[part] ?? 0)) / n])));
       return ms;
     };
-    const kubeClaim = async (clients: number, n: number, held: boolean, old = false) => {
+    const kubeClaim = async (clients: number, n: number, held: boolean) => {
       await bothWhole();
       if (held) await agentOp("hold");
-      if (old) await agentOp("ab", true);
       await traces();
       const t0 = performance.now();
       const from = Date.now();
-      const ms = await measured(held ? (old ? "kubeHeldOld" : "kubeHeld") : old ? "kubeOld" : "kube", n, () => timedConcurrently(n, clients, () => api.create("pool")));
-      if (!old) windows[held ? "held" : "running"].push([from, Date.now()]);
-      if (!held && !old) claimMs += performance.now() - t0;
+      const ms = await measured(held ? "kubeHeld" : "kube", n, () => timedConcurrently(n, clients, () => api.create("pool")));
+      windows[held ? "held" : "running"].push([from, Date.now()]);
+      if (!held) claimMs += performance.now() - t0;
       kubeClaims += n;
       const t = await traced();
-      if (old) await agentOp("ab", false);
-      if (old) (held ? heldOldAgentTraces : oldAgentTraces).push(...t.traces);
-      else {
-        (held ? heldAgentTraces : agentTraces).push(...t.traces);
-        (held ? heldTls : tls).push(t.tlsConnects);
-      }
+      (held ? heldAgentTraces : agentTraces).push(...t.traces);
+      (held ? heldTls : tls).push(t.tlsConnects);
       if (held) await agentOp("release");
       return ms;
     };
@@ -499,10 +485,8 @@ async function claimsThroughEdge(cluster: Cluster): Promise<Figures> {
       const steps: [Step, () => Promise<number[]>][] = (
         [
           ["kube", () => kubeClaim(CLIENTS, n, false)],
-          ["kubeOld", () => kubeClaim(CLIENTS, n, false, true)],
           ["edge", () => edgeClaim(CLIENTS, n, false)],
           ["kubeHeld", () => kubeClaim(CLIENTS, n, true)],
-          ["kubeHeldOld", () => kubeClaim(CLIENTS, n, true, true)],
           ["edgeHeld", () => edgeClaim(CLIENTS, n, true)],
           ["initFloor", () => initFloor(CLIENTS, n)],
         ] as [Step, () => Promise<number[]>][]
@@ -513,10 +497,6 @@ async function claimsThroughEdge(cluster: Cluster): Promise<Figures> {
       edgeLatencies.push(...(got.edge ?? []));
       heldLatencies.push(...(got.kubeHeld ?? []));
       heldEdgeLatencies.push(...(got.edgeHeld ?? []));
-      oldLatencies.push(...(got.kubeOld ?? []));
-      heldOldLatencies.push(...(got.kubeHeldOld ?? []));
-      if (got.kubeOld && got.edge) oldRatios.push(p50("kubeOld") / p50("edge"));
-      if (got.kubeHeldOld && got.edgeHeld) heldOldRatios.push(p50("kubeHeldOld") / p50("edgeHeld"));
       if (got.kube && got.edge) roundRatios.push(p50("kube") / p50("edge"));
       if (got.kubeHeld && got.edgeHeld) heldRatios.push(p50("kubeHeld") / p50("edgeHeld"));
       if (got.initFloor) floorP50s.push(p50("initFloor"));
@@ -579,21 +559,6 @@ async function claimsThroughEdge(cluster: Cluster): Promise<Figures> {
     if (heldLatencies.length) figures["kube.claim_refill_held_p50_ms"] = { value: round(pct(heldLatencies, 50)), unit: "ms (each side's refill held until its claims are done)" };
     if (heldEdgeLatencies.length) figures["kube.edge_only_claim_refill_held_p50_ms"] = { value: round(pct(heldEdgeLatencies, 50)), unit: "ms" };
     if (heldRatios.length) figures["kube.claim_vs_edge_claim_ratio_refill_held"] = { value: round(pct(heldRatios, 50)), unit: `ratio (median of ${RATIO_ROUNDS} rounds, same rounds as the one above)`, spread: minMax(heldRatios) };
-    // TEMPORARY (session 15): the same figures of the kubeOld steps, and the agent's CPU per claim
-    // new over old per round (each round ran both: median, spread).
-    if (oldLatencies.length) figures["kube.claim_old_p50_ms"] = { value: round(pct(oldLatencies, 50)), unit: "ms (claim writes and /init as before s15)" };
-    if (heldOldLatencies.length) figures["kube.claim_refill_held_old_p50_ms"] = { value: round(pct(heldOldLatencies, 50)), unit: "ms (claim writes and /init as before s15)" };
-    if (oldRatios.length) figures["kube.claim_vs_edge_claim_ratio_old"] = { value: round(pct(oldRatios, 50)), unit: `ratio (median of ${RATIO_ROUNDS} rounds, same rounds)`, spread: minMax(oldRatios) };
-    if (heldOldRatios.length) figures["kube.claim_vs_edge_claim_ratio_refill_held_old"] = { value: round(pct(heldOldRatios, 50)), unit: `ratio (median of ${RATIO_ROUNDS} rounds, same rounds)`, spread: minMax(heldOldRatios) };
-    for (const [step, old, name] of [["kube", "kubeOld", "kube.claim_agent_cpu_new_vs_old"], ["kubeHeld", "kubeHeldOld", "kube.claim_refill_held_agent_cpu_new_vs_old"]] as const) {
-      const a = cpu[step];
-      const b = cpu[old];
-      if (!a || !b) continue;
-      const r = a.map((x, i) => (x.agent ?? 0) / (b[i]?.agent ?? NaN));
-      const agentMs = (xs: Record<string, number>[]) => xs.map((x) => round(x.agent ?? 0)).join(" ");
-      figures[name] = { value: round(pct(r, 50)), unit: `ratio of the agent's CPU per claim, per round (new ${agentMs(a)} ms; old ${agentMs(b)} ms)`, spread: minMax(r) };
-    }
-    Object.assign(figures, traceFigures(oldAgentTraces, "kube.claim_old"), traceFigures(heldOldAgentTraces, "kube.claim_refill_held_old"));
     if (floorP50s.length) {
       figures["kube.runtime_init_floor_p50_ms"] = {
         value: round(pct(floorP50s, 50)),
@@ -663,7 +628,7 @@ function partOf(pid: number): string {
 function cpuFigures(cpu: Partial<Record<Step, Record<string, number>[]>>): Figures {
   const figures: Figures = {};
   const total = (r: Record<string, number>) => Object.values(r).reduce((a, b) => a + b, 0);
-  const names: Record<Step, string> = { kube: "kube.claim", edge: "kube.edge_only_claim", kubeHeld: "kube.claim_refill_held", edgeHeld: "kube.edge_only_claim_refill_held", initFloor: "kube.runtime_init_floor", kubeOld: "kube.claim_old", kubeHeldOld: "kube.claim_refill_held_old" };
+  const names: Record<Step, string> = { kube: "kube.claim", edge: "kube.edge_only_claim", kubeHeld: "kube.claim_refill_held", edgeHeld: "kube.edge_only_claim_refill_held", initFloor: "kube.runtime_init_floor" };
   for (const [step, rounds] of Object.entries(cpu) as [Step, Record<string, number>[]][]) {
     const parts = [...new Set(rounds.flatMap((r) => Object.keys(r)))];
     const each = parts.map((p) => [p, pct(rounds.map((r) => r[p] ?? 0), 50)] as const).filter(([, v]) => v >= 0.05).sort((a, b) => b[1] - a[1]);

@@ -12,7 +12,6 @@ import { parentFrom, RUNTIME_SCOPE, traceIdOf, tracingOn, withSpan } from "../li
 import { timeStep } from "../lib/metrics.ts";
 import type { StartCommands } from "./start-commands.ts";
 import { boundedPost } from "../lib/bounded-post.ts";
-import { claimIoAb } from "../lib/claim-io-ab.ts";
 
 const LOG = logger("reconciler");
 
@@ -96,7 +95,6 @@ export const INIT_ERROR_MAX_BYTES = 2048;
  * read only up to INIT_ERROR_MAX_BYTES. Through node:http with kept connections (`boundedPost`),
  * not fetch: it is one request per claim. Exported for its unit test. */
 export async function initRemote(endpoint: string, intent: Intent): Promise<void> {
-  if (claimIoAb.old) return initRemoteFetch(endpoint, intent);
   const body = {
     accessToken: intent.envdAccessToken ?? undefined,
     envVars: intent.envVars,
@@ -109,22 +107,6 @@ export async function initRemote(endpoint: string, intent: Intent): Promise<void
   if (intent.envdAccessToken) headers["x-access-token"] = intent.envdAccessToken;
   const res = await boundedPost(new URL(`${endpoint}/init`), headers, JSON.stringify(body), { maxBytes: INIT_ERROR_MAX_BYTES, timeoutMs: 5000 });
   if (res.status < 200 || res.status > 299) throw new Error(`runtime /init at ${endpoint}: HTTP ${res.status} ${res.text}`);
-}
-
-/** TEMPORARY (claim-io-ab.ts): the /init before boundedPost, for the same-run A/B. */
-async function initRemoteFetch(endpoint: string, intent: Intent): Promise<void> {
-  const body = {
-    accessToken: intent.envdAccessToken ?? undefined,
-    envVars: intent.envVars,
-    defaultUser: intent.template?.user,
-    defaultWorkdir: intent.template?.workdir,
-    timestamp: new Date(intent.issuedAt).toISOString(),
-  };
-  // Named like every request the ingress forwards, so a runtime serving several sandboxes routes it.
-  const headers: Record<string, string> = { "content-type": "application/json", "e2b-sandbox-id": intent.sandboxId };
-  if (intent.envdAccessToken) headers["x-access-token"] = intent.envdAccessToken;
-  const res = await fetch(`${endpoint}/init`, { method: "POST", headers, body: JSON.stringify(body), redirect: "manual", signal: AbortSignal.timeout(5000) });
-  if (!res.ok) throw new Error(`runtime /init at ${endpoint}: HTTP ${res.status} ${await res.text()}`);
 }
 
 /** Whether the driver's sandbox is where the intent asks: running ready, or paused (frozen, or

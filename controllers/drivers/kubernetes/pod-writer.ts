@@ -15,7 +15,6 @@ import type { NamespaceScope } from "./namespace-scope.ts";
 import { idLabel, type KubeDesiredSandbox, type SandboxObject } from "./objects.ts";
 import { buildPod, buildPvc, imageTemplate, runtimeUrl } from "./pod-spec.ts";
 import type { StatusWriter } from "./status-writer.ts";
-import { claimIoAb } from "../../lib/claim-io-ab.ts";
 
 export class PodWriter {
   readonly #ctx: DriverContext;
@@ -44,9 +43,7 @@ export class PodWriter {
   async patch(sc: NamespaceScope, pod: V1Pod, body: object): Promise<void> {
     this.#ctx.count();
     const name = pod.metadata!.name!;
-    const updated = claimIoAb.old
-      ? await tolerate(this.#ctx.core.patchNamespacedPod({ name, namespace: sc.namespace, body }, mergePatch), [404])
-      : await tolerate(this.#ctx.patchJson(`/api/v1/namespaces/${encodeURIComponent(sc.namespace)}/pods/${encodeURIComponent(name)}`, body), [404]);
+    const updated = await tolerate(this.#ctx.patchJson(`/api/v1/namespaces/${encodeURIComponent(sc.namespace)}/pods/${encodeURIComponent(name)}`, body), [404]);
     if (updated) sc.pods.remember(updated);
   }
 

@@ -14,7 +14,6 @@ import { idLabel, sandboxName, type KubeDesiredSandbox, type SandboxObject, type
 import { imageTemplate, templateHash, type VolumeClaimTemplate } from "./pod-spec.ts";
 import type { PodWriter } from "./pod-writer.ts";
 import { poolRevision } from "./pool-status.ts";
-import { claimIoAb } from "../../lib/claim-io-ab.ts";
 
 export class SandboxObjects {
   readonly #ctx: DriverContext;
@@ -108,9 +107,8 @@ export class SandboxObjects {
     const podLabels = { ...added, ...(claimed && !claimedNow ? { [LABEL.claimed]: "true" } : {}) };
     const podMeta = { ...(Object.keys(podLabels).length ? { labels: podLabels } : {}), ...(Object.keys(addedAnnotations).length ? { annotations: addedAnnotations } : {}) };
     const [updated] = await Promise.all([
-      (claimIoAb.old
-        ? this.#ctx.custom.patchNamespacedCustomObject({ group: GROUP, version: VERSION, namespace: sc.namespace, plural: PLURAL.sandbox, name: meta.name!, body: patch }, mergePatch)
-        : this.#ctx.patchJson(`/apis/${GROUP}/${VERSION}/namespaces/${encodeURIComponent(sc.namespace)}/${PLURAL.sandbox}/${encodeURIComponent(meta.name!)}`, patch)) as Promise<SandboxObject>,
+      // Answered as plain JSON (kube-api.ts patchJson), as the pod's below.
+      this.#ctx.patchJson(`/apis/${GROUP}/${VERSION}/namespaces/${encodeURIComponent(sc.namespace)}/${PLURAL.sandbox}/${encodeURIComponent(meta.name!)}`, patch) as Promise<SandboxObject>,
       Object.keys(podMeta).length && pod ? this.#pods.patch(sc, pod, { metadata: podMeta }) : undefined,
     ]);
     return sc.sandboxes.remember(updated);
