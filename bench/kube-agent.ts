@@ -11,6 +11,7 @@
 //                    connections the agent opened since (tls.connect: the API server's, each a
 //                    handshake on both sides).
 // Each op is answered with {op, ...} once done. Nothing here changes what a pass does.
+import http from "node:http";
 import tls from "node:tls";
 import { Reconciler } from "../controllers/agent/reconciler.ts";
 import { Link } from "../controllers/agent/link.ts";
@@ -65,18 +66,25 @@ Link.prototype.ack = function (this: Link, item: Parameters<typeof ack>[0]) {
   return ack.call(this, item);
 };
 
-const fetchFn = globalThis.fetch;
-globalThis.fetch = async function (input: Parameters<typeof fetch>[0], init?: RequestInit) {
-  const url = typeof input === "string" ? input : input instanceof URL ? input.href : input.url;
-  const id = url.endsWith("/init") ? (init?.headers as Record<string, string> | undefined)?.["e2b-sandbox-id"] : undefined;
+// /init through node:http (controllers/lib/bounded-post.ts looks up http.request at each call):
+// sent, and answered (its headers: where boundedPost resolves for a 2xx, as fetch did).
+const request = http.request;
+http.request = function (this: unknown, ...args: unknown[]) {
+  const url = args[0] instanceof URL ? args[0] : undefined;
+  const opts = args[1] as { headers?: Record<string, string> } | undefined;
+  const id = url?.pathname.endsWith("/init") ? opts?.headers?.["e2b-sandbox-id"] : undefined;
   const t = id ? traces.get(id) : undefined;
   if (t && t.initStart === undefined) t.initStart = performance.now();
-  try {
-    return await fetchFn(input, init);
-  } finally {
-    if (t && t.initEnd === undefined) t.initEnd = performance.now();
+  const req = (request as (...a: unknown[]) => http.ClientRequest).apply(this, args);
+  if (t) {
+    const end = () => {
+      if (t.initEnd === undefined) t.initEnd = performance.now();
+    };
+    req.once("response", end);
+    req.once("error", end);
   }
-} as typeof fetch;
+  return req;
+} as typeof http.request;
 
 process.on("message", (msg: { op: string }) => {
   if (msg.op === "hold") {

@@ -11,6 +11,7 @@ import type { Context } from "@opentelemetry/api";
 import { parentFrom, RUNTIME_SCOPE, traceIdOf, tracingOn, withSpan } from "../lib/tracing.ts";
 import { timeStep } from "../lib/metrics.ts";
 import type { StartCommands } from "./start-commands.ts";
+import { boundedPost } from "../lib/bounded-post.ts";
 
 const LOG = logger("reconciler");
 
@@ -84,10 +85,15 @@ export function desiredFor(intent: Intent): DesiredSandbox {
   };
 }
 
+/** How much of a runtime's refusal of /init the error (and the sandbox's Ready message) carries. */
+export const INIT_ERROR_MAX_BYTES = 2048;
+
 /** POST /init on a runtime that lives elsewhere (a pod): token, env, default user and workdir.
  * A redirect is an answer, never followed: the tenant's code can answer on the runtime's port,
  * and following would POST the sandbox's token and env, from the agent's network position, to an
- * address it picked (as `boundedGet` does for the pulls). Exported for its unit test. */
+ * address it picked (as `boundedGet` does for the pulls). For the same reason a refusal's body is
+ * read only up to INIT_ERROR_MAX_BYTES. Through node:http with kept connections (`boundedPost`),
+ * not fetch: it is one request per claim. Exported for its unit test. */
 export async function initRemote(endpoint: string, intent: Intent): Promise<void> {
   const body = {
     accessToken: intent.envdAccessToken ?? undefined,
@@ -99,8 +105,8 @@ export async function initRemote(endpoint: string, intent: Intent): Promise<void
   // Named like every request the ingress forwards, so a runtime serving several sandboxes routes it.
   const headers: Record<string, string> = { "content-type": "application/json", "e2b-sandbox-id": intent.sandboxId };
   if (intent.envdAccessToken) headers["x-access-token"] = intent.envdAccessToken;
-  const res = await fetch(`${endpoint}/init`, { method: "POST", headers, body: JSON.stringify(body), redirect: "manual", signal: AbortSignal.timeout(5000) });
-  if (!res.ok) throw new Error(`runtime /init at ${endpoint}: HTTP ${res.status} ${await res.text()}`);
+  const res = await boundedPost(new URL(`${endpoint}/init`), headers, JSON.stringify(body), { maxBytes: INIT_ERROR_MAX_BYTES, timeoutMs: 5000 });
+  if (res.status < 200 || res.status > 299) throw new Error(`runtime /init at ${endpoint}: HTTP ${res.status} ${res.text}`);
 }
 
 /** Whether the driver's sandbox is where the intent asks: running ready, or paused (frozen, or

@@ -9,6 +9,9 @@ import type { SandboxObject } from "./objects.ts";
 export interface DriverContext {
   readonly core: CoreV1Api;
   readonly custom: CustomObjectsApi;
+  /** A merge patch of the object at `path`, its answer as plain JSON (kube-api.ts `patchJson`);
+   * not counted (the caller counts, as with the clients). */
+  patchJson(path: string, body: object): Promise<unknown>;
   /** Counts `n` API requests (the driver's `requests`). */
   count(n?: number): void;
   now(): number;

@@ -1,6 +1,7 @@
 // Small helpers around the API clients: patch content types, the plurals of our resources, the
-// status code and message of a failed request, and tolerating the codes a retry makes harmless.
-import { PatchStrategy, setHeaderOptions, type CoreV1Api, type KubeConfig, type V1ObjectReference } from "@kubernetes/client-node";
+// status code and message of a failed request, tolerating the codes a retry makes harmless, and the
+// claim's writes sent without the generated client's model layer.
+import { ApiException, HttpMethod, IsomorphicFetchHttpLibrary, PatchStrategy, RequestContext, setHeaderOptions, type CoreV1Api, type KubeConfig, type V1ObjectReference } from "@kubernetes/client-node";
 import { kubeApiRequests } from "../../lib/metrics.ts";
 
 export const mergePatch = setHeaderOptions("Content-Type", PatchStrategy.MergePatch);
@@ -30,6 +31,58 @@ export function apiMessage(err: unknown): string {
     // not JSON: fall through
   }
   return (err as Error).message;
+}
+
+/** The part of undici's `Dispatcher` used here: client-node's request dispatchers are undici Agents
+ * (pooled-connections.ts keeps one per cluster and user). */
+interface RequestDispatcher {
+  request(o: { origin: string; path: string; method: string; headers: Record<string, string>; body?: string }): Promise<{
+    statusCode: number;
+    headers: Record<string, string | string[] | undefined>;
+    body: { text(): Promise<string> };
+  }>;
+}
+
+/** The generated clients' User-Agent (client-node's getUserAgent is not exported). */
+const USER_AGENT = "kubernetes-client-javascript/2.0.1";
+
+/**
+ * A merge patch of the object at `path` (below the cluster's server URL), its answer parsed as plain
+ * JSON: what the informers' slim projections read, as the watch's objects are. The generated
+ * client turns every Pod answer into its model classes (ObjectSerializer walks each field of the
+ * whole pod, then slim.ts throws most of it away) through undici's WHATWG fetch; a claim writes a
+ * Pod and a Sandbox, and that was a good part of the agent's CPU per claim (bench/kube.ts, s14's
+ * profile). Same connection pool, authentication and request count (`applySecurityAuthentication`);
+ * an error status throws the client's `ApiException` (code, body), so `tolerate` and `apiMessage`
+ * read it as before.
+ */
+export async function patchJson(kc: KubeConfig, path: string, body: object): Promise<unknown> {
+  const server = kc.getCurrentCluster()?.server;
+  if (!server) throw new Error("No active cluster!");
+  const ctx = new RequestContext(`${server.replace(/\/+$/, "")}${path}`, HttpMethod.PATCH);
+  ctx.setHeaderParam("Content-Type", PatchStrategy.MergePatch);
+  ctx.setHeaderParam("Accept", "application/json");
+  ctx.setHeaderParam("User-Agent", USER_AGENT);
+  ctx.setBody(JSON.stringify(body));
+  await kc.applySecurityAuthentication(ctx);
+  let status: number;
+  let text: string;
+  let headers: Record<string, unknown>;
+  const dispatcher = ctx.getDispatcher() as RequestDispatcher | undefined;
+  if (typeof dispatcher?.request === "function") {
+    const url = new URL(ctx.getUrl());
+    const res = await dispatcher.request({ origin: url.origin, path: `${url.pathname}${url.search}`, method: "PATCH", headers: ctx.getHeaders(), body: ctx.getBody() as string });
+    status = res.statusCode;
+    text = await res.body.text();
+    headers = res.headers;
+  } else {
+    const res = await new IsomorphicFetchHttpLibrary().send(ctx).toPromise();
+    status = res.httpStatusCode;
+    text = await res.body.text();
+    headers = res.headers;
+  }
+  if (status < 200 || status > 299) throw new ApiException(status, `PATCH ${path}: HTTP ${status}`, text, headers as Record<string, string>);
+  return JSON.parse(text);
 }
 
 /** Ignores 404 (already gone) and 409 AlreadyExists where a retry is harmless. */

@@ -38,9 +38,12 @@ export class PodWriter {
     this.#injection = injection;
   }
 
+  /** Merge-patches a pod (a claim's relabel) and remembers the answer: plain JSON, which the
+   * informer slims as it does the watch's objects (kube-api.ts `patchJson`). */
   async patch(sc: NamespaceScope, pod: V1Pod, body: object): Promise<void> {
     this.#ctx.count();
-    const updated = await tolerate(this.#ctx.core.patchNamespacedPod({ name: pod.metadata!.name!, namespace: sc.namespace, body }, mergePatch), [404]);
+    const name = pod.metadata!.name!;
+    const updated = await tolerate(this.#ctx.patchJson(`/api/v1/namespaces/${encodeURIComponent(sc.namespace)}/pods/${encodeURIComponent(name)}`, body), [404]);
     if (updated) sc.pods.remember(updated);
   }
 

@@ -107,10 +107,8 @@ export class SandboxObjects {
     const podLabels = { ...added, ...(claimed && !claimedNow ? { [LABEL.claimed]: "true" } : {}) };
     const podMeta = { ...(Object.keys(podLabels).length ? { labels: podLabels } : {}), ...(Object.keys(addedAnnotations).length ? { annotations: addedAnnotations } : {}) };
     const [updated] = await Promise.all([
-      this.#ctx.custom.patchNamespacedCustomObject(
-        { group: GROUP, version: VERSION, namespace: sc.namespace, plural: PLURAL.sandbox, name: meta.name!, body: patch },
-        mergePatch,
-      ) as Promise<SandboxObject>,
+      // Answered as plain JSON (kube-api.ts patchJson), as the pod's below.
+      this.#ctx.patchJson(`/apis/${GROUP}/${VERSION}/namespaces/${encodeURIComponent(sc.namespace)}/${PLURAL.sandbox}/${encodeURIComponent(meta.name!)}`, patch) as Promise<SandboxObject>,
       Object.keys(podMeta).length && pod ? this.#pods.patch(sc, pod, { metadata: podMeta }) : undefined,
     ]);
     return sc.sandboxes.remember(updated);

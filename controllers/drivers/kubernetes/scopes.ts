@@ -1,10 +1,10 @@
 // The driver's namespaces: one NamespaceScope (informers) per namespace with sandboxes of ours,
 // the home namespace's first; which scope holds a sandbox; and the DriverContext the driver's
-// parts share (API clients, request counter, clock, log, a sandbox's Sandbox and Pod).
+// parts share (API clients and the claim's plain-JSON patch, request counter, clock, log, a sandbox's Sandbox and Pod).
 import { CoreV1Api, CustomObjectsApi, type KubeConfig, type KubernetesObject, type V1Pod } from "@kubernetes/client-node";
 import { ANNOTATION, GROUP, LABEL, VERSION } from "../../../schema/crd/labels.ts";
 import type { DriverContext } from "./context.ts";
-import { PLURAL } from "./kube-api.ts";
+import { patchJson, PLURAL } from "./kube-api.ts";
 import { NAMESPACE_PATTERN, NamespaceScope } from "./namespace-scope.ts";
 import { idLabel, type SandboxObject } from "./objects.ts";
 
@@ -45,6 +45,9 @@ export class Scopes implements DriverContext {
     this.home = this.scope(opts.namespace);
   }
 
+  patchJson(path: string, body: object): Promise<unknown> {
+    return patchJson(this.#opts.kubeConfig, path, body);
+  }
   count(n = 1): void {
     this.#opts.count(n);
   }
