@@ -271,6 +271,10 @@ export class TrafficObjects {
   async #put<T extends { metadata?: { resourceVersion?: string } }>(key: string, body: object, api: ObjectApi<T>): Promise<boolean> {
     const text = JSON.stringify(body);
     if (this.#written.get(key) === text) return false;
+    // Known as this content before it is written: a resync round reading the object once this write
+    // has landed, but before it was recorded, took the new content for a tenant's edit and put the
+    // old one back (CI run 15-3: a policy change missing from the ConfigMap just after it was made).
+    this.#objects.set(key, api as ObjectApi<{ metadata?: { resourceVersion?: string } }>);
     this.#ctx.count();
     let wrote = true;
     try {
@@ -286,7 +290,6 @@ export class TrafficObjects {
       }
     }
     this.#written.set(key, text);
-    this.#objects.set(key, api as ObjectApi<{ metadata?: { resourceVersion?: string } }>);
     return wrote;
   }
 
