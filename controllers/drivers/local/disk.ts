@@ -34,7 +34,7 @@ export const MOUNT_OPTIONS = "loop,nosuid,nodev,noinit_itable";
  * probed. Without `-t`, libmount and blkid read the image to guess its type: ~2.5 ms more CPU per
  * mount here (20 mount + umount pairs, interleaved, load 5.9), and bytes a sandbox wrote into its
  * image are never read by a probe. */
-export const MOUNT_ARGS = `-t ext4 -o ${MOUNT_OPTIONS}`;
+export const MOUNT_ARGS = ["-t", "ext4", "-o", MOUNT_OPTIONS];
 /** Smallest disk: ext4 needs room for its own metadata and journal. */
 export const MIN_DISK_MB = 8;
 
@@ -43,7 +43,7 @@ export const MIN_DISK_MB = 8;
  * The shell gets paths the driver made, never tenant bytes. The file and the mount point are made
  * by the caller's own syscalls and the mount is exec'd: a `truncate` and a `mkdir` process and
  * the shell's fork fewer per disk (each exec costs ~1 ms of CPU). */
-const CREATE = `set -e; ${MKFS.join(" ")} "$1.new"; mv "$1.new" "$1"; exec mount ${MOUNT_ARGS} "$1" "$2"`;
+const CREATE = `set -e; ${MKFS.join(" ")} "$1.new"; mv "$1.new" "$1"; exec mount ${MOUNT_ARGS.join(" ")} "$1" "$2"`;
 
 /** The sparse file CREATE formats (`<image>.new`, replaced if a failed create left one). */
 function sparseFile(image: string, sizeMB: number): void {
@@ -144,7 +144,7 @@ function head(file: string, max: number): string {
 export async function mountDisk(spawner: Spawner, image: string, at: string, sizeMB: number): Promise<void> {
   if (isMounted(at)) return;
   mkdirSync(at, { recursive: true });
-  if (existsSync(image)) return runHelper(spawner, ["mount", ...MOUNT_ARGS.split(" "), image, at]);
+  if (existsSync(image)) return runHelper(spawner, ["mount", ...MOUNT_ARGS, image, at]);
   const mb = Math.max(MIN_DISK_MB, Math.ceil(sizeMB));
   // Disks are sparse, so together they may promise more than the host has; one that could fill
   // the host on its own is refused.

@@ -34,7 +34,7 @@ const COPY_MOUNTED = `set -e; fsfreeze -f "$2"; trap 'fsfreeze -u "$2"' EXIT; ${
 const COPY_FILE = `set -e; ${COPY} "$1" "$2"`;
 const COPY_TREE = `set -e; mkdir -p "$2"; cp -a --sparse=always --reflink=auto "$1/." "$2/"`;
 /** $1 snapshot image, $2 the new sandbox's image, $3 where it is mounted: one helper run, not two. */
-const COPY_AND_MOUNT = `set -e; ${COPY} "$1" "$2.new"; mv "$2.new" "$2"; mkdir -p "$3"; mount ${MOUNT_ARGS} "$2" "$3"`;
+const COPY_AND_MOUNT = `set -e; ${COPY} "$1" "$2.new"; mv "$2.new" "$2"; mkdir -p "$3"; mount ${MOUNT_ARGS.join(" ")} "$2" "$3"`;
 /** $1 layer: empties its directories (bind-mounted into a running sandbox: emptied, never replaced). */
 const EMPTY_LAYER = `set -e; for d in home/user root tmp; do mkdir -p "$1/$d"; find "$1/$d" -mindepth 1 -maxdepth 1 -exec rm -rf {} +; done`;
 /** $1 a root's upper directory: emptied whole. */
