@@ -96,7 +96,15 @@ describe("SandboxSet rolling update with kubectl", () => {
 
     // A fixed template mid-rollout: the unready member of the abandoned revision goes, and each
     // further old member goes only once a replacement was ready (the budget of 1 is the member
-    // that could not pull, then each replacement while it starts).
+    // that could not pull, then each replacement while it starts). The kubelet starts the first
+    // replacement only and holds the rest until after the agent's restart: unheld, the whole
+    // rollout can finish between two samples, and the restart would not be mid-rollout.
+    const started = new Set<string>();
+    sys.kubelet.holdWhere = (p) => {
+      if (!p.spec?.containers.some((c) => c.image === "python:3.13")) return false;
+      if (started.size === 0) started.add(p.metadata!.name!);
+      return !started.has(p.metadata!.name!);
+    };
     apply("python:3.13");
     const seen = new Set<string>();
     const readyNew = new Set<string>();
@@ -115,7 +123,12 @@ describe("SandboxSet rolling update with kubectl", () => {
       const row = sample();
       return isNew(row) && row.UPDATED_AVAILABLE === "1" && row.CURRENT_REVISION === `roll-${rev1}`;
     }, 60_000);
+    // Held there: one old member made way for the ready replacement; the second replacement is
+    // not ready, so no further one goes, across the restart too.
+    await until("an old member gone for the ready replacement", () => warm(rev1).length === 1, 30_000);
     await sys.restart();
+    expect(warm(rev1)).toHaveLength(1);
+    sys.kubelet.release();
     const end = await until(
       "rollout done",
       () => {

@@ -17,6 +17,9 @@ export class TestKubelet {
   #next = 1;
   /** Pods the kubelet must not touch (a test drives them by hand). */
   readonly hold = new Set<string>();
+  /** Pods held back while this answers true for them (a test stops a rollout part-way);
+   * `release()` ends the hold and starts them. */
+  holdWhere: ((pod: V1Pod) => boolean) | undefined;
   patches = 0;
 
   readonly #ipFor: (pod: V1Pod) => string | undefined;
@@ -38,10 +41,15 @@ export class TestKubelet {
     return this.#pods.stop();
   }
 
+  release(): void {
+    this.holdWhere = undefined;
+    for (const pod of this.#pods.list()) void this.#handle(pod).catch(() => {});
+  }
+
   async #handle(pod: V1Pod): Promise<void> {
     const name = pod.metadata!.name!;
     const uid = pod.metadata!.uid!;
-    if (this.hold.has(name) || this.#handled.get(name) === uid || pod.metadata?.deletionTimestamp) return;
+    if (this.hold.has(name) || this.holdWhere?.(pod) || this.#handled.get(name) === uid || pod.metadata?.deletionTimestamp) return;
     this.#handled.set(name, uid);
     const now = new Date();
     const containers = pod.spec!.containers;
