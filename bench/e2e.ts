@@ -37,7 +37,17 @@
 //                                          (E2E_BENCH_EDGE_PROFILE=<file> records a V8 profile of it)
 //   e2e.resume_freeze_p50_ms               after a Freeze pause: connect until a command succeeds
 //   e2e.idle_sandbox_overhead_mb           extra memory per idle sandbox over 50 (agent + holders)
-//   node bench/e2e.ts   prints the figures as JSON (E2E_BENCH_CREATES, E2E_BENCH_CLIENTS, E2E_BENCH_CPU_ONLY=1 for profiling)
+//   e2e.window_server_cpu_ms_each          the server's CPU until the last client's answer only (the
+//                                          count issue 16 quoted at e988497): without the destroys and
+//                                          refills the settle runs
+//   e2e.rest_cpu_ms_per_s.<part>           the server's CPU per second at rest, warm pool, no clients,
+//                                          just before the window; e2e.rest_share_ms_each: that rate
+//                                          over the window and settle, per create (the share of
+//                                          e2e.server_cpu_ms_each that is time, not work)
+//   e2e.settle_pool_asks                   the edge's pool status asked while settling (each ~7 ms of
+//                                          server CPU; asked only once the agent's count is right)
+//   node bench/e2e.ts   prints the figures as JSON (E2E_BENCH_CREATES, E2E_BENCH_CLIENTS, E2E_BENCH_CPU_ONLY=1 for profiling,
+//                       E2E_BENCH_SERIAL=0 without the one-client loop)
 import { Sandbox } from "e2b";
 import { execFileSync } from "node:child_process";
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
@@ -46,7 +56,7 @@ import { join } from "node:path";
 import { startSystem } from "../scripts/lib/system.ts";
 import { freePort } from "../scripts/lib/sqld.ts";
 import type { Figures } from "./run.ts";
-import { cpuMs, median, minMax, percentile, procCpuMs, pssKB, round, schedMs, spawnerOf, timedConcurrently } from "./stats.ts";
+import { cpuMs, median, minMax, percentile, procCpuMs, pssKB, round, schedMs, spawnerOf, threadsCpuMs, timedConcurrently } from "./stats.ts";
 import { startProfiler } from "./v8-profile.ts";
 import { LocalDriver } from "../controllers/drivers/local/local-driver.ts";
 import { IsolationFloor } from "./isolation-floor.ts";
@@ -61,6 +71,11 @@ const WARM = CREATES + 20;
 /** E2E_BENCH_CPU_ONLY=1: stop after the create + first command figures (profiling runs). */
 const CPU_ONLY = Boolean(process.env.E2E_BENCH_CPU_ONLY);
 const EDGE_PROFILE = process.env.E2E_BENCH_EDGE_PROFILE;
+/** E2E_BENCH_SERIAL: rounds of the one-client loop (and the driver's and the isolation floor's
+ * beside it); 0 leaves it and its figures out (short CPU_ONLY runs). */
+const SERIAL = Number(process.env.E2E_BENCH_SERIAL ?? 20);
+/** How long the server's rest rate is measured before the window. */
+const REST_MS = 5_000;
 const USER = { name: "user", uid: 1000, gid: 1000, home: "/home/user", shell: "/bin/bash" };
 
 const pssMB = (pid: number) => pssKB(pid) / 1024;
@@ -108,27 +123,35 @@ async function createRetryingStaleConnection(opts: { apiKey: string; apiUrl: str
   }
 }
 
-async function waitPoolWarm(apiUrl: string, apiKey: string, want: number): Promise<void> {
-  const deadline = Date.now() + 120_000;
-  while (Date.now() < deadline) {
-    const res = await fetch(`${apiUrl}/admin/teams/admin/templates/base`, { headers: { "x-api-key": apiKey } });
-    if (res.ok) {
-      const body = (await res.json()) as { pool?: { available?: number } };
-      if ((body.pool?.available ?? 0) >= want) return;
-    }
-    await new Promise((r) => setTimeout(r, 250));
-  }
-  throw new Error(`pool did not reach ${want} available members`);
+/** The pool's available members as the edge reports them (one admin request: key check, two libSQL
+ * reads, a PoolDO call: ~3.5 ms of workerd and ~3 ms of sqld CPU, counted in the figures like any
+ * other server work). */
+async function poolAvailable(apiUrl: string, apiKey: string): Promise<number> {
+  const res = await fetch(`${apiUrl}/admin/teams/admin/templates/base`, { headers: { "x-api-key": apiKey } });
+  if (!res.ok) return 0;
+  const body = (await res.json()) as { pool?: { available?: number } };
+  return body.pool?.available ?? 0;
 }
 
-/** Until the pool has `want` members available and the agent no more sandboxes than that (every
- * killed one destroyed). */
-async function waitSettled(apiUrl: string, apiKey: string, want: number, sandboxesDir: string): Promise<void> {
-  await waitPoolWarm(apiUrl, apiKey, want);
+/** Until the pool has `want` available members and the agent exactly that many sandboxes (every
+ * killed one destroyed; `atLeast`: no fewer, the pool's first fill). The agent's count is its
+ * sandboxes' folders, read here at no cost to the server; the edge is asked only while that count
+ * is right. Asking it every 250 ms whatever the count (as before) cost the server ~3 requests per
+ * create over a 75 s settle, counted in e2e.server_cpu_ms_each. `asks` counts the requests made. */
+async function waitSettled(apiUrl: string, apiKey: string, want: number, sandboxesDir: string, opts: { atLeast?: boolean; asks?: { n: number } } = {}): Promise<void> {
   const deadline = Date.now() + 120_000;
-  while (readdirSync(sandboxesDir).length > want) {
-    if (Date.now() > deadline) throw new Error(`the agent still has ${readdirSync(sandboxesDir).length} sandboxes, more than the pool's ${want}`);
-    await new Promise((r) => setTimeout(r, 100));
+  const count = () => (existsSync(sandboxesDir) ? readdirSync(sandboxesDir).length : 0);
+  const right = () => (opts.atLeast ? count() >= want : count() === want);
+  for (;;) {
+    if (right()) {
+      if (opts.asks) opts.asks.n++;
+      if ((await poolAvailable(apiUrl, apiKey)) >= want && right()) return;
+      if (Date.now() > deadline) throw new Error(`pool did not reach ${want} available members`);
+      await new Promise((r) => setTimeout(r, 250));
+    } else {
+      if (Date.now() > deadline) throw new Error(`the agent has ${count()} sandboxes, not the pool's ${want}`);
+      await new Promise((r) => setTimeout(r, 100));
+    }
   }
 }
 
@@ -138,13 +161,14 @@ export async function run(): Promise<Figures> {
   const inspectorPort = EDGE_PROFILE ? await freePort() : undefined;
   const sys = await startSystem({ dataDir, baseReplicas: WARM, runtimePort, edgeInspectorPort: inspectorPort, agentStopMs: 300_000 });
   const opts = { apiKey: sys.apiKey, apiUrl: sys.apiUrl, sandboxUrl: sys.apiUrl };
+  const sandboxesDir = join(dataDir, "agent/local/sandboxes");
   const figures: Figures = {};
   try {
     // The server's CPU per warm member made (the pool filling from empty after start-up): what each
     // claim's refill costs in the window below, which that window cannot tell apart.
     const serverParts = () => [sys.agent.pid!, spawnerOf(sys.agent.pid!), sys.edge.pid, sys.sqld.pid].reduce<number>((a, pid) => a + procCpuMs(pid).own, 0);
     const warmBefore = serverParts();
-    await waitPoolWarm(sys.apiUrl, sys.apiKey, WARM);
+    await waitSettled(sys.apiUrl, sys.apiKey, WARM, sandboxesDir, { atLeast: true });
     figures["e2e.warm_member_server_cpu_ms_each"] = { value: round((serverParts() - warmBefore) / WARM), unit: "ms" };
 
     // Create + first command, one client: the latency floor without contention, interleaved with
@@ -192,7 +216,7 @@ export async function run(): Promise<Figures> {
     const floorCpu: number[] = [];
     const plainTotalCpu: number[] = [];
     try {
-      for (let i = 0; i < 20; i++) {
+      for (let i = 0; i < SERIAL; i++) {
         const sysBefore = systemCpuMs();
         let t = performance.now();
         const sbx = await Sandbox.create(opts);
@@ -225,18 +249,37 @@ export async function run(): Promise<Figures> {
       // helpers' (~1 s) would land in this process's children's time inside the window below.
       for (let t = 0; driverSpawner && existsSync(`/proc/${driverSpawner}`) && t < 100; t++) await new Promise((r) => setTimeout(r, 50));
     }
-    figures["e2e.create_first_cmd_1_client_p50_ms"] = { value: round(median(serial)), unit: "ms" };
-    figures["local.plain_create_to_first_cmd_same_run_p50_ms"] = { value: round(median(plain)), unit: "ms" };
-    figures["e2e.path_overhead_ratio"] = { value: round(median(serial) / median(plain)), unit: "ratio", target: "≤ 2.0" };
-    figures["local.driver_cpu_ms_each"] = { value: round(median(plainCpu)), unit: "ms", spread: minMax(plainCpu) };
-    figures["local.driver_children_cpu_ms_each"] = { value: round(median(plainChildrenCpu)), unit: "ms" };
-    figures["local.driver_total_cpu_ms_each"] = { value: round(median(plainTotalCpu)), unit: "ms", spread: minMax(plainTotalCpu) };
-    if (floorCpu.length) {
-      figures["local.isolation_floor_cpu_ms_each"] = { value: round(median(floorCpu)), unit: "ms", spread: minMax(floorCpu) };
-      figures["local.driver_vs_isolation_floor_ratio"] = { value: round(median(plainTotalCpu) / median(floorCpu)), unit: "ratio" };
+    if (SERIAL > 1) {
+      figures["e2e.create_first_cmd_1_client_p50_ms"] = { value: round(median(serial)), unit: "ms" };
+      figures["local.plain_create_to_first_cmd_same_run_p50_ms"] = { value: round(median(plain)), unit: "ms" };
+      figures["e2e.path_overhead_ratio"] = { value: round(median(serial) / median(plain)), unit: "ratio", target: "≤ 2.0" };
+      figures["local.driver_cpu_ms_each"] = { value: round(median(plainCpu)), unit: "ms", spread: minMax(plainCpu) };
+      figures["local.driver_children_cpu_ms_each"] = { value: round(median(plainChildrenCpu)), unit: "ms" };
+      figures["local.driver_total_cpu_ms_each"] = { value: round(median(plainTotalCpu)), unit: "ms", spread: minMax(plainTotalCpu) };
+      if (floorCpu.length) {
+        figures["local.isolation_floor_cpu_ms_each"] = { value: round(median(floorCpu)), unit: "ms", spread: minMax(floorCpu) };
+        figures["local.driver_vs_isolation_floor_ratio"] = { value: round(median(plainTotalCpu) / median(floorCpu)), unit: "ratio" };
+      }
+      figures["e2e.one_client_cpu_ms_each"] = { value: round(median(serialCpu)), unit: "ms", spread: [Math.min(...serialCpu), Math.max(...serialCpu)] };
+      figures["e2e.one_client_latency_vs_cpu"] = { value: round(median(serial) / median(serialCpu)), unit: "ratio" };
     }
-    figures["e2e.one_client_cpu_ms_each"] = { value: round(median(serialCpu)), unit: "ms", spread: [Math.min(...serialCpu), Math.max(...serialCpu)] };
-    figures["e2e.one_client_latency_vs_cpu"] = { value: round(median(serial) / median(serialCpu)), unit: "ratio" };
+
+    // The window below starts from a settled system (the loop's kills destroyed, their refills
+    // ready), so it counts its own creates' work only. Then the server at rest for REST_MS: the
+    // CPU it spends whatever the clients do (heartbeats, timers), which the window counts for every
+    // second it lasts, the settle included (e2e.rest_share_ms_each).
+    await waitSettled(sys.apiUrl, sys.apiKey, WARM, sandboxesDir);
+    const serverPids = { agent: sys.agent.pid!, spawner: agentSpawner, edge: sys.edge.pid, sqld: sys.sqld.pid };
+    const restBefore = Object.fromEntries(Object.entries(serverPids).map(([k, pid]) => [k, pid ? threadsCpuMs(pid) : 0]));
+    const restStart = performance.now();
+    await new Promise((r) => setTimeout(r, REST_MS));
+    const restS = (performance.now() - restStart) / 1000;
+    let restPerS = 0;
+    for (const [k, pid] of Object.entries(serverPids)) {
+      const rate = ((pid ? threadsCpuMs(pid) : 0) - restBefore[k]!) / restS;
+      restPerS += rate;
+      figures[`e2e.rest_cpu_ms_per_s.${k}`] = { value: round(rate, 2), unit: "ms/s" };
+    }
 
     // The two halves are reported too: where the time goes decides what to fix.
     const kills: Promise<unknown>[] = [];
@@ -248,6 +291,7 @@ export async function run(): Promise<Figures> {
     // CPU_ONLY: the edge's profile covers this window (the creates), not the gateway loop.
     const windowProfiler = CPU_ONLY && inspectorPort ? await startProfiler(inspectorPort) : null;
     const windowStart = process.hrtime.bigint() / 1000n; // a CPU profile's clock (--cpu-prof)
+    const windowStartMs = performance.now();
     const createFirst = await timedConcurrently(CREATES, CLIENTS, async () => {
       const t = performance.now();
       const sbx = await Sandbox.create(opts);
@@ -258,18 +302,23 @@ export async function run(): Promise<Figures> {
       kills.push(sbx.kill());
     });
     const windowEnd = performance.now();
+    // What issue 16 measured at e988497: the server's CPU until the last client's answer, without the
+    // destroys and refills that run after it.
+    const atWindowEnd = Object.fromEntries(Object.entries(parts).map(([k, pid]) => [k, procCpuMs(pid)]));
     // The whole machine's busy time (queueing_ratio_machine): the clients' window only.
     const cpu = cpuTimes(cpuBefore);
     // The CPU window ends once the work these creates caused is done: the kills' sandboxes destroyed
     // and the pool refilled. Whatever the agent runs first (claims before destroys) must not move
     // CPU out of the figure.
     await Promise.all(kills);
-    await waitSettled(sys.apiUrl, sys.apiKey, WARM, join(dataDir, "agent/local/sandboxes"));
+    const settleAsks = { n: 0 };
+    await waitSettled(sys.apiUrl, sys.apiKey, WARM, sandboxesDir, { asks: settleAsks });
     const settleMs = performance.now() - windowEnd;
     const partsAfter = Object.fromEntries(Object.entries(parts).map(([k, pid]) => [k, procCpuMs(pid)]));
     if (CPU_ONLY) console.error(`window (monotonic us): ${windowStart} ${process.hrtime.bigint() / 1000n}`);
     if (windowProfiler && EDGE_PROFILE) writeFileSync(EDGE_PROFILE, JSON.stringify(await windowProfiler.stop()));
     figures["e2e.settle_after_window_ms"] = { value: round(settleMs), unit: "ms" };
+    figures["e2e.settle_pool_asks"] = { value: settleAsks.n, unit: "requests" };
     figures["e2e.create_first_cmd_p50_ms"] = { value: round(median(createFirst)), unit: "ms", target: "≤ 50" };
     figures["e2e.create_first_cmd_p99_ms"] = { value: round(percentile(createFirst, 99)), unit: "ms", target: "≤ 150" };
     figures["e2e.create_p50_ms"] = { value: round(median(creates)), unit: "ms" };
@@ -291,9 +340,14 @@ export async function run(): Promise<Figures> {
     // The server: edge (workerd), agent, spawner, sqld; not the client nor the sandboxes' processes.
     const server = each.edge! + each.agent! + each.spawner! + each.sqld!;
     figures["e2e.server_cpu_ms_each"] = { value: round(server), unit: "ms", target: "≤ 8" };
+    const serverAt = (at: Record<string, { own: number }>) => ["edge", "agent", "spawner", "sqld"].reduce((a, k) => a + at[k]!.own - partsBefore[k]!.own, 0);
+    figures["e2e.window_server_cpu_ms_each"] = { value: round(serverAt(atWindowEnd) / CREATES), unit: "ms" };
+    // The share of the server's figure that is its rest rate over the window and the settle: what
+    // a faster refill (a shorter settle) or a quieter idle would take off.
+    figures["e2e.rest_share_ms_each"] = { value: round((restPerS * (windowEnd + settleMs - windowStartMs)) / 1000 / CREATES), unit: "ms" };
     // The agent's and spawner's share over the driver's own create + first command + destroy (its
     // floor: the window's refill and kill are that work, plus the claim and the command).
-    figures["e2e.agent_cpu_vs_driver_ratio"] = { value: round((each.agent! + each.spawner!) / median(plainCpu)), unit: "ratio" };
+    if (plainCpu.length) figures["e2e.agent_cpu_vs_driver_ratio"] = { value: round((each.agent! + each.spawner!) / median(plainCpu)), unit: "ratio" };
     const whole = Object.values(each).reduce((a, b) => a + b, 0);
     figures["e2e.create_first_cmd_cpu_ms_each"] = { value: round(whole), unit: "ms", target: "≤ 18" };
     // Little's law with the CPU as the only server: 20 clients each wait for 20 operations' CPU
@@ -305,7 +359,7 @@ export async function run(): Promise<Figures> {
     if (CPU_ONLY) {
       // Let the refills finish first: stopping an agent in the middle of them left sandboxes behind
       // once (its stop timed out on the loaded machine and it was killed).
-      await waitPoolWarm(sys.apiUrl, sys.apiKey, WARM);
+      await waitSettled(sys.apiUrl, sys.apiKey, WARM, sandboxesDir, { atLeast: true });
       return figures;
     }
     // The same sandbox, the same call, through the gateway and straight to the runtime, interleaved.
