@@ -1,0 +1,97 @@
+// The server's CPU per step of e2e.server_cpu_ms_each, one client, on a system whose sandboxes are
+// plain processes (the local driver's `process` level, which has no disk either: no mounts, cgroups, namespaces or
+// loop devices), so what is left is the edge's, libSQL's and the agent's own work per step, without
+// the isolation's (whose floor the e2e suite measures: local.isolation_floor_cpu_ms_each):
+//   e2e_steps.create_cpu_ms.<part>   Sandbox.create with a warm pool, and its member's refill
+//   e2e_steps.kill_cpu_ms.<part>     Sandbox.kill, and the sandbox's destroy
+//   e2e_steps.cmd_cpu_ms.<part>      commands.run('echo hi') through the gateway
+//   e2e_steps.request_floor_cpu_ms   workerd's CPU per GET /health (a route that calls nothing),
+//                                    one at a time: what each request or event costs workerd before
+//                                    any of our work, the floor of a step's edge share per hop
+// <part>: edge (workerd), agent, spawner, sqld; CPU of all their threads (schedstat, ns). Each step
+// runs STEPS times in a row and waits until the pool is whole again; ROUNDS rounds alternate the
+// steps; the median of the rounds, with their spread. Sequential on purpose: at 20 clients the
+// window batches some commits, but the settle's destroys and refills run one by one like these.
+//   node bench/e2e-steps.ts   prints the figures as JSON
+import { Sandbox } from "e2b";
+import { existsSync, mkdtempSync, readdirSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { startSystem } from "../scripts/lib/system.ts";
+import type { Figures } from "./run.ts";
+import { median, minMax, round, spawnerOf, threadsCpuMs } from "./stats.ts";
+
+const WARM = 20;
+const STEPS = 30;
+const ROUNDS = 3;
+
+export async function run(): Promise<Figures> {
+  const dataDir = mkdtempSync(join(tmpdir(), "sbx-bench-e2e-steps-"));
+  // At process level the driver makes no disk image either (probe.ts).
+  const sys = await startSystem({ dataDir, baseReplicas: WARM, level: "process", agentStopMs: 60_000 });
+  const figures: Figures = {};
+  try {
+    const sandboxesDir = join(dataDir, "agent/local/sandboxes");
+    const opts = { apiKey: sys.apiKey, apiUrl: sys.apiUrl, sandboxUrl: sys.apiUrl };
+    const available = async () => {
+      const res = await fetch(`${sys.apiUrl}/admin/teams/admin/templates/base`, { headers: { "x-api-key": sys.apiKey } });
+      return res.ok ? (((await res.json()) as { pool?: { available?: number } }).pool?.available ?? 0) : 0;
+    };
+    // Whole: WARM members available, no other sandbox (the admin request costs ~7 ms of server CPU:
+    // asked once a second at most, and only once the agent's count is right).
+    const whole = async () => {
+      for (const deadline = Date.now() + 120_000; Date.now() < deadline; await new Promise((r) => setTimeout(r, 1000))) {
+        if ((existsSync(sandboxesDir) ? readdirSync(sandboxesDir).length : 0) === WARM && (await available()) >= WARM) return;
+      }
+      throw new Error(`the pool did not come back to ${WARM} members`);
+    };
+    await whole();
+    const parts = { edge: sys.edge.pid!, agent: sys.agent.pid!, spawner: spawnerOf(sys.agent.pid!)!, sqld: sys.sqld.pid! };
+    const snap = () => Object.fromEntries(Object.entries(parts).map(([k, pid]) => [k, threadsCpuMs(pid)])) as Record<keyof typeof parts, number>;
+    const per: Record<string, Record<string, number[]>> = { create: {}, kill: {}, cmd: {} };
+    const add = (step: string, a: Record<string, number>, b: Record<string, number>) => {
+      for (const k of Object.keys(parts)) (per[step]![k] ??= []).push((b[k]! - a[k]!) / STEPS);
+    };
+    const floor: number[] = [];
+    const shell = await Sandbox.create(opts);
+    for (let i = 0; i < 10; i++) await shell.commands.run("echo hi");
+    await shell.kill();
+    await whole();
+    for (let r = 0; r < ROUNDS; r++) {
+      let a = snap();
+      const held: Sandbox[] = [];
+      for (let i = 0; i < STEPS; i++) held.push(await Sandbox.create(opts));
+      // The refills run after the claims (pool work yields to claims): wait for them.
+      for (const deadline = Date.now() + 120_000; (await available()) < WARM && Date.now() < deadline; ) await new Promise((r) => setTimeout(r, 1000));
+      let b = snap();
+      add("create", a, b);
+      a = snap();
+      for (const s of held.slice(0, STEPS)) await s.commands.run("echo hi");
+      b = snap();
+      add("cmd", a, b);
+      a = snap();
+      for (const s of held) await s.kill();
+      await whole();
+      b = snap();
+      add("kill", a, b);
+      const e = threadsCpuMs(parts.edge);
+      for (let i = 0; i < STEPS; i++) await (await fetch(`${sys.apiUrl}/health`)).text();
+      floor.push((threadsCpuMs(parts.edge) - e) / STEPS);
+    }
+    for (const [step, byPart] of Object.entries(per)) {
+      let server = 0;
+      for (const [k, xs] of Object.entries(byPart)) {
+        server += median(xs);
+        figures[`e2e_steps.${step}_cpu_ms.${k}`] = { value: round(median(xs), 2), unit: "ms", spread: minMax(xs) };
+      }
+      figures[`e2e_steps.${step}_server_cpu_ms`] = { value: round(server, 2), unit: "ms" };
+    }
+    figures["e2e_steps.request_floor_cpu_ms"] = { value: round(median(floor), 2), unit: "ms", spread: minMax(floor) };
+  } finally {
+    await sys.stop();
+    rmSync(dataDir, { recursive: true, force: true });
+  }
+  return figures;
+}
+
+if (import.meta.main) console.log(JSON.stringify(await run(), null, 2));
