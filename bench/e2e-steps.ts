@@ -12,28 +12,42 @@
 // runs STEPS times in a row and waits until the pool is whole again; ROUNDS rounds alternate the
 // steps; the median of the rounds, with their spread. Sequential on purpose: at 20 clients the
 // window batches some commits, but the settle's destroys and refills run one by one like these.
+// E2E_STEPS_COUNT=1 instead counts the edge's invocations per step (a tail Worker, whose own CPU
+// would count: a run of its own): e2e_steps.<step>_edge_invocations.<kind> (Worker fetches, each
+// Durable Object RPC method, alarms, WebSocket events), with the pool's status asks left out.
 //   node bench/e2e-steps.ts   prints the figures as JSON
 import { Sandbox } from "e2b";
 import { existsSync, mkdtempSync, readdirSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { startSystem } from "../scripts/lib/system.ts";
+import { freePort } from "../scripts/lib/sqld.ts";
 import type { Figures } from "./run.ts";
 import { median, minMax, round, spawnerOf, threadsCpuMs } from "./stats.ts";
 
 const WARM = 20;
 const STEPS = 30;
 const ROUNDS = 3;
+const COUNT = Boolean(process.env.E2E_STEPS_COUNT);
 
 export async function run(): Promise<Figures> {
   const dataDir = mkdtempSync(join(tmpdir(), "sbx-bench-e2e-steps-"));
   // At process level the driver makes no disk image either (probe.ts).
-  const sys = await startSystem({ dataDir, baseReplicas: WARM, level: "process", agentStopMs: 60_000 });
+  const counterPort = COUNT ? await freePort() : undefined;
+  const sys = await startSystem({ dataDir, baseReplicas: WARM, level: "process", agentStopMs: 60_000, edgeInvocationCounterPort: counterPort });
+  // Tail events arrive just after each invocation ends: read after a short pause.
+  const invocations = async (): Promise<Record<string, number>> => {
+    if (!counterPort) return {};
+    await new Promise((r) => setTimeout(r, 300));
+    return (await (await fetch(`http://127.0.0.1:${counterPort}/`)).json()) as Record<string, number>;
+  };
+  let asks = 0;
   const figures: Figures = {};
   try {
     const sandboxesDir = join(dataDir, "agent/local/sandboxes");
     const opts = { apiKey: sys.apiKey, apiUrl: sys.apiUrl, sandboxUrl: sys.apiUrl };
     const available = async () => {
+      asks++;
       const res = await fetch(`${sys.apiUrl}/admin/teams/admin/templates/base`, { headers: { "x-api-key": sys.apiKey } });
       return res.ok ? (((await res.json()) as { pool?: { available?: number } }).pool?.available ?? 0) : 0;
     };
@@ -52,12 +66,31 @@ export async function run(): Promise<Figures> {
     const add = (step: string, a: Record<string, number>, b: Record<string, number>) => {
       for (const k of Object.keys(parts)) (per[step]![k] ??= []).push((b[k]! - a[k]!) / STEPS);
     };
+    // The invocations of each step, the admin status asks (one Worker fetch and one PoolDO status
+    // each) taken off.
+    const calls: Record<string, Record<string, number>> = { create: {}, kill: {}, cmd: {} };
+    let counted = await invocations();
+    let asksBefore = asks;
+    const count = async (step: string) => {
+      const now = await invocations();
+      const n = asks - asksBefore;
+      for (const [k, v] of Object.entries(now)) {
+        const d = v - (counted[k] ?? 0) - (k === "? fetch" || k === "PoolDO rpc status" ? n : 0);
+        calls[step]![k] = (calls[step]![k] ?? 0) + d;
+      }
+      counted = await invocations();
+      asksBefore = asks;
+    };
     const floor: number[] = [];
     const shell = await Sandbox.create(opts);
     for (let i = 0; i < 10; i++) await shell.commands.run("echo hi");
     await shell.kill();
     await whole();
     for (let r = 0; r < ROUNDS; r++) {
+      if (COUNT) {
+        counted = await invocations();
+        asksBefore = asks;
+      }
       let a = snap();
       const held: Sandbox[] = [];
       for (let i = 0; i < STEPS; i++) held.push(await Sandbox.create(opts));
@@ -65,18 +98,33 @@ export async function run(): Promise<Figures> {
       for (const deadline = Date.now() + 120_000; (await available()) < WARM && Date.now() < deadline; ) await new Promise((r) => setTimeout(r, 1000));
       let b = snap();
       add("create", a, b);
+      if (COUNT) await count("create");
       a = snap();
       for (const s of held.slice(0, STEPS)) await s.commands.run("echo hi");
       b = snap();
       add("cmd", a, b);
+      if (COUNT) await count("cmd");
       a = snap();
       for (const s of held) await s.kill();
       await whole();
       b = snap();
       add("kill", a, b);
+      if (COUNT) await count("kill");
       const e = threadsCpuMs(parts.edge);
       for (let i = 0; i < STEPS; i++) await (await fetch(`${sys.apiUrl}/health`)).text();
       floor.push((threadsCpuMs(parts.edge) - e) / STEPS);
+    }
+    if (COUNT) {
+      for (const [step, byKind] of Object.entries(calls)) {
+        let all = 0;
+        for (const [k, n] of Object.entries(byKind)) {
+          if (!n) continue;
+          all += n;
+          figures[`e2e_steps.${step}_edge_invocations.${k.replace(/^\? /, "Worker ").replaceAll(" ", "_")}`] = { value: round(n / STEPS / ROUNDS, 2), unit: "calls" };
+        }
+        figures[`e2e_steps.${step}_edge_invocations`] = { value: round(all / STEPS / ROUNDS, 2), unit: "calls" };
+      }
+      return figures;
     }
     for (const [step, byPart] of Object.entries(per)) {
       let server = 0;

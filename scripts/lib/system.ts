@@ -56,6 +56,8 @@ export interface SystemOptions {
   agentStopMs?: number;
   /** Open workerd's V8 inspector on this loopback port (benchmarks record CPU profiles). */
   edgeInspectorPort?: number;
+  /** Count the edge's invocations on this loopback port (startEdge's `invocationCounterPort`). */
+  edgeInvocationCounterPort?: number;
 }
 
 /** The agent process, as its supervisor sees it. */
@@ -126,7 +128,7 @@ export async function startSystem(opts: SystemOptions): Promise<System> {
   const edge = new Supervisor(
     "workerd",
     async () => {
-      const e = await startEdge({ dir: join(dataDir, "edge"), port: edgePort, vars: edgeVars, skipBuild: built, inspectorPort: opts.edgeInspectorPort });
+      const e = await startEdge({ dir: join(dataDir, "edge"), port: edgePort, vars: edgeVars, skipBuild: built, inspectorPort: opts.edgeInspectorPort, invocationCounterPort: opts.edgeInvocationCounterPort });
       built = true;
       return e;
     },
