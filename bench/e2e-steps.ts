@@ -8,6 +8,9 @@
 //   e2e_steps.request_floor_cpu_ms   workerd's CPU per GET /health (a route that calls nothing),
 //                                    one at a time: what each request or event costs workerd before
 //                                    any of our work, the floor of a step's edge share per hop
+//   e2e_steps.sqld_request_floor_cpu_ms  sqld's CPU per `SELECT 1` over HTTP through the client the
+//                                    edge uses (@libsql/client/web), one at a time: the floor of
+//                                    each libSQL request a step makes
 // <part>: edge (workerd), agent, spawner, sqld; CPU of all their threads (schedstat, ns). Each step
 // runs STEPS times in a row and waits until the pool is whole again; ROUNDS rounds alternate the
 // steps; the median of the rounds, with their spread. Sequential on purpose: at 20 clients the
@@ -16,6 +19,7 @@
 // would count: a run of its own): e2e_steps.<step>_edge_invocations.<kind> (Worker fetches, each
 // Durable Object RPC method, alarms, WebSocket events), with the pool's status asks left out.
 //   node bench/e2e-steps.ts   prints the figures as JSON
+import { createClient } from "@libsql/client/web";
 import { Sandbox } from "e2b";
 import { existsSync, mkdtempSync, readdirSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -82,6 +86,8 @@ export async function run(): Promise<Figures> {
       asksBefore = asks;
     };
     const floor: number[] = [];
+    const sqlFloor: number[] = [];
+    const db = createClient({ url: sys.sqld.url });
     const shell = await Sandbox.create(opts);
     for (let i = 0; i < 10; i++) await shell.commands.run("echo hi");
     await shell.kill();
@@ -113,6 +119,9 @@ export async function run(): Promise<Figures> {
       const e = threadsCpuMs(parts.edge);
       for (let i = 0; i < STEPS; i++) await (await fetch(`${sys.apiUrl}/health`)).text();
       floor.push((threadsCpuMs(parts.edge) - e) / STEPS);
+      const q = threadsCpuMs(parts.sqld);
+      for (let i = 0; i < STEPS; i++) await db.execute("SELECT 1");
+      sqlFloor.push((threadsCpuMs(parts.sqld) - q) / STEPS);
     }
     if (COUNT) {
       for (const [step, byKind] of Object.entries(calls)) {
@@ -135,6 +144,7 @@ export async function run(): Promise<Figures> {
       figures[`e2e_steps.${step}_server_cpu_ms`] = { value: round(server, 2), unit: "ms" };
     }
     figures["e2e_steps.request_floor_cpu_ms"] = { value: round(median(floor), 2), unit: "ms", spread: minMax(floor) };
+    figures["e2e_steps.sqld_request_floor_cpu_ms"] = { value: round(median(sqlFloor), 2), unit: "ms", spread: minMax(sqlFloor) };
   } finally {
     await sys.stop();
     rmSync(dataDir, { recursive: true, force: true });
