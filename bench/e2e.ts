@@ -139,7 +139,8 @@ async function poolAvailable(apiUrl: string, apiKey: string): Promise<number> {
  * is right. Asking it every 250 ms whatever the count (as before) cost the server ~3 requests per
  * create over a 75 s settle, counted in e2e.server_cpu_ms_each. `asks` counts the requests made. */
 async function waitSettled(apiUrl: string, apiKey: string, want: number, sandboxesDir: string, opts: { atLeast?: boolean; asks?: { n: number } } = {}): Promise<void> {
-  const deadline = Date.now() + 120_000;
+  // The two waits this replaces had 120 s each; a loaded machine's settle took up to 79 s.
+  const deadline = Date.now() + 240_000;
   const count = () => (existsSync(sandboxesDir) ? readdirSync(sandboxesDir).length : 0);
   const right = () => (opts.atLeast ? count() >= want : count() === want);
   for (;;) {
