@@ -302,11 +302,12 @@ export class KubernetesDriver implements Driver {
     const live = sbx && ctx.pod(d.id);
     if (sbx && live && d.state === "Running" && !this.#needsProxyPod(d, live) && !sbx.spec.paused && !live.metadata?.deletionTimestamp && !this.#status.facts(sbx, d.id).frozen && !this.#pods.inplacePending(sbx, d) && !this.#sandboxes.recreatePending(sbx, d) && !this.#sandboxes.restorePending(sbx)) {
       // Running and staying so: only labels, owner and annotations can differ; write them behind.
-      this.#deferred.set(d.id, d);
+      const claim = d.claimed && sbx.metadata?.labels?.[LABEL.claimed] === "false";
+      this.#deferred.set(d.id, claim ? { ...d, claimedAt: this.#deferred.get(d.id)?.claimedAt ?? ctx.now() } : d);
       this.#status.succeeded(d.id);
       // A claim's relabel waits while claims keep coming (claim-writes.ts), unless its pod has a
       // traffic-proxy: the same write hands the claim's rules to it.
-      if (d.claimed && sbx.metadata?.labels?.[LABEL.claimed] === "false" && !hasTrafficProxy(live) && !claimWriteAb.old) this.#claimWrites.claimed(d.id);
+      if (claim && !hasTrafficProxy(live) && !claimWriteAb.old) this.#claimWrites.claimed(d.id);
       else this.#scheduleStatus(d.id);
       return this.#status.observe(d.id, this.#deferred.get(d.id)?.generation)!;
     }
