@@ -10,10 +10,12 @@
 // A claim whose pod has a traffic-proxy is not held: the same write hands the claim's egress rules
 // to its proxy (kubernetes-driver.ts `#sync`).
 
-/** How long after the latest claim the held writes still wait: about one /init round trip on a
- * loaded node (bench/kube.ts `kube.claim_agent_init_ms`), so a burst's last claims are answered
- * first. A judgment, not a measured optimum. */
-export const CLAIM_WRITE_LINGER_MS = 100;
+/** How long after the latest claim the held writes still wait: as long as a pool's refill does
+ * (reconciler.ts REFILL_YIELD_LINGER_MS), for the same reason: a loaded edge delivers a burst's
+ * claims in flushes hundreds of ms apart, and with 100 ms the writes went in those gaps, into the
+ * next flush's /inits (bench/kube.ts, s16: a quarter of the claims' patches inside the running
+ * windows). A judgment, not a measured optimum. */
+export const CLAIM_WRITE_LINGER_MS = 500;
 /** How long a claim's writes wait at most, however many claims follow it. */
 export const CLAIM_WRITE_MAX_WAIT_MS = 1000;
 
