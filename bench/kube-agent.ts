@@ -11,15 +11,12 @@
 //                    connections the agent opened since (tls.connect: the API server's, each a
 //                    handshake on both sides), and the agent's event-loop delay since (p50, p99,
 //                    max, ms: how long a ready answer, an /init's included, waited for the loop).
-//   {op: "ab", old}  TEMPORARY (controllers/lib/claim-write-ab.ts): a claim's relabel written 20 ms
-//                    after it (old: true), as before session 16, or held while claims keep coming.
 // Each op is answered with {op, ...} once done. Nothing here changes what a pass does.
 import http from "node:http";
 import { monitorEventLoopDelay } from "node:perf_hooks";
 import tls from "node:tls";
 import { Reconciler } from "../controllers/agent/reconciler.ts";
 import { Link } from "../controllers/agent/link.ts";
-import { claimWriteAb } from "../controllers/lib/claim-write-ab.ts";
 import type { Intent } from "../schema/protocol/index.ts";
 
 export interface ClaimTrace {
@@ -98,10 +95,8 @@ http.request = function (this: unknown, ...args: unknown[]) {
   return req;
 } as typeof http.request;
 
-process.on("message", (msg: { op: string; old?: boolean }) => {
-  if (msg.op === "ab") {
-    claimWriteAb.old = Boolean(msg.old);
-  } else if (msg.op === "hold") {
+process.on("message", (msg: { op: string }) => {
+  if (msg.op === "hold") {
     if (!hold) {
       let release!: () => void;
       const promise = new Promise<void>((ok) => (release = ok));

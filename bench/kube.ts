@@ -128,17 +128,13 @@ const RUNTIMES = Number(process.env.KUBE_BENCH_RUNTIMES ?? 1);
 /** The steps of each round (KUBE_BENCH_STEPS, comma-separated; all by default): `kube`, `edge`
  * (edge-only), `kubeHeld`, `edgeHeld` (refill held), `initFloor` (the runtimes' /init alone). */
 const ALL_STEPS = ["kube", "edge", "kubeHeld", "edgeHeld", "initFloor"] as const;
-/** TEMPORARY (session 16, controllers/lib/claim-write-ab.ts): `kubeOld`, `kubeHeldOld` are the kube
- * steps with each claim's relabel written 20 ms after it, as before claim-writes.ts, in the same
- * rounds (named only). */
-const AB_STEPS = ["kubeOld", "kubeHeldOld"] as const;
-type Step = (typeof ALL_STEPS)[number] | (typeof AB_STEPS)[number];
+type Step = (typeof ALL_STEPS)[number];
 const STEPS = (process.env.KUBE_BENCH_STEPS?.split(",") ?? ALL_STEPS).map((x) => {
-  if (![...ALL_STEPS, ...AB_STEPS].includes(x as Step)) throw new Error(`KUBE_BENCH_STEPS: unknown step ${x} (${ALL_STEPS.join(", ")})`);
+  if (!(ALL_STEPS as readonly string[]).includes(x)) throw new Error(`KUBE_BENCH_STEPS: unknown step ${x} (${ALL_STEPS.join(", ")})`);
   return x as Step;
 });
 /** Each step's figures are named after it. */
-const STEP_NAMES: Record<Step, string> = { kube: "kube.claim", edge: "kube.edge_only_claim", kubeHeld: "kube.claim_refill_held", edgeHeld: "kube.edge_only_claim_refill_held", initFloor: "kube.runtime_init_floor", kubeOld: "kube.claim_old", kubeHeldOld: "kube.claim_refill_held_old" };
+const STEP_NAMES: Record<Step, string> = { kube: "kube.claim", edge: "kube.edge_only_claim", kubeHeld: "kube.claim_refill_held", edgeHeld: "kube.edge_only_claim_refill_held", initFloor: "kube.runtime_init_floor" };
 const RUNTIME_IMAGE = "ghcr.io/kruise-edge/sandbox-agent:bench";
 const ROOT = join(import.meta.dirname, "..");
 // This bench is the test kubelet: it serves every pod's sandbox and names it in the runtime-url
@@ -404,7 +400,7 @@ async function claimsThroughEdge(cluster: Cluster): Promise<Figures> {
       agent.kill("SIGTERM");
       if (agent.exitCode === null) await new Promise((r) => agent.once("exit", r));
     });
-    const agentOp = <T,>(op: "hold" | "release" | "trace" | "ab", old?: boolean) =>
+    const agentOp = <T,>(op: "hold" | "release" | "trace") =>
       new Promise<T>((ok) => {
         const on = (m: { op: string }) => {
           if (m.op !== op) return;
@@ -412,7 +408,7 @@ async function claimsThroughEdge(cluster: Cluster): Promise<Figures> {
           ok(m as T);
         };
         agent.on("message", on);
-        agent.send({ op, old });
+        agent.send({ op });
       });
     // The claims' timestamps since the last call, and the TLS connections the agent opened meanwhile.
     const traced = async () => await agentOp<{ traces: ClaimTrace[]; tlsConnects: number; loopDelay: LoopDelay; origin: number }>("trace");
@@ -436,12 +432,6 @@ async function claimsThroughEdge(cluster: Cluster): Promise<Figures> {
     const edgeLatencies: number[] = [];
     const heldLatencies: number[] = [];
     const heldEdgeLatencies: number[] = [];
-    const oldLatencies: number[] = [];
-    const heldOldLatencies: number[] = [];
-    const oldRatios: number[] = [];
-    const heldOldRatios: number[] = [];
-    const oldAgentTraces: ClaimTrace[] = [];
-    const heldOldAgentTraces: ClaimTrace[] = [];
     /** The agent's event-loop delay during each kube step's claims, per round. */
     const loopDelays: Partial<Record<Step, LoopDelay[]>> = {};
     let claimMs = 0;
@@ -476,17 +466,16 @@ async function claimsThroughEdge(cluster: Cluster): Promise<Figures> {
       (cpu[step] ??= []).push(Object.fromEntries(Object.entries(after).map(([part, v]) => [part, Math.max(0, v - (before[part] ?? 0)) / n])));
       return ms;
     };
-    const kubeClaim = async (clients: number, n: number, held: boolean, old = false) => {
+    const kubeClaim = async (clients: number, n: number, held: boolean) => {
       await bothWhole();
       if (held) await agentOp("hold");
-      if (old) await agentOp("ab", true);
       await traces();
       const t0 = performance.now();
       const from = Date.now();
-      const step: Step = held ? (old ? "kubeHeldOld" : "kubeHeld") : old ? "kubeOld" : "kube";
+      const step: Step = held ? "kubeHeld" : "kube";
       const ms = await measured(step, n, () => timedConcurrently(n, clients, () => api.create("pool")));
-      if (!old) windows[held ? "held" : "running"].push([from, Date.now()]);
-      if (!held && !old) claimMs += performance.now() - t0;
+      windows[held ? "held" : "running"].push([from, Date.now()]);
+      if (!held) claimMs += performance.now() - t0;
       kubeClaims += n;
       const t = await traced();
       (loopDelays[step] ??= []).push(t.loopDelay);
@@ -494,12 +483,8 @@ async function claimsThroughEdge(cluster: Cluster): Promise<Figures> {
       // its process prints when it stops (runtimeProcess): where the agent's /init time went.
       const abs = (x?: number) => (x === undefined ? null : round(t.origin + x, 3));
       console.error(`kube bench claim traces ${step} ${JSON.stringify(t.traces.map((c) => [c.id, abs(c.offered), abs(c.passStart), abs(c.initStart), abs(c.initEnd), abs(c.acked)]))}`);
-      if (old) await agentOp("ab", false);
-      if (old) (held ? heldOldAgentTraces : oldAgentTraces).push(...t.traces);
-      else {
-        (held ? heldAgentTraces : agentTraces).push(...t.traces);
-        (held ? heldTls : tls).push(t.tlsConnects);
-      }
+      (held ? heldAgentTraces : agentTraces).push(...t.traces);
+      (held ? heldTls : tls).push(t.tlsConnects);
       if (held) await agentOp("release");
       return ms;
     };
@@ -523,10 +508,8 @@ async function claimsThroughEdge(cluster: Cluster): Promise<Figures> {
       const steps: [Step, () => Promise<number[]>][] = (
         [
           ["kube", () => kubeClaim(CLIENTS, n, false)],
-          ["kubeOld", () => kubeClaim(CLIENTS, n, false, true)],
           ["edge", () => edgeClaim(CLIENTS, n, false)],
           ["kubeHeld", () => kubeClaim(CLIENTS, n, true)],
-          ["kubeHeldOld", () => kubeClaim(CLIENTS, n, true, true)],
           ["edgeHeld", () => edgeClaim(CLIENTS, n, true)],
           ["initFloor", () => initFloor(CLIENTS, n)],
         ] as [Step, () => Promise<number[]>][]
@@ -537,10 +520,6 @@ async function claimsThroughEdge(cluster: Cluster): Promise<Figures> {
       edgeLatencies.push(...(got.edge ?? []));
       heldLatencies.push(...(got.kubeHeld ?? []));
       heldEdgeLatencies.push(...(got.edgeHeld ?? []));
-      oldLatencies.push(...(got.kubeOld ?? []));
-      heldOldLatencies.push(...(got.kubeHeldOld ?? []));
-      if (got.kubeOld && got.edge) oldRatios.push(p50("kubeOld") / p50("edge"));
-      if (got.kubeHeldOld && got.edgeHeld) heldOldRatios.push(p50("kubeHeldOld") / p50("edgeHeld"));
       if (got.kube && got.edge) roundRatios.push(p50("kube") / p50("edge"));
       if (got.kubeHeld && got.edgeHeld) heldRatios.push(p50("kubeHeld") / p50("edgeHeld"));
       if (got.initFloor) floorP50s.push(p50("initFloor"));
@@ -603,20 +582,6 @@ async function claimsThroughEdge(cluster: Cluster): Promise<Figures> {
     if (heldLatencies.length) figures["kube.claim_refill_held_p50_ms"] = { value: round(pct(heldLatencies, 50)), unit: "ms (each side's refill held until its claims are done)" };
     if (heldEdgeLatencies.length) figures["kube.edge_only_claim_refill_held_p50_ms"] = { value: round(pct(heldEdgeLatencies, 50)), unit: "ms" };
     if (heldRatios.length) figures["kube.claim_vs_edge_claim_ratio_refill_held"] = { value: round(pct(heldRatios, 50)), unit: `ratio (median of ${RATIO_ROUNDS} rounds, same rounds as the one above)`, spread: minMax(heldRatios) };
-    // TEMPORARY (session 16): the same figures of the kubeOld steps (claim relabels 20 ms behind,
-    // as before claim-writes.ts), and new over old per round (each round ran both: median, spread).
-    if (oldLatencies.length) figures["kube.claim_old_p50_ms"] = { value: round(pct(oldLatencies, 50)), unit: "ms (claim relabel 20 ms behind, as before s16)" };
-    if (heldOldLatencies.length) figures["kube.claim_refill_held_old_p50_ms"] = { value: round(pct(heldOldLatencies, 50)), unit: "ms (claim relabel 20 ms behind, as before s16)" };
-    if (oldRatios.length) figures["kube.claim_vs_edge_claim_ratio_old"] = { value: round(pct(oldRatios, 50)), unit: `ratio (median of ${RATIO_ROUNDS} rounds, same rounds)`, spread: minMax(oldRatios) };
-    if (heldOldRatios.length) figures["kube.claim_vs_edge_claim_ratio_refill_held_old"] = { value: round(pct(heldOldRatios, 50)), unit: `ratio (median of ${RATIO_ROUNDS} rounds, same rounds)`, spread: minMax(heldOldRatios) };
-    for (const [a, b, name] of [["kube", "kubeOld", "kube.claim_p50_new_vs_old"], ["kubeHeld", "kubeHeldOld", "kube.claim_refill_held_p50_new_vs_old"]] as const) {
-      const ra = a === "kube" ? roundRatios : heldRatios;
-      const rb = b === "kubeOld" ? oldRatios : heldOldRatios;
-      if (!ra.length || ra.length !== rb.length) continue;
-      const r = ra.map((x, i) => x / rb[i]!);
-      figures[name] = { value: round(pct(r, 50)), unit: "ratio of the round's kube claim p50s, new over old (median of rounds)", spread: minMax(r) };
-    }
-    Object.assign(figures, traceFigures(oldAgentTraces, "kube.claim_old"), traceFigures(heldOldAgentTraces, "kube.claim_refill_held_old"));
     for (const [step, ds] of Object.entries(loopDelays) as [Step, LoopDelay[]][]) {
       figures[`${STEP_NAMES[step]}_agent_loop_delay_p99_ms`] = {
         value: round(pct(ds.map((d) => d.p99), 50)),

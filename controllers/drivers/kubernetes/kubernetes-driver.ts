@@ -42,7 +42,6 @@ import { CheckpointSnapshots } from "./checkpoint/snapshots.ts";
 import type { CsiMountConfig } from "../../../schema/crd/csi-mount.ts";
 import { UserRequests } from "./user-requests.ts";
 import { ClaimWrites } from "./claim-writes.ts";
-import { claimWriteAb } from "../../lib/claim-write-ab.ts";
 
 export { idLabel, sandboxName } from "./objects.ts";
 
@@ -307,7 +306,7 @@ export class KubernetesDriver implements Driver {
       this.#status.succeeded(d.id);
       // A claim's relabel waits while claims keep coming (claim-writes.ts), unless its pod has a
       // traffic-proxy: the same write hands the claim's rules to it.
-      if (claim && !hasTrafficProxy(live) && !claimWriteAb.old) this.#claimWrites.claimed(d.id);
+      if (claim && !hasTrafficProxy(live)) this.#claimWrites.claimed(d.id);
       else this.#scheduleStatus(d.id);
       return this.#status.observe(d.id, this.#deferred.get(d.id)?.generation)!;
     }
