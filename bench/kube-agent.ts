@@ -9,9 +9,11 @@
 //                    frame arrived), pass started, /init sent and answered, acked (the ack handed
 //                    to the link, which sends it in the same microtask turn); and the TLS
 //                    connections the agent opened since (tls.connect: the API server's, each a
-//                    handshake on both sides).
+//                    handshake on both sides), and the agent's event-loop delay since (p50, p99,
+//                    max, ms: how long a ready answer, an /init's included, waited for the loop).
 // Each op is answered with {op, ...} once done. Nothing here changes what a pass does.
 import http from "node:http";
+import { monitorEventLoopDelay } from "node:perf_hooks";
 import tls from "node:tls";
 import { Reconciler } from "../controllers/agent/reconciler.ts";
 import { Link } from "../controllers/agent/link.ts";
@@ -32,6 +34,13 @@ const held = new Set<string>();
 const known = new Set<string>();
 let traces = new Map<string, ClaimTrace>();
 let tlsConnects = 0;
+export interface LoopDelay {
+  p50: number;
+  p99: number;
+  max: number;
+}
+const loop = monitorEventLoopDelay({ resolution: 5 });
+loop.enable();
 
 const connect = tls.connect;
 tls.connect = function (this: unknown, ...args: Parameters<typeof connect>) {
@@ -98,9 +107,11 @@ process.on("message", (msg: { op: string }) => {
     hold = undefined;
     held.clear();
   } else if (msg.op === "trace") {
-    process.send!({ op: "trace", traces: [...traces.values()], tlsConnects });
+    const loopDelay: LoopDelay = { p50: loop.percentile(50) / 1e6, p99: loop.percentile(99) / 1e6, max: loop.max / 1e6 };
+    process.send!({ op: "trace", traces: [...traces.values()], tlsConnects, loopDelay, origin: performance.timeOrigin });
     traces = new Map();
     tlsConnects = 0;
+    loop.reset();
     return;
   }
   process.send!({ op: msg.op });

@@ -92,6 +92,7 @@
 // KUBE_BENCH_AGENT_PROF=DIR writes the agent process's CPU profile there (node --cpu-prof).
 import { spawn, spawnSync } from "node:child_process";
 import { loadavg } from "node:os";
+import type { IncomingMessage, ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import { join } from "node:path";
 import { setFlagsFromString, writeHeapSnapshot } from "node:v8";
@@ -109,7 +110,7 @@ import { startTestEdge } from "../test/kube/support/edge.ts";
 import { persist, TestKubelet } from "../test/kube/support/kubelet.ts";
 import { ScriptedAgent, tcpTransport } from "../test/support/scripted-agent.ts";
 import type { BenchContext, Figures } from "./run.ts";
-import type { ClaimTrace } from "./kube-agent.ts";
+import type { ClaimTrace, LoopDelay } from "./kube-agent.ts";
 import { minMax, percentile as pct, processTree, round, threadsCpuMs, timedConcurrently } from "./stats.ts";
 
 const round2 = (x: number) => round(x);
@@ -132,6 +133,8 @@ const STEPS = (process.env.KUBE_BENCH_STEPS?.split(",") ?? ALL_STEPS).map((x) =>
   if (!(ALL_STEPS as readonly string[]).includes(x)) throw new Error(`KUBE_BENCH_STEPS: unknown step ${x} (${ALL_STEPS.join(", ")})`);
   return x as Step;
 });
+/** Each step's figures are named after it. */
+const STEP_NAMES: Record<Step, string> = { kube: "kube.claim", edge: "kube.edge_only_claim", kubeHeld: "kube.claim_refill_held", edgeHeld: "kube.edge_only_claim_refill_held", initFloor: "kube.runtime_init_floor" };
 const RUNTIME_IMAGE = "ghcr.io/kruise-edge/sandbox-agent:bench";
 const ROOT = join(import.meta.dirname, "..");
 // This bench is the test kubelet: it serves every pod's sandbox and names it in the runtime-url
@@ -312,12 +315,24 @@ async function runtimeChild(): Promise<{ url: string; add(id: string): Promise<v
 async function runtimeProcess(): Promise<void> {
   const runtime = createRuntime({ onError: () => {} });
   const server = await runtime.listen({ port: 0, host: "127.0.0.1" });
+  // Each /init's arrival (its request's headers parsed) and answer (its last byte handed to the
+  // socket) on the wall clock, printed at the end: bench/kube.ts's claim traces hold the agent's.
+  const inits: [string, number, number][] = [];
+  const wall = () => round(performance.timeOrigin + performance.now(), 3);
+  server.prependListener("request", (req: IncomingMessage, res: ServerResponse) => {
+    if (req.url !== "/init") return;
+    const at = wall();
+    res.once("finish", () => inits.push([String(req.headers["e2b-sandbox-id"]), at, wall()]));
+  });
   const view = new HostView();
   process.on("message", (m: { add: string }) => {
     if (!runtime.getSandbox(m.add)) runtime.addSandbox(m.add, view, {});
     process.send!({ added: m.add });
   });
-  const exit = () => void runtime.close().finally(() => process.exit(0));
+  const exit = () => {
+    console.error(`kube bench runtime inits ${JSON.stringify(inits)}`);
+    void runtime.close().finally(() => process.exit(0));
+  };
   process.once("SIGTERM", exit);
   process.once("disconnect", exit); // the pods process is gone
   console.log(`runtime listening ${(server.address() as AddressInfo).port}`);
@@ -396,7 +411,7 @@ async function claimsThroughEdge(cluster: Cluster): Promise<Figures> {
         agent.send({ op });
       });
     // The claims' timestamps since the last call, and the TLS connections the agent opened meanwhile.
-    const traced = async () => await agentOp<{ traces: ClaimTrace[]; tlsConnects: number }>("trace");
+    const traced = async () => await agentOp<{ traces: ClaimTrace[]; tlsConnects: number; loopDelay: LoopDelay; origin: number }>("trace");
     const traces = async () => (await traced()).traces;
     const api = edgeApi(edge.url, edge.adminKey);
     let t = performance.now();
@@ -417,6 +432,8 @@ async function claimsThroughEdge(cluster: Cluster): Promise<Figures> {
     const edgeLatencies: number[] = [];
     const heldLatencies: number[] = [];
     const heldEdgeLatencies: number[] = [];
+    /** The agent's event-loop delay during each kube step's claims, per round. */
+    const loopDelays: Partial<Record<Step, LoopDelay[]>> = {};
     let claimMs = 0;
     const roundRatios: number[] = [];
     const heldRatios: number[] = [];
@@ -455,11 +472,17 @@ async function claimsThroughEdge(cluster: Cluster): Promise<Figures> {
       await traces();
       const t0 = performance.now();
       const from = Date.now();
-      const ms = await measured(held ? "kubeHeld" : "kube", n, () => timedConcurrently(n, clients, () => api.create("pool")));
+      const step: Step = held ? "kubeHeld" : "kube";
+      const ms = await measured(step, n, () => timedConcurrently(n, clients, () => api.create("pool")));
       windows[held ? "held" : "running"].push([from, Date.now()]);
       if (!held) claimMs += performance.now() - t0;
       kubeClaims += n;
       const t = await traced();
+      (loopDelays[step] ??= []).push(t.loopDelay);
+      // On the wall clock (ms), to be matched offline with the runtime's own /init times, which
+      // its process prints when it stops (runtimeProcess): where the agent's /init time went.
+      const abs = (x?: number) => (x === undefined ? null : round(t.origin + x, 3));
+      console.error(`kube bench claim traces ${step} ${JSON.stringify(t.traces.map((c) => [c.id, abs(c.offered), abs(c.passStart), abs(c.initStart), abs(c.initEnd), abs(c.acked)]))}`);
       (held ? heldAgentTraces : agentTraces).push(...t.traces);
       (held ? heldTls : tls).push(t.tlsConnects);
       if (held) await agentOp("release");
@@ -559,6 +582,13 @@ async function claimsThroughEdge(cluster: Cluster): Promise<Figures> {
     if (heldLatencies.length) figures["kube.claim_refill_held_p50_ms"] = { value: round(pct(heldLatencies, 50)), unit: "ms (each side's refill held until its claims are done)" };
     if (heldEdgeLatencies.length) figures["kube.edge_only_claim_refill_held_p50_ms"] = { value: round(pct(heldEdgeLatencies, 50)), unit: "ms" };
     if (heldRatios.length) figures["kube.claim_vs_edge_claim_ratio_refill_held"] = { value: round(pct(heldRatios, 50)), unit: `ratio (median of ${RATIO_ROUNDS} rounds, same rounds as the one above)`, spread: minMax(heldRatios) };
+    for (const [step, ds] of Object.entries(loopDelays) as [Step, LoopDelay[]][]) {
+      figures[`${STEP_NAMES[step]}_agent_loop_delay_p99_ms`] = {
+        value: round(pct(ds.map((d) => d.p99), 50)),
+        unit: `ms (the agent's event-loop delay during the step's claims, median of the rounds' p99; rounds' p50 ${ds.map((d) => round(d.p50)).join(" ")}, max ${ds.map((d) => round(d.max)).join(" ")})`,
+        spread: minMax(ds.map((d) => d.p99)),
+      };
+    }
     if (floorP50s.length) {
       figures["kube.runtime_init_floor_p50_ms"] = {
         value: round(pct(floorP50s, 50)),
@@ -628,7 +658,7 @@ function partOf(pid: number): string {
 function cpuFigures(cpu: Partial<Record<Step, Record<string, number>[]>>): Figures {
   const figures: Figures = {};
   const total = (r: Record<string, number>) => Object.values(r).reduce((a, b) => a + b, 0);
-  const names: Record<Step, string> = { kube: "kube.claim", edge: "kube.edge_only_claim", kubeHeld: "kube.claim_refill_held", edgeHeld: "kube.edge_only_claim_refill_held", initFloor: "kube.runtime_init_floor" };
+  const names = STEP_NAMES;
   for (const [step, rounds] of Object.entries(cpu) as [Step, Record<string, number>[]][]) {
     const parts = [...new Set(rounds.flatMap((r) => Object.keys(r)))];
     const each = parts.map((p) => [p, pct(rounds.map((r) => r[p] ?? 0), 50)] as const).filter(([, v]) => v >= 0.05).sort((a, b) => b[1] - a[1]);

@@ -152,7 +152,9 @@ describe("kubernetes driver", () => {
   it("claim marks the sandbox and pod claimed, leaves the pool, and the pool counts one fewer", async () => {
     // A claim's labels (E2B metadata label:<k>) go on the Sandbox and its Pod; reserved keys never.
     const labels = { "team.example/owner": "alice", purpose: "eval", [LABEL.pool]: "forged", "e2b.agents.kruise.io/x": "y" };
+    const claimedFrom = Date.now();
     const claimed = await driver.ensure(desired("poola", { claimed: true, labels }));
+    const claimedBy = Date.now();
     // The claim does not wait for the API server: the sandbox is ready at once, the labels follow.
     expect(claimed).toMatchObject({ phase: "Running", ready: true });
     const sbx = await until("sandbox relabelled", () => {
@@ -161,7 +163,10 @@ describe("kubernetes driver", () => {
     });
     expect(sbx.metadata.labels[LABEL.claimed]).toBe("true");
     expect(sbx.metadata.ownerReferences ?? []).toEqual([]);
-    expect(sbx.metadata.annotations["agents.kruise.io/claim-timestamp"]).toMatch(/^\d{4}-/);
+    // The claim's time, not the write's: the relabel trails the claim (claim-writes.ts).
+    const claimedAt = Date.parse(sbx.metadata.annotations["agents.kruise.io/claim-timestamp"]);
+    expect(claimedAt).toBeGreaterThanOrEqual(claimedFrom);
+    expect(claimedAt).toBeLessThanOrEqual(claimedBy);
     expect(sbx.metadata.labels).toMatchObject({ "team.example/owner": "alice", purpose: "eval", [LABEL.pool]: "python" });
     expect(sbx.metadata.labels["e2b.agents.kruise.io/x"]).toBeUndefined();
     const pod = await until("pod relabelled", async () => {

@@ -41,6 +41,7 @@ import { CsiMounter } from "./csi-mounts.ts";
 import { CheckpointSnapshots } from "./checkpoint/snapshots.ts";
 import type { CsiMountConfig } from "../../../schema/crd/csi-mount.ts";
 import { UserRequests } from "./user-requests.ts";
+import { ClaimWrites } from "./claim-writes.ts";
 
 export { idLabel, sandboxName } from "./objects.ts";
 
@@ -81,8 +82,11 @@ export class KubernetesDriver implements Driver {
   /** Each sandbox's chain of writes (see #serial). */
   readonly #writes = new KeyedSerial();
   /** Metadata-only changes (a claim, a new generation) not yet written: the claim's critical path
-   * is the runtime's re-init, so the Sandbox and pod relabel trail it by a few milliseconds. */
+   * is the runtime's re-init, so the Sandbox and pod relabel trail it (a claim's until claims
+   * pause: claim-writes.ts). */
   readonly #deferred = new Map<string, KubeDesiredSandbox>();
+  /** Claims whose deferred write waits until claims pause (claim-writes.ts). */
+  readonly #claimWrites = new ClaimWrites((id) => this.#scheduleStatus(id, 0));
   /** TrafficPolicies in force (the edge's set), the pods' egress objects, and each sandbox's last
    * desired state (what a policy change is judged against). */
   readonly #policies = new TrafficPolicySet();
@@ -259,6 +263,7 @@ export class KubernetesDriver implements Driver {
 
   async stop(): Promise<void> {
     this.#stopped = true;
+    this.#claimWrites.stop();
     for (const t of this.#statusTimers.values()) clearTimeout(t);
     this.#statusTimers.clear();
     clearInterval(this.#trafficResync);
@@ -274,9 +279,10 @@ export class KubernetesDriver implements Driver {
    * stop(), it waits out the writes already sent.
    */
   async idle(): Promise<void> {
-    while (this.#statusTimers.size > 0 || this.#passes.size > 0 || this.#writes.size > 0) {
-      // A scheduled recompute is a timer (it coalesces bursts): polled, then waited for as a write.
-      const timers = this.#statusTimers.size > 0 ? new Promise((r) => setTimeout(r, 20)) : undefined;
+    while (this.#statusTimers.size > 0 || this.#claimWrites.size > 0 || this.#passes.size > 0 || this.#writes.size > 0) {
+      // A scheduled recompute (it coalesces bursts) or a held claim write is a timer: polled, then
+      // waited for as a write.
+      const timers = this.#statusTimers.size > 0 || this.#claimWrites.size > 0 ? new Promise((r) => setTimeout(r, 20)) : undefined;
       await Promise.all([...this.#passes, this.#writes.idle(), timers]);
     }
   }
@@ -295,12 +301,17 @@ export class KubernetesDriver implements Driver {
     const live = sbx && ctx.pod(d.id);
     if (sbx && live && d.state === "Running" && !this.#needsProxyPod(d, live) && !sbx.spec.paused && !live.metadata?.deletionTimestamp && !this.#status.facts(sbx, d.id).frozen && !this.#pods.inplacePending(sbx, d) && !this.#sandboxes.recreatePending(sbx, d) && !this.#sandboxes.restorePending(sbx)) {
       // Running and staying so: only labels, owner and annotations can differ; write them behind.
-      this.#deferred.set(d.id, d);
+      const claim = d.claimed && sbx.metadata?.labels?.[LABEL.claimed] === "false";
+      this.#deferred.set(d.id, claim ? { ...d, claimedAt: this.#deferred.get(d.id)?.claimedAt ?? ctx.now() } : d);
       this.#status.succeeded(d.id);
-      this.#scheduleStatus(d.id);
+      // A claim's relabel waits while claims keep coming (claim-writes.ts), unless its pod has a
+      // traffic-proxy: the same write hands the claim's rules to it.
+      if (claim && !hasTrafficProxy(live)) this.#claimWrites.claimed(d.id);
+      else this.#scheduleStatus(d.id);
       return this.#status.observe(d.id, this.#deferred.get(d.id)?.generation)!;
     }
     this.#deferred.delete(d.id);
+    this.#claimWrites.forget(d.id);
     return this.#serial(d.id, () => this.#converge(d).catch((err: unknown) => this.#failed(d.id, err)));
   }
 
@@ -725,6 +736,7 @@ export class KubernetesDriver implements Driver {
       this.#status.forget(id);
       this.#mounts.forget(id);
       this.#deferred.delete(id);
+      this.#claimWrites.forget(id);
     });
   }
 }

@@ -44,6 +44,8 @@ export interface KubeDesiredSandbox extends DesiredSandbox {
   restoreCheckpointId?: string;
   /** The runtime's access token, sent with freeze/thaw once the sandbox has one. */
   accessToken?: string | null;
+  /** When the driver took the claim (ms): its claim-timestamp, written behind it (claim-writes.ts). */
+  claimedAt?: number;
 }
 
 /** A driver observation plus what only a remote runtime has: where it is and whether it is ready. */

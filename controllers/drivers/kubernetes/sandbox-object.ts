@@ -82,7 +82,8 @@ export class SandboxObjects {
       if (claimed) {
         // Leaving the pool: the SandboxSet no longer owns it and counts one fewer warm member.
         patch.metadata.ownerReferences = (meta.ownerReferences ?? []).filter((r) => r.kind !== "SandboxSet");
-        patch.metadata.annotations = { [ANNOTATION.claimTimestamp]: new Date(this.#ctx.now()).toISOString() };
+        // When the claim was taken, not when this write goes (it may trail the claim by up to 1 s).
+        patch.metadata.annotations = { [ANNOTATION.claimTimestamp]: new Date(d.claimedAt ?? this.#ctx.now()).toISOString() };
       }
     }
     // User labels and annotations (a claim's, E2B metadata) go on the Sandbox and its pod; added
