@@ -93,6 +93,25 @@ async function scriptCluster(sandboxId: string, script: Script | null): Promise<
   });
 }
 
+type IndexWrite = (ops: IndexOp[]) => Promise<{ ok: true } | { ok: false; error: string }>;
+
+/** Puts `write` in front of the team's ClusterDO's own index writer (which it is given); returns the undo. */
+async function scriptClusterIndex(write: (ops: IndexOp[], real: IndexWrite) => ReturnType<IndexWrite>): Promise<() => Promise<void>> {
+  const cluster = env.CLUSTER.get(env.CLUSTER.idFromName(team.cluster));
+  type Queue = { writer: () => { write: IndexWrite } };
+  let real: Queue["writer"] | undefined;
+  await runInDurableObject(cluster, (instance: ClusterDO) => {
+    const queue = (instance as unknown as { indexQueue: Queue }).indexQueue;
+    const writer = queue.writer;
+    real = writer;
+    queue.writer = () => ({ write: (ops) => write(ops, (o) => writer().write(o)) });
+  });
+  return () =>
+    runInDurableObject(cluster, (instance: ClusterDO) => {
+      (instance as unknown as { indexQueue: Queue }).indexQueue.writer = real!;
+    });
+}
+
 describe("timers", () => {
   it("kills at the end of life (onTimeout kill)", async () => {
     const id = await create({ timeout: 60 });
@@ -490,24 +509,13 @@ describe("lost calls are retried, memory is bounded", () => {
   });
 
   it("a create's carried index row whose answer was lost is not written again after a kill: no ghost row is listed or counted", async () => {
-    type Write = (ops: IndexOp[]) => Promise<{ ok: true } | { ok: false; error: string }>;
-    const cluster = env.CLUSTER.get(env.CLUSTER.idFromName(team.cluster));
     const tag = unique("ghost");
     let lost = 0;
-    let real: () => { write: Write } = () => {
-      throw new Error("not swapped");
-    };
     // The first batch carrying this create's row commits, but its answer is lost.
-    await runInDurableObject(cluster, (instance: ClusterDO) => {
-      const queue = (instance as unknown as { indexQueue: { writer: () => { write: Write } } }).indexQueue;
-      real = queue.writer;
-      queue.writer = () => ({
-        write: async (ops) => {
-          const r = await real().write(ops);
-          if (ops.some((o) => o.kind === "upsert" && o.row.metadata?.tag === tag) && lost++ === 0) return { ok: false, error: "scripted: the answer was lost" };
-          return r;
-        },
-      });
+    const restore = await scriptClusterIndex(async (ops, real) => {
+      const r = await real(ops);
+      if (ops.some((o) => o.kind === "upsert" && o.row.metadata?.tag === tag) && lost++ === 0) return { ok: false, error: "scripted: the answer was lost" };
+      return r;
     });
     try {
       const created = call("/v2/sandboxes", { key: team.key, body: { templateID: team.template, timeout: 600, metadata: { tag } } });
@@ -527,14 +535,11 @@ describe("lost calls are retried, memory is bounded", () => {
       const page = await call(`/v2/sandboxes?metadata=tag%3D${tag}`, { key: team.key });
       expect(await page.json()).toEqual([]);
     } finally {
-      await runInDurableObject(cluster, (instance: ClusterDO) => {
-        (instance as unknown as { indexQueue: { writer: unknown } }).indexQueue.writer = real;
-      });
+      await restore();
     }
   }, 20_000);
 
   it("a kill's index row travels with its intent: unlisted once answered though every group's own index calls fail", async () => {
-    type Write = (ops: IndexOp[]) => Promise<{ ok: true } | { ok: false; error: string }>;
     const tag = unique("killcarried");
     const id = await create({ timeout: 600, metadata: { tag } });
     const listed = async () => (await expectStatus(call(`/v2/sandboxes?metadata=tag%3D${tag}`, { key: team.key }), 200)).map((s: { sandboxID: string }) => s.sandboxID);
@@ -545,7 +550,7 @@ describe("lost calls are retried, memory is bounded", () => {
     let refusedKillRows = 0;
     for (const g of groups) {
       await runInDurableObject(g, (instance: SandboxGroupDO) => {
-        (instance as unknown as { indexWriter?: () => { write: Write } }).indexWriter = () => ({
+        (instance as unknown as { indexWriter?: () => { write: IndexWrite } }).indexWriter = () => ({
           write: async (ops) => {
             if (ops.some((o) => o.row.id === id && o.row.phase === "Terminating")) refusedKillRows++;
             return { ok: false, error: "scripted: the group's index path is down" };
@@ -614,29 +619,15 @@ describe("lost calls are retried, memory is bounded", () => {
   }, 25_000);
 
   it("a kill whose index writes all fail (libSQL away between the kill and the destroy) is unlisted once libSQL is back, and stays so", async () => {
-    type Write = (ops: IndexOp[]) => Promise<{ ok: true } | { ok: false; error: string }>;
     const tag = unique("killaway");
     const id = await create({ timeout: 600, metadata: { tag } });
-    const cluster = env.CLUSTER.get(env.CLUSTER.idFromName(team.cluster));
     let down = true;
     let groupWrites = 0;
-    let real: () => { write: Write } = () => {
-      throw new Error("not swapped");
-    };
-    await runInDurableObject(cluster, (instance: ClusterDO) => {
-      const queue = (instance as unknown as { indexQueue: { writer: () => { write: Write } } }).indexQueue;
-      real = queue.writer;
-      queue.writer = () => ({
-        write: async (ops) => {
-          if (down && ops.some((o) => o.row.id === id)) return { ok: false, error: "scripted: libSQL away" };
-          return real().write(ops);
-        },
-      });
-    });
+    const restore = await scriptClusterIndex(async (ops, real) => (down && ops.some((o) => o.row.id === id) ? { ok: false, error: "scripted: libSQL away" } : real(ops)));
     const group = sandboxGroupStub(env, id);
     await runInDurableObject(group, (instance: SandboxGroupDO) => {
-      const own = instance as unknown as { indexWriter?: () => { write: Write } };
-      const realGroup = (Object.getPrototypeOf(instance) as { indexWriter: () => { write: Write } }).indexWriter.call(instance);
+      const own = instance as unknown as { indexWriter?: () => { write: IndexWrite } };
+      const realGroup = (Object.getPrototypeOf(instance) as { indexWriter: () => { write: IndexWrite } }).indexWriter.call(instance);
       own.indexWriter = () => ({
         write: async (ops) => {
           if (down && ops.some((o) => o.row.id === id)) {
@@ -661,9 +652,7 @@ describe("lost calls are retried, memory is bounded", () => {
       expect(await expectStatus(call(`/v2/sandboxes?metadata=tag%3D${tag}`, { key: team.key }), 200)).toEqual([]);
       expect(await getIndexRow(getDb(env), id)).toBeUndefined();
     } finally {
-      await runInDurableObject(cluster, (instance: ClusterDO) => {
-        (instance as unknown as { indexQueue: { writer: unknown } }).indexQueue.writer = real;
-      });
+      await restore();
       await runInDurableObject(group, (instance: SandboxGroupDO) => {
         delete (instance as unknown as { indexWriter?: unknown }).indexWriter;
       });
