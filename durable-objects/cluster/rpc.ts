@@ -18,7 +18,7 @@ export interface EnqueueOptions {
    */
   knownEndpoint?: Endpoint | null;
   /**
-   * Index ops to commit with the intents (a create's row): queued for SandboxIndexDO with other
+   * Index ops to commit with the intents (a create's or a kill's row): queued for SandboxIndexDO with other
    * enqueues' ops in one call, tried once before the answer, which says how it went (`indexed`).
    * Never retried here: the owner keeps the op until it is committed and rewrites it in its own
    * ordered queue, behind the sandbox's later writes.

@@ -5,8 +5,8 @@
 // listed once the store is back, however long the outage. Only the newest revision per sandbox is
 // kept and every op is a whole row guarded by its revision (a sandbox that is gone is a tombstone),
 // so a resend can never undo a newer write, and a killed sandbox never comes back.
-// One exception, a create's op carried with its intent (`carry`): the sandbox's own row keeps the
-// intent until ClusterDO answers, and stands for the op meanwhile.
+// One exception, a create's or a kill's op carried with its intent (`carry`): the sandbox's own row
+// keeps the intent until ClusterDO answers, and stands for the op meanwhile.
 import type { IndexOp } from "../store/sandbox-index.ts";
 import type { IndexQueue } from "./index-queue.ts";
 import type { SandboxStore } from "./store.ts";
@@ -24,11 +24,11 @@ const RESEND_BATCH = 1_000;
 
 type Store = Pick<SandboxStore, "outboxPut" | "outboxDone" | "outbox">;
 
-/** A create's op carried with its intent (IndexOutbox.carry). */
+/** A create's or a kill's op carried with its intent (IndexOutbox.carry). */
 export interface Carried {
   /** Settles it by the enqueue's answer (which never rejects); resolves to that answer. */
   outcome<T>(answer: Promise<T>, committed: (r: T) => boolean): Promise<T>;
-  /** The create's row was not stored (its commit failed): nothing to keep. */
+  /** The sandbox's row was not stored (its commit failed): nothing to keep. */
   drop(): void;
 }
 
@@ -44,9 +44,9 @@ export class IndexOutbox {
   /** The alarm fired while `resending` was in flight: another pass is owed once it ends. */
   private owed = false;
   /**
-   * Sandbox id → a create's op carried with its intent and not written to the outbox (`carry`):
-   * the sandbox's stored row, which keeps that intent as undelivered (at `generation`), stands
-   * for it until the answer comes.
+   * Sandbox id → a create's or a kill's op carried with its intent and not written to the outbox
+   * (`carry`): the sandbox's stored row, which keeps that intent as undelivered (at `generation`),
+   * stands for it until the answer comes.
    */
   private readonly unrecorded = new Map<string, { op: IndexOp; generation: number }>();
 
@@ -82,18 +82,21 @@ export class IndexOutbox {
   }
 
   /**
-   * A create's op travels with its intent (ClusterDO commits it with the intent) instead of through
-   * an outbox row: an outbox row written with the create and deleted once ClusterDO answered was
-   * two of the ten SQLite statements of a warm create, ~3 % of the edge's CPU per create. It is as
+   * A create's or a kill's op travels with its intent (ClusterDO commits it with the intent)
+   * instead of through an outbox row: an outbox row written with the create and deleted once
+   * ClusterDO answered was two of the ten SQLite statements of a warm create, ~3 % of the edge's
+   * CPU per create, and a kill's op through SandboxIndexDO was a workerd invocation. It is as
    * durable: the group's row, written in the same commit, keeps the intent as undelivered until
    * ClusterDO answers, and a redelivery of an undelivered intent writes the sandbox's current row
    * through the outbox (`SandboxGroupDO.fire`). The op is written to the outbox when that stops
    * holding before the answer (`keep`: the row's undelivered intent changed), and when the answer
    * does not say it committed (the caller writes it again, and the alarm, armed here, until it
-   * does). `outcome` never rejects.
+   * does). `outcome` never rejects. A kill carried while its create's op still is (the create not
+   * yet answered) writes that op to the outbox first, as `keep` would.
    */
   carry(op: IndexOp, generation: number): Carried {
     const id = op.row.id;
+    this.keep(id, generation);
     const entry = { op, generation };
     this.unrecorded.set(id, entry);
     const mine = () => this.unrecorded.get(id) === entry;

@@ -93,6 +93,25 @@ async function scriptCluster(sandboxId: string, script: Script | null): Promise<
   });
 }
 
+type IndexWrite = (ops: IndexOp[]) => Promise<{ ok: true } | { ok: false; error: string }>;
+
+/** Puts `write` in front of the team's ClusterDO's own index writer (which it is given); returns the undo. */
+async function scriptClusterIndex(write: (ops: IndexOp[], real: IndexWrite) => ReturnType<IndexWrite>): Promise<() => Promise<void>> {
+  const cluster = env.CLUSTER.get(env.CLUSTER.idFromName(team.cluster));
+  type Queue = { writer: () => { write: IndexWrite } };
+  let real: Queue["writer"] | undefined;
+  await runInDurableObject(cluster, (instance: ClusterDO) => {
+    const queue = (instance as unknown as { indexQueue: Queue }).indexQueue;
+    const writer = queue.writer;
+    real = writer;
+    queue.writer = () => ({ write: (ops) => write(ops, (o) => writer().write(o)) });
+  });
+  return () =>
+    runInDurableObject(cluster, (instance: ClusterDO) => {
+      (instance as unknown as { indexQueue: Queue }).indexQueue.writer = real!;
+    });
+}
+
 describe("timers", () => {
   it("kills at the end of life (onTimeout kill)", async () => {
     const id = await create({ timeout: 60 });
@@ -490,24 +509,13 @@ describe("lost calls are retried, memory is bounded", () => {
   });
 
   it("a create's carried index row whose answer was lost is not written again after a kill: no ghost row is listed or counted", async () => {
-    type Write = (ops: IndexOp[]) => Promise<{ ok: true } | { ok: false; error: string }>;
-    const cluster = env.CLUSTER.get(env.CLUSTER.idFromName(team.cluster));
     const tag = unique("ghost");
     let lost = 0;
-    let real: () => { write: Write } = () => {
-      throw new Error("not swapped");
-    };
     // The first batch carrying this create's row commits, but its answer is lost.
-    await runInDurableObject(cluster, (instance: ClusterDO) => {
-      const queue = (instance as unknown as { indexQueue: { writer: () => { write: Write } } }).indexQueue;
-      real = queue.writer;
-      queue.writer = () => ({
-        write: async (ops) => {
-          const r = await real().write(ops);
-          if (ops.some((o) => o.kind === "upsert" && o.row.metadata?.tag === tag) && lost++ === 0) return { ok: false, error: "scripted: the answer was lost" };
-          return r;
-        },
-      });
+    const restore = await scriptClusterIndex(async (ops, real) => {
+      const r = await real(ops);
+      if (ops.some((o) => o.kind === "upsert" && o.row.metadata?.tag === tag) && lost++ === 0) return { ok: false, error: "scripted: the answer was lost" };
+      return r;
     });
     try {
       const created = call("/v2/sandboxes", { key: team.key, body: { templateID: team.template, timeout: 600, metadata: { tag } } });
@@ -527,11 +535,129 @@ describe("lost calls are retried, memory is bounded", () => {
       const page = await call(`/v2/sandboxes?metadata=tag%3D${tag}`, { key: team.key });
       expect(await page.json()).toEqual([]);
     } finally {
-      await runInDurableObject(cluster, (instance: ClusterDO) => {
-        (instance as unknown as { indexQueue: { writer: unknown } }).indexQueue.writer = real;
-      });
+      await restore();
     }
   }, 20_000);
+
+  it("a kill's index row travels with its intent: unlisted once answered though every group's own index calls fail", async () => {
+    const tag = unique("killcarried");
+    const id = await create({ timeout: 600, metadata: { tag } });
+    const listed = async () => (await expectStatus(call(`/v2/sandboxes?metadata=tag%3D${tag}`, { key: team.key }), 200)).map((s: { sandboxID: string }) => s.sandboxID);
+    expect(await listed()).toEqual([id]);
+    const groups = [..."abcdefghijklmnopqrstuvwxyz0123456789"].map((c) => sandboxGroupStub(env, c));
+    // Only the kill's own row counts here: the destroy's tombstone (after the answer) still goes
+    // through the group's queue, and is refused too until the writers are back.
+    let refusedKillRows = 0;
+    for (const g of groups) {
+      await runInDurableObject(g, (instance: SandboxGroupDO) => {
+        (instance as unknown as { indexWriter?: () => { write: IndexWrite } }).indexWriter = () => ({
+          write: async (ops) => {
+            if (ops.some((o) => o.row.id === id && o.row.phase === "Terminating")) refusedKillRows++;
+            return { ok: false, error: "scripted: the group's index path is down" };
+          },
+        });
+      });
+    }
+    try {
+      await expectStatus(call(`/sandboxes/${id}`, { key: team.key, method: "DELETE" }), 204);
+      expect(await listed()).toEqual([]);
+      await expectError(call(`/sandboxes/${id}`, { key: team.key }), 404);
+      expect(refusedKillRows).toBe(0);
+    } finally {
+      for (const g of groups) {
+        await runInDurableObject(g, (instance: SandboxGroupDO) => {
+          delete (instance as unknown as { indexWriter?: unknown }).indexWriter;
+        });
+      }
+    }
+    // The destroy's tombstone, refused meanwhile, is written once the group's path is back.
+    await waitFor(async () => (await stub(id).inspect()) === null && (await getIndexRow(getDb(env), id)) === undefined, 10_000);
+    expect(await listed()).toEqual([]);
+  }, 20_000);
+
+  it("a kill ClusterDO did not take is unlisted once answered (its carried row is written before the answer)", async () => {
+    const tag = unique("killfail");
+    const id = await create({ timeout: 600, metadata: { tag } });
+    let failed = 0;
+    await scriptCluster(id, (i) => (i.desired.state === "deleted" && failed++ === 0 ? "fail" : undefined));
+    try {
+      await expectStatus(call(`/sandboxes/${id}`, { key: team.key, method: "DELETE" }), 204);
+      expect(await expectStatus(call(`/v2/sandboxes?metadata=tag%3D${tag}`, { key: team.key }), 200)).toEqual([]);
+      expect(failed).toBe(1);
+      await agent.waitUntil(() => !agent.sandboxes.has(id), 10_000);
+    } finally {
+      await scriptCluster(id, null);
+    }
+  }, 20_000);
+
+  it("a kill whose group restarts before its intent left is unlisted once the new instance sends it, before the destroy", async () => {
+    // The kill's index row travels only with its intent: the row's undelivered intent stands for
+    // it, and its redelivery must write the row too. The agent holds the kill, so the destroy's
+    // tombstone cannot stand in for that row.
+    const holding = await createTeam(unique("sdo-killdie"));
+    const holdingAgent = await startAgent(holding.cluster, { hold: (i) => i.desired.state === "deleted" });
+    const tag = unique("killdie");
+    try {
+      const id = (await expectStatus(call("/v2/sandboxes", { key: holding.key, body: { templateID: holding.template, timeout: 600, metadata: { tag } } }), 201)).sandboxID as string;
+      const listed = async () => (await expectStatus(call(`/v2/sandboxes?metadata=tag%3D${tag}`, { key: holding.key }), 200)).length;
+      expect(await listed()).toBe(1);
+      let died = 0;
+      await scriptCluster(id, (i) => (i.desired.state === "deleted" && died++ === 0 ? "die" : undefined));
+      await call(`/sandboxes/${id}`, { key: holding.key, method: "DELETE" }).then((r) => r.body?.cancel(), () => undefined);
+      expect(died).toBe(1);
+      await holdingAgent.waitUntil(() => holdingAgent.held.has(id), 10_000);
+      await waitFor(async () => (await listed()) === 0, 8_000);
+      await expectError(call(`/sandboxes/${id}`, { key: holding.key }), 404);
+      expect(holdingAgent.sandboxes.get(id)?.phase).toBe("Running");
+      holdingAgent.release(id);
+      await holdingAgent.waitUntil(() => !holdingAgent.sandboxes.has(id), 10_000);
+      await waitFor(async () => (await stub(id).inspect()) === null, 8_000);
+      expect(await listed()).toBe(0);
+    } finally {
+      holdingAgent.disconnect();
+    }
+  }, 25_000);
+
+  it("a kill whose index writes all fail (libSQL away between the kill and the destroy) is unlisted once libSQL is back, and stays so", async () => {
+    const tag = unique("killaway");
+    const id = await create({ timeout: 600, metadata: { tag } });
+    let down = true;
+    let groupWrites = 0;
+    const restore = await scriptClusterIndex(async (ops, real) => (down && ops.some((o) => o.row.id === id) ? { ok: false, error: "scripted: libSQL away" } : real(ops)));
+    const group = sandboxGroupStub(env, id);
+    await runInDurableObject(group, (instance: SandboxGroupDO) => {
+      const own = instance as unknown as { indexWriter?: () => { write: IndexWrite } };
+      const realGroup = (Object.getPrototypeOf(instance) as { indexWriter: () => { write: IndexWrite } }).indexWriter.call(instance);
+      own.indexWriter = () => ({
+        write: async (ops) => {
+          if (down && ops.some((o) => o.row.id === id)) {
+            groupWrites++;
+            return { ok: false, error: "scripted: libSQL away" };
+          }
+          return realGroup.write(ops);
+        },
+      });
+    });
+    try {
+      await expectStatus(call(`/sandboxes/${id}`, { key: team.key, method: "DELETE" }), 204);
+      await agent.waitUntil(() => !agent.sandboxes.has(id), 10_000);
+      await waitFor(async () => (await stub(id).inspect()) === null, 8_000);
+      expect(groupWrites).toBeGreaterThan(0);
+      down = false;
+      await waitFor(async () => (await getIndexRow(getDb(env), id)) === undefined, 10_000);
+      expect(await expectStatus(call(`/v2/sandboxes?metadata=tag%3D${tag}`, { key: team.key }), 200)).toEqual([]);
+      await expectError(call(`/sandboxes/${id}`, { key: team.key }), 404);
+      // Longer than any late resend would wait: nothing brings it back.
+      await new Promise((r) => setTimeout(r, 1_500));
+      expect(await expectStatus(call(`/v2/sandboxes?metadata=tag%3D${tag}`, { key: team.key }), 200)).toEqual([]);
+      expect(await getIndexRow(getDb(env), id)).toBeUndefined();
+    } finally {
+      await restore();
+      await runInDurableObject(group, (instance: SandboxGroupDO) => {
+        delete (instance as unknown as { indexWriter?: unknown }).indexWriter;
+      });
+    }
+  }, 30_000);
 
   it("observations whose group call fails once still reach the sandbox", async () => {
     const id = await create();
