@@ -56,7 +56,7 @@
 // `--disk`: both sides serve the working tree, A with its Durable Object storage on tmpfs (as the
 // edge bench), B on the disk (as `npm start` and the e2e bench): what the disk's commits cost.
 import { spawnSync } from "node:child_process";
-import { cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import { cpSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { loadavg, tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { parseArgs } from "node:util";
@@ -112,6 +112,7 @@ type Side = {
   tail: number[]; // workerd CPU after the window until the system was idle, ms per create
   seq: number[]; // each window's place in the run (0, 1, 2… over every side's windows)
   others: Record<string, number[]>;
+  threads: Record<string, number[]>; // workerd's CPU per create by thread (see `threadsCpu`)
   counter?: number;
   calls: Record<string, number>;
   inspectorPort?: number;
@@ -157,7 +158,7 @@ try {
     const edge = await startEdge({ dir, vars: { ...vars, ...traced }, skipBuild: true, invocationCounterPort: counter, inspectorPort });
     const agent = new ScriptedAgent({ agentId: `ab-${sides.length}` });
     await agent.connect(tcpTransport(edge.url, CLUSTER_TOKEN, "local"));
-    sides.push({ key, name, edge, agent, cpu: [], rate: [], drainCpu: [], drainRate: [], p50: [], tail: [], seq: [], others: {}, counter, calls: {}, inspectorPort });
+    sides.push({ key, name, edge, agent, cpu: [], rate: [], drainCpu: [], drainRate: [], p50: [], tail: [], seq: [], others: {}, threads: {}, counter, calls: {}, inspectorPort });
   }
   for (const s of sides) {
     await api(s.edge.url, "/admin/teams/admin/templates/ab", { method: "PUT", body: JSON.stringify({ spec: { replicas } }) });
@@ -179,8 +180,8 @@ try {
     for (const s of order) {
       const counted = s.counter ? await invocations(s.counter) : null;
       const profiler = s.inspectorPort ? await startProfiler(s.inspectorPort) : null;
-      type Mark = { t: number; done: number; cpu: number; others: Record<string, number> };
-      const mark = (done: number): Mark => ({ t: performance.now(), done, cpu: cpuMs(s.edge.pid), others: othersCpu() });
+      type Mark = { t: number; done: number; cpu: number; others: Record<string, number>; threads: Record<string, number> };
+      const mark = (done: number): Mark => ({ t: performance.now(), done, cpu: cpuMs(s.edge.pid), others: othersCpu(), threads: threadsCpu(s.edge.pid) });
       let done = 0;
       // A mark at LEAD_MS and at every period after it until the drain: the window runs from the
       // first to the last (a whole number of periods; see the header).
@@ -207,6 +208,7 @@ try {
       s.drainCpu.push((drain.cpu - from.cpu) / (drain.done - from.done));
       periods.push(marks.length - 1);
       for (const [k, v] of Object.entries(to.others)) (s.others[k] ??= []).push((v - from.others[k]!) / n);
+      for (const [k, v] of Object.entries(to.threads)) (s.threads[k] ??= []).push((v - (from.threads[k] ?? 0)) / n);
       s.p50.push(median(latencies));
       s.seq.push(windows++);
       const ended = cpuMs(s.edge.pid);
@@ -234,6 +236,7 @@ try {
   for (const s of sides) {
     console.log(`${s.name}\n  workerd ms/create ${fmt(s.cpu, 2)}\n  creates/s ${fmt(s.rate, 0)}\n  p50 ms ${fmt(s.p50, 0)}\n  tail workerd ms/create ${fmt(s.tail, 2)}`);
     for (const [k, xs] of Object.entries(s.others)) console.log(`  ${k} ms/create ${fmt(xs, 2)}`);
+    for (const [k, xs] of Object.entries(s.threads)) console.log(`  workerd ${k} ms/create ${fmt(xs, 3)}`);
     if (!s.counter) continue;
     const per = (n: number) => (n / (rounds * creates)).toFixed(3);
     for (const [k, n] of Object.entries(s.calls).sort()) console.log(`  per create: ${k} ${per(n)}`);
@@ -268,6 +271,15 @@ try {
     return rate;
   };
   const ratios = new Map(sides.slice(1).map((x) => [x, against(x)]));
+  // Where a side's extra workerd CPU goes: each window's thread's CPU per create less its
+  // reference's (as the ratios' reference), medians.
+  for (const x of sides.slice(1)) {
+    const parts = Object.keys(a.threads).map((k) => {
+      const d = x.threads[k]!.map((v, i) => v - ref(x, i, (u) => u.threads[k]!.map((w) => Math.max(w, 1e-6))));
+      return `${k} ${median(d).toFixed(3)} (${spread(d)})`;
+    });
+    console.log(`per round ${label(x)}−${refLabel(x)} workerd ms/create by thread: ${parts.join("; ")}`);
+  }
   for (const x of sides.slice(1)) {
     const d = x.tail.map((t, i) => t - a.tail[i]!);
     console.log(`per round ${label(x)}−A tail workerd ms/create ${d.map((v) => v.toFixed(3)).join(" ")} (median ${median(d).toFixed(3)})`);
@@ -327,6 +339,31 @@ function othersCpu(): Record<string, number> {
   // /proc/stat's first line: user nice system idle iowait irq softirq steal, in 10 ms ticks.
   const t = readFileSync("/proc/stat", "utf8").split("\n")[0]!.split(/\s+/).slice(1).map(Number);
   out.machine = (t[0]! + t[1]! + t[2]! + t[5]! + t[6]! + t[7]!) * 10;
+  return out;
+}
+
+/**
+ * workerd's CPU so far by thread, in ms: the isolate's thread (`main`: JS, the runtime's C++, I/O,
+ * and the GC work V8 does on it), user and system apart, and V8's platform threads (`v8`:
+ * concurrent marking and sweeping, compilation), from /proc/<pid>/task/<tid>/stat (10 ms ticks).
+ */
+function threadsCpu(pid: number): Record<string, number> {
+  const out: Record<string, number> = { "main user": 0, "main sys": 0, v8: 0, other: 0 };
+  for (const tid of readdirSync(`/proc/${pid}/task`)) {
+    let stat: string;
+    try {
+      stat = readFileSync(`/proc/${pid}/task/${tid}/stat`, "utf8");
+    } catch {
+      continue; // a thread that ended meanwhile
+    }
+    const comm = stat.slice(stat.indexOf("(") + 1, stat.lastIndexOf(")"));
+    const f = stat.slice(stat.lastIndexOf(") ") + 2).split(" ");
+    const [user, sys] = [Number(f[11]) * 10, Number(f[12]) * 10];
+    if (Number(tid) === pid) {
+      out["main user"]! += user;
+      out["main sys"]! += sys;
+    } else out[comm.startsWith("V8 ") ? "v8" : "other"]! += user + sys;
+  }
   return out;
 }
 
