@@ -556,17 +556,15 @@ export class SandboxGroupDO extends DurableObject<Env> {
         carry ? carry.outcome(sent, (r) => r.ok && r.indexed === true) : sent,
         readYourWrites,
       ]);
-      // A create ClusterDO did not take is abandoned by its caller, which writes the row. A kill
-      // is answered all the same (its intent is sent again): its carried row is written first, so
-      // the sandbox is not listed as running after the answer.
-      if (!res.ok) {
-        await this.settled(); // the intent marked undelivered
-        if (carried.length && ev.type !== "create" && slot.state) await this.indexOutbox.send({ kind: "upsert", row: indexRow(slot.state) });
-        return { ...t.result, acked: false, failure: res.error };
-      }
-      // The carried row did not commit: written again here, as the sandbox is now, behind any
-      // later write of it (a kill that came meanwhile) in this group's ordered queue.
-      if (carried.length && res.indexed === false && slot.state) await this.indexOutbox.send({ kind: "upsert", row: indexRow(slot.state) });
+      if (!res.ok) await this.settled(); // the intent marked undelivered
+      // A carried row that did not commit is written again here, as the sandbox is now, behind
+      // any later write of it (a kill that came meanwhile) in this group's ordered queue. So is a
+      // kill's that ClusterDO did not take at all: the kill is answered all the same (its intent
+      // is sent again), and the sandbox must not be listed as running after the answer. A create
+      // ClusterDO did not take is abandoned by its caller, which writes the row.
+      const rewrite = res.ok ? res.indexed === false : ev.type !== "create";
+      if (carried.length && rewrite && slot.state) await this.indexOutbox.send({ kind: "upsert", row: indexRow(slot.state) });
+      if (!res.ok) return { ...t.result, acked: false, failure: res.error };
       // A stale-dropped intent (seq 0: ClusterDO already holds this generation or a newer one)
       // was not acknowledged by anyone.
       const acked = awaitAckMs === 0 || (!res.timedOut && res.seqs.every((s) => s > 0));
