@@ -53,6 +53,9 @@ export interface Skeleton {
   /** The feature skeleton's work in the one-round-trip design (FeatureShard): fills its pool and
    * warms up on the first call (`fill`), then one round. */
   oneTripRound(total: number, clients: number, fill?: boolean, quotaPerCreate?: boolean): Promise<Phase>;
+  /** The same work in the one-trip design that keeps the sandbox in its group (FeatureClaimGroup,
+   * FeatureLeasePool: notes s17-claim): fills and warms up on the first call (`fill`), then one round. */
+  groupTripRound(total: number, clients: number, fill?: boolean): Promise<Phase>;
   stop(): Promise<void>;
 }
 
@@ -103,6 +106,7 @@ export async function startSkeleton(dir: string, libsqlUrl: string): Promise<Ske
   const empty = () => fetch(`http://127.0.0.1:${emptyPort}/sandboxes`, { method: "POST", headers, body: createBody });
   const featureBase = `http://127.0.0.1:${featurePort}`;
   const featureCreate = () => fetch(`${featureBase}/sandboxes`, { method: "POST", headers, body: createBody });
+  const groupTripCreate = () => fetch(`${featureBase}/group-trip/sandboxes`, { method: "POST", headers, body: createBody });
   const oneTripCreate = (perCreate: boolean) => () => fetch(`${featureBase}/one-trip/sandboxes${perCreate ? "/quota-per-create" : ""}`, { method: "POST", headers, body: createBody });
   return {
     async empty(total, clients) {
@@ -130,6 +134,14 @@ export async function startSkeleton(dir: string, libsqlUrl: string): Promise<Ske
         await phase(Math.min(total, 500), clients, oneTripCreate(false), 201);
       }
       return phase(total, clients, oneTripCreate(quotaPerCreate), 201);
+    },
+    async groupTripRound(total, clients, fill = false) {
+      if (fill) {
+        const res = await fetch(`${featureBase}/group-trip/fill`, { method: "POST", headers, body: JSON.stringify({ templateID: "bench-warm", count: WARM_REPLICAS }) });
+        if (!res.ok) throw new Error(`group-trip skeleton fill: HTTP ${res.status} ${await res.text()}`);
+        await phase(Math.min(total, 500), clients, groupTripCreate, 201);
+      }
+      return phase(total, clients, groupTripCreate, 201);
     },
     async stop() {
       for (const a of agents) a.close();
@@ -237,8 +249,10 @@ const features :Workerd.Worker = (
     (name = "QUOTA", durableObjectNamespace = "FeatureQuota"),
     (name = "LEDGER", durableObjectNamespace = "FeatureLedger"),
     (name = "SHARD", durableObjectNamespace = "FeatureShard"),
+    (name = "LPOOL", durableObjectNamespace = "FeatureLeasePool"),
+    (name = "CLAIMGROUP", durableObjectNamespace = "FeatureClaimGroup"),
   ],
-  durableObjectNamespaces = [${["FeaturePool", "FeatureGroup", "FeatureCluster", "FeatureQuota", "FeatureLedger", "FeatureShard"].map(ns).join(", ")}],
+  durableObjectNamespaces = [${["FeaturePool", "FeatureGroup", "FeatureCluster", "FeatureQuota", "FeatureLedger", "FeatureShard", "FeatureLeasePool", "FeatureClaimGroup"].map(ns).join(", ")}],
   durableObjectStorage = (localDisk = "do-storage"),
   globalOutbound = "loopback",
 );

@@ -31,7 +31,13 @@
 // row and the refill member in one commit, and hands the claim's intent and the refill's to the
 // cluster in one call, then records Running. The lease (a quota call per LEASE creates) is off the
 // answer path unless the credits ran out (then it is awaited, and no credit means a refusal:
-// fails closed). bench/skeleton-trips.ts runs both designs in alternating rounds.
+// fails closed). But it keeps the claimed sandboxes in the pool's object, which the product
+// cannot: connect, kill, pause and timeouts address a sandbox by id in its SandboxGroupDO.
+// `/group-trip/...` (FeatureClaimGroup, FeatureLeasePool; notes s17-claim) is the one-trip design
+// that keeps that ownership: the Worker calls the group the sandbox will live in, which holds
+// members leased to it by the pool and credits leased by the quota object, and tells the pool and
+// the quota of each claim off the answer path. bench/skeleton-trips.ts runs the designs in
+// alternating rounds.
 // The cluster object writes the intents of concurrent enqueues in one frame and deletes answered
 // outbox rows in batches after 50 ms, as ClusterDO does. Left out, as in the bare skeleton: the
 // template lookup (a pool that was never filled answers 404), state machines, alarms, redelivery,
@@ -78,13 +84,16 @@ export default {
     }
     if (url.pathname === "/fill") return Response.json(await pool(env, json.templateID).fill(json.templateID, json.count));
     if (url.pathname === "/one-trip/fill") return Response.json(await shard(env, json.templateID).fill(json.templateID, json.count));
+    if (url.pathname === "/group-trip/fill") return Response.json(await leasePool(env, json.templateID).fill(json.templateID, json.count));
     const parsed = NewSandbox.safeParse(json);
     if (!parsed.success) return error(400, `Invalid body: ${z.prettifyError(parsed.error).replaceAll("\n", "; ")}`);
     const body = parsed.data;
     const spec = { templateID: body.templateID, timeoutS: body.timeout ?? 300, metadata: body.metadata ?? {} };
     const res = url.pathname.startsWith("/one-trip/sandboxes")
       ? await shard(env, body.templateID).create(spec, url.pathname === "/one-trip/sandboxes/quota-per-create")
-      : await quota(env).create(body.templateID, spec);
+      : url.pathname === "/group-trip/sandboxes"
+        ? await claimGroup(env, body.templateID).claimCreate(body.templateID, spec)
+        : await quota(env).create(body.templateID, spec);
     if (!res.ok) return error(res.status, res.message);
     return Response.json({ sandboxID: res.id, templateID: body.templateID, clientID: "skeleton", envdVersion: "0.2.0" }, { status: 201 });
   },
@@ -120,7 +129,18 @@ export class FeatureLedger extends DurableObject {
     super(ctx, env);
     this.sql = ctx.storage.sql;
     this.sql.exec("CREATE TABLE IF NOT EXISTS leases (holder TEXT PRIMARY KEY, credits INTEGER NOT NULL)");
-    this.running = this.sql.exec("SELECT COALESCE(SUM(credits), 0) AS n FROM leases").one().n;
+    this.sql.exec("CREATE TABLE IF NOT EXISTS reservations (id TEXT PRIMARY KEY, cpu INTEGER NOT NULL, memory_mb INTEGER NOT NULL)");
+    this.running =
+      this.sql.exec("SELECT COALESCE(SUM(credits), 0) AS n FROM leases").one().n + this.sql.exec("SELECT COUNT(*) AS n FROM reservations").one().n;
+  }
+
+  /** Spent credits of `holder` become reservations under their sandboxes' ids (idempotent by id), so
+   * a release by id finds them (the group-trip design: the group spends, the ledger learns after). */
+  convert(holder, ids) {
+    let n = 0;
+    for (const id of ids) n += this.sql.exec("INSERT INTO reservations (id, cpu, memory_mb) VALUES (?, 2, 512) ON CONFLICT (id) DO NOTHING RETURNING id", id).toArray().length;
+    if (n) this.sql.exec("UPDATE leases SET credits = credits - ? WHERE holder = ?", n, holder);
+    return true;
   }
 
   /** Up to `n` credits for `holder`, stored before the answer (the output gate holds it). */
@@ -130,6 +150,150 @@ export class FeatureLedger extends DurableObject {
     this.running += granted;
     this.sql.exec("INSERT INTO leases (holder, credits) VALUES (?, ?) ON CONFLICT (holder) DO UPDATE SET credits = credits + excluded.credits", holder, granted);
     return granted;
+  }
+}
+
+/**
+ * `/group-trip/...`: the one-trip design that keeps the product's ownership (notes s17-claim): a
+ * claimed sandbox lives in the SandboxGroupDO its id routes to, as every later call (connect,
+ * kill, timeouts) addresses it by id. The pool (FeatureLeasePool) mints its members' ids so they
+ * route to its claim group, and leases each member to that group once ready (stored as leased in
+ * the pool, then stored by the group before it answers); the team's ledger leases quota credits
+ * to the group. A warm claim is Worker → the claim group: it spends a credit, takes a leased
+ * member, and writes the member's removal, the sandbox Pending with its index row, and an outbox
+ * row (the pool's claim notice and the credit's convert to a reservation under the sandbox's id)
+ * in one commit; the intent goes to the cluster, Running, the answer. Off the answer path the
+ * outbox leaves in one pool call and one ledger call per batch (both idempotent by id), and its
+ * rows go once both answered; the pool forgets the claimed members, inserts their replacements
+ * and sends their intents; once the agent answers them the pool leases them to the group.
+ */
+export class FeatureClaimGroup extends DurableObject {
+  constructor(ctx, env) {
+    super(ctx, env);
+    this.sql = ctx.storage.sql;
+    this.sql.exec(SANDBOX_TABLES);
+    this.sql.exec("CREATE TABLE IF NOT EXISTS leased_members (id TEXT PRIMARY KEY, template TEXT NOT NULL)");
+    this.sql.exec("CREATE TABLE IF NOT EXISTS credits (team TEXT PRIMARY KEY, n INTEGER NOT NULL)");
+    this.sql.exec("CREATE TABLE IF NOT EXISTS claim_outbox (id TEXT PRIMARY KEY, template TEXT NOT NULL)");
+    /** The members leased to it, oldest first (popReady). */
+    this.ready = this.sql.exec("SELECT id FROM leased_members ORDER BY rowid").toArray().map((r) => r.id);
+    this.head = 0;
+    this.credits = this.sql.exec("SELECT n FROM credits WHERE team = ?", TEAM_ID).toArray()[0]?.n ?? 0;
+    this.leasing = null;
+    /** Claims committed and not yet told to the pool and the ledger (their outbox rows). */
+    this.untold = this.sql.exec("SELECT id, template FROM claim_outbox").toArray().map((r) => ({ id: r.id, template: r.template }));
+    if (this.untold.length) void this.tell();
+  }
+
+  /** Members the pool leases to this group: claimable here only, stored before the answer. */
+  leaseMembers(template, ids) {
+    for (const id of ids) {
+      if (this.sql.exec("INSERT INTO leased_members (id, template) VALUES (?, ?) ON CONFLICT (id) DO NOTHING RETURNING id", id, template).toArray().length) this.ready.push(id);
+    }
+    return true;
+  }
+
+  /** More credits from the team's ledger; concurrent callers share one call. */
+  lease() {
+    return leaseCredits(this, `group:${this.ctx.id}`, () =>
+      this.sql.exec("INSERT INTO credits (team, n) VALUES (?, ?) ON CONFLICT (team) DO UPDATE SET n = excluded.n", TEAM_ID, this.credits),
+    );
+  }
+
+  async claimCreate(template, spec) {
+    if (this.credits <= 0) await this.lease().catch(() => undefined);
+    if (this.credits <= 0) return { ok: false, status: 429, message: "quota runningSandboxes" };
+    // No leased member: the product would answer "fallback" and the Worker would take today's chain.
+    if (this.head >= this.ready.length) return { ok: false, status: 503, message: "no leased warm sandbox" };
+    const id = popReady(this);
+    this.credits--;
+    // One commit with the sandbox's rows (createSandbox writes before its first await).
+    this.sql.exec("UPDATE credits SET n = ? WHERE team = ?", this.credits, TEAM_ID);
+    this.sql.exec("DELETE FROM leased_members WHERE id = ?", id);
+    this.sql.exec("INSERT INTO claim_outbox (id, template) VALUES (?, ?)", id, template);
+    this.untold.push({ id, template });
+    void this.tell();
+    if (this.credits < LEASE / 2) void this.lease().catch(() => undefined);
+    if (!(await createSandbox(this, id, spec, []))) return { ok: false, status: 502, message: "not acknowledged" };
+    return { ok: true, id };
+  }
+
+  /** The claim notices and credit converts, batched, after the claims' commit; rows go once both answered. */
+  tell() {
+    return drain(this, "untold", true, async (batch) => {
+      const byPool = new Map();
+      for (const c of batch) byPool.set(c.template, [...(byPool.get(c.template) ?? []), c.id]);
+      const ids = batch.map((c) => c.id);
+      await Promise.all([
+        ...[...byPool].map(([template, members]) => leasePool(this.env, template).claimed(members)),
+        quotaLedger(this.env).convert(`group:${this.ctx.id}`, ids),
+      ]);
+      inChunks(ids, (chunk) => this.sql.exec(`DELETE FROM claim_outbox WHERE id IN (${chunk.map(() => "?").join(", ")})`, ...chunk));
+      return true;
+    });
+  }
+}
+
+/** The pool of the group-trip design: members' lifecycle and refill; ready members are leased to the claim group. */
+export class FeatureLeasePool extends DurableObject {
+  constructor(ctx, env) {
+    super(ctx, env);
+    this.sql = ctx.storage.sql;
+    this.template = openPoolTables(this.sql);
+    this.outgoing = this.sql.exec("SELECT id FROM members WHERE state = 'creating'").toArray().map((r) => this.intent(r.id));
+    /** Ready members stored as leased whose lease the group has not answered. */
+    this.unleased = this.sql.exec("SELECT id FROM members WHERE state = 'leasing'").toArray().map((r) => r.id);
+    if (this.outgoing.length) void this.flush();
+    if (this.unleased.length) void this.leaseOut();
+  }
+
+  async fill(template, count) {
+    if (this.template === null) this.sql.exec("INSERT INTO config (template) VALUES (?)", template);
+    this.template = template;
+    const ids = [];
+    for (let i = 0; i < count; i++) ids.push(claimGroupId(template));
+    for (const id of ids) this.sql.exec("INSERT INTO members (id, state) VALUES (?, 'leasing')", id);
+    this.unleased.push(...ids);
+    await this.leaseOut();
+    return { available: count };
+  }
+
+  /** Members the claim group handed out (idempotent): forgotten, replaced, the replacements' intents sent. */
+  claimed(ids) {
+    for (const id of ids) {
+      if (!this.sql.exec("DELETE FROM members WHERE id = ? RETURNING id", id).toArray().length) continue;
+      const fresh = claimGroupId(this.template);
+      this.sql.exec("INSERT INTO members (id, state) VALUES (?, 'creating')", fresh);
+      this.outgoing.push(this.intent(fresh));
+    }
+    void this.flush();
+    return true;
+  }
+
+  /** The agent answered for these members: stored as leased, then leased to the claim group. */
+  markReady(ids) {
+    for (const id of ids) {
+      if (this.sql.exec("UPDATE members SET state = 'leasing' WHERE id = ? AND state = 'creating' RETURNING id", id).toArray().length) this.unleased.push(id);
+    }
+    void this.leaseOut();
+    return true;
+  }
+
+  intent(id) {
+    return { sandboxId: id, generation: 1, owner: { kind: "lpool", id: `${TEAM_ID}/${this.template}` }, desired: { state: "running" }, template: { id: this.template } };
+  }
+
+  /** Leases after their rows are stored (a pool that restarts sends them again: idempotent by id). */
+  leaseOut() {
+    return drain(this, "unleased", true, async (batch) => {
+      if (!(await claimGroup(this.env, this.template).leaseMembers(this.template, batch))) return false;
+      inChunks(batch, (ids) => this.sql.exec(`UPDATE members SET state = 'leased' WHERE id IN (${ids.map(() => "?").join(", ")})`, ...ids));
+      return true;
+    });
+  }
+
+  flush() {
+    return drain(this, "outgoing", false, (batch) => cluster(this.env).enqueue(batch, {}));
   }
 }
 
@@ -157,14 +321,7 @@ export class FeatureShard extends DurableObject {
 
   /** More credits from the team's ledger; concurrent callers share one call. */
   lease() {
-    this.leasing ??= quotaLedger(this.env)
-      .lease(`${TEAM_ID}/${this.template}`, LEASE)
-      .then((n) => {
-        this.credits += n;
-        this.sql.exec("UPDATE config SET credits = ?", this.credits);
-      })
-      .finally(() => (this.leasing = null));
-    return this.leasing;
+    return leaseCredits(this, `${TEAM_ID}/${this.template}`, () => this.sql.exec("UPDATE config SET credits = ?", this.credits));
   }
 
   /** `perCreate`: no leased credits, the quota object is asked on every create (what the lease
@@ -203,14 +360,11 @@ export class FeaturePool extends DurableObject {
   constructor(ctx, env) {
     super(ctx, env);
     this.sql = ctx.storage.sql;
-    this.sql.exec("CREATE TABLE IF NOT EXISTS members (id TEXT PRIMARY KEY, state TEXT NOT NULL)");
-    this.sql.exec("CREATE TABLE IF NOT EXISTS config (template TEXT NOT NULL)");
-    this.template = this.sql.exec("SELECT template FROM config").toArray()[0]?.template ?? null;
+    this.template = openPoolTables(this.sql);
     this.ready = this.sql.exec("SELECT id FROM members WHERE state = 'ready' ORDER BY rowid").toArray().map((r) => r.id);
     this.head = 0;
     // As PoolDO: a member still creating is its own durable intent, sent again on load.
     this.outgoing = this.sql.exec("SELECT id FROM members WHERE state = 'creating'").toArray().map((r) => this.intent(r.id));
-    this.flushing = false;
     if (this.outgoing.length) void this.flush();
   }
 
@@ -241,22 +395,8 @@ export class FeaturePool extends DurableObject {
     return { sandboxId: id, generation: 1, owner: { kind: "pool", id: `${TEAM_ID}/${this.template}` }, desired: { state: "running" }, template: { id: this.template } };
   }
 
-  async flush() {
-    if (this.flushing) return;
-    this.flushing = true;
-    try {
-      while (this.outgoing.length) {
-        const batch = this.outgoing.splice(0);
-        const ok = await cluster(this.env).enqueue(batch, {}).catch(() => false);
-        if (!ok) {
-          this.outgoing.unshift(...batch);
-          setTimeout(() => void this.flush(), RETRY_MS);
-          return;
-        }
-      }
-    } finally {
-      this.flushing = false;
-    }
+  flush() {
+    return drain(this, "outgoing", false, (batch) => cluster(this.env).enqueue(batch, {}));
   }
 }
 
@@ -335,7 +475,7 @@ export class FeatureCluster extends DurableObject {
     }
     for (const [key, ids] of toPools) {
       const [kind, name] = [key.slice(0, key.indexOf(":")), key.slice(key.indexOf(":") + 1)];
-      const ns = kind === "shard" ? this.env.SHARD : this.env.POOL;
+      const ns = kind === "shard" ? this.env.SHARD : kind === "lpool" ? this.env.LPOOL : this.env.POOL;
       ns.get(ns.idFromName(name)).markReady(ids).catch((err) => console.warn(`pool ${name}: ${err}`));
     }
     // Deleted a little later in one batch: a write here would hold the awaited replies behind its commit.
@@ -399,6 +539,55 @@ async function createSandbox(obj, id, spec, more) {
   return true;
 }
 
+/**
+ * Sends what `obj[queue]` holds in batches, one call at a time, after the object's writes are
+ * stored when `sync`; a batch whose `send` fails (false or a throw) goes back to the front and is
+ * sent again after RETRY_MS. Items queued meanwhile join the next batch.
+ */
+async function drain(obj, queue, sync, send) {
+  const busy = `${queue}Busy`;
+  if (obj[busy]) return;
+  obj[busy] = true;
+  try {
+    if (sync) await obj.ctx.storage.sync();
+    while (obj[queue].length) {
+      const batch = obj[queue].splice(0);
+      if (!(await send(batch).catch(() => false))) {
+        obj[queue].unshift(...batch);
+        setTimeout(() => void drain(obj, queue, sync, send), RETRY_MS);
+        return;
+      }
+    }
+  } finally {
+    obj[busy] = false;
+  }
+}
+
+/** More quota credits for `obj` (FeatureShard, FeatureClaimGroup) from the team's ledger, stored by
+ * `save`; concurrent callers share one call. */
+function leaseCredits(obj, holder, save) {
+  obj.leasing ??= quotaLedger(obj.env)
+    .lease(holder, LEASE)
+    .then((n) => {
+      obj.credits += n;
+      save();
+    })
+    .finally(() => (obj.leasing = null));
+  return obj.leasing;
+}
+
+/** A pool's tables (FeaturePool, FeatureLeasePool); its template, or null before its fill. */
+function openPoolTables(sql) {
+  sql.exec("CREATE TABLE IF NOT EXISTS members (id TEXT PRIMARY KEY, state TEXT NOT NULL)");
+  sql.exec("CREATE TABLE IF NOT EXISTS config (template TEXT NOT NULL)");
+  return sql.exec("SELECT template FROM config").toArray()[0]?.template ?? null;
+}
+
+/** `f` over slices of `xs` small enough for one statement's bound variables (SQLite in a Durable Object allows 100). */
+function inChunks(xs, f) {
+  for (let i = 0; i < xs.length; i += 100) f(xs.slice(i, i + 100));
+}
+
 /** `count` new members of `pool` (FeaturePool, FeatureShard), ready at once. */
 function addReady(pool, count) {
   for (let i = 0; i < count; i++) {
@@ -409,7 +598,7 @@ function addReady(pool, count) {
   return { available: pool.ready.length - pool.head };
 }
 
-/** The oldest ready member of `pool` (the caller checked there is one). */
+/** The oldest ready member of `pool` (or leased member of a FeatureClaimGroup; the caller checked there is one). */
 function popReady(pool) {
   const id = pool.ready[pool.head++];
   if (pool.head > 1024) {
@@ -479,6 +668,12 @@ const quotaLedger = (env) => env.LEDGER.get(env.LEDGER.idFromName(TEAM_ID));
 const shard = (env, template) => env.SHARD.get(env.SHARD.idFromName(`${TEAM_ID}/${template}`));
 const pool = (env, template) => env.POOL.get(env.POOL.idFromName(`${TEAM_ID}/${template}`));
 const group = (env, id) => env.GROUP.get(env.GROUP.idFromName(id[0]));
+const leasePool = (env, template) => env.LPOOL.get(env.LPOOL.idFromName(`${TEAM_ID}/${template}`));
+/** The claim group of a pool (k = 1): the group its members' ids route to, by their first character. */
+const claimGroupChar = (template) => ALPHABET[[...`${TEAM_ID}/${template}`].reduce((h, c) => (h * 31 + c.charCodeAt(0)) >>> 0, 7) % 36];
+const claimGroup = (env, template) => env.CLAIMGROUP.get(env.CLAIMGROUP.idFromName(claimGroupChar(template)));
+/** A member id of the pool of `template`: its first character routes it to the pool's claim group. */
+const claimGroupId = (template) => claimGroupChar(template) + newId().slice(1);
 const cluster = (env) => env.CLUSTER.get(env.CLUSTER.idFromName("local"));
 
 const ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789";
