@@ -482,7 +482,7 @@ export class FeatureCluster extends DurableObject {
     this.unqueueTimer ??= setTimeout(() => {
       this.unqueueTimer = null;
       const seqs = this.answered.splice(0);
-      this.sql.exec(`DELETE FROM outbox WHERE seq IN (${seqs.map(() => "?").join(", ")})`, ...seqs);
+      inChunks(seqs, (chunk) => this.sql.exec(`DELETE FROM outbox WHERE seq IN (${chunk.map(() => "?").join(", ")})`, ...chunk));
     }, UNQUEUE_MS);
   }
 
