@@ -110,7 +110,7 @@ import { startTestEdge } from "../test/kube/support/edge.ts";
 import { persist, TestKubelet } from "../test/kube/support/kubelet.ts";
 import { ScriptedAgent, tcpTransport } from "../test/support/scripted-agent.ts";
 import type { BenchContext, Figures } from "./run.ts";
-import type { ClaimTrace, LoopDelay } from "./kube-agent.ts";
+import type { ClaimTrace, LoopDelay, RefillTrace } from "./kube-agent.ts";
 import { minMax, percentile as pct, processTree, round, threadsCpuMs, timedConcurrently } from "./stats.ts";
 
 const round2 = (x: number) => round(x);
@@ -128,13 +128,16 @@ const RUNTIMES = Number(process.env.KUBE_BENCH_RUNTIMES ?? 1);
 /** The steps of each round (KUBE_BENCH_STEPS, comma-separated; all by default): `kube`, `edge`
  * (edge-only), `kubeHeld`, `edgeHeld` (refill held), `initFloor` (the runtimes' /init alone). */
 const ALL_STEPS = ["kube", "edge", "kubeHeld", "edgeHeld", "initFloor"] as const;
-type Step = (typeof ALL_STEPS)[number];
+/** TEMPORARY (session 17, controllers/lib/refill-echo-ab.ts): `kubeOld` is the kube step with a new
+ * pool member's first pass queued as before (no `echo`), in the same rounds (named only). */
+const AB_STEPS = ["kubeOld"] as const;
+type Step = (typeof ALL_STEPS)[number] | (typeof AB_STEPS)[number];
 const STEPS = (process.env.KUBE_BENCH_STEPS?.split(",") ?? ALL_STEPS).map((x) => {
-  if (!(ALL_STEPS as readonly string[]).includes(x)) throw new Error(`KUBE_BENCH_STEPS: unknown step ${x} (${ALL_STEPS.join(", ")})`);
+  if (![...ALL_STEPS, ...AB_STEPS].includes(x as Step)) throw new Error(`KUBE_BENCH_STEPS: unknown step ${x} (${ALL_STEPS.join(", ")})`);
   return x as Step;
 });
 /** Each step's figures are named after it. */
-const STEP_NAMES: Record<Step, string> = { kube: "kube.claim", edge: "kube.edge_only_claim", kubeHeld: "kube.claim_refill_held", edgeHeld: "kube.edge_only_claim_refill_held", initFloor: "kube.runtime_init_floor" };
+const STEP_NAMES: Record<Step, string> = { kube: "kube.claim", edge: "kube.edge_only_claim", kubeHeld: "kube.claim_refill_held", edgeHeld: "kube.edge_only_claim_refill_held", initFloor: "kube.runtime_init_floor", kubeOld: "kube.claim_old" };
 const RUNTIME_IMAGE = "ghcr.io/kruise-edge/sandbox-agent:bench";
 const ROOT = join(import.meta.dirname, "..");
 // This bench is the test kubelet: it serves every pod's sandbox and names it in the runtime-url
@@ -400,7 +403,7 @@ async function claimsThroughEdge(cluster: Cluster): Promise<Figures> {
       agent.kill("SIGTERM");
       if (agent.exitCode === null) await new Promise((r) => agent.once("exit", r));
     });
-    const agentOp = <T,>(op: "hold" | "release" | "trace") =>
+    const agentOp = <T,>(op: "hold" | "release" | "trace" | "ab", old?: boolean) =>
       new Promise<T>((ok) => {
         const on = (m: { op: string }) => {
           if (m.op !== op) return;
@@ -408,10 +411,10 @@ async function claimsThroughEdge(cluster: Cluster): Promise<Figures> {
           ok(m as T);
         };
         agent.on("message", on);
-        agent.send({ op });
+        agent.send({ op, old });
       });
     // The claims' timestamps since the last call, and the TLS connections the agent opened meanwhile.
-    const traced = async () => await agentOp<{ traces: ClaimTrace[]; tlsConnects: number; loopDelay: LoopDelay; origin: number }>("trace");
+    const traced = async () => await agentOp<{ traces: ClaimTrace[]; refills: RefillTrace[]; tlsConnects: number; loopDelay: LoopDelay; origin: number }>("trace");
     const traces = async () => (await traced()).traces;
     const api = edgeApi(edge.url, edge.adminKey);
     let t = performance.now();
@@ -434,6 +437,12 @@ async function claimsThroughEdge(cluster: Cluster): Promise<Figures> {
     const heldEdgeLatencies: number[] = [];
     /** The agent's event-loop delay during each kube step's claims, per round. */
     const loopDelays: Partial<Record<Step, LoopDelay[]>> = {};
+    /** Per kube step and round: the refills (new pool members) whose first pass started before
+     * the step's first claim reached the agent, and while its claims ran there (to the last ack). */
+    const refillsIn: Partial<Record<Step, { before: number; during: number; offeredFirst: number }[]>> = {};
+    const oldLatencies: number[] = [];
+    const oldRatios: number[] = [];
+    const oldAgentTraces: ClaimTrace[] = [];
     let claimMs = 0;
     const roundRatios: number[] = [];
     const heldRatios: number[] = [];
@@ -466,25 +475,38 @@ async function claimsThroughEdge(cluster: Cluster): Promise<Figures> {
       (cpu[step] ??= []).push(Object.fromEntries(Object.entries(after).map(([part, v]) => [part, Math.max(0, v - (before[part] ?? 0)) / n])));
       return ms;
     };
-    const kubeClaim = async (clients: number, n: number, held: boolean) => {
+    const kubeClaim = async (clients: number, n: number, held: boolean, old = false) => {
       await bothWhole();
       if (held) await agentOp("hold");
+      if (old) await agentOp("ab", true);
       await traces();
       const t0 = performance.now();
       const from = Date.now();
-      const step: Step = held ? "kubeHeld" : "kube";
+      const step: Step = held ? "kubeHeld" : old ? "kubeOld" : "kube";
       const ms = await measured(step, n, () => timedConcurrently(n, clients, () => api.create("pool")));
-      windows[held ? "held" : "running"].push([from, Date.now()]);
-      if (!held) claimMs += performance.now() - t0;
+      if (!old) windows[held ? "held" : "running"].push([from, Date.now()]);
+      if (!held && !old) claimMs += performance.now() - t0;
       kubeClaims += n;
       const t = await traced();
+      if (old) await agentOp("ab", false);
       (loopDelays[step] ??= []).push(t.loopDelay);
+      // Where the refills' first passes fell against the claims in the agent: before the first
+      // claim's intent arrived, or between it and the last claim's ack.
+      const firstClaim = Math.min(...t.traces.map((c) => c.offered));
+      const lastAck = Math.max(...t.traces.map((c) => c.acked ?? c.offered));
+      const started = t.refills.flatMap((r) => (r.passStart === undefined ? [] : [r.passStart]));
+      const placed = { before: started.filter((x) => x < firstClaim).length, during: started.filter((x) => x >= firstClaim && x <= lastAck).length, offeredFirst: t.refills.filter((r) => r.offered < firstClaim).length };
+      (refillsIn[step] ??= []).push(placed);
+      console.error(`kube bench refills ${step} ${JSON.stringify({ ...placed, refills: t.refills.length, started: started.length, firstClaim: round(t.origin + firstClaim, 3), lastAck: round(t.origin + lastAck, 3), at: t.refills.map((r) => [round(t.origin + r.offered, 3), r.passStart === undefined ? null : round(t.origin + r.passStart, 3)]) })}`);
       // On the wall clock (ms), to be matched offline with the runtime's own /init times, which
       // its process prints when it stops (runtimeProcess): where the agent's /init time went.
       const abs = (x?: number) => (x === undefined ? null : round(t.origin + x, 3));
       console.error(`kube bench claim traces ${step} ${JSON.stringify(t.traces.map((c) => [c.id, abs(c.offered), abs(c.passStart), abs(c.initStart), abs(c.initEnd), abs(c.acked)]))}`);
-      (held ? heldAgentTraces : agentTraces).push(...t.traces);
-      (held ? heldTls : tls).push(t.tlsConnects);
+      if (old) oldAgentTraces.push(...t.traces);
+      else {
+        (held ? heldAgentTraces : agentTraces).push(...t.traces);
+        (held ? heldTls : tls).push(t.tlsConnects);
+      }
       if (held) await agentOp("release");
       return ms;
     };
@@ -508,6 +530,7 @@ async function claimsThroughEdge(cluster: Cluster): Promise<Figures> {
       const steps: [Step, () => Promise<number[]>][] = (
         [
           ["kube", () => kubeClaim(CLIENTS, n, false)],
+          ["kubeOld", () => kubeClaim(CLIENTS, n, false, true)],
           ["edge", () => edgeClaim(CLIENTS, n, false)],
           ["kubeHeld", () => kubeClaim(CLIENTS, n, true)],
           ["edgeHeld", () => edgeClaim(CLIENTS, n, true)],
@@ -520,6 +543,8 @@ async function claimsThroughEdge(cluster: Cluster): Promise<Figures> {
       edgeLatencies.push(...(got.edge ?? []));
       heldLatencies.push(...(got.kubeHeld ?? []));
       heldEdgeLatencies.push(...(got.edgeHeld ?? []));
+      oldLatencies.push(...(got.kubeOld ?? []));
+      if (got.kubeOld && got.edge) oldRatios.push(p50("kubeOld") / p50("edge"));
       if (got.kube && got.edge) roundRatios.push(p50("kube") / p50("edge"));
       if (got.kubeHeld && got.edgeHeld) heldRatios.push(p50("kubeHeld") / p50("edgeHeld"));
       if (got.initFloor) floorP50s.push(p50("initFloor"));
@@ -582,6 +607,21 @@ async function claimsThroughEdge(cluster: Cluster): Promise<Figures> {
     if (heldLatencies.length) figures["kube.claim_refill_held_p50_ms"] = { value: round(pct(heldLatencies, 50)), unit: "ms (each side's refill held until its claims are done)" };
     if (heldEdgeLatencies.length) figures["kube.edge_only_claim_refill_held_p50_ms"] = { value: round(pct(heldEdgeLatencies, 50)), unit: "ms" };
     if (heldRatios.length) figures["kube.claim_vs_edge_claim_ratio_refill_held"] = { value: round(pct(heldRatios, 50)), unit: `ratio (median of ${RATIO_ROUNDS} rounds, same rounds as the one above)`, spread: minMax(heldRatios) };
+    // TEMPORARY (session 17): the kubeOld step's figures (a refill's first pass queued as before),
+    // and new over old per round (each round ran both: median, spread).
+    if (oldLatencies.length) figures["kube.claim_old_p50_ms"] = { value: round(pct(oldLatencies, 50)), unit: "ms (refill's first pass queued as before s17)" };
+    if (oldRatios.length) figures["kube.claim_vs_edge_claim_ratio_old"] = { value: round(pct(oldRatios, 50)), unit: `ratio (median of ${RATIO_ROUNDS} rounds, same rounds)`, spread: minMax(oldRatios) };
+    if (oldRatios.length && oldRatios.length === roundRatios.length) {
+      const r = roundRatios.map((x, i) => x / oldRatios[i]!);
+      figures["kube.claim_p50_new_vs_old"] = { value: round(pct(r, 50)), unit: "ratio of the round's kube claim p50s, new over old (median of rounds)", spread: minMax(r) };
+    }
+    Object.assign(figures, traceFigures(oldAgentTraces, "kube.claim_old"));
+    for (const [step, rs] of Object.entries(refillsIn) as [Step, { before: number; during: number; offeredFirst: number }[]][]) {
+      const fig = (name: string, xs: number[], what: string) => (figures[`${STEP_NAMES[step]}_${name}`] = { value: pct(xs, 50), unit: `${what} (of a round's ${CLAIMS / RATIO_ROUNDS}; median of ${xs.length} rounds: ${xs.join(" ")})`, spread: minMax(xs) });
+      fig("refills_offered_before_claims", rs.map((r) => r.offeredFirst), "refill intents that reached the agent before the step's first claim");
+      fig("refills_started_before_claims", rs.map((r) => r.before), "refills whose first pass started before the step's first claim reached the agent");
+      fig("refills_started_during_claims", rs.map((r) => r.during), "refills whose first pass started between the first claim's arrival and the last claim's ack");
+    }
     for (const [step, ds] of Object.entries(loopDelays) as [Step, LoopDelay[]][]) {
       figures[`${STEP_NAMES[step]}_agent_loop_delay_p99_ms`] = {
         value: round(pct(ds.map((d) => d.p99), 50)),
