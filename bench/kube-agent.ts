@@ -14,16 +14,12 @@
 //                    and the refills since: each new pool member's intent arrival and the start of
 //                    its first pass that did work (a held one's after the release), to place them
 //                    against the claims' timestamps.
-//   {op: "ab", old}  TEMPORARY (controllers/lib/refill-echo-ab.ts): a new pool member's first pass
-//                    queued as before session 17 (old: true), or waiting out the linger from its
-//                    arrival (WorkQueue `echo`).
 // Each op is answered with {op, ...} once done. Nothing here changes what a pass does.
 import http from "node:http";
 import { monitorEventLoopDelay } from "node:perf_hooks";
 import tls from "node:tls";
 import { Reconciler } from "../controllers/agent/reconciler.ts";
 import { Link } from "../controllers/agent/link.ts";
-import { refillEchoAb } from "../controllers/lib/refill-echo-ab.ts";
 import type { Intent } from "../schema/protocol/index.ts";
 
 export interface ClaimTrace {
@@ -111,10 +107,8 @@ http.request = function (this: unknown, ...args: unknown[]) {
   return req;
 } as typeof http.request;
 
-process.on("message", (msg: { op: string; old?: boolean }) => {
-  if (msg.op === "ab") {
-    refillEchoAb.old = Boolean(msg.old);
-  } else if (msg.op === "hold") {
+process.on("message", (msg: { op: string }) => {
+  if (msg.op === "hold") {
     if (!hold) {
       let release!: () => void;
       const promise = new Promise<void>((ok) => (release = ok));

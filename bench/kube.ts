@@ -27,6 +27,14 @@
 //                                           intent in, pass start, /init sent and answered, ack
 //                                           out), and with one client `_outside_agent_ms` (the
 //                                           client's latency minus it: the edge and the link)
+//   kube.claim[_refill_held]_refills_*      where a round's refills fell in the agent against its
+//                                           claims (kube-agent.ts): `offered_before_claims` refill
+//                                           intents that arrived before the first claim's (the edge
+//                                           sends them first), `started_before_claims` and
+//                                           `started_during_claims` refills whose first pass began
+//                                           before the first claim arrived, or between it and the
+//                                           last claim's ack (median of rounds; lines
+//                                           `kube bench refills <step>` give the times)
 //   kube.runtime_init_floor_p50_ms          the floor under the agent's /init: as many /inits as a
 //                                           round's claims, CLIENTS at once, from the bench straight
 //                                           to the pods' runtime process(es) (sandboxes no pod has),
@@ -128,16 +136,13 @@ const RUNTIMES = Number(process.env.KUBE_BENCH_RUNTIMES ?? 1);
 /** The steps of each round (KUBE_BENCH_STEPS, comma-separated; all by default): `kube`, `edge`
  * (edge-only), `kubeHeld`, `edgeHeld` (refill held), `initFloor` (the runtimes' /init alone). */
 const ALL_STEPS = ["kube", "edge", "kubeHeld", "edgeHeld", "initFloor"] as const;
-/** TEMPORARY (session 17, controllers/lib/refill-echo-ab.ts): `kubeOld` is the kube step with a new
- * pool member's first pass queued as before (no `echo`), in the same rounds (named only). */
-const AB_STEPS = ["kubeOld"] as const;
-type Step = (typeof ALL_STEPS)[number] | (typeof AB_STEPS)[number];
+type Step = (typeof ALL_STEPS)[number];
 const STEPS = (process.env.KUBE_BENCH_STEPS?.split(",") ?? ALL_STEPS).map((x) => {
-  if (![...ALL_STEPS, ...AB_STEPS].includes(x as Step)) throw new Error(`KUBE_BENCH_STEPS: unknown step ${x} (${ALL_STEPS.join(", ")})`);
+  if (!(ALL_STEPS as readonly string[]).includes(x)) throw new Error(`KUBE_BENCH_STEPS: unknown step ${x} (${ALL_STEPS.join(", ")})`);
   return x as Step;
 });
 /** Each step's figures are named after it. */
-const STEP_NAMES: Record<Step, string> = { kube: "kube.claim", edge: "kube.edge_only_claim", kubeHeld: "kube.claim_refill_held", edgeHeld: "kube.edge_only_claim_refill_held", initFloor: "kube.runtime_init_floor", kubeOld: "kube.claim_old" };
+const STEP_NAMES: Record<Step, string> = { kube: "kube.claim", edge: "kube.edge_only_claim", kubeHeld: "kube.claim_refill_held", edgeHeld: "kube.edge_only_claim_refill_held", initFloor: "kube.runtime_init_floor" };
 const RUNTIME_IMAGE = "ghcr.io/kruise-edge/sandbox-agent:bench";
 const ROOT = join(import.meta.dirname, "..");
 // This bench is the test kubelet: it serves every pod's sandbox and names it in the runtime-url
@@ -403,7 +408,7 @@ async function claimsThroughEdge(cluster: Cluster): Promise<Figures> {
       agent.kill("SIGTERM");
       if (agent.exitCode === null) await new Promise((r) => agent.once("exit", r));
     });
-    const agentOp = <T,>(op: "hold" | "release" | "trace" | "ab", old?: boolean) =>
+    const agentOp = <T,>(op: "hold" | "release" | "trace") =>
       new Promise<T>((ok) => {
         const on = (m: { op: string }) => {
           if (m.op !== op) return;
@@ -411,7 +416,7 @@ async function claimsThroughEdge(cluster: Cluster): Promise<Figures> {
           ok(m as T);
         };
         agent.on("message", on);
-        agent.send({ op, old });
+        agent.send({ op });
       });
     // The claims' timestamps since the last call, and the TLS connections the agent opened meanwhile.
     const traced = async () => await agentOp<{ traces: ClaimTrace[]; refills: RefillTrace[]; tlsConnects: number; loopDelay: LoopDelay; origin: number }>("trace");
@@ -440,9 +445,6 @@ async function claimsThroughEdge(cluster: Cluster): Promise<Figures> {
     /** Per kube step and round: the refills (new pool members) whose first pass started before
      * the step's first claim reached the agent, and while its claims ran there (to the last ack). */
     const refillsIn: Partial<Record<Step, { before: number; during: number; offeredFirst: number }[]>> = {};
-    const oldLatencies: number[] = [];
-    const oldRatios: number[] = [];
-    const oldAgentTraces: ClaimTrace[] = [];
     let claimMs = 0;
     const roundRatios: number[] = [];
     const heldRatios: number[] = [];
@@ -475,20 +477,18 @@ async function claimsThroughEdge(cluster: Cluster): Promise<Figures> {
       (cpu[step] ??= []).push(Object.fromEntries(Object.entries(after).map(([part, v]) => [part, Math.max(0, v - (before[part] ?? 0)) / n])));
       return ms;
     };
-    const kubeClaim = async (clients: number, n: number, held: boolean, old = false) => {
+    const kubeClaim = async (clients: number, n: number, held: boolean) => {
       await bothWhole();
       if (held) await agentOp("hold");
-      if (old) await agentOp("ab", true);
       await traces();
       const t0 = performance.now();
       const from = Date.now();
-      const step: Step = held ? "kubeHeld" : old ? "kubeOld" : "kube";
+      const step: Step = held ? "kubeHeld" : "kube";
       const ms = await measured(step, n, () => timedConcurrently(n, clients, () => api.create("pool")));
-      if (!old) windows[held ? "held" : "running"].push([from, Date.now()]);
-      if (!held && !old) claimMs += performance.now() - t0;
+      windows[held ? "held" : "running"].push([from, Date.now()]);
+      if (!held) claimMs += performance.now() - t0;
       kubeClaims += n;
       const t = await traced();
-      if (old) await agentOp("ab", false);
       (loopDelays[step] ??= []).push(t.loopDelay);
       // Where the refills' first passes fell against the claims in the agent: before the first
       // claim's intent arrived, or between it and the last claim's ack.
@@ -502,11 +502,8 @@ async function claimsThroughEdge(cluster: Cluster): Promise<Figures> {
       // its process prints when it stops (runtimeProcess): where the agent's /init time went.
       const abs = (x?: number) => (x === undefined ? null : round(t.origin + x, 3));
       console.error(`kube bench claim traces ${step} ${JSON.stringify(t.traces.map((c) => [c.id, abs(c.offered), abs(c.passStart), abs(c.initStart), abs(c.initEnd), abs(c.acked)]))}`);
-      if (old) oldAgentTraces.push(...t.traces);
-      else {
-        (held ? heldAgentTraces : agentTraces).push(...t.traces);
-        (held ? heldTls : tls).push(t.tlsConnects);
-      }
+      (held ? heldAgentTraces : agentTraces).push(...t.traces);
+      (held ? heldTls : tls).push(t.tlsConnects);
       if (held) await agentOp("release");
       return ms;
     };
@@ -530,7 +527,6 @@ async function claimsThroughEdge(cluster: Cluster): Promise<Figures> {
       const steps: [Step, () => Promise<number[]>][] = (
         [
           ["kube", () => kubeClaim(CLIENTS, n, false)],
-          ["kubeOld", () => kubeClaim(CLIENTS, n, false, true)],
           ["edge", () => edgeClaim(CLIENTS, n, false)],
           ["kubeHeld", () => kubeClaim(CLIENTS, n, true)],
           ["edgeHeld", () => edgeClaim(CLIENTS, n, true)],
@@ -543,8 +539,6 @@ async function claimsThroughEdge(cluster: Cluster): Promise<Figures> {
       edgeLatencies.push(...(got.edge ?? []));
       heldLatencies.push(...(got.kubeHeld ?? []));
       heldEdgeLatencies.push(...(got.edgeHeld ?? []));
-      oldLatencies.push(...(got.kubeOld ?? []));
-      if (got.kubeOld && got.edge) oldRatios.push(p50("kubeOld") / p50("edge"));
       if (got.kube && got.edge) roundRatios.push(p50("kube") / p50("edge"));
       if (got.kubeHeld && got.edgeHeld) heldRatios.push(p50("kubeHeld") / p50("edgeHeld"));
       if (got.initFloor) floorP50s.push(p50("initFloor"));
@@ -607,15 +601,6 @@ async function claimsThroughEdge(cluster: Cluster): Promise<Figures> {
     if (heldLatencies.length) figures["kube.claim_refill_held_p50_ms"] = { value: round(pct(heldLatencies, 50)), unit: "ms (each side's refill held until its claims are done)" };
     if (heldEdgeLatencies.length) figures["kube.edge_only_claim_refill_held_p50_ms"] = { value: round(pct(heldEdgeLatencies, 50)), unit: "ms" };
     if (heldRatios.length) figures["kube.claim_vs_edge_claim_ratio_refill_held"] = { value: round(pct(heldRatios, 50)), unit: `ratio (median of ${RATIO_ROUNDS} rounds, same rounds as the one above)`, spread: minMax(heldRatios) };
-    // TEMPORARY (session 17): the kubeOld step's figures (a refill's first pass queued as before),
-    // and new over old per round (each round ran both: median, spread).
-    if (oldLatencies.length) figures["kube.claim_old_p50_ms"] = { value: round(pct(oldLatencies, 50)), unit: "ms (refill's first pass queued as before s17)" };
-    if (oldRatios.length) figures["kube.claim_vs_edge_claim_ratio_old"] = { value: round(pct(oldRatios, 50)), unit: `ratio (median of ${RATIO_ROUNDS} rounds, same rounds)`, spread: minMax(oldRatios) };
-    if (oldRatios.length && oldRatios.length === roundRatios.length) {
-      const r = roundRatios.map((x, i) => x / oldRatios[i]!);
-      figures["kube.claim_p50_new_vs_old"] = { value: round(pct(r, 50)), unit: "ratio of the round's kube claim p50s, new over old (median of rounds)", spread: minMax(r) };
-    }
-    Object.assign(figures, traceFigures(oldAgentTraces, "kube.claim_old"));
     for (const [step, rs] of Object.entries(refillsIn) as [Step, { before: number; during: number; offeredFirst: number }[]][]) {
       const fig = (name: string, xs: number[], what: string) => (figures[`${STEP_NAMES[step]}_${name}`] = { value: pct(xs, 50), unit: `${what} (of a round's ${CLAIMS / RATIO_ROUNDS}; median of ${xs.length} rounds: ${xs.join(" ")})`, spread: minMax(xs) });
       fig("refills_offered_before_claims", rs.map((r) => r.offeredFirst), "refill intents that reached the agent before the step's first claim");

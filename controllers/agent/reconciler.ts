@@ -1,7 +1,6 @@
 // Level-based reconciliation of one sandbox at a time: read the newest accepted intent and what
 // the driver sees, act on the difference, register the sandbox with the embedded runtime, and
 // report what is there. Running it twice is harmless; it never acts on an event, only on state.
-import { refillEchoAb } from "../lib/refill-echo-ab.ts";
 import { isTerminal, type Driver, type DesiredSandbox, type SandboxObservation } from "../drivers/driver.ts";
 import type { Runtime } from "../runtime/runtime.ts";
 import type { Intent, ObservationInput, ObservedPhase } from "../../schema/protocol/index.ts";
@@ -257,7 +256,7 @@ export class Reconciler {
     // refill before the claim's own intent reaches us, so its first pass waits out the linger
     // from now as well (WorkQueue `echo`); after a lull the first refills of a burst otherwise
     // started ahead of the burst's claims.
-    this.queue.add(intent.sandboxId, { urgent: intent.owner.kind === "sandbox" && intent.desired.state !== "deleted", echo: refill && !refillEchoAb.old });
+    this.queue.add(intent.sandboxId, { urgent: intent.owner.kind === "sandbox" && intent.desired.state !== "deleted", echo: refill });
     return "queued";
   }
 
