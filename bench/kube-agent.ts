@@ -10,7 +10,10 @@
 //                    to the link, which sends it in the same microtask turn); and the TLS
 //                    connections the agent opened since (tls.connect: the API server's, each a
 //                    handshake on both sides), and the agent's event-loop delay since (p50, p99,
-//                    max, ms: how long a ready answer, an /init's included, waited for the loop).
+//                    max, ms: how long a ready answer, an /init's included, waited for the loop);
+//                    and the refills since: each new pool member's intent arrival and the start of
+//                    its first pass that did work (a held one's after the release), to place them
+//                    against the claims' timestamps.
 // Each op is answered with {op, ...} once done. Nothing here changes what a pass does.
 import http from "node:http";
 import { monitorEventLoopDelay } from "node:perf_hooks";
@@ -34,6 +37,12 @@ const held = new Set<string>();
 const known = new Set<string>();
 let traces = new Map<string, ClaimTrace>();
 let tlsConnects = 0;
+/** A new pool member: its intent's arrival, and when its first pass that did work started. */
+export interface RefillTrace {
+  offered: number;
+  passStart?: number;
+}
+let refills = new Map<string, RefillTrace>();
 export interface LoopDelay {
   p50: number;
   p99: number;
@@ -52,6 +61,7 @@ const offer = Reconciler.prototype.offer;
 Reconciler.prototype.offer = function (this: Reconciler, intent: Intent, traceparent?: string) {
   const id = intent.sandboxId;
   if (hold && intent.owner.kind === "pool" && !known.has(id)) held.add(id);
+  if (intent.owner.kind === "pool" && intent.desired.state === "running" && !known.has(id)) refills.set(id, { offered: performance.now() });
   known.add(id);
   if (intent.owner.kind === "sandbox" && intent.desired.state === "running" && !traces.has(id)) traces.set(id, { id, offered: performance.now() });
   return offer.call(this, intent, traceparent);
@@ -65,6 +75,8 @@ Reconciler.prototype.reconcile = async function (this: Reconciler, id: string) {
   // for the rest of the pool lane's work (a claimed sandbox's follow-up passes), which is not held.
   if (held.has(id) && hold) return { requeueAfterMs: 50 };
   held.delete(id);
+  const r = refills.get(id);
+  if (r && r.passStart === undefined) r.passStart = performance.now();
   return reconcile.call(this, id);
 };
 
@@ -108,8 +120,9 @@ process.on("message", (msg: { op: string }) => {
     held.clear();
   } else if (msg.op === "trace") {
     const loopDelay: LoopDelay = { p50: loop.percentile(50) / 1e6, p99: loop.percentile(99) / 1e6, max: loop.max / 1e6 };
-    process.send!({ op: "trace", traces: [...traces.values()], tlsConnects, loopDelay, origin: performance.timeOrigin });
+    process.send!({ op: "trace", traces: [...traces.values()], refills: [...refills.values()], tlsConnects, loopDelay, origin: performance.timeOrigin });
     traces = new Map();
+    refills = new Map();
     tlsConnects = 0;
     loop.reset();
     return;

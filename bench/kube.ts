@@ -27,6 +27,14 @@
 //                                           intent in, pass start, /init sent and answered, ack
 //                                           out), and with one client `_outside_agent_ms` (the
 //                                           client's latency minus it: the edge and the link)
+//   kube.claim[_refill_held]_refills_*      where a round's refills fell in the agent against its
+//                                           claims (kube-agent.ts): `offered_before_claims` refill
+//                                           intents that arrived before the first claim's (the edge
+//                                           sends them first), `started_before_claims` and
+//                                           `started_during_claims` refills whose first pass began
+//                                           before the first claim arrived, or between it and the
+//                                           last claim's ack (median of rounds; lines
+//                                           `kube bench refills <step>` give the times)
 //   kube.runtime_init_floor_p50_ms          the floor under the agent's /init: as many /inits as a
 //                                           round's claims, CLIENTS at once, from the bench straight
 //                                           to the pods' runtime process(es) (sandboxes no pod has),
@@ -110,7 +118,7 @@ import { startTestEdge } from "../test/kube/support/edge.ts";
 import { persist, TestKubelet } from "../test/kube/support/kubelet.ts";
 import { ScriptedAgent, tcpTransport } from "../test/support/scripted-agent.ts";
 import type { BenchContext, Figures } from "./run.ts";
-import type { ClaimTrace, LoopDelay } from "./kube-agent.ts";
+import type { ClaimTrace, LoopDelay, RefillTrace } from "./kube-agent.ts";
 import { minMax, percentile as pct, processTree, round, threadsCpuMs, timedConcurrently } from "./stats.ts";
 
 const round2 = (x: number) => round(x);
@@ -411,7 +419,7 @@ async function claimsThroughEdge(cluster: Cluster): Promise<Figures> {
         agent.send({ op });
       });
     // The claims' timestamps since the last call, and the TLS connections the agent opened meanwhile.
-    const traced = async () => await agentOp<{ traces: ClaimTrace[]; tlsConnects: number; loopDelay: LoopDelay; origin: number }>("trace");
+    const traced = async () => await agentOp<{ traces: ClaimTrace[]; refills: RefillTrace[]; tlsConnects: number; loopDelay: LoopDelay; origin: number }>("trace");
     const traces = async () => (await traced()).traces;
     const api = edgeApi(edge.url, edge.adminKey);
     let t = performance.now();
@@ -434,6 +442,9 @@ async function claimsThroughEdge(cluster: Cluster): Promise<Figures> {
     const heldEdgeLatencies: number[] = [];
     /** The agent's event-loop delay during each kube step's claims, per round. */
     const loopDelays: Partial<Record<Step, LoopDelay[]>> = {};
+    /** Per kube step and round: the refills (new pool members) whose first pass started before
+     * the step's first claim reached the agent, and while its claims ran there (to the last ack). */
+    const refillsIn: Partial<Record<Step, { before: number; during: number; offeredFirst: number }[]>> = {};
     let claimMs = 0;
     const roundRatios: number[] = [];
     const heldRatios: number[] = [];
@@ -479,6 +490,14 @@ async function claimsThroughEdge(cluster: Cluster): Promise<Figures> {
       kubeClaims += n;
       const t = await traced();
       (loopDelays[step] ??= []).push(t.loopDelay);
+      // Where the refills' first passes fell against the claims in the agent: before the first
+      // claim's intent arrived, or between it and the last claim's ack.
+      const firstClaim = Math.min(...t.traces.map((c) => c.offered));
+      const lastAck = Math.max(...t.traces.map((c) => c.acked ?? c.offered));
+      const started = t.refills.flatMap((r) => (r.passStart === undefined ? [] : [r.passStart]));
+      const placed = { before: started.filter((x) => x < firstClaim).length, during: started.filter((x) => x >= firstClaim && x <= lastAck).length, offeredFirst: t.refills.filter((r) => r.offered < firstClaim).length };
+      (refillsIn[step] ??= []).push(placed);
+      console.error(`kube bench refills ${step} ${JSON.stringify({ ...placed, refills: t.refills.length, started: started.length, firstClaim: round(t.origin + firstClaim, 3), lastAck: round(t.origin + lastAck, 3), at: t.refills.map((r) => [round(t.origin + r.offered, 3), r.passStart === undefined ? null : round(t.origin + r.passStart, 3)]) })}`);
       // On the wall clock (ms), to be matched offline with the runtime's own /init times, which
       // its process prints when it stops (runtimeProcess): where the agent's /init time went.
       const abs = (x?: number) => (x === undefined ? null : round(t.origin + x, 3));
@@ -582,6 +601,12 @@ async function claimsThroughEdge(cluster: Cluster): Promise<Figures> {
     if (heldLatencies.length) figures["kube.claim_refill_held_p50_ms"] = { value: round(pct(heldLatencies, 50)), unit: "ms (each side's refill held until its claims are done)" };
     if (heldEdgeLatencies.length) figures["kube.edge_only_claim_refill_held_p50_ms"] = { value: round(pct(heldEdgeLatencies, 50)), unit: "ms" };
     if (heldRatios.length) figures["kube.claim_vs_edge_claim_ratio_refill_held"] = { value: round(pct(heldRatios, 50)), unit: `ratio (median of ${RATIO_ROUNDS} rounds, same rounds as the one above)`, spread: minMax(heldRatios) };
+    for (const [step, rs] of Object.entries(refillsIn) as [Step, { before: number; during: number; offeredFirst: number }[]][]) {
+      const fig = (name: string, xs: number[], what: string) => (figures[`${STEP_NAMES[step]}_${name}`] = { value: pct(xs, 50), unit: `${what} (of a round's ${CLAIMS / RATIO_ROUNDS}; median of ${xs.length} rounds: ${xs.join(" ")})`, spread: minMax(xs) });
+      fig("refills_offered_before_claims", rs.map((r) => r.offeredFirst), "refill intents that reached the agent before the step's first claim");
+      fig("refills_started_before_claims", rs.map((r) => r.before), "refills whose first pass started before the step's first claim reached the agent");
+      fig("refills_started_during_claims", rs.map((r) => r.during), "refills whose first pass started between the first claim's arrival and the last claim's ack");
+    }
     for (const [step, ds] of Object.entries(loopDelays) as [Step, LoopDelay[]][]) {
       figures[`${STEP_NAMES[step]}_agent_loop_delay_p99_ms`] = {
         value: round(pct(ds.map((d) => d.p99), 50)),

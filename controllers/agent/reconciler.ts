@@ -215,12 +215,12 @@ export class Reconciler {
   }
 
   /** Keeps the pools' stock as intents change owner: a pool's running member is in it, a claimed
-   * or deleted one leaves it at once. */
-  #trackPool(intent: Intent): void {
+   * or deleted one leaves it at once. True for a member new to its pool (a refill, a scale-up). */
+  #trackPool(intent: Intent): boolean {
     const id = intent.sandboxId;
     const pool = intent.owner.kind === "pool" && intent.desired.state !== "deleted" ? intent.template?.id : undefined;
     const was = this.#poolOf.get(id);
-    if (was === pool) return;
+    if (was === pool) return false;
     if (was !== undefined) {
       this.#poolOf.delete(id);
       for (const sets of [this.#poolMembers, this.#poolReady]) {
@@ -229,11 +229,12 @@ export class Reconciler {
         if (set?.size === 0) sets.delete(was);
       }
     }
-    if (pool === undefined) return;
+    if (pool === undefined) return false;
     this.#poolOf.set(id, pool);
     const members = this.#poolMembers.get(pool) ?? new Set<string>();
     members.add(id);
     this.#poolMembers.set(pool, members);
+    return was === undefined;
   }
 
   /** Accepts an intent if it is newer than the stored one and schedules the sandbox. */
@@ -246,12 +247,16 @@ export class Reconciler {
       return "stale";
     }
     if (traceparent) this.#traces.set(intent.sandboxId, traceparent);
-    this.#trackPool(intent);
+    const refill = this.#trackPool(intent);
     // A sandbox's own intents (claim, pause, resume) have a client waiting on them; the pool's
     // (warming members up, scaling down) do not, and must not hold them up. Nor does a delete: a
     // kill is answered without waiting for the agent, and a destroy (cgroup removal, unmounts) is
     // the slowest pass there is: in the urgent lane, claims waited behind kills (issue 16).
-    this.queue.add(intent.sandboxId, { urgent: intent.owner.kind === "sandbox" && intent.desired.state !== "deleted" });
+    // A new pool member is the echo of a claim (or a scale-up): the edge's pool sends a claim's
+    // refill before the claim's own intent reaches us, so its first pass waits out the linger
+    // from now as well (WorkQueue `echo`); after a lull the first refills of a burst otherwise
+    // started ahead of the burst's claims.
+    this.queue.add(intent.sandboxId, { urgent: intent.owner.kind === "sandbox" && intent.desired.state !== "deleted", echo: refill });
     return "queued";
   }
 

@@ -14,7 +14,11 @@
 // within that). The refill's own work and what it sets off elsewhere (the API server, the
 // kubelet) otherwise share the CPU with the claims (bench/kube.ts: at one client the claim took
 // 2.3x the edge-only one with the refill running, 1.0x with it held). The owner's `yields` is the
-// bound: it answers no once waiting could empty the pool (`yieldToUrgent`, pure, below).
+// bound: it answers no once waiting could empty the pool (`yieldToUrgent`, pure, below). A key
+// added `echo` (work that urgent work sets off, which may reach the queue before that urgent work
+// does: a claim's refill) also waits out the linger from its own arrival, as though urgent work
+// had just ended: the edge's pool sends a claim's refill before the claim reaches the agent, so
+// after a pause the first refills of a burst started before the burst's claims (bench/kube.ts).
 //
 // A key whose work throws is retried with per-key exponential backoff (`Backoff`). Every retry
 // loop of the agent and its drivers goes through here: the reconciler (per sandbox), the
@@ -70,7 +74,10 @@ export class WorkQueue {
   readonly #yieldLingerMs: number;
   /** When the urgent lane last emptied (Date.now()), and the pump due once the linger is over. */
   #urgentIdleAt = -Infinity;
+  /** When each queued `echo` key was added (Date.now()): it yields as if urgent work ended then. */
+  readonly #echoAt = new Map<string, number>();
   #lingerTimer: NodeJS.Timeout | undefined;
+  #lingerDue = Infinity;
 
   constructor(opts: {
     work: (key: string) => Promise<WorkResult>;
@@ -97,7 +104,9 @@ export class WorkQueue {
     this.#onError = opts.onError ?? ((key, err) => logger("workqueue").error("work failed, retrying", { queue: opts.name, key, error: err }));
   }
 
-  add(key: string, opts: { urgent?: boolean } = {}): void {
+  /** `echo`: the key is work that urgent work sets off and may arrive before it (a claim's
+   * refill): a yielding key waits out the linger from now too (see the header). */
+  add(key: string, opts: { urgent?: boolean; echo?: boolean } = {}): void {
     if (this.#closed) return;
     if (opts.urgent) this.#urgent.add(key);
     const timer = this.#timers.get(key);
@@ -106,7 +115,11 @@ export class WorkQueue {
       this.#timers.delete(key);
     }
     if (this.#running.has(key)) this.#dirty.add(key);
-    else this.#queued.add(key);
+    else {
+      // The first arrival counts: adds while it waits do not push it further back.
+      if (opts.echo && !this.#queued.has(key)) this.#echoAt.set(key, Date.now());
+      this.#queued.add(key);
+    }
     this.#pump();
   }
 
@@ -156,6 +169,7 @@ export class WorkQueue {
     this.#timers.clear();
     clearTimeout(this.#lingerTimer);
     this.#queued.clear();
+    this.#echoAt.clear();
   }
 
   #pump(): void {
@@ -164,13 +178,16 @@ export class WorkQueue {
     let urgentSlots = this.#urgentConcurrency - this.#runningUrgent.size;
     // Urgent keys queued (or running again once done) count as busy as much as running ones.
     const urgentBusy = this.#runningUrgent.size > 0 || this.#urgent.size > 0;
-    const msSinceUrgent = this.#yields ? Date.now() - this.#urgentIdleAt : Infinity;
+    const now = this.#yields ? Date.now() : 0;
+    const msSinceUrgent = now - this.#urgentIdleAt;
     let lookAgainMs = Infinity;
     for (const key of this.#queued) {
       const urgent = this.#isUrgent(key);
       if (urgent ? urgentSlots <= 0 : normalSlots <= 0) continue;
       if (!urgent && this.#yields) {
-        const wait = yieldToUrgent({ yields: this.#yields(key), urgentBusy, msSinceUrgent, lingerMs: this.#yieldLingerMs });
+        const echoAt = this.#echoAt.get(key);
+        const since = echoAt === undefined ? msSinceUrgent : Math.min(msSinceUrgent, now - echoAt);
+        const wait = yieldToUrgent({ yields: this.#yields(key), urgentBusy, msSinceUrgent: since, lingerMs: this.#yieldLingerMs });
         if (wait > 0) {
           lookAgainMs = Math.min(lookAgainMs, wait);
           continue;
@@ -179,6 +196,7 @@ export class WorkQueue {
       if (urgent) urgentSlots--;
       else normalSlots--;
       this.#queued.delete(key);
+      this.#echoAt.delete(key);
       this.#running.add(key);
       if (urgent) {
         this.#urgent.delete(key);
@@ -187,10 +205,14 @@ export class WorkQueue {
       void this.#run(key);
     }
     // Keys waiting out the linger start when it ends (those waiting on busy urgent work, when the
-    // urgent lane empties: #run pumps then).
-    if (lookAgainMs !== Infinity && !this.#lingerTimer && !this.#closed) {
+    // urgent lane empties: #run pumps then). An echo key's wait may end before the one the timer
+    // was set for: the earlier one wins.
+    if (lookAgainMs !== Infinity && now + lookAgainMs < this.#lingerDue && !this.#closed) {
+      clearTimeout(this.#lingerTimer);
+      this.#lingerDue = now + lookAgainMs;
       this.#lingerTimer = setTimeout(() => {
         this.#lingerTimer = undefined;
+        this.#lingerDue = Infinity;
         this.#pump();
       }, lookAgainMs);
     }

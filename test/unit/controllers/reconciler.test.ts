@@ -329,6 +329,32 @@ describe("Reconciler", () => {
     reconciler.queue.close();
   });
 
+  it("claims before refills: a claim's refill that arrives before the claim (as the edge sends them) still waits for it", async () => {
+    const { driver, acks, reconciler } = harness({});
+    const template = { id: "wide", revision: "r1", image: "base", user: "user", workdir: "/home/user", resources: { cpuCount: 1, memoryMB: 256 } };
+    const member = (id: string) => intent(id, { generation: 1, owner: { kind: "pool", id: "wide" }, template });
+    for (const id of ["a0", "a1", "a2"]) reconciler.offer(member(id));
+    await waitFor(() => acks.length === 3, { what: "the warm members" });
+    let claimRuns: (() => void) | undefined;
+    const ensure = driver.ensure.bind(driver);
+    driver.ensure = async (d) => {
+      if (d.generation === 2) await new Promise<void>((r) => (claimRuns = r));
+      return ensure(d);
+    };
+    // No claim has run yet (a lull); the refill's intent comes first, its claim's right after.
+    reconciler.offer(member("a3"));
+    await new Promise((r) => setTimeout(r, 20));
+    reconciler.offer(intent("a0", { generation: 2, template }));
+    await waitFor(() => claimRuns !== undefined, { what: "the claim's pass" });
+    expect(driver.calls.get("a3")).toBeUndefined();
+    claimRuns!();
+    await waitFor(() => driver.calls.get("a3") === 1, { what: "the refill once the claim is over" });
+    const a0 = acks.findIndex((a) => a.id === "a0" && a.generation === 2);
+    expect(a0).toBeGreaterThanOrEqual(0);
+    expect(acks.findIndex((a) => a.id === "a3")).toBeGreaterThan(a0);
+    reconciler.queue.close();
+  });
+
   it("refillMayWait: a pool with at least half its members ready, and one ready at least", () => {
     expect(refillMayWait(2, 3)).toBe(true);
     expect(refillMayWait(150, 200)).toBe(true);

@@ -69,6 +69,28 @@ describe("WorkQueue", () => {
     await q.idle();
   });
 
+  it("claims before refills: a yielding key added as an echo waits out the linger from its arrival, so the urgent key behind it goes first even after a lull", async () => {
+    const { started, release, work } = gatedWork();
+    const q = new WorkQueue({ work, concurrency: 4, urgentConcurrency: 1, yields: (k) => k.startsWith("refill"), yieldLingerMs: 50 });
+    // No urgent work yet: a refill sent ahead of its claim, a plain yielding key (a requeue), and
+    // a key that never yields.
+    q.add("refill1", { echo: true });
+    q.add("refill2");
+    q.add("scaledown");
+    await new Promise((r) => setTimeout(r, 10));
+    expect(started).toEqual(["refill2", "scaledown"]);
+    q.add("refill1", { echo: true }); // added again while it waits: its first arrival counts
+    q.add("claim1", { urgent: true }); // the claim that set the refill off, arriving after it
+    await new Promise((r) => setTimeout(r, 60));
+    expect(started).toEqual(["refill2", "scaledown", "claim1"]); // past its own linger, the claim runs
+    release("claim1");
+    await new Promise((r) => setTimeout(r, 0));
+    expect(started).not.toContain("refill1"); // the linger after the claim
+    await waitFor(() => started.includes("refill1"), { what: "the refill once the claim is over" });
+    for (const k of ["refill1", "refill2", "scaledown"]) release(k);
+    await q.idle();
+  });
+
   it("yieldToUrgent: waits while urgent work is busy, then out the linger; never for a key that may not yield", () => {
     expect(yieldToUrgent({ yields: true, urgentBusy: true, msSinceUrgent: 1e9, lingerMs: 200 })).toBe(Infinity);
     expect(yieldToUrgent({ yields: true, urgentBusy: false, msSinceUrgent: 50, lingerMs: 200 })).toBe(150);
