@@ -11,6 +11,9 @@
 //   e2e_steps.sqld_request_floor_cpu_ms  sqld's CPU per `SELECT 1` over HTTP through the client the
 //                                    edge uses (@libsql/client/web), one at a time: the floor of
 //                                    each libSQL request a step makes
+//   e2e_steps.agent_frame_floor_cpu_ms  workerd's CPU per agent-link frame that does nothing (a
+//                                    heartbeat, on a second cluster's session), one at a time: the
+//                                    floor of each ClusterDO WebSocket event a step makes
 // <part>: edge (workerd), agent, spawner, sqld; CPU of all their threads (schedstat, ns). Each step
 // runs STEPS times in a row and waits until the pool is whole again; ROUNDS rounds alternate the
 // steps; the median of the rounds, with their spread. Sequential on purpose: at 20 clients the
@@ -28,6 +31,7 @@ import { startSystem } from "../scripts/lib/system.ts";
 import { freePort } from "../scripts/lib/sqld.ts";
 import type { Figures } from "./run.ts";
 import { median, minMax, round, spawnerOf, threadsCpuMs } from "./stats.ts";
+import { ScriptedAgent, tcpTransport } from "../test/support/scripted-agent.ts";
 
 const WARM = 20;
 const STEPS = 30;
@@ -87,6 +91,10 @@ export async function run(): Promise<Figures> {
     };
     const floor: number[] = [];
     const sqlFloor: number[] = [];
+    const frameFloor: number[] = [];
+    // Its own cluster, so the agent's session is left alone.
+    const frames = new ScriptedAgent({ agentId: "frame-floor", ping: false });
+    await frames.connect(tcpTransport(sys.apiUrl, sys.secrets.clusterToken, "frame-floor"));
     const db = createClient({ url: sys.sqld.url });
     const shell = await Sandbox.create(opts);
     for (let i = 0; i < 10; i++) await shell.commands.run("echo hi");
@@ -122,7 +130,15 @@ export async function run(): Promise<Figures> {
       const q = threadsCpuMs(parts.sqld);
       for (let i = 0; i < STEPS; i++) await db.execute("SELECT 1");
       sqlFloor.push((threadsCpuMs(parts.sqld) - q) / STEPS);
+      // Paced (no answer to wait for): each frame is an event of its own, as an agent's are.
+      const w = threadsCpuMs(parts.edge);
+      for (let i = 0; i < STEPS; i++) {
+        frames.sendFrame({ type: "heartbeat", at: Date.now(), sandboxes: 0 });
+        await new Promise((r) => setTimeout(r, 20));
+      }
+      frameFloor.push((threadsCpuMs(parts.edge) - w) / STEPS);
     }
+    frames.disconnect();
     if (COUNT) {
       for (const [step, byKind] of Object.entries(calls)) {
         let all = 0;
@@ -145,6 +161,7 @@ export async function run(): Promise<Figures> {
     }
     figures["e2e_steps.request_floor_cpu_ms"] = { value: round(median(floor), 2), unit: "ms", spread: minMax(floor) };
     figures["e2e_steps.sqld_request_floor_cpu_ms"] = { value: round(median(sqlFloor), 2), unit: "ms", spread: minMax(sqlFloor) };
+    figures["e2e_steps.agent_frame_floor_cpu_ms"] = { value: round(median(frameFloor), 2), unit: "ms", spread: minMax(frameFloor) };
   } finally {
     await sys.stop();
     rmSync(dataDir, { recursive: true, force: true });
