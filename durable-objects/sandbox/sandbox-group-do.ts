@@ -539,8 +539,6 @@ export class SandboxGroupDO extends DurableObject<Env> {
       this.wakeHolders(before, slot.state);
       const quota = this.quota.follow(before, slot.state, ev.type);
       const writes = ops.map((op) => this.indexOutbox.send(op));
-      // Recorded ops armed a check (IndexOutbox.record): once they are all in, it has nothing to do.
-      if (writes.length) this.ctx.waitUntil(Promise.all(writes).then((done) => (done.every(Boolean) ? this.disarmIdle() : undefined)).catch(() => undefined));
       // A client's own change is in the index before its reply (list right after kill must not
       // show the sandbox); the write runs beside the enqueue. Agent- and timer-driven writes do
       // not hold anyone up.
@@ -577,7 +575,6 @@ export class SandboxGroupDO extends DurableObject<Env> {
         await this.apply(id, { type: "ack", generation: a.generation, result: a.result, message: a.message }, 0);
       }
       if (slot.dirty && slot.state) this.save(id, slot);
-      this.disarmIdle();
       const unsavedAck = await this.settled();
       if (unsavedAck) return { ok: false, error: unsavedAck };
       return { ...t.result, acked, ...(ack ? { ack } : {}) };
@@ -689,29 +686,8 @@ export class SandboxGroupDO extends DurableObject<Env> {
   }
 
   /**
-   * Moves the alarm to the group's next due time (or deletes it) when it is armed earlier than
-   * any work: it was set for an intent's retry (RETRY_MS after a kill, the ack wait + RETRY_MS
-   * after a create) that ClusterDO has taken since, or for an index op's check that libSQL has
-   * committed since. Fired, it finds nothing due: one idle invocation per kill, one per create and
-   * one per destroy (bench e2e-steps). Left as it is while anything else may want it: an index op
-   * not confirmed yet (its outbox row) or a sandbox's alarm work under way.
-   */
-  private disarmIdle(): void {
-    const at = this.alarmAt;
-    if (at === null || this.firing.size > 0) return;
-    // The rows' due times and the outbox as this turn leaves them (its writes run first).
-    this.turn.flush();
-    if (this.store.outbox(1).length > 0) return;
-    const next = this.store.nextDue();
-    if (next !== null && next <= at) return;
-    this.alarmAt = next;
-    void (next === null ? this.ctx.storage.deleteAlarm() : this.ctx.storage.setAlarm(next));
-  }
-
-  /**
    * One alarm for the group, at the earliest due time written. A sandbox whose timer moved later
-   * (or went away) leaves the alarm where it was: it fires early, finds nothing due and re-arms
-   * (except where disarmIdle moves it).
+   * (or went away) leaves the alarm where it was: it fires early, finds nothing due and re-arms.
    */
   private arm(due: number | null): void {
     if (due === null || (this.alarmAt !== null && this.alarmAt <= due)) return;

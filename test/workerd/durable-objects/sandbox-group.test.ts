@@ -113,31 +113,6 @@ async function scriptClusterIndex(write: (ops: IndexOp[], real: IndexWrite) => R
 }
 
 describe("timers", () => {
-  it("a create or kill ClusterDO took leaves the group's alarm at the group's next due time, not at the intent's retry", async () => {
-    // First in the file: the group holds no other sandbox's pending work (index ops, fires).
-    const id = await create({ timeout: 3600 });
-    const group = sandboxGroupStub(env, id);
-    const read = () =>
-      runInDurableObject(group, async (_instance: SandboxGroupDO, state) => ({
-        at: await state.storage.getAlarm(),
-        due: state.storage.sql.exec<{ due: number | null }>("SELECT MIN(due) AS due FROM sandboxes").one().due,
-        waiting: state.storage.sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM index_outbox").one().n,
-        kept: state.storage.sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM sandboxes WHERE id = ?", id).one().n,
-      }));
-    // Answered: the intent left, nothing is left to retry; the alarm is the sandboxes' own timers.
-    const created = await read();
-    expect(created.waiting).toBe(0);
-    expect(created.at).toBe(created.due);
-    await expectStatus(call(`/sandboxes/${id}`, { key: team.key, method: "DELETE" }), 204);
-    // Destroyed and its tombstone in the index, well before the kill's retry time (2 s), at which
-    // the alarm used to fire for nothing: the alarm is the group's timers again.
-    await agent.waitUntil(() => !agent.sandboxes.has(id));
-    let done = await read();
-    for (const end = Date.now() + 10_000; (done.waiting > 0 || done.kept > 0) && Date.now() < end; await new Promise((r) => setTimeout(r, 20))) done = await read();
-    expect(done).toMatchObject({ waiting: 0, kept: 0 });
-    expect(done.at).toBe(done.due);
-  });
-
   it("kills at the end of life (onTimeout kill)", async () => {
     const id = await create({ timeout: 60 });
     await expire(id);
