@@ -11,6 +11,13 @@
 //   e2e_steps.sqld_request_floor_cpu_ms  sqld's CPU per `SELECT 1` over HTTP through the client the
 //                                    edge uses (@libsql/client/web), one at a time: the floor of
 //                                    each libSQL request a step makes
+//   e2e_steps.cycle_cpu_ms.<part>    all the rounds' CPU per create + command + kill, from before the
+//                                    first round to TAIL_MS after the last, floors taken off: what
+//                                    a step sets off later (a group's alarm, an index check) counts
+//                                    too, wherever it lands (the steps' windows miss what runs after)
+//   e2e_steps.agent_frame_floor_cpu_ms  workerd's CPU per agent-link frame that does nothing (a
+//                                    heartbeat, on a second cluster's session), one at a time: the
+//                                    floor of each ClusterDO WebSocket event a step makes
 // <part>: edge (workerd), agent, spawner, sqld; CPU of all their threads (schedstat, ns). Each step
 // runs STEPS times in a row and waits until the pool is whole again; ROUNDS rounds alternate the
 // steps; the median of the rounds, with their spread. Sequential on purpose: at 20 clients the
@@ -28,11 +35,15 @@ import { startSystem } from "../scripts/lib/system.ts";
 import { freePort } from "../scripts/lib/sqld.ts";
 import type { Figures } from "./run.ts";
 import { median, minMax, round, spawnerOf, threadsCpuMs } from "./stats.ts";
+import { ScriptedAgent, tcpTransport } from "../test/support/scripted-agent.ts";
 
 const WARM = 20;
 const STEPS = 30;
 const ROUNDS = 3;
 const COUNT = Boolean(process.env.E2E_STEPS_COUNT);
+/** After the last round, long enough for what the steps set off later to run (a create's
+ * undelivered retry at the ack wait + 2 s, an index op's 30 s check). */
+const TAIL_MS = 35_000;
 
 export async function run(): Promise<Figures> {
   const dataDir = mkdtempSync(join(tmpdir(), "sbx-bench-e2e-steps-"));
@@ -87,11 +98,17 @@ export async function run(): Promise<Figures> {
     };
     const floor: number[] = [];
     const sqlFloor: number[] = [];
+    const frameFloor: number[] = [];
+    // Its own cluster, so the agent's session is left alone.
+    const frames = new ScriptedAgent({ agentId: "frame-floor", ping: false });
+    await frames.connect(tcpTransport(sys.apiUrl, sys.secrets.clusterToken, "frame-floor"));
     const db = createClient({ url: sys.sqld.url });
     const shell = await Sandbox.create(opts);
     for (let i = 0; i < 10; i++) await shell.commands.run("echo hi");
     await shell.kill();
     await whole();
+    const cycleStart = snap();
+    const floorsCpu: Record<string, number> = {};
     for (let r = 0; r < ROUNDS; r++) {
       if (COUNT) {
         counted = await invocations();
@@ -116,13 +133,26 @@ export async function run(): Promise<Figures> {
       b = snap();
       add("kill", a, b);
       if (COUNT) await count("kill");
+      const floorsFrom = snap();
       const e = threadsCpuMs(parts.edge);
       for (let i = 0; i < STEPS; i++) await (await fetch(`${sys.apiUrl}/health`)).text();
       floor.push((threadsCpuMs(parts.edge) - e) / STEPS);
       const q = threadsCpuMs(parts.sqld);
       for (let i = 0; i < STEPS; i++) await db.execute("SELECT 1");
       sqlFloor.push((threadsCpuMs(parts.sqld) - q) / STEPS);
+      // Paced (no answer to wait for): each frame is an event of its own, as an agent's are.
+      const w = threadsCpuMs(parts.edge);
+      for (let i = 0; i < STEPS; i++) {
+        frames.sendFrame({ type: "heartbeat", at: Date.now(), sandboxes: 0 });
+        await new Promise((r) => setTimeout(r, 20));
+      }
+      frameFloor.push((threadsCpuMs(parts.edge) - w) / STEPS);
+      const floorsTo = snap();
+      for (const k of Object.keys(parts)) floorsCpu[k] = (floorsCpu[k] ?? 0) + floorsTo[k as keyof typeof parts] - floorsFrom[k as keyof typeof parts];
     }
+    frames.disconnect();
+    await new Promise((r) => setTimeout(r, TAIL_MS));
+    const cycleEnd = snap();
     if (COUNT) {
       for (const [step, byKind] of Object.entries(calls)) {
         let all = 0;
@@ -143,8 +173,12 @@ export async function run(): Promise<Figures> {
       }
       figures[`e2e_steps.${step}_server_cpu_ms`] = { value: round(server, 2), unit: "ms" };
     }
+    for (const k of Object.keys(parts) as (keyof typeof parts)[]) {
+      figures[`e2e_steps.cycle_cpu_ms.${k}`] = { value: round((cycleEnd[k] - cycleStart[k] - (floorsCpu[k] ?? 0)) / STEPS / ROUNDS, 2), unit: "ms" };
+    }
     figures["e2e_steps.request_floor_cpu_ms"] = { value: round(median(floor), 2), unit: "ms", spread: minMax(floor) };
     figures["e2e_steps.sqld_request_floor_cpu_ms"] = { value: round(median(sqlFloor), 2), unit: "ms", spread: minMax(sqlFloor) };
+    figures["e2e_steps.agent_frame_floor_cpu_ms"] = { value: round(median(frameFloor), 2), unit: "ms", spread: minMax(frameFloor) };
   } finally {
     await sys.stop();
     rmSync(dataDir, { recursive: true, force: true });

@@ -7,6 +7,7 @@ import type { SecurityProfileItemInput, TrafficPolicyItemInput } from "../../sch
 import WebSocket from "ws";
 import type { z } from "zod";
 import {
+  ACK_OBSERVATIONS_FEATURE,
   AckItemSchema,
   AgentMessageSchema,
   boundedObservation,
@@ -309,7 +310,8 @@ export class Link {
     this.#send(ws, { type: "heartbeat", at: Date.now(), sandboxes: stats.sandboxes, pending: stats.pending });
   }
 
-  /** Coalesces acks and observations produced in the same tick into one frame each. */
+  /** Coalesces acks and observations produced in the same tick into one frame (an edge that
+   * reads observations in an ack frame) or one frame each (an older edge). */
   #scheduleFlush(): void {
     if (this.#flushScheduled) return;
     this.#flushScheduled = true;
@@ -322,6 +324,14 @@ export class Link {
   #flush(): void {
     const ws = this.#ws;
     if (!ws || !this.#welcomed || ws.readyState !== WebSocket.OPEN) return;
+    if (this.#pendingAcks.length && this.#pendingObs.size && this.#features.has(ACK_OBSERVATIONS_FEATURE)) {
+      // One frame, not two: each is an invocation of the edge's ClusterDO, and a pass that
+      // settles a generation reports its sandbox in the same tick.
+      this.#send(ws, { type: "ack", items: this.#pendingAcks, observations: [...this.#pendingObs.values()] });
+      this.#pendingAcks = [];
+      this.#pendingObs.clear();
+      return;
+    }
     if (this.#pendingAcks.length) {
       this.#send(ws, { type: "ack", items: this.#pendingAcks });
       this.#pendingAcks = [];

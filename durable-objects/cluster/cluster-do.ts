@@ -6,6 +6,7 @@ import { DurableObject } from "cloudflare:workers";
 import type { Env } from "../env.ts";
 import { ErrorCode } from "../../schema/errors.ts";
 import {
+  ACK_OBSERVATIONS_FEATURE,
   AgentMessageSchema,
   CloseCode,
   CRD_SYNC_FEATURES,
@@ -452,7 +453,10 @@ export class ClusterDO extends DurableObject<Env> {
       case "hello":
         return this.hello(ws, att, msg);
       case "ack":
+        // Acks first: an awaited ack confirms what the observation beside it repeats
+        // (observation-router.ts), as when they came as two frames in this order.
         this.apply({ type: "ack", items: msg.items });
+        if (msg.observations?.length) this.apply({ type: "observations", items: msg.observations });
         return;
       case "observations":
         this.apply({ type: "observations", items: msg.items });
@@ -682,7 +686,7 @@ export class ClusterDO extends DurableObject<Env> {
             sessionId: this.sessionId || (store.getMeta("sessionId") ?? ""),
             heartbeatIntervalMs: HEARTBEAT_MS,
             resync: e.resync,
-            features: [...CRD_SYNC_FEATURES, BUILD_FEATURE],
+            features: [...CRD_SYNC_FEATURES, BUILD_FEATURE, ACK_OBSERVATIONS_FEATURE],
           });
           break;
         case "route":

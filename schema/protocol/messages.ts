@@ -19,7 +19,9 @@ import { MAX_FRAME_SANDBOXES, MAX_MESSAGE_LENGTH, MAX_NAME_LENGTH, MAX_PATH_LENG
  *                                and every unacked intent is redelivered (in seq order)
  *   edge  → agent intents        batches of {seq, intent}; seq increases per cluster
  *   agent → edge  ack            per seq, once the intent is accepted (see AckResult); unacked
- *                                intents are redelivered on reconnect and after a timeout
+ *                                intents are redelivered on reconnect and after a timeout; to an
+ *                                edge whose welcome lists `ackObservations`, it also carries the
+ *                                observations made with the acks (one frame, not two)
  *   agent → edge  observations   whenever a sandbox's phase/readiness/endpoint changes, and after
  *                                applying each intent (with the intent's generation)
  *   agent → edge  heartbeat      now and then with counts (wakes the edge object)
@@ -105,7 +107,22 @@ export const AckItemSchema = z.object({
 });
 export type AckItem = z.infer<typeof AckItemSchema>;
 
-export const AckSchema = z.object({ type: z.literal("ack"), items: sandboxes(AckItemSchema).min(1) });
+/**
+ * Welcome feature: this edge reads `observations` inside an `ack` frame. An agent sends the
+ * observations made with its acks in that one frame only when the edge lists it (an older edge's
+ * schema would drop the field unread); each frame is an invocation of the edge's ClusterDO, and an
+ * ack is nearly always made beside its sandbox's observation (the reconcile pass that settled it).
+ */
+export const ACK_OBSERVATIONS_FEATURE = "ackObservations";
+
+/** Acks, and (to an edge with ACK_OBSERVATIONS_FEATURE) the observations made with them: the edge
+ * applies the acks first, then the observations, as if they came as an `ack` and an `observations`
+ * frame in that order. */
+export const AckSchema = z.object({
+  type: z.literal("ack"),
+  items: sandboxes(AckItemSchema).min(1),
+  observations: sandboxes(ObservationSchema).optional(),
+});
 
 export const ObservationsSchema = z.object({
   type: z.literal("observations"),

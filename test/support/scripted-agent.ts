@@ -4,6 +4,7 @@
 // sandboxes: it acks every intent and reports them Running + ready with an endpoint (after a
 // configurable delay), Paused, or Deleted, as the intent asks. No runtime is started.
 import {
+  ACK_OBSERVATIONS_FEATURE,
   type TrafficPolicies,
   EdgeMessageSchema,
   parseFrame,
@@ -97,6 +98,12 @@ export interface ScriptedAgentOptions {
   failSnapshot?: (intent: Intent) => { reason: string; message: string } | undefined;
   /** The reason its observations of a sandbox carry (e.g. RestorePending); default none. */
   reason?: (intent: Intent) => string | undefined;
+  /** Send the observations made with acks inside the ack frame when the edge's welcome lists
+   * `ackObservations`, as the real agent does (default); false: two frames, as an older agent. */
+  ackObservations?: boolean;
+  /** Drop the next frame that carries an ack and close the socket instead of sending it, as a
+   * link that dies with the frame in flight (a test of redelivery). */
+  loseNextAck?: boolean;
 }
 
 /** What the scripted agent pretends runs on its cluster. */
@@ -132,7 +139,11 @@ export class ScriptedAgent {
   welcome: Welcome | null = null;
   closed: { code: number; reason?: string } | null = null;
   private ws: SocketLike | null = null;
-  private readonly opts: Required<Omit<ScriptedAgentOptions, "inventory" | "networkRules" | "reason">> & Pick<ScriptedAgentOptions, "networkRules" | "reason">;
+  private readonly opts: Required<Omit<ScriptedAgentOptions, "inventory" | "networkRules" | "reason" | "loseNextAck">> & Pick<ScriptedAgentOptions, "networkRules" | "reason">;
+  /** See ScriptedAgentOptions.loseNextAck. */
+  loseNextAck: boolean;
+  /** The types of the frames it sent, in order (hellos excluded). */
+  readonly sent: string[] = [];
   private inventory: ObservationInput[] | undefined;
   private acks: AckItem[] = [];
   private observations: ObservationInput[] = [];
@@ -160,7 +171,9 @@ export class ScriptedAgent {
       networkRules: opts.networkRules,
       failSnapshot: opts.failSnapshot ?? (() => undefined),
       reason: opts.reason,
+      ackObservations: opts.ackObservations ?? true,
     };
+    this.loseNextAck = opts.loseNextAck ?? false;
     this.inventory = opts.inventory;
   }
 
@@ -376,18 +389,30 @@ export class ScriptedAgent {
     else setTimeout(fn, ms);
   }
 
-  // Acks and observations of one burst of intents leave in one frame each.
+  // Acks and observations of one burst of intents leave in one frame (an edge that reads
+  // observations in an ack frame), or one frame each.
   private scheduleFlush(): void {
     if (this.flushScheduled) return;
     this.flushScheduled = true;
     queueMicrotask(() => {
       this.flushScheduled = false;
+      const merge = this.opts.ackObservations && this.welcome?.features.includes(ACK_OBSERVATIONS_FEATURE);
+      if (merge && this.acks.length && this.observations.length) {
+        this.sendFrame({ type: "ack", items: this.acks.splice(0), observations: this.observations.splice(0) });
+        return;
+      }
       if (this.acks.length) this.sendFrame({ type: "ack", items: this.acks.splice(0) });
       if (this.observations.length) this.sendFrame({ type: "observations", items: this.observations.splice(0) });
     });
   }
 
   sendFrame(msg: AgentMessageInput): void {
+    if (msg.type === "ack" && this.loseNextAck) {
+      this.loseNextAck = false;
+      this.disconnect();
+      return;
+    }
+    if (msg.type !== "hello" && this.ws) this.sent.push(msg.type);
     try {
       this.ws?.send(JSON.stringify(msg));
     } catch (err) {

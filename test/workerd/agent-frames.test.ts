@@ -1,5 +1,5 @@
 // The agent is untrusted: a malformed ack or observations frame (the two that come with every
-// create), or one past a bound, closes the session without touching any state, and the intent it
+// create, or one ack frame carrying both), or one past a bound, closes the session without touching any state, and the intent it
 // would have acked is delivered again to the next session.
 import { env, exports } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
@@ -14,6 +14,9 @@ describe("agent frames", () => {
       // Past a bound: an error message longer than any the edge keeps (the agent cuts its own).
       { type: "observations", items: [{ sandboxId: "sbxframe2", generation: 1, phase: "Running", ready: true, observedAt: 1, message: "x".repeat(5000) }] },
       { type: "observations", items: [{ sandboxId: "sbxframe3", generation: 1, phase: "Running", ready: true, observedAt: 1, conditions: Array.from({ length: 65 }, (_, i) => ({ type: `C${i}`, status: "True" })) }] },
+      // A well-formed ack beside an observation past a bound (ackObservations): the whole frame is
+      // refused, so the ack is not applied either.
+      { type: "ack", items: [{ seq: 1, sandboxId: "sbxframe4", generation: 1, result: "applied" }], observations: [{ sandboxId: "sbxframe4", generation: 1, phase: "Running", ready: true, observedAt: 1, message: "x".repeat(5000) }] },
     ].entries()) {
       const cluster = `c-frames-${n}`;
       const stub = env.CLUSTER.get(env.CLUSTER.idFromName(cluster));

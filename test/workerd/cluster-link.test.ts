@@ -201,6 +201,54 @@ describe("ClusterDO outbox", () => {
     await next.waitUntil(() => next.running().includes("sbxunack"));
   });
 
+  it("reads the observations an ack frame carries: a destroy acked and reported in one frame is forgotten", async () => {
+    const c = cluster("c-merged");
+    const agent = new ScriptedAgent();
+    const welcome = await agent.connect(link("c-merged"));
+    expect(welcome.features).toContain("ackObservations");
+    await c.enqueue([intent("sbxmerge", 1)], { awaitAckMs: 2_000 });
+    await c.enqueue([intent("sbxmerge", 2, "deleted")]);
+    // The Deleted observation came only inside the delete's ack frame: read, the sandbox is gone.
+    await waitFor(async () => (await c.status()).sandboxes === 0);
+    expect(await c.status()).toMatchObject({ sandboxes: 0, pending: 0 });
+    expect(agent.sent).toEqual(["ack", "ack"]);
+  });
+
+  it("an older agent's separate ack and observations frames still work", async () => {
+    const c = cluster("c-unmerged");
+    const agent = new ScriptedAgent({ ackObservations: false });
+    await agent.connect(link("c-unmerged"));
+    await c.enqueue([intent("sbxunmerged", 1)], { awaitAckMs: 2_000 });
+    await c.enqueue([intent("sbxunmerged", 2, "deleted")]);
+    await waitFor(async () => (await c.status()).sandboxes === 0);
+    expect(agent.sent).toEqual(["ack", "observations", "ack", "observations"]);
+  });
+
+  it("an ack frame lost with its observations when the link drops: redelivered, acked stale, and the sandbox converges", async () => {
+    const c = cluster("c-merged-lost");
+    const agent = new ScriptedAgent({ loseNextAck: true });
+    await agent.connect(link("c-merged-lost"));
+    // The create's ack and Running observation die with the link.
+    await c.enqueue([intent("sbxlost", 1)]);
+    await agent.waitUntil(() => agent.running().includes("sbxlost"));
+    await waitFor(async () => !(await c.status()).connected);
+    expect((await c.status()).pending).toBe(1);
+    const first = agent.received.length;
+    const welcome = await agent.connect(link("c-merged-lost"));
+    expect(welcome.resync.redelivered).toBe(1);
+    await waitFor(async () => (await c.status()).pending === 0);
+    expect(agent.received.slice(first).map((r) => r.intent.generation)).toEqual([1]);
+    // The destroy's ack and Deleted observation die with the link too: the next hello's inventory
+    // lacks the sandbox, which was to be deleted, so it is forgotten all the same.
+    agent.loseNextAck = true;
+    await c.enqueue([intent("sbxlost", 2, "deleted")]);
+    await agent.waitUntil(() => !agent.sandboxes.has("sbxlost"));
+    await waitFor(async () => !(await c.status()).connected);
+    expect((await c.status()).sandboxes).toBe(1);
+    await agent.connect(link("c-merged-lost"));
+    await waitFor(async () => (await c.status()).sandboxes === 0 && (await c.status()).pending === 0);
+  });
+
   it("deletes orphans the agent reports and forgets sandboxes that should be gone", async () => {
     const c = cluster("c-diff");
     const setup = new ScriptedAgent();

@@ -1,0 +1,99 @@
+// The agent's link, seen from the edge's end of its WebSocket: what frames a reconcile pass that
+// settles a generation (an observation and an ack in the same tick) puts on the wire. Each frame
+// is an invocation of the edge's ClusterDO, so an edge that reads observations inside an ack frame
+// gets one; an older edge, whose welcome does not list the feature, still gets two it understands.
+import { afterEach, describe, expect, it } from "vitest";
+import { WebSocketServer, type WebSocket } from "ws";
+import type { AddressInfo } from "node:net";
+import { Link } from "../../../../controllers/agent/link.ts";
+import { ACK_OBSERVATIONS_FEATURE, IntentSchema, PROTOCOL_VERSION } from "../../../../schema/protocol/index.ts";
+
+const servers: WebSocketServer[] = [];
+const links: Link[] = [];
+afterEach(async () => {
+  for (const l of links.splice(0)) l.close();
+  await Promise.all(servers.splice(0).map((s) => new Promise((r) => s.close(r))));
+});
+
+const intent = (id: string) =>
+  IntentSchema.parse({ sandboxId: id, generation: 1, owner: { kind: "sandbox" }, desired: { state: "running" }, template: { id: "base", revision: "r1" }, issuedAt: Date.now() });
+
+/** An edge that welcomes with `features`, sends one intent per id and records every frame after the hello. */
+async function edge(features: string[], ids: string[]) {
+  const wss = new WebSocketServer({ host: "127.0.0.1", port: 0 });
+  servers.push(wss);
+  await new Promise((r) => wss.once("listening", r));
+  const frames: { type: string; items?: unknown[]; observations?: unknown[] }[] = [];
+  let socket: WebSocket | undefined;
+  wss.on("connection", (ws) => {
+    socket = ws;
+    ws.on("message", (data) => {
+      const text = String(data);
+      if (text === '{"type":"ping"}') return;
+      const msg = JSON.parse(text) as { type: string };
+      if (msg.type === "hello") {
+        ws.send(JSON.stringify({ type: "welcome", protocol: PROTOCOL_VERSION, cluster: "c", sessionId: "s", heartbeatIntervalMs: 60_000, resync: { orphans: 0, recreated: 0, redelivered: 0 }, features }));
+        ws.send(JSON.stringify({ type: "intents", items: ids.map((id, k) => ({ seq: k + 1, intent: intent(id) })) }));
+        return;
+      }
+      frames.push(msg);
+    });
+  });
+  return { url: `http://127.0.0.1:${(wss.address() as AddressInfo).port}`, frames, socket: () => socket };
+}
+
+/** A link whose agent settles each intent it gets as the reconciler's pass does: it reports the
+ * sandbox, then acks its generation, in the same tick. */
+function agentLink(url: string): Link {
+  const link: Link = new Link({
+    edgeUrl: url,
+    clusterId: "c",
+    token: "t",
+    hello: async () => ({ agentId: "a", driver: "local", ingress: { url: "http://127.0.0.1:1" }, inventory: [] }),
+    onIntent(seq, i) {
+      queueMicrotask(() => {
+        link.observe({ sandboxId: i.sandboxId, generation: i.generation, phase: "Running", ready: true, endpoint: { runtime: "embedded:" }, observedAt: Date.now() });
+        link.ack({ seq, sandboxId: i.sandboxId, generation: i.generation, result: "applied" });
+      });
+      return "pending";
+    },
+    log: () => {},
+  });
+  links.push(link);
+  link.start();
+  return link;
+}
+
+async function until(check: () => boolean): Promise<void> {
+  for (const end = Date.now() + 5_000; !check(); await new Promise((r) => setTimeout(r, 5))) {
+    if (Date.now() > end) throw new Error("condition not met in 5 s");
+  }
+}
+
+describe("agent link frames", () => {
+  it("to an edge that reads observations in an ack frame, a settled pass is one frame", async () => {
+    const e = await edge(["builds", ACK_OBSERVATIONS_FEATURE], ["sbxone", "sbxtwo"]);
+    agentLink(e.url);
+    await until(() => e.frames.length > 0);
+    // Both intents came in one frame: their acks and observations leave together, in one.
+    await new Promise((r) => setTimeout(r, 100));
+    expect(e.frames).toEqual([
+      {
+        type: "ack",
+        items: [expect.objectContaining({ seq: 1, sandboxId: "sbxone", result: "applied" }), expect.objectContaining({ seq: 2, sandboxId: "sbxtwo", result: "applied" })],
+        observations: [expect.objectContaining({ sandboxId: "sbxone", phase: "Running", ready: true }), expect.objectContaining({ sandboxId: "sbxtwo", phase: "Running", ready: true })],
+      },
+    ]);
+  });
+
+  it("to an older edge (no ackObservations in its welcome), acks and observations are two frames, acks first", async () => {
+    const e = await edge(["builds"], ["sbxold"]);
+    agentLink(e.url);
+    await until(() => e.frames.length >= 2);
+    await new Promise((r) => setTimeout(r, 100));
+    expect(e.frames).toEqual([
+      { type: "ack", items: [expect.objectContaining({ seq: 1, sandboxId: "sbxold", result: "applied" })] },
+      { type: "observations", items: [expect.objectContaining({ sandboxId: "sbxold", phase: "Running" })] },
+    ]);
+  });
+});
