@@ -2,12 +2,14 @@
 // k8s/ with the machine's kubectl (`kubectl apply -k k8s/`), waits for the CRDs to be Established,
 // and binds the agent's ClusterRole to the test's agent identity. Tests make a namespace each.
 // It also builds the runtime as the pod image does (its bundle and startup snapshot), which the
-// tier's pod runtimes start from through the image's entrypoint (support/kube-agent.ts).
+// tier's pod runtimes start from through the image's entrypoint (support/kube-agent.ts), and makes
+// sure the host has the user they run commands as.
 import { rmSync } from "node:fs";
 import { join, resolve } from "node:path";
 import type { TestProject } from "vitest/node";
 import { bundleRuntime, bundleRuntimeSnapshot, writeSnapshot } from "../../controllers/runtime/bundle.ts";
 import { AGENT_USER, startCluster } from "./support/cluster.ts";
+import { ensureTestUser } from "../runtime/support/test-user.ts";
 
 declare module "vitest" {
   export interface ProvidedContext {
@@ -19,6 +21,11 @@ declare module "vitest" {
 
 export default async function setup(project: TestProject) {
   const started = Date.now();
+  // The pods' runtimes run on this host as the template's default user (`user`, as the e2b base
+  // image has it): without it every /init is refused ("default user 'user' does not exist") and no
+  // member is ever ready at the edge. `npm test` creates it too, so only a kube run on a fresh
+  // machine lacked it.
+  ensureTestUser();
   // Inside the checkout, as dist/runtime is in the image: the add-ons resolve from node_modules.
   const runtimeDist = join(resolve(import.meta.dirname, "../.."), ".cache", `kube-runtime-${process.pid}`);
   await bundleRuntime(join(runtimeDist, "main.cjs"));
