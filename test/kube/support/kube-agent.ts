@@ -104,8 +104,24 @@ export async function runRuntimes(namespace: string, opts: { watchTimeoutMs?: nu
         child.once("exit", () => ok(undefined));
       });
       if (stopped) return void child.kill();
-      if (url) return void (await persist(() => core.patchNamespacedPod({ name, namespace, body: { metadata: { annotations: { [ANNOTATION.runtimeUrl]: url } } } }, patch)));
-      if (runtimes.get(name) !== child || attempt >= 3) return void note("runtimes", `the runtime of pod ${name} exited before it listened (attempt ${attempt})`);
+      if (runtimes.get(name) !== child) return; // its pod went meanwhile
+      // Its URL is written until the write lands (or the pod goes): a runtime without it leaves its
+      // sandbox not ready for good, which an edge pool waits out for 5 minutes (create timeout).
+      if (url) {
+        for (;;) {
+          try {
+            return void (await persist(() => core.patchNamespacedPod({ name, namespace, body: { metadata: { annotations: { [ANNOTATION.runtimeUrl]: url } } } }, patch)));
+          } catch (err) {
+            note("runtimes", `the runtime URL of pod ${name} not written (tried again): ${(err as Error)?.message ?? err}`);
+            if (stopped || runtimes.get(name) !== child) return;
+          }
+        }
+      }
+      // Tried again for as long as its pod is there (a pod's runtime container restarts too);
+      // each failure is in a failed test's log.
+      note("runtimes", `the runtime of pod ${name} exited before it listened (attempt ${attempt}, starting it again)`);
+      await new Promise((r) => setTimeout(r, Math.min(5000, 250 * attempt)));
+      if (stopped || runtimes.get(name) !== child) return;
     }
   };
   const pods = podCache(kc, namespace, opts.watchTimeoutMs);

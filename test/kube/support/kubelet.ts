@@ -7,6 +7,7 @@
 // on any error but a timeout, and a kubelet that stops watching leaves new pods Pending.
 import { CoreV1Api, PatchStrategy, setHeaderOptions, type KubeConfig, type V1Pod } from "@kubernetes/client-node";
 import { ObjectCache } from "../../../controllers/drivers/kubernetes/object-cache.ts";
+import { note } from "./failure-logs.ts";
 
 const mergePatch = setHeaderOptions("Content-Type", PatchStrategy.MergePatch);
 
@@ -15,6 +16,9 @@ export class TestKubelet {
   readonly #pods: ObjectCache<V1Pod>;
   readonly #handled = new Map<string, string>();
   #next = 1;
+  #stopped = false;
+  /** Status writes that did not get through (each is tried again): what a failed test's log shows. */
+  failedWrites = 0;
   /** Pods the kubelet must not touch (a test drives them by hand). */
   readonly hold = new Set<string>();
   /** Pods held back while this answers true for them (a test stops a rollout part-way);
@@ -30,7 +34,7 @@ export class TestKubelet {
     this.#ipFor = opts.ipFor ?? (() => undefined);
     this.#core = kc.makeApiClient(CoreV1Api);
     this.#pods = podCache(kc, namespace, opts.watchTimeoutMs);
-    this.#pods.onChange((pod, verb) => verb !== "delete" && void this.#handle(pod).catch(() => {}));
+    this.#pods.onChange((pod, verb) => verb !== "delete" && this.#kick(pod));
   }
 
   start(): Promise<void> {
@@ -38,12 +42,23 @@ export class TestKubelet {
   }
 
   stop(): Promise<void> {
+    this.#stopped = true;
     return this.#pods.stop();
   }
 
   release(): void {
     this.holdWhere = undefined;
-    for (const pod of this.#pods.list()) void this.#handle(pod).catch(() => {});
+    for (const pod of this.#pods.list()) this.#kick(pod);
+  }
+
+  /** What the kubelet did, for a failed test's log. */
+  describe(): string {
+    const held = this.#pods.list().filter((p) => !this.#handled.has(p.metadata!.name!)).map((p) => p.metadata!.name!);
+    return `status writes ${this.patches}, failed ${this.failedWrites}; pods never written: ${held.join(", ") || "none"}; held by name: ${[...this.hold].join(", ") || "none"}; holdWhere ${this.holdWhere ? "set" : "unset"}`;
+  }
+
+  #kick(pod: V1Pod): void {
+    void this.#handle(pod).catch((err: unknown) => note("kubelet", `pod ${pod.metadata?.name}: ${(err as Error)?.message ?? err}`));
   }
 
   async #handle(pod: V1Pod): Promise<void> {
@@ -98,7 +113,20 @@ export class TestKubelet {
       };
     }
     this.patches++;
-    await persist(() => this.#core.patchNamespacedPodStatus({ name, namespace: pod.metadata!.namespace!, body: { status } }, mergePatch));
+    try {
+      await persist(() => this.#core.patchNamespacedPodStatus({ name, namespace: pod.metadata!.namespace!, body: { status } }, mergePatch));
+    } catch (err) {
+      // Not handled after all: a node keeps reporting until its write lands. Marked handled and
+      // left, the pod stayed Pending with no later event to retry it, and its pool waited out the
+      // edge's 5-minute create timeout.
+      this.failedWrites++;
+      if (this.#handled.get(name) === uid) this.#handled.delete(name);
+      note("kubelet", `status of pod ${name} not written (tried again in 1 s): ${(err as Error)?.message ?? err}`);
+      if (!this.#stopped) setTimeout(() => {
+        const now = this.#pods.get(name);
+        if (now?.metadata?.uid === uid && !this.#stopped) this.#kick(now);
+      }, 1000).unref();
+    }
   }
 }
 

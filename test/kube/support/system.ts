@@ -36,6 +36,12 @@ export async function startKubeSystem(name: string, cluster: string, opts: { run
       const events = kubectl(["-n", ns, "get", "events", "--sort-by=.lastTimestamp"]);
       return `${objects.stdout}${objects.stderr}\n--- events ---\n${events.stdout}${events.stderr}`;
     }),
+    // The test kubelet's and the running agent's side when it failed: pods it never reported on,
+    // the agent's session and its work queue (a stall there shows as keys queued or scheduled).
+    keepDump("harness", () => {
+      const q = sys.agent.agent.reconciler.queue;
+      return `kubelet: ${kubelet.describe()}\nagent: link ${sys.agent.agent.link.connected ? "connected" : "not connected"}; work queue depth ${q.depth}, scheduled ${q.scheduled}\n`;
+    }),
   ];
   const sys: KubeSystem = {
     edge,
