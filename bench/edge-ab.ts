@@ -51,6 +51,16 @@
 // `--control`: one more side, A′, a second copy of A (its bundle and setting): A′/A is the null
 // ratio, what position and chance alone give (1.00 within its interval for a fair tool); a
 // figure is worth what the null ratio's distance from 1.00 and its interval allow.
+// `--restart`: each block runs on processes of its own: before every block after the first, every
+// side's workerd and scripted agent are stopped and started anew (empty storage, pool filled, 300
+// creates of warm-up), in a seeded random order (the start order is printed), and the intervals
+// resample whole blocks. Why: a process has a speed of its own for its life (its JIT's warm-up
+// path, its memory layout), which no order of windows cancels: in session 18's first null run
+// (three copies, balanced order, one process each) the second-started copy read 0.938 of the
+// others on creates/s and 1.09 on workerd CPU per create, its main thread +0.2 ms per create, in
+// every position and after every side. With one process per side such a difference is the run's
+// and the interval over rounds does not show it; with a process per side and block it is a block's,
+// and the interval over blocks carries it.
 // `--null`: the tool's own check: every side serves the working tree's bundle untraced with A's
 // setting (B, and A′ with `--control`, are copies of A), and each side is read against all the
 // others; a fair run reads 1.00 within the interval for every side, with no sign that repeats
@@ -110,6 +120,7 @@ const { values: opt } = parseArgs({
     null: { type: "boolean", default: false },
     seed: { type: "string", default: "1" },
     json: { type: "string" },
+    restart: { type: "boolean", default: false },
   },
 });
 if (opt.null && (opt.tracing || opt.disk || opt.base !== "HEAD")) throw new Error("--null serves the working tree untraced on every side: not with --tracing, --disk or --base");
@@ -142,6 +153,8 @@ type Side = {
   calls: Record<string, number>;
   inspectorPort?: number;
   traced: boolean; // exports to the collector
+  dir: string; // its workerd's directory (bundle, config, storage)
+  block: number[]; // each window's block (with `--restart`, its process)
 };
 /** A window's steady state starts this long after its first create (past the first export). */
 const LEAD_MS = 1_000;
@@ -149,6 +162,8 @@ const LEAD_MS = 1_000;
 const QUIET_WINDOW_MS = Math.max(1_500, 1.5 * period);
 const QUIET_MS = 30;
 const sides: Side[] = [];
+/** Every workerd and agent this run started (stopped at the end, whatever happened). */
+const started: { edge: Edge; agent: ScriptedAgent }[] = [];
 let collector: Collector | undefined;
 try {
   await migrate(sqld.url);
@@ -177,22 +192,57 @@ try {
   // The control: A again, its own workerd serving A's bundle with A's settings (its storage beside
   // the others', on tmpfs).
   if (opt.control) entries.push({ ...entries[0]!, key: "A2", name: `A′ (control: ${entries[0]!.name.slice(3, -1)})` });
-  for (const { key, name, bundle, traced: isTraced } of entries) {
-    const dir = opt.disk && sides.length === 1 ? onDisk : join(tmp, `edge-${sides.length}`);
+  /**
+   * Starts side `i`'s workerd for block `block` (its own storage, empty), connects its scripted
+   * agent, fills its pool and warms it up (JIT, objects, caches).
+   */
+  const launch = async (i: number, block: number) => {
+    const { bundle, traced: isTraced } = entries[i]!;
+    const dir = opt.disk && i === 1 ? join(onDisk, `b${block}`) : join(tmp, `edge-${i}-b${block}`);
     cpSync(bundle, join(dir, "bundle"), { recursive: true });
     const traced: Record<string, string> = collector && isTraced ? { OTEL_EXPORTER_OTLP_ENDPOINT: collector.endpoint } : {};
-    const counter = opt.calls ? await freePort() : undefined;
-    const inspectorPort = opt.profile ? await freePort() : undefined;
+    const counter = sides[i]?.counter ?? (opt.calls ? await freePort() : undefined);
+    const inspectorPort = sides[i]?.inspectorPort ?? (opt.profile ? await freePort() : undefined);
     const edge = await startEdge({ dir, vars: { ...vars, ...traced }, skipBuild: true, invocationCounterPort: counter, inspectorPort });
-    const agent = new ScriptedAgent({ agentId: `ab-${sides.length}` });
+    const agent = new ScriptedAgent({ agentId: `ab-${i}` });
+    started.push({ edge, agent });
     await agent.connect(tcpTransport(edge.url, CLUSTER_TOKEN, "local"));
-    sides.push({ key, name, edge, agent, cpu: [], rate: [], drainCpu: [], drainRate: [], p50: [], tail: [], seq: [], pos: [], after: [], others: {}, threads: {}, counter, calls: {}, inspectorPort, traced: Object.keys(traced).length > 0 });
+    await api(edge.url, "/admin/teams/admin/templates/ab", { method: "PUT", body: JSON.stringify({ spec: { replicas } }) });
+    await waitAvailable(edge.url, replicas);
+    await timedConcurrently(300, CLIENTS, () => create(edge.url));
+    return { edge, agent, dir, counter, inspectorPort, traced: Object.keys(traced).length > 0 };
+  };
+  // Each block's processes start in a seeded random order (a side's process is not always the
+  // n-th started).
+  const startOrder = mulberry32(orderSeed + 1);
+  const shuffled = () => {
+    const xs = entries.map((_, i) => i);
+    for (let i = xs.length - 1; i > 0; i--) {
+      const j = Math.floor(startOrder() * (i + 1));
+      [xs[i], xs[j]] = [xs[j]!, xs[i]!];
+    }
+    return xs;
+  };
+  const starts: string[] = [];
+  const launched = new Map<number, Awaited<ReturnType<typeof launch>>>();
+  const first = shuffled();
+  for (const i of first) launched.set(i, await launch(i, 0));
+  starts.push(first.map((i) => (entries[i]!.key === "A2" ? "A′" : entries[i]!.key)).join(""));
+  for (const [i, { key, name }] of entries.entries()) {
+    const { edge, agent, dir, counter, inspectorPort, traced } = launched.get(i)!;
+    sides.push({ key, name, edge, agent, dir, cpu: [], rate: [], drainCpu: [], drainRate: [], p50: [], tail: [], seq: [], pos: [], after: [], block: [], others: {}, threads: {}, counter, calls: {}, inspectorPort, traced });
   }
-  for (const s of sides) {
-    await api(s.edge.url, "/admin/teams/admin/templates/ab", { method: "PUT", body: JSON.stringify({ spec: { replicas } }) });
-    await waitAvailable(s.edge.url, replicas);
-    await timedConcurrently(300, CLIENTS, () => create(s.edge.url)); // JIT, objects, caches
-  }
+  /** `--restart`: every side's workerd (and agent) anew, in a seeded order, with empty storage. */
+  const restartAll = async (block: number) => {
+    for (const s of sides) {
+      s.agent.disconnect();
+      await s.edge.stop();
+      rmSync(s.dir, { recursive: true, force: true });
+    }
+    const order = shuffled();
+    for (const i of order) Object.assign(sides[i]!, await launch(i, block));
+    starts.push(order.map((i) => label(sides[i]!)).join(""));
+  };
   // The collector's CPU over every round, set against B's creates: one round's is a tick or two
   // (10 ms).
   const collectorFrom = collector ? cpuMs(collector.pid) : 0;
@@ -206,7 +256,12 @@ try {
   const periods: number[] = [];
   let windows = 0;
   settles.push(await settle());
+  const blockLength = williams(sides.length).length;
   for (const [r, row] of schedule.entries()) {
+    if (opt.restart && r > 0 && r % blockLength === 0) {
+      await restartAll(r / blockLength);
+      settles.push(await settle());
+    }
     const order = row.map((i) => sides[i]!);
     for (const [pos, s] of order.entries()) {
       const counted = s.counter ? await invocations(s.counter) : null;
@@ -243,6 +298,7 @@ try {
       s.p50.push(median(latencies));
       s.seq.push(windows++);
       s.pos.push(pos);
+      s.block.push(Math.floor(r / blockLength));
       s.after.push(pos > 0 ? label(order[pos - 1]!) : r > 0 ? label(sides[schedule[r - 1]!.at(-1)!]!) : "-");
       const ended = cpuMs(s.edge.pid);
       settles.push(await settle());
@@ -275,6 +331,7 @@ try {
     for (const [k, n] of Object.entries(s.calls).sort()) console.log(`  per create: ${k} ${per(n)}`);
     console.log(`  edge.do_calls_per_create ${per(Object.entries(s.calls).filter(([k]) => k.includes(" rpc ")).reduce((a, [, n]) => a + n, 0))}`);
   }
+  console.log(`processes started in the order ${starts.join(" ")}${opt.restart ? " (one order per block)" : ""}`);
   console.log(`settle s before each window ${fmt(settles.map((x) => x / 1000), 1)}`);
   console.log(`steady window: periods of ${period} ms ${fmt(periods, 0)}`);
   // Each side's window against each reference copy's window of the same round, itself left out:
@@ -291,7 +348,8 @@ try {
   const overGeomean = (x: Side, of: (s: Side) => number[]) => of(x).map((v, r) => v / geomean(refsOf(x).map((u) => of(u)[r]!)));
   const spread = (xs: number[]) => `${Math.min(...xs).toFixed(3)}..${Math.max(...xs).toFixed(3)}`;
   const rand = mulberry32(orderSeed);
-  const interval = (perRound: number[][]) => medianInterval(perRound, rand);
+  // With --restart a block's rounds share their processes: the bootstrap resamples whole blocks.
+  const interval = (perRound: number[][]) => medianInterval(opt.restart ? Array.from({ length: perRound.length / blockLength }, (_, k) => perRound.slice(k * blockLength, (k + 1) * blockLength).flat()) : perRound, rand);
   /** `spread a..b, 95 % interval c..d` of a run's values (one list per round). */
   const spreads = (perRound: number[][]) => `spread ${spread(perRound.flat())}, 95 % interval ${interval(perRound).map((v) => v.toFixed(3)).join("..")}`;
   const summary = (perRound: number[][]) => `median ${median(perRound.flat()).toFixed(3)}, ${spreads(perRound)}`;
@@ -316,6 +374,7 @@ try {
       return [...groups].sort(([p], [q]) => p.localeCompare(q)).map(([k, xs]) => `${k} ${median(xs).toFixed(3)} (${xs.length})`).join(", ");
     };
     console.log(`  ${r} creates/s by position: ${by((i) => `#${x.pos[i]! + 1}`)}; by the side before: ${by((i) => `after ${x.after[i]}`)}`);
+    console.log(`  ${r} creates/s by block${opt.restart ? " (its own processes)" : ""}: ${by((i) => `${x.block[i]}`)}`);
     return rate;
   };
   const ratios = new Map(measured.map((x) => [x, against(x)]));
@@ -373,13 +432,13 @@ try {
   }
   // `--json <file>`: every window's figures, to try another estimator on the same run.
   if (opt.json) {
-    const windows = sides.map((s) => ({ side: label(s), name: s.name, seq: s.seq, pos: s.pos, after: s.after, rate: s.rate, cpu: s.cpu, drainRate: s.drainRate, drainCpu: s.drainCpu, p50: s.p50, tail: s.tail, others: s.others, threads: s.threads }));
-    writeFileSync(opt.json, JSON.stringify({ args: process.argv.slice(2), schedule: schedule.map((o) => o.map((k) => label(sides[k]!))), loadBefore, windows }));
+    const windows = sides.map((s) => ({ side: label(s), name: s.name, seq: s.seq, pos: s.pos, after: s.after, block: s.block, rate: s.rate, cpu: s.cpu, drainRate: s.drainRate, drainCpu: s.drainCpu, p50: s.p50, tail: s.tail, others: s.others, threads: s.threads }));
+    writeFileSync(opt.json, JSON.stringify({ args: process.argv.slice(2), schedule: schedule.map((o) => o.map((k) => label(sides[k]!))), starts, loadBefore, windows }));
   }
 } finally {
-  for (const s of sides) {
-    s.agent.disconnect();
-    await s.edge.stop();
+  for (const { edge, agent } of started) {
+    agent.disconnect();
+    await edge.stop();
   }
   await sqld.stop();
   await collector?.stop();
