@@ -349,7 +349,13 @@ try {
   const spread = (xs: number[]) => `${Math.min(...xs).toFixed(3)}..${Math.max(...xs).toFixed(3)}`;
   const rand = mulberry32(orderSeed);
   // With --restart a block's rounds share their processes: the bootstrap resamples whole blocks.
-  const interval = (perRound: number[][]) => medianInterval(opt.restart ? Array.from({ length: perRound.length / blockLength }, (_, k) => perRound.slice(k * blockLength, (k + 1) * blockLength).flat()) : perRound, rand);
+  // Computed once per series: a figure and its check line print the same interval.
+  const intervals = new Map<number[][], [number, number]>();
+  const interval = (perRound: number[][]) => {
+    const units = opt.restart ? Array.from({ length: perRound.length / blockLength }, (_, k) => perRound.slice(k * blockLength, (k + 1) * blockLength).flat()) : perRound;
+    if (!intervals.has(perRound)) intervals.set(perRound, medianInterval(units, rand));
+    return intervals.get(perRound)!;
+  };
   /** `spread a..b, 95 % interval c..d` of a run's values (one list per round). */
   const spreads = (perRound: number[][]) => `spread ${spread(perRound.flat())}, 95 % interval ${interval(perRound).map((v) => v.toFixed(3)).join("..")}`;
   const summary = (perRound: number[][]) => `median ${median(perRound.flat()).toFixed(3)}, ${spreads(perRound)}`;
