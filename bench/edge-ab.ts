@@ -32,8 +32,9 @@
 // after every other side equally often. Until session 17 the order rotated (A B A′, B A′ A, A′ A B):
 // every position equally often, but each side followed one fixed side two times in three (A′
 // followed B, the traced side; A followed A′), and each side's reference windows were different
-// neighbours at different distances; with it the null A′/A read 1.04–1.09 in four tracing runs and
-// a copy of A in B's place read 0.976 and 0.973.
+// neighbours at different distances. With it the null A′/A read 1.04–1.09 in four tracing runs and
+// a copy of A in B's place 0.976 and 0.973; with the balanced order and the pairwise estimator
+// A′/A still read 1.035 and the second copy 0.938: what is left is the process (`--restart`).
 // The estimator is one rule for every side: a window's figure (creates/s, workerd CPU per create)
 // over each reference copy's window of the same round, itself left out, one ratio per pair; the
 // figure is the median of all the pairs. The reference copies are the untraced copies of A's
@@ -54,13 +55,15 @@
 // `--restart`: each block runs on processes of its own: before every block after the first, every
 // side's workerd and scripted agent are stopped and started anew (empty storage, pool filled, 300
 // creates of warm-up), in a seeded random order (the start order is printed), and the intervals
-// resample whole blocks. Why: a process has a speed of its own for its life (its JIT's warm-up
-// path, its memory layout), which no order of windows cancels: in session 18's first null run
-// (three copies, balanced order, one process each) the second-started copy read 0.938 of the
-// others on creates/s and 1.09 on workerd CPU per create, its main thread +0.2 ms per create, in
-// every position and after every side. With one process per side such a difference is the run's
-// and the interval over rounds does not show it; with a process per side and block it is a block's,
-// and the interval over blocks carries it.
+// resample whole blocks. Why: a workerd process has a speed of its own for its life, which no
+// order of windows cancels. Session 18's null runs (three copies of one bundle, untraced): with
+// one process per side the second-started copy read 0.938 of the others on creates/s and 1.09 on
+// workerd CPU per create (12 rounds); with `--restart` (18 rounds, 3 blocks) each side's CPU per
+// create over the others' agreed between the two halves of a block (A 1.161/1.159, B 0.869/0.848,
+// A′ 0.919/0.909) and moved from block to block (A 1.16, 1.04, 0.95; B 0.97, 0.85, 0.95), with no
+// tie to the start order. A process draws a speed of ±10 %; with one process per side that draw
+// is the run's and the interval over rounds does not show it; with a process per side and block
+// the interval over blocks carries it. Resolving a few percent takes many blocks.
 // `--null`: the tool's own check: every side serves the working tree's bundle untraced with A's
 // setting (B, and A′ with `--control`, are copies of A), and each side is read against all the
 // others; a fair run reads 1.00 within the interval for every side, with no sign that repeats
