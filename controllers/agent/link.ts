@@ -31,7 +31,7 @@ import {
   type Welcome,
 } from "../../schema/protocol/index.ts";
 import { BUILD_FEATURE, type BuildEvents, type BuildFrame } from "../../schema/protocol/build.ts";
-import { clipText, MAX_MESSAGE_LENGTH } from "../../schema/api/limits.ts";
+import { clipText, MAX_FRAME_SANDBOXES, MAX_MESSAGE_LENGTH } from "../../schema/api/limits.ts";
 import type { SandboxLogEntry } from "../../schema/api/sandbox-logs.ts";
 import { backoffMs, type Backoff } from "../lib/work-queue.ts";
 import { logger } from "../lib/log.ts";
@@ -324,22 +324,21 @@ export class Link {
   #flush(): void {
     const ws = this.#ws;
     if (!ws || !this.#welcomed || ws.readyState !== WebSocket.OPEN) return;
-    if (this.#pendingAcks.length && this.#pendingObs.size && this.#features.has(ACK_OBSERVATIONS_FEATURE)) {
+    const acks = this.#pendingAcks;
+    const obs = [...this.#pendingObs.values()];
+    this.#pendingAcks = [];
+    this.#pendingObs.clear();
+    if (acks.length && obs.length && acks.length <= MAX_FRAME_SANDBOXES && obs.length <= MAX_FRAME_SANDBOXES && this.#features.has(ACK_OBSERVATIONS_FEATURE)) {
       // One frame, not two: each is an invocation of the edge's ClusterDO, and a pass that
       // settles a generation reports its sandbox in the same tick.
-      this.#send(ws, { type: "ack", items: this.#pendingAcks, observations: [...this.#pendingObs.values()] });
-      this.#pendingAcks = [];
-      this.#pendingObs.clear();
+      this.#send(ws, { type: "ack", items: acks, observations: obs });
       return;
     }
-    if (this.#pendingAcks.length) {
-      this.#send(ws, { type: "ack", items: this.#pendingAcks });
-      this.#pendingAcks = [];
-    }
-    if (this.#pendingObs.size) {
-      this.#send(ws, { type: "observations", items: [...this.#pendingObs.values()] });
-      this.#pendingObs.clear();
-    }
+    // Otherwise (an older edge, one kind only, or more than a frame holds: acks buffered while
+    // disconnected) frames of each kind, at most MAX_FRAME_SANDBOXES items each (the edge, and
+    // our own check in #send, refuse more), all the acks before the observations.
+    for (let i = 0; i < acks.length; i += MAX_FRAME_SANDBOXES) this.#send(ws, { type: "ack", items: acks.slice(i, i + MAX_FRAME_SANDBOXES) });
+    for (let i = 0; i < obs.length; i += MAX_FRAME_SANDBOXES) this.#send(ws, { type: "observations", items: obs.slice(i, i + MAX_FRAME_SANDBOXES) });
   }
 
   #send(ws: WebSocket, msg: AgentMessageInput | string): void {

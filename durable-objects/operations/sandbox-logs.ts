@@ -1,7 +1,7 @@
 // A sandbox's logs (E2B's logs routes): the sandbox's group checks the caller may see it and asks
 // the sandbox's cluster, whose agent keeps the entries (controllers/agent/sandbox-logs.ts).
-// A killed sandbox's group no longer shows it; its index row (state killed while it is deleted, then
-// its tombstone, kept TOMBSTONE_KEEP_MS) still names its team and template, so its team can read the logs its agent keeps a while after the
+// A killed sandbox's group no longer shows it; its index row (state killed: its tombstone, from the
+// kill on, kept TOMBSTONE_KEEP_MS) still names its team and template, so its team can read the logs its agent keeps a while after the
 // kill, from the cluster the template names.
 import type { SandboxLogEntry, SandboxLogsQuery } from "../../schema/api/sandbox-logs.ts";
 import { ErrorCode } from "../../schema/errors.ts";

@@ -1,6 +1,6 @@
 // Read models of a sandbox: what the API routes render (SandboxInfo), what the gateway needs to
 // route a request (RouteInfo), and the libSQL index row.
-import type { IndexRow } from "../store/sandbox-index.ts";
+import { TOMBSTONE_PHASE, type IndexRow } from "../store/sandbox-index.ts";
 import type { Endpoint } from "../../schema/protocol/index.ts";
 import { SANDBOX_IP_KEY } from "../../schema/api/extensions.ts";
 import { visibleState, type Condition, type Phase, type SandboxSpec, type SandboxState, type VisibleState } from "./state.ts";
@@ -97,8 +97,19 @@ export function routeInfo(s: SandboxState): RouteInfo {
 /** Sentinel end time for sandboxes without one (E2B shows the zero time). */
 const NO_END = -62135596800000;
 
+/**
+ * The sandbox's row in the libSQL index. A killed sandbox's is its tombstone (state killed, gone
+ * as of the kill), written with the kill: no list shows it either way, its logs stay readable
+ * TOMBSTONE_KEEP_MS, and its destroy then has nothing to write (a SandboxIndexDO call and a
+ * libSQL request fewer per kill). Nothing writes the sandbox's row after its kill.
+ */
 export function indexRow(s: SandboxState): IndexRow {
   const info = sandboxInfo(s);
+  if (s.killedAt !== undefined) return { ...rowOf(info, s.rev), state: "killed", phase: TOMBSTONE_PHASE, endAt: s.killedAt };
+  return rowOf(info, s.rev);
+}
+
+function rowOf(info: SandboxInfo, rev: number): IndexRow {
   return {
     id: info.sandboxId,
     teamId: info.teamId,
@@ -114,6 +125,6 @@ export function indexRow(s: SandboxState): IndexRow {
     memoryMB: info.memoryMB,
     diskSizeMB: info.diskSizeMB,
     envdVersion: info.envdVersion,
-    rev: s.rev,
+    rev,
   };
 }

@@ -196,6 +196,7 @@ function kill(s: SandboxState, now: number): Transition {
   s.desired = "deleted";
   s.generation++;
   s.purgeAt = now + PURGE_GRACE_MS;
+  s.killedAt = now;
   setCondition(s, "Ready", "False", "Terminating", now);
   return ok(s, [sendIntent(s, now), index(s)]);
 }

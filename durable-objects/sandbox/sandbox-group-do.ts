@@ -509,8 +509,9 @@ export class SandboxGroupDO extends DurableObject<Env> {
         else if (e.kind === "index" && slot.state) ops.push({ kind: "upsert", row: indexRow(slot.state) });
         else if (e.kind === "purge") purged = this.purge(id, slot);
       }
-      // The sandbox is gone: its row becomes a tombstone, which no late write of it can undo.
-      if (purged && before) ops.push({ kind: "upsert", row: tombstone(indexRow(before), now) });
+      // The sandbox is gone: its row becomes a tombstone, which no late write of it can undo. Its
+      // kill wrote that already (indexRow of a killed sandbox), unless an older version killed it.
+      if (purged && before && before.killedAt === undefined) ops.push({ kind: "upsert", row: tombstone(indexRow(before), now) });
       // An awaited intent is retried after its caller's wait (its enqueue answers for it until
       // then). Not a pause: one a restart lost before it left is sent again RETRY_MS later, as
       // before pauses were awaited, not past the wait that restart ended. While its enqueue is in

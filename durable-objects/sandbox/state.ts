@@ -99,6 +99,10 @@ export interface SandboxState {
   retainUntil: number | null;
   /** While terminating: forget the sandbox at this time even without the agent's confirmation. */
   purgeAt: number | null;
+  /** When it was killed. From then on its index row is its tombstone (`indexRow`), written with
+   * the kill, so its destroy writes nothing to the index. Absent on a sandbox killed before this
+   * field was kept: its destroy writes the tombstone. */
+  killedAt?: number;
   endpoint: Endpoint | null;
   /** The sandbox's own IP address, as its agent last observed it. */
   address?: string;

@@ -10,7 +10,7 @@
 // command it started (enter.pl's parent-death signal) and each of them reports a clear error as
 // its end; holders are not affected. It exits by itself when the agent does (IPC disconnect).
 import { fork, type ChildProcess } from "node:child_process";
-import { closeSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs";
+import { closeSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { connect } from "node:net";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -18,6 +18,7 @@ import type { Readable, Writable } from "node:stream";
 import type { Socket } from "node:net";
 import type { HostCommand } from "../../runtime/sandbox-view.ts";
 import { inProcessLauncher, memoryTmpdir, ProcessStartError, spawnHost, type LaunchedExit, type LaunchedPipes, type LaunchedPty, type ProcessLauncher } from "../../runtime/process/launcher.ts";
+import { makeSpawnerDir, sweepSpawnerDirs } from "./spawner-dirs.ts";
 import { GIVE_UP_MS, PID_FILE_ENV, PID_FILE_WANTED, sandboxPidOf } from "./spawner-sandbox-pid.ts";
 import { CONNECTION_ID_BYTES, openStdioFile, stopReading, type SpawnCommand, type SpawnerReply, type SpawnerRequest, type StdioSpec } from "./spawner-protocol.ts";
 
@@ -50,6 +51,9 @@ interface Tracked {
    * can come in one read of the channel). */
   early: Buffer[];
 }
+
+/** Whether this process swept stale spawner directories yet (spawner-dirs.ts). */
+let swept = false;
 
 /** Forks in the calling process instead (for comparison: `KRUISE_LOCAL_SPAWNER=off`). */
 export const IN_PROCESS = "in-process";
@@ -87,7 +91,7 @@ export class Spawner implements ProcessLauncher {
   /** A new path in the spawner's private directory (0700, in memory where possible), for a file
    * a process it starts writes and the caller reads and removes (a helper's stderr). */
   scratchFile(prefix: string): string {
-    this.#socketDir ??= mkdtempSync(join(memoryTmpdir(), "kruise-spawner-"));
+    this.#socketDir ??= makeSpawnerDir(memoryTmpdir());
     return join(this.#socketDir, `${prefix}-${++this.#scratch}`);
   }
   #scratch = 0;
@@ -99,9 +103,14 @@ export class Spawner implements ProcessLauncher {
 
   #start(): Promise<ChildProcess> {
     if (this.#ready) return this.#ready;
+    // Once per process: the directories of agents that ended without disposing their spawner.
+    if (!swept) {
+      swept = true;
+      void sweepSpawnerDirs(memoryTmpdir());
+    }
     // A private directory (0700): only this user can connect and become some command's stdout,
     // or read the environment files of commands starting (in memory, see memoryTmpdir).
-    this.#socketDir ??= mkdtempSync(join(memoryTmpdir(), "kruise-spawner-"));
+    this.#socketDir ??= makeSpawnerDir(memoryTmpdir());
     const socketPath = join(this.#socketDir, `${Date.now().toString(36)}.sock`);
     const child = fork(MAIN, [socketPath], {
       // Not the agent's flags (--cpu-prof, --inspect); small young generation, as in the runtime.

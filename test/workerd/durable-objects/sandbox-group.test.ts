@@ -4,7 +4,7 @@ import { env } from "cloudflare:workers";
 import { runInDurableObject } from "cloudflare:test";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { getDb } from "../../../durable-objects/store/db.ts";
-import { getIndexRow } from "../../../durable-objects/store/sandbox-index.ts";
+import { getIndexRow, getKilledRow, TOMBSTONE_PHASE } from "../../../durable-objects/store/sandbox-index.ts";
 import type { ClusterDO } from "../../../durable-objects/cluster/cluster-do.ts";
 import type { SandboxGroupDO } from "../../../durable-objects/sandbox/sandbox-group-do.ts";
 import { sandboxGroupOf, sandboxGroupStub, sandboxHandle } from "../../../durable-objects/sandbox/stub.ts";
@@ -545,14 +545,13 @@ describe("lost calls are retried, memory is bounded", () => {
     const listed = async () => (await expectStatus(call(`/v2/sandboxes?metadata=tag%3D${tag}`, { key: team.key }), 200)).map((s: { sandboxID: string }) => s.sandboxID);
     expect(await listed()).toEqual([id]);
     const groups = [..."abcdefghijklmnopqrstuvwxyz0123456789"].map((c) => sandboxGroupStub(env, c));
-    // Only the kill's own row counts here: the destroy's tombstone (after the answer) still goes
-    // through the group's queue, and is refused too until the writers are back.
+    // The kill's own row (its tombstone) must not need them.
     let refusedKillRows = 0;
     for (const g of groups) {
       await runInDurableObject(g, (instance: SandboxGroupDO) => {
         (instance as unknown as { indexWriter?: () => { write: IndexWrite } }).indexWriter = () => ({
           write: async (ops) => {
-            if (ops.some((o) => o.row.id === id && o.row.phase === "Terminating")) refusedKillRows++;
+            if (ops.some((o) => o.row.id === id && o.row.state === "killed")) refusedKillRows++;
             return { ok: false, error: "scripted: the group's index path is down" };
           },
         });
@@ -570,7 +569,6 @@ describe("lost calls are retried, memory is bounded", () => {
         });
       }
     }
-    // The destroy's tombstone, refused meanwhile, is written once the group's path is back.
     await waitFor(async () => (await stub(id).inspect()) === null && (await getIndexRow(getDb(env), id)) === undefined, 10_000);
     expect(await listed()).toEqual([]);
   }, 20_000);
@@ -613,6 +611,47 @@ describe("lost calls are retried, memory is bounded", () => {
       await holdingAgent.waitUntil(() => !holdingAgent.sandboxes.has(id), 10_000);
       await waitFor(async () => (await stub(id).inspect()) === null, 8_000);
       expect(await listed()).toBe(0);
+    } finally {
+      holdingAgent.disconnect();
+    }
+  }, 25_000);
+
+  it("a kill writes the sandbox's tombstone with its intent: gone from the index at the answer, and its destroy writes nothing more", async () => {
+    // The agent holds the delete, so the answer comes before the destroy.
+    const holding = await createTeam(unique("sdo-tomb"));
+    const holdingAgent = await startAgent(holding.cluster, { hold: (i) => i.desired.state === "deleted" });
+    try {
+      const id = (await expectStatus(call("/v2/sandboxes", { key: holding.key, body: { templateID: holding.template, timeout: 600 } }), 201)).sandboxID as string;
+      let groupWrites = 0;
+      await runInDurableObject(sandboxGroupStub(env, id), (instance: SandboxGroupDO) => {
+        const real = (Object.getPrototypeOf(instance) as { indexWriter: () => { write: IndexWrite } }).indexWriter.call(instance);
+        (instance as unknown as { indexWriter?: () => { write: IndexWrite } }).indexWriter = () => ({
+          write: async (ops) => {
+            if (ops.some((o) => o.row.id === id)) groupWrites++;
+            return real.write(ops);
+          },
+        });
+      });
+      try {
+        await expectStatus(call(`/sandboxes/${id}`, { key: holding.key, method: "DELETE" }), 204);
+        await holdingAgent.waitUntil(() => holdingAgent.held.has(id), 10_000);
+        // Before the destroy, the index row is already the tombstone (state killed, so its team
+        // still reads its logs), not a row of a sandbox being deleted.
+        expect(holdingAgent.sandboxes.get(id)?.phase).toBe("Running");
+        expect(await getIndexRow(getDb(env), id)).toBeUndefined();
+        expect(await getKilledRow(getDb(env), id)).toMatchObject({ state: "killed", phase: TOMBSTONE_PHASE });
+        holdingAgent.release(id);
+        await holdingAgent.waitUntil(() => !holdingAgent.sandboxes.has(id), 10_000);
+        await waitFor(async () => (await stub(id).inspect()) === null, 8_000);
+        // Longer than the group's index queue would take: the destroy wrote nothing.
+        await new Promise((r) => setTimeout(r, 500));
+        expect(groupWrites).toBe(0);
+        expect(await getKilledRow(getDb(env), id)).toMatchObject({ state: "killed", phase: TOMBSTONE_PHASE });
+      } finally {
+        await runInDurableObject(sandboxGroupStub(env, id), (instance: SandboxGroupDO) => {
+          delete (instance as unknown as { indexWriter?: unknown }).indexWriter;
+        });
+      }
     } finally {
       holdingAgent.disconnect();
     }

@@ -6,7 +6,8 @@ import { afterEach, describe, expect, it } from "vitest";
 import { WebSocketServer, type WebSocket } from "ws";
 import type { AddressInfo } from "node:net";
 import { Link } from "../../../../controllers/agent/link.ts";
-import { ACK_OBSERVATIONS_FEATURE, IntentSchema, PROTOCOL_VERSION } from "../../../../schema/protocol/index.ts";
+import { ACK_OBSERVATIONS_FEATURE, AgentMessageSchema, IntentSchema, PROTOCOL_VERSION } from "../../../../schema/protocol/index.ts";
+import { MAX_FRAME_SANDBOXES } from "../../../../schema/api/limits.ts";
 
 const servers: WebSocketServer[] = [];
 const links: Link[] = [];
@@ -33,10 +34,12 @@ async function edge(features: string[], ids: string[]) {
       const msg = JSON.parse(text) as { type: string };
       if (msg.type === "hello") {
         ws.send(JSON.stringify({ type: "welcome", protocol: PROTOCOL_VERSION, cluster: "c", sessionId: "s", heartbeatIntervalMs: 60_000, resync: { orphans: 0, recreated: 0, redelivered: 0 }, features }));
-        ws.send(JSON.stringify({ type: "intents", items: ids.map((id, k) => ({ seq: k + 1, intent: intent(id) })) }));
+        if (ids.length) ws.send(JSON.stringify({ type: "intents", items: ids.map((id, k) => ({ seq: k + 1, intent: intent(id) })) }));
         return;
       }
-      frames.push(msg);
+      // As the edge reads it: a frame its schema refuses is a bad_frame there.
+      const parsed = AgentMessageSchema.safeParse(msg);
+      frames.push(parsed.success ? msg : { type: `refused: ${parsed.error.issues[0]?.message}` });
     });
   });
   return { url: `http://127.0.0.1:${(wss.address() as AddressInfo).port}`, frames, socket: () => socket };
@@ -64,9 +67,9 @@ function agentLink(url: string): Link {
   return link;
 }
 
-async function until(check: () => boolean): Promise<void> {
-  for (const end = Date.now() + 5_000; !check(); await new Promise((r) => setTimeout(r, 5))) {
-    if (Date.now() > end) throw new Error("condition not met in 5 s");
+async function until(check: () => boolean, ms = 5_000): Promise<void> {
+  for (const end = Date.now() + ms; !check(); await new Promise((r) => setTimeout(r, 5))) {
+    if (Date.now() > end) throw new Error(`condition not met in ${ms} ms`);
   }
 }
 
@@ -96,4 +99,29 @@ describe("agent link frames", () => {
       { type: "observations", items: [expect.objectContaining({ sandboxId: "sbxold", phase: "Running" })] },
     ]);
   });
+
+  it("acks buffered past a frame's bound while disconnected leave in frames the edge takes, all of them, in order", async () => {
+    const e = await edge(["builds", ACK_OBSERVATIONS_FEATURE], []);
+    const link = new Link({
+      edgeUrl: e.url,
+      clusterId: "c",
+      token: "t",
+      hello: async () => ({ agentId: "a", driver: "local", ingress: { url: "http://127.0.0.1:1" }, inventory: [] }),
+      onIntent: () => "pending",
+      log: () => {},
+    });
+    links.push(link);
+    // Not started yet: what a long outage leaves buffered.
+    const n = MAX_FRAME_SANDBOXES + 5;
+    for (let k = 1; k <= n; k++) link.ack({ seq: k, sandboxId: `sbx${k}`, generation: 1, result: "applied" });
+    link.start();
+    await until(() => e.frames.length >= 2, 25_000);
+    await new Promise((r) => setTimeout(r, 100));
+    expect(e.frames.map((f) => [f.type, f.items?.length, f.observations?.length])).toEqual([
+      ["ack", MAX_FRAME_SANDBOXES, undefined],
+      ["ack", 5, undefined],
+    ]);
+    const seqs = e.frames.flatMap((f) => (f.type === "ack" ? (f.items as { seq: number }[]).map((a) => a.seq) : []));
+    expect(seqs).toEqual(Array.from({ length: n }, (_, k) => k + 1));
+  }, 30_000);
 });

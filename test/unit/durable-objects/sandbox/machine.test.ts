@@ -4,6 +4,8 @@ import { dueAt, PURGE_GRACE_MS, transition, visibleTo } from "../../../../durabl
 import type { SandboxEvent } from "../../../../durable-objects/sandbox/events.ts";
 import type { SandboxSpec, SandboxState } from "../../../../durable-objects/sandbox/state.ts";
 import type { Observation } from "../../../../schema/protocol/index.ts";
+import { indexRow } from "../../../../durable-objects/sandbox/info.ts";
+import { TOMBSTONE_PHASE } from "../../../../durable-objects/store/sandbox-index.ts";
 
 const T0 = 1_800_000_000_000;
 const S = 1000;
@@ -71,7 +73,7 @@ const rows: Row[] = [
   { name: "Running but not ready keeps it Pending", from: at("Pending"), ev: obs("Running", 2, false), phase: "Pending", effects: [] },
   { name: "Deleted while wanted running is a failure", from: at("Running"), ev: obs("Deleted", 2), phase: "Failed", effects: ["index"] },
   { name: "Failed observation fails it", from: at("Running"), ev: obs("Failed", 2), phase: "Failed", effects: ["index"] },
-  { name: "kill sends a delete intent and starts the purge grace", from: at("Running"), ev: { type: "kill" }, now: T0 + S, phase: "Terminating", state: { generation: 3, desired: "deleted", purgeAt: T0 + S + PURGE_GRACE_MS }, effects: ["intent:deleted:3", "index"] },
+  { name: "kill sends a delete intent and starts the purge grace", from: at("Running"), ev: { type: "kill" }, now: T0 + S, phase: "Terminating", state: { generation: 3, desired: "deleted", purgeAt: T0 + S + PURGE_GRACE_MS, killedAt: T0 + S }, effects: ["intent:deleted:3", "index"] },
   { name: "kill of a Failed sandbox is allowed", from: at("Failed"), ev: { type: "kill" }, phase: "Terminating", effects: ["intent:deleted:3", "index"] },
   { name: "kill twice is not found", from: at("Terminating", { desired: "deleted" }), ev: { type: "kill" }, phase: "Terminating", effects: [], result: { ok: false, code: "sandbox_not_found" } },
   { name: "abandon (a create that did not complete) kills a Pending sandbox", from: at("Pending"), ev: { type: "abandon" }, now: T0 + S, phase: "Terminating", state: { generation: 3, desired: "deleted", purgeAt: T0 + S + PURGE_GRACE_MS }, effects: ["intent:deleted:3", "index"] },
@@ -205,5 +207,19 @@ describe("sandbox machine", () => {
     // A sandbox made from a snapshot names it in every intent.
     const fromSnap = at("Running", {}, { restoreFrom: { id: "snap1" } });
     expect(intentOf(transition(fromSnap, { type: "pause" }, T0)).restoreFrom).toEqual({ id: "snap1" });
+  });
+});
+
+describe("the index row of a killed sandbox", () => {
+  it("is its tombstone from the kill on (state killed, gone as of the kill, at the kill's revision), so the destroy has none to write", () => {
+    const killed = transition(at("Running"), { type: "kill" }, T0 + S).state!;
+    expect(indexRow(killed)).toMatchObject({ id: "abc", state: "killed", phase: TOMBSTONE_PHASE, endAt: T0 + S, rev: killed.rev });
+    // The same row every time it is written (a redelivery, the outbox): nothing newer follows it.
+    expect(indexRow({ ...killed })).toEqual(indexRow(killed));
+  });
+
+  it("of one killed before `killedAt` was kept stays the row of a sandbox being deleted (its destroy writes the tombstone)", () => {
+    const old = at("Terminating", { desired: "deleted", generation: 3, purgeAt: T0 + PURGE_GRACE_MS });
+    expect(indexRow(old)).toMatchObject({ state: "killed", phase: "Terminating" });
   });
 });
