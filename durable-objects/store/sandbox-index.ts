@@ -1,10 +1,9 @@
 // The sandbox index `list` pages through. SandboxGroupDOs write rows through SandboxIndexDO, which
 // batches them (applyIndexBatch); routes read pages here.
-import type { InValue } from "@libsql/client/web";
+import type { InStatement, InValue } from "@libsql/client/web";
 import { and, asc, desc, eq, ne, getTableColumns, gte, inArray, lt, gt, or, sql, type Column, type SQL } from "drizzle-orm";
 import { sandboxes } from "../../schema/db/tables.ts";
 import type { Db } from "./db.ts";
-import { executeOverHttp, type HttpStatement } from "./libsql-http.ts";
 
 export type IndexRow = typeof sandboxes.$inferSelect;
 
@@ -27,21 +26,21 @@ export function tombstone(last: IndexRow, at: number): IndexRow {
 }
 
 /**
- * Applies ops in one libSQL request (libsql-http.ts): one multi-row upsert (a row lands only if its
- * `rev` is newer than the stored one, so writes may race or arrive out of order safely), then,
- * with `sweepBefore`, the removal of tombstones older than that (each statement atomic on its own:
- * neither needs the other). The SQL is written out once from the table's columns rather than built
- * by drizzle per batch: the query builder was ~2 % of the edge's CPU per create.
+ * Applies ops in one libSQL request: one multi-row upsert (a row lands only if its `rev` is newer
+ * than the stored one, so writes may race or arrive out of order safely), then, with
+ * `sweepBefore`, the removal of tombstones older than that. The SQL is written out once from the
+ * table's columns rather than built by drizzle per batch: the query builder was ~2 % of the
+ * edge's CPU per create.
  */
-export async function applyIndexBatch(env: { LIBSQL_URL: string; LIBSQL_AUTH_TOKEN?: string }, ops: readonly IndexOp[], sweepBefore?: number): Promise<void> {
+export async function applyIndexBatch(db: Db, ops: readonly IndexOp[], sweepBefore?: number): Promise<void> {
   const newest = new Map<string, IndexRow>();
   for (const op of ops) {
     if ((newest.get(op.row.id)?.rev ?? -1) < op.row.rev) newest.set(op.row.id, op.row);
   }
-  const statements: HttpStatement[] = [];
+  const statements: InStatement[] = [];
   if (newest.size > 0) statements.push(upsert([...newest.values()]));
   if (sweepBefore !== undefined) statements.push({ sql: `DELETE FROM sandboxes WHERE phase = ? AND end_at < ?`, args: [TOMBSTONE_PHASE, sweepBefore] });
-  await executeOverHttp(env, statements);
+  if (statements.length > 0) await db.$client.batch(statements, "write");
 }
 
 const COLUMNS = Object.entries(getTableColumns(sandboxes)) as [keyof IndexRow, Column][];
@@ -52,7 +51,7 @@ const UPSERT_TAIL =
   ` WHERE sandboxes."rev" < excluded."rev"`;
 const ROW_PLACEHOLDERS = `(${COLUMNS.map(() => "?").join(", ")})`;
 
-function upsert(rows: IndexRow[]): HttpStatement {
+function upsert(rows: IndexRow[]): InStatement {
   return {
     sql: UPSERT_HEAD + rows.map(() => ROW_PLACEHOLDERS).join(", ") + UPSERT_TAIL,
     args: rows.flatMap((r) => COLUMNS.map(([k, c]) => c.mapToDriverValue(r[k]) as InValue)),
