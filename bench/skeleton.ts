@@ -59,8 +59,9 @@ export interface Skeleton {
   stop(): Promise<void>;
 }
 
-/** `libsqlUrl`: the sqld the feature skeleton writes its index rows to. */
-export async function startSkeleton(dir: string, libsqlUrl: string): Promise<Skeleton> {
+/** `libsqlUrl`: the sqld the feature skeleton writes its index rows to. `inspectorPort`: serve
+ * the DevTools protocol there (one target per service: "features" is the feature skeleton's). */
+export async function startSkeleton(dir: string, libsqlUrl: string, opts: { inspectorPort?: number } = {}): Promise<Skeleton> {
   mkdirSync(join(dir, "do-storage"), { recursive: true });
   const [port, emptyPort, featurePort] = [await freePort(), await freePort(), await freePort()];
   const configPath = join(dir, "skeleton.capnp");
@@ -72,7 +73,7 @@ export async function startSkeleton(dir: string, libsqlUrl: string): Promise<Ske
   const workerd = await startService({
     name: "workerd (skeleton)",
     bin: join(ROOT, "node_modules/.bin/workerd"),
-    args: ["serve", configPath],
+    args: ["serve", configPath, ...(opts.inspectorPort ? [`--inspector-addr=127.0.0.1:${opts.inspectorPort}`] : [])],
     url: `http://127.0.0.1:${port}`,
     logFile: join(dir, "workerd.log"),
     readyWithinMs: 20_000,

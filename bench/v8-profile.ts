@@ -1,10 +1,17 @@
 // A V8 CPU profile of workerd's isolate over its inspector (workerd --inspector-addr), for the
 // benchmarks' EDGE_BENCH_PROFILE / E2E_BENCH_EDGE_PROFILE: open the file in Chrome DevTools.
+// `selfTimes` sums a profile's samples by function and by bundled source file (bench/claim-profile.ts).
+import { readFileSync } from "node:fs";
 
-/** Starts V8's sampling profiler in the edge isolate over the DevTools protocol. */
-export async function startProfiler(port: number): Promise<{ stop(): Promise<unknown> }> {
-  const targets = (await (await fetch(`http://127.0.0.1:${port}/json/list`)).json()) as { webSocketDebuggerUrl: string }[];
-  const ws = new WebSocket(targets[0]!.webSocketDebuggerUrl);
+/**
+ * Starts V8's sampling profiler in the edge isolate over the DevTools protocol. `target`: the
+ * workerd service whose isolate to profile (its inspector lists one per service), else the first.
+ */
+export async function startProfiler(port: number, target?: string): Promise<{ stop(): Promise<unknown> }> {
+  const targets = (await (await fetch(`http://127.0.0.1:${port}/json/list`)).json()) as { id?: string; title?: string; webSocketDebuggerUrl: string }[];
+  const chosen = target ? targets.find((t) => t.id === target || t.title === target || t.webSocketDebuggerUrl.endsWith(`/${target}`)) : targets[0];
+  if (!chosen) throw new Error(`inspector ${port}: no target "${target}" among ${JSON.stringify(targets.map((t) => t.id ?? t.title))}`);
+  const ws = new WebSocket(chosen.webSocketDebuggerUrl);
   await new Promise((ok, fail) => {
     ws.addEventListener("open", ok);
     ws.addEventListener("error", fail);
@@ -30,4 +37,75 @@ export async function startProfiler(port: number): Promise<{ stop(): Promise<unk
       return profile;
     },
   };
+}
+
+interface ProfileNode {
+  id: number;
+  callFrame: { functionName: string; url: string; lineNumber: number };
+  children?: number[];
+}
+export interface CpuProfile {
+  nodes: ProfileNode[];
+  samples: number[];
+  timeDeltas: number[];
+}
+
+/** Where each line of a bundle comes from: esbuild's `// path/of/module.ts` comments, line-indexed. */
+export function bundleFiles(bundlePath: string): (line: number) => string {
+  const starts: [number, string][] = [];
+  readFileSync(bundlePath, "utf8")
+    .split("\n")
+    .forEach((l, i) => {
+      const m = /^\/\/ ((?:node_modules\/|node-built-in-modules:|\.\.\/|[\w@-]+\/)[^\s]*)$/.exec(l);
+      if (m) starts.push([i, m[1]!]);
+    });
+  return (line) => {
+    let lo = 0;
+    let hi = starts.length - 1;
+    let found = "(bundle head)";
+    while (lo <= hi) {
+      const mid = (lo + hi) >> 1;
+      if (starts[mid]![0] <= line) {
+        found = starts[mid]![1];
+        lo = mid + 1;
+      } else hi = mid - 1;
+    }
+    return found;
+  };
+}
+
+/**
+ * A profile's sampled time in µs: `self` by function (`name file:line`), `selfByFile` by source
+ * file (a bundle line's module; V8's own entries such as (garbage collector) and (program) by
+ * name), `total` by file including callees (each sample counted once per file on its stack), and
+ * `sampled`, all samples but (idle).
+ */
+export function selfTimes(profile: CpuProfile, fileOf: (url: string, line: number) => string) {
+  const byId = new Map(profile.nodes.map((n) => [n.id, n]));
+  const parent = new Map<number, number>();
+  for (const n of profile.nodes) for (const c of n.children ?? []) parent.set(c, n.id);
+  const where = (n: ProfileNode) => (n.callFrame.url ? fileOf(n.callFrame.url, n.callFrame.lineNumber) : `(${n.callFrame.functionName || "native"})`);
+  const self = new Map<string, number>();
+  const selfByFile = new Map<string, number>();
+  const total = new Map<string, number>();
+  let sampled = 0;
+  const add = (m: Map<string, number>, k: string, v: number) => m.set(k, (m.get(k) ?? 0) + v);
+  for (let i = 0; i < profile.samples.length; i++) {
+    const dt = profile.timeDeltas[i + 1] ?? 0;
+    const node = byId.get(profile.samples[i]!)!;
+    if (node.callFrame.functionName === "(idle)") continue;
+    sampled += dt;
+    const file = where(node);
+    add(self, `${node.callFrame.functionName || "(anonymous)"} ${file}:${node.callFrame.lineNumber + 1}`, dt);
+    add(selfByFile, file, dt);
+    const seen = new Set<string>();
+    for (let id: number | undefined = node.id; id !== undefined; id = parent.get(id)) {
+      const f = where(byId.get(id)!);
+      if (!seen.has(f)) {
+        seen.add(f);
+        add(total, f, dt);
+      }
+    }
+  }
+  return { self, selfByFile, total, sampled };
 }
