@@ -1,6 +1,6 @@
 // Read models of a sandbox: what the API routes render (SandboxInfo), what the gateway needs to
 // route a request (RouteInfo), and the libSQL index row.
-import { TOMBSTONE_PHASE, type IndexRow } from "../store/sandbox-index.ts";
+import { asTombstone, type IndexRow } from "../store/sandbox-index.ts";
 import type { Endpoint } from "../../schema/protocol/index.ts";
 import { SANDBOX_IP_KEY } from "../../schema/api/extensions.ts";
 import { visibleState, type Condition, type Phase, type SandboxSpec, type SandboxState, type VisibleState } from "./state.ts";
@@ -105,12 +105,7 @@ const NO_END = -62135596800000;
  */
 export function indexRow(s: SandboxState): IndexRow {
   const info = sandboxInfo(s);
-  if (s.killedAt !== undefined) return { ...rowOf(info, s.rev), state: "killed", phase: TOMBSTONE_PHASE, endAt: s.killedAt };
-  return rowOf(info, s.rev);
-}
-
-function rowOf(info: SandboxInfo, rev: number): IndexRow {
-  return {
+  const row: IndexRow = {
     id: info.sandboxId,
     teamId: info.teamId,
     keyId: info.keyId,
@@ -125,6 +120,7 @@ function rowOf(info: SandboxInfo, rev: number): IndexRow {
     memoryMB: info.memoryMB,
     diskSizeMB: info.diskSizeMB,
     envdVersion: info.envdVersion,
-    rev,
+    rev: s.rev,
   };
+  return s.killedAt === undefined ? row : asTombstone(row, s.killedAt);
 }

@@ -20,9 +20,14 @@ export const TOMBSTONE_PHASE = "Deleted";
 /** Tombstones are removed this long after the sandbox went (far longer than any write is late). */
 export const TOMBSTONE_KEEP_MS = 10 * 60_000;
 
+/** `row` as the sandbox's tombstone, its revision kept; `endAt` is when it went (a kill's own row). */
+export function asTombstone(row: IndexRow, at: number): IndexRow {
+  return { ...row, state: "killed", phase: TOMBSTONE_PHASE, endAt: at };
+}
+
 /** The row of a sandbox that is gone, one revision past its last row; `endAt` is when it went. */
 export function tombstone(last: IndexRow, at: number): IndexRow {
-  return { ...last, state: "killed", phase: TOMBSTONE_PHASE, endAt: at, rev: last.rev + 1 };
+  return { ...asTombstone(last, at), rev: last.rev + 1 };
 }
 
 /**
