@@ -98,7 +98,7 @@ import { migrate } from "../scripts/migrate.ts";
 import { seed } from "../scripts/seed.ts";
 import { ScriptedAgent, tcpTransport } from "../test/support/scripted-agent.ts";
 import { startCollector, type Collector } from "../test/support/otel-collector.ts";
-import { cpuMs, median, percentile, timedConcurrently } from "./stats.ts";
+import { cpuMs, median, percentile, seededRandom, shuffle, timedConcurrently } from "./stats.ts";
 import { startProfiler } from "./v8-profile.ts";
 
 const ROOT = resolve(import.meta.dirname, "..");
@@ -217,20 +217,13 @@ try {
   };
   // Each block's processes start in a seeded random order (a side's process is not always the
   // n-th started).
-  const startOrder = mulberry32(orderSeed + 1);
-  const shuffled = () => {
-    const xs = entries.map((_, i) => i);
-    for (let i = xs.length - 1; i > 0; i--) {
-      const j = Math.floor(startOrder() * (i + 1));
-      [xs[i], xs[j]] = [xs[j]!, xs[i]!];
-    }
-    return xs;
-  };
+  const startOrder = seededRandom(orderSeed + 1);
+  const shuffled = () => shuffle(entries.map((_, i) => i), startOrder);
   const starts: string[] = [];
   const launched = new Map<number, Awaited<ReturnType<typeof launch>>>();
   const first = shuffled();
   for (const i of first) launched.set(i, await launch(i, 0));
-  starts.push(first.map((i) => (entries[i]!.key === "A2" ? "A′" : entries[i]!.key)).join(""));
+  starts.push(first.map((i) => label(entries[i]!)).join(""));
   for (const [i, { key, name }] of entries.entries()) {
     const { edge, agent, dir, counter, inspectorPort, traced } = launched.get(i)!;
     sides.push({ key, name, edge, agent, dir, cpu: [], rate: [], drainCpu: [], drainRate: [], p50: [], tail: [], seq: [], pos: [], after: [], block: [], others: {}, threads: {}, counter, calls: {}, inspectorPort, traced });
@@ -350,7 +343,7 @@ try {
   /** The same per round against the geometric mean of the reference copies (s13-s17's reference, as a check). */
   const overGeomean = (x: Side, of: (s: Side) => number[]) => of(x).map((v, r) => v / geomean(refsOf(x).map((u) => of(u)[r]!)));
   const spread = (xs: number[]) => `${Math.min(...xs).toFixed(3)}..${Math.max(...xs).toFixed(3)}`;
-  const rand = mulberry32(orderSeed);
+  const rand = seededRandom(orderSeed);
   // With --restart a block's rounds share their processes: the bootstrap resamples whole blocks.
   // Computed once per series: a figure and its check line print the same interval.
   const intervals = new Map<number[][], [number, number]>();
@@ -456,7 +449,7 @@ try {
 }
 
 /** A side's short name: A, B, C…, A′. */
-function label(x: Side): string {
+function label(x: { key: string }): string {
   return x.key === "A2" ? "A′" : x.key;
 }
 
@@ -483,28 +476,12 @@ function williams(n: number): number[][] {
 /** `rounds` rounded up to whole blocks of `williams(n)`, each block's rows in a seeded random order. */
 function balancedOrders(n: number, rounds: number, orderSeed: number): number[][] {
   const block = williams(n);
-  const rand = mulberry32(orderSeed);
+  const rand = seededRandom(orderSeed);
   const out: number[][] = [];
   while (out.length < rounds) {
-    const rows = block.map((r) => [...r]);
-    for (let i = rows.length - 1; i > 0; i--) {
-      const j = Math.floor(rand() * (i + 1));
-      [rows[i], rows[j]] = [rows[j]!, rows[i]!];
-    }
-    out.push(...rows);
+    out.push(...shuffle(block.map((r) => [...r]), rand));
   }
   return out;
-}
-
-/** A seeded uniform generator on [0, 1) (mulberry32): the same seed, the same orders. */
-function mulberry32(from: number): () => number {
-  let t = from >>> 0;
-  return () => {
-    t = (t + 0x6d2b79f5) >>> 0;
-    let x = Math.imul(t ^ (t >>> 15), t | 1);
-    x ^= x + Math.imul(x ^ (x >>> 7), x | 61);
-    return ((x ^ (x >>> 14)) >>> 0) / 4294967296;
-  };
 }
 
 /**

@@ -25,7 +25,7 @@ import { layoutFor } from "../controllers/drivers/local/layout.ts";
 import { readRecord } from "../controllers/drivers/local/records.ts";
 import { serveIn, startOutside } from "../test/support/outside-net.ts";
 import type { BenchContext, Figures } from "./run.ts";
-import { minMax, percentile as pct, round } from "./stats.ts";
+import { minMax, percentile as pct, round, seededRandom, shuffle } from "./stats.ts";
 
 const USER = { name: "user", uid: 1000, gid: 1000, home: "/home/user", shell: "/bin/bash" };
 const STARTS = 15;
@@ -121,17 +121,10 @@ for (;;) {
 }
 `;
 
-/** 0..n-1 in an order of its own for each `seed` (Fisher-Yates on a small LCG): the same for the
- * same seed, so a run can be repeated. */
+/** 0..n-1 in an order of its own for each `seed`: the same for the same seed, so a run can be
+ * repeated. */
 function shuffled(n: number, seed: number): number[] {
-  const order = Array.from({ length: n }, (_, i) => i);
-  let x = (seed + 1) * 2654435761 >>> 0;
-  for (let k = n - 1; k > 0; k--) {
-    x = (Math.imul(x, 1103515245) + 12345) >>> 0;
-    const r = (x >>> 8) % (k + 1);
-    [order[k], order[r]] = [order[r]!, order[k]!];
-  }
-  return order;
+  return shuffle(Array.from({ length: n }, (_, i) => i), seededRandom(seed));
 }
 
 /** Sequential GETs with urllib (one connection each, as most clients through a proxy do); prints

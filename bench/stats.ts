@@ -2,6 +2,27 @@
 import { execFileSync } from "node:child_process";
 import { readdirSync, readFileSync } from "node:fs";
 
+/** A seeded uniform generator on [0, 1) (mulberry32): the same seed, the same sequence, so a
+ * bench's shuffled orders can be repeated. */
+export function seededRandom(seed: number): () => number {
+  let t = seed >>> 0;
+  return () => {
+    t = (t + 0x6d2b79f5) >>> 0;
+    let x = Math.imul(t ^ (t >>> 15), t | 1);
+    x ^= x + Math.imul(x ^ (x >>> 7), x | 61);
+    return ((x ^ (x >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+/** `xs` shuffled in place (Fisher-Yates) by `rand`; answers `xs`. */
+export function shuffle<T>(xs: T[], rand: () => number): T[] {
+  for (let i = xs.length - 1; i > 0; i--) {
+    const j = Math.floor(rand() * (i + 1));
+    [xs[i], xs[j]] = [xs[j]!, xs[i]!];
+  }
+  return xs;
+}
+
 /** The p-th percentile (nearest rank) of `xs`. */
 export function percentile(xs: number[], p: number): number {
   if (xs.length === 0) return NaN;
