@@ -3,8 +3,11 @@
 // disposing its driver (killed, or a test that stops it abruptly) leaves its directory behind,
 // about twenty per CI run. Each name carries the owning process's pid, so a later agent removes
 // the directories whose owner is gone and whose socket nobody listens on: never a live one (its
-// owner runs, or its spawner answers on the socket).
-import { mkdtempSync, readdirSync, rmSync } from "node:fs";
+// owner runs, or its spawner answers on the socket). The base is /dev/shm, which every local user
+// may write: only a real directory of this process's user counts (mkdtemp made it 0700), never a
+// symlink or another user's directory named like one, which the agent (often root) would
+// otherwise list, probe and remove on their say.
+import { lstatSync, mkdtempSync, readdirSync, rmSync } from "node:fs";
 import { connect } from "node:net";
 import { join } from "node:path";
 
@@ -21,7 +24,8 @@ export function makeSpawnerDir(base: string): string {
 
 /**
  * Removes the spawner directories under `base` left by processes that are gone: the owner's pid
- * is not running (in this pid namespace) and no socket in the directory accepts a connection.
+ * is not running (in this pid namespace), it is a directory of this user's (not a link), and no
+ * socket in the directory accepts a connection.
  * Best effort: what cannot be read or removed stays. Answers the paths removed.
  */
 export async function sweepSpawnerDirs(base: string): Promise<string[]> {
@@ -37,6 +41,8 @@ export async function sweepSpawnerDirs(base: string): Promise<string[]> {
     if (!Number.isInteger(pid) || pid <= 0 || pid === process.pid || running(pid)) continue;
     const dir = join(base, name);
     try {
+      const st = lstatSync(dir);
+      if (!st.isDirectory() || st.uid !== process.getuid?.()) continue;
       const sockets = readdirSync(dir).filter((f) => f.endsWith(".sock"));
       if ((await Promise.all(sockets.map((s) => listening(join(dir, s))))).some(Boolean)) continue;
       rmSync(dir, { recursive: true, force: true });

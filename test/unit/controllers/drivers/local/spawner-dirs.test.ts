@@ -1,7 +1,7 @@
 // Stale spawner directories: removed only when their owner is gone and nobody listens on their
 // socket; a live one (owner running, or a spawner answering) and one named the old way stay.
 import { spawnSync } from "node:child_process";
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs";
+import { chownSync, existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { createServer, type Server } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -50,6 +50,28 @@ describe("stale spawner directories", () => {
     expect(removed).toEqual([stale]);
     expect(existsSync(stale)).toBe(false);
     expect(readdirSync(base).sort()).toEqual([answering, own, unowned].map((d) => d.slice(base.length + 1)).sort());
+  });
+
+  it("leaves a link or another user's directory named like a stale one, and what it points at (the base is /dev/shm: anyone may write there)", async () => {
+    const base = mkdtempSync(join(tmpdir(), "sbx-spawner-dirs-"));
+    const victim = mkdtempSync(join(tmpdir(), "sbx-spawner-victim-"));
+    cleanup.push(() => rmSync(base, { recursive: true, force: true }), () => rmSync(victim, { recursive: true, force: true }));
+    writeFileSync(join(victim, "precious"), "kept");
+    const dead = deadPid();
+    const link = join(base, `kruise-spawner-${dead}-L1nk00`);
+    symlinkSync(victim, link);
+    const foreign = join(base, `kruise-spawner-${dead}-F0reign`);
+    mkdirSync(foreign);
+    writeFileSync(join(foreign, "theirs"), "kept");
+    const asRoot = process.getuid?.() === 0;
+    if (asRoot) chownSync(foreign, 65534, 65534); // nobody's
+    const names = readdirSync(base).sort();
+
+    const removed = await sweepSpawnerDirs(base);
+
+    expect(removed).toEqual(asRoot ? [] : [foreign]);
+    expect(readdirSync(victim)).toEqual(["precious"]);
+    if (asRoot) expect(readdirSync(base).sort()).toEqual(names);
   });
 
   it("a base that cannot be read sweeps nothing", async () => {
