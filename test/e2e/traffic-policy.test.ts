@@ -33,8 +33,9 @@ afterAll(async () => {
 });
 
 const run = async (sbx: Sandbox, cmd: string) => ((await sbx.commands.run(cmd).catch((err: { stdout?: string }) => err)).stdout ?? "").trim();
-/** curl with no proxy variables at all: only the redirect in the sandbox's namespace can govern it. */
-const curl = (sbx: Sandbox, ip: string) => run(sbx, `env -u HTTP_PROXY -u http_proxy -u HTTPS_PROXY -u https_proxy curl -s -m 5 http://${ip}/ || echo "exit $?"`);
+/** curl with no proxy variables at all: only the redirect in the sandbox's namespace can govern it.
+ * 15 s: a 5 s limit timed out once on a loaded machine (the first connection of a new sandbox). */
+const curl = (sbx: Sandbox, ip: string) => run(sbx, `env -u HTTP_PROXY -u http_proxy -u HTTPS_PROXY -u https_proxy curl -s -m 15 http://${ip}/ || echo "exit $?"`);
 
 describe("TrafficPolicies through the admin API", () => {
   it("govern the sandboxes they select, every connection, with the refusing rule named and counted", async () => {
