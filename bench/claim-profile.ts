@@ -44,8 +44,8 @@ console.log(`load average ${loadavg().map((x) => x.toFixed(1)).join(" ")} (befor
 const tmp = mkdtempSync(existsSync("/dev/shm") ? "/dev/shm/sbx-claim-profile-" : "/tmp/sbx-claim-profile-");
 const sqld = await startSqld({ dir: join(tmp, "sqld") });
 const [edgePort, skeletonPort] = [await freePort(), await freePort()];
-type Acc = { self: Map<string, number>; selfByFile: Map<string, number>; total: Map<string, number>; sampled: number[]; cpu: number[] };
-const acc = (): Acc => ({ self: new Map(), selfByFile: new Map(), total: new Map(), sampled: [], cpu: [] });
+type Acc = { self: Map<string, number>; selfByFile: Map<string, number>; total: Map<string, number>; nativeByCaller: Map<string, number>; sampled: number[]; cpu: number[] };
+const acc = (): Acc => ({ self: new Map(), selfByFile: new Map(), total: new Map(), nativeByCaller: new Map(), sampled: [], cpu: [] });
 const sides = { product: acc(), skeleton: acc() };
 let stopAll = async () => {};
 try {
@@ -75,7 +75,7 @@ try {
     if (opt.out) writeFileSync(`${opt.out}.${name}.${r}.cpuprofile`, JSON.stringify(profile));
     const t = selfTimes(profile, (_url, line) => files[name](line));
     const s = sides[name];
-    for (const k of ["self", "selfByFile", "total"] as const) for (const [f, us] of t[k]) s[k].set(f, (s[k].get(f) ?? 0) + us / creates);
+    for (const k of ["self", "selfByFile", "total", "nativeByCaller"] as const) for (const [f, us] of t[k]) s[k].set(f, (s[k].get(f) ?? 0) + us / creates);
     s.sampled.push(t.sampled / creates);
     s.cpu.push(cpuPerCreate);
   };
@@ -108,7 +108,7 @@ const us = (x: number | undefined) => ((x ?? 0) / rounds).toFixed(1).padStart(7)
 const { product: p, skeleton: k } = sides;
 console.log(`workerd CPU ms per create (with the inspector): product ${p.cpu.map((x) => x.toFixed(2)).join(" ")} (median ${median(p.cpu).toFixed(2)}); skeleton ${k.cpu.map((x) => x.toFixed(2)).join(" ")} (median ${median(k.cpu).toFixed(2)})`);
 console.log(`sampled JS-thread µs per create: product ${median(p.sampled).toFixed(0)}, skeleton ${median(k.sampled).toFixed(0)}`);
-const table = (title: string, key: "selfByFile" | "total" | "self") => {
+const table = (title: string, key: "selfByFile" | "total" | "self" | "nativeByCaller") => {
   console.log(`\n${title} (µs per create, mean over rounds): product  skeleton  product−skeleton`);
   const keys = new Set([...p[key].keys(), ...k[key].keys()]);
   const rows = [...keys].map((f) => ({ f, a: p[key].get(f) ?? 0, b: k[key].get(f) ?? 0 })).sort((x, y) => y.a - y.b - (x.a - x.b));
@@ -117,6 +117,9 @@ const table = (title: string, key: "selfByFile" | "total" | "self") => {
 table("self time by file", "selfByFile");
 table("total time by file (callees included)", "total");
 table("self time by function", "self");
+// The runtime's calls (SQLite exec, transactionSync, timers) by the code that made them: where the
+// statements' cost shows (the tables above count a native call apart from its caller).
+table("native calls by their JS caller", "nativeByCaller");
 for (const [name, s] of Object.entries(sides)) {
   console.log(`\n${name}: self time by function, largest first (µs per create)`);
   for (const [f, v] of [...s.self].sort((x, y) => y[1] - x[1]).slice(0, top)) console.log(`${us(v)}  ${f}`);

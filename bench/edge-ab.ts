@@ -88,7 +88,7 @@
 // `--disk`: both sides serve the working tree, A with its Durable Object storage on tmpfs (as the
 // edge bench), B on the disk (as `npm start` and the e2e bench): what the disk's commits cost.
 import { spawnSync } from "node:child_process";
-import { cpSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import { copyFileSync, cpSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { loadavg, tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { parseArgs } from "node:util";
@@ -206,7 +206,7 @@ try {
     const traced: Record<string, string> = collector && isTraced ? { OTEL_EXPORTER_OTLP_ENDPOINT: collector.endpoint } : {};
     const counter = sides[i]?.counter ?? (opt.calls ? await freePort() : undefined);
     const inspectorPort = sides[i]?.inspectorPort ?? (opt.profile ? await freePort() : undefined);
-    const edge = await startEdge({ dir, vars: { ...vars, ...traced }, skipBuild: true, invocationCounterPort: counter, inspectorPort });
+    const edge = await startEdge({ dir, vars: { ...vars, ...traced }, skipBuild: true, invocationCounterPort: counter, inspectorPort, wranglerToml: join(dir, "bundle", "wrangler.toml") });
     const agent = new ScriptedAgent({ agentId: `ab-${i}` });
     started.push({ edge, agent });
     await agent.connect(tcpTransport(edge.url, CLUSTER_TOKEN, "local"));
@@ -551,6 +551,10 @@ function build(cwd: string, outDir: string): void {
     encoding: "utf8",
   });
   if (res.status !== 0) throw new Error(`edge build in ${cwd} failed:\n${res.stdout}\n${res.stderr}`);
+  // The side's settings travel with its bundle: until session 19 every side's workerd took the
+  // working tree's compatibility flags, so an A/B of a wrangler.toml change (s18's
+  // no_nodejs_global_timers) compared two copies of the same setting.
+  copyFileSync(join(cwd, "wrangler.toml"), join(outDir, "wrangler.toml"));
 }
 
 async function api(base: string, path: string, init: RequestInit = {}): Promise<any> {

@@ -42,7 +42,9 @@
 // durable-objects/turn-writes.ts), which (with a direct create path past Hono, since reverted:
 // 2-4 %, near the noise) took our create from ~1.36 to ~1.16 ms (edge-ab against 6aa39bd, 10
 // rounds); a hand-written check of the agent's frames instead of zod and caching idFromName ids
-// measured as nothing and were left out.
+// measured as nothing and were left out. Session 19 again: leaving every acked outbox row in
+// ClusterDO (no deferred delete at all, the bound of any cheaper delete) read 1.001 (95 % interval
+// 0.954-1.007) of main's workerd CPU per create, null 0.959 (edge-ab --restart, 12 rounds).
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { migrate } from "../scripts/migrate.ts";

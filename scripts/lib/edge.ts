@@ -31,6 +31,10 @@ export interface EdgeOptions {
    * invocation of the edge (Worker fetches, each Durable Object RPC by class and method, alarms,
    * WebSocket events) and answers GET with the counts as JSON (bench/edge-do-calls.ts). */
   invocationCounterPort?: number;
+  /** The wrangler.toml whose compatibility date, flags and Durable Object classes the config takes
+   * (default this checkout's): an A/B side built from another revision runs with that revision's
+   * settings, not the working tree's (bench/edge-ab.ts). */
+  wranglerToml?: string;
 }
 
 /** The tail Worker behind `invocationCounterPort`: one key per kind of invocation. */
@@ -71,8 +75,8 @@ interface WranglerFacts {
 }
 
 /** Reads the few wrangler.toml facts the workerd config needs (flat keys; no TOML library). */
-function readWranglerToml(): WranglerFacts {
-  const text = readFileSync(join(ROOT, "wrangler.toml"), "utf8");
+function readWranglerToml(path = join(ROOT, "wrangler.toml")): WranglerFacts {
+  const text = readFileSync(path, "utf8");
   const str = (key: string) => text.match(new RegExp(`^${key}\\s*=\\s*"([^"]+)"`, "m"))?.[1];
   const flags = text.match(/^compatibility_flags\s*=\s*\[([^\]]*)\]/m)?.[1] ?? "";
   const durableObjects = [...text.matchAll(/\[\[durable_objects\.bindings\]\]\s*name\s*=\s*"([^"]+)"\s*class_name\s*=\s*"([^"]+)"/g)].map(
@@ -88,9 +92,9 @@ function readWranglerToml(): WranglerFacts {
 const capnpString = (s: string) => JSON.stringify(s);
 
 // Embeds are relative to the config file, which sits in `dir` beside `bundle/`.
-function workerdConfig(dir: string, port: number, vars: Record<string, string>, counterPort?: number): string {
+function workerdConfig(dir: string, port: number, vars: Record<string, string>, counterPort?: number, wranglerToml?: string): string {
   const bundleDir = join(dir, "bundle");
-  const w = readWranglerToml();
+  const w = readWranglerToml(wranglerToml);
   const modules = readdirSync(bundleDir)
     .filter((f) => f.endsWith(".js") || f.endsWith(".mjs"))
     .sort((a, b) => (a === "index.js" ? -1 : b === "index.js" ? 1 : a.localeCompare(b)))
@@ -137,7 +141,7 @@ export async function startEdge(opts: EdgeOptions): Promise<Edge> {
   if (!opts.skipBuild) buildEdge(bundleDir);
   const port = opts.port || (await freePort());
   const configPath = join(opts.dir, "config.capnp");
-  writeFileSync(configPath, workerdConfig(opts.dir, port, opts.vars, opts.invocationCounterPort));
+  writeFileSync(configPath, workerdConfig(opts.dir, port, opts.vars, opts.invocationCounterPort, opts.wranglerToml));
   const service = await startService({
     name: "workerd",
     bin: join(BIN, "workerd"),

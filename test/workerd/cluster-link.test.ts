@@ -201,6 +201,41 @@ describe("ClusterDO outbox", () => {
     await next.waitUntil(() => next.running().includes("sbxunack"));
   });
 
+  it("after a restart redelivers exactly the unacked intents of a run acked with holes, and numbers on after it", async () => {
+    const c = cluster("c-holes");
+    // s3 and s5 are held unacked; s1, s2, s4, s6 are acked (with holes below the last ack).
+    const held = new Set(["sbxhole3", "sbxhole5"]);
+    const agent = new ScriptedAgent({ hold: (i) => held.has(i.sandboxId), holdAcks: true });
+    await agent.connect(link("c-holes"));
+    const ids = [1, 2, 3, 4, 5, 6].map((n) => `sbxhole${n}`);
+    const queued = await c.enqueue(ids.map((id) => intent(id, 1)));
+    expect(queued.ok && queued.seqs).toEqual([1, 2, 3, 4, 5, 6]);
+    await waitFor(async () => (await c.status()).pending === 2);
+    // The acked rows go in a deferred batch: once it has run, only the held ones are stored.
+    const stored = await waitFor(() =>
+      runInDurableObject(c, (_i: ClusterDO, state) => {
+        const n = state.storage.sql.exec<{ n: number }>("SELECT count(*) AS n FROM outbox").one().n;
+        return n < 6 && { n };
+      }),
+    );
+    expect(stored.n).toBe(2);
+    agent.disconnect();
+    await runInDurableObject(c, (_instance: ClusterDO, state) => {
+      state.abort("scripted: the cluster object restarts");
+    }).catch(() => undefined);
+    const again = cluster("c-holes");
+    expect((await again.status()).pending).toBe(2);
+    const next = new ScriptedAgent({ inventory: ids.filter((id) => !held.has(id)).map((id) => ({ sandboxId: id, generation: 1, phase: "Running", ready: true, endpoint: null, observedAt: Date.now() })) });
+    const welcome = await next.connect(link("c-holes"));
+    expect(welcome.resync.redelivered).toBe(2);
+    await next.waitUntil(() => next.received.length === 2);
+    expect(next.received.map((r) => `${r.seq}:${r.intent.sandboxId}`)).toEqual(["3:sbxhole3", "5:sbxhole5"]);
+    await waitFor(async () => (await again.status()).pending === 0);
+    // Seqs are never reused, even of rows deleted before the restart.
+    const after = await again.enqueue([intent("sbxhole7", 1)]);
+    expect(after.ok && after.seqs).toEqual([7]);
+  });
+
   it("reads the observations an ack frame carries: a destroy acked and reported in one frame is forgotten", async () => {
     const c = cluster("c-merged");
     const agent = new ScriptedAgent();
