@@ -108,7 +108,10 @@
 // `--same-process --interleave [--periods n]`: the same sides, switched period by period inside
 // one continuous load (see `interleaved`): session 19's window runs on one process still read the
 // null A′/A at 0.986 (0.929..1.105) and 1.036 (0.980..1.242) at load 1.3-2.5, the other engineers'
-// bursts falling on one side's 2-s windows; periods a second apart share them.
+// bursts falling on one side's 2-s windows; periods a second apart share them. Its first run (20
+// rounds of 12 periods, load 1.3-1.9) did not resolve better: B/A 0.971 (0.901..1.043), null A′/A
+// 0.953 (0.835..1.057); a second's creates ranged 270-630 within a round, and one round stalled
+// for 3 periods (0 creates: their CPU per create is then meaningless, so its CPU ratios are too).
 import { spawnSync } from "node:child_process";
 import { cpSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { loadavg, tmpdir } from "node:os";
