@@ -7,7 +7,8 @@
 //   so traced and untraced sides on processes of their own compare two draws: its cross-process
 //   run read 0.937 (0.887..0.972) beside a null of 1.035, unreadable either way, and settling it
 //   takes some 40-60 `--restart` blocks (over an hour). So the figure is the product of two
-//   measurements that can resolve it (session 19):
+//   measurements that the process draw does not bias (session 19; on this shared machine at load
+//   1-2.5 the first still moved by about ±8 % over 18 rounds: notes s19-trace):
 //   1. obs.tracing_sampled_ratio: ONE traced workerd, creates with a sampled traceparent (-01:
 //      recorded and exported) over creates with an unsampled one (-00: the edge samples
 //      parent-based, so they record and export nothing), in interleaved windows of a balanced
