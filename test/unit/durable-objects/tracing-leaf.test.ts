@@ -1,11 +1,11 @@
-// A traced middleware's span (the API key check's) rides the request's AsyncLocalStorage scope
-// (`leafSpan`) instead of opening one of its own: it must still reach the collector as the request
-// span's child, with the request's trace id and its error status, while the work inside it (which
-// makes no hop of its own) still sees the request's id.
+// A span whose work makes no span of its own (the API key check, a Durable Object call from the
+// Worker) rides the request's AsyncLocalStorage scope (`leafSpan`) instead of opening one: it must
+// still reach the collector as the request span's child, with the request's trace id and its error
+// status, and the hop it makes must get its own traceparent (the callee's spans are its children).
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { currentTraceId, flushEdgeTraces, leafSpan, startRequestSpan } from "../../../durable-objects/tracing/edge-tracing.ts";
+import { currentTraceId, currentTraceparent, flushEdgeTraces, leafSpan, startRequestSpan } from "../../../durable-objects/tracing/edge-tracing.ts";
 
 const TRACE = "4bf92f3577b34da6a3ce929d0e0e4736";
 const SAMPLED = `00-${TRACE}-00f067aa0ba902b7-01`;
@@ -52,11 +52,21 @@ describe("leafSpan", () => {
     expect(failed).toMatchObject({ traceId: TRACE, parentSpanId: root!.spanId, status: { code: 2, message: "Invalid API key" } });
   });
 
-  it("outside a traced request, or in an unsampled one, only runs its work", async () => {
+  it("hands on its own traceparent without becoming the current span; in an unsampled request, the request's as it came", async () => {
     received.length = 0;
-    expect(await leafSpan(env, "auth.api_key", {}, async () => 1)).toBe(1);
-    const req = startRequestSpan(env, "POST /sandboxes", SAMPLED.replace(/01$/, "00"));
-    expect(await req.run(() => leafSpan(env, "auth.api_key", {}, async () => currentTraceId()))).toBe(TRACE);
+    const req = startRequestSpan(env, "POST /sandboxes", SAMPLED);
+    const seen = await req.run(() => leafSpan(env, "TeamQuotaDO.create", {}, async (traceparent) => ({ handed: traceparent(), current: currentTraceparent(), id: currentTraceId() })));
+    req.span!.end();
+    await flushEdgeTraces();
+    const leaf = received.find((s) => s.name === "TeamQuotaDO.create");
+    expect(seen.handed).toBe(`00-${TRACE}-${leaf!.spanId}-01`);
+    expect(seen.current).toBe(`00-${TRACE}-${req.span!.spanContext().spanId}-01`);
+    expect(seen.id).toBe(TRACE);
+
+    received.length = 0;
+    const unsampled = SAMPLED.replace(/01$/, "00");
+    const off = startRequestSpan(env, "POST /sandboxes", unsampled);
+    expect(await off.run(() => leafSpan(env, "TeamQuotaDO.create", {}, async (traceparent) => traceparent()))).toBe(unsampled);
     await flushEdgeTraces();
     expect(received).toEqual([]);
   });
