@@ -11,6 +11,9 @@
 // inside that object, PoolDO.claim (a create's claim), UpdateOpsDO.* (operations/update-ops.ts).
 // A new step in a traced path is one line:
 //   await edgeSpan(env, "SnapshotDO.create", { "sandbox.id": id }, () => work());
+// or, when the work makes no span of its own and only hands the traceparent to one hop (a DO call
+// from the Worker), the cheaper `leafSpan`, which opens no AsyncLocalStorage scope:
+//   await leafSpan(env, "SnapshotDO.create", { "sandbox.id": id }, (tp) => stub.create({ traceparent: tp() }));
 import { AsyncLocalStorage } from "node:async_hooks";
 import { SpanKind, SpanStatusCode, type Attributes, type Span, type SpanContext } from "@opentelemetry/api";
 import { OTLPTraceExporter } from "@opentelemetry/exporter-trace-otlp-http";
