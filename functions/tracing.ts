@@ -4,7 +4,7 @@
 // child span, and each Durable Object call one more (durable-objects/tracing/edge-tracing.ts).
 import type { MiddlewareHandler } from "hono";
 import { routePath } from "hono/route";
-import { edgeSpan, flushEdgeTraces, startRequestSpan } from "../durable-objects/tracing/edge-tracing.ts";
+import { flushEdgeTraces, leafSpan, startRequestSpan } from "../durable-objects/tracing/edge-tracing.ts";
 import type { AppEnv } from "./env.ts";
 
 export const REQUEST_ID_HEADER = "X-Request-Id";
@@ -28,13 +28,16 @@ export function traceRequests(): MiddlewareHandler<AppEnv> {
   };
 }
 
-/** A middleware's own work as a span (what it hands to `next` is not part of it). */
+/**
+ * A middleware's own work as a span (what it hands to `next` is not part of it). The span does not
+ * become the current one (`leafSpan`): a traced middleware makes no hop or span of its own.
+ */
 export function traced(name: string, mw: MiddlewareHandler<AppEnv>): MiddlewareHandler<AppEnv> {
   return async function tracedMiddleware(c, next) {
     // Off, or a second run for the same request (two mounted patterns match `/sandboxes`).
     if (!c.env.OTEL_EXPORTER_OTLP_ENDPOINT || c.get("caller")) return mw(c, next);
     let downstream: Promise<void> | undefined;
-    const out = await edgeSpan(c.env, name, {}, () =>
+    const out = await leafSpan(c.env, name, {}, () =>
       mw(c, () => {
         downstream = Promise.resolve();
         return downstream;

@@ -20,7 +20,7 @@ import type { Claimed, ClaimResult } from "../pool/rpc.ts";
 import { poolName, poolStub } from "../pool/stub.ts";
 import type { Resources } from "../quota/ledger.ts";
 import { quotaStub } from "../quota/stub.ts";
-import { currentTraceparent, edgeSpan } from "../tracing/edge-tracing.ts";
+import { leafSpan } from "../tracing/edge-tracing.ts";
 import { sandboxHandle } from "../sandbox/stub.ts";
 import { getDb } from "../store/db.ts";
 import { resolveTemplateCached } from "../store/template-cache.ts";
@@ -85,7 +85,7 @@ async function claimAndCreate(env: Env, caller: Caller, template: TemplateRecord
   const call = async (): Promise<ClaimCreateResult> => {
     try {
       return await timedMs<ClaimCreateResult>(EDGE.doCall, { object: "team_quota", method: "create" }, () =>
-        edgeSpan<ClaimCreateResult>(env, "TeamQuotaDO.create", { "team.id": caller.teamId, "pool.name": req.pool }, () => quota.create({ ...req, traceparent: currentTraceparent() })),
+        leafSpan<ClaimCreateResult>(env, "TeamQuotaDO.create", { "team.id": caller.teamId, "pool.name": req.pool }, (traceparent) => quota.create({ ...req, traceparent: traceparent() })),
       );
     } catch (err) {
       throw new ApiError("quota_unavailable", `The quota of team "${caller.teamName}" is unavailable (${String(err)}); the create is refused`);
@@ -151,7 +151,7 @@ async function claim(env: Env, caller: Caller, template: TemplateRecord, resourc
   const viaQuota = async (): Promise<ClaimResult> => {
     try {
       return await timedMs<ClaimResult>(EDGE.doCall, { object: "team_quota", method: "claim" }, () =>
-        edgeSpan<ClaimResult>(env, "TeamQuotaDO.claim", { "team.id": caller.teamId, "pool.name": req.pool }, () => quota.claim({ ...req, traceparent: currentTraceparent() })),
+        leafSpan<ClaimResult>(env, "TeamQuotaDO.claim", { "team.id": caller.teamId, "pool.name": req.pool }, (traceparent) => quota.claim({ ...req, traceparent: traceparent() })),
       );
     } catch (err) {
       throw new ApiError("quota_unavailable", `The quota of team "${caller.teamName}" is unavailable (${String(err)}); the create is refused`);

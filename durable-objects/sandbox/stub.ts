@@ -3,7 +3,7 @@
 import { stubOf } from "../object-ids.ts";
 import type { Env } from "../env.ts";
 import type { SandboxGroupDO } from "./sandbox-group-do.ts";
-import { currentTraceparent, edgeSpan, tracingOn } from "../tracing/edge-tracing.ts";
+import { currentTraceparent, leafSpan, tracingOn } from "../tracing/edge-tracing.ts";
 
 /**
  * The group a sandbox lives in: the first character of its id (ids are random `[a-z0-9]`, so 36
@@ -63,7 +63,7 @@ export function sandboxHandle(env: Env, sandboxId: string): SandboxHandle {
               return group[m](sandboxId, traceparent ? { ...first, traceparent } : first, ...rest);
             }
           : (first: object, ...rest: unknown[]) =>
-            edgeSpan(env, `SandboxGroupDO.${m}`, { "sandbox.id": sandboxId }, () => group[m](sandboxId, { ...first, traceparent: currentTraceparent() }, ...rest)),
+            leafSpan(env, `SandboxGroupDO.${m}`, { "sandbox.id": sandboxId }, (traceparent) => group[m](sandboxId, { ...first, traceparent: traceparent() }, ...rest)),
     ]),
   ) as unknown as SandboxHandle;
 }

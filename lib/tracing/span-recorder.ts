@@ -13,7 +13,8 @@ import type { ReadableSpan } from "@opentelemetry/sdk-trace";
 const TRACEPARENT = /^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$/;
 const ZERO_TRACE_ID = "0".repeat(32);
 const ZERO_SPAN_ID = "0".repeat(16);
-const SAMPLED = 1;
+/** W3C trace-flags' sampled bit. */
+export const SAMPLED = 1;
 
 /** A W3C traceparent (version 00) as the remote span context it names; undefined if malformed or all-zero. */
 export function parseTraceparent(traceparent: string): SpanContext | undefined {

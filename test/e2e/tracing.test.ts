@@ -9,7 +9,8 @@
 // run's agent-side work (its hooks, checkpoints and recreates) is in the run's trace, and a
 // PoolAutoscaler's evaluation is a span whose scale's creates are its children. The data plane
 // too: a command run through the SDK is one trace from the edge's gateway through the agent's
-// ingress to the runtime, and a hook the edge runs in a sandbox is in its step's trace.
+// ingress to the runtime, and a hook the edge runs in a sandbox is in its step's trace. A create
+// whose caller's traceparent is flagged not sampled records nothing anywhere (parent-based sampling).
 import { Sandbox } from "e2b";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -98,6 +99,23 @@ describe("traces", () => {
     const quota = claim.find((s) => s.name === "TeamQuotaDO.create")!;
     expect(claim.find((s) => s.name === "PoolDO.claim")).toMatchObject({ service: "sandbox-edge", parentSpanId: quota.spanId, attributes: { "pool.name": expect.any(String) } });
     await api("DELETE", `/sandboxes/${created.body.sandboxID}`);
+  });
+
+  it("a create under an unsampled traceparent (-00) records nothing anywhere, and its id is still echoed", async () => {
+    const random = () => [...crypto.getRandomValues(new Uint8Array(16))].map((b) => b.toString(16).padStart(2, "0")).join("");
+    const quiet = random();
+    const created = await api("POST", "/v2/sandboxes", { templateID: "base" }, { traceparent: `00-${quiet}-00f067aa0ba902b7-00` });
+    expect(created.status).toBe(201);
+    expect(created.requestId).toBe(quiet);
+    // A sampled create after it: once its whole trace (down to the runtime) has arrived, whatever
+    // the unsampled one would have exported, from the edge, the agent or the runtime, has too.
+    const loud = random();
+    const after = await api("POST", "/v2/sandboxes", { templateID: "base" }, { traceparent: `00-${loud}-00f067aa0ba902b7-01` });
+    expect(after.status).toBe(201);
+    await traceOf(loud);
+    expect(collector.spans().filter((s) => s.traceId === quiet)).toEqual([]);
+    await api("DELETE", `/sandboxes/${created.body.sandboxID}`);
+    await api("DELETE", `/sandboxes/${after.body.sandboxID}`);
   });
 
   it("a resume (connect to a paused sandbox) is one trace too, under the caller's own traceparent; so are the pause and the kill", async () => {
