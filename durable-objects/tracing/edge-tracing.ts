@@ -157,7 +157,7 @@ export async function edgeSpan<T>(env: TracingEnv, name: string, attributes: Att
  * `edgeSpan`), that does NOT become the current span: for a step that makes no span or annotation
  * of its own and at most hands a traceparent to one hop (a Durable Object call, the API key check),
  * so it rides the current AsyncLocalStorage scope instead of opening one (an `AsyncLocalStorage.run`
- * per span, ~5-9 µs of the isolate's time each in workerd's profile, session 19). `work` gets the
+ * per span, ~5-9 µs of the isolate's time each in workerd's profile). `work` gets the
  * traceparent to hand on: this span's; off or in an unsampled request, `currentTraceparent`'s. A
  * span or annotation made inside `work` would name the enclosing span; log lines keep its id.
  */
@@ -190,8 +190,8 @@ function failed(span: EdgeSpan, err: unknown): unknown {
 export function startRequestSpan(env: TracingEnv, name: string, traceparent: string | null): { id: string; span: Span | null; run<T>(work: () => Promise<T>): Promise<T> } {
   const caller = traceparent ? parseTraceparent(traceparent) : undefined;
   const sink = tracer(env);
-  // An unsampled request took the span-recording path until session 19: a span object per request
-  // and per Durable Object call, ~2.6 % of the isolate's sampled time per create, none of it recorded.
+  // An unsampled request takes the untraced path whole: a span object per request and per Durable
+  // Object call that records nothing cost ~2.6 % of the isolate's sampled time per create.
   if (!sink || (caller && !(caller.traceFlags & SAMPLED))) {
     const id = caller?.traceId ?? randomTraceId();
     const scope = { id, span: null, ...(caller ? { traceparent: traceparent! } : {}) };
