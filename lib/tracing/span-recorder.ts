@@ -14,7 +14,12 @@ const TRACEPARENT = /^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$/;
 const ZERO_TRACE_ID = "0".repeat(32);
 const ZERO_SPAN_ID = "0".repeat(16);
 /** W3C trace-flags' sampled bit. */
-export const SAMPLED = 1;
+const SAMPLED = 1;
+
+/** Whether `parent` is a context flagged not sampled: parent-based sampling records none of its children. */
+export function notSampled(parent: SpanContext | undefined): parent is SpanContext {
+  return parent !== undefined && (parent.traceFlags & SAMPLED) !== SAMPLED;
+}
 
 /** A W3C traceparent (version 00) as the remote span context it names; undefined if malformed or all-zero. */
 export function parseTraceparent(traceparent: string): SpanContext | undefined {
@@ -84,7 +89,7 @@ export class EdgeSpan implements Span, ReadableSpan {
     this.name = name;
     this.kind = kind;
     this.parentSpanContext = parent;
-    this.#recording = !parent || (parent.traceFlags & SAMPLED) === SAMPLED;
+    this.#recording = !notSampled(parent);
     this.#ctx = { traceId: parent?.traceId ?? randomHex(32), spanId: randomHex(16), traceFlags: this.#recording ? SAMPLED : 0 };
     this.#start = Date.now();
     if (attributes) this.setAttributes(attributes);
