@@ -80,23 +80,8 @@ async function create(env: Env, caller: Caller, { version, body, ext }: CreateSa
  * be reached (503).
  */
 async function claimAndCreate(env: Env, caller: Caller, template: TemplateRecord, resources: Resources, create: ClaimCreate): Promise<SandboxInfo> {
-  const quota = quotaStub(env, caller.teamId);
-  const req = { teamId: caller.teamId, teamName: caller.teamName, pool: poolName(template.teamId, template.templateId), ...resources, ...create };
-  const call = async (): Promise<ClaimCreateResult> => {
-    try {
-      return await timedMs<ClaimCreateResult>(EDGE.doCall, { object: "team_quota", method: "create" }, () =>
-        leafSpan<ClaimCreateResult>(env, "TeamQuotaDO.create", { "team.id": caller.teamId, "pool.name": req.pool }, (traceparent) => quota.create({ ...req, traceparent: traceparent() })),
-      );
-    } catch (err) {
-      throw new ApiError("quota_unavailable", `The quota of team "${caller.teamName}" is unavailable (${String(err)}); the create is refused`);
-    }
-  };
   const started = Date.now();
-  let res = await call();
-  if (!res.ok && res.error.code === "template_not_found") {
-    await configurePool(env, template);
-    res = await call();
-  }
+  const res = await throughQuota<ClaimCreateResult>(env, caller, template, "create", (quota, req) => quota.create({ ...req, ...resources, ...create }));
   // The stages as before: the claim inside the quota object, the rest the group's start.
   if (res.claimMs !== undefined) observeMs(EDGE.createStage, { stage: "claim" }, res.claimMs);
   if (res.warm !== undefined) countEvent(EDGE.claims, { stock: res.warm ? "warm" : "cold" });
@@ -144,26 +129,42 @@ async function templateOrSnapshot(env: Env, caller: Caller, ref: string): Promis
 }
 
 /** A fresh member (never a warm one: a sandbox made from a snapshot) claimed through the caller's
- * team quota; fails closed when the quota cannot be reached (503). */
+ * team quota. */
 async function claim(env: Env, caller: Caller, template: TemplateRecord, resources: Resources): Promise<Claimed> {
+  const res = await throughQuota<ClaimResult>(env, caller, template, "claim", (quota, req) => quota.claim({ ...req, ...resources, fresh: true }));
+  if (!res.ok) throw ApiError.from(res.error);
+  return res;
+}
+
+/**
+ * One call to the team's quota object (`TeamQuotaDO.create` or `.claim`), timed and traced as a
+ * Durable Object call. Fails closed: a quota object that does not answer refuses the create (503).
+ * A pool never configured (seeded straight into the store) is configured and asked once more.
+ */
+async function throughQuota<R extends ClaimCreateResult | ClaimResult>(
+  env: Env,
+  caller: Caller,
+  template: TemplateRecord,
+  method: "create" | "claim",
+  send: (quota: ReturnType<typeof quotaStub>, req: { teamId: string; teamName: string; pool: string; traceparent: string | undefined }) => Promise<R>,
+): Promise<R> {
   const quota = quotaStub(env, caller.teamId);
-  const req = { teamId: caller.teamId, teamName: caller.teamName, pool: poolName(template.teamId, template.templateId), ...resources, fresh: true };
-  const viaQuota = async (): Promise<ClaimResult> => {
+  const pool = poolName(template.teamId, template.templateId);
+  const call = async (): Promise<R> => {
     try {
-      return await timedMs<ClaimResult>(EDGE.doCall, { object: "team_quota", method: "claim" }, () =>
-        leafSpan<ClaimResult>(env, "TeamQuotaDO.claim", { "team.id": caller.teamId, "pool.name": req.pool }, (traceparent) => quota.claim({ ...req, traceparent: traceparent() })),
+      return await timedMs<R>(EDGE.doCall, { object: "team_quota", method }, () =>
+        leafSpan<R>(env, `TeamQuotaDO.${method}`, { "team.id": caller.teamId, "pool.name": pool }, (traceparent) =>
+          send(quota, { teamId: caller.teamId, teamName: caller.teamName, pool, traceparent: traceparent() }),
+        ),
       );
     } catch (err) {
       throw new ApiError("quota_unavailable", `The quota of team "${caller.teamName}" is unavailable (${String(err)}); the create is refused`);
     }
   };
-  let res = await viaQuota();
-  if (!res.ok && res.error.code === "template_not_found") {
-    await configurePool(env, template);
-    res = await viaQuota();
-  }
-  if (!res.ok) throw ApiError.from(res.error);
-  return res;
+  const res = await call();
+  if (res.ok || res.error.code !== "template_not_found") return res;
+  await configurePool(env, template);
+  return call();
 }
 
 /** The spec of the sandbox to be, but for what the claim decides (sandbox/claimed-spec.ts). */
