@@ -40,6 +40,7 @@
 //   e2e.window_server_cpu_ms_each          the server's CPU until the last client's answer only (the
 //                                          count issue 16 quoted at e988497): without the destroys and
 //                                          refills the settle runs
+//   e2e.window_cpu_ms_each.<part>          each of the four's share of e2e.window_server_cpu_ms_each
 //   e2e.rest_cpu_ms_per_s.<part>           the server's CPU per second at rest, warm pool, no clients,
 //                                          just before the window; e2e.rest_share_ms_each: that rate
 //                                          over the window and settle, per create (the share of
@@ -343,6 +344,11 @@ export async function run(): Promise<Figures> {
     figures["e2e.server_cpu_ms_each"] = { value: round(server), unit: "ms", target: "≤ 8" };
     const serverAt = (at: Record<string, { own: number }>) => ["edge", "agent", "spawner", "sqld"].reduce((a, k) => a + at[k]!.own - partsBefore[k]!.own, 0);
     figures["e2e.window_server_cpu_ms_each"] = { value: round(serverAt(atWindowEnd) / CREATES), unit: "ms" };
+    // Which process the window's figure is: the one to profile first (the settle's share is the
+    // difference from e2e.cpu_ms_each.<part>).
+    for (const k of ["edge", "agent", "spawner", "sqld"]) {
+      figures[`e2e.window_cpu_ms_each.${k}`] = { value: round((atWindowEnd[k]!.own - partsBefore[k]!.own) / CREATES), unit: "ms" };
+    }
     // The share of the server's figure that is its rest rate over the window and the settle: what
     // a faster refill (a shorter settle) or a quieter idle would take off.
     figures["e2e.rest_share_ms_each"] = { value: round((restPerS * (windowEnd + settleMs - windowStartMs)) / 1000 / CREATES), unit: "ms" };
