@@ -14,6 +14,7 @@
 //                                       member however full the pool is)
 //   edge.scale_isolate_heap_mb, edge.scale_workerd_rss_mb, edge.scale_do_storage_kib_per_member,
 //   edge.scale_sqld_rss_mb, edge.scale_agent_heap_mb   memory with every pool full
+//   edge.scale_idle_first_create_*_ms   the first create after 20 s idle (objects evicted)
 //   edge.scale_restart_hello_ms, edge.scale_restart_first_create_ms   the edge restarted under it
 // One client at a time, rounds alternating which pool goes first; the scripted agent acks every
 // intent at once (no sandboxes), so what grows is the edge's own work. About 80 s on 2 cores.
@@ -36,6 +37,8 @@ const CLUSTER_TOKEN = "bench-cluster-token";
 const LARGE = Number(process.env.EDGE_SCALE_LARGE ?? 100_000);
 const ROUNDS = Number(process.env.EDGE_SCALE_ROUNDS ?? 16);
 const PER_ROUND = Number(process.env.EDGE_SCALE_PER_ROUND ?? 50);
+/** The idle time before each of the two creates that find the objects evicted (EDGE_SCALE_IDLE_S). */
+const IDLE_MS = Number(process.env.EDGE_SCALE_IDLE_S ?? 20) * 1000;
 /** EDGE_SCALE_STEP=100000 fills each pool in one scale-up (see below). */
 const STEP = Number(process.env.EDGE_SCALE_STEP ?? 10_000);
 
@@ -158,10 +161,27 @@ export async function run(ctx: BenchContext): Promise<Figures> {
       "edge.scale_load_after": { value: round(loadavg()[0]!), unit: "load" },
     };
 
+    // Idle: workerd evicts objects nobody called for a while (ClusterDO too: its agent socket is
+    // hibernatable), and the first create after that pays their loads from SQLite: ClusterDO's every
+    // sandbox of the cluster, and the pool's every member (the large pool's, or the small one's).
+    const idle: Record<string, number> = {};
+    const idleHeap: Record<string, number> = {};
+    for (const name of ["100", "large"]) {
+      await new Promise((ok) => setTimeout(ok, IDLE_MS));
+      idleHeap[name] = await isolateHeapBytes(inspectorPort);
+      idle[name] = (await api.createMany(`scale-${name}`, 1, 1))[0]!;
+    }
+    console.error(
+      `bench edge-scale: after ${IDLE_MS / 1000} s idle: isolate heap ${(idleHeap["100"]! / 2 ** 20).toFixed(1)} MB, first create from 100 ${idle["100"]!.toFixed(1)} ms; ` +
+        `again: heap ${(idleHeap.large! / 2 ** 20).toFixed(1)} MB, first create from ${LARGE} ${idle.large!.toFixed(1)} ms`,
+    );
+    figures["edge.scale_idle_first_create_100_ms"] = { value: round(idle["100"]!), unit: `ms (the first create from the pool of 100 after ${IDLE_MS / 1000} s idle)` };
+    figures[`edge.scale_idle_first_create_${largeName}_ms`] = { value: round(idle.large!), unit: `ms (the same from the pool of ${LARGE}, after another ${IDLE_MS / 1000} s)` };
+
     // A restart of the edge with every sandbox still on the agent: the agent's hello carries them
-    // all (one frame: at most MAX_FRAME_SANDBOXES, schema/api/limits.ts, so past 100,000 sandboxes
-    // the edge closes the session as bad_frame and this step fails, saying so), ClusterDO routes
-    // their observations to their pools, which load their members from SQLite. Every object runs on
+    // all (past MAX_FRAME_SANDBOXES in `inventory` frames after it; before they existed the edge
+    // closed such a hello as bad_frame, and this step says so if it fails), ClusterDO routes their
+    // observations to their pools, which load their members from SQLite. Every object runs on
     // one workerd thread here, so the first create after it waits for that work to be done.
     agent.disconnect();
     await edge.stop();
