@@ -124,7 +124,7 @@ import { seed } from "../scripts/seed.ts";
 import { ScriptedAgent, tcpTransport } from "../test/support/scripted-agent.ts";
 import { startCollector, type Collector } from "../test/support/otel-collector.ts";
 import { randomHex } from "../lib/tracing/span-recorder.ts";
-import { cpuMs, median, percentile, seededRandom, shuffle, timedConcurrently } from "./stats.ts";
+import { cpuMs, median, medianInterval, percentile, seededRandom, shuffle, timedConcurrently } from "./stats.ts";
 import { bundleFiles, selfTimes, startProfiler, type CpuProfile } from "./v8-profile.ts";
 
 const ROOT = resolve(import.meta.dirname, "..");
@@ -635,15 +635,6 @@ function balancedOrders(n: number, rounds: number, orderSeed: number): number[][
     out.push(...shuffle(block.map((r) => [...r]), rand));
   }
   return out;
-}
-
-/**
- * A 95 % interval of the median of a run's values (one list per round): the 2.5th and 97.5th
- * percentiles of the medians of 2,000 resamples of its rounds (a round's values stay together).
- */
-function medianInterval(perRound: number[][], rand: () => number): [number, number] {
-  const meds = Array.from({ length: 2000 }, () => median(perRound.flatMap(() => perRound[Math.floor(rand() * perRound.length)]!)));
-  return [percentile(meds, 2.5), percentile(meds, 97.5)];
 }
 
 /**

@@ -3,7 +3,8 @@
 //   edge.claim_p50_ms / edge.claim_p99_ms  POST /sandboxes with a warm pool, 50 concurrent clients
 //   edge.claims_per_s                      completed creates per second in that run
 //   edge.claim_cost_ratio_10k_vs_100       median sequential create latency from a pool holding
-//                                          10,000 unclaimed members over one holding 100
+//                                          10,000 unclaimed members over one holding 100 (100,000,
+//                                          with a null, the fill and memory: bench/edge-scale.ts)
 //   edge.claim_cpu_ms                      workerd CPU time (user + system, /proc) per create in
 //                                          the 50-client run, replenishing the pool included
 //   edge.empty_worker_req_per_s            same clients against a Worker that answers at once

@@ -24,7 +24,7 @@ import { run as egressFigures } from "./egress.ts";
 import { rootfsFigures } from "./rootfs.ts";
 import { run as snapshotFigures } from "./snapshots.ts";
 import type { BenchContext, Figures } from "./run.ts";
-import { percentile as pct, pssKB, round } from "./stats.ts";
+import { percentile as pct, pssKB, round, statusKB } from "./stats.ts";
 
 const ROOT_DIR = resolve(import.meta.dirname, "..");
 const USER: SandboxUser = { name: "user", uid: 1000, gid: 1000, home: "/home/user", shell: "/bin/bash" };
@@ -32,13 +32,7 @@ const SANDBOXES = 50;
 const NODE_RUNTIMES = 5;
 
 
-function rssKB(pid: number): number {
-  try {
-    return Number(/^VmRSS:\s+(\d+)/m.exec(readFileSync(`/proc/${pid}/status`, "utf8"))?.[1] ?? 0);
-  } catch {
-    return 0;
-  }
-}
+const rssKB = (pid: number) => statusKB(pid);
 
 /** Start to exit of a host command forked here (its environment handed over as the launchers do). */
 function waitExit(c: HostCommand): Promise<number> {

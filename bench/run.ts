@@ -13,8 +13,9 @@ import { startSqld } from "../scripts/lib/sqld.ts";
 export type Figures = Record<string, { value: number; unit: string; target?: string; spread?: [number, number] }>;
 
 export interface BenchContext {
-  /** A fresh sqld for this run. */
+  /** A fresh sqld for this run, and its pid. */
   libsqlUrl: string;
+  sqldPid: number;
   /** A scratch folder removed after the run. */
   dir: string;
   startEdge(opts: Omit<EdgeOptions, "dir"> & { dir?: string }): Promise<Edge>;
@@ -31,6 +32,7 @@ const sqld = await startSqld({ dir: join(dir, "sqld") });
 let edges = 0;
 const ctx: BenchContext = {
   libsqlUrl: sqld.url,
+  sqldPid: sqld.pid,
   dir,
   startEdge: (opts) => startEdge({ ...opts, dir: opts.dir ?? join(dir, `edge-${edges++}`) }),
 };

@@ -25,7 +25,7 @@ import { bundleRuntime, bundleRuntimeSnapshot, RUNTIME_NODE_FLAGS, writeCodeCach
 import { HostView } from "../controllers/runtime/host-view.ts";
 import { createRuntime } from "../controllers/runtime/runtime.ts";
 import { ENVD_VERSION } from "../controllers/runtime/version.ts";
-import { cpuMs, threadsCpuMs } from "./stats.ts";
+import { cpuMs, statusKB, threadsCpuMs } from "./stats.ts";
 
 type Figures = Record<string, { value: number; unit: string; target?: string; spread?: [number, number] }>;
 
@@ -44,10 +44,7 @@ const median = (xs: number[]) => {
 
 /** VmRSS, or RssAnon (private memory: what each extra process really costs, since the node
  * binary's file pages are shared). */
-function rssMB(pid: number, field = "VmRSS"): number {
-  const m = new RegExp(`${field}:\\s+(\\d+) kB`).exec(readFileSync(`/proc/${pid}/status`, "utf8"));
-  return Number(m![1]) / 1024;
-}
+const rssMB = (pid: number, field = "VmRSS"): number => statusKB(pid, field) / 1024;
 
 /** `entry` with the runtime's flags (main.ts re-executes itself to get them), or `nodeArgs` as
  * given (a start from the snapshot, as a pod starts it: flags and allocator set by its launcher). */

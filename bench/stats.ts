@@ -32,10 +32,28 @@ export function percentile(xs: number[], p: number): number {
 
 export const median = (xs: number[]) => percentile(xs, 50);
 
+/**
+ * A 95 % interval of the median of a run's values (one list per round): the 2.5th and 97.5th
+ * percentiles of the medians of 2,000 resamples of its rounds (a round's values stay together).
+ */
+export function medianInterval(perRound: number[][], rand: () => number): [number, number] {
+  const meds = Array.from({ length: 2000 }, () => median(perRound.flatMap(() => perRound[Math.floor(rand() * perRound.length)]!)));
+  return [percentile(meds, 2.5), percentile(meds, 97.5)];
+}
+
 export const round = (x: number, digits = 2) => Number(x.toFixed(digits));
 
 /** A figure's spread: the smallest and largest of `xs`, rounded. */
 export const minMax = (xs: number[], digits = 2): [number, number] => [round(Math.min(...xs), digits), round(Math.max(...xs), digits)];
+
+/** A /proc/<pid>/status memory field in KB (VmRSS, VmHWM, RssAnon, ...); 0 when the process is gone. */
+export function statusKB(pid: number, field = "VmRSS"): number {
+  try {
+    return Number(new RegExp(`^${field}:\\s+(\\d+) kB`, "m").exec(readFileSync(`/proc/${pid}/status`, "utf8"))?.[1] ?? 0);
+  } catch {
+    return 0;
+  }
+}
 
 /** Proportional set size of a process in KB (shared pages split among their users); 0 when gone. */
 export function pssKB(pid: number): number {

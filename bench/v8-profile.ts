@@ -8,6 +8,33 @@ import { readFileSync } from "node:fs";
  * workerd service whose isolate to profile (its inspector lists one per service), else the first.
  */
 export async function startProfiler(port: number, target?: string): Promise<{ stop(): Promise<unknown> }> {
+  const { call, close } = await inspect(port, target);
+  await call("Profiler.enable");
+  await call("Profiler.setSamplingInterval", { interval: 250 });
+  await call("Profiler.start");
+  return {
+    async stop() {
+      const { profile } = await call("Profiler.stop");
+      close();
+      return profile;
+    },
+  };
+}
+
+/** The isolate's JS heap in use after a full garbage collection, in bytes (workerd's inspector). */
+export async function isolateHeapBytes(port: number, target?: string): Promise<number> {
+  const { call, close } = await inspect(port, target);
+  try {
+    await call("HeapProfiler.collectGarbage");
+    const { usedSize } = (await call("Runtime.getHeapUsage")) as { usedSize: number };
+    return usedSize;
+  } finally {
+    close();
+  }
+}
+
+/** A DevTools protocol session with one of workerd's isolates (`target`: its service, else the first). */
+async function inspect(port: number, target?: string): Promise<{ call(method: string, params?: object): Promise<any>; close(): void }> {
   const targets = (await (await fetch(`http://127.0.0.1:${port}/json/list`)).json()) as { id?: string; title?: string; webSocketDebuggerUrl: string }[];
   const chosen = target ? targets.find((t) => t.id === target || t.title === target || t.webSocketDebuggerUrl.endsWith(`/${target}`)) : targets[0];
   if (!chosen) throw new Error(`inspector ${port}: no target "${target}" among ${JSON.stringify(targets.map((t) => t.id ?? t.title))}`);
@@ -27,16 +54,7 @@ export async function startProfiler(port: number, target?: string): Promise<{ st
       pending.set(++id, ok);
       ws.send(JSON.stringify({ id, method, params }));
     });
-  await call("Profiler.enable");
-  await call("Profiler.setSamplingInterval", { interval: 250 });
-  await call("Profiler.start");
-  return {
-    async stop() {
-      const { profile } = await call("Profiler.stop");
-      ws.close();
-      return profile;
-    },
-  };
+  return { call, close: () => ws.close() };
 }
 
 interface ProfileNode {

@@ -12,6 +12,7 @@ import {
   AgentMessageSchema,
   boundedObservation,
   EdgeMessageSchema,
+  helloFrames,
   PING_FRAME,
   PROTOCOL_VERSION,
   parseFrame,
@@ -230,7 +231,8 @@ export class Link {
       const hello = await this.#o.hello();
       // The inventory is the truth at this moment; buffered observations it covers are redundant.
       this.#pendingObs.clear();
-      this.#send(ws, { type: "hello", protocol: PROTOCOL_VERSION, ...hello, inventory: hello.inventory.map(boundedObservation) });
+      // Past MAX_FRAME_SANDBOXES sandboxes the inventory goes on in `inventory` frames.
+      for (const frame of helloFrames({ type: "hello", protocol: PROTOCOL_VERSION, ...hello, inventory: hello.inventory.map(boundedObservation) })) this.#send(ws, frame);
     } catch (err) {
       this.#log(`hello failed: ${(err as Error).message}`);
       ws.close(1011, "hello failed");

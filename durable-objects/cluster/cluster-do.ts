@@ -5,6 +5,7 @@ import { stubOf } from "../object-ids.ts";
 import { DurableObject } from "cloudflare:workers";
 import type { Env } from "../env.ts";
 import { ErrorCode } from "../../schema/errors.ts";
+import { MAX_INVENTORY_SANDBOXES } from "../../schema/api/limits.ts";
 import {
   ACK_OBSERVATIONS_FEATURE,
   AgentMessageSchema,
@@ -18,6 +19,7 @@ import {
   type EdgeMessage,
   type Hello,
   type Intent,
+  type Inventory,
   type Observation,
   type Owner,
   type SandboxId,
@@ -117,6 +119,8 @@ export class ClusterDO extends DurableObject<Env> {
   private readonly observations = new ObservationRouter();
   /** Per-owner delivery chains, so one owner sees its observations in arrival order. */
   private routes = new Map<string, Promise<void>>();
+  /** A hello whose inventory goes on in `inventory` frames, until their last. */
+  private partialHello: { ws: WebSocket; hello: Hello } | null = null;
   private sessionId = "";
   private lastSeenWrite = 0;
   private acked: number[] = [];
@@ -447,10 +451,16 @@ export class ClusterDO extends DurableObject<Env> {
     if (!parsed.ok) return this.protocolError(ws, "bad_frame", parsed.error);
     const msg = parsed.value;
     const att = ws.deserializeAttachment() as Attachment;
+    if (msg.type === "inventory") return this.inventoryPart(ws, att, msg);
     if (msg.type !== "hello" && att.helloAt === null) return this.protocolError(ws, "hello_required", "send hello first");
     this.touch();
     switch (msg.type) {
       case "hello":
+        if (msg.more) {
+          this.partialHello = { ws, hello: msg };
+          return;
+        }
+        this.partialHello = null;
         return this.hello(ws, att, msg);
       case "ack":
         // Acks first: an awaited ack confirms what the observation beside it repeats
@@ -552,6 +562,23 @@ export class ClusterDO extends DurableObject<Env> {
     return { ok: true, closed: false };
   }
 
+  /** A part of the inventory of this socket's hello (sent with `more`); the last runs the hello. In
+   * memory only: an instance that went away between the parts closes the session, and the agent
+   * says hello again. */
+  private inventoryPart(ws: WebSocket, att: Attachment, msg: Inventory): void {
+    const partial = this.partialHello;
+    if (!partial || partial.ws !== ws) return this.protocolError(ws, "hello_required", "an inventory frame follows a hello with more: true");
+    if (partial.hello.inventory.length + msg.items.length > MAX_INVENTORY_SANDBOXES) {
+      this.partialHello = null;
+      return this.protocolError(ws, "bad_frame", `at most ${MAX_INVENTORY_SANDBOXES} sandboxes per inventory`);
+    }
+    for (const o of msg.items) partial.hello.inventory.push(o);
+    if (msg.more) return;
+    this.partialHello = null;
+    this.touch();
+    this.hello(ws, att, partial.hello);
+  }
+
   private hello(ws: WebSocket, att: Attachment, hello: Hello): void {
     if (hello.protocol !== PROTOCOL_VERSION) {
       return this.protocolError(ws, "protocol_version", `edge speaks protocol ${PROTOCOL_VERSION}, agent sent ${hello.protocol}`);
@@ -615,6 +642,7 @@ export class ClusterDO extends DurableObject<Env> {
   }
 
   private onSocketGone(ws: WebSocket): void {
+    if (this.partialHello?.ws === ws) this.partialHello = null;
     const att = ws.deserializeAttachment() as Attachment | null;
     // A replaced socket closing later must not mark the newer session disconnected. The socket
     // that is going may still be listed while its close or error is handled (an agent killed

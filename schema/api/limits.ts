@@ -35,6 +35,9 @@ export const MAX_PATH_LENGTH = 4096;
  * strings a reply carries. */
 export const MAX_CRD_FRAME_ITEMS = MAX_LIST_ITEMS;
 export const MAX_FRAME_SANDBOXES = 100_000;
+/** Sandboxes of one hello's inventory over all its frames (a hello and its `inventory` frames):
+ * what ClusterDO holds in memory until the last one comes. */
+export const MAX_INVENTORY_SANDBOXES = 10 * MAX_FRAME_SANDBOXES;
 export const MAX_MESSAGE_LENGTH = 4096;
 /** List page size bounds. */
 export const MAX_LIST_LIMIT = 100;

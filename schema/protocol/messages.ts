@@ -14,6 +14,8 @@ import { MAX_FRAME_SANDBOXES, MAX_MESSAGE_LENGTH, MAX_NAME_LENGTH, MAX_PATH_LENG
  * `Authorization: Bearer <CLUSTER_TOKEN>`), JSON text frames:
  *
  *   agent → edge  hello          first frame: protocol version, who it is, its FULL inventory
+ *   agent → edge  inventory      right after a hello with `more: true`: the rest of its inventory
+ *                                (an agent with more than MAX_FRAME_SANDBOXES sandboxes)
  *   edge  → agent welcome        after the edge diffed the inventory: orphans get delete intents,
  *                                missing or outdated sandboxes get their latest intent again,
  *                                and every unacked intent is redelivered (in seq order)
@@ -80,8 +82,12 @@ export const HelloSchema = z.object({
     .prefault({}),
     /** What the cluster can still take (for placement across clusters); omitted = unknown. */
   capacity: CapacitySchema.optional(),
-  /** Every sandbox the agent manages right now, as observations. Full, not incremental. */
+  /** Every sandbox the agent manages right now, as observations. Full, not incremental: with
+   * more than MAX_FRAME_SANDBOXES, the first of them, and the rest in `inventory` frames (`more`). */
   inventory: sandboxes(ObservationSchema),
+  /** The inventory goes on in `inventory` frames sent right after this one; the edge answers the
+   * hello (welcome) once their last (`more: false`) has come. */
+  more: z.boolean().optional(),
 });
 export type Hello = z.infer<typeof HelloSchema>;
 export type HelloInput = z.input<typeof HelloSchema>;
@@ -129,6 +135,26 @@ export const ObservationsSchema = z.object({
   items: sandboxes(ObservationSchema).min(1),
 });
 
+/** The rest of a hello's inventory (a hello with `more: true`), in order; the last says `more: false`. */
+export const InventorySchema = z.object({
+  type: z.literal("inventory"),
+  items: sandboxes(ObservationSchema),
+  more: z.boolean(),
+});
+
+export type Inventory = z.infer<typeof InventorySchema>;
+
+/** A hello as the frames that carry it: the hello with the first `part` sandboxes of its inventory,
+ * then the rest in `inventory` frames (`more` on all but the last). One frame, as before, when the
+ * inventory fits. */
+export function helloFrames(hello: HelloInput, part = MAX_FRAME_SANDBOXES): (HelloInput | z.input<typeof InventorySchema>)[] {
+  const all = hello.inventory;
+  if (all.length <= part) return [hello];
+  const frames: (HelloInput | z.input<typeof InventorySchema>)[] = [{ ...hello, inventory: all.slice(0, part), more: true }];
+  for (let i = part; i < all.length; i += part) frames.push({ type: "inventory", items: all.slice(i, i + part), more: i + part < all.length });
+  return frames;
+}
+
 export const HeartbeatSchema = z.object({
   type: z.literal("heartbeat"),
   /** Agent clock, ms since the epoch. */
@@ -149,6 +175,7 @@ export const LogsSchema = z.object({
 /** Every frame the agent may send (except the raw ping, which the edge runtime answers itself). */
 export const AgentMessageSchema = z.discriminatedUnion("type", [
   HelloSchema,
+  InventorySchema,
   AckSchema,
   ObservationsSchema,
   HeartbeatSchema,

@@ -7,6 +7,7 @@ import {
   ACK_OBSERVATIONS_FEATURE,
   type TrafficPolicies,
   EdgeMessageSchema,
+  helloFrames,
   parseFrame,
   PING_FRAME,
   PONG_FRAME,
@@ -22,6 +23,7 @@ import {
 } from "../../schema/protocol/index.ts";
 import { SandboxLogs } from "../../controllers/agent/sandbox-logs.ts";
 import type { SecurityProfileEntry } from "../../schema/api/security-profile.ts";
+import { MAX_FRAME_SANDBOXES } from "../../schema/api/limits.ts";
 
 /** The part of a WebSocket the agent uses (the DOM/undici one in Node, workerd's in tests). */
 export interface SocketLike {
@@ -78,6 +80,9 @@ export interface ScriptedAgentOptions {
   ingressUrl?: string;
   /** Sandboxes the agent claims to run in its next hello (default: what it runs now). */
   inventory?: ObservationInput[];
+  /** Sandboxes of its hello's inventory per frame (the rest in `inventory` frames); default
+   * MAX_FRAME_SANDBOXES, as the agent's link. */
+  inventoryPart?: number;
   /** Delay before acking an intent, and before reporting a created sandbox Running + ready. */
   ackDelayMs?: number;
   readyDelayMs?: number;
@@ -172,6 +177,7 @@ export class ScriptedAgent {
       failSnapshot: opts.failSnapshot ?? (() => undefined),
       reason: opts.reason,
       ackObservations: opts.ackObservations ?? true,
+      inventoryPart: opts.inventoryPart ?? MAX_FRAME_SANDBOXES,
     };
     this.loseNextAck = opts.loseNextAck ?? false;
     this.inventory = opts.inventory;
@@ -193,8 +199,8 @@ export class ScriptedAgent {
     });
     const inventory = this.inventory ?? [...this.sandboxes].map(([id, s]) => this.observation(id, s));
     this.inventory = undefined;
-    this.sendFrame({
-      type: "hello",
+    const hello = {
+      type: "hello" as const,
       protocol: this.opts.protocol,
       agentId: this.opts.agentId,
       driver: this.opts.driver,
@@ -202,7 +208,8 @@ export class ScriptedAgent {
       ingress: { url: this.opts.ingressUrl },
       capabilities: { builder: this.opts.builder, ...(this.opts.networkRules === undefined ? {} : { networkRules: this.opts.networkRules }) },
       inventory,
-    });
+    };
+    for (const frame of helloFrames(hello, this.opts.inventoryPart)) this.sendFrame(frame);
     await this.waitUntil(() => this.welcome !== null || this.closed !== null, timeoutMs);
     // Re-read through a method: the callbacks set these fields while this function awaited.
     const welcome = this.welcomed();

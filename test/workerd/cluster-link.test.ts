@@ -309,5 +309,32 @@ describe("ClusterDO outbox", () => {
     expect(agent.received.some((r) => r.intent.sandboxId === "sbxgone")).toBe(false);
     await waitFor(async () => (await c.status()).sandboxes === 1);
   });
+
+  it("diffs an inventory spread over the hello and inventory frames as one (an agent with more sandboxes than a frame holds)", async () => {
+    const c = cluster("c-parts");
+    const setup = new ScriptedAgent();
+    await setup.connect(link("c-parts"));
+    for (const id of ["sbxparta", "sbxpartb", "sbxpartc"]) await c.enqueue([intent(id, 1)], { awaitAckMs: 2_000 });
+    setup.disconnect();
+    await waitFor(async () => !(await c.status()).connected);
+    const now = Date.now();
+    const running = (sandboxId: string, generation = 1) => ({ sandboxId, generation, phase: "Running" as const, ready: true, observedAt: now });
+    // One sandbox per frame: the hello has sbxparta, the orphan and the other two come after it.
+    const agent = new ScriptedAgent({ inventoryPart: 1, inventory: [running("sbxparta"), running("sbxpartorphan", 2), running("sbxpartb"), running("sbxpartc")] });
+    const welcome = await agent.connect(link("c-parts"));
+    expect(agent.sent.filter((t) => t === "inventory")).toHaveLength(3);
+    // Those of the later frames count as there (none recreated), and so does their orphan.
+    expect(welcome.resync).toMatchObject({ orphans: 1, recreated: 0 });
+    await agent.waitUntil(() => agent.received.some((r) => r.intent.sandboxId === "sbxpartorphan"));
+    expect(agent.received.filter((r) => r.intent.sandboxId !== "sbxpartorphan")).toEqual([]);
+    expect(agent.closed).toBeNull();
+  });
+
+  it("closes the session on an inventory frame no hello announced", async () => {
+    const ws = await link("c-parts-order")();
+    const closed = new Promise<number | undefined>((r) => ws.addEventListener("close", (ev) => r(ev.code)));
+    ws.send(JSON.stringify({ type: "inventory", items: [], more: false }));
+    expect(await closed).toBe(4400);
+  });
 });
 

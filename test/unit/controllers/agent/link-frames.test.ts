@@ -124,4 +124,40 @@ describe("agent link frames", () => {
     const seqs = e.frames.flatMap((f) => (f.type === "ack" ? (f.items as { seq: number }[]).map((a) => a.seq) : []));
     expect(seqs).toEqual(Array.from({ length: n }, (_, k) => k + 1));
   }, 30_000);
+
+  it("an inventory past a frame's bound goes as the hello and inventory frames the edge takes, all of it, in order", async () => {
+    const wss = new WebSocketServer({ host: "127.0.0.1", port: 0 });
+    servers.push(wss);
+    await new Promise((r) => wss.once("listening", r));
+    const frames: { type: string; more?: boolean; ids: string[] }[] = [];
+    wss.on("connection", (ws) =>
+      ws.on("message", (data) => {
+        const text = String(data);
+        if (text === '{"type":"ping"}') return;
+        const parsed = AgentMessageSchema.safeParse(JSON.parse(text));
+        if (!parsed.success) return void frames.push({ type: `refused: ${parsed.error.issues[0]?.message}`, ids: [] });
+        const msg = parsed.data;
+        if (msg.type === "hello") frames.push({ type: "hello", more: msg.more, ids: msg.inventory.map((o) => o.sandboxId) });
+        if (msg.type === "inventory") frames.push({ type: "inventory", more: msg.more, ids: msg.items.map((o) => o.sandboxId) });
+      }),
+    );
+    const n = MAX_FRAME_SANDBOXES + 5;
+    const ids = Array.from({ length: n }, (_, k) => `sbx${k}`);
+    const link = new Link({
+      edgeUrl: `http://127.0.0.1:${(wss.address() as AddressInfo).port}`,
+      clusterId: "c",
+      token: "t",
+      hello: async () => ({ agentId: "a", driver: "local", ingress: { url: "http://127.0.0.1:1" }, inventory: ids.map((sandboxId) => ({ sandboxId, generation: 1, phase: "Running", ready: true, observedAt: 1 })) }),
+      onIntent: () => "pending",
+      log: () => {},
+    });
+    links.push(link);
+    link.start();
+    await until(() => frames.length >= 2, 25_000);
+    expect(frames.map((f) => [f.type, f.more, f.ids.length])).toEqual([
+      ["hello", true, MAX_FRAME_SANDBOXES],
+      ["inventory", false, 5],
+    ]);
+    expect(frames.flatMap((f) => f.ids)).toEqual(ids);
+  }, 30_000);
 });
