@@ -20,7 +20,7 @@ import { AsyncLocalStorage } from "node:async_hooks";
 import { SpanKind, SpanStatusCode, type Attributes, type Span, type SpanContext } from "@opentelemetry/api";
 import { createLegacyOtlpBrowserExportDelegate } from "@opentelemetry/otlp-exporter-base/browser-http";
 import { resourceFromAttributes } from "@opentelemetry/resources";
-import { OTLP_JSON_BODY_SERIALIZER, OtlpJsonBodies, type OtlpJsonBody } from "../../lib/tracing/otlp-json.ts";
+import { otlpJsonSerializer } from "../../lib/tracing/otlp-json.ts";
 import { EdgeSpan, notSampled, parseTraceparent, randomHex, traceparentOf, type SpanSink } from "../../lib/tracing/span-recorder.ts";
 
 export const EDGE_SCOPE = "sandbox-edge";
@@ -33,34 +33,36 @@ let provider: FlushedSpanProcessor | null = null;
 let providerFor: string | null = null;
 
 /**
- * Holds ended spans, written as OTLP/JSON request bodies as they end (`OtlpJsonBodies`), until
- * `flushEdgeTraces` exports them: workerd drops a request's timers when it ends, so the SDK's
- * BatchSpanProcessor timer cannot be relied on here, and arming it cost a timer per span. At most
- * MAX_BUFFERED spans wait (more are dropped, as the batch processor drops past its queue); each
- * export request carries at most EXPORT_BATCH.
+ * Holds ended spans until `flushEdgeTraces` exports them: workerd drops a request's timers when it
+ * ends, so the SDK's BatchSpanProcessor timer cannot be relied on here, and arming it cost a timer
+ * per span. At most MAX_BUFFERED spans wait (more are dropped, as the batch processor drops past
+ * its queue); each export request carries at most EXPORT_BATCH.
  */
 const MAX_BUFFERED = 8192;
 const EXPORT_BATCH = 1024;
 class FlushedSpanProcessor implements SpanSink {
   readonly resource = resourceFromAttributes({ "service.name": "sandbox-edge" });
   readonly scope = { name: EDGE_SCOPE };
-  private readonly bodies = new OtlpJsonBodies(this.resource, this.scope, EXPORT_BATCH, MAX_BUFFERED);
-  // The delegate OTLPTraceExporter's browser build wraps, its arguments as that exporter passes
-  // them, with a serializer of the bodies in place of JsonTraceSerializer.
+  private spans: EdgeSpan[] = [];
   private readonly exporter;
   constructor(url: string) {
-    this.exporter = createLegacyOtlpBrowserExportDelegate({ url }, OTLP_JSON_BODY_SERIALIZER, "otlp_http_span_exporter", SPAN_COUNT, undefined, "v1/traces", { "Content-Type": "application/json" });
+    // The delegate OTLPTraceExporter's browser build wraps, with our serializer in place of
+    // JsonTraceSerializer (its other arguments as that exporter passes them).
+    const serializer = otlpJsonSerializer(this.resource, this.scope);
+    this.exporter = createLegacyOtlpBrowserExportDelegate({ url }, serializer, "otlp_http_span_exporter", SPAN_COUNT, undefined, "v1/traces", { "Content-Type": "application/json" });
   }
   onEnd(span: EdgeSpan): void {
-    this.bodies.add(span.otlpJson());
+    if (this.spans.length < MAX_BUFFERED) this.spans.push(span);
   }
   async forceFlush(): Promise<void> {
-    for (const body of this.bodies.take()) await new Promise<void>((done) => this.exporter.export(body, () => done()));
+    const all = this.spans.map((s) => s.otlpJson());
+    this.spans = [];
+    for (let i = 0; i < all.length; i += EXPORT_BATCH) await new Promise<void>((done) => this.exporter.export(all.slice(i, i + EXPORT_BATCH), () => done()));
   }
 }
 
 /** The exporter's self-metrics read a request's span count (a no-op meter here: none is given). */
-const SPAN_COUNT = { name: "span" as const, countItems: (request: OtlpJsonBody) => request.spans };
+const SPAN_COUNT = { name: "span" as const, countItems: (spans: string[]) => spans.length };
 
 interface TracingEnv {
   OTEL_EXPORTER_OTLP_ENDPOINT?: string;

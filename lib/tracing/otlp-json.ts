@@ -36,101 +36,34 @@ export function otlpSpanJson(s: OtlpSpanFields): string {
   return `${out}},"links":[],"droppedLinksCount":0,"flags":${flags}}`;
 }
 
-/** One export request: an OTLP/JSON ExportTraceServiceRequest's bytes and how many spans it holds. */
-export interface OtlpJsonBody {
-  body: Uint8Array;
-  spans: number;
-}
-
 /**
- * Ended spans, written as OTLP/JSON request bodies as they end (all of one resource and scope):
- * each span's text (`otlpSpanJson`) is UTF-8 encoded into the open body's buffer at once, so
- * until the export only bytes wait, off the JS heap, rather than span objects that live long
- * enough to be promoted; and the export has no join of every span's text nor its encoding left
- * to do. A body holds at most `perBody` spans; past `max` buffered spans more are dropped.
+ * The exporter's serializer for spans already written as OTLP/JSON objects (`otlpSpanJson`), all of
+ * one resource and scope: one request body around them. For the OTLP exporter's transport
+ * (@opentelemetry/otlp-exporter-base's delegate), in place of JsonTraceSerializer.
  */
-export class OtlpJsonBodies {
-  readonly #head: Uint8Array;
-  readonly #tail: Uint8Array;
-  readonly #encoder = new TextEncoder();
-  readonly #perBody: number;
-  readonly #max: number;
-  #open: { buf: Uint8Array; len: number; spans: number } | null = null;
-  #full: OtlpJsonBody[] = [];
-  #buffered = 0;
-
-  constructor(resource: Resource, scope: InstrumentationScope, perBody: number, max: number) {
-    // A scope of @opentelemetry/core's type has a name, a version and a schema URL (no attributes).
-    const scopeJson = `{"name":${JSON.stringify(scope.name)}${scope.version !== undefined ? `,"version":${JSON.stringify(scope.version)}` : ""}}`;
-    const resourceSchema = resource.schemaUrl ? `,"schemaUrl":${JSON.stringify(resource.schemaUrl)}` : "";
-    const scopeSchema = scope.schemaUrl !== undefined ? `,"schemaUrl":${JSON.stringify(scope.schemaUrl)}` : "";
-    this.#head = this.#encoder.encode(`{"resourceSpans":[{"resource":{"attributes":${attributesJson(resource.attributes)},"droppedAttributesCount":0${resourceSchema}},"scopeSpans":[{"scope":${scopeJson},"spans":[`);
-    this.#tail = this.#encoder.encode(`]${scopeSchema}}]${resourceSchema}}]}`);
-    this.#perBody = perBody;
-    this.#max = max;
-  }
-
-  /** Adds one span's OTLP/JSON object (`otlpSpanJson`) to the open body. */
-  add(spanJson: string): void {
-    if (this.#buffered >= this.#max) return;
-    let open = this.#open;
-    if (open && open.spans >= this.#perBody) this.#close();
-    open = this.#open ??= { buf: this.#grown(null, 64 * 1024), len: this.#head.length, spans: 0 };
-    if (open.spans > 0) open.buf[open.len++] = 0x2c; // ","
-    for (;;) {
-      const { read, written } = this.#encoder.encodeInto(spanJson, open.buf.subarray(open.len));
-      // Room for this span and the body's tail, else a larger buffer and again.
-      if (read === spanJson.length && open.len + written + this.#tail.length <= open.buf.length) {
-        open.len += written;
-        break;
+export function otlpJsonSerializer(resource: Resource, scope: InstrumentationScope) {
+  // A scope of @opentelemetry/core's type has a name, a version and a schema URL (no attributes).
+  const scopeJson = `{"name":${JSON.stringify(scope.name)}${scope.version !== undefined ? `,"version":${JSON.stringify(scope.version)}` : ""}}`;
+  const resourceSchema = resource.schemaUrl ? `,"schemaUrl":${JSON.stringify(resource.schemaUrl)}` : "";
+  const scopeSchema = scope.schemaUrl !== undefined ? `,"schemaUrl":${JSON.stringify(scope.schemaUrl)}` : "";
+  const head = `{"resourceSpans":[{"resource":{"attributes":${attributesJson(resource.attributes)},"droppedAttributesCount":0${resourceSchema}},"scopeSpans":[{"scope":${scopeJson},"spans":[`;
+  const tail = `]${scopeSchema}}]${resourceSchema}}]}`;
+  const encoder = new TextEncoder();
+  return {
+    serializeRequest(spans: string[]): Uint8Array {
+      return encoder.encode(spans.length ? head + spans.join(",") + tail : `{"resourceSpans":[]}`);
+    },
+    /** The collector's answer (a partial success, if any), as JsonTraceSerializer reads it. */
+    deserializeResponse(data: Uint8Array): object {
+      if (data.length === 0) return {};
+      try {
+        return JSON.parse(new TextDecoder().decode(data)) as object;
+      } catch {
+        return {};
       }
-      open.buf = this.#grown(open, open.len + 3 * spanJson.length + this.#tail.length);
-    }
-    open.spans++;
-    this.#buffered++;
-  }
-
-  /** Every body written so far, each complete, and nothing buffered after. */
-  take(): OtlpJsonBody[] {
-    if (this.#open) this.#close();
-    const full = this.#full;
-    this.#full = [];
-    this.#buffered = 0;
-    return full;
-  }
-
-  #close(): void {
-    const open = this.#open!;
-    open.buf.set(this.#tail, open.len);
-    this.#full.push({ body: open.buf.subarray(0, open.len + this.#tail.length), spans: open.spans });
-    this.#open = null;
-  }
-
-  /** A buffer of at least `size` bytes (twice the old one's, at least), the head and the old one's bytes copied. */
-  #grown(old: { buf: Uint8Array; len: number } | null, size: number): Uint8Array {
-    const buf = new Uint8Array(Math.max(size, 2 * (old?.buf.length ?? 0)));
-    if (old) buf.set(old.buf.subarray(0, old.len));
-    else buf.set(this.#head);
-    return buf;
-  }
+    },
+  };
 }
-
-/**
- * The exporter's serializer for bodies `OtlpJsonBodies` wrote (they are the request's bytes), for
- * the OTLP exporter's transport (@opentelemetry/otlp-exporter-base's delegate) in place of
- * JsonTraceSerializer, and its reading of the collector's answer as that serializer's.
- */
-export const OTLP_JSON_BODY_SERIALIZER = {
-  serializeRequest: (request: OtlpJsonBody): Uint8Array => request.body,
-  deserializeResponse(data: Uint8Array): object {
-    if (data.length === 0) return {};
-    try {
-      return JSON.parse(new TextDecoder().decode(data)) as object;
-    } catch {
-      return {};
-    }
-  },
-};
 
 /** Unix nanoseconds as a decimal string, from milliseconds (the SDK's HrTime, without the BigInt). */
 function nanos(ms: number): string {

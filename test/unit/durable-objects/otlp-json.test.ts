@@ -5,7 +5,7 @@ import { SpanKind, SpanStatusCode } from "@opentelemetry/api";
 import { JsonTraceSerializer } from "@opentelemetry/otlp-transformer";
 import { resourceFromAttributes } from "@opentelemetry/resources";
 import { describe, expect, it } from "vitest";
-import { OTLP_JSON_BODY_SERIALIZER, OtlpJsonBodies } from "../../../lib/tracing/otlp-json.ts";
+import { otlpJsonSerializer } from "../../../lib/tracing/otlp-json.ts";
 import { EdgeSpan, parseTraceparent, type SpanSink } from "../../../lib/tracing/span-recorder.ts";
 
 const CALLER = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
@@ -43,18 +43,10 @@ function spansOf(sink: Omit<SpanSink, "onEnd">): EdgeSpan[] {
   return ended;
 }
 
-/** The bodies the edge's buffer writes for `spans`, as the exporter sends them. */
-function bodiesOf(spans: EdgeSpan[], perBody = 1024, max = 8192, resource = spans[0]!.resource, scope = spans[0]!.instrumentationScope) {
-  const bodies = new OtlpJsonBodies(resource, scope, perBody, max);
-  for (const s of spans) bodies.add(s.otlpJson());
-  return bodies.take().map((b) => ({ spans: b.spans, json: JSON.parse(new TextDecoder().decode(OTLP_JSON_BODY_SERIALIZER.serializeRequest(b))) }));
-}
-
 function both(spans: EdgeSpan[], resource = spans[0]!.resource, scope = spans[0]!.instrumentationScope) {
-  const bodies = bodiesOf(spans, 1024, 8192, resource, scope);
-  expect(bodies).toHaveLength(1);
+  const ours = JSON.parse(new TextDecoder().decode(otlpJsonSerializer(resource, scope).serializeRequest(spans.map((s) => s.otlpJson()))));
   const theirs = JSON.parse(new TextDecoder().decode(JsonTraceSerializer.serializeRequest(spans)!));
-  return { ours: bodies[0]!.json, theirs };
+  return { ours, theirs };
 }
 
 describe("OTLP/JSON written from the edge's span fields", () => {
@@ -83,29 +75,6 @@ describe("OTLP/JSON written from the edge's span fields", () => {
     const { ours, theirs } = both(spans, resource, scope);
     expect(ours).toStrictEqual(theirs);
     expect(theirs.resourceSpans[0].scopeSpans[0].scope).toEqual({ name: "sandbox-edge", version: "1.2.3" });
-  });
-
-  it("splits the spans into bodies of at most the batch's size, each the serializer's for its spans, and drops past the limit", () => {
-    const spans = spansOf({ resource: resourceFromAttributes({ "service.name": "sandbox-edge" }), scope: { name: "sandbox-edge" } });
-    const bodies = bodiesOf(spans, 2);
-    expect(bodies.map((b) => b.spans)).toEqual([2, 2, 1]);
-    bodies.forEach((b, i) => expect(b.json).toStrictEqual(JSON.parse(new TextDecoder().decode(JsonTraceSerializer.serializeRequest(spans.slice(2 * i, 2 * i + 2))!))));
-    expect(bodiesOf(spans, 2, 3).map((b) => b.json.resourceSpans[0].scopeSpans[0].spans.map((s: { name: string }) => s.name))).toEqual([spans.slice(0, 2).map((s) => s.name), [spans[2]!.name]]);
-  });
-
-  it("grows a body past its first buffer and takes nothing twice", () => {
-    const resource = resourceFromAttributes({ "service.name": "sandbox-edge" });
-    const sink = { resource, scope: { name: "sandbox-edge" }, onEnd: (s: EdgeSpan) => void spans.push(s) };
-    const spans: EdgeSpan[] = [];
-    // ~300 spans of ~1 KB (non-ASCII text: 2-3 bytes a character), past the first 64 KB.
-    for (let i = 0; i < 300; i++) new EdgeSpan(sink, `s${i}`, SpanKind.INTERNAL, { text: "é🚀x".repeat(100 + i) }, undefined).end();
-    const bodies = new OtlpJsonBodies(resource, sink.scope, 1024, 8192);
-    for (const s of spans) bodies.add(s.otlpJson());
-    const [body, ...rest] = bodies.take();
-    expect(rest).toEqual([]);
-    expect(body!.body.length).toBeGreaterThan(64 * 1024);
-    expect(JSON.parse(new TextDecoder().decode(body!.body))).toStrictEqual(JSON.parse(new TextDecoder().decode(JsonTraceSerializer.serializeRequest(spans)!)));
-    expect(bodies.take()).toEqual([]);
   });
 
   it("writes the times of a span that ends in a later millisecond exactly", async () => {
