@@ -2,8 +2,9 @@
 // ecosystem's JsonTraceSerializer (@opentelemetry/otlp-transformer) writes for the same spans, field
 // for field (test/unit/durable-objects/otlp-json.test.ts holds it to that), without its transformer's
 // object tree per span (the attribute key/value objects, the HrTime pairs, BigInt nanoseconds, a
-// scope-key string per span) and the JSON.stringify walk over it: on a sampled create those were
-// about half of the tracing code's own time in the isolate and most of the garbage it made.
+// scope-key string per span) and the JSON.stringify walk over it. In workerd's profile the
+// serialization went from ~14-18 to ~11-15 µs of isolate time per sampled create: what is left is
+// mostly the join of the span texts at the export (the bytes themselves), not the writing.
 // What the edge's spans never carry is not written: a trace state, events and links (always empty).
 import type { Attributes, SpanContext, SpanKind, SpanStatus } from "@opentelemetry/api";
 import type { InstrumentationScope } from "@opentelemetry/core";
