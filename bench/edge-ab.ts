@@ -81,8 +81,9 @@
 // as B's are: e.g. the tracing path before a change, and a floor (a build that records spans and never
 // exports: what the export costs, and the least tracing can cost), all in the same run.
 // `--profile <prefix>`: a V8 CPU profile of each side's isolate over each of its rounds, to
-// <prefix>.<A|B>.<round>.cpuprofile (both sides carry the inspector's cost, so a function's samples
-// per create, B's against A's, show what B adds; take that run's other figures as a profile only).
+// <prefix>.<A|B>.<round>.cpuprofile, the bundle beside them as <prefix>.<A|B>.bundle.js (both
+// sides carry the inspector's cost, so a function's samples per create, B's against A's, show what
+// B adds; take that run's other figures as a profile only).
 // `--scrapes n`: after the rounds, each side's workerd CPU per `/admin/metrics` scrape (n each, in
 // alternating batches of 20).
 // `--disk`: both sides serve the working tree, A with its Durable Object storage on tmpfs (as the
@@ -196,7 +197,7 @@ type Side = {
   sampledUs: number[]; // `--profile`: each window's sampled isolate time (all but idle), µs per create
 };
 /** The bundle's tracing code, by bundled source file (`--profile`): ours and the OTLP exporter's. */
-const TRACING_CODE = /(^|\/)(tracing|[\w-]+-tracing|span-recorder)\.ts$|@opentelemetry\//;
+const TRACING_CODE = /(^|\/)(tracing|[\w-]+-tracing|span-recorder|otlp-json)\.ts$|@opentelemetry\//;
 /** A window's steady state starts this long after its first create (past the first export). */
 const LEAD_MS = 1_000;
 /** Idle, for `settle`: under QUIET_MS of CPU in QUIET_WINDOW_MS (half as long again as the export period, so a pending last export shows). */
@@ -404,6 +405,8 @@ try {
         if (profiler) {
           const profile = (await profiler.stop()) as CpuProfile;
           writeFileSync(`${opt.profile}.${s.key}.${r}.cpuprofile`, JSON.stringify(profile));
+          // The bundle beside its profiles: reading them by source file later needs its lines.
+          copyFileSync(join(s.dir, "bundle/index.js"), `${opt.profile}.${s.key}.bundle.js`);
           const fileOf = bundleFiles(join(s.dir, "bundle/index.js"));
           const t = selfTimes(profile, (_url, line) => fileOf(line));
           s.tracingUs.push([...t.selfByFile].reduce((sum, [f, us]) => (TRACING_CODE.test(f) ? sum + us : sum), 0) / creates);

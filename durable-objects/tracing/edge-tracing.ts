@@ -1,6 +1,8 @@
 // The edge's OpenTelemetry traces, in workerd: spans of our own recorder (span-recorder.ts: the
-// API's Span, the SDK's ReadableSpan, none of the SDK's per-span machinery) exported by the
-// OTLP/HTTP exporter's fetch transport (its browser build, which the Worker bundle resolves to).
+// API's Span, the SDK's ReadableSpan, none of the SDK's per-span machinery) written as OTLP/JSON
+// straight from their fields (otlp-json.ts: the text JsonTraceSerializer writes, without its object
+// tree) and sent by the OTLP/HTTP exporter's fetch transport (@opentelemetry/otlp-exporter-base's
+// browser build: its retries, timeout and concurrency limit, as the OTLPTraceExporter had them).
 // Off unless OTEL_EXPORTER_OTLP_ENDPOINT is set: then no sink exists and `edgeSpan` only calls its
 // work, but the request id still travels (a traceparent naming no recorded span: see
 // `currentTraceparent`), so the agent's log lines for the work a request caused carry its id.
@@ -16,9 +18,9 @@
 //   await leafSpan(env, "SnapshotDO.create", { "sandbox.id": id }, (tp) => stub.create({ traceparent: tp() }));
 import { AsyncLocalStorage } from "node:async_hooks";
 import { SpanKind, SpanStatusCode, type Attributes, type Span, type SpanContext } from "@opentelemetry/api";
-import { OTLPTraceExporter } from "@opentelemetry/exporter-trace-otlp-http";
+import { createLegacyOtlpBrowserExportDelegate } from "@opentelemetry/otlp-exporter-base/browser-http";
 import { resourceFromAttributes } from "@opentelemetry/resources";
-import type { ReadableSpan, SpanExporter } from "@opentelemetry/sdk-trace";
+import { otlpJsonSerializer } from "../../lib/tracing/otlp-json.ts";
 import { EdgeSpan, notSampled, parseTraceparent, randomHex, traceparentOf, type SpanSink } from "../../lib/tracing/span-recorder.ts";
 
 export const EDGE_SCOPE = "sandbox-edge";
@@ -41,20 +43,26 @@ const EXPORT_BATCH = 1024;
 class FlushedSpanProcessor implements SpanSink {
   readonly resource = resourceFromAttributes({ "service.name": "sandbox-edge" });
   readonly scope = { name: EDGE_SCOPE };
-  private spans: ReadableSpan[] = [];
-  private readonly exporter: SpanExporter;
-  constructor(exporter: SpanExporter) {
-    this.exporter = exporter;
+  private spans: EdgeSpan[] = [];
+  private readonly exporter;
+  constructor(url: string) {
+    // The delegate OTLPTraceExporter's browser build wraps, with our serializer in place of
+    // JsonTraceSerializer (its other arguments as that exporter passes them).
+    const serializer = otlpJsonSerializer(this.resource, this.scope);
+    this.exporter = createLegacyOtlpBrowserExportDelegate({ url }, serializer, "otlp_http_span_exporter", SPAN_COUNT, undefined, "v1/traces", { "Content-Type": "application/json" });
   }
-  onEnd(span: ReadableSpan): void {
+  onEnd(span: EdgeSpan): void {
     if (this.spans.length < MAX_BUFFERED) this.spans.push(span);
   }
   async forceFlush(): Promise<void> {
-    const all = this.spans;
+    const all = this.spans.map((s) => s.otlpJson());
     this.spans = [];
     for (let i = 0; i < all.length; i += EXPORT_BATCH) await new Promise<void>((done) => this.exporter.export(all.slice(i, i + EXPORT_BATCH), () => done()));
   }
 }
+
+/** The exporter's self-metrics read a request's span count (a no-op meter here: none is given). */
+const SPAN_COUNT = { name: "span" as const, countItems: (spans: string[]) => spans.length };
 
 interface TracingEnv {
   OTEL_EXPORTER_OTLP_ENDPOINT?: string;
@@ -65,7 +73,7 @@ function tracer(env: TracingEnv): FlushedSpanProcessor | null {
   const endpoint = env.OTEL_EXPORTER_OTLP_ENDPOINT;
   if (!endpoint) return null;
   if (providerFor !== endpoint) {
-    provider = new FlushedSpanProcessor(new OTLPTraceExporter({ url: `${endpoint.replace(/\/$/, "")}/v1/traces` }));
+    provider = new FlushedSpanProcessor(`${endpoint.replace(/\/$/, "")}/v1/traces`);
     providerFor = endpoint;
   }
   return provider;

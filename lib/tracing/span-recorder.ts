@@ -9,6 +9,7 @@ import { SpanKind, SpanStatusCode, type Attributes, type AttributeValue, type Hr
 import type { InstrumentationScope } from "@opentelemetry/core";
 import type { Resource } from "@opentelemetry/resources";
 import type { ReadableSpan } from "@opentelemetry/sdk-trace";
+import { otlpSpanJson } from "./otlp-json.ts";
 
 const TRACEPARENT = /^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$/;
 const ZERO_TRACE_ID = "0".repeat(32);
@@ -59,7 +60,7 @@ function hrTime(ms: number): HrTime {
 export interface SpanSink {
   readonly resource: Resource;
   readonly scope: InstrumentationScope;
-  onEnd(span: ReadableSpan): void;
+  onEnd(span: EdgeSpan): void;
 }
 
 /** What every span shares (the edge records no events or links; a span's status until it is set). */
@@ -159,6 +160,10 @@ export class EdgeSpan implements Span, ReadableSpan {
     return this;
   }
   recordException(): void {}
+  /** The ended span as its OTLP/JSON object (otlp-json.ts), for a sink that sends that. */
+  otlpJson(): string {
+    return otlpSpanJson({ ctx: this.#ctx, parent: this.parentSpanContext, name: this.name, kind: this.kind, startMs: this.#start, endMs: this.#end, attributes: this.attributes, status: this.status });
+  }
   end(_endTime?: TimeInput): void {
     if (this.ended) return;
     this.ended = true;
