@@ -31,9 +31,6 @@ const USER: SandboxUser = { name: "user", uid: 1000, gid: 1000, home: "/home/use
 const SANDBOXES = 50;
 const NODE_RUNTIMES = 5;
 
-
-const rssKB = (pid: number) => statusKB(pid);
-
 /** Start to exit of a host command forked here (its environment handed over as the launchers do). */
 function waitExit(c: HostCommand): Promise<number> {
   const t = performance.now();
@@ -71,7 +68,7 @@ async function perSandboxRuntimeKB(dir: string): Promise<{ pss: number; rss: num
   }
   await sleep(1500);
   const pss = procs.reduce((s, c) => s + pssKB(c.pid!), 0) / procs.length;
-  const rss = procs.reduce((s, c) => s + rssKB(c.pid!), 0) / procs.length;
+  const rss = procs.reduce((s, c) => s + statusKB(c.pid!), 0) / procs.length;
   for (const c of procs) c.kill("SIGKILL");
   return { pss, rss };
 }
@@ -105,14 +102,14 @@ async function sharedRuntimeChild(dataDir: string, cgroupName: string, ids: stri
   await get(socket, "/health");
   gc();
   await sleep(200);
-  const before = rssKB(process.pid);
+  const before = statusKB(process.pid);
   for (const id of ids) {
     runtime.addSandbox(id, driver.view(id));
     await get(socket, "/health", { "E2b-Sandbox-Id": id });
   }
   gc();
   await sleep(200);
-  process.stdout.write(`per-sandbox-kb ${(rssKB(process.pid) - before) / ids.length}\n`);
+  process.stdout.write(`per-sandbox-kb ${(statusKB(process.pid) - before) / ids.length}\n`);
   await runtime.close();
 }
 
@@ -171,7 +168,7 @@ export async function run(ctx: Partial<BenchContext> = {}): Promise<Figures> {
         blocked.push(performance.now() - t);
         await new Promise((r) => c.once("exit", r));
       }
-      figures[`local.fork_blocks_event_loop_ms_at_${Math.round(rssKB(process.pid) / 1024 / 10) * 10}mb`] = { value: round(pct(blocked, 50)), unit: "ms" };
+      figures[`local.fork_blocks_event_loop_ms_at_${Math.round(statusKB(process.pid) / 1024 / 10) * 10}mb`] = { value: round(pct(blocked, 50)), unit: "ms" };
     }
     ballast.length = 0;
 

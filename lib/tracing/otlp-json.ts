@@ -70,7 +70,7 @@ export function otlpJsonSerializer(resource: Resource, scope: InstrumentationSco
 function nanos(ms: number): string {
   if (Number.isInteger(ms) && ms > 0) return `${ms}000000`; // Date.now(): whole milliseconds
   const s = Math.floor(ms / 1000);
-  return String(BigInt(Math.trunc(s)) * 1_000_000_000n + BigInt(Math.trunc(Math.round((ms - s * 1000) * 1e6))));
+  return String(BigInt(s) * 1_000_000_000n + BigInt(Math.round((ms - s * 1000) * 1e6)));
 }
 
 function attributesJson(attributes: Attributes): string {
