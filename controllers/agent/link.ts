@@ -13,6 +13,7 @@ import {
   boundedObservation,
   EdgeMessageSchema,
   helloFrames,
+  itemBytes,
   PING_FRAME,
   PROTOCOL_VERSION,
   parseFrame,
@@ -33,6 +34,7 @@ import {
 } from "../../schema/protocol/index.ts";
 import { BUILD_FEATURE, type BuildEvents, type BuildFrame } from "../../schema/protocol/build.ts";
 import { clipText, MAX_FRAME_SANDBOXES, MAX_MESSAGE_LENGTH } from "../../schema/api/limits.ts";
+import { batches, FRAME_MAX_BYTES } from "../../schema/protocol/batches.ts";
 import type { SandboxLogEntry } from "../../schema/api/sandbox-logs.ts";
 import { backoffMs, type Backoff } from "../lib/work-queue.ts";
 import { logger } from "../lib/log.ts";
@@ -333,23 +335,43 @@ export class Link {
     if (acks.length && obs.length && acks.length <= MAX_FRAME_SANDBOXES && obs.length <= MAX_FRAME_SANDBOXES && this.#features.has(ACK_OBSERVATIONS_FEATURE)) {
       // One frame, not two: each is an invocation of the edge's ClusterDO, and a pass that
       // settles a generation reports its sandbox in the same tick.
-      this.#send(ws, { type: "ack", items: acks, observations: obs });
-      return;
+      const frame: AgentMessageInput = { type: "ack", items: acks, observations: obs };
+      const text = fitting(frame);
+      if (text !== undefined) return this.#send(ws, frame, text);
     }
     // Otherwise (an older edge, one kind only, or more than a frame holds: acks buffered while
-    // disconnected) frames of each kind, at most MAX_FRAME_SANDBOXES items each (the edge, and
-    // our own check in #send, refuse more), all the acks before the observations.
-    for (let i = 0; i < acks.length; i += MAX_FRAME_SANDBOXES) this.#send(ws, { type: "ack", items: acks.slice(i, i + MAX_FRAME_SANDBOXES) });
-    for (let i = 0; i < obs.length; i += MAX_FRAME_SANDBOXES) this.#send(ws, { type: "observations", items: obs.slice(i, i + MAX_FRAME_SANDBOXES) });
+    // disconnected, a storm of failures with long messages) frames of each kind, all the acks
+    // before the observations.
+    this.#sendParts(ws, "ack", acks);
+    this.#sendParts(ws, "observations", obs);
   }
 
-  #send(ws: WebSocket, msg: AgentMessageInput | string): void {
+  /** `items` as `type` frames of at most MAX_FRAME_SANDBOXES items (the edge's schema, and our own
+   * check in #send, refuse more) and FRAME_MAX_BYTES (the edge's runtime closes the socket on a
+   * message past 32 MiB, and the agent would send the same again after each reconnect), in order. */
+  #sendParts(ws: WebSocket, type: "ack" | "observations", items: AckInput[] | ObservationInput[]): void {
+    if (!items.length) return;
+    if (items.length <= MAX_FRAME_SANDBOXES) {
+      const frame = { type, items } as AgentMessageInput;
+      const text = fitting(frame);
+      if (text !== undefined) return this.#send(ws, frame, text);
+    }
+    for (const part of batches<AckInput | ObservationInput>(items, MAX_FRAME_SANDBOXES, FRAME_MAX_BYTES - 64, itemBytes)) this.#send(ws, { type, items: part } as AgentMessageInput);
+  }
+
+  #send(ws: WebSocket, msg: AgentMessageInput | string, text = typeof msg === "string" ? msg : JSON.stringify(msg)): void {
     if (ws.readyState !== WebSocket.OPEN) return;
     if (typeof msg !== "string") {
       // Parse our own frames too: a malformed frame is a bug here, not something the edge should see.
       const checked = AgentMessageSchema.safeParse(msg);
       if (!checked.success) throw new Error(`agent frame invalid: ${checked.error.message}`);
     }
-    ws.send(typeof msg === "string" ? msg : JSON.stringify(msg));
+    ws.send(text);
   }
+}
+
+/** `msg` as JSON if it is within FRAME_MAX_BYTES (counted only when it might not be). */
+function fitting(msg: AgentMessageInput): string | undefined {
+  const text = JSON.stringify(msg);
+  return text.length * 3 <= FRAME_MAX_BYTES || Buffer.byteLength(text) <= FRAME_MAX_BYTES ? text : undefined;
 }

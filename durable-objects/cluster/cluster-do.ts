@@ -30,7 +30,7 @@ import { sandboxGroupOf, sandboxGroupStub } from "../sandbox/stub.ts";
 import { CoarseTimers } from "../coarse-timers.ts";
 import { TurnWrites } from "../turn-writes.ts";
 import { CrdSync } from "./crd-sync.ts";
-import { batches, ENQUEUE_MAX_BYTES, utf8Bytes } from "../pool/enqueue-batch.ts";
+import { batches, FRAME_MAX_BYTES, utf8Bytes } from "../../schema/protocol/batches.ts";
 import { BUILD_FEATURE, type BuildEvents, type BuildFrame } from "../../schema/protocol/build.ts";
 import { recordBuildEvents } from "../operations/template-builds.ts";
 import { collectImages, IMAGE_RECHECK_MS, IMAGE_SWEEP_MS } from "../operations/image-gc.ts";
@@ -59,9 +59,6 @@ const REDELIVER_MS = 30_000;
 const LIVENESS_MS = 3 * HEARTBEAT_MS;
 /** Intents per `intents` frame, so a resync of thousands stays well under frame limits. */
 const FRAME_BATCH = 256;
-/** Bytes of intents per `intents` frame: 8 MiB, as a pool's enqueue batch, a quarter of workerd's
- * 32 MiB WebSocket message limit. */
-const FRAME_MAX_BYTES = ENQUEUE_MAX_BYTES;
 /** Delay for deleting acked outbox rows in one batch. */
 const ACK_FLUSH_MS = 50;
 /** Unacked intents whose trace context is kept in memory for redelivery (lost with the object's memory). */

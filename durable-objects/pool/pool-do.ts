@@ -13,7 +13,7 @@ import type { AutoscalerSpec } from "../../schema/api/autoscaler.ts";
 import { AutoscaleHost } from "./autoscale-host.ts";
 import { TurnWrites } from "../turn-writes.ts";
 import { openPoolStore, type Outgoing, type PoolStore } from "./store.ts";
-import { ENQUEUE_MAX_BYTES, enqueueBatch, jsonBytes } from "./enqueue-batch.ts";
+import { ENQUEUE_MAX_BYTES, enqueueBatch, jsonBytes } from "../../schema/protocol/batches.ts";
 import { edgeLogger } from "../tracing/edge-log.ts";
 import { annotateSpan, currentTraceparent, edgeSpan, flushEdgeTraces } from "../tracing/edge-tracing.ts";
 
@@ -22,7 +22,7 @@ const LOG = edgeLogger("pool");
 /** Retry delay for intents ClusterDO did not accept, and the check interval for stuck creates. */
 const RETRY_MS = 2_000;
 
-/** Intents per ClusterDO.enqueue call (and at most ENQUEUE_MAX_BYTES of them: enqueue-batch.ts).
+/** Intents per ClusterDO.enqueue call (and at most ENQUEUE_MAX_BYTES of them: schema/protocol/batches.ts).
  * A pool scaled to 100,000 sent all its creates in one call (~1.2 KB each: 117 MB), past
  * workerd's 32 MiB limit on RPC arguments, and retried it forever: it never filled. The loop in
  * flush sends the rest in further calls. */

@@ -8,6 +8,7 @@ import { AutoscalersSchema, UpdateOpsItemsSchema, TrafficPolicyObjectsSchema, Se
 import { BuildEventsSchema, BuildFrameSchema } from "./build.ts";
 import { MAX_LOGS_LIMIT, SandboxLogEntrySchema, SandboxLogsQuerySchema } from "../api/sandbox-logs.ts";
 import { MAX_FRAME_SANDBOXES, MAX_MESSAGE_LENGTH, MAX_NAME_LENGTH, MAX_PATH_LENGTH } from "../api/limits.ts";
+import { batches, FRAME_MAX_BYTES, jsonBytes } from "./batches.ts";
 
 /*
  * The session, over one WebSocket (`GET /agent/v1/connect?cluster=<id>`,
@@ -144,16 +145,25 @@ export const InventorySchema = z.object({
 
 export type Inventory = z.infer<typeof InventorySchema>;
 
-/** A hello as the frames that carry it: the hello with the first `part` sandboxes of its inventory,
- * then the rest in `inventory` frames (`more` on all but the last). One frame, as before, when the
- * inventory fits. */
-export function helloFrames(hello: HelloInput, part = MAX_FRAME_SANDBOXES): (HelloInput | z.input<typeof InventorySchema>)[] {
+/** A hello as the frames that carry it: the hello with the first sandboxes of its inventory, then
+ * the rest in `inventory` frames (`more` on all but the last), each at most `part` sandboxes and
+ * about `bytes` of JSON (observations with long condition messages reach the edge's 32 MiB message
+ * limit well before MAX_FRAME_SANDBOXES). One frame, as before, when the inventory fits. */
+export function helloFrames(hello: HelloInput, part = MAX_FRAME_SANDBOXES, bytes = FRAME_MAX_BYTES): (HelloInput | z.input<typeof InventorySchema>)[] {
   const all = hello.inventory;
-  if (all.length <= part) return [hello];
-  const frames: (HelloInput | z.input<typeof InventorySchema>)[] = [{ ...hello, inventory: all.slice(0, part), more: true }];
-  for (let i = part; i < all.length; i += part) frames.push({ type: "inventory", items: all.slice(i, i + part), more: i + part < all.length });
+  // UTF-8 takes at most 3 bytes per UTF-16 unit: a hello well under the cap (the usual case) is not
+  // measured item by item.
+  if (all.length <= part && JSON.stringify(hello).length * 3 <= bytes) return [hello];
+  // The hello's own fields ride in the first frame; a few KiB at most (ingress URL, names).
+  const parts = batches(all, part, bytes - jsonBytes({ ...hello, inventory: [], more: true }), itemBytes);
+  if (parts.length <= 1) return [hello];
+  const frames: (HelloInput | z.input<typeof InventorySchema>)[] = [{ ...hello, inventory: parts[0]!, more: true }];
+  for (let k = 1; k < parts.length; k++) frames.push({ type: "inventory", items: parts[k]!, more: k < parts.length - 1 });
   return frames;
 }
+
+/** An item's share of a frame's JSON: its own and the comma after it. */
+export const itemBytes = (item: unknown): number => jsonBytes(item) + 1;
 
 export const HeartbeatSchema = z.object({
   type: z.literal("heartbeat"),

@@ -6,8 +6,9 @@ import { afterEach, describe, expect, it } from "vitest";
 import { WebSocketServer, type WebSocket } from "ws";
 import type { AddressInfo } from "node:net";
 import { Link } from "../../../../controllers/agent/link.ts";
-import { ACK_OBSERVATIONS_FEATURE, AgentMessageSchema, IntentSchema, PROTOCOL_VERSION } from "../../../../schema/protocol/index.ts";
-import { MAX_FRAME_SANDBOXES } from "../../../../schema/api/limits.ts";
+import { ACK_OBSERVATIONS_FEATURE, AgentMessageSchema, IntentSchema, PROTOCOL_VERSION, type ObservationInput } from "../../../../schema/protocol/index.ts";
+import { MAX_FRAME_SANDBOXES, MAX_LIST_ITEMS, MAX_MESSAGE_LENGTH } from "../../../../schema/api/limits.ts";
+import { FRAME_MAX_BYTES } from "../../../../schema/protocol/batches.ts";
 
 const servers: WebSocketServer[] = [];
 const links: Link[] = [];
@@ -25,6 +26,8 @@ async function edge(features: string[], ids: string[]) {
   servers.push(wss);
   await new Promise((r) => wss.once("listening", r));
   const frames: { type: string; items?: unknown[]; observations?: unknown[] }[] = [];
+  /** Each recorded frame's size on the wire, in bytes. */
+  const sizes: number[] = [];
   let socket: WebSocket | undefined;
   wss.on("connection", (ws) => {
     socket = ws;
@@ -40,14 +43,30 @@ async function edge(features: string[], ids: string[]) {
       // As the edge reads it: a frame its schema refuses is a bad_frame there.
       const parsed = AgentMessageSchema.safeParse(msg);
       frames.push(parsed.success ? msg : { type: `refused: ${parsed.error.issues[0]?.message}` });
+      sizes.push(Buffer.byteLength(text));
     });
   });
-  return { url: `http://127.0.0.1:${(wss.address() as AddressInfo).port}`, frames, socket: () => socket };
+  return { url: `http://127.0.0.1:${(wss.address() as AddressInfo).port}`, frames, sizes, socket: () => socket };
 }
+
+/** An observation at the schema's bounds: a failure whose message and conditions' messages are as
+ * long as they may be (~270 KB of JSON). */
+const heavy = (sandboxId: string, generation = 1) => ({
+  sandboxId,
+  generation,
+  phase: "Failed" as const,
+  ready: false,
+  reason: "ReconcileError",
+  message: "m".repeat(MAX_MESSAGE_LENGTH),
+  observedAt: 1,
+  conditions: Array.from({ length: MAX_LIST_ITEMS }, (_, k) => ({ type: `Check${k}`, status: "False" as const, reason: "Failed", message: "c".repeat(MAX_MESSAGE_LENGTH) })),
+});
+/** Enough heavy observations for one frame past the 32 MiB the edge's runtime takes. */
+const HEAVY = 130;
 
 /** A link whose agent settles each intent it gets as the reconciler's pass does: it reports the
  * sandbox, then acks its generation, in the same tick. */
-function agentLink(url: string): Link {
+function agentLink(url: string, observation: (id: string, generation: number) => ObservationInput = (sandboxId, generation) => ({ sandboxId, generation, phase: "Running", ready: true, endpoint: { runtime: "embedded:" }, observedAt: Date.now() })): Link {
   const link: Link = new Link({
     edgeUrl: url,
     clusterId: "c",
@@ -55,7 +74,7 @@ function agentLink(url: string): Link {
     hello: async () => ({ agentId: "a", driver: "local", ingress: { url: "http://127.0.0.1:1" }, inventory: [] }),
     onIntent(seq, i) {
       queueMicrotask(() => {
-        link.observe({ sandboxId: i.sandboxId, generation: i.generation, phase: "Running", ready: true, endpoint: { runtime: "embedded:" }, observedAt: Date.now() });
+        link.observe(observation(i.sandboxId, i.generation));
         link.ack({ seq, sandboxId: i.sandboxId, generation: i.generation, result: "applied" });
       });
       return "pending";
@@ -154,10 +173,60 @@ describe("agent link frames", () => {
     links.push(link);
     link.start();
     await until(() => frames.length >= 2, 25_000);
-    expect(frames.map((f) => [f.type, f.more, f.ids.length])).toEqual([
-      ["hello", true, MAX_FRAME_SANDBOXES],
-      ["inventory", false, 5],
-    ]);
+    await until(() => frames.at(-1)!.more !== true, 25_000);
+    // Cut by count, and by bytes too (100,000 of these are just past FRAME_MAX_BYTES).
+    expect(frames.map((f) => [f.type, f.more])).toEqual([["hello", true], ...frames.slice(1, -1).map(() => ["inventory", true]), ["inventory", false]]);
+    for (const f of frames) expect(f.ids.length).toBeLessThanOrEqual(MAX_FRAME_SANDBOXES);
+    expect(frames.flatMap((f) => f.ids)).toEqual(ids);
+  }, 30_000);
+
+  it("observations at the schema's bounds, more than 32 MiB in one pass, leave in frames under the cap, all of them, in order", async () => {
+    const ids = Array.from({ length: HEAVY }, (_, k) => `sbxheavy${k}`);
+    const e = await edge(["builds", ACK_OBSERVATIONS_FEATURE], ids);
+    agentLink(e.url, heavy);
+    const observed = () => e.frames.flatMap((f) => (f.type === "observations" ? f.items! : (f.observations ?? [])) as { sandboxId: string }[]);
+    await until(() => observed().length >= HEAVY, 20_000);
+    expect(e.frames.every((f) => f.type === "ack" || f.type === "observations")).toBe(true);
+    // One frame would have been ~35 MB: the edge's runtime closes the socket on it (1009), and
+    // the agent sends it again after each reconnect.
+    expect(e.frames.length).toBeGreaterThan(2);
+    for (const n of e.sizes) expect(n).toBeLessThanOrEqual(FRAME_MAX_BYTES);
+    expect(e.frames.filter((f) => f.type === "ack").flatMap((f) => (f.items as { sandboxId: string }[]).map((a) => a.sandboxId))).toEqual(ids);
+    expect(observed().map((o) => o.sandboxId)).toEqual(ids);
+  }, 30_000);
+
+  it("an inventory at the schema's bounds past 32 MiB goes as a hello and inventory frames under the cap, all of it, in order", async () => {
+    const wss = new WebSocketServer({ host: "127.0.0.1", port: 0 });
+    servers.push(wss);
+    await new Promise((r) => wss.once("listening", r));
+    const frames: { type: string; more?: boolean; ids: string[]; bytes: number }[] = [];
+    wss.on("connection", (ws) =>
+      ws.on("message", (data) => {
+        const text = String(data);
+        if (text === '{"type":"ping"}') return;
+        const parsed = AgentMessageSchema.safeParse(JSON.parse(text));
+        const bytes = Buffer.byteLength(text);
+        if (!parsed.success) return void frames.push({ type: `refused: ${parsed.error.issues[0]?.message}`, ids: [], bytes });
+        const msg = parsed.data;
+        if (msg.type === "hello") frames.push({ type: "hello", more: msg.more, ids: msg.inventory.map((o) => o.sandboxId), bytes });
+        if (msg.type === "inventory") frames.push({ type: "inventory", more: msg.more, ids: msg.items.map((o) => o.sandboxId), bytes });
+      }),
+    );
+    const ids = Array.from({ length: HEAVY }, (_, k) => `sbxheavy${k}`);
+    const link = new Link({
+      edgeUrl: `http://127.0.0.1:${(wss.address() as AddressInfo).port}`,
+      clusterId: "c",
+      token: "t",
+      hello: async () => ({ agentId: "a", driver: "local", ingress: { url: "http://127.0.0.1:1" }, inventory: ids.map((id) => heavy(id)) }),
+      onIntent: () => "pending",
+      log: () => {},
+    });
+    links.push(link);
+    link.start();
+    await until(() => frames.length > 0 && frames.at(-1)!.more !== true, 20_000);
+    expect(frames.length).toBeGreaterThan(2);
+    expect(frames.map((f) => [f.type, f.more])).toEqual([["hello", true], ...frames.slice(1, -1).map(() => ["inventory", true]), ["inventory", false]]);
+    for (const f of frames) expect(f.bytes).toBeLessThanOrEqual(FRAME_MAX_BYTES);
     expect(frames.flatMap((f) => f.ids)).toEqual(ids);
   }, 30_000);
 });

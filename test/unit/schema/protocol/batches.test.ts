@@ -4,7 +4,7 @@
 // way (`batches`, 256 and 8 MiB): 256 intents carrying ~60 KB of secret values each were one 15 MB
 // frame.
 import { expect, it } from "vitest";
-import { batches, ENQUEUE_MAX_BYTES, enqueueBatch, jsonBytes } from "../../../../durable-objects/pool/enqueue-batch.ts";
+import { batches, ENQUEUE_MAX_BYTES, enqueueBatch, jsonBytes } from "../../../../schema/protocol/batches.ts";
 
 const RPC_LIMIT = 32 << 20;
 const intent = (i: number, kb: number) => ({ sandboxId: `sbx-${i}`, labels: { note: String(i).padEnd(kb * 1024, "x") } });

@@ -1,11 +1,13 @@
-// How many of a pool's pending intents go in one ClusterDO.enqueue call: at most `count`, and at
-// most `bytes` of serialized intents, so a batch of large intents (long network rules, many
-// labels) stays under workerd's 32 MiB limit on RPC arguments with margin. Always at least one,
-// so a single intent larger than the cap still leaves (the edge bounds each intent far below it).
-// Pure.
+// Batches of the agent link's items and of a pool's ClusterDO.enqueue calls: at most `count` items
+// and at most `bytes` of them serialized, so a batch of large items (long network rules and
+// labels, secret values, observations with long condition messages) stays under workerd's 32 MiB
+// limit on RPC arguments and on a received WebSocket message, with margin. Always at least one item,
+// so a single item larger than the cap still leaves (the schemas bound each far below it). Pure.
 
-/** 8 MiB: a quarter of workerd's RPC limit (structured clone sizes differ from JSON's a little). */
+/** 8 MiB: a quarter of workerd's limits (structured clone sizes differ from JSON's a little). */
 export const ENQUEUE_MAX_BYTES = 8 << 20;
+/** The same cap on one agent link frame, either way. */
+export const FRAME_MAX_BYTES = ENQUEUE_MAX_BYTES;
 
 export function enqueueBatch<T>(items: readonly T[], count: number, bytes = ENQUEUE_MAX_BYTES, size: (item: T) => number = jsonBytes): T[] {
   const out: T[] = [];
@@ -20,7 +22,7 @@ export function enqueueBatch<T>(items: readonly T[], count: number, bytes = ENQU
   return out;
 }
 
-/** All of `items` in consecutive enqueueBatch batches (ClusterDO's `intents` frames), in order. */
+/** All of `items` in consecutive enqueueBatch batches (the link's frames), in order. */
 export function batches<T>(items: readonly T[], count: number, bytes = ENQUEUE_MAX_BYTES, size: (item: T) => number = jsonBytes): T[][] {
   const out: T[][] = [];
   for (let i = 0; i < items.length; ) {
