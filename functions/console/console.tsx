@@ -53,7 +53,15 @@ async function form(c: Context<ConsoleEnv>): Promise<Record<string, string>> {
   return Object.fromEntries(new URLSearchParams(new TextDecoder().decode(await c.req.arrayBuffer())));
 }
 
+/** A browser's POST names its page's origin; another site's form is refused (a login from
+ * elsewhere would replace the operator's session with the sender's: login CSRF). */
+function sameOrigin(c: Context<ConsoleEnv>): void {
+  const origin = c.req.header("origin");
+  if (origin && origin !== new URL(c.req.url).origin) throw new ApiError("forbidden", "Cross-origin form refused");
+}
+
 consoleApp.post("/console/login", async (c) => {
+  sameOrigin(c);
   const key = (await form(c)).key?.trim() ?? "";
   try {
     if (!looksLikeApiKey(key)) throw new ApiError("unauthorized", "Invalid API key");
@@ -82,8 +90,7 @@ consoleApp.use("/console/*", async (c, next) => {
 
 /** POSTs carry the session's CSRF token (and, from a browser, this origin). */
 async function checkedForm(c: Context<ConsoleEnv>): Promise<Record<string, string>> {
-  const origin = c.req.header("origin");
-  if (origin && origin !== new URL(c.req.url).origin) throw new ApiError("forbidden", "Cross-origin form refused");
+  sameOrigin(c);
   const fields = await form(c);
   if (!csrfMatches(c.get("session"), fields.csrf)) throw new ApiError("forbidden", "The form's token is missing or stale: reload the page");
   return fields;

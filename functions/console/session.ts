@@ -1,8 +1,13 @@
 // The console's browser session: a login form posts the API key once; the answer sets a cookie
 // holding {the key's HMAC, expiry, CSRF token} signed with a key derived from KEY_PEPPER. The key
-// itself is never stored in the browser nor put in a URL. The cookie is HttpOnly, SameSite=Strict,
-// Secure when the console is served over https, and scoped to /console. Every request re-resolves
-// the caller from the HMAC (the key cache's TTL bounds how long a deleted key keeps working).
+// itself is never stored in the browser nor put in a URL. The cookie is HttpOnly and SameSite=Strict.
+// Over https it is `__Host-console_session` (Secure, Path=/, no Domain): a sandbox's own host
+// (`<port>-<id>.<domain>`, which serves whatever its tenant writes) shares the console's domain and
+// could otherwise set a `console_session` cookie for it, one the browser sends first, locking the
+// operator out or signing them into the tenant's team (cookie tossing); no other host can set or
+// shadow a `__Host-` cookie. Over plain http (a local `npm start`) browsers refuse that prefix, so
+// there it is `console_session`, scoped to /console. Every request re-resolves the caller from the
+// HMAC (the key cache's TTL bounds how long a deleted key keeps working).
 import type { Context } from "hono";
 import { deleteCookie, getSignedCookie, setSignedCookie } from "hono/cookie";
 import type { AppEnv, Env } from "../env.ts";
@@ -30,7 +35,10 @@ function randomHex(bytes: number): string {
 }
 
 function cookieOptions(c: Context<ConsoleEnv>) {
-  return { path: "/console", httpOnly: true, sameSite: "Strict" as const, secure: new URL(c.req.url).protocol === "https:" };
+  const https = new URL(c.req.url).protocol === "https:";
+  return https
+    ? { prefix: "host" as const, path: "/", httpOnly: true, sameSite: "Strict" as const, secure: true }
+    : { path: "/console", httpOnly: true, sameSite: "Strict" as const, secure: false };
 }
 
 export async function startSession(c: Context<ConsoleEnv>, keyHash: string, now = Date.now()): Promise<Session> {
@@ -45,7 +53,7 @@ export function endSession(c: Context<ConsoleEnv>): void {
 
 /** The request's session, or null when there is none, its signature is wrong or it has expired. */
 export async function readSession(c: Context<ConsoleEnv>, now = Date.now()): Promise<Session | null> {
-  const raw = await getSignedCookie(c, secret(c.env), SESSION_COOKIE);
+  const raw = await getSignedCookie(c, secret(c.env), SESSION_COOKIE, cookieOptions(c).prefix);
   if (typeof raw !== "string") return null;
   try {
     const s = JSON.parse(raw) as Partial<Session>;

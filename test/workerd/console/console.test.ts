@@ -1,5 +1,5 @@
 // The operator console through the Worker: the login form and its session cookie (HttpOnly,
-// SameSite=Strict, Secure over https, the key never in a URL), team scoping (a team key sees only
+// SameSite=Strict, a __Host- cookie over https, the key never in a URL, no login from another site), team scoping (a team key sees only
 // its team's sandboxes; the admin sees every team's and the clusters), CSRF on the kill, and a kill
 // from the console seen through the E2B API.
 import { env, exports } from "cloudflare:workers";
@@ -68,16 +68,41 @@ describe("signing in", () => {
     }
   });
 
-  it("sets a signed HttpOnly SameSite=Strict cookie scoped to /console, Secure over https, without the key in it or in the redirect", async () => {
+  it("sets a signed HttpOnly SameSite=Strict cookie scoped to /console, a __Host- one over https, without the key in it or in the redirect", async () => {
     const { res, setCookie } = await login(team.key);
     expect(res.status).toBe(303);
     expect(res.headers.get("location")).toBe("/console");
+    expect(setCookie).toMatch(/^console_session=/);
     expect(setCookie).toMatch(/HttpOnly/);
     expect(setCookie).toMatch(/SameSite=Strict/);
     expect(setCookie).toMatch(/Path=\/console/);
     expect(setCookie).not.toMatch(/Secure/);
     expect(decodeURIComponent(setCookie)).not.toContain(team.key);
-    expect((await login(team.key, "https://edge.test")).setCookie).toMatch(/Secure/);
+    // Over https no other host of the domain can set or shadow it: Secure, Path=/, no Domain.
+    const secure = (await login(team.key, "https://edge.test")).setCookie;
+    expect(secure).toMatch(/^__Host-console_session=/);
+    expect(secure).toMatch(/; Path=\/;/);
+    expect(secure).toMatch(/Secure/);
+    expect(secure).toMatch(/HttpOnly/);
+    expect(secure).not.toMatch(/Domain=/i);
+  });
+
+  it("over https, a console_session cookie another host of the domain set (a sandbox's, with the tenant's own session) is not read, first or alone", async () => {
+    // What a tenant's sandbox host can plant for the whole domain: its own valid session's value
+    // under the name the console used (Domain=<domain>; Path=/console/), which the browser sends first.
+    const tenantsValue = (await login(other.key, "https://edge.test")).cookie.split("=").slice(1).join("=");
+    const operators = (await login(team.key, "https://edge.test")).cookie;
+    const both = `console_session=${tenantsValue}; ${operators}`;
+    expect(await html(page(`/console/sandboxes/${own}`, { cookie: both, origin: "https://edge.test" }))).toContain("started");
+    await html(page(`/console/sandboxes/${theirs}`, { cookie: both, origin: "https://edge.test" }), 404);
+    expect((await page("/console", { cookie: `console_session=${tenantsValue}`, origin: "https://edge.test" })).status).toBe(303);
+  });
+
+  it("refuses a login posted from another site's page (it would replace the operator's session with the sender's)", async () => {
+    const res = await page("/console/login", { form: { key: other.key }, headers: { origin: "http://evil.test" } });
+    await html(res, 403);
+    expect(res.headers.get("set-cookie")).toBeNull();
+    expect((await login(team.key)).res.status).toBe(303);
   });
 
   it("refuses a tampered cookie", async () => {
