@@ -34,7 +34,9 @@ consoleApp.use("/console/*", async (c, next) => {
   await next();
   c.header("cache-control", "no-store");
   c.header("x-frame-options", "DENY");
-  c.header("content-security-policy", "default-src 'none'; script-src 'self'; style-src 'unsafe-inline'; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'");
+  // The one script, not 'self': the edge's host also serves tenant bytes (a sandbox file's signed
+  // `/files` URL, as octet-stream, which browsers run as a script when asked to).
+  c.header("content-security-policy", `default-src 'none'; script-src ${new URL(c.req.url).origin}/console/live.js; style-src 'unsafe-inline'; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'`);
 });
 
 consoleApp.onError((err, c) => {

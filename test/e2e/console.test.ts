@@ -50,7 +50,7 @@ async function signIn(): Promise<void> {
 /** axe-core's WCAG 2 A/AA rules over the page: the violations, and the lowest text contrast it measured. */
 async function axe(on: Page = page): Promise<{ violations: { id: string; nodes: string[] }[]; minContrast: number }> {
   const source = readFileSync(createRequire(import.meta.url).resolve("axe-core/axe.min.js"), "utf8");
-  // Evaluated over the DevTools protocol, which the page's CSP (script-src 'self') does not govern.
+  // Evaluated over the DevTools protocol, which the page's CSP (only /console/live.js may run) does not govern.
   await on.evaluate(source);
   return on.evaluate(async () => {
     const r = await (window as unknown as { axe: { run: (ctx: Document, o: object) => Promise<any> } }).axe.run(document, { runOnly: { type: "tag", values: ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa"] }, resultTypes: ["violations", "passes"] });

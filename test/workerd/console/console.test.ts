@@ -105,6 +105,12 @@ describe("signing in", () => {
     expect((await login(team.key)).res.status).toBe(303);
   });
 
+  it("lets a page run only the console's own script (the host also serves tenant files)", async () => {
+    const { cookie } = await login(team.key);
+    const csp = (await page("/console", { cookie })).headers.get("content-security-policy") ?? "";
+    expect(/script-src ([^;]*)/.exec(csp)?.[1]).toBe("http://edge.test/console/live.js");
+  });
+
   it("refuses a tampered cookie", async () => {
     const { cookie } = await login(team.key);
     const tampered = cookie.replace(/%22exp%22%3A(\d)/, (_m, d) => `%22exp%22%3A${(Number(d) + 1) % 10}`);
