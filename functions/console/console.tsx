@@ -113,7 +113,8 @@ function render(c: Context<ConsoleEnv>, title: string, sections: Record<string, 
   return async () => {
     const want = c.req.header("x-console-fragment") ? c.req.query("fragment") : undefined;
     if (want !== undefined) {
-      const one = sections[want];
+      // Own names only: `constructor`, `hasOwnProperty`, … are the object's, not sections.
+      const one = Object.hasOwn(sections, want) ? sections[want] : undefined;
       if (!one) throw new ApiError("bad_request", "Unknown fragment");
       return c.html(<>{await one()}</>);
     }

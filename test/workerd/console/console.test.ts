@@ -120,6 +120,25 @@ describe("signing in", () => {
   });
 });
 
+describe("tenant bytes", () => {
+  it("a log line the sandbox wrote (its start command's output) is text on the detail page, never markup", async () => {
+    const attack = `</li><script>alert(1)</script><img src=x onerror=alert(1)>`;
+    agent.logs.append(own, "info", attack, { source: "start", stream: "stdout", note: attack });
+    const { cookie } = await login(team.key);
+    const detail = await html(page(`/console/sandboxes/${own}`, { cookie }));
+    expect(detail).toContain("&lt;script&gt;alert(1)&lt;/script&gt;");
+    expect(detail).not.toContain("<script>alert(1)");
+    expect(detail).not.toContain("<img src=x");
+  });
+
+  it("a fragment name that is an object's own property is a 400, like any unknown one", async () => {
+    const { cookie } = await login(team.key);
+    for (const name of ["constructor", "hasOwnProperty", "toString", "__proto__", "nope"]) {
+      expect((await page(`/console?fragment=${name}`, { cookie, headers: { "x-console-fragment": "1" } })).status).toBe(400);
+    }
+  });
+});
+
 describe("team scoping", () => {
   it("a team key's console lists its team's sandboxes only, and another team's sandbox is a 404", async () => {
     const { cookie } = await login(team.key);
