@@ -1,5 +1,5 @@
 // Parsers for /etc/passwd and /etc/group, the sandbox's own user database, and a cache of them.
-import { readFileSync, statSync } from "node:fs";
+import { closeSync, constants, fstatSync, openSync, readFileSync, statSync } from "node:fs";
 
 export interface PasswdEntry {
   name: string;
@@ -49,7 +49,7 @@ export function cachedFile<T>(path: () => string, parse: (text: string) => T, em
       const file = path();
       const m = statSync(file).mtimeMs;
       if (m !== mtime) {
-        value = parse(readFileSync(file, "utf8"));
+        value = parse(readRegularFile(file, MAX_ID_FILE_BYTES));
         mtime = m;
       }
     } catch {
@@ -58,4 +58,26 @@ export function cachedFile<T>(path: () => string, parse: (text: string) => T, em
     }
     return value;
   };
+}
+
+/** /etc/passwd or /etc/group larger than this reads as empty (a real one is a few KiB). */
+const MAX_ID_FILE_BYTES = 4 << 20;
+
+/**
+ * A file's text, read only if it is a regular file of at most `max` bytes; otherwise a throw. The
+ * file is the sandbox's (its /etc/passwd, through the host's view of its root) and the reader the
+ * agent's main thread: a FIFO there would block it for good, a device or a huge file would be read
+ * whole. Opened without blocking; the type is the open file's. (A sandbox's path comes resolved
+ * inside the sandbox, links and all: local-view.ts.)
+ */
+export function readRegularFile(file: string, max: number): string {
+  const fd = openSync(file, constants.O_RDONLY | constants.O_NONBLOCK);
+  try {
+    const st = fstatSync(fd);
+    if (!st.isFile()) throw new Error(`${file} is not a regular file`);
+    if (st.size > max) throw new Error(`${file} is larger than ${max} bytes`);
+    return readFileSync(fd, "utf8");
+  } finally {
+    closeSync(fd);
+  }
 }

@@ -136,6 +136,17 @@ describe("write and read", () => {
     await expect(fx.sbx.files.write(fx.dir, "x")).rejects.toThrow(/is a directory/);
   });
 
+  it("refuses a FIFO or a device node, read or written, without blocking (the runtime may be the host's root in the tenant's tree)", async () => {
+    // A FIFO nobody reads held an open for writing (and one nobody writes, for reading) forever:
+    // a thread of the runtime's pool each, four of them all of its file work.
+    expect((await fx.sbx.commands.run(`mkfifo ${fx.dir}/fifo`)).exitCode).toBe(0);
+    await expect(fx.sbx.files.write(`${fx.dir}/fifo`, "x")).rejects.toThrow(/is not a regular file/);
+    await expect(fx.sbx.files.read(`${fx.dir}/fifo`)).rejects.toThrow(/is not a regular file/);
+    // A character device (the sandbox's own /dev/null): read as a file it was empty; now refused.
+    await expect(fx.sbx.files.read("/dev/null")).rejects.toThrow(/is not a regular file/);
+    await expect(fx.sbx.files.write("/dev/null", "x", { user: "root" })).rejects.toThrow(/is not a regular file|permission denied/);
+  });
+
   it("writes as another user when asked", async () => {
     await fx.sbx.files.write(`${fx.dir}/root-owned.txt`, "r", { user: "root" });
     expect((await fx.sbx.files.getInfo(`${fx.dir}/root-owned.txt`)).owner).toBe("root");

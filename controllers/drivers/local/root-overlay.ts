@@ -101,7 +101,8 @@ export async function mountRoot(spawner: Spawner, store: RootfsStore, root: Root
   // overlayfs lists lower layers top first.
   const options = `lowerdir=${lower.reverse().join(":")},upperdir=${rel(paths.upper)},workdir=${rel(paths.work)}`;
   if (idmap) await idmap(mounts, { dir: paths.dir, options, merged: paths.merged });
-  else await runHelper(spawner, ["mount", "-t", "overlay", "overlay", "-o", options, paths.merged], paths.dir);
+  // nodev, as userns.pl mounts it: no device node of the tenant's layers opens from the host side.
+  else await runHelper(spawner, ["mount", "-t", "overlay", "overlay", "-o", `nodev,${options}`, paths.merged], paths.dir);
   return fresh;
 }
 
@@ -144,19 +145,30 @@ function mayHoldMounts(links: string): boolean {
 
 /** The sandbox's own identity in its upper directory (through the mounted root): its hostname,
  * its hosts file, and the host's resolvers. Written once, when its root is new; the sandbox may
- * change them after. */
+ * change them after. The tree under `merged` is the tenant's (its template's build steps, or a
+ * snapshot of a sandbox it ran) and this runs as the host's root in the host's namespaces: a link
+ * there is never followed (`/etc/hostname` -> `/etc/shadow` would have this overwrite the host's
+ * file). So `/etc` must be a directory of its own (anything else is replaced), and each file is
+ * removed (a link or node itself; a whiteout over the layers) and created anew with O_EXCL, which
+ * never follows a link. Nothing of the sandbox runs yet, so nothing can race it. */
 export function writeIdentity(merged: string, hostname: string, ids: IdMapping = IDENTITY): void {
   const etc = join(merged, "etc");
-  mkdirSync(etc, { recursive: true });
+  if (!lstatSync(etc, { throwIfNoEntry: false })?.isDirectory()) {
+    rmSync(etc, { force: true, recursive: true });
+    mkdirSync(etc, { mode: 0o755 });
+    lchownSync(etc, idToHost(ids, 0), idToHost(ids, 0));
+  }
   const files: Record<string, string> = {
     hostname: `${hostname}\n`,
     hosts: `127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t${hostname}\n`,
     "resolv.conf": resolvConf(),
   };
   for (const [name, text] of Object.entries(files)) {
-    writeFileSync(join(etc, name), text);
+    const path = join(etc, name);
+    rmSync(path, { force: true, recursive: true });
+    writeFileSync(path, text, { flag: "wx", mode: 0o644 });
     // Written by the host's root: owned by the sandbox's root, as the template's /etc is.
-    lchownSync(join(etc, name), idToHost(ids, 0), idToHost(ids, 0));
+    lchownSync(path, idToHost(ids, 0), idToHost(ids, 0));
   }
 }
 

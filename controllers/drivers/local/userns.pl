@@ -83,7 +83,11 @@ sub main {
     my (undef, $mount_nr, $dir, $options, $merged) = @overlay;
     chdir($dir) or fail("chdir $dir: $!");
     my ($source, $type) = ('overlay', 'overlay');  # syscall() may write into string arguments
-    syscall($mount_nr, $source, $merged, $type, 0, $options) == 0 or fail("mount overlay at $merged: $!");
+    # MS_NODEV: the layers are the tenant's (a build step runs as root and may mknod), and the
+    # agent opens paths under this mount as the host's root (the files API, /etc/passwd): a node
+    # there must not reach a host device. Not MS_NOSUID: allow-setuid.pl lifts bubblewrap's nosuid
+    # inside, which a locked flag from here would forbid.
+    syscall($mount_nr, $source, $merged, $type, 4, $options) == 0 or fail("mount overlay at $merged: $!");
     chdir('/') or fail("chdir /: $!");
   }
 

@@ -1,5 +1,5 @@
 // GET /files: download one file, whole or a Range, gzip-encoded when the client accepts it.
-import { createReadStream } from "node:fs";
+import { constants, createReadStream } from "node:fs";
 import { open, type FileHandle } from "node:fs/promises";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { posix } from "node:path";
@@ -51,8 +51,11 @@ export async function getFiles(req: IncomingMessage, res: ServerResponse, sbx: R
   const { user, rawPath } = authorizeFiles(req, sbx, url, "read");
   if (!rawPath) throw new HttpError(400, "path is required");
   const { path, host } = hostPathFor(sbx, user, rawPath, "read");
-  const fh = await open(host, "r").catch((err: NodeJS.ErrnoException) => {
+  // A final link swapped in since the path was resolved is not followed, and a FIFO does not
+  // block the open: the runtime may be the host's root reading a tree the tenant shaped.
+  const fh = await open(host, constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK).catch((err: NodeJS.ErrnoException) => {
     if (err.code === "ENOENT" || err.code === "ENOTDIR") throw new HttpError(404, `path '${path}' does not exist`);
+    if (err.code === "ELOOP") throw new HttpError(400, `path '${path}' is not a valid file path`);
     if (err.code === "EACCES" || err.code === "EPERM") throw new HttpError(403, `error opening file '${path}': permission denied`);
     throw err;
   });
@@ -60,6 +63,7 @@ export async function getFiles(req: IncomingMessage, res: ServerResponse, sbx: R
   try {
     const st = await fh.stat();
     if (st.isDirectory()) throw new HttpError(400, `path '${path}' is a directory`);
+    if (!st.isFile()) throw new HttpError(400, `path '${path}' is not a regular file`);
     const accepted = chooseEncoding(req.headers["accept-encoding"]);
     if (!accepted) throw new HttpError(406, "no acceptable encoding found, supported: [identity, gzip]");
     // Kernel files (/proc, /sys) report a size of 0 and have content: read them whole (they are
@@ -74,6 +78,8 @@ export async function getFiles(req: IncomingMessage, res: ServerResponse, sbx: R
     const range = parseRange(req.headers.range, size);
     const headers: Record<string, string | number> = {
       "content-type": "application/octet-stream",
+      // Never run as a script or page: a signed URL serves this from the edge's own host.
+      "x-content-type-options": "nosniff",
       "content-disposition": `inline; filename="${posix.basename(path).replace(/["\\]/g, "_")}"`,
       "last-modified": st.mtime.toUTCString(),
       "accept-ranges": "bytes",

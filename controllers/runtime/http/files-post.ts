@@ -1,7 +1,7 @@
 // POST /files: multipart (parts named "file"; the target is the `path` query or the part's
 // filename) or a raw octet-stream body (the `path` query names the target), optionally
 // gzip-encoded. Parent directories are created; files are truncated and belong to the user.
-import { createWriteStream, type BigIntStats } from "node:fs";
+import { constants, createWriteStream, type BigIntStats } from "node:fs";
 import { lstat, open, stat } from "node:fs/promises";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { posix } from "node:path";
@@ -41,6 +41,8 @@ function goError(err: unknown, op: string, path: string): string {
   return `${op} ${path}: ${reason}`;
 }
 
+const WRITE_FLAGS = constants.O_WRONLY | constants.O_CREAT | constants.O_TRUNC | constants.O_NOFOLLOW | constants.O_NONBLOCK;
+
 function diskFull(err: unknown): boolean {
   const code = (err as NodeJS.ErrnoException).code;
   return code === "ENOSPC" || code === "EDQUOT";
@@ -60,12 +62,20 @@ async function writeOne(sbx: RuntimeSandbox, user: SandboxUser, rawPath: string,
   }
   let fh;
   try {
-    fh = await open(host, "w", 0o644);
+    // As "w", but a final link (one swapped in since the path was resolved) is not followed and a
+    // FIFO does not block: this may be the host's root writing into a tree the tenant shaped.
+    fh = await open(host, WRITE_FLAGS, 0o644);
   } catch (err) {
     if (diskFull(err)) throw new HttpError(507, "not enough disk space available");
     const code = (err as NodeJS.ErrnoException).code;
-    if (code === "ENOTDIR" || code === "EISDIR") throw new HttpError(400, `path '${path}' is not a valid file path`);
+    if (code === "ENOTDIR" || code === "EISDIR" || code === "ELOOP") throw new HttpError(400, `path '${path}' is not a valid file path`);
+    // A FIFO nobody reads (O_NONBLOCK), a device node on a nodev mount.
+    if (code === "ENXIO" || (code === "EACCES" && (await lstat(host).catch(() => undefined))?.isFile() === false)) throw new HttpError(400, `path '${path}' is not a regular file`);
     throw new HttpError(500, `error opening file: ${goError(err, "open", path)}`);
+  }
+  if (!(await fh.stat()).isFile()) {
+    await fh.close();
+    throw new HttpError(400, `path '${path}' is not a regular file`);
   }
   try {
     const owner = ownerOnHost(sbx.view, user);

@@ -4,7 +4,7 @@
 // agent restart, and a new sandbox starts clean. `base` is built (or reused) by the tier's global
 // setup (test/support/base-rootfs-setup.ts).
 import { execFileSync } from "node:child_process";
-import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, statfsSync } from "node:fs";
+import { existsSync, mkdtempSync, openSync, readFileSync, readdirSync, rmSync, statfsSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { basename, join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
@@ -38,6 +38,19 @@ describe("a root filesystem of its own", { timeout: 60_000 }, () => {
     // Nothing was written into the shared layer.
     const layer = store.templateTrees("base")![0]!;
     expect(readFileSync(join(layer, "etc/hostname"), "utf8")).not.toContain(d.id);
+    await driver.destroy(d.id);
+  });
+
+  it("is mounted nodev on the host: a device node in its tree (a build step's mknod, as root) does not open from the host's side", async () => {
+    const d = desiredSandbox("nodev");
+    await driver.ensure(d);
+    const merged = layoutFor(dataDir, d.id, true, true).merged;
+    const options = readFileSync("/proc/self/mountinfo", "utf8").split("\n").find((l) => l.split(" ")[4] === merged)?.split(" ")[5] ?? "";
+    expect(options.split(",")).toContain("nodev");
+    // /dev/zero's numbers: what a build step could leave for the agent's files API, which opens
+    // paths here as the host's root.
+    execFileSync("mknod", [join(merged, "zero"), "c", "1", "5"]);
+    expect(() => openSync(join(merged, "zero"), "r")).toThrow(/EACCES/);
     await driver.destroy(d.id);
   });
 
