@@ -2,6 +2,7 @@
 // config and label of every step. Deterministic, no I/O (the builder does the rest).
 import { createHash } from "node:crypto";
 import type { TemplateStep } from "../../../../schema/api/template-build.ts";
+import { BUILT } from "./retire.ts";
 
 /** What the first step runs with and the finished template gets unless a step changes it: E2B's
  * defaults for an image, the base template's own for `fromTemplate`. */
@@ -27,12 +28,15 @@ const IMAGE_ALIASES: Record<string, string> = {
   "debian:latest": "base",
 };
 
-/** The rootfs template an image reference names here, or undefined (a build error). */
+/** The rootfs template an image reference names here, or undefined (a build error). Never a
+ * template a build published (`b-<buildID>`, any team's): an image reference is a name anyone may
+ * write, and a build stands on another build only through `fromTemplate`, which the edge resolves
+ * as the team's own or a public one (it sends `rootfs` then). */
 export function rootfsForImage(image: string, has: (name: string) => boolean): string | undefined {
   const alias = IMAGE_ALIASES[image];
   if (alias) return alias;
   const local = image.replace(/[^a-z0-9._-]/g, "-").replace(/^[^a-z0-9]+/, "").slice(0, 63);
-  return local && has(local) ? local : undefined;
+  return local && !BUILT.test(local) && has(local) ? local : undefined;
 }
 
 export interface PlannedStep {

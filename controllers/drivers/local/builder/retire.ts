@@ -9,7 +9,7 @@ import { join } from "node:path";
 import type { RootfsStore } from "../rootfs/store.ts";
 
 /** Only what a build published (`b-<buildID>`): base and imported templates are not the edge's. */
-const BUILT = /^b-[a-z0-9-]{1,64}$/;
+export const BUILT = /^b-[a-z0-9-]{1,64}$/;
 
 export class RetiredTemplates {
   readonly #store: RootfsStore;

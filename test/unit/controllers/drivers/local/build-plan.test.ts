@@ -64,4 +64,10 @@ describe("build plan", () => {
     expect(rootfsForImage("python:3", has)).toBeUndefined();
     expect(rootfsForImage("../../etc", has)).toBeUndefined();
   });
+
+  it("never names a template a build published (any team's b-<buildID>), however the reference spells it", () => {
+    const victim = "b-0b1f8a52-5e1c-4c0e-9d7e-2f0c1a9b3e77";
+    const has = (n: string) => n === victim;
+    for (const ref of [victim, victim.replace("b-", "b/"), victim.replace("b-", "b:"), `-${victim}`]) expect(rootfsForImage(ref, has)).toBeUndefined();
+  });
 });
