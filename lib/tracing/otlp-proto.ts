@@ -110,16 +110,28 @@ export class ProtoWriter {
     this.pos += 8;
   }
 
-  /** A length-delimited string: ASCII byte by byte, anything else through the encoder. */
+  /** A length-delimited string: ASCII byte by byte in one pass, anything else through the encoder. */
   string(s: string): void {
     const len = s.length;
-    for (let i = 0; i < len; i++) {
-      if (s.charCodeAt(i) > 127) return this.bytes(this.#encoder.encode(s));
-    }
-    this.varint(len);
-    this.#ensure(len);
+    if (len > 127) return this.#longString(s);
+    this.#ensure(1 + len);
     const buf = this.buf;
-    for (let i = 0; i < len; i++) buf[this.pos++] = s.charCodeAt(i);
+    const at = this.pos;
+    buf[at] = len;
+    for (let i = 0; i < len; i++) {
+      const c = s.charCodeAt(i);
+      if (c > 127) return this.bytes(this.#encoder.encode(s)); // rewritten from `at`: pos has not moved
+      buf[at + 1 + i] = c;
+    }
+    this.pos = at + 1 + len;
+  }
+
+  #longString(s: string): void {
+    for (let i = 0; i < s.length; i++) if (s.charCodeAt(i) > 127) return this.bytes(this.#encoder.encode(s));
+    this.varint(s.length);
+    this.#ensure(s.length);
+    const buf = this.buf;
+    for (let i = 0; i < s.length; i++) buf[this.pos++] = s.charCodeAt(i);
   }
 
   /** Length-delimited bytes. */
@@ -141,7 +153,9 @@ export class ProtoWriter {
     this.#ensure(1 + n);
     const buf = this.buf;
     buf[this.pos++] = n;
-    for (let i = 0; i < hex.length; i += 2) buf[this.pos++] = (hexDigit(hex.charCodeAt(i)) << 4) | hexDigit(hex.charCodeAt(i + 1));
+    let p = this.pos;
+    for (let i = 0; i < hex.length; i += 2) buf[p++] = (HEX_VALUE[hex.charCodeAt(i)]! << 4) | HEX_VALUE[hex.charCodeAt(i + 1)]!;
+    this.pos = p;
   }
 
   /** Room for a message's length, `reserve` bytes (what it most likely needs); `close` writes it. */
@@ -280,9 +294,8 @@ export class ProtoWriter {
   }
 }
 
-function hexDigit(c: number): number {
-  return c <= 57 ? c - 48 : c >= 97 ? c - 87 : c - 55;
-}
+/** A hex digit's value by its character code (either case), as the serializer's `hexToBinary` reads it. */
+const HEX_VALUE = Uint8Array.from({ length: 128 }, (_, c) => (c <= 57 ? c - 48 : c >= 97 ? c - 87 : c - 55) & 0xff);
 
 function varintSize(v: number): number {
   return v < 0x80 ? 1 : v < 0x4000 ? 2 : v < 0x20_0000 ? 3 : v < 0x1000_0000 ? 4 : 5;
