@@ -197,7 +197,7 @@ type Side = {
   sampledUs: number[]; // `--profile`: each window's sampled isolate time (all but idle), µs per create
 };
 /** The bundle's tracing code, by bundled source file (`--profile`): ours and the OTLP exporter's. */
-const TRACING_CODE = /(^|\/)(tracing|[\w-]+-tracing|span-recorder|otlp-json)\.ts$|@opentelemetry\//;
+const TRACING_CODE = /(^|\/)(tracing|[\w-]+-tracing|span-recorder|otlp-json|otlp-proto)\.ts$|@opentelemetry\//;
 /** A window's steady state starts this long after its first create (past the first export). */
 const LEAD_MS = 1_000;
 /** Idle, for `settle`: under QUIET_MS of CPU in QUIET_WINDOW_MS (half as long again as the export period, so a pending last export shows). */

@@ -1,7 +1,7 @@
 // The edge's OpenTelemetry traces, in workerd: spans of our own recorder (span-recorder.ts: the
-// API's Span, the SDK's ReadableSpan, none of the SDK's per-span machinery) written as OTLP/JSON
-// straight from their fields (otlp-json.ts: the text JsonTraceSerializer writes, without its object
-// tree) and sent by the OTLP/HTTP exporter's fetch transport (@opentelemetry/otlp-exporter-base's
+// API's Span, the SDK's ReadableSpan, none of the SDK's per-span machinery) written as OTLP/protobuf
+// straight from their fields into one buffer per export (otlp-proto.ts: the bytes
+// ProtobufTraceSerializer writes) and sent by the OTLP/HTTP exporter's fetch transport (@opentelemetry/otlp-exporter-base's
 // browser build: its retries, timeout and concurrency limit, as the OTLPTraceExporter had them).
 // Off unless OTEL_EXPORTER_OTLP_ENDPOINT is set: then no sink exists and `edgeSpan` only calls its
 // work, but the request id still travels (a traceparent naming no recorded span: see
@@ -20,7 +20,7 @@ import { AsyncLocalStorage } from "node:async_hooks";
 import { SpanKind, SpanStatusCode, type Attributes, type Span, type SpanContext } from "@opentelemetry/api";
 import { createLegacyOtlpBrowserExportDelegate } from "@opentelemetry/otlp-exporter-base/browser-http";
 import { resourceFromAttributes } from "@opentelemetry/resources";
-import { otlpJsonSerializer } from "../../lib/tracing/otlp-json.ts";
+import { otlpProtoSerializer } from "../../lib/tracing/otlp-proto.ts";
 import { EdgeSpan, notSampled, parseTraceparent, randomHex, traceparentOf, type SpanSink } from "../../lib/tracing/span-recorder.ts";
 
 export const EDGE_SCOPE = "sandbox-edge";
@@ -47,22 +47,22 @@ class FlushedSpanProcessor implements SpanSink {
   private readonly exporter;
   constructor(url: string) {
     // The delegate OTLPTraceExporter's browser build wraps, with our serializer in place of
-    // JsonTraceSerializer (its other arguments as that exporter passes them).
-    const serializer = otlpJsonSerializer(this.resource, this.scope);
-    this.exporter = createLegacyOtlpBrowserExportDelegate({ url }, serializer, "otlp_http_span_exporter", SPAN_COUNT, undefined, "v1/traces", { "Content-Type": "application/json" });
+    // ProtobufTraceSerializer (its other arguments as that exporter's protobuf flavour passes them).
+    const serializer = otlpProtoSerializer(this.resource, this.scope);
+    this.exporter = createLegacyOtlpBrowserExportDelegate({ url }, serializer, "otlp_http_span_exporter", SPAN_COUNT, undefined, "v1/traces", { "Content-Type": "application/x-protobuf" });
   }
   onEnd(span: EdgeSpan): void {
     if (this.spans.length < MAX_BUFFERED) this.spans.push(span);
   }
   async forceFlush(): Promise<void> {
-    const all = this.spans.map((s) => s.otlpJson());
+    const all = this.spans;
     this.spans = [];
     for (let i = 0; i < all.length; i += EXPORT_BATCH) await new Promise<void>((done) => this.exporter.export(all.slice(i, i + EXPORT_BATCH), () => done()));
   }
 }
 
 /** The exporter's self-metrics read a request's span count (a no-op meter here: none is given). */
-const SPAN_COUNT = { name: "span" as const, countItems: (spans: string[]) => spans.length };
+const SPAN_COUNT = { name: "span" as const, countItems: (spans: EdgeSpan[]) => spans.length };
 
 interface TracingEnv {
   OTEL_EXPORTER_OTLP_ENDPOINT?: string;

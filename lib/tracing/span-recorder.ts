@@ -9,7 +9,7 @@ import { SpanKind, SpanStatusCode, type Attributes, type AttributeValue, type Hr
 import type { InstrumentationScope } from "@opentelemetry/core";
 import type { Resource } from "@opentelemetry/resources";
 import type { ReadableSpan } from "@opentelemetry/sdk-trace";
-import { otlpSpanJson } from "./otlp-json.ts";
+import type { OtlpProtoSpan, ProtoWriter } from "./otlp-proto.ts";
 
 const TRACEPARENT = /^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$/;
 const ZERO_TRACE_ID = "0".repeat(32);
@@ -71,7 +71,7 @@ const UNSET: SpanStatus = Object.freeze({ code: SpanStatusCode.UNSET });
 // Per span only what differs: its name, kind, parent, ids, attributes, status and two clock
 // readings. Its HrTimes, the empty lists and the dropped counts are computed or shared when the
 // exporter reads them (once, at the export), not made for each span.
-export class EdgeSpan implements Span, ReadableSpan {
+export class EdgeSpan implements Span, ReadableSpan, OtlpProtoSpan {
   name: string;
   readonly kind: SpanKind;
   readonly parentSpanContext: SpanContext | undefined;
@@ -160,9 +160,9 @@ export class EdgeSpan implements Span, ReadableSpan {
     return this;
   }
   recordException(): void {}
-  /** The ended span as its OTLP/JSON object (otlp-json.ts), for a sink that sends that. */
-  otlpJson(): string {
-    return otlpSpanJson({ ctx: this.#ctx, parent: this.parentSpanContext, name: this.name, kind: this.kind, startMs: this.#start, endMs: this.#end, attributes: this.attributes, status: this.status });
+  /** The ended span as its OTLP/protobuf Span message (otlp-proto.ts), for a sink that sends that. */
+  writeOtlpProto(w: ProtoWriter): void {
+    w.span(this.#ctx, this.parentSpanContext, this.name, this.kind, this.#start, this.#end, this.attributes, this.status);
   }
   end(_endTime?: TimeInput): void {
     if (this.ended) return;

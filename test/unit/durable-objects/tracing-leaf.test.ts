@@ -18,17 +18,52 @@ interface OtlpSpan {
   status: { code: number; message?: string };
 }
 
+/** The spans of an OTLP/protobuf ExportTraceServiceRequest: the fields checked here (trace.proto's numbers). */
+function otlpSpans(body: Uint8Array): OtlpSpan[] {
+  const spans: OtlpSpan[] = [];
+  for (const rs of messages(body, 1)) for (const ss of messages(rs, 2)) for (const sp of messages(ss, 2)) {
+    const one = fieldsOf(sp);
+    const hex = (n: number) => (one.get(n)?.[0] ? Buffer.from(one.get(n)![0] as Uint8Array).toString("hex") : undefined);
+    const status = fieldsOf(one.get(15)![0] as Uint8Array);
+    const message = status.get(2)?.[0] as Uint8Array | undefined;
+    spans.push({ name: Buffer.from(one.get(5)![0] as Uint8Array).toString(), traceId: hex(1)!, spanId: hex(2)!, parentSpanId: hex(4), status: { code: (status.get(3)?.[0] as number) ?? 0, ...(message ? { message: Buffer.from(message).toString() } : {}) } });
+  }
+  return spans;
+}
+const messages = (data: Uint8Array, field: number) => (fieldsOf(data).get(field) ?? []) as Uint8Array[];
+function fieldsOf(data: Uint8Array): Map<number, Array<number | Uint8Array>> {
+  const out = new Map<number, Array<number | Uint8Array>>();
+  let pos = 0;
+  const varint = () => {
+    let v = 0;
+    for (let scale = 1; ; scale *= 128) {
+      const b = data[pos++]!;
+      v += (b & 127) * scale;
+      if (b < 128) return v;
+    }
+  };
+  while (pos < data.length) {
+    const key = varint();
+    const [field, wire] = [Math.floor(key / 8), key & 7];
+    const length = wire === 2 ? varint() : wire === 1 ? 8 : 4;
+    const value = wire === 0 ? varint() : data.subarray(pos, (pos += length));
+    out.set(field, [...(out.get(field) ?? []), value]);
+  }
+  return out;
+}
+
 let server: Server;
 const received: OtlpSpan[] = [];
 let env: { OTEL_EXPORTER_OTLP_ENDPOINT: string };
 
 beforeAll(async () => {
   server = createServer((req, res) => {
-    let body = "";
-    req.on("data", (chunk) => (body += chunk));
+    const chunks: Buffer[] = [];
+    req.on("data", (chunk: Buffer) => chunks.push(chunk));
     req.on("end", () => {
-      for (const rs of JSON.parse(body).resourceSpans) for (const ss of rs.scopeSpans) received.push(...ss.spans);
-      res.writeHead(200, { "content-type": "application/json" }).end("{}");
+      expect(req.headers["content-type"]).toBe("application/x-protobuf");
+      received.push(...otlpSpans(Buffer.concat(chunks)));
+      res.writeHead(200, { "content-type": "application/x-protobuf" }).end(); // an empty ExportTraceServiceResponse
     });
   });
   await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
