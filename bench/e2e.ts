@@ -79,6 +79,7 @@ const WARM = CREATES + 20;
 const CPU_ONLY = Boolean(process.env.E2E_BENCH_CPU_ONLY);
 const EDGE_PROFILE = process.env.E2E_BENCH_EDGE_PROFILE;
 const PERF_FILE = process.env.E2E_BENCH_PERF;
+const WARM_WINDOWS = Number(process.env.E2E_BENCH_WARM_WINDOWS ?? 0);
 /** E2E_BENCH_SERIAL: rounds of the one-client loop (and the driver's and the isolation floor's
  * beside it); 0 leaves it and its figures out (short CPU_ONLY runs). */
 const SERIAL = Number(process.env.E2E_BENCH_SERIAL ?? 20);
@@ -164,10 +165,10 @@ async function waitSettled(apiUrl: string, apiKey: string, want: number, sandbox
   }
 }
 
-/** `perf record` of every CPU (999 Hz, call graphs, CLOCK_MONOTONIC) and of every fsync/fdatasync
- * call, until stop(). */
+/** `perf record` of every CPU (999 Hz, call graphs, CLOCK_MONOTONIC) and of every fsync, fdatasync
+ * and clone (fork) call, until stop(). */
 async function startPerf(file: string): Promise<{ stop(): Promise<void> }> {
-  const events = ["-e", "cpu-clock", "-e", "syscalls:sys_enter_fsync", "-e", "syscalls:sys_enter_fdatasync"];
+  const events = ["cpu-clock", "syscalls:sys_enter_fsync", "syscalls:sys_enter_fdatasync", "syscalls:sys_enter_clone", "syscalls:sys_enter_clone3"].flatMap((e) => ["-e", e]);
   const child = spawn("perf", ["record", "-a", "-g", "-F", "999", "-k", "CLOCK_MONOTONIC", ...events, "-o", file], { stdio: ["ignore", "ignore", "pipe"] });
   let err = "";
   child.stderr.on("data", (d: Buffer) => (err += d));
@@ -297,6 +298,23 @@ export async function run(): Promise<Figures> {
     // CPU it spends whatever the clients do (heartbeats, timers), which the window counts for every
     // second it lasts, the settle included (e2e.rest_share_ms_each).
     await waitSettled(sys.apiUrl, sys.apiKey, WARM, sandboxesDir);
+    // E2E_BENCH_WARM_WINDOWS: the same window run first this many times, each settled, its split
+    // printed: how much of the window's figure is code not yet optimised (a Node process runs the
+    // create + command path ~20 times before the window, in the one-client loop).
+    for (let w = 0; w < WARM_WINDOWS; w++) {
+      const pids = { agent: sys.agent.pid!, spawner: agentSpawner, edge: sys.edge.pid, sqld: sys.sqld.pid };
+      const before = Object.fromEntries(Object.entries(pids).map(([k, pid]) => [k, procCpuMs(pid).own]));
+      const kills: Promise<unknown>[] = [];
+      await timedConcurrently(CREATES, CLIENTS, async () => {
+        const sbx = await Sandbox.create(opts);
+        await sbx.commands.run("echo hi");
+        kills.push(sbx.kill());
+      });
+      const split = Object.fromEntries(Object.entries(pids).map(([k, pid]) => [k, round((procCpuMs(pid).own - before[k]!) / CREATES)]));
+      console.error(`bench e2e: warm-up window ${w + 1}: server CPU per create + first command ${JSON.stringify(split)}`);
+      await Promise.all(kills);
+      await waitSettled(sys.apiUrl, sys.apiKey, WARM, sandboxesDir);
+    }
     const serverPids = { agent: sys.agent.pid!, spawner: agentSpawner, edge: sys.edge.pid, sqld: sys.sqld.pid };
     const restBefore = Object.fromEntries(Object.entries(serverPids).map(([k, pid]) => [k, pid ? threadsCpuMs(pid) : 0]));
     const restStart = performance.now();

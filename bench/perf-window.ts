@@ -3,12 +3,13 @@
 //   node bench/perf-window.ts <perf.data> '<parts JSON the bench printed>' [top]
 // Per part (agent, spawner, edge, sqld), per create: on-CPU ms (cpu-clock samples at 999 Hz),
 // the main thread's and the V8 threads' (JIT compiler, GC), the kernel's by system call, the
-// fsync/fdatasync calls made, and for workerd the share spent in its Durable Objects' SQLite
-// commits (the WAL write and its fsync: durability, not our JS) and queries. A V8 CPU profile
-// cannot give these: it samples a thread blocked in a synchronous call as busy and never sees
-// the compiler and GC threads. With SBX_AGENT_NODE_ARGS=--perf-basic-prof-only-functions the
-// agent's JS functions are named too (the innermost one of ours per sample; JIT code moved by the
-// GC can be misnamed, so read those as hints). PERF_TIME=<start>,<end> (s) cuts a longer recording.
+// fsync/fdatasync and clone (fork, thread) calls made, and for workerd the share spent in its
+// Durable Objects' SQLite commits (the WAL write and its fsync: durability, not our JS) and
+// queries. A V8 CPU profile cannot give these: it samples a thread blocked in a synchronous call
+// as busy and never sees the compiler and GC threads. With
+// SBX_AGENT_NODE_ARGS=--perf-basic-prof-only-functions the agent's JS functions are named too
+// (the innermost one of ours per sample; JIT code moved by the GC can be misnamed, so read those
+// as hints). PERF_TIME=<start>,<end> (seconds) cuts a longer recording.
 import { execFileSync } from "node:child_process";
 
 interface Sample {
@@ -57,7 +58,9 @@ function report(all: Sample[], parts: Record<string, number>, creates: number, t
     if (part === "creates" || part === "bench") continue;
     const mine = all.filter((s) => s.pid === pid);
     const cpu = mine.filter((s) => s.event.startsWith("cpu-clock"));
-    const syncs = mine.length - cpu.length;
+    const calls = (re: RegExp) => mine.filter((s) => re.test(s.event)).length;
+    const syncs = calls(/fsync|fdatasync/);
+    const forks = calls(/sys_enter_clone/);
     const by = { main: 0, jit: 0, gc: 0, kernel: 0, sqliteCommit: 0, sqlite: 0 };
     const syscalls = new Map<string, number>();
     const ours = new Map<string, number>();
@@ -75,7 +78,7 @@ function report(all: Sample[], parts: Record<string, number>, creates: number, t
       if (js) count(ours, `${s.frames.find((f) => OURS.test(f))!.split(" ")[0]!.replace(/^JS:[*^~]?/, "")} ${js[1]}/${js[2]}`);
     }
     const ms = cpu.length * (1000 / 999);
-    console.log(`\n${part} (pid ${pid}): ${per(ms)} ms on CPU per create (${cpu.length} samples), fsync/fdatasync calls per create ${per(syncs)}`);
+    console.log(`\n${part} (pid ${pid}): ${per(ms)} ms on CPU per create (${cpu.length} samples), fsync/fdatasync calls per create ${per(syncs)}, forks (clone) ${per(forks)}`);
     console.log(`  main thread ${per(by.main)}, V8 JIT compiler ${per(by.jit)}, GC ${per(by.gc)}, kernel ${per(by.kernel)}${by.sqliteCommit + by.sqlite ? `, SQLite commits ${per(by.sqliteCommit)} and the rest of SQLite ${per(by.sqlite)}` : ""}`);
     const list = (m: Map<string, number>) => [...m].sort((a, b) => b[1] - a[1]).slice(0, top).map(([k, v]) => `${k} ${per(v)}`).join("; ");
     if (syscalls.size) console.log(`  kernel by system call: ${list(syscalls)}`);
