@@ -12,7 +12,7 @@
 
 export const END_STREAM = 0x02;
 const HEADER = 5;
-const EMPTY = new Uint8Array(0);
+const EMPTY: Uint8Array = new Uint8Array(0);
 
 /** The reason the client's response is cut with (it never reaches the client: only the cut does). */
 export class StreamCut extends Error {
@@ -40,7 +40,7 @@ export function isConnectStream(contentType: string | null): boolean {
 export function guardConnectStream(upstream: ReadableStream<Uint8Array>, endWhenCut?: () => Promise<Uint8Array | undefined>): ReadableStream<Uint8Array> {
   const reader = upstream.getReader();
   /** The bytes of a torn envelope, held back until the rest of it comes. */
-  let pending = EMPTY;
+  let pending: Uint8Array = EMPTY;
   let ended = false;
 
   /**
