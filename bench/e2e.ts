@@ -47,10 +47,16 @@
 //                                          e2e.server_cpu_ms_each that is time, not work)
 //   e2e.settle_pool_asks                   the edge's pool status asked while settling (each ~7 ms of
 //                                          server CPU; asked only once the agent's count is right)
+//   E2E_BENCH_PERF=<file>                  records `perf` (every CPU, call graphs, the fsync calls) over the
+//                                          window only, for bench/perf-window.ts: on-CPU time with the
+//                                          kernel's share and V8's own threads, which a V8 profile cannot
+//                                          show (it counts a blocked sync call as time and misses GC and
+//                                          compiler threads); the agent's JS frames with
+//                                          SBX_AGENT_NODE_ARGS=--perf-basic-prof-only-functions
 //   node bench/e2e.ts   prints the figures as JSON (E2E_BENCH_CREATES, E2E_BENCH_CLIENTS, E2E_BENCH_CPU_ONLY=1 for profiling,
 //                       E2E_BENCH_SERIAL=0 without the one-client loop)
 import { Sandbox } from "e2b";
-import { execFileSync } from "node:child_process";
+import { execFileSync, spawn } from "node:child_process";
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { availableParallelism, tmpdir } from "node:os";
 import { join } from "node:path";
@@ -72,6 +78,8 @@ const WARM = CREATES + 20;
 /** E2E_BENCH_CPU_ONLY=1: stop after the create + first command figures (profiling runs). */
 const CPU_ONLY = Boolean(process.env.E2E_BENCH_CPU_ONLY);
 const EDGE_PROFILE = process.env.E2E_BENCH_EDGE_PROFILE;
+const PERF_FILE = process.env.E2E_BENCH_PERF;
+const WARM_WINDOWS = Number(process.env.E2E_BENCH_WARM_WINDOWS ?? 0);
 /** E2E_BENCH_SERIAL: rounds of the one-client loop (and the driver's and the isolation floor's
  * beside it); 0 leaves it and its figures out (short CPU_ONLY runs). */
 const SERIAL = Number(process.env.E2E_BENCH_SERIAL ?? 20);
@@ -155,6 +163,25 @@ async function waitSettled(apiUrl: string, apiKey: string, want: number, sandbox
       await new Promise((r) => setTimeout(r, 100));
     }
   }
+}
+
+/** `perf record` of every CPU (999 Hz, call graphs, CLOCK_MONOTONIC) and of every fsync, fdatasync
+ * and clone (fork) call, until stop(). */
+async function startPerf(file: string): Promise<{ stop(): Promise<void> }> {
+  const events = ["cpu-clock", "syscalls:sys_enter_fsync", "syscalls:sys_enter_fdatasync", "syscalls:sys_enter_clone", "syscalls:sys_enter_clone3"].flatMap((e) => ["-e", e]);
+  const child = spawn("perf", ["record", "-a", "-g", "-F", "999", "-k", "CLOCK_MONOTONIC", ...events, "-o", file], { stdio: ["ignore", "ignore", "pipe"] });
+  let err = "";
+  child.stderr.on("data", (d: Buffer) => (err += d));
+  const exited = new Promise<void>((ok) => child.once("exit", () => ok()));
+  // perf writes nothing until it runs: give it a moment to attach to every CPU.
+  await new Promise((r) => setTimeout(r, 500));
+  if (child.exitCode !== null) throw new Error(`perf record failed: ${err}`);
+  return {
+    async stop() {
+      child.kill("SIGINT");
+      await exited;
+    },
+  };
 }
 
 export async function run(): Promise<Figures> {
@@ -271,6 +298,23 @@ export async function run(): Promise<Figures> {
     // CPU it spends whatever the clients do (heartbeats, timers), which the window counts for every
     // second it lasts, the settle included (e2e.rest_share_ms_each).
     await waitSettled(sys.apiUrl, sys.apiKey, WARM, sandboxesDir);
+    // E2E_BENCH_WARM_WINDOWS: the same window run first this many times, each settled, its split
+    // printed: how much of the window's figure is code not yet optimised (a Node process runs the
+    // create + command path ~20 times before the window, in the one-client loop).
+    for (let w = 0; w < WARM_WINDOWS; w++) {
+      const pids = { agent: sys.agent.pid!, spawner: agentSpawner, edge: sys.edge.pid, sqld: sys.sqld.pid };
+      const before = Object.fromEntries(Object.entries(pids).map(([k, pid]) => [k, procCpuMs(pid).own]));
+      const kills: Promise<unknown>[] = [];
+      await timedConcurrently(CREATES, CLIENTS, async () => {
+        const sbx = await Sandbox.create(opts);
+        await sbx.commands.run("echo hi");
+        kills.push(sbx.kill());
+      });
+      const split = Object.fromEntries(Object.entries(pids).map(([k, pid]) => [k, round((procCpuMs(pid).own - before[k]!) / CREATES)]));
+      console.error(`bench e2e: warm-up window ${w + 1}: server CPU per create + first command ${JSON.stringify(split)}`);
+      await Promise.all(kills);
+      await waitSettled(sys.apiUrl, sys.apiKey, WARM, sandboxesDir);
+    }
     const serverPids = { agent: sys.agent.pid!, spawner: agentSpawner, edge: sys.edge.pid, sqld: sys.sqld.pid };
     const restBefore = Object.fromEntries(Object.entries(serverPids).map(([k, pid]) => [k, pid ? threadsCpuMs(pid) : 0]));
     const restStart = performance.now();
@@ -287,6 +331,8 @@ export async function run(): Promise<Figures> {
     const kills: Promise<unknown>[] = [];
     const creates: number[] = [];
     const firstCmds: number[] = [];
+    // Before the counts below: its start is not the window's.
+    const perf = PERF_FILE ? await startPerf(PERF_FILE) : null;
     const cpuBefore = cpuTimes();
     const parts = { bench: process.pid, agent: sys.agent.pid!, spawner: spawnerOf(sys.agent.pid!), edge: sys.edge.pid, sqld: sys.sqld.pid };
     const partsBefore = Object.fromEntries(Object.entries(parts).map(([k, pid]) => [k, procCpuMs(pid)]));
@@ -304,11 +350,14 @@ export async function run(): Promise<Figures> {
       kills.push(sbx.kill());
     });
     const windowEnd = performance.now();
+    const windowEndUs = process.hrtime.bigint() / 1000n;
     // What issue 16 measured at e988497: the server's CPU until the last client's answer, without the
     // destroys and refills that run after it.
     const atWindowEnd = Object.fromEntries(Object.entries(parts).map(([k, pid]) => [k, procCpuMs(pid)]));
     // The whole machine's busy time (queueing_ratio_machine): the clients' window only.
     const cpu = cpuTimes(cpuBefore);
+    await perf?.stop();
+    if (perf) console.error(`perf window: ${PERF_FILE} ${JSON.stringify({ ...parts, creates: CREATES })}`);
     // The CPU window ends once the work these creates caused is done: the kills' sandboxes destroyed
     // and the pool refilled. Whatever the agent runs first (claims before destroys) must not move
     // CPU out of the figure.
@@ -317,7 +366,7 @@ export async function run(): Promise<Figures> {
     await waitSettled(sys.apiUrl, sys.apiKey, WARM, sandboxesDir, { asks: settleAsks });
     const settleMs = performance.now() - windowEnd;
     const partsAfter = Object.fromEntries(Object.entries(parts).map(([k, pid]) => [k, procCpuMs(pid)]));
-    if (CPU_ONLY) console.error(`window (monotonic us): ${windowStart} ${process.hrtime.bigint() / 1000n}`);
+    if (CPU_ONLY) console.error(`window (monotonic us): ${windowStart} ${windowEndUs} ${process.hrtime.bigint() / 1000n} (start, last answer, settled)`);
     if (windowProfiler && EDGE_PROFILE) writeFileSync(EDGE_PROFILE, JSON.stringify(await windowProfiler.stop()));
     figures["e2e.settle_after_window_ms"] = { value: round(settleMs), unit: "ms" };
     figures["e2e.settle_pool_asks"] = { value: settleAsks.n, unit: "requests" };

@@ -12,6 +12,7 @@
 
 export const END_STREAM = 0x02;
 const HEADER = 5;
+const EMPTY: Uint8Array = new Uint8Array(0);
 
 /** The reason the client's response is cut with (it never reaches the client: only the cut does). */
 export class StreamCut extends Error {
@@ -38,29 +39,37 @@ export function isConnectStream(contentType: string | null): boolean {
  */
 export function guardConnectStream(upstream: ReadableStream<Uint8Array>, endWhenCut?: () => Promise<Uint8Array | undefined>): ReadableStream<Uint8Array> {
   const reader = upstream.getReader();
-  let pending = new Uint8Array(0);
+  /** The bytes of a torn envelope, held back until the rest of it comes. */
+  let pending: Uint8Array = EMPTY;
   let ended = false;
 
-  const append = (chunk: Uint8Array) => {
-    const merged = new Uint8Array(pending.length + chunk.length);
-    merged.set(pending);
-    merged.set(chunk, pending.length);
-    pending = merged;
-  };
-
-  /** Splits off every complete envelope in `pending`. */
-  const completeEnvelopes = (): Uint8Array | null => {
+  /**
+   * The complete envelopes of `pending` and `chunk`, the bytes after them kept in `pending`. A
+   * chunk that is whole envelopes (the usual case: the runtime writes one event at a time) is
+   * passed on as it is, with no copy; only a torn envelope's bytes are copied, once, when the
+   * rest of it arrives.
+   */
+  const completeEnvelopes = (chunk: Uint8Array): Uint8Array | null => {
+    let bytes = chunk;
+    if (pending.length) {
+      bytes = new Uint8Array(pending.length + chunk.length);
+      bytes.set(pending);
+      bytes.set(chunk, pending.length);
+    }
     let offset = 0;
-    while (pending.length - offset >= HEADER) {
-      const len = new DataView(pending.buffer, pending.byteOffset + offset).getUint32(1);
-      if (pending.length - offset < HEADER + len) break;
-      if (pending[offset]! & END_STREAM) ended = true;
+    while (bytes.length - offset >= HEADER) {
+      const len = new DataView(bytes.buffer, bytes.byteOffset + offset).getUint32(1);
+      if (bytes.length - offset < HEADER + len) break;
+      if (bytes[offset]! & END_STREAM) ended = true;
       offset += HEADER + len;
     }
-    if (offset === 0) return null;
-    const done = pending.subarray(0, offset);
-    pending = pending.slice(offset);
-    return done;
+    if (offset === 0) {
+      pending = bytes;
+      return null;
+    }
+    // A torn tail is copied: the bytes passed on must not share a buffer with bytes still held.
+    pending = offset === bytes.length ? EMPTY : bytes.slice(offset);
+    return offset === bytes.length ? bytes : bytes.subarray(0, offset);
   };
 
   return new ReadableStream<Uint8Array>({
@@ -81,8 +90,7 @@ export function guardConnectStream(upstream: ReadableStream<Uint8Array>, endWhen
           controller.close();
           return;
         }
-        append(result.value);
-        const out = completeEnvelopes();
+        const out = completeEnvelopes(result.value);
         if (out) {
           controller.enqueue(out);
           return;
