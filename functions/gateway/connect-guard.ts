@@ -12,7 +12,8 @@
 
 export const END_STREAM = 0x02;
 const HEADER = 5;
-const EMPTY: Uint8Array = new Uint8Array(0);
+/** The largest envelope passed on: process output and watch events are a few KiB each. */
+export const MAX_ENVELOPE_BYTES = 16 << 20;
 
 /** The reason the client's response is cut with (it never reaches the client: only the cut does). */
 export class StreamCut extends Error {
@@ -39,37 +40,55 @@ export function isConnectStream(contentType: string | null): boolean {
  */
 export function guardConnectStream(upstream: ReadableStream<Uint8Array>, endWhenCut?: () => Promise<Uint8Array | undefined>): ReadableStream<Uint8Array> {
   const reader = upstream.getReader();
-  /** The bytes of a torn envelope, held back until the rest of it comes. */
-  let pending: Uint8Array = EMPTY;
+  /** The chunks of a torn envelope, held back until the rest of it comes, and their bytes. */
+  let held: Uint8Array[] = [];
+  let heldBytes = 0;
+  /** The bytes `held` must reach before anything can be passed on: a header, then its envelope. */
+  let need = HEADER;
   let ended = false;
 
   /**
-   * The complete envelopes of `pending` and `chunk`, the bytes after them kept in `pending`. A
-   * chunk that is whole envelopes (the usual case: the runtime writes one event at a time) is
-   * passed on as it is, with no copy; only a torn envelope's bytes are copied, once, when the
-   * rest of it arrives.
+   * The complete envelopes of what is held and `chunk`; the bytes after them are held. A chunk
+   * that is whole envelopes (the usual case: the runtime writes one event at a time) is passed on
+   * as it is, with no copy; a torn envelope's chunks are only collected until it is whole, then
+   * copied once (not once per chunk: a large envelope dribbled in small chunks stays linear).
+   * Throws StreamCut for an envelope past MAX_ENVELOPE_BYTES: the runtime's bytes are the
+   * tenant's (a pod's runtime runs beside its code), and nothing the SDK reads is that large.
    */
   const completeEnvelopes = (chunk: Uint8Array): Uint8Array | null => {
+    if (heldBytes + chunk.length < need) {
+      held.push(chunk);
+      heldBytes += chunk.length;
+      return null;
+    }
     let bytes = chunk;
-    if (pending.length) {
-      bytes = new Uint8Array(pending.length + chunk.length);
-      bytes.set(pending);
-      bytes.set(chunk, pending.length);
+    if (heldBytes) {
+      bytes = new Uint8Array(heldBytes + chunk.length);
+      let at = 0;
+      for (const h of held) {
+        bytes.set(h, at);
+        at += h.length;
+      }
+      bytes.set(chunk, at);
     }
     let offset = 0;
+    need = HEADER;
     while (bytes.length - offset >= HEADER) {
       const len = new DataView(bytes.buffer, bytes.byteOffset + offset).getUint32(1);
-      if (bytes.length - offset < HEADER + len) break;
+      if (len > MAX_ENVELOPE_BYTES) throw new StreamCut();
+      if (bytes.length - offset < HEADER + len) {
+        need = HEADER + len;
+        break;
+      }
       if (bytes[offset]! & END_STREAM) ended = true;
       offset += HEADER + len;
     }
-    if (offset === 0) {
-      pending = bytes;
-      return null;
-    }
+    const rest = bytes.length - offset;
     // A torn tail is copied: the bytes passed on must not share a buffer with bytes still held.
-    pending = offset === bytes.length ? EMPTY : bytes.slice(offset);
-    return offset === bytes.length ? bytes : bytes.subarray(0, offset);
+    held = rest === 0 ? [] : [offset === 0 ? bytes : bytes.slice(offset)];
+    heldBytes = rest;
+    if (offset === 0) return null;
+    return rest === 0 ? bytes : bytes.subarray(0, offset);
   };
 
   return new ReadableStream<Uint8Array>({
@@ -90,7 +109,13 @@ export function guardConnectStream(upstream: ReadableStream<Uint8Array>, endWhen
           controller.close();
           return;
         }
-        const out = completeEnvelopes(result.value);
+        let out: Uint8Array | null;
+        try {
+          out = completeEnvelopes(result.value);
+        } catch (err) {
+          await reader.cancel(err).catch(() => {});
+          return controller.error(err);
+        }
         if (out) {
           controller.enqueue(out);
           return;

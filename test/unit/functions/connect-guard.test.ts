@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { guardConnectStream, StreamCut } from "../../../functions/gateway/connect-guard.ts";
+import { guardConnectStream, MAX_ENVELOPE_BYTES, StreamCut } from "../../../functions/gateway/connect-guard.ts";
 
 const enc = new TextEncoder();
 function env(flags: number, json: unknown): Uint8Array {
@@ -71,6 +71,29 @@ describe("guardConnectStream", () => {
     const second = await reader.read();
     expect([...second.value!]).toEqual([...b, ...end]);
     expect((await reader.read()).done).toBe(true);
+  });
+
+  it("passes a large envelope dribbled in small chunks on whole, once it is complete", async () => {
+    const big = env(0, { event: { data: { stdout: "x".repeat(1 << 20) } } });
+    const end = env(2, {});
+    const joined = new Uint8Array([...big, ...end]);
+    const chunks: Uint8Array[] = [];
+    for (let o = 0; o < joined.length; o += 1000) chunks.push(joined.subarray(o, o + 1000));
+    const reader = guardConnectStream(streamOf(chunks)).getReader();
+    const first = await reader.read();
+    // Nothing before the envelope is whole: the first bytes out are all of it.
+    expect(first.value!.length).toBeGreaterThanOrEqual(big.length);
+    const all = [first.value!];
+    for (let r = await reader.read(); !r.done; r = await reader.read()) all.push(r.value);
+    expect(Buffer.concat(all).equals(Buffer.from(joined))).toBe(true);
+  });
+
+  it("cuts the response at an envelope that says it is larger than the gateway passes on (the runtime's bytes are the tenant's)", async () => {
+    const header = new Uint8Array(5);
+    new DataView(header.buffer).setUint32(1, MAX_ENVELOPE_BYTES + 1);
+    const { got, error } = await readUntilError(guardConnectStream(streamOf([env(0, { n: 1 }), header, new Uint8Array(1000)])));
+    expect(got).toEqual([{ flags: 0, body: { n: 1 } }]);
+    expect(error).toBeInstanceOf(StreamCut);
   });
 
   it("cuts the response (the body errors, no end-stream envelope) when the upstream ends early", async () => {
