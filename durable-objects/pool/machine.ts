@@ -119,8 +119,8 @@ export function initialState(): PoolState {
 export interface MemberSource {
   /** Available members of `revision` with tickets in (after, before), oldest first, at most `limit`. */
   availablePage(revision: string, after: number, before: number, limit: number): Member[];
-  /** The stored member `id`, or undefined. */
-  member(id: string): Member | undefined;
+  /** The stored members among `ids` (any order; at most STORED_PAGE ids a call). */
+  members(ids: readonly string[]): Member[];
 }
 
 /** What a pool's object reads when it loads: O(creating members + revisions), not O(members). */
@@ -217,10 +217,24 @@ export function restore(state: PoolState, stored: StoredInventory, source: Membe
 export function findMember(state: PoolState, id: string): Member | undefined {
   const m = state.members.get(id);
   if (m || !state.stored) return m;
-  const row = state.stored.source.member(id);
-  if (!row || row.state !== "available" || !state.stored.queues.get(row.revision)?.holds(row.slot)) return undefined;
-  state.members.set(row.id, row);
-  return row;
+  readMembers(state, [id]);
+  return state.members.get(id);
+}
+
+/**
+ * Reads the stored members among `ids` not read yet, STORED_PAGE a query: a batch of observations
+ * (an agent's hello reports every member) costs O(batch), and far less than one query each.
+ */
+export function readMembers(state: PoolState, ids: readonly string[]): void {
+  const stored = state.stored;
+  if (!stored) return;
+  const unread = ids.filter((id) => !state.members.has(id));
+  for (let i = 0; i < unread.length; i += STORED_PAGE) {
+    for (const row of stored.source.members(unread.slice(i, i + STORED_PAGE))) {
+      // Creating members are all in memory: a row of another one is a member gone meanwhile.
+      if (row.state === "available" && stored.queues.get(row.revision)?.holds(row.slot) && !state.members.has(row.id)) state.members.set(row.id, row);
+    }
+  }
 }
 
 /** Every unclaimed member (reads all stored ones: O(members), for `destroy`). */

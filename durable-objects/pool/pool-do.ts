@@ -7,7 +7,7 @@ import { DurableObject } from "cloudflare:workers";
 import type { Env } from "../env.ts";
 import { ErrorCode } from "../../schema/errors.ts";
 import { newSandboxId, type Intent, type Observation, type SandboxId } from "../../schema/protocol/index.ts";
-import { counts, findMember, initialState, nextCreateDeadline, restore, rollout, transition, type Member, type PoolEffect, type PoolEvent, type PoolState } from "./machine.ts";
+import { counts, findMember, readMembers, initialState, nextCreateDeadline, restore, rollout, transition, type Member, type PoolEffect, type PoolEvent, type PoolState } from "./machine.ts";
 import { memberIntent, protocolTemplate } from "./member-intent.ts";
 import type { AutoscalerResult, ClaimResult, ConfigureResult, ObserveResult, PoolConfig, PoolStatus } from "./rpc.ts";
 import type { AutoscalerSpec } from "../../schema/api/autoscaler.ts";
@@ -105,6 +105,7 @@ export class PoolDO extends DurableObject<Env> {
   /** Many observations in one call (ClusterDO groups them per owner). */
   async observeBatch(observations: Observation[]): Promise<ObserveResult> {
     let applied = 0;
+    readMembers(this.load(), observations.map((o) => o.sandboxId));
     for (const observation of observations) {
       const before = findMember(this.load(), observation.sandboxId);
       this.apply({ type: "observe", observation });

@@ -146,10 +146,8 @@ export function openPoolStore(sql: Sql): PoolStore {
         .exec<MemberRow>(`SELECT ${MEMBER_COLUMNS} FROM members WHERE state = 'available' AND revision = ? AND ord > ? AND ord < ? ORDER BY ord LIMIT ?`, revision, after, before, limit)
         .toArray()
         .map(memberOf),
-    member: (id) => {
-      const r = sql.exec<MemberRow>(`SELECT ${MEMBER_COLUMNS} FROM members WHERE id = ?`, id).toArray()[0];
-      return r ? memberOf(r) : undefined;
-    },
+    members: (ids) =>
+      ids.length ? sql.exec<MemberRow>(`SELECT ${MEMBER_COLUMNS} FROM members WHERE id IN (${ids.map(() => "?").join(", ")})`, ...ids).toArray().map(memberOf) : [],
     insertMembers: (members) => {
       for (const m of members) {
         // An upsert, not a REPLACE: a replaced row's delete would not run the count trigger.

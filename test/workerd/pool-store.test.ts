@@ -109,6 +109,17 @@ describe("pool store", () => {
     expect(large.rows).toBeLessThan(200);
   });
 
+  it("a reloaded pool reads the members a batch of observations names, not its whole stock", async () => {
+    const stub = await storedPool(4_000);
+    const named = Array.from({ length: 100 }, (_, i) => `m${String(i * 40).padStart(4, "0")}`);
+    // What an agent's hello reports of each: running, ready, at the endpoint stored (no change).
+    const batch = named.map((id) => ({ sandboxId: id as SandboxId, generation: 1, phase: "Running" as const, ready: true, endpoint: { runtime: `http://${id}:49983` }, observedAt: Date.now() }));
+    const { rows, result } = await rowsRead(stub, (p) => p.observeBatch(batch));
+    expect(result).toEqual({ ok: true, applied: 100 });
+    expect(rows).toBeLessThan(400);
+    expect(await stub.status()).toMatchObject({ available: 4_000, creating: 0 });
+  });
+
   it("a reloaded pool hands out its members in their stored order, then those queued after the load", async () => {
     const stub = await storedPool(150);
     const ids = await runInDurableObject(stub, async (instance: PoolDO) => {

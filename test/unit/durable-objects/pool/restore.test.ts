@@ -12,7 +12,7 @@ function row(id: string, slot: number, revision = "r1", state: Member["state"] =
 
 /** A pool reloaded from `rows` (stored tickets = their order), counting the rows it reads. */
 function reloaded(rows: Member[], replicas: number, revision = "r1") {
-  const stored = new Map(rows.map((r) => [r.id, r]));
+  const stored = new Map<string, Member>(rows.map((r) => [r.id, r]));
   const reads = { rows: 0 };
   const source: MemberSource = {
     availablePage: (rev, after, before, limit) => {
@@ -20,10 +20,13 @@ function reloaded(rows: Member[], replicas: number, revision = "r1") {
       reads.rows += page.length;
       return page.map((r) => ({ ...r }));
     },
-    member: (id) => {
-      const r = stored.get(id);
-      reads.rows += r ? 1 : 0;
-      return r && { ...r };
+    members: (wanted) => {
+      const found = wanted.flatMap((id) => {
+        const r = stored.get(id);
+        return r ? [{ ...r }] : [];
+      });
+      reads.rows += found.length;
+      return found;
     },
   };
   const st = initialState();
