@@ -133,8 +133,10 @@ export interface StoredInventory {
   nextSlot: number;
 }
 
-/** Available members read a page at a time: enough for a claim or two, not the whole stock. */
+/** Available members read a page at a time: the first enough for a claim or two, not the whole
+ * stock; each next one twice as large up to STORED_PAGE_MAX (a burst of claims, or a bulk read). */
 export const STORED_PAGE = 64;
+const STORED_PAGE_MAX = 4096;
 
 interface StoredMembers {
   source: MemberSource;
@@ -148,6 +150,7 @@ interface StoredMembers {
 class StoredQueue implements Backlog<Entry> {
   private cursor = -1;
   private done = false;
+  private page = STORED_PAGE;
   /** Tickets not read yet whose members left the queue meanwhile (their rows may not be written yet). */
   private readonly dropped = new Set<number>();
 
@@ -165,8 +168,9 @@ class StoredQueue implements Backlog<Entry> {
 
   next(): Entry[] {
     while (!this.done) {
-      const rows = this.source.availablePage(this.revision, this.cursor, this.horizon, STORED_PAGE);
-      if (rows.length < STORED_PAGE) this.done = true;
+      const rows = this.source.availablePage(this.revision, this.cursor, this.horizon, this.page);
+      if (rows.length < this.page) this.done = true;
+      this.page = Math.min(this.page * 2, STORED_PAGE_MAX);
       const entries: Entry[] = [];
       for (const row of rows) {
         this.cursor = row.slot;
@@ -223,12 +227,18 @@ export function findMember(state: PoolState, id: string): Member | undefined {
 
 /**
  * Reads the stored members among `ids` not read yet, STORED_PAGE a query: a batch of observations
- * (an agent's hello reports every member) costs O(batch), and far less than one query each.
+ * costs O(batch), and far less than one query each. A batch naming most of what is unread (an
+ * agent's hello reports every member) reads the whole stock in queue order instead, in pages.
  */
 export function readMembers(state: PoolState, ids: readonly string[]): void {
   const stored = state.stored;
   if (!stored) return;
   const unread = ids.filter((id) => !state.members.has(id));
+  if (!unread.length) return;
+  if (unread.length * 2 >= state.total - state.members.size) {
+    allMembers(state);
+    return;
+  }
   for (let i = 0; i < unread.length; i += STORED_PAGE) {
     for (const row of stored.source.members(unread.slice(i, i + STORED_PAGE))) {
       // Creating members are all in memory: a row of another one is a member gone meanwhile.

@@ -2,7 +2,7 @@
 // as claims, scale-downs, rollouts and observations reach them, in their stored order and ahead of
 // members queued after the load; counts include the members not read yet.
 import { describe, expect, it } from "vitest";
-import { counts, initialState, restore, rollout, STORED_PAGE, transition, type Member, type MemberSource, type PoolState } from "../../../../durable-objects/pool/machine.ts";
+import { counts, initialState, readMembers, restore, rollout, STORED_PAGE, transition, type Member, type MemberSource, type PoolState } from "../../../../durable-objects/pool/machine.ts";
 import type { SandboxId } from "../../../../schema/protocol/index.ts";
 import { config, ctx, obs, summarize } from "./fixtures.ts";
 
@@ -79,6 +79,16 @@ describe("pool restore", () => {
     const claimed = claimIds(st, 198, c);
     expect(claimed).toEqual(ids(200).filter((id) => id !== "m150" && id !== "m160"));
     expect(new Set(claimIds(st, 2, c))).toEqual(new Set(["m160", "new1"]));
+  });
+
+  it("a batch naming most unread members (an agent's hello) reads the stock in order; a small one only what it names", () => {
+    const { st, reads } = reloaded(ids(1_000).map((id, i) => row(id, i)), 1_000);
+    readMembers(st, ["m10", "m500", "nobody"]);
+    expect(reads.rows).toBe(2);
+    readMembers(st, ids(600));
+    expect(st.members.size).toBe(1_000);
+    expect(claimIds(st, 3)).toEqual(["m0", "m1", "m2"]);
+    expect(counts(st)).toMatchObject({ available: 997 });
   });
 
   it("scale-down, rollout and destroy reach members not read yet", () => {
