@@ -133,6 +133,22 @@ export interface StoredInventory {
   nextSlot: number;
 }
 
+/** A queue's size (stored with the rows, so a load counts without reading them). */
+export interface QueueSize {
+  state: MemberState;
+  revision: string;
+  n: number;
+}
+
+/** Every non-empty queue's size: stored members not read yet included. */
+export function queueSizes(state: PoolState): QueueSize[] {
+  const out: QueueSize[] = [];
+  for (const [s, queues] of [["available", state.available], ["creating", state.creating]] as const) {
+    for (const [revision, q] of queues) if (q.size > 0) out.push({ state: s, revision, n: q.size });
+  }
+  return out;
+}
+
 /** Available members read a page at a time: the first enough for a claim or two, not the whole
  * stock; each next one twice as large up to STORED_PAGE_MAX (a burst of claims, or a bulk read). */
 export const STORED_PAGE = 64;

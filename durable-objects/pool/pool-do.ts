@@ -7,7 +7,7 @@ import { DurableObject } from "cloudflare:workers";
 import type { Env } from "../env.ts";
 import { ErrorCode } from "../../schema/errors.ts";
 import { newSandboxId, type Intent, type Observation, type SandboxId } from "../../schema/protocol/index.ts";
-import { counts, findMember, readMembers, initialState, nextCreateDeadline, restore, rollout, transition, type Member, type PoolEffect, type PoolEvent, type PoolState } from "./machine.ts";
+import { counts, findMember, queueSizes, readMembers, initialState, nextCreateDeadline, restore, rollout, transition, type Member, type PoolEffect, type PoolEvent, type PoolState } from "./machine.ts";
 import { memberIntent, protocolTemplate } from "./member-intent.ts";
 import type { AutoscalerResult, ClaimResult, ConfigureResult, ObserveResult, PoolConfig, PoolStatus } from "./rpc.ts";
 import type { AutoscalerSpec } from "../../schema/api/autoscaler.ts";
@@ -219,6 +219,8 @@ export class PoolDO extends DurableObject<Env> {
       this.turn.defer(() => {
         this.countersDeferred = false;
         this.store!.saveCounters(st.claimed, st.createdOnDemand);
+        // The queues as they are when the turn's member writes run, in the same commit.
+        this.store!.saveQueueSizes(queueSizes(st));
       });
     }
     return claim;
@@ -227,6 +229,8 @@ export class PoolDO extends DurableObject<Env> {
   private perform(effects: PoolEffect[], cfg: PoolState["config"], now: number, deferWrites = false): void {
     const store = this.store!;
     const write = deferWrites ? (w: () => void) => this.turn.defer(w) : (w: () => void) => w();
+    // A claim's queue sizes are written once per turn with its counters (apply).
+    if (!deferWrites && effects.some((e) => e.type !== "save-config")) store.saveQueueSizes(queueSizes(this.state!));
     for (const e of effects) {
       switch (e.type) {
         case "create":

@@ -1,10 +1,10 @@
 // The PoolDO's own SQLite tables. Every write touches only the rows one event changed, so a
 // claim costs the same with 100 or 100,000 members. A load reads what does not grow with the
-// stock (the config, the creating members, a count per revision and state kept by triggers);
+// stock (the config, the creating members, the count of each queue, written with the rows);
 // available members are read a page at a time in queue order (the `members_queue` index) as
 // claims reach them, so a cold object answers its first claim in the same time at any size.
 import type { Endpoint, Intent, SandboxId } from "../../schema/protocol/index.ts";
-import type { Member, MemberSource, PoolState, StoredInventory } from "./machine.ts";
+import type { Member, MemberSource, PoolState, QueueSize, StoredInventory } from "./machine.ts";
 import type { AutoscalerState } from "./autoscaler.ts";
 
 type Sql = Pick<SqlStorage, "exec">;
@@ -24,24 +24,11 @@ CREATE TABLE IF NOT EXISTS members (
 CREATE TABLE IF NOT EXISTS pending_intents (sandbox_id TEXT PRIMARY KEY, cluster TEXT NOT NULL, intent TEXT NOT NULL);
 `;
 
-/** Members by queue (state, revision) in ticket order, and their count per queue, kept by triggers
- * in the same statement as each row's write. */
+/** Members by queue (state, revision) in ticket order, and the size of each queue (the shell
+ * writes them with the rows that changed them, in the same commit: `saveQueueSizes`). */
 const QUEUES = `
 CREATE INDEX IF NOT EXISTS members_queue ON members (state, revision, ord);
 CREATE TABLE IF NOT EXISTS member_counts (state TEXT NOT NULL, revision TEXT NOT NULL, n INTEGER NOT NULL, PRIMARY KEY (state, revision)) WITHOUT ROWID;
-CREATE TRIGGER IF NOT EXISTS members_counted_in AFTER INSERT ON members BEGIN
-  INSERT OR IGNORE INTO member_counts (state, revision, n) VALUES (NEW.state, NEW.revision, 0);
-  UPDATE member_counts SET n = n + 1 WHERE state = NEW.state AND revision = NEW.revision;
-END;
-CREATE TRIGGER IF NOT EXISTS members_counted_out AFTER DELETE ON members BEGIN
-  UPDATE member_counts SET n = n - 1 WHERE state = OLD.state AND revision = OLD.revision;
-END;
-CREATE TRIGGER IF NOT EXISTS members_counted_moved AFTER UPDATE OF state, revision ON members
-WHEN OLD.state IS NOT NEW.state OR OLD.revision IS NOT NEW.revision BEGIN
-  UPDATE member_counts SET n = n - 1 WHERE state = OLD.state AND revision = OLD.revision;
-  INSERT OR IGNORE INTO member_counts (state, revision, n) VALUES (NEW.state, NEW.revision, 0);
-  UPDATE member_counts SET n = n + 1 WHERE state = NEW.state AND revision = NEW.revision;
-END;
 `;
 
 const MEMBER_COLUMNS = "id, state, revision, generation, created_at, endpoint, ord, ready_once";
@@ -80,6 +67,8 @@ export interface PoolStore extends MemberSource {
   saveAutoscaler(state: AutoscalerState | null): void;
   /** What a load reads of the members (`ord` is a member's queue ticket, its `slot`). */
   loadInventory(): StoredInventory;
+  /** Every queue's size (machine.ts `queueSizes`), written with the member rows that changed them. */
+  saveQueueSizes(sizes: QueueSize[]): void;
   insertMembers(members: Member[]): void;
   updateMember(member: Member): void;
   deleteMembers(ids: readonly string[]): void;
@@ -141,6 +130,10 @@ export function openPoolStore(sql: Sql): PoolStore {
       const available = counts.filter((c) => c.state === "available").map((c) => ({ revision: c.revision, size: c.n }));
       return { creating, available, nextSlot };
     },
+    saveQueueSizes: (sizes) => {
+      sql.exec("DELETE FROM member_counts");
+      for (const q of sizes) sql.exec("INSERT INTO member_counts (state, revision, n) VALUES (?, ?, ?)", q.state, q.revision, q.n);
+    },
     availablePage: (revision, after, before, limit) =>
       sql
         .exec<MemberRow>(`SELECT ${MEMBER_COLUMNS} FROM members WHERE state = 'available' AND revision = ? AND ord > ? AND ord < ? ORDER BY ord LIMIT ?`, revision, after, before, limit)
@@ -150,7 +143,6 @@ export function openPoolStore(sql: Sql): PoolStore {
       ids.length ? sql.exec<MemberRow>(`SELECT ${MEMBER_COLUMNS} FROM members WHERE id IN (${ids.map(() => "?").join(", ")})`, ...ids).toArray().map(memberOf) : [],
     insertMembers: (members) => {
       for (const m of members) {
-        // An upsert, not a REPLACE: a replaced row's delete would not run the count trigger.
         sql.exec(
           `INSERT INTO members (id, state, revision, generation, created_at, endpoint, ord) VALUES (?, ?, ?, ?, ?, ?, ?)
            ON CONFLICT (id) DO UPDATE SET state = excluded.state, revision = excluded.revision, generation = excluded.generation,

@@ -21,13 +21,13 @@ function member(id: string, slot: number, state: Member["state"] = "available"):
 }
 
 /** A pool object with `n` available members m0000… stored oldest first, then restarted. */
-async function storedPool(n: number): Promise<DurableObjectStub<PoolDO>> {
-  const name = unique(`cold${n}`);
+async function storedPool(n: number, name = unique(`cold${n}`)): Promise<DurableObjectStub<PoolDO>> {
   const stub = env.POOL.get(env.POOL.idFromName(name));
   await runInDurableObject(stub, (_i: PoolDO, state) => {
     const store = openPoolStore(state.storage.sql);
     store.saveConfig({ teamId: name, templateId: "base", revision: "r1", cluster: name, spec: TemplateSpec.parse({ replicas: n }) });
     store.insertMembers(Array.from({ length: n }, (_, i) => member(`m${String(i).padStart(4, "0")}`, i)));
+    store.saveQueueSizes([{ state: "available", revision: "r1", n }]);
   });
   await runInDurableObject(stub, (_i: PoolDO, state) => state.abort("scripted: the pool is evicted")).catch(() => undefined);
   // A fresh stub reaches the restarted object, which loads what was stored.
@@ -69,6 +69,7 @@ describe("pool store", () => {
       expect(store.availablePage("r1", -1, ALL, 10).map((m) => [m.id, m.readyOnce])).toEqual([["old-a", true]]);
       // old-a stops being ready: creating again, but once ready.
       store.updateMember({ ...member("old-a", inv.nextSlot, "creating"), readyOnce: true });
+      store.saveQueueSizes([{ state: "creating", revision: "r1", n: 2 }]);
       const again = openPoolStore(sql).loadInventory();
       expect(again.creating.map((m) => [m.id, m.state, m.readyOnce])).toEqual([["old-c", "creating", false], ["old-a", "creating", true]]);
       expect(again.available).toEqual([]);
@@ -89,14 +90,24 @@ describe("pool store", () => {
       expect(page.map((m) => m.id)).toEqual(["a", "c", "b"]);
       expect(new Set(page.map((m) => m.slot)).size).toBe(3);
       expect(inv.nextSlot).toBeGreaterThan(Math.max(...page.map((m) => m.slot)));
-      // The triggers keep the counts: one claimed, one stops being ready, one new.
-      store.deleteMembers(["a"]);
-      store.updateMember({ ...member("c", inv.nextSlot, "creating"), readyOnce: true });
-      store.insertMembers([member("d", inv.nextSlot + 1, "creating")]);
-      const again = openPoolStore(sql).loadInventory();
-      expect(again.available).toEqual([{ revision: "r1", size: 1 }]);
-      expect(again.creating.map((m) => m.id)).toEqual(["c", "d"]);
     });
+  });
+
+  it("a pool reloaded after claims, refills and observations counts its queues as they were", async () => {
+    const name = unique("cold-counts");
+    const evict = async () => {
+      await runInDurableObject(env.POOL.get(env.POOL.idFromName(name)), (_i: PoolDO, state) => state.abort("scripted: the pool is evicted")).catch(() => undefined);
+      return env.POOL.get(env.POOL.idFromName(name));
+    };
+    const stub = await storedPool(100, name);
+    // Concurrent claims: their writes, the queue sizes among them, share the turn's commit.
+    await runInDurableObject(stub, (instance: PoolDO) => Promise.all(Array.from({ length: 10 }, () => instance.claim())));
+    expect(await (await evict()).status()).toMatchObject({ available: 90, creating: 10, claimed: 10 });
+    await runInDurableObject(await evict(), async (instance: PoolDO) => {
+      await instance.observe({ sandboxId: "m0050" as SandboxId, generation: 1, phase: "Running", ready: false, endpoint: { runtime: "http://m0050:49983" }, observedAt: Date.now() });
+      await instance.observe({ sandboxId: "m0060" as SandboxId, generation: 1, phase: "Deleted", ready: false, endpoint: null, observedAt: Date.now() });
+    });
+    expect(await (await evict()).status()).toMatchObject({ available: 88, creating: 12 });
   });
 
   it("a reloaded pool's first claim reads the same rows from 4,000 members as from 100, and hands out the oldest", async () => {
