@@ -14,11 +14,13 @@
 //                                       member however full the pool is)
 //   edge.scale_isolate_heap_mb, edge.scale_workerd_rss_mb, edge.scale_do_storage_kib_per_member,
 //   edge.scale_sqld_rss_mb, edge.scale_agent_heap_mb   memory with every pool full
-//   edge.scale_idle_first_create_*_ms   the first create after 20 s idle (objects evicted)
+//   edge.scale_idle_first_create_*_ms   the first create after 20 s idle (objects evicted), median
+//                                       of 3 per pool, the pools alternating
 //   edge.scale_restart_hello_ms, edge.scale_restart_first_create_ms   the edge restarted under it
 // One client at a time, rounds alternating which pool goes first; the scripted agent acks every
 // intent at once (no sandboxes), so what grows is the edge's own work. About 80 s on 2 cores.
-// EDGE_SCALE_LARGE (100000), EDGE_SCALE_ROUNDS (16), EDGE_SCALE_PER_ROUND (50).
+// EDGE_SCALE_LARGE (100000), EDGE_SCALE_ROUNDS (16), EDGE_SCALE_PER_ROUND (50),
+// EDGE_SCALE_IDLE_S (20), EDGE_SCALE_IDLE_SAMPLES (3).
 //   node bench/run.ts edge-scale
 import { existsSync, mkdtempSync, readdirSync, rmSync, statSync } from "node:fs";
 import { loadavg } from "node:os";
@@ -39,6 +41,8 @@ const ROUNDS = Number(process.env.EDGE_SCALE_ROUNDS ?? 16);
 const PER_ROUND = Number(process.env.EDGE_SCALE_PER_ROUND ?? 50);
 /** The idle time before each of the two creates that find the objects evicted (EDGE_SCALE_IDLE_S). */
 const IDLE_MS = Number(process.env.EDGE_SCALE_IDLE_S ?? 20) * 1000;
+/** How many idle creates from each of the two pools, alternating (EDGE_SCALE_IDLE_SAMPLES). */
+const IDLE_SAMPLES = Number(process.env.EDGE_SCALE_IDLE_SAMPLES ?? 3);
 /** EDGE_SCALE_STEP=100000 fills each pool in one scale-up (see below). */
 const STEP = Number(process.env.EDGE_SCALE_STEP ?? 10_000);
 
@@ -164,19 +168,24 @@ export async function run(ctx: BenchContext): Promise<Figures> {
     // Idle: workerd evicts objects nobody called for a while (ClusterDO too: its agent socket is
     // hibernatable), and the first create after that pays their loads from SQLite: ClusterDO's every
     // sandbox of the cluster, and the pool's every member (the large pool's, or the small one's).
-    const idle: Record<string, number> = {};
-    const idleHeap: Record<string, number> = {};
-    for (const name of ["100", "large"]) {
-      await new Promise((ok) => setTimeout(ok, IDLE_MS));
-      idleHeap[name] = await isolateHeapBytes(inspectorPort);
-      idle[name] = (await api.createMany(`scale-${name}`, 1, 1))[0]!;
+    const idle: Record<string, number[]> = { "100": [], large: [] };
+    const idleHeap: Record<string, number[]> = { "100": [], large: [] };
+    for (let i = 0; i < IDLE_SAMPLES; i++) {
+      for (const name of ["100", "large"]) {
+        await new Promise((ok) => setTimeout(ok, IDLE_MS));
+        idleHeap[name]!.push(await isolateHeapBytes(inspectorPort));
+        idle[name]!.push((await api.createMany(`scale-${name}`, 1, 1))[0]!);
+      }
     }
+    const mb = (b: number[]) => b.map((x) => (x / 2 ** 20).toFixed(1)).join(", ");
+    const ms = (t: number[]) => t.map((x) => x.toFixed(1)).join(", ");
     console.error(
-      `bench edge-scale: after ${IDLE_MS / 1000} s idle: isolate heap ${(idleHeap["100"]! / 2 ** 20).toFixed(1)} MB, first create from 100 ${idle["100"]!.toFixed(1)} ms; ` +
-        `again: heap ${(idleHeap.large! / 2 ** 20).toFixed(1)} MB, first create from ${LARGE} ${idle.large!.toFixed(1)} ms`,
+      `bench edge-scale: after ${IDLE_MS / 1000} s idle (${IDLE_SAMPLES} samples, alternating): isolate heap ${mb(idleHeap["100"]!)} MB, first create from 100 ${ms(idle["100"]!)} ms; ` +
+        `from ${LARGE}: heap ${mb(idleHeap.large!)} MB, first create ${ms(idle.large!)} ms`,
     );
-    figures["edge.scale_idle_first_create_100_ms"] = { value: round(idle["100"]!), unit: `ms (the first create from the pool of 100 after ${IDLE_MS / 1000} s idle)` };
-    figures[`edge.scale_idle_first_create_${largeName}_ms`] = { value: round(idle.large!), unit: `ms (the same from the pool of ${LARGE}, after another ${IDLE_MS / 1000} s)` };
+    const spread = (t: number[]) => minMax(t, 1).join("–");
+    figures["edge.scale_idle_first_create_100_ms"] = { value: round(median(idle["100"]!)), unit: `ms (median of ${IDLE_SAMPLES} first creates from the pool of 100, each after ${IDLE_MS / 1000} s idle; ${spread(idle["100"]!)})` };
+    figures[`edge.scale_idle_first_create_${largeName}_ms`] = { value: round(median(idle.large!)), unit: `ms (the same from the pool of ${LARGE}, alternating with it; ${spread(idle.large!)})` };
 
     // A restart of the edge with every sandbox still on the agent: the agent's hello carries them
     // all (past MAX_FRAME_SANDBOXES in `inventory` frames after it; before they existed the edge

@@ -6,7 +6,7 @@
 // the effects it returns.
 import type { ErrorCode, Refusal } from "../../schema/errors.ts";
 import type { Endpoint, Observation, SandboxId } from "../../schema/protocol/index.ts";
-import { Fifo } from "./fifo.ts";
+import { Fifo, type Backlog } from "./fifo.ts";
 import type { PoolConfig } from "./rpc.ts";
 
 export type MemberState = "creating" | "available";
@@ -37,13 +37,18 @@ interface Entry {
 
 export interface PoolState {
   config: (PoolConfig & { cluster: string }) | null;
+  /** Members in memory: every creating one, and the available ones read so far (`stored`). */
   members: Map<string, Member>;
+  /** Unclaimed members, those still only stored included. */
+  total: number;
   /** FIFO queues per revision: the head is the member that has waited longest. */
   available: Map<string, Fifo<Entry>>;
   creating: Map<string, Fifo<Entry>>;
   claimed: number;
   createdOnDemand: number;
   nextSlot: number;
+  /** A reloaded pool's stored available members, read as claims reach them (`restore`). */
+  stored?: StoredMembers;
   /** Members of the current revision the cluster refused (observed Failed: a terminal error, such
    * as a template it will never run), since the last one of it was ready. While set the pool
    * refills one member at a time, from the second refusal after a backoff (FAILURE_BACKOFF_MS
@@ -104,7 +109,164 @@ export const DEFAULT_CREATE_TIMEOUT_MS = 5 * 60_000;
 export const TICK_EARLY_MS = 1_000;
 
 export function initialState(): PoolState {
-  return { config: null, members: new Map(), available: new Map(), creating: new Map(), claimed: 0, createdOnDemand: 0, nextSlot: 0 };
+  return { config: null, members: new Map(), total: 0, available: new Map(), creating: new Map(), claimed: 0, createdOnDemand: 0, nextSlot: 0 };
+}
+
+/**
+ * Where a reloaded pool reads its stored members on demand (the shell's SQLite: store.ts). A
+ * member's `slot` is its stored queue ticket.
+ */
+export interface MemberSource {
+  /** Available members of `revision` with tickets in (after, before), oldest first, at most `limit`. */
+  availablePage(revision: string, after: number, before: number, limit: number): Member[];
+  /** The stored members among `ids` (any order; at most STORED_PAGE ids a call). */
+  members(ids: readonly string[]): Member[];
+}
+
+/** What a pool's object reads when it loads: O(creating members + revisions), not O(members). */
+export interface StoredInventory {
+  /** Every creating member, oldest first (few: a pool's refills in flight). */
+  creating: Member[];
+  /** How many available members each revision has stored. */
+  available: { revision: string; size: number }[];
+  /** Above every stored ticket. */
+  nextSlot: number;
+}
+
+/** A queue's size (stored with the rows, so a load counts without reading them). */
+export interface QueueSize {
+  state: MemberState;
+  revision: string;
+  n: number;
+}
+
+/** Every non-empty queue's size: stored members not read yet included. */
+export function queueSizes(state: PoolState): QueueSize[] {
+  const out: QueueSize[] = [];
+  for (const [s, queues] of [["available", state.available], ["creating", state.creating]] as const) {
+    for (const [revision, q] of queues) if (q.size > 0) out.push({ state: s, revision, n: q.size });
+  }
+  return out;
+}
+
+/** Available members read a page at a time: the first enough for a claim or two, not the whole
+ * stock; each next one twice as large up to STORED_PAGE_MAX (a burst of claims, or a bulk read). */
+export const STORED_PAGE = 64;
+const STORED_PAGE_MAX = 4096;
+
+interface StoredMembers {
+  source: MemberSource;
+  queues: Map<string, StoredQueue>;
+}
+
+/**
+ * One revision's stored available members, behind its queue (fifo.ts `Backlog`): tickets in
+ * (`cursor`, `horizon`) not read yet; members queued after the load have tickets from `horizon` on.
+ */
+class StoredQueue implements Backlog<Entry> {
+  private cursor = -1;
+  private done = false;
+  private page = STORED_PAGE;
+  /** Tickets not read yet whose members left the queue meanwhile (their rows may not be written yet). */
+  private readonly dropped = new Set<number>();
+
+  private readonly state: PoolState;
+  private readonly source: MemberSource;
+  private readonly revision: string;
+  private readonly horizon: number;
+
+  constructor(state: PoolState, source: MemberSource, revision: string, horizon: number) {
+    this.state = state;
+    this.source = source;
+    this.revision = revision;
+    this.horizon = horizon;
+  }
+
+  next(): Entry[] {
+    while (!this.done) {
+      const rows = this.source.availablePage(this.revision, this.cursor, this.horizon, this.page);
+      if (rows.length < this.page) this.done = true;
+      this.page = Math.min(this.page * 2, STORED_PAGE_MAX);
+      const entries: Entry[] = [];
+      for (const row of rows) {
+        this.cursor = row.slot;
+        if (this.dropped.delete(row.slot)) continue;
+        // Read already by id (an observation of it): the one in memory is the member.
+        const m = this.state.members.get(row.id) ?? row;
+        if (m === row) this.state.members.set(row.id, row);
+        if (m.slot === row.slot) entries.push({ m, slot: m.slot });
+      }
+      if (entries.length) return entries;
+    }
+    return [];
+  }
+
+  drop(slot: number): void {
+    if (this.holds(slot)) this.dropped.add(slot);
+  }
+
+  /** Whether a stored member with this ticket is still to be read (and still queued). */
+  holds(slot: number): boolean {
+    return !this.done && slot > this.cursor && slot < this.horizon && !this.dropped.has(slot);
+  }
+}
+
+/**
+ * Builds a reloaded pool's inventory from what its object read (`stored`): creating members in
+ * memory; available ones counted, and read from `source` as claims reach them, in their stored
+ * order. Observations of members not read yet find them by id (`findMember`).
+ */
+export function restore(state: PoolState, stored: StoredInventory, source: MemberSource): void {
+  state.nextSlot = Math.max(state.nextSlot, stored.nextSlot);
+  const queues = new Map<string, StoredQueue>();
+  for (const { revision, size } of stored.available) {
+    const backlog = new StoredQueue(state, source, revision, state.nextSlot);
+    queues.set(revision, backlog);
+    state.available.set(revision, newQueue({ entries: backlog, size }));
+    state.total += size;
+  }
+  state.stored = { source, queues };
+  for (const m of stored.creating) {
+    state.members.set(m.id, m);
+    state.total++;
+    queueOf(state.creating, m.revision).push({ m, slot: m.slot });
+  }
+}
+
+/** The unclaimed member `id`, read from storage if it was not yet. */
+export function findMember(state: PoolState, id: string): Member | undefined {
+  const m = state.members.get(id);
+  if (m || !state.stored) return m;
+  readMembers(state, [id]);
+  return state.members.get(id);
+}
+
+/**
+ * Reads the stored members among `ids` not read yet, STORED_PAGE a query: a batch of observations
+ * costs O(batch), and far less than one query each. A batch naming most of what is unread (an
+ * agent's hello reports every member) reads the whole stock in queue order instead, in pages.
+ */
+export function readMembers(state: PoolState, ids: readonly string[]): void {
+  const stored = state.stored;
+  if (!stored) return;
+  const unread = ids.filter((id) => !state.members.has(id));
+  if (!unread.length) return;
+  if (unread.length * 2 >= state.total - state.members.size) {
+    allMembers(state);
+    return;
+  }
+  for (let i = 0; i < unread.length; i += STORED_PAGE) {
+    for (const row of stored.source.members(unread.slice(i, i + STORED_PAGE))) {
+      // Creating members are all in memory: a row of another one is a member gone meanwhile.
+      if (row.state === "available" && stored.queues.get(row.revision)?.holds(row.slot) && !state.members.has(row.id)) state.members.set(row.id, row);
+    }
+  }
+}
+
+/** Every unclaimed member (reads all stored ones: O(members), for `destroy`). */
+function allMembers(state: PoolState): Member[] {
+  for (const q of state.available.values()) for (const _ of q.values());
+  return [...state.members.values()];
 }
 
 /** Applies one event; returns the effects to perform and, for `claim`, the reply. Deterministic, no
@@ -145,7 +307,7 @@ export function transition(
       return { state, effects };
     }
     case "destroy": {
-      const victims = [...state.members.values()];
+      const victims = allMembers(state);
       for (const m of victims) unpool(state, m);
       if (victims.length) effects.push({ type: "delete", members: victims.map(bumped) });
       state.config = null;
@@ -160,6 +322,7 @@ export function transition(
 /** Puts a member (restored from storage, or new) into the inventory. */
 export function addMember(state: PoolState, m: Member): void {
   state.members.set(m.id, m);
+  state.total++;
   enqueue(state, m);
 }
 
@@ -186,7 +349,7 @@ export function nextCreateDeadline(state: PoolState, timeoutMs = DEFAULT_CREATE_
   // its outcome) is what comes next, not the retry time, which has passed by then.
   const rev = state.config?.revision;
   const trying = rev !== undefined && (state.creating.get(rev)?.size ?? 0) > 0;
-  const retry = f && f.revision === rev && !trying && state.members.size < state.config!.spec.replicas ? f.retryAt : null;
+  const retry = f && f.revision === rev && !trying && state.total < state.config!.spec.replicas ? f.retryAt : null;
   return timeout === null ? retry : retry === null ? timeout : Math.min(timeout, retry);
 }
 
@@ -273,7 +436,7 @@ function popOther(queues: Map<string, Fifo<Entry>>, rev: string): Member | undef
 
 /** Returns whether the inventory changed (so the pool may need to scale). */
 function observe(state: PoolState, obs: Observation, now: number, effects: PoolEffect[]): boolean {
-  const m = state.members.get(obs.sandboxId);
+  const m = findMember(state, obs.sandboxId);
   if (!m || obs.generation < m.generation) return false;
   switch (obs.phase) {
     case "Running": {
@@ -345,7 +508,7 @@ function reconcile(state: PoolState, ctx: Context, effects: PoolEffect[]): void 
   const cfg = state.config;
   if (!cfg) return;
   const { replicas } = cfg.spec;
-  const total = state.members.size;
+  const total = state.total;
   if (total > replicas) {
     const victims = scaleDownVictims(state, total - replicas);
     for (const m of victims) unpool(state, m);
@@ -359,7 +522,7 @@ function reconcile(state: PoolState, ctx: Context, effects: PoolEffect[]): void 
 function scaleUp(state: PoolState, ctx: Context, effects: PoolEffect[]): void {
   const cfg = state.config;
   if (!cfg) return;
-  const delta = cfg.spec.replicas - state.members.size;
+  const delta = cfg.spec.replicas - state.total;
   if (delta <= 0) return;
   const cap = cfg.spec.scaleStrategy.maxUnavailable;
   // Kruise: delta ≤ scaled(maxUnavailable) − (replicas − available), i.e. minus those creating.
@@ -443,14 +606,23 @@ function scaleDownVictims(state: PoolState, n: number): Member[] {
 }
 
 function enqueue(state: PoolState, m: Member): void {
-  const queues = m.state === "available" ? state.available : state.creating;
-  let q = queues.get(m.revision);
-  if (!q) {
-    q = new Fifo<Entry>((e) => e.slot === e.m.slot);
-    queues.set(m.revision, q);
-  }
+  const q = queueOf(m.state === "available" ? state.available : state.creating, m.revision);
   m.slot = state.nextSlot++;
   q.push({ m, slot: m.slot });
+}
+
+function queueOf(queues: Map<string, Fifo<Entry>>, revision: string): Fifo<Entry> {
+  let q = queues.get(revision);
+  if (!q) {
+    q = newQueue();
+    queues.set(revision, q);
+  }
+  return q;
+}
+
+/** An entry is live while its member still holds its ticket. */
+function newQueue(backlog?: { entries: Backlog<Entry>; size: number }): Fifo<Entry> {
+  return new Fifo<Entry>((e) => e.slot === e.m.slot, backlog);
 }
 
 /** Pops the oldest live member of a queue and marks it unqueued. */
@@ -464,14 +636,16 @@ function take(q: Fifo<Entry>): Member | undefined {
 /** Takes a member out of its queue, if it is still queued (its entry dies lazily). */
 function dequeue(state: PoolState, m: Member): void {
   if (m.slot < 0) return;
+  const slot = m.slot;
   m.slot = -1;
-  (m.state === "available" ? state.available : state.creating).get(m.revision)?.remove();
+  (m.state === "available" ? state.available : state.creating).get(m.revision)?.remove(slot);
 }
 
 /** Removes a member from the pool, queued or already taken out of its queue. */
 function unpool(state: PoolState, m: Member): void {
   if (state.members.get(m.id) !== m) return;
   state.members.delete(m.id);
+  state.total--;
   dequeue(state, m);
 }
 

@@ -1,12 +1,13 @@
 // PoolDO: one SandboxSet (team + template). A thin shell around machine.ts: it loads the
-// inventory from ctx.storage.sql once per object instance, applies events, writes only the rows
-// an event touched, and sends the pool's intents to ClusterDO in coalesced batches.
+// inventory from ctx.storage.sql once per object instance (the available members a page at a
+// time as claims reach them: store.ts), applies events, writes only the rows an event touched,
+// and sends the pool's intents to ClusterDO in coalesced batches.
 import { stubOf } from "../object-ids.ts";
 import { DurableObject } from "cloudflare:workers";
 import type { Env } from "../env.ts";
 import { ErrorCode } from "../../schema/errors.ts";
 import { newSandboxId, type Intent, type Observation, type SandboxId } from "../../schema/protocol/index.ts";
-import { addMember, counts, initialState, nextCreateDeadline, rollout, transition, type Member, type PoolEffect, type PoolEvent, type PoolState } from "./machine.ts";
+import { counts, findMember, queueSizes, readMembers, initialState, nextCreateDeadline, restore, rollout, transition, type Member, type PoolEffect, type PoolEvent, type PoolState } from "./machine.ts";
 import { memberIntent, protocolTemplate } from "./member-intent.ts";
 import type { AutoscalerResult, ClaimResult, ConfigureResult, ObserveResult, PoolConfig, PoolStatus } from "./rpc.ts";
 import type { AutoscalerSpec } from "../../schema/api/autoscaler.ts";
@@ -104,8 +105,9 @@ export class PoolDO extends DurableObject<Env> {
   /** Many observations in one call (ClusterDO groups them per owner). */
   async observeBatch(observations: Observation[]): Promise<ObserveResult> {
     let applied = 0;
+    readMembers(this.load(), observations.map((o) => o.sandboxId));
     for (const observation of observations) {
-      const before = this.load().members.get(observation.sandboxId);
+      const before = findMember(this.load(), observation.sandboxId);
       this.apply({ type: "observe", observation });
       if (before) applied++;
     }
@@ -217,6 +219,8 @@ export class PoolDO extends DurableObject<Env> {
       this.turn.defer(() => {
         this.countersDeferred = false;
         this.store!.saveCounters(st.claimed, st.createdOnDemand);
+        // The queues as they are when the turn's member writes run, in the same commit.
+        this.store!.saveQueueSizes(queueSizes(st));
       });
     }
     return claim;
@@ -225,6 +229,8 @@ export class PoolDO extends DurableObject<Env> {
   private perform(effects: PoolEffect[], cfg: PoolState["config"], now: number, deferWrites = false): void {
     const store = this.store!;
     const write = deferWrites ? (w: () => void) => this.turn.defer(w) : (w: () => void) => w();
+    // A claim's queue sizes are written once per turn with its counters (apply).
+    if (!deferWrites && effects.some((e) => e.type !== "save-config")) store.saveQueueSizes(queueSizes(this.state!));
     for (const e of effects) {
       switch (e.type) {
         case "create":
@@ -353,7 +359,8 @@ export class PoolDO extends DurableObject<Env> {
     void this.ctx.storage.setAlarm(due);
   }
 
-  /** Loads the inventory once per object instance; later calls return the in-memory state. */
+  /** Loads the inventory once per object instance; later calls return the in-memory state. What
+   * it reads does not grow with the available stock (machine.ts `restore`). */
   private load(): PoolState {
     if (this.state) return this.state;
     const store = openPoolStore(this.ctx.storage.sql);
@@ -362,7 +369,7 @@ export class PoolDO extends DurableObject<Env> {
     const c = store.loadCounters();
     st.claimed = c.claimed;
     st.createdOnDemand = c.createdOnDemand;
-    for (const m of store.loadMembers()) addMember(st, m);
+    restore(st, store.loadInventory(), store);
     for (const o of store.loadOutgoing()) {
       // Create intents stored by an older version: they are derived from their members below.
       if (o.intent.desired.state !== "deleted") store.deleteOutgoing([o.intent.sandboxId]);
@@ -371,8 +378,8 @@ export class PoolDO extends DurableObject<Env> {
     const cfg = st.config;
     if (cfg) {
       const now = Date.now();
-      for (const m of st.members.values()) {
-        if (m.state === "creating") this.outgoing.set(m.id, { cluster: cfg.cluster, intent: memberIntent(cfg, m, "running", now) });
+      for (const q of st.creating.values()) {
+        for (const { m } of q.values()) this.outgoing.set(m.id, { cluster: cfg.cluster, intent: memberIntent(cfg, m, "running", now) });
       }
     }
     this.store = store;

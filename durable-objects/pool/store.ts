@@ -1,7 +1,10 @@
 // The PoolDO's own SQLite tables. Every write touches only the rows one event changed, so a
-// claim costs the same with 100 or 10,000 members; reads happen once, when the object loads.
+// claim costs the same with 100 or 100,000 members. A load reads what does not grow with the
+// stock (the config, the creating members, the count of each queue, written with the rows);
+// available members are read a page at a time in queue order (the `members_queue` index) as
+// claims reach them, so a cold object answers its first claim in the same time at any size.
 import type { Endpoint, Intent, SandboxId } from "../../schema/protocol/index.ts";
-import type { Member, PoolState } from "./machine.ts";
+import type { Member, MemberSource, PoolState, QueueSize, StoredInventory } from "./machine.ts";
 import type { AutoscalerState } from "./autoscaler.ts";
 
 type Sql = Pick<SqlStorage, "exec">;
@@ -21,7 +24,40 @@ CREATE TABLE IF NOT EXISTS members (
 CREATE TABLE IF NOT EXISTS pending_intents (sandbox_id TEXT PRIMARY KEY, cluster TEXT NOT NULL, intent TEXT NOT NULL);
 `;
 
-export interface PoolStore {
+/** Members by queue (state, revision) in ticket order, and the size of each queue (the shell
+ * writes them with the rows that changed them, in the same commit: `saveQueueSizes`). */
+const QUEUES = `
+CREATE INDEX IF NOT EXISTS members_queue ON members (state, revision, ord);
+CREATE TABLE IF NOT EXISTS member_counts (state TEXT NOT NULL, revision TEXT NOT NULL, n INTEGER NOT NULL, PRIMARY KEY (state, revision)) WITHOUT ROWID;
+`;
+
+const MEMBER_COLUMNS = "id, state, revision, generation, created_at, endpoint, ord, ready_once";
+
+type MemberRow = {
+  id: string;
+  state: string;
+  revision: string;
+  generation: number;
+  created_at: number;
+  endpoint: string | null;
+  ord: number;
+  ready_once: number;
+};
+
+function memberOf(r: MemberRow): Member {
+  return {
+    id: r.id as SandboxId,
+    state: r.state === "available" ? "available" : "creating",
+    revision: r.revision,
+    generation: r.generation,
+    createdAt: r.created_at,
+    endpoint: r.endpoint ? (JSON.parse(r.endpoint) as Endpoint) : null,
+    readyOnce: r.ready_once === 1 || r.state === "available",
+    slot: r.ord,
+  };
+}
+
+export interface PoolStore extends MemberSource {
   loadConfig(): Config;
   saveConfig(config: Config): void;
   loadCounters(): { claimed: number; createdOnDemand: number };
@@ -29,8 +65,10 @@ export interface PoolStore {
   /** The autoscaler (spec, last decision, events; not its samples), or null when none is set. */
   loadAutoscaler(): Omit<AutoscalerState, "samples"> | null;
   saveAutoscaler(state: AutoscalerState | null): void;
-  /** Members in queue order (`ord` is the member's queue ticket when it was last written). */
-  loadMembers(): Member[];
+  /** What a load reads of the members (`ord` is a member's queue ticket, its `slot`). */
+  loadInventory(): StoredInventory;
+  /** Every queue's size (machine.ts `queueSizes`), written with the member rows that changed them. */
+  saveQueueSizes(sizes: QueueSize[]): void;
   insertMembers(members: Member[]): void;
   updateMember(member: Member): void;
   deleteMembers(ids: readonly string[]): void;
@@ -41,10 +79,19 @@ export interface PoolStore {
 }
 
 export function openPoolStore(sql: Sql): PoolStore {
-  sql.exec(SCHEMA);
-  // Tables created before members remembered having been ready.
-  const columns = sql.exec<{ name: string }>("PRAGMA table_info(members)").toArray();
-  if (!columns.some((c) => c.name === "ready_once")) sql.exec("ALTER TABLE members ADD COLUMN ready_once INTEGER NOT NULL DEFAULT 0");
+  const counted = sql.exec("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'member_counts'").toArray().length > 0;
+  if (!counted) {
+    sql.exec(SCHEMA);
+    // Tables created before members remembered having been ready.
+    const columns = sql.exec<{ name: string }>("PRAGMA table_info(members)").toArray();
+    if (!columns.some((c) => c.name === "ready_once")) sql.exec("ALTER TABLE members ADD COLUMN ready_once INTEGER NOT NULL DEFAULT 0");
+    sql.exec(QUEUES);
+    // Members stored before: counted once, and their tickets made unique and increasing in the
+    // order a load gave them (ORDER BY ord; an older load numbered its queues from 0 again, so
+    // tickets of different loads could be equal).
+    sql.exec("INSERT OR REPLACE INTO member_counts (state, revision, n) SELECT state, revision, COUNT(*) FROM members GROUP BY state, revision");
+    sql.exec("UPDATE members SET ord = r.n FROM (SELECT id, ROW_NUMBER() OVER (ORDER BY ord, rowid) AS n FROM members) AS r WHERE members.id = r.id");
+  }
   const meta = (key: string): string | null => {
     const row = sql.exec<{ value: string }>("SELECT value FROM meta WHERE key = ?", key).toArray()[0];
     return row ? row.value : null;
@@ -71,26 +118,35 @@ export function openPoolStore(sql: Sql): PoolStore {
       const { samples: _samples, ...kept } = state;
       setMeta("autoscaler", JSON.stringify(kept));
     },
-    loadMembers: () =>
+    loadInventory: () => {
+      const counts = sql.exec<{ state: string; revision: string; n: number }>("SELECT state, revision, n FROM member_counts WHERE n > 0").toArray();
+      let nextSlot = 0;
+      for (const c of counts) {
+        // One index seek per queue (a global MAX(ord) would scan the table).
+        const top = sql.exec<{ top: number | null }>("SELECT MAX(ord) AS top FROM members WHERE state = ? AND revision = ?", c.state, c.revision).one().top;
+        if (top !== null) nextSlot = Math.max(nextSlot, top + 1);
+      }
+      const creating = sql.exec<MemberRow>(`SELECT ${MEMBER_COLUMNS} FROM members WHERE state = 'creating' ORDER BY ord`).toArray().map(memberOf);
+      const available = counts.filter((c) => c.state === "available").map((c) => ({ revision: c.revision, size: c.n }));
+      return { creating, available, nextSlot };
+    },
+    saveQueueSizes: (sizes) => {
+      sql.exec("DELETE FROM member_counts");
+      for (const q of sizes) sql.exec("INSERT INTO member_counts (state, revision, n) VALUES (?, ?, ?)", q.state, q.revision, q.n);
+    },
+    availablePage: (revision, after, before, limit) =>
       sql
-        .exec<{ id: string; state: string; revision: string; generation: number; created_at: number; endpoint: string | null; ready_once: number }>(
-          "SELECT id, state, revision, generation, created_at, endpoint, ready_once FROM members ORDER BY ord",
-        )
+        .exec<MemberRow>(`SELECT ${MEMBER_COLUMNS} FROM members WHERE state = 'available' AND revision = ? AND ord > ? AND ord < ? ORDER BY ord LIMIT ?`, revision, after, before, limit)
         .toArray()
-        .map((r) => ({
-          id: r.id as SandboxId,
-          state: r.state === "available" ? "available" : "creating",
-          revision: r.revision,
-          generation: r.generation,
-          createdAt: r.created_at,
-          endpoint: r.endpoint ? (JSON.parse(r.endpoint) as Endpoint) : null,
-          readyOnce: r.ready_once === 1 || r.state === "available",
-          slot: -1,
-        })),
+        .map(memberOf),
+    members: (ids) =>
+      ids.length ? sql.exec<MemberRow>(`SELECT ${MEMBER_COLUMNS} FROM members WHERE id IN (${ids.map(() => "?").join(", ")})`, ...ids).toArray().map(memberOf) : [],
     insertMembers: (members) => {
       for (const m of members) {
         sql.exec(
-          "INSERT OR REPLACE INTO members (id, state, revision, generation, created_at, endpoint, ord) VALUES (?, ?, ?, ?, ?, ?, ?)",
+          `INSERT INTO members (id, state, revision, generation, created_at, endpoint, ord) VALUES (?, ?, ?, ?, ?, ?, ?)
+           ON CONFLICT (id) DO UPDATE SET state = excluded.state, revision = excluded.revision, generation = excluded.generation,
+             created_at = excluded.created_at, endpoint = excluded.endpoint, ord = excluded.ord`,
           m.id, m.state, m.revision, m.generation, m.createdAt, m.endpoint ? JSON.stringify(m.endpoint) : null, m.slot,
         );
       }

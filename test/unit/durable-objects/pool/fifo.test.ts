@@ -1,6 +1,7 @@
-// The pool's FIFO: order, lazy removal from the middle, and compaction after many pops.
+// The pool's FIFO: order, lazy removal from the middle, compaction after many pops, and a backlog
+// (a reloaded pool's stored members) read a page at a time ahead of later pushes.
 import { describe, expect, it } from "vitest";
-import { Fifo } from "../../../../durable-objects/pool/fifo.ts";
+import { Fifo, type Backlog } from "../../../../durable-objects/pool/fifo.ts";
 
 interface Item {
   id: number;
@@ -45,5 +46,37 @@ describe("Fifo", () => {
     }
     expect(q.size).toBe(1_000);
     expect(q.peek()?.id).toBe(expected);
+  });
+
+  it("reads a backlog a page at a time when it reaches it, ahead of pushes, skipping dropped entries", () => {
+    const stored = [1, 2, 3, 4, 5, 6, 7].map((id) => ({ id, live: true }));
+    const pages: number[] = [];
+    const dropped = new Set<number>();
+    let read = 0;
+    const backlog: Backlog<Item> = {
+      next: () => {
+        const page = stored.slice(read, read + 3).filter((i) => !dropped.has(i.id));
+        pages.push(read);
+        read += 3;
+        return read - 3 < stored.length ? page : [];
+      },
+      drop: (id) => dropped.add(id),
+    };
+    const q = new Fifo<Item>((i) => i.live, { entries: backlog, size: stored.length });
+    expect(q.size).toBe(7);
+    q.push({ id: 8, live: true });
+    expect(pages).toEqual([]);
+    expect(q.shift()?.id).toBe(1);
+    expect(pages).toEqual([0]);
+    // 5 leaves before it is read; 2 was read already (its entry dies lazily).
+    q.remove(5);
+    stored[1]!.live = false;
+    q.remove(2);
+    expect(q.size).toBe(5);
+    expect([q.shift()?.id, q.shift()?.id, q.shift()?.id, q.shift()?.id, q.shift()?.id, q.shift()]).toEqual([3, 4, 6, 7, 8, undefined]);
+    expect(q.size).toBe(0);
+    // Read to its end: pushes queue directly.
+    q.push({ id: 9, live: true });
+    expect([...q.values()].map((i) => i.id)).toEqual([9]);
   });
 });
