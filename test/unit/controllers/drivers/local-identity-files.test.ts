@@ -37,8 +37,11 @@ it("replaces links at /etc/hostname, /etc/hosts and /etc/resolv.conf with files 
 
 it("an /etc that is a link to a host directory is replaced by a directory of its own; nothing is written there", () => {
   const { merged, host } = scratch();
+  writeFileSync(join(host, "keep"), "the host's own\n");
   symlinkSync(host, join(merged, "etc"));
   writeIdentity(merged, "sbx-identity");
+  // The link went, not what it pointed at.
+  expect(readFileSync(join(host, "keep"), "utf8")).toBe("the host's own\n");
   expect(lstatSync(join(merged, "etc")).isDirectory()).toBe(true);
   expect(readFileSync(join(merged, "etc/hostname"), "utf8")).toBe("sbx-identity\n");
   expect(() => readlinkSync(join(merged, "etc"))).toThrow();
