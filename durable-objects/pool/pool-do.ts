@@ -52,6 +52,9 @@ export class PoolDO extends DurableObject<Env> {
   });
   /** A write of the claim counters is among this turn's writes. */
   private countersDeferred = false;
+  /** Inside observeBatch: member writes there owe one queue-size write at its end. */
+  private batching = false;
+  private queueSizesOwed = false;
 
   /** Sets (or replaces) the SandboxSet spec: scales, and rolls members of an older revision. */
   async configure(config: PoolConfig): Promise<ConfigureResult> {
@@ -106,10 +109,19 @@ export class PoolDO extends DurableObject<Env> {
   async observeBatch(observations: Observation[]): Promise<ObserveResult> {
     let applied = 0;
     readMembers(this.load(), observations.map((o) => o.sandboxId));
-    for (const observation of observations) {
-      const before = findMember(this.load(), observation.sandboxId);
-      this.apply({ type: "observe", observation });
-      if (before) applied++;
+    // The batch's queue sizes are written once, after it, in the same event (and so the same
+    // commit) as its member writes: not once per observation that changed a member.
+    this.batching = true;
+    try {
+      for (const observation of observations) {
+        const before = findMember(this.load(), observation.sandboxId);
+        this.apply({ type: "observe", observation });
+        if (before) applied++;
+      }
+    } finally {
+      this.batching = false;
+      if (this.queueSizesOwed && this.state) this.store!.saveQueueSizes(queueSizes(this.state));
+      this.queueSizesOwed = false;
     }
     return { ok: true, applied };
   }
@@ -229,8 +241,12 @@ export class PoolDO extends DurableObject<Env> {
   private perform(effects: PoolEffect[], cfg: PoolState["config"], now: number, deferWrites = false): void {
     const store = this.store!;
     const write = deferWrites ? (w: () => void) => this.turn.defer(w) : (w: () => void) => w();
-    // A claim's queue sizes are written once per turn with its counters (apply).
-    if (!deferWrites && effects.some((e) => e.type !== "save-config")) store.saveQueueSizes(queueSizes(this.state!));
+    // A claim's queue sizes are written once per turn with its counters (apply), a batch of
+    // observations' once after it (observeBatch).
+    if (!deferWrites && effects.some((e) => e.type !== "save-config")) {
+      if (this.batching) this.queueSizesOwed = true;
+      else store.saveQueueSizes(queueSizes(this.state!));
+    }
     for (const e of effects) {
       switch (e.type) {
         case "create":
