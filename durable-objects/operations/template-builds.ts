@@ -3,14 +3,14 @@
 // isolate polling status, are few and write in batches (a frame of log lines is one insert), and
 // a finished build becomes a template row in the same database. The agent runs the steps
 // (controllers/drivers/local/builder/); ClusterDO hands it the build and its events come back here.
-import { MAX_BUILD_LOG_ENTRIES, MAX_TEAM_BUILDS, BUILD_SILENCE_MS, type BuildLogEntry, type BuildStatus, type TemplateBuildInfo, type TemplateBuildStart } from "../../schema/api/template-build.ts";
+import { MAX_BUILD_LOG_ENTRIES, MAX_TEAM_BUILDS, MAX_TEAM_WAITING_BUILDS, WAITING_BUILD_TTL_MS, BUILD_SILENCE_MS, type BuildLogEntry, type BuildStatus, type TemplateBuildInfo, type TemplateBuildStart } from "../../schema/api/template-build.ts";
 import { TemplateSpec } from "../../schema/api/template.ts";
 import { ApiError } from "../../schema/errors.ts";
 import type { BuildEvents, BuildFrame } from "../../schema/protocol/build.ts";
 import type { Caller, Env } from "../env.ts";
 import { quotaStub } from "../quota/stub.ts";
 import { getDb } from "../store/db.ts";
-import { activeBuilds, claimUnusedImages, hasFile, getBuild, insertBuild, lastLogs, logsFrom, moveBuild, putTags, touchBuild, appendLogs, type BuildRow, type LogRow } from "../store/template-builds.ts";
+import { claimUnusedImages, getBuild, insertWaitingBuild, lastLogs, logsFrom, moveBuild, putTags, startWaitingBuild, touchBuild, appendLogs, useFiles, type BuildRow, type LogRow } from "../store/template-builds.ts";
 import { getTemplate, resolveTemplate } from "../store/templates.ts";
 import { BUILT_IMAGE, nudgeImageGc } from "./image-gc.ts";
 import { putTemplate } from "./templates.ts";
@@ -40,7 +40,7 @@ export async function requestBuild(env: Env, caller: Caller, input: RequestBuild
   const spec = visible?.spec ?? TemplateSpec.parse({});
   const id = crypto.randomUUID();
   const now = Date.now();
-  await insertBuild(db, {
+  const row: BuildRow = {
     id,
     teamId: caller.teamId,
     teamName: caller.teamName,
@@ -59,7 +59,8 @@ export async function requestBuild(env: Env, caller: Caller, input: RequestBuild
     createdAt: now,
     updatedAt: now,
     finishedAt: null,
-  });
+  };
+  if (!(await insertWaitingBuild(db, row, MAX_TEAM_WAITING_BUILDS, WAITING_BUILD_TTL_MS))) throw new ApiError("quota_exceeded", `team "${caller.teamName}" has ${MAX_TEAM_WAITING_BUILDS} builds requested and not started; start or wait for them (a build not started in ${WAITING_BUILD_TTL_MS / 3_600_000} h fails)`);
   return { templateID: input.name, buildID: id, public: visible?.public ?? false, aliases: [input.name], names: [input.name], tags: input.tags };
 }
 
@@ -88,16 +89,19 @@ export async function startBuild(env: Env, caller: Caller, templateId: string, b
     config = { user: base.spec.user, workdir: base.spec.workdir, env: base.spec.env };
     commands = inheritedCommands(base.spec, body);
   }
-  for (const [i, s] of body.steps.entries()) {
-    if (s.type === "COPY" && !(await hasFile(db, b.teamId, s.filesHash!))) throw new ApiError("bad_request", `steps.${i}: the files of COPY ${JSON.stringify(s.args[0]!.slice(0, 64))} were not uploaded (hash ${s.filesHash})`);
+  const copies = body.steps.flatMap((s, i) => (s.type === "COPY" ? [{ i, s }] : []));
+  const present = await useFiles(db, b.teamId, [...new Set(copies.map(({ s }) => s.filesHash!))]);
+  for (const { i, s } of copies) {
+    if (!present.has(s.filesHash!)) throw new ApiError("bad_request", `steps.${i}: the files of COPY ${JSON.stringify(s.args[0]!.slice(0, 64))} were not uploaded (hash ${s.filesHash})`);
   }
-  if ((await activeBuilds(db, b.teamId)) >= MAX_TEAM_BUILDS) throw new ApiError("quota_exceeded", `team "${b.teamName}" already runs ${MAX_TEAM_BUILDS} builds; wait for one to finish`);
   const reserved = await quotaStub(env, b.teamId).reserve({ teamId: b.teamId, teamName: b.teamName, sandboxId: quotaKey(b.id), generation: 1, cpu: b.cpuCount, memoryMB: b.memoryMB });
   if (!reserved.ok) throw ApiError.from(reserved.error);
   // The base it stands on is recorded with the move: the image is not freed while it runs.
   const baseImage = "rootfs" in from ? from.rootfs : null;
-  if (!(await moveBuild(db, b.id, ["waiting"], { status: "building", startCmd: commands.startCmd ?? null, readyCmd: commands.readyCmd ?? null, inherit, baseImage }))) {
+  const started = await startWaitingBuild(db, b, MAX_TEAM_BUILDS, { startCmd: commands.startCmd ?? null, readyCmd: commands.readyCmd ?? null, inherit, baseImage });
+  if (started !== "started") {
     await releaseQuota(env, b);
+    if (started === "busy") throw new ApiError("quota_exceeded", `team "${b.teamName}" already runs ${MAX_TEAM_BUILDS} builds; wait for one to finish`);
     throw new ApiError("conflict", `build "${buildId}" was already started`);
   }
   const sent = await env.CLUSTER.get(env.CLUSTER.idFromName(b.cluster)).startBuild({

@@ -6,6 +6,7 @@
 // per team makes a second build upload nothing.
 // (Chunking would lift the bound; not done.) The agent fetches an archive with its cluster
 // token, only for a build it runs.
+import { MAX_TEAM_FILE_BYTES, TEMPLATE_FILE_TTL_MS } from "../../schema/api/template-build.ts";
 import { ApiError } from "../../schema/errors.ts";
 import type { Caller, Env } from "../env.ts";
 import { getDb } from "../store/db.ts";
@@ -52,9 +53,15 @@ export async function verifyUpload(env: Env, teamId: string, hash: string, expir
   if (!(await crypto.subtle.verify("HMAC", await signingKey(env), mac, canonical(teamId, hash, expires)))) throw new ApiError("forbidden", "upload link signature does not match");
 }
 
-/** Stores a verified upload (the route bounds it at MAX_TEMPLATE_FILE_BYTES). */
+/** Stores a verified upload (the route bounds it at MAX_TEMPLATE_FILE_BYTES) within the team's
+ * bound on stored archives (MAX_TEAM_FILE_BYTES; unused ones expire: TEMPLATE_FILE_TTL_MS). */
 export async function storeUpload(env: Env, teamId: string, hash: string, data: ArrayBuffer): Promise<void> {
-  await putFile(getDb(env), teamId, hash, data);
+  if (!(await putFile(getDb(env), teamId, hash, data, { maxTeamBytes: MAX_TEAM_FILE_BYTES, ttlMs: TEMPLATE_FILE_TTL_MS }))) {
+    throw new ApiError(
+      "quota_exceeded",
+      `the team's uploaded build files would pass ${MAX_TEAM_FILE_BYTES / 1024 / 1024} MiB; files no build has used for ${TEMPLATE_FILE_TTL_MS / 86_400_000} days are removed as the team uploads`,
+    );
+  }
 }
 
 /** An archive for the agent running `buildId` (authenticated by the route with the cluster token). */

@@ -8,8 +8,25 @@ import type { Db } from "./db.ts";
 
 export type BuildRow = typeof templateBuilds.$inferSelect;
 
-export async function insertBuild(db: Db, row: BuildRow): Promise<void> {
-  await db.insert(templateBuilds).values(row);
+/**
+ * Inserts a waiting build unless its team already has `maxWaiting` waiting builds (false then).
+ * First its team's waiting builds older than `ttlMs` are failed ("never started"): a waiting build
+ * holds nothing but its row, and a client that requests builds and never starts them must not grow
+ * the table without bound. The check and the insert are one statement (sqld serializes writes), so
+ * concurrent requests cannot all pass a count read before any of them wrote.
+ */
+export async function insertWaitingBuild(db: Db, row: BuildRow, maxWaiting: number, ttlMs: number): Promise<boolean> {
+  await db
+    .update(templateBuilds)
+    .set({ status: "error", reason: { message: `never started within ${ttlMs / 3_600_000} h of its request` }, finishedAt: row.createdAt, updatedAt: row.createdAt })
+    .where(and(eq(templateBuilds.teamId, row.teamId), eq(templateBuilds.status, "waiting"), lte(templateBuilds.createdAt, row.createdAt - ttlMs)));
+  const res = await db.$client.execute({
+    sql: `INSERT INTO template_builds (id, team_id, team_name, template_id, cluster, status, cpu_count, memory_mb, tags, image, created_at, updated_at)
+          SELECT ?1, ?2, ?3, ?4, ?5, 'waiting', ?6, ?7, ?8, ?9, ?10, ?10
+          WHERE (SELECT count(*) FROM template_builds WHERE team_id = ?2 AND status = 'waiting') < ?11`,
+    args: [row.id, row.teamId, row.teamName, row.templateId, row.cluster, row.cpuCount, row.memoryMB, JSON.stringify(row.tags), row.image, row.createdAt, maxWaiting],
+  });
+  return res.rowsAffected > 0;
 }
 
 export async function getBuild(db: Db, id: string): Promise<BuildRow | undefined> {
@@ -30,12 +47,25 @@ export async function touchBuild(db: Db, id: string, now = Date.now()): Promise<
   await db.update(templateBuilds).set({ updatedAt: now }).where(and(eq(templateBuilds.id, id), eq(templateBuilds.status, "building")));
 }
 
-export async function activeBuilds(db: Db, teamId: string): Promise<number> {
+/**
+ * Moves a waiting build to building unless its team already runs `maxBuilding` builds: the count
+ * and the move are one statement (a count read before the move let concurrent starts all pass it).
+ * "busy": the team is at its bound; "gone": the build is no longer waiting (a repeat, a race).
+ */
+export async function startWaitingBuild(db: Db, b: Pick<BuildRow, "id" | "teamId">, maxBuilding: number, set: Partial<BuildRow>, now = Date.now()): Promise<"started" | "busy" | "gone"> {
   const rows = await db
-    .select({ n: sql<number>`count(*)` })
-    .from(templateBuilds)
-    .where(and(eq(templateBuilds.teamId, teamId), eq(templateBuilds.status, "building")));
-  return Number(rows[0]?.n ?? 0);
+    .update(templateBuilds)
+    .set({ ...set, status: "building", updatedAt: now })
+    .where(
+      and(
+        eq(templateBuilds.id, b.id),
+        eq(templateBuilds.status, "waiting"),
+        sql`(SELECT count(*) FROM template_builds WHERE team_id = ${b.teamId} AND status = 'building') < ${maxBuilding}`,
+      ),
+    )
+    .returning({ id: templateBuilds.id });
+  if (rows.length) return "started";
+  return (await getBuild(db, b.id))?.status === "waiting" ? "busy" : "gone";
 }
 
 export async function buildsOf(db: Db, teamId: string, templateId: string): Promise<BuildRow[]> {
@@ -208,11 +238,40 @@ export async function hasFile(db: Db, teamId: string, hash: string): Promise<boo
   return r.rows.length > 0;
 }
 
-export async function putFile(db: Db, teamId: string, hash: string, data: ArrayBuffer, now = Date.now()): Promise<void> {
-  await db.$client.execute({
-    sql: "INSERT INTO template_files (team_id, hash, size, data, created_at) VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
-    args: [teamId, hash, data.byteLength, data, now],
+/** Marks the team's archives `hashes` used by a build starting now; answers those it has. */
+export async function useFiles(db: Db, teamId: string, hashes: string[], now = Date.now()): Promise<Set<string>> {
+  if (!hashes.length) return new Set();
+  const r = await db.$client.execute({
+    sql: "UPDATE template_files SET used_at = ? WHERE team_id = ? AND hash IN (SELECT value FROM json_each(?)) RETURNING hash",
+    args: [now, teamId, JSON.stringify(hashes)],
   });
+  return new Set(r.rows.map((x) => String(x.hash)));
+}
+
+/**
+ * Stores an archive unless the team's archives would then pass `maxTeamBytes` (false then; true
+ * when stored or already there). First the team's archives unused for `ttlMs` (since their upload
+ * or the last build that started with them) are removed, unless a build of the team is running
+ * (it may still fetch them). The bound and the insert are one statement, as the build bounds are.
+ */
+export async function putFile(db: Db, teamId: string, hash: string, data: ArrayBuffer, bounds: { maxTeamBytes: number; ttlMs: number }, now = Date.now()): Promise<boolean> {
+  const [, inserted] = await db.$client.batch(
+    [
+      {
+        sql: `DELETE FROM template_files WHERE team_id = ?1 AND coalesce(used_at, created_at) <= ?2
+                AND NOT EXISTS (SELECT 1 FROM template_builds WHERE team_id = ?1 AND status = 'building')`,
+        args: [teamId, now - bounds.ttlMs],
+      },
+      {
+        sql: `INSERT INTO template_files (team_id, hash, size, data, created_at) SELECT ?1, ?2, ?3, ?4, ?5
+                WHERE coalesce((SELECT sum(size) FROM template_files WHERE team_id = ?1), 0) + ?3 <= ?6
+              ON CONFLICT DO NOTHING`,
+        args: [teamId, hash, data.byteLength, data, now, bounds.maxTeamBytes],
+      },
+    ],
+    "write",
+  );
+  return inserted!.rowsAffected > 0 || (await hasFile(db, teamId, hash));
 }
 
 export async function getFile(db: Db, teamId: string, hash: string): Promise<ArrayBuffer | undefined> {

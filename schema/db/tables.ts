@@ -177,6 +177,8 @@ export const templateBuilds = sqliteTable(
   },
   (t) => [
     index("template_builds_team").on(t.teamId, t.templateId, t.createdAt),
+    // The team's bounds on waiting and running builds count by it (not through its whole history).
+    index("template_builds_team_status").on(t.teamId, t.status),
     // Image collection: "does a waiting or running build stand on this image".
     index("template_builds_base_image").on(t.baseImage),
   ],
@@ -205,6 +207,9 @@ export const templateFiles = sqliteTable(
     size: integer("size").notNull(),
     data: blob("data", { mode: "buffer" }).notNull(),
     createdAt: integer("created_at").notNull(),
+    /** When a build last started with it (null: none yet); archives unused for
+     * TEMPLATE_FILE_TTL_MS are removed (store/template-builds.ts `putFile`). */
+    usedAt: integer("used_at"),
   },
   (t) => [primaryKey({ columns: [t.teamId, t.hash] })],
 );

@@ -8,10 +8,10 @@ import { runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import type { ClusterDO } from "../../../durable-objects/cluster/cluster-do.ts";
 import { eq } from "drizzle-orm";
 import { getDb } from "../../../durable-objects/store/db.ts";
-import { BUILD_SILENCE_MS, MAX_TEMPLATE_FILE_BYTES } from "../../../schema/api/template-build.ts";
+import { BUILD_SILENCE_MS, MAX_TEAM_BUILDS, MAX_TEAM_WAITING_BUILDS, MAX_TEMPLATE_FILE_BYTES, TEMPLATE_FILE_TTL_MS, WAITING_BUILD_TTL_MS } from "../../../schema/api/template-build.ts";
 import { templateBuilds } from "../../../schema/db/tables.ts";
 import { TemplateSpec } from "../../../schema/api/template.ts";
-import { CLAIM_SUPERSEDED_SQL, claimUnusedImages, UNSENT_FREES_SQL } from "../../../durable-objects/store/template-builds.ts";
+import { CLAIM_SUPERSEDED_SQL, claimUnusedImages, hasFile, putFile, UNSENT_FREES_SQL, useFiles } from "../../../durable-objects/store/template-builds.ts";
 import { IMAGE_FREE_GRACE_MS } from "../../../durable-objects/operations/image-gc.ts";
 import { getTemplate, namesFreedImage, upsertTemplate } from "../../../durable-objects/store/templates.ts";
 import { call, createTeam, expectError, expectStatus, startAgent, unique } from "../helpers.ts";
@@ -508,6 +508,66 @@ describe("template build API", () => {
     } finally {
       agent.disconnect();
     }
+  });
+
+  it("a team runs at most MAX_TEAM_BUILDS builds even when its starts race: the rest are 429 and hold no quota", async () => {
+    const team = await createTeam(unique("tb-race"));
+    const agent = await startAgent(team.cluster, { builder: true });
+    try {
+      const ids = await Promise.all(Array.from({ length: 6 }, async () => (await requestBuild(team.key, team.template)).buildID as string));
+      const answers = await Promise.all(ids.map((id) => call(`/v2/templates/${team.template}/builds/${id}`, { key: team.key, body: {} })));
+      const started = ids.filter((_, i) => answers[i]!.status === 202);
+      expect(started).toHaveLength(MAX_TEAM_BUILDS);
+      for (const r of answers) if (r.status !== 202) await expectError(Promise.resolve(r), 429, /already runs 2 builds/);
+      await agent.waitUntil(() => agent.builds.length === MAX_TEAM_BUILDS);
+      expect(agent.builds.map((b) => b.buildId).sort()).toEqual([...started].sort());
+      // The refused ones still wait and start once a slot is free; their quota was given back.
+      const quota = await expectStatus(call(`/admin/teams/${team.name}/quota`), 200);
+      expect(quota.usage).toMatchObject({ vcpus: MAX_TEAM_BUILDS });
+      agent.sendFrame({ type: "buildEvents", items: [{ buildId: started[0]!, logs: [], result: { status: "error", message: "step 1 (RUN) failed: exit code 1", step: "1" } }] });
+      await poll(async () => (await expectStatus(call(`/templates/${team.template}/builds/${started[0]}/status`, { key: team.key }), 200)).status === "error");
+      const waiting = ids.find((id) => !started.includes(id))!;
+      await expectStatus(call(`/v2/templates/${team.template}/builds/${waiting}`, { key: team.key, body: {} }), 202);
+    } finally {
+      agent.disconnect();
+    }
+  });
+
+  it("a team has at most MAX_TEAM_WAITING_BUILDS builds requested and not started, even when requests race; one not started in a day fails", async () => {
+    const team = await createTeam(unique("tb-waiting"));
+    const answers = await Promise.all(Array.from({ length: MAX_TEAM_WAITING_BUILDS + 4 }, () => call("/v3/templates", { key: team.key, body: { name: team.template, cpuCount: 1, memoryMB: 512 } })));
+    expect(answers.filter((r) => r.status === 202)).toHaveLength(MAX_TEAM_WAITING_BUILDS);
+    const refused = answers.find((r) => r.status !== 202)!;
+    await expectError(Promise.resolve(refused), 429, /requested and not started/);
+    // Another team is not bound by this one's.
+    const other = await createTeam(unique("tb-waiting-other"));
+    await requestBuild(other.key, other.template);
+    // The oldest waits past the bound: the next request fails it, saying so, and is taken.
+    const first = (await answers[0]!.json()) as { buildID: string };
+    await getDb(env).update(templateBuilds).set({ createdAt: Date.now() - WAITING_BUILD_TTL_MS - 1000 }).where(eq(templateBuilds.id, first.buildID));
+    await requestBuild(team.key, team.template);
+    const s = await expectStatus(call(`/templates/${team.template}/builds/${first.buildID}/status`, { key: team.key }), 200);
+    expect(s).toMatchObject({ status: "error", reason: { message: expect.stringMatching(/never started within 24 h/) } });
+    await expectError(call("/v3/templates", { key: team.key, body: { name: team.template } }), 429, /requested and not started/);
+  });
+
+  it("a team's stored build archives are bounded in bytes and those unused for a week go at its next upload", async () => {
+    const db = getDb(env);
+    const team = `tb-files-${unique("t")}`;
+    const bounds = { maxTeamBytes: 10, ttlMs: TEMPLATE_FILE_TTL_MS };
+    const bytes = (n: number) => new Uint8Array(n).buffer;
+    const now = Date.now();
+    expect(await putFile(db, team, "a".repeat(64), bytes(6), bounds, now)).toBe(true);
+    expect(await putFile(db, team, "b".repeat(64), bytes(5), bounds, now)).toBe(false);
+    expect(await hasFile(db, team, "b".repeat(64))).toBe(false);
+    expect(await putFile(db, team, "a".repeat(64), bytes(6), bounds, now)).toBe(true); // already there
+    expect(await putFile(db, `${team}-other`, "b".repeat(64), bytes(5), bounds, now)).toBe(true); // per team
+    // A week later `a` was used by a build two days ago: it stays, and still fills the bound.
+    expect([...(await useFiles(db, team, ["a".repeat(64), "c".repeat(64)], now + 5 * 86_400_000))]).toEqual(["a".repeat(64)]);
+    expect(await putFile(db, team, "b".repeat(64), bytes(5), bounds, now + 7 * 86_400_000 + 1)).toBe(false);
+    // A week after that use it is gone, and the upload is taken.
+    expect(await putFile(db, team, "b".repeat(64), bytes(5), bounds, now + 12 * 86_400_000 + 1)).toBe(true);
+    expect(await hasFile(db, team, "a".repeat(64))).toBe(false);
   });
 
   it("a cluster without a builder answers 501 and says so", async () => {
