@@ -17,7 +17,7 @@ import { IntentStore } from "./intent-store.ts";
 import { Link } from "./link.ts";
 import { startMetricsServer, type MetricsServer } from "./metrics-server.ts";
 import { Reconciler, desiredFor } from "./reconciler.ts";
-import { TemplateBuilder } from "../drivers/local/builder/builder.ts";
+import { BUILD_DISK_MB, TemplateBuilder } from "../drivers/local/builder/builder.ts";
 import { RetiredTemplates } from "../drivers/local/builder/retire.ts";
 import { RootfsStore } from "../drivers/local/rootfs/store.ts";
 import { detectCgroups } from "../drivers/local/cgroups.ts";
@@ -206,6 +206,8 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
           log: (msg, fields) => agentLog.info(msg, fields),
           journalDir: join(opts.dataDir, "builds"),
           network: driver instanceof LocalDriver ? (dir) => driver.stepNetwork(dir) : undefined,
+          // Where sandboxes get disks of their own, so do a build's steps.
+          buildDiskMB: driver.capabilities.disk === "quota" ? BUILD_DISK_MB : undefined,
         })
       : undefined;
   // A running build's layers are in no record until it publishes its own: held by the builder.

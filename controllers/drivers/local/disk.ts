@@ -26,7 +26,7 @@ export type DiskLevel = "quota" | "none";
 const ENV = { PATH: "/usr/sbin:/usr/bin:/sbin:/bin" };
 /** No root reservation (root inside gets no more room than `user`); inode tables and the journal
  * are initialised lazily by the kernel, so formatting writes ~1 MB whatever the size. */
-const MKFS = ["mkfs.ext4", "-q", "-F", "-m", "0", "-E", "nodiscard,lazy_itable_init=1,lazy_journal_init=1"];
+export const MKFS = ["mkfs.ext4", "-q", "-F", "-m", "0", "-E", "nodiscard,lazy_itable_init=1,lazy_journal_init=1"];
 /** Nothing on a sandbox's disk is a device or set-uid for the host; its inode tables are not
  * zeroed in the background (checksummed group descriptors say which are unused). */
 export const MOUNT_OPTIONS = "loop,nosuid,nodev,noinit_itable";

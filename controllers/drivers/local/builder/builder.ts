@@ -11,6 +11,7 @@ import type { RootfsStore } from "../rootfs/store.ts";
 import { cgroupSetFor, createCgroups, killAndRemove, procsFiles, removeParents, type CgroupLayout } from "../cgroups.ts";
 import { describeStep, layerIdOf, planSteps, rootfsForImage, type PlannedStep } from "./plan.ts";
 import { runStep, type SandboxStep } from "./sandbox.ts";
+import { MIN_DISK_MB } from "../disk.ts";
 import { BuildJournal, removeDeadStaging } from "./journal.ts";
 import { claimStep } from "./step-claim.ts";
 import type { StepNet } from "./step-net.ts";
@@ -32,10 +33,17 @@ export interface BuilderOptions {
   journalDir?: string;
   /** Opens a step's network (LocalDriver.stepNetwork); none, or undefined from it: loopback only. */
   network?: (stagingDir: string) => Promise<StepNet> | undefined;
+  /** The most the layers one build makes may hold, in MiB: each step writes onto a disk image of
+   * what is left (sandbox.ts `diskMB`), so a step that fills it fails with ENOSPC instead of
+   * filling the host's disk. None (the host cannot loop-mount ext4 images: disk.ts `probeDisk`):
+   * unbounded. */
+  buildDiskMB?: number;
 }
 
 /** Processes one step may have at once. */
 const STEP_PIDS = 4096;
+/** The build's disk bound when the agent's options name none (sandbox disks default to 1 GiB). */
+export const BUILD_DISK_MB = 16 * 1024;
 /** Longest one step may run unless the options say otherwise. */
 const STEP_TIMEOUT_MS = 30 * 60_000;
 
@@ -200,6 +208,8 @@ export class TemplateBuilder {
     ev.add(`FROM ${baseName} (${baseLayers.length} layer${baseLayers.length === 1 ? "" : "s"})`, "info", "base");
     const plan = planSteps({ teamId: frame.teamId, buildId: frame.buildId, baseLayers, steps: frame.steps, force: frame.force, config: frame.config });
     const layers = [...baseLayers];
+    // What this build's own layers may still take (cached ones were paid for by the build that made them).
+    const budget = { mb: this.#o.buildDiskMB };
     for (const p of plan.steps) {
       const line = describeStep(p, plan.steps.length);
       if (!p.layer) {
@@ -230,7 +240,7 @@ export class TemplateBuilder {
       }
       try {
         ev.add(line, "info", p.label);
-        await this.#buildLayer(frame, p, id, layers, ev);
+        await this.#buildLayer(frame, p, id, layers, ev, budget);
       } finally {
         claim();
       }
@@ -241,9 +251,10 @@ export class TemplateBuilder {
     return { status: "ready", user: plan.config.user, workdir: plan.config.workdir, env: plan.config.env };
   }
 
-  async #buildLayer(frame: BuildFrame, p: PlannedStep, id: string, lowers: string[], ev: Events): Promise<void> {
+  async #buildLayer(frame: BuildFrame, p: PlannedStep, id: string, lowers: string[], ev: Events, budget: { mb: number | undefined }): Promise<void> {
     const store = this.#o.store;
     const started = Date.now();
+    if (budget.mb !== undefined && budget.mb < MIN_DISK_MB) throw new StepFailed(`step ${p.label} (${p.step.type}): the build's layers already hold its disk bound of ${this.#o.buildDiskMB} MiB`, p.label);
     const staging = store.stagingDir(id);
     const layout = this.#o.cgroups;
     const cg = layout && cgroupSetFor(layout, `${frame.buildId.slice(0, 36)}-${p.label}`);
@@ -251,7 +262,7 @@ export class TemplateBuilder {
       if (layout && cg) createCgroups(layout, cg, { cpuCount: frame.cpuCount, memoryMB: frame.memoryMB, pidsMax: STEP_PIDS });
       const step = await this.#sandboxStep(frame, p, staging);
       const net = await this.#o.network?.(staging);
-      const code = await runStep({
+      const { code, diskFull } = await runStep({
         net,
         cgroupProcs: cg && procsFiles(cg),
         lowers: lowers.map((l) => store.layerTree(l)),
@@ -260,10 +271,15 @@ export class TemplateBuilder {
         step,
         timeoutMs: this.#o.stepTimeoutMs ?? STEP_TIMEOUT_MS,
         onLine: (l, stream) => ev.add(l, stream === "stderr" ? "warn" : "info", p.label),
+        ...(budget.mb !== undefined ? { diskMB: budget.mb } : {}),
       }).finally(() => net?.close());
-      if (code !== 0) throw new StepFailed(`step ${p.label} (${p.step.type}) failed: ${exitText(code, frame.memoryMB)}`, p.label);
+      if (code !== 0) {
+        const disk = diskFull ? `; it filled the build's disk (${this.#o.buildDiskMB} MiB for all its layers)` : "";
+        throw new StepFailed(`step ${p.label} (${p.step.type}) failed: ${exitText(code, frame.memoryMB)}${disk}`, p.label);
+      }
       rmSync(join(staging, "files"), { force: true });
-      await store.commitLayer(staging, { id, kind: "build", source: { step: p.step.type, key: p.key } }, started, "");
+      const info = await store.commitLayer(staging, { id, kind: "build", source: { step: p.step.type, key: p.key } }, started, "");
+      if (budget.mb !== undefined) budget.mb -= Math.ceil(info.bytes / (1024 * 1024));
     } finally {
       if (cg) await killAndRemove(cg).catch((err: Error) => this.#o.log?.(`build ${frame.buildId}: ${err.message}`));
       rmSync(staging, { recursive: true, force: true });

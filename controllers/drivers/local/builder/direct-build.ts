@@ -9,7 +9,8 @@ import { detectCgroups } from "../cgroups.ts";
 import { RootfsStore } from "../rootfs/store.ts";
 import type { TemplateStep } from "../../../../schema/api/template-build.ts";
 import type { BuildFrame, BuildLog, BuildResult } from "../../../../schema/protocol/build.ts";
-import { TemplateBuilder } from "./builder.ts";
+import { BUILD_DISK_MB, TemplateBuilder } from "./builder.ts";
+import { probeDisk } from "../disk.ts";
 import { openStepNet } from "./step-net.ts";
 import { removeDeadStaging } from "./journal.ts";
 import { removeDeadDirectBuildCgroups } from "./dead-cgroups.ts";
@@ -26,6 +27,9 @@ export interface DirectBuild {
   owner: string;
   cpuCount?: number;
   memoryMB?: number;
+  /** The build's disk bound (BuilderOptions.buildDiskMB); by default BUILD_DISK_MB where the host
+   * can loop-mount ext4 images, else none. */
+  diskMB?: number;
 }
 
 export type BuildOutcome = BuildResult & { layers: string[] };
@@ -60,6 +64,7 @@ export async function runDirectBuild(b: DirectBuild, onLog: (entry: BuildLog) =>
       return true;
     },
     network: typeof net === "string" ? undefined : (dir) => openStepNet(net, relay, dir),
+    buildDiskMB: b.diskMB ?? (probeDisk().level === "quota" ? BUILD_DISK_MB : undefined),
   });
   const frame: BuildFrame = {
     type: "build",

@@ -6,9 +6,11 @@
 // step's user set inside by setpriv. What the tenant sent (commands, paths, env) is only ever
 // positional arguments of our fixed scripts inside the sandbox: never a host process's options or
 // environment.
-import { spawn, spawnSync } from "node:child_process";
-import { closeSync, lstatSync, mkdirSync, openSync, rmSync, writeFileSync } from "node:fs";
+import { execFile, spawn, spawnSync } from "node:child_process";
+import { closeSync, ftruncateSync, lstatSync, mkdirSync, openSync, rmSync, statfsSync, writeFileSync } from "node:fs";
 import { join, relative } from "node:path";
+import { promisify } from "node:util";
+import { MKFS, MOUNT_ARGS } from "../disk.ts";
 import type { BuildConfig } from "./plan.ts";
 
 const CAPS = ["CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER", "CAP_FSETID", "CAP_KILL", "CAP_SETGID", "CAP_SETUID", "CAP_SETPCAP", "CAP_NET_BIND_SERVICE", "CAP_SYS_CHROOT", "CAP_MKNOD", "CAP_AUDIT_WRITE", "CAP_SETFCAP"];
@@ -60,7 +62,8 @@ export type SandboxStep =
 export interface StepRun {
   /** Layer trees, bottom first. */
   lowers: string[];
-  /** The staging directory: `rootfs/` becomes the layer (the upper dir); `work/`, `merged/` go. */
+  /** The staging directory: `rootfs/` becomes the layer (the upper dir, or a copy of it from the
+   * step's disk); `work/`, `merged/`, `disk/` go. */
   staging: string;
   config: BuildConfig;
   step: SandboxStep;
@@ -71,26 +74,85 @@ export interface StepRun {
   signal?: AbortSignal;
   /** The step's network (step-net.ts); none: loopback only. */
   net?: { nsPath: string; resolvConf: string };
+  /** The most the step may write, in MiB: its upper and work directories are on a loop-mounted
+   * ext4 image of this size (ENOSPC inside past it), copied out as the layer when the step
+   * succeeds. None: they are plain directories of the host's file system (no bound). */
+  diskMB?: number;
+}
+
+const run = promisify(execFile);
+const HOST_ENV = { PATH };
+
+/** A sparse image of `sizeMB` formatted ext4 and mounted (nodev, nosuid) at `at`. Async: the
+ * builder runs in the agent, whose event loop must not wait on mkfs or the copy out. */
+async function mountStepDisk(image: string, at: string, sizeMB: number): Promise<void> {
+  const fd = openSync(image, "w", 0o600);
+  try {
+    ftruncateSync(fd, sizeMB * 1024 * 1024);
+  } finally {
+    closeSync(fd);
+  }
+  mkdirSync(at, { recursive: true });
+  // Formatted and mounted as a sandbox's disk is (no root reservation, lazy inode tables).
+  await run(MKFS[0]!, [...MKFS.slice(1), image], { env: HOST_ENV });
+  await run("mount", [...MOUNT_ARGS, image, at], { env: HOST_ENV });
+}
+
+/** Whether the file system at `dir` is full (under 1 % or 1 MiB free): the step hit its bound. */
+function isFull(dir: string): boolean {
+  try {
+    const s = statfsSync(dir);
+    return s.bavail * s.bsize < Math.max(1 << 20, (s.blocks * s.bsize) / 100);
+  } catch {
+    return false;
+  }
 }
 
 /** Joins the cgroups named by its first arguments (our own paths), then execs the rest. */
 const JOIN = String.raw`n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 125; shift; n=$((n-1)); done; exec "$@"`;
 
-/** Runs the step; resolves with its exit code (null: killed, e.g. by the timeout). */
-export async function runStep(r: StepRun): Promise<number | null> {
-  const upper = join(r.staging, "rootfs");
-  const work = join(r.staging, "work");
+/** Runs the step; resolves with its exit code (null: killed, e.g. by the timeout) and whether it
+ * filled its disk (`diskMB`). */
+export async function runStep(r: StepRun): Promise<{ code: number | null; diskFull: boolean }> {
+  const disk = join(r.staging, "disk");
+  const image = join(r.staging, "disk.img");
+  // With a bound, upper and work live on the step's image (overlayfs wants them on one file
+  // system); the layer is `rootfs/` of the staging directory either way.
+  const top = r.diskMB === undefined ? r.staging : disk;
+  const upper = join(top, "rootfs");
+  const work = join(top, "work");
   const merged = join(r.staging, "merged");
-  for (const d of [upper, work, merged]) mkdirSync(d, { recursive: true });
-  // Relative lowerdirs (from the layers' common parent) keep the option within one page.
-  const base = join(r.staging, "..");
-  const lowers = [...r.lowers].reverse().map((l) => relative(base, l));
-  const mount = spawnSync("mount", ["-t", "overlay", "overlay", "-o", `lowerdir=${lowers.join(":")},upperdir=${upper},workdir=${work}`, merged], { cwd: base, encoding: "utf8" });
-  if (mount.status !== 0) throw new Error(`overlay mount failed: ${(mount.stderr || mount.error?.message || "").trim()}`);
+  let diskMounted = false;
   try {
-    return await bwrap(merged, r);
+    if (r.diskMB !== undefined) {
+      await mountStepDisk(image, disk, r.diskMB);
+      diskMounted = true;
+    }
+    for (const d of [upper, work, merged]) mkdirSync(d, { recursive: true });
+    // Relative lowerdirs (from the layers' common parent) keep the option within one page.
+    const base = join(r.staging, "..");
+    const lowers = [...r.lowers].reverse().map((l) => relative(base, l));
+    const mount = spawnSync("mount", ["-t", "overlay", "overlay", "-o", `lowerdir=${lowers.join(":")},upperdir=${upper},workdir=${work}`, merged], { cwd: base, encoding: "utf8" });
+    if (mount.status !== 0) throw new Error(`overlay mount failed: ${(mount.stderr || mount.error?.message || "").trim()}`);
+    let code: number | null;
+    try {
+      code = await bwrap(merged, r);
+    } finally {
+      spawnSync("umount", ["-l", merged]);
+    }
+    const diskFull = diskMounted && code !== 0 && isFull(disk);
+    if (diskMounted && code === 0) {
+      // The layer leaves the image as it is: owners, modes, links, overlay whiteouts (0/0 devices)
+      // and opaque-directory xattrs; links are copied as links, never followed.
+      const layer = join(r.staging, "rootfs");
+      mkdirSync(layer);
+      await run("cp", ["-a", "--", `${upper}/.`, layer], { env: HOST_ENV, maxBuffer: 1 << 20 });
+    }
+    return { code, diskFull };
   } finally {
-    spawnSync("umount", ["-l", merged]);
+    if (diskMounted) spawnSync("umount", ["-l", disk]);
+    rmSync(image, { force: true });
+    rmSync(disk, { recursive: true, force: true });
     rmSync(work, { recursive: true, force: true });
     rmSync(merged, { recursive: true, force: true });
     rmSync(join(r.staging, "bwrap-args"), { force: true });

@@ -4,7 +4,9 @@
 // layers, and the same build again is served from the cache. Needs root (the global setup built
 // `base`).
 import { randomUUID } from "node:crypto";
-import { readFileSync } from "node:fs";
+import { execFileSync } from "node:child_process";
+import { existsSync, lstatSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, rmSync, statfsSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { runDirectBuild, type DirectBuild } from "../../../../controllers/drivers/local/builder/direct-build.ts";
@@ -73,6 +75,58 @@ describe("a template build without an edge", () => {
     expect(again.logs.filter((l) => l.message.startsWith("CACHED ")).length).toBe(2);
     expect(again.result.layers).toEqual(first.result.layers);
   }, 180_000);
+
+  it("a step writes onto a disk of the build's bound: past it the step fails with ENOSPC, saying so, and the host keeps its space", async () => {
+    const owner = `test-disk-${tag}`;
+    const free = () => statfsSync(store.root).bavail * statfsSync(store.root).bsize;
+    const before = free();
+    const { result, logs } = await build({ from: "base", owner, output: `direct-disk-${tag}`, diskMB: 64, steps: [run("head -c 200M /dev/zero > /big", "root")] });
+    expect(result).toMatchObject({ status: "error", message: expect.stringMatching(/^step 1 \(RUN\) failed: exit code 1; it filled the build's disk \(64 MiB for all its layers\)$/) });
+    expect(logs.map((l) => l.message).join("\n")).toMatch(/No space left on device/);
+    expect(store.template(`direct-disk-${tag}`)).toBeUndefined();
+    // Nothing of it stays on the host: no staging directory, no image, no mount.
+    expect(readdirSync(join(store.root, "layers")).filter((n) => n.startsWith(".build-"))).toEqual([]);
+    expect(readFileSync("/proc/self/mountinfo", "utf8")).not.toContain(join(store.root, "layers", ".build-"));
+    expect(before - free()).toBeLessThan(32 << 20);
+
+    // The bound is the build's, not each step's: 40 MiB, then 40 more, do not fit in 64.
+    const two = await build({ from: "base", owner, output: `direct-disk2-${tag}`, diskMB: 64, steps: [run("head -c 40M /dev/urandom > /a", "root"), run("head -c 40M /dev/urandom > /b", "root")] });
+    expect(two.result).toMatchObject({ status: "error", message: expect.stringMatching(/^step 2 \(RUN\) failed: .*filled the build's disk/) });
+  }, 120_000);
+
+  it("a layer made on the step's disk keeps what the step left: owners, modes, links, deletions of the base's files", async () => {
+    const output = `direct-copy-${tag}`;
+    const { result, logs } = await build({
+      from: "base",
+      owner: `test-copy-${tag}`,
+      output,
+      diskMB: 256,
+      steps: [
+        run("mkdir -p /opt/c && echo one > /opt/c/f && chmod 640 /opt/c/f && chown user: /opt/c/f && ln -s f /opt/c/link && ln /opt/c/f /opt/c/hard && rm /etc/motd && rm -rf /usr/share/doc && mkdir /usr/share/doc && touch /usr/share/doc/only", "root"),
+      ],
+    });
+    expect(result.status, logs.map((l) => l.message).join("\n")).toBe("ready");
+    const top = store.layerTree(store.template(output)!.layers.at(-1)!);
+    const f = lstatSync(join(top, "opt/c/f"));
+    expect([f.mode & 0o777, f.uid, f.nlink]).toEqual([0o640, 1000, 2]);
+    expect(readlinkSync(join(top, "opt/c/link"))).toBe("f");
+    // Deleted: an overlay whiteout (a 0/0 character device); replaced: an opaque directory.
+    const wh = lstatSync(join(top, "etc/motd"));
+    expect([wh.isCharacterDevice(), wh.rdev]).toEqual([true, 0]);
+    // What a sandbox of the template sees: the template's layers as one overlay.
+    const at = mkdtempSync(join(tmpdir(), "sbx-direct-copy-"));
+    const lowers = [...store.templateTrees(output)!].reverse().join(":");
+    execFileSync("mount", ["-t", "overlay", "overlay", "-o", `ro,lowerdir=${lowers}`, at]);
+    try {
+      expect(existsSync(join(at, "etc/motd"))).toBe(false);
+      expect(existsSync(join(at, "etc/passwd"))).toBe(true);
+      expect(readdirSync(join(at, "usr/share/doc"))).toEqual(["only"]);
+      expect(readFileSync(join(at, "opt/c/link"), "utf8")).toBe("one\n");
+    } finally {
+      execFileSync("umount", [at]);
+      rmSync(at, { recursive: true, force: true });
+    }
+  }, 120_000);
 
   it("a failing step ends the build with its reason, its output logged", async () => {
     const { result, logs } = await build({ from: "base", owner: `test-${tag}`, output: `direct-fail-${tag}`, steps: [run("echo direct-before-failure; exit 9")] });
