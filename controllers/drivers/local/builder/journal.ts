@@ -58,7 +58,7 @@ export class BuildJournal {
 }
 
 /** A dead builder's staging directories (`.build-<layer>-<pid>-<ms>` in the store's layers): the
- * step's overlay may still be mounted there. Staging of live processes (another agent) stays; so
+ * step's overlay and disk may still be mounted there. Staging of live processes (another agent) stays; so
  * do their step claims (step-claim.ts), dead ones go. */
 export function removeDeadStaging(layersDir: string): void {
   let names: string[];
@@ -71,8 +71,13 @@ export function removeDeadStaging(layersDir: string): void {
   for (const name of names) {
     const m = /^\.build-.+-(\d+)-\d+$/.exec(name);
     if (!m || existsSync(`/proc/${m[1]}`)) continue;
-    const merged = join(layersDir, name, "merged");
-    spawnSync("umount", ["-l", merged]);
-    rmSync(join(layersDir, name), { recursive: true, force: true });
+    // The overlay first, then the step's disk its upper directory is on (sandbox.ts `diskMB`).
+    for (const at of ["merged", "disk"]) spawnSync("umount", ["-l", join(layersDir, name, at)]);
+    // One that cannot go (still busy) stays for the next start: it must not stop this one.
+    try {
+      rmSync(join(layersDir, name), { recursive: true, force: true });
+    } catch (err) {
+      console.warn(`build staging ${name}: ${(err as Error).message}`);
+    }
   }
 }

@@ -1,6 +1,6 @@
 // Template builds sharing this machine's layer store (builder/step-claim.ts, builder/dead-cgroups.ts):
 // two builds of the same step at once run it once (the second waits and finds it cached), and a
-// direct build killed with SIGKILL mid-step leaves its cgroups, its step's processes and its claim
+// direct build killed with SIGKILL mid-step leaves its cgroups, its step's processes, mounts and claim
 // only until the next direct build starts. Needs root (the global setup built `base`).
 import { spawn } from "node:child_process";
 import { randomUUID } from "node:crypto";
@@ -88,5 +88,7 @@ describe("builds sharing the layer store", () => {
     expect(processesWith(marker)).toEqual([]);
     expect(existsSync(join(layersDir, `.claim-${layer}`))).toBe(false);
     expect(readdirSync(layersDir).filter((n) => n.includes(`-${child.pid}-`))).toEqual([]);
+    // Its step's overlay and disk are unmounted, not only their directories removed.
+    expect(readFileSync("/proc/self/mountinfo", "utf8").split("\n").filter((l) => l.includes(`-${child.pid}-`))).toEqual([]);
   }, 120_000);
 });
