@@ -3,14 +3,14 @@
 // isolate polling status, are few and write in batches (a frame of log lines is one insert), and
 // a finished build becomes a template row in the same database. The agent runs the steps
 // (controllers/drivers/local/builder/); ClusterDO hands it the build and its events come back here.
-import { MAX_BUILD_LOG_ENTRIES, MAX_TEAM_BUILDS, MAX_TEAM_WAITING_BUILDS, WAITING_BUILD_TTL_MS, BUILD_SILENCE_MS, type BuildLogEntry, type BuildStatus, type TemplateBuildInfo, type TemplateBuildStart } from "../../schema/api/template-build.ts";
+import { LOGGED_BUILDS_PER_TEAM, MAX_BUILD_LOG_ENTRIES, MAX_TEAM_BUILDS, MAX_TEAM_WAITING_BUILDS, WAITING_BUILD_TTL_MS, BUILD_SILENCE_MS, type BuildLogEntry, type BuildStatus, type TemplateBuildInfo, type TemplateBuildStart } from "../../schema/api/template-build.ts";
 import { TemplateSpec } from "../../schema/api/template.ts";
 import { ApiError } from "../../schema/errors.ts";
 import type { BuildEvents, BuildFrame } from "../../schema/protocol/build.ts";
 import type { Caller, Env } from "../env.ts";
 import { quotaStub } from "../quota/stub.ts";
 import { getDb } from "../store/db.ts";
-import { claimUnusedImages, getBuild, insertWaitingBuild, lastLogs, logsFrom, moveBuild, putTags, startWaitingBuild, touchBuild, appendLogs, useFiles, type BuildRow, type LogRow } from "../store/template-builds.ts";
+import { claimUnusedImages, getBuild, insertWaitingBuild, lastLogs, logsFrom, moveBuild, pruneBuildLogs, putTags, startWaitingBuild, touchBuild, appendLogs, useFiles, type BuildRow, type LogRow } from "../store/template-builds.ts";
 import { getTemplate, resolveTemplate } from "../store/templates.ts";
 import { BUILT_IMAGE, nudgeImageGc } from "./image-gc.ts";
 import { putTemplate } from "./templates.ts";
@@ -60,7 +60,7 @@ export async function requestBuild(env: Env, caller: Caller, input: RequestBuild
     updatedAt: now,
     finishedAt: null,
   };
-  if (!(await insertWaitingBuild(db, row, MAX_TEAM_WAITING_BUILDS, WAITING_BUILD_TTL_MS))) throw new ApiError("quota_exceeded", `team "${caller.teamName}" has ${MAX_TEAM_WAITING_BUILDS} builds requested and not started; start or wait for them (a build not started in ${WAITING_BUILD_TTL_MS / 3_600_000} h fails)`);
+  await insertWaitingBuild(db, row, MAX_TEAM_WAITING_BUILDS, WAITING_BUILD_TTL_MS);
   return { templateID: input.name, buildID: id, public: visible?.public ?? false, aliases: [input.name], names: [input.name], tags: input.tags };
 }
 
@@ -155,7 +155,7 @@ async function releaseQuota(env: Env, b: BuildRow): Promise<void> {
 async function finish(env: Env, b: BuildRow, to: { status: "ready" | "error"; reason?: { message: string; step?: string } }): Promise<boolean> {
   const now = Date.now();
   const moved = await moveBuild(getDb(env), b.id, ["building", "waiting"], { status: to.status, reason: to.reason ?? null, finishedAt: now });
-  if (moved) await releaseQuota(env, b);
+  if (moved) await Promise.all([releaseQuota(env, b), pruneBuildLogs(getDb(env), b.teamId, LOGGED_BUILDS_PER_TEAM)]);
   // A failed build no longer stands on its base image (and published none of its own worth
   // keeping): both may be claimed now. (A ready build nudges once its tags are in place.)
   if (moved && to.status === "error") await nudgeImageGc(env, b.cluster);

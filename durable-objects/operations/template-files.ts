@@ -10,7 +10,7 @@ import { MAX_TEAM_FILE_BYTES, TEMPLATE_FILE_TTL_MS } from "../../schema/api/temp
 import { ApiError } from "../../schema/errors.ts";
 import type { Caller, Env } from "../env.ts";
 import { getDb } from "../store/db.ts";
-import { buildsOf, getBuild, getFile, hasFile, putFile } from "../store/template-builds.ts";
+import { buildsOf, getBuild, getFile, putFile, useFiles } from "../store/template-builds.ts";
 
 /** How long an upload link stays valid. */
 const UPLOAD_TTL_S = 15 * 60;
@@ -37,7 +37,8 @@ const hex = (b: ArrayBuffer) => [...new Uint8Array(b)].map((x) => x.toString(16)
 export async function fileUploadLink(env: Env, caller: Caller, origin: string, templateId: string, hash: string): Promise<{ present: boolean; url?: string }> {
   const db = getDb(env);
   if (!(await buildsOf(db, caller.teamId, templateId)).length) throw new ApiError("template_not_found", `Template "${templateId}" not found`);
-  if (await hasFile(db, caller.teamId, hash)) return { present: true };
+  // Present: the SDK will not upload it, so it counts as used now (not expired before the start).
+  if ((await useFiles(db, caller.teamId, [hash])).size) return { present: true };
   const expires = Math.floor(Date.now() / 1000) + UPLOAD_TTL_S;
   const mac = hex(await crypto.subtle.sign("HMAC", await signingKey(env), canonical(caller.teamId, hash, expires)));
   const url = new URL(`/template-files/${encodeURIComponent(caller.teamId)}/${hash}`, origin);

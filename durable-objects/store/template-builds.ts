@@ -9,24 +9,35 @@ import type { Db } from "./db.ts";
 export type BuildRow = typeof templateBuilds.$inferSelect;
 
 /**
- * Inserts a waiting build unless its team already has `maxWaiting` waiting builds (false then).
- * First its team's waiting builds older than `ttlMs` are failed ("never started"): a waiting build
- * holds nothing but its row, and a client that requests builds and never starts them must not grow
- * the table without bound. The check and the insert are one statement (sqld serializes writes), so
- * concurrent requests cannot all pass a count read before any of them wrote.
+ * Inserts a waiting build, failing ("never started") its team's waiting builds older than `ttlMs`
+ * and, past `maxWaiting`, its oldest ones: a waiting build holds nothing but its row, a client that
+ * requests builds and never starts them must not grow the table, and the SDK starts a build right
+ * after requesting it (a refused start is never started again by it), so the oldest waiting one is
+ * the abandoned one; refusing the new request instead would lock the team out for a day. One
+ * transaction (sqld serializes writes): concurrent requests cannot leave more than `maxWaiting`.
  */
-export async function insertWaitingBuild(db: Db, row: BuildRow, maxWaiting: number, ttlMs: number): Promise<boolean> {
-  await db
-    .update(templateBuilds)
-    .set({ status: "error", reason: { message: `never started within ${ttlMs / 3_600_000} h of its request` }, finishedAt: row.createdAt, updatedAt: row.createdAt })
-    .where(and(eq(templateBuilds.teamId, row.teamId), eq(templateBuilds.status, "waiting"), lte(templateBuilds.createdAt, row.createdAt - ttlMs)));
-  const res = await db.$client.execute({
-    sql: `INSERT INTO template_builds (id, team_id, team_name, template_id, cluster, status, cpu_count, memory_mb, tags, image, created_at, updated_at)
-          SELECT ?1, ?2, ?3, ?4, ?5, 'waiting', ?6, ?7, ?8, ?9, ?10, ?10
-          WHERE (SELECT count(*) FROM template_builds WHERE team_id = ?2 AND status = 'waiting') < ?11`,
-    args: [row.id, row.teamId, row.teamName, row.templateId, row.cluster, row.cpuCount, row.memoryMB, JSON.stringify(row.tags), row.image, row.createdAt, maxWaiting],
-  });
-  return res.rowsAffected > 0;
+export async function insertWaitingBuild(db: Db, row: BuildRow, maxWaiting: number, ttlMs: number): Promise<void> {
+  const never = (why: string) => JSON.stringify({ message: `never started: ${why}` });
+  await db.$client.batch(
+    [
+      {
+        sql: `UPDATE template_builds SET status = 'error', reason = ?3, finished_at = ?4, updated_at = ?4
+              WHERE team_id = ?1 AND status = 'waiting' AND created_at <= ?2`,
+        args: [row.teamId, row.createdAt - ttlMs, never(`not started within ${ttlMs / 3_600_000} h of its request`), row.createdAt],
+      },
+      {
+        sql: `UPDATE template_builds SET status = 'error', reason = ?3, finished_at = ?4, updated_at = ?4
+              WHERE id IN (SELECT id FROM template_builds WHERE team_id = ?1 AND status = 'waiting' ORDER BY created_at DESC, id DESC LIMIT -1 OFFSET ?2)`,
+        args: [row.teamId, maxWaiting - 1, never(`the team requested ${maxWaiting} builds after it`), row.createdAt],
+      },
+      {
+        sql: `INSERT INTO template_builds (id, team_id, team_name, template_id, cluster, status, cpu_count, memory_mb, tags, image, created_at, updated_at)
+              VALUES (?, ?, ?, ?, ?, 'waiting', ?, ?, ?, ?, ?, ?)`,
+        args: [row.id, row.teamId, row.teamName, row.templateId, row.cluster, row.cpuCount, row.memoryMB, JSON.stringify(row.tags), row.image, row.createdAt, row.createdAt],
+      },
+    ],
+    "write",
+  );
 }
 
 export async function getBuild(db: Db, id: string): Promise<BuildRow | undefined> {
@@ -66,6 +77,19 @@ export async function startWaitingBuild(db: Db, b: Pick<BuildRow, "id" | "teamId
     .returning({ id: templateBuilds.id });
   if (rows.length) return "started";
   return (await getBuild(db, b.id))?.status === "waiting" ? "busy" : "gone";
+}
+
+/**
+ * Drops the log lines of the team's finished builds past its newest `keep` (their rows and status
+ * stay): a build keeps up to MAX_BUILD_LOG_ENTRIES lines of 4 KiB, so a team building in a loop
+ * would otherwise grow libSQL by its logs without bound.
+ */
+export async function pruneBuildLogs(db: Db, teamId: string, keep: number): Promise<void> {
+  await db.$client.execute({
+    sql: `DELETE FROM template_build_logs WHERE build_id IN (SELECT id FROM template_builds WHERE team_id = ?
+            AND status IN ('ready', 'error') ORDER BY created_at DESC, id DESC LIMIT -1 OFFSET ?)`,
+    args: [teamId, keep],
+  });
 }
 
 export async function buildsOf(db: Db, teamId: string, templateId: string): Promise<BuildRow[]> {
@@ -233,16 +257,17 @@ export async function lastLogs(db: Db, buildId: string, n: number): Promise<LogR
 }
 
 // Blobs go through the client by hand: drizzle's buffer mode wants node's Buffer.
-export async function hasFile(db: Db, teamId: string, hash: string): Promise<boolean> {
-  const r = await db.$client.execute({ sql: "SELECT 1 FROM template_files WHERE team_id = ? AND hash = ?", args: [teamId, hash] });
-  return r.rows.length > 0;
-}
 
-/** Marks the team's archives `hashes` used by a build starting now; answers those it has. */
+/** What an archive of `size` bytes counts against its team's bound: a row costs too. */
+export const chargedBytes = (size: number) => Math.max(size, 4096);
+
+/** Marks the team's archives `hashes` used now (a build starts with them, or the SDK found one
+ * present and will not upload it): answers those it has. Only the small `template_file_uses` rows
+ * are written. */
 export async function useFiles(db: Db, teamId: string, hashes: string[], now = Date.now()): Promise<Set<string>> {
   if (!hashes.length) return new Set();
   const r = await db.$client.execute({
-    sql: "UPDATE template_files SET used_at = ? WHERE team_id = ? AND hash IN (SELECT value FROM json_each(?)) RETURNING hash",
+    sql: "UPDATE template_file_uses SET used_at = ? WHERE team_id = ? AND hash IN (SELECT value FROM json_each(?)) RETURNING hash",
     args: [now, teamId, JSON.stringify(hashes)],
   });
   return new Set(r.rows.map((x) => String(x.hash)));
@@ -250,28 +275,35 @@ export async function useFiles(db: Db, teamId: string, hashes: string[], now = D
 
 /**
  * Stores an archive unless the team's archives would then pass `maxTeamBytes` (false then; true
- * when stored or already there). First the team's archives unused for `ttlMs` (since their upload
- * or the last build that started with them) are removed, unless a build of the team is running
- * (it may still fetch them). The bound and the insert are one statement, as the build bounds are.
+ * when stored or already there). First the team's archives unused for `ttlMs` go: a build uses its
+ * archives when it starts (`useFiles`) and builds end long before a week, so none a running build
+ * needs. One transaction: the bound is read inside the statement that writes past it.
  */
 export async function putFile(db: Db, teamId: string, hash: string, data: ArrayBuffer, bounds: { maxTeamBytes: number; ttlMs: number }, now = Date.now()): Promise<boolean> {
-  const [, inserted] = await db.$client.batch(
+  const res = await db.$client.batch(
     [
       {
-        sql: `DELETE FROM template_files WHERE team_id = ?1 AND coalesce(used_at, created_at) <= ?2
-                AND NOT EXISTS (SELECT 1 FROM template_builds WHERE team_id = ?1 AND status = 'building')`,
+        sql: "DELETE FROM template_files WHERE team_id = ?1 AND hash IN (SELECT hash FROM template_file_uses WHERE team_id = ?1 AND used_at <= ?2)",
         args: [teamId, now - bounds.ttlMs],
+      },
+      { sql: "DELETE FROM template_file_uses WHERE team_id = ?1 AND used_at <= ?2", args: [teamId, now - bounds.ttlMs] },
+      {
+        sql: `INSERT INTO template_file_uses (team_id, hash, bytes, used_at) SELECT ?1, ?2, ?3, ?4
+                WHERE coalesce((SELECT sum(bytes) FROM template_file_uses WHERE team_id = ?1), 0) + ?3 <= ?5
+              ON CONFLICT DO UPDATE SET used_at = excluded.used_at`,
+        args: [teamId, hash, chargedBytes(data.byteLength), now, bounds.maxTeamBytes],
       },
       {
         sql: `INSERT INTO template_files (team_id, hash, size, data, created_at) SELECT ?1, ?2, ?3, ?4, ?5
-                WHERE coalesce((SELECT sum(size) FROM template_files WHERE team_id = ?1), 0) + ?3 <= ?6
+                WHERE EXISTS (SELECT 1 FROM template_file_uses WHERE team_id = ?1 AND hash = ?2)
               ON CONFLICT DO NOTHING`,
-        args: [teamId, hash, data.byteLength, data, now, bounds.maxTeamBytes],
+        args: [teamId, hash, data.byteLength, data, now],
       },
+      { sql: "SELECT 1 FROM template_file_uses WHERE team_id = ? AND hash = ?", args: [teamId, hash] },
     ],
     "write",
   );
-  return inserted!.rowsAffected > 0 || (await hasFile(db, teamId, hash));
+  return res[4]!.rows.length > 0;
 }
 
 export async function getFile(db: Db, teamId: string, hash: string): Promise<ArrayBuffer | undefined> {

@@ -13,17 +13,21 @@ export const MAX_STEP_ARGS = 512;
 export const MAX_STEP_ARG_LENGTH = 64 * 1024;
 /** One uploaded `copy` archive (stored content-addressed in libSQL as one blob). */
 export const MAX_TEMPLATE_FILE_BYTES = 16 * 1024 * 1024;
-/** Uploaded archives of one team, in bytes: an upload past it is a 429 (libSQL holds them all). */
+/** Uploaded archives of one team, in bytes (each at least 4 KiB): an upload past it is a 429
+ * (libSQL holds them all). */
 export const MAX_TEAM_FILE_BYTES = 256 * 1024 * 1024;
 /** An archive no build has started with for this long (since its upload or its last use) is
  * removed at the team's next upload; the SDK uploads it again when a build needs it. */
 export const TEMPLATE_FILE_TTL_MS = 7 * 24 * 3_600_000;
 /** Builds of one team running at once (each is a build sandbox on the agent). */
 export const MAX_TEAM_BUILDS = 2;
-/** Builds of one team requested and not started yet; a request past it is a 429. */
+/** Builds of one team requested and not started yet: a request past it fails the oldest of them
+ * ("never started"; the SDK starts a build right after requesting it). */
 export const MAX_TEAM_WAITING_BUILDS = 16;
 /** A build not started this long after its request fails ("never started") at the team's next request. */
 export const WAITING_BUILD_TTL_MS = 24 * 3_600_000;
+/** Finished builds of one team whose log lines are kept (the newest; older ones keep their status). */
+export const LOGGED_BUILDS_PER_TEAM = 64;
 /** Log entries kept per build; the agent stops sending past it and says so. */
 export const MAX_BUILD_LOG_ENTRIES = 10_000;
 /** A build that reports nothing for this long has lost its agent and is failed. */

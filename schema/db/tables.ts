@@ -207,9 +207,24 @@ export const templateFiles = sqliteTable(
     size: integer("size").notNull(),
     data: blob("data", { mode: "buffer" }).notNull(),
     createdAt: integer("created_at").notNull(),
-    /** When a build last started with it (null: none yet); archives unused for
-     * TEMPLATE_FILE_TTL_MS are removed (store/template-builds.ts `putFile`). */
-    usedAt: integer("used_at"),
+  },
+  (t) => [primaryKey({ columns: [t.teamId, t.hash] })],
+);
+
+/**
+ * What each stored archive costs its team and when it was last used (uploaded, found present by
+ * the SDK, or started with by a build): the team's bound and the expiry of unused archives read
+ * and write only these small rows. (A column of `template_files` would sit after the blob: an
+ * update rewrites the whole row, and reading it walks the blob's overflow pages.)
+ */
+export const templateFileUses = sqliteTable(
+  "template_file_uses",
+  {
+    teamId: text("team_id").notNull(),
+    hash: text("hash").notNull(),
+    /** What it counts against MAX_TEAM_FILE_BYTES: its size, at least 4 KiB (a row costs too). */
+    bytes: integer("bytes").notNull(),
+    usedAt: integer("used_at").notNull(),
   },
   (t) => [primaryKey({ columns: [t.teamId, t.hash] })],
 );

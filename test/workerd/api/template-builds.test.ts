@@ -8,10 +8,10 @@ import { runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import type { ClusterDO } from "../../../durable-objects/cluster/cluster-do.ts";
 import { eq } from "drizzle-orm";
 import { getDb } from "../../../durable-objects/store/db.ts";
-import { BUILD_SILENCE_MS, MAX_TEAM_BUILDS, MAX_TEAM_WAITING_BUILDS, MAX_TEMPLATE_FILE_BYTES, TEMPLATE_FILE_TTL_MS, WAITING_BUILD_TTL_MS } from "../../../schema/api/template-build.ts";
+import { BUILD_SILENCE_MS, LOGGED_BUILDS_PER_TEAM, MAX_TEAM_BUILDS, MAX_TEAM_WAITING_BUILDS, MAX_TEMPLATE_FILE_BYTES, TEMPLATE_FILE_TTL_MS, WAITING_BUILD_TTL_MS } from "../../../schema/api/template-build.ts";
 import { templateBuilds } from "../../../schema/db/tables.ts";
 import { TemplateSpec } from "../../../schema/api/template.ts";
-import { CLAIM_SUPERSEDED_SQL, claimUnusedImages, hasFile, putFile, UNSENT_FREES_SQL, useFiles } from "../../../durable-objects/store/template-builds.ts";
+import { CLAIM_SUPERSEDED_SQL, claimUnusedImages, putFile, UNSENT_FREES_SQL, useFiles } from "../../../durable-objects/store/template-builds.ts";
 import { IMAGE_FREE_GRACE_MS } from "../../../durable-objects/operations/image-gc.ts";
 import { getTemplate, namesFreedImage, upsertTemplate } from "../../../durable-objects/store/templates.ts";
 import { call, createTeam, expectError, expectStatus, startAgent, unique } from "../helpers.ts";
@@ -450,6 +450,35 @@ describe("template build API", () => {
     }
   });
 
+  it("a team keeps the log lines of its newest LOGGED_BUILDS_PER_TEAM finished builds: an end drops older ones' (their status stays)", async () => {
+    const team = await createTeam(unique("tb-logs"));
+    const db = getDb(env);
+    const teamId = (await db.$client.execute({ sql: "SELECT team_id FROM templates WHERE template_id = ?", args: [team.template] })).rows[0]!.team_id as string;
+    const t0 = Date.now() - 3_600_000;
+    const old = Array.from({ length: LOGGED_BUILDS_PER_TEAM }, (_, i) => `old-${i}-${unique("b")}`);
+    for (const [i, id] of old.entries()) {
+      await db.$client.batch([
+        { sql: "INSERT INTO template_builds (id, team_id, team_name, template_id, cluster, status, cpu_count, memory_mb, tags, image, created_at, updated_at) VALUES (?, ?, ?, ?, ?, 'error', 1, 512, '[]', ?, ?, ?)", args: [id, teamId, team.name, team.template, team.cluster, `b-${id}`, t0 + i, t0 + i] },
+        { sql: "INSERT INTO template_build_logs (build_id, seq, at, level, message) VALUES (?, 0, ?, 'info', 'old line')", args: [id, t0 + i] },
+      ]);
+    }
+    const lines = async (id: string) => Number((await db.$client.execute({ sql: "SELECT count(*) AS n FROM template_build_logs WHERE build_id = ?", args: [id] })).rows[0]!.n);
+    expect(await lines(old[0]!)).toBe(1);
+    const agent = await startAgent(team.cluster, { builder: true });
+    try {
+      const { buildID: id } = await requestBuild(team.key, team.template);
+      await expectStatus(call(`/v2/templates/${team.template}/builds/${id}`, { key: team.key, body: {} }), 202);
+      agent.sendFrame({ type: "buildEvents", items: [{ buildId: id, logs: [{ seq: 0, at: Date.now(), level: "error", message: "boom" }], result: { status: "error", message: "step 1 (RUN) failed: exit code 1", step: "1" } }] });
+      await poll(async () => (await expectStatus(call(`/templates/${team.template}/builds/${id}/status`, { key: team.key }), 200)).status === "error");
+      expect(await lines(id)).toBe(1);
+      expect(await lines(old[0]!)).toBe(0);
+      expect(await lines(old[1]!)).toBe(1);
+      expect((await expectStatus(call(`/templates/${team.template}/builds/${old[0]}/status`, { key: team.key }), 200)).status).toBe("error");
+    } finally {
+      agent.disconnect();
+    }
+  });
+
   it("a failing build is status error with the reason and its last log lines", async () => {
     const team = await createTeam(unique("tb-fail"));
     const agent = await startAgent(team.cluster, { builder: true });
@@ -533,41 +562,50 @@ describe("template build API", () => {
     }
   });
 
-  it("a team has at most MAX_TEAM_WAITING_BUILDS builds requested and not started, even when requests race; one not started in a day fails", async () => {
+  it("a team has at most MAX_TEAM_WAITING_BUILDS builds requested and not started, even when requests race: the oldest fail, as does one not started in a day", async () => {
     const team = await createTeam(unique("tb-waiting"));
-    const answers = await Promise.all(Array.from({ length: MAX_TEAM_WAITING_BUILDS + 4 }, () => call("/v3/templates", { key: team.key, body: { name: team.template, cpuCount: 1, memoryMB: 512 } })));
-    expect(answers.filter((r) => r.status === 202)).toHaveLength(MAX_TEAM_WAITING_BUILDS);
-    const refused = answers.find((r) => r.status !== 202)!;
-    await expectError(Promise.resolve(refused), 429, /requested and not started/);
-    // Another team is not bound by this one's.
+    const n = MAX_TEAM_WAITING_BUILDS + 4;
+    const ids = await Promise.all(Array.from({ length: n }, async () => (await requestBuild(team.key, team.template)).buildID as string));
+    const status = async (id: string) => expectStatus(call(`/templates/${team.template}/builds/${id}/status`, { key: team.key }), 200);
+    const states = await Promise.all(ids.map(status));
+    expect(states.filter((s) => s.status === "waiting")).toHaveLength(MAX_TEAM_WAITING_BUILDS);
+    const failed = states.filter((s) => s.status === "error");
+    expect(failed).toHaveLength(4);
+    for (const s of failed) expect(s.reason.message).toBe(`never started: the team requested ${MAX_TEAM_WAITING_BUILDS} builds after it`);
+    // Another team's are not touched by this one's.
     const other = await createTeam(unique("tb-waiting-other"));
-    await requestBuild(other.key, other.template);
-    // The oldest waits past the bound: the next request fails it, saying so, and is taken.
-    const first = (await answers[0]!.json()) as { buildID: string };
-    await getDb(env).update(templateBuilds).set({ createdAt: Date.now() - WAITING_BUILD_TTL_MS - 1000 }).where(eq(templateBuilds.id, first.buildID));
+    const mine = (await requestBuild(other.key, other.template)).buildID as string;
+    // The oldest waiting one is past the day: the next request fails it, saying so.
+    const waiting = ids.filter((_, i) => states[i]!.status === "waiting");
+    await getDb(env).update(templateBuilds).set({ createdAt: Date.now() - WAITING_BUILD_TTL_MS - 1000 }).where(eq(templateBuilds.id, waiting[0]!));
     await requestBuild(team.key, team.template);
-    const s = await expectStatus(call(`/templates/${team.template}/builds/${first.buildID}/status`, { key: team.key }), 200);
-    expect(s).toMatchObject({ status: "error", reason: { message: expect.stringMatching(/never started within 24 h/) } });
-    await expectError(call("/v3/templates", { key: team.key, body: { name: team.template } }), 429, /requested and not started/);
+    expect(await status(waiting[0]!)).toMatchObject({ status: "error", reason: { message: "never started: not started within 24 h of its request" } });
+    expect((await expectStatus(call(`/templates/${other.template}/builds/${mine}/status`, { key: other.key }), 200)).status).toBe("waiting");
   });
 
-  it("a team's stored build archives are bounded in bytes and those unused for a week go at its next upload", async () => {
+  it("a team's stored build archives are bounded in bytes (each at least 4 KiB) and those unused for a week go at its next upload", async () => {
     const db = getDb(env);
     const team = `tb-files-${unique("t")}`;
-    const bounds = { maxTeamBytes: 10, ttlMs: TEMPLATE_FILE_TTL_MS };
+    const bounds = { maxTeamBytes: 12 * 1024, ttlMs: TEMPLATE_FILE_TTL_MS };
     const bytes = (n: number) => new Uint8Array(n).buffer;
+    const stored = async (t: string, h: string) => (await db.$client.execute({ sql: "SELECT 1 FROM template_files WHERE team_id = ? AND hash = ?", args: [t, h] })).rows.length > 0;
+    const [a, b, z, y] = ["a", "b", "c", "d"].map((x) => x.repeat(64)) as [string, string, string, string];
     const now = Date.now();
-    expect(await putFile(db, team, "a".repeat(64), bytes(6), bounds, now)).toBe(true);
-    expect(await putFile(db, team, "b".repeat(64), bytes(5), bounds, now)).toBe(false);
-    expect(await hasFile(db, team, "b".repeat(64))).toBe(false);
-    expect(await putFile(db, team, "a".repeat(64), bytes(6), bounds, now)).toBe(true); // already there
-    expect(await putFile(db, `${team}-other`, "b".repeat(64), bytes(5), bounds, now)).toBe(true); // per team
-    // A week later `a` was used by a build two days ago: it stays, and still fills the bound.
-    expect([...(await useFiles(db, team, ["a".repeat(64), "c".repeat(64)], now + 5 * 86_400_000))]).toEqual(["a".repeat(64)]);
-    expect(await putFile(db, team, "b".repeat(64), bytes(5), bounds, now + 7 * 86_400_000 + 1)).toBe(false);
-    // A week after that use it is gone, and the upload is taken.
-    expect(await putFile(db, team, "b".repeat(64), bytes(5), bounds, now + 12 * 86_400_000 + 1)).toBe(true);
-    expect(await hasFile(db, team, "a".repeat(64))).toBe(false);
+    expect(await putFile(db, team, a, bytes(8192), bounds, now)).toBe(true);
+    expect(await putFile(db, team, b, bytes(5120), bounds, now)).toBe(false);
+    expect(await stored(team, b)).toBe(false);
+    expect(await putFile(db, team, a, bytes(8192), bounds, now)).toBe(true); // already there
+    expect(await putFile(db, `${team}-other`, b, bytes(5120), bounds, now)).toBe(true); // per team
+    // An empty archive still costs 4 KiB: one fits, a second does not.
+    expect(await putFile(db, team, z, bytes(0), bounds, now)).toBe(true);
+    expect(await putFile(db, team, y, bytes(0), bounds, now)).toBe(false);
+    // A week later `a` was used by a build two days ago: it stays (z goes), and still fills the bound with y.
+    expect([...(await useFiles(db, team, [a, b], now + 5 * 86_400_000))]).toEqual([a]);
+    expect(await putFile(db, team, b, bytes(5120), bounds, now + 7 * 86_400_000 + 1)).toBe(false);
+    expect([await stored(team, a), await stored(team, z)]).toEqual([true, false]);
+    // A week after that use it is gone too, and the upload is taken.
+    expect(await putFile(db, team, b, bytes(5120), bounds, now + 12 * 86_400_000 + 1)).toBe(true);
+    expect([await stored(team, a), await stored(team, b)]).toEqual([false, true]);
   });
 
   it("a cluster without a builder answers 501 and says so", async () => {

@@ -2,7 +2,7 @@
 // protocol/build.ts), each step in a build sandbox (sandbox.ts) over the layers below it, and
 // publishes the result in the RootfsStore as layers plus a template the edge then names in the
 // template's `spec.image`. Steps whose key (plan.ts) already has a layer are not run again.
-import { rmSync, writeFileSync } from "node:fs";
+import { rmSync, statfsSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { clipText, MAX_MESSAGE_LENGTH } from "../../../../schema/api/limits.ts";
 import { MAX_BUILD_LOG_ENTRIES } from "../../../../schema/api/template-build.ts";
@@ -10,7 +10,7 @@ import type { BuildEvents, BuildFrame, BuildLog, BuildResult } from "../../../..
 import type { RootfsStore } from "../rootfs/store.ts";
 import { cgroupSetFor, createCgroups, killAndRemove, procsFiles, removeParents, type CgroupLayout } from "../cgroups.ts";
 import { describeStep, layerIdOf, planSteps, rootfsForImage, type PlannedStep } from "./plan.ts";
-import { runStep, type SandboxStep } from "./sandbox.ts";
+import { HOST_RESERVE_MB, runStep, stepDiskMB, type SandboxStep } from "./sandbox.ts";
 import { MIN_DISK_MB } from "../disk.ts";
 import { BuildJournal, removeDeadStaging } from "./journal.ts";
 import { claimStep } from "./step-claim.ts";
@@ -44,6 +44,10 @@ export interface BuilderOptions {
 const STEP_PIDS = 4096;
 /** The build's disk bound when the agent's options name none (sandbox disks default to 1 GiB). */
 export const BUILD_DISK_MB = 16 * 1024;
+/** A build silent this long sends an empty frame: the edge fails a build it has not heard from in
+ * BUILD_SILENCE_MS (30 min), which a quiet step (or the copy of a large layer) could otherwise pass
+ * while it still runs here, freeing its slot and quota on the edge. */
+const HEARTBEAT_MS = 5 * 60_000;
 /** Longest one step may run unless the options say otherwise. */
 const STEP_TIMEOUT_MS = 30 * 60_000;
 
@@ -66,6 +70,8 @@ class StepFailed extends Error {
 class Events {
   seq = 0;
   pending: BuildLog[] = [];
+  /** When its last frame left: a build that prints nothing still says it lives (HEARTBEAT_MS). */
+  sentAt = Date.now();
   result: BuildResult | undefined;
   readonly buildId: string;
   constructor(buildId: string) {
@@ -166,7 +172,7 @@ export class TemplateBuilder {
   #flush(): void {
     const items: BuildEvents["items"] = [];
     for (const ev of this.#builds.values()) {
-      if (!ev.pending.length && !ev.result) continue;
+      if (!ev.pending.length && !ev.result && Date.now() - ev.sentAt < HEARTBEAT_MS) continue;
       const logs = ev.pending.slice(0, 500);
       const done = ev.result && logs.length === ev.pending.length ? ev.result : undefined;
       items.push({ buildId: ev.buildId, logs, ...(done ? { result: done } : {}) });
@@ -176,6 +182,7 @@ export class TemplateBuilder {
     for (const it of items) {
       const ev = this.#builds.get(it.buildId)!;
       ev.pending.splice(0, it.logs.length);
+      ev.sentAt = Date.now();
       if (it.result) {
         this.#builds.delete(it.buildId);
         this.#frames.delete(it.buildId);
@@ -256,6 +263,16 @@ export class TemplateBuilder {
     const started = Date.now();
     if (budget.mb !== undefined && budget.mb < MIN_DISK_MB) throw new StepFailed(`step ${p.label} (${p.step.type}): the build's layers already hold its disk bound of ${this.#o.buildDiskMB} MiB`, p.label);
     const staging = store.stagingDir(id);
+    // The step's disk: what is left of the build's bound, within what the host can spare.
+    let diskMB: number | undefined;
+    if (budget.mb !== undefined) {
+      const fs = statfsSync(staging);
+      diskMB = stepDiskMB(budget.mb, fs.bavail * fs.bsize);
+      if (diskMB < MIN_DISK_MB) {
+        rmSync(staging, { recursive: true, force: true });
+        throw new StepFailed(`step ${p.label} (${p.step.type}): the host has too little free disk space for a build step (it keeps ${HOST_RESERVE_MB} MiB free)`, p.label);
+      }
+    }
     const layout = this.#o.cgroups;
     const cg = layout && cgroupSetFor(layout, `${frame.buildId.slice(0, 36)}-${p.label}`);
     try {
@@ -271,10 +288,10 @@ export class TemplateBuilder {
         step,
         timeoutMs: this.#o.stepTimeoutMs ?? STEP_TIMEOUT_MS,
         onLine: (l, stream) => ev.add(l, stream === "stderr" ? "warn" : "info", p.label),
-        ...(budget.mb !== undefined ? { diskMB: budget.mb } : {}),
+        ...(diskMB !== undefined ? { diskMB } : {}),
       }).finally(() => net?.close());
       if (code !== 0) {
-        const disk = diskFull ? `; it filled the build's disk (${this.#o.buildDiskMB} MiB for all its layers)` : "";
+        const disk = diskFull ? `; it filled its disk (${diskMB} MiB: what was left of the build's ${this.#o.buildDiskMB} MiB for all its layers, or of the host's free space)` : "";
         throw new StepFailed(`step ${p.label} (${p.step.type}) failed: ${exitText(code, frame.memoryMB)}${disk}`, p.label);
       }
       rmSync(join(staging, "files"), { force: true });

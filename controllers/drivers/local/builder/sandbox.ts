@@ -94,8 +94,18 @@ async function mountStepDisk(image: string, at: string, sizeMB: number): Promise
   }
   mkdirSync(at, { recursive: true });
   // Formatted and mounted as a sandbox's disk is (no root reservation, lazy inode tables).
-  await run(MKFS[0]!, [...MKFS.slice(1), image], { env: HOST_ENV });
-  await run("mount", [...MOUNT_ARGS, image, at], { env: HOST_ENV });
+  await run(MKFS[0]!, [...MKFS.slice(1), image], { env: HOST_ENV, timeout: 60_000 });
+  await run("mount", [...MOUNT_ARGS, image, at], { env: HOST_ENV, timeout: 60_000 });
+}
+
+/** What the host keeps free whatever builds write: a step's disk is sized so that it and the copy
+ * of the layer off it (both on the host's file system at once) leave this much. */
+export const HOST_RESERVE_MB = 2048;
+
+/** The size of a step's disk: what is left of the build's bound, and no more than leaves the host
+ * HOST_RESERVE_MB with the image full and the layer copied off it. */
+export function stepDiskMB(budgetMB: number, hostFreeBytes: number): number {
+  return Math.min(budgetMB, Math.floor((hostFreeBytes / (1024 * 1024) - HOST_RESERVE_MB) / 2));
 }
 
 /** Whether the file system at `dir` is full (under 1 % or 1 MiB free): the step hit its bound. */
@@ -143,10 +153,20 @@ export async function runStep(r: StepRun): Promise<{ code: number | null; diskFu
     const diskFull = diskMounted && code !== 0 && isFull(disk);
     if (diskMounted && code === 0) {
       // The layer leaves the image as it is: owners, modes, links, overlay whiteouts (0/0 devices)
-      // and opaque-directory xattrs; links are copied as links, never followed.
+      // and opaque-directory xattrs; links are copied as links, never followed. In the step's
+      // cgroups (cp keeps a path per hard-linked inode: the step's memory bound is its bound too)
+      // and within the step's time.
       const layer = join(r.staging, "rootfs");
       mkdirSync(layer);
-      await run("cp", ["-a", "--", `${upper}/.`, layer], { env: HOST_ENV, maxBuffer: 1 << 20 });
+      const procs = r.cgroupProcs ?? [];
+      try {
+        await run("/bin/sh", ["-c", JOIN, "sh", String(procs.length), ...procs, "cp", "-a", "--", `${upper}/.`, layer], { env: HOST_ENV, timeout: r.timeoutMs, maxBuffer: 1 << 20 });
+      } catch (err) {
+        // Its message names host paths: the build's log gets the gist, the agent's the detail.
+        console.warn(`build step copy off its disk: ${(err as Error).message.slice(0, 2000)}`);
+        const why = (err as { killed?: boolean }).killed ? "it ran out of time" : ((err as { stderr?: string }).stderr ?? "").includes("File name too long") ? "a path in it is too long" : "see the agent's log";
+        throw new Error(`the step's files could not be copied into its layer (${why})`);
+      }
     }
     return { code, diskFull };
   } finally {
