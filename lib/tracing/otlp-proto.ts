@@ -294,6 +294,29 @@ export class ProtoWriter {
   }
 }
 
+/**
+ * Spans written as OTLP Span messages as they end, for one export request: what the request
+ * carries of them is these bytes, as they are (`serializeRequest([batch])` writes what
+ * `serializeRequest(spans)` writes for the same spans). Why at the end and not at the export: a
+ * span object kept until the export (up to a second) outlives the young generation's collections,
+ * so each of them copied it and it was promoted; its bytes live off the heap, and the span dies
+ * with its request.
+ */
+export class EncodedSpans implements OtlpProtoSpan {
+  readonly #writer = new ProtoWriter(16 * 1024);
+  /** How many spans it holds. */
+  count = 0;
+
+  add(span: OtlpProtoSpan): void {
+    span.writeOtlpProto(this.#writer);
+    this.count++;
+  }
+
+  writeOtlpProto(w: ProtoWriter): void {
+    w.raw(this.#writer.buf.subarray(0, this.#writer.pos));
+  }
+}
+
 /** A hex digit's value by its character code (either case), as the serializer's `hexToBinary` reads it. */
 const HEX_VALUE = Uint8Array.from({ length: 128 }, (_, c) => (c <= 57 ? c - 48 : c >= 97 ? c - 87 : c - 55) & 0xff);
 
