@@ -106,6 +106,11 @@
 // window's V8 profile by bundled file and prints the tracing code's self time per create and its
 // share of the isolate's sampled time, per side: A's share bounds that gap (tracing off still runs
 // part of that code: the request id's context and traceparent).
+// `--collector-format proto|json` (default proto, since session 22): how the collector's file
+// exporter writes the spans it received. Until session 22 it wrote OTLP JSON, re-encoding every
+// span as text, the collector's main cost per span (it competes with workerd for this machine's
+// second core) and nothing a deployment pays: there the collector forwards OTLP protobuf to a
+// backend. `json` is that old setting, for comparison (notes s22-trace).
 // `--same-process --interleave [--periods n]`: the same sides, switched period by period inside
 // one continuous load (see `interleaved`): session 19's window runs on one process still read the
 // null A′/A at 0.986 (0.929..1.105) and 1.036 (0.980..1.242) at load 1.3-2.5, the other engineers'
@@ -154,8 +159,11 @@ const { values: opt } = parseArgs({
     "same-process": { type: "boolean", default: false },
     interleave: { type: "boolean", default: false },
     periods: { type: "string", default: "12" },
+    "collector-format": { type: "string", default: "proto" },
   },
 });
+const collectorFormat = opt["collector-format"];
+if (collectorFormat !== "proto" && collectorFormat !== "json") throw new Error("--collector-format is proto or json");
 if (opt.null && (opt.tracing || opt.disk || opt.base !== "HEAD")) throw new Error("--null serves the working tree untraced on every side: not with --tracing, --disk or --base");
 const sameProcess = opt["same-process"];
 if (sameProcess && (opt.tracing || opt.null || opt.disk || opt.base !== "HEAD" || opt.also.length)) throw new Error("--same-process serves the working tree traced on one process: not with --tracing, --null, --disk, --base or --also");
@@ -230,7 +238,7 @@ try {
     build(checkout(rev, join(tmp, `tree-${side}`)), join(tmp, `bundle-${side}`));
     bundles[`${side} (${rev}, traced)`] = join(tmp, `bundle-${side}`);
   }
-  if (opt.tracing || sameProcess) collector = await startCollector(tmp);
+  if (opt.tracing || sameProcess) collector = await startCollector(tmp, { format: collectorFormat });
   const vars = { LIBSQL_URL: sqld.url, KEY_PEPPER: "ab-pepper", ADMIN_API_KEY: ADMIN_KEY, CLUSTER_TOKEN };
   const flags = sameProcess ? (["00", "01"] as const) : [];
   const entries = Object.entries(bundles).map(([name, bundle], i) => ({ key: name[0]!, name, bundle, traced: i >= 1 || bothTraced || sameProcess, flag: flags[i] }));

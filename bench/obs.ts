@@ -21,7 +21,10 @@
 //      time. Tracing off runs part of that code too (the request id's context), so 1 - share is a
 //      floor for unsampled/off, assuming creates/s follows the isolate's CPU.
 //   obs.tracing_overhead_ratio = sampled ratio x (1 - share), its interval the product of the two
-//   intervals' ends. OBS_CROSS_PROCESS=1 runs the old cross-process A/B as well
+//   intervals' ends. The collector writes what it receives as protobuf (edge-ab's
+//   `--collector-format`, since session 22: its JSON re-encoding was most of its CPU per span, on
+//   the edge's second core, and no deployment pays it); OBS_COLLECTOR_FORMAT=json runs the old
+//   setting, for comparison. OBS_CROSS_PROCESS=1 runs the old cross-process A/B as well
 //   (obs.tracing_cross_process_ratio, with its null): about 15 minutes for a figure whose process
 //   draw its interval does not carry.
 // Both report the load average: the machine is shared.
@@ -34,6 +37,7 @@ import type { Figures } from "./run.ts";
 const here = import.meta.dirname;
 const ROUNDS = 24; // four blocks of edge-ab's balanced design for three sides
 const PROFILE_ROUNDS = 6; // three blocks for two sides: the share is steady (a profile, not a race)
+const COLLECTOR_FORMAT = process.env.OBS_COLLECTOR_FORMAT ?? "proto";
 
 function runScript(script: string, args: string[]): string {
   return execFileSync(process.execPath, [join(here, script), ...args], { encoding: "utf8", stdio: ["ignore", "pipe", "inherit"], maxBuffer: 64 << 20 });
@@ -57,13 +61,13 @@ export async function run(): Promise<Figures> {
   const scrapeLoad = load();
   const cpu = figure(scrape.replace("process CPU ms per scrape", "process_cpu_ms_per_scrape"), "process_cpu_ms_per_scrape");
   // 1500 creates: about 4 s a window, 3 of them steady (past the first second's export).
-  const sampled = runScript("edge-ab.ts", ["--same-process", "--control", "--rounds", String(ROUNDS), "--creates", "1500"]);
+  const sampled = runScript("edge-ab.ts", ["--same-process", "--control", "--rounds", String(ROUNDS), "--creates", "1500", "--collector-format", COLLECTOR_FORMAT]);
   // The run's rounds, on stderr beside the table: a figure is read with its null ratio and spread.
   process.stderr.write(sampled);
   const profileDir = mkdtempSync(join(tmpdir(), "sbx-obs-profile-"));
   let profiled: string;
   try {
-    profiled = runScript("edge-ab.ts", ["--same-process", "--rounds", String(PROFILE_ROUNDS), "--creates", "1500", "--profile", join(profileDir, "p")]);
+    profiled = runScript("edge-ab.ts", ["--same-process", "--rounds", String(PROFILE_ROUNDS), "--creates", "1500", "--profile", join(profileDir, "p"), "--collector-format", COLLECTOR_FORMAT]);
   } finally {
     rmSync(profileDir, { recursive: true, force: true });
   }
@@ -86,7 +90,7 @@ export async function run(): Promise<Figures> {
       unit: `creates/s traced / tracing off: obs.tracing_sampled_ratio x (1 - obs.tracing_unsampled_share), 95 % interval ${(rLo * (1 - sHi)).toFixed(3)}..${(rHi * (1 - sLo)).toFixed(3)} (the ends' products)`,
       target: ">= 0.95",
     },
-    "obs.tracing_sampled_ratio": { ...plain(ratio), unit: `creates/s sampled / unsampled, one traced process (${ROUNDS} rounds, balanced order; 95 % interval ${range(ratio.interval)}; load ${loadOf(sampled)})`, target: "report" },
+    "obs.tracing_sampled_ratio": { ...plain(ratio), unit: `creates/s sampled / unsampled, one traced process (${ROUNDS} rounds, balanced order; collector writing ${COLLECTOR_FORMAT}; 95 % interval ${range(ratio.interval)}; load ${loadOf(sampled)})`, target: "report" },
     "obs.tracing_sampled_null_ratio": { ...plain(figure(sampled, "obs.tracing_sampled_null_ratio")), unit: `creates/s unsampled / unsampled, the same process (95 % interval ${range(figure(sampled, "obs.tracing_sampled_null_ratio").interval)})`, target: "report" },
     "obs.tracing_unsampled_share": { ...plain(share), unit: `share of the isolate's sampled time in tracing code, unsampled creates (V8 profile, ${PROFILE_ROUNDS} windows; 95 % interval ${range(share.interval, 4)}; load ${loadOf(profiled)})`, target: "report" },
   };

@@ -20,7 +20,7 @@ import { AsyncLocalStorage } from "node:async_hooks";
 import { SpanKind, SpanStatusCode, type Attributes, type Span, type SpanContext } from "@opentelemetry/api";
 import { createLegacyOtlpBrowserExportDelegate } from "@opentelemetry/otlp-exporter-base/browser-http";
 import { resourceFromAttributes } from "@opentelemetry/resources";
-import { otlpProtoSerializer } from "../../lib/tracing/otlp-proto.ts";
+import { EncodedSpans, otlpProtoSerializer } from "../../lib/tracing/otlp-proto.ts";
 import { EdgeSpan, notSampled, parseTraceparent, randomHex, traceparentOf, type SpanSink } from "../../lib/tracing/span-recorder.ts";
 
 export const EDGE_SCOPE = "sandbox-edge";
@@ -35,15 +35,18 @@ let providerFor: string | null = null;
 /**
  * Holds ended spans until `flushEdgeTraces` exports them: workerd drops a request's timers when it
  * ends, so the SDK's BatchSpanProcessor timer cannot be relied on here, and arming it cost a timer
- * per span. At most MAX_BUFFERED spans wait (more are dropped, as the batch processor drops past
- * its queue); each export request carries at most EXPORT_BATCH.
+ * per span. Each span is written as OTLP protobuf when it ends (`EncodedSpans`: the span object
+ * dies with its request instead of waiting on the heap for the export). At most MAX_BUFFERED
+ * spans wait (more are dropped, as the batch processor drops past its queue); each export request
+ * carries at most EXPORT_BATCH.
  */
 const MAX_BUFFERED = 8192;
 const EXPORT_BATCH = 1024;
 class FlushedSpanProcessor implements SpanSink {
   readonly resource = resourceFromAttributes({ "service.name": "sandbox-edge" });
   readonly scope = { name: EDGE_SCOPE };
-  private spans: EdgeSpan[] = [];
+  private batches: EncodedSpans[] = [];
+  private buffered = 0;
   private readonly exporter;
   constructor(url: string) {
     // The delegate OTLPTraceExporter's browser build wraps, with our serializer in place of
@@ -52,17 +55,22 @@ class FlushedSpanProcessor implements SpanSink {
     this.exporter = createLegacyOtlpBrowserExportDelegate({ url }, serializer, "otlp_http_span_exporter", SPAN_COUNT, undefined, "v1/traces", { "Content-Type": "application/x-protobuf" });
   }
   onEnd(span: EdgeSpan): void {
-    if (this.spans.length < MAX_BUFFERED) this.spans.push(span);
+    if (this.buffered >= MAX_BUFFERED) return;
+    this.buffered++;
+    let batch = this.batches.at(-1);
+    if (!batch || batch.count >= EXPORT_BATCH) this.batches.push((batch = new EncodedSpans()));
+    batch.add(span);
   }
   async forceFlush(): Promise<void> {
-    const all = this.spans;
-    this.spans = [];
-    for (let i = 0; i < all.length; i += EXPORT_BATCH) await new Promise<void>((done) => this.exporter.export(all.slice(i, i + EXPORT_BATCH), () => done()));
+    const all = this.batches;
+    this.batches = [];
+    this.buffered = 0;
+    for (const batch of all) await new Promise<void>((done) => this.exporter.export([batch], () => done()));
   }
 }
 
 /** The exporter's self-metrics read a request's span count (a no-op meter here: none is given). */
-const SPAN_COUNT = { name: "span" as const, countItems: (spans: EdgeSpan[]) => spans.length };
+const SPAN_COUNT = { name: "span" as const, countItems: (batches: EncodedSpans[]) => batches.reduce((n, b) => n + b.count, 0) };
 
 interface TracingEnv {
   OTEL_EXPORTER_OTLP_ENDPOINT?: string;

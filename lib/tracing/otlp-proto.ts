@@ -294,6 +294,29 @@ export class ProtoWriter {
   }
 }
 
+/**
+ * Spans written as OTLP Span messages as they end, for one export request: what the request
+ * carries of them is these bytes, as they are (`serializeRequest([batch])` writes what
+ * `serializeRequest(spans)` writes for the same spans). Why at the end and not at the export: a
+ * span object kept until the export (up to a second) outlives the young generation's collections,
+ * so each of them copied it and it was promoted; its bytes live off the heap, and the span dies
+ * with its request.
+ */
+export class EncodedSpans implements OtlpProtoSpan {
+  readonly #writer = new ProtoWriter(16 * 1024);
+  /** How many spans it holds. */
+  count = 0;
+
+  add(span: OtlpProtoSpan): void {
+    span.writeOtlpProto(this.#writer);
+    this.count++;
+  }
+
+  writeOtlpProto(w: ProtoWriter): void {
+    w.raw(this.#writer.buf.subarray(0, this.#writer.pos));
+  }
+}
+
 /** A hex digit's value by its character code (either case), as the serializer's `hexToBinary` reads it. */
 const HEX_VALUE = Uint8Array.from({ length: 128 }, (_, c) => (c <= 57 ? c - 48 : c >= 97 ? c - 87 : c - 55) & 0xff);
 
@@ -387,10 +410,10 @@ export function otlpProtoSerializer(resource: Resource, scope: InstrumentationSc
  */
 function readResponse(data: Uint8Array): { partialSuccess?: { rejectedSpans?: number; errorMessage?: string } } {
   const out: { partialSuccess?: { rejectedSpans?: number; errorMessage?: string } } = {};
-  for (const [field, wire, value] of fields(data)) {
+  for (const [field, wire, value] of protoFields(data)) {
     if (field !== 1 || wire !== LEN) continue;
     const partial: { rejectedSpans?: number; errorMessage?: string } = {};
-    for (const [f, t, v] of fields(value as Uint8Array)) {
+    for (const [f, t, v] of protoFields(value as Uint8Array)) {
       if (f === 1 && t === VARINT) partial.rejectedSpans = v as number;
       else if (f === 2 && t === LEN) partial.errorMessage = new TextDecoder().decode(v as Uint8Array);
     }
@@ -399,8 +422,12 @@ function readResponse(data: Uint8Array): { partialSuccess?: { rejectedSpans?: nu
   return out;
 }
 
-/** A message's fields: number, wire type and value (a number, or the bytes of a length-delimited one). */
-function* fields(data: Uint8Array): Generator<[number, number, number | Uint8Array]> {
+/**
+ * A message's fields: number, wire type and value (a varint's number; the bytes of a
+ * length-delimited or fixed-size one). Also how the bench reads the collector's protobuf file
+ * (test/support/otel-collector.ts).
+ */
+export function* protoFields(data: Uint8Array): Generator<[number, number, number | Uint8Array]> {
   let pos = 0;
   const varint = (): number => {
     let v = 0;
@@ -420,8 +447,8 @@ function* fields(data: Uint8Array): Generator<[number, number, number | Uint8Arr
     else if (wire === LEN) {
       const n = varint();
       yield [Math.floor(key / 8), wire, data.subarray(pos, (pos += n))];
-    } else if (wire === FIXED64) pos += 8;
-    else if (wire === FIXED32) pos += 4;
+    } else if (wire === FIXED64) yield [Math.floor(key / 8), wire, data.subarray(pos, (pos += 8))];
+    else if (wire === FIXED32) yield [Math.floor(key / 8), wire, data.subarray(pos, (pos += 4))];
     else throw new Error(`unknown wire type ${wire}`);
   }
 }

@@ -5,7 +5,7 @@ import { SpanKind, SpanStatusCode } from "@opentelemetry/api";
 import { JsonTraceSerializer, ProtobufTraceSerializer } from "@opentelemetry/otlp-transformer";
 import { resourceFromAttributes } from "@opentelemetry/resources";
 import { afterEach, describe, expect, it, vi } from "vitest";
-import { otlpProtoSerializer } from "../../../lib/tracing/otlp-proto.ts";
+import { EncodedSpans, otlpProtoSerializer } from "../../../lib/tracing/otlp-proto.ts";
 import { EdgeSpan, parseTraceparent, type SpanSink } from "../../../lib/tracing/span-recorder.ts";
 
 const CALLER = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
@@ -123,6 +123,25 @@ describe("OTLP/protobuf written from the edge's span fields", () => {
     const { ours, theirs } = both(spans);
     expect(ours.length).toBeGreaterThan(2 * 150_000);
     expect(ours).toBe(theirs);
+  });
+
+  it("writes spans as they end (the edge's buffer) into the request the serializer writes for them at the export", () => {
+    const sink = { resource: resourceFromAttributes({ "service.name": "sandbox-edge" }), scope: { name: "sandbox-edge" } };
+    const batch = new EncodedSpans();
+    const ended: EdgeSpan[] = [];
+    const s: SpanSink = { ...sink, onEnd: (span) => (ended.push(span), batch.add(span)) };
+    const request = new EdgeSpan(s, "POST", SpanKind.SERVER, undefined, parseTraceparent(CALLER));
+    for (let i = 0; i < 200; i++) {
+      const call = new EdgeSpan(s, `SandboxGroupDO.create ${i}`, SpanKind.INTERNAL, { "sandbox.id": `i${i}`, n: i }, request.spanContext());
+      call.end();
+      call.setAttribute("after.end", true); // ignored, as the serializer would see it at the export
+    }
+    request.updateName("POST /v2/sandboxes");
+    request.setAttributes({ "http.response.status_code": 201 });
+    request.end();
+    expect(batch.count).toBe(201);
+    const ours = hex(otlpProtoSerializer(sink.resource, sink.scope).serializeRequest([batch]));
+    expect(ours).toBe(hex(ProtobufTraceSerializer.serializeRequest(ended)!));
   });
 
   it("writes nothing for no spans, and reads the collector's answer as the serializer does", () => {
