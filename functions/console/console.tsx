@@ -100,7 +100,7 @@ async function checkedForm(c: Context<ConsoleEnv>): Promise<Record<string, strin
 
 consoleApp.post("/console/logout", async (c) => {
   await checkedForm(c);
-  endSession(c);
+  await endSession(c, c.get("session"));
   return c.redirect("/console/login", 303);
 });
 

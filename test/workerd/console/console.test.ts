@@ -5,6 +5,9 @@
 import { env, exports } from "cloudflare:workers";
 import { getDb } from "../../../durable-objects/store/db.ts";
 import { listOpsRuns } from "../../../durable-objects/store/update-ops-runs.ts";
+import { SESSIONS_PER_KEY } from "../../../durable-objects/store/console-sessions.ts";
+import { consoleSessions } from "../../../schema/db/tables.ts";
+import { eq } from "drizzle-orm";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { ScriptedAgent } from "../../support/scripted-agent.ts";
 import { waitFor } from "../../support/wait-for.ts";
@@ -117,6 +120,38 @@ describe("signing in", () => {
     expect(tampered).not.toBe(cookie);
     expect((await page("/console", { cookie: tampered })).status).toBe(303);
     expect((await page("/console", { cookie })).status).toBe(200);
+  });
+});
+
+describe("signing out", () => {
+  it("ends the session on the server: a copy of the cookie taken before is refused after, another session of the key lives on", async () => {
+    const { cookie } = await login(team.key);
+    const elsewhere = await login(team.key);
+    const csrf = csrfOf(await html(page("/console/sandboxes", { cookie })));
+    const out = await page("/console/logout", { cookie, form: { csrf } });
+    expect(out.status).toBe(303);
+    expect(out.headers.get("location")).toBe("/console/login");
+    // The copy: the same cookie, sent again after the browser was told to drop it.
+    const again = await page("/console", { cookie });
+    expect(again.status).toBe(303);
+    expect(again.headers.get("location")).toBe("/console/login");
+    expect((await page("/console/sandboxes?fragment=list", { cookie, headers: { "x-console-fragment": "1" } })).status).toBe(401);
+    const kill = await page(`/console/sandboxes/${own}/kill`, { cookie, form: { csrf } });
+    expect(kill.headers.get("location")).toBe("/console/login");
+    await expectStatus(call(`/sandboxes/${own}`, { key: team.key }), 200);
+    expect((await page("/console", { cookie: elsewhere.cookie })).status).toBe(200);
+  });
+
+  it("logins collect expired sessions and keep a key's newest 16", async () => {
+    const db = getDb(env);
+    const stale = "f".repeat(32);
+    await db.insert(consoleSessions).values({ id: stale, keyHash: "0".repeat(64), createdAt: 1, expiresAt: Date.now() - 1 });
+    const solo = await createTeam(unique("console-sessions"), { cluster: team.cluster });
+    const cookies: string[] = [];
+    for (let i = 0; i < SESSIONS_PER_KEY + 1; i++) cookies.push((await login(solo.key)).cookie);
+    expect(await db.select().from(consoleSessions).where(eq(consoleSessions.id, stale))).toEqual([]);
+    expect((await page("/console", { cookie: cookies[0] })).status).toBe(303);
+    for (const cookie of cookies.slice(1)) expect((await page("/console", { cookie })).status).toBe(200);
   });
 });
 
