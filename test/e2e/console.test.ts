@@ -1,7 +1,8 @@
 // The operator console in a real headless Chromium (Debian's `chromium`, driven by puppeteer-core)
 // against the whole system: sign in with the team's key through the form, the pages load, the
 // sandboxes page and the quota match the E2B API, a kill from the console's button kills (the SDK
-// no longer finds the sandbox), and the live section refreshes itself. A team key's console shows
+// no longer finds the sandbox), and the live section refreshes itself, never asking again while
+// its previous answer is outstanding. A team key's console shows
 // its team only. Accessibility is measured by axe-core run in the page (WCAG 2 A/AA rules, colour
 // contrast among them: no violation; the lowest text contrast is printed) and by keyboard: Tab
 // from the top reaches every control in order, each with a visible focus ring. Screenshots
@@ -10,7 +11,7 @@ import { mkdirSync, readFileSync } from "node:fs";
 import { existsSync } from "node:fs";
 import { createRequire } from "node:module";
 import { Sandbox } from "e2b";
-import puppeteer, { type Browser, type Page } from "puppeteer-core";
+import puppeteer, { type Browser, type HTTPRequest, type Page } from "puppeteer-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { waitFor } from "../support/wait-for.ts";
 import { e2b, uniqueTag } from "./sdk.ts";
@@ -136,6 +137,30 @@ describe("the console in Chromium", () => {
       await page.waitForSelector(`tr[data-sandbox="${late.sandboxId}"]`, { hidden: true, timeout: 20_000 });
     } finally {
       await late.kill().catch(() => {});
+    }
+  });
+
+  it("asks for a live section again only after its previous answer: while one is held, no second request", async () => {
+    const { apiUrl } = e2b();
+    await page.goto(`${apiUrl}/console/sandboxes?state=running`);
+    const held: HTTPRequest[] = [];
+    const hold = (req: HTTPRequest) => {
+      if (new URL(req.url()).searchParams.get("fragment") === "list") held.push(req);
+      else void req.continue();
+    };
+    await page.setRequestInterception(true);
+    page.on("request", hold);
+    try {
+      await waitFor(async () => held.length >= 1 || undefined, { what: "the first poll" });
+      // Three and more periods (3 s each) pass with the answer held: the edge is asked once.
+      await new Promise((r) => setTimeout(r, 10_000));
+      expect(held).toHaveLength(1);
+      await held[0]!.continue();
+      await waitFor(async () => held.length >= 2 || undefined, { what: "the next poll once the first was answered" });
+    } finally {
+      page.off("request", hold);
+      for (const req of held.slice(1)) await req.continue().catch(() => {});
+      await page.setRequestInterception(false);
     }
   });
 
