@@ -43,6 +43,22 @@ async function html(res: Response | Promise<Response>, status = 200): Promise<st
   return text;
 }
 
+/**
+ * A section's fragment on each of its pages, joined: the admin's sections are paged (25 rows) and
+ * the sqld is shared with every other file's teams, so a row may be past the first page.
+ */
+async function everyPage(path: string, fragment: string, cookie: string): Promise<string> {
+  let url: string | undefined = `${path}${path.includes("?") ? "&" : "?"}fragment=${fragment}`;
+  let all = "";
+  for (let i = 0; url !== undefined && i < 1000; i++) {
+    const body = await html(page(url, { cookie, headers: { "x-console-fragment": "1" } }));
+    all += body;
+    const next = /<a href="([^"]+)" rel="next">/.exec(body)?.[1]?.replaceAll("&amp;", "&");
+    url = next && `${next}&fragment=${fragment}`;
+  }
+  return all;
+}
+
 const csrfOf = (body: string) => /name="csrf" value="([0-9a-f]{32})"/.exec(body)?.[1] ?? "";
 
 beforeAll(async () => {
@@ -193,9 +209,8 @@ describe("team scoping", () => {
     const list = await html(page("/console/sandboxes?state=all", { cookie }));
     expect(list).toContain(own);
     expect(list).toContain(theirs);
-    const overview = await html(page("/console", { cookie }));
-    expect(overview).toMatch(new RegExp(`data-cluster="${team.cluster}"`));
-    expect(overview).toContain(`data-template="${other.template}"`);
+    expect(await everyPage("/console", "clusters", cookie)).toMatch(new RegExp(`data-cluster="${team.cluster}"`));
+    expect(await everyPage("/console", "pools", cookie)).toContain(`data-template="${other.template}"`);
   });
 
   it("lists a connected agent whose cluster no template names", async () => {
@@ -203,7 +218,7 @@ describe("team scoping", () => {
     const stray = await startAgent(lonely);
     try {
       const { cookie } = await login(ADMIN_KEY);
-      const clusters = () => html(page("/console?fragment=clusters", { cookie, headers: { "x-console-fragment": "1" } }));
+      const clusters = () => everyPage("/console", "clusters", cookie);
       await expect.poll(clusters).toMatch(new RegExp(`<tr data-cluster="${lonely}"><td>${lonely}</td><td class="ok">connected`));
     } finally {
       stray.disconnect();
@@ -260,13 +275,40 @@ describe("overview", () => {
     const seen = await waitFor(
       async () => {
         const p = await poolOf();
-        const row = new RegExp(`<tr data-template="${pooled.template}">(.*?)</tr>`).exec(await fragment("pools", cookie))?.[1] ?? "";
+        const row = new RegExp(`<tr data-template="${pooled.template}">(.*?)</tr>`).exec(await everyPage("/console", "pools", cookie))?.[1] ?? "";
         const want = [pooled.name, pooled.template, String(p.replicas), String(p.available), String(p.creating), String(p.claimed), `${p.currentRevision ?? "–"} / ${p.updateRevision ?? "–"}`];
         return JSON.stringify(cellsOf(row).slice(0, 7)) === JSON.stringify(want) ? p : undefined;
       },
       { what: "the pools row to show the API's figures" },
     );
     expect(seen).toMatchObject({ replicas: 2, claimed: 1, updateRevision: expect.any(String) });
+  });
+
+  it("shows 25 pools a page, by template id, with links to the next and first pages that keep the live fragment on the page", async () => {
+    const many = await createTeam(unique("console-pools"), { cluster: team.cluster });
+    const ids = [many.template];
+    for (let i = 0; i < 25; i++) {
+      const id = `p${String(i).padStart(2, "0")}-${many.template}`;
+      await expectStatus(call(`/admin/teams/${many.name}/templates/${id}`, { method: "PUT", body: { spec: { cluster: team.cluster, replicas: 0 } } }), 201);
+      ids.push(id);
+    }
+    const { cookie } = await login(many.key);
+    const rowsOf = (body: string) => [...body.matchAll(/<tr data-template="([^"]+)">/g)].map((m) => m[1]!);
+    const first = await html(page("/console", { cookie }));
+    expect(rowsOf(first)).toEqual([...ids].sort().slice(0, 25));
+    const next = /<a href="([^"]+)" rel="next">Next pools<\/a>/.exec(first)?.[1]?.replaceAll("&amp;", "&");
+    expect(next).toBe(`/console?pools=${encodeURIComponent(`${many.name}/${[...ids].sort()[24]}`)}`);
+    // Without JS: the link is a page of its own, whose live section polls that same page.
+    const second = await html(page(next!, { cookie }));
+    expect(rowsOf(second)).toEqual([...ids].sort().slice(25));
+    expect(second).not.toContain('rel="next"');
+    expect(second).toContain('<a href="/console">First pools</a>');
+    const src = /<div id="pools"[^>]*data-live="([^"]+)"/.exec(second)?.[1]?.replaceAll("&amp;", "&");
+    expect(src).toBe(`${next}&fragment=pools`);
+    const live = await html(page(src!, { cookie, headers: { "x-console-fragment": "1" } }));
+    expect(rowsOf(live)).toEqual(rowsOf(second));
+    for (const bad of ["x", "a/b/c", `${many.name}/UPPER`, "%2F"]) await html(page(`/console?pools=${bad}`, { cookie }), 400);
+    await html(page("/console?quotas=..", { cookie }), 400);
   });
 
   it("the latency chart counts each create stage as /admin/metrics does", async () => {
@@ -376,7 +418,7 @@ describe("update ops runs", () => {
     // A floor above the pool's size: the autoscaler rescales at once (a decision and an event).
     const spec = { minReplicas: 2, maxReplicas: 2, capacityPolicy: { targetAvailable: 0, tolerance: 0 }, sampling: { intervalSeconds: 60, windowSeconds: 60 } };
     const set = await expectStatus(call(tpl, { method: "PUT", body: spec }), 200);
-    const decisions = await html(page("/console/ops?fragment=autoscalers", { cookie, headers: { "x-console-fragment": "1" } }));
+    const decisions = await everyPage("/console/ops", "autoscalers", cookie);
     const cells = (time: string, kind: string, reason: string) => `<tr data-autoscaler="${other.template}"><td>${time}</td><td>${other.name}</td><td>${other.template}</td><td>${kind}</td><td>${reason}</td>`;
     expect(decisions).toContain(cells(set.lastDecision.time, "decision", set.lastDecision.reason));
     expect(set.events.length).toBeGreaterThan(0);
