@@ -203,7 +203,9 @@ consoleApp.get("/console/sandboxes/:id", async (c) => {
   const id = sandboxId(c);
   const detail = await sandboxDetail(c.env, c.get("caller"), id);
   if (!detail) throw new ApiError("sandbox_not_found", `Sandbox ${id} not found`);
-  return render(c, `Sandbox ${id}`, { timeline: async () => <Timeline detail={(await sandboxDetail(c.env, c.get("caller"), id)) ?? detail} /> }, (p) => (
+  // Read once per request: the page and its live fragment each need it once (it asks the
+  // sandbox's group and, for its logs, the agent).
+  return render(c, `Sandbox ${id}`, { timeline: async () => <Timeline detail={detail} /> }, (p) => (
     <Live id="timeline" label="Lifecycle" src={`/console/sandboxes/${id}?fragment=timeline`}>{p.timeline}</Live>
   ))();
 });
