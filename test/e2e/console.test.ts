@@ -2,11 +2,12 @@
 // against the whole system: sign in with the team's key through the form, the pages load, the
 // sandboxes page and the quota match the E2B API, a kill from the console's button kills (the SDK
 // no longer finds the sandbox), and the live section refreshes itself, never asking again while
-// its previous answer is outstanding. A team key's console shows
-// its team only. Accessibility is measured by axe-core run in the page (WCAG 2 A/AA rules, colour
-// contrast among them: no violation; the lowest text contrast is printed) and by keyboard: Tab
-// from the top reaches every control in order, each with a visible focus ring. Screenshots
-// (desktop and a phone's viewport) go to test/artifacts/console/ (ignored by git).
+// its previous answer is outstanding nor from a hidden tab. A team key's console shows its team
+// only; Sign out ends the session on the server. Accessibility is measured by axe-core run in the
+// page (WCAG 2 A/AA rules, colour contrast among them: no violation; the lowest text contrast is
+// printed) and by keyboard: Tab from the top reaches every control in order, each with a visible
+// focus ring. Screenshots (desktop and a phone's viewport) go to test/artifacts/console/ (ignored
+// by git).
 import { mkdirSync, readFileSync } from "node:fs";
 import { existsSync } from "node:fs";
 import { createRequire } from "node:module";
@@ -140,7 +141,7 @@ describe("the console in Chromium", () => {
     }
   });
 
-  it("asks for a live section again only after its previous answer: while one is held, no second request", async () => {
+  it("asks for a live section again only after its previous answer (none while one is held), and not at all from a hidden tab", async () => {
     const { apiUrl } = e2b();
     await page.goto(`${apiUrl}/console/sandboxes?state=running`);
     const held: HTTPRequest[] = [];
@@ -161,6 +162,24 @@ describe("the console in Chromium", () => {
       page.off("request", hold);
       for (const req of held.slice(1)) await req.continue().catch(() => {});
       await page.setRequestInterception(false);
+    }
+    // Behind another tab it asks nothing; brought back, it asks at once (not a period later).
+    let asked = 0;
+    const count = (req: HTTPRequest) => void (new URL(req.url()).searchParams.get("fragment") === "list" && asked++);
+    page.on("request", count);
+    const other = await browser.newPage();
+    try {
+      await other.bringToFront();
+      expect(await page.evaluate(() => document.hidden)).toBe(true);
+      await new Promise((r) => setTimeout(r, 500)); // a request sent just before the switch is seen
+      const before = asked;
+      await new Promise((r) => setTimeout(r, 7000));
+      expect(asked).toBe(before);
+      await page.bringToFront();
+      await waitFor(async () => asked > before || undefined, { timeoutMs: 2000, what: "a poll as soon as the tab is shown" });
+    } finally {
+      page.off("request", count);
+      await other.close();
     }
   });
 
@@ -219,6 +238,28 @@ describe("the console in Chromium", () => {
       await context.close();
       await mine.kill().catch(() => {});
       await admins.kill().catch(() => {});
+    }
+  });
+
+  it("Sign out ends the session: the cookie the browser held, replayed from elsewhere, is refused", async () => {
+    const { apiUrl, apiKey } = e2b();
+    const context = await browser.createBrowserContext();
+    const tab = await context.newPage();
+    try {
+      await tab.goto(`${apiUrl}/console/login`);
+      await tab.type("#key", apiKey);
+      await Promise.all([tab.waitForNavigation(), tab.keyboard.press("Enter")]);
+      const session = (await context.cookies()).find((c) => c.name === "console_session");
+      expect(session).toBeDefined();
+      const replay = () => fetch(`${apiUrl}/console`, { headers: { cookie: `console_session=${session!.value}` }, redirect: "manual" });
+      expect((await replay()).status).toBe(200);
+      await Promise.all([tab.waitForNavigation(), tab.click("header form button[type=submit]")]);
+      expect(new URL(tab.url()).pathname).toBe("/console/login");
+      const after = await replay();
+      expect(after.status).toBe(303);
+      expect(after.headers.get("location")).toBe("/console/login");
+    } finally {
+      await context.close();
     }
   });
 
