@@ -39,14 +39,14 @@ afterAll(async () => {
   await browser?.close();
 });
 
-async function signIn(): Promise<void> {
-  const { apiUrl, apiKey } = e2b();
-  await page.goto(`${apiUrl}/console`);
-  expect(new URL(page.url()).pathname).toBe("/console/login");
-  await page.type("#key", apiKey);
-  await Promise.all([page.waitForNavigation(), page.keyboard.press("Enter")]);
-  expect(new URL(page.url()).pathname).toBe("/console");
-  expect(page.url()).not.toContain(apiKey);
+/** Signs `on` in through the login form with `key` (the admin key unless given). */
+async function signIn(on: Page = page, key = e2b().apiKey): Promise<void> {
+  await on.goto(`${e2b().apiUrl}/console`);
+  expect(new URL(on.url()).pathname).toBe("/console/login");
+  await on.type("#key", key);
+  await Promise.all([on.waitForNavigation(), on.keyboard.press("Enter")]);
+  expect(new URL(on.url()).pathname).toBe("/console");
+  expect(on.url()).not.toContain(key);
 }
 
 /** axe-core's WCAG 2 A/AA rules over the page: the violations, and the lowest text contrast it measured. */
@@ -221,10 +221,7 @@ describe("the console in Chromium", () => {
     const context = await browser.createBrowserContext();
     const tab = await context.newPage();
     try {
-      await tab.goto(`${apiUrl}/console/login`);
-      await tab.type("#key", teamKey);
-      await Promise.all([tab.waitForNavigation(), tab.keyboard.press("Enter")]);
-      expect(new URL(tab.url()).pathname).toBe("/console");
+      await signIn(tab, teamKey);
       expect(await tab.$("#clusters")).toBeNull();
       expect(await tab.$$eval("tr[data-team]", (rows) => rows.map((r) => r.getAttribute("data-team")))).toEqual([teamName]);
       await tab.goto(`${apiUrl}/console/sandboxes?state=all`);
@@ -242,13 +239,11 @@ describe("the console in Chromium", () => {
   });
 
   it("Sign out ends the session: the cookie the browser held, replayed from elsewhere, is refused", async () => {
-    const { apiUrl, apiKey } = e2b();
+    const { apiUrl } = e2b();
     const context = await browser.createBrowserContext();
     const tab = await context.newPage();
     try {
-      await tab.goto(`${apiUrl}/console/login`);
-      await tab.type("#key", apiKey);
-      await Promise.all([tab.waitForNavigation(), tab.keyboard.press("Enter")]);
+      await signIn(tab);
       const session = (await context.cookies()).find((c) => c.name === "console_session");
       expect(session).toBeDefined();
       const replay = () => fetch(`${apiUrl}/console`, { headers: { cookie: `console_session=${session!.value}` }, redirect: "manual" });
