@@ -1,5 +1,5 @@
 // Teams (team name = Kubernetes namespace).
-import { asc, eq } from "drizzle-orm";
+import { and, asc, eq, gt } from "drizzle-orm";
 import { teams } from "../../schema/db/tables.ts";
 import type { Db } from "./db.ts";
 
@@ -25,4 +25,14 @@ export async function ensureTeam(db: Db, name: string, id: string = crypto.rando
 export async function listTeams(db: Db, teamId: string | null): Promise<TeamRow[]> {
   const q = db.select().from(teams);
   return teamId === null ? q.orderBy(asc(teams.name)) : q.where(eq(teams.id, teamId));
+}
+
+/** Up to `limit` teams in name order after `after`; `teamId` names the only one (a team's caller). */
+export async function listTeamPage(db: Db, opts: { teamId: string | null; after?: string; limit: number }): Promise<TeamRow[]> {
+  return db
+    .select()
+    .from(teams)
+    .where(and(opts.teamId === null ? undefined : eq(teams.id, opts.teamId), opts.after === undefined ? undefined : gt(teams.name, opts.after)))
+    .orderBy(asc(teams.name))
+    .limit(opts.limit);
 }

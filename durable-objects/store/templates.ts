@@ -1,7 +1,7 @@
 // Templates: SandboxSet specs per team. Shared with PoolDO (edge-B), which reads them here.
-import { and, asc, eq, or } from "drizzle-orm";
+import { and, asc, eq, gt, or } from "drizzle-orm";
 import { TemplateSpec, templateRevision, type TemplateRecord } from "../../schema/api/template.ts";
-import { templates } from "../../schema/db/tables.ts";
+import { teams, templates } from "../../schema/db/tables.ts";
 import type { Db } from "./db.ts";
 
 function toRecord(row: typeof templates.$inferSelect): TemplateRecord {
@@ -31,6 +31,37 @@ export async function listTemplates(db: Db, teamId: string | null): Promise<Temp
     asc(templates.teamId),
   );
   return rows.map(toRecord);
+}
+
+/** Where a page of `listOwnTemplatePage` starts: after this team's template. */
+export interface TemplatePageCursor {
+  teamName: string;
+  templateId: string;
+}
+
+/**
+ * Up to `limit` templates teams own (not other teams' public ones), in (team name, template id)
+ * order after `after`; `teamId` null: every team's. One query: the console pages pools with it,
+ * asking each listed pool's PoolDO, so a page bounds its Durable Object calls.
+ */
+export async function listOwnTemplatePage(
+  db: Db,
+  opts: { teamId: string | null; after?: TemplatePageCursor; limit: number },
+): Promise<(TemplateRecord & { teamName: string })[]> {
+  const a = opts.after;
+  const rows = await db
+    .select({ t: templates, teamName: teams.name })
+    .from(templates)
+    .innerJoin(teams, eq(teams.id, templates.teamId))
+    .where(
+      and(
+        opts.teamId === null ? undefined : eq(templates.teamId, opts.teamId),
+        a && or(gt(teams.name, a.teamName), and(eq(teams.name, a.teamName), gt(templates.templateId, a.templateId))),
+      ),
+    )
+    .orderBy(asc(teams.name), asc(templates.templateId))
+    .limit(opts.limit);
+  return rows.map((r) => ({ ...toRecord(r.t), teamName: r.teamName }));
 }
 
 /** Whether a template write failed because its spec names a root filesystem a template delete freed

@@ -15,7 +15,8 @@ import type { Caller } from "../env.ts";
 import { LatencyChart } from "./chart.tsx";
 import { CONSOLE_STATES, clusters, killSandbox, opsRuns, pools, quotas, sandboxDetail, sandboxList, stageLatencies } from "./data.ts";
 import { LIVE_JS, Live, LoginPage, Page } from "./layout.tsx";
-import { Clusters, Pools, Quotas, SandboxTable, Timeline } from "./sections.tsx";
+import { Clusters, Pager, Pools, Quotas, SandboxTable, Timeline } from "./sections.tsx";
+import { pageHref, parsePageKeys, type PageKeys } from "./paging.ts";
 import { AutoscalerDecisions, OpsLookup, OpsRun, OpsRuns } from "./ops.tsx";
 import { TeamName } from "../../schema/api/team.ts";
 import { UpdateOpsName } from "../../schema/api/update-ops.ts";
@@ -100,7 +101,7 @@ async function checkedForm(c: Context<ConsoleEnv>): Promise<Record<string, strin
 
 consoleApp.post("/console/logout", async (c) => {
   await checkedForm(c);
-  endSession(c);
+  await endSession(c, c.get("session"));
   return c.redirect("/console/login", 303);
 });
 
@@ -126,16 +127,31 @@ function render(c: Context<ConsoleEnv>, title: string, sections: Record<string, 
 
 consoleApp.get("/console", (c) => {
   const caller = c.get("caller");
+  const keys = parsePageKeys((n) => c.req.query(n));
+  const at = (k: PageKeys) => pageHref("/console", { ...keys, ...k });
+  const pager = <K extends keyof PageKeys>(name: K, noun: string, next: PageKeys[K] | undefined) => (
+    <Pager noun={noun} next={next && at({ [name]: next })} first={keys[name] && at({ [name]: undefined })} />
+  );
+  const src = (fragment: string) => pageHref("/console", keys, { fragment });
   return render(c, "Overview", {
-    clusters: async () => <Clusters rows={await clusters(c.env, caller)} />,
-    pools: async () => <Pools rows={await pools(c.env, caller)} />,
-    quotas: async () => <Quotas rows={await quotas(c.env, caller)} />,
+    clusters: async () => {
+      const p = await clusters(c.env, caller, keys.clusters);
+      return <Clusters rows={p.rows} pager={pager("clusters", "clusters", p.next)} />;
+    },
+    pools: async () => {
+      const p = await pools(c.env, caller, keys.pools);
+      return <Pools rows={p.rows} pager={pager("pools", "pools", p.next)} />;
+    },
+    quotas: async () => {
+      const p = await quotas(c.env, caller, keys.quotas);
+      return <Quotas rows={p.rows} pager={pager("quotas", "teams", p.next)} />;
+    },
     latency: async () => <LatencyChart stages={await stageLatencies(c.env, caller)} />,
   }, (p) => (
     <>
-      {caller.admin && <Live id="clusters" label="Clusters" src="/console?fragment=clusters">{p.clusters}</Live>}
-      <Live id="pools" label="Pools and autoscalers" src="/console?fragment=pools">{p.pools}</Live>
-      <Live id="quotas" label="Quota" src="/console?fragment=quotas">{p.quotas}</Live>
+      {caller.admin && <Live id="clusters" label="Clusters" src={src("clusters")}>{p.clusters}</Live>}
+      <Live id="pools" label="Pools and autoscalers" src={src("pools")}>{p.pools}</Live>
+      <Live id="quotas" label="Quota" src={src("quotas")}>{p.quotas}</Live>
       {caller.admin && <Live id="latency" label="Create latency per stage" src="/console?fragment=latency">{p.latency}</Live>}
     </>
   ))();
@@ -187,7 +203,9 @@ consoleApp.get("/console/sandboxes/:id", async (c) => {
   const id = sandboxId(c);
   const detail = await sandboxDetail(c.env, c.get("caller"), id);
   if (!detail) throw new ApiError("sandbox_not_found", `Sandbox ${id} not found`);
-  return render(c, `Sandbox ${id}`, { timeline: async () => <Timeline detail={(await sandboxDetail(c.env, c.get("caller"), id)) ?? detail} /> }, (p) => (
+  // Read once per request: the page and its live fragment each need it once (it asks the
+  // sandbox's group and, for its logs, the agent).
+  return render(c, `Sandbox ${id}`, { timeline: async () => <Timeline detail={detail} /> }, (p) => (
     <Live id="timeline" label="Lifecycle" src={`/console/sandboxes/${id}?fragment=timeline`}>{p.timeline}</Live>
   ))();
 });
@@ -204,13 +222,18 @@ consoleApp.get("/console/ops", async (c) => {
   const teamQ = c.req.query("team") || undefined;
   const nameQ = c.req.query("name") || undefined;
   if (teamQ === undefined || nameQ === undefined) {
+    const after = parsePageKeys((n) => (n === "pools" ? c.req.query(n) : undefined)).pools;
     return render(c, "Update ops and autoscalers", {
       runs: async () => <OpsRuns rows={await opsRuns(c.env, c.get("caller"))} />,
-      autoscalers: async () => <AutoscalerDecisions pools={await pools(c.env, c.get("caller"))} />,
+      autoscalers: async () => {
+        const p = await pools(c.env, c.get("caller"), after);
+        const pager = <Pager noun="pools" next={p.next && pageHref("/console/ops", { pools: p.next })} first={after && "/console/ops"} />;
+        return <AutoscalerDecisions pools={p.rows} pager={pager} />;
+      },
     }, (p) => (
       <>
         <Live id="runs" label="Update ops runs" src="/console/ops?fragment=runs">{p.runs}</Live>
-        <Live id="autoscalers" label="Autoscaler decisions" src="/console/ops?fragment=autoscalers">{p.autoscalers}</Live>
+        <Live id="autoscalers" label="Autoscaler decisions" src={pageHref("/console/ops", { pools: after }, { fragment: "autoscalers" })}>{p.autoscalers}</Live>
         <h2>Find a run</h2>
         <OpsLookup />
       </>

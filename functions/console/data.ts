@@ -12,9 +12,9 @@ import type { SandboxLogEntry } from "../../schema/api/sandbox-logs.ts";
 import type { TemplateRecord } from "../../schema/api/template.ts";
 import { getDb } from "../../durable-objects/store/db.ts";
 import { listIndexWithRunning, type Cursor, type IndexRow } from "../../durable-objects/store/sandbox-index.ts";
-import { listLinkedClusters } from "../../durable-objects/store/clusters.ts";
-import { listTeams, type TeamRow } from "../../durable-objects/store/teams.ts";
-import { listTemplates } from "../../durable-objects/store/templates.ts";
+import { listClusterPage } from "../../durable-objects/store/clusters.ts";
+import { listTeamPage, type TeamRow } from "../../durable-objects/store/teams.ts";
+import { listOwnTemplatePage, type TemplatePageCursor } from "../../durable-objects/store/templates.ts";
 import { flushNow, metricsStub } from "../../durable-objects/metrics/edge-metrics.ts";
 import { EDGE } from "../../durable-objects/metrics/families.ts";
 import type { HistogramCounts } from "../../durable-objects/metrics/counts.ts";
@@ -26,6 +26,26 @@ import { accessOf } from "../api/stubs.ts";
 
 export const CONSOLE_STATES = ["running", "paused"] as const;
 export const CONSOLE_PAGE = 100;
+/**
+ * Rows per page of a section that asks a Durable Object per row (pools: two calls each; quotas,
+ * clusters: one): what one render or one live poll of it may cost, however many teams and
+ * templates there are. The rest is on the next pages (a link, `Page.next`).
+ */
+export const CONSOLE_FANOUT_PAGE = 25;
+
+/** One page of a section, in the store's stable order; `next` (the last row's key) when more follow. */
+export interface Page<T, C> {
+  rows: T[];
+  next?: C;
+}
+
+/** Reads one row past the page to learn whether another page follows. */
+async function pageOf<R, C>(read: (limit: number) => Promise<R[]>, key: (row: R) => C): Promise<Page<R, C>> {
+  const rows = await read(CONSOLE_FANOUT_PAGE + 1);
+  if (rows.length <= CONSOLE_FANOUT_PAGE) return { rows };
+  const page = rows.slice(0, CONSOLE_FANOUT_PAGE);
+  return { rows: page, next: key(page.at(-1)!) };
+}
 
 export interface PoolView {
   template: TemplateRecord;
@@ -34,33 +54,28 @@ export interface PoolView {
   autoscaler: AutoscalerStatus | null;
 }
 
-/** The caller's own templates (the admin: every team's), not other teams' public ones. */
-async function ownTemplates(env: Env, caller: Caller): Promise<{ templates: TemplateRecord[]; teams: TeamRow[] }> {
-  const db = getDb(env);
-  const teams = await listTeams(db, caller.admin ? null : caller.teamId);
-  const ids = new Set(teams.map((t) => t.id));
-  const templates = (await listTemplates(db, caller.admin ? null : caller.teamId)).filter((t) => ids.has(t.teamId));
-  return { templates, teams };
-}
-
-export async function pools(env: Env, caller: Caller): Promise<PoolView[]> {
-  const { templates, teams } = await ownTemplates(env, caller);
-  const names = new Map(teams.map((t) => [t.id, t.name]));
-  return Promise.all(
-    templates.map(async (t) => {
+/** A page of the caller's own pools (the admin: every team's; not other teams' public templates), by team name and template id. */
+export async function pools(env: Env, caller: Caller, after?: TemplatePageCursor): Promise<Page<PoolView, TemplatePageCursor>> {
+  const page = await pageOf(
+    (limit) => listOwnTemplatePage(getDb(env), { teamId: caller.admin ? null : caller.teamId, after, limit }),
+    (t) => ({ teamName: t.teamName, templateId: t.templateId }),
+  );
+  const rows = await Promise.all(
+    page.rows.map(async ({ teamName, ...t }) => {
       const stub = poolStub(env, t.teamId, t.templateId);
       const [pool, auto] = await Promise.all([stub.status(), stub.autoscalerStatus()]);
-      return { template: t, teamName: names.get(t.teamId) ?? t.teamId, pool, autoscaler: auto.ok && auto.status.configured ? auto.status : null };
+      return { template: t, teamName, pool, autoscaler: auto.ok && auto.status.configured ? auto.status : null };
     }),
   );
+  return { rows, next: page.next };
 }
 
-/** Every cluster whose agent has linked and every cluster a template names, with its agent's link (admin only). */
-export async function clusters(env: Env, caller: Caller): Promise<ClusterStatus[]> {
-  if (!caller.admin) return [];
-  const [{ templates }, linked] = await Promise.all([ownTemplates(env, caller), listLinkedClusters(getDb(env))]);
-  const names = [...new Set([...linked, ...templates.map((t) => t.spec.cluster)])].sort();
-  return Promise.all(names.map(async (n) => ({ ...(await env.CLUSTER.get(env.CLUSTER.idFromName(n)).status()), cluster: n })));
+/** A page of the clusters (admin only): every cluster whose agent has linked and every cluster a template names, with its agent's link. */
+export async function clusters(env: Env, caller: Caller, after?: string): Promise<Page<ClusterStatus, string>> {
+  if (!caller.admin) return { rows: [] };
+  const page = await pageOf((limit) => listClusterPage(getDb(env), { after, limit }), (n) => n);
+  const rows = await Promise.all(page.rows.map(async (n) => ({ ...(await env.CLUSTER.get(env.CLUSTER.idFromName(n)).status()), cluster: n })));
+  return { rows, next: page.next };
 }
 
 /** A run's row with its summary; `phase` null: the run is gone (removed since the list was read). */
@@ -83,14 +98,16 @@ export async function opsRuns(env: Env, caller: Caller): Promise<OpsRunView[]> {
   );
 }
 
-export async function quotas(env: Env, caller: Caller): Promise<{ team: TeamRow; status: QuotaStatus | null }[]> {
-  const { teams } = await ownTemplates(env, caller);
-  return Promise.all(
-    teams.map(async (team) => {
+/** A page of teams (a team's caller: its own) with their quota use, by team name. */
+export async function quotas(env: Env, caller: Caller, after?: string): Promise<Page<{ team: TeamRow; status: QuotaStatus | null }, string>> {
+  const page = await pageOf((limit) => listTeamPage(getDb(env), { teamId: caller.admin ? null : caller.teamId, after, limit }), (t) => t.name);
+  const rows = await Promise.all(
+    page.rows.map(async (team) => {
       const res = await quotaStub(env, team.id).status();
       return { team, status: res.ok ? res.status : null };
     }),
   );
+  return { rows, next: page.next };
 }
 
 export interface SandboxFilter {

@@ -96,23 +96,51 @@ export function LoginPage(props: { error?: string }) {
   );
 }
 
-/** Polls each [data-live] section's fragment while the tab is visible; a form being used is left alone. */
+/**
+ * Polls each [data-live] section's fragment. Each section runs its own loop: the next poll is
+ * timed from the end of the previous one, so a slow answer never overlaps a second request for
+ * the same section (an edge under load is not asked twice as often); a request unanswered after
+ * `TIMEOUT` is aborted. A failed poll (no answer, a 5xx) doubles the section's delay up to `MAX`,
+ * and the first good answer brings it back to `PERIOD`. A hidden tab sends nothing: its pending
+ * polls are cancelled, and the tab polls again as soon as it is shown. A region holding the focus
+ * is left alone (checked again when the answer comes): replacing it would drop a keyboard user's
+ * place or a half-typed value. A 401 (the session ended) goes to the login form.
+ */
 export const LIVE_JS = `
 (function(){
-  var PERIOD=3000;
-  // A region holding the focus is left alone (checked again when the answer comes): replacing it
-  // would drop a keyboard user's place or a half-typed value.
+  var PERIOD=3000,MAX=60000,TIMEOUT=20000;
   function busy(el){return el.contains(document.activeElement)&&document.activeElement!==document.body}
-  function tick(){
-    if(document.hidden)return;
-    document.querySelectorAll('[data-live]').forEach(function(el){
-      if(busy(el))return;
-      fetch(el.getAttribute('data-live'),{credentials:'same-origin',headers:{'x-console-fragment':'1'}})
-        .then(function(r){if(r.status===401){location.href='/console/login';return null}return r.ok?r.text():null})
-        .then(function(t){if(t===null||t===undefined||busy(el))return;el.innerHTML=t;el.setAttribute('data-updated',String(Date.now()))})
-        .catch(function(){});
-    });
+  function section(el){
+    var delay=PERIOD,timer=null,inflight=false;
+    function later(ms){clearTimeout(timer);timer=setTimeout(poll,ms)}
+    function poll(){
+      timer=null;
+      if(document.hidden||inflight)return;
+      if(busy(el)){later(PERIOD);return}
+      inflight=true;
+      var ctl=new AbortController(),guard=setTimeout(function(){ctl.abort()},TIMEOUT);
+      fetch(el.getAttribute('data-live'),{credentials:'same-origin',headers:{'x-console-fragment':'1'},signal:ctl.signal})
+        .then(function(r){
+          if(r.status===401){location.href='/console/login';return null}
+          if(!r.ok)throw new Error('fragment '+r.status);
+          return r.text();
+        })
+        .then(function(t){
+          delay=PERIOD;
+          if(t===null||busy(el))return;
+          el.innerHTML=t;el.setAttribute('data-updated',String(Date.now()));
+        },function(){delay=Math.min(delay*2,MAX)})
+        .then(function(){clearTimeout(guard);inflight=false;if(!document.hidden)later(delay)});
+    }
+    return{
+      // The page itself was just rendered: the first poll waits a period.
+      start:function(){if(!document.hidden)later(PERIOD)},
+      wake:function(){if(!inflight&&timer===null)later(delay===PERIOD?0:delay)},
+      sleep:function(){clearTimeout(timer);timer=null}
+    };
   }
-  setInterval(tick,PERIOD);
+  var all=Array.prototype.map.call(document.querySelectorAll('[data-live]'),section);
+  all.forEach(function(s){s.start()});
+  document.addEventListener('visibilitychange',function(){all.forEach(function(s){if(document.hidden)s.sleep();else s.wake()})});
 })();
 `;

@@ -3,6 +3,7 @@
 // with its state, one run's detail read through the same operation as
 // GET /admin/teams/{team}/updateops/{name}, and the autoscalers' decisions.
 import type { OpsView } from "../../durable-objects/ops/update-ops-do.ts";
+import type { Child } from "hono/jsx";
 import type { OpsRunView, PoolView } from "./data.ts";
 
 const iso = (ms: number) => new Date(ms).toISOString().replace(".000Z", "Z");
@@ -63,8 +64,8 @@ export function OpsRuns({ rows }: { rows: OpsRunView[] }) {
   );
 }
 
-/** Each autoscaled pool's last decision and its events (rescales, blocks, cron policies), newest first. */
-export function AutoscalerDecisions({ pools }: { pools: PoolView[] }) {
+/** Each autoscaled pool's last decision and its events (rescales, blocks, cron policies), newest first: of one page of pools. */
+export function AutoscalerDecisions({ pools, pager }: { pools: PoolView[]; pager?: Child }) {
   const rows = pools
     .flatMap((p) => {
       const a = p.autoscaler;
@@ -74,6 +75,7 @@ export function AutoscalerDecisions({ pools }: { pools: PoolView[] }) {
     })
     .sort((a, b) => b.d.time.localeCompare(a.d.time));
   return (
+    <>
     <table>
       <caption>Autoscaler decisions and events, newest first</caption>
       <thead><tr><th scope="col">Time</th><th scope="col">Team</th><th scope="col">Template</th><th scope="col">Kind</th><th scope="col">Reason</th><th scope="col">Message</th></tr></thead>
@@ -83,5 +85,7 @@ export function AutoscalerDecisions({ pools }: { pools: PoolView[] }) {
         ))}
       </tbody>
     </table>
+    {pager}
+    </>
   );
 }

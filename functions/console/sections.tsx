@@ -1,6 +1,7 @@
 /** @jsxImportSource hono/jsx */
 // The console's tables: each renders one data set from data.ts; the pages wrap them in Live
 // sections so the same component answers the page and its fragment.
+import type { Child } from "hono/jsx";
 import type { ClusterStatus } from "../../durable-objects/cluster/rpc.ts";
 import type { IndexRow } from "../../durable-objects/store/sandbox-index.ts";
 import type { TeamRow } from "../../durable-objects/store/teams.ts";
@@ -9,8 +10,23 @@ import type { PoolView, SandboxDetail } from "./data.ts";
 
 const iso = (ms: number | null) => (ms === null ? "–" : new Date(ms).toISOString().replace(".000Z", "Z"));
 
-export function Clusters({ rows }: { rows: ClusterStatus[] }) {
+/**
+ * Links between a section's pages (data.ts `Page`): the first, and the next when more follow.
+ * Inside the section, so its live refresh keeps them; named for the section (`noun`), since an
+ * overview has several.
+ */
+export function Pager(props: { noun: string; first?: string; next?: string }) {
+  if (!props.first && !props.next) return null;
   return (
+    <nav class="pager" aria-label={`Pages of ${props.noun}`}>
+      {props.first && <a href={props.first}>First {props.noun}</a>} {props.next && <a href={props.next} rel="next">Next {props.noun}</a>}
+    </nav>
+  );
+}
+
+export function Clusters({ rows, pager }: { rows: ClusterStatus[]; pager?: Child }) {
+  return (
+    <>
     <table>
       <caption>Clusters and their agents</caption>
       <thead><tr><th scope="col">Cluster</th><th scope="col">Agent</th><th scope="col">Driver</th><th scope="col">Last seen</th><th scope="col">Sandboxes</th><th scope="col">Unacked intents</th></tr></thead>
@@ -27,11 +43,14 @@ export function Clusters({ rows }: { rows: ClusterStatus[] }) {
         ))}
       </tbody>
     </table>
+    {pager}
+    </>
   );
 }
 
-export function Pools({ rows }: { rows: PoolView[] }) {
+export function Pools({ rows, pager }: { rows: PoolView[]; pager?: Child }) {
   return (
+    <>
     <table>
       <caption>Pools (warm stock per template)</caption>
       <thead><tr><th scope="col">Team</th><th scope="col">Template</th><th scope="col">Replicas</th><th scope="col">Available</th><th scope="col">Creating</th><th scope="col">Claimed</th><th scope="col">Revision (current / update)</th><th scope="col">Autoscaler's last decision</th></tr></thead>
@@ -50,12 +69,15 @@ export function Pools({ rows }: { rows: PoolView[] }) {
         ))}
       </tbody>
     </table>
+    {pager}
+    </>
   );
 }
 
-export function Quotas({ rows }: { rows: { team: TeamRow; status: QuotaStatus | null }[] }) {
+export function Quotas({ rows, pager }: { rows: { team: TeamRow; status: QuotaStatus | null }[]; pager?: Child }) {
   const cell = (used: number, limit: number | null) => (limit === null ? `${used}` : `${used} of ${limit}`);
   return (
+    <>
     <table>
       <caption>Quota use per team</caption>
       <thead><tr><th scope="col">Team</th><th scope="col">Running sandboxes</th><th scope="col">vCPUs</th><th scope="col">Memory (MB)</th><th scope="col">Creates this minute</th></tr></thead>
@@ -77,6 +99,8 @@ export function Quotas({ rows }: { rows: { team: TeamRow; status: QuotaStatus | 
         ))}
       </tbody>
     </table>
+    {pager}
+    </>
   );
 }
 

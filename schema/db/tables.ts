@@ -330,3 +330,20 @@ export const clusters = sqliteTable("clusters", {
   firstLinkedAt: integer("first_linked_at").notNull(),
   lastLinkedAt: integer("last_linked_at").notNull(),
 });
+
+/**
+ * The console's signed-in sessions (functions/console/session.ts): the cookie names a row by its
+ * random id, so signing out deletes the row and a copied cookie stops working at once. A row ends
+ * at `expires_at`; logins delete expired rows and keep at most a few per key.
+ */
+export const consoleSessions = sqliteTable(
+  "console_sessions",
+  {
+    id: text("id").primaryKey(),
+    /** The API key's HMAC (as in api_keys); the browser never holds it. */
+    keyHash: text("key_hash").notNull(),
+    createdAt: integer("created_at").notNull(),
+    expiresAt: integer("expires_at").notNull(),
+  },
+  (t) => [index("console_sessions_expires").on(t.expiresAt), index("console_sessions_key").on(t.keyHash, t.createdAt)],
+);

@@ -1,16 +1,18 @@
 // The operator console in a real headless Chromium (Debian's `chromium`, driven by puppeteer-core)
 // against the whole system: sign in with the team's key through the form, the pages load, the
 // sandboxes page and the quota match the E2B API, a kill from the console's button kills (the SDK
-// no longer finds the sandbox), and the live section refreshes itself. A team key's console shows
-// its team only. Accessibility is measured by axe-core run in the page (WCAG 2 A/AA rules, colour
-// contrast among them: no violation; the lowest text contrast is printed) and by keyboard: Tab
-// from the top reaches every control in order, each with a visible focus ring. Screenshots
-// (desktop and a phone's viewport) go to test/artifacts/console/ (ignored by git).
+// no longer finds the sandbox), and the live section refreshes itself, never asking again while
+// its previous answer is outstanding nor from a hidden tab. A team key's console shows its team
+// only; Sign out ends the session on the server. Accessibility is measured by axe-core run in the
+// page (WCAG 2 A/AA rules, colour contrast among them: no violation; the lowest text contrast is
+// printed) and by keyboard: Tab from the top reaches every control in order, each with a visible
+// focus ring. Screenshots (desktop and a phone's viewport) go to test/artifacts/console/ (ignored
+// by git).
 import { mkdirSync, readFileSync } from "node:fs";
 import { existsSync } from "node:fs";
 import { createRequire } from "node:module";
 import { Sandbox } from "e2b";
-import puppeteer, { type Browser, type Page } from "puppeteer-core";
+import puppeteer, { type Browser, type HTTPRequest, type Page } from "puppeteer-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { waitFor } from "../support/wait-for.ts";
 import { e2b, uniqueTag } from "./sdk.ts";
@@ -37,14 +39,14 @@ afterAll(async () => {
   await browser?.close();
 });
 
-async function signIn(): Promise<void> {
-  const { apiUrl, apiKey } = e2b();
-  await page.goto(`${apiUrl}/console`);
-  expect(new URL(page.url()).pathname).toBe("/console/login");
-  await page.type("#key", apiKey);
-  await Promise.all([page.waitForNavigation(), page.keyboard.press("Enter")]);
-  expect(new URL(page.url()).pathname).toBe("/console");
-  expect(page.url()).not.toContain(apiKey);
+/** Signs `on` in through the login form with `key` (the admin key unless given). */
+async function signIn(on: Page = page, key = e2b().apiKey): Promise<void> {
+  await on.goto(`${e2b().apiUrl}/console`);
+  expect(new URL(on.url()).pathname).toBe("/console/login");
+  await on.type("#key", key);
+  await Promise.all([on.waitForNavigation(), on.keyboard.press("Enter")]);
+  expect(new URL(on.url()).pathname).toBe("/console");
+  expect(on.url()).not.toContain(key);
 }
 
 /** axe-core's WCAG 2 A/AA rules over the page: the violations, and the lowest text contrast it measured. */
@@ -139,6 +141,48 @@ describe("the console in Chromium", () => {
     }
   });
 
+  it("asks for a live section again only after its previous answer (none while one is held), and not at all from a hidden tab", async () => {
+    const { apiUrl } = e2b();
+    await page.goto(`${apiUrl}/console/sandboxes?state=running`);
+    const held: HTTPRequest[] = [];
+    const hold = (req: HTTPRequest) => {
+      if (new URL(req.url()).searchParams.get("fragment") === "list") held.push(req);
+      else void req.continue();
+    };
+    await page.setRequestInterception(true);
+    page.on("request", hold);
+    try {
+      await waitFor(async () => held.length >= 1 || undefined, { what: "the first poll" });
+      // Three and more periods (3 s each) pass with the answer held: the edge is asked once.
+      await new Promise((r) => setTimeout(r, 10_000));
+      expect(held).toHaveLength(1);
+      await held[0]!.continue();
+      await waitFor(async () => held.length >= 2 || undefined, { what: "the next poll once the first was answered" });
+    } finally {
+      page.off("request", hold);
+      for (const req of held.slice(1)) await req.continue().catch(() => {});
+      await page.setRequestInterception(false);
+    }
+    // Behind another tab it asks nothing; brought back, it asks at once (not a period later).
+    let asked = 0;
+    const count = (req: HTTPRequest) => void (new URL(req.url()).searchParams.get("fragment") === "list" && asked++);
+    page.on("request", count);
+    const other = await browser.newPage();
+    try {
+      await other.bringToFront();
+      expect(await page.evaluate(() => document.hidden)).toBe(true);
+      await new Promise((r) => setTimeout(r, 500)); // a request sent just before the switch is seen
+      const before = asked;
+      await new Promise((r) => setTimeout(r, 7000));
+      expect(asked).toBe(before);
+      await page.bringToFront();
+      await waitFor(async () => asked > before || undefined, { timeoutMs: 2000, what: "a poll as soon as the tab is shown" });
+    } finally {
+      page.off("request", count);
+      await other.close();
+    }
+  });
+
   it("passes axe-core's WCAG 2 A/AA rules (contrast included) on every page; Tab reaches every control in order with a focus ring", async () => {
     const { apiUrl } = e2b();
     const sbx = await Sandbox.create(e2b());
@@ -177,10 +221,7 @@ describe("the console in Chromium", () => {
     const context = await browser.createBrowserContext();
     const tab = await context.newPage();
     try {
-      await tab.goto(`${apiUrl}/console/login`);
-      await tab.type("#key", teamKey);
-      await Promise.all([tab.waitForNavigation(), tab.keyboard.press("Enter")]);
-      expect(new URL(tab.url()).pathname).toBe("/console");
+      await signIn(tab, teamKey);
       expect(await tab.$("#clusters")).toBeNull();
       expect(await tab.$$eval("tr[data-team]", (rows) => rows.map((r) => r.getAttribute("data-team")))).toEqual([teamName]);
       await tab.goto(`${apiUrl}/console/sandboxes?state=all`);
@@ -194,6 +235,26 @@ describe("the console in Chromium", () => {
       await context.close();
       await mine.kill().catch(() => {});
       await admins.kill().catch(() => {});
+    }
+  });
+
+  it("Sign out ends the session: the cookie the browser held, replayed from elsewhere, is refused", async () => {
+    const { apiUrl } = e2b();
+    const context = await browser.createBrowserContext();
+    const tab = await context.newPage();
+    try {
+      await signIn(tab);
+      const session = (await context.cookies()).find((c) => c.name === "console_session");
+      expect(session).toBeDefined();
+      const replay = () => fetch(`${apiUrl}/console`, { headers: { cookie: `console_session=${session!.value}` }, redirect: "manual" });
+      expect((await replay()).status).toBe(200);
+      await Promise.all([tab.waitForNavigation(), tab.click("header form button[type=submit]")]);
+      expect(new URL(tab.url()).pathname).toBe("/console/login");
+      const after = await replay();
+      expect(after.status).toBe(303);
+      expect(after.headers.get("location")).toBe("/console/login");
+    } finally {
+      await context.close();
     }
   });
 

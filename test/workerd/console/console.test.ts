@@ -5,6 +5,9 @@
 import { env, exports } from "cloudflare:workers";
 import { getDb } from "../../../durable-objects/store/db.ts";
 import { listOpsRuns } from "../../../durable-objects/store/update-ops-runs.ts";
+import { SESSIONS_PER_KEY } from "../../../durable-objects/store/console-sessions.ts";
+import { consoleSessions } from "../../../schema/db/tables.ts";
+import { eq } from "drizzle-orm";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { ScriptedAgent } from "../../support/scripted-agent.ts";
 import { waitFor } from "../../support/wait-for.ts";
@@ -38,6 +41,22 @@ async function html(res: Response | Promise<Response>, status = 200): Promise<st
   const text = await r.text();
   expect({ status: r.status, text: text.slice(0, 300) }).toMatchObject({ status });
   return text;
+}
+
+/**
+ * A section's fragment on each of its pages, joined: the admin's sections are paged (25 rows) and
+ * the sqld is shared with every other file's teams, so a row may be past the first page.
+ */
+async function everyPage(path: string, fragment: string, cookie: string): Promise<string> {
+  let url: string | undefined = `${path}${path.includes("?") ? "&" : "?"}fragment=${fragment}`;
+  let all = "";
+  for (let i = 0; url !== undefined && i < 1000; i++) {
+    const body = await html(page(url, { cookie, headers: { "x-console-fragment": "1" } }));
+    all += body;
+    const next = /<a href="([^"]+)" rel="next">/.exec(body)?.[1]?.replaceAll("&amp;", "&");
+    url = next && `${next}&fragment=${fragment}`;
+  }
+  return all;
 }
 
 const csrfOf = (body: string) => /name="csrf" value="([0-9a-f]{32})"/.exec(body)?.[1] ?? "";
@@ -120,6 +139,38 @@ describe("signing in", () => {
   });
 });
 
+describe("signing out", () => {
+  it("ends the session on the server: a copy of the cookie taken before is refused after, another session of the key lives on", async () => {
+    const { cookie } = await login(team.key);
+    const elsewhere = await login(team.key);
+    const csrf = csrfOf(await html(page("/console/sandboxes", { cookie })));
+    const out = await page("/console/logout", { cookie, form: { csrf } });
+    expect(out.status).toBe(303);
+    expect(out.headers.get("location")).toBe("/console/login");
+    // The copy: the same cookie, sent again after the browser was told to drop it.
+    const again = await page("/console", { cookie });
+    expect(again.status).toBe(303);
+    expect(again.headers.get("location")).toBe("/console/login");
+    expect((await page("/console/sandboxes?fragment=list", { cookie, headers: { "x-console-fragment": "1" } })).status).toBe(401);
+    const kill = await page(`/console/sandboxes/${own}/kill`, { cookie, form: { csrf } });
+    expect(kill.headers.get("location")).toBe("/console/login");
+    await expectStatus(call(`/sandboxes/${own}`, { key: team.key }), 200);
+    expect((await page("/console", { cookie: elsewhere.cookie })).status).toBe(200);
+  });
+
+  it("logins collect expired sessions and keep a key's newest 16", async () => {
+    const db = getDb(env);
+    const stale = "f".repeat(32);
+    await db.insert(consoleSessions).values({ id: stale, keyHash: "0".repeat(64), createdAt: 1, expiresAt: Date.now() - 1 });
+    const solo = await createTeam(unique("console-sessions"), { cluster: team.cluster });
+    const cookies: string[] = [];
+    for (let i = 0; i < SESSIONS_PER_KEY + 1; i++) cookies.push((await login(solo.key)).cookie);
+    expect(await db.select().from(consoleSessions).where(eq(consoleSessions.id, stale))).toEqual([]);
+    expect((await page("/console", { cookie: cookies[0] })).status).toBe(303);
+    for (const cookie of cookies.slice(1)) expect((await page("/console", { cookie })).status).toBe(200);
+  });
+});
+
 describe("tenant bytes", () => {
   it("a log line the sandbox wrote (its start command's output) is text on the detail page, never markup", async () => {
     const attack = `</li><script>alert(1)</script><img src=x onerror=alert(1)>`;
@@ -158,9 +209,8 @@ describe("team scoping", () => {
     const list = await html(page("/console/sandboxes?state=all", { cookie }));
     expect(list).toContain(own);
     expect(list).toContain(theirs);
-    const overview = await html(page("/console", { cookie }));
-    expect(overview).toMatch(new RegExp(`data-cluster="${team.cluster}"`));
-    expect(overview).toContain(`data-template="${other.template}"`);
+    expect(await everyPage("/console", "clusters", cookie)).toMatch(new RegExp(`data-cluster="${team.cluster}"`));
+    expect(await everyPage("/console", "pools", cookie)).toContain(`data-template="${other.template}"`);
   });
 
   it("lists a connected agent whose cluster no template names", async () => {
@@ -168,7 +218,7 @@ describe("team scoping", () => {
     const stray = await startAgent(lonely);
     try {
       const { cookie } = await login(ADMIN_KEY);
-      const clusters = () => html(page("/console?fragment=clusters", { cookie, headers: { "x-console-fragment": "1" } }));
+      const clusters = () => everyPage("/console", "clusters", cookie);
       await expect.poll(clusters).toMatch(new RegExp(`<tr data-cluster="${lonely}"><td>${lonely}</td><td class="ok">connected`));
     } finally {
       stray.disconnect();
@@ -225,13 +275,40 @@ describe("overview", () => {
     const seen = await waitFor(
       async () => {
         const p = await poolOf();
-        const row = new RegExp(`<tr data-template="${pooled.template}">(.*?)</tr>`).exec(await fragment("pools", cookie))?.[1] ?? "";
+        const row = new RegExp(`<tr data-template="${pooled.template}">(.*?)</tr>`).exec(await everyPage("/console", "pools", cookie))?.[1] ?? "";
         const want = [pooled.name, pooled.template, String(p.replicas), String(p.available), String(p.creating), String(p.claimed), `${p.currentRevision ?? "–"} / ${p.updateRevision ?? "–"}`];
         return JSON.stringify(cellsOf(row).slice(0, 7)) === JSON.stringify(want) ? p : undefined;
       },
       { what: "the pools row to show the API's figures" },
     );
     expect(seen).toMatchObject({ replicas: 2, claimed: 1, updateRevision: expect.any(String) });
+  });
+
+  it("shows 25 pools a page, by template id, with links to the next and first pages that keep the live fragment on the page", async () => {
+    const many = await createTeam(unique("console-pools"), { cluster: team.cluster });
+    const ids = [many.template];
+    for (let i = 0; i < 25; i++) {
+      const id = `p${String(i).padStart(2, "0")}-${many.template}`;
+      await expectStatus(call(`/admin/teams/${many.name}/templates/${id}`, { method: "PUT", body: { spec: { cluster: team.cluster, replicas: 0 } } }), 201);
+      ids.push(id);
+    }
+    const { cookie } = await login(many.key);
+    const rowsOf = (body: string) => [...body.matchAll(/<tr data-template="([^"]+)">/g)].map((m) => m[1]!);
+    const first = await html(page("/console", { cookie }));
+    expect(rowsOf(first)).toEqual([...ids].sort().slice(0, 25));
+    const next = /<a href="([^"]+)" rel="next">Next pools<\/a>/.exec(first)?.[1]?.replaceAll("&amp;", "&");
+    expect(next).toBe(`/console?pools=${encodeURIComponent(`${many.name}/${[...ids].sort()[24]}`)}`);
+    // Without JS: the link is a page of its own, whose live section polls that same page.
+    const second = await html(page(next!, { cookie }));
+    expect(rowsOf(second)).toEqual([...ids].sort().slice(25));
+    expect(second).not.toContain('rel="next"');
+    expect(second).toContain('<a href="/console">First pools</a>');
+    const src = /<div id="pools"[^>]*data-live="([^"]+)"/.exec(second)?.[1]?.replaceAll("&amp;", "&");
+    expect(src).toBe(`${next}&fragment=pools`);
+    const live = await html(page(src!, { cookie, headers: { "x-console-fragment": "1" } }));
+    expect(rowsOf(live)).toEqual(rowsOf(second));
+    for (const bad of ["x", "a/b/c", `${many.name}/UPPER`, "%2F"]) await html(page(`/console?pools=${bad}`, { cookie }), 400);
+    await html(page("/console?quotas=..", { cookie }), 400);
   });
 
   it("the latency chart counts each create stage as /admin/metrics does", async () => {
@@ -341,7 +418,7 @@ describe("update ops runs", () => {
     // A floor above the pool's size: the autoscaler rescales at once (a decision and an event).
     const spec = { minReplicas: 2, maxReplicas: 2, capacityPolicy: { targetAvailable: 0, tolerance: 0 }, sampling: { intervalSeconds: 60, windowSeconds: 60 } };
     const set = await expectStatus(call(tpl, { method: "PUT", body: spec }), 200);
-    const decisions = await html(page("/console/ops?fragment=autoscalers", { cookie, headers: { "x-console-fragment": "1" } }));
+    const decisions = await everyPage("/console/ops", "autoscalers", cookie);
     const cells = (time: string, kind: string, reason: string) => `<tr data-autoscaler="${other.template}"><td>${time}</td><td>${other.name}</td><td>${other.template}</td><td>${kind}</td><td>${reason}</td>`;
     expect(decisions).toContain(cells(set.lastDecision.time, "decision", set.lastDecision.reason));
     expect(set.events.length).toBeGreaterThan(0);
