@@ -17,7 +17,7 @@ import { tombstone, type IndexOp } from "../store/sandbox-index.ts";
 import { ErrorCode, sandboxNotFoundMessage, type Refusal } from "../../schema/errors.ts";
 import type { AckItem, Endpoint, Intent, Observation, PauseStrategy } from "../../schema/protocol/index.ts";
 import { CoarseTimers } from "../coarse-timers.ts";
-import { currentTraceparent, edgeSpan, flushEdgeTraces } from "../tracing/edge-tracing.ts";
+import { flushEdgeTraces, leafSpan } from "../tracing/edge-tracing.ts";
 import { TurnWrites } from "../turn-writes.ts";
 import type { EnqueueOptions, EnqueueResult } from "../cluster/rpc.ts";
 import type { SandboxLogEntry, SandboxLogsQuery } from "../../schema/api/sandbox-logs.ts";
@@ -589,7 +589,7 @@ export class SandboxGroupDO extends DurableObject<Env> {
   private async tracedSend(id: string, slot: Slot, intent: Intent, awaitAckMs: number, index: IndexOp[], traceparent: string, redelivery = false): Promise<EnqueueResult> {
     try {
       const attributes = { "sandbox.id": id, "sandbox.generation": intent.generation, "sandbox.desired": intent.desired.state, ...(redelivery ? { "intent.redelivery": true } : {}) };
-      return await edgeSpan(this.env, "ClusterDO.enqueue", attributes, () => this.send(id, slot, intent, awaitAckMs, index, currentTraceparent(), traceparent), traceparent);
+      return await leafSpan(this.env, "ClusterDO.enqueue", attributes, (tp) => this.send(id, slot, intent, awaitAckMs, index, tp(), traceparent), traceparent);
     } finally {
       const flushing = flushEdgeTraces();
       if (flushing) this.ctx.waitUntil(flushing);
