@@ -92,7 +92,9 @@ export class SandboxGroupDO extends DurableObject<Env> {
   private readonly indexQueue = new IndexQueue(() => this.indexWriter(), (p) => this.ctx.waitUntil(p));
   /** Index ops kept until libSQL has them (set in the constructor: it needs the store). */
   private readonly indexOutbox: IndexOutbox;
-  private readonly timers = new CoarseTimers();
+  /** Its one wait is an enqueue's bound (ten seconds past the ack wait), which may fire a second
+   * late: the creates of a second then share a runtime timer, not one per 100 ms. */
+  private readonly timers = new CoarseTimers(1_000);
   /** The team quota: reserve before a resume, release/assert after a committed transition. */
   private readonly quota = new QuotaLink(this.env, (p) => this.ctx.waitUntil(p));
   /** Spec objects already in storage (the spec row is rewritten only when the spec changed). */
