@@ -16,6 +16,8 @@
 // or, when the work makes no span of its own and only hands the traceparent to one hop (a DO call
 // from the Worker), the cheaper `leafSpan`, which opens no AsyncLocalStorage scope:
 //   await leafSpan(env, "SnapshotDO.create", { "sandbox.id": id }, (tp) => stub.create({ traceparent: tp() }));
+// and from inside a Durable Object call that was handed `traceparent`, the same with it as parent:
+//   await leafSpan(env, "ClusterDO.enqueue", {}, (tp) => cluster.enqueue(intents, { traceparent: tp() }), traceparent);
 import { AsyncLocalStorage } from "node:async_hooks";
 import { SpanKind, SpanStatusCode, type Attributes, type Span, type SpanContext } from "@opentelemetry/api";
 import { createLegacyOtlpBrowserExportDelegate } from "@opentelemetry/otlp-exporter-base/browser-http";
