@@ -8,7 +8,7 @@ import type { SandboxInfo } from "../sandbox/info.ts";
 import { claimedSpec, type SpecDraft } from "../sandbox/claimed-spec.ts";
 import { sandboxGroupStub } from "../sandbox/stub.ts";
 import { ErrorCode, type Refusal } from "../../schema/errors.ts";
-import { currentTraceparent, edgeSpan } from "../tracing/edge-tracing.ts";
+import { leafSpan } from "../tracing/edge-tracing.ts";
 
 /** What TeamQuotaDO.create makes of the member it claims. */
 export interface ClaimCreate {
@@ -44,7 +44,7 @@ export async function createClaimed(env: Env, claimed: Claimed, req: ClaimCreate
       asked = true;
       return group.create(id, traceparent ? { ...input, traceparent } : input) as Promise<Created>;
     };
-    return req.traceparent ? await edgeSpan(env, "SandboxGroupDO.create", { "sandbox.id": id }, () => call(currentTraceparent()), req.traceparent) : await call();
+    return req.traceparent ? await leafSpan(env, "SandboxGroupDO.create", { "sandbox.id": id }, (traceparent) => call(traceparent()), req.traceparent) : await call();
   } catch (err) {
     const exists = asked ? await groupKnows(env, id) : false;
     return { ok: false, error: afterClaim(id, String(err), exists), exists };

@@ -24,7 +24,7 @@ import { openQuotaStore, type QuotaStore } from "./store.ts";
 import { afterClaim, createClaimed, noStock, type ClaimCreate, type ClaimCreateResult, type Created } from "./claim-create.ts";
 import { deleteIntent } from "../cluster/machine.ts";
 import { edgeLogger } from "../tracing/edge-log.ts";
-import { edgeSpan, flushEdgeTraces } from "../tracing/edge-tracing.ts";
+import { flushEdgeTraces, leafSpan } from "../tracing/edge-tracing.ts";
 
 const LOG = edgeLogger("team-quota");
 
@@ -137,7 +137,7 @@ export class TeamQuotaDO extends DurableObject<Env> {
     try {
       const pool = stubOf(this.env.POOL, req.pool);
       const take = (): Promise<ClaimResult> => pool.claim({ fresh: req.fresh });
-      claimed = req.traceparent ? await edgeSpan(this.env, "PoolDO.claim", { "pool.name": req.pool }, take, req.traceparent) : await take();
+      claimed = req.traceparent ? await leafSpan(this.env, "PoolDO.claim", { "pool.name": req.pool }, take, req.traceparent) : await take();
     } catch (err) {
       claimed = { ok: false, error: { code: ErrorCode.internal, message: `pool ${req.pool}: ${String(err)}` } };
     }

@@ -17,7 +17,7 @@ import { tombstone, type IndexOp } from "../store/sandbox-index.ts";
 import { ErrorCode, sandboxNotFoundMessage, type Refusal } from "../../schema/errors.ts";
 import type { AckItem, Endpoint, Intent, Observation, PauseStrategy } from "../../schema/protocol/index.ts";
 import { CoarseTimers } from "../coarse-timers.ts";
-import { currentTraceparent, edgeSpan, flushEdgeTraces } from "../tracing/edge-tracing.ts";
+import { flushEdgeTraces, leafSpan } from "../tracing/edge-tracing.ts";
 import { TurnWrites } from "../turn-writes.ts";
 import type { EnqueueOptions, EnqueueResult } from "../cluster/rpc.ts";
 import type { SandboxLogEntry, SandboxLogsQuery } from "../../schema/api/sandbox-logs.ts";
@@ -92,7 +92,9 @@ export class SandboxGroupDO extends DurableObject<Env> {
   private readonly indexQueue = new IndexQueue(() => this.indexWriter(), (p) => this.ctx.waitUntil(p));
   /** Index ops kept until libSQL has them (set in the constructor: it needs the store). */
   private readonly indexOutbox: IndexOutbox;
-  private readonly timers = new CoarseTimers();
+  /** Its one wait is an enqueue's bound (ten seconds past the ack wait), which may fire a second
+   * late: the creates of a second then share a runtime timer, not one per 100 ms. */
+  private readonly timers = new CoarseTimers(1_000);
   /** The team quota: reserve before a resume, release/assert after a committed transition. */
   private readonly quota = new QuotaLink(this.env, (p) => this.ctx.waitUntil(p));
   /** Spec objects already in storage (the spec row is rewritten only when the spec changed). */
@@ -589,7 +591,7 @@ export class SandboxGroupDO extends DurableObject<Env> {
   private async tracedSend(id: string, slot: Slot, intent: Intent, awaitAckMs: number, index: IndexOp[], traceparent: string, redelivery = false): Promise<EnqueueResult> {
     try {
       const attributes = { "sandbox.id": id, "sandbox.generation": intent.generation, "sandbox.desired": intent.desired.state, ...(redelivery ? { "intent.redelivery": true } : {}) };
-      return await edgeSpan(this.env, "ClusterDO.enqueue", attributes, () => this.send(id, slot, intent, awaitAckMs, index, currentTraceparent(), traceparent), traceparent);
+      return await leafSpan(this.env, "ClusterDO.enqueue", attributes, (tp) => this.send(id, slot, intent, awaitAckMs, index, tp(), traceparent), traceparent);
     } finally {
       const flushing = flushEdgeTraces();
       if (flushing) this.ctx.waitUntil(flushing);

@@ -10,7 +10,6 @@
 // tombstones (sandbox-index.ts).
 import { DurableObject } from "cloudflare:workers";
 import type { Env } from "../env.ts";
-import { getDb } from "../store/db.ts";
 import { applyIndexBatch, TOMBSTONE_KEEP_MS, type IndexOp } from "../store/sandbox-index.ts";
 
 export const INDEX_WRITER_NAME = "sandboxes";
@@ -34,7 +33,7 @@ export type IndexWriteResult = { ok: true } | { ok: false; error: string };
 export function directIndexWriter(env: Pick<Env, "LIBSQL_URL" | "LIBSQL_AUTH_TOKEN">): { write(ops: IndexOp[]): Promise<IndexWriteResult> } {
   return {
     write: (ops) =>
-      applyIndexBatch(getDb(env), ops).then(
+      applyIndexBatch(env, ops).then(
         (): IndexWriteResult => ({ ok: true }),
         (err: unknown): IndexWriteResult => ({ ok: false, error: String(err) }),
       ),
@@ -70,7 +69,7 @@ export class SandboxIndexDO extends DurableObject<Env> {
         const now = Date.now();
         const sweep = now - this.sweptAt >= SWEEP_EVERY_MS;
         try {
-          await applyIndexBatch(getDb(this.env), batch.map((q) => q.op), sweep ? now - TOMBSTONE_KEEP_MS : undefined);
+          await applyIndexBatch(this.env, batch.map((q) => q.op), sweep ? now - TOMBSTONE_KEEP_MS : undefined);
           if (sweep) this.sweptAt = now;
         } catch (err) {
           result = { ok: false, error: String(err) };

@@ -1,9 +1,10 @@
 // The sandbox index `list` pages through. SandboxGroupDOs write rows through SandboxIndexDO, which
 // batches them (applyIndexBatch); routes read pages here.
-import type { InStatement, InValue } from "@libsql/client/web";
 import { and, asc, desc, eq, ne, getTableColumns, gte, inArray, lt, gt, or, sql, type Column, type SQL } from "drizzle-orm";
 import { sandboxes } from "../../schema/db/tables.ts";
-import type { Db } from "./db.ts";
+import { executeOne, getDb, type Db, type OneStatement } from "./db.ts";
+
+type LibsqlEnv = Parameters<typeof getDb>[0];
 
 export type IndexRow = typeof sandboxes.$inferSelect;
 
@@ -37,15 +38,18 @@ export function tombstone(last: IndexRow, at: number): IndexRow {
  * table's columns rather than built by drizzle per batch: the query builder was ~2 % of the
  * edge's CPU per create.
  */
-export async function applyIndexBatch(db: Db, ops: readonly IndexOp[], sweepBefore?: number): Promise<void> {
+export async function applyIndexBatch(env: LibsqlEnv, ops: readonly IndexOp[], sweepBefore?: number): Promise<void> {
   const newest = new Map<string, IndexRow>();
   for (const op of ops) {
     if ((newest.get(op.row.id)?.rev ?? -1) < op.row.rev) newest.set(op.row.id, op.row);
   }
-  const statements: InStatement[] = [];
+  const statements: OneStatement[] = [];
   if (newest.size > 0) statements.push(upsert([...newest.values()]));
   if (sweepBefore !== undefined) statements.push({ sql: `DELETE FROM sandboxes WHERE phase = ? AND end_at < ?`, args: [TOMBSTONE_PHASE, sweepBefore] });
-  if (statements.length > 0) await db.$client.batch(statements, "write");
+  // One statement is atomic on its own: sent alone (executeOne), without the BEGIN, COMMIT and
+  // ROLLBACK steps a batch wraps it in (their encoding here, their execution in sqld).
+  if (statements.length === 1) await executeOne(env, statements[0]!);
+  else if (statements.length > 1) await getDb(env).$client.batch(statements, "write");
 }
 
 const COLUMNS = Object.entries(getTableColumns(sandboxes)) as [keyof IndexRow, Column][];
@@ -56,10 +60,10 @@ const UPSERT_TAIL =
   ` WHERE sandboxes."rev" < excluded."rev"`;
 const ROW_PLACEHOLDERS = `(${COLUMNS.map(() => "?").join(", ")})`;
 
-function upsert(rows: IndexRow[]): InStatement {
+function upsert(rows: IndexRow[]): OneStatement {
   return {
     sql: UPSERT_HEAD + rows.map(() => ROW_PLACEHOLDERS).join(", ") + UPSERT_TAIL,
-    args: rows.flatMap((r) => COLUMNS.map(([k, c]) => c.mapToDriverValue(r[k]) as InValue)),
+    args: rows.flatMap((r) => COLUMNS.map(([k, c]) => c.mapToDriverValue(r[k]) as OneStatement["args"][number])),
   };
 }
 

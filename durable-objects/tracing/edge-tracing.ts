@@ -16,6 +16,8 @@
 // or, when the work makes no span of its own and only hands the traceparent to one hop (a DO call
 // from the Worker), the cheaper `leafSpan`, which opens no AsyncLocalStorage scope:
 //   await leafSpan(env, "SnapshotDO.create", { "sandbox.id": id }, (tp) => stub.create({ traceparent: tp() }));
+// and from inside a Durable Object call that was handed `traceparent`, the same with it as parent:
+//   await leafSpan(env, "ClusterDO.enqueue", {}, (tp) => cluster.enqueue(intents, { traceparent: tp() }), traceparent);
 import { AsyncLocalStorage } from "node:async_hooks";
 import { SpanKind, SpanStatusCode, type Attributes, type Span, type SpanContext } from "@opentelemetry/api";
 import { createLegacyOtlpBrowserExportDelegate } from "@opentelemetry/otlp-exporter-base/browser-http";
@@ -176,12 +178,25 @@ export async function edgeSpan<T>(env: TracingEnv, name: string, attributes: Att
  * per span, ~5-9 µs of the isolate's time each in workerd's profile). `work` gets the
  * traceparent to hand on: this span's; off or in an unsampled request, `currentTraceparent`'s. A
  * span or annotation made inside `work` would name the enclosing span; log lines keep its id.
+ * `parent`: a traceparent another object handed this call (a Durable Object's hop to the next
+ * one), whose child the span is; off, `work` gets `parent` itself, without the scope `edgeSpan`
+ * would open only to hand it on.
  */
-export async function leafSpan<T>(env: TracingEnv, name: string, attributes: Attributes, work: (traceparent: () => string | undefined) => Promise<T>): Promise<T> {
+export async function leafSpan<T>(env: TracingEnv, name: string, attributes: Attributes, work: (traceparent: () => string | undefined) => Promise<T>, parent?: string): Promise<T> {
   const sink = tracer(env);
-  const store = current.getStore();
-  if (!sink || (store && !store.span)) return work(currentTraceparent);
-  const span = new EdgeSpan(sink, name, SpanKind.INTERNAL, attributes, store?.span?.spanContext());
+  let ctx: SpanContext | undefined;
+  if (parent) {
+    // A hop made from inside a Durable Object call that was handed `parent`: off, or in an
+    // unsampled trace, the hop gets `parent` as it came (what edgeSpan's scope would hand it).
+    if (!sink) return work(() => parent);
+    ctx = parseTraceparent(parent); // a malformed one starts a trace
+    if (notSampled(ctx)) return work(() => parent);
+  } else {
+    const store = current.getStore();
+    if (!sink || (store && !store.span)) return work(currentTraceparent);
+    ctx = store?.span?.spanContext();
+  }
+  const span = new EdgeSpan(sink, name, SpanKind.INTERNAL, attributes, ctx);
   try {
     return await work(() => traceparentOf(span.spanContext()));
   } catch (err) {

@@ -119,6 +119,9 @@ export function gateway(): MiddlewareHandler<AppEnv> {
     const req = c.req.raw;
     const target = gatewayTarget(req.headers, req.headers.get("host"));
     if (!target) {
+      // The control plane's requests (every create) go on without a URL parsed: only /files can
+      // be a signed file request (Hono's path is req.url's, which workerd gives normalised).
+      if (c.req.path !== "/files") return next();
       const url = new URL(req.url);
       if (!isUnnamedSignedFileRequest(req.method, url)) return next();
       return traceGateway(c, url, { sandboxId: "", port: ENVD_PORT }, (id) => forward(c.env, req, url, { sandboxId: "", port: ENVD_PORT }, SIGNED_URL_CLUSTERS[0]!, id));

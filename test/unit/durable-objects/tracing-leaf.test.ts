@@ -105,4 +105,24 @@ describe("leafSpan", () => {
     await flushEdgeTraces();
     expect(received).toEqual([]);
   });
+
+  it("a hop from inside a Durable Object call handed a traceparent is a span of that trace, its child; unsampled or off, the hop gets the traceparent as it came", async () => {
+    received.length = 0;
+    // Outside any request's scope, as in a Durable Object's call (TeamQuotaDO.claim's hop to PoolDO).
+    const handed = await leafSpan(env, "PoolDO.claim", {}, async (traceparent) => traceparent(), SAMPLED);
+    await flushEdgeTraces();
+    const hop = received.find((s) => s.name === "PoolDO.claim");
+    expect(hop).toMatchObject({ traceId: TRACE, parentSpanId: "00f067aa0ba902b7" });
+    expect(handed).toBe(`00-${TRACE}-${hop!.spanId}-01`);
+    await expect(leafSpan(env, "ClusterDO.enqueue", {}, async () => Promise.reject(new Error("cluster gone")), SAMPLED)).rejects.toThrow("cluster gone");
+    await flushEdgeTraces();
+    expect(received.find((s) => s.name === "ClusterDO.enqueue")).toMatchObject({ traceId: TRACE, parentSpanId: "00f067aa0ba902b7", status: { code: 2, message: "cluster gone" } });
+
+    received.length = 0;
+    const unsampled = SAMPLED.replace(/01$/, "00");
+    expect(await leafSpan(env, "PoolDO.claim", {}, async (traceparent) => traceparent(), unsampled)).toBe(unsampled);
+    expect(await leafSpan({}, "PoolDO.claim", {}, async (traceparent) => traceparent(), SAMPLED)).toBe(SAMPLED);
+    await flushEdgeTraces();
+    expect(received).toEqual([]);
+  });
 });
