@@ -11,6 +11,7 @@ import type { RootfsStore } from "../rootfs/store.ts";
 import { cgroupSetFor, createCgroups, killAndRemove, procsFiles, removeParents, type CgroupLayout } from "../cgroups.ts";
 import { describeStep, layerIdOf, planSteps, rootfsForImage, type PlannedStep } from "./plan.ts";
 import { runStep, type SandboxStep } from "./sandbox.ts";
+import { seccompProgram } from "../seccomp.ts";
 import { BuildJournal, removeDeadStaging } from "./journal.ts";
 import { claimStep } from "./step-claim.ts";
 import type { StepNet } from "./step-net.ts";
@@ -72,6 +73,8 @@ class Events {
 
 export class TemplateBuilder {
   readonly #o: BuilderOptions;
+  /** The sandboxes' seccomp filter, for every step too (seccomp.ts); undefined: turned off. */
+  readonly #seccomp = seccompProgram();
   readonly #builds = new Map<string, Events>();
   readonly #frames = new Map<string, BuildFrame>();
   /** Per running build, the layers it stands on or is about to take from the cache: not yet in
@@ -254,6 +257,7 @@ export class TemplateBuilder {
       const code = await runStep({
         net,
         cgroupProcs: cg && procsFiles(cg),
+        seccomp: this.#seccomp,
         lowers: lowers.map((l) => store.layerTree(l)),
         staging,
         config: p.config,
