@@ -2,10 +2,13 @@
 // a denied syscall fails with the errno chosen for it (EPERM, or ENOSYS where software falls
 // back), for root and for user, in a command and in one started in the background; the x32 ABI
 // kills the caller; every process of the sandbox (its pid 1 too) and a template's build steps and
-// start command run filtered; and what sandboxes do every day still works.
+// start command run filtered, and so do the code interpreter's kernel and every process beside
+// it; and what sandboxes do every day still works.
+import { Sandbox as CodeInterpreter } from "@e2b/code-interpreter";
 import { Sandbox, Template, waitForFile } from "e2b";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { RootfsStore } from "../../controllers/drivers/local/rootfs/store.ts";
+import { seedCodeInterpreter } from "../../scripts/seed.ts";
 import { removeBuiltLayers } from "../support/built-layers.ts";
 import { e2b, uniqueTag } from "./sdk.ts";
 
@@ -110,4 +113,16 @@ describe("seccomp filter", () => {
       await s.kill();
     }
   });
+
+  it("the code interpreter's kernel and every process of its sandbox run filtered", async () => {
+    await seedCodeInterpreter(e2b().apiUrl, e2b().apiKey, 1);
+    const ci = await CodeInterpreter.create(e2b());
+    try {
+      const cell = await ci.runCode("import ctypes, glob\nl = ctypes.CDLL(None, use_errno=True)\nprint(l.syscall(250, 0, 0), ctypes.get_errno())\nprint(sorted({open(f).read().split('Seccomp:')[1].split()[0] for f in glob.glob('/proc/[0-9]*/status')}))");
+      expect(cell.error).toBeUndefined();
+      expect(cell.logs.stdout.join("")).toBe("-1 1\n['2']\n");
+    } finally {
+      await ci.kill();
+    }
+  }, 120_000);
 });
