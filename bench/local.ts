@@ -4,6 +4,7 @@
 //   node bench/local.ts            prints the figures as JSON
 //   node bench/local.ts --own-network   only the figures of sandbox networks (veth + NAT vs host)
 //   node bench/local.ts --disk          only the figures of a disk per sandbox (disk.ts) vs none
+//   node bench/local.ts --seccomp       only the figures of the seccomp filter (seccomp.ts) vs none
 // The root filesystem figures (rooted vs host view) are bench/rootfs.ts's.
 // `run(ctx)` is what bench/run.ts calls.
 import { spawn, spawnSync } from "node:child_process";
@@ -224,6 +225,7 @@ export async function run(ctx: Partial<BenchContext> = {}): Promise<Figures> {
   Object.assign(figures, await egressFigures(ctx));
   Object.assign(figures, await ownNetworkFigures(ctx));
   Object.assign(figures, await diskFigures(ctx));
+  Object.assign(figures, await seccompFigures(ctx));
   Object.assign(figures, await rootfsFigures(ctx));
   Object.assign(figures, await snapshotFigures(ctx));
   return figures;
@@ -267,6 +269,68 @@ async function diskFigures(ctx: Partial<BenchContext>): Promise<Figures> {
     };
   } finally {
     for (const [, driver] of kinds) {
+      for (const s of await driver.list()) await driver.destroy(s.id).catch(() => {});
+      await driver.dispose();
+    }
+    for (const dir of dirs) rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+/** One million syscalls (dd copying 500,000 single bytes: a read and a write each), timed inside
+ * the sandbox, in ns. */
+const SYSCALLS = "s=$(date +%s%N); dd if=/dev/zero of=/dev/null bs=1 count=500000 2>/dev/null; e=$(date +%s%N); echo $((e-s))";
+
+/** The seccomp filter (seccomp.ts) against none (`seccomp: false`), in turn (which goes first
+ * alternates, so load from elsewhere hits both alike): create (ensure until Running), the first
+ * command (`/bin/true`: enter.pl reads and loads the program), one million syscalls inside
+ * (the kernel runs the program, or skips it where its action cache says "allowed"), destroy. */
+async function seccompFigures(ctx: Partial<BenchContext>): Promise<Figures> {
+  const dirs = [mkdtempSync(join(ctx.dir ?? tmpdir(), "bench-seccomp-")), mkdtempSync(join(ctx.dir ?? tmpdir(), "bench-noseccomp-"))];
+  const on = new LocalDriver({ dataDir: dirs[0]!, cgroupName: `kruise-bench-${process.pid}-seccomp` });
+  const off = new LocalDriver({ dataDir: dirs[1]!, cgroupName: `kruise-bench-${process.pid}-noseccomp`, seccomp: false });
+  const kinds = { on: { driver: on, create: [] as number[], command: [] as number[], syscallsMs: [] as number[], destroy: [] as number[] }, off: { driver: off, create: [] as number[], command: [] as number[], syscallsMs: [] as number[], destroy: [] as number[] } };
+  const root = { ...USER, name: "root", uid: 0, gid: 0, home: "/root" };
+  let seq = 0;
+  try {
+    for (let i = 0; i < 20; i++) {
+      for (const k of i % 2 ? (["off", "on"] as const) : (["on", "off"] as const)) {
+        const f = kinds[k];
+        const d = desired(`bsecc${process.pid}x${seq++}`);
+        let t = performance.now();
+        await f.driver.ensure(d);
+        f.create.push(performance.now() - t);
+        t = performance.now();
+        await f.driver.exec(d.id, { cmd: "/bin/true", args: [], cwd: "/", env: {}, user: USER });
+        f.command.push(performance.now() - t);
+        const r = await f.driver.exec(d.id, { cmd: "/bin/sh", args: ["-c", SYSCALLS], cwd: "/", env: {}, user: root });
+        f.syscallsMs.push(Number(r.stdout.trim()) / 1e6);
+        t = performance.now();
+        await f.driver.destroy(d.id);
+        f.destroy.push(performance.now() - t);
+      }
+    }
+    const p50 = (xs: number[]) => round(pct(xs, 50));
+    // Spread: the 10th and 90th percentiles.
+    const spread = (xs: number[]): [number, number] => [round(pct(xs, 10)), round(pct(xs, 90))];
+    const figures: Figures = {
+      "local.seccomp_filter_on": { value: on.capabilities.notes.some((n) => n.startsWith("seccomp:")) ? 1 : 0, unit: "bool" },
+      "local.seccomp_rounds": { value: kinds.on.create.length, unit: "count" },
+    };
+    for (const [k, f] of Object.entries(kinds)) {
+      const name = k === "on" ? "seccomp" : "no_seccomp";
+      figures[`local.${name}_create_p50_ms`] = { value: p50(f.create), unit: "ms", spread: spread(f.create) };
+      figures[`local.${name}_first_command_p50_ms`] = { value: p50(f.command), unit: "ms", spread: spread(f.command) };
+      figures[`local.${name}_1m_syscalls_p50_ms`] = { value: p50(f.syscallsMs), unit: "ms", spread: spread(f.syscallsMs) };
+      figures[`local.${name}_destroy_p50_ms`] = { value: p50(f.destroy), unit: "ms", spread: spread(f.destroy) };
+    }
+    // Paired by round (same load at the same time): the median of the per-round differences.
+    const diff = (a: number[], b: number[]) => round(pct(a.map((x, i) => x - b[i]!), 50));
+    figures["local.seccomp_extra_create_ms"] = { value: diff(kinds.on.create, kinds.off.create), unit: "ms" };
+    figures["local.seccomp_extra_first_command_ms"] = { value: diff(kinds.on.command, kinds.off.command), unit: "ms" };
+    figures["local.seccomp_extra_ns_per_syscall"] = { value: round((diff(kinds.on.syscallsMs, kinds.off.syscallsMs) * 1e6) / 1e6), unit: "ns" };
+    return figures;
+  } finally {
+    for (const driver of [on, off]) {
       for (const s of await driver.list()) await driver.destroy(s.id).catch(() => {});
       await driver.dispose();
     }
@@ -352,6 +416,8 @@ if (process.argv[1] === fileURLToPath(import.meta.url)) {
     console.log(JSON.stringify(await ownNetworkFigures({}), null, 2));
   } else if (process.argv[2] === "--disk") {
     console.log(JSON.stringify(await diskFigures({}), null, 2));
+  } else if (process.argv[2] === "--seccomp") {
+    console.log(JSON.stringify(await seccompFigures({}), null, 2));
   } else {
     console.log(JSON.stringify(await run(), null, 2));
   }

@@ -31,7 +31,7 @@ const PER_ROUND = 100;
 const { setns, prctl } = syscallNumbers();
 const host = (env: Record<string, string>) => ({
   file: PERL,
-  args: [ENTER_SCRIPT, SANDBOX_ENV_FILE, "0", String(process.getuid!()), String(process.getgid!()), "/", "-", String(setns), String(prctl), "-", "--", "/bin/echo", "hi"],
+  args: [ENTER_SCRIPT, SANDBOX_ENV_FILE, "0", String(process.getuid!()), String(process.getgid!()), "/", "-", String(setns), String(prctl), "-", "-", "--", "/bin/echo", "hi"],
   cwd: "/",
   env: { PATH: "/usr/bin:/bin", ...env },
   sandboxEnv: { PATH: "/usr/bin:/bin" },

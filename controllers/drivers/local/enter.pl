@@ -2,7 +2,8 @@
 # Runs one command inside a local sandbox: joins the sandbox's cgroups, enters the namespaces and
 # root of its holder process, switches user, and execs. Usage (built by local-view.ts):
 #   enter.pl <env file> <holder-pid|0> <uid> <gid> <cwd> <cgroup.procs files, ':'-joined|->
-#            <setns nr> <prctl nr> <capabilities kept in a user namespace, ','-joined|-> -- cmd args...
+#            <setns nr> <prctl nr> <capabilities kept in a user namespace, ','-joined|->
+#            <seccomp program file|-> -- cmd args...
 #
 # This process is root in the host's namespaces until the child below drops its privileges, so
 # nothing a tenant sent may reach it as something perl or the loader interprets. Its own
@@ -33,10 +34,22 @@ sub parse_env {
 }
 
 sub main {
-  my ($envfile, $target, $uid, $gid, $cwd, $cgroups, $setns_nr, $prctl_nr, $keepcaps, $sep, @cmd) = @ARGV;
+  my ($envfile, $target, $uid, $gid, $cwd, $cgroups, $setns_nr, $prctl_nr, $keepcaps, $seccomp, $sep, @cmd) = @ARGV;
   fail('bad arguments') unless defined $sep && $sep eq '--' && @cmd && $prctl_nr =~ /\A\d+\z/ && $setns_nr =~ /\A\d+\z/
     && $keepcaps =~ /\A(-|\d+(,\d+)*)\z/ && $uid =~ /\A\d+\z/ && $gid =~ /\A\d+\z/;
   my %keep = map { $_ => 1 } ($keepcaps eq '-' ? () : split(/,/, $keepcaps));
+
+  # The sandbox's seccomp filter (seccomp.ts), the same program its holder got from bwrap: this
+  # process enters by setns, so it is no child of a filtered process and must load it itself.
+  # The driver's own file (never a tenant's bytes), read on the host side before any setns.
+  my $filter;
+  if ($seccomp ne '-') {
+    open(my $sf, '<', $seccomp) or fail("seccomp program: $!");
+    binmode($sf);
+    $filter = do { local $/; <$sf> } // '';
+    close($sf);
+    fail('bad seccomp program') unless length($filter) && length($filter) % 8 == 0 && length($filter) <= 4096 * 8;
+  }
 
   open(my $ef, '<', $envfile) or fail("environment file: $!");
   my $data = do { local $/; <$ef> };
@@ -117,6 +130,13 @@ sub main {
       chroot('.') or fail("chroot: $!");
     }
     chdir($cwd) or fail("chdir $cwd: $!");
+    if (defined $filter) {
+      # Before the privilege drop: loading a filter without NO_NEW_PRIVS (which sudo inside must
+      # not have) takes CAP_SYS_ADMIN in the current user namespace, held until setuid below.
+      # PR_SET_SECCOMP, SECCOMP_MODE_FILTER, struct sock_fprog { u16 len; (pad) ptr filter }.
+      my $fprog = pack('S x6 P', length($filter) / 8, $filter);
+      syscall($prctl_nr, 22, 2, $fprog, 0, 0) == 0 or fail("seccomp: $!");
+    }
     if ($userns) {
       # Root inside a user namespace holds capabilities over that namespace's own objects only,
       # so it keeps a container's set ($keepcaps; userns.ts SANDBOX_CAPS), and setuid programs

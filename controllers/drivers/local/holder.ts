@@ -68,6 +68,8 @@ export interface HolderSpec {
   /** Start inside this user namespace (userns.ts): bwrap runs as its owner, the range's first host
    * uid, with no capability on the host, and creates the sandbox's namespaces inside it. */
   userns?: { nsPath: string; owner: number };
+  /** The seccomp program file (seccomp.ts) bwrap loads into `sleep infinity` (`--seccomp`). */
+  seccomp?: string;
 }
 
 /** bwrap as the user namespace's owner: it joins the namespace (`--userns`) and so holds
@@ -99,8 +101,11 @@ export async function startHolder(spec: HolderSpec, spawner: Spawner): Promise<S
   // NUL-terminated, as bwrap reads them (to the end; then it closes the fd). A file, not a pipe:
   // the sockets Node gives a child as extra fds are non-blocking, and bwrap does not wait on them.
   const argsFile = `${spec.log}.bwrap-args`;
-  if (bwrapArgs) writeFileSync(argsFile, [...bwrapArgs, "--info-fd", String(INFO_FD), ""].join("\0"), { mode: 0o600 });
   const extra = ns ? [{ read: spec.userns!.nsPath }, ...ns.fds.map((read) => ({ read }))] : [];
+  // The filter's descriptor comes after every other one bwrap is handed.
+  const seccomp = spec.seccomp && bwrapArgs ? ["--seccomp", String(ARGS_FD + 1 + extra.length)] : [];
+  if (seccomp.length) extra.push({ read: spec.seccomp! });
+  if (bwrapArgs) writeFileSync(argsFile, [...bwrapArgs, ...seccomp, "--info-fd", String(INFO_FD), ""].join("\0"), { mode: 0o600 });
   let child: SpawnedProcess;
   try {
     child = await spawner.spawn(

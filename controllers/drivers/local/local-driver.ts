@@ -2,7 +2,7 @@
 // the levels, the on-disk layout and what survives an agent restart.
 import { randomBytes } from "node:crypto";
 import { connect as tcpConnect, type Socket } from "node:net";
-import { existsSync, mkdirSync, readdirSync, renameSync, rmSync } from "node:fs";
+import { existsSync, mkdirSync, readdirSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { rm } from "node:fs/promises";
 import { basename, join } from "node:path";
 import type { SandboxView, SpawnRequest } from "../../runtime/sandbox-view.ts";
@@ -36,6 +36,7 @@ import { shiftOwners } from "./shift-owners.ts";
 import { LocalSandboxView } from "./local-view.ts";
 import { PortRelay } from "./port-relay.ts";
 import { probeHost } from "./probe.ts";
+import { seccompProgram } from "./seccomp.ts";
 import { readRecord, recordedIds, writeRecord, type ProcRef, type SandboxRecord } from "./records.ts";
 import { SandboxNet, type SandboxNetOptions } from "./sandbox-net.ts";
 import { IN_PROCESS, Spawner } from "./spawner.ts";
@@ -105,6 +106,9 @@ export interface LocalDriverOptions {
    * `uidBase` (default 2^20; uid-range.ts, README.md "User namespace"), or false for none as
    * before (also `KRUISE_LOCAL_USERNS=off`). */
   userns?: { uidBase?: number } | false;
+  /** False: no seccomp filter in sandboxes (also `KRUISE_LOCAL_SECCOMP=off`, for comparison, or
+   * on a CPU seccomp.ts has no syscall table for, where the driver refuses to start otherwise). */
+  seccomp?: boolean;
 }
 
 const LEVEL_ORDER: IsolationLevel[] = ["kubernetes", "bwrap+cgroup", "bwrap", "process"];
@@ -140,6 +144,8 @@ export class LocalDriver implements Driver {
   readonly #net: SandboxNet | undefined;
   /** Sandboxes behind the proxy get a veth for the kernel's fast path (options.egressFastPath). */
   readonly #fastPath: boolean;
+  /** The seccomp program file every sandbox's processes load (seccomp.ts); undefined: none. */
+  readonly #seccomp: string | undefined;
   readonly #rootfs: RootfsStore | undefined;
   /** `base` was asked for before it was built (said once per driver). */
   #hostViewLogged = false;
@@ -193,7 +199,18 @@ export class LocalDriver implements Driver {
     const usernsNote = usernsError
       ? `no user namespace: root inside has no capabilities and cannot use sudo (${usernsError})`
       : "user namespace: each sandbox's uids 0..65535 are a host range of its own; root inside has a container's capabilities there and none on the host";
-    this.capabilities = { ...probe.capabilities, notes: [...probe.capabilities.notes, ...netNote, usernsNote] };
+    // Written once per start, as root, beside the records: bwrap and enter.pl read it as root.
+    const program = probe.capabilities.level === "process" || opts.seccomp === false ? undefined : seccompProgram();
+    if (program) {
+      this.#seccomp = join(this.#dataDir, "seccomp.bpf");
+      mkdirSync(this.#dataDir, { recursive: true });
+      writeFileSync(`${this.#seccomp}.tmp`, program, { mode: 0o600 });
+      renameSync(`${this.#seccomp}.tmp`, this.#seccomp);
+    }
+    const seccompNote = program
+      ? "seccomp: every sandbox process runs under the driver's filter (README.md \"Seccomp\")"
+      : `no seccomp filter: ${probe.capabilities.level === "process" ? "process level" : "turned off (KRUISE_LOCAL_SECCOMP=off)"}`;
+    this.capabilities = { ...probe.capabilities, notes: [...probe.capabilities.notes, ...netNote, usernsNote, seccompNote] };
     const rootsOff = opts.rootfs === false || process.env.KRUISE_LOCAL_ROOTFS === "off" || this.capabilities.level === "process";
     this.#rootfs = rootsOff ? undefined : opts.rootfs || new RootfsStore();
     // It makes every sandbox's veth: the first create should not wait for perl to start.
@@ -619,7 +636,7 @@ export class LocalDriver implements Driver {
          "--hostname", rec.id, "--cap-drop", "ALL", "--chdir", "/", ...(rec.root ? bwrapRootArgs(layout.merged) : bwrapMountArgs(layout))]
       : undefined;
     const started = await startHolder(
-      { id: rec.id, bwrapArgs, cgroupProcs: cgroups ? procsFiles(cgroups) : [], cwd: layout.dir, log: layout.log, onNamespaces: attach, userns },
+      { id: rec.id, bwrapArgs, cgroupProcs: cgroups ? procsFiles(cgroups) : [], cwd: layout.dir, log: layout.log, onNamespaces: attach, userns, seccomp: this.#seccomp },
       this.#spawner,
     ).catch(async (err: unknown) => {
       // A start given up on (its holder SIGKILLed) leaves nothing of it: processes still dying
@@ -759,7 +776,8 @@ export class LocalDriver implements Driver {
         // with the fast path); without the fast path a governed sandbox has only lo, where raw
         // sockets (ping, tcpdump) reach nothing else, and keeps it.
         const caps = this.#fastPath ? GOVERNED_CAPS : SANDBOX_CAPS;
-        return { nsPid: now.level === "process" ? undefined : now.nsInit.pid, cgroupProcs: now.cgroups ? procsFiles(now.cgroups) : [], env, caps };
+        const seccomp = now.level === "process" ? undefined : this.#seccomp;
+        return { nsPid: now.level === "process" ? undefined : now.nsInit.pid, cgroupProcs: now.cgroups ? procsFiles(now.cgroups) : [], env, caps, seccomp };
       },
     });
   }

@@ -48,6 +48,9 @@ export interface ViewTarget {
   /** The capabilities root inside may hold (its bounding set under a user namespace). Default
    * SANDBOX_CAPS. */
   caps?: readonly number[];
+  /** The sandbox's seccomp program file (seccomp.ts), which every command loads before exec;
+   * undefined: none (process level, or turned off). */
+  seccomp?: string;
 }
 
 export interface LocalViewOptions {
@@ -160,7 +163,7 @@ export class LocalSandboxView implements SandboxView {
     // Without a root view the process sees host paths, so its cwd is the host side of the layer.
     const cwd = this.#o.namespaces ? req.cwd : this.toHost(req.cwd);
     const joins = t.cgroupProcs.length > 0 ? t.cgroupProcs.join(":") : "-";
-    const args = [ENTER_SCRIPT, SANDBOX_ENV_FILE, String(t.nsPid ?? 0), String(req.user.uid), String(req.user.gid), cwd, joins, String(nr.setns), String(nr.prctl), (t.caps ?? SANDBOX_CAPS).join(","), "--", req.cmd, ...req.args];
+    const args = [ENTER_SCRIPT, SANDBOX_ENV_FILE, String(t.nsPid ?? 0), String(req.user.uid), String(req.user.gid), cwd, joins, String(nr.setns), String(nr.prctl), (t.caps ?? SANDBOX_CAPS).join(","), t.seccomp ?? "-", "--", req.cmd, ...req.args];
     const marker = { [MARKER_ENV]: this.#o.id };
     // Its launcher (spawner.ts) names the file enter.pl reports the command's sandbox pid in.
     return { file: PERL, args, cwd: "/", env: helperEnv({ ...marker, [PID_FILE_ENV]: PID_FILE_WANTED }), sandboxEnv: { ...t.env, ...req.env, ...marker } };

@@ -12,6 +12,7 @@ import { cgroupSetFor, createCgroups, killAndRemove, procsFiles, removeParents, 
 import { describeStep, layerIdOf, planSteps, rootfsForImage, type PlannedStep } from "./plan.ts";
 import { HOST_RESERVE_MB, runStep, stepDiskMB, type SandboxStep } from "./sandbox.ts";
 import { MIN_DISK_MB } from "../disk.ts";
+import { seccompProgram } from "../seccomp.ts";
 import { BuildJournal, removeDeadStaging } from "./journal.ts";
 import { claimStep } from "./step-claim.ts";
 import type { StepNet } from "./step-net.ts";
@@ -86,6 +87,8 @@ class Events {
 
 export class TemplateBuilder {
   readonly #o: BuilderOptions;
+  /** The sandboxes' seccomp filter, for every step too (seccomp.ts); undefined: turned off. */
+  readonly #seccomp = seccompProgram();
   readonly #builds = new Map<string, Events>();
   readonly #frames = new Map<string, BuildFrame>();
   /** Per running build, the layers it stands on or is about to take from the cache: not yet in
@@ -282,6 +285,7 @@ export class TemplateBuilder {
       const { code, diskFull } = await runStep({
         net,
         cgroupProcs: cg && procsFiles(cg),
+        seccomp: this.#seccomp,
         lowers: lowers.map((l) => store.layerTree(l)),
         staging,
         config: p.config,

@@ -72,6 +72,8 @@ export interface StepRun {
   /** cgroup.procs files bwrap joins before it starts anything (the step's limits). */
   cgroupProcs?: string[];
   signal?: AbortSignal;
+  /** The seccomp program bwrap loads into the step's command (seccomp.ts); none: no filter. */
+  seccomp?: Uint8Array;
   /** The step's network (step-net.ts); none: loopback only. */
   net?: { nsPath: string; resolvConf: string };
   /** The most the step may write, in MiB: its upper and work directories are on a loop-mounted
@@ -176,6 +178,7 @@ export async function runStep(r: StepRun): Promise<{ code: number | null; diskFu
     rmSync(work, { recursive: true, force: true });
     rmSync(merged, { recursive: true, force: true });
     rmSync(join(r.staging, "bwrap-args"), { force: true });
+    rmSync(join(r.staging, "seccomp.bpf"), { force: true });
     rmSync(join(r.staging, "resolv.conf"), { force: true });
   }
 }
@@ -213,14 +216,23 @@ function bwrap(root: string, r: StepRun): Promise<number | null> {
   // not wait on a non-blocking socket): pid 1 inside (bwrap) shows `bwrap --args 3 -- <command>`,
   // not the host path of the merged tree.
   const argsFile = join(r.staging, "bwrap-args");
+  // The sandboxes' filter, so a step's root (host root with a container's capabilities, no user
+  // namespace) meets the same kernel surface as a sandbox's; fd 4 beside the options.
+  const filter = r.seccomp && join(r.staging, "seccomp.bpf");
+  if (filter) {
+    writeFileSync(filter, r.seccomp!, { mode: 0o600 });
+    args.push("--seccomp", "4");
+  }
   writeFileSync(argsFile, args.map((a) => `${a}\0`).join(""), { mode: 0o600 });
   const fd = openSync(argsFile, "r");
+  const filterFd = filter ? openSync(filter, "r") : undefined;
   return new Promise((resolve, reject) => {
     const procs = r.cgroupProcs ?? [];
     const enter = r.net ? ["nsenter", `--net=${r.net.nsPath}`, "--"] : [];
     const argv = ["-c", JOIN, "sh", String(procs.length), ...procs, ...enter, "bwrap", "--args", "3", "--", ...command];
-    const child = spawn("/bin/sh", argv, { stdio: ["ignore", "pipe", "pipe", fd], env: { PATH }, signal: r.signal });
+    const child = spawn("/bin/sh", argv, { stdio: ["ignore", "pipe", "pipe", fd, ...(filterFd === undefined ? [] : [filterFd])], env: { PATH }, signal: r.signal });
     closeSync(fd);
+    if (filterFd !== undefined) closeSync(filterFd);
     let timedOut = false;
     const timer = setTimeout(() => {
       timedOut = true;

@@ -21,7 +21,7 @@ const { setns, prctl } = syscallNumbers();
  * `holder` is the process whose namespaces it would join (0: none). */
 const entered = (cmd: string[], holder = "0") => ({
   file: "/usr/bin/perl",
-  args: [ENTER_SCRIPT, SANDBOX_ENV_FILE, holder, "0", "0", "/", "-", String(setns), String(prctl), "-", "--", ...cmd],
+  args: [ENTER_SCRIPT, SANDBOX_ENV_FILE, holder, "0", "0", "/", "-", String(setns), String(prctl), "-", "-", "--", ...cmd],
   cwd: "/",
   env: { PATH: "/usr/bin:/bin", [PID_FILE_ENV]: PID_FILE_WANTED },
   sandboxEnv: { PATH: "/usr/bin:/bin" },

@@ -255,7 +255,7 @@ describe("environment handover", () => {
       const gid = String(process.getgid!());
       const host = {
         file: PERL,
-        args: [ENTER_SCRIPT, SANDBOX_ENV_FILE, "0", uid, gid, "/", "-", String(setns), String(prctl), "-", "--", "/usr/bin/env", "-0"],
+        args: [ENTER_SCRIPT, SANDBOX_ENV_FILE, "0", uid, gid, "/", "-", String(setns), String(prctl), "-", "-", "--", "/usr/bin/env", "-0"],
         cwd: "/",
         env: helperEnv(),
         sandboxEnv: { PATH: "/usr/bin:/bin", ...hostile.env },
@@ -283,7 +283,7 @@ describe("enter.pl's pid report", () => {
   const { setns, prctl } = syscallNumbers();
   const entered = (cmd: string[]) => ({
     file: PERL,
-    args: [ENTER_SCRIPT, SANDBOX_ENV_FILE, "0", String(process.getuid!()), String(process.getgid!()), "/", "-", String(setns), String(prctl), "-", "--", ...cmd],
+    args: [ENTER_SCRIPT, SANDBOX_ENV_FILE, "0", String(process.getuid!()), String(process.getgid!()), "/", "-", String(setns), String(prctl), "-", "-", "--", ...cmd],
     cwd: "/",
     env: helperEnv(),
     sandboxEnv: { PATH: "/usr/bin:/bin" },

@@ -1,0 +1,128 @@
+// The sandbox's seccomp filter (controllers/drivers/local/seccomp.ts), through the real e2b SDK:
+// a denied syscall fails with the errno chosen for it (EPERM, or ENOSYS where software falls
+// back), for root and for user, in a command and in one started in the background; the x32 ABI
+// kills the caller; every process of the sandbox (its pid 1 too) and a template's build steps and
+// start command run filtered, and so do the code interpreter's kernel and every process beside
+// it; and what sandboxes do every day still works.
+import { Sandbox as CodeInterpreter } from "@e2b/code-interpreter";
+import { Sandbox, Template, waitForFile } from "e2b";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { RootfsStore } from "../../controllers/drivers/local/rootfs/store.ts";
+import { seedCodeInterpreter } from "../../scripts/seed.ts";
+import { removeBuiltLayers } from "../support/built-layers.ts";
+import { e2b, uniqueTag } from "./sdk.ts";
+
+/** Calls each syscall through libc's syscall(2) and prints `name errno-name` (`name ok` when it
+ * succeeded); the arguments are harmless (a bad pointer or size where the call would do
+ * anything). */
+const PROBE = String.raw`
+import ctypes, errno, socket, sys
+libc = ctypes.CDLL(None, use_errno=True)
+def call(name, nr, *a):
+    r = libc.syscall(nr, *a)
+    print(name, "ok" if r != -1 else errno.errorcode.get(ctypes.get_errno(), ctypes.get_errno()), flush=True)
+call("keyctl", 250, 0, 0)
+call("bpf", 321, 0, 0, 0)
+call("userfaultfd", 323, 0)
+call("perf_event_open", 298, 0, 0, 0, 0, 0)
+call("open_by_handle_at", 304, -1, 0, 0)
+call("init_module", 175, 0, 0, 0)
+call("io_uring_setup", 425, 1, 0)
+call("fsopen", 430, b"tmpfs", 0)
+try:
+    socket.socket(40, socket.SOCK_STREAM).close(); print("vsock ok")
+except OSError as e:
+    print("vsock", errno.errorcode[e.errno])
+call("getpid", 39)
+if len(sys.argv) > 1:
+    call("x32 getpid", 0x40000000 | 39)
+    print("still alive")
+`;
+
+const EXPECTED = ["keyctl EPERM", "bpf EPERM", "userfaultfd EPERM", "perf_event_open EPERM", "open_by_handle_at EPERM", "init_module EPERM", "io_uring_setup ENOSYS", "fsopen ENOSYS", "vsock EPERM", "getpid ok"];
+
+const probe = (extra = "") => `python3 - ${extra} <<'EOF'\n${PROBE}\nEOF`;
+
+let sbx: Sandbox;
+const store = new RootfsStore();
+const outputs: string[] = [];
+const startedAt = Date.now();
+beforeAll(async () => {
+  sbx = await Sandbox.create(e2b());
+});
+afterAll(async () => {
+  await sbx?.kill().catch(() => false);
+  removeBuiltLayers(store, outputs, startedAt);
+});
+
+describe("seccomp filter", () => {
+  it("refuses the denied syscalls with EPERM, io_uring and the new mount API with ENOSYS, for root and user", async () => {
+    for (const user of ["user", "root"] as const) {
+      const r = await sbx.commands.run(probe(), { user });
+      expect(r.stdout.trim().split("\n"), user).toEqual(EXPECTED);
+    }
+  });
+
+  it("kills a process that calls through the x32 ABI (SIGSYS)", async () => {
+    const r = await sbx.commands.run(`${probe("x32")}\necho "status $?"`, { user: "root" });
+    expect(r.stdout).toContain("getpid ok\n");
+    expect(r.stdout).not.toContain("still alive");
+    expect(r.stdout.trim().split("\n").at(-1)).toBe("status 159"); // 128 + SIGSYS (31)
+  });
+
+  it("every process of the sandbox is filtered: its pid 1, commands, background commands", async () => {
+    const bg = await sbx.commands.run("sleep 300", { background: true, user: "root" });
+    try {
+      const r = await sbx.commands.run("grep -H '^Seccomp:' /proc/[0-9]*/status", { user: "root" });
+      const lines = r.stdout.trim().split("\n");
+      const byPid = new Map(lines.map((l) => [Number(/^\/proc\/(\d+)\//.exec(l)![1]), l.split(/\s+/).at(-1)]));
+      expect(byPid.get(1)).toBe("2");
+      expect(byPid.get(bg.pid)).toBe("2");
+      expect([...new Set(byPid.values())]).toEqual(["2"]);
+    } finally {
+      await sbx.commands.kill(bg.pid);
+    }
+  });
+
+  it("what sandboxes do still works: mount -t tmpfs, sudo, python, node, git, a user namespace of its own", async () => {
+    const mount = await sbx.commands.run("mount -t tmpfs none /mnt && echo in-tmpfs > /mnt/f && cat /mnt/f && umount /mnt", { user: "root" });
+    expect(mount.stdout).toBe("in-tmpfs\n");
+    const r = await sbx.commands.run(
+      "sudo -n id -u; python3 -c 'print(6*7)'; node -e 'require(\"fs\").readFile(\"/etc/hostname\", (e) => console.log(e ? e.code : \"node ok\"))'; " +
+        "cd $(mktemp -d) && git init -q && git -c user.email=a@b -c user.name=a commit -q --allow-empty -m x && git log --format=%s; " +
+        "unshare --user --map-root-user --mount sh -c 'mount -t tmpfs none /mnt && echo nested-ok'",
+    );
+    expect(r.stdout).toBe("0\n42\nnode ok\nx\nnested-ok\n");
+  });
+
+  it("a template's build steps and its start command run under the same filter", async () => {
+    const run = uniqueTag();
+    const name = `tpl-seccomp-${run}`;
+    const t = Template()
+      .fromBaseImage()
+      .setEnvs({ RUN_ID: run })
+      .runCmd("grep '^Seccomp:' /proc/self/status > /build-seccomp; python3 -c 'import ctypes; l = ctypes.CDLL(None, use_errno=True); print(l.syscall(250, 0, 0), ctypes.get_errno())' >> /build-seccomp", { user: "root" })
+      .setStartCmd("grep '^Seccomp:' /proc/self/status > /tmp/start-seccomp; sleep infinity", waitForFile("/tmp/start-seccomp"));
+    const built = await Template.build(t, name, e2b());
+    outputs.push(`b-${built.buildId}`);
+    const s = await Sandbox.create(name, e2b());
+    try {
+      expect((await s.files.read("/build-seccomp")).split(/\s+/).filter(Boolean)).toEqual(["Seccomp:", "2", "-1", "1"]);
+      expect((await s.files.read("/tmp/start-seccomp")).split(/\s+/).filter(Boolean)).toEqual(["Seccomp:", "2"]);
+    } finally {
+      await s.kill();
+    }
+  });
+
+  it("the code interpreter's kernel and every process of its sandbox run filtered", async () => {
+    await seedCodeInterpreter(e2b().apiUrl, e2b().apiKey, 1);
+    const ci = await CodeInterpreter.create(e2b());
+    try {
+      const cell = await ci.runCode("import ctypes, glob\nl = ctypes.CDLL(None, use_errno=True)\nprint(l.syscall(250, 0, 0), ctypes.get_errno())\nprint(sorted({open(f).read().split('Seccomp:')[1].split()[0] for f in glob.glob('/proc/[0-9]*/status')}))");
+      expect(cell.error).toBeUndefined();
+      expect(cell.logs.stdout.join("")).toBe("-1 1\n['2']\n");
+    } finally {
+      await ci.kill();
+    }
+  }, 120_000);
+});
