@@ -208,7 +208,7 @@ export class LocalDriver implements Driver {
       renameSync(`${this.#seccomp}.tmp`, this.#seccomp);
     }
     const seccompNote = program
-      ? "seccomp: every sandbox process runs under the driver's filter (README.md \"Seccomp\")"
+      ? "seccomp: every sandbox process this agent starts runs under the driver's filter (README.md \"Seccomp\"; not the holders of sandboxes an older agent started)"
       : `no seccomp filter: ${probe.capabilities.level === "process" ? "process level" : "turned off (KRUISE_LOCAL_SECCOMP=off)"}`;
     this.capabilities = { ...probe.capabilities, notes: [...probe.capabilities.notes, ...netNote, usernsNote, seccompNote] };
     const rootsOff = opts.rootfs === false || process.env.KRUISE_LOCAL_ROOTFS === "off" || this.capabilities.level === "process";

@@ -9,6 +9,8 @@
 //   jeq AUDIT_ARCH, +1, +0
 //   ret KILL_PROCESS
 //   ld  nr
+//   jeq -1, +0, +1           ; -1 is no system call (a tracer's "skip this one": strace's
+//   ret ALLOW                ; fault injection); the kernel answers it ENOSYS, never kills
 //   jge X32_BIT, +0, +1      ; the x32 ABI (nr | 0x40000000) reaches other entry points: kill
 //   ret KILL_PROCESS
 //   per rule:  jeq nr, +0, +1 ; ret ERRNO|e                       (any arguments)
@@ -56,6 +58,8 @@ export const DATA_ARG0_LO = 16;
 
 /** linux/audit.h: EM_X86_64 | __AUDIT_ARCH_64BIT | __AUDIT_ARCH_LE. */
 export const AUDIT_ARCH_X86_64 = 0xc000003e;
+/** The number a tracer sets to skip a call (seccomp_data.nr as u32): not a system call. */
+const NO_SYSCALL = 0xffffffff;
 /** arch/x86/include/uapi/asm/unistd.h: __X32_SYSCALL_BIT. */
 export const X32_SYSCALL_BIT = 0x40000000;
 
@@ -67,7 +71,7 @@ const ret = (k: number): Instruction => ({ code: BPF_RET_K, jt: 0, jf: 0, k });
 /** The filter for `arch`: anything else, or a syscall number at or past `rejectFrom` (x32 on
  * x86_64), kills the process; each rule's syscall gets its errno; the rest is allowed. */
 export function assemble(arch: number, rules: readonly DenyRule[], rejectFrom: number = X32_SYSCALL_BIT): Instruction[] {
-  const prog: Instruction[] = [ld(DATA_ARCH), jeq(arch, 1, 0), ret(SECCOMP_RET_KILL_PROCESS), ld(DATA_NR), jge(rejectFrom, 0, 1), ret(SECCOMP_RET_KILL_PROCESS)];
+  const prog: Instruction[] = [ld(DATA_ARCH), jeq(arch, 1, 0), ret(SECCOMP_RET_KILL_PROCESS), ld(DATA_NR), jeq(NO_SYSCALL, 0, 1), ret(SECCOMP_RET_ALLOW), jge(rejectFrom, 0, 1), ret(SECCOMP_RET_KILL_PROCESS)];
   for (const r of rules) {
     if (!Number.isInteger(r.nr) || r.nr < 0 || r.nr >= rejectFrom) throw new Error(`seccomp: bad syscall number ${r.nr}`);
     if (!Number.isInteger(r.errno) || r.errno <= 0 || r.errno > 0xffff) throw new Error(`seccomp: bad errno ${r.errno}`);

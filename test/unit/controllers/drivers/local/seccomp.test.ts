@@ -41,6 +41,8 @@ describe("seccomp assembler", () => {
         "150001003e0000c0", // jeq #0xc000003e, +1, +0
         "0600000000000080", // ret KILL_PROCESS
         "2000000000000000", // ld [0]            nr
+        "15000001ffffffff", // jeq #-1, +0, +1   no system call (a tracer's skip)
+        "060000000000ff7f", // ret ALLOW
         "3500000100000040", // jge #0x40000000, +0, +1
         "0600000000000080", // ret KILL_PROCESS
         "15000001fa000000", // jeq #250, +0, +1
@@ -80,6 +82,8 @@ describe("the sandbox filter", () => {
   it("kills another ABI: i386 from a 64-bit process, and x32 numbers", () => {
     expect(run(prog, { nr: 39, arch: AUDIT_ARCH_I386 })).toBe(SECCOMP_RET_KILL_PROCESS);
     expect(run(prog, { nr: X32_SYSCALL_BIT | 39 })).toBe(SECCOMP_RET_KILL_PROCESS);
+    // -1 is no system call (strace's fault injection skips a call so): the kernel answers ENOSYS.
+    expect(run(prog, { nr: -1 })).toBe(SECCOMP_RET_ALLOW);
     // x32's own numbers of keyctl and io_uring_setup are refused the same way, not allowed.
     expect(run(prog, { nr: X32_SYSCALL_BIT | X86_64.keyctl! })).toBe(SECCOMP_RET_KILL_PROCESS);
   });
