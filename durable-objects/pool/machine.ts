@@ -249,10 +249,13 @@ export function findMember(state: PoolState, id: string): Member | undefined {
 export function readMembers(state: PoolState, ids: readonly string[]): void {
   const stored = state.stored;
   if (!stored) return;
+  // Nothing left unread (every stored member in memory): an id not among them is no member.
+  const left = state.total - state.members.size;
+  if (left <= 0) return;
   const unread = ids.filter((id) => !state.members.has(id));
   if (!unread.length) return;
-  if (unread.length * 2 >= state.total - state.members.size) {
-    allMembers(state);
+  if (unread.length * 2 >= left) {
+    readAll(state);
     return;
   }
   for (let i = 0; i < unread.length; i += STORED_PAGE) {
@@ -263,9 +266,14 @@ export function readMembers(state: PoolState, ids: readonly string[]): void {
   }
 }
 
+/** Reads every stored member still unread (each queue's backlog, in pages). */
+function readAll(state: PoolState): void {
+  for (const q of state.available.values()) for (const _ of q.values());
+}
+
 /** Every unclaimed member (reads all stored ones: O(members), for `destroy`). */
 function allMembers(state: PoolState): Member[] {
-  for (const q of state.available.values()) for (const _ of q.values());
+  readAll(state);
   return [...state.members.values()];
 }
 

@@ -7,7 +7,7 @@ import { DurableObject } from "cloudflare:workers";
 import type { Env } from "../env.ts";
 import { ErrorCode } from "../../schema/errors.ts";
 import { newSandboxId, type Intent, type Observation, type SandboxId } from "../../schema/protocol/index.ts";
-import { counts, findMember, queueSizes, readMembers, initialState, nextCreateDeadline, restore, rollout, transition, type Member, type PoolEffect, type PoolEvent, type PoolState } from "./machine.ts";
+import { counts, queueSizes, readMembers, initialState, nextCreateDeadline, restore, rollout, transition, type Member, type PoolEffect, type PoolEvent, type PoolState } from "./machine.ts";
 import { memberIntent, protocolTemplate } from "./member-intent.ts";
 import type { AutoscalerResult, ClaimResult, ConfigureResult, ObserveResult, PoolConfig, PoolStatus } from "./rpc.ts";
 import type { AutoscalerSpec } from "../../schema/api/autoscaler.ts";
@@ -114,7 +114,8 @@ export class PoolDO extends DurableObject<Env> {
     this.batching = true;
     try {
       for (const observation of observations) {
-        const before = findMember(this.load(), observation.sandboxId);
+        // Exact after the batch's read above: a stored member it names is in memory now.
+        const before = this.load().members.has(observation.sandboxId);
         this.apply({ type: "observe", observation });
         if (before) applied++;
       }

@@ -1,6 +1,6 @@
 // Template builds in libSQL: build rows, their log entries, uploaded copy archives and tags. The
 // build operations (operations/template-builds.ts) are the only writers.
-import { and, asc, desc, eq, gte, inArray, lte, sql } from "drizzle-orm";
+import { and, asc, desc, eq, gte, inArray, lte, sql, type SQL } from "drizzle-orm";
 import type { BuildStatus } from "../../schema/api/template-build.ts";
 import { templateBuildLogs, templateBuilds, templates, templateTags } from "../../schema/db/tables.ts";
 import type { BuildLog } from "../../schema/protocol/build.ts";
@@ -17,39 +17,29 @@ export type BuildRow = typeof templateBuilds.$inferSelect;
  * transaction (sqld serializes writes): concurrent requests cannot leave more than `maxWaiting`.
  */
 export async function insertWaitingBuild(db: Db, row: BuildRow, maxWaiting: number, ttlMs: number): Promise<void> {
-  const never = (why: string) => JSON.stringify({ message: `never started: ${why}` });
-  await db.$client.batch(
-    [
-      {
-        sql: `UPDATE template_builds SET status = 'error', reason = ?3, finished_at = ?4, updated_at = ?4
-              WHERE team_id = ?1 AND status = 'waiting' AND created_at <= ?2`,
-        args: [row.teamId, row.createdAt - ttlMs, never(`not started within ${ttlMs / 3_600_000} h of its request`), row.createdAt],
-      },
-      {
-        sql: `UPDATE template_builds SET status = 'error', reason = ?3, finished_at = ?4, updated_at = ?4
-              WHERE id IN (SELECT id FROM template_builds WHERE team_id = ?1 AND status = 'waiting' ORDER BY created_at DESC, id DESC LIMIT -1 OFFSET ?2)`,
-        args: [row.teamId, maxWaiting - 1, never(`the team requested ${maxWaiting} builds after it`), row.createdAt],
-      },
-      {
-        sql: `INSERT INTO template_builds (id, team_id, team_name, template_id, cluster, status, cpu_count, memory_mb, tags, image, created_at, updated_at)
-              VALUES (?, ?, ?, ?, ?, 'waiting', ?, ?, ?, ?, ?, ?)`,
-        args: [row.id, row.teamId, row.teamName, row.templateId, row.cluster, row.cpuCount, row.memoryMB, JSON.stringify(row.tags), row.image, row.createdAt, row.createdAt],
-      },
-    ],
-    "write",
-  );
+  const neverStarted = (why: string) => ({ status: "error", reason: { message: `never started: ${why}` }, finishedAt: row.createdAt, updatedAt: row.createdAt });
+  const waiting = and(eq(templateBuilds.teamId, row.teamId), eq(templateBuilds.status, "waiting"));
+  // Past the newest maxWaiting - 1 (the new one makes maxWaiting). Written out: drizzle's limit()
+  // takes no -1, SQLite's "no limit" before an OFFSET.
+  const oldest = sql`${templateBuilds.id} IN (SELECT id FROM template_builds WHERE team_id = ${row.teamId} AND status = 'waiting' ORDER BY created_at DESC, id DESC LIMIT -1 OFFSET ${maxWaiting - 1})`;
+  await db.batch([
+    db.update(templateBuilds).set(neverStarted(`not started within ${ttlMs / 3_600_000} h of its request`)).where(and(waiting, lte(templateBuilds.createdAt, row.createdAt - ttlMs))),
+    db.update(templateBuilds).set(neverStarted(`the team requested ${maxWaiting} builds after it`)).where(oldest),
+    db.insert(templateBuilds).values(row),
+  ]);
 }
 
 export async function getBuild(db: Db, id: string): Promise<BuildRow | undefined> {
   return (await db.select().from(templateBuilds).where(eq(templateBuilds.id, id)).limit(1))[0];
 }
 
-/** Moves a build on only from one of `from`; false when it was elsewhere (a repeat, a race). */
-export async function moveBuild(db: Db, id: string, from: BuildStatus[], set: Partial<BuildRow>): Promise<boolean> {
+/** Moves a build on only from one of `from` (and where `also` holds, checked in the same
+ * statement); false when it was elsewhere (a repeat, a race) or `also` did not hold. */
+export async function moveBuild(db: Db, id: string, from: BuildStatus[], set: Partial<BuildRow>, also?: SQL): Promise<boolean> {
   const rows = await db
     .update(templateBuilds)
     .set({ ...set, updatedAt: set.updatedAt ?? Date.now() })
-    .where(and(eq(templateBuilds.id, id), inArray(templateBuilds.status, from)))
+    .where(and(eq(templateBuilds.id, id), inArray(templateBuilds.status, from), also))
     .returning({ id: templateBuilds.id });
   return rows.length > 0;
 }
@@ -63,19 +53,9 @@ export async function touchBuild(db: Db, id: string, now = Date.now()): Promise<
  * and the move are one statement (a count read before the move let concurrent starts all pass it).
  * "busy": the team is at its bound; "gone": the build is no longer waiting (a repeat, a race).
  */
-export async function startWaitingBuild(db: Db, b: Pick<BuildRow, "id" | "teamId">, maxBuilding: number, set: Partial<BuildRow>, now = Date.now()): Promise<"started" | "busy" | "gone"> {
-  const rows = await db
-    .update(templateBuilds)
-    .set({ ...set, status: "building", updatedAt: now })
-    .where(
-      and(
-        eq(templateBuilds.id, b.id),
-        eq(templateBuilds.status, "waiting"),
-        sql`(SELECT count(*) FROM template_builds WHERE team_id = ${b.teamId} AND status = 'building') < ${maxBuilding}`,
-      ),
-    )
-    .returning({ id: templateBuilds.id });
-  if (rows.length) return "started";
+export async function startWaitingBuild(db: Db, b: Pick<BuildRow, "id" | "teamId">, maxBuilding: number, set: Partial<BuildRow>): Promise<"started" | "busy" | "gone"> {
+  const fits = sql`(SELECT count(*) FROM template_builds WHERE team_id = ${b.teamId} AND status = 'building') < ${maxBuilding}`;
+  if (await moveBuild(db, b.id, ["waiting"], { ...set, status: "building" }, fits)) return "started";
   return (await getBuild(db, b.id))?.status === "waiting" ? "busy" : "gone";
 }
 

@@ -26,7 +26,7 @@ export type DiskLevel = "quota" | "none";
 const ENV = { PATH: "/usr/sbin:/usr/bin:/sbin:/bin" };
 /** No root reservation (root inside gets no more room than `user`); inode tables and the journal
  * are initialised lazily by the kernel, so formatting writes ~1 MB whatever the size. */
-export const MKFS = ["mkfs.ext4", "-q", "-F", "-m", "0", "-E", "nodiscard,lazy_itable_init=1,lazy_journal_init=1"];
+const MKFS = ["mkfs.ext4", "-q", "-F", "-m", "0", "-E", "nodiscard,lazy_itable_init=1,lazy_journal_init=1"];
 /** Nothing on a sandbox's disk is a device or set-uid for the host; its inode tables are not
  * zeroed in the background (checksummed group descriptors say which are unused). */
 export const MOUNT_OPTIONS = "loop,nosuid,nodev,noinit_itable";
@@ -53,6 +53,14 @@ function sparseFile(image: string, sizeMB: number): void {
   } finally {
     closeSync(fd);
   }
+}
+
+/** Makes the sparse file of a new image of `sizeMB` and answers the command that formats it and
+ * mounts it at `at` (which exists): CREATE, for the caller's way of running a helper (the
+ * spawner's for a sandbox's disk, the builder's own for a build step's). */
+export function newDiskCommand(image: string, at: string, sizeMB: number): string[] {
+  sparseFile(image, sizeMB);
+  return ["/bin/sh", "-c", CREATE, "sh", image, at];
 }
 
 /** Whether `at` is a mount point (its device differs from its parent's). */
@@ -151,8 +159,7 @@ export async function mountDisk(spawner: Spawner, image: string, at: string, siz
   const st = statfsSync(dirname(image));
   const freeMB = Math.floor((st.bavail * st.bsize) / (1024 * 1024));
   if (mb > freeMB) throw new Error(`a disk of ${mb} MB is larger than the ${freeMB} MB free on the host`);
-  sparseFile(image, mb);
-  await runHelper(spawner, ["/bin/sh", "-c", CREATE, "sh", image, at]);
+  await runHelper(spawner, newDiskCommand(image, at, mb));
 }
 
 /** Unmounts the disk at `at` (the loop device goes with it: mount sets autoclear). A disk still

@@ -264,18 +264,16 @@ export class TemplateBuilder {
   async #buildLayer(frame: BuildFrame, p: PlannedStep, id: string, lowers: string[], ev: Events, budget: { mb: number | undefined }): Promise<void> {
     const store = this.#o.store;
     const started = Date.now();
-    if (budget.mb !== undefined && budget.mb < MIN_DISK_MB) throw new StepFailed(`step ${p.label} (${p.step.type}): the build's layers already hold its disk bound of ${this.#o.buildDiskMB} MiB`, p.label);
-    const staging = store.stagingDir(id);
-    // The step's disk: what is left of the build's bound, within what the host can spare.
+    // The step's disk: what is left of the build's bound, within what the host can spare. Sized
+    // before its staging directory exists, so a refusal leaves nothing to remove.
     let diskMB: number | undefined;
     if (budget.mb !== undefined) {
-      const fs = statfsSync(staging);
+      if (budget.mb < MIN_DISK_MB) throw new StepFailed(`step ${p.label} (${p.step.type}): the build's layers already hold its disk bound of ${this.#o.buildDiskMB} MiB`, p.label);
+      const fs = statfsSync(join(store.root, "layers"));
       diskMB = stepDiskMB(budget.mb, fs.bavail * fs.bsize);
-      if (diskMB < MIN_DISK_MB) {
-        rmSync(staging, { recursive: true, force: true });
-        throw new StepFailed(`step ${p.label} (${p.step.type}): the host has too little free disk space for a build step (it keeps ${HOST_RESERVE_MB} MiB free)`, p.label);
-      }
+      if (diskMB < MIN_DISK_MB) throw new StepFailed(`step ${p.label} (${p.step.type}): the host has too little free disk space for a build step (it keeps ${HOST_RESERVE_MB} MiB free)`, p.label);
     }
+    const staging = store.stagingDir(id);
     const layout = this.#o.cgroups;
     const cg = layout && cgroupSetFor(layout, `${frame.buildId.slice(0, 36)}-${p.label}`);
     try {

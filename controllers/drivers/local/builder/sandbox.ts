@@ -7,10 +7,10 @@
 // positional arguments of our fixed scripts inside the sandbox: never a host process's options or
 // environment.
 import { execFile, spawn, spawnSync } from "node:child_process";
-import { closeSync, ftruncateSync, lstatSync, mkdirSync, openSync, rmSync, statfsSync, writeFileSync } from "node:fs";
+import { closeSync, lstatSync, mkdirSync, openSync, rmSync, statfsSync, writeFileSync } from "node:fs";
 import { join, relative } from "node:path";
 import { promisify } from "node:util";
-import { MKFS, MOUNT_ARGS } from "../disk.ts";
+import { newDiskCommand } from "../disk.ts";
 import type { BuildConfig } from "./plan.ts";
 
 const CAPS = ["CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER", "CAP_FSETID", "CAP_KILL", "CAP_SETGID", "CAP_SETUID", "CAP_SETPCAP", "CAP_NET_BIND_SERVICE", "CAP_SYS_CHROOT", "CAP_MKNOD", "CAP_AUDIT_WRITE", "CAP_SETFCAP"];
@@ -85,19 +85,13 @@ export interface StepRun {
 const run = promisify(execFile);
 const HOST_ENV = { PATH };
 
-/** A sparse image of `sizeMB` formatted ext4 and mounted (nodev, nosuid) at `at`. Async: the
- * builder runs in the agent, whose event loop must not wait on mkfs or the copy out. */
+/** A sparse image of `sizeMB` formatted ext4 and mounted at `at` as a sandbox's disk is (disk.ts:
+ * nodev, nosuid, no root reservation). Async: the builder runs in the agent, whose event loop
+ * must not wait on mkfs or the copy out. */
 async function mountStepDisk(image: string, at: string, sizeMB: number): Promise<void> {
-  const fd = openSync(image, "w", 0o600);
-  try {
-    ftruncateSync(fd, sizeMB * 1024 * 1024);
-  } finally {
-    closeSync(fd);
-  }
   mkdirSync(at, { recursive: true });
-  // Formatted and mounted as a sandbox's disk is (no root reservation, lazy inode tables).
-  await run(MKFS[0]!, [...MKFS.slice(1), image], { env: HOST_ENV, timeout: 60_000 });
-  await run("mount", [...MOUNT_ARGS, image, at], { env: HOST_ENV, timeout: 60_000 });
+  const [file, ...args] = newDiskCommand(image, at, sizeMB);
+  await run(file!, args, { env: HOST_ENV, timeout: 60_000 });
 }
 
 /** What the host keeps free whatever builds write: a step's disk is sized so that it and the copy
@@ -157,7 +151,7 @@ export async function runStep(r: StepRun): Promise<{ code: number | null; diskFu
       // The layer leaves the image as it is: owners, modes, links, overlay whiteouts (0/0 devices)
       // and opaque-directory xattrs; links are copied as links, never followed. In the step's
       // cgroups (cp keeps a path per hard-linked inode: the step's memory bound is its bound too)
-      // and within the step's time.
+      // and with the step's timeout again.
       const layer = join(r.staging, "rootfs");
       mkdirSync(layer);
       const procs = r.cgroupProcs ?? [];
@@ -230,7 +224,7 @@ function bwrap(root: string, r: StepRun): Promise<number | null> {
     const procs = r.cgroupProcs ?? [];
     const enter = r.net ? ["nsenter", `--net=${r.net.nsPath}`, "--"] : [];
     const argv = ["-c", JOIN, "sh", String(procs.length), ...procs, ...enter, "bwrap", "--args", "3", "--", ...command];
-    const child = spawn("/bin/sh", argv, { stdio: ["ignore", "pipe", "pipe", fd, ...(filterFd === undefined ? [] : [filterFd])], env: { PATH }, signal: r.signal });
+    const child = spawn("/bin/sh", argv, { stdio: ["ignore", "pipe", "pipe", fd, ...(filterFd === undefined ? [] : [filterFd])], env: HOST_ENV, signal: r.signal });
     closeSync(fd);
     if (filterFd !== undefined) closeSync(filterFd);
     let timedOut = false;

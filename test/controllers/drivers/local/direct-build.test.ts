@@ -14,6 +14,7 @@ import { RootfsStore } from "../../../../controllers/drivers/local/rootfs/store.
 import { TemplateStep } from "../../../../schema/api/template-build.ts";
 import type { BuildLog } from "../../../../schema/protocol/build.ts";
 import { removeBuiltLayers } from "../../../support/built-layers.ts";
+import { HOST_LOADER_SAW_IT, hostileEnv, parseEnv0 } from "../../../support/hostile-env.ts";
 import { startPackageMirror, type PackageMirror } from "../../../support/package-mirror.ts";
 
 const store = new RootfsStore();
@@ -92,6 +93,21 @@ describe("a template build without an edge", () => {
     // The bound is the build's, not each step's: 40 MiB, then 40 more, do not fit in 64.
     const two = await build({ from: "base", owner, output: `direct-disk2-${tag}`, diskMB: 64, steps: [run("head -c 40M /dev/urandom > /a", "root"), run("head -c 40M /dev/urandom > /b", "root")] });
     expect(two.result).toMatchObject({ status: "error", message: expect.stringMatching(/^step 2 \(RUN\) failed: .*it filled its disk \((2[0-4]) MiB: what was left of the build's 64 MiB/) });
+  }, 120_000);
+
+  it("a step's environment (LD_PRELOAD, PERL5OPT, BASH_ENV, NODE_OPTIONS…) reaches the step, never the host helpers that make, mount and copy its disk", async () => {
+    const hostile = hostileEnv();
+    try {
+      const env = TemplateStep.parse({ type: "ENV", args: Object.entries(hostile.env).flat() });
+      const output = `direct-hostile-${tag}`;
+      const { result, logs } = await build({ from: "base", owner: `test-hostile-${tag}`, output, diskMB: 256, steps: [env, run("env -0 > /env-step", "root")] });
+      expect(result.status, logs.map((l) => l.message).join("\n")).toBe("ready");
+      expect(hostile.ran()).toEqual([]);
+      expect(logs.map((l) => l.message).join("\n")).not.toContain(HOST_LOADER_SAW_IT);
+      expect(parseEnv0(builtFile(output, "env-step") ?? "")).toMatchObject(hostile.env);
+    } finally {
+      hostile.dispose();
+    }
   }, 120_000);
 
   it("a layer made on the step's disk keeps what the step left: owners, modes, links, deletions of the base's files", async () => {
