@@ -303,7 +303,10 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
       ingress.closeAllConnections();
       await closed;
       await runtime.close();
-      if (onExit === "keep") return;
+      if (onExit === "keep") {
+        if (driver instanceof LocalDriver) driver.closeHelpers();
+        return;
+      }
       await stopSandboxes({
         driver,
         onExit,
@@ -317,7 +320,10 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
       // Nothing of this installation is left in the cgroup tree after a destroy; after a stop, no
       // spare disk is left mounted either (stopped sandboxes' disks are unmounted already).
       if (onExit === "destroy" && driver instanceof LocalDriver) await driver.dispose();
-      else if (driver instanceof LocalDriver) await driver.releaseSpares();
+      else if (driver instanceof LocalDriver) {
+        await driver.releaseSpares();
+        driver.closeHelpers();
+      }
     },
   };
 }

@@ -1,9 +1,10 @@
 // Egress rules of local sandboxes: which network a sandbox gets, and the one in-process
 // traffic-proxy that every sandbox with rules reaches through the port relay (README.md).
-import { mkdtempSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
+import { mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { z } from "zod";
 import { MAX_TRAFFIC_POLICIES, TrafficPolicyEntry } from "../../../schema/api/traffic-policy.ts";
 import { MAX_SECURITY_PROFILES, SecurityProfileEntry } from "../../../schema/api/security-profile.ts";
+import { randomBytes } from "node:crypto";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { EgressPolicy } from "../../../schema/protocol/egress.ts";
@@ -64,6 +65,7 @@ export function proxyEnv(port: number): Record<string, string> {
 export class LocalEgress {
   readonly socket: string;
   readonly #dir: string;
+  #dirMade = false;
   readonly #desiredOf: (id: string) => DesiredSandbox | undefined;
   /** TrafficPolicies / GlobalTrafficPolicies in force (the edge sends them, agent link). */
   readonly traffic = new TrafficPolicySet();
@@ -90,7 +92,9 @@ export class LocalEgress {
     this.#desiredOf = desiredOf;
     this.l7 = new LocalL7(desiredOf);
     this.#subnets = subnets;
-    this.#dir = mkdtempSync(join(tmpdir(), "kruise-egress-"));
+    // Named now (the port relay is told the socket's path when the driver is made), made when the
+    // proxy starts: an agent that never starts it leaves no directory behind.
+    this.#dir = join(tmpdir(), `kruise-egress-${randomBytes(8).toString("hex")}`);
     this.socket = join(this.#dir, "proxy.sock");
   }
 
@@ -147,6 +151,9 @@ export class LocalEgress {
   /** Starts the proxy if it is not running. */
   start(): Promise<void> {
     if (!this.#listening) {
+      // Private to this process's user, and refused if anything is there already (as mkdtemp).
+      if (!this.#dirMade) mkdirSync(this.#dir, { mode: 0o700 });
+      this.#dirMade = true;
       this.#proxy = new TrafficProxy({
         policyFor: (id) => this.#policyFor(id),
         governed: (id) => {

@@ -241,6 +241,13 @@ export class LocalDriver implements Driver {
     if (this.#cgroups) removeParents(this.#cgroups);
     await Promise.all([this.#spares?.dispose(), this.#snapshots.dispose()]);
     void this.#spawner.dispose();
+    this.closeHelpers();
+  }
+
+  /** Stops this process's port relay and egress proxy and removes their socket directories: an
+   * agent that exits leaving its sandboxes running (they are adopted by the next one, which starts
+   * helpers of its own) leaves nothing of them in /tmp. */
+  closeHelpers(): void {
     this.#relay.dispose();
     this.#egress.dispose();
   }
