@@ -2,7 +2,7 @@
 // `main.ts` is the CLI around it; tests and the launcher call startAgent directly or run main.ts.
 import { forwardSpans, RUNTIME_SCOPE, traceHop, tracingOn } from "../lib/tracing.ts";
 import { randomUUID } from "node:crypto";
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import type { AddressInfo } from "node:net";
 import { join } from "node:path";
 import type { Driver } from "../drivers/driver.ts";
@@ -91,7 +91,10 @@ function agentId(dataDir: string): string {
 }
 
 export async function startAgent(opts: AgentOptions): Promise<Agent> {
+  // Search only for other users: sandboxes' holders start as unprivileged host uids and must pass
+  // through to the driver's directory (`local/`, letOwnersPass); nothing here is listed to them.
   mkdirSync(opts.dataDir, { recursive: true });
+  chmodSync(opts.dataDir, 0o711);
   const agentLog = logger("agent");
   let trafficUnenforcedSaid = false;
   let profilesUnenforcedSaid = false;

@@ -10,7 +10,7 @@
 // Writes are batched: entries wait at most FLUSH_MS and go in one append per sandbox, off the path
 // of the line that made them (two synchronous appends per command before). A query flushes first,
 // so whatever a client has been served is on disk and survives a crash of the agent.
-import { appendFileSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { appendFileSync, chmodSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { SANDBOX_ID_PATTERN } from "../../schema/protocol/ids.ts";
 import {
@@ -165,7 +165,10 @@ export class SandboxLogs {
   }
 
   #load(dir: string): void {
+    // Tenants' output: readable by the agent only (the data directory above lets other host users
+    // pass, for the sandboxes' holders).
     mkdirSync(dir, { recursive: true });
+    chmodSync(dir, 0o700);
     for (const name of readdirSync(dir)) {
       const id = name.endsWith(".jsonl") ? name.slice(0, -".jsonl".length) : "";
       if (!SANDBOX_ID_PATTERN.test(id)) continue;

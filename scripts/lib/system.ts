@@ -6,7 +6,7 @@
 // way to end them.
 import { spawn, type ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { existsSync, mkdirSync, openSync, readFileSync, writeFileSync } from "node:fs";
+import { chmodSync, existsSync, mkdirSync, openSync, readFileSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { migrate } from "../migrate.ts";
 import { seed, seedCodeInterpreter } from "../seed.ts";
@@ -113,7 +113,17 @@ async function loadSecrets(dataDir: string, ingressPort?: number): Promise<Secre
 
 export async function startSystem(opts: SystemOptions): Promise<System> {
   const dataDir = resolve(opts.dataDir);
-  mkdirSync(dataDir, { recursive: true, mode: 0o700 });
+  // Others may pass through the data directory, never list it: sandboxes' holders start as the
+  // unprivileged host uids of their ranges and must reach the agent's directory below it. At 0700
+  // (what this was) the driver ran every sandbox without a user namespace, root inside being the
+  // host's uid 0 (controllers/drivers/local/userns.ts, letOwnersPass). What is private below stays
+  // private: the secrets file 0600, sqld's and the edge's state 0700, the agent's log 0600.
+  mkdirSync(dataDir, { recursive: true });
+  chmodSync(dataDir, 0o711);
+  for (const dir of ["sqld", "edge"]) {
+    mkdirSync(join(dataDir, dir), { recursive: true });
+    chmodSync(join(dataDir, dir), 0o700);
+  }
   const secrets = await loadSecrets(dataDir, opts.ingressPort);
 
   const log = opts.log ?? ((line: string) => console.log(`[supervisor] ${line}`));
@@ -141,7 +151,7 @@ export async function startSystem(opts: SystemOptions): Promise<System> {
   const agentLog = opts.agentOutput ?? join(dataDir, "agent.log");
   // Its ports come from freePort, outside the range outgoing connections take theirs from.
   const launchAgent = async (): Promise<AgentProcess> => {
-    const out = opts.agentOutput === "inherit" ? "inherit" : openSync(agentLog, "a");
+    const out = opts.agentOutput === "inherit" ? "inherit" : openSync(agentLog, "a", 0o600);
     const args = ["controllers/agent/main.ts", "--edge", edgeUrl, "--data-dir", join(dataDir, "agent"), "--ingress-port", String(secrets.ingressPort)];
     if (opts.level) args.push("--level", opts.level);
     args.push("--on-exit", opts.onExit ?? "destroy");

@@ -2,7 +2,7 @@
 // workerd, the agent with the local driver, a seeded admin key and `base` template), and hands the
 // tests the three values a user would export.
 import { execFileSync } from "node:child_process";
-import { chmodSync, mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { TestProject } from "vitest/node";
@@ -20,9 +20,6 @@ declare module "vitest" {
 
 export default async function setup(project: TestProject) {
   const dataDir = mkdtempSync(join(tmpdir(), "sbx-e2e-"));
-  // Sandboxes' holders start as their range's unprivileged uid and must pass through it (search
-  // only: controllers/drivers/local/README.md, "User namespace").
-  chmodSync(dataDir, 0o711);
   const outsideCa = { cert: join(dataDir, "outside-ca.crt"), key: join(dataDir, "outside-ca.key") };
   execFileSync("openssl", ["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", outsideCa.key, "-out", outsideCa.cert, "-days", "2", "-subj", "/CN=e2e outside CA"], { stdio: "ignore" });
   process.env.NODE_EXTRA_CA_CERTS = outsideCa.cert; // read by the agent at its start

@@ -28,6 +28,20 @@ afterAll(async () => {
 });
 
 describe("a root filesystem of its own", { timeout: 120_000 }, () => {
+  it("a system started on a private data directory (mkdtemp's 0700, as npm start's .data was) runs sandboxes in a user namespace of their own", async () => {
+    const sbx = await Sandbox.create(opts());
+    try {
+      // uid 0 inside is an unprivileged host uid (the range's base), not the host's root.
+      const r = await sbx.commands.run("awk '{print $1, $2}' /proc/self/uid_map; id -u", { user: "root" });
+      const [map, uid] = r.stdout.trim().split("\n");
+      const [inside, outside] = map!.split(" ").map(Number);
+      expect({ inside, uid }).toEqual({ inside: 0, uid: "0" });
+      expect(outside).toBeGreaterThan(0);
+    } finally {
+      await sbx.kill();
+    }
+  });
+
   it("files.write/read/list anywhere: /opt/a, /app/x (parents made, owned by the user), /", async () => {
     const sbx = await Sandbox.create(opts());
     try {
