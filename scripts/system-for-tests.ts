@@ -1,7 +1,7 @@
 // Starts a throwaway system (as `npm start` does, in a temp dir) for test runners in other
 // languages: prints one JSON line {apiUrl, apiKey, dataDir} when ready, stops everything and
 // removes the dir on SIGTERM/SIGINT or when stdin closes. Used by test/python/system.
-import { chmodSync, mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { RootfsStore } from "../controllers/drivers/local/rootfs/store.ts";
@@ -9,8 +9,6 @@ import { startSystem } from "./lib/system.ts";
 import { prebuildTemplates } from "./lib/templates.ts";
 
 const dataDir = mkdtempSync(join(process.env.SBX_TMP ?? tmpdir(), "sbx-sys-"));
-// Sandboxes' holders pass through it as unprivileged uids (controllers/drivers/local/README.md).
-chmodSync(dataDir, 0o711);
 // The project's templates before the system starts, outside the tests' timeouts (cached: seconds;
 // .ci/run built them). Progress goes to stderr: stdout's first line is the JSON the runner reads.
 if (process.getuid?.() === 0) {
