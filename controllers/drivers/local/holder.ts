@@ -8,7 +8,7 @@
 // host paths.
 import { readFileSync, readdirSync, readlinkSync, rmSync, writeFileSync } from "node:fs";
 import { setTimeout as sleep } from "node:timers/promises";
-import { helperEnv } from "./host-helpers.ts";
+import { helperEnv, lastLine } from "./host-helpers.ts";
 import { MARKER_ENV } from "./local-view.ts";
 import type { ProcRef } from "./records.ts";
 import type { SpawnedProcess, Spawner } from "./spawner.ts";
@@ -22,7 +22,11 @@ const USERNS_FD = 5;
  * runs outside them. The sandbox's pid 1 keeps the environment it execs with, and every process
  * inside can read it: the host paths (cgroups, the sandbox's directory in PWD) and the spawner's
  * pid go first. */
-const JOIN_SHIM = 'IFS=:; for f in $KRUISE_CGROUPS; do echo $$ > "$f" || exit 125; done; unset KRUISE_CGROUPS KRUISE_PARENT_PID PWD; exec "$@"';
+// `ulimit -f`: the holder's stderr is its log on the host's file system, outside the sandbox's disk
+// and quota, and root inside may ptrace the holder (its pid 1 and `sleep` are the sandbox's) and
+// make it write there: 1 MiB (dash counts 512-byte blocks), a hard limit it cannot raise. Only the
+// holder's own processes get it; commands enter by setns and keep theirs.
+const JOIN_SHIM = 'IFS=:; for f in $KRUISE_CGROUPS; do echo $$ > "$f" || exit 125; done; unset KRUISE_CGROUPS KRUISE_PARENT_PID PWD; ulimit -f 2048 || exit 125; exec "$@"';
 
 export function procStart(pid: number): string | undefined {
   try {
@@ -149,13 +153,6 @@ export async function startHolder(spec: HolderSpec, spawner: Spawner): Promise<S
   }
 }
 
-function lastLine(file: string): string {
-  try {
-    return readFileSync(file, "utf8").trimEnd().split("\n").at(-1)!.slice(-300);
-  } catch {
-    return "no log";
-  }
-}
 
 /** The memory-limit OOM killer takes a sandbox's own processes, never its holder: losing the
  * holder would end the whole sandbox. Processes that join later are not its children, so they

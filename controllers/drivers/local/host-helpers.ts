@@ -6,6 +6,7 @@
 // - every syscall number they need comes from one table per architecture, and any other
 //   architecture is refused with a clear error rather than a wrong syscall.
 // Why perl at all, and the alternatives: README.md in this folder ("Host helpers").
+import { closeSync, fstatSync, openSync, readSync } from "node:fs";
 import { arch } from "node:os";
 
 export const PERL = "/usr/bin/perl";
@@ -43,4 +44,20 @@ export function syscallNumbers(cpu: string = arch()): SyscallNumbers {
   const nrs = SYSCALLS[cpu];
   if (!nrs) throw new Error(`local driver: no syscall numbers for ${cpu} (supported: ${Object.keys(SYSCALLS).join(", ")})`);
   return nrs;
+}
+
+/** The log's last line (from its last 4 KiB: a helper's log may hold whatever a sandbox made it write). */
+export function lastLine(file: string): string {
+  let fd: number | undefined;
+  try {
+    fd = openSync(file, "r");
+    const size = fstatSync(fd).size;
+    const buf = Buffer.alloc(Math.min(size, 4096));
+    readSync(fd, buf, 0, buf.length, size - buf.length);
+    return buf.toString("utf8").trimEnd().split("\n").at(-1)!.slice(-300);
+  } catch {
+    return "no log";
+  } finally {
+    if (fd !== undefined) closeSync(fd);
+  }
 }

@@ -15,7 +15,7 @@
 // Copies are sparse (`cp --sparse=always`: only data extents are read and written) and use a
 // reflink where the host's file system has them (`--reflink=auto`; this host's ext4 has not, so
 // the cost is the bytes the sandbox wrote: `local.snapshot_ms_per_100mb_changed`).
-import { existsSync, mkdirSync, readFileSync, readdirSync, renameSync, statSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync, readdirSync, renameSync, writeFileSync } from "node:fs";
 import { rm } from "node:fs/promises";
 import { join } from "node:path";
 import { TerminalError } from "../driver.ts";
@@ -24,6 +24,7 @@ import { SnapshotCopies } from "./snapshot-copies.ts";
 import type { Spawner } from "./spawner.ts";
 import type { RootRecord } from "./root-overlay.ts";
 import type { IdMapping } from "./id-map.ts";
+import { treeSize } from "./rootfs/tree-size.ts";
 
 /** Snapshot ids name directories: the edge makes them, the driver still refuses anything else. */
 const SNAPSHOT_ID = /^[a-z0-9][a-z0-9_-]{0,63}$/;
@@ -113,7 +114,9 @@ export class LocalSnapshots {
         sandboxId,
         kind: source.kind,
         ...(source.kind === "disk" ? { sizeMB: source.sizeMB } : {}),
-        bytes: allocated(partial),
+        // Off the event loop and without following links: a layer's links are the tenant's (one to
+        // `/` walked the host's tree as root, on the agent's thread).
+        bytes: (await treeSize(partial)).bytes,
         createdAt: new Date().toISOString(),
         ...(root ? { root } : {}),
         ...(userns ? { userns } : {}),
@@ -197,11 +200,3 @@ export class LocalSnapshots {
   }
 }
 
-/** Bytes allocated under `path` (sparse files count what they hold). */
-function allocated(path: string): number {
-  const st = statSync(path);
-  if (!st.isDirectory()) return st.blocks * 512;
-  let n = 0;
-  for (const name of readdirSync(path)) n += allocated(join(path, name));
-  return n;
-}

@@ -10,7 +10,7 @@ import { spawnSync } from "node:child_process";
 import { chmodSync, chownSync, existsSync, mkdirSync, readFileSync, statSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
-import { helperEnv, PERL, syscallNumbers } from "./host-helpers.ts";
+import { helperEnv, lastLine, PERL, syscallNumbers } from "./host-helpers.ts";
 import { RANGE_SIZE, type IdRange } from "./uid-range.ts";
 import type { Spawner } from "./spawner.ts";
 import { runHelper } from "./disk.ts";
@@ -95,14 +95,6 @@ export async function openUserns(spawner: Spawner, range: IdRange, mounts: Idmap
     if (answer !== "ok") throw new Error(`${answer ?? `user namespace helper exited (${await exited})`}: ${lastLine(log)}`);
   };
   return { nsPath: `/proc/${pid}/ns/user`, owner: range.base, end, allowSetuid };
-}
-
-function lastLine(file: string): string {
-  try {
-    return readFileSync(file, "utf8").trimEnd().split("\n").at(-1)!.slice(-300);
-  } catch {
-    return "no log";
-  }
 }
 
 let probed: string | undefined | null = null;

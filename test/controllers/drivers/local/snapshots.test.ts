@@ -96,12 +96,15 @@ describe("local snapshots", () => {
   it("without disks, copies the layer directory (owners kept)", async () => {
     const src = desired();
     await noDisk.ensure(src);
-    await sh(noDisk, src.id, "echo layer > /home/user/l");
+    // Links the tenant made: the snapshot's size is counted without following them (a link to `/`
+    // made the agent walk the host's tree as root, on its event loop).
+    await sh(noDisk, src.id, "echo layer > /home/user/l; ln -s / /home/user/hostroot; ln -s /usr /home/user/usr");
     const snap = await noDisk.snapshotFs(src.id, `snap${process.pid}c`);
+    expect(snap.bytes).toBeLessThan(16 << 20);
     await sh(noDisk, src.id, "echo after > /home/user/after");
     const copy = desired();
     await noDisk.ensure({ ...copy, restoreFrom: snap });
-    expect((await sh(noDisk, copy.id, "ls /home/user; stat -c %U /home/user/l; cat /proc/sys/kernel/hostname")).stdout).toBe(`l\nuser\n${copy.id}\n`);
+    expect((await sh(noDisk, copy.id, "ls /home/user; stat -c %U /home/user/l; cat /proc/sys/kernel/hostname")).stdout).toBe(`hostroot\nl\nusr\nuser\n${copy.id}\n`);
     await noDisk.deleteSnapshot(snap);
   });
 });
