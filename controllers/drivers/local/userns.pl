@@ -73,7 +73,10 @@ sub main {
     my $fd = syscall($open_tree_nr, -100, $src, 1 | 0x80000);
     fail("open_tree $src: $!") if $fd < 0;
     # struct mount_attr { attr_set, attr_clr, propagation, userns_fd }: MOUNT_ATTR_IDMAP | RDONLY
-    my $attr = pack('QQQQ', 0x00100000 | 1, 0, 0, fileno($ns));
+    # | NOSUID | NODEV. These mounts sit in the host's mount namespace, under directories other uids
+    # may pass: a device node or setuid file a build step left in a layer must be inert through
+    # them (the sandbox reaches its files through the overlay, whose own flags decide).
+    my $attr = pack('QQQQ', 0x00100000 | 1 | 2 | 4, 0, 0, fileno($ns));
     my ($empty1, $empty2) = ('', '');  # syscall() may write into string arguments: not literals
     syscall($setattr_nr, $fd, $empty1, 0x1000, $attr, length($attr)) == 0 or fail("mount_setattr $src: $!");  # AT_EMPTY_PATH
     syscall($move_nr, $fd, $empty2, -100, $dst, 4) == 0 or fail("move_mount $dst: $!");  # MOVE_MOUNT_F_EMPTY_PATH

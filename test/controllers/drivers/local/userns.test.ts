@@ -77,6 +77,13 @@ describe("user namespace", () => {
     expect(readRecord(join(dataDir, "sandboxes", d.id, "record.json"))!.root).toBeDefined();
     const r = await shIn(driver, d.id, "sudo -n whoami; sudo -n id -u; sudo -n mount -t tmpfs none /mnt && sudo -n touch /mnt/x && echo mounted; sudo -n sh -c 'echo hi > /opt/by-root' && stat -c %U /opt/by-root");
     expect(r.stdout).toBe("root\n0\nmounted\nroot\n");
+    // The layers' ID-mapped mounts on the host (under directories other uids may pass) are nodev
+    // and nosuid: a device node or setuid file a build step left there is inert through them,
+    // while the overlay inside (its own flags) keeps sudo working, above.
+    const layers = join(dataDir, "sandboxes", d.id, "layers");
+    const mounts = readFileSync("/proc/self/mountinfo", "utf8").split("\n").filter((l) => l.split(" ")[4]?.startsWith(`${layers}/`));
+    expect(mounts.length).toBeGreaterThan(0);
+    for (const m of mounts) expect(m.split(" ")[5]!.split(",")).toEqual(expect.arrayContaining(["ro", "nosuid", "nodev", "idmapped"]));
     const range0 = range(d.id).base;
     expect(statSync(join(dataDir, "sandboxes", d.id, "disk", "upper", "opt", "by-root")).uid).toBe(range0);
   });
