@@ -8,6 +8,7 @@ import { basename, join } from "node:path";
 import type { SandboxView, SpawnRequest } from "../../runtime/sandbox-view.ts";
 import {
   SandboxNotFoundError,
+  TerminalError,
   UnsupportedError,
   type DesiredSandbox,
   type Driver,
@@ -891,6 +892,10 @@ export class LocalDriver implements Driver {
    * VM restored from a disk snapshot reboots. Otherwise `rec` itself is returned. */
   async #fillFrom(rec: SandboxRecord, snapshot: Pick<SnapshotRef, "id">): Promise<SandboxRecord> {
     const snap = this.#snapshots.need(snapshot.id);
+    // A rooted snapshot's top directories are the tenant's (`tmp -> /etc` is theirs to make); put
+    // into a host-view sandbox, whose start chmods and binds those paths as the host's root, they
+    // would reach the host. Today a sandbox only restores its own checkpoint, so they always match.
+    if (Boolean(snap.root) !== Boolean(rec.root)) throw new TerminalError("SnapshotMismatch", `snapshot ${snap.id} and sandbox ${rec.id} differ in having a root filesystem of their own: not restored`);
     const layout = this.#layout(rec.id, rec);
     const fill = async () => {
       await this.#snapshots.fillLayer(snap, layout.layer);
