@@ -10,6 +10,7 @@ import { ProcessHandle } from "../runtime/process/process-handle.ts";
 import type { RuntimeSandbox } from "../runtime/sandbox.ts";
 import type { SandboxLogs } from "./sandbox-logs.ts";
 import { logger } from "../lib/log.ts";
+import { LineCutter } from "../lib/line-cutter.ts";
 
 const LOG = logger("start-command");
 const DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
@@ -126,27 +127,18 @@ export class StartCommands {
 
   /** Each line of the start command's stdout and stderr becomes a log entry of the sandbox. */
   #pipeToLogs(id: string, h: ProcessHandle): void {
-    const partial: Record<string, string> = { stdout: "", stderr: "" };
     const decoder = { stdout: new TextDecoder(), stderr: new TextDecoder() };
-    const emit = (stream: "stdout" | "stderr", line: string) => this.#d.logs.append(id, stream === "stderr" ? "warn" : "info", line, { source: "start", stream });
+    const emit = (stream: "stdout" | "stderr") => (line: string) => this.#d.logs.append(id, stream === "stderr" ? "warn" : "info", line, { source: "start", stream });
+    const lines = { stdout: new LineCutter(emit("stdout"), MAX_LINE), stderr: new LineCutter(emit("stderr"), MAX_LINE) };
     h.subscribe((ev) => {
       if (ev.type === "end") {
-        for (const s of ["stdout", "stderr"] as const) if (partial[s]) emit(s, partial[s]!);
+        lines.stdout.end();
+        lines.stderr.end();
         this.#d.logs.append(id, ev.end.exitCode === 0 ? "info" : "warn", `start command exited with code ${ev.end.exitCode}`, { source: "start" });
         return;
       }
       if (ev.stream === "pty") return;
-      let text = partial[ev.stream] + decoder[ev.stream].decode(ev.data, { stream: true });
-      let nl: number;
-      while ((nl = text.indexOf("\n")) >= 0) {
-        emit(ev.stream, text.slice(0, nl));
-        text = text.slice(nl + 1);
-      }
-      if (text.length > MAX_LINE) {
-        emit(ev.stream, text);
-        text = "";
-      }
-      partial[ev.stream] = text;
+      lines[ev.stream].push(decoder[ev.stream].decode(ev.data, { stream: true }));
     });
   }
 }

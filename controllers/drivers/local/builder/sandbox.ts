@@ -12,6 +12,8 @@ import { join, relative } from "node:path";
 import { promisify } from "node:util";
 import { newDiskCommand } from "../disk.ts";
 import type { BuildConfig } from "./plan.ts";
+import { LineCutter } from "../../../lib/line-cutter.ts";
+import { MAX_MESSAGE_LENGTH } from "../../../../schema/api/limits.ts";
 
 const CAPS = ["CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER", "CAP_FSETID", "CAP_KILL", "CAP_SETGID", "CAP_SETUID", "CAP_SETPCAP", "CAP_NET_BIND_SERVICE", "CAP_SYS_CHROOT", "CAP_MKNOD", "CAP_AUDIT_WRITE", "CAP_SETFCAP"];
 const PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
@@ -233,14 +235,10 @@ function bwrap(root: string, r: StepRun): Promise<number | null> {
       child.kill("SIGKILL");
     }, r.timeoutMs);
     for (const [stream, name] of [[child.stdout!, "stdout"], [child.stderr!, "stderr"]] as const) {
-      let rest = "";
+      const lines = new LineCutter((l) => r.onLine(l, name), MAX_MESSAGE_LENGTH); // a log entry's bound: nothing clipped
       stream.setEncoding("utf8");
-      stream.on("data", (chunk: string) => {
-        const lines = (rest + chunk).split("\n");
-        rest = lines.pop()!;
-        for (const l of lines) r.onLine(l, name);
-      });
-      stream.on("end", () => rest && r.onLine(rest, name));
+      stream.on("data", (chunk: string) => lines.push(chunk));
+      stream.on("end", () => lines.end());
     }
     child.on("error", (err) => (clearTimeout(timer), reject(err)));
     // Killed by a signal (the OOM killer takes bwrap too): reported as a shell would, 128 + 9.

@@ -150,4 +150,12 @@ describe("a template build without an edge", () => {
     expect(logs.map((l) => l.message)).toContain("direct-before-failure");
     expect(store.template(`direct-fail-${tag}`)).toBeUndefined();
   }, 60_000);
+
+  it("a step's output without newlines is logged in bounded pieces, all of it (it was one growing line, re-split per chunk on the agent's thread)", async () => {
+    const { result, logs } = await build({ from: "base", owner: `test-${tag}`, output: `direct-noline-${tag}`, steps: [run("head -c 16M /dev/zero | tr '\\0' y; exit 3")] });
+    expect(result).toMatchObject({ status: "error", message: "step 1 (RUN) failed: exit code 3" });
+    const pieces = logs.map((l) => l.message).filter((m) => /^y+$/.test(m));
+    expect(Math.max(...pieces.map((m) => m.length))).toBeLessThanOrEqual(4096);
+    expect(pieces.reduce((n, m) => n + m.length, 0)).toBe(16 << 20);
+  }, 120_000);
 });
