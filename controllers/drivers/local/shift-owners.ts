@@ -20,8 +20,16 @@ function shifted(id: number, from: IdMapping, to: IdMapping): number {
 export async function shiftOwners(dir: string, from: IdMapping, to: IdMapping): Promise<number> {
   if (from.base === to.base) return 0;
   let changed = 0;
+  // A file with several names is shifted once: at its second name it is in the new range already,
+  // which is outside the source's, and would become nobody.
+  const seen = new Set<string>();
   const visit = async (path: string): Promise<void> => {
     const st = await lstat(path);
+    if (st.nlink > 1 && !st.isDirectory()) {
+      const key = `${st.dev}:${st.ino}`;
+      if (seen.has(key)) return;
+      seen.add(key);
+    }
     const uid = shifted(st.uid, from, to);
     const gid = shifted(st.gid, from, to);
     if (uid !== st.uid || gid !== st.gid) {

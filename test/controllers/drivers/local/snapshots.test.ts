@@ -34,7 +34,8 @@ describe("local snapshots", () => {
   it("copies a running sandbox's disk while frozen and leaves it running; 3 sandboxes from it see the files as they were, with their own hostname; they survive a new driver and the snapshot's deletion", async () => {
     const src = desired();
     await driver.ensure(src);
-    await sh(driver, src.id, "mkdir -p /home/user/dir && echo one > /home/user/dir/a && ln -s dir/a /home/user/link && echo t > /tmp/t");
+    // dir/h and hl: one file under two names (hard links), shifted to each copy's range once.
+    await sh(driver, src.id, "mkdir -p /home/user/dir && echo one > /home/user/dir/a && ln -s dir/a /home/user/link && echo t > /tmp/t && echo h > /home/user/dir/h && ln /home/user/dir/h /home/user/hl");
     const snap = await driver.snapshotFs(src.id, `snap${process.pid}a`);
     expect(snap.id).toBe(`snap${process.pid}a`);
     // Put back as it was: running, not frozen.
@@ -46,12 +47,12 @@ describe("local snapshots", () => {
     const copies = [desired(), desired(), desired()];
     for (const c of copies) await driver.ensure({ ...c, restoreFrom: { id: snap.id } });
     for (const c of copies) {
-      const out = await sh(driver, c.id, "cat /home/user/link; cat /tmp/t; ls /home/user; stat -c %U /home/user/dir/a; cat /proc/sys/kernel/hostname; cat /etc/hostname");
-      expect(out.stdout).toBe(`one\nt\ndir\nlink\nuser\n${c.id}\n${c.id}\n`);
+      const out = await sh(driver, c.id, "cat /home/user/link; cat /tmp/t; ls /home/user; stat -c %U /home/user/dir/a /home/user/dir/h /home/user/hl; cat /proc/sys/kernel/hostname; cat /etc/hostname");
+      expect(out.stdout).toBe(`one\nt\ndir\nhl\nlink\nuser\nuser\nuser\n${c.id}\n${c.id}\n`);
     }
     // Each has its own disk: a write in one is not seen in another.
     await sh(driver, copies[0]!.id, "echo mine > /home/user/mine");
-    expect((await sh(driver, copies[1]!.id, "ls /home/user")).stdout).toBe("dir\nlink\n");
+    expect((await sh(driver, copies[1]!.id, "ls /home/user")).stdout).toBe("dir\nhl\nlink\n");
     await driver.deleteSnapshot(snap);
     expect(readdirSync(join(dataDir, "snapshots")).filter((n) => !n.endsWith(".partial"))).toEqual([]);
     expect((await sh(driver, copies[0]!.id, "cat /home/user/mine /home/user/dir/a")).stdout).toBe("mine\none\n");
