@@ -35,12 +35,12 @@ exec setpriv --reuid="$u" --regid="$g" --init-groups --reset-env env "$@" "$sh" 
 const WORKDIR = String.raw`[ -d "$1" ] || { mkdir -p "$1" && chown "$2": "$1"; }`;
 
 /** $1 src (a path or glob in the upload), $2 dest, $3 owner, $4 mode, $5 workdir; the upload (a
- * tar) on stdin. */
+ * tar, perhaps compressed: GNU tar detects that only in an archive it opens by name) on stdin. */
 const COPY = String.raw`set -e
 src="$1"; dest="$2"; owner="$3"; mode="$4"
 case "$dest" in /*) ;; *) dest="$5/$dest";; esac
 t=$(mktemp -d)
-tar -xf - -C "$t" --no-same-owner
+tar -xf /dev/stdin -C "$t" --no-same-owner
 cd "$t"
 found=0
 for s in $src; do
