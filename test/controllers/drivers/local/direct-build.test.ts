@@ -170,6 +170,8 @@ describe("a template build without an edge", () => {
             "cat /proc/self/uid_map > /uid-map",
             "if mknod /null-x c 1 3 2>/dev/null; then echo made; else echo refused; fi > /mknod",
             "rm -f /null-x",
+            // Its network namespace is the host's root's: port 80 is bindable all the same, as before.
+            `perl -MIO::Socket::INET -e 'print IO::Socket::INET->new(LocalAddr => "127.0.0.1", LocalPort => 80, Listen => 1) ? "bound" : "refused: $!"' > /port-80`,
             "mkdir /opt/ids && touch /opt/ids/root && touch /opt/ids/apt && chown _apt:nogroup /opt/ids/apt",
             "cp /bin/true /opt/ids/suid && chmod 4755 /opt/ids/suid && cp /bin/true /opt/ids/capped && setcap cap_net_raw+p /opt/ids/capped",
             `bash -c 'exec -a ${marker} sleep 1.5'`,
@@ -184,6 +186,7 @@ describe("a template build without an edge", () => {
     const base = Number(map![1]);
     expect([base >= 2 ** 20, Number(map![2])]).toEqual([true, 65536]);
     expect(builtFile(output, "mknod")).toBe("refused\n");
+    expect(builtFile(output, "port-80")).toBe("bound");
     expect([...uids]).toEqual([base]);
 
     const top = store.layerTree(store.template(output)!.layers.at(-1)!);
