@@ -209,6 +209,8 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
           log: (msg, fields) => agentLog.info(msg, fields),
           journalDir: join(opts.dataDir, "builds"),
           network: driver instanceof LocalDriver ? (dir) => driver.stepNetwork(dir) : undefined,
+          // A step's root is root of a user namespace of its own wherever sandboxes' is.
+          uids: driver instanceof LocalDriver ? driver.stepUids() : "not the local driver",
           // Where sandboxes get disks of their own, so do a build's steps.
           buildDiskMB: driver.capabilities.disk === "quota" ? BUILD_DISK_MB : undefined,
         })

@@ -182,7 +182,7 @@ export function progressFilter(): (entry: { level: string; message: string }) =>
   let configured = 0;
   return (entry) => {
     const m = entry.message;
-    if (entry.level === "error" || /^(CACHED )?\[\d+\/\d+\] |^E: |^FROM |^Template .* ready|^build steps have no network|^The agent restarted|^removed the cgroup /.test(m)) return m;
+    if (entry.level === "error" || /^(CACHED )?\[\d+\/\d+\] |^E: |^FROM |^Template .* ready|^build steps have no network|^build steps run as the host|^The agent restarted|^removed the cgroup /.test(m)) return m;
     if (/^Setting up /.test(m) && ++configured % 50 === 0) return `configured ${configured} packages`;
     return undefined;
   };

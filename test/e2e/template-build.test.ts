@@ -114,6 +114,28 @@ describe("Template.build (JS SDK)", () => {
     expect(messages(logs)).toContain("hi there");
   });
 
+  it("a step's root is root of a user namespace of its own; a sandbox of the template sees what it wrote as root's, _apt's and set-uid, and what it deleted stays deleted", async () => {
+    const logs: LogEntry[] = [];
+    const step = [
+      "cat /proc/self/uid_map > /uid-map",
+      "if mknod /null-x c 1 3 2>/dev/null; then echo made; else echo refused; fi > /mknod",
+      "rm -f /null-x",
+      "touch /root-owned && mkdir /opt/apt-owned && chown _apt /opt/apt-owned && rm /etc/motd",
+      // sudo copied up into the step's layer, as a reinstall does.
+      "chmod u-s /usr/bin/sudo && chmod u+s /usr/bin/sudo",
+    ].join("; ");
+    const built = await Template.build(Template().fromBaseImage().setEnvs({ RUN_ID: run }).runCmd(step, { user: "root" }), `${name}-ids`, opts(logs));
+    outputs.push(`b-${built.buildId}`);
+    const sbx = await Sandbox.create(`${name}-ids`, e2b());
+    try {
+      const r = await sbx.commands.run("stat -c '%U %a %n' /root-owned /opt/apt-owned /usr/bin/sudo; test -e /etc/motd && echo motd || echo no motd; sudo -n id -un; cat /mknod; awk '{print $1, ($2 >= 1048576), $3}' /uid-map");
+      // The step's map: its 0 is a host uid of the ranges (2^20 and up), 65536 ids; not host root's 0 0 4294967295.
+      expect(r.stdout).toBe("root 644 /root-owned\n_apt 755 /opt/apt-owned\nroot 4755 /usr/bin/sudo\nno motd\nroot\nrefused\n0 1 65536\n");
+    } finally {
+      await sbx.kill();
+    }
+  });
+
   it("a failing step fails the build with its output in the logs", async () => {
     const logs: LogEntry[] = [];
     const failing = Template().fromBaseImage().setEnvs({ RUN_ID: run }).runCmd("echo about-to-fail; echo on-stderr >&2; exit 3");

@@ -44,7 +44,7 @@ import { IN_PROCESS, Spawner } from "./spawner.ts";
 import type { LaunchedExit } from "../../runtime/process/launcher.ts";
 import { UidRanges, type IdRange } from "./uid-range.ts";
 import { openStepNet, type StepNet } from "./builder/step-net.ts";
-import { chownLayer, GOVERNED_CAPS, SANDBOX_CAPS, letOwnersPass, openUserns, probeUserns, unmountUnderSync, type IdmapMount, type OpenUserns, type OverlayMount } from "./userns.ts";
+import { chownLayer, GOVERNED_CAPS, SANDBOX_CAPS, letOwnersPass, openUserns, unmountUnderSync, usernsUnavailable, type IdmapMount, type OpenUserns, type OverlayMount } from "./userns.ts";
 
 export interface LocalDriverOptions {
   /** Where sandboxes (records, layers) and snapshots live. */
@@ -152,6 +152,8 @@ export class LocalDriver implements Driver {
   #hostViewLogged = false;
   /** Undefined: sandboxes have no user namespace (root inside without capabilities). */
   readonly #uids: UidRanges | undefined;
+  /** Why there is no user namespace (sandboxes and build steps alike); undefined: there is. */
+  readonly #usernsError: string | undefined;
 
   constructor(opts: LocalDriverOptions) {
     const envMask = process.env.KRUISE_EGRESS_CT_MARK_MASK;
@@ -194,8 +196,8 @@ export class LocalDriver implements Driver {
       };
     }
     const netNote = typeof net === "string" ? [`sandboxes with internet access share the host's network and its loopback: ${net}`] : [];
-    const usernsOff = opts.userns === false || process.env.KRUISE_LOCAL_USERNS === "off";
-    const usernsError = probe.capabilities.level === "process" ? "no namespaces at process level" : usernsOff ? "turned off (KRUISE_LOCAL_USERNS=off)" : (probeUserns() ?? letOwnersPass(this.#dataDir));
+    const usernsError = probe.capabilities.level === "process" ? "no namespaces at process level" : (usernsUnavailable(opts.userns === false) ?? letOwnersPass(this.#dataDir));
+    this.#usernsError = usernsError;
     this.#uids = usernsError ? undefined : new UidRanges((opts.userns || {}).uidBase);
     const usernsNote = usernsError
       ? `no user namespace: root inside has no capabilities and cannot use sudo (${usernsError})`
@@ -733,6 +735,12 @@ export class LocalDriver implements Driver {
    * sandboxes have none (then a step has loopback only). */
   stepNetwork(stagingDir: string): Promise<StepNet> | undefined {
     return this.#net && openStepNet(this.#net, this.#relay, stagingDir);
+  }
+
+  /** The uid ranges a template build step's user namespace is given (the sandboxes' own allocator:
+   * a step never shares a range with a sandbox), or why steps run as the host's root. */
+  stepUids(): UidRanges | string {
+    return this.#uids ?? this.#usernsError!;
   }
 
   /** Template layers this driver's sandboxes and snapshots mount (a layer in it must stay). */

@@ -3,6 +3,8 @@
 # host, and ID-mapped mounts through it. Usage (built by userns.ts):
 #   userns.pl <base> <count> <unshare nr> <open_tree nr> <mount_setattr nr> <move_mount nr>
 #             [<source dir> <target dir>]... [overlay <mount nr> <dir> <options> <merged dir>]
+#   userns.pl reverse <base> <count> <unshare nr> <open_tree nr> <mount_setattr nr> <move_mount nr>
+#             <source dir> <target dir>...
 #
 # Each <source dir> is cloned (open_tree), made read-only and ID-mapped with the namespace's
 # mapping (mount_setattr MOUNT_ATTR_IDMAP), and attached at <target dir> (move_mount): files owned
@@ -17,6 +19,12 @@
 # ends, so the caller can hand /proc/<pid>/ns/user to bwrap (`--userns`) meanwhile; requests on
 # stdin meanwhile (see below) run allow-setuid.pl for the holder that joined it.
 #
+# With `reverse` (a template build step's upper directory, copied off into its layer: builder/
+# sandbox.ts), the mapping goes the other way: ids <base>..<base>+<count>-1 inside are host
+# 0..<count>-1, so files the step's root wrote (host <base>) appear owned by 0 at <target dir>,
+# and a copy from there makes a layer owned as any other. Its namespace stays host root's (no
+# drop to <base>): the step's own uid must hold no capability over a namespace that maps host root.
+#
 # Runs as root in the host's namespaces. The driver fixes its environment (host-helpers.ts) and
 # builds every argument (numbers it computed, directories under its own data directory and the
 # template store); nothing a tenant sent is among them. No modules (see enter.pl).
@@ -24,6 +32,7 @@
 sub fail { print STDERR "userns.pl: $_[0]\n"; exit 127; }
 
 sub main {
+  my $reverse = @ARGV && $ARGV[0] eq 'reverse' ? shift(@ARGV) : undef;
   my ($base, $count, $unshare_nr, $open_tree_nr, $setattr_nr, $move_nr, @pairs) = @ARGV;
   for ($base, $count, $unshare_nr, $open_tree_nr, $setattr_nr, $move_nr) {
     fail('bad arguments') unless defined $_ && /\A\d+\z/;
@@ -36,6 +45,7 @@ sub main {
     fail('bad arguments') unless @overlay == 5 && $mount_nr =~ /\A\d+\z/ && $dir =~ m{\A/} && $merged =~ m{\A/} && $options =~ /\Alowerdir=[^\s]+\z/;
   }
   fail('bad arguments') if @pairs % 2 || $count < 1 || $base < 1 || $base + $count > 4294967295;
+  fail('bad arguments') if $reverse && (@overlay || $base < $count);
 
   pipe(my $ready_r, my $ready_w) or fail("pipe: $!");
   pipe(my $hold_r, my $hold_w) or fail("pipe: $!");
@@ -44,11 +54,14 @@ sub main {
   if ($child == 0) {
     close($ready_r);
     close($hold_w);
-    # The namespace's owner is the creator's euid: <base>, the sandbox's own root, never host root.
-    $) = "$base $base";
-    $( = $base;
-    ($<, $>) = ($base, $base);
-    if ($< != $base || $> != $base) { print $ready_w "setuid: $!\n"; exit 1; }
+    # The namespace's owner is the creator's euid: <base>, the sandbox's own root, never host root
+    # (a reverse one stays host root's: it maps host root).
+    if (!$reverse) {
+      $) = "$base $base";
+      $( = $base;
+      ($<, $>) = ($base, $base);
+      if ($< != $base || $> != $base) { print $ready_w "setuid: $!\n"; exit 1; }
+    }
     syscall($unshare_nr, 0x10000000) == 0 or do { print $ready_w "unshare: $!\n"; exit 1; };  # CLONE_NEWUSER
     print $ready_w "ok\n";
     close($ready_w);
@@ -63,7 +76,7 @@ sub main {
 
   for my $map (qw(uid_map gid_map)) {
     open(my $fh, '>', "/proc/$child/$map") or fail("open $map: $!");
-    print $fh "0 $base $count\n";
+    print $fh $reverse ? "$base 0 $count\n" : "0 $base $count\n";
     close($fh) or fail("write $map: $!");
   }
   open(my $ns, '<', "/proc/$child/ns/user") or fail("open user namespace: $!");

@@ -6,14 +6,16 @@
 // `userns.pl` makes the namespace and the ID-mapped mounts; bwrap joins it (`--userns`) and
 // creates the sandbox's other namespaces inside it, so they belong to it; `enter.pl` joins it
 // first when a command enters.
-import { spawnSync } from "node:child_process";
-import { chmodSync, chownSync, existsSync, mkdirSync, readFileSync, statSync } from "node:fs";
+import { spawn, spawnSync } from "node:child_process";
+import { chmodSync, chownSync, closeSync, existsSync, mkdirSync, openSync, readFileSync, statSync } from "node:fs";
+import type { Socket } from "node:net";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { helperEnv, lastLine, PERL, syscallNumbers } from "./host-helpers.ts";
 import { RANGE_SIZE, type IdRange } from "./uid-range.ts";
 import type { Spawner } from "./spawner.ts";
 import { runHelper } from "./disk.ts";
+import { openStdioFile } from "./spawner-protocol.ts";
 
 export const USERNS_SCRIPT = fileURLToPath(new URL("./userns.pl", import.meta.url));
 export const ALLOW_SETUID_SCRIPT = fileURLToPath(new URL("./allow-setuid.pl", import.meta.url));
@@ -46,9 +48,32 @@ export interface OverlayMount {
   merged: string;
 }
 
+/** What starts `userns.pl`: the driver's spawner, or `directLauncher`. */
+export type UsernsLauncher = Pick<Spawner, "spawn">;
+
+/** Starts it as a child of this process: for the template builder, which runs in the agent (as
+ * root) without the driver's spawner. */
+export const directLauncher: UsernsLauncher = {
+  async spawn(cmd, opts) {
+    const files = opts.stdio.map((s) => (typeof s === "string" ? s : openStdioFile(s)));
+    try {
+      const child = spawn(cmd.file, cmd.args, { cwd: cmd.cwd, env: cmd.env, stdio: files });
+      const pipes = new Map<number, Socket>();
+      child.stdio.forEach((s, fd) => s && pipes.set(fd, s as Socket));
+      const exit = new Promise<{ code: number | null; signal: NodeJS.Signals | null; error?: string }>((ok) => {
+        child.once("error", (err) => ok({ code: null, signal: null, error: err.message }));
+        child.once("exit", (code, signal) => ok({ code, signal }));
+      });
+      return { pid: child.pid ?? -1, pipes, onExit: (fn) => void exit.then(fn), forget: () => undefined };
+    } finally {
+      for (const f of files) if (typeof f === "number") closeSync(f);
+    }
+  },
+};
+
 /** Makes the namespace of `range` (and the ID-mapped mounts asked for, then the overlay on them)
  * through `userns.pl`, forked by `spawner`. */
-export async function openUserns(spawner: Spawner, range: IdRange, mounts: IdmapMount[], log: string, overlay?: OverlayMount): Promise<OpenUserns> {
+export async function openUserns(spawner: UsernsLauncher, range: IdRange, mounts: IdmapMount[], log: string, overlay?: OverlayMount): Promise<OpenUserns> {
   const nr = syscallNumbers();
   for (const m of mounts) mkdirSync(m.target, { recursive: true });
   const args = [USERNS_SCRIPT, String(range.base), String(range.size), String(nr.unshare), String(nr.openTree), String(nr.mountSetattr), String(nr.moveMount), ...mounts.flatMap((m) => [m.source, m.target])];
@@ -95,6 +120,24 @@ export async function openUserns(spawner: Spawner, range: IdRange, mounts: Idmap
     if (answer !== "ok") throw new Error(`${answer ?? `user namespace helper exited (${await exited})`}: ${lastLine(log)}`);
   };
   return { nsPath: `/proc/${pid}/ns/user`, owner: range.base, end, allowSetuid };
+}
+
+/** Attaches `source` read-only at `target` with the range's host ids shown as 0-based (the range's
+ * `base + n` as `n`; ids outside it as the overflow id, 65534): what a build step's root wrote in
+ * its user namespace, seen as the layer must hold it (builder/sandbox.ts). Throws with the
+ * helper's reason. */
+export function reverseIdmap(range: IdRange, source: string, target: string): void {
+  const nr = syscallNumbers();
+  mkdirSync(target, { recursive: true });
+  const r = spawnSync(PERL, [USERNS_SCRIPT, "reverse", String(range.base), String(range.size), String(nr.unshare), String(nr.openTree), String(nr.mountSetattr), String(nr.moveMount), source, target], { env: helperEnv(), input: "", encoding: "utf8", timeout: 20_000 });
+  if (r.error || r.status !== 0 || !/^\d+\n$/.test(r.stdout)) throw new Error(`reverse ID-mapped mount failed: ${r.error?.message ?? (r.stderr.trim() || `exit ${r.status}`)}`);
+}
+
+/** Why sandboxes and build steps get no user namespace here, or undefined when they do: turned
+ * off (`KRUISE_LOCAL_USERNS=off`, or `off` from a caller's option), else what the probe found. */
+export function usernsUnavailable(off = false): string | undefined {
+  if (off || process.env.KRUISE_LOCAL_USERNS === "off") return "turned off (KRUISE_LOCAL_USERNS=off)";
+  return probeUserns();
 }
 
 let probed: string | undefined | null = null;

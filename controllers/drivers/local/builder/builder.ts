@@ -16,6 +16,7 @@ import { seccompProgram } from "../seccomp.ts";
 import { BuildJournal, removeDeadStaging } from "./journal.ts";
 import { claimStep } from "./step-claim.ts";
 import type { StepNet } from "./step-net.ts";
+import type { IdRange, UidRanges } from "../uid-range.ts";
 
 export interface BuilderOptions {
   store: RootfsStore;
@@ -39,6 +40,10 @@ export interface BuilderOptions {
    * filling the host's disk. None (the host cannot loop-mount ext4 images: disk.ts `probeDisk`):
    * unbounded. */
   buildDiskMB?: number;
+  /** Where each step's user namespace gets its uid range (LocalDriver.stepUids: the sandboxes'
+   * allocator), or why steps run as the host's root (every build's log says so). None: as the
+   * host's root, unsaid (tests of the builder's bookkeeping). */
+  uids?: UidRanges | string;
 }
 
 /** Processes one step may have at once. */
@@ -216,6 +221,7 @@ export class TemplateBuilder {
     const baseLayers = store.template(baseName)!.layers;
     for (const l of baseLayers) held.add(l);
     ev.add(`FROM ${baseName} (${baseLayers.length} layer${baseLayers.length === 1 ? "" : "s"})`, "info", "base");
+    if (typeof this.#o.uids === "string") ev.add(`build steps run as the host's root, without a user namespace: ${this.#o.uids}`, "warn", "base");
     const plan = planSteps({ teamId: frame.teamId, buildId: frame.buildId, baseLayers, steps: frame.steps, force: frame.force, config: frame.config });
     const layers = [...baseLayers];
     // What this build's own layers may still take (cached ones were paid for by the build that made them).
@@ -276,7 +282,14 @@ export class TemplateBuilder {
     const staging = store.stagingDir(id);
     const layout = this.#o.cgroups;
     const cg = layout && cgroupSetFor(layout, `${frame.buildId.slice(0, 36)}-${p.label}`);
+    // A uid range of the step's own, leased host-wide as a sandbox's is, naming a file in its
+    // staging directory (a lease whose file is gone, a dead builder's, is taken over).
+    const uids = typeof this.#o.uids === "object" ? this.#o.uids : undefined;
+    const leaseFile = join(staging, "userns.json");
+    let userns: IdRange | undefined;
     try {
+      userns = uids?.keep(undefined, leaseFile);
+      if (userns) writeFileSync(leaseFile, JSON.stringify({ userns }), { mode: 0o600 });
       if (layout && cg) createCgroups(layout, cg, { cpuCount: frame.cpuCount, memoryMB: frame.memoryMB, pidsMax: STEP_PIDS });
       const step = await this.#sandboxStep(frame, p, staging);
       const net = await this.#o.network?.(staging);
@@ -291,16 +304,21 @@ export class TemplateBuilder {
         timeoutMs: this.#o.stepTimeoutMs ?? STEP_TIMEOUT_MS,
         onLine: (l, stream) => ev.add(l, stream === "stderr" ? "warn" : "info", p.label),
         ...(diskMB !== undefined ? { diskMB } : {}),
+        ...(userns ? { userns } : {}),
       }).finally(() => net?.close());
       if (code !== 0) {
         const disk = diskFull ? `; it filled its disk (${diskMB} MiB: what was left of the build's ${this.#o.buildDiskMB} MiB for all its layers, or of the host's free space)` : "";
         throw new StepFailed(`step ${p.label} (${p.step.type}) failed: ${exitText(code, frame.memoryMB)}${disk}`, p.label);
       }
       rmSync(join(staging, "files"), { force: true });
+      // The step's pid namespace ended with it: none of its processes holds the range now.
+      if (userns) uids!.release(userns, leaseFile);
+      rmSync(leaseFile, { force: true });
       const info = await store.commitLayer(staging, { id, kind: "build", source: { step: p.step.type, key: p.key } }, started, "");
       if (budget.mb !== undefined) budget.mb -= Math.ceil(info.bytes / (1024 * 1024));
     } finally {
       if (cg) await killAndRemove(cg).catch((err: Error) => this.#o.log?.(`build ${frame.buildId}: ${err.message}`));
+      if (userns) uids!.release(userns, leaseFile);
       rmSync(staging, { recursive: true, force: true });
     }
   }

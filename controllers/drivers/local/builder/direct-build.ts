@@ -15,6 +15,8 @@ import { openStepNet } from "./step-net.ts";
 import { removeDeadStaging } from "./journal.ts";
 import { removeDeadDirectBuildCgroups } from "./dead-cgroups.ts";
 import { join } from "node:path";
+import { usernsUnavailable } from "../userns.ts";
+import { UidRanges } from "../uid-range.ts";
 
 export interface DirectBuild {
   /** The rootfs template the steps start from (`base`). */
@@ -65,6 +67,9 @@ export async function runDirectBuild(b: DirectBuild, onLog: (entry: BuildLog) =>
     },
     network: typeof net === "string" ? undefined : (dir) => openStepNet(net, relay, dir),
     buildDiskMB: b.diskMB ?? (probeDisk().level === "quota" ? BUILD_DISK_MB : undefined),
+    // As the driver decides for its sandboxes (and an agent for its builds): a user namespace per
+    // step unless the host cannot make one or KRUISE_LOCAL_USERNS=off.
+    uids: usernsUnavailable() ?? new UidRanges(),
   });
   const frame: BuildFrame = {
     type: "build",

@@ -7,6 +7,8 @@ import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, w
 import { join } from "node:path";
 import { BuildFrameSchema, type BuildFrame } from "../../../../schema/protocol/build.ts";
 import { removeDeadClaims } from "./step-claim.ts";
+import { removeMountPoint, STEP_ROOTS } from "./sandbox.ts";
+import { unmountUnderSync } from "../userns.ts";
 
 export interface JournalEntry {
   frame: BuildFrame;
@@ -71,8 +73,13 @@ export function removeDeadStaging(layersDir: string): void {
   for (const name of names) {
     const m = /^\.build-.+-(\d+)-\d+$/.exec(name);
     if (!m || existsSync(`/proc/${m[1]}`)) continue;
-    // The overlay first, then the step's disk its upper directory is on (sandbox.ts `diskMB`).
-    for (const at of ["merged", "disk"]) spawnSync("umount", ["-l", join(layersDir, name, at)]);
+    // The overlay first (at STEP_ROOTS with a user namespace), then every mount under the staging
+    // directory: the step's disk its upper directory is on (sandbox.ts `diskMB`), the layers
+    // below and the upper directory ID-mapped (`userns`).
+    const root = join(STEP_ROOTS, name);
+    for (const at of [join(layersDir, name, "merged"), root]) if (existsSync(at)) spawnSync("umount", ["-l", at]);
+    removeMountPoint(root);
+    unmountUnderSync(join(layersDir, name));
     // One that cannot go (still busy) stays for the next start: it must not stop this one.
     try {
       rmSync(join(layersDir, name), { recursive: true, force: true });

@@ -7,18 +7,22 @@
 // positional arguments of our fixed scripts inside the sandbox: never a host process's options or
 // environment.
 import { execFile, spawn, spawnSync } from "node:child_process";
-import { closeSync, lstatSync, mkdirSync, openSync, rmSync, statfsSync, writeFileSync } from "node:fs";
-import { join, relative } from "node:path";
+import { chownSync, closeSync, constants, lstatSync, mkdirSync, openSync, rmdirSync, rmSync, statfsSync, writeFileSync } from "node:fs";
+import { basename, join, relative } from "node:path";
 import { promisify } from "node:util";
 import { newDiskCommand } from "../disk.ts";
+import { directLauncher, openUserns, reverseIdmap, unmountUnderSync, type OpenUserns } from "../userns.ts";
+import type { IdRange } from "../uid-range.ts";
 import type { BuildConfig } from "./plan.ts";
 import { LineCutter } from "../../../lib/line-cutter.ts";
 import { MAX_MESSAGE_LENGTH } from "../../../../schema/api/limits.ts";
 
 const CAPS = ["CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER", "CAP_FSETID", "CAP_KILL", "CAP_SETGID", "CAP_SETUID", "CAP_SETPCAP", "CAP_NET_BIND_SERVICE", "CAP_SYS_CHROOT", "CAP_MKNOD", "CAP_AUDIT_WRITE", "CAP_SETFCAP"];
 const PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
-/** Where a copy step's archive is bound read-only inside the sandbox. */
-const FILES = "/run/e2b-build/files";
+/** Where a step with a user namespace has its root mounted: bwrap then starts as an unprivileged
+ * uid and resolves the path of what it binds, which the store (under root's home, often) may not
+ * let it reach. One mount point per step, named as its staging directory. */
+export const STEP_ROOTS = "/run/kruise-builds";
 
 /** Runs as root inside: switches to the step's user with a clean environment plus the template's
  * env, enters the workdir, runs the command with bash (sh without it). $1 user, $2 workdir,
@@ -32,12 +36,13 @@ exec setpriv --reuid="$u" --regid="$g" --init-groups --reset-env env "$@" "$sh" 
 /** $1 dir, $2 user: creates the workdir owned by the user (as E2B's setWorkdir does). */
 const WORKDIR = String.raw`[ -d "$1" ] || { mkdir -p "$1" && chown "$2": "$1"; }`;
 
-/** $1 src (a path or glob in the upload), $2 dest, $3 owner, $4 mode, $5 workdir. */
+/** $1 src (a path or glob in the upload), $2 dest, $3 owner, $4 mode, $5 workdir; the upload (a
+ * tar, perhaps compressed: GNU tar detects that only in an archive it opens by name) on stdin. */
 const COPY = String.raw`set -e
 src="$1"; dest="$2"; owner="$3"; mode="$4"
 case "$dest" in /*) ;; *) dest="$5/$dest";; esac
 t=$(mktemp -d)
-tar -xf ${FILES} -C "$t" --no-same-owner
+tar -xf /dev/stdin -C "$t" --no-same-owner
 cd "$t"
 found=0
 for s in $src; do
@@ -82,6 +87,11 @@ export interface StepRun {
    * ext4 image of this size (ENOSPC inside past it), copied out as the layer when the step
    * succeeds. None: they are plain directories of the host's file system (no bound). */
   diskMB?: number;
+  /** The step's user namespace maps its 0..size-1 to this host range (userns.ts, as a sandbox's):
+   * its root is an unprivileged uid on the host. The layers below are attached ID-mapped, and the
+   * upper directory is copied into the layer through a reverse ID-mapped mount, so the layer says
+   * 0 where the step's root wrote. None: the step runs as the host's root. */
+  userns?: IdRange;
 }
 
 const run = promisify(execFile);
@@ -125,40 +135,59 @@ export async function runStep(r: StepRun): Promise<{ code: number | null; diskFu
   const disk = join(r.staging, "disk");
   const image = join(r.staging, "disk.img");
   // With a bound, upper and work live on the step's image (overlayfs wants them on one file
-  // system); the layer is `rootfs/` of the staging directory either way.
+  // system); the layer is `rootfs/` of the staging directory either way: the upper directory
+  // itself when there is neither a bound nor a user namespace, else a copy of it.
   const top = r.diskMB === undefined ? r.staging : disk;
-  const upper = join(top, "rootfs");
+  const layer = join(r.staging, "rootfs");
+  const upper = r.diskMB === undefined && !r.userns ? layer : join(top, "upper");
   const work = join(top, "work");
-  const merged = join(r.staging, "merged");
+  const merged = r.userns ? join(STEP_ROOTS, basename(r.staging)) : join(r.staging, "merged");
   let diskMounted = false;
+  let ns: OpenUserns | undefined;
   try {
     if (r.diskMB !== undefined) {
       await mountStepDisk(image, disk, r.diskMB);
       diskMounted = true;
     }
+    if (r.userns) mkdirSync(STEP_ROOTS, { recursive: true, mode: 0o711 });
     for (const d of [upper, work, merged]) mkdirSync(d, { recursive: true });
-    // Relative lowerdirs (from the layers' common parent) keep the option within one page.
-    const base = join(r.staging, "..");
-    const lowers = [...r.lowers].reverse().map((l) => relative(base, l));
-    const mount = spawnSync("mount", ["-t", "overlay", "overlay", "-o", `lowerdir=${lowers.join(":")},upperdir=${upper},workdir=${work}`, merged], { cwd: base, encoding: "utf8" });
-    if (mount.status !== 0) throw new Error(`overlay mount failed: ${(mount.stderr || mount.error?.message || "").trim()}`);
+    if (r.userns) {
+      // The layers below, attached ID-mapped (host 0 shown as the range's 0, as a sandbox's root
+      // is made), and the overlay on them, by userns.pl; the upper directory belongs to the
+      // step's root (it is `/`'s owner inside).
+      chownSync(upper, r.userns.base, r.userns.base);
+      const mounts = r.lowers.map((l, i) => ({ source: l, target: join(r.staging, "lower", String(i)) }));
+      const options = `lowerdir=${mounts.map((m) => relative(r.staging, m.target)).reverse().join(":")},upperdir=${upper},workdir=${work}`;
+      ns = await openUserns(directLauncher, r.userns, mounts, join(r.staging, "userns.log"), { dir: r.staging, options, merged });
+    } else {
+      // Relative lowerdirs (from the layers' common parent) keep the option within one page.
+      const base = join(r.staging, "..");
+      const lowers = [...r.lowers].reverse().map((l) => relative(base, l));
+      const mount = spawnSync("mount", ["-t", "overlay", "overlay", "-o", `lowerdir=${lowers.join(":")},upperdir=${upper},workdir=${work}`, merged], { cwd: base, encoding: "utf8" });
+      if (mount.status !== 0) throw new Error(`overlay mount failed: ${(mount.stderr || mount.error?.message || "").trim()}`);
+    }
     let code: number | null;
     try {
-      code = await bwrap(merged, r);
+      code = await bwrap(merged, r, ns);
     } finally {
+      await ns?.end();
       spawnSync("umount", ["-l", merged]);
     }
     const diskFull = diskMounted && code !== 0 && isFull(disk);
-    if (diskMounted && code === 0) {
+    if (upper !== layer && code === 0) {
       // The layer leaves the image as it is: owners, modes, links, overlay whiteouts (0/0 devices)
       // and opaque-directory xattrs; links are copied as links, never followed. In the step's
       // cgroups (cp keeps a path per hard-linked inode: the step's memory bound is its bound too)
-      // and with the step's timeout again.
-      const layer = join(r.staging, "rootfs");
+      // and with the step's timeout again. With a user namespace, through a reverse ID-mapped
+      // mount of the upper directory: the range's ids read as 0-based (set-id bits and file
+      // capabilities kept, the latter as the kernel shows them there: for root); the whiteouts
+      // the overlay made as the host's root read as 65534 (a whiteout's owner means nothing).
+      const from = r.userns ? join(r.staging, "upper-0") : upper;
+      if (r.userns) reverseIdmap(r.userns, upper, from);
       mkdirSync(layer);
       const procs = r.cgroupProcs ?? [];
       try {
-        await run("/bin/sh", ["-c", JOIN, "sh", String(procs.length), ...procs, "cp", "-a", "--", `${upper}/.`, layer], { env: HOST_ENV, timeout: r.timeoutMs, maxBuffer: 1 << 20 });
+        await run("/bin/sh", ["-c", JOIN, "sh", String(procs.length), ...procs, "cp", "-a", "--", `${from}/.`, layer], { env: HOST_ENV, timeout: r.timeoutMs, maxBuffer: 1 << 20 });
       } catch (err) {
         // Its message names host paths: the build's log gets the gist, the agent's the detail.
         console.warn(`build step copy off its disk: ${(err as Error).message.slice(0, 2000)}`);
@@ -168,14 +197,29 @@ export async function runStep(r: StepRun): Promise<{ code: number | null; diskFu
     }
     return { code, diskFull };
   } finally {
+    // The ID-mapped mounts (the layers below, the reverse one) and the overlay, then the disk.
+    if (r.userns) unmountUnderSync(r.staging);
     if (diskMounted) spawnSync("umount", ["-l", disk]);
     rmSync(image, { force: true });
     rmSync(disk, { recursive: true, force: true });
+    if (upper !== layer) rmSync(upper, { recursive: true, force: true });
+    for (const d of ["lower", "upper-0", "userns.log"]) rmSync(join(r.staging, d), { recursive: true, force: true });
     rmSync(work, { recursive: true, force: true });
-    rmSync(merged, { recursive: true, force: true });
+    // An empty mount point (STEP_ROOTS' is never under the store: never a recursive removal there).
+    if (r.userns) removeMountPoint(merged);
+    else rmSync(merged, { recursive: true, force: true });
     rmSync(join(r.staging, "bwrap-args"), { force: true });
     rmSync(join(r.staging, "seccomp.bpf"), { force: true });
     rmSync(join(r.staging, "resolv.conf"), { force: true });
+  }
+}
+
+/** Removes an empty directory, if it is one (a mount point under STEP_ROOTS). */
+export function removeMountPoint(dir: string): void {
+  try {
+    rmdirSync(dir);
+  } catch {
+    // gone already, or still mounted (a lazy unmount's leftovers are swept at the next start)
   }
 }
 
@@ -187,17 +231,25 @@ function isFile(path: string): boolean {
   }
 }
 
-function bwrap(root: string, r: StepRun): Promise<number | null> {
+/** Where bwrap's options and descriptors start: fd 3 is the options file. */
+const ARGS_FD = 3;
+
+function bwrap(root: string, r: StepRun, ns: OpenUserns | undefined): Promise<number | null> {
   const s = r.step;
+  // Descriptors bwrap is handed after its options (fd 4 on), opened here as root: with a user
+  // namespace, bwrap runs as the range's owner (`--bind-fd` still needs the root's path to be
+  // reachable by it: STEP_ROOTS).
+  const fds: string[] = [];
+  const fdOf = (path: string) => String(ARGS_FD + fds.push(path));
   // /tmp as any Linux system has it (1777): apt's `_apt` and a step run as `user` write there.
-  const args = ["--bind", root, "/", "--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/tmp", "--tmpfs", "/run"];
-  if (s.kind === "copy") args.push("--ro-bind", s.archive, FILES);
+  const args = [...(ns ? ["--userns", fdOf(ns.nsPath), "--bind-fd", fdOf(root)] : ["--bind", root]), "/", "--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/tmp", "--tmpfs", "/run"];
   // A sandbox's resolvers over the template's file (as Docker does for RUN), never written into
-  // the layer; a template whose resolv.conf is a link, or that has none, keeps its own.
+  // the layer; a template whose resolv.conf is a link, or that has none, keeps its own. A copy
+  // bwrap makes from a descriptor (it resolves no path of ours).
   if (r.net && isFile(join(root, "etc", "resolv.conf"))) {
     const conf = join(r.staging, "resolv.conf");
     writeFileSync(conf, r.net.resolvConf, { mode: 0o644 });
-    args.push("--ro-bind", conf, "/etc/resolv.conf");
+    args.push("--perms", "0644", "--ro-bind-data", fdOf(conf), "/etc/resolv.conf");
   }
   if (!r.net) args.push("--unshare-net");
   args.push("--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--hostname", "build", "--die-with-parent", "--new-session");
@@ -212,23 +264,26 @@ function bwrap(root: string, r: StepRun): Promise<number | null> {
   // not wait on a non-blocking socket): pid 1 inside (bwrap) shows `bwrap --args 3 -- <command>`,
   // not the host path of the merged tree.
   const argsFile = join(r.staging, "bwrap-args");
-  // The sandboxes' filter, so a step's root (host root with a container's capabilities, no user
-  // namespace) meets the same kernel surface as a sandbox's; fd 4 beside the options.
-  const filter = r.seccomp && join(r.staging, "seccomp.bpf");
-  if (filter) {
-    writeFileSync(filter, r.seccomp!, { mode: 0o600 });
-    args.push("--seccomp", "4");
+  // The sandboxes' filter, so a step's root meets the same kernel surface as a sandbox's.
+  if (r.seccomp) {
+    const filter = join(r.staging, "seccomp.bpf");
+    writeFileSync(filter, r.seccomp, { mode: 0o600 });
+    args.push("--seccomp", fdOf(filter));
   }
   writeFileSync(argsFile, args.map((a) => `${a}\0`).join(""), { mode: 0o600 });
-  const fd = openSync(argsFile, "r");
-  const filterFd = filter ? openSync(filter, "r") : undefined;
+  const opened = [argsFile, ...fds].map((f) => openSync(f, lstatSync(f).isDirectory() ? constants.O_RDONLY | constants.O_DIRECTORY : "r"));
   return new Promise((resolve, reject) => {
     const procs = r.cgroupProcs ?? [];
     const enter = r.net ? ["nsenter", `--net=${r.net.nsPath}`, "--"] : [];
-    const argv = ["-c", JOIN, "sh", String(procs.length), ...procs, ...enter, "bwrap", "--args", "3", "--", ...command];
-    const child = spawn("/bin/sh", argv, { stdio: ["ignore", "pipe", "pipe", fd, ...(filterFd === undefined ? [] : [filterFd])], env: HOST_ENV, signal: r.signal });
-    closeSync(fd);
-    if (filterFd !== undefined) closeSync(filterFd);
+    // With a user namespace, bwrap starts as the range's owner with no capability on the host and
+    // joins the namespace (`--userns`): the step's root is that uid on the host.
+    const as = ns ? ["/usr/bin/setpriv", `--reuid=${ns.owner}`, `--regid=${ns.owner}`, "--clear-groups"] : [];
+    const argv = ["-c", JOIN, "sh", String(procs.length), ...procs, ...enter, ...as, "bwrap", "--args", String(ARGS_FD), "--", ...command];
+    // A copy step's archive is the command's stdin (extracted inside): no path bwrap must reach.
+    const stdin = s.kind === "copy" ? openSync(s.archive, "r") : "ignore";
+    const child = spawn("/bin/sh", argv, { stdio: [stdin, "pipe", "pipe", ...opened], env: HOST_ENV, signal: r.signal, cwd: "/" });
+    for (const fd of opened) closeSync(fd);
+    if (typeof stdin === "number") closeSync(stdin);
     let timedOut = false;
     const timer = setTimeout(() => {
       timedOut = true;

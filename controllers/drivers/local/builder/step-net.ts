@@ -22,7 +22,10 @@ export interface StepNet {
 }
 
 const PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
-const HOLDER = "ip link set lo up || exit 1; echo up; read _";
+/** lo up, and every port bindable by any uid (as Docker sets it in a container's namespace): the
+ * namespace is the host's root's, so a step's root (of a user namespace of its own) holds no
+ * CAP_NET_BIND_SERVICE over it, and a step may start a server on port 80 as it could before. */
+const HOLDER = "ip link set lo up && echo 0 > /proc/sys/net/ipv4/ip_unprivileged_port_start || exit 1; echo up; read _";
 
 /** Opens a step network; `dir` (the step's staging directory, not its layer tree) keeps the
  * record that names the address lease, so a lease left by a dead agent is taken over later. */

@@ -144,6 +144,66 @@ describe("a template build without an edge", () => {
     }
   }, 120_000);
 
+  it("a step's root is root of a user namespace of its own (an unprivileged host uid, no device nodes), and its layer still says root, _apt, set-uid and file capabilities", async () => {
+    const output = `direct-userns-${tag}`;
+    const marker = `buildns-${tag}`;
+    // The step's processes as the host sees them, while it runs (it waits for the test to look).
+    const uids = new Set<number>();
+    const seen = setInterval(() => {
+      for (const pid of readdirSync("/proc").filter((p) => /^\d+$/.test(p))) {
+        try {
+          if (!readFileSync(`/proc/${pid}/cmdline`, "utf8").startsWith(marker)) continue;
+          uids.add(Number(/^Uid:\s+(\d+)/m.exec(readFileSync(`/proc/${pid}/status`, "utf8"))![1]));
+        } catch {
+          // gone
+        }
+      }
+    }, 50);
+    const { result, logs } = await build({
+      from: "base",
+      owner: `test-userns-${tag}`,
+      output,
+      diskMB: 256,
+      steps: [
+        run(
+          [
+            "cat /proc/self/uid_map > /uid-map",
+            "if mknod /null-x c 1 3 2>/dev/null; then echo made; else echo refused; fi > /mknod",
+            "rm -f /null-x",
+            // Its network namespace is the host's root's: port 80 is bindable all the same, as before.
+            `perl -MIO::Socket::INET -e 'print IO::Socket::INET->new(LocalAddr => "127.0.0.1", LocalPort => 80, Listen => 1) ? "bound" : "refused: $!"' > /port-80`,
+            "mkdir /opt/ids && touch /opt/ids/root && touch /opt/ids/apt && chown _apt:nogroup /opt/ids/apt",
+            "cp /bin/true /opt/ids/suid && chmod 4755 /opt/ids/suid && cp /bin/true /opt/ids/capped && setcap cap_net_raw+p /opt/ids/capped",
+            `bash -c 'exec -a ${marker} sleep 1.5'`,
+          ].join(" && "),
+          "root",
+        ),
+      ],
+    }).finally(() => clearInterval(seen));
+    expect(result.status, logs.map((l) => l.message).join("\n")).toBe("ready");
+    const map = /^\s*0\s+(\d+)\s+(\d+)\s*$/.exec(builtFile(output, "uid-map") ?? "");
+    expect(map, builtFile(output, "uid-map")).not.toBeNull();
+    const base = Number(map![1]);
+    expect([base >= 2 ** 20, Number(map![2])]).toEqual([true, 65536]);
+    expect(builtFile(output, "mknod")).toBe("refused\n");
+    expect(builtFile(output, "port-80")).toBe("bound");
+    expect([...uids]).toEqual([base]);
+
+    const top = store.layerTree(store.template(output)!.layers.at(-1)!);
+    const apt = Number(/^_apt:x:(\d+):/m.exec(builtFile(output, "etc/passwd")!)![1]);
+    const owner = (path: string) => ((st) => [st.uid, st.gid])(lstatSync(join(top, path)));
+    expect(owner(".")).toEqual([0, 0]);
+    expect(owner("opt/ids/root")).toEqual([0, 0]);
+    expect(owner("opt/ids/apt")).toEqual([apt, 65534]);
+    expect(owner("uid-map")).toEqual([0, 0]);
+    const suid = lstatSync(join(top, "opt/ids/suid"));
+    expect([suid.mode & 0o7777, suid.uid]).toEqual([0o4755, 0]);
+    // A capability for any root (revision 2), not one tied to the step's host uid (revision 3).
+    expect(execFileSync("getcap", [join(top, "opt/ids/capped")], { encoding: "utf8" })).toContain("cap_net_raw=p");
+    const rev = execFileSync("python3", ["-c", "import os,sys; print(os.getxattr(sys.argv[1], 'security.capability')[3])", join(top, "opt/ids/capped")], { encoding: "utf8" });
+    expect(rev.trim()).toBe("2");
+  }, 120_000);
+
   it("a failing step ends the build with its reason, its output logged", async () => {
     const { result, logs } = await build({ from: "base", owner: `test-${tag}`, output: `direct-fail-${tag}`, steps: [run("echo direct-before-failure; exit 9")] });
     expect(result).toMatchObject({ status: "error", message: "step 1 (RUN) failed: exit code 9" });
