@@ -40,16 +40,10 @@ function statOf(view: SandboxView, sandboxPath: string): Stats | undefined {
   }
 }
 
-/** Throws PermissionDeniedError when `user` may not do `want` at `host` (the view's mapping of a
- * sandbox path). A missing path is left to the operation (it answers not_found itself). */
-export function checkAccess(view: SandboxView, user: SandboxUser, host: string, want: Want): void {
+/** Throws PermissionDeniedError when `user` may not do `want` at `target` (a sandbox path with its
+ * links resolved). A missing path is left to the operation (it answers not_found itself). */
+export function checkAccess(view: SandboxView, user: SandboxUser, target: string, want: Want): void {
   if (user.uid === 0 || want === "none") return;
-  let target: string;
-  try {
-    target = view.toSandbox(host);
-  } catch {
-    return;
-  }
   let existing = target;
   let st = statOf(view, target);
   while (!st && existing !== "/") {
