@@ -6,8 +6,9 @@
 // a write fails only where the file system refuses it (read-only, full). Supplementary groups
 // are not consulted (the sandbox's users have only their primary group), so a file shared
 // through one reads as denied.
-import { statSync, type Stats } from "node:fs";
+import type { Stats } from "node:fs";
 import { posix } from "node:path";
+import { pinPath } from "./pinned-path.ts";
 import type { SandboxUser, SandboxView } from "./sandbox-view.ts";
 
 /** `none`: writes (see above); `reach`: search on the way only (stat). */
@@ -32,9 +33,17 @@ export function grants(st: Pick<Stats, "mode" | "uid" | "gid">, user: Pick<Sandb
   return (cls & bits) === bits;
 }
 
+/** The path's mode bits as the sandbox resolves it, looked at through its pinned directory
+ * (pinned-path.ts): a host path string would be followed from the host's `/` if a link were
+ * swapped in, and the answer would tell the tenant about a host file. */
 function statOf(view: SandboxView, sandboxPath: string): Stats | undefined {
   try {
-    return statSync(view.toHost(sandboxPath));
+    const p = pinPath(view, sandboxPath);
+    try {
+      return p.lstat();
+    } finally {
+      p.close();
+    }
   } catch {
     return undefined;
   }
