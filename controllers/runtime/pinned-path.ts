@@ -80,7 +80,8 @@ export class PinnedPath {
   /** The target, as the operation names it. Only once its directories exist. */
   get host(): string {
     if (this.missing.length > 0) throw errno("ENOENT", `no such file or directory, '${this.sandboxPath}'`);
-    return this.name === "." ? this.dir : `${this.dir}/${this.name}`;
+    // For a start directory itself, `/proc/self/fd/<n>/.`: the bare fd path is a link to lstat.
+    return `${this.dir}/${this.name}`;
   }
 
   /** The target's lstat; undefined when it does not exist. */

@@ -42,6 +42,12 @@ describe("pinUnder", () => {
     expect(() => p.host).toThrow(expect.objectContaining({ code: "ENOENT" }));
     p.close();
   });
+
+  it("pins a start directory itself as its `.`, which looks like the directory", () => {
+    const p = pinUnder(root, [], "/");
+    expect([p.name, p.lstat()?.isDirectory()]).toEqual([".", true]);
+    p.close();
+  });
 });
 
 describe("pinResolved", () => {
