@@ -23,16 +23,21 @@ export class HostView implements SandboxView {
     this.#groups = cachedFile(() => opts.groupPath ?? "/etc/group", parseGroup, new Map());
   }
 
-  /** Links resolved as the kernel would (the sandbox is the host); a path that does not exist
-   * (yet) stays as written. */
+  /** Links resolved as the kernel would (the sandbox is the host); what does not exist (yet) below
+   * the deepest part that does stays as written (no link there to resolve), so a file operation
+   * can walk the result without meeting a link (pinned-path.ts). */
   toHost(sandboxPath: string, opts?: { followFinal?: boolean }): string {
     const path = resolve(sandboxPath);
-    try {
-      if (opts?.followFinal ?? true) return realpathSync(path);
-      const dir = realpathSync(dirname(path));
-      return path === "/" ? path : join(dir, basename(path));
-    } catch {
-      return path;
+    let head = (opts?.followFinal ?? true) ? path : dirname(path);
+    let tail = head === path ? "" : basename(path);
+    for (;;) {
+      try {
+        return join(realpathSync(head), tail);
+      } catch {
+        if (head === "/") return path;
+        tail = join(basename(head), tail);
+        head = dirname(head);
+      }
     }
   }
 

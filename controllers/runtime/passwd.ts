@@ -1,5 +1,6 @@
 // Parsers for /etc/passwd and /etc/group, the sandbox's own user database, and a cache of them.
-import { closeSync, constants, fstatSync, openSync, readFileSync, statSync } from "node:fs";
+import { closeSync, constants, fstatSync, lstatSync, openSync, readFileSync, statSync } from "node:fs";
+import type { PinnedPath } from "./pinned-path.ts";
 
 export interface PasswdEntry {
   name: string;
@@ -37,7 +38,7 @@ export function parseGroup(text: string): Map<number, string> {
 /** Re-reads a file only when its mtime changes, so `useradd` during a run is picked up. With
  * `recheckMs`, the mtime is looked at no more than once in that window: a listing of a thousand
  * entries asks for names a thousand times and must not stat the file each time. */
-export function cachedFile<T>(path: () => string, parse: (text: string) => T, empty: T, recheckMs = 0): () => T {
+export function cachedFile<T>(path: () => string | PinnedPath, parse: (text: string) => T, empty: T, recheckMs = 0): () => T {
   let mtime = -1;
   let checked = -Infinity;
   let value = empty;
@@ -45,16 +46,23 @@ export function cachedFile<T>(path: () => string, parse: (text: string) => T, em
     const now = performance.now();
     if (recheckMs > 0 && now - checked < recheckMs) return value;
     checked = now;
+    let pinned: PinnedPath | undefined;
     try {
       const file = path();
-      const m = statSync(file).mtimeMs;
+      // A pinned path (a sandbox's file, pinned-path.ts) has its links resolved already: its
+      // final name is not followed, so a link swapped in cannot point the read at a host file.
+      pinned = typeof file === "string" ? undefined : file;
+      const host = pinned?.host ?? (file as string);
+      const m = (pinned ? lstatSync(host) : statSync(host)).mtimeMs;
       if (m !== mtime) {
-        value = parse(readRegularFile(file, MAX_ID_FILE_BYTES));
+        value = parse(readRegularFile(host, MAX_ID_FILE_BYTES, pinned !== undefined));
         mtime = m;
       }
     } catch {
       value = empty;
       mtime = -1;
+    } finally {
+      pinned?.close();
     }
     return value;
   };
@@ -68,10 +76,11 @@ const MAX_ID_FILE_BYTES = 4 << 20;
  * file is the sandbox's (its /etc/passwd, through the host's view of its root) and the reader the
  * agent's main thread: a FIFO there would block it for good, a device or a huge file would be read
  * whole. Opened without blocking; the type is the open file's. (A sandbox's path comes resolved
- * inside the sandbox, links and all: local-view.ts.)
+ * inside the sandbox, links and all, and pinned: local-view.ts; `noFollow` then refuses a final
+ * link swapped in since.)
  */
-export function readRegularFile(file: string, max: number): string {
-  const fd = openSync(file, constants.O_RDONLY | constants.O_NONBLOCK);
+export function readRegularFile(file: string, max: number, noFollow = false): string {
+  const fd = openSync(file, constants.O_RDONLY | constants.O_NONBLOCK | (noFollow ? constants.O_NOFOLLOW : 0));
   try {
     const st = fstatSync(fd);
     if (!st.isFile()) throw new Error(`${file} is not a regular file`);

@@ -6,6 +6,7 @@
 // sandbox lives goes through a SandboxView: how a sandbox path maps to a host path for file
 // operations, which users exist, and how to start a process inside the sandbox. The runtime
 // never builds host paths or argv for a sandbox by itself.
+import type { PinnedPath } from "./pinned-path.ts";
 import type { ProcessLauncher } from "./process/launcher.ts";
 
 /** A user as the sandbox sees it (its own /etc/passwd, not the host's). */
@@ -72,11 +73,23 @@ export interface SandboxUsage {
   cpuLimit?: number;
 }
 
+export interface PinOptions {
+  /** False keeps a final symlink itself (as toHost's). */
+  followFinal?: boolean;
+  /** Missing directories above the target end the walk instead of failing it (PinnedPath.missing),
+   * for an operation that makes them. */
+  create?: boolean;
+}
+
 export interface SandboxView {
   /** Maps an absolute sandbox path to the host path to operate on. Symlinks are resolved the way
    * the sandbox would see them; a result that leaves the sandbox throws PathOutsideSandboxError.
    * `followFinal` false keeps a final symlink itself (stat of a link, remove of a link). */
   toHost(sandboxPath: string, opts?: { followFinal?: boolean }): string;
+  /** toHost for a file operation: the target's directory held open, reached without the kernel
+   * following any link (pinned-path.ts), for the operation to name its target through. Absent:
+   * toHost's result walked from the host's `/` (a view whose paths are the host's own). */
+  pin?(sandboxPath: string, opts?: PinOptions): PinnedPath;
   /** The inverse of toHost, for paths the runtime reports (ListDir, watch events, Move). */
   toSandbox(hostPath: string): string;
   lookupUser(name: string): SandboxUser | undefined;

@@ -6,8 +6,9 @@
 // a write fails only where the file system refuses it (read-only, full). Supplementary groups
 // are not consulted (the sandbox's users have only their primary group), so a file shared
 // through one reads as denied.
-import { statSync, type Stats } from "node:fs";
+import type { Stats } from "node:fs";
 import { posix } from "node:path";
+import { pinPath } from "./pinned-path.ts";
 import type { SandboxUser, SandboxView } from "./sandbox-view.ts";
 
 /** `none`: writes (see above); `reach`: search on the way only (stat). */
@@ -32,24 +33,26 @@ export function grants(st: Pick<Stats, "mode" | "uid" | "gid">, user: Pick<Sandb
   return (cls & bits) === bits;
 }
 
+/** The path's mode bits as the sandbox resolves it, looked at through its pinned directory
+ * (pinned-path.ts): a host path string would be followed from the host's `/` if a link were
+ * swapped in, and the answer would tell the tenant about a host file. */
 function statOf(view: SandboxView, sandboxPath: string): Stats | undefined {
   try {
-    return statSync(view.toHost(sandboxPath));
+    const p = pinPath(view, sandboxPath);
+    try {
+      return p.lstat();
+    } finally {
+      p.close();
+    }
   } catch {
     return undefined;
   }
 }
 
-/** Throws PermissionDeniedError when `user` may not do `want` at `host` (the view's mapping of a
- * sandbox path). A missing path is left to the operation (it answers not_found itself). */
-export function checkAccess(view: SandboxView, user: SandboxUser, host: string, want: Want): void {
+/** Throws PermissionDeniedError when `user` may not do `want` at `target` (a sandbox path with its
+ * links resolved). A missing path is left to the operation (it answers not_found itself). */
+export function checkAccess(view: SandboxView, user: SandboxUser, target: string, want: Want): void {
   if (user.uid === 0 || want === "none") return;
-  let target: string;
-  try {
-    target = view.toSandbox(host);
-  } catch {
-    return;
-  }
   let existing = target;
   let st = statOf(view, target);
   while (!st && existing !== "/") {

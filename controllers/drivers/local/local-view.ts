@@ -17,11 +17,12 @@ import { readFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { SANDBOX_ENV_FILE, type ProcessLauncher } from "../../runtime/process/launcher.ts";
-import type { HostCommand, SandboxUsage, SandboxUser, SandboxView, SpawnRequest } from "../../runtime/sandbox-view.ts";
+import type { HostCommand, PinOptions, SandboxUsage, SandboxUser, SandboxView, SpawnRequest } from "../../runtime/sandbox-view.ts";
+import { pinResolved, type PinnedPath } from "../../runtime/pinned-path.ts";
 import { SandboxNotFoundError } from "../driver.ts";
 import { helperEnv, PERL, syscallNumbers } from "./host-helpers.ts";
 import { USERS, type Mount } from "./layout.ts";
-import { resolveSandboxPath, sandboxPathOf } from "./path-resolver.ts";
+import { resolveSandboxPath, sandboxPathOf, type Resolved } from "./path-resolver.ts";
 import { SANDBOX_CAPS } from "./userns.ts";
 import { PID_FILE_ENV, PID_FILE_WANTED } from "./spawner-sandbox-pid.ts";
 import { IDENTITY, idToHost, idToSandbox, type IdMapping } from "./id-map.ts";
@@ -83,11 +84,24 @@ export class LocalSandboxView implements SandboxView {
     return t;
   }
 
-  toHost(sandboxPath: string, opts?: { followFinal?: boolean }): string {
+  /** Where a resolved path lives: a trusted start (a mount's host directory, or the holder's
+   * root for what the table does not cover or keeps read-only) and the rest below it. */
+  #locate(sandboxPath: string, followFinal: boolean): { start: string; rest: string; sandboxPath: string } {
     const root = this.#o.namespaces ? () => `/proc/${this.#current().nsPid}/root` : undefined;
-    const r = resolveSandboxPath(this.#o.mounts, sandboxPath, opts?.followFinal ?? true, root);
-    if (r.mount.writable || !root) return r.hostPath;
-    return r.sandboxPath === "/" ? `${root()}/` : `${root()}${r.sandboxPath}`;
+    const r = resolveSandboxPath(this.#o.mounts, sandboxPath, followFinal, root);
+    if (r.mount.writable || !root) return inMount(r);
+    return { start: root(), rest: r.sandboxPath, sandboxPath: r.sandboxPath };
+  }
+
+  toHost(sandboxPath: string, opts?: { followFinal?: boolean }): string {
+    const l = this.#locate(sandboxPath, opts?.followFinal ?? true);
+    return `${l.start}${l.rest}`;
+  }
+
+  /** The runtime is the host's root here: every file operation goes through this (see
+   * pinned-path.ts for why a host path string is not enough). */
+  pin(sandboxPath: string, opts?: PinOptions): PinnedPath {
+    return pinResolved(sandboxPath, () => this.#locate(sandboxPath, opts?.followFinal ?? true), opts?.create ?? false);
   }
 
   toSandbox(hostPath: string): string {
@@ -121,8 +135,8 @@ export class LocalSandboxView implements SandboxView {
   readonly #passwd = cachedFile(() => this.#etcFile("passwd"), parsePasswd, [], NAME_RECHECK_MS);
   readonly #groups = cachedFile(() => this.#etcFile("group"), parseGroup, new Map<number, string>(), NAME_RECHECK_MS);
 
-  #etcFile(name: string): string {
-    return resolveSandboxPath(this.#o.mounts, `/etc/${name}`).hostPath;
+  #etcFile(name: string): PinnedPath {
+    return pinResolved(`/etc/${name}`, () => inMount(resolveSandboxPath(this.#o.mounts, `/etc/${name}`)), false);
   }
 
   userName(hostUid: number): string | undefined {
@@ -168,6 +182,11 @@ export class LocalSandboxView implements SandboxView {
     // Its launcher (spawner.ts) names the file enter.pl reports the command's sandbox pid in.
     return { file: PERL, args, cwd: "/", env: helperEnv({ ...marker, [PID_FILE_ENV]: PID_FILE_WANTED }), sandboxEnv: { ...t.env, ...req.env, ...marker } };
   }
+}
+
+/** A resolved path as its mount's host directory and the rest below it. */
+function inMount(r: Resolved): { start: string; rest: string; sandboxPath: string } {
+  return { start: r.mount.host, rest: r.hostPath.slice(r.mount.host.length), sandboxPath: r.sandboxPath };
 }
 
 function firstText(dirs: string[], names: string[]): string | undefined {

@@ -6,10 +6,13 @@
 // there, component by component as well: the kernel's `/proc/<pid>/root` jump would follow an
 // absolute link from the *host's* root, so no link is ever left to the kernel. Without `root`
 // (no namespaces) such paths are refused. `/proc/self` names the caller; the runtime is not a
-// process of the sandbox, so the sandbox's pid 1 stands in for it. Known limit: a sandbox
-// process that swaps a directory for a link between this walk and the runtime's use of the
-// result can redirect that one operation (time-of-check/time-of-use); opening with
-// O_NOFOLLOW/openat2 RESOLVE_IN_ROOT would close it.
+// process of the sandbox, so the sandbox's pid 1 stands in for it. The result is a path string:
+// handed to the kernel as it is, a directory a sandbox process swaps for a link after this walk
+// would be followed from the host's `/` (time-of-check/time-of-use). So the files API never uses
+// it as it is: the view pins it (local-view.ts `pin`, runtime/pinned-path.ts), walking the
+// result again from the mount's host directory or the holder's root with one fd per component,
+// none followed, and resolving again here when a link turns up on the way. toHost's plain string
+// is left to what only looks (a command's cwd, statfs, the user-access check's mode bits).
 import { lstatSync, readlinkSync } from "node:fs";
 import { PathOutsideSandboxError } from "../../runtime/sandbox-view.ts";
 import { VIRTUAL_DIRS, type Mount } from "./layout.ts";

@@ -1,11 +1,13 @@
 // EntryInfo exactly as envd fills it: Lstat for the entry itself; for a symlink, type and mode
-// come from the target and symlink_target is the target's absolute path.
+// come from the target and symlink_target is the target's absolute path. `hostPath` names the
+// entry through its pinned directory (pinned-path.ts); nothing here follows its final name.
 import type { MessageInitShape } from "@bufbuild/protobuf";
-import type { BigIntStats } from "node:fs";
-import { lstat, readlink, realpath, stat } from "node:fs/promises";
+import type { BigIntStats, Stats } from "node:fs";
+import { lstat, readlink } from "node:fs/promises";
 import { posix } from "node:path";
 import { FileType, type EntryInfoSchema } from "../../../schema/envd/gen/filesystem/filesystem_pb.js";
 import type { RuntimeSandbox } from "../sandbox.ts";
+import { pinPath } from "../pinned-path.ts";
 import { goModeString, permBits } from "./file-mode.ts";
 
 export type EntryInit = MessageInitShape<typeof EntryInfoSchema>;
@@ -17,14 +19,26 @@ function fileType(s: { isFile(): boolean; isDirectory(): boolean; isSymbolicLink
   return FileType.UNSPECIFIED;
 }
 
-async function symlinkTarget(sbx: RuntimeSandbox, hostPath: string, sandboxPath: string): Promise<string> {
+/** Where the link leads as the sandbox resolves it, and what is there (a kernel realpath or stat
+ * of the host path would follow it from the host's `/`). */
+async function linkTarget(sbx: RuntimeSandbox, hostPath: string, sandboxPath: string): Promise<{ target: string; st?: Stats }> {
+  let found: { target: string; st?: Stats } | undefined;
   try {
-    return sbx.view.toSandbox(await realpath(hostPath));
+    const p = pinPath(sbx.view, sandboxPath);
+    try {
+      const st = p.lstat();
+      // Still a link after the view followed it: dangling (a view that leaves it as written).
+      if (!st?.isSymbolicLink()) found = { target: p.sandboxPath, st };
+    } finally {
+      p.close();
+    }
   } catch {
-    // Dangling (or escaping) link: report where it points, made absolute.
-    const raw = await readlink(hostPath);
-    return posix.resolve(posix.dirname(sandboxPath), raw);
+    // Dangling through a missing directory, or a path the view refuses: as written, below.
   }
+  if (found?.st) return found;
+  // Dangling: report where it points, made absolute.
+  const raw = await readlink(hostPath);
+  return { target: posix.resolve(posix.dirname(sandboxPath), raw) };
 }
 
 export async function entryInfo(sbx: RuntimeSandbox, sandboxPath: string, hostPath: string, lst?: BigIntStats): Promise<EntryInit> {
@@ -33,8 +47,8 @@ export async function entryInfo(sbx: RuntimeSandbox, sandboxPath: string, hostPa
   let mode = permBits(Number(st.mode));
   let target: string | undefined;
   if (st.isSymbolicLink()) {
-    target = await symlinkTarget(sbx, hostPath, sandboxPath);
-    const t = await stat(hostPath).catch(() => undefined);
+    const { target: to, st: t } = await linkTarget(sbx, hostPath, sandboxPath);
+    target = to;
     type = t ? fileType(t) : FileType.UNSPECIFIED;
     mode = t ? permBits(t.mode) : 0;
   }
@@ -53,4 +67,14 @@ export async function entryInfo(sbx: RuntimeSandbox, sandboxPath: string, hostPa
     symlinkTarget: target,
     metadata: await sbx.metadata.get(hostPath, st),
   };
+}
+
+/** The entry at a sandbox path (its final link not followed), pinned for the look. */
+export async function entryAt(sbx: RuntimeSandbox, sandboxPath: string): Promise<EntryInit> {
+  const p = pinPath(sbx.view, sandboxPath, { followFinal: false });
+  try {
+    return await entryInfo(sbx, sandboxPath, p.host);
+  } finally {
+    p.close();
+  }
 }

@@ -1,8 +1,10 @@
 // Shared by WatchDir and CreateWatcher: the path must be an existing directory, and not on a
 // network filesystem unless the client allowed it (inotify misses remote changes there).
 import { Code, ConnectError, type HandlerContext } from "@connectrpc/connect";
-import { readFile, stat } from "node:fs/promises";
+import { readlinkSync } from "node:fs";
+import { readFile } from "node:fs/promises";
 import { fsError } from "../fs-errors.ts";
+import { errno, fdPath, openDirIn } from "../pinned-path.ts";
 import { DirWatcher, type DirEvent } from "./dir-watcher.ts";
 import { resolveRequestPath, type Resolved } from "./resolve.ts";
 
@@ -29,15 +31,24 @@ export interface WatchRequestLike {
 
 export async function openWatcher(ctx: HandlerContext, req: WatchRequestLike, onEvent?: (ev: DirEvent) => void): Promise<{ r: Resolved; watcher: DirWatcher }> {
   const r = resolveRequestPath(ctx, req.path, { want: "list" });
-  const st = await stat(r.host).catch((err) => {
-    throw fsError(err, r.path, "watch");
-  });
-  if (!st.isDirectory()) throw new ConnectError(`path '${r.path}' is not a directory`, Code.InvalidArgument);
-  if (!req.allowNetworkMounts && (await isNetworkMount(r.host))) {
-    throw new ConnectError(`path '${r.path}' is on a network mount; set allowNetworkMounts to watch it`, Code.InvalidArgument);
-  }
-  const watcher = new DirWatcher(r.host, req.recursive, onEvent);
+  let fd: number;
   try {
+    const st = r.pinned.lstat();
+    if (!st) throw errno("ENOENT", r.path);
+    if (!st.isDirectory()) throw new ConnectError(`path '${r.path}' is not a directory`, Code.InvalidArgument);
+    // The watch and its lookups go through this fd, opened without following a link swapped in.
+    fd = openDirIn(r.pinned.dir, r.pinned.name);
+  } catch (err) {
+    throw fsError(err, r.path, "watch");
+  } finally {
+    r.pinned.close();
+  }
+  const watcher = new DirWatcher(fd, req.recursive, onEvent);
+  try {
+    // The kernel's name for the directory, to find the mount it is on.
+    if (!req.allowNetworkMounts && (await isNetworkMount(readlinkSync(fdPath(fd))))) {
+      throw new ConnectError(`path '${r.path}' is on a network mount; set allowNetworkMounts to watch it`, Code.InvalidArgument);
+    }
     await watcher.start();
   } catch (err) {
     watcher.close();

@@ -1,16 +1,19 @@
 import type { HandlerContext } from "@connectrpc/connect";
-import { rm } from "node:fs/promises";
 import type { RemoveRequest } from "../../../schema/envd/gen/filesystem/filesystem_pb.js";
 import { fsError } from "../fs-errors.ts";
-import { resolveRequestPath } from "./resolve.ts";
+import { withRequestPath } from "./resolve.ts";
+import { removeTree } from "./tree.ts";
 
-/** rm -rf: a path that does not exist is success. */
+/** rm -rf: a path that does not exist (nor its directory) is success. */
 export async function remove(req: RemoveRequest, ctx: HandlerContext) {
-  const r = resolveRequestPath(ctx, req.path, { followFinal: false, want: "none" });
-  try {
-    await rm(r.host, { recursive: true, force: true });
-    return {};
-  } catch (err) {
-    throw fsError(err, r.path, "remove");
-  }
+  return withRequestPath(ctx, req.path, { followFinal: false, want: "none", create: true }, async (r) => {
+    if (r.pinned.missing.length > 0) return {};
+    try {
+      await removeTree(r.pinned.dir, r.pinned.name);
+      return {};
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === "ENOENT") return {};
+      throw fsError(err, r.path, "remove");
+    }
+  });
 }

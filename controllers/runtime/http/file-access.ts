@@ -1,7 +1,8 @@
 // What GET and POST /files share: the signature-or-token check, the user, and the path.
 import type { IncomingMessage } from "node:http";
 import type { RuntimeSandbox } from "../sandbox.ts";
-import type { SandboxUser } from "../sandbox-view.ts";
+import { pinPath, type PinnedPath } from "../pinned-path.ts";
+import type { PinOptions, SandboxUser } from "../sandbox-view.ts";
 import { checkAccess, PermissionDeniedError, type Want } from "../user-access.ts";
 import { HttpError } from "./respond.ts";
 import { checkFileAccess, type FileOperation } from "./signature.ts";
@@ -34,20 +35,26 @@ export function authorizeFiles(req: IncomingMessage, sbx: RuntimeSandbox, url: U
   return { user, rawPath };
 }
 
-/** The user's path on the host, after checking `want` against the user's rights. */
-export function hostPathFor(sbx: RuntimeSandbox, user: SandboxUser, rawPath: string, want: Want): { path: string; host: string } {
+/** The user's path, pinned (pinned-path.ts; the caller closes it), after checking `want` against
+ * the user's rights. */
+export function hostPathFor(sbx: RuntimeSandbox, user: SandboxUser, rawPath: string, want: Want, opts: PinOptions = {}): { path: string; pinned: PinnedPath } {
   const path = sbx.resolvePath(rawPath, user);
-  let host: string;
+  let pinned: PinnedPath;
   try {
-    host = sbx.view.toHost(path);
+    pinned = pinPath(sbx.view, path, opts);
   } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    // A file where a directory should be: nothing to read there, nowhere to write (envd's answers).
+    if (code === "ENOENT" || (code === "ENOTDIR" && !opts.create)) throw new HttpError(404, `path '${path}' does not exist`);
+    if (code === "ELOOP" || code === "ENOTDIR") throw new HttpError(400, `path '${path}' is not a valid file path`);
     throw new HttpError(403, (err as Error).message);
   }
   try {
-    checkAccess(sbx.view, user, host, want);
+    checkAccess(sbx.view, user, pinned.sandboxPath, want);
   } catch (err) {
+    pinned.close();
     if (!(err instanceof PermissionDeniedError)) throw err;
     throw new HttpError(403, `error opening file '${path}': permission denied`);
   }
-  return { path, host };
+  return { path, pinned };
 }

@@ -50,15 +50,18 @@ async function readBounded(fh: FileHandle, max: number): Promise<Buffer> {
 export async function getFiles(req: IncomingMessage, res: ServerResponse, sbx: RuntimeSandbox, url: URL): Promise<void> {
   const { user, rawPath } = authorizeFiles(req, sbx, url, "read");
   if (!rawPath) throw new HttpError(400, "path is required");
-  const { path, host } = hostPathFor(sbx, user, rawPath, "read");
-  // A final link swapped in since the path was resolved is not followed, and a FIFO does not
-  // block the open: the runtime may be the host's root reading a tree the tenant shaped.
-  const fh = await open(host, constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK).catch((err: NodeJS.ErrnoException) => {
-    if (err.code === "ENOENT" || err.code === "ENOTDIR") throw new HttpError(404, `path '${path}' does not exist`);
-    if (err.code === "ELOOP") throw new HttpError(400, `path '${path}' is not a valid file path`);
-    if (err.code === "EACCES" || err.code === "EPERM") throw new HttpError(403, `error opening file '${path}': permission denied`);
-    throw err;
-  });
+  const { path, pinned } = hostPathFor(sbx, user, rawPath, "read");
+  // In its directory held open, a final link swapped in since the path was resolved is not
+  // followed, and a FIFO does not block the open: the runtime may be the host's root reading a
+  // tree the tenant shaped (pinned-path.ts).
+  const fh = await open(pinned.host, constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK)
+    .catch((err: NodeJS.ErrnoException) => {
+      if (err.code === "ENOENT" || err.code === "ENOTDIR") throw new HttpError(404, `path '${path}' does not exist`);
+      if (err.code === "ELOOP") throw new HttpError(400, `path '${path}' is not a valid file path`);
+      if (err.code === "EACCES" || err.code === "EPERM") throw new HttpError(403, `error opening file '${path}': permission denied`);
+      throw err;
+    })
+    .finally(() => pinned.close());
   let handedOver = false;
   try {
     const st = await fh.stat();

@@ -2,13 +2,14 @@
 // filename) or a raw octet-stream body (the `path` query names the target), optionally
 // gzip-encoded. Parent directories are created; files are truncated and belong to the user.
 import { constants, createWriteStream, type BigIntStats } from "node:fs";
-import { lstat, open, stat } from "node:fs/promises";
+import { lstat, open } from "node:fs/promises";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { posix } from "node:path";
 import { PassThrough, type Readable } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import { createGunzip } from "node:zlib";
 import { mkdirsAs, ownerOnHost } from "../filesystem/mkdirs.ts";
+import type { PinnedPath } from "../pinned-path.ts";
 import type { RuntimeSandbox } from "../sandbox.ts";
 import type { SandboxUser } from "../sandbox-view.ts";
 import { authorizeFiles, hostPathFor } from "./file-access.ts";
@@ -49,21 +50,32 @@ function diskFull(err: unknown): boolean {
 }
 
 async function writeOne(sbx: RuntimeSandbox, user: SandboxUser, rawPath: string, data: Readable, metadata: Record<string, string>): Promise<Written> {
-  const { path, host } = hostPathFor(sbx, user, rawPath, "none");
-  if ((await stat(host).catch(() => undefined))?.isDirectory()) throw new HttpError(400, `path '${path}' is a directory`);
+  const { path, pinned } = hostPathFor(sbx, user, rawPath, "none", { create: true });
+  try {
+    return await writePinned(sbx, user, path, pinned, data, metadata);
+  } finally {
+    pinned.close();
+  }
+}
+
+/** The write itself, every name inside a directory held open (pinned-path.ts): the runtime may
+ * be the host's root writing into a tree the tenant shapes while it writes. */
+async function writePinned(sbx: RuntimeSandbox, user: SandboxUser, path: string, pinned: PinnedPath, data: Readable, metadata: Record<string, string>): Promise<Written> {
+  if (pinned.lstat()?.isDirectory()) throw new HttpError(400, `path '${path}' is a directory`);
   // envd's order and answers: directories first, then the open, each failure a 500 naming it
   // (a read-only file system included), a full disk 507.
   try {
-    await mkdirsAs(posix.dirname(host), user, sbx.view);
+    await mkdirsAs(pinned, user, sbx.view);
   } catch (err) {
     if (diskFull(err)) throw new HttpError(507, "not enough disk space available");
-    if ((err as NodeJS.ErrnoException).code === "ENOTDIR") throw new HttpError(400, `path '${path}' is not a valid file path`);
+    const code = (err as NodeJS.ErrnoException).code;
+    if (code === "ENOTDIR" || code === "ELOOP") throw new HttpError(400, `path '${path}' is not a valid file path`);
     throw new HttpError(500, `error ensuring directories: ${goError(err, "mkdir", posix.dirname(path))}`);
   }
+  const host = pinned.host;
   let fh;
   try {
-    // As "w", but a final link (one swapped in since the path was resolved) is not followed and a
-    // FIFO does not block: this may be the host's root writing into a tree the tenant shaped.
+    // As "w", but a final link is not followed and a FIFO does not block.
     fh = await open(host, WRITE_FLAGS, 0o644);
   } catch (err) {
     if (diskFull(err)) throw new HttpError(507, "not enough disk space available");

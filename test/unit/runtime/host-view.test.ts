@@ -1,4 +1,4 @@
-import { mkdtempSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, realpathSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, describe, expect, it, vi } from "vitest";
@@ -29,5 +29,15 @@ describe("HostView", () => {
     const v = new HostView(opts);
     expect(v.command(req("user")).uid).toBeUndefined();
     expect(() => v.command(req("root"))).toThrow(UserSwitchError);
+  });
+
+  it("resolves links down to the deepest part that exists, the rest as written (a write's missing directories)", () => {
+    const real = realpathSync(dir);
+    mkdirSync(join(dir, "target"), { recursive: true });
+    symlinkSync(join(dir, "target"), join(dir, "via"));
+    const v = new HostView(opts);
+    expect(v.toHost(join(dir, "via/new/x"))).toBe(join(real, "target/new/x"));
+    expect(v.toHost(join(dir, "via"), { followFinal: false })).toBe(join(real, "via"));
+    expect(v.toHost("/")).toBe("/");
   });
 });
