@@ -1,11 +1,12 @@
 // The sandbox's seccomp filter (controllers/drivers/local/seccomp.ts), through the real e2b SDK:
 // a denied syscall fails with the errno chosen for it (EPERM, or ENOSYS where software falls
-// back), for root and for user, in a command and in one started in the background; the x32 ABI
-// kills the caller; a new user namespace is refused (unshare -Urn), unless the operator gave the
-// template `nestedUserNamespaces`, while threads, fork, posix_spawn and vfork-style spawns work
-// (clone3 is ENOSYS, and libc falls back to clone); every process of the sandbox (its pid 1 too)
-// and a template's build steps and start command run filtered, and so do the code interpreter's
-// kernel and every process beside it; and what sandboxes do every day still works.
+// back), for root and for user, in a command and in one started in the background; personality(2)
+// takes Docker's values only; the x32 ABI kills the caller; a new user namespace is refused
+// (unshare -Urn), unless the operator gave the template `nestedUserNamespaces`, while threads,
+// fork, posix_spawn and vfork-style spawns work (clone3 is ENOSYS, and libc falls back to clone);
+// every process of the sandbox (its pid 1 too) and a template's build steps and start command run
+// filtered, and so do the code interpreter's kernel and every process beside it; and what
+// sandboxes do every day still works.
 import { Sandbox as CodeInterpreter } from "@e2b/code-interpreter";
 import { Sandbox, Template, waitForFile } from "e2b";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -35,13 +36,15 @@ try:
     socket.socket(40, socket.SOCK_STREAM).close(); print("vsock ok")
 except OSError as e:
     print("vsock", errno.errorcode[e.errno])
+call("personality ADDR_NO_RANDOMIZE", 135, 0x0040000)
+call("personality query", 135, 0xffffffff)
 call("getpid", 39)
 if len(sys.argv) > 1:
     call("x32 getpid", 0x40000000 | 39)
     print("still alive")
 `;
 
-const EXPECTED = ["keyctl EPERM", "bpf EPERM", "userfaultfd EPERM", "perf_event_open EPERM", "open_by_handle_at EPERM", "init_module EPERM", "io_uring_setup ENOSYS", "fsopen ENOSYS", "vsock EPERM", "getpid ok"];
+const EXPECTED = ["keyctl EPERM", "bpf EPERM", "userfaultfd EPERM", "perf_event_open EPERM", "open_by_handle_at EPERM", "init_module EPERM", "io_uring_setup ENOSYS", "fsopen ENOSYS", "vsock EPERM", "personality ADDR_NO_RANDOMIZE EPERM", "personality query ok", "getpid ok"];
 
 const probe = (extra = "") => `python3 - ${extra} <<'EOF'\n${PROBE}\nEOF`;
 

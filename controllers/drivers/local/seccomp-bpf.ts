@@ -16,6 +16,8 @@
 //   per rule:  jeq nr, +0, +1 ; ret ERRNO|e                       (any arguments)
 //        or:   jeq nr, +0, +4 ; ld arg0 ; jeq v, +0, +1 ; ret ERRNO|e ; ld nr   (first argument == v)
 //        or:   jeq nr, +0, +4 ; ld arg0 ; jset m, +0, +1 ; ret ERRNO|e ; ld nr  (any bit of m set in it)
+//        or:   jeq nr, +0, +n+3 ; ld arg0 ; jeq v1, +n, +0 ; … ; jeq vn, +1, +0 ; ret ERRNO|e ; ld nr
+//                                                          (first argument none of v1..vn, n ≤ 8)
 //   ret ALLOW
 //
 // The argument rules read the low 32 bits of the first argument only (classic BPF loads 32-bit
@@ -37,13 +39,18 @@ export interface Instruction {
 
 /** A syscall the filter refuses: with `errno` (EPERM, or ENOSYS where software probes and falls
  * back), for any arguments, only when its first argument's low 32 bits equal `arg0`, or only when
- * they have any bit of `arg0Bits` set (flags: `unshare(CLONE_NEWUSER | …)`). */
+ * they have any bit of `arg0Bits` set (flags: `unshare(CLONE_NEWUSER | …)`), or only when they are
+ * none of `arg0NotIn` (a short list of allowed values: `personality`). At most one of the three. */
 export interface DenyRule {
   nr: number;
   errno: number;
   arg0?: number;
   arg0Bits?: number;
+  arg0NotIn?: readonly number[];
 }
+
+/** The longest `arg0NotIn` list: its block jumps n + 3 instructions at most. */
+export const MAX_ALLOWED_VALUES = 8;
 
 // linux/filter.h and linux/bpf_common.h
 const BPF_LD_W_ABS = 0x00 | 0x00 | 0x20; // BPF_LD | BPF_W | BPF_ABS
@@ -85,9 +92,16 @@ export function assemble(arch: number, rules: readonly DenyRule[], rejectFrom: n
   for (const r of rules) {
     if (!Number.isInteger(r.nr) || r.nr < 0 || r.nr >= rejectFrom) throw new Error(`seccomp: bad syscall number ${r.nr}`);
     if (!Number.isInteger(r.errno) || r.errno <= 0 || r.errno > 0xffff) throw new Error(`seccomp: bad errno ${r.errno}`);
-    if (r.arg0 !== undefined && r.arg0Bits !== undefined) throw new Error(`seccomp: rule for ${r.nr} has both arg0 and arg0Bits`);
+    if ([r.arg0, r.arg0Bits, r.arg0NotIn].filter((a) => a !== undefined).length > 1) throw new Error(`seccomp: rule for ${r.nr} has more than one of arg0, arg0Bits, arg0NotIn`);
     if (r.arg0Bits !== undefined && (!Number.isInteger(r.arg0Bits) || r.arg0Bits <= 0 || r.arg0Bits > 0xffffffff)) throw new Error(`seccomp: bad arg0Bits ${r.arg0Bits}`);
+    if (r.arg0NotIn !== undefined && (r.arg0NotIn.length < 1 || r.arg0NotIn.length > MAX_ALLOWED_VALUES || r.arg0NotIn.some((v) => !Number.isInteger(v) || v < 0 || v > 0xffffffff))) throw new Error(`seccomp: bad arg0NotIn for ${r.nr}: 1 to ${MAX_ALLOWED_VALUES} values of 32 bits`);
     const action = (SECCOMP_RET_ERRNO | r.errno) >>> 0;
+    if (r.arg0NotIn) {
+      // A listed value jumps over the rest of the list and the refusal, to `ld nr`.
+      const n = r.arg0NotIn.length;
+      prog.push(jeq(r.nr, 0, n + 3), ld(DATA_ARG0_LO), ...r.arg0NotIn.map((v, i) => jeq(v >>> 0, n - i, 0)), ret(action), ld(DATA_NR));
+      continue;
+    }
     const test = r.arg0Bits !== undefined ? jset(r.arg0Bits >>> 0, 0, 1) : r.arg0 !== undefined ? jeq(r.arg0 >>> 0, 0, 1) : undefined;
     if (!test) prog.push(jeq(r.nr, 0, 1), ret(action));
     else prog.push(jeq(r.nr, 0, 4), ld(DATA_ARG0_LO), test, ret(action), ld(DATA_NR));

@@ -19,13 +19,16 @@ const EPERM = 1;
 const ENOSYS = 38;
 /** socket(2)'s address family of host-VM sockets (linux/socket.h). */
 const AF_VSOCK = 40;
+/** personality(2) values Docker's default profile allows (linux/personality.h): PER_LINUX,
+ * PER_LINUX32, UNAME26, PER_LINUX32 | UNAME26, and 0xffffffff (the query: changes nothing). */
+export const PERSONALITIES = [0x0, 0x8, 0x20000, 0x20008, 0xffffffff] as const;
 /** linux/sched.h: bit 28, in the low half of clone's and unshare's 64-bit flags. */
 export const CLONE_NEWUSER = 0x10000000;
 
 /** The syscalls named below, x86_64 numbers from the kernel's
  * arch/x86/entry/syscalls/syscall_64.tbl (checked against asm/unistd_64.h of the build host). */
 export const X86_64: Record<string, number> = {
-  socket: 41, clone: 56, syslog: 103, uselib: 134, _sysctl: 156, acct: 163, settimeofday: 164, swapon: 167, swapoff: 168, reboot: 169,
+  socket: 41, clone: 56, syslog: 103, uselib: 134, personality: 135, _sysctl: 156, acct: 163, settimeofday: 164, swapon: 167, swapoff: 168, reboot: 169,
   iopl: 172, ioperm: 173, init_module: 175, delete_module: 176, quotactl: 179, nfsservctl: 180, lookup_dcookie: 212,
   clock_settime: 227, kexec_load: 246, unshare: 272, add_key: 248, request_key: 249, keyctl: 250, perf_event_open: 298,
   open_by_handle_at: 304, finit_module: 313, kexec_file_load: 320, bpf: 321, userfaultfd: 323, io_uring_setup: 425,
@@ -40,6 +43,8 @@ export interface Denied {
   arg0?: number;
   /** Only when the first argument has any of these bits (clone's and unshare's flags). */
   arg0Bits?: number;
+  /** Only when the first argument is none of these (personality's allowed values). */
+  arg0NotIn?: readonly number[];
 }
 
 const perm = (...names: string[]): Denied[] => names.map((name) => ({ name, errno: EPERM }));
@@ -59,6 +64,12 @@ export const DENIED: readonly Denied[] = [
   ...perm("uselib", "_sysctl", "nfsservctl", "lookup_dcookie"),
   // Sockets to the hypervisor: vsock is not per network namespace.
   { name: "socket", errno: EPERM, arg0: AF_VSOCK },
+  // Execution domains: only Docker's values (PER_LINUX, PER_LINUX32, UNAME26, both, and the
+  // query 0xffffffff). The other flags change how the kernel maps memory for what the process
+  // execs: ADDR_NO_RANDOMIZE turns ASLR off (for a setuid program like sudo too),
+  // READ_IMPLIES_EXEC makes readable memory executable, MMAP_PAGE_ZERO maps page 0. `personality`
+  // takes an unsigned int: the high half of the register is not read by the kernel either.
+  { name: "personality", errno: EPERM, arg0NotIn: PERSONALITIES },
   // Probed and fallen back from on ENOSYS ("this kernel has none"): io_uring (libuv, liburing
   // users) and the new mount API (util-linux's libmount falls back to mount(2)), whose parameter
   // parsing gave the user-namespace root a heap overflow before (CVE-2022-0185).
@@ -95,7 +106,7 @@ export function sandboxFilter(cpu: string = arch(), opts: FilterOptions = {}): B
   const rules: DenyRule[] = denied.map((d) => {
     const nr = X86_64[d.name];
     if (nr === undefined) throw new Error(`seccomp: no x86_64 number for ${d.name}`);
-    return { nr, errno: d.errno, arg0: d.arg0, arg0Bits: d.arg0Bits };
+    return { nr, errno: d.errno, arg0: d.arg0, arg0Bits: d.arg0Bits, arg0NotIn: d.arg0NotIn };
   });
   return encode(assemble(AUDIT_ARCH_X86_64, rules));
 }

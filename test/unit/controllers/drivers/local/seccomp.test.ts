@@ -3,9 +3,13 @@
 // as the kernel would run them on a syscall's seccomp_data.
 import { describe, expect, it } from "vitest";
 import { assemble, AUDIT_ARCH_X86_64, encode, MAX_INSTRUCTIONS, SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO, SECCOMP_RET_KILL_PROCESS, X32_SYSCALL_BIT, type Instruction } from "../../../../../controllers/drivers/local/seccomp-bpf.ts";
-import { CLONE_NEWUSER, DENIED, NEW_USER_NAMESPACE, sandboxFilter, seccompProgram, X86_64 } from "../../../../../controllers/drivers/local/seccomp.ts";
+import { CLONE_NEWUSER, DENIED, NEW_USER_NAMESPACE, PERSONALITIES, sandboxFilter, seccompProgram, X86_64, type Denied } from "../../../../../controllers/drivers/local/seccomp.ts";
 
 const AUDIT_ARCH_I386 = 0x40000003;
+/** personality(2)'s ADDR_NO_RANDOMIZE: not one of Docker's values. */
+const ADDR_NO_RANDOMIZE = 0x0040000;
+/** A first argument the rule refuses. */
+const refusedArg = (d: Denied) => d.arg0 ?? d.arg0Bits ?? (d.arg0NotIn ? ADDR_NO_RANDOMIZE : undefined);
 
 /** Decodes the kernel's byte layout back into instructions. */
 function decode(bytes: Buffer): Instruction[] {
@@ -75,7 +79,7 @@ describe("seccomp assembler", () => {
     expect(run(prog, { nr: 272, arg0: 0x10000000 | 0x40000000 })).toBe(SECCOMP_RET_ERRNO | 1);
     expect(run(prog, { nr: 272, arg0: 0x40000000 })).toBe(SECCOMP_RET_ALLOW);
     expect(() => assemble(AUDIT_ARCH_X86_64, [{ nr: 1, errno: 1, arg0Bits: 0 }])).toThrow(/bad arg0Bits/);
-    expect(() => assemble(AUDIT_ARCH_X86_64, [{ nr: 1, errno: 1, arg0: 1, arg0Bits: 1 }])).toThrow(/both/);
+    expect(() => assemble(AUDIT_ARCH_X86_64, [{ nr: 1, errno: 1, arg0: 1, arg0Bits: 1 }])).toThrow(/more than one/);
   });
 
   it("keeps every jump short past 255 instructions, and the last rule still matches", () => {
@@ -90,6 +94,31 @@ describe("seccomp assembler", () => {
     expect(run(prog, { nr: 1298, arg0: (1 << 10) | 3 })).toBe(SECCOMP_RET_ERRNO | 99);
     expect(run(prog, { nr: 1298, arg0: 3 })).toBe(SECCOMP_RET_ALLOW);
     expect(run(prog, { nr: 999 })).toBe(SECCOMP_RET_ALLOW);
+  });
+
+  it("encodes an allowed-values rule: a listed value jumps past the refusal, any other is refused", () => {
+    const bytes = encode(assemble(AUDIT_ARCH_X86_64, [{ nr: 135, errno: 1, arg0NotIn: [0, 8] }, { nr: 250, errno: 1 }]));
+    expect(bytes.subarray(8 * 8).toString("hex")).toBe(
+      [
+        "1500000587000000", // jeq #135, +0, +5
+        "2000000010000000", // ld [16]           args[0], low half
+        "1500020000000000", // jeq #0, +2, +0    allowed: to ld nr
+        "1500010008000000", // jeq #8, +1, +0
+        "0600000001000500", // ret ERRNO|EPERM
+        "2000000000000000", // ld [0]            nr again
+        "15000001fa000000", // jeq #250, +0, +1  the next rule
+        "0600000001000500", // ret ERRNO|EPERM
+        "060000000000ff7f", // ret ALLOW
+      ].join(""),
+    );
+    const prog = decode(bytes);
+    expect(run(prog, { nr: 135, arg0: 0 })).toBe(SECCOMP_RET_ALLOW);
+    expect(run(prog, { nr: 135, arg0: 8 })).toBe(SECCOMP_RET_ALLOW);
+    expect(run(prog, { nr: 135, arg0: 9 })).toBe(SECCOMP_RET_ERRNO | 1);
+    expect(run(prog, { nr: 250, arg0: 0 })).toBe(SECCOMP_RET_ERRNO | 1);
+    expect(() => assemble(AUDIT_ARCH_X86_64, [{ nr: 1, errno: 1, arg0NotIn: [] }])).toThrow(/bad arg0NotIn/);
+    expect(() => assemble(AUDIT_ARCH_X86_64, [{ nr: 1, errno: 1, arg0NotIn: Array.from({ length: 9 }, (_, i) => i) }])).toThrow(/bad arg0NotIn/);
+    expect(() => assemble(AUDIT_ARCH_X86_64, [{ nr: 1, errno: 1, arg0: 1, arg0NotIn: [1] }])).toThrow(/more than one/);
   });
 
   it("refuses a program the kernel would not load, and numbers or errnos out of range", () => {
@@ -114,7 +143,7 @@ describe("the sandbox filter", () => {
 
   it("refuses the denied list with its errno and allows what a sandbox needs", () => {
     for (const d of DENIED) {
-      expect(run(prog, { nr: X86_64[d.name]!, arg0: d.arg0 }), d.name).toBe(SECCOMP_RET_ERRNO | d.errno);
+      expect(run(prog, { nr: X86_64[d.name]!, arg0: refusedArg(d) }), d.name).toBe(SECCOMP_RET_ERRNO | d.errno);
     }
     expect(run(prog, { nr: X86_64.keyctl! })).toBe(SECCOMP_RET_ERRNO | 1);
     expect(run(prog, { nr: X86_64.io_uring_setup! })).toBe(SECCOMP_RET_ERRNO | 38);
@@ -145,7 +174,14 @@ describe("the sandbox filter", () => {
     const open = decode(sandboxFilter("x64", { nestedUserNamespaces: true }));
     for (const d of NEW_USER_NAMESPACE) expect(run(open, { nr: X86_64[d.name]!, arg0: CLONE_NEWUSER }), d.name).toBe(SECCOMP_RET_ALLOW);
     // Everything else is refused the same with the opt-in.
-    for (const d of DENIED) expect(run(open, { nr: X86_64[d.name]!, arg0: d.arg0 }), d.name).toBe(SECCOMP_RET_ERRNO | d.errno);
+    for (const d of DENIED) expect(run(open, { nr: X86_64[d.name]!, arg0: refusedArg(d) }), d.name).toBe(SECCOMP_RET_ERRNO | d.errno);
+  });
+
+  it("lets personality(2) take Docker's values only", () => {
+    for (const v of PERSONALITIES) expect(run(prog, { nr: X86_64.personality!, arg0: v }), v.toString(16)).toBe(SECCOMP_RET_ALLOW);
+    for (const v of [ADDR_NO_RANDOMIZE, 0x0400000 /* READ_IMPLIES_EXEC */, 0x0100000 /* MMAP_PAGE_ZERO */, 0x9, 0x20009, 0x7fffffff]) {
+      expect(run(prog, { nr: X86_64.personality!, arg0: v }), v.toString(16)).toBe(SECCOMP_RET_ERRNO | 1);
+    }
   });
 
   it("has no table but x86_64's: another CPU is refused unless the filter is turned off", () => {
