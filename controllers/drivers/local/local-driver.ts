@@ -377,11 +377,12 @@ export class LocalDriver implements Driver {
     if (!created) this.#save(rec);
     // A holder an older agent started before the filter existed runs without it, and a filtered
     // command may ptrace it and make the calls the filter refuses. An unclaimed warm member is
-    // nobody's yet: it gets a new holder. A claimed one's processes are a user's work: never
-    // killed for this; it is logged with a count until its holder restarts (a Stop pause, an
-    // update ops recreate), which brings the filter.
+    // nobody's yet: it gets a new holder. A claimed one's processes are a user's work (and so is
+    // one whose caller does not say, `claimed` unset): never killed for this; it is logged with
+    // a count until its holder restarts (a Stop pause, an update ops recreate), which brings the
+    // filter.
     const unfiltered = !created && this.#unfilteredHolder(rec);
-    const replace = unfiltered && d.claimed !== true;
+    const replace = unfiltered && d.claimed === false;
     if (unfiltered) {
       if (!replace) this.#unfilteredClaimed.add(d.id);
       console.warn(`local driver: sandbox ${d.id}: its holder (pid 1) runs without the seccomp filter (started by an older agent): ${replace ? "an unclaimed warm member, restarted with it" : `claimed, left running until its holder restarts (a Stop pause); ${this.#unfilteredClaimed.size} such sandbox(es) on this driver`}`);
