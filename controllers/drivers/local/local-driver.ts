@@ -389,7 +389,10 @@ export class LocalDriver implements Driver {
     }
     if (networkChanged || recreate || replace) {
       await this.#endProcesses(rec);
-      rec = { ...rec, phase: "Stopped", holder: undefined, nsInit: undefined };
+      // A replaced warm member is a new one to the agent: created before the agent started, it
+      // would read as adopted, whose template start command already runs (start-commands.ts),
+      // and come back without it.
+      rec = { ...rec, phase: "Stopped", holder: undefined, nsInit: undefined, ...(replace ? { createdAt: new Date().toISOString() } : {}) };
       this.#save(rec);
     }
     let obs = this.#observeRecord(rec);

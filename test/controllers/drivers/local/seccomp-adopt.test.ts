@@ -30,13 +30,15 @@ describe("adopting an unfiltered holder", () => {
     expect([seccompOf(before.warm.pid), seccompOf(before.claimed.pid)]).toEqual(["0", "0"]);
     const work = (await shIn(driver, claimed.id, "sleep 300 >/dev/null 2>&1 & echo $!")).stdout.trim();
 
+    const createdAt = { warm: (await driver.observe(warm.id))!.createdAt, claimed: (await driver.observe(claimed.id))!.createdAt };
     await driver.dispose();
     driver = new LocalDriver({ dataDir, cgroupName });
     const warn = vi.spyOn(console, "warn").mockImplementation(() => {});
     let warnings: string[];
     try {
-      await driver.ensure({ ...warm, generation: 2 });
-      await driver.ensure({ ...claimed, generation: 2 });
+      // The replaced warm member reads as new (not adopted: its template's start command runs again).
+      expect((await driver.ensure({ ...warm, generation: 2 })).createdAt > createdAt.warm).toBe(true);
+      expect((await driver.ensure({ ...claimed, generation: 2 })).createdAt).toBe(createdAt.claimed);
       // Looked at once per driver start: a second pass says nothing more.
       await driver.ensure({ ...claimed, generation: 3 });
       warnings = warn.mock.calls.map((c) => String(c[0]));
