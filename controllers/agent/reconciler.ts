@@ -75,6 +75,7 @@ export function desiredFor(intent: Intent): DesiredSandbox {
     networkRules: intent.networkRules,
     pool: t.id,
     ...(t.codeInterpreter ? { codeInterpreter: true } : {}),
+    ...(t.nestedUserNamespaces ? { nestedUserNamespaces: true } : {}),
     claimed: intent.owner.kind !== "pool",
     namespace: intent.team ?? undefined,
     labels: intent.labels,

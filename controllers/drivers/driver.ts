@@ -51,6 +51,9 @@ export interface DesiredSandbox {
    * whose runtime runs apart from the agent (kubernetes: the pod's sidecar) start it with the
    * interpreter; the local driver's embedded runtime reads it from the intent itself. */
   codeInterpreter?: boolean;
+  /** Its processes may make user namespaces of their own (the template's operator-set
+   * `nestedUserNamespaces`): the local driver's seccomp filter refuses them otherwise. */
+  nestedUserNamespaces?: boolean;
   /** The pool (template id = SandboxSet name) the sandbox is built from, for drivers that build
    * sandboxes from a pool's own spec (kubernetes: the SandboxSet's pod template). */
   pool?: string;

@@ -16,6 +16,7 @@ export function protocolTemplate(templateId: string, revision: string, spec: San
     ...(spec.startCmd ? { startCmd: spec.startCmd } : {}),
     ...(spec.readyCmd ? { readyCmd: spec.readyCmd } : {}),
     ...(spec.codeInterpreter ? { codeInterpreter: true } : {}),
+    ...(spec.nestedUserNamespaces ? { nestedUserNamespaces: true } : {}),
   };
 }
 

@@ -54,6 +54,14 @@ export const TemplateSpec = z.strictObject({
    * runtime serves port 49999 of its sandboxes (E2B's code interpreter API); in any other
    * sandbox 49999 is a user port like the rest. */
   codeInterpreter: z.boolean().optional(),
+  /** Sandboxes of this template may make user namespaces of their own (`unshare --user`,
+   * Chromium's namespace sandbox, rootless podman, bwrap inside): the local driver's seccomp
+   * filter refuses them otherwise, since inside one any user gets every capability back over the
+   * kernel code a namespace's root may drive (nf_tables, tc, overlayfs). The operator's to set,
+   * like Kubernetes' `seccompProfile: Unconfined` behind Pod Security Admission: only the admin
+   * API takes it; a build keeps it on a template it rebuilds and never gives it to a template
+   * built `fromTemplate` one that has it (controllers/drivers/local/README.md, "Seccomp"). */
+  nestedUserNamespaces: z.boolean().optional(),
 });
 export type TemplateSpec = z.infer<typeof TemplateSpec>;
 

@@ -42,6 +42,9 @@ export const TemplateSpecSchema = z.object({
   readyCmd: z.string().max(4096).optional(),
   /** The runtime serves port 49999 (the code interpreter) for it; otherwise 49999 is a user port. */
   codeInterpreter: z.boolean().optional(),
+  /** Its sandboxes may make user namespaces of their own (schema/api/template.ts): the local
+   * driver loads its filter without the rules that refuse them. */
+  nestedUserNamespaces: z.boolean().optional(),
 });
 export type TemplateSpec = z.infer<typeof TemplateSpecSchema>;
 

@@ -43,6 +43,20 @@ export function procRef(pid: number): ProcRef | undefined {
   return start === undefined ? undefined : { pid, start };
 }
 
+/** The seccomp mode of a live process, from the kernel's `/proc/<pid>/status` (0 none, 1 strict,
+ * 2 filter); undefined when it is gone (or a reused pid: `ref.start` no longer matches). A number
+ * the kernel writes: nothing of the sandbox's is read. */
+export function seccompMode(ref: ProcRef): number | undefined {
+  try {
+    const status = readFileSync(`/proc/${ref.pid}/status`, "utf8");
+    if (procStart(ref.pid) !== ref.start) return undefined;
+    const m = /^Seccomp:\s*(\d+)$/m.exec(status);
+    return m ? Number(m[1]) : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
 export function alive(ref: ProcRef | undefined): boolean {
   if (!ref) return false;
   const start = procStart(ref.pid);

@@ -19,7 +19,7 @@ import {
   type SnapshotRef,
 } from "../driver.ts";
 import { cgroupPids, cgroupSetFor, createCgroups, isFrozen, killAndRemove, listCgroupIds, procsFiles, removeParents, setFrozen, type CgroupLayout } from "./cgroups.ts";
-import { alive, discoverHolder, signalSandbox, startHolder } from "./holder.ts";
+import { alive, discoverHolder, seccompMode, signalSandbox, startHolder } from "./holder.ts";
 import { EGRESS_MAX_CONNECTIONS, EGRESS_PROXY_PORT, LocalEgress, networkMode, networkOf, proxyEnv, type NetworkMode } from "./egress.ts";
 import { parseIp, privateRange } from "../../../schema/egress/address.ts";
 import type { TrafficPolicyEntry } from "../../../schema/api/traffic-policy.ts";
@@ -38,7 +38,7 @@ import { LocalSandboxView } from "./local-view.ts";
 import { PortRelay } from "./port-relay.ts";
 import { probeHost } from "./probe.ts";
 import { seccompProgram } from "./seccomp.ts";
-import { readRecord, recordedIds, writeRecord, type ProcRef, type SandboxRecord } from "./records.ts";
+import { readRecord, recordedIds, writeRecord, type FilterKind, type ProcRef, type SandboxRecord } from "./records.ts";
 import { SandboxNet, type SandboxNetOptions } from "./sandbox-net.ts";
 import { IN_PROCESS, Spawner } from "./spawner.ts";
 import type { LaunchedExit } from "../../runtime/process/launcher.ts";
@@ -145,8 +145,14 @@ export class LocalDriver implements Driver {
   readonly #net: SandboxNet | undefined;
   /** Sandboxes behind the proxy get a veth for the kernel's fast path (options.egressFastPath). */
   readonly #fastPath: boolean;
-  /** The seccomp program file every sandbox's processes load (seccomp.ts); undefined: none. */
-  readonly #seccomp: string | undefined;
+  /** The seccomp program files a sandbox's processes load (seccomp.ts): the default, and the one
+   * of templates with `nestedUserNamespaces`; undefined: none. */
+  readonly #seccomp: Record<FilterKind, string> | undefined;
+  /** Sandboxes whose holder's pid 1 was looked at once since this driver started (an older
+   * agent's may run unfiltered), and the claimed ones found so (warned about and counted until
+   * their holder restarts). */
+  readonly #holderChecked = new Set<string>();
+  readonly #unfilteredClaimed = new Set<string>();
   readonly #rootfs: RootfsStore | undefined;
   /** `base` was asked for before it was built (said once per driver). */
   #hostViewLogged = false;
@@ -205,13 +211,15 @@ export class LocalDriver implements Driver {
     // Written once per start, as root, beside the records: bwrap and enter.pl read it as root.
     const program = probe.capabilities.level === "process" || opts.seccomp === false ? undefined : seccompProgram();
     if (program) {
-      this.#seccomp = join(this.#dataDir, "seccomp.bpf");
+      this.#seccomp = { default: join(this.#dataDir, "seccomp.bpf"), nestedUserns: join(this.#dataDir, "seccomp-nested-userns.bpf") };
       mkdirSync(this.#dataDir, { recursive: true });
-      writeFileSync(`${this.#seccomp}.tmp`, program, { mode: 0o600 });
-      renameSync(`${this.#seccomp}.tmp`, this.#seccomp);
+      for (const [file, bytes] of [[this.#seccomp.default, program], [this.#seccomp.nestedUserns, seccompProgram(process.env, { nestedUserNamespaces: true })!]] as const) {
+        writeFileSync(`${file}.tmp`, bytes, { mode: 0o600 });
+        renameSync(`${file}.tmp`, file);
+      }
     }
     const seccompNote = program
-      ? "seccomp: every sandbox process this agent starts runs under the driver's filter (README.md \"Seccomp\"; not the holders of sandboxes an older agent started)"
+      ? "seccomp: every sandbox process runs under the driver's filter, which refuses new user namespaces unless the template has nestedUserNamespaces (README.md \"Seccomp\"; an older agent's unfiltered holders: warm ones restarted, claimed ones logged until they restart)"
       : `no seccomp filter: ${probe.capabilities.level === "process" ? "process level" : "turned off (KRUISE_LOCAL_SECCOMP=off)"}`;
     this.capabilities = { ...probe.capabilities, notes: [...probe.capabilities.notes, ...netNote, usernsNote, seccompNote] };
     const rootsOff = opts.rootfs === false || process.env.KRUISE_LOCAL_ROOTFS === "off" || this.capabilities.level === "process";
@@ -377,9 +385,24 @@ export class LocalDriver implements Driver {
     rec = { ...rec, generation: d.generation, desired: d };
     // A record made just above already says this.
     if (!created) this.#save(rec);
-    if (networkChanged || recreate) {
+    // A holder an older agent started before the filter existed runs without it, and a filtered
+    // command may ptrace it and make the calls the filter refuses. An unclaimed warm member is
+    // nobody's yet: it gets a new holder. A claimed one's processes are a user's work (and so is
+    // one whose caller does not say, `claimed` unset): never killed for this; it is logged with
+    // a count until its holder restarts (a Stop pause, an update ops recreate), which brings the
+    // filter.
+    const unfiltered = !created && this.#unfilteredHolder(rec);
+    const replace = unfiltered && d.claimed === false;
+    if (unfiltered) {
+      if (!replace) this.#unfilteredClaimed.add(d.id);
+      console.warn(`local driver: sandbox ${d.id}: its holder (pid 1) runs without the seccomp filter (started by an older agent): ${replace ? "an unclaimed warm member, restarted with it" : `claimed, left running until its holder restarts (a Stop pause); ${this.#unfilteredClaimed.size} such sandbox(es) on this driver`}`);
+    }
+    if (networkChanged || recreate || replace) {
       await this.#endProcesses(rec);
-      rec = { ...rec, phase: "Stopped", holder: undefined, nsInit: undefined };
+      // A replaced warm member is a new one to the agent: created before the agent started, it
+      // would read as adopted, whose template start command already runs (start-commands.ts),
+      // and come back without it.
+      rec = { ...rec, phase: "Stopped", holder: undefined, nsInit: undefined, ...(replace ? { createdAt: new Date().toISOString() } : {}) };
       this.#save(rec);
     }
     let obs = this.#observeRecord(rec);
@@ -404,6 +427,18 @@ export class LocalDriver implements Driver {
     // verdict on the sandbox. Retried, the next pass starts it again.
     if (wantProcesses && seen.phase === "Failed") throw new Error(`sandbox ${d.id}: ${seen.message ?? "failed"} while it was being started; starting it again`);
     return seen;
+  }
+
+  /** Whether the running holder of an adopted sandbox has no seccomp filter where this driver
+   * loads one (`Seccomp: 0` in the kernel's status of its pid 1). Looked at once per sandbox per
+   * driver start; a holder this driver started is not looked at. */
+  #unfilteredHolder(rec: SandboxRecord): boolean {
+    if (!this.#seccomp || rec.level === "process" || rec.phase === "Stopped" || !rec.nsInit || this.#holderChecked.has(rec.id)) return false;
+    const mode = seccompMode(rec.nsInit);
+    // Gone: the pass starts a new, filtered one.
+    if (mode === undefined) return false;
+    this.#holderChecked.add(rec.id);
+    return mode === 0;
   }
 
   /** The network a sandbox wanting `d` gets: TrafficPolicies that select it put it behind the proxy. */
@@ -637,6 +672,8 @@ export class LocalDriver implements Driver {
     }
     const ns = this.capabilities.level !== "process";
     const hostNet = next.sharesHostNet === true;
+    // Fixed for the holder's life, and recorded: its commands load the same one (view target).
+    const filter: FilterKind = rec.desired.nestedUserNamespaces ? "nestedUserns" : "default";
     // A sandbox with internet access gets its veth while bwrap is still mounting its root.
     const address = ns && !hostNet && this.#net && this.#mode(rec.desired) === "host" ? next.net?.address : undefined;
     let veth: string | undefined;
@@ -646,7 +683,7 @@ export class LocalDriver implements Driver {
          "--hostname", rec.id, "--cap-drop", "ALL", "--chdir", "/", ...(rec.root ? bwrapRootArgs(layout.merged) : bwrapMountArgs(layout))]
       : undefined;
     const started = await startHolder(
-      { id: rec.id, bwrapArgs, cgroupProcs: cgroups ? procsFiles(cgroups) : [], cwd: layout.dir, log: layout.log, onNamespaces: attach, userns, seccomp: this.#seccomp },
+      { id: rec.id, bwrapArgs, cgroupProcs: cgroups ? procsFiles(cgroups) : [], cwd: layout.dir, log: layout.log, onNamespaces: attach, userns, seccomp: this.#seccomp?.[filter] },
       this.#spawner,
     ).catch(async (err: unknown) => {
       // A start given up on (its holder SIGKILLed) leaves nothing of it: processes still dying
@@ -657,7 +694,9 @@ export class LocalDriver implements Driver {
     });
     // A root of its own with its own user namespace: setuid programs (sudo) work there.
     if (userns && rec.root) await userns.allowSetuid(started.nsInit.pid);
-    next = { ...next, phase: "Running", holder: started.holder, nsInit: started.nsInit, net: next.net && { address: next.net.address, veth } };
+    this.#unfilteredClaimed.delete(rec.id);
+    this.#holderChecked.add(rec.id);
+    next = { ...next, phase: "Running", holder: started.holder, nsInit: started.nsInit, net: next.net && { address: next.net.address, veth }, ...(this.#seccomp && ns ? { filter } : {}) };
     this.#save(next);
     return next;
   }
@@ -792,7 +831,7 @@ export class LocalDriver implements Driver {
         // with the fast path); without the fast path a governed sandbox has only lo, where raw
         // sockets (ping, tcpdump) reach nothing else, and keeps it.
         const caps = this.#fastPath ? GOVERNED_CAPS : SANDBOX_CAPS;
-        const seccomp = now.level === "process" ? undefined : this.#seccomp;
+        const seccomp = now.level === "process" ? undefined : this.#seccomp?.[now.filter ?? "default"];
         return { nsPid: now.level === "process" ? undefined : now.nsInit.pid, cgroupProcs: now.cgroups ? procsFiles(now.cgroups) : [], env, caps, seccomp };
       },
     });
@@ -962,6 +1001,8 @@ export class LocalDriver implements Driver {
       this.#uids?.release(rec?.userns, layout.record);
       this.#removeDir(layout.dir);
       this.#records.delete(id);
+      this.#holderChecked.delete(id);
+      this.#unfilteredClaimed.delete(id);
     });
   }
 }

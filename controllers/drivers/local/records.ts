@@ -43,7 +43,14 @@ export interface SandboxRecord {
   /** The host ids its user namespace maps its 0..65535 to (uid-range.ts), leased until destroy;
    * absent: no user namespace (`process` level, turned off, or a record of an older agent). */
   userns?: IdRange;
+  /** The seccomp filter its holder was started with, which its commands load too (seccomp.ts);
+   * absent: the default, or none (turned off, `process` level, or a holder of an older agent,
+   * which the driver looks at when it adopts it). */
+  filter?: FilterKind;
 }
+
+/** `nestedUserns`: the filter of a template with `nestedUserNamespaces` (no CLONE_NEWUSER rules). */
+export type FilterKind = "default" | "nestedUserns";
 
 /** Where a sandbox with internet access is on the sandbox bridge. */
 export interface SandboxAddress {

@@ -15,7 +15,15 @@
 //   ret KILL_PROCESS
 //   per rule:  jeq nr, +0, +1 ; ret ERRNO|e                       (any arguments)
 //        or:   jeq nr, +0, +4 ; ld arg0 ; jeq v, +0, +1 ; ret ERRNO|e ; ld nr   (first argument == v)
+//        or:   jeq nr, +0, +4 ; ld arg0 ; jset m, +0, +1 ; ret ERRNO|e ; ld nr  (any bit of m set in it)
+//        or:   jeq nr, +0, +n+3 ; ld arg0 ; jeq v1, +n, +0 ; … ; jeq vn, +1, +0 ; ret ERRNO|e ; ld nr
+//                                                          (first argument none of v1..vn, n ≤ 8)
 //   ret ALLOW
+//
+// The argument rules read the low 32 bits of the first argument only (classic BPF loads 32-bit
+// words): right for an `int` (socket's family) and for the flags the rules test (CLONE_NEWUSER is
+// bit 28), as long as the kernel itself ignores or refuses the high half; seccomp.ts says why it
+// does for each call it tests.
 //
 // A program that only looks at `arch` and `nr` (every rule but the argument ones) lets the kernel
 // cache "allowed" per syscall number (5.11+, seccomp's action cache): allowed calls then skip the
@@ -30,17 +38,25 @@ export interface Instruction {
 }
 
 /** A syscall the filter refuses: with `errno` (EPERM, or ENOSYS where software probes and falls
- * back), for any arguments or only when its first argument (as a 32-bit int) equals `arg0`. */
+ * back), for any arguments, only when its first argument's low 32 bits equal `arg0`, or only when
+ * they have any bit of `arg0Bits` set (flags: `unshare(CLONE_NEWUSER | …)`), or only when they are
+ * none of `arg0NotIn` (a short list of allowed values: `personality`). At most one of the three. */
 export interface DenyRule {
   nr: number;
   errno: number;
   arg0?: number;
+  arg0Bits?: number;
+  arg0NotIn?: readonly number[];
 }
+
+/** The longest `arg0NotIn` list: its block jumps n + 3 instructions at most. */
+export const MAX_ALLOWED_VALUES = 8;
 
 // linux/filter.h and linux/bpf_common.h
 const BPF_LD_W_ABS = 0x00 | 0x00 | 0x20; // BPF_LD | BPF_W | BPF_ABS
 const BPF_JEQ_K = 0x05 | 0x10 | 0x00; // BPF_JMP | BPF_JEQ | BPF_K
 const BPF_JGE_K = 0x05 | 0x30 | 0x00; // BPF_JMP | BPF_JGE | BPF_K
+const BPF_JSET_K = 0x05 | 0x40 | 0x00; // BPF_JMP | BPF_JSET | BPF_K: jump if (A & k) != 0
 const BPF_RET_K = 0x06 | 0x00; // BPF_RET | BPF_K
 
 // linux/seccomp.h
@@ -66,6 +82,7 @@ export const X32_SYSCALL_BIT = 0x40000000;
 const ld = (offset: number): Instruction => ({ code: BPF_LD_W_ABS, jt: 0, jf: 0, k: offset });
 const jeq = (k: number, jt: number, jf: number): Instruction => ({ code: BPF_JEQ_K, jt, jf, k });
 const jge = (k: number, jt: number, jf: number): Instruction => ({ code: BPF_JGE_K, jt, jf, k });
+const jset = (k: number, jt: number, jf: number): Instruction => ({ code: BPF_JSET_K, jt, jf, k });
 const ret = (k: number): Instruction => ({ code: BPF_RET_K, jt: 0, jf: 0, k });
 
 /** The filter for `arch`: anything else, or a syscall number at or past `rejectFrom` (x32 on
@@ -75,9 +92,19 @@ export function assemble(arch: number, rules: readonly DenyRule[], rejectFrom: n
   for (const r of rules) {
     if (!Number.isInteger(r.nr) || r.nr < 0 || r.nr >= rejectFrom) throw new Error(`seccomp: bad syscall number ${r.nr}`);
     if (!Number.isInteger(r.errno) || r.errno <= 0 || r.errno > 0xffff) throw new Error(`seccomp: bad errno ${r.errno}`);
+    if ([r.arg0, r.arg0Bits, r.arg0NotIn].filter((a) => a !== undefined).length > 1) throw new Error(`seccomp: rule for ${r.nr} has more than one of arg0, arg0Bits, arg0NotIn`);
+    if (r.arg0Bits !== undefined && (!Number.isInteger(r.arg0Bits) || r.arg0Bits <= 0 || r.arg0Bits > 0xffffffff)) throw new Error(`seccomp: bad arg0Bits ${r.arg0Bits}`);
+    if (r.arg0NotIn !== undefined && (r.arg0NotIn.length < 1 || r.arg0NotIn.length > MAX_ALLOWED_VALUES || r.arg0NotIn.some((v) => !Number.isInteger(v) || v < 0 || v > 0xffffffff))) throw new Error(`seccomp: bad arg0NotIn for ${r.nr}: 1 to ${MAX_ALLOWED_VALUES} values of 32 bits`);
     const action = (SECCOMP_RET_ERRNO | r.errno) >>> 0;
-    if (r.arg0 === undefined) prog.push(jeq(r.nr, 0, 1), ret(action));
-    else prog.push(jeq(r.nr, 0, 4), ld(DATA_ARG0_LO), jeq(r.arg0 >>> 0, 0, 1), ret(action), ld(DATA_NR));
+    if (r.arg0NotIn) {
+      // A listed value jumps over the rest of the list and the refusal, to `ld nr`.
+      const n = r.arg0NotIn.length;
+      prog.push(jeq(r.nr, 0, n + 3), ld(DATA_ARG0_LO), ...r.arg0NotIn.map((v, i) => jeq(v >>> 0, n - i, 0)), ret(action), ld(DATA_NR));
+      continue;
+    }
+    const test = r.arg0Bits !== undefined ? jset(r.arg0Bits >>> 0, 0, 1) : r.arg0 !== undefined ? jeq(r.arg0 >>> 0, 0, 1) : undefined;
+    if (!test) prog.push(jeq(r.nr, 0, 1), ret(action));
+    else prog.push(jeq(r.nr, 0, 4), ld(DATA_ARG0_LO), test, ret(action), ld(DATA_NR));
   }
   prog.push(ret(SECCOMP_RET_ALLOW));
   if (prog.length > MAX_INSTRUCTIONS) throw new Error(`seccomp: ${prog.length} instructions, the kernel takes at most ${MAX_INSTRUCTIONS}`);

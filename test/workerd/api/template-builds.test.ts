@@ -167,6 +167,24 @@ describe("template build API", () => {
     }
   });
 
+  it("nestedUserNamespaces is the operator's: a tenant's build request cannot set it, a rebuild keeps it, a template built fromTemplate one that has it does not get it", async () => {
+    const team = await createTeam(unique("tb-uns"), { spec: { nestedUserNamespaces: true } });
+    const agent = await startAgent(team.cluster, { builder: true });
+    try {
+      expect((await buildReady(team, agent, team.template, {}, true)).spec.nestedUserNamespaces).toBe(true);
+      expect((await buildReady(team, agent, `${team.template}-derived`, { fromTemplate: team.template })).spec.nestedUserNamespaces).toBeUndefined();
+      // E2B's build bodies are not strict (unknown fields are dropped): asking changes nothing.
+      const asked = await buildReady(team, agent, `${team.template}-asked`, { nestedUserNamespaces: true }, false, { nestedUserNamespaces: true });
+      expect(asked.spec.nestedUserNamespaces).toBeUndefined();
+      // The admin API validates it: a non-boolean is a 400 naming the field.
+      const bad = await call(`/admin/teams/${team.name}/templates/${team.template}-bad`, { method: "PUT", body: { spec: { cluster: team.cluster, nestedUserNamespaces: "yes" } } });
+      expect(bad.status).toBe(400);
+      expect(await bad.text()).toContain("nestedUserNamespaces");
+    } finally {
+      agent.disconnect();
+    }
+  });
+
   it("a build fromTemplate starts from the parent's user, workdir and env and takes its start and ready commands unless it sets its own", async () => {
     const parent = { user: "worker", workdir: "/srv/app", env: { PARENT_VAR: "p" }, startCmd: "parent-start", readyCmd: "parent-ready" };
     const team = await createTeam(unique("tb-inh"), { spec: parent });

@@ -1,0 +1,62 @@
+// Holders an older agent started without the seccomp filter (README.md "Seccomp", "Holders an
+// older agent started"), as a driver with `seccomp: false` leaves them: the next driver on the same
+// data directory gives an unclaimed warm member a new, filtered holder, and leaves a claimed
+// sandbox running (its holder and the user's processes untouched) with a warning that names it and
+// counts; its holder gets the filter at its next Stop pause.
+import { mkdtempSync, readFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, describe, expect, it, vi } from "vitest";
+import { LocalDriver } from "../../../../controllers/drivers/local/local-driver.ts";
+import { readRecord } from "../../../../controllers/drivers/local/records.ts";
+import { desiredSandbox, destroyAll, shIn } from "./fixture.ts";
+
+const dataDir = mkdtempSync(join(tmpdir(), "local-seccomp-adopt-"));
+const cgroupName = `kruise-test-${process.pid}-secadopt`;
+let driver = new LocalDriver({ dataDir, cgroupName, seccomp: false });
+afterAll(() => destroyAll(driver, dataDir));
+
+const holderOf = (id: string) => readRecord(join(dataDir, "sandboxes", id, "record.json"))!.nsInit!;
+/** The kernel's seccomp mode of a host pid (0 none, 2 filter). */
+const seccompOf = (pid: number) => /^Seccomp:\s*(\d+)$/m.exec(readFileSync(`/proc/${pid}/status`, "utf8"))![1];
+
+describe("adopting an unfiltered holder", () => {
+  it("restarts a warm member's holder filtered; leaves a claimed one running, warned about, until a Stop pause", async () => {
+    const warm = desiredSandbox("sa", { claimed: false });
+    const claimed = desiredSandbox("sa", { claimed: true });
+    await driver.ensure(warm);
+    await driver.ensure(claimed);
+    const before = { warm: holderOf(warm.id), claimed: holderOf(claimed.id) };
+    expect([seccompOf(before.warm.pid), seccompOf(before.claimed.pid)]).toEqual(["0", "0"]);
+    const work = (await shIn(driver, claimed.id, "sleep 300 >/dev/null 2>&1 & echo $!")).stdout.trim();
+
+    const createdAt = { warm: (await driver.observe(warm.id))!.createdAt, claimed: (await driver.observe(claimed.id))!.createdAt };
+    await driver.dispose();
+    driver = new LocalDriver({ dataDir, cgroupName });
+    const warn = vi.spyOn(console, "warn").mockImplementation(() => {});
+    let warnings: string[];
+    try {
+      // The replaced warm member reads as new (not adopted: its template's start command runs again).
+      expect((await driver.ensure({ ...warm, generation: 2 })).createdAt > createdAt.warm).toBe(true);
+      expect((await driver.ensure({ ...claimed, generation: 2 })).createdAt).toBe(createdAt.claimed);
+      // Looked at once per driver start: a second pass says nothing more.
+      await driver.ensure({ ...claimed, generation: 3 });
+      warnings = warn.mock.calls.map((c) => String(c[0]));
+    } finally {
+      warn.mockRestore();
+    }
+
+    const after = { warm: holderOf(warm.id), claimed: holderOf(claimed.id) };
+    expect(after.warm.pid).not.toBe(before.warm.pid);
+    expect(seccompOf(after.warm.pid)).toBe("2");
+    expect(after.claimed).toEqual(before.claimed);
+    expect(seccompOf(after.claimed.pid)).toBe("0");
+    expect((await shIn(driver, claimed.id, `kill -0 ${work} && echo alive; grep '^Seccomp:' /proc/self/status`)).stdout).toBe("alive\nSeccomp:\t2\n");
+    expect(warnings.filter((w) => w.includes(warm.id))).toEqual([expect.stringContaining("an unclaimed warm member, restarted with it")]);
+    expect(warnings.filter((w) => w.includes(claimed.id))).toEqual([expect.stringContaining("claimed, left running until its holder restarts (a Stop pause); 1 such sandbox(es)")]);
+
+    await driver.ensure({ ...claimed, generation: 4, state: "Paused", pauseStrategy: "Stop" });
+    await driver.ensure({ ...claimed, generation: 5, state: "Running" });
+    expect(seccompOf(holderOf(claimed.id).pid)).toBe("2");
+  });
+});
