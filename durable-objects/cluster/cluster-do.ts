@@ -939,12 +939,12 @@ export class ClusterDO extends DurableObject<Env> {
       ws.serializeAttachment({ ...att, helloAt: null } satisfies Attachment);
       this.apply({ type: "disconnect" });
     }
-    this.closeSocket(ws, closeCode, message.slice(0, 120));
+    this.closeSocket(ws, closeCode, message);
   }
 
   private closeSocket(ws: WebSocket, code: number, reason: string): void {
     try {
-      ws.close(code, reason);
+      ws.close(code, closeReason(reason));
     } catch {
       // already closed
     }
@@ -986,4 +986,19 @@ function pushTo<K, V>(map: Map<K, V[]>, key: K, value: V): void {
   const list = map.get(key);
   if (list) list.push(value);
   else map.set(key, [value]);
+}
+
+/** A close frame's reason is at most 123 bytes of UTF-8 (RFC 6455 5.5): past it `close()` throws
+ * and the socket stays open. zod's messages carry "✖" and "→" (3 bytes each): cut at 120
+ * characters, a refused frame's reason was over the limit and its session was never closed. */
+function closeReason(text: string): string {
+  let bytes = 0;
+  let out = "";
+  for (const ch of text) {
+    const cp = ch.codePointAt(0)!;
+    bytes += cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4;
+    if (bytes > 123) break;
+    out += ch;
+  }
+  return out;
 }

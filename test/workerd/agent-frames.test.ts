@@ -17,6 +17,11 @@ describe("agent frames", () => {
       // A well-formed ack beside an observation past a bound (ackObservations): the whole frame is
       // refused, so the ack is not applied either.
       { type: "ack", items: [{ seq: 1, sandboxId: "sbxframe4", generation: 1, result: "applied" }], observations: [{ sandboxId: "sbxframe4", generation: 1, phase: "Running", ready: true, observedAt: 1, message: "x".repeat(5000) }] },
+      // Refused by a pattern, an enum, a lower bound. The enum's message is over a close frame's
+      // 123 bytes: the session must close all the same.
+      { type: "ack", items: [{ seq: 1, sandboxId: "SBX-frame5", generation: 1, result: "applied" }] },
+      { type: "observations", items: [{ sandboxId: "sbxframe6", generation: 1, phase: "Exploded", ready: true, observedAt: 1 }] },
+      { type: "ack", items: [] },
     ].entries()) {
       const cluster = `c-frames-${n}`;
       const stub = env.CLUSTER.get(env.CLUSTER.idFromName(cluster));
