@@ -101,8 +101,9 @@
 // unsampled side must show none in its requests' traces (the pool's refills are traces of their
 // own, recorded whichever side claimed: PoolDO.enqueue, printed apart). What it cannot show:
 // what "configured, unsampled" costs over "tracing off" (since session 19 an unsampled request
-// makes no span object, but each Durable Object call still parses its traceparent, the export
-// timer is armed, and the pool's refills are traced). `--profile` with it sums each
+// makes no span object; since session 23 it arms no export and skips the key check's span wrapper,
+// but each Durable Object call still reads its traceparent's flags, and the pool's refills are
+// traced, roots of their own). `--profile` with it sums each
 // window's V8 profile by bundled file and prints the tracing code's self time per create and its
 // share of the isolate's sampled time, per side: A's share bounds that gap (tracing off still runs
 // part of that code: the request id's context and traceparent).
