@@ -157,24 +157,34 @@ export function annotateSpan(attributes: Attributes): void {
 /**
  * Runs `work` in a span named `name`: a child of `parent` (a traceparent from another object or
  * hop) or of the current span. With tracing off, or in an unsampled trace, it only runs `work`.
+ * Not an async function: off and unsampled it hands back `work`'s own promise, with no frame of its
+ * own around it (a sync throw still comes back as a rejection, as from an async function).
  */
-export async function edgeSpan<T>(env: TracingEnv, name: string, attributes: Attributes, work: () => Promise<T>, parent?: string, kind = SpanKind.INTERNAL): Promise<T> {
-  const sink = tracer(env);
-  // Off, a call handed a traceparent (another object's) keeps it for the hops it makes. So does a
-  // call in an unsampled trace (handed a traceparent flagged not sampled, or inside an unsampled
-  // request): parent-based sampling records none of it, so no span object is made.
-  if (!sink) return parent ? current.run({ id: parent.slice(3, 35), span: null, traceparent: parent }, work) : work();
-  let ctx: SpanContext | undefined;
-  if (parent) {
-    const flags = traceFlags(parent);
-    if (flagsNotSampled(flags)) return current.run({ id: parent.slice(3, 35), span: null, traceparent: parent }, work);
-    ctx = parseTraceparent(parent, flags); // a malformed one starts a trace
-  } else {
-    const store = current.getStore();
-    if (store && !store.span) return work();
-    ctx = store?.span?.spanContext();
+export function edgeSpan<T>(env: TracingEnv, name: string, attributes: Attributes, work: () => Promise<T>, parent?: string, kind = SpanKind.INTERNAL): Promise<T> {
+  try {
+    const sink = tracer(env);
+    // Off, a call handed a traceparent (another object's) keeps it for the hops it makes. So does a
+    // call in an unsampled trace (handed a traceparent flagged not sampled, or inside an unsampled
+    // request): parent-based sampling records none of it, so no span object is made.
+    if (!sink) return parent ? current.run({ id: parent.slice(3, 35), span: null, traceparent: parent }, work) : work();
+    let ctx: SpanContext | undefined;
+    if (parent) {
+      const flags = traceFlags(parent);
+      if (flagsNotSampled(flags)) return current.run({ id: parent.slice(3, 35), span: null, traceparent: parent }, work);
+      ctx = parseTraceparent(parent, flags); // a malformed one starts a trace
+    } else {
+      const store = current.getStore();
+      if (store && !store.span) return work();
+      ctx = store?.span?.spanContext();
+    }
+    return inSpan(new EdgeSpan(sink, name, kind, attributes, ctx), work);
+  } catch (err) {
+    return Promise.reject(err);
   }
-  const span = new EdgeSpan(sink, name, kind, attributes, ctx);
+}
+
+/** `work` in `span`'s scope, the span ended (failed, if `work` failed) when it settles. */
+async function inSpan<T>(span: EdgeSpan, work: () => Promise<T>): Promise<T> {
   try {
     return await current.run({ id: span.spanContext().traceId, span }, work);
   } catch (err) {
@@ -194,24 +204,33 @@ export async function edgeSpan<T>(env: TracingEnv, name: string, attributes: Att
  * span or annotation made inside `work` would name the enclosing span; log lines keep its id.
  * `parent`: a traceparent another object handed this call (a Durable Object's hop to the next
  * one), whose child the span is; off, `work` gets `parent` itself, without the scope `edgeSpan`
- * would open only to hand it on.
+ * would open only to hand it on. Not an async function, as `edgeSpan`.
  */
-export async function leafSpan<T>(env: TracingEnv, name: string, attributes: Attributes, work: (traceparent: () => string | undefined) => Promise<T>, parent?: string): Promise<T> {
-  const sink = tracer(env);
-  let ctx: SpanContext | undefined;
-  if (parent) {
-    // A hop made from inside a Durable Object call that was handed `parent`: off, or in an
-    // unsampled trace, the hop gets `parent` as it came (what edgeSpan's scope would hand it).
-    if (!sink) return work(() => parent);
-    const flags = traceFlags(parent);
-    if (flagsNotSampled(flags)) return work(() => parent);
-    ctx = parseTraceparent(parent, flags); // a malformed one starts a trace
-  } else {
-    const store = current.getStore();
-    if (!sink || (store && !store.span)) return work(currentTraceparent);
-    ctx = store?.span?.spanContext();
+export function leafSpan<T>(env: TracingEnv, name: string, attributes: Attributes, work: (traceparent: () => string | undefined) => Promise<T>, parent?: string): Promise<T> {
+  try {
+    const sink = tracer(env);
+    let ctx: SpanContext | undefined;
+    if (parent) {
+      // A hop made from inside a Durable Object call that was handed `parent`: off, or in an
+      // unsampled trace, the hop gets `parent` as it came (what edgeSpan's scope would hand it).
+      if (!sink) return work(() => parent);
+      const flags = traceFlags(parent);
+      if (flagsNotSampled(flags)) return work(() => parent);
+      ctx = parseTraceparent(parent, flags); // a malformed one starts a trace
+    } else {
+      if (!sink) return work(currentTraceparent);
+      const store = current.getStore();
+      if (store && !store.span) return work(currentTraceparent);
+      ctx = store?.span?.spanContext();
+    }
+    return inLeafSpan(new EdgeSpan(sink, name, SpanKind.INTERNAL, attributes, ctx), work);
+  } catch (err) {
+    return Promise.reject(err);
   }
-  const span = new EdgeSpan(sink, name, SpanKind.INTERNAL, attributes, ctx);
+}
+
+/** `work` handed `span`'s traceparent, the span ended (failed, if `work` failed) when it settles. */
+async function inLeafSpan<T>(span: EdgeSpan, work: (traceparent: () => string | undefined) => Promise<T>): Promise<T> {
   try {
     return await work(() => traceparentOf(span.spanContext()));
   } catch (err) {
