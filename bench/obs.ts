@@ -20,8 +20,13 @@
 //      isolate's self time in tracing code (ours and the OTLP exporter's) as a share of its sampled
 //      time. Tracing off runs part of that code too (the request id's context), so 1 - share is a
 //      floor for unsampled/off, assuming creates/s follows the isolate's CPU.
-//   obs.tracing_overhead_ratio = sampled ratio x (1 - share), its interval the product of the two
-//   intervals' ends. The collector writes what it receives as protobuf (edge-ab's
+//   3. obs.tracing_off_share (session 23): the same share with tracing off, under the same
+//      unsampled requests (edge-ab --null --flag 00 --profile: two untraced processes): the part of
+//      the share that off runs too (the request's scope and id, reading the caller's traceparent,
+//      the wrappers' pass-through), so that share - off share is what configured-but-unsampled adds.
+//   obs.tracing_overhead_ratio = sampled ratio x (1 - (share - off share)), its interval from the
+//   three intervals' ends; obs.tracing_overhead_floor = sampled ratio x (1 - share), the figure
+//   as sessions 19-22 composed it (a floor: it counts off's own tracing code as a cost). The collector writes what it receives as protobuf (edge-ab's
 //   `--collector-format`, since session 22: its JSON re-encoding was most of its CPU per span, on
 //   the edge's second core, and no deployment pays it); OBS_COLLECTOR_FORMAT=json runs the old
 //   setting, for comparison. OBS_CROSS_PROCESS=1 runs the old cross-process A/B as well
@@ -37,6 +42,7 @@ import type { Figures } from "./run.ts";
 const here = import.meta.dirname;
 const ROUNDS = 24; // four blocks of edge-ab's balanced design for three sides
 const PROFILE_ROUNDS = 6; // three blocks for two sides: the share is steady (a profile, not a race)
+const OFF_PROFILE_ROUNDS = 4; // two untraced processes, eight windows (four read 0.003..0.007: a window holds few samples of each function)
 const COLLECTOR_FORMAT = process.env.OBS_COLLECTOR_FORMAT ?? "proto";
 
 function runScript(script: string, args: string[]): string {
@@ -72,6 +78,14 @@ export async function run(): Promise<Figures> {
     rmSync(profileDir, { recursive: true, force: true });
   }
   process.stderr.write(profiled);
+  const offDir = mkdtempSync(join(tmpdir(), "sbx-obs-profile-off-"));
+  let offProfiled: string;
+  try {
+    offProfiled = runScript("edge-ab.ts", ["--null", "--flag", "00", "--rounds", String(OFF_PROFILE_ROUNDS), "--creates", "1500", "--profile", join(offDir, "p")]);
+  } finally {
+    rmSync(offDir, { recursive: true, force: true });
+  }
+  process.stderr.write(offProfiled);
   const loadOf = (text: string) => {
     // The 1-minute load before the rounds and after them (edge-ab prints both).
     const loads = /^load average ([\d.]+) .*\(before the rounds: ([\d.]+)/m.exec(text);
@@ -81,17 +95,25 @@ export async function run(): Promise<Figures> {
   const share = figure(profiled, "edge_ab.unsampled_tracing_share");
   const [rLo, rHi] = ratio.interval ?? [ratio.value, ratio.value];
   const [sLo, sHi] = share.interval ?? [share.value, share.value];
+  const off = figure(offProfiled, "edge_ab.off_tracing_share");
+  const [oLo, oHi] = off.interval ?? [off.value, off.value];
   const plain = ({ value, spread }: { value: number; spread?: [number, number] }) => ({ value, ...(spread ? { spread } : {}) });
   const out: Figures = {
     "obs.metrics_scrape_ms": { ...plain(figure(scrape, "obs.metrics_scrape_ms")), unit: `ms (10,000 sandboxes, median of 30; load ${scrapeLoad})`, target: "report" },
     "obs.metrics_scrape_cpu_ms": { ...plain(cpu), unit: `ms CPU per scrape (load ${scrapeLoad})`, target: "report" },
     "obs.tracing_overhead_ratio": {
-      value: ratio.value * (1 - share.value),
-      unit: `creates/s traced / tracing off: obs.tracing_sampled_ratio x (1 - obs.tracing_unsampled_share), 95 % interval ${(rLo * (1 - sHi)).toFixed(3)}..${(rHi * (1 - sLo)).toFixed(3)} (the ends' products)`,
+      value: ratio.value * (1 - (share.value - off.value)),
+      unit: `creates/s traced / tracing off: obs.tracing_sampled_ratio x (1 - (obs.tracing_unsampled_share - obs.tracing_off_share)), 95 % interval ${(rLo * (1 - (sHi - oLo))).toFixed(3)}..${(rHi * (1 - (sLo - oHi))).toFixed(3)} (from the intervals' ends)`,
       target: ">= 0.95",
+    },
+    "obs.tracing_overhead_floor": {
+      value: ratio.value * (1 - share.value),
+      unit: `obs.tracing_sampled_ratio x (1 - obs.tracing_unsampled_share), off's own tracing code counted as a cost (sessions 19-22's figure), 95 % interval ${(rLo * (1 - sHi)).toFixed(3)}..${(rHi * (1 - sLo)).toFixed(3)}`,
+      target: "report",
     },
     "obs.tracing_sampled_ratio": { ...plain(ratio), unit: `creates/s sampled / unsampled, one traced process (${ROUNDS} rounds, balanced order; collector writing ${COLLECTOR_FORMAT}; 95 % interval ${range(ratio.interval)}; load ${loadOf(sampled)})`, target: "report" },
     "obs.tracing_sampled_null_ratio": { ...plain(figure(sampled, "obs.tracing_sampled_null_ratio")), unit: `creates/s unsampled / unsampled, the same process (95 % interval ${range(figure(sampled, "obs.tracing_sampled_null_ratio").interval)})`, target: "report" },
+    "obs.tracing_off_share": { ...plain(off), unit: `share of the isolate's sampled time in tracing code, tracing off, unsampled creates (V8 profile, ${OFF_PROFILE_ROUNDS * 2} windows on two processes; 95 % interval ${range(off.interval, 4)}; load ${loadOf(offProfiled)})`, target: "report" },
     "obs.tracing_unsampled_share": { ...plain(share), unit: `share of the isolate's sampled time in tracing code, unsampled creates (V8 profile, ${PROFILE_ROUNDS} windows; 95 % interval ${range(share.interval, 4)}; load ${loadOf(profiled)})`, target: "report" },
   };
   const workerd = /^per round B\/\w+ workerd CPU per create [\d. ]+\(median ([\d.]+), spread ([\d.]+)\.\.([\d.]+)[,)]/m.exec(sampled);
