@@ -66,18 +66,25 @@ export function traceparentOf(ctx: SpanContext): string {
   return `00-${ctx.traceId}-${ctx.spanId}-0${ctx.traceFlags & SAMPLED}`;
 }
 
-const HEX = Array.from({ length: 256 }, (_, i) => i.toString(16).padStart(2, "0"));
+/** Lowercase hex digits' character codes, and one scratch list of codes for each id length. */
+const HEX_CODES = Array.from("0123456789abcdef", (c) => c.charCodeAt(0));
+const CODES: Record<number, number[]> = { 16: new Array<number>(16).fill(48), 32: new Array<number>(32).fill(48) };
 
-/** Random lowercase hex of `chars` (a multiple of 8) characters, from Math.random as the SDK's id generator. */
+/** Random lowercase hex of `chars` (16 or 32: a span or trace id) characters, from Math.random as the SDK's id generator. */
 export function randomHex(chars: number): string {
-  // Bytes through a table: toString(16) and padStart per 8 characters cost about as much as the
-  // rest of a span's construction.
-  let s = "";
+  // One flat string from character codes: an id built by concatenation was a rope, which the OTLP
+  // writer's hex-to-bytes pass (and the traceparent's template) read through. Ids of a create (a
+  // trace id, six span ids, each written and handed on) cost ~0.7-1.3 µs less so (node 22, 20
+  // interleaved pairs, 0.69-0.71 of the rope's time; notes s23-trace).
+  const codes = CODES[chars] ?? new Array<number>(chars);
   for (let i = 0; i < chars; i += 8) {
-    const n = (Math.random() * 0x1_0000_0000) >>> 0;
-    s += HEX[n >>> 24]! + HEX[(n >>> 16) & 0xff]! + HEX[(n >>> 8) & 0xff]! + HEX[n & 0xff]!;
+    let n = (Math.random() * 0x1_0000_0000) >>> 0;
+    for (let j = i + 7; j >= i; j--) {
+      codes[j] = HEX_CODES[n & 15]!;
+      n >>>= 4;
+    }
   }
-  return s;
+  return String.fromCharCode.apply(null, codes);
 }
 
 function hrTime(ms: number): HrTime {

@@ -6,7 +6,7 @@ import { W3CTraceContextPropagator } from "@opentelemetry/core";
 import { resourceFromAttributes } from "@opentelemetry/resources";
 import { TracerProvider, type ReadableSpan } from "@opentelemetry/sdk-trace";
 import { describe, expect, it } from "vitest";
-import { EdgeSpan, flagsNotSampled, parseTraceparent, traceFlags, traceparentOf } from "../../../lib/tracing/span-recorder.ts";
+import { EdgeSpan, flagsNotSampled, parseTraceparent, randomHex, traceFlags, traceparentOf } from "../../../lib/tracing/span-recorder.ts";
 
 const CALLER = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
 const resource = resourceFromAttributes({ "service.name": "sandbox-edge" });
@@ -76,6 +76,21 @@ describe("the edge's span recorder", () => {
     expect(parseTraceparent(CALLER)).toEqual({ traceId: "4bf92f3577b34da6a3ce929d0e0e4736", spanId: "00f067aa0ba902b7", traceFlags: 1, isRemote: true });
     for (const bad of ["", "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", `00-${"0".repeat(32)}-00f067aa0ba902b7-01`, `00-4bf92f3577b34da6a3ce929d0e0e4736-${"0".repeat(16)}-01`, "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01", `${CALLER}x`]) {
       expect(parseTraceparent(bad), bad).toBeUndefined();
+    }
+  });
+
+  it("makes ids of lowercase hex, every digit at every position", () => {
+    for (const chars of [16, 32]) {
+      const seen = Array.from({ length: chars }, () => new Set<string>());
+      const ids = new Set<string>();
+      for (let i = 0; i < 2000; i++) {
+        const id = randomHex(chars);
+        expect(id).toMatch(new RegExp(`^[0-9a-f]{${chars}}$`));
+        ids.add(id);
+        for (let k = 0; k < chars; k++) seen[k]!.add(id[k]!);
+      }
+      expect(ids.size).toBe(2000);
+      expect(seen.map((s) => s.size)).toEqual(new Array(chars).fill(16));
     }
   });
 
