@@ -42,6 +42,7 @@ import type { Figures } from "./run.ts";
 const here = import.meta.dirname;
 const ROUNDS = 24; // four blocks of edge-ab's balanced design for three sides
 const PROFILE_ROUNDS = 6; // three blocks for two sides: the share is steady (a profile, not a race)
+const CREATES = 3000; // a window's creates: 2-5 export periods steady at 400-750 creates/s (see run())
 const OFF_PROFILE_ROUNDS = 4; // two untraced processes, eight windows (four read 0.003..0.007: a window holds few samples of each function)
 const COLLECTOR_FORMAT = process.env.OBS_COLLECTOR_FORMAT ?? "proto";
 
@@ -66,14 +67,16 @@ export async function run(): Promise<Figures> {
   const scrape = runScript("metrics-scrape.ts", ["--sandboxes", "10000", "--scrapes", "30"]);
   const scrapeLoad = load();
   const cpu = figure(scrape.replace("process CPU ms per scrape", "process_cpu_ms_per_scrape"), "process_cpu_ms_per_scrape");
-  // 1500 creates: about 4 s a window, 3 of them steady (past the first second's export).
-  const sampled = runScript("edge-ab.ts", ["--same-process", "--control", "--rounds", String(ROUNDS), "--creates", "1500", "--collector-format", COLLECTOR_FORMAT]);
+  // CREATES a window: at 1500 (until session 23) a quiet machine (load ~1.4) ran a window's creates
+  // in under lead + one period + drain, and edge-ab refused the window ("raise --creates"), failing
+  // the whole bench; at load 2-3 most steady windows were one export period long.
+  const sampled = runScript("edge-ab.ts", ["--same-process", "--control", "--rounds", String(ROUNDS), "--creates", String(CREATES), "--collector-format", COLLECTOR_FORMAT]);
   // The run's rounds, on stderr beside the table: a figure is read with its null ratio and spread.
   process.stderr.write(sampled);
   const profileDir = mkdtempSync(join(tmpdir(), "sbx-obs-profile-"));
   let profiled: string;
   try {
-    profiled = runScript("edge-ab.ts", ["--same-process", "--rounds", String(PROFILE_ROUNDS), "--creates", "1500", "--profile", join(profileDir, "p"), "--collector-format", COLLECTOR_FORMAT]);
+    profiled = runScript("edge-ab.ts", ["--same-process", "--rounds", String(PROFILE_ROUNDS), "--creates", String(CREATES), "--profile", join(profileDir, "p"), "--collector-format", COLLECTOR_FORMAT]);
   } finally {
     rmSync(profileDir, { recursive: true, force: true });
   }
@@ -81,7 +84,7 @@ export async function run(): Promise<Figures> {
   const offDir = mkdtempSync(join(tmpdir(), "sbx-obs-profile-off-"));
   let offProfiled: string;
   try {
-    offProfiled = runScript("edge-ab.ts", ["--null", "--flag", "00", "--rounds", String(OFF_PROFILE_ROUNDS), "--creates", "1500", "--profile", join(offDir, "p")]);
+    offProfiled = runScript("edge-ab.ts", ["--null", "--flag", "00", "--rounds", String(OFF_PROFILE_ROUNDS), "--creates", String(CREATES), "--profile", join(offDir, "p")]);
   } finally {
     rmSync(offDir, { recursive: true, force: true });
   }
@@ -123,7 +126,7 @@ export async function run(): Promise<Figures> {
   if (process.env.OBS_CROSS_PROCESS === "1") {
     // The cross-process A/B (tracing off on a process of its own): its interval does not carry
     // the processes' speed draws (see the header).
-    const cross = runScript("edge-ab.ts", ["--tracing", "--control", "--rounds", String(ROUNDS), "--creates", "1500"]);
+    const cross = runScript("edge-ab.ts", ["--tracing", "--control", "--rounds", String(ROUNDS), "--creates", String(CREATES)]);
     process.stderr.write(cross);
     out["obs.tracing_cross_process_ratio"] = { ...plain(figure(cross, "obs.tracing_overhead_ratio")), unit: `creates/s traced / untraced, a process each (${ROUNDS} rounds; load ${loadOf(cross)})`, target: "report" };
     out["obs.tracing_cross_process_null_ratio"] = { ...plain(figure(cross, "obs.tracing_null_ratio")), unit: `creates/s untraced / untraced, a process each (load ${loadOf(cross)})`, target: "report" };
