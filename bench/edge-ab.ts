@@ -101,8 +101,9 @@
 // unsampled side must show none in its requests' traces (the pool's refills are traces of their
 // own, recorded whichever side claimed: PoolDO.enqueue, printed apart). What it cannot show:
 // what "configured, unsampled" costs over "tracing off" (since session 19 an unsampled request
-// makes no span object, but each Durable Object call still parses its traceparent, the export
-// timer is armed, and the pool's refills are traced). `--profile` with it sums each
+// makes no span object; since session 23 it arms no export and skips the key check's span wrapper,
+// but each Durable Object call still reads its traceparent's flags, and the pool's refills are
+// traced, roots of their own). `--profile` with it sums each
 // window's V8 profile by bundled file and prints the tracing code's self time per create and its
 // share of the isolate's sampled time, per side: A's share bounds that gap (tracing off still runs
 // part of that code: the request id's context and traceparent).
@@ -111,6 +112,11 @@
 // span as text, the collector's main cost per span (it competes with workerd for this machine's
 // second core) and nothing a deployment pays: there the collector forwards OTLP protobuf to a
 // backend. `json` is that old setting, for comparison (notes s22-trace).
+// `--flag 00|01` (not with `--same-process`): every side's creates carry a fresh traceparent of that
+// flag, as the same-process sides' do: `--null --flag 00 --profile <prefix>` profiles tracing off
+// under the same requests as the unsampled side of a `--same-process --profile` run, so the
+// tracing code that off runs too (the request id's context, reading the caller's traceparent) can be
+// told from what configured-but-unsampled adds (session 23).
 // `--same-process --interleave [--periods n]`: the same sides, switched period by period inside
 // one continuous load (see `interleaved`): session 19's window runs on one process still read the
 // null A′/A at 0.986 (0.929..1.105) and 1.036 (0.980..1.242) at load 1.3-2.5, the other engineers'
@@ -160,6 +166,7 @@ const { values: opt } = parseArgs({
     interleave: { type: "boolean", default: false },
     periods: { type: "string", default: "12" },
     "collector-format": { type: "string", default: "proto" },
+    flag: { type: "string" },
   },
 });
 const collectorFormat = opt["collector-format"];
@@ -167,6 +174,7 @@ if (collectorFormat !== "proto" && collectorFormat !== "json") throw new Error("
 if (opt.null && (opt.tracing || opt.disk || opt.base !== "HEAD")) throw new Error("--null serves the working tree untraced on every side: not with --tracing, --disk or --base");
 const sameProcess = opt["same-process"];
 if (sameProcess && (opt.tracing || opt.null || opt.disk || opt.base !== "HEAD" || opt.also.length)) throw new Error("--same-process serves the working tree traced on one process: not with --tracing, --null, --disk, --base or --also");
+if (opt.flag !== undefined && (sameProcess || !["00", "01"].includes(opt.flag))) throw new Error("--flag 00|01: every create carries a fresh traceparent of that flag (--same-process sets its sides' own)");
 if (opt.interleave && !sameProcess) throw new Error("--interleave switches the traceparent's flag period by period on one process: with --same-process only");
 const orderSeed = Number(opt.seed);
 const creates = Number(opt.creates);
@@ -241,7 +249,7 @@ try {
   if (opt.tracing || sameProcess) collector = await startCollector(tmp, { format: collectorFormat });
   const vars = { LIBSQL_URL: sqld.url, KEY_PEPPER: "ab-pepper", ADMIN_API_KEY: ADMIN_KEY, CLUSTER_TOKEN };
   const flags = sameProcess ? (["00", "01"] as const) : [];
-  const entries = Object.entries(bundles).map(([name, bundle], i) => ({ key: name[0]!, name, bundle, traced: i >= 1 || bothTraced || sameProcess, flag: flags[i] }));
+  const entries = Object.entries(bundles).map(([name, bundle], i) => ({ key: name[0]!, name, bundle, traced: i >= 1 || bothTraced || sameProcess, flag: flags[i] ?? (opt.flag as "00" | "01" | undefined) }));
   // The control: A again, its own workerd serving A's bundle with A's settings (its storage beside
   // the others', on tmpfs).
   if (opt.control) entries.push({ ...entries[0]!, key: "A2", name: `A′ (control: ${entries[0]!.name.slice(3, -1)})` });
@@ -571,6 +579,12 @@ try {
         const share = x.tracingUs.map((us, i) => [us / x.sampledUs[i]!]);
         console.log(`${label(x)} tracing code self µs per create ${fmt(x.tracingUs, 1)}; of the isolate's sampled µs ${fmt(x.sampledUs, 0)}; share ${summary(share)}`);
         if (sameProcess && x.flag === "00") console.log(`edge_ab.unsampled_tracing_share ${label(x)} ${median(share.flat()).toFixed(4)} (${spreads(share)}): the bound on what tracing configured but unsampled costs the isolate over tracing off`);
+      }
+      if (!sameProcess && opt.flag === "00" && sides.every((u) => !u.traced)) {
+        // Tracing off under unsampled requests (`--null --flag 00`): the tracing code off runs too,
+        // every side's windows of a round together.
+        const share = Array.from({ length: rounds }, (_, r) => sides.map((u) => u.tracingUs[r]! / u.sampledUs[r]!));
+        console.log(`edge_ab.off_tracing_share ${median(share.flat()).toFixed(4)} (${spreads(share)}): the tracing code's share of the isolate's sampled time with tracing off, the same requests as the unsampled side's`);
       }
     }
     if (collector) {

@@ -4,7 +4,7 @@
 // child span, and each Durable Object call one more (durable-objects/tracing/edge-tracing.ts).
 import type { MiddlewareHandler } from "hono";
 import { routePath } from "hono/route";
-import { flushEdgeTraces, leafSpan, startRequestSpan } from "../durable-objects/tracing/edge-tracing.ts";
+import { flushEdgeTraces, leafSpan, spanRecorded, startRequestSpan } from "../durable-objects/tracing/edge-tracing.ts";
 import type { AppEnv } from "./env.ts";
 
 export const REQUEST_ID_HEADER = "X-Request-Id";
@@ -34,8 +34,9 @@ export function traceRequests(): MiddlewareHandler<AppEnv> {
  */
 export function traced(name: string, mw: MiddlewareHandler<AppEnv>): MiddlewareHandler<AppEnv> {
   return async function tracedMiddleware(c, next) {
-    // Off, or a second run for the same request (two mounted patterns match `/sandboxes`).
-    if (!c.env.OTEL_EXPORTER_OTLP_ENDPOINT || c.get("caller")) return mw(c, next);
+    // Off, an unsampled request (no span: as off, without the wrapper), or a second run for the
+    // same request (two mounted patterns match `/sandboxes`).
+    if (c.get("caller") || !spanRecorded(c.env)) return mw(c, next);
     let downstream: Promise<void> | undefined;
     const out = await leafSpan(c.env, name, {}, () =>
       mw(c, () => {

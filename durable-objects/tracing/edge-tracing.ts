@@ -23,7 +23,7 @@ import { SpanKind, SpanStatusCode, type Attributes, type Span, type SpanContext 
 import { createLegacyOtlpBrowserExportDelegate } from "@opentelemetry/otlp-exporter-base/browser-http";
 import { resourceFromAttributes } from "@opentelemetry/resources";
 import { EncodedSpans, otlpProtoSerializer } from "../../lib/tracing/otlp-proto.ts";
-import { EdgeSpan, notSampled, parseTraceparent, randomHex, traceparentOf, type SpanSink } from "../../lib/tracing/span-recorder.ts";
+import { EdgeSpan, flagsNotSampled, notSampled, parseTraceparent, randomHex, traceFlags, traceparentOf, type SpanSink } from "../../lib/tracing/span-recorder.ts";
 
 export const EDGE_SCOPE = "sandbox-edge";
 /**
@@ -48,7 +48,8 @@ class FlushedSpanProcessor implements SpanSink {
   readonly resource = resourceFromAttributes({ "service.name": "sandbox-edge" });
   readonly scope = { name: EDGE_SCOPE };
   private batches: EncodedSpans[] = [];
-  private buffered = 0;
+  /** Spans waiting for the next export. */
+  buffered = 0;
   private readonly exporter;
   constructor(url: string) {
     // The delegate OTLPTraceExporter's browser build wraps, with our serializer in place of
@@ -100,12 +101,14 @@ let pending: Promise<void> | null = null;
  * (workerd drops a request's timers when it ends, so the batch timer cannot be relied on). Only the
  * caller that starts it gets it to hold (its timer lives in that caller's context); the others get
  * nothing to wait for, which spared a `waitUntil` per request (~0.5 % of the isolate's CPU).
- * An export per request cost ~40 % more workerd CPU per create.
+ * An export per request cost ~40 % more workerd CPU per create. With nothing buffered (an
+ * unsampled request's calls) it arms nothing, as with tracing off: every span's end is followed by
+ * a call here from the request or call it ended in, which then arms the export.
  */
-export function flushEdgeTraces(now = Date.now()): Promise<void> | undefined {
-  if (!provider || pending) return undefined;
+export function flushEdgeTraces(): Promise<void> | undefined {
+  if (!provider || pending || provider.buffered === 0) return undefined;
   const p = provider;
-  const wait = Math.max(0, lastFlush + FLUSH_MS - now);
+  const wait = Math.max(0, lastFlush + FLUSH_MS - Date.now());
   pending = (wait ? new Promise<void>((r) => setTimeout(r, wait)) : Promise.resolve()).then(() => {
     lastFlush = Date.now();
     pending = null;
@@ -136,6 +139,16 @@ export function currentTraceparent(): string | undefined {
   return (store.traceparent ??= `00-${store.id}-${randomHex(16)}-01`);
 }
 
+/**
+ * Whether a span started here without a parent handed in would be recorded: tracing on, and the
+ * current request (if any) sampled. For a wrapper that does work of its own only to make a span.
+ */
+export function spanRecorded(env: TracingEnv): boolean {
+  if (!tracer(env)) return false;
+  const store = current.getStore();
+  return !store || store.span !== null;
+}
+
 /** Adds attributes known only once the work ran (a decision, a verdict) to the current span. */
 export function annotateSpan(attributes: Attributes): void {
   current.getStore()?.span?.setAttributes(attributes);
@@ -144,23 +157,34 @@ export function annotateSpan(attributes: Attributes): void {
 /**
  * Runs `work` in a span named `name`: a child of `parent` (a traceparent from another object or
  * hop) or of the current span. With tracing off, or in an unsampled trace, it only runs `work`.
+ * Not an async function: off and unsampled it hands back `work`'s own promise, with no frame of its
+ * own around it (a sync throw still comes back as a rejection, as from an async function).
  */
-export async function edgeSpan<T>(env: TracingEnv, name: string, attributes: Attributes, work: () => Promise<T>, parent?: string, kind = SpanKind.INTERNAL): Promise<T> {
-  const sink = tracer(env);
-  // Off, a call handed a traceparent (another object's) keeps it for the hops it makes. So does a
-  // call in an unsampled trace (handed a traceparent flagged not sampled, or inside an unsampled
-  // request): parent-based sampling records none of it, so no span object is made.
-  if (!sink) return parent ? current.run({ id: parent.slice(3, 35), span: null, traceparent: parent }, work) : work();
-  let ctx: SpanContext | undefined;
-  if (parent) {
-    ctx = parseTraceparent(parent); // a malformed one starts a trace
-    if (notSampled(ctx)) return current.run({ id: ctx.traceId, span: null, traceparent: parent }, work);
-  } else {
-    const store = current.getStore();
-    if (store && !store.span) return work();
-    ctx = store?.span?.spanContext();
+export function edgeSpan<T>(env: TracingEnv, name: string, attributes: Attributes, work: () => Promise<T>, parent?: string, kind = SpanKind.INTERNAL): Promise<T> {
+  try {
+    const sink = tracer(env);
+    // Off, a call handed a traceparent (another object's) keeps it for the hops it makes. So does a
+    // call in an unsampled trace (handed a traceparent flagged not sampled, or inside an unsampled
+    // request): parent-based sampling records none of it, so no span object is made.
+    if (!sink) return parent ? current.run({ id: parent.slice(3, 35), span: null, traceparent: parent }, work) : work();
+    let ctx: SpanContext | undefined;
+    if (parent) {
+      const flags = traceFlags(parent);
+      if (flagsNotSampled(flags)) return current.run({ id: parent.slice(3, 35), span: null, traceparent: parent }, work);
+      ctx = parseTraceparent(parent, flags); // a malformed one starts a trace
+    } else {
+      const store = current.getStore();
+      if (store && !store.span) return work();
+      ctx = store?.span?.spanContext();
+    }
+    return inSpan(new EdgeSpan(sink, name, kind, attributes, ctx), work);
+  } catch (err) {
+    return Promise.reject(err);
   }
-  const span = new EdgeSpan(sink, name, kind, attributes, ctx);
+}
+
+/** `work` in `span`'s scope, the span ended (failed, if `work` failed) when it settles. */
+async function inSpan<T>(span: EdgeSpan, work: () => Promise<T>): Promise<T> {
   try {
     return await current.run({ id: span.spanContext().traceId, span }, work);
   } catch (err) {
@@ -180,23 +204,33 @@ export async function edgeSpan<T>(env: TracingEnv, name: string, attributes: Att
  * span or annotation made inside `work` would name the enclosing span; log lines keep its id.
  * `parent`: a traceparent another object handed this call (a Durable Object's hop to the next
  * one), whose child the span is; off, `work` gets `parent` itself, without the scope `edgeSpan`
- * would open only to hand it on.
+ * would open only to hand it on. Not an async function, as `edgeSpan`.
  */
-export async function leafSpan<T>(env: TracingEnv, name: string, attributes: Attributes, work: (traceparent: () => string | undefined) => Promise<T>, parent?: string): Promise<T> {
-  const sink = tracer(env);
-  let ctx: SpanContext | undefined;
-  if (parent) {
-    // A hop made from inside a Durable Object call that was handed `parent`: off, or in an
-    // unsampled trace, the hop gets `parent` as it came (what edgeSpan's scope would hand it).
-    if (!sink) return work(() => parent);
-    ctx = parseTraceparent(parent); // a malformed one starts a trace
-    if (notSampled(ctx)) return work(() => parent);
-  } else {
-    const store = current.getStore();
-    if (!sink || (store && !store.span)) return work(currentTraceparent);
-    ctx = store?.span?.spanContext();
+export function leafSpan<T>(env: TracingEnv, name: string, attributes: Attributes, work: (traceparent: () => string | undefined) => Promise<T>, parent?: string): Promise<T> {
+  try {
+    const sink = tracer(env);
+    let ctx: SpanContext | undefined;
+    if (parent) {
+      // A hop made from inside a Durable Object call that was handed `parent`: off, or in an
+      // unsampled trace, the hop gets `parent` as it came (what edgeSpan's scope would hand it).
+      if (!sink) return work(() => parent);
+      const flags = traceFlags(parent);
+      if (flagsNotSampled(flags)) return work(() => parent);
+      ctx = parseTraceparent(parent, flags); // a malformed one starts a trace
+    } else {
+      if (!sink) return work(currentTraceparent);
+      const store = current.getStore();
+      if (store && !store.span) return work(currentTraceparent);
+      ctx = store?.span?.spanContext();
+    }
+    return inLeafSpan(new EdgeSpan(sink, name, SpanKind.INTERNAL, attributes, ctx), work);
+  } catch (err) {
+    return Promise.reject(err);
   }
-  const span = new EdgeSpan(sink, name, SpanKind.INTERNAL, attributes, ctx);
+}
+
+/** `work` handed `span`'s traceparent, the span ended (failed, if `work` failed) when it settles. */
+async function inLeafSpan<T>(span: EdgeSpan, work: (traceparent: () => string | undefined) => Promise<T>): Promise<T> {
   try {
     return await work(() => traceparentOf(span.spanContext()));
   } catch (err) {

@@ -6,7 +6,7 @@ import { W3CTraceContextPropagator } from "@opentelemetry/core";
 import { resourceFromAttributes } from "@opentelemetry/resources";
 import { TracerProvider, type ReadableSpan } from "@opentelemetry/sdk-trace";
 import { describe, expect, it } from "vitest";
-import { EdgeSpan, parseTraceparent, traceparentOf } from "../../../lib/tracing/span-recorder.ts";
+import { EdgeSpan, flagsNotSampled, parseTraceparent, randomHex, traceFlags, traceparentOf } from "../../../lib/tracing/span-recorder.ts";
 
 const CALLER = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
 const resource = resourceFromAttributes({ "service.name": "sandbox-edge" });
@@ -77,5 +77,44 @@ describe("the edge's span recorder", () => {
     for (const bad of ["", "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", `00-${"0".repeat(32)}-00f067aa0ba902b7-01`, `00-4bf92f3577b34da6a3ce929d0e0e4736-${"0".repeat(16)}-01`, "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01", `${CALLER}x`]) {
       expect(parseTraceparent(bad), bad).toBeUndefined();
     }
+  });
+
+  it("makes ids of lowercase hex, every digit at every position", () => {
+    for (const chars of [16, 32]) {
+      const seen = Array.from({ length: chars }, () => new Set<string>());
+      const ids = new Set<string>();
+      for (let i = 0; i < 2000; i++) {
+        const id = randomHex(chars);
+        expect(id).toMatch(new RegExp(`^[0-9a-f]{${chars}}$`));
+        ids.add(id);
+        for (let k = 0; k < chars; k++) seen[k]!.add(id[k]!);
+      }
+      expect(ids.size).toBe(2000);
+      expect(seen.map((s) => s.size)).toEqual(new Array(chars).fill(16));
+    }
+  });
+
+  it("reads every one-character change of a traceparent as the W3C grammar does", () => {
+    // The grammar as a regular expression (what parseTraceparent used until session 23), beside the
+    // one-pass reader each Durable Object call runs: a change anywhere, to any character class
+    // (hex either case, a dash, a zero, the sampled flag, a non-ASCII character), reads the same.
+    const grammar = (tp: string) => /^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$/.test(tp) && tp.slice(3, 35) !== "0".repeat(32) && tp.slice(36, 52) !== "0".repeat(16);
+    let read = 0;
+    for (const base of [CALLER, CALLER.replace(/01$/, "00"), `00-${"0".repeat(31)}1-${"0".repeat(15)}1-00`]) {
+      for (let i = 0; i <= base.length; i++) {
+        for (const ch of ["0", "1", "9", "a", "f", "g", "A", "F", "-", " ", "é", "\u0100", ""]) {
+          const tp = base.slice(0, i) + ch + base.slice(i + 1);
+          const flags = traceFlags(tp);
+          expect(flags >= 0, tp).toBe(grammar(tp));
+          if (flags >= 0) {
+            read++;
+            expect(flags, tp).toBe(parseInt(tp.slice(53), 16));
+            expect(flagsNotSampled(flags), tp).toBe((parseInt(tp.slice(53), 16) & 1) === 0);
+            expect(parseTraceparent(tp)).toEqual({ traceId: tp.slice(3, 35), spanId: tp.slice(36, 52), traceFlags: flags, isRemote: true });
+          } else expect(parseTraceparent(tp), tp).toBeUndefined();
+        }
+      }
+    }
+    expect(read).toBeGreaterThan(500);
   });
 });
