@@ -212,7 +212,7 @@ export class CrdSync {
     }
     if (foreign) return refused({ code: "conflict", message: `template ${item.name} of team ${item.namespace} runs on cluster ${foreign}; delete it there first` });
     const spec: TemplateSpec = { ...item.spec, cluster };
-    const put = await putTemplate(this.#o.env, { teamName: item.namespace, templateId: item.name, public: false, spec });
+    const put = await putTemplate(this.#o.env, { teamName: item.namespace, templateId: item.name, public: false, spec, byCluster: true });
     if (!put.ok) return refused(put.error);
     this.#remember(item.namespace, item.name, { uid: item.uid, generation: item.generation, deleted: false });
     return { result: "applied" };

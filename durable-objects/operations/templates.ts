@@ -34,6 +34,16 @@ export interface PutTemplateInput {
   templateId: string;
   public: boolean;
   spec: TemplateSpec;
+  /** The writer is a cluster (its SandboxSet objects), not the operator: the fields only the admin
+   * API sets keep their stored value whatever it sent (`nestedUserNamespaces`: whoever may write a
+   * SandboxSet in a team's namespace must not loosen its sandboxes' seccomp filter). */
+  byCluster?: boolean;
+}
+
+/** `spec` with the operator-only fields as `before` has them. */
+function operatorFieldsKept(spec: TemplateSpec, before: TemplateSpec | undefined): TemplateSpec {
+  const { nestedUserNamespaces: _asked, ...rest } = spec;
+  return before?.nestedUserNamespaces ? { ...rest, nestedUserNamespaces: true } : rest;
 }
 
 /** Creates or replaces a team's template (the team is created when missing) and configures its pool. */
@@ -43,8 +53,9 @@ export async function putTemplate(env: Env, input: PutTemplateInput): Promise<Re
     const team = await ensureTeam(db, input.teamName);
     const before = await getTemplate(db, team.id, input.templateId);
     const existed = before !== undefined;
-    const t = await upsertTemplate(db, { teamId: team.id, templateId: input.templateId, public: input.public, spec: input.spec }).catch((err: unknown) => {
-      if (namesFreedImage(err)) throw new ApiError("bad_request", `image "${input.spec.image}" was released (no template or tag referenced it) and is being freed; build the template again`);
+    const spec = input.byCluster ? operatorFieldsKept(input.spec, before?.spec) : input.spec;
+    const t = await upsertTemplate(db, { teamId: team.id, templateId: input.templateId, public: input.public, spec }).catch((err: unknown) => {
+      if (namesFreedImage(err)) throw new ApiError("bad_request", `image "${spec.image}" was released (no template or tag referenced it) and is being freed; build the template again`);
       throw err;
     });
     evictTemplates();

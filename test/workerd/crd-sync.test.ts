@@ -56,6 +56,17 @@ describe("SandboxSets over the agent link", () => {
     }
   });
 
+  it("a SandboxSet cannot turn on nestedUserNamespaces (the operator's, through the admin API), nor drop it when the operator set it", async () => {
+    const ns = unique("sbs-nested");
+    const { crd } = await connect(ns);
+    expect(await crd.call("sandboxsets", sandboxSet(ns, "tool", 1, { replicas: 0, nestedUserNamespaces: true }))).toMatchObject({ result: "applied" });
+    expect((await adminTemplate(ns, "tool"))!.spec.nestedUserNamespaces).toBeUndefined();
+    const admin = (await adminTemplate(ns, "tool"))!;
+    await expectStatus(call(`/admin/teams/${ns}/templates/tool`, { method: "PUT", body: { spec: { ...admin.spec, nestedUserNamespaces: true } } }), 200);
+    expect(await crd.call("sandboxsets", sandboxSet(ns, "tool", 2, { replicas: 0, cpuCount: 2 }))).toMatchObject({ result: "applied" });
+    expect((await adminTemplate(ns, "tool"))!.spec).toMatchObject({ cpuCount: 2, nestedUserNamespaces: true });
+  });
+
   it("an older generation never overwrites a newer one; a re-created object (new uid) starts over", async () => {
     const ns = unique("sbs-gen");
     const { crd } = await connect(ns);
