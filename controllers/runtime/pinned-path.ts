@@ -63,6 +63,9 @@ export class PinnedPath {
   readonly name: string;
   /** Directories between `dir` and the target that do not exist (yet): only with `create`. */
   missing: string[];
+  /** The target is a kernel file (procfs): a view that is the host's root lets it be read only
+   * (local-view.ts `pin`); a write goes through no such pin (files-post.ts). */
+  kernelFile = false;
   #fds: number[];
 
   constructor(sandboxPath: string, fds: number[], missing: string[], name: string) {

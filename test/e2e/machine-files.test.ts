@@ -57,20 +57,31 @@ describe("files anywhere the user may reach", () => {
     expect(listed).toMatchObject({ name: "c.txt", owner: "user", group: "user" });
   });
 
-  // With a root filesystem of its own, /opt and the rest of / are writable (root-filesystem.test.ts);
-  // procfs refuses new files, as it does under envd on a VM.
-  it("a write the kernel refuses is envd's error, with Go's error text", async () => {
-    const err = await sbx.files.write("/proc/sys/new-file", "x").catch((e: unknown) => e);
-    expect(err).toBeInstanceOf(SandboxError);
-    expect((err as Error).message).toMatch(/error opening file: open \/proc\/sys\/new-file: no such file or directory/);
-    expect((err as Error).message).not.toMatch(/outside the sandbox/);
+  // The local driver's files API is the host's root, and the kernel's files answer to their opener's
+  // rights (core_pattern, sysrq-trigger, kallsyms' addresses, keys): it reads the sandbox's own
+  // processes' files and nothing else there, and writes none, wherever root inside binds them.
+  it("the kernel's files: its own /proc/<pid> files read; every other one, and any write, refused, by file system not path", async () => {
+    expect(await sbx.files.read("/proc/1/status", { user: "root" })).toMatch(/^Name:/m);
+    expect((await sbx.files.list("/proc")).some((e) => e.name === "1")).toBe(true);
+    for (const path of ["/proc/kallsyms", "/proc/keys", "/proc/sys/kernel/hostname", "/sys/kernel/uevent_seqnum"]) {
+      const err = await sbx.files.read(path, { user: "root" }).catch((e: unknown) => e);
+      expect(err, path).toBeInstanceOf(SandboxError);
+      expect((err as Error).message, path).toMatch(/kernel's file systems/);
+    }
+    const bound = await sbx.commands.run("mkdir -p /run/k && mount --bind /proc/sys/kernel /run/k && echo bound", { user: "root" });
+    expect(bound.stdout).toBe("bound\n");
+    const err = await sbx.files.read("/run/k/hostname", { user: "root" }).catch((e: unknown) => e);
+    expect((err as Error).message).toMatch(/kernel's file systems/);
+    const w = await sbx.files.write("/proc/1/comm", "x", { user: "root" }).catch((e: unknown) => e);
+    expect((w as Error).message).toMatch(/does not write it/);
+    await sbx.commands.run("umount /run/k", { user: "root" });
   });
 
   it("a refused large upload still answers its error, not a broken pipe", async () => {
     const big = new Uint8Array(64 * 1024 * 1024);
     const err = await sbx.files.write("/proc/sys/big", big.buffer).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(SandboxError);
-    expect((err as Error).message).toMatch(/open \/proc\/sys\/big: no such file or directory/);
+    expect((err as Error).message).toMatch(/kernel's file systems/);
   });
 
   it("metadata is user.e2b.* xattrs, visible both ways", async () => {

@@ -19,6 +19,7 @@ import { fileURLToPath } from "node:url";
 import { SANDBOX_ENV_FILE, type ProcessLauncher } from "../../runtime/process/launcher.ts";
 import type { HostCommand, PinOptions, SandboxUsage, SandboxUser, SandboxView, SpawnRequest } from "../../runtime/sandbox-view.ts";
 import { pinResolved, type PinnedPath } from "../../runtime/pinned-path.ts";
+import { statfsSync } from "node:fs";
 import { SandboxNotFoundError } from "../driver.ts";
 import { helperEnv, PERL, syscallNumbers } from "./host-helpers.ts";
 import { USERS, type Mount } from "./layout.ts";
@@ -101,7 +102,14 @@ export class LocalSandboxView implements SandboxView {
   /** The runtime is the host's root here: every file operation goes through this (see
    * pinned-path.ts for why a host path string is not enough). */
   pin(sandboxPath: string, opts?: PinOptions): PinnedPath {
-    return pinResolved(sandboxPath, () => this.#locate(sandboxPath, opts?.followFinal ?? true), opts?.create ?? false);
+    const p = pinResolved(sandboxPath, () => this.#locate(sandboxPath, opts?.followFinal ?? true), opts?.create ?? false);
+    try {
+      p.kernelFile = kernelFileRefused(p);
+    } catch (err) {
+      p.close();
+      throw err;
+    }
+    return p;
   }
 
   toSandbox(hostPath: string): string {
@@ -214,4 +222,43 @@ function cpuLimitOf(dirs: string[]): number | undefined {
   const quota = firstNumber(dirs, ["cpu.cfs_quota_us"]);
   const period = firstNumber(dirs, ["cpu.cfs_period_us"]);
   return quota !== undefined && period ? quota / period : undefined;
+}
+
+/** statfs types of the kernel's own file systems (linux/magic.h). Their files answer to the
+ * opener's credentials, and the opener here is the agent, the host's root: `/proc/sys/kernel/
+ * core_pattern`, `/proc/sysrq-trigger`, `/proc/kallsyms`' addresses, `/proc/keys`. A sandbox's
+ * bwrap binds some of them read-only, but root inside may unmount those binds (the mounts are its
+ * namespace's) or bind any of them elsewhere (`/run/x`): what is checked is the file system the
+ * target and its directory are on, not the path. */
+const KERNEL_FS = new Set([
+  0x9fa0, // proc
+  0x62656572, // sysfs
+  0x27e0eb, // cgroup
+  0x63677270, // cgroup2
+  0x64626720, // debugfs
+  0x74726163, // tracefs
+  0x73636673, // securityfs
+  0xcafe4a11, // bpf
+  0x62656570, // configfs
+  0x6165676c, // pstore
+  0xde5e81e4, // efivarfs
+  0x42494e4d, // binfmt_misc
+  0x65735543, // fusectl
+]);
+/** The sandbox's own processes' files (its pid namespace's; `/proc/self` is its pid 1) and the
+ * list of them: readable, as envd in a VM reads its own. */
+const OWN_PROC = /^\/proc(?:\/(?:\d+|self)(?:\/.*)?)?$/;
+
+function onKernelFs(path: string): boolean {
+  return KERNEL_FS.has(statfsSync(path).type);
+}
+
+/** Whether the pinned target is a kernel file the runtime may only read; throws (EACCES) for one
+ * it may not touch at all. */
+function kernelFileRefused(p: PinnedPath): boolean {
+  const st = p.lstat();
+  const kernel = onKernelFs(p.dir) || (st !== undefined && !st.isSymbolicLink() && onKernelFs(p.host));
+  if (!kernel) return false;
+  if (OWN_PROC.test(p.sandboxPath)) return true;
+  throw Object.assign(new Error(`'${p.sandboxPath}' is on one of the kernel's file systems, which the files API does not act on as the host's root: read or change it with a command in the sandbox`), { code: "EACCES" });
 }

@@ -61,6 +61,8 @@ async function writeOne(sbx: RuntimeSandbox, user: SandboxUser, rawPath: string,
 /** The write itself, every name inside a directory held open (pinned-path.ts): the runtime may
  * be the host's root writing into a tree the tenant shapes while it writes. */
 async function writePinned(sbx: RuntimeSandbox, user: SandboxUser, path: string, pinned: PinnedPath, data: Readable, metadata: Record<string, string>): Promise<Written> {
+  // A kernel file is read only: written by the host's root it would act with the agent's rights.
+  if (pinned.kernelFile) throw new HttpError(403, `path '${path}' is the kernel's (procfs): the files API does not write it; write it with a command in the sandbox`);
   if (pinned.lstat()?.isDirectory()) throw new HttpError(400, `path '${path}' is a directory`);
   // envd's order and answers: directories first, then the open, each failure a 500 naming it
   // (a read-only file system included), a full disk 507.
