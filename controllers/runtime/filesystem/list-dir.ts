@@ -6,6 +6,7 @@ import { errno, fdPath, openDirIn } from "../pinned-path.ts";
 import { entryInfo } from "./entry-info.ts";
 import { withRequestPath } from "./resolve.ts";
 import { walk } from "./walk.ts";
+import { MAX_TREE_DEPTH } from "./tree.ts";
 
 /** Depth 0 is treated as 1. A symlinked root is followed and entries are reported under the
  * resolved directory, as envd does. */
@@ -21,7 +22,7 @@ export async function listDir(req: ListDirRequest, ctx: HandlerContext) {
       const prefix = r.pinned.sandboxPath === "/" ? "" : r.pinned.sandboxPath;
       const fd = openDirIn(r.pinned.dir, r.pinned.name);
       try {
-        const entries = await walk(fdPath(fd), Math.max(1, req.depth), (e) => entryInfo(r.sbx, `${prefix}/${e.rel}`, e.host, e.stats));
+        const entries = await walk(fdPath(fd), Math.min(Math.max(1, req.depth), MAX_TREE_DEPTH), (e) => entryInfo(r.sbx, `${prefix}/${e.rel}`, e.host, e.stats));
         return { entries };
       } finally {
         closeSync(fd);

@@ -5,12 +5,21 @@
 // that fd (pinned-path.ts): one fd per directory, held while its entries are handled.
 import { closeSync, constants } from "node:fs";
 import { copyFile, lchown, lstat, lutimes, mkdir, open, readdir, readlink, rmdir, symlink, unlink } from "node:fs/promises";
-import { fdPath, openDirIn, PathChangedError } from "../pinned-path.ts";
+import { errno, fdPath, openDirIn, PathChangedError } from "../pinned-path.ts";
+
+/** Levels below the named directory a walk goes: each holds its directory's fd while it works
+ * below it, and the runtime's fds are every sandbox's (no path length stops a walk by fds). */
+export const MAX_TREE_DEPTH = 256;
+
+function tooDeep(): NodeJS.ErrnoException {
+  return errno("ENAMETOOLONG", `a tree deeper than ${MAX_TREE_DEPTH} levels`);
+}
 
 /** `name` inside the pinned directory `dir`, and everything below it. ENOENT if it is not there. */
-export async function removeTree(dir: string, name: string): Promise<void> {
+export async function removeTree(dir: string, name: string, level = 0): Promise<void> {
   const st = await lstat(`${dir}/${name}`);
   if (!st.isDirectory()) return unlink(`${dir}/${name}`);
+  if (level >= MAX_TREE_DEPTH) throw tooDeep();
   let fd: number;
   try {
     fd = openDirIn(dir, name);
@@ -21,7 +30,7 @@ export async function removeTree(dir: string, name: string): Promise<void> {
   }
   try {
     for (const child of await readdir(fdPath(fd))) {
-      await removeTree(fdPath(fd), child).catch((err: NodeJS.ErrnoException) => {
+      await removeTree(fdPath(fd), child, level + 1).catch((err: NodeJS.ErrnoException) => {
         if (err.code !== "ENOENT") throw err;
       });
     }
@@ -35,7 +44,7 @@ export async function removeTree(dir: string, name: string): Promise<void> {
  * it) as `cp -a` would: links as links, modes, owners and times kept; sockets, FIFOs and device
  * nodes left out (what `mv` across file systems copies, minus what a tenant's tree should not
  * make the host's root open). */
-export async function copyTree(fromDir: string, from: string, toDir: string, to: string): Promise<void> {
+export async function copyTree(fromDir: string, from: string, toDir: string, to: string, level = 0): Promise<void> {
   const src = `${fromDir}/${from}`;
   const dst = `${toDir}/${to}`;
   const st = await lstat(src);
@@ -50,12 +59,13 @@ export async function copyTree(fromDir: string, from: string, toDir: string, to:
       await fh.close();
     }
   } else if (st.isDirectory()) {
+    if (level >= MAX_TREE_DEPTH) throw tooDeep();
     await mkdir(dst, { mode: st.mode & 0o7777 });
     const s = openDirIn(fromDir, from);
     try {
       const d = openDirIn(toDir, to);
       try {
-        for (const child of await readdir(fdPath(s))) await copyTree(fdPath(s), child, fdPath(d), child);
+        for (const child of await readdir(fdPath(s))) await copyTree(fdPath(s), child, fdPath(d), child, level + 1);
       } finally {
         closeSync(d);
       }
