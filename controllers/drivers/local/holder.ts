@@ -22,11 +22,7 @@ const USERNS_FD = 5;
  * runs outside them. The sandbox's pid 1 keeps the environment it execs with, and every process
  * inside can read it: the host paths (cgroups, the sandbox's directory in PWD) and the spawner's
  * pid go first. */
-// `ulimit -f`: the holder's stderr is its log on the host's file system, outside the sandbox's disk
-// and quota, and root inside may ptrace the holder (its pid 1 and `sleep` are the sandbox's) and
-// make it write there: 1 MiB (dash counts 512-byte blocks), a hard limit it cannot raise. Only the
-// holder's own processes get it; commands enter by setns and keep theirs.
-const JOIN_SHIM = 'IFS=:; for f in $KRUISE_CGROUPS; do echo $$ > "$f" || exit 125; done; unset KRUISE_CGROUPS KRUISE_PARENT_PID PWD; ulimit -f 2048 || exit 125; exec "$@"';
+const JOIN_SHIM = 'IFS=:; for f in $KRUISE_CGROUPS; do echo $$ > "$f" || exit 125; done; unset KRUISE_CGROUPS KRUISE_PARENT_PID PWD; exec "$@"';
 
 export function procStart(pid: number): string | undefined {
   try {
