@@ -3,7 +3,7 @@
 import { stubOf } from "../object-ids.ts";
 import type { Env } from "../env.ts";
 import type { SandboxGroupDO } from "./sandbox-group-do.ts";
-import { currentTraceparent, leafSpan, tracingOn } from "../tracing/edge-tracing.ts";
+import { currentTraceparent, leafSpan, spanRecorded, tracingOn } from "../tracing/edge-tracing.ts";
 
 /**
  * The group a sandbox lives in: the first character of its id (ids are random `[a-z0-9]`, so 36
@@ -52,18 +52,24 @@ const TRACED: ReadonlySet<SandboxMethod> = new Set(["create", "info", "kill", "s
 export function sandboxHandle(env: Env, sandboxId: string): SandboxHandle {
   const group = sandboxGroupStub(env, sandboxId) as unknown as Record<SandboxMethod, (id: string, ...args: unknown[]) => Promise<unknown>>;
   const traced = tracingOn(env);
+  const untraced = (m: SandboxMethod) => (first: object, ...rest: unknown[]) => {
+    const traceparent = currentTraceparent();
+    return group[m](sandboxId, traceparent ? { ...first, traceparent } : first, ...rest);
+  };
   return Object.fromEntries(
-    SANDBOX_METHODS.map((m) => [
-      m,
-      !TRACED.has(m)
-        ? (...args: unknown[]) => group[m](sandboxId, ...args)
-        : !traced
-          ? (first: object, ...rest: unknown[]) => {
-              const traceparent = currentTraceparent();
-              return group[m](sandboxId, traceparent ? { ...first, traceparent } : first, ...rest);
-            }
-          : (first: object, ...rest: unknown[]) =>
-            leafSpan(env, `SandboxGroupDO.${m}`, { "sandbox.id": sandboxId }, (traceparent) => group[m](sandboxId, { ...first, traceparent: traceparent() }, ...rest)),
-    ]),
+    SANDBOX_METHODS.map((m) => {
+      if (!TRACED.has(m)) return [m, (...args: unknown[]) => group[m](sandboxId, ...args)];
+      const plain = untraced(m);
+      if (!traced) return [m, plain];
+      // An unsampled request passes its context on as tracing off does: no span attributes or
+      // closure built per call only for leafSpan to drop them.
+      return [
+        m,
+        (first: object, ...rest: unknown[]) =>
+          spanRecorded(env)
+            ? leafSpan(env, `SandboxGroupDO.${m}`, { "sandbox.id": sandboxId }, (traceparent) => group[m](sandboxId, { ...first, traceparent: traceparent() }, ...rest))
+            : plain(first, ...rest),
+      ];
+    }),
   ) as unknown as SandboxHandle;
 }
