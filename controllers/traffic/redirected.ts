@@ -10,7 +10,7 @@ import type { Refuse } from "./host-reach.ts";
 import { decide, type CompiledPolicy, type Verdict } from "./policy.ts";
 import { ALLOWED, connectAny, denied, rawReply } from "./connect.ts";
 import { decideGoverned, type Governance } from "./governed.ts";
-import { MAX_SNIFF, sniff, type Sniffed } from "./sniff.ts";
+import { MAX_SNIFF, sniff, sniffFinal, type Sniffed } from "./sniff.ts";
 import type { SandboxResolver } from "./resolver.ts";
 import { ANSWER_TTL_S } from "./dns-wire.ts";
 
@@ -31,6 +31,9 @@ export interface RedirectedConnection {
   client: Socket;
   /** Which rule allowed it. */
   allowedBy: string;
+  /** The names the sandbox's DNS was lately answered `ip` for: what the address may be serving,
+   * whatever its bytes say (a connection without a name is judged by these). */
+  names: readonly string[];
   /** A connection to ip:port (the only destination allowed), tracked so a rule change ends it.
    * `shared`: not tied to this client's life (the L7 handler's pool keeps it for the sandbox's
    * later connections to the same ip:port); the client itself is then what a rule change ends. */
@@ -213,7 +216,7 @@ export class RedirectedPath {
     // An L7 client may be served on pooled sockets it did not open: it is what a rule change ends.
     if (l7) {
       c.trackClient?.(sandbox, host, ip, port, client);
-      return c.l7!.handle({ sandbox, ip, port, sniffed: seen, head, client, allowedBy, connectUpstream });
+      return c.l7!.handle({ sandbox, ip, port, sniffed: seen, head, client, allowedBy, names: c.dns.namesFor(sandbox, ip), connectUpstream });
     }
     let upstream: Socket;
     try {
@@ -288,10 +291,10 @@ export class RedirectedPath {
       const onData = (chunk: Buffer) => {
         buf = Buffer.concat([buf, chunk]);
         const s = sniff(buf);
-        if (s || buf.length >= MAX_SNIFF) done(s ?? { kind: "other" });
+        if (s || buf.length >= MAX_SNIFF) done(sniffFinal(buf));
       };
-      const onEnd = () => done(sniff(buf));
-      const timer = setTimeout(() => done(sniff(buf)), this.#c.firstRequestTimeoutMs).unref();
+      const onEnd = () => done(sniffFinal(buf));
+      const timer = setTimeout(() => done(sniffFinal(buf)), this.#c.firstRequestTimeoutMs).unref();
       client.on("data", onData).once("end", onEnd).resume();
     });
   }

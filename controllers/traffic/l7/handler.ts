@@ -9,6 +9,8 @@ import type { Duplex } from "node:stream";
 import tls from "node:tls";
 import { RateLimiter } from "./rate.ts";
 import { inspects, type L7Policy } from "./policy.ts";
+import { parseIp } from "../../../schema/egress/address.ts";
+import { bareHost } from "../sniff.ts";
 import { SseFilter, filterAnswer, rpcText, screenRequest } from "./mcp.ts";
 import { HOP_HEADERS as HOP, prepareRequest } from "./request.ts";
 import { withHead } from "./streams.ts";
@@ -25,6 +27,9 @@ export interface L7Connection {
   head: Buffer;
   client: Socket;
   allowedBy: string;
+  /** The names the sandbox's DNS was answered `ip` for (what the address may serve, whatever its
+   * bytes say); absent: none known. */
+  names?: readonly string[];
   /** `shared`: a socket the handler's pool may keep for the sandbox's later connections to the same ip:port. */
   connectUpstream(opts?: { shared?: boolean }): Promise<Socket>;
 }
@@ -49,8 +54,15 @@ export interface L7Options {
 
 interface Ctx {
   conn: L7Connection;
+  /** TLS: the SNI, which chose the leaf and the rules; plain HTTP: "" (each request names its own). */
   host: string;
   tls: boolean;
+  /** Whether the address itself needs L7 judgement (it or a name answered for it is inspected):
+   * a plain-HTTP request there must name its host. */
+  judged: boolean;
+  /** The names this connection is known to be for: the one its first bytes asked for (judged at
+   * L4) and those the sandbox's DNS was answered its address for. */
+  known: ReadonlySet<string>;
 }
 
 /** Methods whose request may be sent again when a kept-alive upstream closed as it was reused. */
@@ -91,25 +103,61 @@ export class L7Handler {
 
   async #handle(conn: L7Connection): Promise<void> {
     const policy = this.#o.policyFor(conn.sandbox);
-    const isTls = conn.sniffed?.kind === "tls";
-    const host = (conn.sniffed?.name || conn.ip).toLowerCase();
-    if (policy?.rateLimitAll && conn.sniffed?.kind !== "http" && !isTls && !this.#rate.take(conn.sandbox, policy.requestsPerMinute)) {
-      // Another protocol: the connection is the request.
-      this.#o.audit({ sandbox: conn.sandbox, host, method: "CONNECT", path: "", rule: "requestsPerMinute", status: 429, bytesOut: 0, bytesIn: 0, refused: true });
+    if (!policy) return this.#passThrough(conn);
+    const kind = conn.sniffed?.kind;
+    const name = conn.sniffed?.name?.toLowerCase();
+    // What the address may serve, whatever the bytes say: the ClientHello's SNI and a request's
+    // Host are the sandbox's to write (or leave out), and the server may serve an inspected name anyway.
+    const judged = [conn.ip, ...(conn.names ?? [])].some((n) => inspects(policy, n));
+    const known = new Set([...(name ? [name] : []), ...(conn.names ?? [])]);
+    const src = withHead(conn.client, conn.head);
+    // Plain HTTP stays with the L7 server whatever its first request names: each request on the
+    // connection is judged by its own Host.
+    if (kind === "http") return this.#serve(src, { conn, host: "", tls: false, judged, known });
+    if (kind === "tls" && !name) {
+      if (!judged) return this.#passThrough(conn);
+      // Nothing to choose rules (or a leaf) by, to an address an inspected name is served from.
+      this.#o.audit({ sandbox: conn.sandbox, host: conn.ip, method: "CONNECT", path: "", rule: "TLS without a server name (SNI) to an inspected address", status: 403, bytesOut: 0, bytesIn: 0, refused: true });
       return void conn.client.destroy();
     }
-    if (!policy || !inspects(policy, host) || (conn.sniffed?.kind !== "http" && !isTls)) return this.#passThrough(conn);
-    const src = withHead(conn.client, conn.head);
-    let socket: Socket | typeof src = src;
-    if (isTls) {
-      const leaf = await (await this.#o.caFor(conn.sandbox)).leaf(host);
+    if (kind === "tls" && inspects(policy, name!)) {
+      const leaf = await (await this.#o.caFor(conn.sandbox)).leaf(name!);
       let secureContext = this.#contexts.get(leaf);
       if (!secureContext) this.#contexts.set(leaf, (secureContext = tls.createSecureContext({ key: leaf.key, cert: leaf.cert })));
-      socket = new tls.TLSSocket(src as unknown as Socket, { isServer: true, secureContext, ALPNProtocols: ["http/1.1"] });
+      const socket = new tls.TLSSocket(src as unknown as Socket, { isServer: true, secureContext, ALPNProtocols: ["http/1.1"] });
       socket.on("error", () => conn.client.destroy());
+      return this.#serve(socket, { conn, host: name!, tls: true, judged, known });
     }
-    this.#ctx.set(socket, { conn, host, tls: isTls });
+    if (kind !== "tls" && policy.rateLimitAll && !this.#rate.take(conn.sandbox, policy.requestsPerMinute)) {
+      // Another protocol: the connection is the request.
+      this.#o.audit({ sandbox: conn.sandbox, host: conn.ip, method: "CONNECT", path: "", rule: "requestsPerMinute", status: 429, bytesOut: 0, bytesIn: 0, refused: true });
+      return void conn.client.destroy();
+    }
+    return this.#passThrough(conn);
+  }
+
+  #serve(socket: object, ctx: Ctx): void {
+    this.#ctx.set(socket, ctx);
     this.#server.emit("connection", socket);
+  }
+
+  /** The host a request is judged by, or why it is refused. Over TLS the SNI chose the rules and
+   * any credential, so the request must name that host (a front routing by Host would otherwise
+   * take the credential to another); over plain HTTP each request's own Host, which a request to
+   * an inspected address must carry as a name: an inspected one, or one known to be served there
+   * (else a server's default host could be reached under a name no rule names). */
+  #hostFor(ctx: Ctx, policy: L7Policy, headers: http.IncomingHttpHeaders): { host: string; inspected: boolean } | { status: number; text: string } {
+    const named = bareHost(headers.host);
+    if (ctx.tls) {
+      if (named === ctx.host) return { host: ctx.host, inspected: true };
+      return named ? { status: 421, text: `this connection is to ${ctx.host} (SNI), the request names ${named}` } : { status: 400, text: `a request to ${ctx.host} must carry its Host` };
+    }
+    const inspected = named !== "" && inspects(policy, named);
+    if (ctx.judged && !inspected) {
+      if (!named || parseIp(named)) return { status: 400, text: `a request to ${ctx.conn.ip} must name its host (Host), not ${named ? "an address" : "nothing"}` };
+      if (!ctx.known.has(named)) return { status: 421, text: `${named} was not asked for at ${ctx.conn.ip}` };
+    }
+    return { host: named || ctx.conn.ip, inspected };
   }
 
   async #passThrough(conn: L7Connection): Promise<void> {
@@ -126,15 +174,19 @@ export class L7Handler {
     const ctx = this.#ctx.get(req.socket);
     const policy = ctx && this.#o.policyFor(ctx.conn.sandbox);
     if (!ctx || !policy) return void socket.destroy();
-    const { conn, host } = ctx;
+    const { conn } = ctx;
     const method = req.method ?? "GET";
     const path = req.url ?? "/";
+    const at = this.#hostFor(ctx, policy, req.headers);
+    const host = "host" in at ? at.host : ctx.host || conn.ip;
+    const inspected = "host" in at && at.inspected;
     const record = (rule: string, status: number, refused = false) => this.#o.audit({ sandbox: conn.sandbox, host, method, path: path.split("?")[0]!, rule, status, bytesOut: 0, bytesIn: 0, refused });
     const refuse = (status: number, rule: string, text: string) => {
       record(rule, status, true);
       socket.end(`HTTP/1.1 ${status} ${http.STATUS_CODES[status] ?? ""}\r\ncontent-type: text/plain\r\nconnection: close\r\n\r\ntraffic-proxy: ${text}\n`);
     };
-    if (!this.#rate.take(conn.sandbox, policy.requestsPerMinute)) return refuse(429, "requestsPerMinute", `rate limit of ${policy.requestsPerMinute} requests per minute`);
+    if ("status" in at) return refuse(at.status, "host", at.text);
+    if (inspected && !this.#rate.take(conn.sandbox, policy.requestsPerMinute)) return refuse(429, "requestsPerMinute", `rate limit of ${policy.requestsPerMinute} requests per minute`);
     const p = prepareRequest(policy, { host, tls: ctx.tls, allowedBy: conn.allowedBy, method, path, headers: req.headers }, this.#o.secretsFor(conn.sandbox));
     if ("refuse" in p) return refuse(p.refuse.status, p.refuse.rule, p.refuse.text);
     const block = headerBlock({ ...p.headers, connection: "Upgrade", upgrade: String(req.headers.upgrade ?? "") });
@@ -143,7 +195,7 @@ export class L7Handler {
     const up: Duplex = ctx.tls ? tls.connect({ ...this.#o.upstreamTls, socket: raw, servername: host, ALPNProtocols: ["http/1.1"] }) : raw;
     up.on("error", () => socket.destroy());
     socket.on("error", () => up.destroy());
-    up.once("data", (first: Buffer) => record(p.rule, Number(/^HTTP\/1\.[01] (\d{3})/.exec(first.toString("latin1"))?.[1] ?? 0)));
+    up.once("data", (first: Buffer) => inspected && record(p.rule, Number(/^HTTP\/1\.[01] (\d{3})/.exec(first.toString("latin1"))?.[1] ?? 0)));
     up.write(`${method} ${path} HTTP/1.1\r\n${block}\r\n`);
     if (head.length) up.write(head);
     socket.pipe(up);
@@ -153,18 +205,23 @@ export class L7Handler {
   async #request(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
     const ctx = this.#ctx.get(req.socket);
     if (!ctx) return void res.destroy();
-    const { conn, host } = ctx;
+    const { conn } = ctx;
     const policy = this.#o.policyFor(conn.sandbox);
     const method = req.method ?? "GET";
     const path = req.url ?? "/";
+    const at = policy && this.#hostFor(ctx, policy, req.headers);
+    const host = at && "host" in at ? at.host : ctx.host || conn.ip;
+    // A plain-HTTP request to a host no rule inspects is sent on as it is, neither counted nor audited.
+    const inspected = !at || !("host" in at) || at.inspected;
     const record = (rule: string, status: number, bytesIn = 0, tool?: string, refused = false) =>
-      this.#o.audit({ sandbox: conn.sandbox, host, method, path: path.split("?")[0]!, rule, status, bytesOut: Number(req.headers["content-length"] ?? 0), bytesIn, ...(tool ? { tool } : {}), refused });
+      inspected && this.#o.audit({ sandbox: conn.sandbox, host, method, path: path.split("?")[0]!, rule, status, bytesOut: Number(req.headers["content-length"] ?? 0), bytesIn, ...(tool ? { tool } : {}), refused });
     const refuse = (status: number, rule: string, text: string) => {
       record(rule, status, 0, undefined, true);
       res.writeHead(status, { "content-type": "text/plain" }).end(`traffic-proxy: ${text}\n`);
     };
     if (!policy) return refuse(403, "no L7 policy", "egress denied: the sandbox's policy changed");
-    if (!this.#rate.take(conn.sandbox, policy.requestsPerMinute)) return refuse(429, "requestsPerMinute", `rate limit of ${policy.requestsPerMinute} requests per minute`);
+    if ("status" in at!) return refuse(at.status, "host", at.text);
+    if (inspected && !this.#rate.take(conn.sandbox, policy.requestsPerMinute)) return refuse(429, "requestsPerMinute", `rate limit of ${policy.requestsPerMinute} requests per minute`);
     const prepared = prepareRequest(policy, { host, tls: ctx.tls, allowedBy: conn.allowedBy, method, path, headers: req.headers }, this.#o.secretsFor(conn.sandbox));
     if ("refuse" in prepared) return refuse(prepared.refuse.status, prepared.refuse.rule, prepared.refuse.text);
     const { headers, mcp: decide } = prepared;
@@ -185,8 +242,9 @@ export class L7Handler {
       tool = s.calls.map((c) => c.tool).join(",") || undefined;
       if (s.calls[0]) rule = s.calls.map((c) => c.rule).join(",");
       const denied = s.calls.find((c) => !c.allowed);
-      if (s.answer) {
-        record(denied?.rule ?? "mcp", 200, Buffer.byteLength(s.answer), tool, true);
+      if (s.answer !== undefined) {
+        record(denied?.rule ?? "mcp", s.answer ? 200 : 202, Buffer.byteLength(s.answer), tool, true);
+        if (!s.answer) return void res.writeHead(202).end();
         return void res.writeHead(200, { "content-type": "application/json" }).end(s.answer);
       }
       headers["content-length"] = String(Buffer.byteLength(text));
@@ -235,9 +293,21 @@ export class L7Handler {
       } else if (mcp && type.includes("text/event-stream")) {
         delete out["content-length"];
         res.writeHead(ur.statusCode ?? 502, out);
-        const f = new SseFilter(decide!);
+        // One event is held at most maxMcpBody long, and the upstream waits while the client is slow.
+        const f = new SseFilter(decide!, this.#o.maxMcpBody ?? 4 << 20);
         ur.setEncoding("utf8");
-        ur.on("data", (c: string) => res.write(f.push(c)));
+        ur.on("data", (c: string) => {
+          const text = f.push(c);
+          if (text === undefined) {
+            this.#o.log?.(`traffic-proxy: l7: ${conn.sandbox}: an SSE event from ${host} outgrew ${this.#o.maxMcpBody ?? 4 << 20} characters unfinished; stream ended`);
+            ur.destroy();
+            return void res.destroy();
+          }
+          if (!res.write(text)) {
+            ur.pause();
+            res.once("drain", () => ur.resume());
+          }
+        });
         ur.on("end", () => res.end(f.end()));
       } else {
         res.writeHead(ur.statusCode ?? 502, out);

@@ -31,7 +31,8 @@ export interface ToolDecision {
 }
 
 export interface Screened {
-  /** Set when the request must not be sent: the JSON body to answer with (status 200). */
+  /** Set when the request must not be sent: the JSON body to answer with (status 200), or ""
+   * when no refused message carries an id (notifications: answered 202, nothing sent). */
   answer?: string;
   /** Each `tools/call` and its verdict (for the audit). */
   calls: ToolDecision[];
@@ -59,6 +60,25 @@ function parse(text: string): RpcMessage | RpcMessage[] | undefined {
   }
 }
 
+/** The keys the screen reads, per level. A Go server (encoding/json, e.g. mcp-go) matches a
+ * struct's keys case-insensitively, folding each rune as ToUpper(ToLower(r)) (so "ſ" is "s" and
+ * "K" is "k"): a key folding to one of these without being it would be read there as what the
+ * screen did not read. */
+const MESSAGE_KEYS = ["jsonrpc", "id", "method", "params"];
+const PARAMS_KEYS = ["name"];
+const goFold = (k: string) => k.toLowerCase().toUpperCase();
+const FOLDED = new Map([...MESSAGE_KEYS, ...PARAMS_KEYS].map((k) => [k, goFold(k)]));
+
+/** A key of `o` that a case-insensitive reader would take for one of `keys` but is not it. */
+function foldedKey(o: object, keys: string[]): string | undefined {
+  for (const k of Object.keys(o)) {
+    if (keys.includes(k)) continue;
+    const f = goFold(k);
+    if (keys.some((x) => FOLDED.get(x) === f)) return k;
+  }
+  return undefined;
+}
+
 const deniedError = (id: Id, d: ToolDecision) => ({ jsonrpc: "2.0", id, error: { code: TOOL_DENIED_CODE, message: `tool "${d.tool}" is denied by MCP rule "${d.rule}"`, data: { tool: d.tool, rule: d.rule } } });
 
 /** A request body to `server` (not JSON-RPC: refused, `invalid`). A batch with a denied call is
@@ -71,6 +91,8 @@ export function screenRequest(decide: ToolDecider, body: string): Screened {
   const denied = new Map<RpcMessage, ToolDecision>();
   for (const m of list) {
     if (typeof m !== "object" || m === null) continue;
+    const odd = foldedKey(m, MESSAGE_KEYS) ?? (m.method === "tools/call" && typeof m.params === "object" && m.params !== null ? foldedKey(m.params, PARAMS_KEYS) : undefined);
+    if (odd !== undefined) return { ...out, invalid: `the JSON-RPC key ${JSON.stringify(odd.slice(0, 64))} differs from one the screen reads only in case: servers that match keys case-insensitively would read it otherwise` };
     if (m.method !== "tools/call") continue;
     const named = typeof m.params?.name === "string" ? m.params.name : "";
     // A name no rule could be meant for is denied unmatched (matching costs its length).
@@ -90,7 +112,8 @@ export function screenRequest(decide: ToolDecider, body: string): Screened {
       if (d) return deniedError(m.id!, d);
       return { jsonrpc: "2.0", id: m.id, error: { code: TOOL_DENIED_CODE, message: `not sent: the batch calls tool "${first.tool}", denied by MCP rule "${first.rule}"` } };
     });
-  out.answer = JSON.stringify(Array.isArray(msg) ? answers : answers[0]);
+  // Refused even when nothing carries an id: a notification is a call a JSON-RPC server may run.
+  out.answer = answers.length === 0 ? "" : JSON.stringify(Array.isArray(msg) ? answers : answers[0]);
   return out;
 }
 
@@ -113,12 +136,17 @@ export function filterAnswer(decide: ToolDecider, body: string): string {
 export class SseFilter {
   #buf = "";
   readonly #decide: ToolDecider;
+  readonly #max: number;
 
-  constructor(decide: ToolDecider) {
+  /** `max`: the longest event held while waiting for its end (characters). */
+  constructor(decide: ToolDecider, max = Infinity) {
     this.#decide = decide;
+    this.#max = max;
   }
 
-  push(chunk: string): string {
+  /** The whole events so far, filtered; undefined when an event outgrew `max` (the stream must
+   * end: an event cannot be forwarded before it is read whole, nor held without bound). */
+  push(chunk: string): string | undefined {
     this.#buf += chunk;
     let out = "";
     for (;;) {
@@ -128,7 +156,7 @@ export class SseFilter {
       this.#buf = this.#buf.slice(m.index + m[0].length);
       out += this.#event(event) + "\n\n";
     }
-    return out;
+    return this.#buf.length > this.#max ? undefined : out;
   }
 
   /** What is left at the stream's end (an unterminated event, unfiltered data cannot carry a list). */

@@ -1,0 +1,278 @@
+// L7 judgement a sandbox cannot write its way around, through the real TrafficProxy's redirected
+// path and the real L7 handler, against loopback stand-ins for "the internet": a sandbox whose
+// rules admit mcp.test, api.test and other.test by name only (all served at 127.0.0.1), with a
+// block rule and MCP tool ACLs for mcp.test and a credential for api.test. A ClientHello split over
+// TLS records is read whole; TLS without SNI, or plain HTTP without a Host, to an address an
+// inspected name was answered for is refused; every plain-HTTP request on a connection is judged
+// by its own Host; a request must name the host its SNI chose the credential for; the MCP screen
+// reads keys as a case-insensitive (Go) server would and refuses a denied notification; an
+// unfinished SSE event is held only so long.
+import https from "node:https";
+import http from "node:http";
+import { mkdtempSync, rmSync } from "node:fs";
+import { connect, type AddressInfo, type Socket } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { Duplex } from "node:stream";
+import tls from "node:tls";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { SandboxCa } from "../../../controllers/traffic/l7/ca.ts";
+import { L7Handler, type AuditRecord } from "../../../controllers/traffic/l7/handler.ts";
+import type { L7Policy } from "../../../controllers/traffic/l7/policy.ts";
+import { compilePolicy } from "../../../controllers/traffic/policy.ts";
+import { TrafficProxy } from "../../../controllers/traffic/proxy.ts";
+import { sniff } from "../../../controllers/traffic/sniff.ts";
+
+const SECRET = "ghp_secret-value-for-api-test";
+const NAMES = ["mcp.test", "api.test", "other.test"];
+const SSE_EVENT = 256 * 1024;
+const MAX_MCP_BODY = 64 * 1024;
+/** What the stand-ins were asked: protocol, Host, SNI, Authorization, path, body. */
+const seen: { proto: string; host?: string; sni?: string | false | null; auth?: string; url?: string; body: string }[] = [];
+const audit: AuditRecord[] = [];
+let issuer: SandboxCa;
+let ca: SandboxCa;
+let tlsPort = 0;
+let plainPort = 0;
+let servers: { close(): void; closeAllConnections(): void }[] = [];
+let proxy: TrafficProxy;
+let dir = "";
+
+const policy: L7Policy = {
+  http: [
+    { name: "gh", host: "api.test", action: "allow", setHeaders: { Authorization: "Bearer ${e2b.secrets.gh}" } },
+    { name: "no-admin", host: "mcp.test", paths: ["/admin*"], action: "block" },
+  ],
+  mcp: [{ name: "only-safe", server: "mcp.test", tool: "safe", action: "allow" }],
+};
+
+function answer(proto: string) {
+  return (req: http.IncomingMessage, res: http.ServerResponse) => {
+    let body = "";
+    req.on("data", (c: Buffer) => (body += c.toString()));
+    req.on("end", () => {
+      const sni = proto === "https" ? (req.socket as tls.TLSSocket).servername : undefined;
+      seen.push({ proto, host: req.headers.host, ...(sni !== undefined ? { sni } : {}), auth: req.headers.authorization, url: req.url, body });
+      if (req.url === "/sse") {
+        // One event that does not end until SSE_EVENT bytes have gone.
+        res.writeHead(200, { "content-type": "text/event-stream" }).write("data: ");
+        let sent = 0;
+        const more = () => {
+          while (sent < SSE_EVENT) {
+            sent += 16 * 1024;
+            if (!res.write("a".repeat(16 * 1024))) return void res.once("drain", more);
+          }
+          res.end("\n\n");
+        };
+        return more();
+      }
+      res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify({ jsonrpc: "2.0", id: 1, result: { upstream: "reached" } }));
+    });
+  };
+}
+
+beforeAll(async () => {
+  issuer = await SandboxCa.create("internet-stand-in");
+  // Like a real server's default vhost: a certificate for mcp.test to a ClientHello without SNI.
+  const byDefault = await issuer.leaf("mcp.test");
+  const contexts = new Map(await Promise.all(NAMES.map(async (n) => [n, await issuer.leaf(n)] as const)));
+  const up = https.createServer({ key: byDefault.key, cert: byDefault.cert, SNICallback: (n, cb) => cb(null, tls.createSecureContext(contexts.get(n) ?? byDefault)) }, answer("https"));
+  const plain = http.createServer(answer("http"));
+  servers = [up, plain];
+  await Promise.all(servers.map((s) => new Promise<void>((r) => (s as http.Server).listen(0, "127.0.0.1", r))));
+  tlsPort = (up.address() as AddressInfo).port;
+  plainPort = (plain.address() as AddressInfo).port;
+  ca = await SandboxCa.create("sbx");
+  const handler = new L7Handler({ policyFor: (s) => (s === "open" ? { http: [], mcp: [] } : policy), secretsFor: () => new Map([["gh", SECRET]]), caFor: async () => ca, audit: (r) => audit.push(r), upstreamTls: { ca: issuer.certPem }, maxMcpBody: MAX_MCP_BODY });
+  proxy = new TrafficProxy({
+    refuse: () => undefined,
+    resolve: async (host) => {
+      if (NAMES.includes(host)) return ["127.0.0.1"];
+      throw Object.assign(new Error(`${host}: not found`), { code: "ENOTFOUND" });
+    },
+    // "open" may reach 127.0.0.1 by its address; "sbx" only by the names.
+    policyFor: (s) => compilePolicy(s === "open" ? { allowOut: ["127.0.0.1"], denyOut: [] } : { allowOut: NAMES, denyOut: ["0.0.0.0/0"] }),
+    l7: handler,
+    firstRequestTimeoutMs: 1000,
+  });
+  dir = mkdtempSync(join(tmpdir(), "l7-bypass-"));
+  await proxy.listenTagged(join(dir, "p.sock"));
+  // The sandbox looked mcp.test up through its DNS (the proxy's), as a client connecting by name does.
+  await dnsQuery("sbx", "mcp.test");
+});
+
+afterAll(async () => {
+  await proxy?.close();
+  for (const s of servers) (s.close(), s.closeAllConnections());
+  if (dir) rmSync(dir, { recursive: true, force: true });
+});
+
+/** One DNS query over the sandbox's redirected TCP port 53. */
+function dnsQuery(sandbox: string, name: string): Promise<Buffer> {
+  const labels = name.split(".").map((l) => Buffer.concat([Buffer.from([l.length]), Buffer.from(l)]));
+  const head = Buffer.from([0x12, 0x34, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0]);
+  const msg = Buffer.concat([head, ...labels, Buffer.from([0, 0, 1, 0, 1])]);
+  return new Promise((resolve, reject) => {
+    const s = connect(join(dir, "p.sock"), () => s.write(Buffer.concat([Buffer.from(`${sandbox} 10.0.0.53 53\n`), Buffer.from([msg.length >> 8, msg.length & 255]), msg])));
+    s.once("data", (c: Buffer) => (s.destroy(), resolve(c))).on("error", reject);
+  });
+}
+
+/** A redirected connection of `sandbox` to 127.0.0.1:`port`, its raw socket. */
+function redirected(sandbox: string, port: number): Promise<Socket> {
+  return new Promise((resolve, reject) => {
+    const s = connect(join(dir, "p.sock"), () => (s.write(`${sandbox} 127.0.0.1 ${port}\n`), resolve(s)));
+    s.on("error", reject);
+  });
+}
+
+/** Plain HTTP bytes on one redirected connection; what came back until it closed. */
+async function plainHttp(payload: string, sandbox = "sbx"): Promise<string> {
+  const s = await redirected(sandbox, plainPort);
+  return new Promise((resolve) => {
+    let got = "";
+    const t = setTimeout(() => s.destroy(), 3000);
+    s.on("data", (c: Buffer) => (got += c.toString())).on("close", () => (clearTimeout(t), resolve(got)));
+    s.write(payload);
+  });
+}
+
+/** A duplex over `sock` that sends the first TLS record (the ClientHello) as two records. */
+function splitting(sock: Socket): Duplex {
+  let first = true;
+  const d = new Duplex({
+    write(chunk: Buffer, _e, cb) {
+      if (!first || chunk[0] !== 0x16) return void sock.write(chunk, cb);
+      first = false;
+      const body = chunk.subarray(5, 5 + chunk.readUInt16BE(3));
+      const rec = (p: Buffer) => Buffer.concat([Buffer.from([0x16, chunk[1]!, chunk[2]!, p.length >> 8, p.length & 255]), p]);
+      sock.write(Buffer.concat([rec(body.subarray(0, 40)), rec(body.subarray(40)), chunk.subarray(5 + body.length)]), cb);
+    },
+    read() {},
+    final(cb) {
+      sock.end();
+      cb();
+    },
+  });
+  sock.on("data", (c: Buffer) => d.push(c)).on("end", () => d.push(null)).on("close", () => d.destroy());
+  return d;
+}
+
+/** HTTPS bytes on one redirected connection; the answer, or "error: ..." when TLS failed. */
+async function overTls(payload: string, o: { servername?: string; split?: boolean; sandbox?: string } = {}): Promise<string> {
+  const raw = await redirected(o.sandbox ?? "sbx", tlsPort);
+  return new Promise((resolve) => {
+    let got = "";
+    const opts: tls.ConnectionOptions = { socket: (o.split ? splitting(raw) : raw) as Socket, ...(o.servername ? { servername: o.servername, ca: ca.certPem } : { rejectUnauthorized: false }) };
+    const s = tls.connect(opts, () => s.write(payload));
+    const t = setTimeout(() => s.destroy(), 3000);
+    s.on("data", (c: Buffer) => (got += c.toString()));
+    s.on("error", (e) => (got ||= `error: ${e.message}`));
+    s.on("close", () => (clearTimeout(t), resolve(got)));
+  });
+}
+
+const call = (tool: string, extra: Record<string, unknown> = {}) => JSON.stringify({ jsonrpc: "2.0", id: 1, method: "tools/call", params: { name: tool, arguments: {} }, ...extra });
+const post = (host: string, body: string, close = true) => `POST /mcp HTTP/1.1\r\nHost: ${host}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n${close ? "connection: close\r\n" : ""}\r\n${body}`;
+const statusLines = (s: string) => s.split("\r\n").filter((l) => l.startsWith("HTTP/"));
+
+describe("TLS: the ClientHello's name, or none", () => {
+  it("reads a ClientHello split over two TLS records whole: its SNI's rules apply", async () => {
+    const n = seen.length;
+    const got = await overTls("GET /admin HTTP/1.1\r\nHost: mcp.test\r\nconnection: close\r\n\r\n", { servername: "mcp.test", split: true });
+    expect(statusLines(got)).toEqual(["HTTP/1.1 403 Forbidden"]);
+    expect(got).toContain('blocked by rule "no-admin"');
+    expect(seen.slice(n)).toEqual([]);
+  });
+
+  it("refuses TLS without SNI to an address an inspected name was answered for, and audits it", async () => {
+    const n = seen.length;
+    const got = await overTls(post("mcp.test", call("danger")));
+    expect(got).not.toContain("HTTP/1.1");
+    expect(seen.slice(n)).toEqual([]);
+    expect(audit.at(-1)).toMatchObject({ sandbox: "sbx", host: "127.0.0.1", rule: expect.stringContaining("SNI"), refused: true });
+  });
+
+  it("passes TLS without SNI through where no inspected name is served (a sandbox allowed the address)", async () => {
+    const got = await overTls("GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nconnection: close\r\n\r\n", { sandbox: "open" });
+    expect(statusLines(got)).toEqual(["HTTP/1.1 200 OK"]);
+    expect(seen.at(-1)).toMatchObject({ proto: "https", sni: false });
+  });
+
+  it("the sniffer gives up a ClientHello past its record bound as TLS without a name", () => {
+    const rec = (p: Buffer) => Buffer.concat([Buffer.from([0x16, 3, 1, 0, p.length]), p]);
+    const hello = Buffer.concat([Buffer.from([1, 0, 0, 200]), Buffer.alloc(30)]);
+    const many = Buffer.concat(Array.from({ length: 20 }, (_, i) => rec(hello.subarray(i * 2, i * 2 + 2))));
+    expect(sniff(many)).toEqual({ kind: "tls" });
+  });
+});
+
+describe("plain HTTP: each request by its own Host", () => {
+  it("refuses a request without a Host, or naming an address, to an address an inspected name was answered for", async () => {
+    const n = seen.length;
+    expect(statusLines(await plainHttp("GET /admin HTTP/1.0\r\n\r\n"))).toEqual(["HTTP/1.1 400 Bad Request"]);
+    expect(statusLines(await plainHttp("GET /admin HTTP/1.1\r\nHost: 127.0.0.1\r\nconnection: close\r\n\r\n"))).toEqual(["HTTP/1.1 400 Bad Request"]);
+    // Blank lines before a request line are skipped by servers, and by the sniffer.
+    expect(await plainHttp("\r\n\r\nGET /admin HTTP/1.1\r\nHost: mcp.test\r\nconnection: close\r\n\r\n")).toContain('blocked by rule "no-admin"');
+    expect(seen.slice(n)).toEqual([]);
+  });
+
+  it("judges a later request on a kept-alive connection by its own Host, not the first one's", async () => {
+    const n = seen.length;
+    // The last: a name neither inspected nor asked for at this address, which could reach an
+    // inspected server's default host unjudged.
+    const got = await plainHttp(`GET / HTTP/1.1\r\nHost: other.test\r\n\r\n${post("mcp.test", call("danger"), false)}GET /admin HTTP/1.1\r\nHost: elsewhere.test\r\nconnection: close\r\n\r\n`);
+    expect(statusLines(got)).toEqual(["HTTP/1.1 200 OK", "HTTP/1.1 200 OK", "HTTP/1.1 421 Misdirected Request"]);
+    expect(got).toContain('tool \\"danger\\" is denied');
+    expect(seen.slice(n)).toEqual([expect.objectContaining({ proto: "http", host: "other.test", url: "/" })]);
+  });
+});
+
+describe("a credential goes only to the host its SNI named", () => {
+  it("refuses a request whose Host is another name (421); the same name in another case or with its port gets the credential", async () => {
+    const n = seen.length;
+    const other = await overTls("GET /x HTTP/1.1\r\nHost: other.test\r\nconnection: close\r\n\r\n", { servername: "api.test" });
+    expect(statusLines(other)).toEqual(["HTTP/1.1 421 Misdirected Request"]);
+    expect(seen.slice(n)).toEqual([]);
+    const same = await overTls("GET /x HTTP/1.1\r\nHost: API.test:443\r\nconnection: close\r\n\r\n", { servername: "api.test" });
+    expect(statusLines(same)).toEqual(["HTTP/1.1 200 OK"]);
+    expect(seen.at(-1)).toMatchObject({ sni: "api.test", auth: `Bearer ${SECRET}` });
+    expect(JSON.stringify(audit)).not.toContain(SECRET);
+  });
+});
+
+describe("the MCP screen", () => {
+  it("refuses keys a case-insensitive server would read as the screened ones (400), and a denied call sent as a notification (202, not sent)", async () => {
+    const n = seen.length;
+    const bodies = [
+      JSON.stringify({ jsonrpc: "2.0", id: 1, METHOD: "tools/call", params: { name: "danger" } }),
+      JSON.stringify({ jsonrpc: "2.0", id: 1, method: "ping", Method: "tools/call", params: { name: "danger" } }),
+      JSON.stringify({ jsonrpc: "2.0", id: 1, method: "tools/call", params: { name: "safe", NAME: "danger" } }),
+      JSON.stringify({ jsonrpc: "2.0", id: 1, method: "tools/call", params: { name: "safe" }, "paramſ": { name: "danger" } }),
+    ];
+    for (const b of bodies) expect(statusLines(await overTls(post("mcp.test", b), { servername: "mcp.test" }))).toEqual(["HTTP/1.1 400 Bad Request"]);
+    const notification = JSON.stringify({ jsonrpc: "2.0", method: "tools/call", params: { name: "danger", arguments: {} } });
+    expect(statusLines(await overTls(post("mcp.test", notification), { servername: "mcp.test" }))).toEqual(["HTTP/1.1 202 Accepted"]);
+    expect(audit.at(-1)).toMatchObject({ tool: "danger", status: 202, refused: true });
+    expect(seen.slice(n)).toEqual([]);
+    // The allowed call still goes.
+    expect(statusLines(await overTls(post("mcp.test", call("safe")), { servername: "mcp.test" }))).toEqual(["HTTP/1.1 200 OK"]);
+  });
+
+  it("ends an SSE answer whose event outgrows the MCP body bound unfinished, rather than holding it", async () => {
+    const s = await redirected("sbx", plainPort);
+    const out = await new Promise<{ bytes: number; ended: boolean }>((resolve) => {
+      const req = http.request({ createConnection: () => s, path: "/sse", headers: { host: "mcp.test" } }, (res) => {
+        let bytes = 0;
+        res.on("data", (c: Buffer) => (bytes += c.length));
+        res.on("end", () => resolve({ bytes, ended: true }));
+        res.on("error", () => resolve({ bytes, ended: false }));
+        res.on("aborted", () => resolve({ bytes, ended: false }));
+      });
+      req.on("error", () => resolve({ bytes: 0, ended: false }));
+      req.end();
+    });
+    expect(out.ended).toBe(false);
+    expect(out.bytes).toBeLessThan(MAX_MCP_BODY);
+  });
+});
