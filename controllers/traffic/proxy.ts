@@ -10,6 +10,7 @@
 // - `listenTagged` serves connections whose first line, written by the agent's relay before any
 //   byte of the sandbox, names the sandbox (the local driver's form, see README.md).
 import { lookup } from "node:dns/promises";
+import { LookupQueue, type LookupQueueOptions } from "./lookup-queue.ts";
 import { createServer as createHttpServer, request as httpRequest, type IncomingMessage, type OutgoingHttpHeaders, type Server, type ServerResponse } from "node:http";
 import { createSocket, type Socket as UdpSocket } from "node:dgram";
 import { createServer as createNetServer, isIPv4, type Server as NetServer, type Socket } from "node:net";
@@ -33,6 +34,8 @@ export interface TrafficProxyOptions {
   refuse?: Refuse;
   /** Name resolution; default: the system resolver (getaddrinfo, so /etc/hosts counts). */
   resolve?: (host: string) => Promise<string[]>;
+  /** How many name lookups run at once, in all and per sandbox (lookup-queue.ts). */
+  lookups?: LookupQueueOptions;
   /** How long a connection to a destination may take. Default 10 s. */
   connectTimeoutMs?: number;
   /** How long a new client connection may stay without a complete first request before it is
@@ -119,7 +122,8 @@ function splitAuthority(authority: string): { host: string; port: number } | und
 export class TrafficProxy {
   readonly server: Server;
   readonly #o: TrafficProxyOptions;
-  readonly #resolve: (host: string) => Promise<string[]>;
+  /** A lookup on behalf of a sandbox, in its turn (lookup-queue.ts). */
+  readonly #resolve: (host: string, sandbox: string) => Promise<string[]>;
   readonly #refuse: Refuse;
   /** The sandbox each client connection belongs to. */
   readonly #tags = new WeakMap<object, string>();
@@ -146,7 +150,9 @@ export class TrafficProxy {
 
   constructor(opts: TrafficProxyOptions) {
     this.#o = opts;
-    this.#resolve = opts.resolve ?? systemResolve;
+    const lookups = new LookupQueue(opts.lookups);
+    const resolve = opts.resolve ?? systemResolve;
+    this.#resolve = (host, sandbox) => lookups.run(sandbox, () => resolve(host));
     this.#refuse = opts.refuse ?? refuseLocal;
     this.#dns = new SandboxResolver(this.#resolve, this.#refuse);
     this.#redirected = new RedirectedPath({
@@ -344,7 +350,7 @@ export class TrafficProxy {
     let addresses: string[] = [];
     if (needsAddresses(policy, host)) {
       try {
-        addresses = await this.#resolve(host);
+        addresses = await this.#resolve(host, tag);
       } catch (err) {
         return { status: 502, reason: `cannot resolve ${host}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}` };
       }
@@ -364,7 +370,7 @@ export class TrafficProxy {
     let addresses = [host];
     if (!parseIp(host)) {
       try {
-        addresses = await this.#resolve(host);
+        addresses = await this.#resolve(host, tag);
       } catch (err) {
         return { status: 502, reason: `cannot resolve ${host}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}` };
       }

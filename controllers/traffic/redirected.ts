@@ -68,7 +68,8 @@ export interface RedirectedContext {
   /** TrafficPolicies deciding for the sandbox instead (governed.ts), when some select it. */
   governed(sandbox: string): Governance | undefined;
   refuse: Refuse;
-  resolve(host: string): Promise<string[]>;
+  /** A lookup on behalf of `sandbox` (in its turn, lookup-queue.ts). */
+  resolve(host: string, sandbox: string): Promise<string[]>;
   dns: SandboxResolver;
   log?: (line: string) => void;
   connectTimeoutMs: number;
@@ -135,7 +136,7 @@ export class RedirectedPath {
       if (name && !parseIp(name)) {
         const byName = decide(policy, name, [ip], c.refuse);
         const answered = c.dns.namesFor(sandbox, ip).includes(name);
-        const addresses = byName.allowed && !answered ? await c.resolve(name).catch(() => [] as string[]) : [];
+        const addresses = byName.allowed && !answered ? await c.resolve(name, sandbox).catch(() => [] as string[]) : [];
         if (byName.allowed && (answered || addresses.some((a) => normalizeHost(a) === ip))) verdict = byName;
         else verdict = { allowed: false, reason: byName.allowed ? `${name} does not resolve to ${ip}` : byName.reason };
       } else {
@@ -167,7 +168,7 @@ export class RedirectedPath {
       const name = seen && "name" in seen ? seen.name : undefined;
       const known = name !== undefined && names.includes(name);
       if (name && !parseIp(name) && !known) {
-        const resolves = (await c.resolve(name).catch(() => [] as string[])).some((a) => normalizeHost(a) === ip);
+        const resolves = (await c.resolve(name, sandbox).catch(() => [] as string[])).some((a) => normalizeHost(a) === ip);
         if (resolves) v = decideGoverned(g, { ip, port, names: [...names, name] }, c.refuse);
         else if (!v.allowed) v = { ...v, by: `${v.by}; ${name} does not resolve to ${ip}` };
         if (resolves) host = name;

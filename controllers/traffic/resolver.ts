@@ -22,12 +22,13 @@ export interface DnsOutcome {
 }
 
 export class SandboxResolver {
-  readonly #resolve: (host: string) => Promise<string[]>;
+  /** A lookup on behalf of `sandbox` (the proxy queues each sandbox's in turn, lookup-queue.ts). */
+  readonly #resolve: (host: string, sandbox: string) => Promise<string[]>;
   readonly #refuse: Refuse;
   /** Per sandbox: name => the addresses answered and until when. */
   readonly #seen = new Map<string, Map<string, { addresses: string[]; until: number }>>();
 
-  constructor(resolve: (host: string) => Promise<string[]>, refuse: Refuse) {
+  constructor(resolve: (host: string, sandbox: string) => Promise<string[]>, refuse: Refuse) {
     this.#resolve = resolve;
     this.#refuse = refuse;
   }
@@ -41,7 +42,7 @@ export class SandboxResolver {
       const v = decide(policy, q.name, []);
       return { answer: buildAnswer(q, RCODE.nxDomain), denied: v.allowed ? "not resolvable" : v.reason, name: q.name };
     }
-    const addresses = await this.#lookup(q);
+    const addresses = await this.#lookup(sandbox, q);
     if (!Array.isArray(addresses)) return addresses;
     const v = decide(policy, q.name, addresses, this.#refuse);
     if (!v.allowed) return { answer: buildAnswer(q, RCODE.nxDomain), denied: v.reason, name: q.name };
@@ -54,7 +55,7 @@ export class SandboxResolver {
   async answerGoverned(sandbox: string, g: Governance, msg: Buffer): Promise<DnsOutcome> {
     const q = parseQuery(msg);
     if (!q) return { answer: formErr(msg) };
-    const addresses = await this.#lookup(q);
+    const addresses = await this.#lookup(sandbox, q);
     if (!Array.isArray(addresses)) return addresses;
     const v = admitName(g, q.name, addresses, this.#refuse);
     if ("denied" in v) return { answer: buildAnswer(q, RCODE.nxDomain), denied: v.denied, name: q.name };
@@ -63,9 +64,9 @@ export class SandboxResolver {
   }
 
   /** The name's addresses, or the answer for a name that does not resolve. */
-  async #lookup(q: NonNullable<ReturnType<typeof parseQuery>>): Promise<string[] | DnsOutcome> {
+  async #lookup(sandbox: string, q: NonNullable<ReturnType<typeof parseQuery>>): Promise<string[] | DnsOutcome> {
     try {
-      return await this.#resolve(q.name);
+      return await this.#resolve(q.name, sandbox);
     } catch (err) {
       const code = (err as NodeJS.ErrnoException).code;
       return { answer: buildAnswer(q, code === "ENOTFOUND" || code === "ENODATA" ? RCODE.nxDomain : RCODE.servFail), name: q.name };
