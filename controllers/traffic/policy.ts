@@ -15,7 +15,9 @@
 // - E2B sandboxes have no IPv6, so an IPv6 destination passes only when allowOut admits it (an
 //   IPv6 CIDR, ALL_TRAFFIC, or a domain allowed by name); an IPv4 deny list cannot be walked
 //   around through `[::1]` or an AAAA record. Forms that embed an IPv4 address (IPv4-mapped,
-//   IPv4-compatible `::a.b.c.d`, NAT64 `64:ff9b::/96`, 6to4 `2002::/16`) are judged as that address.
+//   IPv4-compatible `::a.b.c.d`, NAT64 `64:ff9b::/96`, 6to4 `2002::/16`) are judged as that address;
+//   those whose IPv4 address depends on a translator's setup (NAT64 local-use `64:ff9b:1::/48`,
+//   SIIT `::ffff:0:0:0/96`, Teredo `2001::/32`) are never destinations.
 // - `0.0.0.0/8` and `::` are never destinations: connect() takes them to the host's own loopback.
 //   Nor is what the caller's `refuse` names (host-reach.ts: loopback, link-local, and in the agent
 //   the host's own addresses and other sandboxes), since the proxy connects from the host.
@@ -91,6 +93,18 @@ function embeddedV4(ip: Ip): Ip | undefined {
   return undefined;
 }
 
+/** IPv6 prefixes a translator on the path may carry to an IPv4 address whose place in the address
+ * depends on the translator's setup: NAT64's local-use 64:ff9b:1::/48 (RFC 8215), SIIT's
+ * IPv4-translated ::ffff:0:0:0/96 (RFC 2765), Teredo's 2001::/32 (RFC 4380). Their IPv4 address
+ * cannot be judged, so they are never destinations. */
+function translated(ip: Ip): string | undefined {
+  if (!ip.v6) return undefined;
+  if (ip.n >> 80n === 0x64ff9b0001n) return "NAT64 local-use 64:ff9b:1::/48";
+  if (ip.n >> 32n === 0xffff0000n) return "SIIT IPv4-translated ::ffff:0:0:0/96";
+  if (ip.n >> 96n === 0x20010000n) return "Teredo 2001::/32";
+  return undefined;
+}
+
 const isUnspecified = (ip: Ip) => (ip.v6 ? ip.n === 0n : cidrContains(UNSPECIFIED_V4, ip));
 /** 0.0.0.0/8 and :: in any form: connect() takes them to the host's own loopback. */
 const neverDestination = (ip: Ip) => isUnspecified(ip) || isUnspecified(embeddedV4(ip) ?? ip);
@@ -108,6 +122,8 @@ export function needsAddresses(policy: CompiledPolicy, host: string): boolean {
  * form it carries. */
 export function never(ip: Ip, shown: string, refuse: Refuse | undefined): string | undefined {
   if (neverDestination(ip)) return `${shown} is not a destination (0.0.0.0/8 and :: reach this host's own loopback)`;
+  const via = translated(ip);
+  if (via) return `${shown} is not a destination: ${via} may carry it to any IPv4 address, which cannot be judged`;
   if (!refuse) return undefined;
   const v4 = embeddedV4(ip);
   const why = refuse(ip) ?? (v4 && refuse(v4));

@@ -22,18 +22,34 @@ export interface LeafPem {
   key: string;
 }
 
+/** Leaves kept per sandbox at most (the least recently used go first): their names are the
+ * sandbox's choice (each SNI it sends to an inspected pattern), each costs a key and ~45 KiB. */
+export const MAX_LEAVES = 256;
+/** Leaves are valid 7 days from a day back; one made this long ago is made again before use. */
+const LEAF_RENEW_MS = 5 * DAY;
+
+export interface CaOptions {
+  maxLeaves?: number;
+  /** The clock (tests). */
+  now?: () => number;
+}
+
 export class SandboxCa {
   readonly #keys: CryptoKeyPair;
   readonly #cert: x509.X509Certificate;
-  readonly #leaves = new Map<string, Promise<LeafPem>>();
+  readonly #leaves = new Map<string, { leaf: Promise<LeafPem>; made: number }>();
+  readonly #max: number;
+  readonly #now: () => number;
 
-  private constructor(keys: CryptoKeyPair, cert: x509.X509Certificate) {
+  private constructor(keys: CryptoKeyPair, cert: x509.X509Certificate, o: CaOptions = {}) {
     this.#keys = keys;
     this.#cert = cert;
+    this.#max = o.maxLeaves ?? MAX_LEAVES;
+    this.#now = o.now ?? Date.now;
   }
 
   /** A new CA for `sandbox`, valid 30 days (a sandbox lives at most days). */
-  static async create(sandbox: string, dir?: string): Promise<SandboxCa> {
+  static async create(sandbox: string, dir?: string, o?: CaOptions): Promise<SandboxCa> {
     const keys = (await webcrypto.subtle.generateKey(alg, true, ["sign", "verify"])) as CryptoKeyPair;
     const cert = await x509.X509CertificateGenerator.createSelfSigned({
       name: `CN=sandbox ${sandbox.replace(/[^A-Za-z0-9-]/g, "")} egress inspection, O=kruise-edge-sandboxes`,
@@ -47,7 +63,7 @@ export class SandboxCa {
         await x509.SubjectKeyIdentifierExtension.create(keys.publicKey),
       ],
     });
-    const ca = new SandboxCa(keys, cert);
+    const ca = new SandboxCa(keys, cert, o);
     if (dir) {
       mkdirSync(dir, { recursive: true, mode: 0o700 });
       writeFileSync(join(dir, "ca.key"), pem("PRIVATE KEY", await webcrypto.subtle.exportKey("pkcs8", keys.privateKey as webcrypto.CryptoKey)), { mode: 0o600 });
@@ -76,25 +92,31 @@ export class SandboxCa {
     return this.#cert.toString("pem") + "\n";
   }
 
-  /** A certificate for `host` (a DNS name or an IP address) signed by this CA, made once per host. */
+  /** A certificate for `host` (a DNS name or an IP address) signed by this CA, kept and made
+   * again when it nears its end or was dropped for others (at most `maxLeaves` kept). */
   leaf(host: string): Promise<LeafPem> {
     const name = host.toLowerCase();
-    let p = this.#leaves.get(name);
-    if (!p) {
-      p = this.#makeLeaf(name);
-      this.#leaves.set(name, p);
-      p.catch(() => this.#leaves.delete(name));
+    const now = this.#now();
+    let e = this.#leaves.get(name);
+    this.#leaves.delete(name);
+    if (!e || now - e.made > LEAF_RENEW_MS) {
+      const leaf = this.#makeLeaf(name, now);
+      e = { leaf, made: now };
+      leaf.catch(() => this.#leaves.get(name)?.leaf === leaf && this.#leaves.delete(name));
     }
-    return p;
+    // Most recently used last: the first is the one to drop.
+    this.#leaves.set(name, e);
+    if (this.#leaves.size > this.#max) this.#leaves.delete(this.#leaves.keys().next().value!);
+    return e.leaf;
   }
 
-  async #makeLeaf(host: string): Promise<LeafPem> {
+  async #makeLeaf(host: string, now: number): Promise<LeafPem> {
     const keys = (await webcrypto.subtle.generateKey(alg, true, ["sign", "verify"])) as CryptoKeyPair;
     const cert = await x509.X509CertificateGenerator.create({
       subject: "CN=" + (isIP(host) ? "ip" : host.replace(/[,=+<>#;"\\]/g, "")),
       issuer: this.#cert.subject,
-      notBefore: new Date(Date.now() - DAY),
-      notAfter: new Date(Date.now() + 7 * DAY),
+      notBefore: new Date(now - DAY),
+      notAfter: new Date(now + 7 * DAY),
       publicKey: keys.publicKey,
       signingKey: this.#keys.privateKey,
       signingAlgorithm: alg,

@@ -169,7 +169,8 @@ export class L7Handler {
   }
 
   /** WebSocket and other upgrades to an inspected host: decided and given their headers like any
-   * request, then the two connections are piped (frames are not read). */
+   * request, then the two connections are piped (frames are not read); refused to a host MCP
+   * rules govern. */
   async #upgrade(req: http.IncomingMessage, socket: Duplex, head: Buffer): Promise<void> {
     const ctx = this.#ctx.get(req.socket);
     const policy = ctx && this.#o.policyFor(ctx.conn.sandbox);
@@ -189,6 +190,8 @@ export class L7Handler {
     if (inspected && !this.#rate.take(conn.sandbox, policy.requestsPerMinute)) return refuse(429, "requestsPerMinute", `rate limit of ${policy.requestsPerMinute} requests per minute`);
     const p = prepareRequest(policy, { host, tls: ctx.tls, allowedBy: conn.allowedBy, method, path, headers: req.headers }, this.#o.secretsFor(conn.sandbox));
     if ("refuse" in p) return refuse(p.refuse.status, p.refuse.rule, p.refuse.text);
+    // Frames are piped unread, so a tools/call over a WebSocket transport would pass the ACL.
+    if (p.mcp) return refuse(403, "mcp", `upgrades to ${host} are refused: MCP rules govern it, and frames are not screened`);
     const block = headerBlock({ ...p.headers, connection: "Upgrade", upgrade: String(req.headers.upgrade ?? "") });
     if (block === undefined) return refuse(502, p.rule, "a header the rules set is not a valid HTTP header");
     const raw = await conn.connectUpstream();

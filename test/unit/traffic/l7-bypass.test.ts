@@ -259,6 +259,14 @@ describe("the MCP screen", () => {
     expect(statusLines(await overTls(post("mcp.test", call("safe")), { servername: "mcp.test" }))).toEqual(["HTTP/1.1 200 OK"]);
   });
 
+  it("refuses an upgrade (WebSocket) to a server MCP rules govern: its frames would not be screened", async () => {
+    const n = seen.length;
+    const got = await plainHttp("GET /mcp HTTP/1.1\r\nHost: mcp.test\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n");
+    expect(statusLines(got)).toEqual(["HTTP/1.1 403 Forbidden"]);
+    expect(seen.slice(n)).toEqual([]);
+    expect(audit.at(-1)).toMatchObject({ host: "mcp.test", rule: "mcp", status: 403, refused: true });
+  });
+
   it("ends an SSE answer whose event outgrows the MCP body bound unfinished, rather than holding it", async () => {
     const s = await redirected("sbx", plainPort);
     const out = await new Promise<{ bytes: number; ended: boolean }>((resolve) => {

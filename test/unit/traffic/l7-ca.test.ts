@@ -38,3 +38,19 @@ it("keeps the CA in the sandbox's directory (key 0600) and loads it back", async
   const leaf = new X509Certificate((await loaded.leaf("api.test")).cert);
   expect(leaf.verify(new X509Certificate(made.certPem).publicKey)).toBe(true);
 });
+
+it("keeps at most maxLeaves leaves, the least recently used dropped, and makes a leaf again before it expires", async () => {
+  let now = Date.now();
+  const ca = await SandboxCa.create("sbx-l", undefined, { maxLeaves: 2, now: () => now });
+  const a = await ca.leaf("a.test");
+  await ca.leaf("b.test");
+  expect(await ca.leaf("a.test")).toBe(a);
+  await ca.leaf("c.test"); // b.test, used longest ago, goes
+  expect(await ca.leaf("a.test")).toBe(a);
+  const b = await ca.leaf("b.test");
+  expect(await ca.leaf("b.test")).toBe(b);
+  now += 6 * 86_400_000;
+  const renewed = await ca.leaf("b.test");
+  expect(renewed).not.toBe(b);
+  expect(Date.parse(new X509Certificate(renewed.cert).validTo)).toBeGreaterThan(now + 86_400_000);
+});

@@ -99,6 +99,18 @@ describe("egress policy", () => {
     expect(decide(one, "64:ff9b::1.2.3.5", []).allowed).toBe(false);
   });
 
+  it("IPv6 forms whose IPv4 address depends on a translator (NAT64 local-use, SIIT, Teredo) are never destinations", () => {
+    for (const p of [policy(["0.0.0.0/0"], []), policy(["::/0"], [])]) {
+      for (const host of ["64:ff9b:1::7f00:1", "::ffff:0:7f00:1", "2001:0:4136:e378:8000:63bf:80ff:fffe"]) {
+        expect(decide(p, host, [])).toMatchObject({ allowed: false, reason: expect.stringContaining("is not a destination") });
+      }
+    }
+    expect(decide(policy(["v6.test"], ["0.0.0.0/0"]), "v6.test", ["::ffff:0:7f00:1"]).allowed).toBe(false);
+    // Neighbours of those prefixes are ordinary IPv6 addresses.
+    expect(decide(policy(["::/0"], []), "2001:db8::1", []).allowed).toBe(true);
+    expect(decide(policy(["::/0"], []), "64:ff9b:2::1", []).allowed).toBe(true);
+  });
+
   it("a name is refused without resolving it when no address could pass (no DNS channel under deny-all)", () => {
     const names = policy(["pypi.org", "*.pythonhosted.org"], ["0.0.0.0/0"]);
     expect(needsAddresses(names, "c2VjcmV0.exfil.example")).toBe(false);
