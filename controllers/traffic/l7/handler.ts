@@ -2,7 +2,9 @@
 // policy, connections to hosts the policy names are read as HTTP (HTTPS through the sandbox's own
 // CA, ca.ts), each request decided (policy.ts), given its headers (secrets resolved here, in the
 // proxy, never in the sandbox), screened for MCP tool calls (mcp.ts), rate limited, audited, and
-// sent to the one destination the L4 decision allowed. Other connections pass through untouched.
+// sent to the one destination the L4 decision allowed. Plain HTTP is always read, each request
+// judged by its own Host; TLS without SNI to an address an inspected name is served from is
+// refused; other connections pass through untouched.
 import http from "node:http";
 import type { Socket } from "node:net";
 import type { Duplex } from "node:stream";
