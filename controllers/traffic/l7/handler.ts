@@ -148,8 +148,13 @@ export class L7Handler {
    * take the credential to another); over plain HTTP each request's own Host, which a request to
    * an inspected address must carry as a name: an inspected one, or one known to be served there
    * (else a server's default host could be reached under a name no rule names). */
-  #hostFor(ctx: Ctx, policy: L7Policy, headers: http.IncomingHttpHeaders): { host: string; inspected: boolean } | { status: number; text: string } {
-    const named = bareHost(headers.host);
+  #hostFor(ctx: Ctx, policy: L7Policy, req: http.IncomingMessage): { host: string; inspected: boolean } | { status: number; text: string } {
+    // An absolute-form target names its own host, which a server takes over Host (RFC 9112 3.2.2).
+    const target = req.url ?? "";
+    if (!target.startsWith("/") && !(req.method === "OPTIONS" && target === "*")) return { status: 400, text: "the request target must be a path (origin form)" };
+    const named = bareHost(req.headers.host);
+    // A Host that is no name or address could be read as one by a lenient server.
+    if (named && !/^[a-z0-9_.-]{1,253}$/.test(named) && !parseIp(named)) return { status: 400, text: "the Host header must be a host name or an address" };
     if (ctx.tls) {
       if (named === ctx.host) return { host: ctx.host, inspected: true };
       return named ? { status: 421, text: `this connection is to ${ctx.host} (SNI), the request names ${named}` } : { status: 400, text: `a request to ${ctx.host} must carry its Host` };
@@ -180,7 +185,7 @@ export class L7Handler {
     const { conn } = ctx;
     const method = req.method ?? "GET";
     const path = req.url ?? "/";
-    const at = this.#hostFor(ctx, policy, req.headers);
+    const at = this.#hostFor(ctx, policy, req);
     const host = "host" in at ? at.host : ctx.host || conn.ip;
     const inspected = "host" in at && at.inspected;
     const record = (rule: string, status: number, refused = false) => this.#o.audit({ sandbox: conn.sandbox, host, method, path: path.split("?")[0]!, rule, status, bytesOut: 0, bytesIn: 0, refused });
@@ -214,7 +219,7 @@ export class L7Handler {
     const policy = this.#o.policyFor(conn.sandbox);
     const method = req.method ?? "GET";
     const path = req.url ?? "/";
-    const at = policy && this.#hostFor(ctx, policy, req.headers);
+    const at = policy && this.#hostFor(ctx, policy, req);
     const host = at && "host" in at ? at.host : ctx.host || conn.ip;
     // A plain-HTTP request to a host no rule inspects is sent on as it is, neither counted nor audited.
     const inspected = !at || !("host" in at) || at.inspected;
