@@ -67,6 +67,9 @@ interface Ctx {
   known: ReadonlySet<string>;
 }
 
+/** The first line of HTTP/2's connection preface (RFC 9113 3.4). */
+const H2_PREFACE = "PRI * HTTP/2.0\r\n";
+
 /** Methods whose request may be sent again when a kept-alive upstream closed as it was reused. */
 const IDEMPOTENT = new Set(["GET", "HEAD", "OPTIONS", "DELETE", "PUT"]);
 
@@ -113,6 +116,13 @@ export class L7Handler {
     const judged = [conn.ip, ...(conn.names ?? [])].some((n) => inspects(policy, n));
     const known = new Set([...(name ? [name] : []), ...(conn.names ?? [])]);
     const src = withHead(conn.client, conn.head);
+    // HTTP/2 with prior knowledge (plaintext gRPC) cannot be read here: passed through where no
+    // inspected name is served, refused where one is.
+    if (kind === "http" && conn.head.subarray(0, H2_PREFACE.length).toString("latin1") === H2_PREFACE) {
+      if (!judged) return this.#passThrough(conn);
+      this.#o.audit({ sandbox: conn.sandbox, host: name || conn.ip, method: "PRI", path: "", rule: "HTTP/2 without TLS to an inspected address", status: 403, bytesOut: 0, bytesIn: 0, refused: true });
+      return void conn.client.destroy();
+    }
     // Plain HTTP stays with the L7 server whatever its first request names: each request on the
     // connection is judged by its own Host.
     if (kind === "http") return this.#serve(src, { conn, host: "", tls: false, judged, known });

@@ -37,6 +37,8 @@ let plainPort = 0;
 let servers: { close(): void; closeAllConnections(): void }[] = [];
 let proxy: TrafficProxy;
 let dir = "";
+/** Connections the plain-HTTP stand-in accepted. */
+let plainConnections = 0;
 
 const policy: L7Policy = {
   http: [
@@ -77,7 +79,7 @@ beforeAll(async () => {
   const byDefault = await issuer.leaf("mcp.test");
   const contexts = new Map(await Promise.all(NAMES.map(async (n) => [n, await issuer.leaf(n)] as const)));
   const up = https.createServer({ key: byDefault.key, cert: byDefault.cert, SNICallback: (n, cb) => cb(null, tls.createSecureContext(contexts.get(n) ?? byDefault)) }, answer("https"));
-  const plain = http.createServer(answer("http"));
+  const plain = http.createServer(answer("http")).on("connection", () => plainConnections++);
   servers = [up, plain];
   await Promise.all(servers.map((s) => new Promise<void>((r) => (s as http.Server).listen(0, "127.0.0.1", r))));
   tlsPort = (up.address() as AddressInfo).port;
@@ -220,6 +222,17 @@ describe("plain HTTP: each request by its own Host", () => {
     // Blank lines before a request line are skipped by servers, and by the sniffer.
     expect(await plainHttp("\r\n\r\nGET /admin HTTP/1.1\r\nHost: mcp.test\r\nconnection: close\r\n\r\n")).toContain('blocked by rule "no-admin"');
     expect(seen.slice(n)).toEqual([expect.objectContaining({ host: "mcp.test", url: "/" })]);
+  });
+
+  it("passes HTTP/2 with prior knowledge (plaintext gRPC) through where no inspected name is served, refuses it where one is", async () => {
+    const preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+    // The stand-in is an HTTP/1 server: it refuses the preface itself, once the bytes reached it.
+    const before = plainConnections;
+    expect(await plainHttp(preface, "open")).toMatch(/^HTTP\/1\.1 400/);
+    expect(plainConnections).toBe(before + 1);
+    expect(await plainHttp(preface)).toBe("");
+    expect(plainConnections).toBe(before + 1);
+    expect(audit.at(-1)).toMatchObject({ sandbox: "sbx", method: "PRI", refused: true });
   });
 
   it("judges a later request on a kept-alive connection by its own Host, not the first one's", async () => {
