@@ -115,7 +115,6 @@ export class L7Handler {
     // Host are the sandbox's to write (or leave out), and the server may serve an inspected name anyway.
     const judged = [conn.ip, ...(conn.names ?? [])].some((n) => inspects(policy, n));
     const known = new Set([...(name ? [name] : []), ...(conn.names ?? [])]);
-    const src = withHead(conn.client, conn.head);
     // HTTP/2 with prior knowledge (plaintext gRPC) cannot be read here: passed through where no
     // inspected name is served, refused where one is.
     if (kind === "http" && conn.head.subarray(0, H2_PREFACE.length).toString("latin1") === H2_PREFACE) {
@@ -125,7 +124,8 @@ export class L7Handler {
     }
     // Plain HTTP stays with the L7 server whatever its first request names: each request on the
     // connection is judged by its own Host.
-    if (kind === "http") return this.#serve(src, { conn, host: "", tls: false, judged, known });
+    // (The head-fed stream takes the client's bytes from when it is made: only for a served connection.)
+    if (kind === "http") return this.#serve(withHead(conn.client, conn.head), { conn, host: "", tls: false, judged, known });
     if (kind === "tls" && !name) {
       if (!judged) return this.#passThrough(conn);
       // Nothing to choose rules (or a leaf) by, to an address an inspected name is served from.
@@ -136,7 +136,7 @@ export class L7Handler {
       const leaf = await (await this.#o.caFor(conn.sandbox)).leaf(name!);
       let secureContext = this.#contexts.get(leaf);
       if (!secureContext) this.#contexts.set(leaf, (secureContext = tls.createSecureContext({ key: leaf.key, cert: leaf.cert })));
-      const socket = new tls.TLSSocket(src as unknown as Socket, { isServer: true, secureContext, ALPNProtocols: ["http/1.1"] });
+      const socket = new tls.TLSSocket(withHead(conn.client, conn.head) as unknown as Socket, { isServer: true, secureContext, ALPNProtocols: ["http/1.1"] });
       socket.on("error", () => conn.client.destroy());
       return this.#serve(socket, { conn, host: name!, tls: true, judged, known });
     }

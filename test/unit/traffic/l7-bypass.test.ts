@@ -197,9 +197,12 @@ describe("TLS: the ClientHello's name, or none", () => {
   });
 
   it("passes TLS without SNI through where no inspected name is served (a sandbox allowed the address)", async () => {
-    const got = await overTls("GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nconnection: close\r\n\r\n", { sandbox: "open" });
+    // A body larger than any stream's buffer: a pass-through copies it all.
+    const big = "x".repeat(1 << 20);
+    const got = await overTls(`POST / HTTP/1.1\r\nHost: 127.0.0.1\r\ncontent-length: ${big.length}\r\nconnection: close\r\n\r\n${big}`, { sandbox: "open" });
     expect(statusLines(got)).toEqual(["HTTP/1.1 200 OK"]);
     expect(seen.at(-1)).toMatchObject({ proto: "https", sni: false });
+    expect(seen.at(-1)!.body.length).toBe(big.length);
   });
 
   it("the sniffer gives up a ClientHello past its record bound as TLS without a name", () => {
