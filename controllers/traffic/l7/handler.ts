@@ -86,7 +86,10 @@ export class L7Handler {
   constructor(o: L7Options) {
     this.#o = o;
     this.#pool = new UpstreamPool({ ...o.upstreamPool, ...(o.upstreamTls ? { tls: o.upstreamTls } : {}) });
-    this.#server = http.createServer({ keepAlive: true }, (req, res) => void this.#request(req, res).catch((e: Error) => {
+    // Node's defaults would cut a request body longer than 5 minutes (requestTimeout) and drop an idle
+    // client connection after 5 s: a proxy carries long uploads and keeps connections as the proxy
+    // port does (30 s). A slow header is still bounded (headersTimeout, 60 s).
+    this.#server = http.createServer({ keepAlive: true, requestTimeout: 0, keepAliveTimeout: 30_000 }, (req, res) => void this.#request(req, res).catch((e: Error) => {
       this.#o.log?.(`traffic-proxy: l7: ${e.message}`);
       res.destroy();
     }));
