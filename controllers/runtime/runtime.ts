@@ -8,7 +8,7 @@ import { freezeSandbox, postFreeze, postUnfreeze, thawSandbox } from "./http/fre
 import { getHealth } from "./http/health.ts";
 import { postInit } from "./http/init.ts";
 import { getMetrics } from "./http/metrics.ts";
-import { HttpError, sendError, sendJson, type HttpHandler } from "./http/respond.ts";
+import { HttpError, presentedToken, sendError, sendJson, UNAUTHORIZED, type HttpHandler } from "./http/respond.ts";
 import { signatureMatches } from "./http/signature.ts";
 import { DEFAULT_CSI_SOCKET, postStorageMount } from "./http/storage-mounts.ts";
 import { ParkedStates } from "./parked-state.ts";
@@ -63,7 +63,6 @@ export interface Runtime {
 }
 
 const RPC_PREFIXES = ["/process.Process/", "/filesystem.Filesystem/"];
-const UNAUTHORIZED = "unauthorized access, please provide a valid access token or method signing if supported";
 const CORS = {
   "access-control-allow-origin": "*",
   "access-control-allow-methods": "*",
@@ -154,8 +153,7 @@ export function createRuntime(opts: RuntimeOptions = {}): Runtime {
     // A span per request, named by its RPC or route (a bounded set), under the ingress's.
     if (!endpoint?.untraced) opts.traceRequest?.(isRpc ? rpcSpanName(url.pathname) : `${req.method} ${url.pathname}`, req, res, { "sandbox.id": sbx.id });
     if (!endpoint?.selfAuth) {
-      const token = req.headers["x-access-token"];
-      if (!sbx.checkToken(Array.isArray(token) ? token[0] : token)) return sendError(res, 401, UNAUTHORIZED);
+      if (!sbx.checkToken(presentedToken(req))) return sendError(res, 401, UNAUTHORIZED);
     }
     if (isRpc) {
       bySocket.set(req, sbx);
