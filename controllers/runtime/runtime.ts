@@ -8,6 +8,7 @@ import { freezeSandbox, postFreeze, postUnfreeze, thawSandbox } from "./http/fre
 import { getHealth } from "./http/health.ts";
 import { postInit } from "./http/init.ts";
 import { getMetrics } from "./http/metrics.ts";
+import { fileSignatureRefusal } from "../../schema/envd/file-signature.ts";
 import { HttpError, presentedToken, sendError, sendJson, UNAUTHORIZED, type HttpHandler } from "./http/respond.ts";
 import { signatureMatches } from "./http/signature.ts";
 import { DEFAULT_CSI_SOCKET, postStorageMount } from "./http/storage-mounts.ts";
@@ -114,6 +115,8 @@ export function createRuntime(opts: RuntimeOptions = {}): Runtime {
     const signature = q.get("signature");
     if (url.pathname !== "/files" || !signature) return undefined;
     const exp = q.get("signature_expiration");
+    // Junk (not envd's syntax, or expired) is no sandbox's: refused before one hash per sandbox.
+    if (fileSignatureRefusal(signature, exp, Math.floor(Date.now() / 1000)) !== undefined) return undefined;
     const op = req.method === "POST" ? "write" : "read";
     for (const sbx of sandboxes.values()) {
       if (sbx.accessToken && signatureMatches(sbx.accessToken, signature, q.get("path") ?? "", op, q.get("username"), exp === null ? undefined : Number(exp))) return sbx;

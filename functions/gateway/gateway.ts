@@ -4,6 +4,7 @@
 // envd's /health or a signed /files URL, which anyone can send), signs the request for the ingress,
 // and streams both ways without buffering.
 import type { Context, MiddlewareHandler } from "hono";
+import { fileSignatureRefusal } from "../../schema/envd/file-signature.ts";
 import { ErrorCode } from "../../schema/errors.ts";
 import { isUnnamedSignedFileRequest, MASK_HOST_HEADER, REQUEST_ID_HEADER, SIGNATURE_HEADER, signIngress } from "../../schema/ingress/signature.ts";
 import { sandboxGroupStub, sandboxHandle } from "../../durable-objects/sandbox/stub.ts";
@@ -132,6 +133,10 @@ export function gateway(): MiddlewareHandler<AppEnv> {
       if (c.req.path !== "/files") return next();
       const url = new URL(req.url);
       if (!isUnnamedSignedFileRequest(req.method, url)) return next();
+      // Anyone can send one, with no key or token: junk is refused here, not forwarded to cost the
+      // agent a hash per sandbox it serves. envd's 401 shape, as the runtime would answer.
+      const refusal = fileSignatureRefusal(url.searchParams.get("signature"), url.searchParams.get("signature_expiration"), Math.floor(Date.now() / 1000));
+      if (refusal) return json(401, { code: 401, message: refusal });
       return traceGateway(c, url, { sandboxId: "", port: ENVD_PORT }, (id) => forward(c.env, req, url, { sandboxId: "", port: ENVD_PORT }, SIGNED_URL_CLUSTERS[0]!, id));
     }
     if ("error" in target) return json(400, { code: 400, message: target.error });

@@ -45,3 +45,39 @@ describe("a paused auto-resume sandbox", () => {
     expect(await state(sbx.sandboxID)).toBe("running");
   });
 });
+
+// An unnamed signed /files URL (review24 edge F11): no key, no token, no sandbox id, and the runtime
+// would match it against every sandbox's token. What cannot be any sandbox's signature is envd's
+// 401 at the edge; a well-formed one goes on (here to the 503 of a cluster with no ingress).
+describe("an unnamed signed /files request", () => {
+  const unnamed = (query: string, method = "GET") => exports.default.fetch(`http://edge.test/files?path=/x&${query}`, { method });
+  const wellFormed = `signature=${encodeURIComponent(`v1_${"Ab+/".repeat(10)}xyz`)}`;
+  const now = () => Math.floor(Date.now() / 1000);
+
+  it("is refused at the edge with envd's 401 when its signature is not envd's syntax or its expiration is past or not a number", async () => {
+    for (const [query, message] of [
+      ["signature=junk", "invalid signature"],
+      ["signature=v1_x", "invalid signature"],
+      [`signature=v1_${"A".repeat(44)}`, "invalid signature"],
+      [`signature=v2_${"A".repeat(43)}`, "invalid signature"],
+      [`${wellFormed}&signature_expiration=${now() - 10}`, "signature is already expired"],
+      [`${wellFormed}&signature_expiration=1e12`, "invalid signature expiration"],
+      [`${wellFormed}&signature_expiration=-1`, "invalid signature expiration"],
+      [`${wellFormed}&signature_expiration=${"9".repeat(40)}`, "invalid signature expiration"],
+      [`${wellFormed}&signature_expiration=`, "invalid signature expiration"],
+    ]) {
+      for (const method of ["GET", "POST"]) {
+        const res = await unnamed(query!, method);
+        expect({ query, method, status: res.status, body: await res.json() }).toEqual({ query, method, status: 401, body: { code: 401, message } });
+      }
+    }
+  });
+
+  it("goes on to the cluster when well-formed, with a future expiration or none (the SDK's default)", async () => {
+    for (const query of [wellFormed, `${wellFormed}&signature_expiration=${now() + 60}`]) {
+      const res = await unnamed(query);
+      await res.body?.cancel();
+      expect({ query, status: res.status }).toEqual({ query, status: 503 });
+    }
+  });
+});
