@@ -136,7 +136,9 @@ export function createRuntime(opts: RuntimeOptions = {}): Runtime {
     if (req.method === "OPTIONS") return void res.writeHead(204).end();
     const sbx = route(req, url);
     if (!sbx && url.pathname === "/files" && url.searchParams.has("signature") && !req.headers["e2b-sandbox-id"]) {
-      return sendError(res, 401, "invalid signature");
+      // Why no sandbox's token matched, when the syntax or the clock says so (e.g. expired).
+      const q = url.searchParams;
+      return sendError(res, 401, fileSignatureRefusal(q.get("signature"), q.get("signature_expiration"), Math.floor(Date.now() / 1000)) ?? "invalid signature");
     }
     if (!sbx) {
       const id = req.headers["e2b-sandbox-id"];
