@@ -68,3 +68,33 @@ export async function edgeFetch(env: Env, call: EdgeCall): Promise<Response | nu
     return null;
   }
 }
+
+/** Bytes of a sandbox's answer (its runtime's or a port's) read at most by default. */
+const MAX_READ = 1 << 20;
+
+/** The first `max` bytes of a response's body (the rest is dropped): a sandbox's answer is the
+ * tenant's (on Kubernetes its runtime is the pod's), so it is never read whole. */
+export async function readBounded(res: Response, max = MAX_READ): Promise<Uint8Array> {
+  const reader = res.body?.getReader();
+  if (!reader) return new Uint8Array();
+  const parts: Uint8Array[] = [];
+  let size = 0;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    parts.push(value);
+    size += value.length;
+    if (size >= max) {
+      await reader.cancel();
+      break;
+    }
+  }
+  const out = new Uint8Array(Math.min(size, max));
+  let at = 0;
+  for (const p of parts) {
+    if (at >= out.length) break;
+    out.set(p.subarray(0, out.length - at), at);
+    at += p.length;
+  }
+  return out;
+}

@@ -8,7 +8,8 @@ import { freezeSandbox, postFreeze, postUnfreeze, thawSandbox } from "./http/fre
 import { getHealth } from "./http/health.ts";
 import { postInit } from "./http/init.ts";
 import { getMetrics } from "./http/metrics.ts";
-import { HttpError, sendError, sendJson, type HttpHandler } from "./http/respond.ts";
+import { fileSignatureRefusal } from "../../schema/envd/file-signature.ts";
+import { HttpError, presentedToken, sendError, sendJson, UNAUTHORIZED, type HttpHandler } from "./http/respond.ts";
 import { signatureMatches } from "./http/signature.ts";
 import { DEFAULT_CSI_SOCKET, postStorageMount } from "./http/storage-mounts.ts";
 import { ParkedStates } from "./parked-state.ts";
@@ -63,7 +64,6 @@ export interface Runtime {
 }
 
 const RPC_PREFIXES = ["/process.Process/", "/filesystem.Filesystem/"];
-const UNAUTHORIZED = "unauthorized access, please provide a valid access token or method signing if supported";
 const CORS = {
   "access-control-allow-origin": "*",
   "access-control-allow-methods": "*",
@@ -115,6 +115,8 @@ export function createRuntime(opts: RuntimeOptions = {}): Runtime {
     const signature = q.get("signature");
     if (url.pathname !== "/files" || !signature) return undefined;
     const exp = q.get("signature_expiration");
+    // Junk (not envd's syntax, or expired) is no sandbox's: refused before one hash per sandbox.
+    if (fileSignatureRefusal(signature, exp, Math.floor(Date.now() / 1000)) !== undefined) return undefined;
     const op = req.method === "POST" ? "write" : "read";
     for (const sbx of sandboxes.values()) {
       if (sbx.accessToken && signatureMatches(sbx.accessToken, signature, q.get("path") ?? "", op, q.get("username"), exp === null ? undefined : Number(exp))) return sbx;
@@ -134,7 +136,9 @@ export function createRuntime(opts: RuntimeOptions = {}): Runtime {
     if (req.method === "OPTIONS") return void res.writeHead(204).end();
     const sbx = route(req, url);
     if (!sbx && url.pathname === "/files" && url.searchParams.has("signature") && !req.headers["e2b-sandbox-id"]) {
-      return sendError(res, 401, "invalid signature");
+      // Why no sandbox's token matched, when the syntax or the clock says so (e.g. expired).
+      const q = url.searchParams;
+      return sendError(res, 401, fileSignatureRefusal(q.get("signature"), q.get("signature_expiration"), Math.floor(Date.now() / 1000)) ?? "invalid signature");
     }
     if (!sbx) {
       const id = req.headers["e2b-sandbox-id"];
@@ -154,8 +158,7 @@ export function createRuntime(opts: RuntimeOptions = {}): Runtime {
     // A span per request, named by its RPC or route (a bounded set), under the ingress's.
     if (!endpoint?.untraced) opts.traceRequest?.(isRpc ? rpcSpanName(url.pathname) : `${req.method} ${url.pathname}`, req, res, { "sandbox.id": sbx.id });
     if (!endpoint?.selfAuth) {
-      const token = req.headers["x-access-token"];
-      if (!sbx.checkToken(Array.isArray(token) ? token[0] : token)) return sendError(res, 401, UNAUTHORIZED);
+      if (!sbx.checkToken(presentedToken(req))) return sendError(res, 401, UNAUTHORIZED);
     }
     if (isRpc) {
       bySocket.set(req, sbx);

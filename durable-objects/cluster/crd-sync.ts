@@ -37,7 +37,7 @@ import { createSandbox } from "../operations/create-sandbox.ts";
 import { putTemplate, removeTemplate } from "../operations/templates.ts";
 import { getDb } from "../store/db.ts";
 import { KeyedSerial } from "../../lib/keyed-serial.ts";
-import { listIndex } from "../store/sandbox-index.ts";
+import { listSummaries } from "../store/sandbox-index.ts";
 import { getTemplate } from "../store/templates.ts";
 import { findTeamByName } from "../store/teams.ts";
 import { sandboxHandle } from "../sandbox/stub.ts";
@@ -291,7 +291,8 @@ export class CrdSync {
     const invalid = annotationsProblem(item.annotations);
     if (invalid) return refused({ code: ErrorCode.badRequest, message: `SandboxClaim annotations: ${invalid}` });
     const caller: Caller = { keyId: `sandboxclaim:${item.claim.uid}`, teamId: team.id, teamName: team.name, admin: false };
-    const held = await listIndex(db, { teamId: team.id, states: ["running", "paused"], metadata: [[CLAIM_METADATA_KEY, item.claim.uid]], order: "asc", limit: 1000 });
+    // Ids only: up to 1000 rows, whose metadata (128 KiB each at most) is not read.
+    const held = await listSummaries(db, { teamId: team.id, states: ["running", "paused"], metadata: [[CLAIM_METADATA_KEY, item.claim.uid]], order: "asc", limit: 1000 });
     const ids = held.rows.map((r) => r.id as SandboxId);
     const missing = Math.min(CLAIM_BATCH, item.replicas - ids.length);
     // The claim's annotations and labels are user metadata, checked as an E2B create's would be;

@@ -9,15 +9,13 @@
 // the host interprets them.
 import type { Hook, HookName } from "../../schema/api/hooks.ts";
 import type { Env } from "../env.ts";
-import { edgeFetch } from "../ingress-client.ts";
+import { edgeFetch, readBounded } from "../ingress-client.ts";
 import type { HookConditionType } from "../sandbox/state.ts";
 import { decodeProcessStream, startRequestBody, type ProcessRun } from "./connect-stream.ts";
 
 const ENVD_PORT = 49983;
 /** Output kept for the condition's message. */
 const MAX_OUTPUT = 512;
-/** Bytes of a runtime's or a port's answer read at most (the rest is dropped). */
-const MAX_READ = 1 << 20;
 
 export interface HookTarget {
   cluster: string;
@@ -78,7 +76,8 @@ export async function execInSandbox(env: Env, target: HookTarget, command: strin
     timeoutMs,
   });
   if (!res) return null;
-  if (!res.ok) return { refused: `the runtime refused the command: HTTP ${res.status} ${clip(await res.text())}` };
+  // Read bounded as any answer: on Kubernetes the runtime is the pod's, where the tenant's code runs.
+  if (!res.ok) return { refused: `the runtime refused the command: HTTP ${res.status} ${clip(new TextDecoder().decode(await readBounded(res)))}` };
   return decodeProcessStream(await readBounded(res));
 }
 
@@ -100,31 +99,6 @@ export function hookVerdict(name: HookName, hook: Pick<Hook, "failurePolicy">, o
     return { proceed: true, condition: { type, status: "False", reason: `${outcome.reason}Ignored`, message: `${outcome.message} (failurePolicy Ignore)` }, refusal: null };
   }
   return { proceed: false, condition: { type, status: "False", reason: outcome.reason, message: outcome.message }, refusal: `${name} hook failed: ${outcome.message}` };
-}
-
-/** The first MiB of a response's body (the rest is dropped). */
-export async function readBounded(res: Response): Promise<Uint8Array> {
-  const reader = res.body?.getReader();
-  if (!reader) return new Uint8Array();
-  const parts: Uint8Array[] = [];
-  let size = 0;
-  for (;;) {
-    const { done, value } = await reader.read();
-    if (done) break;
-    parts.push(value);
-    size += value.length;
-    if (size >= MAX_READ) {
-      await reader.cancel();
-      break;
-    }
-  }
-  const out = new Uint8Array(size);
-  let at = 0;
-  for (const p of parts) {
-    out.set(p, at);
-    at += p.length;
-  }
-  return out;
 }
 
 function timeout(hook: Hook): HookOutcome {

@@ -1,12 +1,19 @@
 // The sandbox index `list` pages through. SandboxGroupDOs write rows through SandboxIndexDO, which
 // batches them (applyIndexBatch); routes read pages here.
 import { and, asc, desc, eq, ne, getTableColumns, gte, inArray, lt, gt, or, sql, type Column, type SQL } from "drizzle-orm";
+import type { SQLiteSelect } from "drizzle-orm/sqlite-core";
 import { sandboxes } from "../../schema/db/tables.ts";
 import { executeOne, getDb, type Db, type OneStatement } from "./db.ts";
 
 type LibsqlEnv = Parameters<typeof getDb>[0];
 
 export type IndexRow = typeof sandboxes.$inferSelect;
+
+/** A row without its metadata (up to 128 KiB of tenant strings a row: the annotations' bound), for
+ * the lists that never show it (the console's, a claim's census): a page of 100 would otherwise
+ * carry ~12 MB from sqld, on every live poll. */
+export type IndexSummary = Omit<IndexRow, "metadata">;
+const { metadata: _metadata, ...SUMMARY_COLUMNS } = getTableColumns(sandboxes);
 
 /**
  * A change to the index; SandboxIndexDO applies many in one request. Every op is a whole row with
@@ -86,7 +93,12 @@ export interface ListFilter {
 
 /** One page, plus the cursor of the next one when more rows match. */
 export async function listIndex(db: Db, f: ListFilter): Promise<{ rows: IndexRow[]; next?: Cursor }> {
-  return pageOf(await pageQuery(db, f), f.limit);
+  return pageOf(await pageQuery(db.select().from(sandboxes).$dynamic(), f), f.limit);
+}
+
+/** listIndex without the rows' metadata (IndexSummary). */
+export async function listSummaries(db: Db, f: ListFilter): Promise<{ rows: IndexSummary[]; next?: Cursor }> {
+  return pageOf(await pageQuery(db.select(SUMMARY_COLUMNS).from(sandboxes).$dynamic(), f), f.limit);
 }
 
 /**
@@ -95,23 +107,32 @@ export async function listIndex(db: Db, f: ListFilter): Promise<{ rows: IndexRow
  * optional `X-Total-Running`. The count walks the `(team_id, started_at)` index for a team.
  */
 export async function listIndexWithRunning(db: Db, f: ListFilter): Promise<{ rows: IndexRow[]; next?: Cursor; running: number }> {
-  const running = db.select({ n: sql<number>`count(*)` }).from(sandboxes).where(and(eq(sandboxes.state, "running"), ...teamScope(f.teamId)));
-  const [rows, count] = await db.batch([pageQuery(db, f), running]);
+  const [rows, count] = await db.batch([pageQuery(db.select().from(sandboxes).$dynamic(), f), runningQuery(db, f.teamId)]);
   return { ...pageOf(rows, f.limit), running: Number(count[0]?.n ?? 0) };
+}
+
+/** listIndexWithRunning without the rows' metadata (IndexSummary). */
+export async function listSummariesWithRunning(db: Db, f: ListFilter): Promise<{ rows: IndexSummary[]; next?: Cursor; running: number }> {
+  const [rows, count] = await db.batch([pageQuery(db.select(SUMMARY_COLUMNS).from(sandboxes).$dynamic(), f), runningQuery(db, f.teamId)]);
+  return { ...pageOf(rows, f.limit), running: Number(count[0]?.n ?? 0) };
+}
+
+function runningQuery(db: Db, teamId: string | null) {
+  return db.select({ n: sql<number>`count(*)` }).from(sandboxes).where(and(eq(sandboxes.state, "running"), ...teamScope(teamId)));
 }
 
 function teamScope(teamId: string | null): SQL[] {
   return teamId === null ? [] : [eq(sandboxes.teamId, teamId)];
 }
 
-function pageOf(rows: IndexRow[], limit: number): { rows: IndexRow[]; next?: Cursor } {
+function pageOf<R extends Cursor>(rows: R[], limit: number): { rows: R[]; next?: Cursor } {
   if (rows.length <= limit) return { rows };
   const page = rows.slice(0, limit);
   const last = page[page.length - 1]!;
   return { rows: page, next: { startedAt: last.startedAt, id: last.id } };
 }
 
-function pageQuery(db: Db, f: ListFilter) {
+function pageQuery<Q extends SQLiteSelect>(query: Q, f: ListFilter) {
   const where: SQL[] = [inArray(sandboxes.state, [...f.states]), ...teamScope(f.teamId)];
   if (f.template !== undefined) where.push(eq(sandboxes.templateId, f.template));
   if (f.startedAfter !== undefined) where.push(gte(sandboxes.startedAt, f.startedAfter));
@@ -123,9 +144,7 @@ function pageQuery(db: Db, f: ListFilter) {
     where.push(or(past(sandboxes.startedAt, f.after.startedAt), and(eq(sandboxes.startedAt, f.after.startedAt), past(sandboxes.id, f.after.id)))!);
   }
   const dir = f.order === "desc" ? desc : asc;
-  return db
-    .select()
-    .from(sandboxes)
+  return query
     .where(and(...where))
     .orderBy(dir(sandboxes.startedAt), dir(sandboxes.id))
     .limit(f.limit + 1);

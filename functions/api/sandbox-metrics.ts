@@ -4,6 +4,7 @@
 // (E2B records none for paused time) and is never woken for this.
 import type { Context } from "hono";
 import { MAX_LIST_LIMIT } from "../../schema/api/limits.ts";
+import { parseEnvdMetrics } from "../../schema/envd/http.ts";
 import { sandboxNotFoundMessage } from "../../schema/errors.ts";
 import { SANDBOX_ID_PATTERN } from "../../schema/protocol/ids.ts";
 import { ApiError } from "../api-error.ts";
@@ -11,6 +12,7 @@ import type { AppEnv, Env } from "../env.ts";
 import { edgeFetch } from "../gateway/ingress-client.ts";
 import { ENVD_PORT } from "../gateway/target.ts";
 import type { Access } from "../../durable-objects/sandbox/state.ts";
+import { readBounded } from "../../durable-objects/ingress-client.ts";
 import { accessOf, sandboxHandle } from "./stubs.ts";
 
 /** E2B's SandboxMetric. */
@@ -26,22 +28,20 @@ export interface SandboxMetric {
   diskTotal: number;
 }
 
-/** envd's Metrics body, as agent-runtime sends it. */
-interface EnvdMetrics {
-  ts: number;
-  cpu_count: number;
-  cpu_used_pct: number;
-  mem_used: number;
-  mem_total: number;
-  mem_cache?: number;
-  disk_used: number;
-  disk_total: number;
-}
-
 const RUNTIME_TIMEOUT_MS = 5_000;
+/** envd's answer is ~200 bytes; a (pod's, tenant-controlled) runtime's longer one is not read on. */
+const MAX_METRICS_BYTES = 16 << 10;
 
 /** The current sample of sandbox `id` as the caller may see it: null when the sandbox is not the
  * caller's (or does not exist), [] when it is not running or its runtime does not answer. */
+function parseJson(text: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch {
+    return undefined;
+  }
+}
+
 async function sample(env: Env, id: string, access: Access): Promise<SandboxMetric[] | null> {
   if (!SANDBOX_ID_PATTERN.test(id)) return null;
   const stub = sandboxHandle(env, id);
@@ -63,7 +63,9 @@ async function sample(env: Env, id: string, access: Access): Promise<SandboxMetr
     await res?.body?.cancel();
     return [];
   }
-  const m = (await res.json()) as EnvdMetrics;
+  // A bad answer (too long, not JSON, not the shape) is no sample, not a 500.
+  const m = parseEnvdMetrics(parseJson(new TextDecoder().decode(await readBounded(res, MAX_METRICS_BYTES))));
+  if (!m) return [];
   return [
     {
       timestamp: new Date(m.ts * 1000).toISOString(),

@@ -3,7 +3,7 @@
 // sections so the same component answers the page and its fragment.
 import type { Child } from "hono/jsx";
 import type { ClusterStatus } from "../../durable-objects/cluster/rpc.ts";
-import type { IndexRow } from "../../durable-objects/store/sandbox-index.ts";
+import type { IndexSummary } from "../../durable-objects/store/sandbox-index.ts";
 import type { TeamRow } from "../../durable-objects/store/teams.ts";
 import type { QuotaStatus } from "../../durable-objects/quota/team-quota-do.ts";
 import type { PoolView, SandboxDetail } from "./data.ts";
@@ -105,7 +105,7 @@ export function Quotas({ rows, pager }: { rows: { team: TeamRow; status: QuotaSt
 }
 
 /** One page of sandboxes, newest first; `nextHref` (when there are more) and `firstHref` (past the first page) link the pages. */
-export function SandboxTable(props: { rows: IndexRow[]; running: number; nextHref?: string; firstHref?: string; csrf: string }) {
+export function SandboxTable(props: { rows: IndexSummary[]; running: number; nextHref?: string; firstHref?: string; csrf: string }) {
   const pager = (props.nextHref || props.firstHref) && (
     <nav class="pager" aria-label="Pages">
       {props.firstHref && <a href={props.firstHref}>Newest</a>} {props.nextHref && <a href={props.nextHref} rel="next">Older sandboxes</a>}

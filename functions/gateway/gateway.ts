@@ -1,8 +1,10 @@
 // The data-plane gateway: every request for a sandbox (by header or by host) goes through here to
 // the sandbox's cluster ingress. It checks the caller's token against the sandbox's group object, wakes a paused
-// sandbox whose lifecycle says so (authorised requests only), signs the request for the ingress,
+// sandbox whose lifecycle says so (only for a request that carried its token, or needed none: not for
+// envd's /health or a signed /files URL, which anyone can send), signs the request for the ingress,
 // and streams both ways without buffering.
 import type { Context, MiddlewareHandler } from "hono";
+import { fileSignatureRefusal } from "../../schema/envd/file-signature.ts";
 import { ErrorCode } from "../../schema/errors.ts";
 import { isUnnamedSignedFileRequest, MASK_HOST_HEADER, REQUEST_ID_HEADER, SIGNATURE_HEADER, signIngress } from "../../schema/ingress/signature.ts";
 import { sandboxGroupStub, sandboxHandle } from "../../durable-objects/sandbox/stub.ts";
@@ -33,17 +35,24 @@ async function tokensEqual(given: string | null, expected: string): Promise<bool
   return crypto.subtle.timingSafeEqual(a, b);
 }
 
-/** Whether the request may reach the sandbox; also the condition for waking it. */
-async function authorised(req: Request, url: URL, t: GatewayTarget, route: { envdAccessToken: string | null; trafficAccessToken: string | null; allowPublicTraffic: boolean }): Promise<boolean> {
+/**
+ * What the request may do: "wake" reach the sandbox and resume it when it is paused with
+ * auto-resume (it carried the token the port asks for, or the sandbox asks for none there);
+ * "reach" only reach it while it runs (envd's /health and signed /files URLs, which envd judges
+ * itself: anyone can send one, and a wake reserves quota and runs postResume hooks); "refuse".
+ */
+type Access = "wake" | "reach" | "refuse";
+
+async function access(req: Request, url: URL, t: GatewayTarget, route: { envdAccessToken: string | null; trafficAccessToken: string | null; allowPublicTraffic: boolean }): Promise<Access> {
   if (t.port === ENVD_PORT) {
-    if (route.envdAccessToken === null) return true;
     // envd answers these itself: /health is public, signed /files URLs carry their own proof.
-    if (url.pathname === "/health") return true;
-    if (url.pathname === "/files" && url.searchParams.has("signature")) return true;
-    return tokensEqual(req.headers.get("x-access-token"), route.envdAccessToken);
+    const envdJudges = url.pathname === "/health" || (url.pathname === "/files" && url.searchParams.has("signature"));
+    if (route.envdAccessToken === null) return envdJudges ? "reach" : "wake";
+    if (await tokensEqual(req.headers.get("x-access-token"), route.envdAccessToken)) return "wake";
+    return envdJudges ? "reach" : "refuse";
   }
-  if (route.allowPublicTraffic || route.trafficAccessToken === null) return true;
-  return tokensEqual(req.headers.get("e2b-traffic-access-token"), route.trafficAccessToken);
+  if (route.allowPublicTraffic || route.trafficAccessToken === null) return "wake";
+  return (await tokensEqual(req.headers.get("e2b-traffic-access-token"), route.trafficAccessToken)) ? "wake" : "refuse";
 }
 
 /** The clusters an unnamed signed URL may belong to; one today (see docs/ARCHITECTURE.md). */
@@ -124,6 +133,10 @@ export function gateway(): MiddlewareHandler<AppEnv> {
       if (c.req.path !== "/files") return next();
       const url = new URL(req.url);
       if (!isUnnamedSignedFileRequest(req.method, url)) return next();
+      // Anyone can send one, with no key or token: junk is refused here, not forwarded to cost the
+      // agent a hash per sandbox it serves. envd's 401 shape, as the runtime would answer.
+      const refusal = fileSignatureRefusal(url.searchParams.get("signature"), url.searchParams.get("signature_expiration"), Math.floor(Date.now() / 1000));
+      if (refusal) return json(401, { code: 401, message: refusal });
       return traceGateway(c, url, { sandboxId: "", port: ENVD_PORT }, (id) => forward(c.env, req, url, { sandboxId: "", port: ENVD_PORT }, SIGNED_URL_CLUSTERS[0]!, id));
     }
     if ("error" in target) return json(400, { code: 400, message: target.error });
@@ -141,14 +154,16 @@ async function serve(c: Context<AppEnv>, req: Request, url: URL, target: Gateway
   const found = await sandboxGroupStub(c.env, target.sandboxId).route(target.sandboxId);
   if (!found.ok) return notFound(target.sandboxId);
   let route = found.route;
-  if (!(await authorised(req, url, target, route))) {
+  const may = await access(req, url, target, route);
+  if (may === "refuse") {
     // envd's own answer for its port; a user port without its traffic token is refused as
     // E2B's proxy refuses it, with 403.
     if (target.port !== ENVD_PORT) return json(403, { code: 403, message: `sandbox ${target.sandboxId} port ${target.port} needs a valid e2b-traffic-access-token header (allowPublicTraffic is false)` });
     return json(401, { code: 401, message: "unauthorized access, please provide a valid access token or method signing if supported" });
   }
   if (route.state === "paused" || route.phase !== "Running") {
-    if (route.state !== "paused" || !route.autoResume) return notFound(target.sandboxId);
+    // A request that proved nothing gets what a sandbox without auto-resume answers.
+    if (route.state !== "paused" || !route.autoResume || may !== "wake") return notFound(target.sandboxId);
     const woken = await sandboxHandle(c.env, target.sandboxId).wake(WAKE_WAIT_MS);
     if (!woken.ok) {
       if (woken.error.code === ErrorCode.sandboxNotFound || woken.error.code === ErrorCode.notFound) return notFound(target.sandboxId);

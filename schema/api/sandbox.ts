@@ -20,14 +20,24 @@ import {
 
 const timeoutSeconds = z.int().min(0).max(MAX_TIMEOUT_S);
 
-export const SandboxMetadata = z
-  .record(z.string().min(1).max(MAX_METADATA_KEY_BYTES), z.string().max(MAX_METADATA_VALUE_BYTES))
+/** A record of tenant entries, refusing the key `__proto__`: JSON.parse makes it an own key, but
+ * zod's record skips it (assigning it would set the prototype), so the entry would vanish behind a
+ * 2xx. Every tenant record (metadata, env vars, secrets' metadata, headers) is built here. */
+export function tenantRecord<K extends z.core.$ZodRecordKey, V extends z.ZodType>(key: K, value: V) {
+  const proto = (input: unknown) => typeof input === "object" && input !== null && Object.hasOwn(input, "__proto__");
+  return z.preprocess((input, ctx) => {
+    if (proto(input)) ctx.addIssue({ code: "custom", message: "the key __proto__ is not allowed", input });
+    return input;
+  }, z.record(key, value));
+}
+
+export const SandboxMetadata = tenantRecord(z.string().min(1).max(MAX_METADATA_KEY_BYTES), z.string().max(MAX_METADATA_VALUE_BYTES))
   .refine((m) => Object.keys(m).length <= MAX_METADATA_ENTRIES, `at most ${MAX_METADATA_ENTRIES} metadata entries`);
 export type SandboxMetadata = z.infer<typeof SandboxMetadata>;
 
 /** A map bounded in entries, with a message naming the bound. */
 export function boundedRecord<V extends z.ZodType>(key: z.ZodString, value: V, max: number, what: string) {
-  return z.record(key, value).refine((m) => Object.keys(m).length <= max, `at most ${max} ${what}`);
+  return tenantRecord(key, value).refine((m) => Object.keys(m).length <= max, `at most ${max} ${what}`);
 }
 
 const name = z.string().min(1).max(MAX_NAME_LENGTH);

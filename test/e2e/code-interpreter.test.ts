@@ -254,4 +254,21 @@ describe("runCode (JS code-interpreter SDK)", { timeout: 120_000 }, () => {
   it("an unknown language is a 400 (the JS SDK shows the status; the body says which are available)", async () => {
     await expect(sbx.runCode("1", { language: "cobol" })).rejects.toThrow(/400 Bad Request/);
   });
+  it("port 49999 runs a cell only with the sandbox's access token: a raw /execute without it, or with a wrong one, is envd's 401 (review24 edge F1)", async () => {
+    const execute = (headers: Record<string, string>) =>
+      fetch(new URL("/execute", e2b().apiUrl), {
+        method: "POST",
+        headers: { "content-type": "application/json", "e2b-sandbox-id": sbx.sandboxId, "e2b-sandbox-port": "49999", ...headers },
+        body: JSON.stringify({ code: "touch /tmp/ran-without-token", language: "bash" }),
+      });
+    for (const headers of [{}, { "x-access-token": "wrong" }] as Record<string, string>[]) {
+      const res = await execute(headers);
+      expect({ status: res.status, body: await res.json() }).toEqual({ status: 401, body: { code: 401, message: expect.stringMatching(/^unauthorized access/) } });
+    }
+    expect((await sbx.runCode("import os; os.path.exists('/tmp/ran-without-token')")).text).toBe("False");
+    // The SDK's context calls send no token, and still work.
+    const ctx = await sbx.createCodeContext();
+    expect((await sbx.listCodeContexts()).map((c) => c.id)).toContain(ctx.id);
+    await sbx.removeCodeContext(ctx);
+  });
 });

@@ -157,6 +157,26 @@ describe("standalone main.ts with --interpreter-port (a pod whose template has t
     expect(lines.at(-1)?.type).toBe("end_of_execution");
     expect((await fetch(`${url}/execute`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ code: "1", language: "cobol" }) })).status).toBe(400);
   });
+
+  it("once /init set a token, runs code only for its holder: /execute without it or with a wrong one is envd's 401; the context routes take none (E2B's SDKs send none there) but refuse a wrong one (review24 F1)", async () => {
+    expect((await viaSocket(join(dir, "runtime.sock"), "POST", "/init", { accessToken: "ci-token", timestamp: "2026-01-01T00:00:10Z" })).status).toBe(204);
+    const cell = (headers: Record<string, string>) =>
+      fetch(`${url}/execute`, { method: "POST", headers: { "content-type": "application/json", ...headers }, body: JSON.stringify({ code: "echo ran", language: "bash" }) });
+    for (const headers of [{}, { "x-access-token": "wrong" }, { "x-access-token": "" }] as Record<string, string>[]) {
+      const refused = await cell(headers);
+      expect(refused.status).toBe(401);
+      expect(await refused.json()).toEqual({ code: 401, message: expect.stringMatching(/^unauthorized access/) });
+    }
+    const ran = await cell({ "x-access-token": "ci-token" });
+    expect(ran.status).toBe(200);
+    expect(await ran.text()).toContain('"text":"ran\\n"');
+    expect((await fetch(`${url}/contexts`)).status).toBe(200);
+    expect((await fetch(`${url}/contexts`, { headers: { "x-access-token": "ci-token" } })).status).toBe(200);
+    expect((await fetch(`${url}/contexts`, { headers: { "x-access-token": "wrong" } })).status).toBe(401);
+    expect((await fetch(`${url}/contexts`, { method: "POST", headers: { "content-type": "application/json", "x-access-token": "wrong" }, body: "{}" })).status).toBe(401);
+    expect((await fetch(`${url}/contexts/any/restart`, { method: "POST", headers: { "x-access-token": "wrong" } })).status).toBe(401);
+    expect(await (await fetch(`${url}/health`)).text()).toBe("OK");
+  });
 });
 
 describe("an oversized JSON body (review L8)", () => {

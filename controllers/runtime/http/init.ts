@@ -4,14 +4,11 @@ import type { IncomingMessage, ServerResponse } from "node:http";
 import { parseInitRequest } from "../../../schema/envd/http.ts";
 import type { RuntimeSandbox } from "../sandbox.ts";
 import { readJson } from "./read-json.ts";
-import { HttpError } from "./respond.ts";
+import { HttpError, presentedToken, UNAUTHORIZED } from "./respond.ts";
 
 export async function postInit(req: IncomingMessage, res: ServerResponse, sbx: RuntimeSandbox): Promise<void> {
   // Once a token is set, only its holder may re-initialise (e.g. rotate it on resume).
-  const header = req.headers["x-access-token"];
-  if (sbx.accessToken && !sbx.checkToken(Array.isArray(header) ? header[0] : header)) {
-    throw new HttpError(401, "unauthorized access, please provide a valid access token or method signing if supported");
-  }
+  if (sbx.accessToken && !sbx.checkToken(presentedToken(req))) throw new HttpError(401, UNAUTHORIZED);
   const parsed = parseInitRequest(await readJson(req));
   if (!parsed.ok) throw new HttpError(400, `invalid init request: ${parsed.error}`);
   if (parsed.value.defaultUser && !sbx.view.lookupUser(parsed.value.defaultUser)) {

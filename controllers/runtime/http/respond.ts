@@ -10,6 +10,15 @@ export function sendJson(res: ServerResponse, status: number, body: unknown): vo
   res.end(text);
 }
 
+/** envd's answer to a request without the sandbox's access token (the SDKs match on the 401). */
+export const UNAUTHORIZED = "unauthorized access, please provide a valid access token or method signing if supported";
+
+/** The `X-Access-Token` a request presented (the first, if it repeats the header). */
+export function presentedToken(req: IncomingMessage): string | undefined {
+  const header = req.headers["x-access-token"];
+  return Array.isArray(header) ? header[0] : header;
+}
+
 /** `close`: the connection ends after the answer (Node would otherwise read the rest of an unread
  * request body to keep the connection alive). */
 export function sendError(res: ServerResponse, code: number, message: string, close = false): void {

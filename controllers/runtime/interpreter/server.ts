@@ -7,7 +7,7 @@ import { stat } from "node:fs/promises";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { outputLineText, parseCreateContextRequest, parseExecuteRequest, type OutputLine } from "../../../schema/interpreter/http.ts";
 import { readJson } from "../http/read-json.ts";
-import { HttpError, sendJson } from "../http/respond.ts";
+import { HttpError, presentedToken, sendJson, UNAUTHORIZED } from "../http/respond.ts";
 import { streamWriter, type StreamWriter } from "../http/stream-writer.ts";
 import type { RuntimeSandbox } from "../sandbox.ts";
 import { logger } from "../../lib/log.ts";
@@ -218,22 +218,30 @@ async function execute(req: IncomingMessage, res: ServerResponse, sbx: RuntimeSa
 
 type Handler = (req: IncomingMessage, res: ServerResponse, sbx: RuntimeSandbox, id?: string) => Promise<void>;
 
-const ROUTES: { method: string; path: RegExp; handler: Handler }[] = [
-  { method: "GET", path: /^\/health$/, handler: async (_req, res) => void res.writeHead(200, { "content-type": "text/plain" }).end("OK") },
-  { method: "POST", path: /^\/execute$/, handler: execute },
+/** What a route asks of the sandbox's access token. E2B's SDKs (JS and Python) send `X-Access-Token`
+ * on `POST /execute` only, never on `/contexts`: "required" there, "if-sent" on the context routes (a
+ * token sent must be right; none sent passes, or the SDKs' context calls would break); none on
+ * `/health`. The context routes run no code; what stays open there is upstream's surface. */
+type TokenRule = "required" | "if-sent" | "none";
+
+const ROUTES: { method: string; path: RegExp; token: TokenRule; handler: Handler }[] = [
+  { method: "GET", path: /^\/health$/, token: "none", handler: async (_req, res) => void res.writeHead(200, { "content-type": "text/plain" }).end("OK") },
+  { method: "POST", path: /^\/execute$/, token: "required", handler: execute },
   {
     method: "POST",
     path: /^\/contexts$/,
+    token: "if-sent",
     handler: async (req, res, sbx) => {
       const parsed = parseCreateContextRequest(await readJson(req));
       if (!parsed.ok) throw new HttpError(400, `invalid context request: ${parsed.error}`);
       sendJson(res, 200, describe(await contextsOf(sbx).create(parsed.value.language, parsed.value.cwd)));
     },
   },
-  { method: "GET", path: /^\/contexts$/, handler: async (_req, res, sbx) => sendJson(res, 200, [...contextsOf(sbx).byId.values()].map(describe)) },
+  { method: "GET", path: /^\/contexts$/, token: "if-sent", handler: async (_req, res, sbx) => sendJson(res, 200, [...contextsOf(sbx).byId.values()].map(describe)) },
   {
     method: "DELETE",
     path: /^\/contexts\/([^/]+)$/,
+    token: "if-sent",
     handler: async (_req, res, sbx, id) => {
       const ctx = contextsOf(sbx);
       const k = ctx.byId.get(id!);
@@ -248,6 +256,7 @@ const ROUTES: { method: string; path: RegExp; handler: Handler }[] = [
   {
     method: "POST",
     path: /^\/contexts\/([^/]+)\/restart$/,
+    token: "if-sent",
     handler: async (_req, res, sbx, id) => {
       const ctx = contextsOf(sbx);
       const k = ctx.byId.get(id!);
@@ -272,7 +281,11 @@ export function prewarm(sbx: RuntimeSandbox): void {
 export async function serveInterpreter(req: IncomingMessage, res: ServerResponse, sbx: RuntimeSandbox, url: URL): Promise<void> {
   for (const r of ROUTES) {
     const m = r.path.exec(url.pathname);
-    if (m && r.method === req.method) return r.handler(req, res, sbx, m[1] && decodeURIComponent(m[1]));
+    if (!m || r.method !== req.method) continue;
+    const token = presentedToken(req);
+    // checkToken is constant time, and true for a sandbox without a token (envd's secure: false).
+    if ((r.token === "required" || (r.token === "if-sent" && token !== undefined)) && !sbx.checkToken(token)) throw new HttpError(401, UNAUTHORIZED);
+    return r.handler(req, res, sbx, m[1] && decodeURIComponent(m[1]));
   }
   throw new HttpError(404, `no route for ${req.method} ${url.pathname} on the code interpreter`);
 }

@@ -1,7 +1,7 @@
 // Metrics routes, and E2B's routes this server does not serve (a 501 naming them, after the key
 // check). The scripted agent has no runtime behind its ingress, so a running sandbox's sample is
 // absent here (the e2e test reads real figures through the real ingress).
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import { E2B_ROUTES } from "../../../schema/api/e2b-routes.gen.ts";
 import type { ScriptedAgent } from "../../support/scripted-agent.ts";
 import { call, createTeam, expectError, expectStatus, startAgent, unique, type TestTeam } from "../helpers.ts";
@@ -109,5 +109,21 @@ describe("metrics", () => {
     expect(await expectStatus(call(`/sandboxes/${id}/metrics`, { key: team.key }), 200)).toEqual([]);
     expect((await expectStatus(call(`/sandboxes/${id}`, { key: team.key }), 200)).state).toBe("paused");
     expect(agent.sandboxes.get(id)!.intent.desired.state).not.toBe("running");
+  });
+});
+
+describe("metrics from a runtime that answers badly (a tenant's pod runtime; review24 edge F8)", () => {
+  it("is no sample (200 []), not a 500, and an oversized answer is not read whole", async () => {
+    for (const [kind, ingressUrl] of Object.entries(inject("badRuntimes"))) {
+      const bad = await createTeam(unique(`badrt-${kind.toLowerCase()}`));
+      const badAgent = await startAgent(bad.cluster, { ingressUrl });
+      try {
+        const sbx = await expectStatus(call("/v2/sandboxes", { key: bad.key, body: { templateID: bad.template } }), 201);
+        expect({ kind, points: await expectStatus(call(`/sandboxes/${sbx.sandboxID}/metrics`, { key: bad.key }), 200) }).toEqual({ kind, points: [] });
+        expect({ kind, many: await expectStatus(call(`/sandboxes/metrics?sandbox_ids=${sbx.sandboxID}`, { key: bad.key }), 200) }).toEqual({ kind, many: { sandboxes: {} } });
+      } finally {
+        badAgent.disconnect();
+      }
+    }
   });
 });
