@@ -184,14 +184,8 @@ export function edgeSpan<T>(env: TracingEnv, name: string, attributes: Attribute
 }
 
 /** `work` in `span`'s scope, the span ended (failed, if `work` failed) when it settles. */
-async function inSpan<T>(span: EdgeSpan, work: () => Promise<T>): Promise<T> {
-  try {
-    return await current.run({ id: span.spanContext().traceId, span }, work);
-  } catch (err) {
-    throw failed(span, err);
-  } finally {
-    span.end();
-  }
+function inSpan<T>(span: EdgeSpan, work: () => Promise<T>): Promise<T> {
+  return endedWhenSettled(span, () => current.run({ id: span.spanContext().traceId, span }, work));
 }
 
 /**
@@ -230,20 +224,33 @@ export function leafSpan<T>(env: TracingEnv, name: string, attributes: Attribute
 }
 
 /** `work` handed `span`'s traceparent, the span ended (failed, if `work` failed) when it settles. */
-async function inLeafSpan<T>(span: EdgeSpan, work: (traceparent: () => string | undefined) => Promise<T>): Promise<T> {
-  try {
-    return await work(() => traceparentOf(span.spanContext()));
-  } catch (err) {
-    throw failed(span, err);
-  } finally {
-    span.end();
-  }
+function inLeafSpan<T>(span: EdgeSpan, work: (traceparent: () => string | undefined) => Promise<T>): Promise<T> {
+  return endedWhenSettled(span, () => work(() => traceparentOf(span.spanContext())));
 }
 
-/** Marks `span` failed with `err` (what the SDK's callers record), and hands `err` back to rethrow. */
-function failed(span: EdgeSpan, err: unknown): unknown {
-  span.setStatus({ code: SpanStatusCode.ERROR, message: (err as Error)?.message ?? String(err) });
-  return err;
+/**
+ * What `run` hands back, `span` ended when it settles: failed (what the SDK's callers record) if it
+ * rejects or `run` throws. What an async function awaiting it did (`Promise.resolve` is what
+ * `await` does to it), with one reaction in place of the function's frame and its own promise.
+ */
+function endedWhenSettled<T>(span: EdgeSpan, run: () => Promise<T>): Promise<T> {
+  let running: Promise<T>;
+  try {
+    running = run();
+  } catch (err) {
+    running = Promise.reject(err);
+  }
+  return Promise.resolve(running).then(
+    (value) => {
+      span.end();
+      return value;
+    },
+    (err: unknown) => {
+      span.setStatus({ code: SpanStatusCode.ERROR, message: (err as Error)?.message ?? String(err) });
+      span.end();
+      throw err;
+    },
+  );
 }
 
 /**

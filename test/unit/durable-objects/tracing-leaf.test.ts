@@ -87,6 +87,27 @@ describe("leafSpan", () => {
     expect(failed).toMatchObject({ traceId: TRACE, parentSpanId: root!.spanId, status: { code: 2, message: "Invalid API key" } });
   });
 
+  it("ends the span as an awaited promise would: for work that throws before handing back a promise, and for a thenable (an RPC's)", async () => {
+    received.length = 0;
+    const req = startRequestSpan(env, "POST /sandboxes", SAMPLED);
+    const thrown = req.run(() =>
+      leafSpan(env, "throws.sync", {}, () => {
+        throw new Error("bad argument");
+      }),
+    );
+    await expect(thrown).rejects.toThrow("bad argument");
+    const thenable = { then: (resolve: (v: string) => void) => void setTimeout(() => resolve("answered"), 1) } as unknown as Promise<string>;
+    expect(await req.run(() => leafSpan(env, "rpc.thenable", {}, () => thenable))).toBe("answered");
+    const rejecting = { then: (_: unknown, reject: (e: Error) => void) => void reject(new Error("rpc failed")) } as unknown as Promise<string>;
+    await expect(req.run(() => leafSpan(env, "rpc.rejects", {}, () => rejecting))).rejects.toThrow("rpc failed");
+    req.span!.end();
+    await flushEdgeTraces();
+    const root = received.find((s) => s.name === "POST /sandboxes")!;
+    expect(received.find((s) => s.name === "throws.sync")).toMatchObject({ parentSpanId: root.spanId, status: { code: 2, message: "bad argument" } });
+    expect(received.find((s) => s.name === "rpc.thenable")).toMatchObject({ parentSpanId: root.spanId, status: { code: 0 } });
+    expect(received.find((s) => s.name === "rpc.rejects")).toMatchObject({ parentSpanId: root.spanId, status: { code: 2, message: "rpc failed" } });
+  });
+
   it("hands on its own traceparent without becoming the current span; in an unsampled request, the request's as it came", async () => {
     received.length = 0;
     const req = startRequestSpan(env, "POST /sandboxes", SAMPLED);
