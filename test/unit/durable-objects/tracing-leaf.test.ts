@@ -54,6 +54,7 @@ function fieldsOf(data: Uint8Array): Map<number, Array<number | Uint8Array>> {
 
 let server: Server;
 const received: OtlpSpan[] = [];
+let requests = 0;
 let env: { OTEL_EXPORTER_OTLP_ENDPOINT: string };
 
 beforeAll(async () => {
@@ -62,6 +63,7 @@ beforeAll(async () => {
     req.on("data", (chunk: Buffer) => chunks.push(chunk));
     req.on("end", () => {
       expect(req.headers["content-type"]).toBe("application/x-protobuf");
+      requests++;
       received.push(...otlpSpans(Buffer.concat(chunks)));
       res.writeHead(200, { "content-type": "application/x-protobuf" }).end(); // an empty ExportTraceServiceResponse
     });
@@ -106,6 +108,17 @@ describe("leafSpan", () => {
     expect(received.find((s) => s.name === "throws.sync")).toMatchObject({ parentSpanId: root.spanId, status: { code: 2, message: "bad argument" } });
     expect(received.find((s) => s.name === "rpc.thenable")).toMatchObject({ parentSpanId: root.spanId, status: { code: 0 } });
     expect(received.find((s) => s.name === "rpc.rejects")).toMatchObject({ parentSpanId: root.spanId, status: { code: 2, message: "rpc failed" } });
+  });
+
+  it("exports what a second buffered in one request", async () => {
+    await flushEdgeTraces();
+    received.length = 0;
+    requests = 0;
+    for (let i = 0; i < 3000; i++) await leafSpan(env, `SandboxGroupDO.create ${i}`, { n: i }, async () => undefined, SAMPLED);
+    await flushEdgeTraces();
+    expect(received).toHaveLength(3000);
+    expect(new Set(received.map((s) => s.name)).size).toBe(3000);
+    expect(requests).toBe(1);
   });
 
   it("hands on its own traceparent without becoming the current span; in an unsampled request, the request's as it came", async () => {
