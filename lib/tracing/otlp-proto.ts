@@ -82,8 +82,8 @@ export class ProtoWriter {
     buf[this.pos++] = low & 127;
   }
 
+  /** Four bytes, little-endian (room checked by the caller). */
   #fixed32(v: number): void {
-    this.#ensure(4);
     const buf = this.buf;
     buf[this.pos++] = v & 255;
     buf[this.pos++] = (v >>> 8) & 255;
@@ -91,7 +91,7 @@ export class ProtoWriter {
     buf[this.pos++] = (v >>> 24) & 255;
   }
 
-  /** Unix nanoseconds as fixed64, from milliseconds: the SDK's HrTime of them, as the serializer writes it. */
+  /** Unix nanoseconds as fixed64, from milliseconds: the SDK's HrTime of them, as the serializer writes it (room checked by the caller). */
   #nanos(ms: number): void {
     const seconds = Math.floor(ms / 1000);
     const nanos = Math.round((ms - seconds * 1000) * 1e6);
@@ -145,17 +145,6 @@ export class ProtoWriter {
     this.#ensure(b.length);
     this.buf.set(b, this.pos);
     this.pos += b.length;
-  }
-
-  /** Lowercase hex (a trace or span id) as its bytes, length-delimited. */
-  #hexId(hex: string): void {
-    const n = hex.length >>> 1;
-    this.#ensure(1 + n);
-    const buf = this.buf;
-    buf[this.pos++] = n;
-    let p = this.pos;
-    for (let i = 0; i < hex.length; i += 2) buf[p++] = (HEX_VALUE[hex.charCodeAt(i)]! << 4) | HEX_VALUE[hex.charCodeAt(i + 1)]!;
-    this.pos = p;
   }
 
   /** Room for a message's length, `reserve` bytes (what it most likely needs); `close` writes it. */
@@ -248,49 +237,73 @@ export class ProtoWriter {
     }
   }
 
-  /** One Span message in ScopeSpans' field 2, from the span's fields (times in ms since the epoch). */
-  span(ctx: SpanContext, parent: SpanContext | undefined, name: string, kind: SpanKind, startMs: number, endMs: number, attributes: Attributes, status: SpanStatus): void {
-    this.tag(2, LEN);
-    const at = this.#open(2); // a span with a few attributes is 128..16383 bytes
-    this.tag(1, LEN);
-    this.#hexId(ctx.traceId);
-    this.tag(2, LEN);
-    this.#hexId(ctx.spanId);
-    if (parent?.spanId) {
-      this.tag(4, LEN);
-      this.#hexId(parent.spanId);
-    }
+  /**
+   * One Span message in ScopeSpans' field 2, from the span's fields: ids as their bytes (16, 8 and
+   * the parent's 8, or none for a root), times in ms since the epoch. The fixed-size parts are
+   * written after one size check for each run of them, not one per field; the name, attributes and
+   * a status message check their own (their size is the caller's).
+   */
+  span(traceId: number[], spanId: number[], parentId: number[] | null, parentIsRemote: boolean, traceFlags: number, name: string, kind: SpanKind, startMs: number, endMs: number, attributes: Attributes, status: SpanStatus): void {
+    // The span's tag and length (reserved), trace id, span id and parent id: at most 3 + 18 + 10 + 10 bytes.
+    this.#ensure(41);
+    const buf = this.buf;
+    buf[this.pos++] = (2 << 3) | LEN;
+    const at = this.pos;
+    this.pos += 2; // a span with a few attributes is 128..16383 bytes
+    this.#id(1, traceId);
+    this.#id(2, spanId);
+    if (parentId) this.#id(4, parentId);
     this.tag(5, LEN);
     this.string(name);
-    this.tag(6, VARINT);
-    this.varint(kind + 1);
-    this.tag(7, FIXED64);
+    // Kind (at most 1 + 5 bytes for any SpanKind) and the two times (2 x 9).
+    this.#ensure(24);
+    this.buf[this.pos++] = (6 << 3) | VARINT;
+    this.#smallVarint(kind + 1);
+    this.buf[this.pos++] = (7 << 3) | FIXED64;
     this.#nanos(startMs);
-    this.tag(8, FIXED64);
+    this.buf[this.pos++] = (8 << 3) | FIXED64;
     this.#nanos(endMs);
     this.attributes(9, attributes);
-    // The dropped counts (attributes, events, links): zero, written as the serializer writes them.
-    this.#ensure(6);
+    // The dropped counts (attributes, events, links: zero, written as the serializer writes them),
+    // the status (2 + its message + code, at most 1 + 10), the flags (2 + 4): at most 25 bytes
+    // without the message, which `string` sizes itself.
+    this.#ensure(25);
     this.buf[this.pos++] = (10 << 3) | VARINT;
     this.buf[this.pos++] = 0;
     this.buf[this.pos++] = (12 << 3) | VARINT;
     this.buf[this.pos++] = 0;
     this.buf[this.pos++] = (14 << 3) | VARINT;
     this.buf[this.pos++] = 0;
-    this.tag(15, LEN);
-    const st = this.#open(1);
+    this.buf[this.pos++] = (15 << 3) | LEN;
+    const st = this.pos++;
     if (status.message) {
       this.tag(2, LEN);
       this.string(status.message);
+      this.#ensure(17);
     }
-    this.tag(3, VARINT);
-    this.varint(status.code);
+    this.buf[this.pos++] = (3 << 3) | VARINT;
+    this.#smallVarint(status.code);
     this.#close(st, 1);
-    this.#ensure(2);
     this.buf[this.pos++] = 0x85; // field 16, fixed32: two tag bytes
     this.buf[this.pos++] = 0x01;
-    this.#fixed32((ctx.traceFlags & 0xff) | HAS_IS_REMOTE | (parent?.isRemote ? IS_REMOTE : 0));
+    this.#fixed32((traceFlags & 0xff) | HAS_IS_REMOTE | (parentIsRemote ? IS_REMOTE : 0));
     this.#close(at, 2);
+  }
+
+  /** A varint that is most likely one byte (an enum's value): room for that checked by the caller, any other through `varint`. */
+  #smallVarint(v: number): void {
+    if (v >= 0 && v < 128) this.buf[this.pos++] = v;
+    else this.varint(v);
+  }
+
+  /** An id's bytes in field `field` (room checked by the caller). */
+  #id(field: number, id: number[]): void {
+    const buf = this.buf;
+    let p = this.pos;
+    buf[p++] = (field << 3) | LEN;
+    buf[p++] = id.length;
+    for (let i = 0; i < id.length; i++) buf[p++] = id[i]!;
+    this.pos = p;
   }
 }
 
@@ -316,9 +329,6 @@ export class EncodedSpans implements OtlpProtoSpan {
     w.raw(this.#writer.buf.subarray(0, this.#writer.pos));
   }
 }
-
-/** A hex digit's value by its character code (either case), as the serializer's `hexToBinary` reads it. */
-const HEX_VALUE = Uint8Array.from({ length: 128 }, (_, c) => (c <= 57 ? c - 48 : c >= 97 ? c - 87 : c - 55) & 0xff);
 
 function varintSize(v: number): number {
   return v < 0x80 ? 1 : v < 0x4000 ? 2 : v < 0x20_0000 ? 3 : v < 0x1000_0000 ? 4 : 5;

@@ -87,6 +87,75 @@ export function randomHex(chars: number): string {
   return String.fromCharCode.apply(null, codes);
 }
 
+/**
+ * `n` zero bytes, for an id: a plain array of small integers, not a typed array, which cost more
+ * to make than its reads save for 8 or 16 bytes (node 22, notes s24-trace).
+ */
+function idBytes(n: number): number[] {
+  return n === 8 ? [0, 0, 0, 0, 0, 0, 0, 0] : n === 16 ? [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0] : new Array<number>(n).fill(0);
+}
+
+/** `n` random bytes (8 or 16: a span or trace id), from Math.random as `randomHex`. */
+function randomIdBytes(n: number): number[] {
+  const bytes = idBytes(n);
+  for (let i = 0; i < n; i += 4) {
+    const w = (Math.random() * 0x1_0000_0000) >>> 0;
+    bytes[i] = w >>> 24;
+    bytes[i + 1] = (w >>> 16) & 255;
+    bytes[i + 2] = (w >>> 8) & 255;
+    bytes[i + 3] = w & 255;
+  }
+  return bytes;
+}
+
+/** An id's bytes as lowercase hex. */
+function hexOf(bytes: number[]): string {
+  const codes = CODES[bytes.length * 2] ?? new Array<number>(bytes.length * 2);
+  for (let i = 0; i < bytes.length; i++) {
+    codes[2 * i] = HEX_CODES[bytes[i]! >>> 4]!;
+    codes[2 * i + 1] = HEX_CODES[bytes[i]! & 15]!;
+  }
+  return String.fromCharCode.apply(null, codes);
+}
+
+/** A hex digit's value by its character code (either case), as the SDK serializer's `hexToBinary` reads it. */
+const HEX_VALUE = Uint8Array.from({ length: 128 }, (_, c) => (c <= 57 ? c - 48 : c >= 97 ? c - 87 : c - 55) & 0xff);
+
+/** A hex id (another process's, from a traceparent) as its bytes, as the serializer turns it into bytes. */
+function bytesOfHex(hex: string): number[] {
+  const bytes = idBytes(hex.length >>> 1);
+  for (let i = 0, p = 0; p < bytes.length; i += 2) bytes[p++] = (HEX_VALUE[hex.charCodeAt(i)]! << 4) | HEX_VALUE[hex.charCodeAt(i + 1)]!;
+  return bytes;
+}
+
+/**
+ * A recorded span's context: the API's SpanContext, whose ids are also kept as the bytes OTLP
+ * carries, so the writer copies bytes instead of reading hex for every id of every span (the hex
+ * pass was the largest tracing function in workerd's profiles, notes s23-trace). A span's own id
+ * is made as bytes, its hex spelled once when first read (a traceparent handed on); a child of a
+ * local span shares its parent's trace id, bytes and hex; another process's ids are read once.
+ */
+export class RecordedSpanContext implements SpanContext {
+  readonly traceFlags: number;
+  readonly traceIdBytes: number[];
+  readonly spanIdBytes: number[];
+  #traceId: string | undefined;
+  #spanId: string | undefined;
+
+  constructor(traceIdBytes: number[], traceId: string | undefined, spanIdBytes: number[], traceFlags: number) {
+    this.traceIdBytes = traceIdBytes;
+    this.#traceId = traceId;
+    this.spanIdBytes = spanIdBytes;
+    this.traceFlags = traceFlags;
+  }
+  get traceId(): string {
+    return (this.#traceId ??= hexOf(this.traceIdBytes));
+  }
+  get spanId(): string {
+    return (this.#spanId ??= hexOf(this.spanIdBytes));
+  }
+}
+
 function hrTime(ms: number): HrTime {
   const s = Math.floor(ms / 1000);
   return [s, Math.round((ms - s * 1000) * 1e6)];
@@ -111,25 +180,47 @@ export class EdgeSpan implements Span, ReadableSpan, OtlpProtoSpan {
   name: string;
   readonly kind: SpanKind;
   readonly parentSpanContext: SpanContext | undefined;
-  readonly attributes: Attributes = {};
+  attributes: Attributes;
   status: SpanStatus = UNSET;
   ended = false;
-  readonly #ctx: SpanContext;
+  readonly #ctx: RecordedSpanContext;
+  /** The parent's span id as bytes (null for a root). */
+  readonly #parentIdBytes: number[] | null;
+  /** Whether `attributes` is this span's own object, or the one its maker handed it (copied before a change). */
+  #ownAttributes: boolean;
   readonly #start: number;
   #end = 0;
   readonly #sink: SpanSink;
   readonly #recording: boolean;
 
-  /** A child of `parent` (a new trace without one); one whose parent is not sampled records nothing, as the SDK's default sampler decides. */
+  /**
+   * A child of `parent` (a new trace without one); one whose parent is not sampled records nothing,
+   * as the SDK's default sampler decides. `attributes` is kept as it is handed in, not copied (the
+   * SDK copies): every maker hands a fresh literal and never touches it again; the span copies it
+   * before its first change (`setAttribute`), and copies and cleans one with an empty key or a null
+   * or undefined value, as the SDK would.
+   */
   constructor(sink: SpanSink, name: string, kind: SpanKind, attributes: Attributes | undefined, parent: SpanContext | undefined) {
     this.#sink = sink;
     this.name = name;
     this.kind = kind;
     this.parentSpanContext = parent;
     this.#recording = !notSampled(parent);
-    this.#ctx = { traceId: parent?.traceId ?? randomHex(32), spanId: randomHex(16), traceFlags: this.#recording ? SAMPLED : 0 };
+    const flags = this.#recording ? SAMPLED : 0;
+    if (parent instanceof RecordedSpanContext) {
+      this.#ctx = new RecordedSpanContext(parent.traceIdBytes, parent.traceId, randomIdBytes(8), flags);
+      this.#parentIdBytes = parent.spanIdBytes;
+    } else if (parent) {
+      this.#ctx = new RecordedSpanContext(bytesOfHex(parent.traceId), parent.traceId, randomIdBytes(8), flags);
+      this.#parentIdBytes = parent.spanId ? bytesOfHex(parent.spanId) : null;
+    } else {
+      this.#ctx = new RecordedSpanContext(randomIdBytes(16), undefined, randomIdBytes(8), flags);
+      this.#parentIdBytes = null;
+    }
     this.#start = Date.now();
-    if (attributes) this.setAttributes(attributes);
+    this.#ownAttributes = !attributes || !clean(attributes);
+    this.attributes = this.#ownAttributes ? {} : attributes!;
+    if (attributes && this.#ownAttributes) this.setAttributes(attributes);
   }
 
   get startTime(): HrTime {
@@ -170,7 +261,12 @@ export class EdgeSpan implements Span, ReadableSpan, OtlpProtoSpan {
   }
   setAttribute(key: string, value: AttributeValue): this {
     // As the SDK: nothing after the end, no empty key, no null or undefined value.
-    if (!this.ended && key && value !== undefined && value !== null) this.attributes[key] = value;
+    if (this.ended || !key || value === undefined || value === null) return this;
+    if (!this.#ownAttributes) {
+      this.attributes = { ...this.attributes };
+      this.#ownAttributes = true;
+    }
+    this.attributes[key] = value;
     return this;
   }
   setAttributes(attributes: Attributes): this {
@@ -198,7 +294,8 @@ export class EdgeSpan implements Span, ReadableSpan, OtlpProtoSpan {
   recordException(): void {}
   /** The ended span as its OTLP/protobuf Span message (otlp-proto.ts), for a sink that sends that. */
   writeOtlpProto(w: ProtoWriter): void {
-    w.span(this.#ctx, this.parentSpanContext, this.name, this.kind, this.#start, this.#end, this.attributes, this.status);
+    const ctx = this.#ctx;
+    w.span(ctx.traceIdBytes, ctx.spanIdBytes, this.#parentIdBytes, this.parentSpanContext?.isRemote === true, ctx.traceFlags, this.name, this.kind, this.#start, this.#end, this.attributes, this.status);
   }
   end(_endTime?: TimeInput): void {
     if (this.ended) return;
@@ -206,6 +303,15 @@ export class EdgeSpan implements Span, ReadableSpan, OtlpProtoSpan {
     this.#end = Date.now();
     if (this.#recording) this.#sink.onEnd(this);
   }
+}
+
+/** Whether `attributes` is as the SDK's `setAttributes` would leave it: no empty key, no null or undefined value. */
+function clean(attributes: Attributes): boolean {
+  for (const key in attributes) {
+    const value = attributes[key];
+    if (!key || value === undefined || value === null) return false;
+  }
+  return true;
 }
 
 /** A span another process recorded, as the exporter reads it (the agent forwards a pod runtime's). */

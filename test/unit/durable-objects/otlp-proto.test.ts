@@ -5,7 +5,7 @@ import { SpanKind, SpanStatusCode } from "@opentelemetry/api";
 import { JsonTraceSerializer, ProtobufTraceSerializer } from "@opentelemetry/otlp-transformer";
 import { resourceFromAttributes } from "@opentelemetry/resources";
 import { afterEach, describe, expect, it, vi } from "vitest";
-import { EncodedSpans, otlpProtoSerializer } from "../../../lib/tracing/otlp-proto.ts";
+import { EncodedSpans, ProtoWriter, otlpProtoSerializer } from "../../../lib/tracing/otlp-proto.ts";
 import { EdgeSpan, parseTraceparent, type SpanSink } from "../../../lib/tracing/span-recorder.ts";
 
 const CALLER = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
@@ -123,6 +123,30 @@ describe("OTLP/protobuf written from the edge's span fields", () => {
     const { ours, theirs } = both(spans);
     expect(ours.length).toBeGreaterThan(2 * 150_000);
     expect(ours).toBe(theirs);
+  });
+
+  it("grows its buffer wherever a span's fields reach its end", () => {
+    // A span's fixed-size fields are written after one size check for each run of them: from every
+    // starting size up to the spans' whole length, the buffer's first end falls on each of their
+    // bytes in turn, and the bytes are the same as written into one large enough (the serializer's).
+    const sink = { resource: resourceFromAttributes({ "service.name": "sandbox-edge" }), scope: { name: "sandbox-edge" } };
+    const spans = spansOf(sink);
+    const s = sinkInto(sink, spans);
+    const long = new EdgeSpan(s, "n".repeat(130), SpanKind.CLIENT, { k: "v" }, parseTraceparent(CALLER));
+    long.setStatus({ code: SpanStatusCode.ERROR, message: "m".repeat(200) }); // a status past 127 bytes: its length takes two
+    long.end();
+    const odd = new EdgeSpan(s, "odd kind", 7 as SpanKind, undefined, undefined); // a kind beyond the enum: a varint as any
+    odd.setStatus({ code: 300 as SpanStatusCode });
+    odd.end();
+    const writeAll = (size: number) => {
+      const w = new ProtoWriter(size);
+      for (const span of spans) span.writeOtlpProto(w);
+      return w.buf.slice(0, w.pos);
+    };
+    const whole = writeAll(1 << 16);
+    const ours = hex(otlpProtoSerializer(sink.resource, sink.scope).serializeRequest([{ writeOtlpProto: (into) => into.raw(whole) }]));
+    expect(ours).toBe(hex(ProtobufTraceSerializer.serializeRequest(spans)!));
+    for (let size = 1; size <= whole.length; size++) expect(Buffer.compare(writeAll(size), whole), `starting at ${size} bytes`).toBe(0);
   });
 
   it("writes spans as they end (the edge's buffer) into the request the serializer writes for them at the export", () => {

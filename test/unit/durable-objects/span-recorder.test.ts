@@ -52,6 +52,27 @@ describe("the edge's span recorder", () => {
     expect(ours[0]!.endTime[0] * 1e3 + ours[0]!.endTime[1] / 1e6).toBeGreaterThanOrEqual(ours[0]!.startTime[0] * 1e3 + ours[0]!.startTime[1] / 1e6);
   });
 
+  it("keeps the attributes it is handed without changing them, and cleans them as the SDK does", () => {
+    const sdkEnded: ReadableSpan[] = [];
+    const provider = new TracerProvider({ resource, spanProcessors: [{ onStart() {}, onEnd: (s) => void sdkEnded.push(s), forceFlush: async () => {}, shutdown: async () => {} }] });
+    const ours: ReadableSpan[] = [];
+    const sink = { resource, scope: { name: "sandbox-edge" }, onEnd: (s: ReadableSpan) => ours.push(s) };
+    const given = [{ "pool.name": "p", n: 1 }, { "pool.name": "p", gone: undefined, "": "empty key", n: 2 }];
+    for (const attributes of given) {
+      const handed = structuredClone(attributes);
+      const theirs = provider.getTracer("sandbox-edge").startSpan("call", { attributes: attributes as never });
+      const span = new EdgeSpan(sink, "call", SpanKind.INTERNAL, attributes as never, undefined);
+      for (const s of [theirs, span]) {
+        s.setAttribute("later", true);
+        s.setAttributes({ n: 3 });
+        s.end();
+      }
+      expect(attributes, "the object handed in").toEqual(handed);
+    }
+    expect(ours.map((s) => s.attributes)).toEqual(sdkEnded.map((s) => s.attributes));
+    expect(ours.map((s) => s.attributes)).toEqual([{ "pool.name": "p", n: 3, later: true }, { "pool.name": "p", n: 3, later: true }]);
+  });
+
   it("a root span starts a trace; a child of an unsampled parent records nothing, as the SDK's default sampler", () => {
     const ended: ReadableSpan[] = [];
     const sink = { resource, scope: { name: "sandbox-edge" }, onEnd: (s: ReadableSpan) => ended.push(s) };
@@ -80,11 +101,18 @@ describe("the edge's span recorder", () => {
   });
 
   it("makes ids of lowercase hex, every digit at every position", () => {
-    for (const chars of [16, 32]) {
+    const sink = { resource, scope: { name: "sandbox-edge" }, onEnd() {} };
+    const makers: Array<[number, () => string]> = [
+      [16, () => randomHex(16)],
+      [32, () => randomHex(32)],
+      [16, () => new EdgeSpan(sink, "s", SpanKind.INTERNAL, undefined, undefined).spanContext().spanId],
+      [32, () => new EdgeSpan(sink, "s", SpanKind.INTERNAL, undefined, undefined).spanContext().traceId],
+    ];
+    for (const [chars, make] of makers) {
       const seen = Array.from({ length: chars }, () => new Set<string>());
       const ids = new Set<string>();
       for (let i = 0; i < 2000; i++) {
-        const id = randomHex(chars);
+        const id = make();
         expect(id).toMatch(new RegExp(`^[0-9a-f]{${chars}}$`));
         ids.add(id);
         for (let k = 0; k < chars; k++) seen[k]!.add(id[k]!);

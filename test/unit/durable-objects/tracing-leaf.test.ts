@@ -54,6 +54,7 @@ function fieldsOf(data: Uint8Array): Map<number, Array<number | Uint8Array>> {
 
 let server: Server;
 const received: OtlpSpan[] = [];
+let requests = 0;
 let env: { OTEL_EXPORTER_OTLP_ENDPOINT: string };
 
 beforeAll(async () => {
@@ -62,6 +63,7 @@ beforeAll(async () => {
     req.on("data", (chunk: Buffer) => chunks.push(chunk));
     req.on("end", () => {
       expect(req.headers["content-type"]).toBe("application/x-protobuf");
+      requests++;
       received.push(...otlpSpans(Buffer.concat(chunks)));
       res.writeHead(200, { "content-type": "application/x-protobuf" }).end(); // an empty ExportTraceServiceResponse
     });
@@ -85,6 +87,38 @@ describe("leafSpan", () => {
     expect(root?.parentSpanId).toBe("00f067aa0ba902b7");
     expect(leaf).toMatchObject({ traceId: TRACE, parentSpanId: root!.spanId, status: { code: 0 } });
     expect(failed).toMatchObject({ traceId: TRACE, parentSpanId: root!.spanId, status: { code: 2, message: "Invalid API key" } });
+  });
+
+  it("ends the span as an awaited promise would: for work that throws before handing back a promise, and for a thenable (an RPC's)", async () => {
+    received.length = 0;
+    const req = startRequestSpan(env, "POST /sandboxes", SAMPLED);
+    const thrown = req.run(() =>
+      leafSpan(env, "throws.sync", {}, () => {
+        throw new Error("bad argument");
+      }),
+    );
+    await expect(thrown).rejects.toThrow("bad argument");
+    const thenable = { then: (resolve: (v: string) => void) => void setTimeout(() => resolve("answered"), 1) } as unknown as Promise<string>;
+    expect(await req.run(() => leafSpan(env, "rpc.thenable", {}, () => thenable))).toBe("answered");
+    const rejecting = { then: (_: unknown, reject: (e: Error) => void) => void reject(new Error("rpc failed")) } as unknown as Promise<string>;
+    await expect(req.run(() => leafSpan(env, "rpc.rejects", {}, () => rejecting))).rejects.toThrow("rpc failed");
+    req.span!.end();
+    await flushEdgeTraces();
+    const root = received.find((s) => s.name === "POST /sandboxes")!;
+    expect(received.find((s) => s.name === "throws.sync")).toMatchObject({ parentSpanId: root.spanId, status: { code: 2, message: "bad argument" } });
+    expect(received.find((s) => s.name === "rpc.thenable")).toMatchObject({ parentSpanId: root.spanId, status: { code: 0 } });
+    expect(received.find((s) => s.name === "rpc.rejects")).toMatchObject({ parentSpanId: root.spanId, status: { code: 2, message: "rpc failed" } });
+  });
+
+  it("exports what a second buffered in one request", async () => {
+    await flushEdgeTraces();
+    received.length = 0;
+    requests = 0;
+    for (let i = 0; i < 3000; i++) await leafSpan(env, `SandboxGroupDO.create ${i}`, { n: i }, async () => undefined, SAMPLED);
+    await flushEdgeTraces();
+    expect(received).toHaveLength(3000);
+    expect(new Set(received.map((s) => s.name)).size).toBe(3000);
+    expect(requests).toBe(1);
   });
 
   it("hands on its own traceparent without becoming the current span; in an unsampled request, the request's as it came", async () => {
