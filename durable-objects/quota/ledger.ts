@@ -1,7 +1,7 @@
 // A team's quota as a pure ledger: reservations keyed by sandbox id (idempotent reserve and
 // release, ordered by the sandbox's generation), plus the creates of the last minute. TeamQuotaDO
 // keeps one in memory, writes its reservations to SQLite and performs the reconcile it asks for.
-import type { QuotaLimits, QuotaName, QuotaUsage } from "../../schema/api/quota.ts";
+import type { QuotaLimits, QuotaName, QuotaUsage, SandboxQuotaName } from "../../schema/api/quota.ts";
 
 export const MINUTE_MS = 60_000;
 
@@ -183,6 +183,7 @@ export function overMessage(team: string, over: Over): string {
     vcpus: "vCPUs in running sandboxes",
     memoryMB: "MB of memory in running and Freeze-paused sandboxes",
     createsPerMinute: "sandbox creates in the last minute",
+    snapshots: "snapshots",
   };
   return `team "${team}" has ${over.used} of ${over.limit} ${what[over.name]} (quota ${over.name})`;
 }
@@ -192,7 +193,7 @@ function weight(r: Reservation): { running: number; cpu: number; memoryMB: numbe
   return r.frozen ? { running: 0, cpu: 0, memoryMB: r.memoryMB } : { running: 1, cpu: r.cpu, memoryMB: r.memoryMB };
 }
 
-function check(name: QuotaName, wanted: number, limits: QuotaLimits): { name: QuotaName; limit: number } | null {
+function check(name: SandboxQuotaName, wanted: number, limits: QuotaLimits): { name: SandboxQuotaName; limit: number } | null {
   const limit = limits[name];
   return limit !== null && wanted > limit ? { name, limit } : null;
 }

@@ -4,7 +4,7 @@ import { describe, expect, it } from "vitest";
 import { holds, Ledger, overMessage, RECONCILE_GRACE_MS, reheld, stale } from "../../../../durable-objects/quota/ledger.ts";
 import { quotaDefaults, type QuotaLimits } from "../../../../schema/api/quota.ts";
 
-const NONE: QuotaLimits = { runningSandboxes: null, vcpus: null, memoryMB: null, createsPerMinute: null };
+const NONE: QuotaLimits = { runningSandboxes: null, vcpus: null, memoryMB: null, createsPerMinute: null, snapshots: null };
 const req = (key: string, generation = 1, extra: Partial<{ cpu: number; memoryMB: number; create: boolean; force: boolean; frozen: boolean }> = {}) => ({
   key,
   generation,
