@@ -5,6 +5,7 @@ import { and, desc, eq, lt, or, type SQL } from "drizzle-orm";
 import { parseSnapshotRef } from "../../schema/api/snapshot.ts";
 import { snapshots } from "../../schema/db/tables.ts";
 import type { Db } from "./db.ts";
+import { boundedInsert } from "./team-bound.ts";
 
 export type SnapshotRow = typeof snapshots.$inferSelect;
 
@@ -30,11 +31,11 @@ export async function reserveSnapshot(db: Db, slot: SnapshotSlot, max: number | 
   const res = await db.$client.batch(
     [
       { sql: "DELETE FROM snapshots WHERE team_id = ? AND pending = 1 AND created_at <= ? RETURNING id, cluster", args: [slot.teamId, slot.createdAt - ttlMs] },
-      {
-        sql: `INSERT INTO snapshots (id, team_id, key_id, sandbox_id, names, created_at, name, template_id, cluster, pending)
-              SELECT ?1, ?2, ?3, ?4, '[]', ?5, NULL, '', ?6, 1 WHERE ?7 IS NULL OR (SELECT count(*) FROM snapshots WHERE team_id = ?2) < ?7`,
-        args: [slot.id, slot.teamId, slot.keyId, slot.sandboxId, slot.createdAt, slot.cluster, max],
-      },
+      boundedInsert(
+        "snapshots",
+        { id: slot.id, team_id: slot.teamId, key_id: slot.keyId, sandbox_id: slot.sandboxId, names: "[]", created_at: slot.createdAt, name: null, template_id: "", cluster: slot.cluster, pending: 1 },
+        { teamId: slot.teamId, max },
+      ),
     ],
     "write",
   );

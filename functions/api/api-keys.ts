@@ -3,7 +3,7 @@
 import { Hono } from "hono";
 import { NewTeamAPIKey, type TeamAPIKey } from "../../schema/api/team.ts";
 import { ApiError } from "../api-error.ts";
-import { ADMIN_KEY_ID, KEY_PREFIX } from "../../schema/api/api-key.ts";
+import { ADMIN_KEY_ID, KEY_PREFIX, MAX_TEAM_API_KEYS } from "../../schema/api/api-key.ts";
 import { evictKey } from "../auth/middleware.ts";
 import { readJson } from "../body.ts";
 import type { AppEnv } from "../env.ts";
@@ -38,7 +38,9 @@ apiKeys.post("/api-keys", async (c) => {
     throw new ApiError("forbidden", "Only the admin key may create keys for another team");
   }
   const teamId = body.teamName === undefined ? caller.teamId : (await ensureTeam(db, body.teamName)).id;
-  const { row, key } = await createApiKey(db, c.env.KEY_PEPPER, { teamId, name: body.name, createdBy: caller.keyId });
+  const created = await createApiKey(db, c.env.KEY_PEPPER, { teamId, name: body.name, createdBy: caller.keyId, max: MAX_TEAM_API_KEYS });
+  if (!created) throw new ApiError("quota_exceeded", `team "${body.teamName ?? caller.teamName}" has ${MAX_TEAM_API_KEYS} API keys, the most a team has; delete one first`);
+  const { row, key } = created;
   c.executionCtx.waitUntil(audit(db, { teamId, keyId: caller.keyId, action: "api_key.create", target: row.id }).catch(() => {}));
   return c.json({ ...render(row), key }, 201);
 });
