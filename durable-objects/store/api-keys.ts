@@ -63,11 +63,6 @@ export async function listApiKeys(db: Db, teamId: string): Promise<ApiKeyRow[]> 
   return db.select().from(apiKeys).where(eq(apiKeys.teamId, teamId)).orderBy(asc(apiKeys.createdAt), asc(apiKeys.id));
 }
 
-export async function findApiKey(db: Db, id: string): Promise<ApiKeyRow | undefined> {
-  const rows = await db.select().from(apiKeys).where(eq(apiKeys.id, id)).limit(1);
-  return rows[0];
-}
-
 /** Deletes a key; returns its hash so callers can evict it from caches. */
 export async function deleteApiKey(db: Db, id: string, teamId: string | null): Promise<string | undefined> {
   const where = teamId === null ? eq(apiKeys.id, id) : and(eq(apiKeys.id, id), eq(apiKeys.teamId, teamId));

@@ -7,7 +7,7 @@ import { ADMIN_KEY_ID, KEY_PREFIX, MAX_TEAM_API_KEYS } from "../../schema/api/ap
 import { evictKey } from "../auth/middleware.ts";
 import { readJson } from "../body.ts";
 import type { AppEnv } from "../env.ts";
-import { createApiKey, deleteApiKey, findApiKey, listApiKeys, type ApiKeyRow } from "../../durable-objects/store/api-keys.ts";
+import { createApiKey, deleteApiKey, listApiKeys, type ApiKeyRow } from "../../durable-objects/store/api-keys.ts";
 import { audit } from "../../durable-objects/store/audit.ts";
 import { getDb } from "../../durable-objects/store/db.ts";
 import { ensureTeam } from "../../durable-objects/store/teams.ts";
@@ -51,11 +51,9 @@ apiKeys.delete("/api-keys/:keyId", async (c) => {
   if (id === ADMIN_KEY_ID) throw new ApiError("forbidden", "The admin key cannot be deleted");
   const db = getDb(c.env);
   const hash = await deleteApiKey(db, id, caller.admin ? null : caller.teamId);
-  if (!hash) {
-    const other = caller.admin ? undefined : await findApiKey(db, id);
-    if (other) throw new ApiError("forbidden", "The API key belongs to another team");
-    throw new ApiError("not_found", `API key "${id}" not found`);
-  }
+  // Another team's key is not found either, as every other object of another team: a 403 would
+  // tell that the id exists.
+  if (!hash) throw new ApiError("not_found", `API key "${id}" not found`);
   evictKey(hash);
   c.executionCtx.waitUntil(audit(db, { teamId: caller.teamId, keyId: caller.keyId, action: "api_key.delete", target: id }).catch(() => {}));
   return c.body(null, 204);
