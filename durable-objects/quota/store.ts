@@ -1,5 +1,5 @@
-// TeamQuotaDO's SQLite tables: the reservations of sandboxes that count (keyed by sandbox id) and
-// the team's own limits. Pending reservations (a claim in flight) are never written: a restart
+// TeamQuotaDO's SQLite tables: the reservations of sandboxes that count (keyed by sandbox id), the
+// team's own limits, and whether the census (of running, then also of paused sandboxes) is done. Pending reservations (a claim in flight) are never written: a restart
 // ends their claim too.
 import { TeamQuotaUpdate } from "../../schema/api/quota.ts";
 import type { Reservation } from "./ledger.ts";
@@ -12,6 +12,7 @@ CREATE TABLE IF NOT EXISTS reservations (
 );
 CREATE TABLE IF NOT EXISTS limits (id INTEGER PRIMARY KEY CHECK (id = 0), value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS census (id INTEGER PRIMARY KEY CHECK (id = 0), at INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS census_paused (id INTEGER PRIMARY KEY CHECK (id = 0), at INTEGER NOT NULL);
 `;
 /** Added after the table: 1 for a Freeze-paused sandbox's reservation (its memory only). */
 const FROZEN_COLUMN = "ALTER TABLE reservations ADD COLUMN frozen INTEGER NOT NULL DEFAULT 0";
@@ -43,7 +44,9 @@ export function openQuotaStore(sql: Sql): QuotaStore {
       return {
         reservations: rows.map((r) => [r.sandbox_id, { generation: r.generation, cpu: r.cpu, memoryMB: r.memory_mb, at: r.at, ...(r.frozen ? { frozen: true as const } : {}) }]),
         overrides: stored ? TeamQuotaUpdate.parse(JSON.parse(stored.value)) : {},
-        census: sql.exec("SELECT at FROM census WHERE id = 0").toArray().length > 0,
+        // Both: an object that counted only running sandboxes takes the census again for its
+        // paused ones (a reserve of one already held changes nothing).
+        census: sql.exec("SELECT at FROM census WHERE id = 0").toArray().length > 0 && sql.exec("SELECT at FROM census_paused WHERE id = 0").toArray().length > 0,
       };
     },
     put: (id, r) => {
@@ -54,6 +57,7 @@ export function openQuotaStore(sql: Sql): QuotaStore {
     },
     markCensus: (at) => {
       sql.exec("INSERT INTO census (id, at) VALUES (0, ?) ON CONFLICT(id) DO NOTHING", at);
+      sql.exec("INSERT INTO census_paused (id, at) VALUES (0, ?) ON CONFLICT(id) DO NOTHING", at);
     },
     remove: (id) => {
       sql.exec("DELETE FROM reservations WHERE sandbox_id = ?", id);

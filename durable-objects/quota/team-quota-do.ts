@@ -17,7 +17,7 @@ import type { Claimed, ClaimResult } from "../pool/rpc.ts";
 import { QUOTA_NAMES, quotaDefaults, type QuotaLimits, type QuotaUsage, type TeamQuotaUpdate } from "../../schema/api/quota.ts";
 import { ErrorCode, type Refusal } from "../../schema/errors.ts";
 import { getDb } from "../store/db.ts";
-import { listRunningOfTeam } from "../store/sandbox-index.ts";
+import { listLiveOfTeam } from "../store/sandbox-index.ts";
 import { sandboxGroupOf, sandboxGroupStub } from "../sandbox/stub.ts";
 import { TurnWrites } from "../turn-writes.ts";
 import { Ledger, overMessage, reheld, stale, type Held, type QuotaRequest, type Reservation, type Resources } from "./ledger.ts";
@@ -254,8 +254,9 @@ export class TeamQuotaDO extends DurableObject<Env> {
 
   /**
    * Once per team: sandboxes that were running before this object counted anything (created
-   * before quotas existed) are reserved from the index, at generation 0 so any release drops them;
-   * the reconcile then checks them against their groups. Until it is done nothing is reserved
+   * before quotas existed), and paused ones (as frozen: before frozen memory counted, a pause
+   * released it), are reserved from the index, at generation 0 so any release drops them; the
+   * reconcile then checks them against their groups. Until it is done nothing is reserved
    * (concurrent calls wait for the same census), and if the index cannot be read the call is
    * refused (503) and the census is tried again on the next.
    */
@@ -275,13 +276,15 @@ export class TeamQuotaDO extends DurableObject<Env> {
 
   private async takeCensus(teamId: string, teamName: string): Promise<Refusal | null> {
     try {
-      const rows = await listRunningOfTeam(getDb(this.env), teamId);
+      const rows = await listLiveOfTeam(getDb(this.env), teamId);
       const loaded = this.loaded(teamName);
       if (!loaded.ok) return loaded.error;
       const store = this.store;
       const now = Date.now();
       for (const row of rows) {
-        const r = loaded.ledger.reserve({ key: row.id, generation: 0, cpu: row.cpuCount, memoryMB: row.memoryMB, create: false, force: true }, loaded.limits, now);
+        // A paused one as frozen (its memory): the reconcile drops it if it was Stop-paused.
+        const frozen = row.state === "paused";
+        const r = loaded.ledger.reserve({ key: row.id, generation: 0, cpu: row.cpuCount, memoryMB: row.memoryMB, create: false, force: true, frozen }, loaded.limits, now);
         const changed = r.ok ? r.changed : null;
         if (changed) this.turn.defer(() => store.put(row.id, changed));
       }

@@ -141,6 +141,24 @@ describe("team quota", () => {
     expect(await usage(team)).toMatchObject({ runningSandboxes: 2 });
   });
 
+  it("counts paused sandboxes from before frozen memory counted as frozen, until the reconcile asks their group (a Stop-paused one then holds nothing)", async () => {
+    const team = await quotaTeam({ memoryMB: 1024 }, { memoryMB: 512 });
+    const a = await expectStatus(create(team), 201);
+    const b = await expectStatus(create(team), 201);
+    await expectStatus(call(`/sandboxes/${a.sandboxID}/pause`, { key: team.key, body: {} }), 204);
+    await expectStatus(call(`/sandboxes/${b.sandboxID}/pause`, { key: team.key, body: { memory: false } }), 204);
+    await waitFor(async () => (await expectStatus(call("/v2/sandboxes?state=paused", { key: team.key }), 200)).length === 2);
+    // As an object that took its census when only running sandboxes counted (its pauses released all).
+    await runInDurableObject(quotaOf(team.teamId), (instance: TeamQuotaDO, state) => {
+      state.storage.sql.exec("DELETE FROM reservations; DELETE FROM census_paused");
+      Object.assign(instance as object, { ledger: null, census: false });
+    });
+    await expectError(create(team), 429, /has 1024 of 1024 MB .*\(quota memoryMB\)/);
+    // That refusal asked the groups: the Stop-paused one holds nothing, the frozen one its memory.
+    await waitFor(async () => (await usage(team)).memoryMB === 512);
+    await expectStatus(create(team), 201);
+  });
+
   it("reads reservations stored before frozen ones were kept (the column is added)", async () => {
     const team = await quotaTeam({ runningSandboxes: 1 });
     await expectStatus(create(team), 201);
