@@ -1,19 +1,22 @@
 // Snapshots of a team's sandboxes (E2B createSnapshot, listSnapshots, deleteSnapshot) and fork.
 // The sandbox's SandboxGroupDO orders the snapshot with its machine (an intent the agent answers
 // once the copy is taken); the record goes to libSQL, owned by the sandbox's team and kept after
-// the sandbox is gone. Sandboxes are made from a snapshot by the create operation
+// the sandbox is gone. Its slot is stored first, within the team's `snapshots` quota, so a team
+// cannot fill the agent's disk with copies. Sandboxes are made from a snapshot by the create operation
 // (create-sandbox.ts), which resolves a template id it does not know here.
 import { parseCreateExtensions } from "../../schema/api/extensions.ts";
 import { NewSandbox } from "../../schema/api/sandbox.ts";
 import { MEMORY_SNAPSHOT_UNSUPPORTED, parseSnapshotRef, snapshotNames } from "../../schema/api/snapshot.ts";
-import { ApiError, ErrorCode } from "../../schema/errors.ts";
+import { ApiError, ErrorCode, sandboxNotFoundMessage } from "../../schema/errors.ts";
 import { newSandboxId } from "../../schema/protocol/ids.ts";
 import type { Caller, Env } from "../env.ts";
 import type { SandboxInfo } from "../sandbox/info.ts";
 import type { Result } from "../sandbox/state.ts";
 import { sandboxHandle } from "../sandbox/stub.ts";
 import { getDb } from "../store/db.ts";
-import { deleteSnapshotRows, insertSnapshot, listSnapshotRows, resolveSnapshotRef, snapshotsNamed, type SnapshotCursor, type SnapshotRow } from "../store/snapshots.ts";
+import { deleteSnapshotRows, fillSnapshot, listSnapshotRows, reserveSnapshot, resolveSnapshotRef, snapshotsNamed, type SnapshotCursor, type SnapshotRow, type SnapshotSlot } from "../store/snapshots.ts";
+import { overMessage } from "../quota/ledger.ts";
+import { quotaStub } from "../quota/stub.ts";
 import { createSandbox, type CreateSandboxInput } from "./create-sandbox.ts";
 import { refusalsAsResult } from "./result.ts";
 
@@ -33,15 +36,18 @@ export async function createSnapshot(env: Env, caller: Caller, sandboxId: string
 async function takeSnapshot(env: Env, caller: Caller, sandboxId: string, req: SnapshotRequest): Promise<{ snapshot: SnapshotRow }> {
   if (req.keepMemory) throw new ApiError(ErrorCode.notImplemented, MEMORY_SNAPSHOT_UNSUPPORTED);
   const id = newSandboxId() as string;
+  const db = getDb(env);
+  const slot = await holdSlot(env, caller, sandboxId, id);
   const res = await sandboxHandle(env, sandboxId).snapshot({ teamId: caller.teamId, admin: caller.admin }, id, SNAPSHOT_WAIT_MS);
   if (!res.ok) {
-    // The agent may have copied it after all (an answer lost on the way): freed, not leaked.
-    if (res.error.code !== ErrorCode.sandboxNotFound && res.error.code !== ErrorCode.conflict) await freeOnAgent(env, "local", [id]);
+    await deleteSnapshotRows(db, slot.teamId, [id]);
+    // The agent may have copied it after all (an answer lost on the way): freed on the sandbox's
+    // own cluster, not leaked.
+    if (res.error.code !== ErrorCode.sandboxNotFound && res.error.code !== ErrorCode.conflict) await freeOnAgent(env, slot.cluster, [id]);
     throw ApiError.from(res.error);
   }
   const { source } = res;
   const teamName = source.teamName ?? caller.teamName;
-  const db = getDb(env);
   const replaced = req.name ? await snapshotsNamed(db, source.teamId, req.name) : [];
   const row: SnapshotRow = {
     id,
@@ -53,10 +59,38 @@ async function takeSnapshot(env: Env, caller: Caller, sandboxId: string, req: Sn
     name: req.name ?? null,
     templateId: source.templateId,
     cluster: source.cluster,
+    pending: false,
   };
-  await insertSnapshot(db, row);
+  if (!(await fillSnapshot(db, row))) {
+    // Its slot was taken for abandoned (it waited past PENDING_SNAPSHOT_TTL_MS): nothing names the copy.
+    await freeOnAgent(env, source.cluster, [id]);
+    throw new ApiError(ErrorCode.internal, `The snapshot of sandbox "${sandboxId}" took too long to be kept; retry it`);
+  }
   if (replaced.length) await removeRows(env, source.teamId, replaced);
   return { snapshot: row };
+}
+
+/**
+ * A slot for the snapshot, stored before the agent is asked to copy anything, within the team's
+ * `snapshots` quota (429 naming it). The sandbox's team and cluster come from its group (the
+ * snapshot itself checks the caller's access again); the limit from the team's quota object, which
+ * refuses (503) when it cannot answer.
+ */
+async function holdSlot(env: Env, caller: Caller, sandboxId: string, id: string): Promise<SnapshotSlot> {
+  const routed = await sandboxHandle(env, sandboxId).route();
+  if (!routed.ok || (!caller.admin && routed.route.teamId !== caller.teamId)) throw new ApiError(ErrorCode.sandboxNotFound, sandboxNotFoundMessage(sandboxId));
+  const { teamId, cluster } = routed.route;
+  const quota = await quotaStub(env, teamId).status();
+  if (!quota.ok) throw ApiError.from(quota.error);
+  const slot: SnapshotSlot = { id, teamId, keyId: caller.keyId, sandboxId, cluster, createdAt: Date.now() };
+  const limit = quota.status.limits.snapshots;
+  const held = await reserveSnapshot(getDb(env), slot, limit);
+  await freeByCluster(env, held.abandoned);
+  if (!held.reserved) {
+    const team = teamId === caller.teamId ? caller.teamName : teamId;
+    throw new ApiError(ErrorCode.quotaExceeded, overMessage(team, { name: "snapshots", used: limit!, limit: limit! }));
+  }
+  return slot;
 }
 
 export interface ListSnapshotsInput {
@@ -89,10 +123,15 @@ export async function deleteSnapshot(env: Env, caller: Caller, ref: string): Pro
 /** Rows first (nobody can make a sandbox of it after), then the agent frees the files. */
 async function removeRows(env: Env, teamId: string, rows: SnapshotRow[]): Promise<string[]> {
   const gone = await deleteSnapshotRows(getDb(env), teamId, rows.map((r) => r.id));
-  const byCluster = new Map<string, string[]>();
-  for (const r of rows) if (gone.includes(r.id)) byCluster.set(r.cluster, [...(byCluster.get(r.cluster) ?? []), r.id]);
-  for (const [cluster, ids] of byCluster) await freeOnAgent(env, cluster, ids);
+  await freeByCluster(env, rows.filter((r) => gone.includes(r.id)));
   return gone;
+}
+
+/** Tells each cluster's agent to free its snapshots' files. */
+async function freeByCluster(env: Env, rows: { id: string; cluster: string }[]): Promise<void> {
+  const byCluster = new Map<string, string[]>();
+  for (const r of rows) byCluster.set(r.cluster, [...(byCluster.get(r.cluster) ?? []), r.id]);
+  for (const [cluster, ids] of byCluster) await freeOnAgent(env, cluster, ids);
 }
 
 async function freeOnAgent(env: Env, cluster: string, ids: string[]): Promise<void> {

@@ -54,9 +54,34 @@ export async function verifyUpload(env: Env, teamId: string, hash: string, expir
   if (!(await crypto.subtle.verify("HMAC", await signingKey(env), mac, canonical(teamId, hash, expires)))) throw new ApiError("forbidden", "upload link signature does not match");
 }
 
+/** Uploads of one team this isolate reads at once: each holds up to MAX_TEMPLATE_FILE_BYTES in the
+ * memory of an isolate that serves every tenant, and a link is reusable for 15 minutes. */
+export const MAX_TEAM_UPLOADS_IN_FLIGHT = 2;
+const inFlight = new Map<string, number>();
+
+/**
+ * A verified upload's `PUT`: an archive the team already has is answered at once, its body never
+ * read (`readBody` not called), and counts as used now, as a present-check does; otherwise the body
+ * is read (bounded by the route) and stored, unless the team already has
+ * MAX_TEAM_UPLOADS_IN_FLIGHT being read here (429 before reading).
+ */
+export async function receiveUpload(env: Env, teamId: string, hash: string, readBody: () => Promise<ArrayBuffer>): Promise<void> {
+  if ((await useFiles(getDb(env), teamId, [hash])).size) return;
+  const reading = inFlight.get(teamId) ?? 0;
+  if (reading >= MAX_TEAM_UPLOADS_IN_FLIGHT) throw new ApiError("quota_exceeded", `the team already has ${MAX_TEAM_UPLOADS_IN_FLIGHT} uploads in progress; retry once one is done`);
+  inFlight.set(teamId, reading + 1);
+  try {
+    await storeUpload(env, teamId, hash, await readBody());
+  } finally {
+    const left = (inFlight.get(teamId) ?? 1) - 1;
+    if (left > 0) inFlight.set(teamId, left);
+    else inFlight.delete(teamId);
+  }
+}
+
 /** Stores a verified upload (the route bounds it at MAX_TEMPLATE_FILE_BYTES) within the team's
  * bound on stored archives (MAX_TEAM_FILE_BYTES; unused ones expire: TEMPLATE_FILE_TTL_MS). */
-export async function storeUpload(env: Env, teamId: string, hash: string, data: ArrayBuffer): Promise<void> {
+async function storeUpload(env: Env, teamId: string, hash: string, data: ArrayBuffer): Promise<void> {
   if (!(await putFile(getDb(env), teamId, hash, data, { maxTeamBytes: MAX_TEAM_FILE_BYTES, ttlMs: TEMPLATE_FILE_TTL_MS }))) {
     throw new ApiError(
       "quota_exceeded",

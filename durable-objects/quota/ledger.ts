@@ -1,7 +1,7 @@
 // A team's quota as a pure ledger: reservations keyed by sandbox id (idempotent reserve and
 // release, ordered by the sandbox's generation), plus the creates of the last minute. TeamQuotaDO
 // keeps one in memory, writes its reservations to SQLite and performs the reconcile it asks for.
-import type { QuotaLimits, QuotaName, QuotaUsage } from "../../schema/api/quota.ts";
+import type { QuotaLimits, QuotaName, QuotaUsage, SandboxQuotaName } from "../../schema/api/quota.ts";
 
 export const MINUTE_MS = 60_000;
 
@@ -14,6 +14,9 @@ export interface Resources {
 export interface Reservation extends Resources {
   /** The sandbox generation that reserved it: an older release does not undo a newer reserve. */
   generation: number;
+  /** Freeze-paused: holds its memory only (not a running sandbox, not its vCPUs). The sizes are
+   * kept, so a resume (or the reconcile) turns it back into a running one. */
+  frozen?: true;
   /** When it was (re)reserved: the reconcile leaves young ones alone (their sandbox may not exist yet). */
   at: number;
 }
@@ -26,6 +29,8 @@ export interface QuotaRequest extends Resources {
   create: boolean;
   /** Assert a sandbox that already runs (never refused): a lost reserve must not be refused twice. */
   force?: boolean;
+  /** A Freeze-paused sandbox: its memory only (see `holds`). */
+  frozen?: boolean;
 }
 
 export interface Over {
@@ -40,7 +45,8 @@ export class Ledger {
   private creates: number[] = [];
   /** Index of the oldest create still inside the window. */
   private head = 0;
-  private totals: Resources = { cpu: 0, memoryMB: 0 };
+  /** What the reservations hold: running ones count all three, frozen ones their memory only. */
+  private totals = { running: 0, cpu: 0, memoryMB: 0 };
 
   constructor(rows: Iterable<[string, Reservation]> = []) {
     for (const [key, r] of rows) this.put(key, r);
@@ -48,7 +54,7 @@ export class Ledger {
 
   usage(now: number): QuotaUsage {
     this.prune(now);
-    return { runningSandboxes: this.reservations.size, vcpus: this.totals.cpu, memoryMB: this.totals.memoryMB, createsPerMinute: this.creates.length - this.head };
+    return { runningSandboxes: this.totals.running, vcpus: this.totals.cpu, memoryMB: this.totals.memoryMB, createsPerMinute: this.creates.length - this.head };
   }
 
   /**
@@ -57,35 +63,44 @@ export class Ledger {
    */
   reserve(req: QuotaRequest, limits: QuotaLimits, now: number): { ok: true; changed: Reservation | null } | { ok: false; over: Over } {
     const held = this.reservations.get(req.key);
-    if (held) {
-      if (held.generation >= req.generation) return { ok: true, changed: null };
-      const next = { ...held, generation: req.generation, at: now };
-      this.reservations.set(req.key, next);
-      return { ok: true, changed: next };
-    }
+    if (held && held.generation >= req.generation) return { ok: true, changed: null };
+    const next: Reservation = { cpu: req.cpu, memoryMB: req.memoryMB, generation: req.generation, at: now, ...(req.frozen ? { frozen: true as const } : {}) };
     if (!req.force) {
+      // Only what grows is checked: a frozen sandbox's resume asks for its vCPUs and a running
+      // slot, not its memory again; a sandbox that shrinks (frozen by a pause) is never refused.
       const u = this.usage(now);
+      const add = weight(next);
+      const had = held ? weight(held) : { running: 0, cpu: 0, memoryMB: 0 };
+      const grows = (name: "running" | "cpu" | "memoryMB") => add[name] > had[name];
       const over =
-        check("runningSandboxes", u.runningSandboxes + 1, limits) ??
-        check("vcpus", u.vcpus + req.cpu, limits) ??
-        check("memoryMB", u.memoryMB + req.memoryMB, limits) ??
-        (req.create ? check("createsPerMinute", u.createsPerMinute + 1, limits) : null);
+        (grows("running") ? check("runningSandboxes", u.runningSandboxes + add.running - had.running, limits) : null) ??
+        (grows("cpu") ? check("vcpus", u.vcpus + add.cpu - had.cpu, limits) : null) ??
+        (grows("memoryMB") ? check("memoryMB", u.memoryMB + add.memoryMB - had.memoryMB, limits) : null) ??
+        (req.create && !held ? check("createsPerMinute", u.createsPerMinute + 1, limits) : null);
       if (over) return { ok: false, over: { ...over, used: u[over.name] } };
     }
-    if (req.create) this.creates.push(now);
-    const r: Reservation = { cpu: req.cpu, memoryMB: req.memoryMB, generation: req.generation, at: now };
-    this.put(req.key, r);
-    return { ok: true, changed: r };
+    if (req.create && !held) this.creates.push(now);
+    if (held) this.drop(req.key, held);
+    this.put(req.key, next);
+    return { ok: true, changed: next };
   }
 
   /** Drops the reservation unless a newer generation holds it; true when it went. */
   release(key: string, generation: number): boolean {
     const held = this.reservations.get(key);
     if (!held || held.generation > generation) return false;
-    this.reservations.delete(key);
-    this.totals.cpu -= held.cpu;
-    this.totals.memoryMB -= held.memoryMB;
+    this.drop(key, held);
     return true;
+  }
+
+  /** The reconcile: the reservation becomes what its group holds at `generation` (never refused). */
+  rehold(key: string, frozen: boolean, generation: number, now: number): Reservation | null {
+    const held = this.reservations.get(key);
+    if (!held) return null;
+    const next: Reservation = { cpu: held.cpu, memoryMB: held.memoryMB, generation, at: now, ...(frozen ? { frozen: true as const } : {}) };
+    this.drop(key, held);
+    this.put(key, next);
+    return next;
   }
 
   /** A pending reservation takes its sandbox's id once the pool named it. */
@@ -100,8 +115,18 @@ export class Ledger {
 
   private put(key: string, r: Reservation): void {
     this.reservations.set(key, r);
-    this.totals.cpu += r.cpu;
-    this.totals.memoryMB += r.memoryMB;
+    const w = weight(r);
+    this.totals.running += w.running;
+    this.totals.cpu += w.cpu;
+    this.totals.memoryMB += w.memoryMB;
+  }
+
+  private drop(key: string, r: Reservation): void {
+    this.reservations.delete(key);
+    const w = weight(r);
+    this.totals.running -= w.running;
+    this.totals.cpu -= w.cpu;
+    this.totals.memoryMB -= w.memoryMB;
   }
 
   /** Drops creates older than a minute; the array is compacted only once half of it is dead. */
@@ -114,8 +139,11 @@ export class Ledger {
   }
 }
 
+/** What a sandbox holds against the quota: all of it while it runs, its memory while Freeze-paused. */
+export type Hold = "running" | "frozen" | null;
+
 /** What the sandbox's group says of a reserved sandbox when the reconcile asks. */
-export type Held = { known: false } | { known: true; counted: boolean; generation: number };
+export type Held = { known: false } | { known: true; counted: boolean; frozen?: boolean; generation: number };
 
 /** Reservations younger than this are left alone: the sandbox may not be in its group yet. */
 export const RECONCILE_GRACE_MS = 60_000;
@@ -127,22 +155,45 @@ export function stale(r: Reservation, held: Held, now: number): boolean {
   return now - r.at >= RECONCILE_GRACE_MS;
 }
 
-/** Whether a sandbox in this phase counts against the quota: E2B counts running ones only. */
-export function counts(phase: string | null | undefined): boolean {
-  return phase === "Pending" || phase === "Running" || phase === "Resuming";
+/**
+ * Whether the reconcile turns a reservation into what its group says it holds (running ↔ frozen):
+ * a pause's call that was lost, or a resume reserved and then refused or lost (the group stays
+ * behind the reservation's generation past the grace), as `stale` drops one that holds nothing.
+ */
+export function reheld(r: Reservation, held: Held, now: number): held is Extract<Held, { known: true }> {
+  if (!held.known || !held.counted || (held.frozen === true) === (r.frozen === true)) return false;
+  return held.generation >= r.generation || now - r.at >= RECONCILE_GRACE_MS;
+}
+
+/**
+ * What a sandbox in this phase holds. E2B counts running sandboxes only, because its pause writes
+ * the memory to disk; a Freeze pause here keeps the sandbox's memory on its host (cgroup frozen),
+ * so a Freeze-paused (or Freeze-pausing) sandbox keeps its memory counted, not its vCPUs nor a
+ * running slot. A Stop-paused one holds nothing.
+ */
+export function holds(phase: string | null | undefined, pauseStrategy?: string): Hold {
+  if (phase === "Pending" || phase === "Running" || phase === "Resuming") return "running";
+  if ((phase === "Pausing" || phase === "Paused") && pauseStrategy === "Freeze") return "frozen";
+  return null;
 }
 
 export function overMessage(team: string, over: Over): string {
   const what: Record<QuotaName, string> = {
     runningSandboxes: "running sandboxes",
     vcpus: "vCPUs in running sandboxes",
-    memoryMB: "MB of memory in running sandboxes",
+    memoryMB: "MB of memory in running and Freeze-paused sandboxes",
     createsPerMinute: "sandbox creates in the last minute",
+    snapshots: "snapshots",
   };
   return `team "${team}" has ${over.used} of ${over.limit} ${what[over.name]} (quota ${over.name})`;
 }
 
-function check(name: QuotaName, wanted: number, limits: QuotaLimits): { name: QuotaName; limit: number } | null {
+/** What a reservation adds to the totals. */
+function weight(r: Reservation): { running: number; cpu: number; memoryMB: number } {
+  return r.frozen ? { running: 0, cpu: 0, memoryMB: r.memoryMB } : { running: 1, cpu: r.cpu, memoryMB: r.memoryMB };
+}
+
+function check(name: SandboxQuotaName, wanted: number, limits: QuotaLimits): { name: SandboxQuotaName; limit: number } | null {
   const limit = limits[name];
   return limit !== null && wanted > limit ? { name, limit } : null;
 }

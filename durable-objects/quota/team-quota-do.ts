@@ -1,10 +1,11 @@
 // TeamQuotaDO: one per team (`idFromName(teamId)`), the one counter of the team's running
-// sandboxes, their vCPUs and memory, and its creates per minute. A create claims through it
-// (reserve, then PoolDO.claim, then the reservation takes the sandbox's id), so 100 concurrent
-// creates against a limit of 10 give exactly 10: the check and the count are one synchronous step
-// of one object. The sandbox's group releases the reservation when the sandbox stops counting
-// (killed, paused, failed, gone), re-reserves before a resume (refusable), and asserts one that
-// counts again any other way; the reconcile (alarm, and after a refusal) asks the groups about
+// sandboxes, their vCPUs and memory (and the memory of Freeze-paused ones), and its creates per
+// minute. A create claims through it (reserve, then PoolDO.claim, then the reservation takes the
+// sandbox's id), so 100 concurrent creates against a limit of 10 give exactly 10: the check and the
+// count are one synchronous step of one object. The sandbox's group releases the reservation when
+// the sandbox stops counting (killed, Stop-paused, failed, gone), shrinks it to its memory on a
+// Freeze pause, re-reserves before a resume (refusable), and asserts one that counts again any
+// other way; the reconcile (alarm, and after a refusal) asks the groups about
 // every reservation, so a lost release cannot hold a slot forever.
 //
 // Fails closed: a reservation is stored before the claim answers, and when the rows cannot be read
@@ -16,10 +17,10 @@ import type { Claimed, ClaimResult } from "../pool/rpc.ts";
 import { QUOTA_NAMES, quotaDefaults, type QuotaLimits, type QuotaUsage, type TeamQuotaUpdate } from "../../schema/api/quota.ts";
 import { ErrorCode, type Refusal } from "../../schema/errors.ts";
 import { getDb } from "../store/db.ts";
-import { listRunningOfTeam } from "../store/sandbox-index.ts";
+import { listLiveOfTeam } from "../store/sandbox-index.ts";
 import { sandboxGroupOf, sandboxGroupStub } from "../sandbox/stub.ts";
 import { TurnWrites } from "../turn-writes.ts";
-import { Ledger, overMessage, stale, type Held, type QuotaRequest, type Reservation, type Resources } from "./ledger.ts";
+import { Ledger, overMessage, reheld, stale, type Held, type QuotaRequest, type Reservation, type Resources } from "./ledger.ts";
 import { openQuotaStore, type QuotaStore } from "./store.ts";
 import { afterClaim, createClaimed, noStock, type ClaimCreate, type ClaimCreateResult, type Created } from "./claim-create.ts";
 import { deleteIntent } from "../cluster/machine.ts";
@@ -51,6 +52,8 @@ export interface QuotaReserve extends Resources {
   generation: number;
   /** Never refused: the sandbox already counts (see the group's quota link). */
   force?: boolean;
+  /** Freeze-paused: its memory only. */
+  frozen?: boolean;
 }
 
 export interface QuotaStatus {
@@ -167,7 +170,7 @@ export class TeamQuotaDO extends DurableObject<Env> {
     if (counted) return { ok: false, error: counted };
     const loaded = this.loaded(req.teamName);
     if (!loaded.ok) return loaded;
-    const q: QuotaRequest = { key: req.sandboxId, generation: req.generation, cpu: req.cpu, memoryMB: req.memoryMB, create: false, force: req.force };
+    const q: QuotaRequest = { key: req.sandboxId, generation: req.generation, cpu: req.cpu, memoryMB: req.memoryMB, create: false, force: req.force, frozen: req.frozen };
     const r = loaded.ledger.reserve(q, loaded.limits, Date.now());
     if (!r.ok) {
       this.reconcileSoon();
@@ -251,8 +254,9 @@ export class TeamQuotaDO extends DurableObject<Env> {
 
   /**
    * Once per team: sandboxes that were running before this object counted anything (created
-   * before quotas existed) are reserved from the index, at generation 0 so any release drops them;
-   * the reconcile then checks them against their groups. Until it is done nothing is reserved
+   * before quotas existed), and paused ones (as frozen: before frozen memory counted, a pause
+   * released it), are reserved from the index, at generation 0 so any release drops them; the
+   * reconcile then checks them against their groups. Until it is done nothing is reserved
    * (concurrent calls wait for the same census), and if the index cannot be read the call is
    * refused (503) and the census is tried again on the next.
    */
@@ -272,13 +276,15 @@ export class TeamQuotaDO extends DurableObject<Env> {
 
   private async takeCensus(teamId: string, teamName: string): Promise<Refusal | null> {
     try {
-      const rows = await listRunningOfTeam(getDb(this.env), teamId);
+      const rows = await listLiveOfTeam(getDb(this.env), teamId);
       const loaded = this.loaded(teamName);
       if (!loaded.ok) return loaded.error;
       const store = this.store;
       const now = Date.now();
       for (const row of rows) {
-        const r = loaded.ledger.reserve({ key: row.id, generation: 0, cpu: row.cpuCount, memoryMB: row.memoryMB, create: false, force: true }, loaded.limits, now);
+        // A paused one as frozen (its memory): the reconcile drops it if it was Stop-paused.
+        const frozen = row.state === "paused";
+        const r = loaded.ledger.reserve({ key: row.id, generation: 0, cpu: row.cpuCount, memoryMB: row.memoryMB, create: false, force: true, frozen }, loaded.limits, now);
         const changed = r.ok ? r.changed : null;
         if (changed) this.turn.defer(() => store.put(row.id, changed));
       }
@@ -324,10 +330,13 @@ export class TeamQuotaDO extends DurableObject<Env> {
     this.ctx.waitUntil(this.reconcileNow(this.ledger));
   }
 
-  /** Asks each group holding reserved sandboxes (one call per group) and drops the stale ones. */
+  /** Asks each group holding reserved sandboxes (one call per group), drops the stale ones and
+   * re-asserts the rest as their group holds them (running, or frozen: memory only). */
   private async reconcileNow(ledger: Ledger): Promise<string[]> {
     if (this.reconciling) await this.reconciling;
     const released: string[] = [];
+    /** Reservations turned into what their group holds (a lost pause's or resume's call). */
+    const changed = new Map<string, Reservation>();
     const run = async () => {
       this.lastReconcile = Date.now();
       const byGroup = new Map<string, [string, number][]>();
@@ -348,14 +357,23 @@ export class TeamQuotaDO extends DurableObject<Env> {
           const now = Date.now();
           for (const [id, generation] of entries) {
             const r = ledger.reservations.get(id);
-            if (!r || r.generation !== generation || !stale(r, held[id] ?? { known: false }, now)) continue;
-            if (ledger.release(id, generation)) released.push(id);
+            const h = held[id] ?? { known: false };
+            if (!r || r.generation !== generation) continue;
+            if (stale(r, h, now)) {
+              if (ledger.release(id, generation)) released.push(id);
+            } else if (reheld(r, h, now)) {
+              const next = ledger.rehold(id, h.frozen === true, h.generation, now);
+              if (next) changed.set(id, next);
+            }
           }
         }),
       );
-      if (released.length > 0 && this.ledger === ledger) {
+      if ((released.length > 0 || changed.size > 0) && this.ledger === ledger) {
         const store = this.store;
-        this.turn.defer(() => released.forEach((id) => store.remove(id)));
+        this.turn.defer(() => {
+          released.forEach((id) => store.remove(id));
+          changed.forEach((r, id) => store.put(id, r));
+        });
         await this.turn.written?.catch(() => undefined);
       }
     };

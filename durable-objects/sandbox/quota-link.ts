@@ -1,11 +1,12 @@
 // The sandbox group's side of the team quota (TeamQuotaDO): a resume reserves before it happens
 // (and may be refused with 429), and after every committed transition the group tells the quota
-// when a sandbox stops counting (release) or counts again without a reserve (assert). A client's
+// when a sandbox stops counting (release) or counts again without a reserve, or holds less (a
+// Freeze pause keeps only its memory): an assert, never refused. A client's
 // own change waits for the first try; failed tries are retried in the background, and one lost
 // for good is found by the quota's reconcile.
 import type { Env } from "../env.ts";
 import { ErrorCode, type Refusal } from "../../schema/errors.ts";
-import { counts } from "../quota/ledger.ts";
+import { holds, type Hold } from "../quota/ledger.ts";
 import type { SandboxEvent } from "./events.ts";
 import type { Result, SandboxState } from "./state.ts";
 import { edgeLogger } from "../tracing/edge-log.ts";
@@ -38,12 +39,12 @@ export class QuotaLink {
    * answered (a create right after it is not refused); failed tries go on in the background.
    */
   follow(before: SandboxState | null, after: SandboxState | null, ev: SandboxEvent["type"]): Promise<void> | null {
-    const was = counts(before?.phase);
-    const now = counts(after?.phase);
+    const was = held(before);
+    const now = held(after);
     if (was === now || (!was && ev === "create")) return null;
     const s = (after ?? before)!;
     const generation = after?.generation ?? before!.generation;
-    const send = now ? () => this.quota(s).reserve(request(s, generation, true)) : () => this.quota(s).release(s.spec.id, generation);
+    const send = now ? () => this.quota(s).reserve(request(s, generation, true, now === "frozen")) : () => this.quota(s).release(s.spec.id, generation);
     const what = `${now ? "assert" : "release"} of sandbox ${s.spec.id}`;
     return attempt(send).then((done) => {
       if (!done) this.background(retry(send, what));
@@ -55,8 +56,13 @@ export class QuotaLink {
   }
 }
 
-function request(s: SandboxState, generation: number, force: boolean) {
-  return { sandboxId: s.spec.id, generation, cpu: s.spec.cpuCount, memoryMB: s.spec.memoryMB, teamId: s.spec.teamId, teamName: s.spec.teamName ?? s.spec.teamId, force };
+/** What the sandbox holds against its team's quota (ledger.ts `holds`). */
+export function held(s: SandboxState | null): Hold {
+  return s ? holds(s.phase, s.pauseStrategy) : null;
+}
+
+function request(s: SandboxState, generation: number, force: boolean, frozen = false) {
+  return { sandboxId: s.spec.id, generation, cpu: s.spec.cpuCount, memoryMB: s.spec.memoryMB, teamId: s.spec.teamId, teamName: s.spec.teamName ?? s.spec.teamId, force, ...(frozen ? { frozen } : {}) };
 }
 
 function unavailable(s: SandboxState, err: unknown): Refusal {

@@ -27,8 +27,8 @@ import { IndexOutbox } from "./index-outbox.ts";
 import { IndexQueue, type IndexWriter } from "./index-queue.ts";
 import { INDEX_WRITER_NAME } from "./sandbox-index-do.ts";
 import { dueAt, transition, visibleTo } from "./machine.ts";
-import { counts, type Held } from "../quota/ledger.ts";
-import { QuotaLink } from "./quota-link.ts";
+import type { Held } from "../quota/ledger.ts";
+import { held, QuotaLink } from "./quota-link.ts";
 import type { Access, Result, SandboxNote, SandboxSpec, SandboxState } from "./state.ts";
 import { notify, SlotCache, type Slot } from "./slot-cache.ts";
 import { openSandboxStore, type SandboxStore } from "./store.ts";
@@ -354,13 +354,14 @@ export class SandboxGroupDO extends DurableObject<Env> {
     return { ok: true };
   }
 
-  /** TeamQuotaDO's reconcile: whether each sandbox still counts against its team's quota. */
+  /** TeamQuotaDO's reconcile: whether each sandbox still counts against its team's quota, and how (frozen). */
   async quotaHeld(ids: string[]): Promise<Record<string, Held>> {
     await this.settled();
     const out: Record<string, Held> = {};
     for (const id of ids) {
       const s = this.slots.find(id)?.state;
-      out[id] = s ? { known: true, counted: counts(s.phase), generation: s.generation } : { known: false };
+      const h = held(s ?? null);
+      out[id] = s ? { known: true, counted: h !== null, ...(h === "frozen" ? { frozen: true } : {}), generation: s.generation } : { known: false };
     }
     return out;
   }

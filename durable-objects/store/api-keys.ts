@@ -3,6 +3,7 @@ import { and, asc, eq } from "drizzle-orm";
 import { apiKeys, teams } from "../../schema/db/tables.ts";
 import { generateApiKey, hashApiKey, maskApiKey } from "../../schema/api/api-key.ts";
 import type { Db } from "./db.ts";
+import { boundedInsert } from "./team-bound.ts";
 
 export type ApiKeyRow = typeof apiKeys.$inferSelect;
 
@@ -22,11 +23,12 @@ export async function findKeyByHash(db: Db, keyHash: string): Promise<KeyOwner |
   return rows[0];
 }
 
+/** Null when the team already has `opts.max` keys (checked in the insert; absent: no bound). */
 export async function createApiKey(
   db: Db,
   pepper: string,
-  opts: { teamId: string; name: string; createdBy: string | null; key?: string; id?: string; now?: number },
-): Promise<{ row: ApiKeyRow; key: string }> {
+  opts: { teamId: string; name: string; createdBy: string | null; key?: string; id?: string; now?: number; max?: number | null },
+): Promise<{ row: ApiKeyRow; key: string } | null> {
   const key = opts.key ?? generateApiKey();
   const mask = maskApiKey(key);
   const row: ApiKeyRow = {
@@ -41,17 +43,24 @@ export async function createApiKey(
     createdAt: opts.now ?? Date.now(),
     lastUsed: null,
   };
-  await db.insert(apiKeys).values(row);
-  return { row, key };
+  const columns = {
+    id: row.id,
+    team_id: row.teamId,
+    name: row.name,
+    key_hash: row.keyHash,
+    mask_prefix: row.maskPrefix,
+    mask_suffix: row.maskSuffix,
+    value_length: row.valueLength,
+    created_by: row.createdBy,
+    created_at: row.createdAt,
+    last_used: null,
+  };
+  const res = await db.$client.execute(boundedInsert("api_keys", columns, { teamId: row.teamId, max: opts.max ?? null }));
+  return res.rowsAffected === 1 ? { row, key } : null;
 }
 
 export async function listApiKeys(db: Db, teamId: string): Promise<ApiKeyRow[]> {
   return db.select().from(apiKeys).where(eq(apiKeys.teamId, teamId)).orderBy(asc(apiKeys.createdAt), asc(apiKeys.id));
-}
-
-export async function findApiKey(db: Db, id: string): Promise<ApiKeyRow | undefined> {
-  const rows = await db.select().from(apiKeys).where(eq(apiKeys.id, id)).limit(1);
-  return rows[0];
 }
 
 /** Deletes a key; returns its hash so callers can evict it from caches. */

@@ -150,12 +150,13 @@ function pageQuery<Q extends SQLiteSelect>(query: Q, f: ListFilter) {
     .limit(f.limit + 1);
 }
 
-/** A team's running sandboxes as the index lists them (TeamQuotaDO's census of what predates it). */
-export async function listRunningOfTeam(db: Db, teamId: string): Promise<{ id: string; cpuCount: number; memoryMB: number }[]> {
+/** A team's running and paused sandboxes as the index lists them (TeamQuotaDO's census of what
+ * predates it; the index does not say how a paused one was paused). */
+export async function listLiveOfTeam(db: Db, teamId: string): Promise<{ id: string; cpuCount: number; memoryMB: number; state: string }[]> {
   return db
-    .select({ id: sandboxes.id, cpuCount: sandboxes.cpuCount, memoryMB: sandboxes.memoryMB })
+    .select({ id: sandboxes.id, cpuCount: sandboxes.cpuCount, memoryMB: sandboxes.memoryMB, state: sandboxes.state })
     .from(sandboxes)
-    .where(and(eq(sandboxes.teamId, teamId), eq(sandboxes.state, "running")));
+    .where(and(eq(sandboxes.teamId, teamId), inArray(sandboxes.state, ["running", "paused"])));
 }
 
 /** The index row of a sandbox; undefined when there is none or only its tombstone. */

@@ -1,11 +1,12 @@
 // Team secrets in libSQL (schema/db `secrets`, `secret_versions`). Values go in sealed
 // (secret-box.ts) and come out only through `secretValues`, for the agent of a sandbox whose
 // rules name them; every other read is metadata.
-import { and, asc, eq, gt, inArray, or } from "drizzle-orm";
-import { SECRET_ID_PREFIX, type Secret } from "../../schema/api/secret.ts";
+import { and, asc, eq, gt, inArray, lte, or } from "drizzle-orm";
+import { MAX_TEAM_SECRETS, SECRET_ID_PREFIX, SECRET_VERSIONS_KEPT, type Secret } from "../../schema/api/secret.ts";
 import { secrets, secretVersions, teams } from "../../schema/db/tables.ts";
 import type { Db } from "./db.ts";
 import { open, seal } from "./secret-box.ts";
+import { boundedInsert } from "./team-bound.ts";
 
 export type SecretRow = typeof secrets.$inferSelect;
 
@@ -36,27 +37,30 @@ export async function findSecret(db: Db, teamId: string, idOrName: string): Prom
   return rows[0];
 }
 
-/** Undefined when the team already has a secret of that name. */
+/** "exists" when the team already has a secret of that name, "full" when it has `max` secrets. */
 export async function createSecret(
   db: Db,
   secretsKey: string,
   teamId: string,
   s: { name: string; value: string; metadata: Record<string, string> },
   now = Date.now(),
-): Promise<SecretRow | undefined> {
+  max: number | null = MAX_TEAM_SECRETS,
+): Promise<SecretRow | "exists" | "full"> {
   const row: SecretRow = { id: newSecretId(), teamId, name: s.name, currentVersion: 1, metadata: s.metadata, createdAt: now, updatedAt: now };
   const sealed = await seal(secretsKey, s.value, { teamId, secretId: row.id, version: 1 });
   // The version first: a crash between the two leaves an orphan version, never a secret without a value.
   await db.insert(secretVersions).values({ secretId: row.id, version: 1, sealed, createdAt: now });
-  const inserted = await db.insert(secrets).values(row).onConflictDoNothing().returning({ id: secrets.id });
-  if (inserted.length === 0) {
+  const columns = { id: row.id, team_id: teamId, name: row.name, current_version: 1, metadata: JSON.stringify(row.metadata), created_at: now, updated_at: now };
+  const inserted = await db.$client.execute(boundedInsert("secrets", columns, { teamId, max }, "ON CONFLICT DO NOTHING"));
+  if (inserted.rowsAffected === 0) {
     await db.delete(secretVersions).where(eq(secretVersions.secretId, row.id));
-    return undefined;
+    return (await findSecret(db, teamId, s.name)) ? "exists" : "full";
   }
   return row;
 }
 
-/** Appends a version and makes it current; undefined when there is no such secret. Metadata is
+/** Appends a version and makes it current, dropping versions older than the newest
+ * SECRET_VERSIONS_KEPT in the same batch; undefined when there is no such secret. Metadata is
  * replaced when given. A concurrent update of the same secret makes one of them retry. */
 export async function updateSecret(
   db: Db,
@@ -74,7 +78,11 @@ export async function updateSecret(
     const wrote = await db.insert(secretVersions).values({ secretId: cur.id, version, sealed, createdAt: now }).onConflictDoNothing().returning({ v: secretVersions.version });
     if (wrote.length === 0) continue;
     const next = { currentVersion: version, updatedAt: now, metadata: s.metadata ?? cur.metadata };
-    await db.update(secrets).set(next).where(and(eq(secrets.id, cur.id), eq(secrets.currentVersion, cur.currentVersion)));
+    // Only the newest SECRET_VERSIONS_KEPT stay: a team updating in a loop must not grow libSQL.
+    await db.batch([
+      db.update(secrets).set(next).where(and(eq(secrets.id, cur.id), eq(secrets.currentVersion, cur.currentVersion))),
+      db.delete(secretVersions).where(and(eq(secretVersions.secretId, cur.id), lte(secretVersions.version, version - SECRET_VERSIONS_KEPT))),
+    ]);
     return { ...cur, ...next };
   }
 }

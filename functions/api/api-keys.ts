@@ -3,11 +3,11 @@
 import { Hono } from "hono";
 import { NewTeamAPIKey, type TeamAPIKey } from "../../schema/api/team.ts";
 import { ApiError } from "../api-error.ts";
-import { ADMIN_KEY_ID, KEY_PREFIX } from "../../schema/api/api-key.ts";
+import { ADMIN_KEY_ID, KEY_PREFIX, MAX_TEAM_API_KEYS } from "../../schema/api/api-key.ts";
 import { evictKey } from "../auth/middleware.ts";
 import { readJson } from "../body.ts";
 import type { AppEnv } from "../env.ts";
-import { createApiKey, deleteApiKey, findApiKey, listApiKeys, type ApiKeyRow } from "../../durable-objects/store/api-keys.ts";
+import { createApiKey, deleteApiKey, listApiKeys, type ApiKeyRow } from "../../durable-objects/store/api-keys.ts";
 import { audit } from "../../durable-objects/store/audit.ts";
 import { getDb } from "../../durable-objects/store/db.ts";
 import { ensureTeam } from "../../durable-objects/store/teams.ts";
@@ -38,7 +38,9 @@ apiKeys.post("/api-keys", async (c) => {
     throw new ApiError("forbidden", "Only the admin key may create keys for another team");
   }
   const teamId = body.teamName === undefined ? caller.teamId : (await ensureTeam(db, body.teamName)).id;
-  const { row, key } = await createApiKey(db, c.env.KEY_PEPPER, { teamId, name: body.name, createdBy: caller.keyId });
+  const created = await createApiKey(db, c.env.KEY_PEPPER, { teamId, name: body.name, createdBy: caller.keyId, max: MAX_TEAM_API_KEYS });
+  if (!created) throw new ApiError("quota_exceeded", `team "${body.teamName ?? caller.teamName}" has ${MAX_TEAM_API_KEYS} API keys, the most a team has; delete one first`);
+  const { row, key } = created;
   c.executionCtx.waitUntil(audit(db, { teamId, keyId: caller.keyId, action: "api_key.create", target: row.id }).catch(() => {}));
   return c.json({ ...render(row), key }, 201);
 });
@@ -49,11 +51,9 @@ apiKeys.delete("/api-keys/:keyId", async (c) => {
   if (id === ADMIN_KEY_ID) throw new ApiError("forbidden", "The admin key cannot be deleted");
   const db = getDb(c.env);
   const hash = await deleteApiKey(db, id, caller.admin ? null : caller.teamId);
-  if (!hash) {
-    const other = caller.admin ? undefined : await findApiKey(db, id);
-    if (other) throw new ApiError("forbidden", "The API key belongs to another team");
-    throw new ApiError("not_found", `API key "${id}" not found`);
-  }
+  // Another team's key is not found either, as every other object of another team: a 403 would
+  // tell that the id exists.
+  if (!hash) throw new ApiError("not_found", `API key "${id}" not found`);
   evictKey(hash);
   c.executionCtx.waitUntil(audit(db, { teamId: caller.teamId, keyId: caller.keyId, action: "api_key.delete", target: id }).catch(() => {}));
   return c.body(null, 204);

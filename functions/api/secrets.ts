@@ -2,7 +2,7 @@
 // rest under the Worker's SECRETS_KEY. The traffic-proxy adds them to a sandbox's matching
 // requests (controllers/traffic/l7/); nothing here returns them.
 import { Hono } from "hono";
-import { ListSecretsQuery, NewSecret, SecretUpdate } from "../../schema/api/secret.ts";
+import { ListSecretsQuery, MAX_TEAM_SECRETS, NewSecret, SecretUpdate } from "../../schema/api/secret.ts";
 import { ApiError } from "../api-error.ts";
 import { parseOr400, readJson } from "../body.ts";
 import type { AppEnv, Env } from "../env.ts";
@@ -48,7 +48,8 @@ secretsApi.post("/secrets", async (c) => {
   const caller = c.get("caller");
   const db = getDb(c.env);
   const row = await createSecret(db, key, caller.teamId, { name: body.name, value: body.value, metadata: body.metadata ?? {} });
-  if (!row) throw new ApiError("conflict", `A secret named "${body.name}" already exists`);
+  if (row === "exists") throw new ApiError("conflict", `A secret named "${body.name}" already exists`);
+  if (row === "full") throw new ApiError("quota_exceeded", `team "${caller.teamName}" has ${MAX_TEAM_SECRETS} secrets, the most a team keeps; delete one first`);
   c.executionCtx.waitUntil(audit(db, { teamId: caller.teamId, keyId: caller.keyId, action: "secret.create", target: row.id }).catch(() => {}));
   c.executionCtx.waitUntil(secretChanged(c.env, caller.teamName, row.name).catch(() => 0));
   return c.json(renderSecret(row), 201);

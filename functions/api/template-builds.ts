@@ -10,7 +10,7 @@
 //   GET    /templates/aliases/{alias}; POST, DELETE /templates/tags; GET /templates/{id}/tags
 //   DELETE /templates/{id}
 import { Hono } from "hono";
-import { agentFile, fileUploadLink, storeUpload, verifyUpload } from "../../durable-objects/operations/template-files.ts";
+import { agentFile, fileUploadLink, receiveUpload, verifyUpload } from "../../durable-objects/operations/template-files.ts";
 import { buildLogEntry, buildStatus, requestBuild, startBuild, visibleBuild } from "../../durable-objects/operations/template-builds.ts";
 import { aliasOf, assignTags, deleteTemplateAndBuilds, listTags, removeTags } from "../../durable-objects/operations/template-tags.ts";
 import { getDb } from "../../durable-objects/store/db.ts";
@@ -56,7 +56,7 @@ templateBuilds.put("/template-files/:team/:hash", async (c) => {
   if (team.length > 64) throw new ApiError("forbidden", "upload link signature does not match");
   const hash = hashOf(c.req.param("hash"));
   await verifyUpload(c.env, team, hash, Number(c.req.query("expires")), c.req.query("signature") ?? "");
-  await storeUpload(c.env, team, hash, (await readBytes(c.req.raw, MAX_TEMPLATE_FILE_BYTES)).buffer);
+  await receiveUpload(c.env, team, hash, async () => (await readBytes(c.req.raw, MAX_TEMPLATE_FILE_BYTES)).buffer);
   return c.body(null, 201);
 });
 

@@ -9,6 +9,8 @@ const KEY_PATTERN = /^e2b_[0-9a-f]{40}$/;
 export const ADMIN_TEAM_ID = "550e8400-e29b-41d4-a716-446655449999";
 export const ADMIN_TEAM_NAME = "admin";
 export const ADMIN_KEY_ID = "550e8400-e29b-41d4-a716-446655440000";
+/** Keys a team has at most (a 429 past it). E2B's `GET /api-keys` is one unpaged list: this bounds it. */
+export const MAX_TEAM_API_KEYS = 100;
 
 export function generateApiKey(): string {
   const bytes = crypto.getRandomValues(new Uint8Array(KEY_HEX_LENGTH / 2));

@@ -1,9 +1,14 @@
 // Per-team quotas (issue 10.4): what the admin API sets and shows. A limit left out (or null)
 // takes the deployment default (wrangler.toml vars QUOTA_*); a default left unset is no limit.
+// TeamQuotaDO's ledger counts the sandbox ones (`SANDBOX_QUOTA_NAMES`); `snapshots` (stored per
+// team, each a full disk copy on its agent) is checked by the snapshot's insert in libSQL.
 import { z } from "zod";
 
-export const QUOTA_NAMES = ["runningSandboxes", "vcpus", "memoryMB", "createsPerMinute"] as const;
+export const SANDBOX_QUOTA_NAMES = ["runningSandboxes", "vcpus", "memoryMB", "createsPerMinute"] as const;
+export const QUOTA_NAMES = [...SANDBOX_QUOTA_NAMES, "snapshots"] as const;
 export type QuotaName = (typeof QUOTA_NAMES)[number];
+/** The limits TeamQuotaDO's ledger counts. */
+export type SandboxQuotaName = (typeof SANDBOX_QUOTA_NAMES)[number];
 
 /** Limits by name; null is no limit. */
 export type QuotaLimits = Record<QuotaName, number | null>;
@@ -16,10 +21,11 @@ export const TeamQuotaUpdate = z.strictObject({
   vcpus: limit,
   memoryMB: limit,
   createsPerMinute: limit,
+  snapshots: limit,
 });
 export type TeamQuotaUpdate = z.infer<typeof TeamQuotaUpdate>;
 
-/** What counts against the limits right now. */
+/** What counts against the ledger's limits right now (the snapshots are counted in libSQL). */
 export interface QuotaUsage {
   runningSandboxes: number;
   vcpus: number;
@@ -33,6 +39,7 @@ export const QUOTA_DEFAULT_VARS = {
   vcpus: "QUOTA_VCPUS",
   memoryMB: "QUOTA_MEMORY_MB",
   createsPerMinute: "QUOTA_CREATES_PER_MINUTE",
+  snapshots: "QUOTA_SNAPSHOTS",
 } as const satisfies Record<QuotaName, string>;
 
 /** The deployment's defaults from its vars: a missing or empty var is no limit; a malformed one throws. */

@@ -13,6 +13,10 @@ export const MAX_SECRET_METADATA_ENTRIES = 32;
 export const MAX_SECRET_METADATA_KEY_BYTES = 128;
 export const MAX_SECRET_METADATA_VALUE_BYTES = 1024;
 export const MAX_SECRET_METADATA_BYTES = 8192;
+/** Secrets a team keeps (each up to 16 KiB sealed): a 429 past it. */
+export const MAX_TEAM_SECRETS = 200;
+/** Versions of a secret kept (only the current one is ever read): an update prunes older ones. */
+export const SECRET_VERSIONS_KEPT = 5;
 
 const utf8 = (s: string) => new TextEncoder().encode(s).length;
 

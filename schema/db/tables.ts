@@ -107,6 +107,9 @@ export const snapshots = sqliteTable(
     /** The source sandbox's template: sandboxes from the snapshot take its resources and pool. */
     templateId: text("template_id").notNull().default(""),
     cluster: text("cluster").notNull().default("local"),
+    /** A slot held while the agent copies the disk (store/snapshots.ts `reserveSnapshot`): counted
+     * against the team's bound, never listed nor resolved. */
+    pending: integer("pending", { mode: "boolean" }).notNull().default(false),
   },
   (t) => [index("snapshots_team").on(t.teamId, t.createdAt), index("snapshots_team_name").on(t.teamId, t.name)],
 );

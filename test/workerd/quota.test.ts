@@ -5,6 +5,7 @@ import { runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { TeamQuotaDO } from "../../durable-objects/quota/team-quota-do.ts";
+import { openQuotaStore } from "../../durable-objects/quota/store.ts";
 import type { SandboxGroupDO } from "../../durable-objects/sandbox/sandbox-group-do.ts";
 import { sandboxGroupStub } from "../../durable-objects/sandbox/stub.ts";
 import type { Env } from "../../durable-objects/env.ts";
@@ -75,8 +76,37 @@ describe("team quota", () => {
     const mem = await quotaTeam({ memoryMB: 1024 }, { memoryMB: 512 });
     await expectStatus(create(mem), 201);
     await expectStatus(create(mem), 201);
-    await expectError(create(mem), 429, /has 1024 of 1024 MB of memory in running sandboxes \(quota memoryMB\)/);
+    await expectError(create(mem), 429, /has 1024 of 1024 MB of memory in running and Freeze-paused sandboxes \(quota memoryMB\)/);
     expect(await usage(mem)).toMatchObject({ runningSandboxes: 2, vcpus: 2, memoryMB: 1024 });
+  });
+
+  it("a Freeze-paused sandbox keeps its memory counted (not its vCPUs nor a running slot) until it is killed; a Stop-paused one holds nothing; a resume does not count it twice", async () => {
+    const team = await quotaTeam({ memoryMB: 1024 }, { memoryMB: 512 });
+    const a = await expectStatus(create(team), 201);
+    const b = await expectStatus(create(team), 201);
+    for (const s of [a, b]) await expectStatus(call(`/sandboxes/${s.sandboxID}/pause`, { key: team.key, body: {} }), 204);
+    // Frozen: the host still holds their memory, so the team cannot create past it.
+    await expectError(create(team), 429, `team "${team.name}" has 1024 of 1024 MB of memory in running and Freeze-paused sandboxes (quota memoryMB)`);
+    expect(await usage(team)).toMatchObject({ runningSandboxes: 0, vcpus: 0, memoryMB: 1024 });
+    // A resume asks only for what it adds (a running slot, its vCPUs): its memory is counted once.
+    await expectStatus(call(`/v2/sandboxes/${a.sandboxID}/connect`, { key: team.key, body: { timeout: 60 } }), 201);
+    expect(await usage(team)).toMatchObject({ runningSandboxes: 1, vcpus: 1, memoryMB: 1024 });
+    // A Stop pause keeps nothing on the host; a kill of a frozen one frees its memory.
+    await expectStatus(call(`/sandboxes/${a.sandboxID}/pause`, { key: team.key, body: { memory: false } }), 204);
+    expect(await usage(team)).toMatchObject({ runningSandboxes: 0, memoryMB: 512 });
+    await expectStatus(call(`/sandboxes/${b.sandboxID}`, { key: team.key, method: "DELETE" }), 204);
+    expect(await usage(team)).toMatchObject({ memoryMB: 0 });
+    await expectStatus(create(team), 201);
+  });
+
+  it("concurrent creates against memory held by frozen sandboxes are counted exactly", async () => {
+    const team = await quotaTeam({ memoryMB: 2048 }, { memoryMB: 512 });
+    const held = await Promise.all([create(team), create(team)].map((r) => expectStatus(r, 201)));
+    await Promise.all(held.map((s) => expectStatus(call(`/sandboxes/${s.sandboxID}/pause`, { key: team.key, body: {} }), 204)));
+    const statuses = (await Promise.all(Array.from({ length: 12 }, () => create(team)))).map((r) => (void r.body?.cancel(), r.status));
+    expect(statuses.filter((s) => s === 201)).toHaveLength(2);
+    expect(statuses.filter((s) => s === 429)).toHaveLength(10);
+    expect(await usage(team)).toMatchObject({ runningSandboxes: 2, memoryMB: 2048 });
   });
 
   it("limits creates per minute, killed sandboxes included", async () => {
@@ -109,6 +139,35 @@ describe("team quota", () => {
     });
     await expectError(create(team), 429, /has 2 of 2 running sandboxes/);
     expect(await usage(team)).toMatchObject({ runningSandboxes: 2 });
+  });
+
+  it("counts paused sandboxes from before frozen memory counted as frozen, until the reconcile asks their group (a Stop-paused one then holds nothing)", async () => {
+    const team = await quotaTeam({ memoryMB: 1024 }, { memoryMB: 512 });
+    const a = await expectStatus(create(team), 201);
+    const b = await expectStatus(create(team), 201);
+    await expectStatus(call(`/sandboxes/${a.sandboxID}/pause`, { key: team.key, body: {} }), 204);
+    await expectStatus(call(`/sandboxes/${b.sandboxID}/pause`, { key: team.key, body: { memory: false } }), 204);
+    await waitFor(async () => (await expectStatus(call("/v2/sandboxes?state=paused", { key: team.key }), 200)).length === 2);
+    // As an object that took its census when only running sandboxes counted (its pauses released all).
+    await runInDurableObject(quotaOf(team.teamId), (instance: TeamQuotaDO, state) => {
+      state.storage.sql.exec("DELETE FROM reservations; DELETE FROM census_paused");
+      Object.assign(instance as object, { ledger: null, census: false });
+    });
+    await expectError(create(team), 429, /has 1024 of 1024 MB .*\(quota memoryMB\)/);
+    // That refusal asked the groups: the Stop-paused one holds nothing, the frozen one its memory.
+    await waitFor(async () => (await usage(team)).memoryMB === 512);
+    await expectStatus(create(team), 201);
+  });
+
+  it("reads reservations stored before frozen ones were kept (the column is added)", async () => {
+    const team = await quotaTeam({ runningSandboxes: 1 });
+    await expectStatus(create(team), 201);
+    await runInDurableObject(quotaOf(team.teamId), (instance: TeamQuotaDO, state) => {
+      state.storage.sql.exec("ALTER TABLE reservations DROP COLUMN frozen");
+      Object.assign(instance as object, { ledger: null, store: openQuotaStore(state.storage.sql) });
+    });
+    await expectError(create(team), 429, /has 1 of 1 running sandboxes/);
+    expect(await usage(team)).toMatchObject({ runningSandboxes: 1 });
   });
 
   it("a release that never arrived is found by the reconcile, and a refusal starts one", async () => {

@@ -14,6 +14,7 @@ export const QUOTA_ANNOTATIONS: Record<string, QuotaName> = {
   vcpus: "vcpus",
   "memory-mb": "memoryMB",
   "creates-per-minute": "createsPerMinute",
+  snapshots: "snapshots",
 };
 
 /** The quota annotations of a Namespace (the others ignored), as a stable key to compare runs by. */

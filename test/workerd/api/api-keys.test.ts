@@ -1,4 +1,5 @@
 import { describe, expect, it } from "vitest";
+import { MAX_TEAM_API_KEYS } from "../../../schema/api/api-key.ts";
 import { ADMIN_KEY, call, createTeam, expectError, expectStatus, unique } from "../helpers.ts";
 
 describe("authentication", () => {
@@ -37,9 +38,23 @@ describe("/api-keys and /teams", () => {
     const a = await createTeam(unique("ka"));
     const b = await createTeam(unique("kb"));
     await expectError(call("/api-keys", { key: a.key, body: { name: "x", teamName: b.name } }), 403);
-    await expectError(call(`/api-keys/${b.keyId}`, { key: a.key, method: "DELETE" }), 403);
+    // Another team's key is as not found as an unknown one (no existence oracle), and stays.
+    await expectError(call(`/api-keys/${b.keyId}`, { key: a.key, method: "DELETE" }), 404, `API key "${b.keyId}" not found`);
+    await expectStatus(call("/api-keys", { key: b.key }), 200);
     const own = await expectStatus(call("/api-keys", { key: a.key, body: { name: "extra" } }), 201);
     expect((await expectStatus(call("/api-keys", { key: a.key }), 200)).map((k: { id: string }) => k.id)).toEqual([a.keyId, own.id]);
+  });
+
+  it("a team has at most MAX_TEAM_API_KEYS keys, counted exactly under concurrent creates; past it a 429, and a delete frees one", async () => {
+    const t = await createTeam(unique("kmax"));
+    const statuses = (await Promise.all(Array.from({ length: MAX_TEAM_API_KEYS + 5 }, (_, i) => call("/api-keys", { key: t.key, body: { name: `k${i}` } })))).map((r) => (void r.body?.cancel(), r.status));
+    expect(statuses.filter((s) => s === 201)).toHaveLength(MAX_TEAM_API_KEYS - 1);
+    expect(statuses.filter((s) => s === 429)).toHaveLength(6);
+    await expectError(call("/api-keys", { key: t.key, body: { name: "one-more" } }), 429, `team "${t.name}" has ${MAX_TEAM_API_KEYS} API keys, the most a team has; delete one first`);
+    const listed = await expectStatus(call("/api-keys", { key: t.key }), 200);
+    expect(listed).toHaveLength(MAX_TEAM_API_KEYS);
+    await expectStatus(call(`/api-keys/${listed[1].id}`, { key: t.key, method: "DELETE" }), 204);
+    await expectStatus(call("/api-keys", { key: t.key, body: { name: "one-more" } }), 201);
   });
 
   it("deletes a key, after which it no longer authenticates", async () => {

@@ -9,6 +9,7 @@ import { getDb } from "../../../durable-objects/store/db.ts";
 import { open } from "../../../durable-objects/store/secret-box.ts";
 import { secretValues } from "../../../durable-objects/store/secrets.ts";
 import { secretVersions, teams } from "../../../schema/db/tables.ts";
+import { MAX_TEAM_SECRETS, SECRET_VERSIONS_KEPT } from "../../../schema/api/secret.ts";
 import { call, createTeam, expectError, expectStatus, unique } from "../helpers.ts";
 
 const VALUE = "ghp_value-that-must-never-come-back-0123456789";
@@ -64,6 +65,32 @@ describe("/secrets", () => {
     await expect(open(`${key}-other`, v1.sealed, { teamId: team.id!, secretId: s.secretID, version: 1 })).rejects.toThrow();
     // What the agent link will carry: the current version only, of the names asked for.
     expect(await secretValues(getDb(env), key, team.id!, ["api", "missing"])).toEqual(new Map([["api", "second"]]));
+  });
+
+  it("keeps the newest versions only: an update drops the older ones, the current value unchanged", async () => {
+    const team = await createTeam(unique("secrets-versions"));
+    const s = await expectStatus(call("/secrets", { key: team.key, body: { name: "rolling", value: "v1" } }), 201);
+    for (let v = 2; v <= SECRET_VERSIONS_KEPT + 3; v++) await expectStatus(call("/secrets/rolling", { key: team.key, body: { value: `v${v}` } }), 200);
+    const last = SECRET_VERSIONS_KEPT + 3;
+    const rows = await getDb(env).select().from(secretVersions).where(eq(secretVersions.secretId, s.secretID));
+    expect(rows.map((r) => r.version).sort((a, b) => a - b)).toEqual(Array.from({ length: SECRET_VERSIONS_KEPT }, (_, i) => last - SECRET_VERSIONS_KEPT + 1 + i));
+    expect((await expectStatus(call("/secrets/rolling", { key: team.key }), 200)).currentVersion).toBe(last);
+    const [owner] = await getDb(env).select({ id: teams.id }).from(teams).where(eq(teams.name, team.name));
+    expect(await secretValues(getDb(env), env.SECRETS_KEY!, owner!.id, ["rolling"])).toEqual(new Map([["rolling", `v${last}`]]));
+  });
+
+  it("a team keeps at most MAX_TEAM_SECRETS secrets: past it a 429 naming the bound, a taken name still a 409, and a delete frees one", async () => {
+    const team = await createTeam(unique("secrets-max"));
+    const create = (name: string) => call("/secrets", { key: team.key, body: { name, value: "x" } });
+    for (let i = 0; i < MAX_TEAM_SECRETS; i += 8) {
+      const batch = await Promise.all(Array.from({ length: Math.min(8, MAX_TEAM_SECRETS - i) }, (_, j) => create(`s${i + j}`)));
+      for (const r of batch) expect(r.status).toBe(201);
+    }
+    await expectError(create("one-more"), 429, `team "${team.name}" has ${MAX_TEAM_SECRETS} secrets, the most a team keeps; delete one first`);
+    await expectError(create("s0"), 409, /already exists/);
+    await expectStatus(call("/secrets/s0", { key: team.key, method: "DELETE" }), 204);
+    await expectStatus(create("one-more"), 201);
+    await expectError(create("another"), 429);
   });
 
   it("keeps teams apart: another team neither sees nor changes a secret, and may use the same name", async () => {

@@ -4,7 +4,10 @@
 // for other teams, validation, a driver that cannot take snapshots (501) or fails one (the sandbox
 // unchanged), create-from-snapshot as a fresh sandbox whose intent names the snapshot, and delete
 // asking the agent to free the files.
+import { env } from "cloudflare:workers";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { getDb } from "../../../durable-objects/store/db.ts";
+import { PENDING_SNAPSHOT_TTL_MS, reserveSnapshot } from "../../../durable-objects/store/snapshots.ts";
 import type { Intent } from "../../../schema/protocol/index.ts";
 import type { ScriptedAgent } from "../../support/scripted-agent.ts";
 import { call, createTeam, expectError, expectStatus, startAgent, unique, type TestTeam } from "../helpers.ts";
@@ -64,10 +67,54 @@ describe("createSnapshot", () => {
     failSnapshot = () => ({ message: "cp: No space left on device", reason: "SnapshotFailed" });
     await expectError(snapshot(sbx.sandboxID, { name: "nope" }), 500, /No space left on device/);
     failSnapshot = undefined;
+    // The agent may hold a partial copy: the agent of the sandbox's own cluster is told to free it.
+    const failed = lastIntent(sbx.sandboxID).snapshot!.id;
+    await agent.waitUntil(() => agent.snapshotDeletes.includes(failed));
     expect((await expectStatus(call(`/sandboxes/${sbx.sandboxID}`, { key: team.key }), 200)).state).toBe("running");
     expect(await expectStatus(call("/snapshots?name=nope", { key: team.key }), 200)).toEqual([]);
     // The next snapshot works.
     await expectStatus(snapshot(sbx.sandboxID), 201);
+  });
+});
+
+describe("the team's snapshots quota", () => {
+  it("refuses a snapshot past the team's bound with 429 naming it, before the agent is asked; a delete frees a slot; concurrent snapshots are counted exactly", async () => {
+    const bounded = await createTeam(unique("snap-bound"), { cluster: team.cluster });
+    await expectStatus(call(`/admin/teams/${bounded.name}/quota`, { method: "PUT", body: { snapshots: 2 } }), 200);
+    const mine = async () => expectStatus(call("/v2/sandboxes", { key: bounded.key, body: { templateID: bounded.template } }), 201);
+    const sbx = await mine();
+    const snap = (id: string) => call(`/sandboxes/${id}/snapshots`, { key: bounded.key, body: {} });
+    const asked = (id: string) => agent.received.filter((r) => r.intent.sandboxId === id && r.intent.snapshot).length;
+    const kept = await expectStatus(snap(sbx.sandboxID), 201);
+    await expectStatus(snap(sbx.sandboxID), 201);
+    await expectError(snap(sbx.sandboxID), 429, `team "${bounded.name}" has 2 of 2 snapshots (quota snapshots)`);
+    expect(asked(sbx.sandboxID)).toBe(2);
+    expect(await expectStatus(call("/snapshots", { key: bounded.key }), 200)).toHaveLength(2);
+    await expectStatus(call(`/templates/${encodeURIComponent(kept.snapshotID)}`, { key: bounded.key, method: "DELETE" }), 204);
+    await expectStatus(snap(sbx.sandboxID), 201);
+    // Room for one more, asked of four sandboxes at once: one is taken, three are refused.
+    await expectStatus(call(`/admin/teams/${bounded.name}/quota`, { method: "PUT", body: { snapshots: 3 } }), 200);
+    const four = await Promise.all(Array.from({ length: 4 }, mine));
+    const statuses = (await Promise.all(four.map((s) => snap(s.sandboxID)))).map((r) => (void r.body?.cancel(), r.status));
+    expect(statuses.sort()).toEqual([201, 429, 429, 429]);
+    expect(four.reduce((n, s) => n + asked(s.sandboxID), 0)).toBe(1);
+    expect(await expectStatus(call("/snapshots", { key: bounded.key }), 200)).toHaveLength(3);
+  });
+
+  it("a slot whose taker is gone counts until it is old, then is dropped (and freed on its cluster) by the next snapshot", async () => {
+    const bounded = await createTeam(unique("snap-slot"), { cluster: team.cluster });
+    await expectStatus(call(`/admin/teams/${bounded.name}/quota`, { method: "PUT", body: { snapshots: 1 } }), 200);
+    const teamId = (await expectStatus(call("/teams", { key: bounded.key }), 200))[0].teamID as string;
+    const sbx = await expectStatus(call("/v2/sandboxes", { key: bounded.key, body: { templateID: bounded.template } }), 201);
+    const slot = { id: unique("slot").replace(/[^a-z0-9]/g, "").slice(0, 20), teamId, keyId: "k", sandboxId: sbx.sandboxID, cluster: team.cluster };
+    const db = getDb(env);
+    await reserveSnapshot(db, { ...slot, createdAt: Date.now() - 60_000 }, null);
+    const snap = () => call(`/sandboxes/${sbx.sandboxID}/snapshots`, { key: bounded.key, body: {} });
+    await expectError(snap(), 429, /has 1 of 1 snapshots/);
+    expect(await expectStatus(call("/snapshots", { key: bounded.key }), 200)).toEqual([]);
+    await db.$client.execute({ sql: "UPDATE snapshots SET created_at = ? WHERE id = ?", args: [Date.now() - PENDING_SNAPSHOT_TTL_MS - 1, slot.id] });
+    await expectStatus(snap(), 201);
+    await agent.waitUntil(() => agent.snapshotDeletes.includes(slot.id));
   });
 });
 

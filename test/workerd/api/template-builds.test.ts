@@ -3,7 +3,8 @@
 // validation of every step kind, signed upload links, the build frame the agent gets, its log
 // lines and result coming back through status, and 501 for a cluster without a builder.
 import { describe, expect, it, vi } from "vitest";
-import { env } from "cloudflare:workers";
+import { env, exports } from "cloudflare:workers";
+import { MAX_TEAM_UPLOADS_IN_FLIGHT } from "../../../durable-objects/operations/template-files.ts";
 import { runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import type { ClusterDO } from "../../../durable-objects/cluster/cluster-do.ts";
 import { eq } from "drizzle-orm";
@@ -599,6 +600,47 @@ describe("template build API", () => {
     await requestBuild(team.key, team.template);
     expect(await status(waiting[0]!)).toMatchObject({ status: "error", reason: { message: "never started: not started within 24 h of its request" } });
     expect((await expectStatus(call(`/templates/${other.template}/builds/${mine}/status`, { key: other.key }), 200)).status).toBe("waiting");
+  });
+
+  it("an upload of an archive the team has is answered before its body is read; a team's uploads are read at most MAX_TEAM_UPLOADS_IN_FLIGHT at once", async () => {
+    const team = await createTeam(unique("tb-up"));
+    await requestBuild(team.key, team.template);
+    const linkOf = async (hash: string) => {
+      const u = new URL((await expectStatus(call(`/templates/${team.template}/files/${hash}`, { key: team.key }), 201)).url);
+      return `${u.pathname}${u.search}`;
+    };
+    const stored = await linkOf(HASH);
+    await expectStatus(call(stored, { key: null, method: "PUT", raw: "tar bytes" }), 201);
+    // Stored: a PUT past the size bound is answered 201 without its body being read (no 413).
+    await expectStatus(call(stored, { key: null, method: "PUT", raw: "x".repeat(MAX_TEMPLATE_FILE_BYTES + 1) }), 201);
+
+    // Bodies that are still coming: each upload is being read once its stream is pulled.
+    const [one, two, three] = await Promise.all(["1", "2", "3"].map((c) => linkOf(c.repeat(64))));
+    const slow = [one!, two!].map((path) => {
+      let ctl!: ReadableStreamDefaultController<Uint8Array>;
+      let pulled!: () => void;
+      const reading = new Promise<void>((r) => (pulled = r));
+      const body = new ReadableStream<Uint8Array>({ start: (c) => void (ctl = c), pull: () => pulled() });
+      const res = exports.default.fetch(`http://edge.test${path}`, { method: "PUT", body, duplex: "half" } as RequestInit);
+      return { ctl, reading, res };
+    });
+    await Promise.all(slow.map((s) => s.reading));
+    // The runtime may pull a body before the route reads it: until both are held, a third upload is
+    // read too (one past the size bound, so it is a 413 and nothing is stored); then it is refused.
+    const tooBig = "x".repeat(MAX_TEMPLATE_FILE_BYTES + 1);
+    let refused: Response | undefined;
+    for (let i = 0; i < 20 && !refused; i++) {
+      const r = await call(three!, { key: null, method: "PUT", raw: tooBig });
+      if (r.status === 429) refused = r;
+      else expect({ status: r.status, body: await r.text() }).toMatchObject({ status: 413 });
+    }
+    await expectError(refused ?? Promise.reject(new Error("never refused")), 429, `the team already has ${MAX_TEAM_UPLOADS_IN_FLIGHT} uploads in progress`);
+    for (const s of slow) {
+      s.ctl.enqueue(new TextEncoder().encode("tar bytes"));
+      s.ctl.close();
+    }
+    for (const s of slow) await expectStatus(s.res, 201);
+    await expectStatus(call(three!, { key: null, method: "PUT", raw: "tar" }), 201);
   });
 
   it("a team's stored build archives are bounded in bytes (each at least 4 KiB) and those unused for a week go at its next upload", async () => {

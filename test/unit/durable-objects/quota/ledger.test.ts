@@ -1,11 +1,11 @@
 // The team quota's pure ledger: limits, idempotent reserve/release ordered by generation, the
 // creates-per-minute window, and what the reconcile drops.
 import { describe, expect, it } from "vitest";
-import { counts, Ledger, overMessage, RECONCILE_GRACE_MS, stale } from "../../../../durable-objects/quota/ledger.ts";
+import { holds, Ledger, overMessage, RECONCILE_GRACE_MS, reheld, stale } from "../../../../durable-objects/quota/ledger.ts";
 import { quotaDefaults, type QuotaLimits } from "../../../../schema/api/quota.ts";
 
-const NONE: QuotaLimits = { runningSandboxes: null, vcpus: null, memoryMB: null, createsPerMinute: null };
-const req = (key: string, generation = 1, extra: Partial<{ cpu: number; memoryMB: number; create: boolean; force: boolean }> = {}) => ({
+const NONE: QuotaLimits = { runningSandboxes: null, vcpus: null, memoryMB: null, createsPerMinute: null, snapshots: null };
+const req = (key: string, generation = 1, extra: Partial<{ cpu: number; memoryMB: number; create: boolean; force: boolean; frozen: boolean }> = {}) => ({
   key,
   generation,
   cpu: 1,
@@ -69,8 +69,45 @@ describe("quota ledger", () => {
     expect(stale(r, { known: true, counted: false, generation: 4 }, RECONCILE_GRACE_MS)).toBe(true);
     expect(stale(r, { known: false }, 1)).toBe(false);
     expect(stale(r, { known: false }, RECONCILE_GRACE_MS)).toBe(true);
-    expect(["Pending", "Running", "Resuming"].every(counts)).toBe(true);
-    expect(["Pausing", "Paused", "Failed", "Terminating", null].some(counts)).toBe(false);
+    expect(["Pending", "Running", "Resuming"].map((p) => holds(p, "Freeze"))).toEqual(["running", "running", "running"]);
+    expect(["Pausing", "Paused"].map((p) => holds(p, "Freeze"))).toEqual(["frozen", "frozen"]);
+    expect(["Pausing", "Paused", "Failed", "Terminating", null].map((p) => holds(p, "Stop"))).toEqual([null, null, null, null, null]);
+  });
+
+  it("a Freeze-paused sandbox keeps its memory counted, not its vCPUs nor a running slot; its resume does not count the memory twice", () => {
+    const l = new Ledger();
+    const mem = { ...NONE, memoryMB: 1024, runningSandboxes: 1 };
+    expect(l.reserve(req("a", 1), mem, 0).ok).toBe(true);
+    // The pause: an assert that shrinks (never refused), at the pause's generation.
+    expect(l.reserve(req("a", 2, { force: true, frozen: true }), mem, 0)).toMatchObject({ ok: true, changed: { frozen: true, generation: 2 } });
+    expect(l.usage(0)).toMatchObject({ runningSandboxes: 0, vcpus: 0, memoryMB: 512 });
+    expect(l.reserve(req("b", 1), mem, 0).ok).toBe(true);
+    expect(l.reserve(req("c", 1), { ...NONE, memoryMB: 1024 }, 0)).toEqual({ ok: false, over: { name: "memoryMB", used: 1024, limit: 1024 } });
+    // Its resume asks for a running slot and its vCPUs only: memory is already held.
+    expect(l.reserve(req("a", 3, { create: false }), mem, 0)).toMatchObject({ ok: false, over: { name: "runningSandboxes" } });
+    expect(l.release("b", 1)).toBe(true);
+    expect(l.reserve(req("a", 3, { create: false }), mem, 0)).toMatchObject({ ok: true, changed: { generation: 3 } });
+    expect(l.reservations.get("a")?.frozen).toBeUndefined();
+    expect(l.usage(0)).toMatchObject({ runningSandboxes: 1, vcpus: 1, memoryMB: 512 });
+    // The resume is not a create: the minute's count is the two creates.
+    expect(l.usage(0).createsPerMinute).toBe(2);
+    expect(l.release("a", 3)).toBe(true);
+    expect(l.usage(0)).toMatchObject({ runningSandboxes: 0, vcpus: 0, memoryMB: 0 });
+  });
+
+  it("the reconcile turns a reservation into what its group holds: a lost pause's shrink, a resume that never happened", () => {
+    const running = { cpu: 1, memoryMB: 1, generation: 5, at: 0 };
+    const frozen = { ...running, frozen: true as const };
+    expect(reheld(running, { known: true, counted: true, frozen: true, generation: 6 }, 1)).toBe(true);
+    expect(reheld(running, { known: true, counted: true, frozen: true, generation: 4 }, 1)).toBe(false);
+    expect(reheld(running, { known: true, counted: true, frozen: true, generation: 4 }, RECONCILE_GRACE_MS)).toBe(true);
+    expect(reheld(frozen, { known: true, counted: true, generation: 6 }, 1)).toBe(true);
+    expect(reheld(frozen, { known: true, counted: true, frozen: true, generation: 6 }, 1)).toBe(false);
+    expect(reheld(running, { known: true, counted: false, generation: 6 }, 1)).toBe(false);
+    const l = new Ledger();
+    l.reserve(req("a", 5), NONE, 0);
+    expect(l.rehold("a", true, 6, 1)).toMatchObject({ frozen: true, generation: 6, cpu: 1, memoryMB: 512 });
+    expect(l.usage(1)).toMatchObject({ runningSandboxes: 0, vcpus: 0, memoryMB: 512 });
   });
 
   it("reads defaults from the vars: unset is no limit, a malformed one throws", () => {

@@ -1,0 +1,1 @@
+ALTER TABLE `snapshots` ADD `pending` integer DEFAULT false NOT NULL;
