@@ -12,6 +12,9 @@ const LOG = edgeLogger("storage");
 
 export class TurnWrites {
   private writes: (() => void)[] = [];
+  /** The rows of the last write deferred, when it was a `deferRow` batch: later rows of the same
+   * batch join it. */
+  private open: { batch: (rows: never[]) => void; rows: unknown[] } | null = null;
   private settle: { promise: Promise<void>; resolve: () => void; reject: (err: unknown) => void } | null = null;
   private timer: ReturnType<typeof setTimeout> | null = null;
   private readonly what: string;
@@ -31,6 +34,7 @@ export class TurnWrites {
 
   /** Runs `write` at the end of the turn (or at the next flush), after the writes deferred before it. */
   defer(write: () => void): void {
+    this.open = null;
     this.writes.push(write);
     if (!this.settle) {
       let resolve!: () => void;
@@ -43,6 +47,22 @@ export class TurnWrites {
       this.timer = null;
       this.flush();
     }, 0);
+  }
+
+  /**
+   * Defers `row` to be written by `batch` with the rows deferred right before it for the same
+   * `batch` (the same function): one call, so one statement for many rows where `batch` can make
+   * one (workerd's cost is mostly per statement). Only rows with no other write between them
+   * share a call, so the writes still run in the order they were deferred.
+   */
+  deferRow<T>(batch: (rows: T[]) => void, row: T): void {
+    if (this.open?.batch === batch) {
+      this.open.rows.push(row);
+      return;
+    }
+    const rows = [row];
+    this.defer(() => batch(rows));
+    this.open = { batch, rows };
   }
 
   /**
@@ -62,6 +82,7 @@ export class TurnWrites {
     const settle = this.settle;
     if (!settle) return;
     this.settle = null;
+    this.open = null;
     const writes = this.writes.splice(0);
     try {
       this.storage.transactionSync(() => {
