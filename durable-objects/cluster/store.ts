@@ -2,11 +2,9 @@
 // Writes touch only the rows an event changed; the routing state loads once per object instance.
 import type { Intent, Owner, SandboxId } from "../../schema/protocol/index.ts";
 import { initialState, type ClusterState } from "./machine.ts";
+import { inChunks, marks, MAX_BOUND, rowMarks, runs } from "../sql-rows.ts";
 
 type Sql = Pick<SqlStorage, "exec">;
-
-/** Parameters one Durable Object SQLite statement may bind. */
-const MAX_BOUND = 100;
 
 const SCHEMA = `
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -185,21 +183,3 @@ function saveSql(n: number): string {
   }
   return text;
 }
-
-/** `writes` cut into runs of the same op, in order. */
-function runs(writes: IntentWrite[]): IntentWrite[][] {
-  const out: IntentWrite[][] = [];
-  for (const w of writes) {
-    const last = out[out.length - 1];
-    if (last && last[0]!.op === w.op) last.push(w);
-    else out.push([w]);
-  }
-  return out;
-}
-
-function inChunks<T>(xs: readonly T[], size: number, f: (chunk: readonly T[]) => void): void {
-  for (let i = 0; i < xs.length; i += size) f(xs.slice(i, i + size));
-}
-
-const marks = (n: number) => Array.from({ length: n }, () => "?").join(", ");
-const rowMarks = (rows: number, columns: number) => Array.from({ length: rows }, () => `(${marks(columns)})`).join(", ");
