@@ -15,6 +15,8 @@ export class TurnWrites {
   /** The rows of the last write deferred, when it was a `deferRow` batch: later rows of the same
    * batch join it. */
   private open: { batch: (rows: never[]) => void; rows: unknown[] } | null = null;
+  /** The writes deferred are one, of one statement. */
+  private lone = false;
   private settle: { promise: Promise<void>; resolve: () => void; reject: (err: unknown) => void } | null = null;
   private timer: ReturnType<typeof setTimeout> | null = null;
   private readonly what: string;
@@ -32,9 +34,13 @@ export class TurnWrites {
     this.reset = reset;
   }
 
-  /** Runs `write` at the end of the turn (or at the next flush), after the writes deferred before it. */
-  defer(write: () => void): void {
+  /**
+   * Runs `write` at the end of the turn (or at the next flush), after the writes deferred before it.
+   * `oneStatement`: `write` runs one SQL statement at most (see flush).
+   */
+  defer(write: () => void, oneStatement = false): void {
     this.open = null;
+    this.lone = this.writes.length === 0 && oneStatement;
     this.writes.push(write);
     if (!this.settle) {
       let resolve!: () => void;
@@ -84,10 +90,19 @@ export class TurnWrites {
     this.settle = null;
     this.open = null;
     const writes = this.writes.splice(0);
+    const lone = this.lone;
+    this.lone = false;
     try {
-      this.storage.transactionSync(() => {
-        for (const w of writes) w();
-      });
+      // One statement is all or none by itself: no explicit transaction around it (a savepoint and
+      // its release, a commit of its own). Alone it commits with the event's implicit transaction,
+      // as the feature skeleton's writes do; either way the output gate holds the answers until
+      // the write is durable.
+      if (lone) writes[0]!();
+      else {
+        this.storage.transactionSync(() => {
+          for (const w of writes) w();
+        });
+      }
       settle.resolve();
     } catch (err) {
       LOG.error("deferred writes failed, reloading what is stored", { object: this.what, error: err });
