@@ -1,5 +1,5 @@
-// Multi-row statements for the Durable Objects' SQLite: workerd's cost is mostly per statement,
-// not per row, so a batch of rows is one statement per MAX_BOUND parameters.
+// Multi-row statements for the Durable Objects' SQLite: a batch of rows is one statement per
+// MAX_BOUND parameters rather than one per row.
 
 /** Parameters one Durable Object SQLite statement may bind. */
 export const MAX_BOUND = 100;

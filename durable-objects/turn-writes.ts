@@ -58,8 +58,8 @@ export class TurnWrites {
   /**
    * Defers `row` to be written by `batch` with the rows deferred right before it for the same
    * `batch` (the same function): one call, so one statement for many rows where `batch` can make
-   * one (workerd's cost is mostly per statement). Only rows with no other write between them
-   * share a call, so the writes still run in the order they were deferred.
+   * one. Only rows with no other write between them share a call, so the writes still run in the
+   * order they were deferred.
    */
   deferRow<T>(batch: (rows: T[]) => void, row: T): void {
     if (this.open?.batch === batch) {
