@@ -12,6 +12,11 @@ const LOG = edgeLogger("storage");
 
 export class TurnWrites {
   private writes: (() => void)[] = [];
+  /** The rows of the last write deferred, when it was a `deferRow` batch: later rows of the same
+   * batch join it. */
+  private open: { batch: (rows: never[]) => void; rows: unknown[] } | null = null;
+  /** The writes deferred are one, of one statement. */
+  private lone = false;
   private settle: { promise: Promise<void>; resolve: () => void; reject: (err: unknown) => void } | null = null;
   private timer: ReturnType<typeof setTimeout> | null = null;
   private readonly what: string;
@@ -29,8 +34,13 @@ export class TurnWrites {
     this.reset = reset;
   }
 
-  /** Runs `write` at the end of the turn (or at the next flush), after the writes deferred before it. */
-  defer(write: () => void): void {
+  /**
+   * Runs `write` at the end of the turn (or at the next flush), after the writes deferred before it.
+   * `oneStatement`: `write` runs one SQL statement at most (see flush).
+   */
+  defer(write: () => void, oneStatement = false): void {
+    this.open = null;
+    this.lone = this.writes.length === 0 && oneStatement;
     this.writes.push(write);
     if (!this.settle) {
       let resolve!: () => void;
@@ -43,6 +53,22 @@ export class TurnWrites {
       this.timer = null;
       this.flush();
     }, 0);
+  }
+
+  /**
+   * Defers `row` to be written by `batch` with the rows deferred right before it for the same
+   * `batch` (the same function): one call, so one statement for many rows where `batch` can make
+   * one. Only rows with no other write between them share a call, so the writes still run in the
+   * order they were deferred.
+   */
+  deferRow<T>(batch: (rows: T[]) => void, row: T): void {
+    if (this.open?.batch === batch) {
+      this.open.rows.push(row);
+      return;
+    }
+    const rows = [row];
+    this.defer(() => batch(rows));
+    this.open = { batch, rows };
   }
 
   /**
@@ -62,11 +88,21 @@ export class TurnWrites {
     const settle = this.settle;
     if (!settle) return;
     this.settle = null;
+    this.open = null;
     const writes = this.writes.splice(0);
+    const lone = this.lone;
+    this.lone = false;
     try {
-      this.storage.transactionSync(() => {
-        for (const w of writes) w();
-      });
+      // One statement is all or none by itself: no explicit transaction around it (a savepoint and
+      // its release, a commit of its own). Alone it commits with the event's implicit transaction,
+      // as the feature skeleton's writes do; either way the output gate holds the answers until
+      // the write is durable.
+      if (lone) writes[0]!();
+      else {
+        this.storage.transactionSync(() => {
+          for (const w of writes) w();
+        });
+      }
       settle.resolve();
     } catch (err) {
       LOG.error("deferred writes failed, reloading what is stored", { object: this.what, error: err });

@@ -39,7 +39,7 @@ import { ObservationRouter } from "./observation-router.ts";
 import { nextRedelivery, transition, type ClusterEffect, type ClusterEvent, type ClusterState } from "./machine.ts";
 import type { ClusterStatus, EnqueueOptions, EnqueueResult, LogsResult } from "./rpc.ts";
 import type { SandboxLogEntry, SandboxLogsQuery } from "../../schema/api/sandbox-logs.ts";
-import { openClusterStore, type ClusterStore } from "./store.ts";
+import { openClusterStore, type ClusterStore, type IntentWrite } from "./store.ts";
 import { edgeLogger } from "../tracing/edge-log.ts";
 import { getDb } from "../store/db.ts";
 import { listTrafficPolicies } from "../store/traffic-policies.ts";
@@ -112,6 +112,8 @@ export class ClusterDO extends DurableObject<Env> {
     this.state = null;
     this.observations.reset();
   });
+  /** The turn's intent writes, in one call (a field: `deferRow` joins rows of the same function). */
+  private readonly writeIntents = (writes: IntentWrite[]) => this.store!.writeIntents(writes);
   /** Which sandbox observations go to their groups (repeats of an awaited ack do not). */
   private readonly observations = new ObservationRouter();
   /** Per-owner delivery chains, so one owner sees its observations in arrival order. */
@@ -671,7 +673,9 @@ export class ClusterDO extends DurableObject<Env> {
 
   private perform(effects: ClusterEffect[], fromAck = false, deferWrites = false): void {
     const store = this.store!;
-    const write = deferWrites ? (w: () => void) => this.turn.defer(w) : (w: () => void) => w();
+    // An enqueue's writes join the turn's batch (one statement for all its intents' rows); any
+    // other event's run now, one by one, as they come.
+    const write = deferWrites ? (w: IntentWrite) => this.turn.deferRow(this.writeIntents, w) : (w: IntentWrite) => store.writeIntents([w]);
     // Intents queued by this event, so sending them does not read them back from SQLite, each
     // with the JSON its desired row got (the frame that sends it carries the same text).
     const texts = new Map<Intent, string>();
@@ -683,22 +687,22 @@ export class ClusterDO extends DurableObject<Env> {
         case "save-desired": {
           const text = JSON.stringify(e.intent);
           texts.set(e.intent, text);
-          write(() => store.saveDesired(e.intent, text));
+          write({ op: "save", intent: e.intent, text });
           break;
         }
         case "drop-desired":
-          write(() => store.dropDesired(e.sandboxId));
+          write({ op: "drop", sandboxId: e.sandboxId });
           this.pruneProfiles();
           this.collectSoon();
           break;
         case "queue":
-          write(() => store.queue(e.seq, e.sandboxId, e.generation));
+          write({ op: "queue", seq: e.seq, sandboxId: e.sandboxId, generation: e.generation });
           if (e.intent) fresh.set(e.seq, { intent: e.intent, text: texts.get(e.intent) });
           break;
         case "unqueue":
           for (const seq of e.seqs) this.traces.delete(seq);
           if (fromAck) this.deferUnqueue(e.seqs);
-          else write(() => store.unqueue(e.seqs));
+          else write({ op: "unqueue", seqs: e.seqs });
           break;
         case "send":
           this.sendIntents(e.seqs, fresh);

@@ -6,6 +6,7 @@
 import type { Endpoint, Intent, SandboxId } from "../../schema/protocol/index.ts";
 import type { Member, MemberSource, PoolState, QueueSize, StoredInventory } from "./machine.ts";
 import type { AutoscalerState } from "./autoscaler.ts";
+import { inChunks, marks, MAX_BOUND, rowMarks, runs } from "../sql-rows.ts";
 
 type Sql = Pick<SqlStorage, "exec">;
 type Config = PoolState["config"];
@@ -57,6 +58,9 @@ function memberOf(r: MemberRow): Member {
   };
 }
 
+/** A write of member rows, as the machine's effects ask for it (`writeMembers`). */
+export type MemberWrite = { op: "insert"; members: Member[] } | { op: "delete"; ids: readonly string[] } | { op: "update"; member: Member };
+
 export interface PoolStore extends MemberSource {
   loadConfig(): Config;
   saveConfig(config: Config): void;
@@ -69,6 +73,14 @@ export interface PoolStore extends MemberSource {
   loadInventory(): StoredInventory;
   /** Every queue's size (machine.ts `queueSizes`), written with the member rows that changed them. */
   saveQueueSizes(sizes: QueueSize[]): void;
+  /**
+   * Runs `writes` with the stored result of running them one by one in order, in few statements:
+   * inserts (and deletes) in a row are one statement per `MAX_BOUND` parameters, and when no
+   * member is named twice the writes are grouped by kind first (writes of different rows of one
+   * table, no triggers: their order does not change what is stored). A turn of claims (the claimed
+   * member's delete, its replacement's insert) was two statements per claim.
+   */
+  writeMembers(writes: readonly MemberWrite[]): void;
   insertMembers(members: Member[]): void;
   updateMember(member: Member): void;
   deleteMembers(ids: readonly string[]): void;
@@ -96,6 +108,36 @@ export function openPoolStore(sql: Sql): PoolStore {
     const row = sql.exec<{ value: string }>("SELECT value FROM meta WHERE key = ?", key).toArray()[0];
     return row ? row.value : null;
   };
+  // Each multi-row statement: SQLite takes its VALUES row by row, so a member inserted twice ends
+  // as its later row, as two statements would leave it.
+  const insertMembers = (members: readonly Member[]) =>
+    inChunks(members, Math.floor(MAX_BOUND / 7), (chunk) =>
+      sql.exec(
+        `INSERT INTO members (id, state, revision, generation, created_at, endpoint, ord) VALUES ${rowMarks(chunk.length, 7)}
+         ON CONFLICT (id) DO UPDATE SET state = excluded.state, revision = excluded.revision, generation = excluded.generation,
+           created_at = excluded.created_at, endpoint = excluded.endpoint, ord = excluded.ord`,
+        ...chunk.flatMap((m) => [m.id, m.state, m.revision, m.generation, m.createdAt, m.endpoint ? JSON.stringify(m.endpoint) : null, m.slot]),
+      ),
+    );
+  const updateMember = (m: Member) =>
+    sql.exec(
+      "UPDATE members SET state = ?, endpoint = ?, ord = ?, ready_once = ? WHERE id = ?",
+      m.state, m.endpoint ? JSON.stringify(m.endpoint) : null, m.slot, m.readyOnce ? 1 : 0, m.id,
+    );
+  const deleteMembers = (ids: readonly string[]) =>
+    inChunks(ids, MAX_BOUND, (chunk) => sql.exec(`DELETE FROM members WHERE id IN (${marks(chunk.length)})`, ...chunk));
+  const writeMembers = (writes: readonly MemberWrite[]) => {
+    const named = writes.flatMap((w) => (w.op === "insert" ? w.members.map((m) => m.id) : w.op === "delete" ? w.ids : [w.member.id]));
+    const order = { delete: 0, insert: 1, update: 2 };
+    const sorted = new Set(named).size === named.length ? [...writes].sort((a, b) => order[a.op] - order[b.op]) : writes;
+    for (const run of runs(sorted)) {
+      if (run[0]!.op === "insert") insertMembers(run.flatMap((w) => (w.op === "insert" ? w.members : [])));
+      else if (run[0]!.op === "delete") deleteMembers(run.flatMap((w) => (w.op === "delete" ? w.ids : [])));
+      else for (const w of run) if (w.op === "update") updateMember(w.member);
+    }
+  };
+  /** The queues this object loaded or wrote (`queueKey`: saveQueueSizes). */
+  const queues = new Set<string>();
   const setMeta = (key: string, value: string) =>
     sql.exec("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value", key, value);
   return {
@@ -120,6 +162,7 @@ export function openPoolStore(sql: Sql): PoolStore {
     },
     loadInventory: () => {
       const counts = sql.exec<{ state: string; revision: string; n: number }>("SELECT state, revision, n FROM member_counts WHERE n > 0").toArray();
+      for (const c of counts) queues.add(queueKey(c));
       let nextSlot = 0;
       for (const c of counts) {
         // One index seek per queue (a global MAX(ord) would scan the table).
@@ -131,8 +174,19 @@ export function openPoolStore(sql: Sql): PoolStore {
       return { creating, available, nextSlot };
     },
     saveQueueSizes: (sizes) => {
-      sql.exec("DELETE FROM member_counts");
-      for (const q of sizes) sql.exec("INSERT INTO member_counts (state, revision, n) VALUES (?, ?, ?)", q.state, q.revision, q.n);
+      // One upsert, not a delete and an insert per queue: a queue gone since is written as 0 (a
+      // load reads n > 0 only). The queues that can be gone are those this object loaded or wrote
+      // (every one, each time: what is stored never depends on which of these writes committed).
+      const rows = new Map<string, QueueSize>();
+      for (const key of queues) rows.set(key, { ...(JSON.parse(key) as QueueSize), n: 0 });
+      for (const q of sizes) rows.set(queueKey(q), q);
+      for (const key of rows.keys()) queues.add(key);
+      inChunks([...rows.values()], Math.floor(MAX_BOUND / 3), (chunk) =>
+        sql.exec(
+          `INSERT INTO member_counts (state, revision, n) VALUES ${rowMarks(chunk.length, 3)} ON CONFLICT (state, revision) DO UPDATE SET n = excluded.n`,
+          ...chunk.flatMap((q) => [q.state, q.revision, q.n]),
+        ),
+      );
     },
     availablePage: (revision, after, before, limit) =>
       sql
@@ -141,24 +195,10 @@ export function openPoolStore(sql: Sql): PoolStore {
         .map(memberOf),
     members: (ids) =>
       ids.length ? sql.exec<MemberRow>(`SELECT ${MEMBER_COLUMNS} FROM members WHERE id IN (${ids.map(() => "?").join(", ")})`, ...ids).toArray().map(memberOf) : [],
-    insertMembers: (members) => {
-      for (const m of members) {
-        sql.exec(
-          `INSERT INTO members (id, state, revision, generation, created_at, endpoint, ord) VALUES (?, ?, ?, ?, ?, ?, ?)
-           ON CONFLICT (id) DO UPDATE SET state = excluded.state, revision = excluded.revision, generation = excluded.generation,
-             created_at = excluded.created_at, endpoint = excluded.endpoint, ord = excluded.ord`,
-          m.id, m.state, m.revision, m.generation, m.createdAt, m.endpoint ? JSON.stringify(m.endpoint) : null, m.slot,
-        );
-      }
-    },
-    updateMember: (m) =>
-      sql.exec(
-        "UPDATE members SET state = ?, endpoint = ?, ord = ?, ready_once = ? WHERE id = ?",
-        m.state, m.endpoint ? JSON.stringify(m.endpoint) : null, m.slot, m.readyOnce ? 1 : 0, m.id,
-      ),
-    deleteMembers: (ids) => {
-      for (const id of ids) sql.exec("DELETE FROM members WHERE id = ?", id);
-    },
+    writeMembers,
+    insertMembers,
+    updateMember,
+    deleteMembers,
     loadOutgoing: () =>
       sql
         .exec<{ cluster: string; intent: string }>("SELECT cluster, intent FROM pending_intents")
@@ -174,3 +214,6 @@ export function openPoolStore(sql: Sql): PoolStore {
     },
   };
 }
+
+/** A queue's state and revision as one key, the queue itself again when parsed. */
+const queueKey = (q: { state: string; revision: string }) => JSON.stringify({ state: q.state, revision: q.revision });

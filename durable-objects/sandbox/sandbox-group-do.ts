@@ -656,9 +656,10 @@ export class SandboxGroupDO extends DurableObject<Env> {
     // The machine replaces the spec object when it changes it (never mutates it in place).
     const spec = !this.writtenSpecs.has(row.state.spec);
     this.writtenSpecs.add(row.state.spec);
-    if (this.stored.has(id)) this.turn.defer(() => store.update(id, row, due, spec));
+    // One statement each (the common turn of a group is one of them: no transaction needed).
+    if (this.stored.has(id)) this.turn.defer(() => store.update(id, row, due, spec), true);
     else {
-      this.turn.defer(() => store.insert(id, row, due));
+      this.turn.defer(() => store.insert(id, row, due), true);
       this.stored.add(id);
     }
     slot.dirty = false;
@@ -684,7 +685,7 @@ export class SandboxGroupDO extends DurableObject<Env> {
     slot.undelivered = null;
     slot.dirty = false;
     const store = this.store;
-    this.turn.defer(() => store.remove(id));
+    this.turn.defer(() => store.remove(id), true);
     this.stored.delete(id);
     return true;
   }

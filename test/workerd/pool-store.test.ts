@@ -9,7 +9,7 @@ import { describe, expect, it } from "vitest";
 import type { Member } from "../../durable-objects/pool/machine.ts";
 import type { PoolDO } from "../../durable-objects/pool/pool-do.ts";
 import type { Claimed } from "../../durable-objects/pool/rpc.ts";
-import { openPoolStore } from "../../durable-objects/pool/store.ts";
+import { openPoolStore, type MemberWrite } from "../../durable-objects/pool/store.ts";
 import { TemplateSpec } from "../../schema/api/template.ts";
 import type { SandboxId } from "../../schema/protocol/index.ts";
 import { unique } from "./helpers.ts";
@@ -146,4 +146,39 @@ describe("pool store", () => {
     expect(ids.slice(0, 149)).toEqual(stored);
     expect(await stub.status()).toMatchObject({ available: 0, claimed: 150 });
   });
+
+  it("writes a turn's member writes in a few statements, storing what the same writes one by one store", async () => {
+    const rows = (sql: SqlStorage) => ({
+      members: sql.exec("SELECT * FROM members ORDER BY id").toArray(),
+      counts: sql.exec("SELECT * FROM member_counts WHERE n > 0 ORDER BY state, revision").toArray(),
+    });
+    const stored = async (write: (store: ReturnType<typeof openPoolStore>) => void) =>
+      runInDurableObject(env.POOL.get(env.POOL.idFromName(unique("writes"))), (_i: PoolDO, state) => {
+        const store = openPoolStore(state.storage.sql);
+        store.loadInventory();
+        store.insertMembers(Array.from({ length: 30 }, (_, i) => member(`a${String(i).padStart(2, "0")}`, i)));
+        store.saveQueueSizes([{ state: "available", revision: "r1", n: 30 }, { state: "creating", revision: "r0", n: 4 }]);
+        write(store);
+        return rows(state.storage.sql);
+      });
+    // A turn of claims: each deletes its member and inserts a replacement (more than one
+    // statement's parameters allow), and one member of an earlier claim is updated.
+    const turn: MemberWrite[] = [];
+    for (let i = 0; i < 20; i++) turn.push({ op: "delete", ids: [`a${String(i).padStart(2, "0")}`] }, { op: "insert", members: [member(`c${String(i).padStart(2, "0")}`, 100 + i, "creating")] });
+    turn.push({ op: "update", member: { ...member("a25", 200), readyOnce: true } });
+    // The same with a member named twice (inserted, then deleted and inserted again): in order.
+    const repeated: MemberWrite[] = [...turn, { op: "delete", ids: ["c03"] }, { op: "insert", members: [member("c03", 300)] }, { op: "delete", ids: ["c04"] }];
+    const sizes = [{ state: "available" as const, revision: "r1", n: 10 }, { state: "creating" as const, revision: "r1", n: 20 }];
+    for (const writes of [turn, repeated]) {
+      const batched = await stored((store) => (store.writeMembers(writes), store.saveQueueSizes(sizes)));
+      const oneByOne = await stored((store) => (writes.forEach((w) => store.writeMembers([w])), store.saveQueueSizes(sizes)));
+      expect(batched).toEqual(oneByOne);
+      // The queue of revision r0 is gone from the sizes: a load no longer counts it.
+      expect(batched.counts).toEqual([{ state: "available", revision: "r1", n: 10 }, { state: "creating", revision: "r1", n: 20 }]);
+    }
+    const last = await stored((store) => store.writeMembers(repeated));
+    expect(last.members.map((m) => m.id)).toEqual([...Array.from({ length: 10 }, (_, i) => `a${20 + i}`), ...Array.from({ length: 20 }, (_, i) => `c${String(i).padStart(2, "0")}`).filter((id) => id !== "c04")]);
+    expect(last.members.find((m) => m.id === "c03")).toMatchObject({ state: "available", ord: 300 });
+  });
 });
+

@@ -5,6 +5,7 @@ import { env } from "cloudflare:workers";
 import { runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import type { ClusterDO } from "../../durable-objects/cluster/cluster-do.ts";
+import type { IntentWrite } from "../../durable-objects/cluster/store.ts";
 import { IntentSchema, type Intent } from "../../schema/protocol/index.ts";
 import { unique } from "./helpers.ts";
 
@@ -18,12 +19,12 @@ describe("writes held to the end of the turn", () => {
     const poison = `sbxpoison${Date.now()}`;
     const victim = `sbxvictim${Date.now()}`;
     await runInDurableObject(cluster, (instance: ClusterDO) => {
-      const o = instance as unknown as { load(): unknown; store: { saveDesired(i: Intent): void } };
+      const o = instance as unknown as { load(): unknown; store: { writeIntents(ws: IntentWrite[]): void } };
       o.load();
-      const real = o.store.saveDesired.bind(o.store);
-      o.store.saveDesired = (i) => {
-        if (i.sandboxId === poison) throw new Error("scripted: the row is too big");
-        real(i);
+      const real = o.store.writeIntents.bind(o.store);
+      o.store.writeIntents = (ws) => {
+        if (ws.some((w) => w.op === "save" && w.intent.sandboxId === poison)) throw new Error("scripted: the row is too big");
+        real(ws);
       };
     });
     // Both in one turn: one batch, one commit.
