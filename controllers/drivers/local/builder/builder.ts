@@ -15,6 +15,7 @@ import { MIN_DISK_MB } from "../disk.ts";
 import { seccompProgram } from "../seccomp.ts";
 import { BuildJournal, removeDeadStaging } from "./journal.ts";
 import { claimStep } from "./step-claim.ts";
+import { removeTree } from "../remove-tree.ts";
 import type { StepNet } from "./step-net.ts";
 import type { IdRange, UidRanges } from "../uid-range.ts";
 
@@ -116,7 +117,8 @@ export class TemplateBuilder {
    */
   resume(): number {
     if (!this.#journal) return 0;
-    removeDeadStaging(join(this.#o.store.root, "layers"));
+    // Mounts and claims before the builds below start; the dead trees go meanwhile.
+    void removeDeadStaging(join(this.#o.store.root, "layers"));
     const entries = this.#journal.list((file, why) => this.#o.log?.(`build journal entry ${file} dropped: ${why}`));
     for (const { frame, seq } of entries) {
       this.#o.log?.("resuming a build after an agent restart", { buildId: frame.buildId });
@@ -319,7 +321,9 @@ export class TemplateBuilder {
     } finally {
       if (cg) await killAndRemove(cg).catch((err: Error) => this.#o.log?.(`build ${frame.buildId}: ${err.message}`));
       if (userns) uids!.release(userns, leaseFile);
-      rmSync(staging, { recursive: true, force: true });
+      // What the step left (a failed step's, or a partial copy of its layer) is the tenant's tree.
+      // One that cannot go whole stays for the next start's sweep (journal.ts removeDeadStaging).
+      await removeTree([staging]).catch((err: Error) => this.#o.log?.(`build ${frame.buildId}: staging ${staging}: ${err.message}`));
     }
   }
 

@@ -47,7 +47,7 @@ export async function runDirectBuild(b: DirectBuild, onLog: (entry: BuildLog) =>
   const note = (level: BuildLog["level"], message: string) => onLog({ seq: -1, at: Date.now(), level, message });
   const dead = await removeDeadDirectBuildCgroups().catch((err: Error) => (note("warn", `stale build cgroups: ${err.message}`), []));
   for (const dir of dead) note("info", `removed the cgroup ${dir} of a build killed before it could`);
-  removeDeadStaging(join(store.root, "layers"));
+  await removeDeadStaging(join(store.root, "layers"));
   const net = SandboxNet.open();
   const relay = new PortRelay();
   if (typeof net === "string") onLog({ seq: -1, at: Date.now(), level: "warn", message: `build steps have no network: ${net}` });

@@ -11,6 +11,7 @@ import { chownSync, closeSync, constants, lstatSync, mkdirSync, openSync, rmdirS
 import { basename, join, relative } from "node:path";
 import { promisify } from "node:util";
 import { newDiskCommand } from "../disk.ts";
+import { removeTree } from "../remove-tree.ts";
 import { directLauncher, openUserns, reverseIdmap, unmountUnderSync, type OpenUserns } from "../userns.ts";
 import type { IdRange } from "../uid-range.ts";
 import type { BuildConfig } from "./plan.ts";
@@ -201,13 +202,14 @@ export async function runStep(r: StepRun): Promise<{ code: number | null; diskFu
     if (r.userns) unmountUnderSync(r.staging);
     if (diskMounted) spawnSync("umount", ["-l", disk]);
     rmSync(image, { force: true });
-    rmSync(disk, { recursive: true, force: true });
-    if (upper !== layer) rmSync(upper, { recursive: true, force: true });
-    for (const d of ["lower", "upper-0", "userns.log"]) rmSync(join(r.staging, d), { recursive: true, force: true });
-    rmSync(work, { recursive: true, force: true });
-    // An empty mount point (STEP_ROOTS' is never under the store: never a recursive removal there).
+    rmSync(join(r.staging, "userns.log"), { force: true });
+    // The upper directory is the step's tree (on the host's file system when the step had no
+    // disk); the rest are mount points and the overlay's work directory. An empty mount point at
+    // STEP_ROOTS (never under the store: never a recursive removal there).
     if (r.userns) removeMountPoint(merged);
-    else rmSync(merged, { recursive: true, force: true });
+    const trees = [disk, ...(upper !== layer ? [upper] : []), join(r.staging, "lower"), join(r.staging, "upper-0"), work, ...(r.userns ? [] : [merged])];
+    // What cannot go now (a mount still busy) goes with the staging directory, or at the next start.
+    await removeTree(trees).catch((err: Error) => console.warn(`build step cleanup: ${err.message.slice(0, 2000)}`));
     rmSync(join(r.staging, "bwrap-args"), { force: true });
     rmSync(join(r.staging, "seccomp.bpf"), { force: true });
     rmSync(join(r.staging, "resolv.conf"), { force: true });

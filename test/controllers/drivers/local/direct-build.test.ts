@@ -28,9 +28,9 @@ beforeAll(async () => {
   mirror.addDeb({ name: `direct-${tag}`, version: "1.0", script: "echo direct" });
 });
 
-afterAll(() => {
+afterAll(async () => {
   mirror?.stop();
-  removeBuiltLayers(store, outputs, since);
+  await removeBuiltLayers(store, outputs, since);
 });
 
 const run = (command: string, user = "") => TemplateStep.parse({ type: "RUN", args: [command, user] });
