@@ -32,6 +32,8 @@ export interface DirectBuild {
   /** The build's disk bound (BuilderOptions.buildDiskMB); by default BUILD_DISK_MB where the host
    * can loop-mount ext4 images, else none. */
   diskMB?: number;
+  /** The build's file bound (BuilderOptions.buildFiles); by default BUILD_FILES. */
+  files?: number;
 }
 
 export type BuildOutcome = BuildResult & { layers: string[] };
@@ -67,6 +69,7 @@ export async function runDirectBuild(b: DirectBuild, onLog: (entry: BuildLog) =>
     },
     network: typeof net === "string" ? undefined : (dir) => openStepNet(net, relay, dir),
     buildDiskMB: b.diskMB ?? (probeDisk().level === "quota" ? BUILD_DISK_MB : undefined),
+    ...(b.files !== undefined ? { buildFiles: b.files } : {}),
     // As the driver decides for its sandboxes (and an agent for its builds): a user namespace per
     // step unless the host cannot make one or KRUISE_LOCAL_USERNS=off.
     uids: usernsUnavailable() ?? new UidRanges(),

@@ -81,11 +81,11 @@ export class RootfsStore {
 
   /** Publishes a staged layer (with `rootfs/` inside) under its id, measured. If another builder
    * won the race, theirs stays and ours is removed: both were built from the same input. */
-  async commitLayer(staging: string, layer: Pick<LayerInfo, "id" | "kind" | "source">, startedMs: number, manifest: string): Promise<LayerInfo> {
+  async commitLayer(staging: string, layer: Pick<LayerInfo, "id" | "kind" | "source">, startedMs: number, manifest: string, measured?: { bytes: number; files: number }): Promise<LayerInfo> {
     const info: LayerInfo = {
       ...layer,
       seconds: Math.round((Date.now() - startedMs) / 100) / 10,
-      ...(await treeSize(join(staging, "rootfs"))),
+      ...(measured ?? (await treeSize(join(staging, "rootfs")))),
       createdAt: new Date().toISOString(),
     };
     writeFileSync(join(staging, "manifest.txt"), manifest);
