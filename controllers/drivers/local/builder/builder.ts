@@ -140,7 +140,7 @@ export class TemplateBuilder {
   resume(): number {
     if (!this.#journal) return 0;
     // Mounts and claims before the builds below start; the dead trees go meanwhile.
-    void removeDeadStaging(join(this.#o.store.root, "layers"));
+    void removeDeadStaging(join(this.#o.store.root, "layers")).catch((err: Error) => this.#o.log?.(`dead build staging: ${err.message}`));
     const entries = this.#journal.list((file, why) => this.#o.log?.(`build journal entry ${file} dropped: ${why}`));
     for (const { frame, seq } of entries) {
       this.#o.log?.("resuming a build after an agent restart", { buildId: frame.buildId });
@@ -300,13 +300,15 @@ export class TemplateBuilder {
     // before its staging directory exists, so a refusal leaves nothing to remove.
     if (budget.files < MIN_STEP_FILES) throw new StepFailed(`${what}: the build's layers already hold its bound of ${maxFiles} files`, p.label);
     const fs = hostFs(join(store.root, "layers"));
-    const files = stepFiles(budget.files, fs && fs.files > 0 ? fs.ffree : undefined);
+    let files = stepFiles(budget.files, fs && fs.files > 0 ? fs.ffree : undefined);
     if (files < MIN_STEP_FILES) throw new StepFailed(`${what}: the host has too few free inodes for a build step (it keeps ${HOST_RESERVE_FILES} free)`, p.label);
     let diskMB: number | undefined;
     if (budget.mb !== undefined) {
       if (budget.mb < MIN_DISK_MB) throw new StepFailed(`${what}: the build's layers already hold its disk bound of ${this.#o.buildDiskMB} MiB`, p.label);
       diskMB = stepDiskMB(budget.mb, fs ? fs.bavail * fs.bsize : 0);
       if (diskMB < MIN_DISK_MB) throw new StepFailed(`${what}: the host has too little free disk space for a build step (it keeps ${HOST_RESERVE_MB} MiB free)`, p.label);
+      // No more than one per 16 KiB (ext4's usual ratio): the inode tables must fit the image.
+      files = Math.min(files, diskMB * 64);
     }
     const staging = store.stagingDir(id);
     const layout = this.#o.cgroups;
@@ -338,7 +340,7 @@ export class TemplateBuilder {
       if (code !== 0) {
         const disk =
           diskFull === "files"
-            ? `; it used up the files its disk may hold (${files}: what was left of the build's ${maxFiles} files for all its layers, or of the host's free inodes)`
+            ? `; it used up the files its disk may hold (${files}: what was left of the build's ${maxFiles} files for all its layers, or of the host's free inodes, within one per 16 KiB of the disk)`
             : diskFull
               ? `; it filled its disk (${diskMB} MiB: what was left of the build's ${this.#o.buildDiskMB} MiB for all its layers, or of the host's free space)`
               : "";

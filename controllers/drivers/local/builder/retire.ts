@@ -52,21 +52,18 @@ export class RetiredTemplates {
     // Every layer is taken out of the store in this synchronous block (removeLayer renames it
     // before it returns), then deleted; one whose tree could not go whole is logged and stays
     // waiting (its leftovers go with the next try), and never stops the others.
-    const removals = new Map<string, Promise<void>>();
-    for (const l of this.#waiting) if (!used.has(l) && !this.#removing.has(l)) removals.set(l, this.#store.removeLayer(l));
+    const doomed = [...this.#waiting].filter((l) => !used.has(l) && !this.#removing.has(l));
+    for (const l of doomed) this.#removing.add(l);
+    // Settled together: a removal that fails while another is awaited is never an unhandled rejection.
+    const settled = await Promise.allSettled(doomed.map((l) => this.#store.removeLayer(l)));
     const removed: string[] = [];
-    for (const [l, removal] of removals) {
-      this.#removing.add(l);
-      try {
-        await removal;
-        this.#waiting.delete(l);
-        removed.push(l);
-      } catch (err) {
-        this.#log(`retired layer ${l}: ${(err as Error).message}`);
-      } finally {
-        this.#removing.delete(l);
-      }
-    }
+    settled.forEach((s, i) => {
+      const l = doomed[i]!;
+      this.#removing.delete(l);
+      if (s.status === "rejected") return this.#log(`retired layer ${l}: ${(s.reason as Error).message}`);
+      this.#waiting.delete(l);
+      removed.push(l);
+    });
     clearTimeout(this.#timer);
     this.#timer = this.#waiting.size ? setTimeout(() => void this.sweep().catch(() => {}), 60_000).unref() : undefined;
     return removed;
