@@ -236,7 +236,7 @@ export class LocalDriver implements Driver {
       unmountDiskSync(join(this.#dataDir, "trash", name, "root"));
       unmountUnderSync(join(this.#dataDir, "trash", name, "layers"));
       unmountDiskSync(join(this.#dataDir, "trash", name, "disk"));
-      void removeTree([join(this.#dataDir, "trash", name)], this.#spawner).catch((err: Error) => console.warn(`trash ${name}: ${err.message}`));
+      this.#emptyTrash(join(this.#dataDir, "trash", name));
     }
   }
 
@@ -250,7 +250,7 @@ export class LocalDriver implements Driver {
    * themselves are left alone. Done when the spare disks are (the data directory may go next). */
   async dispose(): Promise<void> {
     if (this.#cgroups) removeParents(this.#cgroups);
-    await Promise.all([this.#spares?.dispose(), this.#snapshots.dispose()]);
+    await Promise.all([this.#spares?.dispose(), this.#snapshots.dispose(), ...this.#trashRemovals]);
     void this.#spawner.dispose();
     this.closeHelpers();
   }
@@ -960,6 +960,9 @@ export class LocalDriver implements Driver {
     return rec;
   }
 
+  /** Trash deletions under way (#emptyTrash). */
+  readonly #trashRemovals = new Set<Promise<void>>();
+
   /** Removing a sandbox's files took ~10 ms of the event loop per destroy (hundreds of unlinks);
    * one rename takes them out of sight at once, and the deletion runs in a process of its own
    * (without a disk, the sandbox's writable layer is there: a tree the tenant shaped,
@@ -973,7 +976,16 @@ export class LocalDriver implements Driver {
       // Still where a new sandbox of the same id would be made: gone before destroy returns.
       return removeTree([dir], this.#spawner);
     }
-    void removeTree([trash], this.#spawner).catch((err: Error) => console.warn(`sandbox files ${basename(dir)}: ${err.message}`));
+    this.#emptyTrash(trash);
+  }
+
+  /** Deletes what is in the trash in the background; `dispose` waits for it (it runs through the
+   * spawner, which goes with the driver). */
+  #emptyTrash(path: string): void {
+    const removal = removeTree([path], this.#spawner)
+      .catch((err: Error) => console.warn(`trash ${basename(path)}: ${err.message}`))
+      .finally(() => this.#trashRemovals.delete(removal));
+    this.#trashRemovals.add(removal);
   }
 
   async deleteSnapshot(snapshot: Pick<SnapshotRef, "id">): Promise<void> {

@@ -67,6 +67,8 @@ export class LocalSnapshots {
   readonly #dir: string;
   readonly #spawner: Spawner;
   readonly #copies: SnapshotCopies;
+  /** What an interrupted copy left, being deleted. */
+  readonly #leftovers: Promise<void>[] = [];
 
   constructor(dataDir: string, spawner: Spawner) {
     this.#dir = join(dataDir, "snapshots");
@@ -75,7 +77,7 @@ export class LocalSnapshots {
     mkdirSync(this.#dir, { recursive: true });
     // What an interrupted copy left; older tar snapshots are not this driver's format any more.
     for (const name of readdirSync(this.#dir)) {
-      if (name.endsWith(".partial") || name.endsWith(".tar")) void removeTree([join(this.#dir, name)], spawner).catch((err: Error) => console.warn(`snapshot leftovers ${name}: ${err.message}`));
+      if (name.endsWith(".partial") || name.endsWith(".tar")) this.#leftovers.push(removeTree([join(this.#dir, name)], spawner).catch((err: Error) => console.warn(`snapshot leftovers ${name}: ${err.message}`)));
     }
   }
 
@@ -145,8 +147,10 @@ export class LocalSnapshots {
     return this.#copies.take(meta.id, dir);
   }
 
-  /** Releases the copies made ahead (the driver stops). */
-  dispose(): Promise<void> {
+  /** Releases the copies made ahead (the driver stops), once the leftovers' deletion (through the
+   * spawner, which goes with the driver) is done. */
+  async dispose(): Promise<void> {
+    await Promise.all(this.#leftovers);
     return this.#copies.dispose();
   }
 
