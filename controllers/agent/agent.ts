@@ -216,7 +216,7 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
         })
       : undefined;
   // A running build's layers are in no record until it publishes its own: held by the builder.
-  retired = builder && driver instanceof LocalDriver ? new RetiredTemplates(new RootfsStore(), () => driver.layersInUse(), () => builder.layersHeld()) : undefined;
+  retired = builder && driver instanceof LocalDriver ? new RetiredTemplates(new RootfsStore(), () => driver.layersInUse(), () => builder.layersHeld(), (msg) => agentLog.warn(msg)) : undefined;
 
   link = new Link({
     edgeUrl: opts.edgeUrl,

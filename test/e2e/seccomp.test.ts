@@ -57,7 +57,7 @@ beforeAll(async () => {
 });
 afterAll(async () => {
   await sbx?.kill().catch(() => false);
-  removeBuiltLayers(store, outputs, startedAt);
+  await removeBuiltLayers(store, outputs, startedAt);
 });
 
 describe("seccomp filter", () => {

@@ -39,7 +39,7 @@ beforeAll(async () => {
 afterAll(async () => {
   mirror?.stop();
   hostServer?.close();
-  removeBuiltLayers(store, outputs, startedAt);
+  await removeBuiltLayers(store, outputs, startedAt);
 });
 
 /** Python run in a step: tries the host at the step's default gateway (the bridge), prints which. */

@@ -30,7 +30,7 @@ beforeAll(async () => {
 afterAll(async () => {
   await sys?.stop();
   if (dataDir) rmSync(dataDir, { recursive: true, force: true });
-  removeBuiltLayers(store, outputs, startedAt);
+  await removeBuiltLayers(store, outputs, startedAt);
 });
 
 it("a build cut by an agent kill -9 is resumed by the next agent and ends ready", { timeout: 180_000 }, async () => {

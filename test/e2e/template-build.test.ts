@@ -25,7 +25,7 @@ const startedAt = Date.now();
 afterAll(async () => {
   rmSync(context, { recursive: true, force: true });
   // This run's layers (its team's keys are new each run) and templates leave the shared cache.
-  removeBuiltLayers(store, outputs, startedAt);
+  await removeBuiltLayers(store, outputs, startedAt);
 });
 
 function opts(logs: LogEntry[]) {

@@ -40,10 +40,11 @@ export const MIN_DISK_MB = 8;
 
 /** Formats the sparse file `$1.new` the caller made, renames it to the image and mounts that at
  * `$2` (which exists): renamed only once formatted, so an image that exists is always formatted.
- * The shell gets paths the driver made, never tenant bytes. The file and the mount point are made
+ * The arguments after those two are mkfs's (`-N <inodes>`). The shell gets paths and numbers the
+ * driver made, never tenant bytes. The file and the mount point are made
  * by the caller's own syscalls and the mount is exec'd: a `truncate` and a `mkdir` process and
  * the shell's fork fewer per disk (each exec costs ~1 ms of CPU). */
-const CREATE = `set -e; ${MKFS.join(" ")} "$1.new"; mv "$1.new" "$1"; exec mount ${MOUNT_ARGS.join(" ")} "$1" "$2"`;
+const CREATE = `set -e; img=$1; at=$2; shift 2; ${MKFS.join(" ")} "$@" "$img.new"; mv "$img.new" "$img"; exec mount ${MOUNT_ARGS.join(" ")} "$img" "$at"`;
 
 /** The sparse file CREATE formats (`<image>.new`, replaced if a failed create left one). */
 function sparseFile(image: string, sizeMB: number): void {
@@ -57,10 +58,11 @@ function sparseFile(image: string, sizeMB: number): void {
 
 /** Makes the sparse file of a new image of `sizeMB` and answers the command that formats it and
  * mounts it at `at` (which exists): CREATE, for the caller's way of running a helper (the
- * spawner's for a sandbox's disk, the builder's own for a build step's). */
-export function newDiskCommand(image: string, at: string, sizeMB: number): string[] {
+ * spawner's for a sandbox's disk, the builder's own for a build step's). `inodes`: at least that
+ * many files fit (ext4 rounds up to fill its inode tables), by default one per 16 KiB. */
+export function newDiskCommand(image: string, at: string, sizeMB: number, inodes?: number): string[] {
   sparseFile(image, sizeMB);
-  return ["/bin/sh", "-c", CREATE, "sh", image, at];
+  return ["/bin/sh", "-c", CREATE, "sh", image, at, ...(inodes !== undefined ? ["-N", String(Math.floor(inodes))] : [])];
 }
 
 /** Whether `at` is a mount point (its device differs from its parent's). */

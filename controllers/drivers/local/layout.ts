@@ -87,7 +87,12 @@ export function layoutFor(dataDir: string, id: string, onDisk = false, rooted = 
     rootfs: join(dataDir, "rootfs"),
     // What snapshots save: with a root of its own, everything the sandbox wrote.
     layer: rooted ? upper : join(files, "layer"),
-    log: join(dir, "holder.log"),
+    // The holder's stderr (and the user namespace helper's), kept by bwrap's pid 1 and its `sleep`
+    // for the sandbox's life, whose root may ptrace them and make them write: on the sandbox's own
+    // disk where it has one (counted in its size, ENOSPC past it; out of the sandbox's sight: only
+    // `upper`, `work` or `layer` and `etc` below the disk's root reach it), never the host's
+    // file system without a bound.
+    log: join(files, "holder.log"),
   };
 }
 

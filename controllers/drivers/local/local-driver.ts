@@ -2,8 +2,7 @@
 // the levels, the on-disk layout and what survives an agent restart.
 import { randomBytes } from "node:crypto";
 import { connect as tcpConnect, type Socket } from "node:net";
-import { existsSync, mkdirSync, readdirSync, renameSync, rmSync, writeFileSync } from "node:fs";
-import { rm } from "node:fs/promises";
+import { existsSync, mkdirSync, readdirSync, renameSync, writeFileSync } from "node:fs";
 import { basename, join } from "node:path";
 import type { SandboxView, SpawnRequest } from "../../runtime/sandbox-view.ts";
 import {
@@ -30,6 +29,7 @@ import { SpareDisks } from "./spare-disks.ts";
 import { LocalSnapshots } from "./snapshots.ts";
 import { bwrapMountArgs, layoutFor, mountsFor, prepareLayout, USERS, type SandboxLayout } from "./layout.ts";
 import { caEnv, caInstallScript } from "./egress-l7.ts";
+import { removeTree } from "./remove-tree.ts";
 import { bwrapRootArgs, HOST_VIEW_IMAGE, mountRoot, rootFor, unmountRoot, unmountSandbox, writeIdentity } from "./root-overlay.ts";
 import { RootfsStore } from "./rootfs/store.ts";
 import { IDENTITY } from "./id-map.ts";
@@ -236,7 +236,7 @@ export class LocalDriver implements Driver {
       unmountDiskSync(join(this.#dataDir, "trash", name, "root"));
       unmountUnderSync(join(this.#dataDir, "trash", name, "layers"));
       unmountDiskSync(join(this.#dataDir, "trash", name, "disk"));
-      void rm(join(this.#dataDir, "trash", name), { recursive: true, force: true }).catch(() => {});
+      this.#emptyTrash(join(this.#dataDir, "trash", name));
     }
   }
 
@@ -250,7 +250,7 @@ export class LocalDriver implements Driver {
    * themselves are left alone. Done when the spare disks are (the data directory may go next). */
   async dispose(): Promise<void> {
     if (this.#cgroups) removeParents(this.#cgroups);
-    await Promise.all([this.#spares?.dispose(), this.#snapshots.dispose()]);
+    await Promise.all([this.#spares?.dispose(), this.#snapshots.dispose(), ...this.#trashRemovals]);
     void this.#spawner.dispose();
     this.closeHelpers();
   }
@@ -356,7 +356,7 @@ export class LocalDriver implements Driver {
       // The host view's identity files; a root's are written where it is first mounted
       // (writeIdentity), which a work directory copied from the snapshot's disk would hide.
       if (!root) prepareLayout(layout, d.id);
-      else if (snap) rmSync(layout.work, { recursive: true, force: true });
+      else if (snap) await removeTree([layout.work], this.#spawner);
       if (snap && !fromImage) await this.#snapshots.fillLayer(snap, layout.layer);
       // The snapshot's files carry its source's host ids: moved into this sandbox's range.
       if (snap) await shiftOwners(layout.layer, snap.userns ?? IDENTITY, rec.userns ?? IDENTITY);
@@ -960,18 +960,32 @@ export class LocalDriver implements Driver {
     return rec;
   }
 
+  /** Trash deletions under way (#emptyTrash). */
+  readonly #trashRemovals = new Set<Promise<void>>();
+
   /** Removing a sandbox's files took ~10 ms of the event loop per destroy (hundreds of unlinks);
-   * one rename takes them out of sight at once, and the deletion runs on libuv's threads. */
-  #removeDir(dir: string): void {
+   * one rename takes them out of sight at once, and the deletion runs in a process of its own
+   * (without a disk, the sandbox's writable layer is there: a tree the tenant shaped,
+   * remove-tree.ts). What cannot go stays in the trash for the next start. */
+  async #removeDir(dir: string): Promise<void> {
     const trash = join(this.#dataDir, "trash", `${basename(dir)}.${randomBytes(4).toString("hex")}`);
     try {
       renameSync(dir, trash);
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code === "ENOENT") return;
-      rmSync(dir, { recursive: true, force: true });
-      return;
+      // Still where a new sandbox of the same id would be made: gone before destroy returns.
+      return removeTree([dir], this.#spawner);
     }
-    void rm(trash, { recursive: true, force: true }).catch(() => {});
+    this.#emptyTrash(trash);
+  }
+
+  /** Deletes what is in the trash in the background; `dispose` waits for it (it runs through the
+   * spawner, which goes with the driver). */
+  #emptyTrash(path: string): void {
+    const removal = removeTree([path], this.#spawner)
+      .catch((err: Error) => console.warn(`trash ${basename(path)}: ${err.message}`))
+      .finally(() => this.#trashRemovals.delete(removal));
+    this.#trashRemovals.add(removal);
   }
 
   async deleteSnapshot(snapshot: Pick<SnapshotRef, "id">): Promise<void> {
@@ -999,7 +1013,7 @@ export class LocalDriver implements Driver {
       // While the record still names the address, so no other driver takes the lease over first.
       this.#net?.release(rec?.net?.address, layout.record);
       this.#uids?.release(rec?.userns, layout.record);
-      this.#removeDir(layout.dir);
+      await this.#removeDir(layout.dir);
       this.#records.delete(id);
       this.#holderChecked.delete(id);
       this.#unfilteredClaimed.delete(id);

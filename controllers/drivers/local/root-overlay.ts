@@ -9,7 +9,7 @@
 // inside the namespaces after bwrap pivoted would not be the root its processes already hold.
 // A host mount also outlives the agent as the disk's mount does, and lets the files API write
 // to the sandbox's files at a host path. A Stop pause and destroy unmount it (before the disk).
-import { chownSync, existsSync, lchownSync, lstatSync, mkdirSync, readdirSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import { chownSync, existsSync, lchownSync, lstatSync, mkdirSync, readdirSync, rmSync, symlinkSync, unlinkSync, writeFileSync } from "node:fs";
 import { dirname, join, relative } from "node:path";
 import { TerminalError } from "../driver.ts";
 import { isMounted, runHelper, unmountDisk } from "./disk.ts";
@@ -148,24 +148,32 @@ function mayHoldMounts(links: string): boolean {
  * change them after. The tree under `merged` is the tenant's (its template's build steps, or a
  * snapshot of a sandbox it ran) and this runs as the host's root in the host's namespaces: a link
  * there is never followed (`/etc/hostname` -> `/etc/shadow` would have this overwrite the host's
- * file). So `/etc` must be a directory of its own (anything else is replaced), and each file is
- * removed (a link or node itself; a whiteout over the layers) and created anew with O_EXCL, which
- * never follows a link. Nothing of the sandbox runs yet, so nothing can race it. */
+ * file). So `/etc` must be a directory of its own (a link, file or node there is unlinked), and
+ * each file is unlinked (a link or node itself; a whiteout over the layers) and created anew with
+ * O_EXCL, which never follows a link. A directory where one of the files belongs is refused, not
+ * deleted: its tree is the tenant's (any depth, any entry count, each removal a whiteout on the
+ * sandbox's disk), and this runs on the agent's event loop. Nothing of the sandbox runs yet, so
+ * nothing can race it. */
 export function writeIdentity(merged: string, hostname: string, ids: IdMapping = IDENTITY): void {
   const etc = join(merged, "etc");
-  if (!lstatSync(etc, { throwIfNoEntry: false })?.isDirectory()) {
-    rmSync(etc, { force: true, recursive: true });
-    mkdirSync(etc, { mode: 0o755 });
-    lchownSync(etc, idToHost(ids, 0), idToHost(ids, 0));
-  }
   const files: Record<string, string> = {
     hostname: `${hostname}\n`,
     hosts: `127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t${hostname}\n`,
     "resolv.conf": resolvConf(),
   };
+  const found = lstatSync(etc, { throwIfNoEntry: false });
+  if (found?.isDirectory()) {
+    for (const name of Object.keys(files)) {
+      if (lstatSync(join(etc, name), { throwIfNoEntry: false })?.isDirectory()) throw new TerminalError("InvalidImage", `/etc/${name} is a directory in this sandbox's root (its template or snapshot made it one): it must be a file`);
+    }
+  } else {
+    if (found) unlinkSync(etc);
+    mkdirSync(etc, { mode: 0o755 });
+    lchownSync(etc, idToHost(ids, 0), idToHost(ids, 0));
+  }
   for (const [name, text] of Object.entries(files)) {
     const path = join(etc, name);
-    rmSync(path, { force: true, recursive: true });
+    if (lstatSync(path, { throwIfNoEntry: false })) unlinkSync(path);
     writeFileSync(path, text, { flag: "wx", mode: 0o644 });
     // Written by the host's root: owned by the sandbox's root, as the template's /etc is.
     lchownSync(path, idToHost(ids, 0), idToHost(ids, 0));

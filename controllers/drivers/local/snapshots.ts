@@ -5,7 +5,8 @@
 //   layer/       otherwise (`KRUISE_LOCAL_DISK=off`), a copy of its layer directory;
 //   meta.json    written last: a directory without it is a snapshot being taken.
 // A snapshot is made in `<id>.partial/` and renamed into place, so a half-made one is never used
-// and a restarted agent deletes what an interrupted copy left.
+// and a restarted agent deletes what an interrupted copy left (a `layer/` is a tree the tenant
+// shaped: deleted by remove-tree.ts, at any depth, never through a link).
 //
 // Consistency: the caller freezes the sandbox's cgroup; for a mounted disk the copy also runs
 // under `fsfreeze`, which flushes the file system and its journal to the image and holds every
@@ -16,7 +17,6 @@
 // reflink where the host's file system has them (`--reflink=auto`; this host's ext4 has not, so
 // the cost is the bytes the sandbox wrote: `local.snapshot_ms_per_100mb_changed`).
 import { existsSync, mkdirSync, readFileSync, readdirSync, renameSync, writeFileSync } from "node:fs";
-import { rm } from "node:fs/promises";
 import { join } from "node:path";
 import { TerminalError } from "../driver.ts";
 import { isMounted, MOUNT_ARGS, runHelper } from "./disk.ts";
@@ -25,6 +25,7 @@ import type { Spawner } from "./spawner.ts";
 import type { RootRecord } from "./root-overlay.ts";
 import type { IdMapping } from "./id-map.ts";
 import { treeSize } from "./rootfs/tree-size.ts";
+import { removeTree } from "./remove-tree.ts";
 
 /** Snapshot ids name directories: the edge makes them, the driver still refuses anything else. */
 const SNAPSHOT_ID = /^[a-z0-9][a-z0-9_-]{0,63}$/;
@@ -66,6 +67,8 @@ export class LocalSnapshots {
   readonly #dir: string;
   readonly #spawner: Spawner;
   readonly #copies: SnapshotCopies;
+  /** What an interrupted copy left, being deleted. */
+  readonly #leftovers: Promise<void>[] = [];
 
   constructor(dataDir: string, spawner: Spawner) {
     this.#dir = join(dataDir, "snapshots");
@@ -74,7 +77,7 @@ export class LocalSnapshots {
     mkdirSync(this.#dir, { recursive: true });
     // What an interrupted copy left; older tar snapshots are not this driver's format any more.
     for (const name of readdirSync(this.#dir)) {
-      if (name.endsWith(".partial") || name.endsWith(".tar")) void rm(join(this.#dir, name), { recursive: true, force: true }).catch(() => {});
+      if (name.endsWith(".partial") || name.endsWith(".tar")) this.#leftovers.push(removeTree([join(this.#dir, name)], spawner).catch((err: Error) => console.warn(`snapshot leftovers ${name}: ${err.message}`)));
     }
   }
 
@@ -99,7 +102,7 @@ export class LocalSnapshots {
     if (done) return done;
     const final = this.path(id);
     const partial = `${final}.partial`;
-    await rm(partial, { recursive: true, force: true });
+    await removeTree([partial], this.#spawner);
     mkdirSync(partial, { recursive: true });
     try {
       if (source.kind === "disk") {
@@ -125,7 +128,7 @@ export class LocalSnapshots {
       renameSync(partial, final);
       return meta;
     } catch (err) {
-      await rm(partial, { recursive: true, force: true }).catch(() => {});
+      await removeTree([partial], this.#spawner).catch(() => {});
       throw err;
     }
   }
@@ -144,8 +147,10 @@ export class LocalSnapshots {
     return this.#copies.take(meta.id, dir);
   }
 
-  /** Releases the copies made ahead (the driver stops). */
-  dispose(): Promise<void> {
+  /** Releases the copies made ahead (the driver stops), once the leftovers' deletion (through the
+   * spawner, which goes with the driver) is done. */
+  async dispose(): Promise<void> {
+    await Promise.all(this.#leftovers);
     return this.#copies.dispose();
   }
 
@@ -172,7 +177,7 @@ export class LocalSnapshots {
         await runHelper(this.#spawner, ["umount", join(scratch, "m")]);
       }
     } finally {
-      if (!isMounted(join(scratch, "m"))) await rm(scratch, { recursive: true, force: true });
+      if (!isMounted(join(scratch, "m"))) await removeTree([scratch], this.#spawner);
     }
   }
 
@@ -187,7 +192,7 @@ export class LocalSnapshots {
       if ((err as NodeJS.ErrnoException).code === "ENOENT") return;
       throw err;
     }
-    await rm(trash, { recursive: true, force: true });
+    await removeTree([trash], this.#spawner);
   }
 
   /** Every complete snapshot on this agent. */

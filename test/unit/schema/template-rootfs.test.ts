@@ -32,14 +32,14 @@ describe("template rootfsId", () => {
     expect(TemplateSpec.safeParse({ rootfsId: "a".repeat(257) }).success).toBe(false);
   });
 
-  it("RootfsStore.rootfsId: the layer ids joined, only once the template and all its layers are there", () => {
+  it("RootfsStore.rootfsId: the layer ids joined, only once the template and all its layers are there", async () => {
     const store = new RootfsStore(join(dir, "store"));
     expect(store.rootfsId("base")).toBeUndefined();
     fakeLayer(store, "bottom-1");
     fakeLayer(store, "top-2");
     store.putTemplate("base", ["bottom-1", "top-2"]);
     expect(store.rootfsId("base")).toBe("bottom-1.top-2");
-    store.removeLayer("top-2");
+    await store.removeLayer("top-2");
     expect(store.rootfsId("base")).toBeUndefined();
   });
 });

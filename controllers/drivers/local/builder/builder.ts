@@ -10,11 +10,13 @@ import type { BuildEvents, BuildFrame, BuildLog, BuildResult } from "../../../..
 import type { RootfsStore } from "../rootfs/store.ts";
 import { cgroupSetFor, createCgroups, killAndRemove, procsFiles, removeParents, type CgroupLayout } from "../cgroups.ts";
 import { describeStep, layerIdOf, planSteps, rootfsForImage, type PlannedStep } from "./plan.ts";
-import { HOST_RESERVE_MB, runStep, stepDiskMB, type SandboxStep } from "./sandbox.ts";
+import { HOST_RESERVE_FILES, HOST_RESERVE_MB, runStep, stepDiskMB, stepFiles, type SandboxStep } from "./sandbox.ts";
+import { treeSize } from "../rootfs/tree-size.ts";
 import { MIN_DISK_MB } from "../disk.ts";
 import { seccompProgram } from "../seccomp.ts";
 import { BuildJournal, removeDeadStaging } from "./journal.ts";
 import { claimStep } from "./step-claim.ts";
+import { removeTree } from "../remove-tree.ts";
 import type { StepNet } from "./step-net.ts";
 import type { IdRange, UidRanges } from "../uid-range.ts";
 
@@ -40,6 +42,12 @@ export interface BuilderOptions {
    * filling the host's disk. None (the host cannot loop-mount ext4 images: disk.ts `probeDisk`):
    * unbounded. */
   buildDiskMB?: number;
+  /** The most files (inodes: files, directories, links, nodes, whiteouts) the layers one build
+   * makes may hold; by default BUILD_FILES. Bytes alone left empty files free: a build could make
+   * millions on the host's file system for a few MiB of its disk bound. Each step's disk is made
+   * with what is left (mkfs -N: ENOSPC inside past it), and a layer that holds more (ext4 rounds
+   * the count up; a step without a disk) fails the step before it is published. */
+  buildFiles?: number;
   /** Where each step's user namespace gets its uid range (LocalDriver.stepUids: the sandboxes'
    * allocator), or why steps run as the host's root (every build's log says so). None: as the
    * host's root, unsaid (tests of the builder's bookkeeping). */
@@ -50,12 +58,27 @@ export interface BuilderOptions {
 const STEP_PIDS = 4096;
 /** The build's disk bound when the agent's options name none (sandbox disks default to 1 GiB). */
 export const BUILD_DISK_MB = 16 * 1024;
+/** The build's file bound when the agent's options name none: `base` is ~38k files, the
+ * code-interpreter template's step ~42k. */
+export const BUILD_FILES = 512 * 1024;
+/** Fewest files a step is started with (an empty layer and a few writes). */
+const MIN_STEP_FILES = 1024;
 /** A build silent this long sends an empty frame: the edge fails a build it has not heard from in
  * BUILD_SILENCE_MS (30 min), which a quiet step (or the copy of a large layer) could otherwise pass
  * while it still runs here, freeing its slot and quota on the edge. */
 const HEARTBEAT_MS = 5 * 60_000;
 /** Longest one step may run unless the options say otherwise. */
 const STEP_TIMEOUT_MS = 30 * 60_000;
+
+/** The store's file system's counts; undefined where it cannot be read (no layers directory yet:
+ * a store nothing was built in, in a test of the builder's bookkeeping). */
+function hostFs(dir: string): { bavail: number; bsize: number; files: number; ffree: number } | undefined {
+  try {
+    return statfsSync(dir);
+  } catch {
+    return undefined;
+  }
+}
 
 function exitText(code: number | null, memoryMB: number): string {
   if (code === null) return "killed (timeout)";
@@ -116,7 +139,8 @@ export class TemplateBuilder {
    */
   resume(): number {
     if (!this.#journal) return 0;
-    removeDeadStaging(join(this.#o.store.root, "layers"));
+    // Mounts and claims before the builds below start; the dead trees go meanwhile.
+    void removeDeadStaging(join(this.#o.store.root, "layers")).catch((err: Error) => this.#o.log?.(`dead build staging: ${err.message}`));
     const entries = this.#journal.list((file, why) => this.#o.log?.(`build journal entry ${file} dropped: ${why}`));
     for (const { frame, seq } of entries) {
       this.#o.log?.("resuming a build after an agent restart", { buildId: frame.buildId });
@@ -225,7 +249,7 @@ export class TemplateBuilder {
     const plan = planSteps({ teamId: frame.teamId, buildId: frame.buildId, baseLayers, steps: frame.steps, force: frame.force, config: frame.config });
     const layers = [...baseLayers];
     // What this build's own layers may still take (cached ones were paid for by the build that made them).
-    const budget = { mb: this.#o.buildDiskMB };
+    const budget = { mb: this.#o.buildDiskMB, files: this.#o.buildFiles ?? BUILD_FILES };
     for (const p of plan.steps) {
       const line = describeStep(p, plan.steps.length);
       if (!p.layer) {
@@ -267,17 +291,24 @@ export class TemplateBuilder {
     return { status: "ready", user: plan.config.user, workdir: plan.config.workdir, env: plan.config.env };
   }
 
-  async #buildLayer(frame: BuildFrame, p: PlannedStep, id: string, lowers: string[], ev: Events, budget: { mb: number | undefined }): Promise<void> {
+  async #buildLayer(frame: BuildFrame, p: PlannedStep, id: string, lowers: string[], ev: Events, budget: { mb: number | undefined; files: number }): Promise<void> {
     const store = this.#o.store;
     const started = Date.now();
-    // The step's disk: what is left of the build's bound, within what the host can spare. Sized
+    const what = `step ${p.label} (${p.step.type})`;
+    const maxFiles = this.#o.buildFiles ?? BUILD_FILES;
+    // The step's disk: what is left of the build's bounds, within what the host can spare. Sized
     // before its staging directory exists, so a refusal leaves nothing to remove.
+    if (budget.files < MIN_STEP_FILES) throw new StepFailed(`${what}: the build's layers already hold its bound of ${maxFiles} files`, p.label);
+    const fs = hostFs(join(store.root, "layers"));
+    let files = stepFiles(budget.files, fs && fs.files > 0 ? fs.ffree : undefined);
+    if (files < MIN_STEP_FILES) throw new StepFailed(`${what}: the host has too few free inodes for a build step (it keeps ${HOST_RESERVE_FILES} free)`, p.label);
     let diskMB: number | undefined;
     if (budget.mb !== undefined) {
-      if (budget.mb < MIN_DISK_MB) throw new StepFailed(`step ${p.label} (${p.step.type}): the build's layers already hold its disk bound of ${this.#o.buildDiskMB} MiB`, p.label);
-      const fs = statfsSync(join(store.root, "layers"));
-      diskMB = stepDiskMB(budget.mb, fs.bavail * fs.bsize);
-      if (diskMB < MIN_DISK_MB) throw new StepFailed(`step ${p.label} (${p.step.type}): the host has too little free disk space for a build step (it keeps ${HOST_RESERVE_MB} MiB free)`, p.label);
+      if (budget.mb < MIN_DISK_MB) throw new StepFailed(`${what}: the build's layers already hold its disk bound of ${this.#o.buildDiskMB} MiB`, p.label);
+      diskMB = stepDiskMB(budget.mb, fs ? fs.bavail * fs.bsize : 0);
+      if (diskMB < MIN_DISK_MB) throw new StepFailed(`${what}: the host has too little free disk space for a build step (it keeps ${HOST_RESERVE_MB} MiB free)`, p.label);
+      // No more than one per 16 KiB (ext4's usual ratio): the inode tables must fit the image.
+      files = Math.min(files, diskMB * 64);
     }
     const staging = store.stagingDir(id);
     const layout = this.#o.cgroups;
@@ -303,23 +334,34 @@ export class TemplateBuilder {
         step,
         timeoutMs: this.#o.stepTimeoutMs ?? STEP_TIMEOUT_MS,
         onLine: (l, stream) => ev.add(l, stream === "stderr" ? "warn" : "info", p.label),
-        ...(diskMB !== undefined ? { diskMB } : {}),
+        ...(diskMB !== undefined ? { diskMB, files } : {}),
         ...(userns ? { userns } : {}),
       }).finally(() => net?.close());
       if (code !== 0) {
-        const disk = diskFull ? `; it filled its disk (${diskMB} MiB: what was left of the build's ${this.#o.buildDiskMB} MiB for all its layers, or of the host's free space)` : "";
-        throw new StepFailed(`step ${p.label} (${p.step.type}) failed: ${exitText(code, frame.memoryMB)}${disk}`, p.label);
+        const disk =
+          diskFull === "files"
+            ? `; it used up the files its disk may hold (${files}: what was left of the build's ${maxFiles} files for all its layers, or of the host's free inodes, within one per 16 KiB of the disk)`
+            : diskFull
+              ? `; it filled its disk (${diskMB} MiB: what was left of the build's ${this.#o.buildDiskMB} MiB for all its layers, or of the host's free space)`
+              : "";
+        throw new StepFailed(`${what} failed: ${exitText(code, frame.memoryMB)}${disk}`, p.label);
       }
       rmSync(join(staging, "files"), { force: true });
       // The step's pid namespace ended with it: none of its processes holds the range now.
       if (userns) uids!.release(userns, leaseFile);
       rmSync(leaseFile, { force: true });
-      const info = await store.commitLayer(staging, { id, kind: "build", source: { step: p.step.type, key: p.key } }, started, "");
+      // Counted before it is published (the disk's count is rounded up, and a step without one has none).
+      const size = await treeSize(join(staging, "rootfs"));
+      if (size.files > budget.files) throw new StepFailed(`${what}: its layer holds ${size.files} files, more than the ${budget.files} left of the build's bound of ${maxFiles} files for all its layers`, p.label);
+      const info = await store.commitLayer(staging, { id, kind: "build", source: { step: p.step.type, key: p.key } }, started, "", size);
       if (budget.mb !== undefined) budget.mb -= Math.ceil(info.bytes / (1024 * 1024));
+      budget.files -= info.files;
     } finally {
       if (cg) await killAndRemove(cg).catch((err: Error) => this.#o.log?.(`build ${frame.buildId}: ${err.message}`));
       if (userns) uids!.release(userns, leaseFile);
-      rmSync(staging, { recursive: true, force: true });
+      // What the step left (a failed step's, or a partial copy of its layer) is the tenant's tree.
+      // One that cannot go whole stays for the next start's sweep (journal.ts removeDeadStaging).
+      await removeTree([staging]).catch((err: Error) => this.#o.log?.(`build ${frame.buildId}: staging ${staging}: ${err.message}`));
     }
   }
 

@@ -32,6 +32,8 @@ export interface DirectBuild {
   /** The build's disk bound (BuilderOptions.buildDiskMB); by default BUILD_DISK_MB where the host
    * can loop-mount ext4 images, else none. */
   diskMB?: number;
+  /** The build's file bound (BuilderOptions.buildFiles); by default BUILD_FILES. */
+  files?: number;
 }
 
 export type BuildOutcome = BuildResult & { layers: string[] };
@@ -47,7 +49,7 @@ export async function runDirectBuild(b: DirectBuild, onLog: (entry: BuildLog) =>
   const note = (level: BuildLog["level"], message: string) => onLog({ seq: -1, at: Date.now(), level, message });
   const dead = await removeDeadDirectBuildCgroups().catch((err: Error) => (note("warn", `stale build cgroups: ${err.message}`), []));
   for (const dir of dead) note("info", `removed the cgroup ${dir} of a build killed before it could`);
-  removeDeadStaging(join(store.root, "layers"));
+  await removeDeadStaging(join(store.root, "layers"));
   const net = SandboxNet.open();
   const relay = new PortRelay();
   if (typeof net === "string") onLog({ seq: -1, at: Date.now(), level: "warn", message: `build steps have no network: ${net}` });
@@ -67,6 +69,7 @@ export async function runDirectBuild(b: DirectBuild, onLog: (entry: BuildLog) =>
     },
     network: typeof net === "string" ? undefined : (dir) => openStepNet(net, relay, dir),
     buildDiskMB: b.diskMB ?? (probeDisk().level === "quota" ? BUILD_DISK_MB : undefined),
+    ...(b.files !== undefined ? { buildFiles: b.files } : {}),
     // As the driver decides for its sandboxes (and an agent for its builds): a user namespace per
     // step unless the host cannot make one or KRUISE_LOCAL_USERNS=off.
     uids: usernsUnavailable() ?? new UidRanges(),

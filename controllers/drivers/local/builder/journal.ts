@@ -9,6 +9,7 @@ import { BuildFrameSchema, type BuildFrame } from "../../../../schema/protocol/b
 import { removeDeadClaims } from "./step-claim.ts";
 import { removeMountPoint, STEP_ROOTS } from "./sandbox.ts";
 import { unmountUnderSync } from "../userns.ts";
+import { removeTree } from "../remove-tree.ts";
 
 export interface JournalEntry {
   frame: BuildFrame;
@@ -60,9 +61,11 @@ export class BuildJournal {
 }
 
 /** A dead builder's staging directories (`.build-<layer>-<pid>-<ms>` in the store's layers): the
- * step's overlay and disk may still be mounted there. Staging of live processes (another agent) stays; so
- * do their step claims (step-claim.ts), dead ones go. */
-export function removeDeadStaging(layersDir: string): void {
+ * step's overlay and disk may still be mounted there; and what a dead process's layer removal
+ * left (`.remove-<layer>-<pid>-<ms>`, store.ts). Staging of live processes (another agent) stays; so
+ * do their step claims (step-claim.ts), dead ones go. Claims and mounts are dealt with before this
+ * returns its promise; the trees (the tenant's: remove-tree.ts) go after. */
+export async function removeDeadStaging(layersDir: string): Promise<void> {
   let names: string[];
   try {
     names = readdirSync(layersDir);
@@ -70,7 +73,11 @@ export function removeDeadStaging(layersDir: string): void {
     return;
   }
   removeDeadClaims(layersDir, names);
+  const doomed: string[] = [];
   for (const name of names) {
+    // `-<pid>-<ms>`, or `-<pid>` as older agents named them.
+    const removal = /^\.remove-.+-(\d+)-\d{13}$/.exec(name) ?? /^\.remove-.+-(\d+)$/.exec(name);
+    if (removal && !existsSync(`/proc/${removal[1]}`)) doomed.push(name);
     const m = /^\.build-.+-(\d+)-\d+$/.exec(name);
     if (!m || existsSync(`/proc/${m[1]}`)) continue;
     // The overlay first (at STEP_ROOTS with a user namespace), then every mount under the staging
@@ -80,11 +87,8 @@ export function removeDeadStaging(layersDir: string): void {
     for (const at of [join(layersDir, name, "merged"), root]) if (existsSync(at)) spawnSync("umount", ["-l", at]);
     removeMountPoint(root);
     unmountUnderSync(join(layersDir, name));
-    // One that cannot go (still busy) stays for the next start: it must not stop this one.
-    try {
-      rmSync(join(layersDir, name), { recursive: true, force: true });
-    } catch (err) {
-      console.warn(`build staging ${name}: ${(err as Error).message}`);
-    }
+    doomed.push(name);
   }
+  // One that cannot go (still busy) stays for the next start: it must not stop the others.
+  for (const name of doomed) await removeTree([join(layersDir, name)]).catch((err: Error) => console.warn(`build staging ${name}: ${err.message}`));
 }

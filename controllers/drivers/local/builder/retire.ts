@@ -16,16 +16,21 @@ export class RetiredTemplates {
   readonly #inUse: () => Promise<Set<string>>;
   /** Layers of deleted templates not removed yet. */
   readonly #waiting = new Set<string>();
+  /** Layers a sweep is deleting now: a sweep that overlaps it leaves them to it. */
+  readonly #removing = new Set<string>();
   #timer: NodeJS.Timeout | undefined;
 
   readonly #held: () => Iterable<string>;
 
   /** `held`: layers running builds hold, read in the same synchronous block as the removal, so
    * a build cannot take a layer from the cache between the look and the removal. */
-  constructor(store: RootfsStore, inUse: () => Promise<Set<string>>, held: () => Iterable<string> = () => []) {
+  readonly #log: (msg: string) => void;
+
+  constructor(store: RootfsStore, inUse: () => Promise<Set<string>>, held: () => Iterable<string> = () => [], log: (msg: string) => void = (m) => console.warn(m)) {
     this.#store = store;
     this.#inUse = inUse;
     this.#held = held;
+    this.#log = log;
   }
 
   /** Retires the built templates of `names` (others are ignored) and sweeps; returns the layers removed. */
@@ -44,13 +49,21 @@ export class RetiredTemplates {
     const used = await this.#inUse();
     for (const t of this.#store.templates()) for (const l of t.layers) used.add(l);
     for (const l of this.#held()) used.add(l);
+    // Every layer is taken out of the store in this synchronous block (removeLayer renames it
+    // before it returns), then deleted; one whose tree could not go whole is logged and stays
+    // waiting (its leftovers go with the next try), and never stops the others.
+    const doomed = [...this.#waiting].filter((l) => !used.has(l) && !this.#removing.has(l));
+    for (const l of doomed) this.#removing.add(l);
+    // Settled together: a removal that fails while another is awaited is never an unhandled rejection.
+    const settled = await Promise.allSettled(doomed.map((l) => this.#store.removeLayer(l)));
     const removed: string[] = [];
-    for (const l of this.#waiting) {
-      if (used.has(l)) continue;
-      this.#store.removeLayer(l);
+    settled.forEach((s, i) => {
+      const l = doomed[i]!;
+      this.#removing.delete(l);
+      if (s.status === "rejected") return this.#log(`retired layer ${l}: ${(s.reason as Error).message}`);
       this.#waiting.delete(l);
       removed.push(l);
-    }
+    });
     clearTimeout(this.#timer);
     this.#timer = this.#waiting.size ? setTimeout(() => void this.sweep().catch(() => {}), 60_000).unref() : undefined;
     return removed;

@@ -11,6 +11,7 @@ import { chownSync, closeSync, constants, lstatSync, mkdirSync, openSync, rmdirS
 import { basename, join, relative } from "node:path";
 import { promisify } from "node:util";
 import { newDiskCommand } from "../disk.ts";
+import { removeTree } from "../remove-tree.ts";
 import { directLauncher, openUserns, reverseIdmap, unmountUnderSync, type OpenUserns } from "../userns.ts";
 import type { IdRange } from "../uid-range.ts";
 import type { BuildConfig } from "./plan.ts";
@@ -87,6 +88,9 @@ export interface StepRun {
    * ext4 image of this size (ENOSPC inside past it), copied out as the layer when the step
    * succeeds. None: they are plain directories of the host's file system (no bound). */
   diskMB?: number;
+  /** With `diskMB`: at least this many files fit on that image (mkfs -N), and no more than ext4's
+   * rounding up of it. */
+  files?: number;
   /** The step's user namespace maps its 0..size-1 to this host range (userns.ts, as a sandbox's):
    * its root is an unprivileged uid on the host. The layers below are attached ID-mapped, and the
    * upper directory is copied into the layer through a reverse ID-mapped mount, so the layer says
@@ -100,15 +104,18 @@ const HOST_ENV = { PATH };
 /** A sparse image of `sizeMB` formatted ext4 and mounted at `at` as a sandbox's disk is (disk.ts:
  * nodev, nosuid, no root reservation). Async: the builder runs in the agent, whose event loop
  * must not wait on mkfs or the copy out. */
-async function mountStepDisk(image: string, at: string, sizeMB: number): Promise<void> {
+async function mountStepDisk(image: string, at: string, sizeMB: number, files: number | undefined): Promise<void> {
   mkdirSync(at, { recursive: true });
-  const [file, ...args] = newDiskCommand(image, at, sizeMB);
+  const [file, ...args] = newDiskCommand(image, at, sizeMB, files);
   await run(file!, args, { env: HOST_ENV, timeout: 60_000 });
 }
 
 /** What the host keeps free whatever builds write: a step's disk is sized so that it and the copy
  * of the layer off it (both on the host's file system at once) leave this much. */
 export const HOST_RESERVE_MB = 2048;
+/** The same for inodes: a layer's files are made again on the host's file system by its copy (an
+ * empty file costs no bytes), which also holds the data directory, records and logs. */
+export const HOST_RESERVE_FILES = 256 * 1024;
 
 /** The size of a step's disk: what is left of the build's bound, and no more than leaves the host
  * HOST_RESERVE_MB with the image full and the layer copied off it. */
@@ -116,22 +123,31 @@ export function stepDiskMB(budgetMB: number, hostFreeBytes: number): number {
   return Math.min(budgetMB, Math.floor((hostFreeBytes / (1024 * 1024) - HOST_RESERVE_MB) / 2));
 }
 
-/** Whether the file system at `dir` is full (under 1 % or 1 MiB free): the step hit its bound. */
-function isFull(dir: string): boolean {
+/** The files (inodes) a step may make: what is left of the build's bound, and no more than leaves
+ * the host HOST_RESERVE_FILES once its layer is copied off (`hostFreeFiles` undefined: the host's
+ * file system does not count them, as btrfs does not). */
+export function stepFiles(budgetFiles: number, hostFreeFiles: number | undefined): number {
+  return hostFreeFiles === undefined ? budgetFiles : Math.min(budgetFiles, hostFreeFiles - HOST_RESERVE_FILES);
+}
+
+/** What the step used up on the file system at `dir`: its space (under 1 % or 1 MiB free) or its
+ * inodes (under 1 % or 16 free): it hit its bound. */
+function fullOf(dir: string): "space" | "files" | undefined {
   try {
     const s = statfsSync(dir);
-    return s.bavail * s.bsize < Math.max(1 << 20, (s.blocks * s.bsize) / 100);
+    if (s.files > 0 && s.ffree < Math.max(16, s.files / 100)) return "files";
+    return s.bavail * s.bsize < Math.max(1 << 20, (s.blocks * s.bsize) / 100) ? "space" : undefined;
   } catch {
-    return false;
+    return undefined;
   }
 }
 
 /** Joins the cgroups named by its first arguments (our own paths), then execs the rest. */
 const JOIN = String.raw`n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 125; shift; n=$((n-1)); done; exec "$@"`;
 
-/** Runs the step; resolves with its exit code (null: killed, e.g. by the timeout) and whether it
- * filled its disk (`diskMB`). */
-export async function runStep(r: StepRun): Promise<{ code: number | null; diskFull: boolean }> {
+/** Runs the step; resolves with its exit code (null: killed, e.g. by the timeout) and, when it
+ * failed on a full disk (`diskMB`), whether its space or its files ran out. */
+export async function runStep(r: StepRun): Promise<{ code: number | null; diskFull: "space" | "files" | undefined }> {
   const disk = join(r.staging, "disk");
   const image = join(r.staging, "disk.img");
   // With a bound, upper and work live on the step's image (overlayfs wants them on one file
@@ -146,7 +162,7 @@ export async function runStep(r: StepRun): Promise<{ code: number | null; diskFu
   let ns: OpenUserns | undefined;
   try {
     if (r.diskMB !== undefined) {
-      await mountStepDisk(image, disk, r.diskMB);
+      await mountStepDisk(image, disk, r.diskMB, r.files);
       diskMounted = true;
     }
     if (r.userns) mkdirSync(STEP_ROOTS, { recursive: true, mode: 0o711 });
@@ -173,7 +189,7 @@ export async function runStep(r: StepRun): Promise<{ code: number | null; diskFu
       await ns?.end();
       spawnSync("umount", ["-l", merged]);
     }
-    const diskFull = diskMounted && code !== 0 && isFull(disk);
+    const diskFull = diskMounted && code !== 0 ? fullOf(disk) : undefined;
     if (upper !== layer && code === 0) {
       // The layer leaves the image as it is: owners, modes, links, overlay whiteouts (0/0 devices)
       // and opaque-directory xattrs; links are copied as links, never followed. In the step's
@@ -201,13 +217,14 @@ export async function runStep(r: StepRun): Promise<{ code: number | null; diskFu
     if (r.userns) unmountUnderSync(r.staging);
     if (diskMounted) spawnSync("umount", ["-l", disk]);
     rmSync(image, { force: true });
-    rmSync(disk, { recursive: true, force: true });
-    if (upper !== layer) rmSync(upper, { recursive: true, force: true });
-    for (const d of ["lower", "upper-0", "userns.log"]) rmSync(join(r.staging, d), { recursive: true, force: true });
-    rmSync(work, { recursive: true, force: true });
-    // An empty mount point (STEP_ROOTS' is never under the store: never a recursive removal there).
+    rmSync(join(r.staging, "userns.log"), { force: true });
+    // The upper directory is the step's tree (on the host's file system when the step had no
+    // disk); the rest are mount points and the overlay's work directory. An empty mount point at
+    // STEP_ROOTS (never under the store: never a recursive removal there).
     if (r.userns) removeMountPoint(merged);
-    else rmSync(merged, { recursive: true, force: true });
+    const trees = [disk, ...(upper !== layer ? [upper] : []), join(r.staging, "lower"), join(r.staging, "upper-0"), work, ...(r.userns ? [] : [merged])];
+    // What cannot go now (a mount still busy) goes with the staging directory, or at the next start.
+    await removeTree(trees).catch((err: Error) => console.warn(`build step cleanup: ${err.message.slice(0, 2000)}`));
     rmSync(join(r.staging, "bwrap-args"), { force: true });
     rmSync(join(r.staging, "seccomp.bpf"), { force: true });
     rmSync(join(r.staging, "resolv.conf"), { force: true });

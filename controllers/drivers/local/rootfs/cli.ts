@@ -33,7 +33,7 @@ try {
       console.log(`${t.name}\t${t.layers.map((id) => store.layerTree(id)).join(":")}`);
     }
   } else if (cmd === "prune") {
-    for (const id of store.prune()) log(`removed ${id}`);
+    for (const id of await store.prune()) log(`removed ${id}`);
   } else {
     console.error("usage: cli.ts build-base | import <oci-layout-or-docker-save.tar> <name> | list | prune");
     process.exitCode = 2;

@@ -11,6 +11,7 @@ import { mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync
 import { homedir } from "node:os";
 import { join } from "node:path";
 import { treeSize } from "./tree-size.ts";
+import { removeTree } from "../remove-tree.ts";
 
 export interface LayerInfo {
   id: string;
@@ -80,11 +81,11 @@ export class RootfsStore {
 
   /** Publishes a staged layer (with `rootfs/` inside) under its id, measured. If another builder
    * won the race, theirs stays and ours is removed: both were built from the same input. */
-  async commitLayer(staging: string, layer: Pick<LayerInfo, "id" | "kind" | "source">, startedMs: number, manifest: string): Promise<LayerInfo> {
+  async commitLayer(staging: string, layer: Pick<LayerInfo, "id" | "kind" | "source">, startedMs: number, manifest: string, measured?: { bytes: number; files: number }): Promise<LayerInfo> {
     const info: LayerInfo = {
       ...layer,
       seconds: Math.round((Date.now() - startedMs) / 100) / 10,
-      ...(await treeSize(join(staging, "rootfs"))),
+      ...(measured ?? (await treeSize(join(staging, "rootfs")))),
       createdAt: new Date().toISOString(),
     };
     writeFileSync(join(staging, "manifest.txt"), manifest);
@@ -93,24 +94,36 @@ export class RootfsStore {
       renameSync(staging, this.layerDir(info.id));
     } catch (err) {
       if (!this.layer(info.id)) throw err;
-      rmSync(staging, { recursive: true, force: true });
+      await removeTree([staging]);
     }
     return info;
   }
 
-  removeLayer(id: string): void {
-    const doomed = join(this.root, "layers", `.remove-${id}-${process.pid}`);
+  /** Takes a layer out of the store at once (a rename, before this returns its promise: a caller's
+   * check that nothing uses it and the removal are one synchronous block), then deletes its tree
+   * (a build step's: remove-tree.ts) together with what an earlier removal of the same id left.
+   * Rejects when something of it could not go; it is tried again with the next removal of the id
+   * or the next `prune`. */
+  removeLayer(id: string): Promise<void> {
+    const layers = join(this.root, "layers");
     try {
-      renameSync(this.layerDir(id), doomed);
+      renameSync(this.layerDir(id), join(layers, `.remove-${id}-${process.pid}-${Date.now()}`));
     } catch {
-      return;
+      // gone already, or never here: an earlier removal's leftovers may still be
     }
-    rmSync(doomed, { recursive: true, force: true });
+    let names: string[];
+    try {
+      const mine = new RegExp(`^\\.remove-${id}-\\d+-\\d+$`);
+      names = readdirSync(layers).filter((n) => mine.test(n));
+    } catch {
+      return Promise.resolve();
+    }
+    return removeTree(names.map((n) => join(layers, n)));
   }
 
   /** Removes layers no template names, and build directories whose builder is gone; returns their ids. Manual
    * (`cli.ts prune`): once sandboxes mount layers, one may still use a layer its template left. */
-  prune(): string[] {
+  async prune(): Promise<string[]> {
     const used = new Set(this.templates().flatMap((t) => t.layers));
     let names: string[];
     try {
@@ -120,8 +133,8 @@ export class RootfsStore {
     }
     const gone = names.filter((n) => !used.has(n) && !buildingNow(n));
     for (const n of gone) {
-      if (n.startsWith(".")) rmSync(join(this.root, "layers", n), { recursive: true, force: true });
-      else this.removeLayer(n);
+      if (n.startsWith(".")) await removeTree([join(this.root, "layers", n)]);
+      else await this.removeLayer(n);
     }
     return gone;
   }

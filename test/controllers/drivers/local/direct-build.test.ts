@@ -11,6 +11,7 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { runDirectBuild, type DirectBuild } from "../../../../controllers/drivers/local/builder/direct-build.ts";
 import { RootfsStore } from "../../../../controllers/drivers/local/rootfs/store.ts";
+import { layerIdOf, planSteps } from "../../../../controllers/drivers/local/builder/plan.ts";
 import { TemplateStep } from "../../../../schema/api/template-build.ts";
 import type { BuildLog } from "../../../../schema/protocol/build.ts";
 import { removeBuiltLayers } from "../../../support/built-layers.ts";
@@ -28,9 +29,9 @@ beforeAll(async () => {
   mirror.addDeb({ name: `direct-${tag}`, version: "1.0", script: "echo direct" });
 });
 
-afterAll(() => {
+afterAll(async () => {
   mirror?.stop();
-  removeBuiltLayers(store, outputs, since);
+  await removeBuiltLayers(store, outputs, since);
 });
 
 const run = (command: string, user = "") => TemplateStep.parse({ type: "RUN", args: [command, user] });
@@ -93,6 +94,24 @@ describe("a template build without an edge", () => {
     // The bound is the build's, not each step's: 40 MiB, then 40 more, do not fit in 64.
     const two = await build({ from: "base", owner, output: `direct-disk2-${tag}`, diskMB: 64, steps: [run("head -c 40M /dev/urandom > /a", "root"), run("head -c 40M /dev/urandom > /b", "root")] });
     expect(two.result).toMatchObject({ status: "error", message: expect.stringMatching(/^step 2 \(RUN\) failed: .*it filled its disk \((2[0-4]) MiB: what was left of the build's 64 MiB/) });
+  }, 120_000);
+
+  it("a build is bounded in files too (empty ones cost no bytes): a step that makes more than the bound fails the build naming it, and leaves no layer or staging", async () => {
+    const owner = `test-files-${tag}`;
+    const steps = [run("mkdir /many && cd /many && seq 1 5000 | xargs touch", "root")];
+    const { result, logs } = await build({ from: "base", owner, output: `direct-files-${tag}`, diskMB: 256, files: 2000, steps });
+    expect(result).toMatchObject({ status: "error", message: expect.stringMatching(/^step 1 \(RUN\) failed: exit code \d+; it used up the files its disk may hold \(2000: what was left of the build's 2000 files for all its layers, or of the host's free inodes, within one per 16 KiB of the disk\)$/) });
+    expect(logs.map((l) => l.message).join("\n")).toMatch(/No space left on device/);
+    expect(store.template(`direct-files-${tag}`)).toBeUndefined();
+    const layer = layerIdOf(planSteps({ teamId: owner, buildId: "", baseLayers: store.template("base")!.layers, steps, force: false }).steps[0]!.key);
+    expect(store.layer(layer)).toBeUndefined();
+    expect(readdirSync(join(store.root, "layers")).filter((n) => n.startsWith(".build-"))).toEqual([]);
+
+    // Within the disk's rounded-up count but past the bound: counted before it is published.
+    const near = [run("mkdir /some && cd /some && seq 1 1990 | xargs touch", "root")];
+    const second = await build({ from: "base", owner, output: `direct-files2-${tag}`, diskMB: 256, files: 1990, steps: near });
+    expect(second.result).toMatchObject({ status: "error", message: expect.stringMatching(/^step 1 \(RUN\): its layer holds \d+ files, more than the 1990 left of the build's bound of 1990 files for all its layers$/) });
+    expect(store.layer(layerIdOf(planSteps({ teamId: owner, buildId: "", baseLayers: store.template("base")!.layers, steps: near, force: false }).steps[0]!.key))).toBeUndefined();
   }, 120_000);
 
   it("a step's environment (LD_PRELOAD, PERL5OPT, BASH_ENV, NODE_OPTIONS…) reaches the step, never the host helpers that make, mount and copy its disk", async () => {

@@ -1,7 +1,7 @@
 // Local-driver behaviour beyond the shared conformance suite: what is left on the host after
 // teardown, surviving a kill -9 of the agent, the enter shim's signals, and the read-only base.
 import { spawn } from "node:child_process";
-import { existsSync, mkdtempSync, readFileSync, readdirSync, writeFileSync } from "node:fs";
+import { closeSync, existsSync, mkdtempSync, openSync, readFileSync, readdirSync, writeFileSync, writeSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
@@ -95,6 +95,26 @@ describe(`local driver on this host (level ${driver.capabilities.level})`, () =>
     writeFileSync(driver.view(d.id).toHost("/usr/kruise-test"), "x");
     expect((await sh(d.id, "cat /usr/kruise-test /usr/x /etc/x && echo ok")).stdout).toBe("xok\n");
     for (const tree of new RootfsStore().templateTrees("base")!) for (const f of ["usr/x", "etc/x", "usr/kruise-test"]) expect(existsSync(join(tree, f))).toBe(false);
+  });
+
+  it("what the holder's processes write to their stderr (root inside may ptrace them into it) counts against the sandbox's disk, not the host's", async () => {
+    const d = desired({ resources: { cpuCount: 1, memoryMB: 256, diskSizeMB: 16 } });
+    await driver.ensure(d);
+    const rec = readRecord(layoutFor(dataDir, d.id).record)!;
+    // pid 1 inside; the same file a write injected by ptrace would reach.
+    const fd = openSync(`/proc/${rec.nsInit!.pid}/fd/2`, "a");
+    let written = 0;
+    let error: NodeJS.ErrnoException | undefined;
+    try {
+      const chunk = Buffer.alloc(1 << 20, 0x61);
+      while (written < 64 << 20) written += writeSync(fd, chunk);
+    } catch (err) {
+      error = err as NodeJS.ErrnoException;
+    } finally {
+      closeSync(fd);
+    }
+    expect(error?.code).toBe("ENOSPC");
+    expect(written).toBeLessThan(16 << 20);
   });
 
   it("the base system works for `user`: python3, awk through /etc/alternatives, writable /dev/shm and /tmp", async () => {

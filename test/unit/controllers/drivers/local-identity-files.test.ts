@@ -48,10 +48,13 @@ it("an /etc that is a link to a host directory is replaced by a directory of its
   expect(() => lstatSync(join(host, "hostname"))).toThrow();
 });
 
-it("a directory or a FIFO where a file goes is replaced too", () => {
+it("a directory where a file goes is refused, naming it, and left as it is: its tree is the tenant's (any depth or size), never deleted on the agent's thread", () => {
   const { merged } = scratch();
   mkdirSync(join(merged, "etc/hosts"), { recursive: true });
   writeFileSync(join(merged, "etc/hosts/inside"), "x");
-  writeIdentity(merged, "sbx-identity");
-  expect(lstatSync(join(merged, "etc/hosts")).isFile()).toBe(true);
+  writeFileSync(join(merged, "etc/hostname"), "the template's\n");
+  expect(() => writeIdentity(merged, "sbx-identity")).toThrow(expect.objectContaining({ name: "TerminalError", reason: "InvalidImage", message: expect.stringMatching(/^\/etc\/hosts is a directory in this sandbox's root .*: it must be a file$/) }));
+  expect(readFileSync(join(merged, "etc/hosts/inside"), "utf8")).toBe("x");
+  // Refused before anything was written.
+  expect(readFileSync(join(merged, "etc/hostname"), "utf8")).toBe("the template's\n");
 });

@@ -240,7 +240,7 @@ describe("the template registry", () => {
     const live = store.stagingDir("debian-x");
     const dead = join(store.root, "layers", ".build-debian-x-999999999-1");
     mkdirSync(dead);
-    expect(store.prune().sort()).toEqual([".build-debian-x-999999999-1", b.layers[0]].sort());
+    expect((await store.prune()).sort()).toEqual([".build-debian-x-999999999-1", b.layers[0]].sort());
     expect(store.layer(b.layers[0]!)).toBeUndefined();
     expect(store.layer(a.layers[0]!)).toBeDefined();
     expect(read("two", "f")).toBe("c");

@@ -1,0 +1,32 @@
+// Deleting a tree a tenant shaped, as the host's root: a build step's layer or staging directory,
+// a sandbox's directory in the trash (its writable layer, without a disk), a snapshot. The tenant
+// chose its depth, its entry count, its names and its links. Node's own recursive deletes fail on
+// such trees (`rmSync` recurses on the JavaScript stack: "Maximum call stack size exceeded" at a
+// depth of about 1800; `fs.promises.rm` builds whole paths: ENAMETOOLONG past PATH_MAX, the tree
+// left in place) and `rmSync` runs on the agent's event loop whatever the entry count (a layer
+// holds up to a step disk's inodes). GNU `rm -rf` walks with fts and openat at any depth, never
+// follows a link, and here never crosses a mount (`--one-file-system`, and a mount point named as
+// the path itself is refused: `--preserve-root=all`); it runs in a process of its own with a fixed
+// environment, so the event loop only waits for its exit.
+import { execFile } from "node:child_process";
+import { runHelper } from "./disk.ts";
+import type { Spawner } from "./spawner.ts";
+
+const ENV = { PATH: "/usr/sbin:/usr/bin:/sbin:/bin" };
+const RM = ["rm", "-rf", "--one-file-system", "--preserve-root=all", "--"];
+
+/**
+ * Removes each of `paths` (absolute, driver-made: what is below them is the tenant's) and
+ * everything under it; a missing one is fine. Rejects, naming what rm said, when any of them
+ * could not go whole (something mounted inside it, a busy mount point): the caller decides
+ * whether that stops it. Through the spawner when the caller has one (no fork of the agent: see
+ * spawner.ts), else a child of this process.
+ */
+export async function removeTree(paths: string[], spawner?: Spawner): Promise<void> {
+  if (!paths.length) return;
+  for (const p of paths) if (!p.startsWith("/")) throw new Error(`removeTree: ${JSON.stringify(p)} is not an absolute path`);
+  if (spawner) return runHelper(spawner, [...RM, ...paths]);
+  await new Promise<void>((ok, fail) =>
+    execFile(RM[0]!, [...RM.slice(1), ...paths], { env: ENV, cwd: "/", maxBuffer: 1 << 20 }, (err, _out, stderr) => (err ? fail(new Error(`rm: ${String(stderr).trim().slice(0, 2000) || err.message}`)) : ok())),
+  );
+}
