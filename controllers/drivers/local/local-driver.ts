@@ -44,7 +44,7 @@ import { IN_PROCESS, Spawner } from "./spawner.ts";
 import type { LaunchedExit } from "../../runtime/process/launcher.ts";
 import { UidRanges, type IdRange } from "./uid-range.ts";
 import { openStepNet, type StepNet } from "./builder/step-net.ts";
-import { chownLayer, GOVERNED_CAPS, SANDBOX_CAPS, letOwnersPass, openUserns, unmountUnderSync, usernsUnavailable, type IdmapMount, type OpenUserns, type OverlayMount } from "./userns.ts";
+import { chownLayer, GOVERNED_CAPS, SANDBOX_CAPS, guardDir, letOwnersPass, openUserns, unmountUnderSync, usernsUnavailable, type IdmapMount, type OpenUserns, type OverlayMount } from "./userns.ts";
 
 export interface LocalDriverOptions {
   /** Where sandboxes (records, layers) and snapshots live. */
@@ -301,7 +301,10 @@ export class LocalDriver implements Driver {
     const known = this.#records.get(id);
     if (known) return known;
     const read = readRecord(layoutFor(this.#dataDir, id).record);
-    if (read) this.#records.set(id, read);
+    if (!read) return undefined;
+    // First read by this driver: a sandbox an older agent made may have an open directory.
+    guardDir(layoutFor(this.#dataDir, id).dir, read.userns);
+    this.#records.set(id, read);
     return read;
   }
 
@@ -348,6 +351,7 @@ export class LocalDriver implements Driver {
       // its grace (60 s) whose record does not name it is another driver's to take over, and a
       // large snapshot's copy can take longer than that (address-leases.ts).
       if (this.#uids) rec.userns = this.#uids.keep(undefined, layout.record);
+      guardDir(layout.dir, rec.userns);
       // What its holder will be recorded with is in this first write already, so the holder's
       // start writes once, when it runs (issue 16: a record write is ~0.3 ms of the agent's CPU).
       if (wantsProcesses(d)) rec = { ...rec, ...this.#holderPlan(rec) };
@@ -628,6 +632,8 @@ export class LocalDriver implements Driver {
       }
     }
     const range = ns ? rec.userns : undefined;
+    // Its range may have changed (re-leased above), and only that range may pass.
+    guardDir(layout.dir, range);
     // The user namespace is made before the root is mounted (its ID-mapped layers need it) and
     // let go once the holder has joined it.
     const userns: { open?: OpenUserns } = {};
