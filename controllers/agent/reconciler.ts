@@ -344,6 +344,7 @@ export class Reconciler {
       message: notReady ?? obs.message,
       observedAt: this.#now(),
       startedAt: Date.parse(obs.createdAt) || undefined,
+      ...(obs.conditions ? { conditions: obs.conditions } : {}),
       },
       traceIdOf(ctx),
     );
@@ -376,7 +377,7 @@ export class Reconciler {
     // not made yet, or broken on the way, is still Pending: it is being retried, not failed.
     const phase = !seen || seen.phase === "Failed" ? "Pending" : phaseOf(seen);
     const condition = { type: "Ready", status: "False" as const, reason: RETRY_REASON, message, lastTransitionTime: this.#now() };
-    this.#report({ ...base, phase, reason: RETRY_REASON, message, conditions: [condition] });
+    this.#report({ ...base, phase, reason: RETRY_REASON, message, conditions: [condition, ...(seen?.conditions ?? [])] });
     this.#settle(intent, false, "Pending", message);
     throw err;
   }
@@ -489,7 +490,7 @@ export class Reconciler {
     if (was !== obs.phase) LOG.info("phase", { sandboxId: obs.sandboxId, generation: obs.generation, phase: obs.phase, from: was, reason: obs.reason, traceId: traceId || undefined });
     // A warm member claimed keeps its phase: its claim is a line too (with the create's request id).
     else if (before?.pool && !pool) LOG.info("claimed", { sandboxId: obs.sandboxId, generation: obs.generation, phase: obs.phase, traceId: traceId || undefined });
-    const key = `${obs.generation}|${obs.phase}|${obs.ready}|${obs.endpoint?.runtime ?? ""}|${obs.address ?? ""}|${obs.reason ?? ""}|${obs.message ?? ""}|${obs.revision ?? ""}`;
+    const key = `${obs.generation}|${obs.phase}|${obs.ready}|${obs.endpoint?.runtime ?? ""}|${obs.address ?? ""}|${obs.reason ?? ""}|${obs.message ?? ""}|${obs.revision ?? ""}|${obs.conditions?.map((c) => `${c.type}=${c.status}:${c.reason ?? ""}`).join(",") ?? ""}`;
     if (this.#reported.get(obs.sandboxId) === key) return;
     this.#reported.set(obs.sandboxId, key);
     this.#d.report(obs);
@@ -513,6 +514,7 @@ export class Reconciler {
         address: o?.address,
         revision: intent?.template?.revision,
         observedAt: this.#now(),
+        ...(o?.conditions ? { conditions: o.conditions } : {}),
       };
     });
   }

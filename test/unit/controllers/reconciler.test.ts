@@ -38,6 +38,8 @@ class ScriptedDriver implements Driver {
   readonly snapshots: string[] = [];
   snapshotFails: Error | undefined = new UnsupportedError("snapshots", "scripted");
   readonly #running = new Map<string, SandboxObservation>();
+  /** The driver's own conditions per sandbox, in each observation it makes. */
+  readonly conditions = new Map<string, SandboxObservation["conditions"]>();
   readonly script: Record<string, Step[]>;
   constructor(script: Record<string, Step[]>) {
     this.script = script;
@@ -48,7 +50,7 @@ class ScriptedDriver implements Driver {
     this.calls.set(d.id, n + 1);
     const step = this.script[d.id]?.[n] ?? "ok";
     if (step !== "ok") throw step;
-    const obs: SandboxObservation = { id: d.id, generation: d.generation, phase: d.state === "Paused" ? "Paused" : "Running", level: "process", createdAt: new Date(0).toISOString(), enforced: { cpu: false, memory: false, pids: false, network: false } };
+    const obs: SandboxObservation = { id: d.id, generation: d.generation, phase: d.state === "Paused" ? "Paused" : "Running", level: "process", createdAt: new Date(0).toISOString(), enforced: { cpu: false, memory: false, pids: false, network: false }, ...(this.conditions.has(d.id) ? { conditions: this.conditions.get(d.id) } : {}) };
     this.#running.set(d.id, obs);
     return obs;
   }
@@ -173,6 +175,23 @@ describe("Reconciler", () => {
       expect(acks[0]?.message).toBe(failed.message);
       expect(reconciler.queue.failures("s1")).toBe(0); // nothing left to retry
     }
+    reconciler.queue.close();
+  });
+
+  it("reports the driver's own conditions (a holder without the seccomp filter) as the driver gives them, again when they change, and in the hello inventory", async () => {
+    const { driver, reports, reconciler } = harness({});
+    const unfiltered = { type: "SeccompFiltered", status: "False" as const, reason: "UnfilteredHolder", message: "its holder (pid 1) runs without the seccomp filter" };
+    driver.conditions.set("s1", [unfiltered]);
+    reconciler.offer(intent("s1"));
+    await waitFor(() => reports.some((o) => o.phase === "Running"), { what: "a report" });
+    await reconciler.queue.idle();
+    expect(reports.at(-1)).toMatchObject({ phase: "Running", ready: true, conditions: [unfiltered] });
+    expect((await reconciler.inventory()).find((o) => o.sandboxId === "s1")).toMatchObject({ conditions: [unfiltered] });
+    const count = reports.length;
+    driver.conditions.set("s1", [{ type: "SeccompFiltered", status: "True", reason: "HolderRestarted", message: "restarted" }]);
+    reconciler.queue.add("s1", { urgent: true });
+    await waitFor(() => reports.length > count, { what: "the changed condition reported" });
+    expect(reports.at(-1)).toMatchObject({ phase: "Running", ready: true, conditions: [{ type: "SeccompFiltered", status: "True", reason: "HolderRestarted" }] });
     reconciler.queue.close();
   });
 
