@@ -107,6 +107,11 @@ export interface SandboxObservation {
    * one: OpenKruise's `return-sandbox-ip` reports it. */
   address?: string;
   reason?: string;
+  /** Names the sandbox's current processes as a whole (the local driver: its holder's pid and
+   * start time); a new value means every process was replaced (a Stop pause's resume, an update
+   * ops recreate), so what ran in the old ones (the template's start command) runs again. None:
+   * no processes, or a driver that cannot tell. */
+  incarnation?: string;
   /** Conditions of the driver's own about this sandbox (schema/crd/conditions.ts; the local
    * driver's `SeccompFiltered`), reported to the edge as they are. */
   conditions?: ObservedCondition[];

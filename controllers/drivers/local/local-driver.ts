@@ -767,7 +767,8 @@ export class LocalDriver implements Driver {
       this.#save(rec);
     }
     const frozen = rec.cgroups ? isFrozen(rec.cgroups) : rec.phase === "Frozen";
-    return frozen ? { ...base, phase: "Paused", pauseStrategy: "Freeze" } : { ...base, phase: "Running" };
+    const incarnation = rec.nsInit && `${rec.nsInit.pid}:${rec.nsInit.start}`;
+    return frozen ? { ...base, incarnation, phase: "Paused", pauseStrategy: "Freeze" } : { ...base, incarnation, phase: "Running" };
   }
 
   /** `SeccompFiltered` for a sandbox adopted with an unfiltered holder (False) and, once this
