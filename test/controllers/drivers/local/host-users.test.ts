@@ -111,14 +111,19 @@ describe("local host users and the driver's files", () => {
     const running = new Promise<void>((ok) => (started = ok));
     outputs.push(`host-users-${tag}`);
     const build = runDirectBuild({ from: "base", owner: `test-${tag}`, output: `host-users-${tag}`, steps: [step] }, (l) => l.message === `started-${tag}` && started());
-    await Promise.race([running, build.then((r) => Promise.reject(new Error(`the build ended first: ${r.status}`)))]);
-    // The step's root, wherever this driver mounts it under STEP_ROOTS (the directory named as the
-    // step's staging directory, or a mount point inside it).
-    const names = readdirSync(STEP_ROOTS).filter((n) => !before.has(n));
-    const roots = names.flatMap((n) => [join(STEP_ROOTS, n, "root"), join(STEP_ROOTS, n)]).filter((r) => existsSync(join(r, "usr", "local", "bin", "stepsh")));
-    expect(roots).toHaveLength(1);
-    const root = roots[0]!;
-    expectUnreachable([root, join(root, "etc", "passwd"), join(root, "usr", "local", "bin", "stepsh")], join(root, "usr", "local", "bin", "stepsh"));
+    try {
+      await Promise.race([running, build.then((r) => Promise.reject(new Error(`the build ended first: ${r.status}`)))]);
+      // The step's root, wherever this driver mounts it under STEP_ROOTS (the directory named as
+      // the step's staging directory, or a mount point inside it).
+      const names = readdirSync(STEP_ROOTS).filter((n) => !before.has(n));
+      const roots = names.flatMap((n) => [join(STEP_ROOTS, n, "root"), join(STEP_ROOTS, n)]).filter((r) => existsSync(join(r, "usr", "local", "bin", "stepsh")));
+      expect(roots).toHaveLength(1);
+      const root = roots[0]!;
+      expectUnreachable([root, join(root, "etc", "passwd"), join(root, "usr", "local", "bin", "stepsh")], join(root, "usr", "local", "bin", "stepsh"));
+    } finally {
+      // A failed check must not leave the step running past the file (its mounts would stay).
+      await build.catch(() => undefined);
+    }
     expect((await build).status).toBe("ready");
   }, 120_000);
 });
