@@ -177,7 +177,8 @@ export function chownLayer(layer: string, range: IdRange): void {
  * must not be able to rename or replace what the agent keeps beside the root (the record, the
  * holder's log). Search only: the group lists nothing. */
 export function guardDir(dir: string, range: IdRange | undefined): void {
-  chownSync(dir, 0, range?.base ?? 0);
+  // An agent that is not root has no range and owns the directory itself (its commands run as it).
+  if (process.getuid?.() === 0) chownSync(dir, 0, range?.base ?? 0);
   chmodSync(dir, range ? 0o710 : 0o700);
 }
 
