@@ -157,6 +157,10 @@ export class Reconciler {
   readonly #phases = new Map<string, { phase: ObservedPhase; pool: boolean }>();
   /** When this reconciler started: a sandbox created before it was adopted (its start command runs). */
   readonly #bootedAt: number;
+  /** Per sandbox, the incarnation of its processes (driver observations) this reconciler saw first
+   * and last: a change means they were all replaced (a Stop pause's resume, an update ops
+   * recreate), and its start command runs again in the new ones, adopted or not. */
+  readonly #incarnations = new Map<string, { first: string; last: string }>();
   /** Each pool member's pool (template id), and per pool its members and those last reported
    * ready: the stock `refillMayWait` judges. A claim or delete takes the member out at its offer. */
   readonly #poolOf = new Map<string, string>();
@@ -290,6 +294,7 @@ export class Reconciler {
       // Its file goes first: an agent that dies while destroying must not build it again.
       if (intent) store.durable(id);
       this.#unregister(id);
+      this.#incarnations.delete(id);
       await withSpan("driver.destroy", ctx, { "sandbox.id": id }, () => timeStep("destroy", () => driver.destroy(id)));
       if (intent) {
         store.forget(id);
@@ -320,6 +325,9 @@ export class Reconciler {
     if (intent.snapshot && store.get(id)?.snapshot) await this.#snapshot(intent, obs, ctx);
     if (!driver.capabilities.hostView) return this.#reconcileRemote(intent, obs, ctx);
 
+    // Replaced within this one ensure (an update ops recreate): what ran in its old processes
+    // went with them (the start command, process handles), as after a Stop pause.
+    if (this.#replaced(id, obs)) this.#unregister(id, true);
     if (obs.phase === "Running") await withSpan("runtime.register", ctx, { "sandbox.id": id }, () => timeStep("register", () => this.#register(intent)), RUNTIME_SCOPE);
     // Stop-paused, starting again, failed: cut its streams. What it carried (code contexts) stays
     // for its next registration: only its deletion (above) drops that.
@@ -344,6 +352,7 @@ export class Reconciler {
       message: notReady ?? obs.message,
       observedAt: this.#now(),
       startedAt: Date.parse(obs.createdAt) || undefined,
+      ...(obs.conditions ? { conditions: obs.conditions } : {}),
       },
       traceIdOf(ctx),
     );
@@ -376,7 +385,7 @@ export class Reconciler {
     // not made yet, or broken on the way, is still Pending: it is being retried, not failed.
     const phase = !seen || seen.phase === "Failed" ? "Pending" : phaseOf(seen);
     const condition = { type: "Ready", status: "False" as const, reason: RETRY_REASON, message, lastTransitionTime: this.#now() };
-    this.#report({ ...base, phase, reason: RETRY_REASON, message, conditions: [condition] });
+    this.#report({ ...base, phase, reason: RETRY_REASON, message, conditions: [condition, ...(seen?.conditions ?? [])] });
     this.#settle(intent, false, "Pending", message);
     throw err;
   }
@@ -489,7 +498,7 @@ export class Reconciler {
     if (was !== obs.phase) LOG.info("phase", { sandboxId: obs.sandboxId, generation: obs.generation, phase: obs.phase, from: was, reason: obs.reason, traceId: traceId || undefined });
     // A warm member claimed keeps its phase: its claim is a line too (with the create's request id).
     else if (before?.pool && !pool) LOG.info("claimed", { sandboxId: obs.sandboxId, generation: obs.generation, phase: obs.phase, traceId: traceId || undefined });
-    const key = `${obs.generation}|${obs.phase}|${obs.ready}|${obs.endpoint?.runtime ?? ""}|${obs.address ?? ""}|${obs.reason ?? ""}|${obs.message ?? ""}|${obs.revision ?? ""}`;
+    const key = `${obs.generation}|${obs.phase}|${obs.ready}|${obs.endpoint?.runtime ?? ""}|${obs.address ?? ""}|${obs.reason ?? ""}|${obs.message ?? ""}|${obs.revision ?? ""}|${obs.conditions?.map((c) => `${c.type}=${c.status}:${c.reason ?? ""}`).join(",") ?? ""}`;
     if (this.#reported.get(obs.sandboxId) === key) return;
     this.#reported.set(obs.sandboxId, key);
     this.#d.report(obs);
@@ -513,6 +522,7 @@ export class Reconciler {
         address: o?.address,
         revision: intent?.template?.revision,
         observedAt: this.#now(),
+        ...(o?.conditions ? { conditions: o.conditions } : {}),
       };
     });
   }
@@ -545,8 +555,18 @@ export class Reconciler {
     const t = intent.template;
     const sbx = this.#d.runtime.getSandbox(intent.sandboxId);
     if (!this.#d.starts || !t || !sbx || (!t.startCmd && !t.readyCmd)) return undefined;
-    const adopted = (Date.parse(obs.createdAt) || Infinity) < this.#bootedAt;
+    // Its processes as they were when this agent started: its start command runs in them already.
+    const seen = this.#incarnations.get(intent.sandboxId);
+    const adopted = (Date.parse(obs.createdAt) || Infinity) < this.#bootedAt && (!seen || seen.first === seen.last);
     return this.#d.starts.status(intent.sandboxId, sbx, { startCmd: t.startCmd, readyCmd: t.readyCmd, user: t.user, workdir: t.workdir }, readyTimeoutMs(intent), adopted);
+  }
+
+  /** Records the observation's incarnation; whether it differs from the last one seen. */
+  #replaced(id: string, obs: SandboxObservation): boolean {
+    if (obs.incarnation === undefined) return false;
+    const seen = this.#incarnations.get(id);
+    this.#incarnations.set(id, { first: seen?.first ?? obs.incarnation, last: obs.incarnation });
+    return seen !== undefined && seen.last !== obs.incarnation;
   }
 
   #unregister(id: string, keepState = false): void {

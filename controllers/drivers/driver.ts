@@ -9,6 +9,7 @@ import type { SecurityProfileEntry } from "../../schema/api/security-profile.ts"
 import type { NetworkAuditRecord } from "../../schema/api/network-audit.ts";
 import type { Duplex } from "node:stream";
 import type { EgressPolicy } from "../../schema/protocol/egress.ts";
+import type { ObservedCondition } from "../../schema/protocol/observation.ts";
 import type { SandboxView, SpawnRequest } from "../runtime/sandbox-view.ts";
 
 /** How strongly a driver separates sandboxes from the host and from each other, strongest first. */
@@ -106,6 +107,14 @@ export interface SandboxObservation {
    * one: OpenKruise's `return-sandbox-ip` reports it. */
   address?: string;
   reason?: string;
+  /** Names the sandbox's current processes as a whole (the local driver: its holder's pid and
+   * start time); a new value means every process was replaced (a Stop pause's resume, an update
+   * ops recreate), so what ran in the old ones (the template's start command) runs again. None:
+   * no processes, or a driver that cannot tell. */
+  incarnation?: string;
+  /** Conditions of the driver's own about this sandbox (schema/crd/conditions.ts; the local
+   * driver's `SeccompFiltered`), reported to the edge as they are. */
+  conditions?: ObservedCondition[];
 }
 
 /** A saved writable state (the local driver: the sandbox's disk image, or its layer directory).

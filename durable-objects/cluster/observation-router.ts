@@ -90,7 +90,8 @@ export class ObservationRouter {
     const c = this.confirmed.get(obs.sandboxId);
     if (!c || obs.generation < c.generation) return false;
     this.confirmed.delete(obs.sandboxId);
-    const repeats = obs.generation === c.generation && obs.phase === "Running" && obs.ready && JSON.stringify(obs.endpoint ?? null) === c.endpoint;
+    // One with conditions tells more than the ack did (the driver's own: a holder refiltered).
+    const repeats = obs.generation === c.generation && obs.phase === "Running" && obs.ready && JSON.stringify(obs.endpoint ?? null) === c.endpoint && !obs.conditions?.length;
     if (repeats) {
       if (this.held.size >= this.max) this.held.clear();
       this.held.set(obs.sandboxId, obs);

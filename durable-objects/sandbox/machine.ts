@@ -15,6 +15,8 @@
 //   SandboxResumed     ResumePod (resume sent: False; observed running: True)
 //   Upgrading          UpgradePod (an ops run's new revision sent: False), Succeeded (observed
 //                      running, or paused, at it: True), UpgradePodFailed (the agent failed it)
+//   SeccompFiltered    the driver's (schema/crd/conditions.ts), as its observations say: set on
+//                      each that carries it, kept as it was by one that does not
 // A snapshot is an intent of its own generation with the same desired state: the agent freezes
 // the sandbox for the copy and leaves it as it was; a snapshot it could not take does not fail it.
 import { MIN_RESUME_TIMEOUT_S } from "../../schema/api/limits.ts";
@@ -26,6 +28,7 @@ import type { SandboxEvent } from "./events.ts";
 import { heldBy, restoreOwed } from "./upgrade.ts";
 import {
   assertNever,
+  DRIVER_CONDITIONS,
   visibleState,
   type Access,
   type Condition,
@@ -351,6 +354,7 @@ function observe(s: SandboxState, obs: Observation, now: number): Transition {
   if (obs.address) s.address = obs.address;
   const before = { phase: s.phase, endAt: s.endAt };
   restoreSeen(s, obs);
+  driverConditions(s, obs, now);
   switch (obs.phase) {
     case "Deleted":
       if (s.desired === "deleted") return ok(null, [{ kind: "purge" }]);
@@ -450,6 +454,18 @@ function becomePaused(s: SandboxState, now: number): void {
 function retrying(s: SandboxState, obs: Observation, now: number): void {
   const ready = obs.conditions?.find((c) => c.type === "Ready" && c.status === "False" && c.reason);
   if (ready && s.desired !== "deleted") setCondition(s, "Ready", "False", ready.reason!, now, ready.message);
+}
+
+/** The driver's own conditions in an observation, each as told. One an observation does not
+ * carry stays: the driver reports a change (False, then True), never an absence. */
+function driverConditions(s: SandboxState, obs: Observation, now: number): void {
+  for (const c of obs.conditions ?? []) {
+    const type = DRIVER_CONDITIONS.find((t) => t === c.type);
+    const prev = s.conditions.find((x) => x.type === type);
+    // Told again as it is: unchanged (the same state back, no write).
+    if (!type || (prev && prev.status === c.status && prev.reason === (c.reason ?? type) && prev.message === c.message)) continue;
+    setCondition(s, type, c.status, c.reason ?? type, now, c.message);
+  }
 }
 
 function fail(s: SandboxState, reason: string, message: string | undefined, now: number): void {

@@ -126,9 +126,15 @@ export const TemplateWithBuilds = z.object({
   ),
 });
 
-/** Fields of the spec that change what a member is; replicas, strategies and hooks do not. */
+/** The spec's opt-in flags: `false` means what absent means. */
+const OPT_IN_FLAGS = ["codeInterpreter", "nestedUserNamespaces"] as const satisfies readonly (keyof TemplateSpec)[];
+
+/** Fields of the spec that change what a member is; replicas, strategies and hooks do not, nor
+ * an opt-in flag set to `false` (the same members as without it: re-putting a template with an
+ * explicit `false` must not roll its warm pool). */
 export function templateRevision(spec: TemplateSpec): string {
   const { replicas: _r, scaleStrategy: _s, updateStrategy: _u, lifecycle: _l, ...shape } = spec;
+  for (const flag of OPT_IN_FLAGS) if (shape[flag] === false) delete shape[flag];
   return fnv32(canonicalJson(shape));
 }
 

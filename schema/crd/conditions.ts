@@ -35,6 +35,19 @@ export const SandboxConditionType = {
   /** An update ops CheckpointRestore recreate's checkpoint is not restored yet: the sandbox's next
    * pod names it (a Stop-paused sandbox's resume pod). Removed once such a pod exists. */
   RestorePending: "RestorePending",
+  /** The local driver: whether the sandbox's holder (its pid 1) runs under the driver's seccomp
+   * filter. Set only where it did not: False with reason `UnfilteredHolder` when an agent adopted a
+   * claimed sandbox whose holder an older agent started without the filter (a process of the
+   * sandbox may ptrace it and make the calls the filter refuses); True with reason
+   * `HolderRestarted` once a Stop pause or an update ops recreate gave it a filtered holder.
+   * Absent for every other sandbox (the edge keeps the last one it was told). */
+  SeccompFiltered: "SeccompFiltered",
+} as const;
+
+/** The reasons of SandboxConditionType.SeccompFiltered. */
+export const SeccompFilteredReason = {
+  UnfilteredHolder: "UnfilteredHolder",
+  HolderRestarted: "HolderRestarted",
 } as const;
 
 /** The reason a sandbox reports while its restore is pending (the condition above): the edge keeps

@@ -13,7 +13,7 @@ const made: Sandbox[] = [];
 
 afterAll(async () => {
   await Promise.all(made.map((s) => s.kill().catch(() => false)));
-  for (const t of [template, `${template}h`, `${template}s`, `${template}c`]) {
+  for (const t of [template, `${template}h`, `${template}s`, `${template}c`, `${template}r`]) {
     await admin(`/admin/teams/admin/updateops/${t}`, { method: "DELETE" }).catch(() => undefined);
     await admin(`/admin/teams/admin/templates/${t}`, { method: "DELETE" }).catch(() => undefined);
   }
@@ -216,5 +216,23 @@ describe("update ops on the local driver", () => {
       while (snaps.hasNext) ids.push(...(await snaps.nextItems()).map((x) => x.snapshotId));
       expect(ids).toEqual([]);
     }
+  });
+
+  it("Recreate runs the template's start command again, the new revision's, in the new processes; the ready command gates it again", async () => {
+    const name = `${template}r`;
+    const put = (v: string) =>
+      admin(`/admin/teams/admin/templates/${name}`, { method: "PUT", body: { spec: { replicas: 0, memoryMB: 256, startCmd: `echo ${v} >> /home/user/starts; exec sleep 100004`, readyCmd: `grep -qx ${v} /home/user/starts` } } });
+    await put("v1");
+    const sbx = await Sandbox.create(name, { ...e2b(), metadata: { "label:ops": `${tag}r` }, timeoutMs: 600_000 });
+    made.push(sbx);
+    expect(await sbx.files.read("/home/user/starts")).toBe("v1\n");
+
+    await put("v2");
+    await admin("/admin/teams/admin/updateops", { body: { name, selector: { matchLabels: { ops: `${tag}r` } }, updateStrategy: { maxUnavailable: 1 } } });
+    const done = await ended(name);
+    expect(done, JSON.stringify(done)).toMatchObject({ phase: "Completed", updatedReplicas: 1, failedReplicas: 0 });
+    // Upgraded only once its ready command passed: the v2 start command ran, once, after v1's.
+    expect(await sbx.files.read("/home/user/starts")).toBe("v1\nv2\n");
+    expect((await sbx.commands.run("pgrep -cf '^sleep 10000[4]' || true")).stdout.trim()).toBe("1");
   });
 });

@@ -76,6 +76,22 @@ describe("rolling update through the admin API", () => {
     await expectStatus(call(`/sandboxes/${before.sandboxID}`, { key: team.key }), 200);
   });
 
+  it("an opt-in flag put as an explicit false is the revision without it (the warm members are the same: nothing rolls); true is a new one", async () => {
+    const team = await createTeam(unique("roll-false"));
+    const agent = await startAgent(team.cluster, { observe: false });
+    const path = `/admin/teams/${team.name}/templates/${team.template}`;
+    const put = async (flags: Record<string, boolean>) => (await expectStatus(call(path, { method: "PUT", body: { spec: { cluster: team.cluster, replicas: 1, ...flags } } }), 200)).revision as string;
+    const absent = await put({});
+    await agent.waitUntil(() => agent.received.some((r) => r.intent.owner.kind === "pool" && r.intent.desired.state === "running"));
+    for (const flag of ["codeInterpreter", "nestedUserNamespaces"]) {
+      expect(await put({ [flag]: false }), flag).toBe(absent);
+      expect(await put({ [flag]: true }), flag).not.toBe(absent);
+      expect(await put({}), flag).toBe(absent);
+    }
+    expect(await put({ codeInterpreter: false, nestedUserNamespaces: false })).toBe(absent);
+    expect((await expectStatus(call(path), 200)).pool).toMatchObject({ updateRevision: absent });
+  });
+
   it("refuses a malformed updateStrategy with a 400", async () => {
     const team = await createTeam(unique("roll-bad"));
     for (const maxUnavailable of ["20", "-1", -1, "1000%", 1.5]) {

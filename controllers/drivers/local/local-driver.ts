@@ -38,13 +38,14 @@ import { LocalSandboxView } from "./local-view.ts";
 import { PortRelay } from "./port-relay.ts";
 import { probeHost } from "./probe.ts";
 import { seccompProgram } from "./seccomp.ts";
+import { SandboxConditionType, SeccompFilteredReason } from "../../../schema/crd/conditions.ts";
 import { readRecord, recordedIds, writeRecord, type FilterKind, type ProcRef, type SandboxRecord } from "./records.ts";
 import { SandboxNet, type SandboxNetOptions } from "./sandbox-net.ts";
 import { IN_PROCESS, Spawner } from "./spawner.ts";
 import type { LaunchedExit } from "../../runtime/process/launcher.ts";
 import { UidRanges, type IdRange } from "./uid-range.ts";
 import { openStepNet, type StepNet } from "./builder/step-net.ts";
-import { chownLayer, GOVERNED_CAPS, SANDBOX_CAPS, letOwnersPass, openUserns, unmountUnderSync, usernsUnavailable, type IdmapMount, type OpenUserns, type OverlayMount } from "./userns.ts";
+import { chownLayer, GOVERNED_CAPS, SANDBOX_CAPS, guardDir, letOwnersPass, openUserns, unmountUnderSync, usernsUnavailable, type IdmapMount, type OpenUserns, type OverlayMount } from "./userns.ts";
 
 export interface LocalDriverOptions {
   /** Where sandboxes (records, layers) and snapshots live. */
@@ -153,6 +154,8 @@ export class LocalDriver implements Driver {
    * their holder restarts). */
   readonly #holderChecked = new Set<string>();
   readonly #unfilteredClaimed = new Set<string>();
+  /** Sandboxes of #unfilteredClaimed whose holder this driver has since restarted, filtered. */
+  readonly #refiltered = new Set<string>();
   readonly #rootfs: RootfsStore | undefined;
   /** `base` was asked for before it was built (said once per driver). */
   #hostViewLogged = false;
@@ -219,7 +222,7 @@ export class LocalDriver implements Driver {
       }
     }
     const seccompNote = program
-      ? "seccomp: every sandbox process runs under the driver's filter, which refuses new user namespaces unless the template has nestedUserNamespaces (README.md \"Seccomp\"; an older agent's unfiltered holders: warm ones restarted, claimed ones logged until they restart)"
+      ? "seccomp: every sandbox process runs under the driver's filter, which refuses new user namespaces unless the template has nestedUserNamespaces (README.md \"Seccomp\"; an older agent's unfiltered holders: warm ones restarted, claimed ones logged and reported as SeccompFiltered False until they restart)"
       : `no seccomp filter: ${probe.capabilities.level === "process" ? "process level" : "turned off (KRUISE_LOCAL_SECCOMP=off)"}`;
     this.capabilities = { ...probe.capabilities, notes: [...probe.capabilities.notes, ...netNote, usernsNote, seccompNote] };
     const rootsOff = opts.rootfs === false || process.env.KRUISE_LOCAL_ROOTFS === "off" || this.capabilities.level === "process";
@@ -301,7 +304,10 @@ export class LocalDriver implements Driver {
     const known = this.#records.get(id);
     if (known) return known;
     const read = readRecord(layoutFor(this.#dataDir, id).record);
-    if (read) this.#records.set(id, read);
+    if (!read) return undefined;
+    // First read by this driver: a sandbox an older agent made may have an open directory.
+    guardDir(layoutFor(this.#dataDir, id).dir, read.userns);
+    this.#records.set(id, read);
     return read;
   }
 
@@ -348,6 +354,7 @@ export class LocalDriver implements Driver {
       // its grace (60 s) whose record does not name it is another driver's to take over, and a
       // large snapshot's copy can take longer than that (address-leases.ts).
       if (this.#uids) rec.userns = this.#uids.keep(undefined, layout.record);
+      guardDir(layout.dir, rec.userns);
       // What its holder will be recorded with is in this first write already, so the holder's
       // start writes once, when it runs (issue 16: a record write is ~0.3 ms of the agent's CPU).
       if (wantsProcesses(d)) rec = { ...rec, ...this.#holderPlan(rec) };
@@ -628,6 +635,8 @@ export class LocalDriver implements Driver {
       }
     }
     const range = ns ? rec.userns : undefined;
+    // Its range may have changed (re-leased above), and only that range may pass.
+    guardDir(layout.dir, range);
     // The user namespace is made before the root is mounted (its ID-mapped layers need it) and
     // let go once the holder has joined it.
     const userns: { open?: OpenUserns } = {};
@@ -694,7 +703,7 @@ export class LocalDriver implements Driver {
     });
     // A root of its own with its own user namespace: setuid programs (sudo) work there.
     if (userns && rec.root) await userns.allowSetuid(started.nsInit.pid);
-    this.#unfilteredClaimed.delete(rec.id);
+    if (this.#unfilteredClaimed.delete(rec.id)) this.#refiltered.add(rec.id);
     this.#holderChecked.add(rec.id);
     next = { ...next, phase: "Running", holder: started.holder, nsInit: started.nsInit, net: next.net && { address: next.net.address, veth }, ...(this.#seccomp && ns ? { filter } : {}) };
     this.#save(next);
@@ -741,6 +750,7 @@ export class LocalDriver implements Driver {
       createdAt: rec.createdAt,
       enforced: this.#enforced(rec),
       address: rec.net?.address,
+      ...this.#holderConditions(rec.id),
     };
     if (rec.phase === "Stopped") return { ...base, phase: "Stopped", pauseStrategy: "Stop" };
     if (!alive(rec.nsInit)) {
@@ -757,7 +767,19 @@ export class LocalDriver implements Driver {
       this.#save(rec);
     }
     const frozen = rec.cgroups ? isFrozen(rec.cgroups) : rec.phase === "Frozen";
-    return frozen ? { ...base, phase: "Paused", pauseStrategy: "Freeze" } : { ...base, phase: "Running" };
+    const incarnation = rec.nsInit && `${rec.nsInit.pid}:${rec.nsInit.start}`;
+    return frozen ? { ...base, incarnation, phase: "Paused", pauseStrategy: "Freeze" } : { ...base, incarnation, phase: "Running" };
+  }
+
+  /** `SeccompFiltered` for a sandbox adopted with an unfiltered holder (False) and, once this
+   * driver restarted that holder, filtered (True); nothing for any other sandbox. */
+  #holderConditions(id: string): Pick<SandboxObservation, "conditions"> {
+    if (this.#unfilteredClaimed.has(id)) {
+      const message = "its holder (pid 1) was started by an older agent without the seccomp filter, and a process of the sandbox may ptrace it and make the calls the filter refuses; a Stop pause or an update ops recreate restarts it filtered";
+      return { conditions: [{ type: SandboxConditionType.SeccompFiltered, status: "False", reason: SeccompFilteredReason.UnfilteredHolder, message }] };
+    }
+    if (this.#refiltered.has(id)) return { conditions: [{ type: SandboxConditionType.SeccompFiltered, status: "True", reason: SeccompFilteredReason.HolderRestarted, message: "its holder was restarted under the seccomp filter" }] };
+    return {};
   }
 
   #enforced(rec: SandboxRecord): SandboxObservation["enforced"] {
@@ -1017,6 +1039,7 @@ export class LocalDriver implements Driver {
       this.#records.delete(id);
       this.#holderChecked.delete(id);
       this.#unfilteredClaimed.delete(id);
+      this.#refiltered.delete(id);
     });
   }
 }

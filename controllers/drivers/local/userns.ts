@@ -167,6 +167,21 @@ export function chownLayer(layer: string, range: IdRange): void {
   }
 }
 
+/** Makes `dir` (a sandbox's directory, or a build step's around its root's mount point) passable by
+ * its range's group only: host root's, mode 0710, group the range's first gid, which its holder
+ * or step's bwrap runs with (setpriv `--regid`), so that uid still resolves the root it binds;
+ * without a range, 0700. The data directory lets every uid pass (letOwnersPass), and the overlay
+ * below keeps the set-uid files of its template and of its root, owned by the range's first uid,
+ * the owner of the sandbox's user namespace: a host user who reached one could exec it and, as
+ * that uid, setns or ptrace into the sandbox. Root's, not the range's: a process of the range
+ * must not be able to rename or replace what the agent keeps beside the root (the record, the
+ * holder's log). Search only: the group lists nothing. */
+export function guardDir(dir: string, range: IdRange | undefined): void {
+  // An agent that is not root has no range and owns the directory itself (its commands run as it).
+  if (process.getuid?.() === 0) chownSync(dir, 0, range?.base ?? 0);
+  chmodSync(dir, range ? 0o710 : 0o700);
+}
+
 /** bwrap starts as the range's owner, an unprivileged host uid, and resolves the paths of what it
  * binds (its `--bind-fd` sources too): the data directory and every directory above it must let
  * other users pass (search only, never list). Makes the data directory so; returns why it cannot

@@ -31,4 +31,30 @@ describe("LineCutter", () => {
     expect(out.length).toBe((65536 * 1024) / 8192);
     expect(out.every((l) => l.length === 8192)).toBe(true);
   });
+
+  it("never splits a surrogate pair: astral characters at every offset against the bound and every chunk split", () => {
+    const astral = "\u{1F600}\u{10FFFF}\u{20000}"; // three pairs: 😀, the last code point, a CJK ext-B ideograph
+    for (let max = 2; max <= 6; max++) {
+      for (let lead = 0; lead <= max; lead++) {
+        for (const tail of ["", "\n", "b\n"]) {
+          const text = "a".repeat(lead) + astral + "z" + astral + tail + astral;
+          for (let at = 0; at <= text.length; at++) {
+            const out = cut([text.slice(0, at), text.slice(at)], max);
+            for (const piece of out) {
+              // A lone surrogate (half a pair) is the only code point of category Cs under /u.
+              expect(/\p{Cs}/u.test(piece), JSON.stringify({ max, lead, at, piece })).toBe(false);
+              expect(piece.length).toBeLessThanOrEqual(max);
+            }
+            // Nothing lost or reordered: the pieces of each line join back to it.
+            expect(out.join(""), JSON.stringify({ max, lead, at })).toBe(text.replace(/\n/g, ""));
+          }
+        }
+      }
+    }
+  });
+
+  it("still cuts a line of only astral characters into full pieces where a pair fits (odd bound: one unit short)", () => {
+    expect(cut(["\u{1F600}".repeat(4)], 4)).toEqual(["\u{1F600}".repeat(2), "\u{1F600}".repeat(2)]);
+    expect(cut(["\u{1F600}".repeat(3)], 3)).toEqual(["\u{1F600}", "\u{1F600}", "\u{1F600}"]);
+  });
 });

@@ -38,6 +38,12 @@ class ScriptedDriver implements Driver {
   readonly snapshots: string[] = [];
   snapshotFails: Error | undefined = new UnsupportedError("snapshots", "scripted");
   readonly #running = new Map<string, SandboxObservation>();
+  /** The driver's own conditions per sandbox, in each observation it makes. */
+  readonly conditions = new Map<string, SandboxObservation["conditions"]>();
+  /** The incarnation of each sandbox's processes, in each observation it makes. */
+  readonly incarnations = new Map<string, string>();
+  /** When its sandboxes were created, as it reports them. */
+  createdAt = new Date(0).toISOString();
   readonly script: Record<string, Step[]>;
   constructor(script: Record<string, Step[]>) {
     this.script = script;
@@ -48,7 +54,7 @@ class ScriptedDriver implements Driver {
     this.calls.set(d.id, n + 1);
     const step = this.script[d.id]?.[n] ?? "ok";
     if (step !== "ok") throw step;
-    const obs: SandboxObservation = { id: d.id, generation: d.generation, phase: d.state === "Paused" ? "Paused" : "Running", level: "process", createdAt: new Date(0).toISOString(), enforced: { cpu: false, memory: false, pids: false, network: false } };
+    const obs: SandboxObservation = { id: d.id, generation: d.generation, phase: d.state === "Paused" ? "Paused" : "Running", level: "process", createdAt: this.createdAt, enforced: { cpu: false, memory: false, pids: false, network: false }, ...(this.conditions.has(d.id) ? { conditions: this.conditions.get(d.id) } : {}), ...(this.incarnations.has(d.id) ? { incarnation: this.incarnations.get(d.id) } : {}) };
     this.#running.set(d.id, obs);
     return obs;
   }
@@ -173,6 +179,54 @@ describe("Reconciler", () => {
       expect(acks[0]?.message).toBe(failed.message);
       expect(reconciler.queue.failures("s1")).toBe(0); // nothing left to retry
     }
+    reconciler.queue.close();
+  });
+
+  it("reports the driver's own conditions (a holder without the seccomp filter) as the driver gives them, again when they change, and in the hello inventory", async () => {
+    const { driver, reports, reconciler } = harness({});
+    const unfiltered = { type: "SeccompFiltered", status: "False" as const, reason: "UnfilteredHolder", message: "its holder (pid 1) runs without the seccomp filter" };
+    driver.conditions.set("s1", [unfiltered]);
+    reconciler.offer(intent("s1"));
+    await waitFor(() => reports.some((o) => o.phase === "Running"), { what: "a report" });
+    await reconciler.queue.idle();
+    expect(reports.at(-1)).toMatchObject({ phase: "Running", ready: true, conditions: [unfiltered] });
+    expect((await reconciler.inventory()).find((o) => o.sandboxId === "s1")).toMatchObject({ conditions: [unfiltered] });
+    const count = reports.length;
+    driver.conditions.set("s1", [{ type: "SeccompFiltered", status: "True", reason: "HolderRestarted", message: "restarted" }]);
+    reconciler.queue.add("s1", { urgent: true });
+    await waitFor(() => reports.length > count, { what: "the changed condition reported" });
+    expect(reports.at(-1)).toMatchObject({ phase: "Running", ready: true, conditions: [{ type: "SeccompFiltered", status: "True", reason: "HolderRestarted" }] });
+    reconciler.queue.close();
+  });
+
+  it("a sandbox whose processes were all replaced within one ensure (an update ops recreate) starts its template's start command again, not as adopted", async () => {
+    const calls: { id: string; adopted: boolean; startCmd?: string }[] = [];
+    const forgotten: string[] = [];
+    const starts = {
+      status: (id: string, _sbx: unknown, spec: { startCmd?: string }, _t: number, adopted: boolean) => (calls.push({ id, adopted, startCmd: spec.startCmd }), { state: "ready" }),
+      forget: (id: string) => forgotten.push(id),
+    } as unknown as StartCommands;
+    const { driver, reports, reconciler } = harness({}, starts);
+    const template = (v: string) => ({ id: "web", revision: v, image: "web", user: "user", workdir: "/srv", resources: { cpuCount: 1, memoryMB: 256 }, startCmd: `serve ${v}` });
+    // Made before this agent started: adopted, its start command already runs in it.
+    driver.createdAt = new Date(Date.now() - 60_000).toISOString();
+    driver.incarnations.set("s1", "100:1");
+    reconciler.offer(intent("s1", { template: template("r1") }));
+    await waitFor(() => reports.some((o) => o.ready), { what: "ready" });
+    await reconciler.queue.idle();
+    expect(calls).toEqual([{ id: "s1", adopted: true, startCmd: "serve r1" }]);
+    // The same processes at the next generation: nothing starts again.
+    reconciler.offer(intent("s1", { generation: 3, template: template("r1") }));
+    await waitFor(() => reports.some((o) => o.generation === 3 && o.ready), { what: "generation 3 ready" });
+    await reconciler.queue.idle();
+    expect(forgotten).toEqual([]);
+    // A new revision, recreated: new processes (a new incarnation) in the same ensure.
+    driver.incarnations.set("s1", "200:5");
+    reconciler.offer(intent("s1", { generation: 4, template: template("r2") }));
+    await waitFor(() => reports.some((o) => o.generation === 4 && o.ready), { what: "generation 4 ready" });
+    await reconciler.queue.idle();
+    expect(forgotten).toEqual(["s1"]);
+    expect(calls.at(-1)).toEqual({ id: "s1", adopted: false, startCmd: "serve r2" });
     reconciler.queue.close();
   });
 

@@ -7,7 +7,7 @@ import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, w
 import { join } from "node:path";
 import { BuildFrameSchema, type BuildFrame } from "../../../../schema/protocol/build.ts";
 import { removeDeadClaims } from "./step-claim.ts";
-import { removeMountPoint, STEP_ROOTS } from "./sandbox.ts";
+import { removeMountPoint, STEP_ROOTS, stepRootOf } from "./sandbox.ts";
 import { unmountUnderSync } from "../userns.ts";
 import { removeTree } from "../remove-tree.ts";
 
@@ -83,8 +83,9 @@ export async function removeDeadStaging(layersDir: string): Promise<void> {
     // The overlay first (at STEP_ROOTS with a user namespace), then every mount under the staging
     // directory: the step's disk its upper directory is on (sandbox.ts `diskMB`), the layers
     // below and the upper directory ID-mapped (`userns`).
-    const root = join(STEP_ROOTS, name);
-    for (const at of [join(layersDir, name, "merged"), root]) if (existsSync(at)) spawnSync("umount", ["-l", at]);
+    // An agent before stepRootOf mounted the root at STEP_ROOTS/<name> itself.
+    const root = stepRootOf(name);
+    for (const at of [join(layersDir, name, "merged"), root, join(STEP_ROOTS, name)]) if (existsSync(at)) spawnSync("umount", ["-l", at]);
     removeMountPoint(root);
     unmountUnderSync(join(layersDir, name));
     doomed.push(name);

@@ -8,11 +8,11 @@
 // environment.
 import { execFile, spawn, spawnSync } from "node:child_process";
 import { chownSync, closeSync, constants, lstatSync, mkdirSync, openSync, rmdirSync, rmSync, statfsSync, writeFileSync } from "node:fs";
-import { basename, join, relative } from "node:path";
+import { basename, dirname, join, relative } from "node:path";
 import { promisify } from "node:util";
 import { newDiskCommand } from "../disk.ts";
 import { removeTree } from "../remove-tree.ts";
-import { directLauncher, openUserns, reverseIdmap, unmountUnderSync, type OpenUserns } from "../userns.ts";
+import { directLauncher, guardDir, openUserns, reverseIdmap, unmountUnderSync, type OpenUserns } from "../userns.ts";
 import type { IdRange } from "../uid-range.ts";
 import type { BuildConfig } from "./plan.ts";
 import { LineCutter } from "../../../lib/line-cutter.ts";
@@ -22,8 +22,15 @@ const CAPS = ["CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER", "CAP_FSETID", "CAP_
 const PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 /** Where a step with a user namespace has its root mounted: bwrap then starts as an unprivileged
  * uid and resolves the path of what it binds, which the store (under root's home, often) may not
- * let it reach. One mount point per step, named as its staging directory. */
+ * let it reach. One directory per step, named as its staging directory (stepRootOf). */
 export const STEP_ROOTS = "/run/kruise-builds";
+
+/** A step's root mount point, `<STEP_ROOTS>/<staging name>/root`: the directory around it lets
+ * only the step's range pass (guardDir), as a sandbox's does, since the root keeps the set-uid
+ * files the step's root made, owned by the range's first uid. */
+export function stepRootOf(name: string): string {
+  return join(STEP_ROOTS, name, "root");
+}
 
 /** Runs as root inside: switches to the step's user with a clean environment plus the template's
  * env, enters the workdir, runs the command with bash (sh without it). $1 user, $2 workdir,
@@ -157,7 +164,7 @@ export async function runStep(r: StepRun): Promise<{ code: number | null; diskFu
   const layer = join(r.staging, "rootfs");
   const upper = r.diskMB === undefined && !r.userns ? layer : join(top, "upper");
   const work = join(top, "work");
-  const merged = r.userns ? join(STEP_ROOTS, basename(r.staging)) : join(r.staging, "merged");
+  const merged = r.userns ? stepRootOf(basename(r.staging)) : join(r.staging, "merged");
   let diskMounted = false;
   let ns: OpenUserns | undefined;
   try {
@@ -165,7 +172,11 @@ export async function runStep(r: StepRun): Promise<{ code: number | null; diskFu
       await mountStepDisk(image, disk, r.diskMB, r.files);
       diskMounted = true;
     }
-    if (r.userns) mkdirSync(STEP_ROOTS, { recursive: true, mode: 0o711 });
+    if (r.userns) {
+      mkdirSync(STEP_ROOTS, { recursive: true, mode: 0o711 });
+      mkdirSync(dirname(merged), { recursive: true });
+      guardDir(dirname(merged), r.userns);
+    }
     for (const d of [upper, work, merged]) mkdirSync(d, { recursive: true });
     if (r.userns) {
       // The layers below, attached ID-mapped (host 0 shown as the range's 0, as a sandbox's root
@@ -231,12 +242,14 @@ export async function runStep(r: StepRun): Promise<{ code: number | null; diskFu
   }
 }
 
-/** Removes an empty directory, if it is one (a mount point under STEP_ROOTS). */
-export function removeMountPoint(dir: string): void {
-  try {
-    rmdirSync(dir);
-  } catch {
-    // gone already, or still mounted (a lazy unmount's leftovers are swept at the next start)
+/** Removes a step's root mount point and the directory around it (stepRootOf), if they are empty. */
+export function removeMountPoint(root: string): void {
+  for (const dir of [root, dirname(root)]) {
+    try {
+      rmdirSync(dir);
+    } catch {
+      // gone already, or still mounted (a lazy unmount's leftovers are swept at the next start)
+    }
   }
 }
 

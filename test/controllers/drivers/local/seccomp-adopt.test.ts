@@ -2,7 +2,8 @@
 // older agent started"), as a driver with `seccomp: false` leaves them: the next driver on the same
 // data directory gives an unclaimed warm member a new, filtered holder, and leaves a claimed
 // sandbox running (its holder and the user's processes untouched) with a warning that names it and
-// counts; its holder gets the filter at its next Stop pause.
+// counts, and a SeccompFiltered False condition in its observations (the edge shows it); its
+// holder gets the filter at its next Stop pause, and the condition turns True.
 import { mkdtempSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -54,9 +55,17 @@ describe("adopting an unfiltered holder", () => {
     expect((await shIn(driver, claimed.id, `kill -0 ${work} && echo alive; grep '^Seccomp:' /proc/self/status`)).stdout).toBe("alive\nSeccomp:\t2\n");
     expect(warnings.filter((w) => w.includes(warm.id))).toEqual([expect.stringContaining("an unclaimed warm member, restarted with it")]);
     expect(warnings.filter((w) => w.includes(claimed.id))).toEqual([expect.stringContaining("claimed, left running until its holder restarts (a Stop pause); 1 such sandbox(es)")]);
+    // What the agent reports to the edge (the admin API's conditions): the claimed one says so, the
+    // restarted warm member says nothing.
+    const seccompCondition = { type: "SeccompFiltered", status: "False", reason: "UnfilteredHolder", message: expect.stringContaining("without the seccomp filter") };
+    expect((await driver.observe(claimed.id))!.conditions).toEqual([seccompCondition]);
+    expect((await driver.list()).find((o) => o.id === claimed.id)!.conditions).toEqual([seccompCondition]);
+    expect((await driver.observe(warm.id))!.conditions).toBeUndefined();
 
     await driver.ensure({ ...claimed, generation: 4, state: "Paused", pauseStrategy: "Stop" });
+    expect((await driver.observe(claimed.id))!.conditions).toEqual([seccompCondition]);
     await driver.ensure({ ...claimed, generation: 5, state: "Running" });
     expect(seccompOf(holderOf(claimed.id).pid)).toBe("2");
+    expect((await driver.observe(claimed.id))!.conditions).toEqual([{ type: "SeccompFiltered", status: "True", reason: "HolderRestarted", message: expect.any(String) }]);
   });
 });

@@ -46,6 +46,7 @@ const rows: Row[] = [
   { name: "an observation routed while the enqueue waited voids the confirmation (the endpoint may have moved and come back)", steps: [{ watch: [A] }, { observe: [obs(A, 1, { endpoint: MOVED })], routed: ["a@1"] }, { ack: ack(A, 2) }, { observe: [obs(A, 2)], routed: ["a@2"] }] },
   { name: "another sandbox's observation does not void it", steps: [{ watch: [A] }, { observe: [obs(B, 1)], routed: ["b@1"] }, { ack: ack(A, 2) }, { observe: [obs(A, 2)], routed: [] }] },
   { name: "a different endpoint is routed", steps: [{ watch: [A] }, { ack: ack(A, 2) }, { observe: [obs(A, 2, { endpoint: MOVED })], routed: ["a@2"] }] },
+  { name: "one with conditions is routed (the driver's own say more than the ack: a holder restarted under the seccomp filter)", steps: [{ watch: [A] }, { ack: ack(A, 2) }, { unwatch: [A] }, { observe: [obs(A, 2, { conditions: [{ type: "SeccompFiltered", status: "True", reason: "HolderRestarted" }] })], routed: ["a@2"] }] },
   { name: "not ready is routed", steps: [{ watch: [A] }, { ack: ack(A, 2) }, { observe: [obs(A, 2, { ready: false })], routed: ["a@2"] }] },
   { name: "another phase is routed", steps: [{ watch: [A] }, { ack: ack(A, 2) }, { observe: [obs(A, 2, { phase: "Failed", ready: false })], routed: ["a@2"] }] },
   { name: "an older generation is routed and keeps the confirmation", steps: [{ watch: [A] }, { ack: ack(A, 2) }, { observe: [obs(A, 1), obs(A, 2)], routed: ["a@1"] }] },

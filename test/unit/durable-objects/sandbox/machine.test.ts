@@ -222,4 +222,21 @@ describe("the index row of a killed sandbox", () => {
     const old = at("Terminating", { desired: "deleted", generation: 3, purgeAt: T0 + PURGE_GRACE_MS });
     expect(indexRow(old)).toMatchObject({ state: "killed", phase: "Terminating" });
   });
+
+  it("mirrors the driver's SeccompFiltered condition as told: set by an observation carrying it, kept by one that does not, changed by the next it carries", () => {
+    const running = transition(at("Pending", { endpoint: { runtime: "http://10.0.0.1:49983" } }), obs("Running", 2), T0).state!;
+    const told = (ev: SandboxEvent, conditions: Observation["conditions"]): SandboxEvent => (ev.type === "observe" ? { ...ev, obs: { ...ev.obs, conditions } } : ev);
+    const unfiltered = { type: "SeccompFiltered", status: "False" as const, reason: "UnfilteredHolder", message: "its holder (pid 1) was started by an older agent without the seccomp filter" };
+    const a = transition(running, told(obs("Running", 2), [unfiltered]), T0 + S).state!;
+    expect(a.conditions.find((c) => c.type === "SeccompFiltered")).toEqual({ ...unfiltered, lastTransitionTime: T0 + S });
+    // Told again: the very same state (no write); not told: kept.
+    expect(transition(a, told(obs("Running", 2), [unfiltered]), T0 + 2 * S).state).toBe(a);
+    expect(transition(a, obs("Running", 2), T0 + 2 * S).state).toBe(a);
+    const paused = transition(a, told(obs("Paused", 2), [{ type: "Ready", status: "False", reason: "ReconcileError", message: "x" }]), T0 + 2 * S).state!;
+    expect(paused.conditions.find((c) => c.type === "SeccompFiltered")).toMatchObject({ status: "False", reason: "UnfilteredHolder" });
+    const b = transition(a, told(obs("Running", 2), [{ type: "SeccompFiltered", status: "True", reason: "HolderRestarted" }]), T0 + 3 * S).state!;
+    expect(b.conditions.find((c) => c.type === "SeccompFiltered")).toEqual({ type: "SeccompFiltered", status: "True", reason: "HolderRestarted", lastTransitionTime: T0 + 3 * S });
+    // Only the driver's own types: another condition an agent reports is not taken as a sandbox condition.
+    expect(transition(running, told(obs("Running", 2), [{ type: "Upgrading", status: "True", reason: "Succeeded" }]), T0 + S).state!.conditions.map((c) => c.type)).not.toContain("Upgrading");
+  });
 });
