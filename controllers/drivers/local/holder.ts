@@ -114,7 +114,10 @@ export async function startHolder(spec: HolderSpec, spawner: Spawner): Promise<S
   const argv = ns?.argv ?? (spec.bwrapArgs ? ["bwrap", "--args", String(ARGS_FD), "--", SLEEP, "infinity"] : [SLEEP, "infinity"]);
   // NUL-terminated, as bwrap reads them (to the end; then it closes the fd). A file, not a pipe:
   // the sockets Node gives a child as extra fds are non-blocking, and bwrap does not wait on them.
-  const argsFile = `${spec.log}.bwrap-args`;
+  // In the spawner's private directory, never beside the log: that is on the sandbox's disk, which
+  // its tenant may have filled (mkfs -m 0 keeps no blocks for root), and a new file there would
+  // make every later start fail with ENOSPC.
+  const argsFile = spawner.scratchFile("bwrap-args");
   const extra = ns ? [{ read: spec.userns!.nsPath }, ...ns.fds.map((read) => ({ read }))] : [];
   // The filter's descriptor comes after every other one bwrap is handed.
   const seccomp = spec.seccomp && bwrapArgs ? ["--seccomp", String(ARGS_FD + 1 + extra.length)] : [];

@@ -115,6 +115,11 @@ describe(`local driver on this host (level ${driver.capabilities.level})`, () =>
     }
     expect(error?.code).toBe("ENOSPC");
     expect(written).toBeLessThan(16 << 20);
+    // A full disk is the tenant's: the sandbox still stops and starts again (nothing the agent
+    // writes for a start goes on that disk), and its user can free the space.
+    await driver.ensure({ ...d, generation: 2, state: "Paused", pauseStrategy: "Stop" });
+    expect((await driver.ensure({ ...d, generation: 3 })).phase).toBe("Running");
+    expect((await sh(d.id, "echo alive")).stdout).toBe("alive\n");
   });
 
   it("the base system works for `user`: python3, awk through /etc/alternatives, writable /dev/shm and /tmp", async () => {
