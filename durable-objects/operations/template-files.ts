@@ -55,27 +55,45 @@ export async function verifyUpload(env: Env, teamId: string, hash: string, expir
 }
 
 /** Uploads of one team this isolate reads at once: each holds up to MAX_TEMPLATE_FILE_BYTES in the
- * memory of an isolate that serves every tenant, and a link is reusable for 15 minutes. */
+ * memory of an isolate that serves every tenant, and a link is reusable for 15 minutes. More wait
+ * their turn unread (E2B's JS SDK sends every archive of a build at once, and does not retry a
+ * 429), up to MAX_TEAM_UPLOADS_WAITING; past that a 429. */
 export const MAX_TEAM_UPLOADS_IN_FLIGHT = 2;
-const inFlight = new Map<string, number>();
+export const MAX_TEAM_UPLOADS_WAITING = 16;
+/** How often a waiting upload looks for a turn. A request of a Worker cannot be woken by another
+ * request's promise (workerd cancels it as hung), so it polls on a timer of its own. */
+const TURN_POLL_MS = 20;
+const turns = new Map<string, { reading: number; waiting: number }>();
 
 /**
  * A verified upload's `PUT`: an archive the team already has is answered at once, its body never
  * read (`readBody` not called), and counts as used now, as a present-check does; otherwise the body
- * is read (bounded by the route) and stored, unless the team already has
- * MAX_TEAM_UPLOADS_IN_FLIGHT being read here (429 before reading).
+ * is read (bounded by the route) and stored once the team has fewer than MAX_TEAM_UPLOADS_IN_FLIGHT
+ * being read here.
  */
 export async function receiveUpload(env: Env, teamId: string, hash: string, readBody: () => Promise<ArrayBuffer>): Promise<void> {
   if ((await useFiles(getDb(env), teamId, [hash])).size) return;
-  const reading = inFlight.get(teamId) ?? 0;
-  if (reading >= MAX_TEAM_UPLOADS_IN_FLIGHT) throw new ApiError("quota_exceeded", `the team already has ${MAX_TEAM_UPLOADS_IN_FLIGHT} uploads in progress; retry once one is done`);
-  inFlight.set(teamId, reading + 1);
+  const team = turns.get(teamId) ?? { reading: 0, waiting: 0 };
+  turns.set(teamId, team);
+  const waits = team.reading >= MAX_TEAM_UPLOADS_IN_FLIGHT;
+  if (waits) {
+    if (team.waiting >= MAX_TEAM_UPLOADS_WAITING) {
+      throw new ApiError("quota_exceeded", `the team already has ${MAX_TEAM_UPLOADS_IN_FLIGHT + MAX_TEAM_UPLOADS_WAITING} uploads in progress; retry once one is done`);
+    }
+    team.waiting++;
+    try {
+      while (team.reading >= MAX_TEAM_UPLOADS_IN_FLIGHT) await new Promise((turn) => setTimeout(turn, TURN_POLL_MS));
+    } finally {
+      team.waiting--;
+    }
+  }
+  team.reading++;
   try {
+    // Stored while it waited (another upload of the same archive)?
+    if (waits && (await useFiles(getDb(env), teamId, [hash])).size) return;
     await storeUpload(env, teamId, hash, await readBody());
   } finally {
-    const left = (inFlight.get(teamId) ?? 1) - 1;
-    if (left > 0) inFlight.set(teamId, left);
-    else inFlight.delete(teamId);
+    if (--team.reading === 0 && team.waiting === 0) turns.delete(teamId);
   }
 }
 

@@ -4,7 +4,7 @@
 // lines and result coming back through status, and 501 for a cluster without a builder.
 import { describe, expect, it, vi } from "vitest";
 import { env, exports } from "cloudflare:workers";
-import { MAX_TEAM_UPLOADS_IN_FLIGHT } from "../../../durable-objects/operations/template-files.ts";
+import { MAX_TEAM_UPLOADS_IN_FLIGHT, MAX_TEAM_UPLOADS_WAITING } from "../../../durable-objects/operations/template-files.ts";
 import { runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import type { ClusterDO } from "../../../durable-objects/cluster/cluster-do.ts";
 import { eq } from "drizzle-orm";
@@ -602,7 +602,7 @@ describe("template build API", () => {
     expect((await expectStatus(call(`/templates/${other.template}/builds/${mine}/status`, { key: other.key }), 200)).status).toBe("waiting");
   });
 
-  it("an upload of an archive the team has is answered before its body is read; a team's uploads are read at most MAX_TEAM_UPLOADS_IN_FLIGHT at once", async () => {
+  it("an upload of an archive the team has is answered before its body is read; a team's uploads are read at most MAX_TEAM_UPLOADS_IN_FLIGHT at once, the next ones wait their turn", async () => {
     const team = await createTeam(unique("tb-up"));
     await requestBuild(team.key, team.template);
     const linkOf = async (hash: string) => {
@@ -625,21 +625,38 @@ describe("template build API", () => {
       return { ctl, reading, res };
     });
     await Promise.all(slow.map((s) => s.reading));
-    // The runtime may pull a body before the route reads it: until both are held, a third upload is
-    // read too (one past the size bound, so it is a 413 and nothing is stored); then it is refused.
+    // The runtime may pull a body before the route reads it: until both turns are held, a third
+    // upload is read too (one past the size bound, so it is a 413 and nothing is stored); then it
+    // waits its turn, unread, as do MAX_TEAM_UPLOADS_WAITING of them; one more is refused.
     const tooBig = "x".repeat(MAX_TEMPLATE_FILE_BYTES + 1);
+    const later = Symbol("still waiting");
+    const waiting: Promise<Response>[] = [];
+    for (let i = 0; i < 20 && !waiting.length; i++) {
+      const r = call(three!, { key: null, method: "PUT", raw: tooBig });
+      const first = await Promise.race([r, new Promise<typeof later>((ok) => setTimeout(() => ok(later), 300))]);
+      if (first === later) waiting.push(r);
+      else expect({ status: first.status, body: await first.text() }).toMatchObject({ status: 413 });
+    }
+    expect(waiting).toHaveLength(1);
+    while (waiting.length < MAX_TEAM_UPLOADS_WAITING - 1) waiting.push(call(three!, { key: null, method: "PUT", raw: tooBig }));
+    // Each first asks whether the archive is stored, so one sent now may overtake those: it waits
+    // too, until the waiting are MAX_TEAM_UPLOADS_WAITING and the next one is refused.
     let refused: Response | undefined;
     for (let i = 0; i < 20 && !refused; i++) {
-      const r = await call(three!, { key: null, method: "PUT", raw: tooBig });
-      if (r.status === 429) refused = r;
-      else expect({ status: r.status, body: await r.text() }).toMatchObject({ status: 413 });
+      const r = call(three!, { key: null, method: "PUT", raw: tooBig });
+      const first = await Promise.race([r, new Promise<typeof later>((ok) => setTimeout(() => ok(later), 300))]);
+      if (first === later) waiting.push(r);
+      else refused = first;
     }
-    await expectError(refused ?? Promise.reject(new Error("never refused")), 429, `the team already has ${MAX_TEAM_UPLOADS_IN_FLIGHT} uploads in progress`);
+    expect(waiting.length).toBeGreaterThanOrEqual(MAX_TEAM_UPLOADS_WAITING);
+    await expectError(refused ?? Promise.reject(new Error("never refused")), 429, `the team already has ${MAX_TEAM_UPLOADS_IN_FLIGHT + MAX_TEAM_UPLOADS_WAITING} uploads in progress`);
     for (const s of slow) {
       s.ctl.enqueue(new TextEncoder().encode("tar bytes"));
       s.ctl.close();
     }
     for (const s of slow) await expectStatus(s.res, 201);
+    // Each waiting one had its turn and was read (past the size bound: nothing stored).
+    for (const r of waiting) expect((await r).status).toBe(413);
     await expectStatus(call(three!, { key: null, method: "PUT", raw: "tar" }), 201);
   });
 
