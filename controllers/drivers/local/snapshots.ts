@@ -102,9 +102,9 @@ export class LocalSnapshots {
     if (done) return done;
     const final = this.path(id);
     const partial = `${final}.partial`;
-    await removeTree([partial], this.#spawner);
-    mkdirSync(partial, { recursive: true });
     try {
+      await removeTree([partial], this.#spawner);
+      mkdirSync(partial, { recursive: true });
       if (source.kind === "disk") {
         const dest = join(partial, "disk.img");
         if (isMounted(source.mountedAt)) await this.#sh(COPY_MOUNTED, source.image, source.mountedAt, dest);
@@ -125,6 +125,9 @@ export class LocalSnapshots {
         ...(userns ? { userns } : {}),
       };
       writeFileSync(join(partial, "meta.json"), JSON.stringify(meta));
+      // Freed before it was done (the edge gave up waiting and let its slot go): published, it
+      // would be a copy no row names, never freed and counted in no bound.
+      if (this.#freed.has(id)) throw new Error(`snapshot ${id} was freed while it was being taken`);
       renameSync(partial, final);
       return meta;
     } catch (err) {
@@ -132,6 +135,9 @@ export class LocalSnapshots {
       throw err;
     }
   }
+  /** Ids freed lately, so a copy still under way is not published after its free (ids are never
+   * reused; the newest 1024 kept). */
+  readonly #freed = new Set<string>();
 
   /** The snapshot, or a terminal error naming it: a sandbox cannot be made from what is gone. */
   need(id: string): SnapshotMeta {
@@ -185,6 +191,8 @@ export class LocalSnapshots {
   async delete(id: string): Promise<void> {
     const path = this.path(id);
     this.#copies.drop(id);
+    this.#freed.add(id);
+    if (this.#freed.size > 1024) this.#freed.delete(this.#freed.values().next().value!);
     const trash = `${path}.${process.pid}.deleting.partial`;
     try {
       renameSync(path, trash);

@@ -94,6 +94,17 @@ describe("local snapshots", () => {
     await driver.deleteSnapshot(snap);
   });
 
+  it("a snapshot freed while it is being copied (the edge gave up waiting) is never published", async () => {
+    const src = desired();
+    await driver.ensure(src);
+    const id = `snap${process.pid}f`;
+    const taking = driver.snapshotFs(src.id, id);
+    await driver.deleteSnapshot({ id });
+    await expect(taking).rejects.toThrow(/freed while it was being taken/);
+    expect(readdirSync(join(dataDir, "snapshots")).filter((n) => n.startsWith(id))).toEqual([]);
+    expect((await driver.observe(src.id))?.phase).toBe("Running");
+  });
+
   it("without disks, copies the layer directory (owners kept)", async () => {
     const src = desired();
     await noDisk.ensure(src);
