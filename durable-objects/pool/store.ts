@@ -175,12 +175,15 @@ export function openPoolStore(sql: Sql): PoolStore {
     },
     saveQueueSizes: (sizes) => {
       // One upsert, not a delete and an insert per queue: a queue gone since is written as 0 (a
-      // load reads n > 0 only). The queues that can be gone are those this object loaded or wrote
-      // (every one, each time: what is stored never depends on which of these writes committed).
+      // load reads n > 0 only). The queues that can be gone are those this object loaded or last
+      // wrote non-empty; one written 0 is left out after that (the writes of one object commit in
+      // order, or a failed one resets the object and it loads again), so a claim's write does not
+      // grow with every revision a pool has rolled through.
       const rows = new Map<string, QueueSize>();
       for (const key of queues) rows.set(key, { ...(JSON.parse(key) as QueueSize), n: 0 });
       for (const q of sizes) rows.set(queueKey(q), q);
-      for (const key of rows.keys()) queues.add(key);
+      for (const [key, q] of rows) if (q.n > 0) queues.add(key);
+      else queues.delete(key);
       inChunks([...rows.values()], Math.floor(MAX_BOUND / 3), (chunk) =>
         sql.exec(
           `INSERT INTO member_counts (state, revision, n) VALUES ${rowMarks(chunk.length, 3)} ON CONFLICT (state, revision) DO UPDATE SET n = excluded.n`,
