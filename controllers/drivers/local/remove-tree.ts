@@ -5,9 +5,11 @@
 // depth of about 1800; `fs.promises.rm` builds whole paths: ENAMETOOLONG past PATH_MAX, the tree
 // left in place) and `rmSync` runs on the agent's event loop whatever the entry count (a layer
 // holds up to a step disk's inodes). GNU `rm -rf` walks with fts and openat at any depth, never
-// follows a link, and here never crosses a mount (`--one-file-system`, and a mount point named as
-// the path itself is refused: `--preserve-root=all`); it runs in a process of its own with a fixed
-// environment, so the event loop only waits for its exit.
+// follows a link, and skips a directory on another file system (`--one-file-system`; a mount point
+// named as the path itself is refused: `--preserve-root=all`). A bind or ID-mapped mount of the
+// same file system looks like a plain directory to it: every caller unmounts what it mounted
+// under the path first. It runs in a process of its own with a fixed environment, so the event
+// loop only waits for its exit.
 import { execFile } from "node:child_process";
 import { runHelper } from "./disk.ts";
 import type { Spawner } from "./spawner.ts";
