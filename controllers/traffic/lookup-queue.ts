@@ -16,9 +16,9 @@ export interface LookupQueueOptions {
   queued?: number;
 }
 
-export const LOOKUP_SLOTS = 2;
-export const LOOKUP_PER_SANDBOX = 1;
-export const LOOKUP_QUEUED = 64;
+const LOOKUP_SLOTS = 2;
+const LOOKUP_PER_SANDBOX = 1;
+const LOOKUP_QUEUED = 64;
 
 interface Turns {
   running: number;

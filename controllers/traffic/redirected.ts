@@ -292,7 +292,7 @@ export class RedirectedPath {
       const onData = (chunk: Buffer) => {
         buf = Buffer.concat([buf, chunk]);
         const s = sniff(buf);
-        if (s || buf.length >= MAX_SNIFF) done(sniffFinal(buf));
+        if (s || buf.length >= MAX_SNIFF) done(s ?? sniffFinal(buf));
       };
       const onEnd = () => done(sniffFinal(buf));
       const timer = setTimeout(() => done(sniffFinal(buf)), this.#c.firstRequestTimeoutMs).unref();

@@ -50,7 +50,7 @@ export function bareHost(value: string | undefined): string {
 
 /** A ClientHello may span this many handshake records at most (RFC 8446 5.1 lets a client
  * fragment it; servers reassemble it, so the sniffer does too, within MAX_SNIFF bytes). */
-export const MAX_HELLO_RECORDS = 16;
+const MAX_HELLO_RECORDS = 16;
 
 /** TLS handshake records holding a ClientHello, reassembled: its server_name, when it has one.
  * A hello that cannot be read whole (too many records, too large, another record type first,
@@ -69,7 +69,7 @@ function sniffTls(buf: Buffer): Sniffed {
     have += end - at - 5;
     at = end;
     if (have < 4) continue;
-    const hello = Buffer.concat(parts, have);
+    const hello = parts.length === 1 ? parts[0]! : Buffer.concat(parts, have); // one record: the common case, no copy
     const whole = 4 + hello.readUIntBE(1, 3);
     if (have < whole) {
       if (whole > MAX_SNIFF) return { kind: "tls" };

@@ -234,13 +234,14 @@ export class LocalDriver implements Driver {
     this.#spares = this.capabilities.disk === "quota" && opts.spareDisks ? new SpareDisks(this.#dataDir, this.#spawner, opts.spareDisks) : undefined;
     // What a previous agent was still deleting when it stopped.
     mkdirSync(join(this.#dataDir, "trash"), { recursive: true });
-    for (const name of readdirSync(join(this.#dataDir, "trash"))) {
+    const trash = readdirSync(join(this.#dataDir, "trash")).map((name) => join(this.#dataDir, "trash", name));
+    for (const dir of trash) {
       // Not unmounted when it was moved there (still busy then): never delete through a mount.
-      unmountDiskSync(join(this.#dataDir, "trash", name, "root"));
-      unmountUnderSync(join(this.#dataDir, "trash", name, "layers"));
-      unmountDiskSync(join(this.#dataDir, "trash", name, "disk"));
-      this.#emptyTrash(join(this.#dataDir, "trash", name));
+      unmountDiskSync(join(dir, "root"));
+      unmountUnderSync(join(dir, "layers"));
+      unmountDiskSync(join(dir, "disk"));
     }
+    if (trash.length) this.#emptyTrash(trash);
   }
 
   /** Unmounts and deletes the spare disks (an agent that stops its sandboxes leaves no loop
@@ -303,10 +304,11 @@ export class LocalDriver implements Driver {
   #record(id: string): SandboxRecord | undefined {
     const known = this.#records.get(id);
     if (known) return known;
-    const read = readRecord(layoutFor(this.#dataDir, id).record);
+    const layout = layoutFor(this.#dataDir, id);
+    const read = readRecord(layout.record);
     if (!read) return undefined;
     // First read by this driver: a sandbox an older agent made may have an open directory.
-    guardDir(layoutFor(this.#dataDir, id).dir, read.userns);
+    guardDir(layout.dir, read.userns);
     this.#records.set(id, read);
     return read;
   }
@@ -998,14 +1000,14 @@ export class LocalDriver implements Driver {
       // Still where a new sandbox of the same id would be made: gone before destroy returns.
       return removeTree([dir], this.#spawner);
     }
-    this.#emptyTrash(trash);
+    this.#emptyTrash([trash]);
   }
 
   /** Deletes what is in the trash in the background; `dispose` waits for it (it runs through the
    * spawner, which goes with the driver). */
-  #emptyTrash(path: string): void {
-    const removal = removeTree([path], this.#spawner)
-      .catch((err: Error) => console.warn(`trash ${basename(path)}: ${err.message}`))
+  #emptyTrash(paths: string[]): void {
+    const removal = removeTree(paths, this.#spawner)
+      .catch((err: Error) => console.warn(`trash ${paths.map((p) => basename(p)).join(" ")}: ${err.message}`))
       .finally(() => this.#trashRemovals.delete(removal));
     this.#trashRemovals.add(removal);
   }

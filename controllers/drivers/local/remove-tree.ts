@@ -11,10 +11,11 @@
 // under the path first. It runs in a process of its own with a fixed environment, so the event
 // loop only waits for its exit.
 import { execFile } from "node:child_process";
+import { lstatSync } from "node:fs";
 import { runHelper } from "./disk.ts";
+import { helperEnv } from "./host-helpers.ts";
 import type { Spawner } from "./spawner.ts";
 
-const ENV = { PATH: "/usr/sbin:/usr/bin:/sbin:/bin" };
 const RM = ["rm", "-rf", "--one-file-system", "--preserve-root=all", "--"];
 
 /**
@@ -25,10 +26,13 @@ const RM = ["rm", "-rf", "--one-file-system", "--preserve-root=all", "--"];
  * spawner.ts), else a child of this process.
  */
 export async function removeTree(paths: string[], spawner?: Spawner): Promise<void> {
-  if (!paths.length) return;
   for (const p of paths) if (!p.startsWith("/")) throw new Error(`removeTree: ${JSON.stringify(p)} is not an absolute path`);
-  if (spawner) return runHelper(spawner, [...RM, ...paths]);
+  // No process for what is not there (most calls clear a leftover that is usually absent: one
+  // runs inside a snapshot's freeze); what `rm -f` would have said of it is nothing either.
+  const present = paths.filter((p) => lstatSync(p, { throwIfNoEntry: false }) !== undefined);
+  if (!present.length) return;
+  if (spawner) return runHelper(spawner, [...RM, ...present]);
   await new Promise<void>((ok, fail) =>
-    execFile(RM[0]!, [...RM.slice(1), ...paths], { env: ENV, cwd: "/", maxBuffer: 1 << 20 }, (err, _out, stderr) => (err ? fail(new Error(`rm: ${String(stderr).trim().slice(0, 2000) || err.message}`)) : ok())),
+    execFile(RM[0]!, [...RM.slice(1), ...present], { env: helperEnv(), cwd: "/", maxBuffer: 1 << 20 }, (err, _out, stderr) => (err ? fail(new Error(`rm: ${String(stderr).trim().slice(0, 2000) || err.message}`)) : ok())),
   );
 }

@@ -68,7 +68,7 @@ export class LocalSnapshots {
   readonly #spawner: Spawner;
   readonly #copies: SnapshotCopies;
   /** What an interrupted copy left, being deleted. */
-  readonly #leftovers: Promise<void>[] = [];
+  readonly #leftovers: Promise<void>;
 
   constructor(dataDir: string, spawner: Spawner) {
     this.#dir = join(dataDir, "snapshots");
@@ -76,9 +76,8 @@ export class LocalSnapshots {
     this.#copies = new SnapshotCopies(dataDir, spawner, (id, image, at) => this.copyImage(this.need(id), image, at));
     mkdirSync(this.#dir, { recursive: true });
     // What an interrupted copy left; older tar snapshots are not this driver's format any more.
-    for (const name of readdirSync(this.#dir)) {
-      if (name.endsWith(".partial") || name.endsWith(".tar")) this.#leftovers.push(removeTree([join(this.#dir, name)], spawner).catch((err: Error) => console.warn(`snapshot leftovers ${name}: ${err.message}`)));
-    }
+    const leftovers = readdirSync(this.#dir).filter((name) => name.endsWith(".partial") || name.endsWith(".tar"));
+    this.#leftovers = removeTree(leftovers.map((name) => join(this.#dir, name)), spawner).catch((err: Error) => console.warn(`snapshot leftovers: ${err.message}`));
   }
 
   /** Where a snapshot lives (it may not exist). */
@@ -156,7 +155,7 @@ export class LocalSnapshots {
   /** Releases the copies made ahead (the driver stops), once the leftovers' deletion (through the
    * spawner, which goes with the driver) is done. */
   async dispose(): Promise<void> {
-    await Promise.all(this.#leftovers);
+    await this.#leftovers;
     return this.#copies.dispose();
   }
 

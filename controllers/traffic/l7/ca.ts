@@ -24,7 +24,7 @@ export interface LeafPem {
 
 /** Leaves kept per sandbox at most (the least recently used go first): their names are the
  * sandbox's choice (each SNI it sends to an inspected pattern), each costs a key and ~45 KiB. */
-export const MAX_LEAVES = 256;
+const MAX_LEAVES = 256;
 /** Leaves are valid 7 days from a day back; one made this long ago is made again before use. */
 const LEAF_RENEW_MS = 5 * DAY;
 

@@ -83,8 +83,12 @@ export class L7Handler {
   /** A leaf's TLS context, made once (parsing its PEM key per connection costs a handshake's worth). */
   readonly #contexts = new WeakMap<LeafPem, tls.SecureContext>();
 
+  /** Bytes of an MCP request or response body, and characters of one SSE event, held at most. */
+  readonly #maxMcpBody: number;
+
   constructor(o: L7Options) {
     this.#o = o;
+    this.#maxMcpBody = o.maxMcpBody ?? 4 << 20;
     this.#pool = new UpstreamPool({ ...o.upstreamPool, ...(o.upstreamTls ? { tls: o.upstreamTls } : {}) });
     // Node's defaults would cut a request body longer than 5 minutes (requestTimeout) and drop an idle
     // client connection after 5 s: a proxy carries long uploads and keeps connections as the proxy
@@ -117,7 +121,8 @@ export class L7Handler {
     // What the address may serve, whatever the bytes say: the ClientHello's SNI and a request's
     // Host are the sandbox's to write (or leave out), and the server may serve an inspected name anyway.
     const judged = [conn.ip, ...(conn.names ?? [])].some((n) => inspects(policy, n));
-    const known = new Set([...(name ? [name] : []), ...(conn.names ?? [])]);
+    // The names a request on it may give as Host (made only for a served connection).
+    const known = () => new Set([...(name ? [name] : []), ...(conn.names ?? [])]);
     // HTTP/2 with prior knowledge (plaintext gRPC) cannot be read here: passed through where no
     // inspected name is served, refused where one is.
     if (kind === "http" && conn.head.subarray(0, H2_PREFACE.length).toString("latin1") === H2_PREFACE) {
@@ -128,7 +133,7 @@ export class L7Handler {
     // Plain HTTP stays with the L7 server whatever its first request names: each request on the
     // connection is judged by its own Host.
     // (The head-fed stream takes the client's bytes from when it is made: only for a served connection.)
-    if (kind === "http") return this.#serve(withHead(conn.client, conn.head), { conn, host: "", tls: false, judged, known });
+    if (kind === "http") return this.#serve(withHead(conn.client, conn.head), { conn, host: "", tls: false, judged, known: known() });
     if (kind === "tls" && !name) {
       if (!judged) return this.#passThrough(conn);
       // Nothing to choose rules (or a leaf) by, to an address an inspected name is served from.
@@ -141,7 +146,7 @@ export class L7Handler {
       if (!secureContext) this.#contexts.set(leaf, (secureContext = tls.createSecureContext({ key: leaf.key, cert: leaf.cert })));
       const socket = new tls.TLSSocket(withHead(conn.client, conn.head) as unknown as Socket, { isServer: true, secureContext, ALPNProtocols: ["http/1.1"] });
       socket.on("error", () => conn.client.destroy());
-      return this.#serve(socket, { conn, host: name!, tls: true, judged, known });
+      return this.#serve(socket, { conn, host: name!, tls: true, judged, known: known() });
     }
     if (kind !== "tls" && policy.rateLimitAll && !this.#rate.take(conn.sandbox, policy.requestsPerMinute)) {
       // Another protocol: the connection is the request.
@@ -256,7 +261,7 @@ export class L7Handler {
       // An encoded body would pass the screen unread and could be decoded by the server.
       const encoding = String(req.headers["content-encoding"] ?? "").trim().toLowerCase();
       if (encoding !== "" && encoding !== "identity") return refuse(415, "mcp", "MCP request bodies are screened, so they must be sent without a Content-Encoding");
-      const raw = await readBounded(req, this.#o.maxMcpBody ?? 4 << 20);
+      const raw = await readBounded(req, this.#maxMcpBody);
       if (!raw) return refuse(413, "mcp", "MCP request body too large to screen");
       const text = rpcText(raw) ?? "";
       const s = screenRequest(decide!, text);
@@ -307,7 +312,7 @@ export class L7Handler {
       ur.on("data", (c: Buffer) => (bytes += c.length));
       ur.on("end", () => record(rule, ur.statusCode ?? 0, bytes, tool));
       if (mcp && type.includes("application/json")) {
-        void readBounded(ur, this.#o.maxMcpBody ?? 4 << 20).then((b) => {
+        void readBounded(ur, this.#maxMcpBody).then((b) => {
           if (!b) return void res.destroy();
           const text = filterAnswer(decide!, b.toString("utf8"));
           out["content-length"] = String(Buffer.byteLength(text));
@@ -317,12 +322,12 @@ export class L7Handler {
         delete out["content-length"];
         res.writeHead(ur.statusCode ?? 502, out);
         // One event is held at most maxMcpBody long, and the upstream waits while the client is slow.
-        const f = new SseFilter(decide!, this.#o.maxMcpBody ?? 4 << 20);
+        const f = new SseFilter(decide!, this.#maxMcpBody);
         ur.setEncoding("utf8");
         ur.on("data", (c: string) => {
           const text = f.push(c);
           if (text === undefined) {
-            this.#o.log?.(`traffic-proxy: l7: ${conn.sandbox}: an SSE event from ${host} outgrew ${this.#o.maxMcpBody ?? 4 << 20} characters unfinished; stream ended`);
+            this.#o.log?.(`traffic-proxy: l7: ${conn.sandbox}: an SSE event from ${host} outgrew ${this.#maxMcpBody} characters unfinished; stream ended`);
             ur.destroy();
             return void res.destroy();
           }

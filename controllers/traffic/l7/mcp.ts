@@ -149,20 +149,29 @@ export class SseFilter {
   push(chunk: string): string | undefined {
     this.#buf += chunk;
     let out = "";
+    const end = /\r?\n\r?\n/g;
     for (;;) {
-      const m = /\r?\n\r?\n/.exec(this.#buf);
+      end.lastIndex = this.#from;
+      const m = end.exec(this.#buf);
       if (!m) break;
       const event = this.#buf.slice(0, m.index);
       this.#buf = this.#buf.slice(m.index + m[0].length);
+      this.#from = 0;
       out += this.#event(event) + "\n\n";
     }
+    // What was searched holds no event's end, bar one a later chunk completes (at most 4
+    // characters, so it starts in the last 3): a long event is not searched again from its start
+    // on every chunk.
+    this.#from = Math.max(0, this.#buf.length - 3);
     return this.#buf.length > this.#max ? undefined : out;
   }
+  #from = 0;
 
   /** What is left at the stream's end (an unterminated event, unfiltered data cannot carry a list). */
   end(): string {
     const rest = this.#buf;
     this.#buf = "";
+    this.#from = 0;
     return rest ? this.#event(rest) : "";
   }
 

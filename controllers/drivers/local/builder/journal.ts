@@ -10,6 +10,7 @@ import { removeDeadClaims } from "./step-claim.ts";
 import { removeMountPoint, STEP_ROOTS, stepRootOf } from "./sandbox.ts";
 import { unmountUnderSync } from "../userns.ts";
 import { removeTree } from "../remove-tree.ts";
+import { helperEnv } from "../host-helpers.ts";
 
 export interface JournalEntry {
   frame: BuildFrame;
@@ -85,7 +86,7 @@ export async function removeDeadStaging(layersDir: string): Promise<void> {
     // below and the upper directory ID-mapped (`userns`).
     // An agent before stepRootOf mounted the root at STEP_ROOTS/<name> itself.
     const root = stepRootOf(name);
-    for (const at of [join(layersDir, name, "merged"), root, join(STEP_ROOTS, name)]) if (existsSync(at)) spawnSync("umount", ["-l", at]);
+    for (const at of [join(layersDir, name, "merged"), root, join(STEP_ROOTS, name)]) if (existsSync(at)) spawnSync("umount", ["-l", at], { env: helperEnv() });
     removeMountPoint(root);
     unmountUnderSync(join(layersDir, name));
     doomed.push(name);

@@ -21,11 +21,10 @@ export class RetiredTemplates {
   #timer: NodeJS.Timeout | undefined;
 
   readonly #held: () => Iterable<string>;
+  readonly #log: (msg: string) => void;
 
   /** `held`: layers running builds hold, read in the same synchronous block as the removal, so
    * a build cannot take a layer from the cache between the look and the removal. */
-  readonly #log: (msg: string) => void;
-
   constructor(store: RootfsStore, inUse: () => Promise<Set<string>>, held: () => Iterable<string> = () => [], log: (msg: string) => void = (m) => console.warn(m)) {
     this.#store = store;
     this.#inUse = inUse;

@@ -198,7 +198,7 @@ export async function runStep(r: StepRun): Promise<{ code: number | null; diskFu
       code = await bwrap(merged, r, ns);
     } finally {
       await ns?.end();
-      spawnSync("umount", ["-l", merged]);
+      spawnSync("umount", ["-l", merged], { env: HOST_ENV });
     }
     const diskFull = diskMounted && code !== 0 ? fullOf(disk) : undefined;
     if (upper !== layer && code === 0) {
@@ -226,7 +226,7 @@ export async function runStep(r: StepRun): Promise<{ code: number | null; diskFu
   } finally {
     // The ID-mapped mounts (the layers below, the reverse one) and the overlay, then the disk.
     if (r.userns) unmountUnderSync(r.staging);
-    if (diskMounted) spawnSync("umount", ["-l", disk]);
+    if (diskMounted) spawnSync("umount", ["-l", disk], { env: HOST_ENV });
     rmSync(image, { force: true });
     rmSync(join(r.staging, "userns.log"), { force: true });
     // The upper directory is the step's tree (on the host's file system when the step had no
