@@ -98,3 +98,8 @@ export async function readBounded(res: Response, max = MAX_READ): Promise<Uint8A
   }
   return out;
 }
+
+/** `readBounded`'s bytes as text (a cut character at the end decodes as U+FFFD). */
+export async function readBoundedText(res: Response, max = MAX_READ): Promise<string> {
+  return new TextDecoder().decode(await readBounded(res, max));
+}

@@ -137,14 +137,13 @@ export function openClusterStore(sql: Sql): ClusterStore {
     },
     imagesInUse(images) {
       const used = new Set<string>();
-      for (let i = 0; i < images.length; i += MAX_BOUND) {
-        const chunk = images.slice(i, i + MAX_BOUND);
+      inChunks(images, MAX_BOUND, (chunk) => {
         const rows = sql.exec<{ image: string }>(
-          `SELECT DISTINCT json_extract(intent, '$.template.image') AS image FROM desired WHERE json_extract(intent, '$.template.image') IN (${chunk.map(() => "?").join(", ")})`,
+          `SELECT DISTINCT json_extract(intent, '$.template.image') AS image FROM desired WHERE json_extract(intent, '$.template.image') IN (${marks(chunk.length)})`,
           ...chunk,
         );
         for (const r of rows) used.add(r.image);
-      }
+      });
       return used;
     },
     unqueue,

@@ -9,7 +9,7 @@
 // the host interprets them.
 import type { Hook, HookName } from "../../schema/api/hooks.ts";
 import type { Env } from "../env.ts";
-import { edgeFetch, readBounded } from "../ingress-client.ts";
+import { edgeFetch, readBounded, readBoundedText } from "../ingress-client.ts";
 import type { HookConditionType } from "../sandbox/state.ts";
 import { decodeProcessStream, startRequestBody, type ProcessRun } from "./connect-stream.ts";
 
@@ -53,7 +53,7 @@ export async function runHook(env: Env, target: HookTarget, hook: Hook): Promise
     const http = hook.http!;
     const res = await edgeFetch(env, { ...target, port: http.port, method: http.method, pathAndQuery: http.path, timeoutMs });
     if (!res) return timedOut() ? timeout(hook) : { ok: false, reason: "Unreachable", message: `nothing answered on port ${http.port}` };
-    const body = clip(new TextDecoder().decode(await readBounded(res)).trim());
+    const body = clip((await readBoundedText(res)).trim());
     const line = `HTTP ${res.status}${body ? `: ${body}` : ""}`;
     return res.status < 400 ? { ok: true, reason: "Succeeded", message: line } : { ok: false, reason: "Failed", message: line };
   } catch (err) {
@@ -77,7 +77,8 @@ export async function execInSandbox(env: Env, target: HookTarget, command: strin
   });
   if (!res) return null;
   // Read bounded as any answer: on Kubernetes the runtime is the pod's, where the tenant's code runs.
-  if (!res.ok) return { refused: `the runtime refused the command: HTTP ${res.status} ${clip(new TextDecoder().decode(await readBounded(res)))}` };
+  // 4 bytes a character at most: enough for the MAX_OUTPUT characters clip keeps.
+  if (!res.ok) return { refused: `the runtime refused the command: HTTP ${res.status} ${clip(await readBoundedText(res, 4 * MAX_OUTPUT))}` };
   return decodeProcessStream(await readBounded(res));
 }
 

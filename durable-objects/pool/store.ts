@@ -83,7 +83,6 @@ export interface PoolStore extends MemberSource {
   writeMembers(writes: readonly MemberWrite[]): void;
   insertMembers(members: Member[]): void;
   updateMember(member: Member): void;
-  deleteMembers(ids: readonly string[]): void;
   /** Intents not yet accepted by their cluster's ClusterDO, with that cluster. */
   loadOutgoing(): Outgoing[];
   saveOutgoing(items: Outgoing[]): void;
@@ -136,8 +135,8 @@ export function openPoolStore(sql: Sql): PoolStore {
       else for (const w of run) if (w.op === "update") updateMember(w.member);
     }
   };
-  /** The queues this object loaded or wrote (`queueKey`: saveQueueSizes). */
-  const queues = new Set<string>();
+  /** The queues this object loaded or last wrote non-empty, by `queueKey` (saveQueueSizes). */
+  const queues = new Map<string, { state: string; revision: string }>();
   const setMeta = (key: string, value: string) =>
     sql.exec("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value", key, value);
   return {
@@ -162,7 +161,7 @@ export function openPoolStore(sql: Sql): PoolStore {
     },
     loadInventory: () => {
       const counts = sql.exec<{ state: string; revision: string; n: number }>("SELECT state, revision, n FROM member_counts WHERE n > 0").toArray();
-      for (const c of counts) queues.add(queueKey(c));
+      for (const c of counts) queues.set(queueKey(c), { state: c.state, revision: c.revision });
       let nextSlot = 0;
       for (const c of counts) {
         // One index seek per queue (a global MAX(ord) would scan the table).
@@ -180,9 +179,9 @@ export function openPoolStore(sql: Sql): PoolStore {
       // order, or a failed one resets the object and it loads again), so a claim's write does not
       // grow with every revision a pool has rolled through.
       const rows = new Map<string, QueueSize>();
-      for (const key of queues) rows.set(key, { ...(JSON.parse(key) as QueueSize), n: 0 });
+      for (const [key, q] of queues) rows.set(key, { ...q, n: 0 } as QueueSize);
       for (const q of sizes) rows.set(queueKey(q), q);
-      for (const [key, q] of rows) if (q.n > 0) queues.add(key);
+      for (const [key, q] of rows) if (q.n > 0) queues.set(key, { state: q.state, revision: q.revision });
       else queues.delete(key);
       inChunks([...rows.values()], Math.floor(MAX_BOUND / 3), (chunk) =>
         sql.exec(
@@ -197,11 +196,10 @@ export function openPoolStore(sql: Sql): PoolStore {
         .toArray()
         .map(memberOf),
     members: (ids) =>
-      ids.length ? sql.exec<MemberRow>(`SELECT ${MEMBER_COLUMNS} FROM members WHERE id IN (${ids.map(() => "?").join(", ")})`, ...ids).toArray().map(memberOf) : [],
+      ids.length ? sql.exec<MemberRow>(`SELECT ${MEMBER_COLUMNS} FROM members WHERE id IN (${marks(ids.length)})`, ...ids).toArray().map(memberOf) : [],
     writeMembers,
     insertMembers,
     updateMember,
-    deleteMembers,
     loadOutgoing: () =>
       sql
         .exec<{ cluster: string; intent: string }>("SELECT cluster, intent FROM pending_intents")

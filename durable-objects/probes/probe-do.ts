@@ -15,7 +15,7 @@ import { AutoPausePolicy } from "../../schema/api/auto-pause.ts";
 import { goDuration } from "../../schema/api/extensions.ts";
 import type { Env } from "../env.ts";
 import { execInSandbox } from "../hooks/run-hook.ts";
-import { edgeFetch, readBounded } from "../ingress-client.ts";
+import { edgeFetch, readBoundedText } from "../ingress-client.ts";
 import { connectSandbox, pauseSandbox } from "../operations/pause-resume.ts";
 import { sandboxHandle } from "../sandbox/stub.ts";
 import { initialProbe, isIdle, nextResume, observeProbe, probedWake, type ProbeResult, type ProbeState } from "./machine.ts";
@@ -124,7 +124,7 @@ export class ProbeDO extends DurableObject<Env> {
       if (http) {
         const res = await edgeFetch(this.env, { cluster, sandboxId: st.sandboxId, accessToken, port: http.port, method: "GET", pathAndQuery: http.path, timeoutMs });
         if (!res) return { ...noAnswer, message: `nothing answered on port ${http.port} within ${probe.timeoutSeconds} s` };
-        const body = new TextDecoder().decode(await readBounded(res));
+        const body = await readBoundedText(res);
         if (res.status >= 400) return { ok: false, reason: "Error", message: `HTTP ${res.status}: ${body.trim().slice(0, 256)}` };
         return { ok: true, output: body };
       }

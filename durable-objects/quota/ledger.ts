@@ -64,7 +64,7 @@ export class Ledger {
   reserve(req: QuotaRequest, limits: QuotaLimits, now: number): { ok: true; changed: Reservation | null } | { ok: false; over: Over } {
     const held = this.reservations.get(req.key);
     if (held && held.generation >= req.generation) return { ok: true, changed: null };
-    const next: Reservation = { cpu: req.cpu, memoryMB: req.memoryMB, generation: req.generation, at: now, ...(req.frozen ? { frozen: true as const } : {}) };
+    const next = reservation(req.cpu, req.memoryMB, req.generation, now, req.frozen ?? false);
     if (!req.force) {
       // Only what grows is checked: a frozen sandbox's resume asks for its vCPUs and a running
       // slot, not its memory again; a sandbox that shrinks (frozen by a pause) is never refused.
@@ -97,7 +97,7 @@ export class Ledger {
   rehold(key: string, frozen: boolean, generation: number, now: number): Reservation | null {
     const held = this.reservations.get(key);
     if (!held) return null;
-    const next: Reservation = { cpu: held.cpu, memoryMB: held.memoryMB, generation, at: now, ...(frozen ? { frozen: true as const } : {}) };
+    const next = reservation(held.cpu, held.memoryMB, generation, now, frozen);
     this.drop(key, held);
     this.put(key, next);
     return next;
@@ -115,18 +115,19 @@ export class Ledger {
 
   private put(key: string, r: Reservation): void {
     this.reservations.set(key, r);
-    const w = weight(r);
-    this.totals.running += w.running;
-    this.totals.cpu += w.cpu;
-    this.totals.memoryMB += w.memoryMB;
+    this.count(r, 1);
   }
 
   private drop(key: string, r: Reservation): void {
     this.reservations.delete(key);
+    this.count(r, -1);
+  }
+
+  private count(r: Reservation, sign: 1 | -1): void {
     const w = weight(r);
-    this.totals.running -= w.running;
-    this.totals.cpu -= w.cpu;
-    this.totals.memoryMB -= w.memoryMB;
+    this.totals.running += sign * w.running;
+    this.totals.cpu += sign * w.cpu;
+    this.totals.memoryMB += sign * w.memoryMB;
   }
 
   /** Drops creates older than a minute; the array is compacted only once half of it is dead. */
@@ -186,6 +187,11 @@ export function overMessage(team: string, over: Over): string {
     snapshots: "snapshots",
   };
   return `team "${team}" has ${over.used} of ${over.limit} ${what[over.name]} (quota ${over.name})`;
+}
+
+/** A reservation as stored: `frozen` only when it is (a running one has no such key). */
+function reservation(cpu: number, memoryMB: number, generation: number, at: number, frozen: boolean): Reservation {
+  return { cpu, memoryMB, generation, at, ...(frozen ? { frozen: true as const } : {}) };
 }
 
 /** What a reservation adds to the totals. */

@@ -5,12 +5,13 @@ import type { Endpoint, InplaceUpdate, PauseStrategy, TemplateSpec } from "../..
 import type { Refusal } from "../../schema/errors.ts";
 import type { SandboxNetworkConfig } from "../../schema/api/sandbox.ts";
 import type { Lifecycle } from "../../schema/api/hooks.ts";
+import { SandboxConditionType } from "../../schema/crd/conditions.ts";
 
 export type Phase = "Pending" | "Running" | "Pausing" | "Paused" | "Resuming" | "Terminating" | "Failed";
 
 export type ConditionType = "Ready" | "SandboxPaused" | "SandboxResumed" | "RuntimeInitialized" | "Upgrading" | HookConditionType | DriverConditionType;
 /** Conditions the agent's driver reports of its own, mirrored as told (machine.ts). */
-export const DRIVER_CONDITIONS = ["SeccompFiltered"] as const;
+export const DRIVER_CONDITIONS = [SandboxConditionType.SeccompFiltered] as const;
 export type DriverConditionType = (typeof DRIVER_CONDITIONS)[number];
 /** One per lifecycle hook (hooks/run-hook.ts): its last run. */
 export type HookConditionType = "PrePauseHook" | "PostResumeHook" | "PreUpgradeHook" | "PostUpgradeHook";

@@ -43,19 +43,7 @@ export async function createApiKey(
     createdAt: opts.now ?? Date.now(),
     lastUsed: null,
   };
-  const columns = {
-    id: row.id,
-    team_id: row.teamId,
-    name: row.name,
-    key_hash: row.keyHash,
-    mask_prefix: row.maskPrefix,
-    mask_suffix: row.maskSuffix,
-    value_length: row.valueLength,
-    created_by: row.createdBy,
-    created_at: row.createdAt,
-    last_used: null,
-  };
-  const res = await db.$client.execute(boundedInsert("api_keys", columns, { teamId: row.teamId, max: opts.max ?? null }));
+  const res = await db.$client.execute(boundedInsert(apiKeys, row, { teamId: row.teamId, max: opts.max ?? null }));
   return res.rowsAffected === 1 ? { row, key } : null;
 }
 

@@ -156,7 +156,12 @@ export async function listLiveOfTeam(db: Db, teamId: string): Promise<{ id: stri
   return db
     .select({ id: sandboxes.id, cpuCount: sandboxes.cpuCount, memoryMB: sandboxes.memoryMB, state: sandboxes.state })
     .from(sandboxes)
-    .where(and(eq(sandboxes.teamId, teamId), inArray(sandboxes.state, ["running", "paused"])));
+    .where(liveOfTeam(teamId));
+}
+
+/** A team's listed sandboxes: running or paused. */
+function liveOfTeam(teamId: string): SQL | undefined {
+  return and(eq(sandboxes.teamId, teamId), inArray(sandboxes.state, ["running", "paused"]));
 }
 
 /** The index row of a sandbox; undefined when there is none or only its tombstone. */
@@ -173,9 +178,6 @@ export async function getKilledRow(db: Db, id: string): Promise<IndexRow | undef
 
 /** A team's listed sandboxes (running or paused) by id: an update ops run's candidates. */
 export async function listLiveIdsOfTeam(db: Db, teamId: string): Promise<string[]> {
-  const rows = await db
-    .select({ id: sandboxes.id })
-    .from(sandboxes)
-    .where(and(eq(sandboxes.teamId, teamId), inArray(sandboxes.state, ["running", "paused"])));
+  const rows = await db.select({ id: sandboxes.id }).from(sandboxes).where(liveOfTeam(teamId));
   return rows.map((r) => r.id);
 }

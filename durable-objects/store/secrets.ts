@@ -50,8 +50,7 @@ export async function createSecret(
   const sealed = await seal(secretsKey, s.value, { teamId, secretId: row.id, version: 1 });
   // The version first: a crash between the two leaves an orphan version, never a secret without a value.
   await db.insert(secretVersions).values({ secretId: row.id, version: 1, sealed, createdAt: now });
-  const columns = { id: row.id, team_id: teamId, name: row.name, current_version: 1, metadata: JSON.stringify(row.metadata), created_at: now, updated_at: now };
-  const inserted = await db.$client.execute(boundedInsert("secrets", columns, { teamId, max }, "ON CONFLICT DO NOTHING"));
+  const inserted = await db.$client.execute(boundedInsert(secrets, row, { teamId, max }, "ON CONFLICT DO NOTHING"));
   if (inserted.rowsAffected === 0) {
     await db.delete(secretVersions).where(eq(secretVersions.secretId, row.id));
     return (await findSecret(db, teamId, s.name)) ? "exists" : "full";

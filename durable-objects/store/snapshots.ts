@@ -32,8 +32,8 @@ export async function reserveSnapshot(db: Db, slot: SnapshotSlot, max: number | 
     [
       { sql: "DELETE FROM snapshots WHERE team_id = ? AND pending = 1 AND created_at <= ? RETURNING id, cluster", args: [slot.teamId, slot.createdAt - ttlMs] },
       boundedInsert(
-        "snapshots",
-        { id: slot.id, team_id: slot.teamId, key_id: slot.keyId, sandbox_id: slot.sandboxId, names: "[]", created_at: slot.createdAt, name: null, template_id: "", cluster: slot.cluster, pending: 1 },
+        snapshots,
+        { id: slot.id, teamId: slot.teamId, keyId: slot.keyId, sandboxId: slot.sandboxId, names: [], createdAt: slot.createdAt, name: null, templateId: "", cluster: slot.cluster, pending: true },
         { teamId: slot.teamId, max },
       ),
     ],

@@ -35,9 +35,14 @@ export class TtlCache<V> {
     return value;
   }
 
-  /** Full: the expired entries go; if none had, the oldest (the map keeps insertion order). */
+  /** Full: the expired entries go; if none had, the oldest. The map keeps insertion order and every
+   * entry lives the same ttl, so the expired ones are its first: the walk stops at the first live
+   * one (a full cache of live entries is not walked whole on every miss). */
   #evict(now: number): void {
-    for (const [k, e] of this.#entries) if (e.until <= now) this.#entries.delete(k);
+    for (const [k, e] of this.#entries) {
+      if (e.until > now) break;
+      this.#entries.delete(k);
+    }
     if (this.#entries.size >= this.#max) this.#entries.delete(this.#entries.keys().next().value!);
   }
 

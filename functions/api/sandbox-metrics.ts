@@ -9,10 +9,9 @@ import { sandboxNotFoundMessage } from "../../schema/errors.ts";
 import { SANDBOX_ID_PATTERN } from "../../schema/protocol/ids.ts";
 import { ApiError } from "../api-error.ts";
 import type { AppEnv, Env } from "../env.ts";
-import { edgeFetch } from "../gateway/ingress-client.ts";
+import { edgeFetch, readBoundedText } from "../gateway/ingress-client.ts";
 import { ENVD_PORT } from "../gateway/target.ts";
 import type { Access } from "../../durable-objects/sandbox/state.ts";
-import { readBounded } from "../../durable-objects/ingress-client.ts";
 import { accessOf, sandboxHandle } from "./stubs.ts";
 
 /** E2B's SandboxMetric. */
@@ -32,8 +31,6 @@ const RUNTIME_TIMEOUT_MS = 5_000;
 /** envd's answer is ~200 bytes; a (pod's, tenant-controlled) runtime's longer one is not read on. */
 const MAX_METRICS_BYTES = 16 << 10;
 
-/** The current sample of sandbox `id` as the caller may see it: null when the sandbox is not the
- * caller's (or does not exist), [] when it is not running or its runtime does not answer. */
 function parseJson(text: string): unknown {
   try {
     return JSON.parse(text);
@@ -42,6 +39,8 @@ function parseJson(text: string): unknown {
   }
 }
 
+/** The current sample of sandbox `id` as the caller may see it: null when the sandbox is not the
+ * caller's (or does not exist), [] when it is not running or its runtime does not answer. */
 async function sample(env: Env, id: string, access: Access): Promise<SandboxMetric[] | null> {
   if (!SANDBOX_ID_PATTERN.test(id)) return null;
   const stub = sandboxHandle(env, id);
@@ -64,7 +63,7 @@ async function sample(env: Env, id: string, access: Access): Promise<SandboxMetr
     return [];
   }
   // A bad answer (too long, not JSON, not the shape) is no sample, not a 500.
-  const m = parseEnvdMetrics(parseJson(new TextDecoder().decode(await readBounded(res, MAX_METRICS_BYTES))));
+  const m = parseEnvdMetrics(parseJson(await readBoundedText(res, MAX_METRICS_BYTES)));
   if (!m) return [];
   return [
     {

@@ -8,6 +8,7 @@ import { fileSignatureRefusal } from "../../schema/envd/file-signature.ts";
 import { ErrorCode } from "../../schema/errors.ts";
 import { isUnnamedSignedFileRequest, MASK_HOST_HEADER, REQUEST_ID_HEADER, SIGNATURE_HEADER, signIngress } from "../../schema/ingress/signature.ts";
 import { sandboxGroupStub, sandboxHandle } from "../../durable-objects/sandbox/stub.ts";
+import type { RouteInfo } from "../../durable-objects/sandbox/info.ts";
 import type { AppEnv, Env } from "../env.ts";
 import { agentUnavailable, agentUnavailableEnd } from "./agent-unavailable.ts";
 import { guardConnectStream, isConnectStream } from "./connect-guard.ts";
@@ -43,11 +44,14 @@ async function tokensEqual(given: string | null, expected: string): Promise<bool
  */
 type Access = "wake" | "reach" | "refuse";
 
-async function access(req: Request, url: URL, t: GatewayTarget, route: { envdAccessToken: string | null; trafficAccessToken: string | null; allowPublicTraffic: boolean }): Promise<Access> {
+async function access(req: Request, url: URL, t: GatewayTarget, route: Pick<RouteInfo, "envdAccessToken" | "trafficAccessToken" | "allowPublicTraffic" | "state" | "autoResume">): Promise<Access> {
   if (t.port === ENVD_PORT) {
     // envd answers these itself: /health is public, signed /files URLs carry their own proof.
     const envdJudges = url.pathname === "/health" || (url.pathname === "/files" && url.searchParams.has("signature"));
     if (route.envdAccessToken === null) return envdJudges ? "reach" : "wake";
+    // Their token is looked at only where it decides something: whether they may wake the sandbox
+    // (the SDK's /health polls carry it, and would pay two digests each).
+    if (envdJudges && !(route.state === "paused" && route.autoResume)) return "reach";
     if (await tokensEqual(req.headers.get("x-access-token"), route.envdAccessToken)) return "wake";
     return envdJudges ? "reach" : "refuse";
   }

@@ -31,8 +31,7 @@ export function tenantRecord<K extends z.core.$ZodRecordKey, V extends z.ZodType
   }, z.record(key, value));
 }
 
-export const SandboxMetadata = tenantRecord(z.string().min(1).max(MAX_METADATA_KEY_BYTES), z.string().max(MAX_METADATA_VALUE_BYTES))
-  .refine((m) => Object.keys(m).length <= MAX_METADATA_ENTRIES, `at most ${MAX_METADATA_ENTRIES} metadata entries`);
+export const SandboxMetadata = boundedRecord(z.string().min(1).max(MAX_METADATA_KEY_BYTES), z.string().max(MAX_METADATA_VALUE_BYTES), MAX_METADATA_ENTRIES, "metadata entries");
 export type SandboxMetadata = z.infer<typeof SandboxMetadata>;
 
 /** A map bounded in entries, with a message naming the bound. */

@@ -2,7 +2,7 @@
 // and how a transform rule names a secret (`${e2b.secrets.<name>}`, the SDK's `Secret.fill`).
 // A secret's value is write-only: no response shape has a field for it.
 import { z } from "zod";
-import { tenantRecord } from "./sandbox.ts";
+import { boundedRecord } from "./sandbox.ts";
 
 /** A secret's id is `sec_` and 24 hex digits; names may not take that prefix. */
 export const SECRET_ID_PREFIX = "sec_";
@@ -34,15 +34,15 @@ export const SecretValue = z
   .min(1, "value must not be empty")
   .refine((s) => utf8(s) <= MAX_SECRET_VALUE_BYTES, `value is at most ${MAX_SECRET_VALUE_BYTES} bytes`);
 
-export const SecretMetadata = tenantRecord(
-    z.string().refine((k) => utf8(k) <= MAX_SECRET_METADATA_KEY_BYTES, `metadata keys are at most ${MAX_SECRET_METADATA_KEY_BYTES} bytes`),
-    z.string().refine((v) => utf8(v) <= MAX_SECRET_METADATA_VALUE_BYTES, `metadata values are at most ${MAX_SECRET_METADATA_VALUE_BYTES} bytes`),
-  )
-  .refine((m) => Object.keys(m).length <= MAX_SECRET_METADATA_ENTRIES, `at most ${MAX_SECRET_METADATA_ENTRIES} metadata entries`)
-  .refine(
-    (m) => Object.entries(m).reduce((n, [k, v]) => n + utf8(k) + utf8(v), 0) <= MAX_SECRET_METADATA_BYTES,
-    `metadata is at most ${MAX_SECRET_METADATA_BYTES} bytes in total`,
-  );
+export const SecretMetadata = boundedRecord(
+  z.string().refine((k) => utf8(k) <= MAX_SECRET_METADATA_KEY_BYTES, `metadata keys are at most ${MAX_SECRET_METADATA_KEY_BYTES} bytes`),
+  z.string().refine((v) => utf8(v) <= MAX_SECRET_METADATA_VALUE_BYTES, `metadata values are at most ${MAX_SECRET_METADATA_VALUE_BYTES} bytes`),
+  MAX_SECRET_METADATA_ENTRIES,
+  "metadata entries",
+).refine(
+  (m) => Object.entries(m).reduce((n, [k, v]) => n + utf8(k) + utf8(v), 0) <= MAX_SECRET_METADATA_BYTES,
+  `metadata is at most ${MAX_SECRET_METADATA_BYTES} bytes in total`,
+);
 
 export const NewSecret = z.object({ name: SecretName, value: SecretValue, metadata: SecretMetadata.nullish() });
 export const SecretUpdate = z.object({ value: SecretValue, metadata: SecretMetadata.nullish() });
