@@ -48,10 +48,15 @@ export async function* start(req: StartRequest, ctx: HandlerContext) {
     LOG.info("process exited", { sandboxId: sbx.id, pid: handle.pid, exitCode: end?.exitCode, ...(end?.error ? { error: end.error } : {}) });
   });
 
+  // Connect's own deadline timer and this kill timer expire in the same millisecond; when the kill
+  // wins, the process's end can close the stream before Connect aborts it, and the client would
+  // see a clean end. Whichever fires first, a stream whose deadline passed ends deadline_exceeded.
   const deadline = ctx.timeoutMs();
+  let expired = false;
   if (deadline !== undefined) {
-    const timer = setTimeout(() => handle.signal("SIGKILL"), deadline);
+    const timer = setTimeout(() => { expired = true; handle.signal("SIGKILL"); }, deadline);
     void handle.exited().then(() => clearTimeout(timer));
   }
   yield* processEvents(ctx, handle);
+  if (expired) throw new ConnectError("the process outlived the request deadline", Code.DeadlineExceeded);
 }
