@@ -15,8 +15,8 @@
 //   SandboxResumed     ResumePod (resume sent: False; observed running: True)
 //   Upgrading          UpgradePod (an ops run's new revision sent: False), Succeeded (observed
 //                      running, or paused, at it: True), UpgradePodFailed (the agent failed it)
-//   SeccompFiltered    the driver's (schema/crd/conditions.ts), as its observations say: set on
-//                      each that carries it, kept as it was by one that does not
+//   SeccompFiltered,   the driver's (schema/crd/conditions.ts), as its observations say: set on
+//   UserNamespaced     each that carries it, kept as it was by one that does not
 // A snapshot is an intent of its own generation with the same desired state: the agent freezes
 // the sandbox for the copy and leaves it as it was; a snapshot it could not take does not fail it.
 import { MIN_RESUME_TIMEOUT_S } from "../../schema/api/limits.ts";

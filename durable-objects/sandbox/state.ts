@@ -11,7 +11,7 @@ export type Phase = "Pending" | "Running" | "Pausing" | "Paused" | "Resuming" | 
 
 export type ConditionType = "Ready" | "SandboxPaused" | "SandboxResumed" | "RuntimeInitialized" | "Upgrading" | HookConditionType | DriverConditionType;
 /** Conditions the agent's driver reports of its own, mirrored as told (machine.ts). */
-export const DRIVER_CONDITIONS = [SandboxConditionType.SeccompFiltered] as const;
+export const DRIVER_CONDITIONS = [SandboxConditionType.SeccompFiltered, SandboxConditionType.UserNamespaced] as const;
 export type DriverConditionType = (typeof DRIVER_CONDITIONS)[number];
 /** One per lifecycle hook (hooks/run-hook.ts): its last run. */
 export type HookConditionType = "PrePauseHook" | "PostResumeHook" | "PreUpgradeHook" | "PostUpgradeHook";

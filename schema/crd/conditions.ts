@@ -42,11 +42,23 @@ export const SandboxConditionType = {
    * `HolderRestarted` once a Stop pause or an update ops recreate gave it a filtered holder.
    * Absent for every other sandbox (the edge keeps the last one it was told). */
   SeccompFiltered: "SeccompFiltered",
+  /** The local driver: whether the sandbox's holder runs in a user namespace of its own (root
+   * inside an unprivileged host uid). Set only where it did not, as SeccompFiltered: False with
+   * reason `HostRootHolder` when an agent that makes user namespaces adopted a claimed sandbox an
+   * agent without them started (root inside is the host's root, without capabilities); True with
+   * reason `HolderRestarted` once its holder restarted in a range of its own. */
+  UserNamespaced: "UserNamespaced",
 } as const;
 
 /** The reasons of SandboxConditionType.SeccompFiltered. */
 export const SeccompFilteredReason = {
   UnfilteredHolder: "UnfilteredHolder",
+  HolderRestarted: "HolderRestarted",
+} as const;
+
+/** The reasons of SandboxConditionType.UserNamespaced. */
+export const UserNamespacedReason = {
+  HostRootHolder: "HostRootHolder",
   HolderRestarted: "HolderRestarted",
 } as const;
 

@@ -38,7 +38,7 @@ import { LocalSandboxView } from "./local-view.ts";
 import { PortRelay } from "./port-relay.ts";
 import { probeHost } from "./probe.ts";
 import { seccompProgram } from "./seccomp.ts";
-import { SandboxConditionType, SeccompFilteredReason } from "../../../schema/crd/conditions.ts";
+import { adoptionWarning, holderConditions, type HolderLack } from "./adopted-holders.ts";
 import { readRecord, recordedIds, writeRecord, type FilterKind, type ProcRef, type SandboxRecord } from "./records.ts";
 import { SandboxNet, type SandboxNetOptions } from "./sandbox-net.ts";
 import { IN_PROCESS, Spawner } from "./spawner.ts";
@@ -150,12 +150,12 @@ export class LocalDriver implements Driver {
    * of templates with `nestedUserNamespaces`; undefined: none. */
   readonly #seccomp: Record<FilterKind, string> | undefined;
   /** Sandboxes whose holder's pid 1 was looked at once since this driver started (an older
-   * agent's may run unfiltered), and the claimed ones found so (warned about and counted until
-   * their holder restarts). */
+   * agent's may lack the filter or a user namespace), and the claimed ones found so, with what
+   * their holder lacks (warned about and counted until their holder restarts). */
   readonly #holderChecked = new Set<string>();
-  readonly #unfilteredClaimed = new Set<string>();
-  /** Sandboxes of #unfilteredClaimed whose holder this driver has since restarted, filtered. */
-  readonly #refiltered = new Set<string>();
+  readonly #outdatedClaimed = new Map<string, HolderLack[]>();
+  /** Sandboxes of #outdatedClaimed whose holder this driver has since restarted, with what it lacked. */
+  readonly #restarted = new Map<string, HolderLack[]>();
   readonly #rootfs: RootfsStore | undefined;
   /** `base` was asked for before it was built (said once per driver). */
   #hostViewLogged = false;
@@ -394,17 +394,17 @@ export class LocalDriver implements Driver {
     rec = { ...rec, generation: d.generation, desired: d };
     // A record made just above already says this.
     if (!created) this.#save(rec);
-    // A holder an older agent started before the filter existed runs without it, and a filtered
-    // command may ptrace it and make the calls the filter refuses. An unclaimed warm member is
-    // nobody's yet: it gets a new holder. A claimed one's processes are a user's work (and so is
-    // one whose caller does not say, `claimed` unset): never killed for this; it is logged with
-    // a count until its holder restarts (a Stop pause, an update ops recreate), which brings the
-    // filter.
-    const unfiltered = !created && this.#unfilteredHolder(rec);
-    const replace = unfiltered && d.claimed === false;
-    if (unfiltered) {
-      if (!replace) this.#unfilteredClaimed.add(d.id);
-      console.warn(`local driver: sandbox ${d.id}: its holder (pid 1) runs without the seccomp filter (started by an older agent): ${replace ? "an unclaimed warm member, restarted with it" : `claimed, left running until its holder restarts (a Stop pause); ${this.#unfilteredClaimed.size} such sandbox(es) on this driver`}`);
+    // A holder an older agent started may run without the filter (a filtered command may ptrace
+    // it and make the calls the filter refuses) or in the host's user namespace (root inside is
+    // the host's root). An unclaimed warm member is nobody's yet: it gets a new holder. A claimed
+    // one's processes are a user's work (and so is one whose caller does not say, `claimed`
+    // unset): never killed for this; it is logged with a count until its holder restarts (a Stop
+    // pause, an update ops recreate), which brings what it lacked.
+    const lacks = created ? [] : this.#outdatedHolder(rec);
+    const replace = lacks.length > 0 && d.claimed === false;
+    if (lacks.length) {
+      if (!replace) this.#outdatedClaimed.set(d.id, lacks);
+      console.warn(adoptionWarning(d.id, lacks, replace, this.#outdatedClaimed.size));
     }
     if (networkChanged || recreate || replace) {
       await this.#endProcesses(rec);
@@ -438,16 +438,20 @@ export class LocalDriver implements Driver {
     return seen;
   }
 
-  /** Whether the running holder of an adopted sandbox has no seccomp filter where this driver
-   * loads one (`Seccomp: 0` in the kernel's status of its pid 1). Looked at once per sandbox per
+  /** What the running holder of an adopted sandbox lacks that this driver gives its own: the
+   * seccomp filter where it loads one (`Seccomp: 0` in the kernel's status of its pid 1), a user
+   * namespace where it makes them (a record without a range). Looked at once per sandbox per
    * driver start; a holder this driver started is not looked at. */
-  #unfilteredHolder(rec: SandboxRecord): boolean {
-    if (!this.#seccomp || rec.level === "process" || rec.phase === "Stopped" || !rec.nsInit || this.#holderChecked.has(rec.id)) return false;
+  #outdatedHolder(rec: SandboxRecord): HolderLack[] {
+    if (rec.level === "process" || rec.phase === "Stopped" || !rec.nsInit || this.#holderChecked.has(rec.id)) return [];
     const mode = seccompMode(rec.nsInit);
-    // Gone: the pass starts a new, filtered one.
-    if (mode === undefined) return false;
+    // Gone: the pass starts a new one, as this driver starts them.
+    if (mode === undefined) return [];
     this.#holderChecked.add(rec.id);
-    return mode === 0;
+    const lacks: HolderLack[] = [];
+    if (this.#seccomp && mode === 0) lacks.push("seccomp");
+    if (this.#uids && !rec.userns) lacks.push("userns");
+    return lacks;
   }
 
   /** The network a sandbox wanting `d` gets: TrafficPolicies that select it put it behind the proxy. */
@@ -629,7 +633,8 @@ export class LocalDriver implements Driver {
     const layout = this.#layout(rec.id, rec);
     await this.#mountDisk(rec);
     const ns = this.capabilities.level !== "process";
-    if (ns && rec.userns && !fresh) {
+    if (ns && this.#uids && (!rec.userns || rec.hostOwned)) rec = await this.#intoRange(rec, layout);
+    else if (ns && rec.userns && !fresh) {
       const userns = this.#keepRange(rec);
       if (userns.base !== rec.userns.base || userns.size !== rec.userns.size) {
         rec = { ...rec, userns };
@@ -705,11 +710,30 @@ export class LocalDriver implements Driver {
     });
     // A root of its own with its own user namespace: setuid programs (sudo) work there.
     if (userns && rec.root) await userns.allowSetuid(started.nsInit.pid);
-    if (this.#unfilteredClaimed.delete(rec.id)) this.#refiltered.add(rec.id);
+    const lacked = this.#outdatedClaimed.get(rec.id);
+    if (lacked) {
+      this.#outdatedClaimed.delete(rec.id);
+      this.#restarted.set(rec.id, lacked);
+    }
     this.#holderChecked.add(rec.id);
     next = { ...next, phase: "Running", holder: started.holder, nsInit: started.nsInit, net: next.net && { address: next.net.address, veth }, ...(this.#seccomp && ns ? { filter } : {}) };
     this.#save(next);
     return next;
+  }
+
+  /** A record an agent without user namespaces made (an older one, or one started with them off)
+   * ran its holder as the host's root, and its files carry host ids. Before its holder starts
+   * again it gets a range of its own, and its writable layer's owners move into it, as a
+   * snapshot's do (shift-owners.ts). The record names the range (the lease's) and `hostOwned`
+   * first, so an agent stopped midway finishes the move, not starts another. */
+  async #intoRange(rec: SandboxRecord, layout: SandboxLayout): Promise<SandboxRecord> {
+    rec = { ...rec, userns: this.#keepRange(rec), hostOwned: true };
+    this.#save(rec);
+    const userns = rec.userns!;
+    if (existsSync(layout.layer)) await shiftOwners(layout.layer, IDENTITY, userns, true);
+    const { hostOwned: _, ...moved } = rec;
+    this.#save(moved);
+    return moved;
   }
 
   /** The range of a sandbox with a user namespace whose holder is about to start, leased again
@@ -773,15 +797,10 @@ export class LocalDriver implements Driver {
     return frozen ? { ...base, incarnation, phase: "Paused", pauseStrategy: "Freeze" } : { ...base, incarnation, phase: "Running" };
   }
 
-  /** `SeccompFiltered` for a sandbox adopted with an unfiltered holder (False) and, once this
-   * driver restarted that holder, filtered (True); nothing for any other sandbox. */
+  /** `SeccompFiltered`/`UserNamespaced` for a sandbox adopted with a holder lacking them (False)
+   * and, once this driver restarted that holder, True; nothing for any other sandbox. */
   #holderConditions(id: string): Pick<SandboxObservation, "conditions"> {
-    if (this.#unfilteredClaimed.has(id)) {
-      const message = "its holder (pid 1) was started by an older agent without the seccomp filter, and a process of the sandbox may ptrace it and make the calls the filter refuses; a Stop pause or an update ops recreate restarts it filtered";
-      return { conditions: [{ type: SandboxConditionType.SeccompFiltered, status: "False", reason: SeccompFilteredReason.UnfilteredHolder, message }] };
-    }
-    if (this.#refiltered.has(id)) return { conditions: [{ type: SandboxConditionType.SeccompFiltered, status: "True", reason: SeccompFilteredReason.HolderRestarted, message: "its holder was restarted under the seccomp filter" }] };
-    return {};
+    return holderConditions(this.#outdatedClaimed.get(id), this.#restarted.get(id));
   }
 
   #enforced(rec: SandboxRecord): SandboxObservation["enforced"] {
@@ -1040,8 +1059,8 @@ export class LocalDriver implements Driver {
       await this.#removeDir(layout.dir);
       this.#records.delete(id);
       this.#holderChecked.delete(id);
-      this.#unfilteredClaimed.delete(id);
-      this.#refiltered.delete(id);
+      this.#outdatedClaimed.delete(id);
+      this.#restarted.delete(id);
     });
   }
 }

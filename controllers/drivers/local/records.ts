@@ -43,6 +43,10 @@ export interface SandboxRecord {
   /** The host ids its user namespace maps its 0..65535 to (uid-range.ts), leased until destroy;
    * absent: no user namespace (`process` level, turned off, or a record of an older agent). */
   userns?: IdRange;
+  /** Its files still carry host ids (an agent without user namespaces made it) and move into
+   * `userns` before its holder starts (#start); kept until the move is done, so an agent stopped
+   * midway finishes it. */
+  hostOwned?: true;
   /** The seccomp filter its holder was started with, which its commands load too (seccomp.ts);
    * absent: the default, or none (turned off, `process` level, or a holder of an older agent,
    * which the driver looks at when it adopts it). */

@@ -11,13 +11,17 @@ import type { IdMapping } from "./id-map.ts";
 /** The sandbox's nobody, for an id outside the source's range (the kernel shows it so). */
 const NOBODY = 65534;
 
-function shifted(id: number, from: IdMapping, to: IdMapping): number {
+function shifted(id: number, from: IdMapping, to: IdMapping, resume: boolean): number {
+  // A move cut short and run again: what is in the new range already moved.
+  if (resume && id - to.base >= 0 && id - to.base < to.size) return id;
   const inside = id - from.base;
   return to.base + (inside >= 0 && inside < Math.min(from.size, to.size) ? inside : NOBODY);
 }
 
-/** Shifts the owners of `dir` and everything under it; answers how many entries it changed. */
-export async function shiftOwners(dir: string, from: IdMapping, to: IdMapping): Promise<number> {
+/** Shifts the owners of `dir` and everything under it; answers how many entries it changed.
+ * `resume`: ids already in `to` stay (a move from ids disjoint from `to` that may have been cut
+ * short: from the host's own ids into a range, which starts above every id a sandbox maps). */
+export async function shiftOwners(dir: string, from: IdMapping, to: IdMapping, resume = false): Promise<number> {
   if (from.base === to.base) return 0;
   let changed = 0;
   // A file with several names is shifted once: at its second name it is in the new range already,
@@ -30,8 +34,8 @@ export async function shiftOwners(dir: string, from: IdMapping, to: IdMapping): 
       if (seen.has(key)) return;
       seen.add(key);
     }
-    const uid = shifted(st.uid, from, to);
-    const gid = shifted(st.gid, from, to);
+    const uid = shifted(st.uid, from, to, resume);
+    const gid = shifted(st.gid, from, to, resume);
     if (uid !== st.uid || gid !== st.gid) {
       await lchown(path, uid, gid);
       // chown clears setuid/setgid on files (sudo reinstalled in the upper directory keeps them).
