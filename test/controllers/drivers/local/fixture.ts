@@ -2,6 +2,7 @@
 // inside it as the template's user, and the teardown that leaves no sandbox or data dir behind.
 import { rmSync } from "node:fs";
 import { setTimeout as sleep } from "node:timers/promises";
+import { expect, vi } from "vitest";
 import type { DesiredSandbox } from "../../../../controllers/drivers/driver.ts";
 import type { LocalDriver } from "../../../../controllers/drivers/local/local-driver.ts";
 import type { SandboxUser } from "../../../../controllers/runtime/sandbox-view.ts";
@@ -33,4 +34,25 @@ export async function destroyAll(driver: LocalDriver, dataDir: string): Promise<
   for (const s of await driver.list()) await driver.destroy(s.id);
   await driver.dispose();
   rmSync(dataDir, { recursive: true, force: true });
+}
+
+/** Stops `old` and lets `next` (a new driver on its data directory) converge the warm member
+ * `warm` and the claimed `claimed` an older agent started, as an agent restart does: the warm one
+ * reads as new when its holder was replaced, the claimed one as adopted, and a second pass says
+ * nothing more. Answers what `next` logged as warnings. */
+export async function adoptAfterRestart(old: LocalDriver, next: () => LocalDriver, warm: DesiredSandbox, claimed: DesiredSandbox): Promise<{ driver: LocalDriver; warnings: string[] }> {
+  const createdAt = { warm: (await old.observe(warm.id))!.createdAt, claimed: (await old.observe(claimed.id))!.createdAt };
+  await old.dispose();
+  const driver = next();
+  const warn = vi.spyOn(console, "warn").mockImplementation(() => {});
+  try {
+    // The replaced warm member reads as new (not adopted: its template's start command runs again).
+    expect((await driver.ensure({ ...warm, generation: 2 })).createdAt > createdAt.warm).toBe(true);
+    expect((await driver.ensure({ ...claimed, generation: 2 })).createdAt).toBe(createdAt.claimed);
+    // Looked at once per driver start: a second pass says nothing more.
+    await driver.ensure({ ...claimed, generation: 3 });
+    return { driver, warnings: warn.mock.calls.map((c) => String(c[0])) };
+  } finally {
+    warn.mockRestore();
+  }
 }

@@ -7,10 +7,10 @@
 import { mkdtempSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { afterAll, describe, expect, it, vi } from "vitest";
+import { afterAll, describe, expect, it } from "vitest";
 import { LocalDriver } from "../../../../controllers/drivers/local/local-driver.ts";
 import { readRecord } from "../../../../controllers/drivers/local/records.ts";
-import { desiredSandbox, destroyAll, shIn } from "./fixture.ts";
+import { adoptAfterRestart, desiredSandbox, destroyAll, shIn } from "./fixture.ts";
 
 const dataDir = mkdtempSync(join(tmpdir(), "local-seccomp-adopt-"));
 const cgroupName = `kruise-test-${process.pid}-secadopt`;
@@ -31,21 +31,9 @@ describe("adopting an unfiltered holder", () => {
     expect([seccompOf(before.warm.pid), seccompOf(before.claimed.pid)]).toEqual(["0", "0"]);
     const work = (await shIn(driver, claimed.id, "sleep 300 >/dev/null 2>&1 & echo $!")).stdout.trim();
 
-    const createdAt = { warm: (await driver.observe(warm.id))!.createdAt, claimed: (await driver.observe(claimed.id))!.createdAt };
-    await driver.dispose();
-    driver = new LocalDriver({ dataDir, cgroupName });
-    const warn = vi.spyOn(console, "warn").mockImplementation(() => {});
-    let warnings: string[];
-    try {
-      // The replaced warm member reads as new (not adopted: its template's start command runs again).
-      expect((await driver.ensure({ ...warm, generation: 2 })).createdAt > createdAt.warm).toBe(true);
-      expect((await driver.ensure({ ...claimed, generation: 2 })).createdAt).toBe(createdAt.claimed);
-      // Looked at once per driver start: a second pass says nothing more.
-      await driver.ensure({ ...claimed, generation: 3 });
-      warnings = warn.mock.calls.map((c) => String(c[0]));
-    } finally {
-      warn.mockRestore();
-    }
+    const restarted = await adoptAfterRestart(driver, () => new LocalDriver({ dataDir, cgroupName }), warm, claimed);
+    driver = restarted.driver;
+    const warnings = restarted.warnings;
 
     const after = { warm: holderOf(warm.id), claimed: holderOf(claimed.id) };
     expect(after.warm.pid).not.toBe(before.warm.pid);

@@ -8,11 +8,11 @@
 import { mkdtempSync, readFileSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { afterAll, describe, expect, it, vi } from "vitest";
+import { afterAll, describe, expect, it } from "vitest";
 import { LocalDriver } from "../../../../controllers/drivers/local/local-driver.ts";
 import { readRecord } from "../../../../controllers/drivers/local/records.ts";
 import type { SandboxUser } from "../../../../controllers/runtime/sandbox-view.ts";
-import { desiredSandbox, destroyAll, shIn } from "./fixture.ts";
+import { adoptAfterRestart, desiredSandbox, destroyAll, shIn } from "./fixture.ts";
 
 const ROOT: SandboxUser = { name: "root", uid: 0, gid: 0, home: "/root", shell: "/bin/bash" };
 const dataDir = mkdtempSync(join(tmpdir(), "local-userns-adopt-"));
@@ -40,20 +40,9 @@ describe("adopting a holder without a user namespace", () => {
     await shIn(driver, claimed.id, "echo root-only > /root/secret; chmod 600 /root/secret", ROOT);
     const work = (await shIn(driver, claimed.id, "sleep 300 >/dev/null 2>&1 & echo $!")).stdout.trim();
 
-    const createdAt = { warm: (await driver.observe(warm.id))!.createdAt, claimed: (await driver.observe(claimed.id))!.createdAt };
-    await driver.dispose();
-    driver = new LocalDriver({ dataDir, cgroupName });
-    const warn = vi.spyOn(console, "warn").mockImplementation(() => {});
-    let warnings: string[];
-    try {
-      // The replaced warm member reads as new (not adopted: its template's start command runs again).
-      expect((await driver.ensure({ ...warm, generation: 2 })).createdAt > createdAt.warm).toBe(true);
-      expect((await driver.ensure({ ...claimed, generation: 2 })).createdAt).toBe(createdAt.claimed);
-      await driver.ensure({ ...claimed, generation: 3 });
-      warnings = warn.mock.calls.map((c) => String(c[0]));
-    } finally {
-      warn.mockRestore();
-    }
+    const restarted = await adoptAfterRestart(driver, () => new LocalDriver({ dataDir, cgroupName }), warm, claimed);
+    driver = restarted.driver;
+    const warnings = restarted.warnings;
 
     // The warm member: a new holder, as the range's root on the host; root inside maps there.
     const warmRange = recordOf(warm.id).userns!;
