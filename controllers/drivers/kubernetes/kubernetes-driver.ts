@@ -22,7 +22,7 @@ import { hasTrafficProxy, TrafficObjects } from "./traffic-objects.ts";
 import { DEFAULT_CLUSTER_CIDRS, DEFAULT_CLUSTER_DNS, nativeSidecarsFor, PolicyTooLargeError, TRAFFIC_CONTAINER, trafficConfigMapName, unsafePodSpec, UnsafePodSpecError } from "./traffic-pod.ts";
 import { EventReason, ReadyReason } from "../../../schema/crd/conditions.ts";
 import { ANNOTATION, LABEL } from "../../../schema/crd/labels.ts";
-import { POD_POLICY_KEY } from "../../../schema/crd/injection.ts";
+import { INJECTION_COMPONENTS, POD_POLICY_KEY } from "../../../schema/crd/injection.ts";
 import type { SpawnRequest } from "../../runtime/sandbox-view.ts";
 import { KeyedSerial } from "../../../lib/keyed-serial.ts";
 import { isTerminal, SandboxNotFoundError, TerminalError, UnsupportedError, type DesiredSandbox, type Driver, type DriverCapabilities, type ExecResult, type SnapshotRef } from "../driver.ts";
@@ -194,6 +194,14 @@ export class KubernetesDriver implements Driver {
   }
   get sandboxSets(): ObjectCache<SandboxSetObject> {
     return this.#ctx.home.sandboxSets;
+  }
+
+  /** Every image the platform runs in sandbox pods: the runtime's (the agent's own image as
+   * deployed, k8s/deployment.yaml), the interpreter's and the injection config's components'. A
+   * Commit may push to none of their repositories (commit/machine.ts). */
+  platformImages(): string[] {
+    const injected = INJECTION_COMPONENTS.map((c) => this.injection.current()[c]?.image);
+    return [this.#opts.runtimeImage, this.#opts.interpreterImage ?? KUBERNETES_FLAGS["interpreter-image"].default, ...injected].filter((x): x is string => !!x);
   }
 
   /** Starts the informers of the home namespace, of `watchNamespaces` (with "all": of every
