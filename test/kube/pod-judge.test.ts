@@ -4,10 +4,11 @@
 // UnsafePodSpec condition and Warning Events, as kubectl shows them. No egress rule or
 // TrafficPolicy governs any sandbox here.
 import { readFileSync } from "node:fs";
-import { CoreV1Api } from "@kubernetes/client-node";
+import { CoreV1Api, CustomObjectsApi, PatchStrategy, setHeaderOptions } from "@kubernetes/client-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { KubernetesDriver, type KubeDesiredSandbox } from "../../controllers/drivers/kubernetes/kubernetes-driver.ts";
 import { LABEL } from "../../schema/crd/labels.ts";
+import { RESTORE_ANNOTATION, RESTORE_PENDING_ANNOTATION, SNAPSHOT_ANNOTATION } from "../../controllers/drivers/kubernetes/checkpoint/snapshots.ts";
 import { TestKubelet } from "./support/kubelet.ts";
 import { freshNamespace, kubeConfig, kubectlOk, until } from "./support/namespace.ts";
 
@@ -96,5 +97,37 @@ describe("every sandbox pod is judged, governed or not", () => {
   it("a claim template naming a PersistentVolume or another namespace's data source is refused before any PVC is made", async () => {
     await refused(desired("claim1", "claims"), ['volumeClaimTemplates "data": volumeName', 'volumeClaimTemplates "copy": dataSourceRef from namespace "team-b"']);
     expect(kubectlOk(["-n", ns, "get", "pvc", "-o", "name"])).not.toContain("claim1");
+  });
+});
+
+/** A Checkpoint of snapshot `snap` in `namespace`, Succeeded with `checkpointId` (the test plays the engine). */
+async function succeededCheckpoint(namespace: string, snap: string, checkpointId: string): Promise<void> {
+  const custom = kubeConfig().makeApiClient(CustomObjectsApi);
+  const target = { group: "agents.kruise.io", version: "v1alpha1", namespace, plural: "checkpoints" };
+  await custom.createNamespacedCustomObject({ ...target, body: { apiVersion: "agents.kruise.io/v1alpha1", kind: "Checkpoint", metadata: { name: `cp-${snap}`, annotations: { [SNAPSHOT_ANNOTATION]: snap } }, spec: { podName: "gone" } } });
+  await custom.patchNamespacedCustomObjectStatus({ ...target, name: `cp-${snap}`, body: { status: { phase: "Succeeded", checkpointId } } }, setHeaderOptions("Content-Type", PatchStrategy.MergePatch));
+}
+
+describe("a pending restore read back from the Sandbox (review 25 M1)", () => {
+  it("a kubectl annotation naming another namespace's checkpoint, or none, makes no pod; one of the sandbox's own namespace is named on the new pod", async () => {
+    const other = await freshNamespace("judge-other");
+    await succeededCheckpoint(other, "theirs", "ckpt-theirs");
+    await succeededCheckpoint(ns, "mine", "ckpt-mine");
+    await driver.ensure(desired("rest1", "plain"));
+    // Stop-paused: the pod goes; the next Running makes a new one.
+    await driver.ensure(desired("rest1", "plain", { generation: 2, state: "Paused" }));
+    await until("the pod gone", async () => (await podsOf("rest1")).length === 0);
+    const annotate = async (id: string) => {
+      kubectlOk(["-n", ns, "annotate", "sandbox", "plain-rest1", `${RESTORE_PENDING_ANNOTATION}=${id}`, "--overwrite"]);
+      await until("the annotation seen", () => driver.sandboxes.get("plain-rest1")?.metadata?.annotations?.[RESTORE_PENDING_ANNOTATION] === id);
+    };
+    for (const [gen, id] of [[3, "ckpt-theirs"], [4, "ckpt-made-up"]] as const) {
+      await annotate(id);
+      await expect(driver.ensure(desired("rest1", "plain", { generation: gen }))).rejects.toMatchObject({ reason: "SnapshotNotFound", message: expect.stringContaining(`checkpoint "${id}", which is no Succeeded Checkpoint of a snapshot in namespace ${ns}`) });
+      expect(await podsOf("rest1")).toHaveLength(0);
+    }
+    await annotate("ckpt-mine");
+    await driver.ensure(desired("rest1", "plain", { generation: 5 }));
+    expect((await podsOf("rest1"))[0]!.metadata!.annotations![RESTORE_ANNOTATION]).toBe("ckpt-mine");
   });
 });

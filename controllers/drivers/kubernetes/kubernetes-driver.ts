@@ -383,6 +383,8 @@ export class KubernetesDriver implements Driver {
       const restoring = this.#sandboxes.restorePending(sbx);
       if (restoring && pod) sbx = await this.#sandboxes.restoreDone(d.id, sbx, pod);
       if (!pod) {
+        // The pending restore is read back from the Sandbox, which a kubectl user may annotate.
+        if (restoring) await this.#checkpoints.checkRestore(sc.namespace, restoring);
         // After #trafficFor judged the template, its claims included: a pod that exists had its
         // PVCs when it was made.
         await this.#pods.ensurePvcs(sc, sbx);
