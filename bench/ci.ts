@@ -48,6 +48,7 @@ import { startSystem } from "../scripts/lib/system.ts";
 import { freePort } from "../scripts/lib/sqld.ts";
 import { startProfiler } from "./v8-profile.ts";
 import { ingressKey, signIngress, SIGNATURE_HEADER } from "../schema/ingress/signature.ts";
+import { clusterTokenFor } from "../schema/protocol/cluster-token.ts";
 import type { Figures } from "./run.ts";
 import { cpuMs, median, minMax, procCpuMs, processTree, round } from "./stats.ts";
 
@@ -106,7 +107,7 @@ type System = Awaited<ReturnType<typeof startSystem>>;
 /** The interpreter's /execute of `pass` and its /health, each signed as the edge signs it and sent
  * straight to the agent's ingress (no edge gateway). */
 async function ingressCalls(sys: System, sandboxId: string) {
-  const key = await ingressKey(sys.secrets.clusterToken);
+  const key = await ingressKey(await clusterTokenFor(sys.secrets.clusterToken, "local"));
   const call = async (method: string, path: string, body?: string) => {
     const target = { sandboxId, port: 49999, method, pathAndQuery: path };
     const res = await fetch(`http://127.0.0.1:${sys.secrets.ingressPort}${path}`, {

@@ -402,7 +402,7 @@ async function claimsThroughEdge(cluster: Cluster): Promise<Figures> {
     const agent = spawn(
       process.execPath,
       [...(process.env.KUBE_BENCH_AGENT_PROF ? ["--cpu-prof", `--cpu-prof-dir=${process.env.KUBE_BENCH_AGENT_PROF}`] : []), join(ROOT, "bench/kube-agent.ts"), "--edge", edge.url, "--cluster", "kube", "--data-dir", join(edge.dir, "agent"), "--driver", "kubernetes", "--kubeconfig", cluster.agentKubeconfig, "--namespace", "admin", "--runtime-image", RUNTIME_IMAGE],
-      { cwd: ROOT, env: { ...process.env, CLUSTER_TOKEN: edge.clusterToken }, stdio: ["ignore", process.env.KUBE_BENCH_LOG ? "inherit" : "ignore", "inherit", "ipc"] },
+      { cwd: ROOT, env: { ...process.env, CLUSTER_TOKEN: await edge.tokenOf("kube") }, stdio: ["ignore", process.env.KUBE_BENCH_LOG ? "inherit" : "ignore", "inherit", "ipc"] },
     );
     stops.push(async () => {
       agent.kill("SIGTERM");

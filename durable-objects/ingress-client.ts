@@ -1,9 +1,11 @@
 // How the gateway reaches a cluster's ingress: its URL (from the ClusterDO, which learns it from the
-// agent's hello) and the signing key derived from the cluster token. Both are cached per isolate:
+// agent's hello) and the signing key derived from that cluster's own token (one key per cluster:
+// a cluster's ingress accepts no request signed for another's sandboxes). Both are cached per isolate:
 // the URL for a few seconds (an agent restart may move it; a failed forward drops the entry), its
 // absence for half a second, the key for the life of the isolate. Here, not in functions/, because
 // objects call sandboxes' runtimes too (lifecycle hooks, hooks/run-hook.ts).
 import { ingressKey, SIGNATURE_HEADER, signIngress } from "../schema/ingress/signature.ts";
+import { clusterTokenFor } from "../schema/protocol/cluster-token.ts";
 import type { Env } from "./env.ts";
 import { currentTraceparent } from "./tracing/edge-tracing.ts";
 
@@ -11,11 +13,17 @@ const URL_TTL_MS = 5_000;
 /** "Not connected" is kept shorter: a restarted agent is served again as soon as it is back. */
 const DOWN_TTL_MS = 500;
 const urls = new Map<string, { url: string | null; until: number }>();
-let keyFor: { token: string; key: Promise<CryptoKey> } | undefined;
+/** Keys by cluster, for one root token (a changed CLUSTER_TOKEN starts afresh); clusters are few. */
+let keys: { root: string; byCluster: Map<string, Promise<CryptoKey>> } | undefined;
 
-export function signingKey(env: Env): Promise<CryptoKey> {
-  if (!keyFor || keyFor.token !== env.CLUSTER_TOKEN) keyFor = { token: env.CLUSTER_TOKEN, key: ingressKey(env.CLUSTER_TOKEN) };
-  return keyFor.key;
+export function signingKey(env: Env, cluster: string): Promise<CryptoKey> {
+  if (!keys || keys.root !== env.CLUSTER_TOKEN) keys = { root: env.CLUSTER_TOKEN, byCluster: new Map() };
+  let key = keys.byCluster.get(cluster);
+  if (!key) {
+    key = clusterTokenFor(env.CLUSTER_TOKEN, cluster).then(ingressKey);
+    keys.byCluster.set(cluster, key);
+  }
+  return key;
 }
 
 export async function ingressUrl(env: Env, cluster: string, now: number): Promise<string | null> {
@@ -52,7 +60,7 @@ export async function edgeFetch(env: Env, call: EdgeCall): Promise<Response | nu
   const base = await ingressUrl(env, call.cluster, Date.now());
   if (!base) return null;
   const headers = new Headers({ "e2b-sandbox-id": call.sandboxId, "e2b-sandbox-port": String(call.port) });
-  headers.set(SIGNATURE_HEADER, await signIngress(await signingKey(env), { sandboxId: call.sandboxId, port: call.port, method: call.method, pathAndQuery: call.pathAndQuery }, Date.now()));
+  headers.set(SIGNATURE_HEADER, await signIngress(await signingKey(env, call.cluster), { sandboxId: call.sandboxId, port: call.port, method: call.method, pathAndQuery: call.pathAndQuery }, Date.now()));
   if (call.accessToken !== null) headers.set("x-access-token", call.accessToken);
   for (const [k, v] of Object.entries(call.headers ?? {})) headers.set(k, v);
   // A hook or probe run in a traced step: the ingress and the runtime join its trace.

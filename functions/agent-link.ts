@@ -1,11 +1,15 @@
-// The agent link: `GET /agent/v1/connect?cluster=<id>` with `Authorization: Bearer <CLUSTER_TOKEN>`
+// The agent link: `GET /agent/v1/connect?cluster=<id>` with `Authorization: Bearer <token of id>`
 // upgrades to the WebSocket that ClusterDO(<id>) serves (protocol in schema/protocol/). The token
-// is checked here, before any Durable Object is touched. Each link is noted in libSQL (best effort,
+// is that cluster's own (schema/protocol/cluster-token.ts: derived from CLUSTER_TOKEN and the id),
+// so the id a request names is bound to the token it holds; it is checked here, before any Durable
+// Object is touched. Each link is noted in libSQL (best effort,
 // beside the link) so the console can list every cluster whose agent has linked.
 import { Hono } from "hono";
 import { CLUSTER_HEADER } from "../durable-objects/cluster/cluster-do.ts";
 import { getDb } from "../durable-objects/store/db.ts";
 import { recordClusterLink } from "../durable-objects/store/clusters.ts";
+import { isClusterToken } from "../durable-objects/cluster/cluster-auth.ts";
+import { CLUSTER_ID } from "../schema/protocol/cluster-token.ts";
 import { errorResponse } from "./api-error.ts";
 import type { AppEnv } from "./env.ts";
 
@@ -15,14 +19,12 @@ export const agentLink = new Hono<AppEnv>();
 
 agentLink.get(AGENT_LINK_PATH, async (c) => {
   if (!c.env.CLUSTER_TOKEN) return errorResponse("unauthorized", "the edge has no CLUSTER_TOKEN configured");
-  const auth = c.req.header("Authorization") ?? "";
-  const token = auth.startsWith("Bearer ") ? auth.slice(7) : "";
-  if (!(await sameSecret(token, c.env.CLUSTER_TOKEN))) return errorResponse("unauthorized", "invalid cluster token");
+  const cluster = c.req.query("cluster") ?? "local";
+  if (!CLUSTER_ID.test(cluster)) return errorResponse("bad_request", "cluster must be 1-63 characters of [a-z0-9-]");
+  if (!(await isClusterToken(c.env.CLUSTER_TOKEN, cluster, c.req.header("Authorization")))) return errorResponse("unauthorized", "invalid cluster token");
   if (c.req.header("Upgrade")?.toLowerCase() !== "websocket") {
     return Response.json({ code: 426, message: "expected a WebSocket upgrade" }, { status: 426, headers: { Upgrade: "websocket" } });
   }
-  const cluster = c.req.query("cluster") ?? "local";
-  if (!/^[a-z0-9-]{1,63}$/.test(cluster)) return errorResponse("bad_request", "cluster must be 1-63 characters of [a-z0-9-]");
   const headers = new Headers(c.req.raw.headers);
   headers.set(CLUSTER_HEADER, cluster);
   const stub = c.env.CLUSTER.get(c.env.CLUSTER.idFromName(cluster));
@@ -30,10 +32,3 @@ agentLink.get(AGENT_LINK_PATH, async (c) => {
   if (res.status === 101) c.executionCtx.waitUntil(recordClusterLink(getDb(c.env), cluster).catch(() => {}));
   return res;
 });
-
-/** Constant-time comparison: both sides are hashed first, so length does not leak either. */
-export async function sameSecret(a: string, b: string): Promise<boolean> {
-  const enc = new TextEncoder();
-  const [da, db] = await Promise.all([crypto.subtle.digest("SHA-256", enc.encode(a)), crypto.subtle.digest("SHA-256", enc.encode(b))]);
-  return crypto.subtle.timingSafeEqual(da, db);
-}

@@ -143,7 +143,7 @@ export async function startCrdLink(o: CrdLinkOptions): Promise<CrdLink> {
       const trafficPolicies = new TrafficPolicySync({ kubeConfig: o.kubeConfig, namespace: ns, link: o.link, log, retryMs, statusMs: o.autoscalerStatusMs });
       // Each pod's traffic-proxy enforces the profiles selecting it: Programmed says in how many.
       const securityProfiles = new SecurityProfileSync({ kubeConfig: o.kubeConfig, namespace: ns, link: o.link, log, retryMs, statusMs: o.autoscalerStatusMs, pods: (ref) => o.driver.profileEnforcement(ref) });
-      const commits = o.commit && new CommitController({ kubeConfig: o.kubeConfig, namespace: ns, enabled: o.commit.enabled, job: o.commit.job, log });
+      const commits = o.commit && new CommitController({ kubeConfig: o.kubeConfig, namespace: ns, enabled: o.commit.enabled, job: o.commit.job, platformImages: () => o.driver.platformImages(), log });
       await claims.start();
       sets.start();
       quota.start();

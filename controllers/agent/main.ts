@@ -5,7 +5,8 @@
 //        [--otlp-endpoint http://collector:4318]
 //        [--driver local|kubernetes [--kubeconfig PATH] [--namespace NS] [--runtime-image IMAGE] [--interpreter-image IMAGE]
 //                                   [--watch-namespaces A,B | --all-namespaces] [--pod-runtime-tracing]]
-// Env: CLUSTER_TOKEN (required; the shared secret the edge's ClusterDO checks), EDGE_URL,
+// Env: CLUSTER_TOKEN (required; this cluster's own token, `npm run cluster-token -- <--cluster>`,
+// which the edge accepts for that cluster id only), EDGE_URL,
 // OTEL_EXPORTER_OTLP_ENDPOINT (the --otlp-endpoint default: traces off when neither is set).
 // With --driver kubernetes the SandboxSets and SandboxClaims of the namespace (and of the watched
 // ones: each namespace is a team), and kubectl edits of Sandboxes, go to the edge over the same
@@ -53,7 +54,8 @@ try {
 } catch (err) {
   usage((err as Error).message);
 }
-const token = process.env.CLUSTER_TOKEN;
+// Trimmed: a Secret made with --from-file keeps the file's trailing newline.
+const token = process.env.CLUSTER_TOKEN?.trim();
 if (!values.edge || !token) usage("--edge (or EDGE_URL) and CLUSTER_TOKEN are required");
 const onExit = values["on-exit"] as OnExit;
 if (!["keep", "stop", "destroy"].includes(onExit)) usage("--on-exit must be keep, stop or destroy");

@@ -9,6 +9,7 @@
 import { MAX_TEAM_FILE_BYTES, TEMPLATE_FILE_TTL_MS } from "../../schema/api/template-build.ts";
 import { ApiError } from "../../schema/errors.ts";
 import type { Caller, Env } from "../env.ts";
+import { isClusterToken } from "../cluster/cluster-auth.ts";
 import { getDb } from "../store/db.ts";
 import { buildsOf, getBuild, getFile, putFile, useFiles } from "../store/template-builds.ts";
 
@@ -109,9 +110,11 @@ async function storeUpload(env: Env, teamId: string, hash: string, data: ArrayBu
 }
 
 /** An archive for the agent running `buildId` (authenticated by the route with the cluster token). */
-export async function agentFile(env: Env, buildId: string, hash: string): Promise<ArrayBuffer> {
+export async function agentFile(env: Env, buildId: string, hash: string, authorization: string | undefined): Promise<ArrayBuffer> {
   const db = getDb(env);
   const b = await getBuild(db, buildId);
+  // Only the agent of the build's own cluster: another cluster's token reads no team's files.
+  if (!(await isClusterToken(env.CLUSTER_TOKEN, b?.cluster ?? "local", authorization))) throw new ApiError("unauthorized", "invalid cluster token");
   const data = b && b.status === "building" ? await getFile(db, b.teamId, hash) : undefined;
   if (!data) throw new ApiError("not_found", `no file ${hash} for a running build ${buildId}`);
   return data;

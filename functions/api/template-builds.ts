@@ -18,7 +18,6 @@ import { logsByTime } from "../../durable-objects/store/template-builds.ts";
 import { TemplateId } from "../../schema/api/template.ts";
 import { MAX_TEMPLATE_FILE_BYTES, AssignTags, BuildLogsQuery, BuildStatusQuery, DeleteTags, TemplateBuildRequest, TemplateBuildStart } from "../../schema/api/template-build.ts";
 import { ApiError } from "../api-error.ts";
-import { sameSecret } from "../agent-link.ts";
 import { parseOr400, readBytes, readJson } from "../body.ts";
 import type { AppEnv } from "../env.ts";
 
@@ -61,9 +60,7 @@ templateBuilds.put("/template-files/:team/:hash", async (c) => {
 });
 
 templateBuilds.get("/agent/v1/builds/:buildID/files/:hash", async (c) => {
-  const auth = c.req.header("Authorization") ?? "";
-  if (!c.env.CLUSTER_TOKEN || !(await sameSecret(auth.startsWith("Bearer ") ? auth.slice(7) : "", c.env.CLUSTER_TOKEN))) throw new ApiError("unauthorized", "invalid cluster token");
-  const data = await agentFile(c.env, buildOf(c.req.param("buildID")), hashOf(c.req.param("hash")));
+  const data = await agentFile(c.env, buildOf(c.req.param("buildID")), hashOf(c.req.param("hash")), c.req.header("Authorization"));
   return c.body(data, 200, { "content-type": "application/octet-stream" });
 });
 

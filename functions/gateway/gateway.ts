@@ -74,7 +74,7 @@ async function forward(env: Env, req: Request, url: URL, t: GatewayTarget, clust
   headers.set("e2b-sandbox-port", String(t.port));
   headers.delete(MASK_HOST_HEADER);
   if (maskRequestHost && t.port !== ENVD_PORT) headers.set(MASK_HOST_HEADER, maskRequestHost.replaceAll("${PORT}", String(t.port)));
-  headers.set(SIGNATURE_HEADER, await signIngress(await signingKey(env), { sandboxId: t.sandboxId, port: t.port, method: req.method, pathAndQuery }, Date.now()));
+  headers.set(SIGNATURE_HEADER, await signIngress(await signingKey(env, cluster), { sandboxId: t.sandboxId, port: t.port, method: req.method, pathAndQuery }, Date.now()));
   headers.delete("host");
   // The ingress answers with it (schema/ingress/signature.ts).
   headers.set(REQUEST_ID_HEADER, requestId);

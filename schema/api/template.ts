@@ -4,6 +4,7 @@ import { z } from "zod";
 import { DEFAULT_ENVD_VERSION, MAX_NAME_LENGTH, MAX_PATH_LENGTH } from "./limits.ts";
 import { EnvVars } from "./sandbox.ts";
 import { Lifecycle } from "./hooks.ts";
+import { CLUSTER_ID } from "../protocol/cluster-token.ts";
 
 /** Absolute count or a percentage of replicas, as Kubernetes IntOrString. */
 export const IntOrPercent = z.union([z.int().min(0), z.string().regex(/^\d{1,3}%$/, "a percentage like 20%")]);
@@ -13,7 +14,7 @@ export const TemplateId = z.string().regex(/^[a-z0-9]([-a-z0-9_.]{0,62}[a-z0-9])
 /** SandboxSet spec. Defaults make `{}` a valid 1-CPU, 512 MiB template with no warm pool. */
 export const TemplateSpec = z.strictObject({
   /** Cluster (ClusterDO name) whose agent runs the members. */
-  cluster: z.string().regex(/^[a-z0-9-]{1,63}$/).default("local"),
+  cluster: z.string().regex(CLUSTER_ID).default("local"),
   /** Unclaimed members to keep warm. */
   replicas: z.int().min(0).max(100_000).default(0),
   /** Container image (kubernetes driver) or root filesystem name (local driver). */

@@ -247,7 +247,7 @@ export const commit = crd({
       image: str({ minLength: 1, maxLength: 512 }),
       /** Squash the newest N layers into one (0: keep them). */
       squashLayer: int32({ minimum: 0, maximum: 127, default: 0 }),
-      /** The commit job's deadline (0: none). */
+      /** The commit job's deadline (0: the agent's default, one hour). */
       timeoutSeconds: int32({ minimum: 0, default: 0 }),
       /** Delete the Commit (and its job) this long after it finished. */
       ttl: duration(),

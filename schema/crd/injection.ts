@@ -62,8 +62,16 @@ export const InjectionComponentSchema = z.strictObject({
 });
 export type InjectionComponent = z.infer<typeof InjectionComponentSchema>;
 
-/** A parsed ConfigMap: the components it names. */
-export type InjectionConfig = Partial<Record<InjectionComponentName, InjectionComponent>>;
+/** The ConfigMap key of the operator's pod policy: `{"allow":["nodeName",...]}`, the fields of a
+ * tenant's pod template the driver otherwise refuses because they are the operator's to set
+ * (where a pod runs, its priority, its runtime class: review 25 M5). None by default. */
+export const POD_POLICY_KEY = "pod-policy";
+export const POD_POLICY_FIELDS = ["nodeName", "priorityClassName", "runtimeClassName"] as const;
+export const PodPolicySchema = z.strictObject({ allow: z.array(z.enum(POD_POLICY_FIELDS)).max(POD_POLICY_FIELDS.length).default([]) });
+export type PodPolicy = z.infer<typeof PodPolicySchema>;
+
+/** A parsed ConfigMap: the components it names, and its pod policy. */
+export type InjectionConfig = Partial<Record<InjectionComponentName, InjectionComponent>> & { [POD_POLICY_KEY]?: PodPolicy };
 
 /** The built-in defaults, used until a system ConfigMap is read (and where it names no agent-runtime):
  * the runtime on 49983 with a readiness probe, as the driver always injected it. */
@@ -80,12 +88,18 @@ export const BUILTIN_INJECTION: InjectionConfig = {
 export function parseInjectionConfig(data: Record<string, string> | undefined): { ok: true; config: InjectionConfig } | { ok: false; message: string } {
   const config: InjectionConfig = {};
   for (const [key, raw] of Object.entries(data ?? {})) {
-    if (!(INJECTION_COMPONENTS as readonly string[]).includes(key)) return { ok: false, message: `key "${key}" is no component (${INJECTION_COMPONENTS.join(", ")})` };
+    if (key !== POD_POLICY_KEY && !(INJECTION_COMPONENTS as readonly string[]).includes(key)) return { ok: false, message: `key "${key}" is no component (${INJECTION_COMPONENTS.join(", ")}) nor ${POD_POLICY_KEY}` };
     let json: unknown;
     try {
       json = JSON.parse(raw);
     } catch (err) {
       return { ok: false, message: `${key}: not JSON: ${(err as Error).message}` };
+    }
+    if (key === POD_POLICY_KEY) {
+      const policy = PodPolicySchema.safeParse(json);
+      if (!policy.success) return { ok: false, message: `${key}: ${policy.error.issues[0]!.path.join(".") || "(value)"}: ${policy.error.issues[0]!.message}` };
+      config[POD_POLICY_KEY] = policy.data;
+      continue;
     }
     const parsed = InjectionComponentSchema.safeParse(json);
     if (!parsed.success) {

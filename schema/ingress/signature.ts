@@ -48,7 +48,8 @@ function base64url(bytes: ArrayBuffer): string {
   return btoa(s).replaceAll("+", "-").replaceAll("/", "_").replace(/=+$/, "");
 }
 
-/** The signing key is HMAC-SHA256(cluster token, this). */
+/** The signing key is HMAC-SHA256(the cluster's own token, this): one key per cluster, since each
+ * cluster's token is its own (schema/protocol/cluster-token.ts). */
 export const INGRESS_KEY_LABEL = "sandbox-edge ingress v1";
 
 /** Derives the signing key once per cluster token; callers cache the CryptoKey. */

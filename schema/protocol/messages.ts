@@ -12,7 +12,7 @@ import { batches, FRAME_MAX_BYTES, jsonBytes } from "./batches.ts";
 
 /*
  * The session, over one WebSocket (`GET /agent/v1/connect?cluster=<id>`,
- * `Authorization: Bearer <CLUSTER_TOKEN>`), JSON text frames:
+ * `Authorization: Bearer <the cluster's token>`, cluster-token.ts), JSON text frames:
  *
  *   agent → edge  hello          first frame: protocol version, who it is, its FULL inventory
  *   agent → edge  inventory      right after a hello with `more: true`: the rest of its inventory

@@ -8,6 +8,7 @@ import { spawn, type ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { chmodSync, existsSync, mkdirSync, openSync, readFileSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
+import { clusterTokenFor } from "../../schema/protocol/cluster-token.ts";
 import { migrate } from "../migrate.ts";
 import { seed, seedCodeInterpreter } from "../seed.ts";
 import { RootfsStore } from "../../controllers/drivers/local/rootfs/store.ts";
@@ -162,7 +163,7 @@ export async function startSystem(opts: SystemOptions): Promise<System> {
     const nodeArgs = process.env.SBX_AGENT_NODE_ARGS?.split(" ").filter(Boolean) ?? [];
     const child = spawn(NODE, [...nodeArgs, ...args], {
       cwd: ROOT,
-      env: { ...process.env, CLUSTER_TOKEN: secrets.clusterToken, ...(opts.rootfsDir ? { SBX_ROOTFS_DIR: opts.rootfsDir } : {}) },
+      env: { ...process.env, CLUSTER_TOKEN: await clusterTokenFor(secrets.clusterToken, "local"), ...(opts.rootfsDir ? { SBX_ROOTFS_DIR: opts.rootfsDir } : {}) },
       stdio: ["ignore", out, out],
       detached: true,
     });

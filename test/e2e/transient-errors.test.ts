@@ -5,6 +5,7 @@
 // takes a while over is answered once done, so a snapshot right after it is taken. This file runs
 // its own system: its agent runs in this process so its driver can be made to fail or stall.
 import { Sandbox } from "e2b";
+import { clusterTokenFor } from "../../schema/protocol/cluster-token.ts";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -30,7 +31,7 @@ beforeAll(async () => {
   const agentDir = join(dataDir, "agent");
   const id = readFileSync(join(agentDir, "agent-id"), "utf8").trim();
   faulty = faultyDriver(new LocalDriver({ dataDir: join(agentDir, "local"), cgroupName: `kruise-${id.slice(-12)}` }));
-  agent = await startAgent({ edgeUrl: sys.apiUrl, clusterToken: sys.secrets.clusterToken, dataDir: agentDir, ingressPort: sys.secrets.ingressPort, driver: faulty.driver, log: () => {} });
+  agent = await startAgent({ edgeUrl: sys.apiUrl, clusterToken: await clusterTokenFor(sys.secrets.clusterToken, "local"), dataDir: agentDir, ingressPort: sys.secrets.ingressPort, driver: faulty.driver, log: () => {} });
   await agent.link.whenConnected();
 });
 

@@ -7,6 +7,8 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { CommitController } from "../../controllers/drivers/kubernetes/commit/commit-controller.ts";
 import { COMMIT_UID_LABEL, commitJobName } from "../../controllers/drivers/kubernetes/commit/job-spec.ts";
 import { EXIT_CODE_GRACE_MS } from "../../controllers/drivers/kubernetes/commit/machine.ts";
+import { LABEL } from "../../schema/crd/labels.ts";
+import { DEFAULT_COMMIT_TIMEOUT_S } from "../../controllers/drivers/kubernetes/commit/machine.ts";
 import { freshNamespace, kubeConfig, kubectl, kubectlOk, until } from "./support/namespace.ts";
 
 const DIGEST = `sha256:${"ab".repeat(32)}`;
@@ -28,9 +30,10 @@ function applyCommit(name: string, spec: string, namespace = ns): void {
   kubectlOk(["-n", namespace, "apply", "-f", "-"], `apiVersion: agents.kruise.io/v1alpha1\nkind: Commit\nmetadata: { name: ${name} }\nspec:\n${spec}`);
 }
 
-/** A running target pod on node-a, as the kubelet would report it. */
-async function runningPod(name: string, namespace = ns): Promise<void> {
-  await core().createNamespacedPod({ namespace, body: { metadata: { name }, spec: { nodeName: "node-a", containers: [{ name: "sandbox", image: "python:3.12" }, { name: "agent-runtime", image: "rt:1" }] } } });
+/** A running target pod on node-a, as the kubelet would report it: a sandbox's (the agent's
+ * created-by label) unless `sandbox` is false. */
+async function runningPod(name: string, namespace = ns, sandbox = true): Promise<void> {
+  await core().createNamespacedPod({ namespace, body: { metadata: { name, labels: sandbox ? { [LABEL.createdBy]: "sandbox" } : {} }, spec: { nodeName: "node-a", containers: [{ name: "sandbox", image: "python:3.12" }, { name: "agent-runtime", image: "rt:1" }] } } });
   const pod = await core().readNamespacedPod({ name, namespace });
   pod.status = {
     phase: "Running",
@@ -119,6 +122,23 @@ describe("Commit", () => {
       const r = reasonsOf("ok");
       return r.includes("JobCreated") && r.includes("Pushed");
     });
+  });
+
+  it("refuses, with no Job, the platform's containers, a pod that is no sandbox's and an image in a repository the platform runs; a Job without timeoutSeconds gets the default deadline", async () => {
+    await runningPod("target5");
+    await runningPod("plainpod", ns, false);
+    applyCommit("rt", "  podName: target5\n  containerName: agent-runtime\n  image: r.example.com/a:1\n");
+    applyCommit("notsbx", "  podName: plainpod\n  image: r.example.com/a:1\n");
+    applyCommit("poison", "  podName: target5\n  containerName: sandbox\n  image: ghcr.io/kruise-edge/sandbox-commit:0.2.0\n");
+    for (const [name, reason] of [["rt", "PlatformContainer"], ["notsbx", "NotASandbox"], ["poison", "PlatformImage"]] as const) {
+      expect(condition(await ended(name), "CommitContainer")).toMatchObject({ status: "False", reason });
+      expect(await batch().readNamespacedJob({ name: commitJobName(name), namespace: ns }).catch(() => undefined)).toBeUndefined();
+      await until(`${reason} event`, () => reasonsOf(name).includes(reason));
+    }
+    applyCommit("nodeadline", "  podName: target5\n  image: r.example.com/a:3\n");
+    const job = await until("the commit job", () => batch().readNamespacedJob({ name: commitJobName("nodeadline"), namespace: ns }).catch(() => undefined));
+    expect(job.spec!.activeDeadlineSeconds).toBe(DEFAULT_COMMIT_TIMEOUT_S);
+    expect(DEFAULT_COMMIT_TIMEOUT_S).toBeGreaterThan(0);
   });
 
   it("fails with PodNotFound when the target pod does not exist", async () => {

@@ -38,7 +38,7 @@ beforeAll(async () => {
   agent = spawn(
     join(ROOT, "node_modules/.bin/node"),
     ["controllers/agent/main.ts", "--driver", "kubernetes", "--kubeconfig", inject("kube").agentKubeconfig, "--namespace", ns, "--cluster", CLUSTER, "--edge", edge.url, "--data-dir", join(edge.dir, "agent"), "--otlp-endpoint", collector.endpoint, "--pod-runtime-tracing"],
-    { cwd: ROOT, env: { ...process.env, CLUSTER_TOKEN: edge.clusterToken }, stdio: ["ignore", "pipe", "pipe"] },
+    { cwd: ROOT, env: { ...process.env, CLUSTER_TOKEN: await edge.tokenOf(CLUSTER) }, stdio: ["ignore", "pipe", "pipe"] },
   );
   agent.stdout!.on("data", (b: Buffer) => (agentOut = (agentOut + b.toString()).slice(-20_000)));
   agent.stderr!.on("data", (b: Buffer) => (agentOut = (agentOut + b.toString()).slice(-20_000)));

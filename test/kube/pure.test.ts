@@ -138,10 +138,17 @@ describe("injection config", () => {
     ["a bad quantity", { csi: JSON.stringify({ image: "c", resources: { requests: { memory: "lots" } } }) }, /csi: resources\.requests\.memory/],
     ["a probe with two handlers", { "agent-runtime": JSON.stringify({ livenessProbe: { httpGet: { path: "/health", port: 1 }, tcpSocket: { port: 1 } } }) }, /exactly one of/],
     ["csi without an image", { csi: JSON.stringify({ kind: "sidecar" }) }, /csi: image: required/],
+    ["a pod-policy field that is not the operator's", { "pod-policy": JSON.stringify({ allow: ["hostNetwork"] }) }, /pod-policy: allow\.0/],
   ])("refuses %s", (_name, data, want) => {
     const r = parseInjectionConfig(data);
     expect(r.ok).toBe(false);
     expect(!r.ok && r.message).toMatch(want);
+  });
+
+  it("the pod-policy key lists the operator's fields a template may set; the user's replaces the system's", () => {
+    const r = parseInjectionConfig({ "pod-policy": JSON.stringify({ allow: ["nodeName", "runtimeClassName"] }), csi: JSON.stringify({ image: "c" }) });
+    expect(r).toEqual({ ok: true, config: { "pod-policy": { allow: ["nodeName", "runtimeClassName"] }, csi: { kind: "sidecar", image: "c" } } });
+    expect(mergeInjection(r.ok ? r.config : {}, { "pod-policy": { allow: [] } })["pod-policy"]).toEqual({ allow: [] });
   });
 
   it("the user's components replace the system's by name; the built-in runtime stands where neither names one", () => {

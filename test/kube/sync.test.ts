@@ -125,7 +125,7 @@ describe("the agent's command line", () => {
     const child = spawn(
       join(root, "node_modules/.bin/node"),
       ["controllers/agent/main.ts", "--driver", "kubernetes", "--kubeconfig", inject("kube").agentKubeconfig, "--namespace", other, "--cluster", "kube-cli", "--edge", edge.url, "--data-dir", join(edge.dir, "agent-cli")],
-      { cwd: root, env: { ...process.env, CLUSTER_TOKEN: edge.clusterToken }, stdio: ["ignore", "pipe", "pipe"] },
+      { cwd: root, env: { ...process.env, CLUSTER_TOKEN: await edge.tokenOf("kube-cli") }, stdio: ["ignore", "pipe", "pipe"] },
     );
     let out = "";
     child.stdout!.on("data", (b: Buffer) => (out += b.toString()));

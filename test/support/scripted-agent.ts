@@ -21,6 +21,7 @@ import {
   type ObservationInput,
   type Welcome,
 } from "../../schema/protocol/index.ts";
+import { clusterTokenFor } from "../../schema/protocol/cluster-token.ts";
 import { SandboxLogs } from "../../controllers/agent/sandbox-logs.ts";
 import type { SecurityProfileEntry } from "../../schema/api/security-profile.ts";
 import { MAX_FRAME_SANDBOXES } from "../../schema/api/limits.ts";
@@ -39,15 +40,17 @@ export type Transport = () => Promise<SocketLike>;
 
 export const AGENT_LINK_PATH = "/agent/v1/connect";
 
-/** Connects through a Worker's fetch (e.g. `exports.default.fetch` in a workerd test). */
+/** Connects through a Worker's fetch (e.g. `exports.default.fetch` in a workerd test). `root` is the
+ * edge's CLUSTER_TOKEN: the transport plays the operator too, handing the agent its cluster's own
+ * token (schema/protocol/cluster-token.ts). */
 export function fetchTransport(
   fetcher: (url: string, init: { headers: Record<string, string> }) => Promise<{ status: number; webSocket: AcceptableSocket | null }>,
-  token: string,
+  root: string,
   cluster = "local",
 ): Transport {
   return async () => {
     const res = await fetcher(`http://edge.test${AGENT_LINK_PATH}?cluster=${cluster}`, {
-      headers: { Upgrade: "websocket", Authorization: `Bearer ${token}` },
+      headers: { Upgrade: "websocket", Authorization: `Bearer ${await clusterTokenFor(root, cluster)}` },
     });
     if (res.status !== 101 || !res.webSocket) throw new Error(`agent link refused: HTTP ${res.status}`);
     res.webSocket.accept();
@@ -55,13 +58,14 @@ export function fetchTransport(
   };
 }
 
-/** Connects over real TCP from Node, as the real agent does (the `ws` client, no permessage-deflate). */
-export function tcpTransport(baseUrl: string, token: string, cluster = "local"): Transport {
+/** Connects over real TCP from Node, as the real agent does (the `ws` client, no permessage-deflate).
+ * `root` is the edge's CLUSTER_TOKEN, as for fetchTransport. */
+export function tcpTransport(baseUrl: string, root: string, cluster = "local"): Transport {
   return async () => {
     // Loaded here: workerd tests import this module but never this transport.
     const { default: WebSocket } = await import("ws");
     const url = `${baseUrl.replace(/^http/, "ws")}${AGENT_LINK_PATH}?cluster=${cluster}`;
-    const ws = new WebSocket(url, { headers: { Authorization: `Bearer ${token}` }, perMessageDeflate: false });
+    const ws = new WebSocket(url, { headers: { Authorization: `Bearer ${await clusterTokenFor(root, cluster)}` }, perMessageDeflate: false });
     return new Promise<SocketLike>((resolve, reject) => {
       ws.addEventListener("open", () => resolve(ws));
       ws.addEventListener("error", () => reject(new Error(`agent link: cannot connect to ${url}`)));

@@ -6,6 +6,7 @@ import { env, exports } from "cloudflare:workers";
 import type { ClusterDO } from "../../durable-objects/cluster/cluster-do.ts";
 import { describe, expect, it } from "vitest";
 import { IntentSchema, PING_FRAME, PONG_FRAME, type Intent } from "../../schema/protocol/index.ts";
+import { clusterTokenFor } from "../../schema/protocol/cluster-token.ts";
 import { fetchTransport, ScriptedAgent } from "../support/scripted-agent.ts";
 import { holdTurnWrites } from "./helpers.ts";
 import { waitFor } from "../support/wait-for.ts";
@@ -37,8 +38,26 @@ describe("agent link route", () => {
   it("refuses a missing token and a request that is not an upgrade", async () => {
     const none = await exports.default.fetch("http://edge.test/agent/v1/connect", { headers: { Upgrade: "websocket" } });
     expect(none.status).toBe(401);
-    const plain = await exports.default.fetch("http://edge.test/agent/v1/connect", { headers: { Authorization: `Bearer ${TOKEN}` } });
+    const plain = await exports.default.fetch("http://edge.test/agent/v1/connect", { headers: { Authorization: `Bearer ${await clusterTokenFor(TOKEN, "local")}` } });
     expect(plain.status).toBe(426);
+  });
+
+  it("a cluster's token links only as that cluster: another cluster's token and the edge's root are refused, and the real agent keeps its session", async () => {
+    const real = new ScriptedAgent({ agentId: "real" });
+    await real.connect(link("c-victim"));
+    const asVictim = (token: string) => exports.default.fetch("http://edge.test/agent/v1/connect?cluster=c-victim", { headers: { Upgrade: "websocket", Authorization: `Bearer ${token}` } });
+    for (const token of [await clusterTokenFor(TOKEN, "c-thief"), TOKEN]) {
+      const res = await asVictim(token);
+      expect(res.status).toBe(401);
+      expect(await res.json()).toMatchObject({ code: 401, message: "invalid cluster token" });
+    }
+    expect(await cluster("c-victim").status()).toMatchObject({ connected: true, agentId: "real" });
+    expect(real.closed).toBeNull();
+    // The cluster's own token is taken (its session replaces the first, as a redial does).
+    const res = await asVictim(await clusterTokenFor(TOKEN, "c-victim"));
+    expect(res.status).toBe(101);
+    res.webSocket?.accept();
+    res.webSocket?.close(1000, "done");
   });
 
   it("rejects an agent speaking another protocol version", async () => {

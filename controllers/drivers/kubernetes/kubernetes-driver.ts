@@ -22,6 +22,7 @@ import { hasTrafficProxy, TrafficObjects } from "./traffic-objects.ts";
 import { DEFAULT_CLUSTER_CIDRS, DEFAULT_CLUSTER_DNS, nativeSidecarsFor, PolicyTooLargeError, TRAFFIC_CONTAINER, trafficConfigMapName, unsafePodSpec, UnsafePodSpecError } from "./traffic-pod.ts";
 import { EventReason, ReadyReason } from "../../../schema/crd/conditions.ts";
 import { ANNOTATION, LABEL } from "../../../schema/crd/labels.ts";
+import { INJECTION_COMPONENTS, POD_POLICY_KEY } from "../../../schema/crd/injection.ts";
 import type { SpawnRequest } from "../../runtime/sandbox-view.ts";
 import { KeyedSerial } from "../../../lib/keyed-serial.ts";
 import { isTerminal, SandboxNotFoundError, TerminalError, UnsupportedError, type DesiredSandbox, type Driver, type DriverCapabilities, type ExecResult, type SnapshotRef } from "../driver.ts";
@@ -195,6 +196,14 @@ export class KubernetesDriver implements Driver {
     return this.#ctx.home.sandboxSets;
   }
 
+  /** Every image the platform runs in sandbox pods: the runtime's (the agent's own image as
+   * deployed, k8s/deployment.yaml), the interpreter's and the injection config's components'. A
+   * Commit may push to none of their repositories (commit/machine.ts). */
+  platformImages(): string[] {
+    const injected = INJECTION_COMPONENTS.map((c) => this.injection.current()[c]?.image);
+    return [this.#opts.runtimeImage, this.#opts.interpreterImage ?? KUBERNETES_FLAGS["interpreter-image"].default, ...injected].filter((x): x is string => !!x);
+  }
+
   /** Starts the informers of the home namespace, of `watchNamespaces` (with "all": of every
    * namespace holding a Sandbox or a sandbox pod) and waits for their first list. Any other team's
    * namespace is watched from the first intent naming the team. */
@@ -362,7 +371,6 @@ export class KubernetesDriver implements Driver {
     }
     const frozen = () => this.#status.facts(sbx, d.id).frozen;
     if (d.state === "Running") {
-      await this.#pods.ensurePvcs(sc, sbx);
       const traffic = await this.#trafficFor(sc, sbx, d, pod);
       if (pod && traffic?.governed && !hasTrafficProxy(pod, true)) {
         // Governed now, and a pod cannot gain containers (nor an open one tighten at once): its
@@ -375,6 +383,11 @@ export class KubernetesDriver implements Driver {
       const restoring = this.#sandboxes.restorePending(sbx);
       if (restoring && pod) sbx = await this.#sandboxes.restoreDone(d.id, sbx, pod);
       if (!pod) {
+        // The pending restore is read back from the Sandbox, which a kubectl user may annotate.
+        if (restoring) await this.#checkpoints.checkRestore(sc.namespace, restoring);
+        // After #trafficFor judged the template, its claims included: a pod that exists had its
+        // PVCs when it was made.
+        await this.#pods.ensurePvcs(sc, sbx);
         if (traffic) await this.#traffic.newPodSecret(sc, sbx, d);
         await this.#pods.create(sc, sbx, restoring ? { ...d, restoreCheckpointId: restoring } : d, traffic);
         const made = restoring && ctx.pod(d.id);
@@ -408,20 +421,19 @@ export class KubernetesDriver implements Driver {
 
   /** The pod's egress objects, written, when it gets the traffic-proxy: while something governs
    * the sandbox, or when its template lists traffic-proxy (warm pods ready for rules at claim).
-   * What the cluster and the template allow is judged for a pod about to be made: none yet, or
-   * one to replace (governed now, not built governed). Governed without a traffic-proxy image in
-   * the injection config, or a template the proxy cannot govern: refused, never run open (the
-   * pod to replace is deleted). A pod that exists and is not replaced is never judged again: an
-   * older agent built pods of such templates with the fields dropped, and its proxy governs them;
-   * failing them on an unrelated ensure (a thaw, an in-place update at claim) after an upgrade
-   * would end running sandboxes. Their next pod is judged. */
+   * What the cluster and the template allow is judged for every pod about to be made, governed
+   * or not (unsafePodSpec): none yet, or one to replace (governed now, not built governed).
+   * Governed without a traffic-proxy image in the injection config, or a template the judge
+   * refuses: refused, never run (the pod to replace is deleted). A pod that exists and is not
+   * replaced is never judged again: an older agent built pods of such templates with the fields
+   * dropped, and its proxy governs them; failing them on an unrelated ensure (a thaw, an in-place
+   * update at claim) after an upgrade would end running sandboxes. Their next pod is judged. */
   async #trafficFor(sc: NamespaceScope, sbx: SandboxObject, d: KubeDesiredSandbox, pod: V1Pod | undefined): Promise<{ configMap: string; governed: boolean } | undefined> {
     const governed = this.#traffic.policy(sc, d) !== null;
     const listed = (sbx.spec.runtimes ?? []).some((r) => r.name === "traffic-proxy");
-    if (!governed && !listed) return undefined;
     const making = !pod || (governed && !hasTrafficProxy(pod, true));
-    if (!this.injection.current()["traffic-proxy"]?.image) {
-      if (!governed) return undefined;
+    const injection = this.injection.current();
+    if (!injection["traffic-proxy"]?.image && governed) {
       if (making) {
         let message = `egress rules or a TrafficPolicy govern sandbox ${d.id}, but the injection config names no traffic-proxy image: nothing in its pod could enforce them`;
         // A pod made before a policy selected it would stay ungoverned: it goes (as #refuseUnsafe).
@@ -432,27 +444,38 @@ export class KubernetesDriver implements Driver {
         throw new TerminalError(ReadyReason.InvalidSpec, message);
       }
     }
-    const unsafe = unsafePodSpec((sbx.spec.template ?? imageTemplate(d.template)).spec ?? { containers: [] });
-    if (unsafe.length) {
-      if (making) await this.#refuseUnsafe(sc, sbx, d, pod, governed, unsafe);
-      await this.#warnUnsafe(sc, sbx, d, pod!, unsafe);
+    const proxied = governed || (listed && injection["traffic-proxy"]?.image !== undefined);
+    if (making || proxied) {
+      const template = sbx.spec.template ?? imageTemplate(d.template);
+      const unsafe = unsafePodSpec(template.spec ?? { containers: [] }, {
+        proxied,
+        allow: injection[POD_POLICY_KEY]?.allow,
+        annotations: template.metadata?.annotations,
+        volumeClaimTemplates: sbx.spec.volumeClaimTemplates,
+      });
+      if (unsafe.length) {
+        if (making) await this.#refuseUnsafe(sc, sbx, d, pod, proxied ? (governed ? "egress rules, a TrafficPolicy or a SecurityProfile govern it" : "its template lists traffic-proxy") : undefined, unsafe);
+        await this.#warnUnsafe(sc, sbx, d, pod!, unsafe);
+      }
     }
+    if (!proxied) return undefined;
     // Until the edge's set arrives (an agent restart), a running pod's policy is left as it is:
     // an empty set would open what a TrafficPolicy closed.
     if (pod && hasTrafficProxy(pod) && !(this.#policiesKnown && this.#profilesKnown)) return { configMap: trafficConfigMapName(sbx.metadata!.name!), governed };
     return { configMap: await this.#traffic.sync(sc, sbx, d), governed };
   }
 
-  /** A governed sandbox whose template the traffic-proxy cannot govern: refused (terminal), with an
-   * Event on the Sandbox and one (per cause) on its SandboxSet. `pod` is one to replace (it runs
-   * without a governing proxy, made before a policy selected it): it is deleted, as it would stay
-   * ungoverned. */
-  async #refuseUnsafe(sc: NamespaceScope, sbx: SandboxObject, d: KubeDesiredSandbox, pod: V1Pod | undefined, governed: boolean, unsafe: string[]): Promise<never> {
-    const why = governed ? "egress rules, a TrafficPolicy or a SecurityProfile govern it" : "its template lists traffic-proxy";
-    let message = `the traffic-proxy cannot govern sandbox ${d.id} (${why}): its template asks for ${unsafe.join("; ")}`;
+  /** A sandbox whose template the judge refuses (unsafePodSpec): refused (terminal), with an
+   * Event on the Sandbox and one (per cause) on its SandboxSet; its pod is not made. `proxied`:
+   * why the pod would carry the traffic-proxy (the message says the proxy cannot govern it), or
+   * undefined for a pod without it. `pod` is one to replace (it runs without a governing proxy,
+   * made before a policy selected it): it is deleted, as it would stay ungoverned. */
+  async #refuseUnsafe(sc: NamespaceScope, sbx: SandboxObject, d: KubeDesiredSandbox, pod: V1Pod | undefined, proxied: string | undefined, unsafe: string[]): Promise<never> {
+    let message = proxied ? `the traffic-proxy cannot govern sandbox ${d.id} (${proxied}): its template asks for ${unsafe.join("; ")}` : `sandbox ${d.id}'s pod is not made: its template asks for what no sandbox pod may have: ${unsafe.join("; ")}`;
     if (pod) message += await this.#deleteUngoverned(sc, pod);
     await this.#status.event(sc, sbx, "Warning", EventReason.UnsafePodSpec, message);
-    await this.#status.poolEvent(sc, sbx, EventReason.UnsafePodSpec, `its members cannot be governed by the traffic-proxy: the template asks for ${unsafe.join("; ")}`, `unsafe-${templateHash(unsafe)}`);
+    const poolMessage = proxied ? `its members cannot be governed by the traffic-proxy: the template asks for ${unsafe.join("; ")}` : `its members' pods are not made: the template asks for ${unsafe.join("; ")}`;
+    await this.#status.poolEvent(sc, sbx, EventReason.UnsafePodSpec, poolMessage, `unsafe-${templateHash(unsafe)}`);
     throw new UnsafePodSpecError(ReadyReason.UnsafePodSpec, message);
   }
 

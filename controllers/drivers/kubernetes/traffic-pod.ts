@@ -24,7 +24,9 @@
 // A template that asks for what would let a process undo the rules, reach into the proxy or send
 // around them (host namespaces, hostPath, privileged, capabilities beyond ALLOWED_ADD, unsafe
 // sysctls, an unmasked /proc, a container or volume named as ours) is refused (unsafePodSpec):
-// nothing of a tenant's spec is dropped silently. The nft script holds our constants only, and
+// nothing of a tenant's spec is dropped silently. The same judge, less the proxy's reserved names,
+// is every sandbox pod's, governed or not (review 25 H4): the agent creates pods with its own
+// rights from a template anyone who may write a SandboxSet or a Sandbox chose. The nft script holds our constants only, and
 // reaches nft as an argument (data), never as shell text.
 import type { V1ConfigMap, V1Container, V1NetworkPolicy, V1NetworkPolicyPeer, V1OwnerReference, V1PodSpec, V1Secret } from "@kubernetes/client-node";
 import { tokenSecretNames, type SecurityProfileEntry } from "../../../schema/api/security-profile.ts";
@@ -199,13 +201,14 @@ ip rule add fwmark ${MARK} lookup ${ROUTE_TABLE}
 ip route replace local 0.0.0.0/0 dev lo table ${ROUTE_TABLE}
 `;
 
-/** The capabilities a tenant container of a governed pod may add: the container runtimes'
- * default set, plus IPC_LOCK and SYS_NICE (namespaced or harmless to the rules). Anything else
- * (ALL, NET_ADMIN, NET_RAW, SYS_ADMIN, SYS_PTRACE, BPF, SYS_MODULE, SYS_RAWIO, DAC_READ_SEARCH,
- * PERFMON, ...) would let a process undo the rules, reach into the proxy or send around it. */
+/** The capabilities a tenant container may add: Pod Security "baseline"'s list (the container
+ * runtimes' default set). Anything else (ALL, NET_ADMIN, NET_RAW, SYS_ADMIN, SYS_PTRACE, BPF,
+ * SYS_MODULE, SYS_RAWIO, DAC_READ_SEARCH, PERFMON, ...) reaches the node's kernel beyond what a
+ * sandbox needs, and in a governed pod would let a process undo the rules, reach into the proxy
+ * or send around it. */
 const ALLOWED_ADD = new Set([
   "AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD", "NET_BIND_SERVICE",
-  "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT", "IPC_LOCK", "SYS_NICE",
+  "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT",
 ]);
 /** Dropped explicitly too, for runtimes whose default set holds them (NET_RAW in older ones). */
 const DROP = ["NET_ADMIN", "NET_RAW", "SYS_ADMIN", "SYS_PTRACE", "BPF"];
@@ -221,42 +224,119 @@ const SAFE_SYSCTLS = new Set([
   "net.ipv4.tcp_keepalive_intvl", "net.ipv4.tcp_keepalive_probes",
 ]);
 
+/** SELinux types a container may ask for (Pod Security "baseline"); user and role may not be set. */
+const SELINUX_TYPES = new Set(["", "container_t", "container_init_t", "container_kvm_t", "container_engine_t"]);
+/** The pre-1.30 annotation forms of the AppArmor and seccomp profiles (the API server still copies
+ * the AppArmor one into the container's field at create). */
+const APPARMOR_ANNOTATION = "container.apparmor.security.beta.kubernetes.io/";
+const SECCOMP_ANNOTATIONS = ["seccomp.security.alpha.kubernetes.io/pod", "container.seccomp.security.alpha.kubernetes.io/"];
+
+/** Pod fields that pick where and how the pod runs, which the operator decides (review 25 M5): a
+ * template may set them only where the injection config's `pod-policy` allows (POD_POLICY_FIELDS). */
+const OPERATOR_FIELDS = ["nodeName", "priorityClassName", "runtimeClassName"] as const;
+
+/** What unsafePodSpec judges a pod by, beside its spec. */
+export interface PodJudgement {
+  /** The pod gets the traffic-proxy pair: its container and volume names and the CA directory
+   * are reserved. */
+  proxied: boolean;
+  /** The injection config's `pod-policy.allow`: operator fields (nodeName, ...) a template may set. */
+  allow?: readonly string[];
+  /** The template's pod annotations (the AppArmor and seccomp annotation forms). */
+  annotations?: Record<string, string>;
+  /** The template's claims, made into PVCs as the agent (review 25 L4). */
+  volumeClaimTemplates?: readonly { metadata: { name: string }; spec?: Record<string, unknown> }[];
+}
+
 /** Thrown (terminal) when a template asks for what the traffic-proxy cannot govern. */
 export class UnsafePodSpecError extends TerminalError {}
 
 /**
- * What in a template's pod spec would let a process of a governed pod escape or undo its redirect,
- * one line each (empty: none). The template is the tenant's; the injection config's components
- * (the platform's) are not judged here. Running as root is not refused: what nft and the proxy
- * need is capabilities (CAP_NET_ADMIN in the pod's network namespace, CAP_SYS_PTRACE), which the
- * bounding set of a container without them withholds from root and from setuid programs alike
+ * What in a template would let a sandbox pod's processes reach past the pod (the node, the
+ * platform's Secrets, other teams' placement), and in a governed pod escape or undo its redirect,
+ * one line each (empty: none). Every pod the agent makes is judged, governed or not: the agent
+ * creates it with its own rights from a template that anyone who may write a SandboxSet or a
+ * Sandbox's `spec.template` chose, and team namespaces may be labelled PodSecurity `privileged`
+ * (README), so admission is no backstop. The line is Pod Security "baseline" (host namespaces and
+ * ports, hostPath, privileged, capabilities, procMount, sysctls, SELinux, AppArmor and seccomp
+ * `Unconfined`) plus what is the platform's: the `*-traffic` Secrets (CA key, secret values,
+ * profile literals, audit token), a service account's token, the operator's placement fields
+ * (`allow` lifts these), and PVCs bound to a chosen PV or filled from another namespace. The
+ * template is the tenant's; the injection config's components (the platform's) are not judged
+ * here. Running as root is not refused: what nft and the proxy need is capabilities
+ * (CAP_NET_ADMIN in the pod's network namespace, CAP_SYS_PTRACE), which the bounding set of a
+ * container without them withholds from root and from setuid programs alike
  * (allowPrivilegeEscalation cannot add to it).
  */
-export function unsafePodSpec(spec: V1PodSpec): string[] {
+export function unsafePodSpec(spec: V1PodSpec, j: PodJudgement = { proxied: true }): string[] {
   const out: string[] = [];
-  if (spec.hostNetwork) out.push("hostNetwork: the pod would use the node's network, where its redirect does not apply");
+  const reservedContainer = (name: string) => j.proxied && RESERVED_CONTAINERS.includes(name);
+  const reservedVolume = (name: string) => j.proxied && RESERVED_VOLUMES.includes(name);
+  if (spec.hostNetwork) out.push("hostNetwork: the pod would use the node's network, outside its own network namespace (and any redirect there)");
   if (spec.hostPID) out.push("hostPID: the node's processes (and their network namespaces) would be in reach");
   if (spec.hostIPC) out.push("hostIPC: the node's IPC namespace would be shared");
   for (const s of spec.securityContext?.sysctls ?? []) if (!SAFE_SYSCTLS.has(s.name)) out.push(`securityContext.sysctls ${JSON.stringify(s.name)}: only the Pod Security Standards' safe sysctls may be set`);
+  out.push(...unconfined("securityContext", spec.securityContext));
+  for (const f of OPERATOR_FIELDS) if (spec[f] && !j.allow?.includes(f)) out.push(`${f} ${JSON.stringify(spec[f])}: the operator's to set (the injection config's pod-policy does not allow it)`);
+  const sa = spec.serviceAccountName || spec.serviceAccount;
+  if (sa && sa !== "default") {
+    if (spec.automountServiceAccountToken) out.push(`serviceAccountName ${JSON.stringify(sa)} with automountServiceAccountToken: the pod would hold that service account's token, created with the agent's rights`);
+    for (const v of spec.volumes ?? []) if (v.projected?.sources?.some((x) => x.serviceAccountToken)) out.push(`volume ${JSON.stringify(v.name)}: a serviceAccountToken of ${JSON.stringify(sa)}`);
+  }
   for (const v of spec.volumes ?? []) {
-    if (RESERVED_VOLUMES.includes(v.name)) out.push(`volume ${JSON.stringify(v.name)}: the name is the traffic-proxy's`);
+    if (reservedVolume(v.name)) out.push(`volume ${JSON.stringify(v.name)}: the name is the traffic-proxy's`);
     if (v.hostPath) out.push(`volume ${JSON.stringify(v.name)}: hostPath ${JSON.stringify(v.hostPath.path)} reaches the node's files (its sockets, /proc, /sys)`);
+    const secrets = [v.secret?.secretName, ...(v.projected?.sources ?? []).map((x) => x.secret?.name)];
+    for (const name of secrets) if (name && isPlatformSecret(name)) out.push(`volume ${JSON.stringify(v.name)}: Secret ${JSON.stringify(name)} is the platform's (a pod's traffic Secret)`);
   }
   const all = [...(spec.initContainers ?? []).map((c) => ["initContainers", c] as const), ...spec.containers.map((c) => ["containers", c] as const), ...(spec.ephemeralContainers ?? []).map((c) => ["ephemeralContainers", c as V1Container] as const)];
   for (const [list, c] of all) {
     const at = `${list} ${JSON.stringify(c.name)}`;
-    if (RESERVED_CONTAINERS.includes(c.name)) out.push(`${at}: the name is the traffic-proxy's`);
+    if (reservedContainer(c.name)) out.push(`${at}: the name is the traffic-proxy's`);
     const sc = c.securityContext;
     if (sc?.privileged) out.push(`${at}: privileged`);
     const extra = (sc?.capabilities?.add ?? []).filter((x) => !ALLOWED_ADD.has(x.toUpperCase().replace(/^CAP_/, "")));
     if (extra.length) out.push(`${at}: capabilities.add ${extra.join(", ")} (allowed: ${[...ALLOWED_ADD].join(", ")})`);
     if (sc?.procMount && sc.procMount !== "Default") out.push(`${at}: procMount ${sc.procMount}`);
+    out.push(...unconfined(at, sc));
+    for (const p of c.ports ?? []) if (p.hostPort) out.push(`${at}: hostPort ${p.hostPort} opens a port of the node`);
+    for (const e of c.env ?? []) {
+      const name = e.valueFrom?.secretKeyRef?.name;
+      if (name && isPlatformSecret(name)) out.push(`${at}: env ${JSON.stringify(e.name)} reads Secret ${JSON.stringify(name)}, the platform's`);
+    }
+    for (const e of c.envFrom ?? []) if (e.secretRef?.name && isPlatformSecret(e.secretRef.name)) out.push(`${at}: envFrom Secret ${JSON.stringify(e.secretRef.name)}, the platform's`);
     for (const m of c.volumeMounts ?? []) {
-      if (RESERVED_VOLUMES.includes(m.name)) out.push(`${at}: mounts ${JSON.stringify(m.name)}, the traffic-proxy's volume`);
-      else if (m.mountPath === CA_DIR || m.mountPath.startsWith(`${CA_DIR}/`)) out.push(`${at}: mounts a volume at ${CA_DIR}, where the pod's CA bundle goes`);
+      if (reservedVolume(m.name)) out.push(`${at}: mounts ${JSON.stringify(m.name)}, the traffic-proxy's volume`);
+      else if (j.proxied && (m.mountPath === CA_DIR || m.mountPath.startsWith(`${CA_DIR}/`))) out.push(`${at}: mounts a volume at ${CA_DIR}, where the pod's CA bundle goes`);
     }
   }
+  for (const [k, v] of Object.entries(j.annotations ?? {})) {
+    if ((k.startsWith(APPARMOR_ANNOTATION) && v === "unconfined") || (SECCOMP_ANNOTATIONS.some((a) => k === a || (a.endsWith("/") && k.startsWith(a))) && v === "unconfined")) out.push(`annotation ${JSON.stringify(k)}: unconfined`);
+  }
+  for (const vct of j.volumeClaimTemplates ?? []) {
+    const at = `volumeClaimTemplates ${JSON.stringify(vct.metadata.name)}`;
+    const pvc = (vct.spec ?? {}) as { volumeName?: unknown; dataSourceRef?: { namespace?: unknown } };
+    if (pvc.volumeName) out.push(`${at}: volumeName binds a PersistentVolume by name, which may be another team's`);
+    if (pvc.dataSourceRef?.namespace) out.push(`${at}: dataSourceRef from namespace ${JSON.stringify(pvc.dataSourceRef.namespace)}: only the sandbox's own namespace`);
+  }
   return out;
+}
+
+/** The pod's or a container's securityContext asking for no seccomp filter, no AppArmor profile or
+ * an SELinux label outside baseline's. */
+function unconfined(at: string, sc: V1PodSpec["securityContext"] | V1Container["securityContext"] | undefined): string[] {
+  const out: string[] = [];
+  if (sc?.seccompProfile?.type === "Unconfined") out.push(`${at}: seccompProfile Unconfined`);
+  if (sc?.appArmorProfile?.type === "Unconfined") out.push(`${at}: appArmorProfile Unconfined`);
+  const se = sc?.seLinuxOptions;
+  if (se && (!SELINUX_TYPES.has(se.type ?? "") || se.user || se.role)) out.push(`${at}: seLinuxOptions ${JSON.stringify(se)} (baseline allows a type of ${[...SELINUX_TYPES].filter(Boolean).join(", ")} only)`);
+  return out;
+}
+
+/** A Secret the agent writes for a pod: `<pod>-traffic` (the CA key, the secret values, the
+ * profiles' literals and the audit token), which no template may mount or read into env. */
+function isPlatformSecret(name: string): boolean {
+  return name.endsWith(TRAFFIC_SUFFIX);
 }
 
 /** Whether the cluster runs a pod's init container with `restartPolicy: Always` as a sidecar
@@ -365,7 +445,9 @@ export function proxyCommand(): string[] {
 }
 
 /** Object names beside the pod's (names may be 253 long; the suffix must fit). */
-export const trafficConfigMapName = (pod: string) => `${pod.slice(0, 244)}-traffic`;
+const TRAFFIC_SUFFIX = "-traffic";
+/** The pod's policy ConfigMap and its Secret (same name). */
+export const trafficConfigMapName = (pod: string) => `${pod.slice(0, 244)}${TRAFFIC_SUFFIX}`;
 export const egressPolicyName = (pod: string) => `${pod.slice(0, 245)}-egress`;
 
 interface Owned {

@@ -1,5 +1,6 @@
 // The real edge for kube-tier tests: sqld (migrated, admin key seeded) and the Worker on workerd.
 import { existsSync, mkdtempSync, rmSync } from "node:fs";
+import { clusterTokenFor } from "../../../schema/protocol/cluster-token.ts";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { startEdge } from "../../../scripts/lib/edge.ts";
@@ -10,7 +11,9 @@ import { seed } from "../../../scripts/seed.ts";
 export interface TestEdge {
   url: string;
   adminKey: string;
+  /** The edge's CLUSTER_TOKEN (the root); an agent gets `tokenOf(its cluster)`. */
   clusterToken: string;
+  tokenOf(cluster: string): Promise<string>;
   /** Scratch folder removed by stop() (agents may keep their data dir here). */
   dir: string;
   stop(): Promise<void>;
@@ -33,6 +36,7 @@ export async function startTestEdge(name: string, opts: { tmpfs?: boolean; vars?
       url: edge.url,
       adminKey,
       clusterToken,
+      tokenOf: (cluster) => clusterTokenFor(clusterToken, cluster),
       dir,
       async stop() {
         await edge.stop();

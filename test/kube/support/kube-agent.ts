@@ -49,7 +49,7 @@ export async function startKubeAgent(
     (id) => agent?.reconciler.queue.add(id),
     requests.onRequest,
   );
-  agent = await startAgent({ edgeUrl: edge.url, clusterToken: edge.clusterToken, clusterId: cluster, dataDir, driver, log: (m) => {
+  agent = await startAgent({ edgeUrl: edge.url, clusterToken: await edge.tokenOf(cluster), clusterId: cluster, dataDir, driver, log: (m) => {
     note("agent", m);
     if (process.env.KUBE_LOG) console.log(`[agent] ${m}`);
   } });

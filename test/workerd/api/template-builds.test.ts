@@ -15,6 +15,7 @@ import { TemplateSpec } from "../../../schema/api/template.ts";
 import { CLAIM_SUPERSEDED_SQL, claimUnusedImages, putFile, UNSENT_FREES_SQL, useFiles } from "../../../durable-objects/store/template-builds.ts";
 import { IMAGE_FREE_GRACE_MS } from "../../../durable-objects/operations/image-gc.ts";
 import { getTemplate, namesFreedImage, upsertTemplate } from "../../../durable-objects/store/templates.ts";
+import { clusterTokenFor } from "../../../schema/protocol/cluster-token.ts";
 import { call, createTeam, expectError, expectStatus, startAgent, unique } from "../helpers.ts";
 import type { ScriptedAgent } from "../../support/scripted-agent.ts";
 
@@ -108,9 +109,12 @@ describe("template build API", () => {
       expect(frame).toMatchObject({ buildId: id, from: { rootfs: "base" }, output: `b-${id}`, force: false });
       expect(frame.steps.map((s) => s.type)).toEqual(["COPY", "RUN"]);
 
-      // The agent fetches the archive with the cluster token only.
+      // The agent fetches the archive with its own cluster's token only: not with the edge's root
+      // token, nor with another cluster's.
       await expectError(call(`${frame.filesPath}${HASH}`, { key: null }), 401);
-      const file = await call(`${frame.filesPath}${HASH}`, { key: null, headers: { authorization: "Bearer test-cluster-token" } });
+      await expectError(call(`${frame.filesPath}${HASH}`, { key: null, headers: { authorization: "Bearer test-cluster-token" } }), 401);
+      await expectError(call(`${frame.filesPath}${HASH}`, { key: null, headers: { authorization: `Bearer ${await clusterTokenFor("test-cluster-token", `${team.cluster}-other`)}` } }), 401);
+      const file = await call(`${frame.filesPath}${HASH}`, { key: null, headers: { authorization: `Bearer ${await clusterTokenFor("test-cluster-token", team.cluster)}` } });
       expect(await file.text()).toBe("tar bytes");
 
       const status = () => expectStatus(call(`/templates/${team.template}/builds/${id}/status?logsOffset=0`, { key: team.key }), 200);

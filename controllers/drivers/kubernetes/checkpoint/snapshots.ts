@@ -94,6 +94,18 @@ export class CheckpointSnapshots {
     return cp.status.checkpointId;
   }
 
+  /** Checks the pending restore read back from a Sandbox (`restorePending`) before a pod names it:
+   * that annotation is on an object a team's kubectl user may edit, so it must be the checkpoint
+   * id of a Succeeded Checkpoint of a snapshot in the sandbox's own namespace, as restoreId gives
+   * (review 25 M1). One list of the namespace's Checkpoints, made only for a pod with a restore
+   * pending. Refused: a TerminalError, and no pod names it. */
+  async checkRestore(namespace: string, checkpointId: string): Promise<void> {
+    this.#ctx.count();
+    const list = (await this.#custom.listNamespacedCustomObject({ group: GROUP, version: VERSION, namespace, plural: PLURAL })) as { items?: CheckpointObject[] };
+    const ok = (list.items ?? []).some((cp) => cp.metadata?.annotations?.[SNAPSHOT_ANNOTATION] && cp.status?.phase === "Succeeded" && cp.status.checkpointId === checkpointId);
+    if (!ok) throw new TerminalError("SnapshotNotFound", `the pending restore names checkpoint ${JSON.stringify(checkpointId.slice(0, 128))}, which is no Succeeded Checkpoint of a snapshot in namespace ${namespace}: no pod is made naming it`);
+  }
+
   /** Deletes the snapshot's Checkpoint wherever the agent watches (its engine frees the copy). */
   async delete(scopes: NamespaceScope[], snapshotId: string): Promise<void> {
     await Promise.all(

@@ -4,7 +4,7 @@
 // answer: create the Job, write the status, post the Event, delete after the ttl. Level-based: a
 // restarted agent finds the Job by name and carries on; nothing is created twice.
 import { BatchV1Api, type KubeConfig, type V1Job, type V1Pod } from "@kubernetes/client-node";
-import { GROUP, VERSION } from "../../../../schema/crd/labels.ts";
+import { GROUP, LABEL, VERSION } from "../../../../schema/crd/labels.ts";
 import { apiMessage, mergePatch, postEvent, statusCode, tolerate } from "../kube-api.ts";
 import { CustomObjectController } from "../custom-controller.ts";
 import type { ObjectCache } from "../object-cache.ts";
@@ -23,6 +23,9 @@ export interface CommitControllerOptions {
   /** The `Commit` feature gate: off, Commits only get a status saying so. */
   enabled: boolean;
   job: CommitJobOptions;
+  /** The images the platform runs in sandbox pods (the driver's platformImages): a Commit may
+   * not push to their repositories. The commit Job's own image is added here. */
+  platformImages?: () => string[];
   now?: () => number;
   log?: (msg: string) => void;
 }
@@ -50,7 +53,8 @@ export class CommitController extends CustomObjectController<CommitObject> {
     const c = this.commits.get(name);
     if (!c || c.metadata?.deletionTimestamp) return undefined;
     const ns = this.#o.namespace;
-    const base = { name, generation: c.metadata?.generation ?? 1, spec: c.spec, status: c.status ?? {}, gate: this.#o.enabled, now: this.#now() };
+    const platformImages = [this.#o.job.image, ...(this.#o.platformImages?.() ?? [])];
+    const base = { name, generation: c.metadata?.generation ?? 1, spec: c.spec, status: c.status ?? {}, gate: this.#o.enabled, now: this.#now(), platformImages };
     const terminal = base.status.phase === "Succeeded" || base.status.phase === "Failed";
     const job = terminal || !this.#o.enabled ? null : await this.#job(c);
     const pod = job || terminal || !this.#o.enabled ? null : await this.#targetPod(c.spec.podName);
@@ -82,7 +86,7 @@ export class CommitController extends CustomObjectController<CommitObject> {
     const pod = await tolerate(this.core.readNamespacedPod({ name, namespace: this.#o.namespace }), [404]);
     if (!pod) return null;
     const started = Object.fromEntries((pod.status?.containerStatuses ?? []).map((s) => [s.name, s.state?.running || s.state?.terminated ? s.containerID : undefined]));
-    return { nodeName: pod.spec?.nodeName, containers: (pod.spec?.containers ?? []).map((x) => x.name), containerIds: started };
+    return { nodeName: pod.spec?.nodeName, containers: (pod.spec?.containers ?? []).map((x) => x.name), containerIds: started, sandbox: pod.metadata?.labels?.[LABEL.createdBy] === "sandbox" };
   }
 
   /** The Commit's Job, if it exists and is this Commit's (a same-named Job of someone else is not). */

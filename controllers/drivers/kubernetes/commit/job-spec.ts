@@ -4,7 +4,7 @@
 import { createHash } from "node:crypto";
 import type { V1Job } from "@kubernetes/client-node";
 import { API_VERSION } from "../../../../schema/crd/labels.ts";
-import type { CommitSpec } from "./machine.ts";
+import { commitTimeoutS, type CommitSpec } from "./machine.ts";
 
 /** Label on the Job and its pod: the Commit's uid (names may exceed a label value's 63). */
 export const COMMIT_UID_LABEL = "agents.kruise.io/commit-uid";
@@ -45,7 +45,9 @@ export function commitJob(
     spec: {
       // One attempt: a second commit of a container that changed meanwhile is another image.
       backoffLimit: 0,
-      ...(commit.spec.timeoutSeconds ? { activeDeadlineSeconds: commit.spec.timeoutSeconds } : {}),
+      // Always a deadline (DEFAULT_COMMIT_TIMEOUT_S when the Commit sets none): a hung commit would
+      // otherwise hold a root pod with the node's containerd socket for ever.
+      activeDeadlineSeconds: commitTimeoutS(commit.spec),
       template: {
         metadata: { labels },
         spec: {

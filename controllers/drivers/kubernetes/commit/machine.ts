@@ -3,6 +3,8 @@
 // (`commit-controller.ts`) gathers those, applies the decision and calls again on the next change
 // or after `requeueAfterMs`. Every way a Commit can end says why in a condition:
 //   PodNotFound / ContainerNotFound      the target is missing        (CommitContainer=False)
+//   NotASandbox / PlatformContainer      the target is not a tenant's container (CommitContainer=False)
+//   PlatformImage                        the image names one the platform runs (CommitContainer=False)
 //   JobCreateFailed                      the API server refused the Job (CommitContainer=False)
 //   ExitCodeNotVisible                   the Job ended, its container's exit code cannot be read
 //   CommitFailed / Timeout / NoDigest    the job ran and did not push  (PushCommittedImage=False)
@@ -10,6 +12,17 @@
 import { clipText } from "../../../../schema/api/limits.ts";
 import { setCondition, type Condition } from "../../../../schema/crd/conditions.ts";
 import { durationMs } from "../../../../schema/crd/duration.ts";
+import { INJECTION_COMPONENTS } from "../../../../schema/crd/injection.ts";
+import { RESERVED_CONTAINERS } from "../traffic-pod.ts";
+
+/** The commit Job's deadline when the Commit sets none (`timeoutSeconds` 0 or absent): a commit
+ * that hangs (a registry that never answers) must not hold a root pod with the node's containerd
+ * socket for ever (s23 F14). */
+export const DEFAULT_COMMIT_TIMEOUT_S = 3600;
+/** The containers the platform puts in sandbox pods: never committed. `nerdctl commit` writes the
+ * image into the node's containerd (`k8s.io`), where a tenant's changes to the platform's own
+ * code would sit under a name the platform trusts (review 25 H3). */
+export const PLATFORM_CONTAINERS: readonly string[] = [...new Set([...INJECTION_COMPONENTS, ...RESERVED_CONTAINERS])];
 
 export type CommitPhase = "Pending" | "Running" | "Succeeded" | "Failed";
 
@@ -40,6 +53,8 @@ export interface TargetPod {
   containerIds: Record<string, string | undefined>;
   /** Container names in spec order (the first is the default target). */
   containers: string[];
+  /** The pod is a sandbox's (the agent made it: label `created-by=sandbox`). */
+  sandbox: boolean;
 }
 
 export interface CommitJob {
@@ -69,6 +84,9 @@ export interface CommitInputs {
   job: CommitJob | null;
   exit: CommitExit | null;
   now: number;
+  /** Every image the platform runs (the runtime's, the interpreter's, the injection config's, the
+   * commit Job's): a Commit may push to none of their repositories (imageRepository). */
+  platformImages: readonly string[];
 }
 
 export interface CommitEvent {
@@ -127,11 +145,16 @@ export function decideCommit(i: CommitInputs): CommitDecision {
     // Created by an earlier pass (the status says so) and gone before it ended: not made again,
     // since a second commit of a container that kept running is another image.
     if (s.phase === "Running") return fail("CommitContainer", "JobNotFound", `the commit job was deleted before it finished`);
+    const repo = imageRepository(i.spec.image);
+    const platform = i.platformImages.find((x) => imageRepository(x) === repo);
+    if (platform) return fail("CommitContainer", "PlatformImage", `image ${JSON.stringify(i.spec.image)} is in the repository of ${JSON.stringify(platform)}, an image the platform runs: a commit would put the container under that name in the node's image store`);
     if (!i.pod) return fail("CommitContainer", "PodNotFound", `target pod ${i.spec.podName} not found`);
+    if (!i.pod.sandbox) return fail("CommitContainer", "NotASandbox", `pod ${i.spec.podName} is not a sandbox's (no label created-by=sandbox): only sandboxes' containers are committed`);
     const container = i.spec.containerName || i.pod.containers[0];
     if (!container || !i.pod.containers.includes(container)) {
       return fail("CommitContainer", "ContainerNotFound", `pod ${i.spec.podName} has no container ${JSON.stringify(i.spec.containerName ?? "")}`);
     }
+    if (PLATFORM_CONTAINERS.includes(container)) return fail("CommitContainer", "PlatformContainer", `container ${container} of pod ${i.spec.podName} is the platform's: only the template's containers are committed`);
     const containerId = i.pod.containerIds[container];
     if (!containerId || !i.pod.nodeName) {
       const d = changed(s, set("Pending", { type: "CommitContainer", status: "False", reason: "ContainerNotRunning", message: `container ${container} of pod ${i.spec.podName} has not started` }));
@@ -143,7 +166,7 @@ export function decideCommit(i: CommitInputs): CommitDecision {
   if (i.job.failed) {
     const timeout = i.job.failed.reason === "DeadlineExceeded";
     const detail = i.exit?.message.trim() || i.job.failed.message || i.job.failed.reason || "the commit job failed";
-    return fail("PushCommittedImage", timeout ? "Timeout" : "CommitFailed", timeout ? `the commit did not finish within ${i.spec.timeoutSeconds}s` : clip(detail));
+    return fail("PushCommittedImage", timeout ? "Timeout" : "CommitFailed", timeout ? `the commit did not finish within ${commitTimeoutS(i.spec)}s` : clip(detail));
   }
   if (i.job.complete) {
     if (!i.exit) {
@@ -186,6 +209,28 @@ export function jobRefused(i: Pick<CommitInputs, "status" | "generation" | "now"
     status: { ...i.status, observedGeneration: i.generation, phase: "Failed", message, completionTime: iso, conditions: withCondition(i.status.conditions, cond, iso, i.generation) },
     event: { type: "Warning", reason: "JobCreateFailed", message },
   };
+}
+
+/** The commit Job's deadline in seconds: the Commit's, or DEFAULT_COMMIT_TIMEOUT_S. */
+export function commitTimeoutS(spec: Pick<CommitSpec, "timeoutSeconds">): number {
+  return spec.timeoutSeconds || DEFAULT_COMMIT_TIMEOUT_S;
+}
+
+/**
+ * An image reference's repository as containerd names it (registry/path, no tag or digest,
+ * Docker Hub's defaults filled in, lower case), so `sandbox-agent:0.1.1`,
+ * `ghcr.io/kruise-edge/sandbox-agent@sha256:…` and the running `…:0.1.0` compare equal: the
+ * whole repository is refused, not only the tag running now, since a tag the operator will roll
+ * out next would be found already in the node's store (IfNotPresent) and run as the platform.
+ */
+export function imageRepository(ref: string): string {
+  let r = ref.trim().toLowerCase().split("@")[0]!;
+  const colon = r.lastIndexOf(":");
+  if (colon > r.lastIndexOf("/")) r = r.slice(0, colon);
+  const parts = r.split("/");
+  const registry = parts.length > 1 && (parts[0]!.includes(".") || parts[0]!.includes(":") || parts[0] === "localhost") ? parts.shift()! : "docker.io";
+  if (registry === "docker.io" && parts.length === 1) parts.unshift("library");
+  return `${registry === "index.docker.io" ? "docker.io" : registry}/${parts.join("/")}`;
 }
 
 function afterEnd(i: CommitInputs): CommitDecision {

@@ -127,7 +127,7 @@ describe("traffic-pod", () => {
       initContainers: [{ name: "setup", image: "x", securityContext: { privileged: true } }],
     };
     expect(unsafePodSpec(spec)).toEqual([
-      "hostNetwork: the pod would use the node's network, where its redirect does not apply",
+      "hostNetwork: the pod would use the node's network, outside its own network namespace (and any redirect there)",
       "hostPID: the node's processes (and their network namespaces) would be in reach",
       "hostIPC: the node's IPC namespace would be shared",
       'securityContext.sysctls "net.ipv4.conf.all.route_localnet": only the Pod Security Standards\' safe sysctls may be set',
@@ -137,7 +137,7 @@ describe("traffic-pod", () => {
       'containers "traffic-redirect": the name is the traffic-proxy\'s',
       'containers "traffic-redirect": privileged',
       expect.stringMatching(/^containers "traffic-redirect": capabilities.add NET_ADMIN \(allowed: AUDIT_WRITE, /),
-      expect.stringMatching(/^containers "sandbox": capabilities.add ALL, cap_net_raw \(allowed: /),
+      expect.stringMatching(/^containers "sandbox": capabilities.add ALL, cap_net_raw, SYS_NICE \(allowed: /),
       'containers "sandbox": procMount Unmasked',
       'containers "sandbox": mounts "sandbox-traffic", the traffic-proxy\'s volume',
       'containers "sandbox": mounts a volume at /run/kruise, where the pod\'s CA bundle goes',
@@ -146,9 +146,71 @@ describe("traffic-pod", () => {
     const fine: V1PodSpec = {
       securityContext: { runAsUser: 0, sysctls: [{ name: "net.ipv4.ip_local_port_range", value: "1024 65000" }] },
       volumes: [{ name: "data", emptyDir: {} }],
-      containers: [{ name: "sandbox", image: "x", securityContext: { runAsUser: 0, allowPrivilegeEscalation: true, procMount: "Default", capabilities: { add: ["CAP_CHOWN", "SYS_NICE"] } }, volumeMounts: [{ name: "data", mountPath: "/data" }] }],
+      containers: [{ name: "sandbox", image: "x", securityContext: { runAsUser: 0, allowPrivilegeEscalation: true, procMount: "Default", capabilities: { add: ["CAP_CHOWN", "NET_BIND_SERVICE"] } }, volumeMounts: [{ name: "data", mountPath: "/data" }] }],
     };
     expect(unsafePodSpec(fine)).toEqual([]);
+  });
+
+  it("every pod is judged, governed or not: node access, the platform's Secrets, a service account's token, Unconfined, operator fields and claims are refused; the proxy's names only where it runs", () => {
+    const spec: V1PodSpec = {
+      hostPID: true,
+      nodeName: "cp-1",
+      priorityClassName: "platform-critical",
+      runtimeClassName: "runc",
+      serviceAccountName: "deployer",
+      automountServiceAccountToken: true,
+      securityContext: { seccompProfile: { type: "Unconfined" } },
+      volumes: [
+        { name: "root", hostPath: { path: "/" } },
+        { name: "peek", secret: { secretName: "plain-abc-traffic" } },
+        { name: "proj", projected: { sources: [{ secret: { name: "other-traffic" } }, { serviceAccountToken: { path: "t" } }, { configMap: { name: "plain-abc-traffic" } }] } },
+        { name: "mine", secret: { secretName: "team-creds" } },
+        { name: "sandbox-traffic", emptyDir: {} },
+      ],
+      containers: [{
+        name: "sandbox",
+        image: "x",
+        securityContext: { privileged: true, appArmorProfile: { type: "Unconfined" }, seLinuxOptions: { type: "spc_t" } },
+        ports: [{ containerPort: 80, hostPort: 80 }],
+        env: [{ name: "L7", valueFrom: { secretKeyRef: { name: "plain-abc-traffic", key: "l7.json" } } }, { name: "OK", valueFrom: { secretKeyRef: { name: "team-creds", key: "k" } } }],
+        envFrom: [{ secretRef: { name: "plain-abc-traffic" } }, { configMapRef: { name: "plain-abc-traffic" } }],
+        volumeMounts: [{ name: "x", mountPath: "/run/kruise" }],
+      }, { name: "traffic-proxy", image: "x" }],
+    };
+    const vcts = [{ metadata: { name: "data" }, spec: { volumeName: "team-b-pv", dataSourceRef: { kind: "VolumeSnapshot", name: "s", namespace: "team-b" } } }, { metadata: { name: "ok" }, spec: { dataSourceRef: { kind: "VolumeSnapshot", name: "s" } } }];
+    const annotations = { "container.apparmor.security.beta.kubernetes.io/sandbox": "unconfined", "container.seccomp.security.alpha.kubernetes.io/sandbox": "unconfined", "example.com/fine": "unconfined" };
+    expect(unsafePodSpec(spec, { proxied: false, annotations, volumeClaimTemplates: vcts })).toEqual([
+      "hostPID: the node's processes (and their network namespaces) would be in reach",
+      "securityContext: seccompProfile Unconfined",
+      'nodeName "cp-1": the operator\'s to set (the injection config\'s pod-policy does not allow it)',
+      'priorityClassName "platform-critical": the operator\'s to set (the injection config\'s pod-policy does not allow it)',
+      'runtimeClassName "runc": the operator\'s to set (the injection config\'s pod-policy does not allow it)',
+      'serviceAccountName "deployer" with automountServiceAccountToken: the pod would hold that service account\'s token, created with the agent\'s rights',
+      'volume "proj": a serviceAccountToken of "deployer"',
+      'volume "root": hostPath "/" reaches the node\'s files (its sockets, /proc, /sys)',
+      'volume "peek": Secret "plain-abc-traffic" is the platform\'s (a pod\'s traffic Secret)',
+      'volume "proj": Secret "other-traffic" is the platform\'s (a pod\'s traffic Secret)',
+      'containers "sandbox": privileged',
+      'containers "sandbox": appArmorProfile Unconfined',
+      expect.stringMatching(/^containers "sandbox": seLinuxOptions \{"type":"spc_t"\} \(baseline allows/),
+      'containers "sandbox": hostPort 80 opens a port of the node',
+      'containers "sandbox": env "L7" reads Secret "plain-abc-traffic", the platform\'s',
+      'containers "sandbox": envFrom Secret "plain-abc-traffic", the platform\'s',
+      'annotation "container.apparmor.security.beta.kubernetes.io/sandbox": unconfined',
+      'annotation "container.seccomp.security.alpha.kubernetes.io/sandbox": unconfined',
+      'volumeClaimTemplates "data": volumeName binds a PersistentVolume by name, which may be another team\'s',
+      'volumeClaimTemplates "data": dataSourceRef from namespace "team-b": only the sandbox\'s own namespace',
+    ]);
+    // With the proxy, its names and the CA directory are reserved as well.
+    const proxied = unsafePodSpec(spec, { proxied: true });
+    expect(proxied).toContain('volume "sandbox-traffic": the name is the traffic-proxy\'s');
+    expect(proxied).toContain('containers "traffic-proxy": the name is the traffic-proxy\'s');
+    expect(proxied).toContain('containers "sandbox": mounts a volume at /run/kruise, where the pod\'s CA bundle goes');
+    // The operator's pod-policy lifts its fields; the default service account, or one without a
+    // token, is fine.
+    const placed: V1PodSpec = { nodeName: "n1", priorityClassName: "p", runtimeClassName: "gvisor", serviceAccountName: "deployer", containers: [{ name: "sandbox", image: "x" }] };
+    expect(unsafePodSpec(placed, { proxied: false, allow: ["nodeName", "priorityClassName", "runtimeClassName"] })).toEqual([]);
+    expect(unsafePodSpec({ ...placed, serviceAccountName: "default", automountServiceAccountToken: true }, { proxied: false, allow: ["nodeName", "priorityClassName", "runtimeClassName"] })).toEqual([]);
   });
 
   it("--cluster-cidrs takes IPv4 blocks only", () => {

@@ -1,0 +1,133 @@
+// Every sandbox pod the agent makes is judged, governed or not (review 25 H4, M5, L4): the agent
+// creates pods with its own rights from a template that anyone who may write a SandboxSet, or
+// edit a Sandbox's `spec.template`, chose. Refused means: no pod, no PVC, a Ready=False
+// UnsafePodSpec condition and Warning Events, as kubectl shows them. No egress rule or
+// TrafficPolicy governs any sandbox here.
+import { readFileSync } from "node:fs";
+import { CoreV1Api, CustomObjectsApi, PatchStrategy, setHeaderOptions } from "@kubernetes/client-node";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { KubernetesDriver, type KubeDesiredSandbox } from "../../controllers/drivers/kubernetes/kubernetes-driver.ts";
+import { LABEL } from "../../schema/crd/labels.ts";
+import { RESTORE_ANNOTATION, RESTORE_PENDING_ANNOTATION, SNAPSHOT_ANNOTATION } from "../../controllers/drivers/kubernetes/checkpoint/snapshots.ts";
+import { TestKubelet } from "./support/kubelet.ts";
+import { freshNamespace, kubeConfig, kubectlOk, until } from "./support/namespace.ts";
+
+let ns: string;
+let driver: KubernetesDriver;
+let kubelet: TestKubelet;
+let core: CoreV1Api;
+
+function desired(id: string, pool: string, over: Partial<KubeDesiredSandbox> = {}): KubeDesiredSandbox {
+  return { id, generation: 1, template: pool, pool, namespace: ns, state: "Running", pauseStrategy: "Stop", resources: { cpuCount: 1, memoryMB: 512 }, allowInternetAccess: true, claimed: true, ...over };
+}
+const set = (name: string, spec: string) => kubectlOk(["-n", ns, "apply", "-f", "-"], `apiVersion: agents.kruise.io/v1alpha1\nkind: SandboxSet\nmetadata: { name: ${name} }\nspec:\n  replicas: 0\n${spec}`);
+const podsOf = async (id: string) => (await core.listNamespacedPod({ namespace: ns, labelSelector: `${LABEL.sandboxId}=${id}` })).items.filter((p) => !p.metadata?.deletionTimestamp);
+const ready = (sandbox: string) =>
+  (JSON.parse(kubectlOk(["-n", ns, "get", "sandbox", sandbox, "-o", "json"])) as { status?: { conditions?: { type: string; status: string; reason: string; message: string }[] } }).status?.conditions?.find((c) => c.type === "Ready");
+const warnings = (kind: string, name: string) => kubectlOk(["-n", ns, "get", "events", "--field-selector", `involvedObject.kind=${kind},involvedObject.name=${name},reason=UnsafePodSpec,type=Warning`, "-o", "jsonpath={.items[*].message}"]);
+
+/** Refused: the ensure fails UnsafePodSpec, no pod exists, and the condition names each field. */
+async function refused(d: KubeDesiredSandbox, fields: string[]): Promise<void> {
+  await expect(driver.ensure(d)).rejects.toMatchObject({ reason: "UnsafePodSpec" });
+  expect(await podsOf(d.id)).toHaveLength(0);
+  const sandbox = `${d.pool}-${d.id}`;
+  expect(ready(sandbox)).toMatchObject({ status: "False", reason: "UnsafePodSpec" });
+  for (const f of fields) expect(ready(sandbox)!.message).toContain(f);
+  expect(warnings("Sandbox", sandbox)).toContain(fields[0]);
+}
+
+beforeAll(async () => {
+  ns = await freshNamespace("judge");
+  core = kubeConfig().makeApiClient(CoreV1Api);
+  kubectlOk(["-n", ns, "apply", "-f", "-"], readFileSync("k8s/injection-config.yaml", "utf8").replace("namespace: sandbox-system", `namespace: ${ns}`));
+  set("plain", "  template: { spec: { containers: [{ name: sandbox, image: python:3.12 }] } }\n");
+  // Node root for whoever may write a SandboxSet (review 25 H4 (a)).
+  set("noderoot", "  template: { spec: { hostPID: true, hostNetwork: true, serviceAccountName: deployer, automountServiceAccountToken: true, volumes: [{ name: root, hostPath: { path: / } }], containers: [{ name: sandbox, image: python:3.12, securityContext: { privileged: true } }] } }\n");
+  // Another pod's traffic Secret (CA key, secret values, profile literals), and no seccomp filter (H4 (b)).
+  set("peek", "  template: { spec: { securityContext: { seccompProfile: { type: Unconfined } }, volumes: [{ name: peek, secret: { secretName: plain-other-traffic } }], containers: [{ name: sandbox, image: python:3.12, env: [{ name: L7, valueFrom: { secretKeyRef: { name: plain-other-traffic, key: l7.json } } }] }] } }\n");
+  // The operator's placement fields (M5).
+  set("pinned", "  template: { spec: { nodeName: judge-node, containers: [{ name: sandbox, image: python:3.12 }] } }\n");
+  set("placed", "  template: { spec: { priorityClassName: platform-critical, runtimeClassName: runc, containers: [{ name: sandbox, image: python:3.12 }] } }\n");
+  // A claim bound to a PersistentVolume by name, or filled from another namespace (L4).
+  set("claims", "  template: { spec: { containers: [{ name: sandbox, image: python:3.12 }] } }\n  volumeClaimTemplates:\n    - metadata: { name: data }\n      spec: { volumeName: team-b-data, accessModes: [ReadWriteOnce], resources: { requests: { storage: 1Gi } } }\n    - metadata: { name: copy }\n      spec: { accessModes: [ReadWriteOnce], resources: { requests: { storage: 1Gi } }, dataSourceRef: { apiGroup: snapshot.storage.k8s.io, kind: VolumeSnapshot, name: s, namespace: team-b } }\n");
+  kubelet = new TestKubelet(kubeConfig(), ns);
+  await kubelet.start();
+  driver = new KubernetesDriver({ kubeConfig: kubeConfig("agent"), namespace: ns, runtimeImage: "ghcr.io/kruise-edge/sandbox-agent:test" });
+  await driver.start();
+  await driver.setSecurityProfiles([]);
+  await until("sets and injection config", () => ["plain", "noderoot", "peek", "pinned", "placed", "claims"].every((s) => driver.sandboxSets.get(s)) && driver.injection.current()["traffic-proxy"]);
+});
+
+afterAll(async () => {
+  await driver?.stop();
+  await kubelet?.stop();
+});
+
+describe("every sandbox pod is judged, governed or not", () => {
+  it("a template asking for the node (host namespaces, privileged, hostPath /, a service account's token) is refused with nothing governing it", async () => {
+    await refused(desired("root1", "noderoot"), ["hostNetwork", "hostPID", 'containers "sandbox": privileged', 'hostPath "/"', 'serviceAccountName "deployer" with automountServiceAccountToken']);
+    expect(warnings("SandboxSet", "noderoot")).toContain("hostNetwork");
+  });
+
+  it("a template mounting or reading another pod's traffic Secret, or asking for no seccomp filter, is refused", async () => {
+    await refused(desired("peek1", "peek"), ['Secret "plain-other-traffic" is the platform\'s', 'env "L7" reads Secret "plain-other-traffic"', "seccompProfile Unconfined"]);
+  });
+
+  it("a kubectl edit of a running Sandbox's spec.template: its next pod is judged, not made", async () => {
+    await driver.ensure(desired("edit1", "plain"));
+    expect(await podsOf("edit1")).toHaveLength(1);
+    const patch = { spec: { template: { spec: { hostPID: true, containers: [{ name: "sandbox", image: "python:3.12", securityContext: { privileged: true } }] } } } };
+    kubectlOk(["-n", ns, "patch", "sandbox", "plain-edit1", "--type", "merge", "-p", JSON.stringify(patch)]);
+    await until("the edit seen", () => driver.sandboxes.get("plain-edit1")?.spec.template?.spec?.hostPID === true);
+    kubectlOk(["-n", ns, "delete", "pod", "plain-edit1", "--grace-period=0", "--force"]);
+    await until("the pod gone", () => !driver.pods.get("plain-edit1"));
+    await refused(desired("edit1", "plain"), ["hostPID", 'containers "sandbox": privileged']);
+  });
+
+  it("nodeName, priorityClassName and runtimeClassName are the operator's: refused unless the injection config's pod-policy allows them", async () => {
+    await refused(desired("pin1", "pinned"), ['nodeName "judge-node"']);
+    await refused(desired("place1", "placed"), ['priorityClassName "platform-critical"', 'runtimeClassName "runc"']);
+    kubectlOk(["-n", ns, "create", "configmap", "sandbox-injection-config-user", `--from-literal=pod-policy=${JSON.stringify({ allow: ["nodeName"] })}`]);
+    await until("the pod-policy read", () => driver.injection.current()["pod-policy"]?.allow.includes("nodeName"));
+    await driver.ensure(desired("pin2", "pinned"));
+    expect((await podsOf("pin2"))[0]!.spec!.nodeName).toBe("judge-node");
+    await refused(desired("place2", "placed"), ['priorityClassName "platform-critical"']);
+  });
+
+  it("a claim template naming a PersistentVolume or another namespace's data source is refused before any PVC is made", async () => {
+    await refused(desired("claim1", "claims"), ['volumeClaimTemplates "data": volumeName', 'volumeClaimTemplates "copy": dataSourceRef from namespace "team-b"']);
+    expect(kubectlOk(["-n", ns, "get", "pvc", "-o", "name"])).not.toContain("claim1");
+  });
+});
+
+/** A Checkpoint of snapshot `snap` in `namespace`, Succeeded with `checkpointId` (the test plays the engine). */
+async function succeededCheckpoint(namespace: string, snap: string, checkpointId: string): Promise<void> {
+  const custom = kubeConfig().makeApiClient(CustomObjectsApi);
+  const target = { group: "agents.kruise.io", version: "v1alpha1", namespace, plural: "checkpoints" };
+  await custom.createNamespacedCustomObject({ ...target, body: { apiVersion: "agents.kruise.io/v1alpha1", kind: "Checkpoint", metadata: { name: `cp-${snap}`, annotations: { [SNAPSHOT_ANNOTATION]: snap } }, spec: { podName: "gone" } } });
+  await custom.patchNamespacedCustomObjectStatus({ ...target, name: `cp-${snap}`, body: { status: { phase: "Succeeded", checkpointId } } }, setHeaderOptions("Content-Type", PatchStrategy.MergePatch));
+}
+
+describe("a pending restore read back from the Sandbox (review 25 M1)", () => {
+  it("a kubectl annotation naming another namespace's checkpoint, or none, makes no pod; one of the sandbox's own namespace is named on the new pod", async () => {
+    const other = await freshNamespace("judge-other");
+    await succeededCheckpoint(other, "theirs", "ckpt-theirs");
+    await succeededCheckpoint(ns, "mine", "ckpt-mine");
+    await driver.ensure(desired("rest1", "plain"));
+    // Stop-paused: the pod goes; the next Running makes a new one.
+    await driver.ensure(desired("rest1", "plain", { generation: 2, state: "Paused" }));
+    await until("the pod gone", async () => (await podsOf("rest1")).length === 0);
+    const annotate = async (id: string) => {
+      kubectlOk(["-n", ns, "annotate", "sandbox", "plain-rest1", `${RESTORE_PENDING_ANNOTATION}=${id}`, "--overwrite"]);
+      await until("the annotation seen", () => driver.sandboxes.get("plain-rest1")?.metadata?.annotations?.[RESTORE_PENDING_ANNOTATION] === id);
+    };
+    for (const [gen, id] of [[3, "ckpt-theirs"], [4, "ckpt-made-up"]] as const) {
+      await annotate(id);
+      await expect(driver.ensure(desired("rest1", "plain", { generation: gen }))).rejects.toMatchObject({ reason: "SnapshotNotFound", message: expect.stringContaining(`checkpoint "${id}", which is no Succeeded Checkpoint of a snapshot in namespace ${ns}`) });
+      expect(await podsOf("rest1")).toHaveLength(0);
+    }
+    await annotate("ckpt-mine");
+    await driver.ensure(desired("rest1", "plain", { generation: 5 }));
+    expect((await podsOf("rest1"))[0]!.metadata!.annotations![RESTORE_ANNOTATION]).toBe("ckpt-mine");
+  });
+});
