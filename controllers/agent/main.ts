@@ -78,7 +78,7 @@ let requeue: (id: string) => void = () => {};
 const requests: KubectlRequests | undefined = values.driver === "kubernetes" ? new (await import("./crd-link.ts")).KubectlRequests() : undefined;
 // Loaded only when chosen: the Kubernetes client would otherwise sit in every local agent's memory
 // (and every fork from it costs more the larger the agent is).
-const driver = values.driver === "kubernetes" ? await (await import("../drivers/kubernetes/from-flags.ts")).kubernetesDriverFromFlags(values, (id) => requeue(id), requests!.onRequest) : undefined;
+const driver = values.driver === "kubernetes" ? await (await import("../drivers/kubernetes/from-flags.ts")).kubernetesDriverFromFlags(values, (id) => requeue(id), requests!.onRequest, token) : undefined;
 const agent = await startAgent({
   driver,
   edgeUrl: values.edge,

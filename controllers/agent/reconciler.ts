@@ -12,6 +12,7 @@ import { parentFrom, RUNTIME_SCOPE, traceIdOf, tracingOn, withSpan } from "../li
 import { timeStep } from "../lib/metrics.ts";
 import type { StartCommands } from "./start-commands.ts";
 import { boundedPost } from "../lib/bounded-post.ts";
+import { randomBytes } from "node:crypto";
 
 const LOG = logger("reconciler");
 
@@ -95,19 +96,29 @@ export const INIT_ERROR_MAX_BYTES = 2048;
  * address it picked (as `boundedGet` does for the pulls). For the same reason a refusal's body is
  * read only up to INIT_ERROR_MAX_BYTES. Through node:http with kept connections (`boundedPost`),
  * not fetch: it is one request per claim. Exported for its unit test. */
-export async function initRemote(endpoint: string, intent: Intent): Promise<void> {
+export async function initRemote(endpoint: string, intent: Intent, held: (string | undefined)[] = []): Promise<void> {
+  // A warm member keeps the token its pod was made with (the runtime is never open); a claim sets
+  // its own in place of it, and an empty one when the sandbox was made without a token.
+  const warm = intent.owner?.kind === "pool";
   const body = {
-    accessToken: intent.envdAccessToken ?? undefined,
+    accessToken: warm ? undefined : (intent.envdAccessToken ?? ""),
     envVars: intent.envVars,
     defaultUser: intent.template?.user,
     defaultWorkdir: intent.template?.workdir,
     timestamp: new Date(intent.issuedAt).toISOString(),
   };
-  // Named like every request the ingress forwards, so a runtime serving several sandboxes routes it.
-  const headers: Record<string, string> = { "content-type": "application/json", "e2b-sandbox-id": intent.sandboxId };
-  if (intent.envdAccessToken) headers["x-access-token"] = intent.envdAccessToken;
-  const res = await boundedPost(new URL(`${endpoint}/init`), headers, JSON.stringify(body), { maxBytes: INIT_ERROR_MAX_BYTES, timeoutMs: 5000 });
-  if (res.status < 200 || res.status > 299) throw new Error(`runtime /init at ${endpoint}: HTTP ${res.status} ${res.text}`);
+  // The token the runtime holds: the driver's guess first (the pod's own before its claim's /init,
+  // the claim's after), then the claim's (an /init this agent made before it restarted).
+  const tokens = [...new Set([...held, intent.envdAccessToken ?? undefined].filter((t): t is string => !!t))];
+  for (let i = 0; ; i++) {
+    // Named like every request the ingress forwards, so a runtime serving several sandboxes routes it.
+    const headers: Record<string, string> = { "content-type": "application/json", "e2b-sandbox-id": intent.sandboxId };
+    if (tokens[i]) headers["x-access-token"] = tokens[i]!;
+    const res = await boundedPost(new URL(`${endpoint}/init`), headers, JSON.stringify(body), { maxBytes: INIT_ERROR_MAX_BYTES, timeoutMs: 5000 });
+    if (res.status === 401 && i + 1 < tokens.length) continue;
+    if (res.status < 200 || res.status > 299) throw new Error(`runtime /init at ${endpoint}: HTTP ${res.status} ${res.text}`);
+    return;
+  }
 }
 
 /** Whether the driver's sandbox is where the intent asks: running ready, or paused (frozen, or
@@ -420,7 +431,9 @@ export class Reconciler {
       this.#endpoints.set(id, obs.endpoint);
       try {
         if (this.#configured.get(id) !== intent.generation) {
-          await withSpan("runtime.init", ctx, { "sandbox.id": id }, () => timeStep("init", () => initRemote(obs.endpoint!, intent)), RUNTIME_SCOPE);
+          const held = this.#d.driver.runtimeTokens?.(id) ?? [];
+          await withSpan("runtime.init", ctx, { "sandbox.id": id }, () => timeStep("init", () => initRemote(obs.endpoint!, intent, held)), RUNTIME_SCOPE);
+          if (intent.owner?.kind !== "pool") this.#d.driver.runtimeInitialized?.(id, intent.envdAccessToken ?? "");
           this.#configured.set(id, intent.generation);
         }
         ready = true;
@@ -538,7 +551,9 @@ export class Reconciler {
     const { runtime, driver } = this.#d;
     const id = intent.sandboxId;
     const opts = {
-      accessToken: intent.envdAccessToken ?? "",
+      // One model with pods' runtimes (initRemote): a warm member is never open; its token is one
+      // only this agent ever knew, and the claim's (or none, when made without one) replaces it.
+      accessToken: intent.envdAccessToken ?? (intent.owner?.kind === "pool" ? randomBytes(32).toString("base64url") : ""),
       envVars: intent.envVars,
       defaultUser: intent.template?.user,
       defaultWorkdir: intent.template?.workdir,

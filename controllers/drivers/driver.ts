@@ -183,6 +183,11 @@ export interface Driver {
    * Rejects with SandboxNotFoundError when the sandbox does not run, and with the reason (e.g.
    * connection refused) when nothing listens. */
   connectUserPort?(id: string, port: number): Promise<Duplex>;
+  /** A remote runtime (a pod's) is never open: the tokens it may hold now, most likely first (its
+   * pod's own until a claim's /init set the claim's). The agent presents them to /init. */
+  runtimeTokens?(id: string): string[];
+  /** A claim's /init went through: the runtime now holds `token` (empty: none). */
+  runtimeInitialized?(id: string, token: string): void;
   /** Runs a command inside a running sandbox to completion (tests, hooks, probes). */
   exec(id: string, req: SpawnRequest, opts?: { timeoutMs?: number; stdin?: string }): Promise<ExecResult>;
   freeze(id: string): Promise<void>;

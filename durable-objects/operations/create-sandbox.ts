@@ -60,8 +60,9 @@ async function create(env: Env, caller: Caller, { version, body, ext }: CreateSa
   }
 
   const resources: Resources = {
-    // E2B reports whole cores (OpenKruise floors the limit); never 0 for a fractional one.
-    cpu: ext.inplaceUpdate?.cpuCount ? Math.max(1, Math.floor(ext.inplaceUpdate.cpuCount)) : template.spec.cpuCount,
+    // Whole cores, rounded up: the quota counts what the pod may use (its limit is resized to the
+    // exact value), so 1.999 is 2, never 1 (OpenKruise floors it for display; E2B shows this too).
+    cpu: ext.inplaceUpdate?.cpuCount ? Math.ceil(ext.inplaceUpdate.cpuCount) : template.spec.cpuCount,
     memoryMB: template.spec.memoryMB,
   };
   const timeoutS = body.timeout === undefined ? (version === "v1" ? V1_DEFAULT_TIMEOUT_S : DEFAULT_TIMEOUT_S) : body.timeout || DEFAULT_TIMEOUT_S;

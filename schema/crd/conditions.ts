@@ -154,6 +154,9 @@ export const EventReason = {
   /** On the Sandbox, and once per template revision on its SandboxSet: its template cannot be
    * governed (Warning; the message lists what; see ReadyReason.UnsafePodSpec). */
   UnsafePodSpec: "UnsafePodSpec",
+  /** On the Sandbox: user annotations under a platform prefix (user-metadata.ts platformPrefix)
+   * were not put on its pod (Warning; the edge refuses them now: sandboxes it took before still carry them). */
+  MetadataDropped: "MetadataDropped",
 } as const;
 
 /** Returns `conditions` with `next` set, keeping lastTransitionTime when the status did not change. */

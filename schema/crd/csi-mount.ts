@@ -3,6 +3,7 @@
 // `e2b.agents.kruise.io/csi-volume-config` so they are made again after every resume. Tenant data:
 // bounded and checked before anything reaches a PV lookup or the runtime.
 import { z } from "zod";
+import { isReservedKey } from "./user-metadata.ts";
 
 const DNS_SUBDOMAIN = /^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$/;
 
@@ -22,8 +23,14 @@ export const CsiMountConfig = z.strictObject({
   mountPath: z.string().max(1024).refine(isCleanAbsolutePath, "must be an absolute clean path (no '.', '..', '//', trailing '/'; not '/')"),
   subPath: z.string().max(1024).refine(isCleanRelativePath, "must be a relative path inside the volume (no '..', no leading '/')").optional(),
   readOnly: z.boolean().optional(),
-  /** Override the PV's `spec.csi.volumeAttributes` for this mount only. */
-  attributes: z.record(z.string().min(1).max(253), z.string().max(4096)).refine((a) => Object.keys(a).length <= 64, "at most 64 attributes").optional(),
+  /** Override the PV's `spec.csi.volumeAttributes` for this mount only. Not the platform's own
+   * keys (`*.agents.kruise.io/`: the sub-path and the publish Secret the runtime sets), which would
+   * pass `subPath`'s checks or name another namespace's Secret. */
+  attributes: z
+    .record(z.string().min(1).max(253), z.string().max(4096))
+    .refine((a) => Object.keys(a).length <= 64, "at most 64 attributes")
+    .refine((a) => !Object.keys(a).some(isReservedKey), "a key uses a reserved prefix (agents.kruise.io: the platform's own volume_context keys)")
+    .optional(),
 });
 export type CsiMountConfig = z.infer<typeof CsiMountConfig>;
 

@@ -20,6 +20,38 @@ export function isReservedKey(key: string): boolean {
   return RESERVED.test(key);
 }
 
+/** DNS prefixes (and their subdomains) whose pod annotations or labels Kubernetes, the container
+ * runtime, a CNI or a mesh acts on: `container.apparmor.security.beta.kubernetes.io/<c>:
+ * unconfined` turns AppArmor off (the API server copies it into the container's profile since
+ * 1.30), `k8s.v1.cni.cncf.io/networks` attaches another network (Multus), `sidecar.istio.io/*` and
+ * `config.linkerd.io/*` change a mesh's proxy, and so on. Kubernetes reserves kubernetes.io and
+ * k8s.io for its own components (kubernetes.io/docs/reference/labels-annotations-taints/). */
+const PLATFORM_DOMAINS = ["kubernetes.io", "k8s.io", "cni.cncf.io", "multus-cni.io", "projectcalico.org", "cilium.io", "istio.io", "linkerd.io", "crio.io", "cri-o.io", "gvisor.dev", "katacontainers.io"];
+/** Unprefixed dotted keys the runtimes read: CRI-O's `io.kubernetes.cri-o.*` (devices, user
+ * namespace mode, cgroup settings) and containerd CRI's `io.kubernetes.cri.*`, Kata's
+ * `io.katacontainers.*` (hypervisor and kernel options), `io.containers.*` (OCI hooks), crun's
+ * `run.oci.*`, gVisor's `dev.gvisor.*`. */
+const PLATFORM_KEY_PREFIXES = ["io.kubernetes.", "io.katacontainers.", "io.containers.", "io.containerd.", "run.oci.", "dev.gvisor."];
+
+/** The platform prefix `key` is under (undefined: none): no user label or annotation may use it. */
+export function platformPrefix(key: string): string | undefined {
+  const k = key.toLowerCase();
+  const slash = k.indexOf("/");
+  if (slash >= 0) {
+    const domain = k.slice(0, slash);
+    const hit = PLATFORM_DOMAINS.find((d) => domain === d || domain.endsWith(`.${d}`));
+    if (hit) return domain === hit ? `${hit}/` : `*.${hit}/`;
+  }
+  return PLATFORM_KEY_PREFIXES.find((p) => k.startsWith(p));
+}
+
+function reservedProblem(what: "label" | "annotation", key: string): string | undefined {
+  if (isReservedKey(key)) return `${what} "${key}" uses a reserved prefix (agents.kruise.io)`;
+  const platform = platformPrefix(key);
+  if (platform) return `${what} "${key}" is under "${platform}", which Kubernetes, the container runtime or the network reads from a pod`;
+  return undefined;
+}
+
 /** A label or annotation key: `[prefix/]name`, the prefix a DNS subdomain (≤ 253), the name ≤ 63. */
 export function isQualifiedName(key: string): boolean {
   const slash = key.indexOf("/");
@@ -44,7 +76,8 @@ export function annotationBytes(annotations: Record<string, string>): number {
 /** Why a user label cannot be written (undefined: it can). */
 export function labelProblem(key: string, value: string): string | undefined {
   if (!isQualifiedName(key)) return `"${key}" is not a valid label name ([prefix/]name, name at most 63 of [A-Za-z0-9-_.])`;
-  if (isReservedKey(key)) return `label "${key}" uses a reserved prefix (agents.kruise.io)`;
+  const reserved = reservedProblem("label", key);
+  if (reserved) return reserved;
   if (!isLabelValue(value)) return `label "${key}": value "${value}" is not a valid label value (at most 63 of [A-Za-z0-9-_.], alphanumeric at both ends)`;
   return undefined;
 }
@@ -53,7 +86,8 @@ export function labelProblem(key: string, value: string): string | undefined {
 export function annotationsProblem(annotations: Record<string, string>): string | undefined {
   for (const key of Object.keys(annotations)) {
     if (!isQualifiedName(key)) return `"${key}" is not a valid annotation key ([prefix/]name, name at most 63 of [A-Za-z0-9-_.])`;
-    if (isReservedKey(key)) return `annotation "${key}" uses a reserved prefix (agents.kruise.io)`;
+    const reserved = reservedProblem("annotation", key);
+    if (reserved) return reserved;
   }
   const bytes = annotationBytes(annotations);
   if (bytes > USER_ANNOTATION_BYTES) return `annotations take ${bytes} bytes, at most ${USER_ANNOTATION_BYTES}`;
@@ -66,13 +100,14 @@ export function userLabels(labels: Record<string, string> | undefined): Record<s
   return Object.fromEntries(Object.entries(labels ?? {}).filter(([k, v]) => labelProblem(k, v) === undefined));
 }
 
-/** The annotations of `annotations` the driver may write: valid keys, not reserved, within the budget. */
+/** The annotations of `annotations` the driver may write: valid keys, not reserved (ours or the
+ * platform's: `platformPrefix`), within the budget. */
 export function userAnnotations(annotations: Record<string, string> | undefined): Record<string, string> {
   const out: Record<string, string> = {};
   let budget = USER_ANNOTATION_BYTES;
   const enc = new TextEncoder();
   for (const [k, v] of Object.entries(annotations ?? {})) {
-    if (!isQualifiedName(k) || isReservedKey(k)) continue;
+    if (!isQualifiedName(k) || isReservedKey(k) || platformPrefix(k)) continue;
     budget -= enc.encode(k).length + enc.encode(v).length;
     if (budget < 0) break;
     out[k] = v;

@@ -88,6 +88,15 @@ describe("POST /v1/storage/mounts", () => {
     expect(got.secrets).toEqual({});
   });
 
+  it("sets the platform's volume_context keys itself: values the request carries for them never reach the plugin (review 25 H5)", async () => {
+    const injected = { ...request().publishRequest.volumeContext, "csi.agents.kruise.io/sub-path": "../../team-b", "csi.agents.kruise.io/node-publish-secret": "kube-system/platform-creds" };
+    expect((await mount(url, request({ publishRequest: { ...request().publishRequest, volumeContext: injected } }))).status).toBe(200);
+    expect(asked.at(-1)!.volumeContext).toEqual({ server: "nas.example", mode: "ro" });
+    const withOwn = await mount(url, request({ publishRequest: { ...request().publishRequest, volumeContext: injected }, subPath: "projects/a" }));
+    expect(withOwn.status).toBe(200);
+    expect(asked.at(-1)!.volumeContext).toEqual({ server: "nas.example", mode: "ro", "csi.agents.kruise.io/sub-path": "projects/a" });
+  });
+
   it("a plugin's refusal is a 502 naming the driver and the plugin's reason", async () => {
     const res = await mount(url, request({ publishRequest: { ...request().publishRequest, volumeId: "broken" } }));
     expect(res.status).toBe(502);

@@ -46,6 +46,36 @@ describe("E2B create metadata → the sandbox's labels and annotations", () => {
     const big = Object.fromEntries(Array.from({ length: 40 }, (_, i) => [`k${i}`, "x".repeat(4000)]));
     await expectError(create(big), 400, /annotations take \d+ bytes, at most 131072/);
   });
+
+  it("refuses keys Kubernetes, the container runtime or the network reads from a pod (review 25 H6), with 400 {code, message}", async () => {
+    const refused: [string, RegExp][] = [
+      ["container.apparmor.security.beta.kubernetes.io/sandbox", /under "\*\.kubernetes\.io\/"/],
+      ["seccomp.security.alpha.kubernetes.io/pod", /under "\*\.kubernetes\.io\/"/],
+      ["kubernetes.io/egress-bandwidth", /under "kubernetes\.io\/"/],
+      ["cluster-autoscaler.kubernetes.io/safe-to-evict", /kubernetes\.io/],
+      ["k8s.v1.cni.cncf.io/networks", /under "\*\.cni\.cncf\.io\/"/],
+      ["v1.multus-cni.io/default-network", /multus-cni\.io/],
+      ["cni.projectcalico.org/ipAddrs", /projectcalico\.org/],
+      ["sidecar.istio.io/inject", /istio\.io/],
+      ["traffic.sidecar.istio.io/excludeOutboundIPRanges", /istio\.io/],
+      ["config.linkerd.io/skip-outbound-ports", /linkerd\.io/],
+      ["io.kubernetes.cri-o.Devices", /under "io\.kubernetes\."/],
+      ["io.kubernetes.cri-o.userns-mode", /io\.kubernetes\./],
+      ["io.katacontainers.config.hypervisor.kernel_params", /under "io\.katacontainers\."/],
+      ["run.oci.keep_original_groups", /run\.oci\./],
+      ["label:node-role.kubernetes.io/control-plane", /label "node-role\.kubernetes\.io\/control-plane" is under/],
+    ];
+    for (const [key, message] of refused) {
+      const res = await create({ [key]: "unconfined" });
+      expect(res.status, key).toBe(400);
+      const body = (await res.json()) as { code: number; message: string };
+      expect(body.code, key).toBe(400);
+      expect(body.message, key).toMatch(message);
+    }
+    // Look-alikes outside those domains stay annotations.
+    const sbx = await expectStatus(create({ "notkubernetes.io/x": "1", "example.com/io.kubernetes.cri-o.Devices": "2" }), 201);
+    expect(agent.sandboxes.get(sbx.sandboxID)!.intent.annotations).toEqual({ "notkubernetes.io/x": "1", "example.com/io.kubernetes.cri-o.Devices": "2" });
+  });
 });
 
 describe("SandboxClaim annotations", () => {

@@ -80,6 +80,17 @@ describe("team quota", () => {
     expect(await usage(mem)).toMatchObject({ runningSandboxes: 2, vcpus: 2, memoryMB: 1024 });
   });
 
+  it("an in-place cpu-limit counts its ceiling in whole vCPUs: 1.999 is 2, not 1 (review 25 L1)", async () => {
+    const team = await quotaTeam({ vcpus: 3 }, { cpuCount: 1 });
+    const inplace = (limit: string) => call("/v2/sandboxes", { key: team.key, body: { templateID: team.template, timeout: 300, metadata: { "e2b.agents.kruise.io/cpu-limit": limit } } });
+    const a = await expectStatus(inplace("1.999"), 201);
+    expect((await expectStatus(call(`/sandboxes/${a.sandboxID}`, { key: team.key }), 200)).cpuCount).toBe(2);
+    expect(await usage(team)).toMatchObject({ vcpus: 2 });
+    await expectError(inplace("1.001"), 429, `team "${team.name}" has 2 of 3 vCPUs in running sandboxes (quota vcpus)`);
+    await expectStatus(inplace("0.5"), 201);
+    expect(await usage(team)).toMatchObject({ vcpus: 3 });
+  });
+
   it("a Freeze-paused sandbox keeps its memory counted (not its vCPUs nor a running slot) until it is killed; a Stop-paused one holds nothing; a resume does not count it twice", async () => {
     const team = await quotaTeam({ memoryMB: 1024 }, { memoryMB: 512 });
     const a = await expectStatus(create(team), 201);

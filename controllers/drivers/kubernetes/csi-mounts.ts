@@ -13,6 +13,7 @@ import type { V1PersistentVolume } from "@kubernetes/client-node";
 import { SandboxConditionType, setCondition, type Condition } from "../../../schema/crd/conditions.ts";
 import { parseCsiAnnotation, type CsiMountConfig } from "../../../schema/crd/csi-mount.ts";
 import { ANNOTATION } from "../../../schema/crd/labels.ts";
+import { isReservedKey } from "../../../schema/crd/user-metadata.ts";
 import { clipText } from "../../../schema/api/limits.ts";
 import { backoffMs } from "../../lib/work-queue.ts";
 import type { DriverContext } from "./context.ts";
@@ -51,7 +52,10 @@ export function mountRequest(pv: V1PersistentVolume | undefined, m: CsiMountConf
   if (bound !== namespace) return { ok: false, message: `PersistentVolume ${m.pvName} is not bound to a claim in namespace ${namespace}` };
   const modes = pv.spec?.accessModes ?? [];
   const mode = ["ReadWriteMany", "ReadWriteOncePod", "ReadWriteOnce", "ReadOnlyMany"].find((x) => modes.includes(x));
-  const readonly = m.readOnly ?? csi.readOnly ?? mode === "ReadOnlyMany";
+  // A claim may make a mount read-only, never a read-only PV (or a ReadOnlyMany one) writable.
+  const readonly = m.readOnly === true || csi.readOnly === true || mode === "ReadOnlyMany";
+  // The platform's keys are the runtime's to set (parsing refuses them; an older annotation may hold them).
+  const attributes = Object.fromEntries(Object.entries(m.attributes ?? {}).filter(([k]) => !isReservedKey(k)));
   return {
     ok: true,
     request: {
@@ -62,7 +66,7 @@ export function mountRequest(pv: V1PersistentVolume | undefined, m: CsiMountConf
         targetPath: m.mountPath,
         readonly,
         volumeCapability: { mount: { fsType: csi.fsType ?? "", mountFlags: pv.spec?.mountOptions ?? [] }, accessMode: { mode: readonly && mode !== "ReadOnlyMany" ? "MULTI_NODE_READER_ONLY" : ACCESS[mode ?? "ReadWriteOnce"]! } },
-        volumeContext: { ...(csi.volumeAttributes ?? {}), ...(m.attributes ?? {}) },
+        volumeContext: { ...(csi.volumeAttributes ?? {}), ...attributes },
       },
       ...(m.subPath ? { subPath: m.subPath } : {}),
       ...(csi.nodePublishSecretRef?.name ? { nodePublishSecretRef: { name: csi.nodePublishSecretRef.name, namespace: csi.nodePublishSecretRef.namespace ?? namespace } } : {}),

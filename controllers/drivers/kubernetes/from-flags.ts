@@ -15,6 +15,9 @@ export async function kubernetesDriverFromFlags(
   flags: { kubeconfig?: string; namespace?: string; "runtime-image"?: string; "interpreter-image"?: string; "watch-namespaces"?: string; "all-namespaces"?: boolean; "cluster-cidrs"?: string; "cluster-dns"?: string; "otlp-endpoint"?: string; "pod-runtime-tracing"?: boolean; "native-sidecars"?: string },
   onChange?: (id: string) => void,
   onRequest?: (req: SandboxRequest) => void,
+  /** Pods' runtime tokens derive from it (the agent's cluster token), so a restarted agent can
+   * still /init the warm pods it made before. */
+  runtimeTokenSecret?: string,
 ): Promise<KubernetesDriver> {
   const kubeLog = logger("kubernetes");
   const kc = new KubeConfig();
@@ -35,6 +38,7 @@ export async function kubernetesDriverFromFlags(
     clusterDns: clusterDnsFlag(flags["cluster-dns"]),
     nativeSidecars: nativeSidecarsFlag(flags["native-sidecars"]),
     log: (m) => kubeLog.info(m),
+    runtimeTokenSecret,
   });
   await driver.start();
   return driver;

@@ -11,6 +11,7 @@
 // This file wires the parts: scopes.ts (namespaces, informers), sandbox-object.ts (the Sandbox),
 // pod-writer.ts (Pod, PVCs, in-place update, runtime calls), status-writer.ts (status,
 // conditions, Events), user-requests.ts (kubectl edits → edge requests).
+import { randomBytes } from "node:crypto";
 import { NetworkingV1Api, VersionApi, type KubeConfig, type V1PersistentVolumeClaim, type V1Pod } from "@kubernetes/client-node";
 import type { TrafficPolicyEntry } from "../../../schema/api/traffic-policy.ts";
 import type { SecurityProfileEntry } from "../../../schema/api/security-profile.ts";
@@ -39,6 +40,7 @@ import { SandboxObjects } from "./sandbox-object.ts";
 import { Scopes } from "./scopes.ts";
 import { StatusWriter } from "./status-writer.ts";
 import { CsiMounter } from "./csi-mounts.ts";
+import { runtimeTokenKey } from "./runtime-token.ts";
 import { CheckpointSnapshots } from "./checkpoint/snapshots.ts";
 import type { CsiMountConfig } from "../../../schema/crd/csi-mount.ts";
 import { UserRequests } from "./user-requests.ts";
@@ -155,7 +157,11 @@ export class KubernetesDriver implements Driver {
     });
     this.#status = new StatusWriter(this.#ctx);
     this.injection = new InjectionConfigSource({ kubeConfig: opts.kubeConfig, core: this.#ctx.core, namespace: opts.namespace, log: (msg) => opts.log?.(msg), count: () => this.requests++ });
-    this.#pods = new PodWriter(this.#ctx, this.#status, opts.runtimeImage, () => this.injection.current(), opts.interpreterImage ?? KUBERNETES_FLAGS["interpreter-image"].default, opts.podRuntimeTracing);
+    this.#pods = new PodWriter(this.#ctx, this.#status, opts.runtimeImage, () => this.injection.current(), opts.interpreterImage ?? KUBERNETES_FLAGS["interpreter-image"].default, {
+      key: runtimeTokenKey(opts.runtimeTokenSecret ?? randomBytes(32).toString("base64url")),
+      agentNamespace: opts.agentNamespace ?? process.env.POD_NAMESPACE ?? "sandbox-system",
+      net: opts.kubeConfig.makeApiClient(NetworkingV1Api),
+    }, opts.podRuntimeTracing);
     this.#sandboxes = new SandboxObjects(this.#ctx, this.#pods);
     this.#mounts = new CsiMounter(this.#ctx, {
       token: (id) => this.#pods.token(id),
@@ -299,7 +305,6 @@ export class KubernetesDriver implements Driver {
   async ensure(desired: DesiredSandbox): Promise<KubeSandboxObservation> {
     let d = desired as KubeDesiredSandbox;
     const ctx = this.#ctx;
-    if (d.accessToken) this.#pods.setToken(d.id, d.accessToken);
     // The team's objects are only seen once its namespace is watched.
     if (d.namespace && d.namespace !== this.namespace && NAMESPACE_PATTERN.test(d.namespace)) await ctx.scope(d.namespace).start();
     const sbx = ctx.sandbox(d.id);
@@ -690,6 +695,14 @@ export class KubernetesDriver implements Driver {
     throw new UnsupportedError("exec", "the kubernetes driver runs commands through the pod's agent-runtime (envd process API), not the driver");
   }
 
+  runtimeTokens(id: string): string[] {
+    return [...new Set([this.#pods.token(id), this.#pods.podToken(id)].filter((t): t is string => !!t))];
+  }
+
+  runtimeInitialized(id: string, token: string): void {
+    this.#pods.setToken(id, token);
+  }
+
   async freeze(id: string): Promise<void> {
     await this.#pods.runtimeCall(id, "/freeze");
     await this.#sandboxes.markFrozen(id, this.#ctx.pod(id)?.metadata?.uid ?? null);
@@ -758,6 +771,7 @@ export class KubernetesDriver implements Driver {
       await this.#sandboxes.delete(sc, id);
       this.#status.forget(id);
       this.#mounts.forget(id);
+      this.#pods.forgetToken(id);
       this.#deferred.delete(id);
       this.#claimWrites.forget(id);
     });

@@ -116,6 +116,13 @@ export interface KubernetesDriverOptions {
   /** `--pod-runtime-tracing`: each pod's runtime keeps its spans for the agent to collect (pod-spec.ts
    * `traceRuntime`; the agent's controllers/agent/pod-spans.ts). */
   podRuntimeTracing?: boolean;
+  /** A secret kept across agent restarts that pods' runtime tokens derive from (runtime-token.ts);
+   * the agent passes one derived from its cluster token. Default: random per driver, so a
+   * restarted driver cannot /init the warm pods its predecessor made. */
+  runtimeTokenSecret?: string;
+  /** The agent's namespace: the only one the sandbox namespaces' ingress policy admits to the
+   * runtime ports. Default: env POD_NAMESPACE, else `sandbox-system` (k8s/deployment.yaml). */
+  agentNamespace?: string;
   /** The agent-runtime's image in a code-interpreter template's pods: the runtime with Python's
    * Jupyter kernel and data libraries (k8s/code-interpreter/Dockerfile), since the
    * sidecar's commands, kernels included, run in its own file system. Default: the flag's. */

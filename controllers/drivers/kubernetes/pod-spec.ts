@@ -8,6 +8,7 @@ import { BUILTIN_INJECTION, type InjectionConfig } from "../../../schema/crd/inj
 import { ANNOTATION, GROUP, INTERPRETER_PORT, LABEL, RUNTIME_CONTAINER, RUNTIME_PORT } from "../../../schema/crd/labels.ts";
 import { injectComponents } from "./inject.ts";
 import { injectTraffic } from "./traffic-pod.ts";
+import { withRuntimeToken } from "./runtime-token.ts";
 
 export interface VolumeClaimTemplate {
   metadata: { name: string; labels?: Record<string, string>; annotations?: Record<string, string> };
@@ -42,6 +43,8 @@ export interface PodInput {
   runtimeSpans?: boolean;
   /** The cluster runs native sidecars (traffic-pod.ts nativeSidecarsFor): the proxy is one. */
   nativeSidecar?: boolean;
+  /** The pod's Secret holding its runtime's token (runtime-token.ts). */
+  runtimeTokenSecret?: string;
 }
 
 /** Stable short hash of a template (FNV-1a would do; sha256 is at hand). */
@@ -90,8 +93,13 @@ export function buildPod(input: PodInput): V1Pod {
   const proxy = injection["traffic-proxy"];
   const proxied = input.traffic !== undefined && proxy?.image !== undefined;
   if (input.runtimeSpans) traceRuntime(spec);
+  if (input.runtimeTokenSecret) withRuntimeToken(spec, input.runtimeTokenSecret);
   if (proxied) injectTraffic(spec, proxy, input.traffic!.configMap, input.nativeSidecar);
   spec.shareProcessNamespace ??= true;
+  // The container runtime's default seccomp filter unless the template chose a profile: with the
+  // kubelet's default (seccompDefault off) a pod is otherwise Unconfined. Not
+  // allowPrivilegeEscalation:false, which would stop sudo in the sandbox.
+  if (!spec.securityContext?.seccompProfile) spec.securityContext = { ...spec.securityContext, seccompProfile: { type: "RuntimeDefault" } };
   spec.automountServiceAccountToken ??= false;
   const claimVolumes: V1Volume[] = input.volumeClaimTemplates.map((vct) => ({
     name: vct.metadata.name,

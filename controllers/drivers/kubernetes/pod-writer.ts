@@ -3,33 +3,46 @@
 // a strategic patch, its CPU through the resize subresource), and its runtime called to freeze
 // and thaw.
 import { RESTORE_ANNOTATION } from "./checkpoint/snapshots.ts";
-import type { V1Pod } from "@kubernetes/client-node";
+import type { NetworkingV1Api, V1Pod } from "@kubernetes/client-node";
 import { EventReason, ReadyReason } from "../../../schema/crd/conditions.ts";
 import { ANNOTATION, GROUP, LABEL, VERSION } from "../../../schema/crd/labels.ts";
 import type { InjectionConfig } from "../../../schema/crd/injection.ts";
-import { userAnnotations, userLabels } from "../../../schema/crd/user-metadata.ts";
+import { platformPrefix, userAnnotations, userLabels } from "../../../schema/crd/user-metadata.ts";
 import { SandboxNotFoundError, TerminalError, type InplaceUpdate } from "../driver.ts";
 import { ownerRef, type DriverContext } from "./context.ts";
 import { apiMessage, mergePatch, PLURAL, stableJson, statusCode, strategicPatch, tolerate } from "./kube-api.ts";
 import type { NamespaceScope } from "./namespace-scope.ts";
 import { idLabel, type KubeDesiredSandbox, type SandboxObject } from "./objects.ts";
 import { buildPod, buildPvc, imageTemplate, runtimeUrl } from "./pod-spec.ts";
+import { podRuntimeToken, runtimeIngressPolicy, runtimeTokenSecret, runtimeTokenSecretName } from "./runtime-token.ts";
 import type { StatusWriter } from "./status-writer.ts";
+
+/** How pods' runtimes are kept closed (runtime-token.ts): the key their tokens derive from, and
+ * the agent's namespace, the only one the namespace's ingress policy admits to the runtime ports. */
+export interface RuntimeAuth {
+  key: string;
+  agentNamespace: string;
+  net: NetworkingV1Api;
+}
 
 export class PodWriter {
   readonly #ctx: DriverContext;
   readonly #status: StatusWriter;
   readonly #runtimeImage: string;
   readonly #injection: () => InjectionConfig;
-  /** The runtime's access token per sandbox, sent with freeze/thaw. */
+  /** The claim's token, once its /init set it in the pod's runtime (before: the pod's own). */
   readonly #tokens = new Map<string, string>();
+  readonly #auth: RuntimeAuth;
+  /** Namespaces whose ingress policy this agent wrote since it started. */
+  readonly #policed = new Set<string>();
 
   readonly #interpreterImage: string;
   readonly #runtimeSpans: boolean;
   /** New pods get the traffic-proxy as a native sidecar (set by the driver's start()). */
   nativeSidecar = false;
 
-  constructor(ctx: DriverContext, status: StatusWriter, runtimeImage: string, injection: () => InjectionConfig, interpreterImage: string, runtimeSpans = false) {
+  constructor(ctx: DriverContext, status: StatusWriter, runtimeImage: string, injection: () => InjectionConfig, interpreterImage: string, auth: RuntimeAuth, runtimeSpans = false) {
+    this.#auth = auth;
     this.#interpreterImage = interpreterImage;
     this.#runtimeSpans = runtimeSpans;
     this.#ctx = ctx;
@@ -82,7 +95,13 @@ export class PodWriter {
       traffic,
       ...(this.#runtimeSpans ? { runtimeSpans: true } : {}),
       nativeSidecar: this.nativeSidecar,
+      runtimeTokenSecret: runtimeTokenSecretName(sbx.metadata!.name!),
     });
+    const dropped = Object.keys(d.annotations ?? {}).filter((k) => platformPrefix(k));
+    if (dropped.length) await this.#status.event(sc, sbx, "Warning", EventReason.MetadataDropped, `annotations not put on the pod (Kubernetes, the container runtime or the network reads them): ${dropped.slice(0, 8).join(", ")}`);
+    await this.#ensureIngressPolicy(sc.namespace);
+    await this.#writeTokenSecret(sc, sbx);
+    this.#tokens.delete(d.id); // a new pod's runtime holds its own token until the claim's /init
     this.#ctx.count();
     try {
       const created = await this.#ctx.core.createNamespacedPod({ namespace: sc.namespace, body });
@@ -163,12 +182,57 @@ export class PodWriter {
     return sc.sandboxes.remember(updated);
   }
 
+  /** The pod's Secret with its runtime's first token; replaced whole (the agent may not read it;
+   * the token is derived, so a rewrite holds the same value). Deleted with the Sandbox (owner). */
+  async #writeTokenSecret(sc: NamespaceScope, sbx: SandboxObject): Promise<void> {
+    const pod = sbx.metadata!.name!;
+    const body = runtimeTokenSecret({ pod, namespace: sc.namespace, labels: { [LABEL.sandboxId]: sbx.metadata!.labels![LABEL.sandboxId]! }, owner: ownerRef(sbx) }, podRuntimeToken(this.#auth.key, sc.namespace, pod));
+    this.#ctx.count();
+    try {
+      await this.#ctx.core.createNamespacedSecret({ namespace: sc.namespace, body });
+    } catch (err) {
+      if (statusCode(err) !== 409) throw err;
+      this.#ctx.count();
+      await this.#ctx.core.replaceNamespacedSecret({ namespace: sc.namespace, name: body.metadata!.name!, body });
+    }
+  }
+
+  /** Once per namespace per agent start: sandbox pods' runtime ports admit only the agent's namespace. */
+  async #ensureIngressPolicy(namespace: string): Promise<void> {
+    if (this.#policed.has(namespace)) return;
+    const body = runtimeIngressPolicy(namespace, this.#auth.agentNamespace);
+    this.#ctx.count();
+    try {
+      await this.#auth.net.createNamespacedNetworkPolicy({ namespace, body });
+    } catch (err) {
+      if (statusCode(err) !== 409) throw err;
+      this.#ctx.count();
+      await this.#auth.net.replaceNamespacedNetworkPolicy({ namespace, name: body.metadata!.name!, body });
+    }
+    this.#policed.add(namespace);
+  }
+
+  /** The claim's /init set `token` (empty: the sandbox was made without one) in the pod's runtime. */
   setToken(id: string, token: string): void {
     this.#tokens.set(id, token);
   }
 
+  /** The token the pod's runtime holds: the claim's once its /init went through, else the pod's own. */
   token(id: string): string | undefined {
-    return this.#tokens.get(id);
+    const claimed = this.#tokens.get(id);
+    if (claimed !== undefined) return claimed || undefined;
+    return this.podToken(id);
+  }
+
+  /** The pod's own first token (undefined: no pod). */
+  podToken(id: string): string | undefined {
+    const name = this.#ctx.pod(id)?.metadata?.name;
+    // The scope's namespace: the informers' copies keep no metadata.namespace (slim.ts).
+    return name ? podRuntimeToken(this.#auth.key, this.#ctx.scopeOf(id).namespace, name) : undefined;
+  }
+
+  forgetToken(id: string): void {
+    this.#tokens.delete(id);
   }
 
   async runtimeCall(id: string, path: "/freeze" | "/unfreeze"): Promise<void> {

@@ -50,6 +50,10 @@ export function postStorageMount(socket: string): HttpHandler {
       throw new HttpError(400, `publishRequest is not a CSI NodePublishVolumeRequest: ${(err as Error).message}`);
     }
     if (!publish.volumeId || !publish.targetPath.startsWith("/")) throw new HttpError(400, "publishRequest needs volumeId and an absolute targetPath");
+    // Ours, set last: a value the request's volumeContext carries for them (a claim's attributes)
+    // is dropped, never passed on as if the platform had checked it.
+    delete publish.volumeContext[SUB_PATH_KEY];
+    delete publish.volumeContext[SECRET_REF_KEY];
     if (body.subPath !== undefined) publish.volumeContext[SUB_PATH_KEY] = str(body.subPath, "subPath", 1024);
     const ref = body.nodePublishSecretRef;
     if (ref) publish.volumeContext[SECRET_REF_KEY] = `${str(ref.namespace, "nodePublishSecretRef.namespace", 63)}/${str(ref.name, "nodePublishSecretRef.name", 253)}`;

@@ -4,7 +4,8 @@
 // (SandboxSets, SandboxClaims and kubectl requests over the agent's session). Optionally the
 // container-runtime half of the test kubelet: one real agent-runtime per pod with an IP, so the
 // reconciler's /init of a claimed pod succeeds, with the runtime container's RUNTIME_TRACING (the
-// driver sets it with the agent's --pod-runtime-tracing; the pod's other settings are a node's).
+// driver sets it with the agent's --pod-runtime-tracing; the pod's other settings are a node's)
+// and its RUNTIME_ACCESS_TOKEN from the pod's Secret, as the kubelet resolves a secretKeyRef.
 import { spawn, type ChildProcess } from "node:child_process";
 import { dirname, join, resolve } from "node:path";
 import { CoreV1Api, PatchStrategy, setHeaderOptions, type V1Pod } from "@kubernetes/client-node";
@@ -16,6 +17,7 @@ import { watchNamespacesFlag } from "../../../controllers/drivers/kubernetes/fla
 import { inject } from "vitest";
 import { ANNOTATION, RUNTIME_CONTAINER } from "../../../schema/crd/labels.ts";
 import { RUNTIME_TRACING_ENV } from "../../../controllers/drivers/kubernetes/pod-spec.ts";
+import { RUNTIME_TOKEN_ENV } from "../../../controllers/drivers/kubernetes/runtime-token.ts";
 import type { TestEdge } from "./edge.ts";
 import { note } from "./failure-logs.ts";
 import { persist, podCache } from "./kubelet.ts";
@@ -48,6 +50,7 @@ export async function startKubeAgent(
     { kubeconfig: inject("kube").agentKubeconfig, namespace, "runtime-image": "ghcr.io/kruise-edge/sandbox-agent:test", ...flags },
     (id) => agent?.reconciler.queue.add(id),
     requests.onRequest,
+    edge.clusterToken,
   );
   agent = await startAgent({ edgeUrl: edge.url, clusterToken: await edge.tokenOf(cluster), clusterId: cluster, dataDir, driver, log: (m) => {
     note("agent", m);
@@ -70,6 +73,18 @@ export async function startKubeAgent(
   };
 }
 
+/** A secretKeyRef's value, as the kubelet reads it (a missing Secret is the kubelet's
+ * CreateContainerConfigError: no runtime until it exists, never one started open). */
+async function secretEnv(core: CoreV1Api, namespace: string, ref: { name?: string; key: string } | undefined): Promise<string | undefined> {
+  if (!ref?.name) return undefined;
+  for (;;) {
+    const secret = await core.readNamespacedSecret({ name: ref.name, namespace }).catch(() => undefined);
+    const b64 = secret?.data?.[ref.key];
+    if (b64) return Buffer.from(b64, "base64").toString();
+    await new Promise((r) => setTimeout(r, 200));
+  }
+}
+
 /** One real agent-runtime per pod with an IP, its URL in the runtime-url annotation. The pods are
  * watched by an informer that resumes: a bare watch ends after 30 s without an event, and a
  * launcher that stopped there left every later pod without a runtime, so it never became ready
@@ -88,9 +103,11 @@ export async function runRuntimes(namespace: string, opts: { watchTimeoutMs?: nu
     // A runtime that dies before it listens (a loaded machine) is started again: its pod would
     // otherwise never get a runtime, and its sandbox never become ready.
     for (let attempt = 1; ; attempt++) {
-      const tracing = pod.spec?.containers.find((c) => c.name === RUNTIME_CONTAINER)?.env?.find((e) => e.name === RUNTIME_TRACING_ENV)?.value;
+      const runtimeEnv = pod.spec?.containers.find((c) => c.name === RUNTIME_CONTAINER)?.env;
+      const tracing = runtimeEnv?.find((e) => e.name === RUNTIME_TRACING_ENV)?.value;
+      const token = await secretEnv(core, namespace, runtimeEnv?.find((e) => e.name === RUNTIME_TOKEN_ENV)?.valueFrom?.secretKeyRef);
       // The image's `node` is this one.
-      const env = { ...process.env, PATH: `${dirname(process.execPath)}:${process.env.PATH}`, RUNTIME_DIST: inject("runtimeDist"), ...(tracing ? { [RUNTIME_TRACING_ENV]: tracing } : {}) };
+      const env = { ...process.env, PATH: `${dirname(process.execPath)}:${process.env.PATH}`, RUNTIME_DIST: inject("runtimeDist"), ...(tracing ? { [RUNTIME_TRACING_ENV]: tracing } : {}), ...(token ? { [RUNTIME_TOKEN_ENV]: token } : {}) };
       // As the pod image starts it: its entrypoint, from the runtime's startup snapshot.
       const child = spawn("/bin/sh", [join(ROOT, "k8s/entrypoint.sh"), "--port", "0", "--host", "127.0.0.1"], { cwd: ROOT, env, stdio: ["ignore", "pipe", "inherit"] });
       runtimes.set(name, child);

@@ -56,4 +56,25 @@ describe("mountRequest", () => {
     expect(mode(["ReadWriteOncePod"])).toEqual(["SINGLE_NODE_SINGLE_WRITER", false]);
     expect(mode(["ReadWriteMany"], true)).toEqual(["MULTI_NODE_READER_ONLY", true]);
   });
+
+  it("a claim only tightens read-only, and cannot set the platform's volume_context keys (review 25 H5)", () => {
+    const ro = (over: Partial<NonNullable<V1PersistentVolume["spec"]>>, readOnly?: boolean) => {
+      const r = mountRequest(pv(over), { pvName: "pv1", mountPath: "/m", readOnly }, "team-a");
+      return r.ok ? [r.request.publishRequest.readonly, r.request.publishRequest.volumeCapability.accessMode.mode] : r.message;
+    };
+    const readOnlyPv = { accessModes: ["ReadWriteMany"], csi: { driver: "d.example.com", volumeHandle: "h1", readOnly: true } };
+    expect(ro(readOnlyPv, false)).toEqual([true, "MULTI_NODE_READER_ONLY"]);
+    expect(ro(readOnlyPv)).toEqual([true, "MULTI_NODE_READER_ONLY"]);
+    expect(ro({ accessModes: ["ReadOnlyMany"] }, false)).toEqual([true, "MULTI_NODE_READER_ONLY"]);
+    expect(ro({ accessModes: ["ReadWriteMany"] }, true)).toEqual([true, "MULTI_NODE_READER_ONLY"]);
+    expect(ro({ accessModes: ["ReadWriteMany"] }, false)).toEqual([false, "MULTI_NODE_MULTI_WRITER"]);
+
+    const injected = { "csi.agents.kruise.io/sub-path": "../../team-b", "csi.agents.kruise.io/node-publish-secret": "kube-system/platform-creds", "agents.kruise.io/x": "y", share: "/exports/a" };
+    expect(csiMountsProblem([{ pvName: "pv1", mountPath: "/m", attributes: injected }], "spec.dynamicVolumesMount")).toMatch(/^spec\.dynamicVolumesMount\[0\]\.attributes.*reserved prefix/);
+    expect(csiMountsProblem([{ pvName: "pv1", mountPath: "/m", attributes: { "agents.kruise.io/x": "y" } }], "m")).toMatch(/reserved prefix/);
+    expect(csiMountsProblem([{ pvName: "pv1", mountPath: "/m", attributes: { share: "/exports/a" } }], "m")).toBeUndefined();
+    // An annotation written before the refusal: the driver still drops them.
+    const r = mountRequest(pv(), { pvName: "pv1", mountPath: "/m", attributes: injected }, "team-a");
+    expect(r.ok && r.request.publishRequest.volumeContext).toEqual({ a: "1", b: "2", share: "/exports/a" });
+  });
 });
