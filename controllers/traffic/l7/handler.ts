@@ -1,6 +1,7 @@
 // The traffic-proxy's L7 handler (the redirected path's `L7Hook`): for a sandbox with an L7
 // policy, connections to hosts the policy names are read as HTTP (HTTPS through the sandbox's own
-// CA, ca.ts), each request decided (policy.ts), given its headers (secrets resolved here, in the
+// CA, ca.ts), each request decided (policy.ts) on its path's normal form (path.ts), which is
+// what is sent on, given its headers (secrets resolved here, in the
 // proxy, never in the sandbox), screened for MCP tool calls (mcp.ts), rate limited, audited, and
 // sent to the one destination the L4 decision allowed. Plain HTTP is always read, each request
 // judged by its own Host; TLS without SNI to an address an inspected name is served from is
@@ -11,6 +12,7 @@ import type { Duplex } from "node:stream";
 import tls from "node:tls";
 import { RateLimiter } from "./rate.ts";
 import { inspects, type L7Policy } from "./policy.ts";
+import { normalizeTarget } from "./path.ts";
 import { parseIp } from "../../../schema/egress/address.ts";
 import { bareHost } from "../sniff.ts";
 import { SseFilter, filterAnswer, rpcText, screenRequest } from "./mcp.ts";
@@ -202,7 +204,7 @@ export class L7Handler {
     if (!ctx || !policy) return void socket.destroy();
     const { conn } = ctx;
     const method = req.method ?? "GET";
-    const path = req.url ?? "/";
+    let path = req.url ?? "/";
     const at = this.#hostFor(ctx, policy, req);
     const host = "host" in at ? at.host : ctx.host || conn.ip;
     const inspected = "host" in at && at.inspected;
@@ -212,6 +214,11 @@ export class L7Handler {
       socket.end(`HTTP/1.1 ${status} ${http.STATUS_CODES[status] ?? ""}\r\ncontent-type: text/plain\r\nconnection: close\r\n\r\ntraffic-proxy: ${text}\n`);
     };
     if ("status" in at) return refuse(at.status, "host", at.text);
+    if (inspected) {
+      const n = normalizeTarget(path);
+      if ("invalid" in n) return refuse(400, "path", pathRefusal(n.invalid));
+      path = n.target;
+    }
     if (inspected && !this.#rate.take(conn.sandbox, policy.requestsPerMinute)) return refuse(429, "requestsPerMinute", `rate limit of ${policy.requestsPerMinute} requests per minute`);
     const p = prepareRequest(policy, { host, tls: ctx.tls, allowedBy: conn.allowedBy, method, path, headers: req.headers }, this.#o.secretsFor(conn.sandbox));
     if ("refuse" in p) return refuse(p.refuse.status, p.refuse.rule, p.refuse.text);
@@ -236,7 +243,7 @@ export class L7Handler {
     const { conn } = ctx;
     const policy = this.#o.policyFor(conn.sandbox);
     const method = req.method ?? "GET";
-    const path = req.url ?? "/";
+    let path = req.url ?? "/";
     const at = policy && this.#hostFor(ctx, policy, req);
     const host = at && "host" in at ? at.host : ctx.host || conn.ip;
     // A plain-HTTP request to a host no rule inspects is sent on as it is, neither counted nor audited.
@@ -249,6 +256,13 @@ export class L7Handler {
     };
     if (!policy) return refuse(403, "no L7 policy", "egress denied: the sandbox's policy changed");
     if ("status" in at!) return refuse(at.status, "host", at.text);
+    // The rules judge the normal form of the path, and the upstream is sent that very form (a
+    // host no rule inspects gets the target as it came).
+    if (inspected) {
+      const n = normalizeTarget(path);
+      if ("invalid" in n) return refuse(400, "path", pathRefusal(n.invalid));
+      path = n.target;
+    }
     if (inspected && !this.#rate.take(conn.sandbox, policy.requestsPerMinute)) return refuse(429, "requestsPerMinute", `rate limit of ${policy.requestsPerMinute} requests per minute`);
     const prepared = prepareRequest(policy, { host, tls: ctx.tls, allowedBy: conn.allowedBy, method, path, headers: req.headers }, this.#o.secretsFor(conn.sandbox));
     if ("refuse" in prepared) return refuse(prepared.refuse.status, prepared.refuse.rule, prepared.refuse.text);
@@ -351,6 +365,10 @@ export class L7Handler {
     else if (bodyless) up.end();
     else req.pipe(up);
   }
+}
+
+function pathRefusal(why: string): string {
+  return `${why}: refused, since servers read it in more than one way and the rules judge one`;
 }
 
 /** A header block written by hand (the upgrade path): values from rules and secrets are checked,

@@ -6,7 +6,8 @@
 // inspected name was answered for is refused; every plain-HTTP request on a connection is judged
 // by its own Host; a request must name the host its SNI chose the credential for; the MCP screen
 // reads keys as a case-insensitive (Go) server would and refuses a denied notification; an
-// unfinished SSE event is held only so long.
+// unfinished SSE event is held only so long. A request's path is judged, and sent on, in its
+// normal form (RFC 3986), or refused when it has none.
 import https from "node:https";
 import http from "node:http";
 import { mkdtempSync, rmSync } from "node:fs";
@@ -22,6 +23,7 @@ import type { L7Policy } from "../../../controllers/traffic/l7/policy.ts";
 import { compilePolicy } from "../../../controllers/traffic/policy.ts";
 import { TrafficProxy } from "../../../controllers/traffic/proxy.ts";
 import { sniff } from "../../../controllers/traffic/sniff.ts";
+import { normalizeTarget } from "../../../controllers/traffic/l7/path.ts";
 
 const SECRET = "ghp_secret-value-for-api-test";
 const NAMES = ["mcp.test", "api.test", "other.test"];
@@ -46,6 +48,13 @@ const policy: L7Policy = {
     { name: "no-admin", host: "mcp.test", paths: ["/admin*"], action: "block" },
   ],
   mcp: [{ name: "only-safe", server: "mcp.test", tool: "safe", action: "allow" }],
+};
+
+/** "prof": a SecurityProfile screens the MCP endpoint it names by path (/mcp) on mcp.test. */
+const profPolicy: L7Policy = {
+  http: [],
+  mcp: [],
+  profiles: [{ name: "mcp-acl", priority: 1, rules: [{ name: "no-danger", match: [{ domains: ["mcp.test"], paths: [{ type: "Prefix", value: "/mcp" }] }], actions: { mcpToolPolicy: { rules: [{ toolNames: ["danger"], action: "deny" }], defaultAction: "allow" } } }] }],
 };
 
 function answer(proto: string) {
@@ -85,7 +94,7 @@ beforeAll(async () => {
   tlsPort = (up.address() as AddressInfo).port;
   plainPort = (plain.address() as AddressInfo).port;
   ca = await SandboxCa.create("sbx");
-  const handler = new L7Handler({ policyFor: (s) => (s === "open" ? { http: [], mcp: [] } : policy), secretsFor: () => new Map([["gh", SECRET]]), caFor: async () => ca, audit: (r) => audit.push(r), upstreamTls: { ca: issuer.certPem }, maxMcpBody: MAX_MCP_BODY });
+  const handler = new L7Handler({ policyFor: (s) => (s === "open" ? { http: [], mcp: [] } : s === "prof" ? profPolicy : policy), secretsFor: () => new Map([["gh", SECRET]]), caFor: async () => ca, audit: (r) => audit.push(r), upstreamTls: { ca: issuer.certPem }, maxMcpBody: MAX_MCP_BODY });
   proxy = new TrafficProxy({
     refuse: () => undefined,
     resolve: async (host) => {
@@ -303,5 +312,76 @@ describe("the MCP screen", () => {
     });
     expect(out.ended).toBe(false);
     expect(out.bytes).toBeLessThan(MAX_MCP_BODY);
+  });
+});
+
+describe("request paths: judged, and sent on, in their normal form", () => {
+  it("blocks /admin however its path is spelt, over TLS and plain HTTP, upgrades too", async () => {
+    const n = seen.length;
+    for (const path of ["//admin", "/./admin", "/x/../admin", "/%61dmin", "/%2e%2E/admin", "/x//..//admin", "/admin/."]) {
+      const got = await overTls(`GET ${path} HTTP/1.1\r\nHost: mcp.test\r\nconnection: close\r\n\r\n`, { servername: "mcp.test" });
+      expect([path, statusLines(got)]).toEqual([path, ["HTTP/1.1 403 Forbidden"]]);
+      expect(got).toContain('blocked by rule "no-admin"');
+    }
+    for (const path of ["//admin", "/%61dmin"]) expect(await plainHttp(`GET ${path} HTTP/1.1\r\nHost: mcp.test\r\nconnection: close\r\n\r\n`)).toContain('blocked by rule "no-admin"');
+    // An upgrade is judged by the same path (else refused for another reason: MCP rules govern the host).
+    expect(statusLines(await plainHttp("GET //admin HTTP/1.1\r\nHost: mcp.test\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n"))).toEqual(["HTTP/1.1 403 Forbidden"]);
+    expect(audit.at(-1)).toMatchObject({ host: "mcp.test", path: "/admin", rule: "no-admin", refused: true });
+    expect(seen.slice(n)).toEqual([]);
+  });
+
+  it("sends the upstream the path it judged, the query as it came; a case-sensitive rule keeps case", async () => {
+    const n = seen.length;
+    const got = await overTls("GET /x/./y/..//z%7e%3b?q=/../admin%2F HTTP/1.1\r\nHost: mcp.test\r\nconnection: close\r\n\r\n", { servername: "mcp.test" });
+    expect(statusLines(got)).toEqual(["HTTP/1.1 200 OK"]);
+    expect(await plainHttp("GET /ADMIN HTTP/1.1\r\nHost: mcp.test\r\nconnection: close\r\n\r\n")).toMatch(/^HTTP\/1\.1 200/);
+    expect(seen.slice(n)).toEqual([expect.objectContaining({ proto: "https", url: "/x/z~%3B?q=/../admin%2F" }), expect.objectContaining({ proto: "http", url: "/ADMIN" })]);
+    expect(audit.at(-1)).toMatchObject({ host: "mcp.test", path: "/ADMIN", refused: false });
+  });
+
+  it("refuses (400, audited) a path servers read in more than one way", async () => {
+    const n = seen.length;
+    for (const path of ["/x%2Fadmin", "/x%5cadmin", "/x\\..\\admin", "/admin%00", "/%zzadmin", "/x%", "/..;/admin", "/x/..;/admin"]) {
+      const before = audit.length;
+      const got = await overTls(`GET ${path} HTTP/1.1\r\nHost: mcp.test\r\nconnection: close\r\n\r\n`, { servername: "mcp.test" });
+      expect([path, statusLines(got)]).toEqual([path, ["HTTP/1.1 400 Bad Request"]]);
+      expect(audit.slice(before)).toEqual([expect.objectContaining({ host: "mcp.test", rule: "path", status: 400, refused: true })]);
+    }
+    expect(statusLines(await plainHttp("GET /x%2F..%2Fadmin HTTP/1.1\r\nHost: mcp.test\r\nconnection: close\r\n\r\n"))).toEqual(["HTTP/1.1 400 Bad Request"]);
+    expect(seen.slice(n)).toEqual([]);
+  });
+
+  it("sends a request to a host no rule inspects with its target as it came", async () => {
+    const n = seen.length;
+    expect(await plainHttp("GET //x/%2F/../y HTTP/1.1\r\nHost: other.test\r\nconnection: close\r\n\r\n")).toMatch(/^HTTP\/1\.1 200/);
+    expect(seen.slice(n)).toEqual([expect.objectContaining({ host: "other.test", url: "//x/%2F/../y" })]);
+  });
+
+  it("screens an MCP endpoint a profile names by its path however the path is spelt", async () => {
+    const n = seen.length;
+    for (const path of ["//mcp", "/%6dcp", "/x/../mcp"]) {
+      const got = await overTls(post("mcp.test", call("danger")).replace("POST /mcp", `POST ${path}`), { servername: "mcp.test", sandbox: "prof" });
+      expect([path, statusLines(got)]).toEqual([path, ["HTTP/1.1 200 OK"]]);
+      expect(got).toContain('tool \\"danger\\" is denied');
+    }
+    expect(seen.slice(n)).toEqual([]);
+  });
+
+  it("the normal form: dot segments, merged slashes, unreserved escapes decoded", () => {
+    const t = (x: string) => normalizeTarget(x);
+    expect(t("/")).toEqual({ target: "/", path: "/" });
+    expect(t("/a/b/")).toMatchObject({ target: "/a/b/" });
+    expect(t("/a/..")).toMatchObject({ target: "/" });
+    expect(t("/../..//a")).toMatchObject({ target: "/a" });
+    expect(t("/a b/%c3%a9")).toMatchObject({ target: "/a%20b/%C3%A9" });
+    expect(t("/a;b=1/c")).toMatchObject({ target: "/a;b=1/c" });
+    expect(t("*")).toMatchObject({ target: "*" });
+    expect(t("a/b")).toHaveProperty("invalid");
+    expect(t("/a#/../b")).toHaveProperty("invalid");
+    // Idempotent: the normal form of the normal form is itself.
+    for (const x of ["//a/./b/../c/", "/%41%2d%7E/.."]) {
+      const once = t(x) as { target: string };
+      expect(t(once.target)).toMatchObject({ target: once.target });
+    }
   });
 });
