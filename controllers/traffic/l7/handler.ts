@@ -4,14 +4,14 @@
 // what is sent on, given its headers (secrets resolved here, in the
 // proxy, never in the sandbox), screened for MCP tool calls (mcp.ts), rate limited, audited, and
 // sent to the one destination the L4 decision allowed. Plain HTTP is always read, each request
-// judged by its own Host; TLS without SNI to an address an inspected name is served from is
-// refused; other connections pass through untouched.
+// judged by its own Host; TLS without SNI, or bytes neither TLS nor HTTP, to an address an
+// inspected name is served from are refused; other connections pass through untouched.
 import http from "node:http";
 import type { Socket } from "node:net";
 import type { Duplex } from "node:stream";
 import tls from "node:tls";
 import { RateLimiter } from "./rate.ts";
-import { inspects, type L7Policy } from "./policy.ts";
+import { inspects, namedForInspection, type L7Policy } from "./policy.ts";
 import { normalizeTarget } from "./path.ts";
 import { parseIp } from "../../../schema/egress/address.ts";
 import { bareHost } from "../sniff.ts";
@@ -149,6 +149,13 @@ export class L7Handler {
       const socket = new tls.TLSSocket(withHead(conn.client, conn.head) as unknown as Socket, { isServer: true, secureContext, ALPNProtocols: ["http/1.1"] });
       socket.on("error", () => conn.client.destroy());
       return this.#serve(socket, { conn, host: name!, tls: true, judged, known: known() });
+    }
+    // Neither TLS nor HTTP (ssh, a lower-case method, nothing at all within the first-request
+    // timeout) to an address a rule names a host of: the server there may still read the bytes
+    // as a request to that host, unjudged. (`rateLimitAll` alone names no host: counted below.)
+    if (kind !== "tls" && [conn.ip, ...(conn.names ?? [])].some((n) => namedForInspection(policy, n))) {
+      this.#o.audit({ sandbox: conn.sandbox, host: conn.ip, method: "CONNECT", path: "", rule: "neither TLS nor HTTP to an inspected address", status: 403, bytesOut: 0, bytesIn: 0, refused: true });
+      return void conn.client.destroy();
     }
     if (kind !== "tls" && policy.rateLimitAll && !this.#rate.take(conn.sandbox, policy.requestsPerMinute)) {
       // Another protocol: the connection is the request.

@@ -7,7 +7,8 @@
 // by its own Host; a request must name the host its SNI chose the credential for; the MCP screen
 // reads keys as a case-insensitive (Go) server would and refuses a denied notification; an
 // unfinished SSE event is held only so long. A request's path is judged, and sent on, in its
-// normal form (RFC 3986), or refused when it has none.
+// normal form (RFC 3986), or refused when it has none; bytes that are neither TLS nor HTTP to an
+// inspected address are closed.
 import https from "node:https";
 import http from "node:http";
 import { mkdtempSync, rmSync } from "node:fs";
@@ -94,15 +95,15 @@ beforeAll(async () => {
   tlsPort = (up.address() as AddressInfo).port;
   plainPort = (plain.address() as AddressInfo).port;
   ca = await SandboxCa.create("sbx");
-  const handler = new L7Handler({ policyFor: (s) => (s === "open" ? { http: [], mcp: [] } : s === "prof" ? profPolicy : policy), secretsFor: () => new Map([["gh", SECRET]]), caFor: async () => ca, audit: (r) => audit.push(r), upstreamTls: { ca: issuer.certPem }, maxMcpBody: MAX_MCP_BODY });
+  const handler = new L7Handler({ policyFor: (s) => (s === "open" ? { http: [], mcp: [] } : s === "all" ? { http: [], mcp: [], requestsPerMinute: 100, rateLimitAll: true } : s === "prof" ? profPolicy : policy), secretsFor: () => new Map([["gh", SECRET]]), caFor: async () => ca, audit: (r) => audit.push(r), upstreamTls: { ca: issuer.certPem }, maxMcpBody: MAX_MCP_BODY });
   proxy = new TrafficProxy({
     refuse: () => undefined,
     resolve: async (host) => {
       if (NAMES.includes(host)) return ["127.0.0.1"];
       throw Object.assign(new Error(`${host}: not found`), { code: "ENOTFOUND" });
     },
-    // "open" may reach 127.0.0.1 by its address; "sbx" only by the names.
-    policyFor: (s) => compilePolicy(s === "open" ? { allowOut: ["127.0.0.1"], denyOut: [] } : { allowOut: NAMES, denyOut: ["0.0.0.0/0"] }),
+    // "open" and "all" may reach 127.0.0.1 by its address; "sbx" only by the names.
+    policyFor: (s) => compilePolicy(s === "open" || s === "all" ? { allowOut: ["127.0.0.1"], denyOut: [] } : { allowOut: NAMES, denyOut: ["0.0.0.0/0"] }),
     l7: handler,
     firstRequestTimeoutMs: 1000,
   });
@@ -383,5 +384,35 @@ describe("request paths: judged, and sent on, in their normal form", () => {
       const once = t(x) as { target: string };
       expect(t(once.target)).toMatchObject({ target: once.target });
     }
+  });
+});
+
+describe("bytes neither TLS nor HTTP", () => {
+  it("are closed (audited) to an address an inspected name was answered for: ssh, a lower-case method, silence", async () => {
+    const before = plainConnections;
+    for (const bytes of ["SSH-2.0-OpenSSH_9.6\r\n", "get /admin HTTP/1.1\r\nHost: mcp.test\r\n\r\n"]) {
+      const n = audit.length;
+      expect(await plainHttp(bytes)).toBe("");
+      expect(audit.slice(n)).toEqual([expect.objectContaining({ sandbox: "sbx", host: "127.0.0.1", rule: "neither TLS nor HTTP to an inspected address", status: 403, refused: true })]);
+    }
+    // Nothing within the first-request timeout (a client waiting to send TLS or HTTP later).
+    const n = audit.length;
+    const s = await redirected("sbx", plainPort);
+    const closed = await new Promise<boolean>((resolve) => {
+      const t = setTimeout(() => resolve(false), 3000);
+      s.on("close", () => (clearTimeout(t), resolve(true))).on("data", () => {});
+    });
+    s.destroy();
+    expect(closed).toBe(true);
+    expect(audit.slice(n)).toEqual([expect.objectContaining({ rule: "neither TLS nor HTTP to an inspected address" })]);
+    expect(plainConnections).toBe(before);
+  });
+
+  it("pass through where no inspected name is served, a rate limit over every request (which names no host) too", async () => {
+    const before = plainConnections;
+    // The stand-in is an HTTP server: it refuses the bytes itself once they reached it.
+    expect(await plainHttp("SSH-2.0-OpenSSH_9.6\r\n\r\n", "open")).toMatch(/^HTTP\/1\.1 400/);
+    expect(await plainHttp("SSH-2.0-OpenSSH_9.6\r\n\r\n", "all")).toMatch(/^HTTP\/1\.1 400/);
+    expect(plainConnections).toBe(before + 2);
   });
 });
