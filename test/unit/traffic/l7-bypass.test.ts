@@ -8,7 +8,7 @@
 // reads keys as a case-insensitive (Go) server would and refuses a denied notification; an
 // unfinished SSE event is held only so long. A request's path is judged, and sent on, in its
 // normal form (RFC 3986), or refused when it has none; bytes that are neither TLS nor HTTP to an
-// inspected address are closed.
+// inspected address are closed; an SNI with a trailing dot is the name without it.
 import https from "node:https";
 import http from "node:http";
 import { mkdtempSync, rmSync } from "node:fs";
@@ -414,5 +414,15 @@ describe("bytes neither TLS nor HTTP", () => {
     expect(await plainHttp("SSH-2.0-OpenSSH_9.6\r\n\r\n", "open")).toMatch(/^HTTP\/1\.1 400/);
     expect(await plainHttp("SSH-2.0-OpenSSH_9.6\r\n\r\n", "all")).toMatch(/^HTTP\/1\.1 400/);
     expect(plainConnections).toBe(before + 2);
+  });
+});
+
+describe("a name with a trailing dot is the name without it", () => {
+  it("an SNI of api.test. is api.test: allowed by its rule, Host api.test is its Host, the credential goes", async () => {
+    const n = seen.length;
+    const got = await overTls("GET /x HTTP/1.1\r\nHost: api.test\r\nconnection: close\r\n\r\n", { servername: "api.test." });
+    expect(statusLines(got)).toEqual(["HTTP/1.1 200 OK"]);
+    expect(seen.slice(n)).toEqual([expect.objectContaining({ sni: "api.test", host: "api.test", auth: `Bearer ${SECRET}` })]);
+    expect(await overTls("GET /admin HTTP/1.1\r\nHost: MCP.test.\r\nconnection: close\r\n\r\n", { servername: "mcp.test." })).toContain('blocked by rule "no-admin"');
   });
 });
