@@ -8,7 +8,8 @@
 // reads keys as a case-insensitive (Go) server would and refuses a denied notification; an
 // unfinished SSE event is held only so long. A request's path is judged, and sent on, in its
 // normal form (RFC 3986), or refused when it has none; bytes that are neither TLS nor HTTP to an
-// inspected address are closed; an SNI with a trailing dot is the name without it.
+// inspected address are closed; an SNI with a trailing dot is the name without it; the MCP bodies
+// a sandbox holds at once are bounded.
 import https from "node:https";
 import http from "node:http";
 import { mkdtempSync, rmSync } from "node:fs";
@@ -39,6 +40,8 @@ let tlsPort = 0;
 let plainPort = 0;
 let servers: { close(): void; closeAllConnections(): void }[] = [];
 let proxy: TrafficProxy;
+let handler: L7Handler;
+const MAX_MCP_HELD = 100 * 1024;
 let dir = "";
 /** Connections the plain-HTTP stand-in accepted. */
 let plainConnections = 0;
@@ -95,7 +98,7 @@ beforeAll(async () => {
   tlsPort = (up.address() as AddressInfo).port;
   plainPort = (plain.address() as AddressInfo).port;
   ca = await SandboxCa.create("sbx");
-  const handler = new L7Handler({ policyFor: (s) => (s === "open" ? { http: [], mcp: [] } : s === "all" ? { http: [], mcp: [], requestsPerMinute: 100, rateLimitAll: true } : s === "prof" ? profPolicy : policy), secretsFor: () => new Map([["gh", SECRET]]), caFor: async () => ca, audit: (r) => audit.push(r), upstreamTls: { ca: issuer.certPem }, maxMcpBody: MAX_MCP_BODY });
+  handler = new L7Handler({ policyFor: (s) => (s === "open" ? { http: [], mcp: [] } : s === "all" ? { http: [], mcp: [], requestsPerMinute: 100, rateLimitAll: true } : s === "prof" ? profPolicy : policy), secretsFor: () => new Map([["gh", SECRET]]), caFor: async () => ca, audit: (r) => audit.push(r), upstreamTls: { ca: issuer.certPem }, maxMcpBody: MAX_MCP_BODY, maxMcpHeldPerSandbox: MAX_MCP_HELD });
   proxy = new TrafficProxy({
     refuse: () => undefined,
     resolve: async (host) => {
@@ -424,5 +427,42 @@ describe("a name with a trailing dot is the name without it", () => {
     expect(statusLines(got)).toEqual(["HTTP/1.1 200 OK"]);
     expect(seen.slice(n)).toEqual([expect.objectContaining({ sni: "api.test", host: "api.test", auth: `Bearer ${SECRET}` })]);
     expect(await overTls("GET /admin HTTP/1.1\r\nHost: MCP.test.\r\nconnection: close\r\n\r\n", { servername: "mcp.test." })).toContain('blocked by rule "no-admin"');
+  });
+});
+
+describe("MCP bodies a sandbox holds at once", () => {
+  /** A tools/call of "safe" whose JSON is `size` bytes. */
+  const padded = (size: number) => {
+    const body = (pad: string) => JSON.stringify({ jsonrpc: "2.0", id: 1, method: "tools/call", params: { name: "safe", arguments: { pad } } });
+    return body("x".repeat(size - body("").length));
+  };
+  const until = async (what: () => boolean) => {
+    for (let i = 0; i < 300 && !what(); i++) await new Promise((r) => setTimeout(r, 10));
+    return what();
+  };
+
+  it("are bounded per sandbox: past the budget a request is refused 429 before it is sent, and the budget comes back", async () => {
+    const n = seen.length;
+    // A: 50 000 of its 60 000 bytes sent, held while the proxy waits for the rest.
+    const a = padded(60_000);
+    const raw = await redirected("sbx", tlsPort);
+    const sa = tls.connect({ socket: raw, servername: "mcp.test", ca: ca.certPem });
+    let gotA = "";
+    const closedA = new Promise<void>((resolve) => sa.on("data", (c: Buffer) => (gotA += c.toString())).on("close", resolve).on("error", () => {}));
+    sa.write(post("mcp.test", a).slice(0, -10_000));
+    expect(await until(() => handler.mcpHeld("sbx") >= 50_000)).toBe(true);
+    // B: 60 000 more would pass 100 KiB held at once.
+    const b = await overTls(post("mcp.test", padded(60_000)), { servername: "mcp.test" });
+    expect(statusLines(b)).toEqual(["HTTP/1.1 429 Too Many Requests"]);
+    expect(b.toLowerCase()).toContain("retry-after: 1");
+    expect(audit.at(-1)).toMatchObject({ sandbox: "sbx", host: "mcp.test", rule: "mcp", status: 429, refused: true });
+    // A's end: screened and sent; then nothing is held, and a body as large as B's goes.
+    sa.write(post("mcp.test", a).slice(-10_000));
+    await closedA;
+    expect(statusLines(gotA)).toEqual(["HTTP/1.1 200 OK"]);
+    expect(await until(() => handler.mcpHeld("sbx") === 0)).toBe(true);
+    expect(statusLines(await overTls(post("mcp.test", padded(60_000)), { servername: "mcp.test" }))).toEqual(["HTTP/1.1 200 OK"]);
+    expect(handler.mcpHeld("sbx")).toBe(0);
+    expect(seen.slice(n).map((x) => x.body.length)).toEqual([60_000, 60_000]);
   });
 });
