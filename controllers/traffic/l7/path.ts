@@ -37,8 +37,9 @@ export function normalizeTarget(target: string): NormalTarget {
     else if (ch === "#") return { invalid: "the path holds #, which some servers cut it at" };
     else if (PATH_CHAR.test(ch)) decoded += ch;
     else if (ch.charCodeAt(0) > 0xff) return { invalid: "the path holds a character that is not a byte" };
-    // Not allowed raw (space, quotes, braces, bytes past ASCII as Node reads them: latin1): sent
-    // escaped, as a browser would, so what was judged is what the server decodes.
+    // Not allowed raw but let through by Node's parser (`|`, braces, `^`, backquote; it refuses
+    // bytes past ASCII itself): sent escaped, as a browser would, so what was judged is what the
+    // server decodes.
     else decoded += `%${ch.charCodeAt(0).toString(16).toUpperCase().padStart(2, "0")}`;
   }
   const segments = decoded.split("/");
