@@ -81,7 +81,9 @@ function answer(proto: string) {
         };
         return more();
       }
-      res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify({ jsonrpc: "2.0", id: 1, result: { upstream: "reached" } }));
+      // /big: an answer of 60 000 bytes.
+      const result = req.url === "/big" ? { upstream: "reached", pad: "x".repeat(60_000 - 58) } : { upstream: "reached" };
+      res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify({ jsonrpc: "2.0", id: 1, result }));
     });
   };
 }
@@ -441,7 +443,7 @@ describe("MCP bodies a sandbox holds at once", () => {
     return what();
   };
 
-  it("are bounded per sandbox: past the budget a request is refused 429 before it is sent, and the budget comes back", async () => {
+  it("are bounded per sandbox: past the budget a request is refused 429 before it is sent, an answer 502; the budget comes back", async () => {
     const n = seen.length;
     // A: 50 000 of its 60 000 bytes sent, held while the proxy waits for the rest.
     const a = padded(60_000);
@@ -456,6 +458,10 @@ describe("MCP bodies a sandbox holds at once", () => {
     expect(statusLines(b)).toEqual(["HTTP/1.1 429 Too Many Requests"]);
     expect(b.toLowerCase()).toContain("retry-after: 1");
     expect(audit.at(-1)).toMatchObject({ sandbox: "sbx", host: "mcp.test", rule: "mcp", status: 429, refused: true });
+    // An answer that would pass it: the call was sent, so the client is told (502), not asked to retry.
+    const big = await overTls(post("mcp.test", call("safe")).replace("POST /mcp", "POST /big"), { servername: "mcp.test" });
+    expect(statusLines(big)).toEqual(["HTTP/1.1 502 Bad Gateway"]);
+    expect(big).toContain("MCP bodies held at once passed");
     // A's end: screened and sent; then nothing is held, and a body as large as B's goes.
     sa.write(post("mcp.test", a).slice(-10_000));
     await closedA;
@@ -463,6 +469,6 @@ describe("MCP bodies a sandbox holds at once", () => {
     expect(await until(() => handler.mcpHeld("sbx") === 0)).toBe(true);
     expect(statusLines(await overTls(post("mcp.test", padded(60_000)), { servername: "mcp.test" }))).toEqual(["HTTP/1.1 200 OK"]);
     expect(handler.mcpHeld("sbx")).toBe(0);
-    expect(seen.slice(n).map((x) => x.body.length)).toEqual([60_000, 60_000]);
+    expect(seen.slice(n).map((x) => [x.url, x.body.length])).toEqual([["/big", call("safe").length], ["/mcp", 60_000], ["/mcp", 60_000]]);
   });
 });
