@@ -1,6 +1,7 @@
 // The name a transparently redirected connection asks for, read from its first bytes: TLS's SNI
 // (server_name in the ClientHello) or plain HTTP's Host. Pure; the proxy judges the name and
 // still connects only to the address the connection was going to.
+import { normalizeHost } from "../../schema/egress/rules.ts";
 
 /** What the first bytes say: `undefined` while more bytes could still tell; `kind` once known,
  * with the name when the protocol carries one. */
@@ -40,12 +41,13 @@ function sniffHttp(buf: Buffer, total: number): Sniffed {
   return host ? { kind: "http", name: host } : { kind: "http" };
 }
 
-/** A Host header's name: without its port, lower case, brackets and a trailing dot dropped; ""
- * when absent. */
+/** A Host header's name: without its port, brackets dropped, as the rules match names
+ * (`normalizeHost`: lower case, no trailing dot, `API.test.` is `api.test`); "" when absent. The
+ * SNI is made so too where it is read (`serverName`), and the DNS names a sandbox asks for
+ * already are (dns-wire.ts), so the three compare equal. */
 export function bareHost(value: string | undefined): string {
-  const h = (value ?? "").trim().toLowerCase();
-  const bare = /^\[([^\]]+)\](?::\d*)?$/.exec(h)?.[1] ?? h.replace(/:\d*$/, "");
-  return bare.replace(/\.$/, "");
+  const h = (value ?? "").trim();
+  return normalizeHost(/^\[([^\]]+)\](?::\d*)?$/.exec(h)?.[1] ?? h.replace(/:\d*$/, ""));
 }
 
 /** A ClientHello may span this many handshake records at most (RFC 8446 5.1 lets a client
@@ -110,7 +112,8 @@ function serverName(h: Buffer): string | undefined {
         const nameLen = h.readUInt16BE(e + 1);
         if (h[e] === 0) {
           const name = h.subarray(e + 3, e + 3 + nameLen).toString("latin1");
-          return /^[a-z0-9.-]{1,253}$/i.test(name) ? name.toLowerCase() : undefined;
+          // Labels of letters, digits and hyphens, with one trailing dot at most; else no name.
+          return /^[a-z0-9-]{1,63}(\.[a-z0-9-]{1,63})*\.?$/i.test(name) && name.length <= 254 ? normalizeHost(name) : undefined;
         }
         e += 3 + nameLen;
       }

@@ -1,21 +1,24 @@
 // The traffic-proxy's L7 handler (the redirected path's `L7Hook`): for a sandbox with an L7
 // policy, connections to hosts the policy names are read as HTTP (HTTPS through the sandbox's own
-// CA, ca.ts), each request decided (policy.ts), given its headers (secrets resolved here, in the
+// CA, ca.ts), each request decided (policy.ts) on its path's normal form (path.ts), which is
+// what is sent on, given its headers (secrets resolved here, in the
 // proxy, never in the sandbox), screened for MCP tool calls (mcp.ts), rate limited, audited, and
 // sent to the one destination the L4 decision allowed. Plain HTTP is always read, each request
-// judged by its own Host; TLS without SNI to an address an inspected name is served from is
-// refused; other connections pass through untouched.
+// judged by its own Host; TLS without SNI, or bytes neither TLS nor HTTP, to an address an
+// inspected name is served from are refused; other connections pass through untouched.
 import http from "node:http";
 import type { Socket } from "node:net";
 import type { Duplex } from "node:stream";
 import tls from "node:tls";
 import { RateLimiter } from "./rate.ts";
-import { inspects, type L7Policy } from "./policy.ts";
+import { inspects, namedForInspection, type L7Policy } from "./policy.ts";
+import { normalizeTarget } from "./path.ts";
 import { parseIp } from "../../../schema/egress/address.ts";
 import { bareHost } from "../sniff.ts";
 import { SseFilter, filterAnswer, rpcText, screenRequest } from "./mcp.ts";
 import { HOP_HEADERS as HOP, prepareRequest } from "./request.ts";
 import { withHead } from "./streams.ts";
+import { HeldBytes, type Hold } from "./held-bytes.ts";
 import { UpstreamPool, type PoolOptions, type PooledRequest } from "./pool.ts";
 import type { LeafPem, SandboxCa } from "./ca.ts";
 import type { NetworkAuditRecord } from "../../../schema/api/network-audit.ts";
@@ -52,6 +55,9 @@ export interface L7Options {
   upstreamPool?: Omit<PoolOptions, "tls">;
   /** Largest JSON-RPC body screened or filtered; larger MCP bodies are refused (413/502). */
   maxMcpBody?: number;
+  /** MCP body bytes held at once for one sandbox (held-bytes.ts); past it a request is refused
+   * 429 before it is sent, an answer cut (502, or its SSE stream ended). Default 16 MiB. */
+  maxMcpHeldPerSandbox?: number;
 }
 
 interface Ctx {
@@ -85,10 +91,14 @@ export class L7Handler {
 
   /** Bytes of an MCP request or response body, and characters of one SSE event, held at most. */
   readonly #maxMcpBody: number;
+  readonly #held: HeldBytes;
+  readonly #maxMcpHeld: number;
 
   constructor(o: L7Options) {
     this.#o = o;
     this.#maxMcpBody = o.maxMcpBody ?? 4 << 20;
+    this.#maxMcpHeld = o.maxMcpHeldPerSandbox ?? 16 << 20;
+    this.#held = new HeldBytes(this.#maxMcpHeld);
     this.#pool = new UpstreamPool({ ...o.upstreamPool, ...(o.upstreamTls ? { tls: o.upstreamTls } : {}) });
     // Node's defaults would cut a request body longer than 5 minutes (requestTimeout) and drop an idle
     // client connection after 5 s: a proxy carries long uploads and keeps connections as the proxy
@@ -98,6 +108,11 @@ export class L7Handler {
       res.destroy();
     }));
     this.#server.on("upgrade", (req: http.IncomingMessage, socket: Duplex, head: Buffer) => void this.#upgrade(req, socket, head).catch(() => socket.destroy()));
+  }
+
+  /** MCP body bytes held for `sandbox` now. */
+  mcpHeld(sandbox: string): number {
+    return this.#held.held(sandbox);
   }
 
   wants(sandbox: string): boolean {
@@ -147,6 +162,13 @@ export class L7Handler {
       const socket = new tls.TLSSocket(withHead(conn.client, conn.head) as unknown as Socket, { isServer: true, secureContext, ALPNProtocols: ["http/1.1"] });
       socket.on("error", () => conn.client.destroy());
       return this.#serve(socket, { conn, host: name!, tls: true, judged, known: known() });
+    }
+    // Neither TLS nor HTTP (ssh, a lower-case method, nothing at all within the first-request
+    // timeout) to an address a rule names a host of: the server there may still read the bytes
+    // as a request to that host, unjudged. (`rateLimitAll` alone names no host: counted below.)
+    if (kind !== "tls" && [conn.ip, ...(conn.names ?? [])].some((n) => namedForInspection(policy, n))) {
+      this.#o.audit({ sandbox: conn.sandbox, host: conn.ip, method: "CONNECT", path: "", rule: "neither TLS nor HTTP to an inspected address", status: 403, bytesOut: 0, bytesIn: 0, refused: true });
+      return void conn.client.destroy();
     }
     if (kind !== "tls" && policy.rateLimitAll && !this.#rate.take(conn.sandbox, policy.requestsPerMinute)) {
       // Another protocol: the connection is the request.
@@ -202,7 +224,7 @@ export class L7Handler {
     if (!ctx || !policy) return void socket.destroy();
     const { conn } = ctx;
     const method = req.method ?? "GET";
-    const path = req.url ?? "/";
+    let path = req.url ?? "/";
     const at = this.#hostFor(ctx, policy, req);
     const host = "host" in at ? at.host : ctx.host || conn.ip;
     const inspected = "host" in at && at.inspected;
@@ -212,6 +234,11 @@ export class L7Handler {
       socket.end(`HTTP/1.1 ${status} ${http.STATUS_CODES[status] ?? ""}\r\ncontent-type: text/plain\r\nconnection: close\r\n\r\ntraffic-proxy: ${text}\n`);
     };
     if ("status" in at) return refuse(at.status, "host", at.text);
+    if (inspected) {
+      const n = normalizeTarget(path);
+      if ("invalid" in n) return refuse(400, "path", pathRefusal(n.invalid));
+      path = n.target;
+    }
     if (inspected && !this.#rate.take(conn.sandbox, policy.requestsPerMinute)) return refuse(429, "requestsPerMinute", `rate limit of ${policy.requestsPerMinute} requests per minute`);
     const p = prepareRequest(policy, { host, tls: ctx.tls, allowedBy: conn.allowedBy, method, path, headers: req.headers }, this.#o.secretsFor(conn.sandbox));
     if ("refuse" in p) return refuse(p.refuse.status, p.refuse.rule, p.refuse.text);
@@ -236,7 +263,7 @@ export class L7Handler {
     const { conn } = ctx;
     const policy = this.#o.policyFor(conn.sandbox);
     const method = req.method ?? "GET";
-    const path = req.url ?? "/";
+    let path = req.url ?? "/";
     const at = policy && this.#hostFor(ctx, policy, req);
     const host = at && "host" in at ? at.host : ctx.host || conn.ip;
     // A plain-HTTP request to a host no rule inspects is sent on as it is, neither counted nor audited.
@@ -249,6 +276,13 @@ export class L7Handler {
     };
     if (!policy) return refuse(403, "no L7 policy", "egress denied: the sandbox's policy changed");
     if ("status" in at!) return refuse(at.status, "host", at.text);
+    // The rules judge the normal form of the path, and the upstream is sent that very form (a
+    // host no rule inspects gets the target as it came).
+    if (inspected) {
+      const n = normalizeTarget(path);
+      if ("invalid" in n) return refuse(400, "path", pathRefusal(n.invalid));
+      path = n.target;
+    }
     if (inspected && !this.#rate.take(conn.sandbox, policy.requestsPerMinute)) return refuse(429, "requestsPerMinute", `rate limit of ${policy.requestsPerMinute} requests per minute`);
     const prepared = prepareRequest(policy, { host, tls: ctx.tls, allowedBy: conn.allowedBy, method, path, headers: req.headers }, this.#o.secretsFor(conn.sandbox));
     if ("refuse" in prepared) return refuse(prepared.refuse.status, prepared.refuse.rule, prepared.refuse.text);
@@ -256,13 +290,21 @@ export class L7Handler {
     let rule = prepared.rule;
     const mcp = decide !== undefined;
     let body: Buffer | undefined;
+    let bodyHold: Hold | undefined;
     let tool: string | undefined;
     if (mcp && method === "POST") {
       // An encoded body would pass the screen unread and could be decoded by the server.
       const encoding = String(req.headers["content-encoding"] ?? "").trim().toLowerCase();
       if (encoding !== "" && encoding !== "identity") return refuse(415, "mcp", "MCP request bodies are screened, so they must be sent without a Content-Encoding");
-      const raw = await readBounded(req, this.#maxMcpBody);
-      if (!raw) return refuse(413, "mcp", "MCP request body too large to screen");
+      // Held until it is sent on, or the exchange ends without that.
+      const hold = (bodyHold = this.#held.hold(conn.sandbox));
+      res.once("close", hold.release);
+      const raw = await readBounded(req, this.#maxMcpBody, hold);
+      if (raw === "budget") {
+        res.setHeader("retry-after", "1");
+        return refuse(429, "mcp", `this sandbox's MCP bodies being screened hold ${this.#held.held(conn.sandbox)} bytes, ${this.#maxMcpHeld} at most: try again`);
+      }
+      if (typeof raw === "string") return refuse(413, "mcp", "MCP request body too large to screen");
       const text = rpcText(raw) ?? "";
       const s = screenRequest(decide!, text);
       if (s.invalid) return refuse(400, "mcp", s.invalid);
@@ -312,22 +354,32 @@ export class L7Handler {
       ur.on("data", (c: Buffer) => (bytes += c.length));
       ur.on("end", () => record(rule, ur.statusCode ?? 0, bytes, tool));
       if (mcp && type.includes("application/json")) {
-        void readBounded(ur, this.#maxMcpBody).then((b) => {
-          if (!b) return void res.destroy();
+        const hold = this.#held.hold(conn.sandbox);
+        res.once("close", hold.release);
+        void readBounded(ur, this.#maxMcpBody, hold).then((b) => {
+          if (b === "budget") {
+            this.#o.log?.(`traffic-proxy: l7: ${conn.sandbox}: an MCP answer from ${host} passed the sandbox's ${this.#maxMcpHeld} bytes held at once; refused`);
+            return void res.writeHead(502, { "content-type": "text/plain" }).end(`traffic-proxy: the answer of ${host} could not be screened: this sandbox's MCP bodies held at once passed ${this.#maxMcpHeld} bytes\n`);
+          }
+          if (typeof b === "string") return void res.destroy();
           const text = filterAnswer(decide!, b.toString("utf8"));
           out["content-length"] = String(Buffer.byteLength(text));
           res.writeHead(ur.statusCode ?? 502, out).end(text);
+          hold.release();
         });
       } else if (mcp && type.includes("text/event-stream")) {
         delete out["content-length"];
         res.writeHead(ur.statusCode ?? 502, out);
         // One event is held at most maxMcpBody long, and the upstream waits while the client is slow.
         const f = new SseFilter(decide!, this.#maxMcpBody);
+        const hold = this.#held.hold(conn.sandbox);
+        res.once("close", hold.release);
         ur.setEncoding("utf8");
         ur.on("data", (c: string) => {
           const text = f.push(c);
-          if (text === undefined) {
-            this.#o.log?.(`traffic-proxy: l7: ${conn.sandbox}: an SSE event from ${host} outgrew ${this.#maxMcpBody} characters unfinished; stream ended`);
+          if (text === undefined || !hold.set(f.pending)) {
+            const why = text === undefined ? `outgrew ${this.#maxMcpBody} characters` : `passed the sandbox's ${this.#maxMcpHeld} bytes held at once`;
+            this.#o.log?.(`traffic-proxy: l7: ${conn.sandbox}: an SSE event from ${host} ${why} unfinished; stream ended`);
             ur.destroy();
             return void res.destroy();
           }
@@ -347,10 +399,14 @@ export class L7Handler {
     res.once("close", () => {
       if (!res.writableFinished) current?.destroy();
     });
-    if (body) up.end(body);
+    if (body) up.end(body, () => bodyHold?.release());
     else if (bodyless) up.end();
     else req.pipe(up);
   }
+}
+
+function pathRefusal(why: string): string {
+  return `${why}: refused, since servers read it in more than one way and the rules judge one`;
 }
 
 /** A header block written by hand (the upgrade path): values from rules and secrets are checked,
@@ -366,17 +422,34 @@ function headerBlock(headers: http.OutgoingHttpHeaders): string | undefined {
   return out;
 }
 
-/** The whole body, or undefined past `max` bytes. */
-function readBounded(s: NodeJS.ReadableStream, max: number): Promise<Buffer | undefined> {
+/** The whole body, its bytes held by `hold` (the caller releases them); `large` past `max` bytes,
+ * `budget` past the sandbox's budget, `cut` when the stream failed or closed first (each of those
+ * holding nothing). */
+function readBounded(s: NodeJS.ReadableStream, max: number, hold: Hold): Promise<Buffer | "large" | "budget" | "cut"> {
   return new Promise((resolve) => {
-    const parts: Buffer[] = [];
+    let parts: Buffer[] = [];
     let n = 0;
+    let done = false;
+    const stop = (why: "large" | "budget" | "cut") => {
+      if (done) return;
+      done = true;
+      parts = [];
+      hold.release();
+      resolve(why);
+    };
     s.on("data", (c: Buffer) => {
+      if (done) return;
       n += c.length;
-      if (n > max) return resolve(undefined);
+      if (n > max) return stop("large");
+      if (!hold.take(c.length)) return stop("budget");
       parts.push(c);
     });
-    s.on("end", () => resolve(n > max ? undefined : Buffer.concat(parts)));
-    s.on("error", () => resolve(undefined));
+    s.on("end", () => {
+      if (done) return;
+      done = true;
+      resolve(Buffer.concat(parts));
+    });
+    s.on("error", () => stop("cut"));
+    s.on("close", () => stop("cut"));
   });
 }

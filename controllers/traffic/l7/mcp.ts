@@ -167,6 +167,11 @@ export class SseFilter {
   }
   #from = 0;
 
+  /** Characters held while waiting for an event's end. */
+  get pending(): number {
+    return this.#buf.length;
+  }
+
   /** What is left at the stream's end (an unterminated event, unfiltered data cannot carry a list). */
   end(): string {
     const rest = this.#buf;

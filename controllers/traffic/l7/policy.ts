@@ -76,14 +76,25 @@ export function glob(pattern: string, s: string): boolean {
 /** Whether connections to `host` are opened and read. A bypassed host (only bypass rules name it)
  * is passed through, even under `rateLimitAll`: the bypass is the more specific word. */
 export function inspects(p: L7Policy, host: string): boolean {
+  return ruleInspects(p, host) ?? Boolean(p.rateLimitAll && p.requestsPerMinute);
+}
+
+/** Whether a rule names `host` for inspection (not only `rateLimitAll`, which counts every
+ * connection but names no host): what an address serving such a name must not be reached
+ * around by bytes the handler cannot read. */
+export function namedForInspection(p: L7Policy, host: string): boolean {
+  return ruleInspects(p, host) === true;
+}
+
+/** true: a rule inspects `host`; false: only bypass rules name it; undefined: no rule names it. */
+function ruleInspects(p: L7Policy, host: string): boolean | undefined {
   const names = (d: string) => d === "*" || hostScore(d, host) >= 0;
   const profileRules = (p.profiles ?? []).flatMap((pr) => pr.rules.filter((r) => r.match.some((m) => m.domains.some(names))));
   if (profileRules.some((r) => !r.actions.bypass)) return true;
   const rules = rulesFor(p.http, host);
   if (rules.some((r) => r.action !== "bypass")) return true;
   if (rules.length > 0 || profileRules.length > 0) return false;
-  if (p.rateLimitAll && p.requestsPerMinute) return true;
-  return rulesFor(p.mcp.map((m) => ({ ...m, host: m.server })), host).length > 0;
+  return rulesFor(p.mcp.map((m) => ({ ...m, host: m.server })), host).length > 0 || undefined;
 }
 
 /** The rules of the best-matching host pattern only (rule sets of other patterns are not merged). */

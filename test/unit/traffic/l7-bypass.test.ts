@@ -6,7 +6,10 @@
 // inspected name was answered for is refused; every plain-HTTP request on a connection is judged
 // by its own Host; a request must name the host its SNI chose the credential for; the MCP screen
 // reads keys as a case-insensitive (Go) server would and refuses a denied notification; an
-// unfinished SSE event is held only so long.
+// unfinished SSE event is held only so long. A request's path is judged, and sent on, in its
+// normal form (RFC 3986), or refused when it has none; bytes that are neither TLS nor HTTP to an
+// inspected address are closed; an SNI with a trailing dot is the name without it; the MCP bodies
+// a sandbox holds at once are bounded.
 import https from "node:https";
 import http from "node:http";
 import { mkdtempSync, rmSync } from "node:fs";
@@ -22,6 +25,7 @@ import type { L7Policy } from "../../../controllers/traffic/l7/policy.ts";
 import { compilePolicy } from "../../../controllers/traffic/policy.ts";
 import { TrafficProxy } from "../../../controllers/traffic/proxy.ts";
 import { sniff } from "../../../controllers/traffic/sniff.ts";
+import { normalizeTarget } from "../../../controllers/traffic/l7/path.ts";
 
 const SECRET = "ghp_secret-value-for-api-test";
 const NAMES = ["mcp.test", "api.test", "other.test"];
@@ -36,6 +40,8 @@ let tlsPort = 0;
 let plainPort = 0;
 let servers: { close(): void; closeAllConnections(): void }[] = [];
 let proxy: TrafficProxy;
+let handler: L7Handler;
+const MAX_MCP_HELD = 100 * 1024;
 let dir = "";
 /** Connections the plain-HTTP stand-in accepted. */
 let plainConnections = 0;
@@ -46,6 +52,13 @@ const policy: L7Policy = {
     { name: "no-admin", host: "mcp.test", paths: ["/admin*"], action: "block" },
   ],
   mcp: [{ name: "only-safe", server: "mcp.test", tool: "safe", action: "allow" }],
+};
+
+/** "prof": a SecurityProfile screens the MCP endpoint it names by path (/mcp) on mcp.test. */
+const profPolicy: L7Policy = {
+  http: [],
+  mcp: [],
+  profiles: [{ name: "mcp-acl", priority: 1, rules: [{ name: "no-danger", match: [{ domains: ["mcp.test"], paths: [{ type: "Prefix", value: "/mcp" }] }], actions: { mcpToolPolicy: { rules: [{ toolNames: ["danger"], action: "deny" }], defaultAction: "allow" } } }] }],
 };
 
 function answer(proto: string) {
@@ -68,7 +81,9 @@ function answer(proto: string) {
         };
         return more();
       }
-      res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify({ jsonrpc: "2.0", id: 1, result: { upstream: "reached" } }));
+      // /big: an answer of 60 000 bytes.
+      const result = req.url === "/big" ? { upstream: "reached", pad: "x".repeat(60_000 - 58) } : { upstream: "reached" };
+      res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify({ jsonrpc: "2.0", id: 1, result }));
     });
   };
 }
@@ -85,15 +100,15 @@ beforeAll(async () => {
   tlsPort = (up.address() as AddressInfo).port;
   plainPort = (plain.address() as AddressInfo).port;
   ca = await SandboxCa.create("sbx");
-  const handler = new L7Handler({ policyFor: (s) => (s === "open" ? { http: [], mcp: [] } : policy), secretsFor: () => new Map([["gh", SECRET]]), caFor: async () => ca, audit: (r) => audit.push(r), upstreamTls: { ca: issuer.certPem }, maxMcpBody: MAX_MCP_BODY });
+  handler = new L7Handler({ policyFor: (s) => (s === "open" ? { http: [], mcp: [] } : s === "all" ? { http: [], mcp: [], requestsPerMinute: 100, rateLimitAll: true } : s === "prof" ? profPolicy : policy), secretsFor: () => new Map([["gh", SECRET]]), caFor: async () => ca, audit: (r) => audit.push(r), upstreamTls: { ca: issuer.certPem }, maxMcpBody: MAX_MCP_BODY, maxMcpHeldPerSandbox: MAX_MCP_HELD });
   proxy = new TrafficProxy({
     refuse: () => undefined,
     resolve: async (host) => {
       if (NAMES.includes(host)) return ["127.0.0.1"];
       throw Object.assign(new Error(`${host}: not found`), { code: "ENOTFOUND" });
     },
-    // "open" may reach 127.0.0.1 by its address; "sbx" only by the names.
-    policyFor: (s) => compilePolicy(s === "open" ? { allowOut: ["127.0.0.1"], denyOut: [] } : { allowOut: NAMES, denyOut: ["0.0.0.0/0"] }),
+    // "open" and "all" may reach 127.0.0.1 by its address; "sbx" only by the names.
+    policyFor: (s) => compilePolicy(s === "open" || s === "all" ? { allowOut: ["127.0.0.1"], denyOut: [] } : { allowOut: NAMES, denyOut: ["0.0.0.0/0"] }),
     l7: handler,
     firstRequestTimeoutMs: 1000,
   });
@@ -303,5 +318,157 @@ describe("the MCP screen", () => {
     });
     expect(out.ended).toBe(false);
     expect(out.bytes).toBeLessThan(MAX_MCP_BODY);
+  });
+});
+
+describe("request paths: judged, and sent on, in their normal form", () => {
+  it("blocks /admin however its path is spelt, over TLS and plain HTTP, upgrades too", async () => {
+    const n = seen.length;
+    for (const path of ["//admin", "/./admin", "/x/../admin", "/%61dmin", "/%2e%2E/admin", "/x//..//admin", "/admin/."]) {
+      const got = await overTls(`GET ${path} HTTP/1.1\r\nHost: mcp.test\r\nconnection: close\r\n\r\n`, { servername: "mcp.test" });
+      expect([path, statusLines(got)]).toEqual([path, ["HTTP/1.1 403 Forbidden"]]);
+      expect(got).toContain('blocked by rule "no-admin"');
+    }
+    for (const path of ["//admin", "/%61dmin"]) expect(await plainHttp(`GET ${path} HTTP/1.1\r\nHost: mcp.test\r\nconnection: close\r\n\r\n`)).toContain('blocked by rule "no-admin"');
+    // An upgrade is judged by the same path (else refused for another reason: MCP rules govern the host).
+    expect(statusLines(await plainHttp("GET //admin HTTP/1.1\r\nHost: mcp.test\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n"))).toEqual(["HTTP/1.1 403 Forbidden"]);
+    expect(audit.at(-1)).toMatchObject({ host: "mcp.test", path: "/admin", rule: "no-admin", refused: true });
+    expect(seen.slice(n)).toEqual([]);
+  });
+
+  it("sends the upstream the path it judged, the query as it came; a case-sensitive rule keeps case", async () => {
+    const n = seen.length;
+    const got = await overTls("GET /x/./y/..//z%7e%3b?q=/../admin%2F HTTP/1.1\r\nHost: mcp.test\r\nconnection: close\r\n\r\n", { servername: "mcp.test" });
+    expect(statusLines(got)).toEqual(["HTTP/1.1 200 OK"]);
+    expect(await plainHttp("GET /ADMIN HTTP/1.1\r\nHost: mcp.test\r\nconnection: close\r\n\r\n")).toMatch(/^HTTP\/1\.1 200/);
+    expect(seen.slice(n)).toEqual([expect.objectContaining({ proto: "https", url: "/x/z~%3B?q=/../admin%2F" }), expect.objectContaining({ proto: "http", url: "/ADMIN" })]);
+    expect(audit.at(-1)).toMatchObject({ host: "mcp.test", path: "/ADMIN", refused: false });
+  });
+
+  it("refuses (400, audited) a path servers read in more than one way", async () => {
+    const n = seen.length;
+    for (const path of ["/x%2Fadmin", "/x%5cadmin", "/x\\..\\admin", "/admin%00", "/%zzadmin", "/x%", "/..;/admin", "/x/..;/admin"]) {
+      const before = audit.length;
+      const got = await overTls(`GET ${path} HTTP/1.1\r\nHost: mcp.test\r\nconnection: close\r\n\r\n`, { servername: "mcp.test" });
+      expect([path, statusLines(got)]).toEqual([path, ["HTTP/1.1 400 Bad Request"]]);
+      expect(audit.slice(before)).toEqual([expect.objectContaining({ host: "mcp.test", rule: "path", status: 400, refused: true })]);
+    }
+    expect(statusLines(await plainHttp("GET /x%2F..%2Fadmin HTTP/1.1\r\nHost: mcp.test\r\nconnection: close\r\n\r\n"))).toEqual(["HTTP/1.1 400 Bad Request"]);
+    expect(seen.slice(n)).toEqual([]);
+  });
+
+  it("sends a request to a host no rule inspects with its target as it came", async () => {
+    const n = seen.length;
+    expect(await plainHttp("GET //x/%2F/../y HTTP/1.1\r\nHost: other.test\r\nconnection: close\r\n\r\n")).toMatch(/^HTTP\/1\.1 200/);
+    expect(seen.slice(n)).toEqual([expect.objectContaining({ host: "other.test", url: "//x/%2F/../y" })]);
+  });
+
+  it("screens an MCP endpoint a profile names by its path however the path is spelt", async () => {
+    const n = seen.length;
+    for (const path of ["//mcp", "/%6dcp", "/x/../mcp"]) {
+      const got = await overTls(post("mcp.test", call("danger")).replace("POST /mcp", `POST ${path}`), { servername: "mcp.test", sandbox: "prof" });
+      expect([path, statusLines(got)]).toEqual([path, ["HTTP/1.1 200 OK"]]);
+      expect(got).toContain('tool \\"danger\\" is denied');
+    }
+    expect(seen.slice(n)).toEqual([]);
+  });
+
+  it("the normal form: dot segments, merged slashes, unreserved escapes decoded", () => {
+    const t = (x: string) => normalizeTarget(x);
+    expect(t("/")).toEqual({ target: "/", path: "/" });
+    expect(t("/a/b/")).toMatchObject({ target: "/a/b/" });
+    expect(t("/a/..")).toMatchObject({ target: "/" });
+    expect(t("/../..//a")).toMatchObject({ target: "/a" });
+    expect(t("/a b/%c3%a9")).toMatchObject({ target: "/a%20b/%C3%A9" });
+    expect(t("/a;b=1/c")).toMatchObject({ target: "/a;b=1/c" });
+    expect(t("*")).toMatchObject({ target: "*" });
+    expect(t("a/b")).toHaveProperty("invalid");
+    expect(t("/a#/../b")).toHaveProperty("invalid");
+    // Idempotent: the normal form of the normal form is itself.
+    for (const x of ["//a/./b/../c/", "/%41%2d%7E/.."]) {
+      const once = t(x) as { target: string };
+      expect(t(once.target)).toMatchObject({ target: once.target });
+    }
+  });
+});
+
+describe("bytes neither TLS nor HTTP", () => {
+  it("are closed (audited) to an address an inspected name was answered for: ssh, a lower-case method, silence", async () => {
+    const before = plainConnections;
+    for (const bytes of ["SSH-2.0-OpenSSH_9.6\r\n", "get /admin HTTP/1.1\r\nHost: mcp.test\r\n\r\n"]) {
+      const n = audit.length;
+      expect(await plainHttp(bytes)).toBe("");
+      expect(audit.slice(n)).toEqual([expect.objectContaining({ sandbox: "sbx", host: "127.0.0.1", rule: "neither TLS nor HTTP to an inspected address", status: 403, refused: true })]);
+    }
+    // Nothing within the first-request timeout (a client waiting to send TLS or HTTP later).
+    const n = audit.length;
+    const s = await redirected("sbx", plainPort);
+    const closed = await new Promise<boolean>((resolve) => {
+      const t = setTimeout(() => resolve(false), 3000);
+      s.on("close", () => (clearTimeout(t), resolve(true))).on("data", () => {});
+    });
+    s.destroy();
+    expect(closed).toBe(true);
+    expect(audit.slice(n)).toEqual([expect.objectContaining({ rule: "neither TLS nor HTTP to an inspected address" })]);
+    expect(plainConnections).toBe(before);
+  });
+
+  it("pass through where no inspected name is served, a rate limit over every request (which names no host) too", async () => {
+    const before = plainConnections;
+    // The stand-in is an HTTP server: it refuses the bytes itself once they reached it.
+    expect(await plainHttp("SSH-2.0-OpenSSH_9.6\r\n\r\n", "open")).toMatch(/^HTTP\/1\.1 400/);
+    expect(await plainHttp("SSH-2.0-OpenSSH_9.6\r\n\r\n", "all")).toMatch(/^HTTP\/1\.1 400/);
+    expect(plainConnections).toBe(before + 2);
+  });
+});
+
+describe("a name with a trailing dot is the name without it", () => {
+  it("an SNI of api.test. is api.test: allowed by its rule, Host api.test is its Host, the credential goes", async () => {
+    const n = seen.length;
+    const got = await overTls("GET /x HTTP/1.1\r\nHost: api.test\r\nconnection: close\r\n\r\n", { servername: "api.test." });
+    expect(statusLines(got)).toEqual(["HTTP/1.1 200 OK"]);
+    expect(seen.slice(n)).toEqual([expect.objectContaining({ sni: "api.test", host: "api.test", auth: `Bearer ${SECRET}` })]);
+    expect(await overTls("GET /admin HTTP/1.1\r\nHost: MCP.test.\r\nconnection: close\r\n\r\n", { servername: "mcp.test." })).toContain('blocked by rule "no-admin"');
+  });
+});
+
+describe("MCP bodies a sandbox holds at once", () => {
+  /** A tools/call of "safe" whose JSON is `size` bytes. */
+  const padded = (size: number) => {
+    const body = (pad: string) => JSON.stringify({ jsonrpc: "2.0", id: 1, method: "tools/call", params: { name: "safe", arguments: { pad } } });
+    return body("x".repeat(size - body("").length));
+  };
+  const until = async (what: () => boolean) => {
+    for (let i = 0; i < 300 && !what(); i++) await new Promise((r) => setTimeout(r, 10));
+    return what();
+  };
+
+  it("are bounded per sandbox: past the budget a request is refused 429 before it is sent, an answer 502; the budget comes back", async () => {
+    const n = seen.length;
+    // A: 50 000 of its 60 000 bytes sent, held while the proxy waits for the rest.
+    const a = padded(60_000);
+    const raw = await redirected("sbx", tlsPort);
+    const sa = tls.connect({ socket: raw, servername: "mcp.test", ca: ca.certPem });
+    let gotA = "";
+    const closedA = new Promise<void>((resolve) => sa.on("data", (c: Buffer) => (gotA += c.toString())).on("close", resolve).on("error", () => {}));
+    sa.write(post("mcp.test", a).slice(0, -10_000));
+    expect(await until(() => handler.mcpHeld("sbx") >= 50_000)).toBe(true);
+    // B: 60 000 more would pass 100 KiB held at once.
+    const b = await overTls(post("mcp.test", padded(60_000)), { servername: "mcp.test" });
+    expect(statusLines(b)).toEqual(["HTTP/1.1 429 Too Many Requests"]);
+    expect(b.toLowerCase()).toContain("retry-after: 1");
+    expect(audit.at(-1)).toMatchObject({ sandbox: "sbx", host: "mcp.test", rule: "mcp", status: 429, refused: true });
+    // An answer that would pass it: the call was sent, so the client is told (502), not asked to retry.
+    const big = await overTls(post("mcp.test", call("safe")).replace("POST /mcp", "POST /big"), { servername: "mcp.test" });
+    expect(statusLines(big)).toEqual(["HTTP/1.1 502 Bad Gateway"]);
+    expect(big).toContain("MCP bodies held at once passed");
+    // A's end: screened and sent; then nothing is held, and a body as large as B's goes.
+    sa.write(post("mcp.test", a).slice(-10_000));
+    await closedA;
+    expect(statusLines(gotA)).toEqual(["HTTP/1.1 200 OK"]);
+    expect(await until(() => handler.mcpHeld("sbx") === 0)).toBe(true);
+    expect(statusLines(await overTls(post("mcp.test", padded(60_000)), { servername: "mcp.test" }))).toEqual(["HTTP/1.1 200 OK"]);
+    expect(handler.mcpHeld("sbx")).toBe(0);
+    expect(seen.slice(n).map((x) => [x.url, x.body.length])).toEqual([["/big", call("safe").length], ["/mcp", 60_000], ["/mcp", 60_000]]);
   });
 });

@@ -3,7 +3,7 @@
 // placeholders, JSON-RPC screening and answer filtering (JSON, batches, SSE split anywhere).
 import { describe, expect, it } from "vitest";
 import { MAX_TOOL_NAME, SseFilter, TOOL_DENIED_CODE, filterAnswer, rpcText, screenRequest } from "../../../controllers/traffic/l7/mcp.ts";
-import { decideRequest, decideTool, e2bRules, glob, hostScore, inspects, referencedSecrets, resolveSecrets, type L7Policy } from "../../../controllers/traffic/l7/policy.ts";
+import { decideRequest, decideTool, e2bRules, glob, hostScore, inspects, namedForInspection, referencedSecrets, resolveSecrets, type L7Policy } from "../../../controllers/traffic/l7/policy.ts";
 import { RateLimiter } from "../../../controllers/traffic/l7/rate.ts";
 
 describe("policy", () => {
@@ -42,6 +42,9 @@ describe("policy", () => {
     expect([inspects(all, "h"), inspects(all, "b"), inspects(all, "other")]).toEqual([true, false, true]);
     const profile: L7Policy = { ...all, profiles: [{ name: "bp", priority: 0, rules: [{ name: "skip", match: [{ domains: ["p.test"] }], actions: { bypass: true } }] }] };
     expect([inspects(profile, "p.test"), inspects(profile, "other")]).toEqual([false, true]);
+    // A rule names h and a.mcp.io for inspection; rateLimitAll alone names no host (another
+    // protocol to `other` is counted, not refused as one to an inspected host is).
+    expect([namedForInspection(all, "h"), namedForInspection(all, "a.mcp.io"), namedForInspection(all, "b"), namedForInspection(all, "other")]).toEqual([true, true, false, false]);
   });
 
   it("decides MCP tools by server and tool glob; a named server's unnamed tool is denied; others ungoverned", () => {

@@ -85,6 +85,9 @@ describe("sniff: the name a connection's first bytes ask for", () => {
   it("reads SNI from a real ClientHello, and none when the client sends none", async () => {
     expect(sniff(await clientHello("Allowed.Test"))).toEqual({ kind: "tls", name: "allowed.test" });
     expect(sniff(await clientHello())).toEqual({ kind: "tls" });
+    // As the rules match names: a fully qualified name's trailing dot dropped; an empty label is no name.
+    expect(sniff(await clientHello("Allowed.Test."))).toEqual({ kind: "tls", name: "allowed.test" });
+    expect(sniff(await clientHello("allowed..test"))).toEqual({ kind: "tls" });
     const hello = await clientHello("allowed.test");
     expect(sniff(hello.subarray(0, 40))).toBeUndefined();
   });
