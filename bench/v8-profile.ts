@@ -102,6 +102,8 @@ export function bundleFiles(bundlePath: string): (line: number) => string {
  * node of its own, so a function's self time never holds the SQLite work it asked for, and a
  * ranking by function alone says nothing about which statements cost (session 19: session 18's
  * "ack delete ~300 µs per create" was 21 µs here, `exec <- unqueue` plus its flush).
+ * `byKind`: the same time by what ran it (`kindOf`), so two sides compare where their code
+ * differs in every function and file (the product against the feature skeleton).
  */
 export function selfTimes(profile: CpuProfile, fileOf: (url: string, line: number) => string) {
   const byId = new Map(profile.nodes.map((n) => [n.id, n]));
@@ -112,6 +114,7 @@ export function selfTimes(profile: CpuProfile, fileOf: (url: string, line: numbe
   const selfByFile = new Map<string, number>();
   const total = new Map<string, number>();
   const nativeByCaller = new Map<string, number>();
+  const byKind = new Map<string, number>();
   let sampled = 0;
   const add = (m: Map<string, number>, k: string, v: number) => m.set(k, (m.get(k) ?? 0) + v);
   for (let i = 0; i < profile.samples.length; i++) {
@@ -122,6 +125,7 @@ export function selfTimes(profile: CpuProfile, fileOf: (url: string, line: numbe
     const file = where(node);
     add(self, `${node.callFrame.functionName || "(anonymous)"} ${file}:${node.callFrame.lineNumber + 1}`, dt);
     add(selfByFile, file, dt);
+    add(byKind, kindOf(node.callFrame, file), dt);
     if (!node.callFrame.url && node.callFrame.functionName && !node.callFrame.functionName.startsWith("(")) {
       let caller = parent.get(node.id);
       while (caller !== undefined && !byId.get(caller)!.callFrame.url) caller = parent.get(caller);
@@ -137,5 +141,24 @@ export function selfTimes(profile: CpuProfile, fileOf: (url: string, line: numbe
       }
     }
   }
-  return { self, selfByFile, total, nativeByCaller, sampled };
+  return { self, selfByFile, total, nativeByCaller, byKind, sampled };
+}
+
+/** A Durable Object's SQLite calls: statements (`exec` and its cursor's reads) and commits asked for. */
+const SQL_STATEMENT = new Set(["exec", "toArray", "one", "next", "raw"]);
+const SQL_COMMIT = new Set(["transactionSync", "transaction", "sync"]);
+
+/**
+ * What a sample's time was spent on, by the frame that ran: bundled code (libraries apart from
+ * the bundle's own modules), V8's own entries (`(program)`: the runtime's C++ between JS calls
+ * and outside them; `(garbage collector)`), SQLite statements, SQLite commits, or any other call
+ * into the runtime (timers, Response, RPC stubs' `get`, body reads…). `file`: the frame's source
+ * file as `selfTimes` names it.
+ */
+export function kindOf(frame: { functionName: string; url: string }, file: string): string {
+  if (frame.url) return file.startsWith("node_modules/") ? "JS: libraries (node_modules)" : "JS: own modules";
+  if (frame.functionName === "(program)" || frame.functionName === "(garbage collector)") return frame.functionName;
+  if (SQL_STATEMENT.has(frame.functionName)) return "SQLite statements (exec, cursor reads)";
+  if (SQL_COMMIT.has(frame.functionName)) return "SQLite commits asked for (transactionSync, sync)";
+  return "other runtime calls";
 }
