@@ -71,11 +71,16 @@ export class RootfsStore {
     }
   }
 
-  /** A fresh private directory to build a layer in; `commitLayer` publishes it. */
+  /** A fresh private directory to build a layer in; `commitLayer` publishes it. 0700: it holds a
+   * build step's tree (the tenant's, with set-uid files owned by the step's root) and, without a
+   * step disk, its upper directory; a store outside root's home (SBX_ROOTFS_DIR) must not let
+   * other host users reach them. Only root works in it (bwrap reaches a step's root at
+   * STEP_ROOTS), and the layer it becomes by rename keeps the mode. */
   stagingDir(id: string): string {
     const dir = join(this.root, "layers", `.build-${id}-${process.pid}-${Date.now()}`);
     rmSync(dir, { recursive: true, force: true });
-    mkdirSync(dir, { recursive: true });
+    mkdirSync(join(this.root, "layers"), { recursive: true });
+    mkdirSync(dir, { mode: 0o700 });
     return dir;
   }
 
