@@ -6,7 +6,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
 import { TemplateBuilder } from "../../../../../controllers/drivers/local/builder/builder.ts";
-import { BuildJournal } from "../../../../../controllers/drivers/local/builder/journal.ts";
+import { BuildJournal, deadStepMounts } from "../../../../../controllers/drivers/local/builder/journal.ts";
 import { layerIdOf, planSteps } from "../../../../../controllers/drivers/local/builder/plan.ts";
 import { RetiredTemplates } from "../../../../../controllers/drivers/local/builder/retire.ts";
 import { RootfsStore } from "../../../../../controllers/drivers/local/rootfs/store.ts";
@@ -97,5 +97,30 @@ describe("BuildJournal", () => {
     expect(new BuildJournal(dir).list((f) => bad.push(f))).toEqual([{ frame, seq: 7 }]);
     expect(bad).toEqual(["bad.json"]);
     expect(() => j.put({ frame: { ...frame, buildId: "../x" }, seq: 0 })).toThrow(/not a file name/);
+  });
+});
+
+describe("deadStepMounts", () => {
+  it("finds a dead builder's mounts from the mount table, also those whose staging directory is gone, deepest first", () => {
+    const line = (at: string) => `36 25 0:32 / ${at} rw,relatime shared:1 - overlay overlay rw`;
+    const layers = "/store/layers";
+    const mountinfo = [
+      line("/"),
+      line("/run/kruise-builds/.build-step-a-100-1796425112692/root"), // dead pid 100, no staging directory
+      line("/run/kruise-builds/.build-step-b-200-1796425112693/root"), // live pid 200
+      line("/run/kruise-builds/.build-step-c-100-1796425112694"), // an older agent's layout
+      line("/store/layers/.build-step-d-100-1796425112695/disk"),
+      line("/store/layers/.build-step-d-100-1796425112695/lower/0"),
+      line("/store/layers/.build-step-e-200-1796425112696/disk"),
+      line("/store/layers/step-f/rootfs"), // a layer, not a staging directory
+      line("/run/kruise-builds/other/root"),
+      line(String.raw`/store/layers/.build\040odd-100-1/disk`), // not a builder's name: left
+    ].join("\n");
+    expect(deadStepMounts(layers, (pid) => pid === "200", mountinfo, "/run/kruise-builds")).toEqual([
+      "/run/kruise-builds/.build-step-a-100-1796425112692/root",
+      "/store/layers/.build-step-d-100-1796425112695/lower/0",
+      "/run/kruise-builds/.build-step-c-100-1796425112694",
+      "/store/layers/.build-step-d-100-1796425112695/disk",
+    ]);
   });
 });
