@@ -81,7 +81,7 @@ export class RetiredTemplates {
   /** Removes every waiting layer nothing uses any more; the rest are tried again in a minute. */
   async sweep(): Promise<string[]> {
     if (!this.#waiting.size) return [];
-    const removed = await this.#remove((used) => [...this.#waiting].filter((l) => !used.has(l)), "retired");
+    const removed = await this.#remove((used) => [...this.#waiting].filter((l) => !used.has(l)), "retired layer");
     for (const l of removed) this.#waiting.delete(l);
     clearTimeout(this.#timer);
     this.#timer = this.#waiting.size ? setTimeout(() => void this.sweep().catch(() => {}), 60_000).unref() : undefined;
