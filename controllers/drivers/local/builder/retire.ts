@@ -17,8 +17,8 @@ export const BUILT = /^b-[a-z0-9-]{1,64}$/;
  * build: only a later build of the same steps could) the store keeps: one build's own bounds
  * (builder.ts BUILD_DISK_MB, BUILD_FILES). A build that failed at its last step can be run again
  * from its cached steps, and more than that buys a team no more than a faster retry of older
- * builds, paid for with the host's disk. A team's used layers are not counted: its templates and
- * sandboxes are bounded by the edge. */
+ * builds, paid for with the host's disk. Layers in use are neither counted nor evicted: their
+ * templates and sandboxes need them. */
 export interface CacheBound {
   bytes: number;
   files: number;
