@@ -17,7 +17,7 @@ import { IntentStore } from "./intent-store.ts";
 import { Link } from "./link.ts";
 import { startMetricsServer, type MetricsServer } from "./metrics-server.ts";
 import { Reconciler, desiredFor } from "./reconciler.ts";
-import { BUILD_DISK_MB, TemplateBuilder } from "../drivers/local/builder/builder.ts";
+import { BUILD_DISK_MB, CACHE_BOUND, TemplateBuilder } from "../drivers/local/builder/builder.ts";
 import { RetiredTemplates } from "../drivers/local/builder/retire.ts";
 import { RootfsStore } from "../drivers/local/rootfs/store.ts";
 import { detectCgroups } from "../drivers/local/cgroups.ts";
@@ -213,6 +213,11 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
           uids: driver instanceof LocalDriver ? driver.stepUids() : "not the local driver",
           // Where sandboxes get disks of their own, so do a build's steps.
           buildDiskMB: driver.capabilities.disk === "quota" ? BUILD_DISK_MB : undefined,
+          // Each team's cached layers stay within CACHE_BOUND (evicted least recently used first).
+          onBuildEnd: (team) => void retired?.trim(team, CACHE_BOUND).then(
+            (gone) => gone.length && agentLog.info("evicted cached layers past the team's bound", { team, layers: gone.length }),
+            (err: Error) => agentLog.warn(`layer cache of team ${team}: ${err.message}`),
+          ),
         })
       : undefined;
   // A running build's layers are in no record until it publishes its own: held by the builder.

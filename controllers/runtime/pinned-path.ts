@@ -161,3 +161,17 @@ export function pinPath(view: SandboxView, sandboxPath: string, opts: PinOptions
     opts.create ?? false,
   );
 }
+
+/** The target's lstat as the sandbox resolves the path (its final link followed by the view, never
+ * by the kernel), looked at through its pinned directory; undefined when the target does not exist.
+ * Throws when a directory above it does not (ENOENT) or the path leaves the sandbox. A host path
+ * string handed to stat would be walked again from the host's `/`: a link swapped in after the
+ * view resolved it would have the answer tell the tenant about a host path. */
+export function lstatPinned(view: SandboxView, sandboxPath: string): Stats | undefined {
+  const p = pinPath(view, sandboxPath);
+  try {
+    return p.lstat();
+  } finally {
+    p.close();
+  }
+}

@@ -8,7 +8,7 @@
 // through one reads as denied.
 import type { Stats } from "node:fs";
 import { posix } from "node:path";
-import { pinPath } from "./pinned-path.ts";
+import { lstatPinned } from "./pinned-path.ts";
 import type { SandboxUser, SandboxView } from "./sandbox-view.ts";
 
 /** `none`: writes (see above); `reach`: search on the way only (stat). */
@@ -33,17 +33,11 @@ export function grants(st: Pick<Stats, "mode" | "uid" | "gid">, user: Pick<Sandb
   return (cls & bits) === bits;
 }
 
-/** The path's mode bits as the sandbox resolves it, looked at through its pinned directory
- * (pinned-path.ts): a host path string would be followed from the host's `/` if a link were
- * swapped in, and the answer would tell the tenant about a host file. */
+/** The path's mode bits as the sandbox resolves it (lstatPinned); undefined when it cannot be
+ * looked at. */
 function statOf(view: SandboxView, sandboxPath: string): Stats | undefined {
   try {
-    const p = pinPath(view, sandboxPath);
-    try {
-      return p.lstat();
-    } finally {
-      p.close();
-    }
+    return lstatPinned(view, sandboxPath);
   } catch {
     return undefined;
   }

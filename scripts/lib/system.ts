@@ -6,7 +6,7 @@
 // way to end them.
 import { spawn, type ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { chmodSync, existsSync, mkdirSync, openSync, readFileSync, writeFileSync } from "node:fs";
+import { chmodSync, existsSync, fchmodSync, fstatSync, mkdirSync, openSync, readFileSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { clusterTokenFor } from "../../schema/protocol/cluster-token.ts";
 import { migrate } from "../migrate.ts";
@@ -112,6 +112,16 @@ async function loadSecrets(dataDir: string, ingressPort?: number): Promise<Secre
   return secrets;
 }
 
+/** Opens a log for appending, readable by its owner only. openSync's mode applies only to a file it
+ * creates: an agent.log an older run left 0644 (what the agent prints names sandboxes, build steps
+ * and tenant paths) is tightened here. A log that is not a regular file (a terminal, /dev/null) is
+ * left as it is. */
+export function openPrivateLog(path: string): number {
+  const fd = openSync(path, "a", 0o600);
+  if (fstatSync(fd).isFile()) fchmodSync(fd, 0o600);
+  return fd;
+}
+
 export async function startSystem(opts: SystemOptions): Promise<System> {
   const dataDir = resolve(opts.dataDir);
   // Others may pass through the data directory, never list it: sandboxes' holders start as the
@@ -152,7 +162,7 @@ export async function startSystem(opts: SystemOptions): Promise<System> {
   const agentLog = opts.agentOutput ?? join(dataDir, "agent.log");
   // Its ports come from freePort, outside the range outgoing connections take theirs from.
   const launchAgent = async (): Promise<AgentProcess> => {
-    const out = opts.agentOutput === "inherit" ? "inherit" : openSync(agentLog, "a", 0o600);
+    const out = opts.agentOutput === "inherit" ? "inherit" : openPrivateLog(agentLog);
     const args = ["controllers/agent/main.ts", "--edge", edgeUrl, "--data-dir", join(dataDir, "agent"), "--ingress-port", String(secrets.ingressPort)];
     if (opts.level) args.push("--level", opts.level);
     args.push("--on-exit", opts.onExit ?? "destroy");

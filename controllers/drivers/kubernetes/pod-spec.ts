@@ -45,6 +45,8 @@ export interface PodInput {
   nativeSidecar?: boolean;
   /** The pod's Secret holding its runtime's token (runtime-token.ts). */
   runtimeTokenSecret?: string;
+  /** The template's `nestedUserNamespaces` (the operator's opt-in): see `seccompFor`. */
+  nestedUserNamespaces?: boolean;
 }
 
 /** Stable short hash of a template (FNV-1a would do; sha256 is at hand). */
@@ -79,6 +81,8 @@ export function buildPvc(vct: VolumeClaimTemplate, input: Pick<PodInput, "name" 
 
 export function buildPod(input: PodInput): V1Pod {
   const spec = structuredClone(input.template.spec ?? { containers: [] });
+  const seccomp = seccompFor(spec, input.nestedUserNamespaces ?? false);
+  if (seccomp) spec.securityContext = { ...spec.securityContext, seccompProfile: { type: seccomp } };
   const [main] = spec.containers;
   if (main && !main.resources?.limits && !main.resources?.requests) {
     const cpu = String(input.resources.cpuCount);
@@ -96,10 +100,6 @@ export function buildPod(input: PodInput): V1Pod {
   if (input.runtimeTokenSecret) withRuntimeToken(spec, input.runtimeTokenSecret);
   if (proxied) injectTraffic(spec, proxy, input.traffic!.configMap, input.nativeSidecar);
   spec.shareProcessNamespace ??= true;
-  // The container runtime's default seccomp filter unless the template chose a profile: with the
-  // kubelet's default (seccompDefault off) a pod is otherwise Unconfined. Not
-  // allowPrivilegeEscalation:false, which would stop sudo in the sandbox.
-  if (!spec.securityContext?.seccompProfile) spec.securityContext = { ...spec.securityContext, seccompProfile: { type: "RuntimeDefault" } };
   spec.automountServiceAccountToken ??= false;
   const claimVolumes: V1Volume[] = input.volumeClaimTemplates.map((vct) => ({
     name: vct.metadata.name,
@@ -119,6 +119,27 @@ export function buildPod(input: PodInput): V1Pod {
     },
     spec,
   };
+}
+
+/**
+ * The pod's seccomp profile where the template names none (for the pod or any of its containers),
+ * so a template's `nestedUserNamespaces` means on this driver what it means on the local one
+ * (../local/README.md, "Seccomp"): without it, `RuntimeDefault`, the container runtime's profile,
+ * which (as Docker's, whose rules containerd and CRI-O ship) refuses `unshare` and `clone` with
+ * CLONE_NEWUSER to a container without CAP_SYS_ADMIN, where the kubelet's default (no
+ * `--seccomp-default`) is no filter at all; with it, `Unconfined`. That gives more than the local
+ * driver's opt-in, which keeps the rest of its denylist: the cluster has no profile of ours
+ * installed, and Unconfined is what Pod Security Admission lets a namespace allow or refuse (a
+ * `baseline` or `restricted` namespace refuses such a pod, and its sandbox says so). A template
+ * that names a profile itself (a `Localhost` one allowing user namespaces, say) keeps it: the
+ * SandboxSet's author chose (its own `Unconfined` is refused earlier: traffic-pod.ts
+ * unsafePodSpec). Not `allowPrivilegeEscalation: false`, which would stop sudo in the sandbox.
+ * Undefined: leave the spec as it is.
+ */
+export function seccompFor(spec: V1PodSpec, nestedUserNamespaces: boolean): "RuntimeDefault" | "Unconfined" | undefined {
+  const containers = [...spec.containers, ...(spec.initContainers ?? []), ...(spec.ephemeralContainers ?? [])];
+  if (spec.securityContext?.seccompProfile || containers.some((c) => c.securityContext?.seccompProfile)) return undefined;
+  return nestedUserNamespaces ? "Unconfined" : "RuntimeDefault";
 }
 
 /** The runtime container keeps its spans for the agent to collect (RUNTIME_TRACING=agent:

@@ -91,6 +91,7 @@ export class PodWriter {
       injection: this.#injection(),
       runtimes: sbx.spec.runtimes,
       ...(d.codeInterpreter ? { interpreterImage: this.#interpreterImage } : {}),
+      ...(d.nestedUserNamespaces ? { nestedUserNamespaces: true } : {}),
       resources: d.resources,
       traffic,
       ...(this.#runtimeSpans ? { runtimeSpans: true } : {}),

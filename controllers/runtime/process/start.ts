@@ -1,7 +1,8 @@
-import { stat } from "node:fs/promises";
 import { Code, ConnectError, type HandlerContext } from "@connectrpc/connect";
 import type { StartRequest } from "../../../schema/envd/gen/process/process_pb.js";
 import { sandboxOf, userOf } from "../request-context.ts";
+import { lstatPinned } from "../pinned-path.ts";
+import { PathOutsideSandboxError } from "../sandbox-view.ts";
 import { logger } from "../../lib/log.ts";
 import { processEvents } from "./event-stream.ts";
 import { ProcessHandle, ProcessStartError } from "./process-handle.ts";
@@ -20,7 +21,15 @@ export async function* start(req: StartRequest, ctx: HandlerContext) {
   const cfg = req.process;
   if (!cfg?.cmd) throw new ConnectError("process.cmd is required", Code.InvalidArgument);
   const cwd = cfg.cwd ? sbx.resolvePath(cfg.cwd, user) : (sbx.defaultWorkdir ?? user.home);
-  const isDir = await stat(sbx.view.toHost(cwd)).then((s) => s.isDirectory(), () => false);
+  // Looked at as the files API looks at a tenant path (pinned, links followed by the view only):
+  // a stat of the host path string would follow a link the sandbox swapped in after resolution,
+  // and starting or not would tell whether a host directory exists.
+  let isDir = false;
+  try {
+    isDir = lstatPinned(sbx.view, cwd)?.isDirectory() ?? false;
+  } catch (err) {
+    if (err instanceof PathOutsideSandboxError) throw err;
+  }
   if (!isDir) throw new ConnectError(`cwd '${cwd}' does not exist or is not a directory`, Code.InvalidArgument);
 
   const env = { PATH: DEFAULT_PATH, HOME: user.home, USER: user.name, LOGNAME: user.name, ...sbx.envVars, ...cfg.envs };

@@ -19,6 +19,7 @@ import { claimStep } from "./step-claim.ts";
 import { removeTree } from "../remove-tree.ts";
 import type { StepNet } from "./step-net.ts";
 import type { IdRange, UidRanges } from "../uid-range.ts";
+import type { CacheBound } from "./retire.ts";
 
 export interface BuilderOptions {
   store: RootfsStore;
@@ -52,6 +53,9 @@ export interface BuilderOptions {
    * allocator), or why steps run as the host's root (every build's log says so). None: as the
    * host's root, unsaid (tests of the builder's bookkeeping). */
   uids?: UidRanges | string;
+  /** Called when a build ended, ready or not, with its team: the agent holds the team's layer
+   * cache to CACHE_BOUND then (retire.ts `trim`). */
+  onBuildEnd?: (teamId: string) => void;
 }
 
 /** Processes one step may have at once. */
@@ -61,6 +65,8 @@ export const BUILD_DISK_MB = 16 * 1024;
 /** The build's file bound when the agent's options name none: `base` is ~38k files, the
  * code-interpreter template's step ~42k. */
 export const BUILD_FILES = 512 * 1024;
+/** What each team's layers that nothing uses may hold (retire.ts CacheBound: why one build's bounds). */
+export const CACHE_BOUND: CacheBound = { bytes: BUILD_DISK_MB * 1024 * 1024, files: BUILD_FILES };
 /** Fewest files a step is started with (an empty layer and a few writes). */
 const MIN_STEP_FILES = 1024;
 /** A build silent this long sends an empty frame: the edge fails a build it has not heard from in
@@ -232,6 +238,7 @@ export class TemplateBuilder {
     } finally {
       // Its record (published last) names them from now on, or the build failed.
       this.#held.delete(frame.buildId);
+      this.#o.onBuildEnd?.(frame.teamId);
     }
   }
 
@@ -274,6 +281,7 @@ export class TemplateBuilder {
         throw new StepFailed(`step ${p.label} (${p.step.type}): ${why}`, p.label);
       });
       if (claim === "cached") {
+        store.touchLayer(id);
         ev.add(`CACHED ${line}`, "info", p.label);
         layers.push(id);
         continue;
@@ -353,7 +361,7 @@ export class TemplateBuilder {
       // Counted before it is published (the disk's count is rounded up, and a step without one has none).
       const size = await treeSize(join(staging, "rootfs"));
       if (size.files > budget.files) throw new StepFailed(`${what}: its layer holds ${size.files} files, more than the ${budget.files} left of the build's bound of ${maxFiles} files for all its layers`, p.label);
-      const info = await store.commitLayer(staging, { id, kind: "build", source: { step: p.step.type, key: p.key } }, started, "", size);
+      const info = await store.commitLayer(staging, { id, kind: "build", source: { step: p.step.type, key: p.key }, team: frame.teamId }, started, "", size);
       if (budget.mb !== undefined) budget.mb -= Math.ceil(info.bytes / (1024 * 1024));
       budget.files -= info.files;
     } finally {

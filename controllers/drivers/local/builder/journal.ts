@@ -3,12 +3,12 @@
 // on from the step that was cut). Each entry keeps the next log sequence number the edge has not
 // seen, so lines after the restart are new lines there, not repeats it drops.
 import { spawnSync } from "node:child_process";
-import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readdirSync, readFileSync, realpathSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { BuildFrameSchema, type BuildFrame } from "../../../../schema/protocol/build.ts";
 import { removeDeadClaims } from "./step-claim.ts";
 import { removeMountPoint, STEP_ROOTS, stepRootOf } from "./sandbox.ts";
-import { unmountUnderSync } from "../userns.ts";
+import { mountsUnder } from "../userns.ts";
 import { removeTree } from "../remove-tree.ts";
 import { helperEnv } from "../host-helpers.ts";
 
@@ -61,12 +61,52 @@ export class BuildJournal {
   }
 }
 
-/** A dead builder's staging directories (`.build-<layer>-<pid>-<ms>` in the store's layers): the
- * step's overlay and disk may still be mounted there; and what a dead process's layer removal
- * left (`.remove-<layer>-<pid>-<ms>`, store.ts). Staging of live processes (another agent) stays; so
+/** A builder's staging name (`.build-<layer>-<pid>-<ms>`, store.ts stagingDir): its pid. */
+const STAGING = /^\.build-.+-(\d+)-\d+$/;
+
+/** The mount points of dead builders, deepest first: every mount in the mount table under a
+ * staging directory (`<layersDir>/.build-…`: the step's disk, the layers below and the upper
+ * directory ID-mapped, the overlay without a user namespace) or under the step root named as one
+ * (`<STEP_ROOTS>/.build-…/root`, or `<STEP_ROOTS>/.build-…` itself as an older agent mounted it),
+ * whose builder's pid is gone. Found from the table, not from the staging directories: a build
+ * killed midway may leave its step's root mounted after its staging directory went (removed by
+ * hand, or by an older agent's sweep, which unmounted only what a staging directory named). */
+export function deadStepMounts(layersDir: string, alive: (pid: string) => boolean, mountinfo?: string, stepRoots = STEP_ROOTS): string[] {
+  const dead = (prefix: string) =>
+    mountsUnder(prefix, mountinfo).filter((at) => {
+      const m = STAGING.exec(at.slice(prefix.replace(/\/+$/, "").length + 1).split("/")[0]!);
+      return m !== null && !alive(m[1]!);
+    });
+  return [...dead(stepRoots), ...dead(layersDir)].sort((a, b) => b.length - a.length);
+}
+
+const processAlive = (pid: string) => existsSync(`/proc/${pid}`);
+
+/** A dead builder's staging directories (`.build-<layer>-<pid>-<ms>` in the store's layers) and
+ * its mounts (deadStepMounts); and what a dead process's layer removal left
+ * (`.remove-<layer>-<pid>-<ms>`, store.ts). Staging of live processes (another agent) stays; so
  * do their step claims (step-claim.ts), dead ones go. Claims and mounts are dealt with before this
  * returns its promise; the trees (the tenant's: remove-tree.ts) go after. */
 export async function removeDeadStaging(layersDir: string): Promise<void> {
+  // The mount table names resolved paths (a store reached through a link).
+  let real = layersDir;
+  try {
+    real = realpathSync(layersDir);
+  } catch {
+    // no layers yet: nothing of a build can be mounted there
+  }
+  for (const at of deadStepMounts(real, processAlive)) spawnSync("umount", ["-l", at], { env: helperEnv() });
+  // The step roots' mount points of dead builders, mounted or not (a staging directory gone).
+  let roots: string[] = [];
+  try {
+    roots = readdirSync(STEP_ROOTS);
+  } catch {
+    // none made yet
+  }
+  for (const name of roots) {
+    const m = STAGING.exec(name);
+    if (m && !processAlive(m[1]!)) removeMountPoint(stepRootOf(name));
+  }
   let names: string[];
   try {
     names = readdirSync(layersDir);
@@ -78,18 +118,9 @@ export async function removeDeadStaging(layersDir: string): Promise<void> {
   for (const name of names) {
     // `-<pid>-<ms>`, or `-<pid>` as older agents named them.
     const removal = /^\.remove-.+-(\d+)-\d{13}$/.exec(name) ?? /^\.remove-.+-(\d+)$/.exec(name);
-    if (removal && !existsSync(`/proc/${removal[1]}`)) doomed.push(name);
-    const m = /^\.build-.+-(\d+)-\d+$/.exec(name);
-    if (!m || existsSync(`/proc/${m[1]}`)) continue;
-    // The overlay first (at STEP_ROOTS with a user namespace), then every mount under the staging
-    // directory: the step's disk its upper directory is on (sandbox.ts `diskMB`), the layers
-    // below and the upper directory ID-mapped (`userns`).
-    // An agent before stepRootOf mounted the root at STEP_ROOTS/<name> itself.
-    const root = stepRootOf(name);
-    for (const at of [join(layersDir, name, "merged"), root, join(STEP_ROOTS, name)]) if (existsSync(at)) spawnSync("umount", ["-l", at], { env: helperEnv() });
-    removeMountPoint(root);
-    unmountUnderSync(join(layersDir, name));
-    doomed.push(name);
+    if (removal && !processAlive(removal[1]!)) doomed.push(name);
+    const m = STAGING.exec(name);
+    if (m && !processAlive(m[1]!)) doomed.push(name);
   }
   // One that cannot go (still busy) stays for the next start: it must not stop the others.
   for (const name of doomed) await removeTree([join(layersDir, name)]).catch((err: Error) => console.warn(`build staging ${name}: ${err.message}`));

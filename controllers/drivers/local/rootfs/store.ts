@@ -7,7 +7,7 @@
 //   <root>/templates/<name>.json    { name, layers: [id…], … }
 //
 // A layer appears by rename from a private build directory, so a half-built one is never seen.
-import { mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
+import { mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync, utimesSync, writeFileSync } from "node:fs";
 import { homedir } from "node:os";
 import { join } from "node:path";
 import { treeSize } from "./tree-size.ts";
@@ -22,6 +22,10 @@ export interface LayerInfo {
   files: number;
   createdAt: string;
   source: Record<string, unknown>;
+  /** The team whose build made it (a build step's layer; never shared between teams: plan.ts).
+   * Its team's cache bound counts it (retire.ts `trim`). Absent: a base or imported layer, or one
+   * an older agent built (never trimmed). */
+  team?: string;
 }
 
 export interface TemplateRecord {
@@ -63,6 +67,33 @@ export class RootfsStore {
     return readJson<LayerInfo>(join(this.layerDir(id), "layer.json"));
   }
 
+  /** Published layers with what they say of themselves and when a build last used them (the
+   * mtime of `layer.json`: written at publish, touched by `touchLayer`). */
+  layers(): (LayerInfo & { usedAt: number })[] {
+    let names: string[];
+    try {
+      names = readdirSync(join(this.root, "layers")).filter((n) => LAYER_ID.test(n));
+    } catch {
+      return [];
+    }
+    return names.flatMap((id) => {
+      const file = join(this.layerDir(id), "layer.json");
+      const info = readJson<LayerInfo>(file);
+      const st = statSync(file, { throwIfNoEntry: false });
+      return info && st ? [{ ...info, usedAt: st.mtimeMs }] : [];
+    });
+  }
+
+  /** Notes that a build used a layer from the cache now (the cache bound evicts the least recently used). */
+  touchLayer(id: string): void {
+    const now = new Date();
+    try {
+      utimesSync(join(this.layerDir(id), "layer.json"), now, now);
+    } catch {
+      // removed meanwhile: nothing to note
+    }
+  }
+
   manifest(id: string): string | undefined {
     try {
       return readFileSync(join(this.layerDir(id), "manifest.txt"), "utf8");
@@ -71,17 +102,22 @@ export class RootfsStore {
     }
   }
 
-  /** A fresh private directory to build a layer in; `commitLayer` publishes it. */
+  /** A fresh private directory to build a layer in; `commitLayer` publishes it. 0700: it holds a
+   * build step's tree (the tenant's, with set-uid files owned by the step's root) and, without a
+   * step disk, its upper directory; a store outside root's home (SBX_ROOTFS_DIR) must not let
+   * other host users reach them. Only root works in it (bwrap reaches a step's root at
+   * STEP_ROOTS), and the layer it becomes by rename keeps the mode. */
   stagingDir(id: string): string {
     const dir = join(this.root, "layers", `.build-${id}-${process.pid}-${Date.now()}`);
     rmSync(dir, { recursive: true, force: true });
-    mkdirSync(dir, { recursive: true });
+    mkdirSync(join(this.root, "layers"), { recursive: true });
+    mkdirSync(dir, { mode: 0o700 });
     return dir;
   }
 
   /** Publishes a staged layer (with `rootfs/` inside) under its id, measured. If another builder
    * won the race, theirs stays and ours is removed: both were built from the same input. */
-  async commitLayer(staging: string, layer: Pick<LayerInfo, "id" | "kind" | "source">, startedMs: number, manifest: string, measured?: { bytes: number; files: number }): Promise<LayerInfo> {
+  async commitLayer(staging: string, layer: Pick<LayerInfo, "id" | "kind" | "source" | "team">, startedMs: number, manifest: string, measured?: { bytes: number; files: number }): Promise<LayerInfo> {
     const info: LayerInfo = {
       ...layer,
       seconds: Math.round((Date.now() - startedMs) / 100) / 10,

@@ -2,9 +2,9 @@
 // two builds of the same step at once run it once (the second waits and finds it cached), and a
 // direct build killed with SIGKILL mid-step leaves its cgroups, its step's processes, mounts and claim
 // only until the next direct build starts. Needs root (the global setup built `base`).
-import { spawn } from "node:child_process";
+import { execFileSync, spawn } from "node:child_process";
 import { randomUUID } from "node:crypto";
-import { existsSync, readdirSync, readFileSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync, realpathSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { createInterface } from "node:readline";
 import { afterAll, describe, expect, it } from "vitest";
@@ -12,6 +12,7 @@ import { deadDirectBuildCgroups } from "../../../../controllers/drivers/local/bu
 import { runDirectBuild, type DirectBuild } from "../../../../controllers/drivers/local/builder/direct-build.ts";
 import { layerIdOf, planSteps } from "../../../../controllers/drivers/local/builder/plan.ts";
 import { RootfsStore } from "../../../../controllers/drivers/local/rootfs/store.ts";
+import { STEP_ROOTS } from "../../../../controllers/drivers/local/builder/sandbox.ts";
 import { TemplateStep } from "../../../../schema/api/template-build.ts";
 import type { BuildLog } from "../../../../schema/protocol/build.ts";
 import { removeBuiltLayers } from "../../../support/built-layers.ts";
@@ -46,6 +47,24 @@ function processesWith(marker: string): number[] {
   return found;
 }
 
+/** Starts a direct build in a process of its own and kills it with SIGKILL once its step printed "started". */
+async function killedMidStep(b: DirectBuild): Promise<{ pid: number }> {
+  const child = spawn(join(ROOT, "node_modules/.bin/node"), ["test/support/direct-build-child.ts", JSON.stringify(b)], { cwd: ROOT, stdio: ["ignore", "pipe", "inherit"] });
+  const lines = createInterface({ input: child.stdout! });
+  await new Promise<void>((ok, fail) => {
+    lines.on("line", (l) => l === "started" && ok());
+    child.once("exit", (code) => fail(new Error(`the build ended first (${code})`)));
+  });
+  child.kill("SIGKILL");
+  await new Promise((r) => child.once("close", r));
+  return { pid: child.pid! };
+}
+
+/** Mount points in the host's table whose path names a staging directory of `pid`. */
+function mountsOf(pid: number): string[] {
+  return readFileSync("/proc/self/mountinfo", "utf8").split("\n").map((l) => l.split(" ")[4] ?? "").filter((p) => p.includes(`-${pid}-`));
+}
+
 describe("builds sharing the layer store", () => {
   it("two builds of the same step at once run it once: the second waits for the first and finds its layer cached", async () => {
     const steps = [run(`echo ran-${tag}; sleep 3; echo ${tag} > /home/user/once`)];
@@ -65,14 +84,7 @@ describe("builds sharing the layer store", () => {
   it("a direct build killed with SIGKILL mid-step: the next direct build kills the step's processes and removes its cgroups and claim, then builds", async () => {
     const marker = `killed-step-${tag}`;
     const b: DirectBuild = { from: "base", owner: `test-${tag}`, output: `killed-${tag}`, steps: [run(`echo started; exec -a ${marker} sleep 600`)] };
-    const child = spawn(join(ROOT, "node_modules/.bin/node"), ["test/support/direct-build-child.ts", JSON.stringify(b)], { cwd: ROOT, stdio: ["ignore", "pipe", "inherit"] });
-    const lines = createInterface({ input: child.stdout! });
-    await new Promise<void>((ok, fail) => {
-      lines.on("line", (l) => l === "started" && ok());
-      child.once("exit", (code) => fail(new Error(`the build ended first (${code})`)));
-    });
-    child.kill("SIGKILL");
-    await new Promise((r) => child.once("close", r));
+    const child = await killedMidStep(b);
     const cgroupName = `kruise-builds-direct-${child.pid}`;
     const layersDir = join(store.root, "layers");
     const layer = layerIdOf(planSteps({ teamId: b.owner, buildId: "", baseLayers: store.template("base")!.layers, steps: b.steps, force: false }).steps[0]!.key);
@@ -90,5 +102,27 @@ describe("builds sharing the layer store", () => {
     expect(readdirSync(layersDir).filter((n) => n.includes(`-${child.pid}-`))).toEqual([]);
     // Its step's overlay and disk are unmounted, not only their directories removed.
     expect(readFileSync("/proc/self/mountinfo", "utf8").split("\n").filter((l) => l.includes(`-${child.pid}-`))).toEqual([]);
+  }, 120_000);
+
+  it("a direct build killed mid-step whose staging directory is then gone: the next direct build still unmounts the step's root", async () => {
+    const b: DirectBuild = { from: "base", owner: `test-${tag}`, output: `gone-${tag}`, steps: [run(`echo started; exec -a gone-step-${tag} sleep 600`)] };
+    const child = await killedMidStep(b);
+    const layersDir = realpathSync(join(store.root, "layers"));
+    const staging = readdirSync(layersDir).filter((n) => n.startsWith(".build-") && n.includes(`-${child.pid}-`));
+    expect(staging).toHaveLength(1);
+    // What leaves a step's root behind its staging directory: the staging directory removed (as an
+    // older agent's sweep did, or a person) with only the mounts under it undone.
+    const dir = join(layersDir, staging[0]!);
+    for (const at of mountsOf(child.pid).filter((p) => p.startsWith(`${dir}/`)).sort((x, y) => y.length - x.length)) execFileSync("umount", ["-l", at]);
+    execFileSync("rm", ["-rf", "--one-file-system", dir]);
+    const left = mountsOf(child.pid);
+    expect(left.length, "the step's root is mounted at STEP_ROOTS (a step with a user namespace)").toBeGreaterThan(0);
+    expect(left.every((p) => p.startsWith(`${STEP_ROOTS}/`))).toBe(true);
+
+    const next = await build({ ...b, output: `after-gone-${tag}`, steps: [run("echo started")] });
+    expect(next.status).toBe("ready");
+    expect(mountsOf(child.pid)).toEqual([]);
+    expect(readdirSync(STEP_ROOTS).filter((n) => n.includes(`-${child.pid}-`))).toEqual([]);
+    expect(processesWith(`gone-step-${tag}`)).toEqual([]);
   }, 120_000);
 });

@@ -71,6 +71,9 @@ describe("a template build without an edge", () => {
     expect(first.result.status, first.logs.map((l) => l.message).join("\n")).toBe("ready");
     expect(first.logs.map((l) => l.message).join("\n")).toContain(`Setting up direct-${tag} (1.0)`);
     expect(builtFile(b.output, "home/user/tmp-check")).toBe("user wrote /tmp\ndirect\n");
+    // Each layer a step made names its team (whose cache bound counts it: retire.ts trim).
+    const made = first.result.layers.slice(store.template("base")!.layers.length);
+    expect(made.map((l) => store.layer(l)?.team)).toEqual([b.owner, b.owner]);
 
     const again = await build(b);
     expect(again.result.status).toBe("ready");

@@ -4,6 +4,8 @@
 // reads and stats through it: the link is a sandbox path to the runtime, but a host path to the
 // kernel, so any operation that hands the kernel a path string after resolving it can be sent to
 // the host (pinned-path.ts). Nothing outside the sandbox may be created, read, removed or listed.
+// A process start checks its cwd the same way: starting or not must not tell whether a host
+// directory exists.
 import { chmodSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -67,7 +69,7 @@ async function attempt<T>(op: () => Promise<T>): Promise<T | undefined> {
 }
 
 describe("the files API under a directory swapped for a link to the host", { timeout: 240_000 }, () => {
-  it("never creates, reads, lists, stats, removes or moves anything outside the sandbox", async () => {
+  it("never creates, reads, lists, stats, removes or moves anything outside the sandbox, nor starts a process in a host directory", async () => {
     await sbx.files.write("/home/user/swap.py", SWAPPER);
     const swapper = await sbx.commands.run("python3 /home/user/swap.py", { background: true });
     let ready = false;
@@ -77,7 +79,7 @@ describe("the files API under a directory swapped for a link to the host", { tim
     }
     expect(ready, swapper.stderr).toBe(true);
     const base = "/home/user/w/d";
-    const seen = { read: 0, listed: 0, stat: 0 };
+    const seen = { read: 0, listed: 0, stat: 0, cwd: 0 };
     try {
       for (let i = 0; i < ROUNDS; i++) {
         await Promise.all([
@@ -96,6 +98,11 @@ describe("the files API under a directory swapped for a link to the host", { tim
           attempt(async () => {
             if ((await sbx.files.getInfo(`${base}/secret`)).size === SECRET.length) seen.stat++;
           }),
+          // `keep` is a directory of the host's only: every start is refused for its cwd.
+          sbx.commands.run("true", { cwd: `${base}/keep` }).then(
+            () => seen.cwd++,
+            (err: Error) => !/cwd '.*' does not exist or is not a directory/.test(err.message) && seen.cwd++,
+          ),
         ]);
       }
       // Still swapping at the end (a swapper that died early would make this test prove nothing).
@@ -106,7 +113,7 @@ describe("the files API under a directory swapped for a link to the host", { tim
     // The host directory is as the test made it (nothing created, removed or moved away), and
     // nothing of it was read, listed or statted through the sandbox's path.
     const host = { entries: readdirSync(hostDir).sort(), contents: HOST_FILES.map((f) => existsSync(join(hostDir, f)) && readFileSync(join(hostDir, f), "utf8")) };
-    expect({ host, seen }).toEqual({ host: { entries: [...HOST_FILES, "keep"].sort(), contents: HOST_FILES.map(() => SECRET) }, seen: { read: 0, listed: 0, stat: 0 } });
+    expect({ host, seen }).toEqual({ host: { entries: [...HOST_FILES, "keep"].sort(), contents: HOST_FILES.map(() => SECRET) }, seen: { read: 0, listed: 0, stat: 0, cwd: 0 } });
     // The API still works on the same names once the swapping stops.
     const settled = (await sbx.files.list("/home/user/w")).map((e) => e.name);
     expect(settled).toContain("d");
