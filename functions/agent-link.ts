@@ -8,7 +8,7 @@ import { Hono } from "hono";
 import { CLUSTER_HEADER } from "../durable-objects/cluster/cluster-do.ts";
 import { getDb } from "../durable-objects/store/db.ts";
 import { recordClusterLink } from "../durable-objects/store/clusters.ts";
-import { isClusterToken } from "../durable-objects/cluster/cluster-auth.ts";
+import { clusterTokenRefusal, isClusterToken } from "../durable-objects/cluster/cluster-auth.ts";
 import { CLUSTER_ID } from "../schema/protocol/cluster-token.ts";
 import { errorResponse } from "./api-error.ts";
 import type { AppEnv } from "./env.ts";
@@ -21,7 +21,8 @@ agentLink.get(AGENT_LINK_PATH, async (c) => {
   if (!c.env.CLUSTER_TOKEN) return errorResponse("unauthorized", "the edge has no CLUSTER_TOKEN configured");
   const cluster = c.req.query("cluster") ?? "local";
   if (!CLUSTER_ID.test(cluster)) return errorResponse("bad_request", "cluster must be 1-63 characters of [a-z0-9-]");
-  if (!(await isClusterToken(c.env.CLUSTER_TOKEN, cluster, c.req.header("Authorization")))) return errorResponse("unauthorized", "invalid cluster token");
+  const auth = c.req.header("Authorization");
+  if (!(await isClusterToken(c.env.CLUSTER_TOKEN, cluster, auth))) return errorResponse("unauthorized", await clusterTokenRefusal(c.env.CLUSTER_TOKEN, auth));
   if (c.req.header("Upgrade")?.toLowerCase() !== "websocket") {
     return Response.json({ code: 426, message: "expected a WebSocket upgrade" }, { status: 426, headers: { Upgrade: "websocket" } });
   }

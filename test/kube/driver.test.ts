@@ -230,12 +230,14 @@ describe("kubernetes driver", () => {
     expect(obs.endpoint).toMatch(/:49983$/);
   });
 
-  it("Freeze pause goes through the sandbox's agent-runtime and keeps the pod", async () => {
-    const runtime = createRuntime({ single: { view: new HostView(), options: {} } });
+  it("Freeze pause goes through the sandbox's agent-runtime and keeps the pod, with the claim's token an earlier agent's /init set", async () => {
+    // The runtime holds the claim's token, set by an /init this driver never made (an agent
+    // restart): the driver's first guess is the pod's own token, refused; the claim's is tried.
+    const runtime = createRuntime({ single: { view: new HostView(), options: { accessToken: "claim-token" } } });
     const server = await runtime.listen({ port: 0, host: "127.0.0.1" });
     const port = (server.address() as { port: number }).port;
     try {
-      await driver.ensure(desired("freezer", { claimed: true, pool: undefined }));
+      await driver.ensure(desired("freezer", { claimed: true, pool: undefined, accessToken: "claim-token" }));
       await readyObservation("freezer");
       const [pod] = podOf(await pods(), "freezer");
       // Pod IPs are not routable here, so point the driver at a real runtime on loopback.
@@ -244,7 +246,7 @@ describe("kubernetes driver", () => {
         (await import("@kubernetes/client-node")).setHeaderOptions("Content-Type", "application/merge-patch+json"),
       );
       await until("annotation seen", async () => (await driver.observe("freezer"))?.endpoint === `http://127.0.0.1:${port}`);
-      const frozen = await driver.ensure(desired("freezer", { claimed: true, pool: undefined, state: "Paused", pauseStrategy: "Freeze" }));
+      const frozen = await driver.ensure(desired("freezer", { claimed: true, pool: undefined, accessToken: "claim-token", state: "Paused", pauseStrategy: "Freeze" }));
       expect(frozen.phase).toBe("Paused");
       expect(podOf(await pods(), "freezer")[0]!.metadata!.uid).toBe(pod!.metadata!.uid);
       const sbx = await until("sbx frozen", () => {
@@ -252,7 +254,7 @@ describe("kubernetes driver", () => {
         return s.status?.phase === "Paused" ? s : undefined;
       });
       expect(sbx.status.conditions).toContainEqual(expect.objectContaining({ type: "SandboxPaused", reason: "FreezePauseSucceed" }));
-      const thawed = await driver.ensure(desired("freezer", { claimed: true, pool: undefined, state: "Running" }));
+      const thawed = await driver.ensure(desired("freezer", { claimed: true, pool: undefined, accessToken: "claim-token", state: "Running" }));
       expect(thawed.phase).toBe("Running");
       expect(podOf(await pods(), "freezer")[0]!.metadata!.uid).toBe(pod!.metadata!.uid);
     } finally {

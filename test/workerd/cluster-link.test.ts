@@ -46,10 +46,11 @@ describe("agent link route", () => {
     const real = new ScriptedAgent({ agentId: "real" });
     await real.connect(link("c-victim"));
     const asVictim = (token: string) => exports.default.fetch("http://edge.test/agent/v1/connect?cluster=c-victim", { headers: { Upgrade: "websocket", Authorization: `Bearer ${token}` } });
-    for (const token of [await clusterTokenFor(TOKEN, "c-thief"), TOKEN]) {
+    for (const [token, message] of [[await clusterTokenFor(TOKEN, "c-thief"), "invalid cluster token"], [TOKEN, expect.stringContaining("npm run cluster-token")]] as const) {
       const res = await asVictim(token);
       expect(res.status).toBe(401);
-      expect(await res.json()).toMatchObject({ code: 401, message: "invalid cluster token" });
+      // An agent still holding the edge's own token (every cluster did before) is told what to hold.
+      expect(await res.json()).toMatchObject({ code: 401, message });
     }
     expect(await cluster("c-victim").status()).toMatchObject({ connected: true, agentId: "real" });
     expect(real.closed).toBeNull();

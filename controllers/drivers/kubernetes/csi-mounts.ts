@@ -90,8 +90,8 @@ async function pooled<T, R>(items: T[], limit: number, work: (item: T) => Promis
 }
 
 export interface CsiMounterHooks {
-  /** The runtime's access token of a sandbox (set by its intents). */
-  token(id: string): string | undefined;
+  /** Calls the sandbox's runtime with the token it holds (PodWriter.withToken). */
+  withToken(id: string, call: (token: string | undefined) => Promise<Response>): Promise<Response>;
   /** Records the pod whose mounts are made (an annotation write in the sandbox's chain). */
   markMounted(id: string, podUid: string): Promise<void>;
   /** The condition changed: write the status (and an Event on failure). */
@@ -160,15 +160,14 @@ export class CsiMounter {
       }
       const req = mountRequest(pv, m, namespace);
       if (!req.ok) return `${m.mountPath}: ${req.message}`;
-      const token = this.#hooks.token(id);
-      const res = await fetch(`${url}/v1/storage/mounts`, {
+      const res = await this.#hooks.withToken(id, (token) => fetch(`${url}/v1/storage/mounts`, {
         method: "POST",
         headers: { "content-type": "application/json", ...(token ? { "X-Access-Token": token } : {}) },
         body: JSON.stringify(req.request),
         // An answer, never followed (see initRemote in the reconciler).
         redirect: "manual",
         signal: AbortSignal.timeout(60_000),
-      }).catch((err: Error) => err);
+      })).catch((err: Error) => err);
       if (res instanceof Error) return `${m.mountPath}: the runtime did not answer: ${res.message}`;
       const body = (await res.json().catch(() => ({}))) as { success?: boolean; message?: string };
       if (!res.ok || body.success === false) return `${m.mountPath}: the runtime refused the mount: HTTP ${res.status}${body.message ? ` ${body.message}` : ""}`;

@@ -164,7 +164,7 @@ export class KubernetesDriver implements Driver {
     }, opts.podRuntimeTracing);
     this.#sandboxes = new SandboxObjects(this.#ctx, this.#pods);
     this.#mounts = new CsiMounter(this.#ctx, {
-      token: (id) => this.#pods.token(id),
+      withToken: (id, call) => this.#pods.withToken(id, this.#desired.get(id)?.accessToken, call),
       markMounted: (id, podUid) =>
         this.#serial(id, async () => {
           const sbx = this.#ctx.sandbox(id);
@@ -704,14 +704,14 @@ export class KubernetesDriver implements Driver {
   }
 
   async freeze(id: string): Promise<void> {
-    await this.#pods.runtimeCall(id, "/freeze");
+    await this.#pods.runtimeCall(id, "/freeze", this.#desired.get(id)?.accessToken);
     await this.#sandboxes.markFrozen(id, this.#ctx.pod(id)?.metadata?.uid ?? null);
     // Not awaited: freeze/thaw also run inside ensure's chain, which writes the status at its end.
     this.#scheduleStatus(id);
   }
 
   async thaw(id: string): Promise<void> {
-    await this.#pods.runtimeCall(id, "/unfreeze");
+    await this.#pods.runtimeCall(id, "/unfreeze", this.#desired.get(id)?.accessToken);
     await this.#sandboxes.markFrozen(id, null);
     this.#scheduleStatus(id);
   }

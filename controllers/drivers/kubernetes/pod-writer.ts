@@ -236,11 +236,26 @@ export class PodWriter {
     this.#tokens.delete(id);
   }
 
-  async runtimeCall(id: string, path: "/freeze" | "/unfreeze"): Promise<void> {
+  /** Calls the pod's runtime with the token it holds. This agent's guess (token()) comes first;
+   * after an agent restart it knows no claim's /init, so on a 401 the pod's own and then the
+   * claim's (`claimToken`, from the sandbox's intent) are tried, and the one that worked is kept. */
+  async withToken(id: string, claimToken: string | null | undefined, call: (token: string | undefined) => Promise<Response>): Promise<Response> {
+    const tokens = [...new Set([this.token(id), this.podToken(id), claimToken ?? undefined])].filter((t): t is string => !!t);
+    for (let i = 0; ; i++) {
+      const res = await call(tokens[i]);
+      if (res.status === 401 && i + 1 < tokens.length) {
+        await res.body?.cancel();
+        continue;
+      }
+      if (res.ok && claimToken && tokens[i] === claimToken) this.#tokens.set(id, claimToken);
+      return res;
+    }
+  }
+
+  async runtimeCall(id: string, path: "/freeze" | "/unfreeze", claimToken?: string | null): Promise<void> {
     const url = runtimeUrl(this.#ctx.pod(id));
     if (!url) throw new SandboxNotFoundError(id, "no running pod with an IP");
-    const token = this.#tokens.get(id);
-    const res = await fetch(`${url}${path}`, { method: "POST", headers: token ? { "X-Access-Token": token } : {}, redirect: "manual", signal: AbortSignal.timeout(10_000) }); // a redirect is a refusal (initRemote)
+    const res = await this.withToken(id, claimToken, (token) => fetch(`${url}${path}`, { method: "POST", headers: token ? { "X-Access-Token": token } : {}, redirect: "manual", signal: AbortSignal.timeout(10_000) })); // a redirect is a refusal (initRemote)
     if (!res.ok) throw new Error(`runtime ${path} for ${id}: HTTP ${res.status} ${await res.text()}`);
   }
 }

@@ -15,8 +15,11 @@ export const RUNTIME_TOKEN_ENV = "RUNTIME_ACCESS_TOKEN";
 export const RUNTIME_TOKEN_KEY = "token";
 const LABEL_TEXT = "kruise-edge runtime pod token v1";
 
+/** The suffix of a pod's runtime-token Secret's name (a template may not read one: traffic-pod.ts). */
+export const RUNTIME_SECRET_SUFFIX = "-runtime";
+
 export function runtimeTokenSecretName(pod: string): string {
-  return `${pod}-runtime`;
+  return `${pod}${RUNTIME_SECRET_SUFFIX}`;
 }
 
 /** The pod's token (base64url of an HMAC-SHA256: 43 characters). */

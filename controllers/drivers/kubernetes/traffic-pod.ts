@@ -28,6 +28,7 @@
 // is every sandbox pod's, governed or not (review 25 H4): the agent creates pods with its own
 // rights from a template anyone who may write a SandboxSet or a Sandbox chose. The nft script holds our constants only, and
 // reaches nft as an argument (data), never as shell text.
+import { RUNTIME_SECRET_SUFFIX } from "./runtime-token.ts";
 import type { V1ConfigMap, V1Container, V1NetworkPolicy, V1NetworkPolicyPeer, V1OwnerReference, V1PodSpec, V1Secret } from "@kubernetes/client-node";
 import { tokenSecretNames, type SecurityProfileEntry } from "../../../schema/api/security-profile.ts";
 import { selects, type TrafficPolicyEntry } from "../../../schema/api/traffic-policy.ts";
@@ -287,7 +288,7 @@ export function unsafePodSpec(spec: V1PodSpec, j: PodJudgement = { proxied: true
     if (reservedVolume(v.name)) out.push(`volume ${JSON.stringify(v.name)}: the name is the traffic-proxy's`);
     if (v.hostPath) out.push(`volume ${JSON.stringify(v.name)}: hostPath ${JSON.stringify(v.hostPath.path)} reaches the node's files (its sockets, /proc, /sys)`);
     const secrets = [v.secret?.secretName, ...(v.projected?.sources ?? []).map((x) => x.secret?.name)];
-    for (const name of secrets) if (name && isPlatformSecret(name)) out.push(`volume ${JSON.stringify(v.name)}: Secret ${JSON.stringify(name)} is the platform's (a pod's traffic Secret)`);
+    for (const name of secrets) if (name && isPlatformSecret(name)) out.push(`volume ${JSON.stringify(v.name)}: Secret ${JSON.stringify(name)} is the platform's (a pod's traffic or runtime-token Secret)`);
   }
   const all = [...(spec.initContainers ?? []).map((c) => ["initContainers", c] as const), ...spec.containers.map((c) => ["containers", c] as const), ...(spec.ephemeralContainers ?? []).map((c) => ["ephemeralContainers", c as V1Container] as const)];
   for (const [list, c] of all) {
@@ -336,7 +337,8 @@ function unconfined(at: string, sc: V1PodSpec["securityContext"] | V1Container["
 /** A Secret the agent writes for a pod: `<pod>-traffic` (the CA key, the secret values, the
  * profiles' literals and the audit token), which no template may mount or read into env. */
 function isPlatformSecret(name: string): boolean {
-  return name.endsWith(TRAFFIC_SUFFIX);
+  // A pod's traffic Secret (CA key, secret values) or its runtime's token (another pod's warm member).
+  return name.endsWith(TRAFFIC_SUFFIX) || name.endsWith(RUNTIME_SECRET_SUFFIX);
 }
 
 /** Whether the cluster runs a pod's init container with `restartPolicy: Always` as a sidecar

@@ -58,8 +58,13 @@ export interface L7Options {
   /** MCP body bytes held at once for one sandbox (held-bytes.ts); past it a request is refused
    * 429 before it is sent, an answer cut (502, or its SSE stream ended). Default 16 MiB. */
   maxMcpHeldPerSandbox?: number;
+  /** Destination ports a web server listens on, where bytes neither TLS nor HTTP to an inspected
+   * address are refused (a server there may read them as a request). Elsewhere (ssh on 22, a
+   * database) they pass as any other protocol does. Default 80, 443, 8080, 8443. */
+  webPorts?: readonly number[];
 }
 
+const WEB_PORTS = [80, 443, 8080, 8443];
 interface Ctx {
   conn: L7Connection;
   /** TLS: the SNI, which chose the leaf and the rules; plain HTTP: "" (each request names its own). */
@@ -93,9 +98,11 @@ export class L7Handler {
   readonly #maxMcpBody: number;
   readonly #held: HeldBytes;
   readonly #maxMcpHeld: number;
+  readonly #webPorts: ReadonlySet<number>;
 
   constructor(o: L7Options) {
     this.#o = o;
+    this.#webPorts = new Set(o.webPorts ?? WEB_PORTS);
     this.#maxMcpBody = o.maxMcpBody ?? 4 << 20;
     this.#maxMcpHeld = o.maxMcpHeldPerSandbox ?? 16 << 20;
     this.#held = new HeldBytes(this.#maxMcpHeld);
@@ -163,10 +170,11 @@ export class L7Handler {
       socket.on("error", () => conn.client.destroy());
       return this.#serve(socket, { conn, host: name!, tls: true, judged, known: known() });
     }
-    // Neither TLS nor HTTP (ssh, a lower-case method, nothing at all within the first-request
-    // timeout) to an address a rule names a host of: the server there may still read the bytes
-    // as a request to that host, unjudged. (`rateLimitAll` alone names no host: counted below.)
-    if (kind !== "tls" && [conn.ip, ...(conn.names ?? [])].some((n) => namedForInspection(policy, n))) {
+    // Neither TLS nor HTTP (a lower-case method, nothing at all within the first-request
+    // timeout) to a web port of an address a rule names a host of: the server there may still
+    // read the bytes as a request to that host, unjudged. Other ports (ssh, git@, a database)
+    // carry other protocols. (`rateLimitAll` alone names no host: counted below.)
+    if (kind !== "tls" && this.#webPorts.has(conn.port) && [conn.ip, ...(conn.names ?? [])].some((n) => namedForInspection(policy, n))) {
       this.#o.audit({ sandbox: conn.sandbox, host: conn.ip, method: "CONNECT", path: "", rule: "neither TLS nor HTTP to an inspected address", status: 403, bytesOut: 0, bytesIn: 0, refused: true });
       return void conn.client.destroy();
     }

@@ -13,7 +13,7 @@
 import https from "node:https";
 import http from "node:http";
 import { mkdtempSync, rmSync } from "node:fs";
-import { connect, type AddressInfo, type Socket } from "node:net";
+import net, { connect, type AddressInfo, type Socket } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Duplex } from "node:stream";
@@ -100,7 +100,7 @@ beforeAll(async () => {
   tlsPort = (up.address() as AddressInfo).port;
   plainPort = (plain.address() as AddressInfo).port;
   ca = await SandboxCa.create("sbx");
-  handler = new L7Handler({ policyFor: (s) => (s === "open" ? { http: [], mcp: [] } : s === "all" ? { http: [], mcp: [], requestsPerMinute: 100, rateLimitAll: true } : s === "prof" ? profPolicy : policy), secretsFor: () => new Map([["gh", SECRET]]), caFor: async () => ca, audit: (r) => audit.push(r), upstreamTls: { ca: issuer.certPem }, maxMcpBody: MAX_MCP_BODY, maxMcpHeldPerSandbox: MAX_MCP_HELD });
+  handler = new L7Handler({ policyFor: (s) => (s === "open" ? { http: [], mcp: [] } : s === "all" ? { http: [], mcp: [], requestsPerMinute: 100, rateLimitAll: true } : s === "prof" ? profPolicy : policy), secretsFor: () => new Map([["gh", SECRET]]), caFor: async () => ca, audit: (r) => audit.push(r), upstreamTls: { ca: issuer.certPem }, maxMcpBody: MAX_MCP_BODY, maxMcpHeldPerSandbox: MAX_MCP_HELD, webPorts: [plainPort, tlsPort] });
   proxy = new TrafficProxy({
     refuse: () => undefined,
     resolve: async (host) => {
@@ -411,6 +411,25 @@ describe("bytes neither TLS nor HTTP", () => {
     expect(closed).toBe(true);
     expect(audit.slice(n)).toEqual([expect.objectContaining({ rule: "neither TLS nor HTTP to an inspected address" })]);
     expect(plainConnections).toBe(before);
+  });
+
+  it("pass through to a port that is not a web port (ssh, git@) of an inspected address", async () => {
+    const seen: string[] = [];
+    const sshLike = net.createServer((c) => c.on("data", (d) => (seen.push(d.toString()), c.end("SSH-2.0-stand-in\r\n"))));
+    await new Promise<void>((r) => sshLike.listen(0, "127.0.0.1", r));
+    try {
+      const s = await redirected("sbx", (sshLike.address() as AddressInfo).port);
+      const got = await new Promise<string>((resolve) => {
+        let out = "";
+        const t = setTimeout(() => s.destroy(), 3000);
+        s.on("data", (c: Buffer) => (out += c.toString())).on("close", () => (clearTimeout(t), resolve(out)));
+        s.write("SSH-2.0-OpenSSH_9.6\r\n");
+      });
+      expect(got).toBe("SSH-2.0-stand-in\r\n");
+      expect(seen).toEqual(["SSH-2.0-OpenSSH_9.6\r\n"]);
+    } finally {
+      sshLike.close();
+    }
   });
 
   it("pass through where no inspected name is served, a rate limit over every request (which names no host) too", async () => {
