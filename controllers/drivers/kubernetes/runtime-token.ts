@@ -8,15 +8,12 @@
 import { createHmac } from "node:crypto";
 import type { V1EnvVar, V1NetworkPolicy, V1OwnerReference, V1PodSpec, V1Secret } from "@kubernetes/client-node";
 import { INTERPRETER_PORT, LABEL, RUNTIME_CONTAINER, RUNTIME_PORT } from "../../../schema/crd/labels.ts";
-import { HEALTH_PORT } from "./traffic-pod.ts";
+import { HEALTH_PORT, RUNTIME_SECRET_SUFFIX } from "./traffic-pod.ts";
 
 /** The variable the runtime reads its initial token from (controllers/runtime/cli.ts). */
 export const RUNTIME_TOKEN_ENV = "RUNTIME_ACCESS_TOKEN";
 export const RUNTIME_TOKEN_KEY = "token";
 const LABEL_TEXT = "kruise-edge runtime pod token v1";
-
-/** The suffix of a pod's runtime-token Secret's name (a template may not read one: traffic-pod.ts). */
-export const RUNTIME_SECRET_SUFFIX = "-runtime";
 
 export function runtimeTokenSecretName(pod: string): string {
   return `${pod}${RUNTIME_SECRET_SUFFIX}`;

@@ -28,7 +28,6 @@
 // is every sandbox pod's, governed or not (review 25 H4): the agent creates pods with its own
 // rights from a template anyone who may write a SandboxSet or a Sandbox chose. The nft script holds our constants only, and
 // reaches nft as an argument (data), never as shell text.
-import { RUNTIME_SECRET_SUFFIX } from "./runtime-token.ts";
 import type { V1ConfigMap, V1Container, V1NetworkPolicy, V1NetworkPolicyPeer, V1OwnerReference, V1PodSpec, V1Secret } from "@kubernetes/client-node";
 import { tokenSecretNames, type SecurityProfileEntry } from "../../../schema/api/security-profile.ts";
 import { selects, type TrafficPolicyEntry } from "../../../schema/api/traffic-policy.ts";
@@ -55,6 +54,8 @@ export const DNS_PORT = 15053;
 export const EXPLICIT_PORT = 3128;
 /** The kubelet's probes (`GET /ready`; the pod address, as Istio's 15021). */
 export const HEALTH_PORT = 15021;
+/** The suffix of a pod's runtime-token Secret (runtime-token.ts): the platform's, like `-traffic`. */
+export const RUNTIME_SECRET_SUFFIX = "-runtime";
 const MARK = "0x1e7a";
 /** The regular chain of both tables that says which sockets are the proxy's (transparent.pl's name). */
 const EXEMPT_CHAIN = "proxy";
