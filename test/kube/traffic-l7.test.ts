@@ -177,7 +177,8 @@ describe("SecurityProfiles in a sandbox pod", () => {
       if (c.name === "traffic-proxy") expect(secretMounts.map((m) => m.name)).toEqual(["sandbox-traffic-secret"]);
       else if (c.name === "traffic-ca") expect(secretMounts.map((m) => m.name)).toEqual(["sandbox-ca-source"]);
       else expect(secretMounts).toEqual([]);
-      expect((c.env ?? []).some((e) => e.valueFrom?.secretKeyRef)).toBe(false);
+      // The runtime's own token (its pod's `-runtime` Secret) is the only Secret an env reads.
+      expect((c.env ?? []).filter((e) => e.valueFrom?.secretKeyRef).map((e) => e.valueFrom!.secretKeyRef!.name)).toEqual(c.name === "agent-runtime" ? ["plain-l7c-runtime"] : []);
       expect(c.envFrom ?? []).toEqual([]);
     }
     const everything = JSON.stringify(asKubectl) + kubectlOk(["-n", ns, "get", "configmap", "plain-l7c-traffic", "-o", "json"]);

@@ -768,6 +768,7 @@ export class KubernetesDriver implements Driver {
       this.#tooLarge.delete(id);
       await this.#pods.deleteAll(sc, id);
       if (name) await this.#serial(id, () => this.#traffic.delete(sc, name));
+      if (name) await this.#pods.deleteTokenSecret(sc, name);
       await this.#sandboxes.delete(sc, id);
       this.#status.forget(id);
       this.#mounts.forget(id);

@@ -198,6 +198,14 @@ export class PodWriter {
     }
   }
 
+  /** Deletes the runtime-token Secret of the sandbox object `name` (destroy). Its owner reference
+   * would let the garbage collector do it once the Sandbox goes; done here so a destroyed
+   * sandbox leaves nothing behind at once, as its traffic objects do not. */
+  async deleteTokenSecret(sc: NamespaceScope, name: string): Promise<void> {
+    this.#ctx.count();
+    await tolerate(this.#ctx.core.deleteNamespacedSecret({ name: runtimeTokenSecretName(name), namespace: sc.namespace }), [404]);
+  }
+
   /** Once per namespace per agent start: sandbox pods' runtime ports admit only the agent's namespace. */
   async #ensureIngressPolicy(namespace: string): Promise<void> {
     if (this.#policed.has(namespace)) return;
