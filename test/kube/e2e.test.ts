@@ -15,7 +15,7 @@ import { withSandboxSet } from "./support/sandbox-set.ts";
 const NS = "admin"; // the admin key's team: team name = namespace
 let edge: TestEdge;
 let kubelet: TestKubelet;
-let runtimes: { stop(): void };
+let runtimes: { stop(): Promise<void> };
 let kube: KubeAgent;
 
 beforeAll(async () => {
@@ -30,7 +30,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await kube?.stop();
-  runtimes?.stop();
+  await runtimes?.stop();
   await kubelet?.stop();
   await edge?.stop();
 });
@@ -99,7 +99,7 @@ describe("E2B on Kubernetes", () => {
       expect(await sbx.kill()).toBe(true);
       await until("team sandbox gone", () => !kubectlOk(["-n", team, "get", "sbx", "-l", selector, "-o", "name"]).trim(), 30_000);
     } finally {
-      teamRuntimes.stop();
+      await teamRuntimes.stop();
       await teamKubelet.stop();
     }
   });

@@ -63,7 +63,7 @@ describe("ObjectCache", () => {
 
 describe("the test's kubelet and runtime launcher", () => {
   let kubelet: TestKubelet;
-  let runtimes: { stop(): void };
+  let runtimes: { stop(): Promise<void> };
 
   beforeAll(async () => {
     kubelet = new TestKubelet(kubeConfig(), ns, { watchTimeoutMs: QUIET_MS });
@@ -71,7 +71,7 @@ describe("the test's kubelet and runtime launcher", () => {
     runtimes = await runRuntimes(ns, { watchTimeoutMs: QUIET_MS });
   });
   afterAll(async () => {
-    runtimes?.stop();
+    await runtimes?.stop();
     await kubelet?.stop();
   });
 

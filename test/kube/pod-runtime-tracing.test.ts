@@ -24,7 +24,7 @@ let collector: Collector;
 let edge: TestEdge;
 let ns: string;
 let kubelet: TestKubelet;
-let runtimes: { stop(): void };
+let runtimes: { stop(): Promise<void> };
 let agent: ReturnType<typeof spawn> | undefined;
 let agentOut = "";
 
@@ -51,7 +51,7 @@ afterAll(async () => {
     agent.kill("SIGTERM");
     await exited;
   }
-  runtimes?.stop();
+  await runtimes?.stop();
   await kubelet?.stop();
   await edge?.stop();
   await collector?.stop();

@@ -20,7 +20,7 @@ let edge: TestEdge;
 let ns: string;
 let kubelet: TestKubelet;
 let k: KubeAgent;
-let runtimes: { stop(): void };
+let runtimes: { stop(): Promise<void> };
 
 const admin = (path: string, init: RequestInit = {}) => fetch(`${edge.url}${path}`, { ...init, headers: { "x-api-key": edge.adminKey, "content-type": "application/json" } });
 
@@ -39,7 +39,7 @@ beforeAll(async () => {
 afterAll(async () => {
   await k?.stop().catch(() => {});
   await kubelet?.stop();
-  runtimes?.stop();
+  await runtimes?.stop();
   await edge?.stop();
 });
 

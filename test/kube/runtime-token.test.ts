@@ -21,7 +21,7 @@ let edge: TestEdge;
 let ns: string;
 let kubelet: TestKubelet;
 let k: KubeAgent;
-let runtimes: { stop(): void };
+let runtimes: { stop(): Promise<void> };
 const core = () => kubeConfig().makeApiClient(CoreV1Api);
 
 beforeAll(async () => {
@@ -36,7 +36,7 @@ beforeAll(async () => {
 afterAll(async () => {
   await k?.stop().catch(() => {});
   await kubelet?.stop();
-  runtimes?.stop();
+  await runtimes?.stop();
   await edge?.stop();
 });
 

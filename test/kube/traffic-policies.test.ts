@@ -18,7 +18,7 @@ let edge: TestEdge;
 let ns: string;
 let kubelet: TestKubelet;
 let k: KubeAgent;
-let runtimes: { stop(): void };
+let runtimes: { stop(): Promise<void> };
 
 interface Status {
   observedGeneration?: number;
@@ -43,7 +43,7 @@ afterAll(async () => {
   kubectlOk(["delete", "gtp", `${ns}-baseline`, "--ignore-not-found"]);
   await k?.stop().catch(() => {});
   await kubelet?.stop();
-  runtimes?.stop();
+  await runtimes?.stop();
   await edge?.stop();
 });
 

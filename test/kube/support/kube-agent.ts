@@ -75,21 +75,34 @@ export async function startKubeAgent(
 
 /** A secretKeyRef's value, as the kubelet reads it (a missing Secret is the kubelet's
  * CreateContainerConfigError: no runtime until it exists, never one started open). */
-async function secretEnv(core: CoreV1Api, namespace: string, ref: { name?: string; key: string } | undefined): Promise<string | undefined> {
+async function secretEnv(core: CoreV1Api, namespace: string, ref: { name?: string; key: string } | undefined, wanted: () => boolean): Promise<string | undefined> {
   if (!ref?.name) return undefined;
-  for (;;) {
+  while (wanted()) {
     const secret = await core.readNamespacedSecret({ name: ref.name, namespace }).catch(() => undefined);
     const b64 = secret?.data?.[ref.key];
     if (b64) return Buffer.from(b64, "base64").toString();
     await new Promise((r) => setTimeout(r, 200));
   }
+  return undefined;
+}
+
+/** Ends a runtime and waits for its exit: SIGTERM (its handler flushes spans), SIGKILL after 2 s.
+ * A runtime still running when its test file's worker exits is orphaned (ppid 1), and its inherited
+ * stderr keeps vitest from exiting (CI runs of s25-int hung on three). */
+function end(child: ChildProcess): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve();
+  return new Promise((ok) => {
+    const kill = setTimeout(() => child.kill("SIGKILL"), 2000);
+    child.once("exit", () => (clearTimeout(kill), ok()));
+    child.kill();
+  });
 }
 
 /** One real agent-runtime per pod with an IP, its URL in the runtime-url annotation. The pods are
  * watched by an informer that resumes: a bare watch ends after 30 s without an event, and a
  * launcher that stopped there left every later pod without a runtime, so it never became ready
  * (the scale test's rare stall, after a quiet spell in the namespace). */
-export async function runRuntimes(namespace: string, opts: { watchTimeoutMs?: number } = {}): Promise<{ stop(): void }> {
+export async function runRuntimes(namespace: string, opts: { watchTimeoutMs?: number } = {}): Promise<{ stop(): Promise<void> }> {
   const kc = kubeConfig();
   const core = kc.makeApiClient(CoreV1Api);
   const patch = setHeaderOptions("Content-Type", PatchStrategy.MergePatch);
@@ -97,6 +110,8 @@ export async function runRuntimes(namespace: string, opts: { watchTimeoutMs?: nu
   // After stop() no runtime may start: one spawned by an event still in flight would outlive the
   // test, and its inherited stderr kept vitest from exiting (a CI run hung on one).
   let stopped = false;
+  // Every runtime ever spawned, until it exits: the map forgets one whose pod went.
+  const spawned = new Set<ChildProcess>();
   const onPod = async (pod: V1Pod) => {
     const name = pod.metadata!.name!;
     if (stopped || !pod.status?.podIP || runtimes.has(name) || pod.metadata?.deletionTimestamp) return;
@@ -105,12 +120,18 @@ export async function runRuntimes(namespace: string, opts: { watchTimeoutMs?: nu
     for (let attempt = 1; ; attempt++) {
       const runtimeEnv = pod.spec?.containers.find((c) => c.name === RUNTIME_CONTAINER)?.env;
       const tracing = runtimeEnv?.find((e) => e.name === RUNTIME_TRACING_ENV)?.value;
-      const token = await secretEnv(core, namespace, runtimeEnv?.find((e) => e.name === RUNTIME_TOKEN_ENV)?.valueFrom?.secretKeyRef);
+      // The Secret may come late, or never (a destroyed pod's is deleted with it): the wait ends
+      // with the launcher or the pod.
+      const wanted = () => !stopped && !gone.has(pod.metadata!.uid!);
+      const token = await secretEnv(core, namespace, runtimeEnv?.find((e) => e.name === RUNTIME_TOKEN_ENV)?.valueFrom?.secretKeyRef, wanted);
+      if (!wanted()) return;
       // The image's `node` is this one.
       const env = { ...process.env, PATH: `${dirname(process.execPath)}:${process.env.PATH}`, RUNTIME_DIST: inject("runtimeDist"), ...(tracing ? { [RUNTIME_TRACING_ENV]: tracing } : {}), ...(token ? { [RUNTIME_TOKEN_ENV]: token } : {}) };
       // As the pod image starts it: its entrypoint, from the runtime's startup snapshot.
       const child = spawn("/bin/sh", [join(ROOT, "k8s/entrypoint.sh"), "--port", "0", "--host", "127.0.0.1"], { cwd: ROOT, env, stdio: ["ignore", "pipe", "inherit"] });
       runtimes.set(name, child);
+      spawned.add(child);
+      child.once("exit", () => spawned.delete(child));
       const url = await new Promise<string | undefined>((ok) => {
         let out = "";
         child.stdout!.on("data", (b: Buffer) => {
@@ -120,7 +141,7 @@ export async function runRuntimes(namespace: string, opts: { watchTimeoutMs?: nu
         });
         child.once("exit", () => ok(undefined));
       });
-      if (stopped) return void child.kill();
+      if (stopped) return void end(child);
       if (runtimes.get(name) !== child) return; // its pod went meanwhile
       // Its URL is written until the write lands (or the pod goes): a runtime without it leaves its
       // sandbox not ready for good, which an edge pool waits out for 5 minutes (create timeout).
@@ -141,19 +162,21 @@ export async function runRuntimes(namespace: string, opts: { watchTimeoutMs?: nu
       if (stopped || runtimes.get(name) !== child) return;
     }
   };
+  const gone = new Set<string>(); // uids of deleted pods
   const pods = podCache(kc, namespace, opts.watchTimeoutMs);
   pods.onChange((pod, verb) => {
     if (verb === "delete") {
+      gone.add(pod.metadata!.uid!); // by uid: a pod of the same name may come again
       runtimes.get(pod.metadata!.name!)?.kill();
       runtimes.delete(pod.metadata!.name!);
     } else void onPod(pod).catch((e) => console.error("runtime launcher:", e));
   });
   await pods.start();
   return {
-    stop() {
+    async stop() {
       stopped = true;
       void pods.stop();
-      for (const c of runtimes.values()) c.kill();
+      await Promise.all([...spawned].map(end));
     },
   };
 }
