@@ -148,6 +148,24 @@ describe("runCode (JS code-interpreter SDK)", { timeout: 120_000 }, () => {
     expect((await sbx.runCode("import os; os.environ.get('GREETING')")).text).toBeUndefined();
   });
 
+  // The driver runs one cell at a time, so the kernel must not drop what comes after an error: with
+  // Jupyter's default stop_on_error, ipykernel aborts every execute request that arrives before its
+  // loop turns, which took the erroring cell's env restore (its env leaked into later cells: 48 of
+  // 60 concurrent pairs on a loaded machine) and, in a CI run, the cell after an interrupted one (an
+  // empty result). The cell holds the kernel's loop a moment after it ends, as a loaded machine
+  // does, so the requests behind it come in that window every time.
+  it("a cell that raises: its per-execution env ends with it, and the cell queued behind it runs", async () => {
+    await sbx.runCode("x = 1");
+    for (let i = 0; i < 3; i++) {
+      const [failed, next] = await Promise.all([
+        sbx.runCode("import asyncio, time\nasyncio.get_event_loop().call_soon(time.sleep, 0.3)\nraise ValueError('boom')", { envs: { ONLY_THEN: "yes" } }),
+        sbx.runCode("import os; (x + 41, os.environ.get('ONLY_THEN'))"),
+      ]);
+      expect(failed.error?.name).toBe("ValueError");
+      expect(next.text).toBe("(42, None)");
+    }
+  });
+
   it("a timeout interrupts a busy cell and the context stays usable", async () => {
     await expect(sbx.runCode("import time\nwhile True: time.sleep(0.1)", { timeoutMs: 2_000 })).rejects.toThrow();
     expect((await sbx.runCode("x + 41")).text).toBe("42");

@@ -117,7 +117,7 @@ state = {"current": None, "cancelled": set()}
 def run(code, emit, silent=False):
     """Runs one cell; emit(line) gets E2B output lines. Returns when the kernel is idle again."""
     msg_id = send_shell("execute_request", {"code": code, "silent": silent, "store_history": not silent,
-                                            "user_expressions": {}, "allow_stdin": False, "stop_on_error": True})
+                                            "user_expressions": {}, "allow_stdin": False, "stop_on_error": False})
     while True:
         msg = recv_iopub(1000)
         if msg is None:
