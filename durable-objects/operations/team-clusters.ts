@@ -5,7 +5,7 @@
 // namespace, so a namespace's name alone must never let a cluster receive a team's profiles and
 // secret values, set its quota or policies, or make sandboxes billed to it.
 //
-// `SINGLE_CLUSTER` (a var) names an install's only cluster (`npm start` sets `local`): it acts for
+// `SINGLE_CLUSTER` (a var) names an install's only cluster (k8s/README.md): it acts for
 // every team without a binding, as before bindings existed, and its SandboxSets may create teams.
 // Unset (the default of a deployment), only bindings count.
 import type { Refusal } from "../../schema/errors.ts";

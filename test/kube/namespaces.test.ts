@@ -57,6 +57,7 @@ describe("the CRD syncs over several namespaces", () => {
   it("--all-namespaces: a namespace whose first SandboxSet comes while the agent runs is synced", async () => {
     k = await startKubeAgent(edge, home, "kube-ns", undefined, { "all-namespaces": true });
     const late = await freshNamespace("team-late");
+    await edge.bind(late, "kube-ns");
     await withSandboxSet(late, "gamma");
     await until("gamma on the edge as the new team's", () => edgeTemplate(late, "gamma"), 20_000);
     await until(`a pool pod in ${late}`, () => kubectlOk(["-n", late, "get", "pods", "-l", "agents.kruise.io/sandbox-pool=gamma", "-o", "name"]).trim() !== "", 30_000);

@@ -66,8 +66,12 @@ export async function createTeam(name: string, opts: { cluster?: string; replica
 /** Binds team `name` to `cluster` as an admin does before the cluster may act in the team's
  * namespace (the team is created first when missing, as `POST /api-keys` with `teamName` does). */
 export async function bindTeam(name: string, cluster: string): Promise<void> {
-  await expectStatus(call("/api-keys", { body: { name: `${name}-bind`, teamName: name } }), 201);
-  const res = await call(`/admin/teams/${name}/clusters/${cluster}`, { method: "PUT" });
+  const put = () => call(`/admin/teams/${name}/clusters/${cluster}`, { method: "PUT" });
+  let res = await put();
+  if (res.status === 404) {
+    await expectStatus(call("/api-keys", { body: { name: `${name}-bind`, teamName: name } }), 201);
+    res = await put();
+  }
   if (res.status !== 201 && res.status !== 200) throw new Error(`binding ${name} to ${cluster}: ${res.status} ${await res.text()}`);
 }
 
