@@ -70,24 +70,28 @@ describe("the CRD syncs over several namespaces", () => {
 
   it("--all-namespaces: the namespace of a team not bound to the cluster changes nothing of the team (its SandboxSet makes no template, its quota is refused with a Warning Event naming the admin call) until the admin binds it", async () => {
     k = await startKubeAgent(edge, home, "kube-ns", undefined, { "all-namespaces": true });
-    // Team `other` exists on the edge and runs on another cluster; this cluster merely has a
-    // namespace of that name.
-    const other = await freshNamespace("team-other");
-    await edge.bind(other, "kube-elsewhere");
-    const P = "quota.agents.kruise.io";
-    kubectlOk(["annotate", "ns", other, `${P}/running-sandboxes=1000`]);
-    await withSandboxSet(other, "grab");
-    const refused = () => kubectlOk(["-n", other, "get", "events", "--field-selector", "reason=SandboxQuotaRefused", "-o", "jsonpath={.items[*].message}"]);
-    await until("SandboxQuotaRefused event", () => refused().includes(`PUT /admin/teams/${other}/clusters/kube-ns`), 30_000);
-    await until("the SandboxSet refused", () => k!.logs.some((l) => l.includes(`edge refused SandboxSet ${other}/grab: forbidden`)), 30_000);
-    expect(await edgeTemplate(other, "grab")).toBeUndefined();
-    const quota = await fetch(`${edge.url}/admin/teams/${other}/quota`, { headers: { "x-api-key": edge.adminKey } });
-    expect(((await quota.json()) as { overrides: object }).overrides).toEqual({});
-    // Bound: the retried SandboxSet becomes the team's template on this cluster.
-    await edge.bind(other, "kube-ns");
-    expect((await until("grab on the edge once bound", () => edgeTemplate(other, "grab"), 30_000)).spec).toMatchObject({ cluster: "kube-ns" });
-    await k.stop();
-    k = undefined;
+    try {
+      // Team `other` exists on the edge and runs on another cluster; this cluster merely has a
+      // namespace of that name.
+      const other = await freshNamespace("team-other");
+      await edge.bind(other, "kube-elsewhere");
+      const P = "quota.agents.kruise.io";
+      kubectlOk(["annotate", "ns", other, `${P}/running-sandboxes=1000`]);
+      await withSandboxSet(other, "grab");
+      const refused = () => kubectlOk(["-n", other, "get", "events", "--field-selector", "reason=SandboxQuotaRefused", "-o", "jsonpath={.items[*].message}"]);
+      await until("SandboxQuotaRefused event", () => refused().includes(`PUT /admin/teams/${other}/clusters/kube-ns`), 30_000);
+      await until("the SandboxSet refused", () => k!.logs.some((l) => l.includes(`edge refused SandboxSet ${other}/grab: forbidden`)), 30_000);
+      expect(await edgeTemplate(other, "grab")).toBeUndefined();
+      const quota = await fetch(`${edge.url}/admin/teams/${other}/quota`, { headers: { "x-api-key": edge.adminKey } });
+      expect(((await quota.json()) as { overrides: object }).overrides).toEqual({});
+      // Bound: the retried SandboxSet becomes the team's template on this cluster.
+      await edge.bind(other, "kube-ns");
+      expect((await until("grab on the edge once bound", () => edgeTemplate(other, "grab"), 30_000)).spec).toMatchObject({ cluster: "kube-ns" });
+    } finally {
+      // Stopped even on a failure: a later test restarts a driver in the same namespaces.
+      await k.stop();
+      k = undefined;
+    }
   });
 });
 
