@@ -82,6 +82,20 @@ describe("a cluster not bound to a team", () => {
   });
 });
 
+describe("SINGLE_CLUSTER (vitest.config.ts names `the-only-cluster`)", () => {
+  it("the install's only cluster acts for every team without a binding, and its SandboxSet creates a missing team; another cluster still needs a binding", async () => {
+    const { crd } = await connect("the-only-cluster");
+    const ns = unique("bind-single");
+    expect(await crd.call("sandboxsets", sandboxSet(ns, "app"))).toMatchObject({ result: "applied" });
+    expect((await expectStatus(template(ns, "app"), 200)).spec).toMatchObject({ cluster: "the-only-cluster" });
+    expect(await crd.call("quotas", { namespace: ns, limits: { runningSandboxes: 3 } })).toMatchObject({ result: "applied" });
+    // No binding was written for it (a cluster's own writes never bind).
+    expect((await expectStatus(call(`/admin/teams/${ns}/clusters`), 200)).clusters).toEqual([]);
+    const other = await connect(unique("bind-not-single"));
+    expect(await other.crd.call("sandboxsets", sandboxSet(ns, "app2"))).toMatchObject({ result: "rejected", code: "forbidden" });
+  });
+});
+
 describe("admin API /admin/teams/{team}/clusters", () => {
   it("binds, lists and unbinds; an unbind is refused while a template of the team runs there", async () => {
     const team = await createTeam(unique("bind-api"));
