@@ -194,9 +194,11 @@ export class CrdSync {
     const prev = this.#record(item.namespace, item.name);
     const cluster = this.#o.cluster();
     const db = getDb(this.#o.env);
-    // Only a cluster bound to the team may make or remove its templates (and so its pools).
+    // Only a cluster bound to the team may make or remove its templates (and so its pools). A
+    // delete from an unbound one has nothing of this cluster's to remove (a template here binds
+    // its team): answered done, so the agent does not retry it for ever.
     const may = await clusterMayServe(this.#o.env, cluster, item.namespace);
-    if (!may.ok) return refused(may.error);
+    if (!may.ok) return "deleted" in item ? { result: "applied", message: may.error.message } : refused(may.error);
     const team = may.team;
     // A template whose members run on another cluster is that cluster's (or the admin API's): two
     // clusters with the same SandboxSet name in one namespace must not move the pool back and forth.

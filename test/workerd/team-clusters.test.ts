@@ -38,6 +38,9 @@ describe("a cluster not bound to a team", () => {
     expect(set).toMatchObject({ result: "rejected", code: "forbidden" });
     expect(set.message).toContain(`PUT /admin/teams/${acme.name}/clusters/${evilName}`);
     await expectError(template(acme.name, "grab"), 404);
+    // Its delete of the team's own template changes nothing (and is answered, so it is not retried).
+    expect(await crd.call("sandboxsets", { namespace: acme.name, name: acme.template, uid: "uid-x", deleted: true })).toMatchObject({ result: "applied" });
+    await expectStatus(template(acme.name, acme.template), 200);
 
     const quotaBefore = (await expectStatus(call(`/admin/teams/${acme.name}/quota`), 200)).overrides;
     expect(await crd.call("quotas", { namespace: acme.name, limits: { runningSandboxes: 1000 } })).toMatchObject({ result: "rejected", code: "forbidden" });
