@@ -27,6 +27,9 @@ export default defineConfig({
                 SECRETS_KEY: "test-secrets-key-0123456789abcdef0123456789",
                 ADMIN_API_KEY: "e2b_00000000000000000000000000000000000000ad",
                 CLUSTER_TOKEN: "test-cluster-token",
+                // One cluster name only test/workerd/team-clusters.test.ts links: the install's
+                // only cluster, which acts for every team without a binding.
+                SINGLE_CLUSTER: "the-only-cluster",
               },
             },
           }),

@@ -35,6 +35,9 @@ export interface Env {
   ADMIN_API_KEY: string;
   /** Shared secret the agent presents on its WebSocket. */
   CLUSTER_TOKEN: string;
+  /** The name of an install's only cluster: it acts for every team without a team↔cluster binding
+   * (operations/team-clusters.ts). Unset: only bindings count (the safe default of several clusters). */
+  SINGLE_CLUSTER?: string;
   /** Domain returned to SDKs as `domain` (null when unset: the SDK falls back to E2B_DOMAIN). */
   SANDBOX_DOMAIN?: string;
   /** OTLP/HTTP collector base URL for traces; unset: tracing off. */

@@ -7,6 +7,7 @@ import { ADMIN_KEY_ID, ADMIN_TEAM_ID, ADMIN_TEAM_NAME, hashApiKey, looksLikeApiK
 import { getDb } from "../durable-objects/store/db.ts";
 import { ensureTeam } from "../durable-objects/store/teams.ts";
 import { upsertTemplate } from "../durable-objects/store/templates.ts";
+import { insertBinding } from "../durable-objects/store/team-clusters.ts";
 import { TemplateSpec } from "../schema/api/template.ts";
 import { apiKeys } from "../schema/db/tables.ts";
 import { RootfsStore } from "../controllers/drivers/local/rootfs/store.ts";
@@ -54,7 +55,9 @@ export async function seed(opts: SeedOptions): Promise<void> {
     });
     if (!res.ok) throw new Error(`seeding template base through ${opts.edgeUrl}: ${res.status} ${await res.text()}`);
   } else {
+    // As the admin API would (operations/templates.ts): the template's cluster serves its team.
     await upsertTemplate(db, { teamId: team.id, templateId: "base", public: true, spec });
+    await insertBinding(db, team.id, spec.cluster);
   }
   const stored = await db.select({ id: apiKeys.id }).from(apiKeys).where(eq(apiKeys.id, ADMIN_KEY_ID));
   if (stored.length !== 1) throw new Error("admin key was not stored");

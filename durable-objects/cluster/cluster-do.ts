@@ -44,6 +44,7 @@ import { edgeLogger } from "../tracing/edge-log.ts";
 import { getDb } from "../store/db.ts";
 import { listTrafficPolicies } from "../store/traffic-policies.ts";
 import { listSecurityProfiles, teamsWithTemplatesOn } from "../store/security-profiles.ts";
+import { servedTeams } from "../operations/team-clusters.ts";
 import { tokenSecretNames, type SecurityProfileEntry } from "../../schema/api/security-profile.ts";
 import { teamSecretValues } from "../store/secrets.ts";
 import { transformSecrets } from "../../schema/egress/transforms.ts";
@@ -344,8 +345,8 @@ export class ClusterDO extends DurableObject<Env> {
 
   /**
    * Sends the agent the GlobalSecurityProfiles and the SecurityProfiles of the teams this cluster
-   * serves (those with a template here and those of the sandboxes it keeps, plus `also`: teams
-   * of intents about to leave), never another team's:
+   * serves (those bound to it with a template here, and those of the sandboxes the edge placed
+   * here, plus `also`: teams of intents about to leave), never another team's:
    * a profile may hold a literal token. The set replaces the agent's, so a team no longer served
    * is pruned there: at the next send, and as soon as its last sandbox here is gone
    * (pruneProfiles). Sends go out in call order, each read fresh. Nothing goes to an agent that
@@ -357,7 +358,10 @@ export class ClusterDO extends DurableObject<Env> {
     const next = this.profilesChain.then(async () => {
       if (!this.agentSocket() || !this.appliesProfiles()) return false;
       const db = getDb(this.env);
-      const teams = await teamsWithTemplatesOn(db, this.store!.getMeta("cluster") ?? "local");
+      const cluster = this.store!.getMeta("cluster") ?? "local";
+      // Teams with a template here count only while bound to this cluster (a template the admin
+      // places binds its team; the check keeps a binding's absence final even so).
+      const teams = await servedTeams(this.env, cluster, await teamsWithTemplatesOn(db, cluster));
       const templateTeams = new Set(teams);
       // Desired rows this turn wrote are read back (a first sandbox's team is there before its intent leaves).
       this.turn.flush();

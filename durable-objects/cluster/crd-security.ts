@@ -1,7 +1,7 @@
 // SecurityProfiles and GlobalSecurityProfiles from a cluster (schema/protocol/crd-sync.ts
 // `securityprofileobjects`), applied through the admin API's operations: stored, sent to the agents
 // (ClusterDO.sendSecurityProfiles), and answered with the live sandboxes each selects (the object's
-// status). Only a cluster that serves the team (runs one of its templates) may set the team's
+// status). Only a cluster bound to the team (operations/team-clusters.ts) may set the team's
 // profiles, as for traffic policies (crd-traffic.ts); a global one any trusted cluster, but never
 // one naming a secret (globalProfileRefusal: it would apply to every team's secrets). The edge
 // keeps each profile's owner (store: "admin" or "cluster"): a cluster's write, delete or status
@@ -14,15 +14,14 @@ import type { ReplyItem, SandboxId, SecurityProfileItem } from "../../schema/pro
 import type { Env } from "../env.ts";
 import { ApiError } from "../../schema/errors.ts";
 import { clusterProfileView, removeSecurityProfile, setSecurityProfile } from "../operations/security-profiles.ts";
-import { servesTeam } from "./crd-traffic.ts";
+import { clusterTeamOrRefusal } from "../operations/team-clusters.ts";
 
 export async function applySecurityProfile(env: Env, cluster: string, item: SecurityProfileItem): Promise<Omit<ReplyItem, "id">> {
   if ("present" in item) return { result: "applied" };
   // A GlobalSecurityProfile (namespace null) may come from any cluster the edge trusts, as a
   // GlobalTrafficPolicy: the platform team owns the clusters.
-  if (item.namespace !== null && !(await servesTeam(env, cluster, item.namespace))) {
-    return { result: "rejected", code: "forbidden", message: `cluster ${cluster} runs no template of team ${item.namespace}, so it may not set the team's security profiles (apply a SandboxSet in the namespace first)` };
-  }
+  const may = item.namespace === null ? undefined : await clusterTeamOrRefusal(env, cluster, item.namespace, "the team's security profiles");
+  if (may && "result" in may) return may;
   const refused = item.namespace === null && "spec" in item ? globalProfileRefusal(item.spec) : null;
   if (refused) return { result: "rejected", code: "bad_request", message: refused };
   try {

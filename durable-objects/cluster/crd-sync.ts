@@ -2,7 +2,8 @@
 // become templates and warm pools of team = namespace (the admin API's path), kubectl requests
 // become the sandbox's pause/resume/kill (its SandboxGroupDO) as the sandbox's owner (the E2B API's rules), claims
 // become creates from the team's pool (the create operation the E2B route uses, with typed input). The edge stays the
-// authority: a SandboxSet's older generation never overwrites a newer one, a template another
+// authority: a cluster acts only in the namespaces of teams bound to it (operations/team-clusters.ts),
+// a SandboxSet's older generation never overwrites a newer one, a template another
 // cluster runs is not taken over, and a request made against an older sandbox generation than the
 // edge's is answered `stale`. A deleted warm pool member is reported to its pool as failed.
 import type { TemplateSpec } from "../../schema/api/template.ts";
@@ -35,6 +36,7 @@ import { ApiError } from "../../schema/errors.ts";
 import type { Caller, Env } from "../env.ts";
 import { createSandbox } from "../operations/create-sandbox.ts";
 import { putTemplate, removeTemplate } from "../operations/templates.ts";
+import { clusterMayServe } from "../operations/team-clusters.ts";
 import { getDb } from "../store/db.ts";
 import { KeyedSerial } from "../../lib/keyed-serial.ts";
 import { listSummaries } from "../store/sandbox-index.ts";
@@ -192,7 +194,12 @@ export class CrdSync {
     const prev = this.#record(item.namespace, item.name);
     const cluster = this.#o.cluster();
     const db = getDb(this.#o.env);
-    const team = await findTeamByName(db, item.namespace);
+    // Only a cluster bound to the team may make or remove its templates (and so its pools). A
+    // delete from an unbound one has nothing of this cluster's to remove (a template here binds
+    // its team): answered done, so the agent does not retry it for ever.
+    const may = await clusterMayServe(this.#o.env, cluster, item.namespace);
+    if (!may.ok) return "deleted" in item ? { result: "applied", message: may.error.message } : refused(may.error);
+    const team = may.team;
     // A template whose members run on another cluster is that cluster's (or the admin API's): two
     // clusters with the same SandboxSet name in one namespace must not move the pool back and forth.
     const existing = team && (await getTemplate(db, team.id, item.name));
@@ -284,7 +291,10 @@ export class CrdSync {
   async #claim(item: ClaimItem): Promise<Omit<ReplyItem, "id">> {
     const env = this.#o.env;
     const db = getDb(env);
-    const team = await findTeamByName(db, item.namespace);
+    // Sandboxes billed to the team: only a cluster bound to it may claim them.
+    const may = await clusterMayServe(env, this.#o.cluster(), item.namespace);
+    if (!may.ok) return refused(may.error);
+    const team = may.team;
     if (!team) return refused({ code: "template_not_found", message: `Template "${item.templateName}" not found (no team ${item.namespace})` });
     // Its annotations are the sandboxes' metadata, and so their cluster objects' annotations: every
     // key must be one (the E2B route keeps other keys as metadata only).

@@ -2,30 +2,20 @@
 // `trafficpolicyobjects`), applied through the admin API's operations: stored, sent to every
 // cluster's agent, and answered with the live sandboxes each selects (the object's status).
 //
-// Which cluster may set a team's TrafficPolicy: one that serves the team (runs one of its
-// templates), as for quotas (crd-quota.ts): a policy can open a team's egress, so a cluster that
-// merely has a namespace of that name must not. A GlobalTrafficPolicy may come from any cluster
+// Which cluster may set a team's TrafficPolicy: one bound to the team (operations/team-clusters.ts),
+// as for quotas (crd-quota.ts): a policy can open a team's egress, so a cluster that merely has a
+// namespace of that name must not. A GlobalTrafficPolicy may come from any cluster
 // the edge trusts (its agent's token): the platform team owns the clusters. Two sources of one
 // policy (two clusters, or a cluster and the admin API): the last write wins.
 import type { ReplyItem, SandboxId, TrafficPolicyItem } from "../../schema/protocol/index.ts";
 import type { Env } from "../env.ts";
 import { getTrafficPolicyView, removeTrafficPolicy, setTrafficPolicy } from "../operations/traffic-policies.ts";
-import { getDb } from "../store/db.ts";
-import { listTemplates } from "../store/templates.ts";
-import { findTeamByName } from "../store/teams.ts";
-
-/** Whether `cluster` runs a template of `team` (may set the team's policies). */
-export async function servesTeam(env: Env, cluster: string, team: string): Promise<boolean> {
-  const db = getDb(env);
-  const row = await findTeamByName(db, team);
-  return !!row && (await listTemplates(db, row.id)).some((t) => t.teamId === row.id && t.spec.cluster === cluster);
-}
+import { clusterTeamOrRefusal } from "../operations/team-clusters.ts";
 
 export async function applyTrafficPolicy(env: Env, cluster: string, item: TrafficPolicyItem): Promise<Omit<ReplyItem, "id">> {
   const team = item.namespace;
-  if (team !== null && !(await servesTeam(env, cluster, team))) {
-    return { result: "rejected", code: "forbidden", message: `cluster ${cluster} runs no template of team ${team}, so it may not set the team's traffic policies (apply a SandboxSet in the namespace first)` };
-  }
+  const may = team === null ? undefined : await clusterTeamOrRefusal(env, cluster, team, "the team's traffic policies");
+  if (may && "result" in may) return may;
   if ("deleted" in item) {
     await removeTrafficPolicy(env, team, item.name);
     return { result: "applied" };

@@ -11,6 +11,7 @@ import { evictTemplates } from "../store/template-cache.ts";
 import { deleteTemplate, getTemplate, namesFreedImage, upsertTemplate } from "../store/templates.ts";
 import { ensureTeam, listTeams } from "../store/teams.ts";
 import { BUILT_IMAGE, nudgeImageGc } from "./image-gc.ts";
+import { bindTeamCluster } from "./team-clusters.ts";
 
 /** After a team's template left `cluster` (deleted, or moved to another): that cluster's agent
  * gets its SecurityProfile set again if it holds the team's, so a team it no longer serves (no
@@ -46,7 +47,8 @@ function operatorFieldsKept(spec: TemplateSpec, before: TemplateSpec | undefined
   return before?.nestedUserNamespaces ? { ...rest, nestedUserNamespaces: true } : rest;
 }
 
-/** Creates or replaces a team's template (the team is created when missing) and configures its pool. */
+/** Creates or replaces a team's template (the team is created when missing; an admin's write
+ * binds it to the template's cluster) and configures its pool. */
 export async function putTemplate(env: Env, input: PutTemplateInput): Promise<Result<{ template: TemplateRecord; pool: Awaited<ReturnType<typeof configurePool>>; existed: boolean }>> {
   return refusalsAsResult(async () => {
     const db = getDb(env);
@@ -59,6 +61,10 @@ export async function putTemplate(env: Env, input: PutTemplateInput): Promise<Re
       throw err;
     });
     evictTemplates();
+    // A template's cluster serves its team (its pool's sandboxes there need the team's profiles):
+    // the admin placing one binds them. A cluster's own write never binds (it got here bound
+    // already, or as the install's only cluster). Before the pool, so its first members find it.
+    if (!input.byCluster) await bindTeamCluster(db, team.id, t.spec.cluster);
     // The image it named before is freed by its cluster's collection once nothing holds it (a
     // create may have taken it just now); a failing nudge leaves that to the next pass. Before the
     // pool: a pool error must not skip it (the nudge only schedules the pass).

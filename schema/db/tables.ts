@@ -350,3 +350,21 @@ export const consoleSessions = sqliteTable(
   },
   (t) => [index("console_sessions_expires").on(t.expiresAt), index("console_sessions_key").on(t.keyHash, t.createdAt)],
 );
+
+/**
+ * Which clusters may act for a team (durable-objects/operations/team-clusters.ts): a cluster's
+ * SandboxSets, SandboxClaims, quota annotations, TrafficPolicies and SecurityProfiles in the team's
+ * namespace are applied only if the team is bound to it, and only a bound cluster gets the team's
+ * profiles and secret values for the templates it runs. Written only by the admin API (a template
+ * the admin places on a cluster binds its team there); migration 0017 bound every team to the
+ * clusters of its templates.
+ */
+export const teamClusters = sqliteTable(
+  "team_clusters",
+  {
+    teamId: text("team_id").notNull(),
+    cluster: text("cluster").notNull(),
+    createdAt: integer("created_at").notNull(),
+  },
+  (t) => [primaryKey({ columns: [t.teamId, t.cluster] }), index("team_clusters_cluster").on(t.cluster)],
+);

@@ -1,7 +1,7 @@
 // Several team namespaces (team = namespace) against the real edge and API server: with
 // `--watch-namespaces A,B` the SandboxSets and SandboxClaims of A and B sync (each its team's),
 // with `--all-namespaces` a namespace whose first SandboxSet is applied while the agent runs is
-// found; and a restarted driver watches the namespaces holding its Sandboxes from start() on, so a
+// found, and one of a team not bound to the agent's cluster changes nothing of the team; and a restarted driver watches the namespaces holding its Sandboxes from start() on, so a
 // Sandbox whose intent the agent lost is still seen (and can be cleaned up) in a team namespace.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { KubernetesDriver, type KubeDesiredSandbox } from "../../controllers/drivers/kubernetes/kubernetes-driver.ts";
@@ -57,6 +57,7 @@ describe("the CRD syncs over several namespaces", () => {
   it("--all-namespaces: a namespace whose first SandboxSet comes while the agent runs is synced", async () => {
     k = await startKubeAgent(edge, home, "kube-ns", undefined, { "all-namespaces": true });
     const late = await freshNamespace("team-late");
+    await edge.bind(late, "kube-ns");
     await withSandboxSet(late, "gamma");
     await until("gamma on the edge as the new team's", () => edgeTemplate(late, "gamma"), 20_000);
     await until(`a pool pod in ${late}`, () => kubectlOk(["-n", late, "get", "pods", "-l", "agents.kruise.io/sandbox-pool=gamma", "-o", "name"]).trim() !== "", 30_000);
@@ -65,6 +66,32 @@ describe("the CRD syncs over several namespaces", () => {
     await until("delta on the edge as team A's", () => edgeTemplate(teamA, "delta"), 20_000);
     await k.stop();
     k = undefined;
+  });
+
+  it("--all-namespaces: the namespace of a team not bound to the cluster changes nothing of the team (its SandboxSet makes no template, its quota is refused with a Warning Event naming the admin call) until the admin binds it", async () => {
+    k = await startKubeAgent(edge, home, "kube-ns", undefined, { "all-namespaces": true });
+    try {
+      // Team `other` exists on the edge and runs on another cluster; this cluster merely has a
+      // namespace of that name.
+      const other = await freshNamespace("team-other");
+      await edge.bind(other, "kube-elsewhere");
+      const P = "quota.agents.kruise.io";
+      kubectlOk(["annotate", "ns", other, `${P}/running-sandboxes=1000`]);
+      await withSandboxSet(other, "grab");
+      const refused = () => kubectlOk(["-n", other, "get", "events", "--field-selector", "reason=SandboxQuotaRefused", "-o", "jsonpath={.items[*].message}"]);
+      await until("SandboxQuotaRefused event", () => refused().includes(`PUT /admin/teams/${other}/clusters/kube-ns`), 30_000);
+      await until("the SandboxSet refused", () => k!.logs.some((l) => l.includes(`edge refused SandboxSet ${other}/grab: forbidden`)), 30_000);
+      expect(await edgeTemplate(other, "grab")).toBeUndefined();
+      const quota = await fetch(`${edge.url}/admin/teams/${other}/quota`, { headers: { "x-api-key": edge.adminKey } });
+      expect(((await quota.json()) as { overrides: object }).overrides).toEqual({});
+      // Bound: the retried SandboxSet becomes the team's template on this cluster.
+      await edge.bind(other, "kube-ns");
+      expect((await until("grab on the edge once bound", () => edgeTemplate(other, "grab"), 30_000)).spec).toMatchObject({ cluster: "kube-ns" });
+    } finally {
+      // Stopped even on a failure: a later test restarts a driver in the same namespaces.
+      await k.stop();
+      k = undefined;
+    }
   });
 });
 

@@ -121,6 +121,7 @@ spec:
 describe("the agent's command line", () => {
   it("main.ts --driver kubernetes syncs its namespace's SandboxSets over the link", async () => {
     const other = await freshNamespace("sync-cli");
+    await edge.bind(other, "kube-cli");
     const root = resolve(import.meta.dirname, "../..");
     const child = spawn(
       join(root, "node_modules/.bin/node"),

@@ -7,7 +7,7 @@ import { exports } from "cloudflare:workers";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { CrdLink } from "../support/crd-link.ts";
 import { fetchTransport, ScriptedAgent } from "../support/scripted-agent.ts";
-import { call, createTeam, expectError, expectStatus, startAgent, unique, type TestTeam } from "./helpers.ts";
+import { bindTeam, call, createTeam, expectError, expectStatus, startAgent, unique, type TestTeam } from "./helpers.ts";
 
 let team: TestTeam;
 let agent: ScriptedAgent;
@@ -83,6 +83,7 @@ describe("SandboxClaim annotations", () => {
     const ns = unique("sbc-annot");
     const agent2 = new ScriptedAgent();
     const crd = new CrdLink();
+    await bindTeam(ns, ns);
     await crd.connect(agent2, fetchTransport((url, init) => exports.default.fetch(url, init) as never, "test-cluster-token", ns));
     try {
       await crd.call("sandboxsets", { namespace: ns, name: "pool", uid: "uid-pool", generation: 1, spec: { replicas: 1 } });

@@ -1,6 +1,6 @@
 // Team quotas from the cluster over the agent link (schema/protocol/crd-sync.ts `quotas`, the
 // annotations of the team's Namespace): ClusterDO applies them through the admin API's operation,
-// only for a cluster that runs one of the team's templates; and the CRD frames are bounded (a frame
+// only for a cluster bound to the team; and the CRD frames are bounded (a frame
 // past a bound is a protocol error naming the bound).
 import { exports } from "cloudflare:workers";
 import { afterAll, describe, expect, it } from "vitest";
@@ -46,12 +46,12 @@ describe("team quotas over the agent link", () => {
     expect((await quota(team.name)).limits).toEqual(defaults);
   });
 
-  it("a cluster that runs none of the team's templates may not set its quota", async () => {
+  it("a cluster not bound to the team may not set its quota", async () => {
     const team = await createTeam(unique("q-own"));
     const { crd } = await connect(unique("q-other"));
     const reply = await crd.call("quotas", { namespace: team.name, limits: { runningSandboxes: 1000 } });
     expect(reply).toMatchObject({ result: "rejected", code: "forbidden" });
-    expect(reply.message).toContain("runs no template of team");
+    expect(reply.message).toContain(`team ${team.name} is not bound to cluster`);
     expect((await quota(team.name)).overrides).toEqual({});
     // Nor a team that does not exist (it would be created by nothing).
     expect(await crd.call("quotas", { namespace: unique("q-none"), limits: { runningSandboxes: 1 } })).toMatchObject({ result: "rejected", code: "forbidden" });

@@ -8,12 +8,15 @@ import { sandboxHandle } from "../../durable-objects/sandbox/stub.ts";
 import { CLAIM_METADATA_KEY } from "../../schema/protocol/index.ts";
 import { CrdLink } from "../support/crd-link.ts";
 import { fetchTransport, ScriptedAgent } from "../support/scripted-agent.ts";
-import { call, createTeam, expectStatus, unique } from "./helpers.ts";
+import { bindTeam, call, createTeam, expectStatus, unique } from "./helpers.ts";
 import { waitFor } from "../support/wait-for.ts";
 
 const link = (cluster: string) => fetchTransport((url, init) => exports.default.fetch(url, init) as never, "test-cluster-token", cluster);
 
-async function connect(cluster: string): Promise<{ agent: ScriptedAgent; crd: CrdLink }> {
+/** A scripted agent of `cluster`, which the admin bound first to the teams `bound` (by default
+ * the team named like the cluster, as most tests here use one namespace per cluster). */
+async function connect(cluster: string, bound: string[] = [cluster]): Promise<{ agent: ScriptedAgent; crd: CrdLink }> {
+  for (const team of bound) await bindTeam(team, cluster);
   const agent = new ScriptedAgent();
   const crd = new CrdLink();
   await crd.connect(agent, link(cluster));
@@ -42,7 +45,7 @@ describe("SandboxSets over the agent link", () => {
     expect(welcome.features).toEqual(expect.arrayContaining(["sandboxsets", "requests", "claims"]));
   });
 
-  it("a SandboxSet becomes the template of team = namespace (team created), and its pool runs on the sending cluster", async () => {
+  it("a SandboxSet becomes the template of team = namespace (a team bound to the cluster), and its pool runs on the sending cluster", async () => {
     const ns = unique("sbs-up");
     const { agent, crd } = await connect(ns);
     const reply = await crd.call("sandboxsets", sandboxSet(ns, "python", 1, { replicas: 2, image: "python:3.12", cpuCount: 2, env: { MODE: "eval" } }));
@@ -110,8 +113,8 @@ describe("SandboxSets over the agent link", () => {
 
   it("a template whose members run on another cluster is not taken over (nor deleted) by this one", async () => {
     const ns = unique("sbs-own");
-    const { crd: a } = await connect(`${ns}-a`);
-    const { crd: b } = await connect(`${ns}-b`);
+    const { crd: a } = await connect(`${ns}-a`, [ns]);
+    const { crd: b } = await connect(`${ns}-b`, [ns]);
     expect(await a.call("sandboxsets", sandboxSet(ns, "shared", 1, { image: "a" }))).toMatchObject({ result: "applied" });
     expect(await b.call("sandboxsets", sandboxSet(ns, "shared", 1, { image: "b" }, "uid-b"))).toMatchObject({ result: "rejected", code: "conflict" });
     expect(await b.call("sandboxsets", { namespace: ns, name: "shared", uid: "uid-b", deleted: true })).toMatchObject({ result: "applied" });

@@ -63,6 +63,18 @@ export async function createTeam(name: string, opts: { cluster?: string; replica
   return { name, key: created.key, keyId: created.id, template, cluster };
 }
 
+/** Binds team `name` to `cluster` as an admin does before the cluster may act in the team's
+ * namespace (the team is created first when missing, as `POST /api-keys` with `teamName` does). */
+export async function bindTeam(name: string, cluster: string): Promise<void> {
+  const put = () => call(`/admin/teams/${name}/clusters/${cluster}`, { method: "PUT" });
+  let res = await put();
+  if (res.status === 404) {
+    await expectStatus(call("/api-keys", { body: { name: `${name}-bind`, teamName: name } }), 201);
+    res = await put();
+  }
+  if (res.status !== 201 && res.status !== 200) throw new Error(`binding ${name} to ${cluster}: ${res.status} ${await res.text()}`);
+}
+
 /** Another key of the same team. */
 export async function secondKey(team: TestTeam): Promise<string> {
   const created = await expectStatus(call("/api-keys", { key: team.key, body: { name: "second" } }), 201);

@@ -2,7 +2,7 @@
 // cluster's agent at once (and with every welcome), status listing the live sandboxes a profile
 // selects (by the `label:<k>` metadata of E2B's create); what the proxy cannot enforce as written
 // refused with a 400 naming it. SecurityProfile objects of a cluster (the CRD sync's
-// `securityprofileobjects`) land in the same set, only from a cluster that serves the team. A sandbox's network audit through the team API: the agent's
+// `securityprofileobjects`) land in the same set, only from a cluster bound to the team. A sandbox's network audit through the team API: the agent's
 // records, never another team's.
 import { env, exports } from "cloudflare:workers";
 import { afterAll, describe, expect, it } from "vitest";
@@ -12,7 +12,7 @@ import { securityProfiles } from "../../schema/db/tables.ts";
 import { auditFields } from "../../schema/api/network-audit.ts";
 import { CrdLink } from "../support/crd-link.ts";
 import { fetchTransport, ScriptedAgent } from "../support/scripted-agent.ts";
-import { call, createTeam, expectError, expectStatus, startAgent, unique } from "./helpers.ts";
+import { bindTeam, call, createTeam, expectError, expectStatus, startAgent, unique } from "./helpers.ts";
 
 const agents: ScriptedAgent[] = [];
 afterAll(() => agents.forEach((a) => a.disconnect()));
@@ -333,9 +333,10 @@ describe("SecurityProfile objects over the agent link", () => {
     const link = (cluster: string) => fetchTransport((url, init) => exports.default.fetch(url, init) as never, "test-cluster-token", cluster);
     const agent = new ScriptedAgent({ networkRules: true });
     const crd = new CrdLink();
+    await bindTeam(ns, ns);
     await crd.connect(agent, link(ns));
     agents.push(agent);
-    // A SandboxSet in the namespace: the team exists and this cluster serves it.
+    // A SandboxSet in the namespace: the team is bound to this cluster and has a template on it.
     expect(await crd.call("sandboxsets", { namespace: ns, name: "app", uid: "uid-app", generation: 1, spec: { replicas: 0, image: "python:3.12" } })).toMatchObject({ result: "applied" });
     const ref = { namespace: ns, name: "mcp", uid: "uid-mcp" };
     expect(await crd.call("securityprofileobjects", { ...ref, generation: 1, spec: mcp })).toMatchObject({ result: "applied", selectedSandboxes: [] });

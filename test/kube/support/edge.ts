@@ -14,9 +14,24 @@ export interface TestEdge {
   /** The edge's CLUSTER_TOKEN (the root); an agent gets `tokenOf(its cluster)`. */
   clusterToken: string;
   tokenOf(cluster: string): Promise<string>;
+  /** Binds team `team` to `cluster` through the admin API, as k8s/README.md's install does (the
+   * team is created first, with a key, when missing). */
+  bind(team: string, cluster: string): Promise<void>;
   /** Scratch folder removed by stop() (agents may keep their data dir here). */
   dir: string;
   stop(): Promise<void>;
+}
+
+async function bindTeam(url: string, adminKey: string, team: string, cluster: string): Promise<void> {
+  const headers = { "x-api-key": adminKey, "content-type": "application/json" };
+  const put = () => fetch(`${url}/admin/teams/${team}/clusters/${cluster}`, { method: "PUT", headers });
+  let res = await put();
+  if (res.status === 404) {
+    const key = await fetch(`${url}/api-keys`, { method: "POST", headers, body: JSON.stringify({ name: `${team}-bind`, teamName: team }) });
+    if (key.status !== 201) throw new Error(`creating team ${team}: ${key.status} ${await key.text()}`);
+    res = await put();
+  }
+  if (res.status !== 200 && res.status !== 201) throw new Error(`binding team ${team} to cluster ${cluster}: ${res.status} ${await res.text()}`);
 }
 
 /** `tmpfs`: storage on /dev/shm (benchmarks: a Durable Object commit then costs what SQLite costs,
@@ -37,6 +52,7 @@ export async function startTestEdge(name: string, opts: { tmpfs?: boolean; vars?
       adminKey,
       clusterToken,
       tokenOf: (cluster) => clusterTokenFor(clusterToken, cluster),
+      bind: (team, cluster) => bindTeam(edge.url, adminKey, team, cluster),
       dir,
       async stop() {
         await edge.stop();

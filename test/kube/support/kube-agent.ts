@@ -43,6 +43,9 @@ export async function startKubeAgent(
   dataDir = join(edge.dir, `agent-${cluster}`),
   flags: { "watch-namespaces"?: string; "all-namespaces"?: boolean } = {},
 ): Promise<KubeAgent> {
+  // The install's step (k8s/README.md): the teams whose namespaces it syncs are bound to the
+  // cluster. Under --all-namespaces a test binds a namespace it adds later itself.
+  for (const team of [namespace, ...(flags["watch-namespaces"]?.split(",").filter(Boolean) ?? [])]) await edge.bind(team, cluster);
   let agent: Agent | undefined;
   const requests = new KubectlRequests();
   const logs: string[] = [];

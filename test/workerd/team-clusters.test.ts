@@ -1,0 +1,129 @@
+// The team↔cluster binding (durable-objects/operations/team-clusters.ts): every cluster links with
+// its own token, but only a cluster bound to a team may act in the team's namespace. A cluster that
+// is not bound gets nothing of the team (no template, no SecurityProfile, no secret value) and
+// changes nothing of it (quota, policies, sandboxes billed to it) by naming its namespace; the
+// admin binds and unbinds through `/admin/teams/{team}/clusters`.
+import { exports } from "cloudflare:workers";
+import { afterAll, describe, expect, it } from "vitest";
+import { CrdLink } from "../support/crd-link.ts";
+import { fetchTransport, ScriptedAgent } from "../support/scripted-agent.ts";
+import { call, createTeam, expectError, expectStatus, unique } from "./helpers.ts";
+
+const agents: ScriptedAgent[] = [];
+afterAll(() => agents.forEach((a) => a.disconnect()));
+
+async function connect(cluster: string, opts: { networkRules?: boolean } = {}): Promise<{ agent: ScriptedAgent; crd: CrdLink }> {
+  const agent = new ScriptedAgent(opts);
+  const crd = new CrdLink();
+  await crd.connect(agent, fetchTransport((url, init) => exports.default.fetch(url, init) as never, "test-cluster-token", cluster));
+  agents.push(agent);
+  return { agent, crd };
+}
+
+const sandboxSet = (namespace: string, name: string, uid = `uid-${name}`) => ({ namespace, name, uid, generation: 1, spec: { replicas: 0, image: "python:3.12" } });
+const template = (team: string, name: string) => call(`/admin/teams/${team}/templates/${name}`);
+const bind = (team: string, cluster: string) => call(`/admin/teams/${team}/clusters/${cluster}`, { method: "PUT" });
+
+describe("a cluster not bound to a team", () => {
+  it("gets none of the team's profiles or secret values, and cannot make a template, set the quota or policies, or claim sandboxes in its namespace", async () => {
+    const acme = await createTeam(unique("bind-acme"));
+    const VALUE = `tok-${unique("v")}`;
+    await expectStatus(call("/secrets", { key: acme.key, body: { name: "api-key", value: VALUE } }), 201);
+    const spec = { rules: [{ name: "key", match: [{ domains: ["api.acme.test"] }], actions: { tokenTransformation: { type: "ApiKey", targetHeader: "x-api-key", credentialRef: { secret: { name: "api-key" } } } } }] };
+    await expectStatus(call(`/admin/teams/${acme.name}/security-profiles/tok`, { method: "PUT", body: spec }), 200);
+
+    const evilName = unique("bind-evil");
+    const { agent: evil, crd } = await connect(evilName, { networkRules: true });
+    const set = await crd.call("sandboxsets", sandboxSet(acme.name, "grab"));
+    expect(set).toMatchObject({ result: "rejected", code: "forbidden" });
+    expect(set.message).toContain(`PUT /admin/teams/${acme.name}/clusters/${evilName}`);
+    await expectError(template(acme.name, "grab"), 404);
+    // Its delete of the team's own template changes nothing (and is answered, so it is not retried).
+    expect(await crd.call("sandboxsets", { namespace: acme.name, name: acme.template, uid: "uid-x", deleted: true })).toMatchObject({ result: "applied" });
+    await expectStatus(template(acme.name, acme.template), 200);
+
+    const quotaBefore = (await expectStatus(call(`/admin/teams/${acme.name}/quota`), 200)).overrides;
+    expect(await crd.call("quotas", { namespace: acme.name, limits: { runningSandboxes: 1000 } })).toMatchObject({ result: "rejected", code: "forbidden" });
+    expect((await expectStatus(call(`/admin/teams/${acme.name}/quota`), 200)).overrides).toEqual(quotaBefore);
+
+    expect(await crd.call("trafficpolicyobjects", { namespace: acme.name, name: "open", uid: "uid-open", generation: 1, spec: { egress: { rules: [{ action: "allow", to: [{ fqdn: "*.acme.test" }] }] } } })).toMatchObject({ result: "rejected", code: "forbidden" });
+    await expectError(call(`/admin/teams/${acme.name}/traffic-policies/open`), 404);
+    expect(await crd.call("securityprofileobjects", { namespace: acme.name, name: "evil", uid: "uid-evil", generation: 1, spec: { rules: [] } })).toMatchObject({ result: "rejected", code: "forbidden" });
+
+    const claim = await crd.call("claims", { namespace: acme.name, claim: { name: "c", uid: unique("claim") }, templateName: acme.template, replicas: 1 });
+    expect(claim).toMatchObject({ result: "rejected", code: "forbidden" });
+    expect(claim.sandboxIds ?? []).toEqual([]);
+    expect(await expectStatus(call("/v2/sandboxes", { key: acme.key }), 200)).toEqual([]);
+
+    // The profile set the agent holds (sent with its welcome, and again on every change of a
+    // profile or secret of a team it serves) never named acme.
+    await expectStatus(call(`/admin/teams/${acme.name}/security-profiles/tok`, { method: "PUT", body: spec }), 200);
+    await evil.waitUntil(() => evil.securityProfiles !== null);
+    expect(evil.securityProfiles!.some((p) => p.team === acme.name)).toBe(false);
+    expect(JSON.stringify(evil.profileSecrets ?? {})).not.toContain(VALUE);
+  }, 60_000);
+
+  it("once the admin binds it, acts for the team: a SandboxSet becomes the team's template on it, its quota and profiles apply, its agent gets the team's profiles", async () => {
+    const acme = await createTeam(unique("bind-ok"));
+    const cluster = unique("bind-second");
+    const { agent, crd } = await connect(cluster, { networkRules: true });
+    expect(await crd.call("sandboxsets", sandboxSet(acme.name, "app"))).toMatchObject({ result: "rejected", code: "forbidden" });
+    expect(await expectStatus(bind(acme.name, cluster), 201)).toMatchObject({ team: acme.name, cluster });
+    expect(await crd.call("sandboxsets", sandboxSet(acme.name, "app"))).toMatchObject({ result: "applied" });
+    expect((await expectStatus(template(acme.name, "app"), 200)).spec).toMatchObject({ cluster });
+    expect(await crd.call("quotas", { namespace: acme.name, limits: { runningSandboxes: 7 } })).toMatchObject({ result: "applied" });
+    expect((await expectStatus(call(`/admin/teams/${acme.name}/quota`), 200)).overrides).toEqual({ runningSandboxes: 7 });
+    expect(await crd.call("securityprofileobjects", { namespace: acme.name, name: "own", uid: "uid-own", generation: 1, spec: { rules: [] } })).toMatchObject({ result: "applied" });
+    await agent.waitUntil(() => agent.securityProfiles?.some((p) => p.team === acme.name && p.name === "own") ?? false);
+  }, 60_000);
+
+  it("a namespace with no team is not the cluster's to create (nothing is bound to it)", async () => {
+    const { crd } = await connect(unique("bind-new"));
+    const ns = unique("bind-none");
+    expect(await crd.call("sandboxsets", sandboxSet(ns, "app"))).toMatchObject({ result: "rejected", code: "forbidden" });
+    await expectError(call(`/admin/teams/${ns}/clusters`), 404);
+  });
+});
+
+describe("SINGLE_CLUSTER (vitest.config.ts names `the-only-cluster`)", () => {
+  it("the install's only cluster acts for every team without a binding, and its SandboxSet creates a missing team; another cluster still needs a binding", async () => {
+    const { crd } = await connect("the-only-cluster");
+    const ns = unique("bind-single");
+    expect(await crd.call("sandboxsets", sandboxSet(ns, "app"))).toMatchObject({ result: "applied" });
+    expect((await expectStatus(template(ns, "app"), 200)).spec).toMatchObject({ cluster: "the-only-cluster" });
+    expect(await crd.call("quotas", { namespace: ns, limits: { runningSandboxes: 3 } })).toMatchObject({ result: "applied" });
+    // No binding was written for it (a cluster's own writes never bind).
+    expect((await expectStatus(call(`/admin/teams/${ns}/clusters`), 200)).clusters).toEqual([]);
+    const other = await connect(unique("bind-not-single"));
+    expect(await other.crd.call("sandboxsets", sandboxSet(ns, "app2"))).toMatchObject({ result: "rejected", code: "forbidden" });
+  });
+});
+
+describe("admin API /admin/teams/{team}/clusters", () => {
+  it("binds, lists and unbinds; an unbind is refused while a template of the team runs there", async () => {
+    const team = await createTeam(unique("bind-api"));
+    // Placing a template on a cluster bound the team to it.
+    expect((await expectStatus(call(`/admin/teams/${team.name}/clusters`), 200)).clusters).toEqual([expect.objectContaining({ team: team.name, cluster: team.cluster })]);
+    const other = unique("bind-api-c");
+    await expectStatus(bind(team.name, other), 201);
+    await expectStatus(bind(team.name, other), 200);
+    const listed = await expectStatus(call(`/admin/teams/${team.name}/clusters`), 200);
+    expect(listed.clusters.map((c: { cluster: string }) => c.cluster).sort()).toEqual([team.cluster, other].sort());
+    await expectError(call(`/admin/teams/${team.name}/clusters/${team.cluster}`, { method: "DELETE" }), 409, new RegExp(team.template));
+    await expectStatus(call(`/admin/teams/${team.name}/clusters/${other}`, { method: "DELETE" }), 204);
+    await expectError(call(`/admin/teams/${team.name}/clusters/${other}`, { method: "DELETE" }), 404);
+    expect((await expectStatus(call(`/admin/teams/${team.name}/clusters`), 200)).clusters.map((c: { cluster: string }) => c.cluster)).toEqual([team.cluster]);
+  });
+
+  it("needs the admin key; 404 for an unknown team; 400 for a bad team or cluster name", async () => {
+    const team = await createTeam(unique("bind-auth"));
+    await expectError(call(`/admin/teams/${team.name}/clusters/x`, { method: "PUT", key: team.key }), 403);
+    await expectError(call(`/admin/teams/${team.name}/clusters`, { key: null }), 401);
+    const ghost = unique("bind-ghost");
+    await expectError(call(`/admin/teams/${ghost}/clusters/c`, { method: "PUT" }), 404, /not found/);
+    await expectError(call(`/admin/teams/${ghost}/clusters/c`, { method: "DELETE" }), 404);
+    await expectError(call(`/admin/teams/${team.name}/clusters/Bad_Cluster`, { method: "PUT" }), 400, /cluster name/);
+    await expectError(call(`/admin/teams/${team.name}/clusters/${"c".repeat(64)}`, { method: "PUT" }), 400, /cluster name/);
+    await expectError(call(`/admin/teams/Bad_Team/clusters/c`, { method: "PUT" }), 400, /team name/);
+  });
+});
