@@ -33,6 +33,7 @@ import { NAMESPACE_PATTERN, type NamespaceScope } from "./namespace-scope.ts";
 import { KUBERNETES_FLAGS } from "./flags.ts";
 import { KUBERNETES_CAPABILITIES, type KubeDesiredSandbox, type KubernetesDriverOptions, type KubeSandboxObservation, type SandboxObject, type SandboxRequest, type SandboxSetObject } from "./objects.ts";
 import { imageTemplate, runtimeUrl, templateHash } from "./pod-spec.ts";
+import { podCost } from "./pod-resources.ts";
 import { InjectionConfigSource } from "./injection-config.ts";
 import { PodWriter } from "./pod-writer.ts";
 import { poolConnections } from "./pooled-connections.ts";
@@ -452,12 +453,18 @@ export class KubernetesDriver implements Driver {
     const proxied = governed || (listed && injection["traffic-proxy"]?.image !== undefined);
     if (making || proxied) {
       const template = sbx.spec.template ?? imageTemplate(d.template);
-      const unsafe = unsafePodSpec(template.spec ?? { containers: [] }, {
-        proxied,
-        allow: injection[POD_POLICY_KEY]?.allow,
-        annotations: template.metadata?.annotations,
-        volumeClaimTemplates: sbx.spec.volumeClaimTemplates,
-      });
+      const unsafe = [
+        ...unsafePodSpec(template.spec ?? { containers: [] }, {
+          proxied,
+          allow: injection[POD_POLICY_KEY]?.allow,
+          annotations: template.metadata?.annotations,
+          volumeClaimTemplates: sbx.spec.volumeClaimTemplates,
+        }),
+        // CPU and memory the quota cannot count (pod-resources.ts): the SandboxSet sync does not
+        // send such a template to the edge, so its pods would run on an older, smaller count (as
+        // would a Sandbox whose `spec.template` was edited).
+        ...podCost(template.spec ?? { containers: [] }).problems,
+      ];
       if (unsafe.length) {
         if (making) await this.#refuseUnsafe(sc, sbx, d, pod, proxied ? (governed ? "egress rules, a TrafficPolicy or a SecurityProfile govern it" : "its template lists traffic-proxy") : undefined, unsafe);
         await this.#warnUnsafe(sc, sbx, d, pod!, unsafe);
