@@ -30,7 +30,7 @@
 // reaches nft as an argument (data), never as shell text.
 import type { V1ConfigMap, V1Container, V1NetworkPolicy, V1NetworkPolicyPeer, V1OwnerReference, V1PodSpec, V1Secret } from "@kubernetes/client-node";
 import { tokenSecretNames, type SecurityProfileEntry } from "../../../schema/api/security-profile.ts";
-import { selects, type TrafficPolicyEntry } from "../../../schema/api/traffic-policy.ts";
+import { selectorLabels, selectsSandbox, type TrafficPolicyEntry } from "../../../schema/api/traffic-policy.ts";
 import { cidrWithin, formatIp, parseCidr, PRIVATE_RANGES } from "../../../schema/egress/address.ts";
 import type { InjectionComponent } from "../../../schema/crd/injection.ts";
 import type { EgressPolicy } from "../../../schema/protocol/egress.ts";
@@ -110,14 +110,16 @@ export function podEgress(d: Pick<DesiredSandbox, "allowInternetAccess" | "egres
  * values; but a profile's literal header values, so its half goes in the Secret: splitPodPolicy). */
 export function podPolicy(
   set: TrafficPolicySet,
-  d: Pick<DesiredSandbox, "allowInternetAccess" | "egress" | "labels" | "namespace" | "networkRules">,
+  d: Pick<DesiredSandbox, "allowInternetAccess" | "egress" | "labels" | "namespace" | "networkRules" | "pool">,
   team: string,
   profiles: readonly SecurityProfileEntry[] = [],
 ): PodTrafficPolicy | null {
   const egress = podEgress(d);
-  const labels = d.labels ?? {};
+  // The platform's label beside the tenant's: global policies and profiles see only it (the
+  // proxy reads these same labels from policy.json and selects as here).
+  const labels = selectorLabels(d.labels ?? {}, d.pool);
   const selecting = set.entries.filter((e) => (e.team === null || e.team === team) && applicable([toL4(e)], labels).length > 0);
-  const securityProfiles = profiles.filter((p) => (p.team === null || p.team === team) && selects(p.spec.selector, labels));
+  const securityProfiles = profiles.filter((p) => (p.team === null || p.team === team) && selectsSandbox(p.spec.selector, labels, p.team === null));
   const networkRules = d.networkRules ?? {};
   const l7 = securityProfiles.length > 0 || Object.keys(networkRules).length > 0;
   if (!egress && !selecting.length && !l7) return null;
