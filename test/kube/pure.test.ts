@@ -139,9 +139,11 @@ describe("injection config", () => {
   });
 
   it("the pod-policy key lists the operator's fields a template may set; the user's replaces the system's", () => {
-    const r = parseInjectionConfig({ "pod-policy": JSON.stringify({ allow: ["nodeName", "runtimeClassName"] }), csi: JSON.stringify({ image: "c" }) });
-    expect(r).toEqual({ ok: true, config: { "pod-policy": { allow: ["nodeName", "runtimeClassName"] }, csi: { kind: "sidecar", image: "c" } } });
-    expect(mergeInjection(r.ok ? r.config : {}, { "pod-policy": { allow: [] } })["pod-policy"]).toEqual({ allow: [] });
+    const r = parseInjectionConfig({ "pod-policy": JSON.stringify({ allow: ["nodeName", "runtimeClassName"], tolerationKeys: ["dedicated"] }), csi: JSON.stringify({ image: "c" }) });
+    expect(r).toEqual({ ok: true, config: { "pod-policy": { allow: ["nodeName", "runtimeClassName"], tolerationKeys: ["dedicated"], nodeSelectorKeys: [] }, csi: { kind: "sidecar", image: "c" } } });
+    const none = { allow: [], tolerationKeys: [], nodeSelectorKeys: [] };
+    expect(mergeInjection(r.ok ? r.config : {}, { "pod-policy": none })["pod-policy"]).toEqual(none);
+    expect(parseInjectionConfig({ "pod-policy": JSON.stringify({ allow: ["hostNetwork"] }) }).ok).toBe(false);
   });
 
   it("the user's components replace the system's by name; the built-in runtime stands where neither names one", () => {

@@ -457,6 +457,8 @@ export class KubernetesDriver implements Driver {
         ...unsafePodSpec(template.spec ?? { containers: [] }, {
           proxied,
           allow: injection[POD_POLICY_KEY]?.allow,
+          tolerationKeys: injection[POD_POLICY_KEY]?.tolerationKeys,
+          nodeSelectorKeys: injection[POD_POLICY_KEY]?.nodeSelectorKeys,
           annotations: template.metadata?.annotations,
           volumeClaimTemplates: sbx.spec.volumeClaimTemplates,
         }),

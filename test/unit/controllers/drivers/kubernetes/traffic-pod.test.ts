@@ -233,6 +233,46 @@ describe("traffic-pod", () => {
     expect(unsafePodSpec({ ...placed, serviceAccountName: "default", automountServiceAccountToken: true }, { proxied: false, allow: ["nodeName", "priorityClassName", "runtimeClassName"] })).toEqual([]);
   });
 
+  it("placement is the operator's: tolerations, node selection and affinity to other namespaces' pods are refused unless pod-policy allows them, whole or key by key (review 25 M5)", () => {
+    const spec: V1PodSpec = {
+      tolerations: [{ operator: "Exists" }, { key: "dedicated", operator: "Equal", value: "team-b", effect: "NoSchedule" }, { key: "gpu", operator: "Exists" }],
+      nodeSelector: { tenant: "team-b", "node.kubernetes.io/instance-type": "m5.large" },
+      affinity: {
+        nodeAffinity: {
+          requiredDuringSchedulingIgnoredDuringExecution: { nodeSelectorTerms: [{ matchExpressions: [{ key: "node-role.kubernetes.io/control-plane", operator: "Exists" }], matchFields: [{ key: "metadata.name", operator: "In", values: ["cp-1"] }] }] },
+          preferredDuringSchedulingIgnoredDuringExecution: [{ weight: 1, preference: { matchExpressions: [{ key: "tenant", operator: "In", values: ["team-b"] }] } }],
+        },
+        podAffinity: { requiredDuringSchedulingIgnoredDuringExecution: [{ topologyKey: "kubernetes.io/hostname", namespaceSelector: {}, labelSelector: { matchLabels: { app: "db" } } }] },
+        podAntiAffinity: { preferredDuringSchedulingIgnoredDuringExecution: [{ weight: 1, podAffinityTerm: { topologyKey: "kubernetes.io/hostname", namespaces: ["team-b"] } }] },
+      },
+      containers: [{ name: "sandbox", image: "x" }],
+    };
+    const NOT = ": the operator's to set (the injection config's pod-policy does not allow it)";
+    expect(unsafePodSpec(spec, { proxied: false })).toEqual([
+      `tolerations "(every taint)"${NOT}`,
+      `tolerations "dedicated"${NOT}`,
+      `tolerations "gpu"${NOT}`,
+      `nodeSelector "tenant"${NOT}`,
+      `nodeSelector "node.kubernetes.io/instance-type"${NOT}`,
+      `affinity.nodeAffinity "node-role.kubernetes.io/control-plane"${NOT}`,
+      `affinity.nodeAffinity "field metadata.name"${NOT}`,
+      `affinity.nodeAffinity "tenant"${NOT}`,
+      `affinity.podAffinity to other namespaces' pods (namespaces or a namespaceSelector)${NOT}`,
+      `affinity.podAntiAffinity to other namespaces' pods (namespaces or a namespaceSelector)${NOT}`,
+    ]);
+    // Key by key: the allowed keys pass; a key-less toleration and a node named by field do not.
+    expect(unsafePodSpec(spec, { proxied: false, tolerationKeys: ["dedicated", "gpu"], nodeSelectorKeys: ["tenant", "node.kubernetes.io/instance-type", "node-role.kubernetes.io/control-plane"] })).toEqual([
+      `tolerations "(every taint)"${NOT}`,
+      `affinity.nodeAffinity "field metadata.name"${NOT}`,
+      `affinity.podAffinity to other namespaces' pods (namespaces or a namespaceSelector)${NOT}`,
+      `affinity.podAntiAffinity to other namespaces' pods (namespaces or a namespaceSelector)${NOT}`,
+    ]);
+    expect(unsafePodSpec(spec, { proxied: false, allow: ["tolerations", "nodeSelector", "affinity"] })).toEqual([]);
+    // Spreading the tenant's own sandboxes (its namespace's pods) is its own business.
+    const own: V1PodSpec = { affinity: { podAntiAffinity: { requiredDuringSchedulingIgnoredDuringExecution: [{ topologyKey: "kubernetes.io/hostname", labelSelector: { matchLabels: { app: "web" } } }] } }, containers: [{ name: "sandbox", image: "x" }] };
+    expect(unsafePodSpec(own, { proxied: false })).toEqual([]);
+  });
+
   it("--cluster-cidrs takes IPv4 blocks only", () => {
     expect(clusterCidrsFlag(undefined)).toBeUndefined();
     expect(clusterCidrsFlag("10.244.0.0/16, 10.96.0.0/12")).toEqual(["10.244.0.0/16", "10.96.0.0/12"]);
