@@ -79,6 +79,13 @@ export const PodPolicySchema = z.strictObject({
   tolerationKeys: z.array(labelKey).max(64).default([]),
   /** Node label keys a template's nodeSelector and node affinity may name. */
   nodeSelectorKeys: z.array(labelKey).max(64).default([]),
+  /** Image repositories an in-place image change (E2B `e2b.agents.kruise.io/image`, a
+   * SandboxClaim's `inplaceUpdate.image`) may name, as prefixes of the repository with Docker
+   * Hub's defaults filled in (`docker.io/library/python`, `registry.example.com/team-a/`): a
+   * prefix ending in `/` takes everything under it, one without it that repository only. None:
+   * no in-place image change (review 25 M3: the tenant would name any image on the node, another
+   * team's private one included). */
+  inplaceImages: z.array(z.string().min(1).max(512)).max(64).default([]),
 });
 export type PodPolicy = z.infer<typeof PodPolicySchema>;
 

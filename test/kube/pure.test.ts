@@ -140,8 +140,8 @@ describe("injection config", () => {
 
   it("the pod-policy key lists the operator's fields a template may set; the user's replaces the system's", () => {
     const r = parseInjectionConfig({ "pod-policy": JSON.stringify({ allow: ["nodeName", "runtimeClassName"], tolerationKeys: ["dedicated"] }), csi: JSON.stringify({ image: "c" }) });
-    expect(r).toEqual({ ok: true, config: { "pod-policy": { allow: ["nodeName", "runtimeClassName"], tolerationKeys: ["dedicated"], nodeSelectorKeys: [] }, csi: { kind: "sidecar", image: "c" } } });
-    const none = { allow: [], tolerationKeys: [], nodeSelectorKeys: [] };
+    expect(r).toEqual({ ok: true, config: { "pod-policy": { allow: ["nodeName", "runtimeClassName"], tolerationKeys: ["dedicated"], nodeSelectorKeys: [], inplaceImages: [] }, csi: { kind: "sidecar", image: "c" } } });
+    const none = { allow: [], tolerationKeys: [], nodeSelectorKeys: [], inplaceImages: [] };
     expect(mergeInjection(r.ok ? r.config : {}, { "pod-policy": none })["pod-policy"]).toEqual(none);
     expect(parseInjectionConfig({ "pod-policy": JSON.stringify({ allow: ["hostNetwork"] }) }).ok).toBe(false);
   });

@@ -34,6 +34,7 @@ import { KUBERNETES_FLAGS } from "./flags.ts";
 import { KUBERNETES_CAPABILITIES, type KubeDesiredSandbox, type KubernetesDriverOptions, type KubeSandboxObservation, type SandboxObject, type SandboxRequest, type SandboxSetObject } from "./objects.ts";
 import { imageTemplate, runtimeUrl, templateHash } from "./pod-spec.ts";
 import { podCost } from "./pod-resources.ts";
+import { inplaceImageProblem } from "./inplace-image.ts";
 import { InjectionConfigSource } from "./injection-config.ts";
 import { PodWriter } from "./pod-writer.ts";
 import { poolConnections } from "./pooled-connections.ts";
@@ -398,7 +399,16 @@ export class KubernetesDriver implements Driver {
         await this.#pods.create(sc, sbx, restoring ? { ...d, restoreCheckpointId: restoring } : d, traffic);
         const made = restoring && ctx.pod(d.id);
         if (made) sbx = await this.#sandboxes.restoreDone(d.id, sbx, made);
-      } else if (this.#pods.inplacePending(sbx, d)) sbx = await this.#pods.inplace(sc, sbx, pod, d.inplaceUpdate!);
+      } else if (this.#pods.inplacePending(sbx, d)) {
+        // The tenant names the image (E2B metadata, a claim): only the operator's repositories.
+        const image = d.inplaceUpdate!.image;
+        const refused = image && inplaceImageProblem(image, this.injection.current()[POD_POLICY_KEY]?.inplaceImages ?? []);
+        if (refused) {
+          await this.#status.event(sc, sbx, "Warning", EventReason.InplaceImageRefused, refused);
+          throw new TerminalError(ReadyReason.InvalidSpec, `sandbox ${d.id}: ${refused}`);
+        }
+        sbx = await this.#pods.inplace(sc, sbx, pod, d.inplaceUpdate!);
+      }
       else if (frozen()) {
         await this.thaw(d.id);
         await this.#status.event(sc, sbx, "Normal", EventReason.Resumed, "thawed");
