@@ -84,7 +84,9 @@ export function buildPod(input: PodInput): V1Pod {
   const spec = structuredClone(input.template.spec ?? { containers: [] });
   const seccomp = seccompFor(spec, input.nestedUserNamespaces ?? false);
   if (seccomp) spec.securityContext = { ...spec.securityContext, seccompProfile: { type: seccomp } };
-  const [main] = spec.containers;
+  // The container pod-resources.ts counts at the default: the first one, passing over a declared
+  // agent-runtime that states no resources (inject.ts sizes that one as an injected one).
+  const main = spec.containers.find((c) => !(c.name === RUNTIME_CONTAINER && !c.resources));
   const cpu = String(input.resources.cpuCount);
   const memory = `${input.resources.memoryMB}Mi`;
   if (main && statesNoResources(main)) main.resources = { requests: { cpu, memory }, limits: { cpu, memory } };

@@ -69,6 +69,12 @@ describe("the pod as built stays within the count", () => {
     resources: { cpuCount: 2, memoryMB: 1024 },
   });
 
+  it("the default goes to the container counted at it, not to a declared agent-runtime listed first", () => {
+    const pod = buildPod(input([{ name: "agent-runtime", image: "rt" }, { name: "main", image: "x" }]) as never);
+    expect(pod.spec!.containers.find((c) => c.name === "main")!.resources).toEqual({ requests: { cpu: "2", memory: "1024Mi" }, limits: { cpu: "2", memory: "1024Mi" } });
+    expect(podCost({ containers: [{ name: "agent-runtime" }, { name: "main" }] })).toMatchObject({ cpu: 1 });
+  });
+
   it("a regular init container without limits gets the pod's count as its limits; one with its own keeps them", () => {
     const pod = buildPod(input([{ name: "main", resources: lim("2", "1Gi") }], [{ name: "fetch" }, { name: "own", resources: { limits: { cpu: "1" } } }]) as never);
     const [fetch, own] = pod.spec!.initContainers!;
