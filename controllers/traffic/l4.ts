@@ -4,7 +4,8 @@
 //
 // Semantics (OpenKruise Agents' TrafficPolicy, ../../../shared/reference/openkruise-agents.md §1.7,
 // §6.1), with one difference asked of this platform:
-// - A policy selects a sandbox by its labels (empty selector: every sandbox in scope).
+// - A policy selects a sandbox by its labels (empty selector: every sandbox in scope); a global
+//   one by the platform's labels only (selectsSandbox: the tenant chooses its own labels).
 // - Rules are tried in order: team policies (TrafficPolicy) by priority ascending (lower first),
 //   then global ones (GlobalTrafficPolicy) by priority, so a cluster-wide policy lies beneath a
 //   team's (OpenKruise merges both into one order; here scope comes first). Within a policy, its
@@ -19,7 +20,7 @@
 // - Ports: none = every port; `protocol` without `port` = every port of that protocol; `endPort`
 //   makes a range. Protocol defaults to TCP when a port is given.
 import { cidrContains, parseCidr, parseIp } from "../../schema/egress/address.ts";
-import { selects, type LabelSelector } from "../../schema/api/traffic-policy.ts";
+import { selects, selectsSandbox, type LabelSelector } from "../../schema/api/traffic-policy.ts";
 
 export { selects, type LabelSelector };
 
@@ -62,7 +63,7 @@ export interface L4Verdict {
 export function applicable(policies: L4Policy[], labels: Record<string, string>): L4Policy[] {
   const order = (p: L4Policy) => [p.global ? 1 : 0, p.priority ?? 1000] as const;
   return policies
-    .filter((p) => selects(p.selector, labels))
+    .filter((p) => selectsSandbox(p.selector, labels, p.global))
     .map((p, i) => ({ p, i }))
     .sort((a, b) => order(a.p)[0] - order(b.p)[0] || order(a.p)[1] - order(b.p)[1] || a.i - b.i)
     .map(({ p }) => p);

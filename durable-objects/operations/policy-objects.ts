@@ -1,7 +1,7 @@
 // The shape TrafficPolicies and SecurityProfiles share (team objects and, team null, global ones):
 // stored in libSQL, the whole set pushed to every cluster's agent after each change, and a status
 // listing the live sandboxes each object selects. Each kind is one configuration of it.
-import { labelsFromMetadata, selects, type TrafficPolicySpec } from "../../schema/api/traffic-policy.ts";
+import { labelsFromMetadata, selectorLabels, selectsSandbox, type TrafficPolicySpec } from "../../schema/api/traffic-policy.ts";
 import type { Env } from "../env.ts";
 import { getDb, type Db } from "../store/db.ts";
 import { listTemplates } from "../store/templates.ts";
@@ -16,9 +16,10 @@ export async function toEveryAgent(env: Env, send: (cluster: ClusterStub) => Pro
   return sent.filter(Boolean).length;
 }
 
-/** The live sandboxes a team's (or, team null, a global) selector picks: an object's status. */
-export function selectedSandboxes(live: { id: string; team: string; metadata: Record<string, string> }[], team: string | null, selector: TrafficPolicySpec["selector"]): string[] {
-  return live.filter((s) => (team === null || s.team === team) && selects(selector, labelsFromMetadata(s.metadata))).map((s) => s.id).sort();
+/** The live sandboxes a team's (or, team null, a global) selector picks: an object's status. A
+ * global one sees only the platform's labels, as the agents' engines do (selectsSandbox). */
+export function selectedSandboxes(live: { id: string; team: string; templateId: string; metadata: Record<string, string> }[], team: string | null, selector: TrafficPolicySpec["selector"]): string[] {
+  return live.filter((s) => (team === null || s.team === team) && selectsSandbox(selector, selectorLabels(labelsFromMetadata(s.metadata), s.templateId), team === null)).map((s) => s.id).sort();
 }
 
 interface Entry<S> {

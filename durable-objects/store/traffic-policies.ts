@@ -23,6 +23,6 @@ export async function deleteTrafficPolicy(db: Db, team: string | null, name: str
 }
 
 /** The live sandboxes (not killed) with their team's name and metadata, for policy status. */
-export async function liveSandboxLabels(db: Db): Promise<{ id: string; team: string; metadata: Record<string, string> }[]> {
-  return db.select({ id: sandboxes.id, team: teams.name, metadata: sandboxes.metadata }).from(sandboxes).innerJoin(teams, eq(teams.id, sandboxes.teamId)).where(ne(sandboxes.state, "killed"));
+export async function liveSandboxLabels(db: Db): Promise<{ id: string; team: string; templateId: string; metadata: Record<string, string> }[]> {
+  return db.select({ id: sandboxes.id, team: teams.name, templateId: sandboxes.templateId, metadata: sandboxes.metadata }).from(sandboxes).innerJoin(teams, eq(teams.id, sandboxes.teamId)).where(ne(sandboxes.state, "killed"));
 }

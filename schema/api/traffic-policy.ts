@@ -59,9 +59,36 @@ export interface LabelSelector {
   matchExpressions?: { key: string; operator: "In" | "NotIn" | "Exists" | "DoesNotExist"; values?: string[] }[];
 }
 
-/** Whether a label selector (empty: everything) selects `labels`; the edge's status and the
- * agent's engine (controllers/traffic/l4.ts) both use it. */
-export function selects(selector: LabelSelector | undefined, labels: Record<string, string>): boolean {
+/** The label the platform gives every sandbox for selectors: its template's id (the SandboxSet's
+ * name on Kubernetes, where its Sandbox carries it too). A tenant cannot set a key under this
+ * prefix (schema/crd/user-metadata.ts refuses `agents.kruise.io/` keys; selectorLabels drops them). */
+export const TEMPLATE_SELECTOR_LABEL = "agents.kruise.io/sandbox-template";
+const PLATFORM_PREFIX = "agents.kruise.io/";
+
+/** A sandbox's labels as selectors see them: the tenant's (E2B `label:` metadata, a claim's
+ * labels) and the platform's, which the tenant cannot set or shadow. */
+export function selectorLabels(user: Readonly<Record<string, string>>, template: string | undefined): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const [k, v] of Object.entries(user)) if (!k.startsWith(PLATFORM_PREFIX)) out[k] = v;
+  if (template) out[TEMPLATE_SELECTOR_LABEL] = template;
+  return out;
+}
+
+/** Whether a policy or profile selects a sandbox with `labels` (selectorLabels). A global one
+ * (GlobalTrafficPolicy, GlobalSecurityProfile: the platform's, granting what no team's may, such
+ * as the cluster's ranges) sees only the platform's labels: with the tenant's, any API key could
+ * put its sandbox under a grant meant for others (review 25 M4). A team's sees them all: the
+ * tenant's labels select within the tenant's own team. */
+export function selectsSandbox(selector: LabelSelector | undefined, labels: Readonly<Record<string, string>>, global: boolean): boolean {
+  if (!global) return selects(selector, labels);
+  const platform: Record<string, string> = {};
+  for (const [k, v] of Object.entries(labels)) if (k.startsWith(PLATFORM_PREFIX)) platform[k] = v;
+  return selects(selector, platform);
+}
+
+/** Whether a label selector (empty: everything) selects `labels` (selectsSandbox says which
+ * labels a policy may see). */
+export function selects(selector: LabelSelector | undefined, labels: Readonly<Record<string, string>>): boolean {
   for (const [k, v] of Object.entries(selector?.matchLabels ?? {})) if (labels[k] !== v) return false;
   for (const e of selector?.matchExpressions ?? []) {
     const has = Object.hasOwn(labels, e.key);

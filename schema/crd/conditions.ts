@@ -130,6 +130,8 @@ export const EventReason = {
   Paused: "Paused",
   Resumed: "Resumed",
   InplaceUpdated: "InplaceUpdated",
+  /** On the Sandbox: an in-place image the injection config's pod-policy.inplaceImages does not allow (Warning; the sandbox fails). */
+  InplaceImageRefused: "InplaceImageRefused",
   /** On the Sandbox: its pod was replaced by one from a new template revision (update ops). */
   Recreated: "Recreated",
   /** The first failure of a retried change (Warning; the Ready condition carries the latest). */

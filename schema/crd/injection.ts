@@ -66,8 +66,27 @@ export type InjectionComponent = z.infer<typeof InjectionComponentSchema>;
  * tenant's pod template the driver otherwise refuses because they are the operator's to set
  * (where a pod runs, its priority, its runtime class: review 25 M5). None by default. */
 export const POD_POLICY_KEY = "pod-policy";
-export const POD_POLICY_FIELDS = ["nodeName", "priorityClassName", "runtimeClassName"] as const;
-export const PodPolicySchema = z.strictObject({ allow: z.array(z.enum(POD_POLICY_FIELDS)).max(POD_POLICY_FIELDS.length).default([]) });
+/** The operator's pod fields (review 25 M5): where and how a sandbox pod runs. A template may set
+ * one only where `allow` names it whole; tolerations, nodeSelector and node affinity also key by
+ * key (`tolerationKeys`, `nodeSelectorKeys`). Pod (anti-)affinity to the pod's own namespace is
+ * the tenant's; to other namespaces' pods only with `affinity` allowed. */
+export const POD_POLICY_FIELDS = ["nodeName", "priorityClassName", "runtimeClassName", "tolerations", "nodeSelector", "affinity"] as const;
+const labelKey = z.string().min(1).max(317);
+export const PodPolicySchema = z.strictObject({
+  allow: z.array(z.enum(POD_POLICY_FIELDS)).max(POD_POLICY_FIELDS.length).default([]),
+  /** Taint keys a template may tolerate (a toleration without a key, which tolerates every
+   * taint, needs `tolerations` in `allow`). */
+  tolerationKeys: z.array(labelKey).max(64).default([]),
+  /** Node label keys a template's nodeSelector and node affinity may name. */
+  nodeSelectorKeys: z.array(labelKey).max(64).default([]),
+  /** Image repositories an in-place image change (E2B `e2b.agents.kruise.io/image`, a
+   * SandboxClaim's `inplaceUpdate.image`) may name, as prefixes of the repository with Docker
+   * Hub's defaults filled in (`docker.io/library/python`, `registry.example.com/team-a/`): a
+   * prefix ending in `/` takes everything under it, one without it that repository only. None:
+   * no in-place image change (review 25 M3: the tenant would name any image on the node, another
+   * team's private one included). */
+  inplaceImages: z.array(z.string().min(1).max(512)).max(64).default([]),
+});
 export type PodPolicy = z.infer<typeof PodPolicySchema>;
 
 /** A parsed ConfigMap: the components it names, and its pod policy. */

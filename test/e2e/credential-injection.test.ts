@@ -107,11 +107,15 @@ describe("network.rules with a secret", () => {
       const selector = { matchLabels: { tok: tag } };
       const match = [{ domains: [HOST] }];
       expect((await api(team, "PUT", { priority: 10, selector, rules: [{ name: "key", match, actions: { headerManipulation: { set: [{ name: "x-order", value: "team" }] }, tokenTransformation: { type: "ApiKey", targetHeader: "x-api-key", apiKey: { valueTemplate: "Token {{ .apiKey }}" }, credentialRef: { secret: { name: tokName } } } } }] })).status).toBe(200);
-      // A global profile ahead of the team's (lower priority number): its block is terminal, its header is replaced by the team's later one.
-      expect((await api(global, "PUT", { priority: 5, selector, rules: [{ name: "g-block", match: [{ domains: [HOST], paths: [{ type: "Prefix", value: "/g-blocked" }] }], actions: { block: { statusCode: 451 } } }, { name: "g-set", match, actions: { headerManipulation: { set: [{ name: "x-order", value: "global" }, { name: "x-global", value: "1" }] } } }] })).status).toBe(200);
       const sbx = await Sandbox.create({ ...e2b(), metadata: { "label:tok": tag } });
       created.push(sbx);
+      // A global profile ahead of the team's (lower priority number): its block is terminal, its header is replaced by the team's later one.
+      // It selects by the platform's template label, never a tenant's label (review 25 M4).
+      const globalSelector = { matchLabels: { "agents.kruise.io/sandbox-template": (await sbx.getInfo()).templateId } };
+      expect((await api(global, "PUT", { priority: 5, selector: globalSelector, rules: [{ name: "g-block", match: [{ domains: [HOST], paths: [{ type: "Prefix", value: "/g-blocked" }] }], actions: { block: { statusCode: 451 } } }, { name: "g-set", match, actions: { headerManipulation: { set: [{ name: "x-order", value: "global" }, { name: "x-global", value: "1" }] } } }] })).status).toBe(200);
       const get = (path: string) => run(sbx, `curl -sS -m 10 -o /dev/null -w '%{http_code}' --resolve ${HOST}:443:${out.ip} https://${HOST}${path} 2>&1 || echo " exit $?"`);
+      // The agent gets the global profile after the sandbox exists: until then its block is not in force.
+      for (let i = 0; i < 50 && (await get("/g-blocked/x")) !== "451"; i++) await new Promise((r) => setTimeout(r, 200));
       expect(await get("/quiet")).toBe("200");
       const seen = readFileSync(heard, "utf8");
       expect(seen).toContain(`x-api-key: Token ${token}`);

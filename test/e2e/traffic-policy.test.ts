@@ -1,6 +1,6 @@
 // TrafficPolicy / GlobalTrafficPolicy end to end, for a deployment without Kubernetes: set through
 // the edge's admin API, sent to the agent, enforced on a sandbox the real e2b SDK made (selected by
-// its `label:<k>` metadata) for every connection, without proxy variables; status lists the
+// its `label:<k>` metadata; a global one by its template's platform label) for every connection, without proxy variables; status lists the
 // sandbox, and the agent's /metrics counts the refusal by what refused it. Namespaces on this
 // machine stand in for the internet (outside-net.ts).
 import { Sandbox } from "e2b";
@@ -47,25 +47,36 @@ describe("TrafficPolicies through the admin API", () => {
 
     const team = `/admin/teams/admin/traffic-policies/open-a-${tag}`;
     const global = `/admin/global-traffic-policies/deny-${tag}`;
-    paths.push(team, global);
+    const byLabel = `/admin/global-traffic-policies/label-${tag}`;
+    paths.push(team, global, byLabel);
     const selector = { matchLabels: { tp: tag } };
     expect((await admin(team, "PUT", { priority: 5, selector, egress: { rules: [{ action: "allow", to: [{ cidr: a.ip }], ports: [{ port: 80 }] }] } })).status).toBe(200);
-    const put = await admin(global, "PUT", { selector, egress: { rules: [{ action: "reject", to: [{ cidr: "0.0.0.0/0" }] }] } });
+    // A global policy sees only the platform's labels (review 25 M4): the tenant's `tp` selects nothing.
+    const tenants = await admin(byLabel, "PUT", { selector, egress: { rules: [{ action: "reject", to: [{ cidr: a.ip }] }] } });
+    expect(((await tenants.json()) as { status: { selectedSandboxes: string[] } }).status.selectedSandboxes).toEqual([]);
+    // The template's label does: both sandboxes (this file's only ones) are of it.
+    const template = (await sbx.getInfo()).templateId;
+    const put = await admin(global, "PUT", { selector: { matchLabels: { "agents.kruise.io/sandbox-template": template } }, egress: { rules: [{ action: "reject", to: [{ cidr: b.ip }] }, { action: "allow", to: [{ cidr: "0.0.0.0/0" }] }] } });
     expect(put.status).toBe(200);
-    expect(((await put.json()) as { status: { selectedSandboxes: string[] } }).status.selectedSandboxes).toEqual([sbx.sandboxId]);
+    expect(((await put.json()) as { status: { selectedSandboxes: string[] } }).status.selectedSandboxes).toEqual([sbx.sandboxId, bystander.sandboxId].sort());
 
     const before = value(await scrape(inject("e2b").metricsUrl), "sandbox_egress_denied_total", { source: "GlobalTrafficPolicy" });
     // The agent moves the sandbox behind the proxy when the policies arrive.
     let out = "";
     for (let i = 0; i < 50 && !out.includes("denied"); i++, await sleep(200)) out = await curl(sbx, b.ip);
     expect(out).toBe(`traffic-proxy: egress denied: GlobalTrafficPolicy deny-${tag} rule 1 (reject)`);
+    // label-${tag} (reject a) does not apply: the team's allow decides.
     expect(await curl(sbx, a.ip)).toBe(`outside saw ${a.hostIp}`);
     expect(value(await scrape(inject("e2b").metricsUrl), "sandbox_egress_denied_total", { source: "GlobalTrafficPolicy" })).toBeGreaterThan(before);
-    // A sandbox no policy selects is not governed.
-    expect(await curl(bystander, b.ip)).toBe(`outside saw ${b.hostIp}`);
+    // The bystander has no tenant label, and the template's global policy governs it too.
+    out = "";
+    for (let i = 0; i < 50 && !out.includes("denied"); i++, await sleep(200)) out = await curl(bystander, b.ip);
+    expect(out).toBe(`traffic-proxy: egress denied: GlobalTrafficPolicy deny-${tag} rule 1 (reject)`);
+    expect(await curl(bystander, a.ip)).toBe(`outside saw ${a.hostIp}`);
 
     // Deleted: the sandbox has its internet access back.
     expect((await admin(global, "DELETE")).status).toBe(204);
+    expect((await admin(byLabel, "DELETE")).status).toBe(204);
     expect((await admin(team, "DELETE")).status).toBe(204);
     for (let i = 0; i < 50 && out !== `outside saw ${b.hostIp}`; i++, await sleep(200)) out = await curl(sbx, b.ip);
     expect(out).toBe(`outside saw ${b.hostIp}`);

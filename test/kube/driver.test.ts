@@ -91,10 +91,13 @@ spec:
       nodeSelector: { sandbox.test/unschedulable: "yes" }
       containers: [{ name: sandbox, image: python:3.12 }]
 `);
+  // The test kubelet's unschedulable node label is the operator's to allow (pod-policy, review 25 M5).
+  kubectlOk(["-n", ns, "create", "configmap", "sandbox-injection-config-user", `--from-literal=pod-policy=${JSON.stringify({ nodeSelectorKeys: ["sandbox.test/unschedulable"] })}`]);
   kubelet = new TestKubelet(kubeConfig(), ns);
   await kubelet.start();
   driver = newDriver();
   await driver.start();
+  await until("the pod-policy read", () => driver.injection.current()["pod-policy"]?.nodeSelectorKeys.includes("sandbox.test/unschedulable"));
 });
 
 afterAll(async () => {

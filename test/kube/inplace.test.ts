@@ -2,7 +2,8 @@
 // subresource): a warm pool member claimed with another image and more CPU keeps its pod (same
 // UID, nothing recreated); the pod spec carries the new image and CPU, the Sandbox records the
 // update once, and an Event says what changed. (The edge sets the intent's `inplaceUpdate` from
-// E2B's `e2b.agents.kruise.io/image`/`cpu-*` extensions and SandboxClaim `inplaceUpdate`.)
+// E2B's `e2b.agents.kruise.io/image`/`cpu-*` extensions and SandboxClaim `inplaceUpdate`.) The image
+// must be in the injection config's pod-policy.inplaceImages (review 25 M3).
 import { CoreV1Api, PatchStrategy, setHeaderOptions, type V1Pod } from "@kubernetes/client-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { KubernetesDriver, type KubeDesiredSandbox } from "../../controllers/drivers/kubernetes/kubernetes-driver.ts";
@@ -30,11 +31,14 @@ beforeAll(async () => {
   ns = await freshNamespace("inplace");
   core = kubeConfig().makeApiClient(CoreV1Api);
   await withSandboxSet(ns, "python");
+  // The operator's in-place images (review 25 M3): Docker Hub's python repository only.
+  kubectlOk(["-n", ns, "create", "configmap", "sandbox-injection-config-user", `--from-literal=pod-policy=${JSON.stringify({ inplaceImages: ["python"] })}`]);
   kubelet = new TestKubelet(kubeConfig(), ns);
   await kubelet.start();
   driver = new KubernetesDriver({ kubeConfig: kubeConfig("agent"), namespace: ns, runtimeImage: "ghcr.io/kruise-edge/sandbox-agent:test" });
   await driver.start();
   await until("python set in the cache", () => driver.sandboxSets.get("python"));
+  await until("the pod-policy read", () => driver.injection.current()["pod-policy"]?.inplaceImages.includes("python"));
 });
 
 afterAll(async () => {
@@ -69,5 +73,16 @@ describe("in-place update at claim", () => {
     await driver.ensure(desired("warm1", 3, { claimed: true, inplaceUpdate: { image: "python:3.13", cpuCount: 2 } }));
     await new Promise((r) => setTimeout(r, 300)); // the claim's deferred metadata write
     expect((await podOf("warm1")).metadata!.resourceVersion).toBe(after.metadata!.resourceVersion);
+  });
+
+  it("an image outside the operator's inplaceImages (another team's private repository) is refused: the sandbox fails, its pod keeps its image", async () => {
+    await driver.ensure(desired("warm2", 1));
+    const before = await podOf("warm2");
+    for (const image of ["registry.internal/team-b/app:v3", "python-evil:1", "docker.io/pythonx/python:3"]) {
+      await expect(driver.ensure(desired("warm2", 2, { claimed: true, inplaceUpdate: { image } }))).rejects.toMatchObject({ reason: "InvalidSpec", message: expect.stringContaining(`in-place image "${image}"`) });
+    }
+    expect((await podOf("warm2")).spec!.containers[0]!.image).toBe(before.spec!.containers[0]!.image);
+    const events = kubectlOk(["-n", ns, "get", "events", "--field-selector", "involvedObject.name=python-warm2,reason=InplaceImageRefused", "-o", "jsonpath={.items[*].message}"]);
+    expect(events).toContain("registry.internal/team-b/app");
   });
 });

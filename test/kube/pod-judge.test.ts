@@ -1,4 +1,4 @@
-// Every sandbox pod the agent makes is judged, governed or not (review 25 H4, M5, L4): the agent
+// Every sandbox pod the agent makes is judged, governed or not (review 25 H4, M5, L4, M2): the agent
 // creates pods with its own rights from a template that anyone who may write a SandboxSet, or
 // edit a Sandbox's `spec.template`, chose. Refused means: no pod, no PVC, a Ready=False
 // UnsafePodSpec condition and Warning Events, as kubectl shows them. No egress rule or
@@ -50,12 +50,18 @@ beforeAll(async () => {
   set("placed", "  template: { spec: { priorityClassName: platform-critical, runtimeClassName: runc, containers: [{ name: sandbox, image: python:3.12 }] } }\n");
   // A claim bound to a PersistentVolume by name, or filled from another namespace (L4).
   set("claims", "  template: { spec: { containers: [{ name: sandbox, image: python:3.12 }] } }\n  volumeClaimTemplates:\n    - metadata: { name: data }\n      spec: { volumeName: team-b-data, accessModes: [ReadWriteOnce], resources: { requests: { storage: 1Gi } } }\n    - metadata: { name: copy }\n      spec: { accessModes: [ReadWriteOnce], resources: { requests: { storage: 1Gi } }, dataSourceRef: { apiGroup: snapshot.storage.k8s.io, kind: VolumeSnapshot, name: s, namespace: team-b } }\n");
+  // Placement (M5): every taint tolerated, another team's dedicated nodes, the control plane by
+  // node affinity, and co-location with another namespace's pods.
+  set("elsewhere", "  template: { spec: { tolerations: [{ operator: Exists }], nodeSelector: { tenant: team-b }, affinity: { nodeAffinity: { requiredDuringSchedulingIgnoredDuringExecution: { nodeSelectorTerms: [{ matchExpressions: [{ key: node-role.kubernetes.io/control-plane, operator: Exists }] }] } }, podAffinity: { requiredDuringSchedulingIgnoredDuringExecution: [{ topologyKey: kubernetes.io/hostname, namespaceSelector: {}, labelSelector: { matchLabels: { app: db } } }] } }, containers: [{ name: sandbox, image: python:3.12 }] } }\n");
+  set("dedicated", "  template: { spec: { tolerations: [{ key: dedicated, operator: Equal, value: sandboxes, effect: NoSchedule }], nodeSelector: { pool: sandboxes }, containers: [{ name: sandbox, image: python:3.12 }] } }\n");
+  // A second container with no limits: what the quota counts would not bound it (M2).
+  set("unbounded", "  template: { spec: { containers: [{ name: sandbox, image: python:3.12, resources: { limits: { cpu: '1', memory: 1Gi } } }, { name: helper, image: python:3.12, resources: { requests: { cpu: '1' } } }] } }\n");
   kubelet = new TestKubelet(kubeConfig(), ns);
   await kubelet.start();
   driver = new KubernetesDriver({ kubeConfig: kubeConfig("agent"), namespace: ns, runtimeImage: "ghcr.io/kruise-edge/sandbox-agent:test" });
   await driver.start();
   await driver.setSecurityProfiles([]);
-  await until("sets and injection config", () => ["plain", "noderoot", "peek", "pinned", "placed", "claims"].every((s) => driver.sandboxSets.get(s)) && driver.injection.current()["traffic-proxy"]);
+  await until("sets and injection config", () => ["plain", "noderoot", "peek", "pinned", "placed", "claims", "unbounded", "elsewhere", "dedicated"].every((s) => driver.sandboxSets.get(s)) && driver.injection.current()["traffic-proxy"]);
 });
 
 afterAll(async () => {
@@ -92,6 +98,22 @@ describe("every sandbox pod is judged, governed or not", () => {
     await driver.ensure(desired("pin2", "pinned"));
     expect((await podsOf("pin2"))[0]!.spec!.nodeName).toBe("judge-node");
     await refused(desired("place2", "placed"), ['priorityClassName "platform-critical"']);
+  });
+
+  it("a template with a container the quota cannot count (no CPU or memory limit) is refused: its pods are not made on an older, smaller count", async () => {
+    await refused(desired("unb1", "unbounded"), ['container "helper": no cpu or memory limit']);
+    expect(warnings("SandboxSet", "unbounded")).toContain('container "helper"');
+  });
+
+  it("tolerations, nodeSelector and affinity are the operator's: refused unless pod-policy allows them, whole or by key", async () => {
+    await refused(desired("far1", "elsewhere"), ['tolerations "(every taint)"', 'nodeSelector "tenant"', 'affinity.nodeAffinity "node-role.kubernetes.io/control-plane"', "affinity.podAffinity to other namespaces' pods"]);
+    await refused(desired("ded1", "dedicated"), ['tolerations "dedicated"', 'nodeSelector "pool"']);
+    // The operator allows its sandbox nodes' taint and label, not the rest.
+    kubectlOk(["-n", ns, "apply", "-f", "-"], kubectlOk(["-n", ns, "create", "configmap", "sandbox-injection-config-user", "--dry-run=client", "-o", "yaml", `--from-literal=pod-policy=${JSON.stringify({ allow: ["nodeName"], tolerationKeys: ["dedicated"], nodeSelectorKeys: ["pool"] })}`]));
+    await until("the keys read", () => driver.injection.current()["pod-policy"]?.tolerationKeys.includes("dedicated"));
+    await driver.ensure(desired("ded2", "dedicated"));
+    expect((await podsOf("ded2"))[0]!.spec!.nodeSelector).toEqual({ pool: "sandboxes" });
+    await refused(desired("far2", "elsewhere"), ['tolerations "(every taint)"', 'nodeSelector "tenant"']);
   });
 
   it("a claim template naming a PersistentVolume or another namespace's data source is refused before any PVC is made", async () => {

@@ -3,7 +3,7 @@
 import type { V1Pod } from "@kubernetes/client-node";
 import { describe, expect, it } from "vitest";
 import { sandboxState } from "../../controllers/drivers/kubernetes/pod-state.ts";
-import { parseQuantity, poolSpecOf } from "../../controllers/agent/kube-sync/sandboxset-sync.ts";
+import { poolSpecOf } from "../../controllers/agent/kube-sync/sandboxset-sync.ts";
 import { buildPod } from "../../controllers/drivers/kubernetes/pod-spec.ts";
 import { userLabels } from "../../schema/crd/user-metadata.ts";
 import { claimMetadataProblem } from "../../controllers/agent/kube-sync/sandboxclaim-sync.ts";
@@ -39,7 +39,7 @@ describe("sandboxState", () => {
 });
 
 describe("poolSpecOf", () => {
-  it("maps the first non-runtime container's image, limits and env, and the strategies", () => {
+  it("maps the first non-runtime container's image and env, the pod's limits and the strategies", () => {
     const spec = poolSpecOf(
       {
         metadata: { name: "s", generation: 3 },
@@ -51,7 +51,7 @@ describe("poolSpecOf", () => {
             spec: {
               containers: [
                 { name: "agent-runtime", image: "rt" },
-                { name: "main", image: "python:3.12", env: [{ name: "A", value: "1" }, { name: "B" }], resources: { requests: { cpu: "1500m", memory: "768Mi" } } },
+                { name: "main", image: "python:3.12", env: [{ name: "A", value: "1" }, { name: "B" }], resources: { limits: { cpu: "1500m", memory: "768Mi" } } },
               ],
             },
           },
@@ -73,13 +73,6 @@ describe("poolSpecOf", () => {
     });
   });
 
-  it.each([
-    ["500m", 0.5],
-    ["2", 2],
-    ["1Gi", 2 ** 30],
-    ["512M", 512e6],
-    ["bogus", undefined],
-  ])("parseQuantity(%s)", (q, want) => expect(parseQuantity(q)).toBe(want));
 });
 
 /** A one-container template's pod, for the injection and tracing rows. */
@@ -146,9 +139,11 @@ describe("injection config", () => {
   });
 
   it("the pod-policy key lists the operator's fields a template may set; the user's replaces the system's", () => {
-    const r = parseInjectionConfig({ "pod-policy": JSON.stringify({ allow: ["nodeName", "runtimeClassName"] }), csi: JSON.stringify({ image: "c" }) });
-    expect(r).toEqual({ ok: true, config: { "pod-policy": { allow: ["nodeName", "runtimeClassName"] }, csi: { kind: "sidecar", image: "c" } } });
-    expect(mergeInjection(r.ok ? r.config : {}, { "pod-policy": { allow: [] } })["pod-policy"]).toEqual({ allow: [] });
+    const r = parseInjectionConfig({ "pod-policy": JSON.stringify({ allow: ["nodeName", "runtimeClassName"], tolerationKeys: ["dedicated"] }), csi: JSON.stringify({ image: "c" }) });
+    expect(r).toEqual({ ok: true, config: { "pod-policy": { allow: ["nodeName", "runtimeClassName"], tolerationKeys: ["dedicated"], nodeSelectorKeys: [], inplaceImages: [] }, csi: { kind: "sidecar", image: "c" } } });
+    const none = { allow: [], tolerationKeys: [], nodeSelectorKeys: [], inplaceImages: [] };
+    expect(mergeInjection(r.ok ? r.config : {}, { "pod-policy": none })["pod-policy"]).toEqual(none);
+    expect(parseInjectionConfig({ "pod-policy": JSON.stringify({ allow: ["hostNetwork"] }) }).ok).toBe(false);
   });
 
   it("the user's components replace the system's by name; the built-in runtime stands where neither names one", () => {

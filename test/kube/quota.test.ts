@@ -40,7 +40,7 @@ kind: SandboxSet
 metadata: { name: big }
 spec:
   replicas: 0
-  template: { spec: { containers: [{ name: sandbox, image: node:22, resources: { limits: { cpu: "2" } } }] } }
+  template: { spec: { containers: [{ name: sandbox, image: node:22, resources: { limits: { cpu: "2", memory: 1Gi } } }] } }
 `);
     await until("template on the edge", async () => (await admin(`/admin/teams/${ns}/templates/big`)).ok, 20_000);
     const defaults = (await quota()).limits;

@@ -88,6 +88,37 @@ spec:
     expect((await edgeTemplate("agents"))?.spec.replicas).toBe(3);
   });
 
+  it("the quota counts the whole pod; a SandboxSet it cannot count is refused on the SandboxSet (Warning Event, ReplicaFailure) and the edge keeps its last count", async () => {
+    const apply = (helper: string) =>
+      kubectlOk(["-n", ns, "apply", "-f", "-"], `
+apiVersion: agents.kruise.io/v1alpha1
+kind: SandboxSet
+metadata: { name: sized }
+spec:
+  replicas: 0
+  template:
+    spec:
+      initContainers: [{ name: fetch, image: python:3.12, resources: { limits: { cpu: "40", memory: 1Gi } } }]
+      containers:
+        - { name: sandbox, image: python:3.12, resources: { limits: { cpu: "1500m", memory: "64e9" } } }
+        - { name: helper, image: python:3.12, resources: ${helper} }
+`);
+    // Every container (exponent forms read as the API server reads them), the init container's peak.
+    apply('{ limits: { cpu: "8", memory: 1Gi } }');
+    const t = await until("sized on the edge", () => edgeTemplate("sized"), 20_000);
+    expect(t.spec).toMatchObject({ cpuCount: 40, memoryMB: Math.ceil(64e9 / 2 ** 20) + 1024 });
+    // Requests only: unbounded, so not counted at all (never as the old 1 core / 512 MiB default).
+    apply('{ requests: { cpu: "32", memory: 64Gi } }');
+    const events = () => kubectlOk(["-n", ns, "get", "events", "--field-selector", "involvedObject.kind=SandboxSet,involvedObject.name=sized,reason=UncountableResources,type=Warning", "-o", "jsonpath={.items[*].message}"]);
+    await until("the Warning Event", () => events().includes('container "helper": no cpu or memory limit'), 20_000);
+    const failure = () => (JSON.parse(kubectlOk(["-n", ns, "get", "sbs", "sized", "-o", "json"])) as { status?: { conditions?: { type: string; status: string; reason: string; message: string }[] } }).status?.conditions?.find((c) => c.type === "ReplicaFailure");
+    const c = await until("the ReplicaFailure condition", failure, 20_000);
+    expect(c).toMatchObject({ status: "True", reason: "UncountableResources", message: expect.stringContaining('container "helper": no cpu or memory limit') });
+    expect((await edgeTemplate("sized"))?.spec).toMatchObject({ cpuCount: 40 });
+    kubectlOk(["-n", ns, "delete", "sbs", "sized"]);
+    await until("sized gone", async () => (await edgeTemplate("sized")) === undefined, 20_000);
+  });
+
   it("kubectl delete sbs removes the template and its pods", async () => {
     kubectlOk(["-n", ns, "delete", "sbs", "agents"]);
     await until("template gone", async () => (await edgeTemplate("agents")) === undefined, 20_000);

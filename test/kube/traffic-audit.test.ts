@@ -36,7 +36,8 @@ const guard: SecurityProfileEntry = {
   name: "api-guard",
   createdAt: 1,
   spec: SecurityProfileSpec.parse({
-    selector: { matchLabels: { app: "audited" } },
+    // A global profile sees only the platform's labels (review 25 M4): the template's.
+    selector: { matchLabels: { "agents.kruise.io/sandbox-template": "plain" } },
     rules: [
       { name: "no-admin", match: [{ domains: ["api.test"], paths: [{ type: "Prefix", value: "/admin" }] }], actions: { block: { statusCode: 451 } } },
       { name: "tag", match: [{ domains: ["api.test"] }], actions: { headerManipulation: { set: [{ name: "x-profile", value: "guard" }] } } },

@@ -60,6 +60,8 @@ beforeAll(async () => {
   ns = await freshNamespace("egress");
   core = kubeConfig().makeApiClient(CoreV1Api);
   kubectlOk(["-n", ns, "apply", "-f", "-"], readFileSync("k8s/injection-config.yaml", "utf8").replace("namespace: sandbox-system", `namespace: ${ns}`));
+  // The in-place images the claims below ask for (review 25 M3).
+  kubectlOk(["-n", ns, "create", "configmap", "sandbox-injection-config-user", `--from-literal=pod-policy=${JSON.stringify({ inplaceImages: ["python"] })}`]);
   kubectlOk(["-n", ns, "apply", "-f", "-"], "apiVersion: agents.kruise.io/v1alpha1\nkind: SandboxSet\nmetadata: { name: plain }\nspec:\n  replicas: 0\n  template: { spec: { containers: [{ name: sandbox, image: python:3.12, securityContext: { capabilities: { add: [CHOWN] } } }] } }\n");
   // A template that asks for what escapes the redirect (host namespaces, hostPath, every
   // capability, an unsafe sysctl, an unmasked /proc, a container named as the platform's pair):
@@ -82,7 +84,7 @@ async function startAgent(): Promise<void> {
   await driver.start();
   // The edge sends its SecurityProfile set with each welcome (none here).
   await driver.setSecurityProfiles([]);
-  await until("sets and injection config", () => driver.sandboxSets.get("plain") && driver.sandboxSets.get("listed") && driver.sandboxSets.get("hostile") && driver.sandboxSets.get("reserved") && driver.sandboxSets.get("hostnet") && driver.injection.current()["traffic-proxy"]);
+  await until("sets and injection config", () => driver.sandboxSets.get("plain") && driver.sandboxSets.get("listed") && driver.sandboxSets.get("hostile") && driver.sandboxSets.get("reserved") && driver.sandboxSets.get("hostnet") && driver.injection.current()["traffic-proxy"] && driver.injection.current()["pod-policy"]?.inplaceImages.includes("python"));
 }
 
 afterAll(async () => {
@@ -136,7 +138,7 @@ describe("egress on kubernetes", () => {
     expect(byName(pod.spec!.containers, "agent-runtime").securityContext!.capabilities!.drop).toEqual(dropped);
 
     // Tenant bytes travel as JSON in the ConfigMap, and nowhere in what a container runs.
-    expect(policyFile("plain-rules1")).toEqual({ team: ns, labels: { app: HOSTILE }, egress: { allowOut: ["pypi.org", "10.1.2.3/24"], denyOut: ["0.0.0.0/0"] }, trafficPolicies: [] });
+    expect(policyFile("plain-rules1")).toEqual({ team: ns, labels: { app: HOSTILE, "agents.kruise.io/sandbox-template": "plain" }, egress: { allowOut: ["pypi.org", "10.1.2.3/24"], denyOut: ["0.0.0.0/0"] }, trafficPolicies: [] });
     for (const c of [...pod.spec!.containers, ...pod.spec!.initContainers!]) expect(JSON.stringify([c.command, c.args, c.env])).not.toMatch(/pwned|pypi|10\.1\.2/);
 
     const np = kget<V1NetworkPolicy>("networkpolicy", "plain-rules1-egress");

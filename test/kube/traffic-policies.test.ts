@@ -80,7 +80,8 @@ apiVersion: agents.kruise.io/v1alpha1
 kind: GlobalTrafficPolicy
 metadata: { name: ${ns}-baseline }
 spec:
-  selector: { matchLabels: { app: web } }
+  # A global policy sees only the platform's labels (review 25 M4): the template's, not label:app.
+  selector: { matchLabels: { agents.kruise.io/sandbox-template: pool } }
   egress: { rules: [{ action: reject, to: [{ cidr: 10.0.0.0/8 }] }] }
 `);
     const g = await until("global status", () => {

@@ -367,7 +367,8 @@ describe("SecurityProfile objects over the agent link", () => {
     agents.push(platform, teamAgent);
     const name = unique("gsp");
     const ref = { namespace: null, name, uid: `uid-${name}` };
-    const spec = { priority: 5, selector: { matchLabels: { gsp: name } }, ...rule({ domains: ["*.internal.test"] }) };
+    // A global profile selects by the platform's labels only (review 25 M4): here the template's.
+    const spec = { priority: 5, selector: { matchLabels: { "agents.kruise.io/sandbox-template": team.template } }, ...rule({ domains: ["*.internal.test"] }) };
     const token = rule({ domains: ["a.test"] }, { tokenTransformation: { type: "ApiKey", targetHeader: "x-k", credentialRef: { secret: { name: "k" } } } });
     expect(await crd.call("securityprofileobjects", { ...ref, generation: 1, spec: token })).toMatchObject({ result: "rejected", code: "bad_request", message: expect.stringMatching(/may not name secrets/) });
     await expectError(call(`/admin/global-security-profiles/${name}`), 404);

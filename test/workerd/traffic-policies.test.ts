@@ -1,6 +1,7 @@
 // TrafficPolicy / GlobalTrafficPolicy through the admin API: stored, sent whole to the cluster's
 // agent at once (and with every welcome), status listing the live sandboxes a policy selects (by
-// the `label:<k>` metadata of E2B's create), bad specs refused with the field at fault.
+// the `label:<k>` metadata of E2B's create; a global one by the platform's template label only),
+// bad specs refused with the field at fault.
 import { afterAll, describe, expect, it } from "vitest";
 import type { ScriptedAgent } from "../support/scripted-agent.ts";
 import { call, createTeam, expectError, expectStatus, startAgent, unique } from "./helpers.ts";
@@ -29,6 +30,16 @@ describe("traffic policies (admin API)", () => {
     expect(g.spec.priority).toBe(1000);
     expect(g.status.selectedSandboxes).toEqual(expect.arrayContaining([labelled.sandboxID, plain.sandboxID]));
     await agent.waitUntil(() => agent.trafficPolicies?.some((p) => p.team === null && p.name === global) ?? false);
+    // A global one selects by the platform's labels only (review 25 M4): the template's, never a
+    // tenant's `label:` metadata, which any API key sets.
+    const grant = { egress: { rules: [{ action: "allow", to: [{ cidr: "10.20.0.0/16" }] }] } };
+    const byTenant = await expectStatus(call(`/admin/global-traffic-policies/${global}-t`, { method: "PUT", body: { ...grant, selector: { matchLabels: { app: "web" } } } }), 200);
+    expect(byTenant.status.selectedSandboxes).toEqual([]);
+    const byTemplate = await expectStatus(call(`/admin/global-traffic-policies/${global}-p`, { method: "PUT", body: { ...grant, selector: { matchLabels: { "agents.kruise.io/sandbox-template": team.template } } } }), 200);
+    expect(byTemplate.status.selectedSandboxes).toEqual([labelled.sandboxID, plain.sandboxID].sort());
+    // Nor may a tenant's label name the platform's key (refused at create).
+    await expectError(call("/v2/sandboxes", { key: team.key, body: { templateID: team.template, metadata: { "label:agents.kruise.io/sandbox-template": "other" } } }), 400);
+    for (const n of [`${global}-t`, `${global}-p`]) await expectStatus(call(`/admin/global-traffic-policies/${n}`, { method: "DELETE" }), 204);
 
     // An agent that connects later gets the set with its welcome.
     agent.disconnect();

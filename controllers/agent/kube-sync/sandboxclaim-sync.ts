@@ -13,7 +13,7 @@ import { GROUP, VERSION } from "../../../schema/crd/labels.ts";
 import { annotationsProblem, labelProblem } from "../../../schema/crd/user-metadata.ts";
 import { WorkQueue } from "../../lib/work-queue.ts";
 import { ObjectCache } from "../../drivers/kubernetes/object-cache.ts";
-import { parseQuantity } from "./sandboxset-sync.ts";
+import { parseQuantity } from "../../../schema/crd/quantity.ts";
 import { slimCustom } from "../../drivers/kubernetes/slim.ts";
 import { durationMs } from "../../../schema/crd/duration.ts";
 import { csiMountsProblem, type CsiMountConfig } from "../../../schema/crd/csi-mount.ts";

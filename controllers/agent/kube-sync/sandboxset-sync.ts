@@ -16,6 +16,7 @@ import type { ObjectCache } from "../../drivers/kubernetes/object-cache.ts";
 import type { SandboxSetObject } from "../../drivers/kubernetes/kubernetes-driver.ts";
 import { RUNTIME_CONTAINER } from "../../../schema/crd/labels.ts";
 import { poolRevision } from "../../drivers/kubernetes/pool-status.ts";
+import { podCost } from "../../drivers/kubernetes/pod-resources.ts";
 
 /** The edge's template spec (schema/api/template.ts `TemplateSpec` input) a SandboxSet maps to. */
 export type PoolSpec = z.input<typeof TemplateSpec> & { cluster: string; replicas: number; image: string; cpuCount: number; memoryMB: number };
@@ -59,38 +60,32 @@ export class LinkPoolSink implements PoolSink {
   }
 }
 
-const BINARY: Record<string, number> = { Ki: 2 ** 10, Mi: 2 ** 20, Gi: 2 ** 30, Ti: 2 ** 40 };
-const DECIMAL: Record<string, number> = { k: 1e3, M: 1e6, G: 1e9, T: 1e12 };
+type Container = { name?: string; image?: string; env?: { name: string; value?: string }[] };
 
-/** A Kubernetes quantity ("500m", "2", "1Gi", "512M") as a number of base units. */
-export function parseQuantity(q: string | number | undefined): number | undefined {
-  if (q === undefined) return undefined;
-  if (typeof q === "number") return q;
-  const m = /^([0-9.]+)(m|Ki|Mi|Gi|Ti|k|M|G|T)?$/.exec(q.trim());
-  if (!m) return undefined;
-  const n = Number(m[1]);
-  const unit = m[2];
-  if (!unit) return n;
-  if (unit === "m") return n / 1000;
-  return n * (BINARY[unit] ?? DECIMAL[unit] ?? 1);
+/** A SandboxSet whose CPU or memory cannot be counted (pod-resources.ts says why): it is not
+ * sent to the edge, which would count it as less than its pods may take. */
+export class UncountableSandboxSet extends Error {
+  readonly problems: string[];
+  constructor(problems: string[]) {
+    super(`its CPU and memory cannot be counted: ${problems.join("; ")}`);
+    this.problems = problems;
+  }
 }
 
-type Container = { name?: string; image?: string; env?: { name: string; value?: string }[]; resources?: { limits?: Record<string, string>; requests?: Record<string, string> } };
-
-/** The edge spec for a SandboxSet (pure). */
+/** The edge spec for a SandboxSet (pure); throws UncountableSandboxSet. */
 export function poolSpecOf(set: SandboxSetObject & { spec: { pauseStrategy?: { type?: string }; scaleStrategy?: { maxUnavailable?: number | string }; updateStrategy?: { maxUnavailable?: number | string } } }, cluster: string): PoolSpec {
-  const containers = ((set.spec.template?.spec?.containers ?? []) as Container[]).filter((c) => c.name !== RUNTIME_CONTAINER);
-  const main = containers[0] ?? {};
-  const res = (key: "cpu" | "memory") => parseQuantity(main.resources?.limits?.[key] ?? main.resources?.requests?.[key]);
-  const cpu = res("cpu");
-  const memory = res("memory");
+  const spec = set.spec.template?.spec ?? { containers: [] };
+  const cost = podCost(spec as never);
+  if (!("cpu" in cost)) throw new UncountableSandboxSet(cost.problems);
+  const main = ((spec.containers ?? []) as Container[]).find((c) => c.name !== RUNTIME_CONTAINER) ?? {};
   const env = Object.fromEntries((main.env ?? []).filter((e) => e.value !== undefined).map((e) => [e.name, e.value!]));
   return {
     cluster,
     replicas: set.spec.replicas ?? 0,
     image: main.image ?? "base",
-    cpuCount: Math.max(1, Math.ceil(cpu ?? 1)),
-    memoryMB: Math.max(128, Math.ceil((memory ?? 512 * 2 ** 20) / 2 ** 20)),
+    // Rounded up: a pod of 1.5 cores is charged 2, never 1.
+    cpuCount: Math.max(1, Math.ceil(cost.cpu - 1e-9)),
+    memoryMB: Math.max(128, Math.ceil(cost.memory / 2 ** 20 - 1e-9)),
     env,
     pauseStrategy: set.spec.pauseStrategy?.type === "Freeze" ? "Freeze" : "Stop",
     scaleStrategy: set.spec.scaleStrategy?.maxUnavailable === undefined ? {} : { maxUnavailable: set.spec.scaleStrategy.maxUnavailable },
@@ -112,12 +107,17 @@ export interface SandboxSetSyncOptions {
   sink: PoolSink;
   log?: (msg: string) => void;
   retryMs?: number;
+  /** A generation whose CPU or memory cannot be counted (not sent to the edge): say so on the
+   * SandboxSet (a Warning Event, the ReplicaFailure condition). Called once per generation. */
+  refused?: (set: SandboxSetObject, err: UncountableSandboxSet) => Promise<void>;
 }
 
 export class SandboxSetSync {
   readonly #o: SandboxSetSyncOptions;
   /** name → generation last accepted by the edge. */
   readonly #synced = new Map<string, number>();
+  /** name → generation refused as uncountable (not sent). */
+  readonly #refused = new Map<string, number>();
   /** name → uid of the object last seen (a delete event's object may be all that is left). */
   readonly #uids = new Map<string, string>();
   /**
@@ -168,12 +168,25 @@ export class SandboxSetSync {
     if (!set || set.metadata?.deletionTimestamp) {
       if (ref.uid) await this.#o.sink.remove(ref);
       this.#synced.delete(name);
+      this.#refused.delete(name);
       this.#uids.delete(name);
       return;
     }
     const generation = set.metadata?.generation ?? 0;
-    if (this.#synced.get(name) === generation) return;
-    await this.#o.sink.upsert({ ...ref, generation, spec: poolSpecOf(set as never, this.#o.cluster) });
+    if (this.#synced.get(name) === generation || this.#refused.get(name) === generation) return;
+    let spec: PoolSpec;
+    try {
+      spec = poolSpecOf(set as never, this.#o.cluster);
+    } catch (err) {
+      if (!(err instanceof UncountableSandboxSet)) throw err;
+      // Not retried: only a new generation can change the answer. The edge keeps the last
+      // generation it counted; pods of this template are refused by the driver's judge.
+      this.#refused.set(name, generation);
+      await this.#o.refused?.(set, err);
+      return;
+    }
+    this.#refused.delete(name);
+    await this.#o.sink.upsert({ ...ref, generation, spec });
     this.#synced.set(name, generation);
   }
 }

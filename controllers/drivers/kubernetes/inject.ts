@@ -3,8 +3,8 @@
 // only when the template's `runtimes` names them. Init components go after the template's init
 // containers, sidecars after its containers, both in INJECTION_COMPONENTS order, so pods built
 // under any config or `runtimes` order list them the same way. A component the template declares
-// itself (same container name) keeps the template's fields; only the probes it lacks are added,
-// so a probe the template declares is never overwritten.
+// itself (same container name) keeps the template's fields; only the probes (and resources) it
+// lacks are added, so a probe the template declares is never overwritten.
 import type { V1Container, V1PodSpec, V1Probe } from "@kubernetes/client-node";
 import { INJECTION_COMPONENTS, type InjectionComponent, type InjectionComponentName, type InjectionConfig } from "../../../schema/crd/injection.ts";
 import { RUNTIME_CONTAINER } from "../../../schema/crd/labels.ts";
@@ -37,6 +37,9 @@ export function injectComponents(spec: V1PodSpec, config: InjectionConfig, runti
     const declared = [...spec.containers, ...(spec.initContainers ?? [])].find((x) => x.name === name);
     if (declared) {
       for (const p of PROBES) if (!declared[p] && c[p]) declared[p] = structuredClone(c[p]) as V1Probe;
+      // One that states no resources is sized as an injected one, and not counted against the
+      // team (pod-resources.ts); one that states them is the template's, and counted.
+      if (!declared.resources && c.resources) declared.resources = structuredClone(c.resources) as V1Container["resources"];
     } else if (c.kind === "init") {
       (spec.initContainers ??= []).push(container(name, c, runtimeImage));
     } else {

@@ -33,6 +33,8 @@ import { NAMESPACE_PATTERN, type NamespaceScope } from "./namespace-scope.ts";
 import { KUBERNETES_FLAGS } from "./flags.ts";
 import { KUBERNETES_CAPABILITIES, type KubeDesiredSandbox, type KubernetesDriverOptions, type KubeSandboxObservation, type SandboxObject, type SandboxRequest, type SandboxSetObject } from "./objects.ts";
 import { imageTemplate, runtimeUrl, templateHash } from "./pod-spec.ts";
+import { podCost } from "./pod-resources.ts";
+import { inplaceImageProblem } from "./inplace-image.ts";
 import { InjectionConfigSource } from "./injection-config.ts";
 import { PodWriter } from "./pod-writer.ts";
 import { poolConnections } from "./pooled-connections.ts";
@@ -397,7 +399,16 @@ export class KubernetesDriver implements Driver {
         await this.#pods.create(sc, sbx, restoring ? { ...d, restoreCheckpointId: restoring } : d, traffic);
         const made = restoring && ctx.pod(d.id);
         if (made) sbx = await this.#sandboxes.restoreDone(d.id, sbx, made);
-      } else if (this.#pods.inplacePending(sbx, d)) sbx = await this.#pods.inplace(sc, sbx, pod, d.inplaceUpdate!);
+      } else if (this.#pods.inplacePending(sbx, d)) {
+        // The tenant names the image (E2B metadata, a claim): only the operator's repositories.
+        const image = d.inplaceUpdate!.image;
+        const refused = image && inplaceImageProblem(image, this.injection.current()[POD_POLICY_KEY]?.inplaceImages ?? []);
+        if (refused) {
+          await this.#status.event(sc, sbx, "Warning", EventReason.InplaceImageRefused, refused);
+          throw new TerminalError(ReadyReason.InvalidSpec, `sandbox ${d.id}: ${refused}`);
+        }
+        sbx = await this.#pods.inplace(sc, sbx, pod, d.inplaceUpdate!);
+      }
       else if (frozen()) {
         await this.thaw(d.id);
         await this.#status.event(sc, sbx, "Normal", EventReason.Resumed, "thawed");
@@ -452,12 +463,20 @@ export class KubernetesDriver implements Driver {
     const proxied = governed || (listed && injection["traffic-proxy"]?.image !== undefined);
     if (making || proxied) {
       const template = sbx.spec.template ?? imageTemplate(d.template);
-      const unsafe = unsafePodSpec(template.spec ?? { containers: [] }, {
-        proxied,
-        allow: injection[POD_POLICY_KEY]?.allow,
-        annotations: template.metadata?.annotations,
-        volumeClaimTemplates: sbx.spec.volumeClaimTemplates,
-      });
+      const unsafe = [
+        ...unsafePodSpec(template.spec ?? { containers: [] }, {
+          proxied,
+          allow: injection[POD_POLICY_KEY]?.allow,
+          tolerationKeys: injection[POD_POLICY_KEY]?.tolerationKeys,
+          nodeSelectorKeys: injection[POD_POLICY_KEY]?.nodeSelectorKeys,
+          annotations: template.metadata?.annotations,
+          volumeClaimTemplates: sbx.spec.volumeClaimTemplates,
+        }),
+        // CPU and memory the quota cannot count (pod-resources.ts): the SandboxSet sync does not
+        // send such a template to the edge, so its pods would run on an older, smaller count (as
+        // would a Sandbox whose `spec.template` was edited).
+        ...podCost(template.spec ?? { containers: [] }).problems,
+      ];
       if (unsafe.length) {
         if (making) await this.#refuseUnsafe(sc, sbx, d, pod, proxied ? (governed ? "egress rules, a TrafficPolicy or a SecurityProfile govern it" : "its template lists traffic-proxy") : undefined, unsafe);
         await this.#warnUnsafe(sc, sbx, d, pod!, unsafe);

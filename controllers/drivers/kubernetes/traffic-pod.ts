@@ -30,7 +30,7 @@
 // reaches nft as an argument (data), never as shell text.
 import type { V1ConfigMap, V1Container, V1NetworkPolicy, V1NetworkPolicyPeer, V1OwnerReference, V1PodSpec, V1Secret } from "@kubernetes/client-node";
 import { tokenSecretNames, type SecurityProfileEntry } from "../../../schema/api/security-profile.ts";
-import { selects, type TrafficPolicyEntry } from "../../../schema/api/traffic-policy.ts";
+import { selectorLabels, selectsSandbox, type TrafficPolicyEntry } from "../../../schema/api/traffic-policy.ts";
 import { cidrWithin, formatIp, parseCidr, PRIVATE_RANGES } from "../../../schema/egress/address.ts";
 import type { InjectionComponent } from "../../../schema/crd/injection.ts";
 import type { EgressPolicy } from "../../../schema/protocol/egress.ts";
@@ -110,14 +110,16 @@ export function podEgress(d: Pick<DesiredSandbox, "allowInternetAccess" | "egres
  * values; but a profile's literal header values, so its half goes in the Secret: splitPodPolicy). */
 export function podPolicy(
   set: TrafficPolicySet,
-  d: Pick<DesiredSandbox, "allowInternetAccess" | "egress" | "labels" | "namespace" | "networkRules">,
+  d: Pick<DesiredSandbox, "allowInternetAccess" | "egress" | "labels" | "namespace" | "networkRules" | "pool">,
   team: string,
   profiles: readonly SecurityProfileEntry[] = [],
 ): PodTrafficPolicy | null {
   const egress = podEgress(d);
-  const labels = d.labels ?? {};
+  // The platform's label beside the tenant's: global policies and profiles see only it (the
+  // proxy reads these same labels from policy.json and selects as here).
+  const labels = selectorLabels(d.labels ?? {}, d.pool);
   const selecting = set.entries.filter((e) => (e.team === null || e.team === team) && applicable([toL4(e)], labels).length > 0);
-  const securityProfiles = profiles.filter((p) => (p.team === null || p.team === team) && selects(p.spec.selector, labels));
+  const securityProfiles = profiles.filter((p) => (p.team === null || p.team === team) && selectsSandbox(p.spec.selector, labels, p.team === null));
   const networkRules = d.networkRules ?? {};
   const l7 = securityProfiles.length > 0 || Object.keys(networkRules).length > 0;
   if (!egress && !selecting.length && !l7) return null;
@@ -237,6 +239,42 @@ const SECCOMP_ANNOTATIONS = ["seccomp.security.alpha.kubernetes.io/pod", "contai
  * template may set them only where the injection config's `pod-policy` allows (POD_POLICY_FIELDS). */
 const OPERATOR_FIELDS = ["nodeName", "priorityClassName", "runtimeClassName"] as const;
 
+/** Placement a template asks for beyond what the operator allows (review 25 M5), one line each:
+ * tolerations and node selection (which nodes: the operator's dedicated or control-plane nodes)
+ * key by key, and pod (anti-)affinity to other namespaces' pods (co-location with, or eviction
+ * pressure on, another team's sandboxes). Pod (anti-)affinity to the pod's own namespace is the
+ * tenant's (spreading its own sandboxes). */
+export function placementProblems(spec: V1PodSpec, policy: { allow?: readonly string[]; tolerationKeys?: readonly string[]; nodeSelectorKeys?: readonly string[] }): string[] {
+  const out: string[] = [];
+  const allow = new Set(policy.allow ?? []);
+  const tolerated = new Set(policy.tolerationKeys ?? []);
+  const nodeKeys = new Set(policy.nodeSelectorKeys ?? []);
+  const NOT = "the operator's to set (the injection config's pod-policy does not allow it)";
+  if (!allow.has("tolerations")) {
+    for (const t of spec.tolerations ?? []) if (!t.key || !tolerated.has(t.key)) out.push(`tolerations ${JSON.stringify(t.key ? t.key : "(every taint)")}: ${NOT}`);
+  }
+  if (!allow.has("nodeSelector")) {
+    for (const k of Object.keys(spec.nodeSelector ?? {})) if (!nodeKeys.has(k)) out.push(`nodeSelector ${JSON.stringify(k)}: ${NOT}`);
+  }
+  if (!allow.has("affinity")) {
+    const node = spec.affinity?.nodeAffinity;
+    const terms = [...(node?.requiredDuringSchedulingIgnoredDuringExecution?.nodeSelectorTerms ?? []), ...(node?.preferredDuringSchedulingIgnoredDuringExecution ?? []).map((p) => p.preference)];
+    const keys = new Set<string>();
+    for (const t of terms) {
+      for (const e of t?.matchExpressions ?? []) if (!nodeKeys.has(e.key)) keys.add(e.key);
+      // matchFields name nodes themselves (metadata.name): nodeName by another route.
+      for (const e of t?.matchFields ?? []) keys.add(`field ${e.key}`);
+    }
+    for (const k of keys) out.push(`affinity.nodeAffinity ${JSON.stringify(k)}: ${NOT}`);
+    for (const kind of ["podAffinity", "podAntiAffinity"] as const) {
+      const a = spec.affinity?.[kind];
+      const podTerms = [...(a?.requiredDuringSchedulingIgnoredDuringExecution ?? []), ...(a?.preferredDuringSchedulingIgnoredDuringExecution ?? []).map((p) => p.podAffinityTerm)];
+      if (podTerms.some((t) => t && (t.namespaceSelector || (t.namespaces?.length ?? 0) > 0))) out.push(`affinity.${kind} to other namespaces' pods (namespaces or a namespaceSelector): ${NOT}`);
+    }
+  }
+  return out;
+}
+
 /** What unsafePodSpec judges a pod by, beside its spec. */
 export interface PodJudgement {
   /** The pod gets the traffic-proxy pair: its container and volume names and the CA directory
@@ -244,6 +282,9 @@ export interface PodJudgement {
   proxied: boolean;
   /** The injection config's `pod-policy.allow`: operator fields (nodeName, ...) a template may set. */
   allow?: readonly string[];
+  /** The injection config's `pod-policy.tolerationKeys` and `nodeSelectorKeys`. */
+  tolerationKeys?: readonly string[];
+  nodeSelectorKeys?: readonly string[];
   /** The template's pod annotations (the AppArmor and seccomp annotation forms). */
   annotations?: Record<string, string>;
   /** The template's claims, made into PVCs as the agent (review 25 L4). */
@@ -263,7 +304,8 @@ export class UnsafePodSpecError extends TerminalError {}
  * ports, hostPath, privileged, capabilities, procMount, sysctls, SELinux, AppArmor and seccomp
  * `Unconfined`) plus what is the platform's: the `*-traffic` Secrets (CA key, secret values,
  * profile literals, audit token), a service account's token, the operator's placement fields
- * (`allow` lifts these), and PVCs bound to a chosen PV or filled from another namespace. The
+ * and placement: tolerations, node selection, pod affinity to other namespaces (`allow` and
+ * the allowed keys lift these), and PVCs bound to a chosen PV or filled from another namespace. The
  * template is the tenant's; the injection config's components (the platform's) are not judged
  * here. Running as root is not refused: what nft and the proxy need is capabilities
  * (CAP_NET_ADMIN in the pod's network namespace, CAP_SYS_PTRACE), which the bounding set of a
@@ -280,6 +322,7 @@ export function unsafePodSpec(spec: V1PodSpec, j: PodJudgement = { proxied: true
   for (const s of spec.securityContext?.sysctls ?? []) if (!SAFE_SYSCTLS.has(s.name)) out.push(`securityContext.sysctls ${JSON.stringify(s.name)}: only the Pod Security Standards' safe sysctls may be set`);
   out.push(...unconfined("securityContext", spec.securityContext));
   for (const f of OPERATOR_FIELDS) if (spec[f] && !j.allow?.includes(f)) out.push(`${f} ${JSON.stringify(spec[f])}: the operator's to set (the injection config's pod-policy does not allow it)`);
+  out.push(...placementProblems(spec, j));
   const sa = spec.serviceAccountName || spec.serviceAccount;
   if (sa && sa !== "default") {
     if (spec.automountServiceAccountToken) out.push(`serviceAccountName ${JSON.stringify(sa)} with automountServiceAccountToken: the pod would hold that service account's token, created with the agent's rights`);

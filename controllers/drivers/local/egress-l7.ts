@@ -11,6 +11,8 @@ import type { L7Policy } from "../../traffic/l7/policy.ts";
 import { profileObject, sandboxL7Policy } from "../../traffic/l7/sandbox-policy.ts";
 import { profilesFor, type ProfileObject } from "../../traffic/l7/profile-crd.ts";
 import type { DesiredSandbox } from "../driver.ts";
+import { selectorLabels } from "../../../schema/api/traffic-policy.ts";
+import { judgeGlobalProfiles } from "../../traffic/profile-scope.ts";
 
 type Rules = NonNullable<DesiredSandbox["networkRules"]>;
 
@@ -37,7 +39,7 @@ export const caInstallScript = [
   "true",
 ].join("\n");
 
-type Selectable = Pick<DesiredSandbox, "networkRules" | "namespace" | "labels">;
+type Selectable = Pick<DesiredSandbox, "networkRules" | "namespace" | "labels" | "pool">;
 
 export class LocalL7 {
   readonly handler: L7Handler;
@@ -89,7 +91,8 @@ export class LocalL7 {
   }
 
   #select(d: Selectable) {
-    return profilesFor(this.#profiles, { namespace: d.namespace ?? "", labels: d.labels ?? {} });
+    const labels = selectorLabels(d.labels ?? {}, d.pool);
+    return profilesFor(judgeGlobalProfiles(this.#profiles, labels), { namespace: d.namespace ?? "", labels });
   }
 
   policyFor(id: string): L7Policy | undefined {

@@ -2,7 +2,7 @@
 // traffic-proxy that every sandbox with rules reaches through the port relay (README.md).
 import { mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { z } from "zod";
-import { MAX_TRAFFIC_POLICIES, TrafficPolicyEntry } from "../../../schema/api/traffic-policy.ts";
+import { MAX_TRAFFIC_POLICIES, selectorLabels, TrafficPolicyEntry } from "../../../schema/api/traffic-policy.ts";
 import { MAX_SECURITY_PROFILES, SecurityProfileEntry } from "../../../schema/api/security-profile.ts";
 import { randomBytes } from "node:crypto";
 import { tmpdir } from "node:os";
@@ -99,9 +99,9 @@ export class LocalEgress {
   }
 
   /** The TrafficPolicies deciding for a sandbox wanting `d`, when some select it. */
-  governing(d: Pick<DesiredSandbox, "allowInternetAccess" | "egress" | "networkRules" | "namespace" | "labels">): Governance | undefined {
+  governing(d: Pick<DesiredSandbox, "allowInternetAccess" | "egress" | "networkRules" | "namespace" | "labels" | "pool">): Governance | undefined {
     // E2B's own lists only: the allow-all that puts an L7 sandbox behind the proxy is no policy.
-    return this.traffic.governing(d.namespace ?? null, d.labels ?? {}, egressRules(d, false));
+    return this.traffic.governing(d.namespace ?? null, selectorLabels(d.labels ?? {}, d.pool), egressRules(d, false));
   }
 
   #policyFor(id: string): CompiledPolicy | string {

@@ -4,7 +4,7 @@
 // them: refusals counted by a bounded source and logged with the rule.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { taggedHarness } from "../../support/tagged-get.ts";
-import { TrafficPolicySpec, type TrafficPolicyEntry } from "../../../schema/api/traffic-policy.ts";
+import { selectorLabels, TrafficPolicySpec, type TrafficPolicyEntry } from "../../../schema/api/traffic-policy.ts";
 import { admitName, decideGoverned, TrafficPolicySet } from "../../../controllers/traffic/governed.ts";
 import { TrafficProxy } from "../../../controllers/traffic/proxy.ts";
 import { registry } from "../../../controllers/lib/metrics.ts";
@@ -50,6 +50,26 @@ describe("TrafficPolicySet", () => {
       { id: "s3", team: "team-b", labels: { app: "web" } },
     ])).toEqual(["s1"]);
     expect(set.selectedBy(null, "baseline", [{ id: "s3", team: "team-b", labels: {} }])).toEqual(["s3"]);
+  });
+
+  it("a global policy sees only the platform's labels: a tenant's label neither selects it nor takes its sandbox out of it (review 25 M4)", () => {
+    const g = new TrafficPolicySet();
+    g.replace([
+      entry(null, "db", { selector: { matchLabels: { tier: "db-clients" } }, egress: { rules: [{ action: "allow", to: [{ cidr: "10.20.0.0/16" }] }] } }),
+      entry(null, "etl", { selector: { matchLabels: { "agents.kruise.io/sandbox-template": "etl" } }, egress: { rules: [{ action: "allow", to: [{ cidr: "10.30.0.0/16" }] }] } }),
+      entry(null, "guard", { selector: { matchExpressions: [{ key: "exempt", operator: "DoesNotExist" }] }, egress: { rules: [{ action: "reject", to: [{ cidr: "10.40.0.0/16" }] }, { action: "allow", to: [{ cidr: "0.0.0.0/0" }] }] } }),
+      entry("team-a", "mine", { selector: { matchLabels: { tier: "db-clients" } }, egress: { rules: [{ action: "allow", to: [{ cidr: "10.99.0.0/16" }] }] } }),
+    ]);
+    const tenant = g.governing("team-a", selectorLabels({ tier: "db-clients", exempt: "yes" }, "web"), null)!;
+    // db (selected by the tenant's tier) does not decide; guard (which exempt would escape) does.
+    expect(decideGoverned(tenant, { ip: "10.20.0.1", port: 5432, names: [] }, nothing)).toMatchObject({ allowed: true, by: expect.stringContaining("guard rule 2") });
+    expect(decideGoverned(tenant, { ip: "10.40.0.1", port: 80, names: [] }, nothing)).toMatchObject({ allowed: false, source: "GlobalTrafficPolicy" });
+    // The team's own policy still selects by the tenant's label.
+    expect(decideGoverned(tenant, { ip: "10.99.0.1", port: 80, names: [] }, nothing)).toMatchObject({ allowed: true, source: "TrafficPolicy" });
+    const etl = g.governing("team-a", selectorLabels({}, "etl"), null)!;
+    expect(decideGoverned(etl, { ip: "10.30.0.1", port: 80, names: [] }, nothing)).toMatchObject({ allowed: true, by: expect.stringContaining("etl rule 1") });
+    expect(g.selectedBy(null, "db", [{ id: "s1", team: "team-a", labels: selectorLabels({ tier: "db-clients" }, "web") }])).toEqual([]);
+    expect(g.selectedBy(null, "etl", [{ id: "s2", team: "team-b", labels: selectorLabels({ "agents.kruise.io/sandbox-template": "etl" }, "web") }])).toEqual([]);
   });
 
   it("is not in force where nothing selects the sandbox; E2B's rules come first when it is", () => {

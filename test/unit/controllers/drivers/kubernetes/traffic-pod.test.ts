@@ -14,8 +14,8 @@ const set = new TrafficPolicySet();
 set.replace([
   { team: "team-a", name: "web", spec: TrafficPolicySpec.parse({ selector: { matchLabels: { app: "web" } }, egress: { rules: [{ action: "allow", to: [{ cidr: "10.9.0.7" }, { fqdn: "db.internal" }] }] } }) },
   { team: "team-b", name: "other", spec: TrafficPolicySpec.parse({ egress: { rules: [{ action: "allow", to: [{ cidr: "192.168.1.0/24" }] }] } }) },
-  { team: null, name: "base", spec: TrafficPolicySpec.parse({ selector: { matchLabels: { tier: "x" } }, egress: { rules: [{ action: "reject", to: [{ cidr: "0.0.0.0/0" }] }] } }) },
-  { team: null, name: "platform", spec: TrafficPolicySpec.parse({ selector: { matchLabels: { app: "web" } }, egress: { rules: [{ action: "allow", to: [{ cidr: "10.50.1.9/16" }, { cidr: "8.8.8.8" }] }, { action: "reject", to: [{ cidr: "10.60.0.0/16" }] }] } }) },
+  { team: null, name: "base", spec: TrafficPolicySpec.parse({ selector: { matchLabels: { "agents.kruise.io/sandbox-template": "x" } }, egress: { rules: [{ action: "reject", to: [{ cidr: "0.0.0.0/0" }] }] } }) },
+  { team: null, name: "platform", spec: TrafficPolicySpec.parse({ selector: { matchLabels: { "agents.kruise.io/sandbox-template": "web" } }, egress: { rules: [{ action: "allow", to: [{ cidr: "10.50.1.9/16" }, { cidr: "8.8.8.8" }] }, { action: "reject", to: [{ cidr: "10.60.0.0/16" }] }] } }) },
 ]);
 
 describe("traffic-pod", () => {
@@ -45,18 +45,36 @@ describe("traffic-pod", () => {
   });
 
   it("only the policies that select the sandbox (its team's and global ones) travel, and the file parses", () => {
-    expect(podPolicy(set, { allowInternetAccess: true, labels: { app: "api" } }, "team-a")).toBeNull();
-    const p = podPolicy(set, { allowInternetAccess: true, labels: { app: "web" } }, "team-a")!;
+    expect(podPolicy(set, { allowInternetAccess: true, labels: { app: "api" }, pool: "api" }, "team-a")).toBeNull();
+    const p = podPolicy(set, { allowInternetAccess: true, labels: { app: "web" }, pool: "web" }, "team-a")!;
     expect(p.trafficPolicies.map((e) => e.name)).toEqual(["platform", "web"]);
+    // The proxy selects again from these labels: the platform's is among them.
+    expect(p.labels).toEqual({ app: "web", "agents.kruise.io/sandbox-template": "web" });
     expect(PodTrafficPolicySchema.parse(JSON.parse(JSON.stringify(p)))).toEqual(p);
-    expect(podPolicy(set, { allowInternetAccess: true, labels: { tier: "x" } }, "team-c")!.trafficPolicies.map((e) => e.name)).toEqual(["base"]);
+    expect(podPolicy(set, { allowInternetAccess: true, labels: {}, pool: "x" }, "team-c")!.trafficPolicies.map((e) => e.name)).toEqual(["base"]);
+  });
+
+  it("a tenant's labels never select a global policy, nor open its cluster ranges: only the platform's template label does (review 25 M4)", () => {
+    // E2B `label:agents.kruise.io/sandbox-template` is refused at the edge; were it to arrive, the platform's value wins.
+    const forged = { app: "web", tier: "x", "agents.kruise.io/sandbox-template": "web" };
+    const p = podPolicy(set, { allowInternetAccess: true, labels: forged, pool: "api" }, "team-a")!;
+    expect(p.trafficPolicies.map((e) => e.name)).toEqual(["web"]);
+    expect(p.labels["agents.kruise.io/sandbox-template"]).toBe("api");
+    expect(allowedInside(p, DEFAULT_CLUSTER_CIDRS)).toEqual([]);
+    // A global profile selecting by a tenant's label travels to no pod.
+    const profile = (selector: object): SecurityProfileEntry => ({ team: null, name: "g", spec: SecurityProfileSpec.parse({ selector, rules: [] }), createdAt: 1 });
+    expect(podPolicy(set, { allowInternetAccess: true, labels: { app: "web" }, pool: "api" }, "team-a", [profile({ matchLabels: { app: "web" } })])!.securityProfiles).toBeUndefined();
+    expect(podPolicy(set, { allowInternetAccess: true, labels: { app: "web" }, pool: "api" }, "team-a", [profile({ matchLabels: { "agents.kruise.io/sandbox-template": "api" } })])!.securityProfiles).toHaveLength(1);
+    // Nor can a tenant's label take its sandbox out of one (NotIn / DoesNotExist on a key it sets).
+    const optOut = profile({ matchExpressions: [{ key: "tier", operator: "DoesNotExist" }] });
+    expect(podPolicy(set, { allowInternetAccess: true, labels: { tier: "free" }, pool: "api" }, "team-a", [optOut])!.securityProfiles).toHaveLength(1);
   });
 
   it("the backstop opens inside the cluster's ranges only what a GlobalTrafficPolicy allows, canonical; never a tenant's own rule", () => {
-    const p = podPolicy(set, { allowInternetAccess: false, egress: { allowOut: ["172.20.1.9/16", "169.254.169.254", "8.8.8.8", "pypi.org", "fd00::1"], denyOut: [] }, labels: { app: "web" } }, "team-a")!;
+    const p = podPolicy(set, { allowInternetAccess: false, egress: { allowOut: ["172.20.1.9/16", "169.254.169.254", "8.8.8.8", "pypi.org", "fd00::1"], denyOut: [] }, labels: { app: "web" }, pool: "web" }, "team-a")!;
     // 172.20/16 and 169.254.169.254 (allowOut) and 10.9.0.7 (team-a's policy) stay closed.
     expect(allowedInside(p, DEFAULT_CLUSTER_CIDRS)).toEqual(["10.50.0.0/16"]);
-    const tenantOnly = podPolicy(set, { allowInternetAccess: false, egress: { allowOut: ["10.0.0.0/8", "169.254.0.0/16"], denyOut: [] }, labels: { app: "api" } }, "team-a")!;
+    const tenantOnly = podPolicy(set, { allowInternetAccess: false, egress: { allowOut: ["10.0.0.0/8", "169.254.0.0/16"], denyOut: [] }, labels: { app: "api" }, pool: "api" }, "team-a")!;
     expect(allowedInside(tenantOnly, DEFAULT_CLUSTER_CIDRS)).toEqual([]);
   });
 
@@ -213,6 +231,46 @@ describe("traffic-pod", () => {
     const placed: V1PodSpec = { nodeName: "n1", priorityClassName: "p", runtimeClassName: "gvisor", serviceAccountName: "deployer", containers: [{ name: "sandbox", image: "x" }] };
     expect(unsafePodSpec(placed, { proxied: false, allow: ["nodeName", "priorityClassName", "runtimeClassName"] })).toEqual([]);
     expect(unsafePodSpec({ ...placed, serviceAccountName: "default", automountServiceAccountToken: true }, { proxied: false, allow: ["nodeName", "priorityClassName", "runtimeClassName"] })).toEqual([]);
+  });
+
+  it("placement is the operator's: tolerations, node selection and affinity to other namespaces' pods are refused unless pod-policy allows them, whole or key by key (review 25 M5)", () => {
+    const spec: V1PodSpec = {
+      tolerations: [{ operator: "Exists" }, { key: "dedicated", operator: "Equal", value: "team-b", effect: "NoSchedule" }, { key: "gpu", operator: "Exists" }],
+      nodeSelector: { tenant: "team-b", "node.kubernetes.io/instance-type": "m5.large" },
+      affinity: {
+        nodeAffinity: {
+          requiredDuringSchedulingIgnoredDuringExecution: { nodeSelectorTerms: [{ matchExpressions: [{ key: "node-role.kubernetes.io/control-plane", operator: "Exists" }], matchFields: [{ key: "metadata.name", operator: "In", values: ["cp-1"] }] }] },
+          preferredDuringSchedulingIgnoredDuringExecution: [{ weight: 1, preference: { matchExpressions: [{ key: "tenant", operator: "In", values: ["team-b"] }] } }],
+        },
+        podAffinity: { requiredDuringSchedulingIgnoredDuringExecution: [{ topologyKey: "kubernetes.io/hostname", namespaceSelector: {}, labelSelector: { matchLabels: { app: "db" } } }] },
+        podAntiAffinity: { preferredDuringSchedulingIgnoredDuringExecution: [{ weight: 1, podAffinityTerm: { topologyKey: "kubernetes.io/hostname", namespaces: ["team-b"] } }] },
+      },
+      containers: [{ name: "sandbox", image: "x" }],
+    };
+    const NOT = ": the operator's to set (the injection config's pod-policy does not allow it)";
+    expect(unsafePodSpec(spec, { proxied: false })).toEqual([
+      `tolerations "(every taint)"${NOT}`,
+      `tolerations "dedicated"${NOT}`,
+      `tolerations "gpu"${NOT}`,
+      `nodeSelector "tenant"${NOT}`,
+      `nodeSelector "node.kubernetes.io/instance-type"${NOT}`,
+      `affinity.nodeAffinity "node-role.kubernetes.io/control-plane"${NOT}`,
+      `affinity.nodeAffinity "field metadata.name"${NOT}`,
+      `affinity.nodeAffinity "tenant"${NOT}`,
+      `affinity.podAffinity to other namespaces' pods (namespaces or a namespaceSelector)${NOT}`,
+      `affinity.podAntiAffinity to other namespaces' pods (namespaces or a namespaceSelector)${NOT}`,
+    ]);
+    // Key by key: the allowed keys pass; a key-less toleration and a node named by field do not.
+    expect(unsafePodSpec(spec, { proxied: false, tolerationKeys: ["dedicated", "gpu"], nodeSelectorKeys: ["tenant", "node.kubernetes.io/instance-type", "node-role.kubernetes.io/control-plane"] })).toEqual([
+      `tolerations "(every taint)"${NOT}`,
+      `affinity.nodeAffinity "field metadata.name"${NOT}`,
+      `affinity.podAffinity to other namespaces' pods (namespaces or a namespaceSelector)${NOT}`,
+      `affinity.podAntiAffinity to other namespaces' pods (namespaces or a namespaceSelector)${NOT}`,
+    ]);
+    expect(unsafePodSpec(spec, { proxied: false, allow: ["tolerations", "nodeSelector", "affinity"] })).toEqual([]);
+    // Spreading the tenant's own sandboxes (its namespace's pods) is its own business.
+    const own: V1PodSpec = { affinity: { podAntiAffinity: { requiredDuringSchedulingIgnoredDuringExecution: [{ topologyKey: "kubernetes.io/hostname", labelSelector: { matchLabels: { app: "web" } } }] } }, containers: [{ name: "sandbox", image: "x" }] };
+    expect(unsafePodSpec(own, { proxied: false })).toEqual([]);
   });
 
   it("--cluster-cidrs takes IPv4 blocks only", () => {

@@ -1,0 +1,82 @@
+// Pure: the CPU and memory a pod template costs, as the quota counts it (review 25, M2). The
+// kubelet sizes a pod as the larger of (its containers' sum plus its sidecar init containers')
+// and (each regular init container plus the sidecars started before it), so that is the sum
+// counted here, over every container the template declares, not the first one only.
+//
+// What a container costs: its limit, or its request where that is larger (the API server refuses
+// such a pod, so the count never drops below what it would be given). A limit is what bounds a
+// container; one without a limit is unbounded, and an unbounded container cannot be counted:
+// - The first container with no resources at all, when it is the pod's only long-running one,
+//   costs the pool's default (1 core, 512 MiB): buildPod gives it the counted values as its
+//   limits and requests (as it always did). A single-container template keeps working unchanged.
+// - A regular init container runs alone before the others: one with no limit for a resource is
+//   given the pod's counted value as its limit (buildPod), so it adds nothing beyond the count.
+// - A template-declared agent-runtime with no resources gets the injection config's (inject.ts),
+//   as an injected one does: not counted.
+// - Any other container without a CPU or memory limit (a second container, a sidecar init
+//   container, one with requests only), or a value that is no quantity: the template is refused
+//   (the caller says why), never counted as a default.
+// The injected components (agent-runtime, csi, traffic-proxy and its init containers) are the
+// platform's, sized by the operator's injection config, and are not counted against the team.
+import { RUNTIME_CONTAINER } from "../../../schema/crd/labels.ts";
+import { parseQuantity } from "../../../schema/crd/quantity.ts";
+
+/** What a pool member costs when its only container states nothing (cores; bytes). */
+export const DEFAULT_CPU = 1;
+export const DEFAULT_MEMORY = 512 * 2 ** 20;
+
+type Resources = { limits?: Record<string, unknown>; requests?: Record<string, unknown> };
+type Container = { name?: string; restartPolicy?: string; resources?: Resources };
+type Spec = { containers?: Container[]; initContainers?: Container[] };
+const KEYS = ["cpu", "memory"] as const;
+
+export type PodCost = { cpu: number; memory: number; problems: [] } | { problems: string[] };
+
+/** True when buildPod gives the container the counted values as limits (it states none). */
+export function statesNoResources(c: Container | undefined): boolean {
+  return !!c && !c.resources?.limits && !c.resources?.requests;
+}
+
+/** The pod template's cost in cores and bytes, or why it cannot be counted. */
+export function podCost(spec: Spec): PodCost {
+  const problems: string[] = [];
+  /** container → the resources it states no limit for */
+  const unlimited = new Map<Container, string[]>();
+  const containers = (spec.containers ?? []).filter((c) => !(c.name === RUNTIME_CONTAINER && !c.resources));
+  const inits = spec.initContainers ?? [];
+  const sidecar = (c: Container) => c.restartPolicy === "Always";
+  const [first] = containers;
+  const defaulted = statesNoResources(first) && containers.length === 1 && !inits.some(sidecar);
+  const cost = (c: Container, key: (typeof KEYS)[number], regularInit: boolean): number => {
+    const what = `container ${JSON.stringify(c.name ?? "?")}`;
+    const read = (kind: "limits" | "requests") => {
+      const raw = c.resources?.[kind]?.[key];
+      if (raw === undefined) return undefined;
+      const n = parseQuantity(raw);
+      if (n === undefined || n < 0) problems.push(`${what}: resources.${kind}.${key} ${JSON.stringify(raw).slice(0, 70)} is not a quantity`);
+      return n ?? 0;
+    };
+    const limit = read("limits");
+    const request = read("requests") ?? 0;
+    if (limit !== undefined) return Math.max(limit, request);
+    if (regularInit) return request;
+    if (c === first && defaulted) return key === "cpu" ? DEFAULT_CPU : DEFAULT_MEMORY;
+    unlimited.set(c, [...(unlimited.get(c) ?? []), key]);
+    return 0;
+  };
+  const total = { cpu: 0, memory: 0 };
+  for (const key of KEYS) {
+    let sidecars = 0;
+    let initPeak = 0;
+    for (const c of inits) {
+      if (sidecar(c)) sidecars += cost(c, key, false);
+      else initPeak = Math.max(initPeak, cost(c, key, true) + sidecars);
+    }
+    const running = containers.reduce((sum, c) => sum + cost(c, key, false), 0) + sidecars;
+    total[key] = Math.max(running, initPeak);
+  }
+  for (const [c, keys] of unlimited) {
+    problems.push(`container ${JSON.stringify(c.name ?? "?")}: no ${keys.join(" or ")} limit (the quota counts every container's CPU and memory limits; only a template's single container may state neither, and gets the pool's default)`);
+  }
+  return problems.length ? { problems } : { ...total, problems: [] };
+}

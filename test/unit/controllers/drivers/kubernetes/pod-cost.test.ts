@@ -1,0 +1,85 @@
+// What a SandboxSet's pod costs the team's quota (review 25 M2): every container, init containers
+// as the kubelet sizes a pod, limits (or larger requests), and no default for what has no limit.
+import { describe, expect, it } from "vitest";
+import { podCost } from "../../../../../controllers/drivers/kubernetes/pod-resources.ts";
+import { poolSpecOf, UncountableSandboxSet } from "../../../../../controllers/agent/kube-sync/sandboxset-sync.ts";
+import { buildPod } from "../../../../../controllers/drivers/kubernetes/pod-spec.ts";
+
+const GI = 2 ** 30;
+const MI = 2 ** 20;
+const lim = (cpu: string, memory: string) => ({ limits: { cpu, memory } });
+type C = { name: string; image?: string; restartPolicy?: string; resources?: Record<string, Record<string, string>> };
+const set = (containers: C[], initContainers?: C[]) => ({ metadata: { name: "s", generation: 1 }, spec: { replicas: 1, template: { spec: { containers, ...(initContainers ? { initContainers } : {}) } } } }) as never;
+
+describe("podCost", () => {
+  it.each<[string, C[], C[] | undefined, { cpu: number; memory: number }]>([
+    ["a single container with nothing stated: the pool's default", [{ name: "main" }], undefined, { cpu: 1, memory: 512 * MI }],
+    ["exponent forms counted as the API server reads them", [{ name: "main", resources: lim("64e0", "64e9") }], undefined, { cpu: 64, memory: 64e9 }],
+    ["every container, not the first only", [{ name: "main", resources: lim("1", "1Gi") }, { name: "side", resources: lim("32", "64Gi") }], undefined, { cpu: 33, memory: 65 * GI }],
+    ["a request above its limit counts", [{ name: "main", resources: { limits: { cpu: "1", memory: "1Gi" }, requests: { cpu: "3" } } }], undefined, { cpu: 3, memory: GI }],
+    ["a regular init container: the max, not the sum", [{ name: "main", resources: lim("2", "1Gi") }], [{ name: "a", resources: lim("4", "512Mi") }, { name: "b", resources: lim("1", "3Gi") }], { cpu: 4, memory: 3 * GI }],
+    [
+      "a sidecar init container adds to the containers and to the inits after it",
+      [{ name: "main", resources: lim("1", "1Gi") }],
+      [{ name: "proxy", restartPolicy: "Always", resources: lim("2", "1Gi") }, { name: "fetch", resources: lim("2", "1Gi") }],
+      { cpu: 4, memory: 2 * GI },
+    ],
+    ["a regular init container with no limit: bounded by the pod's count (buildPod)", [{ name: "main" }], [{ name: "fetch" }], { cpu: 1, memory: 512 * MI }],
+    ["a template's own agent-runtime with no resources is sized by the injection config, not counted", [{ name: "main" }, { name: "agent-runtime" }], undefined, { cpu: 1, memory: 512 * MI }],
+    ["a template's own agent-runtime with resources is counted", [{ name: "main", resources: lim("1", "1Gi") }, { name: "agent-runtime", resources: lim("8", "8Gi") }], undefined, { cpu: 9, memory: 9 * GI }],
+  ])("%s", (_name, containers, inits, want) => {
+    expect(podCost({ containers, ...(inits ? { initContainers: inits } : {}) })).toEqual({ ...want, problems: [] });
+  });
+
+  it.each<[string, C[], C[] | undefined, RegExp]>([
+    ["requests only", [{ name: "main", resources: { requests: { cpu: "1", memory: "128Mi" } } }], undefined, /container "main": no cpu or memory limit/],
+    ["a CPU limit but no memory limit", [{ name: "main", resources: { limits: { cpu: "1" } } }], undefined, /container "main": no memory limit/],
+    ["a second container with nothing stated", [{ name: "main" }, { name: "side" }], undefined, /container "main": no cpu or memory limit.*container "side": no cpu or memory limit/],
+    ["a sidecar init container without limits", [{ name: "main", resources: lim("1", "1Gi") }], [{ name: "proxy", restartPolicy: "Always" }], /container "proxy": no cpu or memory limit/],
+    ["a value that is no quantity", [{ name: "main", resources: lim("lots", "1Gi") }], undefined, /resources\.limits\.cpu "lots" is not a quantity/],
+    ["a negative value", [{ name: "main", resources: lim("1", "-1Gi") }], undefined, /resources\.limits\.memory "-1Gi" is not a quantity/],
+  ])("refused: %s", (_name, containers, inits, want) => {
+    const cost = podCost({ containers, ...(inits ? { initContainers: inits } : {}) });
+    expect("cpu" in cost).toBe(false);
+    expect(cost.problems.join("; ")).toMatch(want);
+  });
+});
+
+describe("poolSpecOf counts the whole pod", () => {
+  it("sums every container and rounds up", () => {
+    const spec = poolSpecOf(set([{ name: "main", image: "python:3.12", resources: lim("1500m", "768Mi") }, { name: "side", resources: lim("32", "64Gi") }], [{ name: "init", resources: lim("40", "1Gi") }]), "c");
+    expect(spec).toMatchObject({ image: "python:3.12", cpuCount: 40, memoryMB: 64 * 1024 + 768 });
+  });
+
+  it("a SandboxSet it cannot count is refused, never counted as the default", () => {
+    expect(() => poolSpecOf(set([{ name: "main", resources: { requests: { cpu: "1", memory: "128Mi" } } }]), "c")).toThrow(UncountableSandboxSet);
+    expect(() => poolSpecOf(set([{ name: "main", resources: lim("1", "1Gi") }, { name: "side", resources: { limits: { cpu: "32" } } }]), "c")).toThrow(/container "side": no memory limit/);
+  });
+});
+
+describe("the pod as built stays within the count", () => {
+  const input = (containers: C[], initContainers?: C[]) => ({
+    name: "p",
+    namespace: "ns",
+    template: { spec: { containers, ...(initContainers ? { initContainers } : {}) } },
+    volumeClaimTemplates: [],
+    labels: {},
+    owner: { apiVersion: "agents.kruise.io/v1alpha1", kind: "Sandbox", name: "p", uid: "u" },
+    runtimeImage: "rt:1",
+    resources: { cpuCount: 2, memoryMB: 1024 },
+  });
+
+  it("the default goes to the container counted at it, not to a declared agent-runtime listed first", () => {
+    const pod = buildPod(input([{ name: "agent-runtime", image: "rt" }, { name: "main", image: "x" }]) as never);
+    expect(pod.spec!.containers.find((c) => c.name === "main")!.resources).toEqual({ requests: { cpu: "2", memory: "1024Mi" }, limits: { cpu: "2", memory: "1024Mi" } });
+    expect(podCost({ containers: [{ name: "agent-runtime" }, { name: "main" }] })).toMatchObject({ cpu: 1 });
+  });
+
+  it("a regular init container without limits gets the pod's count as its limits; one with its own keeps them", () => {
+    const pod = buildPod(input([{ name: "main", resources: lim("2", "1Gi") }], [{ name: "fetch" }, { name: "own", resources: { limits: { cpu: "1" } } }]) as never);
+    const [fetch, own] = pod.spec!.initContainers!;
+    expect(fetch!.resources).toEqual({ limits: { cpu: "2", memory: "1024Mi" } });
+    expect(own!.resources).toEqual({ limits: { cpu: "1", memory: "1024Mi" } });
+  });
+
+});
