@@ -1,4 +1,5 @@
 import { z } from "zod";
+import { rulePathProblem } from "../egress/path.ts";
 import { SecretName } from "./secret.ts";
 import { TeamName } from "./team.ts";
 import { LabelSelectorSchema, TrafficPolicyName } from "./traffic-policy.ts";
@@ -36,10 +37,20 @@ const Domain = z
   .string()
   .max(253)
   .regex(/^(\*|(\*\.)?([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\.)*[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)$/i, "a domain is *, a DNS name, or *.name for its subdomains");
+/** Compared byte for byte with each reading of a request's path, so written in that form. */
+const RulePath = z
+  .string()
+  .min(1)
+  .max(1024)
+  .startsWith("/")
+  .superRefine((v, ctx) => {
+    const problem = v.startsWith("/") ? rulePathProblem(v) : undefined;
+    if (problem) ctx.addIssue({ code: "custom", message: problem });
+  });
 const Match = z.strictObject({
   domains: z.array(Domain).min(1).max(MAX_LIST),
   paths: z
-    .array(z.strictObject({ type: z.enum(["Prefix", "Exact"], { error: "path type must be Prefix or Exact (Regex is not supported)" }).optional(), value: z.string().min(1).max(1024).startsWith("/") }))
+    .array(z.strictObject({ type: z.enum(["Prefix", "Exact"], { error: "path type must be Prefix or Exact (Regex is not supported)" }).optional(), value: RulePath }))
     .max(MAX_LIST)
     .optional(),
   methods: z.array(z.string().regex(/^[A-Za-z]{1,16}$/, "a method is letters only")).max(MAX_LIST).optional(),

@@ -1,11 +1,14 @@
 // What the proxy does with one inspected request before sending it: SecurityProfiles first
 // (profile.ts), then E2B's rules and the plain HTTP rules (policy.ts); the headers to send (the
 // sandbox's, less hop-by-hop ones, with the rules' headers and credentials in place), the rules
-// that decided, and the MCP tool decider when the host's MCP traffic is governed. Pure.
+// that decided, and the MCP tool decider when the host's MCP traffic is governed. Every reading of
+// the path (path.ts) is judged: any refusal refuses, and MCP screening applies when any reading's
+// rules govern the endpoint (a tool passes only if each such reading allows it). The headers and
+// the deciding rule are the sent path's. Pure.
 import type { IncomingHttpHeaders, OutgoingHttpHeaders } from "node:http";
 import { secretRefs } from "../../../schema/api/secret.ts";
 import type { ToolDecider } from "./mcp.ts";
-import { decideRequest, decideTool, resolveSecrets, type L7Policy } from "./policy.ts";
+import { decideRequest, decideTool, resolveSecrets, type L7Policy, type ToolVerdict } from "./policy.ts";
 import { evaluateProfiles, profileToolVerdict, renderToken } from "./profile.ts";
 
 export const HOP_HEADERS = new Set(["connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade", "te", "trailer"]);
@@ -21,11 +24,34 @@ export interface RequestAt {
   /** The L4 rule that let the connection out (the audit's rule when no L7 rule matched). */
   allowedBy: string;
   method: string;
+  /** What is sent (path and query). */
   path: string;
+  /** The other paths servers may read it as (path.ts `readTarget`), each judged too. */
+  readings?: readonly string[];
   headers: IncomingHttpHeaders;
 }
 
 export function prepareRequest(policy: L7Policy, r: RequestAt, secrets: ReadonlyMap<string, string>): Prepared {
+  const sent = prepareReading(policy, r, secrets);
+  if ("refuse" in sent) return sent;
+  const bare = r.path.split("?")[0];
+  const deciders = sent.mcp ? [sent.mcp] : [];
+  for (const reading of r.readings ?? []) {
+    if (reading === bare) continue;
+    const other = prepareReading(policy, { ...r, path: reading }, secrets);
+    if ("refuse" in other) return other;
+    if (other.mcp) deciders.push(other.mcp);
+  }
+  if (deciders.length <= 1) return deciders[0] ? { ...sent, mcp: deciders[0] } : sent;
+  return { ...sent, mcp: (tool) => everyAllows(deciders.map((d) => d(tool))) };
+}
+
+/** The first refusal among the readings' verdicts, else the first verdict. */
+function everyAllows(verdicts: (ToolVerdict | undefined)[]): ToolVerdict | undefined {
+  return verdicts.find((v) => v && !v.allowed) ?? verdicts.find((v) => v);
+}
+
+function prepareReading(policy: L7Policy, r: RequestAt, secrets: ReadonlyMap<string, string>): Prepared {
   const { host, method, path } = r;
   const bare = path.split("?")[0];
   const headers: OutgoingHttpHeaders = {};

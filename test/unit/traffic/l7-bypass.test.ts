@@ -25,7 +25,6 @@ import type { L7Policy } from "../../../controllers/traffic/l7/policy.ts";
 import { compilePolicy } from "../../../controllers/traffic/policy.ts";
 import { TrafficProxy } from "../../../controllers/traffic/proxy.ts";
 import { sniff } from "../../../controllers/traffic/sniff.ts";
-import { normalizeTarget } from "../../../controllers/traffic/l7/path.ts";
 
 const SECRET = "ghp_secret-value-for-api-test";
 const NAMES = ["mcp.test", "api.test", "other.test"];
@@ -54,11 +53,21 @@ const policy: L7Policy = {
   mcp: [{ name: "only-safe", server: "mcp.test", tool: "safe", action: "allow" }],
 };
 
-/** "prof": a SecurityProfile screens the MCP endpoint it names by path (/mcp) on mcp.test. */
+/** "prof": a SecurityProfile screens the MCP endpoint it names by path (/mcp) on mcp.test, and
+ * blocks one Exact path (451). */
 const profPolicy: L7Policy = {
   http: [],
   mcp: [],
-  profiles: [{ name: "mcp-acl", priority: 1, rules: [{ name: "no-danger", match: [{ domains: ["mcp.test"], paths: [{ type: "Prefix", value: "/mcp" }] }], actions: { mcpToolPolicy: { rules: [{ toolNames: ["danger"], action: "deny" }], defaultAction: "allow" } } }] }],
+  profiles: [
+    {
+      name: "mcp-acl",
+      priority: 1,
+      rules: [
+        { name: "no-danger", match: [{ domains: ["mcp.test"], paths: [{ type: "Prefix", value: "/mcp" }] }], actions: { mcpToolPolicy: { rules: [{ toolNames: ["danger"], action: "deny" }], defaultAction: "allow" } } },
+        { name: "exact", match: [{ domains: ["mcp.test"], paths: [{ type: "Exact", value: "/exact" }] }], actions: { block: { statusCode: 451 } } },
+      ],
+    },
+  ],
 };
 
 function answer(proto: string) {
@@ -321,10 +330,10 @@ describe("the MCP screen", () => {
   });
 });
 
-describe("request paths: judged, and sent on, in their normal form", () => {
+describe("request paths: every reading judged, the least-rewritten safe form sent on", () => {
   it("blocks /admin however its path is spelt, over TLS and plain HTTP, upgrades too", async () => {
     const n = seen.length;
-    for (const path of ["//admin", "/./admin", "/x/../admin", "/%61dmin", "/%2e%2E/admin", "/x//..//admin", "/admin/."]) {
+    for (const path of ["//admin", "/./admin", "/x/../admin", "/%61dmin", "/%2e%2E/admin", "/admin/."]) {
       const got = await overTls(`GET ${path} HTTP/1.1\r\nHost: mcp.test\r\nconnection: close\r\n\r\n`, { servername: "mcp.test" });
       expect([path, statusLines(got)]).toEqual([path, ["HTTP/1.1 403 Forbidden"]]);
       expect(got).toContain('blocked by rule "no-admin"');
@@ -332,8 +341,26 @@ describe("request paths: judged, and sent on, in their normal form", () => {
     for (const path of ["//admin", "/%61dmin"]) expect(await plainHttp(`GET ${path} HTTP/1.1\r\nHost: mcp.test\r\nconnection: close\r\n\r\n`)).toContain('blocked by rule "no-admin"');
     // An upgrade is judged by the same path (else refused for another reason: MCP rules govern the host).
     expect(statusLines(await plainHttp("GET //admin HTTP/1.1\r\nHost: mcp.test\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n"))).toEqual(["HTTP/1.1 403 Forbidden"]);
-    expect(audit.at(-1)).toMatchObject({ host: "mcp.test", path: "/admin", rule: "no-admin", refused: true });
+    expect(audit.at(-1)).toMatchObject({ host: "mcp.test", path: "//admin", rule: "no-admin", refused: true });
     expect(seen.slice(n)).toEqual([]);
+  });
+
+  it("blocks every way a server may read the path: ;parameters dropped, // merged, a trailing / dropped, decoded twice", async () => {
+    const n = seen.length;
+    // Tomcat and Spring serve /admin;x/secret as /admin/secret; a server decoding twice reads
+    // %2561 as a; one that merges slashes reads /;x//admin as /admin.
+    for (const path of ["/admin;x/secret", "/;x/admin", "/%2561dmin", "/x/%2561/../../admin"]) {
+      const got = await overTls(`GET ${path} HTTP/1.1\r\nHost: mcp.test\r\nconnection: close\r\n\r\n`, { servername: "mcp.test" });
+      expect([path, statusLines(got)]).toEqual([path, ["HTTP/1.1 403 Forbidden"]]);
+      expect(got).toContain('blocked by rule "no-admin"');
+    }
+    // An Exact rule (a profile's) holds against /exact/ and /exact;x.
+    for (const path of ["/exact/", "/exact;x", "/exact//"]) {
+      const got = await overTls(`GET ${path} HTTP/1.1\r\nHost: mcp.test\r\nconnection: close\r\n\r\n`, { servername: "mcp.test", sandbox: "prof" });
+      expect([path, statusLines(got)]).toEqual([path, ["HTTP/1.1 451 Unavailable For Legal Reasons"]]);
+    }
+    expect(seen.slice(n)).toEqual([]);
+    expect(audit.at(-1)).toMatchObject({ host: "mcp.test", path: "/exact//", rule: "exact", status: 451, refused: true });
   });
 
   it("sends the upstream the path it judged, the query as it came; a case-sensitive rule keeps case", async () => {
@@ -341,13 +368,27 @@ describe("request paths: judged, and sent on, in their normal form", () => {
     const got = await overTls("GET /x/./y/..//z%7e%3b?q=/../admin%2F HTTP/1.1\r\nHost: mcp.test\r\nconnection: close\r\n\r\n", { servername: "mcp.test" });
     expect(statusLines(got)).toEqual(["HTTP/1.1 200 OK"]);
     expect(await plainHttp("GET /ADMIN HTTP/1.1\r\nHost: mcp.test\r\nconnection: close\r\n\r\n")).toMatch(/^HTTP\/1\.1 200/);
-    expect(seen.slice(n)).toEqual([expect.objectContaining({ proto: "https", url: "/x/z~%3B?q=/../admin%2F" }), expect.objectContaining({ proto: "http", url: "/ADMIN" })]);
-    expect(audit.at(-1)).toMatchObject({ host: "mcp.test", path: "/ADMIN", refused: false });
+    // An S3-style key with // and a signed query reaches the server as it was written; dot
+    // segments go as RFC 3986 says (/x//..//admin is /x//admin, which no reading makes /admin).
+    const key = "/bucket//photos//2026/a;b.jpg?X-Amz-Signature=ab%2Fcd";
+    expect(statusLines(await overTls(`GET ${key} HTTP/1.1\r\nHost: mcp.test\r\nconnection: close\r\n\r\n`, { servername: "mcp.test" }))).toEqual(["HTTP/1.1 200 OK"]);
+    expect(statusLines(await overTls("GET /x//..//admin HTTP/1.1\r\nHost: mcp.test\r\nconnection: close\r\n\r\n", { servername: "mcp.test" }))).toEqual(["HTTP/1.1 200 OK"]);
+    expect(seen.slice(n)).toEqual([
+      expect.objectContaining({ proto: "https", url: "/x//z~%3B?q=/../admin%2F" }),
+      expect.objectContaining({ proto: "http", url: "/ADMIN" }),
+      expect.objectContaining({ proto: "https", url: key }),
+      expect.objectContaining({ proto: "https", url: "/x//admin" }),
+    ]);
+    expect(audit).toContainEqual(expect.objectContaining({ host: "mcp.test", path: "/ADMIN", refused: false }));
+    expect(audit.at(-1)).toMatchObject({ host: "mcp.test", path: "/x//admin", refused: false });
   });
 
   it("refuses (400, audited) a path servers read in more than one way", async () => {
     const n = seen.length;
-    for (const path of ["/x%2Fadmin", "/x%5cadmin", "/x\\..\\admin", "/admin%00", "/%zzadmin", "/x%", "/..;/admin", "/x/..;/admin"]) {
+    // A second decode (an app decoding what its framework decoded) that would make a separator,
+    // NUL or a dot segment, escaped bytes that are not UTF-8 (an overlong / or .), escapes three deep.
+    const twice = ["/x/%252e%252e/admin", "/x%252Fadmin", "/x%255cadmin", "/x%2500", "/x/%252e;y/admin", "/x%2525252e"];
+    for (const path of ["/x%2Fadmin", "/x%5cadmin", "/x\\..\\admin", "/admin%00", "/%zzadmin", "/x%", "/..;/admin", "/x/..;/admin", ...twice, "/x%C0%AF..%C0%AFadmin", "/x/%C0%AE%C0%AE/admin", "/x/%25C0%25AF"]) {
       const before = audit.length;
       const got = await overTls(`GET ${path} HTTP/1.1\r\nHost: mcp.test\r\nconnection: close\r\n\r\n`, { servername: "mcp.test" });
       expect([path, statusLines(got)]).toEqual([path, ["HTTP/1.1 400 Bad Request"]]);
@@ -365,30 +406,13 @@ describe("request paths: judged, and sent on, in their normal form", () => {
 
   it("screens an MCP endpoint a profile names by its path however the path is spelt", async () => {
     const n = seen.length;
-    for (const path of ["//mcp", "/%6dcp", "/x/../mcp"]) {
+    // /;x/mcp is /mcp to a server that drops parameters and merges slashes.
+    for (const path of ["//mcp", "/%6dcp", "/x/../mcp", "/;x/mcp", "/%256dcp"]) {
       const got = await overTls(post("mcp.test", call("danger")).replace("POST /mcp", `POST ${path}`), { servername: "mcp.test", sandbox: "prof" });
       expect([path, statusLines(got)]).toEqual([path, ["HTTP/1.1 200 OK"]]);
       expect(got).toContain('tool \\"danger\\" is denied');
     }
     expect(seen.slice(n)).toEqual([]);
-  });
-
-  it("the normal form: dot segments, merged slashes, unreserved escapes decoded", () => {
-    const t = (x: string) => normalizeTarget(x);
-    expect(t("/")).toEqual({ target: "/", path: "/" });
-    expect(t("/a/b/")).toMatchObject({ target: "/a/b/" });
-    expect(t("/a/..")).toMatchObject({ target: "/" });
-    expect(t("/../..//a")).toMatchObject({ target: "/a" });
-    expect(t("/a b/%c3%a9")).toMatchObject({ target: "/a%20b/%C3%A9" });
-    expect(t("/a;b=1/c")).toMatchObject({ target: "/a;b=1/c" });
-    expect(t("*")).toMatchObject({ target: "*" });
-    expect(t("a/b")).toHaveProperty("invalid");
-    expect(t("/a#/../b")).toHaveProperty("invalid");
-    // Idempotent: the normal form of the normal form is itself.
-    for (const x of ["//a/./b/../c/", "/%41%2d%7E/.."]) {
-      const once = t(x) as { target: string };
-      expect(t(once.target)).toMatchObject({ target: once.target });
-    }
   });
 });
 
