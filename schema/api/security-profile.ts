@@ -10,7 +10,8 @@ import { LabelSelectorSchema, TrafficPolicyName } from "./traffic-policy.ts";
  * (schema/crd/definitions.ts, OpenKruise §1.8/§6.2) limited to what the traffic-proxy enforces
  * (controllers/traffic/l7/profile.ts). Anything beyond that subset is a 400 naming the field, never
  * a profile enforced in part: Regex paths (no tenant regex is compiled on the host), port, scheme,
- * header and query matches, `inputs`, audit webhooks, AliyunSTS.
+ * header and query matches, `inputs`, audit webhooks, AliyunSTS. Prefix and Exact paths must be in
+ * the form the proxy judges requests in (schema/egress/path.ts), else they would never match.
  * One addition: `rateLimit.requestsPerMinute`, a token bucket per sandbox over the requests the
  * proxy inspects for it, or with `scope: All` over all its requests (the lowest of the profiles
  * that select it; All if any of those with a limit says so).

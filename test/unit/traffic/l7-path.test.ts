@@ -82,12 +82,10 @@ describe("readTarget", () => {
     }
   });
 
-  it("is linear: a head's worth of segments, parameters and escapes reads quickly", () => {
-    const long = `/${"a;b/%2561//".repeat(1200)}`;
-    const t0 = performance.now();
-    const r = readTarget(long) as { readings: string[] };
-    expect(r.readings.length).toBeLessThanOrEqual(16);
-    expect(performance.now() - t0).toBeLessThan(1000);
+  it("makes 16 readings at most, however many segments carry parameters, // and escapes of escapes", () => {
+    const r = readTarget(`/${"a;b/%2561//".repeat(1200)}x/`) as { readings: string[] };
+    expect(r.readings).toHaveLength(16);
+    expect(new Set(r.readings).size).toBe(16);
   });
 });
 
