@@ -6,6 +6,7 @@ import { readTarget } from "../../../controllers/traffic/l7/path.ts";
 import type { L7Policy } from "../../../controllers/traffic/l7/policy.ts";
 import { prepareRequest } from "../../../controllers/traffic/l7/request.ts";
 import { SecurityProfileSpec } from "../../../schema/api/security-profile.ts";
+import { SecurityProfilesSchema } from "../../../schema/protocol/messages.ts";
 import { normalPath, rulePathProblem } from "../../../schema/egress/path.ts";
 
 describe("readTarget", () => {
@@ -107,6 +108,13 @@ describe("rule paths (a SecurityProfile's Prefix and Exact values)", () => {
     expect(bad.success).toBe(false);
     expect(bad.error?.issues).toEqual([expect.objectContaining({ path: ["rules", 0, "match", 0, "paths", 0, "value"], message: expect.stringContaining('write "/admin*"') })]);
     expect(spec("admin").error?.issues).toHaveLength(1);
+  });
+
+  it("stored before the rule, such a path still reaches agents (it matches nothing), rather than the whole set being dropped", () => {
+    const rules = [{ name: "r", match: [{ domains: ["x.test"], paths: [{ type: "Prefix", value: "/%61dmin" }] }], actions: { block: {} } }];
+    const frame = SecurityProfilesSchema.safeParse({ type: "securityProfiles", profiles: [{ team: "t", name: "old", spec: { rules }, createdAt: 1 }] });
+    expect(frame.success).toBe(true);
+    expect(frame.data?.profiles[0]?.spec.rules[0]?.match[0]?.paths).toEqual([{ type: "Prefix", value: "/%61dmin" }]);
   });
 });
 
