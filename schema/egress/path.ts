@@ -6,12 +6,13 @@
 // Pure; linear in the path.
 //
 // The form: unreserved characters percent-decoded and other escapes in upper case (RFC 3986
-// 6.2.2), dot segments removed (5.2.4), characters a path may not hold raw but Node's parser lets
-// through (`|{}^` and backquote) escaped. Kept as they came: empty segments (`//`, meaningful in
-// S3 keys and signed URLs) and `;` parameters. Refused, as what servers read in more than one
-// way: an encoded `/` or `\`, a raw `\`, `%00`, a bad escape, `#`, escaped bytes that are not
-// UTF-8 (`%C0%AF`, an overlong `/`), a dot segment with `;` parameters (`/..;/`, which Tomcat
-// reads as `..`), a path not starting with `/`.
+// 6.2.2), dot segments removed (5.2.4), a leading run of `/` made one (else a URI parser reads
+// `//x/secret` as host `x`, path `/secret`), characters a path may not hold raw but Node's parser
+// lets through (`|{}^` and backquote) escaped. Kept as they came: inner empty segments (`//`,
+// meaningful in S3 keys and signed URLs) and `;` parameters. Refused, as what servers read in
+// more than one way: an encoded `/` or `\`, a raw `\`, `%00`, a bad escape, `#`, escaped bytes
+// that are not UTF-8 (`%C0%AF`, an overlong `/`), a dot segment with `;` parameters (`/..;/`,
+// which Tomcat reads as `..`), a path not starting with `/`.
 
 export type PathForm = { path: string } | { invalid: string };
 
@@ -59,10 +60,11 @@ export function decodeUnreserved(raw: string): PathForm {
     if (ch === "\\") return { invalid: "the path holds a backslash, which some servers read as /" };
     if (ch === "#") return { invalid: "the path holds #, which some servers cut it at" };
     if (PATH_CHAR.test(ch)) out += ch;
+    // Node's parser refuses a request target with raw bytes past ASCII (HPE_INVALID_URL) before the
+    // proxy sees it; a rule path comes as a JSON string and may hold them, so they are refused here.
     else if (ch.charCodeAt(0) > 0x7f) return { invalid: "the path holds a character past ASCII (send it percent-encoded)" };
-    // Not allowed raw but let through by Node's parser (`|`, braces, `^`, backquote; it refuses
-    // bytes past ASCII itself): sent escaped, as a browser would, so what was judged is what the
-    // server decodes.
+    // Not allowed raw but let through by Node's parser (`|`, braces, `^`, backquote): sent
+    // escaped, as a browser would, so what was judged is what the server decodes.
     else out += `%${ch.charCodeAt(0).toString(16).toUpperCase().padStart(2, "0")}`;
   }
   const bad = endRun();
@@ -89,7 +91,12 @@ export function normalPath(raw: string): PathForm {
       if (last) kept.push("");
     } else kept.push(s); // empty segments kept: `//` can be part of a key
   }
-  return { path: `/${kept.join("/")}` };
+  // A leading run of `/` goes as one: a target `//x/secret` is a network-path reference (RFC 3986
+  // 4.2), read by URI parsers (Python's urlsplit, java.net.URI, WHATWG URL) as host `x`, path
+  // `/secret`, which no reading here would judge. Merged rather than refused: s25 merged every
+  // `//`, and a client joining `base/` and `/path` sends one; only a key starting with `/` (S3
+  // virtual-hosted style) is rewritten. Inner `//` (S3 keys) is kept.
+  return { path: `/${kept.join("/")}`.replace(/^\/{2,}/, "/") };
 }
 
 /** Why a rule's path (a SecurityProfile's Prefix or Exact value) would never match as written, or

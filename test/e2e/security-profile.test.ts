@@ -98,6 +98,9 @@ describe("SecurityProfiles through the admin API", () => {
     for (const path of ["/private/", "/private;x"]) expect(await curl(sbx, `--path-as-is "https://${HOST}${path}"`)).toBe(`traffic-proxy: GET /private to ${HOST} is blocked by rule "no-private"`);
     expect(await curl(sbx, `"https://${HOST}/keys;x/secret"`)).toBe(`traffic-proxy: GET /keys/secret to ${HOST} is blocked by rule "no-private"`);
     expect(await curl(sbx, `--path-as-is "https://${HOST}/x/./y/..//ok%7e?q=/../admin"`)).toBe("stand-in saw GET /x//ok~?q=/../admin");
+    // A leading // goes as one /: a URI parser (urlsplit, java.net.URI) reads //x/keys/secret as
+    // host x, path /keys/secret, which the Prefix /keys/secret block would not have judged.
+    expect(await curl(sbx, `--path-as-is "https://${HOST}//x/keys/secret"`)).toBe("stand-in saw GET /x/keys/secret");
     // An S3-style key with empty segments and a signed query reaches the server unchanged.
     expect(await curl(sbx, `--path-as-is "https://${HOST}/bucket//photos//a;v=1.jpg?X-Amz-Signature=ab%2Fcd"`)).toBe("stand-in saw GET /bucket//photos//a;v=1.jpg?X-Amz-Signature=ab%2Fcd");
     expect(await curl(sbx, `https://${HOST}/x%2F..%2Fadmin`)).toContain("encoded slash (%2F): refused");

@@ -54,7 +54,7 @@ const policy: L7Policy = {
 };
 
 /** "prof": a SecurityProfile screens the MCP endpoint it names by path (/mcp) on mcp.test, and
- * blocks one Exact path (451). */
+ * blocks one Exact path (451) and a Prefix (/secret). */
 const profPolicy: L7Policy = {
   http: [],
   mcp: [],
@@ -65,6 +65,7 @@ const profPolicy: L7Policy = {
       rules: [
         { name: "no-danger", match: [{ domains: ["mcp.test"], paths: [{ type: "Prefix", value: "/mcp" }] }], actions: { mcpToolPolicy: { rules: [{ toolNames: ["danger"], action: "deny" }], defaultAction: "allow" } } },
         { name: "exact", match: [{ domains: ["mcp.test"], paths: [{ type: "Exact", value: "/exact" }] }], actions: { block: { statusCode: 451 } } },
+        { name: "no-secret", match: [{ domains: ["mcp.test"], paths: [{ type: "Prefix", value: "/secret" }] }], actions: { block: {} } },
       ],
     },
   ],
@@ -341,7 +342,7 @@ describe("request paths: every reading judged, the least-rewritten safe form sen
     for (const path of ["//admin", "/%61dmin"]) expect(await plainHttp(`GET ${path} HTTP/1.1\r\nHost: mcp.test\r\nconnection: close\r\n\r\n`)).toContain('blocked by rule "no-admin"');
     // An upgrade is judged by the same path (else refused for another reason: MCP rules govern the host).
     expect(statusLines(await plainHttp("GET //admin HTTP/1.1\r\nHost: mcp.test\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n"))).toEqual(["HTTP/1.1 403 Forbidden"]);
-    expect(audit.at(-1)).toMatchObject({ host: "mcp.test", path: "//admin", rule: "no-admin", refused: true });
+    expect(audit.at(-1)).toMatchObject({ host: "mcp.test", path: "/admin", rule: "no-admin", refused: true });
     expect(seen.slice(n)).toEqual([]);
   });
 
@@ -381,6 +382,19 @@ describe("request paths: every reading judged, the least-rewritten safe form sen
     ]);
     expect(audit).toContainEqual(expect.objectContaining({ host: "mcp.test", path: "/ADMIN", refused: false }));
     expect(audit.at(-1)).toMatchObject({ host: "mcp.test", path: "/x//admin", refused: false });
+  });
+
+  it("sends nothing a URI parser reads as host + path: a leading // goes as one /", async () => {
+    const n = seen.length;
+    // Python's urlsplit, java.net.URI and WHATWG URL read //x/secret as host x, path /secret,
+    // which a Prefix /secret block must not let through: the server is sent /x/secret.
+    for (const path of ["//x/secret", "///x/secret", "/..//x/secret"]) {
+      const got = await overTls(`GET ${path} HTTP/1.1\r\nHost: mcp.test\r\nconnection: close\r\n\r\n`, { servername: "mcp.test", sandbox: "prof" });
+      expect([path, statusLines(got)]).toEqual([path, ["HTTP/1.1 200 OK"]]);
+    }
+    expect(seen.slice(n).map((s) => [s.url, new URL(s.url!, "http://stand-in.test").pathname])).toEqual(Array(3).fill(["/x/secret", "/x/secret"]));
+    expect(statusLines(await overTls("GET //secret HTTP/1.1\r\nHost: mcp.test\r\nconnection: close\r\n\r\n", { servername: "mcp.test", sandbox: "prof" }))).toEqual(["HTTP/1.1 403 Forbidden"]);
+    expect(audit.at(-1)).toMatchObject({ host: "mcp.test", path: "/secret", rule: "no-secret", refused: true });
   });
 
   it("refuses (400, audited) a path servers read in more than one way", async () => {

@@ -16,7 +16,11 @@ describe("readTarget", () => {
     ["*", "*", ["*"]],
     ["/a/b?q=/../x", "/a/b?q=/../x", ["/a/b"]],
     ["/a/..", "/", ["/"]],
-    ["/../..//a", "//a", ["//a", "/a"]],
+    // A leading run of / goes as one: a URI parser reads //x/secret as host x, path /secret.
+    ["/../..//a", "/a", ["/a"]],
+    ["//x/secret", "/x/secret", ["/x/secret"]],
+    ["///x//secret/", "/x//secret/", ["/x//secret/", "/x//secret", "/x/secret/", "/x/secret"]],
+    ["/.//x/secret", "/x/secret", ["/x/secret"]],
     ["/a b/%c3%a9", "/a%20b/%C3%A9", ["/a%20b/%C3%A9"]],
     ["/%41%2d%7E/x/.", "/A-~/x/", ["/A-~/x/", "/A-~/x"]],
     // Dot segments as RFC 3986 5.2.4 says, empty segments kept: the server is sent /x//admin.
@@ -83,6 +87,15 @@ describe("readTarget", () => {
     }
   });
 
+  it("sends nothing a URI parser reads as a host: what it reads as the path is the path sent", () => {
+    // Python's urlsplit, java.net.URI and WHATWG URL read a target starting with // as host + path.
+    for (const target of ["//x/secret", "///x/secret", "/..//x/secret", "/.//x/secret", "/a/../..//x/secret", ...read.map(([t]) => t).filter((t) => t !== "*")]) {
+      const r = readTarget(target) as { target: string; path: string };
+      const u = new URL(r.target, "http://stand-in.test");
+      expect([target, u.host, u.pathname]).toEqual([target, "stand-in.test", r.path]);
+    }
+  });
+
   it("makes 16 readings at most, however many segments carry parameters, // and escapes of escapes", () => {
     const r = readTarget(`/${"a;b/%2561//".repeat(1200)}x/`) as { readings: string[] };
     expect(r.readings).toHaveLength(16);
@@ -97,6 +110,7 @@ describe("rule paths (a SecurityProfile's Prefix and Exact values)", () => {
     expect(rulePathProblem("/%61dmin")).toBe('path "/%61dmin" is not in the form requests are judged in (escapes of unreserved characters decoded, other escapes in upper case, no dot segments): write "/admin"');
     expect(rulePathProblem("/a%3bb")).toContain('write "/a%3Bb"');
     expect(rulePathProblem("/x/../admin")).toContain('write "/admin"');
+    expect(rulePathProblem("//secret")).toContain('write "/secret"');
     expect(rulePathProblem("/a%2Fb")).toBe('path "/a%2Fb" can never match: it holds an encoded slash (%2F)');
     expect(normalPath("/%61dmin")).toEqual({ path: "/admin" });
   });
@@ -138,7 +152,7 @@ describe("prepareRequest judges every reading", () => {
     ],
   };
   it("a block that matches any reading blocks", () => {
-    for (const p of ["/admin", "/admin/", "/admin;x", "/%2561dmin", "/admin//"]) expect([p, prepareRequest(exact, at(p), new Map())]).toEqual([p, { refuse: expect.objectContaining({ rule: "no-admin", status: 403 }) }]);
+    for (const p of ["/admin", "/admin/", "/admin;x", "/%2561dmin", "/admin//", "//admin"]) expect([p, prepareRequest(exact, at(p), new Map())]).toEqual([p, { refuse: expect.objectContaining({ rule: "no-admin", status: 403 }) }]);
     expect(prepareRequest(exact, at("/admins"), new Map())).not.toHaveProperty("refuse");
   });
 
