@@ -30,8 +30,8 @@ const SECRET = "ghp_secret-value-for-api-test";
 const NAMES = ["mcp.test", "api.test", "other.test"];
 const SSE_EVENT = 256 * 1024;
 const MAX_MCP_BODY = 64 * 1024;
-/** What the stand-ins were asked: protocol, Host, SNI, Authorization, path, body. */
-const seen: { proto: string; host?: string; sni?: string | false | null; auth?: string; url?: string; body: string }[] = [];
+/** What the stand-ins were asked: protocol, Host, SNI, Authorization, X-Role, path, body. */
+const seen: { proto: string; host?: string; sni?: string | false | null; auth?: string; role?: string; url?: string; body: string }[] = [];
 const audit: AuditRecord[] = [];
 let issuer: SandboxCa;
 let ca: SandboxCa;
@@ -54,7 +54,8 @@ const policy: L7Policy = {
 };
 
 /** "prof": a SecurityProfile screens the MCP endpoint it names by path (/mcp) on mcp.test, and
- * blocks one Exact path (451) and a Prefix (/secret). */
+ * blocks one Exact path (451) and a Prefix (/secret); one Exact path (/role) has its headers
+ * rewritten (X-Role set, Authorization removed). */
 const profPolicy: L7Policy = {
   http: [],
   mcp: [],
@@ -66,6 +67,7 @@ const profPolicy: L7Policy = {
         { name: "no-danger", match: [{ domains: ["mcp.test"], paths: [{ type: "Prefix", value: "/mcp" }] }], actions: { mcpToolPolicy: { rules: [{ toolNames: ["danger"], action: "deny" }], defaultAction: "allow" } } },
         { name: "exact", match: [{ domains: ["mcp.test"], paths: [{ type: "Exact", value: "/exact" }] }], actions: { block: { statusCode: 451 } } },
         { name: "no-secret", match: [{ domains: ["mcp.test"], paths: [{ type: "Prefix", value: "/secret" }] }], actions: { block: {} } },
+        { name: "read-only", match: [{ domains: ["mcp.test"], paths: [{ type: "Exact", value: "/role" }] }], actions: { headerManipulation: { set: [{ name: "X-Role", value: "readonly" }], remove: ["authorization"] } } },
       ],
     },
   ],
@@ -77,7 +79,8 @@ function answer(proto: string) {
     req.on("data", (c: Buffer) => (body += c.toString()));
     req.on("end", () => {
       const sni = proto === "https" ? (req.socket as tls.TLSSocket).servername : undefined;
-      seen.push({ proto, host: req.headers.host, ...(sni !== undefined ? { sni } : {}), auth: req.headers.authorization, url: req.url, body });
+      const role = req.headers["x-role"] as string | undefined;
+      seen.push({ proto, host: req.headers.host, ...(sni !== undefined ? { sni } : {}), auth: req.headers.authorization, ...(role !== undefined ? { role } : {}), url: req.url, body });
       if (req.url === "/sse") {
         // One event that does not end until SSE_EVENT bytes have gone.
         res.writeHead(200, { "content-type": "text/event-stream" }).write("data: ");
@@ -395,6 +398,28 @@ describe("request paths: every reading judged, the least-rewritten safe form sen
     expect(seen.slice(n).map((s) => [s.url, new URL(s.url!, "http://stand-in.test").pathname])).toEqual(Array(3).fill(["/x/secret", "/x/secret"]));
     expect(statusLines(await overTls("GET //secret HTTP/1.1\r\nHost: mcp.test\r\nconnection: close\r\n\r\n", { servername: "mcp.test", sandbox: "prof" }))).toEqual(["HTTP/1.1 403 Forbidden"]);
     expect(audit.at(-1)).toMatchObject({ host: "mcp.test", path: "/secret", rule: "no-secret", refused: true });
+  });
+
+  it("refuses (400, audited) a path whose readings have their headers rewritten differently: no reading's rewrite is skipped", async () => {
+    const n = seen.length;
+    const get = (path: string) => `GET ${path} HTTP/1.1\r\nHost: mcp.test\r\nAuthorization: Bearer mine\r\nX-Role: admin\r\nconnection: close\r\n\r\n`;
+    // An Exact /role rule sets X-Role and removes Authorization; Express, Tomcat or nginx serve
+    // /role/, /role;x and /role// as /role, and a server decoding twice reads /%2572ole as /role.
+    for (const path of ["/role/", "/role;x", "/role//", "/%2572ole"]) {
+      const before = audit.length;
+      const got = await overTls(get(path), { servername: "mcp.test", sandbox: "prof" });
+      expect([path, statusLines(got)]).toEqual([path, ["HTTP/1.1 400 Bad Request"]]);
+      expect(got).toContain("rules that rewrite headers treat it differently from /role");
+      expect(audit.slice(before)).toEqual([expect.objectContaining({ host: "mcp.test", path, rule: "path", status: 400, refused: true })]);
+    }
+    expect(seen.slice(n)).toEqual([]);
+    // /role itself (and //role, sent as /role) gets the rewrite; /roles, read alike every way, goes as it came.
+    for (const path of ["/role", "//role", "/roles/"]) expect([path, statusLines(await overTls(get(path), { servername: "mcp.test", sandbox: "prof" }))]).toEqual([path, ["HTTP/1.1 200 OK"]]);
+    expect(seen.slice(n)).toEqual([
+      expect.objectContaining({ url: "/role", role: "readonly", auth: undefined }),
+      expect.objectContaining({ url: "/role", role: "readonly", auth: undefined }),
+      expect.objectContaining({ url: "/roles/", role: "admin", auth: "Bearer mine" }),
+    ]);
   });
 
   it("refuses (400, audited) a path servers read in more than one way", async () => {

@@ -171,6 +171,33 @@ describe("prepareRequest judges every reading", () => {
     expect(prepareRequest(allowList, at("/y;/x"), new Map())).toMatchObject({ refuse: { rule: "rest" } });
   });
 
+  it("refuses (400, rule path) a path whose readings get other header rewrites or credentials; builds the sent one's once", () => {
+    const rewrites: L7Policy = {
+      http: [{ name: "cred", host: "h.test", paths: ["/v1"], action: "allow", setHeaders: { Authorization: "Bearer ${e2b.secrets.k}" } }],
+      mcp: [],
+      profiles: [
+        {
+          name: "p",
+          priority: 1,
+          rules: [
+            { name: "ro", match: [{ domains: ["h.test"], paths: [{ type: "Exact", value: "/admin" }] }], actions: { headerManipulation: { remove: ["authorization"] } } },
+            { name: "tok", match: [{ domains: ["h.test"], paths: [{ type: "Exact", value: "/t" }] }], actions: { tokenTransformation: { type: "ApiKey", credentialRef: { secret: { name: "k" } } } } },
+          ],
+        },
+      ],
+    };
+    const secrets = new Map([["k", "s3cret"]]);
+    const withAuth = (p: string) => ({ ...at(p), headers: { authorization: "Bearer mine" } });
+    for (const p of ["/admin/", "/admin;x", "/%2561dmin", "/v1/", "/v1;x", "/t/"]) {
+      expect([p, prepareRequest(rewrites, withAuth(p), secrets)]).toEqual([p, { refuse: { status: 400, rule: "path", text: expect.stringContaining("rules that rewrite headers treat it differently") } }]);
+    }
+    expect(prepareRequest(rewrites, withAuth("/admin"), secrets)).toEqual({ headers: {}, rule: "ro" });
+    expect(prepareRequest(rewrites, withAuth("/v1"), secrets)).toEqual({ headers: { Authorization: "Bearer s3cret" }, rule: "cred" });
+    expect(prepareRequest(rewrites, withAuth("/t"), secrets)).toEqual({ headers: { authorization: "s3cret" }, rule: "tok" });
+    // Readings alike in their rewrites (none) pass as they came.
+    expect(prepareRequest(rewrites, withAuth("/x/;y/"), secrets)).toEqual({ headers: { authorization: "Bearer mine" }, rule: "l4" });
+  });
+
   it("screens MCP when any reading's rules govern the endpoint; a tool passes only if each allows it", () => {
     const p = prepareRequest(exact, at("/mcp;x"), new Map()) as { mcp?: (t: string) => unknown };
     expect(p.mcp).toBeDefined();
