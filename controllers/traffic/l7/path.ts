@@ -4,12 +4,15 @@
 // merge_slashes), with a trailing `/` or not (Express, older Spring), decoded once or twice (an
 // app that decodes what its framework already decoded: `%2561` is `a`). The proxy does not guess
 // which: a request passes only if every reading passes the rules (no block matches any; an
-// allow-list must allow each), and a reading that cannot be made safely (a second decode giving
-// `/`, `\`, NUL, bytes that are not UTF-8 or a dot segment, or escapes three deep) is refused.
-// What is sent is the least-rewritten safe form (schema/egress/path.ts `normalPath`: dot
-// segments removed, escapes normalised, `//` and `;` parameters kept), so S3 keys and signed
-// URLs survive. The query is kept as it came. Pure; at most 16 readings, each linear in the
-// target (Node bounds it with the request head).
+// allow-list must allow each; readings the rules would give other headers are refused, see
+// request.ts), and a reading that cannot be made safely (a second decode giving `/`, `\`, NUL,
+// bytes that are not UTF-8 or a dot segment, or escapes three deep) is refused. What is sent is
+// the least-rewritten safe form (schema/egress/path.ts `normalPath`: dot segments removed,
+// escapes normalised, a leading `//` made `/`, inner `//` and `;` parameters kept), so S3 keys
+// and signed URLs survive. The query is kept as it came. Pure; at most 16 readings, each made in time linear
+// in the target (Node bounds it with the request head). Judging them is not linear: each reading
+// is matched against every rule of the host, a glob (policy.ts) costing up to |pattern|·|path|
+// steps, so a request costs up to 16 times what one reading does.
 import { decodeUnreserved, DOT_SEGMENT, normalPath } from "../../../schema/egress/path.ts";
 
 /** `target`: what is sent (path and query); `path`: its path; `readings`: the paths the rules
