@@ -1,4 +1,5 @@
 import { z } from "zod";
+import { rulePathProblem } from "../egress/path.ts";
 import { SecretName } from "./secret.ts";
 import { TeamName } from "./team.ts";
 import { LabelSelectorSchema, TrafficPolicyName } from "./traffic-policy.ts";
@@ -9,7 +10,8 @@ import { LabelSelectorSchema, TrafficPolicyName } from "./traffic-policy.ts";
  * (schema/crd/definitions.ts, OpenKruise §1.8/§6.2) limited to what the traffic-proxy enforces
  * (controllers/traffic/l7/profile.ts). Anything beyond that subset is a 400 naming the field, never
  * a profile enforced in part: Regex paths (no tenant regex is compiled on the host), port, scheme,
- * header and query matches, `inputs`, audit webhooks, AliyunSTS.
+ * header and query matches, `inputs`, audit webhooks, AliyunSTS. Prefix and Exact paths must be in
+ * the form the proxy judges requests in (schema/egress/path.ts), else they would never match.
  * One addition: `rateLimit.requestsPerMinute`, a token bucket per sandbox over the requests the
  * proxy inspects for it, or with `scope: All` over all its requests (the lowest of the profiles
  * that select it; All if any of those with a limit says so).
@@ -36,14 +38,21 @@ const Domain = z
   .string()
   .max(253)
   .regex(/^(\*|(\*\.)?([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\.)*[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)$/i, "a domain is *, a DNS name, or *.name for its subdomains");
-const Match = z.strictObject({
-  domains: z.array(Domain).min(1).max(MAX_LIST),
-  paths: z
-    .array(z.strictObject({ type: z.enum(["Prefix", "Exact"], { error: "path type must be Prefix or Exact (Regex is not supported)" }).optional(), value: z.string().min(1).max(1024).startsWith("/") }))
-    .max(MAX_LIST)
-    .optional(),
-  methods: z.array(z.string().regex(/^[A-Za-z]{1,16}$/, "a method is letters only")).max(MAX_LIST).optional(),
+const AnyPath = z.string().min(1).max(1024).startsWith("/");
+/** Compared byte for byte with each reading of a request's path, so written in that form. */
+const RulePath = AnyPath.superRefine((v, ctx) => {
+  const problem = v.startsWith("/") ? rulePathProblem(v) : undefined;
+  if (problem) ctx.addIssue({ code: "custom", message: problem });
 });
+const matchOf = (path: typeof AnyPath) =>
+  z.strictObject({
+    domains: z.array(Domain).min(1).max(MAX_LIST),
+    paths: z
+      .array(z.strictObject({ type: z.enum(["Prefix", "Exact"], { error: "path type must be Prefix or Exact (Regex is not supported)" }).optional(), value: path }))
+      .max(MAX_LIST)
+      .optional(),
+    methods: z.array(z.string().regex(/^[A-Za-z]{1,16}$/, "a method is letters only")).max(MAX_LIST).optional(),
+  });
 const ToolAction = z.enum(["allow", "deny"]);
 const Actions = z.strictObject({
   bypass: z.boolean().optional(),
@@ -69,24 +78,33 @@ const Actions = z.strictObject({
     })
     .optional(),
 });
-export const SecurityProfileRule = z.strictObject({ name: z.string().min(1).max(128), match: z.array(Match).min(1).max(MAX_LIST), actions: Actions });
+const ruleOf = (path: typeof AnyPath) => z.strictObject({ name: z.string().min(1).max(128), match: z.array(matchOf(path)).min(1).max(MAX_LIST), actions: Actions });
+export const SecurityProfileRule = ruleOf(RulePath);
 
+const specOf = (path: typeof AnyPath) =>
+  z.strictObject({
+    priority: z.int().min(0).max(2 ** 31 - 1).default(1000),
+    selector: LabelSelectorSchema.optional(),
+    rules: z.array(ruleOf(path)).max(MAX_RULES).default([]),
+    /** `scope` Inspected (default): the requests to hosts some rule names; All: every request of
+     * the sandbox (every HTTP(S) host is then inspected, and another TCP connection counts as one). */
+    rateLimit: z.strictObject({ requestsPerMinute: z.int().min(1).max(1_000_000), scope: z.enum(["Inspected", "All"]).optional() }).optional(),
+  });
 /** A profile's spec (the admin API's PUT body; the CRD's `spec` within the subset above). */
-export const SecurityProfileSpec = z.strictObject({
-  priority: z.int().min(0).max(2 ** 31 - 1).default(1000),
-  selector: LabelSelectorSchema.optional(),
-  rules: z.array(SecurityProfileRule).max(MAX_RULES).default([]),
-  /** `scope` Inspected (default): the requests to hosts some rule names; All: every request of the
-   * sandbox (every HTTP(S) host is then inspected, and another TCP connection counts as one). */
-  rateLimit: z.strictObject({ requestsPerMinute: z.int().min(1).max(1_000_000), scope: z.enum(["Inspected", "All"]).optional() }).optional(),
-});
+export const SecurityProfileSpec = specOf(RulePath);
 export type SecurityProfileSpec = z.infer<typeof SecurityProfileSpec>;
 
 export const SecurityProfileName = TrafficPolicyName;
 
+/** A spec as stored and sent to agents and pods: its paths need not be in the judged form, which
+ * only the entry points (SecurityProfileSpec) require. A path stored before they did matches
+ * nothing; refusing it here would make every agent drop the whole set (an unparseable frame)
+ * and keep enforcing the one it had. */
+const StoredSpec = specOf(AnyPath);
+
 /** One profile as the edge sends it: `team` null for a GlobalSecurityProfile (every team's
  * sandboxes); `createdAt` (ms) orders profiles of equal priority. */
-export const SecurityProfileEntry = z.object({ team: TeamName.nullable(), name: SecurityProfileName, spec: SecurityProfileSpec, createdAt: z.int().nonnegative() });
+export const SecurityProfileEntry = z.object({ team: TeamName.nullable(), name: SecurityProfileName, spec: StoredSpec, createdAt: z.int().nonnegative() });
 export type SecurityProfileEntry = z.infer<typeof SecurityProfileEntry>;
 
 /** The secrets a profile's `tokenTransformation`s name, lower-cased (as the edge stores them). */

@@ -1,7 +1,7 @@
 // SecurityProfiles end to end on the local driver: a profile set through the edge's admin API
 // selects a sandbox the real e2b SDK made (by its `label:<k>` metadata); the sandbox goes behind
 // the proxy with its own CA, and its HTTPS requests to a stand-in in a test namespace are judged
-// by the profile: blocked by path (however the path is spelt) and by method, MCP tool ACLs against the official TypeScript
+// by the profile: blocked by path (however a server may read it) and by method, MCP tool ACLs against the official TypeScript
 // SDK's server (the SDK's own client, run by the sandbox's node: tools/list filtered, a denied
 // tools/call refused with the JSON-RPC error naming the rule and never run), then a rate limit's
 // 429. Each inspected request is in the sandbox's network audit (team API), without queries or
@@ -39,6 +39,7 @@ const spec = (extra: Record<string, unknown> = {}) => ({
   rules: [
     { name: "no-admin", match: [{ domains: [HOST], paths: [{ type: "Prefix", value: "/admin" }] }], actions: { block: { statusCode: 403 } } },
     { name: "no-delete", match: [{ domains: [HOST], methods: ["DELETE"] }], actions: { block: {} } },
+    { name: "no-private", match: [{ domains: [HOST], paths: [{ type: "Exact", value: "/private" }, { type: "Prefix", value: "/keys/secret" }] }], actions: { block: { statusCode: 403 } } },
     { name: "mcp-tools", match: [{ domains: [HOST], paths: [{ type: "Exact", value: "/mcp" }] }], actions: { mcpToolPolicy: { rules: [{ toolNames: ["read_*"], action: "allow" }], defaultAction: "deny" } } },
   ],
   ...extra,
@@ -90,11 +91,20 @@ describe("SecurityProfiles through the admin API", () => {
     expect(seen).toBe(`traffic-proxy: GET /admin/x to ${HOST} is blocked by rule "no-admin"`);
     expect(await curl(sbx, `-X DELETE https://${HOST}/things`)).toBe(`traffic-proxy: DELETE /things to ${HOST} is blocked by rule "no-delete"`);
     expect(await curl(sbx, `"https://${HOST}/ok?q=${marker}"`)).toBe(`stand-in saw GET /ok?q=${marker}`);
-    // The path is judged in its normal form, and the stand-in is sent that form (curl's
-    // --path-as-is keeps its dot segments); one servers read in more than one way is refused.
-    for (const path of ["//admin/x", "/x/../admin/x", "/%61dmin/x"]) expect(await curl(sbx, `--path-as-is https://${HOST}${path}`)).toBe(`traffic-proxy: GET /admin/x to ${HOST} is blocked by rule "no-admin"`);
-    expect(await curl(sbx, `--path-as-is "https://${HOST}/x/./y/..//ok%7e?q=/../admin"`)).toBe("stand-in saw GET /x/ok~?q=/../admin");
+    // Every way a server may read the path is judged (;parameters dropped, // merged, a trailing
+    // / dropped, decoded twice), and the stand-in is sent the least-rewritten safe form (curl's
+    // --path-as-is keeps dot segments); a path with a reading that cannot be made safely is refused.
+    for (const path of ["//admin/x", "/x/../admin/x", "/%61dmin/x", "/%2561dmin/x"]) expect(await curl(sbx, `--path-as-is https://${HOST}${path}`)).toBe(`traffic-proxy: GET /admin/x to ${HOST} is blocked by rule "no-admin"`);
+    for (const path of ["/private/", "/private;x"]) expect(await curl(sbx, `--path-as-is "https://${HOST}${path}"`)).toBe(`traffic-proxy: GET /private to ${HOST} is blocked by rule "no-private"`);
+    expect(await curl(sbx, `"https://${HOST}/keys;x/secret"`)).toBe(`traffic-proxy: GET /keys/secret to ${HOST} is blocked by rule "no-private"`);
+    expect(await curl(sbx, `--path-as-is "https://${HOST}/x/./y/..//ok%7e?q=/../admin"`)).toBe("stand-in saw GET /x//ok~?q=/../admin");
+    // A leading // goes as one /: a URI parser (urlsplit, java.net.URI) reads //x/keys/secret as
+    // host x, path /keys/secret, which the Prefix /keys/secret block would not have judged.
+    expect(await curl(sbx, `--path-as-is "https://${HOST}//x/keys/secret"`)).toBe("stand-in saw GET /x/keys/secret");
+    // An S3-style key with empty segments and a signed query reaches the server unchanged.
+    expect(await curl(sbx, `--path-as-is "https://${HOST}/bucket//photos//a;v=1.jpg?X-Amz-Signature=ab%2Fcd"`)).toBe("stand-in saw GET /bucket//photos//a;v=1.jpg?X-Amz-Signature=ab%2Fcd");
     expect(await curl(sbx, `https://${HOST}/x%2F..%2Fadmin`)).toContain("encoded slash (%2F): refused");
+    expect(await curl(sbx, `--path-as-is https://${HOST}/x/%252e%252e/admin`)).toContain("the path decoded twice has a dot segment (an escape of an escape of .): refused");
     // Through the proxy port instead of the redirect: refused, not passed uninspected.
     expect(await curl(sbx, `-x http://127.0.0.1:3128 https://${HOST}/admin/x`)).toContain("response 403");
 
@@ -120,6 +130,8 @@ describe("SecurityProfiles through the admin API", () => {
     expect(records).toContainEqual({ method: "GET", path: "/admin/x", rule: "no-admin", status: 403, refused: true });
     expect(records).toContainEqual({ method: "DELETE", path: "/things", rule: "no-delete", status: 403, refused: true });
     expect(records).toContainEqual({ method: "GET", path: "/x%2F..%2Fadmin", rule: "path", status: 400, refused: true });
+    expect(records).toContainEqual({ method: "GET", path: "/x/%252e%252e/admin", rule: "path", status: 400, refused: true });
+    expect(records).toContainEqual({ method: "GET", path: "/keys;x/secret", rule: "no-private", status: 403, refused: true });
     expect(records).toContainEqual({ method: "GET", path: "/ok", rule: expect.any(String), status: 200, refused: false });
     expect(records).toContainEqual({ method: "POST", path: "/mcp", rule: "mcp-tools (defaultAction)", status: 200, refused: true, tool: "delete_repo" });
     expect(records).toContainEqual({ method: "POST", path: "/mcp", rule: "mcp-tools", status: 200, refused: false, tool: "read_file" });

@@ -107,6 +107,10 @@ describe("SecurityProfiles in a sandbox pod", () => {
     const get = (url: string) => net.sandboxRun("sandbox", ["curl", "-sS", "--max-time", "8", "-w", " %{http_code}", url]);
     expect(get("http://api.test/ok")).toEqual({ code: 0, out: "saw GET /ok ['x-profile=api-guard'] 200" });
     expect(get("http://api.test/admin/users").out).toMatch(/ 451$/);
+    // The sidecar shares the local proxy's handler: every reading of a path is judged (a second
+    // decode makes /%2561dmin /admin), and an S3-style key goes as it came, `//` kept.
+    expect(get("http://api.test/%2561dmin/users").out).toMatch(/ 451$/);
+    expect(get("http://api.test/bucket//a//b;v=1?sig=a%2Fb")).toEqual({ code: 0, out: "saw GET /bucket//a//b;v=1?sig=a%2Fb ['x-profile=api-guard'] 200" });
     // A host no rule names passes untouched.
     expect(get("http://other.test/admin")).toEqual({ code: 0, out: "saw GET /admin [] 200" });
   });

@@ -268,6 +268,9 @@ describe("security profiles (admin API)", () => {
     const team = await createTeam(unique("sp"));
     const t = team.name;
     await expectError(put(t, rule({ domains: ["a.test"], paths: [{ type: "Regex", value: "/x.*" }] })), 400, /Regex is not supported/);
+    // Compared with each request path's normal form, so a path not in it would never match.
+    await expectError(put(t, rule({ domains: ["a.test"], paths: [{ type: "Prefix", value: "/%61dmin" }] })), 400, /rules\.0\.match\.0\.paths\.0\.value.*write "\/admin"/);
+    await expectError(put(t, rule({ domains: ["a.test"], paths: [{ type: "Exact", value: "/a%2Fb" }] })), 400, /can never match: it holds an encoded slash/);
     await expectError(put(t, rule({ domains: ["a.test"], headers: [{ name: "x", value: "y" }] })), 400, /headers/);
     await expectError(put(t, rule({ domains: ["a b"] })), 400, /domain/);
     await expectError(put(t, rule({ domains: ["a.test"] }, { tokenTransformation: { type: "AliyunSTS", credentialRef: { secret: { name: "k" } } } })), 400, /ApiKey/);

@@ -1,7 +1,7 @@
 // The traffic-proxy's L7 handler (the redirected path's `L7Hook`): for a sandbox with an L7
 // policy, connections to hosts the policy names are read as HTTP (HTTPS through the sandbox's own
-// CA, ca.ts), each request decided (policy.ts) on its path's normal form (path.ts), which is
-// what is sent on, given its headers (secrets resolved here, in the
+// CA, ca.ts), each request decided (policy.ts) on every reading servers make of its path
+// (path.ts), its least-rewritten safe form sent on, given its headers (secrets resolved here, in the
 // proxy, never in the sandbox), screened for MCP tool calls (mcp.ts), rate limited, audited, and
 // sent to the one destination the L4 decision allowed. Plain HTTP is always read, each request
 // judged by its own Host; TLS without SNI, or bytes neither TLS nor HTTP, to an address an
@@ -12,7 +12,7 @@ import type { Duplex } from "node:stream";
 import tls from "node:tls";
 import { RateLimiter } from "./rate.ts";
 import { inspects, namedForInspection, type L7Policy } from "./policy.ts";
-import { normalizeTarget } from "./path.ts";
+import { readTarget } from "./path.ts";
 import { parseIp } from "../../../schema/egress/address.ts";
 import { bareHost } from "../sniff.ts";
 import { SseFilter, filterAnswer, rpcText, screenRequest } from "./mcp.ts";
@@ -242,13 +242,14 @@ export class L7Handler {
       socket.end(`HTTP/1.1 ${status} ${http.STATUS_CODES[status] ?? ""}\r\ncontent-type: text/plain\r\nconnection: close\r\n\r\ntraffic-proxy: ${text}\n`);
     };
     if ("status" in at) return refuse(at.status, "host", at.text);
+    let readings: string[] = [];
     if (inspected) {
-      const n = normalizeTarget(path);
+      const n = readTarget(path);
       if ("invalid" in n) return refuse(400, "path", pathRefusal(n.invalid));
-      path = n.target;
+      ({ target: path, readings } = n);
     }
     if (inspected && !this.#rate.take(conn.sandbox, policy.requestsPerMinute)) return refuse(429, "requestsPerMinute", `rate limit of ${policy.requestsPerMinute} requests per minute`);
-    const p = prepareRequest(policy, { host, tls: ctx.tls, allowedBy: conn.allowedBy, method, path, headers: req.headers }, this.#o.secretsFor(conn.sandbox));
+    const p = prepareRequest(policy, { host, tls: ctx.tls, allowedBy: conn.allowedBy, method, path, readings, headers: req.headers }, this.#o.secretsFor(conn.sandbox));
     if ("refuse" in p) return refuse(p.refuse.status, p.refuse.rule, p.refuse.text);
     // Frames are piped unread, so a tools/call over a WebSocket transport would pass the ACL.
     if (p.mcp) return refuse(403, "mcp", `upgrades to ${host} are refused: MCP rules govern it, and frames are not screened`);
@@ -284,15 +285,16 @@ export class L7Handler {
     };
     if (!policy) return refuse(403, "no L7 policy", "egress denied: the sandbox's policy changed");
     if ("status" in at!) return refuse(at.status, "host", at.text);
-    // The rules judge the normal form of the path, and the upstream is sent that very form (a
-    // host no rule inspects gets the target as it came).
+    // The rules judge every reading of the path, and the upstream is sent its safe form (a host
+    // no rule inspects gets the target as it came).
+    let readings: string[] = [];
     if (inspected) {
-      const n = normalizeTarget(path);
+      const n = readTarget(path);
       if ("invalid" in n) return refuse(400, "path", pathRefusal(n.invalid));
-      path = n.target;
+      ({ target: path, readings } = n);
     }
     if (inspected && !this.#rate.take(conn.sandbox, policy.requestsPerMinute)) return refuse(429, "requestsPerMinute", `rate limit of ${policy.requestsPerMinute} requests per minute`);
-    const prepared = prepareRequest(policy, { host, tls: ctx.tls, allowedBy: conn.allowedBy, method, path, headers: req.headers }, this.#o.secretsFor(conn.sandbox));
+    const prepared = prepareRequest(policy, { host, tls: ctx.tls, allowedBy: conn.allowedBy, method, path, readings, headers: req.headers }, this.#o.secretsFor(conn.sandbox));
     if ("refuse" in prepared) return refuse(prepared.refuse.status, prepared.refuse.rule, prepared.refuse.text);
     const { headers, mcp: decide } = prepared;
     let rule = prepared.rule;
@@ -414,7 +416,7 @@ export class L7Handler {
 }
 
 function pathRefusal(why: string): string {
-  return `${why}: refused, since servers read it in more than one way and the rules judge one`;
+  return `${why}: refused, since servers read it in ways the rules cannot all judge`;
 }
 
 /** A header block written by hand (the upgrade path): values from rules and secrets are checked,

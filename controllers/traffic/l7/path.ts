@@ -1,59 +1,66 @@
-// A request target's path as the L7 rules judge it and as the upstream then receives it, so the
-// server serves what was judged: RFC 3986 normalisation (6.2.2: unreserved characters
-// percent-decoded, escapes in upper case; 5.2.4: dot segments removed) with empty segments merged,
-// as Envoy's `normalize_path`, `merge_slashes` and `path_with_escaped_slashes_action:
-// REJECT_REQUEST` do. What servers read in more than one way is refused instead of guessed: an
-// encoded `/` or `\`, a raw `\`, `%00`, a bad escape, `#`, a dot segment with `;` parameters
-// (`/..;/`, which Tomcat reads as `..`), a path not starting with `/`. The query is kept as it
-// is. Pure; linear in the target (Node bounds it with the request head).
+// A request target as the L7 rules judge it and as the upstream then receives it. Servers read
+// one path in several ways: with or without each segment's `;` parameters (Tomcat, Spring and
+// Jetty drop them: `/admin;x/secret` is `/admin/secret`), with `//` merged or not (nginx, Envoy's
+// merge_slashes), with a trailing `/` or not (Express, older Spring), decoded once or twice (an
+// app that decodes what its framework already decoded: `%2561` is `a`). The proxy does not guess
+// which: a request passes only if every reading passes the rules (no block matches any; an
+// allow-list must allow each; readings the rules would give other headers are refused, see
+// request.ts), and a reading that cannot be made safely (a second decode giving `/`, `\`, NUL,
+// bytes that are not UTF-8 or a dot segment, or escapes three deep) is refused. What is sent is
+// the least-rewritten safe form (schema/egress/path.ts `normalPath`: dot segments removed,
+// escapes normalised, a leading `//` made `/`, inner `//` and `;` parameters kept), so S3 keys
+// and signed URLs survive. The query is kept as it came. Pure; at most 16 readings, each made in time linear
+// in the target (Node bounds it with the request head). Judging them is not linear: each reading
+// is matched against every rule of the host, a glob (policy.ts) costing up to |pattern|·|path|
+// steps, so a request costs up to 16 times what one reading does.
+import { decodeUnreserved, DOT_SEGMENT, normalPath } from "../../../schema/egress/path.ts";
 
-export type NormalTarget = { target: string; path: string } | { invalid: string };
+/** `target`: what is sent (path and query); `path`: its path; `readings`: the paths the rules
+ * judge, `path` first. */
+export type ReadTarget = { target: string; path: string; readings: string[] } | { invalid: string };
 
-const UNRESERVED = /^[A-Za-z0-9\-._~]$/;
-/** Characters a path may carry as they are (RFC 3986 pchar and "/"), besides "%" and "\". */
-const PATH_CHAR = /^[A-Za-z0-9\-._~!$&'()*+,;=:@/]$/;
+/** `%25XX` (an escape of an escape), as a second decode reads it. */
+const ESCAPED_ESCAPE = /%25([0-9A-Fa-f]{2})/g;
+const HAS_ESCAPED_ESCAPE = /%25[0-9A-Fa-f]{2}/;
 
-/** The normal form of an origin-form target (`/path?query`), or why it has none. `*` (OPTIONS)
- * is its own. */
-export function normalizeTarget(target: string): NormalTarget {
-  if (target === "*") return { target, path: target };
+/** The readings of an origin-form target (`/path?query`), or why it is refused. `*` (OPTIONS) is
+ * its own. */
+export function readTarget(target: string): ReadTarget {
+  if (target === "*") return { target, path: target, readings: [target] };
   const q = target.indexOf("?");
-  const raw = q < 0 ? target : target.slice(0, q);
-  const query = q < 0 ? "" : target.slice(q);
-  if (!raw.startsWith("/")) return { invalid: "the request path must start with /" };
-  let decoded = "";
-  for (let i = 0; i < raw.length; i++) {
-    const ch = raw[i]!;
-    if (ch === "%") {
-      const hex = raw.slice(i + 1, i + 3);
-      if (!/^[0-9A-Fa-f]{2}$/.test(hex)) return { invalid: `the path has an invalid percent-escape at character ${i}` };
-      const c = String.fromCharCode(parseInt(hex, 16));
-      if (c === "\0") return { invalid: "the path holds %00" };
-      // Decoded by some servers and not others: a `/` that is and is not a separator.
-      if (c === "/" || c === "\\") return { invalid: `the path holds an encoded ${c === "/" ? "slash (%2F)" : "backslash (%5C)"}` };
-      decoded += UNRESERVED.test(c) ? c : `%${hex.toUpperCase()}`;
-      i += 2;
-    } else if (ch === "\\") return { invalid: "the path holds a backslash, which some servers read as /" };
-    else if (ch === "#") return { invalid: "the path holds #, which some servers cut it at" };
-    else if (PATH_CHAR.test(ch)) decoded += ch;
-    else if (ch.charCodeAt(0) > 0xff) return { invalid: "the path holds a character that is not a byte" };
-    // Not allowed raw but let through by Node's parser (`|`, braces, `^`, backquote; it refuses
-    // bytes past ASCII itself): sent escaped, as a browser would, so what was judged is what the
-    // server decodes.
-    else decoded += `%${ch.charCodeAt(0).toString(16).toUpperCase().padStart(2, "0")}`;
+  const n = normalPath(q < 0 ? target : target.slice(0, q));
+  if ("invalid" in n) return n;
+  const path = n.path;
+  const bases = [path];
+  if (HAS_ESCAPED_ESCAPE.test(path)) {
+    const twice = secondDecode(path);
+    if ("invalid" in twice) return twice;
+    bases.push(twice.path);
   }
-  const segments = decoded.split("/");
-  const kept: string[] = [];
-  for (let k = 1; k < segments.length; k++) {
-    const s = segments[k]!;
-    const last = k === segments.length - 1;
-    if (/^\.\.?;/.test(s)) return { invalid: "the path has a dot segment with parameters (;)" };
-    if (s === "." || s === "..") {
-      if (s === "..") kept.pop();
-      // `/a/.` and `/a/b/..` name a directory: `/a/`.
-      if (last) kept.push("");
-    } else if (s !== "" || last) kept.push(s); // empty segments merged, a trailing `/` kept
+  const readings = new Set<string>();
+  for (const b of bases) {
+    for (const p of [b, withoutParams(b)]) {
+      for (const m of [p, p.replace(/\/{2,}/g, "/")]) {
+        readings.add(m);
+        if (m.length > 1 && m.endsWith("/")) readings.add(m.slice(0, -1));
+      }
+    }
   }
-  const path = `/${kept.join("/")}`;
-  return { target: path + query, path };
+  return { target: path + (q < 0 ? "" : target.slice(q)), path, readings: [...readings] };
+}
+
+/** The path as a server that decodes it once more reads it (in the same normal form), or why that
+ * reading cannot be made safely. */
+function secondDecode(path: string): { path: string } | { invalid: string } {
+  const once = path.replace(ESCAPED_ESCAPE, "%$1");
+  if (HAS_ESCAPED_ESCAPE.test(once)) return { invalid: "the path holds an escape of an escape of an escape (%2525…), which no reading can judge" };
+  const d = decodeUnreserved(once);
+  if ("invalid" in d) return { invalid: `${d.invalid.replace(/^the path holds/, "the path decoded twice holds")} (an escape of an escape)` };
+  if (d.path.split("/").some((s) => DOT_SEGMENT.test(s))) return { invalid: "the path decoded twice has a dot segment (an escape of an escape of .)" };
+  return d;
+}
+
+/** Each segment without its `;` parameters. */
+function withoutParams(path: string): string {
+  return path.includes(";") ? path.split("/").map((s) => s.split(";", 1)[0]).join("/") : path;
 }

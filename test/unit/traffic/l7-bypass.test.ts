@@ -25,14 +25,13 @@ import type { L7Policy } from "../../../controllers/traffic/l7/policy.ts";
 import { compilePolicy } from "../../../controllers/traffic/policy.ts";
 import { TrafficProxy } from "../../../controllers/traffic/proxy.ts";
 import { sniff } from "../../../controllers/traffic/sniff.ts";
-import { normalizeTarget } from "../../../controllers/traffic/l7/path.ts";
 
 const SECRET = "ghp_secret-value-for-api-test";
 const NAMES = ["mcp.test", "api.test", "other.test"];
 const SSE_EVENT = 256 * 1024;
 const MAX_MCP_BODY = 64 * 1024;
-/** What the stand-ins were asked: protocol, Host, SNI, Authorization, path, body. */
-const seen: { proto: string; host?: string; sni?: string | false | null; auth?: string; url?: string; body: string }[] = [];
+/** What the stand-ins were asked: protocol, Host, SNI, Authorization, X-Role, path, body. */
+const seen: { proto: string; host?: string; sni?: string | false | null; auth?: string; role?: string; url?: string; body: string }[] = [];
 const audit: AuditRecord[] = [];
 let issuer: SandboxCa;
 let ca: SandboxCa;
@@ -54,11 +53,24 @@ const policy: L7Policy = {
   mcp: [{ name: "only-safe", server: "mcp.test", tool: "safe", action: "allow" }],
 };
 
-/** "prof": a SecurityProfile screens the MCP endpoint it names by path (/mcp) on mcp.test. */
+/** "prof": a SecurityProfile screens the MCP endpoint it names by path (/mcp) on mcp.test, and
+ * blocks one Exact path (451) and a Prefix (/secret); one Exact path (/role) has its headers
+ * rewritten (X-Role set, Authorization removed). */
 const profPolicy: L7Policy = {
   http: [],
   mcp: [],
-  profiles: [{ name: "mcp-acl", priority: 1, rules: [{ name: "no-danger", match: [{ domains: ["mcp.test"], paths: [{ type: "Prefix", value: "/mcp" }] }], actions: { mcpToolPolicy: { rules: [{ toolNames: ["danger"], action: "deny" }], defaultAction: "allow" } } }] }],
+  profiles: [
+    {
+      name: "mcp-acl",
+      priority: 1,
+      rules: [
+        { name: "no-danger", match: [{ domains: ["mcp.test"], paths: [{ type: "Prefix", value: "/mcp" }] }], actions: { mcpToolPolicy: { rules: [{ toolNames: ["danger"], action: "deny" }], defaultAction: "allow" } } },
+        { name: "exact", match: [{ domains: ["mcp.test"], paths: [{ type: "Exact", value: "/exact" }] }], actions: { block: { statusCode: 451 } } },
+        { name: "no-secret", match: [{ domains: ["mcp.test"], paths: [{ type: "Prefix", value: "/secret" }] }], actions: { block: {} } },
+        { name: "read-only", match: [{ domains: ["mcp.test"], paths: [{ type: "Exact", value: "/role" }] }], actions: { headerManipulation: { set: [{ name: "X-Role", value: "readonly" }], remove: ["authorization"] } } },
+      ],
+    },
+  ],
 };
 
 function answer(proto: string) {
@@ -67,7 +79,8 @@ function answer(proto: string) {
     req.on("data", (c: Buffer) => (body += c.toString()));
     req.on("end", () => {
       const sni = proto === "https" ? (req.socket as tls.TLSSocket).servername : undefined;
-      seen.push({ proto, host: req.headers.host, ...(sni !== undefined ? { sni } : {}), auth: req.headers.authorization, url: req.url, body });
+      const role = req.headers["x-role"] as string | undefined;
+      seen.push({ proto, host: req.headers.host, ...(sni !== undefined ? { sni } : {}), auth: req.headers.authorization, ...(role !== undefined ? { role } : {}), url: req.url, body });
       if (req.url === "/sse") {
         // One event that does not end until SSE_EVENT bytes have gone.
         res.writeHead(200, { "content-type": "text/event-stream" }).write("data: ");
@@ -321,10 +334,10 @@ describe("the MCP screen", () => {
   });
 });
 
-describe("request paths: judged, and sent on, in their normal form", () => {
+describe("request paths: every reading judged, the least-rewritten safe form sent on", () => {
   it("blocks /admin however its path is spelt, over TLS and plain HTTP, upgrades too", async () => {
     const n = seen.length;
-    for (const path of ["//admin", "/./admin", "/x/../admin", "/%61dmin", "/%2e%2E/admin", "/x//..//admin", "/admin/."]) {
+    for (const path of ["//admin", "/./admin", "/x/../admin", "/%61dmin", "/%2e%2E/admin", "/admin/."]) {
       const got = await overTls(`GET ${path} HTTP/1.1\r\nHost: mcp.test\r\nconnection: close\r\n\r\n`, { servername: "mcp.test" });
       expect([path, statusLines(got)]).toEqual([path, ["HTTP/1.1 403 Forbidden"]]);
       expect(got).toContain('blocked by rule "no-admin"');
@@ -336,18 +349,85 @@ describe("request paths: judged, and sent on, in their normal form", () => {
     expect(seen.slice(n)).toEqual([]);
   });
 
+  it("blocks every way a server may read the path: ;parameters dropped, // merged, a trailing / dropped, decoded twice", async () => {
+    const n = seen.length;
+    // Tomcat and Spring serve /admin;x/secret as /admin/secret; a server decoding twice reads
+    // %2561 as a; one that merges slashes reads /;x//admin as /admin.
+    for (const path of ["/admin;x/secret", "/;x/admin", "/%2561dmin", "/x/%2561/../../admin"]) {
+      const got = await overTls(`GET ${path} HTTP/1.1\r\nHost: mcp.test\r\nconnection: close\r\n\r\n`, { servername: "mcp.test" });
+      expect([path, statusLines(got)]).toEqual([path, ["HTTP/1.1 403 Forbidden"]]);
+      expect(got).toContain('blocked by rule "no-admin"');
+    }
+    // An Exact rule (a profile's) holds against /exact/ and /exact;x.
+    for (const path of ["/exact/", "/exact;x", "/exact//"]) {
+      const got = await overTls(`GET ${path} HTTP/1.1\r\nHost: mcp.test\r\nconnection: close\r\n\r\n`, { servername: "mcp.test", sandbox: "prof" });
+      expect([path, statusLines(got)]).toEqual([path, ["HTTP/1.1 451 Unavailable For Legal Reasons"]]);
+    }
+    expect(seen.slice(n)).toEqual([]);
+    expect(audit.at(-1)).toMatchObject({ host: "mcp.test", path: "/exact//", rule: "exact", status: 451, refused: true });
+  });
+
   it("sends the upstream the path it judged, the query as it came; a case-sensitive rule keeps case", async () => {
     const n = seen.length;
     const got = await overTls("GET /x/./y/..//z%7e%3b?q=/../admin%2F HTTP/1.1\r\nHost: mcp.test\r\nconnection: close\r\n\r\n", { servername: "mcp.test" });
     expect(statusLines(got)).toEqual(["HTTP/1.1 200 OK"]);
     expect(await plainHttp("GET /ADMIN HTTP/1.1\r\nHost: mcp.test\r\nconnection: close\r\n\r\n")).toMatch(/^HTTP\/1\.1 200/);
-    expect(seen.slice(n)).toEqual([expect.objectContaining({ proto: "https", url: "/x/z~%3B?q=/../admin%2F" }), expect.objectContaining({ proto: "http", url: "/ADMIN" })]);
-    expect(audit.at(-1)).toMatchObject({ host: "mcp.test", path: "/ADMIN", refused: false });
+    // An S3-style key with // and a signed query reaches the server as it was written; dot
+    // segments go as RFC 3986 says (/x//..//admin is /x//admin, which no reading makes /admin).
+    const key = "/bucket//photos//2026/a;b.jpg?X-Amz-Signature=ab%2Fcd";
+    expect(statusLines(await overTls(`GET ${key} HTTP/1.1\r\nHost: mcp.test\r\nconnection: close\r\n\r\n`, { servername: "mcp.test" }))).toEqual(["HTTP/1.1 200 OK"]);
+    expect(statusLines(await overTls("GET /x//..//admin HTTP/1.1\r\nHost: mcp.test\r\nconnection: close\r\n\r\n", { servername: "mcp.test" }))).toEqual(["HTTP/1.1 200 OK"]);
+    expect(seen.slice(n)).toEqual([
+      expect.objectContaining({ proto: "https", url: "/x//z~%3B?q=/../admin%2F" }),
+      expect.objectContaining({ proto: "http", url: "/ADMIN" }),
+      expect.objectContaining({ proto: "https", url: key }),
+      expect.objectContaining({ proto: "https", url: "/x//admin" }),
+    ]);
+    expect(audit).toContainEqual(expect.objectContaining({ host: "mcp.test", path: "/ADMIN", refused: false }));
+    expect(audit.at(-1)).toMatchObject({ host: "mcp.test", path: "/x//admin", refused: false });
+  });
+
+  it("sends nothing a URI parser reads as host + path: a leading // goes as one /", async () => {
+    const n = seen.length;
+    // Python's urlsplit, java.net.URI and WHATWG URL read //x/secret as host x, path /secret,
+    // which a Prefix /secret block must not let through: the server is sent /x/secret.
+    for (const path of ["//x/secret", "///x/secret", "/..//x/secret"]) {
+      const got = await overTls(`GET ${path} HTTP/1.1\r\nHost: mcp.test\r\nconnection: close\r\n\r\n`, { servername: "mcp.test", sandbox: "prof" });
+      expect([path, statusLines(got)]).toEqual([path, ["HTTP/1.1 200 OK"]]);
+    }
+    expect(seen.slice(n).map((s) => [s.url, new URL(s.url!, "http://stand-in.test").pathname])).toEqual(Array(3).fill(["/x/secret", "/x/secret"]));
+    expect(statusLines(await overTls("GET //secret HTTP/1.1\r\nHost: mcp.test\r\nconnection: close\r\n\r\n", { servername: "mcp.test", sandbox: "prof" }))).toEqual(["HTTP/1.1 403 Forbidden"]);
+    expect(audit.at(-1)).toMatchObject({ host: "mcp.test", path: "/secret", rule: "no-secret", refused: true });
+  });
+
+  it("refuses (400, audited) a path whose readings have their headers rewritten differently: no reading's rewrite is skipped", async () => {
+    const n = seen.length;
+    const get = (path: string) => `GET ${path} HTTP/1.1\r\nHost: mcp.test\r\nAuthorization: Bearer mine\r\nX-Role: admin\r\nconnection: close\r\n\r\n`;
+    // An Exact /role rule sets X-Role and removes Authorization; Express, Tomcat or nginx serve
+    // /role/, /role;x and /role// as /role, and a server decoding twice reads /%2572ole as /role.
+    for (const path of ["/role/", "/role;x", "/role//", "/%2572ole"]) {
+      const before = audit.length;
+      const got = await overTls(get(path), { servername: "mcp.test", sandbox: "prof" });
+      expect([path, statusLines(got)]).toEqual([path, ["HTTP/1.1 400 Bad Request"]]);
+      expect(got).toContain("rules that rewrite headers treat it differently from /role");
+      expect(audit.slice(before)).toEqual([expect.objectContaining({ host: "mcp.test", path, rule: "path", status: 400, refused: true })]);
+    }
+    expect(seen.slice(n)).toEqual([]);
+    // /role itself (and //role, sent as /role) gets the rewrite; /roles, read alike every way, goes as it came.
+    for (const path of ["/role", "//role", "/roles/"]) expect([path, statusLines(await overTls(get(path), { servername: "mcp.test", sandbox: "prof" }))]).toEqual([path, ["HTTP/1.1 200 OK"]]);
+    expect(seen.slice(n)).toEqual([
+      expect.objectContaining({ url: "/role", role: "readonly", auth: undefined }),
+      expect.objectContaining({ url: "/role", role: "readonly", auth: undefined }),
+      expect.objectContaining({ url: "/roles/", role: "admin", auth: "Bearer mine" }),
+    ]);
   });
 
   it("refuses (400, audited) a path servers read in more than one way", async () => {
     const n = seen.length;
-    for (const path of ["/x%2Fadmin", "/x%5cadmin", "/x\\..\\admin", "/admin%00", "/%zzadmin", "/x%", "/..;/admin", "/x/..;/admin"]) {
+    // A second decode (an app decoding what its framework decoded) that would make a separator,
+    // NUL or a dot segment, escaped bytes that are not UTF-8 (an overlong / or .), escapes three deep.
+    const twice = ["/x/%252e%252e/admin", "/x%252Fadmin", "/x%255cadmin", "/x%2500", "/x/%252e;y/admin", "/x%2525252e"];
+    for (const path of ["/x%2Fadmin", "/x%5cadmin", "/x\\..\\admin", "/admin%00", "/%zzadmin", "/x%", "/..;/admin", "/x/..;/admin", ...twice, "/x%C0%AF..%C0%AFadmin", "/x/%C0%AE%C0%AE/admin", "/x/%25C0%25AF"]) {
       const before = audit.length;
       const got = await overTls(`GET ${path} HTTP/1.1\r\nHost: mcp.test\r\nconnection: close\r\n\r\n`, { servername: "mcp.test" });
       expect([path, statusLines(got)]).toEqual([path, ["HTTP/1.1 400 Bad Request"]]);
@@ -365,30 +445,13 @@ describe("request paths: judged, and sent on, in their normal form", () => {
 
   it("screens an MCP endpoint a profile names by its path however the path is spelt", async () => {
     const n = seen.length;
-    for (const path of ["//mcp", "/%6dcp", "/x/../mcp"]) {
+    // /;x/mcp is /mcp to a server that drops parameters and merges slashes.
+    for (const path of ["//mcp", "/%6dcp", "/x/../mcp", "/;x/mcp", "/%256dcp"]) {
       const got = await overTls(post("mcp.test", call("danger")).replace("POST /mcp", `POST ${path}`), { servername: "mcp.test", sandbox: "prof" });
       expect([path, statusLines(got)]).toEqual([path, ["HTTP/1.1 200 OK"]]);
       expect(got).toContain('tool \\"danger\\" is denied');
     }
     expect(seen.slice(n)).toEqual([]);
-  });
-
-  it("the normal form: dot segments, merged slashes, unreserved escapes decoded", () => {
-    const t = (x: string) => normalizeTarget(x);
-    expect(t("/")).toEqual({ target: "/", path: "/" });
-    expect(t("/a/b/")).toMatchObject({ target: "/a/b/" });
-    expect(t("/a/..")).toMatchObject({ target: "/" });
-    expect(t("/../..//a")).toMatchObject({ target: "/a" });
-    expect(t("/a b/%c3%a9")).toMatchObject({ target: "/a%20b/%C3%A9" });
-    expect(t("/a;b=1/c")).toMatchObject({ target: "/a;b=1/c" });
-    expect(t("*")).toMatchObject({ target: "*" });
-    expect(t("a/b")).toHaveProperty("invalid");
-    expect(t("/a#/../b")).toHaveProperty("invalid");
-    // Idempotent: the normal form of the normal form is itself.
-    for (const x of ["//a/./b/../c/", "/%41%2d%7E/.."]) {
-      const once = t(x) as { target: string };
-      expect(t(once.target)).toMatchObject({ target: once.target });
-    }
   });
 });
 

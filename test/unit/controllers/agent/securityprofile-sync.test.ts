@@ -13,6 +13,9 @@ it("sends the spec with defaults; refuses what the proxy cannot enforce, naming 
   const regex = securityProfileKind.upsert(obj({ rules: [{ name: "r", match: [{ domains: ["a.test"], paths: [{ type: "Regex", value: "/x" }] }], actions: { block: {} } }] }));
   expect(regex).toEqual({ problem: expect.stringMatching(/^spec\.rules\.0\.match\.0\.paths\.0\.type: path type must be Prefix or Exact \(Regex is not supported\)/) });
   expect(securityProfileKind.upsert(obj({ rules: [], inputs: [] }))).toEqual({ problem: expect.stringContaining("inputs") });
+  // A rule path not in the form requests are judged in would never match: refused, naming the form.
+  const unnormal = securityProfileKind.upsert(obj({ rules: [{ name: "r", match: [{ domains: ["a.test"], paths: [{ type: "Prefix", value: "/%61dmin" }] }], actions: { block: {} } }] }));
+  expect(unnormal).toEqual({ problem: expect.stringMatching(/^spec\.rules\.0\.match\.0\.paths\.0\.value: path "\/%61dmin" is not in the form requests are judged in .*write "\/admin"$/) });
 });
 
 it("Accepted and Programmed after the edge applied it; Unsupported or Rejected after a refusal", () => {
