@@ -36,7 +36,9 @@ export type SandboxEvent =
   | { type: "snapshot"; snapshotId: string }
   | { type: "observe"; obs: Observation }
   | { type: "ack"; generation: number; result: AckResult; message?: string }
-  | { type: "alarm" }
+  /** `pauseRefused`: the team quota refused the auto-pause this timeout would start (why), so the
+   * sandbox is killed as a timeout without auto-pause is. */
+  | { type: "alarm"; pauseRefused?: string }
   /** A lifecycle hook ran (hooks/run-hook.ts): its condition, replacing the last run's. */
   | { type: "hook"; condition: Omit<Condition, "lastTransitionTime"> & { type: HookConditionType } }
   /** Steps another object took on it (an update ops run's): kept on its event list, whatever its

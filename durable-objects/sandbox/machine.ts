@@ -61,7 +61,7 @@ export function transition(current: SandboxState | null, ev: SandboxEvent, now: 
     case "ack":
       return s ? unlessUnchanged(current, ack(s, ev, now)) : ok(null, []);
     case "alarm":
-      return s ? unlessUnchanged(current, alarm(s, now)) : ok(null, []);
+      return s ? unlessUnchanged(current, alarm(s, now, ev.pauseRefused)) : ok(null, []);
     case "upgrade":
       return s && s.phase !== "Terminating" ? upgrade(current!, s, ev, now) : refuse(s, ErrorCode.sandboxNotFound, sandboxNotFoundMessage(current?.spec.id ?? ""));
     case "record":
@@ -410,7 +410,7 @@ function ack(s: SandboxState, ev: Extract<SandboxEvent, { type: "ack" }>, now: n
   return ok(s, changed(s, before) ? [index(s)] : []);
 }
 
-function alarm(s: SandboxState, now: number): Transition {
+function alarm(s: SandboxState, now: number, pauseRefused?: string): Transition {
   const due = dueAt(s);
   if (due === null || due > now) return ok(s, []);
   switch (s.phase) {
@@ -423,7 +423,11 @@ function alarm(s: SandboxState, now: number): Transition {
     case "Pending":
     case "Running":
     case "Resuming":
-      return s.spec.lifecycle.onTimeout === "pause" ? startPause(s, s.spec.lifecycle.timeoutPauseStrategy, now) : kill(s, now);
+      if (s.spec.lifecycle.onTimeout !== "pause") return kill(s, now);
+      if (pauseRefused === undefined) return startPause(s, s.spec.lifecycle.timeoutPauseStrategy, now);
+      // Not left running past its timeout: killed, and the step says why it was not paused.
+      note(s, { at: now, type: "Warning", reason: "TimeoutPauseRefused", message: `timed out and killed instead of paused: ${pauseRefused}`, source: "team quota" });
+      return kill(s, now);
     default:
       return assertNever(s.phase);
   }

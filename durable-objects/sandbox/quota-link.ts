@@ -1,12 +1,12 @@
-// The sandbox group's side of the team quota (TeamQuotaDO): a resume reserves before it happens
-// (and may be refused with 429), and after every committed transition the group tells the quota
-// when a sandbox stops counting (release) or counts again without a reserve, or holds less (a
-// Freeze pause keeps only its memory): an assert, never refused. A client's
+// The sandbox group's side of the team quota (TeamQuotaDO): a pause and a resume reserve before
+// they happen (and may be refused with 429: a paused slot, a running one), and after every
+// committed transition the group tells the quota when a sandbox stops counting (release) or counts
+// again without a reserve, or holds less: an assert, never refused. A client's
 // own change waits for the first try; failed tries are retried in the background, and one lost
 // for good is found by the quota's reconcile.
 import type { Env } from "../env.ts";
 import { ErrorCode, type Refusal } from "../../schema/errors.ts";
-import { holds, type Hold } from "../quota/ledger.ts";
+import { holds, type Hold, type PausedHold } from "../quota/ledger.ts";
 import type { SandboxEvent } from "./events.ts";
 import type { Result, SandboxState } from "./state.ts";
 import { edgeLogger } from "../tracing/edge-log.ts";
@@ -29,7 +29,22 @@ export class QuotaLink {
     try {
       return await this.quota(s).reserve(request(s, s.generation + 1, false));
     } catch (err) {
-      return { ok: false, error: unavailable(s, err) };
+      return { ok: false, error: unavailable(s, err, "resume") };
+    }
+  }
+
+  /**
+   * Before a pause (a client's, kubectl's, the probe's or the auto-pause at timeout): reserves the
+   * paused slot the sandbox holds as `after`, the machine's transition not applied yet, at its
+   * generation. Refused over `pausedSandboxes`; nothing to reserve when `after` is not paused.
+   */
+  async beforePause(after: SandboxState): Promise<Result> {
+    const hold = held(after);
+    if (hold !== "frozen" && hold !== "stopped") return { ok: true };
+    try {
+      return await this.quota(after).reserve(request(after, after.generation, false, hold));
+    } catch (err) {
+      return { ok: false, error: unavailable(after, err, "pause") };
     }
   }
 
@@ -44,7 +59,7 @@ export class QuotaLink {
     if (was === now || (!was && ev === "create")) return null;
     const s = (after ?? before)!;
     const generation = after?.generation ?? before!.generation;
-    const send = now ? () => this.quota(s).reserve(request(s, generation, true, now === "frozen")) : () => this.quota(s).release(s.spec.id, generation);
+    const send = now ? () => this.quota(s).reserve(request(s, generation, true, now === "running" ? undefined : now)) : () => this.quota(s).release(s.spec.id, generation);
     const what = `${now ? "assert" : "release"} of sandbox ${s.spec.id}`;
     return attempt(send).then((done) => {
       if (!done) this.background(retry(send, what));
@@ -61,12 +76,12 @@ export function held(s: SandboxState | null): Hold {
   return s ? holds(s.phase, s.pauseStrategy) : null;
 }
 
-function request(s: SandboxState, generation: number, force: boolean, frozen = false) {
-  return { sandboxId: s.spec.id, generation, cpu: s.spec.cpuCount, memoryMB: s.spec.memoryMB, teamId: s.spec.teamId, teamName: s.spec.teamName ?? s.spec.teamId, force, ...(frozen ? { frozen } : {}) };
+function request(s: SandboxState, generation: number, force: boolean, paused?: PausedHold) {
+  return { sandboxId: s.spec.id, generation, cpu: s.spec.cpuCount, memoryMB: s.spec.memoryMB, teamId: s.spec.teamId, teamName: s.spec.teamName ?? s.spec.teamId, force, ...(paused ? { paused } : {}) };
 }
 
-function unavailable(s: SandboxState, err: unknown): Refusal {
-  return { code: ErrorCode.quotaUnavailable, message: `The quota of team "${s.spec.teamName ?? s.spec.teamId}" is unavailable (${String(err)}); the resume is refused` };
+function unavailable(s: SandboxState, err: unknown, what: "pause" | "resume"): Refusal {
+  return { code: ErrorCode.quotaUnavailable, message: `The quota of team "${s.spec.teamName ?? s.spec.teamId}" is unavailable (${String(err)}); the ${what} is refused` };
 }
 
 /** One try; false when it failed or was refused. */

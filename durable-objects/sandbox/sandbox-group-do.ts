@@ -232,11 +232,20 @@ export class SandboxGroupDO extends DurableObject<Env> {
    * it paused), bounded by `waitMs`, as E2B's pause returns only then: a snapshot, fork or connect
    * right after it finds the sandbox paused, not pausing. `waitMs` 0 answers once the pause is
    * stored, for callers nobody waits on (kubectl's requests, the auto-pause probe). A pause that runs
-   * out of time, or that its cluster did not take yet, continues: the answer says so.
+   * out of time, or that its cluster did not take yet, continues: the answer says so. The team
+   * quota's paused slot is reserved before the pause is stored: over `pausedSandboxes` it is
+   * refused (429) and the sandbox keeps running.
    */
   async pause(id: string, access: Access, strategy?: PauseStrategy, waitMs: number = DEFAULT_WAIT_MS): Promise<Result> {
-    if (!visibleTo(this.slots.find(id)?.state ?? null, access)) return notFound(id);
+    const s = this.slots.find(id)?.state ?? null;
+    if (!visibleTo(s, access)) return notFound(id);
     const deadline = Date.now() + waitMs;
+    // The machine is pure: what the pause would make of the sandbox now (a refusal is left to apply).
+    const planned = transition(s, { type: "pause", strategy }, Date.now());
+    if (planned.result.ok && planned.state) {
+      const reserved = await this.quota.beforePause(planned.state);
+      if (!reserved.ok) return reserved;
+    }
     const t = await this.apply(id, { type: "pause", strategy }, waitMs, access.traceparent);
     if (!t.ok) return t;
     if (waitMs <= 0) return { ok: true };
@@ -354,14 +363,14 @@ export class SandboxGroupDO extends DurableObject<Env> {
     return { ok: true };
   }
 
-  /** TeamQuotaDO's reconcile: whether each sandbox still counts against its team's quota, and how (frozen). */
+  /** TeamQuotaDO's reconcile: whether each sandbox still counts against its team's quota, and how (frozen, stopped). */
   async quotaHeld(ids: string[]): Promise<Record<string, Held>> {
     await this.settled();
     const out: Record<string, Held> = {};
     for (const id of ids) {
       const s = this.slots.find(id)?.state;
       const h = held(s ?? null);
-      out[id] = s ? { known: true, counted: h !== null, ...(h === "frozen" ? { frozen: true } : {}), generation: s.generation } : { known: false };
+      out[id] = s ? { known: true, counted: h !== null, ...(h === "frozen" ? { frozen: true } : h === "stopped" ? { stopped: true } : {}), generation: s.generation } : { known: false };
     }
     return out;
   }
@@ -470,7 +479,7 @@ export class SandboxGroupDO extends DurableObject<Env> {
         }
         if (slot.dirty && slot.state) this.save(id, slot);
       }
-      await this.apply(id, { type: "alarm" }, 0);
+      await this.apply(id, await this.alarmEvent(slot.state, now), 0);
     } catch (err) {
       LOG.error("alarm work failed", { sandboxId: id, error: err });
     } finally {
@@ -478,6 +487,21 @@ export class SandboxGroupDO extends DurableObject<Env> {
       this.firing.delete(id);
       this.slots.release(id, slot);
     }
+  }
+
+  /**
+   * The alarm's event. An auto-pause at timeout reserves its paused slot first; one the team quota
+   * refuses (over `pausedSandboxes`, or the quota cannot answer: it fails closed) is a kill, as a
+   * timeout without auto-pause is: never left running past its timeout, never paused uncounted.
+   */
+  private async alarmEvent(s: SandboxState | null, now: number): Promise<SandboxEvent> {
+    const planned = s && held(s) === "running" ? transition(s, { type: "alarm" }, now).state : null;
+    const pauses = planned?.phase === "Pausing";
+    if (!pauses) return { type: "alarm" };
+    const reserved = await this.quota.beforePause(planned);
+    if (reserved.ok) return { type: "alarm" };
+    LOG.warn("timeout's auto-pause refused by the team quota; the sandbox is killed", { sandboxId: s!.spec.id, teamId: s!.spec.teamId, code: reserved.error.code, reason: reserved.error.message });
+    return { type: "alarm", pauseRefused: reserved.error.message };
   }
 
   private async applyVisible(id: string, access: Access, ev: SandboxEvent): Promise<Result> {
