@@ -91,7 +91,7 @@ describe("team quota", () => {
     expect(await usage(team)).toMatchObject({ vcpus: 3 });
   });
 
-  it("a Freeze-paused sandbox keeps its memory counted (not its vCPUs nor a running slot) until it is killed; a Stop-paused one holds nothing; a resume does not count it twice", async () => {
+  it("a Freeze-paused sandbox keeps its memory counted (not its vCPUs nor a running slot) until it is killed; a Stop-paused one no memory (a paused slot only); a resume does not count it twice", async () => {
     const team = await quotaTeam({ memoryMB: 1024 }, { memoryMB: 512 });
     const a = await expectStatus(create(team), 201);
     const b = await expectStatus(create(team), 201);
@@ -152,7 +152,7 @@ describe("team quota", () => {
     expect(await usage(team)).toMatchObject({ runningSandboxes: 2 });
   });
 
-  it("counts paused sandboxes from before frozen memory counted as frozen, until the reconcile asks their group (a Stop-paused one then holds nothing)", async () => {
+  it("counts paused sandboxes from before frozen memory counted as frozen, until the reconcile asks their group (a Stop-paused one then holds no memory)", async () => {
     const team = await quotaTeam({ memoryMB: 1024 }, { memoryMB: 512 });
     const a = await expectStatus(create(team), 201);
     const b = await expectStatus(create(team), 201);
