@@ -20,7 +20,7 @@ import { getDb } from "../store/db.ts";
 import { listLiveOfTeam } from "../store/sandbox-index.ts";
 import { sandboxGroupOf, sandboxGroupStub } from "../sandbox/stub.ts";
 import { TurnWrites } from "../turn-writes.ts";
-import { heldPaused, Ledger, overMessage, reheld, stale, type Held, type PausedHold, type QuotaRequest, type Reservation, type Resources } from "./ledger.ts";
+import { heldPaused, Ledger, overMessage, reheld, stale, type Held, type Hold, type PausedHold, type QuotaRequest, type Reservation, type Resources } from "./ledger.ts";
 import { openQuotaStore, type QuotaStore } from "./store.ts";
 import { afterClaim, createClaimed, noStock, type ClaimCreate, type ClaimCreateResult, type Created } from "./claim-create.ts";
 import { deleteIntent } from "../cluster/machine.ts";
@@ -177,6 +177,22 @@ export class TeamQuotaDO extends DurableObject<Env> {
       return { ok: false, error: { code: ErrorCode.quotaExceeded, message: overMessage(req.teamName, r.over) } };
     }
     const failed = r.changed ? await this.write(req.sandboxId, r.changed, req.teamName) : null;
+    return failed ? { ok: false, error: failed } : { ok: true };
+  }
+
+  /**
+   * A pause reserved at `reserved` that was not stored (its row write failed, or the sandbox changed
+   * meanwhile: a timeout extended while an auto-pause's reserve was in flight): unless something
+   * newer was reserved since, the reservation becomes what the sandbox holds now (`hold` at its
+   * `generation`), so its running slot is not left uncounted until the reconcile.
+   */
+  async revert(sandboxId: string, reserved: number, hold: Hold, generation: number): Promise<Result> {
+    const loaded = this.loaded();
+    if (!loaded.ok) return loaded;
+    if (loaded.ledger.reservations.get(sandboxId)?.generation !== reserved) return { ok: true };
+    const next = hold ? loaded.ledger.rehold(sandboxId, hold === "running" ? null : hold, generation, Date.now()) : null;
+    if (!hold) loaded.ledger.release(sandboxId, reserved);
+    const failed = await this.write(sandboxId, next);
     return failed ? { ok: false, error: failed } : { ok: true };
   }
 

@@ -49,6 +49,20 @@ export class QuotaLink {
   }
 
   /**
+   * After a pause reserved by `beforePause(planned)` was applied, or not: when the sandbox (`now`)
+   * is not what was reserved, the reservation goes back to what it holds (TeamQuotaDO.revert). Best
+   * effort: a lost one is the reconcile's, as before.
+   */
+  async afterPause(planned: SandboxState, now: SandboxState | null): Promise<void> {
+    if (now && now.generation === planned.generation && held(now) === held(planned)) return;
+    try {
+      await this.quota(planned).revert(planned.spec.id, planned.generation, held(now), now?.generation ?? planned.generation);
+    } catch (err) {
+      LOG.error("team quota revert of an unapplied pause failed; the quota's reconcile will find it", { sandboxId: planned.spec.id, error: err });
+    }
+  }
+
+  /**
    * After a committed transition from `before` to `after`. The create was reserved by its claim.
    * Resolves after the first try, so a client's kill or pause has freed its slot when it is
    * answered (a create right after it is not refused); failed tries go on in the background.

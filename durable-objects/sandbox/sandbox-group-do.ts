@@ -241,12 +241,13 @@ export class SandboxGroupDO extends DurableObject<Env> {
     if (!visibleTo(s, access)) return notFound(id);
     const deadline = Date.now() + waitMs;
     // The machine is pure: what the pause would make of the sandbox now (a refusal is left to apply).
-    const planned = transition(s, { type: "pause", strategy }, Date.now());
-    if (planned.result.ok && planned.state) {
-      const reserved = await this.quota.beforePause(planned.state);
+    const planned = transition(s, { type: "pause", strategy }, Date.now()).state;
+    if (planned && held(planned) !== held(s)) {
+      const reserved = await this.quota.beforePause(planned);
       if (!reserved.ok) return reserved;
     }
     const t = await this.apply(id, { type: "pause", strategy }, waitMs, access.traceparent);
+    if (planned && held(planned) !== held(s)) await this.quota.afterPause(planned, this.slots.find(id)?.state ?? null);
     if (!t.ok) return t;
     if (waitMs <= 0) return { ok: true };
     if (t.failure) return { ok: false, error: { code: ErrorCode.internal, message: `The pause of sandbox "${id}" did not reach its cluster yet (${t.failure.message}); it is sent again until it does, and the sandbox stays paused` } };
@@ -479,7 +480,9 @@ export class SandboxGroupDO extends DurableObject<Env> {
         }
         if (slot.dirty && slot.state) this.save(id, slot);
       }
-      await this.apply(id, await this.alarmEvent(slot.state, now), 0);
+      const { ev, reserved } = await this.alarmEvent(slot.state, now);
+      await this.apply(id, ev, 0);
+      if (reserved) await this.quota.afterPause(reserved, slot.state);
     } catch (err) {
       LOG.error("alarm work failed", { sandboxId: id, error: err });
     } finally {
@@ -494,14 +497,13 @@ export class SandboxGroupDO extends DurableObject<Env> {
    * refuses (over `pausedSandboxes`, or the quota cannot answer: it fails closed) is a kill, as a
    * timeout without auto-pause is: never left running past its timeout, never paused uncounted.
    */
-  private async alarmEvent(s: SandboxState | null, now: number): Promise<SandboxEvent> {
+  private async alarmEvent(s: SandboxState | null, now: number): Promise<{ ev: SandboxEvent; reserved?: SandboxState }> {
     const planned = s && held(s) === "running" ? transition(s, { type: "alarm" }, now).state : null;
-    const pauses = planned?.phase === "Pausing";
-    if (!pauses) return { type: "alarm" };
+    if (!planned || planned.phase !== "Pausing") return { ev: { type: "alarm" } };
     const reserved = await this.quota.beforePause(planned);
-    if (reserved.ok) return { type: "alarm" };
-    LOG.warn("timeout's auto-pause refused by the team quota; the sandbox is killed", { sandboxId: s!.spec.id, teamId: s!.spec.teamId, code: reserved.error.code, reason: reserved.error.message });
-    return { type: "alarm", pauseRefused: reserved.error.message };
+    if (reserved.ok) return { ev: { type: "alarm" }, reserved: planned };
+    LOG.warn("timeout's auto-pause refused by the team quota; the sandbox is killed", { sandboxId: planned.spec.id, teamId: planned.spec.teamId, code: reserved.error.code, reason: reserved.error.message });
+    return { ev: { type: "alarm", pauseRefused: reserved.error.message } };
   }
 
   private async applyVisible(id: string, access: Access, ev: SandboxEvent): Promise<Result> {

@@ -262,6 +262,37 @@ describe("paused sandboxes quota", () => {
     expect(await usage(team)).toMatchObject({ runningSandboxes: 0, pausedSandboxes: 1 });
   });
 
+  it("an auto-pause reserved while the timeout is extended is not applied, and gives the running slot back at once", async () => {
+    const team = await quotaTeam({ pausedSandboxes: 5, runningSandboxes: 5 });
+    const id = (await expectStatus(call("/v2/sandboxes", { key: team.key, body: { templateID: team.template, timeout: 300, autoPause: true } }), 201)).sandboxID as string;
+    // The client extends the timeout while the alarm's reserve is in flight: the alarm then finds
+    // nothing due, and the sandbox runs on.
+    type Link = { beforePause?: (after: unknown) => Promise<unknown> };
+    const group = sandboxGroupStub(env, id);
+    await runInDurableObject(group, (instance: SandboxGroupDO) => {
+      const link = (instance as unknown as { quota: Link }).quota;
+      const real = Object.getPrototypeOf(link).beforePause as NonNullable<Link["beforePause"]>;
+      link.beforePause = async (after) => {
+        const res = await real.call(link, after);
+        await expectStatus(call(`/sandboxes/${id}/timeout`, { key: team.key, body: { timeout: 300 } }), 204);
+        return res;
+      };
+    });
+    try {
+      await expectStatus(call(`/sandboxes/${id}/timeout`, { key: team.key, body: { timeout: 0 } }), 204);
+      await waitFor(async () => (await expectStatus(call(`/sandboxes/${id}`, { key: team.key }), 200)).endAt > new Date(Date.now() + 200_000).toISOString());
+    } finally {
+      await runInDurableObject(group, (instance: SandboxGroupDO) => {
+        delete (instance as unknown as { quota: Link }).quota.beforePause;
+      });
+    }
+    expect(await stateOf(team, id)).toBe("running");
+    await waitFor(async () => {
+      const u = await usage(team);
+      return u.runningSandboxes === 1 && u.pausedSandboxes === 0;
+    });
+  });
+
   it("the paused sandboxes' census: Stop-paused ones from before paused sandboxes counted are counted at first use", async () => {
     const team = await quotaTeam({ pausedSandboxes: 2 });
     const ids = await Promise.all([0, 1, 2].map(async () => (await expectStatus(create(team), 201)).sandboxID as string));
