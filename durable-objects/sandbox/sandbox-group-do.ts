@@ -493,17 +493,19 @@ export class SandboxGroupDO extends DurableObject<Env> {
   }
 
   /**
-   * The alarm's event. An auto-pause at timeout reserves its paused slot first; one the team quota
-   * refuses (over `pausedSandboxes`, or the quota cannot answer: it fails closed) is a kill, as a
-   * timeout without auto-pause is: never left running past its timeout, never paused uncounted.
+   * The alarm's event. An auto-pause at timeout reserves its paused slot first. Over
+   * `pausedSandboxes` it is a kill, as a timeout without auto-pause is: never paused past the bound.
+   * A quota that cannot answer puts the pause off, then pauses anyway (machine.ts `alarm`): a fault
+   * of ours never destroys the user's data.
    */
   private async alarmEvent(s: SandboxState | null, now: number): Promise<{ ev: SandboxEvent; reserved?: SandboxState }> {
     const planned = s && held(s) === "running" ? transition(s, { type: "alarm" }, now).state : null;
     if (!planned || planned.phase !== "Pausing") return { ev: { type: "alarm" } };
     const reserved = await this.quota.beforePause(planned);
     if (reserved.ok) return { ev: { type: "alarm" }, reserved: planned };
-    LOG.warn("timeout's auto-pause refused by the team quota; the sandbox is killed", { sandboxId: planned.spec.id, teamId: planned.spec.teamId, code: reserved.error.code, reason: reserved.error.message });
-    return { ev: { type: "alarm", pauseRefused: reserved.error.message } };
+    const what = reserved.error.code === ErrorCode.quotaExceeded ? "the sandbox is killed" : "the pause is put off, or made uncounted after its last try";
+    LOG.warn(`timeout's auto-pause refused by the team quota; ${what}`, { sandboxId: planned.spec.id, teamId: planned.spec.teamId, code: reserved.error.code, reason: reserved.error.message });
+    return { ev: { type: "alarm", pauseRefused: reserved.error } };
   }
 
   private async applyVisible(id: string, access: Access, ev: SandboxEvent): Promise<Result> {

@@ -371,7 +371,7 @@ describe("team quota fails closed", () => {
     await expectStatus(create(team), 201);
   });
 
-  it("refuses a pause with 503 when the quota cannot be read (the sandbox keeps running), and an auto-pause at timeout is then a kill", async () => {
+  it("refuses a pause with 503 when the quota cannot be read (the sandbox keeps running); an auto-pause at timeout is put off, not a kill, and pauses once the quota answers", async () => {
     const id = (await expectStatus(create(team), 201)).sandboxID as string;
     const auto = (await expectStatus(call("/v2/sandboxes", { key: team.key, body: { templateID: team.template, timeout: 300, autoPause: true } }), 201)).sandboxID as string;
     const undo = await breakStore("load", "SQLITE_IOERR: disk I/O error");
@@ -379,15 +379,22 @@ describe("team quota fails closed", () => {
       await expectError(call(`/sandboxes/${id}/pause`, { key: team.key, body: {} }), 503, /quota of team .* is unavailable .*SQLITE_IOERR/);
       expect((await expectStatus(call(`/sandboxes/${id}`, { key: team.key }), 200)).state).toBe("running");
       await expectStatus(call(`/sandboxes/${auto}/timeout`, { key: team.key, body: { timeout: 0 } }), 204);
-      await waitFor(async () => (await call(`/sandboxes/${auto}`, { key: team.key })).status === 404);
+      await waitFor(async () => ((await expectStatus(call(`/admin/sandboxes/${auto}`), 200)).events ?? []).some((e: { reason: string }) => e.reason === "TimeoutPauseDeferred"));
+      const admin = await expectStatus(call(`/admin/sandboxes/${auto}`), 200);
+      expect(admin.events).toContainEqual(expect.objectContaining({ type: "Warning", reason: "TimeoutPauseDeferred", source: "team quota", message: expect.stringMatching(/tried again in 5 s .*SQLITE_IOERR/) }));
+      expect((await expectStatus(call(`/sandboxes/${auto}`, { key: team.key }), 200)).state).toBe("running");
     } finally {
       await undo();
     }
+    // The next try (5 s later) finds the quota answering: paused, and counted.
+    await waitFor(async () => (await expectStatus(call(`/sandboxes/${auto}`, { key: team.key }), 200)).state === "paused", 15_000);
+    await waitFor(async () => (await usage(team)).pausedSandboxes === 1);
+    await expectStatus(call(`/sandboxes/${auto}`, { key: team.key, method: "DELETE" }), 204);
     await expectStatus(call(`/sandboxes/${id}/pause`, { key: team.key, body: {} }), 204);
     await expectStatus(call(`/sandboxes/${id}`, { key: team.key, method: "DELETE" }), 204);
     // The kill's release, made while the quota could not be read, is retried (or reconciled).
     await waitFor(async () => (await usage(team)).runningSandboxes === (await expectStatus(call("/v2/sandboxes", { key: team.key }), 200)).length);
-  });
+  }, 40_000);
 
   it("refuses the create with 503 when the reservation cannot be written", async () => {
     const before = (await usage(team)).runningSandboxes;
