@@ -14,10 +14,17 @@ import { edgeLogger } from "../tracing/edge-log.ts";
 const LOG = edgeLogger("sandbox-group");
 
 const RETRIES_MS = [250, 1_000, 4_000];
+/** How long a pause's reservation made before its prePause hook is taken as still held (the quota's
+ * reconcile leaves one its group has not reached for 60 s). */
+const RESERVED_FRESH_MS = 30_000;
 
 export class QuotaLink {
   private readonly env: Env;
   private readonly background: (p: Promise<unknown>) => void;
+  /** Pauses reserved (`beforePause`) and not settled yet (`afterPause`), by sandbox: a pause whose
+   * slot was reserved before its prePause hook ran finds it here. In memory: a new instance just
+   * reserves again (a repeat at the same generation changes nothing in the ledger). */
+  private readonly reserved = new Map<string, { planned: SandboxState; at: number }>();
 
   constructor(env: Env, background: (p: Promise<unknown>) => void) {
     this.env = env;
@@ -36,16 +43,32 @@ export class QuotaLink {
   /**
    * Before a pause (a client's, kubectl's, the probe's or the auto-pause at timeout): reserves the
    * paused slot the sandbox holds as `after`, the machine's transition not applied yet, at its
-   * generation. Refused over `pausedSandboxes`; nothing to reserve when `after` is not paused.
+   * generation. Refused over `pausedSandboxes`; nothing to reserve when `after` is not paused, nor
+   * when this very pause was reserved moments ago (before its prePause hook ran).
    */
   async beforePause(after: SandboxState): Promise<Result> {
     const hold = held(after);
     if (hold !== "frozen" && hold !== "stopped") return { ok: true };
+    if (this.reservedPause(after.spec.id, after)) return { ok: true };
     try {
-      return await this.quota(after).reserve(request(after, after.generation, false, hold));
+      const res = await this.quota(after).reserve(request(after, after.generation, false, hold));
+      if (res.ok) this.reserved.set(after.spec.id, { planned: after, at: Date.now() });
+      return res;
     } catch (err) {
       return { ok: false, error: unavailable(after, err, "pause") };
     }
+  }
+
+  /**
+   * The pause reserved for sandbox `id` and not settled yet (`afterPause`), if still fresh; with
+   * `as`, only when it is that very hold at that generation. Fresh: well inside the quota's 60 s
+   * grace, after which its reconcile may have reverted a reservation its group has not reached.
+   */
+  reservedPause(id: string, as?: SandboxState): SandboxState | null {
+    const r = this.reserved.get(id);
+    if (!r || Date.now() - r.at > RESERVED_FRESH_MS) return null;
+    if (as && (as.generation !== r.planned.generation || held(as) !== held(r.planned))) return null;
+    return r.planned;
   }
 
   /**
@@ -54,6 +77,7 @@ export class QuotaLink {
    * effort: a lost one is the reconcile's, as before.
    */
   async afterPause(planned: SandboxState, now: SandboxState | null): Promise<void> {
+    if (this.reserved.get(planned.spec.id)?.planned.generation === planned.generation) this.reserved.delete(planned.spec.id);
     if (now && now.generation === planned.generation && held(now) === held(planned)) return;
     try {
       await this.quota(planned).revert(planned.spec.id, planned.generation, held(now), now?.generation ?? planned.generation);

@@ -79,6 +79,16 @@ export interface SnapshotSource {
   cluster: string;
 }
 
+/**
+ * What a pause (or a timeout's auto-pause) would make of the sandbox now, when that holds a paused
+ * slot it does not hold yet: the machine is pure, so this is a dry run (a refusal is left to apply).
+ */
+function plannedPause(s: SandboxState | null, ev: SandboxEvent, now: number): SandboxState | null {
+  const planned = s && transition(s, ev, now).state;
+  const hold = held(planned ?? null);
+  return planned && (hold === "frozen" || hold === "stopped") && hold !== held(s) ? planned : null;
+}
+
 export class SandboxGroupDO extends DurableObject<Env> {
   private readonly store: SandboxStore;
   /** The sandboxes in memory (set in the constructor: loading needs the store). */
@@ -240,14 +250,10 @@ export class SandboxGroupDO extends DurableObject<Env> {
     const s = this.slots.find(id)?.state ?? null;
     if (!visibleTo(s, access)) return notFound(id);
     const deadline = Date.now() + waitMs;
-    // The machine is pure: what the pause would make of the sandbox now (a refusal is left to apply).
-    const planned = transition(s, { type: "pause", strategy }, Date.now()).state;
-    if (planned && held(planned) !== held(s)) {
-      const reserved = await this.quota.beforePause(planned);
-      if (!reserved.ok) return reserved;
-    }
-    const t = await this.apply(id, { type: "pause", strategy }, waitMs, access.traceparent);
-    if (planned && held(planned) !== held(s)) await this.quota.afterPause(planned, this.slots.find(id)?.state ?? null);
+    const ev: SandboxEvent = { type: "pause", strategy };
+    const reserved = await this.withPauseReserved(id, plannedPause(s, ev, Date.now()), () => this.apply(id, ev, waitMs, access.traceparent));
+    if (!reserved.ok) return reserved;
+    const t = reserved.value;
     if (!t.ok) return t;
     if (waitMs <= 0) return { ok: true };
     if (t.failure) return { ok: false, error: { code: ErrorCode.internal, message: `The pause of sandbox "${id}" did not reach its cluster yet (${t.failure.message}); it is sent again until it does, and the sandbox stays paused` } };
@@ -266,6 +272,42 @@ export class SandboxGroupDO extends DurableObject<Env> {
       // any more, which is what the pause asked.
       { ok: true },
     );
+  }
+
+  /**
+   * A pause's paused slot reserved before its prePause hook runs (pause-resume.ts `pauseSandbox`),
+   * so a pause the team quota refuses never runs the hook; `pause` then finds it reserved. A hook
+   * that refuses gives it back (`cancelPause`).
+   */
+  async reservePause(id: string, access: Access, strategy?: PauseStrategy): Promise<Result> {
+    const s = this.slots.find(id)?.state ?? null;
+    if (!visibleTo(s, access)) return notFound(id);
+    const planned = plannedPause(s, { type: "pause", strategy }, Date.now());
+    return planned ? this.quota.beforePause(planned) : { ok: true };
+  }
+
+  /** The pause `reservePause` reserved will not happen (its hook refused): the slot goes back now. */
+  async cancelPause(id: string, access: Access): Promise<Result> {
+    const s = this.slots.find(id)?.state ?? null;
+    if (!visibleTo(s, access)) return notFound(id);
+    const planned = this.quota.reservedPause(id);
+    if (planned) await this.quota.afterPause(planned, s);
+    return { ok: true };
+  }
+
+  /**
+   * Dry-run → reserve → apply → revert, for every pause (a client's, the auto-pause at timeout):
+   * `planned` (plannedPause) is reserved first, refusable; after `apply` a sandbox that did not
+   * become what was reserved gives the slot back at once (QuotaLink.afterPause).
+   */
+  private async withPauseReserved<T>(id: string, planned: SandboxState | null, apply: () => Promise<T>): Promise<Result<{ value: T }>> {
+    if (planned) {
+      const reserved = await this.quota.beforePause(planned);
+      if (!reserved.ok) return reserved;
+    }
+    const value = await apply();
+    if (planned) await this.quota.afterPause(planned, this.slots.find(id)?.state ?? null);
+    return { ok: true, value };
   }
 
   /** E2B updateNetwork: answered once the agent has taken the new rules (bounded by `waitMs`). */
@@ -480,9 +522,7 @@ export class SandboxGroupDO extends DurableObject<Env> {
         }
         if (slot.dirty && slot.state) this.save(id, slot);
       }
-      const { ev, reserved } = await this.alarmEvent(slot.state, now);
-      await this.apply(id, ev, 0);
-      if (reserved) await this.quota.afterPause(reserved, slot.state);
+      await this.timeout(id, slot.state, now);
     } catch (err) {
       LOG.error("alarm work failed", { sandboxId: id, error: err });
     } finally {
@@ -498,14 +538,13 @@ export class SandboxGroupDO extends DurableObject<Env> {
    * A quota that cannot answer puts the pause off, then pauses anyway (machine.ts `alarm`): a fault
    * of ours never destroys the user's data.
    */
-  private async alarmEvent(s: SandboxState | null, now: number): Promise<{ ev: SandboxEvent; reserved?: SandboxState }> {
-    const planned = s && held(s) === "running" ? transition(s, { type: "alarm" }, now).state : null;
-    if (!planned || planned.phase !== "Pausing") return { ev: { type: "alarm" } };
-    const reserved = await this.quota.beforePause(planned);
-    if (reserved.ok) return { ev: { type: "alarm" }, reserved: planned };
-    const what = reserved.error.code === ErrorCode.quotaExceeded ? "the sandbox is killed" : "the pause is put off, or made uncounted after its last try";
-    LOG.warn(`timeout's auto-pause refused by the team quota; ${what}`, { sandboxId: planned.spec.id, teamId: planned.spec.teamId, code: reserved.error.code, reason: reserved.error.message });
-    return { ev: { type: "alarm", pauseRefused: reserved.error } };
+  private async timeout(id: string, s: SandboxState | null, now: number): Promise<void> {
+    const ev: SandboxEvent = { type: "alarm" };
+    const done = await this.withPauseReserved(id, plannedPause(s, ev, now), () => this.apply(id, ev, 0));
+    if (done.ok) return;
+    const what = done.error.code === ErrorCode.quotaExceeded ? "the sandbox is killed" : "the pause is put off, or made uncounted after its last try";
+    LOG.warn(`timeout's auto-pause refused by the team quota; ${what}`, { sandboxId: id, teamId: s?.spec.teamId, code: done.error.code, reason: done.error.message });
+    await this.apply(id, { type: "alarm", pauseRefused: done.error }, 0);
   }
 
   private async applyVisible(id: string, access: Access, ev: SandboxEvent): Promise<Result> {

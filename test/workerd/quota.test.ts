@@ -3,7 +3,7 @@
 // closed when its rows cannot be read or written.
 import { runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import type { TeamQuotaDO } from "../../durable-objects/quota/team-quota-do.ts";
 import { openQuotaStore } from "../../durable-objects/quota/store.ts";
 import type { SandboxGroupDO } from "../../durable-objects/sandbox/sandbox-group-do.ts";
@@ -260,6 +260,27 @@ describe("paused sandboxes quota", () => {
     const admin = await expectStatus(call(`/admin/sandboxes/${b}`), 200);
     expect(admin.events).toContainEqual(expect.objectContaining({ type: "Warning", reason: "TimeoutPauseRefused", source: "team quota", message: expect.stringMatching(/killed instead of paused: team ".*" has 1 of 1 paused sandboxes \(quota pausedSandboxes\)/) }));
     expect(await usage(team)).toMatchObject({ runningSandboxes: 0, pausedSandboxes: 1 });
+  });
+
+  it("a pause over the quota never runs the template's prePause hook; a hook that refuses gives the slot reserved before it back at once", async () => {
+    const ingressUrl = inject("hookIngress");
+    const hookCalls = async (id: string) => ((await (await fetch(`${ingressUrl}/__calls`)).json()) as { sandboxId: string }[]).filter((c) => c.sandboxId === id).length;
+    const hooked = (path: string) => ({ lifecycle: { prePause: { http: { port: 8080, path }, timeoutSeconds: 5 } } });
+    const team = await quotaTeam({ pausedSandboxes: 1 }, hooked("/ok"), { ingressUrl });
+    const [a, b] = await Promise.all([0, 1].map(async () => (await expectStatus(create(team), 201)).sandboxID as string));
+    await expectStatus(pause(team, a!), 204);
+    expect(await hookCalls(a!)).toBe(1);
+    await expectError(pause(team, b!), 429, /has 1 of 1 paused sandboxes \(quota pausedSandboxes\)/);
+    expect(await hookCalls(b!)).toBe(0);
+    expect(await stateOf(team, b!)).toBe("running");
+    expect(await usage(team)).toMatchObject({ runningSandboxes: 1, pausedSandboxes: 1 });
+
+    const failing = await quotaTeam({ pausedSandboxes: 1 }, hooked("/fail"), { ingressUrl });
+    const c = (await expectStatus(create(failing), 201)).sandboxID as string;
+    await expectError(pause(failing, c), 409, /prePause/);
+    expect(await hookCalls(c)).toBe(1);
+    expect(await stateOf(failing, c)).toBe("running");
+    expect(await usage(failing)).toMatchObject({ runningSandboxes: 1, pausedSandboxes: 0 });
   });
 
   it("an auto-pause reserved while the timeout is extended is not applied, and gives the running slot back at once", async () => {
