@@ -95,6 +95,8 @@ export class QuotaLink {
     const was = held(before);
     const now = held(after);
     if (was === now || (!was && ev === "create")) return null;
+    // A pause reserved before it was applied (beforePause): the quota holds exactly this already.
+    if (after && this.reservedPause(after.spec.id, after)) return null;
     const s = (after ?? before)!;
     const generation = after?.generation ?? before!.generation;
     const send = now ? () => this.quota(s).reserve(request(s, generation, true, now === "running" ? undefined : now)) : () => this.quota(s).release(s.spec.id, generation);

@@ -298,16 +298,20 @@ export class SandboxGroupDO extends DurableObject<Env> {
   /**
    * Dry-run → reserve → apply → revert, for every pause (a client's, the auto-pause at timeout):
    * `planned` (plannedPause) is reserved first, refusable; after `apply` a sandbox that did not
-   * become what was reserved gives the slot back at once (QuotaLink.afterPause).
+   * become what was reserved gives the slot back at once (QuotaLink.afterPause), also when `apply`
+   * throws.
    */
   private async withPauseReserved<T>(id: string, planned: SandboxState | null, apply: () => Promise<T>): Promise<Result<{ value: T }>> {
     if (planned) {
       const reserved = await this.quota.beforePause(planned);
       if (!reserved.ok) return reserved;
     }
-    const value = await apply();
-    if (planned) await this.quota.afterPause(planned, this.slots.find(id)?.state ?? null);
-    return { ok: true, value };
+    try {
+      return { ok: true, value: await apply() };
+    } finally {
+      // Also when the apply threw (its row write failed): the running slot is not left uncounted.
+      if (planned) await this.quota.afterPause(planned, this.slots.find(id)?.state ?? null);
+    }
   }
 
   /** E2B updateNetwork: answered once the agent has taken the new rules (bounded by `waitMs`). */

@@ -314,6 +314,30 @@ describe("paused sandboxes quota", () => {
     });
   });
 
+  it("a pause whose apply throws after its reserve gives the running slot back at once", async () => {
+    const team = await quotaTeam({ pausedSandboxes: 5, runningSandboxes: 5 });
+    const id = (await expectStatus(create(team), 201)).sandboxID as string;
+    type Applier = { apply?: (id: string, ev: { type: string }, ...rest: unknown[]) => Promise<unknown> };
+    const group = sandboxGroupStub(env, id);
+    await runInDurableObject(group, (instance: SandboxGroupDO) => {
+      const i = instance as unknown as Applier;
+      const real = Object.getPrototypeOf(i).apply as NonNullable<Applier["apply"]>;
+      i.apply = (sid, ev, ...rest) => {
+        if (ev.type === "pause") throw new Error("SQLITE_FULL: the row write failed");
+        return real.call(i, sid, ev, ...rest);
+      };
+    });
+    try {
+      expect((await pause(team, id)).status).toBe(500);
+    } finally {
+      await runInDurableObject(group, (instance: SandboxGroupDO) => {
+        delete (instance as unknown as Applier).apply;
+      });
+    }
+    expect(await stateOf(team, id)).toBe("running");
+    expect(await usage(team)).toMatchObject({ runningSandboxes: 1, pausedSandboxes: 0 });
+  });
+
   it("the paused sandboxes' census: Stop-paused ones from before paused sandboxes counted are counted at first use", async () => {
     const team = await quotaTeam({ pausedSandboxes: 2 });
     const ids = await Promise.all([0, 1, 2].map(async () => (await expectStatus(create(team), 201)).sandboxID as string));
