@@ -1,7 +1,7 @@
 // Team quotas (issue 10.4) through the real create route: TeamQuotaDO reserves before the pool
 // claim, the sandbox groups release on kill/pause and re-reserve on resume, and the quota fails
 // closed when its rows cannot be read or written.
-import { runInDurableObject } from "cloudflare:test";
+import { runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import type { TeamQuotaDO } from "../../durable-objects/quota/team-quota-do.ts";
@@ -281,6 +281,24 @@ describe("paused sandboxes quota", () => {
     expect(await hookCalls(c)).toBe(1);
     expect(await stateOf(failing, c)).toBe("running");
     expect(await usage(failing)).toMatchObject({ runningSandboxes: 1, pausedSandboxes: 0 });
+  });
+
+  it("the auto-pause probe over the quota keeps the refusal as its held and probes less often (2, 4… periods)", async () => {
+    const ingressUrl = inject("hookIngress");
+    const team = await quotaTeam({ pausedSandboxes: 1 }, {}, { ingressUrl });
+    const [a, b] = await Promise.all([0, 1].map(async () => (await expectStatus(create(team), 201)).sandboxID as string));
+    await expectStatus(pause(team, a!), 204);
+    const probe = env.PROBE.get(env.PROBE.idFromName(b!));
+    // Idle at once: the stand-in ingress answers `/ok` with an empty body.
+    await probe.start(b!, team.teamId, { probe: { http: { port: 8080, path: "/ok" }, periodSeconds: 10 }, messageRegex: "^$", thresholdDuration: "0s" } as never);
+    const alarmIn = () => runInDurableObject(probe, async (_i: unknown, state: DurableObjectState) => ((await state.storage.getAlarm()) ?? 0) - Date.now());
+    expect(await runDurableObjectAlarm(probe)).toBe(true);
+    expect((await probe.status())?.held).toMatch(/has 1 of 1 paused sandboxes \(quota pausedSandboxes\)/);
+    expect(await alarmIn()).toBeGreaterThan(15_000);
+    expect(await runDurableObjectAlarm(probe)).toBe(true);
+    expect(await alarmIn()).toBeGreaterThan(35_000);
+    expect(await stateOf(team, b!)).toBe("running");
+    await probe.stop();
   });
 
   it("an auto-pause reserved while the timeout is extended is not applied, and gives the running slot back at once", async () => {
