@@ -14,11 +14,11 @@ export interface Resources {
 export interface Reservation extends Resources {
   /** The sandbox generation that reserved it: an older release does not undo a newer reserve. */
   generation: number;
-  /** Freeze-paused: holds its memory and a paused slot (not a running sandbox, not its vCPUs).
-   * The sizes are kept, so a resume (or the reconcile) turns it back into a running one. */
-  frozen?: true;
-  /** Stop-paused: holds a paused slot only (its disk stays on the host, its memory does not). */
-  stopped?: true;
+  /** Paused (absent: running). `frozen` (Freeze): holds its memory and a paused slot, not a running
+   * sandbox nor its vCPUs; `stopped` (Stop): a paused slot only (its disk stays on the host, its
+   * memory does not). The sizes are kept, so a resume (or the reconcile) turns it back into a
+   * running one. */
+  paused?: PausedHold;
   /** When it was (re)reserved: the reconcile leaves young ones alone (their sandbox may not exist yet). */
   at: number;
 }
@@ -153,18 +153,18 @@ export type PausedHold = "frozen" | "stopped";
  * (and its memory when frozen) while paused. */
 export type Hold = "running" | PausedHold | null;
 
-/** What the sandbox's group says of a reserved sandbox when the reconcile asks (`frozen`,
- * `stopped`: how it is paused). */
-export type Held = { known: false } | { known: true; counted: boolean; frozen?: boolean; stopped?: boolean; generation: number };
+/** What the sandbox's group says of a reserved sandbox when the reconcile asks (`paused`: how it
+ * is paused; absent: running, or not counted). */
+export type Held = { known: false } | { known: true; counted: boolean; paused?: PausedHold; generation: number };
 
 /** How a group's answer says the sandbox is paused (null: running, or not counted). */
 export function heldPaused(h: Extract<Held, { known: true }>): PausedHold | null {
-  return h.frozen ? "frozen" : h.stopped ? "stopped" : null;
+  return h.paused ?? null;
 }
 
 /** How a reservation says the sandbox is paused (null: running). */
 export function reservedPaused(r: Reservation): PausedHold | null {
-  return r.frozen ? "frozen" : r.stopped ? "stopped" : null;
+  return r.paused ?? null;
 }
 
 /** Reservations younger than this are left alone: the sandbox may not be in its group yet. */
@@ -214,7 +214,7 @@ export function overMessage(team: string, over: Over): string {
 
 /** A reservation as stored: `frozen` or `stopped` only when it is (a running one has neither key). */
 function reservation(cpu: number, memoryMB: number, generation: number, at: number, paused: PausedHold | null): Reservation {
-  return { cpu, memoryMB, generation, at, ...(paused === "frozen" ? { frozen: true as const } : paused === "stopped" ? { stopped: true as const } : {}) };
+  return { cpu, memoryMB, generation, at, ...(paused ? { paused } : {}) };
 }
 
 interface Weight {
@@ -228,8 +228,8 @@ const NOTHING: Weight = { running: 0, cpu: 0, memoryMB: 0, paused: 0 };
 
 /** What a reservation adds to the totals. */
 function weight(r: Reservation): Weight {
-  if (r.frozen) return { running: 0, cpu: 0, memoryMB: r.memoryMB, paused: 1 };
-  if (r.stopped) return { running: 0, cpu: 0, memoryMB: 0, paused: 1 };
+  if (r.paused === "frozen") return { running: 0, cpu: 0, memoryMB: r.memoryMB, paused: 1 };
+  if (r.paused === "stopped") return { running: 0, cpu: 0, memoryMB: 0, paused: 1 };
   return { running: 1, cpu: r.cpu, memoryMB: r.memoryMB, paused: 0 };
 }
 

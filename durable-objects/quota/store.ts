@@ -3,7 +3,7 @@
 // then also of Stop-paused ones, which held nothing before paused sandboxes counted) is done. Pending reservations (a claim in flight) are never written: a restart
 // ends their claim too.
 import { TeamQuotaUpdate } from "../../schema/api/quota.ts";
-import type { Reservation } from "./ledger.ts";
+import type { PausedHold, Reservation } from "./ledger.ts";
 
 type Sql = Pick<SqlStorage, "exec">;
 
@@ -49,7 +49,7 @@ export function openQuotaStore(sql: Sql): QuotaStore {
       const rows = sql.exec<{ sandbox_id: string; generation: number; cpu: number; memory_mb: number; at: number; frozen: number; stopped: number }>("SELECT * FROM reservations").toArray();
       const stored = sql.exec<{ value: string }>("SELECT value FROM limits WHERE id = 0").toArray()[0];
       return {
-        reservations: rows.map((r) => [r.sandbox_id, { generation: r.generation, cpu: r.cpu, memoryMB: r.memory_mb, at: r.at, ...(r.frozen ? { frozen: true as const } : r.stopped ? { stopped: true as const } : {}) }]),
+        reservations: rows.map((r) => [r.sandbox_id, { generation: r.generation, cpu: r.cpu, memoryMB: r.memory_mb, at: r.at, ...pausedOf(r) }]),
         overrides: stored ? TeamQuotaUpdate.parse(JSON.parse(stored.value)) : {},
         // All: an object that counted only running (or running and frozen) sandboxes takes the
         // census again for its paused ones (a reserve of one already held changes nothing).
@@ -59,7 +59,7 @@ export function openQuotaStore(sql: Sql): QuotaStore {
     put: (id, r) => {
       sql.exec(
         "INSERT INTO reservations (sandbox_id, generation, cpu, memory_mb, at, frozen, stopped) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(sandbox_id) DO UPDATE SET generation = excluded.generation, cpu = excluded.cpu, memory_mb = excluded.memory_mb, at = excluded.at, frozen = excluded.frozen, stopped = excluded.stopped",
-        id, r.generation, r.cpu, r.memoryMB, r.at, r.frozen ? 1 : 0, r.stopped ? 1 : 0,
+        id, r.generation, r.cpu, r.memoryMB, r.at, r.paused === "frozen" ? 1 : 0, r.paused === "stopped" ? 1 : 0,
       );
     },
     markCensus: (at) => {
@@ -73,4 +73,10 @@ export function openQuotaStore(sql: Sql): QuotaStore {
       sql.exec("INSERT INTO limits (id, value) VALUES (0, ?) ON CONFLICT(id) DO UPDATE SET value = excluded.value", JSON.stringify(o));
     },
   };
+}
+
+/** The one place the two columns become the reservation's `paused` (both set, never written, reads
+ * as frozen: the larger hold). Two columns because each was added by its own ALTER on load. */
+function pausedOf(r: { frozen: number; stopped: number }): { paused?: PausedHold } {
+  return r.frozen ? { paused: "frozen" } : r.stopped ? { paused: "stopped" } : {};
 }

@@ -417,7 +417,7 @@ export class SandboxGroupDO extends DurableObject<Env> {
     for (const id of ids) {
       const s = this.slots.find(id)?.state;
       const h = held(s ?? null);
-      out[id] = s ? { known: true, counted: h !== null, ...(h === "frozen" ? { frozen: true } : h === "stopped" ? { stopped: true } : {}), generation: s.generation } : { known: false };
+      out[id] = s ? { known: true, counted: h !== null, ...(h === "frozen" || h === "stopped" ? { paused: h } : {}), generation: s.generation } : { known: false };
     }
     return out;
   }

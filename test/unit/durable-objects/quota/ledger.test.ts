@@ -79,7 +79,7 @@ describe("quota ledger", () => {
     const mem = { ...NONE, memoryMB: 1024, runningSandboxes: 1 };
     expect(l.reserve(req("a", 1), mem, 0).ok).toBe(true);
     // The pause: an assert that shrinks (never refused), at the pause's generation.
-    expect(l.reserve(req("a", 2, { force: true, paused: "frozen" }), mem, 0)).toMatchObject({ ok: true, changed: { frozen: true, generation: 2 } });
+    expect(l.reserve(req("a", 2, { force: true, paused: "frozen" }), mem, 0)).toMatchObject({ ok: true, changed: { paused: "frozen", generation: 2 } });
     expect(l.usage(0)).toMatchObject({ runningSandboxes: 0, vcpus: 0, memoryMB: 512 });
     expect(l.reserve(req("b", 1), mem, 0).ok).toBe(true);
     expect(l.reserve(req("c", 1), { ...NONE, memoryMB: 1024 }, 0)).toEqual({ ok: false, over: { name: "memoryMB", used: 1024, limit: 1024 } });
@@ -87,7 +87,7 @@ describe("quota ledger", () => {
     expect(l.reserve(req("a", 3, { create: false }), mem, 0)).toMatchObject({ ok: false, over: { name: "runningSandboxes" } });
     expect(l.release("b", 1)).toBe(true);
     expect(l.reserve(req("a", 3, { create: false }), mem, 0)).toMatchObject({ ok: true, changed: { generation: 3 } });
-    expect(l.reservations.get("a")?.frozen).toBeUndefined();
+    expect(l.reservations.get("a")?.paused).toBeUndefined();
     expect(l.usage(0)).toMatchObject({ runningSandboxes: 1, vcpus: 1, memoryMB: 512 });
     // The resume is not a create: the minute's count is the two creates.
     expect(l.usage(0).createsPerMinute).toBe(2);
@@ -97,22 +97,22 @@ describe("quota ledger", () => {
 
   it("the reconcile turns a reservation into what its group holds: a lost pause's shrink, a resume that never happened", () => {
     const running = { cpu: 1, memoryMB: 1, generation: 5, at: 0 };
-    const frozen = { ...running, frozen: true as const };
-    expect(reheld(running, { known: true, counted: true, frozen: true, generation: 6 }, 1)).toBe(true);
-    expect(reheld(running, { known: true, counted: true, frozen: true, generation: 4 }, 1)).toBe(false);
-    expect(reheld(running, { known: true, counted: true, frozen: true, generation: 4 }, RECONCILE_GRACE_MS)).toBe(true);
+    const frozen = { ...running, paused: "frozen" as const };
+    expect(reheld(running, { known: true, counted: true, paused: "frozen", generation: 6 }, 1)).toBe(true);
+    expect(reheld(running, { known: true, counted: true, paused: "frozen", generation: 4 }, 1)).toBe(false);
+    expect(reheld(running, { known: true, counted: true, paused: "frozen", generation: 4 }, RECONCILE_GRACE_MS)).toBe(true);
     expect(reheld(frozen, { known: true, counted: true, generation: 6 }, 1)).toBe(true);
-    expect(reheld(frozen, { known: true, counted: true, frozen: true, generation: 6 }, 1)).toBe(false);
+    expect(reheld(frozen, { known: true, counted: true, paused: "frozen", generation: 6 }, 1)).toBe(false);
     expect(reheld(running, { known: true, counted: false, generation: 6 }, 1)).toBe(false);
     const l = new Ledger();
     l.reserve(req("a", 5), NONE, 0);
-    expect(l.rehold("a", "frozen", 6, 1)).toMatchObject({ frozen: true, generation: 6, cpu: 1, memoryMB: 512 });
+    expect(l.rehold("a", "frozen", 6, 1)).toMatchObject({ paused: "frozen", generation: 6, cpu: 1, memoryMB: 512 });
     expect(l.usage(1)).toMatchObject({ runningSandboxes: 0, vcpus: 0, memoryMB: 512, pausedSandboxes: 1 });
     // A census's guess (frozen) for a sandbox its group says is Stop-paused: a paused slot only.
-    const stopped = { ...running, stopped: true as const };
-    expect(reheld(frozen, { known: true, counted: true, stopped: true, generation: 6 }, 1)).toBe(true);
-    expect(reheld(stopped, { known: true, counted: true, stopped: true, generation: 6 }, 1)).toBe(false);
-    expect(l.rehold("a", "stopped", 7, 1)).toMatchObject({ stopped: true, generation: 7 });
+    const stopped = { ...running, paused: "stopped" as const };
+    expect(reheld(frozen, { known: true, counted: true, paused: "stopped", generation: 6 }, 1)).toBe(true);
+    expect(reheld(stopped, { known: true, counted: true, paused: "stopped", generation: 6 }, 1)).toBe(false);
+    expect(l.rehold("a", "stopped", 7, 1)).toMatchObject({ paused: "stopped", generation: 7 });
     expect(l.usage(1)).toMatchObject({ runningSandboxes: 0, memoryMB: 0, pausedSandboxes: 1 });
   });
 
@@ -121,8 +121,8 @@ describe("quota ledger", () => {
     const two = { ...NONE, pausedSandboxes: 2, runningSandboxes: 3, memoryMB: 1536 };
     for (const k of ["a", "b", "c"]) expect(l.reserve(req(k, 1), two, 0).ok).toBe(true);
     // Memory full, running slots full: a pause is refused for neither (it frees them or keeps them).
-    expect(l.reserve(req("a", 2, { create: false, paused: "frozen" }), two, 0)).toMatchObject({ ok: true, changed: { frozen: true } });
-    expect(l.reserve(req("b", 2, { create: false, paused: "stopped" }), two, 0)).toMatchObject({ ok: true, changed: { stopped: true } });
+    expect(l.reserve(req("a", 2, { create: false, paused: "frozen" }), two, 0)).toMatchObject({ ok: true, changed: { paused: "frozen" } });
+    expect(l.reserve(req("b", 2, { create: false, paused: "stopped" }), two, 0)).toMatchObject({ ok: true, changed: { paused: "stopped" } });
     expect(l.usage(0)).toMatchObject({ runningSandboxes: 1, vcpus: 1, memoryMB: 1024, pausedSandboxes: 2 });
     const r = l.reserve(req("c", 2, { create: false, paused: "stopped" }), two, 0);
     expect(r).toEqual({ ok: false, over: { name: "pausedSandboxes", used: 2, limit: 2 } });
