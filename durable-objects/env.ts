@@ -47,6 +47,7 @@ export interface Env {
   QUOTA_VCPUS?: string;
   QUOTA_MEMORY_MB?: string;
   QUOTA_CREATES_PER_MINUTE?: string;
+  QUOTA_PAUSED_SANDBOXES?: string;
   /** Milliseconds a freed built image is kept for creates under way (operations/image-gc.ts);
    * unset: 5 minutes. */
   IMAGE_FREE_GRACE_MS?: string;

@@ -16,13 +16,26 @@ import { getDb } from "../store/db.ts";
 import { resolveTemplateCached } from "../store/template-cache.ts";
 
 /** Answered once the sandbox is paused, bounded by `waitMs` (SandboxGroupDO.pause; 0: once the
- * pause is stored). */
+ * pause is stored). With a `prePause` hook the team quota's paused slot is reserved first: a pause
+ * the quota refuses (429, 503) never runs the hook, which may stop what the sandbox runs. */
 export async function pauseSandbox(env: Env, id: string, access: Access, strategy?: PauseStrategy, waitMs?: number): Promise<Result> {
   const h = sandboxHandle(env, id);
   const info = await h.info(access);
-  if (info.ok && info.sandbox.state === "running") {
-    const verdict = await runLifecycleHook(env, h, access, info.sandbox, "prePause");
-    if (verdict && !verdict.proceed) return { ok: false, error: { code: ErrorCode.conflict, message: verdict.refusal! } };
+  const hook = info.ok && info.sandbox.state === "running" ? await lifecycleHook(env, info.sandbox, "prePause") : null;
+  if (info.ok && hook) {
+    const reserved = await h.reservePause(access, strategy);
+    if (!reserved.ok) return reserved;
+    let verdict: HookVerdict | null;
+    try {
+      verdict = await runLifecycleHook(env, h, access, info.sandbox, "prePause", hook);
+    } catch (err) {
+      await h.cancelPause(access);
+      throw err;
+    }
+    if (verdict && !verdict.proceed) {
+      await h.cancelPause(access);
+      return { ok: false, error: { code: ErrorCode.conflict, message: verdict.refusal! } };
+    }
   }
   return h.pause(access, strategy, waitMs);
 }
@@ -55,7 +68,7 @@ export async function afterWake(env: Env, id: string, teamId: string): Promise<v
 /** Runs `given`, else the sandbox's own hook `name` (kubectl's Sandbox spec.lifecycle), else the
  * template's, if any; null when there is none. */
 export async function runLifecycleHook(env: Env, h: SandboxHandle, access: Access, sandbox: SandboxInfo, name: HookName, given?: Hook): Promise<HookVerdict | null> {
-  const hook = given ?? sandbox.hooks?.[name] ?? (await resolveTemplateCached(getDb(env), sandbox.teamId, sandbox.templateId))?.spec.lifecycle?.[name];
+  const hook = given ?? (await lifecycleHook(env, sandbox, name));
   if (!hook) return null;
   const found = await h.route();
   if (!found.ok) return null;
@@ -70,4 +83,9 @@ export async function runLifecycleHook(env: Env, h: SandboxHandle, access: Acces
     detail: { status: verdict.condition.status, reason: verdict.condition.reason, message: verdict.condition.message },
   }).catch(() => {});
   return verdict;
+}
+
+/** The sandbox's own hook `name` (kubectl's Sandbox spec.lifecycle), else its template's; null when none. */
+async function lifecycleHook(env: Env, sandbox: SandboxInfo, name: HookName): Promise<Hook | null> {
+  return sandbox.hooks?.[name] ?? (await resolveTemplateCached(getDb(env), sandbox.teamId, sandbox.templateId))?.spec.lifecycle?.[name] ?? null;
 }

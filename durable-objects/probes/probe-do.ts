@@ -13,13 +13,18 @@
 import { DurableObject } from "cloudflare:workers";
 import { AutoPausePolicy } from "../../schema/api/auto-pause.ts";
 import { goDuration } from "../../schema/api/extensions.ts";
+import { ErrorCode } from "../../schema/errors.ts";
 import type { Env } from "../env.ts";
 import { execInSandbox } from "../hooks/run-hook.ts";
 import { edgeFetch, readBoundedText } from "../ingress-client.ts";
 import { connectSandbox, pauseSandbox } from "../operations/pause-resume.ts";
+import type { Result } from "../sandbox/state.ts";
 import { sandboxHandle } from "../sandbox/stub.ts";
 import { initialProbe, isIdle, nextResume, observeProbe, probedWake, type ProbeResult, type ProbeState } from "./machine.ts";
 import type { Probe } from "../../schema/api/auto-pause.ts";
+
+/** The longest wait between pauses the team quota refused (doubling from the probe's period). */
+const QUOTA_BACKOFF_MAX_MS = 10 * 60_000;
 
 /** The timeout a scheduled wake gives the resumed sandbox (E2B's minimum resume timeout). */
 const WAKE_TIMEOUT_S = 300;
@@ -34,8 +39,11 @@ interface Stored {
   pauses: number;
   /** Who set the policy: an E2B create's metadata, or a Sandbox object (kubectl). */
   origin?: ProbeOrigin;
-  /** `resume.probed`: why the last idle verdict did not pause (the resume probe's answer). */
+  /** Why the last idle verdict did not pause: the resume probe's answer (`resume.probed`), or the
+   * team quota's refusal. */
   held?: string;
+  /** Idle verdicts in a row whose pause the team quota refused (over `pausedSandboxes`). */
+  quotaRefusals?: number;
 }
 
 export type ProbeOrigin = "create" | "sandbox-object";
@@ -102,9 +110,16 @@ export class ProbeDO extends DurableObject<Env> {
         if (wake && "problem" in wake) st.held = wake.problem;
         // Not waited for (0): the probe's own alarm must not stall on a slow pause, and the pause it
         // stored goes on whether or not the agent has done it yet.
-        const paused = wake && "problem" in wake ? { ok: false } : await pauseSandbox(this.env, st.sandboxId, access, undefined, 0);
-        if (paused.ok) {
+        const paused: Result = wake && "problem" in wake ? { ok: false, error: { code: ErrorCode.conflict, message: wake.problem } } : await pauseSandbox(this.env, st.sandboxId, access, undefined, 0);
+        if (!paused.ok && paused.error.code === ErrorCode.quotaExceeded) {
+          // Over the team's paused-sandboxes quota: said on its status, and asked again less often
+          // (each try is a quota call and a reconcile the refusal starts), until a pause goes through.
+          st.held = paused.error.message;
+          st.quotaRefusals = (st.quotaRefusals ?? 0) + 1;
+          next = now + Math.min(period * 2 ** st.quotaRefusals, QUOTA_BACKOFF_MAX_MS);
+        } else if (paused.ok) {
           delete st.held;
+          delete st.quotaRefusals;
           st.pauses++;
           st.wakeAt = wake && "at" in wake ? wake.at : nextResume(st.policy.resume, now);
           st.probe = initialProbe(now);

@@ -14,9 +14,11 @@ export interface Resources {
 export interface Reservation extends Resources {
   /** The sandbox generation that reserved it: an older release does not undo a newer reserve. */
   generation: number;
-  /** Freeze-paused: holds its memory only (not a running sandbox, not its vCPUs). The sizes are
-   * kept, so a resume (or the reconcile) turns it back into a running one. */
-  frozen?: true;
+  /** Paused (absent: running). `frozen` (Freeze): holds its memory and a paused slot, not a running
+   * sandbox nor its vCPUs; `stopped` (Stop): a paused slot only (its disk stays on the host, its
+   * memory does not). The sizes are kept, so a resume (or the reconcile) turns it back into a
+   * running one. */
+  paused?: PausedHold;
   /** When it was (re)reserved: the reconcile leaves young ones alone (their sandbox may not exist yet). */
   at: number;
 }
@@ -29,8 +31,8 @@ export interface QuotaRequest extends Resources {
   create: boolean;
   /** Assert a sandbox that already runs (never refused): a lost reserve must not be refused twice. */
   force?: boolean;
-  /** A Freeze-paused sandbox: its memory only (see `holds`). */
-  frozen?: boolean;
+  /** What a paused sandbox holds (see `holds`); absent: a running one. */
+  paused?: PausedHold;
 }
 
 export interface Over {
@@ -45,8 +47,9 @@ export class Ledger {
   private creates: number[] = [];
   /** Index of the oldest create still inside the window. */
   private head = 0;
-  /** What the reservations hold: running ones count all three, frozen ones their memory only. */
-  private totals = { running: 0, cpu: 0, memoryMB: 0 };
+  /** What the reservations hold: running ones count the first three, paused ones a paused slot
+   * (frozen ones their memory too). */
+  private totals: Weight = { running: 0, cpu: 0, memoryMB: 0, paused: 0 };
 
   constructor(rows: Iterable<[string, Reservation]> = []) {
     for (const [key, r] of rows) this.put(key, r);
@@ -54,7 +57,8 @@ export class Ledger {
 
   usage(now: number): QuotaUsage {
     this.prune(now);
-    return { runningSandboxes: this.totals.running, vcpus: this.totals.cpu, memoryMB: this.totals.memoryMB, createsPerMinute: this.creates.length - this.head };
+    const t = this.totals;
+    return { runningSandboxes: t.running, vcpus: t.cpu, memoryMB: t.memoryMB, createsPerMinute: this.creates.length - this.head, pausedSandboxes: t.paused };
   }
 
   /**
@@ -64,18 +68,19 @@ export class Ledger {
   reserve(req: QuotaRequest, limits: QuotaLimits, now: number): { ok: true; changed: Reservation | null } | { ok: false; over: Over } {
     const held = this.reservations.get(req.key);
     if (held && held.generation >= req.generation) return { ok: true, changed: null };
-    const next = reservation(req.cpu, req.memoryMB, req.generation, now, req.frozen ?? false);
+    const next = reservation(req.cpu, req.memoryMB, req.generation, now, req.paused ?? null);
     if (!req.force) {
       // Only what grows is checked: a frozen sandbox's resume asks for its vCPUs and a running
-      // slot, not its memory again; a sandbox that shrinks (frozen by a pause) is never refused.
+      // slot, not its memory again; a pause asks for a paused slot only (it frees the rest).
       const u = this.usage(now);
       const add = weight(next);
-      const had = held ? weight(held) : { running: 0, cpu: 0, memoryMB: 0 };
-      const grows = (name: "running" | "cpu" | "memoryMB") => add[name] > had[name];
+      const had = held ? weight(held) : NOTHING;
+      const grows = (name: keyof Weight) => add[name] > had[name];
       const over =
         (grows("running") ? check("runningSandboxes", u.runningSandboxes + add.running - had.running, limits) : null) ??
         (grows("cpu") ? check("vcpus", u.vcpus + add.cpu - had.cpu, limits) : null) ??
         (grows("memoryMB") ? check("memoryMB", u.memoryMB + add.memoryMB - had.memoryMB, limits) : null) ??
+        (grows("paused") ? check("pausedSandboxes", u.pausedSandboxes + add.paused - had.paused, limits) : null) ??
         (req.create && !held ? check("createsPerMinute", u.createsPerMinute + 1, limits) : null);
       if (over) return { ok: false, over: { ...over, used: u[over.name] } };
     }
@@ -94,10 +99,10 @@ export class Ledger {
   }
 
   /** The reconcile: the reservation becomes what its group holds at `generation` (never refused). */
-  rehold(key: string, frozen: boolean, generation: number, now: number): Reservation | null {
+  rehold(key: string, paused: PausedHold | null, generation: number, now: number): Reservation | null {
     const held = this.reservations.get(key);
     if (!held) return null;
-    const next = reservation(held.cpu, held.memoryMB, generation, now, frozen);
+    const next = reservation(held.cpu, held.memoryMB, generation, now, paused);
     this.drop(key, held);
     this.put(key, next);
     return next;
@@ -128,6 +133,7 @@ export class Ledger {
     this.totals.running += sign * w.running;
     this.totals.cpu += sign * w.cpu;
     this.totals.memoryMB += sign * w.memoryMB;
+    this.totals.paused += sign * w.paused;
   }
 
   /** Drops creates older than a minute; the array is compacted only once half of it is dead. */
@@ -140,11 +146,26 @@ export class Ledger {
   }
 }
 
-/** What a sandbox holds against the quota: all of it while it runs, its memory while Freeze-paused. */
-export type Hold = "running" | "frozen" | null;
+/** What a paused sandbox holds: a paused slot, and its memory too when Freeze-paused ("frozen"). */
+export type PausedHold = "frozen" | "stopped";
 
-/** What the sandbox's group says of a reserved sandbox when the reconcile asks. */
-export type Held = { known: false } | { known: true; counted: boolean; frozen?: boolean; generation: number };
+/** What a sandbox holds against the quota: all but a paused slot while it runs, a paused slot
+ * (and its memory when frozen) while paused. */
+export type Hold = "running" | PausedHold | null;
+
+/** What the sandbox's group says of a reserved sandbox when the reconcile asks (`paused`: how it
+ * is paused; absent: running, or not counted). */
+export type Held = { known: false } | { known: true; counted: boolean; paused?: PausedHold; generation: number };
+
+/** How a group's answer says the sandbox is paused (null: running, or not counted). */
+export function heldPaused(h: Extract<Held, { known: true }>): PausedHold | null {
+  return h.paused ?? null;
+}
+
+/** How a reservation says the sandbox is paused (null: running). */
+export function reservedPaused(r: Reservation): PausedHold | null {
+  return r.paused ?? null;
+}
 
 /** Reservations younger than this are left alone: the sandbox may not be in its group yet. */
 export const RECONCILE_GRACE_MS = 60_000;
@@ -157,12 +178,12 @@ export function stale(r: Reservation, held: Held, now: number): boolean {
 }
 
 /**
- * Whether the reconcile turns a reservation into what its group says it holds (running ↔ frozen):
+ * Whether the reconcile turns a reservation into what its group says it holds (running, frozen, stopped):
  * a pause's call that was lost, or a resume reserved and then refused or lost (the group stays
  * behind the reservation's generation past the grace), as `stale` drops one that holds nothing.
  */
 export function reheld(r: Reservation, held: Held, now: number): held is Extract<Held, { known: true }> {
-  if (!held.known || !held.counted || (held.frozen === true) === (r.frozen === true)) return false;
+  if (!held.known || !held.counted || heldPaused(held) === reservedPaused(r)) return false;
   return held.generation >= r.generation || now - r.at >= RECONCILE_GRACE_MS;
 }
 
@@ -170,11 +191,12 @@ export function reheld(r: Reservation, held: Held, now: number): held is Extract
  * What a sandbox in this phase holds. E2B counts running sandboxes only, because its pause writes
  * the memory to disk; a Freeze pause here keeps the sandbox's memory on its host (cgroup frozen),
  * so a Freeze-paused (or Freeze-pausing) sandbox keeps its memory counted, not its vCPUs nor a
- * running slot. A Stop-paused one holds nothing.
+ * running slot. Every paused (or pausing) one holds a paused slot: a Stop pause still keeps the
+ * sandbox's disk on its host, so their number is bounded (`pausedSandboxes`).
  */
 export function holds(phase: string | null | undefined, pauseStrategy?: string): Hold {
   if (phase === "Pending" || phase === "Running" || phase === "Resuming") return "running";
-  if ((phase === "Pausing" || phase === "Paused") && pauseStrategy === "Freeze") return "frozen";
+  if (phase === "Pausing" || phase === "Paused") return pauseStrategy === "Freeze" ? "frozen" : "stopped";
   return null;
 }
 
@@ -184,19 +206,31 @@ export function overMessage(team: string, over: Over): string {
     vcpus: "vCPUs in running sandboxes",
     memoryMB: "MB of memory in running and Freeze-paused sandboxes",
     createsPerMinute: "sandbox creates in the last minute",
+    pausedSandboxes: "paused sandboxes",
     snapshots: "snapshots",
   };
   return `team "${team}" has ${over.used} of ${over.limit} ${what[over.name]} (quota ${over.name})`;
 }
 
-/** A reservation as stored: `frozen` only when it is (a running one has no such key). */
-function reservation(cpu: number, memoryMB: number, generation: number, at: number, frozen: boolean): Reservation {
-  return { cpu, memoryMB, generation, at, ...(frozen ? { frozen: true as const } : {}) };
+/** A reservation as stored: `frozen` or `stopped` only when it is (a running one has neither key). */
+function reservation(cpu: number, memoryMB: number, generation: number, at: number, paused: PausedHold | null): Reservation {
+  return { cpu, memoryMB, generation, at, ...(paused ? { paused } : {}) };
 }
 
+interface Weight {
+  running: number;
+  cpu: number;
+  memoryMB: number;
+  paused: number;
+}
+
+const NOTHING: Weight = { running: 0, cpu: 0, memoryMB: 0, paused: 0 };
+
 /** What a reservation adds to the totals. */
-function weight(r: Reservation): { running: number; cpu: number; memoryMB: number } {
-  return r.frozen ? { running: 0, cpu: 0, memoryMB: r.memoryMB } : { running: 1, cpu: r.cpu, memoryMB: r.memoryMB };
+function weight(r: Reservation): Weight {
+  if (r.paused === "frozen") return { running: 0, cpu: 0, memoryMB: r.memoryMB, paused: 1 };
+  if (r.paused === "stopped") return { running: 0, cpu: 0, memoryMB: 0, paused: 1 };
+  return { running: 1, cpu: r.cpu, memoryMB: r.memoryMB, paused: 0 };
 }
 
 function check(name: SandboxQuotaName, wanted: number, limits: QuotaLimits): { name: SandboxQuotaName; limit: number } | null {

@@ -1,8 +1,9 @@
 // TeamQuotaDO's SQLite tables: the reservations of sandboxes that count (keyed by sandbox id), the
-// team's own limits, and whether the census (of running, then also of paused sandboxes) is done. Pending reservations (a claim in flight) are never written: a restart
+// team's own limits, and whether the census (of running, then also of paused sandboxes as frozen,
+// then also of Stop-paused ones, which held nothing before paused sandboxes counted) is done. Pending reservations (a claim in flight) are never written: a restart
 // ends their claim too.
 import { TeamQuotaUpdate } from "../../schema/api/quota.ts";
-import type { Reservation } from "./ledger.ts";
+import type { PausedHold, Reservation } from "./ledger.ts";
 
 type Sql = Pick<SqlStorage, "exec">;
 
@@ -13,9 +14,13 @@ CREATE TABLE IF NOT EXISTS reservations (
 CREATE TABLE IF NOT EXISTS limits (id INTEGER PRIMARY KEY CHECK (id = 0), value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS census (id INTEGER PRIMARY KEY CHECK (id = 0), at INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS census_paused (id INTEGER PRIMARY KEY CHECK (id = 0), at INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS census_stopped (id INTEGER PRIMARY KEY CHECK (id = 0), at INTEGER NOT NULL);
 `;
-/** Added after the table: 1 for a Freeze-paused sandbox's reservation (its memory only). */
-const FROZEN_COLUMN = "ALTER TABLE reservations ADD COLUMN frozen INTEGER NOT NULL DEFAULT 0";
+/** Added after the table: 1 for a paused sandbox's reservation, Freeze (its memory and a paused
+ * slot) and Stop (a paused slot only). */
+const ADDED_COLUMNS = ["frozen", "stopped"] as const;
+/** The census tables, each taken once: an object missing one takes the census again. */
+const CENSUS_TABLES = ["census", "census_paused", "census_stopped"] as const;
 
 export interface QuotaStore {
   /** Throws when the rows cannot be read or do not parse: the caller refuses (fails closed). */
@@ -33,31 +38,32 @@ export function openQuotaStore(sql: Sql): QuotaStore {
     if (ready) return;
     sql.exec(SCHEMA);
     const columns = sql.exec<{ name: string }>("SELECT name FROM pragma_table_info('reservations')").toArray();
-    if (!columns.some((c) => c.name === "frozen")) sql.exec(FROZEN_COLUMN);
+    for (const name of ADDED_COLUMNS) {
+      if (!columns.some((c) => c.name === name)) sql.exec(`ALTER TABLE reservations ADD COLUMN ${name} INTEGER NOT NULL DEFAULT 0`);
+    }
     ready = true;
   };
   return {
     load: () => {
       schema();
-      const rows = sql.exec<{ sandbox_id: string; generation: number; cpu: number; memory_mb: number; at: number; frozen: number }>("SELECT * FROM reservations").toArray();
+      const rows = sql.exec<{ sandbox_id: string; generation: number; cpu: number; memory_mb: number; at: number; frozen: number; stopped: number }>("SELECT * FROM reservations").toArray();
       const stored = sql.exec<{ value: string }>("SELECT value FROM limits WHERE id = 0").toArray()[0];
       return {
-        reservations: rows.map((r) => [r.sandbox_id, { generation: r.generation, cpu: r.cpu, memoryMB: r.memory_mb, at: r.at, ...(r.frozen ? { frozen: true as const } : {}) }]),
+        reservations: rows.map((r) => [r.sandbox_id, { generation: r.generation, cpu: r.cpu, memoryMB: r.memory_mb, at: r.at, ...pausedOf(r) }]),
         overrides: stored ? TeamQuotaUpdate.parse(JSON.parse(stored.value)) : {},
-        // Both: an object that counted only running sandboxes takes the census again for its
-        // paused ones (a reserve of one already held changes nothing).
-        census: sql.exec("SELECT at FROM census WHERE id = 0").toArray().length > 0 && sql.exec("SELECT at FROM census_paused WHERE id = 0").toArray().length > 0,
+        // All: an object that counted only running (or running and frozen) sandboxes takes the
+        // census again for its paused ones (a reserve of one already held changes nothing).
+        census: CENSUS_TABLES.every((t) => sql.exec(`SELECT at FROM ${t} WHERE id = 0`).toArray().length > 0),
       };
     },
     put: (id, r) => {
       sql.exec(
-        "INSERT INTO reservations (sandbox_id, generation, cpu, memory_mb, at, frozen) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(sandbox_id) DO UPDATE SET generation = excluded.generation, cpu = excluded.cpu, memory_mb = excluded.memory_mb, at = excluded.at, frozen = excluded.frozen",
-        id, r.generation, r.cpu, r.memoryMB, r.at, r.frozen ? 1 : 0,
+        "INSERT INTO reservations (sandbox_id, generation, cpu, memory_mb, at, frozen, stopped) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(sandbox_id) DO UPDATE SET generation = excluded.generation, cpu = excluded.cpu, memory_mb = excluded.memory_mb, at = excluded.at, frozen = excluded.frozen, stopped = excluded.stopped",
+        id, r.generation, r.cpu, r.memoryMB, r.at, r.paused === "frozen" ? 1 : 0, r.paused === "stopped" ? 1 : 0,
       );
     },
     markCensus: (at) => {
-      sql.exec("INSERT INTO census (id, at) VALUES (0, ?) ON CONFLICT(id) DO NOTHING", at);
-      sql.exec("INSERT INTO census_paused (id, at) VALUES (0, ?) ON CONFLICT(id) DO NOTHING", at);
+      for (const t of CENSUS_TABLES) sql.exec(`INSERT INTO ${t} (id, at) VALUES (0, ?) ON CONFLICT(id) DO NOTHING`, at);
     },
     remove: (id) => {
       sql.exec("DELETE FROM reservations WHERE sandbox_id = ?", id);
@@ -67,4 +73,10 @@ export function openQuotaStore(sql: Sql): QuotaStore {
       sql.exec("INSERT INTO limits (id, value) VALUES (0, ?) ON CONFLICT(id) DO UPDATE SET value = excluded.value", JSON.stringify(o));
     },
   };
+}
+
+/** The one place the two columns become the reservation's `paused` (both set, never written, reads
+ * as frozen: the larger hold). Two columns because each was added by its own ALTER on load. */
+function pausedOf(r: { frozen: number; stopped: number }): { paused?: PausedHold } {
+  return r.frozen ? { paused: "frozen" } : r.stopped ? { paused: "stopped" } : {};
 }

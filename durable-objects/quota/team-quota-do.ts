@@ -1,11 +1,11 @@
 // TeamQuotaDO: one per team (`idFromName(teamId)`), the one counter of the team's running
-// sandboxes, their vCPUs and memory (and the memory of Freeze-paused ones), and its creates per
-// minute. A create claims through it (reserve, then PoolDO.claim, then the reservation takes the
+// sandboxes, their vCPUs and memory (and the memory of Freeze-paused ones), its paused sandboxes,
+// and its creates per minute. A create claims through it (reserve, then PoolDO.claim, then the reservation takes the
 // sandbox's id), so 100 concurrent creates against a limit of 10 give exactly 10: the check and the
 // count are one synchronous step of one object. The sandbox's group releases the reservation when
-// the sandbox stops counting (killed, Stop-paused, failed, gone), shrinks it to its memory on a
-// Freeze pause, re-reserves before a resume (refusable), and asserts one that counts again any
-// other way; the reconcile (alarm, and after a refusal) asks the groups about
+// the sandbox stops counting (killed, failed, gone), reserves before a pause (refusable: a paused
+// slot; a Freeze pause keeps its memory, a Stop pause nothing else), re-reserves before a resume
+// (refusable), and asserts one that counts again any other way; the reconcile (alarm, and after a refusal) asks the groups about
 // every reservation, so a lost release cannot hold a slot forever.
 //
 // Fails closed: a reservation is stored before the claim answers, and when the rows cannot be read
@@ -20,7 +20,7 @@ import { getDb } from "../store/db.ts";
 import { listLiveOfTeam } from "../store/sandbox-index.ts";
 import { sandboxGroupOf, sandboxGroupStub } from "../sandbox/stub.ts";
 import { TurnWrites } from "../turn-writes.ts";
-import { Ledger, overMessage, reheld, stale, type Held, type QuotaRequest, type Reservation, type Resources } from "./ledger.ts";
+import { heldPaused, Ledger, overMessage, reheld, stale, type Held, type Hold, type PausedHold, type QuotaRequest, type Reservation, type Resources } from "./ledger.ts";
 import { openQuotaStore, type QuotaStore } from "./store.ts";
 import { afterClaim, createClaimed, noStock, type ClaimCreate, type ClaimCreateResult, type Created } from "./claim-create.ts";
 import { deleteIntent } from "../cluster/machine.ts";
@@ -52,8 +52,8 @@ export interface QuotaReserve extends Resources {
   generation: number;
   /** Never refused: the sandbox already counts (see the group's quota link). */
   force?: boolean;
-  /** Freeze-paused: its memory only. */
-  frozen?: boolean;
+  /** Paused: a paused slot (and its memory when frozen), not a running one. */
+  paused?: PausedHold;
 }
 
 export interface QuotaStatus {
@@ -164,19 +164,35 @@ export class TeamQuotaDO extends DurableObject<Env> {
     return claimed;
   }
 
-  /** Before a resume (refusable), or to assert a sandbox that counts again (`force`). Idempotent. */
+  /** Before a pause or a resume (refusable), or to assert a sandbox that counts again (`force`). Idempotent. */
   async reserve(req: QuotaReserve): Promise<Result> {
     const counted = await this.counted(req.teamId, req.teamName);
     if (counted) return { ok: false, error: counted };
     const loaded = this.loaded(req.teamName);
     if (!loaded.ok) return loaded;
-    const q: QuotaRequest = { key: req.sandboxId, generation: req.generation, cpu: req.cpu, memoryMB: req.memoryMB, create: false, force: req.force, frozen: req.frozen };
+    const q: QuotaRequest = { key: req.sandboxId, generation: req.generation, cpu: req.cpu, memoryMB: req.memoryMB, create: false, force: req.force, paused: req.paused };
     const r = loaded.ledger.reserve(q, loaded.limits, Date.now());
     if (!r.ok) {
       this.reconcileSoon();
       return { ok: false, error: { code: ErrorCode.quotaExceeded, message: overMessage(req.teamName, r.over) } };
     }
     const failed = r.changed ? await this.write(req.sandboxId, r.changed, req.teamName) : null;
+    return failed ? { ok: false, error: failed } : { ok: true };
+  }
+
+  /**
+   * A pause reserved at `reserved` that was not stored (its row write failed, or the sandbox changed
+   * meanwhile: a timeout extended while an auto-pause's reserve was in flight): unless something
+   * newer was reserved since, the reservation becomes what the sandbox holds now (`hold` at its
+   * `generation`), so its running slot is not left uncounted until the reconcile.
+   */
+  async revert(sandboxId: string, reserved: number, hold: Hold, generation: number): Promise<Result> {
+    const loaded = this.loaded();
+    if (!loaded.ok) return loaded;
+    if (loaded.ledger.reservations.get(sandboxId)?.generation !== reserved) return { ok: true };
+    const next = hold ? loaded.ledger.rehold(sandboxId, hold === "running" ? null : hold, generation, Date.now()) : null;
+    if (!hold) loaded.ledger.release(sandboxId, reserved);
+    const failed = await this.write(sandboxId, next);
     return failed ? { ok: false, error: failed } : { ok: true };
   }
 
@@ -255,7 +271,7 @@ export class TeamQuotaDO extends DurableObject<Env> {
   /**
    * Once per team: sandboxes that were running before this object counted anything (created
    * before quotas existed), and paused ones (as frozen: before frozen memory counted, a pause
-   * released it), are reserved from the index, at generation 0 so any release drops them; the
+   * released it; before paused sandboxes counted, a Stop pause did), are reserved from the index, at generation 0 so any release drops them; the
    * reconcile then checks them against their groups. Until it is done nothing is reserved
    * (concurrent calls wait for the same census), and if the index cannot be read the call is
    * refused (503) and the census is tried again on the next.
@@ -282,9 +298,10 @@ export class TeamQuotaDO extends DurableObject<Env> {
       const store = this.store;
       const now = Date.now();
       for (const row of rows) {
-        // A paused one as frozen (its memory): the reconcile drops it if it was Stop-paused.
-        const frozen = row.state === "paused";
-        const r = loaded.ledger.reserve({ key: row.id, generation: 0, cpu: row.cpuCount, memoryMB: row.memoryMB, create: false, force: true, frozen }, loaded.limits, now);
+        // A paused one as frozen (its memory and a paused slot): the reconcile makes it stopped
+        // (a paused slot only) if it was Stop-paused.
+        const paused = row.state === "paused" ? ("frozen" as const) : undefined;
+        const r = loaded.ledger.reserve({ key: row.id, generation: 0, cpu: row.cpuCount, memoryMB: row.memoryMB, create: false, force: true, paused }, loaded.limits, now);
         const changed = r.ok ? r.changed : null;
         if (changed) this.turn.defer(() => store.put(row.id, changed));
       }
@@ -331,7 +348,7 @@ export class TeamQuotaDO extends DurableObject<Env> {
   }
 
   /** Asks each group holding reserved sandboxes (one call per group), drops the stale ones and
-   * re-asserts the rest as their group holds them (running, or frozen: memory only). */
+   * re-asserts the rest as their group holds them (running, frozen or stopped). */
   private async reconcileNow(ledger: Ledger): Promise<string[]> {
     if (this.reconciling) await this.reconciling;
     const released: string[] = [];
@@ -362,7 +379,7 @@ export class TeamQuotaDO extends DurableObject<Env> {
             if (stale(r, h, now)) {
               if (ledger.release(id, generation)) released.push(id);
             } else if (reheld(r, h, now)) {
-              const next = ledger.rehold(id, h.frozen === true, h.generation, now);
+              const next = ledger.rehold(id, heldPaused(h), h.generation, now);
               if (next) changed.set(id, next);
             }
           }

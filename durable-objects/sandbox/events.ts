@@ -1,5 +1,6 @@
 // Inputs of the sandbox machine: client commands (already authorised by the shell), agent
 // observations and acks, and the alarm.
+import type { Refusal } from "../../schema/errors.ts";
 import type { AckResult, Endpoint, Observation, PauseStrategy, TemplateSpec } from "../../schema/protocol/index.ts";
 import type { Condition, HookConditionType, SandboxNote, SandboxSpec } from "./state.ts";
 import type { Lifecycle } from "../../schema/api/hooks.ts";
@@ -36,7 +37,10 @@ export type SandboxEvent =
   | { type: "snapshot"; snapshotId: string }
   | { type: "observe"; obs: Observation }
   | { type: "ack"; generation: number; result: AckResult; message?: string }
-  | { type: "alarm" }
+  /** `pauseRefused`: the team quota refused the auto-pause this timeout would start. Over the
+   * limit (`quota_exceeded`) the sandbox is killed as a timeout without auto-pause is; a quota that
+   * cannot answer defers the pause (machine.ts `TIMEOUT_PAUSE_DEFER_MS`). */
+  | { type: "alarm"; pauseRefused?: Refusal }
   /** A lifecycle hook ran (hooks/run-hook.ts): its condition, replacing the last run's. */
   | { type: "hook"; condition: Omit<Condition, "lastTransitionTime"> & { type: HookConditionType } }
   /** Steps another object took on it (an update ops run's): kept on its event list, whatever its

@@ -61,7 +61,7 @@ export function transition(current: SandboxState | null, ev: SandboxEvent, now: 
     case "ack":
       return s ? unlessUnchanged(current, ack(s, ev, now)) : ok(null, []);
     case "alarm":
-      return s ? unlessUnchanged(current, alarm(s, now)) : ok(null, []);
+      return s ? unlessUnchanged(current, alarm(s, now, ev.pauseRefused)) : ok(null, []);
     case "upgrade":
       return s && s.phase !== "Terminating" ? upgrade(current!, s, ev, now) : refuse(s, ErrorCode.sandboxNotFound, sandboxNotFoundMessage(current?.spec.id ?? ""));
     case "record":
@@ -295,6 +295,7 @@ function snapshot(s: SandboxState, snapshotId: string, now: number): Transition 
 }
 
 function startPause(s: SandboxState, strategy: PauseStrategy, now: number): Transition {
+  delete s.timeoutPauseDeferrals;
   s.phase = "Pausing";
   s.desired = "paused";
   s.pauseStrategy = strategy;
@@ -410,7 +411,14 @@ function ack(s: SandboxState, ev: Extract<SandboxEvent, { type: "ack" }>, now: n
   return ok(s, changed(s, before) ? [index(s)] : []);
 }
 
-function alarm(s: SandboxState, now: number): Transition {
+/**
+ * A timeout's auto-pause the team quota could not reserve: `deferred` times (backoff) while the
+ * quota cannot answer, then paused anyway. The bound briefly passed is better than a user's data
+ * destroyed for an infrastructure fault; the quota's reconcile (and the group's assert) counts it.
+ */
+export const TIMEOUT_PAUSE_DEFER_MS = [5_000, 15_000, 30_000, 60_000, 120_000];
+
+function alarm(s: SandboxState, now: number, pauseRefused?: Refusal): Transition {
   const due = dueAt(s);
   if (due === null || due > now) return ok(s, []);
   switch (s.phase) {
@@ -423,10 +431,30 @@ function alarm(s: SandboxState, now: number): Transition {
     case "Pending":
     case "Running":
     case "Resuming":
-      return s.spec.lifecycle.onTimeout === "pause" ? startPause(s, s.spec.lifecycle.timeoutPauseStrategy, now) : kill(s, now);
+      if (s.spec.lifecycle.onTimeout !== "pause") return kill(s, now);
+      return pauseRefused === undefined ? startPause(s, s.spec.lifecycle.timeoutPauseStrategy, now) : timeoutPauseRefused(s, pauseRefused, now);
     default:
       return assertNever(s.phase);
   }
+}
+
+/** Only a definite "over the limit" kills (never left running past its timeout, never paused over
+ * the bound); a quota that cannot answer keeps it running and asks again later, then pauses it. */
+function timeoutPauseRefused(s: SandboxState, refusal: Refusal, now: number): Transition {
+  if (refusal.code === ErrorCode.quotaExceeded) {
+    note(s, { at: now, type: "Warning", reason: "TimeoutPauseRefused", message: `timed out and killed instead of paused: ${refusal.message}`, source: "team quota" });
+    return kill(s, now);
+  }
+  const tries = s.timeoutPauseDeferrals ?? 0;
+  const wait = TIMEOUT_PAUSE_DEFER_MS[tries];
+  if (wait === undefined) {
+    note(s, { at: now, type: "Warning", reason: "TimeoutPauseUncounted", message: `timed out and paused although the team quota could not count it (${tries} tries): ${refusal.message}`, source: "team quota" });
+    return startPause(s, s.spec.lifecycle.timeoutPauseStrategy, now);
+  }
+  s.timeoutPauseDeferrals = tries + 1;
+  s.endAt = now + wait;
+  note(s, { at: now, type: "Warning", reason: "TimeoutPauseDeferred", message: `timed out; its auto-pause is tried again in ${wait / 1000} s (${refusal.message})`, source: "team quota" });
+  return ok(s, [index(s)]);
 }
 
 function becomeRunning(s: SandboxState, now: number): void {

@@ -79,6 +79,16 @@ export interface SnapshotSource {
   cluster: string;
 }
 
+/**
+ * What a pause (or a timeout's auto-pause) would make of the sandbox now, when that holds a paused
+ * slot it does not hold yet: the machine is pure, so this is a dry run (a refusal is left to apply).
+ */
+function plannedPause(s: SandboxState | null, ev: SandboxEvent, now: number): SandboxState | null {
+  const planned = s && transition(s, ev, now).state;
+  const hold = held(planned ?? null);
+  return planned && (hold === "frozen" || hold === "stopped") && hold !== held(s) ? planned : null;
+}
+
 export class SandboxGroupDO extends DurableObject<Env> {
   private readonly store: SandboxStore;
   /** The sandboxes in memory (set in the constructor: loading needs the store). */
@@ -232,12 +242,18 @@ export class SandboxGroupDO extends DurableObject<Env> {
    * it paused), bounded by `waitMs`, as E2B's pause returns only then: a snapshot, fork or connect
    * right after it finds the sandbox paused, not pausing. `waitMs` 0 answers once the pause is
    * stored, for callers nobody waits on (kubectl's requests, the auto-pause probe). A pause that runs
-   * out of time, or that its cluster did not take yet, continues: the answer says so.
+   * out of time, or that its cluster did not take yet, continues: the answer says so. The team
+   * quota's paused slot is reserved before the pause is stored: over `pausedSandboxes` it is
+   * refused (429) and the sandbox keeps running.
    */
   async pause(id: string, access: Access, strategy?: PauseStrategy, waitMs: number = DEFAULT_WAIT_MS): Promise<Result> {
-    if (!visibleTo(this.slots.find(id)?.state ?? null, access)) return notFound(id);
+    const s = this.slots.find(id)?.state ?? null;
+    if (!visibleTo(s, access)) return notFound(id);
     const deadline = Date.now() + waitMs;
-    const t = await this.apply(id, { type: "pause", strategy }, waitMs, access.traceparent);
+    const ev: SandboxEvent = { type: "pause", strategy };
+    const reserved = await this.withPauseReserved(id, plannedPause(s, ev, Date.now()), () => this.apply(id, ev, waitMs, access.traceparent));
+    if (!reserved.ok) return reserved;
+    const t = reserved.value;
     if (!t.ok) return t;
     if (waitMs <= 0) return { ok: true };
     if (t.failure) return { ok: false, error: { code: ErrorCode.internal, message: `The pause of sandbox "${id}" did not reach its cluster yet (${t.failure.message}); it is sent again until it does, and the sandbox stays paused` } };
@@ -256,6 +272,46 @@ export class SandboxGroupDO extends DurableObject<Env> {
       // any more, which is what the pause asked.
       { ok: true },
     );
+  }
+
+  /**
+   * A pause's paused slot reserved before its prePause hook runs (pause-resume.ts `pauseSandbox`),
+   * so a pause the team quota refuses never runs the hook; `pause` then finds it reserved. A hook
+   * that refuses gives it back (`cancelPause`).
+   */
+  async reservePause(id: string, access: Access, strategy?: PauseStrategy): Promise<Result> {
+    const s = this.slots.find(id)?.state ?? null;
+    if (!visibleTo(s, access)) return notFound(id);
+    const planned = plannedPause(s, { type: "pause", strategy }, Date.now());
+    return planned ? this.quota.beforePause(planned) : { ok: true };
+  }
+
+  /** The pause `reservePause` reserved will not happen (its hook refused): the slot goes back now. */
+  async cancelPause(id: string, access: Access): Promise<Result> {
+    const s = this.slots.find(id)?.state ?? null;
+    if (!visibleTo(s, access)) return notFound(id);
+    const planned = this.quota.reservedPause(id);
+    if (planned) await this.quota.afterPause(planned, s);
+    return { ok: true };
+  }
+
+  /**
+   * Dry-run → reserve → apply → revert, for every pause (a client's, the auto-pause at timeout):
+   * `planned` (plannedPause) is reserved first, refusable; after `apply` a sandbox that did not
+   * become what was reserved gives the slot back at once (QuotaLink.afterPause), also when `apply`
+   * throws.
+   */
+  private async withPauseReserved<T>(id: string, planned: SandboxState | null, apply: () => Promise<T>): Promise<Result<{ value: T }>> {
+    if (planned) {
+      const reserved = await this.quota.beforePause(planned);
+      if (!reserved.ok) return reserved;
+    }
+    try {
+      return { ok: true, value: await apply() };
+    } finally {
+      // Also when the apply threw (its row write failed): the running slot is not left uncounted.
+      if (planned) await this.quota.afterPause(planned, this.slots.find(id)?.state ?? null);
+    }
   }
 
   /** E2B updateNetwork: answered once the agent has taken the new rules (bounded by `waitMs`). */
@@ -354,14 +410,14 @@ export class SandboxGroupDO extends DurableObject<Env> {
     return { ok: true };
   }
 
-  /** TeamQuotaDO's reconcile: whether each sandbox still counts against its team's quota, and how (frozen). */
+  /** TeamQuotaDO's reconcile: whether each sandbox still counts against its team's quota, and how (frozen, stopped). */
   async quotaHeld(ids: string[]): Promise<Record<string, Held>> {
     await this.settled();
     const out: Record<string, Held> = {};
     for (const id of ids) {
       const s = this.slots.find(id)?.state;
       const h = held(s ?? null);
-      out[id] = s ? { known: true, counted: h !== null, ...(h === "frozen" ? { frozen: true } : {}), generation: s.generation } : { known: false };
+      out[id] = s ? { known: true, counted: h !== null, ...(h === "frozen" || h === "stopped" ? { paused: h } : {}), generation: s.generation } : { known: false };
     }
     return out;
   }
@@ -470,7 +526,7 @@ export class SandboxGroupDO extends DurableObject<Env> {
         }
         if (slot.dirty && slot.state) this.save(id, slot);
       }
-      await this.apply(id, { type: "alarm" }, 0);
+      await this.timeout(id, slot.state, now);
     } catch (err) {
       LOG.error("alarm work failed", { sandboxId: id, error: err });
     } finally {
@@ -478,6 +534,21 @@ export class SandboxGroupDO extends DurableObject<Env> {
       this.firing.delete(id);
       this.slots.release(id, slot);
     }
+  }
+
+  /**
+   * The alarm's event. An auto-pause at timeout reserves its paused slot first. Over
+   * `pausedSandboxes` it is a kill, as a timeout without auto-pause is: never paused past the bound.
+   * A quota that cannot answer puts the pause off, then pauses anyway (machine.ts `alarm`): a fault
+   * of ours never destroys the user's data.
+   */
+  private async timeout(id: string, s: SandboxState | null, now: number): Promise<void> {
+    const ev: SandboxEvent = { type: "alarm" };
+    const done = await this.withPauseReserved(id, plannedPause(s, ev, now), () => this.apply(id, ev, 0));
+    if (done.ok) return;
+    const what = done.error.code === ErrorCode.quotaExceeded ? "the sandbox is killed" : "the pause is put off, or made uncounted after its last try";
+    LOG.warn(`timeout's auto-pause refused by the team quota; ${what}`, { sandboxId: id, teamId: s?.spec.teamId, code: done.error.code, reason: done.error.message });
+    await this.apply(id, { type: "alarm", pauseRefused: done.error }, 0);
   }
 
   private async applyVisible(id: string, access: Access, ev: SandboxEvent): Promise<Result> {

@@ -99,6 +99,9 @@ export interface SandboxState {
   startedAt: number;
   /** End of life while running (ms); null when never-timeout. */
   endAt: number | null;
+  /** Times its timeout's auto-pause was put off because the team quota could not answer (absent:
+   * none since its last pause). */
+  timeoutPauseDeferrals?: number;
   /** While paused: deletion time; null keeps it. */
   retainUntil: number | null;
   /** While terminating: forget the sandbox at this time even without the agent's confirmation. */

@@ -28,7 +28,7 @@ export function bySandboxGroup<T>(items: Iterable<T>, id: (item: T) => string): 
   return [...groups.values()];
 }
 
-const SANDBOX_METHODS = ["create", "info", "kill", "setTimeout", "refresh", "pause", "connectSandbox", "updateNetwork", "logs", "route", "wake", "inspect", "recordHook", "setHooks", "snapshot"] as const;
+const SANDBOX_METHODS = ["create", "info", "kill", "setTimeout", "refresh", "pause", "reservePause", "cancelPause", "connectSandbox", "updateNetwork", "logs", "route", "wake", "inspect", "recordHook", "setHooks", "snapshot"] as const;
 type SandboxMethod = (typeof SANDBOX_METHODS)[number];
 type WithoutId<F> = F extends (id: string, ...args: infer A) => infer R ? (...args: A) => R : never;
 

@@ -1,7 +1,7 @@
 // Admin HTTP API for team quotas (TeamQuotaDO): the limits in force (the team's own, else the
 // deployment's defaults from the QUOTA_* vars) and what counts against them now.
 //   GET /admin/teams/{team}/quota   {limits, overrides, usage}
-//   PUT /admin/teams/{team}/quota   {runningSandboxes?, vcpus?, memoryMB?, createsPerMinute?}; left out: the default
+//   PUT /admin/teams/{team}/quota   {runningSandboxes?, vcpus?, memoryMB?, createsPerMinute?, pausedSandboxes?, snapshots?}; left out: the default
 import { Hono } from "hono";
 import { TeamQuotaUpdate } from "../../schema/api/quota.ts";
 import { TeamName } from "../../schema/api/team.ts";

@@ -80,7 +80,7 @@ export function Quotas({ rows, pager }: { rows: { team: TeamRow; status: QuotaSt
     <>
     <table>
       <caption>Quota use per team</caption>
-      <thead><tr><th scope="col">Team</th><th scope="col">Running sandboxes</th><th scope="col">vCPUs</th><th scope="col">Memory (MB)</th><th scope="col">Creates this minute</th></tr></thead>
+      <thead><tr><th scope="col">Team</th><th scope="col">Running sandboxes</th><th scope="col">vCPUs</th><th scope="col">Memory (MB)</th><th scope="col">Creates this minute</th><th scope="col">Paused sandboxes</th></tr></thead>
       <tbody>
         {rows.map(({ team, status: s }) => (
           <tr data-team={team.name}>
@@ -91,9 +91,10 @@ export function Quotas({ rows, pager }: { rows: { team: TeamRow; status: QuotaSt
                 <td>{cell(s.usage.vcpus, s.limits.vcpus)}</td>
                 <td>{cell(s.usage.memoryMB, s.limits.memoryMB)}</td>
                 <td>{cell(s.usage.createsPerMinute, s.limits.createsPerMinute)}</td>
+                <td data-field="paused">{cell(s.usage.pausedSandboxes, s.limits.pausedSandboxes)}</td>
               </>
             ) : (
-              <td colspan={4}>unavailable</td>
+              <td colspan={5}>unavailable</td>
             )}
           </tr>
         ))}

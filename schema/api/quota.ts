@@ -4,7 +4,7 @@
 // team, each a full disk copy on its agent) is checked by the snapshot's insert in libSQL.
 import { z } from "zod";
 
-export const SANDBOX_QUOTA_NAMES = ["runningSandboxes", "vcpus", "memoryMB", "createsPerMinute"] as const;
+export const SANDBOX_QUOTA_NAMES = ["runningSandboxes", "vcpus", "memoryMB", "createsPerMinute", "pausedSandboxes"] as const;
 export const QUOTA_NAMES = [...SANDBOX_QUOTA_NAMES, "snapshots"] as const;
 export type QuotaName = (typeof QUOTA_NAMES)[number];
 /** The limits TeamQuotaDO's ledger counts. */
@@ -21,6 +21,7 @@ export const TeamQuotaUpdate = z.strictObject({
   vcpus: limit,
   memoryMB: limit,
   createsPerMinute: limit,
+  pausedSandboxes: limit,
   snapshots: limit,
 });
 export type TeamQuotaUpdate = z.infer<typeof TeamQuotaUpdate>;
@@ -31,6 +32,8 @@ export interface QuotaUsage {
   vcpus: number;
   memoryMB: number;
   createsPerMinute: number;
+  /** Paused sandboxes of either strategy (each keeps at least its disk on its agent's host). */
+  pausedSandboxes: number;
 }
 
 /** The env vars of the defaults, one per limit. */
@@ -39,6 +42,7 @@ export const QUOTA_DEFAULT_VARS = {
   vcpus: "QUOTA_VCPUS",
   memoryMB: "QUOTA_MEMORY_MB",
   createsPerMinute: "QUOTA_CREATES_PER_MINUTE",
+  pausedSandboxes: "QUOTA_PAUSED_SANDBOXES",
   snapshots: "QUOTA_SNAPSHOTS",
 } as const satisfies Record<QuotaName, string>;
 

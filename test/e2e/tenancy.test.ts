@@ -1,6 +1,7 @@
 // Tenancy through the real e2b JS SDK against the whole local system (issue 10.4 and 10.5): the
 // team owns its sandboxes (another key of it lists, drives and kills them, also after the creating
-// key is deleted; another team gets not-found) and the team's quota answers the SDK with its 429.
+// key is deleted; another team gets not-found) and the team's quota answers the SDK with its 429,
+// for a create over its running sandboxes and for a pause over its paused ones.
 import { RateLimitError, Sandbox, SandboxNotFoundError } from "e2b";
 import { afterAll, describe, expect, it } from "vitest";
 import { e2b, uniqueTag } from "./sdk.ts";
@@ -60,5 +61,22 @@ describe("tenancy", () => {
     const c = await create(second.key);
     expect((await c.commands.run("echo again")).stdout.trim()).toBe("again");
     expect((await Sandbox.getInfo(b.sandboxId, { ...e2b(), apiKey: second.key })).state).toBe("running");
+  });
+
+  it("a pause over the team's paused-sandboxes quota is the SDK's RateLimitError, and the sandbox keeps running", async () => {
+    const team = uniqueTag();
+    const { key } = await api("/api-keys", { body: { name: "paused", teamName: team } });
+    await api(`/admin/teams/${team}/quota`, { method: "PUT", body: { pausedSandboxes: 1 } });
+    const a = await create(key);
+    const b = await create(key);
+    expect(await a.pause({ keepMemory: false })).toBe(true);
+    const refused = await b.pause().catch((err: unknown) => err);
+    expect(refused).toBeInstanceOf(RateLimitError);
+    expect(String((refused as Error).message)).toContain(`team "${team}" has 1 of 1 paused sandboxes (quota pausedSandboxes)`);
+    expect((await b.commands.run("echo still running")).stdout.trim()).toBe("still running");
+    // A kill of the paused one frees its slot at once.
+    expect(await Sandbox.kill(a.sandboxId, { ...e2b(), apiKey: key })).toBe(true);
+    expect(await b.pause()).toBe(true);
+    expect((await Sandbox.getInfo(b.sandboxId, { ...e2b(), apiKey: key })).state).toBe("paused");
   });
 });

@@ -46,6 +46,18 @@ describe("team quotas over the agent link", () => {
     expect((await quota(team.name)).limits).toEqual(defaults);
   });
 
+  it("the paused-sandboxes quota from the team's cluster bounds the team's pauses (429 naming it)", async () => {
+    const team = await createTeam(unique("q-paused"));
+    const { crd } = await connect(team.cluster);
+    expect(await crd.call("quotas", { namespace: team.name, limits: { pausedSandboxes: 1 } })).toMatchObject({ result: "applied" });
+    expect(await quota(team.name)).toMatchObject({ limits: { pausedSandboxes: 1 }, overrides: { pausedSandboxes: 1 } });
+    const ids = await Promise.all([0, 1].map(async () => (await expectStatus(call("/v2/sandboxes", { key: team.key, body: { templateID: team.template } }), 201)).sandboxID as string));
+    await expectStatus(call(`/sandboxes/${ids[0]}/pause`, { key: team.key, body: {} }), 204);
+    const over = await call(`/sandboxes/${ids[1]}/pause`, { key: team.key, body: {} });
+    expect(over.status).toBe(429);
+    expect(await over.json()).toEqual({ code: 429, message: `team "${team.name}" has 1 of 1 paused sandboxes (quota pausedSandboxes)` });
+  });
+
   it("a cluster not bound to the team may not set its quota", async () => {
     const team = await createTeam(unique("q-own"));
     const { crd } = await connect(unique("q-other"));

@@ -1,24 +1,24 @@
 // Team quotas (issue 10.4) through the real create route: TeamQuotaDO reserves before the pool
 // claim, the sandbox groups release on kill/pause and re-reserve on resume, and the quota fails
 // closed when its rows cannot be read or written.
-import { runInDurableObject } from "cloudflare:test";
+import { runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import type { TeamQuotaDO } from "../../durable-objects/quota/team-quota-do.ts";
 import { openQuotaStore } from "../../durable-objects/quota/store.ts";
 import type { SandboxGroupDO } from "../../durable-objects/sandbox/sandbox-group-do.ts";
 import { sandboxGroupStub } from "../../durable-objects/sandbox/stub.ts";
 import type { Env } from "../../durable-objects/env.ts";
-import type { ScriptedAgent } from "../support/scripted-agent.ts";
+import type { ScriptedAgent, ScriptedAgentOptions } from "../support/scripted-agent.ts";
 import { call, createTeam, expectError, expectStatus, secondKey, startAgent, unique, type TestTeam } from "./helpers.ts";
 
 const agents: ScriptedAgent[] = [];
 afterAll(() => agents.forEach((a) => a.disconnect()));
 
 /** A team on its own cluster with a scripted agent, and its quota set through the admin API. */
-async function quotaTeam(quota: Record<string, number>, spec: Record<string, unknown> = {}): Promise<TestTeam & { teamId: string }> {
+async function quotaTeam(quota: Record<string, number>, spec: Record<string, unknown> = {}, agent: ScriptedAgentOptions = {}): Promise<TestTeam & { teamId: string }> {
   const team = await createTeam(unique("quota"), { spec });
-  agents.push(await startAgent(team.cluster));
+  agents.push(await startAgent(team.cluster, agent));
   await expectStatus(call(`/admin/teams/${team.name}/quota`, { method: "PUT", body: quota }), 200);
   const teamId = (await expectStatus(call("/teams", { key: team.key }), 200))[0].teamID as string;
   return { ...team, teamId };
@@ -91,7 +91,7 @@ describe("team quota", () => {
     expect(await usage(team)).toMatchObject({ vcpus: 3 });
   });
 
-  it("a Freeze-paused sandbox keeps its memory counted (not its vCPUs nor a running slot) until it is killed; a Stop-paused one holds nothing; a resume does not count it twice", async () => {
+  it("a Freeze-paused sandbox keeps its memory counted (not its vCPUs nor a running slot) until it is killed; a Stop-paused one no memory (a paused slot only); a resume does not count it twice", async () => {
     const team = await quotaTeam({ memoryMB: 1024 }, { memoryMB: 512 });
     const a = await expectStatus(create(team), 201);
     const b = await expectStatus(create(team), 201);
@@ -152,7 +152,7 @@ describe("team quota", () => {
     expect(await usage(team)).toMatchObject({ runningSandboxes: 2 });
   });
 
-  it("counts paused sandboxes from before frozen memory counted as frozen, until the reconcile asks their group (a Stop-paused one then holds nothing)", async () => {
+  it("counts paused sandboxes from before frozen memory counted as frozen, until the reconcile asks their group (a Stop-paused one then holds no memory)", async () => {
     const team = await quotaTeam({ memoryMB: 1024 }, { memoryMB: 512 });
     const a = await expectStatus(create(team), 201);
     const b = await expectStatus(create(team), 201);
@@ -184,19 +184,205 @@ describe("team quota", () => {
   it("a release that never arrived is found by the reconcile, and a refusal starts one", async () => {
     const team = await quotaTeam({ runningSandboxes: 1 });
     const a = await expectStatus(create(team), 201);
-    // The group's release is lost: the paused sandbox still holds the only slot.
+    // The group's calls are lost (the pause's reserve of a paused slot, and the assert after it):
+    // the paused sandbox still holds the only running slot.
+    type Link = { follow?: () => void; beforePause?: () => Promise<{ ok: true }> };
     const group = sandboxGroupStub(env, a.sandboxID);
     await runInDurableObject(group, (instance: SandboxGroupDO) => {
-      (instance as unknown as { quota: { follow: () => void } }).quota.follow = () => undefined;
+      const link = (instance as unknown as { quota: Link }).quota;
+      link.follow = () => undefined;
+      link.beforePause = async () => ({ ok: true });
     });
     await expectStatus(call(`/sandboxes/${a.sandboxID}/pause`, { key: team.key, body: {} }), 204);
     await runInDurableObject(group, (instance: SandboxGroupDO) => {
-      delete (instance as unknown as { quota: { follow?: unknown } }).quota.follow;
+      const link = (instance as unknown as { quota: Link }).quota;
+      delete link.follow;
+      delete link.beforePause;
     });
     await expectError(create(team), 429, /has 1 of 1 running sandboxes/);
     // That refusal asked the groups; the paused sandbox no longer counts.
     await waitFor(async () => (await usage(team)).runningSandboxes === 0);
     await expectStatus(create(team), 201);
+  });
+});
+
+describe("paused sandboxes quota", () => {
+  const pause = (team: TestTeam, id: string, body: Record<string, unknown> = {}) => call(`/sandboxes/${id}/pause`, { key: team.key, body });
+  const stateOf = async (team: TestTeam, id: string) => (await expectStatus(call(`/sandboxes/${id}`, { key: team.key }), 200)).state;
+  const pausesSent = (agent: ScriptedAgent, id: string) => agent.received.filter((r) => r.intent.sandboxId === id && r.intent.desired.state === "paused").length;
+
+  it("12 concurrent pauses (Freeze and Stop) against a quota of 4 paused sandboxes give exactly 4; the rest are 429 naming the limit and keep running", async () => {
+    const team = await quotaTeam({ pausedSandboxes: 4 });
+    const agent = agents.at(-1)!;
+    const ids = await Promise.all(Array.from({ length: 12 }, async () => (await expectStatus(create(team), 201)).sandboxID as string));
+    const responses = await Promise.all(ids.map((id, i) => pause(team, id, i % 2 ? { memory: false } : {})));
+    const statuses = responses.map((r) => r.status);
+    expect(statuses.filter((s) => s === 204)).toHaveLength(4);
+    expect(statuses.filter((s) => s === 429)).toHaveLength(8);
+    const refused = ids.filter((_, i) => statuses[i] === 429);
+    expect(await responses[statuses.indexOf(429)]!.json()).toEqual({ code: 429, message: `team "${team.name}" has 4 of 4 paused sandboxes (quota pausedSandboxes)` });
+    for (const id of refused) {
+      expect(await stateOf(team, id)).toBe("running");
+      expect(pausesSent(agent, id)).toBe(0);
+    }
+    expect(await usage(team)).toMatchObject({ runningSandboxes: 8, pausedSandboxes: 4 });
+    expect(await expectStatus(call("/v2/sandboxes?state=paused", { key: team.key }), 200)).toHaveLength(4);
+  });
+
+  it("a resume or a kill frees the paused slot; a paused sandbox's kill frees nothing running", async () => {
+    const team = await quotaTeam({ pausedSandboxes: 1 });
+    const a = (await expectStatus(create(team), 201)).sandboxID as string;
+    const b = (await expectStatus(create(team), 201)).sandboxID as string;
+    await expectStatus(pause(team, a, { memory: false }), 204);
+    await expectError(pause(team, b), 429, /has 1 of 1 paused sandboxes \(quota pausedSandboxes\)/);
+    await expectStatus(call(`/v2/sandboxes/${a}/connect`, { key: team.key, body: { timeout: 60 } }), 201);
+    await expectStatus(pause(team, b), 204);
+    await expectError(pause(team, a), 429, /quota pausedSandboxes/);
+    expect(await usage(team)).toMatchObject({ runningSandboxes: 1, pausedSandboxes: 1 });
+    await expectStatus(call(`/sandboxes/${b}`, { key: team.key, method: "DELETE" }), 204);
+    expect(await usage(team)).toMatchObject({ runningSandboxes: 1, pausedSandboxes: 0 });
+    await expectStatus(pause(team, a), 204);
+    expect(await stateOf(team, a)).toBe("paused");
+  });
+
+  it("an auto-pause at timeout over the quota kills the sandbox, and its event list says why", async () => {
+    // Deletes held by the agent: the killed sandbox stays (terminating) long enough to be inspected.
+    const team = await quotaTeam({ pausedSandboxes: 1 }, {}, { hold: (i) => i.desired.state === "deleted" });
+    const agent = agents.at(-1)!;
+    const body = { templateID: team.template, timeout: 300, autoPause: true };
+    const a = (await expectStatus(call("/v2/sandboxes", { key: team.key, body }), 201)).sandboxID as string;
+    const b = (await expectStatus(call("/v2/sandboxes", { key: team.key, body }), 201)).sandboxID as string;
+    await expectStatus(pause(team, a), 204);
+    await expectStatus(call(`/sandboxes/${b}/timeout`, { key: team.key, body: { timeout: 0 } }), 204);
+    await waitFor(async () => (await call(`/sandboxes/${b}`, { key: team.key })).status === 404);
+    await agent.waitUntil(() => agent.received.some((r) => r.intent.sandboxId === b && r.intent.desired.state === "deleted"));
+    expect(pausesSent(agent, b)).toBe(0);
+    const admin = await expectStatus(call(`/admin/sandboxes/${b}`), 200);
+    expect(admin.events).toContainEqual(expect.objectContaining({ type: "Warning", reason: "TimeoutPauseRefused", source: "team quota", message: expect.stringMatching(/killed instead of paused: team ".*" has 1 of 1 paused sandboxes \(quota pausedSandboxes\)/) }));
+    expect(await usage(team)).toMatchObject({ runningSandboxes: 0, pausedSandboxes: 1 });
+  });
+
+  it("a pause over the quota never runs the template's prePause hook; a hook that refuses gives the slot reserved before it back at once", async () => {
+    const ingressUrl = inject("hookIngress");
+    const hookCalls = async (id: string) => ((await (await fetch(`${ingressUrl}/__calls`)).json()) as { sandboxId: string }[]).filter((c) => c.sandboxId === id).length;
+    const hooked = (path: string) => ({ lifecycle: { prePause: { http: { port: 8080, path }, timeoutSeconds: 5 } } });
+    const team = await quotaTeam({ pausedSandboxes: 1 }, hooked("/ok"), { ingressUrl });
+    const [a, b] = await Promise.all([0, 1].map(async () => (await expectStatus(create(team), 201)).sandboxID as string));
+    await expectStatus(pause(team, a!), 204);
+    expect(await hookCalls(a!)).toBe(1);
+    await expectError(pause(team, b!), 429, /has 1 of 1 paused sandboxes \(quota pausedSandboxes\)/);
+    expect(await hookCalls(b!)).toBe(0);
+    expect(await stateOf(team, b!)).toBe("running");
+    expect(await usage(team)).toMatchObject({ runningSandboxes: 1, pausedSandboxes: 1 });
+
+    const failing = await quotaTeam({ pausedSandboxes: 1 }, hooked("/fail"), { ingressUrl });
+    const c = (await expectStatus(create(failing), 201)).sandboxID as string;
+    await expectError(pause(failing, c), 409, /prePause/);
+    expect(await hookCalls(c)).toBe(1);
+    expect(await stateOf(failing, c)).toBe("running");
+    expect(await usage(failing)).toMatchObject({ runningSandboxes: 1, pausedSandboxes: 0 });
+  });
+
+  it("the auto-pause probe over the quota keeps the refusal as its held and probes less often (2, 4… periods)", async () => {
+    const ingressUrl = inject("hookIngress");
+    const team = await quotaTeam({ pausedSandboxes: 1 }, {}, { ingressUrl });
+    const [a, b] = await Promise.all([0, 1].map(async () => (await expectStatus(create(team), 201)).sandboxID as string));
+    await expectStatus(pause(team, a!), 204);
+    const probe = env.PROBE.get(env.PROBE.idFromName(b!));
+    // Idle at once: the stand-in ingress answers `/ok` with an empty body.
+    await probe.start(b!, team.teamId, { probe: { http: { port: 8080, path: "/ok" }, periodSeconds: 10 }, messageRegex: "^$", thresholdDuration: "0s" } as never);
+    const alarmIn = () => runInDurableObject(probe, async (_i: unknown, state: DurableObjectState) => ((await state.storage.getAlarm()) ?? 0) - Date.now());
+    expect(await runDurableObjectAlarm(probe)).toBe(true);
+    expect((await probe.status())?.held).toMatch(/has 1 of 1 paused sandboxes \(quota pausedSandboxes\)/);
+    expect(await alarmIn()).toBeGreaterThan(15_000);
+    expect(await runDurableObjectAlarm(probe)).toBe(true);
+    expect(await alarmIn()).toBeGreaterThan(35_000);
+    expect(await stateOf(team, b!)).toBe("running");
+    await probe.stop();
+  });
+
+  it("an auto-pause reserved while the timeout is extended is not applied, and gives the running slot back at once", async () => {
+    const team = await quotaTeam({ pausedSandboxes: 5, runningSandboxes: 5 });
+    const id = (await expectStatus(call("/v2/sandboxes", { key: team.key, body: { templateID: team.template, timeout: 300, autoPause: true } }), 201)).sandboxID as string;
+    // The client extends the timeout while the alarm's reserve is in flight: the alarm then finds
+    // nothing due, and the sandbox runs on.
+    type Link = { beforePause?: (after: unknown) => Promise<unknown> };
+    const group = sandboxGroupStub(env, id);
+    await runInDurableObject(group, (instance: SandboxGroupDO) => {
+      const link = (instance as unknown as { quota: Link }).quota;
+      const real = Object.getPrototypeOf(link).beforePause as NonNullable<Link["beforePause"]>;
+      link.beforePause = async (after) => {
+        const res = await real.call(link, after);
+        await expectStatus(call(`/sandboxes/${id}/timeout`, { key: team.key, body: { timeout: 300 } }), 204);
+        return res;
+      };
+    });
+    try {
+      await expectStatus(call(`/sandboxes/${id}/timeout`, { key: team.key, body: { timeout: 0 } }), 204);
+      await waitFor(async () => (await expectStatus(call(`/sandboxes/${id}`, { key: team.key }), 200)).endAt > new Date(Date.now() + 200_000).toISOString());
+    } finally {
+      await runInDurableObject(group, (instance: SandboxGroupDO) => {
+        delete (instance as unknown as { quota: Link }).quota.beforePause;
+      });
+    }
+    expect(await stateOf(team, id)).toBe("running");
+    await waitFor(async () => {
+      const u = await usage(team);
+      return u.runningSandboxes === 1 && u.pausedSandboxes === 0;
+    });
+  });
+
+  it("a pause whose apply throws after its reserve gives the running slot back at once", async () => {
+    const team = await quotaTeam({ pausedSandboxes: 5, runningSandboxes: 5 });
+    const id = (await expectStatus(create(team), 201)).sandboxID as string;
+    type Applier = { apply?: (id: string, ev: { type: string }, ...rest: unknown[]) => Promise<unknown> };
+    const group = sandboxGroupStub(env, id);
+    await runInDurableObject(group, (instance: SandboxGroupDO) => {
+      const i = instance as unknown as Applier;
+      const real = Object.getPrototypeOf(i).apply as NonNullable<Applier["apply"]>;
+      i.apply = (sid, ev, ...rest) => {
+        if (ev.type === "pause") throw new Error("SQLITE_FULL: the row write failed");
+        return real.call(i, sid, ev, ...rest);
+      };
+    });
+    try {
+      expect((await pause(team, id)).status).toBe(500);
+    } finally {
+      await runInDurableObject(group, (instance: SandboxGroupDO) => {
+        delete (instance as unknown as Applier).apply;
+      });
+    }
+    expect(await stateOf(team, id)).toBe("running");
+    expect(await usage(team)).toMatchObject({ runningSandboxes: 1, pausedSandboxes: 0 });
+  });
+
+  it("the paused sandboxes' census: Stop-paused ones from before paused sandboxes counted are counted at first use", async () => {
+    const team = await quotaTeam({ pausedSandboxes: 2 });
+    const ids = await Promise.all([0, 1, 2].map(async () => (await expectStatus(create(team), 201)).sandboxID as string));
+    await expectStatus(pause(team, ids[0]!, { memory: false }), 204);
+    await expectStatus(pause(team, ids[1]!, { memory: false }), 204);
+    await waitFor(async () => (await expectStatus(call("/v2/sandboxes?state=paused", { key: team.key }), 200)).length === 2);
+    // As an object from before: a Stop pause released the reservation; no census of them yet.
+    await runInDurableObject(quotaOf(team.teamId), (instance: TeamQuotaDO, state) => {
+      state.storage.sql.exec("DELETE FROM reservations WHERE stopped = 1; DELETE FROM census_stopped");
+      Object.assign(instance as object, { ledger: null, census: false });
+    });
+    await expectError(pause(team, ids[2]!), 429, /has 2 of 2 paused sandboxes/);
+    expect(await usage(team)).toMatchObject({ pausedSandboxes: 2, runningSandboxes: 1 });
+    // That refusal asked the groups: the census's guess (frozen: their memory) becomes stopped.
+    await waitFor(async () => (await usage(team)).memoryMB === 512);
+  });
+
+  it("the admin API sets and shows the limit (default QUOTA_PAUSED_SANDBOXES) and refuses a bad one with 400", async () => {
+    const team = await quotaTeam({});
+    expect(await expectStatus(call(`/admin/teams/${team.name}/quota`), 200)).toMatchObject({ limits: { pausedSandboxes: 100 }, usage: { pausedSandboxes: 0 } });
+    await expectStatus(call(`/admin/teams/${team.name}/quota`, { method: "PUT", body: { pausedSandboxes: 0 } }), 200);
+    const a = (await expectStatus(create(team), 201)).sandboxID as string;
+    await expectError(pause(team, a), 429, /has 0 of 0 paused sandboxes/);
+    for (const bad of [-1, 1.5, "3", 2_000_000_000]) {
+      await expectError(call(`/admin/teams/${team.name}/quota`, { method: "PUT", body: { pausedSandboxes: bad } }), 400, /pausedSandboxes/);
+    }
+    expect(await expectStatus(call(`/admin/teams/${team.name}/quota`), 200)).toMatchObject({ overrides: { pausedSandboxes: 0 }, limits: { pausedSandboxes: 0 } });
   });
 });
 
@@ -247,6 +433,31 @@ describe("team quota fails closed", () => {
     });
     await expectStatus(create(team), 201);
   });
+
+  it("refuses a pause with 503 when the quota cannot be read (the sandbox keeps running); an auto-pause at timeout is put off, not a kill, and pauses once the quota answers", async () => {
+    const id = (await expectStatus(create(team), 201)).sandboxID as string;
+    const auto = (await expectStatus(call("/v2/sandboxes", { key: team.key, body: { templateID: team.template, timeout: 300, autoPause: true } }), 201)).sandboxID as string;
+    const undo = await breakStore("load", "SQLITE_IOERR: disk I/O error");
+    try {
+      await expectError(call(`/sandboxes/${id}/pause`, { key: team.key, body: {} }), 503, /quota of team .* is unavailable .*SQLITE_IOERR/);
+      expect((await expectStatus(call(`/sandboxes/${id}`, { key: team.key }), 200)).state).toBe("running");
+      await expectStatus(call(`/sandboxes/${auto}/timeout`, { key: team.key, body: { timeout: 0 } }), 204);
+      await waitFor(async () => ((await expectStatus(call(`/admin/sandboxes/${auto}`), 200)).events ?? []).some((e: { reason: string }) => e.reason === "TimeoutPauseDeferred"));
+      const admin = await expectStatus(call(`/admin/sandboxes/${auto}`), 200);
+      expect(admin.events).toContainEqual(expect.objectContaining({ type: "Warning", reason: "TimeoutPauseDeferred", source: "team quota", message: expect.stringMatching(/tried again in 5 s .*SQLITE_IOERR/) }));
+      expect((await expectStatus(call(`/sandboxes/${auto}`, { key: team.key }), 200)).state).toBe("running");
+    } finally {
+      await undo();
+    }
+    // The next try (5 s later) finds the quota answering: paused, and counted.
+    await waitFor(async () => (await expectStatus(call(`/sandboxes/${auto}`, { key: team.key }), 200)).state === "paused", 15_000);
+    await waitFor(async () => (await usage(team)).pausedSandboxes === 1);
+    await expectStatus(call(`/sandboxes/${auto}`, { key: team.key, method: "DELETE" }), 204);
+    await expectStatus(call(`/sandboxes/${id}/pause`, { key: team.key, body: {} }), 204);
+    await expectStatus(call(`/sandboxes/${id}`, { key: team.key, method: "DELETE" }), 204);
+    // The kill's release, made while the quota could not be read, is retried (or reconciled).
+    await waitFor(async () => (await usage(team)).runningSandboxes === (await expectStatus(call("/v2/sandboxes", { key: team.key }), 200)).length);
+  }, 40_000);
 
   it("refuses the create with 503 when the reservation cannot be written", async () => {
     const before = (await usage(team)).runningSandboxes;

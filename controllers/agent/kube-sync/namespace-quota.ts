@@ -14,6 +14,7 @@ export const QUOTA_ANNOTATIONS: Record<string, QuotaName> = {
   vcpus: "vcpus",
   "memory-mb": "memoryMB",
   "creates-per-minute": "createsPerMinute",
+  "paused-sandboxes": "pausedSandboxes",
   snapshots: "snapshots",
 };
 

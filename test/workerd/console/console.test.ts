@@ -263,6 +263,17 @@ describe("overview", () => {
   const fragment = (name: string, cookie: string) => html(page(`/console?fragment=${name}`, { cookie, headers: { "x-console-fragment": "1" } }));
   const cellsOf = (row: string) => [...row.matchAll(/<td[^>]*>(.*?)<\/td>/g)].map((m) => m[1]!.replace(/<!--.*?-->/g, ""));
 
+  it("a team's quota row shows its paused sandboxes against their limit", async () => {
+    const paused = await createTeam(unique("console-paused"), { cluster: team.cluster });
+    await expectStatus(call(`/admin/teams/${paused.name}/quota`, { method: "PUT", body: { pausedSandboxes: 3 } }), 200);
+    const id = (await expectStatus(call("/v2/sandboxes", { key: paused.key, body: { templateID: paused.template } }), 201)).sandboxID;
+    await expectStatus(call(`/sandboxes/${id}/pause`, { key: paused.key, body: {} }), 204);
+    const { cookie } = await login(paused.key);
+    const row = new RegExp(`<tr data-team="${paused.name}">(.*?)</tr>`).exec(await everyPage("/console", "quotas", cookie))?.[1] ?? "";
+    expect(row).toContain('<td data-field="paused">1 of 3</td>');
+    expect(row).toContain('<td data-field="running">0 of 100</td>');
+  });
+
   it("a pool's row shows the API's replicas, stock, claims and revisions", async () => {
     // A pool of 2 on the scripted agent's cluster (its members report ready), one claimed: the
     // figures differ (claimed 1, the refill creating).

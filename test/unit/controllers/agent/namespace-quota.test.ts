@@ -10,6 +10,7 @@ describe("quotaFromAnnotations", () => {
       ok: true,
       limits: { runningSandboxes: 10, vcpus: 40, memoryMB: 81920, createsPerMinute: 5 },
     });
+    expect(quotaFromAnnotations({ [`${P}/paused-sandboxes`]: "20", [`${P}/snapshots`]: "0" })).toEqual({ ok: true, limits: { pausedSandboxes: 20, snapshots: 0 } });
     expect(quotaFromAnnotations({ "kubernetes.io/metadata.name": "t" })).toEqual({ ok: true, limits: {} });
     expect(quotaFromAnnotations(undefined)).toEqual({ ok: true, limits: {} });
   });

@@ -4,8 +4,8 @@ import { describe, expect, it } from "vitest";
 import { holds, Ledger, overMessage, RECONCILE_GRACE_MS, reheld, stale } from "../../../../durable-objects/quota/ledger.ts";
 import { quotaDefaults, type QuotaLimits } from "../../../../schema/api/quota.ts";
 
-const NONE: QuotaLimits = { runningSandboxes: null, vcpus: null, memoryMB: null, createsPerMinute: null, snapshots: null };
-const req = (key: string, generation = 1, extra: Partial<{ cpu: number; memoryMB: number; create: boolean; force: boolean; frozen: boolean }> = {}) => ({
+const NONE: QuotaLimits = { runningSandboxes: null, vcpus: null, memoryMB: null, createsPerMinute: null, pausedSandboxes: null, snapshots: null };
+const req = (key: string, generation = 1, extra: Partial<{ cpu: number; memoryMB: number; create: boolean; force: boolean; paused: "frozen" | "stopped" }> = {}) => ({
   key,
   generation,
   cpu: 1,
@@ -23,7 +23,7 @@ describe("quota ledger", () => {
     const r = l.reserve(req("c"), limits, 0);
     expect(r).toEqual({ ok: false, over: { name: "runningSandboxes", used: 2, limit: 2 } });
     if (!r.ok) expect(overMessage("t", r.over)).toBe('team "t" has 2 of 2 running sandboxes (quota runningSandboxes)');
-    expect(l.usage(0)).toEqual({ runningSandboxes: 2, vcpus: 2, memoryMB: 1024, createsPerMinute: 2 });
+    expect(l.usage(0)).toEqual({ runningSandboxes: 2, vcpus: 2, memoryMB: 1024, createsPerMinute: 2, pausedSandboxes: 0 });
   });
 
   it("counts vCPUs and memory, and creates per minute only for creates, within the last minute", () => {
@@ -71,7 +71,7 @@ describe("quota ledger", () => {
     expect(stale(r, { known: false }, RECONCILE_GRACE_MS)).toBe(true);
     expect(["Pending", "Running", "Resuming"].map((p) => holds(p, "Freeze"))).toEqual(["running", "running", "running"]);
     expect(["Pausing", "Paused"].map((p) => holds(p, "Freeze"))).toEqual(["frozen", "frozen"]);
-    expect(["Pausing", "Paused", "Failed", "Terminating", null].map((p) => holds(p, "Stop"))).toEqual([null, null, null, null, null]);
+    expect(["Pausing", "Paused", "Failed", "Terminating", null].map((p) => holds(p, "Stop"))).toEqual(["stopped", "stopped", null, null, null]);
   });
 
   it("a Freeze-paused sandbox keeps its memory counted, not its vCPUs nor a running slot; its resume does not count the memory twice", () => {
@@ -79,7 +79,7 @@ describe("quota ledger", () => {
     const mem = { ...NONE, memoryMB: 1024, runningSandboxes: 1 };
     expect(l.reserve(req("a", 1), mem, 0).ok).toBe(true);
     // The pause: an assert that shrinks (never refused), at the pause's generation.
-    expect(l.reserve(req("a", 2, { force: true, frozen: true }), mem, 0)).toMatchObject({ ok: true, changed: { frozen: true, generation: 2 } });
+    expect(l.reserve(req("a", 2, { force: true, paused: "frozen" }), mem, 0)).toMatchObject({ ok: true, changed: { paused: "frozen", generation: 2 } });
     expect(l.usage(0)).toMatchObject({ runningSandboxes: 0, vcpus: 0, memoryMB: 512 });
     expect(l.reserve(req("b", 1), mem, 0).ok).toBe(true);
     expect(l.reserve(req("c", 1), { ...NONE, memoryMB: 1024 }, 0)).toEqual({ ok: false, over: { name: "memoryMB", used: 1024, limit: 1024 } });
@@ -87,7 +87,7 @@ describe("quota ledger", () => {
     expect(l.reserve(req("a", 3, { create: false }), mem, 0)).toMatchObject({ ok: false, over: { name: "runningSandboxes" } });
     expect(l.release("b", 1)).toBe(true);
     expect(l.reserve(req("a", 3, { create: false }), mem, 0)).toMatchObject({ ok: true, changed: { generation: 3 } });
-    expect(l.reservations.get("a")?.frozen).toBeUndefined();
+    expect(l.reservations.get("a")?.paused).toBeUndefined();
     expect(l.usage(0)).toMatchObject({ runningSandboxes: 1, vcpus: 1, memoryMB: 512 });
     // The resume is not a create: the minute's count is the two creates.
     expect(l.usage(0).createsPerMinute).toBe(2);
@@ -97,17 +97,43 @@ describe("quota ledger", () => {
 
   it("the reconcile turns a reservation into what its group holds: a lost pause's shrink, a resume that never happened", () => {
     const running = { cpu: 1, memoryMB: 1, generation: 5, at: 0 };
-    const frozen = { ...running, frozen: true as const };
-    expect(reheld(running, { known: true, counted: true, frozen: true, generation: 6 }, 1)).toBe(true);
-    expect(reheld(running, { known: true, counted: true, frozen: true, generation: 4 }, 1)).toBe(false);
-    expect(reheld(running, { known: true, counted: true, frozen: true, generation: 4 }, RECONCILE_GRACE_MS)).toBe(true);
+    const frozen = { ...running, paused: "frozen" as const };
+    expect(reheld(running, { known: true, counted: true, paused: "frozen", generation: 6 }, 1)).toBe(true);
+    expect(reheld(running, { known: true, counted: true, paused: "frozen", generation: 4 }, 1)).toBe(false);
+    expect(reheld(running, { known: true, counted: true, paused: "frozen", generation: 4 }, RECONCILE_GRACE_MS)).toBe(true);
     expect(reheld(frozen, { known: true, counted: true, generation: 6 }, 1)).toBe(true);
-    expect(reheld(frozen, { known: true, counted: true, frozen: true, generation: 6 }, 1)).toBe(false);
+    expect(reheld(frozen, { known: true, counted: true, paused: "frozen", generation: 6 }, 1)).toBe(false);
     expect(reheld(running, { known: true, counted: false, generation: 6 }, 1)).toBe(false);
     const l = new Ledger();
     l.reserve(req("a", 5), NONE, 0);
-    expect(l.rehold("a", true, 6, 1)).toMatchObject({ frozen: true, generation: 6, cpu: 1, memoryMB: 512 });
-    expect(l.usage(1)).toMatchObject({ runningSandboxes: 0, vcpus: 0, memoryMB: 512 });
+    expect(l.rehold("a", "frozen", 6, 1)).toMatchObject({ paused: "frozen", generation: 6, cpu: 1, memoryMB: 512 });
+    expect(l.usage(1)).toMatchObject({ runningSandboxes: 0, vcpus: 0, memoryMB: 512, pausedSandboxes: 1 });
+    // A census's guess (frozen) for a sandbox its group says is Stop-paused: a paused slot only.
+    const stopped = { ...running, paused: "stopped" as const };
+    expect(reheld(frozen, { known: true, counted: true, paused: "stopped", generation: 6 }, 1)).toBe(true);
+    expect(reheld(stopped, { known: true, counted: true, paused: "stopped", generation: 6 }, 1)).toBe(false);
+    expect(l.rehold("a", "stopped", 7, 1)).toMatchObject({ paused: "stopped", generation: 7 });
+    expect(l.usage(1)).toMatchObject({ runningSandboxes: 0, memoryMB: 0, pausedSandboxes: 1 });
+  });
+
+  it("a pause asks for a paused slot (either strategy) and nothing else; its resume gives the slot back", () => {
+    const l = new Ledger();
+    const two = { ...NONE, pausedSandboxes: 2, runningSandboxes: 3, memoryMB: 1536 };
+    for (const k of ["a", "b", "c"]) expect(l.reserve(req(k, 1), two, 0).ok).toBe(true);
+    // Memory full, running slots full: a pause is refused for neither (it frees them or keeps them).
+    expect(l.reserve(req("a", 2, { create: false, paused: "frozen" }), two, 0)).toMatchObject({ ok: true, changed: { paused: "frozen" } });
+    expect(l.reserve(req("b", 2, { create: false, paused: "stopped" }), two, 0)).toMatchObject({ ok: true, changed: { paused: "stopped" } });
+    expect(l.usage(0)).toMatchObject({ runningSandboxes: 1, vcpus: 1, memoryMB: 1024, pausedSandboxes: 2 });
+    const r = l.reserve(req("c", 2, { create: false, paused: "stopped" }), two, 0);
+    expect(r).toEqual({ ok: false, over: { name: "pausedSandboxes", used: 2, limit: 2 } });
+    if (!r.ok) expect(overMessage("t", r.over)).toBe('team "t" has 2 of 2 paused sandboxes (quota pausedSandboxes)');
+    expect(l.reservations.get("c")).not.toHaveProperty("stopped");
+    // An assert (the pause happened without a reserve) is never refused; a resume frees the slot.
+    expect(l.reserve(req("c", 2, { force: true, paused: "stopped" }), two, 0).ok).toBe(true);
+    expect(l.usage(0).pausedSandboxes).toBe(3);
+    expect(l.reserve(req("b", 3, { create: false }), two, 0).ok).toBe(true);
+    expect(l.release("a", 2)).toBe(true);
+    expect(l.usage(0)).toMatchObject({ runningSandboxes: 1, pausedSandboxes: 1, memoryMB: 512 });
   });
 
   it("reads defaults from the vars: unset is no limit, a malformed one throws", () => {
