@@ -19,7 +19,7 @@ export async function toEveryAgent(env: Env, send: (cluster: ClusterStub) => Pro
 /** The live sandboxes a team's (or, team null, a global) selector picks: an object's status. A
  * global one sees only the platform's labels, as the agents' engines do (selectsSandbox). */
 export function selectedSandboxes(live: { id: string; team: string; templateId: string; metadata: Record<string, string> }[], team: string | null, selector: TrafficPolicySpec["selector"]): string[] {
-  return live.filter((s) => (team === null || s.team === team) && selectsSandbox(selector, selectorLabels(labelsFromMetadata(s.metadata), s.templateId), team === null)).map((s) => s.id).sort();
+  return live.filter((s) => (team === null || s.team === team) && selectsSandbox(selector, selectorLabels(labelsFromMetadata(s.metadata), s.templateId, s.team), team === null)).map((s) => s.id).sort();
 }
 
 interface Entry<S> {

@@ -6,7 +6,7 @@
 //   DELETE /admin/teams/{team}/traffic-policies/{name}
 //   GET|PUT|DELETE /admin/global-traffic-policies/{name}
 import { getTrafficPolicyView, listTrafficPolicyViews, removeTrafficPolicy, setTrafficPolicy, trafficPolicyKeys } from "../../durable-objects/operations/traffic-policies.ts";
-import { MAX_TRAFFIC_POLICIES, TrafficPolicyName, TrafficPolicySpec } from "../../schema/api/traffic-policy.ts";
+import { globalSelectorRefusal, MAX_TRAFFIC_POLICIES, TrafficPolicyName, TrafficPolicySpec } from "../../schema/api/traffic-policy.ts";
 import { policyRoutes } from "./admin-policy-routes.ts";
 
 export const adminTrafficPolicies = policyRoutes({
@@ -22,4 +22,5 @@ export const adminTrafficPolicies = policyRoutes({
   get: getTrafficPolicyView,
   set: setTrafficPolicy,
   remove: removeTrafficPolicy,
+  globalRefusal: (spec) => globalSelectorRefusal(spec.selector),
 });

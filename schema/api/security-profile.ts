@@ -2,7 +2,7 @@ import { z } from "zod";
 import { rulePathProblem } from "../egress/path.ts";
 import { SecretName } from "./secret.ts";
 import { TeamName } from "./team.ts";
-import { LabelSelectorSchema, TrafficPolicyName } from "./traffic-policy.ts";
+import { globalSelectorRefusal, LabelSelectorSchema, TrafficPolicyName } from "./traffic-policy.ts";
 
 /*
  * SecurityProfile / GlobalSecurityProfile (L7 egress), as the admin API takes them and as the edge
@@ -118,8 +118,9 @@ export function tokenSecretNames(spec: SecurityProfileSpec): string[] {
 /** Why a GlobalSecurityProfile cannot hold this spec, or null: one applies to every team's
  * sandboxes, so a `tokenTransformation` in it would put each team's secret of that name into a
  * header on whatever host that team's sandboxes call. Only a team's own profile may name the
- * team's secrets. */
+ * team's secrets. Nor a selector that names a template without its teams (globalSelectorRefusal). */
 export function globalProfileRefusal(spec: SecurityProfileSpec): string | null {
   const named = tokenSecretNames(spec);
-  return named.length ? `a GlobalSecurityProfile may not name secrets (tokenTransformation of "${named[0]}"): it applies to every team's sandboxes; put it in a team's SecurityProfile` : null;
+  if (named.length) return `a GlobalSecurityProfile may not name secrets (tokenTransformation of "${named[0]}"): it applies to every team's sandboxes; put it in a team's SecurityProfile`;
+  return globalSelectorRefusal(spec.selector);
 }

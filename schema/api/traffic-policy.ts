@@ -61,17 +61,37 @@ export interface LabelSelector {
 
 /** The label the platform gives every sandbox for selectors: its template's id (the SandboxSet's
  * name on Kubernetes, where its Sandbox carries it too). A tenant cannot set a key under this
- * prefix (schema/crd/user-metadata.ts refuses `agents.kruise.io/` keys; selectorLabels drops them). */
+ * prefix (schema/crd/user-metadata.ts refuses `agents.kruise.io/` keys; selectorLabels drops them),
+ * but it does choose the value: template ids are unique per team only, so any team can name a
+ * template like another's. Hence TEAM_SELECTOR_LABEL, and globalSelectorRefusal. */
 export const TEMPLATE_SELECTOR_LABEL = "agents.kruise.io/sandbox-template";
+/** The platform's label naming the sandbox's team (the team's name, which is its namespace on
+ * Kubernetes): the one label value no tenant chooses, so a global selector that names a template
+ * must name the teams too (globalSelectorRefusal; review 26 H2). */
+export const TEAM_SELECTOR_LABEL = "agents.kruise.io/sandbox-team";
 const PLATFORM_PREFIX = "agents.kruise.io/";
 
 /** A sandbox's labels as selectors see them: the tenant's (E2B `label:` metadata, a claim's
- * labels) and the platform's, which the tenant cannot set or shadow. */
-export function selectorLabels(user: Readonly<Record<string, string>>, template: string | undefined): Record<string, string> {
+ * labels) and the platform's, which the tenant cannot set or shadow: its template's id and its
+ * team's name. */
+export function selectorLabels(user: Readonly<Record<string, string>>, template: string | undefined, team: string | null | undefined): Record<string, string> {
   const out: Record<string, string> = {};
   for (const [k, v] of Object.entries(user)) if (!k.startsWith(PLATFORM_PREFIX)) out[k] = v;
   if (template) out[TEMPLATE_SELECTOR_LABEL] = template;
+  if (team) out[TEAM_SELECTOR_LABEL] = team;
   return out;
+}
+
+/** Why a global (GlobalTrafficPolicy, GlobalSecurityProfile) selector is refused, or null. One
+ * that constrains the template label without pinning the team (matchLabels, or `In`) would let
+ * any team into a grant (or out of a restriction) by naming its own template like the one
+ * selected. An empty selector (every sandbox) and one by team alone stay valid. */
+export function globalSelectorRefusal(selector: LabelSelector | undefined): string | null {
+  const names = (key: string) => Object.hasOwn(selector?.matchLabels ?? {}, key) || (selector?.matchExpressions ?? []).some((e) => e.key === key);
+  if (!names(TEMPLATE_SELECTOR_LABEL)) return null;
+  const pinsTeam = Object.hasOwn(selector?.matchLabels ?? {}, TEAM_SELECTOR_LABEL) || (selector?.matchExpressions ?? []).some((e) => e.key === TEAM_SELECTOR_LABEL && e.operator === "In");
+  if (pinsTeam) return null;
+  return `a global selector on ${TEMPLATE_SELECTOR_LABEL} must also name the teams (${TEAM_SELECTOR_LABEL} in matchLabels, or an In expression): template ids are unique per team only, so any team can name a template like the one selected and get its sandboxes in (or out)`;
 }
 
 /** Whether a policy or profile selects a sandbox with `labels` (selectorLabels). A global one

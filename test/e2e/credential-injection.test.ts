@@ -110,8 +110,8 @@ describe("network.rules with a secret", () => {
       const sbx = await Sandbox.create({ ...e2b(), metadata: { "label:tok": tag } });
       created.push(sbx);
       // A global profile ahead of the team's (lower priority number): its block is terminal, its header is replaced by the team's later one.
-      // It selects by the platform's template label, never a tenant's label (review 25 M4).
-      const globalSelector = { matchLabels: { "agents.kruise.io/sandbox-template": (await sbx.getInfo()).templateId } };
+      // It selects by the platform's template and team labels, never a tenant's label (review 25 M4, 26 H2).
+      const globalSelector = { matchLabels: { "agents.kruise.io/sandbox-template": (await sbx.getInfo()).templateId, "agents.kruise.io/sandbox-team": "admin" } };
       expect((await api(global, "PUT", { priority: 5, selector: globalSelector, rules: [{ name: "g-block", match: [{ domains: [HOST], paths: [{ type: "Prefix", value: "/g-blocked" }] }], actions: { block: { statusCode: 451 } } }, { name: "g-set", match, actions: { headerManipulation: { set: [{ name: "x-order", value: "global" }, { name: "x-global", value: "1" }] } } }] })).status).toBe(200);
       const get = (path: string) => run(sbx, `curl -sS -m 10 -o /dev/null -w '%{http_code}' --resolve ${HOST}:443:${out.ip} https://${HOST}${path} 2>&1 || echo " exit $?"`);
       // The agent gets the global profile after the sandbox exists: until then its block is not in force.

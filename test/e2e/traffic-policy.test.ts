@@ -54,9 +54,11 @@ describe("TrafficPolicies through the admin API", () => {
     // A global policy sees only the platform's labels (review 25 M4): the tenant's `tp` selects nothing.
     const tenants = await admin(byLabel, "PUT", { selector, egress: { rules: [{ action: "reject", to: [{ cidr: a.ip }] }] } });
     expect(((await tenants.json()) as { status: { selectedSandboxes: string[] } }).status.selectedSandboxes).toEqual([]);
-    // The template's label does: both sandboxes (this file's only ones) are of it.
+    // The template's label does, with the team's (by template alone it is refused: any team may
+    // name a template so, review 26 H2): both sandboxes (this file's only ones) are of it.
     const template = (await sbx.getInfo()).templateId;
-    const put = await admin(global, "PUT", { selector: { matchLabels: { "agents.kruise.io/sandbox-template": template } }, egress: { rules: [{ action: "reject", to: [{ cidr: b.ip }] }, { action: "allow", to: [{ cidr: "0.0.0.0/0" }] }] } });
+    expect((await admin(global, "PUT", { selector: { matchLabels: { "agents.kruise.io/sandbox-template": template } }, egress: { rules: [] } })).status).toBe(400);
+    const put = await admin(global, "PUT", { selector: { matchLabels: { "agents.kruise.io/sandbox-template": template, "agents.kruise.io/sandbox-team": "admin" } }, egress: { rules: [{ action: "reject", to: [{ cidr: b.ip }] }, { action: "allow", to: [{ cidr: "0.0.0.0/0" }] }] } });
     expect(put.status).toBe(200);
     expect(((await put.json()) as { status: { selectedSandboxes: string[] } }).status.selectedSandboxes).toEqual([sbx.sandboxId, bystander.sandboxId].sort());
 

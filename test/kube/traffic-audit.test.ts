@@ -31,19 +31,20 @@ function desired(id: string, over: Partial<KubeDesiredSandbox> = {}): KubeDesire
   return { id, generation: 1, template: "plain", pool: "plain", namespace: ns, state: "Running", pauseStrategy: "Stop", resources: { cpuCount: 1, memoryMB: 512 }, allowInternetAccess: true, claimed: true, ...over };
 }
 
-const guard: SecurityProfileEntry = {
+const guard = (): SecurityProfileEntry => ({
   team: null,
   name: "api-guard",
   createdAt: 1,
   spec: SecurityProfileSpec.parse({
-    // A global profile sees only the platform's labels (review 25 M4): the template's.
-    selector: { matchLabels: { "agents.kruise.io/sandbox-template": "plain" } },
+    // A global profile sees only the platform's labels (review 25 M4): the template's, and the
+    // team's, since any team may name a template "plain" (review 26 H2).
+    selector: { matchLabels: { "agents.kruise.io/sandbox-template": "plain", "agents.kruise.io/sandbox-team": ns } },
     rules: [
       { name: "no-admin", match: [{ domains: ["api.test"], paths: [{ type: "Prefix", value: "/admin" }] }], actions: { block: { statusCode: 451 } } },
       { name: "tag", match: [{ domains: ["api.test"] }], actions: { headerManipulation: { set: [{ name: "x-profile", value: "guard" }] } } },
     ],
   }),
-};
+});
 
 async function startDriver(): Promise<KubernetesDriver> {
   const d = new KubernetesDriver({ kubeConfig: kubeConfig("agent"), namespace: ns, runtimeImage: "ghcr.io/kruise-edge/sandbox-agent:test" });
@@ -51,7 +52,7 @@ async function startDriver(): Promise<KubernetesDriver> {
   await d.start();
   await until("set and injection config", () => d.sandboxSets.get("plain") && d.injection.current()["traffic-proxy"]);
   await d.setTrafficPolicies([]);
-  await d.setSecurityProfiles([guard]);
+  await d.setSecurityProfiles([guard()]);
   return d;
 }
 

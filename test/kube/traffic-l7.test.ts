@@ -238,8 +238,8 @@ describe("SecurityProfiles in a sandbox pod", () => {
     const global: SecurityProfileEntry = {
       team: null,
       name: "platform-token",
-      // A global profile sees only the platform's labels (review 25 M4): the template's.
-      spec: SecurityProfileSpec.parse({ selector: { matchLabels: { "agents.kruise.io/sandbox-template": "plain" } }, rules: [{ name: "auth", match: [{ domains: ["api.test"] }], actions: { headerManipulation: { set: [{ name: "x-platform", value: token }] } } }] }),
+      // A global profile sees only the platform's labels (review 25 M4): the template's and the team's (review 26 H2).
+      spec: SecurityProfileSpec.parse({ selector: { matchLabels: { "agents.kruise.io/sandbox-template": "plain", "agents.kruise.io/sandbox-team": ns } }, rules: [{ name: "auth", match: [{ domains: ["api.test"] }], actions: { headerManipulation: { set: [{ name: "x-platform", value: token }] } } }] }),
       createdAt: 1,
     };
     await driver.setSecurityProfiles([global]);

@@ -138,7 +138,7 @@ describe("egress on kubernetes", () => {
     expect(byName(pod.spec!.containers, "agent-runtime").securityContext!.capabilities!.drop).toEqual(dropped);
 
     // Tenant bytes travel as JSON in the ConfigMap, and nowhere in what a container runs.
-    expect(policyFile("plain-rules1")).toEqual({ team: ns, labels: { app: HOSTILE, "agents.kruise.io/sandbox-template": "plain" }, egress: { allowOut: ["pypi.org", "10.1.2.3/24"], denyOut: ["0.0.0.0/0"] }, trafficPolicies: [] });
+    expect(policyFile("plain-rules1")).toEqual({ team: ns, labels: { app: HOSTILE, "agents.kruise.io/sandbox-template": "plain", "agents.kruise.io/sandbox-team": ns }, egress: { allowOut: ["pypi.org", "10.1.2.3/24"], denyOut: ["0.0.0.0/0"] }, trafficPolicies: [] });
     for (const c of [...pod.spec!.containers, ...pod.spec!.initContainers!]) expect(JSON.stringify([c.command, c.args, c.env])).not.toMatch(/pwned|pypi|10\.1\.2/);
 
     const np = kget<V1NetworkPolicy>("networkpolicy", "plain-rules1-egress");

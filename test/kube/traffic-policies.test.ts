@@ -40,7 +40,7 @@ beforeAll(async () => {
 }, 120_000);
 
 afterAll(async () => {
-  kubectlOk(["delete", "gtp", `${ns}-baseline`, "--ignore-not-found"]);
+  kubectlOk(["delete", "gtp", `${ns}-baseline`, `${ns}-bytemplate`, "--ignore-not-found"]);
   await k?.stop().catch(() => {});
   await kubelet?.stop();
   await runtimes?.stop();
@@ -80,8 +80,9 @@ apiVersion: agents.kruise.io/v1alpha1
 kind: GlobalTrafficPolicy
 metadata: { name: ${ns}-baseline }
 spec:
-  # A global policy sees only the platform's labels (review 25 M4): the template's, not label:app.
-  selector: { matchLabels: { agents.kruise.io/sandbox-template: pool } }
+  # A global policy sees only the platform's labels (review 25 M4): the template's, not label:app,
+  # and the team's (review 26 H2: by template alone it is refused, Unsupported).
+  selector: { matchLabels: { agents.kruise.io/sandbox-template: pool, agents.kruise.io/sandbox-team: ${ns} } }
   egress: { rules: [{ action: reject, to: [{ cidr: 10.0.0.0/8 }] }] }
 `);
     const g = await until("global status", () => {
@@ -105,6 +106,24 @@ spec:
     }, 30_000);
     expect(refused.conditions?.[0]).toMatchObject({ reason: "Unsupported", message: expect.stringContaining("service and workload peers") });
     await until("gone from the edge", async () => (await admin(`/admin/teams/${ns}/traffic-policies/web-egress`)).status === 404, 20_000);
+
+    // A global one naming the template but not the teams: any team may name a template "pool"
+    // (review 26 H2), so it is refused whole, and never reaches the edge.
+    kubectlOk(["apply", "-f", "-"], `
+apiVersion: agents.kruise.io/v1alpha1
+kind: GlobalTrafficPolicy
+metadata: { name: ${ns}-bytemplate }
+spec:
+  selector: { matchLabels: { agents.kruise.io/sandbox-template: pool } }
+  egress: { rules: [{ action: allow, to: [{ cidr: 10.0.0.0/8 }] }] }
+`);
+    const byTemplate = await until("template-only refused", () => {
+      const s = status("gtp", `${ns}-bytemplate`, false);
+      return s.conditions?.[0]?.status === "False" ? s : undefined;
+    }, 30_000);
+    expect(byTemplate.conditions?.[0]).toMatchObject({ reason: "Unsupported", message: expect.stringContaining("must also name the teams (agents.kruise.io/sandbox-team") });
+    expect((await admin(`/admin/global-traffic-policies/${ns}-bytemplate`)).status).toBe(404);
+    kubectlOk(["delete", "gtp", `${ns}-bytemplate`]);
 
     kubectlOk(["delete", "gtp", `${ns}-baseline`]);
     await until("global gone from the edge", async () => (await admin(`/admin/global-traffic-policies/${ns}-baseline`)).status === 404, 20_000);

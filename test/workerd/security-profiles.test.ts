@@ -371,7 +371,11 @@ describe("SecurityProfile objects over the agent link", () => {
     const name = unique("gsp");
     const ref = { namespace: null, name, uid: `uid-${name}` };
     // A global profile selects by the platform's labels only (review 25 M4): here the template's.
-    const spec = { priority: 5, selector: { matchLabels: { "agents.kruise.io/sandbox-template": team.template } }, ...rule({ domains: ["*.internal.test"] }) };
+    const spec = { priority: 5, selector: { matchLabels: { "agents.kruise.io/sandbox-template": team.template, "agents.kruise.io/sandbox-team": team.name } }, ...rule({ domains: ["*.internal.test"] }) };
+    // By template alone it is refused (review 26 H2: any team may name a template so), here and at the admin API.
+    const byTemplateOnly = { ...spec, selector: { matchLabels: { "agents.kruise.io/sandbox-template": team.template } } };
+    expect(await crd.call("securityprofileobjects", { ...ref, generation: 1, spec: byTemplateOnly })).toMatchObject({ result: "rejected", code: "bad_request", message: expect.stringMatching(/must also name the teams/) });
+    await expectError(call(`/admin/global-security-profiles/${name}`, { method: "PUT", body: byTemplateOnly }), 400, /must also name the teams/);
     const token = rule({ domains: ["a.test"] }, { tokenTransformation: { type: "ApiKey", targetHeader: "x-k", credentialRef: { secret: { name: "k" } } } });
     expect(await crd.call("securityprofileobjects", { ...ref, generation: 1, spec: token })).toMatchObject({ result: "rejected", code: "bad_request", message: expect.stringMatching(/may not name secrets/) });
     await expectError(call(`/admin/global-security-profiles/${name}`), 404);

@@ -35,8 +35,20 @@ describe("traffic policies (admin API)", () => {
     const grant = { egress: { rules: [{ action: "allow", to: [{ cidr: "10.20.0.0/16" }] }] } };
     const byTenant = await expectStatus(call(`/admin/global-traffic-policies/${global}-t`, { method: "PUT", body: { ...grant, selector: { matchLabels: { app: "web" } } } }), 200);
     expect(byTenant.status.selectedSandboxes).toEqual([]);
-    const byTemplate = await expectStatus(call(`/admin/global-traffic-policies/${global}-p`, { method: "PUT", body: { ...grant, selector: { matchLabels: { "agents.kruise.io/sandbox-template": team.template } } } }), 200);
+    // Template ids are unique per team only: another team names its template as this one's
+    // (review 26 H2). A global selector by template alone is refused; with the team it selects
+    // this team's sandboxes, never the twin's.
+    const other = await createTeam(unique("tp-twin"), { cluster: team.cluster });
+    await expectStatus(call(`/admin/teams/${other.name}/templates/${team.template}`, { method: "PUT", body: { spec: { cluster: team.cluster, replicas: 0 } } }), 201);
+    const twin = await expectStatus(call("/v2/sandboxes", { key: other.key, body: { templateID: team.template } }), 201);
+    for (const selector of [{ matchLabels: { "agents.kruise.io/sandbox-template": team.template } }, { matchExpressions: [{ key: "agents.kruise.io/sandbox-template", operator: "NotIn", values: ["trusted"] }] }]) {
+      await expectError(call(`/admin/global-traffic-policies/${global}-p`, { method: "PUT", body: { ...grant, selector } }), 400, /must also name the teams \(agents\.kruise\.io\/sandbox-team/);
+    }
+    await expectError(call(`/admin/global-traffic-policies/${global}-p`), 404);
+    const byTemplate = await expectStatus(call(`/admin/global-traffic-policies/${global}-p`, { method: "PUT", body: { ...grant, selector: { matchLabels: { "agents.kruise.io/sandbox-template": team.template, "agents.kruise.io/sandbox-team": team.name } } } }), 200);
     expect(byTemplate.status.selectedSandboxes).toEqual([labelled.sandboxID, plain.sandboxID].sort());
+    const twinTeam = await expectStatus(call(`/admin/global-traffic-policies/${global}-p`, { method: "PUT", body: { ...grant, selector: { matchLabels: { "agents.kruise.io/sandbox-template": team.template }, matchExpressions: [{ key: "agents.kruise.io/sandbox-team", operator: "In", values: [other.name] }] } } }), 200);
+    expect(twinTeam.status.selectedSandboxes).toEqual([twin.sandboxID]);
     // Nor may a tenant's label name the platform's key (refused at create).
     await expectError(call("/v2/sandboxes", { key: team.key, body: { templateID: team.template, metadata: { "label:agents.kruise.io/sandbox-template": "other" } } }), 400);
     for (const n of [`${global}-t`, `${global}-p`]) await expectStatus(call(`/admin/global-traffic-policies/${n}`, { method: "DELETE" }), 204);

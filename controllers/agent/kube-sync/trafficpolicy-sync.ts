@@ -11,7 +11,7 @@
 // edge-object-sync.ts's.
 import type { KubernetesObject } from "@kubernetes/client-node";
 import { EdgeObjectSync, type EdgeObjectKind, type EdgeObjectSyncOptions } from "./edge-object-sync.ts";
-import { TrafficPolicySpec } from "../../../schema/api/traffic-policy.ts";
+import { globalSelectorRefusal, TrafficPolicySpec } from "../../../schema/api/traffic-policy.ts";
 import { setCondition, type Condition } from "../../../schema/crd/conditions.ts";
 import type { ReplyItem } from "../../../schema/protocol/index.ts";
 
@@ -25,15 +25,17 @@ export interface TrafficPolicyStatus {
   conditions?: Condition[];
 }
 
-/** The edge's spec for an object, or why it cannot be enforced (pure). */
-export function trafficSpecOf(o: TrafficPolicyObject): TrafficPolicySpec | string {
+/** The edge's spec for an object, or why it cannot be enforced (pure). `global`: a
+ * GlobalTrafficPolicy, whose selector must not name a template without its teams. */
+export function trafficSpecOf(o: TrafficPolicyObject, global = false): TrafficPolicySpec | string {
   const s = o.spec ?? {};
   if (s.ingress?.rules?.length) return "ingress rules are not enforced here (egress only)";
   const rules = s.egress?.rules ?? [];
   if (rules.some((r) => r.from?.length)) return "`from` peers are not enforced here";
   if (rules.some((r) => r.to?.some((p) => !("cidr" in p) && !("fqdn" in p)))) return "service and workload peers are not enforced here (cidr and fqdn are)";
   const parsed = TrafficPolicySpec.safeParse({ priority: s.priority, selector: s.selector, egress: { rules: rules.filter((r) => r.to?.length).map((r) => ({ action: r.action, to: r.to, ...(r.ports ? { ports: r.ports } : {}) })) } });
-  return parsed.success ? parsed.data : parsed.error.issues.map((i) => `${i.path.join(".")}: ${i.message}`).join("; ");
+  if (!parsed.success) return parsed.error.issues.map((i) => `${i.path.join(".")}: ${i.message}`).join("; ");
+  return (global && globalSelectorRefusal(parsed.data.selector)) || parsed.data;
 }
 
 /** The status after the edge's answer: the sandboxes it selects, Accepted True. */
@@ -62,7 +64,7 @@ function trafficKind(kind: "TrafficPolicy" | "GlobalTrafficPolicy"): EdgeObjectK
     inventory: false,
     withdrawRefused: true,
     upsert: (o) => {
-      const spec = trafficSpecOf(o);
+      const spec = trafficSpecOf(o, kind === "GlobalTrafficPolicy");
       return typeof spec === "string" ? { problem: spec } : { spec };
     },
     status: (prev, generation, reply, now) => trafficStatusOf(generation, reply, prev, now),

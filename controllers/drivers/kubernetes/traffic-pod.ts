@@ -115,9 +115,9 @@ export function podPolicy(
   profiles: readonly SecurityProfileEntry[] = [],
 ): PodTrafficPolicy | null {
   const egress = podEgress(d);
-  // The platform's label beside the tenant's: global policies and profiles see only it (the
-  // proxy reads these same labels from policy.json and selects as here).
-  const labels = selectorLabels(d.labels ?? {}, d.pool);
+  // The platform's labels (template, team = this namespace) beside the tenant's: global policies
+  // and profiles see only them (the proxy reads these same labels from policy.json and selects as here).
+  const labels = selectorLabels(d.labels ?? {}, d.pool, team);
   const selecting = set.entries.filter((e) => (e.team === null || e.team === team) && applicable([toL4(e)], labels).length > 0);
   const securityProfiles = profiles.filter((p) => (p.team === null || p.team === team) && selectsSandbox(p.spec.selector, labels, p.team === null));
   const networkRules = d.networkRules ?? {};

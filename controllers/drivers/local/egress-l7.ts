@@ -91,7 +91,7 @@ export class LocalL7 {
   }
 
   #select(d: Selectable) {
-    const labels = selectorLabels(d.labels ?? {}, d.pool);
+    const labels = selectorLabels(d.labels ?? {}, d.pool, d.namespace);
     return profilesFor(judgeGlobalProfiles(this.#profiles, labels), { namespace: d.namespace ?? "", labels });
   }
 

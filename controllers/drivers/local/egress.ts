@@ -101,7 +101,7 @@ export class LocalEgress {
   /** The TrafficPolicies deciding for a sandbox wanting `d`, when some select it. */
   governing(d: Pick<DesiredSandbox, "allowInternetAccess" | "egress" | "networkRules" | "namespace" | "labels" | "pool">): Governance | undefined {
     // E2B's own lists only: the allow-all that puts an L7 sandbox behind the proxy is no policy.
-    return this.traffic.governing(d.namespace ?? null, selectorLabels(d.labels ?? {}, d.pool), egressRules(d, false));
+    return this.traffic.governing(d.namespace ?? null, selectorLabels(d.labels ?? {}, d.pool, d.namespace), egressRules(d, false));
   }
 
   #policyFor(id: string): CompiledPolicy | string {

@@ -4,7 +4,7 @@
 // them: refusals counted by a bounded source and logged with the rule.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { taggedHarness } from "../../support/tagged-get.ts";
-import { selectorLabels, TrafficPolicySpec, type TrafficPolicyEntry } from "../../../schema/api/traffic-policy.ts";
+import { globalSelectorRefusal, selectorLabels, TrafficPolicySpec, type TrafficPolicyEntry } from "../../../schema/api/traffic-policy.ts";
 import { admitName, decideGoverned, TrafficPolicySet } from "../../../controllers/traffic/governed.ts";
 import { TrafficProxy } from "../../../controllers/traffic/proxy.ts";
 import { registry } from "../../../controllers/lib/metrics.ts";
@@ -56,20 +56,56 @@ describe("TrafficPolicySet", () => {
     const g = new TrafficPolicySet();
     g.replace([
       entry(null, "db", { selector: { matchLabels: { tier: "db-clients" } }, egress: { rules: [{ action: "allow", to: [{ cidr: "10.20.0.0/16" }] }] } }),
-      entry(null, "etl", { selector: { matchLabels: { "agents.kruise.io/sandbox-template": "etl" } }, egress: { rules: [{ action: "allow", to: [{ cidr: "10.30.0.0/16" }] }] } }),
+      entry(null, "etl", { selector: { matchLabels: { "agents.kruise.io/sandbox-template": "etl", "agents.kruise.io/sandbox-team": "team-a" } }, egress: { rules: [{ action: "allow", to: [{ cidr: "10.30.0.0/16" }] }] } }),
       entry(null, "guard", { selector: { matchExpressions: [{ key: "exempt", operator: "DoesNotExist" }] }, egress: { rules: [{ action: "reject", to: [{ cidr: "10.40.0.0/16" }] }, { action: "allow", to: [{ cidr: "0.0.0.0/0" }] }] } }),
       entry("team-a", "mine", { selector: { matchLabels: { tier: "db-clients" } }, egress: { rules: [{ action: "allow", to: [{ cidr: "10.99.0.0/16" }] }] } }),
     ]);
-    const tenant = g.governing("team-a", selectorLabels({ tier: "db-clients", exempt: "yes" }, "web"), null)!;
+    const tenant = g.governing("team-a", selectorLabels({ tier: "db-clients", exempt: "yes" }, "web", "team-a"), null)!;
     // db (selected by the tenant's tier) does not decide; guard (which exempt would escape) does.
     expect(decideGoverned(tenant, { ip: "10.20.0.1", port: 5432, names: [] }, nothing)).toMatchObject({ allowed: true, by: expect.stringContaining("guard rule 2") });
     expect(decideGoverned(tenant, { ip: "10.40.0.1", port: 80, names: [] }, nothing)).toMatchObject({ allowed: false, source: "GlobalTrafficPolicy" });
     // The team's own policy still selects by the tenant's label.
     expect(decideGoverned(tenant, { ip: "10.99.0.1", port: 80, names: [] }, nothing)).toMatchObject({ allowed: true, source: "TrafficPolicy" });
-    const etl = g.governing("team-a", selectorLabels({}, "etl"), null)!;
+    const etl = g.governing("team-a", selectorLabels({}, "etl", "team-a"), null)!;
     expect(decideGoverned(etl, { ip: "10.30.0.1", port: 80, names: [] }, nothing)).toMatchObject({ allowed: true, by: expect.stringContaining("etl rule 1") });
-    expect(g.selectedBy(null, "db", [{ id: "s1", team: "team-a", labels: selectorLabels({ tier: "db-clients" }, "web") }])).toEqual([]);
-    expect(g.selectedBy(null, "etl", [{ id: "s2", team: "team-b", labels: selectorLabels({ "agents.kruise.io/sandbox-template": "etl" }, "web") }])).toEqual([]);
+    expect(g.selectedBy(null, "db", [{ id: "s1", team: "team-a", labels: selectorLabels({ tier: "db-clients" }, "web", "team-a") }])).toEqual([]);
+    expect(g.selectedBy(null, "etl", [{ id: "s2", team: "team-b", labels: selectorLabels({ "agents.kruise.io/sandbox-template": "etl" }, "web", "team-b") }])).toEqual([]);
+  });
+
+  it("a global policy by template and team: another team's template of that name neither gets it nor escapes a restriction (review 26 H2)", () => {
+    const T = "agents.kruise.io/sandbox-template", TEAM = "agents.kruise.io/sandbox-team";
+    const g = new TrafficPolicySet();
+    g.replace([
+      entry(null, "grant", { selector: { matchLabels: { [T]: "etl" }, matchExpressions: [{ key: TEAM, operator: "In", values: ["team-a"] }] }, egress: { rules: [{ action: "allow", to: [{ cidr: "10.30.0.0/16" }] }] } }),
+      entry(null, "guard", { selector: { matchExpressions: [{ key: T, operator: "NotIn", values: ["trusted"] }, { key: TEAM, operator: "In", values: ["team-a", "team-b"] }] }, egress: { rules: [{ action: "reject", to: [{ cidr: "10.40.0.0/16" }] }] } }),
+    ]);
+    const live = [
+      { id: "a", team: "team-a", labels: selectorLabels({}, "etl", "team-a") },
+      { id: "b", team: "team-b", labels: selectorLabels({}, "etl", "team-b") },
+      // a tenant label cannot pose as the team
+      { id: "c", team: "team-b", labels: selectorLabels({ [TEAM]: "team-a" }, "etl", "team-b") },
+    ];
+    expect(g.selectedBy(null, "grant", live)).toEqual(["a"]);
+    // team-b naming its template "trusted" stays under the guard; only team-a's/team-b's are selected at all.
+    expect(g.selectedBy(null, "guard", [...live, { id: "d", team: "team-b", labels: selectorLabels({}, "trusted", "team-b") }, { id: "e", team: "team-c", labels: selectorLabels({}, "etl", "team-c") }])).toEqual(["a", "b", "c"]);
+  });
+
+  it("a global selector naming the template must pin the teams (matchLabels or In); empty and team-only ones stay valid", () => {
+    const T = "agents.kruise.io/sandbox-template", TEAM = "agents.kruise.io/sandbox-team";
+    expect(globalSelectorRefusal(undefined)).toBeNull();
+    expect(globalSelectorRefusal({})).toBeNull();
+    expect(globalSelectorRefusal({ matchLabels: { [TEAM]: "team-a" } })).toBeNull();
+    expect(globalSelectorRefusal({ matchExpressions: [{ key: TEAM, operator: "NotIn", values: ["platform"] }] })).toBeNull();
+    expect(globalSelectorRefusal({ matchLabels: { [T]: "etl", [TEAM]: "team-a" } })).toBeNull();
+    expect(globalSelectorRefusal({ matchLabels: { [T]: "etl" }, matchExpressions: [{ key: TEAM, operator: "In", values: ["team-a"] }] })).toBeNull();
+    for (const bad of [
+      { matchLabels: { [T]: "etl" } },
+      { matchExpressions: [{ key: T, operator: "In" as const, values: ["etl"] }] },
+      { matchExpressions: [{ key: T, operator: "NotIn" as const, values: ["trusted"] }] },
+      { matchExpressions: [{ key: T, operator: "Exists" as const }] },
+      { matchLabels: { [T]: "etl" }, matchExpressions: [{ key: TEAM, operator: "NotIn" as const, values: ["team-b"] }] },
+      { matchLabels: { [T]: "etl" }, matchExpressions: [{ key: TEAM, operator: "Exists" as const }] },
+    ]) expect(globalSelectorRefusal(bad)).toMatch(/must also name the teams \(agents\.kruise\.io\/sandbox-team/);
   });
 
   it("is not in force where nothing selects the sandbox; E2B's rules come first when it is", () => {

@@ -14,8 +14,8 @@ const set = new TrafficPolicySet();
 set.replace([
   { team: "team-a", name: "web", spec: TrafficPolicySpec.parse({ selector: { matchLabels: { app: "web" } }, egress: { rules: [{ action: "allow", to: [{ cidr: "10.9.0.7" }, { fqdn: "db.internal" }] }] } }) },
   { team: "team-b", name: "other", spec: TrafficPolicySpec.parse({ egress: { rules: [{ action: "allow", to: [{ cidr: "192.168.1.0/24" }] }] } }) },
-  { team: null, name: "base", spec: TrafficPolicySpec.parse({ selector: { matchLabels: { "agents.kruise.io/sandbox-template": "x" } }, egress: { rules: [{ action: "reject", to: [{ cidr: "0.0.0.0/0" }] }] } }) },
-  { team: null, name: "platform", spec: TrafficPolicySpec.parse({ selector: { matchLabels: { "agents.kruise.io/sandbox-template": "web" } }, egress: { rules: [{ action: "allow", to: [{ cidr: "10.50.1.9/16" }, { cidr: "8.8.8.8" }] }, { action: "reject", to: [{ cidr: "10.60.0.0/16" }] }] } }) },
+  { team: null, name: "base", spec: TrafficPolicySpec.parse({ selector: { matchLabels: { "agents.kruise.io/sandbox-template": "x", "agents.kruise.io/sandbox-team": "team-c" } }, egress: { rules: [{ action: "reject", to: [{ cidr: "0.0.0.0/0" }] }] } }) },
+  { team: null, name: "platform", spec: TrafficPolicySpec.parse({ selector: { matchLabels: { "agents.kruise.io/sandbox-template": "web" }, matchExpressions: [{ key: "agents.kruise.io/sandbox-team", operator: "In", values: ["team-a"] }] }, egress: { rules: [{ action: "allow", to: [{ cidr: "10.50.1.9/16" }, { cidr: "8.8.8.8" }] }, { action: "reject", to: [{ cidr: "10.60.0.0/16" }] }] } }) },
 ]);
 
 describe("traffic-pod", () => {
@@ -49,7 +49,7 @@ describe("traffic-pod", () => {
     const p = podPolicy(set, { allowInternetAccess: true, labels: { app: "web" }, pool: "web" }, "team-a")!;
     expect(p.trafficPolicies.map((e) => e.name)).toEqual(["platform", "web"]);
     // The proxy selects again from these labels: the platform's is among them.
-    expect(p.labels).toEqual({ app: "web", "agents.kruise.io/sandbox-template": "web" });
+    expect(p.labels).toEqual({ app: "web", "agents.kruise.io/sandbox-template": "web", "agents.kruise.io/sandbox-team": "team-a" });
     expect(PodTrafficPolicySchema.parse(JSON.parse(JSON.stringify(p)))).toEqual(p);
     expect(podPolicy(set, { allowInternetAccess: true, labels: {}, pool: "x" }, "team-c")!.trafficPolicies.map((e) => e.name)).toEqual(["base"]);
   });
@@ -64,10 +64,20 @@ describe("traffic-pod", () => {
     // A global profile selecting by a tenant's label travels to no pod.
     const profile = (selector: object): SecurityProfileEntry => ({ team: null, name: "g", spec: SecurityProfileSpec.parse({ selector, rules: [] }), createdAt: 1 });
     expect(podPolicy(set, { allowInternetAccess: true, labels: { app: "web" }, pool: "api" }, "team-a", [profile({ matchLabels: { app: "web" } })])!.securityProfiles).toBeUndefined();
-    expect(podPolicy(set, { allowInternetAccess: true, labels: { app: "web" }, pool: "api" }, "team-a", [profile({ matchLabels: { "agents.kruise.io/sandbox-template": "api" } })])!.securityProfiles).toHaveLength(1);
+    expect(podPolicy(set, { allowInternetAccess: true, labels: { app: "web" }, pool: "api" }, "team-a", [profile({ matchLabels: { "agents.kruise.io/sandbox-template": "api", "agents.kruise.io/sandbox-team": "team-a" } })])!.securityProfiles).toHaveLength(1);
     // Nor can a tenant's label take its sandbox out of one (NotIn / DoesNotExist on a key it sets).
     const optOut = profile({ matchExpressions: [{ key: "tier", operator: "DoesNotExist" }] });
     expect(podPolicy(set, { allowInternetAccess: true, labels: { tier: "free" }, pool: "api" }, "team-a", [optOut])!.securityProfiles).toHaveLength(1);
+  });
+
+  it("another team's template of the selected name gets no global grant: the team label, which the tenant cannot choose, decides (review 26 H2)", () => {
+    // team-b names its own template "web", as team-a's the platform grant selects.
+    const p = podPolicy(set, { allowInternetAccess: false, labels: {}, pool: "web" }, "team-b")!;
+    expect(p.labels).toEqual({ "agents.kruise.io/sandbox-template": "web", "agents.kruise.io/sandbox-team": "team-b" });
+    expect(p.trafficPolicies.map((e) => e.name)).toEqual(["other"]);
+    expect(allowedInside(p, DEFAULT_CLUSTER_CIDRS)).toEqual([]);
+    // A forged team label is dropped: the namespace's name wins.
+    expect(podPolicy(set, { allowInternetAccess: false, labels: { "agents.kruise.io/sandbox-team": "team-a" }, pool: "web" }, "team-b")!.trafficPolicies.map((e) => e.name)).toEqual(["other"]);
   });
 
   it("the backstop opens inside the cluster's ranges only what a GlobalTrafficPolicy allows, canonical; never a tenant's own rule", () => {
