@@ -11,6 +11,7 @@ import type { ReplyItem, SandboxId, TrafficPolicyItem } from "../../schema/proto
 import type { Env } from "../env.ts";
 import { getTrafficPolicyView, removeTrafficPolicy, setTrafficPolicy } from "../operations/traffic-policies.ts";
 import { clusterTeamOrRefusal } from "../operations/team-clusters.ts";
+import { globalSelectorRefusal } from "../../schema/api/traffic-policy.ts";
 
 export async function applyTrafficPolicy(env: Env, cluster: string, item: TrafficPolicyItem): Promise<Omit<ReplyItem, "id">> {
   const team = item.namespace;
@@ -20,6 +21,10 @@ export async function applyTrafficPolicy(env: Env, cluster: string, item: Traffi
     await removeTrafficPolicy(env, team, item.name);
     return { result: "applied" };
   }
+  // The agent refuses such a global before it sends it; an older or rogue agent may not, and the
+  // admin API refuses the same (review 26 H2).
+  const refused = team === null && "spec" in item ? globalSelectorRefusal(item.spec.selector) : null;
+  if (refused) return { result: "rejected", code: "bad_request", message: refused };
   const view = "status" in item ? await getTrafficPolicyView(env, team, item.name) : await setTrafficPolicy(env, team, item.name, item.spec);
   if (!view) return { result: "rejected", code: "not_found", message: `no policy ${team ?? ""}/${item.name} on the edge` };
   return { result: "applied", selectedSandboxes: view.status.selectedSandboxes.slice(0, 1000) as SandboxId[] };

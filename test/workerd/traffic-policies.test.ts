@@ -2,8 +2,10 @@
 // agent at once (and with every welcome), status listing the live sandboxes a policy selects (by
 // the `label:<k>` metadata of E2B's create; a global one by the platform's template label only),
 // bad specs refused with the field at fault.
+import { exports } from "cloudflare:workers";
 import { afterAll, describe, expect, it } from "vitest";
-import type { ScriptedAgent } from "../support/scripted-agent.ts";
+import { CrdLink } from "../support/crd-link.ts";
+import { fetchTransport, ScriptedAgent } from "../support/scripted-agent.ts";
 import { call, createTeam, expectError, expectStatus, startAgent, unique } from "./helpers.ts";
 
 const agents: ScriptedAgent[] = [];
@@ -74,5 +76,25 @@ describe("traffic policies (admin API)", () => {
     await expectError(call(`/admin/teams/${team.name}/traffic-policies/Bad_Name`, { method: "PUT", body: web }), 400, /policy name/);
     await expectError(call(`/admin/teams/no-such-team-x/traffic-policies/x`, { method: "PUT", body: web }), 404);
     await expectError(call(`/admin/teams/${team.name}/traffic-policies/x`, { method: "PUT", body: web, key: team.key }), 403);
+  });
+});
+
+describe("GlobalTrafficPolicy objects from a cluster", () => {
+  // The agent refuses such a global before it sends it; the edge refuses it too, for an agent that
+  // does not (an older or a rogue one): a template id is unique per team only (review 26 H2).
+  it("a selector naming a template without its teams is rejected and not stored", async () => {
+    const agent = new ScriptedAgent();
+    agents.push(agent);
+    const crd = new CrdLink();
+    await crd.connect(agent, fetchTransport((url, init) => exports.default.fetch(url, init) as never, "test-cluster-token", unique("gtp-cluster")));
+    const name = unique("gtp");
+    const grant = { egress: { rules: [{ action: "allow", to: [{ cidr: "10.20.0.0/16" }] }] } };
+    const reply = await crd.call("trafficpolicyobjects", { namespace: null, name, uid: `uid-${name}`, generation: 1, spec: { ...grant, selector: { matchLabels: { "agents.kruise.io/sandbox-template": "code-interpreter" } } } });
+    expect(reply).toMatchObject({ result: "rejected", code: "bad_request" });
+    expect(reply.message).toMatch(/agents\.kruise\.io\/sandbox-team/);
+    await expectError(call(`/admin/global-traffic-policies/${name}`), 404);
+    const pinned = await crd.call("trafficpolicyobjects", { namespace: null, name, uid: `uid-${name}`, generation: 1, spec: { ...grant, selector: { matchLabels: { "agents.kruise.io/sandbox-template": "code-interpreter", "agents.kruise.io/sandbox-team": "acme" } } } });
+    expect(pinned).toMatchObject({ result: "applied" });
+    await expectStatus(call(`/admin/global-traffic-policies/${name}`, { method: "DELETE" }), 204);
   });
 });
