@@ -115,15 +115,15 @@ export class CrdSync {
         case "autoscalers": {
           const a = item as PoolAutoscalerItem;
           const serial = (name: string, work: () => Promise<Omit<ReplyItem, "id">>) => this.#serial(`pa:${a.namespace}/${name}`, work);
-          if ("present" in a) this.#answer(a.id, `pas:${a.namespace}`, prunePoolAutoscalers(this.#o.env, this.#o.sql, a.namespace, a.present, serial));
-          else this.#answer(a.id, `pa:${a.namespace}/${a.name}`, serial(a.name, () => applyPoolAutoscaler(this.#o.env, this.#o.sql, a)));
+          if ("present" in a) this.#answer(a.id, `pas:${a.namespace}`, prunePoolAutoscalers(this.#o.env, this.#o.sql, this.#o.cluster(), a.namespace, a.present, serial));
+          else this.#answer(a.id, `pa:${a.namespace}/${a.name}`, serial(a.name, () => applyPoolAutoscaler(this.#o.env, this.#o.sql, this.#o.cluster(), a)));
           break;
         }
         case "updateops": {
           const u = item as UpdateOpsItem;
           const serial = (name: string, work: () => Promise<Omit<ReplyItem, "id">>) => this.#serial(`suo:${u.namespace}/${name}`, work);
-          if ("present" in u) this.#answer(u.id, `suos:${u.namespace}`, pruneUpdateOps(this.#o.env, this.#o.sql, u.namespace, u.present, serial));
-          else this.#answer(u.id, `suo:${u.namespace}/${u.name}`, serial(u.name, () => applyUpdateOps(this.#o.env, this.#o.sql, u)));
+          if ("present" in u) this.#answer(u.id, `suos:${u.namespace}`, pruneUpdateOps(this.#o.env, this.#o.sql, this.#o.cluster(), u.namespace, u.present, serial));
+          else this.#answer(u.id, `suo:${u.namespace}/${u.name}`, serial(u.name, () => applyUpdateOps(this.#o.env, this.#o.sql, this.#o.cluster(), u)));
           break;
         }
         case "trafficpolicyobjects": {

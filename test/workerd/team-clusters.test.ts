@@ -77,6 +77,32 @@ describe("a cluster not bound to a team", () => {
     await agent.waitUntil(() => agent.securityProfiles?.some((p) => p.team === acme.name && p.name === "own") ?? false);
   }, 60_000);
 
+  it("cannot size the team's pools or run updates over its sandboxes (PoolAutoscaler, SandboxUpdateOps), read their status, or remove them", async () => {
+    const acme = await createTeam(unique("bind-ops"));
+    const cluster = unique("bind-ops-c");
+    const { crd } = await connect(cluster);
+    const pa = { namespace: acme.name, name: "grow", uid: "uid-grow", generation: 1, target: acme.template, spec: { minReplicas: 3, maxReplicas: 3 } };
+    expect(await crd.call("autoscalers", pa)).toMatchObject({ result: "rejected", code: "forbidden", message: expect.stringContaining(`PUT /admin/teams/${acme.name}/clusters/${cluster}`) });
+    const autoscaler = async () => (await expectStatus(call(`/admin/teams/${acme.name}/templates/${acme.template}/autoscaler`), 200)).spec;
+    expect(await autoscaler()).toBeNull();
+    const ops = { namespace: acme.name, name: "roll", uid: "uid-roll", generation: 1, spec: { selector: {} } };
+    expect(await crd.call("updateops", ops)).toMatchObject({ result: "rejected", code: "forbidden" });
+    await expectError(call(`/admin/teams/${acme.name}/updateops/roll`), 404);
+
+    // Bound, its objects apply; unbound again, it can neither read nor remove them (a delete is
+    // answered done, so the agent does not retry it, and changes nothing).
+    await expectStatus(bind(acme.name, cluster), 201);
+    expect(await crd.call("autoscalers", pa)).toMatchObject({ result: "applied" });
+    expect(await crd.call("updateops", ops)).toMatchObject({ result: "applied" });
+    await expectStatus(call(`/admin/teams/${acme.name}/clusters/${cluster}`, { method: "DELETE" }), 204);
+    expect(await crd.call("updateops", { namespace: acme.name, name: "roll", uid: "uid-roll", status: true })).toMatchObject({ result: "rejected", code: "forbidden" });
+    expect(await crd.call("autoscalers", { namespace: acme.name, name: "grow", uid: "uid-grow", status: true })).toMatchObject({ result: "rejected", code: "forbidden" });
+    expect(await crd.call("updateops", { namespace: acme.name, name: "roll", uid: "uid-roll", deleted: true })).toMatchObject({ result: "applied" });
+    expect(await crd.call("autoscalers", { namespace: acme.name, present: [] })).toMatchObject({ result: "applied" });
+    await expectStatus(call(`/admin/teams/${acme.name}/updateops/roll`), 200);
+    expect(await autoscaler()).toMatchObject({ minReplicas: 3, maxReplicas: 3 });
+  }, 60_000);
+
   it("a namespace with no team is not the cluster's to create (nothing is bound to it)", async () => {
     const { crd } = await connect(unique("bind-new"));
     const ns = unique("bind-none");
