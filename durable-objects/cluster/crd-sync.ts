@@ -221,6 +221,14 @@ export class CrdSync {
     const spec: TemplateSpec = { ...item.spec, cluster };
     const put = await putTemplate(this.#o.env, { teamName: item.namespace, templateId: item.name, public: false, spec, byCluster: true });
     if (!put.ok) return refused(put.error);
+    // An unbind between the check above and the write: the binding's delete refuses while a
+    // template is on the cluster (team-clusters.ts), so one that went first is seen here, and the
+    // template it would have kept from the cluster goes again.
+    const still = await clusterMayServe(this.#o.env, cluster, item.namespace);
+    if (!still.ok) {
+      if (!existing) await removeTemplate(this.#o.env, put.template.teamId, item.name);
+      return refused(still.error);
+    }
     this.#remember(item.namespace, item.name, { uid: item.uid, generation: item.generation, deleted: false });
     return { result: "applied" };
   }

@@ -141,6 +141,28 @@ describe("admin API /admin/teams/{team}/clusters", () => {
     expect((await expectStatus(call(`/admin/teams/${team.name}/clusters`), 200)).clusters.map((c: { cluster: string }) => c.cluster)).toEqual([team.cluster]);
   });
 
+  it("an unbind racing the cluster's SandboxSet never leaves a template of the team on a cluster it is not bound to", async () => {
+    const team = await createTeam(unique("bind-race"));
+    const cluster = unique("bind-race-c");
+    const { crd } = await connect(cluster);
+    const unbind = () => call(`/admin/teams/${team.name}/clusters/${cluster}`, { method: "DELETE" });
+    for (let i = 0; i < 12; i++) {
+      await expectStatus(bind(team.name, cluster), 201);
+      const name = `race-${i}`;
+      const [set, del] = await Promise.all([crd.call("sandboxsets", sandboxSet(team.name, name)), unbind()]);
+      const bound = (await expectStatus(call(`/admin/teams/${team.name}/clusters`), 200)).clusters.some((c: { cluster: string }) => c.cluster === cluster);
+      const placed = (await template(team.name, name)).status === 200;
+      expect([204, 409]).toContain(del.status);
+      // A template on the cluster keeps its team bound there (the unbind's 409), and an applied
+      // SandboxSet is a template.
+      expect({ i, placed, bound: placed ? bound : true, set: set.result === "applied" ? placed : true }).toEqual({ i, placed, bound: true, set: true });
+      if (placed) {
+        await expectStatus(call(`/admin/teams/${team.name}/templates/${name}`, { method: "DELETE" }), 204);
+        await expectStatus(unbind(), 204);
+      }
+    }
+  }, 120_000);
+
   it("needs the admin key; 404 for an unknown team; 400 for a bad team or cluster name", async () => {
     const team = await createTeam(unique("bind-auth"));
     await expectError(call(`/admin/teams/${team.name}/clusters/x`, { method: "PUT", key: team.key }), 403);
