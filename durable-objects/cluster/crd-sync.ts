@@ -196,9 +196,14 @@ export class CrdSync {
     const db = getDb(this.#o.env);
     // Only a cluster bound to the team may make or remove its templates (and so its pools). A
     // delete from an unbound one has nothing of this cluster's to remove (a template here binds
-    // its team): answered done, so the agent does not retry it for ever.
+    // its team): answered done, so the agent does not retry it for ever, and this cluster's own
+    // record of the object marked deleted, so its next start does not prune it again.
     const may = await clusterMayServe(this.#o.env, cluster, item.namespace);
-    if (!may.ok) return "deleted" in item ? { result: "applied", message: may.error.message } : refused(may.error);
+    if (!may.ok) {
+      if (!("deleted" in item)) return refused(may.error);
+      if (prev && prev.uid === item.uid && !prev.deleted) this.#remember(item.namespace, item.name, { ...prev, deleted: true });
+      return { result: "applied", message: may.error.message };
+    }
     const team = may.team;
     // A template whose members run on another cluster is that cluster's (or the admin API's): two
     // clusters with the same SandboxSet name in one namespace must not move the pool back and forth.

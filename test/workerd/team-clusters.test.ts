@@ -98,7 +98,8 @@ describe("a cluster not bound to a team", () => {
     expect(await crd.call("updateops", { namespace: acme.name, name: "roll", uid: "uid-roll", status: true })).toMatchObject({ result: "rejected", code: "forbidden" });
     expect(await crd.call("autoscalers", { namespace: acme.name, name: "grow", uid: "uid-grow", status: true })).toMatchObject({ result: "rejected", code: "forbidden" });
     expect(await crd.call("updateops", { namespace: acme.name, name: "roll", uid: "uid-roll", deleted: true })).toMatchObject({ result: "applied" });
-    expect(await crd.call("autoscalers", { namespace: acme.name, present: [] })).toMatchObject({ result: "applied" });
+    expect(await crd.call("autoscalers", { namespace: acme.name, present: [] })).toMatchObject({ result: "applied", message: "removed grow" });
+    expect(await crd.call("autoscalers", { namespace: acme.name, present: [] })).toMatchObject({ result: "applied", message: "nothing to remove" });
     await expectStatus(call(`/admin/teams/${acme.name}/updateops/roll`), 200);
     expect(await autoscaler()).toMatchObject({ minReplicas: 3, maxReplicas: 3 });
   }, 60_000);
@@ -162,6 +163,19 @@ describe("admin API /admin/teams/{team}/clusters", () => {
       }
     }
   }, 120_000);
+
+  it("a cluster unbound after its SandboxSet's template was removed prunes that SandboxSet once, not at every start", async () => {
+    const team = await createTeam(unique("bind-prune"));
+    const cluster = unique("bind-prune-c");
+    const { crd } = await connect(cluster);
+    await expectStatus(bind(team.name, cluster), 201);
+    expect(await crd.call("sandboxsets", sandboxSet(team.name, "app"))).toMatchObject({ result: "applied" });
+    await expectStatus(call(`/admin/teams/${team.name}/templates/app`, { method: "DELETE" }), 204);
+    await expectStatus(call(`/admin/teams/${team.name}/clusters/${cluster}`, { method: "DELETE" }), 204);
+    // The agent's inventory after a start no longer has it (deleted while the agent was down).
+    expect(await crd.call("sandboxsets", { namespace: team.name, present: [] })).toMatchObject({ result: "applied", message: "removed app" });
+    expect(await crd.call("sandboxsets", { namespace: team.name, present: [] })).toMatchObject({ result: "applied", message: "nothing to remove" });
+  });
 
   it("needs the admin key; 404 for an unknown team; 400 for a bad team or cluster name", async () => {
     const team = await createTeam(unique("bind-auth"));
