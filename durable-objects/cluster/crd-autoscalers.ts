@@ -41,7 +41,6 @@ const POOL_AUTOSCALERS: SyncedKind<{ target: string; spec: AutoscalerSpec }> = {
   },
   remove: (env, team, _name, row) => unset(env, team, row.own),
   async upsert(env, team, item, live) {
-    if (!team) return { reply: { result: "rejected", code: "template_not_found", message: `Template "${item.target}" not found (no team ${item.namespace})` } };
     const res = await setAutoscaler(env, team.id, item.target, item.spec);
     if (!res.ok) return { reply: { result: "rejected", code: res.error.code, message: res.error.message } };
     // Retargeted (or the old object's last target under a new uid): the old pool is no longer sized.
@@ -53,7 +52,7 @@ const POOL_AUTOSCALERS: SyncedKind<{ target: string; spec: AutoscalerSpec }> = {
 type Sql = Pick<SqlStorage, "exec">;
 type ObjectItem = Exclude<PoolAutoscalerItem, { present: string[] }>;
 
-export const applyPoolAutoscaler = (env: Env, sql: Sql, item: ObjectItem): Promise<Reply> => applySynced(env, sql, POOL_AUTOSCALERS, item);
+export const applyPoolAutoscaler = (env: Env, sql: Sql, cluster: string, item: ObjectItem): Promise<Reply> => applySynced(env, sql, cluster, POOL_AUTOSCALERS, item);
 
-export const prunePoolAutoscalers = (env: Env, sql: Sql, namespace: string, present: string[], serial: (name: string, work: () => Promise<Reply>) => Promise<Reply>): Promise<Reply> =>
-  pruneSynced(env, sql, POOL_AUTOSCALERS, namespace, present, serial);
+export const prunePoolAutoscalers = (env: Env, sql: Sql, cluster: string, namespace: string, present: string[], serial: (name: string, work: () => Promise<Reply>) => Promise<Reply>): Promise<Reply> =>
+  pruneSynced(env, sql, cluster, POOL_AUTOSCALERS, namespace, present, serial);

@@ -115,15 +115,15 @@ export class CrdSync {
         case "autoscalers": {
           const a = item as PoolAutoscalerItem;
           const serial = (name: string, work: () => Promise<Omit<ReplyItem, "id">>) => this.#serial(`pa:${a.namespace}/${name}`, work);
-          if ("present" in a) this.#answer(a.id, `pas:${a.namespace}`, prunePoolAutoscalers(this.#o.env, this.#o.sql, a.namespace, a.present, serial));
-          else this.#answer(a.id, `pa:${a.namespace}/${a.name}`, serial(a.name, () => applyPoolAutoscaler(this.#o.env, this.#o.sql, a)));
+          if ("present" in a) this.#answer(a.id, `pas:${a.namespace}`, prunePoolAutoscalers(this.#o.env, this.#o.sql, this.#o.cluster(), a.namespace, a.present, serial));
+          else this.#answer(a.id, `pa:${a.namespace}/${a.name}`, serial(a.name, () => applyPoolAutoscaler(this.#o.env, this.#o.sql, this.#o.cluster(), a)));
           break;
         }
         case "updateops": {
           const u = item as UpdateOpsItem;
           const serial = (name: string, work: () => Promise<Omit<ReplyItem, "id">>) => this.#serial(`suo:${u.namespace}/${name}`, work);
-          if ("present" in u) this.#answer(u.id, `suos:${u.namespace}`, pruneUpdateOps(this.#o.env, this.#o.sql, u.namespace, u.present, serial));
-          else this.#answer(u.id, `suo:${u.namespace}/${u.name}`, serial(u.name, () => applyUpdateOps(this.#o.env, this.#o.sql, u)));
+          if ("present" in u) this.#answer(u.id, `suos:${u.namespace}`, pruneUpdateOps(this.#o.env, this.#o.sql, this.#o.cluster(), u.namespace, u.present, serial));
+          else this.#answer(u.id, `suo:${u.namespace}/${u.name}`, serial(u.name, () => applyUpdateOps(this.#o.env, this.#o.sql, this.#o.cluster(), u)));
           break;
         }
         case "trafficpolicyobjects": {
@@ -196,9 +196,14 @@ export class CrdSync {
     const db = getDb(this.#o.env);
     // Only a cluster bound to the team may make or remove its templates (and so its pools). A
     // delete from an unbound one has nothing of this cluster's to remove (a template here binds
-    // its team): answered done, so the agent does not retry it for ever.
+    // its team): answered done, so the agent does not retry it for ever, and this cluster's own
+    // record of the object marked deleted, so its next start does not prune it again.
     const may = await clusterMayServe(this.#o.env, cluster, item.namespace);
-    if (!may.ok) return "deleted" in item ? { result: "applied", message: may.error.message } : refused(may.error);
+    if (!may.ok) {
+      if (!("deleted" in item)) return refused(may.error);
+      if (prev && prev.uid === item.uid && !prev.deleted) this.#remember(item.namespace, item.name, { ...prev, deleted: true });
+      return { result: "applied", message: may.error.message };
+    }
     const team = may.team;
     // A template whose members run on another cluster is that cluster's (or the admin API's): two
     // clusters with the same SandboxSet name in one namespace must not move the pool back and forth.
@@ -221,6 +226,14 @@ export class CrdSync {
     const spec: TemplateSpec = { ...item.spec, cluster };
     const put = await putTemplate(this.#o.env, { teamName: item.namespace, templateId: item.name, public: false, spec, byCluster: true });
     if (!put.ok) return refused(put.error);
+    // An unbind between the check above and the write: the binding's delete refuses while a
+    // template is on the cluster (team-clusters.ts), so one that went first is seen here, and the
+    // template it would have kept from the cluster goes again.
+    const still = await clusterMayServe(this.#o.env, cluster, item.namespace);
+    if (!still.ok) {
+      if (!existing) await removeTemplate(this.#o.env, put.template.teamId, item.name);
+      return refused(still.error);
+    }
     this.#remember(item.namespace, item.name, { uid: item.uid, generation: item.generation, deleted: false });
     return { result: "applied" };
   }

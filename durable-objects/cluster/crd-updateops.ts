@@ -44,7 +44,6 @@ const UPDATE_OPS: SyncedKind<{ spec: UpdateOpsSpec; retry?: string }> = {
   status: async (env, team, name) => answer(await updateOpsStatus(env, team, name)),
   remove: async (env, team, name) => void (await removeUpdateOps(env, team, name)), // not found: nothing to remove
   async upsert(env, team, item, live) {
-    if (!team) return { reply: { result: "rejected", code: "not_found", message: `no team ${item.namespace}` } };
     // Re-created under the same name: the old object's run goes, the new one starts afresh.
     if (live && live.uid !== item.uid) await removeUpdateOps(env, team, item.name);
     const started = await startUpdateOps(env, team, item.name, item.spec);
@@ -59,8 +58,8 @@ const UPDATE_OPS: SyncedKind<{ spec: UpdateOpsSpec; retry?: string }> = {
 type Sql = Pick<SqlStorage, "exec">;
 type ObjectItem = Exclude<UpdateOpsItem, { present: string[] }>;
 
-export const applyUpdateOps = (env: Env, sql: Sql, item: ObjectItem): Promise<Reply> => applySynced(env, sql, UPDATE_OPS, item);
+export const applyUpdateOps = (env: Env, sql: Sql, cluster: string, item: ObjectItem): Promise<Reply> => applySynced(env, sql, cluster, UPDATE_OPS, item);
 
 /** Removes the runs this cluster synced into the namespace that it no longer has. */
-export const pruneUpdateOps = (env: Env, sql: Sql, namespace: string, present: string[], serial: (name: string, work: () => Promise<Reply>) => Promise<Reply>): Promise<Reply> =>
-  pruneSynced(env, sql, UPDATE_OPS, namespace, present, serial);
+export const pruneUpdateOps = (env: Env, sql: Sql, cluster: string, namespace: string, present: string[], serial: (name: string, work: () => Promise<Reply>) => Promise<Reply>): Promise<Reply> =>
+  pruneSynced(env, sql, cluster, UPDATE_OPS, namespace, present, serial);

@@ -14,7 +14,7 @@ import type { Env } from "../env.ts";
 import type { Result } from "../sandbox/state.ts";
 import { refusalsAsResult } from "./result.ts";
 import { getDb, type Db } from "../store/db.ts";
-import { deleteBinding, insertBinding, isBound, listBindings, teamsBoundTo } from "../store/team-clusters.ts";
+import { deleteBindingUnlessPlaced, insertBinding, isBound, listBindings, teamsBoundTo } from "../store/team-clusters.ts";
 import { listTemplates } from "../store/templates.ts";
 import { findTeamByName, type TeamRow } from "../store/teams.ts";
 
@@ -65,9 +65,12 @@ export async function bindTeamCluster(db: Db, teamId: string, cluster: string): 
 export async function unbindTeamCluster(env: Env, team: TeamRow, cluster: string): Promise<Result<{ found: boolean }>> {
   return refusalsAsResult(async () => {
     const db = getDb(env);
+    // The check and the delete are one statement, so a template the cluster writes meanwhile
+    // cannot slip between them; nothing deleted is then either "not bound" or "a template there".
+    if (await deleteBindingUnlessPlaced(db, team.id, cluster)) return { found: true };
     const there = (await listTemplates(db, team.id)).filter((t) => t.teamId === team.id && t.spec.cluster === cluster).map((t) => t.templateId);
     if (there.length) throw new ApiError("conflict", `templates of team ${team.name} run on cluster ${cluster} (${there.slice(0, 10).join(", ")}${there.length > 10 ? ", …" : ""}); delete or move them first`);
-    return { found: await deleteBinding(db, team.id, cluster) };
+    return { found: false };
   });
 }
 

@@ -206,6 +206,9 @@ export async function recordBuildEvents(env: Env, cluster: string, items: BuildE
       await finish(env, b, { status: "error", reason: { message: `the built template is not valid: ${spec.error.issues[0]?.message ?? "?"}`, step: "finalize" } });
       continue;
     }
+    // Not `byCluster`: the cluster ran the edge's build, it did not choose the placement, so the
+    // team is bound to the build's cluster as for an admin's write (schema/db/tables.ts
+    // `team_clusters`): its pool's sandboxes there need the team's profiles.
     const put = await putTemplate(env, { teamName: b.teamName, templateId: b.templateId, public: existing?.public ?? false, spec: spec.data });
     if (!put.ok) {
       await finish(env, b, { status: "error", reason: { message: `the template could not be registered: ${put.error.message}`, step: "finalize" } });

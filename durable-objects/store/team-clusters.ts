@@ -1,7 +1,7 @@
 // The team↔cluster bindings (schema/db/tables.ts `team_clusters`). Only
 // ../operations/team-clusters.ts writes them (and the seed, for the template it writes itself).
-import { and, asc, eq } from "drizzle-orm";
-import { teamClusters, teams } from "../../schema/db/tables.ts";
+import { and, asc, eq, sql } from "drizzle-orm";
+import { teamClusters, teams, templates } from "../../schema/db/tables.ts";
 import type { Db } from "./db.ts";
 
 export async function isBound(db: Db, teamId: string, cluster: string): Promise<boolean> {
@@ -15,8 +15,15 @@ export async function insertBinding(db: Db, teamId: string, cluster: string, now
   return res.rowsAffected > 0;
 }
 
-export async function deleteBinding(db: Db, teamId: string, cluster: string): Promise<boolean> {
-  const res = await db.delete(teamClusters).where(and(eq(teamClusters.teamId, teamId), eq(teamClusters.cluster, cluster)));
+/** Unbinds unless a template of the team runs on the cluster, in one statement: a template a bound
+ * cluster writes concurrently either keeps the binding or finds it gone (crd-sync.ts re-checks). */
+export async function deleteBindingUnlessPlaced(db: Db, teamId: string, cluster: string): Promise<boolean> {
+  // A template's spec names its cluster; parsed, a missing one is "local" (schema/api/template.ts).
+  const placed = db
+    .select({ one: sql`1` })
+    .from(templates)
+    .where(and(eq(templates.teamId, teamId), sql`coalesce(json_extract(${templates.spec}, '$.cluster'), 'local') = ${cluster}`));
+  const res = await db.delete(teamClusters).where(and(eq(teamClusters.teamId, teamId), eq(teamClusters.cluster, cluster), sql`NOT EXISTS ${placed}`));
   return res.rowsAffected > 0;
 }
 

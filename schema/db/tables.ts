@@ -355,9 +355,13 @@ export const consoleSessions = sqliteTable(
  * Which clusters may act for a team (durable-objects/operations/team-clusters.ts): a cluster's
  * SandboxSets, SandboxClaims, quota annotations, TrafficPolicies and SecurityProfiles in the team's
  * namespace are applied only if the team is bound to it, and only a bound cluster gets the team's
- * profiles and secret values for the templates it runs. Written only by the admin API (a template
- * the admin places on a cluster binds its team there); migration 0017 bound every team to the
- * clusters of its templates.
+ * profiles and secret values for the templates it runs. Written by the admin API (its PUT, and a
+ * template the admin places on a cluster binds its team there) and by a build's finalize
+ * (operations/template-builds.ts), which registers the template on the cluster the edge built it
+ * on: the template's own cluster, bound already, or the default `local` for a new one. That is the
+ * edge's placement, not a cluster's or a tenant's choice, and it keeps "every template's cluster
+ * is bound to its team" true. A cluster's own writes (crd-sync) never bind. Migration 0017 bound
+ * every team to the clusters of its templates.
  */
 export const teamClusters = sqliteTable(
   "team_clusters",

@@ -4,7 +4,7 @@
 import { parseFrame, RepliesSchema, type ReplyItem } from "../../schema/protocol/index.ts";
 import type { ScriptedAgent, Transport } from "./scripted-agent.ts";
 
-type CrdType = "sandboxsets" | "requests" | "claims" | "quotas" | "securityprofileobjects" | "trafficpolicyobjects";
+type CrdType = "sandboxsets" | "requests" | "claims" | "quotas" | "autoscalers" | "updateops" | "securityprofileobjects" | "trafficpolicyobjects";
 
 export class CrdLink {
   readonly replies = new Map<string, ReplyItem>();

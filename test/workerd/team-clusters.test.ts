@@ -77,6 +77,33 @@ describe("a cluster not bound to a team", () => {
     await agent.waitUntil(() => agent.securityProfiles?.some((p) => p.team === acme.name && p.name === "own") ?? false);
   }, 60_000);
 
+  it("cannot size the team's pools or run updates over its sandboxes (PoolAutoscaler, SandboxUpdateOps), read their status, or remove them", async () => {
+    const acme = await createTeam(unique("bind-ops"));
+    const cluster = unique("bind-ops-c");
+    const { crd } = await connect(cluster);
+    const pa = { namespace: acme.name, name: "grow", uid: "uid-grow", generation: 1, target: acme.template, spec: { minReplicas: 3, maxReplicas: 3 } };
+    expect(await crd.call("autoscalers", pa)).toMatchObject({ result: "rejected", code: "forbidden", message: expect.stringContaining(`PUT /admin/teams/${acme.name}/clusters/${cluster}`) });
+    const autoscaler = async () => (await expectStatus(call(`/admin/teams/${acme.name}/templates/${acme.template}/autoscaler`), 200)).spec;
+    expect(await autoscaler()).toBeNull();
+    const ops = { namespace: acme.name, name: "roll", uid: "uid-roll", generation: 1, spec: { selector: {} } };
+    expect(await crd.call("updateops", ops)).toMatchObject({ result: "rejected", code: "forbidden" });
+    await expectError(call(`/admin/teams/${acme.name}/updateops/roll`), 404);
+
+    // Bound, its objects apply; unbound again, it can neither read nor remove them (a delete is
+    // answered done, so the agent does not retry it, and changes nothing).
+    await expectStatus(bind(acme.name, cluster), 201);
+    expect(await crd.call("autoscalers", pa)).toMatchObject({ result: "applied" });
+    expect(await crd.call("updateops", ops)).toMatchObject({ result: "applied" });
+    await expectStatus(call(`/admin/teams/${acme.name}/clusters/${cluster}`, { method: "DELETE" }), 204);
+    expect(await crd.call("updateops", { namespace: acme.name, name: "roll", uid: "uid-roll", status: true })).toMatchObject({ result: "rejected", code: "forbidden" });
+    expect(await crd.call("autoscalers", { namespace: acme.name, name: "grow", uid: "uid-grow", status: true })).toMatchObject({ result: "rejected", code: "forbidden" });
+    expect(await crd.call("updateops", { namespace: acme.name, name: "roll", uid: "uid-roll", deleted: true })).toMatchObject({ result: "applied" });
+    expect(await crd.call("autoscalers", { namespace: acme.name, present: [] })).toMatchObject({ result: "applied", message: "removed grow" });
+    expect(await crd.call("autoscalers", { namespace: acme.name, present: [] })).toMatchObject({ result: "applied", message: "nothing to remove" });
+    await expectStatus(call(`/admin/teams/${acme.name}/updateops/roll`), 200);
+    expect(await autoscaler()).toMatchObject({ minReplicas: 3, maxReplicas: 3 });
+  }, 60_000);
+
   it("a namespace with no team is not the cluster's to create (nothing is bound to it)", async () => {
     const { crd } = await connect(unique("bind-new"));
     const ns = unique("bind-none");
@@ -113,6 +140,41 @@ describe("admin API /admin/teams/{team}/clusters", () => {
     await expectStatus(call(`/admin/teams/${team.name}/clusters/${other}`, { method: "DELETE" }), 204);
     await expectError(call(`/admin/teams/${team.name}/clusters/${other}`, { method: "DELETE" }), 404);
     expect((await expectStatus(call(`/admin/teams/${team.name}/clusters`), 200)).clusters.map((c: { cluster: string }) => c.cluster)).toEqual([team.cluster]);
+  });
+
+  it("an unbind racing the cluster's SandboxSet never leaves a template of the team on a cluster it is not bound to", async () => {
+    const team = await createTeam(unique("bind-race"));
+    const cluster = unique("bind-race-c");
+    const { crd } = await connect(cluster);
+    const unbind = () => call(`/admin/teams/${team.name}/clusters/${cluster}`, { method: "DELETE" });
+    for (let i = 0; i < 12; i++) {
+      await expectStatus(bind(team.name, cluster), 201);
+      const name = `race-${i}`;
+      const [set, del] = await Promise.all([crd.call("sandboxsets", sandboxSet(team.name, name)), unbind()]);
+      const bound = (await expectStatus(call(`/admin/teams/${team.name}/clusters`), 200)).clusters.some((c: { cluster: string }) => c.cluster === cluster);
+      const placed = (await template(team.name, name)).status === 200;
+      expect([204, 409]).toContain(del.status);
+      // A template on the cluster keeps its team bound there (the unbind's 409), and an applied
+      // SandboxSet is a template.
+      expect({ i, placed, bound: placed ? bound : true, set: set.result === "applied" ? placed : true }).toEqual({ i, placed, bound: true, set: true });
+      if (placed) {
+        await expectStatus(call(`/admin/teams/${team.name}/templates/${name}`, { method: "DELETE" }), 204);
+        await expectStatus(unbind(), 204);
+      }
+    }
+  }, 120_000);
+
+  it("a cluster unbound after its SandboxSet's template was removed prunes that SandboxSet once, not at every start", async () => {
+    const team = await createTeam(unique("bind-prune"));
+    const cluster = unique("bind-prune-c");
+    const { crd } = await connect(cluster);
+    await expectStatus(bind(team.name, cluster), 201);
+    expect(await crd.call("sandboxsets", sandboxSet(team.name, "app"))).toMatchObject({ result: "applied" });
+    await expectStatus(call(`/admin/teams/${team.name}/templates/app`, { method: "DELETE" }), 204);
+    await expectStatus(call(`/admin/teams/${team.name}/clusters/${cluster}`, { method: "DELETE" }), 204);
+    // The agent's inventory after a start no longer has it (deleted while the agent was down).
+    expect(await crd.call("sandboxsets", { namespace: team.name, present: [] })).toMatchObject({ result: "applied", message: "removed app" });
+    expect(await crd.call("sandboxsets", { namespace: team.name, present: [] })).toMatchObject({ result: "applied", message: "nothing to remove" });
   });
 
   it("needs the admin key; 404 for an unknown team; 400 for a bad team or cluster name", async () => {
