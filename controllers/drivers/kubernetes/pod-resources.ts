@@ -16,6 +16,8 @@
 // - Any other container without a CPU or memory limit (a second container, a sidecar init
 //   container, one with requests only), or a value that is no quantity: the template is refused
 //   (the caller says why), never counted as a default.
+// - A limit of zero (`0`, `0Gi`, `-0`, `.0`) is no limit: the kubelet reads a zero limit as none
+//   (no CFS quota, no memory limit), so it is treated as missing, never counted as 0.
 // The injected components (agent-runtime, csi, traffic-proxy and its init containers) are the
 // platform's, sized by the operator's injection config, and are not counted against the team.
 import { RUNTIME_CONTAINER } from "../../../schema/crd/labels.ts";
@@ -58,7 +60,8 @@ export function podCost(spec: Spec): PodCost {
     };
     const limit = read("limits");
     const request = read("requests") ?? 0;
-    if (limit !== undefined) return Math.max(limit, request);
+    // `!limit`: a zero limit is none to the kubelet (see above).
+    if (limit) return Math.max(limit, request);
     if (regularInit) return request;
     if (c === first && defaulted) return key === "cpu" ? DEFAULT_CPU : DEFAULT_MEMORY;
     unlimited.set(c, [...(unlimited.get(c) ?? []), key]);
@@ -79,4 +82,9 @@ export function podCost(spec: Spec): PodCost {
     problems.push(`container ${JSON.stringify(c.name ?? "?")}: no ${keys.join(" or ")} limit (the quota counts every container's CPU and memory limits; only a template's single container may state neither, and gets the pool's default)`);
   }
   return problems.length ? { problems } : { ...total, problems: [] };
+}
+
+/** True when a stated limit is none to the kubelet: absent, or zero in any spelling. */
+export function noLimit(raw: unknown): boolean {
+  return raw === undefined || parseQuantity(raw) === 0;
 }

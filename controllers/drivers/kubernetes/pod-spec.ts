@@ -7,7 +7,7 @@ import type { V1OwnerReference, V1PersistentVolumeClaim, V1Pod, V1PodSpec, V1Pod
 import { BUILTIN_INJECTION, type InjectionConfig } from "../../../schema/crd/injection.ts";
 import { ANNOTATION, GROUP, INTERPRETER_PORT, LABEL, RUNTIME_CONTAINER, RUNTIME_PORT } from "../../../schema/crd/labels.ts";
 import { injectComponents } from "./inject.ts";
-import { statesNoResources } from "./pod-resources.ts";
+import { noLimit, statesNoResources } from "./pod-resources.ts";
 import { injectTraffic } from "./traffic-pod.ts";
 import { withRuntimeToken } from "./runtime-token.ts";
 
@@ -92,10 +92,11 @@ export function buildPod(input: PodInput): V1Pod {
   if (main && statesNoResources(main)) main.resources = { requests: { cpu, memory }, limits: { cpu, memory } };
   // A regular init container without a limit runs alone, bounded by what the pod is counted
   // (pod-resources.ts), so an unbounded one costs no more than the count.
+  // A zero limit is none to the kubelet (pod-resources.ts), so it is replaced as a missing one.
   for (const c of spec.initContainers ?? []) {
     if (c.restartPolicy === "Always") continue;
-    const limits = { cpu, memory, ...c.resources?.limits };
-    if (c.resources?.limits?.cpu === undefined || c.resources.limits.memory === undefined) c.resources = { ...c.resources, limits };
+    const stated = c.resources?.limits ?? {};
+    if (noLimit(stated.cpu) || noLimit(stated.memory)) c.resources = { ...c.resources, limits: { ...stated, ...(noLimit(stated.cpu) ? { cpu } : {}), ...(noLimit(stated.memory) ? { memory } : {}) } };
   }
   const injection = input.injection ?? BUILTIN_INJECTION;
   const ownRuntime = spec.containers.some((c) => c.name === RUNTIME_CONTAINER);

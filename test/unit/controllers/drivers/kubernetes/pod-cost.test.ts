@@ -38,6 +38,9 @@ describe("podCost", () => {
     ["a sidecar init container without limits", [{ name: "main", resources: lim("1", "1Gi") }], [{ name: "proxy", restartPolicy: "Always" }], /container "proxy": no cpu or memory limit/],
     ["a value that is no quantity", [{ name: "main", resources: lim("lots", "1Gi") }], undefined, /resources\.limits\.cpu "lots" is not a quantity/],
     ["a negative value", [{ name: "main", resources: lim("1", "-1Gi") }], undefined, /resources\.limits\.memory "-1Gi" is not a quantity/],
+    // H3 (review 26): the kubelet reads a zero limit as none; every spelling the API server takes.
+    ...["0", "0Gi", "0e9", "-0", ".0", "0."].map((zero): [string, C[], C[] | undefined, RegExp] => [`a zero limit (${zero}) is no limit, never 0`, [{ name: "main", resources: lim("1", "1Gi") }, { name: "side", resources: lim(zero, zero) }], undefined, /container "side": no cpu or memory limit/]),
+    ["a single container whose limits are zero is not the defaulted one", [{ name: "main", resources: lim("0", "0") }], undefined, /container "main": no cpu or memory limit/],
   ])("refused: %s", (_name, containers, inits, want) => {
     const cost = podCost({ containers, ...(inits ? { initContainers: inits } : {}) });
     expect("cpu" in cost).toBe(false);
@@ -80,6 +83,14 @@ describe("the pod as built stays within the count", () => {
     const [fetch, own] = pod.spec!.initContainers!;
     expect(fetch!.resources).toEqual({ limits: { cpu: "2", memory: "1024Mi" } });
     expect(own!.resources).toEqual({ limits: { cpu: "1", memory: "1024Mi" } });
+  });
+
+  it("a regular init container's zero limit is replaced as a missing one (the kubelet reads it as none)", () => {
+    const pod = buildPod(input([{ name: "main", resources: lim("2", "1Gi") }], [{ name: "zero", resources: lim("0", "-0") }, { name: "half", resources: lim("0Gi", "256Mi") }]) as never);
+    const [zero, half] = pod.spec!.initContainers!;
+    expect(zero!.resources).toEqual({ limits: { cpu: "2", memory: "1024Mi" } });
+    expect(half!.resources).toEqual({ limits: { cpu: "2", memory: "256Mi" } });
+    expect(podCost({ containers: [{ name: "main", resources: lim("2", "1Gi") }], initContainers: [{ name: "zero", resources: lim("0", "0") }] })).toEqual({ cpu: 2, memory: GI, problems: [] });
   });
 
 });
