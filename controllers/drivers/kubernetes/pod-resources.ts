@@ -12,7 +12,8 @@
 // - A regular init container runs alone before the others: one with no limit for a resource is
 //   given the pod's counted value as its limit (buildPod), so it adds nothing beyond the count.
 // - A template-declared agent-runtime with no resources gets the injection config's (inject.ts),
-//   as an injected one does: not counted.
+//   as an injected one does: not counted. When the config gives it no CPU and memory limits it
+//   would run unbounded: the driver refuses such a pod (unsizedRuntimeProblems; review 26 M2).
 // - Any other container without a CPU or memory limit (a second container, a sidecar init
 //   container, one with requests only), or a value that is no quantity: the template is refused
 //   (the caller says why), never counted as a default.
@@ -87,4 +88,14 @@ export function podCost(spec: Spec): PodCost {
 /** True when a stated limit is none to the kubelet: absent, or zero in any spelling. */
 export function noLimit(raw: unknown): boolean {
   return raw === undefined || parseQuantity(raw) === 0;
+}
+
+/** Why a template-declared agent-runtime that states no resources cannot run: inject.ts gives it
+ * the injection config's `resources`, and podCost does not count it, so unless those bound both
+ * CPU and memory it would run unbounded and uncounted. Judged when a pod is made (the config is
+ * the cluster's, read then), not when the SandboxSet is counted. */
+export function unsizedRuntimeProblems(spec: Spec, configured: Resources | undefined): string[] {
+  if (!noLimit(configured?.limits?.cpu) && !noLimit(configured?.limits?.memory)) return [];
+  if (!(spec.containers ?? []).some((c) => c.name === RUNTIME_CONTAINER && !c.resources)) return [];
+  return [`container "${RUNTIME_CONTAINER}" states no resources and the injection config gives the agent-runtime no CPU and memory limits (it would run unbounded and uncounted): state its limits`];
 }

@@ -1,7 +1,7 @@
 // What a SandboxSet's pod costs the team's quota (review 25 M2): every container, init containers
 // as the kubelet sizes a pod, limits (or larger requests), and no default for what has no limit.
 import { describe, expect, it } from "vitest";
-import { podCost } from "../../../../../controllers/drivers/kubernetes/pod-resources.ts";
+import { podCost, unsizedRuntimeProblems } from "../../../../../controllers/drivers/kubernetes/pod-resources.ts";
 import { poolSpecOf, UncountableSandboxSet } from "../../../../../controllers/agent/kube-sync/sandboxset-sync.ts";
 import { buildPod } from "../../../../../controllers/drivers/kubernetes/pod-spec.ts";
 
@@ -45,6 +45,20 @@ describe("podCost", () => {
     const cost = podCost({ containers, ...(inits ? { initContainers: inits } : {}) });
     expect("cpu" in cost).toBe(false);
     expect(cost.problems.join("; ")).toMatch(want);
+  });
+});
+
+describe("a template-declared agent-runtime without resources (review 26 M2)", () => {
+  const declared = { containers: [{ name: "main" }, { name: "agent-runtime", image: "mine:1" }] };
+  it("is refused when the injection config gives the agent-runtime no CPU and memory limits: it would run unbounded and uncounted", () => {
+    for (const configured of [undefined, { requests: { cpu: "1", memory: "1Gi" } }, { limits: { cpu: "500m" } }, { limits: { cpu: "0", memory: "0Gi" } }]) {
+      expect(unsizedRuntimeProblems(declared, configured)).toEqual([expect.stringMatching(/container "agent-runtime" states no resources/)]);
+    }
+  });
+  it("runs when the config bounds it, or when it states its own resources (then podCost counts it)", () => {
+    expect(unsizedRuntimeProblems(declared, { limits: { cpu: "500m", memory: "256Mi" } })).toEqual([]);
+    expect(unsizedRuntimeProblems({ containers: [{ name: "main" }, { name: "agent-runtime", resources: lim("1", "1Gi") }] }, undefined)).toEqual([]);
+    expect(unsizedRuntimeProblems({ containers: [{ name: "main" }] }, undefined)).toEqual([]);
   });
 });
 
