@@ -19,6 +19,8 @@
 //   (the caller says why), never counted as a default.
 // - A limit of zero (`0`, `0Gi`, `-0`, `.0`) is no limit: the kubelet reads a zero limit as none
 //   (no CFS quota, no memory limit), so it is treated as missing, never counted as 0.
+// - A sum that is not a finite number is refused; one above what an edge template may have is
+//   refused by poolSpecOf (sandboxset-sync.ts).
 // The injected components (agent-runtime, csi, traffic-proxy and its init containers) are the
 // platform's, sized by the operator's injection config, and are not counted against the team.
 import { RUNTIME_CONTAINER } from "../../../schema/crd/labels.ts";
@@ -79,6 +81,8 @@ export function podCost(spec: Spec): PodCost {
     const running = containers.reduce((sum, c) => sum + cost(c, key, false), 0) + sidecars;
     total[key] = Math.max(running, initPeak);
   }
+  // Limits near the largest double sum to Infinity: no count (review 26 L2).
+  for (const key of KEYS) if (!Number.isFinite(total[key])) problems.push(`the pod's ${key} limits sum to more than can be counted`);
   for (const [c, keys] of unlimited) {
     problems.push(`container ${JSON.stringify(c.name ?? "?")}: no ${keys.join(" or ")} limit (the quota counts every container's CPU and memory limits; only a template's single container may state neither, and gets the pool's default)`);
   }

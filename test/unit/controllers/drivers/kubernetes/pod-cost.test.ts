@@ -68,6 +68,14 @@ describe("poolSpecOf counts the whole pod", () => {
     expect(spec).toMatchObject({ image: "python:3.12", cpuCount: 40, memoryMB: 64 * 1024 + 768 });
   });
 
+  it("a pod summing past what a template may have (or past any finite number) is refused as uncountable, not retried for ever (review 26 L2)", () => {
+    expect(podCost({ containers: [{ name: "a", resources: lim("1.7e308", "1Gi") }, { name: "b", resources: lim("1.7e308", "1Gi") }] }).problems).toEqual(["the pod's cpu limits sum to more than can be counted"]);
+    expect(() => poolSpecOf(set([{ name: "a", resources: lim("1.7e308", "1Gi") }, { name: "b", resources: lim("1.7e308", "1Gi") }]), "c")).toThrow(UncountableSandboxSet);
+    expect(() => poolSpecOf(set([{ name: "main", resources: lim("200", "1Gi") }, { name: "side", resources: lim("57", "1Gi") }]), "c")).toThrow(/257 cores and 2048 MiB, more than a template may have \(256 cores, 1048576 MiB\)/);
+    expect(() => poolSpecOf(set([{ name: "main", resources: lim("1", "1025Gi") }]), "c")).toThrow(UncountableSandboxSet);
+    expect(poolSpecOf(set([{ name: "main", resources: lim("200", "512Gi") }, { name: "side", resources: lim("56", "512Gi") }]), "c")).toMatchObject({ cpuCount: 256, memoryMB: 1_048_576 });
+  });
+
   it("a SandboxSet it cannot count is refused, never counted as the default", () => {
     expect(() => poolSpecOf(set([{ name: "main", resources: { requests: { cpu: "1", memory: "128Mi" } } }]), "c")).toThrow(UncountableSandboxSet);
     expect(() => poolSpecOf(set([{ name: "main", resources: lim("1", "1Gi") }, { name: "side", resources: { limits: { cpu: "32" } } }]), "c")).toThrow(/container "side": no memory limit/);
