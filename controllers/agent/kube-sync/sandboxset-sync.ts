@@ -187,10 +187,11 @@ export class SandboxSetSync {
       spec = poolSpecOf(set as never, this.#o.cluster);
     } catch (err) {
       if (!(err instanceof UncountableSandboxSet)) throw err;
-      // Not retried: only a new generation can change the answer. The edge keeps the last
-      // generation it counted; pods of this template are refused by the driver's judge.
-      this.#refused.set(name, generation);
+      // Not retried once said: only a new generation can change the answer. The edge keeps the
+      // last generation it counted; pods of this template are refused by the driver's judge.
+      // Remembered only after the Event and condition landed, so a failed post is retried.
       await this.#o.refused?.(set, err);
+      this.#refused.set(name, generation);
       return;
     }
     this.#refused.delete(name);
