@@ -14,9 +14,8 @@ import type { TemplateSpec } from "../../../schema/api/template.ts";
 import { WorkQueue } from "../../lib/work-queue.ts";
 import type { ObjectCache } from "../../drivers/kubernetes/object-cache.ts";
 import type { SandboxSetObject } from "../../drivers/kubernetes/kubernetes-driver.ts";
-import { RUNTIME_CONTAINER } from "../../../schema/crd/labels.ts";
 import { poolRevision } from "../../drivers/kubernetes/pool-status.ts";
-import { podCost } from "../../drivers/kubernetes/pod-resources.ts";
+import { mainContainer, podCost } from "../../drivers/kubernetes/pod-resources.ts";
 import { MAX_TEMPLATE_CPU_COUNT, MAX_TEMPLATE_MEMORY_MB } from "../../../schema/api/limits.ts";
 
 /** The edge's template spec (schema/api/template.ts `TemplateSpec` input) a SandboxSet maps to. */
@@ -86,7 +85,7 @@ export function poolSpecOf(set: SandboxSetObject & { spec: { pauseStrategy?: { t
   if (cpuCount > MAX_TEMPLATE_CPU_COUNT || memoryMB > MAX_TEMPLATE_MEMORY_MB) {
     throw new UncountableSandboxSet([`the pod's limits sum to ${cpuCount} cores and ${memoryMB} MiB, more than a template may have (${MAX_TEMPLATE_CPU_COUNT} cores, ${MAX_TEMPLATE_MEMORY_MB} MiB)`]);
   }
-  const main = ((spec.containers ?? []) as Container[]).find((c) => c.name !== RUNTIME_CONTAINER) ?? {};
+  const main: Container = mainContainer(spec as { containers?: Container[] }) ?? {};
   const env = Object.fromEntries((main.env ?? []).filter((e) => e.value !== undefined).map((e) => [e.name, e.value!]));
   return {
     cluster,

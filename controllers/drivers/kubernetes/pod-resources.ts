@@ -37,6 +37,14 @@ const KEYS = ["cpu", "memory"] as const;
 
 export type PodCost = { cpu: number; memory: number; problems: [] } | { problems: string[] };
 
+/** The template's main container: its first that is not an agent-runtime. The one whose image
+ * and env the edge's template names (sandboxset-sync.ts), that a single-container template's
+ * default goes to (buildPod) and that an in-place image or CPU change patches (pod-writer.ts):
+ * one definition, so these never name different containers (review 26 L3, M3). */
+export function mainContainer<C extends { name?: string }>(spec: { containers?: C[] } | undefined): C | undefined {
+  return spec?.containers?.find((c) => c.name !== RUNTIME_CONTAINER);
+}
+
 /** True when buildPod gives the container the counted values as limits (it states none). */
 export function statesNoResources(c: Container | undefined): boolean {
   return !!c && !c.resources?.limits && !c.resources?.requests;
@@ -50,7 +58,7 @@ export function podCost(spec: Spec): PodCost {
   const containers = (spec.containers ?? []).filter((c) => !(c.name === RUNTIME_CONTAINER && !c.resources));
   const inits = spec.initContainers ?? [];
   const sidecar = (c: Container) => c.restartPolicy === "Always";
-  const [first] = containers;
+  const first = mainContainer(spec);
   const defaulted = statesNoResources(first) && containers.length === 1 && !inits.some(sidecar);
   const cost = (c: Container, key: (typeof KEYS)[number], regularInit: boolean): number => {
     const what = `container ${JSON.stringify(c.name ?? "?")}`;

@@ -1,7 +1,8 @@
 // What a SandboxSet's pod costs the team's quota (review 25 M2): every container, init containers
 // as the kubelet sizes a pod, limits (or larger requests), and no default for what has no limit.
-import { describe, expect, it } from "vitest";
-import { podCost, unsizedRuntimeProblems } from "../../../../../controllers/drivers/kubernetes/pod-resources.ts";
+import { describe, expect, it, vi } from "vitest";
+import { mainContainer, podCost, unsizedRuntimeProblems } from "../../../../../controllers/drivers/kubernetes/pod-resources.ts";
+import { PodWriter } from "../../../../../controllers/drivers/kubernetes/pod-writer.ts";
 import { poolSpecOf, UncountableSandboxSet } from "../../../../../controllers/agent/kube-sync/sandboxset-sync.ts";
 import { buildPod } from "../../../../../controllers/drivers/kubernetes/pod-spec.ts";
 
@@ -115,4 +116,30 @@ describe("the pod as built stays within the count", () => {
     expect(podCost({ containers: [{ name: "main", resources: lim("2", "1Gi") }], initContainers: [{ name: "zero", resources: lim("0", "0") }] })).toEqual({ cpu: 2, memory: GI, problems: [] });
   });
 
+});
+
+describe("one main container (review 26 L3, M3)", () => {
+  const containers: C[] = [
+    { name: "agent-runtime", image: "my-runtime:1", resources: lim("500m", "256Mi") },
+    { name: "app", image: "python:3.12", resources: lim("2", "1Gi") },
+  ];
+
+  it("the edge's image and the in-place image and CPU patch name the same container, not a declared agent-runtime listed first", async () => {
+    expect(mainContainer({ containers })?.name).toBe("app");
+    expect(poolSpecOf(set(containers), "c")).toMatchObject({ image: "python:3.12" });
+    const patched: string[] = [];
+    const pod = (body: { spec: { containers: { name: string }[] } }) => {
+      patched.push(body.spec.containers[0]!.name);
+      return { metadata: { name: "p" } };
+    };
+    const ctx = {
+      count: () => {},
+      core: { patchNamespacedPod: vi.fn(async ({ body }) => pod(body)), patchNamespacedPodResize: vi.fn(async ({ body }) => pod(body)) },
+      custom: { patchNamespacedCustomObject: vi.fn(async () => ({ metadata: { name: "s" } })) },
+    };
+    const writer = new PodWriter(ctx as never, { event: async () => {} } as never, "rt:1", () => ({}), "ci:1", {} as never);
+    const sc = { namespace: "ns", pods: { remember: () => {} }, sandboxes: { remember: (x: unknown) => x } };
+    await writer.inplace(sc as never, { metadata: { name: "s" }, spec: { template: { spec: { containers } } } } as never, { metadata: { name: "p", uid: "u" } }, { image: "python:3.13", cpuCount: 4 });
+    expect(patched).toEqual(["app", "app"]);
+  });
 });
