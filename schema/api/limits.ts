@@ -49,3 +49,7 @@ export const DEFAULT_ENVD_VERSION = "0.6.4";
 export function clipText(s: string, max: number): string {
   return s.length > max ? `${s.slice(0, max - 1)}…` : s;
 }
+/** A template's CPU (cores) and memory (MiB): the edge's TemplateSpec and build bounds, and what a
+ * SandboxSet's whole pod may sum to (sandboxset-sync.ts refuses more as uncountable). */
+export const MAX_TEMPLATE_CPU_COUNT = 256;
+export const MAX_TEMPLATE_MEMORY_MB = 1_048_576;

@@ -2,7 +2,7 @@
 // the shapes it answers, bounded. Step arguments are data: the agent runs them only inside a
 // build sandbox (controllers/drivers/local/builder/), never on the host.
 import { z } from "zod";
-import { MAX_LIST_ITEMS, MAX_NAME_LENGTH, MAX_PATH_LENGTH } from "./limits.ts";
+import { MAX_LIST_ITEMS, MAX_NAME_LENGTH, MAX_PATH_LENGTH, MAX_TEMPLATE_CPU_COUNT, MAX_TEMPLATE_MEMORY_MB } from "./limits.ts";
 import { TemplateId } from "./template.ts";
 
 /** Steps of one build. Each becomes at most one overlay layer, and overlayfs takes a bounded
@@ -33,8 +33,8 @@ export const MAX_BUILD_LOG_ENTRIES = 10_000;
 /** A build that reports nothing for this long has lost its agent and is failed. */
 export const BUILD_SILENCE_MS = 30 * 60_000;
 
-const CpuCount = z.int().min(1).max(256);
-const MemoryMB = z.int().min(128).max(1_048_576);
+const CpuCount = z.int().min(1).max(MAX_TEMPLATE_CPU_COUNT);
+const MemoryMB = z.int().min(128).max(MAX_TEMPLATE_MEMORY_MB);
 
 /** `name` or `name:tag` (E2B: a tag in the name counts as one of `tags`). */
 export const TemplateTag = z.string().regex(/^[a-z0-9]([-a-z0-9_.]{0,62}[a-z0-9])?$/, "tags are [a-z0-9][-a-z0-9_.]*, at most 64");

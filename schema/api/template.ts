@@ -1,7 +1,7 @@
 // Templates: a SandboxSet spec per team (OpenKruise §1.2), as the admin API accepts it and
 // PoolDO / SandboxGroupDO read it; plus the E2B `Template` / `TemplateWithBuilds` responses.
 import { z } from "zod";
-import { DEFAULT_ENVD_VERSION, MAX_NAME_LENGTH, MAX_PATH_LENGTH } from "./limits.ts";
+import { DEFAULT_ENVD_VERSION, MAX_NAME_LENGTH, MAX_PATH_LENGTH, MAX_TEMPLATE_CPU_COUNT, MAX_TEMPLATE_MEMORY_MB } from "./limits.ts";
 import { EnvVars } from "./sandbox.ts";
 import { Lifecycle } from "./hooks.ts";
 import { CLUSTER_ID } from "../protocol/cluster-token.ts";
@@ -19,8 +19,8 @@ export const TemplateSpec = z.strictObject({
   replicas: z.int().min(0).max(100_000).default(0),
   /** Container image (kubernetes driver) or root filesystem name (local driver). */
   image: z.string().min(1).max(MAX_NAME_LENGTH).default("base"),
-  cpuCount: z.int().min(1).max(256).default(1),
-  memoryMB: z.int().min(128).max(1_048_576).default(512),
+  cpuCount: z.int().min(1).max(MAX_TEMPLATE_CPU_COUNT).default(1),
+  memoryMB: z.int().min(128).max(MAX_TEMPLATE_MEMORY_MB).default(512),
   diskSizeMB: z.int().min(1).max(16 * 1_048_576).default(1024),
   /** A Linux user name (useradd's rule). */
   user: z.string().regex(/^[a-z_][a-z0-9_-]{0,31}$/, "user is a Linux user name: [a-z_][a-z0-9_-], at most 32").default("user"),

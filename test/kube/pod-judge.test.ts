@@ -56,12 +56,16 @@ beforeAll(async () => {
   set("dedicated", "  template: { spec: { tolerations: [{ key: dedicated, operator: Equal, value: sandboxes, effect: NoSchedule }], nodeSelector: { pool: sandboxes }, containers: [{ name: sandbox, image: python:3.12 }] } }\n");
   // A second container with no limits: what the quota counts would not bound it (M2).
   set("unbounded", "  template: { spec: { containers: [{ name: sandbox, image: python:3.12, resources: { limits: { cpu: '1', memory: 1Gi } } }, { name: helper, image: python:3.12, resources: { requests: { cpu: '1' } } }] } }\n");
+  // A second container whose limits are zero: the kubelet reads that as no limit (review 26 H3).
+  set("zero", "  template: { spec: { containers: [{ name: sandbox, image: python:3.12, resources: { limits: { cpu: '1', memory: 1Gi } } }, { name: helper, image: python:3.12, resources: { limits: { cpu: '0', memory: 0Gi } } }] } }\n");
+  // Its own agent-runtime, stating no resources: sized by the injection config, not counted (M2).
+  set("ownrt", "  template: { spec: { containers: [{ name: sandbox, image: python:3.12 }, { name: agent-runtime, image: my-runtime:1 }] } }\n");
   kubelet = new TestKubelet(kubeConfig(), ns);
   await kubelet.start();
   driver = new KubernetesDriver({ kubeConfig: kubeConfig("agent"), namespace: ns, runtimeImage: "ghcr.io/kruise-edge/sandbox-agent:test" });
   await driver.start();
   await driver.setSecurityProfiles([]);
-  await until("sets and injection config", () => ["plain", "noderoot", "peek", "pinned", "placed", "claims", "unbounded", "elsewhere", "dedicated"].every((s) => driver.sandboxSets.get(s)) && driver.injection.current()["traffic-proxy"]);
+  await until("sets and injection config", () => ["plain", "noderoot", "peek", "pinned", "placed", "claims", "unbounded", "zero", "ownrt", "elsewhere", "dedicated"].every((s) => driver.sandboxSets.get(s)) && driver.injection.current()["traffic-proxy"]);
 });
 
 afterAll(async () => {
@@ -105,6 +109,10 @@ describe("every sandbox pod is judged, governed or not", () => {
     expect(warnings("SandboxSet", "unbounded")).toContain('container "helper"');
   });
 
+  it("a container whose limits are zero (none to the kubelet) is refused, not counted at 0", async () => {
+    await refused(desired("zero1", "zero"), ['container "helper": no cpu or memory limit']);
+  });
+
   it("tolerations, nodeSelector and affinity are the operator's: refused unless pod-policy allows them, whole or by key", async () => {
     await refused(desired("far1", "elsewhere"), ['tolerations "(every taint)"', 'nodeSelector "tenant"', 'affinity.nodeAffinity "node-role.kubernetes.io/control-plane"', "affinity.podAffinity to other namespaces' pods"]);
     await refused(desired("ded1", "dedicated"), ['tolerations "dedicated"', 'nodeSelector "pool"']);
@@ -119,6 +127,21 @@ describe("every sandbox pod is judged, governed or not", () => {
   it("a claim template naming a PersistentVolume or another namespace's data source is refused before any PVC is made", async () => {
     await refused(desired("claim1", "claims"), ['volumeClaimTemplates "data": volumeName', 'volumeClaimTemplates "copy": dataSourceRef from namespace "team-b"']);
     expect(kubectlOk(["-n", ns, "get", "pvc", "-o", "name"])).not.toContain("claim1");
+  });
+
+  it("a declared agent-runtime without resources is refused while the injection config gives it no limits (it would run unbounded, uncounted), made once it does", async () => {
+    const userConfig = (runtime: object) => {
+      const policy = JSON.stringify({ allow: ["nodeName"], tolerationKeys: ["dedicated"], nodeSelectorKeys: ["pool"] });
+      kubectlOk(["-n", ns, "apply", "-f", "-"], kubectlOk(["-n", ns, "create", "configmap", "sandbox-injection-config-user", "--dry-run=client", "-o", "yaml", `--from-literal=pod-policy=${policy}`, `--from-literal=agent-runtime=${JSON.stringify(runtime)}`]));
+    };
+    userConfig({ kind: "sidecar", args: ["--port", "49983"] });
+    await until("the unsized runtime read", () => driver.injection.current()["agent-runtime"]?.args?.[0] === "--port" && !driver.injection.current()["agent-runtime"]?.resources);
+    await refused(desired("rt1", "ownrt"), ['container "agent-runtime" states no resources']);
+    const limits = { cpu: "500m", memory: "256Mi" };
+    userConfig({ kind: "sidecar", args: ["--port", "49983"], resources: { limits } });
+    await until("the sized runtime read", () => driver.injection.current()["agent-runtime"]?.resources?.limits?.cpu === "500m");
+    await driver.ensure(desired("rt2", "ownrt"));
+    expect((await podsOf("rt2"))[0]!.spec!.containers.find((c) => c.name === "agent-runtime")!.resources).toMatchObject({ limits });
   });
 });
 

@@ -14,9 +14,9 @@ import type { TemplateSpec } from "../../../schema/api/template.ts";
 import { WorkQueue } from "../../lib/work-queue.ts";
 import type { ObjectCache } from "../../drivers/kubernetes/object-cache.ts";
 import type { SandboxSetObject } from "../../drivers/kubernetes/kubernetes-driver.ts";
-import { RUNTIME_CONTAINER } from "../../../schema/crd/labels.ts";
 import { poolRevision } from "../../drivers/kubernetes/pool-status.ts";
-import { podCost } from "../../drivers/kubernetes/pod-resources.ts";
+import { mainContainer, podCost } from "../../drivers/kubernetes/pod-resources.ts";
+import { MAX_TEMPLATE_CPU_COUNT, MAX_TEMPLATE_MEMORY_MB } from "../../../schema/api/limits.ts";
 
 /** The edge's template spec (schema/api/template.ts `TemplateSpec` input) a SandboxSet maps to. */
 export type PoolSpec = z.input<typeof TemplateSpec> & { cluster: string; replicas: number; image: string; cpuCount: number; memoryMB: number };
@@ -77,15 +77,22 @@ export function poolSpecOf(set: SandboxSetObject & { spec: { pauseStrategy?: { t
   const spec = set.spec.template?.spec ?? { containers: [] };
   const cost = podCost(spec as never);
   if (!("cpu" in cost)) throw new UncountableSandboxSet(cost.problems);
-  const main = ((spec.containers ?? []) as Container[]).find((c) => c.name !== RUNTIME_CONTAINER) ?? {};
+  // Rounded up: a pod of 1.5 cores is charged 2, never 1.
+  const cpuCount = Math.max(1, Math.ceil(cost.cpu - 1e-9));
+  const memoryMB = Math.max(128, Math.ceil(cost.memory / 2 ** 20 - 1e-9));
+  // Past the edge's bounds its TemplateSpec refuses the push, which would be retried for ever
+  // with nothing on the SandboxSet saying why: refused here, with the Event and condition.
+  if (cpuCount > MAX_TEMPLATE_CPU_COUNT || memoryMB > MAX_TEMPLATE_MEMORY_MB) {
+    throw new UncountableSandboxSet([`the pod's limits sum to ${cpuCount} cores and ${memoryMB} MiB, more than a template may have (${MAX_TEMPLATE_CPU_COUNT} cores, ${MAX_TEMPLATE_MEMORY_MB} MiB)`]);
+  }
+  const main: Container = mainContainer(spec as { containers?: Container[] }) ?? {};
   const env = Object.fromEntries((main.env ?? []).filter((e) => e.value !== undefined).map((e) => [e.name, e.value!]));
   return {
     cluster,
     replicas: set.spec.replicas ?? 0,
     image: main.image ?? "base",
-    // Rounded up: a pod of 1.5 cores is charged 2, never 1.
-    cpuCount: Math.max(1, Math.ceil(cost.cpu - 1e-9)),
-    memoryMB: Math.max(128, Math.ceil(cost.memory / 2 ** 20 - 1e-9)),
+    cpuCount,
+    memoryMB,
     env,
     pauseStrategy: set.spec.pauseStrategy?.type === "Freeze" ? "Freeze" : "Stop",
     scaleStrategy: set.spec.scaleStrategy?.maxUnavailable === undefined ? {} : { maxUnavailable: set.spec.scaleStrategy.maxUnavailable },
@@ -179,10 +186,11 @@ export class SandboxSetSync {
       spec = poolSpecOf(set as never, this.#o.cluster);
     } catch (err) {
       if (!(err instanceof UncountableSandboxSet)) throw err;
-      // Not retried: only a new generation can change the answer. The edge keeps the last
-      // generation it counted; pods of this template are refused by the driver's judge.
-      this.#refused.set(name, generation);
+      // Not retried once said: only a new generation can change the answer. The edge keeps the
+      // last generation it counted; pods of this template are refused by the driver's judge.
+      // Remembered only after the Event and condition landed, so a failed post is retried.
       await this.#o.refused?.(set, err);
+      this.#refused.set(name, generation);
       return;
     }
     this.#refused.delete(name);

@@ -33,7 +33,7 @@ import { NAMESPACE_PATTERN, type NamespaceScope } from "./namespace-scope.ts";
 import { KUBERNETES_FLAGS } from "./flags.ts";
 import { KUBERNETES_CAPABILITIES, type KubeDesiredSandbox, type KubernetesDriverOptions, type KubeSandboxObservation, type SandboxObject, type SandboxRequest, type SandboxSetObject } from "./objects.ts";
 import { imageTemplate, runtimeUrl, templateHash } from "./pod-spec.ts";
-import { podCost } from "./pod-resources.ts";
+import { podCost, unsizedRuntimeProblems } from "./pod-resources.ts";
 import { inplaceImageProblem } from "./inplace-image.ts";
 import { InjectionConfigSource } from "./injection-config.ts";
 import { PodWriter } from "./pod-writer.ts";
@@ -476,6 +476,7 @@ export class KubernetesDriver implements Driver {
         // send such a template to the edge, so its pods would run on an older, smaller count (as
         // would a Sandbox whose `spec.template` was edited).
         ...podCost(template.spec ?? { containers: [] }).problems,
+        ...unsizedRuntimeProblems(template.spec ?? { containers: [] }, injection["agent-runtime"]?.resources),
       ];
       if (unsafe.length) {
         if (making) await this.#refuseUnsafe(sc, sbx, d, pod, proxied ? (governed ? "egress rules, a TrafficPolicy or a SecurityProfile govern it" : "its template lists traffic-proxy") : undefined, unsafe);

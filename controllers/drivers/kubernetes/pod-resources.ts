@@ -12,10 +12,15 @@
 // - A regular init container runs alone before the others: one with no limit for a resource is
 //   given the pod's counted value as its limit (buildPod), so it adds nothing beyond the count.
 // - A template-declared agent-runtime with no resources gets the injection config's (inject.ts),
-//   as an injected one does: not counted.
+//   as an injected one does: not counted. When the config gives it no CPU and memory limits it
+//   would run unbounded: the driver refuses such a pod (unsizedRuntimeProblems; review 26 M2).
 // - Any other container without a CPU or memory limit (a second container, a sidecar init
 //   container, one with requests only), or a value that is no quantity: the template is refused
 //   (the caller says why), never counted as a default.
+// - A limit of zero (`0`, `0Gi`, `-0`, `.0`) is no limit: the kubelet reads a zero limit as none
+//   (no CFS quota, no memory limit), so it is treated as missing, never counted as 0.
+// - A sum that is not a finite number is refused; one above what an edge template may have is
+//   refused by poolSpecOf (sandboxset-sync.ts).
 // The injected components (agent-runtime, csi, traffic-proxy and its init containers) are the
 // platform's, sized by the operator's injection config, and are not counted against the team.
 import { RUNTIME_CONTAINER } from "../../../schema/crd/labels.ts";
@@ -32,6 +37,14 @@ const KEYS = ["cpu", "memory"] as const;
 
 export type PodCost = { cpu: number; memory: number; problems: [] } | { problems: string[] };
 
+/** The template's main container: its first that is not an agent-runtime. The one whose image
+ * and env the edge's template names (sandboxset-sync.ts), that a single-container template's
+ * default goes to (buildPod) and that an in-place image or CPU change patches (pod-writer.ts):
+ * one definition, so these never name different containers (review 26 L3, M3). */
+export function mainContainer<C extends { name?: string }>(spec: { containers?: C[] } | undefined): C | undefined {
+  return spec?.containers?.find((c) => c.name !== RUNTIME_CONTAINER);
+}
+
 /** True when buildPod gives the container the counted values as limits (it states none). */
 export function statesNoResources(c: Container | undefined): boolean {
   return !!c && !c.resources?.limits && !c.resources?.requests;
@@ -45,7 +58,7 @@ export function podCost(spec: Spec): PodCost {
   const containers = (spec.containers ?? []).filter((c) => !(c.name === RUNTIME_CONTAINER && !c.resources));
   const inits = spec.initContainers ?? [];
   const sidecar = (c: Container) => c.restartPolicy === "Always";
-  const [first] = containers;
+  const first = mainContainer(spec);
   const defaulted = statesNoResources(first) && containers.length === 1 && !inits.some(sidecar);
   const cost = (c: Container, key: (typeof KEYS)[number], regularInit: boolean): number => {
     const what = `container ${JSON.stringify(c.name ?? "?")}`;
@@ -58,7 +71,8 @@ export function podCost(spec: Spec): PodCost {
     };
     const limit = read("limits");
     const request = read("requests") ?? 0;
-    if (limit !== undefined) return Math.max(limit, request);
+    // `!limit`: a zero limit is none to the kubelet (see above).
+    if (limit) return Math.max(limit, request);
     if (regularInit) return request;
     if (c === first && defaulted) return key === "cpu" ? DEFAULT_CPU : DEFAULT_MEMORY;
     unlimited.set(c, [...(unlimited.get(c) ?? []), key]);
@@ -75,8 +89,25 @@ export function podCost(spec: Spec): PodCost {
     const running = containers.reduce((sum, c) => sum + cost(c, key, false), 0) + sidecars;
     total[key] = Math.max(running, initPeak);
   }
+  // Limits near the largest double sum to Infinity: no count (review 26 L2).
+  for (const key of KEYS) if (!Number.isFinite(total[key])) problems.push(`the pod's ${key} limits sum to more than can be counted`);
   for (const [c, keys] of unlimited) {
     problems.push(`container ${JSON.stringify(c.name ?? "?")}: no ${keys.join(" or ")} limit (the quota counts every container's CPU and memory limits; only a template's single container may state neither, and gets the pool's default)`);
   }
   return problems.length ? { problems } : { ...total, problems: [] };
+}
+
+/** True when a stated limit is none to the kubelet: absent, or zero in any spelling. */
+export function noLimit(raw: unknown): boolean {
+  return raw === undefined || parseQuantity(raw) === 0;
+}
+
+/** Why a template-declared agent-runtime that states no resources cannot run: inject.ts gives it
+ * the injection config's `resources`, and podCost does not count it, so unless those bound both
+ * CPU and memory it would run unbounded and uncounted. Judged when a pod is made (the config is
+ * the cluster's, read then), not when the SandboxSet is counted. */
+export function unsizedRuntimeProblems(spec: Spec, configured: Resources | undefined): string[] {
+  if (!noLimit(configured?.limits?.cpu) && !noLimit(configured?.limits?.memory)) return [];
+  if (!(spec.containers ?? []).some((c) => c.name === RUNTIME_CONTAINER && !c.resources)) return [];
+  return [`container "${RUNTIME_CONTAINER}" states no resources and the injection config gives the agent-runtime no CPU and memory limits (it would run unbounded and uncounted): state its limits`];
 }

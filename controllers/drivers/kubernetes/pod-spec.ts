@@ -7,7 +7,7 @@ import type { V1OwnerReference, V1PersistentVolumeClaim, V1Pod, V1PodSpec, V1Pod
 import { BUILTIN_INJECTION, type InjectionConfig } from "../../../schema/crd/injection.ts";
 import { ANNOTATION, GROUP, INTERPRETER_PORT, LABEL, RUNTIME_CONTAINER, RUNTIME_PORT } from "../../../schema/crd/labels.ts";
 import { injectComponents } from "./inject.ts";
-import { statesNoResources } from "./pod-resources.ts";
+import { mainContainer, noLimit, statesNoResources } from "./pod-resources.ts";
 import { injectTraffic } from "./traffic-pod.ts";
 import { withRuntimeToken } from "./runtime-token.ts";
 
@@ -84,18 +84,19 @@ export function buildPod(input: PodInput): V1Pod {
   const spec = structuredClone(input.template.spec ?? { containers: [] });
   const seccomp = seccompFor(spec, input.nestedUserNamespaces ?? false);
   if (seccomp) spec.securityContext = { ...spec.securityContext, seccompProfile: { type: seccomp } };
-  // The container pod-resources.ts counts at the default: the first one, passing over a declared
-  // agent-runtime that states no resources (inject.ts sizes that one as an injected one).
-  const main = spec.containers.find((c) => !(c.name === RUNTIME_CONTAINER && !c.resources));
+  // The container pod-resources.ts counts at the default (a declared agent-runtime is sized by
+  // inject.ts or by its own resources, never given the default).
+  const main = mainContainer(spec);
   const cpu = String(input.resources.cpuCount);
   const memory = `${input.resources.memoryMB}Mi`;
   if (main && statesNoResources(main)) main.resources = { requests: { cpu, memory }, limits: { cpu, memory } };
   // A regular init container without a limit runs alone, bounded by what the pod is counted
   // (pod-resources.ts), so an unbounded one costs no more than the count.
+  // A zero limit is none to the kubelet (pod-resources.ts), so it is replaced as a missing one.
   for (const c of spec.initContainers ?? []) {
     if (c.restartPolicy === "Always") continue;
-    const limits = { cpu, memory, ...c.resources?.limits };
-    if (c.resources?.limits?.cpu === undefined || c.resources.limits.memory === undefined) c.resources = { ...c.resources, limits };
+    const stated = c.resources?.limits ?? {};
+    if (noLimit(stated.cpu) || noLimit(stated.memory)) c.resources = { ...c.resources, limits: { ...stated, ...(noLimit(stated.cpu) ? { cpu } : {}), ...(noLimit(stated.memory) ? { memory } : {}) } };
   }
   const injection = input.injection ?? BUILTIN_INJECTION;
   const ownRuntime = spec.containers.some((c) => c.name === RUNTIME_CONTAINER);

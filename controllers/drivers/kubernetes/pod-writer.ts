@@ -14,6 +14,7 @@ import { apiMessage, mergePatch, PLURAL, stableJson, statusCode, strategicPatch,
 import type { NamespaceScope } from "./namespace-scope.ts";
 import { idLabel, type KubeDesiredSandbox, type SandboxObject } from "./objects.ts";
 import { buildPod, buildPvc, imageTemplate, runtimeUrl } from "./pod-spec.ts";
+import { mainContainer } from "./pod-resources.ts";
 import { podRuntimeToken, runtimeIngressPolicy, runtimeTokenSecret, runtimeTokenSecretName } from "./runtime-token.ts";
 import type { StatusWriter } from "./status-writer.ts";
 
@@ -152,7 +153,8 @@ export class PodWriter {
   async inplace(sc: NamespaceScope, sbx: SandboxObject, pod: V1Pod, u: InplaceUpdate): Promise<SandboxObject> {
     const { core, custom } = this.#ctx;
     const name = pod.metadata!.name!;
-    const container = sbx.spec.template?.spec?.containers?.[0]?.name ?? "sandbox";
+    // The container the pool counts and the image names (a declared agent-runtime may be first).
+    const container = mainContainer(sbx.spec.template?.spec)?.name ?? "sandbox";
     if (u.image) {
       this.#ctx.count();
       const updated = await core

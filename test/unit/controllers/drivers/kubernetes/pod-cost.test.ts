@@ -1,7 +1,8 @@
 // What a SandboxSet's pod costs the team's quota (review 25 M2): every container, init containers
 // as the kubelet sizes a pod, limits (or larger requests), and no default for what has no limit.
-import { describe, expect, it } from "vitest";
-import { podCost } from "../../../../../controllers/drivers/kubernetes/pod-resources.ts";
+import { describe, expect, it, vi } from "vitest";
+import { mainContainer, podCost, unsizedRuntimeProblems } from "../../../../../controllers/drivers/kubernetes/pod-resources.ts";
+import { PodWriter } from "../../../../../controllers/drivers/kubernetes/pod-writer.ts";
 import { poolSpecOf, UncountableSandboxSet } from "../../../../../controllers/agent/kube-sync/sandboxset-sync.ts";
 import { buildPod } from "../../../../../controllers/drivers/kubernetes/pod-spec.ts";
 
@@ -38,6 +39,9 @@ describe("podCost", () => {
     ["a sidecar init container without limits", [{ name: "main", resources: lim("1", "1Gi") }], [{ name: "proxy", restartPolicy: "Always" }], /container "proxy": no cpu or memory limit/],
     ["a value that is no quantity", [{ name: "main", resources: lim("lots", "1Gi") }], undefined, /resources\.limits\.cpu "lots" is not a quantity/],
     ["a negative value", [{ name: "main", resources: lim("1", "-1Gi") }], undefined, /resources\.limits\.memory "-1Gi" is not a quantity/],
+    // H3 (review 26): the kubelet reads a zero limit as none; every spelling the API server takes.
+    ...["0", "0Gi", "0e9", "-0", ".0", "0."].map((zero): [string, C[], C[] | undefined, RegExp] => [`a zero limit (${zero}) is no limit, never 0`, [{ name: "main", resources: lim("1", "1Gi") }, { name: "side", resources: lim(zero, zero) }], undefined, /container "side": no cpu or memory limit/]),
+    ["a single container whose limits are zero is not the defaulted one", [{ name: "main", resources: lim("0", "0") }], undefined, /container "main": no cpu or memory limit/],
   ])("refused: %s", (_name, containers, inits, want) => {
     const cost = podCost({ containers, ...(inits ? { initContainers: inits } : {}) });
     expect("cpu" in cost).toBe(false);
@@ -45,10 +49,32 @@ describe("podCost", () => {
   });
 });
 
+describe("a template-declared agent-runtime without resources (review 26 M2)", () => {
+  const declared = { containers: [{ name: "main" }, { name: "agent-runtime", image: "mine:1" }] };
+  it("is refused when the injection config gives the agent-runtime no CPU and memory limits: it would run unbounded and uncounted", () => {
+    for (const configured of [undefined, { requests: { cpu: "1", memory: "1Gi" } }, { limits: { cpu: "500m" } }, { limits: { cpu: "0", memory: "0Gi" } }]) {
+      expect(unsizedRuntimeProblems(declared, configured)).toEqual([expect.stringMatching(/container "agent-runtime" states no resources/)]);
+    }
+  });
+  it("runs when the config bounds it, or when it states its own resources (then podCost counts it)", () => {
+    expect(unsizedRuntimeProblems(declared, { limits: { cpu: "500m", memory: "256Mi" } })).toEqual([]);
+    expect(unsizedRuntimeProblems({ containers: [{ name: "main" }, { name: "agent-runtime", resources: lim("1", "1Gi") }] }, undefined)).toEqual([]);
+    expect(unsizedRuntimeProblems({ containers: [{ name: "main" }] }, undefined)).toEqual([]);
+  });
+});
+
 describe("poolSpecOf counts the whole pod", () => {
   it("sums every container and rounds up", () => {
     const spec = poolSpecOf(set([{ name: "main", image: "python:3.12", resources: lim("1500m", "768Mi") }, { name: "side", resources: lim("32", "64Gi") }], [{ name: "init", resources: lim("40", "1Gi") }]), "c");
     expect(spec).toMatchObject({ image: "python:3.12", cpuCount: 40, memoryMB: 64 * 1024 + 768 });
+  });
+
+  it("a pod summing past what a template may have (or past any finite number) is refused as uncountable, not retried for ever (review 26 L2)", () => {
+    expect(podCost({ containers: [{ name: "a", resources: lim("1.7e308", "1Gi") }, { name: "b", resources: lim("1.7e308", "1Gi") }] }).problems).toEqual(["the pod's cpu limits sum to more than can be counted"]);
+    expect(() => poolSpecOf(set([{ name: "a", resources: lim("1.7e308", "1Gi") }, { name: "b", resources: lim("1.7e308", "1Gi") }]), "c")).toThrow(UncountableSandboxSet);
+    expect(() => poolSpecOf(set([{ name: "main", resources: lim("200", "1Gi") }, { name: "side", resources: lim("57", "1Gi") }]), "c")).toThrow(/257 cores and 2048 MiB, more than a template may have \(256 cores, 1048576 MiB\)/);
+    expect(() => poolSpecOf(set([{ name: "main", resources: lim("1", "1025Gi") }]), "c")).toThrow(UncountableSandboxSet);
+    expect(poolSpecOf(set([{ name: "main", resources: lim("200", "512Gi") }, { name: "side", resources: lim("56", "512Gi") }]), "c")).toMatchObject({ cpuCount: 256, memoryMB: 1_048_576 });
   });
 
   it("a SandboxSet it cannot count is refused, never counted as the default", () => {
@@ -82,4 +108,38 @@ describe("the pod as built stays within the count", () => {
     expect(own!.resources).toEqual({ limits: { cpu: "1", memory: "1024Mi" } });
   });
 
+  it("a regular init container's zero limit is replaced as a missing one (the kubelet reads it as none)", () => {
+    const pod = buildPod(input([{ name: "main", resources: lim("2", "1Gi") }], [{ name: "zero", resources: lim("0", "-0") }, { name: "half", resources: lim("0Gi", "256Mi") }]) as never);
+    const [zero, half] = pod.spec!.initContainers!;
+    expect(zero!.resources).toEqual({ limits: { cpu: "2", memory: "1024Mi" } });
+    expect(half!.resources).toEqual({ limits: { cpu: "2", memory: "256Mi" } });
+    expect(podCost({ containers: [{ name: "main", resources: lim("2", "1Gi") }], initContainers: [{ name: "zero", resources: lim("0", "0") }] })).toEqual({ cpu: 2, memory: GI, problems: [] });
+  });
+
+});
+
+describe("one main container (review 26 L3, M3)", () => {
+  const containers: C[] = [
+    { name: "agent-runtime", image: "my-runtime:1", resources: lim("500m", "256Mi") },
+    { name: "app", image: "python:3.12", resources: lim("2", "1Gi") },
+  ];
+
+  it("the edge's image and the in-place image and CPU patch name the same container, not a declared agent-runtime listed first", async () => {
+    expect(mainContainer({ containers })?.name).toBe("app");
+    expect(poolSpecOf(set(containers), "c")).toMatchObject({ image: "python:3.12" });
+    const patched: string[] = [];
+    const pod = (body: { spec: { containers: { name: string }[] } }) => {
+      patched.push(body.spec.containers[0]!.name);
+      return { metadata: { name: "p" } };
+    };
+    const ctx = {
+      count: () => {},
+      core: { patchNamespacedPod: vi.fn(async ({ body }) => pod(body)), patchNamespacedPodResize: vi.fn(async ({ body }) => pod(body)) },
+      custom: { patchNamespacedCustomObject: vi.fn(async () => ({ metadata: { name: "s" } })) },
+    };
+    const writer = new PodWriter(ctx as never, { event: async () => {} } as never, "rt:1", () => ({}), "ci:1", {} as never);
+    const sc = { namespace: "ns", pods: { remember: () => {} }, sandboxes: { remember: (x: unknown) => x } };
+    await writer.inplace(sc as never, { metadata: { name: "s" }, spec: { template: { spec: { containers } } } } as never, { metadata: { name: "p", uid: "u" } }, { image: "python:3.13", cpuCount: 4 });
+    expect(patched).toEqual(["app", "app"]);
+  });
 });
