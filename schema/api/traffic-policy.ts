@@ -1,5 +1,6 @@
 import { z } from "zod";
 import { parseCidr } from "../egress/address.ts";
+import { GROUP, LABEL } from "../crd/labels.ts";
 import { TeamName } from "./team.ts";
 
 /*
@@ -64,12 +65,12 @@ export interface LabelSelector {
  * prefix (schema/crd/user-metadata.ts refuses `agents.kruise.io/` keys; selectorLabels drops them),
  * but it does choose the value: template ids are unique per team only, so any team can name a
  * template like another's. Hence TEAM_SELECTOR_LABEL, and globalSelectorRefusal. */
-export const TEMPLATE_SELECTOR_LABEL = "agents.kruise.io/sandbox-template";
+export const TEMPLATE_SELECTOR_LABEL = LABEL.template;
 /** The platform's label naming the sandbox's team (the team's name, which is its namespace on
  * Kubernetes): the one label value no tenant chooses, so a global selector that names a template
  * must name the teams too (globalSelectorRefusal; review 26 H2). */
-export const TEAM_SELECTOR_LABEL = "agents.kruise.io/sandbox-team";
-const PLATFORM_PREFIX = "agents.kruise.io/";
+export const TEAM_SELECTOR_LABEL = `${GROUP}/sandbox-team`;
+const PLATFORM_PREFIX = `${GROUP}/`;
 
 /** A sandbox's labels as selectors see them: the tenant's (E2B `label:` metadata, a claim's
  * labels) and the platform's, which the tenant cannot set or shadow: its template's id and its

@@ -96,7 +96,9 @@ export function buildPod(input: PodInput): V1Pod {
   for (const c of spec.initContainers ?? []) {
     if (c.restartPolicy === "Always") continue;
     const stated = c.resources?.limits ?? {};
-    if (noLimit(stated.cpu) || noLimit(stated.memory)) c.resources = { ...c.resources, limits: { ...stated, ...(noLimit(stated.cpu) ? { cpu } : {}), ...(noLimit(stated.memory) ? { memory } : {}) } };
+    const noCpu = noLimit(stated.cpu);
+    const noMemory = noLimit(stated.memory);
+    if (noCpu || noMemory) c.resources = { ...c.resources, limits: { ...stated, ...(noCpu ? { cpu } : {}), ...(noMemory ? { memory } : {}) } };
   }
   const injection = input.injection ?? BUILTIN_INJECTION;
   const ownRuntime = spec.containers.some((c) => c.name === RUNTIME_CONTAINER);

@@ -37,25 +37,28 @@ export interface RequestAt {
 }
 
 export function prepareRequest(policy: L7Policy, r: RequestAt, secrets: ReadonlyMap<string, string>): Prepared {
-  const sent = decide(policy, r, r.path);
+  // The host's own MCP screen depends on the host only: one decider for every reading.
+  const hostMcp: ToolDecider | undefined = decideTool(policy, r.host, "") !== undefined ? (tool) => decideTool(policy, r.host, tool) : undefined;
+  const sent = decide(policy, r, r.path, hostMcp);
   if ("refuse" in sent) return sent;
   const bare = r.path.split("?")[0];
-  const effect = headerEffect(sent);
-  const deciders = sent.mcp ? [sent.mcp] : [];
+  // Compared only when the path has another reading (most requests have none).
+  let effect: string | undefined;
+  const deciders = new Set(sent.mcp ? [sent.mcp] : []);
   let rewrittenOtherwise: string | undefined;
   for (const reading of r.readings ?? []) {
     if (reading === bare) continue;
-    const other = decide(policy, r, reading);
+    const other = decide(policy, r, reading, hostMcp);
     if ("refuse" in other) return other;
-    if (rewrittenOtherwise === undefined && headerEffect(other) !== effect) rewrittenOtherwise = reading;
-    if (other.mcp) deciders.push(other.mcp);
+    if (rewrittenOtherwise === undefined && headerEffect(other) !== (effect ??= headerEffect(sent))) rewrittenOtherwise = reading;
+    if (other.mcp) deciders.add(other.mcp);
   }
   if (rewrittenOtherwise !== undefined) {
     return { refuse: { status: 400, rule: "path", text: `${r.method} ${bare} to ${r.host}: rules that rewrite headers treat it differently from ${rewrittenOtherwise}, which servers may read it as; send ${rewrittenOtherwise}` } };
   }
   const built = buildHeaders(sent, r, secrets);
   if ("refuse" in built) return built;
-  const mcp = deciders.length <= 1 ? deciders[0] : (tool: string) => everyAllows(deciders.map((d) => d(tool)));
+  const mcp = deciders.size <= 1 ? [...deciders][0] : (tool: string) => everyAllows([...deciders].map((d) => d(tool)));
   return mcp ? { headers: built.headers, rule: sent.rule, mcp } : { headers: built.headers, rule: sent.rule };
 }
 
@@ -68,7 +71,7 @@ function everyAllows(verdicts: (ToolVerdict | undefined)[]): ToolVerdict | undef
  * and its MCP screen. */
 type Decision = Refusal | { rule: string; prof?: ProfileOutcome; setHeaders: Record<string, string>; mcp?: ToolDecider };
 
-function decide(policy: L7Policy, r: RequestAt, path: string): Decision {
+function decide(policy: L7Policy, r: RequestAt, path: string, hostMcp: ToolDecider | undefined): Decision {
   const { host, method } = r;
   const bare = path.split("?")[0];
   const prof = policy.profiles?.length ? evaluateProfiles(policy.profiles, host, method, path) : undefined;
@@ -89,7 +92,7 @@ function decide(policy: L7Policy, r: RequestAt, path: string): Decision {
   if (bypassed) return d;
   const profMcp = prof?.mcp;
   if (profMcp) return { ...d, mcp: (tool) => profileToolVerdict(profMcp, tool) };
-  if (decideTool(policy, host, "") !== undefined) return { ...d, mcp: (tool) => decideTool(policy, host, tool) };
+  if (hostMcp) return { ...d, mcp: hostMcp };
   return d;
 }
 
