@@ -17,7 +17,6 @@ import { L7Handler, type AuditRecord } from "./l7/handler.ts";
 import type { L7Policy } from "./l7/policy.ts";
 import { profilesFor } from "./l7/profile-crd.ts";
 import { profileObject, sandboxL7Policy } from "./l7/sandbox-policy.ts";
-import { judgeGlobalProfiles } from "./profile-scope.ts";
 
 export const SECRETS_FILE = "secrets.json";
 export const L7_FILE = "l7.json";
@@ -47,10 +46,9 @@ export class PodL7 {
   }
 
   #compile(): void {
-    // The agent selected these with the same labels (traffic-pod.ts podPolicy); judged again so a
-    // file from an older agent cannot put a tenant's labels before a global profile.
-    const objects = judgeGlobalProfiles((this.#l7.securityProfiles ?? []).map(profileObject), this.#who.labels);
-    const selected = profilesFor(objects, { namespace: this.#who.team ?? "", labels: this.#who.labels });
+    // The agent selected these with the same labels (traffic-pod.ts podPolicy); selected again so
+    // a file from an older agent cannot put a tenant's labels before a global profile.
+    const selected = profilesFor((this.#l7.securityProfiles ?? []).map(profileObject), { namespace: this.#who.team ?? "", labels: this.#who.labels });
     for (const r of selected.refused) this.#log(`traffic-proxy: SecurityProfile ${r.profile} blocks every inspected request: ${r.reason}`);
     this.#policy = sandboxL7Policy(this.#l7.networkRules ?? {}, selected);
   }

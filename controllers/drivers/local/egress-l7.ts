@@ -12,7 +12,6 @@ import { profileObject, sandboxL7Policy } from "../../traffic/l7/sandbox-policy.
 import { profilesFor, type ProfileObject } from "../../traffic/l7/profile-crd.ts";
 import type { DesiredSandbox } from "../driver.ts";
 import { selectorLabels } from "../../../schema/api/traffic-policy.ts";
-import { judgeGlobalProfiles } from "../../traffic/profile-scope.ts";
 
 type Rules = NonNullable<DesiredSandbox["networkRules"]>;
 
@@ -92,7 +91,7 @@ export class LocalL7 {
 
   #select(d: Selectable) {
     const labels = selectorLabels(d.labels ?? {}, d.pool, d.namespace);
-    return profilesFor(judgeGlobalProfiles(this.#profiles, labels), { namespace: d.namespace ?? "", labels });
+    return profilesFor(this.#profiles, { namespace: d.namespace ?? "", labels });
   }
 
   policyFor(id: string): L7Policy | undefined {

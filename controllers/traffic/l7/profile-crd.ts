@@ -1,10 +1,12 @@
 // Which SecurityProfile / GlobalSecurityProfile objects apply to a sandbox, as `Profile`s in the
-// order profile.ts runs them: team profiles of the sandbox's namespace and global ones whose
-// selector matches its labels, by priority (lower first, default 1000), then creation time, name,
-// namespace, a global one first on an exact tie. A selected profile this proxy cannot enforce as
-// written becomes one that blocks every inspected request saying why: a security profile that
-// silently did nothing would fail open. Pure.
-import { selects, type LabelSelector } from "../l4.ts";
+// order profile.ts runs them: team profiles of the sandbox's namespace whose selector matches its
+// labels, and global ones whose selector matches its platform labels only (schema/api/traffic-policy.ts
+// `selectsSandbox`, review 25 M4: a tenant's label can neither put its sandbox under a global
+// profile nor take it out of one with a `NotIn`/`DoesNotExist`); by priority (lower first,
+// default 1000), then creation time, name, namespace, a global one first on an exact tie. A
+// selected profile this proxy cannot enforce as written becomes one that blocks every inspected
+// request saying why: a security profile that silently did nothing would fail open. Pure.
+import { selectsSandbox, type LabelSelector } from "../../../schema/api/traffic-policy.ts";
 import { unsupported, type Profile, type ProfileRule } from "./profile.ts";
 
 export interface ProfileObject {
@@ -36,10 +38,12 @@ function rulesOf(raw: unknown): ProfileRule[] | string {
   return raw as ProfileRule[];
 }
 
+/** `sandbox.labels`: its selector labels (`selectorLabels`: the tenant's and the platform's). */
 export function profilesFor(objects: readonly ProfileObject[], sandbox: { namespace: string; labels: Record<string, string> }): ProfilesFor {
-  const chosen = objects.filter(
-    (o) => (o.kind === "GlobalSecurityProfile" || o.metadata.namespace === sandbox.namespace) && selects(o.spec.selector, sandbox.labels),
-  );
+  const chosen = objects.filter((o) => {
+    const global = o.kind === "GlobalSecurityProfile";
+    return (global || o.metadata.namespace === sandbox.namespace) && selectsSandbox(o.spec.selector, sandbox.labels, global);
+  });
   const key = (o: ProfileObject) => [o.spec.priority ?? 1000, Date.parse(o.metadata.creationTimestamp ?? "") || 0, o.metadata.name, o.metadata.namespace ?? ""] as const;
   chosen.sort((a, b) => {
     const [ka, kb] = [key(a), key(b)];

@@ -48,3 +48,17 @@ it("takes the lowest rate limit, counting all requests when a limiting profile s
   expect(profilesFor([a], { namespace: "team-a", labels: {} }).rateLimitAll).toBeUndefined();
   expect(profilesFor([a, b], { namespace: "team-a", labels: {} })).toMatchObject({ requestsPerMinute: 30, rateLimitAll: true });
 });
+
+it("a global profile sees only the platform's labels: a tenant's label neither selects it nor takes its sandbox out of it (review 25 M4)", () => {
+  const T = "agents.kruise.io/sandbox-template", TEAM = "agents.kruise.io/sandbox-team";
+  const objects = [
+    gsp("by-tenant-label", { selector: { matchLabels: { tier: "db" } }, rules: rule("grant") }),
+    gsp("guard", { selector: { matchExpressions: [{ key: "exempt", operator: "DoesNotExist" }] }, rules: rule("guard") }),
+    gsp("etl", { selector: { matchLabels: { [T]: "etl", [TEAM]: "team-a" } }, rules: rule("etl") }),
+    sp("mine", "team-a", { selector: { matchLabels: { tier: "db" } }, rules: rule("mine") }),
+  ];
+  const names = (labels: Record<string, string>) => profilesFor(objects, { namespace: "team-a", labels }).profiles.map((p) => p.name);
+  // The tenant's tier selects the team's own profile, not the global grant; its `exempt` does not escape the guard.
+  expect(names({ tier: "db", exempt: "yes", [T]: "web", [TEAM]: "team-a" })).toEqual(["guard", "team-a/mine"]);
+  expect(names({ [T]: "etl", [TEAM]: "team-a" })).toEqual(["etl", "guard"]);
+});
