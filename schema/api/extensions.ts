@@ -4,6 +4,7 @@
 // also what the sandbox's cluster objects carry, as upstream writes it: `label:<k>` as label k,
 // every key that is a valid annotation key as an annotation (others stay E2B metadata only, as
 // E2B takes any key); a label or annotation the API server would refuse is a 400 here.
+import { parseQuantity } from "../crd/quantity.ts";
 import { annotationsProblem, isQualifiedName, isReservedKey, labelProblem } from "../crd/user-metadata.ts";
 import type { InplaceUpdate } from "../protocol/intent.ts";
 import { ApiError } from "../errors.ts";
@@ -171,14 +172,13 @@ export function isDockerReference(value: string): boolean {
   return m !== null && m[1]!.length <= 255;
 }
 
-const QUANTITY_SUFFIX: Record<string, number> = { "": 1, m: 1e-3, k: 1e3, M: 1e6, G: 1e9, T: 1e12, P: 1e15, E: 1e18, Ki: 2 ** 10, Mi: 2 ** 20, Gi: 2 ** 30, Ti: 2 ** 40, Pi: 2 ** 50, Ei: 2 ** 60 };
 /** More cores than any node has is a typo, and a bound keeps the value finite. */
 const MAX_CPU = 1024;
 
-/** A positive Kubernetes CPU quantity ("500m", "2", "1.5", "2e0") in cores, at least 1m. */
+/** A positive Kubernetes CPU quantity ("500m", "2", "1.5", "2e0") in cores, at least 1m: the API
+ * server's grammar (crd/quantity.ts), so what it would refuse (a 65-character value) is refused here. */
 export function cpuQuantity(value: string, key: string): number {
-  const m = /^\+?((?:\d+(?:\.\d*)?|\.\d+))(?:([eE][-+]?\d+)|(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei))?$/.exec(value);
-  const cores = m ? Number(m[1]! + (m[2] ?? "")) * QUANTITY_SUFFIX[m[3] ?? ""]! : NaN;
+  const cores = parseQuantity(value) ?? NaN;
   if (!(cores >= 0.001 && cores <= MAX_CPU)) throw new ApiError("bad_request", `metadata "${key}": "${value}" is not a positive CPU quantity like 500m or 2 (1m..${MAX_CPU})`);
   return cores;
 }

@@ -1,7 +1,9 @@
 // Kubernetes quantities as the API server reads them (review 25 M2: "64e0" cores read as unknown
-// and counted as 1). One table; anything the API server would not store is undefined.
+// and counted as 1). One table; anything the API server would not store is undefined. E2B's CPU
+// extensions read the same grammar (extensions.ts cpuQuantity), in their 1m..1024 range.
 import { describe, expect, it } from "vitest";
 import { parseQuantity } from "../../../schema/crd/quantity.ts";
+import { cpuQuantity } from "../../../schema/api/extensions.ts";
 
 describe("parseQuantity", () => {
   it.each([
@@ -31,5 +33,26 @@ describe("parseQuantity", () => {
 
   it.each([["bogus"], [""], ["1K"], ["1 Gi"], ["1Gib"], ["e3"], ["1e"], ["1.2.3"], ["0x10"], [" 1"], ["1".repeat(65)], [Number.NaN], [Infinity], [null], [{}], [undefined]])("refuses %j", (q) =>
     expect(parseQuantity(q)).toBeUndefined(),
+  );
+});
+
+it("reads a number and its exponent as one decimal: exact where the decimal is, so rounding up counts what was written", () => {
+  expect(parseQuantity("0.07e2")).toBe(7);
+  expect(parseQuantity("10000e-4")).toBe(1);
+  expect(parseQuantity("9m")).toBe(0.009);
+  expect(parseQuantity("1029.9k")).toBe(1029900);
+  expect(parseQuantity("1.5Gi")).toBe(1.5 * 2 ** 30);
+});
+
+describe("cpuQuantity (E2B's cpu-limit / cpu-request extensions)", () => {
+  const key = "e2b.agents.kruise.io/cpu-limit";
+  it("reads the API server's grammar in cores", () => {
+    expect(cpuQuantity("500m", key)).toBe(0.5);
+    expect(cpuQuantity("0.07e2", key)).toBe(7);
+    expect(cpuQuantity("250000u", key)).toBe(0.25);
+    expect(cpuQuantity("0".repeat(63) + "1", key)).toBe(1);
+  });
+  it.each([["0".repeat(64) + "1"], ["0"], ["-1"], ["0.0001"], ["1025"], ["two"], ["1K"], [""]])("refuses %s with a 400 naming the key", (q) =>
+    expect(() => cpuQuantity(q, key)).toThrow(expect.objectContaining({ code: "bad_request", message: expect.stringContaining(`metadata "${key}"`) })),
   );
 });
