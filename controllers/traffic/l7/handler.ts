@@ -16,7 +16,7 @@ import { readTarget } from "./path.ts";
 import { parseIp } from "../../../schema/egress/address.ts";
 import { bareHost } from "../sniff.ts";
 import { SseFilter, filterAnswer, rpcText, screenRequest } from "./mcp.ts";
-import { HOP_HEADERS as HOP, prepareRequest } from "./request.ts";
+import { HOP_HEADERS as HOP, prepareRequest, type Prepared } from "./request.ts";
 import { withHead } from "./streams.ts";
 import { HeldBytes, type Hold } from "./held-bytes.ts";
 import { UpstreamPool, type PoolOptions, type PooledRequest } from "./pool.ts";
@@ -215,6 +215,24 @@ export class L7Handler {
     return { host: named || ctx.conn.ip, inspected };
   }
 
+  /** A request to `r.host` judged, for the request and the upgrade paths alike. To an inspected
+   * host: every reading servers make of its target (path.ts; one no reading can judge: 400) is
+   * judged by the rules (request.ts), after the request is counted against the sandbox's rate,
+   * and `path` (what is sent, and audited) becomes the target's safe form. To a host no rule
+   * inspects: the target as it came, neither read nor counted. */
+  #judge(ctx: Ctx, policy: L7Policy, req: http.IncomingMessage, r: { host: string; inspected: boolean; method: string; path: string }): Prepared & { path: string } {
+    const { conn } = ctx;
+    let { path } = r;
+    let readings: string[] = [];
+    if (r.inspected) {
+      const n = readTarget(path);
+      if ("invalid" in n) return { path, refuse: { status: 400, rule: "path", text: pathRefusal(n.invalid) } };
+      ({ target: path, readings } = n);
+      if (!this.#rate.take(conn.sandbox, policy.requestsPerMinute)) return { path, refuse: { status: 429, rule: "requestsPerMinute", text: `rate limit of ${policy.requestsPerMinute} requests per minute` } };
+    }
+    return { path, ...prepareRequest(policy, { host: r.host, tls: ctx.tls, allowedBy: conn.allowedBy, method: r.method, path, readings, headers: req.headers }, this.#o.secretsFor(conn.sandbox)) };
+  }
+
   async #passThrough(conn: L7Connection): Promise<void> {
     const up = await conn.connectUpstream();
     if (conn.head.length) up.write(conn.head);
@@ -242,14 +260,8 @@ export class L7Handler {
       socket.end(`HTTP/1.1 ${status} ${http.STATUS_CODES[status] ?? ""}\r\ncontent-type: text/plain\r\nconnection: close\r\n\r\ntraffic-proxy: ${text}\n`);
     };
     if ("status" in at) return refuse(at.status, "host", at.text);
-    let readings: string[] = [];
-    if (inspected) {
-      const n = readTarget(path);
-      if ("invalid" in n) return refuse(400, "path", pathRefusal(n.invalid));
-      ({ target: path, readings } = n);
-    }
-    if (inspected && !this.#rate.take(conn.sandbox, policy.requestsPerMinute)) return refuse(429, "requestsPerMinute", `rate limit of ${policy.requestsPerMinute} requests per minute`);
-    const p = prepareRequest(policy, { host, tls: ctx.tls, allowedBy: conn.allowedBy, method, path, readings, headers: req.headers }, this.#o.secretsFor(conn.sandbox));
+    const p = this.#judge(ctx, policy, req, { host, inspected, method, path });
+    path = p.path;
     if ("refuse" in p) return refuse(p.refuse.status, p.refuse.rule, p.refuse.text);
     // Frames are piped unread, so a tools/call over a WebSocket transport would pass the ACL.
     if (p.mcp) return refuse(403, "mcp", `upgrades to ${host} are refused: MCP rules govern it, and frames are not screened`);
@@ -285,16 +297,8 @@ export class L7Handler {
     };
     if (!policy) return refuse(403, "no L7 policy", "egress denied: the sandbox's policy changed");
     if ("status" in at!) return refuse(at.status, "host", at.text);
-    // The rules judge every reading of the path, and the upstream is sent its safe form (a host
-    // no rule inspects gets the target as it came).
-    let readings: string[] = [];
-    if (inspected) {
-      const n = readTarget(path);
-      if ("invalid" in n) return refuse(400, "path", pathRefusal(n.invalid));
-      ({ target: path, readings } = n);
-    }
-    if (inspected && !this.#rate.take(conn.sandbox, policy.requestsPerMinute)) return refuse(429, "requestsPerMinute", `rate limit of ${policy.requestsPerMinute} requests per minute`);
-    const prepared = prepareRequest(policy, { host, tls: ctx.tls, allowedBy: conn.allowedBy, method, path, readings, headers: req.headers }, this.#o.secretsFor(conn.sandbox));
+    const prepared = this.#judge(ctx, policy, req, { host, inspected, method, path });
+    path = prepared.path;
     if ("refuse" in prepared) return refuse(prepared.refuse.status, prepared.refuse.rule, prepared.refuse.text);
     const { headers, mcp: decide } = prepared;
     let rule = prepared.rule;
