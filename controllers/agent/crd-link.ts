@@ -4,12 +4,11 @@
 // `sandboxsets`/`claims`/`quotas`/`autoscalers`/`updateops` items, and kubectl edits
 // of a Sandbox (spec.paused, delete) as `requests`. The edge decides; the driver acts only on the
 // intents that follow. Everything is level-based and retried (with the work queue's backoff) until the edge answers.
-import { CoreV1Api, type KubeConfig } from "@kubernetes/client-node";
+import type { KubeConfig } from "@kubernetes/client-node";
 import type { KubernetesDriver, SandboxRequest } from "../drivers/kubernetes/kubernetes-driver.ts";
 import { LinkClaimer, SandboxClaimSync } from "./kube-sync/sandboxclaim-sync.ts";
 import { NamespaceDiscovery } from "../drivers/kubernetes/namespace-discovery.ts";
 import { LinkPoolSink, SandboxSetSync, type UncountableSandboxSet } from "./kube-sync/sandboxset-sync.ts";
-import { postEvent } from "../drivers/kubernetes/kube-api.ts";
 import { poolRevision } from "../drivers/kubernetes/pool-status.ts";
 import type { SandboxSetObject } from "../drivers/kubernetes/objects.ts";
 import { NamespaceQuotaSync } from "./kube-sync/namespace-quota-sync.ts";
@@ -134,13 +133,10 @@ export async function startCrdLink(o: CrdLinkOptions): Promise<CrdLink> {
     started = (async () => {
       // The driver's informers of the namespace hold its SandboxSets (and its Sandboxes from now on).
       const scope = await o.driver.watchNamespace(ns);
-      const core = o.kubeConfig.makeApiClient(CoreV1Api);
       const refused = async (set: SandboxSetObject, err: UncountableSandboxSet) => {
-        const name = set.metadata!.name!;
         const message = `generation ${set.metadata?.generation ?? 0} is not sent to the edge: ${err.message}`.slice(0, 1024);
-        scope.pools.refused(name, { revision: poolRevision(set), reason: "UncountableResources", message, at: new Date().toISOString() });
-        const about = { apiVersion: API_VERSION, kind: "SandboxSet", name, namespace: ns, uid: set.metadata?.uid };
-        await postEvent(core, about, "Warning", "UncountableResources", message, new Date(), log, `${name.slice(0, 200)}.uncountable-${set.metadata?.generation ?? 0}`);
+        scope.pools.refused(set.metadata!.name!, { revision: poolRevision(set), reason: "UncountableResources", message, at: new Date().toISOString() });
+        await o.driver.sandboxSetEvent(scope, set, "UncountableResources", message, `uncountable-${set.metadata?.generation ?? 0}`);
       };
       const sets = new SandboxSetSync({ sandboxSets: scope.sandboxSets, namespace: ns, cluster: o.cluster, sink, log, retryMs, refused });
       const claims = new SandboxClaimSync({ kubeConfig: o.kubeConfig, namespace: ns, claimer, log, retryMs, onClaimed: (ids, name, mounts) => o.driver.labelClaimed(ids, name, mounts) });

@@ -278,6 +278,12 @@ export class KubernetesDriver implements Driver {
     return this.#ctx.watch(ns);
   }
 
+  /** A Warning Event about a SandboxSet of `sc` (the CRD link's), written as the driver's own
+   * Events are (status-writer.ts: counted, posted once per `key`). */
+  sandboxSetEvent(sc: NamespaceScope, set: SandboxSetObject, reason: string, message: string, key: string): Promise<void> {
+    return this.#status.setEvent(sc, set, reason, message, key);
+  }
+
   async stop(): Promise<void> {
     this.#stopped = true;
     this.#claimWrites.stop();

@@ -8,7 +8,7 @@ import { EventReason, ReadyReason, RESTORE_PENDING, SandboxConditionType, setCon
 import type { DriverContext } from "./context.ts";
 import { mergePatch, PLURAL, postEvent, stableJson, tolerate } from "./kube-api.ts";
 import type { NamespaceScope } from "./namespace-scope.ts";
-import type { KubeSandboxObservation, SandboxObject } from "./objects.ts";
+import type { KubeSandboxObservation, SandboxObject, SandboxSetObject } from "./objects.ts";
 import { runtimeUrl } from "./pod-spec.ts";
 import { runtimeContainer, runtimeHealth, sandboxState, sandboxStatus, withPendingRestore, type SandboxFacts, type SandboxStatus } from "./pod-state.ts";
 
@@ -142,7 +142,12 @@ export class StatusWriter {
     const pool = sbx.metadata?.labels?.[LABEL.pool];
     const set = pool ? sc.sandboxSets.get(pool) : undefined;
     if (!set) return;
-    await this.#post(sc, "SandboxSet", pool!, set.metadata?.uid, "Warning", reason, message, key);
+    await this.setEvent(sc, set, reason, message, key);
+  }
+
+  /** A Warning Event about a SandboxSet, named `key` under the set's name so it is posted once. */
+  async setEvent(sc: NamespaceScope, set: SandboxSetObject, reason: string, message: string, key: string): Promise<void> {
+    await this.#post(sc, "SandboxSet", set.metadata!.name!, set.metadata?.uid, "Warning", reason, message, key);
   }
 
   async #post(sc: NamespaceScope, kind: string, name: string, uid: string | undefined, type: "Normal" | "Warning", reason: string, message: string, key?: string): Promise<void> {
