@@ -10,20 +10,10 @@ interface Slot {
 
 export class CoarseTimers {
   private readonly grainMs: number;
-  private readonly keepEmptied: boolean;
   private readonly slots = new Map<number, Slot>();
 
-  /**
-   * `keepEmptied`: a slot whose waits were all cancelled keeps its runtime timer (which then fires
-   * on nothing) for the next waits due in it. For an owner whose waits are short-lived and rarely
-   * overlap (a sandbox group's bound on an enqueue, ~20 creates a second spread over 36 groups
-   * under load), so that each would otherwise arm and clear a runtime timer of its own; the cost
-   * is one pending timer per grain until the longest wait's time. Not for an object that should
-   * hibernate as soon as it is idle (a pending timer keeps it awake).
-   */
-  constructor(grainMs = 100, keepEmptied = false) {
+  constructor(grainMs = 100) {
     this.grainMs = grainMs;
-    this.keepEmptied = keepEmptied;
   }
 
   /** Runs `fn` once, `ms` from now (rounded up to the grain), unless the returned cancel runs first. */
@@ -42,8 +32,8 @@ export class CoarseTimers {
     const { fns, timer } = slot;
     fns.add(fn);
     return () => {
-      // An emptied slot drops its runtime timer too (unless kept): pending timers are not free to keep.
-      if (fns.delete(fn) && fns.size === 0 && !this.keepEmptied && this.slots.get(at)?.fns === fns) {
+      // An emptied slot drops its runtime timer too: pending timers are not free to keep.
+      if (fns.delete(fn) && fns.size === 0 && this.slots.get(at)?.fns === fns) {
         clearTimeout(timer);
         this.slots.delete(at);
       }

@@ -22,43 +22,23 @@ export const emptyCounts = (): Counts => ({ counters: {}, histograms: {} });
 
 export type Labels = Record<string, string>;
 
-/**
- * Keys already built, as a trie by name, then each label's name and value in the caller's order
- * (the levels alternate, so a label name never stands for a value): a lookup builds no string.
- * Label sets are bounded (never an id), so this stays small; the bound only guards against a
- * caller that breaks that rule.
- */
-interface KeyNode {
-  key?: string;
-  next?: Map<string, KeyNode>;
-}
-let built = new Map<string, KeyNode>();
-let nodes = 0;
-const MAX_NODES = 16_384;
-
-function child(next: Map<string, KeyNode>, part: string): KeyNode {
-  let node = next.get(part);
-  if (!node) {
-    node = {};
-    next.set(part, node);
-    nodes++;
-  }
-  return node;
-}
+/** Keys already built, by name and labels in the caller's order. Label sets are bounded (never an
+ * id), so this stays small; the bound only guards against a caller that breaks that rule. */
+const built = new Map<string, string>();
+const MAX_BUILT = 4_096;
 
 /** `name{k="v",...}` with the labels in a fixed order, so one series has one key. Every count on
  * the hot path asks for one: built once per series, then a lookup. */
 export function seriesKey(name: string, labels: Labels = {}): string {
-  if (nodes >= MAX_NODES) {
-    built = new Map();
-    nodes = 0;
+  let memo = name;
+  for (const k in labels) memo += `\u0000${k}\u0001${labels[k]}`;
+  let key = built.get(memo);
+  if (key === undefined) {
+    key = buildKey(name, labels);
+    if (built.size >= MAX_BUILT) built.clear();
+    built.set(memo, key);
   }
-  let node = child(built, name);
-  for (const k in labels) {
-    node = child((node.next ??= new Map()), k);
-    node = child((node.next ??= new Map()), labels[k]!);
-  }
-  return (node.key ??= buildKey(name, labels));
+  return key;
 }
 
 function buildKey(name: string, labels: Labels): string {

@@ -24,40 +24,21 @@ export function metricsStub(env: Env) {
 
 /** Counts one event (`edge_*_total`) of this isolate. */
 export function countEvent(name: string, labels?: Labels, n = 1): void {
-  countSeries(seriesKey(name, labels), n);
+  addCount(pending, seriesKey(name, labels), n);
 }
 
 /** Records a duration in milliseconds into a histogram of this isolate. */
 export function observeMs(name: string, labels: Labels | undefined, ms: number): void {
-  observeSeriesMs(seriesKey(name, labels), ms);
+  addObservation(pending, seriesKey(name, labels), ms);
 }
 
 /** Times `work` into a histogram (failures too: a refused call's latency is latency). */
-export function timedMs<T>(name: string, labels: Labels, work: () => Promise<T>): Promise<T> {
-  return timedSeriesMs(seriesKey(name, labels), work);
-}
-
-// The same by a series key built once (`seriesKey`), for labels fixed where they are counted: a
-// create counts about eight series, and building each one's key from its labels every time was
-// ~1 % of the edge's CPU per create (bench/claim-profile.ts).
-
-/** `countEvent` of the series `key`. */
-export function countSeries(key: string, n = 1): void {
-  addCount(pending, key, n);
-}
-
-/** `observeMs` of the series `key`. */
-export function observeSeriesMs(key: string, ms: number): void {
-  addObservation(pending, key, ms);
-}
-
-/** `timedMs` of the series `key`. */
-export async function timedSeriesMs<T>(key: string, work: () => Promise<T>): Promise<T> {
+export async function timedMs<T>(name: string, labels: Labels, work: () => Promise<T>): Promise<T> {
   const started = Date.now();
   try {
     return await work();
   } finally {
-    observeSeriesMs(key, Date.now() - started);
+    observeMs(name, labels, Date.now() - started);
   }
 }
 

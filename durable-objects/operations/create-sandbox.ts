@@ -26,22 +26,10 @@ import { getDb } from "../store/db.ts";
 import { resolveTemplateCached } from "../store/template-cache.ts";
 import { resolveSnapshotRef, type SnapshotRow } from "../store/snapshots.ts";
 import { refusalsAsResult } from "./result.ts";
-import { countEvent, countSeries, flushDue, observeSeriesMs, timedMs, timedSeriesMs } from "../metrics/edge-metrics.ts";
-import { seriesKey } from "../metrics/counts.ts";
+import { countEvent, flushDue, observeMs, timedMs } from "../metrics/edge-metrics.ts";
 import { EDGE } from "../metrics/families.ts";
 
 export type CreateBody = z.infer<typeof NewSandbox>;
-
-/** The series every create counts, their keys built once (edge-metrics.ts `countSeries`). */
-const SERIES = {
-  createsOk: seriesKey(EDGE.creates, { result: "ok" }),
-  claimStage: seriesKey(EDGE.createStage, { stage: "claim" }),
-  startStage: seriesKey(EDGE.createStage, { stage: "start" }),
-  warmClaims: seriesKey(EDGE.claims, { stock: "warm" }),
-  coldClaims: seriesKey(EDGE.claims, { stock: "cold" }),
-  groupCreate: seriesKey(EDGE.doCall, { object: "sandbox_group", method: "create" }),
-  quotaCall: { create: seriesKey(EDGE.doCall, { object: "team_quota", method: "create" }), claim: seriesKey(EDGE.doCall, { object: "team_quota", method: "claim" }) },
-};
 
 export interface CreateSandboxInput {
   /** v1 defaults differ (timeout, `secure`). */
@@ -54,8 +42,7 @@ export interface CreateSandboxInput {
 /** Creates a sandbox for `caller`'s team. Anything but a refusal (a bug, a broken binding) throws. */
 export async function createSandbox(env: Env, caller: Caller, input: CreateSandboxInput): Promise<Result<{ sandbox: SandboxInfo }>> {
   const res = await refusalsAsResult(async () => ({ sandbox: await create(env, caller, input) }));
-  if (res.ok) countSeries(SERIES.createsOk);
-  else countEvent(EDGE.creates, { result: res.error.code });
+  countEvent(EDGE.creates, { result: res.ok ? "ok" : res.error.code });
   // The route's request flushes too; a CRD claim runs in ClusterDO, which has no request to.
   void flushDue(env);
   return res;
@@ -97,24 +84,24 @@ async function claimAndCreate(env: Env, caller: Caller, template: TemplateRecord
   const started = Date.now();
   const res = await throughQuota<ClaimCreateResult>(env, caller, template, "create", (quota, req) => quota.create({ ...req, ...resources, ...create }));
   // The stages as before: the claim inside the quota object, the rest the group's start.
-  if (res.claimMs !== undefined) observeSeriesMs(SERIES.claimStage, res.claimMs);
-  if (res.warm !== undefined) countSeries(res.warm ? SERIES.warmClaims : SERIES.coldClaims);
+  if (res.claimMs !== undefined) observeMs(EDGE.createStage, { stage: "claim" }, res.claimMs);
+  if (res.warm !== undefined) countEvent(EDGE.claims, { stock: res.warm ? "warm" : "cold" });
   if (!res.ok) throw ApiError.from(res.error);
-  observeSeriesMs(SERIES.startStage, Math.max(0, Date.now() - started - res.claimMs));
+  observeMs(EDGE.createStage, { stage: "start" }, Math.max(0, Date.now() - started - res.claimMs));
   return res.sandbox;
 }
 
 /** A sandbox whose files start as a snapshot's: a fresh member of its template, its own id, tokens and hostname. */
 async function fromSnapshot(env: Env, caller: Caller, template: TemplateRecord, resources: Resources, snapshot: SnapshotRow, create: ClaimCreate): Promise<SandboxInfo> {
-  const claimed = await timedSeriesMs(SERIES.claimStage, () => claim(env, caller, template, resources));
-  countSeries(claimed.warm ? SERIES.warmClaims : SERIES.coldClaims);
+  const claimed = await timedMs(EDGE.createStage, { stage: "claim" }, () => claim(env, caller, template, resources));
+  countEvent(EDGE.claims, { stock: claimed.warm ? "warm" : "cold" });
   if (claimed.cluster !== snapshot.cluster) {
     await quotaStub(env, caller.teamId).release(claimed.sandboxId, claimed.generation + 1).catch(() => undefined);
     throw new ApiError("conflict", `Snapshot "${create.draft.templateId}" is on cluster "${snapshot.cluster}", its template's sandboxes now run on "${claimed.cluster}"`);
   }
   const spec = { ...claimedSpec(create.draft, claimed), templateId: template.templateId, restoreFrom: { id: snapshot.id } };
   const input = { spec, timeoutS: create.timeoutS, claimedGeneration: claimed.generation, endpoint: claimed.endpoint, waitMs: create.waitMs };
-  const res = await timedSeriesMs(SERIES.startStage, () => timedSeriesMs(SERIES.groupCreate, () => sandboxHandle(env, claimed.sandboxId).create(input)));
+  const res = await timedMs(EDGE.createStage, { stage: "start" }, () => timedMs(EDGE.doCall, { object: "sandbox_group", method: "create" }, () => sandboxHandle(env, claimed.sandboxId).create(input)));
   if (!res.ok) throw ApiError.from(res.error);
   return res.sandbox;
 }
@@ -166,7 +153,7 @@ async function throughQuota<R extends ClaimCreateResult | ClaimResult>(
   const pool = poolName(template.teamId, template.templateId);
   const call = async (): Promise<R> => {
     try {
-      return await timedSeriesMs<R>(SERIES.quotaCall[method], () =>
+      return await timedMs<R>(EDGE.doCall, { object: "team_quota", method }, () =>
         leafSpan<R>(env, `TeamQuotaDO.${method}`, { "team.id": caller.teamId, "pool.name": pool }, (traceparent) =>
           send(quota, { teamId: caller.teamId, teamName: caller.teamName, pool, traceparent: traceparent() }),
         ),

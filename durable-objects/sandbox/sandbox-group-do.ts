@@ -103,10 +103,8 @@ export class SandboxGroupDO extends DurableObject<Env> {
   /** Index ops kept until libSQL has them (set in the constructor: it needs the store). */
   private readonly indexOutbox: IndexOutbox;
   /** Its one wait is an enqueue's bound (ten seconds past the ack wait), which may fire a second
-   * late: the creates of a second then share a runtime timer, not one per 100 ms, and keep it when
-   * each has answered before the next came (a group sees a create every ~50 ms under load, each
-   * done in tens of ms: arming and clearing a timer per create was ~0.8 % of the edge's CPU). */
-  private readonly timers = new CoarseTimers(1_000, true);
+   * late: the creates of a second then share a runtime timer, not one per 100 ms. */
+  private readonly timers = new CoarseTimers(1_000);
   /** The team quota: reserve before a resume, release/assert after a committed transition. */
   private readonly quota = new QuotaLink(this.env, (p) => this.ctx.waitUntil(p));
   /** Spec objects already in storage (the spec row is rewritten only when the spec changed). */

@@ -1,4 +1,4 @@
-import { describe, expect, it, vi } from "vitest";
+import { describe, expect, it } from "vitest";
 import { CoarseTimers } from "../../../durable-objects/coarse-timers.ts";
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -39,35 +39,5 @@ describe("CoarseTimers", () => {
     timers.after(10, () => n++);
     await sleep(80);
     expect(n).toBe(1);
-  });
-});
-
-describe("CoarseTimers keeping emptied grains", () => {
-  it("fires nothing cancelled, fires what is not, and arms one runtime timer per grain", () => {
-    vi.useFakeTimers({ now: 1_000 });
-    const armed = vi.spyOn(globalThis, "setTimeout");
-    try {
-      const timers = new CoarseTimers(40, true);
-      let cancelled = 0;
-      let kept = 0;
-      // Waits due in one grain that come one after the other, each cancelled before the next.
-      for (let i = 0; i < 5; i++) {
-        timers.after(10, () => cancelled++)();
-        vi.advanceTimersByTime(1);
-      }
-      timers.after(10, () => kept++);
-      expect(armed).toHaveBeenCalledTimes(1);
-      vi.advanceTimersByTime(100);
-      expect(cancelled).toBe(0);
-      expect(kept).toBe(1);
-      // The grain fired: a later wait gets a timer of its own and fires.
-      timers.after(10, () => kept++);
-      expect(armed).toHaveBeenCalledTimes(2);
-      vi.advanceTimersByTime(100);
-      expect(kept).toBe(2);
-    } finally {
-      armed.mockRestore();
-      vi.useRealTimers();
-    }
   });
 });
