@@ -46,6 +46,15 @@
 // measured as nothing and were left out. Session 19 again: leaving every acked outbox row in
 // ClusterDO (no deferred delete at all, the bound of any cheaper delete) read 1.001 (95 % interval
 // 0.954-1.007) of main's workerd CPU per create, null 0.959 (edge-ab --restart, 12 rounds).
+// Session 27 (notes s27-edge): three more per-create cuts the profile ranked (placeholder strings
+// cached by shape, metric series keys without a string built per count, the sandbox groups keeping
+// an emptied grain's timer instead of a clearTimeout and a setTimeout per create: at most ~40 µs of
+// ~1950 sampled per create, ~2 %, in a loaded profile) read B/A 0.982 (95 % interval 0.973-1.007)
+// and 1.004 (0.977-1.018) of 87acecd's workerd CPU per create (edge-ab --restart, 10 rounds each,
+// load ~2) and were left out;
+// edge.claim_cpu_vs_feature_skeleton at 87acecd read 1.23-1.30 (median 1.28) over four quiet
+// runs, each run's rounds spreading ±15 %. Past ~5 restarted blocks (16 rounds) edge-ab fails: each
+// new TeamQuotaDO's census reads every running row of the team from sqld, ~7,000 more a block.
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { migrate } from "../scripts/migrate.ts";
