@@ -3,6 +3,7 @@ import { and, asc, eq, inArray, isNull, or, sql } from "drizzle-orm";
 import type { SecurityProfileEntry, SecurityProfileSpec } from "../../schema/api/security-profile.ts";
 import { securityProfiles, teams, templates } from "../../schema/db/tables.ts";
 import type { Db } from "./db.ts";
+import { placedOn } from "./templates.ts";
 
 /** Every profile, or (`of` given) only those of these teams (null: the global ones), so a caller
  * about some teams never reads the others'. */
@@ -58,7 +59,6 @@ export async function deleteSecurityProfile(db: Db, team: string | null, name: s
  * template of another team never counts). With the teams of the sandboxes the ClusterDO keeps
  * there (ClusterStore.liveTeams), the teams whose profiles, and only theirs, go to its agent. */
 export async function teamsWithTemplatesOn(db: Db, cluster: string): Promise<Set<string>> {
-  const onCluster = sql`coalesce(json_extract(${templates.spec}, '$.cluster'), 'local') = ${cluster}`;
-  const owners = await db.selectDistinct({ name: teams.name }).from(templates).innerJoin(teams, eq(teams.id, templates.teamId)).where(onCluster);
+  const owners = await db.selectDistinct({ name: teams.name }).from(templates).innerJoin(teams, eq(teams.id, templates.teamId)).where(placedOn(cluster));
   return new Set(owners.map((r) => r.name));
 }

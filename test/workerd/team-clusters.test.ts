@@ -112,6 +112,109 @@ describe("a cluster not bound to a team", () => {
   });
 });
 
+describe("what a cluster is sent of a team it is not bound to", () => {
+  it("running the team's sandbox from another team's public template, it gets the team's profiles but none of its secret values; the team's bound cluster gets them", async () => {
+    const owner = await createTeam(unique("m5-owner"));
+    await expectStatus(call(`/admin/teams/${owner.name}/templates/${owner.template}`, { method: "PUT", body: { public: true, spec: { cluster: owner.cluster, replicas: 0 } } }), 200);
+    const acme = await createTeam(unique("m5-acme"));
+    const VALUE = `tok-${unique("v")}`;
+    await expectStatus(call("/secrets", { key: acme.key, body: { name: "api-key", value: VALUE } }), 201);
+    const spec = { rules: [{ name: "key", match: [{ domains: ["api.acme.test"] }], actions: { tokenTransformation: { type: "ApiKey", targetHeader: "x-api-key", credentialRef: { secret: { name: "api-key" } } } } }] };
+    await expectStatus(call(`/admin/teams/${acme.name}/security-profiles/tok`, { method: "PUT", body: spec }), 200);
+    const { agent: home } = await connect(acme.cluster, { networkRules: true });
+    const { agent: other } = await connect(owner.cluster, { networkRules: true });
+    await home.waitUntil(() => home.profileSecrets?.[acme.name]?.["api-key"] === VALUE);
+
+    const sbx = await expectStatus(call("/v2/sandboxes", { key: acme.key, body: { templateID: owner.template } }), 201);
+    await other.waitUntil(() => other.received.some((r) => r.intent.sandboxId === sbx.sandboxID));
+    // Its restrictions apply where the sandbox runs; the credential rule there refuses the
+    // request it would have added the value to (test/unit/traffic/l7-handler.test.ts).
+    expect(other.securityProfiles!.some((p) => p.team === acme.name && p.name === "tok")).toBe(true);
+    expect(other.profileSecrets?.[acme.name]).toBeUndefined();
+    // Nor later, when a change of the secret sends the set again to the agents holding acme's profiles.
+    const set = other.securityProfiles;
+    const id = (await expectStatus(call("/secrets", { key: acme.key }), 200)).find((x: { name: string }) => x.name === "api-key").secretID;
+    await expectStatus(call(`/secrets/${id}`, { key: acme.key, method: "POST", body: { value: `${VALUE}-2` } }), 200);
+    await home.waitUntil(() => home.profileSecrets?.[acme.name]?.["api-key"] === `${VALUE}-2`);
+    await other.waitUntil(() => other.securityProfiles !== set);
+    expect(other.securityProfiles!.some((p) => p.team === acme.name)).toBe(true);
+    expect(JSON.stringify(other.profileSecrets ?? {})).not.toContain(VALUE);
+  }, 60_000);
+
+  it("gets none of the team's TrafficPolicies, until it runs a sandbox of the team (they go before its intent) and after that sandbox is gone", async () => {
+    const owner = await createTeam(unique("l7-owner"));
+    await expectStatus(call(`/admin/teams/${owner.name}/templates/${owner.template}`, { method: "PUT", body: { public: true, spec: { cluster: owner.cluster, replicas: 0 } } }), 200);
+    const acme = await createTeam(unique("l7-acme"));
+    const { agent: home } = await connect(acme.cluster);
+    const { agent: other } = await connect(owner.cluster);
+    // A cluster serving another team only.
+    const { agent: stranger } = await connect((await createTeam(unique("l7-stranger"))).cluster);
+    const own = unique("acme-only");
+    await expectStatus(call(`/admin/teams/${acme.name}/traffic-policies/${own}`, { method: "PUT", body: { egress: { rules: [{ action: "allow", to: [{ fqdn: "*.acme.test" }] }] } } }), 200);
+    // A global policy put after it: every agent gets it, in a frame after the team policy's.
+    const global = unique("l7-global");
+    await expectStatus(call(`/admin/global-traffic-policies/${global}`, { method: "PUT", body: { egress: { rules: [{ action: "allow", to: [{ fqdn: "*.g.test" }] }] } } }), 200);
+    const has = (a: ScriptedAgent, name: string) => a.trafficPolicies?.some((p) => p.name === name) ?? false;
+    for (const a of [home, other, stranger]) await a.waitUntil(() => has(a, global));
+    expect(has(home, own)).toBe(true);
+    expect(has(other, own)).toBe(false);
+    expect(has(stranger, own)).toBe(false);
+
+    const sbx = await expectStatus(call("/v2/sandboxes", { key: acme.key, body: { templateID: owner.template } }), 201);
+    await other.waitUntil(() => other.received.some((r) => r.intent.sandboxId === sbx.sandboxID));
+    expect(has(other, own)).toBe(true);
+    await expectStatus(call(`/sandboxes/${sbx.sandboxID}`, { key: acme.key, method: "DELETE" }), 204);
+    await other.waitUntil(() => !has(other, own));
+    expect(has(other, global)).toBe(true);
+    expect(has(stranger, own)).toBe(false);
+    await expectStatus(call(`/admin/global-traffic-policies/${global}`, { method: "DELETE" }), 204);
+  }, 60_000);
+});
+
+describe("global objects from a cluster (GlobalTrafficPolicy, GlobalSecurityProfile)", () => {
+  const gtp = (name: string) => ({ namespace: null, name, uid: `uid-${name}`, generation: 1, spec: { egress: { rules: [{ action: "allow", to: [{ cidr: "0.0.0.0/0" }] }] } } });
+  const gsp = (name: string) => ({ namespace: null, name, uid: `uid-${name}`, generation: 1, spec: { rules: [] } });
+
+  it("are refused from a cluster GLOBAL_POLICY_CLUSTERS does not name, even one bound to teams: nothing is written, and it can neither delete nor read one", async () => {
+    const cluster = unique("glob-evil");
+    const team = await createTeam(unique("glob-team"), { cluster });
+    const { crd } = await connect(cluster);
+    const name = unique("open-all");
+    const forbidden = { result: "rejected", code: "forbidden", message: expect.stringContaining("GLOBAL_POLICY_CLUSTERS") };
+    expect(await crd.call("trafficpolicyobjects", gtp(name))).toMatchObject(forbidden);
+    await expectError(call(`/admin/global-traffic-policies/${name}`), 404);
+    expect(await crd.call("securityprofileobjects", gsp(name))).toMatchObject(forbidden);
+    await expectError(call(`/admin/global-security-profiles/${name}`), 404);
+    // The admin API's globals stay as they are.
+    const kept = unique("kept");
+    await expectStatus(call(`/admin/global-traffic-policies/${kept}`, { method: "PUT", body: { egress: { rules: [{ action: "reject", to: [{ cidr: "0.0.0.0/0" }] }] } } }), 200);
+    await expectStatus(call(`/admin/global-security-profiles/${kept}`, { method: "PUT", body: { rules: [] } }), 200);
+    for (const frame of ["trafficpolicyobjects", "securityprofileobjects"] as const) {
+      expect(await crd.call(frame, { namespace: null, name: kept, uid: `uid-${kept}`, deleted: true })).toMatchObject(forbidden);
+      expect(await crd.call(frame, { namespace: null, name: kept, uid: `uid-${kept}`, status: true })).toMatchObject(forbidden);
+    }
+    await expectStatus(call(`/admin/global-traffic-policies/${kept}`), 200);
+    await expectStatus(call(`/admin/global-security-profiles/${kept}`), 200);
+    // Its own team's objects still apply (the binding is about the team's namespace only).
+    expect(await crd.call("trafficpolicyobjects", { ...gtp(name), namespace: team.name })).toMatchObject({ result: "applied" });
+    await expectStatus(call(`/admin/global-traffic-policies/${kept}`, { method: "DELETE" }), 204);
+    await expectStatus(call(`/admin/global-security-profiles/${kept}`, { method: "DELETE" }), 204);
+  });
+
+  it("apply from a cluster GLOBAL_POLICY_CLUSTERS names (vitest.config.ts: `policy-bind`), which is bound to no team", async () => {
+    const { crd } = await connect("policy-bind");
+    const name = unique("platform");
+    expect(await crd.call("trafficpolicyobjects", gtp(name))).toMatchObject({ result: "applied" });
+    expect(await crd.call("securityprofileobjects", gsp(name))).toMatchObject({ result: "applied" });
+    await expectStatus(call(`/admin/global-traffic-policies/${name}`), 200);
+    await expectStatus(call(`/admin/global-security-profiles/${name}`), 200);
+    expect(await crd.call("trafficpolicyobjects", { namespace: null, name, uid: `uid-${name}`, deleted: true })).toMatchObject({ result: "applied" });
+    expect(await crd.call("securityprofileobjects", { namespace: null, name, uid: `uid-${name}`, deleted: true })).toMatchObject({ result: "applied" });
+    await expectError(call(`/admin/global-traffic-policies/${name}`), 404);
+    await expectError(call(`/admin/global-security-profiles/${name}`), 404);
+  });
+});
+
 describe("SINGLE_CLUSTER (vitest.config.ts names `the-only-cluster`)", () => {
   it("the install's only cluster acts for every team without a binding, and its SandboxSet creates a missing team; another cluster still needs a binding", async () => {
     const { crd } = await connect("the-only-cluster");
@@ -123,6 +226,10 @@ describe("SINGLE_CLUSTER (vitest.config.ts names `the-only-cluster`)", () => {
     expect((await expectStatus(call(`/admin/teams/${ns}/clusters`), 200)).clusters).toEqual([]);
     const other = await connect(unique("bind-not-single"));
     expect(await other.crd.call("sandboxsets", sandboxSet(ns, "app2"))).toMatchObject({ result: "rejected", code: "forbidden" });
+    // It writes the global objects too, without being named in GLOBAL_POLICY_CLUSTERS.
+    const g = unique("single-global");
+    expect(await crd.call("trafficpolicyobjects", { namespace: null, name: g, uid: `uid-${g}`, generation: 1, spec: { egress: { rules: [] } } })).toMatchObject({ result: "applied" });
+    await expectStatus(call(`/admin/global-traffic-policies/${g}`, { method: "DELETE" }), 204);
   });
 });
 
