@@ -15,8 +15,9 @@ export async function listSecurityProfiles(db: Db, of?: Iterable<string | null>)
   return rows.map((r) => ({ team: r.team === "" ? null : r.team, name: r.name, spec: r.spec, createdAt: r.createdAt }));
 }
 
-/** Who writes a profile: the admin API, or a trusted cluster's CRD (any of them: the platform
- * team applies the same GlobalSecurityProfile to every cluster). */
+/** Who writes a profile: the admin API, or a cluster's CRD (a team's from a cluster bound to it, a
+ * global one from any cluster GLOBAL_POLICY_CLUSTERS names: the platform team may apply the same
+ * GlobalSecurityProfile to each of them). */
 export type ProfileOwner = "admin" | "cluster";
 
 const row = (team: string | null, name: string) => and(eq(securityProfiles.team, team ?? ""), eq(securityProfiles.name, name));
