@@ -839,10 +839,11 @@ export class ClusterDO extends DurableObject<Env> {
     this.secretsChain = chain;
   }
 
-  /** A new team's intents wait for its profiles and policies (a sandbox must not start without them): while
-   * the agent stays connected they are retried; otherwise its next session redelivers them. */
+  /** A new team's intents wait for its profiles and policies (a sandbox must not start without
+   * them): while the agent stays connected they are retried; otherwise its next session
+   * redelivers them. */
   private holdIntents(items: typeof this.unsent, err: unknown): void {
-    LOG.warn("intents held until their teams' security profiles reach the agent", { error: err });
+    LOG.warn("intents held until their teams' security profiles and traffic policies reach the agent", { error: err });
     if (!this.agentSocket()) return;
     this.unsent.unshift(...items);
     this.unsentFlush ??= setTimeout(() => this.flushIntents(), PROFILES_RETRY_MS);
