@@ -355,10 +355,18 @@ export class ClusterDO extends DurableObject<Env> {
       // Desired rows this turn wrote are read back (a first sandbox's team is there before its intent leaves).
       this.turn.flush();
       const teams = served.every ? null : new Set([...served.bound, ...extra, ...this.store!.liveTeams()]);
-      const policies = await listTrafficPolicies(getDb(this.env), teams ? [null, ...teams] : undefined);
+      // Published before the read: a flush meanwhile (a team's new sandbox after this set left the
+      // team out) then sees the team missing and chains its own send behind this one, rather than
+      // letting its intent leave before this set drops the team's policies. Unknown on a failure.
       this.policyTeams = teams ?? "every";
       this.policyBound = served.bound;
-      this.send({ type: "trafficPolicies", policies });
+      try {
+        const policies = await listTrafficPolicies(getDb(this.env), teams ? [null, ...teams] : undefined);
+        this.send({ type: "trafficPolicies", policies });
+      } catch (err) {
+        this.policyTeams = null;
+        throw err;
+      }
       return true;
     });
     this.policiesChain = next.catch(() => false);
@@ -392,11 +400,17 @@ export class ClusterDO extends DurableObject<Env> {
       // Desired rows this turn wrote are read back (a first sandbox's team is there before its intent leaves).
       this.turn.flush();
       for (const t of [...extra, ...this.store!.liveTeams()]) teams.add(t);
-      const profiles = await listSecurityProfiles(db, [null, ...teams]);
+      // Published before the reads, as the policies' (sendTrafficPolicies).
       this.profileTeams = teams;
       this.templateTeams = served.withTemplates;
-      const secrets = await this.profileSecrets(profiles, served.every ? teams : new Set([...teams].filter((t) => served.bound.has(t))));
-      this.send({ type: "securityProfiles", profiles, ...(secrets ? { secrets } : {}) });
+      try {
+        const profiles = await listSecurityProfiles(db, [null, ...teams]);
+        const secrets = await this.profileSecrets(profiles, served.every ? teams : new Set([...teams].filter((t) => served.bound.has(t))));
+        this.send({ type: "securityProfiles", profiles, ...(secrets ? { secrets } : {}) });
+      } catch (err) {
+        this.profileTeams = null;
+        throw err;
+      }
       return true;
     });
     this.profilesChain = next.catch(() => false);
@@ -414,8 +428,10 @@ export class ClusterDO extends DurableObject<Env> {
       if (!this.agentSocket()) return;
       this.turn.flush();
       const left = (held: Iterable<string>, kept: Set<string>) => [...held].some((t) => !kept.has(t) && !this.store!.hasTeam(t));
-      if (this.profileTeams && left(this.profileTeams, this.templateTeams)) this.sendSecurityProfiles().catch((err: unknown) => LOG.warn("security profiles not pruned", { error: err }));
-      if (this.policyTeams instanceof Set && left(this.policyTeams, this.policyBound)) this.sendTrafficPolicies().catch((err: unknown) => LOG.warn("traffic policies not pruned", { error: err }));
+      // A set unknown (null: after a wake, which keeps the session but not this memory, or a failed
+      // send) may hold the team that left: it goes again.
+      if (this.profileTeams === null ? this.appliesProfiles() : left(this.profileTeams, this.templateTeams)) this.sendSecurityProfiles().catch((err: unknown) => LOG.warn("security profiles not pruned", { error: err }));
+      if (this.policyTeams === null || (this.policyTeams instanceof Set && left(this.policyTeams, this.policyBound))) this.sendTrafficPolicies().catch((err: unknown) => LOG.warn("traffic policies not pruned", { error: err }));
     }, 0);
   }
 
@@ -445,6 +461,18 @@ export class ClusterDO extends DurableObject<Env> {
     this.load();
     if (!this.profileTeams?.has(team)) return { ok: true, sent: false };
     return this.sendSecurityProfiles();
+  }
+
+  /** After the admin unbound `team` from this cluster: each set that may hold the team's goes
+   * again, so the agent drops its secret values (and its policies, unless a sandbox of it runs
+   * here) now rather than at its next hello. No libSQL read when neither set held the team. */
+  async teamUnbound(team: string): Promise<{ ok: true; sent: boolean }> {
+    this.load();
+    const [policies, profiles] = await Promise.all([
+      this.policyTeams === null || (this.policyTeams instanceof Set && this.policyTeams.has(team)) ? this.sendTrafficPolicies() : null,
+      this.profileTeams === null || this.profileTeams.has(team) ? this.sendSecurityProfiles() : null,
+    ]);
+    return { ok: true, sent: Boolean(policies?.sent || profiles?.sent) };
   }
 
   /** Whether the agent said in its hello that it enforces `network.rules`, and with them
@@ -828,8 +856,10 @@ export class ClusterDO extends DurableObject<Env> {
     if (!needs.length && !newTeams.size && !newPolicyTeams.size && !this.secretsChain) return go();
     const chain: Promise<void> = (this.secretsChain ?? Promise.resolve())
       .then(async () => {
-        if (newPolicyTeams.size && !(await this.sendTrafficPolicies(newPolicyTeams)).sent) throw new Error("the agent did not get the traffic policies");
-        if (newTeams.size && !(await this.sendSecurityProfiles(newTeams)).sent) throw new Error("the agent did not get the security profiles");
+        // Independent sends (each keeps its own order): the intent waits for the slower, not both.
+        const [policies, profiles] = await Promise.all([newPolicyTeams.size ? this.sendTrafficPolicies(newPolicyTeams) : null, newTeams.size ? this.sendSecurityProfiles(newTeams) : null]);
+        if (policies && !policies.sent) throw new Error("the agent did not get the traffic policies");
+        if (profiles && !profiles.sent) throw new Error("the agent did not get the security profiles");
       })
       .then(() => this.attachSecrets(needs).catch((err: unknown) => LOG.error("secrets for intents", { error: err })))
       .then(go, (err: unknown) => this.holdIntents(items, err))

@@ -82,7 +82,8 @@ export function globalWriterRefusal(env: Pick<Env, "SINGLE_CLUSTER" | "GLOBAL_PO
 }
 
 function globalPolicyClusters(env: Pick<Env, "GLOBAL_POLICY_CLUSTERS">): Set<string> {
-  return new Set((env.GLOBAL_POLICY_CLUSTERS ?? "").split(",").map((c) => c.trim()).filter(Boolean));
+  // Cluster ids are lower case (CLUSTER_ID): `Platform-A` names the cluster `platform-a`.
+  return new Set((env.GLOBAL_POLICY_CLUSTERS ?? "").split(",").map((c) => c.trim().toLowerCase()).filter(Boolean));
 }
 
 /** Binds `cluster` to the team (idempotent): a template placed there, or the admin's PUT. */
@@ -99,7 +100,14 @@ export async function unbindTeamCluster(env: Env, team: TeamRow, cluster: string
     const db = getDb(env);
     // The check and the delete are one statement, so a template the cluster writes meanwhile
     // cannot slip between them; nothing deleted is then either "not bound" or "a template there".
-    if (await deleteBindingUnlessPlaced(db, team.id, cluster)) return { found: true };
+    if (await deleteBindingUnlessPlaced(db, team.id, cluster)) {
+      // The cluster's agent loses the team's secret values and policies now, not at its next
+      // hello. Best effort: the unbind stands either way (a later send leaves them out too).
+      await env.CLUSTER.get(env.CLUSTER.idFromName(cluster))
+        .teamUnbound(team.name)
+        .catch(() => {});
+      return { found: true };
+    }
     const there = (await listTemplates(db, team.id)).filter((t) => t.teamId === team.id && t.spec.cluster === cluster).map((t) => t.templateId);
     if (there.length) throw new ApiError("conflict", `templates of team ${team.name} run on cluster ${cluster} (${there.slice(0, 10).join(", ")}${there.length > 10 ? ", …" : ""}); delete or move them first`);
     return { found: false };

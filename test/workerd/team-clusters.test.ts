@@ -3,8 +3,11 @@
 // is not bound gets nothing of the team (no template, no SecurityProfile, no secret value) and
 // changes nothing of it (quota, policies, sandboxes billed to it) by naming its namespace; the
 // admin binds and unbinds through `/admin/teams/{team}/clusters`.
-import { exports } from "cloudflare:workers";
+import { runInDurableObject } from "cloudflare:test";
+import { env, exports } from "cloudflare:workers";
 import { afterAll, describe, expect, it } from "vitest";
+import type { ClusterDO } from "../../durable-objects/cluster/cluster-do.ts";
+import { getDb } from "../../durable-objects/store/db.ts";
 import { CrdLink } from "../support/crd-link.ts";
 import { fetchTransport, ScriptedAgent } from "../support/scripted-agent.ts";
 import { call, createTeam, expectError, expectStatus, unique } from "./helpers.ts";
@@ -168,6 +171,125 @@ describe("what a cluster is sent of a team it is not bound to", () => {
     expect(has(other, global)).toBe(true);
     expect(has(stranger, own)).toBe(false);
     await expectStatus(call(`/admin/global-traffic-policies/${global}`, { method: "DELETE" }), 204);
+  }, 60_000);
+});
+
+/** Holds libSQL's reads of the tables `table` matches until `release()` (this isolate's client,
+ * which the ClusterDO shares; tests of a file run one at a time). */
+function holdReads(table: RegExp): { held: () => number; release: () => void } {
+  const client = getDb(env).$client;
+  const execute = client.execute.bind(client);
+  let count = 0;
+  let released = false;
+  client.execute = (async (stmt: string | { sql: string }) => {
+    if (table.test(typeof stmt === "string" ? stmt : stmt.sql)) {
+      count++;
+      // Polled on the reader's own timers: a promise another request resolves would look hung
+      // to workerd, which cancels the reader.
+      while (!released) await new Promise((r) => setTimeout(r, 10));
+    }
+    return execute(stmt as string);
+  }) as typeof client.execute;
+  return {
+    held: () => count,
+    release: () => {
+      client.execute = execute;
+      released = true;
+    },
+  };
+}
+
+async function until(what: string, ok: () => boolean, ms = 5_000): Promise<void> {
+  for (const end = Date.now() + ms; !ok(); await new Promise((r) => setTimeout(r, 20))) if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+}
+
+describe("a team's policies and profiles on a cluster that runs its sandbox but is not bound to it", () => {
+  const policy = { egress: { rules: [{ action: "allow", to: [{ fqdn: "*.acme.test" }] }] } };
+  const profile = { rules: [{ name: "hdr", match: [{ domains: ["api.acme.test"] }], actions: { headerManipulation: { set: [{ name: "x-team", value: "acme" }] } } }] };
+  async function setup(prefix: string) {
+    const owner = await createTeam(unique(`${prefix}-owner`));
+    await expectStatus(call(`/admin/teams/${owner.name}/templates/${owner.template}`, { method: "PUT", body: { public: true, spec: { cluster: owner.cluster, replicas: 0 } } }), 200);
+    const acme = await createTeam(unique(`${prefix}-acme`));
+    await expectStatus(call(`/admin/teams/${acme.name}/traffic-policies/own`, { method: "PUT", body: policy }), 200);
+    await expectStatus(call(`/admin/teams/${acme.name}/security-profiles/own`, { method: "PUT", body: profile }), 200);
+    const { agent: other } = await connect(owner.cluster, { networkRules: true });
+    await other.waitUntil(() => other.trafficPolicies !== null && other.securityProfiles !== null);
+    const hasPolicy = () => other.trafficPolicies?.some((p) => p.team === acme.name) ?? false;
+    const hasProfile = () => other.securityProfiles?.some((p) => p.team === acme.name) ?? false;
+    const create = () => call("/v2/sandboxes", { key: acme.key, body: { templateID: owner.template } });
+    const got = (id: string) => other.received.some((r) => r.intent.sandboxId === id);
+    return { owner, acme, other, hasPolicy, hasProfile, create, got };
+  }
+
+  it("a sandbox created while the send that drops the team (its last sandbox gone) reads still gets them: that set goes first, then the team's, then its intent (review 27 H1)", async () => {
+    const { acme, other, hasPolicy, hasProfile, create, got } = await setup("h1");
+    const first = await expectStatus(create(), 201);
+    await other.waitUntil(() => got(first.sandboxID));
+    expect(hasPolicy() && hasProfile()).toBe(true);
+    const hold = holdReads(/from "(traffic_policies|security_profiles)"/i);
+    let created: Promise<Response>;
+    try {
+      await expectStatus(call(`/sandboxes/${first.sandboxID}`, { key: acme.key, method: "DELETE" }), 204);
+      // The prune's two sends (the team's last sandbox here is gone) wait on their reads.
+      await until("the prune's reads", () => hold.held() >= 2);
+      created = create();
+      // Time for the new sandbox's flush (its intent must not overtake the prune).
+      await new Promise((r) => setTimeout(r, 500));
+    } finally {
+      hold.release();
+    }
+    const policies = other.trafficPolicies;
+    const profiles = other.securityProfiles;
+    const second = await expectStatus(created, 201);
+    await other.waitUntil(() => got(second.sandboxID) && other.trafficPolicies !== policies && other.securityProfiles !== profiles);
+    // Frames are handled in order: whatever the prune sent, the team's came after it.
+    expect(hasPolicy()).toBe(true);
+    expect(hasProfile()).toBe(true);
+  }, 60_000);
+
+  it("a team's first sandbox: its profiles go while its policies are still being read (the two sends do not wait on each other), its intent after both", async () => {
+    const { other, hasPolicy, hasProfile, create, got } = await setup("m1");
+    const hold = holdReads(/from "traffic_policies"/i);
+    let created: Promise<Response>;
+    try {
+      created = create();
+      await other.waitUntil(hasProfile, 5_000);
+      expect(hasPolicy()).toBe(false);
+      expect(other.received).toEqual([]);
+    } finally {
+      hold.release();
+    }
+    const sbx = await expectStatus(created, 201);
+    await other.waitUntil(() => got(sbx.sandboxID));
+    expect(hasPolicy()).toBe(true);
+  }, 60_000);
+
+  it("after the cluster object wakes (the sets it sent are no longer in memory), the team's last sandbox going still prunes them (review 27 L2)", async () => {
+    const { owner, acme, other, hasPolicy, hasProfile, create, got } = await setup("l2");
+    const sbx = await expectStatus(create(), 201);
+    await other.waitUntil(() => got(sbx.sandboxID));
+    expect(hasPolicy() && hasProfile()).toBe(true);
+    // What a wake loses: the agent's session stays (a hibernated socket), the object's memory of
+    // what it sent that session does not (the constructor leaves these null).
+    await runInDurableObject(env.CLUSTER.get(env.CLUSTER.idFromName(owner.cluster)), (instance: ClusterDO) => {
+      Object.assign(instance, { policyTeams: null, profileTeams: null });
+    });
+    await expectStatus(call(`/sandboxes/${sbx.sandboxID}`, { key: acme.key, method: "DELETE" }), 204);
+    await other.waitUntil(() => !hasPolicy() && !hasProfile());
+  }, 60_000);
+
+  it("an unbind sends them again at once: the team's secret values leave the agent, its profiles and policies stay while its sandbox runs there (review 27 M3)", async () => {
+    const { owner, acme, other, hasPolicy, hasProfile, create, got } = await setup("m3");
+    const VALUE = `tok-${unique("v")}`;
+    await expectStatus(call("/secrets", { key: acme.key, body: { name: "api-key", value: VALUE } }), 201);
+    const tok = { rules: [{ name: "key", match: [{ domains: ["api.acme.test"] }], actions: { tokenTransformation: { type: "ApiKey", targetHeader: "x-api-key", credentialRef: { secret: { name: "api-key" } } } } }] };
+    await expectStatus(call(`/admin/teams/${acme.name}/security-profiles/tok`, { method: "PUT", body: tok }), 200);
+    await expectStatus(bind(acme.name, owner.cluster), 201);
+    const sbx = await expectStatus(create(), 201);
+    await other.waitUntil(() => got(sbx.sandboxID) && other.profileSecrets?.[acme.name]?.["api-key"] === VALUE);
+    await expectStatus(call(`/admin/teams/${acme.name}/clusters/${owner.cluster}`, { method: "DELETE" }), 204);
+    await other.waitUntil(() => other.profileSecrets?.[acme.name] === undefined);
+    expect(hasProfile() && hasPolicy()).toBe(true);
   }, 60_000);
 });
 
