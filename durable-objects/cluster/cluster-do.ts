@@ -45,7 +45,7 @@ import { getDb } from "../store/db.ts";
 import { listTrafficPolicies } from "../store/traffic-policies.ts";
 import { listSecurityProfiles } from "../store/security-profiles.ts";
 import { clusterTeams } from "../operations/team-clusters.ts";
-import { tokenSecretNames, type SecurityProfileEntry } from "../../schema/api/security-profile.ts";
+import { tokenSecretNames, withholdLiterals, type SecurityProfileEntry } from "../../schema/api/security-profile.ts";
 import { teamSecretValues } from "../store/secrets.ts";
 import { transformSecrets } from "../../schema/egress/transforms.ts";
 
@@ -382,7 +382,8 @@ export class ClusterDO extends DurableObject<Env> {
    * cluster not bound to the team gets the team's profiles (their restrictions must apply there)
    * but none of its secrets, so a credential rule refuses the request it would have added the
    * credential to (the proxy's "credential … is not available", audited) rather than hand the
-   * value to a cluster not trusted with the team. The set replaces the agent's, so a team no
+   * value to a cluster not trusted with the team; likewise a rule of the team's that adds a
+   * literal header value (it may be a hard-coded token) goes there as a block (withholdLiterals). The set replaces the agent's, so a team no
    * longer served is pruned there: at the next send, and as soon as its last sandbox here is gone
    * (pruneProfiles). Sends go out in call order, each read fresh. Nothing goes to an agent that
    * does not apply profiles (appliesProfiles). `sent`: whether an agent was connected and got it.
@@ -395,7 +396,8 @@ export class ClusterDO extends DurableObject<Env> {
       const db = getDb(this.env);
       // Teams with a template here count only while bound to this cluster (a template the admin
       // places binds its team; the check keeps a binding's absence final even so).
-      const served = await clusterTeams(this.env, this.store!.getMeta("cluster") ?? "local");
+      const cluster = this.store!.getMeta("cluster") ?? "local";
+      const served = await clusterTeams(this.env, cluster);
       const teams = new Set(served.withTemplates);
       // Desired rows this turn wrote are read back (a first sandbox's team is there before its intent leaves).
       this.turn.flush();
@@ -404,8 +406,10 @@ export class ClusterDO extends DurableObject<Env> {
       this.profileTeams = teams;
       this.templateTeams = served.withTemplates;
       try {
-        const profiles = await listSecurityProfiles(db, [null, ...teams]);
-        const secrets = await this.profileSecrets(profiles, served.every ? teams : new Set([...teams].filter((t) => served.bound.has(t))));
+        const listed = await listSecurityProfiles(db, [null, ...teams]);
+        const secrets = await this.profileSecrets(listed, served.every ? teams : new Set([...teams].filter((t) => served.bound.has(t))));
+        // Nor the literals a team's rules add to requests (they may be credentials) to a cluster not bound to it.
+        const profiles = served.every ? listed : listed.map((p) => (p.team === null || served.bound.has(p.team) ? p : { ...p, spec: withholdLiterals(p.spec, `rule withheld: SecurityProfile ${p.name} of team ${p.team} adds header values to this request, and cluster ${cluster} is not bound to the team`) }));
         this.send({ type: "securityProfiles", profiles, ...(secrets ? { secrets } : {}) });
       } catch (err) {
         this.profileTeams = null;

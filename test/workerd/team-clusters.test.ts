@@ -278,6 +278,31 @@ describe("a team's policies and profiles on a cluster that runs its sandbox but 
     await other.waitUntil(() => !hasPolicy() && !hasProfile());
   }, 60_000);
 
+  it("the literal header values the team's rules add (a hard-coded token) do not reach it: such a rule is a block there, the team's other rules apply; its bound cluster gets them (review 27 M2)", async () => {
+    const { acme, other, create, got } = await setup("m2");
+    const LITERAL = `Bearer sk-${unique("lit")}`;
+    const lit = {
+      rules: [
+        { name: "hdr", match: [{ domains: ["api.acme.test"] }], actions: { headerManipulation: { set: [{ name: "authorization", value: LITERAL }] } } },
+        { name: "tpl", match: [{ domains: ["tpl.acme.test"] }], actions: { tokenTransformation: { type: "ApiKey", targetHeader: "x-k", apiKey: { valueTemplate: `${LITERAL} {{ .apiKey }}` }, credentialRef: { secret: { name: "k" } } } } },
+        { name: "strip", match: [{ domains: ["*"] }], actions: { headerManipulation: { remove: ["x-debug"] } } },
+      ],
+    };
+    await expectStatus(call(`/admin/teams/${acme.name}/security-profiles/lit`, { method: "PUT", body: lit }), 200);
+    const { agent: home } = await connect(acme.cluster, { networkRules: true });
+    await home.waitUntil(() => JSON.stringify(home.securityProfiles ?? []).includes(LITERAL));
+    const sbx = await expectStatus(create(), 201);
+    await other.waitUntil(() => got(sbx.sandboxID));
+    const sent = other.securityProfiles!.find((p) => p.team === acme.name && p.name === "lit")!;
+    expect(JSON.stringify(other.securityProfiles)).not.toContain(LITERAL);
+    expect(sent.spec.rules.map((r) => [r.name, Object.keys(r.actions)])).toEqual([
+      ["hdr", ["block"]],
+      ["tpl", ["block"]],
+      ["strip", ["headerManipulation"]],
+    ]);
+    expect(sent.spec.rules[0]!.actions.block).toEqual({ statusCode: 403, body: expect.stringContaining(`is not bound to the team`) });
+  }, 60_000);
+
   it("an unbind sends them again at once: the team's secret values leave the agent, its profiles and policies stay while its sandbox runs there (review 27 M3)", async () => {
     const { owner, acme, other, hasPolicy, hasProfile, create, got } = await setup("m3");
     const VALUE = `tok-${unique("v")}`;
