@@ -1,6 +1,7 @@
 // TrafficPolicies and GlobalTrafficPolicies from a cluster (schema/protocol/crd-sync.ts
-// `trafficpolicyobjects`), applied through the admin API's operations: stored, sent to every
-// cluster's agent, and answered with the live sandboxes each selects (the object's status).
+// `trafficpolicyobjects`), applied through the admin API's operations: stored, sent to the agents
+// of the clusters that serve the policy's team (a global one to every agent:
+// ClusterDO.sendTrafficPolicies), and answered with the live sandboxes each selects (its status).
 //
 // Which cluster may set a team's TrafficPolicy: one bound to the team (operations/team-clusters.ts),
 // as for quotas (crd-quota.ts): a policy can open a team's egress, so a cluster that merely has a
