@@ -30,6 +30,9 @@ export default defineConfig({
                 // One cluster name only test/workerd/team-clusters.test.ts links: the install's
                 // only cluster, which acts for every team without a binding.
                 SINGLE_CLUSTER: "the-only-cluster",
+                // The clusters whose GlobalTrafficPolicy / GlobalSecurityProfile objects the edge
+                // applies (one per test that links one; test/workerd/team-clusters.test.ts).
+                GLOBAL_POLICY_CLUSTERS: "policy-gtp, policy-gsp,policy-own,policy-old,policy-bind",
               },
             },
           }),

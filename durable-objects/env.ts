@@ -38,6 +38,10 @@ export interface Env {
   /** The name of an install's only cluster: it acts for every team without a team↔cluster binding
    * (operations/team-clusters.ts). Unset: only bindings count (the safe default of several clusters). */
   SINGLE_CLUSTER?: string;
+  /** Comma-separated ids of the clusters whose GlobalTrafficPolicy and GlobalSecurityProfile
+   * objects the edge applies (operations/team-clusters.ts `globalWriterRefusal`); the
+   * `SINGLE_CLUSTER` one always may. Unset: no other cluster may (the admin API still can). */
+  GLOBAL_POLICY_CLUSTERS?: string;
   /** Domain returned to SDKs as `domain` (null when unset: the SDK falls back to E2B_DOMAIN). */
   SANDBOX_DOMAIN?: string;
   /** OTLP/HTTP collector base URL for traces; unset: tracing off. */

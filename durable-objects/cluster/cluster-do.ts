@@ -43,9 +43,9 @@ import { openClusterStore, type ClusterStore, type IntentWrite } from "./store.t
 import { edgeLogger } from "../tracing/edge-log.ts";
 import { getDb } from "../store/db.ts";
 import { listTrafficPolicies } from "../store/traffic-policies.ts";
-import { listSecurityProfiles, teamsWithTemplatesOn } from "../store/security-profiles.ts";
-import { servedTeams } from "../operations/team-clusters.ts";
-import { tokenSecretNames, type SecurityProfileEntry } from "../../schema/api/security-profile.ts";
+import { listSecurityProfiles } from "../store/security-profiles.ts";
+import { clusterTeams } from "../operations/team-clusters.ts";
+import { tokenSecretNames, withholdLiterals, type SecurityProfileEntry } from "../../schema/api/security-profile.ts";
 import { teamSecretValues } from "../store/secrets.ts";
 import { transformSecrets } from "../../schema/egress/transforms.ts";
 
@@ -101,6 +101,12 @@ export class ClusterDO extends DurableObject<Env> {
   private pruneTimer: ReturnType<typeof setTimeout> | null = null;
   private gcTimer: ReturnType<typeof setTimeout> | null = null;
   private profilesChain: Promise<unknown> = Promise.resolve();
+  /** The teams whose TrafficPolicies this agent session has ("every": the sole cluster's; null:
+   * none sent yet), those of them bound here (the rest are served by sandboxes: see
+   * pruneProfiles), and the chain that keeps their sends in call order. */
+  private policyTeams: Set<string> | "every" | null = null;
+  private policyBound = new Set<string>();
+  private policiesChain: Promise<unknown> = Promise.resolve();
   /** The trace context of unacked intents, by seq, sent with each (re)delivery (traceIntent). */
   private traces = new Map<number, string>();
   private unsentFlush: ReturnType<typeof setTimeout> | null = null;
@@ -331,24 +337,54 @@ export class ClusterDO extends DurableObject<Env> {
   }
 
   /**
-   * Sends the agent every TrafficPolicy and GlobalTrafficPolicy in force (the whole set, read
-   * from libSQL): after each hello and whenever the admin API changes one. `sent`: whether an
-   * agent was connected; one that connects later gets them with its welcome.
+   * Sends the agent the GlobalTrafficPolicies and the TrafficPolicies of the teams this cluster
+   * serves (bound to it, every team for the `SINGLE_CLUSTER` one, the teams of the sandboxes the
+   * edge placed here, plus `also`: teams of intents about to leave), never another team's: a policy
+   * shows a team's hosts and labels, and a cluster not trusted with the team has no use for them.
+   * After each hello, whenever the admin API changes one, and before a team's first intent here
+   * (flushIntents). The set replaces the agent's; sends go out in call order, each read fresh.
+   * `sent`: whether an agent was connected and got it; one that connects later gets them with its
+   * welcome.
    */
-  async sendTrafficPolicies(): Promise<{ ok: true; sent: boolean }> {
+  async sendTrafficPolicies(also: Iterable<string> = []): Promise<{ ok: true; sent: boolean }> {
     this.load();
-    if (!this.agentSocket()) return { ok: true, sent: false };
-    const policies = await listTrafficPolicies(getDb(this.env));
-    this.send({ type: "trafficPolicies", policies });
-    return { ok: true, sent: true };
+    const extra = [...also];
+    const next = this.policiesChain.then(async () => {
+      if (!this.agentSocket()) return false;
+      const served = await clusterTeams(this.env, this.store!.getMeta("cluster") ?? "local");
+      // Desired rows this turn wrote are read back (a first sandbox's team is there before its intent leaves).
+      this.turn.flush();
+      const teams = served.every ? null : new Set([...served.bound, ...extra, ...this.store!.liveTeams()]);
+      // Published before the read: a flush meanwhile (a team's new sandbox after this set left the
+      // team out) then sees the team missing and chains its own send behind this one, rather than
+      // letting its intent leave before this set drops the team's policies. Unknown on a failure.
+      this.policyTeams = teams ?? "every";
+      this.policyBound = served.bound;
+      try {
+        const policies = await listTrafficPolicies(getDb(this.env), teams ? [null, ...teams] : undefined);
+        this.send({ type: "trafficPolicies", policies });
+      } catch (err) {
+        this.policyTeams = null;
+        throw err;
+      }
+      return true;
+    });
+    this.policiesChain = next.catch(() => false);
+    return { ok: true, sent: await next };
   }
 
   /**
    * Sends the agent the GlobalSecurityProfiles and the SecurityProfiles of the teams this cluster
    * serves (those bound to it with a template here, and those of the sandboxes the edge placed
    * here, plus `also`: teams of intents about to leave), never another team's:
-   * a profile may hold a literal token. The set replaces the agent's, so a team no longer served
-   * is pruned there: at the next send, and as soon as its last sandbox here is gone
+   * a profile may hold a literal token. Secret values go only for the teams bound to it (any team
+   * for the `SINGLE_CLUSTER` one): a team's sandbox from another team's public template on a
+   * cluster not bound to the team gets the team's profiles (their restrictions must apply there)
+   * but none of its secrets, so a credential rule refuses the request it would have added the
+   * credential to (the proxy's "credential … is not available", audited) rather than hand the
+   * value to a cluster not trusted with the team; likewise a rule of the team's that adds a
+   * literal header value (it may be a hard-coded token) goes there as a block (withholdLiterals). The set replaces the agent's, so a team no
+   * longer served is pruned there: at the next send, and as soon as its last sandbox here is gone
    * (pruneProfiles). Sends go out in call order, each read fresh. Nothing goes to an agent that
    * does not apply profiles (appliesProfiles). `sent`: whether an agent was connected and got it.
    */
@@ -358,19 +394,27 @@ export class ClusterDO extends DurableObject<Env> {
     const next = this.profilesChain.then(async () => {
       if (!this.agentSocket() || !this.appliesProfiles()) return false;
       const db = getDb(this.env);
-      const cluster = this.store!.getMeta("cluster") ?? "local";
       // Teams with a template here count only while bound to this cluster (a template the admin
       // places binds its team; the check keeps a binding's absence final even so).
-      const teams = await servedTeams(this.env, cluster, await teamsWithTemplatesOn(db, cluster));
-      const templateTeams = new Set(teams);
+      const cluster = this.store!.getMeta("cluster") ?? "local";
+      const served = await clusterTeams(this.env, cluster);
+      const teams = new Set(served.withTemplates);
       // Desired rows this turn wrote are read back (a first sandbox's team is there before its intent leaves).
       this.turn.flush();
       for (const t of [...extra, ...this.store!.liveTeams()]) teams.add(t);
-      const profiles = await listSecurityProfiles(db, [null, ...teams]);
+      // Published before the reads, as the policies' (sendTrafficPolicies).
       this.profileTeams = teams;
-      this.templateTeams = templateTeams;
-      const secrets = await this.profileSecrets(profiles, teams);
-      this.send({ type: "securityProfiles", profiles, ...(secrets ? { secrets } : {}) });
+      this.templateTeams = served.withTemplates;
+      try {
+        const listed = await listSecurityProfiles(db, [null, ...teams]);
+        const secrets = await this.profileSecrets(listed, served.every ? teams : new Set([...teams].filter((t) => served.bound.has(t))));
+        // Nor the literals a team's rules add to requests (they may be credentials) to a cluster not bound to it.
+        const profiles = served.every ? listed : listed.map((p) => (p.team === null || served.bound.has(p.team) ? p : { ...p, spec: withholdLiterals(p.spec, `rule withheld: SecurityProfile ${p.name} of team ${p.team} adds header values to this request, and cluster ${cluster} is not bound to the team`) }));
+        this.send({ type: "securityProfiles", profiles, ...(secrets ? { secrets } : {}) });
+      } catch (err) {
+        this.profileTeams = null;
+        throw err;
+      }
       return true;
     });
     this.profilesChain = next.catch(() => false);
@@ -379,15 +423,19 @@ export class ClusterDO extends DurableObject<Env> {
 
   /** After sandboxes here are gone: when a team the agent holds profiles of has neither a sandbox
    * here any more nor had a template here at the last send, the set goes again without it (the
-   * frame replaces the agent's set: the removal). Reads SQLite only (an index lookup per team
-   * without a template here, not a scan of every sandbox), unless a team left. */
+   * frame replaces the agent's set: the removal); so do the TrafficPolicies of a team not bound
+   * here. Reads SQLite only (an index lookup per team not kept otherwise, not a scan of every
+   * sandbox), unless a team left. */
   private pruneProfiles(): void {
     this.pruneTimer ??= setTimeout(() => {
       this.pruneTimer = null;
-      if (!this.profileTeams || !this.agentSocket()) return;
+      if (!this.agentSocket()) return;
       this.turn.flush();
-      if (![...this.profileTeams].some((t) => !this.templateTeams.has(t) && !this.store!.hasTeam(t))) return;
-      this.sendSecurityProfiles().catch((err: unknown) => LOG.warn("security profiles not pruned", { error: err }));
+      const left = (held: Iterable<string>, kept: Set<string>) => [...held].some((t) => !kept.has(t) && !this.store!.hasTeam(t));
+      // A set unknown (null: after a wake, which keeps the session but not this memory, or a failed
+      // send) may hold the team that left: it goes again.
+      if (this.profileTeams === null ? this.appliesProfiles() : left(this.profileTeams, this.templateTeams)) this.sendSecurityProfiles().catch((err: unknown) => LOG.warn("security profiles not pruned", { error: err }));
+      if (this.policyTeams === null || (this.policyTeams instanceof Set && left(this.policyTeams, this.policyBound))) this.sendTrafficPolicies().catch((err: unknown) => LOG.warn("traffic policies not pruned", { error: err }));
     }, 0);
   }
 
@@ -417,6 +465,18 @@ export class ClusterDO extends DurableObject<Env> {
     this.load();
     if (!this.profileTeams?.has(team)) return { ok: true, sent: false };
     return this.sendSecurityProfiles();
+  }
+
+  /** After the admin unbound `team` from this cluster: each set that may hold the team's goes
+   * again, so the agent drops its secret values (and its policies, unless a sandbox of it runs
+   * here) now rather than at its next hello. No libSQL read when neither set held the team. */
+  async teamUnbound(team: string): Promise<{ ok: true; sent: boolean }> {
+    this.load();
+    const [policies, profiles] = await Promise.all([
+      this.policyTeams === null || (this.policyTeams instanceof Set && this.policyTeams.has(team)) ? this.sendTrafficPolicies() : null,
+      this.profileTeams === null || this.profileTeams.has(team) ? this.sendSecurityProfiles() : null,
+    ]);
+    return { ok: true, sent: Boolean(policies?.sent || profiles?.sent) };
   }
 
   /** Whether the agent said in its hello that it enforces `network.rules`, and with them
@@ -599,6 +659,7 @@ export class ClusterDO extends DurableObject<Env> {
     store.setMeta("sessionId", sessionId);
     this.sessionId = sessionId;
     this.profileTeams = null;
+    this.policyTeams = null;
     this.apply({ type: "hello", hello });
     this.sendTrafficPolicies().catch((err: unknown) => LOG.warn("traffic policies not sent", { error: err }));
     this.sendSecurityProfiles().catch((err: unknown) => LOG.warn("security profiles not sent", { error: err }));
@@ -790,12 +851,19 @@ export class ClusterDO extends DurableObject<Env> {
       for (const frame of frames) this.sendText(`{"type":"intents","items":[${frame.join(",")}]}`);
     };
     const needs = items.filter((i) => i.intent.desired.state !== "deleted" && i.intent.team && transformSecrets(i.intent.networkRules).length);
-    // A team this session's profile set left out (a first sandbox here): its profiles go first.
-    const newTeams = new Set(this.appliesProfiles() ? items.flatMap((i) => (i.intent.desired.state !== "deleted" && i.intent.team && !this.profileTeams?.has(i.intent.team) ? [i.intent.team] : [])) : []);
-    if (!needs.length && !newTeams.size && !this.secretsChain) return go();
+    // A team this session's profile or policy set left out (a first sandbox here): its profiles
+    // and policies go first (a sandbox must not start without its team's restrictions).
+    const missing = (held: Set<string> | "every" | null, wanted: boolean) =>
+      new Set(wanted && held !== "every" ? items.flatMap((i) => (i.intent.desired.state !== "deleted" && i.intent.team && !held?.has(i.intent.team) ? [i.intent.team] : [])) : []);
+    const newTeams = missing(this.profileTeams, this.appliesProfiles());
+    const newPolicyTeams = missing(this.policyTeams, true);
+    if (!needs.length && !newTeams.size && !newPolicyTeams.size && !this.secretsChain) return go();
     const chain: Promise<void> = (this.secretsChain ?? Promise.resolve())
       .then(async () => {
-        if (newTeams.size && !(await this.sendSecurityProfiles(newTeams)).sent) throw new Error("the agent did not get the security profiles");
+        // Independent sends (each keeps its own order): the intent waits for the slower, not both.
+        const [policies, profiles] = await Promise.all([newPolicyTeams.size ? this.sendTrafficPolicies(newPolicyTeams) : null, newTeams.size ? this.sendSecurityProfiles(newTeams) : null]);
+        if (policies && !policies.sent) throw new Error("the agent did not get the traffic policies");
+        if (profiles && !profiles.sent) throw new Error("the agent did not get the security profiles");
       })
       .then(() => this.attachSecrets(needs).catch((err: unknown) => LOG.error("secrets for intents", { error: err })))
       .then(go, (err: unknown) => this.holdIntents(items, err))
@@ -805,10 +873,11 @@ export class ClusterDO extends DurableObject<Env> {
     this.secretsChain = chain;
   }
 
-  /** A new team's intents wait for its profiles (a sandbox must not start without them): while
-   * the agent stays connected they are retried; otherwise its next session redelivers them. */
+  /** A new team's intents wait for its profiles and policies (a sandbox must not start without
+   * them): while the agent stays connected they are retried; otherwise its next session
+   * redelivers them. */
   private holdIntents(items: typeof this.unsent, err: unknown): void {
-    LOG.warn("intents held until their teams' security profiles reach the agent", { error: err });
+    LOG.warn("intents held until their teams' security profiles and traffic policies reach the agent", { error: err });
     if (!this.agentSocket()) return;
     this.unsent.unshift(...items);
     this.unsentFlush ??= setTimeout(() => this.flushIntents(), PROFILES_RETRY_MS);

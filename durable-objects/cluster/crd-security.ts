@@ -2,8 +2,9 @@
 // `securityprofileobjects`), applied through the admin API's operations: stored, sent to the agents
 // (ClusterDO.sendSecurityProfiles), and answered with the live sandboxes each selects (the object's
 // status). Only a cluster bound to the team (operations/team-clusters.ts) may set the team's
-// profiles, as for traffic policies (crd-traffic.ts); a global one any trusted cluster, but never
-// one naming a secret (globalProfileRefusal: it would apply to every team's secrets). The edge
+// profiles, as for traffic policies (crd-traffic.ts); a global one only a cluster the operator
+// trusts with every team (`GLOBAL_POLICY_CLUSTERS`, as for GlobalTrafficPolicies), and never one
+// naming a secret (globalProfileRefusal: it would apply to every team's secrets). The edge
 // keeps each profile's owner (store: "admin" or "cluster"): a cluster's write, delete or status
 // of a profile the admin API made is rejected (`conflict`, which the agent writes as the object's
 // refused condition), and the admin API may not overwrite a cluster's. The inventory prunes
@@ -14,14 +15,14 @@ import type { ReplyItem, SandboxId, SecurityProfileItem } from "../../schema/pro
 import type { Env } from "../env.ts";
 import { ApiError } from "../../schema/errors.ts";
 import { clusterProfileView, removeSecurityProfile, setSecurityProfile } from "../operations/security-profiles.ts";
-import { clusterTeamOrRefusal } from "../operations/team-clusters.ts";
+import { clusterTeamOrRefusal, globalWriterRefusal } from "../operations/team-clusters.ts";
 
 export async function applySecurityProfile(env: Env, cluster: string, item: SecurityProfileItem): Promise<Omit<ReplyItem, "id">> {
   if ("present" in item) return { result: "applied" };
-  // A GlobalSecurityProfile (namespace null) may come from any cluster the edge trusts, as a
-  // GlobalTrafficPolicy: the platform team owns the clusters.
-  const may = item.namespace === null ? undefined : await clusterTeamOrRefusal(env, cluster, item.namespace, "the team's security profiles");
+  // A GlobalSecurityProfile (namespace null) can drop a restriction of every team's sandboxes.
+  const may = item.namespace === null ? globalWriterRefusal(env, cluster, "GlobalSecurityProfile", "/admin/global-security-profiles") : await clusterTeamOrRefusal(env, cluster, item.namespace, "the team's security profiles");
   if (may && "result" in may) return may;
+  if (may && "code" in may) return { result: "rejected", ...may };
   const refused = item.namespace === null && "spec" in item ? globalProfileRefusal(item.spec) : null;
   if (refused) return { result: "rejected", code: "bad_request", message: refused };
   try {

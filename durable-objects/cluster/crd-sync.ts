@@ -36,7 +36,7 @@ import { ApiError } from "../../schema/errors.ts";
 import type { Caller, Env } from "../env.ts";
 import { createSandbox } from "../operations/create-sandbox.ts";
 import { putTemplate, removeTemplate } from "../operations/templates.ts";
-import { clusterMayServe } from "../operations/team-clusters.ts";
+import { clusterMayServe, clusterStillServes, unboundRefusal } from "../operations/team-clusters.ts";
 import { getDb } from "../store/db.ts";
 import { KeyedSerial } from "../../lib/keyed-serial.ts";
 import { listSummaries } from "../store/sandbox-index.ts";
@@ -228,11 +228,11 @@ export class CrdSync {
     if (!put.ok) return refused(put.error);
     // An unbind between the check above and the write: the binding's delete refuses while a
     // template is on the cluster (team-clusters.ts), so one that went first is seen here, and the
-    // template it would have kept from the cluster goes again.
-    const still = await clusterMayServe(this.#o.env, cluster, item.namespace);
-    if (!still.ok) {
+    // template it would have kept from the cluster goes again. The team is known by now: only
+    // the binding is read again.
+    if (!(await clusterStillServes(this.#o.env, cluster, put.template.teamId))) {
       if (!existing) await removeTemplate(this.#o.env, put.template.teamId, item.name);
-      return refused(still.error);
+      return refused(unboundRefusal(item.namespace, cluster, true));
     }
     this.#remember(item.namespace, item.name, { uid: item.uid, generation: item.generation, deleted: false });
     return { result: "applied" };

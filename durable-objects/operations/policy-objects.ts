@@ -1,5 +1,6 @@
 // The shape TrafficPolicies and SecurityProfiles share (team objects and, team null, global ones):
-// stored in libSQL, the whole set pushed to every cluster's agent after each change, and a status
+// stored in libSQL, pushed to every cluster's agent after each change (each cluster sends its agent
+// the global objects and those of the teams it serves: ClusterDO), and a status
 // listing the live sandboxes each object selects. Each kind is one configuration of it.
 import { labelsFromMetadata, selectorLabels, selectsSandbox, type TrafficPolicySpec } from "../../schema/api/traffic-policy.ts";
 import type { Env } from "../env.ts";
@@ -37,7 +38,7 @@ export interface PolicyObjectKind<S extends { selector?: TrafficPolicySpec["sele
   list(db: Db): Promise<E[]>;
   put(db: Db, team: string | null, name: string, spec: S, writer?: W): Promise<unknown>;
   remove(db: Db, team: string | null, name: string, writer?: W): Promise<boolean>;
-  /** Sends the whole set to every cluster's agent; how many had one connected. */
+  /** Has every cluster send its agent its set again; how many had one connected. */
   push(env: Env): Promise<number>;
 }
 

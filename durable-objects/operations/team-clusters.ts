@@ -1,20 +1,25 @@
 // Which clusters may act for a team: the one home of the team↔cluster binding. The admin API
 // (`/admin/teams/{team}/clusters`) binds and unbinds; the CRD sync (SandboxSets, SandboxClaims,
-// quota annotations, TrafficPolicies, SecurityProfiles of a namespace) and ClusterDO's profile and
-// secret fan-out ask `clusterMayServe` / `servedTeams`. Any cluster the edge trusts can name any
-// namespace, so a namespace's name alone must never let a cluster receive a team's profiles and
-// secret values, set its quota or policies, or make sandboxes billed to it.
+// quota annotations, TrafficPolicies, SecurityProfiles of a namespace) and ClusterDO's policy,
+// profile and secret fan-out ask `clusterMayServe` / `clusterTeams`. Any cluster the edge trusts
+// can name any namespace, so a namespace's name alone must never let a cluster receive a team's
+// policies, profiles and secret values, set its quota or policies, or make sandboxes billed to it.
 //
 // `SINGLE_CLUSTER` (a var) names an install's only cluster (k8s/README.md): it acts for
 // every team without a binding, as before bindings existed, and its SandboxSets may create teams.
 // Unset (the default of a deployment), only bindings count.
+//
+// The global objects (GlobalTrafficPolicy, GlobalSecurityProfile) govern every team on every
+// cluster, so no binding can vouch for their writer: only the clusters `GLOBAL_POLICY_CLUSTERS`
+// names (and the `SINGLE_CLUSTER` one) may write them over the agent link (`globalWriterRefusal`).
 import type { Refusal } from "../../schema/errors.ts";
 import { ApiError } from "../../schema/errors.ts";
 import type { Env } from "../env.ts";
 import type { Result } from "../sandbox/state.ts";
 import { refusalsAsResult } from "./result.ts";
 import { getDb, type Db } from "../store/db.ts";
-import { deleteBindingUnlessPlaced, insertBinding, isBound, listBindings, teamsBoundTo } from "../store/team-clusters.ts";
+import { teamsWithTemplatesOn } from "../store/security-profiles.ts";
+import { deleteBindingUnlessPlaced, insertBinding, isBound, listBindings, teamAndBinding, teamsBoundTo } from "../store/team-clusters.ts";
 import { listTemplates } from "../store/templates.ts";
 import { findTeamByName, type TeamRow } from "../store/teams.ts";
 
@@ -30,11 +35,17 @@ function soleCluster(env: Pick<Env, "SINGLE_CLUSTER">, cluster: string): boolean
  */
 export async function clusterMayServe(env: Env, cluster: string, teamName: string): Promise<{ ok: true; team: TeamRow | undefined } | { ok: false; error: Refusal }> {
   const db = getDb(env);
-  const team = await findTeamByName(db, teamName);
-  if (soleCluster(env, cluster)) return { ok: true, team };
-  if (team && (await isBound(db, team.id, cluster))) return { ok: true, team };
-  const why = team ? `team ${teamName} is not bound to cluster ${cluster}` : `there is no team ${teamName}, so cluster ${cluster} is not bound to it`;
-  return { ok: false, error: { code: "forbidden", message: `${why}; an admin binds them with PUT /admin/teams/${teamName}/clusters/${cluster}` } };
+  if (soleCluster(env, cluster)) return { ok: true, team: await findTeamByName(db, teamName) };
+  const found = await teamAndBinding(db, teamName, cluster);
+  if (found?.bound) return { ok: true, team: found.team };
+  return { ok: false, error: unboundRefusal(teamName, cluster, !!found) };
+}
+
+/** The refusal of a cluster not bound to team `teamName` (`exists`: whether there is such a team),
+ * naming the admin call that binds them. */
+export function unboundRefusal(teamName: string, cluster: string, exists: boolean): Refusal {
+  const why = exists ? `team ${teamName} is not bound to cluster ${cluster}` : `there is no team ${teamName}, so cluster ${cluster} is not bound to it`;
+  return { code: "forbidden", message: `${why}; an admin binds them with PUT /admin/teams/${teamName}/clusters/${cluster}` };
 }
 
 /** An existing team `cluster` may act for (to set its quota, policies or profiles), or why not as a
@@ -46,11 +57,33 @@ export async function clusterTeamOrRefusal(env: Env, cluster: string, teamName: 
   return { team: may.team };
 }
 
-/** Of `teams` (names), those `cluster` may act for. */
-export async function servedTeams(env: Env, cluster: string, teams: Set<string>): Promise<Set<string>> {
-  if (soleCluster(env, cluster) || teams.size === 0) return teams;
-  const bound = await teamsBoundTo(getDb(env), cluster);
-  return new Set([...teams].filter((t) => bound.has(t)));
+/** Whether `cluster` still may act for the team of id `teamId` (known already): one read, for a
+ * re-check after a write the check before it allowed. */
+export async function clusterStillServes(env: Env, cluster: string, teamId: string): Promise<boolean> {
+  return soleCluster(env, cluster) || (await isBound(getDb(env), teamId, cluster));
+}
+
+/** The teams `cluster` serves, for what ClusterDO sends its agent: `every` for the sole cluster,
+ * else those bound to it (`bound`), and of them (or of every team, for the sole cluster) those with
+ * a template placed there (`withTemplates`). One read. */
+export async function clusterTeams(env: Env, cluster: string): Promise<{ every: boolean; bound: Set<string>; withTemplates: Set<string> }> {
+  const db = getDb(env);
+  if (soleCluster(env, cluster)) return { every: true, bound: new Set(), withTemplates: await teamsWithTemplatesOn(db, cluster) };
+  return { every: false, ...(await teamsBoundTo(db, cluster)) };
+}
+
+/** Why `cluster` may not write (nor delete, nor read the status of) a global object of `kind`, or
+ * null when it may: the clusters the operator names in `GLOBAL_POLICY_CLUSTERS` (comma-separated
+ * ids) and the `SINGLE_CLUSTER` one. A binding does not qualify: a global object governs teams the
+ * cluster is not bound to. `adminPath`: where the admin API writes that kind instead. */
+export function globalWriterRefusal(env: Pick<Env, "SINGLE_CLUSTER" | "GLOBAL_POLICY_CLUSTERS">, cluster: string, kind: string, adminPath: string): Refusal | null {
+  if (soleCluster(env, cluster) || globalPolicyClusters(env).has(cluster)) return null;
+  return { code: "forbidden", message: `cluster ${cluster} may not set a ${kind}: it governs every team on every cluster, so only the clusters the edge's GLOBAL_POLICY_CLUSTERS var names may; an admin sets one with PUT ${adminPath}/{name}` };
+}
+
+function globalPolicyClusters(env: Pick<Env, "GLOBAL_POLICY_CLUSTERS">): Set<string> {
+  // Cluster ids are lower case (CLUSTER_ID): `Platform-A` names the cluster `platform-a`.
+  return new Set((env.GLOBAL_POLICY_CLUSTERS ?? "").split(",").map((c) => c.trim().toLowerCase()).filter(Boolean));
 }
 
 /** Binds `cluster` to the team (idempotent): a template placed there, or the admin's PUT. */
@@ -67,7 +100,14 @@ export async function unbindTeamCluster(env: Env, team: TeamRow, cluster: string
     const db = getDb(env);
     // The check and the delete are one statement, so a template the cluster writes meanwhile
     // cannot slip between them; nothing deleted is then either "not bound" or "a template there".
-    if (await deleteBindingUnlessPlaced(db, team.id, cluster)) return { found: true };
+    if (await deleteBindingUnlessPlaced(db, team.id, cluster)) {
+      // The cluster's agent loses the team's secret values and policies now, not at its next
+      // hello. Best effort: the unbind stands either way (a later send leaves them out too).
+      await env.CLUSTER.get(env.CLUSTER.idFromName(cluster))
+        .teamUnbound(team.name)
+        .catch(() => {});
+      return { found: true };
+    }
     const there = (await listTemplates(db, team.id)).filter((t) => t.teamId === team.id && t.spec.cluster === cluster).map((t) => t.templateId);
     if (there.length) throw new ApiError("conflict", `templates of team ${team.name} run on cluster ${cluster} (${there.slice(0, 10).join(", ")}${there.length > 10 ? ", …" : ""}); delete or move them first`);
     return { found: false };

@@ -1,7 +1,7 @@
 // TrafficPolicy / GlobalTrafficPolicy operations (the admin API and the CRD sync;
-// schema/api/traffic-policy.ts): one configuration of policy-objects.ts. After every change the
-// whole set goes to every cluster's agent (ClusterDO.sendTrafficPolicies; an agent connecting
-// later gets it with its welcome). Status: the live sandboxes each policy selects.
+// schema/api/traffic-policy.ts): one configuration of policy-objects.ts. After every change each
+// cluster sends its agent the global policies and those of the teams it serves
+// (ClusterDO.sendTrafficPolicies; an agent connecting later gets them with its welcome). Status: the live sandboxes each policy selects.
 import type { TrafficPolicyEntry } from "../../schema/api/traffic-policy.ts";
 import { deleteTrafficPolicy, listTrafficPolicies, putTrafficPolicy } from "../store/traffic-policies.ts";
 import { policyObjects, toEveryAgent, type PolicyObjectView } from "./policy-objects.ts";

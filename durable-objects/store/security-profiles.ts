@@ -3,6 +3,7 @@ import { and, asc, eq, inArray, isNull, or, sql } from "drizzle-orm";
 import type { SecurityProfileEntry, SecurityProfileSpec } from "../../schema/api/security-profile.ts";
 import { securityProfiles, teams, templates } from "../../schema/db/tables.ts";
 import type { Db } from "./db.ts";
+import { placedOn } from "./templates.ts";
 
 /** Every profile, or (`of` given) only those of these teams (null: the global ones), so a caller
  * about some teams never reads the others'. */
@@ -14,8 +15,9 @@ export async function listSecurityProfiles(db: Db, of?: Iterable<string | null>)
   return rows.map((r) => ({ team: r.team === "" ? null : r.team, name: r.name, spec: r.spec, createdAt: r.createdAt }));
 }
 
-/** Who writes a profile: the admin API, or a trusted cluster's CRD (any of them: the platform
- * team applies the same GlobalSecurityProfile to every cluster). */
+/** Who writes a profile: the admin API, or a cluster's CRD (a team's from a cluster bound to it, a
+ * global one from any cluster GLOBAL_POLICY_CLUSTERS names: the platform team may apply the same
+ * GlobalSecurityProfile to each of them). */
 export type ProfileOwner = "admin" | "cluster";
 
 const row = (team: string | null, name: string) => and(eq(securityProfiles.team, team ?? ""), eq(securityProfiles.name, name));
@@ -58,7 +60,6 @@ export async function deleteSecurityProfile(db: Db, team: string | null, name: s
  * template of another team never counts). With the teams of the sandboxes the ClusterDO keeps
  * there (ClusterStore.liveTeams), the teams whose profiles, and only theirs, go to its agent. */
 export async function teamsWithTemplatesOn(db: Db, cluster: string): Promise<Set<string>> {
-  const onCluster = sql`coalesce(json_extract(${templates.spec}, '$.cluster'), 'local') = ${cluster}`;
-  const owners = await db.selectDistinct({ name: teams.name }).from(templates).innerJoin(teams, eq(teams.id, templates.teamId)).where(onCluster);
+  const owners = await db.selectDistinct({ name: teams.name }).from(templates).innerJoin(teams, eq(teams.id, templates.teamId)).where(placedOn(cluster));
   return new Set(owners.map((r) => r.name));
 }

@@ -1,8 +1,14 @@
 // Templates: SandboxSet specs per team. Shared with PoolDO (edge-B), which reads them here.
-import { and, asc, eq, gt, or } from "drizzle-orm";
+import { and, asc, eq, gt, or, sql, type SQL } from "drizzle-orm";
 import { TemplateSpec, templateRevision, type TemplateRecord } from "../../schema/api/template.ts";
 import { teams, templates } from "../../schema/db/tables.ts";
 import type { Db } from "./db.ts";
+
+/** The condition "the template row is placed on `cluster`" for a query: its spec names the cluster;
+ * parsed, a spec without one is "local" (schema/api/template.ts). */
+export function placedOn(cluster: string): SQL {
+  return sql`coalesce(json_extract(${templates.spec}, '$.cluster'), 'local') = ${cluster}`;
+}
 
 function toRecord(row: typeof templates.$inferSelect): TemplateRecord {
   return { ...row, spec: TemplateSpec.parse(row.spec) };

@@ -1,11 +1,16 @@
 // TrafficPolicies and GlobalTrafficPolicies (team "" ) in libSQL, from the admin API.
-import { and, asc, eq, ne } from "drizzle-orm";
+import { and, asc, eq, inArray, ne } from "drizzle-orm";
 import type { TrafficPolicyEntry, TrafficPolicySpec } from "../../schema/api/traffic-policy.ts";
 import { sandboxes, teams, trafficPolicies } from "../../schema/db/tables.ts";
 import type { Db } from "./db.ts";
 
-export async function listTrafficPolicies(db: Db): Promise<TrafficPolicyEntry[]> {
-  const rows = await db.select().from(trafficPolicies).orderBy(asc(trafficPolicies.team), asc(trafficPolicies.name));
+/** Every policy, or (`of` given) only those of these teams (null: the global ones), so what a
+ * cluster is sent never holds another team's (ClusterDO.sendTrafficPolicies). */
+export async function listTrafficPolicies(db: Db, of?: Iterable<string | null>): Promise<TrafficPolicyEntry[]> {
+  const q = db.select().from(trafficPolicies);
+  const keys = of === undefined ? undefined : [...new Set([...of].map((t) => t ?? ""))];
+  if (keys?.length === 0) return [];
+  const rows = await (keys === undefined ? q : q.where(inArray(trafficPolicies.team, keys))).orderBy(asc(trafficPolicies.team), asc(trafficPolicies.name));
   return rows.map((r) => ({ team: r.team === "" ? null : r.team, name: r.name, spec: r.spec }));
 }
 

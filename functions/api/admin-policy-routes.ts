@@ -1,6 +1,6 @@
 // The admin API's shape for policy objects that are a team's or global (TrafficPolicy and
 // GlobalTrafficPolicy, SecurityProfile and GlobalSecurityProfile), for deployments without
-// Kubernetes. Each change reaches every cluster's agent at once; status lists the live sandboxes
+// Kubernetes. Each change reaches the agents of the clusters it concerns at once; status lists the live sandboxes
 // selected.
 //   GET    /admin/<plural>                              every object, with status
 //   GET    /admin/teams/{team}/<plural>[/{name}]        a team's

@@ -115,6 +115,20 @@ export function tokenSecretNames(spec: SecurityProfileSpec): string[] {
   });
 }
 
+type StoredRule = SecurityProfileEntry["spec"]["rules"][number];
+/** A rule that adds a literal of its own to a request (`headerManipulation.set` values,
+ * `tokenTransformation.apiKey.valueTemplate`): it may be a credential (a hard-coded bearer token). */
+const carriesLiteral = (r: StoredRule) => Boolean(r.actions.headerManipulation?.set?.length || r.actions.tokenTransformation?.apiKey?.valueTemplate !== undefined);
+
+/** The spec as a cluster not trusted with the team's credentials gets it (ClusterDO, a team not
+ * bound to the cluster): each rule that carries a literal becomes a `block` (403, `why` its body),
+ * so the request it would have put the value on is refused and audited, as one whose secret is
+ * withheld is, rather than sent without it. The other rules (restrictions) are unchanged. */
+export function withholdLiterals(spec: SecurityProfileEntry["spec"], why: string): SecurityProfileEntry["spec"] {
+  if (!spec.rules.some(carriesLiteral)) return spec;
+  return { ...spec, rules: spec.rules.map((r) => (carriesLiteral(r) ? { name: r.name, match: r.match, actions: { block: { statusCode: 403, body: why } } } : r)) };
+}
+
 /** Why a GlobalSecurityProfile cannot hold this spec, or null: one applies to every team's
  * sandboxes, so a `tokenTransformation` in it would put each team's secret of that name into a
  * header on whatever host that team's sandboxes call. Only a team's own profile may name the

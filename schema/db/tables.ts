@@ -275,8 +275,9 @@ export const secretVersions = sqliteTable(
   (t) => [primaryKey({ columns: [t.secretId, t.version] })],
 );
 
-/** TrafficPolicies (team) and GlobalTrafficPolicies (`team` ""), from the admin API; every
- * cluster's agent gets the whole set (durable-objects/operations/traffic-policies.ts). */
+/** TrafficPolicies (team) and GlobalTrafficPolicies (`team` ""), from the admin API and the CRD
+ * sync; a cluster's agent gets the global ones and those of the teams it serves
+ * (durable-objects/cluster/cluster-do.ts `sendTrafficPolicies`). */
 export const trafficPolicies = sqliteTable(
   "traffic_policies",
   {
@@ -290,7 +291,8 @@ export const trafficPolicies = sqliteTable(
 );
 
 /** SecurityProfiles (team) and GlobalSecurityProfiles (`team` ""), from the admin API and the CRD
- * sync; every cluster's agent gets the whole set (durable-objects/operations/security-profiles.ts). */
+ * sync; a cluster's agent gets the global ones and those of the teams it serves
+ * (durable-objects/cluster/cluster-do.ts `sendSecurityProfiles`). */
 export const securityProfiles = sqliteTable(
   "security_profiles",
   {

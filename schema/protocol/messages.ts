@@ -256,15 +256,17 @@ export const SnapshotDeletesSchema = z.object({
   ids: z.array(SnapshotIdSchema).min(1).max(1000),
 });
 
-/** Every TrafficPolicy (team) and GlobalTrafficPolicy in force (schema/api/traffic-policy.ts):
- * the whole set, replacing what the agent had. */
+/** The TrafficPolicies (team) and GlobalTrafficPolicies in force for this cluster
+ * (schema/api/traffic-policy.ts): every global one and those of the teams the cluster serves
+ * (ClusterDO.sendTrafficPolicies), replacing what the agent had. */
 export const TrafficPoliciesSchema = z.object({
   type: z.literal("trafficPolicies"),
   policies: z.array(TrafficPolicyEntry).max(MAX_TRAFFIC_POLICIES),
 });
 export type TrafficPolicies = z.infer<typeof TrafficPoliciesSchema>;
-/** Every SecurityProfile (team) and GlobalSecurityProfile in force (schema/api/security-profile.ts):
- * the whole set, replacing what the agent had. */
+/** The SecurityProfiles (team) and GlobalSecurityProfiles in force for this cluster
+ * (schema/api/security-profile.ts): every global one and those of the teams the cluster serves
+ * (ClusterDO.sendSecurityProfiles), replacing what the agent had. */
 export const SecurityProfilesSchema = z.object({
   type: z.literal("securityProfiles"),
   profiles: z.array(SecurityProfileEntry).max(MAX_SECURITY_PROFILES),

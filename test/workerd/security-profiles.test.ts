@@ -232,10 +232,12 @@ describe("security profiles (admin API)", () => {
     expect(agent.profileSecrets).toEqual({ [a.name]: { "api-key": VALUE } });
     expect(JSON.stringify(agent.securityProfiles)).not.toContain(VALUE);
     // A new value reaches the agent; another cluster never sees it, nor gets a set again.
+    // A global traffic policy put after it: its frame follows any profile frame on the socket.
     const barrier = async () => {
       const tp = unique("tp");
-      await expectStatus(call(`/admin/teams/${a.name}/traffic-policies/${tp}`, { method: "PUT", body: { egress: { rules: [{ action: "allow", to: [{ fqdn: "*.a.test" }] }] } } }), 200);
+      await expectStatus(call(`/admin/global-traffic-policies/${tp}`, { method: "PUT", body: { egress: { rules: [{ action: "allow", to: [{ fqdn: "*.a.test" }] }] } } }), 200);
       await stranger.waitUntil(() => stranger.trafficPolicies?.some((p) => p.name === tp) ?? false);
+      await expectStatus(call(`/admin/global-traffic-policies/${tp}`, { method: "DELETE" }), 204);
     };
     await barrier();
     const strangerSet = stranger.securityProfiles;
@@ -364,7 +366,7 @@ describe("SecurityProfile objects over the agent link", () => {
     const link = (cluster: string) => fetchTransport((url, init) => exports.default.fetch(url, init) as never, "test-cluster-token", cluster);
     const platform = new ScriptedAgent();
     const crd = new CrdLink();
-    await crd.connect(platform, link(unique("gsp-platform")));
+    await crd.connect(platform, link("policy-gsp"));
     const team = await createTeam(unique("gsp-team"));
     const teamAgent = await startAgent(team.cluster, { networkRules: true });
     agents.push(platform, teamAgent);
@@ -396,7 +398,7 @@ describe("who owns a profile: the admin API or a cluster's object", () => {
     const link = (cluster: string) => fetchTransport((url, init) => exports.default.fetch(url, init) as never, "test-cluster-token", cluster);
     const platform = new ScriptedAgent();
     const crd = new CrdLink();
-    await crd.connect(platform, link(unique("own-platform")));
+    await crd.connect(platform, link("policy-own"));
     agents.push(platform);
     const admins = unique("own-admin");
     const adminSpec = { priority: 3, ...rule({ domains: ["admin.test"] }) };
@@ -427,7 +429,7 @@ describe("a profile kept from before owners (owner NULL)", () => {
     const link = (cluster: string) => fetchTransport((url, init) => exports.default.fetch(url, init) as never, "test-cluster-token", cluster);
     const platform = new ScriptedAgent();
     const crd = new CrdLink();
-    await crd.connect(platform, link(unique("old-platform")));
+    await crd.connect(platform, link("policy-old"));
     agents.push(platform);
     const name = unique("old-profile");
     const spec = { priority: 3, ...rule({ domains: ["old.test"] }) };

@@ -3,8 +3,11 @@
 // is not bound gets nothing of the team (no template, no SecurityProfile, no secret value) and
 // changes nothing of it (quota, policies, sandboxes billed to it) by naming its namespace; the
 // admin binds and unbinds through `/admin/teams/{team}/clusters`.
-import { exports } from "cloudflare:workers";
+import { runInDurableObject } from "cloudflare:test";
+import { env, exports } from "cloudflare:workers";
 import { afterAll, describe, expect, it } from "vitest";
+import type { ClusterDO } from "../../durable-objects/cluster/cluster-do.ts";
+import { getDb } from "../../durable-objects/store/db.ts";
 import { CrdLink } from "../support/crd-link.ts";
 import { fetchTransport, ScriptedAgent } from "../support/scripted-agent.ts";
 import { call, createTeam, expectError, expectStatus, unique } from "./helpers.ts";
@@ -112,6 +115,253 @@ describe("a cluster not bound to a team", () => {
   });
 });
 
+describe("what a cluster is sent of a team it is not bound to", () => {
+  it("running the team's sandbox from another team's public template, it gets the team's profiles but none of its secret values; the team's bound cluster gets them", async () => {
+    const owner = await createTeam(unique("m5-owner"));
+    await expectStatus(call(`/admin/teams/${owner.name}/templates/${owner.template}`, { method: "PUT", body: { public: true, spec: { cluster: owner.cluster, replicas: 0 } } }), 200);
+    const acme = await createTeam(unique("m5-acme"));
+    const VALUE = `tok-${unique("v")}`;
+    await expectStatus(call("/secrets", { key: acme.key, body: { name: "api-key", value: VALUE } }), 201);
+    const spec = { rules: [{ name: "key", match: [{ domains: ["api.acme.test"] }], actions: { tokenTransformation: { type: "ApiKey", targetHeader: "x-api-key", credentialRef: { secret: { name: "api-key" } } } } }] };
+    await expectStatus(call(`/admin/teams/${acme.name}/security-profiles/tok`, { method: "PUT", body: spec }), 200);
+    const { agent: home } = await connect(acme.cluster, { networkRules: true });
+    const { agent: other } = await connect(owner.cluster, { networkRules: true });
+    await home.waitUntil(() => home.profileSecrets?.[acme.name]?.["api-key"] === VALUE);
+
+    const sbx = await expectStatus(call("/v2/sandboxes", { key: acme.key, body: { templateID: owner.template } }), 201);
+    await other.waitUntil(() => other.received.some((r) => r.intent.sandboxId === sbx.sandboxID));
+    // Its restrictions apply where the sandbox runs; the credential rule there refuses the
+    // request it would have added the value to (test/unit/traffic/l7-handler.test.ts).
+    expect(other.securityProfiles!.some((p) => p.team === acme.name && p.name === "tok")).toBe(true);
+    expect(other.profileSecrets?.[acme.name]).toBeUndefined();
+    // Nor later, when a change of the secret sends the set again to the agents holding acme's profiles.
+    const set = other.securityProfiles;
+    const id = (await expectStatus(call("/secrets", { key: acme.key }), 200)).find((x: { name: string }) => x.name === "api-key").secretID;
+    await expectStatus(call(`/secrets/${id}`, { key: acme.key, method: "POST", body: { value: `${VALUE}-2` } }), 200);
+    await home.waitUntil(() => home.profileSecrets?.[acme.name]?.["api-key"] === `${VALUE}-2`);
+    await other.waitUntil(() => other.securityProfiles !== set);
+    expect(other.securityProfiles!.some((p) => p.team === acme.name)).toBe(true);
+    expect(JSON.stringify(other.profileSecrets ?? {})).not.toContain(VALUE);
+  }, 60_000);
+
+  it("gets none of the team's TrafficPolicies, until it runs a sandbox of the team (they go before its intent) and after that sandbox is gone", async () => {
+    const owner = await createTeam(unique("l7-owner"));
+    await expectStatus(call(`/admin/teams/${owner.name}/templates/${owner.template}`, { method: "PUT", body: { public: true, spec: { cluster: owner.cluster, replicas: 0 } } }), 200);
+    const acme = await createTeam(unique("l7-acme"));
+    const { agent: home } = await connect(acme.cluster);
+    const { agent: other } = await connect(owner.cluster);
+    // A cluster serving another team only.
+    const { agent: stranger } = await connect((await createTeam(unique("l7-stranger"))).cluster);
+    const own = unique("acme-only");
+    await expectStatus(call(`/admin/teams/${acme.name}/traffic-policies/${own}`, { method: "PUT", body: { egress: { rules: [{ action: "allow", to: [{ fqdn: "*.acme.test" }] }] } } }), 200);
+    // A global policy put after it: every agent gets it, in a frame after the team policy's.
+    const global = unique("l7-global");
+    await expectStatus(call(`/admin/global-traffic-policies/${global}`, { method: "PUT", body: { egress: { rules: [{ action: "allow", to: [{ fqdn: "*.g.test" }] }] } } }), 200);
+    const has = (a: ScriptedAgent, name: string) => a.trafficPolicies?.some((p) => p.name === name) ?? false;
+    for (const a of [home, other, stranger]) await a.waitUntil(() => has(a, global));
+    expect(has(home, own)).toBe(true);
+    expect(has(other, own)).toBe(false);
+    expect(has(stranger, own)).toBe(false);
+
+    const sbx = await expectStatus(call("/v2/sandboxes", { key: acme.key, body: { templateID: owner.template } }), 201);
+    await other.waitUntil(() => other.received.some((r) => r.intent.sandboxId === sbx.sandboxID));
+    expect(has(other, own)).toBe(true);
+    await expectStatus(call(`/sandboxes/${sbx.sandboxID}`, { key: acme.key, method: "DELETE" }), 204);
+    await other.waitUntil(() => !has(other, own));
+    expect(has(other, global)).toBe(true);
+    expect(has(stranger, own)).toBe(false);
+    await expectStatus(call(`/admin/global-traffic-policies/${global}`, { method: "DELETE" }), 204);
+  }, 60_000);
+});
+
+/** Holds libSQL's reads of the tables `table` matches until `release()` (this isolate's client,
+ * which the ClusterDO shares; tests of a file run one at a time). */
+function holdReads(table: RegExp): { held: () => number; release: () => void } {
+  const client = getDb(env).$client;
+  const execute = client.execute.bind(client);
+  let count = 0;
+  let released = false;
+  client.execute = (async (stmt: string | { sql: string }) => {
+    if (table.test(typeof stmt === "string" ? stmt : stmt.sql)) {
+      count++;
+      // Polled on the reader's own timers: a promise another request resolves would look hung
+      // to workerd, which cancels the reader.
+      while (!released) await new Promise((r) => setTimeout(r, 10));
+    }
+    return execute(stmt as string);
+  }) as typeof client.execute;
+  return {
+    held: () => count,
+    release: () => {
+      client.execute = execute;
+      released = true;
+    },
+  };
+}
+
+async function until(what: string, ok: () => boolean, ms = 5_000): Promise<void> {
+  for (const end = Date.now() + ms; !ok(); await new Promise((r) => setTimeout(r, 20))) if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+}
+
+describe("a team's policies and profiles on a cluster that runs its sandbox but is not bound to it", () => {
+  const policy = { egress: { rules: [{ action: "allow", to: [{ fqdn: "*.acme.test" }] }] } };
+  const profile = { rules: [{ name: "hdr", match: [{ domains: ["api.acme.test"] }], actions: { headerManipulation: { set: [{ name: "x-team", value: "acme" }] } } }] };
+  async function setup(prefix: string) {
+    const owner = await createTeam(unique(`${prefix}-owner`));
+    await expectStatus(call(`/admin/teams/${owner.name}/templates/${owner.template}`, { method: "PUT", body: { public: true, spec: { cluster: owner.cluster, replicas: 0 } } }), 200);
+    const acme = await createTeam(unique(`${prefix}-acme`));
+    await expectStatus(call(`/admin/teams/${acme.name}/traffic-policies/own`, { method: "PUT", body: policy }), 200);
+    await expectStatus(call(`/admin/teams/${acme.name}/security-profiles/own`, { method: "PUT", body: profile }), 200);
+    const { agent: other } = await connect(owner.cluster, { networkRules: true });
+    await other.waitUntil(() => other.trafficPolicies !== null && other.securityProfiles !== null);
+    const hasPolicy = () => other.trafficPolicies?.some((p) => p.team === acme.name) ?? false;
+    const hasProfile = () => other.securityProfiles?.some((p) => p.team === acme.name) ?? false;
+    const create = () => call("/v2/sandboxes", { key: acme.key, body: { templateID: owner.template } });
+    const got = (id: string) => other.received.some((r) => r.intent.sandboxId === id);
+    return { owner, acme, other, hasPolicy, hasProfile, create, got };
+  }
+
+  it("a sandbox created while the send that drops the team (its last sandbox gone) reads still gets them: that set goes first, then the team's, then its intent (review 27 H1)", async () => {
+    const { acme, other, hasPolicy, hasProfile, create, got } = await setup("h1");
+    const first = await expectStatus(create(), 201);
+    await other.waitUntil(() => got(first.sandboxID));
+    expect(hasPolicy() && hasProfile()).toBe(true);
+    const hold = holdReads(/from "(traffic_policies|security_profiles)"/i);
+    let created: Promise<Response>;
+    try {
+      await expectStatus(call(`/sandboxes/${first.sandboxID}`, { key: acme.key, method: "DELETE" }), 204);
+      // The prune's two sends (the team's last sandbox here is gone) wait on their reads.
+      await until("the prune's reads", () => hold.held() >= 2);
+      created = create();
+      // Time for the new sandbox's flush (its intent must not overtake the prune).
+      await new Promise((r) => setTimeout(r, 500));
+    } finally {
+      hold.release();
+    }
+    const policies = other.trafficPolicies;
+    const profiles = other.securityProfiles;
+    const second = await expectStatus(created, 201);
+    await other.waitUntil(() => got(second.sandboxID) && other.trafficPolicies !== policies && other.securityProfiles !== profiles);
+    // Frames are handled in order: whatever the prune sent, the team's came after it.
+    expect(hasPolicy()).toBe(true);
+    expect(hasProfile()).toBe(true);
+  }, 60_000);
+
+  it("a team's first sandbox: its profiles go while its policies are still being read (the two sends do not wait on each other), its intent after both", async () => {
+    const { other, hasPolicy, hasProfile, create, got } = await setup("m1");
+    const hold = holdReads(/from "traffic_policies"/i);
+    let created: Promise<Response>;
+    try {
+      created = create();
+      await other.waitUntil(hasProfile, 5_000);
+      expect(hasPolicy()).toBe(false);
+      expect(other.received).toEqual([]);
+    } finally {
+      hold.release();
+    }
+    const sbx = await expectStatus(created, 201);
+    await other.waitUntil(() => got(sbx.sandboxID));
+    expect(hasPolicy()).toBe(true);
+  }, 60_000);
+
+  it("after the cluster object wakes (the sets it sent are no longer in memory), the team's last sandbox going still prunes them (review 27 L2)", async () => {
+    const { owner, acme, other, hasPolicy, hasProfile, create, got } = await setup("l2");
+    const sbx = await expectStatus(create(), 201);
+    await other.waitUntil(() => got(sbx.sandboxID));
+    expect(hasPolicy() && hasProfile()).toBe(true);
+    // What a wake loses: the agent's session stays (a hibernated socket), the object's memory of
+    // what it sent that session does not (the constructor leaves these null).
+    await runInDurableObject(env.CLUSTER.get(env.CLUSTER.idFromName(owner.cluster)), (instance: ClusterDO) => {
+      Object.assign(instance, { policyTeams: null, profileTeams: null });
+    });
+    await expectStatus(call(`/sandboxes/${sbx.sandboxID}`, { key: acme.key, method: "DELETE" }), 204);
+    await other.waitUntil(() => !hasPolicy() && !hasProfile());
+  }, 60_000);
+
+  it("the literal header values the team's rules add (a hard-coded token) do not reach it: such a rule is a block there, the team's other rules apply; its bound cluster gets them (review 27 M2)", async () => {
+    const { acme, other, create, got } = await setup("m2");
+    const LITERAL = `Bearer sk-${unique("lit")}`;
+    const lit = {
+      rules: [
+        { name: "hdr", match: [{ domains: ["api.acme.test"] }], actions: { headerManipulation: { set: [{ name: "authorization", value: LITERAL }] } } },
+        { name: "tpl", match: [{ domains: ["tpl.acme.test"] }], actions: { tokenTransformation: { type: "ApiKey", targetHeader: "x-k", apiKey: { valueTemplate: `${LITERAL} {{ .apiKey }}` }, credentialRef: { secret: { name: "k" } } } } },
+        { name: "strip", match: [{ domains: ["*"] }], actions: { headerManipulation: { remove: ["x-debug"] } } },
+      ],
+    };
+    await expectStatus(call(`/admin/teams/${acme.name}/security-profiles/lit`, { method: "PUT", body: lit }), 200);
+    const { agent: home } = await connect(acme.cluster, { networkRules: true });
+    await home.waitUntil(() => JSON.stringify(home.securityProfiles ?? []).includes(LITERAL));
+    const sbx = await expectStatus(create(), 201);
+    await other.waitUntil(() => got(sbx.sandboxID));
+    const sent = other.securityProfiles!.find((p) => p.team === acme.name && p.name === "lit")!;
+    expect(JSON.stringify(other.securityProfiles)).not.toContain(LITERAL);
+    expect(sent.spec.rules.map((r) => [r.name, Object.keys(r.actions)])).toEqual([
+      ["hdr", ["block"]],
+      ["tpl", ["block"]],
+      ["strip", ["headerManipulation"]],
+    ]);
+    expect(sent.spec.rules[0]!.actions.block).toEqual({ statusCode: 403, body: expect.stringContaining(`is not bound to the team`) });
+  }, 60_000);
+
+  it("an unbind sends them again at once: the team's secret values leave the agent, its profiles and policies stay while its sandbox runs there (review 27 M3)", async () => {
+    const { owner, acme, other, hasPolicy, hasProfile, create, got } = await setup("m3");
+    const VALUE = `tok-${unique("v")}`;
+    await expectStatus(call("/secrets", { key: acme.key, body: { name: "api-key", value: VALUE } }), 201);
+    const tok = { rules: [{ name: "key", match: [{ domains: ["api.acme.test"] }], actions: { tokenTransformation: { type: "ApiKey", targetHeader: "x-api-key", credentialRef: { secret: { name: "api-key" } } } } }] };
+    await expectStatus(call(`/admin/teams/${acme.name}/security-profiles/tok`, { method: "PUT", body: tok }), 200);
+    await expectStatus(bind(acme.name, owner.cluster), 201);
+    const sbx = await expectStatus(create(), 201);
+    await other.waitUntil(() => got(sbx.sandboxID) && other.profileSecrets?.[acme.name]?.["api-key"] === VALUE);
+    await expectStatus(call(`/admin/teams/${acme.name}/clusters/${owner.cluster}`, { method: "DELETE" }), 204);
+    await other.waitUntil(() => other.profileSecrets?.[acme.name] === undefined);
+    expect(hasProfile() && hasPolicy()).toBe(true);
+  }, 60_000);
+});
+
+describe("global objects from a cluster (GlobalTrafficPolicy, GlobalSecurityProfile)", () => {
+  const gtp = (name: string) => ({ namespace: null, name, uid: `uid-${name}`, generation: 1, spec: { egress: { rules: [{ action: "allow", to: [{ cidr: "0.0.0.0/0" }] }] } } });
+  const gsp = (name: string) => ({ namespace: null, name, uid: `uid-${name}`, generation: 1, spec: { rules: [] } });
+
+  it("are refused from a cluster GLOBAL_POLICY_CLUSTERS does not name, even one bound to teams: nothing is written, and it can neither delete nor read one", async () => {
+    const cluster = unique("glob-evil");
+    const team = await createTeam(unique("glob-team"), { cluster });
+    const { crd } = await connect(cluster);
+    const name = unique("open-all");
+    const forbidden = { result: "rejected", code: "forbidden", message: expect.stringContaining("GLOBAL_POLICY_CLUSTERS") };
+    expect(await crd.call("trafficpolicyobjects", gtp(name))).toMatchObject(forbidden);
+    await expectError(call(`/admin/global-traffic-policies/${name}`), 404);
+    expect(await crd.call("securityprofileobjects", gsp(name))).toMatchObject(forbidden);
+    await expectError(call(`/admin/global-security-profiles/${name}`), 404);
+    // The admin API's globals stay as they are.
+    const kept = unique("kept");
+    await expectStatus(call(`/admin/global-traffic-policies/${kept}`, { method: "PUT", body: { egress: { rules: [{ action: "reject", to: [{ cidr: "0.0.0.0/0" }] }] } } }), 200);
+    await expectStatus(call(`/admin/global-security-profiles/${kept}`, { method: "PUT", body: { rules: [] } }), 200);
+    for (const frame of ["trafficpolicyobjects", "securityprofileobjects"] as const) {
+      expect(await crd.call(frame, { namespace: null, name: kept, uid: `uid-${kept}`, deleted: true })).toMatchObject(forbidden);
+      expect(await crd.call(frame, { namespace: null, name: kept, uid: `uid-${kept}`, status: true })).toMatchObject(forbidden);
+    }
+    await expectStatus(call(`/admin/global-traffic-policies/${kept}`), 200);
+    await expectStatus(call(`/admin/global-security-profiles/${kept}`), 200);
+    // Its own team's objects still apply (the binding is about the team's namespace only).
+    expect(await crd.call("trafficpolicyobjects", { ...gtp(name), namespace: team.name })).toMatchObject({ result: "applied" });
+    await expectStatus(call(`/admin/global-traffic-policies/${kept}`, { method: "DELETE" }), 204);
+    await expectStatus(call(`/admin/global-security-profiles/${kept}`, { method: "DELETE" }), 204);
+  });
+
+  it("apply from a cluster GLOBAL_POLICY_CLUSTERS names (vitest.config.ts: `policy-bind`), which is bound to no team", async () => {
+    const { crd } = await connect("policy-bind");
+    const name = unique("platform");
+    expect(await crd.call("trafficpolicyobjects", gtp(name))).toMatchObject({ result: "applied" });
+    expect(await crd.call("securityprofileobjects", gsp(name))).toMatchObject({ result: "applied" });
+    await expectStatus(call(`/admin/global-traffic-policies/${name}`), 200);
+    await expectStatus(call(`/admin/global-security-profiles/${name}`), 200);
+    expect(await crd.call("trafficpolicyobjects", { namespace: null, name, uid: `uid-${name}`, deleted: true })).toMatchObject({ result: "applied" });
+    expect(await crd.call("securityprofileobjects", { namespace: null, name, uid: `uid-${name}`, deleted: true })).toMatchObject({ result: "applied" });
+    await expectError(call(`/admin/global-traffic-policies/${name}`), 404);
+    await expectError(call(`/admin/global-security-profiles/${name}`), 404);
+  });
+});
+
 describe("SINGLE_CLUSTER (vitest.config.ts names `the-only-cluster`)", () => {
   it("the install's only cluster acts for every team without a binding, and its SandboxSet creates a missing team; another cluster still needs a binding", async () => {
     const { crd } = await connect("the-only-cluster");
@@ -123,6 +373,10 @@ describe("SINGLE_CLUSTER (vitest.config.ts names `the-only-cluster`)", () => {
     expect((await expectStatus(call(`/admin/teams/${ns}/clusters`), 200)).clusters).toEqual([]);
     const other = await connect(unique("bind-not-single"));
     expect(await other.crd.call("sandboxsets", sandboxSet(ns, "app2"))).toMatchObject({ result: "rejected", code: "forbidden" });
+    // It writes the global objects too, without being named in GLOBAL_POLICY_CLUSTERS.
+    const g = unique("single-global");
+    expect(await crd.call("trafficpolicyobjects", { namespace: null, name: g, uid: `uid-${g}`, generation: 1, spec: { egress: { rules: [] } } })).toMatchObject({ result: "applied" });
+    await expectStatus(call(`/admin/global-traffic-policies/${g}`, { method: "DELETE" }), 204);
   });
 });
 

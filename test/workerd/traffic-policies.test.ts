@@ -86,7 +86,7 @@ describe("GlobalTrafficPolicy objects from a cluster", () => {
     const agent = new ScriptedAgent();
     agents.push(agent);
     const crd = new CrdLink();
-    await crd.connect(agent, fetchTransport((url, init) => exports.default.fetch(url, init) as never, "test-cluster-token", unique("gtp-cluster")));
+    await crd.connect(agent, fetchTransport((url, init) => exports.default.fetch(url, init) as never, "test-cluster-token", "policy-gtp"));
     const name = unique("gtp");
     const grant = { egress: { rules: [{ action: "allow", to: [{ cidr: "10.20.0.0/16" }] }] } };
     const reply = await crd.call("trafficpolicyobjects", { namespace: null, name, uid: `uid-${name}`, generation: 1, spec: { ...grant, selector: { matchLabels: { "agents.kruise.io/sandbox-template": "code-interpreter" } } } });

@@ -1,6 +1,7 @@
 // CRD sync for SecurityProfiles (OpenKruise Agents §1.8, §6.2): each SecurityProfile of the
-// namespace becomes the team's profile on the edge (`securityprofileobjects`), which sends every
-// agent the whole set like the admin API's (durable-objects/operations/security-profiles.ts);
+// namespace becomes the team's profile on the edge (`securityprofileobjects`), which sends it to
+// the agents of the clusters that serve the team like the admin API's
+// (durable-objects/operations/security-profiles.ts);
 // status says whether it was accepted and lists nothing more (the edge's selectedSandboxes are
 // not a field of this CRD's status). A spec beyond what the traffic-proxy enforces
 // (schema/api/security-profile.ts: Regex paths, header/port/scheme/query matches, `inputs`, audit

@@ -1,7 +1,10 @@
 // CRD sync for TrafficPolicies (a namespace's, team = namespace) and GlobalTrafficPolicies
 // (cluster-scoped, `namespace` null): each object goes to the edge as a `trafficpolicyobjects`
-// item; the edge stores it as the admin API would and sends the whole set to every agent, whose
-// proxy enforces it (controllers/traffic/governed.ts). While the object exists its status is asked
+// item; the edge stores it as the admin API would and sends it to the agents of the clusters that
+// serve its team (a global one to every agent), whose proxy enforces it
+// (controllers/traffic/governed.ts). A GlobalTrafficPolicy is applied only from a cluster the
+// edge's GLOBAL_POLICY_CLUSTERS names (or its SINGLE_CLUSTER): elsewhere it is Accepted False,
+// reason Rejected, with the edge's `forbidden` message naming the var. While the object exists its status is asked
 // for every `statusMs` and written to its status subresource: `selectedSandboxes` (the live
 // sandboxes it selects, from the edge) and an `Accepted` condition (False with the edge's or this
 // sync's reason when refused). Only egress with cidr/fqdn peers is enforced: an object with
@@ -40,7 +43,7 @@ export function trafficSpecOf(o: TrafficPolicyObject, global = false): TrafficPo
 
 /** The status after the edge's answer: the sandboxes it selects, Accepted True. */
 export function trafficStatusOf(generation: number, reply: ReplyItem, prev: TrafficPolicyStatus | undefined, now: string): TrafficPolicyStatus {
-  const conditions = setCondition(prev?.conditions, { type: "Accepted", status: "True", reason: "Enforced", message: "sent to every cluster's traffic-proxy", observedGeneration: generation }, now);
+  const conditions = setCondition(prev?.conditions, { type: "Accepted", status: "True", reason: "Enforced", message: "sent to the traffic-proxies of the clusters that serve it", observedGeneration: generation }, now);
   return { observedGeneration: generation, selectedSandboxes: reply.selectedSandboxes ?? [], conditions };
 }
 

@@ -159,6 +159,21 @@ describe("SecurityProfile through the handler", () => {
     expect(put.body).toContain('"deny-put"');
     expect(JSON.stringify(audit)).not.toContain(SECRET);
   });
+
+  it("a tokenTransformation whose secret the agent does not hold (withheld from a cluster not bound to the team) refuses the request, audited; the server never gets it", async () => {
+    policy = {
+      http: [],
+      mcp: [],
+      profiles: [{ name: "sp", priority: 10, rules: [{ name: "key", match: [{ domains: ["api.test"] }], actions: { tokenTransformation: { targetHeader: "x-api-key", credentialRef: { secret: { name: "withheld" } } } } }] }],
+    };
+    const before = audit.length;
+    const a = await request("api.test", ca.certPem, { path: "/v1/charge" });
+    expect(a.status).toBe(403);
+    expect(a.body).toContain('credential "withheld" is not available');
+    // The echo server answers with the request it saw: a refusal is the proxy's own text.
+    expect(a.body).not.toContain('"headers"');
+    expect(audit.slice(before)).toEqual([expect.objectContaining({ host: "api.test", path: "/v1/charge", rule: "key", status: 403, refused: true })]);
+  });
 });
 
 describe("upgrades through inspection", () => {

@@ -16,3 +16,9 @@ it("a GlobalTrafficPolicy naming a template without its teams is refused here (U
   const refused = GLOBAL_TRAFFIC_POLICY.refused(undefined, 1, { code: "bad_request", message: "x", here: true }, "2026-12-05T00:00:00.000Z");
   expect(refused.conditions!.map((c) => [c.type, c.status, c.reason])).toEqual([["Accepted", "False", "Unsupported"]]);
 });
+
+it("the edge's refusal of a global object from a cluster GLOBAL_POLICY_CLUSTERS does not name is the object's Accepted False, reason Rejected, with the edge's message", () => {
+  const message = "cluster c may not set a GlobalTrafficPolicy: it governs every team on every cluster, so only the clusters the edge's GLOBAL_POLICY_CLUSTERS var names may; …";
+  const refused = GLOBAL_TRAFFIC_POLICY.refused(undefined, 1, { code: "forbidden", message }, "2026-12-05T00:00:00.000Z");
+  expect(refused.conditions).toEqual([expect.objectContaining({ type: "Accepted", status: "False", reason: "Rejected", message: expect.stringContaining("GLOBAL_POLICY_CLUSTERS") })]);
+});
