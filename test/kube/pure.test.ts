@@ -64,6 +64,7 @@ describe("poolSpecOf", () => {
       replicas: 7,
       image: "python:3.12",
       cpuCount: 2,
+      mainCpu: 2,
       memoryMB: 768,
       env: { A: "1" },
       pauseStrategy: "Freeze",

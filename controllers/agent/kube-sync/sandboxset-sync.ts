@@ -15,7 +15,7 @@ import { WorkQueue } from "../../lib/work-queue.ts";
 import type { ObjectCache } from "../../drivers/kubernetes/object-cache.ts";
 import type { SandboxSetObject } from "../../drivers/kubernetes/kubernetes-driver.ts";
 import { poolRevision } from "../../drivers/kubernetes/pool-status.ts";
-import { mainContainer, podCost } from "../../drivers/kubernetes/pod-resources.ts";
+import { mainContainer, podCost, wholeCores } from "../../drivers/kubernetes/pod-resources.ts";
 import { MAX_TEMPLATE_CPU_COUNT, MAX_TEMPLATE_MEMORY_MB } from "../../../schema/api/limits.ts";
 
 /** The edge's template spec (schema/api/template.ts `TemplateSpec` input) a SandboxSet maps to. */
@@ -77,14 +77,18 @@ export function poolSpecOf(set: SandboxSetObject & { spec: { pauseStrategy?: { t
   const spec = set.spec.template?.spec ?? { containers: [] };
   const cost = podCost(spec as never);
   if (!("cpu" in cost)) throw new UncountableSandboxSet(cost.problems);
-  // Rounded up: a pod of 1.5 cores is charged 2, never 1.
-  const cpuCount = Math.max(1, Math.ceil(cost.cpu - 1e-9));
+  const cpuCount = wholeCores(cost.cpu);
   const memoryMB = Math.max(128, Math.ceil(cost.memory / 2 ** 20 - 1e-9));
   // Past the edge's bounds its TemplateSpec refuses the push, which would be retried for ever
   // with nothing on the SandboxSet saying why: refused here, with the Event and condition.
   if (cpuCount > MAX_TEMPLATE_CPU_COUNT || memoryMB > MAX_TEMPLATE_MEMORY_MB) {
     throw new UncountableSandboxSet([`the pod's limits sum to ${cpuCount} cores and ${memoryMB} MiB, more than a template may have (${MAX_TEMPLATE_CPU_COUNT} cores, ${MAX_TEMPLATE_MEMORY_MB} MiB)`]);
   }
+  // The main container's share of cpuCount: what a claim's in-place CPU value replaces, the rest
+  // of the pod staying as it is (the edge charges cpuCount − mainCpu + the in-place value; review
+  // 26 M3). The count's rounding and a larger init container go with the main container's share.
+  // In millicores, rounded down: a smaller share only charges more.
+  const mainCpu = Math.max(0, Math.floor((cpuCount - cost.restCpu) * 1000 + 1e-6) / 1000);
   const main: Container = mainContainer(spec as { containers?: Container[] }) ?? {};
   const env = Object.fromEntries((main.env ?? []).filter((e) => e.value !== undefined).map((e) => [e.name, e.value!]));
   return {
@@ -92,6 +96,7 @@ export function poolSpecOf(set: SandboxSetObject & { spec: { pauseStrategy?: { t
     replicas: set.spec.replicas ?? 0,
     image: main.image ?? "base",
     cpuCount,
+    mainCpu,
     memoryMB,
     env,
     pauseStrategy: set.spec.pauseStrategy?.type === "Freeze" ? "Freeze" : "Stop",

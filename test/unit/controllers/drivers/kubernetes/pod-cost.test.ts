@@ -29,7 +29,7 @@ describe("podCost", () => {
     ["a template's own agent-runtime with no resources is sized by the injection config, not counted", [{ name: "main" }, { name: "agent-runtime" }], undefined, { cpu: 1, memory: 512 * MI }],
     ["a template's own agent-runtime with resources is counted", [{ name: "main", resources: lim("1", "1Gi") }, { name: "agent-runtime", resources: lim("8", "8Gi") }], undefined, { cpu: 9, memory: 9 * GI }],
   ])("%s", (_name, containers, inits, want) => {
-    expect(podCost({ containers, ...(inits ? { initContainers: inits } : {}) })).toEqual({ ...want, problems: [] });
+    expect(podCost({ containers, ...(inits ? { initContainers: inits } : {}) })).toEqual({ ...want, restCpu: expect.any(Number), problems: [] });
   });
 
   it.each<[string, C[], C[] | undefined, RegExp]>([
@@ -77,6 +77,18 @@ describe("poolSpecOf counts the whole pod", () => {
     expect(poolSpecOf(set([{ name: "main", resources: lim("200", "512Gi") }, { name: "side", resources: lim("56", "512Gi") }]), "c")).toMatchObject({ cpuCount: 256, memoryMB: 1_048_576 });
   });
 
+  it("sends the main container's share of cpuCount, which a claim's in-place CPU replaces: the rest of the pod stays counted (review 26 M3)", () => {
+    const sidecar = { name: "side", resources: lim("2", "1Gi") };
+    expect(poolSpecOf(set([{ name: "app", resources: lim("1", "1Gi") }, sidecar]), "c")).toMatchObject({ cpuCount: 3, mainCpu: 1 });
+    // The count's rounding goes with the main container's share (3 − 2), not a core more.
+    expect(poolSpecOf(set([{ name: "app", resources: lim("500m", "1Gi") }, sidecar]), "c")).toMatchObject({ cpuCount: 3, mainCpu: 1 });
+    expect(poolSpecOf(set([{ name: "app", resources: lim("1", "1Gi") }], [{ ...sidecar, restartPolicy: "Always" }]), "c")).toMatchObject({ cpuCount: 3, mainCpu: 1 });
+    expect(poolSpecOf(set([{ name: "agent-runtime", resources: lim("250m", "1Gi") }, { name: "app", resources: lim("1", "1Gi") }]), "c")).toMatchObject({ cpuCount: 2, mainCpu: 1.75 });
+    // One container: the whole pod (the default, or an init container's larger request, is its).
+    expect(poolSpecOf(set([{ name: "app" }]), "c")).toMatchObject({ cpuCount: 1, mainCpu: 1 });
+    expect(poolSpecOf(set([{ name: "app" }], [{ name: "warm", resources: { requests: { cpu: "8" } } }]), "c")).toMatchObject({ cpuCount: 8, mainCpu: 8 });
+  });
+
   it("a SandboxSet it cannot count is refused, never counted as the default", () => {
     expect(() => poolSpecOf(set([{ name: "main", resources: { requests: { cpu: "1", memory: "128Mi" } } }]), "c")).toThrow(UncountableSandboxSet);
     expect(() => poolSpecOf(set([{ name: "main", resources: lim("1", "1Gi") }, { name: "side", resources: { limits: { cpu: "32" } } }]), "c")).toThrow(/container "side": no memory limit/);
@@ -113,7 +125,14 @@ describe("the pod as built stays within the count", () => {
     const [zero, half] = pod.spec!.initContainers!;
     expect(zero!.resources).toEqual({ limits: { cpu: "2", memory: "1024Mi" } });
     expect(half!.resources).toEqual({ limits: { cpu: "2", memory: "256Mi" } });
-    expect(podCost({ containers: [{ name: "main", resources: lim("2", "1Gi") }], initContainers: [{ name: "zero", resources: lim("0", "0") }] })).toEqual({ cpu: 2, memory: GI, problems: [] });
+    expect(podCost({ containers: [{ name: "main", resources: lim("2", "1Gi") }], initContainers: [{ name: "zero", resources: lim("0", "0") }] })).toEqual({ cpu: 2, memory: GI, restCpu: 0, problems: [] });
+  });
+
+  it("a regular init container's CPU limit is never below its request after an in-place decrease: a pod made again is not refused (review 26 L5)", () => {
+    // The pool counts the init container's request (8); the claim resized the main container to 1.
+    const pod = buildPod({ ...input([{ name: "main" }], [{ name: "warm", resources: { requests: { cpu: "8" } } }]), resources: { cpuCount: 1, memoryMB: 512 } } as never);
+    expect(pod.spec!.initContainers![0]!.resources).toEqual({ requests: { cpu: "8" }, limits: { cpu: "8", memory: "512Mi" } });
+    expect(pod.spec!.containers.find((c) => c.name === "main")!.resources!.limits).toEqual({ cpu: "1", memory: "512Mi" });
   });
 
 });
