@@ -17,6 +17,7 @@ import type { SandboxSetObject } from "../../drivers/kubernetes/kubernetes-drive
 import { poolRevision } from "../../drivers/kubernetes/pool-status.ts";
 import { mainContainer, podCost, wholeCores } from "../../drivers/kubernetes/pod-resources.ts";
 import { MAX_TEMPLATE_CPU_COUNT, MAX_TEMPLATE_MEMORY_MB } from "../../../schema/api/limits.ts";
+import { SANDBOXSET_MAIN_CPU_FEATURE } from "../../../schema/protocol/crd-sync.ts";
 
 /** The edge's template spec (schema/api/template.ts `TemplateSpec` input) a SandboxSet maps to. */
 export type PoolSpec = z.input<typeof TemplateSpec> & { cluster: string; replicas: number; image: string; cpuCount: number; memoryMB: number };
@@ -38,13 +39,20 @@ export interface PoolSink {
 
 /** Sends SandboxSets over the agent's session (`sandboxsets` items); a refusal throws (retried). */
 export class LinkPoolSink implements PoolSink {
-  readonly #link: Pick<Link, "call">;
-  constructor(link: Pick<Link, "call">) {
+  readonly #link: Pick<Link, "call" | "supports">;
+  constructor(link: Pick<Link, "call" | "supports">) {
     this.#link = link;
   }
 
   async upsert(set: SetRef & { generation: number; spec: PoolSpec }): Promise<"applied" | "stale"> {
-    const r = await this.#link.call({ type: "sandboxsets", item: set });
+    // An edge from before mainCpu refuses an item carrying it; without it that edge charges an
+    // in-place CPU change as it always did.
+    let item = set;
+    if (!this.#link.supports(SANDBOXSET_MAIN_CPU_FEATURE)) {
+      const { mainCpu: _m, ...spec } = set.spec;
+      item = { ...set, spec };
+    }
+    const r = await this.#link.call({ type: "sandboxsets", item });
     if (r.result === "rejected") throw new Error(`edge refused SandboxSet ${set.namespace}/${set.name}: ${r.code}: ${r.message}`);
     return r.result;
   }

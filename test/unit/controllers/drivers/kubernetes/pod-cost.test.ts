@@ -3,7 +3,7 @@
 import { describe, expect, it, vi } from "vitest";
 import { mainContainer, podCost, unsizedRuntimeProblems } from "../../../../../controllers/drivers/kubernetes/pod-resources.ts";
 import { PodWriter } from "../../../../../controllers/drivers/kubernetes/pod-writer.ts";
-import { poolSpecOf, UncountableSandboxSet } from "../../../../../controllers/agent/kube-sync/sandboxset-sync.ts";
+import { LinkPoolSink, poolSpecOf, UncountableSandboxSet } from "../../../../../controllers/agent/kube-sync/sandboxset-sync.ts";
 import { buildPod } from "../../../../../controllers/drivers/kubernetes/pod-spec.ts";
 
 const GI = 2 ** 30;
@@ -87,6 +87,17 @@ describe("poolSpecOf counts the whole pod", () => {
     // One container: the whole pod (the default, or an init container's larger request, is its).
     expect(poolSpecOf(set([{ name: "app" }]), "c")).toMatchObject({ cpuCount: 1, mainCpu: 1 });
     expect(poolSpecOf(set([{ name: "app" }], [{ name: "warm", resources: { requests: { cpu: "8" } } }]), "c")).toMatchObject({ cpuCount: 8, mainCpu: 8 });
+  });
+
+  it("mainCpu goes only to an edge that lists it: an older edge's strict schema would refuse the whole SandboxSet", async () => {
+    const spec = poolSpecOf(set([{ name: "app", resources: lim("1", "1Gi") }, { name: "side", resources: lim("2", "1Gi") }]), "c");
+    for (const listed of [true, false]) {
+      const sent: { spec: Record<string, unknown> }[] = [];
+      const link = { supports: (f: string) => listed && f === "sandboxsetMainCpu", call: async (c: { item: { spec: Record<string, unknown> } }) => (sent.push(c.item), { id: "x", result: "applied" as const }) };
+      await new LinkPoolSink(link as never).upsert({ namespace: "n", name: "s", uid: "u", generation: 1, spec });
+      expect(sent[0]!.spec).toMatchObject({ cpuCount: 3 });
+      expect("mainCpu" in sent[0]!.spec).toBe(listed);
+    }
   });
 
   it("a SandboxSet it cannot count is refused, never counted as the default", () => {
