@@ -2,6 +2,7 @@
 // whole pod with the main container's share replaced, in whole cores, never less than the pod holds.
 import { describe, expect, it } from "vitest";
 import { inplaceCpuCharge } from "../../../../durable-objects/operations/inplace-charge.ts";
+import { templateRevision, TemplateSpec } from "../../../../schema/api/template.ts";
 
 describe("inplaceCpuCharge", () => {
   it.each<[string, { cpuCount: number; mainCpu?: number; sourceRevision?: string }, number, number]>([
@@ -14,5 +15,10 @@ describe("inplaceCpuCharge", () => {
     ["a SandboxSet an older agent sent (no mainCpu): the whole pod plus the in-place value", { cpuCount: 3, sourceRevision: "r1" }, 1, 4],
   ])("%s", (_name, spec, inplace, want) => {
     expect(inplaceCpuCharge(spec, inplace)).toBe(want);
+  });
+
+  it("mainCpu is not part of the template's revision: an upgraded agent sending it does not roll the pool", () => {
+    const synced = { cpuCount: 3, sourceRevision: "r1" };
+    expect(templateRevision(TemplateSpec.parse({ ...synced, mainCpu: 1 }))).toBe(templateRevision(TemplateSpec.parse(synced)));
   });
 });
