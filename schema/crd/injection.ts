@@ -74,12 +74,16 @@ export const OPERATOR_FIELDS = ["nodeName", "priorityClassName", "runtimeClassNa
 /** Everything `allow` may name: the OPERATOR_FIELDS (whole), tolerations, nodeSelector and node
  * affinity (also key by key: `tolerationKeys`, `nodeSelectorKeys`; pod (anti-)affinity to the
  * pod's own namespace is the tenant's, to other namespaces' pods only with `affinity` allowed),
- * and `resourceClaims` (dynamic resource allocation: the pod's `resourceClaims` and a container's
- * `resources.claims`, devices the quota does not count). */
-export const POD_POLICY_FIELDS = [...OPERATOR_FIELDS, "tolerations", "nodeSelector", "affinity", "resourceClaims"] as const;
-/** The resources the quota counts or bounds (pod-resources.ts); any other key in a template's
- * requests or limits (`nvidia.com/gpu`, `hugepages-2Mi`, ...) needs `resourceKeys`. */
-export const COUNTED_RESOURCES = ["cpu", "memory", "ephemeral-storage"] as const;
+ * `resourceClaims` (dynamic resource allocation: the pod's `resourceClaims` and a container's
+ * `resources.claims`, devices the quota does not count), `resources` (pod-level requests and
+ * limits, k8s 1.32+: the scheduler reserves them, the quota counts containers only) and
+ * `overhead` (a RuntimeClass's, which admission fills in; review 27 M2, L5). */
+export const POD_POLICY_FIELDS = [...OPERATOR_FIELDS, "tolerations", "nodeSelector", "affinity", "resourceClaims", "resources", "overhead"] as const;
+/** The resources a template may name in requests and limits without `resourceKeys`: cpu and
+ * memory, which the quota counts (pod-resources.ts), and ephemeral-storage, which it neither
+ * counts nor bounds (node disk a template may ask for, uncounted; review 27 L2).
+ * Any other key (`nvidia.com/gpu`, `hugepages-2Mi`, ...) needs `resourceKeys`. */
+export const ALLOWED_RESOURCES = ["cpu", "memory", "ephemeral-storage"] as const;
 const labelKey = z.string().min(1).max(317);
 export const PodPolicySchema = z.strictObject({
   allow: z.array(z.enum(POD_POLICY_FIELDS)).max(POD_POLICY_FIELDS.length).default([]),
@@ -88,7 +92,7 @@ export const PodPolicySchema = z.strictObject({
   tolerationKeys: z.array(labelKey).max(64).default([]),
   /** Node label keys a template's nodeSelector and node affinity may name. */
   nodeSelectorKeys: z.array(labelKey).max(64).default([]),
-  /** Resource names beyond COUNTED_RESOURCES a template's requests and limits may name, each
+  /** Resource names beyond ALLOWED_RESOURCES a template's requests and limits may name, each
    * whole (`nvidia.com/gpu`, `hugepages-2Mi`): the quota does not count them (review 26 M7). */
   resourceKeys: z.array(labelKey).max(64).default([]),
   /** Image repositories an in-place image change (E2B `e2b.agents.kruise.io/image`, a

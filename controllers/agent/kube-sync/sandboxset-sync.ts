@@ -94,9 +94,12 @@ export function poolSpecOf(set: SandboxSetObject & { spec: { pauseStrategy?: { t
   }
   // The main container's share of cpuCount: what a claim's in-place CPU value replaces, the rest
   // of the pod staying as it is (the edge charges cpuCount − mainCpu + the in-place value; review
-  // 26 M3). The count's rounding and a larger init container go with the main container's share.
+  // 26 M3). The count's rounding goes with the main container's share; a regular init container's
+  // peak does not: the pod holds it for life whatever the main container is resized to, so the
+  // share is the count less the larger of the rest and that peak (review 27 M1). When an init
+  // container sets the count this charges the in-place value on top of it: more, never less.
   // In millicores, rounded down: a smaller share only charges more.
-  const mainCpu = Math.max(0, Math.floor((cpuCount - cost.restCpu) * 1000 + 1e-6) / 1000);
+  const mainCpu = Math.max(0, Math.floor((cpuCount - Math.max(cost.restCpu, cost.initCpu)) * 1000 + 1e-6) / 1000);
   const main: Container = mainContainer(spec as { containers?: Container[] }) ?? {};
   const env = Object.fromEntries((main.env ?? []).filter((e) => e.value !== undefined).map((e) => [e.name, e.value!]));
   return {
