@@ -26,6 +26,7 @@ import { getDb } from "../store/db.ts";
 import { resolveTemplateCached } from "../store/template-cache.ts";
 import { resolveSnapshotRef, type SnapshotRow } from "../store/snapshots.ts";
 import { refusalsAsResult } from "./result.ts";
+import { inplaceCpuCharge } from "./inplace-charge.ts";
 import { countEvent, flushDue, observeMs, timedMs } from "../metrics/edge-metrics.ts";
 import { EDGE } from "../metrics/families.ts";
 
@@ -61,8 +62,9 @@ async function create(env: Env, caller: Caller, { version, body, ext }: CreateSa
 
   const resources: Resources = {
     // Whole cores, rounded up: the quota counts what the pod may use (its limit is resized to the
-    // exact value), so 1.999 is 2, never 1 (OpenKruise floors it for display; E2B shows this too).
-    cpu: ext.inplaceUpdate?.cpuCount ? Math.ceil(ext.inplaceUpdate.cpuCount) : template.spec.cpuCount,
+    // exact value), so 1.999 is 2, never 1 (OpenKruise floors it for display; E2B shows this too),
+    // with the pod's other containers, which the resize leaves as they are.
+    cpu: ext.inplaceUpdate?.cpuCount ? inplaceCpuCharge(template.spec, ext.inplaceUpdate.cpuCount) : template.spec.cpuCount,
     memoryMB: template.spec.memoryMB,
   };
   const timeoutS = body.timeout === undefined ? (version === "v1" ? V1_DEFAULT_TIMEOUT_S : DEFAULT_TIMEOUT_S) : body.timeout || DEFAULT_TIMEOUT_S;

@@ -66,11 +66,24 @@ export type InjectionComponent = z.infer<typeof InjectionComponentSchema>;
  * tenant's pod template the driver otherwise refuses because they are the operator's to set
  * (where a pod runs, its priority, its runtime class: review 25 M5). None by default. */
 export const POD_POLICY_KEY = "pod-policy";
-/** The operator's pod fields (review 25 M5): where and how a sandbox pod runs. A template may set
- * one only where `allow` names it whole; tolerations, nodeSelector and node affinity also key by
- * key (`tolerationKeys`, `nodeSelectorKeys`). Pod (anti-)affinity to the pod's own namespace is
- * the tenant's; to other namespaces' pods only with `affinity` allowed. */
-export const POD_POLICY_FIELDS = ["nodeName", "priorityClassName", "runtimeClassName", "tolerations", "nodeSelector", "affinity"] as const;
+/** The operator's pod fields a template may set only where `allow` names them (review 25 M5,
+ * review 26 M7): where and how a sandbox pod runs. `schedulerName`: a scheduler other than the
+ * default may ignore taints (the kubelet does not enforce NoSchedule), placing pods on dedicated
+ * or control-plane nodes whatever the tolerations and node selection judges say. */
+export const OPERATOR_FIELDS = ["nodeName", "priorityClassName", "runtimeClassName", "schedulerName"] as const;
+/** Everything `allow` may name: the OPERATOR_FIELDS (whole), tolerations, nodeSelector and node
+ * affinity (also key by key: `tolerationKeys`, `nodeSelectorKeys`; pod (anti-)affinity to the
+ * pod's own namespace is the tenant's, to other namespaces' pods only with `affinity` allowed),
+ * `resourceClaims` (dynamic resource allocation: the pod's `resourceClaims` and a container's
+ * `resources.claims`, devices the quota does not count), `resources` (pod-level requests and
+ * limits, k8s 1.32+: the scheduler reserves them, the quota counts containers only) and
+ * `overhead` (a RuntimeClass's, which admission fills in; review 27 M2, L5). */
+export const POD_POLICY_FIELDS = [...OPERATOR_FIELDS, "tolerations", "nodeSelector", "affinity", "resourceClaims", "resources", "overhead"] as const;
+/** The resources a template may name in requests and limits without `resourceKeys`: cpu and
+ * memory, which the quota counts (pod-resources.ts), and ephemeral-storage, which it neither
+ * counts nor bounds (node disk a template may ask for, uncounted; review 27 L2).
+ * Any other key (`nvidia.com/gpu`, `hugepages-2Mi`, ...) needs `resourceKeys`. */
+export const ALLOWED_RESOURCES = ["cpu", "memory", "ephemeral-storage"] as const;
 const labelKey = z.string().min(1).max(317);
 export const PodPolicySchema = z.strictObject({
   allow: z.array(z.enum(POD_POLICY_FIELDS)).max(POD_POLICY_FIELDS.length).default([]),
@@ -79,6 +92,9 @@ export const PodPolicySchema = z.strictObject({
   tolerationKeys: z.array(labelKey).max(64).default([]),
   /** Node label keys a template's nodeSelector and node affinity may name. */
   nodeSelectorKeys: z.array(labelKey).max(64).default([]),
+  /** Resource names beyond ALLOWED_RESOURCES a template's requests and limits may name, each
+   * whole (`nvidia.com/gpu`, `hugepages-2Mi`): the quota does not count them (review 26 M7). */
+  resourceKeys: z.array(labelKey).max(64).default([]),
   /** Image repositories an in-place image change (E2B `e2b.agents.kruise.io/image`, a
    * SandboxClaim's `inplaceUpdate.image`) may name, as prefixes of the repository with Docker
    * Hub's defaults filled in (`docker.io/library/python`, `registry.example.com/team-a/`): a

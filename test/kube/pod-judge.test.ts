@@ -58,6 +58,13 @@ beforeAll(async () => {
   set("unbounded", "  template: { spec: { containers: [{ name: sandbox, image: python:3.12, resources: { limits: { cpu: '1', memory: 1Gi } } }, { name: helper, image: python:3.12, resources: { requests: { cpu: '1' } } }] } }\n");
   // A second container whose limits are zero: the kubelet reads that as no limit (review 26 H3).
   set("zero", "  template: { spec: { containers: [{ name: sandbox, image: python:3.12, resources: { limits: { cpu: '1', memory: 1Gi } } }, { name: helper, image: python:3.12, resources: { limits: { cpu: '0', memory: 0Gi } } }] } }\n");
+  // A second scheduler, which may ignore taints (review 26 M7).
+  set("scheduled", "  template: { spec: { schedulerName: bin-packer, containers: [{ name: sandbox, image: python:3.12 }] } }\n");
+  // Resources the quota does not count: a GPU, hugepages (node memory outside memory), a DRA claim (review 26 M7).
+  set("gpu", "  template: { spec: { resourceClaims: [{ name: accel, resourceClaimTemplateName: accel }], containers: [{ name: sandbox, image: python:3.12, resources: { limits: { cpu: '1', memory: 1Gi, nvidia.com/gpu: '1', hugepages-2Mi: 64Mi }, claims: [{ name: accel }] } }] } }\n");
+  // Pod-level requests the scheduler reserves beside 1-core containers (review 27 M2). A stated
+  // overhead (L5) is unit-tested only: this cluster's RuntimeClass admission refuses it anyway.
+  set("podlevel", "  template: { spec: { resources: { requests: { cpu: '64', memory: 256Gi } }, containers: [{ name: sandbox, image: python:3.12, resources: { limits: { cpu: '1', memory: 1Gi } } }] } }\n");
   // Its own agent-runtime, stating no resources: sized by the injection config, not counted (M2).
   set("ownrt", "  template: { spec: { containers: [{ name: sandbox, image: python:3.12 }, { name: agent-runtime, image: my-runtime:1 }] } }\n");
   kubelet = new TestKubelet(kubeConfig(), ns);
@@ -65,7 +72,7 @@ beforeAll(async () => {
   driver = new KubernetesDriver({ kubeConfig: kubeConfig("agent"), namespace: ns, runtimeImage: "ghcr.io/kruise-edge/sandbox-agent:test" });
   await driver.start();
   await driver.setSecurityProfiles([]);
-  await until("sets and injection config", () => ["plain", "noderoot", "peek", "pinned", "placed", "claims", "unbounded", "zero", "ownrt", "elsewhere", "dedicated"].every((s) => driver.sandboxSets.get(s)) && driver.injection.current()["traffic-proxy"]);
+  await until("sets and injection config", () => ["plain", "noderoot", "peek", "pinned", "placed", "claims", "unbounded", "zero", "ownrt", "elsewhere", "dedicated", "scheduled", "gpu", "podlevel"].every((s) => driver.sandboxSets.get(s)) && driver.injection.current()["traffic-proxy"]);
 });
 
 afterAll(async () => {
@@ -122,6 +129,24 @@ describe("every sandbox pod is judged, governed or not", () => {
     await driver.ensure(desired("ded2", "dedicated"));
     expect((await podsOf("ded2"))[0]!.spec!.nodeSelector).toEqual({ pool: "sandboxes" });
     await refused(desired("far2", "elsewhere"), ['tolerations "(every taint)"', 'nodeSelector "tenant"']);
+  });
+
+  it("a second scheduler and resources the quota does not count (a GPU, hugepages, a resource claim) are refused unless pod-policy allows them, key by key (review 26 M7)", async () => {
+    await refused(desired("sched1", "scheduled"), ['schedulerName "bin-packer"']);
+    await refused(desired("gpu1", "gpu"), ['container "sandbox": resources "nvidia.com/gpu"', 'container "sandbox": resources "hugepages-2Mi"', 'container "sandbox": resources.claims', 'resourceClaims "accel"']);
+    expect(warnings("SandboxSet", "gpu")).toContain('resources "nvidia.com/gpu"');
+    // The operator allows its scheduler and its GPUs, not hugepages nor claims.
+    kubectlOk(["-n", ns, "apply", "-f", "-"], kubectlOk(["-n", ns, "create", "configmap", "sandbox-injection-config-user", "--dry-run=client", "-o", "yaml", `--from-literal=pod-policy=${JSON.stringify({ allow: ["schedulerName"], resourceKeys: ["nvidia.com/gpu"] })}`]));
+    await until("the pod-policy read", () => driver.injection.current()["pod-policy"]?.resourceKeys.includes("nvidia.com/gpu"));
+    await driver.ensure(desired("sched2", "scheduled"));
+    expect((await podsOf("sched2"))[0]!.spec!.schedulerName).toBe("bin-packer");
+    await refused(desired("gpu2", "gpu"), ['resources "hugepages-2Mi"', 'resourceClaims "accel"']);
+    expect(ready("gpu-gpu2")!.message).not.toContain("nvidia.com/gpu");
+  });
+
+  it("pod-level requests, which the scheduler reserves and the quota does not count, are refused unless pod-policy allows them (review 27 M2)", async () => {
+    await refused(desired("podlvl1", "podlevel"), ["resources (pod-level): the quota does not count it"]);
+    expect(warnings("SandboxSet", "podlevel")).toContain("resources (pod-level)");
   });
 
   it("a claim template naming a PersistentVolume or another namespace's data source is refused before any PVC is made", async () => {

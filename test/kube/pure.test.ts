@@ -64,6 +64,7 @@ describe("poolSpecOf", () => {
       replicas: 7,
       image: "python:3.12",
       cpuCount: 2,
+      mainCpu: 2,
       memoryMB: 768,
       env: { A: "1" },
       pauseStrategy: "Freeze",
@@ -140,10 +141,13 @@ describe("injection config", () => {
 
   it("the pod-policy key lists the operator's fields a template may set; the user's replaces the system's", () => {
     const r = parseInjectionConfig({ "pod-policy": JSON.stringify({ allow: ["nodeName", "runtimeClassName"], tolerationKeys: ["dedicated"] }), csi: JSON.stringify({ image: "c" }) });
-    expect(r).toEqual({ ok: true, config: { "pod-policy": { allow: ["nodeName", "runtimeClassName"], tolerationKeys: ["dedicated"], nodeSelectorKeys: [], inplaceImages: [] }, csi: { kind: "sidecar", image: "c" } } });
-    const none = { allow: [], tolerationKeys: [], nodeSelectorKeys: [], inplaceImages: [] };
+    expect(r).toEqual({ ok: true, config: { "pod-policy": { allow: ["nodeName", "runtimeClassName"], tolerationKeys: ["dedicated"], nodeSelectorKeys: [], resourceKeys: [], inplaceImages: [] }, csi: { kind: "sidecar", image: "c" } } });
+    const none = { allow: [], tolerationKeys: [], nodeSelectorKeys: [], resourceKeys: [], inplaceImages: [] };
     expect(mergeInjection(r.ok ? r.config : {}, { "pod-policy": none })["pod-policy"]).toEqual(none);
     expect(parseInjectionConfig({ "pod-policy": JSON.stringify({ allow: ["hostNetwork"] }) }).ok).toBe(false);
+    // Review 26 M7: a second scheduler, resource claims, and extended resources by name.
+    const more = parseInjectionConfig({ "pod-policy": JSON.stringify({ allow: ["schedulerName", "resourceClaims"], resourceKeys: ["nvidia.com/gpu"] }) });
+    expect(more.ok && more.config["pod-policy"]).toMatchObject({ allow: ["schedulerName", "resourceClaims"], resourceKeys: ["nvidia.com/gpu"] });
   });
 
   it("the user's components replace the system's by name; the built-in runtime stands where neither names one", () => {

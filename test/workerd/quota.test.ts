@@ -91,6 +91,22 @@ describe("team quota", () => {
     expect(await usage(team)).toMatchObject({ vcpus: 3 });
   });
 
+  it("an in-place cpu-limit on a SandboxSet's template of several containers is charged the whole pod: only the main container is resized (review 26 M3)", async () => {
+    // app 1 core + sidecar 2 cores, as the CRD sync sends it (mainCpu: the app's share).
+    const team = await quotaTeam({ vcpus: 7 }, { cpuCount: 3, mainCpu: 1, sourceRevision: "r1" });
+    const inplace = (limit: string) => call("/v2/sandboxes", { key: team.key, body: { templateID: team.template, timeout: 300, metadata: { "e2b.agents.kruise.io/cpu-limit": limit } } });
+    const a = await expectStatus(inplace("1"), 201);
+    expect((await expectStatus(call(`/sandboxes/${a.sandboxID}`, { key: team.key }), 200)).cpuCount).toBe(3);
+    expect(await usage(team)).toMatchObject({ vcpus: 3 });
+    await expectStatus(inplace("0.5"), 201);
+    expect(await usage(team)).toMatchObject({ vcpus: 6 });
+    await expectError(inplace("0.1"), 429, `team "${team.name}" has 6 of 7 vCPUs in running sandboxes (quota vcpus)`);
+    // A SandboxSet an older agent sent (no mainCpu): the app's share is unknown, none is taken off.
+    const old = await quotaTeam({ vcpus: 10 }, { cpuCount: 3, sourceRevision: "r1" });
+    const b = await expectStatus(call("/v2/sandboxes", { key: old.key, body: { templateID: old.template, timeout: 300, metadata: { "e2b.agents.kruise.io/cpu-limit": "1" } } }), 201);
+    expect((await expectStatus(call(`/sandboxes/${b.sandboxID}`, { key: old.key }), 200)).cpuCount).toBe(4);
+  });
+
   it("a Freeze-paused sandbox keeps its memory counted (not its vCPUs nor a running slot) until it is killed; a Stop-paused one no memory (a paused slot only); a resume does not count it twice", async () => {
     const team = await quotaTeam({ memoryMB: 1024 }, { memoryMB: 512 });
     const a = await expectStatus(create(team), 201);

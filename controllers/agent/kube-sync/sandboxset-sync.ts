@@ -15,8 +15,9 @@ import { WorkQueue } from "../../lib/work-queue.ts";
 import type { ObjectCache } from "../../drivers/kubernetes/object-cache.ts";
 import type { SandboxSetObject } from "../../drivers/kubernetes/kubernetes-driver.ts";
 import { poolRevision } from "../../drivers/kubernetes/pool-status.ts";
-import { mainContainer, podCost } from "../../drivers/kubernetes/pod-resources.ts";
+import { mainContainer, podCost, wholeCores } from "../../drivers/kubernetes/pod-resources.ts";
 import { MAX_TEMPLATE_CPU_COUNT, MAX_TEMPLATE_MEMORY_MB } from "../../../schema/api/limits.ts";
+import { SANDBOXSET_MAIN_CPU_FEATURE } from "../../../schema/protocol/crd-sync.ts";
 
 /** The edge's template spec (schema/api/template.ts `TemplateSpec` input) a SandboxSet maps to. */
 export type PoolSpec = z.input<typeof TemplateSpec> & { cluster: string; replicas: number; image: string; cpuCount: number; memoryMB: number };
@@ -38,13 +39,20 @@ export interface PoolSink {
 
 /** Sends SandboxSets over the agent's session (`sandboxsets` items); a refusal throws (retried). */
 export class LinkPoolSink implements PoolSink {
-  readonly #link: Pick<Link, "call">;
-  constructor(link: Pick<Link, "call">) {
+  readonly #link: Pick<Link, "call" | "supports">;
+  constructor(link: Pick<Link, "call" | "supports">) {
     this.#link = link;
   }
 
   async upsert(set: SetRef & { generation: number; spec: PoolSpec }): Promise<"applied" | "stale"> {
-    const r = await this.#link.call({ type: "sandboxsets", item: set });
+    // An edge from before mainCpu refuses an item carrying it; without it that edge charges an
+    // in-place CPU change as it always did.
+    let item = set;
+    if (!this.#link.supports(SANDBOXSET_MAIN_CPU_FEATURE)) {
+      const { mainCpu: _m, ...spec } = set.spec;
+      item = { ...set, spec };
+    }
+    const r = await this.#link.call({ type: "sandboxsets", item });
     if (r.result === "rejected") throw new Error(`edge refused SandboxSet ${set.namespace}/${set.name}: ${r.code}: ${r.message}`);
     return r.result;
   }
@@ -77,14 +85,21 @@ export function poolSpecOf(set: SandboxSetObject & { spec: { pauseStrategy?: { t
   const spec = set.spec.template?.spec ?? { containers: [] };
   const cost = podCost(spec as never);
   if (!("cpu" in cost)) throw new UncountableSandboxSet(cost.problems);
-  // Rounded up: a pod of 1.5 cores is charged 2, never 1.
-  const cpuCount = Math.max(1, Math.ceil(cost.cpu - 1e-9));
+  const cpuCount = wholeCores(cost.cpu);
   const memoryMB = Math.max(128, Math.ceil(cost.memory / 2 ** 20 - 1e-9));
   // Past the edge's bounds its TemplateSpec refuses the push, which would be retried for ever
   // with nothing on the SandboxSet saying why: refused here, with the Event and condition.
   if (cpuCount > MAX_TEMPLATE_CPU_COUNT || memoryMB > MAX_TEMPLATE_MEMORY_MB) {
     throw new UncountableSandboxSet([`the pod's limits sum to ${cpuCount} cores and ${memoryMB} MiB, more than a template may have (${MAX_TEMPLATE_CPU_COUNT} cores, ${MAX_TEMPLATE_MEMORY_MB} MiB)`]);
   }
+  // The main container's share of cpuCount: what a claim's in-place CPU value replaces, the rest
+  // of the pod staying as it is (the edge charges cpuCount − mainCpu + the in-place value; review
+  // 26 M3). The count's rounding goes with the main container's share; a regular init container's
+  // peak does not: the pod holds it for life whatever the main container is resized to, so the
+  // share is the count less the larger of the rest and that peak (review 27 M1). When an init
+  // container sets the count this charges the in-place value on top of it: more, never less.
+  // In millicores, rounded down: a smaller share only charges more.
+  const mainCpu = Math.max(0, Math.floor((cpuCount - Math.max(cost.restCpu, cost.initCpu)) * 1000 + 1e-6) / 1000);
   const main: Container = mainContainer(spec as { containers?: Container[] }) ?? {};
   const env = Object.fromEntries((main.env ?? []).filter((e) => e.value !== undefined).map((e) => [e.name, e.value!]));
   return {
@@ -92,6 +107,7 @@ export function poolSpecOf(set: SandboxSetObject & { spec: { pauseStrategy?: { t
     replicas: set.spec.replicas ?? 0,
     image: main.image ?? "base",
     cpuCount,
+    mainCpu,
     memoryMB,
     env,
     pauseStrategy: set.spec.pauseStrategy?.type === "Freeze" ? "Freeze" : "Stop",

@@ -475,6 +475,7 @@ export class KubernetesDriver implements Driver {
           allow: injection[POD_POLICY_KEY]?.allow,
           tolerationKeys: injection[POD_POLICY_KEY]?.tolerationKeys,
           nodeSelectorKeys: injection[POD_POLICY_KEY]?.nodeSelectorKeys,
+          resourceKeys: injection[POD_POLICY_KEY]?.resourceKeys,
           annotations: template.metadata?.annotations,
           volumeClaimTemplates: sbx.spec.volumeClaimTemplates,
         }),

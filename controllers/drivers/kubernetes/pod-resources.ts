@@ -35,7 +35,14 @@ type Container = { name?: string; restartPolicy?: string; resources?: Resources 
 type Spec = { containers?: Container[]; initContainers?: Container[] };
 const KEYS = ["cpu", "memory"] as const;
 
-export type PodCost = { cpu: number; memory: number; problems: [] } | { problems: string[] };
+/** `restCpu`: the CPU of every long-running container but the main one (sidecar init containers
+ * included), which an in-place resize of the main container leaves as it is (review 26 M3).
+ * `initCpu`: the largest CPU a regular init container (with the sidecars started before it) holds.
+ * The scheduler and kubelet reserve it for the pod's whole life, not only while it runs, so an
+ * in-place resize of the main container never lowers the pod below it (review 27 M1). One with
+ * neither a CPU limit nor a request holds the whole count: buildPod gives it the count as its
+ * limit (in whole cores), which the API server copies to its request. */
+export type PodCost = { cpu: number; memory: number; restCpu: number; initCpu: number; problems: [] } | { problems: string[] };
 
 /** The template's main container: its first that is not an agent-runtime. The one whose image
  * and env the edge's template names (sandboxset-sync.ts), that a single-container template's
@@ -79,22 +86,44 @@ export function podCost(spec: Spec): PodCost {
     return 0;
   };
   const total = { cpu: 0, memory: 0 };
+  let restCpu = 0;
+  let initCpu = 0;
+  let initUnsized = false;
   for (const key of KEYS) {
     let sidecars = 0;
     let initPeak = 0;
     for (const c of inits) {
       if (sidecar(c)) sidecars += cost(c, key, false);
-      else initPeak = Math.max(initPeak, cost(c, key, true) + sidecars);
+      else {
+        initPeak = Math.max(initPeak, cost(c, key, true) + sidecars);
+        if (key === "cpu" && noLimit(c.resources?.limits?.cpu) && noLimit(c.resources?.requests?.cpu)) initUnsized = true;
+      }
     }
-    const running = containers.reduce((sum, c) => sum + cost(c, key, false), 0) + sidecars;
+    let running = sidecars;
+    let main = 0;
+    for (const c of containers) {
+      const n = cost(c, key, false);
+      running += n;
+      if (c === first) main = n;
+    }
     total[key] = Math.max(running, initPeak);
+    if (key === "cpu") {
+      restCpu = running - main;
+      initCpu = initUnsized ? wholeCores(total.cpu) : initPeak;
+    }
   }
   // Limits near the largest double sum to Infinity: no count (review 26 L2).
   for (const key of KEYS) if (!Number.isFinite(total[key])) problems.push(`the pod's ${key} limits sum to more than can be counted`);
   for (const [c, keys] of unlimited) {
     problems.push(`container ${JSON.stringify(c.name ?? "?")}: no ${keys.join(" or ")} limit (the quota counts every container's CPU and memory limits; only a template's single container may state neither, and gets the pool's default)`);
   }
-  return problems.length ? { problems } : { ...total, problems: [] };
+  return problems.length ? { problems } : { ...total, restCpu, initCpu, problems: [] };
+}
+
+/** A pod's CPU as the pool counts it (its template's `cpuCount`): whole cores, rounded up (a pod
+ * of 1.5 cores is 2, never 1), at least one. */
+export function wholeCores(cpu: number): number {
+  return Math.max(1, Math.ceil(cpu - 1e-9));
 }
 
 /** True when a stated limit is none to the kubelet: absent, or zero in any spelling. */

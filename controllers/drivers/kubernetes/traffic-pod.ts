@@ -32,7 +32,7 @@ import type { V1ConfigMap, V1Container, V1NetworkPolicy, V1NetworkPolicyPeer, V1
 import { tokenSecretNames, type SecurityProfileEntry } from "../../../schema/api/security-profile.ts";
 import { selectorLabels, selectsSandbox, type TrafficPolicyEntry } from "../../../schema/api/traffic-policy.ts";
 import { cidrWithin, formatIp, parseCidr, PRIVATE_RANGES } from "../../../schema/egress/address.ts";
-import type { InjectionComponent } from "../../../schema/crd/injection.ts";
+import { ALLOWED_RESOURCES, OPERATOR_FIELDS, type InjectionComponent } from "../../../schema/crd/injection.ts";
 import type { EgressPolicy } from "../../../schema/protocol/egress.ts";
 import type { PodTrafficL7, PodTrafficPolicy } from "../../../schema/protocol/pod-traffic.ts";
 import { TerminalError, type DesiredSandbox } from "../driver.ts";
@@ -235,9 +235,37 @@ const SELINUX_TYPES = new Set(["", "container_t", "container_init_t", "container
 const APPARMOR_ANNOTATION = "container.apparmor.security.beta.kubernetes.io/";
 const SECCOMP_ANNOTATIONS = ["seccomp.security.alpha.kubernetes.io/pod", "container.seccomp.security.alpha.kubernetes.io/"];
 
-/** Pod fields that pick where and how the pod runs, which the operator decides (review 25 M5): a
- * template may set them only where the injection config's `pod-policy` allows (POD_POLICY_FIELDS). */
-const OPERATOR_FIELDS = ["nodeName", "priorityClassName", "runtimeClassName"] as const;
+/** The API server's default `schedulerName`: a template stating it asks for nothing. */
+const DEFAULT_SCHEDULER = "default-scheduler";
+
+/** Resources a template asks for that the quota does not count (review 26 M7), one line each:
+ * a requests or limits key other than ALLOWED_RESOURCES (extended resources such as
+ * `nvidia.com/gpu`, `hugepages-*`: node memory outside `memory`) not in `pod-policy.resourceKeys`,
+ * in any container or the pod-level `resources`; pod-level `resources` and `overhead` at all
+ * unless `allow` names them; and dynamic resource allocation (the pod's
+ * `resourceClaims`, a container's `resources.claims`) unless `allow` names `resourceClaims`. */
+export function resourceProblems(spec: V1PodSpec, policy: { allow?: readonly string[]; resourceKeys?: readonly string[] }): string[] {
+  const out: string[] = [];
+  const keys = new Set<string>([...ALLOWED_RESOURCES, ...(policy.resourceKeys ?? [])]);
+  const claims = policy.allow?.includes("resourceClaims") ?? false;
+  const NOT = "the quota does not count it (the injection config's pod-policy does not allow it)";
+  const judge = (at: string, r: V1PodSpec["resources"]) => {
+    const named = new Set([...Object.keys(r?.requests ?? {}), ...Object.keys(r?.limits ?? {})]);
+    for (const k of named) if (!keys.has(k)) out.push(`${at}: resources ${JSON.stringify(k)}: ${NOT}`);
+    if (!claims && r?.claims?.length) out.push(`${at}: resources.claims: ${NOT}`);
+  };
+  judge("the pod", spec.resources);
+  // Pod-level requests (k8s 1.32+ PodLevelResources) are what the scheduler reserves, above the
+  // containers' sum when larger, and podCost counts containers only; `overhead` is the
+  // RuntimeClass admission plugin's to fill in after this judge, so a template never needs it
+  // (review 27 M2, L5). Both only where `allow` names them.
+  const stated = (r: { requests?: object; limits?: object } | undefined) => Object.keys(r?.requests ?? {}).length + Object.keys(r?.limits ?? {}).length > 0;
+  if (stated(spec.resources) && !policy.allow?.includes("resources")) out.push(`resources (pod-level): ${NOT}`);
+  if (Object.keys(spec.overhead ?? {}).length && !policy.allow?.includes("overhead")) out.push(`overhead: ${NOT}`);
+  for (const c of [...(spec.initContainers ?? []), ...spec.containers]) judge(`container ${JSON.stringify(c.name)}`, c.resources);
+  if (!claims && spec.resourceClaims?.length) out.push(`resourceClaims ${spec.resourceClaims.map((c) => JSON.stringify(c.name)).join(", ")}: ${NOT}`);
+  return out;
+}
 
 /** Placement a template asks for beyond what the operator allows (review 25 M5), one line each:
  * tolerations and node selection (which nodes: the operator's dedicated or control-plane nodes)
@@ -285,6 +313,8 @@ export interface PodJudgement {
   /** The injection config's `pod-policy.tolerationKeys` and `nodeSelectorKeys`. */
   tolerationKeys?: readonly string[];
   nodeSelectorKeys?: readonly string[];
+  /** The injection config's `pod-policy.resourceKeys`: extended resources a template may name. */
+  resourceKeys?: readonly string[];
   /** The template's pod annotations (the AppArmor and seccomp annotation forms). */
   annotations?: Record<string, string>;
   /** The template's claims, made into PVCs as the agent (review 25 L4). */
@@ -304,8 +334,10 @@ export class UnsafePodSpecError extends TerminalError {}
  * ports, hostPath, privileged, capabilities, procMount, sysctls, SELinux, AppArmor and seccomp
  * `Unconfined`) plus what is the platform's: the `*-traffic` Secrets (CA key, secret values,
  * profile literals, audit token), a service account's token, the operator's placement fields
- * and placement: tolerations, node selection, pod affinity to other namespaces (`allow` and
- * the allowed keys lift these), and PVCs bound to a chosen PV or filled from another namespace. The
+ * (OPERATOR_FIELDS: nodeName, priorityClassName, runtimeClassName, a scheduler other than the
+ * default) and placement: tolerations, node selection, pod affinity to other namespaces,
+ * resources the quota does not count (extended resources, resource claims) (`allow` and the
+ * allowed keys lift these), and PVCs bound to a chosen PV or filled from another namespace. The
  * template is the tenant's; the injection config's components (the platform's) are not judged
  * here. Running as root is not refused: what nft and the proxy need is capabilities
  * (CAP_NET_ADMIN in the pod's network namespace, CAP_SYS_PTRACE), which the bounding set of a
@@ -321,8 +353,9 @@ export function unsafePodSpec(spec: V1PodSpec, j: PodJudgement = { proxied: true
   if (spec.hostIPC) out.push("hostIPC: the node's IPC namespace would be shared");
   for (const s of spec.securityContext?.sysctls ?? []) if (!SAFE_SYSCTLS.has(s.name)) out.push(`securityContext.sysctls ${JSON.stringify(s.name)}: only the Pod Security Standards' safe sysctls may be set`);
   out.push(...unconfined("securityContext", spec.securityContext));
-  for (const f of OPERATOR_FIELDS) if (spec[f] && !j.allow?.includes(f)) out.push(`${f} ${JSON.stringify(spec[f])}: the operator's to set (the injection config's pod-policy does not allow it)`);
+  for (const f of OPERATOR_FIELDS) if (spec[f] && !(f === "schedulerName" && spec[f] === DEFAULT_SCHEDULER) && !j.allow?.includes(f)) out.push(`${f} ${JSON.stringify(spec[f])}: the operator's to set (the injection config's pod-policy does not allow it)`);
   out.push(...placementProblems(spec, j));
+  out.push(...resourceProblems(spec, j));
   const sa = spec.serviceAccountName || spec.serviceAccount;
   if (sa && sa !== "default") {
     if (spec.automountServiceAccountToken) out.push(`serviceAccountName ${JSON.stringify(sa)} with automountServiceAccountToken: the pod would hold that service account's token, created with the agent's rights`);

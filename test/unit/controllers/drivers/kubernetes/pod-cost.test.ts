@@ -3,7 +3,7 @@
 import { describe, expect, it, vi } from "vitest";
 import { mainContainer, podCost, unsizedRuntimeProblems } from "../../../../../controllers/drivers/kubernetes/pod-resources.ts";
 import { PodWriter } from "../../../../../controllers/drivers/kubernetes/pod-writer.ts";
-import { poolSpecOf, UncountableSandboxSet } from "../../../../../controllers/agent/kube-sync/sandboxset-sync.ts";
+import { LinkPoolSink, poolSpecOf, UncountableSandboxSet } from "../../../../../controllers/agent/kube-sync/sandboxset-sync.ts";
 import { buildPod } from "../../../../../controllers/drivers/kubernetes/pod-spec.ts";
 
 const GI = 2 ** 30;
@@ -13,21 +13,21 @@ type C = { name: string; image?: string; restartPolicy?: string; resources?: Rec
 const set = (containers: C[], initContainers?: C[]) => ({ metadata: { name: "s", generation: 1 }, spec: { replicas: 1, template: { spec: { containers, ...(initContainers ? { initContainers } : {}) } } } }) as never;
 
 describe("podCost", () => {
-  it.each<[string, C[], C[] | undefined, { cpu: number; memory: number }]>([
-    ["a single container with nothing stated: the pool's default", [{ name: "main" }], undefined, { cpu: 1, memory: 512 * MI }],
-    ["exponent forms counted as the API server reads them", [{ name: "main", resources: lim("64e0", "64e9") }], undefined, { cpu: 64, memory: 64e9 }],
-    ["every container, not the first only", [{ name: "main", resources: lim("1", "1Gi") }, { name: "side", resources: lim("32", "64Gi") }], undefined, { cpu: 33, memory: 65 * GI }],
-    ["a request above its limit counts", [{ name: "main", resources: { limits: { cpu: "1", memory: "1Gi" }, requests: { cpu: "3" } } }], undefined, { cpu: 3, memory: GI }],
-    ["a regular init container: the max, not the sum", [{ name: "main", resources: lim("2", "1Gi") }], [{ name: "a", resources: lim("4", "512Mi") }, { name: "b", resources: lim("1", "3Gi") }], { cpu: 4, memory: 3 * GI }],
+  it.each<[string, C[], C[] | undefined, { cpu: number; memory: number; restCpu: number; initCpu: number }]>([
+    ["a single container with nothing stated: the pool's default", [{ name: "main" }], undefined, { cpu: 1, memory: 512 * MI, restCpu: 0, initCpu: 0 }],
+    ["exponent forms counted as the API server reads them", [{ name: "main", resources: lim("64e0", "64e9") }], undefined, { cpu: 64, memory: 64e9, restCpu: 0, initCpu: 0 }],
+    ["every container, not the first only", [{ name: "main", resources: lim("1", "1Gi") }, { name: "side", resources: lim("32", "64Gi") }], undefined, { cpu: 33, memory: 65 * GI, restCpu: 32, initCpu: 0 }],
+    ["a request above its limit counts", [{ name: "main", resources: { limits: { cpu: "1", memory: "1Gi" }, requests: { cpu: "3" } } }], undefined, { cpu: 3, memory: GI, restCpu: 0, initCpu: 0 }],
+    ["a regular init container: the max, not the sum", [{ name: "main", resources: lim("2", "1Gi") }], [{ name: "a", resources: lim("4", "512Mi") }, { name: "b", resources: lim("1", "3Gi") }], { cpu: 4, memory: 3 * GI, restCpu: 0, initCpu: 4 }],
     [
       "a sidecar init container adds to the containers and to the inits after it",
       [{ name: "main", resources: lim("1", "1Gi") }],
       [{ name: "proxy", restartPolicy: "Always", resources: lim("2", "1Gi") }, { name: "fetch", resources: lim("2", "1Gi") }],
-      { cpu: 4, memory: 2 * GI },
+      { cpu: 4, memory: 2 * GI, restCpu: 2, initCpu: 4 },
     ],
-    ["a regular init container with no limit: bounded by the pod's count (buildPod)", [{ name: "main" }], [{ name: "fetch" }], { cpu: 1, memory: 512 * MI }],
-    ["a template's own agent-runtime with no resources is sized by the injection config, not counted", [{ name: "main" }, { name: "agent-runtime" }], undefined, { cpu: 1, memory: 512 * MI }],
-    ["a template's own agent-runtime with resources is counted", [{ name: "main", resources: lim("1", "1Gi") }, { name: "agent-runtime", resources: lim("8", "8Gi") }], undefined, { cpu: 9, memory: 9 * GI }],
+    ["a regular init container with no limit: bounded by the pod's count (buildPod)", [{ name: "main" }], [{ name: "fetch" }], { cpu: 1, memory: 512 * MI, restCpu: 0, initCpu: 1 }],
+    ["a template's own agent-runtime with no resources is sized by the injection config, not counted", [{ name: "main" }, { name: "agent-runtime" }], undefined, { cpu: 1, memory: 512 * MI, restCpu: 0, initCpu: 0 }],
+    ["a template's own agent-runtime with resources is counted", [{ name: "main", resources: lim("1", "1Gi") }, { name: "agent-runtime", resources: lim("8", "8Gi") }], undefined, { cpu: 9, memory: 9 * GI, restCpu: 8, initCpu: 0 }],
   ])("%s", (_name, containers, inits, want) => {
     expect(podCost({ containers, ...(inits ? { initContainers: inits } : {}) })).toEqual({ ...want, problems: [] });
   });
@@ -77,6 +77,39 @@ describe("poolSpecOf counts the whole pod", () => {
     expect(poolSpecOf(set([{ name: "main", resources: lim("200", "512Gi") }, { name: "side", resources: lim("56", "512Gi") }]), "c")).toMatchObject({ cpuCount: 256, memoryMB: 1_048_576 });
   });
 
+  it("sends the main container's share of cpuCount, which a claim's in-place CPU replaces: the rest of the pod stays counted (review 26 M3)", () => {
+    const sidecar = { name: "side", resources: lim("2", "1Gi") };
+    expect(poolSpecOf(set([{ name: "app", resources: lim("1", "1Gi") }, sidecar]), "c")).toMatchObject({ cpuCount: 3, mainCpu: 1 });
+    // The count's rounding goes with the main container's share (3 − 2), not a core more.
+    expect(poolSpecOf(set([{ name: "app", resources: lim("500m", "1Gi") }, sidecar]), "c")).toMatchObject({ cpuCount: 3, mainCpu: 1 });
+    expect(poolSpecOf(set([{ name: "app", resources: lim("1", "1Gi") }], [{ ...sidecar, restartPolicy: "Always" }]), "c")).toMatchObject({ cpuCount: 3, mainCpu: 1 });
+    expect(poolSpecOf(set([{ name: "agent-runtime", resources: lim("250m", "1Gi") }, { name: "app", resources: lim("1", "1Gi") }]), "c")).toMatchObject({ cpuCount: 2, mainCpu: 1.75 });
+    // One container: the whole pod.
+    expect(poolSpecOf(set([{ name: "app" }]), "c")).toMatchObject({ cpuCount: 1, mainCpu: 1 });
+  });
+
+  it("a regular init container's peak is not the main container's share: the pod holds it for life, whatever the claim resizes the main container to (review 27 M1)", () => {
+    const app = { name: "app", resources: lim("100m", "1Gi") };
+    // App 100m, init 64 cores: 64 held for the pod's life, so a claim at 0.1 is charged 64 + 0.1 → 65, not 1.
+    expect(poolSpecOf(set([app], [{ name: "warm", resources: lim("64", "1Gi") }]), "c")).toMatchObject({ cpuCount: 64, mainCpu: 0 });
+    expect(poolSpecOf(set([app], [{ name: "warm", resources: { requests: { cpu: "8" } } }]), "c")).toMatchObject({ cpuCount: 8, mainCpu: 0 });
+    // An init container stating no CPU gets the count as its limit (and so its request): held whole.
+    expect(poolSpecOf(set([{ name: "app", resources: lim("1500m", "1Gi") }], [{ name: "fetch" }]), "c")).toMatchObject({ cpuCount: 2, mainCpu: 0 });
+    // An init container under the rest of the pod changes nothing.
+    expect(poolSpecOf(set([{ name: "app", resources: lim("4", "1Gi") }, { name: "side", resources: lim("2", "1Gi") }], [{ name: "warm", resources: lim("1", "1Gi") }]), "c")).toMatchObject({ cpuCount: 6, mainCpu: 4 });
+  });
+
+  it("mainCpu goes only to an edge that lists it: an older edge's strict schema would refuse the whole SandboxSet", async () => {
+    const spec = poolSpecOf(set([{ name: "app", resources: lim("1", "1Gi") }, { name: "side", resources: lim("2", "1Gi") }]), "c");
+    for (const listed of [true, false]) {
+      const sent: { spec: Record<string, unknown> }[] = [];
+      const link = { supports: (f: string) => listed && f === "sandboxsetMainCpu", call: async (c: { item: { spec: Record<string, unknown> } }) => (sent.push(c.item), { id: "x", result: "applied" as const }) };
+      await new LinkPoolSink(link as never).upsert({ namespace: "n", name: "s", uid: "u", generation: 1, spec });
+      expect(sent[0]!.spec).toMatchObject({ cpuCount: 3 });
+      expect("mainCpu" in sent[0]!.spec).toBe(listed);
+    }
+  });
+
   it("a SandboxSet it cannot count is refused, never counted as the default", () => {
     expect(() => poolSpecOf(set([{ name: "main", resources: { requests: { cpu: "1", memory: "128Mi" } } }]), "c")).toThrow(UncountableSandboxSet);
     expect(() => poolSpecOf(set([{ name: "main", resources: lim("1", "1Gi") }, { name: "side", resources: { limits: { cpu: "32" } } }]), "c")).toThrow(/container "side": no memory limit/);
@@ -113,7 +146,14 @@ describe("the pod as built stays within the count", () => {
     const [zero, half] = pod.spec!.initContainers!;
     expect(zero!.resources).toEqual({ limits: { cpu: "2", memory: "1024Mi" } });
     expect(half!.resources).toEqual({ limits: { cpu: "2", memory: "256Mi" } });
-    expect(podCost({ containers: [{ name: "main", resources: lim("2", "1Gi") }], initContainers: [{ name: "zero", resources: lim("0", "0") }] })).toEqual({ cpu: 2, memory: GI, problems: [] });
+    expect(podCost({ containers: [{ name: "main", resources: lim("2", "1Gi") }], initContainers: [{ name: "zero", resources: lim("0", "0") }] })).toEqual({ cpu: 2, memory: GI, restCpu: 0, initCpu: 2, problems: [] });
+  });
+
+  it("a regular init container's CPU limit is never below its request after an in-place decrease: a pod made again is not refused (review 26 L5)", () => {
+    // The pool counts the init container's request (8); the claim resized the main container to 1.
+    const pod = buildPod({ ...input([{ name: "main" }], [{ name: "warm", resources: { requests: { cpu: "8" } } }]), resources: { cpuCount: 1, memoryMB: 512 } } as never);
+    expect(pod.spec!.initContainers![0]!.resources).toEqual({ requests: { cpu: "8" }, limits: { cpu: "8", memory: "512Mi" } });
+    expect(pod.spec!.containers.find((c) => c.name === "main")!.resources!.limits).toEqual({ cpu: "1", memory: "512Mi" });
   });
 
 });

@@ -283,6 +283,44 @@ describe("traffic-pod", () => {
     expect(unsafePodSpec(own, { proxied: false })).toEqual([]);
   });
 
+  it("a second scheduler is the operator's: schedulerName is refused unless pod-policy allows it; the default scheduler's name passes (review 26 M7)", () => {
+    const spec: V1PodSpec = { schedulerName: "my-scheduler", containers: [{ name: "sandbox", image: "x" }] };
+    expect(unsafePodSpec(spec, { proxied: false })).toEqual(['schedulerName "my-scheduler": the operator\'s to set (the injection config\'s pod-policy does not allow it)']);
+    expect(unsafePodSpec(spec, { proxied: false, allow: ["schedulerName"] })).toEqual([]);
+    expect(unsafePodSpec({ ...spec, schedulerName: "default-scheduler" }, { proxied: false })).toEqual([]);
+  });
+
+  it("resources the quota does not count (extended resources, hugepages, resource claims) are refused unless pod-policy allows them, key by key (review 26 M7)", () => {
+    const spec: V1PodSpec = {
+      resources: { limits: { "hugepages-1Gi": "2Gi" } },
+      resourceClaims: [{ name: "gpu", resourceClaimTemplateName: "gpu-template" }],
+      initContainers: [{ name: "warm", image: "x", resources: { requests: { "example.com/fpga": "1" }, limits: { cpu: "1", memory: "1Gi" } } }],
+      containers: [{ name: "sandbox", image: "x", resources: { limits: { cpu: "1", memory: "1Gi", "ephemeral-storage": "1Gi", "nvidia.com/gpu": "1", "hugepages-2Mi": "64Mi" }, claims: [{ name: "gpu" }] } }],
+    };
+    const NOT = ": the quota does not count it (the injection config's pod-policy does not allow it)";
+    expect(unsafePodSpec(spec, { proxied: false })).toEqual([
+      `the pod: resources "hugepages-1Gi"${NOT}`,
+      `resources (pod-level)${NOT}`,
+      `container "warm": resources "example.com/fpga"${NOT}`,
+      `container "sandbox": resources "nvidia.com/gpu"${NOT}`,
+      `container "sandbox": resources "hugepages-2Mi"${NOT}`,
+      `container "sandbox": resources.claims${NOT}`,
+      `resourceClaims "gpu"${NOT}`,
+    ]);
+    expect(unsafePodSpec(spec, { proxied: false, allow: ["resourceClaims", "resources"], resourceKeys: ["nvidia.com/gpu", "hugepages-2Mi"] })).toEqual([`the pod: resources "hugepages-1Gi"${NOT}`, `container "warm": resources "example.com/fpga"${NOT}`]);
+    expect(unsafePodSpec(spec, { proxied: false, allow: ["resourceClaims", "resources"], resourceKeys: ["nvidia.com/gpu", "hugepages-2Mi", "hugepages-1Gi", "example.com/fpga"] })).toEqual([]);
+  });
+
+  it("pod-level cpu and memory requests (k8s 1.32+), which the scheduler reserves and the quota does not count, and a stated overhead are refused unless pod-policy allows them (review 27 M2, L5)", () => {
+    const spec: V1PodSpec = { resources: { requests: { cpu: "64", memory: "256Gi" } }, overhead: { cpu: "8" }, containers: [{ name: "sandbox", image: "x", resources: { limits: { cpu: "1", memory: "1Gi" } } }] };
+    const NOT = ": the quota does not count it (the injection config's pod-policy does not allow it)";
+    expect(unsafePodSpec(spec, { proxied: false })).toEqual([`resources (pod-level)${NOT}`, `overhead${NOT}`]);
+    expect(unsafePodSpec(spec, { proxied: false, allow: ["resources"] })).toEqual([`overhead${NOT}`]);
+    expect(unsafePodSpec(spec, { proxied: false, allow: ["resources", "overhead"] })).toEqual([]);
+    // Empty ones ask for nothing.
+    expect(unsafePodSpec({ ...spec, resources: { requests: {} }, overhead: {} }, { proxied: false })).toEqual([]);
+  });
+
   it("--cluster-cidrs takes IPv4 blocks only", () => {
     expect(clusterCidrsFlag(undefined)).toBeUndefined();
     expect(clusterCidrsFlag("10.244.0.0/16, 10.96.0.0/12")).toEqual(["10.244.0.0/16", "10.96.0.0/12"]);
