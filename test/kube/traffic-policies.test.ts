@@ -30,7 +30,8 @@ const status = (kind: string, name: string, namespaced = true): Status =>
   (JSON.parse(kubectlOk([...(namespaced ? ["-n", ns] : []), "get", kind, name, "-o", "json"])) as { status?: Status }).status ?? {};
 
 beforeAll(async () => {
-  edge = await startTestEdge("traffic");
+  // This cluster writes GlobalTrafficPolicies: the edge takes them only from a cluster it names.
+  edge = await startTestEdge("traffic", { vars: { GLOBAL_POLICY_CLUSTERS: CLUSTER } });
   ns = await freshNamespace("traffic");
   kubelet = new TestKubelet(kubeConfig(), ns);
   await kubelet.start();
