@@ -199,6 +199,21 @@ function holdReads(table: RegExp): { held: () => number; release: () => void } {
   };
 }
 
+/** Fails libSQL's next `times` reads of the tables `table` matches (this isolate's client, as holdReads). */
+function failReads(table: RegExp, times: number): () => number {
+  const client = getDb(env).$client;
+  const execute = client.execute.bind(client);
+  let failed = 0;
+  client.execute = (async (stmt: string | { sql: string }) => {
+    if (table.test(typeof stmt === "string" ? stmt : stmt.sql) && failed < times) {
+      if (++failed === times) client.execute = execute;
+      throw new Error("libSQL read failed (test)");
+    }
+    return execute(stmt as string);
+  }) as typeof client.execute;
+  return () => failed;
+}
+
 async function until(what: string, ok: () => boolean | Promise<boolean>, ms = 5_000): Promise<void> {
   for (const end = Date.now() + ms; !(await ok()); await new Promise((r) => setTimeout(r, 20))) if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
 }
@@ -299,6 +314,28 @@ describe("a team's policies and profiles on a cluster that runs its sandbox but 
     });
     await expectStatus(call(`/sandboxes/${sbx.sandboxID}`, { key: acme.key, method: "DELETE" }), 204);
     await other.waitUntil(() => !hasPolicy() && !hasProfile());
+  }, 60_000);
+
+  it("a send whose read fails goes again: the team's last sandbox gone, its policies still leave the agent (review 27 final M1)", async () => {
+    const { acme, other, hasPolicy, create, got } = await setup("fail");
+    const sbx = await expectStatus(create(), 201);
+    await other.waitUntil(() => got(sbx.sandboxID));
+    expect(hasPolicy()).toBe(true);
+    const failed = failReads(/from "traffic_policies"/i, 1);
+    await expectStatus(call(`/sandboxes/${sbx.sandboxID}`, { key: acme.key, method: "DELETE" }), 204);
+    await until("the prune's failed read", () => failed() === 1);
+    await other.waitUntil(() => !hasPolicy(), 10_000);
+  }, 60_000);
+
+  it("after the cluster object wakes, a change of a secret the team's profiles name reaches the agent (review 27 final M3)", async () => {
+    const { owner, acme, other, VALUE } = await withSecret("fm3");
+    await inCluster(owner.cluster, (i) => {
+      i.policyTeams.reset();
+      i.profileTeams.reset();
+    });
+    const id = (await expectStatus(call("/secrets", { key: acme.key }), 200)).find((x: { name: string }) => x.name === "api-key").secretID;
+    await expectStatus(call(`/secrets/${id}`, { key: acme.key, method: "POST", body: { value: `${VALUE}-2` } }), 200);
+    await other.waitUntil(() => other.profileSecrets?.[acme.name]?.["api-key"] === `${VALUE}-2`);
   }, 60_000);
 
   it("the literal header values the team's rules add (a hard-coded token) do not reach it: such a rule is a block there, the team's other rules apply; its bound cluster gets them (review 27 M2)", async () => {
