@@ -48,6 +48,7 @@ import { clusterTeams } from "../operations/team-clusters.ts";
 import { tokenSecretNames, withholdLiterals, type SecurityProfileEntry } from "../../schema/api/security-profile.ts";
 import { teamSecretValues } from "../store/secrets.ts";
 import { transformSecrets } from "../../schema/egress/transforms.ts";
+import { HeldTeams } from "./held-teams.ts";
 
 const LOG = edgeLogger("cluster");
 
@@ -94,19 +95,21 @@ export class ClusterDO extends DurableObject<Env> {
   private networkRules: boolean | null = null;
   /** Frames waiting for secret values (libSQL): later frames queue behind them, in order. */
   private secretsChain: Promise<void> | null = null;
-  /** The teams whose SecurityProfiles this agent session has (null: none sent yet), and those of
-   * them served by a template here (the rest are served by sandboxes: see pruneProfiles). */
-  private profileTeams: Set<string> | null = null;
+  /** The teams whose SecurityProfiles this agent session has (HeldTeams), and those of them served
+   * by a template here at the last send (the rest are served by sandboxes: see pruneProfiles). */
+  private readonly profileTeams = new HeldTeams();
   private templateTeams = new Set<string>();
   private pruneTimer: ReturnType<typeof setTimeout> | null = null;
   private gcTimer: ReturnType<typeof setTimeout> | null = null;
   private profilesChain: Promise<unknown> = Promise.resolve();
-  /** The teams whose TrafficPolicies this agent session has ("every": the sole cluster's; null:
-   * none sent yet), those of them bound here (the rest are served by sandboxes: see
-   * pruneProfiles), and the chain that keeps their sends in call order. */
-  private policyTeams: Set<string> | "every" | null = null;
+  /** The teams whose TrafficPolicies this agent session has (HeldTeams; "every": the sole
+   * cluster's), those of them bound here (the rest are served by sandboxes: see pruneProfiles),
+   * and the chain that keeps their sends in call order. */
+  private readonly policyTeams = new HeldTeams();
   private policyBound = new Set<string>();
   private policiesChain: Promise<unknown> = Promise.resolve();
+  /** The resend a failed send of either set scheduled (resendSoon). */
+  private readonly resendTimers: { policies?: ReturnType<typeof setTimeout>; profiles?: ReturnType<typeof setTimeout> } = {};
   /** The trace context of unacked intents, by seq, sent with each (re)delivery (traceIntent). */
   private traces = new Map<number, string>();
   private unsentFlush: ReturnType<typeof setTimeout> | null = null;
@@ -355,16 +358,18 @@ export class ClusterDO extends DurableObject<Env> {
       // Desired rows this turn wrote are read back (a first sandbox's team is there before its intent leaves).
       this.turn.flush();
       const teams = served.every ? null : new Set([...served.bound, ...extra, ...this.store!.liveTeams()]);
-      // Published before the read: a flush meanwhile (a team's new sandbox after this set left the
-      // team out) then sees the team missing and chains its own send behind this one, rather than
-      // letting its intent leave before this set drops the team's policies. Unknown on a failure.
-      this.policyTeams = teams ?? "every";
+      // In flight from here (HeldTeams): a flush meanwhile whose team this set leaves out (a team's
+      // new sandbox after this set dropped the team), or that the agent does not have yet, chains
+      // its own send behind this one rather than letting its intent leave first.
+      this.policyTeams.reading(teams ?? "every");
       this.policyBound = served.bound;
       try {
         const policies = await listTrafficPolicies(getDb(this.env), teams ? [null, ...teams] : undefined);
         this.send({ type: "trafficPolicies", policies });
+        this.policyTeams.delivered();
       } catch (err) {
-        this.policyTeams = null;
+        this.policyTeams.failed();
+        this.resendSoon("policies");
         throw err;
       }
       return true;
@@ -402,8 +407,8 @@ export class ClusterDO extends DurableObject<Env> {
       // Desired rows this turn wrote are read back (a first sandbox's team is there before its intent leaves).
       this.turn.flush();
       for (const t of [...extra, ...this.store!.liveTeams()]) teams.add(t);
-      // Published before the reads, as the policies' (sendTrafficPolicies).
-      this.profileTeams = teams;
+      // In flight from here, as the policies' (sendTrafficPolicies).
+      this.profileTeams.reading(teams);
       this.templateTeams = served.withTemplates;
       try {
         const listed = await listSecurityProfiles(db, [null, ...teams]);
@@ -411,14 +416,28 @@ export class ClusterDO extends DurableObject<Env> {
         // Nor the literals a team's rules add to requests (they may be credentials) to a cluster not bound to it.
         const profiles = served.every ? listed : listed.map((p) => (p.team === null || served.bound.has(p.team) ? p : { ...p, spec: withholdLiterals(p.spec, `rule withheld: SecurityProfile ${p.name} of team ${p.team} adds header values to this request, and cluster ${cluster} is not bound to the team`) }));
         this.send({ type: "securityProfiles", profiles, ...(secrets ? { secrets } : {}) });
+        this.profileTeams.delivered();
       } catch (err) {
-        this.profileTeams = null;
+        this.profileTeams.failed();
+        this.resendSoon("profiles");
         throw err;
       }
       return true;
     });
     this.profilesChain = next.catch(() => false);
     return { ok: true, sent: await next };
+  }
+
+  /** After a failed send of a set: the agent keeps its previous one, which may hold a team that
+   * should have left it (a prune, an unbind, a changed secret) or lack one whose intent waits; the
+   * set goes again soon, while this agent stays connected (the next session gets both with its
+   * welcome). One pending resend per set. */
+  private resendSoon(kind: "policies" | "profiles"): void {
+    if (this.resendTimers[kind] || !this.agentSocket()) return;
+    this.resendTimers[kind] = setTimeout(() => {
+      delete this.resendTimers[kind];
+      (kind === "policies" ? this.sendTrafficPolicies() : this.sendSecurityProfiles()).catch((err: unknown) => LOG.warn(`${kind === "policies" ? "traffic policies" : "security profiles"} not resent`, { error: err }));
+    }, PROFILES_RETRY_MS);
   }
 
   /** After sandboxes here are gone: when a team the agent holds profiles of has neither a sandbox
@@ -431,11 +450,14 @@ export class ClusterDO extends DurableObject<Env> {
       this.pruneTimer = null;
       if (!this.agentSocket()) return;
       this.turn.flush();
-      const left = (held: Iterable<string>, kept: Set<string>) => [...held].some((t) => !kept.has(t) && !this.store!.hasTeam(t));
-      // A set unknown (null: after a wake, which keeps the session but not this memory, or a failed
-      // send) may hold the team that left: it goes again.
-      if (this.profileTeams === null ? this.appliesProfiles() : left(this.profileTeams, this.templateTeams)) this.sendSecurityProfiles().catch((err: unknown) => LOG.warn("security profiles not pruned", { error: err }));
-      if (this.policyTeams === null || (this.policyTeams instanceof Set && left(this.policyTeams, this.policyBound))) this.sendTrafficPolicies().catch((err: unknown) => LOG.warn("traffic policies not pruned", { error: err }));
+      // What the agent holds or will hold once a send in flight lands; unknown (after a wake, which
+      // keeps the session but not this memory, or a failed send) may hold the team that left.
+      const left = (held: HeldTeams, kept: Set<string>) => {
+        const teams = held.teams();
+        return teams === null || (teams !== "every" && [...teams].some((t) => !kept.has(t) && !this.store!.hasTeam(t)));
+      };
+      if (this.appliesProfiles() && left(this.profileTeams, this.templateTeams)) this.sendSecurityProfiles().catch((err: unknown) => LOG.warn("security profiles not pruned", { error: err }));
+      if (left(this.policyTeams, this.policyBound)) this.sendTrafficPolicies().catch((err: unknown) => LOG.warn("traffic policies not pruned", { error: err }));
     }, 0);
   }
 
@@ -459,11 +481,11 @@ export class ClusterDO extends DurableObject<Env> {
     this.store!.setMeta("imageGcAt", String(soon));
   }
 
-  /** Sends the set again if this session's agent has `team`'s profiles (a secret they name
-   * changed); no libSQL read otherwise. */
+  /** Sends the set again if this session's agent has, or may have, `team`'s profiles (a secret
+   * they name changed, a template of it left); no libSQL read when it does not. */
   async resendForTeam(team: string): Promise<{ ok: true; sent: boolean }> {
     this.load();
-    if (!this.profileTeams?.has(team)) return { ok: true, sent: false };
+    if (this.profileTeams.holds(team) === "no") return { ok: true, sent: false };
     return this.sendSecurityProfiles();
   }
 
@@ -473,15 +495,16 @@ export class ClusterDO extends DurableObject<Env> {
   async teamUnbound(team: string): Promise<{ ok: true; sent: boolean }> {
     this.load();
     const [policies, profiles] = await Promise.all([
-      this.policyTeams === null || (this.policyTeams instanceof Set && this.policyTeams.has(team)) ? this.sendTrafficPolicies() : null,
-      this.profileTeams === null || this.profileTeams.has(team) ? this.sendSecurityProfiles() : null,
+      this.policyTeams.holds(team) !== "no" ? this.sendTrafficPolicies() : null,
+      this.profileTeams.holds(team) !== "no" ? this.sendSecurityProfiles() : null,
     ]);
     return { ok: true, sent: Boolean(policies?.sent || profiles?.sent) };
   }
 
   /** Whether the agent said in its hello that it enforces `network.rules`, and with them
    * SecurityProfiles: only such an agent gets profiles (which may hold literal tokens) and
-   * secrets; the kubernetes driver's says false, an older agent nothing. */
+   * secrets; both drivers' agents say true (agent.ts: a driver that takes sandbox secrets), an
+   * older agent nothing. */
   private appliesProfiles(): boolean {
     return (this.networkRules ??= this.store!.getMeta("networkRules") === "1");
   }
@@ -658,8 +681,8 @@ export class ClusterDO extends DurableObject<Env> {
     this.networkRules = hello.capabilities.networkRules === true;
     store.setMeta("sessionId", sessionId);
     this.sessionId = sessionId;
-    this.profileTeams = null;
-    this.policyTeams = null;
+    this.profileTeams.reset();
+    this.policyTeams.reset();
     this.apply({ type: "hello", hello });
     this.sendTrafficPolicies().catch((err: unknown) => LOG.warn("traffic policies not sent", { error: err }));
     this.sendSecurityProfiles().catch((err: unknown) => LOG.warn("security profiles not sent", { error: err }));
@@ -853,8 +876,8 @@ export class ClusterDO extends DurableObject<Env> {
     const needs = items.filter((i) => i.intent.desired.state !== "deleted" && i.intent.team && transformSecrets(i.intent.networkRules).length);
     // A team this session's profile or policy set left out (a first sandbox here): its profiles
     // and policies go first (a sandbox must not start without its team's restrictions).
-    const missing = (held: Set<string> | "every" | null, wanted: boolean) =>
-      new Set(wanted && held !== "every" ? items.flatMap((i) => (i.intent.desired.state !== "deleted" && i.intent.team && !held?.has(i.intent.team) ? [i.intent.team] : [])) : []);
+    const missing = (held: HeldTeams, wanted: boolean) =>
+      new Set(wanted ? items.flatMap((i) => (i.intent.desired.state !== "deleted" && i.intent.team && !held.present(i.intent.team) ? [i.intent.team] : [])) : []);
     const newTeams = missing(this.profileTeams, this.appliesProfiles());
     const newPolicyTeams = missing(this.policyTeams, true);
     if (!needs.length && !newTeams.size && !newPolicyTeams.size && !this.secretsChain) return go();

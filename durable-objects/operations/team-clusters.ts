@@ -22,10 +22,14 @@ import { teamsWithTemplatesOn } from "../store/security-profiles.ts";
 import { deleteBindingUnlessPlaced, insertBinding, isBound, listBindings, teamAndBinding, teamsBoundTo } from "../store/team-clusters.ts";
 import { listTemplates } from "../store/templates.ts";
 import { findTeamByName, type TeamRow } from "../store/teams.ts";
+import { edgeLogger } from "../tracing/edge-log.ts";
+
+const LOG = edgeLogger("team-clusters");
 
 /** Whether `cluster` is the install's only cluster (serves every team, `SINGLE_CLUSTER`). */
 function soleCluster(env: Pick<Env, "SINGLE_CLUSTER">, cluster: string): boolean {
-  return !!env.SINGLE_CLUSTER && env.SINGLE_CLUSTER === cluster;
+  // Read lower-cased, as GLOBAL_POLICY_CLUSTERS: `Default` names the cluster `default`.
+  return !!env.SINGLE_CLUSTER && env.SINGLE_CLUSTER.trim().toLowerCase() === cluster;
 }
 
 /**
@@ -102,10 +106,12 @@ export async function unbindTeamCluster(env: Env, team: TeamRow, cluster: string
     // cannot slip between them; nothing deleted is then either "not bound" or "a template there".
     if (await deleteBindingUnlessPlaced(db, team.id, cluster)) {
       // The cluster's agent loses the team's secret values and policies now, not at its next
-      // hello. Best effort: the unbind stands either way (a later send leaves them out too).
+      // hello. The unbind stands either way: a send that fails, the cluster object retries while
+      // its agent stays connected (ClusterDO.resendSoon); if the object cannot be reached, the
+      // values leave at its next send of the sets (a hello, a create or delete there, a change).
       await env.CLUSTER.get(env.CLUSTER.idFromName(cluster))
         .teamUnbound(team.name)
-        .catch(() => {});
+        .catch((err: unknown) => LOG.warn("an unbind's sets not resent now", { cluster, team: team.name, error: err }));
       return { found: true };
     }
     const there = (await listTemplates(db, team.id)).filter((t) => t.teamId === team.id && t.spec.cluster === cluster).map((t) => t.templateId);

@@ -199,9 +199,29 @@ function holdReads(table: RegExp): { held: () => number; release: () => void } {
   };
 }
 
-async function until(what: string, ok: () => boolean, ms = 5_000): Promise<void> {
-  for (const end = Date.now() + ms; !ok(); await new Promise((r) => setTimeout(r, 20))) if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+/** Fails libSQL's next `times` reads of the tables `table` matches (this isolate's client, as holdReads). */
+function failReads(table: RegExp, times: number): () => number {
+  const client = getDb(env).$client;
+  const execute = client.execute.bind(client);
+  let failed = 0;
+  client.execute = (async (stmt: string | { sql: string }) => {
+    if (table.test(typeof stmt === "string" ? stmt : stmt.sql) && failed < times) {
+      if (++failed === times) client.execute = execute;
+      throw new Error("libSQL read failed (test)");
+    }
+    return execute(stmt as string);
+  }) as typeof client.execute;
+  return () => failed;
 }
+
+async function until(what: string, ok: () => boolean | Promise<boolean>, ms = 5_000): Promise<void> {
+  for (const end = Date.now() + ms; !(await ok()); await new Promise((r) => setTimeout(r, 20))) if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+}
+
+/** The ClusterDO's send state, read inside it (what no frame shows: whether a flush is waiting). */
+type SendState = { secretsChain: Promise<void> | null; policiesChain: Promise<unknown>; policyTeams: { reset(): void }; profileTeams: { reset(): void } };
+const inCluster = <T,>(cluster: string, f: (instance: SendState) => T): Promise<T> =>
+  runInDurableObject(env.CLUSTER.get(env.CLUSTER.idFromName(cluster)), (instance: ClusterDO) => f(instance as unknown as SendState));
 
 describe("a team's policies and profiles on a cluster that runs its sandbox but is not bound to it", () => {
   const policy = { egress: { rules: [{ action: "allow", to: [{ fqdn: "*.acme.test" }] }] } };
@@ -218,11 +238,30 @@ describe("a team's policies and profiles on a cluster that runs its sandbox but 
     const hasProfile = () => other.securityProfiles?.some((p) => p.team === acme.name) ?? false;
     const create = () => call("/v2/sandboxes", { key: acme.key, body: { templateID: owner.template } });
     const got = (id: string) => other.received.some((r) => r.intent.sandboxId === id);
-    return { owner, acme, other, hasPolicy, hasProfile, create, got };
+    // A create answered while reads were held: its intent arrives, the team's policies before it (frames are handled in order).
+    const landsWithPolicy = async (created: Promise<Response>) => {
+      const sbx = await expectStatus(created, 201);
+      await other.waitUntil(() => got(sbx.sandboxID));
+      expect(hasPolicy()).toBe(true);
+    };
+    return { owner, acme, other, hasPolicy, hasProfile, create, got, landsWithPolicy };
+  }
+  /** setup, with acme bound to the cluster, a profile naming acme's secret `api-key` (VALUE), and
+   * a sandbox of acme's there: the agent holds the value. */
+  async function withSecret(prefix: string) {
+    const s = await setup(prefix);
+    const VALUE = `tok-${unique("v")}`;
+    await expectStatus(call("/secrets", { key: s.acme.key, body: { name: "api-key", value: VALUE } }), 201);
+    const tok = { rules: [{ name: "key", match: [{ domains: ["api.acme.test"] }], actions: { tokenTransformation: { type: "ApiKey", targetHeader: "x-api-key", credentialRef: { secret: { name: "api-key" } } } } }] };
+    await expectStatus(call(`/admin/teams/${s.acme.name}/security-profiles/tok`, { method: "PUT", body: tok }), 200);
+    await expectStatus(bind(s.acme.name, s.owner.cluster), 201);
+    const sbx = await expectStatus(s.create(), 201);
+    await s.other.waitUntil(() => s.got(sbx.sandboxID) && s.other.profileSecrets?.[s.acme.name]?.["api-key"] === VALUE);
+    return { ...s, VALUE };
   }
 
   it("a sandbox created while the send that drops the team (its last sandbox gone) reads still gets them: that set goes first, then the team's, then its intent (review 27 H1)", async () => {
-    const { acme, other, hasPolicy, hasProfile, create, got } = await setup("h1");
+    const { owner, acme, other, hasPolicy, hasProfile, create, got } = await setup("h1");
     const first = await expectStatus(create(), 201);
     await other.waitUntil(() => got(first.sandboxID));
     expect(hasPolicy() && hasProfile()).toBe(true);
@@ -233,8 +272,8 @@ describe("a team's policies and profiles on a cluster that runs its sandbox but 
       // The prune's two sends (the team's last sandbox here is gone) wait on their reads.
       await until("the prune's reads", () => hold.held() >= 2);
       created = create();
-      // Time for the new sandbox's flush (its intent must not overtake the prune).
-      await new Promise((r) => setTimeout(r, 500));
+      // The new sandbox's flush has run (its intent waits behind the prune's sends) before the reads go on.
+      await until("the create's flush", () => inCluster(owner.cluster, (i) => i.secretsChain !== null));
     } finally {
       hold.release();
     }
@@ -248,7 +287,7 @@ describe("a team's policies and profiles on a cluster that runs its sandbox but 
   }, 60_000);
 
   it("a team's first sandbox: its profiles go while its policies are still being read (the two sends do not wait on each other), its intent after both", async () => {
-    const { other, hasPolicy, hasProfile, create, got } = await setup("m1");
+    const { other, hasPolicy, hasProfile, create, landsWithPolicy } = await setup("m1");
     const hold = holdReads(/from "traffic_policies"/i);
     let created: Promise<Response>;
     try {
@@ -259,9 +298,7 @@ describe("a team's policies and profiles on a cluster that runs its sandbox but 
     } finally {
       hold.release();
     }
-    const sbx = await expectStatus(created, 201);
-    await other.waitUntil(() => got(sbx.sandboxID));
-    expect(hasPolicy()).toBe(true);
+    await landsWithPolicy(created);
   }, 60_000);
 
   it("after the cluster object wakes (the sets it sent are no longer in memory), the team's last sandbox going still prunes them (review 27 L2)", async () => {
@@ -271,11 +308,34 @@ describe("a team's policies and profiles on a cluster that runs its sandbox but 
     expect(hasPolicy() && hasProfile()).toBe(true);
     // What a wake loses: the agent's session stays (a hibernated socket), the object's memory of
     // what it sent that session does not (the constructor leaves these null).
-    await runInDurableObject(env.CLUSTER.get(env.CLUSTER.idFromName(owner.cluster)), (instance: ClusterDO) => {
-      Object.assign(instance, { policyTeams: null, profileTeams: null });
+    await inCluster(owner.cluster, (i) => {
+      i.policyTeams.reset();
+      i.profileTeams.reset();
     });
     await expectStatus(call(`/sandboxes/${sbx.sandboxID}`, { key: acme.key, method: "DELETE" }), 204);
     await other.waitUntil(() => !hasPolicy() && !hasProfile());
+  }, 60_000);
+
+  it("a send whose read fails goes again: the team's last sandbox gone, its policies still leave the agent (review 27 final M1)", async () => {
+    const { acme, other, hasPolicy, create, got } = await setup("fail");
+    const sbx = await expectStatus(create(), 201);
+    await other.waitUntil(() => got(sbx.sandboxID));
+    expect(hasPolicy()).toBe(true);
+    const failed = failReads(/from "traffic_policies"/i, 1);
+    await expectStatus(call(`/sandboxes/${sbx.sandboxID}`, { key: acme.key, method: "DELETE" }), 204);
+    await until("the prune's failed read", () => failed() === 1);
+    await other.waitUntil(() => !hasPolicy(), 10_000);
+  }, 60_000);
+
+  it("after the cluster object wakes, a change of a secret the team's profiles name reaches the agent (review 27 final M3)", async () => {
+    const { owner, acme, other, VALUE } = await withSecret("fm3");
+    await inCluster(owner.cluster, (i) => {
+      i.policyTeams.reset();
+      i.profileTeams.reset();
+    });
+    const id = (await expectStatus(call("/secrets", { key: acme.key }), 200)).find((x: { name: string }) => x.name === "api-key").secretID;
+    await expectStatus(call(`/secrets/${id}`, { key: acme.key, method: "POST", body: { value: `${VALUE}-2` } }), 200);
+    await other.waitUntil(() => other.profileSecrets?.[acme.name]?.["api-key"] === `${VALUE}-2`);
   }, 60_000);
 
   it("the literal header values the team's rules add (a hard-coded token) do not reach it: such a rule is a block there, the team's other rules apply; its bound cluster gets them (review 27 M2)", async () => {
@@ -304,14 +364,7 @@ describe("a team's policies and profiles on a cluster that runs its sandbox but 
   }, 60_000);
 
   it("an unbind sends them again at once: the team's secret values leave the agent, its profiles and policies stay while its sandbox runs there (review 27 M3)", async () => {
-    const { owner, acme, other, hasPolicy, hasProfile, create, got } = await setup("m3");
-    const VALUE = `tok-${unique("v")}`;
-    await expectStatus(call("/secrets", { key: acme.key, body: { name: "api-key", value: VALUE } }), 201);
-    const tok = { rules: [{ name: "key", match: [{ domains: ["api.acme.test"] }], actions: { tokenTransformation: { type: "ApiKey", targetHeader: "x-api-key", credentialRef: { secret: { name: "api-key" } } } } }] };
-    await expectStatus(call(`/admin/teams/${acme.name}/security-profiles/tok`, { method: "PUT", body: tok }), 200);
-    await expectStatus(bind(acme.name, owner.cluster), 201);
-    const sbx = await expectStatus(create(), 201);
-    await other.waitUntil(() => got(sbx.sandboxID) && other.profileSecrets?.[acme.name]?.["api-key"] === VALUE);
+    const { owner, acme, other, hasPolicy, hasProfile, VALUE } = await withSecret("m3");
     await expectStatus(call(`/admin/teams/${acme.name}/clusters/${owner.cluster}`, { method: "DELETE" }), 204);
     await other.waitUntil(() => other.profileSecrets?.[acme.name] === undefined);
     expect(hasProfile() && hasPolicy()).toBe(true);

@@ -13,3 +13,10 @@ describe("GLOBAL_POLICY_CLUSTERS", () => {
     expect(refusal({ SINGLE_CLUSTER: "only" }, "only")).toBeNull();
   });
 });
+
+describe("SINGLE_CLUSTER", () => {
+  it("names the install's only cluster by its id, read lower-cased as GLOBAL_POLICY_CLUSTERS is (review 27 final L4)", () => {
+    expect(refusal({ SINGLE_CLUSTER: " Default " }, "default")).toBeNull();
+    expect(refusal({ SINGLE_CLUSTER: "Default" }, "other")).toMatchObject({ code: "forbidden" });
+  });
+});
