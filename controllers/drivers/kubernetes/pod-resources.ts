@@ -11,6 +11,9 @@
 //   limits and requests (as it always did). A single-container template keeps working unchanged.
 // - A regular init container runs alone before the others: one with no limit for a resource is
 //   given the pod's counted value as its limit (buildPod), so it adds nothing beyond the count.
+//   Known gap (review 27 final, not fixed): sidecar init containers started before it run beside
+//   it, so the kubelet sizes that phase at the count plus those sidecars, which the count (the
+//   charge without an in-place value) leaves out; `initCpu` includes them.
 // - A template-declared agent-runtime with no resources gets the injection config's (inject.ts),
 //   as an injected one does: not counted. When the config gives it no CPU and memory limits it
 //   would run unbounded: the driver refuses such a pod (unsizedRuntimeProblems; review 26 M2).
