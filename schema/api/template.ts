@@ -21,14 +21,16 @@ export const TemplateSpec = z.strictObject({
   image: z.string().min(1).max(MAX_NAME_LENGTH).default("base"),
   cpuCount: z.int().min(1).max(MAX_TEMPLATE_CPU_COUNT).default(1),
   /**
-   * Of cpuCount, the cores of the main container (a SandboxSet's pod: the rest are its other
-   * containers), which a claim's in-place CPU value replaces: such a sandbox is charged
-   * `cpuCount − mainCpu + the in-place value` (durable-objects/operations/inplace-charge.ts).
-   * Sent by the CRD sync; derived from the pod template, which `sourceRevision` already covers,
-   * so not part of the revision. Absent: the whole pod for a template without `sourceRevision`
-   * (one container), none for a SandboxSet an older agent sent.
+   * A SandboxSet's pod beside its main container, in cores (sent by the CRD sync, both or
+   * neither): `restCpu` the other regular containers and sidecars, `initCpu` the largest peak of a
+   * regular init container (an init container stating no CPU limit is given the pool's count:
+   * pod-resources.ts `initCpuLimit`). A claim's in-place CPU value replaces the main container's
+   * share only, so such a sandbox is charged `ceil(max(initCpu, restCpu + the in-place value))`
+   * (durable-objects/operations/inplace-charge.ts). Derived from the pod template, which
+   * `sourceRevision` already covers, so not part of the revision.
    */
-  mainCpu: z.number().min(0).max(MAX_TEMPLATE_CPU_COUNT).optional(),
+  restCpu: z.number().min(0).max(MAX_TEMPLATE_CPU_COUNT).optional(),
+  initCpu: z.number().min(0).max(MAX_TEMPLATE_CPU_COUNT).optional(),
   memoryMB: z.int().min(128).max(MAX_TEMPLATE_MEMORY_MB).default(512),
   diskSizeMB: z.int().min(1).max(16 * 1_048_576).default(1024),
   /** A Linux user name (useradd's rule). */
@@ -139,12 +141,12 @@ export const TemplateWithBuilds = z.object({
 /** The spec's opt-in flags: `false` means what absent means. */
 const OPT_IN_FLAGS = ["codeInterpreter", "nestedUserNamespaces"] as const satisfies readonly (keyof TemplateSpec)[];
 
-/** Fields of the spec that change what a member is; replicas, strategies, hooks and mainCpu (a
- * count derived from the pod template, which sourceRevision covers) do not, nor
+/** Fields of the spec that change what a member is; replicas, strategies, hooks, restCpu and initCpu
+ * (counts derived from the pod template, which sourceRevision covers) do not, nor
  * an opt-in flag set to `false` (the same members as without it: re-putting a template with an
  * explicit `false` must not roll its warm pool). */
 export function templateRevision(spec: TemplateSpec): string {
-  const { replicas: _r, scaleStrategy: _s, updateStrategy: _u, lifecycle: _l, mainCpu: _m, ...shape } = spec;
+  const { replicas: _r, scaleStrategy: _s, updateStrategy: _u, lifecycle: _l, restCpu: _rc, initCpu: _ic, ...shape } = spec;
   for (const flag of OPT_IN_FLAGS) if (shape[flag] === false) delete shape[flag];
   return fnv32(canonicalJson(shape));
 }

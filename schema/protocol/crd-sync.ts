@@ -59,10 +59,11 @@ import { MAX_SECURITY_PROFILES, SecurityProfileName, SecurityProfileSpec } from 
  */
 
 /** Features an edge may list in `welcome.features`. */
-export const CRD_SYNC_FEATURES = ["sandboxsets", "requests", "claims", "quotas", "autoscalers", "updateops", "trafficpolicyobjects", "securityprofileobjects", "sandboxsetMainCpu"] as const;
-/** Not a frame: this edge's TemplateSpec takes `mainCpu` in a `sandboxsets` item. An older edge's
- * strict schema refuses the whole item for it, so the agent sends it only where this is listed. */
-export const SANDBOXSET_MAIN_CPU_FEATURE = "sandboxsetMainCpu" satisfies CrdSyncFeature;
+export const CRD_SYNC_FEATURES = ["sandboxsets", "requests", "claims", "quotas", "autoscalers", "updateops", "trafficpolicyobjects", "securityprofileobjects", "sandboxsetCpuShares"] as const;
+/** Not a frame: this edge's TemplateSpec takes `restCpu` and `initCpu` in a `sandboxsets` item. An
+ * older edge's strict schema refuses the whole item for them, so the agent sends them only where
+ * this is listed. */
+export const SANDBOXSET_CPU_SHARES_FEATURE = "sandboxsetCpuShares" satisfies CrdSyncFeature;
 export type CrdSyncFeature = (typeof CRD_SYNC_FEATURES)[number];
 
 /** E2B metadata key marking the sandboxes a SandboxClaim took (value: the claim's uid). Metadata

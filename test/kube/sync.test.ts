@@ -106,10 +106,10 @@ spec:
     // Every container (exponent forms read as the API server reads them), the init container's peak.
     apply('{ limits: { cpu: "8", memory: 1Gi } }');
     const t = await until("sized on the edge", () => edgeTemplate("sized"), 20_000);
-    // mainCpu: the share of the count a claim's in-place CPU replaces (review 26 M3): none here,
-    // as the init container's 40 cores are held for the pod's life whatever the sandbox container
-    // is resized to (review 27 M1), so a claim is charged 40 plus its in-place value.
-    expect(t.spec).toMatchObject({ cpuCount: 40, mainCpu: 0, memoryMB: Math.ceil(64e9 / 2 ** 20) + 1024 });
+    // restCpu and initCpu: what a claim's in-place CPU leaves as it is (review 26 M3): the helper's
+    // 8 cores beside the sandbox container, and the init container's 40 held before it starts, so
+    // a claim is charged max(40, 8 + its in-place value) (review 27 final M2).
+    expect(t.spec).toMatchObject({ cpuCount: 40, restCpu: 8, initCpu: 40, memoryMB: Math.ceil(64e9 / 2 ** 20) + 1024 });
     // Requests only: unbounded, so not counted at all (never as the old 1 core / 512 MiB default).
     apply('{ requests: { cpu: "32", memory: 64Gi } }');
     const events = () => kubectlOk(["-n", ns, "get", "events", "--field-selector", "involvedObject.kind=SandboxSet,involvedObject.name=sized,reason=UncountableResources,type=Warning", "-o", "jsonpath={.items[*].message}"]);

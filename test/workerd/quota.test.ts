@@ -92,8 +92,8 @@ describe("team quota", () => {
   });
 
   it("an in-place cpu-limit on a SandboxSet's template of several containers is charged the whole pod: only the main container is resized (review 26 M3)", async () => {
-    // app 1 core + sidecar 2 cores, as the CRD sync sends it (mainCpu: the app's share).
-    const team = await quotaTeam({ vcpus: 7 }, { cpuCount: 3, mainCpu: 1, sourceRevision: "r1" });
+    // app 1 core + sidecar 2 cores, as the CRD sync sends it (restCpu: the sidecar's share).
+    const team = await quotaTeam({ vcpus: 7 }, { cpuCount: 3, restCpu: 2, initCpu: 0, sourceRevision: "r1" });
     const inplace = (limit: string) => call("/v2/sandboxes", { key: team.key, body: { templateID: team.template, timeout: 300, metadata: { "e2b.agents.kruise.io/cpu-limit": limit } } });
     const a = await expectStatus(inplace("1"), 201);
     expect((await expectStatus(call(`/sandboxes/${a.sandboxID}`, { key: team.key }), 200)).cpuCount).toBe(3);
@@ -101,10 +101,25 @@ describe("team quota", () => {
     await expectStatus(inplace("0.5"), 201);
     expect(await usage(team)).toMatchObject({ vcpus: 6 });
     await expectError(inplace("0.1"), 429, `team "${team.name}" has 6 of 7 vCPUs in running sandboxes (quota vcpus)`);
-    // A SandboxSet an older agent sent (no mainCpu): the app's share is unknown, none is taken off.
+    // A SandboxSet an older agent sent (no restCpu): the rest of the pod is unknown, taken as all of it.
     const old = await quotaTeam({ vcpus: 10 }, { cpuCount: 3, sourceRevision: "r1" });
     const b = await expectStatus(call("/v2/sandboxes", { key: old.key, body: { templateID: old.template, timeout: 300, metadata: { "e2b.agents.kruise.io/cpu-limit": "1" } } }), 201);
     expect((await expectStatus(call(`/sandboxes/${b.sandboxID}`, { key: old.key }), 200)).cpuCount).toBe(4);
+  });
+
+  it("an in-place cpu-limit on a SandboxSet with an init container is charged the larger of its peak and the running pod, never both (review 27 final M2)", async () => {
+    // One container + an init container stating no CPU (buildPod gives it the count, 1): at
+    // cpu-limit 2 the pod holds max(1, 2) = 2.
+    const team = await quotaTeam({ vcpus: 4 }, { cpuCount: 1, restCpu: 0, initCpu: 1, sourceRevision: "r1" });
+    const inplace = (t: TestTeam, limit: string) => call("/v2/sandboxes", { key: t.key, body: { templateID: t.template, timeout: 300, metadata: { "e2b.agents.kruise.io/cpu-limit": limit } } });
+    const a = await expectStatus(inplace(team, "2"), 201);
+    expect((await expectStatus(call(`/sandboxes/${a.sandboxID}`, { key: team.key }), 200)).cpuCount).toBe(2);
+    await expectStatus(inplace(team, "2"), 201);
+    expect(await usage(team)).toMatchObject({ vcpus: 4 });
+    // App 4 + such an init container at cpu-limit 2: the init container's 4, as without in-place.
+    const big = await quotaTeam({ vcpus: 4 }, { cpuCount: 4, restCpu: 0, initCpu: 4, sourceRevision: "r1" });
+    const b = await expectStatus(inplace(big, "2"), 201);
+    expect((await expectStatus(call(`/sandboxes/${b.sandboxID}`, { key: big.key }), 200)).cpuCount).toBe(4);
   });
 
   it("a Freeze-paused sandbox keeps its memory counted (not its vCPUs nor a running slot) until it is killed; a Stop-paused one no memory (a paused slot only); a resume does not count it twice", async () => {

@@ -17,7 +17,7 @@ import type { SandboxSetObject } from "../../drivers/kubernetes/kubernetes-drive
 import { poolRevision } from "../../drivers/kubernetes/pool-status.ts";
 import { mainContainer, podCost, wholeCores } from "../../drivers/kubernetes/pod-resources.ts";
 import { MAX_TEMPLATE_CPU_COUNT, MAX_TEMPLATE_MEMORY_MB } from "../../../schema/api/limits.ts";
-import { SANDBOXSET_MAIN_CPU_FEATURE } from "../../../schema/protocol/crd-sync.ts";
+import { SANDBOXSET_CPU_SHARES_FEATURE } from "../../../schema/protocol/crd-sync.ts";
 
 /** The edge's template spec (schema/api/template.ts `TemplateSpec` input) a SandboxSet maps to. */
 export type PoolSpec = z.input<typeof TemplateSpec> & { cluster: string; replicas: number; image: string; cpuCount: number; memoryMB: number };
@@ -45,11 +45,11 @@ export class LinkPoolSink implements PoolSink {
   }
 
   async upsert(set: SetRef & { generation: number; spec: PoolSpec }): Promise<"applied" | "stale"> {
-    // An edge from before mainCpu refuses an item carrying it; without it that edge charges an
-    // in-place CPU change as it always did.
+    // An edge from before restCpu/initCpu refuses an item carrying them; without them that edge
+    // charges an in-place CPU change as it always did.
     let item = set;
-    if (!this.#link.supports(SANDBOXSET_MAIN_CPU_FEATURE)) {
-      const { mainCpu: _m, ...spec } = set.spec;
+    if (!this.#link.supports(SANDBOXSET_CPU_SHARES_FEATURE)) {
+      const { restCpu: _r, initCpu: _i, ...spec } = set.spec;
       item = { ...set, spec };
     }
     const r = await this.#link.call({ type: "sandboxsets", item });
@@ -87,19 +87,17 @@ export function poolSpecOf(set: SandboxSetObject & { spec: { pauseStrategy?: { t
   if (!("cpu" in cost)) throw new UncountableSandboxSet(cost.problems);
   const cpuCount = wholeCores(cost.cpu);
   const memoryMB = Math.max(128, Math.ceil(cost.memory / 2 ** 20 - 1e-9));
+  // The pod beside its main container, which a claim's in-place CPU value leaves as it is: the
+  // edge charges `ceil(max(initCpu, restCpu + the in-place value))` (review 26 M3, review 27 final
+  // M2). In millicores, rounded up: a larger share only charges more.
+  const milli = (cores: number) => Math.max(0, Math.ceil(cores * 1000 - 1e-6)) / 1000;
+  const restCpu = milli(cost.restCpu);
+  const initCpu = milli(cost.initCpu);
   // Past the edge's bounds its TemplateSpec refuses the push, which would be retried for ever
   // with nothing on the SandboxSet saying why: refused here, with the Event and condition.
-  if (cpuCount > MAX_TEMPLATE_CPU_COUNT || memoryMB > MAX_TEMPLATE_MEMORY_MB) {
-    throw new UncountableSandboxSet([`the pod's limits sum to ${cpuCount} cores and ${memoryMB} MiB, more than a template may have (${MAX_TEMPLATE_CPU_COUNT} cores, ${MAX_TEMPLATE_MEMORY_MB} MiB)`]);
+  if (Math.max(cpuCount, initCpu) > MAX_TEMPLATE_CPU_COUNT || memoryMB > MAX_TEMPLATE_MEMORY_MB) {
+    throw new UncountableSandboxSet([`the pod's limits sum to ${Math.max(cpuCount, Math.ceil(initCpu))} cores and ${memoryMB} MiB, more than a template may have (${MAX_TEMPLATE_CPU_COUNT} cores, ${MAX_TEMPLATE_MEMORY_MB} MiB)`]);
   }
-  // The main container's share of cpuCount: what a claim's in-place CPU value replaces, the rest
-  // of the pod staying as it is (the edge charges cpuCount − mainCpu + the in-place value; review
-  // 26 M3). The count's rounding goes with the main container's share; a regular init container's
-  // peak does not: the pod holds it for life whatever the main container is resized to, so the
-  // share is the count less the larger of the rest and that peak (review 27 M1). When an init
-  // container sets the count this charges the in-place value on top of it: more, never less.
-  // In millicores, rounded down: a smaller share only charges more.
-  const mainCpu = Math.max(0, Math.floor((cpuCount - Math.max(cost.restCpu, cost.initCpu)) * 1000 + 1e-6) / 1000);
   const main: Container = mainContainer(spec as { containers?: Container[] }) ?? {};
   const env = Object.fromEntries((main.env ?? []).filter((e) => e.value !== undefined).map((e) => [e.name, e.value!]));
   return {
@@ -107,7 +105,8 @@ export function poolSpecOf(set: SandboxSetObject & { spec: { pauseStrategy?: { t
     replicas: set.spec.replicas ?? 0,
     image: main.image ?? "base",
     cpuCount,
-    mainCpu,
+    restCpu,
+    initCpu,
     memoryMB,
     env,
     pauseStrategy: set.spec.pauseStrategy?.type === "Freeze" ? "Freeze" : "Stop",

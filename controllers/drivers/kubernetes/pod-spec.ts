@@ -7,7 +7,7 @@ import type { V1OwnerReference, V1PersistentVolumeClaim, V1Pod, V1PodSpec, V1Pod
 import { BUILTIN_INJECTION, type InjectionConfig } from "../../../schema/crd/injection.ts";
 import { ANNOTATION, GROUP, INTERPRETER_PORT, LABEL, RUNTIME_CONTAINER, RUNTIME_PORT } from "../../../schema/crd/labels.ts";
 import { injectComponents } from "./inject.ts";
-import { mainContainer, noLimit, podCost, statesNoResources, wholeCores } from "./pod-resources.ts";
+import { initCpuLimit, mainContainer, noLimit, podCost, statesNoResources } from "./pod-resources.ts";
 import { injectTraffic } from "./traffic-pod.ts";
 import { withRuntimeToken } from "./runtime-token.ts";
 
@@ -91,20 +91,18 @@ export function buildPod(input: PodInput): V1Pod {
   const memory = `${input.resources.memoryMB}Mi`;
   if (main && statesNoResources(main)) main.resources = { requests: { cpu, memory }, limits: { cpu, memory } };
   // A regular init container without a limit runs alone, bounded by what the pod is counted
-  // (pod-resources.ts), so an unbounded one costs no more than the count.
-  // A zero limit is none to the kubelet (pod-resources.ts), so it is replaced as a missing one.
-  // Its CPU limit is the larger of the sandbox's count and the pool's (the template's whole pod,
-  // which counts the init container's request): a claim's in-place CPU below that request would
-  // otherwise give a pod made again (a resume after a Stop pause) a limit under its request,
-  // which the API server refuses (review 26 L5).
+  // (initCpuLimit in pod-resources.ts, the rule podCost charges by), so an unbounded one costs no
+  // more than the count. A zero limit is none to the kubelet (pod-resources.ts), so it is
+  // replaced as a missing one.
   const inits = (spec.initContainers ?? []).filter((c) => c.restartPolicy !== "Always");
   const pool = inits.length ? podCost(input.template.spec ?? { containers: [] }) : { problems: [] };
-  const initCpu = "cpu" in pool ? String(Math.max(input.resources.cpuCount, wholeCores(pool.cpu))) : cpu;
+  // An uncountable pool (a pod not judged by the pool: an image template) is the sandbox's count.
+  const poolCpu = "cpu" in pool ? pool.cpu : 0;
   for (const c of inits) {
     const stated = c.resources?.limits ?? {};
-    const noCpu = noLimit(stated.cpu);
+    const cpuLimit = initCpuLimit(c, poolCpu, input.resources.cpuCount);
     const noMemory = noLimit(stated.memory);
-    if (noCpu || noMemory) c.resources = { ...c.resources, limits: { ...stated, ...(noCpu ? { cpu: initCpu } : {}), ...(noMemory ? { memory } : {}) } };
+    if (cpuLimit !== undefined || noMemory) c.resources = { ...c.resources, limits: { ...stated, ...(cpuLimit !== undefined ? { cpu: String(cpuLimit) } : {}), ...(noMemory ? { memory } : {}) } };
   }
   const injection = input.injection ?? BUILTIN_INJECTION;
   const ownRuntime = spec.containers.some((c) => c.name === RUNTIME_CONTAINER);

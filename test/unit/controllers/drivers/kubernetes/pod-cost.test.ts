@@ -5,12 +5,24 @@ import { mainContainer, podCost, unsizedRuntimeProblems } from "../../../../../c
 import { PodWriter } from "../../../../../controllers/drivers/kubernetes/pod-writer.ts";
 import { LinkPoolSink, poolSpecOf, UncountableSandboxSet } from "../../../../../controllers/agent/kube-sync/sandboxset-sync.ts";
 import { buildPod } from "../../../../../controllers/drivers/kubernetes/pod-spec.ts";
+import { inplaceCpuCharge } from "../../../../../durable-objects/operations/inplace-charge.ts";
 
 const GI = 2 ** 30;
 const MI = 2 ** 20;
 const lim = (cpu: string, memory: string) => ({ limits: { cpu, memory } });
 type C = { name: string; image?: string; restartPolicy?: string; resources?: Record<string, Record<string, string>> };
 const set = (containers: C[], initContainers?: C[]) => ({ metadata: { name: "s", generation: 1 }, spec: { replicas: 1, template: { spec: { containers, ...(initContainers ? { initContainers } : {}) } } } }) as never;
+
+const podInput = (containers: C[], initContainers?: C[]) => ({
+  name: "p",
+  namespace: "ns",
+  template: { spec: { containers, ...(initContainers ? { initContainers } : {}) } },
+  volumeClaimTemplates: [],
+  labels: {},
+  owner: { apiVersion: "agents.kruise.io/v1alpha1", kind: "Sandbox", name: "p", uid: "u" },
+  runtimeImage: "rt:1",
+  resources: { cpuCount: 2, memoryMB: 1024 },
+});
 
 describe("podCost", () => {
   it.each<[string, C[], C[] | undefined, { cpu: number; memory: number; restCpu: number; initCpu: number }]>([
@@ -26,6 +38,14 @@ describe("podCost", () => {
       { cpu: 4, memory: 2 * GI, restCpu: 2, initCpu: 4 },
     ],
     ["a regular init container with no limit: bounded by the pod's count (buildPod)", [{ name: "main" }], [{ name: "fetch" }], { cpu: 1, memory: 512 * MI, restCpu: 0, initCpu: 1 }],
+    // buildPod gives it the count as its limit whatever it requests (initCpuLimit; review 27 final L5).
+    ["a regular init container with a request and no limit holds the count, not its request", [{ name: "main", resources: lim("10", "1Gi") }], [{ name: "warm", resources: { requests: { cpu: "8" } } }], { cpu: 10, memory: GI, restCpu: 0, initCpu: 10 }],
+    [
+      "a regular init container with no limit holds the count beside the sidecars started before it",
+      [{ name: "main", resources: lim("1", "1Gi") }],
+      [{ name: "proxy", restartPolicy: "Always", resources: lim("2", "1Gi") }, { name: "fetch" }],
+      { cpu: 3, memory: 2 * GI, restCpu: 2, initCpu: 5 },
+    ],
     ["a template's own agent-runtime with no resources is sized by the injection config, not counted", [{ name: "main" }, { name: "agent-runtime" }], undefined, { cpu: 1, memory: 512 * MI, restCpu: 0, initCpu: 0 }],
     ["a template's own agent-runtime with resources is counted", [{ name: "main", resources: lim("1", "1Gi") }, { name: "agent-runtime", resources: lim("8", "8Gi") }], undefined, { cpu: 9, memory: 9 * GI, restCpu: 8, initCpu: 0 }],
   ])("%s", (_name, containers, inits, want) => {
@@ -77,36 +97,56 @@ describe("poolSpecOf counts the whole pod", () => {
     expect(poolSpecOf(set([{ name: "main", resources: lim("200", "512Gi") }, { name: "side", resources: lim("56", "512Gi") }]), "c")).toMatchObject({ cpuCount: 256, memoryMB: 1_048_576 });
   });
 
-  it("sends the main container's share of cpuCount, which a claim's in-place CPU replaces: the rest of the pod stays counted (review 26 M3)", () => {
+  it("sends the rest of the pod, which a claim's in-place CPU leaves as it is (review 26 M3)", () => {
     const sidecar = { name: "side", resources: lim("2", "1Gi") };
-    expect(poolSpecOf(set([{ name: "app", resources: lim("1", "1Gi") }, sidecar]), "c")).toMatchObject({ cpuCount: 3, mainCpu: 1 });
-    // The count's rounding goes with the main container's share (3 − 2), not a core more.
-    expect(poolSpecOf(set([{ name: "app", resources: lim("500m", "1Gi") }, sidecar]), "c")).toMatchObject({ cpuCount: 3, mainCpu: 1 });
-    expect(poolSpecOf(set([{ name: "app", resources: lim("1", "1Gi") }], [{ ...sidecar, restartPolicy: "Always" }]), "c")).toMatchObject({ cpuCount: 3, mainCpu: 1 });
-    expect(poolSpecOf(set([{ name: "agent-runtime", resources: lim("250m", "1Gi") }, { name: "app", resources: lim("1", "1Gi") }]), "c")).toMatchObject({ cpuCount: 2, mainCpu: 1.75 });
-    // One container: the whole pod.
-    expect(poolSpecOf(set([{ name: "app" }]), "c")).toMatchObject({ cpuCount: 1, mainCpu: 1 });
+    expect(poolSpecOf(set([{ name: "app", resources: lim("1", "1Gi") }, sidecar]), "c")).toMatchObject({ cpuCount: 3, restCpu: 2, initCpu: 0 });
+    expect(poolSpecOf(set([{ name: "app", resources: lim("500m", "1Gi") }, sidecar]), "c")).toMatchObject({ cpuCount: 3, restCpu: 2, initCpu: 0 });
+    expect(poolSpecOf(set([{ name: "app", resources: lim("1", "1Gi") }], [{ ...sidecar, restartPolicy: "Always" }]), "c")).toMatchObject({ cpuCount: 3, restCpu: 2, initCpu: 0 });
+    expect(poolSpecOf(set([{ name: "agent-runtime", resources: lim("250m", "1Gi") }, { name: "app", resources: lim("1", "1Gi") }]), "c")).toMatchObject({ cpuCount: 2, restCpu: 0.25, initCpu: 0 });
+    // One container: nothing beside it.
+    expect(poolSpecOf(set([{ name: "app" }]), "c")).toMatchObject({ cpuCount: 1, restCpu: 0, initCpu: 0 });
   });
 
-  it("a regular init container's peak is not the main container's share: the pod holds it for life, whatever the claim resizes the main container to (review 27 M1)", () => {
+  it("sends a regular init container's peak apart from the rest: the pod holds it before the app starts, never beside it (review 27 final M2)", () => {
     const app = { name: "app", resources: lim("100m", "1Gi") };
-    // App 100m, init 64 cores: 64 held for the pod's life, so a claim at 0.1 is charged 64 + 0.1 → 65, not 1.
-    expect(poolSpecOf(set([app], [{ name: "warm", resources: lim("64", "1Gi") }]), "c")).toMatchObject({ cpuCount: 64, mainCpu: 0 });
-    expect(poolSpecOf(set([app], [{ name: "warm", resources: { requests: { cpu: "8" } } }]), "c")).toMatchObject({ cpuCount: 8, mainCpu: 0 });
-    // An init container stating no CPU gets the count as its limit (and so its request): held whole.
-    expect(poolSpecOf(set([{ name: "app", resources: lim("1500m", "1Gi") }], [{ name: "fetch" }]), "c")).toMatchObject({ cpuCount: 2, mainCpu: 0 });
-    // An init container under the rest of the pod changes nothing.
-    expect(poolSpecOf(set([{ name: "app", resources: lim("4", "1Gi") }, { name: "side", resources: lim("2", "1Gi") }], [{ name: "warm", resources: lim("1", "1Gi") }]), "c")).toMatchObject({ cpuCount: 6, mainCpu: 4 });
+    expect(poolSpecOf(set([app], [{ name: "warm", resources: lim("64", "1Gi") }]), "c")).toMatchObject({ cpuCount: 64, restCpu: 0, initCpu: 64 });
+    expect(poolSpecOf(set([app], [{ name: "warm", resources: { requests: { cpu: "8" } } }]), "c")).toMatchObject({ cpuCount: 8, restCpu: 0, initCpu: 8 });
+    // An init container stating no CPU gets the count as its limit (initCpuLimit).
+    expect(poolSpecOf(set([{ name: "app", resources: lim("1500m", "1Gi") }], [{ name: "fetch" }]), "c")).toMatchObject({ cpuCount: 2, restCpu: 0, initCpu: 2 });
+    expect(poolSpecOf(set([{ name: "app", resources: lim("4", "1Gi") }, { name: "side", resources: lim("2", "1Gi") }], [{ name: "warm", resources: lim("1", "1Gi") }]), "c")).toMatchObject({ cpuCount: 6, restCpu: 2, initCpu: 1 });
   });
 
-  it("mainCpu goes only to an edge that lists it: an older edge's strict schema would refuse the whole SandboxSet", async () => {
+  // The charge checked against the pod made for the claim (buildPod with the claim's count, the
+  // main container then resized in place), sized as the kubelet sizes it (podCost over the
+  // template's containers; the injected ones are the operator's and not counted).
+  it.each<[string, C[], C[] | undefined, number]>([
+    ["one container + an init stating no CPU, claimed at 2", [{ name: "app" }], [{ name: "fetch" }], 2],
+    ["app 4 + an init stating no CPU, claimed at 2", [{ name: "app", resources: lim("4", "1Gi") }], [{ name: "fetch" }], 2],
+    ["app 4 + an init stating no CPU, claimed at 6", [{ name: "app", resources: lim("4", "1Gi") }], [{ name: "fetch" }], 6],
+    ["app 1 + sidecar 2, claimed at 1", [{ name: "app", resources: lim("1", "1Gi") }, { name: "side", resources: lim("2", "1Gi") }], undefined, 1],
+    ["app 1 + native sidecar 2 + init 3, claimed at 0.5", [{ name: "app", resources: lim("1", "1Gi") }], [{ name: "proxy", restartPolicy: "Always", resources: lim("2", "1Gi") }, { name: "fetch", resources: lim("3", "1Gi") }], 0.5],
+    ["app 1 + native sidecar 2 + init 3, claimed at 1.5", [{ name: "app", resources: lim("1", "1Gi") }], [{ name: "proxy", restartPolicy: "Always", resources: lim("2", "1Gi") }, { name: "fetch", resources: lim("3", "1Gi") }], 1.5],
+    ["app 100m + an init requesting 8, claimed at 1", [{ name: "app", resources: lim("100m", "1Gi") }], [{ name: "warm", resources: { requests: { cpu: "8" } } }], 1],
+  ])("an in-place claim is charged what its pod holds: %s (review 27 final M2)", (_name, containers, inits, inplace) => {
+    const charge = inplaceCpuCharge(poolSpecOf(set(containers, inits), "c"), inplace);
+    const pod = buildPod({ ...podInput(containers, inits), resources: { cpuCount: inplace, memoryMB: 1024 } } as never);
+    const main = mainContainer(pod.spec)!;
+    main.resources = { ...main.resources, limits: { ...main.resources?.limits, cpu: String(inplace) }, requests: { ...main.resources?.requests, cpu: String(inplace) } };
+    const own = new Set([...containers, ...(inits ?? [])].map((c) => c.name));
+    const held = podCost({ containers: pod.spec!.containers.filter((c) => own.has(c.name)), initContainers: (pod.spec!.initContainers ?? []).filter((c) => own.has(c.name)) } as never);
+    expect(held).toMatchObject({ problems: [] });
+    expect(charge).toBe(Math.ceil((held as { cpu: number }).cpu - 1e-9));
+  });
+
+  it("restCpu and initCpu go only to an edge that lists them: an older edge's strict schema would refuse the whole SandboxSet", async () => {
     const spec = poolSpecOf(set([{ name: "app", resources: lim("1", "1Gi") }, { name: "side", resources: lim("2", "1Gi") }]), "c");
     for (const listed of [true, false]) {
       const sent: { spec: Record<string, unknown> }[] = [];
-      const link = { supports: (f: string) => listed && f === "sandboxsetMainCpu", call: async (c: { item: { spec: Record<string, unknown> } }) => (sent.push(c.item), { id: "x", result: "applied" as const }) };
+      const link = { supports: (f: string) => listed && f === "sandboxsetCpuShares", call: async (c: { item: { spec: Record<string, unknown> } }) => (sent.push(c.item), { id: "x", result: "applied" as const }) };
       await new LinkPoolSink(link as never).upsert({ namespace: "n", name: "s", uid: "u", generation: 1, spec });
       expect(sent[0]!.spec).toMatchObject({ cpuCount: 3 });
-      expect("mainCpu" in sent[0]!.spec).toBe(listed);
+      expect("restCpu" in sent[0]!.spec).toBe(listed);
+      expect("initCpu" in sent[0]!.spec).toBe(listed);
     }
   });
 
@@ -117,16 +157,7 @@ describe("poolSpecOf counts the whole pod", () => {
 });
 
 describe("the pod as built stays within the count", () => {
-  const input = (containers: C[], initContainers?: C[]) => ({
-    name: "p",
-    namespace: "ns",
-    template: { spec: { containers, ...(initContainers ? { initContainers } : {}) } },
-    volumeClaimTemplates: [],
-    labels: {},
-    owner: { apiVersion: "agents.kruise.io/v1alpha1", kind: "Sandbox", name: "p", uid: "u" },
-    runtimeImage: "rt:1",
-    resources: { cpuCount: 2, memoryMB: 1024 },
-  });
+  const input = podInput;
 
   it("the default goes to the container counted at it, not to a declared agent-runtime listed first", () => {
     const pod = buildPod(input([{ name: "agent-runtime", image: "rt" }, { name: "main", image: "x" }]) as never);
