@@ -363,16 +363,7 @@ export class ClusterDO extends DurableObject<Env> {
       // its own send behind this one rather than letting its intent leave first.
       this.policyTeams.reading(teams ?? "every");
       this.policyBound = served.bound;
-      try {
-        const policies = await listTrafficPolicies(getDb(this.env), teams ? [null, ...teams] : undefined);
-        this.send({ type: "trafficPolicies", policies });
-        this.policyTeams.delivered();
-      } catch (err) {
-        this.policyTeams.failed();
-        this.resendSoon("policies");
-        throw err;
-      }
-      return true;
+      return this.deliverSet(this.policyTeams, "policies", async () => ({ type: "trafficPolicies", policies: await listTrafficPolicies(getDb(this.env), teams ? [null, ...teams] : undefined) }));
     });
     this.policiesChain = next.catch(() => false);
     return { ok: true, sent: await next };
@@ -410,22 +401,30 @@ export class ClusterDO extends DurableObject<Env> {
       // In flight from here, as the policies' (sendTrafficPolicies).
       this.profileTeams.reading(teams);
       this.templateTeams = served.withTemplates;
-      try {
+      return this.deliverSet(this.profileTeams, "profiles", async () => {
         const listed = await listSecurityProfiles(db, [null, ...teams]);
         const secrets = await this.profileSecrets(listed, served.every ? teams : new Set([...teams].filter((t) => served.bound.has(t))));
         // Nor the literals a team's rules add to requests (they may be credentials) to a cluster not bound to it.
         const profiles = served.every ? listed : listed.map((p) => (p.team === null || served.bound.has(p.team) ? p : { ...p, spec: withholdLiterals(p.spec, `rule withheld: SecurityProfile ${p.name} of team ${p.team} adds header values to this request, and cluster ${cluster} is not bound to the team`) }));
-        this.send({ type: "securityProfiles", profiles, ...(secrets ? { secrets } : {}) });
-        this.profileTeams.delivered();
-      } catch (err) {
-        this.profileTeams.failed();
-        this.resendSoon("profiles");
-        throw err;
-      }
-      return true;
+        return { type: "securityProfiles", profiles, ...(secrets ? { secrets } : {}) };
+      });
     });
     this.profilesChain = next.catch(() => false);
     return { ok: true, sent: await next };
+  }
+
+  /** Reads a set's frame and sends it, keeping `held` true to what the agent has: delivered once
+   * the frame left, unknown (and resent soon) when the reads failed. Both sets go this way. */
+  private async deliverSet(held: HeldTeams, kind: "policies" | "profiles", frame: () => Promise<EdgeMessage>): Promise<true> {
+    try {
+      this.send(await frame());
+      held.delivered();
+      return true;
+    } catch (err) {
+      held.failed();
+      this.resendSoon(kind);
+      throw err;
+    }
   }
 
   /** After a failed send of a set: the agent keeps its previous one, which may hold a team that
