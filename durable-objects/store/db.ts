@@ -15,10 +15,23 @@ export function getDb(env: { LIBSQL_URL: string; LIBSQL_AUTH_TOKEN?: string }): 
   const key = `${env.LIBSQL_URL}\n${env.LIBSQL_AUTH_TOKEN ?? ""}`;
   let db = clients.get(key);
   if (!db) {
-    db = drizzle({ client: createClient({ url: env.LIBSQL_URL, authToken: env.LIBSQL_AUTH_TOKEN, concurrency: 100_000 }) });
+    const client = createClient({ url: env.LIBSQL_URL, authToken: env.LIBSQL_AUTH_TOKEN, concurrency: 100_000 });
+    client.transaction = refuseInteractiveTransaction;
+    db = drizzle({ client });
     clients.set(key, db);
   }
   return db;
+}
+
+/**
+ * No interactive transactions (drizzle's `db.transaction()` is one): the sqld we run allows one
+ * SQLite connection at a time (scripts/lib/sqld.ts says why), so a transaction holds the only
+ * connection across round trips and every other request of every isolate waits behind it; one
+ * that awaits another libSQL request inside it never finishes. Several statements that must
+ * commit together go in one `batch` (one request, one implicit transaction).
+ */
+async function refuseInteractiveTransaction(): Promise<never> {
+  throw new Error("interactive libSQL transactions are not used here: send the statements as one batch (durable-objects/store/db.ts)");
 }
 
 /** A statement as `executeOne` takes it: positional arguments of the types the index row has. */
