@@ -4,7 +4,7 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join, resolve } from "node:path";
+import { basename, join, resolve } from "node:path";
 import { Sandbox } from "e2b";
 import { afterAll, describe, expect, it } from "vitest";
 import { freePort } from "../../scripts/lib/sqld.ts";
@@ -47,9 +47,13 @@ function children(pid: number): { sqld?: number; workerd?: number; agent?: numbe
     }
     const ppid = Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]);
     if (ppid !== pid) continue;
-    if (cmdline.includes("controllers/agent/main.ts")) found.agent = Number(entry);
-    else if (cmdline.includes("sqld")) found.sqld = Number(entry);
-    else if (cmdline.includes("workerd")) found.workerd = Number(entry);
+    // By the program and the script, not a substring of the whole line: a checkout whose path
+    // contains "sqld" or "workerd" would otherwise name every child after it.
+    const argv = cmdline.split("\0");
+    const program = basename(argv[0] ?? "");
+    if (argv.some((a) => a.endsWith("controllers/agent/main.ts"))) found.agent = Number(entry);
+    else if (program === "sqld") found.sqld = Number(entry);
+    else if (program === "workerd") found.workerd = Number(entry);
   }
   return found;
 }
