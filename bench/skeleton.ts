@@ -154,9 +154,16 @@ export async function startSkeleton(dir: string, libsqlUrl: string, opts: { insp
   };
 }
 
+/** What the skeletons' agent reads of a feature-skeleton intent. */
+interface FeatureIntent {
+  sandboxId: string;
+  generation: number;
+  owner: { kind: string };
+}
+
 /**
  * The skeletons' agent: answers every frame as soon as it arrives, with its seq (bare skeleton)
- * or the seqs of all its intents in one frame (feature skeleton).
+ * or, for all the intents of a frame, one protocol ack frame with their observations (feature skeleton).
  */
 async function answeringClient(url: string): Promise<WebSocket> {
   const ws = new WebSocket(url, { perMessageDeflate: false });
@@ -165,9 +172,16 @@ async function answeringClient(url: string): Promise<WebSocket> {
     ws.once("error", fail);
   });
   ws.on("message", (data) => {
-    const msg = JSON.parse(String(data)) as { seq: number } | { items: { seq: number }[] } | { type: "teamSets" };
-    if ("items" in msg) ws.send(JSON.stringify({ items: msg.items.map(({ seq }) => ({ seq, result: "applied" })) }));
-    else if ("seq" in msg) ws.send(JSON.stringify({ seq: msg.seq, result: "applied" }));
+    const msg = JSON.parse(String(data)) as { seq: number } | { items: { seq: number; intent: FeatureIntent }[] } | { type: "teamSets" };
+    if ("items" in msg) {
+      // The protocol's ack frame with the observations made with the acks (schema/protocol), as our
+      // agent sends them: a pool's new member acked `accepted` and observed Running, a claimed one
+      // (re-initialised before its ack) acked `applied`.
+      const observedAt = Date.now();
+      const items = msg.items.map(({ seq, intent: i }) => ({ seq, sandboxId: i.sandboxId, generation: i.generation, result: i.owner.kind === "sandbox" ? "applied" : "accepted" }));
+      const observations = msg.items.map(({ intent: i }) => ({ sandboxId: i.sandboxId, generation: i.generation, phase: "Running", ready: true, endpoint: { runtime: `http://${i.sandboxId}.skeleton.invalid:49983` }, observedAt }));
+      ws.send(JSON.stringify({ type: "ack", items, observations }));
+    } else if ("seq" in msg) ws.send(JSON.stringify({ seq: msg.seq, result: "applied" }));
     // A team's policy and profile sets (feature skeleton): held, not answered.
   });
   return ws;

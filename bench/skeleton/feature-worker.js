@@ -60,6 +60,7 @@
 import { DurableObject } from "cloudflare:workers";
 import { z } from "zod";
 import { NewSandbox } from "../../schema/api/sandbox.ts";
+import { AgentMessageSchema, parseFrame } from "../../schema/protocol/messages.ts";
 
 const KEY_PATTERN = /^e2b_[0-9a-f]{40}$/;
 const MAX_BODY_BYTES = 1 << 20;
@@ -592,7 +593,7 @@ export class FeatureCluster extends DurableObject {
       const seq = ++this.seq;
       this.sql.exec("INSERT INTO outbox (seq, sandbox_id, intent) VALUES (?, ?, ?)", seq, intent.sandboxId, JSON.stringify(intent));
       if (opts.awaitAnswer && intent.owner.kind === "sandbox") answers.push(new Promise((resolve) => this.waiters.set(seq, { resolve, until })));
-      else if (intent.owner.kind !== "sandbox") this.poolOf.set(seq, { pool: intent.owner.id, kind: intent.owner.kind, id: intent.sandboxId });
+      else if (intent.owner.kind !== "sandbox") this.poolOf.set(intent.sandboxId, { pool: intent.owner.id, kind: intent.owner.kind });
       this.unsent.push({ seq, intent });
     }
     this.sendTimer ??= setTimeout(() => {
@@ -628,23 +629,35 @@ export class FeatureCluster extends DurableObject {
     if (this.waiters.size) this.sweepTimer = setTimeout(() => this.sweep(), 1_000);
   }
 
-  webSocketMessage(_ws, message) {
-    const toPools = new Map();
-    for (const { seq } of JSON.parse(message).items) {
+  webSocketMessage(ws, message) {
+    // Every agent frame is parsed by the protocol's own zod schemas, bounded (schema/protocol/
+    // README.md: "Both sides parse every frame with these zod schemas"; a cluster's frames carry
+    // what tenants wrote in their namespaces); a bad one ends the session, as ClusterDO does.
+    const parsed = typeof message === "string" ? parseFrame(AgentMessageSchema, message) : { ok: false, error: "frames are JSON text" };
+    if (!parsed.ok) return ws.close(4400, "bad_frame");
+    const msg = parsed.value;
+    if (msg.type !== "ack") return;
+    for (const { seq } of msg.items) {
       this.answered.push(seq);
       const waiter = this.waiters.get(seq);
       if (waiter) {
         this.waiters.delete(seq);
         waiter.resolve(true);
-        continue;
       }
-      const member = this.poolOf.get(seq);
+    }
+    // A pool's member is ready when the agent observes it Running and ready (its create is acked
+    // `accepted` before it runs, as our agent does): the observations go to their pools, one call
+    // per pool per frame. An awaited sandbox's observation repeats its ack: dropped.
+    const toPools = new Map();
+    for (const o of msg.observations ?? []) {
+      if (o.phase !== "Running" || !o.ready) continue;
+      const member = this.poolOf.get(o.sandboxId);
       if (!member) continue;
-      this.poolOf.delete(seq);
+      this.poolOf.delete(o.sandboxId);
       const key = `${member.kind}:${member.pool}`;
       const ids = toPools.get(key);
-      if (ids) ids.push(member.id);
-      else toPools.set(key, [member.id]);
+      if (ids) ids.push(o.sandboxId);
+      else toPools.set(key, [o.sandboxId]);
     }
     for (const [key, ids] of toPools) {
       const [kind, name] = [key.slice(0, key.indexOf(":")), key.slice(key.indexOf(":") + 1)];
