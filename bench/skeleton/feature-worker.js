@@ -52,7 +52,14 @@
 //   - the agent's answer awaited for at most 10 s (OpenKruise's `waitReadyTimeout`), a failed
 //     create's sandbox deleted;
 //   - a team's first intent of an agent session preceded by its traffic policies and security
-//     profiles (issue 14 §2-3: no sandbox starts without its team's restrictions).
+//     profiles (issue 14 §2-3: no sandbox starts without its team's restrictions);
+//   - every agent frame parsed by the protocol's zod schemas (schema/protocol/README.md); the
+//     agent answers with the protocol's ack frame carrying the observations made with the acks,
+//     and a pool's member is ready when observed Running (our agent acks a create `accepted`
+//     before it runs);
+//   - each sandbox's desired intent kept by the cluster after its ack, an intent not newer than it
+//     dropped (issue 2: resync on reconnect, idempotent intents);
+//   - the pool's claims counted in its stored config (the admin API's and console's pool status).
 // The cluster object writes the intents of concurrent enqueues in one frame and deletes answered
 // outbox rows in batches after 50 ms, as ClusterDO does. Left out: state machines, redelivery,
 // tracing (off in the bench: its cost when off is the request id), and what ours does only for
@@ -521,6 +528,9 @@ export class FeaturePool extends DurableObject {
     const fresh = newId();
     this.sql.exec("DELETE FROM members WHERE id = ?", id);
     this.sql.exec("INSERT INTO members (id, state) VALUES (?, 'creating')", fresh);
+    // The pool's claims, stored with them: the admin API's and the console's pool status (issue 15
+    // §4: pools with stock and claims; ours: PoolDO's counters, once per commit).
+    this.sql.exec("UPDATE config SET claimed = claimed + 1");
     this.outgoing.push(this.intent(fresh));
     void this.flush();
     return { ok: true, id };
@@ -560,8 +570,14 @@ export class FeatureCluster extends DurableObject {
   constructor(ctx, env) {
     super(ctx, env);
     this.sql = ctx.storage.sql;
-    this.sql.exec("CREATE TABLE IF NOT EXISTS outbox (seq INTEGER PRIMARY KEY, sandbox_id TEXT NOT NULL, intent TEXT NOT NULL)");
+    // Each sandbox's desired intent, kept after its ack: what a reconnecting agent's inventory is
+    // resynced against (issue 2: "full-inventory resync on reconnect"); the outbox names the
+    // unacked ones. Ours: ClusterDO's desired and outbox rows.
+    this.sql.exec("CREATE TABLE IF NOT EXISTS desired (sandbox_id TEXT PRIMARY KEY, generation INTEGER NOT NULL, intent TEXT NOT NULL)");
+    this.sql.exec("CREATE TABLE IF NOT EXISTS outbox (seq INTEGER PRIMARY KEY, sandbox_id TEXT NOT NULL, generation INTEGER NOT NULL)");
     this.seq = this.sql.exec("SELECT COALESCE(MAX(seq), 0) AS n FROM outbox").one().n;
+    /** Each sandbox's desired generation: an intent not newer changes nothing (a redelivered or raced one). */
+    this.generations = new Map(this.sql.exec("SELECT sandbox_id, generation FROM desired").toArray().map((r) => [r.sandbox_id, r.generation]));
     /** seq → resolve of an awaited answer, or the pool owning the intent (its answer is routed there). */
     this.waiters = new Map();
     this.poolOf = new Map();
@@ -590,8 +606,21 @@ export class FeatureCluster extends DurableObject {
     const answers = [];
     const until = Date.now() + WAIT_MS;
     for (const intent of intents) {
+      const known = this.generations.get(intent.sandboxId);
+      if (known !== undefined && intent.generation <= known) {
+        // Stale: acknowledged by nobody (ours: seq 0).
+        if (opts.awaitAnswer && intent.owner.kind === "sandbox") answers.push(false);
+        continue;
+      }
+      this.generations.set(intent.sandboxId, intent.generation);
       const seq = ++this.seq;
-      this.sql.exec("INSERT INTO outbox (seq, sandbox_id, intent) VALUES (?, ?, ?)", seq, intent.sandboxId, JSON.stringify(intent));
+      this.sql.exec(
+        "INSERT INTO desired (sandbox_id, generation, intent) VALUES (?, ?, ?) ON CONFLICT (sandbox_id) DO UPDATE SET generation = excluded.generation, intent = excluded.intent",
+        intent.sandboxId,
+        intent.generation,
+        JSON.stringify(intent),
+      );
+      this.sql.exec("INSERT INTO outbox (seq, sandbox_id, generation) VALUES (?, ?, ?)", seq, intent.sandboxId, intent.generation);
       if (opts.awaitAnswer && intent.owner.kind === "sandbox") answers.push(new Promise((resolve) => this.waiters.set(seq, { resolve, until })));
       else if (intent.owner.kind !== "sandbox") this.poolOf.set(intent.sandboxId, { pool: intent.owner.id, kind: intent.owner.kind });
       this.unsent.push({ seq, intent });
@@ -796,7 +825,7 @@ function leaseCredits(obj, holder, save) {
 /** A pool's tables (FeaturePool, FeatureLeasePool); its template, or null before its fill. */
 function openPoolTables(sql) {
   sql.exec("CREATE TABLE IF NOT EXISTS members (id TEXT PRIMARY KEY, state TEXT NOT NULL)");
-  sql.exec("CREATE TABLE IF NOT EXISTS config (template TEXT NOT NULL)");
+  sql.exec("CREATE TABLE IF NOT EXISTS config (template TEXT NOT NULL, claimed INTEGER NOT NULL DEFAULT 0)");
   return sql.exec("SELECT template FROM config").toArray()[0]?.template ?? null;
 }
 
