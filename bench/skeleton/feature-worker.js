@@ -117,7 +117,8 @@ export default {
     // Every control-plane request has an id, its trace id (the caller's traceparent's when it sent
     // one), echoed in X-Request-Id (issue 15 §1; ours: functions/tracing.ts, tracing off).
     const requestId = TRACEPARENT.exec(request.headers.get("traceparent") ?? "")?.[1] ?? crypto.randomUUID().replaceAll("-", "");
-    const res = await serve(request, env, url);
+    // Every error is E2B's JSON (ours: onError); the bench shows the message.
+    const res = await serve(request, env, url).catch((err) => error(500, `Internal server error: ${err?.stack ?? err}`));
     res.headers.set("x-request-id", requestId);
     // Requests by route, method and status, and their duration (issue 15 §2; ours: measureRequests).
     count(`edge_http_requests_total{method="${request.method}",route="${url.pathname}",status="${res.status}"}`);
@@ -882,19 +883,17 @@ async function libsqlExecute(base, sql, values) {
 const templates = new Map();
 
 /** The template `id` of the team, read from libSQL at most once per TEMPLATE_TTL_MS per isolate
- * (concurrent misses share the read; a failed read is not kept); null when there is none. */
-function templateOf(env, id) {
+ * (null when there is none). Only read values are kept: a request awaiting a read another request
+ * started is taken by workerd for hung (and canceled) when that read's I/O is not its own. */
+async function templateOf(env, id) {
   const key = `${TEAM_ID}/${id}`;
   const now = Date.now();
   const hit = templates.get(key);
   if (hit && hit.until > now) return hit.value;
-  const value = libsqlExecute(env.LIBSQL_URL, "SELECT cpu_count, memory_mb, disk_size_mb, envd_version FROM skeleton_templates WHERE team_id = ? AND id = ?", [TEAM_ID, id]).then((rows) =>
-    rows.length ? { cpu: rows[0][0], memoryMB: rows[0][1], diskSizeMB: rows[0][2], envdVersion: rows[0][3] } : null,
-  );
-  const entry = { value, until: now + TEMPLATE_TTL_MS };
+  const rows = await libsqlExecute(env.LIBSQL_URL, "SELECT cpu_count, memory_mb, disk_size_mb, envd_version FROM skeleton_templates WHERE team_id = ? AND id = ?", [TEAM_ID, id]);
+  const value = rows.length ? { cpu: rows[0][0], memoryMB: rows[0][1], diskSizeMB: rows[0][2], envdVersion: rows[0][3] } : null;
   if (templates.size >= 10_000) templates.clear();
-  templates.set(key, entry);
-  value.catch(() => templates.get(key) === entry && templates.delete(key));
+  templates.set(key, { value, until: now + TEMPLATE_TTL_MS });
   return value;
 }
 
@@ -946,10 +945,11 @@ async function timed(key, work) {
   }
 }
 
-/** Hands the isolate's counts to the metrics object at most once per METRICS_FLUSH_MS. */
+/** Hands the isolate's counts to the metrics object at most once per METRICS_FLUSH_MS; the flush
+ * it starts, for the request's waitUntil. */
 function flushMetrics(env) {
   const now = Date.now();
-  if (metricsFlush || now - metricsFlushedAt < METRICS_FLUSH_MS) return metricsFlush;
+  if (metricsFlush || now - metricsFlushedAt < METRICS_FLUSH_MS) return null;
   const delta = counted;
   counted = { counters: {}, histograms: {} };
   metricsFlushedAt = now;
