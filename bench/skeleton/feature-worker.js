@@ -19,7 +19,7 @@
 //     TeamQuotaDO.create does; the reservation is committed before the group is asked);
 //   - the index row in libSQL before the response: the cluster object group-commits the rows of
 //     concurrent creates into one multi-row upsert, sent straight to sqld over HTTP (Hrana
-//     pipeline); ours hands them to SandboxIndexDO, which does the same through @libsql/client.
+//     pipeline); ours does the same from ClusterDO (IndexQueue, directIndexWriter).
 //     Until the cluster answers, the sandbox's own row (written before the call, with its intent)
 //     stands for the index row; when the answer does not say libSQL has it, the row goes to the
 //     group's outbox, so a create answers while libSQL is down (ours: the group's index outbox,
