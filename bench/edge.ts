@@ -13,8 +13,11 @@
 //   edge.claims_vs_skeleton_ratio          edge.claims_per_s / edge.skeleton_claims_per_s
 //   edge.skeleton_cpu_ms                   workerd CPU per skeleton create
 //   edge.feature_skeleton_claims_per_s     same clients against the feature skeleton: the skeleton
-//                                          plus the work the issue requires of every create (refill,
-//                                          Running recorded, index row, zod body, HMAC key check)
+//                                          plus the work the issues require of every create (refill,
+//                                          Running recorded, index row, zod body, HMAC key check,
+//                                          team quota, template cache, envdAccessToken, timeout
+//                                          alarm, bounded ack wait, team sets first, request id,
+//                                          metrics: bench/skeleton/feature-worker.js's header)
 //   edge.feature_skeleton_cpu_ms           workerd CPU per feature-skeleton create
 //   edge.claims_vs_feature_skeleton_ratio  edge.claims_per_s / edge.feature_skeleton_claims_per_s
 //   edge.claim_cpu_vs_feature_skeleton     workerd CPU per create over the feature skeleton's, both

@@ -4,12 +4,15 @@
 //   skeleton  the irreducible work of a create in our architecture (bench/skeleton/worker.js):
 //             key check, pool pop (SQLite), group insert (SQLite), cluster outbox row (SQLite)
 //             plus one WebSocket frame to a client that answers it, the response
-//   features  the skeleton plus the work issue 2 requires of every create, in the plainest way
+//   features  the skeleton plus the work the issues require of every create, in the plainest way
 //             (bench/skeleton/feature-worker.js): zod-validated body, HMAC key check (memoised),
-//             the team's quota object (reserve, claim, reservation row, hand to the group: one
-//             object call from the Worker), the pool's refill routed back to the pool, the group recording Running, the index
-//             row committed in sqld (its own table, `skeleton_sandboxes`, shaped by the
-//             migrations' `sandboxes`) before the response
+//             the template through a per-isolate cache (its own table, `skeleton_templates`), the
+//             team's quota object (every limit checked, reservation row, hand to the group: one
+//             object call from the Worker), the pool's refill routed back to the pool, the group
+//             recording Running with its timeout alarm, the agent's answer awaited with a bound,
+//             the index row committed in sqld (its own table, `skeleton_sandboxes`, shaped by the
+//             migrations' `sandboxes`) before the response, an envdAccessToken, the request id
+//             and metrics (since session 28: the list is in feature-worker.js's header)
 // If the skeletons cannot reach a throughput here, no implementation of our design can; the ratio
 // of our rate to theirs says how much of the cost is ours.
 // Measured November 2026 (shared machine, interleaved rounds): workerd CPU per create bare ~0.8 ms,
@@ -151,9 +154,16 @@ export async function startSkeleton(dir: string, libsqlUrl: string, opts: { insp
   };
 }
 
+/** What the skeletons' agent reads of a feature-skeleton intent. */
+interface FeatureIntent {
+  sandboxId: string;
+  generation: number;
+  owner: { kind: string };
+}
+
 /**
  * The skeletons' agent: answers every frame as soon as it arrives, with its seq (bare skeleton)
- * or the seqs of all its intents in one frame (feature skeleton).
+ * or, for all the intents of a frame, one protocol ack frame with their observations (feature skeleton).
  */
 async function answeringClient(url: string): Promise<WebSocket> {
   const ws = new WebSocket(url, { perMessageDeflate: false });
@@ -162,9 +172,17 @@ async function answeringClient(url: string): Promise<WebSocket> {
     ws.once("error", fail);
   });
   ws.on("message", (data) => {
-    const msg = JSON.parse(String(data)) as { seq: number } | { items: { seq: number }[] };
-    if ("items" in msg) ws.send(JSON.stringify({ items: msg.items.map(({ seq }) => ({ seq, result: "applied" })) }));
-    else ws.send(JSON.stringify({ seq: msg.seq, result: "applied" }));
+    const msg = JSON.parse(String(data)) as { seq: number } | { items: { seq: number; intent: FeatureIntent }[] } | { type: "teamSets" };
+    if ("items" in msg) {
+      // The protocol's ack frame with the observations made with the acks (schema/protocol), as our
+      // agent sends them: a pool's new member acked `accepted` and observed Running, a claimed one
+      // (re-initialised before its ack) acked `applied`.
+      const observedAt = Date.now();
+      const items = msg.items.map(({ seq, intent: i }) => ({ seq, sandboxId: i.sandboxId, generation: i.generation, result: i.owner.kind === "sandbox" ? "applied" : "accepted" }));
+      const observations = msg.items.map(({ intent: i }) => ({ sandboxId: i.sandboxId, generation: i.generation, phase: "Running", ready: true, endpoint: { runtime: `http://${i.sandboxId}.skeleton.invalid:49983` }, observedAt }));
+      ws.send(JSON.stringify({ type: "ack", items, observations }));
+    } else if ("seq" in msg) ws.send(JSON.stringify({ seq: msg.seq, result: "applied" }));
+    // A team's policy and profile sets (feature skeleton): held, not answered.
   });
   return ws;
 }
@@ -194,6 +212,10 @@ async function createIndexTable(libsqlUrl: string): Promise<void> {
     .filter((st) => /(TABLE|ON) `sandboxes`/.test(st))
     .map((st) => st.replaceAll("`sandboxes", "`skeleton_sandboxes").replace(/^CREATE (TABLE|INDEX) /m, "CREATE $1 IF NOT EXISTS "));
   if (!statements.some((st) => st.includes("CREATE TABLE"))) throw new Error("skeleton: no `sandboxes` table in schema/db/migrations");
+  // The feature skeleton's templates: what a create reads of one (its fill writes it).
+  statements.push(
+    "CREATE TABLE IF NOT EXISTS skeleton_templates (team_id TEXT NOT NULL, id TEXT NOT NULL, cpu_count INTEGER NOT NULL, memory_mb INTEGER NOT NULL, disk_size_mb INTEGER NOT NULL, envd_version TEXT NOT NULL, PRIMARY KEY (team_id, id));",
+  );
   const db = createClient({ url: libsqlUrl });
   try {
     await db.executeMultiple(statements.join("\n"));
@@ -252,8 +274,9 @@ const features :Workerd.Worker = (
     (name = "SHARD", durableObjectNamespace = "FeatureShard"),
     (name = "LPOOL", durableObjectNamespace = "FeatureLeasePool"),
     (name = "CLAIMGROUP", durableObjectNamespace = "FeatureClaimGroup"),
+    (name = "METRICS", durableObjectNamespace = "FeatureMetrics"),
   ],
-  durableObjectNamespaces = [${["FeaturePool", "FeatureGroup", "FeatureCluster", "FeatureQuota", "FeatureLedger", "FeatureShard", "FeatureLeasePool", "FeatureClaimGroup"].map(ns).join(", ")}],
+  durableObjectNamespaces = [${["FeaturePool", "FeatureGroup", "FeatureCluster", "FeatureQuota", "FeatureLedger", "FeatureShard", "FeatureLeasePool", "FeatureClaimGroup", "FeatureMetrics"].map(ns).join(", ")}],
   durableObjectStorage = (localDisk = "do-storage"),
   globalOutbound = "loopback",
 );
