@@ -244,28 +244,20 @@ function nsInode(pid: number, ns: string): string | undefined {
 /** Processes of a sandbox found without a cgroup: every process carrying the sandbox's marker in
  * its environment, plus (with namespaces) every process in its pid namespace. */
 export function sandboxPids(id: string, nsInit?: ProcRef): number[] {
-  return allPids().filter(sandboxMember(id, nsInit));
-}
-
-/** Whether a process is the sandbox's, as `sandboxPids` judges it now. */
-function sandboxMember(id: string, nsInit?: ProcRef): (pid: number) => boolean {
   const needle = `${MARKER_ENV}=${id}\0`;
   let pidns = nsInit && alive(nsInit) ? nsInode(nsInit.pid, "pid") : undefined;
   // At `process` level the holder shares the agent's pid namespace, which must never match.
   if (pidns === nsInode(process.pid, "pid")) pidns = undefined;
-  return (pid) => pid !== process.pid && ((pidns !== undefined && nsInode(pid, "pid") === pidns) || environHas(pid, needle));
-}
-
-/** The pid the kernel handed out last in this process's pid namespace (`/proc/loadavg`'s last
- * field). Every process or thread made since, in this namespace or one below it (a pid is
- * allocated in each), has moved it on. */
-function lastPid(): number | undefined {
-  try {
-    const n = Number(readFileSync("/proc/loadavg", "latin1").trim().split(" ")[4]);
-    return Number.isInteger(n) ? n : undefined;
-  } catch {
-    return undefined;
+  const out: number[] = [];
+  for (const pid of allPids()) {
+    if (pid === process.pid) continue;
+    if (pidns && nsInode(pid, "pid") === pidns) {
+      out.push(pid);
+      continue;
+    }
+    if (environHas(pid, needle)) out.push(pid);
   }
+  return out;
 }
 
 /** The holder (and its pid 1) of a sandbox whose record lost them: an agent killed between
@@ -343,7 +335,6 @@ function readParentCmd(pid: number): string | undefined {
 export async function signalSandbox(id: string, nsInit: ProcRef | undefined, signal: NodeJS.Signals): Promise<number> {
   const seen = new Set<number>();
   for (let pass = 0; pass < 50; pass++) {
-    const made = lastPid();
     const fresh = sandboxPids(id, nsInit).filter((p) => signal === "SIGKILL" || !seen.has(p));
     if (fresh.length === 0) return seen.size;
     for (const pid of fresh) {
@@ -355,16 +346,6 @@ export async function signalSandbox(id: string, nsInit: ProcRef | undefined, sig
       }
     }
     await sleep(signal === "SIGKILL" ? 5 : 1);
-    // No process was made on the host since this pass's scan began, so the next pass would look
-    // at the processes this one did: it would find none new, and (killing) none of these if they
-    // are gone. Its scan, a read of every process's environment, is skipped (~2.5 ms of the
-    // agent's CPU per destroy at process level; issue 16). A process that forked meanwhile (one
-    // of these, before its signal) has moved the last pid on: the next pass runs as before.
-    if (made !== undefined && lastPid() === made) {
-      if (signal !== "SIGKILL") return seen.size;
-      const member = sandboxMember(id, nsInit);
-      if (!fresh.some(member)) return seen.size;
-    }
   }
   throw new Error(`sandbox ${id}: processes keep appearing while sending ${signal}`);
 }

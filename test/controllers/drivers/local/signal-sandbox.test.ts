@@ -1,8 +1,7 @@
 // Ending a sandbox's processes where it has no cgroup (process level, bwrap without cgroups): a
-// scan of every process on the host for the sandbox's marker, pass after pass. A pass that saw
-// no process made on the host since its scan began ends the search without another scan
-// (holder.ts `lastPid`); one of the sandbox's processes that forks while the search runs must
-// still not outlive it.
+// scan of every process on the host for the sandbox's marker, pass after pass until a pass finds
+// none, so that one of the sandbox's processes that forks while the search runs does not outlive
+// it (a child made between a scan's listing of /proc and its kills is only in the next scan).
 import { spawn } from "node:child_process";
 import { afterEach, describe, expect, it } from "vitest";
 import { sandboxPids, signalSandbox } from "../../../../controllers/drivers/local/holder.ts";
