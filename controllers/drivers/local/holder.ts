@@ -6,7 +6,7 @@
 // bwrap reads its options from a file descriptor (`--args`), not its command line: its pid 1
 // inside the sandbox keeps bwrap's argv, which every process there can read, and the mounts name
 // host paths.
-import { readFileSync, readdirSync, readlinkSync, rmSync, writeFileSync } from "node:fs";
+import { closeSync, openSync, readFileSync, readSync, readdirSync, readlinkSync, rmSync, writeFileSync } from "node:fs";
 import { setTimeout as sleep } from "node:timers/promises";
 import { helperEnv, lastLine } from "./host-helpers.ts";
 import { MARKER_ENV } from "./local-view.ts";
@@ -255,7 +255,7 @@ export function sandboxPids(id: string, nsInit?: ProcRef): number[] {
       out.push(pid);
       continue;
     }
-    if (environOf(pid).includes(needle)) out.push(pid);
+    if (environHas(pid, needle)) out.push(pid);
   }
   return out;
 }
@@ -275,7 +275,7 @@ export function discoverHolder(id: string, candidates?: number[]): StartedHolder
     const holder = procRef(pid);
     if (!holder) continue;
     // The outer bwrap; its pid 1 inside has the same command line, but bwrap as its parent.
-    if (cmd.startsWith("bwrap\0") && readParentCmd(pid) !== "bwrap" && environOf(pid).includes(marker)) {
+    if (cmd.startsWith("bwrap\0") && readParentCmd(pid) !== "bwrap" && environHas(pid, marker)) {
       const init = childrenOf(pid).map(procRef).find((r) => r !== undefined);
       if (init) return { holder, nsInit: init };
     }
@@ -284,12 +284,39 @@ export function discoverHolder(id: string, candidates?: number[]): StartedHolder
   return undefined;
 }
 
-/** "" for a process that exited or is not ours to read. */
-function environOf(pid: number): string {
+/** One buffer for every environment a scan reads: readFileSync allocated 64 KiB for each (a /proc
+ * file has no size to go by) and decoded it to a string, and a scan reads one per process on the
+ * host, twice per destroy at a level without cgroups (issue 16). A larger environment (a tenant
+ * chooses its size) gets a buffer of its own, not kept. */
+const ENVIRON_BUF = Buffer.allocUnsafe(64 * 1024);
+
+/** Whether the process's environment holds `needle` (false for one that exited or is not ours to
+ * read). Read to its end: a read of a /proc file may stop short of it. */
+function environHas(pid: number, needle: string): boolean {
+  let fd: number;
   try {
-    return readFileSync(`/proc/${pid}/environ`, "latin1");
+    fd = openSync(`/proc/${pid}/environ`, "r");
   } catch {
-    return "";
+    return false;
+  }
+  try {
+    let buf = ENVIRON_BUF;
+    let n = 0;
+    for (;;) {
+      if (n === buf.length) {
+        const bigger = Buffer.allocUnsafe(2 * n);
+        buf.copy(bigger, 0, 0, n);
+        buf = bigger;
+      }
+      const got = readSync(fd, buf, n, buf.length - n, null);
+      if (got === 0) break;
+      n += got;
+    }
+    return buf.subarray(0, n).includes(needle, 0, "latin1");
+  } catch {
+    return false;
+  } finally {
+    closeSync(fd);
   }
 }
 

@@ -1,0 +1,54 @@
+// Ending a sandbox's processes where it has no cgroup (process level, bwrap without cgroups): a
+// scan of every process on the host for the sandbox's marker, pass after pass until a pass finds
+// none, so that one of the sandbox's processes that forks while the search runs does not outlive
+// it (a child made between a scan's listing of /proc and its kills is only in the next scan).
+import { spawn } from "node:child_process";
+import { afterEach, describe, expect, it } from "vitest";
+import { sandboxPids, signalSandbox } from "../../../../controllers/drivers/local/holder.ts";
+import { MARKER_ENV } from "../../../../controllers/drivers/local/local-view.ts";
+
+const id = `sigscan${process.pid}`;
+
+afterEach(() => {
+  // Whatever a failed run left.
+  for (let i = 0; i < 20 && sandboxPids(id).length; i++) {
+    for (const pid of sandboxPids(id)) {
+      try {
+        process.kill(pid, "SIGKILL");
+      } catch {
+        // gone
+      }
+    }
+  }
+});
+
+async function until(cond: () => boolean, ms = 5000): Promise<void> {
+  for (const end = Date.now() + ms; !cond(); await new Promise((r) => setTimeout(r, 5))) {
+    if (Date.now() > end) throw new Error("timed out");
+  }
+}
+
+describe("signalSandbox without a cgroup", () => {
+  it("SIGKILL leaves none of the sandbox's processes, those it forks while being killed included", async () => {
+    // A process of the sandbox that forks a child every half millisecond (each lives on), so
+    // children are made between a scan's listing of /proc and its kills.
+    const forker = "while (1) { my $p = fork(); if (defined $p && !$p) { sleep 60; exit 0 } select(undef, undef, undef, 0.0005) }";
+    const child = spawn("perl", ["-e", forker], { env: { PATH: "/usr/bin:/bin", [MARKER_ENV]: id }, detached: true, stdio: "ignore" });
+    child.unref();
+    await until(() => sandboxPids(id).length >= 10);
+    const signalled = await signalSandbox(id, undefined, "SIGKILL");
+    expect(signalled).toBeGreaterThanOrEqual(10);
+    // What SIGKILL takes down is gone at once (a zombie has no environment left to match).
+    await new Promise((r) => setTimeout(r, 50));
+    expect(sandboxPids(id)).toEqual([]);
+  });
+
+  it("SIGSTOP and SIGCONT reach each process of the sandbox once", async () => {
+    const child = spawn("sh", ["-c", "sleep 60 & sleep 60 & wait"], { env: { PATH: "/usr/bin:/bin", [MARKER_ENV]: id }, detached: true, stdio: "ignore" });
+    child.unref();
+    await until(() => sandboxPids(id).length === 3);
+    expect(await signalSandbox(id, undefined, "SIGSTOP")).toBe(3);
+    expect(await signalSandbox(id, undefined, "SIGCONT")).toBe(3);
+    expect(await signalSandbox(id, undefined, "SIGKILL")).toBe(3);
+  });
+});
