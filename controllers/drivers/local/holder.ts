@@ -266,12 +266,8 @@ export function sandboxPids(id: string, nsInit?: ProcRef): number[] {
 export function discoverHolder(id: string, candidates?: number[]): StartedHolder | undefined {
   const marker = `${MARKER_ENV}=${id}\0`;
   for (const pid of candidates ?? sandboxPids(id)) {
-    let cmd: string;
-    try {
-      cmd = readFileSync(`/proc/${pid}/cmdline`, "utf8");
-    } catch {
-      continue;
-    }
+    const cmd = readProcPrefix(pid, "cmdline");
+    if (cmd === undefined) continue;
     const holder = procRef(pid);
     if (!holder) continue;
     // The outer bwrap; its pid 1 inside has the same command line, but bwrap as its parent.
@@ -290,9 +286,19 @@ export function discoverHolder(id: string, candidates?: number[]): StartedHolder
  * chooses its size) gets a buffer of its own, not kept. */
 const ENVIRON_BUF = Buffer.allocUnsafe(64 * 1024);
 
-/** Whether the process's environment holds `needle` (false for one that exited or is not ours to
- * read). Read to its end: a read of a /proc file may stop short of it. */
-function environHas(pid: number, needle: string): boolean {
+/** The most of one environment a scan reads. exec caps argv + environment at 6 MiB, so one larger
+ * than this was rewritten by its process after exec (prctl PR_SET_MM_MAP needs no capability and
+ * can point it at any mapping, 1 GiB costs the tenant nothing): read whole, it would block the
+ * agent's event loop and grow its memory at the tenant's choice. Such a process is taken as not
+ * carrying the marker, which is safe: a process that can rewrite its environment could as well
+ * have dropped the marker ("a process that clears its environment escapes", drivers/README.md),
+ * and a holder the agent started has the environment it was given. */
+export const ENVIRON_CAP = 8 * 1024 * 1024;
+
+/** Whether the process's environment holds `entry` (false for a process that exited, is not ours
+ * to read, or whose environment is over `cap` bytes). Read to its end: a read
+ * of a /proc file may stop short of it. */
+export function environHas(pid: number, entry: string, cap = ENVIRON_CAP): boolean {
   let fd: number;
   try {
     fd = openSync(`/proc/${pid}/environ`, "r");
@@ -304,7 +310,9 @@ function environHas(pid: number, needle: string): boolean {
     let n = 0;
     for (;;) {
       if (n === buf.length) {
-        const bigger = Buffer.allocUnsafe(2 * n);
+        // One byte past the cap tells "exactly cap" from "more".
+        if (n > cap) return false;
+        const bigger = Buffer.allocUnsafe(Math.min(2 * n, cap + 1));
         buf.copy(bigger, 0, 0, n);
         buf = bigger;
       }
@@ -312,9 +320,32 @@ function environHas(pid: number, needle: string): boolean {
       if (got === 0) break;
       n += got;
     }
-    return buf.subarray(0, n).includes(needle, 0, "latin1");
+    if (n > cap) return false;
+    const env = buf.subarray(0, n);
+    return env.includes(entry, 0, "latin1");
   } catch {
     return false;
+  } finally {
+    closeSync(fd);
+  }
+}
+
+/** The first `max` bytes of a /proc file of `pid` (latin1), or undefined. A command line is the
+ * tenant's too (as long as the memory it points at): a match needs only its start. */
+function readProcPrefix(pid: number, file: string, max = 4096): string | undefined {
+  let fd: number;
+  try {
+    fd = openSync(`/proc/${pid}/${file}`, "r");
+  } catch {
+    return undefined;
+  }
+  try {
+    const buf = Buffer.allocUnsafe(max);
+    let n = 0;
+    for (let got = 1; got > 0 && n < max; n += got) got = readSync(fd, buf, n, max - n, null);
+    return buf.toString("latin1", 0, n);
+  } catch {
+    return undefined;
   } finally {
     closeSync(fd);
   }
@@ -324,7 +355,7 @@ function readParentCmd(pid: number): string | undefined {
   try {
     const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
     const ppid = Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]);
-    return readFileSync(`/proc/${ppid}/cmdline`, "utf8").split("\0")[0];
+    return readProcPrefix(ppid, "cmdline")?.split("\0")[0];
   } catch {
     return undefined;
   }
