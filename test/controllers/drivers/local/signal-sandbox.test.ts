@@ -59,6 +59,13 @@ describe("the marker scan of environments", () => {
   const pads = { PAD1: "x".repeat(100_000), PAD2: "y".repeat(100_000), PAD3: "z".repeat(100_000) };
   const entry = `${MARKER_ENV}=${id}\0`;
 
+  it("finds a process whose marker sits after more than 64 KiB of the tenant's variables", async () => {
+    const child = spawn("sleep", ["60"], { env: { PATH: "/usr/bin:/bin", ...pads, [MARKER_ENV]: id }, detached: true, stdio: "ignore" });
+    child.unref();
+    await until(() => sandboxPids(id).length === 1);
+    expect(sandboxPids(id)).toEqual([child.pid]);
+  });
+
   it("stops reading an environment at its cap: a larger one is no match", async () => {
     const child = spawn("sleep", ["60"], { env: { PATH: "/usr/bin:/bin", ...pads, [MARKER_ENV]: id }, detached: true, stdio: "ignore" });
     child.unref();
