@@ -295,8 +295,9 @@ const ENVIRON_BUF = Buffer.allocUnsafe(64 * 1024);
  * and a holder the agent started has the environment it was given. */
 export const ENVIRON_CAP = 8 * 1024 * 1024;
 
-/** Whether the process's environment holds `entry` (false for a process that exited, is not ours
- * to read, or whose environment is over `cap` bytes). Read to its end: a read
+/** Whether the process's environment holds the variable `entry` (`NAME=value\0`) at a variable's
+ * start: first, or after a NUL (`X_NAME=value` is another variable). False for a process that
+ * exited, is not ours to read, or whose environment is over `cap` bytes. Read to its end: a read
  * of a /proc file may stop short of it. */
 export function environHas(pid: number, entry: string, cap = ENVIRON_CAP): boolean {
   let fd: number;
@@ -322,7 +323,7 @@ export function environHas(pid: number, entry: string, cap = ENVIRON_CAP): boole
     }
     if (n > cap) return false;
     const env = buf.subarray(0, n);
-    return env.includes(entry, 0, "latin1");
+    return env.indexOf(entry, 0, "latin1") === 0 || env.includes(`\0${entry}`, 0, "latin1");
   } catch {
     return false;
   } finally {

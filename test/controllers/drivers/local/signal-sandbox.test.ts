@@ -73,4 +73,17 @@ describe("the marker scan of environments", () => {
     expect(environHas(child.pid!, entry, 400_000)).toBe(true);
     expect(environHas(child.pid!, entry, 256 * 1024)).toBe(false);
   });
+
+  it("matches the marker as a whole variable, first or after another, never inside another's name", async () => {
+    const first = spawn("sleep", ["60"], { env: { [MARKER_ENV]: id, PATH: "/usr/bin:/bin" }, detached: true, stdio: "ignore" });
+    const other = spawn("sleep", ["60"], { env: { PATH: "/usr/bin:/bin", [`X_${MARKER_ENV}`]: id }, detached: true, stdio: "ignore" });
+    for (const c of [first, other]) c.unref();
+    try {
+      await until(() => sandboxPids(id).length === 1);
+      expect(environHas(other.pid!, `X_${entry}`)).toBe(true);
+      expect(sandboxPids(id)).toEqual([first.pid]);
+    } finally {
+      other.kill("SIGKILL");
+    }
+  });
 });
