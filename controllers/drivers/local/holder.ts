@@ -71,6 +71,8 @@ export interface StartedHolder {
 
 export interface HolderSpec {
   id: string;
+  /** The record's holderNonce, put in the holder's environment (HOLDER_NONCE_ENV). */
+  nonce?: string;
   /** bwrap arguments (namespaces and mounts) before `--`; undefined at `process` level. */
   bwrapArgs?: string[];
   cgroupProcs: string[];
@@ -108,7 +110,7 @@ function inUserns(bwrapArgs: string[], owner: number): { argv: string[]; args: s
 
 /** Starts the holder (forked by `spawner`) and waits until the sandbox is ready for processes to join. */
 export async function startHolder(spec: HolderSpec, spawner: Spawner): Promise<StartedHolder> {
-  const env = helperEnv({ [MARKER_ENV]: spec.id, KRUISE_CGROUPS: spec.cgroupProcs.join(":") });
+  const env = helperEnv({ [MARKER_ENV]: spec.id, ...(spec.nonce ? { [HOLDER_NONCE_ENV]: spec.nonce } : {}), KRUISE_CGROUPS: spec.cgroupProcs.join(":") });
   const ns = spec.bwrapArgs && spec.userns ? inUserns(spec.bwrapArgs, spec.userns.owner) : undefined;
   const bwrapArgs = ns?.args ?? spec.bwrapArgs;
   const argv = ns?.argv ?? (spec.bwrapArgs ? ["bwrap", "--args", String(ARGS_FD), "--", SLEEP, "infinity"] : [SLEEP, "infinity"]);
@@ -122,7 +124,9 @@ export async function startHolder(spec: HolderSpec, spawner: Spawner): Promise<S
   // The filter's descriptor comes after every other one bwrap is handed.
   const seccomp = spec.seccomp && bwrapArgs ? ["--seccomp", String(ARGS_FD + 1 + extra.length)] : [];
   if (seccomp.length) extra.push({ read: spec.seccomp! });
-  if (bwrapArgs) writeFileSync(argsFile, [...bwrapArgs, ...seccomp, "--info-fd", String(INFO_FD), ""].join("\0"), { mode: 0o600 });
+  // The nonce stays with bwrap: the sandbox's pid 1, which its tenant can read, does not get it.
+  const unset = spec.nonce ? ["--unsetenv", HOLDER_NONCE_ENV] : [];
+  if (bwrapArgs) writeFileSync(argsFile, [...bwrapArgs, ...unset, ...seccomp, "--info-fd", String(INFO_FD), ""].join("\0"), { mode: 0o600 });
   let child: SpawnedProcess;
   try {
     child = await spawner.spawn(
@@ -260,22 +264,30 @@ export function sandboxPids(id: string, nsInit?: ProcRef): number[] {
   return out;
 }
 
+/** The variable that carries a holder's nonce (records.ts: holderNonce). Commands get their own
+ * environment (local-view.ts), not the holder's. */
+export const HOLDER_NONCE_ENV = "KRUISE_HOLDER_NONCE";
+
 /** The holder (and its pid 1) of a sandbox whose record lost them: an agent killed between
  * spawning the holder and writing the record. `candidates` are the sandbox's processes when its
- * cgroup lists them (cheap); otherwise every process on the host is examined. */
-export function discoverHolder(id: string, candidates?: number[]): StartedHolder | undefined {
+ * cgroup lists them (cheap); otherwise every process on the host is examined. Without cgroups
+ * any tenant can carry another sandbox's marker and the holder's command line, so a process is
+ * taken only with the record's `nonce` too; a record without one (an older agent's, whose holder
+ * has none) is matched as before, until its holder is next started. */
+export function discoverHolder(id: string, nonce: string | undefined, candidates?: number[]): StartedHolder | undefined {
   const marker = `${MARKER_ENV}=${id}\0`;
+  const ours = (pid: number) => nonce === undefined || environHas(pid, `${HOLDER_NONCE_ENV}=${nonce}\0`);
   for (const pid of candidates ?? sandboxPids(id)) {
     const cmd = readProcPrefix(pid, "cmdline");
     if (cmd === undefined) continue;
     const holder = procRef(pid);
     if (!holder) continue;
     // The outer bwrap; its pid 1 inside has the same command line, but bwrap as its parent.
-    if (cmd.startsWith("bwrap\0") && readParentCmd(pid) !== "bwrap" && environHas(pid, marker)) {
+    if (cmd.startsWith("bwrap\0") && readParentCmd(pid) !== "bwrap" && environHas(pid, marker) && ours(pid)) {
       const init = childrenOf(pid).map(procRef).find((r) => r !== undefined);
       if (init) return { holder, nsInit: init };
     }
-    if (cmd === `${SLEEP}\0infinity\0` && readParentCmd(pid) !== "bwrap") return { holder, nsInit: holder };
+    if (cmd === `${SLEEP}\0infinity\0` && readParentCmd(pid) !== "bwrap" && ours(pid)) return { holder, nsInit: holder };
   }
   return undefined;
 }
