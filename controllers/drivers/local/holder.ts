@@ -124,9 +124,7 @@ export async function startHolder(spec: HolderSpec, spawner: Spawner): Promise<S
   // The filter's descriptor comes after every other one bwrap is handed.
   const seccomp = spec.seccomp && bwrapArgs ? ["--seccomp", String(ARGS_FD + 1 + extra.length)] : [];
   if (seccomp.length) extra.push({ read: spec.seccomp! });
-  // The nonce stays with bwrap: the sandbox's pid 1, which its tenant can read, does not get it.
-  const unset = spec.nonce ? ["--unsetenv", HOLDER_NONCE_ENV] : [];
-  if (bwrapArgs) writeFileSync(argsFile, [...bwrapArgs, ...unset, ...seccomp, "--info-fd", String(INFO_FD), ""].join("\0"), { mode: 0o600 });
+  if (bwrapArgs) writeFileSync(argsFile, [...bwrapArgs, ...seccomp, "--info-fd", String(INFO_FD), ""].join("\0"), { mode: 0o600 });
   let child: SpawnedProcess;
   try {
     child = await spawner.spawn(
@@ -265,7 +263,9 @@ export function sandboxPids(id: string, nsInit?: ProcRef): number[] {
 }
 
 /** The variable that carries a holder's nonce (records.ts: holderNonce). Commands get their own
- * environment (local-view.ts), not the holder's. */
+ * environment (local-view.ts), not the holder's. bwrap's pid 1 is a copy of bwrap, environment
+ * block included, so a sandbox's own tenant may read its nonce there: it lets that tenant pose
+ * only as its own holder, which it could do before. */
 export const HOLDER_NONCE_ENV = "KRUISE_HOLDER_NONCE";
 
 /** The holder (and its pid 1) of a sandbox whose record lost them: an agent killed between
