@@ -71,6 +71,8 @@ export interface StartedHolder {
 
 export interface HolderSpec {
   id: string;
+  /** The record's holderNonce, put in the holder's environment (HOLDER_NONCE_ENV). */
+  nonce?: string;
   /** bwrap arguments (namespaces and mounts) before `--`; undefined at `process` level. */
   bwrapArgs?: string[];
   cgroupProcs: string[];
@@ -108,7 +110,7 @@ function inUserns(bwrapArgs: string[], owner: number): { argv: string[]; args: s
 
 /** Starts the holder (forked by `spawner`) and waits until the sandbox is ready for processes to join. */
 export async function startHolder(spec: HolderSpec, spawner: Spawner): Promise<StartedHolder> {
-  const env = helperEnv({ [MARKER_ENV]: spec.id, KRUISE_CGROUPS: spec.cgroupProcs.join(":") });
+  const env = helperEnv({ [MARKER_ENV]: spec.id, ...(spec.nonce ? { [HOLDER_NONCE_ENV]: spec.nonce } : {}), KRUISE_CGROUPS: spec.cgroupProcs.join(":") });
   const ns = spec.bwrapArgs && spec.userns ? inUserns(spec.bwrapArgs, spec.userns.owner) : undefined;
   const bwrapArgs = ns?.args ?? spec.bwrapArgs;
   const argv = ns?.argv ?? (spec.bwrapArgs ? ["bwrap", "--args", String(ARGS_FD), "--", SLEEP, "infinity"] : [SLEEP, "infinity"]);
@@ -260,26 +262,32 @@ export function sandboxPids(id: string, nsInit?: ProcRef): number[] {
   return out;
 }
 
+/** The variable that carries a holder's nonce (records.ts: holderNonce). Commands get their own
+ * environment (local-view.ts), not the holder's. bwrap's pid 1 is a copy of bwrap, environment
+ * block included, so a sandbox's own tenant may read its nonce there: it lets that tenant pose
+ * only as its own holder, which it could do before. */
+export const HOLDER_NONCE_ENV = "KRUISE_HOLDER_NONCE";
+
 /** The holder (and its pid 1) of a sandbox whose record lost them: an agent killed between
  * spawning the holder and writing the record. `candidates` are the sandbox's processes when its
- * cgroup lists them (cheap); otherwise every process on the host is examined. */
-export function discoverHolder(id: string, candidates?: number[]): StartedHolder | undefined {
+ * cgroup lists them (cheap); otherwise every process on the host is examined. Without cgroups
+ * any tenant can carry another sandbox's marker and the holder's command line, so a process is
+ * taken only with the record's `nonce` too; a record without one (an older agent's, whose holder
+ * has none) is matched as before, until its holder is next started. */
+export function discoverHolder(id: string, nonce: string | undefined, candidates?: number[]): StartedHolder | undefined {
   const marker = `${MARKER_ENV}=${id}\0`;
+  const ours = (pid: number) => nonce === undefined || environHas(pid, `${HOLDER_NONCE_ENV}=${nonce}\0`);
   for (const pid of candidates ?? sandboxPids(id)) {
-    let cmd: string;
-    try {
-      cmd = readFileSync(`/proc/${pid}/cmdline`, "utf8");
-    } catch {
-      continue;
-    }
+    const cmd = readProcPrefix(pid, "cmdline");
+    if (cmd === undefined) continue;
     const holder = procRef(pid);
     if (!holder) continue;
     // The outer bwrap; its pid 1 inside has the same command line, but bwrap as its parent.
-    if (cmd.startsWith("bwrap\0") && readParentCmd(pid) !== "bwrap" && environHas(pid, marker)) {
+    if (cmd.startsWith("bwrap\0") && readParentCmd(pid) !== "bwrap" && environHas(pid, marker) && ours(pid)) {
       const init = childrenOf(pid).map(procRef).find((r) => r !== undefined);
       if (init) return { holder, nsInit: init };
     }
-    if (cmd === `${SLEEP}\0infinity\0` && readParentCmd(pid) !== "bwrap") return { holder, nsInit: holder };
+    if (cmd === `${SLEEP}\0infinity\0` && readParentCmd(pid) !== "bwrap" && ours(pid)) return { holder, nsInit: holder };
   }
   return undefined;
 }
@@ -290,9 +298,20 @@ export function discoverHolder(id: string, candidates?: number[]): StartedHolder
  * chooses its size) gets a buffer of its own, not kept. */
 const ENVIRON_BUF = Buffer.allocUnsafe(64 * 1024);
 
-/** Whether the process's environment holds `needle` (false for one that exited or is not ours to
- * read). Read to its end: a read of a /proc file may stop short of it. */
-function environHas(pid: number, needle: string): boolean {
+/** The most of one environment a scan reads. exec caps argv + environment at 6 MiB, so one larger
+ * than this was rewritten by its process after exec (prctl PR_SET_MM_MAP needs no capability and
+ * can point it at any mapping, 1 GiB costs the tenant nothing): read whole, it would block the
+ * agent's event loop and grow its memory at the tenant's choice. Such a process is taken as not
+ * carrying the marker, which is safe: a process that can rewrite its environment could as well
+ * have dropped the marker ("a process that clears its environment escapes", drivers/README.md),
+ * and a holder the agent started has the environment it was given. */
+export const ENVIRON_CAP = 8 * 1024 * 1024;
+
+/** Whether the process's environment holds the variable `entry` (`NAME=value\0`) at a variable's
+ * start: first, or after a NUL (`X_NAME=value` is another variable). False for a process that
+ * exited, is not ours to read, or whose environment is over `cap` bytes. Read to its end: a read
+ * of a /proc file may stop short of it. */
+export function environHas(pid: number, entry: string, cap = ENVIRON_CAP): boolean {
   let fd: number;
   try {
     fd = openSync(`/proc/${pid}/environ`, "r");
@@ -304,7 +323,9 @@ function environHas(pid: number, needle: string): boolean {
     let n = 0;
     for (;;) {
       if (n === buf.length) {
-        const bigger = Buffer.allocUnsafe(2 * n);
+        // One byte past the cap tells "exactly cap" from "more".
+        if (n > cap) return false;
+        const bigger = Buffer.allocUnsafe(Math.min(2 * n, cap + 1));
         buf.copy(bigger, 0, 0, n);
         buf = bigger;
       }
@@ -312,9 +333,32 @@ function environHas(pid: number, needle: string): boolean {
       if (got === 0) break;
       n += got;
     }
-    return buf.subarray(0, n).includes(needle, 0, "latin1");
+    if (n > cap) return false;
+    const env = buf.subarray(0, n);
+    return env.indexOf(entry, 0, "latin1") === 0 || env.includes(`\0${entry}`, 0, "latin1");
   } catch {
     return false;
+  } finally {
+    closeSync(fd);
+  }
+}
+
+/** The first `max` bytes of a /proc file of `pid` (latin1), or undefined. A command line is the
+ * tenant's too (as long as the memory it points at): a match needs only its start. */
+function readProcPrefix(pid: number, file: string, max = 4096): string | undefined {
+  let fd: number;
+  try {
+    fd = openSync(`/proc/${pid}/${file}`, "r");
+  } catch {
+    return undefined;
+  }
+  try {
+    const buf = Buffer.allocUnsafe(max);
+    let n = 0;
+    for (let got = 1; got > 0 && n < max; n += got) got = readSync(fd, buf, n, max - n, null);
+    return buf.toString("latin1", 0, n);
+  } catch {
+    return undefined;
   } finally {
     closeSync(fd);
   }
@@ -324,7 +368,7 @@ function readParentCmd(pid: number): string | undefined {
   try {
     const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
     const ppid = Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]);
-    return readFileSync(`/proc/${ppid}/cmdline`, "utf8").split("\0")[0];
+    return readProcPrefix(ppid, "cmdline")?.split("\0")[0];
   } catch {
     return undefined;
   }

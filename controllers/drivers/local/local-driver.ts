@@ -668,8 +668,8 @@ export class LocalDriver implements Driver {
   }
 
   /** What a holder about to start is recorded with before it starts: its cgroups, whether it is
-   * on the host's network, and its address (leased here). */
-  #holderPlan(rec: SandboxRecord): Pick<SandboxRecord, "cgroups" | "sharesHostNet" | "net"> {
+   * on the host's network, its address (leased here) and its nonce. */
+  #holderPlan(rec: SandboxRecord): Pick<SandboxRecord, "cgroups" | "sharesHostNet" | "net" | "holderNonce"> {
     const ns = this.capabilities.level !== "process";
     const hostNet = this.#wantsHostNet(rec.desired);
     const address = ns && !hostNet && this.#net && this.#mode(rec.desired) === "host" ? this.#net.keep(rec.net?.address, layoutFor(this.#dataDir, rec.id).record) : undefined;
@@ -677,6 +677,7 @@ export class LocalDriver implements Driver {
       cgroups: this.#cgroups ? cgroupSetFor(this.#cgroups, rec.id) : undefined,
       sharesHostNet: ns ? hostNet : undefined,
       net: address ? { address } : rec.net && { address: rec.net.address },
+      holderNonce: randomBytes(16).toString("hex"),
     };
   }
 
@@ -704,7 +705,7 @@ export class LocalDriver implements Driver {
          "--hostname", rec.id, "--cap-drop", "ALL", "--chdir", "/", ...(rec.root ? bwrapRootArgs(layout.merged) : bwrapMountArgs(layout))]
       : undefined;
     const started = await startHolder(
-      { id: rec.id, bwrapArgs, cgroupProcs: cgroups ? procsFiles(cgroups) : [], cwd: layout.dir, log: layout.log, onNamespaces: attach, userns, seccomp: this.#seccomp?.[filter] },
+      { id: rec.id, nonce: next.holderNonce, bwrapArgs, cgroupProcs: cgroups ? procsFiles(cgroups) : [], cwd: layout.dir, log: layout.log, onNamespaces: attach, userns, seccomp: this.#seccomp?.[filter] },
       this.#spawner,
     ).catch(async (err: unknown) => {
       // A start given up on (its holder SIGKILLed) leaves nothing of it: processes still dying
@@ -789,7 +790,7 @@ export class LocalDriver implements Driver {
       // With cgroups, a holder that was started joined the sandbox's cgroup before exec, so its
       // process list is the whole search (a record may predate writing `cgroups` down).
       const set = rec.cgroups ?? (this.#cgroups ? cgroupSetFor(this.#cgroups, rec.id) : undefined);
-      const found = fresh ? undefined : discoverHolder(rec.id, set ? cgroupPids(set.core) : undefined);
+      const found = fresh ? undefined : discoverHolder(rec.id, rec.holderNonce, set ? cgroupPids(set.core) : undefined);
       if (!found) {
         const message = rec.nsInit ? "the sandbox's holder process is gone" : "creation was interrupted before the holder started";
         return { ...base, phase: rec.phase === "Pending" ? "Pending" : "Failed", message };

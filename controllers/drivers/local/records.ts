@@ -28,6 +28,12 @@ export interface SandboxRecord {
   holder?: ProcRef;
   /** The process whose namespaces sandbox processes join (the sandbox's pid 1). */
   nsInit?: ProcRef;
+  /** A random value in its holder's environment (holder.ts: HOLDER_NONCE_ENV), new for each holder
+   * start and recorded before it: a holder lost by its record is found only with it, which no
+   * other tenant knows (this file is root's, 0600; only the holder, and at bwrap levels the
+   * sandbox's own pid 1, carry it). Absent: a record of an older agent, whose holder is found by
+   * its id and command line alone. */
+  holderNonce?: string;
   /** The holder was started on the host's network (`--share-net`). Absent in records written
    * before sandboxes with internet access got a namespace of their own: then it follows from
    * the desired network. */

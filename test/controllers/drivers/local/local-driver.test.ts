@@ -7,6 +7,7 @@ import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { afterAll, describe, expect, it } from "vitest";
 import type { DesiredSandbox } from "../../../../controllers/drivers/driver.ts";
+import { discoverHolder } from "../../../../controllers/drivers/local/holder.ts";
 import { LocalDriver } from "../../../../controllers/drivers/local/local-driver.ts";
 import { layoutFor } from "../../../../controllers/drivers/local/layout.ts";
 import { MARKER_ENV } from "../../../../controllers/drivers/local/local-view.ts";
@@ -71,6 +72,16 @@ describe(`local driver on this host (level ${driver.capabilities.level})`, () =>
     expect(markedPids(d.id)).toEqual([]);
     expect(cgroupDirs(d.id).filter(existsSync)).toEqual([]);
     expect(existsSync(join(dataDir, "sandboxes", d.id))).toBe(false);
+  });
+
+  it("a holder its record lost is found host-wide only with the nonce the record gave it", async () => {
+    const d = desired();
+    await driver.ensure(d);
+    const rec = readRecord(layoutFor(dataDir, d.id).record)!;
+    expect(rec.holderNonce).toMatch(/^[0-9a-f]{32}$/);
+    expect(discoverHolder(d.id, rec.holderNonce)).toEqual({ holder: rec.holder, nsInit: rec.nsInit });
+    expect(discoverHolder(d.id, "0".repeat(32))).toBeUndefined();
+    await driver.destroy(d.id);
   });
 
   it("root inside has uid 0 with a container's capabilities in its user namespace, and the base system is read-only from inside and through toHost", async () => {

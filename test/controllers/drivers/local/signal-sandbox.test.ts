@@ -4,7 +4,7 @@
 // it (a child made between a scan's listing of /proc and its kills is only in the next scan).
 import { spawn } from "node:child_process";
 import { afterEach, describe, expect, it } from "vitest";
-import { sandboxPids, signalSandbox } from "../../../../controllers/drivers/local/holder.ts";
+import { environHas, sandboxPids, signalSandbox } from "../../../../controllers/drivers/local/holder.ts";
 import { MARKER_ENV } from "../../../../controllers/drivers/local/local-view.ts";
 
 const id = `sigscan${process.pid}`;
@@ -50,5 +50,40 @@ describe("signalSandbox without a cgroup", () => {
     expect(await signalSandbox(id, undefined, "SIGSTOP")).toBe(3);
     expect(await signalSandbox(id, undefined, "SIGCONT")).toBe(3);
     expect(await signalSandbox(id, undefined, "SIGKILL")).toBe(3);
+  });
+});
+
+describe("the marker scan of environments", () => {
+  // The tenant's variables come first, the marker last (local-view.ts: sandboxEnv), and one
+  // variable is at most 128 KiB (MAX_ARG_STRLEN): three make 300 KB before the marker.
+  const pads = { PAD1: "x".repeat(100_000), PAD2: "y".repeat(100_000), PAD3: "z".repeat(100_000) };
+  const entry = `${MARKER_ENV}=${id}\0`;
+
+  it("finds a process whose marker sits after more than 64 KiB of the tenant's variables", async () => {
+    const child = spawn("sleep", ["60"], { env: { PATH: "/usr/bin:/bin", ...pads, [MARKER_ENV]: id }, detached: true, stdio: "ignore" });
+    child.unref();
+    await until(() => sandboxPids(id).length === 1);
+    expect(sandboxPids(id)).toEqual([child.pid]);
+  });
+
+  it("stops reading an environment at its cap: a larger one is no match", async () => {
+    const child = spawn("sleep", ["60"], { env: { PATH: "/usr/bin:/bin", ...pads, [MARKER_ENV]: id }, detached: true, stdio: "ignore" });
+    child.unref();
+    await until(() => sandboxPids(id).length === 1);
+    expect(environHas(child.pid!, entry, 400_000)).toBe(true);
+    expect(environHas(child.pid!, entry, 256 * 1024)).toBe(false);
+  });
+
+  it("matches the marker as a whole variable, first or after another, never inside another's name", async () => {
+    const first = spawn("sleep", ["60"], { env: { [MARKER_ENV]: id, PATH: "/usr/bin:/bin" }, detached: true, stdio: "ignore" });
+    const other = spawn("sleep", ["60"], { env: { PATH: "/usr/bin:/bin", [`X_${MARKER_ENV}`]: id }, detached: true, stdio: "ignore" });
+    for (const c of [first, other]) c.unref();
+    try {
+      await until(() => sandboxPids(id).length === 1);
+      expect(environHas(other.pid!, `X_${entry}`)).toBe(true);
+      expect(sandboxPids(id)).toEqual([first.pid]);
+    } finally {
+      other.kill("SIGKILL");
+    }
   });
 });
