@@ -16,7 +16,7 @@
 // If the skeletons cannot reach a throughput here, no implementation of our design can; the ratio
 // of our rate to theirs says how much of the cost is ours.
 // Measured November 2026, before session 28 added the later issues' per-create work to the feature
-// skeleton (docs/ARCHITECTURE.md, "What the targets need", has the figures since) (shared machine, interleaved rounds): workerd CPU per create bare ~0.8 ms,
+// skeleton (docs/ARCHITECTURE.md, "What the targets need", has the figures since; shared machine, interleaved rounds): workerd CPU per create bare ~0.8 ms,
 // features ~0.95-1.1 ms, ours ~1.5-1.6 ms; the bench's own clients and agent take ~0.47 ms of the
 // two cores per create and sqld ~0.18 ms. Removing one feature at a time from the feature
 // skeleton: index row ~0.2 ms, refill ~0.11, Running ~0.07, memoised HMAC and zod ~0.03 each.

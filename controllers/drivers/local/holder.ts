@@ -264,8 +264,8 @@ export function sandboxPids(id: string, nsInit?: ProcRef): number[] {
 
 /** The variable that carries a holder's nonce (records.ts: holderNonce). Commands get their own
  * environment (local-view.ts), not the holder's. bwrap's pid 1 is a copy of bwrap, environment
- * block included, so a sandbox's own tenant may read its nonce there: it lets that tenant pose
- * only as its own holder, which it could do before. */
+ * block included, and its `sleep infinity` inherits it, so a sandbox's own tenant may read its
+ * nonce there: it lets that tenant pose only as its own holder, which it could do anyway. */
 export const HOLDER_NONCE_ENV = "KRUISE_HOLDER_NONCE";
 
 /** The holder (and its pid 1) of a sandbox whose record lost them: an agent killed between
@@ -273,7 +273,7 @@ export const HOLDER_NONCE_ENV = "KRUISE_HOLDER_NONCE";
  * cgroup lists them (cheap); otherwise every process on the host is examined. Without cgroups
  * any tenant can carry another sandbox's marker and the holder's command line, so a process is
  * taken only with the record's `nonce` too; a record without one (an older agent's, whose holder
- * has none) is matched as before, until its holder is next started. */
+ * has none) is matched by id and command line alone, until its holder is next started. */
 export function discoverHolder(id: string, nonce: string | undefined, candidates?: number[]): StartedHolder | undefined {
   const marker = `${MARKER_ENV}=${id}\0`;
   const ours = (pid: number) => nonce === undefined || environHas(pid, `${HOLDER_NONCE_ENV}=${nonce}\0`);
@@ -292,9 +292,9 @@ export function discoverHolder(id: string, nonce: string | undefined, candidates
   return undefined;
 }
 
-/** One buffer for every environment a scan reads: readFileSync allocated 64 KiB for each (a /proc
- * file has no size to go by) and decoded it to a string, and a scan reads one per process on the
- * host, twice per destroy at a level without cgroups (issue 16). A larger environment (a tenant
+/** One buffer for every environment a scan reads: a /proc file has no size to go by, so a buffer
+ * per read would be 64 KiB per process, and a scan reads one per process on the host, twice per
+ * destroy at a level without cgroups (issue 16). A larger environment (a tenant
  * chooses its size) gets a buffer of its own, not kept. */
 const ENVIRON_BUF = Buffer.allocUnsafe(64 * 1024);
 

@@ -30,8 +30,9 @@ export interface SandboxRecord {
   nsInit?: ProcRef;
   /** A random value in its holder's environment (holder.ts: HOLDER_NONCE_ENV), new for each holder
    * start and recorded before it: a holder lost by its record is found only with it, which no
-   * other tenant knows (this file is root's, 0600; only the holder, and at bwrap levels the
-   * sandbox's own pid 1, carry it). Absent: a record of an older agent, whose holder is found by
+   * other tenant knows at bwrap levels (this file is root's, 0600; only the holder, and the
+   * sandbox's own pid 1 and its sleep, carry it). At `process` level nothing separates tenants: a
+   * command run as uid 0 owns this file too. Absent: a record of an older agent, whose holder is found by
    * its id and command line alone. */
   holderNonce?: string;
   /** The holder was started on the host's network (`--share-net`). Absent in records written
