@@ -309,43 +309,23 @@ export const ENVIRON_CAP = 8 * 1024 * 1024;
 
 /** Whether the process's environment holds the variable `entry` (`NAME=value\0`) at a variable's
  * start: first, or after a NUL (`X_NAME=value` is another variable). False for a process that
- * exited, is not ours to read, or whose environment is over `cap` bytes. Read to its end: a read
- * of a /proc file may stop short of it. */
+ * exited, is not ours to read, or whose environment is over `cap` bytes. */
 export function environHas(pid: number, entry: string, cap = ENVIRON_CAP): boolean {
-  let fd: number;
-  try {
-    fd = openSync(`/proc/${pid}/environ`, "r");
-  } catch {
-    return false;
-  }
-  try {
-    let buf = ENVIRON_BUF;
-    let n = 0;
-    for (;;) {
-      if (n === buf.length) {
-        // One byte past the cap tells "exactly cap" from "more".
-        if (n > cap) return false;
-        const bigger = Buffer.allocUnsafe(Math.min(2 * n, cap + 1));
-        buf.copy(bigger, 0, 0, n);
-        buf = bigger;
-      }
-      const got = readSync(fd, buf, n, buf.length - n, null);
-      if (got === 0) break;
-      n += got;
-    }
-    if (n > cap) return false;
-    const env = buf.subarray(0, n);
-    return env.indexOf(entry, 0, "latin1") === 0 || env.includes(`\0${entry}`, 0, "latin1");
-  } catch {
-    return false;
-  } finally {
-    closeSync(fd);
-  }
+  const env = readProc(pid, "environ", cap, ENVIRON_BUF);
+  if (env === undefined || env.length > cap) return false;
+  return env.toString("latin1", 0, entry.length) === entry || env.includes(`\0${entry}`, 0, "latin1");
 }
 
 /** The first `max` bytes of a /proc file of `pid` (latin1), or undefined. A command line is the
  * tenant's too (as long as the memory it points at): a match needs only its start. */
 function readProcPrefix(pid: number, file: string, max = 4096): string | undefined {
+  return readProc(pid, file, max - 1)?.toString("latin1");
+}
+
+/** A /proc file of `pid` read to its end (a read may stop short of it) or to one byte past `max`
+ * (a longer one is told from one of exactly `max`); into `into` while it fits, then a buffer of
+ * its own. Undefined for a process that exited or is not ours to read. */
+function readProc(pid: number, file: string, max: number, into = Buffer.allocUnsafe(Math.min(max + 1, 64 * 1024))): Buffer | undefined {
   let fd: number;
   try {
     fd = openSync(`/proc/${pid}/${file}`, "r");
@@ -353,10 +333,20 @@ function readProcPrefix(pid: number, file: string, max = 4096): string | undefin
     return undefined;
   }
   try {
-    const buf = Buffer.allocUnsafe(max);
+    let buf = into;
     let n = 0;
-    for (let got = 1; got > 0 && n < max; n += got) got = readSync(fd, buf, n, max - n, null);
-    return buf.toString("latin1", 0, n);
+    for (;;) {
+      if (n === buf.length) {
+        if (n > max) break;
+        const bigger = Buffer.allocUnsafe(Math.min(2 * n, max + 1));
+        buf.copy(bigger, 0, 0, n);
+        buf = bigger;
+      }
+      const got = readSync(fd, buf, n, buf.length - n, null);
+      if (got === 0) break;
+      n += got;
+    }
+    return buf.subarray(0, n);
   } catch {
     return undefined;
   } finally {
