@@ -243,21 +243,33 @@ function nsInode(pid: number, ns: string): string | undefined {
   }
 }
 
-/** Processes of a sandbox found without a cgroup: every process carrying the sandbox's marker in
- * its environment, plus (with namespaces) every process in its pid namespace. */
-export function sandboxPids(id: string, nsInit?: ProcRef): number[] {
+/** Processes of a sandbox found without a cgroup: every process in its pid namespace, plus every
+ * process in the agent's own carrying the sandbox's marker in its environment (its holder and
+ * `enter.pl`'s host side). A process in any other pid namespace is another sandbox's, or nested in
+ * this one's (such a process dies with the sandbox's pid 1 on a kill; for a freeze it escapes, as
+ * one that clears its marker does at `process` level), and is skipped before its environment is
+ * read: a tenant may give its processes any sandbox's marker, and environments of megabytes. With
+ * the holder gone (`nsInit` dead or unknown) the sandbox's namespace died with its pid 1, so only
+ * the agent's own is searched.
+ * `everyNamespace`: at `process` level, where a sandbox has no pid namespace and its tenant's
+ * processes are in the agent's like every other tenant's, each process's environment is read
+ * whatever its namespace (the filter would cost a readlink per process and separate nothing). */
+export function sandboxPids(id: string, nsInit?: ProcRef, everyNamespace = false): number[] {
   const needle = `${MARKER_ENV}=${id}\0`;
-  let pidns = nsInit && alive(nsInit) ? nsInode(nsInit.pid, "pid") : undefined;
-  // At `process` level the holder shares the agent's pid namespace, which must never match.
-  if (pidns === nsInode(process.pid, "pid")) pidns = undefined;
+  if (everyNamespace) return allPids().filter((pid) => pid !== process.pid && environHas(pid, needle));
+  const host = nsInode(process.pid, "pid");
+  if (host === undefined) throw new Error("cannot read the agent's own pid namespace (/proc/self/ns/pid)");
+  let own = nsInit && alive(nsInit) ? nsInode(nsInit.pid, "pid") : undefined;
+  // A holder without namespaces (`process` level) shares the agent's: that one matches by marker only.
+  if (own === host) own = undefined;
   const out: number[] = [];
   for (const pid of allPids()) {
     if (pid === process.pid) continue;
-    if (pidns && nsInode(pid, "pid") === pidns) {
-      out.push(pid);
-      continue;
-    }
-    if (environHas(pid, needle)) out.push(pid);
+    // Undefined: exited, or not ours to inspect (its environment would not be either).
+    const ns = nsInode(pid, "pid");
+    if (ns === undefined) continue;
+    if (ns === own) out.push(pid);
+    else if (ns === host && environHas(pid, needle)) out.push(pid);
   }
   return out;
 }
@@ -270,10 +282,12 @@ export const HOLDER_NONCE_ENV = "KRUISE_HOLDER_NONCE";
 
 /** The holder (and its pid 1) of a sandbox whose record lost them: an agent killed between
  * spawning the holder and writing the record. `candidates` are the sandbox's processes when its
- * cgroup lists them (cheap); otherwise every process on the host is examined. Without cgroups
- * any tenant can carry another sandbox's marker and the holder's command line, so a process is
- * taken only with the record's `nonce` too; a record without one (an older agent's, whose holder
- * has none) is matched by id and command line alone, until its holder is next started. */
+ * cgroup lists them (cheap); otherwise every process in the agent's pid namespace, where every
+ * holder runs (`sandboxPids`), so at `bwrap` no tenant's process (each is in its sandbox's
+ * namespace) is a candidate. At `process` level a tenant's processes are in the agent's namespace
+ * and may carry another sandbox's marker and the holder's command line, so a process is taken
+ * only with the record's `nonce` too; a record without one (an older agent's, whose holder has
+ * none) is matched by id and command line alone, until its holder is next started. */
 export function discoverHolder(id: string, nonce: string | undefined, candidates?: number[]): StartedHolder | undefined {
   const marker = `${MARKER_ENV}=${id}\0`;
   const ours = (pid: number) => nonce === undefined || environHas(pid, `${HOLDER_NONCE_ENV}=${nonce}\0`);
@@ -364,12 +378,12 @@ function readParentCmd(pid: number): string | undefined {
   }
 }
 
-/** Sends `signal` to every process of the sandbox until a pass finds none new (processes may fork
- * while being signalled). Returns how many processes were signalled. */
-export async function signalSandbox(id: string, nsInit: ProcRef | undefined, signal: NodeJS.Signals): Promise<number> {
+/** Sends `signal` to every process of the sandbox (`sandboxPids`) until a pass finds none new
+ * (processes may fork while being signalled). Returns how many processes were signalled. */
+export async function signalSandbox(id: string, nsInit: ProcRef | undefined, signal: NodeJS.Signals, everyNamespace = false): Promise<number> {
   const seen = new Set<number>();
   for (let pass = 0; pass < 50; pass++) {
-    const fresh = sandboxPids(id, nsInit).filter((p) => signal === "SIGKILL" || !seen.has(p));
+    const fresh = sandboxPids(id, nsInit, everyNamespace).filter((p) => signal === "SIGKILL" || !seen.has(p));
     if (fresh.length === 0) return seen.size;
     for (const pid of fresh) {
       seen.add(pid);

@@ -758,18 +758,18 @@ export class LocalDriver implements Driver {
     if (rec.nsInit && alive(rec.nsInit)) process.kill(rec.nsInit.pid, "SIGKILL");
     // Every process of a sandbox with cgroups joined them before exec, so cgroup.kill reached all
     // of them; the host-wide process scan (O(processes on the host)) is for sandboxes without.
-    if (!cgroups) await signalSandbox(rec.id, rec.nsInit, "SIGKILL");
+    if (!cgroups) await signalSandbox(rec.id, rec.nsInit, "SIGKILL", this.capabilities.level === "process");
   }
 
   async #freeze(rec: SandboxRecord): Promise<void> {
     if (rec.cgroups) return setFrozen(rec.cgroups, true);
-    await signalSandbox(rec.id, rec.nsInit, "SIGSTOP");
+    await signalSandbox(rec.id, rec.nsInit, "SIGSTOP", this.capabilities.level === "process");
     this.#save({ ...rec, phase: "Frozen" });
   }
 
   async #thaw(rec: SandboxRecord): Promise<void> {
     if (rec.cgroups) return setFrozen(rec.cgroups, false);
-    await signalSandbox(rec.id, rec.nsInit, "SIGCONT");
+    await signalSandbox(rec.id, rec.nsInit, "SIGCONT", this.capabilities.level === "process");
     this.#save({ ...rec, phase: "Running" });
   }
 

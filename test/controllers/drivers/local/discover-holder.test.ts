@@ -2,8 +2,9 @@
 // can carry any sandbox's marker and the holder's command line (`exec -a`), so it must never be
 // taken as another sandbox's holder: only the nonce the agent recorded and gave its holder counts.
 import { spawn, type ChildProcess } from "node:child_process";
+import { readFileSync } from "node:fs";
 import { afterEach, describe, expect, it } from "vitest";
-import { discoverHolder, HOLDER_NONCE_ENV, sandboxPids } from "../../../../controllers/drivers/local/holder.ts";
+import { discoverHolder, environHas, HOLDER_NONCE_ENV, sandboxPids } from "../../../../controllers/drivers/local/holder.ts";
 import { MARKER_ENV } from "../../../../controllers/drivers/local/local-view.ts";
 
 const victim = `victim${process.pid}`;
@@ -13,6 +14,18 @@ const started: ChildProcess[] = [];
 afterEach(() => {
   for (const c of started.splice(0)) c.kill("SIGKILL");
 });
+
+/** Whether a child of `pid` runs `/usr/bin/sleep infinity` with the victim's marker. */
+function childrenMarked(pid: number): boolean {
+  const kids = readFileSync(`/proc/${pid}/task/${pid}/children`, "utf8").split(" ").filter(Boolean).map(Number);
+  return kids.some((k) => {
+    try {
+      return readFileSync(`/proc/${k}/cmdline`, "latin1") === "/usr/bin/sleep\0infinity\0" && environHas(k, `${MARKER_ENV}=${victim}\0`);
+    } catch {
+      return false;
+    }
+  });
+}
 
 /** `/usr/bin/sleep infinity` with `env`, as a holder at `process` level looks, once it runs. */
 async function planted(env: Record<string, string>): Promise<number> {
@@ -39,6 +52,20 @@ describe("discoverHolder without a cgroup", () => {
     await planted({ [MARKER_ENV]: victim });
     const pid = await planted({ [MARKER_ENV]: victim, [HOLDER_NONCE_ENV]: nonce });
     expect(discoverHolder(victim, nonce)?.holder.pid).toBe(pid);
+  });
+
+  it("never takes a process in another pid namespace (a tenant's at bwrap), not even for a record without a nonce", async () => {
+    // `unshare` (unmarked, in the agent's namespace) forks pid 1 of a new one: the holder's
+    // command line, the victim's marker, a parent that is not bwrap.
+    const c = spawn("unshare", ["--pid", "--fork", "/bin/sh", "-c", `exec env ${MARKER_ENV}=${victim} /usr/bin/sleep infinity`], { env: { PATH: "/usr/bin:/bin" }, detached: true, stdio: "ignore" });
+    try {
+      for (const end = Date.now() + 5000; !childrenMarked(c.pid!); await new Promise((r) => setTimeout(r, 5))) {
+        if (Date.now() > end) throw new Error("planted process did not start");
+      }
+      expect(discoverHolder(victim, undefined)).toBeUndefined();
+    } finally {
+      process.kill(-c.pid!, "SIGKILL");
+    }
   });
 
   it("still takes a holder by id and command line for a record of an older agent, which has no nonce", async () => {

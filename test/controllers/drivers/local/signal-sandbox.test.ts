@@ -3,8 +3,9 @@
 // none, so that one of the sandbox's processes that forks while the search runs does not outlive
 // it (a child made between a scan's listing of /proc and its kills is only in the next scan).
 import { spawn } from "node:child_process";
+import { readFileSync } from "node:fs";
 import { afterEach, describe, expect, it } from "vitest";
-import { environHas, sandboxPids, signalSandbox } from "../../../../controllers/drivers/local/holder.ts";
+import { ENVIRON_CAP, environHas, procRef, sandboxPids, signalSandbox } from "../../../../controllers/drivers/local/holder.ts";
 import { MARKER_ENV } from "../../../../controllers/drivers/local/local-view.ts";
 
 const id = `sigscan${process.pid}`;
@@ -53,6 +54,29 @@ describe("signalSandbox without a cgroup", () => {
   });
 });
 
+describe("the scan and pid namespaces", () => {
+  it("skips a process in a pid namespace neither the agent's nor the sandbox's, though it carries the marker; takes every process of the sandbox's own; at `process` level reads them all", async () => {
+    // `unshare` stays in the agent's namespace without the marker; its child is pid 1 of a new
+    // one, with the marker, as another sandbox's tenant may give its processes.
+    const child = spawn("unshare", ["--pid", "--fork", "/bin/sh", "-c", `exec env ${MARKER_ENV}=${id} sleep 60`], { env: { PATH: "/usr/bin:/bin" }, detached: true, stdio: "ignore" });
+    child.unref();
+    try {
+      let inner: number | undefined;
+      await until(() => {
+        const kids = readFileSync(`/proc/${child.pid}/task/${child.pid}/children`, "utf8").split(" ").filter(Boolean).map(Number);
+        inner = kids.find((k) => environHas(k, `${MARKER_ENV}=${id}\0`));
+        return inner !== undefined;
+      });
+      expect(sandboxPids(id)).toEqual([]);
+      expect(sandboxPids(id, procRef(inner!))).toEqual([inner]);
+      // At `process` level (no sandbox has a pid namespace) every environment is read.
+      expect(sandboxPids(id, undefined, true)).toEqual([inner]);
+    } finally {
+      process.kill(-child.pid!, "SIGKILL");
+    }
+  });
+});
+
 describe("the marker scan of environments", () => {
   // The tenant's variables come first, the marker last (local-view.ts: sandboxEnv), and one
   // variable is at most 128 KiB (MAX_ARG_STRLEN): three make 300 KB before the marker.
@@ -64,6 +88,11 @@ describe("the marker scan of environments", () => {
     child.unref();
     await until(() => sandboxPids(id).length === 1);
     expect(sandboxPids(id)).toEqual([child.pid]);
+  });
+
+  it("caps an environment above the largest exec gives (6 MiB) and well below what a tenant could make the agent read", () => {
+    expect(ENVIRON_CAP).toBeGreaterThanOrEqual(6 * 1024 * 1024);
+    expect(ENVIRON_CAP).toBeLessThanOrEqual(16 * 1024 * 1024);
   });
 
   it("stops reading an environment at its cap: a larger one is no match", async () => {

@@ -1,0 +1,130 @@
+// At `bwrap` without cgroups a sandbox's processes are found by a host-wide scan (holder.ts
+// `sandboxPids`). The scan must not reach into another sandbox: a tenant of sandbox A that keeps
+// forking children carrying B's `KRUISE_SANDBOX_ID` must not make B's freeze or destroy fail
+// ("processes keep appearing"), nor be stopped or killed by them; and B's destroy still ends
+// everything of B (its pid namespace, its holder and a command's host side).
+import { mkdtempSync, readFileSync, readdirSync, readlinkSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, describe, expect, it } from "vitest";
+import type { DesiredSandbox } from "../../../../controllers/drivers/driver.ts";
+import { layoutFor } from "../../../../controllers/drivers/local/layout.ts";
+import { LocalDriver } from "../../../../controllers/drivers/local/local-driver.ts";
+import { MARKER_ENV } from "../../../../controllers/drivers/local/local-view.ts";
+import { readRecord } from "../../../../controllers/drivers/local/records.ts";
+import { desiredSandbox, destroyAll, pollUntil, USER } from "./fixture.ts";
+
+const dataDir = mkdtempSync(join(tmpdir(), "local-driver-xscan-"));
+const driver = new LocalDriver({ dataDir, level: "bwrap", cgroupName: `kruise-test-${process.pid}-xscan` });
+
+afterAll(async () => {
+  await destroyAll(driver, dataDir);
+});
+
+/** Forks without end, every 2 ms, a child that execs `sleep` with the victim's marker (so the
+ * marker is in the child's /proc environ); the forker itself keeps its own sandbox's marker. */
+const FORKER = 'my $id = shift; while (1) { my $p = fork(); if (defined $p && !$p) { $ENV{KRUISE_SANDBOX_ID} = $id; exec "sleep", "0.3"; exit 1 } select(undef, undef, undef, 0.002); 1 while waitpid(-1, 1) > 0 }';
+
+function sh(id: string, script: string, env: Record<string, string> = {}) {
+  return driver.exec(id, { cmd: "/bin/bash", args: ["-c", script], cwd: USER.home, env: { PATH: "/usr/bin:/bin", ...env }, user: USER }, { timeoutMs: 20_000 });
+}
+
+function read(path: string, how: (p: string) => string): string | undefined {
+  try {
+    return how(path);
+  } catch {
+    return undefined;
+  }
+}
+
+const pidns = (pid: number) => read(`/proc/${pid}/ns/pid`, readlinkSync);
+const state = (pid: number) => read(`/proc/${pid}/stat`, (p) => readFileSync(p, "latin1"))?.split(") ")[1]?.[0];
+const hostNs = pidns(process.pid);
+
+/** Every process on the host: its pid namespace and whether it carries `id`'s marker. */
+function processes(id: string): { pid: number; ns: string | undefined; marked: boolean }[] {
+  const entry = `${MARKER_ENV}=${id}\0`;
+  return readdirSync("/proc")
+    .filter((n) => /^\d+$/.test(n))
+    .map(Number)
+    .map((pid) => {
+      const env = read(`/proc/${pid}/environ`, (p) => readFileSync(p, "latin1")) ?? "";
+      return { pid, ns: pidns(pid), marked: env.startsWith(entry) || env.includes(`\0${entry}`) };
+    });
+}
+
+async function running(prefix: string): Promise<{ d: DesiredSandbox; ns: string }> {
+  const d = desiredSandbox(prefix);
+  expect((await driver.ensure(d)).phase).toBe("Running");
+  const ns = pidns(readRecord(layoutFor(dataDir, d.id).record)!.nsInit!.pid)!;
+  expect(ns).not.toBe(hostNs);
+  return { d, ns };
+}
+
+/** Starts A's forker against `victim`; resolves once its children carrying the victim's marker
+ * show on the host (in A's pid namespace), with the forker's pid inside A. */
+async function attack(a: string, aNs: string, victim: string): Promise<string> {
+  const pid = (await sh(a, 'nohup perl -e "$FORKER" "$VICTIM" >/dev/null 2>&1 & echo $!', { FORKER, VICTIM: victim })).stdout.trim();
+  expect(pid).toMatch(/^\d+$/);
+  const planted = await pollUntil(() => processes(victim).filter((p) => p.marked && p.ns === aNs).length, (n) => n >= 5);
+  expect(planted).toBeGreaterThanOrEqual(5);
+  return pid;
+}
+
+/** The forker's state letter inside A (R, S, ... T when stopped), or "gone". */
+async function forkerState(a: string, pid: string): Promise<string> {
+  return (await sh(a, `s=$(cat /proc/${pid}/stat 2>/dev/null) && echo "\${s##*) }" | cut -c1 || echo gone`)).stdout.trim();
+}
+
+describe("the host-wide scan at bwrap without cgroups, against another tenant's forks carrying the sandbox's marker", () => {
+  it("reports bwrap without cgroups (the level under test)", () => {
+    expect(driver.capabilities).toMatchObject({ level: "bwrap", freeze: "signal" });
+  });
+
+  it("B's freeze and thaw succeed and stop only B's processes; A's forker runs on", async () => {
+    const a = await running("xa");
+    const b = await running("xb");
+    await sh(b.d.id, "nohup sleep 1000 >/dev/null 2>&1 &");
+    const forker = await attack(a.d.id, a.ns, b.d.id);
+    try {
+      const t0 = Date.now();
+      expect((await driver.ensure({ ...b.d, generation: 2, state: "Paused" })).phase).toBe("Paused");
+      const frozeMs = Date.now() - t0;
+      const inB = processes(b.d.id).filter((p) => p.ns === b.ns);
+      expect(inB.length).toBeGreaterThanOrEqual(3);
+      expect(inB.map((p) => state(p.pid))).toEqual(inB.map(() => "T"));
+      expect(await forkerState(a.d.id, forker)).toMatch(/^[RS]$/);
+      expect((await driver.ensure({ ...b.d, generation: 3, state: "Running" })).phase).toBe("Running");
+      expect(inB.map((p) => state(p.pid)).filter((s) => s === "T")).toEqual([]);
+      expect(frozeMs).toBeLessThan(5000);
+    } finally {
+      await sh(a.d.id, `kill ${forker}`);
+    }
+  });
+
+  it("B's destroy succeeds and ends B's pid namespace, holder and a command's host side; A's forker runs on", async () => {
+    const a = await running("xa");
+    const b = await running("xb");
+    await sh(b.d.id, "nohup sleep 1000 >/dev/null 2>&1 &");
+    // A command still running in B: its host side (enter.pl) is in the host's pid namespace.
+    const pending = sh(b.d.id, "sleep 1000");
+    await pollUntil(() => processes(b.d.id).filter((p) => p.marked && p.ns === hostNs).length, (n) => n >= 2);
+    const forker = await attack(a.d.id, a.ns, b.d.id);
+    try {
+      const t0 = Date.now();
+      await driver.destroy(b.d.id);
+      const destroyMs = Date.now() - t0;
+      expect((await pending).signal).toBe("SIGKILL");
+      const left = processes(b.d.id);
+      expect(left.filter((p) => p.ns === b.ns)).toEqual([]);
+      expect(left.filter((p) => p.marked && p.ns === hostNs)).toEqual([]);
+      expect(await driver.observe(b.d.id)).toBeUndefined();
+      expect(await forkerState(a.d.id, forker)).toMatch(/^[RS]$/);
+      // Its children were never the scan's to kill: they still carry B's marker in A.
+      expect(processes(b.d.id).filter((p) => p.marked && p.ns === a.ns).length).toBeGreaterThan(0);
+      expect(destroyMs).toBeLessThan(5000);
+    } finally {
+      await sh(a.d.id, `kill ${forker}`);
+    }
+  });
+});
