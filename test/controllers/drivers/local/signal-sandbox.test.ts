@@ -1,9 +1,11 @@
 // Ending a sandbox's processes where it has no cgroup (process level, bwrap without cgroups): a
-// scan of every process on the host for the sandbox's marker, pass after pass until a pass finds
+// scan of the host's processes (its pid namespace's, and the agent's namespace's carrying its
+// marker; at process level every process's marker), pass after pass until a pass finds
 // none, so that one of the sandbox's processes that forks while the search runs does not outlive
 // it (a child made between a scan's listing of /proc and its kills is only in the next scan).
 import { spawn } from "node:child_process";
 import { readFileSync } from "node:fs";
+import { fileURLToPath } from "node:url";
 import { afterEach, describe, expect, it } from "vitest";
 import { ENVIRON_CAP, environHas, procRef, sandboxPids, signalSandbox } from "../../../../controllers/drivers/local/holder.ts";
 import { MARKER_ENV } from "../../../../controllers/drivers/local/local-view.ts";
@@ -101,6 +103,23 @@ describe("the marker scan of environments", () => {
     await until(() => sandboxPids(id).length === 1);
     expect(environHas(child.pid!, entry, 400_000)).toBe(true);
     expect(environHas(child.pid!, entry, 256 * 1024)).toBe(false);
+  });
+
+  // big-environ.pl makes x86-64 system calls by number.
+  it.skipIf(process.arch !== "x64")("takes a process that made its environment larger than the cap (9 MiB, PR_SET_MM_MAP) as no match", async () => {
+    const child = spawn("perl", [fileURLToPath(new URL("./big-environ.pl", import.meta.url)), id], { env: { PATH: "/usr/bin:/bin" }, detached: true, stdio: ["ignore", "pipe", "inherit"] });
+    try {
+      await new Promise<void>((resolve, reject) => {
+        child.stdout!.once("data", (b) => (String(b) === "ok\n" ? resolve() : reject(new Error(String(b)))));
+        child.once("exit", (code) => reject(new Error(`exited ${code}`)));
+      });
+      // The marker is there, past the cap.
+      expect(environHas(child.pid!, entry, 16 * 1024 * 1024)).toBe(true);
+      expect(environHas(child.pid!, entry)).toBe(false);
+      expect(sandboxPids(id)).toEqual([]);
+    } finally {
+      child.kill("SIGKILL");
+    }
   });
 
   it("matches the marker as a whole variable, first or after another, never inside another's name", async () => {
