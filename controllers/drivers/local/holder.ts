@@ -245,12 +245,14 @@ function nsInode(pid: number, ns: string): string | undefined {
 
 /** Processes of a sandbox found without a cgroup: every process in its pid namespace, plus every
  * process in the agent's own carrying the sandbox's marker in its environment (its holder and
- * `enter.pl`'s host side). A process in any other pid namespace is another sandbox's, or nested in
- * this one's (such a process dies with the sandbox's pid 1 on a kill; for a freeze it escapes, as
- * one that clears its marker does at `process` level), and is skipped before its environment is
- * read: a tenant may give its processes any sandbox's marker, and environments of megabytes. With
- * the holder gone (`nsInit` dead or unknown) the sandbox's namespace died with its pid 1, so only
- * the agent's own is searched.
+ * `enter.pl`'s host side). The sandbox's namespace is its pid 1's (`nsInit`, while alive) and
+ * that of each child of those marked processes (the holder's pid 1, `enter.pl`'s command): so a
+ * record that lost `nsInit` (holder not adopted yet, record missing) still finds the namespace
+ * while its holder lives. Only the driver starts processes in the agent's namespace at `bwrap`,
+ * so a tenant can plant no such parent. A process in any other pid namespace is another
+ * sandbox's, or nested in this one's (such a process dies with the sandbox's pid 1 on a kill),
+ * and is skipped before its environment is read: a tenant may give its processes any sandbox's
+ * marker, and environments of megabytes.
  * `everyNamespace`: at `process` level, where a sandbox has no pid namespace and its tenant's
  * processes are in the agent's like every other tenant's, each process's environment is read
  * whatever its namespace (the filter would cost a readlink per process and separate nothing). */
@@ -259,18 +261,30 @@ export function sandboxPids(id: string, nsInit?: ProcRef, everyNamespace = false
   if (everyNamespace) return allPids().filter((pid) => pid !== process.pid && environHas(pid, needle));
   const host = nsInode(process.pid, "pid");
   if (host === undefined) throw new Error("cannot read the agent's own pid namespace (/proc/self/ns/pid)");
-  let own = nsInit && alive(nsInit) ? nsInode(nsInit.pid, "pid") : undefined;
+  const own = new Set<string>();
+  const initNs = nsInit && alive(nsInit) ? nsInode(nsInit.pid, "pid") : undefined;
   // A holder without namespaces (`process` level) shares the agent's: that one matches by marker only.
-  if (own === host) own = undefined;
+  if (initNs !== undefined && initNs !== host) own.add(initNs);
   const out: number[] = [];
+  // Taken once every marked process's children have named the sandbox's namespace.
+  const others: { pid: number; ns: string }[] = [];
   for (const pid of allPids()) {
     if (pid === process.pid) continue;
     // Undefined: exited, or not ours to inspect (its environment would not be either).
     const ns = nsInode(pid, "pid");
     if (ns === undefined) continue;
-    if (ns === own) out.push(pid);
-    else if (ns === host && environHas(pid, needle)) out.push(pid);
+    if (ns !== host) {
+      others.push({ pid, ns });
+      continue;
+    }
+    if (!environHas(pid, needle)) continue;
+    out.push(pid);
+    for (const child of childrenOf(pid)) {
+      const childNs = nsInode(child, "pid");
+      if (childNs !== undefined && childNs !== host) own.add(childNs);
+    }
   }
+  for (const { pid, ns } of others) if (own.has(ns)) out.push(pid);
   return out;
 }
 
@@ -291,7 +305,9 @@ export const HOLDER_NONCE_ENV = "KRUISE_HOLDER_NONCE";
 export function discoverHolder(id: string, nonce: string | undefined, candidates?: number[]): StartedHolder | undefined {
   const marker = `${MARKER_ENV}=${id}\0`;
   const ours = (pid: number) => nonce === undefined || environHas(pid, `${HOLDER_NONCE_ENV}=${nonce}\0`);
-  for (const pid of candidates ?? sandboxPids(id)) {
+  const host = nsInode(process.pid, "pid");
+  // Without a cgroup: the agent's namespace only (the sandbox's own holds its tenant's processes).
+  for (const pid of candidates ?? sandboxPids(id).filter((p) => nsInode(p, "pid") === host)) {
     const cmd = readProcPrefix(pid, "cmdline");
     if (cmd === undefined) continue;
     const holder = procRef(pid);

@@ -54,10 +54,10 @@ describe("discoverHolder without a cgroup", () => {
     expect(discoverHolder(victim, nonce)?.holder.pid).toBe(pid);
   });
 
-  it("never takes a process in another pid namespace (a tenant's at bwrap), not even for a record without a nonce", async () => {
-    // `unshare` (unmarked, in the agent's namespace) forks pid 1 of a new one: the holder's
-    // command line, the victim's marker, a parent that is not bwrap.
-    const c = spawn("unshare", ["--pid", "--fork", "/bin/sh", "-c", `exec env ${MARKER_ENV}=${victim} /usr/bin/sleep infinity`], { env: { PATH: "/usr/bin:/bin" }, detached: true, stdio: "ignore" });
+  /** Whether no holder is found while `unshare ...args` (with `env`) has a marked child running
+   * the holder's command line as pid 1 of a new pid namespace (a parent that is not bwrap). */
+  async function noneFoundBesideUnshare(args: string[], env: Record<string, string>): Promise<void> {
+    const c = spawn("unshare", ["--pid", "--fork", ...args], { env: { PATH: "/usr/bin:/bin", ...env }, detached: true, stdio: "ignore" });
     try {
       for (const end = Date.now() + 5000; !childrenMarked(c.pid!); await new Promise((r) => setTimeout(r, 5))) {
         if (Date.now() > end) throw new Error("planted process did not start");
@@ -66,6 +66,16 @@ describe("discoverHolder without a cgroup", () => {
     } finally {
       process.kill(-c.pid!, "SIGKILL");
     }
+  }
+
+  it("never takes a process in another pid namespace (a tenant's at bwrap), not even for a record without a nonce", async () => {
+    // `unshare` is unmarked, as no parent of another sandbox's tenant carries the victim's marker.
+    await noneFoundBesideUnshare(["/bin/sh", "-c", `exec env ${MARKER_ENV}=${victim} /usr/bin/sleep infinity`], {});
+  });
+
+  it("never takes a process in the sandbox's own pid namespace, which its tenant runs: only the agent's namespace holds holders", async () => {
+    // `unshare` is marked, as a holder is: its child's namespace is the sandbox's own.
+    await noneFoundBesideUnshare(["/usr/bin/sleep", "infinity"], { [MARKER_ENV]: victim });
   });
 
   it("still takes a holder by id and command line for a record of an older agent, which has no nonce", async () => {

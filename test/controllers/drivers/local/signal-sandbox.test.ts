@@ -7,7 +7,7 @@ import { spawn } from "node:child_process";
 import { readFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import { afterEach, describe, expect, it } from "vitest";
-import { ENVIRON_CAP, environHas, procRef, sandboxPids, signalSandbox } from "../../../../controllers/drivers/local/holder.ts";
+import { alive, ENVIRON_CAP, environHas, procRef, sandboxPids, signalSandbox } from "../../../../controllers/drivers/local/holder.ts";
 import { MARKER_ENV } from "../../../../controllers/drivers/local/local-view.ts";
 
 const id = `sigscan${process.pid}`;
@@ -75,6 +75,31 @@ describe("the scan and pid namespaces", () => {
       expect(sandboxPids(id, undefined, true)).toEqual([inner]);
     } finally {
       process.kill(-child.pid!, "SIGKILL");
+    }
+  });
+  it("kills the sandbox's pid 1 and its namespace when the record has no `nsInit` (holder not yet adopted): found through the marked holder's child", async () => {
+    // `unshare` plays the holder (agent's namespace, the marker); its child plays pid 1.
+    const holder = spawn("unshare", ["--pid", "--fork", "/bin/sh", "-c", "sleep 60 & exec sleep 60"], { env: { PATH: "/usr/bin:/bin", [MARKER_ENV]: id }, detached: true, stdio: "ignore" });
+    holder.unref();
+    try {
+      const kidsOf = (pid: number) => readFileSync(`/proc/${pid}/task/${pid}/children`, "utf8").split(" ").filter(Boolean).map(Number);
+      let inner: number[] = [];
+      await until(() => {
+        const init = kidsOf(holder.pid!)[0];
+        inner = init === undefined ? [] : [init, ...kidsOf(init)];
+        return inner.length === 2;
+      });
+      const refs = inner.map(procRef);
+      expect(sandboxPids(id).sort()).toEqual([holder.pid!, ...inner].sort());
+      await signalSandbox(id, undefined, "SIGKILL");
+      await new Promise((r) => setTimeout(r, 50));
+      for (const ref of refs) expect(alive(ref), `pid ${ref?.pid} of the sandbox's namespace`).toBe(false);
+    } finally {
+      try {
+        process.kill(-holder.pid!, "SIGKILL");
+      } catch {
+        // gone
+      }
     }
   });
 });
