@@ -250,15 +250,16 @@ function nsInode(pid: number, ns: string): string | undefined {
  * record that lost `nsInit` (holder not adopted yet, record missing) still finds the namespace
  * while its holder lives. Only the driver starts processes in the agent's namespace at `bwrap`,
  * so a tenant can plant no such parent. A process in any other pid namespace is another
- * sandbox's, or nested in this one's (such a process dies with the sandbox's pid 1 on a kill),
- * and is skipped before its environment is read: a tenant may give its processes any sandbox's
- * marker, and environments of megabytes.
+ * sandbox's, or nested in this one's, and is skipped before its environment is read: a tenant may
+ * give its processes any sandbox's marker, and environments of megabytes.
+ * `nested` (a freeze or thaw): a namespace nested in the sandbox's is taken too (`nestedIn`). A kill
+ * needs no such walk: such a process dies with the sandbox's pid 1, which is in its namespace.
  * `everyNamespace`: at `process` level, where a sandbox has no pid namespace and its tenant's
  * processes are in the agent's like every other tenant's, each process's environment is read
  * whatever its namespace (the filter would cost a readlink per process and separate nothing). */
-export function sandboxPids(id: string, nsInit?: ProcRef, everyNamespace = false): number[] {
+export function sandboxPids(id: string, nsInit?: ProcRef, scope: { everyNamespace?: boolean; nested?: boolean } = {}): number[] {
   const needle = `${MARKER_ENV}=${id}\0`;
-  if (everyNamespace) return allPids().filter((pid) => pid !== process.pid && environHas(pid, needle));
+  if (scope.everyNamespace) return allPids().filter((pid) => pid !== process.pid && environHas(pid, needle));
   const host = nsInode(process.pid, "pid");
   if (host === undefined) throw new Error("cannot read the agent's own pid namespace (/proc/self/ns/pid)");
   const own = new Set<string>();
@@ -284,8 +285,64 @@ export function sandboxPids(id: string, nsInit?: ProcRef, everyNamespace = false
       if (childNs !== undefined && childNs !== host) own.add(childNs);
     }
   }
-  for (const { pid, ns } of others) if (own.has(ns)) out.push(pid);
+  const verdicts = new Map<string, boolean>();
+  for (const { pid, ns } of others) {
+    if (own.has(ns) || (scope.nested && own.size > 0 && nestedIn(pid, ns, own, host, verdicts))) out.push(pid);
+  }
   return out;
+}
+
+/** The most parents one walk of `nestedIn` reads before it gives up (the namespace is then taken
+ * as not nested: a freeze misses it). Verdicts are kept per scan, so the walks of one scan read
+ * each process's parent at most once whatever this is: it bounds one walk, not the scan. */
+const PARENT_WALK_CAP = 4096;
+
+/** Whether `pid`'s pid namespace `ns` is nested in one of `own`: its parents, from the kernel's
+ * `/proc/<pid>/stat`, are walked up until one is in `own` (nested), in the agent's namespace or
+ * gone (not). Each process's parent is in its namespace or, for a namespace's pid 1, in the one
+ * it was made from; an orphan is reparented inside its namespace, and a nested namespace's pid 1
+ * whose parent died to the parent namespace's pid 1; so a walk from a namespace made inside the
+ * sandbox's ends in it, and one from another sandbox's at that sandbox's outer bwrap, in the
+ * agent's namespace (or at the host's init, had it died). Each step is checked against a pid
+ * reused meanwhile: the child must still have that parent and its namespace afterwards (a dead
+ * parent's children are reparented before its pid is free), else the walk gives up without a
+ * verdict and the next pass of `signalSandbox` tries again. `verdicts` (per scan) caches the
+ * answer for every namespace a walk crossed. */
+function nestedIn(pid: number, ns: string, own: Set<string>, host: string, verdicts: Map<string, boolean>): boolean {
+  const known = verdicts.get(ns);
+  if (known !== undefined) return known;
+  const crossed = [ns];
+  let verdict = false;
+  let child = pid;
+  let childNs = ns;
+  for (let step = 0; ; step++) {
+    if (step === PARENT_WALK_CAP) break;
+    const parent = parentOf(child);
+    const parentNs = parent === undefined || parent <= 0 ? undefined : nsInode(parent, "pid");
+    if (parentNs === undefined || parentOf(child) !== parent || nsInode(child, "pid") !== childNs) return false;
+    if (own.has(parentNs)) verdict = true;
+    if (parentNs === host || own.has(parentNs)) break;
+    const cached = verdicts.get(parentNs);
+    if (cached !== undefined) {
+      verdict = cached;
+      break;
+    }
+    if (parentNs !== childNs) crossed.push(parentNs);
+    child = parent!;
+    childNs = parentNs;
+  }
+  for (const n of crossed) verdicts.set(n, verdict);
+  return verdict;
+}
+
+/** A process's parent pid from the kernel's `/proc/<pid>/stat` (field 4), or undefined. */
+function parentOf(pid: number): number | undefined {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    return Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]);
+  } catch {
+    return undefined;
+  }
 }
 
 /** The variable that carries a holder's nonce (records.ts: holderNonce). Commands get their own
@@ -385,21 +442,17 @@ function readProc(pid: number, file: string, max: number, into = Buffer.allocUns
 }
 
 function readParentCmd(pid: number): string | undefined {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-    const ppid = Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]);
-    return readProcPrefix(ppid, "cmdline")?.split("\0")[0];
-  } catch {
-    return undefined;
-  }
+  const ppid = parentOf(pid);
+  return ppid === undefined ? undefined : readProcPrefix(ppid, "cmdline")?.split("\0")[0];
 }
 
 /** Sends `signal` to every process of the sandbox (`sandboxPids`) until a pass finds none new
  * (processes may fork while being signalled). Returns how many processes were signalled. */
 export async function signalSandbox(id: string, nsInit: ProcRef | undefined, signal: NodeJS.Signals, everyNamespace = false): Promise<number> {
   const seen = new Set<number>();
+  const scope = { everyNamespace, nested: signal !== "SIGKILL" };
   for (let pass = 0; pass < 50; pass++) {
-    const fresh = sandboxPids(id, nsInit, everyNamespace).filter((p) => signal === "SIGKILL" || !seen.has(p));
+    const fresh = sandboxPids(id, nsInit, scope).filter((p) => signal === "SIGKILL" || !seen.has(p));
     if (fresh.length === 0) return seen.size;
     for (const pid of fresh) {
       seen.add(pid);

@@ -338,8 +338,8 @@ describe("sandboxes with internet access in a network namespace of their own", (
     const b = desired();
     await expect(other.ensure(b)).rejects.toThrow(/sandbox network/);
     // Every process on the host carrying b's marker, in any pid namespace (its pid 1 included).
-    for (const deadline = Date.now() + 5000; sandboxPids(b.id, undefined, true).length && Date.now() < deadline; ) await sleep(50);
-    expect(sandboxPids(b.id, undefined, true)).toEqual([]);
+    for (const deadline = Date.now() + 5000; sandboxPids(b.id, undefined, { everyNamespace: true }).length && Date.now() < deadline; ) await sleep(50);
+    expect(sandboxPids(b.id, undefined, { everyNamespace: true })).toEqual([]);
   });
 
   it("drivers starting at the same instant on a missing bridge both set it up (neither falls back to the host's network)", async () => {

@@ -72,7 +72,7 @@ describe("the scan and pid namespaces", () => {
       expect(sandboxPids(id)).toEqual([]);
       expect(sandboxPids(id, procRef(inner!))).toEqual([inner]);
       // At `process` level (no sandbox has a pid namespace) every environment is read.
-      expect(sandboxPids(id, undefined, true)).toEqual([inner]);
+      expect(sandboxPids(id, undefined, { everyNamespace: true })).toEqual([inner]);
     } finally {
       process.kill(-child.pid!, "SIGKILL");
     }
@@ -100,6 +100,38 @@ describe("the scan and pid namespaces", () => {
       } catch {
         // gone
       }
+    }
+  });
+  it("a freeze (SIGSTOP, then SIGCONT) also reaches a pid namespace nested in the sandbox's, never another sandbox's; a kill's scan leaves the nested one to the kernel", async () => {
+    const kidsOf = (pid: number) => readFileSync(`/proc/${pid}/task/${pid}/children`, "utf8").split(" ").filter(Boolean).map(Number);
+    const state = (pid: number) => readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]![0];
+    // B: a marked holder, pid 1 of B's namespace, and inside it a namespace of its own (as B's
+    // root may `unshare -p`) whose pid 1 runs a child: the walk up crosses two processes there.
+    const b = spawn("unshare", ["--pid", "--fork", "/bin/sh", "-c", "unshare --pid --fork /bin/sh -c 'sleep 60 & wait' & wait"], { env: { PATH: "/usr/bin:/bin", [MARKER_ENV]: id }, detached: true, stdio: "ignore" });
+    // A: another sandbox (unmarked holder), whose tenant gives its pid 1 B's marker.
+    const a = spawn("unshare", ["--pid", "--fork", "/bin/sh", "-c", `exec env ${MARKER_ENV}=${id} sleep 60`], { env: { PATH: "/usr/bin:/bin" }, detached: true, stdio: "ignore" });
+    try {
+      let nested: number[] = [];
+      let aInit: number | undefined;
+      await until(() => {
+        const inner = kidsOf(b.pid!).flatMap(kidsOf); // B's `unshare` of the nested namespace
+        const nestedInit = inner.flatMap(kidsOf)[0];
+        nested = nestedInit === undefined ? [] : [nestedInit, ...kidsOf(nestedInit)];
+        aInit = kidsOf(a.pid!)[0];
+        return nested.length === 2 && aInit !== undefined && environHas(aInit, `${MARKER_ENV}=${id}\0`);
+      });
+      const bInit = procRef(kidsOf(b.pid!)[0]!);
+      for (const pid of nested) expect(sandboxPids(id, bInit)).not.toContain(pid);
+      const frozen = sandboxPids(id, bInit, { nested: true });
+      expect(frozen).toEqual(expect.arrayContaining(nested));
+      expect(frozen).not.toContain(aInit);
+      await signalSandbox(id, bInit, "SIGSTOP");
+      await until(() => nested.every((pid) => state(pid) === "T"));
+      expect(state(aInit!)).not.toBe("T");
+      await signalSandbox(id, bInit, "SIGCONT");
+      await until(() => nested.every((pid) => state(pid) !== "T"));
+    } finally {
+      for (const c of [a, b]) process.kill(-c.pid!, "SIGKILL");
     }
   });
 });
