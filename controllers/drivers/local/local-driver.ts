@@ -750,7 +750,10 @@ export class LocalDriver implements Driver {
   }
 
   /** Ends every process of the sandbox and removes its cgroups; the layer stays. */
-  async #endProcesses(rec: Pick<SandboxRecord, "id" | "cgroups" | "nsInit">): Promise<void> {
+  /** `rec.level`: the scan is the record's level's (a holder outlives an agent restarted at
+   * another level); absent (no record), the pid-namespace scan, which at `process` level finds
+   * the same (every process of such a sandbox is in the agent's namespace, with its marker). */
+  async #endProcesses(rec: Pick<SandboxRecord, "id" | "cgroups" | "nsInit"> & { level?: SandboxRecord["level"] }): Promise<void> {
     // An open listener would keep the sandbox's network namespace alive.
     await this.#relay.closeEgress(rec.id);
     const cgroups = rec.cgroups ?? (this.#cgroups ? cgroupSetFor(this.#cgroups, rec.id) : undefined);
@@ -758,18 +761,18 @@ export class LocalDriver implements Driver {
     if (rec.nsInit && alive(rec.nsInit)) process.kill(rec.nsInit.pid, "SIGKILL");
     // Every process of a sandbox with cgroups joined them before exec, so cgroup.kill reached all
     // of them; the host-wide process scan (O(processes on the host)) is for sandboxes without.
-    if (!cgroups) await signalSandbox(rec.id, rec.nsInit, "SIGKILL", this.capabilities.level === "process");
+    if (!cgroups) await signalSandbox(rec.id, rec.nsInit, "SIGKILL", rec.level === "process");
   }
 
   async #freeze(rec: SandboxRecord): Promise<void> {
     if (rec.cgroups) return setFrozen(rec.cgroups, true);
-    await signalSandbox(rec.id, rec.nsInit, "SIGSTOP", this.capabilities.level === "process");
+    await signalSandbox(rec.id, rec.nsInit, "SIGSTOP", rec.level === "process");
     this.#save({ ...rec, phase: "Frozen" });
   }
 
   async #thaw(rec: SandboxRecord): Promise<void> {
     if (rec.cgroups) return setFrozen(rec.cgroups, false);
-    await signalSandbox(rec.id, rec.nsInit, "SIGCONT", this.capabilities.level === "process");
+    await signalSandbox(rec.id, rec.nsInit, "SIGCONT", rec.level === "process");
     this.#save({ ...rec, phase: "Running" });
   }
 

@@ -53,8 +53,8 @@ function processes(id: string): { pid: number; ns: string | undefined; marked: b
     });
 }
 
-async function running(prefix: string): Promise<{ d: DesiredSandbox; ns: string }> {
-  const d = desiredSandbox(prefix);
+async function running(prefix: string, over: Partial<DesiredSandbox> = {}): Promise<{ d: DesiredSandbox; ns: string }> {
+  const d = desiredSandbox(prefix, over);
   expect((await driver.ensure(d)).phase).toBe("Running");
   const ns = pidns(readRecord(layoutFor(dataDir, d.id).record)!.nsInit!.pid)!;
   expect(ns).not.toBe(hostNs);
@@ -126,5 +126,20 @@ describe("the host-wide scan at bwrap without cgroups, against another tenant's 
     } finally {
       await sh(a.d.id, `kill ${forker}`);
     }
+  });
+});
+
+describe("a record keeps the scan of its own level, not the driver's", () => {
+  it("a `process`-level driver (an agent restarted at a lower level) freezes a bwrap record's whole pid namespace, processes that dropped the marker included", async () => {
+    // The host's network, which a `process`-level driver can keep.
+    const b = await running("xl", { allowInternetAccess: true });
+    const unmarked = Number((await sh(b.d.id, "nohup env -u KRUISE_SANDBOX_ID sleep 1000 >/dev/null 2>&1 & echo $!")).stdout.trim());
+    const onHost = await pollUntil(() => processes(b.d.id).find((p) => p.ns === b.ns && !p.marked && read(`/proc/${p.pid}/cmdline`, (f) => readFileSync(f, "latin1")) === "sleep\u00001000\u0000")?.pid, (p) => p !== undefined);
+    expect(unmarked).toBeGreaterThan(0);
+    const lower = new LocalDriver({ dataDir, level: "process", cgroupName: `kruise-test-${process.pid}-xscan` });
+    expect((await lower.ensure({ ...b.d, generation: 2, state: "Paused" })).phase).toBe("Paused");
+    expect(state(onHost!)).toBe("T");
+    expect((await lower.ensure({ ...b.d, generation: 3, state: "Running" })).phase).toBe("Running");
+    expect(state(onHost!)).not.toBe("T");
   });
 });
