@@ -1,13 +1,16 @@
 // At `bwrap` without cgroups a sandbox's processes are found by a host-wide scan (holder.ts
 // `sandboxPids`). The scan must not reach into another sandbox: a tenant of sandbox A that keeps
 // forking children carrying B's `KRUISE_SANDBOX_ID` must not make B's freeze or destroy fail
-// ("processes keep appearing"), nor be stopped or killed by them; and B's destroy still ends
-// everything of B (its pid namespace, its holder and a command's host side).
+// ("processes keep appearing"), nor be stopped or killed by them; and B's freeze and destroy
+// still reach everything of B (its pid namespace, its holder, a command's host side and another
+// marked process in the agent's namespace), checked on the exact pids taken before each.
+import { spawn, type ChildProcess } from "node:child_process";
 import { mkdtempSync, readFileSync, readdirSync, readlinkSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import type { DesiredSandbox } from "../../../../controllers/drivers/driver.ts";
+import { alive, procRef } from "../../../../controllers/drivers/local/holder.ts";
 import { layoutFor } from "../../../../controllers/drivers/local/layout.ts";
 import { LocalDriver } from "../../../../controllers/drivers/local/local-driver.ts";
 import { MARKER_ENV } from "../../../../controllers/drivers/local/local-view.ts";
@@ -18,6 +21,7 @@ const dataDir = mkdtempSync(join(tmpdir(), "local-driver-xscan-"));
 const driver = new LocalDriver({ dataDir, level: "bwrap", cgroupName: `kruise-test-${process.pid}-xscan` });
 
 afterAll(async () => {
+  for (const c of hostSides) c.kill("SIGKILL");
   await destroyAll(driver, dataDir);
 });
 
@@ -76,52 +80,77 @@ async function forkerState(a: string, pid: string): Promise<string> {
   return (await sh(a, `s=$(cat /proc/${pid}/stat 2>/dev/null) && echo "\${s##*) }" | cut -c1 || echo gone`)).stdout.trim();
 }
 
+/** Three `sleep 30` that A's tenant gives B's marker (long-lived, unlike the forker's children,
+ * so the very pids can be checked after B's operation): their pids on the host. */
+async function plantSleepers(a: { d: DesiredSandbox; ns: string }, victim: string): Promise<number[]> {
+  await sh(a.d.id, 'for i in 1 2 3; do KRUISE_SANDBOX_ID="$VICTIM" nohup sleep 30 >/dev/null 2>&1 & done', { VICTIM: victim });
+  const sleepers = () => processes(victim).filter((p) => p.marked && p.ns === a.ns && cmdline(p.pid) === "sleep\u000030\u0000").map((p) => p.pid);
+  return pollUntil(sleepers, (pids) => pids.length === 3);
+}
+
+const cmdline = (pid: number) => read(`/proc/${pid}/cmdline`, (p) => readFileSync(p, "latin1"));
+
+/** A process in the agent's pid namespace carrying `id`'s marker and tied to no sandbox's pid 1,
+ * as `enter.pl`'s host side is: only the scan's host-side branch reaches it. */
+function hostSide(id: string): ChildProcess {
+  const c = spawn("sleep", ["30"], { env: { PATH: "/usr/bin:/bin", [MARKER_ENV]: id }, stdio: "ignore" });
+  hostSides.push(c);
+  return c;
+}
+const hostSides: ChildProcess[] = [];
+
 describe("the host-wide scan at bwrap without cgroups, against another tenant's forks carrying the sandbox's marker", () => {
   it("reports bwrap without cgroups (the level under test)", () => {
     expect(driver.capabilities).toMatchObject({ level: "bwrap", freeze: "signal" });
   });
 
-  it("B's freeze and thaw succeed and stop only B's processes; A's forker runs on", async () => {
+  it("B's freeze stops exactly B's processes (its namespace and a host-side one), never A's carrying B's marker; thaw resumes them", async () => {
     const a = await running("xa");
     const b = await running("xb");
     await sh(b.d.id, "nohup sleep 1000 >/dev/null 2>&1 &");
+    const host = hostSide(b.d.id).pid!;
+    const sleepers = await plantSleepers(a, b.d.id);
     const forker = await attack(a.d.id, a.ns, b.d.id);
     try {
+      const inB = [...processes(b.d.id).filter((p) => p.ns === b.ns).map((p) => p.pid), host];
+      expect(inB.length).toBeGreaterThanOrEqual(4);
       const t0 = Date.now();
       expect((await driver.ensure({ ...b.d, generation: 2, state: "Paused" })).phase).toBe("Paused");
       const frozeMs = Date.now() - t0;
-      const inB = processes(b.d.id).filter((p) => p.ns === b.ns);
-      expect(inB.length).toBeGreaterThanOrEqual(3);
-      expect(inB.map((p) => state(p.pid))).toEqual(inB.map(() => "T"));
+      expect(inB.map(state)).toEqual(inB.map(() => "T"));
+      expect(sleepers.map(state)).toEqual(sleepers.map(() => "S"));
       expect(await forkerState(a.d.id, forker)).toMatch(/^[RS]$/);
       expect((await driver.ensure({ ...b.d, generation: 3, state: "Running" })).phase).toBe("Running");
-      expect(inB.map((p) => state(p.pid)).filter((s) => s === "T")).toEqual([]);
+      expect(inB.map(state).filter((s) => s === "T")).toEqual([]);
       expect(frozeMs).toBeLessThan(5000);
     } finally {
       await sh(a.d.id, `kill ${forker}`);
     }
   });
 
-  it("B's destroy succeeds and ends B's pid namespace, holder and a command's host side; A's forker runs on", async () => {
+  it("B's destroy ends exactly B's processes (its namespace, holder, a command's host side, a host-side one); A's carrying B's marker run on", async () => {
     const a = await running("xa");
     const b = await running("xb");
     await sh(b.d.id, "nohup sleep 1000 >/dev/null 2>&1 &");
     // A command still running in B: its host side (enter.pl) is in the host's pid namespace.
     const pending = sh(b.d.id, "sleep 1000");
     await pollUntil(() => processes(b.d.id).filter((p) => p.marked && p.ns === hostNs).length, (n) => n >= 2);
+    const host = hostSide(b.d.id).pid!;
+    const sleepers = await plantSleepers(a, b.d.id);
     const forker = await attack(a.d.id, a.ns, b.d.id);
     try {
+      const inB = [...processes(b.d.id).filter((p) => p.ns === b.ns || (p.marked && p.ns === hostNs)).map((p) => p.pid), host].map(procRef);
+      expect(inB.length).toBeGreaterThanOrEqual(6);
       const t0 = Date.now();
       await driver.destroy(b.d.id);
       const destroyMs = Date.now() - t0;
       expect((await pending).signal).toBe("SIGKILL");
-      const left = processes(b.d.id);
-      expect(left.filter((p) => p.ns === b.ns)).toEqual([]);
-      expect(left.filter((p) => p.marked && p.ns === hostNs)).toEqual([]);
+      // A zombie (this host's init reaps lazily) is not alive: `alive` reads its state.
+      expect(inB.filter(alive).map((r) => `${r!.pid} ${cmdline(r!.pid)}`)).toEqual([]);
+      expect(processes(b.d.id).filter((p) => p.ns === b.ns && state(p.pid) !== "Z")).toEqual([]);
       expect(await driver.observe(b.d.id)).toBeUndefined();
       expect(await forkerState(a.d.id, forker)).toMatch(/^[RS]$/);
-      // Its children were never the scan's to kill: they still carry B's marker in A.
-      expect(processes(b.d.id).filter((p) => p.marked && p.ns === a.ns).length).toBeGreaterThan(0);
+      expect(sleepers.map(state)).toEqual(sleepers.map(() => "S"));
       expect(destroyMs).toBeLessThan(5000);
     } finally {
       await sh(a.d.id, `kill ${forker}`);
