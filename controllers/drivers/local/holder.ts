@@ -335,6 +335,20 @@ function nestedIn(pid: number, ns: string, own: Set<string>, host: string, verdi
   return verdict;
 }
 
+/** PF_EXITING in /proc/<pid>/stat's flags (field 9): set once the process has begun to exit. */
+const PF_EXITING = 0x4;
+
+/** Whether the process is gone, a zombie, or exiting (the kernel's `/proc/<pid>/stat`). */
+function exiting(pid: number): boolean {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    return fields[0] === "Z" || fields[0] === "X" || (Number(fields[6]) & PF_EXITING) !== 0;
+  } catch {
+    return true;
+  }
+}
+
 /** A process's parent pid from the kernel's `/proc/<pid>/stat` (field 4), or undefined. */
 function parentOf(pid: number): number | undefined {
   try {
@@ -452,7 +466,12 @@ export async function signalSandbox(id: string, nsInit: ProcRef | undefined, sig
   const seen = new Set<number>();
   const scope = { everyNamespace, nested: signal !== "SIGKILL" };
   for (let pass = 0; pass < 50; pass++) {
-    const fresh = sandboxPids(id, nsInit, scope).filter((p) => signal === "SIGKILL" || !seen.has(p));
+    const found = sandboxPids(id, nsInit, scope);
+    // One SIGKILLed already and now exiting (a zombie whose parent has not reaped it, as under an
+    // init that reaps lazily; a pid 1 waiting in its namespace's teardown for such a zombie) runs
+    // nothing more and is not ended sooner by another signal, so a kill is done without it. Only
+    // once signalled: a process whose main thread exited looks a zombie while its others run.
+    const fresh = found.filter((p) => !seen.has(p) || (signal === "SIGKILL" && !exiting(p)));
     if (fresh.length === 0) return seen.size;
     for (const pid of fresh) {
       seen.add(pid);

@@ -134,6 +134,30 @@ describe("the scan and pid namespaces", () => {
       for (const c of [a, b]) process.kill(-c.pid!, "SIGKILL");
     }
   });
+  // setns(2) by number (x86-64: 308).
+  it.skipIf(process.arch !== "x64")("a kill ends though a killed process of the sandbox's namespace stays a zombie its parent outside does not reap (as under an init that reaps lazily)", async () => {
+    const kidsOf = (pid: number) => readFileSync(`/proc/${pid}/task/${pid}/children`, "utf8").split(" ").filter(Boolean).map(Number);
+    const holder = spawn("unshare", ["--pid", "--fork", "sleep", "60"], { env: { PATH: "/usr/bin:/bin", [MARKER_ENV]: id }, detached: true, stdio: "ignore" });
+    let outside: ReturnType<typeof spawn> | undefined;
+    try {
+      let init: number | undefined;
+      await until(() => (init = kidsOf(holder.pid!)[0]) !== undefined);
+      // Unmarked, in the agent's namespace: joins the sandbox's pid namespace, forks a child there
+      // and never reaps it.
+      const joiner = `open(my $f, "<", "/proc/${init}/ns/pid") or die; syscall(308, fileno($f), 0x20000000) == 0 or die "setns: $!"; if (!fork()) { exec "sleep", "60" } sleep 60`;
+      outside = spawn("perl", ["-e", joiner], { env: { PATH: "/usr/bin:/bin" }, detached: true, stdio: "ignore" });
+      await until(() => kidsOf(outside!.pid!).length === 1);
+      const inner = procRef(kidsOf(outside.pid!)[0]!);
+      const initRef = procRef(init!);
+      await signalSandbox(id, initRef, "SIGKILL");
+      expect(alive(inner)).toBe(false);
+      // Exiting: it waits in its namespace's teardown for the zombie to be reaped.
+      expect(Number(readFileSync(`/proc/${init}/stat`, "utf8").split(") ")[1]!.split(" ")[6]) & 4).toBe(4);
+    } finally {
+      outside?.kill("SIGKILL");
+      process.kill(-holder.pid!, "SIGKILL");
+    }
+  });
 });
 
 describe("the marker scan of environments", () => {
