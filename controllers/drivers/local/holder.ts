@@ -305,9 +305,10 @@ const PARENT_WALK_CAP = 4096;
  * sandbox's ends in it, and one from another sandbox's at that sandbox's outer bwrap, in the
  * agent's namespace (or at the host's init, had it died). Each step is checked against a pid
  * reused meanwhile: the child must still have that parent and its namespace afterwards (a dead
- * parent's children are reparented before its pid is free), else the walk gives up without a
- * verdict and the next pass of `signalSandbox` tries again. `verdicts` (per scan) caches the
- * answer for every namespace a walk crossed. */
+ * parent's children are reparented before its pid is free), else the walk ends with "not nested"
+ * for this scan, as it does at a parent gone (the next pass of `signalSandbox`, which follows any
+ * pass that signalled, walks again). `verdicts` (per scan) caches the answer for every namespace a
+ * walk crossed, whatever ended it, so a tenant's churn cannot make one scan walk a namespace twice. */
 function nestedIn(pid: number, ns: string, own: Set<string>, host: string, verdicts: Map<string, boolean>): boolean {
   const known = verdicts.get(ns);
   if (known !== undefined) return known;
@@ -319,7 +320,8 @@ function nestedIn(pid: number, ns: string, own: Set<string>, host: string, verdi
     if (step === PARENT_WALK_CAP) break;
     const parent = parentOf(child);
     const parentNs = parent === undefined || parent <= 0 ? undefined : nsInode(parent, "pid");
-    if (parentNs === undefined || parentOf(child) !== parent || nsInode(child, "pid") !== childNs) return false;
+    // Gone, or reused meanwhile: not nested, for this scan (the next pass walks again).
+    if (parentNs === undefined || parentOf(child) !== parent || nsInode(child, "pid") !== childNs) break;
     if (own.has(parentNs)) verdict = true;
     if (parentNs === host || own.has(parentNs)) break;
     const cached = verdicts.get(parentNs);
