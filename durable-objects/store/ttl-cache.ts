@@ -3,14 +3,34 @@
 // of one per request (sqld answers 429 past 128 concurrent requests). Failed loads are not cached.
 // Bounded in entries: an isolate serves every tenant, and each key used (or template read) would
 // otherwise stay in memory until that same key is asked again.
+//
+// Why a shared load is joined only for JOIN_MS: workerd ties a load's I/O to the request that
+// started it. When that request is cancelled (its client disconnects), the load's promise never
+// settles, and a request awaiting it waits for good (test/workerd/api/key-cache.test.ts); kept as
+// the entry, it would hang every request of that key for the whole TTL. So a request that joins a
+// load still pending also keeps a timer of its own, and when the load is JOIN_MS old it takes the
+// load for abandoned and starts its own in its place: the others join that one. Waiting on a live
+// load from another request works (test/workerd/api/key-cache.test.ts, 20 first requests of a key
+// at once): workerd runs the waiter's continuation in the waiter's own context.
 
 /** Entries one cache keeps at most (the key cache: a team's keys are bounded, teams are not). */
 export const TTL_CACHE_MAX_ENTRIES = 10_000;
 
+/** How long a pending load is joined before it is taken for abandoned (a libSQL read answers in
+ * milliseconds; one slow past this costs one more read per JOIN_MS, not one per request). */
+export const JOIN_MS = 1000;
+
+interface Entry<V> {
+  load: Promise<V>;
+  started: number;
+  until: number;
+  settled: { value: V } | null;
+}
+
 export class TtlCache<V> {
   readonly #ttlMs: number;
   readonly #max: number;
-  readonly #entries = new Map<string, { value: Promise<V>; until: number }>();
+  readonly #entries = new Map<string, Entry<V>>();
 
   constructor(ttlMs: number, maxEntries = TTL_CACHE_MAX_ENTRIES) {
     this.#ttlMs = ttlMs;
@@ -23,15 +43,44 @@ export class TtlCache<V> {
 
   get(key: string, load: () => Promise<V>, now = Date.now()): Promise<V> {
     const hit = this.#entries.get(key);
-    if (hit && hit.until > now) return hit.value;
+    if (hit && hit.until > now) {
+      if (hit.settled) return Promise.resolve(hit.settled.value);
+      const left = hit.started + JOIN_MS - now;
+      if (left > 0) return this.#join(key, hit, load, now, left);
+    }
+    return this.#start(key, hit, load, now);
+  }
+
+  /** The pending load's outcome, or, if it has not settled `left` ms from `now`, what `get` gives
+   * then (this request's own load, unless another one has taken the abandoned one's place). */
+  #join(key: string, entry: Entry<V>, load: () => Promise<V>, now: number, left: number): Promise<V> {
+    return new Promise<V>((resolve, reject) => {
+      const timer = setTimeout(() => {
+        try {
+          resolve(this.get(key, load, now + left));
+        } catch (err) {
+          reject(err); // a load that throws before its promise: the waiter must not hang on it
+        }
+      }, left);
+      entry.load.then(
+        (v) => (clearTimeout(timer), resolve(v)),
+        (err: unknown) => (clearTimeout(timer), reject(err)),
+      );
+    });
+  }
+
+  #start(key: string, hit: Entry<V> | undefined, load: () => Promise<V>, now: number): Promise<V> {
     const value = load();
-    const entry = { value, until: now + this.#ttlMs };
+    const entry: Entry<V> = { load: value, started: now, until: now + this.#ttlMs, settled: null };
     if (hit) this.#entries.delete(key); // re-inserted last: the map's order is the entries' age
     else if (this.#entries.size >= this.#max) this.#evict(now);
     this.#entries.set(key, entry);
-    value.catch(() => {
-      if (this.#entries.get(key) === entry) this.#entries.delete(key);
-    });
+    value.then(
+      (v) => void (entry.settled = { value: v }),
+      () => {
+        if (this.#entries.get(key) === entry) this.#entries.delete(key);
+      },
+    );
     return value;
   }
 

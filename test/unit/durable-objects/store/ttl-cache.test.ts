@@ -1,7 +1,7 @@
 // The per-isolate TtlCache (API keys, templates): single flight, time to live, and a bound on its
 // entries, so keys used once do not stay in an isolate that serves every tenant.
-import { describe, expect, it } from "vitest";
-import { TtlCache } from "../../../../durable-objects/store/ttl-cache.ts";
+import { afterEach, describe, expect, it, vi } from "vitest";
+import { JOIN_MS, TtlCache } from "../../../../durable-objects/store/ttl-cache.ts";
 
 describe("TtlCache", () => {
   it("shares one load per key until it expires", async () => {
@@ -10,6 +10,44 @@ describe("TtlCache", () => {
     const load = async () => ++loads;
     expect(await Promise.all([c.get("a", load, 0), c.get("a", load, 10)])).toEqual([1, 1]);
     expect(await c.get("a", load, 1000)).toBe(2);
+  });
+
+  it("answers a burst of concurrent misses of a key with one load, and not a failed one after", async () => {
+    const c = new TtlCache<number>(1000);
+    let loads = 0;
+    const load = async () => ++loads;
+    expect(await Promise.all(Array.from({ length: 50 }, (_, i) => c.get("a", load, i)))).toEqual(Array(50).fill(1));
+    let fails = 0;
+    const fail = async () => Promise.reject(new Error(`failed ${++fails}`));
+    await expect(Promise.all([c.get("b", fail, 0), c.get("b", fail, 1)])).rejects.toThrow("failed 1");
+    await expect(c.get("b", fail, 2)).rejects.toThrow("failed 2");
+  });
+
+  describe("a load whose request was cancelled (its promise never settles)", () => {
+    afterEach(() => void vi.useRealTimers());
+
+    it("is joined for JOIN_MS, then one waiter's load takes its place for all", async () => {
+      vi.useFakeTimers();
+      const c = new TtlCache<string>(30_000);
+      void c.get("k", () => new Promise<string>(() => {}), 0);
+      let loads = 0;
+      const load = async () => `load ${++loads}`;
+      const waiters = Array.from({ length: 10 }, () => c.get("k", load, 100));
+      await vi.advanceTimersByTimeAsync(JOIN_MS - 101);
+      expect(loads).toBe(0);
+      await vi.advanceTimersByTimeAsync(1);
+      expect(await Promise.all(waiters)).toEqual(Array(10).fill("load 1"));
+      // A request after the abandoned load's join time loads at once; it is then kept for the TTL.
+      expect(await c.get("k", load, JOIN_MS + 1)).toBe("load 1");
+      expect(loads).toBe(1);
+    });
+
+    it("does not stand for the key once its join time is past: the next request loads", async () => {
+      const c = new TtlCache<string>(30_000);
+      void c.get("k", () => new Promise<string>(() => {}), 0);
+      expect(await c.get("k", async () => "own", JOIN_MS)).toBe("own");
+      expect(await c.get("k", async () => "again", JOIN_MS + 1)).toBe("own");
+    });
   });
 
   it("keeps at most its bound: the expired entries go first, else the oldest", async () => {

@@ -1,0 +1,78 @@
+// The per-isolate API-key cache (functions/auth/middleware.ts over durable-objects/store/ttl-cache.ts)
+// when the request that started a key's lookup goes away before the lookup answers: its client
+// disconnects, workerd cancels the request and the lookup's I/O with it. Another request of the same
+// key must still be answered, then and later (a lookup shared as a pending promise never settles:
+// the waiters were cancelled as hung, HTTP 500, for the cache's whole TTL).
+import { env, exports } from "cloudflare:workers";
+import { describe, expect, it } from "vitest";
+import { call, createTeam, expectStatus, unique } from "../helpers.ts";
+
+/**
+ * Holds the sqld's only connection (scripts/lib/sqld.ts runs it with one) in an open transaction
+ * of a Hrana stream, so every libSQL request waits inside sqld until `release`: the way to keep
+ * a lookup in flight long enough for its client to go. Other test files' queries wait as long
+ * (under a second).
+ */
+async function holdSqld(): Promise<{ release: () => Promise<void> }> {
+  const pipeline = async (body: unknown) => {
+    const res = await fetch(`${env.LIBSQL_URL}/v2/pipeline`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) });
+    const text = await res.text();
+    if (!res.ok) throw new Error(`sqld ${res.status}: ${text}`);
+    return JSON.parse(text) as { baton: string | null; results: { type: string }[] };
+  };
+  const held = await pipeline({ baton: null, requests: [{ type: "execute", stmt: { sql: "BEGIN IMMEDIATE" } }] });
+  expect(held.results[0]!.type).toBe("ok");
+  return { release: async () => void (await pipeline({ baton: held.baton, requests: [{ type: "execute", stmt: { sql: "ROLLBACK" } }, { type: "close" }] })) };
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** The response, or a failure naming the hang (a request awaiting a lookup that will never answer
+ * is not cancelled by workerd here: it waits for good). */
+function answered(res: Promise<Response>, ms = 5000): Promise<Response> {
+  return Promise.race([res, sleep(ms).then(() => Promise.reject(new Error(`no answer within ${ms} ms`)))]);
+}
+
+describe("API-key cache", () => {
+  it("answers a key's concurrent first requests with one status each", async () => {
+    const team = await createTeam(unique("kc-burst"));
+    const statuses = await Promise.all(Array.from({ length: 20 }, async () => (await call("/teams", { key: team.key })).status));
+    expect(statuses).toEqual(Array(20).fill(200));
+  });
+
+  it("answers a key's request that arrives while the lookup of a request whose client left is in flight", async () => {
+    const team = await createTeam(unique("kc-gone"));
+    const { second } = await afterAbandonedLookup(team.key, () => ({ second: call("/teams", { key: team.key }) }));
+    const body = await expectStatus(answered(second), 200);
+    expect(body).toEqual([expect.objectContaining({ name: team.name })]);
+  });
+
+  it("answers a key's later requests after the lookup of a request whose client left", async () => {
+    const team = await createTeam(unique("kc-later"));
+    await afterAbandonedLookup(team.key, () => undefined);
+    await expectStatus(answered(call("/teams", { key: team.key })), 200);
+  });
+});
+
+/**
+ * The key's first request, its lookup held in sqld, and its client gone (the request is cancelled
+ * with its I/O); then `during()` while the lookup would still be in flight, and sqld let go. The
+ * 500 ms for the request to reach its lookup are ample on an idle machine (the Worker is loaded by
+ * then); one that had not would leave nothing in flight, and the test pass without its point.
+ */
+async function afterAbandonedLookup<T>(key: string, during: () => T): Promise<T> {
+  const hold = await holdSqld();
+  try {
+    const gone = new AbortController();
+    const first = exports.default.fetch("http://edge.test/teams", { headers: { "x-api-key": key }, signal: gone.signal });
+    first.catch(() => undefined);
+    await sleep(500);
+    gone.abort();
+    await expect(first).rejects.toThrow();
+    const result = during();
+    await sleep(100);
+    return result;
+  } finally {
+    await hold.release();
+  }
+}
