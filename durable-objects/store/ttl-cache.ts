@@ -6,11 +6,11 @@
 //
 // Why a shared load is joined only for JOIN_MS: workerd ties a load's I/O to the request that
 // started it. When that request is cancelled (its client disconnects), the load's promise never
-// settles, and a request awaiting it waits for good (test/workerd/api/key-cache.test.ts); kept as
+// settles, and a request awaiting it waits for good (test/workerd/api/edge-caches.test.ts); kept as
 // the entry, it would hang every request of that key for the whole TTL. So a request that joins a
 // load still pending also keeps a timer of its own, and when the load is JOIN_MS old it takes the
 // load for abandoned and starts its own in its place: the others join that one. Waiting on a live
-// load from another request works (test/workerd/api/key-cache.test.ts, 20 first requests of a key
+// load from another request works (test/workerd/api/edge-caches.test.ts, 20 first requests of a key
 // at once): workerd runs the waiter's continuation in the waiter's own context.
 
 /** Entries one cache keeps at most (the key cache: a team's keys are bounded, teams are not). */

@@ -1,11 +1,12 @@
-// The per-isolate API-key cache (functions/auth/middleware.ts over durable-objects/store/ttl-cache.ts)
-// when the request that started a key's lookup goes away before the lookup answers: its client
-// disconnects, workerd cancels the request and the lookup's I/O with it. Another request of the same
-// key must still be answered, then and later (a lookup shared as a pending promise never settles:
-// the waiters were cancelled as hung, HTTP 500, for the cache's whole TTL).
+// The per-isolate caches of API keys (functions/auth/middleware.ts) and templates
+// (durable-objects/store/template-cache.ts), both durable-objects/store/ttl-cache.ts, when the
+// request that started a read goes away before the read answers: its client disconnects, workerd
+// cancels the request and the read's I/O with it, and the read's promise never settles. Other
+// requests of the same key or template must still be answered, then and later (they waited on that
+// promise for good, for the cache's whole TTL).
 import { env, exports } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
-import { call, createTeam, expectStatus, unique } from "../helpers.ts";
+import { call, createTeam, expectStatus, startAgent, unique } from "../helpers.ts";
 
 /**
  * Holds the sqld's only connection (scripts/lib/sqld.ts runs it with one) in an open transaction
@@ -42,29 +43,51 @@ describe("API-key cache", () => {
 
   it("answers a key's request that arrives while the lookup of a request whose client left is in flight", async () => {
     const team = await createTeam(unique("kc-gone"));
-    const { second } = await afterAbandonedLookup(team.key, () => ({ second: call("/teams", { key: team.key }) }));
+    const { second } = await afterAbandonedRead(keyRequest(team.key), () => ({ second: call("/teams", { key: team.key }) }));
     const body = await expectStatus(answered(second), 200);
     expect(body).toEqual([expect.objectContaining({ name: team.name })]);
   });
 
   it("answers a key's later requests after the lookup of a request whose client left", async () => {
     const team = await createTeam(unique("kc-later"));
-    await afterAbandonedLookup(team.key, () => undefined);
+    await afterAbandonedRead(keyRequest(team.key), () => undefined);
     await expectStatus(answered(call("/teams", { key: team.key })), 200);
   });
 });
 
+describe("template cache", () => {
+  it("creates from a template whose first read's create was abandoned by its client", async () => {
+    const team = await createTeam(unique("tc-gone"), { replicas: 1 });
+    const agent = await startAgent(team.cluster);
+    try {
+      await agent.waitUntil(() => agent.running().length >= 1);
+      // The key is cached first: the create's first libSQL read is its template's.
+      await expectStatus(call("/teams", { key: team.key }), 200);
+      const body = JSON.stringify({ templateID: team.template, timeout: 60 });
+      const create = (signal?: AbortSignal) =>
+        exports.default.fetch("http://edge.test/sandboxes", { method: "POST", headers: { "x-api-key": team.key, "content-type": "application/json" }, body, signal });
+      const { second } = await afterAbandonedRead(create, () => ({ second: create() }));
+      await expectStatus(answered(second, 10_000), 201);
+    } finally {
+      agent.disconnect();
+    }
+  });
+});
+
+const keyRequest = (key: string) => (signal: AbortSignal) => exports.default.fetch("http://edge.test/teams", { headers: { "x-api-key": key }, signal });
+
 /**
- * The key's first request, its lookup held in sqld, and its client gone (the request is cancelled
- * with its I/O); then `during()` while the lookup would still be in flight, and sqld let go. The
- * 500 ms for the request to reach its lookup are ample on an idle machine (the Worker is loaded by
- * then); one that had not would leave nothing in flight, and the test pass without its point.
+ * The `first` request, its first libSQL read held in sqld, and its client gone (the request is
+ * cancelled with its I/O); then `during()` while that read would still be in flight, and sqld let
+ * go. The 500 ms for the request to reach its read are ample on an idle machine (the Worker is
+ * loaded by then); one that had not would leave nothing in flight, and the test pass without its
+ * point.
  */
-async function afterAbandonedLookup<T>(key: string, during: () => T): Promise<T> {
+async function afterAbandonedRead<T>(request: (signal: AbortSignal) => Promise<Response>, during: () => T): Promise<T> {
   const hold = await holdSqld();
   try {
     const gone = new AbortController();
-    const first = exports.default.fetch("http://edge.test/teams", { headers: { "x-api-key": key }, signal: gone.signal });
+    const first = request(gone.signal);
     first.catch(() => undefined);
     await sleep(500);
     gone.abort();
