@@ -35,7 +35,7 @@ function answered(res: Promise<Response>, ms = 5000): Promise<Response> {
 }
 
 describe("API-key cache", () => {
-  it("answers a key's concurrent first requests with one status each", async () => {
+  it("answers every one of a key's 20 concurrent first requests (those joining the first one's lookup too)", async () => {
     const team = await createTeam(unique("kc-burst"));
     const statuses = await Promise.all(Array.from({ length: 20 }, async () => (await call("/teams", { key: team.key })).status));
     expect(statuses).toEqual(Array(20).fill(200));
