@@ -1,5 +1,6 @@
-// The per-isolate TtlCache (API keys, templates): single flight, time to live, and a bound on its
-// entries, so keys used once do not stay in an isolate that serves every tenant.
+// The per-isolate TtlCache (API keys, templates): single flight, time to live, a bound on its
+// entries, so keys used once do not stay in an isolate that serves every tenant, and a bound on
+// how long a pending load is joined (workerd may cancel it with its request: it never settles).
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { JOIN_MS, TtlCache } from "../../../../durable-objects/store/ttl-cache.ts";
 
