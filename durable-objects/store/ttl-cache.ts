@@ -8,16 +8,20 @@
 // started it. When that request is cancelled (its client disconnects), the load's promise never
 // settles, and a request awaiting it waits for good (test/workerd/api/edge-caches.test.ts); kept as
 // the entry, it would hang every request of that key for the whole TTL. So a request that joins a
-// load still pending also keeps a timer of its own, and when the load is JOIN_MS old it takes the
-// load for abandoned and starts its own in its place: the others join that one. Waiting on a live
-// load from another request works (test/workerd/api/edge-caches.test.ts, 20 first requests of a key
-// at once): workerd runs the waiter's continuation in the waiter's own context.
+// load still pending also keeps a timer of its own, and when the load is JOIN_MS old and still
+// pending it starts its own load, which the others then join. The old load may only be slow (sqld
+// runs one connection, so reads queue under a burst), so the entry races the two: whichever settles
+// first answers everyone (a burst whose first read answers within 2 s costs two reads, all its
+// requests answered when that read does; only while no read answers, one more per JOIN_MS). Waiting
+// on a live load from another request works (test/workerd/api/edge-caches.test.ts, 20 first
+// requests of a key at once): workerd runs the waiter's continuation in the waiter's own context.
 
 /** Entries one cache keeps at most (the key cache: a team's keys are bounded, teams are not). */
 export const TTL_CACHE_MAX_ENTRIES = 10_000;
 
-/** How long a pending load is joined before it is taken for abandoned (a libSQL read answers in
- * milliseconds; one slow past this costs one more read per JOIN_MS, not one per request). */
+/** How long a pending load is joined alone before a waiter's own load is raced against it (a
+ * libSQL read answers in milliseconds; a read slow past this costs one more read per JOIN_MS while
+ * none has settled, and none of its waiters waits past the first that settles). */
 export const JOIN_MS = 1000;
 
 interface Entry<V> {
@@ -69,11 +73,18 @@ export class TtlCache<V> {
     });
   }
 
+  /** A new load for `key`. In place of one still pending (`hit` unsettled, unexpired), the two are
+   * raced: that one may be slow, not abandoned, and its value is as fresh, so the entry keeps its
+   * expiry and its place in the map (the map's order stays the entries' age). */
   #start(key: string, hit: Entry<V> | undefined, load: () => Promise<V>, now: number): Promise<V> {
-    const value = load();
-    const entry: Entry<V> = { load: value, started: now, until: now + this.#ttlMs, settled: null };
-    if (hit) this.#entries.delete(key); // re-inserted last: the map's order is the entries' age
-    else if (this.#entries.size >= this.#max) this.#evict(now);
+    const own = load();
+    const pending = hit !== undefined && !hit.settled && hit.until > now;
+    const value = pending ? Promise.race([hit.load, own]) : own;
+    const entry: Entry<V> = { load: value, started: now, until: pending ? hit.until : now + this.#ttlMs, settled: null };
+    if (!pending) {
+      if (hit) this.#entries.delete(key); // re-inserted last: the map's order is the entries' age
+      else if (this.#entries.size >= this.#max) this.#evict(now);
+    }
     this.#entries.set(key, entry);
     value.then(
       (v) => void (entry.settled = { value: v }),

@@ -51,6 +51,31 @@ describe("TtlCache", () => {
     });
   });
 
+  describe("a load slower than JOIN_MS that does answer", () => {
+    afterEach(() => void vi.useRealTimers());
+
+    it("answers every waiter when it does, with at most one more read beside it", async () => {
+      vi.useFakeTimers();
+      vi.setSystemTime(0);
+      const c = new TtlCache<string>(30_000);
+      let loads = 0;
+      const slow = () => {
+        const n = ++loads;
+        return new Promise<string>((r) => setTimeout(() => r(`load ${n}`), 1500));
+      };
+      const answeredAt: number[] = [];
+      const gets = Array.from({ length: 8 }, () => c.get("k", slow).then((v) => (answeredAt.push(Date.now()), v)));
+      await vi.advanceTimersByTimeAsync(1500);
+      expect(answeredAt).toEqual(Array(8).fill(1500));
+      expect(loads).toBeLessThanOrEqual(2);
+      expect(await Promise.all(gets)).toEqual(Array(8).fill("load 1"));
+      // Its value is the entry's: the next request is a hit.
+      await vi.advanceTimersByTimeAsync(5000);
+      expect(await c.get("k", slow)).toBe("load 1");
+      expect(loads).toBeLessThanOrEqual(2);
+    });
+  });
+
   it("keeps at most its bound: the expired entries go first, else the oldest", async () => {
     const c = new TtlCache<string>(1000, 3);
     for (const k of ["a", "b", "c"]) await c.get(k, async () => k, 0);
