@@ -50,18 +50,18 @@ export class TtlCache<V> {
     if (hit && hit.until > now) {
       if (hit.settled) return Promise.resolve(hit.settled.value);
       const left = hit.started + JOIN_MS - now;
-      if (left > 0) return this.#join(key, hit, load, now, left);
+      if (left > 0) return this.#join(key, hit, load, left);
     }
     return this.#start(key, hit, load, now);
   }
 
-  /** The pending load's outcome, or, if it has not settled `left` ms from `now`, what `get` gives
+  /** The pending load's outcome, or, if it has not settled in `left` ms, what `get` gives
    * then (this request's own load, unless another one has taken the abandoned one's place). */
-  #join(key: string, entry: Entry<V>, load: () => Promise<V>, now: number, left: number): Promise<V> {
+  #join(key: string, entry: Entry<V>, load: () => Promise<V>, left: number): Promise<V> {
     return new Promise<V>((resolve, reject) => {
       const timer = setTimeout(() => {
         try {
-          resolve(this.get(key, load, now + left));
+          resolve(this.get(key, load)); // the real clock: a timer that fires late must not date a load early
         } catch (err) {
           reject(err); // a load that throws before its promise: the waiter must not hang on it
         }

@@ -29,17 +29,44 @@ describe("TtlCache", () => {
 
     it("is joined for JOIN_MS, then one waiter's load takes its place for all", async () => {
       vi.useFakeTimers();
+      vi.setSystemTime(0);
       const c = new TtlCache<string>(30_000);
-      void c.get("k", () => new Promise<string>(() => {}), 0);
+      void c.get("k", () => new Promise<string>(() => {}));
       let loads = 0;
       const load = async () => `load ${++loads}`;
-      const waiters = Array.from({ length: 10 }, () => c.get("k", load, 100));
+      await vi.advanceTimersByTimeAsync(100);
+      const waiters = Array.from({ length: 10 }, () => c.get("k", load));
       await vi.advanceTimersByTimeAsync(JOIN_MS - 101);
       expect(loads).toBe(0);
       await vi.advanceTimersByTimeAsync(1);
       expect(await Promise.all(waiters)).toEqual(Array(10).fill("load 1"));
-      // A request after the abandoned load's join time loads at once; it is then kept for the TTL.
-      expect(await c.get("k", load, JOIN_MS + 1)).toBe("load 1");
+      // A request after the abandoned load's join time is a hit: the waiter's load is kept for the TTL.
+      await vi.advanceTimersByTimeAsync(1);
+      expect(await c.get("k", load)).toBe("load 1");
+      expect(loads).toBe(1);
+    });
+
+    it("dates a waiter's load when it starts, not when its timer was due (a busy isolate fires it late)", async () => {
+      vi.useFakeTimers();
+      vi.setSystemTime(0);
+      const c = new TtlCache<string>(30_000);
+      void c.get("k", () => new Promise<string>(() => {}));
+      let loads = 0;
+      const load = () => {
+        const n = ++loads;
+        return new Promise<string>((r) => setTimeout(() => r(`load ${n}`), 500));
+      };
+      await vi.advanceTimersByTimeAsync(100);
+      const waiter = c.get("k", load);
+      // The isolate busy for 2 s: the clock moves on, the waiter's timer fires 2 s late (at 3000).
+      vi.setSystemTime(2100);
+      await vi.advanceTimersByTimeAsync(JOIN_MS - 100);
+      expect(loads).toBe(1);
+      // 50 ms into the waiter's load, a new request joins it rather than taking it for abandoned.
+      await vi.advanceTimersByTimeAsync(50);
+      const later = c.get("k", load);
+      await vi.advanceTimersByTimeAsync(500);
+      expect(await Promise.all([waiter, later])).toEqual(["load 1", "load 1"]);
       expect(loads).toBe(1);
     });
 
