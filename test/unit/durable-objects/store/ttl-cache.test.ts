@@ -28,10 +28,7 @@ describe("TtlCache", () => {
     afterEach(() => void vi.useRealTimers());
 
     it("is joined for JOIN_MS, then one waiter's load takes its place for all", async () => {
-      vi.useFakeTimers();
-      vi.setSystemTime(0);
-      const c = new TtlCache<string>(30_000);
-      void c.get("k", () => new Promise<string>(() => {}));
+      const c = abandoned();
       let loads = 0;
       const load = async () => `load ${++loads}`;
       await vi.advanceTimersByTimeAsync(100);
@@ -47,27 +44,20 @@ describe("TtlCache", () => {
     });
 
     it("dates a waiter's load when it starts, not when its timer was due (a busy isolate fires it late)", async () => {
-      vi.useFakeTimers();
-      vi.setSystemTime(0);
-      const c = new TtlCache<string>(30_000);
-      void c.get("k", () => new Promise<string>(() => {}));
-      let loads = 0;
-      const load = () => {
-        const n = ++loads;
-        return new Promise<string>((r) => setTimeout(() => r(`load ${n}`), 500));
-      };
+      const c = abandoned();
+      const { load, loads } = slowLoads(500);
       await vi.advanceTimersByTimeAsync(100);
       const waiter = c.get("k", load);
       // The isolate busy for 2 s: the clock moves on, the waiter's timer fires 2 s late (at 3000).
       vi.setSystemTime(2100);
       await vi.advanceTimersByTimeAsync(JOIN_MS - 100);
-      expect(loads).toBe(1);
+      expect(loads()).toBe(1);
       // 50 ms into the waiter's load, a new request joins it rather than taking it for abandoned.
       await vi.advanceTimersByTimeAsync(50);
       const later = c.get("k", load);
       await vi.advanceTimersByTimeAsync(500);
       expect(await Promise.all([waiter, later])).toEqual(["load 1", "load 1"]);
-      expect(loads).toBe(1);
+      expect(loads()).toBe(1);
     });
 
     it("does not stand for the key once its join time is past: the next request loads", async () => {
@@ -85,21 +75,17 @@ describe("TtlCache", () => {
       vi.useFakeTimers();
       vi.setSystemTime(0);
       const c = new TtlCache<string>(30_000);
-      let loads = 0;
-      const slow = () => {
-        const n = ++loads;
-        return new Promise<string>((r) => setTimeout(() => r(`load ${n}`), 1500));
-      };
+      const { load: slow, loads } = slowLoads(1500);
       const answeredAt: number[] = [];
       const gets = Array.from({ length: 8 }, () => c.get("k", slow).then((v) => (answeredAt.push(Date.now()), v)));
       await vi.advanceTimersByTimeAsync(1500);
       expect(answeredAt).toEqual(Array(8).fill(1500));
-      expect(loads).toBeLessThanOrEqual(2);
+      expect(loads()).toBeLessThanOrEqual(2);
       expect(await Promise.all(gets)).toEqual(Array(8).fill("load 1"));
       // Its value is the entry's: the next request is a hit.
       await vi.advanceTimersByTimeAsync(5000);
       expect(await c.get("k", slow)).toBe("load 1");
-      expect(loads).toBeLessThanOrEqual(2);
+      expect(loads()).toBeLessThanOrEqual(2);
     });
   });
 
@@ -118,3 +104,23 @@ describe("TtlCache", () => {
     expect(c.size).toBe(3);
   });
 });
+
+/** Fake timers, the clock at 0, and a cache whose key "k" has a load that never settles (the
+ * request that started it was cancelled). */
+function abandoned(): TtlCache<string> {
+  vi.useFakeTimers();
+  vi.setSystemTime(0);
+  const c = new TtlCache<string>(30_000);
+  void c.get("k", () => new Promise<string>(() => {}));
+  return c;
+}
+
+/** A load that answers `load <n>` (its count) after `ms`, on the fake timers. */
+function slowLoads(ms: number): { load: () => Promise<string>; loads: () => number } {
+  let n = 0;
+  const load = () => {
+    const mine = ++n;
+    return new Promise<string>((r) => setTimeout(() => r(`load ${mine}`), ms));
+  };
+  return { load, loads: () => n };
+}
