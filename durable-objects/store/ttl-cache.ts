@@ -55,8 +55,8 @@ export class TtlCache<V> {
     return this.#start(key, hit, load, now);
   }
 
-  /** The pending load's outcome, or, if it has not settled in `left` ms, what `get` gives
-   * then (this request's own load, unless another one has taken the abandoned one's place). */
+  /** The pending load's outcome, or, if it has not settled in `left` ms, what `get` gives then
+   * (this request's own load raced with it, unless another waiter's already is). */
   #join(key: string, entry: Entry<V>, load: () => Promise<V>, left: number): Promise<V> {
     return new Promise<V>((resolve, reject) => {
       const timer = setTimeout(() => {

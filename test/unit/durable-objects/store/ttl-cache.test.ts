@@ -27,7 +27,7 @@ describe("TtlCache", () => {
   describe("a load whose request was cancelled (its promise never settles)", () => {
     afterEach(() => void vi.useRealTimers());
 
-    it("is joined for JOIN_MS, then one waiter's load takes its place for all", async () => {
+    it("is joined for JOIN_MS, then one waiter's load answers for all", async () => {
       const c = abandoned();
       let loads = 0;
       const load = async () => `load ${++loads}`;
