@@ -8,18 +8,24 @@ import type { Counts } from "../../../../durable-objects/metrics/counts.ts";
 
 afterEach(() => void vi.useRealTimers());
 
-it("waits for a flush whose call never answers FLUSH_JOIN_MS at most, then flushes again", async () => {
+/** Fake timers from 0, and an env whose EdgeMetricsDO records each `add` and answers it with
+ * what `answer` gives then. */
+function objectAnswering(answer: { next: () => Promise<void> }): { env: Env; added: Counts[] } {
   vi.useFakeTimers();
   vi.setSystemTime(0);
   const added: Counts[] = [];
-  let answer = () => new Promise<void>(() => {}); // the cancelled starter's call
-  const stub = { add: (delta: Counts) => (added.push(structuredClone(delta)), answer()) };
-  const env = { EDGE_METRICS: { idFromName: (name: string) => name, get: () => stub } } as unknown as Env;
+  const stub = { add: (delta: Counts) => (added.push(structuredClone(delta)), answer.next()) };
+  return { env: { EDGE_METRICS: { idFromName: (name: string) => name, get: () => stub } } as unknown as Env, added };
+}
+
+it("waits for a flush whose call never answers FLUSH_JOIN_MS at most, then flushes again", async () => {
+  const answer = { next: () => new Promise<void>(() => {}) }; // the cancelled starter's call
+  const { env, added } = objectAnswering(answer);
 
   countEvent("edge_a_total");
   void flushNow(env);
   expect(added).toHaveLength(1);
-  answer = async () => undefined;
+  answer.next = async () => undefined;
 
   countEvent("edge_b_total");
   let scraped = false;
@@ -36,4 +42,24 @@ it("waits for a flush whose call never answers FLUSH_JOIN_MS at most, then flush
   await vi.advanceTimersByTimeAsync(FLUSH_MS);
   await flushDue(env);
   expect(added.map((d) => Object.keys(d.counters))).toEqual([["edge_a_total"], ["edge_b_total"], ["edge_c_total"]]);
+});
+
+it("keeps one flush in flight: one taken for abandoned that answers late does not free the next one's place", async () => {
+  const answer = { next: () => new Promise<void>((r) => setTimeout(r, FLUSH_JOIN_MS + 1000)) }; // slow, live
+  const { env, added } = objectAnswering(answer);
+  countEvent("edge_a_total");
+  void flushNow(env);
+  await vi.advanceTimersByTimeAsync(FLUSH_JOIN_MS);
+  countEvent("edge_b_total");
+  void flushNow(env); // the first taken for abandoned: this one goes beside it
+  expect(added).toHaveLength(2);
+  await vi.advanceTimersByTimeAsync(1000); // the first answers
+  countEvent("edge_c_total");
+  const scrape = flushNow(env);
+  await vi.advanceTimersByTimeAsync(100);
+  expect(added).toHaveLength(2); // waiting for the second
+  await vi.advanceTimersByTimeAsync(FLUSH_JOIN_MS);
+  expect(added.map((d) => Object.keys(d.counters))).toEqual([["edge_a_total"], ["edge_b_total"], ["edge_c_total"]]);
+  await vi.advanceTimersByTimeAsync(FLUSH_JOIN_MS + 1000);
+  await scrape;
 });
