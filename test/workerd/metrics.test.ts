@@ -1,11 +1,13 @@
 // GET /admin/metrics inside workerd with the scripted agent on the real agent link: admin only,
 // Prometheus text that an independent parser reads, and counts that follow what was done through
 // the public API (creates, a refused create, a pause and a connect that resumes).
-import { afterAll, describe, expect, it } from "vitest";
+import { exports } from "cloudflare:workers";
+import { afterAll, describe, expect, it, vi } from "vitest";
+import { EdgeMetricsDO } from "../../durable-objects/metrics/metrics-do.ts";
 import type { ScriptedAgent } from "../support/scripted-agent.ts";
 import { parsePrometheus, value, type Scrape } from "../support/prometheus-text.ts";
 import { waitFor } from "../support/wait-for.ts";
-import { call, createTeam, expectError, expectStatus, startAgent, unique } from "./helpers.ts";
+import { ADMIN_KEY, call, createTeam, expectError, expectStatus, startAgent, unique } from "./helpers.ts";
 
 const agents: ScriptedAgent[] = [];
 afterAll(() => agents.forEach((a) => a.disconnect()));
@@ -77,3 +79,37 @@ describe("/admin/metrics", () => {
     expect(value(after, "edge_pool_claims_total", { stock: "warm" }) - value(before, "edge_pool_claims_total", { stock: "warm" })).toBe(1);
   });
 });
+
+describe("/admin/metrics after a scrape whose client left mid-flush", () => {
+  // workerd ties the isolate's flush (a call to EdgeMetricsDO) to the request that started it: a
+  // scrape cancelled while its flush is in flight takes the call with it, and the call never
+  // answers. The isolate must still flush and scrape (durable-objects/metrics/edge-metrics.ts).
+  it("answers the next scrape", async () => {
+    await scrape();
+    await expectStatus(call("/teams", { key: ADMIN_KEY }), 200); // counted, not yet flushed (FLUSH_MS)
+    // EdgeMetricsDO's `add` held until `release` (the object runs in the test's isolate).
+    let release!: () => void;
+    const held = new Promise<void>((r) => (release = r));
+    const real = EdgeMetricsDO.prototype.add;
+    const adds = vi.spyOn(EdgeMetricsDO.prototype, "add").mockImplementation(async function (this: EdgeMetricsDO, delta) {
+      await held;
+      return real.call(this, delta);
+    });
+    try {
+      const gone = new AbortController();
+      const first = exports.default.fetch("http://edge.test/admin/metrics", { headers: { "x-api-key": ADMIN_KEY }, signal: gone.signal });
+      first.catch(() => undefined);
+      await waitFor(() => adds.mock.calls.length >= 1, { what: "the first scrape's flush", timeoutMs: 5000 });
+      gone.abort();
+      await expect(first).rejects.toThrow();
+    } finally {
+      adds.mockRestore();
+      release();
+    }
+    const second = await Promise.race([call("/admin/metrics"), sleep(15_000).then(() => "no answer within 15000 ms")]);
+    expect(second).toBeInstanceOf(Response);
+    expect((second as Response).status).toBe(200);
+  }, 30_000);
+});
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
