@@ -4,7 +4,7 @@
 // agent restart, and a new sandbox starts clean. `base` is built (or reused) by the tier's global
 // setup (test/support/base-rootfs-setup.ts).
 import { execFileSync } from "node:child_process";
-import { existsSync, mkdtempSync, openSync, readFileSync, readdirSync, rmSync, statfsSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, openSync, readFileSync, readdirSync, rmSync, statfsSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { basename, join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
@@ -107,6 +107,17 @@ describe("a root filesystem of its own", { timeout: 60_000 }, () => {
     await driver.destroy(d.id);
     await driver.destroy(other.id);
     expect(mountsUnder(layout.dir)).toEqual([]);
+  });
+
+  it("destroy leaves no mount when a layer directory is no mount point (a start that stopped before mounting it)", async () => {
+    const d = desiredSandbox("rl");
+    await driver.ensure(d);
+    const layout = layoutFor(dataDir, d.id, true, true);
+    mkdirSync(join(layout.dir, "layers", "9"));
+    expect(mountsUnder(layout.dir).length).toBeGreaterThan(2);
+    await driver.destroy(d.id);
+    expect(mountsUnder(layout.dir)).toEqual([]);
+    expect(existsSync(layout.dir)).toBe(false);
   });
 
   it("without a disk of its own (KRUISE_LOCAL_DISK=off) the upper directory is in the sandbox's directory; Freeze and Stop keep writes", async () => {
