@@ -6,9 +6,10 @@
 // For each profile in D (the agent's: the one that ran controllers/agent; the spawner's: the one
 // that ran spawner-main) and each step (create = claim + refill, cmd, kill = kill + destroy): the
 // sampled CPU per step (ms, V8's view: a blocking sync call counts as time, GC threads and the
-// kernel's share of a fork do not), then the `top` functions and files by self time, in µs per
-// step. `other` is every sample outside the steps' windows: start-up, the pool's first fill, the
-// floors and the tail.
+// kernel's share of a fork do not), then the `top` functions and files by self time (and each
+// function by the frame of ours nearest it: a sync call charged to our line that made it), in µs
+// per step. `other` is every sample outside the steps' windows, in ms: start-up, the pool's first
+// fill, the floors and the tail. bench/perf-window.ts gives on-CPU time with the kernel's share.
 import { readdirSync, readFileSync } from "node:fs";
 import { join, relative } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -97,11 +98,13 @@ if (import.meta.main) {
     }
     outside.push({ from, to: p.endTime + 1 });
     for (const step of [...stepNames, "other"]) {
-      const windows = step === "other" ? outside : marks.filter((m) => m.step === step);
-      const per = step === "other" ? 1000 : steps * windows.length;
+      const other = step === "other";
+      const windows = other ? outside : marks.filter((m) => m.step === step);
+      // A step's figures in µs per step; `other` (no step) in ms in all.
+      const per = other ? 1000 : steps * windows.length;
       const t = selfTimes(within(p, windows), fileOf);
-      console.log(`\n-- ${step}: ${(t.sampled / per / (step === "other" ? 1 : 1000)).toFixed(step === "other" ? 0 : 2)} ${step === "other" ? "ms in all" : "ms per step"}`);
-      console.log(`  by function (µs${step === "other" ? "/1000 = ms" : " per step"}):`);
+      console.log(`\n-- ${step}: ${(t.sampled / per / (other ? 1 : 1000)).toFixed(2)} ms ${other ? "in all" : "per step"}`);
+      console.log(`  by function (${other ? "ms" : "µs per step"}):`);
       for (const l of top(t.self, n, per)) console.log(l);
       console.log("  by function and our code's frame nearest it:");
       for (const l of top(byOwnCaller(within(p, windows)), n, per)) console.log(l);
