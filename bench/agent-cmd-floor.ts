@@ -31,7 +31,10 @@ export class CmdFloor {
   }
 
   static async start(dataDir: string, level: IsolationLevel): Promise<CmdFloor> {
-    const child = fork(fileURLToPath(import.meta.url), ["serve", dataDir, level], { stdio: ["ignore", "inherit", "inherit", "ipc"] });
+    // Not SBX_SPAWNER_NODE_ARGS: a profile of this server's spawner beside the agent's spawner's
+    // would read as a second "spawner" in bench/agent-profile.ts.
+    const { SBX_SPAWNER_NODE_ARGS: _, ...env } = process.env;
+    const child = fork(fileURLToPath(import.meta.url), ["serve", dataDir, level], { env, stdio: ["ignore", "inherit", "inherit", "ipc"] });
     const port = await new Promise<number>((ok, fail) => {
       child.once("message", (m: { port: number }) => ok(m.port));
       child.once("exit", (code) => fail(new Error(`the command floor's server exited (${code})`)));

@@ -67,9 +67,9 @@ const COUNT = Boolean(process.env.E2E_STEPS_COUNT);
 const TAIL_MS = 35_000;
 
 export async function run(): Promise<Figures> {
+  if (!["process", "bwrap", "bwrap+cgroup"].includes(LEVEL)) throw new Error(`E2E_STEPS_LEVEL: ${LEVEL}?`);
   const dataDir = mkdtempSync(join(tmpdir(), "sbx-bench-e2e-steps-"));
   // At process level the driver makes no disk image either (probe.ts).
-  if (!["process", "bwrap", "bwrap+cgroup"].includes(LEVEL)) throw new Error(`E2E_STEPS_LEVEL: ${LEVEL}?`);
   const counterPort = COUNT ? await freePort() : undefined;
   const sys = await startSystem({ dataDir, baseReplicas: WARM, level: LEVEL, agentStopMs: 60_000, edgeInvocationCounterPort: counterPort });
   // Tail events arrive just after each invocation ends: read after a short pause.
