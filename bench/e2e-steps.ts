@@ -15,6 +15,13 @@
 //                                    first round to TAIL_MS after the last, floors taken off: what
 //                                    a step sets off later (a group's alarm, an index check) counts
 //                                    too, wherever it lands (the steps' windows miss what runs after)
+//   e2e_steps.cmd_floor_cpu_ms        the same command's floor in the agent and its spawner: a bare
+//                                    node:http server that takes the same request and starts the
+//                                    same command in a sandbox at the same level through the same
+//                                    spawner (bench/agent-cmd-floor.ts), CPU of it and its spawner
+//                                    per request, one at a time (.server, .spawner: each one's);
+//                                    e2e_steps.cmd_agent_vs_floor_ratio:
+//                                    cmd_cpu_ms.agent + .spawner over it, same run
 //   e2e_steps.agent_frame_floor_cpu_ms  workerd's CPU per agent-link frame that does nothing (a
 //                                    heartbeat, on a second cluster's session), one at a time: the
 //                                    floor of each ClusterDO WebSocket event a step makes
@@ -22,6 +29,13 @@
 // runs STEPS times in a row and waits until the pool is whole again; ROUNDS rounds alternate the
 // steps; the median of the rounds, with their spread. Sequential on purpose: at 20 clients the
 // window batches some commits, but the settle's destroys and refills run one by one like these.
+// E2E_STEPS_LEVEL=bwrap+cgroup|bwrap runs the same steps at that isolation level instead (the
+// driver's own isolation work then counts in the agent's and spawner's share; bwrap+cgroup is what
+// `npm run bench -- e2e` and `npm start` get here); E2E_STEPS_STEPS and E2E_STEPS_ROUNDS change the
+// counts (shorter profiling runs). E2E_STEPS_MARKS=<file> writes each step's windows as
+// CLOCK_MONOTONIC µs (the clock of a V8 profile's timestamps: `node --cpu-prof`'s startTime, and
+// of `perf record -k CLOCK_MONOTONIC`) and the parts' pids, for bench/agent-profile.ts to cut the
+// agent's and spawner's profiles by step (bench/perf-window.ts with PERF_TIME, a perf recording).
 // E2E_STEPS_COUNT=1 instead counts the edge's invocations per step (a tail Worker, whose own CPU
 // would count: a run of its own): e2e_steps.<step>_edge_invocations.<kind> (Worker fetches, each
 // Durable Object RPC method, alarms, WebSocket events), with the pool's status asks left out, and
@@ -30,7 +44,7 @@
 //   node bench/e2e-steps.ts   prints the figures as JSON
 import { createClient } from "@libsql/client/web";
 import { Sandbox } from "e2b";
-import { existsSync, mkdtempSync, readdirSync, rmSync } from "node:fs";
+import { existsSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { startSystem } from "../scripts/lib/system.ts";
@@ -38,20 +52,26 @@ import { freePort } from "../scripts/lib/sqld.ts";
 import type { Figures } from "./run.ts";
 import { median, minMax, round, spawnerOf, threadsCpuMs } from "./stats.ts";
 import { ScriptedAgent, tcpTransport } from "../test/support/scripted-agent.ts";
+import { CmdFloor } from "./agent-cmd-floor.ts";
 
 const WARM = 20;
-const STEPS = 30;
-const ROUNDS = 3;
+const STEPS = Number(process.env.E2E_STEPS_STEPS ?? 30);
+const ROUNDS = Number(process.env.E2E_STEPS_ROUNDS ?? 3);
+const LEVEL = (process.env.E2E_STEPS_LEVEL ?? "process") as "process" | "bwrap" | "bwrap+cgroup";
+const MARKS = process.env.E2E_STEPS_MARKS;
+/** Now on CLOCK_MONOTONIC in µs, as V8's profiler stamps its samples. */
+const monoUs = () => Number(process.hrtime.bigint() / 1000n);
 const COUNT = Boolean(process.env.E2E_STEPS_COUNT);
 /** After the last round, long enough for what the steps set off later to run (a create's
  * undelivered retry at the ack wait + 2 s, an index op's 30 s check). */
 const TAIL_MS = 35_000;
 
 export async function run(): Promise<Figures> {
+  if (!["process", "bwrap", "bwrap+cgroup"].includes(LEVEL)) throw new Error(`E2E_STEPS_LEVEL: ${LEVEL}?`);
   const dataDir = mkdtempSync(join(tmpdir(), "sbx-bench-e2e-steps-"));
   // At process level the driver makes no disk image either (probe.ts).
   const counterPort = COUNT ? await freePort() : undefined;
-  const sys = await startSystem({ dataDir, baseReplicas: WARM, level: "process", agentStopMs: 60_000, edgeInvocationCounterPort: counterPort });
+  const sys = await startSystem({ dataDir, baseReplicas: WARM, level: LEVEL, agentStopMs: 60_000, edgeInvocationCounterPort: counterPort });
   // Tail events arrive just after each invocation ends: read after a short pause.
   const invocations = async (): Promise<Record<string, number>> => {
     if (!counterPort) return {};
@@ -60,6 +80,7 @@ export async function run(): Promise<Figures> {
   };
   let asks = 0;
   const figures: Figures = {};
+  let cmdFloor: CmdFloor | undefined;
   try {
     const sandboxesDir = join(dataDir, "agent/local/sandboxes");
     const opts = { apiKey: sys.apiKey, apiUrl: sys.apiUrl, sandboxUrl: sys.apiUrl };
@@ -80,8 +101,11 @@ export async function run(): Promise<Figures> {
     const parts = { edge: sys.edge.pid!, agent: sys.agent.pid!, spawner: spawnerOf(sys.agent.pid!)!, sqld: sys.sqld.pid! };
     const snap = () => Object.fromEntries(Object.entries(parts).map(([k, pid]) => [k, threadsCpuMs(pid)])) as Record<keyof typeof parts, number>;
     const per: Record<string, Record<string, number[]>> = { create: {}, kill: {}, cmd: {} };
+    const marks: { step: string; from: number; to: number }[] = [];
+    let markFrom = monoUs();
     const add = (step: string, a: Record<string, number>, b: Record<string, number>) => {
       for (const k of Object.keys(parts)) (per[step]![k] ??= []).push((b[k]! - a[k]!) / STEPS);
+      marks.push({ step, from: markFrom, to: monoUs() });
     };
     // The invocations of each step, the admin status asks (one Worker fetch and one PoolDO status
     // each) taken off.
@@ -101,6 +125,9 @@ export async function run(): Promise<Figures> {
     const floor: number[] = [];
     const sqlFloor: number[] = [];
     const frameFloor: number[] = [];
+    const cmdFloorCpu: number[] = [];
+    const cmdFloorParts: Record<"server" | "spawner", number[]> = { server: [], spawner: [] };
+    if (!COUNT) cmdFloor = await CmdFloor.start(join(dataDir, "cmd-floor"), LEVEL);
     // Its own cluster, so the agent's session is left alone.
     const frames = new ScriptedAgent({ agentId: "frame-floor", ping: false });
     await frames.connect(tcpTransport(sys.apiUrl, sys.secrets.clusterToken, "frame-floor"));
@@ -118,6 +145,7 @@ export async function run(): Promise<Figures> {
         counted = await invocations();
         asksBefore = asks;
       }
+      markFrom = monoUs();
       let a = snap();
       const held: Sandbox[] = [];
       for (let i = 0; i < STEPS; i++) held.push(await Sandbox.create(opts));
@@ -126,11 +154,13 @@ export async function run(): Promise<Figures> {
       let b = snap();
       add("create", a, b);
       if (COUNT) await count("create");
+      markFrom = monoUs();
       a = snap();
       for (const s of held.slice(0, STEPS)) await s.commands.run("echo hi");
       b = snap();
       add("cmd", a, b);
       if (COUNT) await count("cmd");
+      markFrom = monoUs();
       a = snap();
       for (const s of held) await s.kill();
       await whole();
@@ -151,12 +181,19 @@ export async function run(): Promise<Figures> {
         await new Promise((r) => setTimeout(r, 20));
       }
       frameFloor.push((threadsCpuMs(parts.edge) - w) / STEPS);
+      if (cmdFloor) {
+        const f = await cmdFloor.round(STEPS);
+        cmdFloorCpu.push(f.server + f.spawner);
+        cmdFloorParts.server.push(f.server);
+        cmdFloorParts.spawner.push(f.spawner);
+      }
       const floorsTo = snap();
       for (const k of Object.keys(parts)) floorsCpu[k] = (floorsCpu[k] ?? 0) + floorsTo[k as keyof typeof parts] - floorsFrom[k as keyof typeof parts];
     }
     frames.disconnect();
     await new Promise((r) => setTimeout(r, TAIL_MS));
     const cycleEnd = snap();
+    if (MARKS) writeFileSync(MARKS, JSON.stringify({ steps: STEPS, marks, parts }));
     if (COUNT) {
       for (const [step, byKind] of Object.entries(calls)) {
         let all = 0;
@@ -197,7 +234,12 @@ export async function run(): Promise<Figures> {
     figures["e2e_steps.request_floor_cpu_ms"] = { value: round(median(floor), 2), unit: "ms", spread: minMax(floor) };
     figures["e2e_steps.sqld_request_floor_cpu_ms"] = { value: round(median(sqlFloor), 2), unit: "ms", spread: minMax(sqlFloor) };
     figures["e2e_steps.agent_frame_floor_cpu_ms"] = { value: round(median(frameFloor), 2), unit: "ms", spread: minMax(frameFloor) };
+    figures["e2e_steps.cmd_floor_cpu_ms"] = { value: round(median(cmdFloorCpu), 2), unit: "ms", spread: minMax(cmdFloorCpu) };
+    for (const [k, xs] of Object.entries(cmdFloorParts)) figures[`e2e_steps.cmd_floor_cpu_ms.${k}`] = { value: round(median(xs), 2), unit: "ms", spread: minMax(xs) };
+    const cmdOurs = per.cmd!.agent!.map((a, i) => a + per.cmd!.spawner![i]!);
+    figures["e2e_steps.cmd_agent_vs_floor_ratio"] = { value: round(median(cmdOurs) / median(cmdFloorCpu), 2), unit: "ratio", spread: minMax(cmdOurs.map((c, i) => c / cmdFloorCpu[i]!)) };
   } finally {
+    await cmdFloor?.stop();
     await sys.stop();
     rmSync(dataDir, { recursive: true, force: true });
   }

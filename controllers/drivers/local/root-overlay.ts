@@ -118,7 +118,11 @@ export async function unmountRoot(spawner: Spawner, merged: string): Promise<voi
  * one of them is busy, what is left goes the one by one way (lazily where still busy). */
 export async function unmountSandbox(spawner: Spawner, merged: string, disk: string): Promise<void> {
   const links = join(dirname(merged), "layers");
-  const targets = [...(isMounted(merged) ? [merged] : []), ...(mayHoldMounts(links) ? mountsUnder(links) : []), ...(isMounted(disk) ? [disk] : [])];
+  // A mounted root stands on its layers, so its layer directories are mount points. An unmounted
+  // one (a Stop pause leaves the empty directories) takes the mount table's word for them.
+  const rooted = isMounted(merged);
+  const layers = rooted ? layerMounts(links) : mayHoldMounts(links) ? mountsUnder(links) : [];
+  const targets = [...(rooted ? [merged] : []), ...layers, ...(isMounted(disk) ? [disk] : [])];
   if (targets.length > 1) {
     try {
       await runHelper(spawner, ["umount", ...targets]);
@@ -129,6 +133,22 @@ export async function unmountSandbox(spawner: Spawner, merged: string, disk: str
   }
   await unmountRoot(spawner, merged);
   await unmountDisk(spawner, disk);
+}
+
+/** The ID-mapped layers' mount points below `links` of a mounted root, as its directories say
+ * (mountRoot makes one directory per layer there and mounts it), not as the host's mount table
+ * does: reading that is O(mounts on the host), and was ~0.9 ms of the agent's CPU per destroy with
+ * 50 sandboxes up (the kernel's rendering of /proc/self/mountinfo, then its parse). Only what
+ * mountRoot makes there is seen (a mount on a non-directory, or on `links` itself, is not; nothing
+ * makes either). A directory there that is not mounted, or a mount below a layer, fails the one
+ * `umount` of unmountSandbox, whose fallback then reads the table. Links (no user namespace) are
+ * no mount points. */
+function layerMounts(links: string): string[] {
+  try {
+    return readdirSync(links, { withFileTypes: true }).filter((e) => e.isDirectory()).map((e) => join(links, e.name));
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === "ENOENT" ? [] : mountsUnder(links);
+  }
 }
 
 /** Whether anything can be mounted below `links` without reading the host's mount table

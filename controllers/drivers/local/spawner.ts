@@ -140,7 +140,8 @@ export class Spawner implements ProcessLauncher {
     const socketPath = join(this.#socketDir, `${Date.now().toString(36)}.sock`);
     const child = fork(spawnerEntry(), [socketPath], {
       // Not the agent's flags (--cpu-prof, --inspect); small young generation, as in the runtime.
-      execArgv: ["--max-semi-space-size=1", "--disable-warning=ExperimentalWarning"],
+      // SBX_SPAWNER_NODE_ARGS adds flags of its own (the operator's: --cpu-prof for profiling).
+      execArgv: ["--max-semi-space-size=1", "--disable-warning=ExperimentalWarning", ...(process.env.SBX_SPAWNER_NODE_ARGS?.split(" ").filter(Boolean) ?? [])],
       env: { ...process.env, MALLOC_ARENA_MAX: "2" },
       serialization: "advanced",
       // Not the agent's stdout: whoever reads it (a test runner) would wait for the spawner too.

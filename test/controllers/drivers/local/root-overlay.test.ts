@@ -4,7 +4,7 @@
 // agent restart, and a new sandbox starts clean. `base` is built (or reused) by the tier's global
 // setup (test/support/base-rootfs-setup.ts).
 import { execFileSync } from "node:child_process";
-import { existsSync, mkdtempSync, openSync, readFileSync, readdirSync, rmSync, statfsSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, openSync, readFileSync, readdirSync, rmSync, statfsSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { basename, join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
@@ -106,7 +106,23 @@ describe("a root filesystem of its own", { timeout: 60_000 }, () => {
     expect((await sh(other.id, "ls /srv; cat /tmp/t 2>&1; tail -1 /etc/hosts")).stdout).toBe(`cat: /tmp/t: No such file or directory\n127.0.1.1\t${other.id}\n`);
     await driver.destroy(d.id);
     await driver.destroy(other.id);
-    expect(mountsUnder(layout.dir)).toEqual([]);
+    expect(mountsUnder(dataDir).filter((p) => p.includes(`/${d.id}`))).toEqual([]);
+  });
+
+  it("destroy leaves no mount when its one umount cannot take them all (a layer directory no mount point, a mount below a layer)", async () => {
+    const d = desiredSandbox("rl");
+    await driver.ensure(d);
+    const layout = layoutFor(dataDir, d.id, true, true);
+    mkdirSync(join(layout.dir, "layers", "9"));
+    // umount goes on past a target that fails: only this nested mount (layers/0 busy) is left for
+    // the fallback to clear, so the test fails if the fallback does not unmount.
+    const nested = join(layout.dir, "layers", "0", "tmp");
+    execFileSync("mount", ["-t", "tmpfs", "none", nested]);
+    expect(mountsUnder(layout.dir)).toContain(nested);
+    await driver.destroy(d.id);
+    // The destroy moves the sandbox's directory to the trash: a mount left would be there.
+    expect(mountsUnder(dataDir).filter((p) => p.includes(`/${d.id}`))).toEqual([]);
+    expect(existsSync(layout.dir)).toBe(false);
   });
 
   it("without a disk of its own (KRUISE_LOCAL_DISK=off) the upper directory is in the sandbox's directory; Freeze and Stop keep writes", async () => {
