@@ -63,8 +63,14 @@ export function flushDue(env: Env, now = Date.now()): Promise<void> | undefined 
 
 /** Flushes what this isolate holds now (after any flush in flight, FLUSH_JOIN_MS at most). */
 export async function flushNow(env: Env, now = Date.now()): Promise<void> {
-  for (let current = inFlight(now); current; current = inFlight(Date.now())) await joined(current);
+  let waited = false;
+  for (let current = inFlight(now); current; current = inFlight(Date.now())) {
+    await joined(current);
+    waited = true;
+  }
   if (isEmpty(pending)) return;
+  // Dated when it starts: after a wait, `now` would make this flush look abandoned at once.
+  if (waited) now = Date.now();
   const delta = pending;
   pending = emptyCounts();
   lastFlush = now;

@@ -340,8 +340,9 @@ function nestedIn(pid: number, ns: string, own: Set<string>, host: string, verdi
 /** PF_EXITING in /proc/<pid>/stat's flags (field 9): set once the process has begun to exit. */
 const PF_EXITING = 0x4;
 
-/** Whether the process is gone, a zombie, or exiting (the kernel's `/proc/<pid>/stat`). */
-function exiting(pid: number): boolean {
+/** Whether the process is gone, a zombie, or exiting (the kernel's `/proc/<pid>/stat`): it runs
+ * nothing more, though a pid 1 waiting in its namespace's teardown still shows state S. */
+export function exiting(pid: number): boolean {
   try {
     const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
     const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");

@@ -10,7 +10,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import type { DesiredSandbox } from "../../../../controllers/drivers/driver.ts";
-import { alive, procRef } from "../../../../controllers/drivers/local/holder.ts";
+import { alive, exiting, procRef } from "../../../../controllers/drivers/local/holder.ts";
 import { layoutFor } from "../../../../controllers/drivers/local/layout.ts";
 import { LocalDriver } from "../../../../controllers/drivers/local/local-driver.ts";
 import { MARKER_ENV } from "../../../../controllers/drivers/local/local-view.ts";
@@ -145,9 +145,10 @@ describe("the host-wide scan at bwrap without cgroups, against another tenant's 
       await driver.destroy(b.d.id);
       const destroyMs = Date.now() - t0;
       expect((await pending).signal).toBe("SIGKILL");
-      // A zombie (this host's init reaps lazily) is not alive: `alive` reads its state.
-      expect(inB.filter(alive).map((r) => `${r!.pid} ${cmdline(r!.pid)}`)).toEqual([]);
-      expect(processes(b.d.id).filter((p) => p.ns === b.ns && state(p.pid) !== "Z")).toEqual([]);
+      // Ended: gone, a zombie, or exiting (this host's init reaps lazily, so B's pid 1 may still
+      // wait in its namespace's teardown, state S, running nothing more).
+      expect(inB.filter((r) => alive(r) && !exiting(r!.pid)).map((r) => `${r!.pid} ${cmdline(r!.pid)}`)).toEqual([]);
+      expect(processes(b.d.id).filter((p) => p.ns === b.ns && !exiting(p.pid))).toEqual([]);
       expect(await driver.observe(b.d.id)).toBeUndefined();
       expect(await forkerState(a.d.id, forker)).toMatch(/^[RS]$/);
       expect(sleepers.map(state)).toEqual(sleepers.map(() => "S"));
@@ -166,9 +167,13 @@ describe("a record keeps the scan of its own level, not the driver's", () => {
     const onHost = await pollUntil(() => processes(b.d.id).find((p) => p.ns === b.ns && !p.marked && read(`/proc/${p.pid}/cmdline`, (f) => readFileSync(f, "latin1")) === "sleep\u00001000\u0000")?.pid, (p) => p !== undefined);
     expect(unmarked).toBeGreaterThan(0);
     const lower = new LocalDriver({ dataDir, level: "process", cgroupName: `kruise-test-${process.pid}-xscan` });
-    expect((await lower.ensure({ ...b.d, generation: 2, state: "Paused" })).phase).toBe("Paused");
-    expect(state(onHost!)).toBe("T");
-    expect((await lower.ensure({ ...b.d, generation: 3, state: "Running" })).phase).toBe("Running");
-    expect(state(onHost!)).not.toBe("T");
+    try {
+      expect((await lower.ensure({ ...b.d, generation: 2, state: "Paused" })).phase).toBe("Paused");
+      expect(state(onHost!)).toBe("T");
+      expect((await lower.ensure({ ...b.d, generation: 3, state: "Running" })).phase).toBe("Running");
+      expect(state(onHost!)).not.toBe("T");
+    } finally {
+      await lower.dispose(); // its spawner; the sandboxes stay the first driver's to destroy
+    }
   });
 });

@@ -7,7 +7,7 @@ import { spawn } from "node:child_process";
 import { readFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import { afterEach, describe, expect, it } from "vitest";
-import { alive, ENVIRON_CAP, environHas, procRef, sandboxPids, signalSandbox } from "../../../../controllers/drivers/local/holder.ts";
+import { alive, ENVIRON_CAP, environHas, exiting, procRef, sandboxPids, signalSandbox } from "../../../../controllers/drivers/local/holder.ts";
 import { MARKER_ENV } from "../../../../controllers/drivers/local/local-view.ts";
 
 const id = `sigscan${process.pid}`;
@@ -25,6 +25,9 @@ afterEach(() => {
   }
 });
 
+/** A process's children (the kernel's list of its main thread's). */
+const kidsOf = (pid: number) => readFileSync(`/proc/${pid}/task/${pid}/children`, "utf8").split(" ").filter(Boolean).map(Number);
+
 async function until(cond: () => boolean, ms = 5000): Promise<void> {
   for (const end = Date.now() + ms; !cond(); await new Promise((r) => setTimeout(r, 5))) {
     if (Date.now() > end) throw new Error("timed out");
@@ -41,8 +44,9 @@ describe("signalSandbox without a cgroup", () => {
     await until(() => sandboxPids(id).length >= 10);
     const signalled = await signalSandbox(id, undefined, "SIGKILL");
     expect(signalled).toBeGreaterThanOrEqual(10);
-    // What SIGKILL takes down is gone at once (a zombie has no environment left to match).
-    await new Promise((r) => setTimeout(r, 50));
+    // What SIGKILL takes down goes (a zombie has no environment left to match): polled, as
+    // exiting takes a moment on a loaded machine; a survivor keeps matching and times out.
+    await until(() => sandboxPids(id).length === 0);
     expect(sandboxPids(id)).toEqual([]);
   });
 
@@ -82,8 +86,7 @@ describe("the scan and pid namespaces", () => {
     const holder = spawn("unshare", ["--pid", "--fork", "/bin/sh", "-c", "sleep 60 & exec sleep 60"], { env: { PATH: "/usr/bin:/bin", [MARKER_ENV]: id }, detached: true, stdio: "ignore" });
     holder.unref();
     try {
-      const kidsOf = (pid: number) => readFileSync(`/proc/${pid}/task/${pid}/children`, "utf8").split(" ").filter(Boolean).map(Number);
-      let inner: number[] = [];
+        let inner: number[] = [];
       await until(() => {
         const init = kidsOf(holder.pid!)[0];
         inner = init === undefined ? [] : [init, ...kidsOf(init)];
@@ -92,8 +95,10 @@ describe("the scan and pid namespaces", () => {
       const refs = inner.map(procRef);
       expect(sandboxPids(id).sort()).toEqual([holder.pid!, ...inner].sort());
       await signalSandbox(id, undefined, "SIGKILL");
-      await new Promise((r) => setTimeout(r, 50));
-      for (const ref of refs) expect(alive(ref), `pid ${ref?.pid} of the sandbox's namespace`).toBe(false);
+      // Ended: gone, a zombie or exiting (a pid 1 in its namespace's teardown shows state S).
+      const runs = (ref: (typeof refs)[number]) => alive(ref) && !exiting(ref!.pid);
+      await until(() => !refs.some(runs)).catch(() => undefined);
+      for (const ref of refs) expect(runs(ref), `pid ${ref?.pid} of the sandbox's namespace`).toBe(false);
     } finally {
       try {
         process.kill(-holder.pid!, "SIGKILL");
@@ -103,7 +108,6 @@ describe("the scan and pid namespaces", () => {
     }
   });
   it("a freeze (SIGSTOP, then SIGCONT) also reaches a pid namespace nested in the sandbox's, never another sandbox's; a kill's scan leaves the nested one to the kernel", async () => {
-    const kidsOf = (pid: number) => readFileSync(`/proc/${pid}/task/${pid}/children`, "utf8").split(" ").filter(Boolean).map(Number);
     const state = (pid: number) => readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]![0];
     // B: a marked holder, pid 1 of B's namespace, and inside it a namespace of its own (as B's
     // root may `unshare -p`) whose pid 1 runs a child: the walk up crosses two processes there.
@@ -136,7 +140,6 @@ describe("the scan and pid namespaces", () => {
   });
   // setns(2) by number (x86-64: 308).
   it.skipIf(process.arch !== "x64")("a kill ends though a killed process of the sandbox's namespace stays a zombie its parent outside does not reap (as under an init that reaps lazily)", async () => {
-    const kidsOf = (pid: number) => readFileSync(`/proc/${pid}/task/${pid}/children`, "utf8").split(" ").filter(Boolean).map(Number);
     const holder = spawn("unshare", ["--pid", "--fork", "sleep", "60"], { env: { PATH: "/usr/bin:/bin", [MARKER_ENV]: id }, detached: true, stdio: "ignore" });
     let outside: ReturnType<typeof spawn> | undefined;
     try {
