@@ -203,9 +203,24 @@ export class ObjectCache<T extends KubernetesObject> {
     return seen;
   }
 
-  /** Records the server's answer to our own create/update/patch. */
+  /** Records the server's answer to our own create. */
+  created(raw: unknown): T {
+    return this.#record(this.#o.slim(raw));
+  }
+
+  /** Records the server's answer to our own update or patch, only while the cache still holds
+   * that object (same name and uid). An answer can arrive after our delete or after the watch's
+   * DELETED event (the write committed first, its answer came late); recorded then, it would bring
+   * the object back for good (nothing later removes it) and every list() would count a ghost.
+   * Returns the answer either way. */
   remember(raw: unknown): T {
     const obj = this.#o.slim(raw);
+    const held = this.get(obj.metadata!.name!);
+    if (!held || held.metadata?.uid !== obj.metadata?.uid) return obj;
+    return this.#record(obj);
+  }
+
+  #record(obj: T): T {
     // Answers to two concurrent writes may arrive in either order: keep the newer one.
     const w = this.#written.get(obj.metadata!.name!);
     if (w?.obj && w.rv > rvOf(obj)) return w.obj;

@@ -68,7 +68,7 @@ export class PodWriter {
       if (sc.pvcs.get(body.metadata!.name!)) continue;
       this.#ctx.count();
       const created = await tolerate(this.#ctx.core.createNamespacedPersistentVolumeClaim({ namespace: sc.namespace, body }), [409]);
-      if (created) sc.pvcs.remember(created);
+      if (created) sc.pvcs.created(created);
     }
   }
 
@@ -107,7 +107,7 @@ export class PodWriter {
     this.#ctx.count();
     try {
       const created = await this.#ctx.core.createNamespacedPod({ namespace: sc.namespace, body });
-      sc.pods.remember(created);
+      sc.pods.created(created);
       await this.#status.event(sc, sbx, "Normal", EventReason.PodCreated, `created pod ${body.metadata!.name}`);
     } catch (err) {
       if (statusCode(err) === 409) return; // the old pod of a Stop pause is still terminating

@@ -67,7 +67,7 @@ export class SandboxObjects {
     };
     this.#ctx.count();
     const created = (await this.#ctx.custom.createNamespacedCustomObject({ group: GROUP, version: VERSION, namespace: sc.namespace, plural: PLURAL.sandbox, body })) as SandboxObject;
-    return sc.sandboxes.remember(created);
+    return sc.sandboxes.created(created);
   }
 
   /** Brings labels, owner, pause and generation of an existing Sandbox in line with `d`. */
