@@ -787,16 +787,20 @@ export class KubernetesDriver implements Driver {
     const sc = this.#ctx.scopeOf(id);
     await this.#requests.destroying(id, async () => {
       const name = this.#ctx.sandbox(id)?.metadata?.name;
-      // Forgotten first, so no later sync writes its egress objects again; deleted in its chain,
-      // after any sync already queued there.
+      // Forgotten first, so no later sync writes its egress objects again. Its objects are deleted
+      // in its chain, after any sync already queued there (the pod's delete event schedules one):
+      // a status patch still in flight when the Sandbox is deleted could otherwise be answered
+      // after the delete and its watch event, and a sync queued later finds the Sandbox gone.
       this.#desired.delete(id);
       this.#sandboxSecrets.delete(id);
       this.#warned.delete(id);
       this.#tooLarge.delete(id);
       await this.#pods.deleteAll(sc, id);
-      if (name) await this.#serial(id, () => this.#traffic.delete(sc, name));
-      if (name) await this.#pods.deleteTokenSecret(sc, name);
-      await this.#sandboxes.delete(sc, id);
+      await this.#serial(id, async () => {
+        if (name) await this.#traffic.delete(sc, name);
+        if (name) await this.#pods.deleteTokenSecret(sc, name);
+        await this.#sandboxes.delete(sc, id);
+      });
       this.#status.forget(id);
       this.#mounts.forget(id);
       this.#pods.forgetToken(id);
