@@ -105,14 +105,28 @@ describe("E2B on Kubernetes", () => {
   });
 
   it("kubectl scale and delete of the SandboxSet converge: pods follow the pool, nothing is left behind", async () => {
-    const pool = () => table(kubectlOk(["-n", NS, "get", "sbs", "python"]))[0];
-    const podCount = () => kubectlOk(["-n", NS, "get", "pods", "-l", "agents.kruise.io/sandbox-pool=python", "-o", "name"]).trim().split("\n").filter(Boolean).length;
+    const names = (out: string) => out.trim().split("\n").filter(Boolean).map((n) => n.replace(/^.*\//, "")).sort();
+    // Each stage's check throws what it saw, so a stalled stage's timeout names the condition that
+    // failed; the Sandboxes the agent's cache holds beside the cluster's show a ghost member (one
+    // only the agent still counts in REPLICAS).
+    const state = () => {
+      const row = table(kubectlOk(["-n", NS, "get", "sbs", "python", "--ignore-not-found"]))[0];
+      const pods = names(kubectlOk(["-n", NS, "get", "pods", "-l", "agents.kruise.io/sandbox-pool=python", "-o", "name"])).length;
+      const sandboxes = names(kubectlOk(["-n", NS, "get", "sbx", "-o", "name"]));
+      const cached = kube.driver.sandboxes.list().map((o) => o.metadata!.name!).sort();
+      return { replicas: row?.REPLICAS, available: row?.AVAILABLE, pods, sandboxes, said: `REPLICAS=${row?.REPLICAS} AVAILABLE=${row?.AVAILABLE} pods=${pods} sbx=[${sandboxes}] agent's sbx=[${cached}]` };
+    };
+    const expectState = (ok: (s: ReturnType<typeof state>) => boolean) => {
+      const s = state();
+      if (!ok(s)) throw new Error(s.said);
+      return true;
+    };
     kubectlOk(["-n", NS, "scale", "sbs", "python", "--replicas=4"]);
-    await until("4 warm", () => pool()?.AVAILABLE === "4" && podCount() === 4, 60_000);
+    await until("4 warm", () => expectState((s) => s.available === "4" && s.pods === 4), 60_000);
     kubectlOk(["-n", NS, "scale", "sbs", "python", "--replicas=1"]);
-    await until("1 warm", () => pool()?.REPLICAS === "1" && podCount() === 1, 60_000);
+    await until("1 warm", () => expectState((s) => s.replicas === "1" && s.pods === 1), 60_000);
     kubectlOk(["-n", NS, "delete", "sbs", "python"]);
-    await until("drained", () => podCount() === 0 && !kubectlOk(["-n", NS, "get", "sbx", "-o", "name"]).trim(), 60_000);
+    await until("drained", () => expectState((s) => s.pods === 0 && s.sandboxes.length === 0), 60_000);
     // Above the sum of the stage bounds, so a stalled stage fails with its own name (one CI run
     // timed out here at the old 60 s test bound without saying which stage had stalled).
   }, 200_000);
