@@ -27,8 +27,9 @@ export function getDb(env: { LIBSQL_URL: string; LIBSQL_AUTH_TOKEN?: string }): 
  * No interactive transactions (drizzle's `db.transaction()` is one): the sqld we run allows one
  * SQLite connection at a time (scripts/lib/sqld.ts says why), so a transaction holds the only
  * connection across round trips and every other request of every isolate waits behind it; one
- * that awaits another libSQL request inside it stalls until sqld's 60 s connection timeout fails it. Several statements that must
- * commit together go in one `batch` (one request, one implicit transaction).
+ * that awaits another libSQL request inside it stalls until sqld's 60 s connection timeout fails
+ * it. Several statements that must commit together go in one `batch` (one request, one implicit
+ * transaction).
  */
 async function refuseInteractiveTransaction(): Promise<never> {
   throw new Error("interactive libSQL transactions are not used here: send the statements as one batch (durable-objects/store/db.ts)");

@@ -12,9 +12,10 @@
 // pending it starts its own load, which the others then join. The old load may only be slow (sqld
 // runs one connection, so reads queue under a burst), so the entry races the two: whichever settles
 // first answers everyone (a burst whose first read answers within 1 s costs that read; within 2 s,
-// two reads, all its requests answered when the first does; only while no read answers, one more per JOIN_MS). Waiting
-// on a live load from another request works (test/workerd/api/edge-caches.test.ts, 20 first
-// requests of a key at once): workerd runs the waiter's continuation in the waiter's own context.
+// two reads, all its requests answered when the first does; only while no read answers, one more
+// per JOIN_MS). Waiting on a live load from another request works
+// (test/workerd/api/edge-caches.test.ts, 20 first requests of a key at once): workerd runs the
+// waiter's continuation in the waiter's own context.
 
 /** Entries one cache keeps at most (the key cache: a team's keys are bounded, teams are not). */
 export const TTL_CACHE_MAX_ENTRIES = 10_000;

@@ -25,10 +25,16 @@ const USERNS_FD = 5;
 const JOIN_SHIM = 'IFS=:; for f in $KRUISE_CGROUPS; do echo $$ > "$f" || exit 125; done; unset KRUISE_CGROUPS KRUISE_PARENT_PID PWD; exec "$@"';
 
 export function procStart(pid: number): string | undefined {
+  return statFields(pid)?.[19]; // start time: field 22 overall
+}
+
+/** The kernel's `/proc/<pid>/stat` fields after the command name (field 3, the state, first), or
+ * undefined for a process that is gone. The name is the process's own choice and may hold spaces
+ * and parentheses: the fields start after its last `)`. */
+function statFields(pid: number): string[] | undefined {
   try {
     const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-    // Fields after the parenthesised command name; start time is field 22 overall.
-    return stat.slice(stat.lastIndexOf(")") + 2).split(" ")[19];
+    return stat.slice(stat.lastIndexOf(")") + 2).split(" ");
   } catch {
     return undefined;
   }
@@ -343,23 +349,14 @@ const PF_EXITING = 0x4;
 /** Whether the process is gone, a zombie, or exiting (the kernel's `/proc/<pid>/stat`): it runs
  * nothing more, though a pid 1 waiting in its namespace's teardown still shows state S. */
 export function exiting(pid: number): boolean {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-    return fields[0] === "Z" || fields[0] === "X" || (Number(fields[6]) & PF_EXITING) !== 0;
-  } catch {
-    return true;
-  }
+  const fields = statFields(pid);
+  return fields === undefined || fields[0] === "Z" || fields[0] === "X" || (Number(fields[6]) & PF_EXITING) !== 0;
 }
 
 /** A process's parent pid from the kernel's `/proc/<pid>/stat` (field 4), or undefined. */
 function parentOf(pid: number): number | undefined {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-    return Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]);
-  } catch {
-    return undefined;
-  }
+  const fields = statFields(pid);
+  return fields === undefined ? undefined : Number(fields[1]);
 }
 
 /** The variable that carries a holder's nonce (records.ts: holderNonce). Commands get their own

@@ -749,10 +749,10 @@ export class LocalDriver implements Driver {
     return this.#uids.keep(rec.userns, layoutFor(this.#dataDir, rec.id).record);
   }
 
-  /** Ends every process of the sandbox and removes its cgroups; the layer stays. */
-  /** `rec.level`: the scan is the record's level's (a holder outlives an agent restarted at
-   * another level); absent (no record), the pid-namespace scan, which at `process` level finds
-   * the same (every process of such a sandbox is in the agent's namespace, with its marker). */
+  /** Ends every process of the sandbox and removes its cgroups; the layer stays. Without cgroups
+   * the scan is the record's level's (a holder outlives an agent restarted at another level);
+   * with no level (no record), the pid-namespace scan, which at `process` level finds the same
+   * (every process of such a sandbox is in the agent's namespace, with its marker). */
   async #endProcesses(rec: Pick<SandboxRecord, "id" | "cgroups" | "nsInit"> & { level?: SandboxRecord["level"] }): Promise<void> {
     // An open listener would keep the sandbox's network namespace alive.
     await this.#relay.closeEgress(rec.id);
