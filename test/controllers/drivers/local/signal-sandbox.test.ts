@@ -4,7 +4,9 @@
 // none, so that one of the sandbox's processes that forks while the search runs does not outlive
 // it (a child made between a scan's listing of /proc and its kills is only in the next scan).
 import { spawn } from "node:child_process";
-import { readFileSync } from "node:fs";
+import { copyFileSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterEach, describe, expect, it } from "vitest";
 import { alive, ENVIRON_CAP, environHas, exiting, procRef, sandboxPids, signalSandbox } from "../../../../controllers/drivers/local/holder.ts";
@@ -57,6 +59,28 @@ describe("signalSandbox without a cgroup", () => {
     expect(await signalSandbox(id, undefined, "SIGSTOP")).toBe(3);
     expect(await signalSandbox(id, undefined, "SIGCONT")).toBe(3);
     expect(await signalSandbox(id, undefined, "SIGKILL")).toBe(3);
+  });
+});
+
+describe("a process's name is its own", () => {
+  it("a tenant process named like /proc/<pid>/stat's fields (\"x) Z 1\") is still running, and SIGKILL still ends it", async () => {
+    // The name (comm) sits in parentheses before the fields a kill's scan reads (state, parent,
+    // flags): one that spells a zombie must not make a live process look ended.
+    const dir = mkdtempSync(join(tmpdir(), "comm-"));
+    const bin = join(dir, "x) Z 1 1 1");
+    copyFileSync("/bin/sleep", bin);
+    const child = spawn(bin, ["60"], { env: { PATH: "/usr/bin:/bin", [MARKER_ENV]: id }, detached: true, stdio: "ignore" });
+    child.unref();
+    try {
+      await until(() => sandboxPids(id).length === 1);
+      expect(readFileSync(`/proc/${child.pid}/stat`, "latin1")).toContain("(x) Z 1 1 1) S ");
+      expect(exiting(child.pid!)).toBe(false);
+      expect(await signalSandbox(id, undefined, "SIGKILL")).toBe(1);
+      await until(() => exiting(child.pid!));
+    } finally {
+      child.kill("SIGKILL");
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });
 
