@@ -1,12 +1,29 @@
 // Small helpers around the API clients: patch content types, the plurals of our resources, the
 // status code and message of a failed request, tolerating the codes a retry makes harmless, and the
 // claim's writes sent without the generated client's model layer.
-import { ApiException, HttpMethod, IsomorphicFetchHttpLibrary, PatchStrategy, RequestContext, setHeaderOptions, type CoreV1Api, type KubeConfig, type V1ObjectReference } from "@kubernetes/client-node";
+import { ApiException, HttpMethod, IsomorphicFetchHttpLibrary, Observable, PatchStrategy, RequestContext, setHeaderOptions, type ConfigurationOptions, type CoreV1Api, type KubeConfig, type V1ObjectReference } from "@kubernetes/client-node";
 import { kubeApiRequests } from "../../lib/metrics.ts";
 
 export const mergePatch = setHeaderOptions("Content-Type", PatchStrategy.MergePatch);
 export const strategicPatch = setHeaderOptions("Content-Type", PatchStrategy.StrategicMergePatch);
 export const jsonPatch = setHeaderOptions("Content-Type", PatchStrategy.JsonPatch);
+
+/** `opt` whose requests are also aborted after `ms`. A status write queued behind another (one
+ * flush at a time) must not wait on an answer that never comes: the requests ride one pooled
+ * HTTP/2 session (pooled-connections.ts), where a stuck stream is ended only by undici's own
+ * limit, 300 s, and every status write after it would wait that long with nothing logged. The
+ * abort fails the write like any other error, which the writer retries. */
+export function within(ms: number, opt: ConfigurationOptions): ConfigurationOptions {
+  const abortAfter = {
+    pre: (req: RequestContext) => {
+      req.setSignal(AbortSignal.timeout(ms));
+      return new Observable(Promise.resolve(req));
+    },
+    post: <R>(res: R) => new Observable(Promise.resolve(res)),
+  };
+  return { ...opt, middleware: [...(opt.middleware ?? []), abortAfter], middlewareMergeStrategy: "append" };
+}
+
 export const PLURAL = { sandbox: "sandboxes", sandboxSet: "sandboxsets" } as const;
 
 /** JSON with object keys sorted, so an object compares equal to the API server's copy of it. */

@@ -7,17 +7,20 @@
 // `ReplicaFailure` condition (as a Deployment's) until a member of that revision is ready or the
 // template changes: its members are deleted by the edge as they fail, so their own conditions do
 // not stay to be read. In memory: a restarted agent shows it again from the next refusal.
-import { PatchStrategy, setHeaderOptions, type CustomObjectsApi } from "@kubernetes/client-node";
+import type { CustomObjectsApi } from "@kubernetes/client-node";
 import { GROUP, LABEL, VERSION } from "../../../schema/crd/labels.ts";
+import { mergePatch, within } from "./kube-api.ts";
 import type { ObjectCache } from "./object-cache.ts";
 import { templateHash } from "./pod-spec.ts";
 import type { SandboxObject, SandboxSetObject } from "./objects.ts";
 
-const mergePatch = setHeaderOptions("Content-Type", PatchStrategy.MergePatch);
 /** The first change of a quiet pool is written after this; */
 const SETTLE_MS = 50;
 /** later ones no sooner than this after the last write. */
 const MIN_INTERVAL_MS = 1000;
+/** A status patch not answered in this long is aborted and the pool written again at the next
+ * tick: flushes run one at a time, so one stuck patch would hold every pool's status. */
+export const STATUS_WRITE_TIMEOUT_MS = 10_000;
 
 /**
  * The pool's revision: a hash of what its members are built from (openkruise-agents.md §1.2:
@@ -131,6 +134,7 @@ export class PoolStatus {
     sandboxes: ObjectCache<SandboxObject>;
     sandboxSets: ObjectCache<SandboxSetObject>;
     count: () => void;
+    writeTimeoutMs?: number;
   };
   readonly #dirty = new Set<string>();
   #timer?: NodeJS.Timeout;
@@ -140,7 +144,7 @@ export class PoolStatus {
   #chain: Promise<void> = Promise.resolve();
   readonly #refused = new Map<string, PoolRefusal>();
 
-  constructor(deps: { custom: CustomObjectsApi; namespace: string; sandboxes: ObjectCache<SandboxObject>; sandboxSets: ObjectCache<SandboxSetObject>; count: () => void }) {
+  constructor(deps: { custom: CustomObjectsApi; namespace: string; sandboxes: ObjectCache<SandboxObject>; sandboxSets: ObjectCache<SandboxSetObject>; count: () => void; writeTimeoutMs?: number }) {
     this.#d = deps;
   }
 
@@ -174,11 +178,11 @@ export class PoolStatus {
       try {
         const updated = (await this.#d.custom.patchNamespacedCustomObjectStatus(
           { group: GROUP, version: VERSION, namespace: this.#d.namespace, plural: "sandboxsets", name, body: { status } },
-          mergePatch,
+          within(this.#d.writeTimeoutMs ?? STATUS_WRITE_TIMEOUT_MS, mergePatch),
         )) as SandboxSetObject;
         this.#d.sandboxSets.remember(updated);
       } catch {
-        this.touch(name); // deleted meanwhile or a conflict: the next tick re-reads
+        this.touch(name); // deleted meanwhile, a conflict or no answer in time: the next tick re-reads
       }
     }
   }
