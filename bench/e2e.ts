@@ -37,6 +37,19 @@
 //                                          (E2E_BENCH_EDGE_PROFILE=<file> records a V8 profile of it)
 //   e2e.resume_freeze_p50_ms               after a Freeze pause: connect until a command succeeds
 //   e2e.idle_sandbox_overhead_mb           extra memory per idle sandbox over 50 (agent + holders)
+//   e2e.server_floor_cpu_ms_each          a lower bound on e2e.server_cpu_ms_each (bench/server-floor.ts
+//                                          says what it counts and why): the unit floors (a bare
+//                                          request, a libSQL `SELECT 1`, an agent-link frame, the
+//                                          command in a bare server through the same spawner at the
+//                                          same level) measured in E2E_BENCH_FLOOR_ROUNDS rounds right
+//                                          after the settle, composed per cycle with what concurrent
+//                                          cycles could share counted 0 (.one_at_a_time: counted, the
+//                                          floor of a design that shares nothing); the unit floors as
+//                                          e2e.<unit>_floor_cpu_ms; e2e.server_vs_floor_ratio: ours
+//                                          over it. The isolation tools' CPU is not in the server
+//                                          figure (the spawner's children's), but is in
+//                                          e2e.create_first_cmd_cpu_ms_each: its floor is
+//                                          local.isolation_floor_cpu_ms_each (the one-client loop)
 //   e2e.window_server_cpu_ms_each          the server's CPU until the last client's answer only (the
 //                                          count issue 16 quoted at e988497): without the destroys and
 //                                          refills the settle runs
@@ -67,7 +80,8 @@ import { cpuMs, median, minMax, percentile, procCpuMs, pssKB, round, schedMs, sp
 import { startProfiler } from "./v8-profile.ts";
 import { LocalDriver } from "../controllers/drivers/local/local-driver.ts";
 import { IsolationFloor } from "./isolation-floor.ts";
-import type { DesiredSandbox } from "../controllers/drivers/driver.ts";
+import type { DesiredSandbox, IsolationLevel } from "../controllers/drivers/driver.ts";
+import { composedFloors, unitFloorFigures, UnitFloorRounds, type UnitFloors } from "./server-floor.ts";
 
 /** E2E_BENCH_CLIENTS: fewer concurrent clients (a machine too loaded for 20 within the edge's 10 s
  * create wait); the queueing ratio uses the count that ran. */
@@ -83,6 +97,10 @@ const WARM_WINDOWS = Number(process.env.E2E_BENCH_WARM_WINDOWS ?? 0);
 /** E2E_BENCH_SERIAL: rounds of the one-client loop (and the driver's and the isolation floor's
  * beside it); 0 leaves it and its figures out (short CPU_ONLY runs). */
 const SERIAL = Number(process.env.E2E_BENCH_SERIAL ?? 20);
+/** E2E_BENCH_FLOOR_ROUNDS: rounds of the unit floors after the settle (0: none, no floor figures),
+ * FLOOR_STEPS units each. */
+const FLOOR_ROUNDS = Number(process.env.E2E_BENCH_FLOOR_ROUNDS ?? 5);
+const FLOOR_STEPS = 30;
 /** How long the server's rest rate is measured before the window. */
 const REST_MS = 5_000;
 const USER = { name: "user", uid: 1000, gid: 1000, home: "/home/user", shell: "/bin/bash" };
@@ -411,6 +429,28 @@ export async function run(): Promise<Figures> {
     const cores = availableParallelism();
     figures["e2e.queueing_ratio"] = { value: round(median(createFirst) / ((CLIENTS * whole) / cores)), unit: "ratio", target: "≤ 1.15" };
     figures["e2e.queueing_ratio_machine"] = { value: round(median(createFirst) / ((CLIENTS * (cpu.busyMs / CREATES)) / cores)), unit: "ratio" };
+
+    // The server's floor, in rounds right after the settle (nothing of the window's left to run):
+    // the same processes, the same load, minutes apart at most.
+    if (FLOOR_ROUNDS > 0) {
+      const floors = await UnitFloorRounds.start(
+        { apiUrl: sys.apiUrl, clusterToken: sys.secrets.clusterToken, sqldUrl: sys.sqld.url, edgePid: sys.edge.pid!, sqldPid: sys.sqld.pid! },
+        { dataDir: join(dataDir, "cmd-floor"), level: sys.isolation as IsolationLevel },
+      );
+      const rounds: UnitFloors[] = [];
+      try {
+        for (let r = 0; r < FLOOR_ROUNDS; r++) rounds.push(await floors.round(FLOOR_STEPS));
+      } finally {
+        await floors.stop();
+      }
+      Object.assign(figures, unitFloorFigures("e2e", rounds));
+      // 20 clients: what concurrent cycles could share (a libSQL request, an agent frame) counts 0.
+      const bound = composedFloors(rounds, true);
+      figures["e2e.server_floor_cpu_ms_each"] = { value: round(median(bound), 2), unit: "ms", spread: minMax(bound) };
+      const unshared = composedFloors(rounds, false);
+      figures["e2e.server_floor_cpu_ms_each.one_at_a_time"] = { value: round(median(unshared), 2), unit: "ms", spread: minMax(unshared) };
+      figures["e2e.server_vs_floor_ratio"] = { value: round(server / median(bound), 2), unit: "ratio", spread: minMax(bound.map((b) => server / b)) };
+    }
 
     if (CPU_ONLY) {
       // Let the refills finish first: stopping an agent in the middle of them left sandboxes behind
