@@ -433,9 +433,12 @@ export async function run(): Promise<Figures> {
     // The server's floor, in rounds right after the settle (nothing of the window's left to run):
     // the same processes, the same load, minutes apart at most.
     if (FLOOR_ROUNDS > 0) {
+      // The agent reports its level with what it adds ("bwrap+cgroup, disk quota").
+      const level = sys.isolation.split(",")[0]!.trim() as IsolationLevel;
+      if (!["bwrap+cgroup", "bwrap", "process"].includes(level)) throw new Error(`bench e2e: the agent's isolation ${JSON.stringify(sys.isolation)}?`);
       const floors = await UnitFloorRounds.start(
         { apiUrl: sys.apiUrl, clusterToken: sys.secrets.clusterToken, sqldUrl: sys.sqld.url, edgePid: sys.edge.pid!, sqldPid: sys.sqld.pid! },
-        { dataDir: join(dataDir, "cmd-floor"), level: sys.isolation as IsolationLevel },
+        { dataDir: join(dataDir, "cmd-floor"), level },
       );
       const rounds: UnitFloors[] = [];
       try {
