@@ -25,6 +25,11 @@
 //   e2e_steps.agent_frame_floor_cpu_ms  workerd's CPU per agent-link frame that does nothing (a
 //                                    heartbeat, on a second cluster's session), one at a time: the
 //                                    floor of each ClusterDO WebSocket event a step makes
+//   e2e_steps.cycle_server_floor_cpu_ms  the unit floors above (bench/server-floor.ts measures
+//                                    them, a round after each round of steps) composed into a
+//                                    lower bound of a cycle's server CPU, every item counted (one
+//                                    cycle at a time shares nothing); e2e_steps.cycle_server_vs_floor_ratio:
+//                                    the cycle_cpu_ms parts' sum over it
 // <part>: edge (workerd), agent, spawner, sqld; CPU of all their threads (schedstat, ns). Each step
 // runs STEPS times in a row and waits until the pool is whole again; ROUNDS rounds alternate the
 // steps; the median of the rounds, with their spread. Sequential on purpose: at 20 clients the

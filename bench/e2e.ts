@@ -48,8 +48,10 @@
 //                                          e2e.<unit>_floor_cpu_ms; e2e.server_vs_floor_ratio: ours
 //                                          over it. The isolation tools' CPU is not in the server
 //                                          figure (the spawner's children's), but is in
-//                                          e2e.create_first_cmd_cpu_ms_each: its floor is
-//                                          local.isolation_floor_cpu_ms_each (the one-client loop)
+//                                          e2e.create_first_cmd_cpu_ms_each (≤ 18): the same
+//                                          tools' cost per sandbox made, entered and destroyed is
+//                                          local.isolation_floor_cpu_ms_each (the one-client loop,
+//                                          so not with E2E_BENCH_SERIAL=0), by itself above 18 here
 //   e2e.window_server_cpu_ms_each          the server's CPU until the last client's answer only (the
 //                                          count issue 16 quoted at e988497): without the destroys and
 //                                          refills the settle runs
