@@ -44,7 +44,8 @@
 //                                          claimed member (one driver.ensure of the claim's desired
 //                                          state: next generation, claimed, namespace) + the first
 //                                          command; interleaved in the same loop; spread: each round's
-//                                          pair. What is above 1 is SDK, edge, agent and runtime
+//                                          pair. What is above 1 is SDK, edge, agent and runtime;
+//                                          local.plain_warm_claim_ensure_p50_ms: the ensure's share
 //   e2e.gateway_edge_cpu_ms_per_cmd        workerd CPU per commands.run('true') through the gateway
 //                                          (E2E_BENCH_EDGE_PROFILE=<file> records a V8 profile of it)
 //   e2e.resume_freeze_p50_ms               after a Freeze pause: connect until a command succeeds
@@ -245,6 +246,7 @@ export async function run(): Promise<Figures> {
     // side above makes a NEW sandbox (the isolation built, ~600 ms at bwrap+cgroup), which no
     // claim of a warm member does.
     const plainWarm: number[] = [];
+    const plainWarmEnsure: number[] = [];
     // The driver alone (this process and its spawner; their exited children apart): the floor of
     // the agent's and spawner's CPU per create + first command + kill, since the window below
     // carries a refill's create and a kill's destroy per create too.
@@ -320,6 +322,7 @@ export async function run(): Promise<Figures> {
         if (i > 0 && floor) floorCpu.push(floor.round());
         t = performance.now();
         await driver.ensure({ ...w, generation: w.generation + 1, claimed: true, namespace: "bench", labels: {}, annotations: {} });
+        plainWarmEnsure.push(performance.now() - t);
         await driver.exec(w.id, { cmd: "/bin/true", args: [], cwd: "/", env: {}, user: USER });
         plainWarm.push(performance.now() - t);
         await driver.destroy(w.id);
@@ -340,6 +343,7 @@ export async function run(): Promise<Figures> {
       // Like for like: the same warm claim + first command, with and without SDK, edge and agent.
       // Spread: the ratio of each round's pair (interleaved, so the machine's load hits both alike).
       figures["local.plain_warm_claim_to_first_cmd_p50_ms"] = { value: round(median(plainWarm)), unit: "ms", spread: minMax(plainWarm) };
+      figures["local.plain_warm_claim_ensure_p50_ms"] = { value: round(median(plainWarmEnsure)), unit: "ms", spread: minMax(plainWarmEnsure) };
       const pairs = serial.map((x, k) => x / plainWarm[k]!);
       figures["e2e.path_overhead_vs_warm_ratio"] = { value: round(median(serial) / median(plainWarm)), unit: "ratio", spread: minMax(pairs) };
       figures["local.driver_cpu_ms_each"] = { value: round(median(plainCpu)), unit: "ms", spread: minMax(plainCpu) };
