@@ -101,7 +101,12 @@ export class UnitFloorRounds {
     const cmdFloor = cmd ? await CmdFloor.start(cmd.dataDir, cmd.level) : undefined;
     // Its own cluster, so the agent's session is left alone.
     const frames = new ScriptedAgent({ agentId: "frame-floor", ping: false });
-    await frames.connect(tcpTransport(sys.apiUrl, sys.clusterToken, "frame-floor"));
+    try {
+      await frames.connect(tcpTransport(sys.apiUrl, sys.clusterToken, "frame-floor"));
+    } catch (err) {
+      await cmdFloor?.stop(); // its sandbox (a cgroup, a mounted disk image) goes with it
+      throw err;
+    }
     return new UnitFloorRounds({ apiUrl: sys.apiUrl, edgePid: sys.edgePid, sqldPid: sys.sqldPid }, frames, createClient({ url: sys.sqldUrl }), cmdFloor);
   }
 
