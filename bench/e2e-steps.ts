@@ -25,6 +25,11 @@
 //   e2e_steps.agent_frame_floor_cpu_ms  workerd's CPU per agent-link frame that does nothing (a
 //                                    heartbeat, on a second cluster's session), one at a time: the
 //                                    floor of each ClusterDO WebSocket event a step makes
+//   e2e_steps.cycle_server_floor_cpu_ms  the unit floors above (bench/server-floor.ts measures
+//                                    them, a round after each round of steps) composed into a
+//                                    lower bound of a cycle's server CPU, every item counted (one
+//                                    cycle at a time shares nothing); e2e_steps.cycle_server_vs_floor_ratio:
+//                                    the cycle_cpu_ms parts' sum over it
 // <part>: edge (workerd), agent, spawner, sqld; CPU of all their threads (schedstat, ns). Each step
 // runs STEPS times in a row and waits until the pool is whole again; ROUNDS rounds alternate the
 // steps; the median of the rounds, with their spread. Sequential on purpose: at 20 clients the
@@ -42,7 +47,6 @@
 // e2e_steps.cycle_edge_invocations.<kind>: the whole run's per create + command + kill, what lands
 // outside the steps' windows included (as cycle_cpu_ms counts it).
 //   node bench/e2e-steps.ts   prints the figures as JSON
-import { createClient } from "@libsql/client/web";
 import { Sandbox } from "e2b";
 import { existsSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -51,8 +55,7 @@ import { startSystem } from "../scripts/lib/system.ts";
 import { freePort } from "../scripts/lib/sqld.ts";
 import type { Figures } from "./run.ts";
 import { median, minMax, round, spawnerOf, threadsCpuMs } from "./stats.ts";
-import { ScriptedAgent, tcpTransport } from "../test/support/scripted-agent.ts";
-import { CmdFloor } from "./agent-cmd-floor.ts";
+import { composedFloors, unitFloorFigures, UnitFloorRounds, type UnitFloors } from "./server-floor.ts";
 
 const WARM = 20;
 const STEPS = Number(process.env.E2E_STEPS_STEPS ?? 30);
@@ -80,7 +83,7 @@ export async function run(): Promise<Figures> {
   };
   let asks = 0;
   const figures: Figures = {};
-  let cmdFloor: CmdFloor | undefined;
+  let floors: UnitFloorRounds | undefined;
   try {
     const sandboxesDir = join(dataDir, "agent/local/sandboxes");
     const opts = { apiKey: sys.apiKey, apiUrl: sys.apiUrl, sandboxUrl: sys.apiUrl };
@@ -122,16 +125,11 @@ export async function run(): Promise<Figures> {
       counted = await invocations();
       asksBefore = asks;
     };
-    const floor: number[] = [];
-    const sqlFloor: number[] = [];
-    const frameFloor: number[] = [];
-    const cmdFloorCpu: number[] = [];
-    const cmdFloorParts: Record<"server" | "spawner", number[]> = { server: [], spawner: [] };
-    if (!COUNT) cmdFloor = await CmdFloor.start(join(dataDir, "cmd-floor"), LEVEL);
-    // Its own cluster, so the agent's session is left alone.
-    const frames = new ScriptedAgent({ agentId: "frame-floor", ping: false });
-    await frames.connect(tcpTransport(sys.apiUrl, sys.secrets.clusterToken, "frame-floor"));
-    const db = createClient({ url: sys.sqld.url });
+    const floorRounds: UnitFloors[] = [];
+    floors = await UnitFloorRounds.start(
+      { apiUrl: sys.apiUrl, clusterToken: sys.secrets.clusterToken, sqldUrl: sys.sqld.url, edgePid: parts.edge, sqldPid: parts.sqld },
+      COUNT ? undefined : { dataDir: join(dataDir, "cmd-floor"), level: LEVEL },
+    );
     const shell = await Sandbox.create(opts);
     for (let i = 0; i < 10; i++) await shell.commands.run("echo hi");
     await shell.kill();
@@ -168,29 +166,13 @@ export async function run(): Promise<Figures> {
       add("kill", a, b);
       if (COUNT) await count("kill");
       const floorsFrom = snap();
-      const e = threadsCpuMs(parts.edge);
-      for (let i = 0; i < STEPS; i++) await (await fetch(`${sys.apiUrl}/health`)).text();
-      floor.push((threadsCpuMs(parts.edge) - e) / STEPS);
-      const q = threadsCpuMs(parts.sqld);
-      for (let i = 0; i < STEPS; i++) await db.execute("SELECT 1");
-      sqlFloor.push((threadsCpuMs(parts.sqld) - q) / STEPS);
-      // Paced (no answer to wait for): each frame is an event of its own, as an agent's are.
-      const w = threadsCpuMs(parts.edge);
-      for (let i = 0; i < STEPS; i++) {
-        frames.sendFrame({ type: "heartbeat", at: Date.now(), sandboxes: 0 });
-        await new Promise((r) => setTimeout(r, 20));
-      }
-      frameFloor.push((threadsCpuMs(parts.edge) - w) / STEPS);
-      if (cmdFloor) {
-        const f = await cmdFloor.round(STEPS);
-        cmdFloorCpu.push(f.server + f.spawner);
-        cmdFloorParts.server.push(f.server);
-        cmdFloorParts.spawner.push(f.spawner);
-      }
+      floorRounds.push(await floors.round(STEPS));
       const floorsTo = snap();
       for (const k of Object.keys(parts)) floorsCpu[k] = (floorsCpu[k] ?? 0) + floorsTo[k as keyof typeof parts] - floorsFrom[k as keyof typeof parts];
     }
-    frames.disconnect();
+    // The frame floor's session closes before the tail: its close is not a cycle's work.
+    await floors.stop();
+    floors = undefined;
     await new Promise((r) => setTimeout(r, TAIL_MS));
     const cycleEnd = snap();
     if (MARKS) writeFileSync(MARKS, JSON.stringify({ steps: STEPS, marks, parts }));
@@ -228,18 +210,23 @@ export async function run(): Promise<Figures> {
       }
       figures[`e2e_steps.${step}_server_cpu_ms`] = { value: round(server, 2), unit: "ms" };
     }
+    let cycle = 0;
     for (const k of Object.keys(parts) as (keyof typeof parts)[]) {
-      figures[`e2e_steps.cycle_cpu_ms.${k}`] = { value: round((cycleEnd[k] - cycleStart[k] - (floorsCpu[k] ?? 0)) / STEPS / ROUNDS, 2), unit: "ms" };
+      const v = (cycleEnd[k] - cycleStart[k] - (floorsCpu[k] ?? 0)) / STEPS / ROUNDS;
+      cycle += v;
+      figures[`e2e_steps.cycle_cpu_ms.${k}`] = { value: round(v, 2), unit: "ms" };
     }
-    figures["e2e_steps.request_floor_cpu_ms"] = { value: round(median(floor), 2), unit: "ms", spread: minMax(floor) };
-    figures["e2e_steps.sqld_request_floor_cpu_ms"] = { value: round(median(sqlFloor), 2), unit: "ms", spread: minMax(sqlFloor) };
-    figures["e2e_steps.agent_frame_floor_cpu_ms"] = { value: round(median(frameFloor), 2), unit: "ms", spread: minMax(frameFloor) };
-    figures["e2e_steps.cmd_floor_cpu_ms"] = { value: round(median(cmdFloorCpu), 2), unit: "ms", spread: minMax(cmdFloorCpu) };
-    for (const [k, xs] of Object.entries(cmdFloorParts)) figures[`e2e_steps.cmd_floor_cpu_ms.${k}`] = { value: round(median(xs), 2), unit: "ms", spread: minMax(xs) };
+    Object.assign(figures, unitFloorFigures("e2e_steps", floorRounds));
+    const cmdFloorCpu = floorRounds.map((f) => f.cmdServer + f.cmdSpawner);
     const cmdOurs = per.cmd!.agent!.map((a, i) => a + per.cmd!.spawner![i]!);
     figures["e2e_steps.cmd_agent_vs_floor_ratio"] = { value: round(median(cmdOurs) / median(cmdFloorCpu), 2), unit: "ratio", spread: minMax(cmdOurs.map((c, i) => c / cmdFloorCpu[i]!)) };
+    // The composed floor of a cycle (bench/server-floor.ts), one at a time: nothing here runs
+    // beside another cycle, so no work could be shared and every item counts.
+    const cycleFloor = composedFloors(floorRounds, false);
+    figures["e2e_steps.cycle_server_floor_cpu_ms"] = { value: round(median(cycleFloor), 2), unit: "ms", spread: minMax(cycleFloor) };
+    figures["e2e_steps.cycle_server_vs_floor_ratio"] = { value: round(cycle / median(cycleFloor), 2), unit: "ratio", spread: minMax(cycleFloor.map((f) => cycle / f)) };
   } finally {
-    await cmdFloor?.stop();
+    await floors?.stop();
     await sys.stop();
     rmSync(dataDir, { recursive: true, force: true });
   }

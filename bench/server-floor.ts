@@ -1,0 +1,159 @@
+// The server's floor per cycle (create + first command + kill, the pool refilling the member): a
+// lower bound on the CPU of edge (workerd) + agent + spawner + sqld that any design meeting the
+// product's own requirements spends, composed from unit floors measured in the same run as the
+// figure it bounds. bench/e2e-steps.ts (one client, one step at a time) and bench/e2e.ts (20
+// clients) both measure the unit floors here, in rounds of their own between or after their
+// phases, and compose them with composeServerFloor.
+//
+// The unit floors, each one at a time, CPU of all the process's threads (schedstat):
+//   request  workerd per GET /health: a route that calls nothing (what a request costs workerd
+//            before any of our work)
+//   sqld     sqld per `SELECT 1` over HTTP through the client the edge uses (@libsql/client/web)
+//   frame    workerd per agent-link frame that does nothing (a heartbeat, on a cluster session of
+//            its own, paced so each frame is an event of its own as an agent's are)
+//   cmd      the agent's and its spawner's floor per command (bench/agent-cmd-floor.ts: a bare
+//            node:http server starting the same command in a sandbox at the same level through the
+//            same spawner), .server and .spawner
+import { createClient, type Client } from "@libsql/client/web";
+import type { IsolationLevel } from "../controllers/drivers/driver.ts";
+import { ScriptedAgent, tcpTransport } from "../test/support/scripted-agent.ts";
+import { CmdFloor } from "./agent-cmd-floor.ts";
+import type { Figures } from "./run.ts";
+import { median, minMax, round, threadsCpuMs } from "./stats.ts";
+
+/** One round's unit floors, ms of CPU per unit. `cmdServer`/`cmdSpawner` NaN without a cmd floor. */
+export interface UnitFloors {
+  request: number;
+  sqld: number;
+  frame: number;
+  cmdServer: number;
+  cmdSpawner: number;
+}
+
+/** What a cycle must cost at least, by item: `count` units of `unit` each. `coalescable`: work
+ * that concurrent cycles could share (one libSQL request or one agent frame carrying several
+ * cycles' rows or reports, with no timer: issue 16 forbids batching waits), so a bound at
+ * concurrency counts it 0 (any number of cycles could share one); one at a time it cannot be
+ * shared and counts in full. */
+export interface FloorItem {
+  what: string;
+  /** `invocation`: the cheaper of the request and frame floors (a workerd event of another kind). */
+  unit: "request" | "frame" | "invocation" | "sqld" | "cmd";
+  count: number;
+  coalescable: boolean;
+}
+
+// The counts, each argued as required by the product (E2B's API through one edge; the agent
+// behind its WebSocket held by a Durable Object; the sandbox index in libSQL; nothing answered
+// before it is stored), erring low: a count left out only lowers the bound.
+export const CYCLE_FLOOR: readonly FloorItem[] = [
+  // The SDK's three calls are three requests to the edge (POST /sandboxes, the command's
+  // Process/Start through the gateway, DELETE /sandboxes/{id}): each is a client's own request, so
+  // none can share an invocation. Forwarding the command to the agent (a fetch out of workerd)
+  // costs more than this floor's route that calls nothing: counted 0.
+  { what: "client requests (create, command, kill)", unit: "request", count: 3, coalescable: false },
+  // The create's claim and the kill change state that must be stored before the answer, and one
+  // writer must order them (two creates must not claim the same member): a Durable Object turn
+  // each, one per client request (a Worker's call is its own event in the object). The claim's
+  // frame to the agent (its env and token) and the kill's are sent from these same turns, and the
+  // refill needs no order of its own (the claim can carry it): no separate count for frames out.
+  // A turn is valued at the cheaper of the two measured workerd events, as it is neither.
+  { what: "Durable Object turns that store (claim, kill)", unit: "invocation", count: 2, coalescable: false },
+  // The refilled member's ready report: the edge must learn a member is ready before it hands it
+  // out, and only the agent knows. The claim's ack and the destroy's report are not required
+  // before anything is answered: left out.
+  { what: "agent-link frames in (the refill's ready report)", unit: "frame", count: 1, coalescable: true },
+  // The sandbox's index row (GET /sandboxes lists it) at create, and its tombstone at kill.
+  { what: "libSQL requests (index row, tombstone)", unit: "sqld", count: 2, coalescable: true },
+  // The command in the agent and its spawner. The claim's and kill's work in the agent, and
+  // making and destroying the sandbox's isolation (mounts, namespaces, cgroups: mostly the tools'
+  // CPU, which the server figure leaves out as the spawner's children's), count 0: unmeasured, so
+  // the bound stays a bound.
+  { what: "the command in the agent and its spawner", unit: "cmd", count: 1, coalescable: false },
+];
+
+/** The composed floor (ms per cycle) and each item's share. `concurrent`: the cycles run side by
+ * side (the e2e window's 20 clients), so coalescable items count 0. */
+export function composeServerFloor(f: UnitFloors, opts: { concurrent: boolean }, items: readonly FloorItem[] = CYCLE_FLOOR): { total: number; parts: { what: string; ms: number }[] } {
+  const value = { request: f.request, frame: f.frame, invocation: Math.min(f.request, f.frame), sqld: f.sqld, cmd: f.cmdServer + f.cmdSpawner };
+  const parts = items.map((it) => ({ what: it.what, ms: it.coalescable && opts.concurrent ? 0 : it.count * value[it.unit] }));
+  for (const p of parts) if (!Number.isFinite(p.ms) || p.ms < 0) throw new Error(`server floor: ${p.what}: no measured floor (${p.ms})`);
+  return { total: parts.reduce((a, p) => a + p.ms, 0), parts };
+}
+
+type Target = { apiUrl: string; edgePid: number; sqldPid: number };
+
+/** Takes the unit floors against a running system, a round at a time. */
+export class UnitFloorRounds {
+  readonly #sys: Target;
+  readonly #frames: ScriptedAgent;
+  readonly #db: Client;
+  readonly #cmd: CmdFloor | undefined;
+  private constructor(sys: Target, frames: ScriptedAgent, db: Client, cmd: CmdFloor | undefined) {
+    this.#sys = sys;
+    this.#frames = frames;
+    this.#db = db;
+    this.#cmd = cmd;
+  }
+
+  /** `cmd`: where and at which level the command floor makes its sandbox (none: no cmd floor). */
+  static async start(sys: { apiUrl: string; clusterToken: string; sqldUrl: string; edgePid: number; sqldPid: number }, cmd?: { dataDir: string; level: IsolationLevel }): Promise<UnitFloorRounds> {
+    const cmdFloor = cmd ? await CmdFloor.start(cmd.dataDir, cmd.level) : undefined;
+    // Its own cluster, so the agent's session is left alone.
+    const frames = new ScriptedAgent({ agentId: "frame-floor", ping: false });
+    try {
+      await frames.connect(tcpTransport(sys.apiUrl, sys.clusterToken, "frame-floor"));
+    } catch (err) {
+      await cmdFloor?.stop(); // its sandbox (a cgroup, a mounted disk image) goes with it
+      throw err;
+    }
+    return new UnitFloorRounds({ apiUrl: sys.apiUrl, edgePid: sys.edgePid, sqldPid: sys.sqldPid }, frames, createClient({ url: sys.sqldUrl }), cmdFloor);
+  }
+
+  /** One round: each floor over `n` units one at a time. */
+  async round(n: number): Promise<UnitFloors> {
+    const { apiUrl, edgePid, sqldPid } = this.#sys;
+    const e = threadsCpuMs(edgePid);
+    for (let i = 0; i < n; i++) await (await fetch(`${apiUrl}/health`)).text();
+    const request = (threadsCpuMs(edgePid) - e) / n;
+    const q = threadsCpuMs(sqldPid);
+    for (let i = 0; i < n; i++) await this.#db.execute("SELECT 1");
+    const sqld = (threadsCpuMs(sqldPid) - q) / n;
+    // Paced (no answer to wait for): each frame is an event of its own, as an agent's are.
+    const w = threadsCpuMs(edgePid);
+    for (let i = 0; i < n; i++) {
+      this.#frames.sendFrame({ type: "heartbeat", at: Date.now(), sandboxes: 0 });
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    const frame = (threadsCpuMs(edgePid) - w) / n;
+    const c = this.#cmd ? await this.#cmd.round(n) : { server: NaN, spawner: NaN };
+    return { request, sqld, frame, cmdServer: c.server, cmdSpawner: c.spawner };
+  }
+
+  async stop(): Promise<void> {
+    this.#frames.disconnect();
+    this.#db.close();
+    await this.#cmd?.stop();
+  }
+}
+
+/** The rounds' medians with their spread, one figure per unit floor, under `prefix`. */
+export function unitFloorFigures(prefix: string, rounds: UnitFloors[]): Figures {
+  const fig = (xs: number[]) => ({ value: round(median(xs), 2), unit: "ms", spread: minMax(xs) });
+  const figures: Figures = {
+    [`${prefix}.request_floor_cpu_ms`]: fig(rounds.map((r) => r.request)),
+    [`${prefix}.sqld_request_floor_cpu_ms`]: fig(rounds.map((r) => r.sqld)),
+    [`${prefix}.agent_frame_floor_cpu_ms`]: fig(rounds.map((r) => r.frame)),
+  };
+  if (rounds.every((r) => Number.isFinite(r.cmdServer))) {
+    figures[`${prefix}.cmd_floor_cpu_ms`] = fig(rounds.map((r) => r.cmdServer + r.cmdSpawner));
+    figures[`${prefix}.cmd_floor_cpu_ms.server`] = fig(rounds.map((r) => r.cmdServer));
+    figures[`${prefix}.cmd_floor_cpu_ms.spawner`] = fig(rounds.map((r) => r.cmdSpawner));
+  }
+  return figures;
+}
+
+/** The composed floor of each round (its spread), the median round's. */
+export function composedFloors(rounds: UnitFloors[], concurrent: boolean): number[] {
+  return rounds.map((r) => composeServerFloor(r, { concurrent }).total);
+}

@@ -1,0 +1,36 @@
+// bench/server-floor.ts's composition: the bound the e2e benches print beside
+// e2e.server_cpu_ms_each. A wrong count or unit reads as a wrong target met or missed.
+import { expect, it } from "vitest";
+import { composeServerFloor, CYCLE_FLOOR, type UnitFloors } from "../../../bench/server-floor.ts";
+
+const floors: UnitFloors = { request: 0.4, sqld: 1.5, frame: 0.7, cmdServer: 2.8, cmdSpawner: 1.9 };
+const near = (got: number[], want: number[]) => {
+  expect(got).toHaveLength(want.length);
+  got.forEach((g, i) => expect(g).toBeCloseTo(want[i]!, 10));
+};
+
+it("one at a time: 3 requests, 2 storing turns at the cheaper workerd event, 1 frame, 2 libSQL requests, 1 command", () => {
+  const { total, parts } = composeServerFloor(floors, { concurrent: false });
+  near(parts.map((p) => p.ms), [1.2, 0.8, 0.7, 3, 4.7]);
+  expect(total).toBeCloseTo(1.2 + 0.8 + 0.7 + 3 + 4.7, 10);
+});
+
+it("concurrent: what cycles could share (the frame, the libSQL requests) counts 0, so the bound is lower", () => {
+  const { total, parts } = composeServerFloor(floors, { concurrent: true });
+  near(parts.map((p) => p.ms), [1.2, 0.8, 0, 0, 4.7]);
+  expect(total).toBeLessThan(composeServerFloor(floors, { concurrent: false }).total);
+});
+
+it("a storing turn is valued at the cheaper of the two workerd events, whichever it is", () => {
+  const turns = (f: UnitFloors) => composeServerFloor(f, { concurrent: true }).parts[1]!.ms;
+  expect(turns({ ...floors, request: 0.9, frame: 0.5 })).toBe(1);
+  expect(turns({ ...floors, request: 0.3, frame: 0.5 })).toBeCloseTo(0.6, 10);
+});
+
+it("refuses a floor that was not measured (no cmd floor: NaN) rather than print a bound without it", () => {
+  expect(() => composeServerFloor({ ...floors, cmdServer: NaN, cmdSpawner: NaN }, { concurrent: true })).toThrow(/command/);
+});
+
+it("counts nine units per cycle; making and destroying the isolation is none of them", () => {
+  expect(CYCLE_FLOOR.reduce((a, i) => a + i.count, 0)).toBe(9);
+});
