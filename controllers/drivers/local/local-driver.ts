@@ -117,11 +117,6 @@ const LEVEL_ORDER: IsolationLevel[] = ["kubernetes", "bwrap+cgroup", "bwrap", "p
 /** The protocol's sandbox ids are [a-z0-9]{1,64}; ids also name directories, cgroups and the hostname. */
 const ID_PATTERN = /^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$/;
 
-/** The seccomp filter a holder for `d` loads, and its commands with it. */
-function filterFor(d: DesiredSandbox): FilterKind {
-  return d.nestedUserNamespaces ? "nestedUserns" : "default";
-}
-
 export class LocalDriver implements Driver {
   readonly name = "local";
   readonly capabilities: DriverCapabilities;
@@ -315,23 +310,7 @@ export class LocalDriver implements Driver {
     // First read by this driver: a sandbox an older agent made may have an open directory.
     guardDir(layout.dir, read.userns);
     this.#records.set(id, read);
-    // A record written before its holder started (an agent stopped then, or one that leaves it so,
-    // #startHolder): its holder is looked for now, so every step of this driver sees it as the
-    // record would name it (the check of an adopted holder's filter, #outdatedHolder, too).
-    return read.phase === "Pending" && !read.nsInit ? this.#adoptLost(read) : read;
-  }
-
-  /** The record with the holder it lost (found by its nonce: among its cgroup's processes where
-   * cgroups list them, else host-wide), recorded; the record as it is when none runs. */
-  #adoptLost(rec: SandboxRecord): SandboxRecord {
-    // With cgroups, a holder that was started joined the sandbox's cgroup before exec, so its
-    // process list is the whole search (a record may predate writing `cgroups` down).
-    const set = rec.cgroups ?? (this.#cgroups ? cgroupSetFor(this.#cgroups, rec.id) : undefined);
-    const found = discoverHolder(rec.id, rec.holderNonce, set ? cgroupPids(set.core) : undefined);
-    if (!found) return rec;
-    const adopted: SandboxRecord = { ...rec, ...found, phase: rec.phase === "Frozen" ? "Frozen" : "Running" };
-    this.#save(adopted);
-    return adopted;
+    return read;
   }
 
   /** Serialises operations on one sandbox; different sandboxes proceed in parallel. */
@@ -689,9 +668,8 @@ export class LocalDriver implements Driver {
   }
 
   /** What a holder about to start is recorded with before it starts: its cgroups, whether it is
-   * on the host's network, its address (leased here), its nonce and its seccomp filter (so a
-   * holder found again by its nonce, #observeRecord, has its commands load the same one). */
-  #holderPlan(rec: SandboxRecord): Pick<SandboxRecord, "cgroups" | "sharesHostNet" | "net" | "holderNonce" | "filter"> {
+   * on the host's network, its address (leased here) and its nonce. */
+  #holderPlan(rec: SandboxRecord): Pick<SandboxRecord, "cgroups" | "sharesHostNet" | "net" | "holderNonce"> {
     const ns = this.capabilities.level !== "process";
     const hostNet = this.#wantsHostNet(rec.desired);
     const address = ns && !hostNet && this.#net && this.#mode(rec.desired) === "host" ? this.#net.keep(rec.net?.address, layoutFor(this.#dataDir, rec.id).record) : undefined;
@@ -700,8 +678,6 @@ export class LocalDriver implements Driver {
       sharesHostNet: ns ? hostNet : undefined,
       net: address ? { address } : rec.net && { address: rec.net.address },
       holderNonce: randomBytes(16).toString("hex"),
-      // Fixed for the holder's life: its commands load the same one (view target).
-      filter: this.#seccomp && ns ? filterFor(rec.desired) : rec.filter,
     };
   }
 
@@ -718,7 +694,8 @@ export class LocalDriver implements Driver {
     }
     const ns = this.capabilities.level !== "process";
     const hostNet = next.sharesHostNet === true;
-    const filter = filterFor(rec.desired);
+    // Fixed for the holder's life, and recorded: its commands load the same one (view target).
+    const filter: FilterKind = rec.desired.nestedUserNamespaces ? "nestedUserns" : "default";
     // A sandbox with internet access gets its veth while bwrap is still mounting its root.
     const address = ns && !hostNet && this.#net && this.#mode(rec.desired) === "host" ? next.net?.address : undefined;
     let veth: string | undefined;
@@ -746,15 +723,7 @@ export class LocalDriver implements Driver {
     }
     this.#holderChecked.add(rec.id);
     next = { ...next, phase: "Running", holder: started.holder, nsInit: started.nsInit, net: next.net && { address: next.net.address, veth }, ...(this.#seccomp && ns ? { filter } : {}) };
-    // Where cgroups list the sandbox's processes, the record stays as written before the start
-    // (Pending, with the plan and the nonce): what this write would add, the holder and its pid 1,
-    // the next agent finds from the nonce among the cgroup's few processes (#observeRecord,
-    // discoverHolder), as it does after a crash between the start and this write, and records
-    // then. The next write of this sandbox (its claim) carries them anyway. Saves a write per
-    // warm member made: a new inode in the data directory and a freed one, each scanned past on
-    // this host's journal-less ext4 (issue 16). A veth is recorded: its name is not found again.
-    if (next.cgroups && !veth) this.#records.set(next.id, next);
-    else this.#save(next);
+    this.#save(next);
     return next;
   }
 
@@ -821,12 +790,16 @@ export class LocalDriver implements Driver {
     };
     if (rec.phase === "Stopped") return { ...base, phase: "Stopped", pauseStrategy: "Stop" };
     if (!alive(rec.nsInit)) {
-      const adopted = fresh ? rec : this.#adoptLost(rec);
-      if (adopted === rec) {
+      // With cgroups, a holder that was started joined the sandbox's cgroup before exec, so its
+      // process list is the whole search (a record may predate writing `cgroups` down).
+      const set = rec.cgroups ?? (this.#cgroups ? cgroupSetFor(this.#cgroups, rec.id) : undefined);
+      const found = fresh ? undefined : discoverHolder(rec.id, rec.holderNonce, set ? cgroupPids(set.core) : undefined);
+      if (!found) {
         const message = rec.nsInit ? "the sandbox's holder process is gone" : "creation was interrupted before the holder started";
         return { ...base, phase: rec.phase === "Pending" ? "Pending" : "Failed", message };
       }
-      rec = adopted;
+      rec = { ...rec, ...found, phase: rec.phase === "Frozen" ? "Frozen" : "Running" };
+      this.#save(rec);
     }
     const frozen = rec.cgroups ? isFrozen(rec.cgroups) : rec.phase === "Frozen";
     const incarnation = rec.nsInit && `${rec.nsInit.pid}:${rec.nsInit.start}`;

@@ -1,8 +1,6 @@
 // What the local driver remembers about one sandbox, in `<dataDir>/sandboxes/<id>/record.json`.
 // Written before anything is created and rewritten after each step, atomically (write + rename),
-// so an agent killed at any point leaves a record the next agent can act on. One step is not
-// rewritten where cgroups list a sandbox's processes: a holder's start (its record names the
-// nonce and cgroups beforehand, and the next agent finds the holder from them; local-driver.ts).
+// so an agent killed at any point leaves a record the next agent can act on.
 import { readFileSync, readdirSync, renameSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { DesiredSandbox, IsolationLevel } from "../driver.ts";

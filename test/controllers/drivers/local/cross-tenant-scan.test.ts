@@ -14,7 +14,8 @@ import { alive, exiting, procRef } from "../../../../controllers/drivers/local/h
 import { layoutFor } from "../../../../controllers/drivers/local/layout.ts";
 import { LocalDriver } from "../../../../controllers/drivers/local/local-driver.ts";
 import { MARKER_ENV } from "../../../../controllers/drivers/local/local-view.ts";
-import { desiredSandbox, destroyAll, pollUntil, USER, holderIn } from "./fixture.ts";
+import { readRecord } from "../../../../controllers/drivers/local/records.ts";
+import { desiredSandbox, destroyAll, pollUntil, USER } from "./fixture.ts";
 
 const dataDir = mkdtempSync(join(tmpdir(), "local-driver-xscan-"));
 const driver = new LocalDriver({ dataDir, level: "bwrap", cgroupName: `kruise-test-${process.pid}-xscan` });
@@ -59,7 +60,7 @@ function processes(id: string): { pid: number; ns: string | undefined; marked: b
 async function running(prefix: string, over: Partial<DesiredSandbox> = {}): Promise<{ d: DesiredSandbox; ns: string }> {
   const d = desiredSandbox(prefix, over);
   expect((await driver.ensure(d)).phase).toBe("Running");
-  const ns = pidns(holderIn(layoutFor(dataDir, d.id).record).nsInit.pid)!;
+  const ns = pidns(readRecord(layoutFor(dataDir, d.id).record)!.nsInit!.pid)!;
   expect(ns).not.toBe(hostNs);
   return { d, ns };
 }

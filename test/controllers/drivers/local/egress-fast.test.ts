@@ -17,7 +17,7 @@ import { egressDecisions } from "../../../../controllers/lib/metrics.ts";
 import { TrafficPolicySpec } from "../../../../schema/api/traffic-policy.ts";
 import { SecurityProfileSpec } from "../../../../schema/api/security-profile.ts";
 import { startOutside, type Outside } from "../../../support/outside-net.ts";
-import { desiredSandbox, destroyAll, pollUntil, shIn, holderIn } from "./fixture.ts";
+import { desiredSandbox, destroyAll, pollUntil, shIn } from "./fixture.ts";
 
 const dataDir = mkdtempSync(join(tmpdir(), "local-egress-fast-"));
 const cgroupName = `kruise-test-${process.pid}-egress-fast`;
@@ -38,7 +38,7 @@ const rawConnect = (id: string, ip: string) =>
   sh(id, `python3 -c 'import socket; s=socket.create_connection(("${ip}", 80), 3); s.settimeout(3); s.sendall(b"hello\\r\\n\\r\\n"); print(b"400" in s.recv(4096))'`).then((out) => out === "True");
 /** Connections the proxy allowed so far (sandbox_egress_decisions_total{decision="allow"}). */
 const allowedByProxy = async () => (await egressDecisions.get()).values.find((v) => v.labels.decision === "allow")?.value ?? 0;
-const nsPid = (id: string, dir = dataDir) => holderIn(layoutFor(dir, id).record).nsInit.pid;
+const nsPid = (id: string, dir = dataDir) => readRecord(layoutFor(dir, id).record)!.nsInit!.pid;
 /** The sandbox's fast-path set as the host sees it (nft in the sandbox's network namespace). */
 function fastSet(id: string): string {
   try {
@@ -595,7 +595,7 @@ describe("the kernel's fast path of sandboxes behind the proxy", () => {
       expect(await shOff(`env -u HTTP_PROXY -u http_proxy curl -s -m 5 http://${b.ip}/`)).toBe(`outside saw ${b.hostIp}`);
       expect(admits).not.toHaveBeenCalled();
       expect(flushes).not.toHaveBeenCalled();
-      const rules = execFileSync("nsenter", [`--net=/proc/${holderIn(layoutFor(offDir, d.id).record).nsInit.pid}/ns/net`, "nft", "list", "table", "ip", "kruise_egress"], { encoding: "utf8" });
+      const rules = execFileSync("nsenter", [`--net=/proc/${readRecord(layoutFor(offDir, d.id).record)!.nsInit!.pid}/ns/net`, "nft", "list", "table", "ip", "kruise_egress"], { encoding: "utf8" });
       expect(rules).toContain("redirect to :");
       expect(rules).not.toMatch(/set fast|chain gate/);
       expect(await shOff("tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '")).toBe("lo");

@@ -4,9 +4,7 @@ import { rmSync } from "node:fs";
 import { setTimeout as sleep } from "node:timers/promises";
 import { expect, vi } from "vitest";
 import type { DesiredSandbox } from "../../../../controllers/drivers/driver.ts";
-import { discoverHolder } from "../../../../controllers/drivers/local/holder.ts";
 import type { LocalDriver } from "../../../../controllers/drivers/local/local-driver.ts";
-import { readRecord, type ProcRef } from "../../../../controllers/drivers/local/records.ts";
 import type { SandboxUser } from "../../../../controllers/runtime/sandbox-view.ts";
 
 export const USER: SandboxUser = { name: "user", uid: 1000, gid: 1000, home: "/home/user", shell: "/bin/bash" };
@@ -57,25 +55,4 @@ export async function adoptAfterRestart(old: LocalDriver, next: () => LocalDrive
   } finally {
     warn.mockRestore();
   }
-}
-
-/** The sandbox's pid 1 on the host as the driver sees it (its observation's incarnation,
- * `pid:start`): a record may not name it (the driver leaves the record as written before the
- * holder's start where cgroups let the next agent find it). */
-export async function nsInitOf(d: LocalDriver, id: string): Promise<{ pid: number; start: string }> {
-  const incarnation = (await d.observe(id))?.incarnation;
-  if (!incarnation) throw new Error(`sandbox ${id} has no running holder`);
-  const [pid, start] = incarnation.split(":");
-  return { pid: Number(pid), start: start! };
-}
-
-/** The holder and pid 1 of the sandbox whose record is `recordFile`: as the record names them, or
- * found from its nonce (a record the driver left as written before the holder's start). */
-export function holderIn(recordFile: string): { holder: ProcRef; nsInit: ProcRef } {
-  const rec = readRecord(recordFile);
-  if (!rec) throw new Error(`no record at ${recordFile}`);
-  if (rec.holder && rec.nsInit) return { holder: rec.holder, nsInit: rec.nsInit };
-  const found = discoverHolder(rec.id, rec.holderNonce);
-  if (!found) throw new Error(`sandbox ${rec.id} has no running holder`);
-  return found;
 }

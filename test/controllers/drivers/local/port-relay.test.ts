@@ -13,8 +13,9 @@ import { LocalDriver } from "../../../../controllers/drivers/local/local-driver.
 import { PortRelay } from "../../../../controllers/drivers/local/port-relay.ts";
 import { procRef } from "../../../../controllers/drivers/local/holder.ts";
 import { layoutFor } from "../../../../controllers/drivers/local/layout.ts";
+import { readRecord } from "../../../../controllers/drivers/local/records.ts";
 import { TrafficProxy } from "../../../../controllers/traffic/proxy.ts";
-import { desiredSandbox, destroyAll, shIn, holderIn } from "./fixture.ts";
+import { desiredSandbox, destroyAll, shIn } from "./fixture.ts";
 
 const dataDir = mkdtempSync(join(tmpdir(), "local-port-relay-"));
 const driver = new LocalDriver({ dataDir, cgroupName: `kruise-test-${process.pid}-relay` });
@@ -91,7 +92,7 @@ describe("user ports of sandboxes without network", () => {
   it("refuses an egress listener's port as a user port (it would serve outsiders under the sandbox's rules)", async () => {
     const d = desired();
     await driver.ensure(d);
-    const nsInit = holderIn(layoutFor(dataDir, d.id).record).nsInit;
+    const nsInit = readRecord(layoutFor(dataDir, d.id).record)!.nsInit!;
     const relay = new PortRelay({ proxySocket: join(dataDir, "no-proxy.sock") });
     try {
       await relay.listenEgress(d.id, nsInit, 3999, { cgroupProcs: [], maxConnections: 4 });
@@ -106,7 +107,7 @@ describe("user ports of sandboxes without network", () => {
   it("an egress connection the proxy closes unheard (no request in time) leaves no relay process, though the sandbox keeps its end", async () => {
     const d = desired();
     await driver.ensure(d);
-    const nsInit = holderIn(layoutFor(dataDir, d.id).record).nsInit;
+    const nsInit = readRecord(layoutFor(dataDir, d.id).record)!.nsInit!;
     const dir = mkdtempSync(join(tmpdir(), "relay-proxy-"));
     const proxySocket = join(dir, "proxy.sock");
     const proxy = new TrafficProxy({ policyFor: () => "no rules", firstRequestTimeoutMs: 300 });
@@ -143,7 +144,7 @@ describe("user ports of sandboxes without network", () => {
   it("a redirected connection is handed back only to where the kernel says it was going, whatever the proxy's line names", async () => {
     const d = desired();
     await driver.ensure(d);
-    const nsInit = holderIn(layoutFor(dataDir, d.id).record).nsInit;
+    const nsInit = readRecord(layoutFor(dataDir, d.id).record)!.nsInit!;
     // A host address that is not loopback (the sandbox's own loopback is never redirected).
     const hostIp = Object.values(networkInterfaces()).flat().find((i) => i && i.family === "IPv4" && !i.internal)!.address;
     let reached = 0;

@@ -9,14 +9,15 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { LocalDriver } from "../../../../controllers/drivers/local/local-driver.ts";
-import { adoptAfterRestart, desiredSandbox, destroyAll, shIn, nsInitOf } from "./fixture.ts";
+import { readRecord } from "../../../../controllers/drivers/local/records.ts";
+import { adoptAfterRestart, desiredSandbox, destroyAll, shIn } from "./fixture.ts";
 
 const dataDir = mkdtempSync(join(tmpdir(), "local-seccomp-adopt-"));
 const cgroupName = `kruise-test-${process.pid}-secadopt`;
 let driver = new LocalDriver({ dataDir, cgroupName, seccomp: false });
 afterAll(() => destroyAll(driver, dataDir));
 
-const holderOf = (id: string) => nsInitOf(driver, id);
+const holderOf = (id: string) => readRecord(join(dataDir, "sandboxes", id, "record.json"))!.nsInit!;
 /** The kernel's seccomp mode of a host pid (0 none, 2 filter). */
 const seccompOf = (pid: number) => /^Seccomp:\s*(\d+)$/m.exec(readFileSync(`/proc/${pid}/status`, "utf8"))![1];
 
@@ -26,7 +27,7 @@ describe("adopting an unfiltered holder", () => {
     const claimed = desiredSandbox("sa", { claimed: true });
     await driver.ensure(warm);
     await driver.ensure(claimed);
-    const before = { warm: await holderOf(warm.id), claimed: await holderOf(claimed.id) };
+    const before = { warm: holderOf(warm.id), claimed: holderOf(claimed.id) };
     expect([seccompOf(before.warm.pid), seccompOf(before.claimed.pid)]).toEqual(["0", "0"]);
     const work = (await shIn(driver, claimed.id, "sleep 300 >/dev/null 2>&1 & echo $!")).stdout.trim();
 
@@ -34,7 +35,7 @@ describe("adopting an unfiltered holder", () => {
     driver = restarted.driver;
     const warnings = restarted.warnings;
 
-    const after = { warm: await holderOf(warm.id), claimed: await holderOf(claimed.id) };
+    const after = { warm: holderOf(warm.id), claimed: holderOf(claimed.id) };
     expect(after.warm.pid).not.toBe(before.warm.pid);
     expect(seccompOf(after.warm.pid)).toBe("2");
     expect(after.claimed).toEqual(before.claimed);
@@ -52,7 +53,7 @@ describe("adopting an unfiltered holder", () => {
     await driver.ensure({ ...claimed, generation: 4, state: "Paused", pauseStrategy: "Stop" });
     expect((await driver.observe(claimed.id))!.conditions).toEqual([seccompCondition]);
     await driver.ensure({ ...claimed, generation: 5, state: "Running" });
-    expect(seccompOf((await holderOf(claimed.id)).pid)).toBe("2");
+    expect(seccompOf(holderOf(claimed.id).pid)).toBe("2");
     expect((await driver.observe(claimed.id))!.conditions).toEqual([{ type: "SeccompFiltered", status: "True", reason: "HolderRestarted", message: expect.any(String) }]);
   });
 });

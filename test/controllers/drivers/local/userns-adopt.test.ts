@@ -12,7 +12,7 @@ import { afterAll, describe, expect, it } from "vitest";
 import { LocalDriver } from "../../../../controllers/drivers/local/local-driver.ts";
 import { readRecord } from "../../../../controllers/drivers/local/records.ts";
 import type { SandboxUser } from "../../../../controllers/runtime/sandbox-view.ts";
-import { adoptAfterRestart, desiredSandbox, destroyAll, shIn, nsInitOf } from "./fixture.ts";
+import { adoptAfterRestart, desiredSandbox, destroyAll, shIn } from "./fixture.ts";
 
 const ROOT: SandboxUser = { name: "root", uid: 0, gid: 0, home: "/root", shell: "/bin/bash" };
 const dataDir = mkdtempSync(join(tmpdir(), "local-userns-adopt-"));
@@ -31,7 +31,7 @@ describe("adopting a holder without a user namespace", () => {
     const claimed = desiredSandbox("ua", { claimed: true });
     await driver.ensure(warm);
     await driver.ensure(claimed);
-    const before = { warm: await nsInitOf(driver, warm.id), claimed: await nsInitOf(driver, claimed.id) };
+    const before = { warm: recordOf(warm.id).nsInit!, claimed: recordOf(claimed.id).nsInit! };
     // Root inside is the host's root: the map is the host's own, the holder host uid 0.
     expect((await shIn(driver, claimed.id, "cat /proc/self/uid_map", ROOT)).stdout).toMatch(HOST_MAP);
     expect(hostUids(before.claimed.pid)).toEqual([0, 0]);
@@ -47,13 +47,13 @@ describe("adopting a holder without a user namespace", () => {
     // The warm member: a new holder, as the range's root on the host; root inside maps there.
     const warmRange = recordOf(warm.id).userns!;
     expect(warmRange.base).toBeGreaterThanOrEqual(2 ** 20);
-    expect((await nsInitOf(driver, warm.id)).pid).not.toBe(before.warm.pid);
-    expect(hostUids((await nsInitOf(driver, warm.id)).pid)).toEqual([warmRange.base, warmRange.base]);
+    expect(recordOf(warm.id).nsInit!.pid).not.toBe(before.warm.pid);
+    expect(hostUids(recordOf(warm.id).nsInit!.pid)).toEqual([warmRange.base, warmRange.base]);
     expect((await shIn(driver, warm.id, "cat /proc/self/uid_map", ROOT)).stdout).toMatch(new RegExp(`^\\s*0\\s+${warmRange.base}\\s+65536$`, "m"));
     expect((await driver.observe(warm.id))!.conditions).toBeUndefined();
 
     // The claimed one: the same holder and the user's process, still the host's root, and said so.
-    expect(await nsInitOf(driver, claimed.id)).toEqual(before.claimed);
+    expect(recordOf(claimed.id).nsInit).toEqual(before.claimed);
     expect(recordOf(claimed.id).userns).toBeUndefined();
     expect((await shIn(driver, claimed.id, `kill -0 ${work} && echo alive`)).stdout).toBe("alive\n");
     expect(warnings.filter((w) => w.includes(warm.id))).toEqual([expect.stringContaining("runs in the host's user namespace (root inside is the host's root) (started by an older agent): an unclaimed warm member, restarted with it")]);
@@ -68,7 +68,7 @@ describe("adopting a holder without a user namespace", () => {
     const range = recordOf(claimed.id).userns!;
     expect(range.base).toBeGreaterThanOrEqual(2 ** 20);
     expect(recordOf(claimed.id).hostOwned).toBeUndefined();
-    expect(hostUids((await nsInitOf(driver, claimed.id)).pid)).toEqual([range.base, range.base]);
+    expect(hostUids(recordOf(claimed.id).nsInit!.pid)).toEqual([range.base, range.base]);
     const after = await shIn(driver, claimed.id, "cat /proc/self/uid_map; cat /home/user/f; stat -c %U /home/user/f /home/user; echo more >> /home/user/f && echo appended; cat /root/secret 2>&1; sudo -n cat /root/secret");
     expect(after.stdout).toMatch(new RegExp(`^\\s*0\\s+${range.base}\\s+65536\\nmine\\nuser\\nuser\\nappended\\ncat: /root/secret: Permission denied\\nroot-only\\n$`));
     // On the host, the user's file is the range's 1000, no longer the host's.

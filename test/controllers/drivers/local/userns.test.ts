@@ -13,7 +13,7 @@ import { LocalDriver } from "../../../../controllers/drivers/local/local-driver.
 import { USERNS_SCRIPT } from "../../../../controllers/drivers/local/userns.ts";
 import { readRecord } from "../../../../controllers/drivers/local/records.ts";
 import type { SandboxUser } from "../../../../controllers/runtime/sandbox-view.ts";
-import { desiredSandbox, destroyAll, shIn, USER, holderIn } from "./fixture.ts";
+import { desiredSandbox, destroyAll, shIn, USER } from "./fixture.ts";
 
 const ROOT: SandboxUser = { name: "root", uid: 0, gid: 0, home: "/root", shell: "/bin/bash" };
 const dataDir = mkdtempSync(join(tmpdir(), "local-userns-"));
@@ -50,16 +50,16 @@ describe("user namespace", () => {
     // A command that stays: its host uid is in the range (root = base, user = base + 1000).
     const root = await shIn(driver, a.id, "sleep 30 >/dev/null 2>&1 & echo $!", ROOT);
     const user = await shIn(driver, a.id, "sleep 30 >/dev/null 2>&1 & echo $!");
-    const hostPidOf = (inside: string) => hostPidIn(holderIn(join(dataDir, "sandboxes", a.id, "record.json")).nsInit.pid, Number(inside));
+    const hostPidOf = (inside: string) => hostPidIn(readRecord(join(dataDir, "sandboxes", a.id, "record.json"))!.nsInit!.pid, Number(inside));
     expect(hostUids(hostPidOf(root.stdout))).toEqual([ra.base, ra.base]);
     expect(hostUids(hostPidOf(user.stdout))).toEqual([ra.base + 1000, ra.base + 1000]);
     // The holder itself runs as the range's root on the host, never host root.
-    const held = holderIn(join(dataDir, "sandboxes", a.id, "record.json"));
-    expect(hostUids(held.holder.pid)).toEqual([ra.base, ra.base]);
-    expect(hostUids(held.nsInit.pid)).toEqual([ra.base, ra.base]);
+    const rec = readRecord(join(dataDir, "sandboxes", a.id, "record.json"))!;
+    expect(hostUids(rec.holder!.pid)).toEqual([ra.base, ra.base]);
+    expect(hostUids(rec.nsInit!.pid)).toEqual([ra.base, ra.base]);
     // What it writes belongs to the range on the host; the template's files, owned by host root
     // and shared, show as its root's (ID-mapped layers) without a copy.
-    const rooted = readRecord(join(dataDir, "sandboxes", a.id, "record.json"))!.root !== undefined;
+    const rooted = rec.root !== undefined;
     const upper = rooted ? join(dataDir, "sandboxes", a.id, "disk", "upper") : join(dataDir, "sandboxes", a.id, "disk", "layer", "root");
     expect(statSync(upper).uid).toBe(ra.base);
     const owners = await shIn(driver, a.id, "touch /home/user/mine; stat -c %U /home/user/mine /home/user /root /usr/bin/env /");
