@@ -65,18 +65,7 @@ export interface LinkOptions {
   /** A deleted template's built root filesystems (`b-<buildID>`), to free once unused. */
   onRootfsDeletes?(names: string[]): void;
   log?: (msg: string) => void;
-  /** Parse the agent's own acks, observations, heartbeats and hellos against the edge's schema
-   * before sending (a malformed one is a bug here: it throws). Off by default outside tests: the
-   * edge parses every frame it gets (ClusterDO's parseFrame) and refuses a malformed one whole,
-   * and the check is ~0.3 ms of the agent's CPU per create (issue 16). On under vitest (its
-   * workers, and the agents they start, carry VITEST) or with SBX_AGENT_CHECK_FRAMES=1. `call`'s
-   * items are checked whatever this says: they carry specs the edge's schema may refuse, and the
-   * caller learns of that at once instead of after the reply's timeout. */
-  checkOwnFrames?: boolean;
 }
-
-/** Whether a link checks its own frames unless told (LinkOptions.checkOwnFrames). */
-const CHECK_OWN_FRAMES = process.env.VITEST !== undefined || process.env.SBX_AGENT_CHECK_FRAMES === "1";
 
 /** Reconnecting: 200 ms doubling to 10 s, then jittered (many agents must not redial in step). */
 const RECONNECT_BACKOFF: Backoff = { baseMs: 200, maxMs: 10_000 };
@@ -105,7 +94,6 @@ type AckInput = z.input<typeof AckItemSchema>;
 
 export class Link {
   readonly #o: LinkOptions;
-  readonly #checkOwn: boolean;
   #ws: WebSocket | undefined;
   #welcomed = false;
   #closed = false;
@@ -124,7 +112,6 @@ export class Link {
 
   constructor(opts: LinkOptions) {
     this.#o = opts;
-    this.#checkOwn = opts.checkOwnFrames ?? CHECK_OWN_FRAMES;
   }
 
   get connected(): boolean {
@@ -175,7 +162,7 @@ export class Link {
       timer.unref();
       this.#replies.set(id, { resolve, reject, timer });
       try {
-        this.#send(ws, { type: c.type, items: [{ ...c.item, id }] } as AgentMessageInput, undefined, true);
+        this.#send(ws, { type: c.type, items: [{ ...c.item, id }] } as AgentMessageInput);
       } catch (err) {
         // The item does not parse (e.g. a spec the edge's schema refuses): fail it now.
         clearTimeout(timer);
@@ -372,9 +359,9 @@ export class Link {
     for (const part of batches<AckInput | ObservationInput>(items, MAX_FRAME_SANDBOXES, FRAME_MAX_BYTES - 64, itemBytes)) this.#send(ws, { type, items: part } as AgentMessageInput);
   }
 
-  #send(ws: WebSocket, msg: AgentMessageInput | string, text = typeof msg === "string" ? msg : JSON.stringify(msg), check = this.#checkOwn): void {
+  #send(ws: WebSocket, msg: AgentMessageInput | string, text = typeof msg === "string" ? msg : JSON.stringify(msg)): void {
     if (ws.readyState !== WebSocket.OPEN) return;
-    if (typeof msg !== "string" && check) {
+    if (typeof msg !== "string") {
       // Parse our own frames too: a malformed frame is a bug here, not something the edge should see.
       const checked = AgentMessageSchema.safeParse(msg);
       if (!checked.success) throw new Error(`agent frame invalid: ${checked.error.message}`);
