@@ -4,8 +4,9 @@
 // Connect envelope of the SDK's StartRequest), starts the same command in a sandbox of its own
 // LocalDriver (same level, same template) through the same launcher (the driver's spawner: the
 // wrapper entering the sandbox, its sandbox-pid report) and answers with the output as it comes.
-// No signature check, no Connect, no protobuf, no logs, no process table: what is left is the work
-// no runtime could skip. Its CPU per request is this process's and its spawner's (all threads).
+// No signature check, no Connect, no protobuf, no logs, no process table: what is left is this
+// launcher's path (an IPC hop to the Node spawner, its spawn, the pid report), which a runtime
+// spawning directly could undercut. Its CPU per request is this process's and its spawner's (all threads).
 import { fork, type ChildProcess } from "node:child_process";
 import { createServer } from "node:http";
 import { join } from "node:path";

@@ -1,7 +1,11 @@
-// The server's floor per cycle (create + first command + kill, the pool refilling the member): a
-// lower bound on the CPU of edge (workerd) + agent + spawner + sqld that any design meeting the
+// The server's floor per cycle (create + first command + kill, the pool refilling the member): an
+// estimate of the least CPU of edge (workerd) + agent + spawner + sqld that a design meeting the
 // product's own requirements spends, composed from unit floors measured in the same run as the
-// figure it bounds. bench/e2e-steps.ts (one client, one step at a time) and bench/e2e.ts (20
+// figure it is set against. Not a strict bound (docs/ARCHITECTURE.md, "The server's floor per
+// cycle"): its units are priced one at a time, cheaper under concurrency; the Durable Object turns
+// count one per client request (this design's shape); the command unit is this spawner's path.
+// The printed figure is the median of each round's composition, not the composition of the
+// printed unit medians. bench/e2e-steps.ts (one client, one step at a time) and bench/e2e.ts (20
 // clients) both measure the unit floors here, in rounds of their own between or after their
 // phases, and compose them with composeServerFloor.
 //
@@ -45,7 +49,7 @@ export interface FloorItem {
 
 // The counts, each argued as required by the product (E2B's API through one edge; the agent
 // behind its WebSocket held by a Durable Object; the sandbox index in libSQL; nothing answered
-// before it is stored), erring low: a count left out only lowers the bound.
+// before it is stored), erring low: a count left out only lowers the estimate.
 export const CYCLE_FLOOR: readonly FloorItem[] = [
   // The SDK's three calls are three requests to the edge (POST /sandboxes, the command's
   // Process/Start through the gateway, DELETE /sandboxes/{id}): each is a client's own request, so
