@@ -184,10 +184,7 @@ export class ClusterDO extends DurableObject<Env> {
   async enqueue(intents: Intent[], opts: EnqueueOptions = {}): Promise<EnqueueResult> {
     // Queued first; the answer waits for their commit (the create's read-your-writes).
     const indexed = opts.index?.length ? Promise.all(opts.index.map((op) => this.indexQueue.push(op))).then((r) => r.every(Boolean)) : null;
-    // A carry past its time is dropped: its pool sends those intents itself by then (Carry).
-    const carried = opts.carried && opts.carried.until >= Date.now() ? opts.carried.intents : [];
-    const { seqs: all = [] } = this.apply({ type: "enqueue", intents: carried.length ? [...intents, ...carried] : intents });
-    const seqs = carried.length ? all.slice(0, intents.length) : all;
+    const { seqs = [] } = this.apply({ type: "enqueue", intents });
     if (opts.traceparent) for (const s of seqs) if (s > 0) this.traceIntent(s, opts.traceparent);
     for (const h of this.observations.resent(intents, seqs)) this.route({ kind: "sandbox" }, [h]);
     const connected = this.state!.connected;

@@ -2,7 +2,7 @@
 // result; none throws across the RPC boundary.
 import type { Refusal } from "../../schema/errors.ts";
 import type { IndexOp } from "../store/sandbox-index.ts";
-import type { AckItem, Endpoint, Intent } from "../../schema/protocol/index.ts";
+import type { AckItem, Endpoint } from "../../schema/protocol/index.ts";
 import type { SandboxLogEntry } from "../../schema/api/sandbox-logs.ts";
 
 export interface EnqueueOptions {
@@ -27,22 +27,6 @@ export interface EnqueueOptions {
   /** The W3C trace context of the request behind these intents, carried in their frame to the
    * agent (first delivery only; a redelivery is not part of the request). */
   traceparent?: string;
-  /** Another owner's intents riding on this call (a claim's pool refill: `Carry`), queued after
-   * `intents` in the same commit and frame; neither awaited nor answered for (`seqs` and `acks`
-   * are `intents`' only). */
-  carried?: Carry;
-}
-
-/**
- * The refill intents a pool stored with a claim, handed along the claim's chain (PoolDO.claim →
- * TeamQuotaDO.create → SandboxGroupDO.create) so that the group's one ClusterDO.enqueue takes them
- * too: one enqueue per create fewer. ClusterDO drops them once `until` (ms since the epoch) has
- * passed; the pool sends them itself only after that, so a carry that arrives late can never be
- * taken after the pool's own later intents for the same member (PoolDO `CARRY_HOLD_MS`).
- */
-export interface Carry {
-  intents: Intent[];
-  until: number;
 }
 
 export type EnqueueResult =

@@ -30,19 +30,6 @@ const RETRY_MS = 2_000;
 const ENQUEUE_BATCH = 2_000;
 /** Bytes allowed for the parts in which a pool's intents of one revision and state differ. */
 const INTENT_SIZE_SLACK = 64;
-/**
- * How long ClusterDO may take a claim's carried refill intents (Carry.until). The chain that
- * carries them (the claim's answer, TeamQuotaDO, SandboxGroupDO.create's enqueue) takes
- * milliseconds; a create that fails before its enqueue loses them, and the pool sends them itself.
- */
-const CARRY_MS = 2_000;
-/**
- * The pool sends nothing for a member whose create it carried until this long after (or until it
- * observes the member: the carry was taken). Past the carry's time, with a margin for the objects'
- * clocks: a late carry is dropped, so it cannot be taken after the pool's own later intent for the
- * member (a delete ClusterDO had already carried out and forgotten would be undone by it).
- */
-const CARRY_HOLD_MS = CARRY_MS + 1_000;
 
 export class PoolDO extends DurableObject<Env> {
   private state: PoolState | null = null;
@@ -50,10 +37,6 @@ export class PoolDO extends DurableObject<Env> {
   private autoscale: AutoscaleHost | null = null;
   /** Intents persisted in `pending_intents` and not yet accepted by their ClusterDO. */
   private outgoing = new Map<SandboxId, Outgoing>();
-  /** The ids in `outgoing` held back (`heldUntil`), in the order they were held. */
-  private held = new Set<SandboxId>();
-  /** During a claim asked to carry: the refill intents it makes, held here rather than sent. */
-  private carrying: Intent[] | null = null;
   private flushing: Promise<void> | null = null;
   /** The alarm time this instance set (null: none, or unknown after a restart). */
   private alarmAt: number | null = null;
@@ -65,7 +48,6 @@ export class PoolDO extends DurableObject<Env> {
   private readonly turn = new TurnWrites("pool", this.ctx.storage, () => {
     this.state = null;
     this.outgoing.clear();
-    this.held.clear();
     this.countersDeferred = false;
   });
   /** The turn's member writes, in one call (a field: `deferRow` joins rows of the same function). */
@@ -91,23 +73,11 @@ export class PoolDO extends DurableObject<Env> {
     return { ok: true, status: this.statusNow() };
   }
 
-  /**
-   * Pops the best unclaimed member in O(1), or mints an id when there is no stock (or `fresh`).
-   * `carry`: the caller hands the refill intents this claim makes to ClusterDO with the claimed
-   * sandbox's own (`Claimed.carry`); the pool sends them itself only if that did not happen in time.
-   */
-  async claim(opts: { fresh?: boolean; carry?: boolean } = {}): Promise<ClaimResult> {
+  /** Pops the best unclaimed member in O(1), or mints an id when there is no stock (or `fresh`). */
+  async claim(opts: { fresh?: boolean } = {}): Promise<ClaimResult> {
     const st = this.load();
     const cfg = st.config;
-    this.carrying = opts.carry ? [] : null;
-    let reply;
-    let carried: Intent[] | null;
-    try {
-      reply = this.apply({ type: "claim", fresh: opts.fresh });
-    } finally {
-      carried = this.carrying;
-      this.carrying = null;
-    }
+    const reply = this.apply({ type: "claim", fresh: opts.fresh });
     if (reply && !reply.ok) return reply;
     if (this.autoscale!.claimed(Date.now())) this.armAt(this.autoscale!.due!);
     if (!reply || !cfg) return { ok: false, error: { code: ErrorCode.internal, message: "claim produced no reply" } };
@@ -129,7 +99,6 @@ export class PoolDO extends DurableObject<Env> {
       template: protocolTemplate(cfg.templateId, m.revision, cfg.spec),
       pauseStrategy: cfg.spec.pauseStrategy,
       envVars: cfg.spec.env,
-      ...(carried?.length ? { carry: { intents: carried, until: Date.now() + CARRY_MS } } : {}),
     };
   }
 
@@ -142,9 +111,6 @@ export class PoolDO extends DurableObject<Env> {
   async observeBatch(observations: Observation[]): Promise<ObserveResult> {
     let applied = 0;
     readMembers(this.load(), observations.map((o) => o.sandboxId));
-    // A member observed at its carried create's generation: ClusterDO took the carry, and that
-    // create need not be sent (nor the member's later intents held any longer).
-    if (this.held.size) for (const o of observations) this.taken(o.sandboxId, o.generation);
     // The batch's queue sizes are written once, after it, in the same event (and so the same
     // commit) as its member writes: not once per observation that changed a member.
     this.batching = true;
@@ -161,15 +127,6 @@ export class PoolDO extends DurableObject<Env> {
       this.queueSizesOwed = false;
     }
     return { ok: true, applied };
-  }
-
-  private taken(id: SandboxId, generation: number): void {
-    const o = this.outgoing.get(id);
-    if (!o || o.heldUntil === undefined || !this.held.has(id)) return;
-    this.held.delete(id);
-    delete o.heldUntil;
-    if (o.intent.desired.state !== "deleted" && o.intent.generation <= generation) this.outgoing.delete(id);
-    else void this.kick();
   }
 
   /** Deletes every unclaimed member and forgets the spec (template deleted). */
@@ -308,7 +265,6 @@ export class PoolDO extends DurableObject<Env> {
           break;
         case "forget":
           writeRow({ op: "delete", ids: e.ids });
-          this.unsend(e.ids);
           break;
         case "update":
           writeRow({ op: "update", member: { ...e.member } });
@@ -327,51 +283,24 @@ export class PoolDO extends DurableObject<Env> {
 
   private send(cfg: PoolState["config"], members: Member[], desired: "running" | "deleted", now: number, write: (w: () => void) => void): void {
     if (!cfg || !members.length) return;
-    const items: Outgoing[] = members.map((m) => ({ cluster: cfg.cluster, intent: memberIntent(cfg, m, desired, now) }));
+    const items = members.map((m) => ({ cluster: cfg.cluster, intent: memberIntent(cfg, m, desired, now) }));
     // Only delete intents are stored: their members are gone from the table. A create intent is
     // derived again from its member (still creating) when the object loads, and ClusterDO drops
     // the ones it already holds (same generation), so storing it would only cost a write per member.
     if (desired === "deleted") write(() => this.store!.saveOutgoing(items));
-    const carrying = desired === "running" ? this.carrying : null;
-    for (const o of items) {
-      const id = o.intent.sandboxId;
-      // A later intent of a member whose create may still be carried waits as long (CARRY_HOLD_MS).
-      const heldUntil = carrying ? now + CARRY_HOLD_MS : this.held.has(id) ? this.outgoing.get(id)?.heldUntil : undefined;
-      if (heldUntil !== undefined) {
-        o.heldUntil = heldUntil;
-        this.held.add(id);
-      }
-      this.outgoing.set(id, o);
-      carrying?.push(o.intent);
-    }
+    for (const o of items) this.outgoing.set(o.intent.sandboxId, o);
     // Not awaited: the claim answers now; intents of concurrent claims join the next batch.
-    if (!carrying) void this.kick();
-  }
-
-  /** Members the pool no longer has (claimed: their group creates them; gone on the cluster): a
-   * create of theirs not sent yet never is (it would bring back one deleted meanwhile). */
-  private unsend(ids: SandboxId[]): void {
-    for (const id of ids) {
-      if (this.outgoing.get(id)?.intent.desired.state === "deleted") continue;
-      this.outgoing.delete(id);
-      this.held.delete(id);
-    }
+    void this.kick();
   }
 
   /** Sends pending intents, one batch per cluster, until none are left or a cluster refuses. */
   private async flush(): Promise<void> {
     // Members and intents are stored before their intents leave: a pool that restarts after
     // ClusterDO took a member's intent must still know the member.
-    while (this.outgoing.size > this.held.size || this.heldDue(Date.now())) {
+    while (this.outgoing.size) {
       if (!(await this.stored())) return this.armAlarm(Date.now(), true);
       const byCluster = new Map<string, Outgoing[]>();
-      const now = Date.now();
       for (const o of this.outgoing.values()) {
-        if (o.heldUntil !== undefined) {
-          if (o.heldUntil > now) continue;
-          delete o.heldUntil;
-          this.held.delete(o.intent.sandboxId);
-        }
         const list = byCluster.get(o.cluster);
         if (list) list.push(o);
         else byCluster.set(o.cluster, [o]);
@@ -400,14 +329,6 @@ export class PoolDO extends DurableObject<Env> {
         this.store!.deleteOutgoing(sent);
       }
     }
-    // What is still held goes when its hold ends.
-    if (this.held.size) this.armAlarm(Date.now());
-  }
-
-  /** Whether the longest-held intent's hold has ended (holds end in the order they began). */
-  private heldDue(now: number): boolean {
-    for (const id of this.held) return (this.outgoing.get(id)?.heldUntil ?? 0) <= now;
-    return false;
   }
 
   /** Whether the writes deferred so far are stored (false: one failed, see TurnWrites). */
@@ -444,19 +365,12 @@ export class PoolDO extends DurableObject<Env> {
     }
   }
 
-  /** One alarm: retry unsent intents soon (held ones when their hold ends), else wake when the
-   * oldest create times out. */
+  /** One alarm: retry unsent intents soon, else wake when the oldest create times out. */
   private armAlarm(now: number, retry = false): void {
     const st = this.state!;
-    const due = retry || this.outgoing.size > this.held.size ? now + RETRY_MS : this.held.size ? this.heldEnd() : nextCreateDeadline(st);
+    const due = retry || this.outgoing.size ? now + RETRY_MS : nextCreateDeadline(st);
     if (due !== null) this.armAt(due);
     if (this.autoscale?.due != null) this.armAt(this.autoscale.due);
-  }
-
-  /** When the longest-held intent's hold ends. */
-  private heldEnd(): number | null {
-    for (const id of this.held) return this.outgoing.get(id)?.heldUntil ?? null;
-    return null;
   }
 
   private armAt(due: number): void {
@@ -476,25 +390,16 @@ export class PoolDO extends DurableObject<Env> {
     st.claimed = c.claimed;
     st.createdOnDemand = c.createdOnDemand;
     restore(st, store.loadInventory(), store);
-    // A previous instance may have handed out a carry of a create made shortly before (claim):
-    // what it may concern is held as long as the carry could still be taken (CARRY_HOLD_MS).
-    const now = Date.now();
-    const hold = (o: Outgoing, since: number) => {
-      if (since + CARRY_HOLD_MS > now) {
-        o.heldUntil = since + CARRY_HOLD_MS;
-        this.held.add(o.intent.sandboxId);
-      }
-      this.outgoing.set(o.intent.sandboxId, o);
-    };
     for (const o of store.loadOutgoing()) {
       // Create intents stored by an older version: they are derived from their members below.
       if (o.intent.desired.state !== "deleted") store.deleteOutgoing([o.intent.sandboxId]);
-      else hold(o, o.intent.issuedAt);
+      else this.outgoing.set(o.intent.sandboxId, o);
     }
     const cfg = st.config;
     if (cfg) {
+      const now = Date.now();
       for (const q of st.creating.values()) {
-        for (const { m } of q.values()) hold({ cluster: cfg.cluster, intent: memberIntent(cfg, m, "running", now) }, m.createdAt);
+        for (const { m } of q.values()) this.outgoing.set(m.id, { cluster: cfg.cluster, intent: memberIntent(cfg, m, "running", now) });
       }
     }
     this.store = store;

@@ -5,7 +5,6 @@ import type { AutoscalerSpec } from "../../schema/api/autoscaler.ts";
 import type { TemplateRecord, TemplateSpec as SandboxSetSpec } from "../../schema/api/template.ts";
 import type { Endpoint, SandboxId, TemplateSpec } from "../../schema/protocol/index.ts";
 import type { PoolFailure } from "./machine.ts";
-import type { Carry } from "../cluster/rpc.ts";
 
 /**
  * A claimed sandbox, now the caller's: it must hand it to `sandboxHandle(env, sandboxId).create(...)`,
@@ -37,9 +36,6 @@ export interface Claimed {
   pauseStrategy: SandboxSetSpec["pauseStrategy"];
   /** The template's `env`, which create-time envVars override. */
   envVars: Record<string, string>;
-  /** Asked for (`claim({ carry: true })`): the refill intents this claim stored, for the claimed
-   * sandbox's group to enqueue with its own (Carry). */
-  carry?: Carry;
 }
 export type ClaimResult = Claimed | { ok: false; error: Refusal };
 

@@ -14,9 +14,6 @@ type Config = PoolState["config"];
 export interface Outgoing {
   cluster: string;
   intent: Intent;
-  /** In memory only: not sent before this time (ms), as a claim's carry of it may still be in
-   * flight (PoolDO `CARRY_HOLD_MS`). */
-  heldUntil?: number;
 }
 
 const SCHEMA = `

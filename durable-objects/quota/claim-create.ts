@@ -39,7 +39,7 @@ export async function createClaimed(env: Env, claimed: Claimed, req: ClaimCreate
   let asked = false;
   try {
     const group = sandboxGroupStub(env, id);
-    const input = { spec: claimedSpec(req.draft, claimed), timeoutS: req.timeoutS, claimedGeneration: claimed.generation, endpoint: claimed.endpoint, waitMs: req.waitMs, ...(claimed.carry ? { carry: claimed.carry } : {}) };
+    const input = { spec: claimedSpec(req.draft, claimed), timeoutS: req.timeoutS, claimedGeneration: claimed.generation, endpoint: claimed.endpoint, waitMs: req.waitMs };
     const call = (traceparent?: string): Promise<Created> => {
       asked = true;
       return group.create(id, traceparent ? { ...input, traceparent } : input) as Promise<Created>;

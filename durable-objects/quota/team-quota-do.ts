@@ -92,8 +92,7 @@ export class TeamQuotaDO extends DurableObject<Env> {
    */
   async create(req: QuotaClaim & ClaimCreate): Promise<ClaimCreateResult> {
     const started = Date.now();
-    // The claim's refill intents ride on the group's enqueue (Carry): one ClusterDO call fewer.
-    const claimed = await this.claim(req, true);
+    const claimed = await this.claim(req);
     const claimMs = Date.now() - started;
     if (!claimed.ok) return { ...claimed, claimMs };
     if (!claimed.warm && !req.createOnNoStock) {
@@ -124,9 +123,8 @@ export class TeamQuotaDO extends DurableObject<Env> {
     await cluster.enqueue([deleteIntent(claimed.sandboxId, generation, Date.now())]);
   }
 
-  /** Reserves, claims from the pool, and keeps the reservation under the claimed sandbox's id.
-   * `carry`: the pool's refill intents come back with the claim (`Claimed.carry`). */
-  async claim(req: QuotaClaim, carry = false): Promise<ClaimResult> {
+  /** Reserves, claims from the pool, and keeps the reservation under the claimed sandbox's id. */
+  async claim(req: QuotaClaim): Promise<ClaimResult> {
     const counted = await this.counted(req.teamId, req.teamName);
     if (counted) return { ok: false, error: counted };
     const loaded = this.loaded(req.teamName);
@@ -141,7 +139,7 @@ export class TeamQuotaDO extends DurableObject<Env> {
     let claimed: ClaimResult;
     try {
       const pool = stubOf(this.env.POOL, req.pool);
-      const take = (): Promise<ClaimResult> => pool.claim(carry ? { fresh: req.fresh, carry } : { fresh: req.fresh });
+      const take = (): Promise<ClaimResult> => pool.claim({ fresh: req.fresh });
       claimed = req.traceparent ? await leafSpan(this.env, "PoolDO.claim", { "pool.name": req.pool }, take, req.traceparent) : await take();
     } catch (err) {
       claimed = { ok: false, error: { code: ErrorCode.internal, message: `pool ${req.pool}: ${String(err)}` } };

@@ -19,7 +19,7 @@ import type { AckItem, Endpoint, Intent, Observation, PauseStrategy } from "../.
 import { CoarseTimers } from "../coarse-timers.ts";
 import { flushEdgeTraces, leafSpan } from "../tracing/edge-tracing.ts";
 import { TurnWrites } from "../turn-writes.ts";
-import type { Carry, EnqueueOptions, EnqueueResult } from "../cluster/rpc.ts";
+import type { EnqueueOptions, EnqueueResult } from "../cluster/rpc.ts";
 import type { SandboxLogEntry, SandboxLogsQuery } from "../../schema/api/sandbox-logs.ts";
 import type { SandboxEvent } from "./events.ts";
 import { indexRow, routeInfo, sandboxInfo, type RouteInfo, type SandboxInfo } from "./info.ts";
@@ -55,9 +55,6 @@ export interface CreateInput {
   waitMs: number;
   /** The caller's trace context (tracing on). */
   traceparent?: string;
-  /** The pool's refill intents from the claim, enqueued with this create's intent (its first
-   * try only: the pool sends them itself if they miss it). */
-  carry?: Carry;
 }
 
 /** Default bound on waiting for the agent (create, resume, wake). */
@@ -156,7 +153,7 @@ export class SandboxGroupDO extends DurableObject<Env> {
         timeoutS: input.timeoutS,
         generation: input.claimedGeneration + 1,
         endpoint: input.endpoint,
-      }, input.waitMs, input.traceparent, input.carry);
+      }, input.waitMs, input.traceparent);
       if (!t.ok) return t;
       // Every way a create does not complete is answered after the machine's compensation
       // (`abandon`: the sandbox is killed, its row kept until ClusterDO takes the delete).
@@ -566,7 +563,7 @@ export class SandboxGroupDO extends DurableObject<Env> {
    * enqueue. `failure`: ClusterDO did not confirm taking the intent (it stays undelivered and the
    * alarm sends it again). `acked`: with `awaitAckMs`, the agent acknowledged it in time.
    */
-  private async apply(id: string, ev: SandboxEvent, awaitAckMs: number, traceparent?: string, refills?: Carry): Promise<Applied> {
+  private async apply(id: string, ev: SandboxEvent, awaitAckMs: number, traceparent?: string): Promise<Applied> {
     const slot = this.slots.get(id);
     slot.busy++;
     try {
@@ -629,7 +626,7 @@ export class SandboxGroupDO extends DurableObject<Env> {
         await readYourWrites;
         return { ...t.result, acked: true };
       }
-      const sent = traceparent ? this.tracedSend(id, slot, intent, awaitAckMs, carried, traceparent, false, refills) : this.send(id, slot, intent, awaitAckMs, carried, undefined, undefined, refills);
+      const sent = traceparent ? this.tracedSend(id, slot, intent, awaitAckMs, carried, traceparent) : this.send(id, slot, intent, awaitAckMs, carried);
       const [res] = await Promise.all([
         carry ? carry.outcome(sent, (r) => r.ok && r.indexed === true) : sent,
         readYourWrites,
@@ -663,10 +660,10 @@ export class SandboxGroupDO extends DurableObject<Env> {
   }
 
   /** `send` as a span of the caller's trace, whose context rides with the intent to the agent. */
-  private async tracedSend(id: string, slot: Slot, intent: Intent, awaitAckMs: number, index: IndexOp[], traceparent: string, redelivery = false, carry?: Carry): Promise<EnqueueResult> {
+  private async tracedSend(id: string, slot: Slot, intent: Intent, awaitAckMs: number, index: IndexOp[], traceparent: string, redelivery = false): Promise<EnqueueResult> {
     try {
       const attributes = { "sandbox.id": id, "sandbox.generation": intent.generation, "sandbox.desired": intent.desired.state, ...(redelivery ? { "intent.redelivery": true } : {}) };
-      return await leafSpan(this.env, "ClusterDO.enqueue", attributes, (tp) => this.send(id, slot, intent, awaitAckMs, index, tp(), traceparent, carry), traceparent);
+      return await leafSpan(this.env, "ClusterDO.enqueue", attributes, (tp) => this.send(id, slot, intent, awaitAckMs, index, tp(), traceparent), traceparent);
     } finally {
       const flushing = flushEdgeTraces();
       if (flushing) this.ctx.waitUntil(flushing);
@@ -677,7 +674,7 @@ export class SandboxGroupDO extends DurableObject<Env> {
    * Hands one intent (and index ops to commit with it) to the sandbox's ClusterDO, bounded;
    * settles `undelivered` by generation.
    */
-  private async send(id: string, slot: Slot, intent: Intent, awaitAckMs: number, index: IndexOp[] = [], traceparent?: string, origin?: string, carry?: Carry): Promise<EnqueueResult> {
+  private async send(id: string, slot: Slot, intent: Intent, awaitAckMs: number, index: IndexOp[] = [], traceparent?: string, origin?: string): Promise<EnqueueResult> {
     const cluster = slot.state!.spec.cluster;
     // The observation repeating an applied ack is dropped when the owner knows all it says; one
     // that brings the address `return-sandbox-ip` waits for is not.
@@ -685,7 +682,6 @@ export class SandboxGroupDO extends DurableObject<Env> {
     const opts: EnqueueOptions = awaitAckMs > 0 ? (knowsAll ? { awaitAckMs, knownEndpoint: slot.state!.endpoint } : { awaitAckMs }) : {};
     if (index.length) opts.index = index;
     if (traceparent) opts.traceparent = traceparent;
-    if (carry?.intents.length) opts.carried = carry;
     slot.sending = Math.max(slot.sending, intent.generation);
     let res: EnqueueResult;
     try {

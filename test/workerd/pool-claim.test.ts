@@ -20,21 +20,6 @@ function config(name: string, replicas: number, revision = "r1", spec: Record<st
   return { teamId: `team-${name}`, templateId: "base", revision, cluster: name, spec: TemplateSpec.parse({ replicas, ...spec }) };
 }
 
-/** A pool of `replicas` members, all available, and its scripted agent. */
-async function warmPool(prefix: string, replicas: number) {
-  const name = unique(prefix);
-  const agent = await startAgent(name);
-  const pool = poolOf(name);
-  await pool.configure(config(name, replicas));
-  await waitFor(async () => (await pool.status()).available === replicas);
-  return { name, agent, pool, cluster: env.CLUSTER.get(env.CLUSTER.idFromName(name)) };
-}
-
-/** The claiming group's first intent for a claimed member (generation above the pool's). */
-function claimIntentOf(c: Claimed) {
-  return IntentSchema.parse({ sandboxId: c.sandboxId, generation: c.generation + 1, owner: { kind: "sandbox" }, desired: { state: "running" }, template: c.template, issuedAt: Date.now() });
-}
-
 describe("PoolDO", () => {
   it("creates replicas members through the agent and counts them available once observed ready", async () => {
     const name = unique("p-warm");
@@ -117,55 +102,6 @@ describe("PoolDO", () => {
     }).catch(() => undefined);
     const rest = (await Promise.all(Array.from({ length: 3 }, () => poolOf(name).claim()))) as Claimed[];
     expect(rest.map((c) => c.sandboxId)).not.toContain(first.sandboxId);
-  });
-
-  it("a claim's carried refill rides on its sandbox's enqueue and refills the pool", async () => {
-    const { name, agent, pool, cluster } = await warmPool("p-carry", 1);
-    const c = (await pool.claim({ carry: true })) as Claimed;
-    expect(c.carry?.intents).toMatchObject([{ owner: { kind: "pool", id: `team-${name}/base` }, generation: 1, desired: { state: "running" } }]);
-    const refill = c.carry!.intents[0]!.sandboxId;
-    const res = await cluster.enqueue([claimIntentOf(c)], { awaitAckMs: 2_000, carried: c.carry });
-    // Answered for the claimed sandbox's intent only; the refill went to the agent with it.
-    expect(res).toMatchObject({ ok: true, timedOut: false, acks: [{ sandboxId: c.sandboxId }] });
-    expect(res.ok && res.seqs).toHaveLength(1);
-    expect(agent.received.map((r) => r.intent.sandboxId)).toContain(refill);
-    await waitFor(async () => (await pool.status()).available === 1);
-    expect(agent.running()).toEqual(expect.arrayContaining([c.sandboxId, refill]));
-  });
-
-  it("a refill whose carry is lost (the create failed before its enqueue) is sent by the pool itself", async () => {
-    const { agent, pool } = await warmPool("p-carry-lost", 2);
-    const c = (await pool.claim({ carry: true })) as Claimed;
-    const refill = c.carry!.intents[0]!.sandboxId;
-    await agent.waitUntil(() => agent.running().includes(refill));
-    await waitFor(async () => (await pool.status()).available === 2);
-  });
-
-  it("ClusterDO drops a carry past its time: the pool sends those intents itself by then", async () => {
-    const { agent, pool, cluster } = await warmPool("p-carry-late", 1);
-    const c = (await pool.claim({ carry: true })) as Claimed;
-    const refill = c.carry!.intents[0]!.sandboxId;
-    const res = await cluster.enqueue([claimIntentOf(c)], { awaitAckMs: 2_000, carried: { ...c.carry!, until: Date.now() - 1 } });
-    expect(res).toMatchObject({ ok: true, timedOut: false });
-    // The claim's intent was acked, and the carry would have left in its frame.
-    expect(agent.received.map((r) => r.intent.sandboxId)).not.toContain(refill);
-  });
-
-  it("a carry that arrives after the pool scaled its refill away does not bring the member back", async () => {
-    const { name, agent, pool, cluster } = await warmPool("p-carry-race", 1);
-    const c = (await pool.claim({ carry: true })) as Claimed;
-    const refill = c.carry!.intents[0]!.sandboxId;
-    // The pool deletes its refill while the claim's chain is still under way; were that delete
-    // sent now, the cluster would carry it out and forget the member before the carry lands.
-    await pool.configure(config(name, 0));
-    await new Promise((r) => setTimeout(r, 300));
-    await cluster.enqueue([claimIntentOf(c)], { awaitAckMs: 2_000, carried: c.carry });
-    // The member's intents reach the agent in the pool's order: its create, then its delete.
-    const states = () => agent.received.filter((r) => r.intent.sandboxId === refill).map((r) => r.intent.desired.state);
-    await waitFor(() => states().at(-1) === "deleted" && states().includes("running"), { what: "the refill's create, then its delete", timeoutMs: 8_000 });
-    expect(states()).toEqual(["running", "deleted"]);
-    await waitFor(() => !agent.running().includes(refill), { what: "the refill gone" });
-    expect(agent.running()).toEqual([c.sandboxId]);
   });
 
   it("refuses a claim before it is configured, with a typed error", async () => {
