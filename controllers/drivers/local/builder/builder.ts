@@ -6,6 +6,7 @@ import { rmSync, statfsSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { clipText, MAX_MESSAGE_LENGTH } from "../../../../schema/api/limits.ts";
 import { MAX_BUILD_LOG_ENTRIES } from "../../../../schema/api/template-build.ts";
+import { FRAME_MAX_BYTES, jsonBytes } from "../../../../schema/protocol/batches.ts";
 import { BuildResultSchema, type BuildEvents, type BuildFrame, type BuildLog, type BuildResult } from "../../../../schema/protocol/build.ts";
 import type { RootfsStore } from "../rootfs/store.ts";
 import { cgroupSetFor, createCgroups, killAndRemove, procsFiles, removeParents, type CgroupLayout } from "../cgroups.ts";
@@ -214,12 +215,20 @@ export class TemplateBuilder {
 
   #flush(): void {
     const items: BuildEvents["items"] = [];
+    // Tenant output is up to 4 KiB a line and 6 bytes a character as JSON (control characters):
+    // 500 lines of several builds in one frame would pass workerd's 32 MiB per message, and the
+    // edge's runtime would close the cluster's session. A frame holds FRAME_MAX_BYTES of lines;
+    // the rest leave with the next flush.
+    let room = FRAME_MAX_BYTES;
     for (const ev of this.#builds.values()) {
       if (!ev.pending.length && !ev.result && Date.now() - ev.sentAt < HEARTBEAT_MS) continue;
-      const logs = ev.pending.slice(0, 500);
+      let n = 0;
+      while (n < Math.min(ev.pending.length, 500) && (room -= jsonBytes(ev.pending[n]!)) >= 0) n++;
+      if (n === 0 && items.length && ev.pending.length) break;
+      const logs = ev.pending.slice(0, n);
       const done = ev.result && logs.length === ev.pending.length ? ev.result : undefined;
       items.push({ buildId: ev.buildId, logs, ...(done ? { result: done } : {}) });
-      if (items.length === 64) break;
+      if (items.length === 64 || room <= 0) break;
     }
     if (!items.length) return;
     let sent: boolean;
