@@ -263,7 +263,7 @@ export class TemplateBuilder {
       return;
     }
     if (it.logs.length) ev.add(`${it.logs.length} log lines could not be sent to the edge`, "warn");
-    if (ev.result) ev.result = { status: "error", message: clipText(`the build's result could not be sent to the edge: ${err.message}`, MAX_MESSAGE_LENGTH) };
+    if (it.result) ev.result = { status: "error", message: clipText(`the build's result could not be sent to the edge: ${err.message}`, MAX_MESSAGE_LENGTH) };
   }
 
   /** A build whose end was reported (or given up): forgotten, here and in the journal. */
