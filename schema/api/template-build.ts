@@ -2,7 +2,7 @@
 // the shapes it answers, bounded. Step arguments are data: the agent runs them only inside a
 // build sandbox (controllers/drivers/local/builder/), never on the host.
 import { z } from "zod";
-import { MAX_LIST_ITEMS, MAX_NAME_LENGTH, MAX_PATH_LENGTH, MAX_TEMPLATE_CPU_COUNT, MAX_TEMPLATE_MEMORY_MB } from "./limits.ts";
+import { MAX_ENV_NAME_LENGTH, MAX_ENV_VALUE_LENGTH, MAX_ENV_VARS, MAX_LIST_ITEMS, MAX_NAME_LENGTH, MAX_PATH_LENGTH, MAX_TEMPLATE_CPU_COUNT, MAX_TEMPLATE_MEMORY_MB } from "./limits.ts";
 import { TemplateId } from "./template.ts";
 
 /** Steps of one build. Each becomes at most one overlay layer, and overlayfs takes a bounded
@@ -89,6 +89,11 @@ export const TemplateBuildStart = z
       const bad = stepProblem(s);
       if (bad) ctx.addIssue({ code: "custom", path: ["steps", i], message: bad });
     }
+    // The template's env is bounded as a sandbox's is (the build's result carries it to the edge,
+    // schema/protocol/build.ts). What a base template adds is counted by the builder, which fails
+    // the build when the sum is past it.
+    const names = new Set(b.steps.flatMap((s) => (s.type === "ENV" ? s.args.filter((_, i) => i % 2 === 0) : [])));
+    if (names.size > MAX_ENV_VARS) ctx.addIssue({ code: "custom", path: ["steps"], message: `ENV steps set at most ${MAX_ENV_VARS} variables` });
   });
 export type TemplateBuildStart = z.infer<typeof TemplateBuildStart>;
 
@@ -113,10 +118,15 @@ function stepProblem(s: TemplateStep): string | undefined {
       return;
     case "ENV":
       if (a.length === 0 || a.length % 2) return "ENV takes [name, value, …] pairs";
-      for (let i = 0; i < a.length; i += 2) if (!ENV_NAME.test(a[i]!)) return `ENV name ${JSON.stringify(a[i]!.slice(0, 64))} is not a variable name`;
+      for (let i = 0; i < a.length; i += 2) {
+        if (!ENV_NAME.test(a[i]!)) return `ENV name ${JSON.stringify(a[i]!.slice(0, 64))} is not a variable name`;
+        if (a[i]!.length > MAX_ENV_NAME_LENGTH) return `ENV names are at most ${MAX_ENV_NAME_LENGTH} characters`;
+        if (a[i + 1]!.length > MAX_ENV_VALUE_LENGTH) return `ENV ${a[i]!.slice(0, 64)}: values are at most ${MAX_ENV_VALUE_LENGTH} characters`;
+      }
       return;
     case "WORKDIR":
       if (a.length !== 1 || !a[0]?.startsWith("/") || a[0].includes("\0")) return "WORKDIR takes one absolute path";
+      if (a[0].length > MAX_PATH_LENGTH) return `WORKDIR's path is at most ${MAX_PATH_LENGTH} characters`;
       return;
     case "USER":
       if (a.length !== 1 || !USER_NAME.test(a[0]!)) return "USER takes one Linux user name";

@@ -11,6 +11,7 @@ import { eq } from "drizzle-orm";
 import { getDb } from "../../../durable-objects/store/db.ts";
 import { BUILD_SILENCE_MS, LOGGED_BUILDS_PER_TEAM, MAX_TEAM_BUILDS, MAX_TEAM_WAITING_BUILDS, MAX_TEMPLATE_FILE_BYTES, TEMPLATE_FILE_TTL_MS, WAITING_BUILD_TTL_MS } from "../../../schema/api/template-build.ts";
 import { templateBuilds } from "../../../schema/db/tables.ts";
+import { MAX_ENV_NAME_LENGTH, MAX_ENV_VALUE_LENGTH, MAX_ENV_VARS, MAX_PATH_LENGTH } from "../../../schema/api/limits.ts";
 import { TemplateSpec } from "../../../schema/api/template.ts";
 import { CLAIM_SUPERSEDED_SQL, claimUnusedImages, putFile, UNSENT_FREES_SQL, useFiles } from "../../../durable-objects/store/template-builds.ts";
 import { IMAGE_FREE_GRACE_MS } from "../../../durable-objects/operations/image-gc.ts";
@@ -67,6 +68,12 @@ describe("template build API", () => {
     await expectError(start({ steps: [{ type: "EXPOSE", args: ["80"] }] }), 400);
     await expectError(start({ steps: Array.from({ length: 65 }, () => ({ type: "RUN", args: ["true"] })) }), 400, /at most 64 steps/);
     await expectError(start({ steps: [{ type: "RUN", args: ["x".repeat(70_000)] }] }), 400);
+    // The template's config is bounded as a sandbox's env and paths are (the agent reports it back).
+    await expectError(start({ steps: [{ type: "ENV", args: ["A", "x".repeat(MAX_ENV_VALUE_LENGTH + 1)] }] }), 400, /values are at most/);
+    await expectError(start({ steps: [{ type: "ENV", args: ["A".repeat(MAX_ENV_NAME_LENGTH + 1), "x"] }] }), 400, /names are at most/);
+    await expectError(start({ steps: [{ type: "WORKDIR", args: ["/" + "d/".repeat(MAX_PATH_LENGTH / 2)] }] }), 400, /WORKDIR's path is at most/);
+    const vars = (from: number) => ({ type: "ENV", args: Array.from({ length: MAX_ENV_VARS / 2 + 1 }, (_, i) => [`V${from + i}`, "x"]).flat() });
+    await expectError(start({ steps: [vars(0), vars(MAX_ENV_VARS)] }), 400, new RegExp(`set at most ${MAX_ENV_VARS} variables`));
     await expectError(start({ steps: [{ type: "COPY", args: ["a", "/a"], filesHash: HASH }] }), 400, /were not uploaded/);
     await expectError(start({ fromImageRegistry: { type: "registry", username: "u", password: "p" } }), 400, /registries/);
     await expectError(start({ fromTemplate: "nope-nope" }), 400, /not found/);

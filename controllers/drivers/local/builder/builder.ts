@@ -6,7 +6,8 @@ import { rmSync, statfsSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { clipText, MAX_MESSAGE_LENGTH } from "../../../../schema/api/limits.ts";
 import { MAX_BUILD_LOG_ENTRIES } from "../../../../schema/api/template-build.ts";
-import type { BuildEvents, BuildFrame, BuildLog, BuildResult } from "../../../../schema/protocol/build.ts";
+import { FRAME_MAX_BYTES, jsonBytes } from "../../../../schema/protocol/batches.ts";
+import { BuildResultSchema, type BuildEvents, type BuildFrame, type BuildLog, type BuildResult } from "../../../../schema/protocol/build.ts";
 import type { RootfsStore } from "../rootfs/store.ts";
 import { cgroupSetFor, createCgroups, killAndRemove, procsFiles, removeParents, type CgroupLayout } from "../cgroups.ts";
 import { describeStep, layerIdOf, planSteps, rootfsForImage, type PlannedStep } from "./plan.ts";
@@ -73,6 +74,9 @@ const MIN_STEP_FILES = 1024;
  * BUILD_SILENCE_MS (30 min), which a quiet step (or the copy of a large layer) could otherwise pass
  * while it still runs here, freeing its slot and quota on the edge. */
 const HEARTBEAT_MS = 5 * 60_000;
+/** Refused sends of one build's events before it is given up (its result replaced by an error
+ * in between, so a result the link refuses still ends the build on the edge). */
+const SEND_FAILURES = 3;
 /** Longest one step may run unless the options say otherwise. */
 const STEP_TIMEOUT_MS = 30 * 60_000;
 
@@ -108,6 +112,8 @@ class Events {
   /** When its last frame left: a build that prints nothing still says it lives (HEARTBEAT_MS). */
   sentAt = Date.now();
   result: BuildResult | undefined;
+  /** Frames with this build's events the link refused (TemplateBuilder #unsent). */
+  sendFailures = 0;
   readonly buildId: string;
   constructor(buildId: string) {
     this.buildId = buildId;
@@ -165,7 +171,7 @@ export class TemplateBuilder {
     }
     this.#builds.set(frame.buildId, ev);
     this.#frames.set(frame.buildId, frame);
-    this.#journal?.put({ frame, seq: ev.seq - ev.pending.length });
+    this.#journalWrite(() => this.#journal?.put({ frame, seq: ev.seq - ev.pending.length }));
     this.#arm();
     void this.#run(frame, ev)
       .then(
@@ -209,25 +215,75 @@ export class TemplateBuilder {
 
   #flush(): void {
     const items: BuildEvents["items"] = [];
+    // Tenant output is up to 4 KiB a line and 6 bytes a character as JSON (control characters):
+    // 500 lines of several builds in one frame would pass workerd's 32 MiB per message, and the
+    // edge's runtime would close the cluster's session. A frame holds FRAME_MAX_BYTES of lines;
+    // the rest leave with the next flush.
+    let room = FRAME_MAX_BYTES;
     for (const ev of this.#builds.values()) {
       if (!ev.pending.length && !ev.result && Date.now() - ev.sentAt < HEARTBEAT_MS) continue;
-      const logs = ev.pending.slice(0, 500);
+      let n = 0;
+      while (n < Math.min(ev.pending.length, 500) && (room -= jsonBytes(ev.pending[n]!)) >= 0) n++;
+      if (n === 0 && items.length && ev.pending.length) break;
+      const logs = ev.pending.slice(0, n);
       const done = ev.result && logs.length === ev.pending.length ? ev.result : undefined;
       items.push({ buildId: ev.buildId, logs, ...(done ? { result: done } : {}) });
-      if (items.length === 64) break;
+      if (items.length === 64 || room <= 0) break;
     }
-    if (!items.length || !this.#o.send(items)) return;
+    if (!items.length) return;
+    let sent: boolean;
+    try {
+      sent = this.#o.send(items);
+    } catch (err) {
+      // A frame the link refuses (a bug here: what goes out is bounded) must not escape: this runs
+      // from a timer, where a throw ends the agent, and the journal would replay the build into
+      // the same throw after every restart. What was in it is dropped, and a build that fails
+      // to send SEND_FAILURES times is given up (the edge fails it when it hears nothing).
+      this.#o.log?.(`build events not sent: ${(err as Error).message.slice(0, 500)}`, { builds: items.length });
+      for (const it of items) this.#unsent(this.#builds.get(it.buildId)!, it, err as Error);
+      return;
+    }
+    if (!sent) return;
     for (const it of items) {
       const ev = this.#builds.get(it.buildId)!;
       ev.pending.splice(0, it.logs.length);
       ev.sentAt = Date.now();
-      if (it.result) {
-        this.#builds.delete(it.buildId);
-        this.#frames.delete(it.buildId);
-        this.#journal?.done(it.buildId);
-      } else if (it.logs.length) this.#journal?.put({ frame: this.#frames.get(it.buildId)!, seq: ev.seq - ev.pending.length });
+      if (it.result) this.#end(it.buildId);
+      else if (it.logs.length) this.#keep(ev);
     }
     if (!this.#builds.size) this.stop();
+  }
+
+  #unsent(ev: Events, it: BuildEvents["items"][number], err: Error): void {
+    ev.pending.splice(0, it.logs.length);
+    if (++ev.sendFailures >= SEND_FAILURES) {
+      this.#o.log?.("build given up: its events cannot be sent", { buildId: ev.buildId });
+      this.#end(ev.buildId);
+      if (!this.#builds.size) this.stop();
+      return;
+    }
+    if (it.logs.length) ev.add(`${it.logs.length} log lines could not be sent to the edge`, "warn");
+    if (it.result) ev.result = { status: "error", message: clipText(`the build's result could not be sent to the edge: ${err.message}`, MAX_MESSAGE_LENGTH) };
+  }
+
+  /** A build whose end was reported (or given up): forgotten, here and in the journal. */
+  #end(buildId: string): void {
+    this.#builds.delete(buildId);
+    this.#frames.delete(buildId);
+    this.#journalWrite(() => this.#journal?.done(buildId));
+  }
+
+  #keep(ev: Events): void {
+    this.#journalWrite(() => this.#journal?.put({ frame: this.#frames.get(ev.buildId)!, seq: ev.seq - ev.pending.length }));
+  }
+
+  /** A journal the disk refuses (full, read-only) costs the resume after a restart, not the agent. */
+  #journalWrite(write: () => void): void {
+    try {
+      write();
+    } catch (err) {
+      this.#o.log?.(`build journal: ${(err as Error).message}`);
+    }
   }
 
   async #run(frame: BuildFrame, ev: Events): Promise<BuildResult> {
@@ -254,6 +310,12 @@ export class TemplateBuilder {
     ev.add(`FROM ${baseName} (${baseLayers.length} layer${baseLayers.length === 1 ? "" : "s"})`, "info", "base");
     if (typeof this.#o.uids === "string") ev.add(`build steps run as the host's root, without a user namespace: ${this.#o.uids}`, "warn", "base");
     const plan = planSteps({ teamId: frame.teamId, buildId: frame.buildId, baseLayers, steps: frame.steps, force: frame.force, config: frame.config });
+    // The result the edge will read (its agent-link schema), known before any step runs: one past
+    // its bounds (a base's env plus the steps' past MAX_ENV_VARS, or a frame the edge did not
+    // bound) fails the build here, instead of a frame the link refuses after the work.
+    const result: BuildResult = { status: "ready", user: plan.config.user, workdir: plan.config.workdir, env: plan.config.env };
+    const fits = BuildResultSchema.safeParse(result);
+    if (!fits.success) throw new StepFailed(`the template's final config exceeds what a template may hold: ${fits.error.issues.map((i) => `${i.path.join(".").slice(0, 80)}: ${i.message}`).join("; ")}`, "finalize");
     const layers = [...baseLayers];
     // What this build's own layers may still take (cached ones were paid for by the build that made them).
     const budget = { mb: this.#o.buildDiskMB, files: this.#o.buildFiles ?? BUILD_FILES };
@@ -296,7 +358,7 @@ export class TemplateBuilder {
     }
     store.putTemplate(frame.output, layers);
     ev.add(`Template ${frame.output} ready: ${layers.length} layers`, "info", "finalize");
-    return { status: "ready", user: plan.config.user, workdir: plan.config.workdir, env: plan.config.env };
+    return result;
   }
 
   async #buildLayer(frame: BuildFrame, p: PlannedStep, id: string, lowers: string[], ev: Events, budget: { mb: number | undefined; files: number }): Promise<void> {

@@ -1,0 +1,100 @@
+// What the builder reports at a build's end when that report cannot go out as it is: a final config
+// past the agent link's schema (schema/protocol/build.ts BuildResultSchema) ends the build as an
+// error before any step runs, and a send the link refuses (it throws, as its own frame check does)
+// neither escapes the builder's timer (an agent crash) nor leaves the build in the journal to
+// replay into the same throw after a restart. ENV-only builds: no step runs, no root needed.
+import { mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterEach, describe, expect, it } from "vitest";
+import { TemplateBuilder } from "../../../../../controllers/drivers/local/builder/builder.ts";
+import { RootfsStore } from "../../../../../controllers/drivers/local/rootfs/store.ts";
+import { MAX_ENV_VALUE_LENGTH, MAX_ENV_VARS } from "../../../../../schema/api/limits.ts";
+import type { BuildEvents, BuildFrame } from "../../../../../schema/protocol/build.ts";
+import { AgentMessageSchema } from "../../../../../schema/protocol/messages.ts";
+
+const dirs: string[] = [];
+const builders: TemplateBuilder[] = [];
+afterEach(() => {
+  for (const b of builders.splice(0)) b.dispose();
+  for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
+});
+function tmp(): string {
+  const d = mkdtempSync(join(tmpdir(), "build-result-"));
+  dirs.push(d);
+  return d;
+}
+
+async function storeWithBase(): Promise<RootfsStore> {
+  const store = new RootfsStore(tmp());
+  const staging = store.stagingDir("base-l");
+  mkdirSync(join(staging, "rootfs"));
+  writeFileSync(join(staging, "rootfs", "f"), "base");
+  await store.commitLayer(staging, { id: "base-l", kind: "build", source: { step: "RUN", key: "base-l" } }, Date.now(), "", { bytes: 1000, files: 10 });
+  store.putTemplate("base", ["base-l"]);
+  return store;
+}
+
+/** A builder whose send refuses what the edge would refuse, as the link's self-check does: it throws. */
+function builder(store: RootfsStore, journalDir: string, refuse: (items: BuildEvents["items"]) => boolean = () => false) {
+  const sent: BuildEvents["items"] = [];
+  const logs: string[] = [];
+  const b = new TemplateBuilder({
+    store,
+    journalDir,
+    flushMs: 10,
+    log: (msg) => logs.push(msg),
+    fetchFile: () => Promise.reject(new Error("no files")),
+    send: (items) => {
+      const checked = AgentMessageSchema.safeParse({ type: "buildEvents", items });
+      if (!checked.success) throw new Error(`agent frame invalid: ${checked.error.message}`);
+      if (refuse(items)) throw new Error("the link refused the frame");
+      sent.push(...items);
+      return true;
+    },
+  });
+  builders.push(b);
+  return { b, sent, logs };
+}
+
+function frame(buildId: string, steps: BuildFrame["steps"], config?: BuildFrame["config"]): BuildFrame {
+  return { type: "build", buildId, teamId: "team", from: { rootfs: "base" }, steps, ...(config ? { config } : {}), force: false, cpuCount: 1, memoryMB: 512, output: `b-${buildId}`, filesPath: "" };
+}
+
+describe("TemplateBuilder: a result the agent link cannot carry", () => {
+  it("a final config past the link's bounds (a long ENV value, a long WORKDIR, a base's env plus the steps' past the count) ends the build as an error, its journal entry done", async () => {
+    const store = await storeWithBase();
+    const journal = tmp();
+    const { b, sent } = builder(store, journal);
+    const baseEnv = Object.fromEntries(Array.from({ length: MAX_ENV_VARS - 2 }, (_, i) => [`B${i}`, "x"]));
+    b.start(frame("long-value", [{ type: "ENV", args: ["A", "x".repeat(MAX_ENV_VALUE_LENGTH + 1)], force: false }]));
+    b.start(frame("long-workdir", [{ type: "ENV", args: ["A", "1"], force: false }], { user: "user", workdir: "/" + "d/".repeat(2100), env: {} }));
+    b.start(frame("many-vars", [{ type: "ENV", args: ["C1", "1", "C2", "2", "C3", "3"], force: false }], { user: "user", workdir: "/home/user", env: baseEnv }));
+    await expect.poll(() => sent.filter((i) => i.result).length, { timeout: 5_000, interval: 20 }).toBe(3);
+    const result = (id: string) => sent.find((i) => i.buildId === id && i.result)!.result!;
+    expect(result("long-value")).toMatchObject({ status: "error", step: "finalize", message: expect.stringMatching(/final config exceeds.*env\.A/) });
+    expect(result("long-workdir")).toMatchObject({ status: "error", message: expect.stringMatching(/workdir/) });
+    expect(result("many-vars")).toMatchObject({ status: "error", message: expect.stringMatching(new RegExp(`at most ${MAX_ENV_VARS} env vars`)) });
+    expect(store.template("b-long-value")).toBeUndefined();
+    expect(readdirSync(journal)).toEqual([]);
+    expect(b.active).toBe(0);
+  });
+
+  it("a send the link refuses is logged, not thrown: the build's end goes out as an error next time, and a build that cannot send at all is given up", async () => {
+    const store = await storeWithBase();
+    const journal = tmp();
+    // The first frame with a ready result is refused, later ones go.
+    let refused = 0;
+    const once = builder(store, journal, (items) => items.some((i) => i.result?.status === "ready") && refused++ === 0);
+    once.b.start(frame("refused-once", [{ type: "ENV", args: ["A", "1"], force: false }]));
+    await expect.poll(() => once.sent.find((i) => i.result)?.result, { timeout: 5_000, interval: 20 }).toMatchObject({ status: "error", message: expect.stringMatching(/could not be sent.*refused/) });
+    expect(once.logs.some((l) => l.startsWith("build events not sent"))).toBe(true);
+    expect(readdirSync(journal)).toEqual([]);
+
+    const never = builder(store, journal, () => true);
+    never.b.start(frame("refused-always", [{ type: "ENV", args: ["A", "1"], force: false }]));
+    await expect.poll(() => never.b.active, { timeout: 5_000, interval: 20 }).toBe(0);
+    expect(never.logs).toContain("build given up: its events cannot be sent");
+    expect(readdirSync(journal)).toEqual([]);
+  });
+});
