@@ -27,6 +27,7 @@ import { resolveSandboxPath, sandboxPathOf, type Resolved } from "./path-resolve
 import { SANDBOX_CAPS } from "./userns.ts";
 import { PID_FILE_ENV, PID_FILE_WANTED } from "./spawner-sandbox-pid.ts";
 import { IDENTITY, idToHost, idToSandbox, type IdMapping } from "./id-map.ts";
+import type { ProcRef } from "./records.ts";
 
 /** What a user namespace shows for an id it does not map (/proc/sys/kernel/overflowuid). */
 const OVERFLOW_ID = 65534;
@@ -41,8 +42,10 @@ export const MARKER_ENV = "KRUISE_SANDBOX_ID";
 
 /** Where the sandbox's processes live right now (the holder changes when a sandbox restarts). */
 export interface ViewTarget {
-  /** Host pid whose namespaces and root the sandbox's processes join; undefined at `process` level. */
-  nsPid?: number;
+  /** The host process whose namespaces and root the sandbox's processes join (its pid 1), by pid
+   * and start time, so that enter.pl refuses a process that has its pid only since it ended;
+   * undefined at `process` level. */
+  nsInit?: ProcRef;
   /** cgroup.procs files to join before exec. */
   cgroupProcs: string[];
   /** Environment every process gets beneath its own (the egress proxy's HTTP_PROXY and kin). */
@@ -88,7 +91,7 @@ export class LocalSandboxView implements SandboxView {
   /** Where a resolved path lives: a trusted start (a mount's host directory, or the holder's
    * root for what the table does not cover or keeps read-only) and the rest below it. */
   #locate(sandboxPath: string, followFinal: boolean): { start: string; rest: string; sandboxPath: string } {
-    const root = this.#o.namespaces ? () => `/proc/${this.#current().nsPid}/root` : undefined;
+    const root = this.#o.namespaces ? () => `/proc/${this.#current().nsInit?.pid}/root` : undefined;
     const r = resolveSandboxPath(this.#o.mounts, sandboxPath, followFinal, root);
     if (r.mount.writable || !root) return inMount(r);
     return { start: root(), rest: r.sandboxPath, sandboxPath: r.sandboxPath };
@@ -185,7 +188,7 @@ export class LocalSandboxView implements SandboxView {
     // Without a root view the process sees host paths, so its cwd is the host side of the layer.
     const cwd = this.#o.namespaces ? req.cwd : this.toHost(req.cwd);
     const joins = t.cgroupProcs.length > 0 ? t.cgroupProcs.join(":") : "-";
-    const args = [ENTER_SCRIPT, SANDBOX_ENV_FILE, String(t.nsPid ?? 0), String(req.user.uid), String(req.user.gid), cwd, joins, String(nr.setns), String(nr.prctl), (t.caps ?? SANDBOX_CAPS).join(","), t.seccomp ?? "-", "--", req.cmd, ...req.args];
+    const args = [ENTER_SCRIPT, SANDBOX_ENV_FILE, t.nsInit ? `${t.nsInit.pid}:${t.nsInit.start}` : "0", String(req.user.uid), String(req.user.gid), cwd, joins, String(nr.setns), String(nr.prctl), (t.caps ?? SANDBOX_CAPS).join(","), t.seccomp ?? "-", "--", req.cmd, ...req.args];
     const marker = { [MARKER_ENV]: this.#o.id };
     // Its launcher (spawner.ts) names the file enter.pl reports the command's sandbox pid in.
     return { file: PERL, args, cwd: "/", env: helperEnv({ ...marker, [PID_FILE_ENV]: PID_FILE_WANTED }), sandboxEnv: { ...t.env, ...req.env, ...marker } };
