@@ -25,6 +25,7 @@ import { helperEnv, PERL, syscallNumbers } from "./host-helpers.ts";
 import { USERS, type Mount } from "./layout.ts";
 import { resolveSandboxPath, sandboxPathOf, type Resolved } from "./path-resolver.ts";
 import { SANDBOX_CAPS } from "./userns.ts";
+import { procStart } from "./holder.ts";
 import { PID_FILE_ENV, PID_FILE_WANTED } from "./spawner-sandbox-pid.ts";
 import { IDENTITY, idToHost, idToSandbox, type IdMapping } from "./id-map.ts";
 import type { ProcRef } from "./records.ts";
@@ -90,11 +91,17 @@ export class LocalSandboxView implements SandboxView {
 
   /** Where a resolved path lives: a trusted start (a mount's host directory, or the holder's
    * root for what the table does not cover or keeps read-only) and the rest below it. */
-  #locate(sandboxPath: string, followFinal: boolean): { start: string; rest: string; sandboxPath: string } {
-    const root = this.#o.namespaces ? () => `/proc/${this.#current().nsInit?.pid}/root` : undefined;
+  #locate(sandboxPath: string, followFinal: boolean): { start: string; rest: string; sandboxPath: string; via?: ProcRef } {
+    let via: ProcRef | undefined;
+    const root = this.#o.namespaces
+      ? () => {
+          via = this.#current().nsInit;
+          return `/proc/${via?.pid}/root`;
+        }
+      : undefined;
     const r = resolveSandboxPath(this.#o.mounts, sandboxPath, followFinal, root);
     if (r.mount.writable || !root) return inMount(r);
-    return { start: root(), rest: r.sandboxPath, sandboxPath: r.sandboxPath };
+    return { start: root(), rest: r.sandboxPath, sandboxPath: r.sandboxPath, via };
   }
 
   toHost(sandboxPath: string, opts?: { followFinal?: boolean }): string {
@@ -105,8 +112,21 @@ export class LocalSandboxView implements SandboxView {
   /** The runtime is the host's root here: every file operation goes through this (see
    * pinned-path.ts for why a host path string is not enough). */
   pin(sandboxPath: string, opts?: PinOptions): PinnedPath {
-    const p = pinResolved(sandboxPath, () => this.#locate(sandboxPath, opts?.followFinal ?? true), opts?.create ?? false);
+    let via: ProcRef | undefined;
+    const p = pinResolved(
+      sandboxPath,
+      () => {
+        const l = this.#locate(sandboxPath, opts?.followFinal ?? true);
+        via = l.via;
+        return l;
+      },
+      opts?.create ?? false,
+    );
     try {
+      // The walk started at `/proc/<pid 1>/root`, opened by pid: had pid 1 ended since target()
+      // looked and a host process got its pid, that was the host's `/`. Still pid 1 (its start)
+      // now means it was pid 1 at the open too.
+      if (via && procStart(via.pid) !== via.start) throw new SandboxNotFoundError(this.#o.id, "not running");
       p.kernelFile = kernelFileRefused(p);
     } catch (err) {
       p.close();

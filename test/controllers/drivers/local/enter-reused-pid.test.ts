@@ -4,7 +4,8 @@
 // the sandbox is taken once. Once a host process gets that pid, a command that went by the pid
 // alone would run as root in the host's namespaces with the host's `/`. Here pid 1 is killed from
 // the host (the same end, without the ptrace), a host process takes its pid, and commands through
-// the view taken before must not run anywhere, and that host process must not be touched.
+// the view taken before must not run anywhere, nor may the files API walk that process's `/`,
+// and that host process must not be touched.
 import { spawn, type ChildProcess } from "node:child_process";
 import { existsSync, mkdtempSync, writeFileSync } from "node:fs";
 import { hostname, tmpdir } from "node:os";
@@ -13,7 +14,7 @@ import type { Readable } from "node:stream";
 import { afterAll, describe, expect, it } from "vitest";
 import { procStart } from "../../../../controllers/drivers/local/holder.ts";
 import { LocalDriver } from "../../../../controllers/drivers/local/local-driver.ts";
-import type { LocalSandboxView } from "../../../../controllers/drivers/local/local-view.ts";
+import { LocalSandboxView } from "../../../../controllers/drivers/local/local-view.ts";
 import { PID_FILE_ENV } from "../../../../controllers/drivers/local/spawner-sandbox-pid.ts";
 import type { HostCommand, SandboxUser, SpawnRequest } from "../../../../controllers/runtime/sandbox-view.ts";
 import { desiredSandbox, destroyAll, pollUntil } from "./fixture.ts";
@@ -79,7 +80,7 @@ describe.skipIf(driver.capabilities.level === "process")("a command and a reused
     await driver.destroy(d.id);
   });
 
-  it("once pid 1 is gone and a host process has its pid, no command runs, and that process is untouched", async () => {
+  it("once pid 1 is gone and a host process has its pid, no command runs, no file of its root is reached, and that process is untouched", async () => {
     const d = desiredSandbox("er");
     const obs = await driver.ensure(d);
     const [pid, start] = obs.incarnation!.split(":");
@@ -106,6 +107,10 @@ describe.skipIf(driver.capabilities.level === "process")("a command and a reused
       expect(r.stderr).toMatch(/^enter\.pl: the sandbox is not running/);
       // Through the launcher as the runtime starts it (with its pid report): a start error.
       await expect(view.launcher!.spawnPipes(built, false)).rejects.toThrow(/could not enter the sandbox/);
+      // The files API walks from `/proc/<pid 1>/root`: a view whose check passed just before the
+      // end (its target still names the old pid 1) must not pin the new process's `/`.
+      const late = new LocalSandboxView({ id: d.id, mounts: [], namespaces: true, launcher: view.launcher, target: () => ({ nsInit: { pid: nsPid, start: start! }, cgroupProcs: [] }) });
+      expect(() => late.pin("/work")).toThrow(/not running/);
       expect(procStart(nsPid)).toBe(squatterStart);
       expect(squatter!.exitCode).toBeNull();
       expect(squatter!.signalCode).toBeNull();
