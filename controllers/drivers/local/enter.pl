@@ -1,7 +1,7 @@
 #!/usr/bin/perl
 # Runs one command inside a local sandbox: joins the sandbox's cgroups, enters the namespaces and
 # root of its holder process, switches user, and execs. Usage (built by local-view.ts):
-#   enter.pl <env file> <holder-pid|0> <uid> <gid> <cwd> <cgroup.procs files, ':'-joined|->
+#   enter.pl <env file> <holder-pid>:<its start time>|0 <uid> <gid> <cwd> <cgroup.procs files, ':'-joined|->
 #            <setns nr> <prctl nr> <capabilities kept in a user namespace, ','-joined|->
 #            <seccomp program file|-> -- cmd args...
 #
@@ -36,7 +36,11 @@ sub parse_env {
 sub main {
   my ($envfile, $target, $uid, $gid, $cwd, $cgroups, $setns_nr, $prctl_nr, $keepcaps, $seccomp, $sep, @cmd) = @ARGV;
   fail('bad arguments') unless defined $sep && $sep eq '--' && @cmd && $prctl_nr =~ /\A\d+\z/ && $setns_nr =~ /\A\d+\z/
-    && $keepcaps =~ /\A(-|\d+(,\d+)*)\z/ && $uid =~ /\A\d+\z/ && $gid =~ /\A\d+\z/;
+    && $keepcaps =~ /\A(-|\d+(,\d+)*)\z/ && $uid =~ /\A\d+\z/ && $gid =~ /\A\d+\z/
+    && $target =~ /\A(?:0|[1-9][0-9]{0,9}:[0-9]{1,20})\z/;
+  # The holder as the driver recorded it: its pid and kernel start time (/proc/<pid>/stat's field
+  # 22), which no later process with the same pid has.
+  my ($nspid, $nsstart) = $target eq '0' ? () : split(/:/, $target);
   my %keep = map { $_ => 1 } ($keepcaps eq '-' ? () : split(/,/, $keepcaps));
 
   # The sandbox's seccomp filter (seccomp.ts), the same program its holder got from bwrap: this
@@ -95,23 +99,44 @@ sub main {
   # first, which gives this process every capability there (and none more on the host), so that
   # it may join the namespaces that user namespace owns.
   my $userns = 0;
-  if ($target) {
-    opendir($rootfh, "/proc/$target/root") or fail("holder $target: $!");
+  if ($nspid) {
+    # Everything of the holder's is reached through one handle on its /proc directory, never by
+    # its pid again. The pid names whatever process has it now: once the holder is gone (root in
+    # the sandbox may kill its own pid 1) and a host process gets the same pid, `/proc/<pid>/ns`
+    # and `root` are the host's, and the command would run as root in the host's namespaces. An
+    # open /proc/<pid> directory stays bound to the process it was opened for: after that process
+    # is gone every lookup under it fails, whoever has the pid by then. So: open it, check through
+    # it that it is the recorded process (its start time), and open root and ns/* under it.
+    opendir(my $pd, "/proc/$nspid") or fail("the sandbox is not running (holder $nspid: $!)");
+    my $proc = '/proc/self/fd/' . fileno($pd);
+    open(my $sf, '<', "$proc/stat") or fail("the sandbox is not running (holder $nspid: $!)");
+    my $stat = <$sf> // '';
+    close($sf);
+    # The command name (field 2) is the process's own choice and may hold ") ": the fields start
+    # after its last ')'.
+    my @f = split / /, substr($stat, rindex($stat, ')') + 2);
+    fail("the sandbox is not running (pid $nspid is another process now)") unless defined $f[19] && $f[19] eq $nsstart;
+    opendir($rootfh, "$proc/root") or fail("the sandbox is not running (holder $nspid root: $!)");
+    # Which namespace types this kernel has is asked of our own /proc/self/ns: the holder's are
+    # only read, and one that cannot be (the holder ended meanwhile) fails the command instead of
+    # leaving it in the host's namespace of that type.
     my @fds;
-    my $theirs = readlink("/proc/$target/ns/user");
-    if (defined $theirs && $theirs ne (readlink('/proc/self/ns/user') // '')) {
-      open(my $fh, '<', "/proc/$target/ns/user") or fail("open user namespace: $!");
+    my $theirs = readlink("$proc/ns/user") // fail("the sandbox is not running (holder $nspid: $!)");
+    if ($theirs ne (readlink('/proc/self/ns/user') // '')) {
+      open(my $fh, '<', "$proc/ns/user") or fail("open user namespace: $!");
       push @fds, ['user', $fh];
       $userns = 1;
     }
-    # mnt last: after it, /proc/$target is no longer the host's view.
+    # mnt last: after it, /proc is no longer the host's view.
     for my $ns (qw(cgroup ipc uts net pid mnt)) {
-      my $path = "/proc/$target/ns/$ns";
-      next unless -e $path;
+      my $ours = readlink("/proc/self/ns/$ns");
+      next unless defined $ours;
+      my $path = "$proc/ns/$ns";
+      my $link = readlink($path) // fail("the sandbox is not running (holder $nspid: $!)");
       # One the holder shares with the host (the host's network): already ours, and once in the
       # sandbox's user namespace we would have no right to join it again.
-      next if $userns && readlink($path) eq (readlink("/proc/self/ns/$ns") // '');
-      open(my $fh, '<', $path) or fail("open $path: $!");
+      next if $userns && $link eq $ours;
+      open(my $fh, '<', $path) or fail("open $ns namespace of holder $nspid: $!");
       push @fds, [$ns, $fh];
     }
     for my $e (@fds) {
@@ -159,7 +184,7 @@ sub main {
       fail("setuid $uid: $!") if $< != $uid || $> != $uid;
     }
     syscall($prctl_nr, 1, 9, 0, 0, 0);  # PR_SET_PDEATHSIG SIGKILL, after setuid (which clears it)
-    exit 137 if getppid() != $parent && !$target;
+    exit 137 if getppid() != $parent && !$nspid;
     %ENV = %$env;
     exec { $cmd[0] } @cmd;
     fail("exec $cmd[0]: $!");

@@ -873,7 +873,10 @@ export class LocalDriver implements Driver {
       ids: () => this.#record(id)?.userns ?? IDENTITY,
       target: () => {
         const now = this.#record(id);
-        if (!now || now.phase === "Stopped" || !now.nsInit) return undefined;
+        // Alive with its recorded start, asked on every call: nothing tells the driver when pid 1
+        // ends (root inside can kill it through ptrace), and a view outlives the check at its
+        // creation. enter.pl checks the start again (the pid may be reused after this).
+        if (!now || now.phase === "Stopped" || !now.nsInit || !alive(now.nsInit)) return undefined;
         const proxied = now.level !== "process" && this.#mode(now.desired) === "proxy";
         // Under L7 policy every connection is redirected and inspected; the proxy itself refuses
         // such a sandbox (its tunnels would not be inspected), so no proxy variables.
@@ -884,7 +887,7 @@ export class LocalDriver implements Driver {
         // sockets (ping, tcpdump) reach nothing else, and keeps it.
         const caps = this.#fastPath ? GOVERNED_CAPS : SANDBOX_CAPS;
         const seccomp = now.level === "process" ? undefined : this.#seccomp?.[now.filter ?? "default"];
-        return { nsPid: now.level === "process" ? undefined : now.nsInit.pid, cgroupProcs: now.cgroups ? procsFiles(now.cgroups) : [], env, caps, seccomp };
+        return { nsInit: now.level === "process" ? undefined : now.nsInit, cgroupProcs: now.cgroups ? procsFiles(now.cgroups) : [], env, caps, seccomp };
       },
     });
   }

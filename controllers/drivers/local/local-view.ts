@@ -25,8 +25,10 @@ import { helperEnv, PERL, syscallNumbers } from "./host-helpers.ts";
 import { USERS, type Mount } from "./layout.ts";
 import { resolveSandboxPath, sandboxPathOf, type Resolved } from "./path-resolver.ts";
 import { SANDBOX_CAPS } from "./userns.ts";
+import { procStart } from "./holder.ts";
 import { PID_FILE_ENV, PID_FILE_WANTED } from "./spawner-sandbox-pid.ts";
 import { IDENTITY, idToHost, idToSandbox, type IdMapping } from "./id-map.ts";
+import type { ProcRef } from "./records.ts";
 
 /** What a user namespace shows for an id it does not map (/proc/sys/kernel/overflowuid). */
 const OVERFLOW_ID = 65534;
@@ -41,8 +43,10 @@ export const MARKER_ENV = "KRUISE_SANDBOX_ID";
 
 /** Where the sandbox's processes live right now (the holder changes when a sandbox restarts). */
 export interface ViewTarget {
-  /** Host pid whose namespaces and root the sandbox's processes join; undefined at `process` level. */
-  nsPid?: number;
+  /** The host process whose namespaces and root the sandbox's processes join (its pid 1), by pid
+   * and start time, so that enter.pl refuses a process that has its pid only since it ended;
+   * undefined at `process` level. */
+  nsInit?: ProcRef;
   /** cgroup.procs files to join before exec. */
   cgroupProcs: string[];
   /** Environment every process gets beneath its own (the egress proxy's HTTP_PROXY and kin). */
@@ -87,11 +91,17 @@ export class LocalSandboxView implements SandboxView {
 
   /** Where a resolved path lives: a trusted start (a mount's host directory, or the holder's
    * root for what the table does not cover or keeps read-only) and the rest below it. */
-  #locate(sandboxPath: string, followFinal: boolean): { start: string; rest: string; sandboxPath: string } {
-    const root = this.#o.namespaces ? () => `/proc/${this.#current().nsPid}/root` : undefined;
+  #locate(sandboxPath: string, followFinal: boolean): { start: string; rest: string; sandboxPath: string; via?: ProcRef } {
+    let via: ProcRef | undefined;
+    const root = this.#o.namespaces
+      ? () => {
+          via = this.#current().nsInit;
+          return `/proc/${via?.pid}/root`;
+        }
+      : undefined;
     const r = resolveSandboxPath(this.#o.mounts, sandboxPath, followFinal, root);
     if (r.mount.writable || !root) return inMount(r);
-    return { start: root(), rest: r.sandboxPath, sandboxPath: r.sandboxPath };
+    return { start: root(), rest: r.sandboxPath, sandboxPath: r.sandboxPath, via };
   }
 
   toHost(sandboxPath: string, opts?: { followFinal?: boolean }): string {
@@ -102,8 +112,21 @@ export class LocalSandboxView implements SandboxView {
   /** The runtime is the host's root here: every file operation goes through this (see
    * pinned-path.ts for why a host path string is not enough). */
   pin(sandboxPath: string, opts?: PinOptions): PinnedPath {
-    const p = pinResolved(sandboxPath, () => this.#locate(sandboxPath, opts?.followFinal ?? true), opts?.create ?? false);
+    let via: ProcRef | undefined;
+    const p = pinResolved(
+      sandboxPath,
+      () => {
+        const l = this.#locate(sandboxPath, opts?.followFinal ?? true);
+        via = l.via;
+        return l;
+      },
+      opts?.create ?? false,
+    );
     try {
+      // The walk started at `/proc/<pid 1>/root`, opened by pid: had pid 1 ended since target()
+      // looked and a host process got its pid, that was the host's `/`. Still pid 1 (its start)
+      // now means it was pid 1 at the open too.
+      if (via && procStart(via.pid) !== via.start) throw new SandboxNotFoundError(this.#o.id, "not running");
       p.kernelFile = kernelFileRefused(p);
     } catch (err) {
       p.close();
@@ -185,7 +208,7 @@ export class LocalSandboxView implements SandboxView {
     // Without a root view the process sees host paths, so its cwd is the host side of the layer.
     const cwd = this.#o.namespaces ? req.cwd : this.toHost(req.cwd);
     const joins = t.cgroupProcs.length > 0 ? t.cgroupProcs.join(":") : "-";
-    const args = [ENTER_SCRIPT, SANDBOX_ENV_FILE, String(t.nsPid ?? 0), String(req.user.uid), String(req.user.gid), cwd, joins, String(nr.setns), String(nr.prctl), (t.caps ?? SANDBOX_CAPS).join(","), t.seccomp ?? "-", "--", req.cmd, ...req.args];
+    const args = [ENTER_SCRIPT, SANDBOX_ENV_FILE, t.nsInit ? `${t.nsInit.pid}:${t.nsInit.start}` : "0", String(req.user.uid), String(req.user.gid), cwd, joins, String(nr.setns), String(nr.prctl), (t.caps ?? SANDBOX_CAPS).join(","), t.seccomp ?? "-", "--", req.cmd, ...req.args];
     const marker = { [MARKER_ENV]: this.#o.id };
     // Its launcher (spawner.ts) names the file enter.pl reports the command's sandbox pid in.
     return { file: PERL, args, cwd: "/", env: helperEnv({ ...marker, [PID_FILE_ENV]: PID_FILE_WANTED }), sandboxEnv: { ...t.env, ...req.env, ...marker } };

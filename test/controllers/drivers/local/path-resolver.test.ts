@@ -91,7 +91,7 @@ describe("local SandboxView paths with a root filesystem of its own", () => {
   symlinkSync("../../../../../../etc/passwd", join(root, "opt/up"));
   symlinkSync(dataDir, join(root, "opt/hostdir"));
   symlinkSync("usr/bin", join(root, "bin"));
-  const v = new LocalSandboxView({ id: "r1", mounts: mountsFor(rooted), namespaces: true, target: () => ({ nsPid: 4242, cgroupProcs: [] }) });
+  const v = new LocalSandboxView({ id: "r1", mounts: mountsFor(rooted), namespaces: true, target: () => ({ nsInit: { pid: 4242, start: "1" }, cgroupProcs: [] }) });
 
   it("maps every path to the sandbox's root, writable, links resolved inside it", () => {
     expect(v.toHost("/")).toBe(root);

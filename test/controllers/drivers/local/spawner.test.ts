@@ -18,7 +18,7 @@ afterAll(() => spawner.dispose());
 
 const { setns, prctl } = syscallNumbers();
 /** A command run through enter.pl at `process` level (no namespaces), as the local view builds it;
- * `holder` is the process whose namespaces it would join (0: none). */
+ * `holder` is the process whose namespaces it would join, as `<pid>:<start time>` ("0": none). */
 const entered = (cmd: string[], holder = "0") => ({
   file: "/usr/bin/perl",
   args: [ENTER_SCRIPT, SANDBOX_ENV_FILE, holder, "0", "0", "/", "-", String(setns), String(prctl), "-", "-", "--", ...cmd],
@@ -149,7 +149,7 @@ describe("spawner", () => {
 
   it("a wrapper that ends without a report (it never entered the sandbox) fails the start with a clear error, not the host pid", async () => {
     // No such holder: enter.pl fails before it forks.
-    await expect(spawner.spawnPipes(entered(["/bin/true"], "999999999"), false)).rejects.toThrow(/could not enter the sandbox \(its wrapper exited with code 127\)/);
+    await expect(spawner.spawnPipes(entered(["/bin/true"], "999999999:1"), false)).rejects.toThrow(/could not enter the sandbox \(its wrapper exited with code 127\)/);
   });
 
   it("a helper's failure carries what it wrote to stderr, and no file of it is left either way", async () => {
