@@ -3,10 +3,10 @@
 // isolate polling status, are few and write in batches (a frame of log lines is one insert), and
 // a finished build becomes a template row in the same database. The agent runs the steps
 // (controllers/drivers/local/builder/); ClusterDO hands it the build and its events come back here.
-import { LOGGED_BUILDS_PER_TEAM, MAX_BUILD_LOG_ENTRIES, MAX_TEAM_BUILDS, MAX_TEAM_WAITING_BUILDS, WAITING_BUILD_TTL_MS, BUILD_SILENCE_MS, type BuildLogEntry, type BuildStatus, type TemplateBuildInfo, type TemplateBuildStart } from "../../schema/api/template-build.ts";
+import { LOGGED_BUILDS_PER_TEAM, MAX_BUILD_LOG_ENTRIES, MAX_TEAM_BUILDS, MAX_TEAM_WAITING_BUILDS, WAITING_BUILD_TTL_MS, BUILD_SILENCE_MS, stepsEnv, type BuildLogEntry, type BuildStatus, type TemplateBuildInfo, type TemplateBuildStart } from "../../schema/api/template-build.ts";
 import { TemplateSpec } from "../../schema/api/template.ts";
 import { ApiError } from "../../schema/errors.ts";
-import type { BuildEvents, BuildFrame } from "../../schema/protocol/build.ts";
+import { configProblem, type BuildEvents, type BuildFrame } from "../../schema/protocol/build.ts";
 import type { Caller, Env } from "../env.ts";
 import { quotaStub } from "../quota/stub.ts";
 import { getDb } from "../store/db.ts";
@@ -87,6 +87,11 @@ export async function startBuild(env: Env, caller: Caller, templateId: string, b
     from = { rootfs: base.spec.image };
     inherit = inheritedSpec(base.spec);
     config = { user: base.spec.user, workdir: base.spec.workdir, env: base.spec.env };
+    // The base's env plus the steps' must still be a template's config (count, bytes: a chain of
+    // ENV-only builds adds up), refused here before any slot or quota; the builder checks it again
+    // with the steps' WORKDIR and USER applied.
+    const bad = configProblem({ ...config, env: stepsEnv(body.steps, config.env) });
+    if (bad) throw new ApiError("bad_request", `fromTemplate "${body.fromTemplate.name}": ${bad}`);
     commands = inheritedCommands(base.spec, body);
   }
   const copies = body.steps.flatMap((s, i) => (s.type === "COPY" ? [{ i, s }] : []));

@@ -18,6 +18,12 @@ export const MAX_METADATA_VALUE_BYTES = 4096;
 export const MAX_ENV_VARS = 256;
 export const MAX_ENV_NAME_LENGTH = 256;
 export const MAX_ENV_VALUE_LENGTH = 32 * 1024;
+/** A template's final config (user, workdir, env) as JSON, in bytes. The counts above bound
+ * characters, not bytes (a control character is 6 as JSON): 256 full values could make ~50 MB, and
+ * `fromTemplate` chains of ENV-only builds add up to that. The build's result carries the config in
+ * one agent-link item that cannot be split, past workerd's 32 MiB per message the edge's runtime
+ * closes the cluster's whole session; 1 MiB leaves every frame room and holds any real env. */
+export const MAX_TEMPLATE_CONFIG_BYTES = 1024 * 1024;
 /** `metadata` filter of the list routes: pairs (each bounded like metadata) and the raw parameter.
  * Each pair is a subquery; thousands of them overflowed SQLite's expression tree (a 500). */
 export const MAX_METADATA_FILTERS = MAX_METADATA_ENTRIES;

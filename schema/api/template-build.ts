@@ -2,7 +2,8 @@
 // the shapes it answers, bounded. Step arguments are data: the agent runs them only inside a
 // build sandbox (controllers/drivers/local/builder/), never on the host.
 import { z } from "zod";
-import { MAX_ENV_NAME_LENGTH, MAX_ENV_VALUE_LENGTH, MAX_ENV_VARS, MAX_LIST_ITEMS, MAX_NAME_LENGTH, MAX_PATH_LENGTH, MAX_TEMPLATE_CPU_COUNT, MAX_TEMPLATE_MEMORY_MB } from "./limits.ts";
+import { MAX_LIST_ITEMS, MAX_NAME_LENGTH, MAX_PATH_LENGTH, MAX_TEMPLATE_CPU_COUNT, MAX_TEMPLATE_MEMORY_MB } from "./limits.ts";
+import { EnvVars } from "./sandbox.ts";
 import { TemplateId } from "./template.ts";
 
 /** Steps of one build. Each becomes at most one overlay layer, and overlayfs takes a bounded
@@ -89,15 +90,23 @@ export const TemplateBuildStart = z
       const bad = stepProblem(s);
       if (bad) ctx.addIssue({ code: "custom", path: ["steps", i], message: bad });
     }
-    // The template's env is bounded as a sandbox's is (the build's result carries it to the edge,
-    // schema/protocol/build.ts). What a base template adds is counted by the builder, which fails
-    // the build when the sum is past it.
-    const names = new Set(b.steps.flatMap((s) => (s.type === "ENV" ? s.args.filter((_, i) => i % 2 === 0) : [])));
-    if (names.size > MAX_ENV_VARS) ctx.addIssue({ code: "custom", path: ["steps"], message: `ENV steps set at most ${MAX_ENV_VARS} variables` });
+    // The template's env is bounded as a sandbox's is, by the same schema (the build's result
+    // carries it to the edge, schema/protocol/build.ts): names, `__proto__`, lengths, count. What a
+    // base template adds is checked at startBuild and by the builder.
+    const env = EnvVars.safeParse(stepsEnv(b.steps));
+    for (const i of env.success ? [] : env.error.issues) {
+      // A bad name's reasons are nested (zod's invalid_key): they say what a name may be.
+      const why = i.code === "invalid_key" ? i.issues.map((k) => k.message).join("; ") : i.message;
+      ctx.addIssue({ code: "custom", path: ["steps"], message: `ENV${i.path.length ? ` ${String(i.path[0]).slice(0, 64)}` : ""}: ${why}` });
+    }
   });
 export type TemplateBuildStart = z.infer<typeof TemplateBuildStart>;
 
-const ENV_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
+/** The env the steps' ENV pairs set, in order (a later one wins), over `base`: own keys only, so a
+ * `__proto__` name stays a key its schema (EnvVars) refuses rather than vanishing. */
+export function stepsEnv(steps: readonly TemplateStep[], base: Record<string, string> = {}): Record<string, string> {
+  return Object.fromEntries([...Object.entries(base), ...steps.flatMap((s) => (s.type === "ENV" ? s.args.flatMap((_, i) => (i % 2 ? [] : [[s.args[i]!, s.args[i + 1] ?? ""] as const])) : []))]);
+}
 const USER_NAME = /^[a-z_][a-z0-9_-]{0,31}$/;
 
 /** What the SDKs send per step type (`args` positions), checked so the builder never guesses. */
@@ -118,12 +127,7 @@ function stepProblem(s: TemplateStep): string | undefined {
       return;
     case "ENV":
       if (a.length === 0 || a.length % 2) return "ENV takes [name, value, …] pairs";
-      for (let i = 0; i < a.length; i += 2) {
-        if (!ENV_NAME.test(a[i]!)) return `ENV name ${JSON.stringify(a[i]!.slice(0, 64))} is not a variable name`;
-        if (a[i]!.length > MAX_ENV_NAME_LENGTH) return `ENV names are at most ${MAX_ENV_NAME_LENGTH} characters`;
-        if (a[i + 1]!.length > MAX_ENV_VALUE_LENGTH) return `ENV ${a[i]!.slice(0, 64)}: values are at most ${MAX_ENV_VALUE_LENGTH} characters`;
-      }
-      return;
+      return; // names and values: the whole env's EnvVars check in TemplateBuildStart
     case "WORKDIR":
       if (a.length !== 1 || !a[0]?.startsWith("/") || a[0].includes("\0")) return "WORKDIR takes one absolute path";
       if (a[0].length > MAX_PATH_LENGTH) return `WORKDIR's path is at most ${MAX_PATH_LENGTH} characters`;

@@ -1,7 +1,8 @@
 import { z } from "zod";
-import { MAX_MESSAGE_LENGTH, MAX_NAME_LENGTH, MAX_PATH_LENGTH } from "../api/limits.ts";
+import { MAX_MESSAGE_LENGTH, MAX_NAME_LENGTH, MAX_PATH_LENGTH, MAX_TEMPLATE_CONFIG_BYTES } from "../api/limits.ts";
 import { EnvVars } from "../api/sandbox.ts";
 import { MAX_BUILD_STEPS, TemplateStep } from "../api/template-build.ts";
+import { jsonBytes } from "./batches.ts";
 
 /*
  * Template builds over the agent's session (only with an edge listing "builds" in
@@ -65,6 +66,18 @@ export const BuildResultSchema = z.union([
   z.object({ status: z.literal("error"), message: z.string().max(MAX_MESSAGE_LENGTH), step: z.string().max(16).optional() }),
 ]);
 export type BuildResult = z.infer<typeof BuildResultSchema>;
+
+/** Why a template's final config cannot be a build's ready result (past the link's schema, or past
+ * MAX_TEMPLATE_CONFIG_BYTES as JSON), else undefined: the builder's check before any step runs and
+ * the edge's at startBuild (a base's env plus the steps'). */
+export function configProblem(config: { user: string; workdir: string; env: Record<string, string> }): string | undefined {
+  const result = { status: "ready" as const, ...config };
+  const fits = BuildResultSchema.safeParse(result);
+  if (!fits.success) return `the template's final config exceeds what a template may hold: ${fits.error.issues.map((i) => `${i.path.join(".").slice(0, 80)}: ${i.message}`).join("; ")}`;
+  const bytes = jsonBytes(result);
+  if (bytes > MAX_TEMPLATE_CONFIG_BYTES) return `the template's final config is ${bytes} bytes as JSON, more than the ${MAX_TEMPLATE_CONFIG_BYTES} a template may hold`;
+  return undefined;
+}
 
 export const BuildEventsSchema = z.object({
   type: z.literal("buildEvents"),

@@ -11,7 +11,7 @@ import { eq } from "drizzle-orm";
 import { getDb } from "../../../durable-objects/store/db.ts";
 import { BUILD_SILENCE_MS, LOGGED_BUILDS_PER_TEAM, MAX_TEAM_BUILDS, MAX_TEAM_WAITING_BUILDS, MAX_TEMPLATE_FILE_BYTES, TEMPLATE_FILE_TTL_MS, WAITING_BUILD_TTL_MS } from "../../../schema/api/template-build.ts";
 import { templateBuilds } from "../../../schema/db/tables.ts";
-import { MAX_ENV_NAME_LENGTH, MAX_ENV_VALUE_LENGTH, MAX_ENV_VARS, MAX_PATH_LENGTH } from "../../../schema/api/limits.ts";
+import { MAX_ENV_NAME_LENGTH, MAX_ENV_VALUE_LENGTH, MAX_ENV_VARS, MAX_PATH_LENGTH, MAX_TEMPLATE_CONFIG_BYTES } from "../../../schema/api/limits.ts";
 import { TemplateSpec } from "../../../schema/api/template.ts";
 import { CLAIM_SUPERSEDED_SQL, claimUnusedImages, putFile, UNSENT_FREES_SQL, useFiles } from "../../../durable-objects/store/template-builds.ts";
 import { IMAGE_FREE_GRACE_MS } from "../../../durable-objects/operations/image-gc.ts";
@@ -61,7 +61,9 @@ describe("template build API", () => {
     const { buildID } = await requestBuild(team.key, team.template);
     const start = (body: unknown) => call(`/v2/templates/${team.template}/builds/${buildID}`, { key: team.key, body });
     await expectError(start({ steps: [{ type: "RUN", args: ["true", "Not A User"] }] }), 400, /RUN's user/);
-    await expectError(start({ steps: [{ type: "ENV", args: ["1BAD", "x"] }] }), 400, /not a variable name/);
+    await expectError(start({ steps: [{ type: "ENV", args: ["1BAD", "x"] }] }), 400, /ENV 1BAD: env var names are/);
+    // Raw JSON: `__proto__` as a name would be a no-op assignment, the variable gone behind a 2xx.
+    await expectError(start({ steps: [{ type: "ENV", args: ["__proto__", "x"] }] }), 400, /__proto__ is not allowed/);
     await expectError(start({ steps: [{ type: "COPY", args: ["a", "/a"] }] }), 400, /filesHash/);
     await expectError(start({ steps: [{ type: "COPY", args: ["../etc", "/a"], filesHash: HASH }] }), 400, /inside the build context/);
     await expectError(start({ steps: [{ type: "WORKDIR", args: ["relative"] }] }), 400, /absolute path/);
@@ -69,14 +71,24 @@ describe("template build API", () => {
     await expectError(start({ steps: Array.from({ length: 65 }, () => ({ type: "RUN", args: ["true"] })) }), 400, /at most 64 steps/);
     await expectError(start({ steps: [{ type: "RUN", args: ["x".repeat(70_000)] }] }), 400);
     // The template's config is bounded as a sandbox's env and paths are (the agent reports it back).
-    await expectError(start({ steps: [{ type: "ENV", args: ["A", "x".repeat(MAX_ENV_VALUE_LENGTH + 1)] }] }), 400, /values are at most/);
-    await expectError(start({ steps: [{ type: "ENV", args: ["A".repeat(MAX_ENV_NAME_LENGTH + 1), "x"] }] }), 400, /names are at most/);
+    await expectError(start({ steps: [{ type: "ENV", args: ["A", "x".repeat(MAX_ENV_VALUE_LENGTH + 1)] }] }), 400, new RegExp(`ENV A: .*<=${MAX_ENV_VALUE_LENGTH} characters`));
+    await expectError(start({ steps: [{ type: "ENV", args: ["A".repeat(MAX_ENV_NAME_LENGTH + 1), "x"] }] }), 400, new RegExp(`<=${MAX_ENV_NAME_LENGTH} characters`));
     await expectError(start({ steps: [{ type: "WORKDIR", args: ["/" + "d/".repeat(MAX_PATH_LENGTH / 2)] }] }), 400, /WORKDIR's path is at most/);
     const vars = (from: number) => ({ type: "ENV", args: Array.from({ length: MAX_ENV_VARS / 2 + 1 }, (_, i) => [`V${from + i}`, "x"]).flat() });
-    await expectError(start({ steps: [vars(0), vars(MAX_ENV_VARS)] }), 400, new RegExp(`set at most ${MAX_ENV_VARS} variables`));
+    await expectError(start({ steps: [vars(0), vars(MAX_ENV_VARS)] }), 400, new RegExp(`at most ${MAX_ENV_VARS} env vars`));
     await expectError(start({ steps: [{ type: "COPY", args: ["a", "/a"], filesHash: HASH }] }), 400, /were not uploaded/);
     await expectError(start({ fromImageRegistry: { type: "registry", username: "u", password: "p" } }), 400, /registries/);
     await expectError(start({ fromTemplate: "nope-nope" }), 400, /not found/);
+    // A base's env plus the steps' past a template's bounds (a chain of ENV-only builds adds up):
+    // past the count, or past MAX_TEMPLATE_CONFIG_BYTES as JSON (control characters: 6 bytes each).
+    const db = getDb(env);
+    const teamId = String((await db.$client.execute({ sql: "SELECT id FROM teams WHERE name = ?", args: [team.name] })).rows[0]!.id);
+    const base = (name: string, vars: number, value: string) =>
+      upsertTemplate(db, { teamId, templateId: `${team.template}-${name}`, public: false, spec: TemplateSpec.parse({ image: "base", env: Object.fromEntries(Array.from({ length: vars }, (_, i) => [`B${i}`, value])) }) });
+    await base("many", MAX_ENV_VARS - 1, "x");
+    await expectError(start({ fromTemplate: `${team.template}-many`, steps: [{ type: "ENV", args: ["C1", "1", "C2", "2"] }] }), 400, new RegExp(`at most ${MAX_ENV_VARS} env vars`));
+    await base("big", Math.ceil(MAX_TEMPLATE_CONFIG_BYTES / (6 * MAX_ENV_VALUE_LENGTH)) - 1, "\u0001".repeat(MAX_ENV_VALUE_LENGTH));
+    await expectError(start({ fromTemplate: `${team.template}-big`, steps: [{ type: "ENV", args: ["C1", "\u0001".repeat(MAX_ENV_VALUE_LENGTH)] }] }), 400, new RegExp(`bytes as JSON, more than the ${MAX_TEMPLATE_CONFIG_BYTES}`));
   });
 
   it("runs a build on the cluster's builder: upload, start, logs as they come, ready; another team sees none of it", async () => {

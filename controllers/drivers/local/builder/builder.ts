@@ -7,7 +7,7 @@ import { join } from "node:path";
 import { clipText, MAX_MESSAGE_LENGTH } from "../../../../schema/api/limits.ts";
 import { MAX_BUILD_LOG_ENTRIES } from "../../../../schema/api/template-build.ts";
 import { FRAME_MAX_BYTES, jsonBytes } from "../../../../schema/protocol/batches.ts";
-import { BuildResultSchema, type BuildEvents, type BuildFrame, type BuildLog, type BuildResult } from "../../../../schema/protocol/build.ts";
+import { configProblem, type BuildEvents, type BuildFrame, type BuildLog, type BuildResult } from "../../../../schema/protocol/build.ts";
 import type { RootfsStore } from "../rootfs/store.ts";
 import { cgroupSetFor, createCgroups, killAndRemove, procsFiles, removeParents, type CgroupLayout } from "../cgroups.ts";
 import { describeStep, layerIdOf, planSteps, rootfsForImage, type PlannedStep } from "./plan.ts";
@@ -224,9 +224,11 @@ export class TemplateBuilder {
       if (!ev.pending.length && !ev.result && Date.now() - ev.sentAt < HEARTBEAT_MS) continue;
       let n = 0;
       while (n < Math.min(ev.pending.length, 500) && (room -= jsonBytes(ev.pending[n]!)) >= 0) n++;
-      if (n === 0 && items.length && ev.pending.length) break;
+      // A result counts too (≤ MAX_TEMPLATE_CONFIG_BYTES, #steps): it goes with its last lines when
+      // it fits, else with the next flush (alone in a frame if it must).
+      const done = ev.result && n === ev.pending.length && ((room -= jsonBytes(ev.result)) >= 0 || (!items.length && !n)) ? ev.result : undefined;
+      if (!n && !done && items.length && (ev.pending.length || ev.result)) break;
       const logs = ev.pending.slice(0, n);
-      const done = ev.result && logs.length === ev.pending.length ? ev.result : undefined;
       items.push({ buildId: ev.buildId, logs, ...(done ? { result: done } : {}) });
       if (items.length === 64 || room <= 0) break;
     }
@@ -311,11 +313,12 @@ export class TemplateBuilder {
     if (typeof this.#o.uids === "string") ev.add(`build steps run as the host's root, without a user namespace: ${this.#o.uids}`, "warn", "base");
     const plan = planSteps({ teamId: frame.teamId, buildId: frame.buildId, baseLayers, steps: frame.steps, force: frame.force, config: frame.config });
     // The result the edge will read (its agent-link schema), known before any step runs: one past
-    // its bounds (a base's env plus the steps' past MAX_ENV_VARS, or a frame the edge did not
-    // bound) fails the build here, instead of a frame the link refuses after the work.
+    // its bounds (a base's env plus the steps' past MAX_ENV_VARS or MAX_TEMPLATE_CONFIG_BYTES, or a
+    // frame the edge did not bound) fails the build here, instead of a frame the link refuses (or
+    // one past workerd's message size) after the work.
     const result: BuildResult = { status: "ready", user: plan.config.user, workdir: plan.config.workdir, env: plan.config.env };
-    const fits = BuildResultSchema.safeParse(result);
-    if (!fits.success) throw new StepFailed(`the template's final config exceeds what a template may hold: ${fits.error.issues.map((i) => `${i.path.join(".").slice(0, 80)}: ${i.message}`).join("; ")}`, "finalize");
+    const bad = configProblem(result);
+    if (bad) throw new StepFailed(bad, "finalize");
     const layers = [...baseLayers];
     // What this build's own layers may still take (cached ones were paid for by the build that made them).
     const budget = { mb: this.#o.buildDiskMB, files: this.#o.buildFiles ?? BUILD_FILES };

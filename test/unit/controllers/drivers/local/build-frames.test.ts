@@ -9,11 +9,14 @@ import { join } from "node:path";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { TemplateBuilder } from "../../../../../controllers/drivers/local/builder/builder.ts";
 import { RootfsStore } from "../../../../../controllers/drivers/local/rootfs/store.ts";
-import { MAX_MESSAGE_LENGTH } from "../../../../../schema/api/limits.ts";
+import { MAX_ENV_VALUE_LENGTH, MAX_MESSAGE_LENGTH, MAX_TEMPLATE_CONFIG_BYTES } from "../../../../../schema/api/limits.ts";
 import { FRAME_MAX_BYTES, jsonBytes } from "../../../../../schema/protocol/batches.ts";
 import type { BuildEvents, BuildFrame } from "../../../../../schema/protocol/build.ts";
 
 const BUILDS = 4;
+/** Each build's final env: as many full values of control characters as MAX_TEMPLATE_CONFIG_BYTES
+ * holds (~1 MiB of ready result each, which rides in the frame beside the lines). */
+const ENV = Object.fromEntries(Array.from({ length: Math.floor(MAX_TEMPLATE_CONFIG_BYTES / (6 * MAX_ENV_VALUE_LENGTH + 16)) }, (_, i) => [`V${i}`, "\u0001".repeat(MAX_ENV_VALUE_LENGTH)]));
 const LINES = 600;
 let printed = 0;
 let allPrinted: () => void;
@@ -37,7 +40,7 @@ afterEach(() => {
 });
 
 describe("TemplateBuilder's frames", () => {
-  it("stay within FRAME_MAX_BYTES however much the builds print, and every line and result still arrives", async () => {
+  it("stay within FRAME_MAX_BYTES however much the builds print and however large their results, and every line (in order) and result still arrives", async () => {
     const store = new RootfsStore(mkdtempSync(join(tmpdir(), "build-frames-")));
     dirs.push(store.root);
     const staging = store.stagingDir("base-l");
@@ -49,7 +52,7 @@ describe("TemplateBuilder's frames", () => {
     const items: BuildEvents["items"] = [];
     const b = new TemplateBuilder({ store, flushMs: 10, fetchFile: () => Promise.reject(new Error("no files")), send: (it) => (frames.push(jsonBytes({ type: "buildEvents", items: it })), items.push(...it), true) });
     for (let i = 0; i < BUILDS; i++) {
-      const frame: BuildFrame = { type: "build", buildId: `loud-${i}`, teamId: "team", from: { rootfs: "base" }, steps: [{ type: "RUN", args: [`print ${i}`], force: false }], force: false, cpuCount: 1, memoryMB: 512, output: `b-loud-${i}`, filesPath: "" };
+      const frame: BuildFrame = { type: "build", buildId: `loud-${i}`, teamId: "team", from: { rootfs: "base" }, steps: [{ type: "RUN", args: [`print ${i}`], force: false }], force: false, cpuCount: 1, memoryMB: 512, config: { user: "user", workdir: "/home/user", env: ENV }, output: `b-loud-${i}`, filesPath: "" };
       b.start(frame);
     }
     await expect.poll(() => items.filter((i) => i.result).length, { timeout: 10_000, interval: 50 }).toBe(BUILDS);
@@ -57,7 +60,9 @@ describe("TemplateBuilder's frames", () => {
     expect(Math.max(...frames)).toBeLessThanOrEqual(FRAME_MAX_BYTES + 4096);
     for (let i = 0; i < BUILDS; i++) {
       const mine = items.filter((it) => it.buildId === `loud-${i}`);
-      expect(mine.at(-1)!.result).toMatchObject({ status: "ready" });
+      expect(mine.at(-1)!.result).toMatchObject({ status: "ready", env: ENV });
+      const seqs = mine.flatMap((it) => it.logs).map((l) => l.seq);
+      expect(seqs).toEqual(seqs.map((_, k) => k));
       const lines = mine.flatMap((it) => it.logs).filter((l) => l.message.startsWith("\u0001"));
       expect(lines.length).toBe(LINES);
     }

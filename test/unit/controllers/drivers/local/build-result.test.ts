@@ -9,7 +9,8 @@ import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
 import { TemplateBuilder } from "../../../../../controllers/drivers/local/builder/builder.ts";
 import { RootfsStore } from "../../../../../controllers/drivers/local/rootfs/store.ts";
-import { MAX_ENV_VALUE_LENGTH, MAX_ENV_VARS } from "../../../../../schema/api/limits.ts";
+import { MAX_ENV_VALUE_LENGTH, MAX_ENV_VARS, MAX_TEMPLATE_CONFIG_BYTES } from "../../../../../schema/api/limits.ts";
+import { FRAME_MAX_BYTES, jsonBytes } from "../../../../../schema/protocol/batches.ts";
 import type { BuildEvents, BuildFrame } from "../../../../../schema/protocol/build.ts";
 import { AgentMessageSchema } from "../../../../../schema/protocol/messages.ts";
 
@@ -39,6 +40,7 @@ async function storeWithBase(): Promise<RootfsStore> {
 function builder(store: RootfsStore, journalDir: string, refuse: (items: BuildEvents["items"]) => boolean = () => false) {
   const sent: BuildEvents["items"] = [];
   const logs: string[] = [];
+  const frames: number[] = [];
   const b = new TemplateBuilder({
     store,
     journalDir,
@@ -50,11 +52,12 @@ function builder(store: RootfsStore, journalDir: string, refuse: (items: BuildEv
       if (!checked.success) throw new Error(`agent frame invalid: ${checked.error.message}`);
       if (refuse(items)) throw new Error("the link refused the frame");
       sent.push(...items);
+      frames.push(jsonBytes({ type: "buildEvents", items }));
       return true;
     },
   });
   builders.push(b);
-  return { b, sent, logs };
+  return { b, sent, logs, frames };
 }
 
 function frame(buildId: string, steps: BuildFrame["steps"], config?: BuildFrame["config"]): BuildFrame {
@@ -78,6 +81,18 @@ describe("TemplateBuilder: a result the agent link cannot carry", () => {
     expect(store.template("b-long-value")).toBeUndefined();
     expect(readdirSync(journal)).toEqual([]);
     expect(b.active).toBe(0);
+  });
+
+  it("a final config within the link's counts but past MAX_TEMPLATE_CONFIG_BYTES as JSON (a fromTemplate chain of ENV-only builds: 256 full values of control characters, ~50 MB) ends as an error, never as a frame past FRAME_MAX_BYTES", async () => {
+    const store = await storeWithBase();
+    const journal = tmp();
+    const { b, sent, frames } = builder(store, journal);
+    const env = Object.fromEntries(Array.from({ length: MAX_ENV_VARS }, (_, i) => [`V${i}`, "\u0001".repeat(MAX_ENV_VALUE_LENGTH)]));
+    b.start(frame("chained", [{ type: "ENV", args: ["V0", "y"], force: false }], { user: "user", workdir: "/home/user", env }));
+    await expect.poll(() => sent.find((i) => i.result)?.result, { timeout: 10_000, interval: 20 }).toMatchObject({ status: "error", step: "finalize", message: expect.stringMatching(new RegExp(`bytes as JSON, more than the ${MAX_TEMPLATE_CONFIG_BYTES}`)) });
+    expect(Math.max(...frames)).toBeLessThanOrEqual(FRAME_MAX_BYTES);
+    expect(store.template("b-chained")).toBeUndefined();
+    expect(readdirSync(journal)).toEqual([]);
   });
 
   it("a send the link refuses is logged, not thrown: the build's end goes out as an error next time, and a build that cannot send at all is given up", async () => {
