@@ -233,20 +233,9 @@ export class TemplateBuilder {
       if (items.length === 64 || room <= 0) break;
     }
     if (!items.length) return;
-    let sent: boolean;
-    try {
-      sent = this.#o.send(items);
-    } catch (err) {
-      // A frame the link refuses (a bug here: what goes out is bounded) must not escape: this runs
-      // from a timer, where a throw ends the agent, and the journal would replay the build into
-      // the same throw after every restart. What was in it is dropped, and a build that fails
-      // to send SEND_FAILURES times is given up (the edge fails it when it hears nothing).
-      this.#o.log?.(`build events not sent: ${(err as Error).message.slice(0, 500)}`, { builds: items.length });
-      for (const it of items) this.#unsent(this.#builds.get(it.buildId)!, it, err as Error);
-      return;
-    }
+    const sent = this.#deliver(items);
     if (!sent) return;
-    for (const it of items) {
+    for (const it of sent) {
       const ev = this.#builds.get(it.buildId)!;
       ev.pending.splice(0, it.logs.length);
       ev.sentAt = Date.now();
@@ -256,6 +245,33 @@ export class TemplateBuilder {
     if (!this.#builds.size) this.stop();
   }
 
+  /** Sends `items`: those that went, or undefined when the link is down (all go with the next
+   * flush). A frame the link refuses (a bug here: what goes out is bounded) must not escape: this
+   * runs from a timer, where a throw ends the agent, and the journal would replay the build into
+   * the same throw after every restart. The link's check is frame-wide, so the items of a refused
+   * frame of several go again one by one: only an item refused alone costs its build (#unsent). */
+  #deliver(items: BuildEvents["items"]): BuildEvents["items"] | undefined {
+    try {
+      return this.#o.send(items) ? items : undefined;
+    } catch (err) {
+      this.#o.log?.(`build events not sent: ${(err as Error).message.slice(0, 500)}`, { builds: items.length });
+      if (items.length === 1) {
+        this.#unsent(this.#builds.get(items[0]!.buildId)!, items[0]!, err as Error);
+        return [];
+      }
+      const went: BuildEvents["items"] = [];
+      for (const it of items) {
+        const alone = this.#deliver([it]);
+        if (!alone) break; // the link went down: the rest go with the next flush
+        went.push(...alone);
+      }
+      return went;
+    }
+  }
+
+  /** An item the link refused alone: its lines are dropped (one warn line says how many), a result
+   * in it becomes an error result, and a build refused SEND_FAILURES times is given up (the edge
+   * fails it when it hears nothing). */
   #unsent(ev: Events, it: BuildEvents["items"][number], err: Error): void {
     ev.pending.splice(0, it.logs.length);
     if (++ev.sendFailures >= SEND_FAILURES) {

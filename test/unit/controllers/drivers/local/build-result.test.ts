@@ -37,7 +37,7 @@ async function storeWithBase(): Promise<RootfsStore> {
 }
 
 /** A builder whose send refuses what the edge would refuse, as the link's self-check does: it throws. */
-function builder(store: RootfsStore, journalDir: string, refuse: (items: BuildEvents["items"]) => boolean = () => false) {
+function builder(store: RootfsStore, journalDir: string, refuse: (items: BuildEvents["items"]) => boolean = () => false, up: () => boolean = () => true) {
   const sent: BuildEvents["items"] = [];
   const logs: string[] = [];
   const frames: number[] = [];
@@ -48,6 +48,7 @@ function builder(store: RootfsStore, journalDir: string, refuse: (items: BuildEv
     log: (msg) => logs.push(msg),
     fetchFile: () => Promise.reject(new Error("no files")),
     send: (items) => {
+      if (!up()) return false;
       const checked = AgentMessageSchema.safeParse({ type: "buildEvents", items });
       if (!checked.success) throw new Error(`agent frame invalid: ${checked.error.message}`);
       if (refuse(items)) throw new Error("the link refused the frame");
@@ -111,5 +112,28 @@ describe("TemplateBuilder: a result the agent link cannot carry", () => {
     await expect.poll(() => never.b.active, { timeout: 5_000, interval: 20 }).toBe(0);
     expect(never.logs).toContain("build given up: its events cannot be sent");
     expect(readdirSync(journal)).toEqual([]);
+  });
+
+  it("a refused frame of several builds costs only the build whose item is refused alone: another build's ready result and lines arrive as they are", async () => {
+    const store = await storeWithBase();
+    let up = false;
+    // Both builds end while the link is down, so their results go in one frame when it returns.
+    let together = false;
+    const refuseBad = (items: BuildEvents["items"]) => {
+      const bad = items.some((i) => i.buildId === "bad" && i.result?.status === "ready");
+      together ||= bad && items.some((i) => i.buildId === "good" && i.result);
+      return bad;
+    };
+    const { b, sent } = builder(store, tmp(), refuseBad, () => up);
+    b.start(frame("good", [{ type: "ENV", args: ["A", "1"], force: false }]));
+    b.start(frame("bad", [{ type: "ENV", args: ["A", "1"], force: false }]));
+    await new Promise((r) => setTimeout(r, 300));
+    up = true;
+    await expect.poll(() => sent.filter((i) => i.result).length, { timeout: 5_000, interval: 20 }).toBe(2);
+    expect(together).toBe(true);
+    const good = sent.filter((i) => i.buildId === "good");
+    expect(good.find((i) => i.result)!.result).toMatchObject({ status: "ready", env: { A: "1" } });
+    expect(good.flatMap((i) => i.logs).map((l) => l.message)).not.toContainEqual(expect.stringMatching(/could not be sent/));
+    expect(sent.find((i) => i.buildId === "bad" && i.result)!.result).toMatchObject({ status: "error", message: expect.stringMatching(/could not be sent.*refused/) });
   });
 });
