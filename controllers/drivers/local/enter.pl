@@ -110,7 +110,9 @@ sub main {
     opendir(my $pd, "/proc/$nspid") or fail("the sandbox is not running (holder $nspid: $!)");
     my $proc = '/proc/self/fd/' . fileno($pd);
     open(my $sf, '<', "$proc/stat") or fail("the sandbox is not running (holder $nspid: $!)");
-    my $stat = <$sf> // '';
+    # The whole file: the command name may hold a newline, and a first line alone would then end
+    # inside it (a live pid 1 refused as another process).
+    my $stat = do { local $/; <$sf> } // '';
     close($sf);
     # The command name (field 2) is the process's own choice and may hold ") ": the fields start
     # after its last ')'.
