@@ -34,9 +34,9 @@ export interface UnitFloors {
   cmdSpawner: number;
 }
 
-/** What a cycle must cost at least, by item: `count` units of `unit` each. `coalescable`: work
+/** What a cycle costs at least by this estimate, by item: `count` units of `unit` each. `coalescable`: work
  * that concurrent cycles could share (one libSQL request or one agent frame carrying several
- * cycles' rows or reports, with no timer: issue 16 forbids batching waits), so a bound at
+ * cycles' rows or reports, with no timer: issue 16 forbids batching waits), so the estimate at
  * concurrency counts it 0 (any number of cycles could share one); one at a time it cannot be
  * shared and counts in full. */
 export interface FloorItem {
@@ -72,7 +72,7 @@ export const CYCLE_FLOOR: readonly FloorItem[] = [
   // The command in the agent and its spawner. The claim's and kill's work in the agent, and
   // making and destroying the sandbox's isolation (mounts, namespaces, cgroups: mostly the tools'
   // CPU, which the server figure leaves out as the spawner's children's), count 0: unmeasured, so
-  // the bound stays a bound.
+  // the estimate errs low.
   { what: "the command in the agent and its spawner", unit: "cmd", count: 1, coalescable: false },
 ];
 

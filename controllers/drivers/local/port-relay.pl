@@ -366,7 +366,8 @@ sub namespace_of {
   my ($nspid, $start) = @_;
   open(my $ns, '<', "/proc/$nspid/ns/net") or return (undef, 'the sandbox is not running');
   open(my $st, '<', "/proc/$nspid/stat") or return (undef, 'the sandbox is not running');
-  my $stat = <$st>;
+  # The whole file (a name may hold a newline); the fields after the name's last ')'.
+  my $stat = do { local $/; <$st> } // '';
   my @f = split / /, substr($stat, rindex($stat, ')') + 2);
   return (undef, 'the sandbox is not running') unless defined $f[19] && $f[19] eq $start;
   my $target_net = readlink('/proc/self/fd/' . fileno($ns));

@@ -127,7 +127,8 @@ describe("TemplateBuilder: a result the agent link cannot carry", () => {
     const { b, sent } = builder(store, tmp(), refuseBad, () => up);
     b.start(frame("good", [{ type: "ENV", args: ["A", "1"], force: false }]));
     b.start(frame("bad", [{ type: "ENV", args: ["A", "1"], force: false }]));
-    await new Promise((r) => setTimeout(r, 300));
+    // Both ended (not a fixed wait: a loaded machine may take longer), then the link comes back.
+    await expect.poll(() => ["good", "bad"].every((id) => store.template(`b-${id}`) !== undefined), { timeout: 5_000, interval: 20 }).toBe(true);
     up = true;
     await expect.poll(() => sent.filter((i) => i.result).length, { timeout: 5_000, interval: 20 }).toBe(2);
     expect(together).toBe(true);
