@@ -7,7 +7,7 @@
 // the view taken before must not run anywhere, nor may the files API walk that process's `/`,
 // and that host process must not be touched.
 import { spawn, type ChildProcess } from "node:child_process";
-import { existsSync, mkdtempSync, writeFileSync } from "node:fs";
+import { closeSync, existsSync, mkdtempSync, openSync, readlinkSync, writeFileSync } from "node:fs";
 import { hostname, tmpdir } from "node:os";
 import { join } from "node:path";
 import type { Readable } from "node:stream";
@@ -54,6 +54,32 @@ async function takePid(pid: number): Promise<ChildProcess | undefined> {
   }
   return undefined;
 }
+
+// What enter.pl's safety rests on: a handle on /proc/<pid> stays bound to the process it was
+// opened for, while the path /proc/<pid> names whatever process has the pid now.
+describe("a /proc/<pid> handle", () => {
+  it("reaches nothing once its process is gone, while the same pid by name is the process that took it", async () => {
+    const ended = spawn("/usr/bin/sleep", ["300"], { stdio: "ignore" });
+    const pid = ended.pid!;
+    const fd = openSync(`/proc/${pid}`, "r");
+    try {
+      expect(readlinkSync(`/proc/self/fd/${fd}/ns/mnt`)).toBe(readlinkSync(`/proc/${pid}/ns/mnt`));
+      ended.kill("SIGKILL");
+      await new Promise((r) => ended.once("exit", r)); // reaped by then
+      const squatter = await takePid(pid);
+      expect(squatter?.pid).toBe(pid);
+      try {
+        expect(readlinkSync(`/proc/${pid}/ns/mnt`)).toMatch(/^mnt:/);
+        expect(() => readlinkSync(`/proc/self/fd/${fd}/ns/mnt`)).toThrow();
+        expect(() => readlinkSync(`/proc/self/fd/${fd}/root`)).toThrow();
+      } finally {
+        squatter?.kill("SIGKILL");
+      }
+    } finally {
+      closeSync(fd);
+    }
+  });
+});
 
 // The best level this host offers (bwrap+cgroup here) and `bwrap` (no cgroups); `process` level
 // enters nothing.

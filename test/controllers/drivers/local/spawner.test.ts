@@ -149,7 +149,7 @@ describe("spawner", () => {
 
   it("a wrapper that ends without a report (it never entered the sandbox) fails the start with a clear error, not the host pid", async () => {
     // No such holder: enter.pl fails before it forks.
-    await expect(spawner.spawnPipes(entered(["/bin/true"], "999999999:1"), false)).rejects.toThrow(/could not enter the sandbox \(its wrapper exited with code 127\).*not running/s);
+    await expect(spawner.spawnPipes(entered(["/bin/true"], "999999999:1"), false)).rejects.toThrow(/could not enter the sandbox \(its wrapper exited with code 127\)/);
   });
 
   it("a helper's failure carries what it wrote to stderr, and no file of it is left either way", async () => {
