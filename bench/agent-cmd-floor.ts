@@ -17,8 +17,12 @@ import { spawnerOf, threadsCpuMs } from "./stats.ts";
 
 const USER = { name: "user", uid: 1000, gid: 1000, home: "/home/user", shell: "/bin/bash" };
 const DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+const SDK_ENV = { PATH: DEFAULT_PATH, HOME: USER.home, USER: USER.name, LOGNAME: USER.name };
+/** The SDK's first command (`commands.run("echo hi")`: a login shell as `user`), as the driver
+ * runs it; bench/e2e.ts's warm path runs the same. */
+export const SDK_FIRST_CMD = { cmd: "/bin/bash", args: ["-l", "-c", "echo hi"], cwd: USER.home, user: USER, env: SDK_ENV };
 /** The SDK's StartRequest for commands.run('echo hi') as a Connect envelope (flags, length, JSON). */
-const START_JSON = Buffer.from(JSON.stringify({ process: { cmd: "/bin/bash", args: ["-l", "-c", "echo hi"], envs: {} }, stdin: false }));
+const START_JSON = Buffer.from(JSON.stringify({ process: { cmd: SDK_FIRST_CMD.cmd, args: SDK_FIRST_CMD.args, envs: {} }, stdin: false }));
 const BODY = Buffer.concat([Buffer.from([0, 0, 0, 0, 0]), START_JSON]);
 BODY.writeUInt32BE(START_JSON.length, 1);
 
@@ -73,14 +77,13 @@ async function serve(dataDir: string, level: IsolationLevel): Promise<void> {
   const d: DesiredSandbox = { id: `bcf${process.pid}`, generation: 1, template: "base", state: "Running", pauseStrategy: "Freeze", resources: { cpuCount: 1, memoryMB: 512 }, allowInternetAccess: true };
   await driver.ensure(d);
   const view = driver.view(d.id);
-  const env = { PATH: DEFAULT_PATH, HOME: USER.home, USER: USER.name, LOGNAME: USER.name };
   const server = createServer((req, res) => {
     const body: Buffer[] = [];
     req.on("data", (c: Buffer) => body.push(c));
     req.on("end", async () => {
       try {
         const start = JSON.parse(Buffer.concat(body).subarray(5).toString()) as { process: { cmd: string; args: string[] } };
-        const p = await view.launcher!.spawnPipes(view.command({ cmd: start.process.cmd, args: start.process.args, cwd: USER.home, env, user: USER }), false);
+        const p = await view.launcher!.spawnPipes(view.command({ cmd: start.process.cmd, args: start.process.args, cwd: USER.home, env: SDK_ENV, user: USER }), false);
         res.writeHead(200, { "content-type": "application/connect+json" });
         p.stdout.on("data", (c: Buffer) => res.write(c));
         p.stderr.resume();

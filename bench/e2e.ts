@@ -98,6 +98,7 @@ import type { Figures } from "./run.ts";
 import { cpuMs, median, minMax, percentile, procCpuMs, pssKB, round, schedMs, spawnerOf, threadsCpuMs, timedConcurrently } from "./stats.ts";
 import { startProfiler } from "./v8-profile.ts";
 import { LocalDriver } from "../controllers/drivers/local/local-driver.ts";
+import { SDK_FIRST_CMD } from "./agent-cmd-floor.ts";
 import { IsolationFloor } from "./isolation-floor.ts";
 import type { DesiredSandbox, IsolationLevel } from "../controllers/drivers/driver.ts";
 import { composedFloors, unitFloorFigures, UnitFloorRounds, type UnitFloors } from "./server-floor.ts";
@@ -123,13 +124,6 @@ const FLOOR_STEPS = 30;
 /** How long the server's rest rate is measured before the window. */
 const REST_MS = 5_000;
 const USER = { name: "user", uid: 1000, gid: 1000, home: "/home/user", shell: "/bin/bash" };
-/** The SDK's first command as the SDK sends it (`commands.run("echo hi")`: a login shell as
- * `user`, bench/agent-cmd-floor.ts replays the same), so the driver's warm path runs the same
- * process as the SDK side it is compared with. */
-const SDK_FIRST_CMD = {
-  cmd: "/bin/bash", args: ["-l", "-c", "echo hi"], cwd: USER.home, user: USER,
-  env: { PATH: "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", HOME: USER.home, USER: USER.name, LOGNAME: USER.name },
-};
 
 const pssMB = (pid: number) => pssKB(pid) / 1024;
 
