@@ -8,6 +8,9 @@ export const mergePatch = setHeaderOptions("Content-Type", PatchStrategy.MergePa
 export const strategicPatch = setHeaderOptions("Content-Type", PatchStrategy.StrategicMergePatch);
 export const jsonPatch = setHeaderOptions("Content-Type", PatchStrategy.JsonPatch);
 
+/** How long a status PATCH (a Sandbox's, a SandboxSet's) may go unanswered before it is aborted. */
+export const STATUS_WRITE_TIMEOUT_MS = 10_000;
+
 /** `opt` whose requests are also aborted after `ms`. A status write queued behind another (one
  * flush at a time) must not wait on an answer that never comes: the requests ride one pooled
  * HTTP/2 session (pooled-connections.ts), where a stuck stream is ended only by undici's own

@@ -9,7 +9,7 @@
 // not stay to be read. In memory: a restarted agent shows it again from the next refusal.
 import type { CustomObjectsApi } from "@kubernetes/client-node";
 import { GROUP, LABEL, VERSION } from "../../../schema/crd/labels.ts";
-import { mergePatch, within } from "./kube-api.ts";
+import { mergePatch, STATUS_WRITE_TIMEOUT_MS, within } from "./kube-api.ts";
 import type { ObjectCache } from "./object-cache.ts";
 import { templateHash } from "./pod-spec.ts";
 import type { SandboxObject, SandboxSetObject } from "./objects.ts";
@@ -18,9 +18,6 @@ import type { SandboxObject, SandboxSetObject } from "./objects.ts";
 const SETTLE_MS = 50;
 /** later ones no sooner than this after the last write. */
 const MIN_INTERVAL_MS = 1000;
-/** A status patch not answered in this long is aborted and the pool written again at the next
- * tick: flushes run one at a time, so one stuck patch would hold every pool's status. */
-export const STATUS_WRITE_TIMEOUT_MS = 10_000;
 
 /**
  * The pool's revision: a hash of what its members are built from (openkruise-agents.md §1.2:
@@ -178,6 +175,8 @@ export class PoolStatus {
       try {
         const updated = (await this.#d.custom.patchNamespacedCustomObjectStatus(
           { group: GROUP, version: VERSION, namespace: this.#d.namespace, plural: "sandboxsets", name, body: { status } },
+          // Aborted past the bound and written again at the next tick: flushes run one at a time, so one
+          // stuck patch would hold every pool's status.
           within(this.#d.writeTimeoutMs ?? STATUS_WRITE_TIMEOUT_MS, mergePatch),
         )) as SandboxSetObject;
         this.#d.sandboxSets.remember(updated);

@@ -6,7 +6,7 @@ import { hasTrafficProxy } from "./traffic-objects.ts";
 import { RESTORE_PENDING_ANNOTATION } from "./checkpoint/snapshots.ts";
 import { EventReason, ReadyReason, RESTORE_PENDING, SandboxConditionType, setCondition, type Condition } from "../../../schema/crd/conditions.ts";
 import type { DriverContext } from "./context.ts";
-import { mergePatch, PLURAL, postEvent, stableJson, tolerate } from "./kube-api.ts";
+import { mergePatch, PLURAL, postEvent, stableJson, STATUS_WRITE_TIMEOUT_MS, tolerate, within } from "./kube-api.ts";
 import type { NamespaceScope } from "./namespace-scope.ts";
 import type { KubeSandboxObservation, SandboxObject, SandboxSetObject } from "./objects.ts";
 import { runtimeUrl } from "./pod-spec.ts";
@@ -24,6 +24,9 @@ export class StatusWriter {
   readonly #wroteRv = new Map<string, string>();
   /** The last failed ensure of each sandbox still being retried, shown as its Ready condition. */
   readonly #failing = new Map<string, { reason: ReadyReason; message: string }>();
+
+  /** How long a status PATCH may go unanswered before it is aborted (and the write fails). */
+  writeTimeoutMs = STATUS_WRITE_TIMEOUT_MS;
 
   constructor(ctx: DriverContext) {
     this.#ctx = ctx;
@@ -108,7 +111,9 @@ export class StatusWriter {
       const updated = await tolerate(
         ctx.custom.patchNamespacedCustomObjectStatus(
           { group: GROUP, version: VERSION, namespace: sc.namespace, plural: PLURAL.sandbox, name: sbx.metadata!.name!, body: { status } },
-          mergePatch,
+          // Each sandbox's writes run one at a time (its converge chain): a PATCH whose stream hangs
+          // on the pooled session would hold that sandbox's every later write (kube-api.ts within).
+          within(this.writeTimeoutMs, mergePatch),
         ) as Promise<SandboxObject>,
         [404],
       );

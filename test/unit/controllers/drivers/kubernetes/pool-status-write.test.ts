@@ -3,21 +3,14 @@
 // at a time, so before the bound one stuck PATCH (a stream hung on the pooled HTTP/2 session:
 // undici ends it only after 300 s) held every later status write behind it. The server here is a
 // stand-in for the API server that holds the first status PATCH open and answers the next.
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
-import type { AddressInfo } from "node:net";
 import { setTimeout as sleep } from "node:timers/promises";
-import { CustomObjectsApi, KubeConfig } from "@kubernetes/client-node";
+import { CustomObjectsApi } from "@kubernetes/client-node";
 import { afterAll, beforeAll, expect, it } from "vitest";
 import { ObjectCache } from "../../../../../controllers/drivers/kubernetes/object-cache.ts";
 import type { SandboxObject, SandboxSetObject } from "../../../../../controllers/drivers/kubernetes/objects.ts";
 import { PoolStatus } from "../../../../../controllers/drivers/kubernetes/pool-status.ts";
 import { GROUP, VERSION } from "../../../../../schema/crd/labels.ts";
-
-const STATUS_PATH = `/apis/${GROUP}/${VERSION}/namespaces/ns/sandboxsets/s/status`;
-const patches: { at: number; body: { status?: { replicas?: number } } }[] = [];
-const held: ServerResponse[] = [];
-let server: Server;
-let kc: KubeConfig;
+import { holdFirstPatch, type HeldPatchServer } from "../../../../support/kube-stand-in.ts";
 
 const set = (status?: object): SandboxSetObject =>
   ({
@@ -28,36 +21,14 @@ const set = (status?: object): SandboxSetObject =>
     ...(status ? { status } : {}),
   }) as never;
 
+let api: HeldPatchServer;
 beforeAll(async () => {
-  server = createServer((req: IncomingMessage, res: ServerResponse) => {
-    let raw = "";
-    req.on("data", (c: Buffer) => (raw += c));
-    req.on("end", () => {
-      if (req.method !== "PATCH" || req.url?.split("?")[0] !== STATUS_PATH) return res.writeHead(404).end();
-      const body = JSON.parse(raw) as { status?: { replicas?: number } };
-      patches.push({ at: Date.now(), body });
-      if (patches.length === 1) return held.push(res); // never answered
-      res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify(set(body.status)));
-    });
-  });
-  await new Promise<void>((ok) => server.listen(0, "127.0.0.1", ok));
-  kc = new KubeConfig();
-  kc.loadFromOptions({
-    // Plain HTTP on loopback, which client-node allows only with skipTLSVerify.
-    clusters: [{ name: "c", server: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, skipTLSVerify: true }],
-    users: [{ name: "agent", token: "t" }],
-    contexts: [{ name: "x", cluster: "c", user: "agent" }],
-    currentContext: "x",
-  });
+  api = await holdFirstPatch(`/apis/${GROUP}/${VERSION}/namespaces/ns/sandboxsets/s/status`, (body) => set(body.status));
 });
-
-afterAll(async () => {
-  for (const res of held) res.destroy();
-  server.closeAllConnections();
-  await new Promise((ok) => server.close(ok));
-});
+afterAll(() => api.close());
 
 it("a status PATCH left unanswered is aborted after its bound and the pool's status written again", { timeout: 15_000 }, async () => {
+  const { kc, patches } = api;
   const cache = <T extends SandboxObject | SandboxSetObject>() => new ObjectCache<T>(kc, { path: "/unused", list: async () => ({ items: [] }), slim: (x: T) => x });
   const sandboxSets = cache<SandboxSetObject>();
   sandboxSets.created(set());
