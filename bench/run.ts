@@ -21,7 +21,7 @@ export interface BenchContext {
   startEdge(opts: Omit<EdgeOptions, "dir"> & { dir?: string }): Promise<Edge>;
 }
 
-const SUITES = ["edge", "edge-scale", "gateway", "pool", "runtime", "local", "e2e", "ci", "kube", "ops", "obs"];
+const SUITES = ["edge", "edge-scale", "gateway", "pool", "runtime", "local", "spawn-floor", "e2e", "ci", "kube", "ops", "obs"];
 const here = import.meta.dirname;
 
 const chosen = process.argv.slice(2).filter((a) => !a.startsWith("-"));

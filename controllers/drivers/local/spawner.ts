@@ -415,6 +415,9 @@ export class Spawner implements ProcessLauncher {
     const child = this.#child;
     if (!child || child.exitCode !== null || child.signalCode !== null) return;
     const exited = new Promise<void>((ok) => child.once("exit", () => ok()));
+    // Held while it goes: an idle spawner is unref'd (#refresh), and a caller whose loop has
+    // nothing else left (a script's last await) would otherwise end before 'exit' came.
+    child.ref();
     child.disconnect();
     await exited;
   }

@@ -209,4 +209,23 @@ describe("spawner", () => {
     expect(running(pids.holder)).toBe(true);
     process.kill(pids.holder, "SIGKILL");
   });
+
+  it("a script whose last step is dispose ends normally once the spawner is gone, not cut short with its spawner running", async () => {
+    // A CLI's shape (a bench, a one-off tool): one command, then dispose, then nothing left to do.
+    const script = `
+      import { Spawner } from ${JSON.stringify(new URL("../../../../controllers/drivers/local/spawner.ts", import.meta.url).pathname)};
+      const s = new Spawner();
+      const p = await s.spawn({ file: "/bin/true", args: [], cwd: "/", env: {} }, { detached: false, stdio: ["ignore", "ignore", "ignore"] });
+      await new Promise((ok) => p.onExit(ok));
+      console.log(String(s.pid));
+      await s.dispose();
+      console.log("disposed");
+    `;
+    const tool = spawn(process.execPath, ["--input-type=module", "-e", script], { stdio: ["ignore", "pipe", "pipe"] });
+    const [out, code] = await Promise.all([text(tool.stdout!), new Promise<number | null>((r) => tool.once("exit", (c) => r(c)))]);
+    const [pid, last] = out.trim().split("\n");
+    // Before: Node ended the script with 13 (an unsettled top-level await) while dispose waited.
+    expect({ code, last }).toEqual({ code: 0, last: "disposed" });
+    expect(await gone(Number(pid))).toBe(true);
+  });
 });
