@@ -90,7 +90,7 @@ export interface StepRun {
   /** The seccomp program bwrap loads into the step's command (seccomp.ts); none: no filter. */
   seccomp?: Uint8Array;
   /** The step's network (step-net.ts); none: loopback only. */
-  net?: { nsPath: string; resolvConf: string };
+  net?: { nsFd: number; resolvConf: string };
   /** The most the step may write, in MiB: its upper and work directories are on a loop-mounted
    * ext4 image of this size (ENOSPC inside past it), copied out as the layer when the step
    * succeeds. None: they are plain directories of the host's file system (no bound). */
@@ -304,14 +304,17 @@ function bwrap(root: string, r: StepRun, ns: OpenUserns | undefined): Promise<nu
   const opened = [argsFile, ...fds].map((f) => openSync(f, lstatSync(f).isDirectory() ? constants.O_RDONLY | constants.O_DIRECTORY : "r"));
   return new Promise((resolve, reject) => {
     const procs = r.cgroupProcs ?? [];
-    const enter = r.net ? ["nsenter", `--net=${r.net.nsPath}`, "--"] : [];
+    // The step's network by the fd its StepNet holds (step-net.ts), handed over after the others
+    // and closed again past nsenter, so the step's processes do not inherit it.
+    const netFd = ARGS_FD + opened.length;
+    const enter = r.net ? ["nsenter", `--net=/proc/self/fd/${netFd}`, "--", "/bin/sh", "-c", `exec "$@" ${netFd}<&-`, "sh"] : [];
     // With a user namespace, bwrap starts as the range's owner with no capability on the host and
     // joins the namespace (`--userns`): the step's root is that uid on the host.
     const as = ns ? ["/usr/bin/setpriv", `--reuid=${ns.owner}`, `--regid=${ns.owner}`, "--clear-groups"] : [];
     const argv = ["-c", JOIN, "sh", String(procs.length), ...procs, ...enter, ...as, "bwrap", "--args", String(ARGS_FD), "--", ...command];
     // A copy step's archive is the command's stdin (extracted inside): no path bwrap must reach.
     const stdin = s.kind === "copy" ? openSync(s.archive, "r") : "ignore";
-    const child = spawn("/bin/sh", argv, { stdio: [stdin, "pipe", "pipe", ...opened], env: HOST_ENV, signal: r.signal, cwd: "/" });
+    const child = spawn("/bin/sh", argv, { stdio: [stdin, "pipe", "pipe", ...opened, ...(r.net ? [r.net.nsFd] : [])], env: HOST_ENV, signal: r.signal, cwd: "/" });
     for (const fd of opened) closeSync(fd);
     if (typeof stdin === "number") closeSync(stdin);
     let timedOut = false;
