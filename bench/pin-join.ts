@@ -9,6 +9,7 @@ import { spawn, spawnSync } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { createInterface } from "node:readline";
 import { LocalDriver } from "../controllers/drivers/local/local-driver.ts";
 import type { LocalSandboxView } from "../controllers/drivers/local/local-view.ts";
 import { helperEnv, PERL, syscallNumbers } from "../controllers/drivers/local/host-helpers.ts";
@@ -49,20 +50,8 @@ try {
   const stat = readFileSync(`/proc/${holder.pid}/stat`, "utf8");
   const start = stat.slice(stat.lastIndexOf(")") + 2).split(" ")[19];
   const helper = spawn(PERL, [USERNS_SCRIPT, "3000000000", "1", String(nr.unshare), String(nr.openTree), String(nr.mountSetattr), String(nr.moveMount)], { env: helperEnv(), stdio: ["pipe", "pipe", "inherit"] });
-  let buf = "";
-  const lines: string[] = [];
-  const waiting: Array<(l: string) => void> = [];
-  helper.stdout!.on("data", (c) => {
-    buf += String(c);
-    for (let i = buf.indexOf("\n"); i >= 0; i = buf.indexOf("\n")) {
-      const l = buf.slice(0, i);
-      buf = buf.slice(i + 1);
-      const w = waiting.shift();
-      if (w) w(l);
-      else lines.push(l);
-    }
-  });
-  const next = () => (lines.length ? Promise.resolve(lines.shift()!) : new Promise<string>((r) => waiting.push(r)));
+  const answers = createInterface({ input: helper.stdout! })[Symbol.asyncIterator]();
+  const next = async () => String((await answers.next()).value);
   await next(); // its pid
   let form = `${holder.pid}:${start}`;
   helper.stdin!.write(`allow-setuid ${form} ${nr.setns} ${nr.mount}\n`);
