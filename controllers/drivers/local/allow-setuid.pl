@@ -39,6 +39,6 @@ chdir($root) or fail("fchdir root: $!");
 chroot('.') or fail("chroot: $!");
 chdir('/') or fail("chdir /: $!");
 # MS_REMOUNT | MS_BIND | MS_NODEV: nosuid goes, nodev stays.
-my ($src, $target, $type, $data) = ('', '/', '', '');
-syscall($mount_nr, $src, $target, $type, 0x20 | 0x1000 | 0x4, 0) == 0 or fail("remount /: $!");
+my ($src, $mnt_target, $type, $data) = ('', '/', '', '');
+syscall($mount_nr, $src, $mnt_target, $type, 0x20 | 0x1000 | 0x4, 0) == 0 or fail("remount /: $!");
 exit 0;
