@@ -92,10 +92,15 @@ export class LocalSandboxView implements SandboxView {
   /** Where a resolved path lives: a trusted start (a mount's host directory, or the holder's
    * root for what the table does not cover or keeps read-only) and the rest below it. `root`
    * names that root (pin: through a checked handle); default `/proc/<pid 1>/root` by pid. */
-  #locate(sandboxPath: string, followFinal: boolean, root = this.#o.namespaces ? () => `/proc/${this.#current().nsInit?.pid}/root` : undefined): { start: string; rest: string; sandboxPath: string } {
+  #locate(sandboxPath: string, followFinal: boolean, root = this.#rootByPid()): { start: string; rest: string; sandboxPath: string } {
     const r = resolveSandboxPath(this.#o.mounts, sandboxPath, followFinal, root);
     if (r.mount.writable || !root) return inMount(r);
     return { start: root(), rest: r.sandboxPath, sandboxPath: r.sandboxPath };
+  }
+
+  /** pid 1's root by its pid (toHost's strings only; pin goes through a checked handle). */
+  #rootByPid(): (() => string) | undefined {
+    return this.#o.namespaces ? () => `/proc/${this.#current().nsInit?.pid}/root` : undefined;
   }
 
   toHost(sandboxPath: string, opts?: { followFinal?: boolean }): string {
@@ -116,8 +121,8 @@ export class LocalSandboxView implements SandboxView {
           if (!handle) {
             const ref = this.#current().nsInit;
             const fd = ref && openProc(ref);
-            if (fd === undefined) throw new SandboxNotFoundError(this.#o.id, "not running");
-            handle = { fd, ref: ref! };
+            if (!ref || fd === undefined) throw new SandboxNotFoundError(this.#o.id, "not running");
+            handle = { fd, ref };
           }
           return `/proc/self/fd/${handle.fd}/root`;
         }

@@ -61,13 +61,13 @@ export async function openStepNet(net: SandboxNet, relay: PortRelay, dir: string
     // Not reaped yet (node reaps in the loop, and sets exitCode then): its pid is its own still.
     const ref = holder.exitCode === null && holder.signalCode === null ? procRef(holder.pid!) : undefined;
     const proc = ref && openProc(ref);
-    if (proc === undefined) throw new Error("build network: the namespace holder is gone");
+    if (!ref || proc === undefined) throw new Error("build network: the namespace holder is gone");
     try {
       nsFd = openSync(`/proc/self/fd/${proc}/ns/net`, "r");
     } finally {
       closeSync(proc);
     }
-    veth = await net.attach(ref!, address, relay);
+    veth = await net.attach(ref, address, relay);
     return { nsFd, resolvConf: resolvConf(), close };
   } catch (err) {
     await close();
