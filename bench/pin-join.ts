@@ -12,6 +12,7 @@ import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { LocalDriver } from "../controllers/drivers/local/local-driver.ts";
 import type { LocalSandboxView } from "../controllers/drivers/local/local-view.ts";
+import { procStart } from "../controllers/drivers/local/holder.ts";
 import { helperEnv, PERL, syscallNumbers } from "../controllers/drivers/local/host-helpers.ts";
 import { USERNS_SCRIPT } from "../controllers/drivers/local/userns.ts";
 import { percentile } from "./stats.ts";
@@ -47,8 +48,7 @@ try {
   const nr = syscallNumbers();
   const holder = spawn("/usr/bin/unshare", ["--user", "--map-root-user", "--mount", "--", "/usr/bin/sleep", "300"], { stdio: "ignore" });
   for (let i = 0; i < 100 && readFileSync(`/proc/${holder.pid}/comm`, "utf8") !== "sleep\n"; i++) await new Promise((r) => setTimeout(r, 20));
-  const stat = readFileSync(`/proc/${holder.pid}/stat`, "utf8");
-  const start = stat.slice(stat.lastIndexOf(")") + 2).split(" ")[19];
+  const start = procStart(holder.pid!);
   const helper = spawn(PERL, [USERNS_SCRIPT, "3000000000", "1", String(nr.unshare), String(nr.openTree), String(nr.mountSetattr), String(nr.moveMount)], { env: helperEnv(), stdio: ["pipe", "pipe", "inherit"] });
   const answers = createInterface({ input: helper.stdout! })[Symbol.asyncIterator]();
   const next = async () => String((await answers.next()).value);
